@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian package kiln needs to build, test and run its demo.
+# Idempotent: packages already present are skipped, and apt-get update runs
+# only when something is missing. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  build-essential meson ninja-build pkg-config clang
+  libevent-dev libjansson-dev libfyaml-dev libsqlite3-dev libssl-dev
+  libcurl4-openssl-dev libcmocka-dev
+  python3 python3-pytest python3-requests
+  sqlite3 procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

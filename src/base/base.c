@@ -1,0 +1,509 @@
+/*
+ * base: errors, logging, clocks, strings, parsing of durations and sizes,
+ * and file helpers. Allocation failure aborts: kiln cannot do anything
+ * useful without memory and checking every small strdup obscures the code.
+ */
+#include "base.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum kn_log_level kn_log_level = KN_LOG_INFO;
+
+static const struct {
+	const char *name;
+	int http;
+	int err;
+} errcode_table[] = {
+	[KN_EOK] = {"ok", 200, 0},
+	[KN_EINVAL] = {"invalid_argument", 400, EINVAL},
+	[KN_ENOTFOUND] = {"not_found", 404, ENOENT},
+	[KN_EAUTH] = {"unauthenticated", 401, EACCES},
+	[KN_EPERM] = {"permission_denied", 403, EPERM},
+	[KN_ECONFLICT] = {"conflict", 409, EEXIST},
+	[KN_ETOOBIG] = {"too_large", 413, E2BIG},
+	[KN_EIO] = {"internal", 500, EIO},
+	[KN_EUNAVAIL] = {"unavailable", 503, EAGAIN},
+};
+
+const char *kn_errcode_name(enum kn_errcode code)
+{
+	return errcode_table[code].name;
+}
+
+int kn_errcode_http(enum kn_errcode code)
+{
+	return errcode_table[code].http;
+}
+
+int kn_errcode_errno(enum kn_errcode code)
+{
+	return -errcode_table[code].err;
+}
+
+int kn_errorf(struct kn_error *err, enum kn_errcode code, const char *field,
+	      const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		err->code = code;
+		kn_strlcpy(err->field, field ? field : "", sizeof(err->field));
+		va_start(ap, fmt);
+		vsnprintf(err->message, sizeof(err->message), fmt, ap);
+		va_end(ap);
+	}
+	return kn_errcode_errno(code);
+}
+
+void kn_log(enum kn_log_level level, const char *fmt, ...)
+{
+	static const char *names[] = {"debug", "info", "warn", "error"};
+	char ts[40];
+	va_list ap;
+
+	if (level < kn_log_level)
+		return;
+	kn_format_time(kn_now_ms(), ts, sizeof(ts));
+	flockfile(stderr);
+	fprintf(stderr, "%s %-5s ", ts, names[level]);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	funlockfile(stderr);
+}
+
+int64_t kn_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t kn_mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void kn_format_time(int64_t epoch_ms, char *buf, size_t len)
+{
+	time_t secs = (time_t)(epoch_ms / 1000);
+	struct tm tm;
+	char tmp[32];
+
+	gmtime_r(&secs, &tm);
+	strftime(tmp, sizeof(tmp), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf, len, "%s.%03dZ", tmp, (int)(epoch_ms % 1000));
+}
+
+void kn_format_duration(int64_t ms, char *buf, size_t len)
+{
+	if (ms < 0)
+		ms = 0;
+	if (ms < 1000)
+		snprintf(buf, len, "%lldms", (long long)ms);
+	else if (ms < 60000)
+		snprintf(buf, len, "%llds", (long long)(ms / 1000));
+	else if (ms < 3600000)
+		snprintf(buf, len, "%lldm%llds", (long long)(ms / 60000),
+			 (long long)(ms / 1000 % 60));
+	else
+		snprintf(buf, len, "%lldh%lldm", (long long)(ms / 3600000),
+			 (long long)(ms / 60000 % 60));
+}
+
+void kn_format_ago(int64_t epoch_ms, int64_t now_ms, char *buf, size_t len)
+{
+	int64_t d;
+
+	if (epoch_ms <= 0) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	d = (now_ms - epoch_ms) / 1000;
+	if (d < 0)
+		d = 0;
+	if (d < 60)
+		snprintf(buf, len, "%llds ago", (long long)d);
+	else if (d < 3600)
+		snprintf(buf, len, "%lldm ago", (long long)(d / 60));
+	else if (d < 86400)
+		snprintf(buf, len, "%lldh ago", (long long)(d / 3600));
+	else
+		snprintf(buf, len, "%lldd ago", (long long)(d / 86400));
+}
+
+int kn_parse_duration(const char *s, int64_t *out_ms)
+{
+	static const struct {
+		const char *unit;
+		int64_t ms;
+	} units[] = {
+		{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000},
+		{"d", 86400000},
+	};
+	const char *p = s;
+	int64_t total = 0;
+	bool any = false;
+
+	if (!s || !*s)
+		return -EINVAL;
+	while (*p) {
+		char *end;
+		unsigned long long v;
+		size_t i, best = SIZE_MAX;
+
+		if (!isdigit((unsigned char)*p))
+			return -EINVAL;
+		errno = 0;
+		v = strtoull(p, &end, 10);
+		if (errno || end == p)
+			return -EINVAL;
+		p = end;
+		/* Longest unit first so "ms" is not read as "m" then "s". */
+		for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+			size_t ul = strlen(units[i].unit);
+			if (strncmp(p, units[i].unit, ul) == 0 &&
+			    (best == SIZE_MAX ||
+			     ul > strlen(units[best].unit)))
+				best = i;
+		}
+		if (best == SIZE_MAX)
+			return -EINVAL;
+		if (v > (unsigned long long)(INT64_MAX / units[best].ms) ||
+		    total > INT64_MAX - (int64_t)v * units[best].ms)
+			return -EINVAL;
+		total += (int64_t)v * units[best].ms;
+		p += strlen(units[best].unit);
+		any = true;
+	}
+	if (!any)
+		return -EINVAL;
+	*out_ms = total;
+	return 0;
+}
+
+int kn_parse_size(const char *s, int64_t *out_bytes)
+{
+	static const struct {
+		const char *suffix;
+		int64_t mult;
+	} suffixes[] = {
+		{"Ki", 1LL << 10}, {"Mi", 1LL << 20}, {"Gi", 1LL << 30},
+		{"Ti", 1LL << 40}, {"k", 1000LL},     {"K", 1000LL},
+		{"M", 1000000LL},  {"G", 1000000000LL}, {"T", 1000000000000LL},
+		{"", 1},
+	};
+	char *end;
+	unsigned long long v;
+	size_t i;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	for (i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+		if (strcmp(end, suffixes[i].suffix) == 0) {
+			if (v > (unsigned long long)(INT64_MAX / suffixes[i].mult))
+				return -EINVAL;
+			*out_bytes = (int64_t)v * suffixes[i].mult;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+size_t kn_strlcpy(char *dst, const char *src, size_t size)
+{
+	size_t n = strlen(src);
+
+	if (size) {
+		size_t c = n < size - 1 ? n : size - 1;
+		memcpy(dst, src, c);
+		dst[c] = '\0';
+	}
+	return n;
+}
+
+static void oom(void)
+{
+	fputs("kiln: out of memory\n", stderr);
+	abort();
+}
+
+void *kn_xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		oom();
+	return p;
+}
+
+void *kn_xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		oom();
+	return p;
+}
+
+void *kn_xrealloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+	if (!q)
+		oom();
+	return q;
+}
+
+char *kn_xstrdup(const char *s)
+{
+	char *p = strdup(s);
+	if (!p)
+		oom();
+	return p;
+}
+
+char *kn_asprintf(const char *fmt, ...)
+{
+	va_list ap;
+	char *out;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&out, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		oom();
+	return out;
+}
+
+int kn_levenshtein(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), i, j;
+	int *row, result;
+
+	row = kn_xmalloc((lb + 1) * sizeof(int));
+	for (j = 0; j <= lb; j++)
+		row[j] = (int)j;
+	for (i = 1; i <= la; i++) {
+		int prev = row[0];
+		row[0] = (int)i;
+		for (j = 1; j <= lb; j++) {
+			int cur = row[j];
+			int cost = a[i - 1] == b[j - 1] ? 0 : 1;
+			int best = prev + cost;
+			if (row[j] + 1 < best)
+				best = row[j] + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			prev = cur;
+		}
+	}
+	result = row[lb];
+	free(row);
+	return result;
+}
+
+void kn_buf_init(struct kn_buf *b, size_t cap_limit)
+{
+	memset(b, 0, sizeof(*b));
+	b->cap_limit = cap_limit;
+}
+
+void kn_buf_release(struct kn_buf *b)
+{
+	free(b->data);
+	memset(b, 0, sizeof(*b));
+}
+
+int kn_buf_append(struct kn_buf *b, const void *data, size_t len)
+{
+	if (b->len + len > b->cap_limit)
+		return -E2BIG;
+	if (b->len + len + 1 > b->alloc) {
+		size_t n = b->alloc ? b->alloc : 256;
+		while (n < b->len + len + 1)
+			n *= 2;
+		b->data = kn_xrealloc(b->data, n);
+		b->alloc = n;
+	}
+	memcpy(b->data + b->len, data, len);
+	b->len += len;
+	b->data[b->len] = '\0';
+	return 0;
+}
+
+int kn_buf_printf(struct kn_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	int n, rc;
+
+	va_start(ap, fmt);
+	n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		oom();
+	rc = kn_buf_append(b, s, (size_t)n);
+	free(s);
+	return rc;
+}
+
+int kn_mkdir_p(const char *path, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	char *p;
+
+	if (kn_strlcpy(tmp, path, sizeof(tmp)) >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	for (p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int kn_write_file_atomic(const char *path, const void *data, size_t len,
+			 mode_t mode)
+{
+	char tmp[PATH_MAX];
+	const char *p = data;
+	int fd, rc = 0;
+
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, getpid()) >=
+	    sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -errno;
+	/* open() honours the umask; the caller's mode is what it asked for. */
+	if (fchmod(fd, mode) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			rc = -errno;
+			goto out;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	if (fsync(fd) < 0)
+		rc = -errno;
+out:
+	close(fd);
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = -errno;
+	if (rc < 0)
+		unlink(tmp);
+	return rc;
+}
+
+int kn_read_file(const char *path, size_t max, char **out, size_t *out_len)
+{
+	struct kn_buf b;
+	char chunk[65536];
+	int fd, rc = 0;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	kn_buf_init(&b, max);
+	for (;;) {
+		ssize_t n = read(fd, chunk, sizeof(chunk));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			rc = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		if (kn_buf_append(&b, chunk, (size_t)n) < 0) {
+			rc = -EFBIG;
+			break;
+		}
+	}
+	close(fd);
+	if (rc < 0) {
+		kn_buf_release(&b);
+		return rc;
+	}
+	if (!b.data)
+		b.data = kn_xstrdup("");
+	*out = b.data;
+	if (out_len)
+		*out_len = b.len;
+	return 0;
+}
+
+int kn_rm_rf(const char *path)
+{
+	struct stat st;
+	DIR *d;
+	struct dirent *e;
+	int rc = 0;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return unlink(path) < 0 ? -errno : 0;
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while ((e = readdir(d)) != NULL) {
+		char *child;
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		child = kn_asprintf("%s/%s", path, e->d_name);
+		if (kn_rm_rf(child) < 0 && rc == 0)
+			rc = -errno;
+		free(child);
+	}
+	closedir(d);
+	if (rmdir(path) < 0 && rc == 0)
+		rc = -errno;
+	return rc;
+}
+
+int kn_random_bytes(void *buf, size_t n)
+{
+	char *p = buf;
+
+	while (n > 0) {
+		ssize_t r = getrandom(p, n, 0);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}

@@ -1,0 +1,122 @@
+/*
+ * base: the few things every kiln module needs — errors that carry their
+ * message, logging, clocks, bounded strings, durations and sizes, files.
+ *
+ * Errors follow one convention everywhere: a function returns 0 on success
+ * or a negative errno, and fills the caller's struct kn_error (passed last,
+ * may be NULL) with a message naming the field or file. Out-parameters are
+ * written only on success.
+ */
+#ifndef KILN_BASE_H
+#define KILN_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define KN_VERSION "0.1.0"
+
+/* Error codes beyond errno, for the API's error.code strings. */
+enum kn_errcode {
+	KN_EOK = 0,
+	KN_EINVAL,     /* bad input: 400 invalid_argument */
+	KN_ENOTFOUND,  /* 404 not_found */
+	KN_EAUTH,      /* 401 unauthenticated */
+	KN_EPERM,      /* 403 permission_denied */
+	KN_ECONFLICT,  /* 409 conflict */
+	KN_ETOOBIG,    /* 413 too_large */
+	KN_EIO,        /* 500 internal (I/O, database) */
+	KN_EUNAVAIL,   /* 503 unavailable */
+};
+
+struct kn_error {
+	enum kn_errcode code;
+	char field[128];   /* field path such as "resources.gpus", or "" */
+	char message[768]; /* human text, may start with "file:line:col: " */
+};
+
+/*
+ * Fill err (if not NULL) and return the matching negative errno, so a
+ * caller can write `return kn_errorf(err, KN_EINVAL, "tasks", "...")`.
+ * field may be NULL.
+ */
+int kn_errorf(struct kn_error *err, enum kn_errcode code, const char *field,
+	      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The API's string for a code ("invalid_argument", "not_found", ...). */
+const char *kn_errcode_name(enum kn_errcode code);
+/* The HTTP status for a code (400, 404, ...). */
+int kn_errcode_http(enum kn_errcode code);
+/* The negative errno kn_errorf returns for a code. */
+int kn_errcode_errno(enum kn_errcode code);
+
+/* Logging to stderr with a UTC timestamp; level filtered by kn_log_level. */
+enum kn_log_level { KN_LOG_DEBUG, KN_LOG_INFO, KN_LOG_WARN, KN_LOG_ERROR };
+extern enum kn_log_level kn_log_level;
+void kn_log(enum kn_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Clocks in milliseconds: wall time since the epoch, and monotonic. */
+int64_t kn_now_ms(void);
+int64_t kn_mono_ms(void);
+/* "2026-12-02T15:46:06.123Z" into buf (at least 32 bytes). */
+void kn_format_time(int64_t epoch_ms, char *buf, size_t len);
+/* "3s ago", "5m ago", "2h ago", "4d ago", or "-" for 0; relative to now_ms. */
+void kn_format_ago(int64_t epoch_ms, int64_t now_ms, char *buf, size_t len);
+/* "850ms", "12s", "5m3s", "2h10m". */
+void kn_format_duration(int64_t ms, char *buf, size_t len);
+
+/*
+ * "90s", "5m", "1h30m", "250ms", "2d" -> milliseconds. A bare number is
+ * rejected (units are required). Returns 0 or -EINVAL.
+ */
+int kn_parse_duration(const char *s, int64_t *out_ms);
+/*
+ * "512Mi", "2Gi", "1G", "100M", "4096" (bytes) -> bytes. Binary suffixes
+ * Ki Mi Gi Ti, decimal k M G T. Returns 0 or -EINVAL (also on overflow).
+ */
+int kn_parse_size(const char *s, int64_t *out_bytes);
+
+/* Bounded string helpers. kn_strlcpy returns strlen(src). */
+size_t kn_strlcpy(char *dst, const char *src, size_t size);
+/* malloc'd printf; aborts on out-of-memory (as do all allocation helpers). */
+char *kn_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void *kn_xmalloc(size_t n);
+void *kn_xcalloc(size_t n, size_t size);
+void *kn_xrealloc(void *p, size_t n);
+char *kn_xstrdup(const char *s);
+/* Edit distance, for "did you mean" suggestions. */
+int kn_levenshtein(const char *a, const char *b);
+
+/* A growable byte buffer with a hard cap; appends beyond cap fail. */
+struct kn_buf {
+	char *data; /* always NUL-terminated when non-NULL */
+	size_t len;
+	size_t cap_limit;
+	size_t alloc;
+};
+void kn_buf_init(struct kn_buf *b, size_t cap_limit);
+void kn_buf_release(struct kn_buf *b);
+/* 0, or -E2BIG when the result would exceed cap_limit (buffer unchanged). */
+int kn_buf_append(struct kn_buf *b, const void *data, size_t len);
+int kn_buf_printf(struct kn_buf *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Files. */
+/* mkdir -p with mode for each created directory. */
+int kn_mkdir_p(const char *path, mode_t mode);
+/* Write via a temporary file, fsync, rename: readers see old or new. */
+int kn_write_file_atomic(const char *path, const void *data, size_t len,
+			 mode_t mode);
+/*
+ * Read a whole file of at most max bytes into a malloc'd NUL-terminated
+ * buffer. -EFBIG when larger, -errno otherwise.
+ */
+int kn_read_file(const char *path, size_t max, char **out, size_t *out_len);
+/* Remove a directory tree; missing is not an error. */
+int kn_rm_rf(const char *path);
+/* Fill buf with n cryptographically random bytes (getrandom). */
+int kn_random_bytes(void *buf, size_t n);
+
+#endif

@@ -1,0 +1,132 @@
+/* Unit tests for base: duration and size parsing, buffers, files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+static void test_durations(void **state)
+{
+	static const struct {
+		const char *text;
+		int rc;
+		int64_t ms;
+	} cases[] = {
+		{"90s", 0, 90000},     {"5m", 0, 300000},
+		{"1h30m", 0, 5400000}, {"250ms", 0, 250},
+		{"2d", 0, 172800000},  {"0s", 0, 0},
+		{"10", -EINVAL, 0},    {"", -EINVAL, 0},
+		{"5x", -EINVAL, 0},    {"-5s", -EINVAL, 0},
+		{"s", -EINVAL, 0},     {"99999999999999999999s", -EINVAL, 0},
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int64_t ms = -1;
+		int rc = kn_parse_duration(cases[i].text, &ms);
+		assert_int_equal(rc, cases[i].rc);
+		if (rc == 0)
+			assert_int_equal(ms, cases[i].ms);
+		else
+			assert_int_equal(ms, -1);
+	}
+}
+
+static void test_sizes(void **state)
+{
+	int64_t b = 0;
+	(void)state;
+	assert_int_equal(kn_parse_size("512Mi", &b), 0);
+	assert_int_equal(b, 512LL << 20);
+	assert_int_equal(kn_parse_size("2Gi", &b), 0);
+	assert_int_equal(b, 2LL << 30);
+	assert_int_equal(kn_parse_size("1G", &b), 0);
+	assert_int_equal(b, 1000000000LL);
+	assert_int_equal(kn_parse_size("4096", &b), 0);
+	assert_int_equal(b, 4096);
+	assert_int_equal(kn_parse_size("2GB", &b), -EINVAL);
+	assert_int_equal(kn_parse_size("Gi", &b), -EINVAL);
+	assert_int_equal(kn_parse_size("-1Gi", &b), -EINVAL);
+	assert_int_equal(kn_parse_size("99999999999Ti", &b), -EINVAL);
+}
+
+static void test_buf_cap(void **state)
+{
+	struct kn_buf b;
+	(void)state;
+	kn_buf_init(&b, 8);
+	assert_int_equal(kn_buf_append(&b, "12345", 5), 0);
+	assert_int_equal(kn_buf_append(&b, "6789", 4), -E2BIG);
+	assert_int_equal(b.len, 5);
+	assert_string_equal(b.data, "12345");
+	assert_int_equal(kn_buf_printf(&b, "%d", 678), 0);
+	assert_string_equal(b.data, "12345678");
+	kn_buf_release(&b);
+}
+
+static void test_errorf(void **state)
+{
+	struct kn_error err;
+	(void)state;
+	assert_int_equal(kn_errorf(&err, KN_ENOTFOUND, "id", "job %d", 4),
+			 -ENOENT);
+	assert_string_equal(err.field, "id");
+	assert_string_equal(err.message, "job 4");
+	assert_int_equal(kn_errcode_http(err.code), 404);
+	assert_string_equal(kn_errcode_name(KN_EPERM), "permission_denied");
+	assert_int_equal(kn_errorf(NULL, KN_EINVAL, NULL, "x"), -EINVAL);
+}
+
+static void test_files(void **state)
+{
+	char dir[] = "/tmp/kn-test-XXXXXX";
+	char *path, *data = NULL, *nested;
+	size_t len = 0;
+	struct stat st;
+	(void)state;
+
+	assert_non_null(mkdtemp(dir));
+	nested = kn_asprintf("%s/a/b/c", dir);
+	assert_int_equal(kn_mkdir_p(nested, 0700), 0);
+	path = kn_asprintf("%s/secret", nested);
+	assert_int_equal(kn_write_file_atomic(path, "hello", 5, 0600), 0);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	assert_int_equal(kn_read_file(path, 100, &data, &len), 0);
+	assert_int_equal(len, 5);
+	assert_string_equal(data, "hello");
+	free(data);
+	assert_int_equal(kn_read_file(path, 4, &data, &len), -EFBIG);
+	assert_int_equal(kn_rm_rf(dir), 0);
+	assert_int_equal(stat(dir, &st), -1);
+	free(path);
+	free(nested);
+}
+
+static void test_levenshtein(void **state)
+{
+	(void)state;
+	assert_int_equal(kn_levenshtein("retries", "retires"), 2);
+	assert_int_equal(kn_levenshtein("gpus", "gpu"), 1);
+	assert_int_equal(kn_levenshtein("", "abc"), 3);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_durations),
+		cmocka_unit_test(test_sizes),
+		cmocka_unit_test(test_buf_cap),
+		cmocka_unit_test(test_errorf),
+		cmocka_unit_test(test_files),
+		cmocka_unit_test(test_levenshtein),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,118 @@
+/*
+ * sched: placement as pure functions over a cluster snapshot.
+ *
+ * No I/O, no clock, no store: the server (and later `kiln sim`) builds a
+ * snapshot, asks for decisions and applies them itself. A gang is placed
+ * all at once or not at all: kn_sched_place either binds every task and
+ * charges the snapshot, or leaves the snapshot untouched and explains why.
+ *
+ * Resources are in thousandths of a GPU (milli-GPU) and of a CPU so whole
+ * GPUs, shares and (later) MIG slices share one data model.
+ */
+#ifndef KILN_SCHED_H
+#define KILN_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+#define KN_SCHED_MAX_GPUS_PER_TASK 8
+
+struct kn_sched_label {
+	const char *key;
+	const char *value;
+};
+
+struct kn_sched_taint {
+	const char *key;
+	const char *value;  /* may be NULL */
+	const char *effect; /* "NoSchedule" or "PreferNoSchedule" */
+};
+
+struct kn_sched_toleration {
+	const char *key;    /* NULL with Exists = tolerate every taint */
+	bool exists;        /* operator Exists (else Equal) */
+	const char *value;  /* for Equal */
+	const char *effect; /* NULL = any effect */
+};
+
+struct kn_sched_device {
+	int index;            /* the node-local index (CUDA_VISIBLE_DEVICES) */
+	const char *model;    /* "H100-80GB" */
+	int64_t memory_bytes;
+	int used_milli;       /* 0..1000 already allocated; updated on place */
+};
+
+struct kn_sched_node {
+	const char *name;
+	bool schedulable;     /* false when cordoned, draining or unhealthy */
+	const struct kn_sched_label *labels;
+	size_t n_labels;
+	const struct kn_sched_taint *taints;
+	size_t n_taints;
+	int cpu_milli_total;  /* 0 = not tracked */
+	int cpu_milli_used;   /* updated on place */
+	int64_t memory_total; /* 0 = not tracked */
+	int64_t memory_used;  /* updated on place */
+	struct kn_sched_device *devices;
+	size_t n_devices;
+};
+
+struct kn_sched_cluster {
+	struct kn_sched_node *nodes;
+	size_t n_nodes;
+};
+
+/* What one job asks for; every task asks for the same. */
+struct kn_sched_request {
+	int tasks;                /* gang size >= 1 */
+	int gpu_milli;            /* per task: 1000*n whole GPUs, or 1..999 */
+	const char *mig_profile;  /* not placed yet: refused with a reason */
+	const char *const *gpu_models; /* acceptable models, or NULL = any */
+	size_t n_gpu_models;
+	int cpu_milli;
+	int64_t memory_bytes;
+	const struct kn_sched_label *selector;
+	size_t n_selector;
+	const struct kn_sched_toleration *tolerations;
+	size_t n_tolerations;
+};
+
+/* Where one task goes. */
+struct kn_sched_binding {
+	size_t node;  /* index into cluster->nodes */
+	int n_devices;
+	int devices[KN_SCHED_MAX_GPUS_PER_TASK]; /* device indexes (not array
+						    positions) */
+	int milli_per_device; /* 1000 for whole GPUs, the share otherwise */
+};
+
+/*
+ * Place every task of req, or none. On success returns 0, fills
+ * bindings[0..req->tasks-1] and charges the snapshot (device used_milli,
+ * node cpu and memory). When it cannot fit returns -ENOSPC and writes a
+ * one-line reason a person can act on ("needs 8 GPUs per task; the largest
+ * node has 4 (local)"), leaving the snapshot unchanged. A request that can
+ * never fit the cluster even when empty says so in the reason too.
+ */
+int kn_sched_place(struct kn_sched_cluster *cluster,
+		   const struct kn_sched_request *req,
+		   struct kn_sched_binding *bindings, char *reason,
+		   size_t reason_len);
+
+/* Give back what a binding took (e.g. to undo a tentative placement). */
+void kn_sched_release(struct kn_sched_cluster *cluster,
+		      const struct kn_sched_request *req,
+		      const struct kn_sched_binding *bindings);
+
+/* Queue order: higher priority first, then earlier submission, then id. */
+struct kn_sched_queue_entry {
+	int64_t job_id;
+	int priority;
+	int64_t submitted_at;
+};
+void kn_sched_sort_queue(struct kn_sched_queue_entry *entries, size_t n);
+
+#endif

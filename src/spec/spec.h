@@ -1,0 +1,113 @@
+/*
+ * spec: job specs (YAML, `kind: Job`) parsed, validated and defaulted.
+ *
+ * The parser works on libfyaml's document tree so every error can name
+ * file:line:column, the field path ("resources.gpus") and what is allowed.
+ * JSON is accepted too (it is YAML). A parsed spec is a plain struct owned
+ * by the caller and released with kn_job_spec_free.
+ */
+#ifndef KILN_SPEC_H
+#define KILN_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "base/base.h"
+
+/* A spec is refused above this size: it is text a person wrote. */
+#define KN_SPEC_MAX_BYTES (256 * 1024)
+#define KN_SPEC_MAX_TASKS 1024
+#define KN_SPEC_MAX_PRIORITY 1000
+#define KN_SPEC_MAX_RETRIES 100
+#define KN_MILLI 1000 /* resources.gpus and cpus are stored in thousandths */
+
+struct kn_kv {
+	char *key;
+	char *value;
+};
+
+struct kn_toleration {
+	char *key;
+	char *operator_; /* "Equal" (default) or "Exists" */
+	char *value;     /* NULL with Exists */
+	char *effect;    /* "NoSchedule", "PreferNoSchedule" or NULL (any) */
+};
+
+struct kn_resources {
+	/*
+	 * GPUs per task in thousandths: 2000 = two whole GPUs, 500 = half of
+	 * one (a share), 0 = none. Whole counts are 1..8 GPUs; a share is
+	 * 1..999. Mutually exclusive with mig_profile.
+	 */
+	int gpu_milli;
+	char *mig_profile; /* "1g.10gb" from "mig:1g.10gb", or NULL */
+	char **gpu_models; /* acceptable models, NULL-terminated, or NULL */
+	size_t n_gpu_models;
+	int cpu_milli;        /* 0 = not requested */
+	int64_t memory_bytes; /* 0 = not requested */
+};
+
+struct kn_checkpoint_policy {
+	bool set;          /* the spec had a checkpoint: section */
+	int64_t every_ms;  /* default 10m */
+	int keep;          /* default 3 */
+	char *store;       /* URL, or NULL for the server's default */
+	int64_t grace_ms;  /* default 30s */
+	int signal;        /* default SIGTERM; names like "SIGUSR1" or "USR1" */
+};
+
+enum kn_spread { KN_SPREAD_NONE = 0, KN_SPREAD_ZONE, KN_SPREAD_FAULT_DOMAIN };
+
+struct kn_placement_spec {
+	struct kn_kv *selector;
+	size_t n_selector;
+	struct kn_toleration *tolerations;
+	size_t n_tolerations;
+	enum kn_spread spread;
+};
+
+struct kn_job_spec {
+	char *name;        /* required: [a-z0-9][a-z0-9-_.]{0,62} */
+	char **command;    /* required, argv, NULL-terminated, >= 1 element */
+	size_t n_command;
+	struct kn_kv *env; /* names [A-Za-z_][A-Za-z0-9_]* */
+	size_t n_env;
+	char *workdir;     /* NULL = the task directory */
+	struct kn_resources resources;
+	int tasks;          /* gang size, default 1, 1..KN_SPEC_MAX_TASKS */
+	int retries;        /* default 0 */
+	int64_t backoff_ms; /* first retry delay, default 10s, doubling */
+	int64_t backoff_max_ms; /* cap of the doubling, default 10m */
+	int priority;       /* 0..1000, default 0 */
+	bool preemptible;
+	int64_t timeout_ms; /* 0 = none */
+	struct kn_checkpoint_policy checkpoint;
+	struct kn_placement_spec placement;
+};
+
+/*
+ * Parse and validate a job spec. filename is used only in messages
+ * ("job.yaml:3:9: resources.gpus: ..."). On error returns a negative errno,
+ * err->code is KN_EINVAL (KN_ETOOBIG above KN_SPEC_MAX_BYTES), err->field is
+ * the field path and err->message the whole sentence with its position.
+ * On success *out owns a new spec.
+ */
+int kn_job_spec_parse(const char *text, size_t len, const char *filename,
+		      struct kn_job_spec **out, struct kn_error *err);
+
+/* Free a spec; NULL is fine. */
+void kn_job_spec_free(struct kn_job_spec *spec);
+
+/*
+ * The normalized spec as JSON (every field, defaults filled in, durations in
+ * milliseconds, gpus as a number or "mig:<profile>"). New reference.
+ */
+json_t *kn_job_spec_to_json(const struct kn_job_spec *spec);
+
+/* Signal number from "SIGTERM", "TERM", "USR1", "15"; -1 if unknown. */
+int kn_signal_from_name(const char *name);
+
+#endif

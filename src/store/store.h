@@ -1,0 +1,262 @@
+/*
+ * store: kiln's state in one SQLite file (WAL), and every SQL statement.
+ *
+ * Statements are named constants prepared once on open. Writes that a user
+ * caused take a struct kn_audit and write the audit row in the same
+ * transaction, so there is never a change without its record. Every write
+ * is committed (fsync'd, synchronous=FULL) before the call returns: the API
+ * answers only after that.
+ *
+ * Rows are plain structs; strings in rows returned to the caller are
+ * malloc'd and freed with the matching *_release / *_list_free.
+ */
+#ifndef KILN_STORE_H
+#define KILN_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+struct kn_store;
+
+/* The schema version this build writes; older files are migrated. */
+#define KN_STORE_SCHEMA_VERSION 1
+
+/*
+ * Open (creating if needed) the database at path, set WAL and
+ * synchronous=FULL, run migrations. A file from a newer kiln is refused
+ * with a message naming both versions.
+ */
+int kn_store_open(const char *path, struct kn_store **out,
+		  struct kn_error *err);
+void kn_store_free(struct kn_store *st);
+
+/*
+ * Group several writes into one transaction (the scheduler's tick binds
+ * many jobs at once). Nested begin is an error. The write calls below
+ * start and commit their own transaction when none is open.
+ */
+int kn_store_begin(struct kn_store *st, struct kn_error *err);
+int kn_store_commit(struct kn_store *st, struct kn_error *err);
+void kn_store_rollback(struct kn_store *st);
+
+/* ---- audit ---- */
+
+struct kn_audit {
+	int64_t id;      /* set by the store */
+	int64_t time_ms; /* set by the store when 0 */
+	char *actor;     /* token name, or "system" */
+	char *role;
+	char *action;    /* "job.submit", "job.cancel", "token.create", ... */
+	char *object;    /* "job/12", "token/alice" */
+	char *outcome;   /* "ok", "denied", "error" */
+	char *detail;    /* free text, may be NULL */
+};
+void kn_audit_release(struct kn_audit *a);
+
+/* Insert an audit row on its own (denials, failures). */
+int kn_store_audit_insert(struct kn_store *st, const struct kn_audit *a,
+			  struct kn_error *err);
+
+struct kn_audit_filter {
+	const char *actor;  /* NULL = any */
+	const char *action; /* prefix match, NULL = any */
+	int64_t since_ms;   /* 0 = any */
+	int limit;          /* 0 = 100 */
+};
+/* Newest first. */
+int kn_store_audit_list(struct kn_store *st, const struct kn_audit_filter *f,
+			struct kn_audit **out, size_t *n, struct kn_error *err);
+void kn_audit_list_free(struct kn_audit *rows, size_t n);
+
+/* ---- tokens (API credentials; only the hash is stored) ---- */
+
+struct kn_token_row {
+	int64_t id;
+	char *name;     /* unique among unrevoked tokens */
+	char *role;     /* "viewer", "user", "operator", "admin" */
+	char *hash;     /* hex sha256 of the secret */
+	char *created_by;
+	int64_t created_at;
+	int64_t revoked_at; /* 0 = active */
+	int64_t last_used_at;
+};
+void kn_token_row_release(struct kn_token_row *t);
+
+/* -EEXIST (KN_ECONFLICT) when an active token has that name. */
+int kn_store_token_insert(struct kn_store *st, const struct kn_token_row *t,
+			  const struct kn_audit *a, int64_t *out_id,
+			  struct kn_error *err);
+/* Active tokens only; -ENOENT when none matches. */
+int kn_store_token_by_hash(struct kn_store *st, const char *hash,
+			   struct kn_token_row *out, struct kn_error *err);
+int kn_store_token_list(struct kn_store *st, struct kn_token_row **out,
+			size_t *n, struct kn_error *err);
+void kn_token_list_free(struct kn_token_row *rows, size_t n);
+/* Revoke the active token with that name; -ENOENT when none. */
+int kn_store_token_revoke(struct kn_store *st, const char *name,
+			  const struct kn_audit *a, struct kn_error *err);
+int kn_store_token_count(struct kn_store *st, int *out,
+			 struct kn_error *err);
+
+/* ---- jobs, attempts, tasks ---- */
+
+/* Job states; the strings are the API's. */
+enum kn_job_state {
+	KN_JOB_QUEUED,
+	KN_JOB_RUNNING,
+	KN_JOB_SUCCEEDED,
+	KN_JOB_FAILED,
+	KN_JOB_CANCELLED,
+	KN_JOB_PREEMPTED,
+};
+const char *kn_job_state_name(enum kn_job_state s);
+/* -1 when unknown. */
+int kn_job_state_parse(const char *name);
+bool kn_job_state_terminal(enum kn_job_state s);
+
+struct kn_job_row {
+	int64_t id;
+	char *name;
+	char *owner;        /* the submitting token's name */
+	enum kn_job_state state;
+	int priority;
+	int tasks;
+	char *filename;     /* as the client named it, for messages */
+	char *spec_yaml;    /* the text as submitted */
+	char *spec_json;    /* the normalized spec (spec/kn_job_spec_to_json) */
+	int64_t submitted_at;
+	int64_t started_at;   /* first attempt's start, 0 = never */
+	int64_t ended_at;     /* 0 = not ended */
+	int64_t not_before;   /* backoff: not to be placed before this time */
+	int attempts;         /* attempts started so far */
+	int retries_used;     /* failed attempts that consumed a retry */
+	bool cancel_requested;
+	char *reason;         /* why queued / why it ended, may be NULL */
+	int exit_code;        /* of the last attempt, -1 = none */
+};
+void kn_job_row_release(struct kn_job_row *j);
+
+/* Sets j->id on success (via out_id). */
+int kn_store_job_insert(struct kn_store *st, const struct kn_job_row *j,
+			const struct kn_audit *a, int64_t *out_id,
+			struct kn_error *err);
+/* -ENOENT (KN_ENOTFOUND, "job N not found") when missing. */
+int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
+		     struct kn_error *err);
+/*
+ * Write every mutable column of j (state, started_at, ended_at, not_before,
+ * attempts, retries_used, cancel_requested, reason, exit_code). a may be
+ * NULL for changes the system made on its own.
+ */
+int kn_store_job_update(struct kn_store *st, const struct kn_job_row *j,
+			const struct kn_audit *a, struct kn_error *err);
+
+struct kn_job_filter {
+	int state;          /* enum kn_job_state, or -1 = any */
+	bool active_only;   /* queued or running */
+	const char *owner;  /* NULL = any */
+	const char *name;   /* NULL = any */
+	int limit;          /* 0 = no limit */
+	bool with_spec;     /* also read spec_yaml/spec_json */
+};
+/* Ordered by id ascending. */
+int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
+		      struct kn_job_row **out, size_t *n,
+		      struct kn_error *err);
+void kn_job_list_free(struct kn_job_row *rows, size_t n);
+
+struct kn_attempt_row {
+	int64_t job_id;
+	int number;          /* 1, 2, ... */
+	enum kn_job_state state; /* running, succeeded, failed, cancelled,
+				    preempted */
+	int64_t started_at;
+	int64_t ended_at;
+	int exit_code;       /* -1 = none */
+	int signal;          /* 0 = none */
+	char *reason;
+};
+void kn_attempt_row_release(struct kn_attempt_row *a);
+/* Insert or replace by (job_id, number). */
+int kn_store_attempt_put(struct kn_store *st, const struct kn_attempt_row *a,
+			 struct kn_error *err);
+/* Ordered by number. */
+int kn_store_attempt_list(struct kn_store *st, int64_t job_id,
+			  struct kn_attempt_row **out, size_t *n,
+			  struct kn_error *err);
+void kn_attempt_list_free(struct kn_attempt_row *rows, size_t n);
+
+/* Task states. */
+enum kn_task_state {
+	KN_TASK_STARTING, /* bound, shim not yet confirmed */
+	KN_TASK_RUNNING,
+	KN_TASK_EXITED,
+};
+const char *kn_task_state_name(enum kn_task_state s);
+
+struct kn_task_row {
+	int64_t job_id;
+	int attempt;
+	int rank;
+	char *node;
+	char *devices;       /* "0,1" node-local indexes, "" = none */
+	int gpu_milli;       /* per device */
+	char *task_dir;
+	enum kn_task_state state;
+	int shim_pid;        /* 0 = not started */
+	int64_t shim_start;  /* the shim's start time (/proc stat field 22) */
+	int64_t started_at;
+	int64_t ended_at;
+	int exit_code;       /* -1 = none */
+	int signal;          /* 0 = none */
+	int master_port;
+};
+void kn_task_row_release(struct kn_task_row *t);
+/* Insert or replace by (job_id, attempt, rank). */
+int kn_store_task_put(struct kn_store *st, const struct kn_task_row *t,
+		      struct kn_error *err);
+/* attempt 0 = every attempt. Ordered by attempt, rank. */
+int kn_store_task_list(struct kn_store *st, int64_t job_id, int attempt,
+		       struct kn_task_row **out, size_t *n,
+		       struct kn_error *err);
+/* Tasks not yet exited, over all jobs (restart re-adoption, snapshot). */
+int kn_store_task_list_active(struct kn_store *st, struct kn_task_row **out,
+			      size_t *n, struct kn_error *err);
+void kn_task_list_free(struct kn_task_row *rows, size_t n);
+
+/* ---- nodes and devices ---- */
+
+struct kn_device_row {
+	char *node;
+	int index;
+	char *uuid;
+	char *model;
+	int64_t memory_bytes;
+	bool simulated;
+};
+
+struct kn_node_row {
+	char *name;
+	char *state;       /* "ready", "cordoned", "draining", "unhealthy" */
+	char *labels_json; /* {"zone":"1",...} */
+	char *taints_json; /* [{"key":..,"value":..,"effect":..}] */
+	int cpu_milli;
+	int64_t memory_bytes;
+	bool simulated;
+	int64_t updated_at;
+	struct kn_device_row *devices;
+	size_t n_devices;
+};
+void kn_node_row_release(struct kn_node_row *n);
+/* Insert or replace the node and replace its whole device list. */
+int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
+		      struct kn_error *err);
+/* Ordered by name, each with its devices ordered by index. */
+int kn_store_node_list(struct kn_store *st, struct kn_node_row **out,
+		       size_t *n, struct kn_error *err);
+void kn_node_list_free(struct kn_node_row *rows, size_t n);
+
+#endif
