@@ -1,0 +1,209 @@
+/*
+ * Devices: NVML through dlopen, or simulated ones. NVML is loaded at run
+ * time (not linked) so one kiln binary runs on GPU and CPU-only machines;
+ * only the handful of entry points needed here are looked up.
+ */
+#include "exec.h"
+
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kn_device_set_release(struct kn_device_set *set)
+{
+	if (!set)
+		return;
+	free(set->devices);
+	memset(set, 0, sizeof(*set));
+}
+
+/* "H100-80GB" -> 80 GiB; the model must end in -<N>GB. */
+static int model_memory(const char *model, int64_t *out)
+{
+	const char *dash = strrchr(model, '-');
+	char *end;
+	long gb;
+
+	if (!dash || dash == model)
+		return -EINVAL;
+	for (const char *p = model; p < dash; p++)
+		if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_')
+			return -EINVAL;
+	errno = 0;
+	gb = strtol(dash + 1, &end, 10);
+	if (errno || end == dash + 1 || strcmp(end, "GB") != 0 || gb < 1 ||
+	    gb > 4096)
+		return -EINVAL;
+	*out = (int64_t)gb << 30;
+	return 0;
+}
+
+int kn_devices_simulated(const char *spec, struct kn_device_set *out,
+			 struct kn_error *err)
+{
+	struct kn_device_info *devs = kn_xcalloc(KN_MAX_DEVICES, sizeof(*devs));
+	char *copy = kn_xstrdup(spec), *rest = copy, *group;
+	size_t n = 0;
+	int rc = 0;
+
+	while ((group = strsep(&rest, ",")) != NULL) {
+		char *x = strchr(group, 'x'), *end;
+		long count;
+		int64_t mem;
+
+		errno = 0;
+		count = x ? strtol(group, &end, 10) : 0;
+		if (!x || errno || end != x || count < 1 ||
+		    model_memory(x + 1, &mem) < 0) {
+			rc = kn_errorf(err, KN_EINVAL, "gpus",
+				       "--gpus: \"%s\" is not COUNTxMODEL-<N>GB "
+				       "(for example 4xH100-80GB)",
+				       group);
+			goto out;
+		}
+		if (n + (size_t)count > KN_MAX_DEVICES) {
+			rc = kn_errorf(err, KN_EINVAL, "gpus",
+				       "--gpus: at most %d devices in all",
+				       KN_MAX_DEVICES);
+			goto out;
+		}
+		for (long i = 0; i < count; i++, n++) {
+			devs[n].index = (int)n;
+			kn_strlcpy(devs[n].model, x + 1, sizeof(devs[n].model));
+			devs[n].memory_bytes = mem;
+			snprintf(devs[n].uuid, sizeof(devs[n].uuid),
+				 "GPU-sim-%04zu-%.40s", n, x + 1);
+		}
+	}
+	if (n == 0) {
+		rc = kn_errorf(err, KN_EINVAL, "gpus",
+			       "--gpus: no device group given (for example "
+			       "4xH100-80GB)");
+		goto out;
+	}
+	out->devices = devs;
+	out->n = n;
+	out->simulated = true;
+	kn_strlcpy(out->source, "simulated", sizeof(out->source));
+	devs = NULL;
+out:
+	free(devs);
+	free(copy);
+	return rc;
+}
+
+/*
+ * "NVIDIA H100 80GB HBM3" -> "H100-80GB"; without a <N>GB word the size
+ * comes from the memory NVML reports.
+ */
+static void normalize_model(const char *name, int64_t memory_bytes,
+			    char *out, size_t len)
+{
+	char copy[128], *save = NULL, *word, family[64] = "", gb[16] = "";
+
+	kn_strlcpy(copy, name, sizeof(copy));
+	for (word = strtok_r(copy, " ", &save); word;
+	     word = strtok_r(NULL, " ", &save)) {
+		size_t wl = strlen(word);
+		if (!strcmp(word, "NVIDIA") || !strcmp(word, "Tesla"))
+			continue;
+		if (!family[0]) {
+			kn_strlcpy(family, word, sizeof(family));
+			continue;
+		}
+		if (wl > 2 && !strcmp(word + wl - 2, "GB") &&
+		    isdigit((unsigned char)word[0]))
+			kn_strlcpy(gb, word, sizeof(gb));
+	}
+	if (!family[0])
+		kn_strlcpy(family, "GPU", sizeof(family));
+	if (gb[0])
+		snprintf(out, len, "%s-%s", family, gb);
+	else
+		snprintf(out, len, "%s-%lldGB", family,
+			 (long long)((memory_bytes + (1LL << 29)) >> 30));
+}
+
+/* The NVML entry points used, with their C signatures from nvml.h. */
+struct nvml_memory {
+	unsigned long long total, free, used;
+};
+typedef int (*nvml_init_fn)(void);
+typedef int (*nvml_count_fn)(unsigned int *);
+typedef int (*nvml_handle_fn)(unsigned int, void **);
+typedef int (*nvml_string_fn)(void *, char *, unsigned int);
+typedef int (*nvml_memory_fn)(void *, struct nvml_memory *);
+
+int kn_devices_discover(struct kn_device_set *out, struct kn_error *err)
+{
+	void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+	nvml_init_fn init, shutdown;
+	nvml_count_fn count;
+	nvml_handle_fn handle;
+	nvml_string_fn get_name, get_uuid;
+	nvml_memory_fn get_memory;
+	struct kn_device_info *devs = NULL;
+	unsigned int n = 0;
+	int rc = 0, nv;
+
+	memset(out, 0, sizeof(*out));
+	kn_strlcpy(out->source, "none", sizeof(out->source));
+	if (!lib)
+		return 0;
+	init = (nvml_init_fn)dlsym(lib, "nvmlInit_v2");
+	shutdown = (nvml_init_fn)dlsym(lib, "nvmlShutdown");
+	count = (nvml_count_fn)dlsym(lib, "nvmlDeviceGetCount_v2");
+	handle = (nvml_handle_fn)dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+	get_name = (nvml_string_fn)dlsym(lib, "nvmlDeviceGetName");
+	get_uuid = (nvml_string_fn)dlsym(lib, "nvmlDeviceGetUUID");
+	get_memory = (nvml_memory_fn)dlsym(lib, "nvmlDeviceGetMemoryInfo");
+	if (!init || !shutdown || !count || !handle || !get_name || !get_uuid ||
+	    !get_memory) {
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "libnvidia-ml.so.1 lacks an NVML entry point");
+		goto out;
+	}
+	if ((nv = init()) != 0) {
+		/* A driver library without a working GPU: no devices. */
+		goto out;
+	}
+	if ((nv = count(&n)) != 0) {
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "nvmlDeviceGetCount failed (NVML error %d)", nv);
+		goto shut;
+	}
+	if (n > KN_MAX_DEVICES)
+		n = KN_MAX_DEVICES;
+	devs = kn_xcalloc(n ? n : 1, sizeof(*devs));
+	for (unsigned int i = 0; i < n; i++) {
+		void *h;
+		char name[96] = "";
+		struct nvml_memory mem = {0, 0, 0};
+
+		if ((nv = handle(i, &h)) != 0 ||
+		    (nv = get_name(h, name, sizeof(name))) != 0 ||
+		    (nv = get_uuid(h, devs[i].uuid, sizeof(devs[i].uuid))) != 0 ||
+		    (nv = get_memory(h, &mem)) != 0) {
+			rc = kn_errorf(err, KN_EIO, NULL,
+				       "NVML device %u: error %d", i, nv);
+			goto shut;
+		}
+		devs[i].index = (int)i;
+		devs[i].memory_bytes = (int64_t)mem.total;
+		normalize_model(name, devs[i].memory_bytes, devs[i].model,
+				sizeof(devs[i].model));
+	}
+	out->devices = devs;
+	out->n = n;
+	kn_strlcpy(out->source, "nvml", sizeof(out->source));
+	devs = NULL;
+shut:
+	shutdown();
+out:
+	free(devs);
+	dlclose(lib);
+	return rc;
+}

@@ -1,0 +1,117 @@
+/*
+ * exec: where tasks run. Executors sit behind one ops table so the server
+ * drives local processes today and Slurm or Kubernetes later the same way.
+ *
+ * The local executor starts each task under a shim: kiln re-executed as
+ * `kiln shim --dir TASK_DIR`, in its own session, that runs the task in its
+ * own process group, copies its output into rotated log files, enforces
+ * the timeout and the kill grace, and records the exit in TASK_DIR/status.json.
+ * The shim does not need the server, so tasks outlive a server crash and a
+ * restarted server reads their true outcome from the task directory.
+ *
+ * Devices: the GPUs of this machine come from NVML (dlopen, so the binary
+ * runs where there is none) or are simulated from a spec like "4xH100-80GB".
+ */
+#ifndef KILN_EXEC_H
+#define KILN_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+/* ---- devices ---- */
+
+#define KN_MAX_DEVICES 64
+
+struct kn_device_info {
+	int index;
+	char uuid[96];
+	char model[64];       /* normalized: "H100-80GB", "T4-16GB" */
+	int64_t memory_bytes;
+};
+
+struct kn_device_set {
+	struct kn_device_info *devices;
+	size_t n;
+	bool simulated;
+	char source[32]; /* "nvml", "simulated", or "none" */
+};
+
+/*
+ * Simulated devices from "4xH100-80GB" or "2xA100-80GB,4xT4-16GB": count
+ * 1..64 in all, model as FAMILY-<N>GB. err names the bad group.
+ */
+int kn_devices_simulated(const char *spec, struct kn_device_set *out,
+			 struct kn_error *err);
+/*
+ * Real devices through NVML. No library, or no GPU: an empty set with
+ * source "none" and 0 returned. NVML failures after it loaded are errors.
+ */
+int kn_devices_discover(struct kn_device_set *out, struct kn_error *err);
+void kn_device_set_release(struct kn_device_set *set);
+
+/* ---- tasks ---- */
+
+/* Log files rotate at this size by default, keeping this many old ones. */
+#define KN_LOG_MAX_BYTES (64LL * 1024 * 1024)
+#define KN_LOG_KEEP 3
+#define KN_LOG_FILE "output.log"
+
+struct kn_task_launch {
+	const char *task_dir;    /* exists; the shim's files go here */
+	char *const *argv;       /* NULL-terminated */
+	char *const *env;        /* "NAME=value", NULL-terminated: added to the
+				    server's environment */
+	const char *workdir;     /* NULL = task_dir */
+	int64_t timeout_ms;      /* 0 = none */
+	int64_t grace_ms;        /* SIGTERM to SIGKILL */
+	int64_t log_max_bytes;
+	int log_keep;
+};
+
+/* Enough to find a running task again after a restart. */
+struct kn_task_proc {
+	int pid;          /* the shim's */
+	int64_t start;    /* its start time in clock ticks since boot */
+};
+
+struct kn_task_status {
+	bool ended;
+	int exit_code;    /* -1 when killed by a signal or lost */
+	int signal;       /* 0 when it exited */
+	char reason[96];  /* "timeout", "lost: ...", or "" */
+	int64_t started_at_ms;
+	int64_t ended_at_ms;
+};
+
+struct kn_executor_ops {
+	const char *name;
+	/* Start one task; on success *out identifies it. */
+	int (*start)(const struct kn_task_launch *launch,
+		     struct kn_task_proc *out, struct kn_error *err);
+	/*
+	 * Ask a task to stop: its process group gets SIGTERM, then SIGKILL
+	 * after the launch's grace. A task already gone is not an error.
+	 */
+	int (*stop)(const struct kn_task_proc *proc, struct kn_error *err);
+	/* Read a task's state from its directory and process. */
+	int (*status)(const char *task_dir, const struct kn_task_proc *proc,
+		      struct kn_task_status *out, struct kn_error *err);
+	/*
+	 * Find a task again from its directory after a server restart:
+	 * 0 and *out, or -ENOENT when it was never started there.
+	 */
+	int (*adopt)(const char *task_dir, struct kn_task_proc *out,
+		     struct kn_error *err);
+};
+
+extern const struct kn_executor_ops kn_local_executor;
+
+/* The shim's body (`kiln shim --dir DIR`): returns the process exit code. */
+int kn_shim_main(const char *task_dir, struct kn_error *err);
+/* Write TASK_DIR/shim.pid ("PID START") for the calling process. */
+int kn_shim_record_pid(const char *task_dir);
+
+#endif

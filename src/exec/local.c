@@ -1,0 +1,261 @@
+/*
+ * The local executor: one shim process per task, started with posix_spawn
+ * in a new session so that neither a signal to the server's process group
+ * nor the server's death reaches it. What the shim needs (argv, env,
+ * limits) travels in TASK_DIR/launch.json rather than on its command line,
+ * which keeps environment values out of `ps` and has no length limit.
+ */
+#include "exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+extern char **environ;
+
+/* Start time (field 22 of /proc/PID/stat), to tell a reused pid apart. */
+static int proc_start_time(int pid, int64_t *out)
+{
+	char path[64], *text = NULL, *p;
+	unsigned long long start = 0;
+	int rc;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	rc = kn_read_file(path, 4096, &text, NULL);
+	if (rc < 0)
+		return rc;
+	/* The command name (field 2) may hold spaces; skip past its ')'. */
+	p = strrchr(text, ')');
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+				"%*u %*u %*d %*d %*d %*d %*d %*d %llu",
+			 &start) != 1) {
+		free(text);
+		return -EINVAL;
+	}
+	free(text);
+	*out = (int64_t)start;
+	return 0;
+}
+
+static bool proc_alive(const struct kn_task_proc *proc)
+{
+	int64_t start;
+
+	if (proc->pid <= 0 || proc_start_time(proc->pid, &start) < 0)
+		return false;
+	return start == proc->start;
+}
+
+static json_t *string_array(char *const *v)
+{
+	json_t *a = json_array();
+	for (; v && *v; v++)
+		json_array_append_new(a, json_string(*v));
+	return a;
+}
+
+static int local_start(const struct kn_task_launch *l,
+		       struct kn_task_proc *out, struct kn_error *err)
+{
+	char *launch_path = kn_asprintf("%s/launch.json", l->task_dir);
+	char *shim_log = kn_asprintf("%s/shim.log", l->task_dir);
+	char *text = NULL;
+	json_t *doc;
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	char *argv[] = {"kiln", "shim", "--dir", (char *)l->task_dir, NULL};
+	pid_t pid;
+	int rc;
+
+	doc = json_pack("{s:o, s:o, s:s?, s:I, s:I, s:I, s:i}", "argv",
+			string_array(l->argv), "env", string_array(l->env),
+			"workdir", l->workdir, "timeout_ms",
+			(json_int_t)l->timeout_ms, "grace_ms",
+			(json_int_t)l->grace_ms, "log_max_bytes",
+			(json_int_t)l->log_max_bytes, "log_keep", l->log_keep);
+	text = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	rc = kn_write_file_atomic(launch_path, text, strlen(text), 0600);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s",
+			       launch_path, strerror(-rc));
+		goto out;
+	}
+
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, shim_log,
+					 O_WRONLY | O_CREAT | O_APPEND, 0600);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+	posix_spawnattr_init(&attr);
+	/* A new session: the shim outlives the server and its terminal. */
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
+						POSIX_SPAWN_SETSIGMASK |
+						POSIX_SPAWN_SETSIGDEF);
+	{
+		sigset_t none, all;
+		sigemptyset(&none);
+		sigfillset(&all);
+		posix_spawnattr_setsigmask(&attr, &none);
+		posix_spawnattr_setsigdefault(&attr, &all);
+	}
+	rc = posix_spawn(&pid, "/proc/self/exe", &fa, &attr, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	if (rc != 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot start the task shim: %s",
+			       strerror(rc));
+		goto out;
+	}
+	out->pid = pid;
+	if (proc_start_time(pid, &out->start) < 0)
+		out->start = 0; /* exited already; status.json tells the rest */
+	rc = 0;
+out:
+	free(text);
+	free(launch_path);
+	free(shim_log);
+	return rc;
+}
+
+static int local_stop(const struct kn_task_proc *proc, struct kn_error *err)
+{
+	if (!proc_alive(proc))
+		return 0;
+	if (kill(proc->pid, SIGTERM) < 0 && errno != ESRCH)
+		return kn_errorf(err, KN_EIO, NULL, "cannot signal shim %d: %s",
+				 proc->pid, strerror(errno));
+	return 0;
+}
+
+static int read_status_file(const char *task_dir, struct kn_task_status *st)
+{
+	char *path = kn_asprintf("%s/status.json", task_dir), *text = NULL;
+	json_t *doc = NULL, *v;
+	int rc;
+
+	rc = kn_read_file(path, 65536, &text, NULL);
+	free(path);
+	if (rc < 0)
+		return rc;
+	doc = json_loads(text, 0, NULL);
+	free(text);
+	if (!json_is_object(doc)) {
+		json_decref(doc);
+		return -EINVAL;
+	}
+	st->ended = true;
+	st->exit_code = (int)json_integer_value(json_object_get(doc, "exit_code"));
+	st->signal = (int)json_integer_value(json_object_get(doc, "signal"));
+	st->started_at_ms = json_integer_value(json_object_get(doc, "started_at_ms"));
+	st->ended_at_ms = json_integer_value(json_object_get(doc, "ended_at_ms"));
+	v = json_object_get(doc, "reason");
+	kn_strlcpy(st->reason, json_is_string(v) ? json_string_value(v) : "",
+		   sizeof(st->reason));
+	json_decref(doc);
+	return 0;
+}
+
+static int local_status(const char *task_dir, const struct kn_task_proc *proc,
+			struct kn_task_status *out, struct kn_error *err)
+{
+	struct kn_task_status st;
+	int rc;
+
+	memset(&st, 0, sizeof(st));
+	rc = read_status_file(task_dir, &st);
+	if (rc == 0) {
+		*out = st;
+		return 0;
+	}
+	if (rc != -ENOENT)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "cannot read %s/status.json: %s", task_dir,
+				 strerror(-rc));
+	if (proc_alive(proc)) {
+		*out = st; /* running */
+		return 0;
+	}
+	/*
+	 * The shim writes status.json before it exits, so a dead shim without
+	 * one was killed itself; read once more in case it just finished.
+	 */
+	if (read_status_file(task_dir, &st) == 0) {
+		*out = st;
+		return 0;
+	}
+	st.ended = true;
+	st.exit_code = -1;
+	st.ended_at_ms = kn_now_ms();
+	kn_strlcpy(st.reason, "lost: the task shim died without recording an exit",
+		   sizeof(st.reason));
+	*out = st;
+	return 0;
+}
+
+static int local_adopt(const char *task_dir, struct kn_task_proc *out,
+		       struct kn_error *err)
+{
+	char *path = kn_asprintf("%s/shim.pid", task_dir), *text = NULL;
+	long long pid = 0, start = 0;
+	int rc;
+
+	rc = kn_read_file(path, 256, &text, NULL);
+	free(path);
+	if (rc == -ENOENT) {
+		/* Spawned but not yet recorded, or never spawned. */
+		path = kn_asprintf("%s/launch.json", task_dir);
+		rc = access(path, F_OK) == 0 ? 0 : -ENOENT;
+		free(path);
+		if (rc < 0)
+			return rc;
+		out->pid = 0;
+		out->start = 0;
+		return 0;
+	}
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "cannot read %s/shim.pid: %s",
+				 task_dir, strerror(-rc));
+	if (sscanf(text, "%lld %lld", &pid, &start) != 2 || pid <= 0) {
+		free(text);
+		return kn_errorf(err, KN_EIO, NULL, "%s/shim.pid is malformed",
+				 task_dir);
+	}
+	free(text);
+	out->pid = (int)pid;
+	out->start = start;
+	return 0;
+}
+
+/* Called by the shim itself, so a restarted server can find it. */
+int kn_shim_record_pid(const char *task_dir)
+{
+	struct kn_task_proc self = {getpid(), 0};
+	char *path, *line;
+	int rc;
+
+	if (proc_start_time(self.pid, &self.start) < 0)
+		return -EIO;
+	path = kn_asprintf("%s/shim.pid", task_dir);
+	line = kn_asprintf("%d %lld\n", self.pid, (long long)self.start);
+	rc = kn_write_file_atomic(path, line, strlen(line), 0600);
+	free(path);
+	free(line);
+	return rc;
+}
+
+const struct kn_executor_ops kn_local_executor = {
+	.name = "local",
+	.start = local_start,
+	.stop = local_stop,
+	.status = local_status,
+	.adopt = local_adopt,
+};

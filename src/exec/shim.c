@@ -1,0 +1,370 @@
+/*
+ * The task shim: `kiln shim --dir TASK_DIR`, one per task, in its own
+ * session. It runs the task in a new process group, copies the group's
+ * output into TASK_DIR/output.log (rotated by size), turns SIGTERM into
+ * SIGTERM-then-SIGKILL for the whole group, enforces the timeout, and last
+ * writes TASK_DIR/status.json atomically. It never talks to the server, so
+ * it behaves the same whether the server is up, down or restarted.
+ *
+ * One poll loop over the output pipe, a signalfd and a timerfd: no signal
+ * handlers, no races between them.
+ */
+#include "exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+/* After the task ends, how long its leftover output may keep coming. */
+#define DRAIN_MS 2000
+
+struct shim {
+	const char *dir;
+	char **argv;
+	char **env;
+	char *workdir;
+	int64_t timeout_ms, grace_ms, log_max_bytes;
+	int log_keep;
+
+	int log_fd;
+	int64_t log_size;
+	pid_t child;
+	bool stopping;
+	char reason[96];
+};
+
+static char **json_strings(json_t *a)
+{
+	size_t n = json_array_size(a), i;
+	char **v = kn_xcalloc(n + 1, sizeof(char *));
+
+	for (i = 0; i < n; i++) {
+		const char *s = json_string_value(json_array_get(a, i));
+		v[i] = kn_xstrdup(s ? s : "");
+	}
+	return v;
+}
+
+static void free_strings(char **v)
+{
+	for (char **p = v; p && *p; p++)
+		free(*p);
+	free(v);
+}
+
+static int load_launch(struct shim *s, struct kn_error *err)
+{
+	char *path = kn_asprintf("%s/launch.json", s->dir), *text = NULL;
+	json_t *doc;
+	json_error_t jerr;
+	int rc;
+
+	rc = kn_read_file(path, 4 * 1024 * 1024, &text, NULL);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot read %s: %s", path,
+			       strerror(-rc));
+		free(path);
+		return rc;
+	}
+	doc = json_loads(text, 0, &jerr);
+	free(text);
+	if (!json_is_object(doc) ||
+	    json_array_size(json_object_get(doc, "argv")) == 0) {
+		json_decref(doc);
+		rc = kn_errorf(err, KN_EINVAL, NULL, "%s: not a launch file", path);
+		free(path);
+		return rc;
+	}
+	free(path);
+	s->argv = json_strings(json_object_get(doc, "argv"));
+	s->env = json_strings(json_object_get(doc, "env"));
+	if (json_is_string(json_object_get(doc, "workdir")))
+		s->workdir = kn_xstrdup(
+			json_string_value(json_object_get(doc, "workdir")));
+	s->timeout_ms = json_integer_value(json_object_get(doc, "timeout_ms"));
+	s->grace_ms = json_integer_value(json_object_get(doc, "grace_ms"));
+	s->log_max_bytes =
+		json_integer_value(json_object_get(doc, "log_max_bytes"));
+	s->log_keep = (int)json_integer_value(json_object_get(doc, "log_keep"));
+	if (s->log_max_bytes <= 0)
+		s->log_max_bytes = KN_LOG_MAX_BYTES;
+	if (s->log_keep < 1)
+		s->log_keep = KN_LOG_KEEP;
+	json_decref(doc);
+	return 0;
+}
+
+static int open_log(struct shim *s)
+{
+	char *path = kn_asprintf("%s/" KN_LOG_FILE, s->dir);
+	off_t end;
+
+	s->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	free(path);
+	if (s->log_fd < 0)
+		return -errno;
+	end = lseek(s->log_fd, 0, SEEK_END);
+	s->log_size = end > 0 ? end : 0;
+	return 0;
+}
+
+/* output.log -> output.log.1 -> ... -> output.log.KEEP (dropped). */
+static void rotate_log(struct shim *s)
+{
+	close(s->log_fd);
+	for (int i = s->log_keep; i >= 1; i--) {
+		char *from = i == 1 ? kn_asprintf("%s/" KN_LOG_FILE, s->dir)
+				    : kn_asprintf("%s/" KN_LOG_FILE ".%d",
+						  s->dir, i - 1);
+		char *to = kn_asprintf("%s/" KN_LOG_FILE ".%d", s->dir, i);
+		rename(from, to);
+		free(from);
+		free(to);
+	}
+	if (open_log(s) < 0)
+		s->log_fd = -1;
+}
+
+static void write_log(struct shim *s, const char *buf, size_t len)
+{
+	while (len > 0 && s->log_fd >= 0) {
+		ssize_t n;
+		size_t room = (size_t)(s->log_max_bytes - s->log_size);
+
+		if (s->log_size >= s->log_max_bytes) {
+			rotate_log(s);
+			continue;
+		}
+		n = write(s->log_fd, buf, len < room ? len : room);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return; /* a full disk must not stop the task */
+		}
+		s->log_size += n;
+		buf += n;
+		len -= (size_t)n;
+	}
+}
+
+static void start_child(struct shim *s, int out_fd)
+{
+	pid_t pid = fork();
+
+	if (pid != 0) {
+		s->child = pid;
+		if (pid > 0)
+			setpgid(pid, pid); /* also done by the child: no race */
+		return;
+	}
+	/* Child: its own process group, so a stop reaches all it starts. */
+	setpgid(0, 0);
+	{
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+	}
+	int devnull = open("/dev/null", O_RDONLY);
+	if (devnull >= 0) {
+		dup2(devnull, 0);
+		close(devnull);
+	}
+	dup2(out_fd, 1);
+	dup2(out_fd, 2);
+	if (chdir(s->workdir ? s->workdir : s->dir) < 0) {
+		fprintf(stderr, "kiln: cannot enter workdir %s: %s\n",
+			s->workdir ? s->workdir : s->dir, strerror(errno));
+		_exit(127);
+	}
+	for (char **e = s->env; *e; e++)
+		putenv(*e);
+	execvp(s->argv[0], s->argv);
+	fprintf(stderr, "kiln: cannot run %s: %s\n", s->argv[0],
+		strerror(errno));
+	_exit(127);
+}
+
+static void arm_timer(int tfd, int64_t ms)
+{
+	struct itimerspec its;
+
+	memset(&its, 0, sizeof(its));
+	its.it_value.tv_sec = ms / 1000;
+	its.it_value.tv_nsec = (ms % 1000) * 1000000;
+	if (ms <= 0)
+		its.it_value.tv_nsec = 1; /* fire at once, 0 would disarm */
+	timerfd_settime(tfd, 0, &its, NULL);
+}
+
+/* First stop: SIGTERM to the group, SIGKILL when the grace runs out. */
+static void begin_stop(struct shim *s, int tfd, const char *reason)
+{
+	if (s->stopping)
+		return;
+	s->stopping = true;
+	if (reason)
+		kn_strlcpy(s->reason, reason, sizeof(s->reason));
+	kill(-s->child, SIGTERM);
+	arm_timer(tfd, s->grace_ms > 0 ? s->grace_ms : 1);
+}
+
+static int write_status(struct shim *s, int wstatus, int64_t started,
+			int64_t ended)
+{
+	char *path = kn_asprintf("%s/status.json", s->dir), *text;
+	json_t *doc;
+	int exit_code = -1, sig = 0, rc;
+
+	if (WIFEXITED(wstatus))
+		exit_code = WEXITSTATUS(wstatus);
+	else if (WIFSIGNALED(wstatus))
+		sig = WTERMSIG(wstatus);
+	doc = json_pack("{s:i, s:i, s:s, s:I, s:I}", "exit_code", exit_code,
+			"signal", sig, "reason", s->reason, "started_at_ms",
+			(json_int_t)started, "ended_at_ms", (json_int_t)ended);
+	text = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	rc = kn_write_file_atomic(path, text, strlen(text), 0600);
+	free(text);
+	free(path);
+	return rc;
+}
+
+int kn_shim_main(const char *task_dir, struct kn_error *err)
+{
+	struct shim s;
+	sigset_t mask;
+	int pipefd[2] = {-1, -1}, sfd = -1, tfd = -1, rc, wstatus = 0;
+	bool child_done = false, out_open = true;
+	int64_t started, drain_deadline = 0;
+	char buf[65536];
+
+	memset(&s, 0, sizeof(s));
+	s.dir = task_dir;
+	s.log_fd = -1;
+	rc = load_launch(&s, err);
+	if (rc < 0)
+		goto out;
+	if ((rc = open_log(&s)) < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot open the task log in %s: %s",
+			       task_dir, strerror(-rc));
+		goto out;
+	}
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+	if (sfd < 0 || tfd < 0 || pipe2(pipefd, O_CLOEXEC) < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "shim set-up failed: %s",
+			       strerror(errno));
+		goto out;
+	}
+
+	rc = kn_shim_record_pid(task_dir);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s/shim.pid: %s",
+			       task_dir, strerror(-rc));
+		goto out;
+	}
+	started = kn_now_ms();
+	start_child(&s, pipefd[1]);
+	close(pipefd[1]);
+	pipefd[1] = -1;
+	if (s.child < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "fork failed: %s",
+			       strerror(errno));
+		goto out;
+	}
+	if (s.timeout_ms > 0)
+		arm_timer(tfd, s.timeout_ms);
+
+	while (!child_done || out_open) {
+		struct pollfd fds[3] = {
+			{pipefd[0], POLLIN, 0},
+			{sfd, POLLIN, 0},
+			{tfd, POLLIN, 0},
+		};
+		int wait_ms = -1;
+
+		if (child_done) {
+			wait_ms = (int)(drain_deadline - kn_mono_ms());
+			if (wait_ms <= 0)
+				break;
+		}
+		if (!out_open)
+			fds[0].fd = -1;
+		if (poll(fds, 3, wait_ms) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (fds[0].revents) {
+			ssize_t n = read(pipefd[0], buf, sizeof(buf));
+			if (n > 0)
+				write_log(&s, buf, (size_t)n);
+			else if (n == 0 || errno != EINTR)
+				out_open = false;
+		}
+		if (fds[1].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			if (read(sfd, &si, sizeof(si)) != sizeof(si))
+				continue;
+			if (si.ssi_signo == SIGCHLD) {
+				if (!child_done &&
+				    waitpid(s.child, &wstatus, WNOHANG) ==
+					    s.child) {
+					child_done = true;
+					/* Leftovers of the group go with it. */
+					kill(-s.child, SIGKILL);
+					drain_deadline = kn_mono_ms() + DRAIN_MS;
+				}
+			} else if (si.ssi_signo != SIGHUP && !child_done) {
+				begin_stop(&s, tfd, NULL);
+			}
+		}
+		if (fds[2].revents & POLLIN) {
+			uint64_t ticks;
+			if (read(tfd, &ticks, sizeof(ticks)) < 0)
+				continue;
+			if (child_done)
+				continue;
+			if (!s.stopping)
+				begin_stop(&s, tfd, "timeout");
+			else
+				kill(-s.child, SIGKILL);
+		}
+	}
+	rc = write_status(&s, wstatus, started, kn_now_ms());
+	if (rc < 0)
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s/status.json: %s",
+			       task_dir, strerror(-rc));
+out:
+	if (pipefd[0] >= 0)
+		close(pipefd[0]);
+	if (pipefd[1] >= 0)
+		close(pipefd[1]);
+	if (sfd >= 0)
+		close(sfd);
+	if (tfd >= 0)
+		close(tfd);
+	if (s.log_fd >= 0)
+		close(s.log_fd);
+	free_strings(s.argv);
+	free_strings(s.env);
+	free(s.workdir);
+	return rc < 0 ? 1 : 0;
+}

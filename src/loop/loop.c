@@ -1,0 +1,413 @@
+/*
+ * loop: libevent behind a small interface. The alternative, calling
+ * libevent from every module, would spread its ownership rules (who frees
+ * a request, when a connection's close callback runs) over the codebase;
+ * here they are kept in one file.
+ */
+#include "loop.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/util.h>
+
+struct kn_loop {
+	struct event_base *base;
+	struct event **signals;
+	size_t n_signals;
+};
+
+struct kn_timer {
+	struct event *ev;
+	kn_loop_cb cb;
+	void *arg;
+};
+
+struct kn_http_server {
+	struct evhttp *http;
+	kn_http_handler handler;
+	void *arg;
+};
+
+struct kn_http_req {
+	struct evhttp_request *ev;
+	char *path;
+	struct evkeyvalq query;
+	char *body;
+	size_t body_len;
+	bool streaming;
+	kn_loop_cb on_close;
+	void *close_arg;
+};
+
+struct signal_cb {
+	kn_loop_cb cb;
+	void *arg;
+};
+
+struct kn_loop *kn_loop_new(void)
+{
+	struct kn_loop *loop = kn_xcalloc(1, sizeof(*loop));
+
+	loop->base = event_base_new();
+	if (!loop->base) {
+		free(loop);
+		return NULL;
+	}
+	return loop;
+}
+
+void kn_loop_free(struct kn_loop *loop)
+{
+	if (!loop)
+		return;
+	for (size_t i = 0; i < loop->n_signals; i++) {
+		free(event_get_callback_arg(loop->signals[i]));
+		event_free(loop->signals[i]);
+	}
+	free(loop->signals);
+	event_base_free(loop->base);
+	free(loop);
+}
+
+int kn_loop_run(struct kn_loop *loop)
+{
+	return event_base_dispatch(loop->base) < 0 ? -EIO : 0;
+}
+
+void kn_loop_stop(struct kn_loop *loop)
+{
+	event_base_loopbreak(loop->base);
+}
+
+static void timer_fire(evutil_socket_t fd, short what, void *arg)
+{
+	struct kn_timer *t = arg;
+	(void)fd;
+	(void)what;
+	t->cb(t->arg);
+}
+
+struct kn_timer *kn_timer_new(struct kn_loop *loop, kn_loop_cb cb, void *arg)
+{
+	struct kn_timer *t = kn_xcalloc(1, sizeof(*t));
+
+	t->cb = cb;
+	t->arg = arg;
+	t->ev = evtimer_new(loop->base, timer_fire, t);
+	if (!t->ev) {
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
+void kn_timer_arm(struct kn_timer *t, int64_t ms)
+{
+	struct timeval tv;
+
+	if (ms < 0)
+		ms = 0;
+	tv.tv_sec = (time_t)(ms / 1000);
+	tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+	evtimer_add(t->ev, &tv);
+}
+
+void kn_timer_cancel(struct kn_timer *t)
+{
+	evtimer_del(t->ev);
+}
+
+bool kn_timer_pending(const struct kn_timer *t)
+{
+	return evtimer_pending(t->ev, NULL) != 0;
+}
+
+void kn_timer_free(struct kn_timer *t)
+{
+	if (!t)
+		return;
+	event_free(t->ev);
+	free(t);
+}
+
+static void signal_fire(evutil_socket_t fd, short what, void *arg)
+{
+	struct signal_cb *s = arg;
+	(void)fd;
+	(void)what;
+	s->cb(s->arg);
+}
+
+int kn_loop_on_signal(struct kn_loop *loop, int signo, kn_loop_cb cb,
+		      void *arg)
+{
+	struct signal_cb *s = kn_xcalloc(1, sizeof(*s));
+	struct event *ev;
+
+	s->cb = cb;
+	s->arg = arg;
+	ev = evsignal_new(loop->base, signo, signal_fire, s);
+	if (!ev || evsignal_add(ev, NULL) < 0) {
+		if (ev)
+			event_free(ev);
+		free(s);
+		return -EIO;
+	}
+	loop->signals = kn_xrealloc(loop->signals,
+				    (loop->n_signals + 1) * sizeof(ev));
+	loop->signals[loop->n_signals++] = ev;
+	return 0;
+}
+
+/* ---- HTTP ---- */
+
+static void req_free(struct kn_http_req *req)
+{
+	evhttp_clear_headers(&req->query);
+	free(req->path);
+	free(req->body);
+	free(req);
+}
+
+static void http_dispatch(struct evhttp_request *ev, void *arg)
+{
+	struct kn_http_server *srv = arg;
+	struct kn_http_req *req = kn_xcalloc(1, sizeof(*req));
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(ev);
+	const char *raw_path = uri ? evhttp_uri_get_path(uri) : NULL;
+	const char *raw_query = uri ? evhttp_uri_get_query(uri) : NULL;
+	struct evbuffer *in = evhttp_request_get_input_buffer(ev);
+	size_t len = evbuffer_get_length(in);
+
+	req->ev = ev;
+	req->query.tqh_first = NULL;
+	req->query.tqh_last = &req->query.tqh_first;
+	req->path = evhttp_uridecode(raw_path && *raw_path ? raw_path : "/", 0,
+				     NULL);
+	if (!req->path)
+		req->path = kn_xstrdup("/");
+	if (raw_query && evhttp_parse_query_str(raw_query, &req->query) < 0) {
+		struct kn_error err;
+		kn_errorf(&err, KN_EINVAL, NULL, "malformed query string");
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	req->body = kn_xmalloc(len + 1);
+	evbuffer_remove(in, req->body, len);
+	req->body[len] = '\0';
+	req->body_len = len;
+	if (len > KN_HTTP_MAX_BODY) {
+		struct kn_error err;
+		kn_errorf(&err, KN_ETOOBIG, NULL,
+			  "request body of %zu bytes is over the %d-byte limit",
+			  len, KN_HTTP_MAX_BODY);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	srv->handler(req, srv->arg);
+}
+
+int kn_http_server_new(struct kn_loop *loop, const char *host, int port,
+		       kn_http_handler handler, void *arg,
+		       struct kn_http_server **out, int *out_port,
+		       struct kn_error *err)
+{
+	struct kn_http_server *srv = kn_xcalloc(1, sizeof(*srv));
+	struct evhttp_bound_socket *sock;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int bound = 0;
+
+	srv->handler = handler;
+	srv->arg = arg;
+	srv->http = evhttp_new(loop->base);
+	if (!srv->http) {
+		free(srv);
+		return kn_errorf(err, KN_EIO, NULL, "cannot create HTTP server");
+	}
+	/*
+	 * libevent answers bodies over its own cap with an HTML 413; ours is
+	 * larger so that the JSON 413 in http_dispatch is what clients
+	 * normally see, while memory per request stays bounded.
+	 */
+	evhttp_set_max_body_size(srv->http, 4 * KN_HTTP_MAX_BODY);
+	evhttp_set_max_headers_size(srv->http, KN_HTTP_MAX_HEADERS);
+	evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
+						      EVHTTP_REQ_DELETE |
+						      EVHTTP_REQ_PUT |
+						      EVHTTP_REQ_HEAD);
+	evhttp_set_timeout(srv->http, 120);
+	evhttp_set_gencb(srv->http, http_dispatch, srv);
+	sock = evhttp_bind_socket_with_handle(srv->http, host, (ev_uint16_t)port);
+	if (!sock) {
+		int e = errno;
+		evhttp_free(srv->http);
+		free(srv);
+		return kn_errorf(err, KN_EUNAVAIL, "listen",
+				 "cannot listen on %s:%d: %s", host, port,
+				 strerror(e ? e : EADDRINUSE));
+	}
+	if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss,
+			&sl) == 0) {
+		if (ss.ss_family == AF_INET)
+			bound = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		else if (ss.ss_family == AF_INET6)
+			bound = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	}
+	*out = srv;
+	*out_port = bound;
+	return 0;
+}
+
+void kn_http_server_free(struct kn_http_server *srv)
+{
+	if (!srv)
+		return;
+	evhttp_free(srv->http);
+	free(srv);
+}
+
+const char *kn_http_method(const struct kn_http_req *req)
+{
+	switch (evhttp_request_get_command(req->ev)) {
+	case EVHTTP_REQ_GET:
+		return "GET";
+	case EVHTTP_REQ_POST:
+		return "POST";
+	case EVHTTP_REQ_DELETE:
+		return "DELETE";
+	case EVHTTP_REQ_PUT:
+		return "PUT";
+	case EVHTTP_REQ_HEAD:
+		return "HEAD";
+	default:
+		return "OTHER";
+	}
+}
+
+const char *kn_http_path(const struct kn_http_req *req)
+{
+	return req->path;
+}
+
+const char *kn_http_query(const struct kn_http_req *req, const char *name)
+{
+	return evhttp_find_header(&req->query, name);
+}
+
+const char *kn_http_header(const struct kn_http_req *req, const char *name)
+{
+	return evhttp_find_header(evhttp_request_get_input_headers(req->ev),
+				  name);
+}
+
+const char *kn_http_body(const struct kn_http_req *req, size_t *len)
+{
+	if (len)
+		*len = req->body_len;
+	return req->body;
+}
+
+int kn_http_query_int(const struct kn_http_req *req, const char *name,
+		      int64_t min, int64_t max, int64_t *out)
+{
+	const char *s = kn_http_query(req, name);
+	char *end;
+	long long v;
+
+	if (!s)
+		return 1;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || end == s || *end || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+void kn_http_reply_json(struct kn_http_req *req, int status, json_t *doc)
+{
+	struct evbuffer *out = evbuffer_new();
+	char *text = json_dumps(doc, JSON_COMPACT);
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req->ev);
+
+	json_decref(doc);
+	evhttp_add_header(h, "Content-Type", "application/json");
+	if (text) {
+		evbuffer_add(out, text, strlen(text));
+		evbuffer_add(out, "\n", 1);
+	}
+	free(text);
+	evhttp_send_reply(req->ev, status, NULL, out);
+	evbuffer_free(out);
+	req_free(req);
+}
+
+void kn_http_reply_error(struct kn_http_req *req, const struct kn_error *err)
+{
+	json_t *e = json_pack("{s:s, s:s, s:o}", "code",
+			      kn_errcode_name(err->code), "message",
+			      err->message, "field",
+			      err->field[0] ? json_string(err->field)
+					    : json_null());
+	kn_http_reply_json(req, kn_errcode_http(err->code),
+			   json_pack("{s:o}", "error", e));
+}
+
+static void stream_closed(struct evhttp_connection *evcon, void *arg)
+{
+	struct kn_http_req *req = arg;
+	kn_loop_cb cb = req->on_close;
+	void *cb_arg = req->close_arg;
+
+	(void)evcon;
+	req_free(req);
+	if (cb)
+		cb(cb_arg);
+}
+
+void kn_http_stream_start(struct kn_http_req *req, int status,
+			  const char *content_type, kn_loop_cb on_close,
+			  void *arg)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req->ev);
+
+	req->streaming = true;
+	req->on_close = on_close;
+	req->close_arg = arg;
+	evhttp_add_header(h, "Content-Type", content_type);
+	evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev),
+				      stream_closed, req);
+	evhttp_send_reply_start(req->ev, status, NULL);
+}
+
+void kn_http_stream_chunk(struct kn_http_req *req, const void *data,
+			  size_t len)
+{
+	struct evbuffer *out;
+
+	if (len == 0)
+		return;
+	out = evbuffer_new();
+	evbuffer_add(out, data, len);
+	evhttp_send_reply_chunk(req->ev, out);
+	evbuffer_free(out);
+}
+
+void kn_http_stream_end(struct kn_http_req *req)
+{
+	evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev),
+				      NULL, NULL);
+	evhttp_send_reply_end(req->ev);
+	req_free(req);
+}

@@ -1,0 +1,683 @@
+/*
+ * The HTTP API: a route table (method, path pattern, least role, handler),
+ * bearer-token checks, and the JSON shapes of docs/api.md. Handlers answer
+ * synchronously except the log stream; anything a handler wrote to the
+ * store is committed before the reply is sent.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct route {
+	const char *method;
+	const char *pattern; /* "{id}" and "{name}" match one path segment */
+	enum kn_role least;  /* the lowest role allowed */
+	bool public_route;   /* no token needed */
+	const char *action;  /* audit action of a refused write, or NULL */
+	void (*fn)(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param);
+};
+
+static void reply_err(struct kn_http_req *req, enum kn_errcode code,
+		      const char *field, const char *fmt, const char *arg)
+{
+	struct kn_error err;
+	kn_errorf(&err, code, field, fmt, arg);
+	kn_http_reply_error(req, &err);
+}
+
+/* ---- JSON shapes ---- */
+
+static json_t *str_or_null(const char *s)
+{
+	return s ? json_string(s) : json_null();
+}
+
+/* A new reference to o[key], or dflt (consumed either way) when absent. */
+static json_t *get_or(json_t *o, const char *key, json_t *dflt)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!v || json_is_null(v))
+		return dflt;
+	json_decref(dflt);
+	return json_incref(v);
+}
+
+json_t *job_to_json(struct server *s, const struct kn_job_row *j)
+{
+	json_t *o, *spec = NULL, *res;
+	const char *queue_reason = NULL;
+
+	if (j->spec_json)
+		spec = json_loads(j->spec_json, 0, NULL);
+	if (j->state == KN_JOB_QUEUED)
+		queue_reason = jobs_queue_reason(s, j->id);
+	res = spec ? json_object_get(spec, "resources") : NULL;
+	o = json_pack("{s:I, s:s, s:s, s:s, s:i, s:i, s:b, s:I, s:I, s:I, s:I, "
+		      "s:i, s:i, s:i, s:b, s:o, s:i}",
+		      "id", (json_int_t)j->id, "name", j->name, "owner",
+		      j->owner, "state", kn_job_state_name(j->state),
+		      "priority", j->priority, "tasks", j->tasks,
+		      "preemptible",
+		      spec ? json_is_true(json_object_get(spec, "preemptible"))
+			   : 0,
+		      "submitted_at_ms", (json_int_t)j->submitted_at,
+		      "started_at_ms", (json_int_t)j->started_at,
+		      "ended_at_ms", (json_int_t)j->ended_at, "not_before_ms",
+		      (json_int_t)j->not_before, "attempts", j->attempts,
+		      "retries",
+		      spec ? (int)json_integer_value(
+				     json_object_get(spec, "retries"))
+			   : 0,
+		      "retries_used", j->retries_used, "cancel_requested",
+		      j->cancel_requested, "reason",
+		      str_or_null(queue_reason ? queue_reason : j->reason),
+		      "exit_code", j->exit_code);
+	if (res)
+		json_object_set_new(
+			o, "resources",
+			json_pack("{s:o, s:o, s:o, s:o}", "gpus",
+				  get_or(res, "gpus", json_integer(0)), "cpus",
+				  get_or(res, "cpus", json_integer(0)),
+				  "memory_bytes",
+				  get_or(res, "memory_bytes", json_integer(0)),
+				  "gpu_model",
+				  get_or(res, "gpu_model", json_array())));
+	json_decref(spec);
+	return o;
+}
+
+static json_t *devices_json(const char *text)
+{
+	json_t *a = json_array();
+	const char *p = text;
+
+	while (p && *p) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		json_array_append_new(a, json_integer(v));
+		p = *end == ',' ? end + 1 : end;
+	}
+	return a;
+}
+
+static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
+			       struct kn_error *err)
+{
+	struct kn_attempt_row *att = NULL;
+	struct kn_task_row *tasks = NULL;
+	size_t na = 0, nt = 0;
+	json_t *o, *list;
+
+	if (kn_store_attempt_list(s->store, j->id, &att, &na, err) < 0 ||
+	    kn_store_task_list(s->store, j->id, 0, &tasks, &nt, err) < 0) {
+		kn_attempt_list_free(att, na);
+		return NULL;
+	}
+	o = job_to_json(s, j);
+	json_object_set_new(o, "spec",
+			    j->spec_json ? json_loads(j->spec_json, 0, NULL)
+					 : json_null());
+	json_object_set_new(o, "spec_yaml", str_or_null(j->spec_yaml));
+	json_object_set_new(o, "filename", str_or_null(j->filename));
+	list = json_array();
+	for (size_t i = 0; i < na; i++) {
+		json_t *ta = json_array();
+		for (size_t k = 0; k < nt; k++) {
+			const struct kn_task_row *t = &tasks[k];
+			if (t->attempt != att[i].number)
+				continue;
+			json_array_append_new(
+				ta,
+				json_pack("{s:i, s:s, s:o, s:i, s:s, s:i, s:i, "
+					  "s:I, s:I, s:s}",
+					  "rank", t->rank, "node", t->node,
+					  "devices", devices_json(t->devices),
+					  "gpu_milli", t->gpu_milli, "state",
+					  kn_task_state_name(t->state),
+					  "exit_code", t->exit_code, "signal",
+					  t->signal, "started_at_ms",
+					  (json_int_t)t->started_at,
+					  "ended_at_ms", (json_int_t)t->ended_at,
+					  "task_dir", t->task_dir));
+		}
+		json_array_append_new(
+			list,
+			json_pack("{s:i, s:s, s:I, s:I, s:i, s:i, s:o, s:o}",
+				  "number", att[i].number, "state",
+				  kn_job_state_name(att[i].state),
+				  "started_at_ms", (json_int_t)att[i].started_at,
+				  "ended_at_ms", (json_int_t)att[i].ended_at,
+				  "exit_code", att[i].exit_code, "signal",
+				  att[i].signal, "reason",
+				  str_or_null(att[i].reason), "tasks", ta));
+	}
+	json_object_set_new(o, "attempts_detail", list);
+	kn_attempt_list_free(att, na);
+	kn_task_list_free(tasks, nt);
+	return o;
+}
+
+static json_t *token_json(const struct kn_token_row *t)
+{
+	return json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:I}", "id",
+			 (json_int_t)t->id, "name", t->name, "role", t->role,
+			 "created_by", t->created_by ? t->created_by : "",
+			 "created_at_ms", (json_int_t)t->created_at,
+			 "revoked_at_ms", (json_int_t)t->revoked_at,
+			 "last_used_at_ms", (json_int_t)t->last_used_at);
+}
+
+/* ---- handlers ---- */
+
+static int parse_id(struct kn_http_req *req, const char *param, int64_t *id)
+{
+	char *end;
+	long long v = strtoll(param, &end, 10);
+
+	if (*end || v <= 0) {
+		reply_err(req, KN_EINVAL, "id", "not a job id: \"%s\"", param);
+		return -EINVAL;
+	}
+	*id = v;
+	return 0;
+}
+
+static void h_healthz(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param)
+{
+	(void)s;
+	(void)c;
+	(void)param;
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:b, s:s}", "ok", 1, "version",
+				     KN_VERSION));
+}
+
+static void h_whoami(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param)
+{
+	(void)s;
+	(void)param;
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:s, s:s}", "name", c->name, "role",
+				     role_name(c->role)));
+}
+
+static void h_job_submit(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param)
+{
+	struct kn_job_row j;
+	struct kn_error err;
+	size_t len;
+	const char *body = kn_http_body(req, &len);
+	const char *file = kn_http_query(req, "file");
+	int64_t id;
+
+	(void)param;
+	if (jobs_submit(s, c, body, len, file, &id, &err) < 0 ||
+	    kn_store_job_get(s->store, id, &j, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, 201, json_pack("{s:o}", "job", job_to_json(s, &j)));
+	kn_job_row_release(&j);
+}
+
+static void h_job_list(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param)
+{
+	struct kn_job_filter f;
+	struct kn_job_row *rows = NULL;
+	struct kn_error err;
+	const char *state = kn_http_query(req, "state");
+	int64_t limit = 0;
+	size_t n = 0;
+	json_t *list;
+
+	(void)c;
+	(void)param;
+	memset(&f, 0, sizeof(f));
+	f.state = -1;
+	f.with_spec = true;
+	if (state && (f.state = kn_job_state_parse(state)) < 0) {
+		reply_err(req, KN_EINVAL, "state",
+			  "unknown state \"%s\" (queued, running, succeeded, "
+			  "failed, cancelled, preempted)",
+			  state);
+		return;
+	}
+	if (kn_http_query_int(req, "limit", 1, 100000, &limit) < 0) {
+		reply_err(req, KN_EINVAL, "limit", "limit must be 1..100000%s", "");
+		return;
+	}
+	f.limit = (int)limit;
+	f.owner = kn_http_query(req, "owner");
+	f.name = kn_http_query(req, "name");
+	if (kn_store_job_list(s->store, &f, &rows, &n, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	list = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(list, job_to_json(s, &rows[i]));
+	kn_job_list_free(rows, n);
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "jobs", list));
+}
+
+static void h_job_get(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param)
+{
+	struct kn_job_row j;
+	struct kn_error err;
+	json_t *o;
+	int64_t id;
+
+	(void)c;
+	if (parse_id(req, param, &id) < 0)
+		return;
+	if (kn_store_job_get(s->store, id, &j, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	o = job_detail_json(s, &j, &err);
+	kn_job_row_release(&j);
+	if (!o) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "job", o));
+}
+
+static void h_job_cancel(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param)
+{
+	struct kn_job_row j;
+	struct kn_error err;
+	int64_t id;
+
+	if (parse_id(req, param, &id) < 0)
+		return;
+	if (jobs_cancel(s, c, id, &err) < 0) {
+		if (err.code == KN_EPERM) {
+			struct kn_audit a;
+			char object[48];
+			snprintf(object, sizeof(object), "job/%lld", (long long)id);
+			memset(&a, 0, sizeof(a));
+			a.actor = (char *)c->name;
+			a.role = (char *)role_name(c->role);
+			a.action = "job.cancel";
+			a.object = object;
+			a.outcome = "denied";
+			a.detail = err.message;
+			kn_store_audit_insert(s->store, &a, NULL);
+		}
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	if (kn_store_job_get(s->store, id, &j, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "job", job_to_json(s, &j)));
+	kn_job_row_release(&j);
+}
+
+static void h_job_logs(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param)
+{
+	struct kn_job_row j;
+	struct kn_task_row *tasks = NULL;
+	struct kn_error err;
+	int64_t id, rank = 0, attempt = 0, offset = 0, follow = 0;
+	size_t nt = 0;
+	const struct kn_task_row *t = NULL;
+
+	(void)c;
+	if (parse_id(req, param, &id) < 0)
+		return;
+	if (kn_http_query_int(req, "task", 0, KN_SPEC_MAX_TASKS, &rank) < 0 ||
+	    kn_http_query_int(req, "attempt", 1, 1000000, &attempt) < 0 ||
+	    kn_http_query_int(req, "offset", 0, INT64_MAX, &offset) < 0 ||
+	    kn_http_query_int(req, "follow", 0, 1, &follow) < 0) {
+		reply_err(req, KN_EINVAL, NULL,
+			  "task, attempt, offset and follow must be "
+			  "non-negative integers (follow 0 or 1)%s", "");
+		return;
+	}
+	if (kn_store_job_get(s->store, id, &j, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	if (!attempt)
+		attempt = j.attempts;
+	kn_job_row_release(&j);
+	if (!attempt) {
+		reply_err(req, KN_ENOTFOUND, "attempt",
+			  "job has not started yet: no logs%s", "");
+		return;
+	}
+	if (kn_store_task_list(s->store, id, (int)attempt, &tasks, &nt, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	for (size_t i = 0; i < nt; i++)
+		if (tasks[i].rank == rank)
+			t = &tasks[i];
+	if (!t) {
+		kn_task_list_free(tasks, nt);
+		reply_err(req, KN_ENOTFOUND, "task",
+			  "no such task in that attempt%s", "");
+		return;
+	}
+	logs_serve(s, req, id, t->task_dir, (int)attempt, (int)rank, offset,
+		   follow != 0);
+	kn_task_list_free(tasks, nt);
+}
+
+static void h_nodes(struct server *s, struct kn_http_req *req,
+		    const struct caller *c, const char *param)
+{
+	json_t *devs = json_array(), *labels = json_object(), *node;
+
+	(void)c;
+	(void)param;
+	for (size_t i = 0; i < s->devices.n; i++) {
+		const struct kn_device_info *d = &s->devices.devices[i];
+		json_array_append_new(
+			devs,
+			json_pack("{s:i, s:s, s:s, s:I, s:b, s:i, s:o}", "index",
+				  d->index, "uuid", d->uuid, "model", d->model,
+				  "memory_bytes", (json_int_t)d->memory_bytes,
+				  "simulated", s->devices.simulated,
+				  "allocated_milli",
+				  s->node.devices[i].used_milli, "allocations",
+				  jobs_device_allocations(s, d->index)));
+	}
+	for (size_t i = 0; i < s->node.n_labels; i++)
+		json_object_set_new(labels, s->node.labels[i].key,
+				    json_string(s->node.labels[i].value));
+	node = json_pack("{s:s, s:s, s:b, s:s, s:o, s:[], s:f, s:I, s:f, s:I, "
+			 "s:o}",
+			 "name", s->node_name, "state", "ready", "simulated",
+			 s->devices.simulated, "device_source",
+			 s->devices.source, "labels", labels, "taints", "cpus",
+			 s->node.cpu_milli_total / 1000.0, "memory_bytes",
+			 (json_int_t)s->node.memory_total, "cpus_allocated",
+			 s->node.cpu_milli_used / 1000.0,
+			 "memory_allocated_bytes",
+			 (json_int_t)s->node.memory_used, "devices", devs);
+	kn_http_reply_json(req, 200, json_pack("{s:[o]}", "nodes", node));
+}
+
+static void h_audit(struct server *s, struct kn_http_req *req,
+		    const struct caller *c, const char *param)
+{
+	struct kn_audit_filter f;
+	struct kn_audit *rows = NULL;
+	struct kn_error err;
+	int64_t limit = 100;
+	size_t n = 0;
+	json_t *list;
+
+	(void)c;
+	(void)param;
+	if (kn_http_query_int(req, "limit", 1, 10000, &limit) < 0) {
+		reply_err(req, KN_EINVAL, "limit", "limit must be 1..10000%s", "");
+		return;
+	}
+	memset(&f, 0, sizeof(f));
+	f.actor = kn_http_query(req, "actor");
+	f.action = kn_http_query(req, "action");
+	f.limit = (int)limit;
+	if (kn_store_audit_list(s->store, &f, &rows, &n, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	list = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(
+			list,
+			json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:s, s:o}",
+				  "id", (json_int_t)rows[i].id, "time_ms",
+				  (json_int_t)rows[i].time_ms, "actor",
+				  rows[i].actor, "role", rows[i].role, "action",
+				  rows[i].action, "object", rows[i].object,
+				  "outcome", rows[i].outcome, "detail",
+				  str_or_null(rows[i].detail)));
+	kn_audit_list_free(rows, n);
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "audit", list));
+}
+
+static void h_token_list(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param)
+{
+	struct kn_token_row *rows = NULL;
+	struct kn_error err;
+	size_t n = 0;
+	json_t *list;
+
+	(void)c;
+	(void)param;
+	if (kn_store_token_list(s->store, &rows, &n, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	list = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(list, token_json(&rows[i]));
+	kn_token_list_free(rows, n);
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "tokens", list));
+}
+
+static bool valid_token_name(const char *n)
+{
+	size_t len = strlen(n);
+
+	if (len == 0 || len > 64)
+		return false;
+	for (const char *p = n; *p; p++)
+		if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') &&
+		    !(*p >= '0' && *p <= '9') && *p != '-' && *p != '_' &&
+		    *p != '.' && *p != '@')
+			return false;
+	return true;
+}
+
+static void h_token_create(struct server *s, struct kn_http_req *req,
+			   const struct caller *c, const char *param)
+{
+	struct kn_token_row t;
+	struct kn_audit a;
+	struct kn_error err;
+	json_error_t jerr;
+	json_t *body;
+	const char *name, *role;
+	char secret[64], hash[65], object[96];
+	enum kn_role r;
+	int64_t id = 0;
+	size_t len;
+	const char *text = kn_http_body(req, &len);
+
+	(void)param;
+	body = json_loadb(text, len, 0, &jerr);
+	if (!json_is_object(body)) {
+		json_decref(body);
+		reply_err(req, KN_EINVAL, NULL,
+			  "body must be a JSON object {\"name\": ..., \"role\": "
+			  "...}%s", "");
+		return;
+	}
+	name = json_string_value(json_object_get(body, "name"));
+	role = json_string_value(json_object_get(body, "role"));
+	if (!name || !valid_token_name(name)) {
+		json_decref(body);
+		reply_err(req, KN_EINVAL, "name",
+			  "name must be 1-64 characters of letters, digits, "
+			  "'-', '_', '.' or '@'%s", "");
+		return;
+	}
+	if (!role || role_parse(role, &r) < 0) {
+		reply_err(req, KN_EINVAL, "role",
+			  "role must be viewer, user, operator or admin; got "
+			  "\"%s\"", role ? role : "(none)");
+		json_decref(body);
+		return;
+	}
+	token_generate(secret, hash);
+	memset(&t, 0, sizeof(t));
+	t.name = (char *)name;
+	t.role = (char *)role_name(r);
+	t.hash = hash;
+	t.created_by = (char *)c->name;
+	t.created_at = kn_now_ms();
+	snprintf(object, sizeof(object), "token/%s", name);
+	memset(&a, 0, sizeof(a));
+	a.actor = (char *)c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = "token.create";
+	a.object = object;
+	a.outcome = "ok";
+	a.detail = (char *)role_name(r);
+	if (kn_store_token_insert(s->store, &t, &a, &id, &err) < 0) {
+		json_decref(body);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	t.id = id;
+	kn_http_reply_json(req, 201,
+			   json_pack("{s:o, s:s}", "token", token_json(&t),
+				     "secret", secret));
+	json_decref(body);
+}
+
+static void h_token_revoke(struct server *s, struct kn_http_req *req,
+			   const struct caller *c, const char *param)
+{
+	struct kn_audit a;
+	struct kn_error err;
+	char object[96];
+
+	snprintf(object, sizeof(object), "token/%s", param);
+	memset(&a, 0, sizeof(a));
+	a.actor = (char *)c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = "token.revoke";
+	a.object = object;
+	a.outcome = "ok";
+	if (kn_store_token_revoke(s->store, param, &a, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:{s:s, s:b}}", "token", "name", param,
+				     "revoked", 1));
+}
+
+static const struct route routes[] = {
+	{"GET", "/healthz", KN_ROLE_VIEWER, true, NULL, h_healthz},
+	{"GET", "/v1/whoami", KN_ROLE_VIEWER, false, NULL, h_whoami},
+	{"POST", "/v1/jobs", KN_ROLE_USER, false, "job.submit", h_job_submit},
+	{"GET", "/v1/jobs", KN_ROLE_VIEWER, false, NULL, h_job_list},
+	{"GET", "/v1/jobs/{id}", KN_ROLE_VIEWER, false, NULL, h_job_get},
+	{"POST", "/v1/jobs/{id}/cancel", KN_ROLE_USER, false, "job.cancel",
+	 h_job_cancel},
+	{"GET", "/v1/jobs/{id}/logs", KN_ROLE_VIEWER, false, NULL, h_job_logs},
+	{"GET", "/v1/nodes", KN_ROLE_VIEWER, false, NULL, h_nodes},
+	{"GET", "/v1/audit", KN_ROLE_VIEWER, false, NULL, h_audit},
+	{"GET", "/v1/tokens", KN_ROLE_ADMIN, false, "token.list", h_token_list},
+	{"POST", "/v1/tokens", KN_ROLE_ADMIN, false, "token.create",
+	 h_token_create},
+	{"DELETE", "/v1/tokens/{name}", KN_ROLE_ADMIN, false, "token.revoke",
+	 h_token_revoke},
+};
+
+/*
+ * Match path against pattern; a "{...}" segment captures into param.
+ * Returns true on a match.
+ */
+static bool match(const char *pattern, const char *path, char *param,
+		  size_t plen)
+{
+	param[0] = '\0';
+	while (*pattern && *path) {
+		if (*pattern == '{') {
+			const char *pend = strchr(pattern, '}');
+			const char *seg_end = strchr(path, '/');
+			size_t n = seg_end ? (size_t)(seg_end - path) : strlen(path);
+			if (!pend || n == 0 || n >= plen)
+				return false;
+			memcpy(param, path, n);
+			param[n] = '\0';
+			pattern = pend + 1;
+			path += n;
+			continue;
+		}
+		if (*pattern != *path)
+			return false;
+		pattern++;
+		path++;
+	}
+	return *pattern == '\0' && *path == '\0';
+}
+
+void api_handle(struct kn_http_req *req, void *arg)
+{
+	struct server *s = arg;
+	const char *method = kn_http_method(req), *path = kn_http_path(req);
+	bool path_known = false;
+	char param[256];
+
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		const struct route *r = &routes[i];
+		struct caller c;
+		struct kn_error err;
+
+		if (!match(r->pattern, path, param, sizeof(param)))
+			continue;
+		path_known = true;
+		if (strcmp(r->method, method) != 0)
+			continue;
+		memset(&c, 0, sizeof(c));
+		if (!r->public_route) {
+			if (auth_check(s, kn_http_header(req, "Authorization"),
+				       &c, &err) < 0) {
+				kn_http_reply_error(req, &err);
+				return;
+			}
+			if (c.role < r->least) {
+				struct kn_audit a;
+				char object[96];
+				kn_errorf(&err, KN_EPERM, NULL,
+					  "role %s may not %s %s (needs %s)",
+					  role_name(c.role), method, path,
+					  role_name(r->least));
+				snprintf(object, sizeof(object), "%s %s", method,
+					 path);
+				memset(&a, 0, sizeof(a));
+				a.actor = c.name;
+				a.role = (char *)role_name(c.role);
+				a.action = (char *)(r->action ? r->action
+							      : "request");
+				a.object = object;
+				a.outcome = "denied";
+				a.detail = err.message;
+				kn_store_audit_insert(s->store, &a, NULL);
+				kn_http_reply_error(req, &err);
+				return;
+			}
+		}
+		r->fn(s, req, &c, param);
+		return;
+	}
+	if (path_known)
+		reply_err(req, KN_EINVAL, NULL, "method not allowed on %s", path);
+	else
+		reply_err(req, KN_ENOTFOUND, NULL, "no such route: %s", path);
+}

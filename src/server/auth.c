@@ -1,0 +1,146 @@
+/*
+ * Bearer tokens. A token is 32 random bytes shown once as
+ * "kiln_<base64url>"; the store keeps only its SHA-256, so a copy of the
+ * database grants nothing. A fast hash is right here: the secret has 256
+ * bits of entropy, so there is nothing for a slow KDF to protect.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <openssl/evp.h>
+
+static const char *const role_names[] = {
+	[KN_ROLE_VIEWER] = "viewer",
+	[KN_ROLE_USER] = "user",
+	[KN_ROLE_OPERATOR] = "operator",
+	[KN_ROLE_ADMIN] = "admin",
+};
+
+const char *role_name(enum kn_role r)
+{
+	return role_names[r];
+}
+
+int role_parse(const char *s, enum kn_role *out)
+{
+	for (size_t i = 0; s && i < sizeof(role_names) / sizeof(role_names[0]);
+	     i++) {
+		if (strcmp(s, role_names[i]) == 0) {
+			*out = (enum kn_role)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+void token_hash(const char *secret, char hash[65])
+{
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+
+	EVP_Digest(secret, strlen(secret), md, &mdlen, EVP_sha256(), NULL);
+	for (unsigned int i = 0; i < 32; i++)
+		snprintf(hash + 2 * i, 3, "%02x", md[i]);
+}
+
+void token_generate(char secret[64], char hash[65])
+{
+	static const char b64url[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	unsigned char raw[33];
+	size_t o = 0;
+
+	if (kn_random_bytes(raw, 32) < 0)
+		abort(); /* no entropy: nothing safe to hand out */
+	raw[32] = 0;
+	memcpy(secret, "kiln_", 5);
+	o = 5;
+	/* 32 bytes -> 43 characters, no padding. */
+	for (size_t i = 0; i < 32; i += 3) {
+		unsigned v = (unsigned)raw[i] << 16 |
+			     (unsigned)(i + 1 < 32 ? raw[i + 1] : 0) << 8 |
+			     (unsigned)(i + 2 < 32 ? raw[i + 2] : 0);
+		secret[o++] = b64url[(v >> 18) & 63];
+		secret[o++] = b64url[(v >> 12) & 63];
+		if (i + 1 < 32)
+			secret[o++] = b64url[(v >> 6) & 63];
+		if (i + 2 < 32)
+			secret[o++] = b64url[v & 63];
+	}
+	secret[o] = '\0';
+	token_hash(secret, hash);
+}
+
+int auth_bootstrap(struct server *s, struct kn_error *err)
+{
+	struct kn_token_row t;
+	struct kn_audit a;
+	char secret[64], hash[65], *path, *line;
+	int count = 0, rc;
+
+	rc = kn_store_token_count(s->store, &count, err);
+	if (rc < 0 || count > 0)
+		return rc;
+	token_generate(secret, hash);
+	memset(&t, 0, sizeof(t));
+	t.name = "admin";
+	t.role = "admin";
+	t.hash = hash;
+	t.created_by = "system";
+	t.created_at = kn_now_ms();
+	memset(&a, 0, sizeof(a));
+	a.actor = "system";
+	a.role = "admin";
+	a.action = "token.create";
+	a.object = "token/admin";
+	a.outcome = "ok";
+	a.detail = "first start: admin token written to admin.token";
+	/* The file first: a token in the store that nobody holds is useless. */
+	path = kn_asprintf("%s/admin.token", s->home);
+	line = kn_asprintf("%s\n", secret);
+	rc = kn_write_file_atomic(path, line, strlen(line), 0600);
+	free(line);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
+			       strerror(-rc));
+		free(path);
+		return rc;
+	}
+	free(path);
+	return kn_store_token_insert(s->store, &t, &a, NULL, err);
+}
+
+int auth_check(struct server *s, const char *header, struct caller *out,
+	       struct kn_error *err)
+{
+	struct kn_token_row t;
+	char hash[65];
+	enum kn_role role;
+	int rc;
+
+	if (!header || strncmp(header, "Bearer ", 7) != 0 || !header[7])
+		return kn_errorf(err, KN_EAUTH, NULL,
+				 "missing bearer token (Authorization: Bearer "
+				 "<token>)");
+	token_hash(header + 7, hash);
+	memset(&t, 0, sizeof(t));
+	rc = kn_store_token_by_hash(s->store, hash, &t, NULL);
+	if (rc == -ENOENT)
+		return kn_errorf(err, KN_EAUTH, NULL,
+				 "unknown or revoked token");
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "token lookup failed");
+	if (role_parse(t.role, &role) < 0) {
+		kn_token_row_release(&t);
+		return kn_errorf(err, KN_EIO, NULL, "token has unknown role");
+	}
+	kn_strlcpy(out->name, t.name, sizeof(out->name));
+	out->role = role;
+	kn_token_row_release(&t);
+	return 0;
+}

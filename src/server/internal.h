@@ -1,0 +1,132 @@
+/*
+ * Shared between the server's files; not a public header.
+ *
+ * In memory the server keeps only what it needs to act quickly: the queue
+ * (queued jobs with their parsed specs), the running attempts with their
+ * tasks and device bindings, and the local node. SQLite stays the truth:
+ * at start-up both are rebuilt from it (and from the task directories).
+ */
+#ifndef KILN_SERVER_INTERNAL_H
+#define KILN_SERVER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "base/base.h"
+#include "exec/exec.h"
+#include "loop/loop.h"
+#include "sched/sched.h"
+#include "server/server.h"
+#include "spec/spec.h"
+#include "store/store.h"
+
+enum kn_role { KN_ROLE_VIEWER, KN_ROLE_USER, KN_ROLE_OPERATOR, KN_ROLE_ADMIN };
+
+struct caller {
+	char name[128];
+	enum kn_role role;
+};
+
+struct queued_job {
+	int64_t id;
+	int priority;
+	int64_t submitted_at;
+	int64_t not_before;
+	struct kn_job_spec *spec;
+	char reason[256]; /* why it waits; memory only, recomputed each tick */
+	struct queued_job *next;
+};
+
+struct run_task {
+	int rank;
+	char *task_dir;
+	struct kn_task_proc proc;
+	bool ended;           /* its exit is known */
+	bool recorded;        /* ... and committed to the store */
+	struct kn_task_status status;
+};
+
+/* A running attempt. */
+struct run {
+	int64_t job_id;
+	int attempt;
+	int64_t submitted_at;
+	int64_t started_at;
+	struct kn_job_spec *spec;
+	struct kn_sched_request req;   /* arrays owned by the run */
+	struct kn_sched_binding *bindings; /* one per task */
+	int n_tasks;
+	struct run_task *tasks;
+	bool stopping;         /* stop sent to every task */
+	char stop_reason[128]; /* why: cancel, a failed gang member, a crash */
+	int64_t requeue_at;    /* set by finish_run when the job goes back */
+	struct run *next;
+};
+
+struct log_follower;
+
+struct server {
+	struct kn_server_config cfg;
+	char *home;
+	struct kn_loop *loop;
+	struct kn_store *store;
+	struct kn_http_server *http;
+	const struct kn_executor_ops *exec;
+	struct kn_timer *tick_timer;
+	struct kn_timer *poll_timer;
+
+	/* The local node as the scheduler sees it. */
+	struct kn_device_set devices;
+	struct kn_sched_node node;
+	struct kn_sched_cluster cluster;
+	char node_name[64];
+
+	struct queued_job *queue;
+	size_t queue_len;
+	struct run *runs;
+	struct log_follower *followers;
+};
+
+/* auth.c */
+const char *role_name(enum kn_role r);
+int role_parse(const char *s, enum kn_role *out);
+/* A new secret "kiln_<43 base64url chars>" and its hex sha256. */
+void token_generate(char secret[64], char hash[65]);
+void token_hash(const char *secret, char hash[65]);
+/* Create the admin token on the first start; writes admin.token 0600. */
+int auth_bootstrap(struct server *s, struct kn_error *err);
+/* From the Authorization header: 0 and *out, or a negative errno + err. */
+int auth_check(struct server *s, const char *header, struct caller *out,
+	       struct kn_error *err);
+
+/* api.c */
+void api_handle(struct kn_http_req *req, void *arg);
+json_t *job_to_json(struct server *s, const struct kn_job_row *j);
+
+/* jobs.c */
+int jobs_recover(struct server *s, struct kn_error *err);
+int jobs_submit(struct server *s, const struct caller *c, const char *text,
+		size_t len, const char *filename, int64_t *out_id,
+		struct kn_error *err);
+int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
+		struct kn_error *err);
+void jobs_tick(void *arg);
+void jobs_on_sigchld(void *arg);
+void jobs_poll(void *arg);
+/* The queue reason of a queued job, or NULL. */
+const char *jobs_queue_reason(struct server *s, int64_t id);
+/* Allocations on a device of the local node, as JSON [{job,rank,milli}]. */
+json_t *jobs_device_allocations(struct server *s, int device_index);
+/* Whether the job has a live run (for log follow). */
+bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank);
+void jobs_free_all(struct server *s);
+
+/* logs.c */
+void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,
+		const char *task_dir, int attempt, int rank, int64_t offset,
+		bool follow);
+void logs_free_all(struct server *s);
+
+#endif

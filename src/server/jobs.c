@@ -1,0 +1,1089 @@
+/*
+ * Jobs: the queue, the scheduler tick, attempts and their tasks, retries,
+ * cancel, and recovery after a restart.
+ *
+ * Each state change is written to the store before anything acts on it:
+ * a tick commits every binding of the turn in one transaction and only
+ * then starts shims; task exits found in one turn are committed together.
+ * On start-up the store says which attempts were running and the task
+ * directories say what became of them (status.json from the shim, or a
+ * live shim to re-adopt), so a crash loses neither jobs nor outcomes.
+ *
+ * The alternative, the server waiting on its tasks as plain children, is
+ * what makes most single-node launchers lose running work on a restart.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* How often adopted tasks (not our children) are checked for an exit. */
+#define POLL_MS 500
+
+/* The scheduler's view of a spec; arrays owned here. */
+struct sreq {
+	struct kn_sched_request req;
+	struct kn_sched_label *selector;
+	struct kn_sched_toleration *tolerations;
+};
+
+static void sreq_build(const struct kn_job_spec *spec, struct sreq *r)
+{
+	const struct kn_placement_spec *p = &spec->placement;
+
+	memset(r, 0, sizeof(*r));
+	r->req.tasks = spec->tasks;
+	r->req.gpu_milli = spec->resources.gpu_milli;
+	r->req.mig_profile = spec->resources.mig_profile;
+	r->req.gpu_models = (const char *const *)spec->resources.gpu_models;
+	r->req.n_gpu_models = spec->resources.n_gpu_models;
+	r->req.cpu_milli = spec->resources.cpu_milli;
+	r->req.memory_bytes = spec->resources.memory_bytes;
+	if (p->n_selector) {
+		r->selector = kn_xcalloc(p->n_selector, sizeof(*r->selector));
+		for (size_t i = 0; i < p->n_selector; i++) {
+			r->selector[i].key = p->selector[i].key;
+			r->selector[i].value = p->selector[i].value;
+		}
+	}
+	if (p->n_tolerations) {
+		r->tolerations =
+			kn_xcalloc(p->n_tolerations, sizeof(*r->tolerations));
+		for (size_t i = 0; i < p->n_tolerations; i++) {
+			const struct kn_toleration *t = &p->tolerations[i];
+			r->tolerations[i].key = t->key;
+			r->tolerations[i].exists =
+				t->operator_ && !strcmp(t->operator_, "Exists");
+			r->tolerations[i].value = t->value;
+			r->tolerations[i].effect = t->effect;
+		}
+	}
+	r->req.selector = r->selector;
+	r->req.n_selector = p->n_selector;
+	r->req.tolerations = r->tolerations;
+	r->req.n_tolerations = p->n_tolerations;
+}
+
+static void sreq_release(struct sreq *r)
+{
+	free(r->selector);
+	free(r->tolerations);
+}
+
+/* ---- audit helpers ---- */
+
+static void audit_init(struct kn_audit *a, const struct caller *c,
+		       const char *action, const char *object)
+{
+	memset(a, 0, sizeof(*a));
+	a->actor = (char *)c->name;
+	a->role = (char *)role_name(c->role);
+	a->action = (char *)action;
+	a->object = (char *)object;
+	a->outcome = "ok";
+}
+
+/* ---- queue ---- */
+
+static struct queued_job *queue_find(struct server *s, int64_t id,
+				     struct queued_job ***link)
+{
+	for (struct queued_job **p = &s->queue; *p; p = &(*p)->next) {
+		if ((*p)->id == id) {
+			if (link)
+				*link = p;
+			return *p;
+		}
+	}
+	return NULL;
+}
+
+static void queue_push(struct server *s, int64_t id, int priority,
+		       int64_t submitted_at, int64_t not_before,
+		       struct kn_job_spec *spec)
+{
+	struct queued_job *q = kn_xcalloc(1, sizeof(*q));
+
+	q->id = id;
+	q->priority = priority;
+	q->submitted_at = submitted_at;
+	q->not_before = not_before;
+	q->spec = spec;
+	q->next = s->queue;
+	s->queue = q;
+	s->queue_len++;
+}
+
+static void queued_free(struct queued_job *q)
+{
+	kn_job_spec_free(q->spec);
+	free(q);
+}
+
+static void queue_remove(struct server *s, int64_t id)
+{
+	struct queued_job **link, *q = queue_find(s, id, &link);
+
+	if (!q)
+		return;
+	*link = q->next;
+	s->queue_len--;
+	queued_free(q);
+}
+
+const char *jobs_queue_reason(struct server *s, int64_t id)
+{
+	struct queued_job *q = queue_find(s, id, NULL);
+	return q && q->reason[0] ? q->reason : NULL;
+}
+
+static void wake_scheduler(struct server *s)
+{
+	if (!kn_timer_pending(s->tick_timer))
+		kn_timer_arm(s->tick_timer, 0);
+}
+
+/* ---- submit ---- */
+
+int jobs_submit(struct server *s, const struct caller *c, const char *text,
+		size_t len, const char *filename, int64_t *out_id,
+		struct kn_error *err)
+{
+	struct kn_job_spec *spec = NULL;
+	struct kn_job_row j;
+	struct kn_audit a;
+	json_t *norm;
+	char *norm_text;
+	int64_t id = 0;
+	int rc;
+
+	rc = kn_job_spec_parse(text, len, filename, &spec, err);
+	if (rc < 0)
+		return rc;
+	norm = kn_job_spec_to_json(spec);
+	norm_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(norm);
+
+	memset(&j, 0, sizeof(j));
+	j.name = spec->name;
+	j.owner = (char *)c->name;
+	j.state = KN_JOB_QUEUED;
+	j.priority = spec->priority;
+	j.tasks = spec->tasks;
+	j.filename = (char *)(filename ? filename : "");
+	j.spec_yaml = (char *)text;
+	j.spec_json = norm_text;
+	j.submitted_at = kn_now_ms();
+	j.exit_code = -1;
+	audit_init(&a, c, "job.submit", NULL); /* the store names job/ID */
+	a.detail = spec->name;
+	rc = kn_store_job_insert(s->store, &j, &a, &id, err);
+	free(norm_text);
+	if (rc < 0) {
+		kn_job_spec_free(spec);
+		return rc;
+	}
+	queue_push(s, id, spec->priority, j.submitted_at, 0, spec);
+	wake_scheduler(s);
+	*out_id = id;
+	return 0;
+}
+
+/* ---- starting attempts ---- */
+
+static int free_port(void)
+{
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = 0;
+
+	if (fd < 0)
+		return 0;
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+		port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+static void devices_text(const struct kn_sched_binding *b, char *buf,
+			 size_t len)
+{
+	size_t o = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; i < b->n_devices && o < len; i++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%d", i ? "," : "",
+				      b->devices[i]);
+}
+
+static char *task_dir_path(struct server *s, int64_t job, int attempt,
+			   int rank)
+{
+	return kn_asprintf("%s/tasks/%lld/%d/%d", s->home, (long long)job,
+			   attempt, rank);
+}
+
+static struct run *run_new(struct server *s, int64_t job_id, int attempt,
+			   struct kn_job_spec *spec)
+{
+	struct run *r = kn_xcalloc(1, sizeof(*r));
+	struct sreq sr;
+
+	r->job_id = job_id;
+	r->attempt = attempt;
+	r->spec = spec;
+	sreq_build(spec, &sr);
+	r->req = sr.req;
+	/* The run keeps the arrays alive through req's pointers. */
+	r->n_tasks = spec->tasks;
+	r->bindings = kn_xcalloc((size_t)spec->tasks, sizeof(*r->bindings));
+	r->tasks = kn_xcalloc((size_t)spec->tasks, sizeof(*r->tasks));
+	for (int i = 0; i < spec->tasks; i++) {
+		r->tasks[i].rank = i;
+		r->tasks[i].task_dir = task_dir_path(s, job_id, attempt, i);
+	}
+	r->next = s->runs;
+	s->runs = r;
+	return r;
+}
+
+static void run_free(struct run *r)
+{
+	for (int i = 0; i < r->n_tasks; i++)
+		free(r->tasks[i].task_dir);
+	free(r->tasks);
+	free(r->bindings);
+	free((void *)r->req.selector);
+	free((void *)r->req.tolerations);
+	kn_job_spec_free(r->spec);
+	free(r);
+}
+
+static void run_unlink(struct server *s, struct run *r)
+{
+	for (struct run **p = &s->runs; *p; p = &(*p)->next) {
+		if (*p == r) {
+			*p = r->next;
+			return;
+		}
+	}
+}
+
+static void add_env(char ***env, size_t *n, char *entry)
+{
+	*env = kn_xrealloc(*env, (*n + 2) * sizeof(char *));
+	(*env)[(*n)++] = entry;
+	(*env)[*n] = NULL;
+}
+
+static void launch_task(struct server *s, struct run *r, struct run_task *t,
+			int master_port)
+{
+	const struct kn_job_spec *spec = r->spec;
+	char devs[256], **env = NULL;
+	size_t n = 0;
+	int local_rank = 0, rc;
+	struct kn_task_launch l;
+	struct kn_error err;
+
+	const struct kn_sched_binding *b = &r->bindings[t->rank];
+
+	for (int i = 0; i < t->rank; i++)
+		if (r->bindings[i].node == b->node)
+			local_rank++;
+	devices_text(b, devs, sizeof(devs));
+	for (size_t i = 0; i < spec->n_env; i++)
+		add_env(&env, &n, kn_asprintf("%s=%s", spec->env[i].key,
+					      spec->env[i].value));
+	/* No GPU asked for: hide them all rather than expose every one. */
+	add_env(&env, &n, kn_asprintf("CUDA_VISIBLE_DEVICES=%s", devs));
+	add_env(&env, &n, kn_asprintf("NVIDIA_VISIBLE_DEVICES=%s",
+				      devs[0] ? devs : "void"));
+	add_env(&env, &n, kn_asprintf("RANK=%d", t->rank));
+	add_env(&env, &n, kn_asprintf("LOCAL_RANK=%d", local_rank));
+	add_env(&env, &n, kn_asprintf("WORLD_SIZE=%d", r->n_tasks));
+	add_env(&env, &n, kn_xstrdup("MASTER_ADDR=127.0.0.1"));
+	add_env(&env, &n, kn_asprintf("MASTER_PORT=%d", master_port));
+	add_env(&env, &n, kn_asprintf("KILN_JOB_ID=%lld", (long long)r->job_id));
+	add_env(&env, &n, kn_asprintf("KILN_JOB_NAME=%s", spec->name));
+	add_env(&env, &n, kn_asprintf("KILN_ATTEMPT=%d", r->attempt));
+	add_env(&env, &n, kn_asprintf("KILN_TASK_DIR=%s", t->task_dir));
+	add_env(&env, &n, kn_asprintf("KILN_GPU_MILLI=%d",
+				      b->milli_per_device));
+	if (s->devices.simulated)
+		add_env(&env, &n, kn_xstrdup("KILN_SIMULATED_GPUS=1"));
+
+	memset(&l, 0, sizeof(l));
+	l.task_dir = t->task_dir;
+	l.argv = spec->command;
+	l.env = env;
+	l.workdir = spec->workdir;
+	l.timeout_ms = spec->timeout_ms;
+	l.grace_ms = s->cfg.kill_grace_ms;
+	l.log_max_bytes = s->cfg.log_max_bytes;
+	l.log_keep = KN_LOG_KEEP;
+	rc = kn_mkdir_p(t->task_dir, 0700);
+	if (rc < 0)
+		kn_errorf(&err, KN_EIO, NULL, "cannot create %s: %s",
+			  t->task_dir, strerror(-rc));
+	else
+		rc = s->exec->start(&l, &t->proc, &err);
+	if (rc < 0) {
+		kn_log(KN_LOG_ERROR, "job %lld rank %d: %s",
+		       (long long)r->job_id, t->rank, err.message);
+		t->ended = true;
+		t->status.ended = true;
+		t->status.exit_code = -1;
+		t->status.ended_at_ms = kn_now_ms();
+		snprintf(t->status.reason, sizeof(t->status.reason),
+			 "cannot start: %.80s", err.message);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(env[i]);
+	free(env);
+}
+
+struct placed {
+	struct queued_job *q;
+	struct kn_sched_binding *bindings;
+	struct sreq sr;
+	int attempt; /* the number the bind gives the new attempt */
+};
+
+/* Commit the bindings of one turn, then start the shims. */
+static int bind_placed(struct server *s, struct placed *pl, size_t n,
+		       int64_t now)
+{
+	struct kn_error err;
+	int *ports = kn_xcalloc(n ? n : 1, sizeof(int));
+	int rc;
+
+	rc = kn_store_begin(s->store, &err);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct queued_job *q = pl[i].q;
+		struct kn_job_row j;
+		struct kn_attempt_row a;
+
+		memset(&j, 0, sizeof(j));
+		rc = kn_store_job_get(s->store, q->id, &j, &err);
+		if (rc < 0)
+			break;
+		j.state = KN_JOB_RUNNING;
+		j.attempts++;
+		if (!j.started_at)
+			j.started_at = now;
+		free(j.reason);
+		j.reason = NULL;
+		rc = kn_store_job_update(s->store, &j, NULL, &err);
+		memset(&a, 0, sizeof(a));
+		a.job_id = q->id;
+		a.number = j.attempts;
+		a.state = KN_JOB_RUNNING;
+		a.started_at = now;
+		a.exit_code = -1;
+		if (rc == 0)
+			rc = kn_store_attempt_put(s->store, &a, &err);
+		ports[i] = free_port();
+		for (int t = 0; rc == 0 && t < q->spec->tasks; t++) {
+			struct kn_task_row tr;
+			char devs[256];
+			char *dir = task_dir_path(s, q->id, j.attempts, t);
+
+			devices_text(&pl[i].bindings[t], devs, sizeof(devs));
+			memset(&tr, 0, sizeof(tr));
+			tr.job_id = q->id;
+			tr.attempt = j.attempts;
+			tr.rank = t;
+			tr.node = s->node_name;
+			tr.devices = devs;
+			tr.gpu_milli = pl[i].bindings[t].milli_per_device;
+			tr.task_dir = dir;
+			tr.state = KN_TASK_RUNNING;
+			tr.started_at = now;
+			tr.exit_code = -1;
+			tr.master_port = ports[i];
+			rc = kn_store_task_put(s->store, &tr, &err);
+			free(dir);
+		}
+		pl[i].attempt = j.attempts;
+		kn_job_row_release(&j);
+	}
+	if (rc == 0)
+		rc = kn_store_commit(s->store, &err);
+	if (rc < 0) {
+		kn_store_rollback(s->store);
+		kn_log(KN_LOG_ERROR, "binding jobs failed: %s", err.message);
+		for (size_t i = 0; i < n; i++)
+			kn_sched_release(&s->cluster, &pl[i].sr.req,
+					 pl[i].bindings);
+		free(ports);
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct queued_job *q = pl[i].q, **link;
+		struct run *r;
+		/* The run takes over the spec from the queue entry. */
+		r = run_new(s, q->id, pl[i].attempt, q->spec);
+		q->spec = NULL;
+		r->submitted_at = q->submitted_at;
+		r->started_at = now;
+		memcpy(r->bindings, pl[i].bindings,
+		       (size_t)r->n_tasks * sizeof(*r->bindings));
+		for (int t = 0; t < r->n_tasks; t++)
+			launch_task(s, r, &r->tasks[t], ports[i]);
+		queue_find(s, q->id, &link);
+		*link = q->next;
+		s->queue_len--;
+		queued_free(q);
+	}
+	free(ports);
+	return 0;
+}
+
+void jobs_tick(void *arg)
+{
+	struct server *s = arg;
+	int64_t now = kn_now_ms(), next_wake = 0;
+	struct kn_sched_queue_entry *order;
+	struct placed *pl;
+	size_t n = 0, np = 0;
+
+	if (!s->queue)
+		return;
+	order = kn_xcalloc(s->queue_len, sizeof(*order));
+	pl = kn_xcalloc(s->queue_len, sizeof(*pl));
+	for (struct queued_job *q = s->queue; q; q = q->next) {
+		order[n].job_id = q->id;
+		order[n].priority = q->priority;
+		order[n].submitted_at = q->submitted_at;
+		n++;
+	}
+	kn_sched_sort_queue(order, n);
+	for (size_t i = 0; i < n; i++) {
+		struct queued_job *q = queue_find(s, order[i].job_id, NULL);
+		struct placed *p = &pl[np];
+
+		if (q->not_before > now) {
+			char in[32];
+			kn_format_duration(q->not_before - now, in, sizeof(in));
+			snprintf(q->reason, sizeof(q->reason),
+				 "waiting for retry backoff (%s left)", in);
+			if (!next_wake || q->not_before < next_wake)
+				next_wake = q->not_before;
+			continue;
+		}
+		sreq_build(q->spec, &p->sr);
+		p->bindings = kn_xcalloc((size_t)q->spec->tasks,
+					 sizeof(*p->bindings));
+		if (kn_sched_place(&s->cluster, &p->sr.req, p->bindings,
+				   q->reason, sizeof(q->reason)) == 0) {
+			p->q = q;
+			q->reason[0] = '\0';
+			np++;
+		} else {
+			free(p->bindings);
+			sreq_release(&p->sr);
+			memset(p, 0, sizeof(*p));
+		}
+	}
+	if (np)
+		bind_placed(s, pl, np, now);
+	for (size_t i = 0; i < np; i++) {
+		free(pl[i].bindings);
+		sreq_release(&pl[i].sr);
+	}
+	free(pl);
+	free(order);
+	if (next_wake)
+		kn_timer_arm(s->tick_timer, next_wake - now);
+}
+
+/* ---- task exits and attempt outcomes ---- */
+
+static const char *signal_label(int sig)
+{
+	const char *d = sigabbrev_np(sig);
+	return d ? d : "?";
+}
+
+/* "rank 1: exit code 3", "rank 0: killed by SIGKILL", "rank 0: timeout". */
+static void describe_failure(const struct run_task *t, char *buf, size_t len)
+{
+	const struct kn_task_status *st = &t->status;
+
+	if (st->reason[0] && strcmp(st->reason, "timeout") != 0)
+		snprintf(buf, len, "rank %d: %s", t->rank, st->reason);
+	else if (st->signal)
+		snprintf(buf, len, "rank %d: killed by SIG%s%s", t->rank,
+			 signal_label(st->signal),
+			 !strcmp(st->reason, "timeout") ? " after timeout" : "");
+	else
+		snprintf(buf, len, "rank %d: exit code %d", t->rank,
+			 st->exit_code);
+}
+
+static bool task_failed(const struct run_task *t)
+{
+	return t->status.exit_code != 0 || t->status.signal != 0;
+}
+
+static int64_t backoff_ms(const struct kn_job_spec *spec, int retry)
+{
+	int64_t ms = spec->backoff_ms;
+
+	for (int i = 1; i < retry && ms < spec->backoff_max_ms; i++)
+		ms *= 2;
+	return ms < spec->backoff_max_ms ? ms : spec->backoff_max_ms;
+}
+
+/*
+ * Write an attempt's end and the job's next state; requeues go back into
+ * the queue once the transaction has committed (the caller's).
+ */
+static int finish_run(struct server *s, struct run *r, int64_t now,
+		      bool *requeue, struct kn_error *err)
+{
+	struct kn_job_row j;
+	struct kn_attempt_row a;
+	const struct run_task *failed = NULL;
+	bool timeout = false;
+	char why[256] = "";
+	int rc;
+
+	*requeue = false;
+	for (int i = 0; i < r->n_tasks; i++) {
+		const struct run_task *t = &r->tasks[i];
+		if (!strcmp(t->status.reason, "timeout"))
+			timeout = true;
+		/* The first rank to fail is the cause; the rest were stopped. */
+		if (task_failed(t) && (!failed || t->status.ended_at_ms <
+							  failed->status.ended_at_ms))
+			failed = t;
+	}
+	memset(&j, 0, sizeof(j));
+	rc = kn_store_job_get(s->store, r->job_id, &j, err);
+	if (rc < 0)
+		return rc;
+	memset(&a, 0, sizeof(a));
+	a.job_id = r->job_id;
+	a.number = r->attempt;
+	a.started_at = r->started_at;
+	a.ended_at = now;
+	a.exit_code = failed ? failed->status.exit_code : 0;
+	a.signal = failed ? failed->status.signal : 0;
+	j.exit_code = a.exit_code;
+
+	if (j.cancel_requested) {
+		a.state = KN_JOB_CANCELLED;
+		snprintf(why, sizeof(why), "%s", j.reason ? j.reason : "cancelled");
+		j.state = KN_JOB_CANCELLED;
+		j.ended_at = now;
+	} else if (r->stop_reason[0] && !strncmp(r->stop_reason, "interrupted", 11)) {
+		/* Lost to a server crash before it started: not the job's fault. */
+		a.state = KN_JOB_FAILED;
+		snprintf(why, sizeof(why), "%s", r->stop_reason);
+		j.state = KN_JOB_QUEUED;
+		j.not_before = now;
+		*requeue = true;
+	} else if (!failed) {
+		a.state = KN_JOB_SUCCEEDED;
+		j.state = KN_JOB_SUCCEEDED;
+		j.ended_at = now;
+		snprintf(why, sizeof(why), "all %d task%s exited 0", r->n_tasks,
+			 r->n_tasks == 1 ? "" : "s");
+	} else {
+		describe_failure(failed, why, sizeof(why));
+		a.state = KN_JOB_FAILED;
+		if (timeout) {
+			char limit[32];
+			kn_format_duration(r->spec->timeout_ms, limit, sizeof(limit));
+			snprintf(why, sizeof(why), "timeout: ran past %s", limit);
+		}
+		if (!timeout && j.retries_used < r->spec->retries) {
+			j.retries_used++;
+			j.state = KN_JOB_QUEUED;
+			j.not_before = now + backoff_ms(r->spec, j.retries_used);
+			*requeue = true;
+		} else {
+			j.state = KN_JOB_FAILED;
+			j.ended_at = now;
+		}
+	}
+	a.reason = why;
+	free(j.reason);
+	if (j.state == KN_JOB_QUEUED && j.retries_used && failed && !timeout) {
+		char in[32];
+		kn_format_duration(j.not_before - now, in, sizeof(in));
+		j.reason = kn_asprintf("retry %d of %d in %s after %s",
+				       j.retries_used, r->spec->retries, in, why);
+	} else if (j.state == KN_JOB_FAILED && j.retries_used) {
+		j.reason = kn_asprintf("%s (after %d retr%s)", why,
+				       j.retries_used,
+				       j.retries_used == 1 ? "y" : "ies");
+	} else {
+		j.reason = kn_xstrdup(why);
+	}
+	rc = kn_store_attempt_put(s->store, &a, err);
+	if (rc == 0)
+		rc = kn_store_job_update(s->store, &j, NULL, err);
+	if (rc == 0 && *requeue)
+		r->requeue_at = j.not_before;
+	kn_job_row_release(&j);
+	return rc;
+}
+
+static void stop_run(struct server *s, struct run *r, const char *reason)
+{
+	struct kn_error err;
+
+	if (r->stopping)
+		return;
+	r->stopping = true;
+	if (reason && !r->stop_reason[0])
+		kn_strlcpy(r->stop_reason, reason, sizeof(r->stop_reason));
+	for (int i = 0; i < r->n_tasks; i++) {
+		struct run_task *t = &r->tasks[i];
+		if (t->ended)
+			continue;
+		if (s->exec->stop(&t->proc, &err) < 0)
+			kn_log(KN_LOG_WARN, "job %lld rank %d: %s",
+			       (long long)r->job_id, t->rank, err.message);
+	}
+}
+
+/*
+ * Write the tasks that ended since the last call, end the attempts whose
+ * tasks have all ended, and release their devices. One transaction.
+ */
+static void settle(struct server *s, struct run **changed, size_t n)
+{
+	struct kn_error err;
+	struct run **done = kn_xcalloc(n ? n : 1, sizeof(*done));
+	bool *requeue = kn_xcalloc(n ? n : 1, sizeof(*requeue));
+	size_t nd = 0;
+	int64_t now = kn_now_ms();
+	int rc;
+
+	rc = kn_store_begin(s->store, &err);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct run *r = changed[i];
+		int ended = 0;
+
+		for (int k = 0; rc == 0 && k < r->n_tasks; k++) {
+			struct run_task *t = &r->tasks[k];
+			struct kn_task_row tr;
+			char devs[256];
+
+			if (!t->ended)
+				continue;
+			ended++;
+			if (t->recorded)
+				continue;
+			devices_text(&r->bindings[k], devs, sizeof(devs));
+			memset(&tr, 0, sizeof(tr));
+			tr.job_id = r->job_id;
+			tr.attempt = r->attempt;
+			tr.rank = t->rank;
+			tr.node = s->node_name;
+			tr.devices = devs;
+			tr.gpu_milli = r->bindings[k].milli_per_device;
+			tr.task_dir = t->task_dir;
+			tr.state = KN_TASK_EXITED;
+			tr.shim_pid = t->proc.pid;
+			tr.shim_start = t->proc.start;
+			tr.started_at = t->status.started_at_ms
+						? t->status.started_at_ms
+						: r->started_at;
+			tr.ended_at = t->status.ended_at_ms ? t->status.ended_at_ms
+							    : now;
+			tr.exit_code = t->status.exit_code;
+			tr.signal = t->status.signal;
+			tr.master_port = 0;
+			rc = kn_store_task_put(s->store, &tr, &err);
+		}
+		if (rc == 0 && ended == r->n_tasks) {
+			rc = finish_run(s, r, now, &requeue[nd], &err);
+			done[nd++] = r;
+		}
+	}
+	if (rc == 0)
+		rc = kn_store_commit(s->store, &err);
+	if (rc < 0) {
+		/* Nothing is lost: the next poll finds the same exits again. */
+		kn_store_rollback(s->store);
+		kn_log(KN_LOG_ERROR, "recording task exits failed: %s",
+		       err.message);
+		free(done);
+		free(requeue);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		for (int k = 0; k < changed[i]->n_tasks; k++)
+			if (changed[i]->tasks[k].ended)
+				changed[i]->tasks[k].recorded = true;
+	for (size_t i = 0; i < nd; i++) {
+		struct run *r = done[i];
+
+		kn_sched_release(&s->cluster, &r->req, r->bindings);
+		run_unlink(s, r);
+		if (requeue[i]) {
+			queue_push(s, r->job_id, r->spec->priority,
+				   r->submitted_at, r->requeue_at, r->spec);
+			r->spec = NULL;
+		}
+		run_free(r);
+	}
+	free(done);
+	free(requeue);
+	if (nd)
+		wake_scheduler(s);
+}
+
+static struct run *run_find_pid(struct server *s, int pid, int *rank)
+{
+	for (struct run *r = s->runs; r; r = r->next)
+		for (int i = 0; i < r->n_tasks; i++)
+			if (r->tasks[i].proc.pid == pid && !r->tasks[i].ended) {
+				*rank = i;
+				return r;
+			}
+	return NULL;
+}
+
+/* Read one task's state; true when it has just been found ended. */
+static bool check_task(struct server *s, struct run *r, struct run_task *t)
+{
+	struct kn_task_status st;
+	struct kn_error err;
+
+	if (t->ended)
+		return false;
+	if (s->exec->status(t->task_dir, &t->proc, &st, &err) < 0) {
+		kn_log(KN_LOG_WARN, "job %lld rank %d: %s", (long long)r->job_id,
+		       t->rank, err.message);
+		return false;
+	}
+	if (!st.ended)
+		return false;
+	t->ended = true;
+	t->status = st;
+	return true;
+}
+
+/* After exits: stop the rest of a gang whose member failed, then settle. */
+static void after_exits(struct server *s, struct run **changed, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct run *r = changed[i];
+		for (int k = 0; k < r->n_tasks; k++) {
+			char why[160];
+			if (!r->tasks[k].ended || !task_failed(&r->tasks[k]) ||
+			    r->stopping)
+				continue;
+			describe_failure(&r->tasks[k], why, sizeof(why));
+			stop_run(s, r, why);
+		}
+	}
+	if (n)
+		settle(s, changed, n);
+}
+
+static void changed_add(struct run ***v, size_t *n, struct run *r)
+{
+	for (size_t i = 0; i < *n; i++)
+		if ((*v)[i] == r)
+			return;
+	*v = kn_xrealloc(*v, (*n + 1) * sizeof(**v));
+	(*v)[(*n)++] = r;
+}
+
+void jobs_on_sigchld(void *arg)
+{
+	struct server *s = arg;
+	struct run **changed = NULL;
+	size_t n = 0;
+	int status, pid, rank;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		struct run *r = run_find_pid(s, pid, &rank);
+		if (r && check_task(s, r, &r->tasks[rank]))
+			changed_add(&changed, &n, r);
+	}
+	after_exits(s, changed, n);
+	free(changed);
+}
+
+void jobs_poll(void *arg)
+{
+	struct server *s = arg;
+	struct run **changed = NULL;
+	size_t n = 0;
+
+	/* Children are reaped here too, in case a SIGCHLD was coalesced. */
+	jobs_on_sigchld(s);
+	for (struct run *r = s->runs; r; r = r->next)
+		for (int k = 0; k < r->n_tasks; k++)
+			if (check_task(s, r, &r->tasks[k]))
+				changed_add(&changed, &n, r);
+	after_exits(s, changed, n);
+	free(changed);
+	kn_timer_arm(s->poll_timer, POLL_MS);
+}
+
+/* ---- cancel ---- */
+
+int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
+		struct kn_error *err)
+{
+	struct kn_job_row j;
+	struct kn_audit a;
+	char object[48];
+	int rc;
+
+	memset(&j, 0, sizeof(j));
+	rc = kn_store_job_get(s->store, id, &j, err);
+	if (rc < 0)
+		return rc;
+	if (c->role < KN_ROLE_OPERATOR && strcmp(j.owner, c->name) != 0) {
+		rc = kn_errorf(err, KN_EPERM, NULL,
+			       "job %lld belongs to %s; a user may cancel only "
+			       "its own jobs",
+			       (long long)id, j.owner);
+		goto out;
+	}
+	if (kn_job_state_terminal(j.state)) {
+		rc = kn_errorf(err, KN_ECONFLICT, "state",
+			       "job %lld has already %s", (long long)id,
+			       kn_job_state_name(j.state));
+		goto out;
+	}
+	if (j.cancel_requested)
+		goto out; /* asked twice: the first request stands */
+	snprintf(object, sizeof(object), "job/%lld", (long long)id);
+	audit_init(&a, c, "job.cancel", object);
+	free(j.reason);
+	if (j.state == KN_JOB_QUEUED) {
+		j.state = KN_JOB_CANCELLED;
+		j.ended_at = kn_now_ms();
+		j.cancel_requested = true;
+		j.reason = kn_asprintf("cancelled by %s while queued", c->name);
+		rc = kn_store_job_update(s->store, &j, &a, err);
+		if (rc == 0)
+			queue_remove(s, id);
+		goto out;
+	}
+	j.cancel_requested = true;
+	j.reason = kn_asprintf("cancelled by %s", c->name);
+	rc = kn_store_job_update(s->store, &j, &a, err);
+	if (rc < 0)
+		goto out;
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->job_id == id)
+			stop_run(s, r, j.reason);
+out:
+	kn_job_row_release(&j);
+	return rc;
+}
+
+/* ---- node view ---- */
+
+json_t *jobs_device_allocations(struct server *s, int device_index)
+{
+	json_t *list = json_array();
+
+	for (struct run *r = s->runs; r; r = r->next)
+		for (int k = 0; k < r->n_tasks; k++)
+			for (int d = 0; d < r->bindings[k].n_devices; d++)
+				if (r->bindings[k].devices[d] == device_index)
+					json_array_append_new(
+						list,
+						json_pack("{s:I, s:i, s:i}", "job",
+							  (json_int_t)r->job_id,
+							  "rank", k, "milli",
+							  r->bindings[k]
+								  .milli_per_device));
+	return list;
+}
+
+bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank)
+{
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->job_id == job_id && r->attempt == attempt &&
+		    rank < r->n_tasks)
+			return !r->tasks[rank].recorded;
+	return false;
+}
+
+/* ---- recovery ---- */
+
+/* "0,2" -> binding on the local node, charged to the snapshot. */
+static int rebind(struct server *s, struct run *r, int rank,
+		  const struct kn_task_row *tr)
+{
+	struct kn_sched_binding *b = &r->bindings[rank];
+	const char *p = tr->devices;
+
+	memset(b, 0, sizeof(*b));
+	b->node = 0;
+	b->milli_per_device = tr->gpu_milli;
+	while (p && *p && b->n_devices < KN_SCHED_MAX_GPUS_PER_TASK) {
+		char *end;
+		long idx = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		b->devices[b->n_devices++] = (int)idx;
+		p = *end == ',' ? end + 1 : end;
+	}
+	for (int d = 0; d < b->n_devices; d++) {
+		for (size_t i = 0; i < s->node.n_devices; i++) {
+			if (s->node.devices[i].index != b->devices[d])
+				continue;
+			s->node.devices[i].used_milli += b->milli_per_device;
+			break;
+		}
+	}
+	s->node.cpu_milli_used += r->req.cpu_milli;
+	s->node.memory_used += r->req.memory_bytes;
+	return 0;
+}
+
+static int recover_running(struct server *s, const struct kn_job_row *j,
+			   struct kn_error *err)
+{
+	struct kn_job_spec *spec = NULL;
+	struct kn_task_row *tasks = NULL;
+	struct kn_attempt_row *attempts = NULL;
+	size_t nt = 0, na = 0;
+	struct run *r;
+	int rc;
+
+	rc = kn_job_spec_parse(j->spec_yaml, strlen(j->spec_yaml), j->filename,
+			       &spec, err);
+	if (rc < 0)
+		return rc;
+	rc = kn_store_task_list(s->store, j->id, j->attempts, &tasks, &nt, err);
+	if (rc == 0)
+		rc = kn_store_attempt_list(s->store, j->id, &attempts, &na, err);
+	if (rc < 0) {
+		kn_job_spec_free(spec);
+		return rc;
+	}
+	r = run_new(s, j->id, j->attempts, spec);
+	r->submitted_at = j->submitted_at;
+	r->started_at = na ? attempts[na - 1].started_at : j->started_at;
+	for (size_t i = 0; i < nt && (int)tasks[i].rank < r->n_tasks; i++) {
+		struct run_task *t = &r->tasks[tasks[i].rank];
+		struct kn_error aerr;
+
+		rebind(s, r, tasks[i].rank, &tasks[i]);
+		if (tasks[i].state == KN_TASK_EXITED) {
+			t->ended = t->recorded = true;
+			t->status.ended = true;
+			t->status.exit_code = tasks[i].exit_code;
+			t->status.signal = tasks[i].signal;
+			t->status.started_at_ms = tasks[i].started_at;
+			t->status.ended_at_ms = tasks[i].ended_at;
+			continue;
+		}
+		if (s->exec->adopt(t->task_dir, &t->proc, &aerr) < 0) {
+			/* Bound but never started: the crash came first. */
+			t->ended = true;
+			t->status.ended = true;
+			t->status.exit_code = -1;
+			t->status.ended_at_ms = kn_now_ms();
+			kn_strlcpy(t->status.reason, "never started",
+				   sizeof(t->status.reason));
+			snprintf(r->stop_reason, sizeof(r->stop_reason),
+				 "interrupted: the server stopped while starting "
+				 "attempt %d",
+				 r->attempt);
+			continue;
+		}
+		check_task(s, r, t);
+	}
+	kn_task_list_free(tasks, nt);
+	kn_attempt_list_free(attempts, na);
+	if (r->stop_reason[0]) {
+		char reason[128];
+		kn_strlcpy(reason, r->stop_reason, sizeof(reason));
+		stop_run(s, r, reason);
+	}
+	return 0;
+}
+
+int jobs_recover(struct server *s, struct kn_error *err)
+{
+	struct kn_job_filter f;
+	struct kn_job_row *jobs = NULL;
+	struct run **changed = NULL;
+	size_t n = 0, nc = 0;
+	int rc, adopted = 0, queued = 0;
+
+	memset(&f, 0, sizeof(f));
+	f.state = -1;
+	f.active_only = true;
+	f.with_spec = true;
+	rc = kn_store_job_list(s->store, &f, &jobs, &n, err);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		struct kn_job_spec *spec = NULL;
+		struct kn_error perr;
+
+		if (jobs[i].state == KN_JOB_RUNNING) {
+			if (recover_running(s, &jobs[i], &perr) < 0) {
+				kn_log(KN_LOG_ERROR, "job %lld: cannot recover: %s",
+				       (long long)jobs[i].id, perr.message);
+				continue;
+			}
+			adopted++;
+			continue;
+		}
+		if (kn_job_spec_parse(jobs[i].spec_yaml,
+				      strlen(jobs[i].spec_yaml),
+				      jobs[i].filename, &spec, &perr) < 0) {
+			kn_log(KN_LOG_ERROR, "job %lld: stored spec no longer "
+			       "parses: %s", (long long)jobs[i].id, perr.message);
+			continue;
+		}
+		queue_push(s, jobs[i].id, jobs[i].priority, jobs[i].submitted_at,
+			   jobs[i].not_before, spec);
+		queued++;
+	}
+	kn_job_list_free(jobs, n);
+	for (struct run *r = s->runs; r; r = r->next)
+		changed_add(&changed, &nc, r);
+	after_exits(s, changed, nc);
+	free(changed);
+	if (adopted || queued)
+		kn_log(KN_LOG_INFO, "recovered %d running and %d queued job%s",
+		       adopted, queued, adopted + queued == 1 ? "" : "s");
+	wake_scheduler(s);
+	return 0;
+}
+
+void jobs_free_all(struct server *s)
+{
+	while (s->queue) {
+		struct queued_job *q = s->queue;
+		s->queue = q->next;
+		queued_free(q);
+	}
+	s->queue_len = 0;
+	while (s->runs) {
+		struct run *r = s->runs;
+		s->runs = r->next;
+		run_free(r);
+	}
+}

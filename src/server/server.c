@@ -1,0 +1,206 @@
+/*
+ * kiln server: start-up, wiring and shutdown.
+ *
+ * Order matters at start-up: the home directory and the database first
+ * (nothing is accepted without a place to keep it), then the admin token,
+ * the devices and the local node, then recovery of queued and running jobs,
+ * and only then the listener and server.url — so a client that can see the
+ * URL talks to a server that already knows every job it knew before.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void kn_server_config_init(struct kn_server_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->listen_host = "127.0.0.1";
+	cfg->listen_port = 7070;
+	cfg->kill_grace_ms = 10000;
+	cfg->log_max_bytes = KN_LOG_MAX_BYTES;
+}
+
+static void on_stop(void *arg)
+{
+	struct server *s = arg;
+	kn_log(KN_LOG_INFO, "stopping; running tasks keep running and are "
+	       "re-adopted by the next start");
+	kn_loop_stop(s->loop);
+}
+
+static int64_t mem_total_bytes(void)
+{
+	char *text = NULL, *p;
+	long long kb = 0;
+
+	if (kn_read_file("/proc/meminfo", 65536, &text, NULL) < 0)
+		return 0;
+	p = strstr(text, "MemTotal:");
+	if (p)
+		sscanf(p + 9, "%lld", &kb);
+	free(text);
+	return kb * 1024;
+}
+
+static int setup_node(struct server *s, struct kn_error *err)
+{
+	struct kn_node_row row;
+	struct kn_device_row *devs;
+	char host[64] = "local";
+	int rc;
+
+	if (s->cfg.gpus)
+		rc = kn_devices_simulated(s->cfg.gpus, &s->devices, err);
+	else
+		rc = kn_devices_discover(&s->devices, err);
+	if (rc < 0)
+		return rc;
+	if (s->cfg.node_name)
+		kn_strlcpy(s->node_name, s->cfg.node_name, sizeof(s->node_name));
+	else if (gethostname(host, sizeof(host)) == 0) {
+		host[sizeof(host) - 1] = '\0';
+		*strchrnul(host, '.') = '\0';
+		kn_strlcpy(s->node_name, host, sizeof(s->node_name));
+	} else {
+		kn_strlcpy(s->node_name, "local", sizeof(s->node_name));
+	}
+
+	s->node.name = s->node_name;
+	s->node.schedulable = true;
+	s->node.cpu_milli_total = (int)sysconf(_SC_NPROCESSORS_ONLN) * 1000;
+	s->node.memory_total = mem_total_bytes();
+	s->node.n_devices = s->devices.n;
+	s->node.devices = kn_xcalloc(s->devices.n ? s->devices.n : 1,
+				     sizeof(*s->node.devices));
+	for (size_t i = 0; i < s->devices.n; i++) {
+		s->node.devices[i].index = s->devices.devices[i].index;
+		s->node.devices[i].model = s->devices.devices[i].model;
+		s->node.devices[i].memory_bytes =
+			s->devices.devices[i].memory_bytes;
+	}
+	s->cluster.nodes = &s->node;
+	s->cluster.n_nodes = 1;
+
+	memset(&row, 0, sizeof(row));
+	row.name = s->node_name;
+	row.state = "ready";
+	row.labels_json = "{}";
+	row.taints_json = "[]";
+	row.cpu_milli = s->node.cpu_milli_total;
+	row.memory_bytes = s->node.memory_total;
+	row.simulated = s->devices.simulated;
+	row.updated_at = kn_now_ms();
+	devs = kn_xcalloc(s->devices.n ? s->devices.n : 1, sizeof(*devs));
+	for (size_t i = 0; i < s->devices.n; i++) {
+		devs[i].node = s->node_name;
+		devs[i].index = s->devices.devices[i].index;
+		devs[i].uuid = s->devices.devices[i].uuid;
+		devs[i].model = s->devices.devices[i].model;
+		devs[i].memory_bytes = s->devices.devices[i].memory_bytes;
+		devs[i].simulated = s->devices.simulated;
+	}
+	row.devices = devs;
+	row.n_devices = s->devices.n;
+	rc = kn_store_node_put(s->store, &row, err);
+	free(devs);
+	if (rc == 0)
+		kn_log(KN_LOG_INFO, "node %s: %zu %s device%s (%s)", s->node_name,
+		       s->devices.n, s->devices.simulated ? "simulated" : "GPU",
+		       s->devices.n == 1 ? "" : "s", s->devices.source);
+	return rc;
+}
+
+static void server_release(struct server *s)
+{
+	logs_free_all(s);
+	jobs_free_all(s);
+	kn_http_server_free(s->http);
+	kn_timer_free(s->tick_timer);
+	kn_timer_free(s->poll_timer);
+	kn_store_free(s->store);
+	kn_loop_free(s->loop);
+	free(s->node.devices);
+	kn_device_set_release(&s->devices);
+	free(s->home);
+}
+
+int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
+{
+	struct server s;
+	char *path = NULL, *url = NULL;
+	int rc, port = 0;
+
+	memset(&s, 0, sizeof(s));
+	s.cfg = *cfg;
+	s.exec = &kn_local_executor;
+	s.home = kn_xstrdup(cfg->home);
+	rc = kn_mkdir_p(s.home, 0700);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, "home", "cannot create %s: %s",
+			       s.home, strerror(-rc));
+		goto out;
+	}
+	path = kn_asprintf("%s/tasks", s.home);
+	kn_mkdir_p(path, 0700);
+	free(path);
+	path = kn_asprintf("%s/kiln.db", s.home);
+	rc = kn_store_open(path, &s.store, err);
+	if (rc < 0)
+		goto out;
+	rc = auth_bootstrap(&s, err);
+	if (rc < 0)
+		goto out;
+	rc = setup_node(&s, err);
+	if (rc < 0)
+		goto out;
+
+	s.loop = kn_loop_new();
+	if (!s.loop) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot create the event loop");
+		goto out;
+	}
+	s.tick_timer = kn_timer_new(s.loop, jobs_tick, &s);
+	s.poll_timer = kn_timer_new(s.loop, jobs_poll, &s);
+	/* Writes to a client that went away must not kill the server. */
+	signal(SIGPIPE, SIG_IGN);
+	if (kn_loop_on_signal(s.loop, SIGCHLD, jobs_on_sigchld, &s) < 0 ||
+	    kn_loop_on_signal(s.loop, SIGTERM, on_stop, &s) < 0 ||
+	    kn_loop_on_signal(s.loop, SIGINT, on_stop, &s) < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot watch signals");
+		goto out;
+	}
+	rc = jobs_recover(&s, err);
+	if (rc < 0)
+		goto out;
+	rc = kn_http_server_new(s.loop, cfg->listen_host, cfg->listen_port,
+				api_handle, &s, &s.http, &port, err);
+	if (rc < 0)
+		goto out;
+	url = kn_asprintf("http://%s:%d\n", cfg->listen_host, port);
+	free(path);
+	path = kn_asprintf("%s/server.url", s.home);
+	rc = kn_write_file_atomic(path, url, strlen(url), 0644);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
+			       strerror(-rc));
+		goto out;
+	}
+	kn_log(KN_LOG_INFO, "kiln %s listening on %.*s (home %s)", KN_VERSION,
+	       (int)strlen(url) - 1, url, s.home);
+	kn_timer_arm(s.poll_timer, 500);
+	rc = kn_loop_run(s.loop);
+	if (rc < 0)
+		kn_errorf(err, KN_EIO, NULL, "event loop failed");
+	unlink(path);
+out:
+	free(path);
+	free(url);
+	server_release(&s);
+	return rc;
+}

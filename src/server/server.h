@@ -1,0 +1,36 @@
+/*
+ * server: `kiln server`, the control plane. It wires the store, the
+ * scheduler and the local executor to the HTTP API, and keeps accepted jobs
+ * and running tasks safe across its own crashes: every acknowledged write
+ * is in SQLite before the answer, and tasks run under shims that outlive
+ * the server and are re-adopted when it starts again.
+ */
+#ifndef KILN_SERVER_H
+#define KILN_SERVER_H
+
+#include <stdint.h>
+
+#include "base/base.h"
+
+struct kn_server_config {
+	const char *home;         /* $KILN_HOME: created 0700 if missing */
+	const char *listen_host;  /* default 127.0.0.1 */
+	int listen_port;          /* default 7070; 0 = any free port */
+	const char *gpus;         /* simulated devices ("4xH100-80GB"), or
+				     NULL to discover real ones with NVML */
+	const char *node_name;    /* default: the short host name */
+	int64_t kill_grace_ms;    /* cancel: SIGTERM to SIGKILL, default 10s */
+	int64_t log_max_bytes;    /* per task log file before rotation */
+};
+
+/* Defaults for every field. */
+void kn_server_config_init(struct kn_server_config *cfg);
+
+/*
+ * Run until SIGTERM or SIGINT. Returns 0 after a clean stop, or a negative
+ * errno with err filled when start-up failed (home not writable, port in
+ * use, database refused, bad --gpus).
+ */
+int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err);
+
+#endif
