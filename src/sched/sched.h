@@ -20,6 +20,9 @@
 
 #define KN_SCHED_MAX_GPUS_PER_TASK 8
 
+/* Starts a reason when the request cannot fit even the empty cluster. */
+#define KN_SCHED_NEVER "can never fit: "
+
 struct kn_sched_label {
 	const char *key;
 	const char *value;
@@ -91,23 +94,49 @@ struct kn_sched_binding {
 
 /*
  * Place every task of req, or none. On success returns 0, fills
- * bindings[0..req->tasks-1] and charges the snapshot (device used_milli,
- * node cpu and memory). When it cannot fit returns -ENOSPC and writes a
- * one-line reason a person can act on ("needs 8 GPUs per task; the largest
- * node has 4 (local)"), leaving the snapshot unchanged. A request that can
- * never fit the cluster even when empty says so in the reason too.
+ * bindings[0..req->tasks-1], charges the snapshot (device used_milli, node
+ * cpu and memory where the node tracks them and the request asks) and
+ * empties reason. When it cannot fit returns -ENOSPC and writes a one-line
+ * reason a person can act on ("needs 2 tasks x 2 GPUs; 1 of 4 GPUs free on
+ * local"), leaving the snapshot and bindings unchanged. A request that
+ * cannot fit even the empty cluster (all nodes, cordoned ones included,
+ * with nothing allocated) has a reason starting with KN_SCHED_NEVER; any
+ * other may fit later. A request for MIG slices gets -ENOSPC and "MIG
+ * slices are not placed yet (mig:<profile>)". A malformed request (tasks
+ * < 1, gpu_milli neither 1..999 nor 1000..8000 in steps of 1000, negative
+ * cpu or memory) gets -EINVAL and a reason starting "invalid request: ".
+ * reason may be NULL.
+ *
+ * Filters: a node must be schedulable, carry every selector label, and
+ * have no taint the request does not tolerate other than PreferNoSchedule
+ * ones (unknown effects count as NoSchedule). With gpu_models, a device is
+ * usable when its model equals one of them or starts with one followed by
+ * '-' ("H100" accepts "H100-80GB"), ignoring case. Whole GPUs need idle
+ * devices (used_milli 0) on one node, lowest indexes first; a share takes
+ * the fullest device with room. Each task goes to the node that is best by,
+ * in order: no untolerated PreferNoSchedule taint, already used by this
+ * gang, able to hold all tasks still to place, fewest free GPU milli, node
+ * order. A CPU-only task (gpu_milli 0) binds no devices and has
+ * milli_per_device 0.
  */
 int kn_sched_place(struct kn_sched_cluster *cluster,
 		   const struct kn_sched_request *req,
 		   struct kn_sched_binding *bindings, char *reason,
 		   size_t reason_len);
 
-/* Give back what a binding took (e.g. to undo a tentative placement). */
+/*
+ * Give back what kn_sched_place took for req->tasks bindings (e.g. to undo
+ * a tentative placement), found by node and device index. Counters never
+ * drop below zero.
+ */
 void kn_sched_release(struct kn_sched_cluster *cluster,
 		      const struct kn_sched_request *req,
 		      const struct kn_sched_binding *bindings);
 
-/* Queue order: higher priority first, then earlier submission, then id. */
+/*
+ * Queue order: higher priority first, then earlier submission, then lower
+ * id. A total order, so the result does not depend on the input order.
+ */
 struct kn_sched_queue_entry {
 	int64_t job_id;
 	int priority;

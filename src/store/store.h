@@ -9,6 +9,12 @@
  *
  * Rows are plain structs; strings in rows returned to the caller are
  * malloc'd and freed with the matching *_release / *_list_free.
+ *
+ * Errors: KN_ENOTFOUND for a missing row, KN_ECONFLICT for a unique
+ * conflict, KN_EINVAL for a bad argument (an unknown state, a NULL where a
+ * value is required), KN_EIO for SQLite failures (the message carries
+ * SQLite's). A kn_store is one connection: use it from one thread at a
+ * time.
  */
 #ifndef KILN_STORE_H
 #define KILN_STORE_H
@@ -28,6 +34,8 @@ struct kn_store;
  * Open (creating if needed) the database at path, set WAL and
  * synchronous=FULL, run migrations. A file from a newer kiln is refused
  * with a message naming both versions.
+ * A new file is created with mode 0600; a file that is not a SQLite
+ * database is refused with a message naming the path.
  */
 int kn_store_open(const char *path, struct kn_store **out,
 		  struct kn_error *err);
@@ -37,6 +45,12 @@ void kn_store_free(struct kn_store *st);
  * Group several writes into one transaction (the scheduler's tick binds
  * many jobs at once). Nested begin is an error. The write calls below
  * start and commit their own transaction when none is open.
+ * Inside kn_store_begin a failing write call leaves what it did so far in
+ * the open transaction: the caller rolls back. Commit on no open
+ * transaction is an error; a failed commit rolls the transaction back.
+ * Rollback with none open does nothing. Each self-committed write costs
+ * one fsync (about a millisecond); a burst inside one transaction costs
+ * one in all.
  */
 int kn_store_begin(struct kn_store *st, struct kn_error *err);
 int kn_store_commit(struct kn_store *st, struct kn_error *err);
@@ -50,7 +64,8 @@ struct kn_audit {
 	char *actor;     /* token name, or "system" */
 	char *role;
 	char *action;    /* "job.submit", "job.cancel", "token.create", ... */
-	char *object;    /* "job/12", "token/alice" */
+	char *object;    /* "job/12", "token/alice"; NULL on a write call =
+			    the object written, e.g. the new job's id */
 	char *outcome;   /* "ok", "denied", "error" */
 	char *detail;    /* free text, may be NULL */
 };
@@ -66,7 +81,7 @@ struct kn_audit_filter {
 	int64_t since_ms;   /* 0 = any */
 	int limit;          /* 0 = 100 */
 };
-/* Newest first. */
+/* Newest first. f may be NULL (the newest 100 rows). */
 int kn_store_audit_list(struct kn_store *st, const struct kn_audit_filter *f,
 			struct kn_audit **out, size_t *n, struct kn_error *err);
 void kn_audit_list_free(struct kn_audit *rows, size_t n);
@@ -89,15 +104,21 @@ void kn_token_row_release(struct kn_token_row *t);
 int kn_store_token_insert(struct kn_store *st, const struct kn_token_row *t,
 			  const struct kn_audit *a, int64_t *out_id,
 			  struct kn_error *err);
-/* Active tokens only; -ENOENT when none matches. */
+/*
+ * Active tokens only; -ENOENT when none matches. Also records the use:
+ * last_used_at is set to now when it is more than a minute old, so the
+ * usual request costs one indexed read and no write.
+ */
 int kn_store_token_by_hash(struct kn_store *st, const char *hash,
 			   struct kn_token_row *out, struct kn_error *err);
+/* Every token, revoked ones included (revoked_at != 0), by id. */
 int kn_store_token_list(struct kn_store *st, struct kn_token_row **out,
 			size_t *n, struct kn_error *err);
 void kn_token_list_free(struct kn_token_row *rows, size_t n);
 /* Revoke the active token with that name; -ENOENT when none. */
 int kn_store_token_revoke(struct kn_store *st, const char *name,
 			  const struct kn_audit *a, struct kn_error *err);
+/* The number of active (unrevoked) tokens. */
 int kn_store_token_count(struct kn_store *st, int *out,
 			 struct kn_error *err);
 
@@ -112,9 +133,11 @@ enum kn_job_state {
 	KN_JOB_CANCELLED,
 	KN_JOB_PREEMPTED,
 };
+/* "unknown" for a value outside the enum. */
 const char *kn_job_state_name(enum kn_job_state s);
 /* -1 when unknown. */
 int kn_job_state_parse(const char *name);
+/* Succeeded, failed, cancelled (a preempted job is queued again). */
 bool kn_job_state_terminal(enum kn_job_state s);
 
 struct kn_job_row {
@@ -162,7 +185,7 @@ struct kn_job_filter {
 	int limit;          /* 0 = no limit */
 	bool with_spec;     /* also read spec_yaml/spec_json */
 };
-/* Ordered by id ascending. */
+/* Ordered by id ascending. f may be NULL (every job). */
 int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 		      struct kn_job_row **out, size_t *n,
 		      struct kn_error *err);
@@ -180,7 +203,7 @@ struct kn_attempt_row {
 	char *reason;
 };
 void kn_attempt_row_release(struct kn_attempt_row *a);
-/* Insert or replace by (job_id, number). */
+/* Insert or replace by (job_id, number); -ENOENT when the job is missing. */
 int kn_store_attempt_put(struct kn_store *st, const struct kn_attempt_row *a,
 			 struct kn_error *err);
 /* Ordered by number. */
@@ -195,7 +218,10 @@ enum kn_task_state {
 	KN_TASK_RUNNING,
 	KN_TASK_EXITED,
 };
+/* "unknown" for a value outside the enum. */
 const char *kn_task_state_name(enum kn_task_state s);
+/* -1 when unknown. */
+int kn_task_state_parse(const char *name);
 
 struct kn_task_row {
 	int64_t job_id;
@@ -215,7 +241,10 @@ struct kn_task_row {
 	int master_port;
 };
 void kn_task_row_release(struct kn_task_row *t);
-/* Insert or replace by (job_id, attempt, rank). */
+/*
+ * Insert or replace by (job_id, attempt, rank); -ENOENT when the job is
+ * missing. devices NULL is stored as "".
+ */
 int kn_store_task_put(struct kn_store *st, const struct kn_task_row *t,
 		      struct kn_error *err);
 /* attempt 0 = every attempt. Ordered by attempt, rank. */
@@ -251,7 +280,11 @@ struct kn_node_row {
 	size_t n_devices;
 };
 void kn_node_row_release(struct kn_node_row *n);
-/* Insert or replace the node and replace its whole device list. */
+/*
+ * Insert or replace the node and replace its whole device list, in one
+ * transaction. Each device's node field is ignored: the devices belong to
+ * n. labels_json and taints_json NULL are stored as {} and [].
+ */
 int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
 		      struct kn_error *err);
 /* Ordered by name, each with its devices ordered by index. */

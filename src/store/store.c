@@ -1,0 +1,1723 @@
+/*
+ * store: kiln's state in one SQLite file, and every SQL statement kiln runs.
+ *
+ * Shape (after flux's content-sqlite): each statement is a named constant,
+ * prepared once in kn_store_open into st->stmt[] and then only bound,
+ * stepped and reset, so the server's burst of a few thousand job inserts
+ * never pays for parsing SQL. The alternative, sqlite3_prepare per call,
+ * costs more than the insert itself for rows this small.
+ *
+ * Invariants:
+ * - Every statement is reset and its bindings cleared before the function
+ *   that used it returns, so no read transaction outlives a call and no
+ *   binding points at caller memory afterwards.
+ * - A write call that finds no transaction open runs in its own
+ *   BEGIN IMMEDIATE ... COMMIT, audit row included, and rolls back on any
+ *   error; inside kn_store_begin it only executes, and the caller owns the
+ *   rollback. A single-statement write without an audit row relies on
+ *   SQLite's own statement atomicity instead.
+ * - The schema moves forward only, through MIGRATIONS[], one entry per
+ *   version, applied in one transaction; user_version records where a file
+ *   stands.
+ * - States are stored as their API names, not enum numbers, so the file
+ *   reads the same under sqlite3(1) and survives reordering of the enums.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+/*
+ * How long a write waits for another connection's lock (a CLI tool reading
+ * the file, a second server refused later) before failing with "database
+ * is locked".
+ */
+#define STORE_BUSY_TIMEOUT_MS 5000
+
+/*
+ * last_used_at is informational ("used 3m ago"); writing it on every API
+ * request would turn each read into an fsync'd write, so it is refreshed
+ * only when older than this.
+ */
+#define TOKEN_LAST_USED_GRANULARITY_MS 60000
+
+/* The audit list's page size when the filter names none. */
+#define AUDIT_LIST_DEFAULT_LIMIT 100
+
+/* ---- schema and migrations ---- */
+
+static const char SQL_SCHEMA_V1[] =
+	"CREATE TABLE audit ("
+	" id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" time_ms INTEGER NOT NULL,"
+	" actor TEXT NOT NULL,"
+	" role TEXT,"
+	" action TEXT NOT NULL,"
+	" object TEXT NOT NULL,"
+	" outcome TEXT NOT NULL,"
+	" detail TEXT);"
+	"CREATE INDEX audit_by_time ON audit (time_ms);"
+
+	"CREATE TABLE tokens ("
+	" id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" name TEXT NOT NULL,"
+	" role TEXT NOT NULL,"
+	" hash TEXT NOT NULL,"
+	" created_by TEXT NOT NULL,"
+	" created_at INTEGER NOT NULL,"
+	" revoked_at INTEGER NOT NULL DEFAULT 0,"
+	" last_used_at INTEGER NOT NULL DEFAULT 0);"
+	/* A revoked token's name may be reused; an active one's may not. */
+	"CREATE UNIQUE INDEX tokens_active_name ON tokens (name)"
+	" WHERE revoked_at = 0;"
+	"CREATE INDEX tokens_active_hash ON tokens (hash) WHERE revoked_at = 0;"
+
+	/* spec_yaml and spec_json come last: they are the large columns and
+	 * listings that skip them then never touch overflow pages. */
+	"CREATE TABLE jobs ("
+	" id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" name TEXT NOT NULL,"
+	" owner TEXT NOT NULL,"
+	" state TEXT NOT NULL,"
+	" priority INTEGER NOT NULL,"
+	" tasks INTEGER NOT NULL,"
+	" filename TEXT,"
+	" submitted_at INTEGER NOT NULL,"
+	" started_at INTEGER NOT NULL,"
+	" ended_at INTEGER NOT NULL,"
+	" not_before INTEGER NOT NULL,"
+	" attempts INTEGER NOT NULL,"
+	" retries_used INTEGER NOT NULL,"
+	" cancel_requested INTEGER NOT NULL,"
+	" reason TEXT,"
+	" exit_code INTEGER NOT NULL,"
+	" spec_yaml TEXT,"
+	" spec_json TEXT);"
+	"CREATE INDEX jobs_by_state ON jobs (state);"
+	"CREATE INDEX jobs_by_owner ON jobs (owner);"
+
+	"CREATE TABLE attempts ("
+	" job_id INTEGER NOT NULL REFERENCES jobs (id),"
+	" number INTEGER NOT NULL,"
+	" state TEXT NOT NULL,"
+	" started_at INTEGER NOT NULL,"
+	" ended_at INTEGER NOT NULL,"
+	" exit_code INTEGER NOT NULL,"
+	" signal INTEGER NOT NULL,"
+	" reason TEXT,"
+	" PRIMARY KEY (job_id, number)) WITHOUT ROWID;"
+
+	"CREATE TABLE tasks ("
+	" job_id INTEGER NOT NULL REFERENCES jobs (id),"
+	" attempt INTEGER NOT NULL,"
+	" rank INTEGER NOT NULL,"
+	" node TEXT NOT NULL,"
+	" devices TEXT NOT NULL,"
+	" gpu_milli INTEGER NOT NULL,"
+	" task_dir TEXT,"
+	" state TEXT NOT NULL,"
+	" shim_pid INTEGER NOT NULL,"
+	" shim_start INTEGER NOT NULL,"
+	" started_at INTEGER NOT NULL,"
+	" ended_at INTEGER NOT NULL,"
+	" exit_code INTEGER NOT NULL,"
+	" signal INTEGER NOT NULL,"
+	" master_port INTEGER NOT NULL,"
+	" PRIMARY KEY (job_id, attempt, rank)) WITHOUT ROWID;"
+	"CREATE INDEX tasks_by_state ON tasks (state);"
+
+	"CREATE TABLE nodes ("
+	" name TEXT NOT NULL PRIMARY KEY,"
+	" state TEXT NOT NULL,"
+	" labels_json TEXT NOT NULL,"
+	" taints_json TEXT NOT NULL,"
+	" cpu_milli INTEGER NOT NULL,"
+	" memory_bytes INTEGER NOT NULL,"
+	" simulated INTEGER NOT NULL,"
+	" updated_at INTEGER NOT NULL) WITHOUT ROWID;"
+
+	/* idx is struct kn_device_row's index ("index" is an SQL keyword). */
+	"CREATE TABLE devices ("
+	" node TEXT NOT NULL REFERENCES nodes (name),"
+	" idx INTEGER NOT NULL,"
+	" uuid TEXT,"
+	" model TEXT,"
+	" memory_bytes INTEGER NOT NULL,"
+	" simulated INTEGER NOT NULL,"
+	" PRIMARY KEY (node, idx)) WITHOUT ROWID;";
+
+/* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
+static const char *const MIGRATIONS[] = {
+	SQL_SCHEMA_V1,
+};
+_Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
+		       KN_STORE_SCHEMA_VERSION,
+	       "one migration per schema version");
+
+/* ---- statements ---- */
+
+static const char SQL_BEGIN[] = "BEGIN IMMEDIATE";
+static const char SQL_COMMIT[] = "COMMIT";
+static const char SQL_ROLLBACK[] = "ROLLBACK";
+
+#define AUDIT_COLUMNS \
+	"id, time_ms, actor, role, action, object, outcome, detail"
+enum {
+	AUDIT_COL_ID,
+	AUDIT_COL_TIME,
+	AUDIT_COL_ACTOR,
+	AUDIT_COL_ROLE,
+	AUDIT_COL_ACTION,
+	AUDIT_COL_OBJECT,
+	AUDIT_COL_OUTCOME,
+	AUDIT_COL_DETAIL,
+};
+
+static const char SQL_AUDIT_INSERT[] =
+	"INSERT INTO audit (time_ms, actor, role, action, object, outcome,"
+	" detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+/* ?2 is an action prefix; substr keeps "_" and "%" literal, unlike LIKE. */
+static const char SQL_AUDIT_LIST[] =
+	"SELECT " AUDIT_COLUMNS " FROM audit"
+	" WHERE (?1 IS NULL OR actor = ?1)"
+	" AND (?2 IS NULL OR substr(action, 1, length(?2)) = ?2)"
+	" AND time_ms >= ?3"
+	" ORDER BY time_ms DESC, id DESC LIMIT ?4";
+
+#define TOKEN_COLUMNS \
+	"id, name, role, hash, created_by, created_at, revoked_at, last_used_at"
+enum {
+	TOKEN_COL_ID,
+	TOKEN_COL_NAME,
+	TOKEN_COL_ROLE,
+	TOKEN_COL_HASH,
+	TOKEN_COL_CREATED_BY,
+	TOKEN_COL_CREATED_AT,
+	TOKEN_COL_REVOKED_AT,
+	TOKEN_COL_LAST_USED_AT,
+};
+
+static const char SQL_TOKEN_INSERT[] =
+	"INSERT INTO tokens (name, role, hash, created_by, created_at,"
+	" revoked_at, last_used_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+static const char SQL_TOKEN_BY_HASH[] =
+	"SELECT " TOKEN_COLUMNS " FROM tokens"
+	" WHERE hash = ?1 AND revoked_at = 0";
+static const char SQL_TOKEN_TOUCH[] =
+	"UPDATE tokens SET last_used_at = ?1 WHERE id = ?2";
+static const char SQL_TOKEN_LIST[] =
+	"SELECT " TOKEN_COLUMNS " FROM tokens ORDER BY id";
+static const char SQL_TOKEN_REVOKE[] =
+	"UPDATE tokens SET revoked_at = ?1 WHERE name = ?2 AND revoked_at = 0";
+static const char SQL_TOKEN_COUNT[] =
+	"SELECT count(*) FROM tokens WHERE revoked_at = 0";
+
+#define JOB_COLUMNS                                                         \
+	"id, name, owner, state, priority, tasks, filename, submitted_at,"  \
+	" started_at, ended_at, not_before, attempts, retries_used,"        \
+	" cancel_requested, reason, exit_code"
+enum {
+	JOB_COL_ID,
+	JOB_COL_NAME,
+	JOB_COL_OWNER,
+	JOB_COL_STATE,
+	JOB_COL_PRIORITY,
+	JOB_COL_TASKS,
+	JOB_COL_FILENAME,
+	JOB_COL_SUBMITTED_AT,
+	JOB_COL_STARTED_AT,
+	JOB_COL_ENDED_AT,
+	JOB_COL_NOT_BEFORE,
+	JOB_COL_ATTEMPTS,
+	JOB_COL_RETRIES_USED,
+	JOB_COL_CANCEL_REQUESTED,
+	JOB_COL_REASON,
+	JOB_COL_EXIT_CODE,
+	JOB_COL_SPEC_YAML,
+	JOB_COL_SPEC_JSON,
+};
+
+static const char SQL_JOB_INSERT[] =
+	"INSERT INTO jobs (name, owner, state, priority, tasks, filename,"
+	" submitted_at, started_at, ended_at, not_before, attempts,"
+	" retries_used, cancel_requested, reason, exit_code, spec_yaml,"
+	" spec_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+	" ?12, ?13, ?14, ?15, ?16, ?17)";
+static const char SQL_JOB_GET[] =
+	"SELECT " JOB_COLUMNS ", spec_yaml, spec_json FROM jobs WHERE id = ?1";
+static const char SQL_JOB_UPDATE[] =
+	"UPDATE jobs SET state = ?1, started_at = ?2, ended_at = ?3,"
+	" not_before = ?4, attempts = ?5, retries_used = ?6,"
+	" cancel_requested = ?7, reason = ?8, exit_code = ?9 WHERE id = ?10";
+/*
+ * Three listings share their parameters so one binder serves them all:
+ * ?1 owner, ?2 name, ?3 with_spec, ?4 limit (-1 = none), and ?5 (?6) the
+ * state(s). Each leads with the condition its index serves: all jobs by
+ * id, one state through jobs_by_state, the active states through the same
+ * index. The CASE keeps the spec columns unread unless asked for.
+ */
+#define JOB_LIST_SELECT                                                  \
+	"SELECT " JOB_COLUMNS ", CASE WHEN ?3 THEN spec_yaml END,"       \
+	" CASE WHEN ?3 THEN spec_json END FROM jobs"
+#define JOB_LIST_TAIL                                                    \
+	" AND (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR name = ?2)"  \
+	" ORDER BY id LIMIT ?4"
+static const char SQL_JOB_LIST_ALL[] =
+	JOB_LIST_SELECT " WHERE 1" JOB_LIST_TAIL;
+static const char SQL_JOB_LIST_STATE[] =
+	JOB_LIST_SELECT " WHERE state = ?5" JOB_LIST_TAIL;
+static const char SQL_JOB_LIST_ACTIVE[] =
+	JOB_LIST_SELECT " WHERE state IN (?5, ?6)" JOB_LIST_TAIL;
+
+#define ATTEMPT_COLUMNS \
+	"job_id, number, state, started_at, ended_at, exit_code, signal, reason"
+enum {
+	ATTEMPT_COL_JOB_ID,
+	ATTEMPT_COL_NUMBER,
+	ATTEMPT_COL_STATE,
+	ATTEMPT_COL_STARTED_AT,
+	ATTEMPT_COL_ENDED_AT,
+	ATTEMPT_COL_EXIT_CODE,
+	ATTEMPT_COL_SIGNAL,
+	ATTEMPT_COL_REASON,
+};
+
+/* An upsert, not INSERT OR REPLACE: REPLACE deletes the old row first. */
+static const char SQL_ATTEMPT_PUT[] =
+	"INSERT INTO attempts (" ATTEMPT_COLUMNS ")"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+	" ON CONFLICT (job_id, number) DO UPDATE SET state = excluded.state,"
+	" started_at = excluded.started_at, ended_at = excluded.ended_at,"
+	" exit_code = excluded.exit_code, signal = excluded.signal,"
+	" reason = excluded.reason";
+static const char SQL_ATTEMPT_LIST[] =
+	"SELECT " ATTEMPT_COLUMNS " FROM attempts WHERE job_id = ?1"
+	" ORDER BY number";
+
+#define TASK_COLUMNS                                                       \
+	"job_id, attempt, rank, node, devices, gpu_milli, task_dir, state,"  \
+	" shim_pid, shim_start, started_at, ended_at, exit_code, signal,"    \
+	" master_port"
+enum {
+	TASK_COL_JOB_ID,
+	TASK_COL_ATTEMPT,
+	TASK_COL_RANK,
+	TASK_COL_NODE,
+	TASK_COL_DEVICES,
+	TASK_COL_GPU_MILLI,
+	TASK_COL_TASK_DIR,
+	TASK_COL_STATE,
+	TASK_COL_SHIM_PID,
+	TASK_COL_SHIM_START,
+	TASK_COL_STARTED_AT,
+	TASK_COL_ENDED_AT,
+	TASK_COL_EXIT_CODE,
+	TASK_COL_SIGNAL,
+	TASK_COL_MASTER_PORT,
+};
+
+static const char SQL_TASK_PUT[] =
+	"INSERT INTO tasks (" TASK_COLUMNS ")"
+	" VALUES (?1, ?2, ?3, ?4, coalesce(?5, ''), ?6, ?7, ?8, ?9, ?10, ?11,"
+	" ?12, ?13, ?14, ?15)"
+	" ON CONFLICT (job_id, attempt, rank) DO UPDATE SET"
+	" node = excluded.node, devices = excluded.devices,"
+	" gpu_milli = excluded.gpu_milli, task_dir = excluded.task_dir,"
+	" state = excluded.state, shim_pid = excluded.shim_pid,"
+	" shim_start = excluded.shim_start, started_at = excluded.started_at,"
+	" ended_at = excluded.ended_at, exit_code = excluded.exit_code,"
+	" signal = excluded.signal, master_port = excluded.master_port";
+static const char SQL_TASK_LIST[] =
+	"SELECT " TASK_COLUMNS " FROM tasks"
+	" WHERE job_id = ?1 AND (?2 = 0 OR attempt = ?2)"
+	" ORDER BY attempt, rank";
+static const char SQL_TASK_LIST_ACTIVE[] =
+	"SELECT " TASK_COLUMNS " FROM tasks WHERE state IN (?1, ?2)"
+	" ORDER BY job_id, attempt, rank";
+
+#define NODE_COLUMNS                                                     \
+	"name, state, labels_json, taints_json, cpu_milli, memory_bytes,"  \
+	" simulated, updated_at"
+enum {
+	NODE_COL_NAME,
+	NODE_COL_STATE,
+	NODE_COL_LABELS,
+	NODE_COL_TAINTS,
+	NODE_COL_CPU_MILLI,
+	NODE_COL_MEMORY_BYTES,
+	NODE_COL_SIMULATED,
+	NODE_COL_UPDATED_AT,
+};
+
+static const char SQL_NODE_PUT[] =
+	"INSERT INTO nodes (" NODE_COLUMNS ")"
+	" VALUES (?1, ?2, coalesce(?3, '{}'), coalesce(?4, '[]'), ?5, ?6, ?7,"
+	" ?8) ON CONFLICT (name) DO UPDATE SET state = excluded.state,"
+	" labels_json = excluded.labels_json,"
+	" taints_json = excluded.taints_json, cpu_milli = excluded.cpu_milli,"
+	" memory_bytes = excluded.memory_bytes,"
+	" simulated = excluded.simulated, updated_at = excluded.updated_at";
+static const char SQL_NODE_LIST[] =
+	"SELECT " NODE_COLUMNS " FROM nodes ORDER BY name";
+
+#define DEVICE_COLUMNS "node, idx, uuid, model, memory_bytes, simulated"
+enum {
+	DEVICE_COL_NODE,
+	DEVICE_COL_INDEX,
+	DEVICE_COL_UUID,
+	DEVICE_COL_MODEL,
+	DEVICE_COL_MEMORY_BYTES,
+	DEVICE_COL_SIMULATED,
+};
+
+static const char SQL_DEVICE_DELETE_NODE[] =
+	"DELETE FROM devices WHERE node = ?1";
+static const char SQL_DEVICE_INSERT[] =
+	"INSERT INTO devices (" DEVICE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5,"
+	" ?6)";
+static const char SQL_DEVICE_LIST_NODE[] =
+	"SELECT " DEVICE_COLUMNS " FROM devices WHERE node = ?1 ORDER BY idx";
+
+enum stmt_id {
+	STMT_BEGIN,
+	STMT_COMMIT,
+	STMT_ROLLBACK,
+	STMT_AUDIT_INSERT,
+	STMT_AUDIT_LIST,
+	STMT_TOKEN_INSERT,
+	STMT_TOKEN_BY_HASH,
+	STMT_TOKEN_TOUCH,
+	STMT_TOKEN_LIST,
+	STMT_TOKEN_REVOKE,
+	STMT_TOKEN_COUNT,
+	STMT_JOB_INSERT,
+	STMT_JOB_GET,
+	STMT_JOB_UPDATE,
+	STMT_JOB_LIST_ALL,
+	STMT_JOB_LIST_STATE,
+	STMT_JOB_LIST_ACTIVE,
+	STMT_ATTEMPT_PUT,
+	STMT_ATTEMPT_LIST,
+	STMT_TASK_PUT,
+	STMT_TASK_LIST,
+	STMT_TASK_LIST_ACTIVE,
+	STMT_NODE_PUT,
+	STMT_NODE_LIST,
+	STMT_DEVICE_DELETE_NODE,
+	STMT_DEVICE_INSERT,
+	STMT_DEVICE_LIST_NODE,
+	STMT_COUNT,
+};
+
+static const char *const STATEMENTS[STMT_COUNT] = {
+	[STMT_BEGIN] = SQL_BEGIN,
+	[STMT_COMMIT] = SQL_COMMIT,
+	[STMT_ROLLBACK] = SQL_ROLLBACK,
+	[STMT_AUDIT_INSERT] = SQL_AUDIT_INSERT,
+	[STMT_AUDIT_LIST] = SQL_AUDIT_LIST,
+	[STMT_TOKEN_INSERT] = SQL_TOKEN_INSERT,
+	[STMT_TOKEN_BY_HASH] = SQL_TOKEN_BY_HASH,
+	[STMT_TOKEN_TOUCH] = SQL_TOKEN_TOUCH,
+	[STMT_TOKEN_LIST] = SQL_TOKEN_LIST,
+	[STMT_TOKEN_REVOKE] = SQL_TOKEN_REVOKE,
+	[STMT_TOKEN_COUNT] = SQL_TOKEN_COUNT,
+	[STMT_JOB_INSERT] = SQL_JOB_INSERT,
+	[STMT_JOB_GET] = SQL_JOB_GET,
+	[STMT_JOB_UPDATE] = SQL_JOB_UPDATE,
+	[STMT_JOB_LIST_ALL] = SQL_JOB_LIST_ALL,
+	[STMT_JOB_LIST_STATE] = SQL_JOB_LIST_STATE,
+	[STMT_JOB_LIST_ACTIVE] = SQL_JOB_LIST_ACTIVE,
+	[STMT_ATTEMPT_PUT] = SQL_ATTEMPT_PUT,
+	[STMT_ATTEMPT_LIST] = SQL_ATTEMPT_LIST,
+	[STMT_TASK_PUT] = SQL_TASK_PUT,
+	[STMT_TASK_LIST] = SQL_TASK_LIST,
+	[STMT_TASK_LIST_ACTIVE] = SQL_TASK_LIST_ACTIVE,
+	[STMT_NODE_PUT] = SQL_NODE_PUT,
+	[STMT_NODE_LIST] = SQL_NODE_LIST,
+	[STMT_DEVICE_DELETE_NODE] = SQL_DEVICE_DELETE_NODE,
+	[STMT_DEVICE_INSERT] = SQL_DEVICE_INSERT,
+	[STMT_DEVICE_LIST_NODE] = SQL_DEVICE_LIST_NODE,
+};
+
+struct kn_store {
+	sqlite3 *db;
+	sqlite3_stmt *stmt[STMT_COUNT];
+};
+
+/* ---- state names ---- */
+
+static const char *const JOB_STATE_NAMES[] = {
+	[KN_JOB_QUEUED] = "queued",       [KN_JOB_RUNNING] = "running",
+	[KN_JOB_SUCCEEDED] = "succeeded", [KN_JOB_FAILED] = "failed",
+	[KN_JOB_CANCELLED] = "cancelled", [KN_JOB_PREEMPTED] = "preempted",
+};
+#define N_JOB_STATES (sizeof(JOB_STATE_NAMES) / sizeof(JOB_STATE_NAMES[0]))
+
+static const char *const TASK_STATE_NAMES[] = {
+	[KN_TASK_STARTING] = "starting",
+	[KN_TASK_RUNNING] = "running",
+	[KN_TASK_EXITED] = "exited",
+};
+#define N_TASK_STATES (sizeof(TASK_STATE_NAMES) / sizeof(TASK_STATE_NAMES[0]))
+
+static bool job_state_valid(enum kn_job_state s)
+{
+	return (unsigned)s < N_JOB_STATES;
+}
+
+static bool task_state_valid(enum kn_task_state s)
+{
+	return (unsigned)s < N_TASK_STATES;
+}
+
+const char *kn_job_state_name(enum kn_job_state s)
+{
+	return job_state_valid(s) ? JOB_STATE_NAMES[s] : "unknown";
+}
+
+int kn_job_state_parse(const char *name)
+{
+	for (size_t i = 0; name && i < N_JOB_STATES; i++)
+		if (strcmp(name, JOB_STATE_NAMES[i]) == 0)
+			return (int)i;
+	return -1;
+}
+
+bool kn_job_state_terminal(enum kn_job_state s)
+{
+	return s == KN_JOB_SUCCEEDED || s == KN_JOB_FAILED ||
+	       s == KN_JOB_CANCELLED;
+}
+
+const char *kn_task_state_name(enum kn_task_state s)
+{
+	return task_state_valid(s) ? TASK_STATE_NAMES[s] : "unknown";
+}
+
+int kn_task_state_parse(const char *name)
+{
+	for (size_t i = 0; name && i < N_TASK_STATES; i++)
+		if (strcmp(name, TASK_STATE_NAMES[i]) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* ---- statement helpers ---- */
+
+/*
+ * Fill err from the connection's last error. Constraint failures map to
+ * the API's codes so a caller that does not refine the message still
+ * answers 409/404/400 rather than 500.
+ */
+static int db_fail(struct kn_store *st, int rc, const char *what,
+		   struct kn_error *err)
+{
+	enum kn_errcode code = KN_EIO;
+
+	switch (rc) {
+	case SQLITE_CONSTRAINT_UNIQUE:
+	case SQLITE_CONSTRAINT_PRIMARYKEY:
+		code = KN_ECONFLICT;
+		break;
+	case SQLITE_CONSTRAINT_FOREIGNKEY:
+		code = KN_ENOTFOUND;
+		break;
+	case SQLITE_CONSTRAINT_NOTNULL:
+	case SQLITE_CONSTRAINT_CHECK:
+		code = KN_EINVAL;
+		break;
+	default:
+		break;
+	}
+	return kn_errorf(err, code, NULL, "store: %s: %s", what,
+			 sqlite3_errmsg(st->db));
+}
+
+static void stmt_done(sqlite3_stmt *s)
+{
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+}
+
+/* A bind failed (too big, out of memory): report it and reset. */
+static int bind_fail(struct kn_store *st, sqlite3_stmt *s, const char *what,
+		     struct kn_error *err)
+{
+	int rc = db_fail(st, sqlite3_extended_errcode(st->db), what, err);
+	stmt_done(s);
+	return rc;
+}
+
+/* Step a statement that returns no rows, then reset it. */
+static int run(struct kn_store *st, sqlite3_stmt *s, const char *what,
+	       struct kn_error *err)
+{
+	int rc = sqlite3_step(s);
+	int ret = 0;
+
+	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+		ret = db_fail(st, rc, what, err);
+	stmt_done(s);
+	return ret;
+}
+
+/*
+ * Step a query: 1 with a row ready, 0 when done, or a negative errno with
+ * err filled. The caller resets the statement.
+ */
+static int step_row(struct kn_store *st, sqlite3_stmt *s, const char *what,
+		    struct kn_error *err)
+{
+	int rc = sqlite3_step(s);
+
+	if (rc == SQLITE_ROW)
+		return 1;
+	if (rc == SQLITE_DONE)
+		return 0;
+	return db_fail(st, rc, what, err);
+}
+
+/*
+ * Caller strings are bound SQLITE_STATIC: they outlive the step, and
+ * stmt_done clears the bindings before the call returns.
+ */
+static int bind_text(sqlite3_stmt *s, int i, const char *v)
+{
+	return v ? sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC)
+		 : sqlite3_bind_null(s, i);
+}
+
+static int bind_i64(sqlite3_stmt *s, int i, int64_t v)
+{
+	return sqlite3_bind_int64(s, i, v);
+}
+
+static char *col_str(sqlite3_stmt *s, int i)
+{
+	const unsigned char *t = sqlite3_column_text(s, i);
+	return t ? kn_xstrdup((const char *)t) : NULL;
+}
+
+static int64_t col_i64(sqlite3_stmt *s, int i)
+{
+	return sqlite3_column_int64(s, i);
+}
+
+static int col_int(sqlite3_stmt *s, int i)
+{
+	return sqlite3_column_int(s, i);
+}
+
+static bool col_bool(sqlite3_stmt *s, int i)
+{
+	return sqlite3_column_int(s, i) != 0;
+}
+
+/* Room for one more element in a list being read. */
+static void *grow(void *arr, size_t *alloc, size_t used, size_t elem)
+{
+	if (used < *alloc)
+		return arr;
+	*alloc = *alloc ? *alloc * 2 : 16;
+	return kn_xrealloc(arr, *alloc * elem);
+}
+
+/* ---- transactions ---- */
+
+static void rollback_open(struct kn_store *st)
+{
+	/* SQLite may already have rolled back on its own (disk full, I/O). */
+	if (!sqlite3_get_autocommit(st->db)) {
+		sqlite3_step(st->stmt[STMT_ROLLBACK]);
+		sqlite3_reset(st->stmt[STMT_ROLLBACK]);
+	}
+}
+
+/* Start a transaction for a write call unless the caller has one open. */
+static int write_begin(struct kn_store *st, bool *own, struct kn_error *err)
+{
+	*own = sqlite3_get_autocommit(st->db) != 0;
+	if (!*own)
+		return 0;
+	return run(st, st->stmt[STMT_BEGIN], "starting a transaction", err);
+}
+
+/* Finish what write_begin started: commit on success, else roll back. */
+static int write_end(struct kn_store *st, bool own, int rc,
+		     struct kn_error *err)
+{
+	if (!own)
+		return rc;
+	if (rc == 0)
+		rc = run(st, st->stmt[STMT_COMMIT], "committing", err);
+	if (rc < 0)
+		rollback_open(st);
+	return rc;
+}
+
+int kn_store_begin(struct kn_store *st, struct kn_error *err)
+{
+	if (!sqlite3_get_autocommit(st->db))
+		return kn_errorf(err, KN_EINVAL, NULL,
+				 "store: a transaction is already open");
+	return run(st, st->stmt[STMT_BEGIN], "starting a transaction", err);
+}
+
+int kn_store_commit(struct kn_store *st, struct kn_error *err)
+{
+	int rc;
+
+	if (sqlite3_get_autocommit(st->db))
+		return kn_errorf(err, KN_EINVAL, NULL,
+				 "store: no transaction is open");
+	rc = run(st, st->stmt[STMT_COMMIT], "committing", err);
+	if (rc < 0)
+		rollback_open(st);
+	return rc;
+}
+
+void kn_store_rollback(struct kn_store *st)
+{
+	rollback_open(st);
+}
+
+/* ---- open, migrate, free ---- */
+
+/* Read one integer from a one-off PRAGMA; returns the SQLite code. */
+static int pragma_int(sqlite3 *db, const char *sql, int *out)
+{
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW) {
+			*out = sqlite3_column_int(s, 0);
+			rc = SQLITE_OK;
+		}
+	}
+	sqlite3_finalize(s);
+	return rc;
+}
+
+static int set_wal(sqlite3 *db, const char *path, struct kn_error *err)
+{
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &s,
+				    NULL);
+	int ret = 0;
+
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(s);
+	if (rc != SQLITE_ROW) {
+		ret = kn_errorf(err, KN_EIO, NULL,
+				"%s: setting WAL journal mode: %s", path,
+				sqlite3_errmsg(db));
+	} else {
+		const char *mode = (const char *)sqlite3_column_text(s, 0);
+
+		if (!mode || strcasecmp(mode, "wal") != 0)
+			ret = kn_errorf(err, KN_EIO, NULL,
+					"%s: the file system refused WAL"
+					" journal mode (got %s)",
+					path, mode ? mode : "nothing");
+	}
+	sqlite3_finalize(s);
+	return ret;
+}
+
+/*
+ * Bring the file to KN_STORE_SCHEMA_VERSION in one transaction. The
+ * version is read again under the write lock: two processes opening a new
+ * file at once must not both create the tables.
+ */
+static int migrate(sqlite3 *db, const char *path, struct kn_error *err)
+{
+	int version = 0;
+	int ret = 0;
+	char *sql = NULL;
+
+	if (sqlite3_exec(db, SQL_BEGIN, NULL, NULL, NULL) != SQLITE_OK)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				 sqlite3_errmsg(db));
+	if (pragma_int(db, "PRAGMA user_version", &version) != SQLITE_OK) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				sqlite3_errmsg(db));
+		goto out;
+	}
+	if (version > KN_STORE_SCHEMA_VERSION) {
+		ret = kn_errorf(err, KN_EIO, NULL,
+				"%s: schema version %d is newer than this kiln"
+				" supports (%d); use a newer kiln",
+				path, version, KN_STORE_SCHEMA_VERSION);
+		goto out;
+	}
+	for (int v = version; v < KN_STORE_SCHEMA_VERSION; v++) {
+		if (sqlite3_exec(db, MIGRATIONS[v], NULL, NULL, NULL) !=
+		    SQLITE_OK) {
+			ret = kn_errorf(err, KN_EIO, NULL,
+					"%s: migrating to schema version %d:"
+					" %s",
+					path, v + 1, sqlite3_errmsg(db));
+			goto out;
+		}
+	}
+	sql = kn_asprintf("PRAGMA user_version = %d; COMMIT",
+			  KN_STORE_SCHEMA_VERSION);
+	if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				sqlite3_errmsg(db));
+out:
+	free(sql);
+	if (ret < 0 && !sqlite3_get_autocommit(db))
+		sqlite3_exec(db, SQL_ROLLBACK, NULL, NULL, NULL);
+	return ret;
+}
+
+/*
+ * Everything on the connection before statements are prepared. Refuses
+ * what is not a kiln database before changing anything in it.
+ */
+static int setup_connection(sqlite3 *db, const char *path,
+			    struct kn_error *err)
+{
+	int version = 0;
+	int rc;
+
+	sqlite3_extended_result_codes(db, 1);
+	sqlite3_busy_timeout(db, STORE_BUSY_TIMEOUT_MS);
+	rc = pragma_int(db, "PRAGMA user_version", &version);
+	if ((rc & 0xff) == SQLITE_NOTADB)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "%s: not a SQLite database (%s)", path,
+				 sqlite3_errmsg(db));
+	if (rc != SQLITE_OK)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				 sqlite3_errmsg(db));
+	if (version > KN_STORE_SCHEMA_VERSION)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "%s: schema version %d is newer than this"
+				 " kiln supports (%d); use a newer kiln",
+				 path, version, KN_STORE_SCHEMA_VERSION);
+	rc = set_wal(db, path, err);
+	if (rc < 0)
+		return rc;
+	if (sqlite3_exec(db, "PRAGMA synchronous = FULL;"
+			     " PRAGMA foreign_keys = ON",
+			 NULL, NULL, NULL) != SQLITE_OK)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				 sqlite3_errmsg(db));
+	return migrate(db, path, err);
+}
+
+int kn_store_open(const char *path, struct kn_store **out,
+		  struct kn_error *err)
+{
+	struct kn_store *st = kn_xcalloc(1, sizeof(*st));
+	int ret = 0;
+	int fd;
+
+	/* Create it ourselves: SQLite would use 0644 less the umask. */
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				strerror(errno));
+		goto out;
+	}
+	close(fd);
+	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE, NULL) !=
+	    SQLITE_OK) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				st->db ? sqlite3_errmsg(st->db)
+				       : "out of memory");
+		goto out;
+	}
+	ret = setup_connection(st->db, path, err);
+	if (ret < 0)
+		goto out;
+	for (int i = 0; i < STMT_COUNT; i++) {
+		if (sqlite3_prepare_v3(st->db, STATEMENTS[i], -1,
+				       SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
+				       NULL) != SQLITE_OK) {
+			ret = kn_errorf(err, KN_EIO, NULL,
+					"%s: preparing \"%s\": %s", path,
+					STATEMENTS[i], sqlite3_errmsg(st->db));
+			goto out;
+		}
+	}
+out:
+	if (ret < 0) {
+		kn_store_free(st);
+		return ret;
+	}
+	*out = st;
+	return 0;
+}
+
+void kn_store_free(struct kn_store *st)
+{
+	if (!st)
+		return;
+	for (int i = 0; i < STMT_COUNT; i++)
+		sqlite3_finalize(st->stmt[i]);
+	sqlite3_close(st->db);
+	free(st);
+}
+
+/* ---- audit ---- */
+
+void kn_audit_release(struct kn_audit *a)
+{
+	if (!a)
+		return;
+	free(a->actor);
+	free(a->role);
+	free(a->action);
+	free(a->object);
+	free(a->outcome);
+	free(a->detail);
+	memset(a, 0, sizeof(*a));
+}
+
+/*
+ * Insert a's row (nothing when a is NULL). object stands in for a->object
+ * when that is NULL, so a caller can audit a job before it has an id.
+ */
+static int audit_write(struct kn_store *st, const struct kn_audit *a,
+		       const char *object, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_AUDIT_INSERT];
+	const char *what = "writing an audit row";
+
+	if (!a)
+		return 0;
+	if (bind_i64(s, 1, a->time_ms ? a->time_ms : kn_now_ms()) ||
+	    bind_text(s, 2, a->actor) || bind_text(s, 3, a->role) ||
+	    bind_text(s, 4, a->action) ||
+	    bind_text(s, 5, a->object ? a->object : object) ||
+	    bind_text(s, 6, a->outcome) || bind_text(s, 7, a->detail))
+		return bind_fail(st, s, what, err);
+	return run(st, s, what, err);
+}
+
+int kn_store_audit_insert(struct kn_store *st, const struct kn_audit *a,
+			  struct kn_error *err)
+{
+	return audit_write(st, a, NULL, err);
+}
+
+static void read_audit(sqlite3_stmt *s, struct kn_audit *a)
+{
+	a->id = col_i64(s, AUDIT_COL_ID);
+	a->time_ms = col_i64(s, AUDIT_COL_TIME);
+	a->actor = col_str(s, AUDIT_COL_ACTOR);
+	a->role = col_str(s, AUDIT_COL_ROLE);
+	a->action = col_str(s, AUDIT_COL_ACTION);
+	a->object = col_str(s, AUDIT_COL_OBJECT);
+	a->outcome = col_str(s, AUDIT_COL_OUTCOME);
+	a->detail = col_str(s, AUDIT_COL_DETAIL);
+}
+
+int kn_store_audit_list(struct kn_store *st, const struct kn_audit_filter *f,
+			struct kn_audit **out, size_t *n, struct kn_error *err)
+{
+	static const struct kn_audit_filter none = {0};
+	sqlite3_stmt *s = st->stmt[STMT_AUDIT_LIST];
+	const char *what = "listing the audit log";
+	struct kn_audit *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (!f)
+		f = &none;
+	if (bind_text(s, 1, f->actor) || bind_text(s, 2, f->action) ||
+	    bind_i64(s, 3, f->since_ms) ||
+	    bind_i64(s, 4, f->limit > 0 ? f->limit : AUDIT_LIST_DEFAULT_LIMIT))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		read_audit(s, &rows[count++]);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_audit_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_audit_list_free(struct kn_audit *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_audit_release(&rows[i]);
+	free(rows);
+}
+
+/* ---- tokens ---- */
+
+void kn_token_row_release(struct kn_token_row *t)
+{
+	if (!t)
+		return;
+	free(t->name);
+	free(t->role);
+	free(t->hash);
+	free(t->created_by);
+	memset(t, 0, sizeof(*t));
+}
+
+static void read_token(sqlite3_stmt *s, struct kn_token_row *t)
+{
+	t->id = col_i64(s, TOKEN_COL_ID);
+	t->name = col_str(s, TOKEN_COL_NAME);
+	t->role = col_str(s, TOKEN_COL_ROLE);
+	t->hash = col_str(s, TOKEN_COL_HASH);
+	t->created_by = col_str(s, TOKEN_COL_CREATED_BY);
+	t->created_at = col_i64(s, TOKEN_COL_CREATED_AT);
+	t->revoked_at = col_i64(s, TOKEN_COL_REVOKED_AT);
+	t->last_used_at = col_i64(s, TOKEN_COL_LAST_USED_AT);
+}
+
+int kn_store_token_insert(struct kn_store *st, const struct kn_token_row *t,
+			  const struct kn_audit *a, int64_t *out_id,
+			  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TOKEN_INSERT];
+	const char *what = "inserting a token";
+	char *object = NULL;
+	int64_t id = 0;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, t->name) || bind_text(s, 2, t->role) ||
+	    bind_text(s, 3, t->hash) || bind_text(s, 4, t->created_by) ||
+	    bind_i64(s, 5, t->created_at) || bind_i64(s, 6, t->revoked_at) ||
+	    bind_i64(s, 7, t->last_used_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	/* The only unique key on tokens is the active name. */
+	if (rc == -EEXIST)
+		rc = kn_errorf(err, KN_ECONFLICT, "name",
+			       "a token named %s already exists", t->name);
+	if (rc < 0)
+		goto out;
+	id = sqlite3_last_insert_rowid(st->db);
+	object = kn_asprintf("token/%s", t->name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	rc = write_end(st, own, rc, err);
+	if (rc == 0 && out_id)
+		*out_id = id;
+	return rc;
+}
+
+int kn_store_token_by_hash(struct kn_store *st, const char *hash,
+			   struct kn_token_row *out, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TOKEN_BY_HASH];
+	sqlite3_stmt *touch = st->stmt[STMT_TOKEN_TOUCH];
+	const char *what = "looking up a token";
+	struct kn_token_row t = {0};
+	int64_t now;
+	int rc;
+
+	if (bind_text(s, 1, hash))
+		return bind_fail(st, s, what, err);
+	rc = step_row(st, s, what, err);
+	if (rc == 1)
+		read_token(s, &t);
+	stmt_done(s);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, "token",
+				 "no active token matches");
+	if (rc < 0)
+		return rc;
+
+	now = kn_now_ms();
+	if (now - t.last_used_at >= TOKEN_LAST_USED_GRANULARITY_MS) {
+		what = "recording a token's use";
+		if (bind_i64(touch, 1, now) || bind_i64(touch, 2, t.id)) {
+			rc = bind_fail(st, touch, what, err);
+			goto out;
+		}
+		rc = run(st, touch, what, err);
+		if (rc < 0)
+			goto out;
+		t.last_used_at = now;
+	}
+out:
+	if (rc < 0) {
+		kn_token_row_release(&t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+int kn_store_token_list(struct kn_store *st, struct kn_token_row **out,
+			size_t *n, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TOKEN_LIST];
+	struct kn_token_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	while ((rc = step_row(st, s, "listing tokens", err)) == 1) {
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		read_token(s, &rows[count++]);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_token_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_token_list_free(struct kn_token_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_token_row_release(&rows[i]);
+	free(rows);
+}
+
+int kn_store_token_revoke(struct kn_store *st, const char *name,
+			  const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TOKEN_REVOKE];
+	const char *what = "revoking a token";
+	char *object = NULL;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_i64(s, 1, kn_now_ms()) || bind_text(s, 2, name)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	if (sqlite3_changes(st->db) == 0) {
+		rc = kn_errorf(err, KN_ENOTFOUND, "name",
+			       "no active token named %s", name ? name : "");
+		goto out;
+	}
+	object = kn_asprintf("token/%s", name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_token_count(struct kn_store *st, int *out, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TOKEN_COUNT];
+	int count = 0;
+	int rc = step_row(st, s, "counting tokens", err);
+
+	if (rc == 1)
+		count = col_int(s, 0);
+	stmt_done(s);
+	if (rc < 0)
+		return rc;
+	*out = count;
+	return 0;
+}
+
+/* ---- jobs ---- */
+
+void kn_job_row_release(struct kn_job_row *j)
+{
+	if (!j)
+		return;
+	free(j->name);
+	free(j->owner);
+	free(j->filename);
+	free(j->spec_yaml);
+	free(j->spec_json);
+	free(j->reason);
+	memset(j, 0, sizeof(*j));
+}
+
+static int bad_state(const char *kind, int64_t id, const unsigned char *name,
+		     struct kn_error *err)
+{
+	return kn_errorf(err, KN_EIO, "state",
+			 "store: %s %" PRId64 " has unknown state '%s'", kind,
+			 id, name ? (const char *)name : "");
+}
+
+/* Read a jobs row in JOB_COLUMNS order plus the two spec columns. */
+static int read_job(sqlite3_stmt *s, struct kn_job_row *j,
+		    struct kn_error *err)
+{
+	const unsigned char *state = sqlite3_column_text(s, JOB_COL_STATE);
+	int parsed = kn_job_state_parse((const char *)state);
+
+	if (parsed < 0)
+		return bad_state("job", col_i64(s, JOB_COL_ID), state, err);
+	j->id = col_i64(s, JOB_COL_ID);
+	j->name = col_str(s, JOB_COL_NAME);
+	j->owner = col_str(s, JOB_COL_OWNER);
+	j->state = (enum kn_job_state)parsed;
+	j->priority = col_int(s, JOB_COL_PRIORITY);
+	j->tasks = col_int(s, JOB_COL_TASKS);
+	j->filename = col_str(s, JOB_COL_FILENAME);
+	j->spec_yaml = col_str(s, JOB_COL_SPEC_YAML);
+	j->spec_json = col_str(s, JOB_COL_SPEC_JSON);
+	j->submitted_at = col_i64(s, JOB_COL_SUBMITTED_AT);
+	j->started_at = col_i64(s, JOB_COL_STARTED_AT);
+	j->ended_at = col_i64(s, JOB_COL_ENDED_AT);
+	j->not_before = col_i64(s, JOB_COL_NOT_BEFORE);
+	j->attempts = col_int(s, JOB_COL_ATTEMPTS);
+	j->retries_used = col_int(s, JOB_COL_RETRIES_USED);
+	j->cancel_requested = col_bool(s, JOB_COL_CANCEL_REQUESTED);
+	j->reason = col_str(s, JOB_COL_REASON);
+	j->exit_code = col_int(s, JOB_COL_EXIT_CODE);
+	return 0;
+}
+
+int kn_store_job_insert(struct kn_store *st, const struct kn_job_row *j,
+			const struct kn_audit *a, int64_t *out_id,
+			struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_INSERT];
+	const char *what = "inserting a job";
+	char object[32];
+	int64_t id = 0;
+	bool own;
+	int rc;
+
+	if (!job_state_valid(j->state))
+		return kn_errorf(err, KN_EINVAL, "state",
+				 "unknown job state %d", (int)j->state);
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, j->name) || bind_text(s, 2, j->owner) ||
+	    bind_text(s, 3, kn_job_state_name(j->state)) ||
+	    bind_i64(s, 4, j->priority) || bind_i64(s, 5, j->tasks) ||
+	    bind_text(s, 6, j->filename) || bind_i64(s, 7, j->submitted_at) ||
+	    bind_i64(s, 8, j->started_at) || bind_i64(s, 9, j->ended_at) ||
+	    bind_i64(s, 10, j->not_before) || bind_i64(s, 11, j->attempts) ||
+	    bind_i64(s, 12, j->retries_used) ||
+	    bind_i64(s, 13, j->cancel_requested) ||
+	    bind_text(s, 14, j->reason) || bind_i64(s, 15, j->exit_code) ||
+	    bind_text(s, 16, j->spec_yaml) || bind_text(s, 17, j->spec_json)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	id = sqlite3_last_insert_rowid(st->db);
+	snprintf(object, sizeof(object), "job/%" PRId64, id);
+	rc = audit_write(st, a, object, err);
+out:
+	rc = write_end(st, own, rc, err);
+	if (rc == 0 && out_id)
+		*out_id = id;
+	return rc;
+}
+
+int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
+		     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_GET];
+	const char *what = "reading a job";
+	struct kn_job_row j = {0};
+	int rc;
+
+	if (bind_i64(s, 1, id))
+		return bind_fail(st, s, what, err);
+	rc = step_row(st, s, what, err);
+	if (rc == 1)
+		rc = read_job(s, &j, err);
+	else if (rc == 0)
+		rc = kn_errorf(err, KN_ENOTFOUND, "id",
+			       "job %" PRId64 " not found", id);
+	stmt_done(s);
+	if (rc < 0)
+		return rc;
+	*out = j;
+	return 0;
+}
+
+int kn_store_job_update(struct kn_store *st, const struct kn_job_row *j,
+			const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_UPDATE];
+	const char *what = "updating a job";
+	char object[32];
+	bool own;
+	int rc;
+
+	if (!job_state_valid(j->state))
+		return kn_errorf(err, KN_EINVAL, "state",
+				 "unknown job state %d", (int)j->state);
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, kn_job_state_name(j->state)) ||
+	    bind_i64(s, 2, j->started_at) || bind_i64(s, 3, j->ended_at) ||
+	    bind_i64(s, 4, j->not_before) || bind_i64(s, 5, j->attempts) ||
+	    bind_i64(s, 6, j->retries_used) ||
+	    bind_i64(s, 7, j->cancel_requested) || bind_text(s, 8, j->reason) ||
+	    bind_i64(s, 9, j->exit_code) || bind_i64(s, 10, j->id)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	if (sqlite3_changes(st->db) == 0) {
+		rc = kn_errorf(err, KN_ENOTFOUND, "id",
+			       "job %" PRId64 " not found", j->id);
+		goto out;
+	}
+	snprintf(object, sizeof(object), "job/%" PRId64, j->id);
+	rc = audit_write(st, a, object, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
+		      struct kn_job_row **out, size_t *n,
+		      struct kn_error *err)
+{
+	static const struct kn_job_filter none = {.state = -1};
+	const char *what = "listing jobs";
+	struct kn_job_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	sqlite3_stmt *s;
+	int brc, rc;
+
+	if (!f)
+		f = &none;
+	if (f->state >= 0 && !job_state_valid((enum kn_job_state)f->state))
+		return kn_errorf(err, KN_EINVAL, "state",
+				 "unknown job state %d", f->state);
+	if (f->state >= 0 && f->active_only && f->state != KN_JOB_QUEUED &&
+	    f->state != KN_JOB_RUNNING)
+		goto done; /* no job is both */
+
+	if (f->state >= 0) {
+		s = st->stmt[STMT_JOB_LIST_STATE];
+		brc = bind_text(s, 5, JOB_STATE_NAMES[f->state]);
+	} else if (f->active_only) {
+		s = st->stmt[STMT_JOB_LIST_ACTIVE];
+		brc = bind_text(s, 5, JOB_STATE_NAMES[KN_JOB_QUEUED]) ||
+		      bind_text(s, 6, JOB_STATE_NAMES[KN_JOB_RUNNING]);
+	} else {
+		s = st->stmt[STMT_JOB_LIST_ALL];
+		brc = SQLITE_OK;
+	}
+	if (brc || bind_text(s, 1, f->owner) || bind_text(s, 2, f->name) ||
+	    bind_i64(s, 3, f->with_spec) ||
+	    bind_i64(s, 4, f->limit > 0 ? f->limit : -1))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		rc = read_job(s, &rows[count], err);
+		if (rc < 0)
+			break;
+		count++;
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_job_list_free(rows, count);
+		return rc;
+	}
+done:
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_job_list_free(struct kn_job_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_job_row_release(&rows[i]);
+	free(rows);
+}
+
+/* ---- attempts ---- */
+
+void kn_attempt_row_release(struct kn_attempt_row *a)
+{
+	if (!a)
+		return;
+	free(a->reason);
+	memset(a, 0, sizeof(*a));
+}
+
+/* A foreign-key failure on attempts or tasks can only mean the job. */
+static int job_missing(int rc, int64_t job_id, struct kn_error *err)
+{
+	if (rc == -ENOENT)
+		return kn_errorf(err, KN_ENOTFOUND, "job_id",
+				 "job %" PRId64 " not found", job_id);
+	return rc;
+}
+
+int kn_store_attempt_put(struct kn_store *st, const struct kn_attempt_row *a,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ATTEMPT_PUT];
+	const char *what = "writing an attempt";
+
+	if (!job_state_valid(a->state))
+		return kn_errorf(err, KN_EINVAL, "state",
+				 "unknown attempt state %d", (int)a->state);
+	if (bind_i64(s, 1, a->job_id) || bind_i64(s, 2, a->number) ||
+	    bind_text(s, 3, kn_job_state_name(a->state)) ||
+	    bind_i64(s, 4, a->started_at) || bind_i64(s, 5, a->ended_at) ||
+	    bind_i64(s, 6, a->exit_code) || bind_i64(s, 7, a->signal) ||
+	    bind_text(s, 8, a->reason))
+		return bind_fail(st, s, what, err);
+	return job_missing(run(st, s, what, err), a->job_id, err);
+}
+
+static int read_attempt(sqlite3_stmt *s, struct kn_attempt_row *a,
+			struct kn_error *err)
+{
+	const unsigned char *state = sqlite3_column_text(s, ATTEMPT_COL_STATE);
+	int parsed = kn_job_state_parse((const char *)state);
+
+	if (parsed < 0)
+		return bad_state("attempt of job",
+				 col_i64(s, ATTEMPT_COL_JOB_ID), state, err);
+	a->job_id = col_i64(s, ATTEMPT_COL_JOB_ID);
+	a->number = col_int(s, ATTEMPT_COL_NUMBER);
+	a->state = (enum kn_job_state)parsed;
+	a->started_at = col_i64(s, ATTEMPT_COL_STARTED_AT);
+	a->ended_at = col_i64(s, ATTEMPT_COL_ENDED_AT);
+	a->exit_code = col_int(s, ATTEMPT_COL_EXIT_CODE);
+	a->signal = col_int(s, ATTEMPT_COL_SIGNAL);
+	a->reason = col_str(s, ATTEMPT_COL_REASON);
+	return 0;
+}
+
+int kn_store_attempt_list(struct kn_store *st, int64_t job_id,
+			  struct kn_attempt_row **out, size_t *n,
+			  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ATTEMPT_LIST];
+	const char *what = "listing attempts";
+	struct kn_attempt_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (bind_i64(s, 1, job_id))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		rc = read_attempt(s, &rows[count], err);
+		if (rc < 0)
+			break;
+		count++;
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_attempt_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_attempt_list_free(struct kn_attempt_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_attempt_row_release(&rows[i]);
+	free(rows);
+}
+
+/* ---- tasks ---- */
+
+void kn_task_row_release(struct kn_task_row *t)
+{
+	if (!t)
+		return;
+	free(t->node);
+	free(t->devices);
+	free(t->task_dir);
+	memset(t, 0, sizeof(*t));
+}
+
+int kn_store_task_put(struct kn_store *st, const struct kn_task_row *t,
+		      struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TASK_PUT];
+	const char *what = "writing a task";
+
+	if (!task_state_valid(t->state))
+		return kn_errorf(err, KN_EINVAL, "state",
+				 "unknown task state %d", (int)t->state);
+	if (bind_i64(s, 1, t->job_id) || bind_i64(s, 2, t->attempt) ||
+	    bind_i64(s, 3, t->rank) || bind_text(s, 4, t->node) ||
+	    bind_text(s, 5, t->devices) || bind_i64(s, 6, t->gpu_milli) ||
+	    bind_text(s, 7, t->task_dir) ||
+	    bind_text(s, 8, kn_task_state_name(t->state)) ||
+	    bind_i64(s, 9, t->shim_pid) || bind_i64(s, 10, t->shim_start) ||
+	    bind_i64(s, 11, t->started_at) || bind_i64(s, 12, t->ended_at) ||
+	    bind_i64(s, 13, t->exit_code) || bind_i64(s, 14, t->signal) ||
+	    bind_i64(s, 15, t->master_port))
+		return bind_fail(st, s, what, err);
+	return job_missing(run(st, s, what, err), t->job_id, err);
+}
+
+static int read_task(sqlite3_stmt *s, struct kn_task_row *t,
+		     struct kn_error *err)
+{
+	const unsigned char *state = sqlite3_column_text(s, TASK_COL_STATE);
+	int parsed = kn_task_state_parse((const char *)state);
+
+	if (parsed < 0)
+		return bad_state("task of job", col_i64(s, TASK_COL_JOB_ID),
+				 state, err);
+	t->job_id = col_i64(s, TASK_COL_JOB_ID);
+	t->attempt = col_int(s, TASK_COL_ATTEMPT);
+	t->rank = col_int(s, TASK_COL_RANK);
+	t->node = col_str(s, TASK_COL_NODE);
+	t->devices = col_str(s, TASK_COL_DEVICES);
+	t->gpu_milli = col_int(s, TASK_COL_GPU_MILLI);
+	t->task_dir = col_str(s, TASK_COL_TASK_DIR);
+	t->state = (enum kn_task_state)parsed;
+	t->shim_pid = col_int(s, TASK_COL_SHIM_PID);
+	t->shim_start = col_i64(s, TASK_COL_SHIM_START);
+	t->started_at = col_i64(s, TASK_COL_STARTED_AT);
+	t->ended_at = col_i64(s, TASK_COL_ENDED_AT);
+	t->exit_code = col_int(s, TASK_COL_EXIT_CODE);
+	t->signal = col_int(s, TASK_COL_SIGNAL);
+	t->master_port = col_int(s, TASK_COL_MASTER_PORT);
+	return 0;
+}
+
+/* Run a bound task query to the end; resets s. */
+static int read_tasks(struct kn_store *st, sqlite3_stmt *s,
+		      struct kn_task_row **out, size_t *n,
+		      struct kn_error *err)
+{
+	const char *what = "listing tasks";
+	struct kn_task_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		rc = read_task(s, &rows[count], err);
+		if (rc < 0)
+			break;
+		count++;
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_task_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+int kn_store_task_list(struct kn_store *st, int64_t job_id, int attempt,
+		       struct kn_task_row **out, size_t *n,
+		       struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TASK_LIST];
+
+	if (bind_i64(s, 1, job_id) || bind_i64(s, 2, attempt))
+		return bind_fail(st, s, "listing tasks", err);
+	return read_tasks(st, s, out, n, err);
+}
+
+int kn_store_task_list_active(struct kn_store *st, struct kn_task_row **out,
+			      size_t *n, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TASK_LIST_ACTIVE];
+
+	if (bind_text(s, 1, TASK_STATE_NAMES[KN_TASK_STARTING]) ||
+	    bind_text(s, 2, TASK_STATE_NAMES[KN_TASK_RUNNING]))
+		return bind_fail(st, s, "listing tasks", err);
+	return read_tasks(st, s, out, n, err);
+}
+
+void kn_task_list_free(struct kn_task_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_task_row_release(&rows[i]);
+	free(rows);
+}
+
+/* ---- nodes and devices ---- */
+
+static void device_row_release(struct kn_device_row *d)
+{
+	free(d->node);
+	free(d->uuid);
+	free(d->model);
+	memset(d, 0, sizeof(*d));
+}
+
+void kn_node_row_release(struct kn_node_row *n)
+{
+	if (!n)
+		return;
+	free(n->name);
+	free(n->state);
+	free(n->labels_json);
+	free(n->taints_json);
+	for (size_t i = 0; n->devices && i < n->n_devices; i++)
+		device_row_release(&n->devices[i]);
+	free(n->devices);
+	memset(n, 0, sizeof(*n));
+}
+
+int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
+		      struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_PUT];
+	sqlite3_stmt *del = st->stmt[STMT_DEVICE_DELETE_NODE];
+	sqlite3_stmt *ins = st->stmt[STMT_DEVICE_INSERT];
+	const char *what = "writing a node";
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, n->name) || bind_text(s, 2, n->state) ||
+	    bind_text(s, 3, n->labels_json) || bind_text(s, 4, n->taints_json) ||
+	    bind_i64(s, 5, n->cpu_milli) || bind_i64(s, 6, n->memory_bytes) ||
+	    bind_i64(s, 7, n->simulated) || bind_i64(s, 8, n->updated_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	if (bind_text(del, 1, n->name)) {
+		rc = bind_fail(st, del, what, err);
+		goto out;
+	}
+	rc = run(st, del, what, err);
+	for (size_t i = 0; rc == 0 && i < n->n_devices; i++) {
+		const struct kn_device_row *d = &n->devices[i];
+
+		/* The device belongs to the node it is put with. */
+		if (bind_text(ins, 1, n->name) || bind_i64(ins, 2, d->index) ||
+		    bind_text(ins, 3, d->uuid) || bind_text(ins, 4, d->model) ||
+		    bind_i64(ins, 5, d->memory_bytes) ||
+		    bind_i64(ins, 6, d->simulated)) {
+			rc = bind_fail(st, ins, what, err);
+			goto out;
+		}
+		rc = run(st, ins, what, err);
+		if (rc == -EEXIST)
+			rc = kn_errorf(err, KN_ECONFLICT, "devices",
+				       "node %s lists device %d twice",
+				       n->name, d->index);
+	}
+out:
+	return write_end(st, own, rc, err);
+}
+
+static void read_device(sqlite3_stmt *s, struct kn_device_row *d)
+{
+	d->node = col_str(s, DEVICE_COL_NODE);
+	d->index = col_int(s, DEVICE_COL_INDEX);
+	d->uuid = col_str(s, DEVICE_COL_UUID);
+	d->model = col_str(s, DEVICE_COL_MODEL);
+	d->memory_bytes = col_i64(s, DEVICE_COL_MEMORY_BYTES);
+	d->simulated = col_bool(s, DEVICE_COL_SIMULATED);
+}
+
+/* The node's devices, by index, into n->devices. */
+static int read_devices(struct kn_store *st, struct kn_node_row *n,
+			struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_DEVICE_LIST_NODE];
+	const char *what = "listing devices";
+	size_t alloc = 0;
+	int rc;
+
+	if (bind_text(s, 1, n->name))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		n->devices = grow(n->devices, &alloc, n->n_devices,
+				  sizeof(*n->devices));
+		read_device(s, &n->devices[n->n_devices++]);
+	}
+	stmt_done(s);
+	return rc;
+}
+
+/*
+ * The node query stays open while each node's devices are read, which
+ * keeps one read transaction (one snapshot) across all of them.
+ */
+int kn_store_node_list(struct kn_store *st, struct kn_node_row **out,
+		       size_t *n, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_LIST];
+	struct kn_node_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	while ((rc = step_row(st, s, "listing nodes", err)) == 1) {
+		struct kn_node_row *row;
+
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		row = &rows[count++];
+		memset(row, 0, sizeof(*row));
+		row->name = col_str(s, NODE_COL_NAME);
+		row->state = col_str(s, NODE_COL_STATE);
+		row->labels_json = col_str(s, NODE_COL_LABELS);
+		row->taints_json = col_str(s, NODE_COL_TAINTS);
+		row->cpu_milli = col_int(s, NODE_COL_CPU_MILLI);
+		row->memory_bytes = col_i64(s, NODE_COL_MEMORY_BYTES);
+		row->simulated = col_bool(s, NODE_COL_SIMULATED);
+		row->updated_at = col_i64(s, NODE_COL_UPDATED_AT);
+		rc = read_devices(st, row, err);
+		if (rc < 0)
+			break;
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_node_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_node_list_free(struct kn_node_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_node_row_release(&rows[i]);
+	free(rows);
+}
