@@ -152,6 +152,45 @@ static void wake_scheduler(struct server *s)
 
 /* ---- submit ---- */
 
+/*
+ * Tasks start in the spec's `workdir`, which may be relative to the spec
+ * file; with none, in the spec file's directory (as `sbatch` starts in the
+ * directory it was called from). Only an absolute file name tells where
+ * that is; otherwise a task starts in its task directory.
+ */
+static void resolve_workdir(struct kn_job_spec *spec, const char *filename)
+{
+	const char *slash;
+	char *dir;
+
+	if (spec->workdir && spec->workdir[0] == '/')
+		return;
+	if (!filename || filename[0] != '/')
+		return;
+	slash = strrchr(filename, '/');
+	dir = slash == filename ? kn_xstrdup("/")
+				: kn_asprintf("%.*s", (int)(slash - filename),
+					      filename);
+	if (spec->workdir) {
+		char *abs = kn_asprintf("%s/%s", dir, spec->workdir);
+		free(spec->workdir);
+		free(dir);
+		spec->workdir = abs;
+	} else {
+		spec->workdir = dir;
+	}
+}
+
+static int parse_spec(const char *text, size_t len, const char *filename,
+		      struct kn_job_spec **out, struct kn_error *err)
+{
+	int rc = kn_job_spec_parse(text, len, filename, out, err);
+
+	if (rc == 0)
+		resolve_workdir(*out, filename);
+	return rc;
+}
+
 int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		size_t len, const char *filename, int64_t *out_id,
 		struct kn_error *err)
@@ -164,7 +203,7 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	int64_t id = 0;
 	int rc;
 
-	rc = kn_job_spec_parse(text, len, filename, &spec, err);
+	rc = parse_spec(text, len, filename, &spec, err);
 	if (rc < 0)
 		return rc;
 	norm = kn_job_spec_to_json(spec);
@@ -431,7 +470,7 @@ static int bind_placed(struct server *s, struct placed *pl, size_t n,
 		return rc;
 	}
 	for (size_t i = 0; i < n; i++) {
-		struct queued_job *q = pl[i].q, **link;
+		struct queued_job *q = pl[i].q, **link = NULL;
 		struct run *r;
 		/* The run takes over the spec from the queue entry. */
 		r = run_new(s, q->id, pl[i].attempt, q->spec);
@@ -968,8 +1007,8 @@ static int recover_running(struct server *s, const struct kn_job_row *j,
 	struct run *r;
 	int rc;
 
-	rc = kn_job_spec_parse(j->spec_yaml, strlen(j->spec_yaml), j->filename,
-			       &spec, err);
+	rc = parse_spec(j->spec_yaml, strlen(j->spec_yaml), j->filename, &spec,
+			err);
 	if (rc < 0)
 		return rc;
 	rc = kn_store_task_list(s->store, j->id, j->attempts, &tasks, &nt, err);
@@ -1050,9 +1089,8 @@ int jobs_recover(struct server *s, struct kn_error *err)
 			adopted++;
 			continue;
 		}
-		if (kn_job_spec_parse(jobs[i].spec_yaml,
-				      strlen(jobs[i].spec_yaml),
-				      jobs[i].filename, &spec, &perr) < 0) {
+		if (parse_spec(jobs[i].spec_yaml, strlen(jobs[i].spec_yaml),
+			       jobs[i].filename, &spec, &perr) < 0) {
 			kn_log(KN_LOG_ERROR, "job %lld: stored spec no longer "
 			       "parses: %s", (long long)jobs[i].id, perr.message);
 			continue;

@@ -146,6 +146,12 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 			       s.home, strerror(-rc));
 		goto out;
 	}
+	/* It holds the token and every task's files: ours alone. */
+	if (chmod(s.home, 0700) < 0) {
+		rc = kn_errorf(err, KN_EIO, "home", "cannot restrict %s to 0700: %s",
+			       s.home, strerror(errno));
+		goto out;
+	}
 	path = kn_asprintf("%s/tasks", s.home);
 	kn_mkdir_p(path, 0700);
 	free(path);

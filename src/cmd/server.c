@@ -1,0 +1,143 @@
+/* kiln server: flags in, kn_server_run, exit code out. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+
+static const char server_usage[] =
+	"usage: kiln server [--listen HOST:PORT] [--gpus SPEC] [--home DIR]\n"
+	"                   [--node-name NAME] [--kill-grace DURATION]\n"
+	"                   [--log-max-size SIZE] [--debug]\n"
+	"\n"
+	"Run the control plane: the HTTP API, the job queue and the local\n"
+	"executor. Stops on SIGTERM or SIGINT; running tasks keep running and\n"
+	"are re-adopted by the next start.\n"
+	"\n"
+	"  --listen HOST:PORT    address of the API (default 127.0.0.1:7070);\n"
+	"                        port 0 picks a free port. The URL is written\n"
+	"                        to $KILN_HOME/server.url once listening.\n"
+	"  --gpus SPEC           simulate devices instead of using NVML, e.g.\n"
+	"                        4xH100-80GB or 2xA100-80GB,4xT4-16GB\n"
+	"  --home DIR            state directory (default $KILN_HOME, else ~/.kiln)\n"
+	"  --node-name NAME      name of this node (default: short host name)\n"
+	"  --kill-grace DURATION time between SIGTERM and SIGKILL on cancel and\n"
+	"                        timeout (default 10s)\n"
+	"  --log-max-size SIZE   rotate a task's log at this size (default 64Mi)\n"
+	"  --debug               log debug messages\n"
+	"\n"
+	"The first start writes an admin token to $KILN_HOME/admin.token (0600).\n"
+	"\n"
+	"Exit status: 0 after a clean stop, 1 when start-up failed, 2 on a usage\n"
+	"error.\n";
+
+static int split_listen(const char *arg, char *host, size_t hlen, int *port)
+{
+	const char *colon = strrchr(arg, ':');
+	char *end;
+	long p;
+
+	if (!colon || colon == arg || (size_t)(colon - arg) >= hlen)
+		return -1;
+	p = strtol(colon + 1, &end, 10);
+	if (*end || end == colon + 1 || p < 0 || p > 65535)
+		return -1;
+	memcpy(host, arg, (size_t)(colon - arg));
+	host[colon - arg] = '\0';
+	/* [::1]:7070 */
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	*port = (int)p;
+	return 0;
+}
+
+int cmd_server(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"listen", required_argument, NULL, 'l'},
+		{"gpus", required_argument, NULL, 'g'},
+		{"home", required_argument, NULL, 'H'},
+		{"node-name", required_argument, NULL, 'n'},
+		{"kill-grace", required_argument, NULL, 'k'},
+		{"log-max-size", required_argument, NULL, 'm'},
+		{"debug", no_argument, NULL, 'd'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct kn_server_config cfg;
+	struct kn_error err;
+	char host[256], *home = NULL;
+	int c, rc;
+
+	kn_server_config_init(&cfg);
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'l':
+			if (split_listen(optarg, host, sizeof(host),
+					 &cfg.listen_port) < 0) {
+				fprintf(stderr, "kiln server: --listen: \"%s\" is "
+					"not HOST:PORT (e.g. 127.0.0.1:7070)\n",
+					optarg);
+				return 2;
+			}
+			cfg.listen_host = host;
+			break;
+		case 'g':
+			cfg.gpus = optarg;
+			break;
+		case 'H':
+			cfg.home = optarg;
+			break;
+		case 'n':
+			cfg.node_name = optarg;
+			break;
+		case 'k':
+			if (kn_parse_duration(optarg, &cfg.kill_grace_ms) < 0) {
+				fprintf(stderr, "kiln server: --kill-grace: \"%s\" "
+					"is not a duration (e.g. 10s)\n", optarg);
+				return 2;
+			}
+			break;
+		case 'm':
+			if (kn_parse_size(optarg, &cfg.log_max_bytes) < 0 ||
+			    cfg.log_max_bytes < 4096) {
+				fprintf(stderr, "kiln server: --log-max-size: \"%s\" "
+					"is not a size of at least 4096 bytes "
+					"(e.g. 64Mi)\n", optarg);
+				return 2;
+			}
+			break;
+		case 'd':
+			kn_log_level = KN_LOG_DEBUG;
+			break;
+		case 'h':
+			fputs(server_usage, stdout);
+			return 0;
+		default:
+			fputs(server_usage, stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kiln server: unexpected argument \"%s\"\n",
+			argv[optind]);
+		return 2;
+	}
+	if (!cfg.home) {
+		home = cli_home();
+		cfg.home = home;
+	}
+	rc = kn_server_run(&cfg, &err);
+	free(home);
+	if (rc < 0) {
+		fprintf(stderr, "kiln server: %s\n", err.message);
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,26 @@
+/*
+ * kiln shim --dir TASK_DIR: internal, started by the local executor for
+ * each task (see src/exec/shim.c). Not listed in `kiln --help`.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "exec/exec.h"
+
+int cmd_shim(int argc, char **argv)
+{
+	struct kn_error err;
+	int rc;
+
+	if (argc != 3 || strcmp(argv[1], "--dir") != 0) {
+		fputs("usage: kiln shim --dir TASK_DIR (internal: started by "
+		      "kiln server)\n", stderr);
+		return 2;
+	}
+	rc = kn_shim_main(argv[2], &err);
+	if (rc != 0)
+		fprintf(stderr, "kiln shim: %s\n", err.message);
+	return rc;
+}

@@ -1,0 +1,141 @@
+"""Fixtures for end-to-end tests: each test gets its own kiln server, in
+its own temporary KILN_HOME, on a free loopback port, with simulated GPUs.
+Tests wait on conditions with deadlines, never on fixed sleeps."""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+KILN = os.environ.get("KILN_BIN") or str(
+    Path(__file__).resolve().parents[2] / "build" / "src" / "cmd" / "kiln")
+
+
+def wait_for(predicate, timeout=20.0, interval=0.05, what="condition"):
+    """Poll predicate until it returns a truthy value; fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Server:
+    def __init__(self, home, gpus="4xH100-80GB", extra=()):
+        self.home = Path(home)
+        self.gpus = gpus
+        self.extra = list(extra)
+        self.proc = None
+        self.url = None
+        self.log = self.home / "server.log"
+
+    def start(self):
+        url_file = self.home / "server.url"
+        if url_file.exists():
+            url_file.unlink()
+        env = dict(os.environ, KILN_HOME=str(self.home))
+        env.pop("KILN_SERVER", None)
+        env.pop("KILN_TOKEN", None)
+        args = [KILN, "server", "--listen", "127.0.0.1:0"]
+        if self.gpus:
+            args += ["--gpus", self.gpus]
+        args += self.extra
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=log)
+        wait_for(lambda: url_file.exists() and url_file.read_text().strip()
+                 or self.proc.poll() is not None, what="server.url")
+        assert self.proc.poll() is None, self.log.read_text()
+        self.url = url_file.read_text().strip()
+        return self
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=10)
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    @property
+    def admin_token(self):
+        return (self.home / "admin.token").read_text().strip()
+
+    def request(self, method, path, token="admin", **kw):
+        headers = kw.pop("headers", {})
+        if token == "admin":
+            token = self.admin_token
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return requests.request(method, self.url + path, headers=headers,
+                                timeout=30, **kw)
+
+    def submit(self, spec, token="admin", filename="job.yaml"):
+        r = self.request("POST", "/v1/jobs", token=token, data=spec,
+                         params={"file": filename})
+        assert r.status_code == 201, r.text
+        return r.json()["job"]["id"]
+
+    def job(self, job_id, token="admin"):
+        r = self.request("GET", f"/v1/jobs/{job_id}", token=token)
+        assert r.status_code == 200, r.text
+        return r.json()["job"]
+
+    def wait_state(self, job_id, states, timeout=30.0):
+        if isinstance(states, str):
+            states = (states,)
+        return wait_for(lambda: (lambda j: j if j["state"] in states else None)(
+            self.job(job_id)), timeout=timeout,
+            what=f"job {job_id} to reach {states}")
+
+    def logs(self, job_id, task=0, attempt=None):
+        params = {"task": task}
+        if attempt:
+            params["attempt"] = attempt
+        r = self.request("GET", f"/v1/jobs/{job_id}/logs", params=params)
+        assert r.status_code == 200, r.text
+        return r.text
+
+    def cli(self, *args, token=None, check=False, input=None, timeout=60):
+        env = dict(os.environ, KILN_HOME=str(self.home))
+        env.pop("KILN_SERVER", None)
+        env.pop("KILN_TOKEN", None)
+        if token:
+            env["KILN_TOKEN"] = token
+        res = subprocess.run([KILN, *args], env=env, capture_output=True,
+                             text=True, input=input, timeout=timeout)
+        if check:
+            assert res.returncode == 0, res.stderr
+        return res
+
+    def create_token(self, name, role):
+        r = self.request("POST", "/v1/tokens", json={"name": name, "role": role})
+        assert r.status_code == 201, r.text
+        return r.json()["secret"]
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path / "home")
+    s.home.mkdir()
+    s.start()
+    yield s
+    s.stop()
+    # Tasks outlive the server by design; a test must not leave any behind.
+    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                   check=False)
+
+
+def job_yaml(name, command, **fields):
+    """A job spec as YAML text; command is a list, fields are top-level."""
+    lines = ["kind: Job", f"name: {name}", f"command: {json.dumps(command)}"]
+    for key, value in fields.items():
+        lines.append(f"{key}: {json.dumps(value)}")
+    return "\n".join(lines) + "\n"
