@@ -23,6 +23,11 @@
 #define KN_SPEC_MAX_PRIORITY 1000
 #define KN_SPEC_MAX_RETRIES 100
 #define KN_MILLI 1000 /* resources.gpus and cpus are stored in thousandths */
+/* Whole GPUs per task: the most one machine carries. */
+#define KN_SPEC_MAX_GPUS 8
+/* CPUs per task: above any machine kiln schedules onto, and keeps
+ * cpu_milli well inside an int. */
+#define KN_SPEC_MAX_CPUS 1024
 
 struct kn_kv {
 	char *key;

@@ -1,0 +1,540 @@
+/*
+ * cli: the flag parser, messages, formatting and the table printer every
+ * subcommand uses.
+ *
+ * Flags are tables (struct cli_flag) rather than getopt_long loops in each
+ * command: one parser then gives every command the same spellings
+ * (`--x V`, `--x=V`, `-fV`), global flags anywhere on the line, `--help`,
+ * and the same messages, including "did you mean" for typos. Global flags
+ * after the subcommand's name are recognised here, not stripped by main(),
+ * so a flag value that happens to look like a global flag stays a value.
+ */
+#include "cmd/cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "spec/spec.h"
+
+static bool is_flag(const char *arg)
+{
+	return arg[0] == '-' && arg[1] != '\0';
+}
+
+static void vmessage(const struct cli_ctx *ctx, const char *fmt, va_list ap)
+{
+	fprintf(stderr, "%s: ", ctx->prog[0] ? ctx->prog : "kiln");
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+int cli_usage_error(const struct cli_ctx *ctx, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmessage(ctx, fmt, ap);
+	va_end(ap);
+	return CLI_EXIT_USAGE;
+}
+
+int cli_fail(const struct cli_ctx *ctx, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmessage(ctx, fmt, ap);
+	va_end(ap);
+	return CLI_EXIT_FAIL;
+}
+
+const char *cli_closest(const char *word, const char *const *names)
+{
+	const char *best = NULL;
+	int best_d = INT_MAX;
+	size_t i;
+
+	for (i = 0; names[i]; i++) {
+		int d = kn_levenshtein(word, names[i]);
+		if (d < best_d) {
+			best_d = d;
+			best = names[i];
+		}
+	}
+	/* Two edits catch most typos; short words need a closer match. */
+	if (!best || best_d > 2 || (size_t)best_d >= strlen(word))
+		return NULL;
+	return best;
+}
+
+static void global_flags(struct cli_ctx *ctx, struct cli_flag out[4])
+{
+	out[0] = (struct cli_flag){"server", 0, CLI_FLAG_STRING, &ctx->server};
+	out[1] = (struct cli_flag){"token", 0, CLI_FLAG_STRING, &ctx->token};
+	out[2] = (struct cli_flag){"output", 'o', CLI_FLAG_STRING,
+				   &ctx->output};
+	out[3] = (struct cli_flag){NULL, 0, CLI_FLAG_BOOL, NULL};
+}
+
+static const struct cli_flag *find_flag(const struct cli_flag *flags,
+					const char *name, size_t name_len,
+					char short_name)
+{
+	for (; flags && flags->name; flags++) {
+		if (short_name ? flags->short_name == short_name
+			       : strlen(flags->name) == name_len &&
+					 !strncmp(flags->name, name, name_len))
+			return flags;
+	}
+	return NULL;
+}
+
+static int unknown_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
+			const struct cli_flag *globals, const char *arg)
+{
+	const char *names[64];
+	char word[64];
+	const char *eq, *near;
+	size_t n = 0;
+
+	for (; flags && flags->name && n < 30; flags++)
+		names[n++] = flags->name;
+	for (; globals->name; globals++)
+		names[n++] = globals->name;
+	names[n++] = "help";
+	names[n] = NULL;
+	/* Compare the name alone: "--sate=x" is a typo of "state". */
+	kn_strlcpy(word, arg + strspn(arg, "-"), sizeof(word));
+	eq = strchr(word, '=');
+	if (eq)
+		word[eq - word] = '\0';
+	near = arg[1] == '-' ? cli_closest(word, names) : NULL;
+	if (near)
+		return cli_usage_error(ctx,
+				       "unknown flag %s; did you mean --%s?",
+				       arg, near);
+	return cli_usage_error(ctx, "unknown flag %s; see '%s --help'", arg,
+			       ctx->cmd ? ctx->prog : "kiln");
+}
+
+static int parse_count(struct cli_ctx *ctx, const char *flag,
+		       const char *value, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(value, &end, 10);
+	if (value[0] < '0' || value[0] > '9' || *end || errno || v > INT_MAX)
+		return cli_usage_error(ctx,
+				       "--%s wants a whole number, got '%s'",
+				       flag, value);
+	*out = (int)v;
+	return CLI_GO;
+}
+
+int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
+		  int argc, char **argv, int *i)
+{
+	struct cli_flag globals[4];
+	const struct cli_flag *f;
+	const char *arg = argv[*i];
+	const char *value = NULL;
+
+	global_flags(ctx, globals);
+	if (arg[1] == '-') {
+		const char *name = arg + 2;
+		const char *eq = strchr(name, '=');
+		size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+
+		f = find_flag(flags, name, name_len, 0);
+		if (!f)
+			f = find_flag(globals, name, name_len, 0);
+		if (eq)
+			value = eq + 1;
+	} else {
+		f = find_flag(flags, NULL, 0, arg[1]);
+		if (!f)
+			f = find_flag(globals, NULL, 0, arg[1]);
+		if (f && arg[2])
+			value = arg + 2;
+	}
+	if (!f)
+		return unknown_flag(ctx, flags, globals, arg);
+	if (f->type == CLI_FLAG_BOOL) {
+		if (value)
+			return cli_usage_error(ctx, "--%s takes no value",
+					       f->name);
+		*(bool *)f->dest = true;
+		return CLI_GO;
+	}
+	if (!value) {
+		if (*i + 1 >= argc)
+			return cli_usage_error(ctx, "--%s needs a value",
+					       f->name);
+		value = argv[++*i];
+	}
+	if (f->type == CLI_FLAG_COUNT)
+		return parse_count(ctx, f->name, value, f->dest);
+	*(const char **)f->dest = value;
+	return CLI_GO;
+}
+
+int cli_check_output(struct cli_ctx *ctx)
+{
+	if (!ctx->output)
+		ctx->output = "table";
+	if (strcmp(ctx->output, "table") && strcmp(ctx->output, "json"))
+		return cli_usage_error(ctx, "-o wants json or table, got '%s'",
+				       ctx->output);
+	return CLI_GO;
+}
+
+bool cli_want_json(const struct cli_ctx *ctx)
+{
+	return ctx->output && !strcmp(ctx->output, "json");
+}
+
+int cli_parse(struct cli_ctx *ctx, int argc, char **argv,
+	      const struct cli_flag *flags, const char *pos_name,
+	      const char **pos)
+{
+	bool flags_done = false;
+	int i, n_pos = 0;
+
+	for (i = 1; i < argc; i++) {
+		const char *arg = argv[i];
+		int rc;
+
+		if (flags_done || !is_flag(arg)) {
+			if (!pos_name || n_pos)
+				return cli_usage_error(
+					ctx, "unexpected argument '%s'", arg);
+			*pos = arg;
+			n_pos++;
+			continue;
+		}
+		if (!strcmp(arg, "--")) {
+			flags_done = true;
+			continue;
+		}
+		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+			fputs(ctx->cmd->help, stdout);
+			return CLI_EXIT_OK;
+		}
+		rc = cli_take_flag(ctx, flags, argc, argv, &i);
+		if (rc != CLI_GO)
+			return rc;
+	}
+	if (pos_name && !n_pos)
+		return cli_usage_error(ctx, "missing %s; see '%s --help'",
+				       pos_name, ctx->prog);
+	return cli_check_output(ctx);
+}
+
+int cli_parse_job_id(const struct cli_ctx *ctx, const char *arg,
+		     int64_t *out)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(arg, &end, 10);
+	if (arg[0] < '0' || arg[0] > '9' || *end || errno || v < 1)
+		return cli_usage_error(
+			ctx, "a job ID is a number such as 7, got '%s'", arg);
+	*out = v;
+	return CLI_GO;
+}
+
+static int read_stdin(size_t max, char **text, size_t *len)
+{
+	struct kn_buf b;
+	char chunk[65536];
+
+	kn_buf_init(&b, max);
+	for (;;) {
+		size_t n = fread(chunk, 1, sizeof(chunk), stdin);
+		if (n > 0 && kn_buf_append(&b, chunk, n) < 0) {
+			kn_buf_release(&b);
+			return -EFBIG;
+		}
+		if (n < sizeof(chunk))
+			break;
+	}
+	if (ferror(stdin)) {
+		kn_buf_release(&b);
+		return -EIO;
+	}
+	*text = b.data ? b.data : kn_xstrdup("");
+	*len = b.len;
+	return 0;
+}
+
+int cli_read_spec(const struct cli_ctx *ctx, const char *path, char **text,
+		  size_t *len, const char **name)
+{
+	bool from_stdin = !strcmp(path, "-");
+	int rc;
+
+	*name = from_stdin ? "<stdin>" : path;
+	rc = from_stdin ? read_stdin(KN_SPEC_MAX_BYTES, text, len)
+			: kn_read_file(path, KN_SPEC_MAX_BYTES, text, len);
+	if (rc == -EFBIG)
+		return cli_fail(ctx,
+				"%s is larger than %d KiB, the limit for a job "
+				"spec",
+				*name, KN_SPEC_MAX_BYTES / 1024);
+	if (rc < 0)
+		return cli_fail(ctx, "cannot read %s: %s", *name,
+				strerror(-rc));
+	return CLI_GO;
+}
+
+void cli_print_json(json_t *value)
+{
+	json_dumpf(value, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	fputc('\n', stdout);
+}
+
+void cli_clean(char *dst, const char *src, size_t size)
+{
+	size_t i;
+
+	if (!size)
+		return;
+	for (i = 0; src[i] && i + 1 < size; i++) {
+		unsigned char c = (unsigned char)src[i];
+		dst[i] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+	}
+	/* Do not leave half a UTF-8 sequence behind when src was cut. */
+	if (src[i]) {
+		size_t start = i;
+		unsigned char lead;
+		size_t need;
+
+		while (start > 0 && ((unsigned char)dst[start - 1] & 0xc0) == 0x80)
+			start--;
+		if (start > 0 && ((unsigned char)dst[start - 1] & 0x80)) {
+			start--;
+			lead = (unsigned char)dst[start];
+			need = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
+			if (i - start < need)
+				i = start;
+		}
+	}
+	dst[i] = '\0';
+}
+
+/* Characters in UTF-8 text: every byte that does not continue one. */
+static size_t text_width(const char *s)
+{
+	size_t n = 0;
+
+	for (; *s; s++)
+		if (((unsigned char)*s & 0xc0) != 0x80)
+			n++;
+	return n;
+}
+
+void cli_truncate(char *s, size_t max)
+{
+	size_t chars = 0;
+	char *p;
+
+	if (max < 4 || text_width(s) <= max)
+		return;
+	for (p = s; *p; p++) {
+		if (((unsigned char)*p & 0xc0) == 0x80)
+			continue;
+		if (chars == max - 3)
+			break;
+		chars++;
+	}
+	strcpy(p, "...");
+}
+
+void cli_format_when(int64_t ms, int64_t now_ms, char *buf, size_t len)
+{
+	char abs[40], rel[32];
+
+	if (ms <= 0) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	kn_format_time(ms, abs, sizeof(abs));
+	kn_format_ago(ms, now_ms, rel, sizeof(rel));
+	snprintf(buf, len, "%s (%s)", abs, rel);
+}
+
+void cli_format_bytes(int64_t bytes, char *buf, size_t len)
+{
+	static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+	double v = (double)bytes;
+	size_t u = 0;
+
+	if (bytes < 1024) {
+		snprintf(buf, len, "%lld B", (long long)bytes);
+		return;
+	}
+	v /= 1024;
+	while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%.1f %s", v, units[u]);
+}
+
+void cli_format_milli(int64_t milli, char *buf, size_t len)
+{
+	char frac[8];
+	int n;
+
+	if (milli < 0)
+		milli = 0;
+	snprintf(frac, sizeof(frac), "%03d", (int)(milli % 1000));
+	/* Keep one decimal so a whole GPU still reads as an amount: "1.0". */
+	for (n = 3; n > 1 && frac[n - 1] == '0'; n--)
+		frac[n - 1] = '\0';
+	snprintf(buf, len, "%lld.%s", (long long)(milli / 1000), frac);
+}
+
+/* Nearest integer, without pulling in libm for llround. */
+static int64_t round_half_away(double v)
+{
+	return (int64_t)(v >= 0 ? v + 0.5 : v - 0.5);
+}
+
+void cli_format_gpus(json_t *gpus, char *buf, size_t len)
+{
+	if (json_is_string(gpus)) {
+		cli_clean(buf, json_string_value(gpus), len);
+	} else if (json_is_integer(gpus)) {
+		snprintf(buf, len, "%lld", (long long)json_integer_value(gpus));
+	} else if (json_is_real(gpus)) {
+		int64_t milli = round_half_away(json_real_value(gpus) * 1000);
+		if (milli % 1000 == 0)
+			snprintf(buf, len, "%lld", (long long)(milli / 1000));
+		else
+			cli_format_milli(milli, buf, len);
+	} else {
+		snprintf(buf, len, "0");
+	}
+}
+
+void cli_format_ran(int64_t started_ms, int64_t ended_ms, int64_t now_ms,
+		    char *buf, size_t len)
+{
+	if (started_ms <= 0) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	kn_format_duration((ended_ms > 0 ? ended_ms : now_ms) - started_ms, buf,
+			   len);
+}
+
+const char *cli_json_str(json_t *obj, const char *key)
+{
+	const char *s = json_string_value(json_object_get(obj, key));
+	return s ? s : "-";
+}
+
+int64_t cli_json_int(json_t *obj, const char *key)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (json_is_real(v))
+		return round_half_away(json_real_value(v));
+	return json_integer_value(v);
+}
+
+struct cli_table {
+	size_t n_cols;
+	char **cells; /* row-major, the header row first */
+	size_t n_cells;
+	size_t alloc;
+};
+
+struct cli_table *cli_table_new(const char *const *headers)
+{
+	struct cli_table *t = kn_xcalloc(1, sizeof(*t));
+
+	while (headers[t->n_cols])
+		t->n_cols++;
+	for (size_t i = 0; i < t->n_cols; i++)
+		cli_table_cell(t, headers[i]);
+	return t;
+}
+
+void cli_table_free(struct cli_table *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->n_cells; i++)
+		free(t->cells[i]);
+	free(t->cells);
+	free(t);
+}
+
+void cli_table_cell(struct cli_table *t, const char *text)
+{
+	size_t size = strlen(text) + 1;
+	char *copy = kn_xmalloc(size);
+
+	cli_clean(copy, text, size);
+	if (t->n_cells == t->alloc) {
+		t->alloc = t->alloc ? t->alloc * 2 : 64;
+		t->cells = kn_xrealloc(t->cells, t->alloc * sizeof(char *));
+	}
+	t->cells[t->n_cells++] = copy;
+}
+
+void cli_table_cellf(struct cli_table *t, const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	cli_table_cell(t, s ? s : "");
+	free(s);
+}
+
+void cli_table_print(const struct cli_table *t, FILE *f, int indent)
+{
+	size_t *width = kn_xcalloc(t->n_cols, sizeof(size_t));
+	size_t r, c, n_rows = (t->n_cells + t->n_cols - 1) / t->n_cols;
+
+	for (r = 0; r < t->n_cells; r++) {
+		size_t w = text_width(t->cells[r]);
+		if (w > width[r % t->n_cols])
+			width[r % t->n_cols] = w;
+	}
+	for (r = 0; r < n_rows; r++) {
+		char **row = t->cells + r * t->n_cols;
+		size_t last = 0, n = t->n_cols;
+
+		/* A row still being filled has fewer cells. */
+		if ((r + 1) * t->n_cols > t->n_cells)
+			n = t->n_cells - r * t->n_cols;
+		for (c = 0; c < n; c++)
+			if (row[c][0])
+				last = c;
+		fprintf(f, "%*s", indent, "");
+		for (c = 0; c <= last && c < n; c++) {
+			fputs(row[c], f);
+			if (c < last)
+				fprintf(f, "%*s",
+					(int)(width[c] - text_width(row[c]) + 2),
+					"");
+		}
+		fputc('\n', f);
+	}
+	free(width);
+}

@@ -1,0 +1,191 @@
+/*
+ * cli: what the kiln subcommands share — the command table's shape, the
+ * global options, exit statuses, one flag parser, and formatting for humans
+ * (aligned tables, times, sizes, GPU amounts).
+ *
+ * A subcommand is `int cmd_x(struct cli_ctx *ctx, int argc, char **argv)`
+ * with argv[0] its own name; it returns the process exit status and prints
+ * its own messages. Data a script may capture (ids, secrets, tables, JSON)
+ * goes to stdout; everything said to a person goes to stderr.
+ *
+ * The server and the task shim keep the plain `int f(int argc, char **argv)`
+ * shape: they get their arguments untouched, since the CLI's global flags
+ * mean nothing to them.
+ */
+#ifndef KILN_CLI_H
+#define KILN_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+/* Exit statuses, documented in `kiln --help` and docs/cli.md. */
+enum cli_exit {
+	CLI_EXIT_OK = 0,
+	CLI_EXIT_FAIL = 1,         /* API error, invalid spec, not found */
+	CLI_EXIT_USAGE = 2,
+	CLI_EXIT_UNREACHABLE = 3,  /* no server configured, or none answers */
+	CLI_EXIT_JOB_FAILED = 4,   /* submit --wait */
+	CLI_EXIT_JOB_CANCELLED = 5,/* submit --wait */
+};
+
+/* cli_parse's answer when there is no exit status yet: carry on. */
+#define CLI_GO (-1)
+
+struct cli_ctx;
+
+struct cli_command {
+	const char *name;
+	/* Exactly one of run and run_raw is set. */
+	int (*run)(struct cli_ctx *ctx, int argc, char **argv);
+	int (*run_raw)(int argc, char **argv);
+	const char *summary; /* one line for `kiln --help` */
+	const char *help;    /* usage and flags, for `kiln NAME --help` */
+	bool hidden;         /* internal: left out of `kiln --help` */
+};
+
+/* The global flags, set before or after the subcommand's name. */
+struct cli_ctx {
+	const char *server; /* --server, or NULL */
+	const char *token;  /* --token, or NULL */
+	const char *output; /* -o: "table" (default) or "json" */
+	const struct cli_command *cmd; /* the subcommand running, or NULL */
+	char prog[64];      /* "kiln ls", "kiln token create": message prefix */
+};
+
+/* The lead's subcommands (server.c, shim.c). */
+int cmd_server(int argc, char **argv);
+int cmd_shim(int argc, char **argv);
+
+int cmd_submit(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_ls(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_show(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_logs(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_token(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_audit(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_validate(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_version(struct cli_ctx *ctx, int argc, char **argv);
+
+/* Flags. */
+
+enum cli_flag_type {
+	CLI_FLAG_BOOL,   /* dest is bool *, set to true */
+	CLI_FLAG_STRING, /* dest is const char **, pointing into argv */
+	CLI_FLAG_COUNT,  /* dest is int *, a whole number 0..INT_MAX */
+};
+
+struct cli_flag {
+	const char *name; /* long name without dashes; NULL ends a table */
+	char short_name;  /* 'f' for -f, or 0 */
+	enum cli_flag_type type;
+	void *dest;
+};
+
+/*
+ * Parse a subcommand's arguments (argv[0] is its name): its own flags
+ * (`--name V`, `--name=V`, `-f`), the global flags anywhere, -h/--help,
+ * `--` and positionals. With pos_name set exactly one positional is wanted
+ * and stored in *pos ("-" counts as one); with pos_name NULL none is.
+ * Returns CLI_GO to carry on, CLI_EXIT_OK after printing the command's
+ * help, or CLI_EXIT_USAGE after printing what is wrong.
+ */
+int cli_parse(struct cli_ctx *ctx, int argc, char **argv,
+	      const struct cli_flag *flags, const char *pos_name,
+	      const char **pos);
+
+/*
+ * Take the flag at argv[*i] (and its value, advancing *i) from flags (may
+ * be NULL) or the global flags. Returns CLI_GO, or CLI_EXIT_USAGE after
+ * printing an unknown flag (with a "did you mean") or a missing value.
+ */
+int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
+		  int argc, char **argv, int *i);
+
+/* After parsing: CLI_GO, or CLI_EXIT_USAGE when -o is not json or table. */
+int cli_check_output(struct cli_ctx *ctx);
+
+/* -o json was asked for. */
+bool cli_want_json(const struct cli_ctx *ctx);
+
+/* Print "PROG: message" to stderr; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const struct cli_ctx *ctx, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Print "PROG: message" to stderr; returns CLI_EXIT_FAIL. */
+int cli_fail(const struct cli_ctx *ctx, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/*
+ * The closest of names (NULL-terminated) to word, or NULL when none is
+ * close enough to be a likely typo.
+ */
+const char *cli_closest(const char *word, const char *const *names);
+
+/* A job id argument: a whole number >= 1, else a usage error. */
+int cli_parse_job_id(const struct cli_ctx *ctx, const char *arg,
+		     int64_t *out);
+
+/*
+ * Read a job spec from path ("-" = stdin), refusing more than
+ * KN_SPEC_MAX_BYTES. *name is how to call it in messages ("<stdin>" for
+ * "-"). Returns CLI_GO with *text (malloc'd, NUL-terminated) and *len set,
+ * or CLI_EXIT_FAIL after printing why.
+ */
+int cli_read_spec(const struct cli_ctx *ctx, const char *path, char **text,
+		  size_t *len, const char **name);
+
+/* Output. */
+
+/* Pretty-print JSON to stdout followed by a newline. */
+void cli_print_json(json_t *value);
+
+/*
+ * Copy text for a terminal: control characters (newlines, escapes) from
+ * the server become spaces so they cannot garble or drive the terminal.
+ */
+void cli_clean(char *dst, const char *src, size_t size);
+
+/* Cut UTF-8 text in place to at most max characters, ending in "...". */
+void cli_truncate(char *s, size_t max);
+
+/* "2026-12-02T15:46:06.123Z (5m ago)", or "-" for 0. */
+void cli_format_when(int64_t ms, int64_t now_ms, char *buf, size_t len);
+/* "80.0 GiB", "512 B". */
+void cli_format_bytes(int64_t bytes, char *buf, size_t len);
+/* Thousandths of a GPU as "1.0", "0.5", "0.125", "2.0". */
+void cli_format_milli(int64_t milli, char *buf, size_t len);
+/*
+ * A job's resources.gpus value (number or "mig:<profile>") as "2", "0.5",
+ * "mig:1g.10gb", or "0" when missing.
+ */
+void cli_format_gpus(json_t *gpus, char *buf, size_t len);
+/* How long a job or attempt ran: ended-started, now-started, or "-". */
+void cli_format_ran(int64_t started_ms, int64_t ended_ms, int64_t now_ms,
+		    char *buf, size_t len);
+
+/* A JSON object member as text: strings as-is, else "-" when absent/null. */
+const char *cli_json_str(json_t *obj, const char *key);
+/* A JSON object member as an integer (reals rounded), 0 when absent. */
+int64_t cli_json_int(json_t *obj, const char *key);
+
+/*
+ * An aligned table: a header row, then cells added left to right, row by
+ * row. Columns are two spaces apart, a row stops after its last non-empty
+ * cell (no trailing spaces), and cells are cleaned with cli_clean.
+ */
+struct cli_table;
+
+/* headers is NULL-terminated. */
+struct cli_table *cli_table_new(const char *const *headers);
+void cli_table_free(struct cli_table *t);
+void cli_table_cell(struct cli_table *t, const char *text);
+void cli_table_cellf(struct cli_table *t, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Print to f with each line starting with indent spaces. */
+void cli_table_print(const struct cli_table *t, FILE *f, int indent);
+
+#endif

@@ -1,0 +1,477 @@
+/*
+ * client: one libcurl easy handle per command, reused across requests so
+ * `submit --wait` polls over one connection.
+ *
+ * An answer's body goes either to memory (JSON, capped at 64 MiB) or, for
+ * a 2xx answer to cli_stream, straight to the caller's FILE as it arrives:
+ * the write callback decides on its first call, once the status is known,
+ * so an error body is still caught whole and decoded into one line.
+ *
+ * The token goes only into the Authorization header; it is checked for
+ * characters that could break out of the header, and no message quotes it.
+ */
+#include "cmd/client.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+/* server.url and admin.token hold one short line; anything bigger is not. */
+#define CONFIG_FILE_MAX 4096
+
+struct cli_client {
+	CURL *curl;
+	char *base_url;   /* without a trailing slash */
+	char *token;      /* NULL when none was found */
+	char *token_note; /* for 401 messages: the token's source, or why none */
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+char *cli_kiln_home(void)
+{
+	const char *home = getenv("KILN_HOME");
+	struct passwd *pw;
+
+	if (home && *home)
+		return kn_xstrdup(home);
+	home = getenv("HOME");
+	if (!home || !*home) {
+		pw = getpwuid(getuid());
+		home = pw ? pw->pw_dir : "/";
+	}
+	return kn_asprintf("%s/.kiln", home);
+}
+
+static char *trim_copy(const char *s)
+{
+	size_t len;
+	char *out;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	len = strlen(s);
+	while (len > 0 && isspace((unsigned char)s[len - 1]))
+		len--;
+	out = kn_xmalloc(len + 1);
+	memcpy(out, s, len);
+	out[len] = '\0';
+	return out;
+}
+
+static int read_trimmed(const char *path, char **out)
+{
+	char *text;
+	int rc = kn_read_file(path, CONFIG_FILE_MAX, &text, NULL);
+
+	if (rc < 0)
+		return rc;
+	*out = trim_copy(text);
+	free(text);
+	return 0;
+}
+
+static int find_server(const struct cli_ctx *ctx, const char *home,
+		       char **out)
+{
+	const char *env = getenv("KILN_SERVER");
+	char *file = NULL, *url = NULL;
+	const char *source;
+	size_t len;
+	int rc = 0;
+
+	if (ctx->server) {
+		url = trim_copy(ctx->server);
+		source = "--server";
+	} else if (env && *env) {
+		url = trim_copy(env);
+		source = "KILN_SERVER";
+	} else {
+		file = kn_asprintf("%s/server.url", home);
+		rc = read_trimmed(file, &url);
+		if (rc < 0 && rc != -ENOENT) {
+			fprintf(stderr, "kiln: cannot read %s: %s\n", file,
+				strerror(-rc));
+			rc = CLI_EXIT_UNREACHABLE;
+			goto out;
+		}
+		source = file;
+	}
+	if (!url || !*url) {
+		fputs("kiln: no server: start one with `kiln server`, or pass "
+		      "--server / set KILN_SERVER\n",
+		      stderr);
+		rc = CLI_EXIT_UNREACHABLE;
+		goto out;
+	}
+	if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8)) {
+		fprintf(stderr,
+			"kiln: the server URL from %s must start with http:// "
+			"or https://\n",
+			source);
+		rc = CLI_EXIT_USAGE;
+		goto out;
+	}
+	len = strlen(url);
+	while (len > 0 && url[len - 1] == '/')
+		url[--len] = '\0';
+	*out = url;
+	url = NULL;
+	rc = 0;
+out:
+	free(url);
+	free(file);
+	return rc;
+}
+
+/* A bearer token is printable ASCII without spaces (RFC 6750's b64token). */
+static bool token_chars_ok(const char *token)
+{
+	for (; *token; token++)
+		if (*token <= ' ' || *token > '~')
+			return false;
+	return true;
+}
+
+static int find_token(struct cli_client *c, const struct cli_ctx *ctx,
+		      const char *home)
+{
+	const char *env = getenv("KILN_TOKEN");
+	char *file = NULL;
+	const char *source;
+	int rc;
+
+	if (ctx->token) {
+		c->token = trim_copy(ctx->token);
+		source = "--token";
+	} else if (env && *env) {
+		c->token = trim_copy(env);
+		source = "KILN_TOKEN";
+	} else {
+		file = kn_asprintf("%s/admin.token", home);
+		source = file;
+		rc = read_trimmed(file, &c->token);
+		if (rc == -ENOENT)
+			c->token_note = kn_asprintf(
+				"no token: pass --token or set KILN_TOKEN "
+				"(the server writes an admin token to %s)",
+				file);
+		else if (rc < 0)
+			c->token_note = kn_asprintf("no token: cannot read %s: %s",
+						    file, strerror(-rc));
+	}
+	if (c->token && !*c->token) {
+		free(c->token);
+		c->token = NULL;
+		c->token_note = kn_asprintf("no token: the one from %s is empty",
+					    source);
+	} else if (c->token) {
+		c->token_note = kn_asprintf("the token came from %s", source);
+	}
+	rc = 0;
+	if (c->token && !token_chars_ok(c->token)) {
+		fprintf(stderr,
+			"kiln: the token from %s has characters no token has "
+			"(spaces or control characters)\n",
+			source);
+		rc = CLI_EXIT_USAGE;
+	}
+	free(file);
+	return rc;
+}
+
+int cli_client_open(const struct cli_ctx *ctx, struct cli_client **out)
+{
+	struct cli_client *c = kn_xcalloc(1, sizeof(*c));
+	char *home = cli_kiln_home();
+	int rc;
+
+	rc = find_server(ctx, home, &c->base_url);
+	if (rc)
+		goto out;
+	rc = find_token(c, ctx, home);
+	if (rc)
+		goto out;
+	c->curl = curl_easy_init();
+	if (!c->curl) {
+		fputs("kiln: cannot start libcurl\n", stderr);
+		rc = CLI_EXIT_FAIL;
+		goto out;
+	}
+	*out = c;
+	c = NULL;
+out:
+	cli_client_free(c);
+	free(home);
+	return rc;
+}
+
+void cli_client_free(struct cli_client *c)
+{
+	if (!c)
+		return;
+	if (c->curl)
+		curl_easy_cleanup(c->curl);
+	free(c->base_url);
+	free(c->token);
+	free(c->token_note);
+	free(c);
+}
+
+struct answer {
+	CURL *curl;
+	FILE *sink;       /* where a 2xx body goes, or NULL: to memory */
+	bool decided;     /* streaming has been chosen, on the first piece */
+	bool streaming;
+	bool too_big;
+	int sink_errno;   /* writing to sink failed with this */
+	struct kn_buf body;
+};
+
+static size_t on_data(char *data, size_t size, size_t n, void *arg)
+{
+	struct answer *a = arg;
+	size_t len = size * n;
+
+	if (!a->decided) {
+		long status = 0;
+		curl_easy_getinfo(a->curl, CURLINFO_RESPONSE_CODE, &status);
+		a->streaming = a->sink && status >= 200 && status < 300;
+		a->decided = true;
+	}
+	if (a->streaming) {
+		errno = 0;
+		if (fwrite(data, 1, len, a->sink) != len ||
+		    fflush(a->sink) != 0) {
+			a->sink_errno = errno ? errno : EIO;
+			return 0;
+		}
+		return len;
+	}
+	if (kn_buf_append(&a->body, data, len) < 0) {
+		a->too_big = true;
+		return 0;
+	}
+	return len;
+}
+
+/* Length of text's first line, at most max. */
+static int first_line_len(const char *text, size_t max)
+{
+	size_t n = strcspn(text, "\r\n");
+	return (int)(n < max ? n : max);
+}
+
+static void print_api_error(const struct cli_client *c, long status,
+			    const struct kn_buf *body)
+{
+	json_t *doc = body->len ? json_loadb(body->data, body->len, 0, NULL)
+				: NULL;
+	json_t *err = json_object_get(doc, "error");
+	const char *code = json_string_value(json_object_get(err, "code"));
+	const char *msg = json_string_value(json_object_get(err, "message"));
+	char line[2048], clean[2048];
+
+	if (code && msg)
+		snprintf(line, sizeof(line), "%s: %s", code, msg);
+	else if (status >= 300 && status < 400)
+		snprintf(line, sizeof(line),
+			 "the server answered with a redirect (HTTP %ld), "
+			 "which kiln does not follow: check the server URL",
+			 status);
+	else if (body->len)
+		snprintf(line, sizeof(line), "the server answered HTTP %ld: %.*s",
+			 status, first_line_len(body->data, 200), body->data);
+	else
+		snprintf(line, sizeof(line), "the server answered HTTP %ld",
+			 status);
+	if (status == 401 && c->token_note) {
+		size_t used = strlen(line);
+		snprintf(line + used, sizeof(line) - used, "; %s",
+			 c->token_note);
+	}
+	cli_clean(clean, line, sizeof(clean));
+	fprintf(stderr, "kiln: %s\n", clean);
+	json_decref(doc);
+}
+
+/* Like every allocation in kiln, a failed one is fatal. */
+static struct curl_slist *add_header(struct curl_slist *h, const char *line)
+{
+	struct curl_slist *grown = curl_slist_append(h, line);
+
+	if (!grown) {
+		fputs("kiln: out of memory\n", stderr);
+		abort();
+	}
+	return grown;
+}
+
+static struct curl_slist *request_headers(const struct cli_client *c,
+					  const char *content_type,
+					  bool want_json)
+{
+	struct curl_slist *h = NULL;
+	char *line;
+
+	if (c->token) {
+		line = kn_asprintf("Authorization: Bearer %s", c->token);
+		h = add_header(h, line);
+		free(line);
+	}
+	if (want_json)
+		h = add_header(h, "Accept: application/json");
+	if (content_type) {
+		line = kn_asprintf("Content-Type: %s", content_type);
+		h = add_header(h, line);
+		free(line);
+	} else {
+		/* No body, no type: not libcurl's form-encoded default. */
+		h = add_header(h, "Content-Type:");
+	}
+	/* The API never wants "Expect: 100-continue" round trips. */
+	h = add_header(h, "Expect:");
+	return h;
+}
+
+static void set_method(CURL *curl, const char *method, const char *body,
+		       size_t body_len)
+{
+	if (!strcmp(method, "GET")) {
+		curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+		return;
+	}
+	if (!strcmp(method, "POST") || body) {
+		curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body ? body : "");
+		curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
+				 (curl_off_t)(body ? body_len : 0));
+	}
+	if (strcmp(method, "POST"))
+		curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+}
+
+static int perform(struct cli_client *c, const char *method,
+		   const char *path, const char *content_type,
+		   const char *body, size_t body_len, FILE *sink,
+		   bool unbounded, json_t **out)
+{
+	struct answer a = {.curl = c->curl, .sink = sink};
+	struct curl_slist *headers;
+	char *url = kn_asprintf("%s%s", c->base_url, path);
+	long status = 0;
+	CURLcode cc;
+	int rc = 0;
+
+	kn_buf_init(&a.body, CLI_MAX_RESPONSE_BYTES);
+	headers = request_headers(c, body ? content_type : NULL, !sink);
+	curl_easy_reset(c->curl);
+	c->errbuf[0] = '\0';
+	curl_easy_setopt(c->curl, CURLOPT_URL, url);
+	curl_easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c->curl, CURLOPT_HTTP_VERSION,
+			 (long)CURL_HTTP_VERSION_1_1);
+	curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c->curl, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS,
+			 (long)CLI_CONNECT_TIMEOUT_MS);
+	curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS,
+			 unbounded ? 0L : (long)CLI_REQUEST_TIMEOUT_MS);
+	if (!sink)
+		curl_easy_setopt(c->curl, CURLOPT_MAXFILESIZE_LARGE,
+				 (curl_off_t)CLI_MAX_RESPONSE_BYTES);
+	curl_easy_setopt(c->curl, CURLOPT_USERAGENT, "kiln/" KN_VERSION);
+	curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, c->errbuf);
+	curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &a);
+	set_method(c->curl, method, body, body_len);
+
+	cc = curl_easy_perform(c->curl);
+	curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
+	if (a.sink_errno) {
+		fprintf(stderr, "kiln: cannot write the output: %s\n",
+			strerror(a.sink_errno));
+		rc = CLI_EXIT_FAIL;
+	} else if (a.too_big || cc == CURLE_FILESIZE_EXCEEDED) {
+		fprintf(stderr,
+			"kiln: the server's answer is larger than %d MiB\n",
+			CLI_MAX_RESPONSE_BYTES >> 20);
+		rc = CLI_EXIT_FAIL;
+	} else if (cc != CURLE_OK) {
+		fprintf(stderr, "kiln: %s the server at %s: %s\n",
+			status ? "lost the connection to" : "cannot reach",
+			c->base_url,
+			c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc));
+		rc = CLI_EXIT_UNREACHABLE;
+	} else if (status < 200 || status >= 300) {
+		print_api_error(c, status, &a.body);
+		rc = CLI_EXIT_FAIL;
+	} else if (out) {
+		json_error_t jerr;
+		*out = json_loadb(a.body.data ? a.body.data : "", a.body.len, 0,
+				  &jerr);
+		if (!*out) {
+			fprintf(stderr,
+				"kiln: the server's answer is not JSON: %s\n",
+				jerr.text);
+			rc = CLI_EXIT_FAIL;
+		}
+	}
+	curl_slist_free_all(headers);
+	kn_buf_release(&a.body);
+	free(url);
+	return rc;
+}
+
+int cli_call(struct cli_client *c, const char *method, const char *path,
+	     const char *content_type, const char *body, size_t body_len,
+	     json_t **out)
+{
+	return perform(c, method, path, content_type, body, body_len, NULL,
+		       false, out);
+}
+
+int cli_get(struct cli_client *c, const char *path, json_t **out)
+{
+	return perform(c, "GET", path, NULL, NULL, 0, NULL, false, out);
+}
+
+int cli_stream(struct cli_client *c, const char *path, FILE *sink,
+	       bool unbounded)
+{
+	return perform(c, "GET", path, NULL, NULL, 0, sink, unbounded, NULL);
+}
+
+static void add_escaped(struct kn_buf *b, const char *s)
+{
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (isalnum(ch) || strchr("-._~", ch))
+			kn_buf_append(b, s, 1);
+		else
+			kn_buf_printf(b, "%%%02X", ch);
+	}
+}
+
+/*
+ * Paths are built in buffers whose cap is SIZE_MAX, so appends cannot
+ * fail; what bounds them is the command line they come from.
+ */
+void cli_query_add(struct kn_buf *path, const char *key, const char *value)
+{
+	if (!value)
+		return;
+	kn_buf_printf(path, "%c%s=",
+		      path->data && strchr(path->data, '?') ? '&' : '?', key);
+	add_escaped(path, value);
+}
+
+void cli_path_add(struct kn_buf *path, const char *segment)
+{
+	kn_buf_append(path, "/", 1);
+	add_escaped(path, segment);
+}

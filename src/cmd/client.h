@@ -1,0 +1,82 @@
+/*
+ * client: the CLI's blocking HTTP client for the kiln API (libcurl easy
+ * interface; the CLI has no event loop).
+ *
+ * It finds the server and the token the way `kiln --help` documents,
+ * sends requests with the token as a bearer credential (never printing
+ * it), and turns every failure into one line on stderr:
+ *
+ *     kiln: invalid_argument: job.yaml:7:9: resources.gpus: must be ...
+ *
+ * Calls return 0 or the exit status to give back (CLI_EXIT_FAIL for an
+ * API error or a bad answer, CLI_EXIT_UNREACHABLE when no server is
+ * configured or none answers), so a command can `return rc` as it is.
+ *
+ * Limits: 5 s to connect; 60 s per request unless the caller asks for no
+ * limit (following logs); buffered answers at most 64 MiB. Redirects are
+ * not followed: the API never sends one.
+ */
+#ifndef KILN_CMD_CLIENT_H
+#define KILN_CMD_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+
+#define CLI_CONNECT_TIMEOUT_MS 5000
+#define CLI_REQUEST_TIMEOUT_MS 60000
+/* Bounds memory for an answer held whole; streamed logs are not held. */
+#define CLI_MAX_RESPONSE_BYTES (64 * 1024 * 1024)
+
+struct cli_client;
+
+/*
+ * The kiln data directory: $KILN_HOME, else ~/.kiln. Malloc'd.
+ */
+char *cli_kiln_home(void);
+
+/*
+ * Find the server (--server, $KILN_SERVER, $KILN_HOME/server.url) and the
+ * token (--token, $KILN_TOKEN, $KILN_HOME/admin.token; none is allowed,
+ * the server then answers 401 and the message says where a token comes
+ * from). Returns 0 with *out set, or an exit status after printing why.
+ */
+int cli_client_open(const struct cli_ctx *ctx, struct cli_client **out);
+void cli_client_free(struct cli_client *c);
+
+/*
+ * Send method (GET, POST, DELETE) to path ("/v1/jobs?state=queued"), with
+ * body of body_len bytes and content_type when body is not NULL. On a 2xx
+ * answer, returns 0 and, when out is not NULL, sets *out to the parsed
+ * JSON (a new reference). Otherwise prints one line and returns the exit
+ * status.
+ */
+int cli_call(struct cli_client *c, const char *method, const char *path,
+	     const char *content_type, const char *body, size_t body_len,
+	     json_t **out);
+
+/* cli_call for a GET without a body. */
+int cli_get(struct cli_client *c, const char *path, json_t **out);
+
+/*
+ * GET path and write a 2xx answer to sink as it arrives (flushed after
+ * each piece), with no time limit when unbounded. Same returns as cli_call.
+ */
+int cli_stream(struct cli_client *c, const char *path, FILE *sink,
+	       bool unbounded);
+
+/*
+ * Append "?key=value" or "&key=value" to a URL path, percent-encoding
+ * value. Nothing is appended when value is NULL.
+ */
+void cli_query_add(struct kn_buf *path, const char *key, const char *value);
+
+/* Append a percent-encoded path segment (a token name) to path. */
+void cli_path_add(struct kn_buf *path, const char *segment);
+
+#endif

@@ -1,0 +1,282 @@
+/*
+ * kiln: main() and the subcommand table.
+ *
+ * Git-style: `kiln [GLOBAL FLAGS] COMMAND [ARGS]`. main() reads global
+ * flags up to the command's name, finds the command in the table and hands
+ * it the rest; the command parses its own flags and any global flags that
+ * come after its name (cli_parse). The server and the task shim are
+ * handed their arguments untouched, except that `--help` right after
+ * their name prints their entry's help like every other command's.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+
+static const struct cli_command commands[] = {
+	{"server", NULL, cmd_server,
+	 "run the control plane: API, scheduler, executors",
+	 "usage: kiln server [FLAGS]\n"
+	 "\n"
+	 "Run the kiln control plane: the HTTP API, the store, the scheduler\n"
+	 "and the executors. Data lives in $KILN_HOME (default ~/.kiln). The\n"
+	 "first start writes an admin token to $KILN_HOME/admin.token; once\n"
+	 "listening, the server writes its URL to $KILN_HOME/server.url, where\n"
+	 "the other commands find it.\n"
+	 "\n"
+	 "  --listen HOST:PORT  where the API listens (default 127.0.0.1:7070;\n"
+	 "                      port 0 picks a free port)\n",
+	 false},
+	{"submit", cmd_submit, NULL, "submit a job spec and print its id",
+	 "usage: kiln submit FILE [--wait]\n"
+	 "\n"
+	 "Submit the job spec in FILE (YAML or JSON; - reads standard input)\n"
+	 "and print the new job's id alone on standard output, so scripts can\n"
+	 "capture it: id=$(kiln submit job.yaml). Specs larger than 256 KiB\n"
+	 "are refused before anything is sent.\n"
+	 "\n"
+	 "  --wait  wait for the job to end, print its final state on standard\n"
+	 "          error, and exit 0 if it succeeded, 4 if it failed, 5 if it\n"
+	 "          was cancelled\n",
+	 false},
+	{"ls", cmd_ls, NULL, "list jobs",
+	 "usage: kiln ls [--state S] [--owner O] [--all] [-o json|table]\n"
+	 "\n"
+	 "List jobs, oldest first: ID NAME STATE TASKS GPUS (per task) OWNER\n"
+	 "AGE (since submission) DURATION (running so far, or in total)\n"
+	 "REASON (why queued, or why it ended).\n"
+	 "\n"
+	 "  --state S  only jobs in state S: queued, running, succeeded,\n"
+	 "             failed, cancelled or preempted\n"
+	 "  --owner O  only jobs submitted with the token named O\n"
+	 "  --all      every job; this is the default, spelled out\n"
+	 "  -o json    print the server's JSON instead of a table\n",
+	 false},
+	{"show", cmd_show, NULL, "show a job, its attempts and their tasks",
+	 "usage: kiln show ID [-o json|table]\n"
+	 "\n"
+	 "Show job ID: name, state, owner, priority, tasks, resources, when it\n"
+	 "was submitted, started and ended, retries, and the reason it is\n"
+	 "queued or ended; then each attempt with its tasks (rank, node,\n"
+	 "devices, exit).\n"
+	 "\n"
+	 "  -o json  print the server's JSON, including the spec\n",
+	 false},
+	{"logs", cmd_logs, NULL, "print or follow a task's output",
+	 "usage: kiln logs ID [--task N] [--attempt K] [-f]\n"
+	 "\n"
+	 "Print the output (stdout and stderr) of one task of job ID as it\n"
+	 "arrives.\n"
+	 "\n"
+	 "  --task N     the task's rank (default 0)\n"
+	 "  --attempt K  the attempt (default the latest)\n"
+	 "  -f, --follow keep printing until the task has ended\n",
+	 false},
+	{"cancel", cmd_cancel, NULL, "cancel a job",
+	 "usage: kiln cancel ID\n"
+	 "\n"
+	 "Ask the server to cancel job ID. A queued job is cancelled at once;\n"
+	 "a running job's tasks are signalled and the job ends `cancelled`.\n"
+	 "Users may cancel their own jobs; operators and admins any job.\n",
+	 false},
+	{"nodes", cmd_nodes, NULL, "list nodes and their devices",
+	 "usage: kiln nodes [-o json|table]\n"
+	 "\n"
+	 "List each node (name, state, CPUs, memory, labels, taints; whether\n"
+	 "its devices are simulated) and its devices: INDEX MODEL MEMORY and\n"
+	 "what is ALLOCATED on each (\"1.0 GPU: job 7 rank 0\").\n"
+	 "\n"
+	 "  -o json  print the server's JSON instead\n",
+	 false},
+	{"token", cmd_token, NULL, "create, list and revoke API tokens",
+	 "usage: kiln token create --name NAME --role ROLE\n"
+	 "       kiln token ls [-o json|table]\n"
+	 "       kiln token revoke NAME\n"
+	 "\n"
+	 "Manage API tokens (admins only). Roles: viewer (read), user (+ submit\n"
+	 "and cancel own jobs), operator (+ cancel any job, node operations),\n"
+	 "admin (+ tokens).\n"
+	 "\n"
+	 "  create  make a token; its secret is printed alone on standard\n"
+	 "          output, once: the server keeps only a hash\n"
+	 "  ls      list tokens: NAME ROLE CREATED_BY CREATED LAST_USED REVOKED\n"
+	 "  revoke  revoke the token named NAME; it stops working at once\n",
+	 false},
+	{"audit", cmd_audit, NULL, "list the audit log, newest first",
+	 "usage: kiln audit [--actor A] [--action PREFIX] [--limit N]\n"
+	 "                  [-o json|table]\n"
+	 "\n"
+	 "List audit records, newest first: TIME ACTOR ROLE ACTION OBJECT\n"
+	 "OUTCOME. Actions: job.submit, job.cancel, token.create, token.revoke;\n"
+	 "requests refused for their role are recorded as `denied`.\n"
+	 "\n"
+	 "  --actor A          only records of the token named A\n"
+	 "  --action PREFIX    only actions starting with PREFIX (\"job.\")\n"
+	 "  --limit N          at most N records\n"
+	 "  -o json            print the server's JSON instead\n",
+	 false},
+	{"validate", cmd_validate, NULL, "check a job spec, without a server",
+	 "usage: kiln validate FILE [-o json]\n"
+	 "\n"
+	 "Parse and check the job spec in FILE (- reads standard input) the\n"
+	 "way the server would, without one. Prints `FILE: ok (...)`, or the\n"
+	 "problem as FILE:LINE:COLUMN: FIELD: message and exits 1.\n"
+	 "\n"
+	 "  -o json  print the normalized spec (defaults filled in) as JSON\n",
+	 false},
+	{"version", cmd_version, NULL, "print kiln's version",
+	 "usage: kiln version\n"
+	 "\n"
+	 "Print `kiln VERSION`.\n",
+	 false},
+	{"shim", NULL, cmd_shim, "run one task (internal: started by the server)",
+	 "usage: kiln shim ...\n"
+	 "\n"
+	 "Internal: the server starts one shim per task.\n",
+	 true},
+};
+
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void print_help(FILE *f)
+{
+	size_t i;
+
+	fputs("usage: kiln [GLOBAL FLAGS] COMMAND [ARGS]\n"
+	      "\n"
+	      "kiln runs AI jobs on GPU machines.\n"
+	      "\n"
+	      "Commands:\n",
+	      f);
+	for (i = 0; i < N_COMMANDS; i++)
+		if (!commands[i].hidden)
+			fprintf(f, "  %-9s %s\n", commands[i].name,
+				commands[i].summary);
+	fputs("\n"
+	      "Run `kiln COMMAND --help` for a command's flags.\n"
+	      "\n"
+	      "Global flags (before or after the command):\n"
+	      "  --server URL     the API server; else $KILN_SERVER, else the URL\n"
+	      "                   in $KILN_HOME/server.url (KILN_HOME defaults to\n"
+	      "                   ~/.kiln)\n"
+	      "  --token TOKEN    the API token; else $KILN_TOKEN, else the one in\n"
+	      "                   $KILN_HOME/admin.token\n"
+	      "  -o, --output json|table\n"
+	      "                   how listings are printed (default: table)\n"
+	      "  -h, --help       this help\n"
+	      "  --version        print kiln's version\n"
+	      "\n"
+	      "Exit status:\n"
+	      "  0  success\n"
+	      "  1  the request failed (API error, invalid spec, not found)\n"
+	      "  2  usage error\n"
+	      "  3  server unreachable, or no server configured\n"
+	      "  4  submit --wait: the job failed\n"
+	      "  5  submit --wait: the job was cancelled\n",
+	      f);
+}
+
+static const struct cli_command *find_command(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < N_COMMANDS; i++)
+		if (!strcmp(commands[i].name, name))
+			return &commands[i];
+	return NULL;
+}
+
+static int unknown_command(struct cli_ctx *ctx, const char *name)
+{
+	const char *names[N_COMMANDS + 1];
+	const char *near;
+	size_t i, n = 0;
+
+	for (i = 0; i < N_COMMANDS; i++)
+		if (!commands[i].hidden)
+			names[n++] = commands[i].name;
+	names[n] = NULL;
+	near = cli_closest(name, names);
+	if (near)
+		return cli_usage_error(ctx,
+				       "unknown command '%s'; did you mean '%s'?",
+				       name, near);
+	return cli_usage_error(ctx, "unknown command '%s'; see 'kiln --help'",
+			       name);
+}
+
+/* `kiln help [COMMAND]`. */
+static int help_command(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const struct cli_command *cmd;
+
+	if (argc < 2) {
+		print_help(stdout);
+		return CLI_EXIT_OK;
+	}
+	cmd = find_command(argv[1]);
+	if (!cmd)
+		return unknown_command(ctx, argv[1]);
+	fputs(cmd->help, stdout);
+	return CLI_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	struct cli_ctx ctx = {0};
+	const struct cli_command *cmd;
+	int i, rc;
+
+	for (i = 1; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			print_help(stdout);
+			return CLI_EXIT_OK;
+		}
+		if (!strcmp(argv[i], "--version")) {
+			puts("kiln " KN_VERSION);
+			return CLI_EXIT_OK;
+		}
+		rc = cli_take_flag(&ctx, NULL, argc, argv, &i);
+		if (rc != CLI_GO)
+			return rc;
+	}
+	rc = cli_check_output(&ctx);
+	if (rc != CLI_GO)
+		return rc;
+	if (i == argc) {
+		print_help(stderr);
+		return CLI_EXIT_USAGE;
+	}
+	if (!strcmp(argv[i], "help"))
+		return help_command(&ctx, argc - i, argv + i);
+	cmd = find_command(argv[i]);
+	if (!cmd)
+		return unknown_command(&ctx, argv[i]);
+	if (cmd->run_raw) {
+		/* The table holds every command's help, these two's as well. */
+		if (i + 1 < argc && (!strcmp(argv[i + 1], "--help") ||
+				     !strcmp(argv[i + 1], "-h"))) {
+			fputs(cmd->help, stdout);
+			return CLI_EXIT_OK;
+		}
+		return cmd->run_raw(argc - i, argv + i);
+	}
+
+	ctx.cmd = cmd;
+	snprintf(ctx.prog, sizeof(ctx.prog), "kiln %s", cmd->name);
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		fputs("kiln: cannot start libcurl\n", stderr);
+		return CLI_EXIT_FAIL;
+	}
+	rc = cmd->run(&ctx, argc - i, argv + i);
+	curl_global_cleanup();
+	if (fflush(stdout) != 0 && rc == CLI_EXIT_OK) {
+		perror("kiln: standard output");
+		rc = CLI_EXIT_FAIL;
+	}
+	return rc;
+}

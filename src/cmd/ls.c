@@ -1,0 +1,125 @@
+/*
+ * kiln ls: the jobs as a table, or the server's JSON with -o json.
+ * Filters go to the server as query parameters; the table is built here.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+
+/* Long enough to say why a job waits; the whole text is in `kiln show`. */
+#define REASON_WIDTH 50
+
+static const char *const job_states[] = {
+	"queued", "running", "succeeded", "failed", "cancelled", "preempted",
+	NULL,
+};
+
+static int check_state(const struct cli_ctx *ctx, const char *state)
+{
+	const char *near;
+	size_t i;
+
+	for (i = 0; job_states[i]; i++)
+		if (!strcmp(state, job_states[i]))
+			return CLI_GO;
+	near = cli_closest(state, job_states);
+	if (near)
+		return cli_usage_error(ctx,
+				       "no job state '%s'; did you mean '%s'?",
+				       state, near);
+	return cli_usage_error(ctx,
+			       "no job state '%s'; states are queued, running, "
+			       "succeeded, failed, cancelled and preempted",
+			       state);
+}
+
+static void add_job_row(struct cli_table *t, json_t *job, int64_t now)
+{
+	const char *reason = json_string_value(json_object_get(job, "reason"));
+	char buf[64];
+	char *cut;
+
+	cli_table_cellf(t, "%lld", (long long)cli_json_int(job, "id"));
+	cli_table_cell(t, cli_json_str(job, "name"));
+	cli_table_cell(t, cli_json_str(job, "state"));
+	cli_table_cellf(t, "%lld", (long long)cli_json_int(job, "tasks"));
+	cli_format_gpus(json_object_get(json_object_get(job, "resources"),
+					"gpus"),
+			buf, sizeof(buf));
+	cli_table_cell(t, buf);
+	cli_table_cell(t, cli_json_str(job, "owner"));
+	kn_format_ago(cli_json_int(job, "submitted_at_ms"), now, buf,
+		      sizeof(buf));
+	cli_table_cell(t, buf);
+	cli_format_ran(cli_json_int(job, "started_at_ms"),
+		       cli_json_int(job, "ended_at_ms"), now, buf, sizeof(buf));
+	cli_table_cell(t, buf);
+	cut = kn_xstrdup(reason ? reason : "");
+	cli_truncate(cut, REASON_WIDTH);
+	cli_table_cell(t, cut);
+	free(cut);
+}
+
+int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const char *const headers[] = {
+		"ID", "NAME", "STATE", "TASKS", "GPUS", "OWNER", "AGE",
+		"DURATION", "REASON", NULL,
+	};
+	const char *state = NULL, *owner = NULL;
+	bool all = false;
+	const struct cli_flag flags[] = {
+		{"state", 0, CLI_FLAG_STRING, &state},
+		{"owner", 0, CLI_FLAG_STRING, &owner},
+		{"all", 0, CLI_FLAG_BOOL, &all},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_client *c = NULL;
+	struct cli_table *t = NULL;
+	struct kn_buf path;
+	json_t *answer = NULL, *jobs, *job;
+	int64_t now = kn_now_ms();
+	size_t i;
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc != CLI_GO)
+		goto out;
+	if (state) {
+		rc = check_state(ctx, state);
+		if (rc != CLI_GO)
+			goto out;
+	}
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	kn_buf_printf(&path, "/v1/jobs");
+	cli_query_add(&path, "state", state);
+	cli_query_add(&path, "owner", owner);
+	rc = cli_get(c, path.data, &answer);
+	if (rc)
+		goto out;
+	if (cli_want_json(ctx)) {
+		cli_print_json(answer);
+		goto out;
+	}
+	jobs = json_object_get(answer, "jobs");
+	if (!json_array_size(jobs)) {
+		fputs(state || owner ? "no jobs match\n" : "no jobs\n", stderr);
+		goto out;
+	}
+	t = cli_table_new(headers);
+	json_array_foreach(jobs, i, job)
+		add_job_row(t, job, now);
+	cli_table_print(t, stdout, 0);
+out:
+	cli_table_free(t);
+	json_decref(answer);
+	kn_buf_release(&path);
+	cli_client_free(c);
+	return rc;
+}

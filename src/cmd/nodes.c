@@ -1,0 +1,186 @@
+/*
+ * kiln nodes: each node with its devices and what is allocated on them.
+ * Simulated devices are said plainly, so nobody mistakes a CPU run for
+ * GPU numbers.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+
+/* "k=v, k=v" or "none". */
+static void describe_labels(json_t *labels, struct kn_buf *out)
+{
+	const char *key;
+	json_t *value;
+	bool first = true;
+
+	json_object_foreach(labels, key, value) {
+		kn_buf_printf(out, "%s%s=%s", first ? "" : ", ", key,
+			      json_string_value(value) ? json_string_value(value)
+						       : "");
+		first = false;
+	}
+	if (first)
+		kn_buf_printf(out, "none");
+}
+
+/* "key=value:Effect, ..." from objects, or the strings as they are. */
+static void describe_taints(json_t *taints, struct kn_buf *out)
+{
+	json_t *taint;
+	size_t i;
+
+	json_array_foreach(taints, i, taint) {
+		const char *value =
+			json_string_value(json_object_get(taint, "value"));
+		const char *effect =
+			json_string_value(json_object_get(taint, "effect"));
+
+		if (i)
+			kn_buf_printf(out, ", ");
+		if (json_is_string(taint)) {
+			kn_buf_printf(out, "%s", json_string_value(taint));
+			continue;
+		}
+		kn_buf_printf(out, "%s", cli_json_str(taint, "key"));
+		if (value)
+			kn_buf_printf(out, "=%s", value);
+		if (effect)
+			kn_buf_printf(out, ":%s", effect);
+	}
+}
+
+/* "1.0 GPU: job 7 rank 0; 0.5 GPU: job 8 rank 1", or "-". */
+static void describe_allocations(json_t *device, struct kn_buf *out)
+{
+	json_t *allocs = json_object_get(device, "allocations");
+	json_t *a;
+	char amount[32];
+	size_t i;
+
+	json_array_foreach(allocs, i, a) {
+		cli_format_milli(cli_json_int(a, "milli"), amount,
+				 sizeof(amount));
+		kn_buf_printf(out, "%s%s GPU: job %lld rank %lld",
+			      i ? "; " : "", amount,
+			      (long long)cli_json_int(a, "job"),
+			      (long long)cli_json_int(a, "rank"));
+	}
+	if (!json_array_size(allocs) &&
+	    cli_json_int(device, "allocated_milli") > 0) {
+		cli_format_milli(cli_json_int(device, "allocated_milli"),
+				 amount, sizeof(amount));
+		kn_buf_printf(out, "%s GPU", amount);
+	}
+}
+
+static void line(const char *text)
+{
+	char clean[2048];
+
+	cli_clean(clean, text, sizeof(clean));
+	printf("%s\n", clean);
+}
+
+static void show_node(json_t *node)
+{
+	static const char *const headers[] = {
+		"INDEX", "MODEL", "MEMORY", "ALLOCATED", NULL,
+	};
+	bool simulated = json_is_true(json_object_get(node, "simulated"));
+	json_t *devices = json_object_get(node, "devices");
+	json_t *dev;
+	struct cli_table *t;
+	struct kn_buf b;
+	char size[32];
+	size_t i;
+
+	kn_buf_init(&b, SIZE_MAX);
+	kn_buf_printf(&b, "node %s: %s", cli_json_str(node, "name"),
+		      cli_json_str(node, "state"));
+	if (cli_json_int(node, "cpus") > 0)
+		kn_buf_printf(&b, ", %lld CPUs",
+			      (long long)cli_json_int(node, "cpus"));
+	if (cli_json_int(node, "memory_bytes") > 0) {
+		cli_format_bytes(cli_json_int(node, "memory_bytes"), size,
+				 sizeof(size));
+		kn_buf_printf(&b, ", %s memory", size);
+	}
+	line(b.data);
+	if (simulated)
+		line("  simulated devices: tasks run on the CPU; no GPU is used");
+	b.len = 0;
+	kn_buf_printf(&b, "  labels: ");
+	describe_labels(json_object_get(node, "labels"), &b);
+	line(b.data);
+	if (json_array_size(json_object_get(node, "taints"))) {
+		b.len = 0;
+		kn_buf_printf(&b, "  taints: ");
+		describe_taints(json_object_get(node, "taints"), &b);
+		line(b.data);
+	}
+	kn_buf_release(&b);
+	if (!json_array_size(devices)) {
+		line("  no GPUs");
+		return;
+	}
+	t = cli_table_new(headers);
+	json_array_foreach(devices, i, dev) {
+		cli_table_cellf(t, "%lld", (long long)cli_json_int(dev, "index"));
+		/* Say it per device too when only some are simulated. */
+		cli_table_cellf(t, "%s%s", cli_json_str(dev, "model"),
+				!simulated &&
+						json_is_true(json_object_get(
+							dev, "simulated"))
+					? " (simulated)"
+					: "");
+		cli_format_bytes(cli_json_int(dev, "memory_bytes"), size,
+				 sizeof(size));
+		cli_table_cell(t, size);
+		kn_buf_init(&b, SIZE_MAX);
+		describe_allocations(dev, &b);
+		cli_table_cell(t, b.len ? b.data : "-");
+		kn_buf_release(&b);
+	}
+	cli_table_print(t, stdout, 2);
+	cli_table_free(t);
+}
+
+int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_client *c = NULL;
+	json_t *answer = NULL, *nodes, *node;
+	size_t i;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	rc = cli_get(c, "/v1/nodes", &answer);
+	if (rc)
+		goto out;
+	if (cli_want_json(ctx)) {
+		cli_print_json(answer);
+		goto out;
+	}
+	nodes = json_object_get(answer, "nodes");
+	if (!json_array_size(nodes)) {
+		fputs("no nodes\n", stderr);
+		goto out;
+	}
+	json_array_foreach(nodes, i, node) {
+		if (i)
+			putchar('\n');
+		show_node(node);
+	}
+out:
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}

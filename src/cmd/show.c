@@ -1,0 +1,254 @@
+/*
+ * kiln show: one job for a person — its settings and timeline, then each
+ * attempt with its tasks — or the server's JSON with -o json.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+
+/* "  label:     value", the value cleaned of control characters. */
+static void field(const char *label, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void field(const char *label, const char *fmt, ...)
+{
+	char line[2048], clean[2048], tag[32];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	cli_clean(clean, line, sizeof(clean));
+	snprintf(tag, sizeof(tag), "%s:", label);
+	printf("  %-12s%s\n", tag, clean);
+}
+
+static bool is_terminal(const char *state)
+{
+	return !strcmp(state, "succeeded") || !strcmp(state, "failed") ||
+	       !strcmp(state, "cancelled");
+}
+
+static void describe_resources(json_t *res, struct kn_buf *out)
+{
+	json_t *gpus = json_object_get(res, "gpus");
+	json_t *models = json_object_get(res, "gpu_model");
+	json_t *model;
+	int64_t cpus = cli_json_int(res, "cpus");
+	int64_t memory = cli_json_int(res, "memory_bytes");
+	char buf[64];
+	size_t i;
+
+	cli_format_gpus(gpus, buf, sizeof(buf));
+	if (json_is_string(gpus))
+		kn_buf_printf(out, "%s per task", buf);
+	else if (!strcmp(buf, "0"))
+		kn_buf_printf(out, "no GPU");
+	else
+		kn_buf_printf(out, "%s GPU%s per task", buf,
+			      strcmp(buf, "1") && strchr(buf, '.') == NULL ? "s"
+									   : "");
+	json_array_foreach(models, i, model)
+		kn_buf_printf(out, "%s%s", i ? " or " : " (",
+			      json_string_value(model) ? json_string_value(model)
+						       : "?");
+	if (json_array_size(models))
+		kn_buf_printf(out, ")");
+	if (json_is_real(json_object_get(res, "cpus"))) {
+		kn_buf_printf(out, ", %g CPUs",
+			      json_real_value(json_object_get(res, "cpus")));
+	} else if (cpus > 0) {
+		kn_buf_printf(out, ", %lld CPU%s", (long long)cpus,
+			      cpus == 1 ? "" : "s");
+	}
+	if (memory > 0) {
+		cli_format_bytes(memory, buf, sizeof(buf));
+		kn_buf_printf(out, ", %s memory", buf);
+	}
+}
+
+static void show_job(json_t *job, int64_t now)
+{
+	const char *state = cli_json_str(job, "state");
+	const char *reason = json_string_value(json_object_get(job, "reason"));
+	const char *file = json_string_value(json_object_get(job, "filename"));
+	int64_t not_before = cli_json_int(job, "not_before_ms");
+	char when[96], note[128] = "", name[256];
+	struct kn_buf res;
+
+	cli_clean(name, cli_json_str(job, "name"), sizeof(name));
+	printf("job %lld: %s\n", (long long)cli_json_int(job, "id"), name);
+	if (json_is_true(json_object_get(job, "cancel_requested")) &&
+	    !is_terminal(state))
+		snprintf(note, sizeof(note), " (cancel requested)");
+	else if (!strcmp(state, "queued") && not_before > now) {
+		cli_format_when(not_before, now, when, sizeof(when));
+		snprintf(note, sizeof(note), " (retry not before %s)", when);
+	}
+	field("state", "%s%s", state, note);
+	field("owner", "%s", cli_json_str(job, "owner"));
+	field("priority", "%lld%s", (long long)cli_json_int(job, "priority"),
+	      json_is_true(json_object_get(job, "preemptible"))
+		      ? ", preemptible"
+		      : "");
+	field("tasks", "%lld", (long long)cli_json_int(job, "tasks"));
+	kn_buf_init(&res, SIZE_MAX);
+	describe_resources(json_object_get(job, "resources"), &res);
+	field("resources", "%s", res.data ? res.data : "-");
+	kn_buf_release(&res);
+	cli_format_when(cli_json_int(job, "submitted_at_ms"), now, when,
+			sizeof(when));
+	field("submitted", "%s", when);
+	cli_format_when(cli_json_int(job, "started_at_ms"), now, when,
+			sizeof(when));
+	field("started", "%s", when);
+	cli_format_when(cli_json_int(job, "ended_at_ms"), now, when,
+			sizeof(when));
+	field("ended", "%s", when);
+	field("attempts", "%lld", (long long)cli_json_int(job, "attempts"));
+	field("retries", "%lld of %lld used",
+	      (long long)cli_json_int(job, "retries_used"),
+	      (long long)cli_json_int(job, "retries"));
+	if (cli_json_int(job, "exit_code") >= 0 &&
+	    json_object_get(job, "exit_code"))
+		field("exit code", "%lld",
+		      (long long)cli_json_int(job, "exit_code"));
+	field("reason", "%s", reason && *reason ? reason : "-");
+	if (file && *file)
+		field("spec file", "%s", file);
+}
+
+/* "exit code 3", "killed by signal 9 (Killed)", or "" while running. */
+static void describe_exit(json_t *obj, char *buf, size_t len)
+{
+	int64_t sig = cli_json_int(obj, "signal");
+
+	if (sig > 0)
+		snprintf(buf, len, "killed by signal %lld (%s)", (long long)sig,
+			 strsignal((int)sig));
+	else if (cli_json_int(obj, "ended_at_ms") > 0)
+		snprintf(buf, len, "exit code %lld",
+			 (long long)cli_json_int(obj, "exit_code"));
+	else
+		buf[0] = '\0';
+}
+
+static void add_task_row(struct cli_table *t, json_t *task)
+{
+	json_t *devices = json_object_get(task, "devices");
+	json_t *dev;
+	struct kn_buf list;
+	char buf[64];
+	size_t i;
+
+	cli_table_cellf(t, "%lld", (long long)cli_json_int(task, "rank"));
+	cli_table_cell(t, cli_json_str(task, "node"));
+	kn_buf_init(&list, SIZE_MAX);
+	json_array_foreach(devices, i, dev)
+		kn_buf_printf(&list, "%s%lld", i ? "," : "",
+			      (long long)json_integer_value(dev));
+	cli_table_cell(t, list.data ? list.data : "-");
+	kn_buf_release(&list);
+	if (cli_json_int(task, "gpu_milli") > 0) {
+		cli_format_milli(cli_json_int(task, "gpu_milli"), buf,
+				 sizeof(buf));
+		cli_table_cell(t, buf);
+	} else {
+		cli_table_cell(t, "-");
+	}
+	cli_table_cell(t, cli_json_str(task, "state"));
+	if (cli_json_int(task, "signal") > 0)
+		cli_table_cellf(t, "signal %lld",
+				(long long)cli_json_int(task, "signal"));
+	else if (cli_json_int(task, "ended_at_ms") > 0)
+		cli_table_cellf(t, "%lld",
+				(long long)cli_json_int(task, "exit_code"));
+	else
+		cli_table_cell(t, "-");
+}
+
+static void show_attempt(json_t *attempt, int64_t now)
+{
+	static const char *const headers[] = {
+		"RANK", "NODE", "DEVICES", "GPU", "STATE", "EXIT", NULL,
+	};
+	const char *reason =
+		json_string_value(json_object_get(attempt, "reason"));
+	json_t *tasks = json_object_get(attempt, "tasks");
+	json_t *task;
+	struct cli_table *t;
+	char when[96], ran[32], exit_text[96], state[64];
+	size_t i;
+
+	cli_clean(state, cli_json_str(attempt, "state"), sizeof(state));
+	printf("\nattempt %lld: %s\n",
+	       (long long)cli_json_int(attempt, "number"), state);
+	cli_format_when(cli_json_int(attempt, "started_at_ms"), now, when,
+			sizeof(when));
+	field("started", "%s", when);
+	cli_format_ran(cli_json_int(attempt, "started_at_ms"),
+		       cli_json_int(attempt, "ended_at_ms"), now, ran,
+		       sizeof(ran));
+	field(cli_json_int(attempt, "ended_at_ms") > 0 ? "ran" : "running",
+	      "%s", ran);
+	describe_exit(attempt, exit_text, sizeof(exit_text));
+	if (exit_text[0])
+		field("exit", "%s", exit_text);
+	if (reason && *reason)
+		field("reason", "%s", reason);
+	if (!json_array_size(tasks))
+		return;
+	t = cli_table_new(headers);
+	json_array_foreach(tasks, i, task)
+		add_task_row(t, task);
+	cli_table_print(t, stdout, 2);
+	cli_table_free(t);
+}
+
+int cmd_show(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_client *c = NULL;
+	const char *id_arg = NULL;
+	char *path = NULL;
+	json_t *answer = NULL, *job, *attempt;
+	int64_t id, now = kn_now_ms();
+	size_t i;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, NULL, "ID", &id_arg);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_parse_job_id(ctx, id_arg, &id);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	path = kn_asprintf("/v1/jobs/%lld", (long long)id);
+	rc = cli_get(c, path, &answer);
+	if (rc)
+		goto out;
+	if (cli_want_json(ctx)) {
+		cli_print_json(answer);
+		goto out;
+	}
+	job = json_object_get(answer, "job");
+	if (!json_is_object(job)) {
+		fputs("kiln: the server's answer has no job\n", stderr);
+		rc = CLI_EXIT_FAIL;
+		goto out;
+	}
+	show_job(job, now);
+	json_array_foreach(json_object_get(job, "attempts_detail"), i, attempt)
+		show_attempt(attempt, now);
+out:
+	json_decref(answer);
+	free(path);
+	cli_client_free(c);
+	return rc;
+}

@@ -1,0 +1,148 @@
+/*
+ * kiln submit: send a spec as written and print the new job's id.
+ *
+ * The text goes to the server unparsed: the server validates it with the
+ * same parser as `kiln validate`, and the name given on the command line
+ * travels as ?file= so its messages point at FILE:LINE:COLUMN. Only the
+ * size is checked here, so a huge file is refused before it is sent.
+ *
+ * --wait polls rather than holding a connection open: the job may run for
+ * days and the server may restart meanwhile. Polls start at 50 ms, so a
+ * short job returns promptly, and back off to one a second.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+
+#define WAIT_FIRST_POLL_MS 50
+#define WAIT_MAX_POLL_MS 1000
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* The exit status for a terminal state, or CLI_GO while the job goes on. */
+static int exit_for_state(const char *state)
+{
+	if (!strcmp(state, "succeeded"))
+		return CLI_EXIT_OK;
+	if (!strcmp(state, "failed"))
+		return CLI_EXIT_JOB_FAILED;
+	if (!strcmp(state, "cancelled"))
+		return CLI_EXIT_JOB_CANCELLED;
+	return CLI_GO;
+}
+
+static void print_final(int64_t id, json_t *job)
+{
+	const char *reason = json_string_value(json_object_get(job, "reason"));
+	char ran[32], line[1024], clean[1024];
+
+	cli_format_ran(cli_json_int(job, "started_at_ms"),
+		       cli_json_int(job, "ended_at_ms"), kn_now_ms(), ran,
+		       sizeof(ran));
+	snprintf(line, sizeof(line), "job %lld: %s", (long long)id,
+		 cli_json_str(job, "state"));
+	if (strcmp(ran, "-"))
+		snprintf(line + strlen(line), sizeof(line) - strlen(line),
+			 " after %s", ran);
+	if (reason && *reason)
+		snprintf(line + strlen(line), sizeof(line) - strlen(line),
+			 ": %s", reason);
+	cli_clean(clean, line, sizeof(clean));
+	fprintf(stderr, "%s\n", clean);
+}
+
+static int wait_for_job(struct cli_client *c, int64_t id, json_t *job)
+{
+	char *path = kn_asprintf("/v1/jobs/%lld", (long long)id);
+	json_t *answer = NULL;
+	int delay = WAIT_FIRST_POLL_MS;
+	int rc;
+
+	for (;;) {
+		rc = exit_for_state(cli_json_str(job, "state"));
+		if (rc != CLI_GO)
+			break;
+		sleep_ms(delay);
+		delay = delay * 2 > WAIT_MAX_POLL_MS ? WAIT_MAX_POLL_MS
+						     : delay * 2;
+		json_decref(answer);
+		answer = NULL;
+		rc = cli_get(c, path, &answer);
+		if (rc)
+			goto out;
+		job = json_object_get(answer, "job");
+		if (!json_is_object(job)) {
+			fputs("kiln: the server's answer has no job\n", stderr);
+			rc = CLI_EXIT_FAIL;
+			goto out;
+		}
+	}
+	print_final(id, job);
+out:
+	json_decref(answer);
+	free(path);
+	return rc;
+}
+
+int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
+{
+	bool wait = false;
+	const struct cli_flag flags[] = {
+		{"wait", 0, CLI_FLAG_BOOL, &wait},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_client *c = NULL;
+	const char *file = NULL, *name;
+	char *text = NULL;
+	size_t len;
+	struct kn_buf path;
+	json_t *answer = NULL, *job;
+	int64_t id;
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	rc = cli_parse(ctx, argc, argv, flags, "FILE", &file);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_read_spec(ctx, file, &text, &len, &name);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	kn_buf_printf(&path, "/v1/jobs");
+	cli_query_add(&path, "file", name);
+	rc = cli_call(c, "POST", path.data, "application/yaml", text, len,
+		      &answer);
+	if (rc)
+		goto out;
+	job = json_object_get(answer, "job");
+	if (!json_is_integer(json_object_get(job, "id"))) {
+		fputs("kiln: the server's answer has no job id\n", stderr);
+		rc = CLI_EXIT_FAIL;
+		goto out;
+	}
+	id = cli_json_int(job, "id");
+	printf("%lld\n", (long long)id);
+	/* A script reading the id should have it before the wait ends. */
+	fflush(stdout);
+	if (wait)
+		rc = wait_for_job(c, id, job);
+out:
+	json_decref(answer);
+	kn_buf_release(&path);
+	cli_client_free(c);
+	free(text);
+	return rc;
+}

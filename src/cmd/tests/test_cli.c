@@ -1,0 +1,311 @@
+/*
+ * Unit tests for the CLI's shared pieces: the flag parser, the table
+ * printer, text cleaning and truncation, number formatting, URL building.
+ * The commands themselves are checked end to end against a server.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+
+static const struct cli_command test_cmd = {
+	"ls", NULL, NULL, "list", "usage: kiln ls\n", false,
+};
+
+static void new_ctx(struct cli_ctx *ctx)
+{
+	memset(ctx, 0, sizeof(*ctx));
+	ctx->cmd = &test_cmd;
+	snprintf(ctx->prog, sizeof(ctx->prog), "kiln ls");
+}
+
+static void test_parse_flags(void **state)
+{
+	char *argv[] = {"ls", "--state", "queued", "--owner=alice", "-f",
+			"--limit", "12", "7", NULL};
+	const char *st = NULL, *owner = NULL, *pos = NULL;
+	bool follow = false;
+	int limit = -1;
+	const struct cli_flag flags[] = {
+		{"state", 0, CLI_FLAG_STRING, &st},
+		{"owner", 0, CLI_FLAG_STRING, &owner},
+		{"follow", 'f', CLI_FLAG_BOOL, &follow},
+		{"limit", 0, CLI_FLAG_COUNT, &limit},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_ctx ctx;
+
+	(void)state;
+	new_ctx(&ctx);
+	assert_int_equal(cli_parse(&ctx, 8, argv, flags, "ID", &pos), CLI_GO);
+	assert_string_equal(st, "queued");
+	assert_string_equal(owner, "alice");
+	assert_true(follow);
+	assert_int_equal(limit, 12);
+	assert_string_equal(pos, "7");
+	assert_string_equal(ctx.output, "table");
+}
+
+static void test_parse_globals_anywhere(void **state)
+{
+	char *argv[] = {"ls", "-o", "json", "--server", "http://h:1",
+			"--token=t", "--", "--not-a-flag", NULL};
+	const char *pos = NULL;
+	struct cli_ctx ctx;
+
+	(void)state;
+	new_ctx(&ctx);
+	assert_int_equal(cli_parse(&ctx, 8, argv, NULL, "ARG", &pos), CLI_GO);
+	assert_true(cli_want_json(&ctx));
+	assert_string_equal(ctx.server, "http://h:1");
+	assert_string_equal(ctx.token, "t");
+	assert_string_equal(pos, "--not-a-flag");
+}
+
+static void test_parse_value_that_looks_global(void **state)
+{
+	/* A command's flag value stays a value even if it reads "--token". */
+	char *argv[] = {"audit", "--actor", "--token", NULL};
+	const char *actor = NULL;
+	const struct cli_flag flags[] = {
+		{"actor", 0, CLI_FLAG_STRING, &actor},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_ctx ctx;
+
+	(void)state;
+	new_ctx(&ctx);
+	assert_int_equal(cli_parse(&ctx, 3, argv, flags, NULL, NULL), CLI_GO);
+	assert_string_equal(actor, "--token");
+	assert_null(ctx.token);
+}
+
+static void test_parse_errors(void **state)
+{
+	static char *unknown[] = {"ls", "--sate", "x", NULL};
+	static char *no_value[] = {"ls", "--state", NULL};
+	static char *bool_value[] = {"ls", "--all=yes", NULL};
+	static char *bad_count[] = {"ls", "--limit", "-3", NULL};
+	static char *extra[] = {"ls", "a", "b", NULL};
+	static char *missing[] = {"ls", NULL};
+	static char *bad_output[] = {"ls", "-o", "yaml", NULL};
+	static char *help[] = {"ls", "--help", NULL};
+	const char *st = NULL, *pos = NULL;
+	bool all = false;
+	int limit = -1;
+	const struct cli_flag flags[] = {
+		{"state", 0, CLI_FLAG_STRING, &st},
+		{"all", 0, CLI_FLAG_BOOL, &all},
+		{"limit", 0, CLI_FLAG_COUNT, &limit},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_ctx ctx;
+
+	(void)state;
+	new_ctx(&ctx);
+	assert_int_equal(cli_parse(&ctx, 3, unknown, flags, NULL, NULL),
+			 CLI_EXIT_USAGE);
+	assert_int_equal(cli_parse(&ctx, 2, no_value, flags, NULL, NULL),
+			 CLI_EXIT_USAGE);
+	assert_int_equal(cli_parse(&ctx, 2, bool_value, flags, NULL, NULL),
+			 CLI_EXIT_USAGE);
+	assert_int_equal(cli_parse(&ctx, 3, bad_count, flags, NULL, NULL),
+			 CLI_EXIT_USAGE);
+	assert_int_equal(cli_parse(&ctx, 3, extra, flags, "ID", &pos),
+			 CLI_EXIT_USAGE);
+	assert_int_equal(cli_parse(&ctx, 1, missing, flags, "ID", &pos),
+			 CLI_EXIT_USAGE);
+	assert_int_equal(cli_parse(&ctx, 3, bad_output, flags, NULL, NULL),
+			 CLI_EXIT_USAGE);
+	assert_int_equal(cli_parse(&ctx, 2, help, flags, NULL, NULL),
+			 CLI_EXIT_OK);
+}
+
+static void test_closest(void **state)
+{
+	static const char *const names[] = {"state", "owner", "all", NULL};
+
+	(void)state;
+	assert_string_equal(cli_closest("sate", names), "state");
+	assert_string_equal(cli_closest("ownr", names), "owner");
+	assert_null(cli_closest("zzzzzz", names));
+	/* One letter is too short to guess from. */
+	assert_null(cli_closest("a", names));
+}
+
+static void test_job_id(void **state)
+{
+	struct cli_ctx ctx;
+	int64_t id = 0;
+
+	(void)state;
+	new_ctx(&ctx);
+	assert_int_equal(cli_parse_job_id(&ctx, "42", &id), CLI_GO);
+	assert_int_equal(id, 42);
+	assert_int_equal(cli_parse_job_id(&ctx, "0", &id), CLI_EXIT_USAGE);
+	assert_int_equal(cli_parse_job_id(&ctx, "-1", &id), CLI_EXIT_USAGE);
+	assert_int_equal(cli_parse_job_id(&ctx, "7x", &id), CLI_EXIT_USAGE);
+	assert_int_equal(cli_parse_job_id(&ctx, "", &id), CLI_EXIT_USAGE);
+	assert_int_equal(id, 42);
+}
+
+static void test_clean_and_truncate(void **state)
+{
+	char buf[64];
+	char small[5];
+
+	(void)state;
+	cli_clean(buf, "a\nb\x1b[31mc\x7f", sizeof(buf));
+	assert_string_equal(buf, "a b [31mc ");
+	/* "aé" is 3 bytes; a 4-byte buffer must not keep half of "é". */
+	cli_clean(small, "abé", 4);
+	assert_string_equal(small, "ab");
+	cli_clean(small, "aé", 4);
+	assert_string_equal(small, "aé");
+
+	snprintf(buf, sizeof(buf), "0123456789");
+	cli_truncate(buf, 10);
+	assert_string_equal(buf, "0123456789");
+	cli_truncate(buf, 8);
+	assert_string_equal(buf, "01234...");
+	snprintf(buf, sizeof(buf), "ééééééé");
+	cli_truncate(buf, 5);
+	assert_string_equal(buf, "éé...");
+}
+
+static void test_formats(void **state)
+{
+	char buf[64];
+	json_t *v;
+
+	(void)state;
+	cli_format_milli(1000, buf, sizeof(buf));
+	assert_string_equal(buf, "1.0");
+	cli_format_milli(500, buf, sizeof(buf));
+	assert_string_equal(buf, "0.5");
+	cli_format_milli(125, buf, sizeof(buf));
+	assert_string_equal(buf, "0.125");
+	cli_format_milli(2250, buf, sizeof(buf));
+	assert_string_equal(buf, "2.25");
+
+	cli_format_bytes(512, buf, sizeof(buf));
+	assert_string_equal(buf, "512 B");
+	cli_format_bytes(85899345920LL, buf, sizeof(buf));
+	assert_string_equal(buf, "80.0 GiB");
+	cli_format_bytes(25000000000LL, buf, sizeof(buf));
+	assert_string_equal(buf, "23.3 GiB");
+
+	v = json_integer(2);
+	cli_format_gpus(v, buf, sizeof(buf));
+	assert_string_equal(buf, "2");
+	json_decref(v);
+	v = json_real(0.5);
+	cli_format_gpus(v, buf, sizeof(buf));
+	assert_string_equal(buf, "0.5");
+	json_decref(v);
+	v = json_real(1.0);
+	cli_format_gpus(v, buf, sizeof(buf));
+	assert_string_equal(buf, "1");
+	json_decref(v);
+	v = json_string("mig:1g.10gb");
+	cli_format_gpus(v, buf, sizeof(buf));
+	assert_string_equal(buf, "mig:1g.10gb");
+	json_decref(v);
+	cli_format_gpus(NULL, buf, sizeof(buf));
+	assert_string_equal(buf, "0");
+
+	cli_format_ran(0, 0, 5000, buf, sizeof(buf));
+	assert_string_equal(buf, "-");
+	cli_format_ran(1000, 13000, 99999, buf, sizeof(buf));
+	assert_string_equal(buf, "12s");
+	cli_format_ran(1000, 0, 61000, buf, sizeof(buf));
+	assert_string_equal(buf, "1m0s");
+	cli_format_when(0, 1000, buf, sizeof(buf));
+	assert_string_equal(buf, "-");
+}
+
+static void test_json_helpers(void **state)
+{
+	json_t *o = json_pack("{s:s, s:i, s:f, s:n}", "name", "x", "n", 7,
+			      "r", 2.6, "z");
+
+	(void)state;
+	assert_string_equal(cli_json_str(o, "name"), "x");
+	assert_string_equal(cli_json_str(o, "z"), "-");
+	assert_string_equal(cli_json_str(o, "missing"), "-");
+	assert_int_equal(cli_json_int(o, "n"), 7);
+	assert_int_equal(cli_json_int(o, "r"), 3);
+	assert_int_equal(cli_json_int(o, "missing"), 0);
+	json_decref(o);
+}
+
+static void test_table(void **state)
+{
+	static const char *const headers[] = {"ID", "NAME", "REASON", NULL};
+	struct cli_table *t = cli_table_new(headers);
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	(void)state;
+	cli_table_cellf(t, "%d", 7);
+	cli_table_cell(t, "héllo");
+	cli_table_cell(t, "");
+	cli_table_cell(t, "12");
+	cli_table_cell(t, "a\tb");
+	cli_table_cell(t, "why");
+	cli_table_print(t, f, 2);
+	fclose(f);
+	assert_string_equal(out, "  ID  NAME   REASON\n"
+				 "  7   héllo\n"
+				 "  12  a b    why\n");
+	free(out);
+	cli_table_free(t);
+}
+
+static void test_query(void **state)
+{
+	struct kn_buf path;
+
+	(void)state;
+	kn_buf_init(&path, SIZE_MAX);
+	kn_buf_printf(&path, "/v1/jobs");
+	cli_query_add(&path, "file", "my job.yaml");
+	cli_query_add(&path, "owner", NULL);
+	cli_query_add(&path, "state", "a&b=c/é");
+	assert_string_equal(path.data,
+			    "/v1/jobs?file=my%20job.yaml&state=a%26b%3Dc%2F%C3%A9");
+	kn_buf_release(&path);
+	kn_buf_init(&path, SIZE_MAX);
+	kn_buf_printf(&path, "/v1/tokens");
+	cli_path_add(&path, "x/../y");
+	assert_string_equal(path.data, "/v1/tokens/x%2F..%2Fy");
+	kn_buf_release(&path);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_flags),
+		cmocka_unit_test(test_parse_globals_anywhere),
+		cmocka_unit_test(test_parse_value_that_looks_global),
+		cmocka_unit_test(test_parse_errors),
+		cmocka_unit_test(test_closest),
+		cmocka_unit_test(test_job_id),
+		cmocka_unit_test(test_clean_and_truncate),
+		cmocka_unit_test(test_formats),
+		cmocka_unit_test(test_json_helpers),
+		cmocka_unit_test(test_table),
+		cmocka_unit_test(test_query),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,81 @@
+/*
+ * kiln validate: check a spec with the server's own parser, locally, so a
+ * mistake is found without a server and before anything is queued.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "spec/spec.h"
+
+static void summarize(const struct kn_job_spec *spec, struct kn_buf *out)
+{
+	const struct kn_resources *res = &spec->resources;
+	char amount[32];
+
+	kn_buf_printf(out, "job %s, %d task%s, ", spec->name, spec->tasks,
+		      spec->tasks == 1 ? "" : "s");
+	if (res->mig_profile) {
+		kn_buf_printf(out, "mig:%s each", res->mig_profile);
+	} else if (res->gpu_milli == 0) {
+		kn_buf_printf(out, "no GPU");
+	} else if (res->gpu_milli % KN_MILLI == 0) {
+		kn_buf_printf(out, "%d GPU%s each", res->gpu_milli / KN_MILLI,
+			      res->gpu_milli == KN_MILLI ? "" : "s");
+	} else {
+		cli_format_milli(res->gpu_milli, amount, sizeof(amount));
+		kn_buf_printf(out, "%s GPU each", amount);
+	}
+	kn_buf_printf(out, ", priority %d", spec->priority);
+	if (spec->retries)
+		kn_buf_printf(out, ", %d retr%s", spec->retries,
+			      spec->retries == 1 ? "y" : "ies");
+	if (spec->preemptible)
+		kn_buf_printf(out, ", preemptible");
+	if (spec->checkpoint.set) {
+		kn_format_duration(spec->checkpoint.every_ms, amount,
+				   sizeof(amount));
+		kn_buf_printf(out, ", checkpoints every %s", amount);
+	}
+}
+
+int cmd_validate(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct kn_job_spec *spec = NULL;
+	struct kn_error err = {0};
+	const char *file = NULL, *name;
+	char *text = NULL;
+	size_t len;
+	struct kn_buf summary;
+	json_t *normalized;
+	int rc;
+
+	kn_buf_init(&summary, SIZE_MAX);
+	rc = cli_parse(ctx, argc, argv, NULL, "FILE", &file);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_read_spec(ctx, file, &text, &len, &name);
+	if (rc != CLI_GO)
+		goto out;
+	if (kn_job_spec_parse(text, len, name, &spec, &err) < 0) {
+		fprintf(stderr, "%s\n",
+			err.message[0] ? err.message : "invalid job spec");
+		rc = CLI_EXIT_FAIL;
+		goto out;
+	}
+	rc = CLI_EXIT_OK;
+	if (cli_want_json(ctx)) {
+		normalized = kn_job_spec_to_json(spec);
+		cli_print_json(normalized);
+		json_decref(normalized);
+		goto out;
+	}
+	summarize(spec, &summary);
+	printf("%s: ok (%s)\n", name, summary.data);
+out:
+	kn_buf_release(&summary);
+	kn_job_spec_free(spec);
+	free(text);
+	return rc;
+}

@@ -1,0 +1,15 @@
+/* kiln version: the client's version; needs no server. */
+#include <stdio.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+
+int cmd_version(struct cli_ctx *ctx, int argc, char **argv)
+{
+	int rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
+
+	if (rc != CLI_GO)
+		return rc;
+	puts("kiln " KN_VERSION);
+	return CLI_EXIT_OK;
+}

@@ -1,0 +1,2125 @@
+/*
+ * spec: job specs read from YAML (or JSON) into struct kn_job_spec.
+ *
+ * libfyaml builds a document tree; we walk it with field tables (name,
+ * type, where the value goes, bounds) so each section is data, not code,
+ * and every error can point at the node: "job.yaml:7:9: resources.gpus:
+ * must be ...; got "lots"". The alternative, an event-driven reader, loses
+ * the tree we need for "missing field" positions and duplicate checks.
+ *
+ * Invariants: the input is refused before parsing if it is too big, holds a
+ * NUL byte or is not UTF-8; aliases and tags are refused (no expansion
+ * bombs, no surprises in typing); plain scalars are typed by the YAML 1.2
+ * core schema, so `tasks: "4"` is a string and an error. The spec is built
+ * on the heap as we go and freed on any error, so *out is written only on
+ * success.
+ */
+#include "spec/spec.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <libfyaml.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Field paths are short; env names may be long and are cut in messages. */
+#define PATH_MAX_LEN 256
+/* A bad value is quoted back in the message up to this many bytes. */
+#define GOT_MAX 48
+/* Every section's field table fits in this. */
+#define MAX_FIELDS 16
+/* A "did you mean" only for near misses. */
+#define SUGGEST_MAX_DISTANCE 2
+/* Label keys (selector, tolerations) follow the Kubernetes length limit. */
+#define LABEL_KEY_MAX 253
+#define CHECKPOINT_MAX_KEEP 1000
+
+#define DEFAULT_BACKOFF_MS (10 * 1000)
+#define DEFAULT_BACKOFF_MAX_MS (10 * 60 * 1000)
+#define DEFAULT_CKPT_EVERY_MS (10 * 60 * 1000)
+#define DEFAULT_CKPT_KEEP 3
+#define DEFAULT_CKPT_GRACE_MS (30 * 1000)
+
+#define STRINGIFY(x) #x
+#define NUMBER_TEXT(x) STRINGIFY(x)
+
+static const char GPUS_ALLOWED[] =
+	"must be an integer 0.." NUMBER_TEXT(KN_SPEC_MAX_GPUS)
+	", a fraction between 0 and 1 (e.g. 0.5), or \"mig:<profile>\"";
+static const char DURATION_ALLOWED[] =
+	"a duration such as 90s, 5m or 1h30m";
+
+/* Where the walk is: the file, the field path, the key being read. */
+struct walk {
+	const char *file;
+	struct fy_diag *diag;
+	struct kn_error *err;
+	char path[PATH_MAX_LEN];
+	size_t path_len;
+	/* Key of the value being read: the place to point at for values
+	 * that have no position of their own (an empty `workdir:`). */
+	struct fy_node *key;
+};
+
+enum value_kind { V_NULL, V_BOOL, V_INT, V_FLOAT, V_STRING, V_LIST, V_MAP };
+
+/* A node seen through the YAML 1.2 core schema. */
+struct value {
+	enum value_kind kind;
+	const char *text; /* scalars: NUL-terminated, owned by the document */
+	size_t len;
+	int count; /* lists and mappings: number of items */
+};
+
+/* --- text checks ------------------------------------------------------ */
+
+/* Length of the valid UTF-8 sequence at s, or 0 if it is not valid. */
+static size_t utf8_seq_len(const unsigned char *s, size_t avail)
+{
+	size_t n, i;
+	uint32_t cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+		n = 2;
+		cp = s[0] & 0x1f;
+	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		n = 3;
+		cp = s[0] & 0x0f;
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		n = 4;
+		cp = s[0] & 0x07;
+	} else {
+		return 0;
+	}
+	if (avail < n)
+		return 0;
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	/* Overlong forms, UTF-16 surrogates, beyond U+10FFFF. */
+	if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return n;
+}
+
+/*
+ * Offset of the first NUL byte or invalid UTF-8 sequence, or len if there
+ * is none; *is_nul tells which.
+ */
+static size_t find_bad_byte(const char *text, size_t len, bool *is_nul)
+{
+	const unsigned char *s = (const unsigned char *)text;
+	size_t i = 0;
+
+	while (i < len) {
+		size_t n;
+
+		if (s[i] == 0) {
+			*is_nul = true;
+			return i;
+		}
+		n = utf8_seq_len(s + i, len - i);
+		if (n == 0) {
+			*is_nul = false;
+			return i;
+		}
+		i += n;
+	}
+	return len;
+}
+
+/* 1-based line and column (in characters) of a byte offset. */
+static void offset_position(const char *text, size_t offset, int *line,
+			    int *col)
+{
+	size_t i;
+
+	*line = 1;
+	*col = 1;
+	for (i = 0; i < offset; i++) {
+		unsigned char c = (unsigned char)text[i];
+		if (c == '\n') {
+			(*line)++;
+			*col = 1;
+		} else if ((c & 0xc0) != 0x80) {
+			(*col)++;
+		}
+	}
+}
+
+/*
+ * Append s to buf as it would appear in a message: escaped, cut after
+ * GOT_MAX bytes on a character boundary, quoted when asked.
+ */
+static void quote_into(char *buf, size_t size, const char *s, size_t len,
+		       bool quotes)
+{
+	size_t used = 0, i = 0;
+	bool cut = false;
+
+#define PUT(...)                                                          \
+	do {                                                              \
+		int put_n = snprintf(buf + used, size - used, __VA_ARGS__);  \
+		if (put_n > 0)                                            \
+			used += (size_t)put_n < size - used ?             \
+					(size_t)put_n :                   \
+					size - used - 1;                  \
+	} while (0)
+
+	if (size == 0)
+		return;
+	buf[0] = '\0';
+	if (quotes)
+		PUT("\"");
+	while (i < len) {
+		unsigned char c = (unsigned char)s[i];
+		size_t n = utf8_seq_len((const unsigned char *)s + i, len - i);
+
+		if (i >= GOT_MAX) {
+			cut = true;
+			break;
+		}
+		if (c == '"' || c == '\\')
+			PUT("\\%c", c);
+		else if (c == '\n')
+			PUT("\\n");
+		else if (c == '\t')
+			PUT("\\t");
+		else if (c < 0x20 || c == 0x7f || n == 0)
+			PUT("\\x%02x", c);
+		else
+			PUT("%.*s", (int)n, s + i);
+		i += n ? n : 1;
+	}
+	if (cut)
+		PUT("...");
+	if (quotes)
+		PUT("\"");
+#undef PUT
+}
+
+/* --- positions and errors ---------------------------------------------- */
+
+/*
+ * Position of a collection node. libfyaml 0.7 has no public start mark for
+ * mappings and sequences, but a node report carries the node's position:
+ * collect one and read it back. Only used on the way to an error.
+ */
+static bool report_position(struct walk *w, struct fy_node *node, int *line,
+			    int *col)
+{
+	struct fy_diag_error *e, *last = NULL;
+	void *iter = NULL;
+
+	fy_diag_node_report(w->diag, node, FYET_ERROR, "position");
+	while ((e = fy_diag_errors_iterate(w->diag, &iter)))
+		last = e;
+	if (!last || last->line <= 0 || last->column <= 0)
+		return false;
+	*line = last->line;
+	*col = last->column;
+	return true;
+}
+
+static bool scalar_position(struct fy_node *node, int *line, int *col)
+{
+	struct fy_token *tok;
+	const struct fy_mark *mark;
+
+	if (!node || !fy_node_is_scalar(node))
+		return false;
+	tok = fy_node_get_scalar_token(node);
+	mark = tok ? fy_token_start_mark(tok) : NULL;
+	if (!mark)
+		return false;
+	*line = mark->line + 1;
+	*col = mark->column + 1;
+	/* The token starts after an opening quote or '*'; point at those. */
+	switch (fy_node_get_style(node)) {
+	case FYNS_SINGLE_QUOTED:
+	case FYNS_DOUBLE_QUOTED:
+	case FYNS_ALIAS:
+		if (*col > 1)
+			(*col)--;
+		break;
+	default:
+		break;
+	}
+	return true;
+}
+
+static void node_position(struct walk *w, struct fy_node *node, int *line,
+			  int *col)
+{
+	if (scalar_position(node, line, col))
+		return;
+	if (node && !fy_node_is_scalar(node) &&
+	    report_position(w, node, line, col))
+		return;
+	if (scalar_position(w->key, line, col))
+		return;
+	*line = 1;
+	*col = 1;
+}
+
+/*
+ * Fill w->err with "file:line:col: path: message" (or without "path: "
+ * when with_path is false) and return -EINVAL. err->field is the path.
+ */
+static int vfail(struct walk *w, struct fy_node *node, bool with_path,
+		 const char *fmt, va_list ap)
+{
+	char msg[640];
+	int line, col;
+	bool show_path = with_path && w->path_len > 0;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	node_position(w, node, &line, &col);
+	return kn_errorf(w->err, KN_EINVAL, w->path, "%s:%d:%d: %s%s%s",
+			 w->file, line, col, show_path ? w->path : "",
+			 show_path ? ": " : "", msg);
+}
+
+__attribute__((format(printf, 3, 4))) static int
+fail(struct walk *w, struct fy_node *node, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = vfail(w, node, true, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+__attribute__((format(printf, 3, 4))) static int
+fail_bare(struct walk *w, struct fy_node *node, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = vfail(w, node, false, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* Field paths: push returns the length to pop back to. */
+static size_t path_push(struct walk *w, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static size_t path_push(struct walk *w, const char *fmt, ...)
+{
+	size_t old = w->path_len;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(w->path + old, sizeof(w->path) - old, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		w->path_len = old + (size_t)n < sizeof(w->path) ?
+				      old + (size_t)n :
+				      sizeof(w->path) - 1;
+	return old;
+}
+
+static size_t path_push_field(struct walk *w, const char *name)
+{
+	return path_push(w, "%s%s", w->path_len ? "." : "", name);
+}
+
+static size_t path_push_index(struct walk *w, int index)
+{
+	return path_push(w, "[%d]", index);
+}
+
+static void path_pop(struct walk *w, size_t old)
+{
+	w->path_len = old;
+	w->path[old] = '\0';
+}
+
+/* "job" at the top, else the path: for "unknown field ... in X". */
+static const char *section_name(const struct walk *w)
+{
+	return w->path_len ? w->path : "job";
+}
+
+/* --- typing ------------------------------------------------------------ */
+
+static bool all_digits(const char *s, const char *accept)
+{
+	if (!*s)
+		return false;
+	for (; *s; s++)
+		if (!strchr(accept, *s))
+			return false;
+	return true;
+}
+
+static bool is_core_int(const char *s)
+{
+	if (strncmp(s, "0o", 2) == 0)
+		return all_digits(s + 2, "01234567");
+	if (strncmp(s, "0x", 2) == 0)
+		return all_digits(s + 2, "0123456789abcdefABCDEF");
+	if (*s == '-' || *s == '+')
+		s++;
+	return all_digits(s, "0123456789");
+}
+
+static bool is_core_float(const char *s)
+{
+	static const char *const specials[] = {
+		".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN",
+	};
+	bool digits = false;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(specials); i++) {
+		const char *t = s;
+		if (i < 3 && (*t == '-' || *t == '+'))
+			t++;
+		if (strcmp(t, specials[i]) == 0)
+			return true;
+	}
+	if (*s == '-' || *s == '+')
+		s++;
+	while (*s >= '0' && *s <= '9') {
+		s++;
+		digits = true;
+	}
+	if (*s == '.') {
+		s++;
+		while (*s >= '0' && *s <= '9') {
+			s++;
+			digits = true;
+		}
+	}
+	if (!digits)
+		return false;
+	if (*s == 'e' || *s == 'E') {
+		s++;
+		if (*s == '-' || *s == '+')
+			s++;
+		if (!(*s >= '0' && *s <= '9'))
+			return false;
+		while (*s >= '0' && *s <= '9')
+			s++;
+	}
+	return *s == '\0';
+}
+
+static enum value_kind plain_kind(const char *s)
+{
+	static const char *const nulls[] = {"", "~", "null", "Null", "NULL"};
+	static const char *const bools[] = {"true",  "True",  "TRUE",
+					    "false", "False", "FALSE"};
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(nulls); i++)
+		if (strcmp(s, nulls[i]) == 0)
+			return V_NULL;
+	for (i = 0; i < ARRAY_SIZE(bools); i++)
+		if (strcmp(s, bools[i]) == 0)
+			return V_BOOL;
+	if (is_core_int(s))
+		return V_INT;
+	if (is_core_float(s))
+		return V_FLOAT;
+	return V_STRING;
+}
+
+/*
+ * Type a node. Refuses what a spec never needs and what could surprise:
+ * aliases (also the expansion-bomb guard), tags, scalars holding NUL or
+ * invalid UTF-8 after escapes are decoded.
+ */
+static int classify(struct walk *w, struct fy_node *node, struct value *v)
+{
+	bool is_nul = false;
+	const char *text;
+	size_t len = 0;
+
+	memset(v, 0, sizeof(*v));
+	v->text = "";
+	if (!node) {
+		v->kind = V_NULL;
+		return 0;
+	}
+	if (fy_node_is_alias(node))
+		return fail(w, node,
+			    "aliases (*name) are not supported; write the "
+			    "value out");
+	if (fy_node_get_tag(node, NULL))
+		return fail(w, node,
+			    "YAML tags (!name) are not supported; quote "
+			    "strings instead");
+	if (fy_node_is_mapping(node)) {
+		v->kind = V_MAP;
+		v->count = fy_node_mapping_item_count(node);
+		if (v->count < 0)
+			v->count = 0;
+		return 0;
+	}
+	if (fy_node_is_sequence(node)) {
+		v->kind = V_LIST;
+		v->count = fy_node_sequence_item_count(node);
+		if (v->count < 0)
+			v->count = 0;
+		return 0;
+	}
+	if (!fy_node_get_scalar(node, &len)) {
+		v->kind = V_NULL;
+		return 0;
+	}
+	text = fy_node_get_scalar0(node);
+	if (!text)
+		return fail(w, node, "out of memory reading the value");
+	if (find_bad_byte(text, len, &is_nul) != len)
+		return fail(w, node, "%s",
+			    is_nul ? "value contains a NUL character" :
+				     "value is not valid UTF-8");
+	v->text = text;
+	v->len = len;
+	v->kind = fy_node_get_style(node) == FYNS_PLAIN ? plain_kind(text) :
+							  V_STRING;
+	return 0;
+}
+
+/* The "got ..." part of a message. */
+static const char *describe(const struct value *v, char *buf, size_t size)
+{
+	switch (v->kind) {
+	case V_NULL:
+		return "null";
+	case V_MAP:
+		return v->count ? "a mapping" : "an empty mapping";
+	case V_LIST:
+		return v->count ? "a list" : "an empty list";
+	case V_STRING:
+		quote_into(buf, size, v->text, v->len, true);
+		return buf;
+	default:
+		quote_into(buf, size, v->text, v->len, false);
+		return buf;
+	}
+}
+
+#define GOT_BUF (GOT_MAX * 4 + 16)
+
+/* A value where text is wanted: strings, and numbers as written. */
+static int want_text(struct walk *w, struct fy_node *node, bool allow_bool,
+		     const char *allowed, struct value *v)
+{
+	char got[GOT_BUF];
+	int rc = classify(w, node, v);
+
+	if (rc)
+		return rc;
+	if (v->kind == V_STRING || v->kind == V_INT || v->kind == V_FLOAT ||
+	    (allow_bool && v->kind == V_BOOL))
+		return 0;
+	return fail(w, node, "must be %s; got %s", allowed,
+		    describe(v, got, sizeof(got)));
+}
+
+static int want_nonempty_text(struct walk *w, struct fy_node *node,
+			      const char *allowed, struct value *v)
+{
+	int rc = want_text(w, node, false, allowed, v);
+
+	if (rc)
+		return rc;
+	if (v->len == 0)
+		return fail(w, node, "must be %s; got an empty string",
+			    allowed);
+	return 0;
+}
+
+/*
+ * Decimal text ("2", "0.5", ".25") in thousandths, at most max_milli.
+ * Trailing zeros past the third decimal are fine ("0.5000").
+ */
+enum milli_result { MILLI_OK, MILLI_SYNTAX, MILLI_TOO_FINE, MILLI_TOO_BIG };
+
+static enum milli_result parse_milli(const char *s, int64_t max_milli,
+				     int64_t *out)
+{
+	int64_t whole = 0, frac = 0;
+	int frac_digits = 0;
+	bool digits = false;
+
+	for (; *s >= '0' && *s <= '9'; s++) {
+		digits = true;
+		whole = whole * 10 + (*s - '0');
+		if (whole > max_milli / KN_MILLI)
+			return MILLI_TOO_BIG;
+	}
+	if (*s == '.') {
+		for (s++; *s >= '0' && *s <= '9'; s++) {
+			digits = true;
+			if (frac_digits < 3) {
+				frac = frac * 10 + (*s - '0');
+				frac_digits++;
+			} else if (*s != '0') {
+				return MILLI_TOO_FINE;
+			}
+		}
+	}
+	if (!digits || *s)
+		return MILLI_SYNTAX;
+	while (frac_digits++ < 3)
+		frac *= 10;
+	if (whole * KN_MILLI + frac > max_milli)
+		return MILLI_TOO_BIG;
+	*out = whole * KN_MILLI + frac;
+	return MILLI_OK;
+}
+
+/* Decimal integer; false on syntax or overflow. */
+static bool parse_int64(const char *s, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	if (!*s || !(*s == '-' || (*s >= '0' && *s <= '9')))
+		return false;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || *end)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* --- field tables -------------------------------------------------------- */
+
+enum field_type {
+	FT_INT,      /* int at offset, within min..max */
+	FT_BOOL,     /* bool at offset */
+	FT_DURATION, /* int64_t milliseconds at offset, at least min */
+	FT_TEXT,     /* non-empty char * at offset */
+	FT_CUSTOM,   /* read() fills the target */
+};
+
+struct field {
+	const char *name;
+	enum field_type type;
+	size_t offset;
+	int64_t min, max;
+	/* FT_DURATION: a bare 0 is accepted and means "none". */
+	bool zero_is_none;
+	bool required;
+	int (*read)(struct walk *w, struct fy_node *value, void *target);
+};
+
+static int read_int_field(struct walk *w, const struct field *f,
+			  struct fy_node *node, void *target)
+{
+	char got[GOT_BUF];
+	struct value v;
+	int64_t n;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind != V_INT || !parse_int64(v.text, &n) || n < f->min ||
+	    n > f->max)
+		return fail(w, node, "must be an integer %lld..%lld; got %s",
+			    (long long)f->min, (long long)f->max,
+			    describe(&v, got, sizeof(got)));
+	*(int *)((char *)target + f->offset) = (int)n;
+	return 0;
+}
+
+static int read_bool_field(struct walk *w, const struct field *f,
+			   struct fy_node *node, void *target)
+{
+	char got[GOT_BUF];
+	struct value v;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind != V_BOOL)
+		return fail(w, node, "must be true or false; got %s",
+			    describe(&v, got, sizeof(got)));
+	*(bool *)((char *)target + f->offset) =
+		v.text[0] == 't' || v.text[0] == 'T';
+	return 0;
+}
+
+static int read_duration_field(struct walk *w, const struct field *f,
+			       struct fy_node *node, void *target)
+{
+	char got[GOT_BUF];
+	struct value v;
+	int64_t ms = 0;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (f->zero_is_none && v.kind == V_INT && strcmp(v.text, "0") == 0)
+		ms = 0;
+	else if (v.kind != V_STRING || kn_parse_duration(v.text, &ms) < 0)
+		return fail(w, node, "must be %s%s; got %s", DURATION_ALLOWED,
+			    f->zero_is_none ? " (0 for none)" : "",
+			    describe(&v, got, sizeof(got)));
+	if (ms < f->min)
+		return fail(w, node,
+			    "must be a duration greater than 0 (e.g. 90s or "
+			    "5m); got %s",
+			    describe(&v, got, sizeof(got)));
+	*(int64_t *)((char *)target + f->offset) = ms;
+	return 0;
+}
+
+static int read_text_field(struct walk *w, const struct field *f,
+			   struct fy_node *node, void *target)
+{
+	char **slot = (char **)((char *)target + f->offset);
+	struct value v;
+	int rc = want_nonempty_text(w, node, "a non-empty string", &v);
+
+	if (rc)
+		return rc;
+	*slot = kn_xstrdup(v.text);
+	return 0;
+}
+
+static int read_field(struct walk *w, const struct field *f,
+		      struct fy_node *node, void *target)
+{
+	switch (f->type) {
+	case FT_INT:
+		return read_int_field(w, f, node, target);
+	case FT_BOOL:
+		return read_bool_field(w, f, node, target);
+	case FT_DURATION:
+		return read_duration_field(w, f, node, target);
+	case FT_TEXT:
+		return read_text_field(w, f, node, target);
+	case FT_CUSTOM:
+		break;
+	}
+	return f->read(w, node, target);
+}
+
+struct section {
+	const char *path;
+	const struct field *fields;
+	size_t n_fields;
+};
+
+static const struct section *sections(size_t *n);
+
+/* A known field name near key: in this table, else anywhere else. */
+static bool suggest(const struct walk *w, const char *key,
+		    const struct field *fields, size_t n_fields, char *buf,
+		    size_t size)
+{
+	const struct section *all;
+	int best = SUGGEST_MAX_DISTANCE + 1;
+	size_t i, n_sections, key_len = strlen(key);
+
+	/* Edit distance is quadratic; a name this long is no typo. */
+	if (key_len > 64)
+		return false;
+	for (i = 0; i < n_fields; i++) {
+		int d = kn_levenshtein(key, fields[i].name);
+		if (d < best && (size_t)d < key_len) {
+			best = d;
+			snprintf(buf, size, "%s", fields[i].name);
+		}
+	}
+	if (best <= SUGGEST_MAX_DISTANCE)
+		return true;
+	all = sections(&n_sections);
+	for (i = 0; i < n_sections; i++) {
+		size_t j;
+		if (strcmp(all[i].path, w->path) == 0)
+			continue;
+		for (j = 0; j < all[i].n_fields; j++) {
+			if (strcmp(all[i].fields[j].name, key) == 0) {
+				snprintf(buf, size, "%s%s%s", all[i].path,
+					 all[i].path[0] ? "." : "", key);
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* Read a mapping key as a name. */
+static int read_key(struct walk *w, struct fy_node *key, struct value *v)
+{
+	char got[GOT_BUF];
+	int rc = classify(w, key, v);
+
+	if (rc)
+		return rc;
+	if (v->kind == V_MAP || v->kind == V_LIST || v->kind == V_NULL)
+		return fail(w, key, "keys must be names; got %s",
+			    describe(v, got, sizeof(got)));
+	return 0;
+}
+
+static int duplicate_key(struct walk *w, struct fy_node *key,
+			 struct fy_node *first, const char *name)
+{
+	char quoted[GOT_BUF], where[PATH_MAX_LEN];
+	int line, col;
+
+	node_position(w, first, &line, &col);
+	quote_into(quoted, sizeof(quoted), name, strlen(name), true);
+	snprintf(where, sizeof(where), "%s", section_name(w));
+	path_push_field(w, name);
+	return fail_bare(w, key, "duplicate key %s in %s (first at %d:%d)",
+			 quoted, where, line, col);
+}
+
+/* A table's field names, "a, b, c", for "must be a mapping with fields". */
+static void field_list(const struct field *fields, size_t n, char *buf,
+		       size_t size)
+{
+	size_t used = 0, i;
+
+	buf[0] = '\0';
+	for (i = 0; i < n && used < size; i++) {
+		int k = snprintf(buf + used, size - used, "%s%s",
+				 i ? ", " : "", fields[i].name);
+		if (k < 0)
+			break;
+		used += (size_t)k;
+	}
+}
+
+/*
+ * Read a mapping through a field table into target. seen (n_fields
+ * entries, may be NULL) receives each field's pair, NULL when absent.
+ */
+static int walk_mapping(struct walk *w, struct fy_node *node,
+			const struct field *fields, size_t n_fields,
+			void *target, struct fy_node_pair **seen)
+{
+	struct fy_node_pair *found[MAX_FIELDS] = {0};
+	struct fy_node_pair *pair;
+	char got[GOT_BUF], names[256];
+	struct fy_node *saved_key = w->key;
+	struct value v;
+	void *iter = NULL;
+	size_t i;
+	int rc;
+
+	rc = classify(w, node, &v);
+	if (rc)
+		return rc;
+	if (v.kind != V_MAP) {
+		field_list(fields, n_fields, names, sizeof(names));
+		return fail(w, node, "must be a mapping with fields %s; got %s",
+			    names, describe(&v, got, sizeof(got)));
+	}
+	while ((pair = fy_node_mapping_iterate(node, &iter))) {
+		struct fy_node *key = fy_node_pair_key(pair);
+		size_t mark;
+
+		rc = read_key(w, key, &v);
+		if (rc)
+			return rc;
+		for (i = 0; i < n_fields; i++)
+			if (strcmp(fields[i].name, v.text) == 0)
+				break;
+		if (i == n_fields) {
+			char quoted[GOT_BUF], hint[128], where[PATH_MAX_LEN];
+			bool has_hint = suggest(w, v.text, fields, n_fields,
+						hint, sizeof(hint));
+
+			quote_into(quoted, sizeof(quoted), v.text, v.len,
+				   true);
+			snprintf(where, sizeof(where), "%s", section_name(w));
+			path_push_field(w, v.text);
+			return fail_bare(w, key, "unknown field %s in %s%s%s%s",
+					 quoted, where,
+					 has_hint ? "; did you mean \"" : "",
+					 has_hint ? hint : "",
+					 has_hint ? "\"?" : "");
+		}
+		if (found[i])
+			return duplicate_key(w, key, fy_node_pair_key(found[i]),
+					     fields[i].name);
+		found[i] = pair;
+		mark = path_push_field(w, fields[i].name);
+		w->key = key;
+		rc = read_field(w, &fields[i], fy_node_pair_value(pair),
+				target);
+		w->key = saved_key;
+		if (rc)
+			return rc;
+		path_pop(w, mark);
+	}
+	for (i = 0; i < n_fields; i++) {
+		char where[PATH_MAX_LEN];
+
+		if (!fields[i].required || found[i])
+			continue;
+		snprintf(where, sizeof(where), "%s", section_name(w));
+		path_push_field(w, fields[i].name);
+		return fail_bare(w, node, "missing required field \"%s\" in %s",
+				 fields[i].name, where);
+	}
+	if (seen)
+		memcpy(seen, found, n_fields * sizeof(found[0]));
+	return 0;
+}
+
+/* --- string maps: env and placement.selector ----------------------------- */
+
+/* What is wrong with a map key, or NULL when it is fine. */
+typedef const char *(*key_problem_fn)(const char *key);
+
+static const char *const RESERVED_ENV[] = {
+	"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "RANK",
+	"LOCAL_RANK",           "WORLD_SIZE",             "MASTER_ADDR",
+	"MASTER_PORT",
+};
+
+static const char *env_name_problem(const char *name)
+{
+	const char *p = name;
+	size_t i;
+
+	if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+	      *p == '_'))
+		return "is not a valid variable name (letters, digits and _, "
+		       "not starting with a digit)";
+	for (p++; *p; p++)
+		if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+		      (*p >= '0' && *p <= '9') || *p == '_'))
+			return "is not a valid variable name (letters, digits "
+			       "and _, not starting with a digit)";
+	for (i = 0; i < ARRAY_SIZE(RESERVED_ENV); i++)
+		if (strcmp(name, RESERVED_ENV[i]) == 0)
+			break;
+	if (i < ARRAY_SIZE(RESERVED_ENV) || strncmp(name, "KILN_", 5) == 0)
+		return "is set by kiln for each task and cannot be set in a "
+		       "spec (reserved: CUDA_VISIBLE_DEVICES, "
+		       "NVIDIA_VISIBLE_DEVICES, RANK, LOCAL_RANK, WORLD_SIZE, "
+		       "MASTER_ADDR, MASTER_PORT, KILN_*)";
+	return NULL;
+}
+
+static bool is_alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9');
+}
+
+static const char *label_key_problem(const char *key)
+{
+	size_t len = strlen(key), i;
+
+	if (len == 0 || len > LABEL_KEY_MAX || !is_alnum(key[0]))
+		goto bad;
+	for (i = 1; i < len; i++)
+		if (!is_alnum(key[i]) && !strchr("._-/", key[i]))
+			goto bad;
+	return NULL;
+bad:
+	return "is not a valid label name (letters, digits, '.', '_', '-' "
+	       "and '/', starting with a letter or digit, at most 253 "
+	       "characters)";
+}
+
+struct key_ref {
+	const char *key;
+	struct fy_node *node;
+	size_t index;
+};
+
+static int key_ref_cmp(const void *a, const void *b)
+{
+	const struct key_ref *x = a, *y = b;
+	int c = strcmp(x->key, y->key);
+
+	if (c)
+		return c;
+	return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/*
+ * The first key (in document order) that repeats an earlier one, by
+ * sorting: maps may hold thousands of entries.
+ */
+static int check_duplicates(struct walk *w, const struct kn_kv *kvs,
+			    struct fy_node **nodes, size_t n)
+{
+	struct key_ref *refs;
+	size_t i, run = 0, dup = SIZE_MAX, first = 0;
+	int rc = 0;
+
+	if (n < 2)
+		return 0;
+	refs = kn_xcalloc(n, sizeof(*refs));
+	for (i = 0; i < n; i++)
+		refs[i] = (struct key_ref){kvs[i].key, nodes[i], i};
+	qsort(refs, n, sizeof(*refs), key_ref_cmp);
+	for (i = 1; i < n; i++) {
+		if (strcmp(refs[i].key, refs[i - 1].key) != 0) {
+			run = i;
+			continue;
+		}
+		if (dup == SIZE_MAX || refs[i].index < refs[dup].index) {
+			dup = i;
+			first = run;
+		}
+	}
+	if (dup != SIZE_MAX)
+		rc = duplicate_key(w, refs[dup].node, refs[first].node,
+				   refs[dup].key);
+	free(refs);
+	return rc;
+}
+
+/* A mapping of names to text (numbers and booleans become their text). */
+static int read_string_map(struct walk *w, struct fy_node *node,
+			   const char *what, key_problem_fn key_problem,
+			   struct kn_kv **out, size_t *n_out)
+{
+	struct fy_node *saved_key = w->key;
+	struct fy_node **key_nodes = NULL;
+	struct fy_node_pair *pair;
+	char got[GOT_BUF];
+	struct kn_kv *kvs;
+	struct value v;
+	void *iter = NULL;
+	size_t n = 0, count;
+	int rc;
+
+	rc = classify(w, node, &v);
+	if (rc)
+		return rc;
+	if (v.kind != V_MAP)
+		return fail(w, node, "must be a mapping of %s; got %s", what,
+			    describe(&v, got, sizeof(got)));
+	count = (size_t)v.count;
+	/* Owned by the spec from here, so an error frees what was read. */
+	kvs = kn_xcalloc(count + 1, sizeof(*kvs));
+	*out = kvs;
+	*n_out = 0;
+	key_nodes = kn_xcalloc(count + 1, sizeof(*key_nodes));
+	while (n < count && (pair = fy_node_mapping_iterate(node, &iter))) {
+		struct fy_node *key = fy_node_pair_key(pair);
+		const char *problem;
+		size_t mark;
+
+		rc = read_key(w, key, &v);
+		if (rc)
+			goto out;
+		problem = key_problem(v.text);
+		if (problem) {
+			char quoted[GOT_BUF];
+
+			quote_into(quoted, sizeof(quoted), v.text, v.len, true);
+			rc = fail(w, key, "%s %s", quoted, problem);
+			goto out;
+		}
+		mark = path_push_field(w, v.text);
+		kvs[n].key = kn_xstrdup(v.text);
+		key_nodes[n] = key;
+		w->key = key;
+		rc = want_text(w, fy_node_pair_value(pair), true,
+			       "a string, number or boolean", &v);
+		w->key = saved_key;
+		if (rc) {
+			free(kvs[n].key);
+			kvs[n].key = NULL;
+			goto out;
+		}
+		kvs[n].value = kn_xstrdup(v.text);
+		*n_out = ++n;
+		path_pop(w, mark);
+	}
+	rc = check_duplicates(w, kvs, key_nodes, n);
+out:
+	w->key = saved_key;
+	free(key_nodes);
+	return rc;
+}
+
+/* --- job fields ---------------------------------------------------------- */
+
+static int read_kind(struct walk *w, struct fy_node *node, void *target)
+{
+	char got[GOT_BUF];
+	struct value v;
+	int rc = want_text(w, node, false, "\"Job\"", &v);
+
+	if (rc)
+		return rc;
+	if (strcmp(v.text, "Job") != 0)
+		return fail(w, node, "must be \"Job\"; got %s",
+			    describe(&v, got, sizeof(got)));
+	return 0;
+}
+
+static int read_api_version(struct walk *w, struct fy_node *node,
+			    void *target)
+{
+	char got[GOT_BUF];
+	struct value v;
+	int rc = want_text(w, node, false, "\"kiln/v1\"", &v);
+
+	if (rc)
+		return rc;
+	if (strcmp(v.text, "kiln/v1") != 0)
+		return fail(w, node, "must be \"kiln/v1\"; got %s",
+			    describe(&v, got, sizeof(got)));
+	return 0;
+}
+
+static bool valid_name(const char *s)
+{
+	size_t len = strlen(s), i;
+
+	if (len == 0 || len > 63)
+		return false;
+	for (i = 0; i < len; i++) {
+		char c = s[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+			  (i > 0 && (c == '.' || c == '_' || c == '-'));
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static int read_name(struct walk *w, struct fy_node *node, void *target)
+{
+	static const char allowed[] =
+		"1 to 63 characters: lowercase letters, digits, '.', '_' and "
+		"'-', starting with a letter or digit";
+	struct kn_job_spec *spec = target;
+	char got[GOT_BUF];
+	struct value v;
+	int rc = want_text(w, node, false, allowed, &v);
+
+	if (rc)
+		return rc;
+	if (!valid_name(v.text))
+		return fail(w, node, "must be %s; got %s", allowed,
+			    describe(&v, got, sizeof(got)));
+	spec->name = kn_xstrdup(v.text);
+	return 0;
+}
+
+/*
+ * A non-empty list of text into a NULL-terminated array. Items must not be
+ * empty, except after the first when rest_may_be_empty (argv).
+ */
+static int read_text_list(struct walk *w, struct fy_node *node,
+			  const char *allowed, bool rest_may_be_empty,
+			  char ***out, size_t *n_out)
+{
+	struct fy_node *item;
+	char got[GOT_BUF];
+	struct value v;
+	void *iter = NULL;
+	char **list;
+	size_t n = 0, count;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind != V_LIST || v.count <= 0)
+		return fail(w, node, "must be %s; got %s", allowed,
+			    describe(&v, got, sizeof(got)));
+	count = (size_t)v.count;
+	list = kn_xcalloc(count + 1, sizeof(*list));
+	*out = list;
+	*n_out = 0;
+	while (n < count && (item = fy_node_sequence_iterate(node, &iter))) {
+		size_t mark = path_push_index(w, (int)n);
+
+		if (n > 0 && rest_may_be_empty)
+			rc = want_text(w, item, false, "a string", &v);
+		else
+			rc = want_nonempty_text(w, item, "a non-empty string",
+						&v);
+		if (rc)
+			return rc;
+		list[n] = kn_xstrdup(v.text);
+		*n_out = ++n;
+		path_pop(w, mark);
+	}
+	return 0;
+}
+
+static int read_command(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_job_spec *spec = target;
+
+	return read_text_list(w, node,
+			      "a non-empty list of strings (the program and "
+			      "its arguments), e.g. [\"python\", \"train.py\"]",
+			      true, &spec->command, &spec->n_command);
+}
+
+static int read_env(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_job_spec *spec = target;
+
+	return read_string_map(w, node, "variable names to values",
+			       env_name_problem, &spec->env, &spec->n_env);
+}
+
+/* --- resources ----------------------------------------------------------- */
+
+/* "1g.10gb", "3g.40gb", "1g.10gb+me": checked by shape only. */
+static bool valid_mig_profile(const char *p)
+{
+	size_t n;
+
+	n = strspn(p, "0123456789");
+	if (n < 1 || n > 2 || p[0] == '0' || p[n] != 'g' || p[n + 1] != '.')
+		return false;
+	p += n + 2;
+	n = strspn(p, "0123456789");
+	if (n < 1 || n > 4 || p[0] == '0' || strncmp(p + n, "gb", 2) != 0)
+		return false;
+	p += n + 2;
+	if (*p == '\0')
+		return true;
+	if (*p != '+' || !(p[1] >= 'a' && p[1] <= 'z'))
+		return false;
+	for (p += 2; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+		      *p == '.'))
+			return false;
+	return true;
+}
+
+static int read_gpus(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_resources *res = target;
+	char got[GOT_BUF];
+	struct value v;
+	int64_t milli = 0;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind == V_STRING && strncmp(v.text, "mig:", 4) == 0) {
+		if (!valid_mig_profile(v.text + 4))
+			return fail(w, node,
+				    "MIG profile must look like \"mig:1g.10gb\" "
+				    "(<n>g.<m>gb, optionally with a suffix "
+				    "such as \"+me\"); got %s",
+				    describe(&v, got, sizeof(got)));
+		res->mig_profile = kn_xstrdup(v.text + 4);
+		res->gpu_milli = 0;
+		return 0;
+	}
+	if (v.kind == V_INT || v.kind == V_FLOAT) {
+		switch (parse_milli(v.text, KN_SPEC_MAX_GPUS * KN_MILLI,
+				    &milli)) {
+		case MILLI_OK:
+			if (milli < KN_MILLI || milli % KN_MILLI == 0) {
+				res->gpu_milli = (int)milli;
+				return 0;
+			}
+			break;
+		case MILLI_TOO_FINE:
+			return fail(w, node,
+				    "a share of a GPU is counted in "
+				    "thousandths (0.001 steps); got %s",
+				    describe(&v, got, sizeof(got)));
+		case MILLI_SYNTAX:
+		case MILLI_TOO_BIG:
+			break;
+		}
+	}
+	return fail(w, node, "%s; got %s", GPUS_ALLOWED,
+		    describe(&v, got, sizeof(got)));
+}
+
+static int read_gpu_model(struct walk *w, struct fy_node *node, void *target)
+{
+	static const char allowed[] =
+		"a GPU model name or a non-empty list of names, e.g. "
+		"[\"H100\", \"A100\"]";
+	struct kn_resources *res = target;
+	char got[GOT_BUF];
+	struct value v;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind == V_LIST)
+		return read_text_list(w, node, allowed, false,
+				      &res->gpu_models, &res->n_gpu_models);
+	if ((v.kind != V_STRING && v.kind != V_INT && v.kind != V_FLOAT) ||
+	    v.len == 0)
+		return fail(w, node, "must be %s; got %s", allowed,
+			    describe(&v, got, sizeof(got)));
+	res->gpu_models = kn_xcalloc(2, sizeof(char *));
+	res->gpu_models[0] = kn_xstrdup(v.text);
+	res->n_gpu_models = 1;
+	return 0;
+}
+
+static int read_cpus(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_resources *res = target;
+	char got[GOT_BUF];
+	struct value v;
+	int64_t milli = 0;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind == V_INT || v.kind == V_FLOAT) {
+		switch (parse_milli(v.text, KN_SPEC_MAX_CPUS * KN_MILLI,
+				    &milli)) {
+		case MILLI_OK:
+			if (milli > 0) {
+				res->cpu_milli = (int)milli;
+				return 0;
+			}
+			break;
+		case MILLI_TOO_FINE:
+			return fail(w, node,
+				    "CPUs are counted in thousandths (0.001 "
+				    "steps); got %s",
+				    describe(&v, got, sizeof(got)));
+		case MILLI_SYNTAX:
+		case MILLI_TOO_BIG:
+			break;
+		}
+	}
+	return fail(w, node,
+		    "must be a number of CPUs greater than 0 and at most %d "
+		    "(e.g. 0.5 or 4); got %s",
+		    KN_SPEC_MAX_CPUS, describe(&v, got, sizeof(got)));
+}
+
+static int read_memory(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_resources *res = target;
+	char got[GOT_BUF];
+	struct value v;
+	int64_t bytes = 0;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if ((v.kind != V_STRING && v.kind != V_INT) ||
+	    kn_parse_size(v.text, &bytes) < 0 || bytes <= 0)
+		return fail(w, node,
+			    "must be a size greater than 0 such as 512Mi, 2Gi "
+			    "or 1G; got %s",
+			    describe(&v, got, sizeof(got)));
+	res->memory_bytes = bytes;
+	return 0;
+}
+
+static const struct field resource_fields[] = {
+	{.name = "gpus", .type = FT_CUSTOM, .read = read_gpus},
+	{.name = "gpu_model", .type = FT_CUSTOM, .read = read_gpu_model},
+	{.name = "cpus", .type = FT_CUSTOM, .read = read_cpus},
+	{.name = "memory", .type = FT_CUSTOM, .read = read_memory},
+};
+
+_Static_assert(ARRAY_SIZE(resource_fields) <= MAX_FIELDS, "MAX_FIELDS");
+
+static int read_resources(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_job_spec *spec = target;
+
+	return walk_mapping(w, node, resource_fields,
+			    ARRAY_SIZE(resource_fields), &spec->resources,
+			    NULL);
+}
+
+/* --- checkpoint ---------------------------------------------------------- */
+
+static int read_store(struct walk *w, struct fy_node *node, void *target)
+{
+	static const char *const schemes[] = {"file://", "https://",
+					      "http://"};
+	struct kn_checkpoint_policy *ckpt = target;
+	char got[GOT_BUF];
+	struct value v;
+	size_t i;
+	int rc = want_text(w, node, false, "a URL", &v);
+
+	if (rc)
+		return rc;
+	for (i = 0; i < ARRAY_SIZE(schemes); i++) {
+		size_t n = strlen(schemes[i]);
+		if (strncmp(v.text, schemes[i], n) == 0 && v.text[n]) {
+			ckpt->store = kn_xstrdup(v.text);
+			return 0;
+		}
+	}
+	return fail(w, node,
+		    "must be a URL starting with file://, https:// or "
+		    "http://; got %s",
+		    describe(&v, got, sizeof(got)));
+}
+
+static int read_signal(struct walk *w, struct fy_node *node, void *target)
+{
+	static const char allowed[] =
+		"a signal name such as SIGTERM, SIGUSR1 or INT";
+	struct kn_checkpoint_policy *ckpt = target;
+	char got[GOT_BUF];
+	struct value v;
+	int sig;
+	int rc = want_text(w, node, false, allowed, &v);
+
+	if (rc)
+		return rc;
+	sig = kn_signal_from_name(v.text);
+	if (sig < 0)
+		return fail(w, node, "must be %s; got %s", allowed,
+			    describe(&v, got, sizeof(got)));
+	/* The task must be able to catch it to write a last checkpoint. */
+	if (sig == SIGKILL || sig == SIGSTOP)
+		return fail(w, node,
+			    "must be a signal the task can catch (not SIGKILL "
+			    "or SIGSTOP); got %s",
+			    describe(&v, got, sizeof(got)));
+	ckpt->signal = sig;
+	return 0;
+}
+
+static const struct field checkpoint_fields[] = {
+	{.name = "every", .type = FT_DURATION,
+	 .offset = offsetof(struct kn_checkpoint_policy, every_ms), .min = 1},
+	{.name = "keep", .type = FT_INT,
+	 .offset = offsetof(struct kn_checkpoint_policy, keep), .min = 1,
+	 .max = CHECKPOINT_MAX_KEEP},
+	{.name = "store", .type = FT_CUSTOM, .read = read_store},
+	{.name = "grace", .type = FT_DURATION,
+	 .offset = offsetof(struct kn_checkpoint_policy, grace_ms)},
+	{.name = "signal", .type = FT_CUSTOM, .read = read_signal},
+};
+
+_Static_assert(ARRAY_SIZE(checkpoint_fields) <= MAX_FIELDS, "MAX_FIELDS");
+
+static int read_checkpoint(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_job_spec *spec = target;
+
+	spec->checkpoint.set = true;
+	return walk_mapping(w, node, checkpoint_fields,
+			    ARRAY_SIZE(checkpoint_fields), &spec->checkpoint,
+			    NULL);
+}
+
+/* --- placement ----------------------------------------------------------- */
+
+static int read_selector(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_placement_spec *placement = target;
+
+	return read_string_map(w, node, "node label names to values",
+			       label_key_problem, &placement->selector,
+			       &placement->n_selector);
+}
+
+static int read_toleration_key(struct walk *w, struct fy_node *node,
+			       void *target)
+{
+	struct kn_toleration *tol = target;
+	const char *problem;
+	struct value v;
+	int rc = want_nonempty_text(w, node, "a taint name", &v);
+
+	if (rc)
+		return rc;
+	problem = label_key_problem(v.text);
+	if (problem) {
+		char quoted[GOT_BUF];
+
+		quote_into(quoted, sizeof(quoted), v.text, v.len, true);
+		return fail(w, node, "%s %s", quoted, problem);
+	}
+	tol->key = kn_xstrdup(v.text);
+	return 0;
+}
+
+/* Read text that must be one of choices (a NULL-terminated list). */
+static int read_choice(struct walk *w, struct fy_node *node,
+		       const char *const *choices, const char *allowed,
+		       const char **out)
+{
+	char got[GOT_BUF];
+	struct value v;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	for (; v.kind == V_STRING && *choices; choices++)
+		if (strcmp(v.text, *choices) == 0) {
+			*out = *choices;
+			return 0;
+		}
+	return fail(w, node, "must be %s; got %s", allowed,
+		    describe(&v, got, sizeof(got)));
+}
+
+static int read_toleration_operator(struct walk *w, struct fy_node *node,
+				    void *target)
+{
+	static const char *const operators[] = {"Equal", "Exists", NULL};
+	struct kn_toleration *tol = target;
+	const char *op;
+	int rc = read_choice(w, node, operators, "Equal or Exists", &op);
+
+	if (rc)
+		return rc;
+	tol->operator_ = kn_xstrdup(op);
+	return 0;
+}
+
+static int read_toleration_value(struct walk *w, struct fy_node *node,
+				 void *target)
+{
+	struct kn_toleration *tol = target;
+	struct value v;
+	int rc = want_text(w, node, true, "a string", &v);
+
+	if (rc)
+		return rc;
+	tol->value = kn_xstrdup(v.text);
+	return 0;
+}
+
+static int read_toleration_effect(struct walk *w, struct fy_node *node,
+				  void *target)
+{
+	static const char *const effects[] = {"NoSchedule",
+					      "PreferNoSchedule", NULL};
+	struct kn_toleration *tol = target;
+	const char *effect;
+	int rc = read_choice(w, node, effects,
+			     "NoSchedule or PreferNoSchedule (or absent for "
+			     "any effect)",
+			     &effect);
+
+	if (rc)
+		return rc;
+	tol->effect = kn_xstrdup(effect);
+	return 0;
+}
+
+enum { TF_KEY, TF_OPERATOR, TF_VALUE, TF_EFFECT, TF_COUNT };
+
+static const struct field toleration_fields[TF_COUNT] = {
+	[TF_KEY] = {.name = "key", .type = FT_CUSTOM,
+		    .read = read_toleration_key, .required = true},
+	[TF_OPERATOR] = {.name = "operator", .type = FT_CUSTOM,
+			 .read = read_toleration_operator},
+	[TF_VALUE] = {.name = "value", .type = FT_CUSTOM,
+		      .read = read_toleration_value},
+	[TF_EFFECT] = {.name = "effect", .type = FT_CUSTOM,
+		       .read = read_toleration_effect},
+};
+
+_Static_assert(TF_COUNT <= MAX_FIELDS, "MAX_FIELDS");
+
+static int read_tolerations(struct walk *w, struct fy_node *node,
+			    void *target)
+{
+	struct kn_placement_spec *placement = target;
+	struct fy_node *item;
+	char got[GOT_BUF];
+	struct value v;
+	void *iter = NULL;
+	size_t n = 0, count;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind != V_LIST)
+		return fail(w, node,
+			    "must be a list of {key, operator, value, effect} "
+			    "mappings; got %s",
+			    describe(&v, got, sizeof(got)));
+	count = (size_t)v.count;
+	placement->tolerations =
+		kn_xcalloc(count + 1, sizeof(struct kn_toleration));
+	while (n < count && (item = fy_node_sequence_iterate(node, &iter))) {
+		struct kn_toleration *tol = &placement->tolerations[n];
+		struct fy_node_pair *seen[TF_COUNT];
+		size_t mark = path_push_index(w, (int)n);
+
+		placement->n_tolerations = ++n;
+		rc = walk_mapping(w, item, toleration_fields, TF_COUNT, tol,
+				  seen);
+		if (rc)
+			return rc;
+		if (!tol->operator_)
+			tol->operator_ = kn_xstrdup("Equal");
+		if (strcmp(tol->operator_, "Exists") == 0 && tol->value) {
+			struct fy_node *saved_key = w->key;
+
+			path_push_field(w, "value");
+			w->key = fy_node_pair_key(seen[TF_VALUE]);
+			rc = fail(w, fy_node_pair_value(seen[TF_VALUE]),
+				  "must be absent when operator is Exists");
+			w->key = saved_key;
+			return rc;
+		}
+		/* Equal without a value matches taints with an empty one. */
+		if (!tol->value && strcmp(tol->operator_, "Equal") == 0)
+			tol->value = kn_xstrdup("");
+		path_pop(w, mark);
+	}
+	return 0;
+}
+
+static int read_spread(struct walk *w, struct fy_node *node, void *target)
+{
+	static const char *const spreads[] = {"zone", "fault_domain", NULL};
+	struct kn_placement_spec *placement = target;
+	const char *spread;
+	int rc = read_choice(w, node, spreads, "zone or fault_domain", &spread);
+
+	if (rc)
+		return rc;
+	placement->spread = strcmp(spread, "zone") == 0 ?
+				    KN_SPREAD_ZONE :
+				    KN_SPREAD_FAULT_DOMAIN;
+	return 0;
+}
+
+static const struct field placement_fields[] = {
+	{.name = "selector", .type = FT_CUSTOM, .read = read_selector},
+	{.name = "tolerations", .type = FT_CUSTOM, .read = read_tolerations},
+	{.name = "spread", .type = FT_CUSTOM, .read = read_spread},
+};
+
+_Static_assert(ARRAY_SIZE(placement_fields) <= MAX_FIELDS, "MAX_FIELDS");
+
+static int read_placement(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_job_spec *spec = target;
+
+	return walk_mapping(w, node, placement_fields,
+			    ARRAY_SIZE(placement_fields), &spec->placement,
+			    NULL);
+}
+
+/* --- the job ------------------------------------------------------------- */
+
+enum {
+	JF_KIND,
+	JF_API_VERSION,
+	JF_NAME,
+	JF_COMMAND,
+	JF_ENV,
+	JF_WORKDIR,
+	JF_RESOURCES,
+	JF_TASKS,
+	JF_RETRIES,
+	JF_BACKOFF,
+	JF_BACKOFF_MAX,
+	JF_PRIORITY,
+	JF_PREEMPTIBLE,
+	JF_TIMEOUT,
+	JF_CHECKPOINT,
+	JF_PLACEMENT,
+	JF_COUNT
+};
+
+static const struct field job_fields[JF_COUNT] = {
+	[JF_KIND] = {.name = "kind", .type = FT_CUSTOM, .read = read_kind,
+		     .required = true},
+	[JF_API_VERSION] = {.name = "apiVersion", .type = FT_CUSTOM,
+			    .read = read_api_version},
+	[JF_NAME] = {.name = "name", .type = FT_CUSTOM, .read = read_name,
+		     .required = true},
+	[JF_COMMAND] = {.name = "command", .type = FT_CUSTOM,
+			.read = read_command, .required = true},
+	[JF_ENV] = {.name = "env", .type = FT_CUSTOM, .read = read_env},
+	[JF_WORKDIR] = {.name = "workdir", .type = FT_TEXT,
+			.offset = offsetof(struct kn_job_spec, workdir)},
+	[JF_RESOURCES] = {.name = "resources", .type = FT_CUSTOM,
+			  .read = read_resources},
+	[JF_TASKS] = {.name = "tasks", .type = FT_INT,
+		      .offset = offsetof(struct kn_job_spec, tasks), .min = 1,
+		      .max = KN_SPEC_MAX_TASKS},
+	[JF_RETRIES] = {.name = "retries", .type = FT_INT,
+			.offset = offsetof(struct kn_job_spec, retries),
+			.min = 0, .max = KN_SPEC_MAX_RETRIES},
+	[JF_BACKOFF] = {.name = "backoff", .type = FT_DURATION,
+			.offset = offsetof(struct kn_job_spec, backoff_ms)},
+	[JF_BACKOFF_MAX] = {.name = "backoff_max", .type = FT_DURATION,
+			    .offset = offsetof(struct kn_job_spec,
+					       backoff_max_ms)},
+	[JF_PRIORITY] = {.name = "priority", .type = FT_INT,
+			 .offset = offsetof(struct kn_job_spec, priority),
+			 .min = 0, .max = KN_SPEC_MAX_PRIORITY},
+	[JF_PREEMPTIBLE] = {.name = "preemptible", .type = FT_BOOL,
+			    .offset = offsetof(struct kn_job_spec,
+					       preemptible)},
+	[JF_TIMEOUT] = {.name = "timeout", .type = FT_DURATION,
+			.offset = offsetof(struct kn_job_spec, timeout_ms),
+			.zero_is_none = true},
+	[JF_CHECKPOINT] = {.name = "checkpoint", .type = FT_CUSTOM,
+			   .read = read_checkpoint},
+	[JF_PLACEMENT] = {.name = "placement", .type = FT_CUSTOM,
+			  .read = read_placement},
+};
+
+_Static_assert(JF_COUNT <= MAX_FIELDS, "MAX_FIELDS");
+
+static const struct section *sections(size_t *n)
+{
+	static const struct section all[] = {
+		{"", job_fields, ARRAY_SIZE(job_fields)},
+		{"resources", resource_fields, ARRAY_SIZE(resource_fields)},
+		{"checkpoint", checkpoint_fields,
+		 ARRAY_SIZE(checkpoint_fields)},
+		{"placement", placement_fields, ARRAY_SIZE(placement_fields)},
+	};
+
+	*n = ARRAY_SIZE(all);
+	return all;
+}
+
+static void set_defaults(struct kn_job_spec *spec)
+{
+	spec->tasks = 1;
+	spec->backoff_ms = DEFAULT_BACKOFF_MS;
+	spec->backoff_max_ms = DEFAULT_BACKOFF_MAX_MS;
+	spec->checkpoint.every_ms = DEFAULT_CKPT_EVERY_MS;
+	spec->checkpoint.keep = DEFAULT_CKPT_KEEP;
+	spec->checkpoint.grace_ms = DEFAULT_CKPT_GRACE_MS;
+	spec->checkpoint.signal = SIGTERM;
+}
+
+/* backoff doubles up to backoff_max, so the first must not exceed it. */
+static int check_backoff(struct walk *w, const struct kn_job_spec *spec,
+			 struct fy_node_pair **seen)
+{
+	char first[32], cap[32];
+	struct fy_node_pair *pair;
+	int rc;
+
+	if (spec->backoff_ms <= spec->backoff_max_ms)
+		return 0;
+	kn_format_duration(spec->backoff_ms, first, sizeof(first));
+	kn_format_duration(spec->backoff_max_ms, cap, sizeof(cap));
+	if (seen[JF_BACKOFF_MAX]) {
+		pair = seen[JF_BACKOFF_MAX];
+		path_push_field(w, "backoff_max");
+		w->key = fy_node_pair_key(pair);
+		rc = fail(w, fy_node_pair_value(pair),
+			  "must be at least backoff (%s); got %s", first, cap);
+	} else {
+		pair = seen[JF_BACKOFF];
+		path_push_field(w, "backoff");
+		w->key = fy_node_pair_key(pair);
+		rc = fail(w, fy_node_pair_value(pair),
+			  "must be at most backoff_max (%s); got %s", cap,
+			  first);
+	}
+	return rc;
+}
+
+static int read_job(struct walk *w, struct fy_node *root,
+		    struct kn_job_spec *spec)
+{
+	struct fy_node_pair *seen[JF_COUNT];
+	struct fy_node_pair *pair;
+	char got[GOT_BUF], names[256];
+	struct value v;
+	void *iter = NULL;
+	int rc = classify(w, root, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind != V_MAP) {
+		field_list(job_fields, JF_COUNT, names, sizeof(names));
+		return fail(w, root,
+			    "a job spec must be a mapping with fields %s; "
+			    "got %s",
+			    names, describe(&v, got, sizeof(got)));
+	}
+	/*
+	 * kind first: in a spec of another kind, every other field would be
+	 * reported as unknown.
+	 */
+	while ((pair = fy_node_mapping_iterate(root, &iter))) {
+		struct fy_node *key = fy_node_pair_key(pair);
+		const char *text = fy_node_is_scalar(key) ?
+					   fy_node_get_scalar0(key) :
+					   NULL;
+
+		if (text && strcmp(text, "kind") == 0) {
+			size_t mark = path_push_field(w, "kind");
+
+			w->key = key;
+			rc = read_kind(w, fy_node_pair_value(pair), spec);
+			w->key = NULL;
+			if (rc)
+				return rc;
+			path_pop(w, mark);
+			break;
+		}
+	}
+	if (!pair) {
+		path_push_field(w, "kind");
+		return fail_bare(w, root,
+				 "missing required field \"kind\" in job "
+				 "(kind: Job)");
+	}
+	rc = walk_mapping(w, root, job_fields, JF_COUNT, spec, seen);
+	if (rc)
+		return rc;
+	return check_backoff(w, spec, seen);
+}
+
+static int parse_failed(struct walk *w)
+{
+	struct fy_diag_error *e;
+	void *iter = NULL;
+
+	while ((e = fy_diag_errors_iterate(w->diag, &iter)))
+		if (e->type >= FYET_ERROR && e->line > 0 && e->column > 0)
+			return kn_errorf(w->err, KN_EINVAL, NULL,
+					 "%s:%d:%d: invalid YAML: %s", w->file,
+					 e->line, e->column,
+					 e->msg ? e->msg : "syntax error");
+	return kn_errorf(w->err, KN_EINVAL, NULL, "%s: invalid YAML",
+			 w->file);
+}
+
+static int check_text(struct walk *w, const char *text, size_t len)
+{
+	bool is_nul = false;
+	size_t bad = find_bad_byte(text, len, &is_nul);
+	int line, col;
+
+	if (bad == len)
+		return 0;
+	offset_position(text, bad, &line, &col);
+	return kn_errorf(w->err, KN_EINVAL, NULL, "%s:%d:%d: %s", w->file,
+			 line, col,
+			 is_nul ? "spec contains a NUL byte" :
+				  "spec is not valid UTF-8");
+}
+
+int kn_job_spec_parse(const char *text, size_t len, const char *filename,
+		      struct kn_job_spec **out, struct kn_error *err)
+{
+	struct walk w = {.file = filename ? filename : "<spec>", .err = err};
+	struct fy_parse_cfg parse_cfg = {0};
+	struct fy_document *doc = NULL, *extra = NULL;
+	struct fy_parser *parser = NULL;
+	struct kn_job_spec *spec = NULL;
+	struct fy_diag_cfg diag_cfg;
+	struct fy_node *root;
+	int rc;
+
+	if (len > KN_SPEC_MAX_BYTES)
+		return kn_errorf(err, KN_ETOOBIG, NULL,
+				 "%s: spec is %zu bytes; the limit is %d",
+				 w.file, len, KN_SPEC_MAX_BYTES);
+	if (!text && len)
+		return kn_errorf(err, KN_EINVAL, NULL, "%s: no spec text",
+				 w.file);
+	if (!text)
+		text = "";
+	rc = check_text(&w, text, len);
+	if (rc)
+		return rc;
+
+	/* Diagnostics are collected, never printed: libraries do not print. */
+	fy_diag_cfg_default(&diag_cfg);
+	diag_cfg.fp = NULL;
+	diag_cfg.colorize = false;
+	w.diag = fy_diag_create(&diag_cfg);
+	if (!w.diag)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "%s: cannot start the YAML parser", w.file);
+	fy_diag_set_collect_errors(w.diag, true);
+	/* Duplicate keys are found by the walk, which knows the field path. */
+	parse_cfg.flags = FYPCF_QUIET | FYPCF_ALLOW_DUPLICATE_KEYS;
+	parse_cfg.diag = w.diag;
+	parser = fy_parser_create(&parse_cfg);
+	if (!parser || fy_parser_set_string(parser, text, len) != 0) {
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "%s: cannot start the YAML parser", w.file);
+		goto out;
+	}
+	doc = fy_parse_load_document(parser);
+	if (!fy_diag_got_error(w.diag) && doc)
+		extra = fy_parse_load_document(parser);
+	if (fy_diag_got_error(w.diag)) {
+		rc = parse_failed(&w);
+		goto out;
+	}
+	if (extra) {
+		const struct fy_mark *mark = fy_document_state_start_mark(
+			fy_document_get_document_state(extra));
+
+		rc = kn_errorf(err, KN_EINVAL, NULL,
+			       "%s:%d:%d: a spec is one YAML document; a "
+			       "second one starts here",
+			       w.file, mark ? mark->line + 1 : 1,
+			       mark ? mark->column + 1 : 1);
+		goto out;
+	}
+	root = doc ? fy_document_root(doc) : NULL;
+	if (!root) {
+		rc = kn_errorf(err, KN_EINVAL, NULL,
+			       "%s:1:1: spec is empty; expected a mapping with "
+			       "kind: Job, name and command",
+			       w.file);
+		goto out;
+	}
+	spec = kn_xcalloc(1, sizeof(*spec));
+	set_defaults(spec);
+	rc = read_job(&w, root, spec);
+	if (rc == 0) {
+		*out = spec;
+		spec = NULL;
+	}
+out:
+	kn_job_spec_free(spec);
+	if (extra)
+		fy_parse_document_destroy(parser, extra);
+	if (doc)
+		fy_parse_document_destroy(parser, doc);
+	if (parser)
+		fy_parser_destroy(parser);
+	fy_diag_destroy(w.diag);
+	return rc;
+}
+
+/* --- free, JSON, signals ------------------------------------------------- */
+
+static void free_kvs(struct kn_kv *kvs, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		free(kvs[i].key);
+		free(kvs[i].value);
+	}
+	free(kvs);
+}
+
+static void free_strv(char **v, size_t n)
+{
+	size_t i;
+
+	for (i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+void kn_job_spec_free(struct kn_job_spec *spec)
+{
+	size_t i;
+
+	if (!spec)
+		return;
+	free(spec->name);
+	free_strv(spec->command, spec->n_command);
+	free_kvs(spec->env, spec->n_env);
+	free(spec->workdir);
+	free(spec->resources.mig_profile);
+	free_strv(spec->resources.gpu_models, spec->resources.n_gpu_models);
+	free(spec->checkpoint.store);
+	free_kvs(spec->placement.selector, spec->placement.n_selector);
+	for (i = 0; i < spec->placement.n_tolerations; i++) {
+		struct kn_toleration *t = &spec->placement.tolerations[i];
+		free(t->key);
+		free(t->operator_);
+		free(t->value);
+		free(t->effect);
+	}
+	free(spec->placement.tolerations);
+	free(spec);
+}
+
+static json_t *string_or_null(const char *s)
+{
+	return s ? json_string(s) : json_null();
+}
+
+static json_t *strv_json(char *const *v, size_t n)
+{
+	json_t *arr = json_array();
+	size_t i;
+
+	for (i = 0; v && i < n; i++)
+		json_array_append_new(arr, string_or_null(v[i]));
+	return arr;
+}
+
+static json_t *kvs_json(const struct kn_kv *kvs, size_t n)
+{
+	json_t *obj = json_object();
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (kvs[i].key)
+			json_object_set_new(obj, kvs[i].key,
+					    string_or_null(kvs[i].value));
+	return obj;
+}
+
+/* Whole numbers as integers, shares as reals: 2, 0.5. */
+static json_t *milli_json(int milli)
+{
+	if (milli % KN_MILLI == 0)
+		return json_integer(milli / KN_MILLI);
+	return json_real((double)milli / KN_MILLI);
+}
+
+static json_t *gpus_json(const struct kn_resources *res)
+{
+	if (res->mig_profile) {
+		char *s = kn_asprintf("mig:%s", res->mig_profile);
+		json_t *j = json_string(s);
+		free(s);
+		return j;
+	}
+	return milli_json(res->gpu_milli);
+}
+
+static const struct {
+	const char *name;
+	int number;
+} SIGNALS[] = {
+	{"HUP", SIGHUP},       {"INT", SIGINT},     {"QUIT", SIGQUIT},
+	{"ILL", SIGILL},       {"TRAP", SIGTRAP},   {"ABRT", SIGABRT},
+	{"BUS", SIGBUS},       {"FPE", SIGFPE},     {"KILL", SIGKILL},
+	{"USR1", SIGUSR1},     {"SEGV", SIGSEGV},   {"USR2", SIGUSR2},
+	{"PIPE", SIGPIPE},     {"ALRM", SIGALRM},   {"TERM", SIGTERM},
+	{"CHLD", SIGCHLD},     {"CONT", SIGCONT},   {"STOP", SIGSTOP},
+	{"TSTP", SIGTSTP},     {"TTIN", SIGTTIN},   {"TTOU", SIGTTOU},
+	{"URG", SIGURG},       {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ},
+	{"VTALRM", SIGVTALRM}, {"PROF", SIGPROF},   {"WINCH", SIGWINCH},
+	{"IO", SIGIO},         {"PWR", SIGPWR},     {"SYS", SIGSYS},
+};
+
+/* Highest signal number accepted as digits. */
+#define SIGNAL_NUMBER_MAX 64
+
+int kn_signal_from_name(const char *name)
+{
+	size_t i;
+
+	if (!name || !*name)
+		return -1;
+	if (name[0] >= '0' && name[0] <= '9') {
+		int n = 0;
+		for (i = 0; name[i]; i++) {
+			if (name[i] < '0' || name[i] > '9')
+				return -1;
+			n = n * 10 + (name[i] - '0');
+			if (n > SIGNAL_NUMBER_MAX)
+				return -1;
+		}
+		return n >= 1 ? n : -1;
+	}
+	if (strncasecmp(name, "SIG", 3) == 0)
+		name += 3;
+	for (i = 0; i < ARRAY_SIZE(SIGNALS); i++)
+		if (strcasecmp(name, SIGNALS[i].name) == 0)
+			return SIGNALS[i].number;
+	return -1;
+}
+
+/* "SIGTERM", or the number as text for signals without a name here. */
+static json_t *signal_json(int sig)
+{
+	char buf[16];
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(SIGNALS); i++)
+		if (SIGNALS[i].number == sig) {
+			snprintf(buf, sizeof(buf), "SIG%s", SIGNALS[i].name);
+			return json_string(buf);
+		}
+	snprintf(buf, sizeof(buf), "%d", sig);
+	return json_string(buf);
+}
+
+json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
+{
+	static const char *const spreads[] = {
+		[KN_SPREAD_NONE] = NULL,
+		[KN_SPREAD_ZONE] = "zone",
+		[KN_SPREAD_FAULT_DOMAIN] = "fault_domain",
+	};
+	const struct kn_resources *res = &spec->resources;
+	const struct kn_checkpoint_policy *ckpt = &spec->checkpoint;
+	const struct kn_placement_spec *pl = &spec->placement;
+	json_t *tolerations = json_array();
+	json_t *checkpoint = json_null();
+	size_t i;
+
+	for (i = 0; i < pl->n_tolerations; i++) {
+		const struct kn_toleration *t = &pl->tolerations[i];
+		json_array_append_new(
+			tolerations,
+			json_pack("{s:o, s:o, s:o, s:o}", "key",
+				  string_or_null(t->key), "operator",
+				  string_or_null(t->operator_), "value",
+				  string_or_null(t->value), "effect",
+				  string_or_null(t->effect)));
+	}
+	if (ckpt->set) {
+		json_decref(checkpoint);
+		checkpoint = json_pack(
+			"{s:I, s:i, s:o, s:I, s:o}", "every_ms",
+			(json_int_t)ckpt->every_ms, "keep", ckpt->keep, "store",
+			string_or_null(ckpt->store), "grace_ms",
+			(json_int_t)ckpt->grace_ms, "signal",
+			signal_json(ckpt->signal));
+	}
+	return json_pack(
+		"{s:s, s:o, s:o, s:o, s:o,"
+		" s:{s:o, s:i, s:o, s:o, s:i, s:I},"
+		" s:i, s:i, s:I, s:I, s:i, s:b, s:I, s:o,"
+		" s:{s:o, s:o, s:o}}",
+		"kind", "Job", "name", string_or_null(spec->name), "command",
+		strv_json(spec->command, spec->n_command), "env",
+		kvs_json(spec->env, spec->n_env), "workdir",
+		string_or_null(spec->workdir), "resources", "gpus",
+		gpus_json(res), "gpu_milli", res->gpu_milli, "gpu_model",
+		strv_json(res->gpu_models, res->n_gpu_models), "cpus",
+		milli_json(res->cpu_milli), "cpu_milli", res->cpu_milli,
+		"memory_bytes", (json_int_t)res->memory_bytes, "tasks",
+		spec->tasks, "retries", spec->retries, "backoff_ms",
+		(json_int_t)spec->backoff_ms, "backoff_max_ms",
+		(json_int_t)spec->backoff_max_ms, "priority", spec->priority,
+		"preemptible", spec->preemptible, "timeout_ms",
+		(json_int_t)spec->timeout_ms, "checkpoint", checkpoint,
+		"placement", "selector", kvs_json(pl->selector, pl->n_selector),
+		"tolerations", tolerations, "spread",
+		string_or_null(pl->spread <= KN_SPREAD_FAULT_DOMAIN ?
+				       spreads[pl->spread] :
+				       NULL));
+}
