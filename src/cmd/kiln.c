@@ -20,16 +20,30 @@
 static const struct cli_command commands[] = {
 	{"server", NULL, cmd_server,
 	 "run the control plane: API, scheduler, executors",
-	 "usage: kiln server [FLAGS]\n"
+	 "usage: kiln server [--listen HOST:PORT] [--gpus SPEC] [--home DIR]\n"
+	 "                   [--node-name NAME] [--kill-grace DURATION]\n"
+	 "                   [--log-max-size SIZE] [--debug]\n"
 	 "\n"
-	 "Run the kiln control plane: the HTTP API, the store, the scheduler\n"
-	 "and the executors. Data lives in $KILN_HOME (default ~/.kiln). The\n"
-	 "first start writes an admin token to $KILN_HOME/admin.token; once\n"
-	 "listening, the server writes its URL to $KILN_HOME/server.url, where\n"
-	 "the other commands find it.\n"
+	 "Run the control plane: the HTTP API, the job queue and the local\n"
+	 "executor. Stops on SIGTERM or SIGINT; running tasks keep running and\n"
+	 "are re-adopted by the next start.\n"
 	 "\n"
-	 "  --listen HOST:PORT  where the API listens (default 127.0.0.1:7070;\n"
-	 "                      port 0 picks a free port)\n",
+	 "  --listen HOST:PORT    address of the API (default 127.0.0.1:7070);\n"
+	 "                        port 0 picks a free port. The URL is written\n"
+	 "                        to $KILN_HOME/server.url once listening.\n"
+	 "  --gpus SPEC           simulate devices instead of using NVML, e.g.\n"
+	 "                        4xH100-80GB or 2xA100-80GB,4xT4-16GB\n"
+	 "  --home DIR            state directory (default $KILN_HOME, else ~/.kiln)\n"
+	 "  --node-name NAME      name of this node (default: short host name)\n"
+	 "  --kill-grace DURATION time between SIGTERM and SIGKILL on cancel and\n"
+	 "                        timeout (default 10s)\n"
+	 "  --log-max-size SIZE   rotate a task's log at this size (default 64Mi)\n"
+	 "  --debug               log debug messages\n"
+	 "\n"
+	 "The first start writes an admin token to $KILN_HOME/admin.token (0600).\n"
+	 "\n"
+	 "Exit status: 0 after a clean stop, 1 when start-up failed, 2 on a usage\n"
+	 "error.\n",
 	 false},
 	{"submit", cmd_submit, NULL, "submit a job spec and print its id",
 	 "usage: kiln submit FILE [--wait]\n"

@@ -1,5 +1,6 @@
 /* kiln server: flags in, kn_server_run, exit code out. */
-#include "cli.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -7,32 +8,6 @@
 #include <string.h>
 
 #include "server/server.h"
-
-static const char server_usage[] =
-	"usage: kiln server [--listen HOST:PORT] [--gpus SPEC] [--home DIR]\n"
-	"                   [--node-name NAME] [--kill-grace DURATION]\n"
-	"                   [--log-max-size SIZE] [--debug]\n"
-	"\n"
-	"Run the control plane: the HTTP API, the job queue and the local\n"
-	"executor. Stops on SIGTERM or SIGINT; running tasks keep running and\n"
-	"are re-adopted by the next start.\n"
-	"\n"
-	"  --listen HOST:PORT    address of the API (default 127.0.0.1:7070);\n"
-	"                        port 0 picks a free port. The URL is written\n"
-	"                        to $KILN_HOME/server.url once listening.\n"
-	"  --gpus SPEC           simulate devices instead of using NVML, e.g.\n"
-	"                        4xH100-80GB or 2xA100-80GB,4xT4-16GB\n"
-	"  --home DIR            state directory (default $KILN_HOME, else ~/.kiln)\n"
-	"  --node-name NAME      name of this node (default: short host name)\n"
-	"  --kill-grace DURATION time between SIGTERM and SIGKILL on cancel and\n"
-	"                        timeout (default 10s)\n"
-	"  --log-max-size SIZE   rotate a task's log at this size (default 64Mi)\n"
-	"  --debug               log debug messages\n"
-	"\n"
-	"The first start writes an admin token to $KILN_HOME/admin.token (0600).\n"
-	"\n"
-	"Exit status: 0 after a clean stop, 1 when start-up failed, 2 on a usage\n"
-	"error.\n";
 
 static int split_listen(const char *arg, char *host, size_t hlen, int *port)
 {
@@ -66,7 +41,6 @@ int cmd_server(int argc, char **argv)
 		{"kill-grace", required_argument, NULL, 'k'},
 		{"log-max-size", required_argument, NULL, 'm'},
 		{"debug", no_argument, NULL, 'd'},
-		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -76,7 +50,7 @@ int cmd_server(int argc, char **argv)
 
 	kn_server_config_init(&cfg);
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
 			if (split_listen(optarg, host, sizeof(host),
@@ -116,11 +90,8 @@ int cmd_server(int argc, char **argv)
 		case 'd':
 			kn_log_level = KN_LOG_DEBUG;
 			break;
-		case 'h':
-			fputs(server_usage, stdout);
-			return 0;
 		default:
-			fputs(server_usage, stderr);
+			fputs("see 'kiln server --help'\n", stderr);
 			return 2;
 		}
 	}
@@ -130,7 +101,7 @@ int cmd_server(int argc, char **argv)
 		return 2;
 	}
 	if (!cfg.home) {
-		home = cli_home();
+		home = cli_kiln_home();
 		cfg.home = home;
 	}
 	rc = kn_server_run(&cfg, &err);

@@ -2,7 +2,7 @@
  * kiln shim --dir TASK_DIR: internal, started by the local executor for
  * each task (see src/exec/shim.c). Not listed in `kiln --help`.
  */
-#include "cli.h"
+#include "cmd/cli.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -3,8 +3,10 @@
  *
  * The text goes to the server unparsed: the server validates it with the
  * same parser as `kiln validate`, and the name given on the command line
- * travels as ?file= so its messages point at FILE:LINE:COLUMN. Only the
- * size is checked here, so a huge file is refused before it is sent.
+ * travels as ?file= so its messages point at FILE:LINE:COLUMN; its absolute
+ * path travels as ?path= so the task starts in the spec's directory (or
+ * its workdir relative to it). Only the size is checked here, so a huge
+ * file is refused before it is sent.
  *
  * --wait polls rather than holding a connection open: the job may run for
  * days and the server may restart meanwhile. Polls start at 50 ms, so a
@@ -123,6 +125,13 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 		goto out;
 	kn_buf_printf(&path, "/v1/jobs");
 	cli_query_add(&path, "file", name);
+	/* Where the spec lives: its relative workdir starts from there. */
+	if (strcmp(file, "-") != 0) {
+		char *abs = realpath(file, NULL);
+		if (abs)
+			cli_query_add(&path, "path", abs);
+		free(abs);
+	}
 	rc = cli_call(c, "POST", path.data, "application/yaml", text, len,
 		      &answer);
 	if (rc)

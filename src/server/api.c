@@ -218,10 +218,16 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 	size_t len;
 	const char *body = kn_http_body(req, &len);
 	const char *file = kn_http_query(req, "file");
+	const char *path = kn_http_query(req, "path");
 	int64_t id;
 
 	(void)param;
-	if (jobs_submit(s, c, body, len, file, &id, &err) < 0 ||
+	if (path && path[0] != '/') {
+		reply_err(req, KN_EINVAL, "path",
+			  "path must be absolute; got \"%s\"", path);
+		return;
+	}
+	if (jobs_submit(s, c, body, len, file, path, &id, &err) < 0 ||
 	    kn_store_job_get(s->store, id, &j, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;

@@ -107,9 +107,13 @@ json_t *job_to_json(struct server *s, const struct kn_job_row *j);
 
 /* jobs.c */
 int jobs_recover(struct server *s, struct kn_error *err);
+/*
+ * filename names the spec in messages; path, when given, is where the
+ * spec file lives (absolute), which a relative workdir starts from.
+ */
 int jobs_submit(struct server *s, const struct caller *c, const char *text,
-		size_t len, const char *filename, int64_t *out_id,
-		struct kn_error *err);
+		size_t len, const char *filename, const char *path,
+		int64_t *out_id, struct kn_error *err);
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		struct kn_error *err);
 void jobs_tick(void *arg);

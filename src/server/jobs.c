@@ -192,8 +192,8 @@ static int parse_spec(const char *text, size_t len, const char *filename,
 }
 
 int jobs_submit(struct server *s, const struct caller *c, const char *text,
-		size_t len, const char *filename, int64_t *out_id,
-		struct kn_error *err)
+		size_t len, const char *filename, const char *path,
+		int64_t *out_id, struct kn_error *err)
 {
 	struct kn_job_spec *spec = NULL;
 	struct kn_job_row j;
@@ -203,9 +203,13 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	int64_t id = 0;
 	int rc;
 
-	rc = parse_spec(text, len, filename, &spec, err);
+	rc = kn_job_spec_parse(text, len, filename, &spec, err);
 	if (rc < 0)
 		return rc;
+	/* Stored as the file name, so a restart resolves it the same way. */
+	if (path)
+		filename = path;
+	resolve_workdir(spec, filename);
 	norm = kn_job_spec_to_json(spec);
 	norm_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(norm);

@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""bench/dispatch: kiln against single-node Slurm, in one run, as a ratio.
+
+Both sides run the same trivial job, timed the same way: each job appends
+"ID START_NS" to a file when it starts, runs `true`, and appends "ID END_NS"
+when done; the submit time is taken just before the submission call, on the
+same clock. So
+
+  jobs/s        = N / (last end - first submit)
+  submit->start = start - submit, per job (p50, p99)
+
+kiln: a fresh `kiln server --gpus 8xH100-80GB` in a temporary KILN_HOME;
+jobs ask for 1 GPU each (so at most 8 run at once, as Slurm's 8 GPUs) and
+are submitted over HTTP/1.1 keep-alive. Slurm: scripts/slurm-up.sh (slurm-wlm,
+munge, 64 advertised CPUs, 8 fake GPUs, batch_sched_delay=0) and
+bench/slurm/dispatch.py. Pass --no-slurm to measure kiln alone.
+
+Prints a table and writes the JSON of both sides to --out.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_LIMIT_S = 900
+
+
+def percentile(values, p):
+    if not values:
+        return None
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1)))))
+    return s[k]
+
+
+def read_records(path):
+    out = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                out[parts[0]] = int(parts[1])
+    return out
+
+
+def run_kiln(kiln, jobs, gpus_per_job):
+    home = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
+    records = home / "records"
+    records.mkdir()
+    env = dict(os.environ, KILN_HOME=str(home))
+    server = subprocess.Popen([kiln, "server", "--listen", "127.0.0.1:0",
+                               "--gpus", "8xH100-80GB"], env=env,
+                              stdout=subprocess.DEVNULL,
+                              stderr=open(home / "server.log", "wb"))
+    try:
+        deadline = time.monotonic() + 30
+        while not (home / "server.url").exists():
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("kiln server did not start: " +
+                                 (home / "server.log").read_text())
+            time.sleep(0.02)
+        url = (home / "server.url").read_text().strip()
+        token = (home / "admin.token").read_text().strip()
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {token}"
+        script = (f'echo "$KILN_JOB_ID $(date +%s%N)" >>{records}/starts; true; '
+                  f'echo "$KILN_JOB_ID $(date +%s%N)" >>{records}/ends')
+        spec = json.dumps({"kind": "Job", "name": "true",
+                           "command": ["/bin/sh", "-c", script],
+                           "resources": {"gpus": gpus_per_job}})
+        submitted = {}
+        t0 = time.time()
+        for _ in range(jobs):
+            t = time.time_ns()
+            r = session.post(url + "/v1/jobs", data=spec)
+            r.raise_for_status()
+            submitted[str(r.json()["job"]["id"])] = t
+        submit_phase = time.time() - t0
+        deadline = time.monotonic() + WAIT_LIMIT_S
+        while True:
+            ends = read_records(records / "ends")
+            if len(ends) >= jobs:
+                active = session.get(url + "/v1/jobs", params={"state": "running"}).json()["jobs"]
+                queued = session.get(url + "/v1/jobs", params={"state": "queued"}).json()["jobs"]
+                if not active and not queued:
+                    break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        done_ns = time.time_ns()
+        starts = read_records(records / "starts")
+        ends = read_records(records / "ends")
+        failed = session.get(url + "/v1/jobs", params={"state": "failed"}).json()["jobs"]
+        lat = [(starts[i] - submitted[i]) / 1e6 for i in submitted if i in starts]
+        first = min(submitted.values())
+        last_end = max(ends.values()) if ends else done_ns
+        wall = (last_end - first) / 1e9
+        return {
+            "peer": "kiln", "version": subprocess.run(
+                [kiln, "version"], capture_output=True, text=True).stdout.strip(),
+            "jobs": jobs, "completed": len(ends), "failed": len(failed),
+            "gpus_per_job": gpus_per_job, "wall_s": round(wall, 3),
+            "submit_phase_s": round(submit_phase, 3),
+            "jobs_per_s": round(len(ends) / wall, 2) if wall > 0 else None,
+            "submit_to_start_p50_ms": round(percentile(lat, 50), 2),
+            "submit_to_start_p99_ms": round(percentile(lat, 99), 2),
+            "submit_to_start_mean_ms": round(statistics.mean(lat), 2),
+        }
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"])
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def run_slurm(jobs, mode, gpus_per_job):
+    up = subprocess.run(["bash", str(ROOT / "scripts/slurm-up.sh")],
+                        capture_output=True, text=True)
+    if up.returncode != 0:
+        return {"peer": "slurm", "error": "slurm-up failed: " + up.stderr[-2000:]}
+    conf = up.stdout.strip().splitlines()[-1].split("=", 1)[-1]
+    try:
+        res = subprocess.run(
+            ["/usr/bin/python3", str(ROOT / "bench/slurm/dispatch.py"),
+             "--jobs", str(jobs), "--mode", mode,
+             "--gpus-per-job", str(gpus_per_job), "--conf", conf],
+            capture_output=True, text=True, timeout=WAIT_LIMIT_S + 120)
+        if res.returncode != 0:
+            return {"peer": "slurm", "error": res.stderr[-2000:]}
+        return json.loads(res.stdout)
+    finally:
+        subprocess.run(["bash", str(ROOT / "scripts/slurm-down.sh")],
+                       capture_output=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kiln", required=True, help="path to the kiln binary")
+    p.add_argument("--jobs", type=int, default=2000)
+    p.add_argument("--gpus-per-job", type=int, default=1)
+    p.add_argument("--slurm-mode", choices=("single", "array"), default="single")
+    p.add_argument("--slurm-gpus-per-job", type=int, default=0)
+    p.add_argument("--no-slurm", action="store_true")
+    p.add_argument("--out", default="bench-dispatch.json")
+    a = p.parse_args()
+
+    kiln = run_kiln(a.kiln, a.jobs, a.gpus_per_job)
+    results = {"kiln": kiln}
+    if not a.no_slurm:
+        results["slurm"] = run_slurm(a.jobs, a.slurm_mode, a.slurm_gpus_per_job)
+    Path(a.out).write_text(json.dumps(results, indent=2) + "\n")
+
+    rows = [("", "jobs/s", "submit->start p50 ms", "p99 ms", "completed")]
+    for name, r in results.items():
+        if "error" in r:
+            rows.append((name, "error", r["error"][:60], "", ""))
+            continue
+        rows.append((name, str(r.get("jobs_per_s")),
+                     str(r.get("submit_to_start_p50_ms")),
+                     str(r.get("submit_to_start_p99_ms")),
+                     f'{r.get("completed")}/{r.get("jobs")}'))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    s = results.get("slurm", {})
+    if "jobs_per_s" in s and s["jobs_per_s"] and kiln["jobs_per_s"]:
+        print(f"ratio kiln/slurm: throughput {kiln['jobs_per_s'] / s['jobs_per_s']:.1f}x, "
+              f"p50 latency {s['submit_to_start_p50_ms'] / kiln['submit_to_start_p50_ms']:.1f}x lower")
+    print(f"results: {a.out}")
+    return 0 if kiln["completed"] == a.jobs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
