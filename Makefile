@@ -35,12 +35,13 @@ $(ASAN_BUILD)/build.ninja:
 asan: deps $(ASAN_BUILD)/build.ninja
 	ninja -C $(ASAN_BUILD) -j $(NINJA_JOBS)
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson test -C $(ASAN_BUILD) --suite unit --print-errorlogs
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 KILN_BIN=$(abspath $(ASAN_BUILD))/src/cmd/kiln $(PYTHON) -m pytest -q tests/e2e
 
 demo: build
 	bash scripts/demo.sh $(abspath $(BUILD))/src/cmd/kiln
 
 bench: build
-	$(PYTHON) bench/dispatch/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln
+	$(PYTHON) bench/dispatch/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-dispatch.json
 
 $(FUZZ_BUILD)/build.ninja:
 	CC=clang meson setup $(FUZZ_BUILD) -Dfuzz=true -Dtests=disabled

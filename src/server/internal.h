@@ -59,6 +59,7 @@ struct run {
 	struct kn_sched_binding *bindings; /* one per task */
 	int n_tasks;
 	struct run_task *tasks;
+	int master_port;       /* rank 0's rendezvous port, same for all */
 	bool stopping;         /* stop sent to every task */
 	char stop_reason[128]; /* why: cancel, a failed gang member, a crash */
 	int64_t requeue_at;    /* set by finish_run when the job goes back */

@@ -330,8 +330,7 @@ static void add_env(char ***env, size_t *n, char *entry)
 	(*env)[*n] = NULL;
 }
 
-static void launch_task(struct server *s, struct run *r, struct run_task *t,
-			int master_port)
+static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
 	char devs[256], **env = NULL;
@@ -357,7 +356,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t,
 	add_env(&env, &n, kn_asprintf("LOCAL_RANK=%d", local_rank));
 	add_env(&env, &n, kn_asprintf("WORLD_SIZE=%d", r->n_tasks));
 	add_env(&env, &n, kn_xstrdup("MASTER_ADDR=127.0.0.1"));
-	add_env(&env, &n, kn_asprintf("MASTER_PORT=%d", master_port));
+	add_env(&env, &n, kn_asprintf("MASTER_PORT=%d", r->master_port));
 	add_env(&env, &n, kn_asprintf("KILN_JOB_ID=%lld", (long long)r->job_id));
 	add_env(&env, &n, kn_asprintf("KILN_JOB_NAME=%s", spec->name));
 	add_env(&env, &n, kn_asprintf("KILN_ATTEMPT=%d", r->attempt));
@@ -481,10 +480,11 @@ static int bind_placed(struct server *s, struct placed *pl, size_t n,
 		q->spec = NULL;
 		r->submitted_at = q->submitted_at;
 		r->started_at = now;
+		r->master_port = ports[i];
 		memcpy(r->bindings, pl[i].bindings,
 		       (size_t)r->n_tasks * sizeof(*r->bindings));
 		for (int t = 0; t < r->n_tasks; t++)
-			launch_task(s, r, &r->tasks[t], ports[i]);
+			launch_task(s, r, &r->tasks[t]);
 		queue_find(s, q->id, &link);
 		*link = q->next;
 		s->queue_len--;
@@ -752,7 +752,7 @@ static void settle(struct server *s, struct run **changed, size_t n)
 							    : now;
 			tr.exit_code = t->status.exit_code;
 			tr.signal = t->status.signal;
-			tr.master_port = 0;
+			tr.master_port = r->master_port;
 			rc = kn_store_task_put(s->store, &tr, &err);
 		}
 		if (rc == 0 && ended == r->n_tasks) {
@@ -971,7 +971,7 @@ bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank)
 /* ---- recovery ---- */
 
 /* "0,2" -> binding on the local node, charged to the snapshot. */
-static int rebind(struct server *s, struct run *r, int rank,
+static void rebind(struct server *s, struct run *r, int rank,
 		  const struct kn_task_row *tr)
 {
 	struct kn_sched_binding *b = &r->bindings[rank];
@@ -998,7 +998,6 @@ static int rebind(struct server *s, struct run *r, int rank,
 	}
 	s->node.cpu_milli_used += r->req.cpu_milli;
 	s->node.memory_used += r->req.memory_bytes;
-	return 0;
 }
 
 static int recover_running(struct server *s, const struct kn_job_row *j,
@@ -1029,6 +1028,7 @@ static int recover_running(struct server *s, const struct kn_job_row *j,
 		struct run_task *t = &r->tasks[tasks[i].rank];
 		struct kn_error aerr;
 
+		r->master_port = tasks[i].master_port;
 		rebind(s, r, tasks[i].rank, &tasks[i]);
 		if (tasks[i].state == KN_TASK_EXITED) {
 			t->ended = t->recorded = true;

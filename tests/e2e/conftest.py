@@ -56,9 +56,11 @@ class Server:
         return self
 
     def stop(self):
+        """A clean stop must exit 0 (under ASan, also free everything)."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=10)
+            rc = self.proc.wait(timeout=10)
+            assert rc == 0, f"server exited {rc}:\n" + self.log.read_text()[-4000:]
 
     def kill9(self):
         self.proc.send_signal(signal.SIGKILL)
