@@ -97,6 +97,35 @@ static const struct cli_command commands[] = {
 	 "a running job's tasks are signalled and the job ends `cancelled`.\n"
 	 "Users may cancel their own jobs; operators and admins any job.\n",
 	 false},
+	{"evict", cmd_evict, NULL, "preempt a running job; it resumes later",
+	 "usage: kiln evict ID [--grace DURATION] [--reason TEXT]\n"
+	 "\n"
+	 "Evict running job ID the way a spot eviction would: each task gets\n"
+	 "the job's checkpoint.signal (default SIGTERM), then SIGKILL after\n"
+	 "--grace (default: the job's checkpoint.grace, else the server's kill\n"
+	 "grace). The attempt ends `preempted` and the job goes back to the\n"
+	 "queue ahead of newer jobs of its priority, without using a retry.\n"
+	 "Only jobs whose spec says `preemptible: true` can be evicted. Users\n"
+	 "may evict their own jobs; operators and admins any job.\n",
+	 false},
+	{"drain", cmd_drain, NULL, "stop new work on a node and evict its preemptible jobs",
+	 "usage: kiln drain NODE [--reason TEXT]\n"
+	 "\n"
+	 "Mark NODE draining: it gets no new work, its preemptible jobs are\n"
+	 "evicted (and resume elsewhere or later), the others run to their end.\n"
+	 "`kiln uncordon NODE` makes it ready again. Operators and admins.\n",
+	 false},
+	{"cordon", cmd_cordon, NULL, "stop new work on a node",
+	 "usage: kiln cordon NODE [--reason TEXT]\n"
+	 "\n"
+	 "Mark NODE cordoned: running work continues, nothing new is placed.\n"
+	 "Operators and admins.\n",
+	 false},
+	{"uncordon", cmd_uncordon, NULL, "make a cordoned or drained node ready",
+	 "usage: kiln uncordon NODE\n"
+	 "\n"
+	 "Mark NODE ready for new work again. Operators and admins.\n",
+	 false},
 	{"nodes", cmd_nodes, NULL, "list nodes and their devices",
 	 "usage: kiln nodes [-o json|table]\n"
 	 "\n"

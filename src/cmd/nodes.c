@@ -110,6 +110,11 @@ static void show_node(json_t *node)
 		kn_buf_printf(&b, ", %s memory", size);
 	}
 	line(b.data);
+	if (json_is_string(json_object_get(node, "reason"))) {
+		b.len = 0;
+		kn_buf_printf(&b, "  why: %s", cli_json_str(node, "reason"));
+		line(b.data);
+	}
 	if (simulated)
 		line("  simulated devices: tasks run on the CPU; no GPU is used");
 	b.len = 0;

@@ -92,10 +92,12 @@ struct kn_executor_ops {
 	int (*start)(const struct kn_task_launch *launch,
 		     struct kn_task_proc *out, struct kn_error *err);
 	/*
-	 * Ask a task to stop: its process group gets SIGTERM, then SIGKILL
-	 * after the launch's grace. A task already gone is not an error.
+	 * Ask a task to stop: its process group gets signo, then SIGKILL
+	 * after grace_ms (signo 0 and grace_ms < 0: SIGTERM and the launch's
+	 * grace). A task already gone is not an error.
 	 */
-	int (*stop)(const struct kn_task_proc *proc, struct kn_error *err);
+	int (*stop)(const char *task_dir, const struct kn_task_proc *proc,
+		    int signo, int64_t grace_ms, struct kn_error *err);
 	/* Read a task's state from its directory and process. */
 	int (*status)(const char *task_dir, const struct kn_task_proc *proc,
 		      struct kn_task_status *out, struct kn_error *err);

@@ -126,10 +126,29 @@ out:
 	return rc;
 }
 
-static int local_stop(const struct kn_task_proc *proc, struct kn_error *err)
+/*
+ * The shim reads TASK_DIR/stop.json when SIGTERM arrives: which signal to
+ * send the task and how long to wait before SIGKILL. A file rather than a
+ * second signal keeps the request whole if the shim is busy, and it stays
+ * there for a shim that has not yet blocked its signals.
+ */
+static int local_stop(const char *task_dir, const struct kn_task_proc *proc,
+		      int signo, int64_t grace_ms, struct kn_error *err)
 {
 	if (!proc_alive(proc))
 		return 0;
+	if (signo > 0 || grace_ms >= 0) {
+		char *path = kn_asprintf("%s/stop.json", task_dir);
+		char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}",
+					 signo, (long long)grace_ms);
+		int rc = kn_write_file_atomic(path, text, strlen(text), 0600);
+		free(path);
+		free(text);
+		if (rc < 0)
+			return kn_errorf(err, KN_EIO, NULL,
+					 "cannot write %s/stop.json: %s", task_dir,
+					 strerror(-rc));
+	}
 	if (kill(proc->pid, SIGTERM) < 0 && errno != ESRCH)
 		return kn_errorf(err, KN_EIO, NULL, "cannot signal shim %d: %s",
 				 proc->pid, strerror(errno));

@@ -2,7 +2,8 @@
  * The task shim: `kiln shim --dir TASK_DIR`, one per task, in its own
  * session. It runs the task in a new process group, copies the group's
  * output into TASK_DIR/output.log (rotated by size), turns SIGTERM into
- * SIGTERM-then-SIGKILL for the whole group, enforces the timeout, and last
+ * a signal-then-SIGKILL for the whole group (SIGTERM and the launch's grace,
+ * or what TASK_DIR/stop.json asks for), enforces the timeout, and last
  * writes TASK_DIR/status.json atomically. It never talks to the server, so
  * it behaves the same whether the server is up, down or restarted.
  *
@@ -206,16 +207,41 @@ static void arm_timer(int tfd, int64_t ms)
 	timerfd_settime(tfd, 0, &its, NULL);
 }
 
-/* First stop: SIGTERM to the group, SIGKILL when the grace runs out. */
+/* A stop request's signal and grace from TASK_DIR/stop.json, if any. */
+static void read_stop_request(struct shim *s, int *signo, int64_t *grace_ms)
+{
+	char *path = kn_asprintf("%s/stop.json", s->dir), *text = NULL;
+	json_t *doc;
+
+	if (kn_read_file(path, 4096, &text, NULL) == 0 &&
+	    (doc = json_loads(text, 0, NULL)) != NULL) {
+		json_int_t sig = json_integer_value(json_object_get(doc, "signal"));
+		json_t *g = json_object_get(doc, "grace_ms");
+		if (sig > 0 && sig < 65)
+			*signo = (int)sig;
+		if (json_is_integer(g) && json_integer_value(g) >= 0)
+			*grace_ms = json_integer_value(g);
+		json_decref(doc);
+	}
+	free(text);
+	free(path);
+}
+
+/* First stop: a signal to the group, SIGKILL when the grace runs out. */
 static void begin_stop(struct shim *s, int tfd, const char *reason)
 {
+	int signo = SIGTERM;
+	int64_t grace = s->grace_ms;
+
 	if (s->stopping)
 		return;
 	s->stopping = true;
 	if (reason)
 		kn_strlcpy(s->reason, reason, sizeof(s->reason));
-	kill(-s->child, SIGTERM);
-	arm_timer(tfd, s->grace_ms > 0 ? s->grace_ms : 1);
+	else
+		read_stop_request(s, &signo, &grace);
+	kill(-s->child, signo);
+	arm_timer(tfd, grace > 0 ? grace : 1);
 }
 
 static int write_status(struct shim *s, int wstatus, int64_t started,

@@ -335,6 +335,76 @@ static void h_job_cancel(struct server *s, struct kn_http_req *req,
 	kn_job_row_release(&j);
 }
 
+static void h_job_evict(struct server *s, struct kn_http_req *req,
+			const struct caller *c, const char *param)
+{
+	struct kn_job_row j;
+	struct kn_error err;
+	const char *grace = kn_http_query(req, "grace");
+	const char *why = kn_http_query(req, "reason");
+	char reason[160];
+	int64_t id, grace_ms = -1;
+
+	if (parse_id(req, param, &id) < 0)
+		return;
+	if (grace && kn_parse_duration(grace, &grace_ms) < 0) {
+		reply_err(req, KN_EINVAL, "grace",
+			  "grace must be a duration like 30s; got \"%s\"", grace);
+		return;
+	}
+	snprintf(reason, sizeof(reason), "evicted by %s%s%s", c->name,
+		 why ? ": " : "", why ? why : "");
+	if (jobs_evict(s, c, id, grace_ms, reason, &err) < 0 ||
+	    kn_store_job_get(s->store, id, &j, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "job", job_to_json(s, &j)));
+	kn_job_row_release(&j);
+}
+
+static void node_state_change(struct server *s, struct kn_http_req *req,
+			      const struct caller *c, const char *name,
+			      const char *state)
+{
+	struct kn_error err;
+	const char *why = kn_http_query(req, "reason");
+	char reason[192];
+
+	snprintf(reason, sizeof(reason), "%s by %s%s%s",
+		 !strcmp(state, "draining") ? "drained" : "cordoned", c->name,
+		 why ? ": " : "", why ? why : "");
+	if (nodes_set_state(s, c, name, state,
+			    strcmp(state, "ready") ? reason : "", &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:{s:s, s:s, s:o}}", "node", "name", name,
+				     "state", s->node_state, "reason",
+				     s->node_reason[0] ? json_string(s->node_reason)
+						       : json_null()));
+}
+
+static void h_node_cordon(struct server *s, struct kn_http_req *req,
+			  const struct caller *c, const char *param)
+{
+	node_state_change(s, req, c, param, "cordoned");
+}
+
+static void h_node_drain(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param)
+{
+	node_state_change(s, req, c, param, "draining");
+}
+
+static void h_node_uncordon(struct server *s, struct kn_http_req *req,
+			    const struct caller *c, const char *param)
+{
+	node_state_change(s, req, c, param, "ready");
+	jobs_wake(s);
+}
+
 static void h_job_logs(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
@@ -409,9 +479,12 @@ static void h_nodes(struct server *s, struct kn_http_req *req,
 	for (size_t i = 0; i < s->node.n_labels; i++)
 		json_object_set_new(labels, s->node.labels[i].key,
 				    json_string(s->node.labels[i].value));
-	node = json_pack("{s:s, s:s, s:b, s:s, s:o, s:[], s:f, s:I, s:f, s:I, "
-			 "s:o}",
-			 "name", s->node_name, "state", "ready", "simulated",
+	node = json_pack("{s:s, s:s, s:o, s:b, s:s, s:o, s:[], s:f, s:I, s:f, "
+			 "s:I, s:o}",
+			 "name", s->node_name, "state", s->node_state, "reason",
+			 s->node_reason[0] ? json_string(s->node_reason)
+					   : json_null(),
+			 "simulated",
 			 s->devices.simulated, "device_source",
 			 s->devices.source, "labels", labels, "taints", "cpus",
 			 s->node.cpu_milli_total / 1000.0, "memory_bytes",
@@ -594,8 +667,16 @@ static const struct route routes[] = {
 	{"GET", "/v1/jobs/{id}", KN_ROLE_VIEWER, false, NULL, h_job_get},
 	{"POST", "/v1/jobs/{id}/cancel", KN_ROLE_USER, false, "job.cancel",
 	 h_job_cancel},
+	{"POST", "/v1/jobs/{id}/evict", KN_ROLE_USER, false, "job.evict",
+	 h_job_evict},
 	{"GET", "/v1/jobs/{id}/logs", KN_ROLE_VIEWER, false, NULL, h_job_logs},
 	{"GET", "/v1/nodes", KN_ROLE_VIEWER, false, NULL, h_nodes},
+	{"POST", "/v1/nodes/{name}/cordon", KN_ROLE_OPERATOR, false,
+	 "node.cordon", h_node_cordon},
+	{"POST", "/v1/nodes/{name}/drain", KN_ROLE_OPERATOR, false,
+	 "node.drain", h_node_drain},
+	{"POST", "/v1/nodes/{name}/uncordon", KN_ROLE_OPERATOR, false,
+	 "node.uncordon", h_node_uncordon},
 	{"GET", "/v1/audit", KN_ROLE_VIEWER, false, NULL, h_audit},
 	{"GET", "/v1/tokens", KN_ROLE_ADMIN, false, "token.list", h_token_list},
 	{"POST", "/v1/tokens", KN_ROLE_ADMIN, false, "token.create",

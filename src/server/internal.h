@@ -61,6 +61,9 @@ struct run {
 	struct run_task *tasks;
 	int master_port;       /* rank 0's rendezvous port, same for all */
 	bool stopping;         /* stop sent to every task */
+	bool evicting;         /* the stop is an eviction: requeue after */
+	int stop_signal;       /* 0 = SIGTERM */
+	int64_t stop_grace_ms; /* -1 = the server's kill grace */
 	char stop_reason[128]; /* why: cancel, a failed gang member, a crash */
 	int64_t requeue_at;    /* set by finish_run when the job goes back */
 	struct run *next;
@@ -83,6 +86,8 @@ struct server {
 	struct kn_sched_node node;
 	struct kn_sched_cluster cluster;
 	char node_name[64];
+	char node_state[16];   /* ready, cordoned, draining */
+	char node_reason[192]; /* why it is not ready, or "" */
 
 	struct queued_job *queue;
 	size_t queue_len;
@@ -117,7 +122,17 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		int64_t *out_id, struct kn_error *err);
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		struct kn_error *err);
+/*
+ * Evict a running preemptible job: its checkpoint signal, then SIGKILL
+ * after grace_ms (< 0: the spec's checkpoint grace); the attempt ends
+ * preempted and the job goes back to the queue without using a retry.
+ * c may be NULL for the system (scheduled events, drains).
+ */
+int jobs_evict(struct server *s, const struct caller *c, int64_t id,
+	       int64_t grace_ms, const char *why, struct kn_error *err);
 void jobs_tick(void *arg);
+/* Run the scheduler on the next turn (capacity came back). */
+void jobs_wake(struct server *s);
 void jobs_on_sigchld(void *arg);
 void jobs_poll(void *arg);
 /* The queue reason of a queued job, or NULL. */
@@ -127,6 +142,20 @@ json_t *jobs_device_allocations(struct server *s, int device_index);
 /* Whether the job has a live run (for log follow). */
 bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank);
 void jobs_free_all(struct server *s);
+
+/* nodes.c */
+/*
+ * Set the local node's state: "ready" (uncordon), "cordoned" (no new
+ * work) or "draining" (no new work, preemptible jobs evicted). c may be
+ * NULL for the system. Persists the state and audits the change.
+ */
+int nodes_set_state(struct server *s, const struct caller *c,
+		    const char *name, const char *state, const char *reason,
+		    struct kn_error *err);
+/* Write the local node's row (state, devices) to the store. */
+int nodes_save(struct server *s, struct kn_error *err);
+/* Evict the preemptible jobs running on the local node. */
+void nodes_evict_preemptible(struct server *s, const char *why);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

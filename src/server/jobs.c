@@ -150,6 +150,11 @@ static void wake_scheduler(struct server *s)
 		kn_timer_arm(s->tick_timer, 0);
 }
 
+void jobs_wake(struct server *s)
+{
+	wake_scheduler(s);
+}
+
 /* ---- submit ---- */
 
 /*
@@ -286,6 +291,7 @@ static struct run *run_new(struct server *s, int64_t job_id, int attempt,
 	r->job_id = job_id;
 	r->attempt = attempt;
 	r->spec = spec;
+	r->stop_grace_ms = -1;
 	sreq_build(spec, &sr);
 	r->req = sr.req;
 	/* The run keeps the arrays alive through req's pointers. */
@@ -632,6 +638,13 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 		snprintf(why, sizeof(why), "%s", j.reason ? j.reason : "cancelled");
 		j.state = KN_JOB_CANCELLED;
 		j.ended_at = now;
+	} else if (r->evicting) {
+		/* Preemption is not the job's failure: no retry is used. */
+		a.state = KN_JOB_PREEMPTED;
+		snprintf(why, sizeof(why), "%s", r->stop_reason);
+		j.state = KN_JOB_QUEUED;
+		j.not_before = now;
+		*requeue = true;
 	} else if (r->stop_reason[0] && !strncmp(r->stop_reason, "interrupted", 11)) {
 		/* Lost to a server crash before it started: not the job's fault. */
 		a.state = KN_JOB_FAILED;
@@ -665,7 +678,10 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 	}
 	a.reason = why;
 	free(j.reason);
-	if (j.state == KN_JOB_QUEUED && j.retries_used && failed && !timeout) {
+	if (a.state == KN_JOB_PREEMPTED) {
+		j.reason = kn_asprintf("%s; back in the queue", why);
+	} else if (j.state == KN_JOB_QUEUED && j.retries_used && failed &&
+		   !timeout) {
 		char in[32];
 		kn_format_duration(j.not_before - now, in, sizeof(in));
 		j.reason = kn_asprintf("retry %d of %d in %s after %s",
@@ -699,7 +715,8 @@ static void stop_run(struct server *s, struct run *r, const char *reason)
 		struct run_task *t = &r->tasks[i];
 		if (t->ended)
 			continue;
-		if (s->exec->stop(&t->proc, &err) < 0)
+		if (s->exec->stop(t->task_dir, &t->proc, r->stop_signal,
+				  r->stop_grace_ms, &err) < 0)
 			kn_log(KN_LOG_WARN, "job %lld rank %d: %s",
 			       (long long)r->job_id, t->rank, err.message);
 	}
@@ -939,6 +956,69 @@ out:
 	return rc;
 }
 
+int jobs_evict(struct server *s, const struct caller *c, int64_t id,
+	       int64_t grace_ms, const char *why, struct kn_error *err)
+{
+	struct kn_job_row j;
+	struct kn_audit a;
+	struct run *r = NULL;
+	char object[48];
+	int rc;
+
+	memset(&j, 0, sizeof(j));
+	rc = kn_store_job_get(s->store, id, &j, err);
+	if (rc < 0)
+		return rc;
+	if (c && c->role < KN_ROLE_OPERATOR && strcmp(j.owner, c->name) != 0) {
+		rc = kn_errorf(err, KN_EPERM, NULL,
+			       "job %lld belongs to %s; a user may evict only "
+			       "its own jobs",
+			       (long long)id, j.owner);
+		goto out;
+	}
+	for (struct run *p = s->runs; p; p = p->next)
+		if (p->job_id == id)
+			r = p;
+	if (!r || j.state != KN_JOB_RUNNING) {
+		rc = kn_errorf(err, KN_ECONFLICT, "state",
+			       "job %lld is %s, not running: nothing to evict",
+			       (long long)id, kn_job_state_name(j.state));
+		goto out;
+	}
+	if (!r->spec->preemptible) {
+		rc = kn_errorf(err, KN_ECONFLICT, "preemptible",
+			       "job %lld is not preemptible (its spec does not "
+			       "say preemptible: true)",
+			       (long long)id);
+		goto out;
+	}
+	if (r->stopping)
+		goto out; /* already on its way out */
+	if (c) {
+		snprintf(object, sizeof(object), "job/%lld", (long long)id);
+		audit_init(&a, c, "job.evict", object);
+		a.detail = (char *)why;
+		rc = kn_store_audit_insert(s->store, &a, err);
+		if (rc < 0)
+			goto out;
+	}
+	r->evicting = true;
+	if (r->spec->checkpoint.set) {
+		r->stop_signal = r->spec->checkpoint.signal;
+		r->stop_grace_ms = r->spec->checkpoint.grace_ms;
+	}
+	if (grace_ms >= 0)
+		r->stop_grace_ms = grace_ms;
+	{
+		char reason[128];
+		snprintf(reason, sizeof(reason), "preempted: %s", why);
+		stop_run(s, r, reason);
+	}
+out:
+	kn_job_row_release(&j);
+	return rc;
+}
+
 /* ---- node view ---- */
 
 json_t *jobs_device_allocations(struct server *s, int device_index)
@@ -1057,7 +1137,19 @@ static int recover_running(struct server *s, const struct kn_job_row *j,
 	}
 	kn_task_list_free(tasks, nt);
 	kn_attempt_list_free(attempts, na);
-	if (r->stop_reason[0]) {
+	/* An eviction that was under way when the server stopped goes on. */
+	for (int i = 0; i < r->n_tasks && !r->stop_reason[0]; i++) {
+		char *stop = kn_asprintf("%s/stop.json", r->tasks[i].task_dir);
+		if (access(stop, F_OK) == 0 && !j->cancel_requested) {
+			r->evicting = true;
+			r->stopping = true;
+			snprintf(r->stop_reason, sizeof(r->stop_reason),
+				 "preempted: eviction under way when the server "
+				 "restarted");
+		}
+		free(stop);
+	}
+	if (r->stop_reason[0] && !r->stopping) {
 		char reason[128];
 		kn_strlcpy(reason, r->stop_reason, sizeof(reason));
 		stop_run(s, r, reason);

@@ -50,8 +50,8 @@ static int64_t mem_total_bytes(void)
 
 static int setup_node(struct server *s, struct kn_error *err)
 {
-	struct kn_node_row row;
-	struct kn_device_row *devs;
+	struct kn_node_row *rows = NULL;
+	size_t n_rows = 0;
 	char host[64] = "local";
 	int rc;
 
@@ -87,28 +87,18 @@ static int setup_node(struct server *s, struct kn_error *err)
 	s->cluster.nodes = &s->node;
 	s->cluster.n_nodes = 1;
 
-	memset(&row, 0, sizeof(row));
-	row.name = s->node_name;
-	row.state = "ready";
-	row.labels_json = "{}";
-	row.taints_json = "[]";
-	row.cpu_milli = s->node.cpu_milli_total;
-	row.memory_bytes = s->node.memory_total;
-	row.simulated = s->devices.simulated;
-	row.updated_at = kn_now_ms();
-	devs = kn_xcalloc(s->devices.n ? s->devices.n : 1, sizeof(*devs));
-	for (size_t i = 0; i < s->devices.n; i++) {
-		devs[i].node = s->node_name;
-		devs[i].index = s->devices.devices[i].index;
-		devs[i].uuid = s->devices.devices[i].uuid;
-		devs[i].model = s->devices.devices[i].model;
-		devs[i].memory_bytes = s->devices.devices[i].memory_bytes;
-		devs[i].simulated = s->devices.simulated;
-	}
-	row.devices = devs;
-	row.n_devices = s->devices.n;
-	rc = kn_store_node_put(s->store, &row, err);
-	free(devs);
+	kn_strlcpy(s->node_state, "ready", sizeof(s->node_state));
+	rc = kn_store_node_list(s->store, &rows, &n_rows, err);
+	if (rc < 0)
+		return rc;
+	/* A cordon or drain outlives a restart. */
+	for (size_t i = 0; i < n_rows; i++)
+		if (!strcmp(rows[i].name, s->node_name))
+			kn_strlcpy(s->node_state, rows[i].state,
+				   sizeof(s->node_state));
+	kn_node_list_free(rows, n_rows);
+	s->node.schedulable = strcmp(s->node_state, "ready") == 0;
+	rc = nodes_save(s, err);
 	if (rc == 0)
 		kn_log(KN_LOG_INFO, "node %s: %zu %s device%s (%s)", s->node_name,
 		       s->devices.n, s->devices.simulated ? "simulated" : "GPU",

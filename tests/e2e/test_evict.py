@@ -1,0 +1,124 @@
+"""Eviction: kiln evict, node drain and cordon; preempted attempts requeue
+without using a retry and come back first."""
+import os
+
+from conftest import job_yaml, wait_for
+
+
+def test_evict_requeues_without_using_a_retry(server, tmp_path):
+    runs = tmp_path / "runs"
+    script = f"echo run >> {runs}; trap 'echo got-signal; exit 143' USR1; " \
+             f"if [ $KILN_ATTEMPT = 2 ]; then exit 0; fi; sleep 300 & wait"
+    spec = job_yaml("evictee", ["/bin/sh", "-c", script], preemptible=True,
+                    retries=0, checkpoint={"signal": "SIGUSR1", "grace": "5s"})
+    jid = server.submit(spec)
+    server.wait_state(jid, "running")
+    wait_for(lambda: runs.exists(), what="the first run")
+    r = server.request("POST", f"/v1/jobs/{jid}/evict", params={"reason": "test"})
+    assert r.status_code == 200, r.text
+    job = server.wait_state(jid, "succeeded")
+    a = job["attempts_detail"]
+    assert [x["state"] for x in a] == ["preempted", "succeeded"]
+    assert "evicted by admin: test" in a[0]["reason"]
+    assert job["retries_used"] == 0
+    # The checkpoint signal (USR1) reached the task, not SIGTERM.
+    assert "got-signal" in server.logs(jid, attempt=1)
+    assert a[0]["exit_code"] == 143
+
+
+def test_evict_escalates_to_kill_after_grace(server):
+    spec = job_yaml("stubborn", ["/bin/sh", "-c",
+                                 "trap '' TERM; echo ready; sleep 300 & wait"],
+                    preemptible=True)
+    jid = server.submit(spec)
+    wait_for(lambda: server.job(jid)["state"] == "running" and
+             "ready" in server.logs(jid), what="the task to be ready")
+    r = server.request("POST", f"/v1/jobs/{jid}/evict", params={"grace": "200ms"})
+    assert r.status_code == 200, r.text
+    job = wait_for(lambda: (lambda j: j if len(j["attempts_detail"]) >= 2 or
+                            j["attempts_detail"][0]["state"] == "preempted" else None)(
+        server.job(jid)), what="the preempted attempt")
+    assert job["attempts_detail"][0]["state"] == "preempted"
+    assert job["attempts_detail"][0]["signal"] == 9
+    server.request("POST", f"/v1/jobs/{jid}/cancel")
+    server.wait_state(jid, "cancelled")
+
+
+def test_evict_refuses_non_preemptible_and_queued(server):
+    jid = server.submit(job_yaml("steady", ["/bin/sleep", "300"]))
+    server.wait_state(jid, "running")
+    r = server.request("POST", f"/v1/jobs/{jid}/evict")
+    assert r.status_code == 409
+    assert "not preemptible" in r.json()["error"]["message"]
+    q = server.submit(job_yaml("waits", ["/bin/true"], preemptible=True,
+                               resources={"gpus": 8}))
+    r = server.request("POST", f"/v1/jobs/{q}/evict")
+    assert r.status_code == 409
+    server.request("POST", f"/v1/jobs/{jid}/cancel")
+
+
+def test_preempted_job_goes_ahead_of_newer_jobs(server, tmp_path):
+    order = tmp_path / "order"
+    spec_a = job_yaml("first", ["/bin/sh", "-c",
+                                f"echo first-$KILN_ATTEMPT >> {order}; sleep 300"],
+                      preemptible=True, resources={"gpus": 4})
+    a = server.submit(spec_a)
+    wait_for(lambda: order.exists() and "first-1" in order.read_text(),
+             what="the first attempt")
+    b = server.submit(job_yaml("second", ["/bin/sh", "-c", f"echo second >> {order}"],
+                               resources={"gpus": 4}))
+    server.request("POST", f"/v1/jobs/{a}/evict", params={"grace": "100ms"})
+    # a was submitted first, so its second attempt runs before b.
+    wait_for(lambda: order.exists() and "first-2" in order.read_text(),
+             what="the resumed attempt")
+    assert order.read_text().split() == ["first-1", "first-2"]
+    assert server.job(b)["state"] == "queued"
+    server.request("POST", f"/v1/jobs/{a}/cancel")
+    server.wait_state(b, "succeeded")
+
+
+def test_drain_evicts_preemptible_and_keeps_the_rest(server):
+    pre = server.submit(job_yaml("spot", ["/bin/sleep", "300"], preemptible=True,
+                                 resources={"gpus": 1}))
+    steady = server.submit(job_yaml("steady", ["/bin/sleep", "300"],
+                                    resources={"gpus": 1}))
+    server.wait_state(pre, "running")
+    server.wait_state(steady, "running")
+    node = server.request("GET", "/v1/nodes").json()["nodes"][0]["name"]
+    r = server.cli("drain", node, "--reason", "maintenance", check=True)
+    assert "draining" in r.stdout
+    job = wait_for(lambda: (lambda j: j if j["attempts_detail"][0]["state"] ==
+                            "preempted" else None)(server.job(pre)),
+                   what="the preemptible job to be evicted")
+    assert job["state"] == "queued"
+    assert "no schedulable node" in wait_for(lambda: server.job(pre)["reason"] and
+                                             "no schedulable" in server.job(pre)["reason"]
+                                             and server.job(pre)["reason"])
+    assert server.job(steady)["state"] == "running"
+    nodes = server.request("GET", "/v1/nodes").json()["nodes"]
+    assert nodes[0]["state"] == "draining"
+    assert "maintenance" in nodes[0]["reason"]
+    # The drain outlives a restart.
+    server.stop()
+    server.start()
+    assert server.request("GET", "/v1/nodes").json()["nodes"][0]["state"] == "draining"
+    server.cli("uncordon", node, check=True)
+    server.wait_state(pre, "running")
+    for jid in (pre, steady):
+        server.request("POST", f"/v1/jobs/{jid}/cancel")
+
+
+def test_cordon_needs_operator(server):
+    user = server.create_token("u", "user")
+    node = server.request("GET", "/v1/nodes").json()["nodes"][0]["name"]
+    r = server.request("POST", f"/v1/nodes/{node}/cordon", token=user)
+    assert r.status_code == 403
+    r = server.request("POST", "/v1/nodes/elsewhere/cordon")
+    assert r.status_code == 404
+    r = server.request("POST", f"/v1/nodes/{node}/cordon")
+    assert r.status_code == 200 and r.json()["node"]["state"] == "cordoned"
+    jid = server.submit(job_yaml("waits", ["/bin/true"]))
+    wait_for(lambda: server.job(jid)["reason"], what="a queue reason")
+    assert server.job(jid)["state"] == "queued"
+    server.request("POST", f"/v1/nodes/{node}/uncordon")
+    server.wait_state(jid, "succeeded")
