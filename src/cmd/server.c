@@ -41,6 +41,9 @@ int cmd_server(int argc, char **argv)
 		{"kill-grace", required_argument, NULL, 'k'},
 		{"log-max-size", required_argument, NULL, 'm'},
 		{"debug", no_argument, NULL, 'd'},
+		{"azure-events", no_argument, NULL, 'a'},
+		{"azure-events-url", required_argument, NULL, 'u'},
+		{"azure-vm-name", required_argument, NULL, 'v'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -89,6 +92,16 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'd':
 			kn_log_level = KN_LOG_DEBUG;
+			break;
+		case 'a':
+			if (!cfg.azure_events_url)
+				cfg.azure_events_url = KN_AZURE_EVENTS_URL;
+			break;
+		case 'u':
+			cfg.azure_events_url = optarg;
+			break;
+		case 'v':
+			cfg.azure_vm_name = optarg;
 			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);

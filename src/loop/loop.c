@@ -20,11 +20,17 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/util.h>
 
+struct fetch;
+
 struct kn_loop {
 	struct event_base *base;
 	struct event **signals;
 	size_t n_signals;
+	struct fetch *fetches;   /* in flight, or done and awaiting free */
+	struct event *reap_ev;   /* frees done fetches on the next turn */
 };
+
+static void fetches_free(struct kn_loop *loop, bool only_done);
 
 struct kn_timer {
 	struct event *ev;
@@ -74,6 +80,9 @@ void kn_loop_free(struct kn_loop *loop)
 		free(event_get_callback_arg(loop->signals[i]));
 		event_free(loop->signals[i]);
 	}
+	fetches_free(loop, false);
+	if (loop->reap_ev)
+		event_free(loop->reap_ev);
 	free(loop->signals);
 	event_base_free(loop->base);
 	free(loop);
@@ -410,4 +419,152 @@ void kn_http_stream_end(struct kn_http_req *req)
 				      NULL, NULL);
 	evhttp_send_reply_end(req->ev);
 	req_free(req);
+}
+
+/* ---- HTTP client ---- */
+
+#define FETCH_MAX_BODY (1024 * 1024)
+
+/*
+ * A connection cannot be freed from inside its own callback, so finished
+ * fetches are freed on the next turn of the loop; whatever is left when
+ * the loop goes is freed with it.
+ */
+struct fetch {
+	struct kn_loop *loop;
+	struct evhttp_connection *conn;
+	kn_http_fetch_cb cb;
+	void *arg;
+	bool done;
+	struct fetch *next;
+};
+
+static void fetches_free(struct kn_loop *loop, bool only_done)
+{
+	struct fetch **p = &loop->fetches;
+
+	while (*p) {
+		struct fetch *f = *p;
+		if (only_done && !f->done) {
+			p = &f->next;
+			continue;
+		}
+		*p = f->next;
+		evhttp_connection_free(f->conn);
+		free(f);
+	}
+}
+
+static void reap_fetches(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	fetches_free(arg, true);
+}
+
+static void fetch_done(struct evhttp_request *ev, void *arg)
+{
+	struct fetch *f = arg;
+	struct evbuffer *in;
+	size_t len;
+	char *body;
+	struct timeval now = {0, 0};
+
+	f->done = true;
+	evtimer_add(f->loop->reap_ev, &now);
+	if (!ev || evhttp_request_get_response_code(ev) == 0) {
+		f->cb(0, NULL, 0, "no answer (connection failed or timed out)",
+		      f->arg);
+		return;
+	}
+	in = evhttp_request_get_input_buffer(ev);
+	len = evbuffer_get_length(in);
+	if (len > FETCH_MAX_BODY) {
+		f->cb(0, NULL, 0, "answer over 1 MiB", f->arg);
+		return;
+	}
+	body = kn_xmalloc(len + 1);
+	evbuffer_remove(in, body, len);
+	body[len] = '\0';
+	f->cb(evhttp_request_get_response_code(ev), body, len, NULL, f->arg);
+	free(body);
+}
+
+int kn_http_fetch(struct kn_loop *loop, const char *method, const char *url,
+		  const char *const *headers, const char *body,
+		  int64_t timeout_ms, kn_http_fetch_cb cb, void *arg)
+{
+	struct evhttp_uri *uri = evhttp_uri_parse(url);
+	struct evhttp_request *req;
+	struct evkeyvalq *out;
+	struct fetch *f;
+	const char *host, *path, *query;
+	char *target;
+	enum evhttp_cmd_type cmd;
+	int port;
+
+	if (!uri || !evhttp_uri_get_scheme(uri) ||
+	    strcmp(evhttp_uri_get_scheme(uri), "http") != 0 ||
+	    !(host = evhttp_uri_get_host(uri))) {
+		if (uri)
+			evhttp_uri_free(uri);
+		return -EINVAL;
+	}
+	cmd = !strcmp(method, "POST") ? EVHTTP_REQ_POST : EVHTTP_REQ_GET;
+	port = evhttp_uri_get_port(uri);
+	path = evhttp_uri_get_path(uri);
+	query = evhttp_uri_get_query(uri);
+	target = kn_asprintf("%s%s%s", path && *path ? path : "/",
+			     query ? "?" : "", query ? query : "");
+	if (!loop->reap_ev)
+		loop->reap_ev = evtimer_new(loop->base, reap_fetches, loop);
+	f = kn_xcalloc(1, sizeof(*f));
+	f->loop = loop;
+	f->cb = cb;
+	f->arg = arg;
+	f->conn = evhttp_connection_base_new(loop->base, NULL, host,
+					     (ev_uint16_t)(port > 0 ? port : 80));
+	if (!f->conn) {
+		free(target);
+		free(f);
+		evhttp_uri_free(uri);
+		return -EIO;
+	}
+	{
+		struct timeval tv = {(time_t)(timeout_ms / 1000),
+				     (suseconds_t)(timeout_ms % 1000) * 1000};
+		evhttp_connection_set_timeout_tv(f->conn, &tv);
+	}
+	evhttp_connection_set_retries(f->conn, 0);
+	req = evhttp_request_new(fetch_done, f);
+	out = evhttp_request_get_output_headers(req);
+	evhttp_add_header(out, "Host", host);
+	evhttp_add_header(out, "Connection", "close");
+	for (const char *const *h = headers; h && *h; h++) {
+		const char *colon = strchr(*h, ':');
+		char *name;
+		if (!colon)
+			continue;
+		name = kn_asprintf("%.*s", (int)(colon - *h), *h);
+		evhttp_add_header(out, name, colon[1] == ' ' ? colon + 2 : colon + 1);
+		free(name);
+	}
+	if (body) {
+		evhttp_add_header(out, "Content-Type", "application/json");
+		evbuffer_add(evhttp_request_get_output_buffer(req), body,
+			     strlen(body));
+	}
+	if (evhttp_make_request(f->conn, req, cmd, target) < 0) {
+		/* make_request frees req on failure. */
+		evhttp_connection_free(f->conn);
+		free(f);
+		free(target);
+		evhttp_uri_free(uri);
+		return -EIO;
+	}
+	f->next = loop->fetches;
+	loop->fetches = f;
+	free(target);
+	evhttp_uri_free(uri);
+	return 0;
 }

@@ -103,4 +103,24 @@ void kn_http_stream_chunk(struct kn_http_req *req, const void *data,
 			  size_t len);
 void kn_http_stream_end(struct kn_http_req *req);
 
+/* ---- HTTP client ---- */
+
+/*
+ * Called once with the answer: status 0 and body NULL when the request
+ * failed (connection refused, timeout); error then says why.
+ */
+typedef void (*kn_http_fetch_cb)(int status, const char *body, size_t len,
+				 const char *error, void *arg);
+
+/*
+ * One HTTP/1.1 request on the loop (plain http:// only: it talks to
+ * services on the machine or its link-local metadata endpoint). headers
+ * is a NULL-terminated list of "Name: value" strings, body may be NULL.
+ * Answers over 1 MiB are refused. Returns 0, or -EINVAL for a URL it
+ * cannot use (cb is then never called).
+ */
+int kn_http_fetch(struct kn_loop *loop, const char *method, const char *url,
+		  const char *const *headers, const char *body,
+		  int64_t timeout_ms, kn_http_fetch_cb cb, void *arg);
+
 #endif

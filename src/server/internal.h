@@ -70,6 +70,7 @@ struct run {
 };
 
 struct log_follower;
+struct kn_events;
 
 struct server {
 	struct kn_server_config cfg;
@@ -93,6 +94,7 @@ struct server {
 	size_t queue_len;
 	struct run *runs;
 	struct log_follower *followers;
+	struct kn_events *events; /* Azure scheduled events, or NULL */
 };
 
 /* auth.c */
@@ -156,6 +158,11 @@ int nodes_set_state(struct server *s, const struct caller *c,
 int nodes_save(struct server *s, struct kn_error *err);
 /* Evict the preemptible jobs running on the local node. */
 void nodes_evict_preemptible(struct server *s, const char *why);
+
+/* events.c */
+int events_start(struct server *s, const char *url, const char *vm_name,
+		 struct kn_events **out, struct kn_error *err);
+void events_free(struct kn_events *ev);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

@@ -109,6 +109,7 @@ static int setup_node(struct server *s, struct kn_error *err)
 static void server_release(struct server *s)
 {
 	logs_free_all(s);
+	events_free(s->events);
 	jobs_free_all(s);
 	kn_http_server_free(s->http);
 	kn_timer_free(s->tick_timer);
@@ -174,6 +175,14 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	rc = jobs_recover(&s, err);
 	if (rc < 0)
 		goto out;
+	if (cfg->azure_events_url) {
+		rc = events_start(&s, cfg->azure_events_url,
+				  cfg->azure_vm_name ? cfg->azure_vm_name
+						     : s.node_name,
+				  &s.events, err);
+		if (rc < 0)
+			goto out;
+	}
 	rc = kn_http_server_new(s.loop, cfg->listen_host, cfg->listen_port,
 				api_handle, &s, &s.http, &port, err);
 	if (rc < 0)

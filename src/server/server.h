@@ -21,7 +21,14 @@ struct kn_server_config {
 	const char *node_name;    /* default: the short host name */
 	int64_t kill_grace_ms;    /* cancel: SIGTERM to SIGKILL, default 10s */
 	int64_t log_max_bytes;    /* per task log file before rotation */
+	const char *azure_events_url; /* poll Azure Scheduled Events, or NULL */
+	const char *azure_vm_name;    /* this VM's name in events (default:
+					 the node name) */
 };
+
+/* Where Azure's metadata service serves Scheduled Events. */
+#define KN_AZURE_EVENTS_URL                                                   \
+	"http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01"
 
 /* Defaults for every field. */
 void kn_server_config_init(struct kn_server_config *cfg);
