@@ -28,6 +28,39 @@ static void field(const char *label, const char *fmt, ...)
 	printf("  %-12s%s\n", tag, clean);
 }
 
+/* Useful and lost task time over all attempts, when any attempt ended. */
+static void show_goodput(json_t *g)
+{
+	json_t *pct = json_object_get(g, "percent");
+	char useful[32], lost[32];
+
+	if (!json_is_number(pct))
+		return;
+	kn_format_duration((int64_t)(json_number_value(json_object_get(
+					     g, "useful_task_seconds")) * 1000),
+			   useful, sizeof(useful));
+	kn_format_duration((int64_t)(json_number_value(json_object_get(
+					     g, "lost_task_seconds")) * 1000),
+			   lost, sizeof(lost));
+	field("goodput", "%.1f%% (useful %s, lost %s of task time)",
+	      json_number_value(pct), useful, lost);
+}
+
+static void show_outputs(json_t *outputs)
+{
+	size_t i;
+	json_t *o;
+
+	json_array_foreach(outputs, i, o) {
+		char size[32], name[256];
+		cli_format_bytes(cli_json_int(o, "size"), size, sizeof(size));
+		cli_clean(name, cli_json_str(o, "name"), sizeof(name));
+		field(i == 0 ? "outputs" : "", "%s  %s  sha256:%.16s…", name,
+		      size, cli_json_str(o, "sha256"));
+	}
+}
+
+
 static bool is_terminal(const char *state)
 {
 	return !strcmp(state, "succeeded") || !strcmp(state, "failed") ||
@@ -121,6 +154,8 @@ static void show_job(json_t *job, int64_t now)
 	field("reason", "%s", reason && *reason ? reason : "-");
 	if (file && *file)
 		field("spec file", "%s", file);
+	show_goodput(json_object_get(job, "goodput"));
+	show_outputs(json_object_get(job, "outputs"));
 }
 
 /* "exit code 3", "killed by signal 9 (Killed)", or "" while running. */
@@ -201,6 +236,8 @@ static void show_attempt(json_t *attempt, int64_t now)
 		field("exit", "%s", exit_text);
 	if (reason && *reason)
 		field("reason", "%s", reason);
+	if (json_is_string(json_object_get(attempt, "checkpoint")))
+		field("checkpoint", "%s", cli_json_str(attempt, "checkpoint"));
 	if (!json_array_size(tasks))
 		return;
 	t = cli_table_new(headers);

@@ -112,12 +112,16 @@ static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 {
 	struct kn_attempt_row *att = NULL;
 	struct kn_task_row *tasks = NULL;
-	size_t na = 0, nt = 0;
+	struct kn_output_row *outs = NULL;
+	size_t na = 0, nt = 0, nout = 0;
+	int64_t useful = 0, lost = 0;
 	json_t *o, *list;
 
 	if (kn_store_attempt_list(s->store, j->id, &att, &na, err) < 0 ||
-	    kn_store_task_list(s->store, j->id, 0, &tasks, &nt, err) < 0) {
+	    kn_store_task_list(s->store, j->id, 0, &tasks, &nt, err) < 0 ||
+	    kn_store_output_list(s->store, j->id, &outs, &nout, err) < 0) {
 		kn_attempt_list_free(att, na);
+		kn_task_list_free(tasks, nt);
 		return NULL;
 	}
 	o = job_to_json(s, j);
@@ -127,6 +131,19 @@ static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 	json_object_set_new(o, "spec_yaml", str_or_null(j->spec_yaml));
 	json_object_set_new(o, "filename", str_or_null(j->filename));
 	list = json_array();
+	for (size_t i = 0; i < na; i++) {
+		useful += att[i].useful_ms;
+		lost += att[i].lost_ms;
+	}
+	json_object_set_new(
+		o, "goodput",
+		json_pack("{s:f, s:f, s:o}", "useful_task_seconds",
+			  useful / 1000.0, "lost_task_seconds", lost / 1000.0,
+			  "percent",
+			  useful + lost > 0
+				  ? json_real(100.0 * (double)useful /
+					      (double)(useful + lost))
+				  : json_null()));
 	for (size_t i = 0; i < na; i++) {
 		json_t *ta = json_array();
 		for (size_t k = 0; k < nt; k++) {
@@ -149,18 +166,34 @@ static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 		}
 		json_array_append_new(
 			list,
-			json_pack("{s:i, s:s, s:I, s:I, s:i, s:i, s:o, s:o}",
+			json_pack("{s:i, s:s, s:I, s:I, s:i, s:i, s:o, s:o, s:I, "
+				  "s:I, s:I, s:I, s:o}",
 				  "number", att[i].number, "state",
 				  kn_job_state_name(att[i].state),
 				  "started_at_ms", (json_int_t)att[i].started_at,
 				  "ended_at_ms", (json_int_t)att[i].ended_at,
 				  "exit_code", att[i].exit_code, "signal",
 				  att[i].signal, "reason",
-				  str_or_null(att[i].reason), "tasks", ta));
+				  str_or_null(att[i].reason), "checkpoint",
+				  str_or_null(att[i].checkpoint),
+				  "checkpoint_at_ms",
+				  (json_int_t)att[i].checkpoint_at, "restore_ms",
+				  (json_int_t)att[i].restore_ms, "useful_task_ms",
+				  (json_int_t)att[i].useful_ms, "lost_task_ms",
+				  (json_int_t)att[i].lost_ms, "tasks", ta));
 	}
 	json_object_set_new(o, "attempts_detail", list);
+	list = json_array();
+	for (size_t i = 0; i < nout; i++)
+		json_array_append_new(
+			list, json_pack("{s:s, s:I, s:s, s:s}", "name",
+					outs[i].name, "size",
+					(json_int_t)outs[i].size, "sha256",
+					outs[i].sha256, "url", outs[i].url));
+	json_object_set_new(o, "outputs", list);
 	kn_attempt_list_free(att, na);
 	kn_task_list_free(tasks, nt);
+	kn_output_list_free(outs, nout);
 	return o;
 }
 

@@ -597,6 +597,35 @@ static int64_t backoff_ms(const struct kn_job_spec *spec, int retry)
 }
 
 /*
+ * Goodput of an attempt in task-milliseconds. A succeeded attempt kept all
+ * its work but its restore; a failed, preempted or cancelled one kept only
+ * what its last synced checkpoint holds, and the rest — with the restore —
+ * is lost and will be done again.
+ */
+static void account_goodput(const struct run *r, struct kn_attempt_row *a)
+{
+	int64_t ran = a->ended_at - a->started_at, kept;
+
+	if (ran < 0)
+		ran = 0;
+	a->checkpoint = r->checkpoint[0] ? (char *)r->checkpoint : NULL;
+	a->checkpoint_at = r->checkpoint_at;
+	a->restore_ms = r->restore_ms;
+	if (a->state == KN_JOB_SUCCEEDED)
+		kept = ran - r->restore_ms;
+	else if (r->checkpoint_at > a->started_at + r->restore_ms)
+		kept = r->checkpoint_at - a->started_at - r->restore_ms;
+	else
+		kept = 0;
+	if (kept < 0)
+		kept = 0;
+	if (kept > ran)
+		kept = ran;
+	a->useful_ms = kept * r->n_tasks;
+	a->lost_ms = (ran - kept) * r->n_tasks;
+}
+
+/*
  * Write an attempt's end and the job's next state; requeues go back into
  * the queue once the transaction has committed (the caller's).
  */
@@ -677,6 +706,7 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 		}
 	}
 	a.reason = why;
+	account_goodput(r, &a);
 	free(j.reason);
 	if (a.state == KN_JOB_PREEMPTED) {
 		j.reason = kn_asprintf("%s; back in the queue", why);

@@ -26,6 +26,7 @@ int nodes_save(struct server *s, struct kn_error *err)
 	row.memory_bytes = s->node.memory_total;
 	row.simulated = s->devices.simulated;
 	row.updated_at = kn_now_ms();
+	row.reason = s->node_reason[0] ? s->node_reason : NULL;
 	devs = kn_xcalloc(s->devices.n ? s->devices.n : 1, sizeof(*devs));
 	for (size_t i = 0; i < s->devices.n; i++) {
 		devs[i].node = s->node_name;

@@ -93,9 +93,13 @@ static int setup_node(struct server *s, struct kn_error *err)
 		return rc;
 	/* A cordon or drain outlives a restart. */
 	for (size_t i = 0; i < n_rows; i++)
-		if (!strcmp(rows[i].name, s->node_name))
+		if (!strcmp(rows[i].name, s->node_name)) {
 			kn_strlcpy(s->node_state, rows[i].state,
 				   sizeof(s->node_state));
+			kn_strlcpy(s->node_reason,
+				   rows[i].reason ? rows[i].reason : "",
+				   sizeof(s->node_reason));
+		}
 	kn_node_list_free(rows, n_rows);
 	s->node.schedulable = strcmp(s->node_state, "ready") == 0;
 	rc = nodes_save(s, err);

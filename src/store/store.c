@@ -154,9 +154,30 @@ static const char SQL_SCHEMA_V1[] =
 	" simulated INTEGER NOT NULL,"
 	" PRIMARY KEY (node, idx)) WITHOUT ROWID;";
 
+/*
+ * v2: goodput per attempt (the last synced checkpoint, restore time,
+ * useful and lost task-milliseconds), why a node is not ready, and the
+ * files a job left in its store.
+ */
+static const char SQL_SCHEMA_V2[] =
+	"ALTER TABLE attempts ADD COLUMN checkpoint TEXT;"
+	"ALTER TABLE attempts ADD COLUMN checkpoint_at INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE attempts ADD COLUMN restore_ms INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE attempts ADD COLUMN useful_ms INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE attempts ADD COLUMN lost_ms INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE nodes ADD COLUMN reason TEXT;"
+	"CREATE TABLE outputs ("
+	" job_id INTEGER NOT NULL REFERENCES jobs (id),"
+	" name TEXT NOT NULL,"
+	" size INTEGER NOT NULL,"
+	" sha256 TEXT NOT NULL,"
+	" url TEXT NOT NULL,"
+	" PRIMARY KEY (job_id, name)) WITHOUT ROWID;";
+
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
+	SQL_SCHEMA_V2,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -277,8 +298,9 @@ static const char SQL_JOB_LIST_STATE[] =
 static const char SQL_JOB_LIST_ACTIVE[] =
 	JOB_LIST_SELECT " WHERE state IN (?5, ?6)" JOB_LIST_TAIL;
 
-#define ATTEMPT_COLUMNS \
-	"job_id, number, state, started_at, ended_at, exit_code, signal, reason"
+#define ATTEMPT_COLUMNS                                                    \
+	"job_id, number, state, started_at, ended_at, exit_code, signal,"     \
+	" reason, checkpoint, checkpoint_at, restore_ms, useful_ms, lost_ms"
 enum {
 	ATTEMPT_COL_JOB_ID,
 	ATTEMPT_COL_NUMBER,
@@ -288,16 +310,24 @@ enum {
 	ATTEMPT_COL_EXIT_CODE,
 	ATTEMPT_COL_SIGNAL,
 	ATTEMPT_COL_REASON,
+	ATTEMPT_COL_CHECKPOINT,
+	ATTEMPT_COL_CHECKPOINT_AT,
+	ATTEMPT_COL_RESTORE_MS,
+	ATTEMPT_COL_USEFUL_MS,
+	ATTEMPT_COL_LOST_MS,
 };
 
 /* An upsert, not INSERT OR REPLACE: REPLACE deletes the old row first. */
 static const char SQL_ATTEMPT_PUT[] =
 	"INSERT INTO attempts (" ATTEMPT_COLUMNS ")"
-	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
 	" ON CONFLICT (job_id, number) DO UPDATE SET state = excluded.state,"
 	" started_at = excluded.started_at, ended_at = excluded.ended_at,"
 	" exit_code = excluded.exit_code, signal = excluded.signal,"
-	" reason = excluded.reason";
+	" reason = excluded.reason, checkpoint = excluded.checkpoint,"
+	" checkpoint_at = excluded.checkpoint_at,"
+	" restore_ms = excluded.restore_ms, useful_ms = excluded.useful_ms,"
+	" lost_ms = excluded.lost_ms";
 static const char SQL_ATTEMPT_LIST[] =
 	"SELECT " ATTEMPT_COLUMNS " FROM attempts WHERE job_id = ?1"
 	" ORDER BY number";
@@ -345,7 +375,7 @@ static const char SQL_TASK_LIST_ACTIVE[] =
 
 #define NODE_COLUMNS                                                     \
 	"name, state, labels_json, taints_json, cpu_milli, memory_bytes,"  \
-	" simulated, updated_at"
+	" simulated, updated_at, reason"
 enum {
 	NODE_COL_NAME,
 	NODE_COL_STATE,
@@ -355,16 +385,18 @@ enum {
 	NODE_COL_MEMORY_BYTES,
 	NODE_COL_SIMULATED,
 	NODE_COL_UPDATED_AT,
+	NODE_COL_REASON,
 };
 
 static const char SQL_NODE_PUT[] =
 	"INSERT INTO nodes (" NODE_COLUMNS ")"
 	" VALUES (?1, ?2, coalesce(?3, '{}'), coalesce(?4, '[]'), ?5, ?6, ?7,"
-	" ?8) ON CONFLICT (name) DO UPDATE SET state = excluded.state,"
+	" ?8, ?9) ON CONFLICT (name) DO UPDATE SET state = excluded.state,"
 	" labels_json = excluded.labels_json,"
 	" taints_json = excluded.taints_json, cpu_milli = excluded.cpu_milli,"
 	" memory_bytes = excluded.memory_bytes,"
-	" simulated = excluded.simulated, updated_at = excluded.updated_at";
+	" simulated = excluded.simulated, updated_at = excluded.updated_at,"
+	" reason = excluded.reason";
 static const char SQL_NODE_LIST[] =
 	"SELECT " NODE_COLUMNS " FROM nodes ORDER BY name";
 
@@ -385,6 +417,21 @@ static const char SQL_DEVICE_INSERT[] =
 	" ?6)";
 static const char SQL_DEVICE_LIST_NODE[] =
 	"SELECT " DEVICE_COLUMNS " FROM devices WHERE node = ?1 ORDER BY idx";
+
+#define OUTPUT_COLUMNS "job_id, name, size, sha256, url"
+enum {
+	OUTPUT_COL_JOB_ID,
+	OUTPUT_COL_NAME,
+	OUTPUT_COL_SIZE,
+	OUTPUT_COL_SHA256,
+	OUTPUT_COL_URL,
+};
+static const char SQL_OUTPUT_PUT[] =
+	"INSERT INTO outputs (" OUTPUT_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5)"
+	" ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size,"
+	" sha256 = excluded.sha256, url = excluded.url";
+static const char SQL_OUTPUT_LIST[] =
+	"SELECT " OUTPUT_COLUMNS " FROM outputs WHERE job_id = ?1 ORDER BY name";
 
 enum stmt_id {
 	STMT_BEGIN,
@@ -414,6 +461,8 @@ enum stmt_id {
 	STMT_DEVICE_DELETE_NODE,
 	STMT_DEVICE_INSERT,
 	STMT_DEVICE_LIST_NODE,
+	STMT_OUTPUT_PUT,
+	STMT_OUTPUT_LIST,
 	STMT_COUNT,
 };
 
@@ -442,6 +491,8 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_TASK_LIST_ACTIVE] = SQL_TASK_LIST_ACTIVE,
 	[STMT_NODE_PUT] = SQL_NODE_PUT,
 	[STMT_NODE_LIST] = SQL_NODE_LIST,
+	[STMT_OUTPUT_PUT] = SQL_OUTPUT_PUT,
+	[STMT_OUTPUT_LIST] = SQL_OUTPUT_LIST,
 	[STMT_DEVICE_DELETE_NODE] = SQL_DEVICE_DELETE_NODE,
 	[STMT_DEVICE_INSERT] = SQL_DEVICE_INSERT,
 	[STMT_DEVICE_LIST_NODE] = SQL_DEVICE_LIST_NODE,
@@ -1369,6 +1420,7 @@ void kn_attempt_row_release(struct kn_attempt_row *a)
 	if (!a)
 		return;
 	free(a->reason);
+	free(a->checkpoint);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -1394,7 +1446,10 @@ int kn_store_attempt_put(struct kn_store *st, const struct kn_attempt_row *a,
 	    bind_text(s, 3, kn_job_state_name(a->state)) ||
 	    bind_i64(s, 4, a->started_at) || bind_i64(s, 5, a->ended_at) ||
 	    bind_i64(s, 6, a->exit_code) || bind_i64(s, 7, a->signal) ||
-	    bind_text(s, 8, a->reason))
+	    bind_text(s, 8, a->reason) || bind_text(s, 9, a->checkpoint) ||
+	    bind_i64(s, 10, a->checkpoint_at) ||
+	    bind_i64(s, 11, a->restore_ms) || bind_i64(s, 12, a->useful_ms) ||
+	    bind_i64(s, 13, a->lost_ms))
 		return bind_fail(st, s, what, err);
 	return job_missing(run(st, s, what, err), a->job_id, err);
 }
@@ -1416,6 +1471,11 @@ static int read_attempt(sqlite3_stmt *s, struct kn_attempt_row *a,
 	a->exit_code = col_int(s, ATTEMPT_COL_EXIT_CODE);
 	a->signal = col_int(s, ATTEMPT_COL_SIGNAL);
 	a->reason = col_str(s, ATTEMPT_COL_REASON);
+	a->checkpoint = col_str(s, ATTEMPT_COL_CHECKPOINT);
+	a->checkpoint_at = col_i64(s, ATTEMPT_COL_CHECKPOINT_AT);
+	a->restore_ms = col_i64(s, ATTEMPT_COL_RESTORE_MS);
+	a->useful_ms = col_i64(s, ATTEMPT_COL_USEFUL_MS);
+	a->lost_ms = col_i64(s, ATTEMPT_COL_LOST_MS);
 	return 0;
 }
 
@@ -1452,6 +1512,69 @@ void kn_attempt_list_free(struct kn_attempt_row *rows, size_t n)
 {
 	for (size_t i = 0; rows && i < n; i++)
 		kn_attempt_row_release(&rows[i]);
+	free(rows);
+}
+
+/* ---- outputs ---- */
+
+void kn_output_row_release(struct kn_output_row *o)
+{
+	if (!o)
+		return;
+	free(o->name);
+	free(o->sha256);
+	free(o->url);
+	memset(o, 0, sizeof(*o));
+}
+
+int kn_store_output_put(struct kn_store *st, const struct kn_output_row *o,
+			struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_OUTPUT_PUT];
+	const char *what = "writing an output";
+
+	if (bind_i64(s, 1, o->job_id) || bind_text(s, 2, o->name) ||
+	    bind_i64(s, 3, o->size) || bind_text(s, 4, o->sha256) ||
+	    bind_text(s, 5, o->url))
+		return bind_fail(st, s, what, err);
+	return job_missing(run(st, s, what, err), o->job_id, err);
+}
+
+int kn_store_output_list(struct kn_store *st, int64_t job_id,
+			 struct kn_output_row **out, size_t *n,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_OUTPUT_LIST];
+	const char *what = "listing outputs";
+	struct kn_output_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (bind_i64(s, 1, job_id))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		rows[count].job_id = col_i64(s, OUTPUT_COL_JOB_ID);
+		rows[count].name = col_str(s, OUTPUT_COL_NAME);
+		rows[count].size = col_i64(s, OUTPUT_COL_SIZE);
+		rows[count].sha256 = col_str(s, OUTPUT_COL_SHA256);
+		rows[count].url = col_str(s, OUTPUT_COL_URL);
+		count++;
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_output_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_output_list_free(struct kn_output_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_output_row_release(&rows[i]);
 	free(rows);
 }
 
@@ -1590,6 +1713,7 @@ void kn_node_row_release(struct kn_node_row *n)
 	free(n->state);
 	free(n->labels_json);
 	free(n->taints_json);
+	free(n->reason);
 	for (size_t i = 0; n->devices && i < n->n_devices; i++)
 		device_row_release(&n->devices[i]);
 	free(n->devices);
@@ -1612,7 +1736,8 @@ int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
 	if (bind_text(s, 1, n->name) || bind_text(s, 2, n->state) ||
 	    bind_text(s, 3, n->labels_json) || bind_text(s, 4, n->taints_json) ||
 	    bind_i64(s, 5, n->cpu_milli) || bind_i64(s, 6, n->memory_bytes) ||
-	    bind_i64(s, 7, n->simulated) || bind_i64(s, 8, n->updated_at)) {
+	    bind_i64(s, 7, n->simulated) || bind_i64(s, 8, n->updated_at) ||
+	    bind_text(s, 9, n->reason)) {
 		rc = bind_fail(st, s, what, err);
 		goto out;
 	}
@@ -1697,6 +1822,7 @@ int kn_store_node_list(struct kn_store *st, struct kn_node_row **out,
 		row->state = col_str(s, NODE_COL_STATE);
 		row->labels_json = col_str(s, NODE_COL_LABELS);
 		row->taints_json = col_str(s, NODE_COL_TAINTS);
+		row->reason = col_str(s, NODE_COL_REASON);
 		row->cpu_milli = col_int(s, NODE_COL_CPU_MILLI);
 		row->memory_bytes = col_i64(s, NODE_COL_MEMORY_BYTES);
 		row->simulated = col_bool(s, NODE_COL_SIMULATED);

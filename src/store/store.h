@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 1
+#define KN_STORE_SCHEMA_VERSION 2
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -201,6 +201,13 @@ struct kn_attempt_row {
 	int exit_code;       /* -1 = none */
 	int signal;          /* 0 = none */
 	char *reason;
+	char *checkpoint;    /* the last checkpoint synced, or NULL */
+	int64_t checkpoint_at; /* when that checkpoint was taken, 0 = none */
+	int64_t restore_ms;  /* time spent restoring before the tasks ran */
+	int64_t useful_ms;   /* task-milliseconds kept (goodput) */
+	int64_t lost_ms;     /* task-milliseconds lost: after the last
+				checkpoint of a failed or preempted attempt,
+				plus restore time */
 };
 void kn_attempt_row_release(struct kn_attempt_row *a);
 /* Insert or replace by (job_id, number); -ENOENT when the job is missing. */
@@ -256,6 +263,25 @@ int kn_store_task_list_active(struct kn_store *st, struct kn_task_row **out,
 			      size_t *n, struct kn_error *err);
 void kn_task_list_free(struct kn_task_row *rows, size_t n);
 
+/* ---- outputs: the files a succeeded job left in its store ---- */
+
+struct kn_output_row {
+	int64_t job_id;
+	char *name;    /* path relative to the job's output directory */
+	int64_t size;
+	char *sha256;  /* hex */
+	char *url;     /* where the store keeps it */
+};
+void kn_output_row_release(struct kn_output_row *o);
+/* Insert or replace by (job_id, name); -ENOENT when the job is missing. */
+int kn_store_output_put(struct kn_store *st, const struct kn_output_row *o,
+			struct kn_error *err);
+/* Ordered by name. */
+int kn_store_output_list(struct kn_store *st, int64_t job_id,
+			 struct kn_output_row **out, size_t *n,
+			 struct kn_error *err);
+void kn_output_list_free(struct kn_output_row *rows, size_t n);
+
 /* ---- nodes and devices ---- */
 
 struct kn_device_row {
@@ -276,6 +302,7 @@ struct kn_node_row {
 	int64_t memory_bytes;
 	bool simulated;
 	int64_t updated_at;
+	char *reason;      /* why it is not ready, or NULL */
 	struct kn_device_row *devices;
 	size_t n_devices;
 };

@@ -24,6 +24,14 @@ def test_evict_requeues_without_using_a_retry(server, tmp_path):
     # The checkpoint signal (USR1) reached the task, not SIGTERM.
     assert "got-signal" in server.logs(jid, attempt=1)
     assert a[0]["exit_code"] == 143
+    # No checkpoint was synced: all of the first attempt is lost work.
+    assert a[0]["useful_task_ms"] == 0 and a[0]["lost_task_ms"] > 0
+    assert a[1]["lost_task_ms"] == 0
+    g = job["goodput"]
+    assert g["lost_task_seconds"] == a[0]["lost_task_ms"] / 1000
+    assert 0 <= g["percent"] < 100
+    r = server.cli("show", str(jid), check=True)
+    assert "goodput" in r.stdout
 
 
 def test_evict_escalates_to_kill_after_grace(server):

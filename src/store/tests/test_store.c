@@ -197,7 +197,11 @@ static void test_newer_version_refused(void **state)
 	assert_int_equal(err.code, KN_EIO);
 	assert_non_null(strstr(err.message, fx->path));
 	assert_non_null(strstr(err.message, "version 7"));
-	assert_non_null(strstr(err.message, "(1)"));
+	{
+		char want[16];
+		snprintf(want, sizeof(want), "(%d)", KN_STORE_SCHEMA_VERSION);
+		assert_non_null(strstr(err.message, want));
+	}
 }
 
 static void test_not_a_database_refused(void **state)
@@ -509,6 +513,62 @@ static void test_attempt_put_and_list(void **state)
 	assert_int_equal(kn_store_attempt_put(fx->st, &a, &err), -ENOENT);
 	assert_string_equal(err.message, "job 77 not found");
 	assert_string_equal(err.field, "job_id");
+}
+
+static void test_attempt_goodput_round_trip(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_attempt_row a = {
+		.number = 1, .state = KN_JOB_PREEMPTED, .started_at = 10,
+		.ended_at = 100, .exit_code = -1, .signal = 15,
+		.checkpoint = (char *)"step-000120", .checkpoint_at = 80,
+		.restore_ms = 7, .useful_ms = 140, .lost_ms = 54,
+	};
+	struct kn_attempt_row *rows = NULL;
+	struct kn_error err = {0};
+	size_t n = 0;
+
+	a.job_id = insert_job(fx->st, "g", "alice", KN_JOB_QUEUED);
+	assert_int_equal(kn_store_attempt_put(fx->st, &a, &err), 0);
+	assert_int_equal(kn_store_attempt_list(fx->st, a.job_id, &rows, &n,
+					       &err), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(rows[0].checkpoint, "step-000120");
+	assert_int_equal(rows[0].checkpoint_at, 80);
+	assert_int_equal(rows[0].restore_ms, 7);
+	assert_int_equal(rows[0].useful_ms, 140);
+	assert_int_equal(rows[0].lost_ms, 54);
+	kn_attempt_list_free(rows, n);
+}
+
+static void test_outputs(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_output_row o = {
+		.name = (char *)"final_weights.bin", .size = 4096,
+		.sha256 = (char *)"ab12", .url = (char *)"file:///b/1/outputs/x",
+	};
+	struct kn_output_row *rows = NULL;
+	struct kn_error err = {0};
+	size_t n = 0;
+
+	o.job_id = insert_job(fx->st, "o", "alice", KN_JOB_SUCCEEDED);
+	assert_int_equal(kn_store_output_put(fx->st, &o, &err), 0);
+	o.name = (char *)"metrics.json";
+	o.size = 12;
+	assert_int_equal(kn_store_output_put(fx->st, &o, &err), 0);
+	o.sha256 = (char *)"cd34"; /* replaced, not duplicated */
+	assert_int_equal(kn_store_output_put(fx->st, &o, &err), 0);
+	assert_int_equal(kn_store_output_list(fx->st, o.job_id, &rows, &n,
+					      &err), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(rows[0].name, "final_weights.bin");
+	assert_int_equal(rows[0].size, 4096);
+	assert_string_equal(rows[1].name, "metrics.json");
+	assert_string_equal(rows[1].sha256, "cd34");
+	kn_output_list_free(rows, n);
+	o.job_id = 999;
+	assert_int_equal(kn_store_output_put(fx->st, &o, &err), -ENOENT);
 }
 
 static void put_task(struct kn_store *st, int64_t job, int attempt, int rank,
@@ -1064,6 +1124,10 @@ int main(void)
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_attempt_put_and_list,
 						setup_store, teardown),
+		cmocka_unit_test_setup_teardown(test_attempt_goodput_round_trip,
+						setup_store, teardown),
+		cmocka_unit_test_setup_teardown(test_outputs, setup_store,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_task_put_and_list,
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_task_list_active,
