@@ -144,4 +144,29 @@ struct kn_sched_queue_entry {
 };
 void kn_sched_sort_queue(struct kn_sched_queue_entry *entries, size_t n);
 
+/* ---- preemption ---- */
+
+/* A running job that might be preempted for a more important one. */
+struct kn_sched_victim {
+	int64_t job_id;
+	int priority;
+	bool preemptible;
+	int64_t started_at;                     /* the younger goes first */
+	const struct kn_sched_request *req;
+	const struct kn_sched_binding *bindings; /* req->tasks of them */
+};
+
+/*
+ * The smallest set of running jobs whose eviction lets req (of priority
+ * `priority`) fit: only preemptible jobs of lower priority qualify, the
+ * lowest priority and then the youngest first, and any victim the others
+ * make unnecessary is dropped. On success returns 0 and writes the chosen
+ * indexes into cands to victims[0..*n_victims-1] (victims must hold n);
+ * -ENOSPC when no such set exists. The cluster is not changed.
+ */
+int kn_sched_find_victims(const struct kn_sched_cluster *cluster,
+			  const struct kn_sched_request *req, int priority,
+			  const struct kn_sched_victim *cands, size_t n,
+			  size_t *victims, size_t *n_victims);
+
 #endif

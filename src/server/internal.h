@@ -36,6 +36,7 @@ struct queued_job {
 	int64_t not_before;
 	struct kn_job_spec *spec;
 	char reason[256]; /* why it waits; memory only, recomputed each tick */
+	bool preempting;  /* lower-priority jobs are being evicted for it */
 	struct queued_job *next;
 };
 

@@ -500,6 +500,63 @@ static int bind_placed(struct server *s, struct placed *pl, size_t n,
 	return 0;
 }
 
+static bool evictions_in_flight(struct server *s)
+{
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->evicting)
+			return true;
+	return false;
+}
+
+/*
+ * q does not fit: evict the cheapest set of lower-priority preemptible
+ * jobs that makes room, if there is one. Returns true when it did.
+ */
+static bool preempt_for(struct server *s, struct queued_job *q,
+			const struct kn_sched_request *req)
+{
+	struct kn_sched_victim *cands;
+	size_t n = 0, *victims, n_victims = 0;
+	bool done = false;
+
+	for (struct run *r = s->runs; r; r = r->next)
+		n++;
+	cands = kn_xcalloc(n ? n : 1, sizeof(*cands));
+	victims = kn_xcalloc(n ? n : 1, sizeof(*victims));
+	n = 0;
+	for (struct run *r = s->runs; r; r = r->next) {
+		if (r->stopping)
+			continue;
+		cands[n].job_id = r->job_id;
+		cands[n].priority = r->spec->priority;
+		cands[n].preemptible = r->spec->preemptible;
+		cands[n].started_at = r->started_at;
+		cands[n].req = &r->req;
+		cands[n].bindings = r->bindings;
+		n++;
+	}
+	if (kn_sched_find_victims(&s->cluster, req, q->priority, cands, n,
+				  victims, &n_victims) == 0) {
+		char why[128];
+		snprintf(why, sizeof(why),
+			 "preempted for job %lld (priority %d)", (long long)q->id,
+			 q->priority);
+		for (size_t i = 0; i < n_victims; i++) {
+			struct kn_error err;
+			if (jobs_evict(s, NULL, cands[victims[i]].job_id, -1, why,
+				       &err) < 0)
+				kn_log(KN_LOG_WARN, "%s", err.message);
+		}
+		snprintf(q->reason, sizeof(q->reason),
+			 "waiting for %zu lower-priority job%s to be preempted",
+			 n_victims, n_victims == 1 ? "" : "s");
+		done = true;
+	}
+	free(cands);
+	free(victims);
+	return done;
+}
+
 void jobs_tick(void *arg)
 {
 	struct server *s = arg;
@@ -507,6 +564,7 @@ void jobs_tick(void *arg)
 	struct kn_sched_queue_entry *order;
 	struct placed *pl;
 	size_t n = 0, np = 0;
+	bool hold = false;
 
 	if (!s->queue)
 		return;
@@ -539,12 +597,27 @@ void jobs_tick(void *arg)
 				   q->reason, sizeof(q->reason)) == 0) {
 			p->q = q;
 			q->reason[0] = '\0';
+			q->preempting = false;
 			np++;
-		} else {
-			free(p->bindings);
-			sreq_release(&p->sr);
-			memset(p, 0, sizeof(*p));
+			continue;
 		}
+		if (strncmp(q->reason, KN_SCHED_NEVER,
+			    strlen(KN_SCHED_NEVER)) != 0) {
+			if (q->preempting && evictions_in_flight(s)) {
+				snprintf(q->reason, sizeof(q->reason),
+					 "waiting for preempted jobs to stop");
+				hold = true;
+			} else {
+				q->preempting = preempt_for(s, q, &p->sr.req);
+				hold = q->preempting;
+			}
+		}
+		free(p->bindings);
+		sreq_release(&p->sr);
+		memset(p, 0, sizeof(*p));
+		/* What the victims free is for q: nothing behind it jumps in. */
+		if (hold)
+			break;
 	}
 	if (np)
 		bind_placed(s, pl, np, now);

@@ -130,3 +130,43 @@ def test_cordon_needs_operator(server):
     assert server.job(jid)["state"] == "queued"
     server.request("POST", f"/v1/nodes/{node}/uncordon")
     server.wait_state(jid, "succeeded")
+
+
+def test_higher_priority_job_preempts_lower_preemptible(server, tmp_path):
+    low = server.submit(job_yaml("low", ["/bin/sh", "-c",
+                                         "if [ $KILN_ATTEMPT = 1 ]; then sleep 300; fi"],
+                                 preemptible=True, priority=1,
+                                 resources={"gpus": 3}))
+    steady = server.submit(job_yaml("steady", ["/bin/sleep", "300"], priority=0,
+                                    resources={"gpus": 1}))
+    server.wait_state(low, "running")
+    server.wait_state(steady, "running")
+    go = tmp_path / "go"
+    high = server.submit(job_yaml("high", ["/bin/sh", "-c",
+                                           f"while [ ! -e {go} ]; do sleep 0.05; done"],
+                                  priority=100, resources={"gpus": 2}))
+    server.wait_state(high, "running")
+    job = server.job(low)
+    assert job["state"] == "queued"
+    assert job["attempts_detail"][0]["state"] == "preempted"
+    assert f"preempted for job {high} (priority 100)" in job["attempts_detail"][0]["reason"]
+    # The non-preemptible job was not touched, though its priority is lower.
+    assert server.job(steady)["state"] == "running"
+    go.touch()
+    server.wait_state(high, "succeeded")
+    server.wait_state(low, "succeeded")
+    assert server.job(low)["retries_used"] == 0
+    server.request("POST", f"/v1/jobs/{steady}/cancel")
+
+
+def test_no_preemption_of_higher_or_equal_priority(server):
+    a = server.submit(job_yaml("a", ["/bin/sleep", "300"], preemptible=True,
+                               priority=50, resources={"gpus": 4}))
+    server.wait_state(a, "running")
+    b = server.submit(job_yaml("b", ["/bin/true"], priority=50,
+                               resources={"gpus": 1}))
+    wait_for(lambda: server.job(b)["reason"], what="a queue reason")
+    assert server.job(a)["state"] == "running"
+    assert server.job(b)["state"] == "queued"
+    server.request("POST", f"/v1/jobs/{a}/cancel")
+    server.wait_state(b, "succeeded")
