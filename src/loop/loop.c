@@ -8,6 +8,9 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +179,164 @@ int kn_loop_on_signal(struct kn_loop *loop, int signo, kn_loop_cb cb,
 				    (loop->n_signals + 1) * sizeof(ev));
 	loop->signals[loop->n_signals++] = ev;
 	return 0;
+}
+
+/* ---- workers ---- */
+
+/*
+ * A mutex-guarded queue in, a mutex-guarded queue out, and an eventfd
+ * that wakes the loop to deliver finished work: the loop thread never
+ * waits on a worker, and workers never touch loop state.
+ */
+struct work_item {
+	void (*work)(void *arg);
+	kn_work_done done;
+	void *arg;
+	struct work_item *next;
+};
+
+struct kn_workers {
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct work_item *todo, **todo_tail;
+	struct work_item *finished;
+	size_t pending; /* queued + running + finished undelivered */
+	bool stopping;
+	pthread_t *threads;
+	int n_threads;
+	int efd;
+	struct event *ev;
+};
+
+static void *worker_main(void *arg)
+{
+	struct kn_workers *w = arg;
+
+	pthread_mutex_lock(&w->lock);
+	for (;;) {
+		struct work_item *it;
+		uint64_t one = 1;
+
+		while (!w->todo && !w->stopping)
+			pthread_cond_wait(&w->wake, &w->lock);
+		if (w->stopping)
+			break;
+		it = w->todo;
+		w->todo = it->next;
+		if (!w->todo)
+			w->todo_tail = &w->todo;
+		pthread_mutex_unlock(&w->lock);
+		it->work(it->arg);
+		pthread_mutex_lock(&w->lock);
+		it->next = w->finished;
+		w->finished = it;
+		if (write(w->efd, &one, sizeof(one)) < 0) {
+			/* The counter cannot overflow here; nothing to do. */
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+static void deliver(struct kn_workers *w, bool ran)
+{
+	struct work_item *it;
+
+	pthread_mutex_lock(&w->lock);
+	it = w->finished;
+	w->finished = NULL;
+	pthread_mutex_unlock(&w->lock);
+	while (it) {
+		struct work_item *next = it->next;
+		pthread_mutex_lock(&w->lock);
+		w->pending--;
+		pthread_mutex_unlock(&w->lock);
+		it->done(it->arg, ran);
+		free(it);
+		it = next;
+	}
+}
+
+static void workers_ready(evutil_socket_t fd, short what, void *arg)
+{
+	uint64_t count;
+
+	(void)what;
+	if (read(fd, &count, sizeof(count)) < 0 && errno != EAGAIN)
+		return;
+	deliver(arg, true);
+}
+
+struct kn_workers *kn_workers_new(struct kn_loop *loop, int threads)
+{
+	struct kn_workers *w = kn_xcalloc(1, sizeof(*w));
+
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->wake, NULL);
+	w->todo_tail = &w->todo;
+	w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	w->ev = event_new(loop->base, w->efd, EV_READ | EV_PERSIST,
+			  workers_ready, w);
+	event_add(w->ev, NULL);
+	w->threads = kn_xcalloc((size_t)threads, sizeof(*w->threads));
+	for (int i = 0; i < threads; i++)
+		if (pthread_create(&w->threads[i], NULL, worker_main, w) == 0)
+			w->n_threads++;
+	return w;
+}
+
+void kn_workers_submit(struct kn_workers *w, void (*work)(void *arg),
+		       kn_work_done done, void *arg)
+{
+	struct work_item *it = kn_xcalloc(1, sizeof(*it));
+
+	it->work = work;
+	it->done = done;
+	it->arg = arg;
+	pthread_mutex_lock(&w->lock);
+	*w->todo_tail = it;
+	w->todo_tail = &it->next;
+	w->pending++;
+	pthread_cond_signal(&w->wake);
+	pthread_mutex_unlock(&w->lock);
+}
+
+size_t kn_workers_pending(const struct kn_workers *w)
+{
+	size_t n;
+
+	pthread_mutex_lock((pthread_mutex_t *)&w->lock);
+	n = w->pending;
+	pthread_mutex_unlock((pthread_mutex_t *)&w->lock);
+	return n;
+}
+
+void kn_workers_free(struct kn_workers *w)
+{
+	struct work_item *it;
+
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->stopping = true;
+	pthread_cond_broadcast(&w->wake);
+	pthread_mutex_unlock(&w->lock);
+	for (int i = 0; i < w->n_threads; i++)
+		pthread_join(w->threads[i], NULL);
+	deliver(w, true);
+	it = w->todo;
+	while (it) {
+		struct work_item *next = it->next;
+		it->done(it->arg, false);
+		free(it);
+		it = next;
+	}
+	event_free(w->ev);
+	close(w->efd);
+	pthread_cond_destroy(&w->wake);
+	pthread_mutex_destroy(&w->lock);
+	free(w->threads);
+	free(w);
 }
 
 /* ---- HTTP ---- */

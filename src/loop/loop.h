@@ -49,6 +49,33 @@ void kn_timer_free(struct kn_timer *t);
 int kn_loop_on_signal(struct kn_loop *loop, int signo, kn_loop_cb cb,
 		      void *arg);
 
+/* ---- work off the loop ---- */
+
+struct kn_workers;
+
+/*
+ * Called on the loop thread when a piece of work is over: ran is false for
+ * work that never started because the pool was freed first.
+ */
+typedef void (*kn_work_done)(void *arg, bool ran);
+
+/* A pool of threads for slow work (uploads, hashing, downloads). */
+struct kn_workers *kn_workers_new(struct kn_loop *loop, int threads);
+/*
+ * Run work(arg) on a pool thread, then done(arg, true) on the loop thread.
+ * work gets its own copies of what it needs: it must not touch the
+ * server's state.
+ */
+void kn_workers_submit(struct kn_workers *w, void (*work)(void *arg),
+		       kn_work_done done, void *arg);
+/* Work waiting or running. */
+size_t kn_workers_pending(const struct kn_workers *w);
+/*
+ * Wait for the work in progress, call done(arg, false) for what never
+ * started and done(arg, true) for what finished but was not delivered.
+ */
+void kn_workers_free(struct kn_workers *w);
+
 /* ---- HTTP server ---- */
 
 /* Caps with their reasons: bodies are specs and small JSON documents. */

@@ -67,6 +67,9 @@ struct run {
 	int64_t stop_grace_ms; /* -1 = the server's kill grace */
 	char stop_reason[128]; /* why: cancel, a failed gang member, a crash */
 	int64_t requeue_at;    /* set by finish_run when the job goes back */
+	char *checkpoint_dir;  /* KILN_CHECKPOINT_DIR of every task */
+	char *output_dir;      /* KILN_OUTPUT_DIR of every task */
+	char resume_from[512]; /* KILN_RESUME_FROM, or "" */
 	char checkpoint[128];  /* the newest checkpoint synced, or "" */
 	int64_t checkpoint_at; /* when it was committed by the task */
 	int64_t restore_ms;    /* time spent restoring before the start */

@@ -302,6 +302,11 @@ static struct run *run_new(struct server *s, int64_t job_id, int attempt,
 		r->tasks[i].rank = i;
 		r->tasks[i].task_dir = task_dir_path(s, job_id, attempt, i);
 	}
+	/* Shared by the attempt's tasks: rank 0 commits what all wrote. */
+	r->checkpoint_dir = kn_asprintf("%s/tasks/%lld/%d/checkpoints", s->home,
+					(long long)job_id, attempt);
+	r->output_dir = kn_asprintf("%s/tasks/%lld/%d/outputs", s->home,
+				    (long long)job_id, attempt);
 	r->next = s->runs;
 	s->runs = r;
 	return r;
@@ -311,6 +316,8 @@ static void run_free(struct run *r)
 {
 	for (int i = 0; i < r->n_tasks; i++)
 		free(r->tasks[i].task_dir);
+	free(r->checkpoint_dir);
+	free(r->output_dir);
 	free(r->tasks);
 	free(r->bindings);
 	free((void *)r->req.selector);
@@ -367,6 +374,10 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	add_env(&env, &n, kn_asprintf("KILN_JOB_NAME=%s", spec->name));
 	add_env(&env, &n, kn_asprintf("KILN_ATTEMPT=%d", r->attempt));
 	add_env(&env, &n, kn_asprintf("KILN_TASK_DIR=%s", t->task_dir));
+	add_env(&env, &n, kn_asprintf("KILN_CHECKPOINT_DIR=%s", r->checkpoint_dir));
+	add_env(&env, &n, kn_asprintf("KILN_OUTPUT_DIR=%s", r->output_dir));
+	if (r->resume_from[0])
+		add_env(&env, &n, kn_asprintf("KILN_RESUME_FROM=%s", r->resume_from));
 	add_env(&env, &n, kn_asprintf("KILN_GPU_MILLI=%d",
 				      b->milli_per_device));
 	if (s->devices.simulated)
@@ -382,6 +393,10 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	l.log_max_bytes = s->cfg.log_max_bytes;
 	l.log_keep = KN_LOG_KEEP;
 	rc = kn_mkdir_p(t->task_dir, 0700);
+	if (rc == 0)
+		rc = kn_mkdir_p(r->checkpoint_dir, 0700);
+	if (rc == 0)
+		rc = kn_mkdir_p(r->output_dir, 0700);
 	if (rc < 0)
 		kn_errorf(&err, KN_EIO, NULL, "cannot create %s: %s",
 			  t->task_dir, strerror(-rc));
