@@ -1,0 +1,466 @@
+/*
+ * Checkpoints on top of a blob store.
+ *
+ * Layout: JOB/checkpoints/NAME/<files> and JOB/checkpoints/NAME/MANIFEST.json,
+ * JOB/outputs/<files> and JOB/outputs/MANIFEST.json.
+ *
+ * Invariants: the manifest is written last (create-only, so two uploaders
+ * of one checkpoint cannot both claim it) and deleted first; restore
+ * trusts nothing it has not verified (size and sha256 of every file, read
+ * back in one pass) and builds the result under NAME.partial, renaming it
+ * only when complete. Store writes never expose half a file (each backend
+ * guarantees that), so a crash at any point leaves either no manifest
+ * (the checkpoint does not exist and the next upload redoes it) or a
+ * complete checkpoint.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/internal.h"
+
+/* Manifests are small; this bounds what a corrupt one makes us read. */
+#define MANIFEST_MAX_BYTES (16u << 20)
+
+static int check_part(const char *value, const char *field,
+		      struct kn_error *err)
+{
+	if (!value || !*value || strchr(value, '/') || strcmp(value, ".") == 0 ||
+	    strcmp(value, "..") == 0)
+		return kn_errorf(err, KN_EINVAL, field,
+				 "%s: must be a non-empty name without '/'",
+				 field);
+	return 0;
+}
+
+/* ---- local directory walk ---- */
+
+static int walk_local(const char *root, const char *rel,
+		      struct kn_ckpt_manifest *m, struct kn_error *err)
+{
+	char *dir = *rel ? kn_asprintf("%s/%s", root, rel) : kn_xstrdup(root);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int rc = 0;
+
+	if (!d) {
+		rc = kn_errorf(err, errno == ENOENT ? KN_ENOTFOUND : KN_EIO,
+			       "dir", "%s: %s", dir, strerror(errno));
+		free(dir);
+		return rc;
+	}
+	while (rc == 0 && (e = readdir(d))) {
+		struct stat st;
+		char *name;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		name = *rel ? kn_asprintf("%s/%s", rel, e->d_name)
+			    : kn_xstrdup(e->d_name);
+		if (fstatat(dirfd(d), e->d_name, &st, 0) < 0)
+			rc = kn_errorf(err, KN_EIO, "dir", "%s/%s: %s", root,
+				       name, strerror(errno));
+		else if (S_ISDIR(st.st_mode))
+			rc = walk_local(root, name, m, err);
+		else if (!S_ISREG(st.st_mode))
+			rc = kn_errorf(err, KN_EINVAL, "dir",
+				       "%s/%s: not a regular file or directory",
+				       root, name);
+		else if (strcmp(name, KN_CKPT_MANIFEST) == 0)
+			rc = kn_errorf(err, KN_EINVAL, "dir",
+				       "%s/%s: the name is reserved for kiln's "
+				       "manifest", root, name);
+		else {
+			m->files = kn_xrealloc(m->files,
+					       (m->n + 1) * sizeof(m->files[0]));
+			memset(&m->files[m->n], 0, sizeof(m->files[0]));
+			m->files[m->n].path = name;
+			name = NULL;
+			m->n++;
+		}
+		free(name);
+	}
+	closedir(d);
+	free(dir);
+	return rc;
+}
+
+static int file_cmp(const void *a, const void *b)
+{
+	const struct kn_ckpt_file *x = a, *y = b;
+	return strcmp(x->path, y->path);
+}
+
+/*
+ * Upload every file under dir to PREFIX/<path>, then the manifest to
+ * PREFIX/MANIFEST.json (create-only). -EEXIST from the manifest means
+ * another upload finished first: the checkpoint exists, which is success.
+ */
+static int upload_tree(struct kn_blob_store *s, const char *prefix,
+		       const char *dir, const char *name,
+		       struct kn_ckpt_manifest *out, struct kn_error *err)
+{
+	struct kn_ckpt_manifest m = {0};
+	char *json = NULL, *blob = NULL;
+	int rc;
+
+	m.name = kn_xstrdup(name);
+	m.created_ms = kn_now_ms();
+	rc = walk_local(dir, "", &m, err);
+	if (rc < 0)
+		goto out;
+	if (m.n > 1)
+		qsort(m.files, m.n, sizeof(m.files[0]), file_cmp);
+	for (size_t i = 0; i < m.n; i++) {
+		char *local = kn_asprintf("%s/%s", dir, m.files[i].path);
+		blob = kn_asprintf("%s%s", prefix, m.files[i].path);
+		rc = kn_blob_put_file(s, blob, local, 0, m.files[i].sha256,
+				      &m.files[i].size, err);
+		free(local);
+		free(blob);
+		blob = NULL;
+		if (rc < 0)
+			goto out;
+	}
+	json = kn_ckpt_manifest_to_json(&m);
+	blob = kn_asprintf("%s" KN_CKPT_MANIFEST, prefix);
+	rc = kn_blob_put_bytes(s, blob, json, strlen(json), KN_BLOB_CREATE_ONLY,
+			       err);
+	if (rc == -EEXIST)
+		rc = 0;
+	if (rc == 0 && out) {
+		*out = m;
+		memset(&m, 0, sizeof(m));
+	}
+out:
+	free(json);
+	free(blob);
+	kn_ckpt_manifest_release(&m);
+	return rc;
+}
+
+static int read_manifest(struct kn_blob_store *s, const char *blob,
+			 struct kn_ckpt_manifest *out, struct kn_error *err)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int rc = kn_blob_get_bytes(s, blob, MANIFEST_MAX_BYTES, &text, &len,
+				   err);
+	if (rc < 0)
+		return rc;
+	rc = kn_ckpt_manifest_parse(text, len, blob, out, err);
+	free(text);
+	return rc;
+}
+
+int kn_ckpt_upload(struct kn_blob_store *store, const char *job,
+		   const char *dir, struct kn_ckpt_manifest *manifest_out,
+		   struct kn_error *err)
+{
+	const char *slash;
+	char *name, *prefix, *mblob;
+	struct kn_blob_info info;
+	int rc;
+
+	rc = check_part(job, "job", err);
+	if (rc < 0)
+		return rc;
+	slash = strrchr(dir, '/');
+	name = kn_xstrdup(slash ? slash + 1 : dir);
+	rc = check_part(name, "dir", err);
+	if (rc < 0) {
+		free(name);
+		return rc;
+	}
+	prefix = kn_asprintf("%s/checkpoints/%s/", job, name);
+	mblob = kn_asprintf("%s" KN_CKPT_MANIFEST, prefix);
+	rc = kn_blob_stat(store, mblob, &info, err);
+	if (rc == 0) {
+		/* Already complete: a re-run after a crash sends nothing. */
+		rc = manifest_out ? read_manifest(store, mblob, manifest_out, err)
+				  : 0;
+		goto out;
+	}
+	if (rc != -ENOENT)
+		goto out;
+	rc = upload_tree(store, prefix, dir, name, manifest_out, err);
+out:
+	free(mblob);
+	free(prefix);
+	free(name);
+	return rc;
+}
+
+int kn_ckpt_upload_outputs(struct kn_blob_store *store, const char *job,
+			   const char *dir, struct kn_ckpt_manifest *out,
+			   struct kn_error *err)
+{
+	char *prefix, *mblob;
+	int rc = check_part(job, "job", err);
+	if (rc < 0)
+		return rc;
+	prefix = kn_asprintf("%s/outputs/", job);
+	mblob = kn_asprintf("%s" KN_CKPT_MANIFEST, prefix);
+	/* Outputs are written once per job, when it succeeds; a repeat (a
+	 * server restarted mid-upload) replaces an earlier partial record. */
+	rc = kn_blob_delete(store, mblob, err);
+	if (rc == 0 || rc == -ENOENT)
+		rc = upload_tree(store, prefix, dir, "outputs", out, err);
+	free(mblob);
+	free(prefix);
+	return rc;
+}
+
+/* ---- listing ---- */
+
+static int entry_newest_first(const void *a, const void *b)
+{
+	const struct kn_ckpt_entry *x = a, *y = b;
+	return strverscmp(y->name, x->name);
+}
+
+void kn_ckpt_list_release(struct kn_ckpt_list *list)
+{
+	if (!list)
+		return;
+	for (size_t i = 0; i < list->n; i++)
+		free(list->items[i].name);
+	free(list->items);
+	list->items = NULL;
+	list->n = 0;
+}
+
+int kn_ckpt_list(struct kn_blob_store *store, const char *job,
+		 struct kn_ckpt_list *out, struct kn_error *err)
+{
+	struct kn_blob_list blobs = {0};
+	struct kn_ckpt_list list = {0};
+	char *prefix;
+	size_t plen;
+	int rc = check_part(job, "job", err);
+
+	if (rc < 0)
+		return rc;
+	prefix = kn_asprintf("%s/checkpoints/", job);
+	plen = strlen(prefix);
+	rc = kn_blob_list(store, prefix, &blobs, err);
+	if (rc < 0)
+		goto out;
+	/* Blobs come sorted by name, so one checkpoint's files are adjacent. */
+	for (size_t i = 0; i < blobs.n; i++) {
+		const char *rest = blobs.items[i].name + plen;
+		const char *slash = strchr(rest, '/');
+		size_t nlen;
+		struct kn_ckpt_entry *last;
+
+		if (!slash)
+			continue;
+		nlen = (size_t)(slash - rest);
+		last = list.n ? &list.items[list.n - 1] : NULL;
+		if (!last || strlen(last->name) != nlen ||
+		    strncmp(last->name, rest, nlen) != 0) {
+			list.items = kn_xrealloc(list.items, (list.n + 1) *
+							     sizeof(list.items[0]));
+			last = &list.items[list.n++];
+			last->name = strndup(rest, nlen);
+			if (!last->name)
+				abort();
+			last->complete = false;
+		}
+		if (strcmp(slash + 1, KN_CKPT_MANIFEST) == 0)
+			last->complete = true;
+	}
+	if (list.n > 1)
+		qsort(list.items, list.n, sizeof(list.items[0]),
+		      entry_newest_first);
+	*out = list;
+	memset(&list, 0, sizeof(list));
+out:
+	kn_ckpt_list_release(&list);
+	kn_blob_list_release(&blobs);
+	free(prefix);
+	return rc;
+}
+
+/* ---- restore ---- */
+
+static void warn(char **warnings, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void warn(char **warnings, const char *name, const char *fmt, ...)
+{
+	char reason[1024];
+	char *joined;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof(reason), fmt, ap);
+	va_end(ap);
+	joined = kn_asprintf("%scheckpoint %s skipped: %s\n",
+			     *warnings ? *warnings : "", name, reason);
+	free(*warnings);
+	*warnings = joined;
+}
+
+/* Download and verify one checkpoint into partial; a reason on failure. */
+static int fetch_verified(struct kn_blob_store *s, const char *prefix,
+			  const struct kn_ckpt_manifest *m, const char *partial,
+			  char *reason, size_t reason_len)
+{
+	for (size_t i = 0; i < m->n; i++) {
+		const struct kn_ckpt_file *f = &m->files[i];
+		char *blob = kn_asprintf("%s%s", prefix, f->path);
+		char *local = kn_asprintf("%s/%s", partial, f->path);
+		char sha[KN_SHA256_HEX_LEN + 1];
+		struct kn_error ferr = {0};
+		struct stat st;
+		int rc;
+
+		rc = kn_blob_get_file(s, blob, local, 0, -1, sha, &ferr);
+		if (rc < 0)
+			snprintf(reason, reason_len, "%s: %s", f->path,
+				 ferr.message[0] ? ferr.message : strerror(-rc));
+		else if (stat(local, &st) < 0 || st.st_size != f->size)
+			snprintf(reason, reason_len,
+				 "%s: size differs from the manifest's %lld",
+				 f->path, (long long)f->size);
+		else if (strcmp(sha, f->sha256) != 0)
+			snprintf(reason, reason_len,
+				 "%s: sha256 %s does not match the manifest's %s",
+				 f->path, sha, f->sha256);
+		free(blob);
+		free(local);
+		if (reason[0])
+			return -EIO;
+	}
+	return 0;
+}
+
+int kn_ckpt_restore(struct kn_blob_store *store, const char *job,
+		    const char *dest_parent, char **name_out, char **warnings,
+		    struct kn_error *err)
+{
+	struct kn_ckpt_list list = {0};
+	char *found = NULL;
+	int rc;
+
+	*warnings = NULL;
+	rc = kn_ckpt_list(store, job, &list, err);
+	if (rc < 0)
+		return rc;
+	rc = kn_mkdir_p(dest_parent, 0755);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, "dest", "%s: %s", dest_parent,
+			       strerror(-rc));
+		goto out;
+	}
+	for (size_t i = 0; i < list.n && !found; i++) {
+		const char *name = list.items[i].name;
+		struct kn_ckpt_manifest m = {0};
+		struct kn_error merr = {0};
+		char reason[1024] = "";
+		char *prefix, *mblob, *partial, *final;
+
+		if (!list.items[i].complete) {
+			warn(warnings, name, "no %s (upload incomplete)",
+			     KN_CKPT_MANIFEST);
+			continue;
+		}
+		prefix = kn_asprintf("%s/checkpoints/%s/", job, name);
+		mblob = kn_asprintf("%s" KN_CKPT_MANIFEST, prefix);
+		partial = kn_asprintf("%s/%s.partial", dest_parent, name);
+		final = kn_asprintf("%s/%s", dest_parent, name);
+		kn_rm_rf(partial);
+		if (read_manifest(store, mblob, &m, &merr) < 0)
+			warn(warnings, name, "%s", merr.message);
+		else if (strcmp(m.name, name) != 0)
+			warn(warnings, name, "its manifest names \"%s\"",
+			     m.name);
+		else if (kn_mkdir_p(partial, 0755) < 0 ||
+			 fetch_verified(store, prefix, &m, partial, reason,
+					sizeof(reason)) < 0)
+			warn(warnings, name, "%s",
+			     reason[0] ? reason : "cannot create directory");
+		else if (rename(partial, final) < 0)
+			rc = kn_errorf(err, KN_EIO, "dest", "%s: %s", final,
+				       strerror(errno));
+		else
+			found = kn_xstrdup(name);
+		if (!found)
+			kn_rm_rf(partial);
+		kn_ckpt_manifest_release(&m);
+		free(prefix);
+		free(mblob);
+		free(partial);
+		free(final);
+		if (rc < 0)
+			goto out;
+	}
+	if (!found) {
+		rc = kn_errorf(err, KN_ENOTFOUND, "job",
+			       "job %s: no checkpoint verifies", job);
+		goto out;
+	}
+	*name_out = found;
+out:
+	kn_ckpt_list_release(&list);
+	return rc;
+}
+
+/* ---- retention ---- */
+
+static int delete_checkpoint(struct kn_blob_store *s, const char *job,
+			     const char *name, struct kn_error *err)
+{
+	struct kn_blob_list blobs = {0};
+	char *prefix = kn_asprintf("%s/checkpoints/%s/", job, name);
+	char *mblob = kn_asprintf("%s" KN_CKPT_MANIFEST, prefix);
+	int rc = kn_blob_delete(s, mblob, err);
+
+	if (rc == -ENOENT)
+		rc = 0;
+	if (rc == 0)
+		rc = kn_blob_list(s, prefix, &blobs, err);
+	for (size_t i = 0; rc == 0 && i < blobs.n; i++) {
+		rc = kn_blob_delete(s, blobs.items[i].name, err);
+		if (rc == -ENOENT)
+			rc = 0;
+	}
+	kn_blob_list_release(&blobs);
+	free(mblob);
+	free(prefix);
+	return rc;
+}
+
+int kn_ckpt_prune(struct kn_blob_store *store, const char *job, size_t keep,
+		  size_t *deleted, struct kn_error *err)
+{
+	struct kn_ckpt_list list = {0};
+	size_t complete = 0, gone = 0;
+	int rc = kn_ckpt_list(store, job, &list, err);
+
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < list.n && rc == 0; i++) {
+		bool drop;
+		if (list.items[i].complete)
+			drop = ++complete > keep;
+		else /* an upload cut short, unless it is still going on */
+			drop = complete >= keep && complete > 0;
+		if (drop) {
+			rc = delete_checkpoint(store, job, list.items[i].name,
+					       err);
+			gone += rc == 0;
+		}
+	}
+	kn_ckpt_list_release(&list);
+	if (rc == 0 && deleted)
+		*deleted = gone;
+	return rc;
+}

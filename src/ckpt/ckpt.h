@@ -1,0 +1,251 @@
+/*
+ * ckpt: checkpoint sync, and the blob stores it writes to.
+ *
+ * Blob stores sit behind one ops table (like curl's vtls backends): a
+ * local directory (file:///path, the default $KILN_HOME/blobs) and Azure
+ * Blob Storage (https://ACCOUNT.blob.core.windows.net/CONTAINER[/PREFIX],
+ * or any endpoint in path style such as Azurite's
+ * http://127.0.0.1:10000/devstoreaccount1/CONTAINER[/PREFIX]). Blob names
+ * are relative to the store's prefix and use '/' as separator.
+ *
+ * Every function here blocks: the server runs them on worker threads, never
+ * on its event loop. A store is used by one thread at a time (it owns
+ * reusable I/O buffers); open one per worker.
+ *
+ * Checkpoints follow DESIGN.md's contract: a checkpoint lives under
+ * JOB/checkpoints/NAME/ and exists only once its MANIFEST.json (every file,
+ * its size and sha256) is there; the manifest is written last and deleted
+ * first, so an interrupted upload or prune never leaves one that looks
+ * complete. Checkpoint names order by strverscmp (step-9 < step-10), newest
+ * last, so tasks should name them by step.
+ *
+ * Secrets (account keys, SAS signatures) never appear in error messages.
+ */
+#ifndef KILN_CKPT_H
+#define KILN_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+#define KN_SHA256_HEX_LEN 64
+#define KN_CKPT_MANIFEST "MANIFEST.json"
+
+/* ---- blob stores ---- */
+
+struct kn_blob_store;
+
+/*
+ * How to open a store. Only url is required; NULL fields fall back to the
+ * environment when use_env is set (AZURE_STORAGE_CONNECTION_STRING, then
+ * AZURE_STORAGE_ACCOUNT + AZURE_STORAGE_KEY / AZURE_STORAGE_SAS_TOKEN).
+ * An explicit field always wins over the environment.
+ */
+struct kn_blob_store_config {
+	const char *url;               /* file:///dir, https://..., http://... */
+	const char *account_key;       /* base64 Shared Key */
+	const char *sas_token;         /* "sv=...&sig=..." (leading '?' ok) */
+	const char *connection_string; /* AccountName=...;AccountKey=...;... */
+	const char *api_version;       /* x-ms-version; NULL = 2023-11-03 */
+	bool use_env;
+	size_t block_size;   /* Put Block size; 0 = 8 MiB */
+	int parallel;        /* blocks in flight; 0 = 6 */
+	int max_retries;     /* transient failures retried; 0 = 5, <0 = none */
+	int64_t retry_base_ms; /* first backoff, doubled each time; 0 = 200 */
+};
+
+#define KN_BLOB_DEFAULT_API_VERSION "2023-11-03"
+
+/*
+ * Open a store. No network traffic happens here; bad URLs, bad keys and
+ * missing credentials are reported now, naming the field. *out is owned
+ * by the caller (kn_blob_store_free).
+ */
+int kn_blob_store_open(const struct kn_blob_store_config *cfg,
+		       struct kn_blob_store **out, struct kn_error *err);
+void kn_blob_store_free(struct kn_blob_store *store);
+/* The store's URL without credentials, for logs and the API. */
+const char *kn_blob_store_url(const struct kn_blob_store *store);
+/* "file:///HOME/blobs" for a kiln home; malloc'd. */
+char *kn_blob_default_url(const char *kiln_home);
+
+struct kn_blob_info {
+	char *name;      /* relative to the store's prefix; malloc'd */
+	int64_t size;
+};
+
+struct kn_blob_list {
+	struct kn_blob_info *items; /* sorted by name */
+	size_t n;
+};
+void kn_blob_list_release(struct kn_blob_list *list);
+
+/* Put flags. */
+#define KN_BLOB_CREATE_ONLY 0x1 /* fail with -EEXIST if the blob exists */
+
+/*
+ * Upload a local file as blob name, reading it once; sha256_hex (65 bytes,
+ * may be NULL) receives the digest of the bytes sent and *size_out (may be
+ * NULL) their count. Readers never see a partial blob.
+ */
+int kn_blob_put_file(struct kn_blob_store *store, const char *name,
+		     const char *path, unsigned flags, char *sha256_hex,
+		     int64_t *size_out, struct kn_error *err);
+/* Upload bytes. KN_BLOB_CREATE_ONLY: -EEXIST (KN_ECONFLICT) if present. */
+int kn_blob_put_bytes(struct kn_blob_store *store, const char *name,
+		      const void *data, size_t len, unsigned flags,
+		      struct kn_error *err);
+/*
+ * Download blob name into path (replaced atomically). length < 0 means to
+ * the end; offset/length select a byte range. sha256_hex (may be NULL)
+ * receives the digest of the bytes written. -ENOENT when missing.
+ */
+int kn_blob_get_file(struct kn_blob_store *store, const char *name,
+		     const char *path, int64_t offset, int64_t length,
+		     char *sha256_hex, struct kn_error *err);
+/* Download a blob of at most max bytes into a malloc'd NUL-terminated buffer. */
+int kn_blob_get_bytes(struct kn_blob_store *store, const char *name,
+		      size_t max, char **out, size_t *out_len,
+		      struct kn_error *err);
+/* Every blob whose name starts with prefix (all pages), sorted by name. */
+int kn_blob_list(struct kn_blob_store *store, const char *prefix,
+		 struct kn_blob_list *out, struct kn_error *err);
+/* Delete a blob; -ENOENT when missing. */
+int kn_blob_delete(struct kn_blob_store *store, const char *name,
+		   struct kn_error *err);
+/* Size of a blob; -ENOENT when missing. out->name is left NULL. */
+int kn_blob_stat(struct kn_blob_store *store, const char *name,
+		 struct kn_blob_info *out, struct kn_error *err);
+
+/*
+ * The backends. Each receives names already joined with nothing: the
+ * store's prefix is the backend's business. Errors as everywhere.
+ */
+struct kn_blob_store_ops {
+	const char *scheme;
+	int (*put_file)(struct kn_blob_store *store, const char *name,
+			const char *path, unsigned flags, char *sha256_hex,
+			int64_t *size_out, struct kn_error *err);
+	int (*put_bytes)(struct kn_blob_store *store, const char *name,
+			 const void *data, size_t len, unsigned flags,
+			 struct kn_error *err);
+	int (*get_file)(struct kn_blob_store *store, const char *name,
+			const char *path, int64_t offset, int64_t length,
+			char *sha256_hex, struct kn_error *err);
+	int (*list)(struct kn_blob_store *store, const char *prefix,
+		    struct kn_blob_list *out, struct kn_error *err);
+	int (*del)(struct kn_blob_store *store, const char *name,
+		   struct kn_error *err);
+	int (*stat)(struct kn_blob_store *store, const char *name,
+		    struct kn_blob_info *out, struct kn_error *err);
+	void (*free)(struct kn_blob_store *store);
+};
+
+extern const struct kn_blob_store_ops kn_file_store_ops;
+extern const struct kn_blob_store_ops kn_azure_store_ops;
+
+/* ---- manifests ---- */
+
+struct kn_ckpt_file {
+	char *path; /* relative, '/'-separated */
+	int64_t size;
+	char sha256[KN_SHA256_HEX_LEN + 1];
+};
+
+struct kn_ckpt_manifest {
+	char *name; /* checkpoint name, or "outputs" */
+	int64_t created_ms;
+	struct kn_ckpt_file *files; /* sorted by path */
+	size_t n;
+};
+void kn_ckpt_manifest_release(struct kn_ckpt_manifest *m);
+/* The manifest as JSON text (malloc'd). */
+char *kn_ckpt_manifest_to_json(const struct kn_ckpt_manifest *m);
+/*
+ * Parse and validate a manifest (paths relative without "..", sizes >= 0,
+ * 64 lowercase hex digits). err names the source and the bad field.
+ */
+int kn_ckpt_manifest_parse(const char *text, size_t len, const char *source,
+			   struct kn_ckpt_manifest *out, struct kn_error *err);
+
+/* ---- checkpoints ---- */
+
+/*
+ * Upload the completed checkpoint directory dir as JOB/checkpoints/NAME/
+ * (NAME is dir's last component): every regular file, then MANIFEST.json
+ * create-only. If the manifest is already there nothing is sent (a re-run
+ * after a crash is idempotent; one cut short redoes the files).
+ * manifest_out (may be NULL) receives what was (or had been) recorded.
+ */
+int kn_ckpt_upload(struct kn_blob_store *store, const char *job,
+		   const char *dir, struct kn_ckpt_manifest *manifest_out,
+		   struct kn_error *err);
+
+struct kn_ckpt_entry {
+	char *name;
+	bool complete; /* its manifest exists */
+};
+struct kn_ckpt_list {
+	struct kn_ckpt_entry *items; /* newest first */
+	size_t n;
+};
+void kn_ckpt_list_release(struct kn_ckpt_list *list);
+/* The job's checkpoints in the store, newest first, complete or not. */
+int kn_ckpt_list(struct kn_blob_store *store, const char *job,
+		 struct kn_ckpt_list *out, struct kn_error *err);
+
+/*
+ * Download the newest complete checkpoint whose files verify (size and
+ * sha256) into DEST_PARENT/NAME, which must not exist yet (it is built as
+ * NAME.partial and renamed). Corrupt or incomplete ones are skipped: for
+ * each, a line "checkpoint NAME skipped: REASON" is appended to *warnings
+ * (malloc'd, NULL when none; set even on failure). *name_out (malloc'd)
+ * names the restored one. -ENOENT (KN_ENOTFOUND) when none verifies.
+ */
+int kn_ckpt_restore(struct kn_blob_store *store, const char *job,
+		    const char *dest_parent, char **name_out, char **warnings,
+		    struct kn_error *err);
+
+/*
+ * Retention: keep the newest `keep` complete checkpoints; delete older
+ * complete ones (manifest first) and incomplete ones older than the oldest
+ * kept. *deleted (may be NULL) receives how many checkpoints went.
+ */
+int kn_ckpt_prune(struct kn_blob_store *store, const char *job, size_t keep,
+		  size_t *deleted, struct kn_error *err);
+
+/*
+ * Upload every regular file under dir to JOB/outputs/ and return each
+ * file's size and sha256 in *out (name "outputs"); also writes
+ * JOB/outputs/MANIFEST.json last.
+ */
+int kn_ckpt_upload_outputs(struct kn_blob_store *store, const char *job,
+			   const char *dir, struct kn_ckpt_manifest *out,
+			   struct kn_error *err);
+
+/* ---- watching KILN_CHECKPOINT_DIR ---- */
+
+struct kn_ckpt_watch;
+
+/*
+ * Watch dir for checkpoints committed by renaming NAME.tmp to NAME
+ * (inotify), with a scan every scan_ms (0 = 2000) as a fallback for lost
+ * events. Directories already there count as committed.
+ */
+int kn_ckpt_watch_new(const char *dir, int64_t scan_ms,
+		      struct kn_ckpt_watch **out, struct kn_error *err);
+void kn_ckpt_watch_free(struct kn_ckpt_watch *w);
+/* A descriptor that polls readable when kn_ckpt_watch_next may have news. */
+int kn_ckpt_watch_fd(const struct kn_ckpt_watch *w);
+/*
+ * Drain events (non-blocking) and return 1 with the oldest newly
+ * committed name in *name (malloc'd), 0 when there is none, or a negative
+ * errno. Each name is returned once, in strverscmp order among those
+ * noticed together.
+ */
+int kn_ckpt_watch_next(struct kn_ckpt_watch *w, char **name,
+		       struct kn_error *err);
+
+#endif

@@ -1,0 +1,459 @@
+/*
+ * The file:// blob store: blobs are files under a root directory.
+ *
+ * Every write goes to NAME.kiln-tmp-XXXXXX beside its target, is fsynced,
+ * and is renamed into place (or linked, for create-only writes, so that
+ * "already exists" is decided atomically by the kernel): readers see the
+ * old blob or the whole new one, never part of one. Listings skip the
+ * temporaries. Copies run dd-style through reused 16 MiB buffers with the
+ * SHA-256 on the hashing thread; sync_file_range starts writeback of each
+ * chunk as it is written so the final fsync has little left to wait for
+ * (copy_file_range was rejected: it runs at ~0.37 GB/s here).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/internal.h"
+
+#define TMP_MARK ".kiln-tmp-"
+/* Buffers in the copy ring: one being read/written, two being hashed. */
+#define RING 3
+
+struct file_store {
+	char *root;
+};
+
+static struct file_store *fs_of(struct kn_blob_store *s)
+{
+	return s->impl;
+}
+
+static char *full_path(struct kn_blob_store *s, const char *name)
+{
+	return kn_asprintf("%s/%s", fs_of(s)->root, name);
+}
+
+static int make_parent(const char *path)
+{
+	char *dir = kn_xstrdup(path);
+	char *slash = strrchr(dir, '/');
+	int rc = 0;
+	if (slash && slash != dir) {
+		*slash = '\0';
+		rc = kn_mkdir_p(dir, 0755);
+	}
+	free(dir);
+	return rc;
+}
+
+static int open_temp(const char *target, char **tmp_out)
+{
+	char *tmp = kn_asprintf("%s" TMP_MARK "XXXXXX", target);
+	int fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		free(tmp);
+		return -e;
+	}
+	fchmod(fd, 0644);
+	*tmp_out = tmp;
+	return fd;
+}
+
+static ssize_t read_full(int fd, char *buf, size_t len)
+{
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = read(fd, buf + got, len - got);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
+static int write_full(int fd, const char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, buf, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Copy up to limit bytes (limit < 0: all) from in to out, hashing on the
+ * side. Returns 0 or -errno; *copied and hex are set on success.
+ */
+static int copy_hashed(struct kn_blob_store *s, int in, int out, int64_t limit,
+		       char *hex, int64_t *copied, const char **failed_op)
+{
+	struct kn_hashpipe *hp = kn_hashpipe_start();
+	uint64_t seqs[RING] = {0};
+	int64_t total = 0;
+	int rc = 0;
+
+	for (unsigned i = 0;; i++) {
+		char *buf = kn_bufpool_get(&s->pool, (int)(i % RING));
+		size_t want = KN_FILE_CHUNK;
+		ssize_t n;
+
+		if (limit >= 0 && (int64_t)want > limit - total)
+			want = (size_t)(limit - total);
+		if (want == 0)
+			break;
+		if (seqs[i % RING])
+			kn_hashpipe_wait(hp, seqs[i % RING]);
+		n = read_full(in, buf, want);
+		if (n < 0) {
+			rc = (int)n;
+			*failed_op = "read";
+			break;
+		}
+		if (n == 0)
+			break;
+		rc = write_full(out, buf, (size_t)n);
+		if (rc < 0) {
+			*failed_op = "write";
+			break;
+		}
+		sync_file_range(out, total, n, SYNC_FILE_RANGE_WRITE);
+		seqs[i % RING] = kn_hashpipe_submit(hp, buf, (size_t)n);
+		total += n;
+	}
+	if (rc == 0 && fsync(out) < 0) {
+		rc = -errno;
+		*failed_op = "fsync";
+	}
+	kn_hashpipe_finish(hp, rc == 0 ? hex : NULL);
+	if (rc == 0)
+		*copied = total;
+	return rc;
+}
+
+/* Put the finished temporary in place: rename, or link for create-only. */
+static int commit_temp(const char *tmp, const char *target, unsigned flags,
+		       const char *name, struct kn_error *err)
+{
+	if (flags & KN_BLOB_CREATE_ONLY) {
+		if (link(tmp, target) < 0) {
+			int e = errno;
+			unlink(tmp);
+			if (e == EEXIST)
+				return kn_errorf(err, KN_ECONFLICT, "name",
+						 "blob %s: already exists",
+						 name);
+			return kn_errorf(err, KN_EIO, NULL, "blob %s: link: %s",
+					 name, strerror(e));
+		}
+		unlink(tmp);
+		return 0;
+	}
+	if (rename(tmp, target) < 0) {
+		int e = errno;
+		unlink(tmp);
+		return kn_errorf(err, KN_EIO, NULL, "blob %s: rename: %s", name,
+				 strerror(e));
+	}
+	return 0;
+}
+
+static int fs_put_file(struct kn_blob_store *s, const char *name,
+		       const char *path, unsigned flags, char *sha256_hex,
+		       int64_t *size_out, struct kn_error *err)
+{
+	char *target = full_path(s, name), *tmp = NULL;
+	char hex[KN_SHA256_HEX_LEN + 1];
+	const char *op = "";
+	int64_t copied = 0;
+	int in = -1, out = -1, rc;
+
+	in = open(path, O_RDONLY | O_CLOEXEC);
+	if (in < 0) {
+		rc = kn_errorf(err, errno == ENOENT ? KN_ENOTFOUND : KN_EIO,
+			       "path", "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
+	rc = make_parent(target);
+	if (rc == 0)
+		rc = open_temp(target, &tmp);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "blob %s: %s", name,
+			       strerror(-rc));
+		goto out;
+	}
+	out = rc;
+	rc = copy_hashed(s, in, out, -1, hex, &copied, &op);
+	close(out);
+	if (rc < 0) {
+		unlink(tmp);
+		rc = kn_errorf(err, KN_EIO, NULL, "blob %s from %s: %s: %s",
+			       name, path, op, strerror(-rc));
+		goto out;
+	}
+	rc = commit_temp(tmp, target, flags, name, err);
+	if (rc == 0) {
+		if (sha256_hex)
+			memcpy(sha256_hex, hex, sizeof(hex));
+		if (size_out)
+			*size_out = copied;
+	}
+out:
+	if (in >= 0)
+		close(in);
+	free(tmp);
+	free(target);
+	return rc;
+}
+
+static int fs_put_bytes(struct kn_blob_store *s, const char *name,
+			const void *data, size_t len, unsigned flags,
+			struct kn_error *err)
+{
+	char *target = full_path(s, name), *tmp = NULL;
+	int fd, rc;
+
+	rc = make_parent(target);
+	if (rc == 0)
+		rc = open_temp(target, &tmp);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "blob %s: %s", name,
+			       strerror(-rc));
+		goto out;
+	}
+	fd = rc;
+	rc = write_full(fd, data, len);
+	if (rc == 0 && fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	if (rc < 0) {
+		unlink(tmp);
+		rc = kn_errorf(err, KN_EIO, NULL, "blob %s: write: %s", name,
+			       strerror(-rc));
+		goto out;
+	}
+	rc = commit_temp(tmp, target, flags, name, err);
+out:
+	free(tmp);
+	free(target);
+	return rc;
+}
+
+static int fs_get_file(struct kn_blob_store *s, const char *name,
+		       const char *path, int64_t offset, int64_t length,
+		       char *sha256_hex, struct kn_error *err)
+{
+	char *src = full_path(s, name), *tmp = NULL;
+	char hex[KN_SHA256_HEX_LEN + 1];
+	const char *op = "";
+	struct stat st;
+	int64_t copied = 0;
+	int in = -1, out, rc;
+
+	in = open(src, O_RDONLY | O_CLOEXEC);
+	if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode)) {
+		rc = kn_errorf(err, (in < 0 && errno != ENOENT) ? KN_EIO
+				     : KN_ENOTFOUND, "name",
+			       "blob %s: not found", name);
+		goto out;
+	}
+	if (offset > 0 && offset >= st.st_size) {
+		rc = kn_errorf(err, KN_EINVAL, "offset",
+			       "blob %s: range starts at %lld, past its %lld "
+			       "bytes", name, (long long)offset,
+			       (long long)st.st_size);
+		goto out;
+	}
+	posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
+	if (offset > 0 && lseek(in, offset, SEEK_SET) < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "blob %s: seek: %s", name,
+			       strerror(errno));
+		goto out;
+	}
+	rc = make_parent(path);
+	if (rc == 0)
+		rc = open_temp(path, &tmp);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, "path", "%s: %s", path,
+			       strerror(-rc));
+		goto out;
+	}
+	out = rc;
+	rc = copy_hashed(s, in, out, length, hex, &copied, &op);
+	close(out);
+	if (rc == 0 && rename(tmp, path) < 0) {
+		rc = -errno;
+		op = "rename";
+	}
+	if (rc < 0) {
+		unlink(tmp);
+		rc = kn_errorf(err, KN_EIO, NULL, "blob %s to %s: %s: %s", name,
+			       path, op, strerror(-rc));
+		goto out;
+	}
+	if (sha256_hex)
+		memcpy(sha256_hex, hex, sizeof(hex));
+out:
+	if (in >= 0)
+		close(in);
+	free(tmp);
+	free(src);
+	return rc;
+}
+
+/* Walk dir (relative name rel) adding files whose names start with prefix. */
+static int walk(const char *root, const char *rel, const char *prefix,
+		struct kn_blob_list *out)
+{
+	char *dir = *rel ? kn_asprintf("%s/%s", root, rel) : kn_xstrdup(root);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int rc = 0;
+
+	if (!d) {
+		rc = (errno == ENOENT || errno == ENOTDIR) ? 0 : -errno;
+		free(dir);
+		return rc;
+	}
+	while (rc == 0 && (e = readdir(d))) {
+		char *name;
+		struct stat st;
+		size_t plen = strlen(prefix), nlen;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+		    strstr(e->d_name, TMP_MARK))
+			continue;
+		name = *rel ? kn_asprintf("%s/%s", rel, e->d_name)
+			    : kn_xstrdup(e->d_name);
+		nlen = strlen(name);
+		/* Descend only where the prefix can still match. */
+		if (strncmp(name, prefix, nlen < plen ? nlen : plen) == 0 &&
+		    fstatat(dirfd(d), e->d_name, &st, 0) == 0) {
+			if (S_ISDIR(st.st_mode))
+				rc = walk(root, name, prefix, out);
+			else if (S_ISREG(st.st_mode) && nlen >= plen)
+				kn_blob_list_add(out, name, st.st_size);
+		}
+		free(name);
+	}
+	closedir(d);
+	free(dir);
+	return rc;
+}
+
+static int fs_list(struct kn_blob_store *s, const char *prefix,
+		   struct kn_blob_list *out, struct kn_error *err)
+{
+	int rc = walk(fs_of(s)->root, "", prefix, out);
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "list %s: %s", prefix,
+				 strerror(-rc));
+	return 0;
+}
+
+static int fs_del(struct kn_blob_store *s, const char *name,
+		  struct kn_error *err)
+{
+	char *path = full_path(s, name);
+	size_t root_len = strlen(fs_of(s)->root);
+	int rc = 0;
+
+	if (unlink(path) < 0) {
+		rc = kn_errorf(err, errno == ENOENT ? KN_ENOTFOUND : KN_EIO,
+			       "name", "blob %s: %s", name, strerror(errno));
+		goto out;
+	}
+	/* Tidy now-empty directories up to the root; rmdir fails on the
+	 * first one that still holds something, which ends the climb. */
+	for (char *slash = strrchr(path, '/');
+	     slash && (size_t)(slash - path) > root_len;
+	     slash = strrchr(path, '/')) {
+		*slash = '\0';
+		if (rmdir(path) < 0)
+			break;
+	}
+out:
+	free(path);
+	return rc;
+}
+
+static int fs_stat(struct kn_blob_store *s, const char *name,
+		   struct kn_blob_info *out, struct kn_error *err)
+{
+	char *path = full_path(s, name);
+	struct stat st;
+	int rc = 0;
+
+	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
+		rc = kn_errorf(err, KN_ENOTFOUND, "name", "blob %s: not found",
+			       name);
+	else {
+		out->name = NULL;
+		out->size = st.st_size;
+	}
+	free(path);
+	return rc;
+}
+
+static void fs_free(struct kn_blob_store *s)
+{
+	struct file_store *fs = s->impl;
+	if (fs)
+		free(fs->root);
+	free(fs);
+}
+
+const struct kn_blob_store_ops kn_file_store_ops = {
+	.scheme = "file",
+	.put_file = fs_put_file,
+	.put_bytes = fs_put_bytes,
+	.get_file = fs_get_file,
+	.list = fs_list,
+	.del = fs_del,
+	.stat = fs_stat,
+	.free = fs_free,
+};
+
+int kn_file_store_open(const char *url, struct kn_blob_store *store,
+		       struct kn_error *err)
+{
+	const char *path = url + strlen("file://");
+	struct file_store *fs;
+	size_t len;
+
+	if (path[0] != '/')
+		return kn_errorf(err, KN_EINVAL, "url",
+				 "store url: file:// needs an absolute path "
+				 "(file:///dir)");
+	len = strlen(path);
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	fs = kn_xcalloc(1, sizeof(*fs));
+	fs->root = strndup(path, len);
+	if (!fs->root)
+		abort();
+	store->ops = &kn_file_store_ops;
+	store->impl = fs;
+	store->pool.size = KN_FILE_CHUNK;
+	store->url = kn_asprintf("file://%s", fs->root);
+	return 0;
+}

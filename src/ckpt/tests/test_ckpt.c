@@ -1,0 +1,894 @@
+/*
+ * Unit tests for ckpt: Shared Key signing against vectors computed
+ * independently with openssl(1), URL / connection-string / list parsing,
+ * manifests, the file store, checkpoints on the file store, the watcher,
+ * and the Azure client's retries and error reports against a scripted
+ * loopback HTTP server (Azurite itself is exercised by tests/e2e).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/internal.h"
+
+#define AZURITE_KEY                                                          \
+	"Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFP" \
+	"TOtr/KBHBeksoGMGw=="
+#define HELLO_SHA "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
+
+static char *make_tmpdir(void)
+{
+	char tmpl[] = "/tmp/kiln-ckpt-test-XXXXXX";
+	char *dir = mkdtemp(tmpl);
+	assert_non_null(dir);
+	return kn_xstrdup(dir);
+}
+
+static void write_text(const char *path, const char *text)
+{
+	char *dir = kn_xstrdup(path);
+	*strrchr(dir, '/') = '\0';
+	assert_int_equal(kn_mkdir_p(dir, 0755), 0);
+	free(dir);
+	assert_int_equal(kn_write_file_atomic(path, text, strlen(text), 0644), 0);
+}
+
+static char *read_text(const char *path)
+{
+	char *data = NULL;
+	size_t len = 0;
+	assert_int_equal(kn_read_file(path, 1 << 20, &data, &len), 0);
+	return data;
+}
+
+static void decode_azurite_key(unsigned char *key, size_t *len)
+{
+	FILE *p = popen("printf %s '" AZURITE_KEY "' | base64 -d", "r");
+	assert_non_null(p);
+	*len = fread(key, 1, 64, p);
+	pclose(p);
+	assert_int_equal(*len, 64);
+}
+
+/* ---- signing ---- */
+
+/*
+ * Both signatures were computed outside kiln:
+ *   printf '<string>' | openssl dgst -sha256 -mac HMAC \
+ *     -macopt hexkey:$(printf %s KEY | base64 -d | xxd -p -c 256) -binary | base64
+ */
+static void test_sign_put_blob(void **state)
+{
+	const struct kn_kv headers[] = {
+		{"x-ms-version", "2023-11-03"},
+		{"x-ms-blob-type", "BlockBlob"},
+		{"x-ms-date", "Wed, 02 Dec 2026 16:00:00 GMT"},
+	};
+	struct kn_azure_sign_input in = {
+		.method = "PUT",
+		.content_length = 26,
+		.content_type = "application/octet-stream",
+		.headers = headers,
+		.n_headers = 3,
+		.account = "devstoreaccount1",
+		.path = "/devstoreaccount1/ckpt/run%201/meta.json",
+	};
+	unsigned char key[64];
+	size_t key_len;
+	char sig[64];
+	char *text = kn_azure_string_to_sign(&in);
+	(void)state;
+
+	assert_string_equal(text,
+			    "PUT\n\n\n26\n\napplication/octet-stream\n\n\n\n\n\n\n"
+			    "x-ms-blob-type:BlockBlob\n"
+			    "x-ms-date:Wed, 02 Dec 2026 16:00:00 GMT\n"
+			    "x-ms-version:2023-11-03\n"
+			    "/devstoreaccount1/devstoreaccount1/ckpt/run%201/meta.json");
+	decode_azurite_key(key, &key_len);
+	assert_int_equal(kn_azure_sign(key, key_len, text, sig, sizeof(sig)), 0);
+	assert_string_equal(sig, "zPtteY5KCECErTe1Q+Cx9nrTsK0g4EcSbGd2lmSsbps=");
+	free(text);
+}
+
+static void test_sign_sorts_by_name(void **state)
+{
+	/* "x-ms-range" must come before "x-ms-range-get-content-md5":
+	 * sorting whole "name:value" lines gets this wrong. Query parameters
+	 * are signed decoded and sorted too. */
+	const struct kn_kv headers[] = {
+		{"x-ms-range-get-content-md5", "true"},
+		{"x-ms-version", "2023-11-03"},
+		{"x-ms-range", "bytes=0-99"},
+		{"x-ms-date", "Wed, 02 Dec 2026 16:00:00 GMT"},
+	};
+	const struct kn_kv query[] = {
+		{"restype", "container"},
+		{"prefix", "job 1/"},
+		{"comp", "list"},
+	};
+	struct kn_azure_sign_input in = {
+		.method = "GET",
+		.headers = headers,
+		.n_headers = 4,
+		.account = "myaccount",
+		.path = "/ckpt/a/b.bin",
+		.query = query,
+		.n_query = 3,
+	};
+	unsigned char key[64];
+	size_t key_len;
+	char sig[64];
+	char *text = kn_azure_string_to_sign(&in);
+	(void)state;
+
+	assert_string_equal(text,
+			    "GET\n\n\n\n\n\n\n\n\n\n\n\n"
+			    "x-ms-date:Wed, 02 Dec 2026 16:00:00 GMT\n"
+			    "x-ms-range:bytes=0-99\n"
+			    "x-ms-range-get-content-md5:true\n"
+			    "x-ms-version:2023-11-03\n"
+			    "/myaccount/ckpt/a/b.bin\ncomp:list\nprefix:job 1/\n"
+			    "restype:container");
+	decode_azurite_key(key, &key_len);
+	assert_int_equal(kn_azure_sign(key, key_len, text, sig, sizeof(sig)), 0);
+	assert_string_equal(sig, "OPCfYvHTZas/39oS2bQnyXcgd4wFjhKoSlm/hsD0guk=");
+	free(text);
+}
+
+static void test_url_encode(void **state)
+{
+	char *e = kn_url_encode("job 1/ckpt+x=é", 1);
+	(void)state;
+	assert_string_equal(e, "job%201/ckpt%2Bx%3D%C3%A9");
+	free(e);
+	e = kn_url_encode("a/b", 0);
+	assert_string_equal(e, "a%2Fb");
+	free(e);
+}
+
+/* ---- parsing ---- */
+
+static void test_parse_url(void **state)
+{
+	struct kn_azure_url u;
+	struct kn_error err;
+	(void)state;
+
+	assert_int_equal(kn_azure_parse_url(
+				 "https://acct1.blob.core.windows.net/ckpt/a/b/",
+				 &u, &err), 0);
+	assert_string_equal(u.account, "acct1");
+	assert_string_equal(u.container, "ckpt");
+	assert_string_equal(u.prefix, "a/b/");
+	assert_string_equal(u.path_base, "");
+	assert_string_equal(u.endpoint, "https://acct1.blob.core.windows.net");
+	assert_null(u.sas);
+	kn_azure_url_release(&u);
+
+	assert_int_equal(kn_azure_parse_url(
+				 "http://127.0.0.1:10000/devstoreaccount1/ckpt?sv=1&sig=abc",
+				 &u, &err), 0);
+	assert_string_equal(u.account, "devstoreaccount1");
+	assert_string_equal(u.container, "ckpt");
+	assert_string_equal(u.prefix, "");
+	assert_string_equal(u.endpoint, "http://127.0.0.1:10000/devstoreaccount1");
+	assert_string_equal(u.path_base, "/devstoreaccount1");
+	assert_string_equal(u.sas, "sv=1&sig=abc");
+	kn_azure_url_release(&u);
+
+	static const char *bad[] = {
+		"ftp://x/y/z",
+		"http://127.0.0.1:10000/devstoreaccount1",
+		"http://127.0.0.1:10000/devstoreaccount1/Bad_Container",
+		"https://UPPER.blob.core.windows.net/ckpt",
+		"http://127.0.0.1/acct/ckpt/../x",
+		"http://user:pw@127.0.0.1/acct/ckpt",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memset(&err, 0, sizeof(err));
+		assert_int_equal(kn_azure_parse_url(bad[i], &u, &err), -EINVAL);
+		assert_string_equal(err.field, "url");
+		assert_null(strstr(err.message, "pw"));
+	}
+}
+
+static void test_parse_connection_string(void **state)
+{
+	struct kn_azure_conn c;
+	struct kn_error err;
+	(void)state;
+
+	assert_int_equal(kn_azure_parse_connection_string(
+				 "DefaultEndpointsProtocol=http;AccountName="
+				 "devstoreaccount1;AccountKey=" AZURITE_KEY
+				 ";BlobEndpoint=http://127.0.0.1:10000/"
+				 "devstoreaccount1/;",
+				 &c, &err), 0);
+	assert_string_equal(c.account_name, "devstoreaccount1");
+	assert_string_equal(c.account_key, AZURITE_KEY);
+	assert_string_equal(c.blob_endpoint,
+			    "http://127.0.0.1:10000/devstoreaccount1");
+	assert_null(c.sas);
+	kn_azure_conn_release(&c);
+
+	assert_int_equal(kn_azure_parse_connection_string(
+				 "AccountName=acct1;EndpointSuffix=core.chinacloudapi.cn;"
+				 "SharedAccessSignature=sv=2023&sig=SECRETSIG",
+				 &c, &err), 0);
+	assert_string_equal(c.blob_endpoint,
+			    "https://acct1.blob.core.chinacloudapi.cn");
+	assert_string_equal(c.sas, "sv=2023&sig=SECRETSIG");
+	kn_azure_conn_release(&c);
+
+	assert_int_equal(kn_azure_parse_connection_string(
+				 "AccountName=a;AccountKey=SECRETKEY;AccountKey=x",
+				 &c, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "AccountKey given twice"));
+	assert_null(strstr(err.message, "SECRETKEY"));
+	assert_int_equal(kn_azure_parse_connection_string(
+				 "AccountName=a;SECRETKEY", &c, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "part 2"));
+	assert_null(strstr(err.message, "SECRETKEY"));
+	assert_int_equal(kn_azure_parse_connection_string("AccountName=a", &c,
+							  &err), -EINVAL);
+}
+
+static void test_parse_list(void **state)
+{
+	static const char page1[] =
+		"<?xml version=\"1.0\" encoding=\"utf-8\"?>"
+		"<EnumerationResults ServiceEndpoint=\"http://x/\" "
+		"ContainerName=\"ckpt\"><Prefix>p/j</Prefix><Blobs>"
+		"<Blob><Name>p/j/a&amp;b.bin</Name><Properties>"
+		"<Content-Length>12</Content-Length></Properties></Blob>"
+		"<Blob><Name>p/j/caf&#xE9;</Name><Properties>"
+		"<Content-Length>0</Content-Length></Properties></Blob>"
+		"</Blobs><NextMarker>2!72!MDAw</NextMarker></EnumerationResults>";
+	static const char page2[] =
+		"<EnumerationResults><Blobs/><NextMarker /></EnumerationResults>";
+	struct kn_blob_list list = {0};
+	struct kn_error err;
+	char *marker = NULL;
+	(void)state;
+
+	assert_int_equal(kn_azure_parse_list(page1, strlen(page1), "p/", &list,
+					     &marker, &err), 0);
+	assert_int_equal(list.n, 2);
+	assert_string_equal(list.items[0].name, "j/a&b.bin");
+	assert_int_equal(list.items[0].size, 12);
+	assert_string_equal(list.items[1].name, "j/caf\xc3\xa9");
+	assert_string_equal(marker, "2!72!MDAw");
+	free(marker);
+	assert_int_equal(kn_azure_parse_list(page2, strlen(page2), "p/", &list,
+					     &marker, &err), 0);
+	assert_null(marker);
+	assert_int_equal(list.n, 2);
+	kn_blob_list_release(&list);
+
+	static const char *bad[] = {
+		"<html>nope</html>",
+		"<EnumerationResults><Blob><Name>x</Name>",
+		"<EnumerationResults><Blob><Name>x</Name></Blob>",
+		"<EnumerationResults><Blob><Name>x&bogus;</Name>"
+		"<Content-Length>1</Content-Length></Blob>",
+		"<EnumerationResults><Blob><Name>x</Name>"
+		"<Content-Length>-4</Content-Length></Blob>",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(kn_azure_parse_list(bad[i], strlen(bad[i]), "",
+						     &list, &marker, &err),
+				 -EIO);
+		kn_blob_list_release(&list);
+	}
+}
+
+/* ---- manifests ---- */
+
+static void test_manifest_round_trip(void **state)
+{
+	struct kn_ckpt_file files[] = {
+		{"model.pt", 6, HELLO_SHA},
+		{"sub/opt.pt", 0,
+		 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+	};
+	struct kn_ckpt_manifest m = {.name = "step-000120",
+				     .created_ms = 1764690000000,
+				     .files = files, .n = 2}, back;
+	struct kn_error err;
+	char *json = kn_ckpt_manifest_to_json(&m);
+	(void)state;
+
+	assert_int_equal(kn_ckpt_manifest_parse(json, strlen(json), "m.json",
+						&back, &err), 0);
+	assert_string_equal(back.name, "step-000120");
+	assert_int_equal(back.created_ms, 1764690000000);
+	assert_int_equal(back.n, 2);
+	for (size_t i = 0; i < 2; i++) {
+		assert_string_equal(back.files[i].path, files[i].path);
+		assert_int_equal(back.files[i].size, files[i].size);
+		assert_string_equal(back.files[i].sha256, files[i].sha256);
+	}
+	kn_ckpt_manifest_release(&back);
+	free(json);
+
+	static const struct {
+		const char *text, *needle;
+	} bad[] = {
+		{"{\"version\":2,\"name\":\"a\",\"files\":[]}", "version"},
+		{"{\"version\":1,\"name\":\"a/b\",\"files\":[]}", "name"},
+		{"{\"version\":1,\"name\":\"a\",\"files\":[{\"path\":\"../x\","
+		 "\"size\":1,\"sha256\":\"" HELLO_SHA "\"}]}", "files[0].path"},
+		{"{\"version\":1,\"name\":\"a\",\"files\":[{\"path\":\"x\","
+		 "\"size\":-1,\"sha256\":\"" HELLO_SHA "\"}]}", "files[0].size"},
+		{"{\"version\":1,\"name\":\"a\",\"files\":[{\"path\":\"x\","
+		 "\"size\":1,\"sha256\":\"ABC\"}]}", "files[0].sha256"},
+		{"{\"version\":1,\"name\":\"a\",\"files\":[{\"path\":\"x\","
+		 "\"size\":1,\"sha256\":\"" HELLO_SHA "\"},{\"path\":\"x\","
+		 "\"size\":1,\"sha256\":\"" HELLO_SHA "\"}]}", "listed twice"},
+		{"{\"version\":1,", "m.json:1:"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(kn_ckpt_manifest_parse(bad[i].text,
+							strlen(bad[i].text),
+							"m.json", &back, &err),
+				 -EINVAL);
+		assert_non_null(strstr(err.message, bad[i].needle));
+	}
+}
+
+/* ---- file store ---- */
+
+static struct kn_blob_store *open_file_store(const char *root)
+{
+	char *url = kn_asprintf("file://%s", root);
+	struct kn_blob_store_config cfg = {.url = url};
+	struct kn_blob_store *s = NULL;
+	struct kn_error err;
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	free(url);
+	return s;
+}
+
+static void test_file_store(void **state)
+{
+	char *dir = make_tmpdir();
+	char *root = kn_asprintf("%s/blobs", dir);
+	char *src = kn_asprintf("%s/src.txt", dir);
+	char *dst = kn_asprintf("%s/out/dst.txt", dir);
+	struct kn_blob_store *s = open_file_store(root);
+	struct kn_blob_list list;
+	struct kn_blob_info info;
+	struct kn_error err;
+	char sha[KN_SHA256_HEX_LEN + 1];
+	int64_t size = 0;
+	char *text, *data;
+	size_t len;
+	(void)state;
+
+	write_text(src, "hello\n");
+	assert_int_equal(kn_blob_put_file(s, "j/a b.txt", src, 0, sha, &size,
+					  &err), 0);
+	assert_string_equal(sha, HELLO_SHA);
+	assert_int_equal(size, 6);
+	assert_int_equal(kn_blob_put_bytes(s, "j/sub/c", "xyz", 3, 0, &err), 0);
+	assert_int_equal(kn_blob_put_bytes(s, "k/d", "", 0, 0, &err), 0);
+	/* create-only refuses an existing blob and leaves it as it was */
+	assert_int_equal(kn_blob_put_bytes(s, "j/sub/c", "new", 3,
+					   KN_BLOB_CREATE_ONLY, &err), -EEXIST);
+	assert_int_equal(err.code, KN_ECONFLICT);
+	assert_int_equal(kn_blob_put_bytes(s, "j/new", "n", 1,
+					   KN_BLOB_CREATE_ONLY, &err), 0);
+
+	assert_int_equal(kn_blob_list(s, "j/", &list, &err), 0);
+	assert_int_equal(list.n, 3);
+	assert_string_equal(list.items[0].name, "j/a b.txt");
+	assert_string_equal(list.items[1].name, "j/new");
+	assert_string_equal(list.items[2].name, "j/sub/c");
+	assert_int_equal(list.items[2].size, 3);
+	kn_blob_list_release(&list);
+	assert_int_equal(kn_blob_list(s, "j/s", &list, &err), 0);
+	assert_int_equal(list.n, 1);
+	kn_blob_list_release(&list);
+	assert_int_equal(kn_blob_list(s, "", &list, &err), 0);
+	assert_int_equal(list.n, 4);
+	kn_blob_list_release(&list);
+
+	assert_int_equal(kn_blob_get_file(s, "j/a b.txt", dst, 0, -1, sha, &err), 0);
+	assert_string_equal(sha, HELLO_SHA);
+	text = read_text(dst);
+	assert_string_equal(text, "hello\n");
+	free(text);
+	assert_int_equal(kn_blob_get_file(s, "j/a b.txt", dst, 1, 3, NULL, &err), 0);
+	text = read_text(dst);
+	assert_string_equal(text, "ell");
+	free(text);
+	assert_int_equal(kn_blob_get_file(s, "j/a b.txt", dst, 2, -1, NULL, &err), 0);
+	text = read_text(dst);
+	assert_string_equal(text, "llo\n");
+	free(text);
+	assert_int_equal(kn_blob_get_file(s, "j/a b.txt", dst, 6, -1, NULL, &err),
+			 -EINVAL);
+	assert_int_equal(kn_blob_get_file(s, "nope", dst, 0, -1, NULL, &err),
+			 -ENOENT);
+	assert_int_equal(kn_blob_get_bytes(s, "j/sub/c", 16, &data, &len, &err), 0);
+	assert_string_equal(data, "xyz");
+	free(data);
+	assert_int_equal(kn_blob_get_bytes(s, "j/sub/c", 2, &data, &len, &err),
+			 -E2BIG);
+
+	assert_int_equal(kn_blob_stat(s, "j/sub/c", &info, &err), 0);
+	assert_int_equal(info.size, 3);
+	assert_int_equal(kn_blob_delete(s, "j/sub/c", &err), 0);
+	assert_int_equal(kn_blob_delete(s, "j/sub/c", &err), -ENOENT);
+	assert_int_equal(kn_blob_stat(s, "j/sub/c", &info, &err), -ENOENT);
+	{
+		/* the emptied directory went with its last blob */
+		char *sub = kn_asprintf("%s/j/sub", root);
+		struct stat st;
+		assert_int_equal(stat(sub, &st), -1);
+		free(sub);
+	}
+	assert_int_equal(kn_blob_put_bytes(s, "../x", "", 0, 0, &err), -EINVAL);
+	assert_int_equal(kn_blob_put_bytes(s, "a//b", "", 0, 0, &err), -EINVAL);
+
+	kn_blob_store_free(s);
+	kn_rm_rf(dir);
+	free(dir);
+	free(root);
+	free(src);
+	free(dst);
+}
+
+static void test_file_store_large(void **state)
+{
+	/* Several copy chunks, and a size that is not a multiple of one. */
+	char *dir = make_tmpdir();
+	char *root = kn_asprintf("%s/blobs", dir);
+	char *src = kn_asprintf("%s/big", dir), *dst = kn_asprintf("%s/back", dir);
+	char *cmd = kn_asprintf("head -c 40000123 /dev/urandom > '%s' && "
+				"sha256sum '%s' | cut -c1-64", src, src);
+	struct kn_blob_store *s = open_file_store(root);
+	char want[80] = "", sha[KN_SHA256_HEX_LEN + 1];
+	struct kn_error err;
+	int64_t size;
+	FILE *p = popen(cmd, "r");
+	(void)state;
+
+	assert_non_null(fgets(want, sizeof(want), p));
+	pclose(p);
+	want[64] = '\0';
+	assert_int_equal(kn_blob_put_file(s, "big", src, 0, sha, &size, &err), 0);
+	assert_string_equal(sha, want);
+	assert_int_equal(size, 40000123);
+	assert_int_equal(kn_blob_get_file(s, "big", dst, 0, -1, sha, &err), 0);
+	assert_string_equal(sha, want);
+	kn_blob_store_free(s);
+	kn_rm_rf(dir);
+	free(dir);
+	free(root);
+	free(src);
+	free(dst);
+	free(cmd);
+}
+
+/* ---- checkpoints on the file store ---- */
+
+static void make_checkpoint(const char *parent, const char *name,
+			    const char *content)
+{
+	char *a = kn_asprintf("%s/%s/model.bin", parent, name);
+	char *b = kn_asprintf("%s/%s/opt/state.bin", parent, name);
+	write_text(a, content);
+	write_text(b, "optimizer");
+	free(a);
+	free(b);
+}
+
+static void flip_byte(const char *path)
+{
+	int fd = open(path, O_RDWR);
+	char ch;
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &ch, 1, 0), 1);
+	ch ^= 1;
+	assert_int_equal(pwrite(fd, &ch, 1, 0), 1);
+	close(fd);
+}
+
+static void test_checkpoints(void **state)
+{
+	char *dir = make_tmpdir();
+	char *root = kn_asprintf("%s/blobs", dir);
+	char *local = kn_asprintf("%s/local", dir);
+	char *restore = kn_asprintf("%s/restore", dir);
+	struct kn_blob_store *s = open_file_store(root);
+	struct kn_ckpt_manifest m;
+	struct kn_ckpt_list list;
+	struct kn_error err;
+	char *name = NULL, *warnings = NULL, *path, *text;
+	size_t deleted = 0;
+	(void)state;
+
+	make_checkpoint(local, "step-9", "nine");
+	make_checkpoint(local, "step-10", "ten");
+	make_checkpoint(local, "step-11", "eleven");
+	for (int i = 9; i <= 11; i++) {
+		char *d = kn_asprintf("%s/step-%d", local, i);
+		assert_int_equal(kn_ckpt_upload(s, "7", d, &m, &err), 0);
+		assert_int_equal(m.n, 2);
+		assert_string_equal(m.files[0].path, "model.bin");
+		assert_string_equal(m.files[1].path, "opt/state.bin");
+		kn_ckpt_manifest_release(&m);
+		free(d);
+	}
+	/* a re-run of a finished upload sends nothing and reports it */
+	path = kn_asprintf("%s/step-11", local);
+	assert_int_equal(kn_ckpt_upload(s, "7", path, &m, &err), 0);
+	assert_string_equal(m.name, "step-11");
+	kn_ckpt_manifest_release(&m);
+	free(path);
+	/* an upload cut short: files but no manifest */
+	path = kn_asprintf("%s/7/checkpoints/step-12/model.bin", root);
+	write_text(path, "twelve");
+	free(path);
+
+	assert_int_equal(kn_ckpt_list(s, "7", &list, &err), 0);
+	assert_int_equal(list.n, 4);
+	assert_string_equal(list.items[0].name, "step-12");
+	assert_false(list.items[0].complete);
+	assert_string_equal(list.items[1].name, "step-11");
+	assert_true(list.items[1].complete);
+	assert_string_equal(list.items[3].name, "step-9");
+	kn_ckpt_list_release(&list);
+
+	/* corrupt step-11 in the store: restore skips it and step-12 */
+	path = kn_asprintf("%s/7/checkpoints/step-11/opt/state.bin", root);
+	flip_byte(path);
+	free(path);
+	assert_int_equal(kn_ckpt_restore(s, "7", restore, &name, &warnings,
+					 &err), 0);
+	assert_string_equal(name, "step-10");
+	assert_non_null(strstr(warnings, "checkpoint step-12 skipped: no "
+					 "MANIFEST.json"));
+	assert_non_null(strstr(warnings, "checkpoint step-11 skipped: "
+					 "opt/state.bin: sha256"));
+	path = kn_asprintf("%s/step-10/model.bin", restore);
+	text = read_text(path);
+	assert_string_equal(text, "ten");
+	free(text);
+	free(path);
+	path = kn_asprintf("%s/step-11.partial", restore);
+	assert_int_equal(access(path, F_OK), -1);
+	free(path);
+	free(name);
+	free(warnings);
+
+	/* retention: keep 2 complete; the cut-short newest stays, as it may
+	 * still be uploading */
+	assert_int_equal(kn_ckpt_prune(s, "7", 2, &deleted, &err), 0);
+	assert_int_equal(deleted, 1);
+	assert_int_equal(kn_ckpt_list(s, "7", &list, &err), 0);
+	assert_int_equal(list.n, 3);
+	assert_string_equal(list.items[2].name, "step-10");
+	kn_ckpt_list_release(&list);
+	assert_int_equal(kn_ckpt_prune(s, "7", 1, &deleted, &err), 0);
+	assert_int_equal(deleted, 1);
+
+	/* nothing verifies: step-11 corrupt, step-12 incomplete */
+	kn_rm_rf(restore);
+	assert_int_equal(kn_ckpt_restore(s, "7", restore, &name, &warnings,
+					 &err), -ENOENT);
+	assert_non_null(strstr(warnings, "step-11"));
+	free(warnings);
+
+	/* outputs */
+	path = kn_asprintf("%s/out/final_weights.bin", dir);
+	write_text(path, "hello\n");
+	free(path);
+	path = kn_asprintf("%s/out", dir);
+	assert_int_equal(kn_ckpt_upload_outputs(s, "7", path, &m, &err), 0);
+	assert_int_equal(m.n, 1);
+	assert_string_equal(m.files[0].sha256, HELLO_SHA);
+	kn_ckpt_manifest_release(&m);
+	free(path);
+
+	/* a reserved name in a checkpoint is refused */
+	path = kn_asprintf("%s/step-20/MANIFEST.json", local);
+	write_text(path, "{}");
+	free(path);
+	path = kn_asprintf("%s/step-20", local);
+	assert_int_equal(kn_ckpt_upload(s, "7", path, NULL, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "reserved"));
+	free(path);
+
+	kn_blob_store_free(s);
+	kn_rm_rf(dir);
+	free(dir);
+	free(root);
+	free(local);
+	free(restore);
+}
+
+/* ---- watcher ---- */
+
+static char *wait_next(struct kn_ckpt_watch *w)
+{
+	struct kn_error err;
+	char *name = NULL;
+	/* Bounded: the scan interval in these tests is 50 ms. */
+	for (int i = 0; i < 200; i++) {
+		struct pollfd pfd = {kn_ckpt_watch_fd(w), POLLIN, 0};
+		int rc = kn_ckpt_watch_next(w, &name, &err);
+		assert_true(rc >= 0);
+		if (rc == 1)
+			return name;
+		poll(&pfd, 1, 100);
+	}
+	fail_msg("no checkpoint noticed");
+	return NULL;
+}
+
+static void test_watch(void **state)
+{
+	char *dir = make_tmpdir();
+	char *a_tmp = kn_asprintf("%s/step-2.tmp", dir);
+	char *a = kn_asprintf("%s/step-2", dir);
+	char *b = kn_asprintf("%s/step-10", dir);
+	char *pre = kn_asprintf("%s/step-1", dir);
+	struct kn_ckpt_watch *w;
+	struct kn_error err;
+	char *name;
+	(void)state;
+
+	assert_int_equal(mkdir(pre, 0755), 0);
+	assert_int_equal(kn_ckpt_watch_new(dir, 50, &w, &err), 0);
+	name = wait_next(w);
+	assert_string_equal(name, "step-1");
+	free(name);
+	assert_int_equal(mkdir(a_tmp, 0755), 0);
+	assert_int_equal(rename(a_tmp, a), 0);
+	name = wait_next(w);
+	assert_string_equal(name, "step-2");
+	free(name);
+	/* made under its final name: only the scan finds it */
+	assert_int_equal(mkdir(b, 0755), 0);
+	name = wait_next(w);
+	assert_string_equal(name, "step-10");
+	free(name);
+	assert_int_equal(kn_ckpt_watch_next(w, &name, &err), 0);
+	kn_ckpt_watch_free(w);
+	assert_int_equal(kn_ckpt_watch_new("/nonexistent/kiln", 0, &w, &err),
+			 -ENOENT);
+	kn_rm_rf(dir);
+	free(dir);
+	free(a_tmp);
+	free(a);
+	free(b);
+	free(pre);
+}
+
+/* ---- Azure client against a scripted server ---- */
+
+struct script {
+	int listen_fd;
+	const char *replies[8];
+	int n;
+	char requests[8][4096];
+	int served;
+};
+
+static void *serve(void *arg)
+{
+	struct script *sc = arg;
+	for (int i = 0; i < sc->n; i++) {
+		int fd = accept(sc->listen_fd, NULL, NULL);
+		size_t got = 0;
+		long body = 0;
+		char *end = NULL;
+		if (fd < 0)
+			break;
+		while (got < sizeof(sc->requests[i]) - 1) {
+			ssize_t r = read(fd, sc->requests[i] + got,
+					 sizeof(sc->requests[i]) - 1 - got);
+			if (r <= 0)
+				break;
+			got += (size_t)r;
+			sc->requests[i][got] = '\0';
+			end = strstr(sc->requests[i], "\r\n\r\n");
+			if (end) {
+				char *cl = strcasestr(sc->requests[i],
+						      "content-length:");
+				body = cl ? strtol(cl + 15, NULL, 10) : 0;
+				if ((long)(got - (size_t)(end + 4 - sc->requests[i])) >=
+				    body)
+					break;
+			}
+		}
+		if (write(fd, sc->replies[i], strlen(sc->replies[i])) < 0)
+			break;
+		close(fd);
+		sc->served++;
+	}
+	return NULL;
+}
+
+static int start_script(struct script *sc, pthread_t *t)
+{
+	struct sockaddr_in addr = {.sin_family = AF_INET};
+	socklen_t alen = sizeof(addr);
+	sc->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(sc->listen_fd, (struct sockaddr *)&addr,
+			      sizeof(addr)), 0);
+	assert_int_equal(listen(sc->listen_fd, 8), 0);
+	getsockname(sc->listen_fd, (struct sockaddr *)&addr, &alen);
+	pthread_create(t, NULL, serve, sc);
+	return ntohs(addr.sin_port);
+}
+
+#define REPLY(status, extra)                                                 \
+	"HTTP/1.1 " status "\r\nContent-Length: 0\r\nConnection: close\r\n" \
+	extra "\r\n"
+
+static void test_azure_retries_then_succeeds(void **state)
+{
+	struct script sc = {.replies = {REPLY("503 Server Busy",
+					      "x-ms-error-code: ServerBusy\r\n"),
+					REPLY("500 Internal", ""),
+					REPLY("201 Created", "")},
+			    .n = 3};
+	pthread_t t;
+	int port = start_script(&sc, &t);
+	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt/pre",
+				port);
+	struct kn_blob_store_config cfg = {.url = url,
+					   .account_key = AZURITE_KEY,
+					   .retry_base_ms = 1};
+	struct kn_blob_store *s;
+	struct kn_error err;
+	(void)state;
+
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	assert_string_equal(kn_blob_store_url(s), url);
+	assert_int_equal(kn_blob_put_bytes(s, "j/x y", "abc", 3, 0, &err), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(sc.served, 3);
+	assert_non_null(strstr(sc.requests[2],
+			       "PUT /devstoreaccount1/ckpt/pre/j/x%20y HTTP/1.1"));
+	assert_non_null(strstr(sc.requests[2], "x-ms-version: 2023-11-03"));
+	assert_non_null(strstr(sc.requests[2], "x-ms-blob-type: BlockBlob"));
+	assert_non_null(strstr(sc.requests[2],
+			       "Authorization: SharedKey devstoreaccount1:"));
+	assert_null(strstr(sc.requests[2], AZURITE_KEY));
+	kn_blob_store_free(s);
+	close(sc.listen_fd);
+	free(url);
+}
+
+static void test_azure_errors_hide_secrets(void **state)
+{
+	struct script sc = {
+		.replies = {REPLY("403 Forbidden",
+				  "x-ms-error-code: AuthenticationFailed\r\n"),
+			    REPLY("503 Busy", ""), REPLY("503 Busy", ""),
+			    REPLY("409 Conflict",
+				  "x-ms-error-code: BlobAlreadyExists\r\n")},
+		.n = 4};
+	pthread_t t;
+	int port = start_script(&sc, &t);
+	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
+				port);
+	struct kn_blob_store_config cfg = {
+		.url = url,
+		.sas_token = "?sv=2023-11-03&sr=c&sp=racwdl&sig=SeCrEtSiG%3D",
+		.retry_base_ms = 1,
+		.max_retries = 1,
+	};
+	struct kn_blob_store *s;
+	struct kn_error err;
+	(void)state;
+
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	assert_int_equal(kn_blob_put_bytes(s, "a", "x", 1, 0, &err), -EPERM);
+	assert_non_null(strstr(err.message, "HTTP 403 AuthenticationFailed"));
+	assert_null(strstr(err.message, "SeCrEtSiG"));
+	assert_int_equal(kn_blob_delete(s, "a", &err), -EAGAIN);
+	assert_non_null(strstr(err.message, "HTTP 503"));
+	assert_non_null(strstr(err.message, "after 2 attempts"));
+	assert_int_equal(kn_blob_put_bytes(s, "a", "x", 1, KN_BLOB_CREATE_ONLY,
+					   &err), -EEXIST);
+	pthread_join(t, NULL);
+	/* the SAS rides on the query, and If-None-Match on create-only */
+	assert_non_null(strstr(sc.requests[0], "?sv=2023-11-03&sr=c"));
+	assert_null(strstr(sc.requests[0], "Authorization"));
+	assert_non_null(strstr(sc.requests[3], "If-None-Match: *"));
+	kn_blob_store_free(s);
+	close(sc.listen_fd);
+	free(url);
+
+	/* a connection refused is retried, then reported without the SAS */
+	cfg.url = "http://127.0.0.1:1/devstoreaccount1/ckpt";
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	assert_int_equal(kn_blob_delete(s, "a", &err), -EAGAIN);
+	assert_null(strstr(err.message, "SeCrEtSiG"));
+	kn_blob_store_free(s);
+}
+
+static void test_azure_open_errors(void **state)
+{
+	struct kn_blob_store_config cfg = {
+		.url = "http://127.0.0.1:1/devstoreaccount1/ckpt"};
+	struct kn_blob_store *s;
+	struct kn_error err;
+	(void)state;
+
+	unsetenv("AZURE_STORAGE_CONNECTION_STRING");
+	unsetenv("AZURE_STORAGE_KEY");
+	unsetenv("AZURE_STORAGE_SAS_TOKEN");
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), -EINVAL);
+	assert_string_equal(err.field, "credentials");
+	cfg.account_key = "not*base64SECRET";
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), -EINVAL);
+	assert_string_equal(err.field, "account_key");
+	assert_null(strstr(err.message, "SECRET"));
+	cfg.account_key = NULL;
+	cfg.sas_token = "sv=1&sp=r";
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), -EINVAL);
+	assert_string_equal(err.field, "sas_token");
+
+	/* from the environment, with the endpoint from the connection string */
+	setenv("AZURE_STORAGE_CONNECTION_STRING",
+	       "AccountName=devstoreaccount1;AccountKey=" AZURITE_KEY
+	       ";BlobEndpoint=http://127.0.0.1:1/devstoreaccount1", 1);
+	cfg = (struct kn_blob_store_config){.url = "azure://ckpt/runs",
+					    .use_env = true};
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	assert_string_equal(kn_blob_store_url(s),
+			    "http://127.0.0.1:1/devstoreaccount1/ckpt/runs");
+	kn_blob_store_free(s);
+	cfg.use_env = false;
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), -EINVAL);
+	unsetenv("AZURE_STORAGE_CONNECTION_STRING");
+	cfg = (struct kn_blob_store_config){.url = "s3://bucket"};
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), -EINVAL);
+	assert_string_equal(err.field, "url");
+	cfg.url = "file://relative";
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sign_put_blob),
+		cmocka_unit_test(test_sign_sorts_by_name),
+		cmocka_unit_test(test_url_encode),
+		cmocka_unit_test(test_parse_url),
+		cmocka_unit_test(test_parse_connection_string),
+		cmocka_unit_test(test_parse_list),
+		cmocka_unit_test(test_manifest_round_trip),
+		cmocka_unit_test(test_file_store),
+		cmocka_unit_test(test_file_store_large),
+		cmocka_unit_test(test_checkpoints),
+		cmocka_unit_test(test_watch),
+		cmocka_unit_test(test_azure_retries_then_succeeds),
+		cmocka_unit_test(test_azure_errors_hide_secrets),
+		cmocka_unit_test(test_azure_open_errors),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
