@@ -181,6 +181,47 @@ int kn_loop_on_signal(struct kn_loop *loop, int signo, kn_loop_cb cb,
 	return 0;
 }
 
+/* ---- descriptors ---- */
+
+struct kn_fd_watch {
+	struct event *ev;
+	kn_loop_cb cb;
+	void *arg;
+};
+
+static void fd_ready(evutil_socket_t fd, short what, void *arg)
+{
+	struct kn_fd_watch *w = arg;
+	(void)fd;
+	(void)what;
+	w->cb(w->arg);
+}
+
+struct kn_fd_watch *kn_fd_watch_new(struct kn_loop *loop, int fd,
+				    kn_loop_cb cb, void *arg)
+{
+	struct kn_fd_watch *w = kn_xcalloc(1, sizeof(*w));
+
+	w->cb = cb;
+	w->arg = arg;
+	w->ev = event_new(loop->base, fd, EV_READ | EV_PERSIST, fd_ready, w);
+	if (!w->ev || event_add(w->ev, NULL) < 0) {
+		if (w->ev)
+			event_free(w->ev);
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+void kn_fd_watch_free(struct kn_fd_watch *w)
+{
+	if (!w)
+		return;
+	event_free(w->ev);
+	free(w);
+}
+
 /* ---- workers ---- */
 
 /*

@@ -49,6 +49,15 @@ void kn_timer_free(struct kn_timer *t);
 int kn_loop_on_signal(struct kn_loop *loop, int signo, kn_loop_cb cb,
 		      void *arg);
 
+/* ---- descriptors ---- */
+
+struct kn_fd_watch;
+
+/* Call cb on the loop thread whenever fd is readable, until freed. */
+struct kn_fd_watch *kn_fd_watch_new(struct kn_loop *loop, int fd,
+				    kn_loop_cb cb, void *arg);
+void kn_fd_watch_free(struct kn_fd_watch *w);
+
 /* ---- work off the loop ---- */
 
 struct kn_workers;

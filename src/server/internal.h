@@ -73,6 +73,17 @@ struct run {
 	char checkpoint[128];  /* the newest checkpoint synced, or "" */
 	int64_t checkpoint_at; /* when it was committed by the task */
 	int64_t restore_ms;    /* time spent restoring before the start */
+	char restored[128];    /* the checkpoint it resumed from, or "" */
+
+	/* Checkpoint sync (sync.c). */
+	struct server *server;
+	struct kn_ckpt_watch *watch;
+	struct kn_fd_watch *watch_fd;
+	char sync_pending[128];   /* committed, not yet uploaded */
+	int64_t sync_pending_at;
+	bool sync_busy;           /* an upload or outputs upload runs */
+	bool sync_waiting;        /* every task ended: finish when synced */
+	bool outputs_done;
 	struct run *next;
 };
 
@@ -102,6 +113,8 @@ struct server {
 	struct run *runs;
 	struct log_follower *followers;
 	struct kn_events *events; /* Azure scheduled events, or NULL */
+	struct kn_workers *workers; /* slow work: checkpoint sync */
+	char *blob_url;             /* the default checkpoint store */
 };
 
 /* auth.c */
@@ -151,6 +164,10 @@ json_t *jobs_device_allocations(struct server *s, int device_index);
 /* Whether the job has a live run (for log follow). */
 bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank);
 void jobs_free_all(struct server *s);
+/* Start the tasks of a bound run (after its restore). */
+void jobs_launch_run(struct server *s, struct run *r);
+/* The final sync of a run whose tasks have ended is over. */
+void jobs_sync_settled(struct server *s, struct run *r);
 
 /* nodes.c */
 /*
@@ -170,6 +187,19 @@ void nodes_evict_preemptible(struct server *s, const char *why);
 int events_start(struct server *s, const char *url, const char *vm_name,
 		 struct kn_events **out, struct kn_error *err);
 void events_free(struct kn_events *ev);
+
+/* sync.c */
+/* Restore the newest checkpoint (attempt 2 on), then jobs_launch_run. */
+void sync_restore_then_launch(struct server *s, struct run *r);
+/* Start watching the run's checkpoint directory. */
+void sync_run_started(struct server *s, struct run *r);
+void sync_run_gone(struct run *r);
+/*
+ * Every task has ended: true when nothing is left to sync; otherwise the
+ * last sync (and, when succeeded, the outputs' upload) starts and
+ * jobs_sync_settled is called when it is over.
+ */
+bool sync_finish_ready(struct server *s, struct run *r, bool succeeded);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

@@ -314,6 +314,7 @@ static struct run *run_new(struct server *s, int64_t job_id, int attempt,
 
 static void run_free(struct run *r)
 {
+	sync_run_gone(r);
 	for (int i = 0; i < r->n_tasks; i++)
 		free(r->tasks[i].task_dir);
 	free(r->checkpoint_dir);
@@ -504,8 +505,7 @@ static int bind_placed(struct server *s, struct placed *pl, size_t n,
 		r->master_port = ports[i];
 		memcpy(r->bindings, pl[i].bindings,
 		       (size_t)r->n_tasks * sizeof(*r->bindings));
-		for (int t = 0; t < r->n_tasks; t++)
-			launch_task(s, r, &r->tasks[t]);
+		sync_restore_then_launch(s, r);
 		queue_find(s, q->id, &link);
 		*link = q->next;
 		s->queue_len--;
@@ -891,6 +891,12 @@ static void settle(struct server *s, struct run **changed, size_t n)
 			rc = kn_store_task_put(s->store, &tr, &err);
 		}
 		if (rc == 0 && ended == r->n_tasks) {
+			bool ok = !r->evicting;
+			for (int k = 0; k < r->n_tasks; k++)
+				if (task_failed(&r->tasks[k]))
+					ok = false;
+			if (!sync_finish_ready(s, r, ok))
+				continue;
 			rc = finish_run(s, r, now, &requeue[nd], &err);
 			done[nd++] = r;
 		}
@@ -1166,6 +1172,32 @@ bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank)
 	return false;
 }
 
+void jobs_launch_run(struct server *s, struct run *r)
+{
+	if (r->stopping) {
+		/* Cancelled or evicted while its checkpoint was restored. */
+		for (int i = 0; i < r->n_tasks; i++) {
+			struct run_task *t = &r->tasks[i];
+			t->ended = true;
+			t->status.ended = true;
+			t->status.exit_code = -1;
+			t->status.ended_at_ms = kn_now_ms();
+			kn_strlcpy(t->status.reason, "stopped before it started",
+				   sizeof(t->status.reason));
+		}
+		settle(s, &r, 1);
+		return;
+	}
+	for (int i = 0; i < r->n_tasks; i++)
+		launch_task(s, r, &r->tasks[i]);
+	sync_run_started(s, r);
+}
+
+void jobs_sync_settled(struct server *s, struct run *r)
+{
+	settle(s, &r, 1);
+}
+
 /* ---- recovery ---- */
 
 /* "0,2" -> binding on the local node, charged to the snapshot. */
@@ -1272,6 +1304,7 @@ static int recover_running(struct server *s, const struct kn_job_row *j,
 		kn_strlcpy(reason, r->stop_reason, sizeof(reason));
 		stop_run(s, r, reason);
 	}
+	sync_run_started(s, r);
 	return 0;
 }
 

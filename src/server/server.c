@@ -9,6 +9,8 @@
  */
 #include "internal.h"
 
+#include "ckpt/ckpt.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -114,7 +116,10 @@ static void server_release(struct server *s)
 {
 	logs_free_all(s);
 	events_free(s->events);
+	/* Unfinished uploads are redone by the next start: they are idempotent. */
+	kn_workers_free(s->workers);
 	jobs_free_all(s);
+	free(s->blob_url);
 	kn_http_server_free(s->http);
 	kn_timer_free(s->tick_timer);
 	kn_timer_free(s->poll_timer);
@@ -166,6 +171,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot create the event loop");
 		goto out;
 	}
+	s.workers = kn_workers_new(s.loop, 2);
+	s.blob_url = cfg->blob_store ? kn_xstrdup(cfg->blob_store)
+				     : kn_blob_default_url(s.home);
 	s.tick_timer = kn_timer_new(s.loop, jobs_tick, &s);
 	s.poll_timer = kn_timer_new(s.loop, jobs_poll, &s);
 	/* Writes to a client that went away must not kill the server. */

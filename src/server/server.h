@@ -21,6 +21,8 @@ struct kn_server_config {
 	const char *node_name;    /* default: the short host name */
 	int64_t kill_grace_ms;    /* cancel: SIGTERM to SIGKILL, default 10s */
 	int64_t log_max_bytes;    /* per task log file before rotation */
+	const char *blob_store;   /* checkpoint and output store URL; NULL =
+				     file://$KILN_HOME/blobs */
 	const char *azure_events_url; /* poll Azure Scheduled Events, or NULL */
 	const char *azure_vm_name;    /* this VM's name in events (default:
 					 the node name) */

@@ -1,0 +1,379 @@
+/*
+ * Checkpoint sync: the server side of the checkpoint contract.
+ *
+ * Every attempt's tasks share one KILN_CHECKPOINT_DIR on local scratch. A
+ * checkpoint is committed when its directory is renamed from NAME.tmp to
+ * NAME (in a multi-task job, by rank 0 once every rank has written its
+ * part: the rename is the one commit). The watcher notices commits and the
+ * newest one not yet in the store is uploaded by a worker thread, never on
+ * the loop and never by the task; retention then prunes the store to the
+ * spec's `keep`. Intermediate checkpoints committed while an upload runs
+ * are skipped for the newest, which is all a resume needs.
+ *
+ * Before attempt 2 and later, the newest checkpoint that verifies is
+ * restored into the new attempt's directory and KILN_RESUME_FROM names it;
+ * skipped ones are reported in the tasks' logs. When every task has ended,
+ * the attempt waits for a last sync (the checkpoint a preempted task wrote
+ * on its way out) and, if it succeeded, for its outputs' upload, and only
+ * then ends.
+ *
+ * Worker threads get copies (URLs, paths, names) and find their run again
+ * by job and attempt when they finish: a run may be gone by then.
+ */
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+
+#define SYNC_THREADS 2
+
+enum work_kind { WORK_RESTORE, WORK_UPLOAD, WORK_OUTPUTS };
+
+struct sync_work {
+	struct server *s;
+	enum work_kind kind;
+	int64_t job_id;
+	int attempt;
+	char *store_url;
+	char job[32];
+	char *dir;        /* restore: where to; upload: the checkpoint; outputs */
+	int keep;
+	int64_t committed_at;
+	/* results */
+	int rc;
+	struct kn_error err;
+	char *name;       /* restored checkpoint */
+	char *warnings;
+	struct kn_ckpt_manifest manifest;
+	int64_t took_ms;
+};
+
+static struct run *find_run(struct server *s, int64_t job_id, int attempt)
+{
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->job_id == job_id && r->attempt == attempt)
+			return r;
+	return NULL;
+}
+
+static const char *store_url(struct server *s, const struct run *r)
+{
+	if (r->spec->checkpoint.store)
+		return r->spec->checkpoint.store;
+	return s->blob_url;
+}
+
+static void do_work(void *arg)
+{
+	struct sync_work *w = arg;
+	struct kn_blob_store_config cfg;
+	struct kn_blob_store *store = NULL;
+	int64_t start = kn_mono_ms();
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.url = w->store_url;
+	cfg.use_env = true;
+	w->rc = kn_blob_store_open(&cfg, &store, &w->err);
+	if (w->rc < 0)
+		goto out;
+	switch (w->kind) {
+	case WORK_RESTORE:
+		w->rc = kn_ckpt_restore(store, w->job, w->dir, &w->name,
+					&w->warnings, &w->err);
+		break;
+	case WORK_UPLOAD:
+		w->rc = kn_ckpt_upload(store, w->job, w->dir, &w->manifest,
+				       &w->err);
+		if (w->rc == 0 && w->keep > 0) {
+			struct kn_error perr;
+			if (kn_ckpt_prune(store, w->job, (size_t)w->keep, NULL,
+					  &perr) < 0)
+				kn_log(KN_LOG_WARN, "job %s: pruning checkpoints: "
+				       "%s", w->job, perr.message);
+		}
+		break;
+	case WORK_OUTPUTS:
+		w->rc = kn_ckpt_upload_outputs(store, w->job, w->dir,
+					       &w->manifest, &w->err);
+		break;
+	}
+out:
+	kn_blob_store_free(store);
+	w->took_ms = kn_mono_ms() - start;
+}
+
+static void work_free(struct sync_work *w)
+{
+	free(w->store_url);
+	free(w->dir);
+	free(w->name);
+	free(w->warnings);
+	kn_ckpt_manifest_release(&w->manifest);
+	free(w);
+}
+
+static struct sync_work *work_new(struct server *s, struct run *r,
+				  enum work_kind kind, const char *dir)
+{
+	struct sync_work *w = kn_xcalloc(1, sizeof(*w));
+
+	w->s = s;
+	w->kind = kind;
+	w->job_id = r->job_id;
+	w->attempt = r->attempt;
+	w->store_url = kn_xstrdup(store_url(s, r));
+	snprintf(w->job, sizeof(w->job), "%lld", (long long)r->job_id);
+	w->dir = kn_xstrdup(dir);
+	w->keep = r->spec->checkpoint.set ? r->spec->checkpoint.keep : 3;
+	return w;
+}
+
+/* Put a line at the top of every task's log before the tasks start. */
+static void note_in_logs(struct run *r, const char *text)
+{
+	for (int i = 0; i < r->n_tasks; i++) {
+		char *path = kn_asprintf("%s/" KN_LOG_FILE, r->tasks[i].task_dir);
+		int fd;
+
+		kn_mkdir_p(r->tasks[i].task_dir, 0700);
+		fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			if (write(fd, text, strlen(text)) < 0) {
+				/* the server's log has it too */
+			}
+			close(fd);
+		}
+		free(path);
+	}
+}
+
+/* ---- uploads ---- */
+
+static void start_upload(struct server *s, struct run *r);
+
+static void upload_done(void *arg, bool ran)
+{
+	struct sync_work *w = arg;
+	struct server *s = w->s;
+	struct run *r = ran ? find_run(s, w->job_id, w->attempt) : NULL;
+
+	if (!r)
+		goto out;
+	r->sync_busy = false;
+	if (w->rc == 0) {
+		const char *name = strrchr(w->dir, '/') + 1;
+		kn_strlcpy(r->checkpoint, name, sizeof(r->checkpoint));
+		r->checkpoint_at = w->committed_at;
+		kn_log(KN_LOG_INFO, "job %lld: checkpoint %s synced (%zu files, "
+		       "%lld ms)", (long long)r->job_id, name, w->manifest.n,
+		       (long long)w->took_ms);
+	} else {
+		kn_log(KN_LOG_WARN, "job %lld: checkpoint sync failed: %s",
+		       (long long)r->job_id, w->err.message);
+	}
+	if (r->sync_pending[0])
+		start_upload(s, r);
+	else if (r->sync_waiting)
+		jobs_sync_settled(s, r);
+out:
+	work_free(w);
+}
+
+static void start_upload(struct server *s, struct run *r)
+{
+	char *dir;
+	struct sync_work *w;
+
+	if (r->sync_busy || !r->sync_pending[0])
+		return;
+	dir = kn_asprintf("%s/%s", r->checkpoint_dir, r->sync_pending);
+	w = work_new(s, r, WORK_UPLOAD, dir);
+	w->committed_at = r->sync_pending_at;
+	free(dir);
+	r->sync_pending[0] = '\0';
+	r->sync_busy = true;
+	kn_workers_submit(s->workers, do_work, upload_done, w);
+}
+
+/* Take every newly committed checkpoint; the newest one is to upload. */
+static void drain_watch(struct server *s, struct run *r)
+{
+	char *name = NULL;
+	struct kn_error err;
+	int rc;
+
+	while ((rc = kn_ckpt_watch_next(r->watch, &name, &err)) == 1) {
+		/* The checkpoint this attempt resumed from is in the store. */
+		if (strcmp(name, r->restored) != 0) {
+			kn_strlcpy(r->sync_pending, name,
+				   sizeof(r->sync_pending));
+			r->sync_pending_at = kn_now_ms();
+		}
+		free(name);
+		name = NULL;
+	}
+	if (rc < 0)
+		kn_log(KN_LOG_WARN, "job %lld: watching checkpoints: %s",
+		       (long long)r->job_id, err.message);
+	start_upload(s, r);
+}
+
+static void watch_ready(void *arg)
+{
+	struct run *r = arg;
+	drain_watch(r->server, r);
+}
+
+void sync_run_started(struct server *s, struct run *r)
+{
+	struct kn_error err;
+
+	r->server = s;
+	if (kn_mkdir_p(r->checkpoint_dir, 0700) < 0 ||
+	    kn_mkdir_p(r->output_dir, 0700) < 0 ||
+	    kn_ckpt_watch_new(r->checkpoint_dir, 0, &r->watch, &err) < 0) {
+		kn_log(KN_LOG_WARN, "job %lld: checkpoints will not be synced: "
+		       "cannot watch %s", (long long)r->job_id, r->checkpoint_dir);
+		return;
+	}
+	r->watch_fd = kn_fd_watch_new(s->loop, kn_ckpt_watch_fd(r->watch),
+				      watch_ready, r);
+	/* A restarted server picks up what was committed while it was down. */
+	drain_watch(s, r);
+}
+
+void sync_run_gone(struct run *r)
+{
+	kn_fd_watch_free(r->watch_fd);
+	kn_ckpt_watch_free(r->watch);
+	r->watch_fd = NULL;
+	r->watch = NULL;
+}
+
+/* ---- outputs ---- */
+
+static void outputs_done(void *arg, bool ran)
+{
+	struct sync_work *w = arg;
+	struct server *s = w->s;
+	struct run *r = ran ? find_run(s, w->job_id, w->attempt) : NULL;
+	struct kn_error err;
+
+	if (!r)
+		goto out;
+	r->sync_busy = false;
+	r->outputs_done = true;
+	if (w->rc < 0) {
+		kn_log(KN_LOG_WARN, "job %lld: uploading outputs failed: %s",
+		       (long long)r->job_id, w->err.message);
+	} else if (kn_store_begin(s->store, &err) == 0) {
+		int rc = 0;
+		for (size_t i = 0; rc == 0 && i < w->manifest.n; i++) {
+			struct kn_output_row o;
+			char *url = kn_asprintf("%s/%s/outputs/%s", w->store_url,
+						w->job, w->manifest.files[i].path);
+			o.job_id = r->job_id;
+			o.name = w->manifest.files[i].path;
+			o.size = w->manifest.files[i].size;
+			o.sha256 = w->manifest.files[i].sha256;
+			o.url = url;
+			rc = kn_store_output_put(s->store, &o, &err);
+			free(url);
+		}
+		if (rc == 0)
+			rc = kn_store_commit(s->store, &err);
+		if (rc < 0) {
+			kn_store_rollback(s->store);
+			kn_log(KN_LOG_ERROR, "job %lld: recording outputs: %s",
+			       (long long)r->job_id, err.message);
+		}
+	}
+	if (r->sync_waiting)
+		jobs_sync_settled(s, r);
+out:
+	work_free(w);
+}
+
+static bool has_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool any = false;
+
+	if (!d)
+		return false;
+	while (!any && (e = readdir(d)) != NULL)
+		any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return any;
+}
+
+bool sync_finish_ready(struct server *s, struct run *r, bool succeeded)
+{
+	r->sync_waiting = true;
+	if (r->watch)
+		drain_watch(s, r);
+	if (r->sync_busy || r->sync_pending[0])
+		return false;
+	if (succeeded && !r->outputs_done && has_files(r->output_dir)) {
+		struct sync_work *w = work_new(s, r, WORK_OUTPUTS, r->output_dir);
+		r->sync_busy = true;
+		kn_workers_submit(s->workers, do_work, outputs_done, w);
+		return false;
+	}
+	return true;
+}
+
+/* ---- restore ---- */
+
+static void restore_done(void *arg, bool ran)
+{
+	struct sync_work *w = arg;
+	struct server *s = w->s;
+	struct run *r = ran ? find_run(s, w->job_id, w->attempt) : NULL;
+
+	if (!r)
+		goto out;
+	r->restore_ms = w->took_ms;
+	if (w->warnings) {
+		kn_log(KN_LOG_WARN, "job %lld: %s", (long long)r->job_id,
+		       w->warnings);
+		note_in_logs(r, w->warnings);
+	}
+	if (w->rc == 0) {
+		char *line = kn_asprintf("kiln: resuming from checkpoint %s\n",
+					 w->name);
+		snprintf(r->resume_from, sizeof(r->resume_from), "%s/%s",
+			 r->checkpoint_dir, w->name);
+		kn_strlcpy(r->restored, w->name, sizeof(r->restored));
+		note_in_logs(r, line);
+		free(line);
+	} else if (w->rc != -ENOENT) {
+		kn_log(KN_LOG_WARN, "job %lld: restoring a checkpoint failed, "
+		       "starting without one: %s", (long long)r->job_id,
+		       w->err.message);
+	}
+	jobs_launch_run(s, r);
+out:
+	work_free(w);
+}
+
+void sync_restore_then_launch(struct server *s, struct run *r)
+{
+	struct sync_work *w;
+
+	if (r->attempt <= 1) {
+		jobs_launch_run(s, r);
+		return;
+	}
+	kn_mkdir_p(r->checkpoint_dir, 0700);
+	w = work_new(s, r, WORK_RESTORE, r->checkpoint_dir);
+	kn_workers_submit(s->workers, do_work, restore_done, w);
+}

@@ -1,0 +1,129 @@
+"""The checkpoint contract end to end on the default file:// store: sync
+of committed checkpoints, retention, restore with KILN_RESUME_FROM,
+corrupt checkpoints skipped, outputs, and uploads cut by a crash."""
+import hashlib
+import json
+import os
+import time
+
+from conftest import job_yaml, wait_for
+
+# A task that commits checkpoints by the contract: write NAME.tmp, rename.
+COMMIT = ('ck() { d="$KILN_CHECKPOINT_DIR/$1"; mkdir -p "$d.tmp"; '
+          'echo "$2" > "$d.tmp/state"; mv "$d.tmp" "$d"; }; ')
+
+
+def manifest(home, job, name):
+    p = home / "blobs" / str(job) / "checkpoints" / name / "MANIFEST.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def test_sync_retention_resume_and_outputs(server, tmp_path):
+    gate = tmp_path / "gate"
+    script = COMMIT + (
+        'if [ -z "$KILN_RESUME_FROM" ]; then '
+        '  for i in 1 2 3; do ck step-00000$i "state $i"; sleep 0.3; done; '
+        f'  touch {gate}; sleep 300 & wait; '
+        'else '
+        '  echo "resumed with $(cat $KILN_RESUME_FROM/state)"; '
+        '  echo "weights" > "$KILN_OUTPUT_DIR/final_weights.bin"; '
+        '  mkdir -p "$KILN_OUTPUT_DIR/sub"; echo "{}" > "$KILN_OUTPUT_DIR/sub/m.json"; '
+        'fi')
+    jid = server.submit(job_yaml("ckpt", ["/bin/sh", "-c", script],
+                                 preemptible=True,
+                                 checkpoint={"keep": 2, "grace": "5s"}))
+    wait_for(lambda: gate.exists(), what="three checkpoints")
+    wait_for(lambda: manifest(server.home, jid, "step-000003"),
+             what="step-000003 synced")
+    # Retention keeps the newest two.
+    wait_for(lambda: manifest(server.home, jid, "step-000001") is None,
+             what="step-000001 pruned")
+    m = manifest(server.home, jid, "step-000003")
+    files = {f["path"]: f for f in m["files"]}
+    assert files["state"]["sha256"] == hashlib.sha256(b"state 3\n").hexdigest()
+    assert files["state"]["size"] == 8
+
+    server.request("POST", f"/v1/jobs/{jid}/evict", params={"grace": "1s"})
+    job = server.wait_state(jid, "succeeded")
+    a = job["attempts_detail"]
+    assert [x["state"] for x in a] == ["preempted", "succeeded"]
+    assert a[0]["checkpoint"] == "step-000003"
+    assert a[0]["useful_task_ms"] > 0  # work up to step 3 was kept
+    log = server.logs(jid, attempt=2)
+    assert "kiln: resuming from checkpoint step-000003" in log
+    assert "resumed with state 3" in log
+    outs = {o["name"]: o for o in job["outputs"]}
+    assert set(outs) == {"final_weights.bin", "sub/m.json"}
+    assert outs["final_weights.bin"]["sha256"] == hashlib.sha256(b"weights\n").hexdigest()
+    assert outs["final_weights.bin"]["size"] == 8
+    assert outs["final_weights.bin"]["url"].endswith(f"/{jid}/outputs/final_weights.bin")
+    stored = server.home / "blobs" / str(jid) / "outputs" / "final_weights.bin"
+    assert stored.read_bytes() == b"weights\n"
+
+
+def test_corrupt_checkpoint_is_skipped_with_a_warning(server, tmp_path):
+    gate = tmp_path / "gate"
+    script = COMMIT + (
+        'if [ "$KILN_ATTEMPT" = 1 ]; then '
+        '  ck step-000001 one; ck step-000002 two; '
+        f'  while [ ! -e {gate} ]; do sleep 0.05; done; exit 1; '
+        'fi; echo "resumed with $(cat $KILN_RESUME_FROM/state)"')
+    jid = server.submit(job_yaml("corrupt", ["/bin/sh", "-c", script],
+                                 retries=1, backoff="1s"))
+    wait_for(lambda: manifest(server.home, jid, "step-000002"),
+             what="step-000002 synced")
+    # Flip one byte of the newest checkpoint in the store.
+    blob = server.home / "blobs" / str(jid) / "checkpoints" / "step-000002" / "state"
+    data = bytearray(blob.read_bytes())
+    data[0] ^= 0x01
+    blob.write_bytes(bytes(data))
+    gate.touch()
+    server.wait_state(jid, "succeeded")
+    log = server.logs(jid, attempt=2)
+    assert "checkpoint step-000002 skipped" in log
+    assert "resuming from checkpoint step-000001" in log
+    assert "resumed with one" in log
+    assert "step-000002" in (server.home / "server.log").read_text()
+
+
+def test_final_checkpoint_written_on_eviction_is_synced(server):
+    # The task writes its last checkpoint only when told to stop.
+    script = COMMIT + ('trap \'ck step-000009 final; exit 143\' TERM; '
+                       'if [ -n "$KILN_RESUME_FROM" ]; then exit 0; fi; '
+                       'echo ready; sleep 300 & wait')
+    jid = server.submit(job_yaml("last", ["/bin/sh", "-c", script],
+                                 preemptible=True))
+    wait_for(lambda: "ready" in server.logs(jid), what="the task")
+    server.request("POST", f"/v1/jobs/{jid}/evict")
+    job = server.wait_state(jid, "succeeded")
+    assert job["attempts_detail"][0]["checkpoint"] == "step-000009"
+    assert manifest(server.home, jid, "step-000009")
+    assert "resuming from checkpoint step-000009" in server.logs(jid, attempt=2)
+
+
+def test_kill9_during_upload_never_shows_half_a_checkpoint(server, tmp_path):
+    gate = tmp_path / "gate"
+    # 8 files of 48 MiB: long enough to be caught mid-upload.
+    script = ('d="$KILN_CHECKPOINT_DIR/step-000001"; mkdir -p "$d.tmp"; '
+              'for i in 1 2 3 4 5 6 7 8; do '
+              '  head -c 50331648 /dev/urandom > "$d.tmp/part-$i"; done; '
+              'mv "$d.tmp" "$d"; '
+              f'while [ ! -e {gate} ]; do sleep 0.05; done')
+    jid = server.submit(job_yaml("big", ["/bin/sh", "-c", script]))
+    store = server.home / "blobs" / str(jid) / "checkpoints" / "step-000001"
+
+    def mid_upload():
+        return store.exists() and any(store.iterdir()) and \
+            not (store / "MANIFEST.json").exists()
+    wait_for(mid_upload, timeout=120, interval=0.005, what="an upload in progress")
+    server.kill9()
+    # Never a manifest without every file in full.
+    assert not (store / "MANIFEST.json").exists()
+    server.start()
+    m = wait_for(lambda: manifest(server.home, jid, "step-000001"), timeout=120,
+                 what="the upload to be redone")
+    assert len(m["files"]) == 8
+    for f in m["files"]:
+        assert (store / f["path"]).stat().st_size == f["size"] == 50331648
+    gate.touch()
+    server.wait_state(jid, "succeeded")
