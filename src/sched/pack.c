@@ -472,6 +472,20 @@ static int choose_gpus(const struct pack_node *n,
 	return 1;
 }
 
+static void charge(struct kn_pack *c, struct pack_node *n,
+		   const struct kn_pack_pod *pod, const int *gpus, int n_gpus)
+{
+	n->cpu_free -= pod->cpu_milli;
+	n->mem_free -= pod->memory_mib;
+	for (int g = 0; g < n_gpus; g++)
+		n->gpu_free[gpus[g]] -= pod->gpu_milli;
+	if (pod->num_gpu > 0)
+		n->tags |= pod->gpu_milli < PACK_MILLI ? 1u
+						       : 1u << pod->num_gpu;
+	summarize(n);
+	touch(c, n);
+}
+
 int kn_pack_place(struct kn_pack *c, const struct kn_pack_policy *policy,
 		  const struct kn_pack_pod *pod, struct kn_rng *rng,
 		  struct kn_pack_placement *out)
@@ -525,14 +539,32 @@ int kn_pack_place(struct kn_pack *c, const struct kn_pack_policy *policy,
 	out->n_gpus = choose_gpus(n, pod, policy->gpu_choice, best_gpu, rng,
 				  out->gpus);
 	out->milli_per_gpu = pod->gpu_milli;
-	n->cpu_free -= pod->cpu_milli;
-	n->mem_free -= pod->memory_mib;
-	for (int g = 0; g < out->n_gpus; g++)
-		n->gpu_free[out->gpus[g]] -= pod->gpu_milli;
-	if (pod->num_gpu > 0)
-		n->tags |= pod->gpu_milli < PACK_MILLI ? 1u
-						       : 1u << pod->num_gpu;
-	summarize(n);
-	touch(c, n);
+	charge(c, n, pod, out->gpus, out->n_gpus);
+	return 0;
+}
+
+int kn_pack_bind(struct kn_pack *c, size_t node,
+		 const struct kn_pack_pod *pod, const int *gpus, int n_gpus)
+{
+	struct pack_node *n;
+
+	if (node >= c->n || n_gpus != pod->num_gpu)
+		return -EINVAL;
+	n = &c->nodes[node];
+	for (int i = 0; i < n_gpus; i++) {
+		if (gpus[i] < 0 || gpus[i] >= n->n_gpus)
+			return -EINVAL;
+		for (int j = 0; j < i; j++)
+			if (gpus[j] == gpus[i])
+				return -EINVAL;
+		if (pod->gpu_milli == PACK_MILLI &&
+		    n->gpu_free[gpus[i]] != PACK_MILLI)
+			return -EINVAL;
+		if (n->gpu_free[gpus[i]] < pod->gpu_milli)
+			return -ENOSPC;
+	}
+	if (!feasible(n, pod))
+		return -ENOSPC;
+	charge(c, n, pod, gpus, n_gpus);
 	return 0;
 }

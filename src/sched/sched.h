@@ -290,6 +290,16 @@ int kn_pack_place(struct kn_pack *c, const struct kn_pack_policy *policy,
 		  const struct kn_pack_pod *pod, struct kn_rng *rng,
 		  struct kn_pack_placement *out);
 
+/*
+ * Charge pod to node on the given GPU positions, as a placement would (to
+ * rebuild a snapshot from known allocations). -EINVAL when the positions
+ * do not suit the pod (wrong count, out of range, repeated, or not fully
+ * free for a whole-GPU pod), -ENOSPC when the node lacks the CPU, memory,
+ * model or GPU room; the cluster is untouched on error.
+ */
+int kn_pack_bind(struct kn_pack *c, size_t node,
+		 const struct kn_pack_pod *pod, const int *gpus, int n_gpus);
+
 /* Node state, for reports, tests and policies. */
 struct kn_pack_node_state {
 	int cpu_free;
