@@ -182,6 +182,27 @@ static const struct cli_command commands[] = {
 	 "\n"
 	 "  -o json  print the normalized spec (defaults filled in) as JSON\n",
 	 false},
+	{"sim", cmd_sim, NULL, "replay a GPU trace through the packing policies",
+	 "usage: kiln sim --nodes NODES.csv --pods PODS.csv [--policy P[,P...]]\n"
+	 "                [--seeds 42-51] [--csv FILE] [--plot FILE.png]\n"
+	 "\n"
+	 "Replay an openb-format trace (Alibaba cluster-trace-gpu-v2023) the\n"
+	 "way the FGD paper measures GPU packing: pods arrive in random order,\n"
+	 "never leave, and are resampled up to 130 % of the GPU capacity. For\n"
+	 "each policy print the median over the seeds of the unallocated GPU\n"
+	 "and of the fragmentation at 90, 95, 100, 110 and 130 % arrived.\n"
+	 "Runs no server. See docs/scheduling.md.\n"
+	 "\n"
+	 "  --nodes FILE     node list: sn,cpu_milli,memory_mib,gpu,model\n"
+	 "  --pods FILE      pod list: name,cpu_milli,memory_mib,num_gpu,\n"
+	 "                   gpu_milli,gpu_spec (other columns ignored)\n"
+	 "  --policy LIST    comma-separated: random, dot-product,\n"
+	 "                   gpu-clustering, gpu-packing, best-fit, fgd, kiln\n"
+	 "                   (default: all)\n"
+	 "  --seeds LIST     seeds such as 42-51 (default) or 1,2,7\n"
+	 "  --csv FILE       write every policy's curves (per arrived %)\n"
+	 "  --plot FILE.png  draw them with gnuplot, like the paper's Fig. 9a\n",
+	 false},
 	{"version", cmd_version, NULL, "print kiln's version",
 	 "usage: kiln version\n"
 	 "\n"

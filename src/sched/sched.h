@@ -169,4 +169,185 @@ int kn_sched_find_victims(const struct kn_sched_cluster *cluster,
 			  const struct kn_sched_victim *cands, size_t n,
 			  size_t *victims, size_t *n_victims);
 
+/*
+ * Packing: the openb cluster model and the scoring policies of the FGD
+ * paper (Weng et al., ATC'23), used by `kiln sim` (docs/scheduling.md).
+ *
+ * A pack cluster holds, per node, free CPU and memory, each GPU's free
+ * milli-GPU (0..1000) and the GPU model; a pod asks for CPU, memory and
+ * either nothing, a share of one GPU (1..999 milli) or num_gpu whole GPUs
+ * on one node, optionally of some models only. kn_pack_place filters the
+ * nodes, asks a policy (an ops table) to score each feasible one, takes
+ * the highest score with ties going to the earliest node in the cluster's
+ * tie order, picks the GPUs and charges the node. Randomness comes only
+ * from the struct kn_rng the caller passes in.
+ */
+
+/* xoshiro256**, seeded through splitmix64: small, fast and reproducible. */
+struct kn_rng {
+	uint64_t s[4];
+};
+void kn_rng_seed(struct kn_rng *rng, uint64_t seed);
+uint64_t kn_rng_next(struct kn_rng *rng);
+/* Uniform in [0, n) without modulo bias; n >= 1. */
+uint64_t kn_rng_below(struct kn_rng *rng, uint64_t n);
+
+#define KN_PACK_MAX_GPUS 8
+/* GPU models are kept as bits of a mask. */
+#define KN_PACK_MAX_MODELS 64
+
+struct kn_pack;
+
+struct kn_pack_node_spec {
+	const char *name;
+	int cpu_milli;
+	int64_t memory_mib;
+	int n_gpus;         /* 0..KN_PACK_MAX_GPUS */
+	const char *model;  /* GPU model, or NULL/"" without GPUs */
+};
+
+struct kn_pack_pod {
+	int cpu_milli;
+	int64_t memory_mib;
+	int num_gpu;        /* 0..8 */
+	int gpu_milli;      /* per GPU: 0 with num_gpu 0, 1..1000 with 1 GPU,
+			       1000 with more */
+	/* Acceptable models as a mask of model ids (kn_pack_models); only
+	   meaningful when constrained. */
+	uint64_t models;
+	bool constrained;
+	const char *gpu_spec; /* the constraint as written ("A|B"), or NULL;
+				 orders equal shapes in the typical set */
+};
+
+/*
+ * A new empty cluster of n nodes, all GPUs free. Fails with -EINVAL (err
+ * naming the node) on a negative amount, more than KN_PACK_MAX_GPUS GPUs,
+ * GPUs without a model, or more than KN_PACK_MAX_MODELS models.
+ */
+int kn_pack_new(const struct kn_pack_node_spec *nodes, size_t n,
+		struct kn_pack **out, struct kn_error *err);
+void kn_pack_free(struct kn_pack *c);
+size_t kn_pack_n_nodes(const struct kn_pack *c);
+/* Total GPUs in milli-GPU (1000 per GPU). */
+int64_t kn_pack_gpu_capacity(const struct kn_pack *c);
+
+/*
+ * The mask of models named in spec ("A|B", exact names); names the cluster
+ * has no GPUs of add nothing. Sets *constrained when spec is non-empty.
+ */
+uint64_t kn_pack_models(const struct kn_pack *c, const char *spec,
+			bool *constrained);
+
+/*
+ * Check a pod's shape: -EINVAL and a reason in err otherwise (negative
+ * amounts, num_gpu outside 0..8, gpu_milli inconsistent with num_gpu).
+ */
+int kn_pack_check_pod(const struct kn_pack_pod *pod, struct kn_error *err);
+
+/*
+ * The target workload that fragmentation is measured against, as the
+ * paper computes it: the pods' shapes (CPU, per-GPU milli, GPU count, GPU
+ * constraint) counted, sorted by count (ties: more CPU, more milli, more
+ * GPUs, larger constraint string first), kept until they cover 95 % of
+ * the pods and renormalised. Replaces any earlier set; clears the cluster's
+ * score cache. Without one, fragmentation is 0 everywhere.
+ */
+void kn_pack_set_typical(struct kn_pack *c, const struct kn_pack_pod *pods,
+			 size_t n);
+/* How many shapes the typical set kept. */
+size_t kn_pack_n_typical(const struct kn_pack *c);
+
+/*
+ * The order in which ties are broken: order[0] first. Must be a
+ * permutation of 0..n-1 (else -EINVAL). The default is the node order.
+ */
+int kn_pack_set_order(struct kn_pack *c, const size_t *order, size_t n);
+
+/* Free everything: every GPU idle, CPU and memory back to capacity. */
+void kn_pack_reset(struct kn_pack *c);
+
+/* How a policy picks the GPU(s) of a placement (METHOD.md §2.3). */
+enum kn_pack_gpu_choice {
+	KN_PACK_GPU_BEST,   /* share: fullest GPU that fits (lowest index on
+			       ties); whole: lowest-indexed idle GPUs */
+	KN_PACK_GPU_RANDOM, /* share: uniform among those that fit */
+	KN_PACK_GPU_SCORED, /* share: the GPU the score function names */
+};
+
+/*
+ * A placement policy. score() rates a feasible node for a pod (higher is
+ * better) on the node's state before placement; with KN_PACK_GPU_SCORED
+ * it also writes the chosen GPU position for a sharing pod to *gpu.
+ * cacheable: the score is a function of the node's state and the pod's
+ * (CPU, GPU count, milli) alone, so the cluster may reuse it until that
+ * node changes.
+ */
+struct kn_pack_policy {
+	const char *name;
+	const char *summary;
+	bool cacheable;
+	enum kn_pack_gpu_choice gpu_choice;
+	int64_t (*score)(const struct kn_pack *c, size_t node,
+			 const struct kn_pack_pod *pod, struct kn_rng *rng,
+			 int *gpu);
+};
+
+/* The policies, NULL-terminated: random, dot-product, gpu-clustering,
+   gpu-packing, best-fit, fgd, kiln. */
+extern const struct kn_pack_policy *const kn_pack_policies[];
+/* By name, or NULL. */
+const struct kn_pack_policy *kn_pack_policy_find(const char *name);
+
+struct kn_pack_placement {
+	size_t node;
+	int n_gpus;
+	int gpus[KN_PACK_MAX_GPUS]; /* GPU positions on the node */
+	int milli_per_gpu;
+};
+
+/*
+ * Place pod with policy: 0 with *out filled and the node charged, or
+ * -ENOSPC when no node can hold it (cluster untouched). rng is used by
+ * the random policy and random GPU choice only.
+ */
+int kn_pack_place(struct kn_pack *c, const struct kn_pack_policy *policy,
+		  const struct kn_pack_pod *pod, struct kn_rng *rng,
+		  struct kn_pack_placement *out);
+
+/*
+ * Charge pod to node on the given GPU positions, as a placement would (to
+ * rebuild a snapshot from known allocations). -EINVAL when the positions
+ * do not suit the pod (wrong count, out of range, repeated, or not fully
+ * free for a whole-GPU pod), -ENOSPC when the node lacks the CPU, memory,
+ * model or GPU room; the cluster is untouched on error.
+ */
+int kn_pack_bind(struct kn_pack *c, size_t node,
+		 const struct kn_pack_pod *pod, const int *gpus, int n_gpus);
+
+/* Node state, for reports, tests and policies. */
+struct kn_pack_node_state {
+	int cpu_free;
+	int64_t memory_free;
+	int n_gpus;
+	int model;                          /* model id, -1 without GPUs */
+	int gpu_free[KN_PACK_MAX_GPUS];     /* milli, 0..1000 */
+	unsigned tags;                      /* GPU pod kinds on the node:
+					       bit 0 sharing, bit k k-GPU */
+};
+void kn_pack_node_state(const struct kn_pack *c, size_t node,
+			struct kn_pack_node_state *out);
+
+/* Allocated milli-GPU over the whole cluster. */
+int64_t kn_pack_used_milli(const struct kn_pack *c);
+/* Idle milli-GPU over the whole cluster. */
+int64_t kn_pack_idle_milli(const struct kn_pack *c);
+/*
+ * The cluster's fragmentation in milli-GPU: the sum over nodes of the
+ * expected idle GPU the typical workload cannot use (METHOD.md §2.5).
+ */
+double kn_pack_frag_milli(struct kn_pack *c);
+/* One node's fragmentation for the typical set, in milli-GPU. */
+double kn_pack_node_frag(const struct kn_pack *c, size_t node);
+
 #endif

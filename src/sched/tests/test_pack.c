@@ -1,0 +1,386 @@
+/*
+ * Unit and property tests for the packing model and policies. The policy
+ * scores are checked against values worked out by hand in the comments
+ * (METHOD.md §2.6 arithmetic); the property tests place random pods on
+ * random clusters and check every invariant a placement must keep.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <string.h>
+
+#include "sched/sched.h"
+
+static struct kn_pack *two_nodes(void)
+{
+	/* node 0: 8 GPUs, 96 CPUs; node 1: 2 GPUs, 64 CPUs. */
+	const struct kn_pack_node_spec specs[] = {
+		{"a", 96000, 393216, 8, "G2"},
+		{"b", 64000, 262144, 2, "P100"},
+	};
+	struct kn_pack *c = NULL;
+
+	assert_int_equal(kn_pack_new(specs, 2, &c, NULL), 0);
+	return c;
+}
+
+static struct kn_pack_pod share(int milli, int cpu)
+{
+	struct kn_pack_pod p = {cpu, 1024, 1, milli, 0, false, NULL};
+
+	return p;
+}
+
+static struct kn_pack_pod whole(int k, int cpu)
+{
+	struct kn_pack_pod p = {cpu, 1024, k, 1000, 0, false, NULL};
+
+	return p;
+}
+
+/*
+ * The snapshot every score test reads: a 500-milli share (8 CPUs) on GPU
+ * 0 of node a, so a has GPUs [500, 1000 x 7] and 88 CPUs free, b is
+ * untouched. Typical set: a 600-milli share and a whole GPU, 0.5 each.
+ */
+static struct kn_pack *snapshot(void)
+{
+	struct kn_pack *c = two_nodes();
+	struct kn_pack_pod first = share(500, 8000);
+	struct kn_pack_pod typical[2] = {share(600, 1000), whole(1, 1000)};
+	int gpu0 = 0;
+
+	kn_pack_set_typical(c, typical, 2);
+	assert_int_equal(kn_pack_n_typical(c), 2);
+	assert_int_equal(kn_pack_bind(c, 0, &first, &gpu0, 1), 0);
+	return c;
+}
+
+static int64_t score(struct kn_pack *c, const char *policy, size_t node,
+		     const struct kn_pack_pod *pod, int *gpu)
+{
+	const struct kn_pack_policy *p = kn_pack_policy_find(policy);
+	struct kn_rng rng;
+
+	assert_non_null(p);
+	kn_rng_seed(&rng, 1);
+	*gpu = -1;
+	return p->score(c, node, pod, &rng, gpu);
+}
+
+static void test_dot_product(void **state)
+{
+	struct kn_pack *c = snapshot();
+	struct kn_pack_pod pod = share(300, 4000);
+	int gpu;
+
+	/* a: 88/128*4/128 + 7500/8000*300/8000 = 0.056640625;
+	   100 * (1 - 0.0283203125) = 97.17 -> 97. */
+	assert_int_equal(score(c, "dot-product", 0, &pod, &gpu), 97);
+	/* b: 0.5*0.03125 + 0.25*0.0375 = 0.025 -> 98.75 -> 98. */
+	assert_int_equal(score(c, "dot-product", 1, &pod, &gpu), 98);
+	kn_pack_free(c);
+}
+
+static void test_gpu_clustering(void **state)
+{
+	struct kn_pack *c = snapshot();
+	struct kn_pack_pod pod = share(300, 4000), two = whole(2, 4000);
+	struct kn_pack_pod cpu_only = {1000, 1, 0, 0, 0, false, NULL};
+	int gpu;
+
+	/* a holds only sharing pods: 25*500/8000 = 1, + 75. */
+	assert_int_equal(score(c, "gpu-clustering", 0, &pod, &gpu), 76);
+	/* b holds nothing: 25*6000/8000 = 18, + 25. */
+	assert_int_equal(score(c, "gpu-clustering", 1, &pod, &gpu), 43);
+	/* a holds only other kinds for a 2-GPU pod: base alone. */
+	assert_int_equal(score(c, "gpu-clustering", 0, &two, &gpu), 1);
+	assert_int_equal(score(c, "gpu-clustering", 0, &cpu_only, &gpu), 0);
+	kn_pack_free(c);
+}
+
+static void test_gpu_packing(void **state)
+{
+	struct kn_pack *c = snapshot();
+	struct kn_pack_pod pod = share(300, 4000), big = share(600, 4000);
+	struct kn_pack_pod two = whole(2, 4000);
+	int gpu;
+
+	/* a: the 500-free GPU is taken: 100 - (500*100/1000)/10 = 95. */
+	assert_int_equal(score(c, "gpu-packing", 0, &pod, &gpu), 95);
+	/* b: all GPUs free: 33 - 2. */
+	assert_int_equal(score(c, "gpu-packing", 1, &pod, &gpu), 31);
+	/* a, 600 milli: only idle GPUs fit: max(50 - 1, 33). */
+	assert_int_equal(score(c, "gpu-packing", 0, &big, &gpu), 49);
+	assert_int_equal(score(c, "gpu-packing", 0, &two, &gpu), 48);
+	kn_pack_free(c);
+}
+
+static void test_best_fit(void **state)
+{
+	struct kn_pack *c = snapshot();
+	struct kn_pack_pod pod = share(300, 4000);
+	int gpu;
+
+	/* a: 1 - (0.5*84000/128000 + 0.5*7200/8000) = 0.221875 -> 22. */
+	assert_int_equal(score(c, "best-fit", 0, &pod, &gpu), 22);
+	/* b: 1 - (0.5*60000/128000 + 0.5*1700/8000) = 0.659375 -> 65. */
+	assert_int_equal(score(c, "best-fit", 1, &pod, &gpu), 65);
+	kn_pack_free(c);
+}
+
+static void test_fgd_and_kiln(void **state)
+{
+	struct kn_pack *c = snapshot();
+	struct kn_pack_pod pod = share(300, 4000);
+	int gpu;
+
+	/* a before: both shapes see the 500-free GPU as too small:
+	   0.5*500 + 0.5*500 = 500. */
+	assert_true(kn_pack_node_frag(c, 0) == 500.0);
+	assert_true(kn_pack_node_frag(c, 1) == 0.0);
+	/* a, GPU 0 -> 200 free: F' = 200, 100*sigmoid(0.3) = 57.4 -> 57;
+	   GPU 1 -> 700: F' = 0.5*500 + 0.5*1200 = 850, sigmoid(-0.35)
+	   -> 41. The best GPU is 0. */
+	assert_int_equal(score(c, "fgd", 0, &pod, &gpu), 57);
+	assert_int_equal(gpu, 0);
+	/* b: [700, 1000]: F' = 0.5*700 = 350 -> 41, on GPU 0. */
+	assert_int_equal(score(c, "fgd", 1, &pod, &gpu), 41);
+	assert_int_equal(gpu, 0);
+	/* kiln: 2 * fgd, + 1 on a node already in use. */
+	assert_int_equal(score(c, "kiln", 0, &pod, &gpu), 115);
+	assert_int_equal(score(c, "kiln", 1, &pod, &gpu), 82);
+	kn_pack_free(c);
+}
+
+/* The paper's cut: shapes by count until 95 % of pods are covered. */
+static void test_typical_cut(void **state)
+{
+	struct kn_pack *c = two_nodes();
+	struct kn_pack_pod pods[20];
+
+	for (int i = 0; i < 19; i++)
+		pods[i] = share(500, 1000);
+	pods[19] = whole(1, 1000);
+	kn_pack_set_typical(c, pods, 20);
+	assert_int_equal(kn_pack_n_typical(c), 1); /* 19/20 = 95 % */
+	/* 18 + 1 + 1: 90 % needs one more shape, and that reaches 95 %. */
+	pods[18] = whole(2, 1000);
+	kn_pack_set_typical(c, pods, 20);
+	assert_int_equal(kn_pack_n_typical(c), 2);
+	pods[17] = whole(4, 1000);
+	kn_pack_set_typical(c, pods, 20);
+	assert_int_equal(kn_pack_n_typical(c), 3); /* 17 + 1 + 1 */
+	kn_pack_free(c);
+}
+
+/* Ties go to the earliest node of the tie order. */
+static void test_tie_order(void **state)
+{
+	struct kn_pack *c = two_nodes();
+	const struct kn_pack_policy *p = kn_pack_policy_find("gpu-packing");
+	struct kn_pack_pod cpu_only = {1000, 1, 0, 0, 0, false, NULL};
+	struct kn_pack_placement where;
+	const size_t order[2] = {1, 0};
+	const size_t bad[2] = {1, 1};
+	struct kn_rng rng;
+
+	kn_rng_seed(&rng, 7);
+	assert_int_equal(kn_pack_place(c, p, &cpu_only, &rng, &where), 0);
+	assert_int_equal(where.node, 0);
+	assert_int_equal(kn_pack_set_order(c, bad, 2), -EINVAL);
+	assert_int_equal(kn_pack_set_order(c, order, 2), 0);
+	assert_int_equal(kn_pack_place(c, p, &cpu_only, &rng, &where), 0);
+	assert_int_equal(where.node, 1);
+	kn_pack_free(c);
+}
+
+/* GPU choice: best (fullest that fits), whole GPUs lowest index first. */
+static void test_gpu_choice(void **state)
+{
+	struct kn_pack *c = snapshot();
+	const struct kn_pack_policy *p = kn_pack_policy_find("best-fit");
+	struct kn_pack_pod pod = share(300, 4000), two = whole(2, 1000);
+	struct kn_pack_placement where;
+	struct kn_pack_node_state st;
+	struct kn_rng rng;
+
+	kn_rng_seed(&rng, 7);
+	/* b scores higher (65 against 22), so fill b first to make the
+	   share go to a. */
+	assert_int_equal(kn_pack_place(c, p, &two, &rng, &where), 0);
+	assert_int_equal(where.node, 1);
+	assert_int_equal(kn_pack_place(c, p, &pod, &rng, &where), 0);
+	assert_int_equal(where.node, 0);
+	assert_int_equal(where.gpus[0], 0);
+	kn_pack_node_state(c, 0, &st);
+	assert_int_equal(st.gpu_free[0], 200);
+	assert_int_equal(st.cpu_free, 84000);
+	assert_int_equal(kn_pack_used_milli(c), 2000 + 800);
+	kn_pack_free(c);
+}
+
+static void test_constraints_and_errors(void **state)
+{
+	struct kn_pack *c = two_nodes();
+	const struct kn_pack_policy *p = kn_pack_policy_find("fgd");
+	struct kn_pack_pod pod = whole(1, 1000), bad = share(0, 1000);
+	struct kn_pack_placement where;
+	struct kn_error err = {0};
+	struct kn_rng rng;
+	int gpus[2] = {0, 0};
+	const struct kn_pack_node_spec nine = {"x", 1000, 1, 9, "G2"};
+	struct kn_pack *none = NULL;
+
+	kn_rng_seed(&rng, 7);
+	pod.models = kn_pack_models(c, "V100|P100", &pod.constrained);
+	assert_true(pod.constrained);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(kn_pack_place(c, p, &pod, &rng, &where), 0);
+		assert_int_equal(where.node, 1);
+	}
+	assert_int_equal(kn_pack_place(c, p, &pod, &rng, &where), -ENOSPC);
+	pod.models = kn_pack_models(c, "H100", &pod.constrained);
+	assert_int_equal(kn_pack_place(c, p, &pod, &rng, &where), -ENOSPC);
+	assert_int_equal(kn_pack_check_pod(&bad, &err), -EINVAL);
+	assert_string_equal(err.field, "gpu_milli");
+	pod = whole(2, 1000);
+	assert_int_equal(kn_pack_bind(c, 0, &pod, gpus, 2), -EINVAL);
+	assert_int_equal(kn_pack_new(&nine, 1, &none, &err), -EINVAL);
+	assert_null(none);
+	kn_pack_free(c);
+}
+
+static void test_rng(void **state)
+{
+	struct kn_rng a, b;
+	int seen[5] = {0};
+
+	kn_rng_seed(&a, 42);
+	kn_rng_seed(&b, 42);
+	for (int i = 0; i < 100; i++)
+		assert_true(kn_rng_next(&a) == kn_rng_next(&b));
+	kn_rng_seed(&b, 43);
+	assert_true(kn_rng_next(&a) != kn_rng_next(&b));
+	for (int i = 0; i < 1000; i++) {
+		uint64_t x = kn_rng_below(&a, 5);
+
+		assert_true(x < 5);
+		seen[x]++;
+	}
+	for (int i = 0; i < 5; i++)
+		assert_true(seen[i] > 0);
+}
+
+/* A pod fits node n by the filter rules, recomputed independently. */
+static bool fits(const struct kn_pack_node_state *st,
+		 const struct kn_pack_pod *pod)
+{
+	int full = 0, room = 0;
+
+	if (st->cpu_free < pod->cpu_milli || st->memory_free < pod->memory_mib)
+		return false;
+	if (pod->num_gpu == 0)
+		return true;
+	if (st->n_gpus == 0 ||
+	    (pod->constrained && !(pod->models >> st->model & 1)))
+		return false;
+	for (int i = 0; i < st->n_gpus; i++) {
+		full += st->gpu_free[i] == 1000;
+		room += st->gpu_free[i] >= pod->gpu_milli;
+	}
+	return pod->gpu_milli == 1000 ? full >= pod->num_gpu : room >= 1;
+}
+
+static void test_random_snapshots(void **state)
+{
+	static const char *models[] = {"A", "B", "C"};
+	static const char *specs[] = {"", "A", "B|C", "D"};
+	struct kn_rng rng;
+
+	kn_rng_seed(&rng, 2024);
+	for (int round = 0; round < 30; round++) {
+		struct kn_pack_node_spec nodes[12];
+		size_t n = 1 + kn_rng_below(&rng, 12);
+		struct kn_pack *c = NULL;
+		const struct kn_pack_policy *p =
+			kn_pack_policies[round % 7];
+
+		for (size_t i = 0; i < n; i++) {
+			nodes[i].name = "n";
+			nodes[i].cpu_milli = 1000 * (int)(1 + kn_rng_below(&rng, 64));
+			nodes[i].memory_mib = 1024 * (1 + (int64_t)kn_rng_below(&rng, 64));
+			nodes[i].n_gpus = (int)kn_rng_below(&rng, 9);
+			nodes[i].model = models[kn_rng_below(&rng, 3)];
+		}
+		assert_int_equal(kn_pack_new(nodes, n, &c, NULL), 0);
+		for (int k = 0; k < 200; k++) {
+			struct kn_pack_pod pod = {0};
+			struct kn_pack_node_state before[12], st;
+			struct kn_pack_placement w;
+			int64_t used = kn_pack_used_milli(c);
+			int rc;
+
+			pod.cpu_milli = 500 * (int)kn_rng_below(&rng, 8);
+			pod.memory_mib = 256 * (int64_t)kn_rng_below(&rng, 16);
+			pod.num_gpu = (int)kn_rng_below(&rng, 4);
+			pod.gpu_milli = pod.num_gpu == 0 ? 0
+					: pod.num_gpu > 1 ? 1000
+					: 50 * (int)(1 + kn_rng_below(&rng, 20));
+			pod.models = kn_pack_models(
+				c, specs[kn_rng_below(&rng, 4)], &pod.constrained);
+			for (size_t i = 0; i < n; i++)
+				kn_pack_node_state(c, i, &before[i]);
+			rc = kn_pack_place(c, p, &pod, &rng, &w);
+			if (rc == -ENOSPC) {
+				for (size_t i = 0; i < n; i++)
+					assert_false(fits(&before[i], &pod));
+				assert_true(kn_pack_used_milli(c) == used);
+				continue;
+			}
+			assert_int_equal(rc, 0);
+			assert_true(fits(&before[w.node], &pod));
+			assert_int_equal(w.n_gpus, pod.num_gpu);
+			for (int g = 0; g < w.n_gpus; g++) {
+				assert_true(before[w.node].gpu_free[w.gpus[g]] >=
+					    pod.gpu_milli);
+				for (int h = 0; h < g; h++)
+					assert_int_not_equal(w.gpus[g], w.gpus[h]);
+			}
+			assert_true(kn_pack_used_milli(c) ==
+				    used + (int64_t)pod.num_gpu * pod.gpu_milli);
+			for (size_t i = 0; i < n; i++) {
+				kn_pack_node_state(c, i, &st);
+				assert_true(st.cpu_free >= 0);
+				assert_true(st.memory_free >= 0);
+				for (int g = 0; g < st.n_gpus; g++)
+					assert_true(st.gpu_free[g] >= 0 &&
+						    st.gpu_free[g] <= 1000);
+			}
+		}
+		kn_pack_free(c);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_dot_product),
+		cmocka_unit_test(test_gpu_clustering),
+		cmocka_unit_test(test_gpu_packing),
+		cmocka_unit_test(test_best_fit),
+		cmocka_unit_test(test_fgd_and_kiln),
+		cmocka_unit_test(test_typical_cut),
+		cmocka_unit_test(test_tie_order),
+		cmocka_unit_test(test_gpu_choice),
+		cmocka_unit_test(test_constraints_and_errors),
+		cmocka_unit_test(test_rng),
+		cmocka_unit_test(test_random_snapshots),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,551 @@
+/*
+ * sim: openb CSV loading and the paper's one-shot packing experiment.
+ *
+ * The CSV reader is deliberately small: openb files are plain
+ * comma-separated values without quoting, so a quote is an error rather
+ * than a half-supported feature, and every error names FILE:LINE:COLUMN.
+ *
+ * The resampling rule follows the paper's code, quirk included: a sample
+ * is appended while total + its per-GPU milli <= 1.3 x capacity, but the
+ * total grows by num_gpu x milli (METHOD.md §2.1), so arrivals end just
+ * past 130 %. Our own RNG replaces Go's, so streams differ from the
+ * paper's seed by seed; medians over 10 seeds are what compare.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/sim.h"
+
+struct sim_pod {
+	char *name;
+	char *gpu_spec; /* NULL when unconstrained */
+	struct kn_pack_pod pod;
+};
+
+struct kn_sim {
+	struct kn_pack *cluster;
+	struct sim_pod *pods; /* sorted by name */
+	size_t n_pods;
+	struct kn_pack_pod *stream; /* scratch for one run */
+	size_t cap_stream;
+	size_t *order;
+};
+
+/* One parsed row: fields point into the (modified) line. */
+#define MAX_FIELDS 32
+
+struct csv {
+	const char *path;
+	char *text;
+	char *next;   /* start of the next line */
+	int line;     /* 1-based number of the current line */
+	char *fields[MAX_FIELDS];
+	int cols[MAX_FIELDS]; /* 1-based column of each field */
+	int n_fields;
+};
+
+/* Split the next non-empty line; 0 at end of file, 1 with a row. */
+static int csv_row(struct csv *c, struct kn_error *err)
+{
+	char *p, *end;
+
+	while (*c->next) {
+		p = c->next;
+		end = strchr(p, '\n');
+		c->next = end ? end + 1 : p + strlen(p);
+		if (end)
+			*end = '\0';
+		c->line++;
+		if (end && end > p && end[-1] == '\r')
+			end[-1] = '\0';
+		if (!*p)
+			continue;
+		c->n_fields = 0;
+		for (char *f = p;;) {
+			char *comma = strchr(f, ',');
+			char *q = strchr(f, '"');
+
+			if (q && (!comma || q < comma))
+				return kn_errorf(err, KN_EINVAL, NULL,
+						 "%s:%d:%d: quoted fields are not "
+						 "supported",
+						 c->path, c->line,
+						 (int)(q - p) + 1);
+			if (c->n_fields == MAX_FIELDS)
+				return kn_errorf(err, KN_EINVAL, NULL,
+						 "%s:%d:%d: more than %d columns",
+						 c->path, c->line,
+						 (int)(f - p) + 1, MAX_FIELDS);
+			c->cols[c->n_fields] = (int)(f - p) + 1;
+			c->fields[c->n_fields++] = f;
+			if (!comma)
+				break;
+			*comma = '\0';
+			f = comma + 1;
+		}
+		return 1;
+	}
+	return 0;
+}
+
+static int find_column(struct csv *c, const char *name, struct kn_error *err)
+{
+	for (int i = 0; i < c->n_fields; i++)
+		if (!strcmp(c->fields[i], name))
+			return i;
+	return kn_errorf(err, KN_EINVAL, name,
+			 "%s:%d:1: no column '%s' in the header", c->path,
+			 c->line, name);
+}
+
+static int field(struct csv *c, int col, const char *name, const char **out,
+		 struct kn_error *err)
+{
+	if (col >= c->n_fields)
+		return kn_errorf(err, KN_EINVAL, name,
+				 "%s:%d:%d: %s: missing (only %d columns)",
+				 c->path, c->line,
+				 c->cols[c->n_fields - 1] +
+					 (int)strlen(c->fields[c->n_fields - 1]) +
+					 1,
+				 name, c->n_fields);
+	*out = c->fields[col];
+	return 0;
+}
+
+static int int_field(struct csv *c, int col, const char *name, int64_t max,
+		     int64_t *out, struct kn_error *err)
+{
+	const char *s;
+	char *end;
+	long long v;
+	int rc = field(c, col, name, &s, err);
+
+	if (rc < 0)
+		return rc;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (!*s || *end || errno || v < 0 || v > max)
+		return kn_errorf(err, KN_EINVAL, name,
+				 "%s:%d:%d: %s: '%s' is not a whole number "
+				 "0..%lld",
+				 c->path, c->line, c->cols[col], name, s,
+				 (long long)max);
+	*out = v;
+	return 0;
+}
+
+static const char *text_field(struct csv *c, int col)
+{
+	const char *s = c->fields[col];
+
+	return !*s || !strcmp(s, "nan") ? NULL : s;
+}
+
+static int csv_open(struct csv *c, const char *path, struct kn_error *err)
+{
+	size_t len;
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	c->path = path;
+	rc = kn_read_file(path, KN_SIM_MAX_FILE, &c->text, &len);
+	if (rc == -EFBIG)
+		return kn_errorf(err, KN_EINVAL, NULL,
+				 "%s: larger than %u MiB", path,
+				 KN_SIM_MAX_FILE >> 20);
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				 strerror(-rc));
+	c->next = c->text;
+	rc = csv_row(c, err);
+	if (rc == 0)
+		return kn_errorf(err, KN_EINVAL, NULL, "%s:1:1: empty file",
+				 path);
+	return rc < 0 ? rc : 0;
+}
+
+/* Node specs, owning their names and models. */
+struct node_list {
+	struct kn_pack_node_spec *specs;
+	char **strings; /* 2 per node: name, model (or NULL) */
+	size_t n;
+};
+
+static void node_list_release(struct node_list *l)
+{
+	for (size_t i = 0; i < 2 * l->n; i++)
+		free(l->strings[i]);
+	free(l->strings);
+	free(l->specs);
+}
+
+static int spec_order(const void *pa, const void *pb)
+{
+	const struct kn_pack_node_spec *a = pa, *b = pb;
+
+	return strcmp(a->name, b->name);
+}
+
+static int load_nodes(const char *path, struct node_list *l,
+		      struct kn_error *err)
+{
+	struct csv c;
+	int col[5], rc;
+	const char *names[5] = {"sn", "cpu_milli", "memory_mib", "gpu",
+				"model"};
+	size_t cap = 0;
+
+	memset(l, 0, sizeof(*l));
+	rc = csv_open(&c, path, err);
+	if (rc < 0)
+		goto out;
+	for (int i = 0; i < 5; i++) {
+		col[i] = rc = find_column(&c, names[i], err);
+		if (rc < 0)
+			goto out;
+	}
+	while ((rc = csv_row(&c, err)) > 0) {
+		struct kn_pack_node_spec *s;
+		const char *name;
+		int64_t cpu, mem, gpus;
+
+		if ((rc = field(&c, col[0], "sn", &name, err)) < 0 ||
+		    (rc = int_field(&c, col[1], "cpu_milli", INT_MAX, &cpu,
+				    err)) < 0 ||
+		    (rc = int_field(&c, col[2], "memory_mib", INT64_MAX / 2,
+				    &mem, err)) < 0 ||
+		    (rc = int_field(&c, col[3], "gpu", KN_PACK_MAX_GPUS, &gpus,
+				    err)) < 0)
+			goto out;
+		if (gpus > 0 && (col[4] >= c.n_fields ||
+				 !text_field(&c, col[4]))) {
+			rc = kn_errorf(err, KN_EINVAL, "model",
+				       "%s:%d:%d: model: a node with GPUs needs "
+				       "a model",
+				       path, c.line,
+				       col[4] < c.n_fields ? c.cols[col[4]] : 1);
+			goto out;
+		}
+		if (l->n == cap) {
+			cap = cap ? 2 * cap : 256;
+			l->specs = kn_xrealloc(l->specs, cap * sizeof(*l->specs));
+			l->strings = kn_xrealloc(l->strings,
+						 2 * cap * sizeof(*l->strings));
+		}
+		s = &l->specs[l->n];
+		memset(s, 0, sizeof(*s));
+		s->name = l->strings[2 * l->n] = kn_xstrdup(name);
+		s->model = l->strings[2 * l->n + 1] =
+			gpus > 0 ? kn_xstrdup(text_field(&c, col[4])) : NULL;
+		s->cpu_milli = (int)cpu;
+		s->memory_mib = mem;
+		s->n_gpus = (int)gpus;
+		l->n++;
+	}
+	if (rc < 0)
+		goto out;
+	if (l->n == 0) {
+		rc = kn_errorf(err, KN_EINVAL, NULL, "%s: no nodes", path);
+		goto out;
+	}
+	/* The paper sorts nodes by name before drawing their order. */
+	qsort(l->specs, l->n, sizeof(*l->specs), spec_order);
+	rc = 0;
+out:
+	if (rc < 0)
+		node_list_release(l);
+	free(c.text);
+	return rc;
+}
+
+static int pod_order(const void *pa, const void *pb)
+{
+	const struct sim_pod *a = pa, *b = pb;
+
+	return strcmp(a->name, b->name);
+}
+
+static int load_pods(struct kn_sim *sim, const char *path,
+		     struct kn_error *err)
+{
+	const char *names[6] = {"name",    "cpu_milli", "memory_mib",
+				"num_gpu", "gpu_milli", "gpu_spec"};
+	struct csv c;
+	int col[6], rc;
+	size_t cap = 0;
+
+	rc = csv_open(&c, path, err);
+	if (rc < 0)
+		goto out;
+	for (int i = 0; i < 6; i++) {
+		col[i] = rc = find_column(&c, names[i], err);
+		if (rc < 0)
+			goto out;
+	}
+	while ((rc = csv_row(&c, err)) > 0) {
+		struct sim_pod *p;
+		struct kn_error why = {0};
+		const char *name, *spec;
+		int64_t cpu, mem, num, milli;
+
+		if ((rc = field(&c, col[0], "name", &name, err)) < 0 ||
+		    (rc = int_field(&c, col[1], "cpu_milli", INT_MAX, &cpu,
+				    err)) < 0 ||
+		    (rc = int_field(&c, col[2], "memory_mib", INT64_MAX / 2,
+				    &mem, err)) < 0 ||
+		    (rc = int_field(&c, col[3], "num_gpu", KN_PACK_MAX_GPUS,
+				    &num, err)) < 0 ||
+		    (rc = int_field(&c, col[4], "gpu_milli", 1000, &milli,
+				    err)) < 0 ||
+		    (rc = field(&c, col[5], "gpu_spec", &spec, err)) < 0)
+			goto out;
+		if (sim->n_pods == cap) {
+			cap = cap ? 2 * cap : 1024;
+			sim->pods = kn_xrealloc(sim->pods,
+						cap * sizeof(*sim->pods));
+		}
+		p = &sim->pods[sim->n_pods];
+		memset(p, 0, sizeof(*p));
+		p->name = kn_xstrdup(name);
+		spec = text_field(&c, col[5]);
+		p->gpu_spec = spec ? kn_xstrdup(spec) : NULL;
+		sim->n_pods++;
+		p->pod.cpu_milli = (int)cpu;
+		p->pod.memory_mib = mem;
+		p->pod.num_gpu = (int)num;
+		p->pod.gpu_milli = (int)milli;
+		p->pod.gpu_spec = p->gpu_spec;
+		p->pod.models = kn_pack_models(sim->cluster, p->gpu_spec,
+					       &p->pod.constrained);
+		if (kn_pack_check_pod(&p->pod, &why) < 0) {
+			int at = !strcmp(why.field, "cpu_milli")    ? col[1]
+				 : !strcmp(why.field, "memory_mib") ? col[2]
+				 : !strcmp(why.field, "num_gpu")    ? col[3]
+								    : col[4];
+
+			rc = kn_errorf(err, KN_EINVAL, why.field,
+				       "%s:%d:%d: %s", path, c.line,
+				       c.cols[at], why.message);
+			goto out;
+		}
+	}
+	if (rc < 0)
+		goto out;
+	if (sim->n_pods == 0) {
+		rc = kn_errorf(err, KN_EINVAL, NULL, "%s: no pods", path);
+		goto out;
+	}
+	qsort(sim->pods, sim->n_pods, sizeof(*sim->pods), pod_order);
+	rc = 0;
+out:
+	free(c.text);
+	return rc;
+}
+
+int kn_sim_load(const char *nodes_csv, const char *pods_csv,
+		struct kn_sim **out, struct kn_error *err)
+{
+	struct kn_sim *sim = kn_xcalloc(1, sizeof(*sim));
+	struct node_list nodes;
+	struct kn_pack_pod *typical = NULL;
+	int rc;
+
+	rc = load_nodes(nodes_csv, &nodes, err);
+	if (rc < 0)
+		goto out;
+	rc = kn_pack_new(nodes.specs, nodes.n, &sim->cluster, err);
+	node_list_release(&nodes);
+	if (rc < 0)
+		goto out;
+	if (kn_pack_gpu_capacity(sim->cluster) == 0) {
+		rc = kn_errorf(err, KN_EINVAL, NULL, "%s: no GPUs", nodes_csv);
+		goto out;
+	}
+	rc = load_pods(sim, pods_csv, err);
+	if (rc < 0)
+		goto out;
+	typical = kn_xcalloc(sim->n_pods, sizeof(*typical));
+	for (size_t i = 0; i < sim->n_pods; i++)
+		typical[i] = sim->pods[i].pod;
+	kn_pack_set_typical(sim->cluster, typical, sim->n_pods);
+	sim->order = kn_xcalloc(kn_pack_n_nodes(sim->cluster),
+				sizeof(*sim->order));
+out:
+	free(typical);
+	if (rc < 0) {
+		kn_sim_free(sim);
+		return rc;
+	}
+	*out = sim;
+	return 0;
+}
+
+void kn_sim_free(struct kn_sim *sim)
+{
+	if (!sim)
+		return;
+	for (size_t i = 0; i < sim->n_pods; i++) {
+		free(sim->pods[i].name);
+		free(sim->pods[i].gpu_spec);
+	}
+	free(sim->pods);
+	free(sim->stream);
+	free(sim->order);
+	kn_pack_free(sim->cluster);
+	free(sim);
+}
+
+size_t kn_sim_n_nodes(const struct kn_sim *sim)
+{
+	return kn_pack_n_nodes(sim->cluster);
+}
+
+size_t kn_sim_n_pods(const struct kn_sim *sim)
+{
+	return sim->n_pods;
+}
+
+int64_t kn_sim_capacity(const struct kn_sim *sim)
+{
+	return kn_pack_gpu_capacity(sim->cluster);
+}
+
+static void push(struct kn_sim *sim, size_t *n, const struct kn_pack_pod *p)
+{
+	if (*n == sim->cap_stream) {
+		sim->cap_stream = sim->cap_stream ? 2 * sim->cap_stream : 1024;
+		sim->stream = kn_xrealloc(sim->stream, sim->cap_stream *
+							       sizeof(*sim->stream));
+	}
+	sim->stream[(*n)++] = *p;
+}
+
+/* The pods of one run: shuffled originals, then resampled clones. */
+static size_t build_stream(struct kn_sim *sim, struct kn_rng *rng)
+{
+	int64_t limit = kn_pack_gpu_capacity(sim->cluster) * 13 / 10;
+	int64_t total = 0;
+	size_t n = 0;
+
+	for (size_t i = 0; i < sim->n_pods; i++) {
+		push(sim, &n, &sim->pods[i].pod);
+		total += (int64_t)sim->pods[i].pod.num_gpu *
+			 sim->pods[i].pod.gpu_milli;
+	}
+	for (size_t i = n; i > 1; i--) {
+		size_t j = (size_t)kn_rng_below(rng, i);
+		struct kn_pack_pod t = sim->stream[i - 1];
+
+		sim->stream[i - 1] = sim->stream[j];
+		sim->stream[j] = t;
+	}
+	for (;;) {
+		const struct kn_pack_pod *p =
+			&sim->pods[kn_rng_below(rng, sim->n_pods)].pod;
+
+		if (total + p->gpu_milli > limit)
+			break;
+		push(sim, &n, p);
+		total += (int64_t)p->num_gpu * p->gpu_milli;
+	}
+	return n;
+}
+
+int kn_sim_run(struct kn_sim *sim, const struct kn_pack_policy *policy,
+	       uint64_t seed, struct kn_sim_curve *out)
+{
+	double alloc_sum[KN_SIM_BINS] = {0}, frag_sum[KN_SIM_BINS] = {0};
+	size_t count[KN_SIM_BINS] = {0};
+	size_t n_nodes = kn_pack_n_nodes(sim->cluster), n;
+	double capacity = (double)kn_pack_gpu_capacity(sim->cluster);
+	struct kn_rng rng, policy_rng;
+	int64_t arrived = 0;
+
+	kn_rng_seed(&rng, seed);
+	/* The random policy draws from its own stream so that the pods and
+	   the node order of a seed are the same for every policy. */
+	kn_rng_seed(&policy_rng, seed ^ 0x6b696c6e2d73696dULL);
+	n = build_stream(sim, &rng);
+	for (size_t i = 0; i < n_nodes; i++)
+		sim->order[i] = i;
+	for (size_t i = n_nodes; i > 1; i--) {
+		size_t j = (size_t)kn_rng_below(&rng, i);
+		size_t t = sim->order[i - 1];
+
+		sim->order[i - 1] = sim->order[j];
+		sim->order[j] = t;
+	}
+	kn_pack_reset(sim->cluster);
+	kn_pack_set_order(sim->cluster, sim->order, n_nodes);
+	memset(out, 0, sizeof(*out));
+	out->offered = n;
+	for (size_t i = 0; i < n; i++) {
+		const struct kn_pack_pod *p = &sim->stream[i];
+		struct kn_pack_placement where;
+		double pct;
+		long bin;
+
+		arrived += (int64_t)p->num_gpu * p->gpu_milli;
+		if (kn_pack_place(sim->cluster, policy, p, &policy_rng,
+				  &where) == 0)
+			out->placed++;
+		pct = 100.0 * (double)arrived / capacity;
+		/* Round half to even, as the paper's pandas scripts do. */
+		bin = lrint(pct);
+		if (bin < 0 || bin > KN_SIM_MAX_ARRIVED)
+			continue;
+		alloc_sum[bin] += 100.0 *
+				  (double)kn_pack_used_milli(sim->cluster) /
+				  capacity;
+		frag_sum[bin] += 100.0 * kn_pack_frag_milli(sim->cluster) /
+				 capacity;
+		count[bin]++;
+	}
+	for (int x = 0; x < KN_SIM_BINS; x++) {
+		double a = alloc_sum[x], f = frag_sum[x];
+		size_t k = count[x];
+
+		if (k == 0) {
+			for (int d = -1; d <= 1; d += 2) {
+				if (x + d < 0 || x + d >= KN_SIM_BINS)
+					continue;
+				a += alloc_sum[x + d];
+				f += frag_sum[x + d];
+				k += count[x + d];
+			}
+		}
+		out->unallocated[x] = k ? 100.0 - a / (double)k : NAN;
+		out->frag[x] = k ? f / (double)k : NAN;
+	}
+	return 0;
+}
+
+static int cmp_double(const void *pa, const void *pb)
+{
+	double a = *(const double *)pa, b = *(const double *)pb;
+
+	return a < b ? -1 : a > b;
+}
+
+double kn_sim_quantile(double *v, size_t n, double q)
+{
+	size_t k = 0;
+	double pos;
+	size_t lo;
+
+	for (size_t i = 0; i < n; i++)
+		if (!isnan(v[i]))
+			v[k++] = v[i];
+	if (k == 0)
+		return NAN;
+	qsort(v, k, sizeof(*v), cmp_double);
+	pos = q * (double)(k - 1);
+	lo = (size_t)pos;
+	if (lo + 1 >= k)
+		return v[k - 1];
+	return v[lo] + (pos - (double)lo) * (v[lo + 1] - v[lo]);
+}
