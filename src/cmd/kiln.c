@@ -142,6 +142,29 @@ static const struct cli_command commands[] = {
 	 "\n"
 	 "  -o json  print the normalized spec (defaults filled in) as JSON\n",
 	 false},
+	{"exporter", cmd_exporter, NULL,
+	 "serve this node's metrics for Prometheus",
+	 "usage: kiln exporter [--listen HOST:PORT] [--root DIR]\n"
+	 "                     [--token-file FILE] [--mount LIST]\n"
+	 "                     [--hostname NAME]\n"
+	 "\n"
+	 "Serve GET /metrics in Prometheus text format: CPU, memory, network,\n"
+	 "disk and filesystem metrics under node_exporter's names, and per-GPU\n"
+	 "metrics from NVML under dcgm-exporter's names (DCGM_FI_DEV_*), so\n"
+	 "their Grafana dashboards work unchanged. Stops on SIGTERM or SIGINT.\n"
+	 "\n"
+	 "  --listen HOST:PORT  address (default 127.0.0.1:9470; port 0 picks\n"
+	 "                      a free one, printed on standard error)\n"
+	 "  --root DIR          read proc/ and sys/ under DIR (default /)\n"
+	 "  --token-file FILE   require `Authorization: Bearer <token>` with\n"
+	 "                      the token in FILE; without it scrapes are not\n"
+	 "                      authenticated, as exporters conventionally\n"
+	 "                      are, so keep the default loopback address\n"
+	 "  --mount LIST        only these mount points, comma-separated\n"
+	 "                      (default: every real filesystem)\n"
+	 "  --hostname NAME     the Hostname label of GPU series (default:\n"
+	 "                      this host's name)\n",
+	 false},
 	{"version", cmd_version, NULL, "print kiln's version",
 	 "usage: kiln version\n"
 	 "\n"
