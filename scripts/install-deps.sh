@@ -11,6 +11,7 @@ packages=(
   python3 python3-pytest python3-requests
   sqlite3 procps
   gnuplot-nox
+  prometheus
 )
 
 missing=()

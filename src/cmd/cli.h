@@ -75,6 +75,9 @@ int cmd_audit(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_validate(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_version(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_sim(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_health(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_tune(struct cli_ctx *ctx, int argc, char **argv);
 
 /* Flags. */
 

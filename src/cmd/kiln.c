@@ -203,6 +203,70 @@ static const struct cli_command commands[] = {
 	 "  --csv FILE       write every policy's curves (per arrived %)\n"
 	 "  --plot FILE.png  draw them with gnuplot, like the paper's Fig. 9a\n",
 	 false},
+	{"exporter", cmd_exporter, NULL,
+	 "serve this node's metrics for Prometheus",
+	 "usage: kiln exporter [--listen HOST:PORT] [--root DIR]\n"
+	 "                     [--token-file FILE] [--mount LIST]\n"
+	 "                     [--hostname NAME]\n"
+	 "\n"
+	 "Serve GET /metrics in Prometheus text format: CPU, memory, network,\n"
+	 "disk and filesystem metrics under node_exporter's names, and per-GPU\n"
+	 "metrics from NVML under dcgm-exporter's names (DCGM_FI_DEV_*), so\n"
+	 "their Grafana dashboards work unchanged. Stops on SIGTERM or SIGINT.\n"
+	 "\n"
+	 "  --listen HOST:PORT  address (default 127.0.0.1:9470; port 0 picks\n"
+	 "                      a free one, printed on standard error)\n"
+	 "  --root DIR          read proc/ and sys/ under DIR (default /)\n"
+	 "  --token-file FILE   require `Authorization: Bearer <token>` with\n"
+	 "                      the token in FILE; without it scrapes are not\n"
+	 "                      authenticated, as exporters conventionally\n"
+	 "                      are, so keep the default loopback address\n"
+	 "  --mount LIST        only these mount points, comma-separated\n"
+	 "                      (default: every real filesystem)\n"
+	 "  --hostname NAME     the Hostname label of GPU series (default:\n"
+	 "                      this host's name)\n",
+	 false},
+	{"health", cmd_health, NULL, "check this node's GPUs, memory, links and disks",
+	 "usage: kiln health [--json] [--drain] [--root DIR] [--sku SIZE]\n"
+	 "                   [--sku-file FILE] [--dir LIST] [--min-free SIZE]\n"
+	 "                   [--kernel-log FILE] [--node-name NAME]\n"
+	 "\n"
+	 "Run the node checks: GPU count and model against the VM size, GPU\n"
+	 "double-bit ECC, pending page retirement and row-remap failures, clock\n"
+	 "throttling, PCIe links below capability, NVLinks down, NVIDIA XIDs and\n"
+	 "machine checks in the kernel log (and EDAC), InfiniBand ports not\n"
+	 "Active or slower than the VM size's, memory below the VM size's, and\n"
+	 "free space. Output follows LBNL NHC, so it can be Slurm's\n"
+	 "HealthCheckProgram: nothing and exit 0 when healthy, else one line\n"
+	 "per failed check (ERROR:  kiln:  Health check failed:  CHECK: why)\n"
+	 "and exit 1.\n"
+	 "\n"
+	 "  --json            every check with pass, fail or skip and why\n"
+	 "  --drain           report to the kiln server (healthy or not), and\n"
+	 "                    drain the node in Slurm when scontrol is on PATH\n"
+	 "  --root DIR        read proc/, sys/ and dev/kmsg under DIR\n"
+	 "  --sku SIZE        the Azure VM size (default $KILN_SKU), e.g.\n"
+	 "                    Standard_ND96isr_H100_v5\n"
+	 "  --sku-file FILE   the catalogue (default data/azure-gpu-skus.csv)\n"
+	 "  --dir LIST        scratch and checkpoint directories, comma-separated\n"
+	 "  --min-free SIZE   free space each --dir needs (default 10Gi)\n"
+	 "  --kernel-log FILE read the kernel log here (default /dev/kmsg)\n"
+	 "  --node-name NAME  this node's name for --drain (default: short\n"
+	 "                    host name)\n"
+	 "\n"
+	 "Exit status: 0 healthy, 1 a check failed, 2 usage error, 3 --drain\n"
+	 "could not reach the server.\n",
+	 false},
+	{"tune", cmd_tune, NULL, "set GPU application clocks to their maximum",
+	 "usage: kiln tune gpu [--dry-run] [--reset]\n"
+	 "\n"
+	 "Set each GPU's application clocks to the highest supported pair and\n"
+	 "print the clocks before and after (needs root). Without a GPU, says so\n"
+	 "and exits 0.\n"
+	 "\n"
+	 "  --dry-run  print the plan, change nothing\n"
+	 "  --reset    restore the driver's default application clocks\n",
+	 false},
 	{"version", cmd_version, NULL, "print kiln's version",
 	 "usage: kiln version\n"
 	 "\n"

@@ -1,0 +1,252 @@
+/*
+ * kiln exporter: this node's metrics for Prometheus at GET /metrics.
+ *
+ * Each scrape reads procfs/sysfs and NVML afresh (no background polling,
+ * so an idle exporter costs nothing) and answers the whole text at once.
+ * NVML is opened once at start; XID events are drained at every scrape and
+ * the last XID of each GPU is kept, as dcgm-exporter reports it.
+ *
+ * Authentication: kiln's API always wants a token, but Prometheus
+ * exporters conventionally do not, and scrapers are set up for that. The
+ * exporter therefore listens on loopback unless told otherwise, and with
+ * --token-file it wants `Authorization: Bearer <token>` on every scrape
+ * (Prometheus: `authorization: {credentials_file: ...}`).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "loop/loop.h"
+#include "telemetry/telemetry.h"
+
+/* A token file holds one line; anything longer is not a token. */
+#define TOKEN_FILE_MAX 4096
+/* --mount takes a comma-separated list of at most this many mount points. */
+#define MOUNTS_MAX 64
+
+struct exporter {
+	struct kn_loop *loop;
+	struct kn_node_options node;
+	struct kn_nvml *nvml;      /* NULL without a GPU */
+	unsigned *last_xid;
+	struct kn_gpu_sample *samples;
+	char hostname[256];
+	char *token;               /* NULL: no authentication */
+};
+
+static bool same_secret(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char diff = la != lb;
+
+	/* Compare every byte of the offered token whatever matches. */
+	for (size_t i = 0; i < la; i++)
+		diff |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+	return diff == 0;
+}
+
+static bool authorized(struct exporter *x, struct kn_http_req *req)
+{
+	const char *h;
+
+	if (!x->token)
+		return true;
+	h = kn_http_header(req, "Authorization");
+	return h && !strncmp(h, "Bearer ", 7) && same_secret(h + 7, x->token);
+}
+
+/* Build one scrape's text; 0 or a negative errno with err set. */
+static int scrape(struct exporter *x, struct kn_buf *out, struct kn_error *err)
+{
+	unsigned n;
+	int rc;
+
+	if ((rc = kn_node_collect(&x->node, out, err)) < 0)
+		return rc;
+	if (!x->nvml)
+		return 0;
+	n = kn_nvml_count(x->nvml);
+	if ((rc = kn_nvml_poll_xids(x->nvml, x->last_xid, err)) < 0)
+		return rc;
+	for (unsigned i = 0; i < n; i++)
+		if ((rc = kn_nvml_sample(x->nvml, i, &x->samples[i], err)) < 0)
+			return rc;
+	return kn_gpu_write(x->samples, x->last_xid, n, x->hostname, out, err);
+}
+
+static void handle(struct kn_http_req *req, void *arg)
+{
+	struct exporter *x = arg;
+	struct kn_error err;
+	struct kn_buf out;
+
+	if (strcmp(kn_http_path(req), "/metrics") != 0) {
+		kn_errorf(&err, KN_ENOTFOUND, NULL,
+			  "no such path: the exporter serves GET /metrics");
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	if (strcmp(kn_http_method(req), "GET") != 0) {
+		kn_errorf(&err, KN_EINVAL, NULL, "/metrics answers GET only");
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	if (!authorized(x, req)) {
+		kn_errorf(&err, KN_EAUTH, NULL,
+			  "missing or wrong bearer token (see --token-file)");
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_buf_init(&out, KN_PROM_MAX_BYTES);
+	if (scrape(x, &out, &err) < 0) {
+		kn_log(KN_LOG_WARN, "scrape failed: %s", err.message);
+		kn_http_reply_error(req, &err);
+	} else {
+		kn_http_stream_start(req, 200, KN_PROM_CONTENT_TYPE, NULL, NULL);
+		kn_http_stream_chunk(req, out.data, out.len);
+		kn_http_stream_end(req);
+	}
+	kn_buf_release(&out);
+}
+
+static void on_stop(void *arg)
+{
+	kn_loop_stop(arg);
+}
+
+static int read_token(struct cli_ctx *ctx, const char *path, char **out)
+{
+	char *text = NULL;
+	size_t len;
+	int rc = kn_read_file(path, TOKEN_FILE_MAX, &text, &len);
+
+	if (rc < 0)
+		return cli_fail(ctx, "--token-file: %s: %s", path, strerror(-rc));
+	text[strcspn(text, "\r\n")] = '\0';
+	if (!text[0]) {
+		free(text);
+		return cli_fail(ctx, "--token-file: %s: empty", path);
+	}
+	*out = text;
+	return CLI_GO;
+}
+
+/* "a,b" -> {"a", "b", NULL} in the malloc'd copy *buf. */
+static int split_mounts(struct cli_ctx *ctx, const char *arg, char **buf,
+			const char **mounts)
+{
+	char *rest, *m;
+	size_t n = 0;
+
+	*buf = kn_xstrdup(arg);
+	rest = *buf;
+	while ((m = strsep(&rest, ",")) != NULL) {
+		if (m[0] != '/' || n + 1 >= MOUNTS_MAX)
+			return cli_usage_error(ctx, "--mount: \"%s\" is not an "
+						    "absolute path (at most %d)",
+					       m, MOUNTS_MAX - 1);
+		mounts[n++] = m;
+	}
+	mounts[n] = NULL;
+	return CLI_GO;
+}
+
+int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *listen = "127.0.0.1:9470", *root = "/", *token_file = NULL,
+		   *mount_arg = NULL, *hostname = NULL;
+	struct cli_flag flags[] = {
+		{"listen", 0, CLI_FLAG_STRING, &listen},
+		{"root", 0, CLI_FLAG_STRING, &root},
+		{"token-file", 0, CLI_FLAG_STRING, &token_file},
+		{"mount", 0, CLI_FLAG_STRING, &mount_arg},
+		{"hostname", 0, CLI_FLAG_STRING, &hostname},
+		{NULL, 0, 0, NULL},
+	};
+	struct exporter x = {0};
+	struct kn_http_server *srv = NULL;
+	struct kn_error err;
+	const char *mounts[MOUNTS_MAX];
+	char host[256], *mount_buf = NULL, *colon;
+	int rc, port, bound;
+	long p;
+
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc != CLI_GO)
+		return rc;
+	colon = strrchr(listen, ':');
+	p = colon ? strtol(colon + 1, NULL, 10) : -1;
+	if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(host) ||
+	    !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
+	    p < 0 || p > 65535)
+		return cli_usage_error(ctx, "--listen: \"%s\" is not HOST:PORT "
+					    "(e.g. 127.0.0.1:9470)", listen);
+	memcpy(host, listen, (size_t)(colon - listen));
+	host[colon - listen] = '\0';
+	port = (int)p;
+	if (mount_arg &&
+	    (rc = split_mounts(ctx, mount_arg, &mount_buf, mounts)) != CLI_GO)
+		goto out;
+	if (token_file && (rc = read_token(ctx, token_file, &x.token)) != CLI_GO)
+		goto out;
+	x.node.root = root;
+	x.node.mounts = mount_arg ? mounts : NULL;
+	if (hostname)
+		kn_strlcpy(x.hostname, hostname, sizeof(x.hostname));
+	else if (gethostname(x.hostname, sizeof(x.hostname)) < 0)
+		kn_strlcpy(x.hostname, "localhost", sizeof(x.hostname));
+	x.hostname[sizeof(x.hostname) - 1] = '\0';
+
+	/* Check the sources once, so a wrong --root fails at start. */
+	{
+		struct kn_buf probe;
+		kn_buf_init(&probe, KN_PROM_MAX_BYTES);
+		rc = kn_node_collect(&x.node, &probe, &err);
+		kn_buf_release(&probe);
+		if (rc < 0) {
+			rc = cli_fail(ctx, "%s", err.message);
+			goto out;
+		}
+	}
+	rc = kn_nvml_open(&x.nvml, &err);
+	if (rc == -ENOENT) {
+		fprintf(stderr, "%s: no GPU metrics (%s)\n", ctx->prog,
+			err.message);
+	} else if (rc < 0) {
+		rc = cli_fail(ctx, "%s", err.message);
+		goto out;
+	} else {
+		unsigned n = kn_nvml_count(x.nvml);
+		x.last_xid = kn_xcalloc(n ? n : 1, sizeof(*x.last_xid));
+		x.samples = kn_xcalloc(n ? n : 1, sizeof(*x.samples));
+	}
+
+	x.loop = kn_loop_new();
+	if (kn_http_server_new(x.loop, host, port, handle, &x, &srv, &bound,
+			       &err) < 0) {
+		rc = cli_fail(ctx, "%s", err.message);
+		goto out;
+	}
+	kn_loop_on_signal(x.loop, SIGTERM, on_stop, x.loop);
+	kn_loop_on_signal(x.loop, SIGINT, on_stop, x.loop);
+	fprintf(stderr, "%s: serving http://%s%s%s:%d/metrics%s\n", ctx->prog,
+		strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
+		bound, x.token ? " (bearer token required)" : "");
+	fflush(stderr);
+	rc = kn_loop_run(x.loop) < 0 ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+out:
+	kn_http_server_free(srv);
+	if (x.loop)
+		kn_loop_free(x.loop);
+	kn_nvml_close(x.nvml);
+	free(x.last_xid);
+	free(x.samples);
+	free(x.token);
+	free(mount_buf);
+	return rc;
+}

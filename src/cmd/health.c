@@ -1,0 +1,189 @@
+/*
+ * kiln health: run the node checks and report them the way LBNL NHC does,
+ * so it can be Slurm's HealthCheckProgram: silent with exit 0 when
+ * healthy; otherwise one line per failed check on standard output,
+ *
+ *     ERROR:  kiln:  Health check failed:  gpu_ecc: GPU 0 (...): ...
+ *
+ * and exit 1. --drain also tells the kiln server (POST
+ * /v1/nodes/{name}/health, healthy or not, so a recovered node comes
+ * back) and, where Slurm's scontrol is on PATH, drains the node in Slurm
+ * with the first failure as the reason, as NHC does.
+ */
+#include <errno.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+#include "health/health.h"
+
+extern char **environ;
+
+#define DIRS_MAX 16
+
+static int drain_in_kiln(struct cli_ctx *ctx, const char *node, bool healthy,
+			 const char *reason)
+{
+	struct cli_client *c;
+	struct kn_buf path;
+	json_t *body = json_pack("{s:b,s:s}", "healthy", healthy, "reason",
+				 reason);
+	char *text = json_dumps(body, JSON_COMPACT);
+	int rc;
+
+	json_decref(body);
+	if ((rc = cli_client_open(ctx, &c)) != 0) {
+		free(text);
+		return rc;
+	}
+	kn_buf_init(&path, 1024);
+	kn_buf_printf(&path, "/v1/nodes");
+	cli_path_add(&path, node);
+	kn_buf_printf(&path, "/health");
+	rc = cli_call(c, "POST", path.data, "application/json", text,
+		      strlen(text), NULL);
+	kn_buf_release(&path);
+	cli_client_free(c);
+	free(text);
+	return rc;
+}
+
+/* scontrol update NodeName=N State=DRAIN Reason="kiln health: ..." */
+static void drain_in_slurm(struct cli_ctx *ctx, const char *node,
+			   const char *reason)
+{
+	char *name_arg = kn_asprintf("NodeName=%s", node);
+	char *reason_arg = kn_asprintf("Reason=kiln health: %.200s", reason);
+	char *argv[] = {"scontrol", "update", name_arg, "State=DRAIN",
+			reason_arg, NULL};
+	pid_t pid;
+	int status;
+
+	if (posix_spawnp(&pid, "scontrol", NULL, NULL, argv, environ) == 0) {
+		if (waitpid(pid, &status, 0) == pid &&
+		    (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
+			fprintf(stderr, "%s: scontrol could not drain %s\n",
+				ctx->prog, node);
+	}
+	free(name_arg);
+	free(reason_arg);
+}
+
+static int split_dirs(struct cli_ctx *ctx, const char *arg, char **buf,
+		      const char **dirs)
+{
+	char *rest, *d;
+	size_t n = 0;
+
+	*buf = kn_xstrdup(arg);
+	rest = *buf;
+	while ((d = strsep(&rest, ",")) != NULL) {
+		if (!*d || n + 1 >= DIRS_MAX)
+			return cli_usage_error(ctx, "--dir: empty entry or more "
+						    "than %d directories",
+					       DIRS_MAX - 1);
+		dirs[n++] = d;
+	}
+	dirs[n] = NULL;
+	return CLI_GO;
+}
+
+int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *root = "/", *sku_name = getenv("KILN_SKU"),
+		   *sku_file = KN_SKU_FILE, *dir_arg = NULL, *min_free = "10Gi",
+		   *kernel_log = NULL, *node = NULL;
+	bool json = false, drain = false;
+	struct cli_flag flags[] = {
+		{"json", 0, CLI_FLAG_BOOL, &json},
+		{"drain", 0, CLI_FLAG_BOOL, &drain},
+		{"root", 0, CLI_FLAG_STRING, &root},
+		{"sku", 0, CLI_FLAG_STRING, &sku_name},
+		{"sku-file", 0, CLI_FLAG_STRING, &sku_file},
+		{"dir", 0, CLI_FLAG_STRING, &dir_arg},
+		{"min-free", 0, CLI_FLAG_STRING, &min_free},
+		{"kernel-log", 0, CLI_FLAG_STRING, &kernel_log},
+		{"node-name", 0, CLI_FLAG_STRING, &node},
+		{NULL, 0, 0, NULL},
+	};
+	struct kn_check_result r[KN_HEALTH_CHECKS];
+	struct kn_health_config cfg = {0};
+	struct kn_sku sku;
+	struct kn_error err;
+	const char *dirs[DIRS_MAX];
+	char *dir_buf = NULL, host[256], first[700] = "";
+	int rc, failed;
+
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc != CLI_GO)
+		return rc;
+	cfg.root = root;
+	cfg.kernel_log = kernel_log;
+	if (kn_parse_size(min_free, &cfg.min_free_bytes) < 0)
+		return cli_usage_error(ctx, "--min-free: \"%s\" is not a size "
+					    "(e.g. 50Gi)", min_free);
+	if (dir_arg && (rc = split_dirs(ctx, dir_arg, &dir_buf, dirs)) != CLI_GO)
+		goto out;
+	cfg.dirs = dir_arg ? dirs : NULL;
+	if (sku_name && *sku_name) {
+		if (kn_sku_load(sku_file, sku_name, &sku, &err) < 0) {
+			rc = cli_usage_error(ctx, "--sku: %s", err.message);
+			goto out;
+		}
+		cfg.sku = &sku;
+	}
+	rc = kn_nvml_open(&cfg.nvml, &err);
+	if (rc < 0 && rc != -ENOENT) {
+		rc = cli_fail(ctx, "%s", err.message);
+		goto out;
+	}
+	failed = kn_health_run(&cfg, r);
+	kn_nvml_close(cfg.nvml);
+
+	for (int i = 0; i < KN_HEALTH_CHECKS; i++)
+		if (r[i].status == KN_CHECK_FAIL && !first[0])
+			snprintf(first, sizeof(first), "%s: %s", r[i].name,
+				 r[i].message);
+	if (json) {
+		json_t *checks = json_array();
+		for (int i = 0; i < KN_HEALTH_CHECKS; i++)
+			json_array_append_new(
+				checks, json_pack("{s:s,s:s,s:s}", "name",
+						  r[i].name, "status",
+						  kn_check_status_name(r[i].status),
+						  "message", r[i].message));
+		cli_print_json(json_pack("{s:b,s:i,s:o}", "healthy", failed == 0,
+					 "failed", failed, "checks", checks));
+	} else {
+		for (int i = 0; i < KN_HEALTH_CHECKS; i++)
+			if (r[i].status == KN_CHECK_FAIL)
+				printf("ERROR:  kiln:  Health check failed:  "
+				       "%s: %s\n", r[i].name, r[i].message);
+	}
+	rc = failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	if (drain) {
+		int drc;
+		if (!node) {
+			if (gethostname(host, sizeof(host)) < 0)
+				kn_strlcpy(host, "localhost", sizeof(host));
+			host[sizeof(host) - 1] = '\0';
+			host[strcspn(host, ".")] = '\0';
+			node = host;
+		}
+		if (failed)
+			drain_in_slurm(ctx, node, first);
+		drc = drain_in_kiln(ctx, node, failed == 0,
+				    failed ? first : "all checks passed");
+		if (drc != 0 && rc == CLI_EXIT_OK)
+			rc = drc;
+	}
+out:
+	free(dir_buf);
+	return rc;
+}
