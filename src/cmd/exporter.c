@@ -107,9 +107,8 @@ static void handle(struct kn_http_req *req, void *arg)
 		kn_log(KN_LOG_WARN, "scrape failed: %s", err.message);
 		kn_http_reply_error(req, &err);
 	} else {
-		kn_http_stream_start(req, 200, KN_PROM_CONTENT_TYPE, NULL, NULL);
-		kn_http_stream_chunk(req, out.data, out.len);
-		kn_http_stream_end(req);
+		kn_http_reply_text(req, 200, KN_PROM_CONTENT_TYPE, out.data,
+				   out.len);
 	}
 	kn_buf_release(&out);
 }

@@ -564,6 +564,20 @@ void kn_http_reply_json(struct kn_http_req *req, int status, json_t *doc)
 	req_free(req);
 }
 
+void kn_http_reply_text(struct kn_http_req *req, int status,
+			const char *content_type, const void *data,
+			size_t len)
+{
+	struct evbuffer *out = evbuffer_new();
+
+	evhttp_add_header(evhttp_request_get_output_headers(req->ev),
+			  "Content-Type", content_type);
+	evbuffer_add(out, data, len);
+	evhttp_send_reply(req->ev, status, NULL, out);
+	evbuffer_free(out);
+	req_free(req);
+}
+
 void kn_http_reply_error(struct kn_http_req *req, const struct kn_error *err)
 {
 	json_t *e = json_pack("{s:s, s:s, s:o}", "code",

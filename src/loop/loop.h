@@ -122,6 +122,10 @@ int kn_http_query_int(const struct kn_http_req *req, const char *name,
 
 /* Answer with a JSON document (steals the reference). Ends the request. */
 void kn_http_reply_json(struct kn_http_req *req, int status, json_t *doc);
+/* Answer with a body of any type in one write. Ends the request. */
+void kn_http_reply_text(struct kn_http_req *req, int status,
+			const char *content_type, const void *data,
+			size_t len);
 /* Answer with {"error":{...}} built from err. Ends the request. */
 void kn_http_reply_error(struct kn_http_req *req, const struct kn_error *err);
 

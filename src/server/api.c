@@ -438,6 +438,53 @@ static void h_node_uncordon(struct server *s, struct kn_http_req *req,
 	jobs_wake(s);
 }
 
+static void h_node_health(struct server *s, struct kn_http_req *req,
+			  const struct caller *c, const char *param)
+{
+	struct kn_error err;
+	json_error_t jerr;
+	size_t len;
+	const char *text = kn_http_body(req, &len);
+	json_t *body = json_loadb(text, len, 0, &jerr);
+	json_t *healthy = json_object_get(body, "healthy");
+	const char *why = json_string_value(json_object_get(body, "reason"));
+	char reason[192];
+	int rc;
+
+	if (!json_is_boolean(healthy)) {
+		json_decref(body);
+		reply_err(req, KN_EINVAL, "healthy",
+			  "body must be {\"healthy\": true|false, \"reason\": "
+			  "\"...\"}%s", "");
+		return;
+	}
+	snprintf(reason, sizeof(reason), "health check failed: %s",
+		 why && *why ? why : "(no reason given)");
+	if (json_is_true(healthy)) {
+		/* A repaired node comes back only from unhealthy, not from a
+		 * cordon or drain an operator set. */
+		rc = strcmp(s->node_state, "unhealthy") == 0
+			     ? nodes_set_state(s, c, param, "ready", "", &err)
+			     : (strcmp(param, s->node_name)
+					? kn_errorf(&err, KN_ENOTFOUND, "name",
+						    "node %s not found", param)
+					: 0);
+	} else {
+		rc = nodes_set_state(s, c, param, "unhealthy", reason, &err);
+	}
+	json_decref(body);
+	if (rc < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	jobs_wake(s);
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:{s:s, s:s, s:o}}", "node", "name", param,
+				     "state", s->node_state, "reason",
+				     s->node_reason[0] ? json_string(s->node_reason)
+						       : json_null()));
+}
+
 static void h_job_logs(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
@@ -710,6 +757,8 @@ static const struct route routes[] = {
 	 "node.drain", h_node_drain},
 	{"POST", "/v1/nodes/{name}/uncordon", KN_ROLE_OPERATOR, false,
 	 "node.uncordon", h_node_uncordon},
+	{"POST", "/v1/nodes/{name}/health", KN_ROLE_OPERATOR, false,
+	 "node.health", h_node_health},
 	{"GET", "/v1/audit", KN_ROLE_VIEWER, false, NULL, h_audit},
 	{"GET", "/v1/tokens", KN_ROLE_ADMIN, false, "token.list", h_token_list},
 	{"POST", "/v1/tokens", KN_ROLE_ADMIN, false, "token.create",

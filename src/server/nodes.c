@@ -1,7 +1,7 @@
 /*
- * Node states. A node is ready, cordoned (gets no new work) or draining
+ * Node states. A node is ready, cordoned (gets no new work), draining
  * (gets no new work and its preemptible jobs are evicted; the others run
- * to their end). The state survives restarts: it is in the store, and a
+ * to their end) or unhealthy (as cordoned, set by `kiln health --drain`). The state survives restarts: it is in the store, and a
  * starting server keeps what it finds there.
  */
 #include "internal.h"
@@ -90,9 +90,10 @@ int nodes_set_state(struct server *s, const struct caller *c,
 		memset(&a, 0, sizeof(a));
 		a.actor = c ? (char *)c->name : "system";
 		a.role = c ? (char *)role_name(c->role) : "admin";
-		a.action = !strcmp(state, "ready")      ? "node.uncordon"
-			   : !strcmp(state, "draining") ? "node.drain"
-							: "node.cordon";
+		a.action = !strcmp(state, "ready")       ? "node.uncordon"
+			   : !strcmp(state, "draining")  ? "node.drain"
+			   : !strcmp(state, "unhealthy") ? "node.health"
+							 : "node.cordon";
 		a.object = object;
 		a.outcome = "ok";
 		a.detail = (char *)reason;

@@ -170,3 +170,23 @@ def test_no_preemption_of_higher_or_equal_priority(server):
     assert server.job(b)["state"] == "queued"
     server.request("POST", f"/v1/jobs/{a}/cancel")
     server.wait_state(b, "succeeded")
+
+
+def test_health_report_marks_node_unhealthy_and_back(server):
+    node = server.request("GET", "/v1/nodes").json()["nodes"][0]["name"]
+    r = server.request("POST", f"/v1/nodes/{node}/health",
+                       json={"healthy": False, "reason": "gpu: 1 of 8 GPUs missing"})
+    assert r.status_code == 200, r.text
+    n = server.request("GET", "/v1/nodes").json()["nodes"][0]
+    assert n["state"] == "unhealthy"
+    assert "1 of 8 GPUs missing" in n["reason"]
+    jid = server.submit(job_yaml("waits", ["/bin/true"]))
+    wait_for(lambda: server.job(jid)["reason"], what="a queue reason")
+    assert server.job(jid)["state"] == "queued"
+    assert server.request("POST", f"/v1/nodes/{node}/health",
+                          json={"healthy": "yes"}).status_code == 400
+    r = server.request("POST", f"/v1/nodes/{node}/health", json={"healthy": True})
+    assert r.json()["node"]["state"] == "ready"
+    server.wait_state(jid, "succeeded")
+    rows = server.request("GET", "/v1/audit", params={"action": "node."}).json()["audit"]
+    assert [x["action"] for x in rows][:2] == ["node.uncordon", "node.health"]

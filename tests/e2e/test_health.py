@@ -133,3 +133,23 @@ def test_tune_dry_run_and_refusal():
     assert "application clocks" in r.stderr
     r = kiln("tune", "cpu")
     assert r.returncode == 2
+
+
+def test_drain_against_a_real_server_gates_scheduling(server):
+    from conftest import job_yaml, wait_for
+    node = server.request("GET", "/v1/nodes").json()["nodes"][0]["name"]
+    env = {"KILN_SERVER": server.url, "KILN_TOKEN": server.admin_token,
+           "PATH": "/usr/bin:/bin"}
+    r = health("node-faulty", "--drain", "--node-name", node,
+               nvml="h100x2-faulty.json", env_extra=env)
+    assert r.returncode == 1
+    n = server.request("GET", "/v1/nodes").json()["nodes"][0]
+    assert n["state"] == "unhealthy" and "gpu_ecc" in n["reason"]
+    assert "gpu_ecc" in server.cli("nodes", check=True).stdout
+    jid = server.submit(job_yaml("gated", ["/bin/true"]))
+    wait_for(lambda: server.job(jid)["reason"], what="a queue reason")
+    assert server.job(jid)["state"] == "queued"
+    r = health("node-basic", "--drain", "--node-name", node,
+               nvml="h100x2.json", env_extra=env)
+    assert r.returncode == 0, r.stderr
+    server.wait_state(jid, "succeeded")
