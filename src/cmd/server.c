@@ -44,6 +44,7 @@ int cmd_server(int argc, char **argv)
 		{"azure-events", no_argument, NULL, 'a'},
 		{"azure-events-url", required_argument, NULL, 'u'},
 		{"azure-vm-name", required_argument, NULL, 'v'},
+		{"blob-store", required_argument, NULL, 'b'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -102,6 +103,9 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'v':
 			cfg.azure_vm_name = optarg;
+			break;
+		case 'b':
+			cfg.blob_store = optarg;
 			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);

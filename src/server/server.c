@@ -174,6 +174,16 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	s.workers = kn_workers_new(s.loop, 2);
 	s.blob_url = cfg->blob_store ? kn_xstrdup(cfg->blob_store)
 				     : kn_blob_default_url(s.home);
+	{
+		/* A bad URL or missing credentials: say so now, not per job. */
+		struct kn_blob_store_config bc = {.url = s.blob_url,
+						  .use_env = true};
+		struct kn_blob_store *probe = NULL;
+		rc = kn_blob_store_open(&bc, &probe, err);
+		kn_blob_store_free(probe);
+		if (rc < 0)
+			goto out;
+	}
 	s.tick_timer = kn_timer_new(s.loop, jobs_tick, &s);
 	s.poll_timer = kn_timer_new(s.loop, jobs_poll, &s);
 	/* Writes to a client that went away must not kill the server. */
