@@ -164,21 +164,34 @@ class TinyGPT(nn.Module):
 
 # ---------------------------------------------------------- ranks and data
 
+def env_int(name, default):
+    text = os.environ.get(name, str(default))
+    try:
+        return int(text)
+    except ValueError:
+        raise TrainError(f"{name}={text!r} is not a whole number") from None
+
+
 class Ranks:
     """The process group, or its absence when the run has one task."""
 
-    def __init__(self, timeout_s):
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+    def __init__(self):
+        self.rank = env_int("RANK", 0)
+        self.world = env_int("WORLD_SIZE", 1)
         if not 0 <= self.rank < self.world:
             raise TrainError(f"RANK={self.rank} is outside WORLD_SIZE={self.world}")
         if self.world > 1:
             for name in ("MASTER_ADDR", "MASTER_PORT"):
                 if name not in os.environ:
                     raise TrainError(f"WORLD_SIZE={self.world} needs {name}")
+
+    def connect(self, timeout_s):
+        """Meet the other ranks; returns once all of them have called it."""
+        if self.world > 1:
             dist.init_process_group(
                 "gloo", rank=self.rank, world_size=self.world,
                 timeout=datetime.timedelta(seconds=timeout_s))
+            dist.barrier()
 
     def barrier(self):
         if self.world > 1:
@@ -457,6 +470,7 @@ def train(args):
 
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(args.threads)
+    ranks = Ranks()
     ckpt_dir = default_dir("KILN_CHECKPOINT_DIR", "checkpoints")
     out_dir = default_dir("KILN_OUTPUT_DIR", "outputs")
     corpus = Corpus(args.data)
@@ -468,8 +482,7 @@ def train(args):
     for leftover in ckpt_dir.glob("step-*.tmp"):
         shutil.rmtree(leftover, ignore_errors=True)
 
-    ranks = Ranks(args.collective_timeout)
-    ranks.barrier()
+    ranks.connect(args.collective_timeout)
     try:
         return run(args, ranks, corpus, ckpt_dir, out_dir, stop)
     finally:
