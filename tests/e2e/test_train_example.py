@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import KILN, wait_for
 
 PYTHON = "/usr/bin/python3"
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train" / "train.py"
+SPEC = TRAIN.parent / "tiny-gpt.yaml"
 STEPS = 40
 EVERY = 10
 FAST = ["--steps", str(STEPS), "--checkpoint-every", str(EVERY),
@@ -282,3 +283,14 @@ def test_bad_resumes_fail_with_a_clear_message(runs, tmp_path):
     missing = finish(runs(tmp_path / "missing", ckpt_dirs=[ckpt],
                           resume=[ckpt / "step-000099"]), expect=2)
     assert f"cannot resume from {ckpt}/step-000099" in missing.log_text()
+
+
+def test_spec_is_valid_and_preemptible():
+    r = subprocess.run([KILN, "validate", "-o", "json", str(SPEC)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    spec = json.loads(r.stdout)
+    assert spec["command"][:2] == [PYTHON, "train.py"]
+    assert spec["tasks"] == 2 and spec["preemptible"] is True
+    assert spec["checkpoint"]["signal"] == "SIGTERM"
+    assert spec["checkpoint"]["keep"] == 3
