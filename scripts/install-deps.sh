@@ -12,6 +12,7 @@ packages=(
   sqlite3 procps
   gnuplot-nox
   prometheus
+  python3-torch
 )
 
 missing=()
