@@ -158,8 +158,10 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 						  r[i].name, "status",
 						  kn_check_status_name(r[i].status),
 						  "message", r[i].message));
-		cli_print_json(json_pack("{s:b,s:i,s:o}", "healthy", failed == 0,
-					 "failed", failed, "checks", checks));
+		json_t *doc = json_pack("{s:b,s:i,s:o}", "healthy", failed == 0,
+					"failed", failed, "checks", checks);
+		cli_print_json(doc);
+		json_decref(doc);
 	} else {
 		for (int i = 0; i < KN_HEALTH_CHECKS; i++)
 			if (r[i].status == KN_CHECK_FAIL)
