@@ -44,6 +44,7 @@ struct run_task {
 	int rank;
 	char *task_dir;
 	struct kn_task_proc proc;
+	bool launched;        /* handed to the executor (or adopted) */
 	bool ended;           /* its exit is known */
 	bool recorded;        /* ... and committed to the store */
 	struct kn_task_status status;

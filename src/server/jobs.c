@@ -403,6 +403,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 			  t->task_dir, strerror(-rc));
 	else
 		rc = s->exec->start(&l, &t->proc, &err);
+	t->launched = true;
 	if (rc < 0) {
 		kn_log(KN_LOG_ERROR, "job %lld rank %d: %s",
 		       (long long)r->job_id, t->rank, err.message);
@@ -951,7 +952,8 @@ static bool check_task(struct server *s, struct run *r, struct run_task *t)
 	struct kn_task_status st;
 	struct kn_error err;
 
-	if (t->ended)
+	/* A task waiting for its restore has no process to look at yet. */
+	if (t->ended || !t->launched)
 		return false;
 	if (s->exec->status(t->task_dir, &t->proc, &st, &err) < 0) {
 		kn_log(KN_LOG_WARN, "job %lld rank %d: %s", (long long)r->job_id,
@@ -1283,6 +1285,7 @@ static int recover_running(struct server *s, const struct kn_job_row *j,
 				 r->attempt);
 			continue;
 		}
+		t->launched = true;
 		check_task(s, r, t);
 	}
 	kn_task_list_free(tasks, nt);
