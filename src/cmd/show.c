@@ -24,7 +24,8 @@ static void field(const char *label, const char *fmt, ...)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
 	cli_clean(clean, line, sizeof(clean));
-	snprintf(tag, sizeof(tag), "%s:", label);
+	/* An empty label continues the field above. */
+	snprintf(tag, sizeof(tag), "%s%s", label, *label ? ":" : "");
 	printf("  %-12s%s\n", tag, clean);
 }
 
