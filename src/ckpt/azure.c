@@ -961,6 +961,7 @@ const struct kn_blob_store_ops kn_azure_store_ops = {
 	.list = az_list,
 	.del = az_del,
 	.stat = az_stat,
+	.sync = NULL, /* a write is durable once the service answers it */
 	.free = az_free,
 };
 
