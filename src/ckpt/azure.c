@@ -826,13 +826,9 @@ static int az_get_file(struct kn_blob_store *s, const char *name,
 	}
 	fchmod(fd, 0644);
 	rc = perform(a, &r, fd, &c, err);
-	if (rc == 0 && range[0] && c.reply.status == 206 &&
-	    c.reply.content_length == 0) {
-		/* Azurite answers a range past the end with an empty 206
-		 * where Azure says 416; report both the same way. */
+	if (rc < 0 && c.reply.status == 416)
 		rc = kn_errorf(err, KN_EINVAL, "offset",
 			       "blob %s: range starts past its end", name);
-	}
 	if (rc == 0) {
 		EVP_DigestFinal_ex(c.reply.hash, md, &mdlen);
 		if (rename(tmp, path) < 0)
@@ -965,6 +961,7 @@ const struct kn_blob_store_ops kn_azure_store_ops = {
 	.list = az_list,
 	.del = az_del,
 	.stat = az_stat,
+	.sync = NULL, /* a write is durable once the service answers it */
 	.free = az_free,
 };
 

@@ -358,6 +358,11 @@ int kn_blob_delete(struct kn_blob_store *store, const char *name,
 	return store->ops->del(store, name, err);
 }
 
+int kn_blob_sync(struct kn_blob_store *store, struct kn_error *err)
+{
+	return store->ops->sync ? store->ops->sync(store, err) : 0;
+}
+
 int kn_blob_stat(struct kn_blob_store *store, const char *name,
 		 struct kn_blob_info *out, struct kn_error *err)
 {

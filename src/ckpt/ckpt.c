@@ -445,8 +445,13 @@ int kn_ckpt_prune(struct kn_blob_store *store, const char *job, size_t keep,
 	size_t complete = 0, gone = 0;
 	int rc = kn_ckpt_list(store, job, &list, err);
 
-	if (rc < 0)
+	/* The kept checkpoints must be durable before older ones go. */
+	if (rc == 0)
+		rc = kn_blob_sync(store, err);
+	if (rc < 0) {
+		kn_ckpt_list_release(&list);
 		return rc;
+	}
 	for (size_t i = 0; i < list.n && rc == 0; i++) {
 		bool drop;
 		if (list.items[i].complete)

@@ -120,8 +120,14 @@ int kn_blob_stat(struct kn_blob_store *store, const char *name,
 		 struct kn_blob_info *out, struct kn_error *err);
 
 /*
- * The backends. Each receives names already joined with nothing: the
- * store's prefix is the backend's business. Errors as everywhere.
+ * Make every finished write durable (the file store's writes reach the
+ * page cache first; Azure's are durable when answered).
+ */
+int kn_blob_sync(struct kn_blob_store *store, struct kn_error *err);
+
+/*
+ * The backends. Names arrive checked and relative to the store; adding
+ * the store's prefix is the backend's business. Errors as everywhere.
  */
 struct kn_blob_store_ops {
 	const char *scheme;
@@ -140,6 +146,8 @@ struct kn_blob_store_ops {
 		   struct kn_error *err);
 	int (*stat)(struct kn_blob_store *store, const char *name,
 		    struct kn_blob_info *out, struct kn_error *err);
+	/* Make every finished write durable; NULL when they already are. */
+	int (*sync)(struct kn_blob_store *store, struct kn_error *err);
 	void (*free)(struct kn_blob_store *store);
 };
 
@@ -211,7 +219,8 @@ int kn_ckpt_restore(struct kn_blob_store *store, const char *job,
 /*
  * Retention: keep the newest `keep` complete checkpoints; delete older
  * complete ones (manifest first) and incomplete ones older than the oldest
- * kept. *deleted (may be NULL) receives how many checkpoints went.
+ * kept, after making the store durable (kn_blob_sync). *deleted (may be
+ * NULL) receives how many checkpoints went.
  */
 int kn_ckpt_prune(struct kn_blob_store *store, const char *job, size_t keep,
 		  size_t *deleted, struct kn_error *err);

@@ -78,6 +78,8 @@ int cmd_sim(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_health(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_tune(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_blob(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv);
 
 /* Flags. */
 

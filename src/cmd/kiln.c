@@ -273,6 +273,38 @@ static const struct cli_command commands[] = {
 	 "  --dry-run  print the plan, change nothing\n"
 	 "  --reset    restore the driver's default application clocks\n",
 	 false},
+	{"blob", cmd_blob, NULL, "list, put, get and delete blobs in a store",
+	 "usage: kiln blob ls URL [PREFIX]\n"
+	 "       kiln blob put URL NAME FILE [--create-only]\n"
+	 "       kiln blob get URL NAME FILE [--offset N] [--length N]\n"
+	 "       kiln blob rm URL NAME\n"
+	 "       kiln blob stat URL NAME\n"
+	 "\n"
+	 "URL is a store: file:///dir, https://ACCOUNT.blob.core.windows.net/\n"
+	 "CONTAINER[/PREFIX], http://HOST:PORT/ACCOUNT/CONTAINER[/PREFIX]\n"
+	 "(Azurite), or azure://CONTAINER[/PREFIX] with the endpoint from\n"
+	 "AZURE_STORAGE_CONNECTION_STRING. Credentials come from\n"
+	 "AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_KEY or\n"
+	 "AZURE_STORAGE_SAS_TOKEN. put and get print the sha256 of the bytes\n"
+	 "moved.\n"
+	 "\n"
+	 "  --create-only     fail if the blob exists (If-None-Match: *)\n"
+	 "  --parallel N      blocks in flight for large files (default 6)\n"
+	 "  --block-size S    Put Block size (default 8Mi)\n",
+	 false},
+	{"ckpt", cmd_ckpt, NULL, "upload, list, restore and prune checkpoints",
+	 "usage: kiln ckpt upload URL JOB DIR\n"
+	 "       kiln ckpt ls URL JOB\n"
+	 "       kiln ckpt restore URL JOB DEST\n"
+	 "       kiln ckpt prune URL JOB --keep K\n"
+	 "       kiln ckpt outputs URL JOB DIR\n"
+	 "\n"
+	 "What the server does for checkpoints, by hand. upload sends DIR as\n"
+	 "JOB/checkpoints/NAME/ (NAME is DIR's last part) with MANIFEST.json\n"
+	 "last; restore puts the newest checkpoint that verifies into\n"
+	 "DEST/NAME, prints NAME, and warns on stderr of each one skipped.\n"
+	 "URL and credentials as for `kiln blob`.\n",
+	 false},
 	{"version", cmd_version, NULL, "print kiln's version",
 	 "usage: kiln version\n"
 	 "\n"

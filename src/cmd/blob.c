@@ -1,0 +1,281 @@
+/*
+ * kiln blob | kiln ckpt: the blob stores and checkpoint sync by hand, for
+ * operators checking a store's credentials and contents, and for the
+ * end-to-end tests and benchmarks that drive the same code the server
+ * runs. Credentials come from the environment (AZURE_STORAGE_*), never
+ * from flags, so they stay out of shell history and process listings.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "ckpt/ckpt.h"
+#include "cmd/cli.h"
+
+#define MAX_POS 4
+
+struct args {
+	const char *pos[MAX_POS];
+	int n;
+	const char *parallel, *block_size, *offset, *length, *keep;
+	bool create_only;
+};
+
+/* Flags anywhere, and min..max positionals (named in usage). */
+static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
+		 int min, int max, const char *usage)
+{
+	const struct cli_flag flags[] = {
+		{"parallel", 0, CLI_FLAG_STRING, &a->parallel},
+		{"block-size", 0, CLI_FLAG_STRING, &a->block_size},
+		{"offset", 0, CLI_FLAG_STRING, &a->offset},
+		{"length", 0, CLI_FLAG_STRING, &a->length},
+		{"keep", 0, CLI_FLAG_STRING, &a->keep},
+		{"create-only", 0, CLI_FLAG_BOOL, &a->create_only},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(ctx->cmd->help, stdout);
+			return CLI_EXIT_OK;
+		}
+		if (argv[i][0] == '-' && argv[i][1]) {
+			int rc = cli_take_flag(ctx, flags, argc, argv, &i);
+			if (rc != CLI_GO)
+				return rc;
+		} else if (a->n < MAX_POS) {
+			a->pos[a->n++] = argv[i];
+		} else {
+			return cli_usage_error(ctx, "too many arguments");
+		}
+	}
+	if (a->n < min || a->n > max)
+		return cli_usage_error(ctx, "usage: %s %s", ctx->prog, usage);
+	return cli_check_output(ctx);
+}
+
+static int open_store(struct cli_ctx *ctx, const struct args *a,
+		      struct kn_blob_store **out)
+{
+	struct kn_blob_store_config cfg = {.url = a->pos[0], .use_env = true};
+	struct kn_error err = {0};
+	int64_t v;
+
+	if (a->parallel) {
+		if (kn_parse_size(a->parallel, &v) < 0 || v < 1 || v > 16)
+			return cli_usage_error(ctx, "--parallel: want 1..16");
+		cfg.parallel = (int)v;
+	}
+	if (a->block_size) {
+		if (kn_parse_size(a->block_size, &v) < 0 || v <= 0)
+			return cli_usage_error(ctx,
+					       "--block-size: want a size "
+					       "such as 8Mi");
+		cfg.block_size = (size_t)v;
+	}
+	if (kn_blob_store_open(&cfg, out, &err) < 0)
+		return cli_fail(ctx, "%s", err.message);
+	return CLI_GO;
+}
+
+static int fail(struct cli_ctx *ctx, const struct kn_error *err)
+{
+	return cli_fail(ctx, "%s", err->message);
+}
+
+static int run_blob(struct cli_ctx *ctx, const char *verb, struct args *a)
+{
+	struct kn_blob_store *s = NULL;
+	struct kn_error err = {0};
+	char sha[KN_SHA256_HEX_LEN + 1];
+	int rc = open_store(ctx, a, &s);
+
+	if (rc != CLI_GO)
+		return rc;
+	rc = CLI_EXIT_OK;
+	if (!strcmp(verb, "ls")) {
+		struct kn_blob_list list;
+		if (kn_blob_list(s, a->n > 1 ? a->pos[1] : "", &list, &err) < 0) {
+			rc = fail(ctx, &err);
+		} else {
+			for (size_t i = 0; i < list.n; i++)
+				printf("%12lld  %s\n",
+				       (long long)list.items[i].size,
+				       list.items[i].name);
+			kn_blob_list_release(&list);
+		}
+	} else if (!strcmp(verb, "put")) {
+		int64_t size;
+		if (kn_blob_put_file(s, a->pos[1], a->pos[2],
+				     a->create_only ? KN_BLOB_CREATE_ONLY : 0,
+				     sha, &size, &err) < 0)
+			rc = fail(ctx, &err);
+		else
+			printf("%s  %lld\n", sha, (long long)size);
+	} else if (!strcmp(verb, "get")) {
+		int64_t off = 0, len = -1;
+		if ((a->offset && kn_parse_size(a->offset, &off) < 0) ||
+		    (a->length && (kn_parse_size(a->length, &len) < 0 || len <= 0)))
+			rc = cli_usage_error(ctx, "--offset/--length: want sizes");
+		else if (kn_blob_get_file(s, a->pos[1], a->pos[2], off, len, sha,
+					  &err) < 0)
+			rc = fail(ctx, &err);
+		else
+			printf("%s\n", sha);
+	} else if (!strcmp(verb, "rm")) {
+		if (kn_blob_delete(s, a->pos[1], &err) < 0)
+			rc = fail(ctx, &err);
+	} else {
+		struct kn_blob_info info;
+		if (kn_blob_stat(s, a->pos[1], &info, &err) < 0)
+			rc = fail(ctx, &err);
+		else
+			printf("%lld\n", (long long)info.size);
+	}
+	kn_blob_store_free(s);
+	return rc;
+}
+
+static const struct {
+	const char *verb;
+	int args;
+	const char *usage;
+} blob_verbs[] = {
+	{"ls", 2, "URL [PREFIX]"},
+	{"put", 3, "URL NAME FILE [--create-only]"},
+	{"get", 3, "URL NAME FILE [--offset N] [--length N]"},
+	{"rm", 2, "URL NAME"},
+	{"stat", 2, "URL NAME"},
+};
+
+int cmd_blob(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a = {0};
+	if (argc < 2 || argv[1][0] == '-') {
+		if (argc >= 2 && (!strcmp(argv[1], "-h") ||
+				  !strcmp(argv[1], "--help"))) {
+			fputs(ctx->cmd->help, stdout);
+			return CLI_EXIT_OK;
+		}
+		return cli_usage_error(ctx, "missing what to do: ls, put, get, "
+					    "rm or stat");
+	}
+	for (size_t i = 0; i < sizeof(blob_verbs) / sizeof(blob_verbs[0]); i++) {
+		int want = blob_verbs[i].args, rc;
+
+		if (strcmp(argv[1], blob_verbs[i].verb))
+			continue;
+		snprintf(ctx->prog, sizeof(ctx->prog), "kiln blob %s",
+			 blob_verbs[i].verb);
+		/* ls takes its prefix optionally */
+		rc = parse(ctx, argc - 1, argv + 1, &a,
+			   strcmp(argv[1], "ls") ? want : 1, want,
+			   blob_verbs[i].usage);
+		if (rc != CLI_GO)
+			return rc;
+		return run_blob(ctx, argv[1], &a);
+	}
+	return cli_usage_error(ctx, "no '%s'; choose ls, put, get, rm or stat",
+			       argv[1]);
+}
+
+static void print_manifest(const struct kn_ckpt_manifest *m)
+{
+	for (size_t i = 0; i < m->n; i++)
+		printf("%s  %12lld  %s\n", m->files[i].sha256,
+		       (long long)m->files[i].size, m->files[i].path);
+}
+
+int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct {
+		const char *verb;
+		int args;
+		const char *usage;
+	} verbs[] = {
+		{"upload", 3, "URL JOB DIR"},
+		{"ls", 2, "URL JOB"},
+		{"restore", 3, "URL JOB DEST"},
+		{"prune", 2, "URL JOB --keep K"},
+		{"outputs", 3, "URL JOB DIR"},
+	};
+	struct kn_blob_store *s = NULL;
+	struct kn_ckpt_manifest m = {0};
+	struct kn_error err = {0};
+	struct args a = {0};
+	const char *verb;
+	int rc = CLI_EXIT_USAGE;
+
+	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+		fputs(ctx->cmd->help, stdout);
+		return CLI_EXIT_OK;
+	}
+	if (argc < 2)
+		return cli_usage_error(ctx, "missing what to do: upload, ls, "
+					    "restore, prune or outputs");
+	verb = argv[1];
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
+		if (strcmp(verb, verbs[i].verb))
+			continue;
+		snprintf(ctx->prog, sizeof(ctx->prog), "kiln ckpt %s", verb);
+		rc = parse(ctx, argc - 1, argv + 1, &a, verbs[i].args,
+			   verbs[i].args, verbs[i].usage);
+		if (rc != CLI_GO)
+			return rc;
+		break;
+	}
+	if (rc == CLI_EXIT_USAGE)
+		return cli_usage_error(ctx, "no '%s'; choose upload, ls, "
+					    "restore, prune or outputs", verb);
+	rc = open_store(ctx, &a, &s);
+	if (rc != CLI_GO)
+		return rc;
+	rc = CLI_EXIT_OK;
+	if (!strcmp(verb, "upload") || !strcmp(verb, "outputs")) {
+		int r = !strcmp(verb, "upload")
+				? kn_ckpt_upload(s, a.pos[1], a.pos[2], &m, &err)
+				: kn_ckpt_upload_outputs(s, a.pos[1], a.pos[2],
+							 &m, &err);
+		if (r < 0)
+			rc = fail(ctx, &err);
+		else
+			print_manifest(&m);
+	} else if (!strcmp(verb, "ls")) {
+		struct kn_ckpt_list list;
+		if (kn_ckpt_list(s, a.pos[1], &list, &err) < 0) {
+			rc = fail(ctx, &err);
+		} else {
+			for (size_t i = 0; i < list.n; i++)
+				printf("%s%s\n", list.items[i].name,
+				       list.items[i].complete ? ""
+							      : "  (incomplete)");
+			kn_ckpt_list_release(&list);
+		}
+	} else if (!strcmp(verb, "restore")) {
+		char *name = NULL, *warnings = NULL;
+		int r = kn_ckpt_restore(s, a.pos[1], a.pos[2], &name, &warnings,
+					&err);
+		if (warnings)
+			fputs(warnings, stderr);
+		if (r < 0)
+			rc = fail(ctx, &err);
+		else
+			printf("%s\n", name);
+		free(name);
+		free(warnings);
+	} else {
+		int64_t keep;
+		size_t deleted = 0;
+		if (!a.keep || kn_parse_size(a.keep, &keep) < 0)
+			rc = cli_usage_error(ctx, "needs --keep K");
+		else if (kn_ckpt_prune(s, a.pos[1], (size_t)keep, &deleted,
+				       &err) < 0)
+			rc = fail(ctx, &err);
+		else
+			printf("%zu deleted\n", deleted);
+	}
+	kn_ckpt_manifest_release(&m);
+	kn_blob_store_free(s);
+	return rc;
+}
