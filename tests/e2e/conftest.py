@@ -28,10 +28,11 @@ def wait_for(predicate, timeout=20.0, interval=0.05, what="condition"):
 
 
 class Server:
-    def __init__(self, home, gpus="4xH100-80GB", extra=()):
+    def __init__(self, home, gpus="4xH100-80GB", extra=(), env=None):
         self.home = Path(home)
         self.gpus = gpus
         self.extra = list(extra)
+        self.env = env
         self.proc = None
         self.url = None
         self.log = self.home / "server.log"
@@ -40,7 +41,7 @@ class Server:
         url_file = self.home / "server.url"
         if url_file.exists():
             url_file.unlink()
-        env = dict(os.environ, KILN_HOME=str(self.home))
+        env = dict(self.env or os.environ, KILN_HOME=str(self.home))
         env.pop("KILN_SERVER", None)
         env.pop("KILN_TOKEN", None)
         args = [KILN, "server", "--listen", "127.0.0.1:0"]
@@ -133,6 +134,41 @@ def server(tmp_path):
     # Tasks outlive the server by design; a test must not leave any behind.
     subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
                    check=False)
+
+
+AZURITE_ACCOUNT = "devstoreaccount1"
+# Azurite's well-known development key (public, in Azure's documentation).
+AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
+               "K1SZFPTOtr/KBHBeksoGMGw==")
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory):
+    """A real Azurite blob service on a free loopback port, installed from
+    npm on first use by scripts/azurite.sh; yields its endpoint URL."""
+    repo = Path(__file__).resolve().parents[2]
+    state = tmp_path_factory.mktemp("azurite")
+    started = subprocess.run(["bash", str(repo / "scripts/azurite.sh"), "start",
+                              str(state)], capture_output=True, text=True,
+                             timeout=600)
+    assert started.returncode == 0, started.stderr
+    endpoint = started.stdout.strip().splitlines()[-1]
+    yield endpoint
+    subprocess.run(["bash", str(repo / "scripts/azurite.sh"), "stop", str(state)],
+                   timeout=60)
+
+
+def azurite_env(endpoint):
+    """The environment with Azurite's connection string and no other
+    Azure credentials."""
+    env = dict(os.environ)
+    for k in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY",
+              "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_ACCOUNT"):
+        env.pop(k, None)
+    env["AZURE_STORAGE_CONNECTION_STRING"] = (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+        f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};")
+    return env
 
 
 def job_yaml(name, command, **fields):

@@ -25,19 +25,6 @@ SECRETS = [KEY, KEY[:20]]
 OUTPUTS = []
 
 
-@pytest.fixture(scope="module")
-def azurite(tmp_path_factory):
-    state = tmp_path_factory.mktemp("azurite")
-    started = subprocess.run(["bash", str(REPO / "scripts/azurite.sh"), "start",
-                              str(state)], capture_output=True, text=True,
-                             timeout=600)
-    assert started.returncode == 0, started.stderr
-    endpoint = started.stdout.strip().splitlines()[-1]
-    yield endpoint
-    subprocess.run(["bash", str(REPO / "scripts/azurite.sh"), "stop", str(state)],
-                   timeout=60)
-
-
 def clean_env():
     env = dict(os.environ)
     for k in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY",

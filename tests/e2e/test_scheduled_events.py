@@ -78,8 +78,11 @@ def test_preempt_event_evicts_and_acks_before_not_before(tmp_path):
     s = Server(home, extra=["--azure-events-url", imds.url,
                             "--azure-vm-name", "kiln-spot-vm"]).start()
     try:
+        # On the eviction signal the task commits a last checkpoint.
+        ck = ('d="$KILN_CHECKPOINT_DIR/step-000042"; mkdir -p "$d.tmp"; '
+              'head -c 4194304 /dev/urandom > "$d.tmp/weights"; mv "$d.tmp" "$d"')
         spot = s.submit(job_yaml("spot", ["/bin/sh", "-c",
-                                          "trap 'echo checkpointed; exit 0' TERM; "
+                                          f"trap '{ck}; echo checkpointed; exit 0' TERM; "
                                           "sleep 300 & wait"],
                                  preemptible=True, resources={"gpus": 1}))
         steady = s.submit(job_yaml("steady", ["/bin/sleep", "300"],
@@ -99,6 +102,11 @@ def test_preempt_event_evicts_and_acks_before_not_before(tmp_path):
         assert "checkpointed" in s.logs(spot, attempt=1)
         wait_for(lambda: imds.acks, what="the acknowledgement")
         when, body = imds.acks[0]
+        # Acknowledged only once the last checkpoint was in the store.
+        manifest = (home / "blobs" / str(spot) / "checkpoints" /
+                    "step-000042" / "MANIFEST.json")
+        assert manifest.exists() and manifest.stat().st_mtime <= when
+        assert job["attempts_detail"][0]["checkpoint"] == "step-000042"
         assert body == {"StartRequests": [
             {"EventId": "C7061BAC-AFDC-4513-B24B-AA5F13A16123"}]}
         assert when < imds.not_before
