@@ -10,6 +10,7 @@ packages=(
   libcurl4-openssl-dev libcmocka-dev
   python3 python3-pytest python3-requests
   sqlite3 procps
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()
