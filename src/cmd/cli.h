@@ -70,6 +70,7 @@ int cmd_token(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_audit(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_validate(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_version(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_bench(struct cli_ctx *ctx, int argc, char **argv);
 
 /* Flags. */
 

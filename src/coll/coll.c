@@ -274,6 +274,11 @@ int kn_coll_size(const struct kn_coll_comm *c)
 	return c->world->size;
 }
 
+int kn_coll_local_index(const struct kn_coll_comm *c)
+{
+	return c->local_index;
+}
+
 void kn_coll_describe(const struct kn_coll_comm *c, char *buf, size_t len)
 {
 	c->world->backend->describe(c, buf, len);

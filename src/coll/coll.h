@@ -123,6 +123,8 @@ int kn_coll_run(struct kn_coll_world *w, kn_coll_rank_fn fn, void *arg);
 
 int kn_coll_rank(const struct kn_coll_comm *c);
 int kn_coll_size(const struct kn_coll_comm *c);
+/* The rank's place among this process's ranks, 0 first. */
+int kn_coll_local_index(const struct kn_coll_comm *c);
 /* What carries this rank, for humans: "cpu thread", "GPU 0 [0000:1b:00.0]". */
 void kn_coll_describe(const struct kn_coll_comm *c, char *buf, size_t len);
 
