@@ -5,18 +5,21 @@
  * A call publishes the rank's arguments in its slot, waits at a barrier,
  * moves data, and waits at a second barrier so that no rank returns (and
  * reuses its buffers) while another still reads them. Reductions split
- * the elements into one slice per rank: rank r reduces slice r of every
- * rank's input and writes the result into slice r of every rank's output,
- * block by block while the block is still in its cache. Each rank thus
- * reads and writes the whole buffer once — the traffic of one memcpy —
- * and all ranks work at the same time. The alternative, a ring of
+ * the elements into blocks that the ranks claim from a shared counter:
+ * the rank that claims a block reduces it across every rank's input and
+ * writes the result into every rank's output while the block is still in
+ * its cache (for results larger than the caches, with non-temporal
+ * stores). Every byte is thus read once and written once — the traffic of
+ * one memcpy — by all ranks at the same time, and a rank the kernel has
+ * not scheduled (machines are often oversubscribed) delays no one: the
+ * running ranks take its blocks. The alternative, a ring of
  * point-to-point steps as MPI uses between processes, moves every byte
  * 2(n-1)/n times through intermediate buffers and needs no shared memory;
  * here memory is shared, so it only costs bandwidth.
  *
- * In place: only rank r ever touches slice r of any buffer, and it reads
- * a block of every input before writing that block anywhere, so outputs
- * may overwrite inputs. alltoall and sendrecv in place would overwrite
+ * In place: only the rank that claimed a block touches that block of any
+ * buffer, and it reads the block of every input before writing it
+ * anywhere, so outputs may overwrite inputs. alltoall and sendrecv in place would overwrite
  * data another rank still has to read: the rank first copies its input to
  * a scratch buffer of its own, kept and grown for later calls.
  *
@@ -35,13 +38,27 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 /* Checks of the barrier before sleeping: a few microseconds. */
 #define SPIN_CHECKS 2000
 /* Blocks of the all-reduce that stay in the L2 cache from reduction to
  * the copies into the other ranks' outputs. */
 #define BLOCK_BYTES (64 * 1024)
-/* Slices start on their own cache line, so no two ranks write one. */
+/* Blocks are whole cache lines, so no two ranks write one line. */
 #define CACHE_LINE 64
+/*
+ * All-reduces of this many bytes or more are larger than the caches:
+ * their results are written with non-temporal stores, which skip reading
+ * each destination line before overwriting it (a third of the memory
+ * traffic otherwise), as glibc's memcpy does for large copies. Smaller
+ * results stay in the cache, where the next reader finds them.
+ */
+#define STREAM_BYTES ((size_t)8 << 20)
+/* Reduced blocks wait here, in the L1 cache, before being streamed out. */
+#define STREAM_BLOCK_BYTES (16 * 1024)
 
 struct barrier {
 	_Atomic uint32_t arrived;
@@ -61,6 +78,8 @@ struct cpu_rank {
 
 struct cpu_world {
 	struct barrier barrier;
+	/* The next block of the current all-reduce or reduce to claim. */
+	alignas(CACHE_LINE) _Atomic size_t next_block;
 	struct slot *slots;
 	struct cpu_rank *ranks;
 };
@@ -107,9 +126,13 @@ static void barrier_wait(struct barrier *b)
 static int cpu_open(struct kn_coll_world *w, int local_ranks,
 		    struct kn_error *err)
 {
-	struct cpu_world *cw = kn_xcalloc(1, sizeof(*cw));
+	/* aligned_alloc: the block counter has a cache line of its own. */
+	struct cpu_world *cw = aligned_alloc(CACHE_LINE, sizeof(*cw));
 	size_t slots_bytes = sizeof(struct slot) * (size_t)local_ranks;
 
+	if (!cw)
+		return kn_errorf(err, KN_EIO, NULL, "out of memory");
+	memset(cw, 0, sizeof(*cw));
 	cw->barrier.n = (uint32_t)local_ranks;
 	cw->slots = aligned_alloc(CACHE_LINE, slots_bytes);
 	if (!cw->slots) {
@@ -145,43 +168,110 @@ static bool same_call(const struct kn_coll_args *a,
 	       (!kn_coll_kind_rooted(a->kind) || a->root == b->root);
 }
 
-/* Elements [*lo, *hi) of count that rank r reduces. */
-static void slice(size_t count, size_t size, int r, int n, size_t *lo,
-		  size_t *hi)
-{
-	size_t align = CACHE_LINE / size;
-	size_t per = (count + (size_t)n - 1) / (size_t)n;
-
-	per = (per + align - 1) / align * align;
-	*lo = per * (size_t)r < count ? per * (size_t)r : count;
-	*hi = *lo + per < count ? *lo + per : count;
-}
-
 #define AT(p, i, size) ((char *)(p) + (i) * (size))
 
-static void all_reduce(struct cpu_world *cw, int r, int n,
+/* memcpy with non-temporal stores where the CPU has them (SSE2). */
+static void stream_copy(void *dst, const void *src, size_t bytes)
+{
+#if defined(__x86_64__)
+	char *d = dst;
+	const char *s = src;
+	size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+
+	if (head > bytes)
+		head = bytes;
+	memcpy(d, s, head);
+	d += head;
+	s += head;
+	bytes -= head;
+	for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)s);
+		__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+		__m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+
+		_mm_stream_si128((__m128i *)d, a);
+		_mm_stream_si128((__m128i *)(d + 16), b);
+		_mm_stream_si128((__m128i *)(d + 32), c);
+		_mm_stream_si128((__m128i *)(d + 48), e);
+	}
+	memcpy(d, s, bytes);
+#else
+	memcpy(dst, src, bytes);
+#endif
+}
+
+/* Non-temporal stores are weakly ordered: fence them before a barrier
+ * publishes the result to the other ranks. */
+static void stream_fence(void)
+{
+#if defined(__x86_64__)
+	_mm_sfence();
+#endif
+}
+
+/* A large all-reduce: reduce a block into the cache, stream it out to
+ * every rank. Every input block is read before any output is written. */
+/*
+ * Blocks of count elements, each claimed by whichever rank gets to it
+ * first: a rank the kernel has not scheduled holds no one up, the ranks
+ * that run do its share. Returns false when none is left.
+ */
+static bool claim(struct cpu_world *cw, size_t count, size_t block,
+		  size_t *off, size_t *len)
+{
+	size_t b = atomic_fetch_add_explicit(&cw->next_block, 1,
+					     memory_order_relaxed);
+
+	if (b >= (count + block - 1) / block)
+		return false;
+	*off = b * block;
+	*len = count - *off < block ? count - *off : block;
+	return true;
+}
+
+static void all_reduce_streaming(struct cpu_world *cw, int n,
+				 const struct kn_coll_args *a)
+{
+	size_t size = kn_coll_type_size(a->type);
+	size_t block = STREAM_BLOCK_BYTES / size, off, len;
+	alignas(CACHE_LINE) char tmp[STREAM_BLOCK_BYTES];
+	const void *src[n];
+
+	while (claim(cw, a->count, block, &off, &len)) {
+
+		for (int j = 0; j < n; j++)
+			src[j] = AT(cw->slots[j].src, off, size);
+		kn_coll_reduce_many(tmp, src, n, len, a->type, a->op);
+		for (int j = 0; j < n; j++)
+			stream_copy(AT(cw->slots[j].args.recv, off, size), tmp,
+				    len * size);
+	}
+	stream_fence();
+}
+
+static void all_reduce(struct cpu_world *cw, int n,
 		       const struct kn_coll_args *a)
 {
 	size_t size = kn_coll_type_size(a->type);
-	size_t block = BLOCK_BYTES / size, lo, hi;
+	size_t block = BLOCK_BYTES / size, off, len;
 	const void *src[n];
 
-	slice(a->count, size, r, n, &lo, &hi);
-	for (size_t off = lo; off < hi; off += block) {
-		size_t len = hi - off < block ? hi - off : block;
-		char *dst = AT(cw->slots[r].args.recv, off, size);
-		int k = 1;
+	if (a->count * size >= STREAM_BYTES) {
+		all_reduce_streaming(cw, n, a);
+		return;
+	}
+	while (claim(cw, a->count, block, &off, &len)) {
+		/* Reduce into the first rank's output, whose input comes
+		 * first: in place that is the same block. */
+		char *dst = AT(cw->slots[0].args.recv, off, size);
 
-		/* Own input first: in place it is dst itself. */
-		src[0] = AT(cw->slots[r].src, off, size);
 		for (int j = 0; j < n; j++)
-			if (j != r)
-				src[k++] = AT(cw->slots[j].src, off, size);
+			src[j] = AT(cw->slots[j].src, off, size);
 		kn_coll_reduce_many(dst, src, n, len, a->type, a->op);
-		for (int j = 0; j < n; j++)
-			if (j != r)
-				memcpy(AT(cw->slots[j].args.recv, off, size),
-				       dst, len * size);
+		for (int j = 1; j < n; j++)
+			memcpy(AT(cw->slots[j].args.recv, off, size), dst,
+			       len * size);
 	}
 }
 
@@ -201,20 +291,23 @@ static void reduce_scatter(struct cpu_world *cw, int r, int n,
 	kn_coll_reduce_many(a->recv, src, n, a->count, a->type, a->op);
 }
 
-static void reduce(struct cpu_world *cw, int r, int n,
-		   const struct kn_coll_args *a)
+static void reduce(struct cpu_world *cw, int n, const struct kn_coll_args *a)
 {
-	size_t size = kn_coll_type_size(a->type), lo, hi;
-	int root = a->root, k = 1;
+	size_t size = kn_coll_type_size(a->type);
+	size_t block = BLOCK_BYTES / size, off, len;
+	int root = a->root, k;
 	const void *src[n];
 
-	slice(a->count, size, r, n, &lo, &hi);
-	src[0] = AT(cw->slots[root].src, lo, size);
-	for (int j = 0; j < n; j++)
-		if (j != root)
-			src[k++] = AT(cw->slots[j].src, lo, size);
-	kn_coll_reduce_many(AT(cw->slots[root].args.recv, lo, size), src, n,
-			    hi - lo, a->type, a->op);
+	while (claim(cw, a->count, block, &off, &len)) {
+		/* The root's input first: in place it is the output. */
+		src[0] = AT(cw->slots[root].src, off, size);
+		k = 1;
+		for (int j = 0; j < n; j++)
+			if (j != root)
+				src[k++] = AT(cw->slots[j].src, off, size);
+		kn_coll_reduce_many(AT(cw->slots[root].args.recv, off, size),
+				    src, n, len, a->type, a->op);
+	}
 }
 
 static void copy(void *dst, const void *src, size_t bytes)
@@ -308,19 +401,24 @@ static int cpu_call(struct kn_coll_comm *c, const struct kn_coll_args *a,
 	}
 	switch (a->kind) {
 	case KN_COLL_ALL_REDUCE:
-		all_reduce(cw, r, n, a);
+		all_reduce(cw, n, a);
 		break;
 	case KN_COLL_REDUCE_SCATTER:
 		reduce_scatter(cw, r, n, a);
 		break;
 	case KN_COLL_REDUCE:
-		reduce(cw, r, n, a);
+		reduce(cw, n, a);
 		break;
 	default:
 		move_data(cw, r, n, a);
 		break;
 	}
 	barrier_wait(&cw->barrier);
+	/* Every rank is done with the blocks; the next call's first barrier
+	 * publishes the reset. */
+	if (r == 0)
+		atomic_store_explicit(&cw->next_block, 0,
+				      memory_order_relaxed);
 	return 0;
 }
 

@@ -268,6 +268,51 @@ static void test_all_3_ranks(void **state)
 	sweep_ranks(3);
 }
 
+/* All-reduces larger than the caches take the streaming path. */
+static int streaming_rank(struct kn_coll_comm *c, void *arg)
+{
+	struct sweep *s = arg;
+	size_t bytes = ((size_t)9 << 20) + 4 * 7;
+	struct kn_error err = {0};
+	char *send, *recv, *host;
+	const enum kn_coll_type types[] = {KN_COLL_FLOAT, KN_COLL_HALF};
+	const enum kn_coll_op ops[] = {KN_COLL_SUM, KN_COLL_MAX};
+
+	if (kn_coll_mem_alloc(c, bytes, (void **)&send, &err) < 0 ||
+	    kn_coll_mem_alloc(c, bytes, (void **)&recv, &err) < 0 ||
+	    !(host = malloc(bytes)))
+		abort();
+	for (int i = 0; i < 2; i++)
+		for (int in_place = 0; in_place < 2; in_place++) {
+			struct kn_coll_args a = {
+				.kind = KN_COLL_ALL_REDUCE, .type = types[i],
+				.op = ops[i],
+				.count = bytes / kn_coll_type_size(types[i]),
+			};
+
+			run_one(c, s, a, in_place, send, recv, host);
+		}
+	free(host);
+	kn_coll_mem_free(c, send, bytes);
+	kn_coll_mem_free(c, recv, bytes);
+	return 0;
+}
+
+static void test_all_reduce_streaming(void **state)
+{
+	for (int n = 2; n <= 3; n++) {
+		struct sweep s = {.lock = PTHREAD_MUTEX_INITIALIZER};
+		struct kn_coll_world *w = NULL;
+		struct kn_error err = {0};
+
+		assert_int_equal(kn_coll_world_new("cpu", n, &w, &err), 0);
+		assert_int_equal(kn_coll_run(w, streaming_rank, &s), 0);
+		kn_coll_world_free(w);
+		if (s.failures)
+			fail_msg("%d failures; first: %s", s.failures, s.first);
+	}
+}
+
 /* ---- values worked out by hand, and the checker catching errors ---- */
 
 struct by_hand {
@@ -389,6 +434,7 @@ int main(void)
 		cmocka_unit_test(test_by_hand),
 		cmocka_unit_test(test_bad_arguments),
 		cmocka_unit_test(test_nccl_without_gpu),
+		cmocka_unit_test(test_all_reduce_streaming),
 		cmocka_unit_test(test_all_2_ranks),
 		cmocka_unit_test(test_all_3_ranks),
 		cmocka_unit_test(test_all_4_ranks),
