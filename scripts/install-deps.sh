@@ -13,6 +13,7 @@ packages=(
   gnuplot-nox
   prometheus
   python3-torch
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()
