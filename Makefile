@@ -44,6 +44,7 @@ bench: build
 	$(PYTHON) bench/dispatch/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-dispatch.json
 	$(PYTHON) bench/sim/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-sim.json
 	$(PYTHON) bench/ckpt/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-ckpt.json
+	$(PYTHON) bench/ckpt/step.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-ckpt-step.json
 	$(PYTHON) bench/coll/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-coll.json
 
 $(FUZZ_BUILD)/build.ninja:

@@ -13,7 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -487,6 +491,25 @@ int kn_rm_rf(const char *path)
 	}
 	closedir(d);
 	if (rmdir(path) < 0 && rc == 0)
+		rc = -errno;
+	return rc;
+}
+
+int kn_thread_background(void)
+{
+	struct sched_param sp = {0};
+	/* ioprio_set(IOPRIO_WHO_PROCESS, this thread, IOPRIO_CLASS_IDLE):
+	 * glibc has no wrapper; class 3 in the top bits, level 0. */
+	const int who_process = 1, class_idle = 3, class_shift = 13;
+	int rc = 0;
+
+	if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
+		rc = -EPERM;
+	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) < 0 &&
+	    rc == 0)
+		rc = -errno;
+	if (syscall(SYS_ioprio_set, who_process, 0,
+		    class_idle << class_shift) < 0 && rc == 0)
 		rc = -errno;
 	return rc;
 }

@@ -116,6 +116,14 @@ int kn_write_file_atomic(const char *path, const void *data, size_t len,
 int kn_read_file(const char *path, size_t max, char **out, size_t *out_len);
 /* Remove a directory tree; missing is not an error. */
 int kn_rm_rf(const char *path);
+/*
+ * Make the calling thread yield to everything else: SCHED_IDLE CPU policy,
+ * the lowest nice, idle I/O class. Threads it creates inherit this. For
+ * work such as checkpoint uploads that must never slow the tasks down.
+ * Best effort: returns 0, or -errno of the first step refused.
+ */
+int kn_thread_background(void);
+
 /* Fill buf with n cryptographically random bytes (getrandom). */
 int kn_random_bytes(void *buf, size_t n);
 

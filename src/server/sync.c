@@ -77,6 +77,8 @@ static void do_work(void *arg)
 	struct kn_blob_store *store = NULL;
 	int64_t start = kn_mono_ms();
 
+	/* Sync must never slow the tasks down: it gets what they leave. */
+	kn_thread_background();
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.url = w->store_url;
 	cfg.use_env = true;

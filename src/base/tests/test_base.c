@@ -6,6 +6,8 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -110,6 +112,31 @@ static void test_files(void **state)
 	free(nested);
 }
 
+static void *background_thread(void *arg)
+{
+	int *policy = arg;
+	struct sched_param sp;
+
+	kn_thread_background();
+	pthread_getschedparam(pthread_self(), policy, &sp);
+	return NULL;
+}
+
+static void test_thread_background(void **state)
+{
+	pthread_t t;
+	int policy = -1, mine = -1;
+	struct sched_param sp;
+	(void)state;
+
+	assert_int_equal(pthread_create(&t, NULL, background_thread, &policy), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(policy, SCHED_IDLE);
+	/* Only that thread: the caller keeps its own policy. */
+	pthread_getschedparam(pthread_self(), &mine, &sp);
+	assert_int_not_equal(mine, SCHED_IDLE);
+}
+
 static void test_levenshtein(void **state)
 {
 	(void)state;
@@ -127,6 +154,7 @@ int main(void)
 		cmocka_unit_test(test_errorf),
 		cmocka_unit_test(test_files),
 		cmocka_unit_test(test_levenshtein),
+		cmocka_unit_test(test_thread_background),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
