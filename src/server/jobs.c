@@ -632,8 +632,17 @@ void jobs_tick(void *arg)
 		sreq_release(&p->sr);
 		memset(p, 0, sizeof(*p));
 		/* What the victims free is for q: nothing behind it jumps in. */
-		if (hold)
+		if (hold) {
+			for (size_t k = i + 1; k < n; k++) {
+				struct queued_job *w =
+					queue_find(s, order[k].job_id, NULL);
+				snprintf(w->reason, sizeof(w->reason),
+					 "waiting behind job %lld, for which "
+					 "lower-priority jobs are being preempted",
+					 (long long)q->id);
+			}
 			break;
+		}
 	}
 	if (np)
 		bind_placed(s, pl, np, now);

@@ -148,6 +148,8 @@ def test_higher_priority_job_preempts_lower_preemptible(server, tmp_path):
                                   priority=100, resources={"gpus": 2}))
     server.wait_state(high, "running")
     job = server.job(low)
+    # The preempted job waits behind the one it made room for.
+    assert server.job(low)["state"] == "queued"
     assert job["state"] == "queued"
     assert job["attempts_detail"][0]["state"] == "preempted"
     assert f"preempted for job {high} (priority 100)" in job["attempts_detail"][0]["reason"]
@@ -191,3 +193,28 @@ def test_health_report_marks_node_unhealthy_and_back(server):
     server.wait_state(jid, "succeeded")
     rows = server.request("GET", "/v1/audit", params={"action": "node."}).json()["audit"]
     assert [x["action"] for x in rows][:2] == ["node.uncordon", "node.health"]
+
+
+def test_jobs_behind_a_preempting_job_wait_for_it(server, tmp_path):
+    # The victim takes its time to stop, so the wait can be seen.
+    low = server.submit(job_yaml("slow-to-stop", ["/bin/sh", "-c",
+                                                  "trap 'sleep 2; exit 143' TERM; "
+                                                  "echo up; sleep 300 & wait"],
+                                 preemptible=True, priority=1,
+                                 resources={"gpus": 4}))
+    wait_for(lambda: "up" in server.logs(low), what="the victim")
+    high = server.submit(job_yaml("high", ["/bin/true"], priority=100,
+                                  resources={"gpus": 4}))
+    small = server.submit(job_yaml("small", ["/bin/true"], priority=0,
+                                   resources={"gpus": 1}))
+    reason = wait_for(lambda: (lambda r: r if r and "waiting behind" in r else None)(
+        server.job(small)["reason"]), what="the small job's reason")
+    assert f"waiting behind job {high}" in reason
+    assert "being preempted" in server.job(high)["reason"] or \
+        "preempted jobs to stop" in server.job(high)["reason"]
+    server.wait_state(high, "succeeded")
+    # The preempted job, of higher priority than small, resumes first.
+    server.wait_state(low, "running")
+    assert server.job(small)["state"] == "queued"
+    server.request("POST", f"/v1/jobs/{low}/cancel")
+    server.wait_state(small, "succeeded")
