@@ -223,34 +223,59 @@ static const struct kn_pack_policy kn_pack_fgd = {
 };
 
 /*
- * kiln: FGD, and among FGD's ties a node already in use before an
- * untouched one.
+ * kiln: FGD's score, then two tie-breaks, each keeping whole what only a
+ * whole thing can use.
  *
  * FGD's integer score leaves many ties (every change of expected
  * fragmentation under about 40 milli-GPU scores the same), and the paper
- * hands them to the random node order, which opens fresh nodes as often
- * as it fills used ones. An untouched node is the only place an 8-GPU
- * task fits and the safest home for whole-GPU tasks, so kiln keeps such
- * nodes whole for as long as FGD is indifferent. It uses what FGD uses:
- * the node's state and the typical workload.
- *
- * Rejected after measuring (docs/scheduling.md): FGD's gradient without
- * the rounding (worse: 5.7 % unallocated at 100 % arrived against 4.8 %),
- * then best fit, GPU-volume weights for the typical shapes.
+ * hands them to the random node order. Among FGD's ties kiln prefers
+ * (1) a node that already holds work over an untouched one: an untouched
+ * node is the only place an 8-GPU task fits and the safest home for
+ * whole-GPU tasks; then (2) for a GPU share, a GPU that is already
+ * shared over an idle one: an idle GPU is the only place a whole-GPU
+ * task (most of the GPU requested in a typical trace) can go. Within a
+ * node the share takes the best-scoring GPU, an already shared one on
+ * ties. Nothing else is ranked: what FGD and these two rules leave equal
+ * stays with the random node order, which measured better than any finer
+ * deterministic order (docs/scheduling.md). It uses what FGD uses, the
+ * node's state and the typical workload, and has no constant of its own.
  */
 static int64_t kiln_score(const struct kn_pack *c, size_t node,
 			  const struct kn_pack_pod *pod, struct kn_rng *rng,
 			  int *gpu)
 {
 	const struct pack_node *n = &c->nodes[node];
-	bool untouched = n->n_full == n->n_gpus &&
-			 n->cpu_free == n->cpu_total;
+	int used = !(n->n_full == n->n_gpus && n->cpu_free == n->cpu_total);
+	double before;
+	int64_t best = -1;
 
-	return 2 * fgd_score(c, node, pod, rng, gpu) + (untouched ? 0 : 1);
+	if (!is_share(pod))
+		return 4 * fgd_score(c, node, pod, rng, gpu) + 2 * used;
+	before = pack_frag(c, n->cpu_free, n->gpu_free, n->n_gpus, n->model);
+	for (int i = 0; i < n->n_gpus; i++) {
+		int g[KN_PACK_MAX_GPUS], cpu;
+		int shared = n->gpu_free[i] < PACK_MILLI;
+		int64_t fgd, key;
+
+		if (n->gpu_free[i] < pod->gpu_milli)
+			continue;
+		after(n, pod, i, &cpu, g);
+		fgd = (int64_t)(MAX_NODE_SCORE *
+				sigmoid((before - pack_frag(c, cpu, g, n->n_gpus,
+							    n->model)) /
+					1000));
+		key = 4 * fgd + shared;
+		if (key > best) {
+			best = key;
+			*gpu = i;
+		}
+	}
+	/* best is 4 * fgd + shared: put used between the two. */
+	return best - best % 4 + 2 * used + best % 4;
 }
 
 static const struct kn_pack_policy kn_pack_kiln = {
-	"kiln", "FGD, ties to nodes already in use (default)", true,
+	"kiln", "FGD, ties to used nodes, then to shared GPUs (default)", true,
 	KN_PACK_GPU_SCORED, kiln_score,
 };
 

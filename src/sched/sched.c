@@ -133,14 +133,27 @@ static bool model_matches(const char *wanted, const char *model)
 	       (model[n] == '\0' || model[n] == '-');
 }
 
-static bool wants_models(const struct kn_sched_request *req)
+static bool wants_gpu(const struct kn_sched_request *req)
 {
-	return req->gpu_milli > 0 && req->gpu_models && req->n_gpu_models > 0;
+	return req->gpu_milli > 0 || req->mig_profile;
 }
 
+static bool wants_models(const struct kn_sched_request *req)
+{
+	return wants_gpu(req) && req->gpu_models && req->n_gpu_models > 0;
+}
+
+/*
+ * A device in MIG mode serves MIG requests for the profiles of its model
+ * only; any other device serves everything else.
+ */
 static bool device_usable(const struct kn_sched_request *req,
 			  const struct kn_sched_device *dev)
 {
+	if (req->mig_profile ? !dev->mig || !kn_mig_profile(dev->mig,
+							    req->mig_profile)
+			     : dev->mig != NULL)
+		return false;
 	if (!wants_models(req))
 		return true;
 	for (size_t m = 0; m < req->n_gpu_models; m++)
@@ -227,12 +240,41 @@ static void count_whole(const struct kn_sched_node *node,
 	}
 }
 
+/*
+ * How many more instances of the request's profile a MIG device takes,
+ * placing them as kn_sched_place would: placing one then lowers this by
+ * exactly one, which the gang loop relies on.
+ */
+static int mig_room(const struct kn_sched_device *dev,
+		    const struct kn_sched_request *req, bool empty)
+{
+	const struct kn_mig_profile *p = kn_mig_profile(dev->mig,
+						       req->mig_profile);
+	struct kn_sched_mig_slice used[KN_MIG_MAX_SLICES];
+	int n = empty ? 0 : dev->n_mig_slices, k = 0, start;
+
+	memcpy(used, dev->mig_slices, (size_t)n * sizeof(*used));
+	while (n < KN_MIG_MAX_SLICES &&
+	       kn_mig_fit(dev->mig, used, n, p, &start) == 0) {
+		used[n].profile = p;
+		used[n++].start = start;
+		k++;
+	}
+	return k;
+}
+
 static struct room node_room(const struct kn_sched_node *node,
 			     const struct kn_sched_request *req, bool empty)
 {
 	struct room r = {INT_MAX, INT_MAX, INT_MAX};
 
-	if (req->gpu_milli >= MILLI) {
+	if (req->mig_profile) {
+		r.gpu = 0;
+		for (size_t d = 0; d < node->n_devices; d++)
+			if (device_usable(req, &node->devices[d]))
+				r.gpu += mig_room(&node->devices[d], req,
+						  empty);
+	} else if (req->gpu_milli >= MILLI) {
 		int usable, idle;
 
 		count_whole(node, req, empty, &usable, &idle);
@@ -258,7 +300,8 @@ static int64_t node_free_gpu_milli(const struct kn_sched_node *node)
 	int64_t n = 0;
 
 	for (size_t d = 0; d < node->n_devices; d++)
-		n += device_free(&node->devices[d], false);
+		if (!node->devices[d].mig)
+			n += device_free(&node->devices[d], false);
 	return n;
 }
 
@@ -330,6 +373,39 @@ static size_t choose_node(const struct kn_sched_cluster *cluster,
 }
 
 /*
+ * A MIG instance goes to the usable device that already holds the most
+ * instances (packing MIG GPUs before opening another), lowest index on
+ * ties, at the start kn_mig_fit picks.
+ */
+static void pick_mig(const struct kn_sched_node *node,
+		     const struct kn_sched_request *req,
+		     struct kn_sched_binding *b)
+{
+	const struct kn_sched_device *best = NULL;
+	int best_start = -1;
+
+	for (size_t d = 0; d < node->n_devices; d++) {
+		const struct kn_sched_device *dev = &node->devices[d];
+		int start;
+
+		if (!device_usable(req, dev) ||
+		    kn_mig_fit(dev->mig, dev->mig_slices, dev->n_mig_slices,
+			       kn_mig_profile(dev->mig, req->mig_profile),
+			       &start) < 0)
+			continue;
+		if (!best || dev->n_mig_slices > best->n_mig_slices ||
+		    (dev->n_mig_slices == best->n_mig_slices &&
+		     dev->index < best->index)) {
+			best = dev;
+			best_start = start;
+		}
+	}
+	b->devices[b->n_devices++] = best->index;
+	b->mig_start = best_start;
+	b->mig_profile = kn_mig_profile(best->mig, req->mig_profile);
+}
+
+/*
  * Pick devices for one task on a node that has room for it. Whole GPUs take
  * the idle usable devices with the lowest indexes, so a task sees "0,1"
  * rather than whatever order the snapshot lists them in. A share goes to
@@ -342,7 +418,11 @@ static void pick_devices(const struct kn_sched_node *node,
 {
 	b->n_devices = 0;
 	b->milli_per_device = 0;
-	if (req->gpu_milli >= MILLI) {
+	b->mig_start = -1;
+	b->mig_profile = NULL;
+	if (req->mig_profile) {
+		pick_mig(node, req, b);
+	} else if (req->gpu_milli >= MILLI) {
 		int want = req->gpu_milli / MILLI;
 		int last = INT_MIN;
 
@@ -391,6 +471,27 @@ static struct kn_sched_device *find_device(struct kn_sched_node *node,
 	return NULL;
 }
 
+/* Add a binding's MIG instance to its device, or take it away. */
+static void mig_apply(struct kn_sched_device *dev,
+		      const struct kn_sched_binding *b, int sign)
+{
+	if (sign > 0) {
+		if (dev->n_mig_slices < KN_MIG_MAX_SLICES) {
+			dev->mig_slices[dev->n_mig_slices].profile =
+				b->mig_profile;
+			dev->mig_slices[dev->n_mig_slices++].start =
+				b->mig_start;
+		}
+		return;
+	}
+	for (int i = 0; i < dev->n_mig_slices; i++)
+		if (dev->mig_slices[i].start == b->mig_start) {
+			dev->mig_slices[i] =
+				dev->mig_slices[--dev->n_mig_slices];
+			return;
+		}
+}
+
 /* sign +1 charges a binding, -1 gives it back (never below zero). */
 static void apply_binding(struct kn_sched_cluster *cluster,
 			  const struct kn_sched_request *req,
@@ -406,6 +507,10 @@ static void apply_binding(struct kn_sched_cluster *cluster,
 
 		if (!dev)
 			continue;
+		if (b->mig_profile && dev->mig) {
+			mig_apply(dev, b, sign);
+			continue;
+		}
 		dev->used_milli += sign * b->milli_per_device;
 		if (dev->used_milli < 0)
 			dev->used_milli = 0;
@@ -505,11 +610,13 @@ enum resource { RES_GPU, RES_CPU, RES_MEM, RES_ALL };
 static void say_ask(struct reason *r, const struct kn_sched_request *req,
 		    enum resource res)
 {
-	bool gpu = (res == RES_GPU || res == RES_ALL) && req->gpu_milli > 0;
+	bool gpu = (res == RES_GPU || res == RES_ALL) && wants_gpu(req);
 	bool cpu = (res == RES_CPU || res == RES_ALL) && req->cpu_milli > 0;
 	bool mem = (res == RES_MEM || res == RES_ALL) && req->memory_bytes > 0;
 
-	if (gpu)
+	if (gpu && req->mig_profile)
+		say(r, "a MIG %s instance", req->mig_profile);
+	else if (gpu)
 		say_gpus(r, req->gpu_milli);
 	if (cpu) {
 		say(r, "%s", !gpu ? "" : mem ? ", " : " and ");
@@ -633,6 +740,17 @@ static bool explain_filters(const struct kn_sched_cluster *cluster,
 		say_taint(r, taint);
 		return true;
 	}
+	if (req->mig_profile && usable == 0) {
+		say(r, KN_SCHED_NEVER "no GPU in MIG mode offers profile %s",
+		    req->mig_profile);
+		if (wants_models(req)) {
+			say(r, " among models ");
+			for (size_t m = 0; m < req->n_gpu_models; m++)
+				say(r, "%s%s", m ? " or " : "",
+				    req->gpu_models[m]);
+		}
+		return true;
+	}
 	if (wants_models(req) && usable == 0) {
 		say(r, KN_SCHED_NEVER "no GPU of model ");
 		for (size_t m = 0; m < req->n_gpu_models; m++)
@@ -688,6 +806,8 @@ static bool explain_never(const struct kn_sched_cluster *cluster,
 		say_needs(r, req, RES_ALL);
 		say(r, " but the cluster holds at most %lld such task%s",
 		    (long long)holds, holds == 1 ? "" : "s");
+	} else if (!gpu_fits && req->mig_profile) {
+		say(r, "no MIG GPU has a placement for %s", req->mig_profile);
 	} else if (!gpu_fits) {
 		say(r, "needs ");
 		say_gpus(r, req->gpu_milli);
@@ -732,7 +852,9 @@ static void say_most_free(struct reason *r,
 
 		if (!node->schedulable || !node_eligible(node, req))
 			continue;
-		if (res == RES_GPU && req->gpu_milli >= MILLI) {
+		if (res == RES_GPU && req->mig_profile) {
+			free_now = node_room(node, req, false).gpu;
+		} else if (res == RES_GPU && req->gpu_milli >= MILLI) {
 			count_whole(node, req, false, &usable, &idle);
 			free_now = idle;
 		} else if (res == RES_GPU) {
@@ -760,7 +882,12 @@ static void say_most_free(struct reason *r,
 	}
 	switch (res) {
 	case RES_GPU:
-		if (req->gpu_milli >= MILLI) {
+		if (req->mig_profile) {
+			say(r, "most free on one node is %lld such instance%s "
+			       "(%s)",
+			    (long long)best_free, best_free == 1 ? "" : "s",
+			    best->name);
+		} else if (req->gpu_milli >= MILLI) {
 			say(r, "%lld of %d GPU%s free on %s",
 			    (long long)best_free, best_usable,
 			    best_usable == 1 ? "" : "s", best->name);
@@ -835,20 +962,6 @@ static void explain_now(const struct kn_sched_cluster *cluster,
 
 /* ---- entry points ---------------------------------------------------- */
 
-/*
- * Requests this version refuses outright. MIG slices need per-device slice
- * tables the snapshot does not carry yet; keeping the refusal here makes
- * adding them a change in one place.
- */
-static bool refuse_unsupported(const struct kn_sched_request *req,
-			       struct reason *r)
-{
-	if (!req->mig_profile)
-		return false;
-	say(r, "MIG slices are not placed yet (mig:%s)", req->mig_profile);
-	return true;
-}
-
 static bool request_valid(const struct kn_sched_request *req,
 			  struct reason *r)
 {
@@ -865,6 +978,11 @@ static bool request_valid(const struct kn_sched_request *req,
 		    "invalid request: gpu_milli %d is neither a share "
 		    "(1..999) nor 1 to %d whole GPUs",
 		    g, KN_SCHED_MAX_GPUS_PER_TASK);
+		return false;
+	}
+	if (req->mig_profile && g != 0) {
+		say(r, "invalid request: a MIG request has gpu_milli 0 (got "
+		       "%d)", g);
 		return false;
 	}
 	if (req->cpu_milli < 0 || req->memory_bytes < 0) {
@@ -886,8 +1004,6 @@ int kn_sched_place(struct kn_sched_cluster *cluster,
 
 	if (reason && reason_len)
 		reason[0] = '\0';
-	if (refuse_unsupported(req, &r))
-		return -ENOSPC;
 	if (!request_valid(req, &r))
 		return -EINVAL;
 

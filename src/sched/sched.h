@@ -7,7 +7,8 @@
  * charges the snapshot, or leaves the snapshot untouched and explains why.
  *
  * Resources are in thousandths of a GPU (milli-GPU) and of a CPU so whole
- * GPUs, shares and (later) MIG slices share one data model.
+ * GPUs and shares share one data model; MIG instances are counted in
+ * memory slices on devices in MIG mode (data/mig-profiles.csv).
  */
 #ifndef KILN_SCHED_H
 #define KILN_SCHED_H
@@ -41,11 +42,76 @@ struct kn_sched_toleration {
 	const char *effect; /* NULL = any effect */
 };
 
+/* ---- MIG tables (data/mig-profiles.csv) ---- */
+
+#define KN_MIG_MAX_PROFILES 16
+#define KN_MIG_MAX_SLICES 8   /* memory slices of a GPU, at most */
+
+struct kn_mig_profile {
+	char name[32];        /* "1g.10gb", "1g.10gb+me" */
+	int id;               /* NVIDIA's GPU instance profile ID */
+	int compute;          /* compute slices */
+	int memory;           /* memory slices an instance occupies */
+	int max_instances;
+	unsigned starts;      /* bit s: an instance may start at slice s */
+};
+
+/* One GPU model's MIG geometry. */
+struct kn_mig_model {
+	char name[32];        /* "A100-80GB" */
+	int compute;          /* compute slices of the GPU (7) */
+	int memory;           /* memory slices of the GPU (8) */
+	struct kn_mig_profile profiles[KN_MIG_MAX_PROFILES];
+	int n_profiles;
+};
+
+struct kn_mig_table;
+
+/*
+ * Parse a MIG table (CSV with the header of data/mig-profiles.csv) from
+ * text[0..len-1]; file names it in errors. -EINVAL with
+ * "FILE:LINE:COLUMN: column: message" on bad content (unknown or missing
+ * column, a number out of range, a start that does not leave room for
+ * the instance, one model with different GPU geometry, a profile twice).
+ */
+int kn_mig_parse(const char *text, size_t len, const char *file,
+		 struct kn_mig_table **out, struct kn_error *err);
+void kn_mig_free(struct kn_mig_table *t);
+size_t kn_mig_n_models(const struct kn_mig_table *t);
+/* The model named name (exactly, ignoring case), or NULL. */
+const struct kn_mig_model *kn_mig_find(const struct kn_mig_table *t,
+				       const char *name);
+/* The profile named name on model m, or NULL. */
+const struct kn_mig_profile *kn_mig_profile(const struct kn_mig_model *m,
+					    const char *name);
+
+/* A GPU instance on a MIG GPU: the profile and its first memory slice. */
+struct kn_sched_mig_slice {
+	const struct kn_mig_profile *profile;
+	int start;
+};
+
+/*
+ * Whether profile p fits beside the n instances in used on model m, and
+ * where: 0 and *start, or -ENOSPC. Of the allowed starts it takes the one
+ * that leaves the most placements of every profile of m still possible
+ * (then the lowest), so small instances pack to one side and the large
+ * contiguous ranges stay open for large ones.
+ */
+int kn_mig_fit(const struct kn_mig_model *m,
+	       const struct kn_sched_mig_slice *used, int n,
+	       const struct kn_mig_profile *p, int *start);
+
 struct kn_sched_device {
 	int index;            /* the node-local index (CUDA_VISIBLE_DEVICES) */
 	const char *model;    /* "H100-80GB" */
 	int64_t memory_bytes;
 	int used_milli;       /* 0..1000 already allocated; updated on place */
+	/* In MIG mode: the model's geometry (else NULL) and the instances
+	   placed; such a device takes MIG requests only. Updated on place. */
+	const struct kn_mig_model *mig;
+	struct kn_sched_mig_slice mig_slices[KN_MIG_MAX_SLICES];
+	int n_mig_slices;
 };
 
 struct kn_sched_node {
@@ -72,7 +138,8 @@ struct kn_sched_cluster {
 struct kn_sched_request {
 	int tasks;                /* gang size >= 1 */
 	int gpu_milli;            /* per task: 1000*n whole GPUs, or 1..999 */
-	const char *mig_profile;  /* not placed yet: refused with a reason */
+	const char *mig_profile;  /* one MIG instance of this profile per task
+				     (gpu_milli then 0), or NULL */
 	const char *const *gpu_models; /* acceptable models, or NULL = any */
 	size_t n_gpu_models;
 	int cpu_milli;
@@ -90,6 +157,11 @@ struct kn_sched_binding {
 	int devices[KN_SCHED_MAX_GPUS_PER_TASK]; /* device indexes (not array
 						    positions) */
 	int milli_per_device; /* 1000 for whole GPUs, the share otherwise */
+	/* A MIG request: devices[0] holds the instance, which starts at
+	   memory slice mig_start (-1 otherwise); with mig_profile it names
+	   the slice (the server maps it to MIG-<uuid> or a synthetic id). */
+	int mig_start;
+	const struct kn_mig_profile *mig_profile;
 };
 
 /*
@@ -101,8 +173,10 @@ struct kn_sched_binding {
  * local"), leaving the snapshot and bindings unchanged. A request that
  * cannot fit even the empty cluster (all nodes, cordoned ones included,
  * with nothing allocated) has a reason starting with KN_SCHED_NEVER; any
- * other may fit later. A request for MIG slices gets -ENOSPC and "MIG
- * slices are not placed yet (mig:<profile>)". A malformed request (tasks
+ * other may fit later. A MIG request places one instance of its profile
+ * per task on devices in MIG mode (device->mig) whose model has that
+ * profile, following the model's placement rules (kn_mig_fit); other
+ * requests never use a MIG device. A malformed request (tasks
  * < 1, gpu_milli neither 1..999 nor 1000..8000 in steps of 1000, negative
  * cpu or memory) gets -EINVAL and a reason starting "invalid request: ".
  * reason may be NULL.

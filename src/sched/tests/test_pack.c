@@ -151,9 +151,49 @@ static void test_fgd_and_kiln(void **state)
 	/* b: [700, 1000]: F' = 0.5*700 = 350 -> 41, on GPU 0. */
 	assert_int_equal(score(c, "fgd", 1, &pod, &gpu), 41);
 	assert_int_equal(gpu, 0);
-	/* kiln: 2 * fgd, + 1 on a node already in use. */
-	assert_int_equal(score(c, "kiln", 0, &pod, &gpu), 115);
-	assert_int_equal(score(c, "kiln", 1, &pod, &gpu), 82);
+	/* kiln: 4 * fgd, + 2 on a node already in use, + 1 on a GPU
+	   already shared: a is used and GPU 0 shared, b neither. */
+	assert_int_equal(score(c, "kiln", 0, &pod, &gpu), 4 * 57 + 2 + 1);
+	assert_int_equal(gpu, 0);
+	assert_int_equal(score(c, "kiln", 1, &pod, &gpu), 4 * 41);
+	kn_pack_free(c);
+}
+
+/*
+ * kiln's tie-breaks: where FGD scores two GPUs alike, the share goes to
+ * the GPU already shared, and where it scores two nodes alike, to the
+ * node in use. Typical set: one 600-milli share, so a 10-milli share
+ * changes fragmentation by at most 10 (100 * sigmoid(0.01) -> 50).
+ */
+static void test_kiln_ties(void **state)
+{
+	struct kn_pack *c = two_nodes();
+	struct kn_pack_pod first = share(500, 8000), pod = share(10, 1000);
+	struct kn_pack_pod typical = share(600, 1000);
+	struct kn_pack_placement where;
+	struct kn_rng rng;
+	int gpu3 = 3, gpu;
+
+	kn_pack_set_typical(c, &typical, 1);
+	assert_int_equal(kn_pack_bind(c, 0, &first, &gpu3, 1), 0);
+	/* a: GPU 0 -> 990, F stays 500 (GPU 3); GPU 3 -> 490, F = 490:
+	   both 50, fgd keeps the first. */
+	assert_int_equal(score(c, "fgd", 0, &pod, &gpu), 50);
+	assert_int_equal(gpu, 0);
+	assert_int_equal(score(c, "kiln", 0, &pod, &gpu), 4 * 50 + 2 + 1);
+	assert_int_equal(gpu, 3);
+	/* b: untouched, F 0 -> 0: 50 for fgd as well. */
+	assert_int_equal(score(c, "fgd", 1, &pod, &gpu), 50);
+	assert_int_equal(score(c, "kiln", 1, &pod, &gpu), 4 * 50);
+	/* Placed with b first in the tie order, kiln still takes a's
+	   shared GPU. */
+	assert_int_equal(kn_pack_set_order(c, (size_t[]){1, 0}, 2), 0);
+	kn_rng_seed(&rng, 1);
+	assert_int_equal(kn_pack_place(c, kn_pack_policy_find("kiln"), &pod,
+				       &rng, &where),
+			 0);
+	assert_int_equal(where.node, 0);
+	assert_int_equal(where.gpus[0], 3);
 	kn_pack_free(c);
 }
 
@@ -374,6 +414,7 @@ int main(void)
 		cmocka_unit_test(test_gpu_packing),
 		cmocka_unit_test(test_best_fit),
 		cmocka_unit_test(test_fgd_and_kiln),
+		cmocka_unit_test(test_kiln_ties),
 		cmocka_unit_test(test_typical_cut),
 		cmocka_unit_test(test_tie_order),
 		cmocka_unit_test(test_gpu_choice),
