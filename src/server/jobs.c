@@ -1028,9 +1028,12 @@ void jobs_poll(void *arg)
 	/* Children are reaped here too, in case a SIGCHLD was coalesced. */
 	jobs_on_sigchld(s);
 	for (struct run *r = s->runs; r; r = r->next)
-		for (int k = 0; k < r->n_tasks; k++)
-			if (check_task(s, r, &r->tasks[k]))
+		for (int k = 0; k < r->n_tasks; k++) {
+			struct run_task *t = &r->tasks[k];
+			/* An exit whose write failed earlier is tried again. */
+			if (check_task(s, r, t) || (t->ended && !t->recorded))
 				changed_add(&changed, &n, r);
+		}
 	after_exits(s, changed, n);
 	free(changed);
 	kn_timer_arm(s->poll_timer, POLL_MS);
