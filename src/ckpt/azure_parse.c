@@ -307,7 +307,8 @@ char *kn_azure_string_to_sign(const struct kn_azure_sign_input *in)
 		      OR_EMPTY(in->range));
 	/* Sort by header name only: sorting "name:value" lines would put
 	 * x-ms-range-get-content-md5 before x-ms-range, and Azure says 403. */
-	memcpy(h, in->headers, in->n_headers * sizeof(*h));
+	if (in->n_headers)
+		memcpy(h, in->headers, in->n_headers * sizeof(*h));
 	qsort(h, in->n_headers, sizeof(*h), kv_cmp);
 	for (size_t i = 0; i < in->n_headers; i++) {
 		const char *v = h[i].value;
@@ -316,7 +317,8 @@ char *kn_azure_string_to_sign(const struct kn_azure_sign_input *in)
 		kn_buf_printf(&b, "%s:%s\n", h[i].name, v);
 	}
 	kn_buf_printf(&b, "/%s%s", in->account, in->path);
-	memcpy(q, in->query, in->n_query * sizeof(*q));
+	if (in->n_query)
+		memcpy(q, in->query, in->n_query * sizeof(*q));
 	qsort(q, in->n_query, sizeof(*q), kv_cmp);
 	for (size_t i = 0; i < in->n_query; i++)
 		kn_buf_printf(&b, "\n%s:%s", q[i].name, OR_EMPTY(q[i].value));
