@@ -955,6 +955,9 @@ static void az_free(struct kn_blob_store *s)
 
 const struct kn_blob_store_ops kn_azure_store_ops = {
 	.scheme = "azure",
+	/* One file at a time: its blocks already go in parallel, and the
+	 * store's handles and buffers serve one call at a time. */
+	.concurrency = 1,
 	.put_file = az_put_file,
 	.put_bytes = az_put_bytes,
 	.get_file = az_get_file,
