@@ -126,6 +126,9 @@ def test_put_get_list_delete_range_conditional(azurite, tmp_path):
     # the path-style URL names the same blobs
     direct = kiln(env, "blob", "ls", f"{azurite}/basic/pre").stdout
     assert "dir/new" in direct and "dir/zero" in direct
+    # the whole container, no prefix at all, signed with the key
+    whole = kiln(env, "blob", "ls", f"{azurite}/basic").stdout
+    assert "pre/dir/new" in whole
 
 
 def test_block_upload_of_a_large_file(azurite, tmp_path):
