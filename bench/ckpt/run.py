@@ -13,10 +13,11 @@ side). Then, each repeated --rounds times in alternating order, median kept:
             flight) against `curl -T` Put Blob of the same files with a SAS
             token: one curl process sending them one after another
             (keep-alive), and one with --parallel (6 at once). A fresh
-            Azurite (in memory) per round.
+            Azurite (in memory) for each measurement.
   restore   `kiln ckpt restore` (download + sha256 verify) from each store.
 
-Ratios are peer time / kiln time: above 1.0 kiln is faster. The source files
+Ratios are peer time / kiln time, the median of each round's ratio: above
+1.0 kiln is faster. The source files
 stay in the page cache throughout, for every side alike. Prints a table and
 writes JSON to --out.
 """
@@ -131,9 +132,10 @@ def main():
         shutil.rmtree(dd_dir, ignore_errors=True)
 
         if not a.no_azurite:
-            # A fresh Azurite each round: it keeps deleted blobs in memory
-            # until its 10-minute garbage collection.
-            for r in range(a.rounds):
+            # A fresh Azurite for each measurement: it keeps blobs (even
+            # deleted ones, until its 10-minute collection) in its heap and
+            # slows down as that grows, which would favour whoever goes first.
+            def with_azurite(measure):
                 endpoint = run(["bash", str(ROOT / "scripts/azurite.sh"), "start",
                                 str(azurite_state)]).strip().splitlines()[-1]
                 env = dict(os.environ, AZURE_STORAGE_CONNECTION_STRING=(
@@ -141,33 +143,39 @@ def main():
                 for k in ("AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN"):
                     env.pop(k, None)
                 url = f"{endpoint}/bench"
-                # make the container (and warm Azurite up) outside the timing
-                run([kiln, "blob", "put", url, "warm", str(files[0])], env=env)
+                try:
+                    # the container, and a warm Azurite, outside the timing
+                    run([kiln, "blob", "put", url, "warm", str(files[0])], env=env)
+                    return measure(url, env)
+                finally:
+                    run(["bash", str(ROOT / "scripts/azurite.sh"), "stop",
+                         str(azurite_state)])
 
-                def kiln_az():
-                    return timed(lambda: run([kiln, "ckpt", "upload", url, "1",
-                                              str(ckpt)], env=env))
+            def kiln_az(url, env):
+                t = timed(lambda: run([kiln, "ckpt", "upload", url, "1", str(ckpt)],
+                                      env=env))
+                times["restore_azurite"].append(restore(url, env))
+                return t
 
-                def curl(parallel, tag):
+            def curl(parallel):
+                def measure(url, env):
                     args = ["curl", "-sS", "--fail", "-H", "x-ms-blob-type: BlockBlob",
                             "-H", "x-ms-version: 2023-11-03", "-H", "Expect:"]
                     if parallel:
                         args += ["--parallel", "--parallel-max", "6"]
                     for f in files:
-                        args += ["-T", str(f), f"{url}/{tag}/{f.name}?{sas('bench')}",
+                        args += ["-T", str(f), f"{url}/curl/{f.name}?{sas('bench')}",
                                  "-o", "/dev/null"]
                     return timed(lambda: run(args))
+                return measure
 
-                order = [("kiln_azurite", kiln_az),
-                         ("curl_seq", lambda: curl(False, "seq")),
-                         ("curl_par", lambda: curl(True, "par"))]
+            for r in range(a.rounds):
+                order = [("kiln_azurite", kiln_az), ("curl_seq", curl(False)),
+                         ("curl_par", curl(True))]
                 if r % 2:
                     order.reverse()
                 for name, fn in order:
-                    times[name].append(fn())
-                times["restore_azurite"].append(restore(url, env))
-                run(["bash", str(ROOT / "scripts/azurite.sh"), "stop",
-                     str(azurite_state)])
+                    times[name].append(with_azurite(fn))
     finally:
         if azurite_state.exists():
             subprocess.run(["bash", str(ROOT / "scripts/azurite.sh"), "stop",
@@ -184,7 +192,10 @@ def main():
         if key not in med:
             return
         gbs = gib * (1 << 30) / 1e9 / med[key]
-        ratio = f"{med[key] / med[kiln_key]:.2f}" if kiln_key else ""
+        # the median of each round's ratio: both sides of a round ran
+        # minutes apart at most, under the same load
+        ratio = (f"{statistics.median(p / k for p, k in zip(times[key], times[kiln_key])):.2f}"
+                 if kiln_key else "")
         print(f"{label:34} {med[key]:9.2f} {gbs:7.2f} {ratio:>10}")
     row("kiln ckpt upload file://", "kiln_file")
     row("dd bs=16M", "dd", "kiln_file")

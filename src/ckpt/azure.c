@@ -3,9 +3,10 @@
  *
  * Requests: Put Blob for small files and bytes; Put Block + Put Block List
  * for files larger than one block, with up to `parallel` blocks in flight
- * on one curl multi handle (one thread: reading, queueing the hash and
- * driving the transfers; the hash itself runs on the hashing thread).
- * Block buffers come from the store's pool and are reused. Per-block
+ * on one curl multi handle driven by the calling thread. Bodies are read
+ * from the file as curl sends them (no block buffers: first touch of fresh
+ * memory is slow here); the file's SHA-256 is computed meanwhile on a
+ * second thread through one reused buffer. Per-block
  * Content-MD5 is not sent: every download is checked against the
  * manifest's sha256, TLS protects the transfer, and MD5 would cost a
  * core-second per ~600 MB on the upload path.
@@ -76,12 +77,16 @@ struct az_req {
 	const char *content_type;
 	const char *if_none_match;
 	const char *range;
-	const char *body;
+	const char *body;  /* memory, or NULL to read the body from body_fd */
+	int body_fd;
+	int64_t body_off;
 	int64_t body_len; /* < 0: no body */
 };
 
 struct az_body {
 	const char *data;
+	int fd;
+	off_t off;
 	size_t len, pos;
 };
 
@@ -103,13 +108,27 @@ struct az_call {
 	struct az_reply reply;
 };
 
+/* Bodies are copied once, into curl's buffer, as `curl -T` does. */
 static size_t read_body(char *buf, size_t size, size_t n, void *arg)
 {
 	struct az_body *b = arg;
 	size_t take = size * n;
 	if (take > b->len - b->pos)
 		take = b->len - b->pos;
-	memcpy(buf, b->data + b->pos, take);
+	if (b->data) {
+		memcpy(buf, b->data + b->pos, take);
+	} else {
+		size_t got = 0;
+		while (got < take) {
+			ssize_t r = pread(b->fd, buf + got, take - got,
+					  b->off + (off_t)(b->pos + got));
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0) /* the file shrank or failed: give up */
+				return CURL_READFUNC_ABORT;
+			got += (size_t)r;
+		}
+	}
 	b->pos += take;
 	return take;
 }
@@ -300,8 +319,12 @@ static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
 	curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
 	if (strcmp(r->method, "PUT") == 0) {
-		c->body = (struct az_body){r->body, (size_t)(r->body_len > 0 ?
-							     r->body_len : 0), 0};
+		c->body = (struct az_body){
+			.data = r->body,
+			.fd = r->body_fd,
+			.off = (off_t)r->body_off,
+			.len = (size_t)(r->body_len > 0 ? r->body_len : 0),
+		};
 		curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
 		curl_easy_setopt(h, CURLOPT_READFUNCTION, read_body);
 		curl_easy_setopt(h, CURLOPT_READDATA, &c->body);
@@ -462,7 +485,7 @@ static bool container_missing(const struct az_call *c)
 
 static int create_container(struct azure *a, struct kn_error *err)
 {
-	struct az_req r = {.method = "PUT", .body_len = 0,
+	struct az_req r = {.method = "PUT", .body = "", .body_len = 0,
 			   .query = {{"restype", "container"}}, .nq = 1};
 	struct az_call c = {0};
 	int rc = perform(a, &r, -1, &c, err);
@@ -474,8 +497,9 @@ static int create_container(struct azure *a, struct kn_error *err)
 
 /* ---- ops ---- */
 
+/* Put Blob of data (or, when data is NULL, of fd's first len bytes). */
 static int put_blob(struct azure *a, const char *full, const void *data,
-		    size_t len, unsigned flags, struct az_call *c,
+		    int fd, size_t len, unsigned flags, struct az_call *c,
 		    struct kn_error *err)
 {
 	struct az_req r = {
@@ -486,6 +510,7 @@ static int put_blob(struct azure *a, const char *full, const void *data,
 		.content_type = "application/octet-stream",
 		.if_none_match = (flags & KN_BLOB_CREATE_ONLY) ? "*" : NULL,
 		.body = data,
+		.body_fd = fd,
 		.body_len = (int64_t)len,
 	};
 	return perform(a, &r, -1, c, err);
@@ -508,12 +533,13 @@ static int az_put_bytes(struct kn_blob_store *s, const char *name,
 	struct azure *a = az_of(s);
 	char *full = full_name(a, name);
 	struct az_call c = {0};
-	int rc = put_blob(a, full, data, len, flags, &c, err);
+	int rc = put_blob(a, full, data ? data : "", -1, len, flags, &c, err);
 
 	if (rc < 0 && container_missing(&c)) {
 		rc = create_container(a, err);
 		if (rc == 0)
-			rc = put_blob(a, full, data, len, flags, &c, err);
+			rc = put_blob(a, full, data ? data : "", -1, len, flags,
+				      &c, err);
 	}
 	rc = conflict_or(rc, &c, name, err);
 	call_release(&c);
@@ -528,35 +554,61 @@ static void block_id(uint32_t index, char *out)
 	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)raw, 8);
 }
 
+/*
+ * SHA-256 of a whole file on its own thread, reading it with pread into
+ * one reused buffer while the upload reads the same pages (from the page
+ * cache) for the wire: the hash never holds the upload up. Both read the
+ * file independently, which is sound because committed checkpoint files
+ * do not change; one that did would fail verification at restore.
+ */
+struct file_hash {
+	pthread_t thread;
+	int fd;
+	char *buf;
+	size_t buf_len;
+	int64_t bytes;
+	int rc;
+	char hex[KN_SHA256_HEX_LEN + 1];
+};
+
+static void *file_hash_main(void *arg)
+{
+	struct file_hash *h = arg;
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+
+	if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))
+		abort();
+	for (;;) {
+		ssize_t n = pread(h->fd, h->buf, h->buf_len, (off_t)h->bytes);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			h->rc = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		EVP_DigestUpdate(ctx, h->buf, (size_t)n);
+		h->bytes += n;
+	}
+	EVP_DigestFinal_ex(ctx, md, &mdlen);
+	kn_hex(md, 32, h->hex);
+	EVP_MD_CTX_free(ctx);
+	return NULL;
+}
+
 struct slot {
 	CURL *h;
-	char *buf;
-	size_t len;
 	uint32_t block;
 	char id[16];
 	int attempts;
 	int64_t retry_at;
 	bool busy, in_multi;
-	uint64_t hash_seq;
 	struct az_req req;
 	struct az_call call;
 };
-
-static ssize_t pread_full(int fd, char *buf, size_t len, off_t off)
-{
-	size_t got = 0;
-	while (got < len) {
-		ssize_t n = pread(fd, buf + got, len - got, off + (off_t)got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	return (ssize_t)got;
-}
 
 static void slot_start(struct azure *a, struct slot *sl)
 {
@@ -569,17 +621,18 @@ static void slot_start(struct azure *a, struct slot *sl)
 	sl->in_multi = true;
 }
 
-/* Put Block for every block of fd (size bytes), then Put Block List. */
-static int put_blocks(struct kn_blob_store *s, const char *full,
-		      const char *name, int fd, int64_t size, unsigned flags,
-		      char *hex, struct az_call *list_call,
+/*
+ * Put Block for every block of fd (size bytes), up to `parallel` in
+ * flight, then Put Block List. Each block's body is read from the file as
+ * curl sends it.
+ */
+static int put_blocks(struct azure *a, const char *full, int fd, int64_t size,
+		      unsigned flags, struct az_call *list_call,
 		      struct kn_error *err)
 {
-	struct azure *a = az_of(s);
 	uint32_t nblocks = (uint32_t)((size + (int64_t)a->block_size - 1) /
 				      (int64_t)a->block_size);
 	struct slot slots[KN_BLOB_MAX_PARALLEL];
-	struct kn_hashpipe *hp = kn_hashpipe_start();
 	uint32_t next = 0, done = 0;
 	struct kn_buf xml;
 	int rc = 0;
@@ -589,7 +642,6 @@ static int put_blocks(struct kn_blob_store *s, const char *full,
 		if (!a->block_easy[i])
 			a->block_easy[i] = curl_easy_init();
 		slots[i].h = a->block_easy[i];
-		slots[i].buf = kn_bufpool_get(&s->pool, i);
 	}
 	while (rc == 0 && done < nblocks) {
 		int64_t now = kn_mono_ms();
@@ -598,26 +650,10 @@ static int put_blocks(struct kn_blob_store *s, const char *full,
 
 		for (int i = 0; i < a->parallel && next < nblocks; i++) {
 			struct slot *sl = &slots[i];
-			off_t off = (off_t)next * (off_t)a->block_size;
-			size_t want = (size_t)(size - off) < a->block_size
-					      ? (size_t)(size - off)
-					      : a->block_size;
-			ssize_t got;
+			int64_t off = (int64_t)next * (int64_t)a->block_size;
 
 			if (sl->busy)
 				continue;
-			if (sl->hash_seq)
-				kn_hashpipe_wait(hp, sl->hash_seq);
-			got = pread_full(fd, sl->buf, want, off);
-			if (got != (ssize_t)want) {
-				rc = kn_errorf(err, KN_EIO, "path",
-					       "blob %s: source %s", name,
-					       got < 0 ? strerror((int)-got)
-						       : "shrank while read");
-				break;
-			}
-			sl->len = want;
-			sl->hash_seq = kn_hashpipe_submit(hp, sl->buf, want);
 			sl->block = next++;
 			block_id(sl->block, sl->id);
 			sl->attempts = 0;
@@ -628,17 +664,18 @@ static int put_blocks(struct kn_blob_store *s, const char *full,
 				.query = {{"comp", "block"}, {"blockid", sl->id}},
 				.nq = 2,
 				.content_type = "application/octet-stream",
-				.body = sl->buf,
-				.body_len = (int64_t)want,
+				.body_fd = fd,
+				.body_off = off,
+				.body_len = size - off < (int64_t)a->block_size
+						    ? size - off
+						    : (int64_t)a->block_size,
 			};
 			slot_start(a, sl);
 		}
-		for (int i = 0; rc == 0 && i < a->parallel; i++)
+		for (int i = 0; i < a->parallel; i++)
 			if (slots[i].busy && !slots[i].in_multi &&
 			    slots[i].retry_at <= now)
 				slot_start(a, &slots[i]);
-		if (rc < 0)
-			break;
 		curl_multi_perform(a->multi, &running);
 		while ((msg = curl_multi_info_read(a->multi, &left))) {
 			struct slot *sl = NULL;
@@ -681,7 +718,6 @@ static int put_blocks(struct kn_blob_store *s, const char *full,
 			curl_multi_remove_handle(a->multi, slots[i].h);
 		call_release(&slots[i].call);
 	}
-	kn_hashpipe_finish(hp, rc == 0 ? hex : NULL);
 	if (rc < 0)
 		return rc;
 
@@ -715,28 +751,13 @@ static int put_blocks(struct kn_blob_store *s, const char *full,
 	return rc;
 }
 
-static int put_file_once(struct kn_blob_store *s, const char *full,
-			 const char *name, int fd, int64_t size,
-			 unsigned flags, char *hex, struct az_call *c,
+static int put_file_once(struct azure *a, const char *full, int fd,
+			 int64_t size, unsigned flags, struct az_call *c,
 			 struct kn_error *err)
 {
-	struct azure *a = az_of(s);
-	unsigned char md[32];
-	unsigned int mdlen = 0;
-	char *buf;
-	ssize_t got;
-
 	if (size > (int64_t)a->block_size)
-		return put_blocks(s, full, name, fd, size, flags, hex, c, err);
-	buf = kn_bufpool_get(&s->pool, 0);
-	got = pread_full(fd, buf, (size_t)size, 0);
-	if (got != (ssize_t)size)
-		return kn_errorf(err, KN_EIO, "path", "blob %s: source %s",
-				 name, got < 0 ? strerror((int)-got)
-					       : "shrank while read");
-	EVP_Digest(buf, (size_t)size, md, &mdlen, EVP_sha256(), NULL);
-	kn_hex(md, 32, hex);
-	return put_blob(a, full, buf, (size_t)size, flags, c, err);
+		return put_blocks(a, full, fd, size, flags, c, err);
+	return put_blob(a, full, NULL, fd, (size_t)size, flags, c, err);
 }
 
 static int az_put_file(struct kn_blob_store *s, const char *name,
@@ -745,7 +766,8 @@ static int az_put_file(struct kn_blob_store *s, const char *name,
 {
 	struct azure *a = az_of(s);
 	char *full = full_name(a, name);
-	char hex[KN_SHA256_HEX_LEN + 1];
+	struct file_hash hash = {0};
+	bool hashing = false;
 	struct az_call c = {0};
 	struct stat st;
 	int fd, rc;
@@ -763,22 +785,36 @@ static int az_put_file(struct kn_blob_store *s, const char *name,
 		goto out;
 	}
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	rc = put_file_once(s, full, name, fd, st.st_size, flags, hex, &c, err);
+	hash.fd = fd;
+	hash.buf = kn_bufpool_get(&s->pool, 0);
+	hash.buf_len = s->pool.size;
+	if (pthread_create(&hash.thread, NULL, file_hash_main, &hash) != 0)
+		abort();
+	hashing = true;
+	rc = put_file_once(a, full, fd, st.st_size, flags, &c, err);
 	if (rc < 0 && container_missing(&c)) {
 		call_release(&c);
 		rc = create_container(a, err);
 		if (rc == 0)
-			rc = put_file_once(s, full, name, fd, st.st_size, flags,
-					   hex, &c, err);
+			rc = put_file_once(a, full, fd, st.st_size, flags, &c,
+					   err);
 	}
 	rc = conflict_or(rc, &c, name, err);
+	pthread_join(hash.thread, NULL);
+	hashing = false;
+	if (rc == 0 && (hash.rc < 0 || hash.bytes != st.st_size))
+		rc = kn_errorf(err, KN_EIO, "path", "%s: %s", path,
+			       hash.rc < 0 ? strerror(-hash.rc)
+					   : "changed while it was uploaded");
 	if (rc == 0) {
 		if (sha256_hex)
-			memcpy(sha256_hex, hex, sizeof(hex));
+			memcpy(sha256_hex, hash.hex, sizeof(hash.hex));
 		if (size_out)
 			*size_out = st.st_size;
 	}
 out:
+	if (hashing)
+		pthread_join(hash.thread, NULL);
 	if (fd >= 0)
 		close(fd);
 	call_release(&c);
@@ -864,14 +900,14 @@ static int az_list(struct kn_blob_store *s, const char *prefix,
 		struct az_req r = {
 			.method = "GET",
 			.body_len = -1,
-			.query = {{"restype", "container"},
-				  {"comp", "list"},
-				  {"prefix", full}},
-			.nq = 3,
+			.query = {{"restype", "container"}, {"comp", "list"}},
+			.nq = 2,
 		};
 		struct az_call c = {0};
 		char *next = NULL;
 
+		if (full[0])
+			r.query[r.nq++] = (struct kn_kv){"prefix", full};
 		if (marker)
 			r.query[r.nq++] = (struct kn_kv){"marker", marker};
 		rc = perform(a, &r, -1, &c, err);
@@ -955,6 +991,9 @@ static void az_free(struct kn_blob_store *s)
 
 const struct kn_blob_store_ops kn_azure_store_ops = {
 	.scheme = "azure",
+	/* One file at a time: its blocks already go in parallel, and the
+	 * store's handles and buffers serve one call at a time. */
+	.concurrency = 1,
 	.put_file = az_put_file,
 	.put_bytes = az_put_bytes,
 	.get_file = az_get_file,

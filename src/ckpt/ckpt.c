@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,122 @@ static int file_cmp(const void *a, const void *b)
 }
 
 /*
+ * Run fn(ctx, i) for every i < n, up to the backend's concurrency at once
+ * (capped by the CPUs: SHA-256 is what the workers share out), the calling
+ * thread being one of the workers. Stops handing out work at the first
+ * error, which is the one returned.
+ */
+struct each {
+	int (*fn)(void *ctx, size_t i, struct kn_error *err);
+	void *ctx;
+	size_t n, next;
+	pthread_mutex_t mu;
+	int rc;
+	struct kn_error err;
+};
+
+static void *each_worker(void *arg)
+{
+	struct each *e = arg;
+
+	for (;;) {
+		struct kn_error ferr = {0};
+		size_t i;
+		int rc;
+
+		pthread_mutex_lock(&e->mu);
+		if (e->rc < 0 || e->next >= e->n) {
+			pthread_mutex_unlock(&e->mu);
+			return NULL;
+		}
+		i = e->next++;
+		pthread_mutex_unlock(&e->mu);
+		rc = e->fn(e->ctx, i, &ferr);
+		if (rc < 0) {
+			pthread_mutex_lock(&e->mu);
+			if (e->rc == 0) {
+				e->rc = rc;
+				e->err = ferr;
+			}
+			pthread_mutex_unlock(&e->mu);
+		}
+	}
+}
+
+static int for_each_file(struct kn_blob_store *s, size_t n,
+			 int (*fn)(void *ctx, size_t i, struct kn_error *err),
+			 void *ctx, struct kn_error *err)
+{
+	struct each e = {.fn = fn, .ctx = ctx, .n = n};
+	pthread_t threads[KN_BLOB_MAX_PARALLEL];
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int workers = s->ops->concurrency, started = 0;
+
+	if (cpus > 0 && workers > cpus)
+		workers = (int)cpus;
+	if ((size_t)workers > n)
+		workers = (int)n;
+	pthread_mutex_init(&e.mu, NULL);
+	for (int i = 1; i < workers; i++)
+		if (pthread_create(&threads[started], NULL, each_worker, &e) == 0)
+			started++;
+	each_worker(&e);
+	for (int i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+	pthread_mutex_destroy(&e.mu);
+	if (e.rc < 0 && err)
+		*err = e.err;
+	return e.rc;
+}
+
+struct tree {
+	struct kn_blob_store *s;
+	const char *prefix, *dir; /* blob prefix, local directory */
+	struct kn_ckpt_manifest *m;
+};
+
+static int put_one(void *ctx, size_t i, struct kn_error *err)
+{
+	struct tree *t = ctx;
+	struct kn_ckpt_file *f = &t->m->files[i];
+	char *local = kn_asprintf("%s/%s", t->dir, f->path);
+	char *blob = kn_asprintf("%s%s", t->prefix, f->path);
+	int rc = kn_blob_put_file(t->s, blob, local, 0, f->sha256, &f->size,
+				  err);
+	free(local);
+	free(blob);
+	return rc;
+}
+
+/* Download file i and check it against the manifest. */
+static int get_one(void *ctx, size_t i, struct kn_error *err)
+{
+	struct tree *t = ctx;
+	const struct kn_ckpt_file *f = &t->m->files[i];
+	char *blob = kn_asprintf("%s%s", t->prefix, f->path);
+	char *local = kn_asprintf("%s/%s", t->dir, f->path);
+	char sha[KN_SHA256_HEX_LEN + 1];
+	struct stat st;
+	int rc;
+
+	rc = kn_blob_get_file(t->s, blob, local, 0, -1, sha, err);
+	if (rc < 0)
+		rc = kn_errorf(err, err->code, NULL, "%s: %s", f->path,
+			       err->message[0] ? err->message : strerror(-rc));
+	else if (stat(local, &st) < 0 || st.st_size != f->size)
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "%s: size differs from the manifest's %lld",
+			       f->path, (long long)f->size);
+	else if (strcmp(sha, f->sha256) != 0)
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "%s: sha256 %s does not match the manifest's %s",
+			       f->path, sha, f->sha256);
+	free(blob);
+	free(local);
+	return rc;
+}
+
+/*
  * Upload every file under dir to PREFIX/<path>, then the manifest to
  * PREFIX/MANIFEST.json (create-only). -EEXIST from the manifest means
  * another upload finished first: the checkpoint exists, which is success.
@@ -117,17 +234,12 @@ static int upload_tree(struct kn_blob_store *s, const char *prefix,
 		goto out;
 	if (m.n > 1)
 		qsort(m.files, m.n, sizeof(m.files[0]), file_cmp);
-	for (size_t i = 0; i < m.n; i++) {
-		char *local = kn_asprintf("%s/%s", dir, m.files[i].path);
-		blob = kn_asprintf("%s%s", prefix, m.files[i].path);
-		rc = kn_blob_put_file(s, blob, local, 0, m.files[i].sha256,
-				      &m.files[i].size, err);
-		free(local);
-		free(blob);
-		blob = NULL;
-		if (rc < 0)
-			goto out;
-	}
+	rc = for_each_file(s, m.n, put_one,
+			   &(struct tree){.s = s, .prefix = prefix, .dir = dir,
+					  .m = &m},
+			   err);
+	if (rc < 0)
+		goto out;
 	json = kn_ckpt_manifest_to_json(&m);
 	blob = kn_asprintf("%s" KN_CKPT_MANIFEST, prefix);
 	rc = kn_blob_put_bytes(s, blob, json, strlen(json), KN_BLOB_CREATE_ONLY,
@@ -308,40 +420,6 @@ static void warn(char **warnings, const char *name, const char *fmt, ...)
 	*warnings = joined;
 }
 
-/* Download and verify one checkpoint into partial; a reason on failure. */
-static int fetch_verified(struct kn_blob_store *s, const char *prefix,
-			  const struct kn_ckpt_manifest *m, const char *partial,
-			  char *reason, size_t reason_len)
-{
-	for (size_t i = 0; i < m->n; i++) {
-		const struct kn_ckpt_file *f = &m->files[i];
-		char *blob = kn_asprintf("%s%s", prefix, f->path);
-		char *local = kn_asprintf("%s/%s", partial, f->path);
-		char sha[KN_SHA256_HEX_LEN + 1];
-		struct kn_error ferr = {0};
-		struct stat st;
-		int rc;
-
-		rc = kn_blob_get_file(s, blob, local, 0, -1, sha, &ferr);
-		if (rc < 0)
-			snprintf(reason, reason_len, "%s: %s", f->path,
-				 ferr.message[0] ? ferr.message : strerror(-rc));
-		else if (stat(local, &st) < 0 || st.st_size != f->size)
-			snprintf(reason, reason_len,
-				 "%s: size differs from the manifest's %lld",
-				 f->path, (long long)f->size);
-		else if (strcmp(sha, f->sha256) != 0)
-			snprintf(reason, reason_len,
-				 "%s: sha256 %s does not match the manifest's %s",
-				 f->path, sha, f->sha256);
-		free(blob);
-		free(local);
-		if (reason[0])
-			return -EIO;
-	}
-	return 0;
-}
-
 int kn_ckpt_restore(struct kn_blob_store *store, const char *job,
 		    const char *dest_parent, char **name_out, char **warnings,
 		    struct kn_error *err)
@@ -364,7 +442,6 @@ int kn_ckpt_restore(struct kn_blob_store *store, const char *job,
 		const char *name = list.items[i].name;
 		struct kn_ckpt_manifest m = {0};
 		struct kn_error merr = {0};
-		char reason[1024] = "";
 		char *prefix, *mblob, *partial, *final;
 
 		if (!list.items[i].complete) {
@@ -382,11 +459,13 @@ int kn_ckpt_restore(struct kn_blob_store *store, const char *job,
 		else if (strcmp(m.name, name) != 0)
 			warn(warnings, name, "its manifest names \"%s\"",
 			     m.name);
-		else if (kn_mkdir_p(partial, 0755) < 0 ||
-			 fetch_verified(store, prefix, &m, partial, reason,
-					sizeof(reason)) < 0)
-			warn(warnings, name, "%s",
-			     reason[0] ? reason : "cannot create directory");
+		else if (kn_mkdir_p(partial, 0755) < 0)
+			warn(warnings, name, "%s: cannot create", partial);
+		else if (for_each_file(store, m.n, get_one,
+				       &(struct tree){.s = store, .prefix = prefix,
+						      .dir = partial, .m = &m},
+				       &merr) < 0)
+			warn(warnings, name, "%s", merr.message);
 		else if (rename(partial, final) < 0)
 			rc = kn_errorf(err, KN_EIO, "dest", "%s: %s", final,
 				       strerror(errno));

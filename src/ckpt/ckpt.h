@@ -131,6 +131,8 @@ int kn_blob_sync(struct kn_blob_store *store, struct kn_error *err);
  */
 struct kn_blob_store_ops {
 	const char *scheme;
+	/* How many calls may run at once on one store (>= 1). */
+	int concurrency;
 	int (*put_file)(struct kn_blob_store *store, const char *name,
 			const char *path, unsigned flags, char *sha256_hex,
 			int64_t *size_out, struct kn_error *err);

@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import os
 import subprocess
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -112,6 +113,9 @@ def test_put_get_list_delete_range_conditional(azurite, tmp_path):
     # the path-style URL names the same blobs
     direct = kiln(env, "blob", "ls", f"{azurite}/basic/pre").stdout
     assert "dir/new" in direct and "dir/zero" in direct
+    # the whole container, no prefix at all, signed with the key
+    whole = kiln(env, "blob", "ls", f"{azurite}/basic").stdout
+    assert "pre/dir/new" in whole
 
 
 def test_block_upload_of_a_large_file(azurite, tmp_path):
@@ -214,6 +218,39 @@ def test_checkpoint_corrupted_in_the_store_is_skipped(azurite, tmp_path):
     assert kiln(env, "ckpt", "prune", url, "42", "--keep", "1").stdout.strip() == "1 deleted"
     assert kiln(env, "ckpt", "ls", url, "42").stdout.split() == [
         "step-000030", "(incomplete)", "step-000020"]
+
+
+def test_upload_killed_midway_never_looks_complete(azurite, tmp_path):
+    env = key_env(azurite)
+    url = f"{azurite}/killed"
+    ckpt = tmp_path / "step-000050"
+    ckpt.mkdir()
+    for i in range(8):
+        (ckpt / f"shard-{i}.bin").write_bytes(os.urandom(24 << 20))
+    proc = subprocess.Popen([KILN, "ckpt", "upload", url, "9", str(ckpt)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # kill -9 as soon as the first file is in the store
+        deadline = time.monotonic() + 60
+        while "shard-" not in kiln(env, "blob", "ls", url, "9/").stdout:
+            assert proc.poll() is None, "the upload ended before it was killed"
+            assert time.monotonic() < deadline, "no file reached the store"
+            time.sleep(0.02)
+        proc.kill()
+    finally:
+        proc.wait()
+    assert kiln(env, "ckpt", "ls", url, "9").stdout.split() == [
+        "step-000050", "(incomplete)"]
+    nothing = kiln(env, "ckpt", "restore", url, "9", str(tmp_path / "r1"), ok=False)
+    assert nothing.returncode == 1
+    assert "step-000050 skipped: no MANIFEST.json" in nothing.stderr
+    # the re-run redoes it; then it is complete and verifies
+    kiln(env, "ckpt", "upload", url, "9", str(ckpt))
+    assert kiln(env, "ckpt", "ls", url, "9").stdout.split() == ["step-000050"]
+    restored = kiln(env, "ckpt", "restore", url, "9", str(tmp_path / "r2"))
+    assert restored.stdout.strip() == "step-000050"
+    assert sha256(tmp_path / "r2" / "step-000050" / "shard-7.bin") == \
+        sha256(ckpt / "shard-7.bin")
 
 
 def test_no_secret_in_any_output():
