@@ -198,7 +198,8 @@ static void eval_rule(struct kn_alert_eval *ev, size_t ri,
 
 	expr_eval(r->expr, h, t, &now);
 	/* Transitions in label order, whatever order series arrived in. */
-	qsort(now.e, now.n, sizeof(*now.e), elem_order);
+	if (now.n > 1)
+		qsort(now.e, now.n, sizeof(*now.e), elem_order);
 	if (r->dynamic && now.n) {
 		stats = kn_xcalloc(now.n, sizeof(*stats));
 		band_history(r, h, t, &now, stats);
@@ -273,7 +274,8 @@ void kn_alert_eval_run(struct kn_alert_eval *ev,
 		for (struct strmap_entry *e = ev->slots.buckets[i]; e; e = e->next)
 			if (!((struct slot *)e->val)->seen)
 				gone[n_gone++] = e->val;
-	qsort(gone, n_gone, sizeof(*gone), slot_order);
+	if (n_gone > 1)
+		qsort(gone, n_gone, sizeof(*gone), slot_order);
 	for (size_t i = 0; i < n_gone; i++) {
 		struct slot *s = gone[i];
 		if (s->state == KN_ALERT_FIRING)

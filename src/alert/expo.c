@@ -183,7 +183,9 @@ static int read_labels(struct scan *s, struct kn_expo_sample *smp)
 		}
 		return scan_fail(s, s->p, "expected ',' or '}' after a label");
 	}
-	qsort(smp->labels, smp->n_labels, sizeof(*smp->labels), label_cmp);
+	if (smp->n_labels > 1)
+		qsort(smp->labels, smp->n_labels, sizeof(*smp->labels),
+		      label_cmp);
 	return 0;
 }
 
