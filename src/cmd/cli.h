@@ -81,6 +81,8 @@ int cmd_tune(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_blob(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_bench(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_events(struct cli_ctx *ctx, int argc, char **argv);
 
 /* Flags. */
 

@@ -45,6 +45,16 @@ int cmd_server(int argc, char **argv)
 		{"azure-events-url", required_argument, NULL, 'u'},
 		{"azure-vm-name", required_argument, NULL, 'v'},
 		{"blob-store", required_argument, NULL, 'b'},
+		{"alert-rules", required_argument, NULL, 'R'},
+		{"scrape", required_argument, NULL, 'S'},
+		{"scrape-interval", required_argument, NULL, 'I'},
+		{"no-local-metrics", no_argument, NULL, 'L'},
+		{"alert-webhook", required_argument, NULL, 'W'},
+		{"health-interval", required_argument, NULL, 'h'},
+		{"health-root", required_argument, NULL, 'r'},
+		{"health-sku", required_argument, NULL, 's'},
+		{"health-sku-file", required_argument, NULL, 'f'},
+		{"health-kernel-log", required_argument, NULL, 'K'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -107,6 +117,51 @@ int cmd_server(int argc, char **argv)
 		case 'b':
 			cfg.blob_store = optarg;
 			break;
+		case 'R':
+			cfg.alert_rules = optarg;
+			break;
+		case 'S':
+			cfg.scrape_urls = optarg;
+			break;
+		case 'I':
+			if (kn_parse_duration(optarg, &cfg.scrape_interval_ms) < 0 ||
+			    cfg.scrape_interval_ms < 100) {
+				fprintf(stderr, "kiln server: --scrape-interval: "
+					"\"%s\" is not a duration of at least "
+					"100ms (e.g. 15s)\n", optarg);
+				return 2;
+			}
+			break;
+		case 'L':
+			cfg.scrape_local = false;
+			break;
+		case 'W':
+			cfg.alert_webhook = optarg;
+			break;
+		case 'h':
+			if (strcmp(optarg, "0") != 0 &&
+			    (kn_parse_duration(optarg, &cfg.health_interval_ms) < 0 ||
+			     cfg.health_interval_ms < 1000)) {
+				fprintf(stderr, "kiln server: --health-interval: "
+					"\"%s\" is not 0 or a duration of at "
+					"least 1s (e.g. 5m)\n", optarg);
+				return 2;
+			}
+			if (!strcmp(optarg, "0"))
+				cfg.health_interval_ms = 0;
+			break;
+		case 'r':
+			cfg.health_root = optarg;
+			break;
+		case 's':
+			cfg.health_sku = optarg;
+			break;
+		case 'f':
+			cfg.health_sku_file = optarg;
+			break;
+		case 'K':
+			cfg.health_kernel_log = optarg;
+			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);
 			return 2;
@@ -117,6 +172,8 @@ int cmd_server(int argc, char **argv)
 			argv[optind]);
 		return 2;
 	}
+	if (!cfg.health_sku)
+		cfg.health_sku = getenv("KILN_SKU");
 	if (!cfg.home) {
 		home = cli_kiln_home();
 		cfg.home = home;

@@ -739,6 +739,70 @@ static void h_token_revoke(struct server *s, struct kn_http_req *req,
 				     "revoked", 1));
 }
 
+/* Without ?all=1, alerts resolved longer ago than this are left out. */
+#define ALERTS_RECENT_MS (24 * 60 * 60 * 1000LL)
+#define ALERTS_LIST_MAX 1000
+
+static void h_alerts(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param)
+{
+	struct kn_alert_row *rows = NULL;
+	struct kn_error err;
+	int64_t all = 0;
+	size_t n = 0;
+	json_t *list;
+
+	(void)c;
+	(void)param;
+	if (kn_http_query_int(req, "all", 0, 1, &all) < 0) {
+		reply_err(req, KN_EINVAL, "all", "all must be 0 or 1%s", "");
+		return;
+	}
+	if (kn_store_alert_list(s->store, all ? 0 : kn_now_ms() - ALERTS_RECENT_MS,
+				ALERTS_LIST_MAX, &rows, &n, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	list = json_array();
+	for (size_t i = 0; i < n; i++) {
+		const struct kn_alert_row *a = &rows[i];
+		json_t *labels = json_loads(a->labels_json, 0, NULL);
+		json_array_append_new(
+			list,
+			json_pack("{s:I, s:s, s:s, s:s, s:s, s:o, s:s, s:f, s:I, "
+				  "s:I, s:I}",
+				  "id", (json_int_t)a->id, "rule", a->rule,
+				  "severity", a->severity, "state", a->state,
+				  "fingerprint", a->fingerprint, "labels",
+				  labels ? labels : json_object(), "summary",
+				  a->summary, "value", a->value, "active_at_ms",
+				  (json_int_t)a->active_at, "fired_at_ms",
+				  (json_int_t)a->fired_at, "resolved_at_ms",
+				  (json_int_t)a->resolved_at));
+	}
+	kn_alert_list_free(rows, n);
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:o, s:b}", "alerts", list, "enabled",
+				     s->monitor != NULL));
+}
+
+static void h_events(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param)
+{
+	int64_t follow = 0, since = 0;
+
+	(void)c;
+	(void)param;
+	if (kn_http_query_int(req, "follow", 0, 1, &follow) < 0 ||
+	    kn_http_query_int(req, "since", 0, INT64_MAX, &since) < 0) {
+		reply_err(req, KN_EINVAL, NULL,
+			  "follow must be 0 or 1 and since a sequence number%s",
+			  "");
+		return;
+	}
+	feed_serve(s, req, since, follow != 0);
+}
+
 static const struct route routes[] = {
 	{"GET", "/healthz", KN_ROLE_VIEWER, true, NULL, h_healthz},
 	{"GET", "/v1/whoami", KN_ROLE_VIEWER, false, NULL, h_whoami},
@@ -760,6 +824,8 @@ static const struct route routes[] = {
 	{"POST", "/v1/nodes/{name}/health", KN_ROLE_OPERATOR, false,
 	 "node.health", h_node_health},
 	{"GET", "/v1/audit", KN_ROLE_VIEWER, false, NULL, h_audit},
+	{"GET", "/v1/alerts", KN_ROLE_VIEWER, false, NULL, h_alerts},
+	{"GET", "/v1/events", KN_ROLE_VIEWER, false, NULL, h_events},
 	{"GET", "/v1/tokens", KN_ROLE_ADMIN, false, "token.list", h_token_list},
 	{"POST", "/v1/tokens", KN_ROLE_ADMIN, false, "token.create",
 	 h_token_create},

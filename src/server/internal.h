@@ -85,11 +85,16 @@ struct run {
 	bool sync_busy;           /* an upload or outputs upload runs */
 	bool sync_waiting;        /* every task ended: finish when synced */
 	bool outputs_done;
+	char end_state[16];    /* the job's state once this attempt ended */
+	char end_reason[256];  /* ... and why, for the event stream */
 	struct run *next;
 };
 
 struct log_follower;
 struct kn_events;
+struct feed;
+struct monitor;
+struct node_health;
 
 struct server {
 	struct kn_server_config cfg;
@@ -116,6 +121,10 @@ struct server {
 	struct kn_events *events; /* Azure scheduled events, or NULL */
 	struct kn_workers *workers; /* slow work: checkpoint sync */
 	char *blob_url;             /* the default checkpoint store */
+	struct feed *feed;          /* the event stream (feed.c) */
+	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
+	struct node_health *health; /* periodic health checks, or NULL */
+	bool closing;               /* shutting down: late work is dropped */
 };
 
 /* auth.c */
@@ -201,6 +210,28 @@ void sync_run_gone(struct run *r);
  * jobs_sync_settled is called when it is over.
  */
 bool sync_finish_ready(struct server *s, struct run *r, bool succeeded);
+
+/* feed.c: recent server events, streamed to GET /v1/events followers */
+struct feed *feed_new(struct server *s);
+/* End every follower's stream and free the ring. */
+void feed_free(struct feed *f);
+/* Publish one event (steals doc); adds "seq", "time_ms" and "type". */
+void feed_publish(struct server *s, const char *type, json_t *doc);
+void feed_job(struct server *s, int64_t job_id, const char *state,
+	      const char *reason);
+/* GET /v1/events[?follow=1][&since=SEQ]: JSON lines. */
+void feed_serve(struct server *s, struct kn_http_req *req, int64_t since,
+		bool follow);
+
+/* monitor.c: scrapes, history, alert rules, webhook */
+int monitor_start(struct server *s, struct monitor **out,
+		  struct kn_error *err);
+void monitor_free(struct monitor *m);
+
+/* health.c: the node checks at start and periodically */
+int health_start(struct server *s, struct node_health **out,
+		 struct kn_error *err);
+void health_free(struct node_health *h);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

@@ -239,6 +239,7 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		return rc;
 	}
 	queue_push(s, id, spec->priority, j.submitted_at, 0, spec);
+	feed_job(s, id, "queued", NULL);
 	wake_scheduler(s);
 	*out_id = id;
 	return 0;
@@ -504,6 +505,7 @@ static int bind_placed(struct server *s, struct placed *pl, size_t n,
 		r->submitted_at = q->submitted_at;
 		r->started_at = now;
 		r->master_port = ports[i];
+		feed_job(s, q->id, "running", NULL);
 		memcpy(r->bindings, pl[i].bindings,
 		       (size_t)r->n_tasks * sizeof(*r->bindings));
 		sync_restore_then_launch(s, r);
@@ -824,6 +826,12 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 	rc = kn_store_attempt_put(s->store, &a, err);
 	if (rc == 0)
 		rc = kn_store_job_update(s->store, &j, NULL, err);
+	if (rc == 0) { /* announced by settle once committed */
+		kn_strlcpy(r->end_state, kn_job_state_name(j.state),
+			   sizeof(r->end_state));
+		kn_strlcpy(r->end_reason, j.reason ? j.reason : "",
+			   sizeof(r->end_reason));
+	}
 	if (rc == 0 && *requeue)
 		r->requeue_at = j.not_before;
 	kn_job_row_release(&j);
@@ -929,6 +937,7 @@ static void settle(struct server *s, struct run **changed, size_t n)
 	for (size_t i = 0; i < nd; i++) {
 		struct run *r = done[i];
 
+		feed_job(s, r->job_id, r->end_state, r->end_reason);
 		kn_sched_release(&s->cluster, &r->req, r->bindings);
 		run_unlink(s, r);
 		if (requeue[i]) {
@@ -1077,8 +1086,10 @@ int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		j.cancel_requested = true;
 		j.reason = kn_asprintf("cancelled by %s while queued", c->name);
 		rc = kn_store_job_update(s->store, &j, &a, err);
-		if (rc == 0)
+		if (rc == 0) {
 			queue_remove(s, id);
+			feed_job(s, id, "cancelled", j.reason);
+		}
 		goto out;
 	}
 	j.cancel_requested = true;

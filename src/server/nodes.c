@@ -108,6 +108,13 @@ int nodes_set_state(struct server *s, const struct caller *c,
 		s->node.schedulable = strcmp(prev_state, "ready") == 0;
 		return rc;
 	}
+	if (strcmp(prev_state, state) || strcmp(prev_reason, s->node_reason))
+		feed_publish(s, "node.state",
+			     json_pack("{s:s, s:s, s:o}", "node", name, "state",
+				       state, "reason",
+				       s->node_reason[0]
+					       ? json_string(s->node_reason)
+					       : json_null()));
 	if (!strcmp(state, "draining"))
 		nodes_evict_preemptible(s, reason && *reason ? reason
 							      : "node drained");

@@ -26,6 +26,10 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->listen_port = 7070;
 	cfg->kill_grace_ms = 10000;
 	cfg->log_max_bytes = KN_LOG_MAX_BYTES;
+	cfg->scrape_interval_ms = 15000;
+	cfg->scrape_local = true;
+	cfg->health_interval_ms = 5 * 60 * 1000;
+	cfg->health_root = "/";
 }
 
 static void on_stop(void *arg)
@@ -114,10 +118,16 @@ static int setup_node(struct server *s, struct kn_error *err)
 
 static void server_release(struct server *s)
 {
+	s->closing = true;
 	logs_free_all(s);
+	feed_free(s->feed);
+	s->feed = NULL;
 	events_free(s->events);
 	/* Unfinished uploads are redone by the next start: they are idempotent. */
 	kn_workers_free(s->workers);
+	/* After the pool: a scrape or health run may still hold their state. */
+	monitor_free(s->monitor);
+	health_free(s->health);
 	jobs_free_all(s);
 	free(s->blob_url);
 	kn_http_server_free(s->http);
@@ -194,7 +204,14 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot watch signals");
 		goto out;
 	}
+	s.feed = feed_new(&s);
 	rc = jobs_recover(&s, err);
+	if (rc < 0)
+		goto out;
+	rc = monitor_start(&s, &s.monitor, err);
+	if (rc < 0)
+		goto out;
+	rc = health_start(&s, &s.health, err);
 	if (rc < 0)
 		goto out;
 	if (cfg->azure_events_url) {

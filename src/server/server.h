@@ -8,6 +8,7 @@
 #ifndef KILN_SERVER_H
 #define KILN_SERVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/base.h"
@@ -26,6 +27,22 @@ struct kn_server_config {
 	const char *azure_events_url; /* poll Azure Scheduled Events, or NULL */
 	const char *azure_vm_name;    /* this VM's name in events (default:
 					 the node name) */
+
+	/* Alerts (docs/alerts.md). */
+	const char *alert_rules;  /* rules file; NULL = the shipped defaults,
+				     "" = no rules (nothing is scraped) */
+	const char *scrape_urls;  /* exporters to scrape, comma-separated
+				     http:// URLs, or NULL */
+	int64_t scrape_interval_ms; /* default 15s */
+	bool scrape_local;        /* read this node's metrics in-process */
+	const char *alert_webhook; /* POST each firing/resolved, or NULL */
+
+	/* Node health checks (src/health) gating new work. */
+	int64_t health_interval_ms; /* default 5m; 0 = never */
+	const char *health_root;    /* "/" or a fixture tree */
+	const char *health_sku;     /* VM size for the inventory checks */
+	const char *health_sku_file;/* NULL = the shipped catalogue */
+	const char *health_kernel_log; /* NULL = ROOT/dev/kmsg */
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */

@@ -174,10 +174,28 @@ static const char SQL_SCHEMA_V2[] =
 	" url TEXT NOT NULL,"
 	" PRIMARY KEY (job_id, name)) WITHOUT ROWID;";
 
+/* v3: alerts that fired and resolved (the server's alert rules). */
+static const char SQL_SCHEMA_V3[] =
+	"CREATE TABLE alerts ("
+	" id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" fingerprint TEXT NOT NULL,"
+	" rule TEXT NOT NULL,"
+	" severity TEXT NOT NULL,"
+	" state TEXT NOT NULL CHECK (state IN ('firing', 'resolved')),"
+	" labels_json TEXT NOT NULL,"
+	" summary TEXT NOT NULL,"
+	" value REAL,"
+	" active_at INTEGER NOT NULL,"
+	" fired_at INTEGER NOT NULL,"
+	" resolved_at INTEGER NOT NULL DEFAULT 0);"
+	"CREATE INDEX alerts_state ON alerts (state, fingerprint);"
+	"CREATE INDEX alerts_resolved ON alerts (resolved_at);";
+
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
 	SQL_SCHEMA_V2,
+	SQL_SCHEMA_V3,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -433,6 +451,38 @@ static const char SQL_OUTPUT_PUT[] =
 static const char SQL_OUTPUT_LIST[] =
 	"SELECT " OUTPUT_COLUMNS " FROM outputs WHERE job_id = ?1 ORDER BY name";
 
+#define ALERT_COLUMNS                                                         \
+	"id, fingerprint, rule, severity, state, labels_json, summary, value,"\
+	" active_at, fired_at, resolved_at"
+enum {
+	ALERT_COL_ID,
+	ALERT_COL_FINGERPRINT,
+	ALERT_COL_RULE,
+	ALERT_COL_SEVERITY,
+	ALERT_COL_STATE,
+	ALERT_COL_LABELS,
+	ALERT_COL_SUMMARY,
+	ALERT_COL_VALUE,
+	ALERT_COL_ACTIVE_AT,
+	ALERT_COL_FIRED_AT,
+	ALERT_COL_RESOLVED_AT,
+};
+static const char SQL_ALERT_INSERT[] =
+	"INSERT INTO alerts (fingerprint, rule, severity, state, labels_json,"
+	" summary, value, active_at, fired_at) VALUES (?1, ?2, ?3, 'firing', ?4,"
+	" ?5, ?6, ?7, ?8)";
+static const char SQL_ALERT_RESOLVE[] =
+	"UPDATE alerts SET state = 'resolved', resolved_at = ?2"
+	" WHERE state = 'firing' AND fingerprint = ?1";
+static const char SQL_ALERT_RESOLVE_ALL[] =
+	"UPDATE alerts SET state = 'resolved', resolved_at = ?1"
+	" WHERE state = 'firing'";
+static const char SQL_ALERT_LIST[] =
+	"SELECT " ALERT_COLUMNS " FROM alerts WHERE state = 'firing'"
+	" OR resolved_at >= ?1"
+	" ORDER BY state = 'firing' DESC, max(fired_at, resolved_at) DESC, id DESC"
+	" LIMIT ?2";
+
 enum stmt_id {
 	STMT_BEGIN,
 	STMT_COMMIT,
@@ -463,6 +513,10 @@ enum stmt_id {
 	STMT_DEVICE_LIST_NODE,
 	STMT_OUTPUT_PUT,
 	STMT_OUTPUT_LIST,
+	STMT_ALERT_INSERT,
+	STMT_ALERT_RESOLVE,
+	STMT_ALERT_RESOLVE_ALL,
+	STMT_ALERT_LIST,
 	STMT_COUNT,
 };
 
@@ -493,6 +547,10 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_NODE_LIST] = SQL_NODE_LIST,
 	[STMT_OUTPUT_PUT] = SQL_OUTPUT_PUT,
 	[STMT_OUTPUT_LIST] = SQL_OUTPUT_LIST,
+	[STMT_ALERT_INSERT] = SQL_ALERT_INSERT,
+	[STMT_ALERT_RESOLVE] = SQL_ALERT_RESOLVE,
+	[STMT_ALERT_RESOLVE_ALL] = SQL_ALERT_RESOLVE_ALL,
+	[STMT_ALERT_LIST] = SQL_ALERT_LIST,
 	[STMT_DEVICE_DELETE_NODE] = SQL_DEVICE_DELETE_NODE,
 	[STMT_DEVICE_INSERT] = SQL_DEVICE_INSERT,
 	[STMT_DEVICE_LIST_NODE] = SQL_DEVICE_LIST_NODE,
@@ -1575,6 +1633,107 @@ void kn_output_list_free(struct kn_output_row *rows, size_t n)
 {
 	for (size_t i = 0; rows && i < n; i++)
 		kn_output_row_release(&rows[i]);
+	free(rows);
+}
+
+/* ---- alerts ---- */
+
+void kn_alert_row_release(struct kn_alert_row *a)
+{
+	if (!a)
+		return;
+	free(a->fingerprint);
+	free(a->rule);
+	free(a->severity);
+	free(a->state);
+	free(a->labels_json);
+	free(a->summary);
+	memset(a, 0, sizeof(*a));
+}
+
+int kn_store_alert_fire(struct kn_store *st, const struct kn_alert_row *a,
+			int64_t *out_id, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ALERT_INSERT];
+	const char *what = "recording an alert";
+	int rc;
+
+	if (bind_text(s, 1, a->fingerprint) || bind_text(s, 2, a->rule) ||
+	    bind_text(s, 3, a->severity) || bind_text(s, 4, a->labels_json) ||
+	    bind_text(s, 5, a->summary) ||
+	    sqlite3_bind_double(s, 6, a->value) ||
+	    bind_i64(s, 7, a->active_at) || bind_i64(s, 8, a->fired_at))
+		return bind_fail(st, s, what, err);
+	rc = run(st, s, what, err);
+	if (rc == 0 && out_id)
+		*out_id = sqlite3_last_insert_rowid(st->db);
+	return rc;
+}
+
+int kn_store_alert_resolve(struct kn_store *st, const char *fingerprint,
+			   int64_t at, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ALERT_RESOLVE];
+	const char *what = "resolving an alert";
+
+	if (bind_text(s, 1, fingerprint) || bind_i64(s, 2, at))
+		return bind_fail(st, s, what, err);
+	return run(st, s, what, err);
+}
+
+int kn_store_alert_resolve_all(struct kn_store *st, int64_t at,
+			       struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ALERT_RESOLVE_ALL];
+	const char *what = "resolving alerts";
+
+	if (bind_i64(s, 1, at))
+		return bind_fail(st, s, what, err);
+	return run(st, s, what, err);
+}
+
+int kn_store_alert_list(struct kn_store *st, int64_t resolved_since,
+			int limit, struct kn_alert_row **out, size_t *n,
+			struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ALERT_LIST];
+	const char *what = "listing alerts";
+	struct kn_alert_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (bind_i64(s, 1, resolved_since) || bind_i64(s, 2, limit))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		struct kn_alert_row *a;
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		a = &rows[count++];
+		a->id = col_i64(s, ALERT_COL_ID);
+		a->fingerprint = col_str(s, ALERT_COL_FINGERPRINT);
+		a->rule = col_str(s, ALERT_COL_RULE);
+		a->severity = col_str(s, ALERT_COL_SEVERITY);
+		a->state = col_str(s, ALERT_COL_STATE);
+		a->labels_json = col_str(s, ALERT_COL_LABELS);
+		a->summary = col_str(s, ALERT_COL_SUMMARY);
+		a->value = sqlite3_column_double(s, ALERT_COL_VALUE);
+		a->active_at = col_i64(s, ALERT_COL_ACTIVE_AT);
+		a->fired_at = col_i64(s, ALERT_COL_FIRED_AT);
+		a->resolved_at = col_i64(s, ALERT_COL_RESOLVED_AT);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_alert_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_alert_list_free(struct kn_alert_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_alert_row_release(&rows[i]);
 	free(rows);
 }
 

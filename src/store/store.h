@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 2
+#define KN_STORE_SCHEMA_VERSION 3
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -281,6 +281,43 @@ int kn_store_output_list(struct kn_store *st, int64_t job_id,
 			 struct kn_output_row **out, size_t *n,
 			 struct kn_error *err);
 void kn_output_list_free(struct kn_output_row *rows, size_t n);
+
+/* ---- alerts: rules that fired, and when they resolved ---- */
+
+struct kn_alert_row {
+	int64_t id;
+	char *fingerprint; /* rule name + label set: one alert's identity */
+	char *rule;
+	char *severity;    /* info, warning, critical */
+	char *state;       /* firing, resolved */
+	char *labels_json; /* {"gpu":"0",...} */
+	char *summary;
+	double value;      /* the expression's value when it fired */
+	int64_t active_at; /* when the condition began to hold */
+	int64_t fired_at;
+	int64_t resolved_at; /* 0 while firing */
+};
+void kn_alert_row_release(struct kn_alert_row *a);
+/* Record a firing alert (state is set to firing); *out_id may be NULL. */
+int kn_store_alert_fire(struct kn_store *st, const struct kn_alert_row *a,
+			int64_t *out_id, struct kn_error *err);
+/*
+ * The firing alert with this fingerprint is resolved at `at`; 0 also
+ * when none is firing (nothing to do).
+ */
+int kn_store_alert_resolve(struct kn_store *st, const char *fingerprint,
+			   int64_t at, struct kn_error *err);
+/* Resolve every firing alert (a starting server has no state for them). */
+int kn_store_alert_resolve_all(struct kn_store *st, int64_t at,
+			       struct kn_error *err);
+/*
+ * Firing alerts (newest first), then alerts resolved at or after
+ * resolved_since (newest first); at most limit rows in all.
+ */
+int kn_store_alert_list(struct kn_store *st, int64_t resolved_since,
+			int limit, struct kn_alert_row **out, size_t *n,
+			struct kn_error *err);
+void kn_alert_list_free(struct kn_alert_row *rows, size_t n);
 
 /* ---- nodes and devices ---- */
 

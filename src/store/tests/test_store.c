@@ -1100,12 +1100,60 @@ static void test_state_names(void **state)
 	assert_int_equal(kn_task_state_parse("queued"), -1);
 }
 
+static void test_alerts_fire_list_resolve(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_alert_row a = {0}, *rows = NULL;
+	struct kn_error err = {0};
+	int64_t id1 = 0, id2 = 0;
+	size_t n = 0;
+
+	a.fingerprint = "Hot{gpu=\"0\"}";
+	a.rule = "Hot";
+	a.severity = "warning";
+	a.labels_json = "{\"gpu\":\"0\"}";
+	a.summary = "GPU 0 is hot";
+	a.value = 91.5;
+	a.active_at = 1000;
+	a.fired_at = 2000;
+	assert_int_equal(kn_store_alert_fire(fx->st, &a, &id1, &err), 0);
+	a.fingerprint = "Hot{gpu=\"1\"}";
+	a.fired_at = 3000;
+	assert_int_equal(kn_store_alert_fire(fx->st, &a, &id2, &err), 0);
+	assert_int_equal(id2, id1 + 1);
+	assert_int_equal(kn_store_alert_resolve(fx->st, "Hot{gpu=\"0\"}", 5000,
+						&err), 0);
+	/* Resolving what is not firing does nothing and is no error. */
+	assert_int_equal(kn_store_alert_resolve(fx->st, "nope", 5000, &err), 0);
+	assert_int_equal(kn_store_alert_list(fx->st, 0, 10, &rows, &n, &err), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(rows[0].state, "firing"); /* firing first */
+	assert_int_equal(rows[0].id, id2);
+	assert_string_equal(rows[1].state, "resolved");
+	assert_int_equal(rows[1].resolved_at, 5000);
+	assert_true(rows[1].value == 91.5);
+	assert_string_equal(rows[1].summary, "GPU 0 is hot");
+	kn_alert_list_free(rows, n);
+	/* Resolved before the window: only the firing one is listed. */
+	assert_int_equal(kn_store_alert_list(fx->st, 6000, 10, &rows, &n, &err), 0);
+	assert_int_equal(n, 1);
+	kn_alert_list_free(rows, n);
+	assert_int_equal(kn_store_alert_resolve_all(fx->st, 7000, &err), 0);
+	assert_int_equal(kn_store_alert_list(fx->st, 6000, 10, &rows, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(rows[0].state, "resolved");
+	assert_int_equal(rows[0].resolved_at, 7000);
+	kn_alert_list_free(rows, n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(
 			test_open_creates_private_wal_file, setup_store,
 			teardown),
+		cmocka_unit_test_setup_teardown(test_alerts_fire_list_resolve,
+						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_reopen_keeps_data,
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_newer_version_refused,

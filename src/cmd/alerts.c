@@ -1,0 +1,106 @@
+/*
+ * kiln alerts: the alerts firing now, then those resolved in the last day
+ * (--all: every one the server recorded). kiln events: the server's event
+ * stream (job and node state changes, alerts), one JSON document per
+ * line so it pipes into jq; -f keeps following.
+ */
+#include <stdio.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+
+int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const char *const headers[] = {
+		"STATE", "SEVERITY", "RULE", "SINCE", "RESOLVED", "SUMMARY", NULL,
+	};
+	bool all = false;
+	const struct cli_flag flags[] = {
+		{"all", 0, CLI_FLAG_BOOL, &all},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_client *c = NULL;
+	struct cli_table *t = NULL;
+	json_t *answer = NULL, *rows, *row;
+	int64_t now = kn_now_ms();
+	char since[48], resolved[48];
+	size_t i;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	rc = cli_get(c, all ? "/v1/alerts?all=1" : "/v1/alerts", &answer);
+	if (rc)
+		goto out;
+	if (cli_want_json(ctx)) {
+		cli_print_json(answer);
+		goto out;
+	}
+	rows = json_object_get(answer, "alerts");
+	if (!json_is_true(json_object_get(answer, "enabled")))
+		fputs("alert rules are off on this server (--alert-rules \"\")\n",
+		      stderr);
+	if (!json_array_size(rows)) {
+		fputs(all ? "no alerts recorded\n"
+			  : "no alert firing or resolved in the last day\n",
+		      stderr);
+		goto out;
+	}
+	t = cli_table_new(headers);
+	json_array_foreach(rows, i, row) {
+		cli_table_cell(t, cli_json_str(row, "state"));
+		cli_table_cell(t, cli_json_str(row, "severity"));
+		cli_table_cell(t, cli_json_str(row, "rule"));
+		kn_format_ago(cli_json_int(row, "fired_at_ms"), now, since,
+			      sizeof(since));
+		kn_format_ago(cli_json_int(row, "resolved_at_ms"), now, resolved,
+			      sizeof(resolved));
+		cli_table_cell(t, since);
+		cli_table_cell(t, resolved);
+		cli_table_cell(t, cli_json_str(row, "summary"));
+	}
+	cli_table_print(t, stdout, 0);
+out:
+	cli_table_free(t);
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}
+
+int cmd_events(struct cli_ctx *ctx, int argc, char **argv)
+{
+	bool follow = false;
+	int since = 0;
+	const struct cli_flag flags[] = {
+		{"follow", 'f', CLI_FLAG_BOOL, &follow},
+		{"since", 0, CLI_FLAG_COUNT, &since},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_client *c = NULL;
+	struct kn_buf path;
+	char number[24];
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	kn_buf_printf(&path, "/v1/events");
+	snprintf(number, sizeof(number), "%d", since);
+	cli_query_add(&path, "since", number);
+	if (follow)
+		cli_query_add(&path, "follow", "1");
+	rc = cli_stream(c, path.data, stdout, follow);
+out:
+	kn_buf_release(&path);
+	cli_client_free(c);
+	return rc;
+}
