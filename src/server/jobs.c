@@ -32,7 +32,33 @@ struct sreq {
 	struct kn_sched_request req;
 	struct kn_sched_label *selector;
 	struct kn_sched_toleration *tolerations;
+	struct kn_sched_affinity_term *required;
+	struct kn_sched_affinity_term *preferred;
 };
+
+/* The spec's terms for the scheduler; the strings stay the spec's. */
+static struct kn_sched_affinity_term *
+affinity_build(const struct kn_affinity_term *terms, size_t n)
+{
+	struct kn_sched_affinity_term *out;
+
+	if (n == 0)
+		return NULL;
+	out = kn_xcalloc(n, sizeof(*out));
+	for (size_t i = 0; i < n; i++) {
+		out[i].key = terms[i].key;
+		out[i].op = terms[i].op == KN_AFFINITY_IN ? KN_SCHED_IN
+			    : terms[i].op == KN_AFFINITY_NOT_IN
+				    ? KN_SCHED_NOT_IN
+			    : terms[i].op == KN_AFFINITY_EXISTS
+				    ? KN_SCHED_EXISTS
+				    : KN_SCHED_DOES_NOT_EXIST;
+		out[i].values = (const char *const *)terms[i].values;
+		out[i].n_values = terms[i].n_values;
+		out[i].weight = terms[i].weight;
+	}
+	return out;
+}
 
 static void sreq_build(const struct kn_job_spec *spec, struct sreq *r)
 {
@@ -69,12 +95,25 @@ static void sreq_build(const struct kn_job_spec *spec, struct sreq *r)
 	r->req.n_selector = p->n_selector;
 	r->req.tolerations = r->tolerations;
 	r->req.n_tolerations = p->n_tolerations;
+	r->required = affinity_build(p->required, p->n_required);
+	r->preferred = affinity_build(p->preferred, p->n_preferred);
+	r->req.required = r->required;
+	r->req.n_required = p->n_required;
+	r->req.preferred = r->preferred;
+	r->req.n_preferred = p->n_preferred;
+	/* The node label names spread reads (docs/scheduling.md). */
+	r->req.spread_key = p->spread == KN_SPREAD_ZONE ? "zone"
+			    : p->spread == KN_SPREAD_FAULT_DOMAIN
+				    ? "fault_domain"
+				    : NULL;
 }
 
 static void sreq_release(struct sreq *r)
 {
 	free(r->selector);
 	free(r->tolerations);
+	free(r->required);
+	free(r->preferred);
 }
 
 /* ---- audit helpers ---- */
@@ -323,6 +362,8 @@ static void run_free(struct run *r)
 	free(r->bindings);
 	free((void *)r->req.selector);
 	free((void *)r->req.tolerations);
+	free((void *)r->req.required);
+	free((void *)r->req.preferred);
 	kn_job_spec_free(r->spec);
 	free(r);
 }
