@@ -385,12 +385,27 @@ static void add_env(char ***env, size_t *n, char *entry)
 	(*env)[*n] = NULL;
 }
 
+#define MPS_PERCENTAGE "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
+/* A share of a GPU as a decimal: 500 -> "0.5", 1 -> "0.001". */
+static void share_text(int milli, char *buf, size_t len)
+{
+	int digits = 3;
+
+	while (digits > 1 && milli % 10 == 0) {
+		milli /= 10;
+		digits--;
+	}
+	snprintf(buf, len, "0.%0*d", digits, milli);
+}
+
 static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
 	char devs[256], **env = NULL;
 	size_t n = 0;
 	int local_rank = 0, rc;
+	bool mps;
 	struct kn_task_launch l;
 	struct kn_error err;
 
@@ -400,9 +415,15 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		if (r->bindings[i].node == b->node)
 			local_rank++;
 	devices_text(b, devs, sizeof(devs));
-	for (size_t i = 0; i < spec->n_env; i++)
+	mps = b->milli_per_device > 0 && b->milli_per_device < KN_MILLI &&
+	      spec->resources.sharing == KN_SHARING_MPS;
+	for (size_t i = 0; i < spec->n_env; i++) {
+		/* kiln's MPS limit is what the scheduler counted on. */
+		if (mps && !strcmp(spec->env[i].key, MPS_PERCENTAGE))
+			continue;
 		add_env(&env, &n, kn_asprintf("%s=%s", spec->env[i].key,
 					      spec->env[i].value));
+	}
 	/* No GPU asked for: hide them all rather than expose every one. */
 	add_env(&env, &n, kn_asprintf("CUDA_VISIBLE_DEVICES=%s", devs));
 	add_env(&env, &n, kn_asprintf("NVIDIA_VISIBLE_DEVICES=%s",
@@ -422,6 +443,18 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		add_env(&env, &n, kn_asprintf("KILN_RESUME_FROM=%s", r->resume_from));
 	add_env(&env, &n, kn_asprintf("KILN_GPU_MILLI=%d",
 				      b->milli_per_device));
+	if (b->milli_per_device > 0 && b->milli_per_device < KN_MILLI) {
+		char share[16];
+
+		share_text(b->milli_per_device, share, sizeof(share));
+		add_env(&env, &n, kn_asprintf("KILN_GPU_SHARE=%s", share));
+	}
+	/* MPS caps the task's SMs at its share, in whole percent (>= 1). */
+	if (mps)
+		add_env(&env, &n, kn_asprintf("%s=%d", MPS_PERCENTAGE,
+					      b->milli_per_device >= 10
+						      ? b->milli_per_device / 10
+						      : 1));
 	if (s->devices.simulated)
 		add_env(&env, &n, kn_xstrdup("KILN_SIMULATED_GPUS=1"));
 
