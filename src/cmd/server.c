@@ -45,6 +45,7 @@ int cmd_server(int argc, char **argv)
 		{"azure-events-url", required_argument, NULL, 'u'},
 		{"azure-vm-name", required_argument, NULL, 'v'},
 		{"blob-store", required_argument, NULL, 'b'},
+		{"mig-profiles", required_argument, NULL, 'M'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -106,6 +107,9 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'b':
 			cfg.blob_store = optarg;
+			break;
+		case 'M':
+			cfg.mig_profiles = optarg;
 			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);

@@ -303,15 +303,43 @@ static int free_port(void)
 	return port;
 }
 
+/*
+ * What a task row keeps of a binding: "0,1" for GPUs or shares, and for a
+ * MIG instance its GPU, profile and first memory slice, "0:mig=1g.10gb@6",
+ * which rebind reads back after a restart.
+ */
 static void devices_text(const struct kn_sched_binding *b, char *buf,
 			 size_t len)
 {
 	size_t o = 0;
 
 	buf[0] = '\0';
+	if (b->mig_profile && b->n_devices == 1) {
+		snprintf(buf, len, "%d:mig=%s@%d", b->devices[0],
+			 b->mig_profile->name, b->mig_start);
+		return;
+	}
 	for (int i = 0; i < b->n_devices && o < len; i++)
 		o += (size_t)snprintf(buf + o, len - o, "%s%d", i ? "," : "",
 				      b->devices[i]);
+}
+
+/*
+ * CUDA_VISIBLE_DEVICES for a MIG instance. Only simulated devices are in
+ * MIG mode (NVML's MIG mode is not queried), so the id is synthetic:
+ * "MIG-sim-<GPU uuid>-<profile>-<start>". With real MIG devices it would
+ * be the instance's MIG-<uuid> from NVML, which kiln does not look up yet.
+ */
+static void mig_visible(const struct server *s,
+			const struct kn_sched_binding *b, char *buf, size_t len)
+{
+	const char *uuid = "unknown";
+
+	for (size_t i = 0; i < s->devices.n; i++)
+		if (s->devices.devices[i].index == b->devices[0])
+			uuid = s->devices.devices[i].uuid;
+	snprintf(buf, len, "MIG-sim-%s-%s-%d", uuid, b->mig_profile->name,
+		 b->mig_start);
 }
 
 static char *task_dir_path(struct server *s, int64_t job, int attempt,
@@ -414,7 +442,10 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	for (int i = 0; i < t->rank; i++)
 		if (r->bindings[i].node == b->node)
 			local_rank++;
-	devices_text(b, devs, sizeof(devs));
+	if (b->mig_profile && b->n_devices == 1)
+		mig_visible(s, b, devs, sizeof(devs));
+	else
+		devices_text(b, devs, sizeof(devs));
 	mps = b->milli_per_device > 0 && b->milli_per_device < KN_MILLI &&
 	      spec->resources.sharing == KN_SHARING_MPS;
 	for (size_t i = 0; i < spec->n_env; i++) {
@@ -443,6 +474,9 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		add_env(&env, &n, kn_asprintf("KILN_RESUME_FROM=%s", r->resume_from));
 	add_env(&env, &n, kn_asprintf("KILN_GPU_MILLI=%d",
 				      b->milli_per_device));
+	if (b->mig_profile)
+		add_env(&env, &n, kn_asprintf("KILN_MIG_PROFILE=%s",
+					      b->mig_profile->name));
 	if (b->milli_per_device > 0 && b->milli_per_device < KN_MILLI) {
 		char share[16];
 
@@ -1236,15 +1270,28 @@ json_t *jobs_device_allocations(struct server *s, int device_index)
 
 	for (struct run *r = s->runs; r; r = r->next)
 		for (int k = 0; k < r->n_tasks; k++)
-			for (int d = 0; d < r->bindings[k].n_devices; d++)
-				if (r->bindings[k].devices[d] == device_index)
-					json_array_append_new(
-						list,
-						json_pack("{s:I, s:i, s:i}", "job",
-							  (json_int_t)r->job_id,
-							  "rank", k, "milli",
-							  r->bindings[k]
-								  .milli_per_device));
+			for (int d = 0; d < r->bindings[k].n_devices; d++) {
+				const struct kn_sched_binding *b =
+					&r->bindings[k];
+				json_t *a;
+
+				if (b->devices[d] != device_index)
+					continue;
+				a = json_pack("{s:I, s:i, s:i}", "job",
+					      (json_int_t)r->job_id, "rank", k,
+					      "milli", b->milli_per_device);
+				/* A MIG instance: which, and where. */
+				if (b->mig_profile) {
+					json_object_set_new(
+						a, "mig_profile",
+						json_string(
+							b->mig_profile->name));
+					json_object_set_new(
+						a, "mig_start",
+						json_integer(b->mig_start));
+				}
+				json_array_append_new(list, a);
+			}
 	return list;
 }
 
@@ -1285,6 +1332,45 @@ void jobs_sync_settled(struct server *s, struct run *r)
 
 /* ---- recovery ---- */
 
+static struct kn_sched_device *local_device(struct server *s, int index)
+{
+	for (size_t i = 0; i < s->node.n_devices; i++)
+		if (s->node.devices[i].index == index)
+			return &s->node.devices[i];
+	return NULL;
+}
+
+/*
+ * "0:mig=1g.10gb@6" -> a MIG binding, its instance put back on the device.
+ * false when the text is not of that form. A device or profile this node
+ * no longer has in MIG mode is logged and the task holds nothing.
+ */
+static bool rebind_mig(struct server *s, struct kn_sched_binding *b,
+		       const char *text)
+{
+	struct kn_sched_device *dev;
+	char profile[32];
+	int index, start, used = 0;
+
+	if (sscanf(text, "%d:mig=%31[^@]@%d%n", &index, profile, &start,
+		   &used) != 3 || text[used] != '\0')
+		return false;
+	dev = local_device(s, index);
+	if (!dev || !dev->mig || !kn_mig_profile(dev->mig, profile) ||
+	    dev->n_mig_slices >= KN_MIG_MAX_SLICES) {
+		kn_log(KN_LOG_WARN, "task's MIG instance %s is not on this "
+		       "node now; not counted", text);
+		return true;
+	}
+	b->n_devices = 1;
+	b->devices[0] = index;
+	b->mig_profile = kn_mig_profile(dev->mig, profile);
+	b->mig_start = start;
+	dev->mig_slices[dev->n_mig_slices].profile = b->mig_profile;
+	dev->mig_slices[dev->n_mig_slices++].start = start;
+	return true;
+}
+
 /* "0,2" -> binding on the local node, charged to the snapshot. */
 static void rebind(struct server *s, struct run *r, int rank,
 		  const struct kn_task_row *tr)
@@ -1294,7 +1380,10 @@ static void rebind(struct server *s, struct run *r, int rank,
 
 	memset(b, 0, sizeof(*b));
 	b->node = 0;
+	b->mig_start = -1;
 	b->milli_per_device = tr->gpu_milli;
+	if (p && strstr(p, ":mig=") && rebind_mig(s, b, p))
+		p = NULL;
 	while (p && *p && b->n_devices < KN_SCHED_MAX_GPUS_PER_TASK) {
 		char *end;
 		long idx = strtol(p, &end, 10);

@@ -26,6 +26,7 @@ struct kn_server_config {
 	const char *azure_events_url; /* poll Azure Scheduled Events, or NULL */
 	const char *azure_vm_name;    /* this VM's name in events (default:
 					 the node name) */
+	const char *mig_profiles;     /* MIG table; NULL = KN_MIG_FILE */
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */
