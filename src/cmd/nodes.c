@@ -62,6 +62,17 @@ static void describe_allocations(json_t *device, struct kn_buf *out)
 	size_t i;
 
 	json_array_foreach(allocs, i, a) {
+		const char *profile =
+			json_string_value(json_object_get(a, "mig_profile"));
+
+		if (profile) {
+			kn_buf_printf(out, "%sMIG %s@%lld: job %lld rank %lld",
+				      i ? "; " : "", profile,
+				      (long long)cli_json_int(a, "mig_start"),
+				      (long long)cli_json_int(a, "job"),
+				      (long long)cli_json_int(a, "rank"));
+			continue;
+		}
 		cli_format_milli(cli_json_int(a, "milli"), amount,
 				 sizeof(amount));
 		kn_buf_printf(out, "%s%s GPU: job %lld rank %lld",
@@ -136,11 +147,14 @@ static void show_node(json_t *node)
 	json_array_foreach(devices, i, dev) {
 		cli_table_cellf(t, "%lld", (long long)cli_json_int(dev, "index"));
 		/* Say it per device too when only some are simulated. */
-		cli_table_cellf(t, "%s%s", cli_json_str(dev, "model"),
+		cli_table_cellf(t, "%s%s%s", cli_json_str(dev, "model"),
 				!simulated &&
 						json_is_true(json_object_get(
 							dev, "simulated"))
 					? " (simulated)"
+					: "",
+				json_is_true(json_object_get(dev, "mig"))
+					? " (MIG)"
 					: "");
 		cli_format_bytes(cli_json_int(dev, "memory_bytes"), size,
 				 sizeof(size));

@@ -55,6 +55,7 @@ int cmd_server(int argc, char **argv)
 		{"health-sku", required_argument, NULL, 's'},
 		{"health-sku-file", required_argument, NULL, 'f'},
 		{"health-kernel-log", required_argument, NULL, 'K'},
+		{"mig-profiles", required_argument, NULL, 'M'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -161,6 +162,9 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'K':
 			cfg.health_kernel_log = optarg;
+			break;
+		case 'M':
+			cfg.mig_profiles = optarg;
 			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);

@@ -51,9 +51,19 @@ int kn_devices_simulated(const char *spec, struct kn_device_set *out,
 
 	while ((group = strsep(&rest, ",")) != NULL) {
 		char *x = strchr(group, 'x'), *end;
+		char *mode = strchr(group, ':');
 		long count;
 		int64_t mem;
 
+		if (mode && strcmp(mode, ":mig") != 0) {
+			rc = kn_errorf(err, KN_EINVAL, "gpus",
+				       "--gpus: \"%s\": the only mode after a "
+				       "group is :mig (e.g. 2xA100-80GB:mig)",
+				       group);
+			goto out;
+		}
+		if (mode)
+			*mode = '\0';
 		errno = 0;
 		count = x ? strtol(group, &end, 10) : 0;
 		if (!x || errno || end != x || count < 1 ||
@@ -74,6 +84,7 @@ int kn_devices_simulated(const char *spec, struct kn_device_set *out,
 			devs[n].index = (int)n;
 			kn_strlcpy(devs[n].model, x + 1, sizeof(devs[n].model));
 			devs[n].memory_bytes = mem;
+			devs[n].mig = mode != NULL;
 			snprintf(devs[n].uuid, sizeof(devs[n].uuid),
 				 "GPU-sim-%04zu-%.40s", n, x + 1);
 		}

@@ -30,6 +30,9 @@ struct kn_device_info {
 	char uuid[96];
 	char model[64];       /* normalized: "H100-80GB", "T4-16GB" */
 	int64_t memory_bytes;
+	/* MIG mode: the GPU is split into instances (simulated with
+	   "2xA100-80GB:mig"; NVML's MIG mode is not queried). */
+	bool mig;
 };
 
 struct kn_device_set {
@@ -41,7 +44,8 @@ struct kn_device_set {
 
 /*
  * Simulated devices from "4xH100-80GB" or "2xA100-80GB,4xT4-16GB": count
- * 1..64 in all, model as FAMILY-<N>GB. err names the bad group.
+ * 1..64 in all, model as FAMILY-<N>GB, and ":mig" after a group puts its
+ * GPUs in MIG mode ("2xA100-80GB:mig"). err names the bad group.
  */
 int kn_devices_simulated(const char *spec, struct kn_device_set *out,
 			 struct kn_error *err);

@@ -112,11 +112,69 @@ static bool has_untolerated_soft_taint(const struct kn_sched_node *node,
 	return false;
 }
 
-/* Selector and taints: what no amount of free capacity can change. */
+/* The node's value of label key, or NULL when it has no such label. */
+static const char *label_value(const struct kn_sched_node *node,
+			       const char *key)
+{
+	for (size_t l = 0; l < node->n_labels; l++)
+		if (same_text(node->labels[l].key, key))
+			return node->labels[l].value ? node->labels[l].value
+						     : "";
+	return NULL;
+}
+
+static bool term_holds(const struct kn_sched_node *node,
+		       const struct kn_sched_affinity_term *term)
+{
+	const char *value = label_value(node, term->key);
+	bool listed = false;
+
+	for (size_t v = 0; value && v < term->n_values && !listed; v++)
+		listed = same_text(term->values[v], value);
+	switch (term->op) {
+	case KN_SCHED_IN:
+		return listed;
+	case KN_SCHED_NOT_IN:
+		return !listed;
+	case KN_SCHED_EXISTS:
+		return value != NULL;
+	case KN_SCHED_DOES_NOT_EXIST:
+		return value == NULL;
+	}
+	return false;
+}
+
+/* The first required affinity term node fails, or NULL. */
+static const struct kn_sched_affinity_term *
+failed_term(const struct kn_sched_node *node,
+	    const struct kn_sched_request *req)
+{
+	for (size_t t = 0; t < req->n_required; t++)
+		if (!term_holds(node, &req->required[t]))
+			return &req->required[t];
+	return NULL;
+}
+
+static int64_t affinity_weight(const struct kn_sched_node *node,
+			       const struct kn_sched_request *req)
+{
+	int64_t sum = 0;
+
+	for (size_t t = 0; t < req->n_preferred; t++)
+		if (term_holds(node, &req->preferred[t]))
+			sum += req->preferred[t].weight;
+	return sum;
+}
+
+/*
+ * Selector, required affinity and taints: what no amount of free capacity
+ * can change.
+ */
 static bool node_eligible(const struct kn_sched_node *node,
 			  const struct kn_sched_request *req)
 {
-	return node_matches_selector(node, req) && !blocking_taint(node, req);
+	return node_matches_selector(node, req) && !failed_term(node, req) &&
+	       !blocking_taint(node, req);
 }
 
 /*
@@ -316,9 +374,34 @@ static bool bound_to(const struct kn_sched_binding *bindings, size_t placed,
 	return false;
 }
 
+/*
+ * Tasks of this gang already on nodes whose spread label has the same
+ * value as node's; a missing label is one more value of its own.
+ */
+static int spread_used(const struct kn_sched_cluster *cluster,
+		       const struct kn_sched_request *req,
+		       const struct kn_sched_binding *bindings, size_t placed,
+		       size_t node)
+{
+	const char *mine = label_value(&cluster->nodes[node], req->spread_key);
+	int n = 0;
+
+	for (size_t t = 0; t < placed; t++) {
+		const char *theirs = label_value(
+			&cluster->nodes[bindings[t].node], req->spread_key);
+
+		if (mine && theirs ? strcmp(mine, theirs) == 0
+				   : mine == theirs)
+			n++;
+	}
+	return n;
+}
+
 /* Lower is better, compared field by field; node order breaks ties. */
 struct node_score {
 	int soft_taint;     /* an untolerated PreferNoSchedule taint */
+	int spread;         /* gang tasks already in this spread domain */
+	int64_t affinity;   /* minus the preferred terms' weight */
 	int new_node;       /* no earlier task of this gang is there */
 	int cannot_finish;  /* cannot hold every task still to place */
 	int64_t free_milli; /* best fit: least GPU left free */
@@ -328,6 +411,10 @@ static bool score_less(const struct node_score *a, const struct node_score *b)
 {
 	if (a->soft_taint != b->soft_taint)
 		return a->soft_taint < b->soft_taint;
+	if (a->spread != b->spread)
+		return a->spread < b->spread;
+	if (a->affinity != b->affinity)
+		return a->affinity < b->affinity;
 	if (a->new_node != b->new_node)
 		return a->new_node < b->new_node;
 	if (a->cannot_finish != b->cannot_finish)
@@ -361,6 +448,11 @@ static size_t choose_node(const struct kn_sched_cluster *cluster,
 		if (room < 1)
 			continue;
 		score.soft_taint = has_untolerated_soft_taint(node, req);
+		score.spread = req->spread_key ? spread_used(cluster, req,
+							     bindings, placed,
+							     i)
+					       : 0;
+		score.affinity = -affinity_weight(node, req);
 		score.new_node = !bound_to(bindings, placed, i);
 		score.cannot_finish = room < remaining;
 		score.free_milli = node_free_gpu_milli(node);
@@ -651,6 +743,27 @@ static void say_taint(struct reason *r, const struct kn_sched_taint *taint)
 	say(r, ":%s", taint->effect ? taint->effect : "");
 }
 
+/* "zone In (a, b)", "gpu Exists". */
+static void say_term(struct reason *r, const struct kn_sched_affinity_term *t)
+{
+	static const char *const ops[] = {
+		[KN_SCHED_IN] = "In",
+		[KN_SCHED_NOT_IN] = "NotIn",
+		[KN_SCHED_EXISTS] = "Exists",
+		[KN_SCHED_DOES_NOT_EXIST] = "DoesNotExist",
+	};
+
+	say(r, "%s %s", t->key ? t->key : "",
+	    t->op <= KN_SCHED_DOES_NOT_EXIST ? ops[t->op] : "?");
+	if (t->op != KN_SCHED_IN && t->op != KN_SCHED_NOT_IN)
+		return;
+	say(r, " (");
+	for (size_t v = 0; v < t->n_values; v++)
+		say(r, "%s%s", v ? ", " : "",
+		    t->values[v] ? t->values[v] : "");
+	say(r, ")");
+}
+
 static int compare_text(const void *a, const void *b)
 {
 	const char *x = *(const char *const *)a;
@@ -695,15 +808,17 @@ static void say_models_present(struct reason *r,
 }
 
 /*
- * Static filters: selector, NoSchedule taints, GPU model. These hold for
- * the cluster whatever runs on it, so each failure here is permanent.
+ * Static filters: selector, required affinity, NoSchedule taints, GPU
+ * model. These hold for the cluster whatever runs on it, so each failure
+ * here is permanent.
  */
 static bool explain_filters(const struct kn_sched_cluster *cluster,
 			    const struct kn_sched_request *req,
 			    struct reason *r)
 {
 	const struct kn_sched_taint *taint = NULL;
-	size_t selected = 0, eligible = 0, usable = 0;
+	const struct kn_sched_affinity_term *term = NULL;
+	size_t selected = 0, affine = 0, eligible = 0, usable = 0;
 
 	if (cluster->n_nodes == 0) {
 		say(r, KN_SCHED_NEVER "the cluster has no nodes");
@@ -716,6 +831,12 @@ static bool explain_filters(const struct kn_sched_cluster *cluster,
 		if (!node_matches_selector(node, req))
 			continue;
 		selected++;
+		if (failed_term(node, req)) {
+			if (!term)
+				term = failed_term(node, req);
+			continue;
+		}
+		affine++;
 		t = blocking_taint(node, req);
 		if (t) {
 			if (!taint)
@@ -733,6 +854,11 @@ static bool explain_filters(const struct kn_sched_cluster *cluster,
 			    req->selector[s].key ? req->selector[s].key : "",
 			    req->selector[s].value ? req->selector[s].value
 						   : "");
+		return true;
+	}
+	if (affine == 0) {
+		say(r, KN_SCHED_NEVER "no node matches required affinity ");
+		say_term(r, term);
 		return true;
 	}
 	if (eligible == 0) {

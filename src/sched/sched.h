@@ -42,6 +42,26 @@ struct kn_sched_toleration {
 	const char *effect; /* NULL = any effect */
 };
 
+/*
+ * A node affinity term on one label: In and NotIn compare the node's
+ * value with values; Exists and DoesNotExist look at the key alone. As in
+ * Kubernetes, NotIn and DoesNotExist hold on a node without the label.
+ */
+enum kn_sched_affinity_op {
+	KN_SCHED_IN,
+	KN_SCHED_NOT_IN,
+	KN_SCHED_EXISTS,
+	KN_SCHED_DOES_NOT_EXIST,
+};
+
+struct kn_sched_affinity_term {
+	const char *key;
+	enum kn_sched_affinity_op op;
+	const char *const *values; /* In, NotIn */
+	size_t n_values;
+	int weight;                /* preferred terms: 1..100 */
+};
+
 /* ---- MIG tables (data/mig-profiles.csv) ---- */
 
 #define KN_MIG_MAX_PROFILES 16
@@ -148,6 +168,14 @@ struct kn_sched_request {
 	size_t n_selector;
 	const struct kn_sched_toleration *tolerations;
 	size_t n_tolerations;
+	/* Every required term must hold on a node; the weights of the
+	   preferred terms that hold add up to the node's affinity score. */
+	const struct kn_sched_affinity_term *required;
+	size_t n_required;
+	const struct kn_sched_affinity_term *preferred;
+	size_t n_preferred;
+	/* Spread the gang over this label's values ("zone"), or NULL. */
+	const char *spread_key;
 };
 
 /* Where one task goes. */
@@ -181,15 +209,19 @@ struct kn_sched_binding {
  * cpu or memory) gets -EINVAL and a reason starting "invalid request: ".
  * reason may be NULL.
  *
- * Filters: a node must be schedulable, carry every selector label, and
- * have no taint the request does not tolerate other than PreferNoSchedule
- * ones (unknown effects count as NoSchedule). With gpu_models, a device is
+ * Filters: a node must be schedulable, carry every selector label, satisfy
+ * every required affinity term, and have no taint the request does not
+ * tolerate other than PreferNoSchedule ones (unknown effects count as
+ * NoSchedule). With gpu_models, a device is
  * usable when its model equals one of them or starts with one followed by
  * '-' ("H100" accepts "H100-80GB"), ignoring case. Whole GPUs need idle
  * devices (used_milli 0) on one node, lowest indexes first; a share takes
  * the fullest device with room. Each task goes to the node that is best by,
- * in order: no untolerated PreferNoSchedule taint, already used by this
- * gang, able to hold all tasks still to place, fewest free GPU milli, node
+ * in order: no untolerated PreferNoSchedule taint; with spread_key, fewest
+ * tasks of this gang already on nodes with the same value of that label
+ * (nodes without it share one "none" value); highest sum of the weights of
+ * the preferred affinity terms it satisfies; already used by this gang;
+ * able to hold all tasks still to place; fewest free GPU milli; node
  * order. A CPU-only task (gpu_milli 0) binds no devices and has
  * milli_per_device 0.
  */

@@ -546,15 +546,28 @@ static void h_nodes(struct server *s, struct kn_http_req *req,
 	(void)param;
 	for (size_t i = 0; i < s->devices.n; i++) {
 		const struct kn_device_info *d = &s->devices.devices[i];
-		json_array_append_new(
-			devs,
-			json_pack("{s:i, s:s, s:s, s:I, s:b, s:i, s:o}", "index",
-				  d->index, "uuid", d->uuid, "model", d->model,
-				  "memory_bytes", (json_int_t)d->memory_bytes,
-				  "simulated", s->devices.simulated,
-				  "allocated_milli",
-				  s->node.devices[i].used_milli, "allocations",
-				  jobs_device_allocations(s, d->index)));
+		const struct kn_sched_device *sd = &s->node.devices[i];
+		json_t *dev = json_pack(
+			"{s:i, s:s, s:s, s:I, s:b, s:i, s:o}", "index",
+			d->index, "uuid", d->uuid, "model", d->model,
+			"memory_bytes", (json_int_t)d->memory_bytes,
+			"simulated", s->devices.simulated, "allocated_milli",
+			sd->used_milli, "allocations",
+			jobs_device_allocations(s, d->index));
+
+		/* MIG mode: memory slices in use of the GPU's total. */
+		json_object_set_new(dev, "mig", json_boolean(sd->mig != NULL));
+		if (sd->mig) {
+			int used = 0;
+
+			for (int k = 0; k < sd->n_mig_slices; k++)
+				used += sd->mig_slices[k].profile->memory;
+			json_object_set_new(dev, "mig_slices_used",
+					    json_integer(used));
+			json_object_set_new(dev, "mig_slices",
+					    json_integer(sd->mig->memory));
+		}
+		json_array_append_new(devs, dev);
 	}
 	for (size_t i = 0; i < s->node.n_labels; i++)
 		json_object_set_new(labels, s->node.labels[i].key,

@@ -109,6 +109,7 @@ struct server {
 	/* The local node as the scheduler sees it. */
 	struct kn_device_set devices;
 	struct kn_sched_node node;
+	struct kn_mig_table *mig; /* loaded when a device is in MIG mode */
 	struct kn_sched_cluster cluster;
 	char node_name[64];
 	char node_state[16];   /* ready, cordoned, draining */

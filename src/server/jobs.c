@@ -32,7 +32,33 @@ struct sreq {
 	struct kn_sched_request req;
 	struct kn_sched_label *selector;
 	struct kn_sched_toleration *tolerations;
+	struct kn_sched_affinity_term *required;
+	struct kn_sched_affinity_term *preferred;
 };
+
+/* The spec's terms for the scheduler; the strings stay the spec's. */
+static struct kn_sched_affinity_term *
+affinity_build(const struct kn_affinity_term *terms, size_t n)
+{
+	struct kn_sched_affinity_term *out;
+
+	if (n == 0)
+		return NULL;
+	out = kn_xcalloc(n, sizeof(*out));
+	for (size_t i = 0; i < n; i++) {
+		out[i].key = terms[i].key;
+		out[i].op = terms[i].op == KN_AFFINITY_IN ? KN_SCHED_IN
+			    : terms[i].op == KN_AFFINITY_NOT_IN
+				    ? KN_SCHED_NOT_IN
+			    : terms[i].op == KN_AFFINITY_EXISTS
+				    ? KN_SCHED_EXISTS
+				    : KN_SCHED_DOES_NOT_EXIST;
+		out[i].values = (const char *const *)terms[i].values;
+		out[i].n_values = terms[i].n_values;
+		out[i].weight = terms[i].weight;
+	}
+	return out;
+}
 
 static void sreq_build(const struct kn_job_spec *spec, struct sreq *r)
 {
@@ -69,12 +95,25 @@ static void sreq_build(const struct kn_job_spec *spec, struct sreq *r)
 	r->req.n_selector = p->n_selector;
 	r->req.tolerations = r->tolerations;
 	r->req.n_tolerations = p->n_tolerations;
+	r->required = affinity_build(p->required, p->n_required);
+	r->preferred = affinity_build(p->preferred, p->n_preferred);
+	r->req.required = r->required;
+	r->req.n_required = p->n_required;
+	r->req.preferred = r->preferred;
+	r->req.n_preferred = p->n_preferred;
+	/* The node label names spread reads (docs/scheduling.md). */
+	r->req.spread_key = p->spread == KN_SPREAD_ZONE ? "zone"
+			    : p->spread == KN_SPREAD_FAULT_DOMAIN
+				    ? "fault_domain"
+				    : NULL;
 }
 
 static void sreq_release(struct sreq *r)
 {
 	free(r->selector);
 	free(r->tolerations);
+	free(r->required);
+	free(r->preferred);
 }
 
 /* ---- audit helpers ---- */
@@ -265,15 +304,43 @@ static int free_port(void)
 	return port;
 }
 
+/*
+ * What a task row keeps of a binding: "0,1" for GPUs or shares, and for a
+ * MIG instance its GPU, profile and first memory slice, "0:mig=1g.10gb@6",
+ * which rebind reads back after a restart.
+ */
 static void devices_text(const struct kn_sched_binding *b, char *buf,
 			 size_t len)
 {
 	size_t o = 0;
 
 	buf[0] = '\0';
+	if (b->mig_profile && b->n_devices == 1) {
+		snprintf(buf, len, "%d:mig=%s@%d", b->devices[0],
+			 b->mig_profile->name, b->mig_start);
+		return;
+	}
 	for (int i = 0; i < b->n_devices && o < len; i++)
 		o += (size_t)snprintf(buf + o, len - o, "%s%d", i ? "," : "",
 				      b->devices[i]);
+}
+
+/*
+ * CUDA_VISIBLE_DEVICES for a MIG instance. Only simulated devices are in
+ * MIG mode (NVML's MIG mode is not queried), so the id is synthetic:
+ * "MIG-sim-<GPU uuid>-<profile>-<start>". With real MIG devices it would
+ * be the instance's MIG-<uuid> from NVML, which kiln does not look up yet.
+ */
+static void mig_visible(const struct server *s,
+			const struct kn_sched_binding *b, char *buf, size_t len)
+{
+	const char *uuid = "unknown";
+
+	for (size_t i = 0; i < s->devices.n; i++)
+		if (s->devices.devices[i].index == b->devices[0])
+			uuid = s->devices.devices[i].uuid;
+	snprintf(buf, len, "MIG-sim-%s-%s-%d", uuid, b->mig_profile->name,
+		 b->mig_start);
 }
 
 static char *task_dir_path(struct server *s, int64_t job, int attempt,
@@ -324,6 +391,8 @@ static void run_free(struct run *r)
 	free(r->bindings);
 	free((void *)r->req.selector);
 	free((void *)r->req.tolerations);
+	free((void *)r->req.required);
+	free((void *)r->req.preferred);
 	kn_job_spec_free(r->spec);
 	free(r);
 }
@@ -345,12 +414,27 @@ static void add_env(char ***env, size_t *n, char *entry)
 	(*env)[*n] = NULL;
 }
 
+#define MPS_PERCENTAGE "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
+/* A share of a GPU as a decimal: 500 -> "0.5", 1 -> "0.001". */
+static void share_text(int milli, char *buf, size_t len)
+{
+	int digits = 3;
+
+	while (digits > 1 && milli % 10 == 0) {
+		milli /= 10;
+		digits--;
+	}
+	snprintf(buf, len, "0.%0*d", digits, milli);
+}
+
 static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
 	char devs[256], **env = NULL;
 	size_t n = 0;
 	int local_rank = 0, rc;
+	bool mps;
 	struct kn_task_launch l;
 	struct kn_error err;
 
@@ -359,10 +443,19 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	for (int i = 0; i < t->rank; i++)
 		if (r->bindings[i].node == b->node)
 			local_rank++;
-	devices_text(b, devs, sizeof(devs));
-	for (size_t i = 0; i < spec->n_env; i++)
+	if (b->mig_profile && b->n_devices == 1)
+		mig_visible(s, b, devs, sizeof(devs));
+	else
+		devices_text(b, devs, sizeof(devs));
+	mps = b->milli_per_device > 0 && b->milli_per_device < KN_MILLI &&
+	      spec->resources.sharing == KN_SHARING_MPS;
+	for (size_t i = 0; i < spec->n_env; i++) {
+		/* kiln's MPS limit is what the scheduler counted on. */
+		if (mps && !strcmp(spec->env[i].key, MPS_PERCENTAGE))
+			continue;
 		add_env(&env, &n, kn_asprintf("%s=%s", spec->env[i].key,
 					      spec->env[i].value));
+	}
 	/* No GPU asked for: hide them all rather than expose every one. */
 	add_env(&env, &n, kn_asprintf("CUDA_VISIBLE_DEVICES=%s", devs));
 	add_env(&env, &n, kn_asprintf("NVIDIA_VISIBLE_DEVICES=%s",
@@ -382,6 +475,21 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		add_env(&env, &n, kn_asprintf("KILN_RESUME_FROM=%s", r->resume_from));
 	add_env(&env, &n, kn_asprintf("KILN_GPU_MILLI=%d",
 				      b->milli_per_device));
+	if (b->mig_profile)
+		add_env(&env, &n, kn_asprintf("KILN_MIG_PROFILE=%s",
+					      b->mig_profile->name));
+	if (b->milli_per_device > 0 && b->milli_per_device < KN_MILLI) {
+		char share[16];
+
+		share_text(b->milli_per_device, share, sizeof(share));
+		add_env(&env, &n, kn_asprintf("KILN_GPU_SHARE=%s", share));
+	}
+	/* MPS caps the task's SMs at its share, in whole percent (>= 1). */
+	if (mps)
+		add_env(&env, &n, kn_asprintf("%s=%d", MPS_PERCENTAGE,
+					      b->milli_per_device >= 10
+						      ? b->milli_per_device / 10
+						      : 1));
 	if (s->devices.simulated)
 		add_env(&env, &n, kn_xstrdup("KILN_SIMULATED_GPUS=1"));
 
@@ -1176,15 +1284,28 @@ json_t *jobs_device_allocations(struct server *s, int device_index)
 
 	for (struct run *r = s->runs; r; r = r->next)
 		for (int k = 0; k < r->n_tasks; k++)
-			for (int d = 0; d < r->bindings[k].n_devices; d++)
-				if (r->bindings[k].devices[d] == device_index)
-					json_array_append_new(
-						list,
-						json_pack("{s:I, s:i, s:i}", "job",
-							  (json_int_t)r->job_id,
-							  "rank", k, "milli",
-							  r->bindings[k]
-								  .milli_per_device));
+			for (int d = 0; d < r->bindings[k].n_devices; d++) {
+				const struct kn_sched_binding *b =
+					&r->bindings[k];
+				json_t *a;
+
+				if (b->devices[d] != device_index)
+					continue;
+				a = json_pack("{s:I, s:i, s:i}", "job",
+					      (json_int_t)r->job_id, "rank", k,
+					      "milli", b->milli_per_device);
+				/* A MIG instance: which, and where. */
+				if (b->mig_profile) {
+					json_object_set_new(
+						a, "mig_profile",
+						json_string(
+							b->mig_profile->name));
+					json_object_set_new(
+						a, "mig_start",
+						json_integer(b->mig_start));
+				}
+				json_array_append_new(list, a);
+			}
 	return list;
 }
 
@@ -1225,6 +1346,45 @@ void jobs_sync_settled(struct server *s, struct run *r)
 
 /* ---- recovery ---- */
 
+static struct kn_sched_device *local_device(struct server *s, int index)
+{
+	for (size_t i = 0; i < s->node.n_devices; i++)
+		if (s->node.devices[i].index == index)
+			return &s->node.devices[i];
+	return NULL;
+}
+
+/*
+ * "0:mig=1g.10gb@6" -> a MIG binding, its instance put back on the device.
+ * false when the text is not of that form. A device or profile this node
+ * no longer has in MIG mode is logged and the task holds nothing.
+ */
+static bool rebind_mig(struct server *s, struct kn_sched_binding *b,
+		       const char *text)
+{
+	struct kn_sched_device *dev;
+	char profile[32];
+	int index, start, used = 0;
+
+	if (sscanf(text, "%d:mig=%31[^@]@%d%n", &index, profile, &start,
+		   &used) != 3 || text[used] != '\0')
+		return false;
+	dev = local_device(s, index);
+	if (!dev || !dev->mig || !kn_mig_profile(dev->mig, profile) ||
+	    dev->n_mig_slices >= KN_MIG_MAX_SLICES) {
+		kn_log(KN_LOG_WARN, "task's MIG instance %s is not on this "
+		       "node now; not counted", text);
+		return true;
+	}
+	b->n_devices = 1;
+	b->devices[0] = index;
+	b->mig_profile = kn_mig_profile(dev->mig, profile);
+	b->mig_start = start;
+	dev->mig_slices[dev->n_mig_slices].profile = b->mig_profile;
+	dev->mig_slices[dev->n_mig_slices++].start = start;
+	return true;
+}
+
 /* "0,2" -> binding on the local node, charged to the snapshot. */
 static void rebind(struct server *s, struct run *r, int rank,
 		  const struct kn_task_row *tr)
@@ -1234,7 +1394,10 @@ static void rebind(struct server *s, struct run *r, int rank,
 
 	memset(b, 0, sizeof(*b));
 	b->node = 0;
+	b->mig_start = -1;
 	b->milli_per_device = tr->gpu_milli;
+	if (p && strstr(p, ":mig=") && rebind_mig(s, b, p))
+		p = NULL;
 	while (p && *p && b->n_devices < KN_SCHED_MAX_GPUS_PER_TASK) {
 		char *end;
 		long idx = strtol(p, &end, 10);

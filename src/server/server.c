@@ -54,6 +54,58 @@ static int64_t mem_total_bytes(void)
 	return kb * 1024;
 }
 
+/*
+ * The MIG table, read only when some device is in MIG mode: a server
+ * without one must not depend on a data file it never uses.
+ */
+static int load_mig(struct server *s, struct kn_error *err)
+{
+	const char *file = s->cfg.mig_profiles ? s->cfg.mig_profiles
+					       : KN_MIG_FILE;
+	char *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	rc = kn_read_file(file, 1 << 20, &text, &len);
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, "mig-profiles",
+				 "cannot read MIG profiles %s: %s (give one "
+				 "with --mig-profiles)",
+				 file, strerror(-rc));
+	rc = kn_mig_parse(text, len, file, &s->mig, err);
+	free(text);
+	return rc;
+}
+
+/* Each device in MIG mode gets its model's geometry, or start-up fails. */
+static int setup_mig(struct server *s, struct kn_error *err)
+{
+	bool any = false;
+	int rc;
+
+	for (size_t i = 0; i < s->devices.n; i++)
+		any |= s->devices.devices[i].mig;
+	if (!any && !s->cfg.mig_profiles)
+		return 0;
+	rc = load_mig(s, err);
+	for (size_t i = 0; rc == 0 && i < s->devices.n; i++) {
+		const struct kn_device_info *d = &s->devices.devices[i];
+
+		if (!d->mig)
+			continue;
+		s->node.devices[i].mig = kn_mig_find(s->mig, d->model);
+		if (!s->node.devices[i].mig)
+			rc = kn_errorf(err, KN_EINVAL, "gpus",
+				       "GPU %d (%s) is in MIG mode but %s "
+				       "has no MIG profiles for %s",
+				       d->index, d->model,
+				       s->cfg.mig_profiles ? s->cfg.mig_profiles
+							   : KN_MIG_FILE,
+				       d->model);
+	}
+	return rc;
+}
+
 static int setup_node(struct server *s, struct kn_error *err)
 {
 	struct kn_node_row *rows = NULL;
@@ -92,6 +144,9 @@ static int setup_node(struct server *s, struct kn_error *err)
 	}
 	s->cluster.nodes = &s->node;
 	s->cluster.n_nodes = 1;
+	rc = setup_mig(s, err);
+	if (rc < 0)
+		return rc;
 
 	kn_strlcpy(s->node_state, "ready", sizeof(s->node_state));
 	rc = kn_store_node_list(s->store, &rows, &n_rows, err);
@@ -137,6 +192,7 @@ static void server_release(struct server *s)
 	kn_loop_free(s->loop);
 	free(s->node.devices);
 	kn_device_set_release(&s->devices);
+	kn_mig_free(s->mig);
 	free(s->home);
 }
 

@@ -43,6 +43,7 @@ struct kn_server_config {
 	const char *health_sku;     /* VM size for the inventory checks */
 	const char *health_sku_file;/* NULL = the shipped catalogue */
 	const char *health_kernel_log; /* NULL = ROOT/dev/kmsg */
+	const char *mig_profiles;     /* MIG table; NULL = KN_MIG_FILE */
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */

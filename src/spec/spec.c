@@ -1335,22 +1335,65 @@ static int read_memory(struct walk *w, struct fy_node *node, void *target)
 	return 0;
 }
 
-static const struct field resource_fields[] = {
-	{.name = "gpus", .type = FT_CUSTOM, .read = read_gpus},
-	{.name = "gpu_model", .type = FT_CUSTOM, .read = read_gpu_model},
-	{.name = "cpus", .type = FT_CUSTOM, .read = read_cpus},
-	{.name = "memory", .type = FT_CUSTOM, .read = read_memory},
+static int read_choice(struct walk *w, struct fy_node *node,
+		       const char *const *choices, const char *allowed,
+		       const char **out);
+
+static int read_sharing(struct walk *w, struct fy_node *node, void *target)
+{
+	static const char *const modes[] = {"time-slicing", "mps", NULL};
+	struct kn_resources *res = target;
+	const char *mode;
+	int rc = read_choice(w, node, modes, "time-slicing or mps", &mode);
+
+	if (rc)
+		return rc;
+	res->sharing = strcmp(mode, "mps") == 0 ? KN_SHARING_MPS
+						: KN_SHARING_TIME_SLICING;
+	return 0;
+}
+
+enum { RF_GPUS, RF_GPU_MODEL, RF_CPUS, RF_MEMORY, RF_SHARING, RF_COUNT };
+
+static const struct field resource_fields[RF_COUNT] = {
+	[RF_GPUS] = {.name = "gpus", .type = FT_CUSTOM, .read = read_gpus},
+	[RF_GPU_MODEL] = {.name = "gpu_model", .type = FT_CUSTOM,
+			  .read = read_gpu_model},
+	[RF_CPUS] = {.name = "cpus", .type = FT_CUSTOM, .read = read_cpus},
+	[RF_MEMORY] = {.name = "memory", .type = FT_CUSTOM,
+		       .read = read_memory},
+	[RF_SHARING] = {.name = "sharing", .type = FT_CUSTOM,
+			.read = read_sharing},
 };
 
-_Static_assert(ARRAY_SIZE(resource_fields) <= MAX_FIELDS, "MAX_FIELDS");
+_Static_assert(RF_COUNT <= MAX_FIELDS, "MAX_FIELDS");
 
 static int read_resources(struct walk *w, struct fy_node *node, void *target)
 {
 	struct kn_job_spec *spec = target;
+	struct fy_node_pair *seen[RF_COUNT], *pair;
+	int gpu_milli;
+	int rc = walk_mapping(w, node, resource_fields, RF_COUNT,
+			      &spec->resources, seen);
 
-	return walk_mapping(w, node, resource_fields,
-			    ARRAY_SIZE(resource_fields), &spec->resources,
-			    NULL);
+	if (rc || !seen[RF_SHARING])
+		return rc;
+	/* Sharing is how a share of a GPU is enforced; nothing else has one. */
+	gpu_milli = spec->resources.gpu_milli;
+	if (!spec->resources.mig_profile && gpu_milli > 0 &&
+	    gpu_milli < KN_MILLI)
+		return 0;
+	pair = seen[RF_SHARING];
+	path_push_field(w, "sharing");
+	w->key = fy_node_pair_key(pair);
+	rc = fail(w, fy_node_pair_value(pair),
+		  "applies only to a fraction of a GPU (resources.gpus "
+		  "between 0 and 1, e.g. 0.5); resources.gpus is %s",
+		  spec->resources.mig_profile ? "a MIG profile"
+		  : gpu_milli == 0	      ? "not set"
+					      : "a whole number");
+	w->key = NULL;
+	return rc;
 }
 
 /* --- checkpoint ---------------------------------------------------------- */
@@ -1608,10 +1651,185 @@ static int read_spread(struct walk *w, struct fy_node *node, void *target)
 	return 0;
 }
 
+/* --- placement.affinity --- */
+
+static const char *const AFFINITY_OPS[] = {
+	[KN_AFFINITY_IN] = "In",
+	[KN_AFFINITY_NOT_IN] = "NotIn",
+	[KN_AFFINITY_EXISTS] = "Exists",
+	[KN_AFFINITY_DOES_NOT_EXIST] = "DoesNotExist",
+	NULL,
+};
+
+static int read_term_key(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_affinity_term *term = target;
+	const char *problem;
+	struct value v;
+	int rc = want_nonempty_text(w, node, "a node label name", &v);
+
+	if (rc)
+		return rc;
+	problem = label_key_problem(v.text);
+	if (problem) {
+		char quoted[GOT_BUF];
+
+		quote_into(quoted, sizeof(quoted), v.text, v.len, true);
+		return fail(w, node, "%s %s", quoted, problem);
+	}
+	term->key = kn_xstrdup(v.text);
+	return 0;
+}
+
+static int read_term_operator(struct walk *w, struct fy_node *node,
+			      void *target)
+{
+	struct kn_affinity_term *term = target;
+	const char *op;
+	int rc = read_choice(w, node, AFFINITY_OPS,
+			     "In, NotIn, Exists or DoesNotExist", &op);
+
+	if (rc)
+		return rc;
+	for (int i = 0; AFFINITY_OPS[i]; i++)
+		if (AFFINITY_OPS[i] == op)
+			term->op = (enum kn_affinity_op)i;
+	return 0;
+}
+
+static int read_term_values(struct walk *w, struct fy_node *node,
+			    void *target)
+{
+	struct kn_affinity_term *term = target;
+
+	return read_text_list(w, node,
+			      "a non-empty list of label values, e.g. "
+			      "[eastus-1, eastus-2]",
+			      false, &term->values, &term->n_values);
+}
+
+enum { AF_KEY, AF_OPERATOR, AF_VALUES, AF_WEIGHT, AF_COUNT };
+
+static const struct field preferred_fields[AF_COUNT] = {
+	[AF_KEY] = {.name = "key", .type = FT_CUSTOM, .read = read_term_key,
+		    .required = true},
+	[AF_OPERATOR] = {.name = "operator", .type = FT_CUSTOM,
+			 .read = read_term_operator, .required = true},
+	[AF_VALUES] = {.name = "values", .type = FT_CUSTOM,
+		       .read = read_term_values},
+	[AF_WEIGHT] = {.name = "weight", .type = FT_INT,
+		       .offset = offsetof(struct kn_affinity_term, weight),
+		       .min = 1, .max = 100, .required = true},
+};
+
+/* A required term has no weight: the table stops before it. */
+#define REQUIRED_TERM_FIELDS AF_WEIGHT
+
+_Static_assert(AF_COUNT <= MAX_FIELDS, "MAX_FIELDS");
+
+/* values go with In and NotIn, and only with them. */
+static int check_term(struct walk *w, struct fy_node *item,
+		      const struct kn_affinity_term *term,
+		      struct fy_node_pair **seen)
+{
+	bool wants_values =
+		term->op == KN_AFFINITY_IN || term->op == KN_AFFINITY_NOT_IN;
+	int rc;
+
+	if (wants_values && !seen[AF_VALUES]) {
+		char where[PATH_MAX_LEN];
+
+		snprintf(where, sizeof(where), "%s", section_name(w));
+		path_push_field(w, "values");
+		return fail_bare(w, item,
+				 "missing required field \"values\" in %s "
+				 "(operator %s compares the label with a "
+				 "list of values)",
+				 where, AFFINITY_OPS[term->op]);
+	}
+	if (wants_values || !seen[AF_VALUES])
+		return 0;
+	path_push_field(w, "values");
+	w->key = fy_node_pair_key(seen[AF_VALUES]);
+	rc = fail(w, fy_node_pair_value(seen[AF_VALUES]),
+		  "must be absent when operator is %s (it looks at the label "
+		  "name only)",
+		  AFFINITY_OPS[term->op]);
+	w->key = NULL;
+	return rc;
+}
+
+static int read_terms(struct walk *w, struct fy_node *node, size_t n_fields,
+		      struct kn_affinity_term **out, size_t *n_out)
+{
+	struct fy_node *item;
+	char got[GOT_BUF];
+	struct value v;
+	void *iter = NULL;
+	size_t n = 0, count;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind != V_LIST)
+		return fail(w, node,
+			    "must be a list of {key, operator, values%s} "
+			    "mappings; got %s",
+			    n_fields == AF_COUNT ? ", weight" : "",
+			    describe(&v, got, sizeof(got)));
+	count = (size_t)v.count;
+	*out = kn_xcalloc(count + 1, sizeof(struct kn_affinity_term));
+	while (n < count && (item = fy_node_sequence_iterate(node, &iter))) {
+		struct kn_affinity_term *term = &(*out)[n];
+		struct fy_node_pair *seen[AF_COUNT] = {0};
+		size_t mark = path_push_index(w, (int)n);
+
+		*n_out = ++n;
+		rc = walk_mapping(w, item, preferred_fields, n_fields, term,
+				  seen);
+		if (rc == 0)
+			rc = check_term(w, item, term, seen);
+		if (rc)
+			return rc;
+		path_pop(w, mark);
+	}
+	return 0;
+}
+
+static int read_required(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_placement_spec *placement = target;
+
+	return read_terms(w, node, REQUIRED_TERM_FIELDS, &placement->required,
+			  &placement->n_required);
+}
+
+static int read_preferred(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_placement_spec *placement = target;
+
+	return read_terms(w, node, AF_COUNT, &placement->preferred,
+			  &placement->n_preferred);
+}
+
+static const struct field affinity_fields[] = {
+	{.name = "required", .type = FT_CUSTOM, .read = read_required},
+	{.name = "preferred", .type = FT_CUSTOM, .read = read_preferred},
+};
+
+_Static_assert(ARRAY_SIZE(affinity_fields) <= MAX_FIELDS, "MAX_FIELDS");
+
+static int read_affinity(struct walk *w, struct fy_node *node, void *target)
+{
+	return walk_mapping(w, node, affinity_fields,
+			    ARRAY_SIZE(affinity_fields), target, NULL);
+}
+
 static const struct field placement_fields[] = {
 	{.name = "selector", .type = FT_CUSTOM, .read = read_selector},
 	{.name = "tolerations", .type = FT_CUSTOM, .read = read_tolerations},
 	{.name = "spread", .type = FT_CUSTOM, .read = read_spread},
+	{.name = "affinity", .type = FT_CUSTOM, .read = read_affinity},
 };
 
 _Static_assert(ARRAY_SIZE(placement_fields) <= MAX_FIELDS, "MAX_FIELDS");
@@ -1697,6 +1915,8 @@ static const struct section *sections(size_t *n)
 		{"checkpoint", checkpoint_fields,
 		 ARRAY_SIZE(checkpoint_fields)},
 		{"placement", placement_fields, ARRAY_SIZE(placement_fields)},
+		{"placement.affinity", affinity_fields,
+		 ARRAY_SIZE(affinity_fields)},
 	};
 
 	*n = ARRAY_SIZE(all);
@@ -1936,6 +2156,15 @@ static void free_strv(char **v, size_t n)
 	free(v);
 }
 
+static void free_terms(struct kn_affinity_term *terms, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(terms[i].key);
+		free_strv(terms[i].values, terms[i].n_values);
+	}
+	free(terms);
+}
+
 void kn_job_spec_free(struct kn_job_spec *spec)
 {
 	size_t i;
@@ -1958,6 +2187,8 @@ void kn_job_spec_free(struct kn_job_spec *spec)
 		free(t->effect);
 	}
 	free(spec->placement.tolerations);
+	free_terms(spec->placement.required, spec->placement.n_required);
+	free_terms(spec->placement.preferred, spec->placement.n_preferred);
 	free(spec);
 }
 
@@ -2005,6 +2236,38 @@ static json_t *gpus_json(const struct kn_resources *res)
 		return j;
 	}
 	return milli_json(res->gpu_milli);
+}
+
+static json_t *terms_json(const struct kn_affinity_term *terms, size_t n,
+			  bool weighted)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; i < n; i++) {
+		json_t *t = json_pack("{s:o, s:s}", "key",
+				      string_or_null(terms[i].key), "operator",
+				      AFFINITY_OPS[terms[i].op]);
+
+		if (terms[i].values)
+			json_object_set_new(t, "values",
+					    strv_json(terms[i].values,
+						      terms[i].n_values));
+		if (weighted)
+			json_object_set_new(t, "weight",
+					    json_integer(terms[i].weight));
+		json_array_append_new(arr, t);
+	}
+	return arr;
+}
+
+/* Only a share is shared: null otherwise. */
+static json_t *sharing_json(const struct kn_resources *res)
+{
+	if (res->mig_profile || res->gpu_milli <= 0 ||
+	    res->gpu_milli >= KN_MILLI)
+		return json_null();
+	return json_string(res->sharing == KN_SHARING_MPS ? "mps"
+							  : "time-slicing");
 }
 
 static const struct {
@@ -2101,9 +2364,9 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 	}
 	return json_pack(
 		"{s:s, s:o, s:o, s:o, s:o,"
-		" s:{s:o, s:i, s:o, s:o, s:i, s:I},"
+		" s:{s:o, s:i, s:o, s:o, s:i, s:I, s:o},"
 		" s:i, s:i, s:I, s:I, s:i, s:b, s:I, s:o,"
-		" s:{s:o, s:o, s:o}}",
+		" s:{s:o, s:o, s:o, s:{s:o, s:o}}}",
 		"kind", "Job", "name", string_or_null(spec->name), "command",
 		strv_json(spec->command, spec->n_command), "env",
 		kvs_json(spec->env, spec->n_env), "workdir",
@@ -2111,7 +2374,8 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 		gpus_json(res), "gpu_milli", res->gpu_milli, "gpu_model",
 		strv_json(res->gpu_models, res->n_gpu_models), "cpus",
 		milli_json(res->cpu_milli), "cpu_milli", res->cpu_milli,
-		"memory_bytes", (json_int_t)res->memory_bytes, "tasks",
+		"memory_bytes", (json_int_t)res->memory_bytes, "sharing",
+		sharing_json(res), "tasks",
 		spec->tasks, "retries", spec->retries, "backoff_ms",
 		(json_int_t)spec->backoff_ms, "backoff_max_ms",
 		(json_int_t)spec->backoff_max_ms, "priority", spec->priority,
@@ -2121,5 +2385,8 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 		"tolerations", tolerations, "spread",
 		string_or_null(pl->spread <= KN_SPREAD_FAULT_DOMAIN ?
 				       spreads[pl->spread] :
-				       NULL));
+				       NULL),
+		"affinity", "required",
+		terms_json(pl->required, pl->n_required, false), "preferred",
+		terms_json(pl->preferred, pl->n_preferred, true));
 }

@@ -41,6 +41,9 @@ struct kn_toleration {
 	char *effect;    /* "NoSchedule", "PreferNoSchedule" or NULL (any) */
 };
 
+/* How tasks sharing one GPU (a fractional resources.gpus) share it. */
+enum kn_sharing { KN_SHARING_TIME_SLICING = 0, KN_SHARING_MPS };
+
 struct kn_resources {
 	/*
 	 * GPUs per task in thousandths: 2000 = two whole GPUs, 500 = half of
@@ -53,6 +56,7 @@ struct kn_resources {
 	size_t n_gpu_models;
 	int cpu_milli;        /* 0 = not requested */
 	int64_t memory_bytes; /* 0 = not requested */
+	enum kn_sharing sharing; /* with a share only; default time-slicing */
 };
 
 struct kn_checkpoint_policy {
@@ -66,12 +70,32 @@ struct kn_checkpoint_policy {
 
 enum kn_spread { KN_SPREAD_NONE = 0, KN_SPREAD_ZONE, KN_SPREAD_FAULT_DOMAIN };
 
+enum kn_affinity_op {
+	KN_AFFINITY_IN = 0,
+	KN_AFFINITY_NOT_IN,
+	KN_AFFINITY_EXISTS,
+	KN_AFFINITY_DOES_NOT_EXIST,
+};
+
+/* One placement.affinity term: values with In and NotIn only. */
+struct kn_affinity_term {
+	char *key;
+	enum kn_affinity_op op;
+	char **values; /* NULL-terminated, or NULL */
+	size_t n_values;
+	int weight;    /* preferred terms: 1..100; required ones: 0 */
+};
+
 struct kn_placement_spec {
 	struct kn_kv *selector;
 	size_t n_selector;
 	struct kn_toleration *tolerations;
 	size_t n_tolerations;
 	enum kn_spread spread;
+	struct kn_affinity_term *required;  /* all must hold */
+	size_t n_required;
+	struct kn_affinity_term *preferred; /* weights add up */
+	size_t n_preferred;
 };
 
 struct kn_job_spec {

@@ -36,6 +36,17 @@ static void test_simulated_devices(void **state)
 	assert_string_equal(set.devices[5].model, "T4-16GB");
 	assert_int_equal(set.devices[5].index, 5);
 	assert_string_not_equal(set.devices[0].uuid, set.devices[1].uuid);
+	assert_false(set.devices[0].mig);
+	kn_device_set_release(&set);
+
+	/* MIG mode per group. */
+	assert_int_equal(kn_devices_simulated("2xA100-80GB:mig,1xT4-16GB", &set,
+					      &err), 0);
+	assert_int_equal(set.n, 3);
+	assert_string_equal(set.devices[1].model, "A100-80GB");
+	assert_true(set.devices[0].mig && set.devices[1].mig);
+	assert_false(set.devices[2].mig);
+	assert_null(strchr(set.devices[0].uuid, ':'));
 	kn_device_set_release(&set);
 }
 
@@ -44,7 +55,8 @@ static void test_simulated_devices_bad(void **state)
 	static const char *bad[] = {
 		"", "4", "xH100-80GB", "0xH100-80GB", "4xH100", "4xH100-80",
 		"4xH100-80TB", "65xH100-80GB", "4x-80GB", "2xA100-80GB,,",
-		"4xH 100-80GB",
+		"4xH 100-80GB", "2xA100-80GB:mps", "2xA100-80GB:", ":mig",
+		"2x:mig",
 	};
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

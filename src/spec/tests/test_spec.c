@@ -180,7 +180,7 @@ static const struct bad_case bad_cases[] = {
 	/* resources. */
 	{BASE "resources: 2\n", "resources",
 	 "job.yaml:4:12: resources: must be a mapping with fields gpus, "
-	 "gpu_model, cpus, memory; got 2"},
+	 "gpu_model, cpus, memory, sharing; got 2"},
 	{"kind: Job\nname: x\ncommand: [a]\ntasks: 1\nretries: 0\n"
 	 "resources:\n  gpus: lots\n",
 	 "resources.gpus",
@@ -251,6 +251,90 @@ static const struct bad_case bad_cases[] = {
 	{BASE "placement:\n  spread: region\n", "placement.spread",
 	 "job.yaml:5:11: placement.spread: must be zone or fault_domain; got "
 	 "\"region\""},
+	/* placement.affinity. */
+	{BASE "placement:\n  afinity: {}\n", "placement.afinity",
+	 "job.yaml:5:3: unknown field \"afinity\" in placement; did you mean "
+	 "\"affinity\"?"},
+	{BASE "placement:\n  affinity:\n    require: []\n",
+	 "placement.affinity.require",
+	 "job.yaml:6:5: unknown field \"require\" in placement.affinity; did "
+	 "you mean \"required\"?"},
+	{BASE "required: []\n", "required",
+	 "job.yaml:4:1: unknown field \"required\" in job; did you mean "
+	 "\"placement.affinity.required\"?"},
+	{BASE "placement:\n  affinity:\n    required: {key: zone}\n",
+	 "placement.affinity.required",
+	 "job.yaml:6:15: placement.affinity.required: must be a list of {key, "
+	 "operator, values} mappings; got a mapping"},
+	{BASE "placement:\n  affinity:\n    required:\n      - key: zone\n"
+	      "        operator: Is\n        values: [a]\n",
+	 "placement.affinity.required[0].operator",
+	 "job.yaml:8:19: placement.affinity.required[0].operator: must be In, "
+	 "NotIn, Exists or DoesNotExist; got \"Is\""},
+	{BASE "placement:\n  affinity:\n    required:\n      - key: zone\n"
+	      "        operator: In\n",
+	 "placement.affinity.required[0].values",
+	 "job.yaml:7:9: missing required field \"values\" in "
+	 "placement.affinity.required[0] (operator In compares the label "
+	 "with a list of values)"},
+	{BASE "placement:\n  affinity:\n    required:\n      - key: zone\n"
+	      "        operator: Exists\n        values: [a]\n",
+	 "placement.affinity.required[0].values",
+	 "job.yaml:9:17: placement.affinity.required[0].values: must be "
+	 "absent when operator is Exists (it looks at the label name only)"},
+	{BASE "placement:\n  affinity:\n    required:\n      - key: zone\n"
+	      "        operator: NotIn\n        values: []\n",
+	 "placement.affinity.required[0].values",
+	 "job.yaml:9:17: placement.affinity.required[0].values: must be a "
+	 "non-empty list of label values, e.g. [eastus-1, eastus-2]; got an "
+	 "empty list"},
+	{BASE "placement:\n  affinity:\n    required:\n      - operator: "
+	      "Exists\n",
+	 "placement.affinity.required[0].key",
+	 "job.yaml:7:9: missing required field \"key\" in "
+	 "placement.affinity.required[0]"},
+	{BASE "placement:\n  affinity:\n    required:\n      - key: \"a b\"\n"
+	      "        operator: Exists\n",
+	 "placement.affinity.required[0].key",
+	 "job.yaml:7:14: placement.affinity.required[0].key: \"a b\" is not a "
+	 "valid label name (letters, digits, '.', '_', '-' and '/', starting "
+	 "with a letter or digit, at most 253 characters)"},
+	{BASE "placement:\n  affinity:\n    required:\n      - key: zone\n"
+	      "        operator: Exists\n        weight: 5\n",
+	 "placement.affinity.required[0].weight",
+	 "job.yaml:9:9: unknown field \"weight\" in "
+	 "placement.affinity.required[0]"},
+	{BASE "placement:\n  affinity:\n    preferred:\n      - key: zone\n"
+	      "        operator: Exists\n",
+	 "placement.affinity.preferred[0].weight",
+	 "job.yaml:7:9: missing required field \"weight\" in "
+	 "placement.affinity.preferred[0]"},
+	{BASE "placement:\n  affinity:\n    preferred:\n      - key: zone\n"
+	      "        operator: Exists\n        weight: 101\n",
+	 "placement.affinity.preferred[0].weight",
+	 "job.yaml:9:17: placement.affinity.preferred[0].weight: *"},
+	{BASE "placement:\n  affinity:\n    preferred:\n      - key: zone\n"
+	      "        operator: Exists\n        wieght: 10\n",
+	 "placement.affinity.preferred[0].wieght",
+	 "job.yaml:9:9: unknown field \"wieght\" in "
+	 "placement.affinity.preferred[0]; did you mean \"weight\"?"},
+	/* resources.sharing. */
+	{BASE "resources:\n  gpus: 0.5\n  sharing: mig\n", "resources.sharing",
+	 "job.yaml:6:12: resources.sharing: must be time-slicing or mps; got "
+	 "\"mig\""},
+	{BASE "resources:\n  gpus: 1\n  sharing: mps\n", "resources.sharing",
+	 "job.yaml:6:12: resources.sharing: applies only to a fraction of a "
+	 "GPU (resources.gpus between 0 and 1, e.g. 0.5); resources.gpus is a "
+	 "whole number"},
+	{BASE "resources:\n  sharing: time-slicing\n", "resources.sharing",
+	 "job.yaml:5:12: resources.sharing: applies only to a fraction of a "
+	 "GPU (resources.gpus between 0 and 1, e.g. 0.5); resources.gpus is "
+	 "not set"},
+	{BASE "resources:\n  sharing: mps\n  gpus: mig:1g.10gb\n",
+	 "resources.sharing",
+	 "job.yaml:5:12: resources.sharing: applies only to a fraction of a "
+	 "GPU (resources.gpus between 0 and 1, e.g. 0.5); resources.gpus is "
+	 "a MIG profile"},
 	/* YAML itself. */
 	{"kind: Job\nname: x\nname: y\ncommand: [a]\n", "name",
 	 "job.yaml:3:1: duplicate key \"name\" in job (first at 2:1)"},
@@ -499,7 +583,13 @@ static const char FULL[] =
 	"    - key: spot\n"
 	"      operator: Equal\n"
 	"      effect: PreferNoSchedule\n"
-	"  spread: fault_domain\n";
+	"  spread: fault_domain\n"
+	"  affinity:\n"
+	"    required:\n"
+	"      - {key: zone, operator: In, values: [eastus-1, eastus-2]}\n"
+	"      - {key: retiring, operator: DoesNotExist}\n"
+	"    preferred:\n"
+	"      - {key: sku, operator: NotIn, values: [nc24], weight: 80}\n";
 
 static void test_full_spec(void **state)
 {
@@ -564,6 +654,38 @@ static void test_full_spec(void **state)
 	assert_string_equal(t->value, "");
 	assert_string_equal(t->effect, "PreferNoSchedule");
 	assert_int_equal(spec->placement.spread, KN_SPREAD_FAULT_DOMAIN);
+	assert_int_equal(spec->placement.n_required, 2);
+	assert_string_equal(spec->placement.required[0].key, "zone");
+	assert_int_equal(spec->placement.required[0].op, KN_AFFINITY_IN);
+	assert_int_equal(spec->placement.required[0].n_values, 2);
+	assert_string_equal(spec->placement.required[0].values[1],
+			    "eastus-2");
+	assert_int_equal(spec->placement.required[0].weight, 0);
+	assert_int_equal(spec->placement.required[1].op,
+			 KN_AFFINITY_DOES_NOT_EXIST);
+	assert_null(spec->placement.required[1].values);
+	assert_int_equal(spec->placement.n_preferred, 1);
+	assert_int_equal(spec->placement.preferred[0].op, KN_AFFINITY_NOT_IN);
+	assert_string_equal(spec->placement.preferred[0].values[0], "nc24");
+	assert_int_equal(spec->placement.preferred[0].weight, 80);
+	assert_int_equal(spec->resources.sharing, KN_SHARING_TIME_SLICING);
+	kn_job_spec_free(spec);
+}
+
+static void test_sharing(void **state)
+{
+	struct kn_job_spec *spec;
+
+	(void)state;
+	spec = parse_ok(BASE "resources: {gpus: 0.25, sharing: mps}\n");
+	assert_int_equal(spec->resources.sharing, KN_SHARING_MPS);
+	kn_job_spec_free(spec);
+	spec = parse_ok(BASE "resources: {sharing: time-slicing, gpus: 0.5}\n");
+	assert_int_equal(spec->resources.sharing, KN_SHARING_TIME_SLICING);
+	kn_job_spec_free(spec);
+	/* The default, and only a share says it. */
+	spec = parse_ok(BASE "resources: {gpus: 0.5}\n");
+	assert_int_equal(spec->resources.sharing, KN_SHARING_TIME_SLICING);
 	kn_job_spec_free(spec);
 }
 
@@ -670,7 +792,8 @@ static void test_to_json(void **state)
 		"\"DATA\":\"/data/set\",\"EMPTY\":\"\"},\"workdir\":\"/work\","
 		"\"resources\":{\"gpus\":2,\"gpu_milli\":2000,"
 		"\"gpu_model\":[\"H100\",\"A100\"],\"cpus\":0.5,"
-		"\"cpu_milli\":500,\"memory_bytes\":2147483648},"
+		"\"cpu_milli\":500,\"memory_bytes\":2147483648,"
+		"\"sharing\":null},"
 		"\"tasks\":4,\"retries\":3,\"backoff_ms\":30000,"
 		"\"backoff_max_ms\":3600000,\"priority\":1000,"
 		"\"preemptible\":true,\"timeout_ms\":9000000,"
@@ -685,7 +808,12 @@ static void test_to_json(void **state)
 		"\"effect\":null},"
 		"{\"key\":\"spot\",\"operator\":\"Equal\",\"value\":\"\","
 		"\"effect\":\"PreferNoSchedule\"}],"
-		"\"spread\":\"fault_domain\"}}");
+		"\"spread\":\"fault_domain\",\"affinity\":{\"required\":["
+		"{\"key\":\"zone\",\"operator\":\"In\","
+		"\"values\":[\"eastus-1\",\"eastus-2\"]},"
+		"{\"key\":\"retiring\",\"operator\":\"DoesNotExist\"}],"
+		"\"preferred\":[{\"key\":\"sku\",\"operator\":\"NotIn\","
+		"\"values\":[\"nc24\"],\"weight\":80}]}}}");
 	kn_job_spec_free(spec);
 
 	spec = parse_ok(BASE "resources: {gpus: 0.5}\ncheckpoint: {}\n");
@@ -694,13 +822,15 @@ static void test_to_json(void **state)
 		    "\"env\":{},\"workdir\":null,"
 		    "\"resources\":{\"gpus\":0.5,\"gpu_milli\":500,"
 		    "\"gpu_model\":[],\"cpus\":0,\"cpu_milli\":0,"
-		    "\"memory_bytes\":0},\"tasks\":1,\"retries\":0,"
+		    "\"memory_bytes\":0,\"sharing\":\"time-slicing\"},"
+		    "\"tasks\":1,\"retries\":0,"
 		    "\"backoff_ms\":10000,\"backoff_max_ms\":600000,"
 		    "\"priority\":0,\"preemptible\":false,\"timeout_ms\":0,"
 		    "\"checkpoint\":{\"every_ms\":600000,\"keep\":3,"
 		    "\"store\":null,\"grace_ms\":30000,\"signal\":\"SIGTERM\"},"
 		    "\"placement\":{\"selector\":{},\"tolerations\":[],"
-		    "\"spread\":null}}");
+		    "\"spread\":null,\"affinity\":{\"required\":[],"
+		    "\"preferred\":[]}}}");
 	kn_job_spec_free(spec);
 
 	spec = parse_ok(BASE "resources: {gpus: \"mig:3g.40gb\"}\n");
@@ -795,6 +925,7 @@ int main(void)
 		cmocka_unit_test(test_single_gpu_model_and_cpus),
 		cmocka_unit_test(test_json_input),
 		cmocka_unit_test(test_to_json),
+		cmocka_unit_test(test_sharing),
 		cmocka_unit_test(test_many_env_duplicate_last),
 		cmocka_unit_test(test_signals),
 		cmocka_unit_test(test_free_null),
