@@ -371,25 +371,34 @@ int kn_buf_printf(struct kn_buf *b, const char *fmt, ...)
 int kn_mkdir_p(const char *path, mode_t mode)
 {
 	char tmp[PATH_MAX];
-	char *p;
+	char *slash;
+	int rc;
 
+	/* The whole path first: usually only the last part is missing. */
+	if (mkdir(path, mode) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return -errno;
 	if (kn_strlcpy(tmp, path, sizeof(tmp)) >= sizeof(tmp))
 		return -ENAMETOOLONG;
-	for (p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
+	slash = strrchr(tmp, '/');
+	while (slash && slash > tmp && slash[1] == '\0') {
+		*slash = '\0';
+		slash = strrchr(tmp, '/');
 	}
-	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+	if (!slash || slash == tmp)
+		return -ENOENT;
+	*slash = '\0';
+	rc = kn_mkdir_p(tmp, mode);
+	if (rc < 0)
+		return rc;
+	if (mkdir(path, mode) < 0 && errno != EEXIST)
 		return -errno;
 	return 0;
 }
 
-int kn_write_file_atomic(const char *path, const void *data, size_t len,
-			 mode_t mode)
+static int write_file(const char *path, const void *data, size_t len,
+		      mode_t mode, bool durable)
 {
 	char tmp[PATH_MAX];
 	const char *p = data;
@@ -417,7 +426,7 @@ int kn_write_file_atomic(const char *path, const void *data, size_t len,
 		p += n;
 		len -= (size_t)n;
 	}
-	if (fsync(fd) < 0)
+	if (durable && fsync(fd) < 0)
 		rc = -errno;
 out:
 	close(fd);
@@ -426,6 +435,18 @@ out:
 	if (rc < 0)
 		unlink(tmp);
 	return rc;
+}
+
+int kn_write_file_atomic(const char *path, const void *data, size_t len,
+			 mode_t mode)
+{
+	return write_file(path, data, len, mode, true);
+}
+
+int kn_write_file_replace(const char *path, const void *data, size_t len,
+			  mode_t mode)
+{
+	return write_file(path, data, len, mode, false);
 }
 
 int kn_read_file(const char *path, size_t max, char **out, size_t *out_len)

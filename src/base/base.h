@@ -110,6 +110,13 @@ int kn_mkdir_p(const char *path, mode_t mode);
 int kn_write_file_atomic(const char *path, const void *data, size_t len,
 			 mode_t mode);
 /*
+ * The same without the fsync: for files that matter only while the
+ * machine is up (a process's pid, its launch parameters), where an fsync
+ * per task would cost more than it protects.
+ */
+int kn_write_file_replace(const char *path, const void *data, size_t len,
+			  mode_t mode);
+/*
  * Read a whole file of at most max bytes into a malloc'd NUL-terminated
  * buffer. -EFBIG when larger, -errno otherwise.
  */

@@ -82,7 +82,7 @@ static int local_start(const struct kn_task_launch *l,
 			(json_int_t)l->log_max_bytes, "log_keep", l->log_keep);
 	text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
-	rc = kn_write_file_atomic(launch_path, text, strlen(text), 0600);
+	rc = kn_write_file_replace(launch_path, text, strlen(text), 0600);
 	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s",
 			       launch_path, strerror(-rc));
@@ -141,7 +141,7 @@ static int local_stop(const char *task_dir, const struct kn_task_proc *proc,
 		char *path = kn_asprintf("%s/stop.json", task_dir);
 		char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}",
 					 signo, (long long)grace_ms);
-		int rc = kn_write_file_atomic(path, text, strlen(text), 0600);
+		int rc = kn_write_file_replace(path, text, strlen(text), 0600);
 		free(path);
 		free(text);
 		if (rc < 0)
@@ -265,7 +265,7 @@ int kn_shim_record_pid(const char *task_dir)
 		return -EIO;
 	path = kn_asprintf("%s/shim.pid", task_dir);
 	line = kn_asprintf("%d %lld\n", self.pid, (long long)self.start);
-	rc = kn_write_file_atomic(path, line, strlen(line), 0600);
+	rc = kn_write_file_replace(path, line, strlen(line), 0600);
 	free(path);
 	free(line);
 	return rc;

@@ -202,6 +202,8 @@ void events_free(struct kn_events *ev);
 /* sync.c */
 /* Restore the newest checkpoint (attempt 2 on), then jobs_launch_run. */
 void sync_restore_then_launch(struct server *s, struct run *r);
+/* Whether the run's checkpoints are synced (preemptible or checkpoint:). */
+bool sync_wanted(const struct run *r);
 /* Start watching the run's checkpoint directory. */
 void sync_run_started(struct server *s, struct run *r);
 void sync_run_gone(struct run *r);

@@ -503,9 +503,9 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	l.log_max_bytes = s->cfg.log_max_bytes;
 	l.log_keep = KN_LOG_KEEP;
 	rc = kn_mkdir_p(t->task_dir, 0700);
-	if (rc == 0)
+	if (rc == 0 && sync_wanted(r))
 		rc = kn_mkdir_p(r->checkpoint_dir, 0700);
-	if (rc == 0)
+	if (rc == 0 && sync_wanted(r))
 		rc = kn_mkdir_p(r->output_dir, 0700);
 	if (rc < 0)
 		kn_errorf(&err, KN_EIO, NULL, "cannot create %s: %s",

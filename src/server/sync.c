@@ -1,6 +1,9 @@
 /*
  * Checkpoint sync: the server side of the checkpoint contract.
  *
+ * Jobs that are preemptible or have a `checkpoint:` section are synced
+ * (for the others the directories are named but not made: two directory
+ * creations per task are a large part of a short job's cost on ext4).
  * Every attempt's tasks share one KILN_CHECKPOINT_DIR on local scratch. A
  * checkpoint is committed when its directory is renamed from NAME.tmp to
  * NAME (in a multi-task job, by rank 0 once every rank has written its
@@ -233,11 +236,18 @@ static void watch_ready(void *arg)
 	drain_watch(r->server, r);
 }
 
+bool sync_wanted(const struct run *r)
+{
+	return r->spec->preemptible || r->spec->checkpoint.set;
+}
+
 void sync_run_started(struct server *s, struct run *r)
 {
 	struct kn_error err;
 
 	r->server = s;
+	if (!sync_wanted(r))
+		return;
 	if (kn_mkdir_p(r->checkpoint_dir, 0700) < 0 ||
 	    kn_mkdir_p(r->output_dir, 0700) < 0 ||
 	    kn_ckpt_watch_new(r->checkpoint_dir, 0, &r->watch, &err) < 0) {

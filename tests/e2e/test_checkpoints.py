@@ -69,7 +69,8 @@ def test_corrupt_checkpoint_is_skipped_with_a_warning(server, tmp_path):
         f'  while [ ! -e {gate} ]; do sleep 0.05; done; exit 1; '
         'fi; echo "resumed with $(cat $KILN_RESUME_FROM/state)"')
     jid = server.submit(job_yaml("corrupt", ["/bin/sh", "-c", script],
-                                 retries=1, backoff="1s"))
+                                 retries=1, backoff="1s",
+                                 checkpoint={"keep": 3}))
     wait_for(lambda: manifest(server.home, jid, "step-000002"),
              what="step-000002 synced")
     # Flip one byte of the newest checkpoint in the store.
@@ -109,7 +110,8 @@ def test_kill9_during_upload_never_shows_half_a_checkpoint(server, tmp_path):
               '  head -c 50331648 /dev/urandom > "$d.tmp/part-$i"; done; '
               'mv "$d.tmp" "$d"; '
               f'while [ ! -e {gate} ]; do sleep 0.05; done')
-    jid = server.submit(job_yaml("big", ["/bin/sh", "-c", script]))
+    jid = server.submit(job_yaml("big", ["/bin/sh", "-c", script],
+                                 checkpoint={"keep": 3}))
     store = server.home / "blobs" / str(jid) / "checkpoints" / "step-000001"
 
     def mid_upload():
@@ -127,3 +129,14 @@ def test_kill9_during_upload_never_shows_half_a_checkpoint(server, tmp_path):
         assert (store / f["path"]).stat().st_size == f["size"] == 50331648
     gate.touch()
     server.wait_state(jid, "succeeded")
+
+
+def test_jobs_without_checkpoints_are_not_synced(server):
+    # Neither preemptible nor with a checkpoint section: the directories
+    # are named in the environment but not made, and nothing is uploaded.
+    script = ('echo "$KILN_CHECKPOINT_DIR $KILN_OUTPUT_DIR"; '
+              'test ! -e "$KILN_CHECKPOINT_DIR" && test ! -e "$KILN_OUTPUT_DIR"')
+    jid = server.submit(job_yaml("plain", ["/bin/sh", "-c", script]))
+    job = server.wait_state(jid, ("succeeded", "failed"))
+    assert job["state"] == "succeeded", server.logs(jid)
+    assert not (server.home / "blobs" / str(jid)).exists()

@@ -150,7 +150,8 @@ def test_bad_store_credentials_are_reported_without_the_secret(tmp_path, azurite
         from conftest import job_yaml
         script = ('d="$KILN_CHECKPOINT_DIR/step-1"; mkdir -p "$d.tmp"; '
                   'echo x > "$d.tmp/f"; mv "$d.tmp" "$d"')
-        jid = server.submit(job_yaml("badkey", ["/bin/sh", "-c", script]))
+        jid = server.submit(job_yaml("badkey", ["/bin/sh", "-c", script],
+                                     checkpoint={"keep": 2}))
         server.wait_state(jid, "succeeded")
         log = (home / "server.log").read_text()
         wait_for(lambda: "checkpoint sync failed" in
