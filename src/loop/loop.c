@@ -16,8 +16,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -401,6 +403,16 @@ static void http_dispatch(struct evhttp_request *ev, void *arg)
 	size_t len = evbuffer_get_length(in);
 
 	req->ev = ev;
+	{
+		/* Answers go out whole: with Nagle on, a kept-alive client's
+		 * delayed ACK holds the tail of each answer for ~40 ms. */
+		struct bufferevent *bev = evhttp_connection_get_bufferevent(
+			evhttp_request_get_connection(ev));
+		int one = 1;
+		if (bev)
+			setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY,
+				   &one, sizeof(one));
+	}
 	req->query.tqh_first = NULL;
 	req->query.tqh_last = &req->query.tqh_first;
 	req->path = evhttp_uridecode(raw_path && *raw_path ? raw_path : "/", 0,
