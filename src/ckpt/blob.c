@@ -238,6 +238,7 @@ int kn_blob_store_open(const struct kn_blob_store_config *cfg,
 		free(s);
 		return rc;
 	}
+	s->files_in_flight = cfg->files_in_flight > 0 ? cfg->files_in_flight : 0;
 	*out = s;
 	return 0;
 }

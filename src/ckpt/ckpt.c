@@ -150,6 +150,8 @@ static int for_each_file(struct kn_blob_store *s, size_t n,
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int workers = s->ops->concurrency, started = 0;
 
+	if (s->files_in_flight > 0 && workers > s->files_in_flight)
+		workers = s->files_in_flight;
 	if (cpus > 0 && workers > cpus)
 		workers = (int)cpus;
 	if ((size_t)workers > n)

@@ -53,6 +53,8 @@ struct kn_blob_store_config {
 	size_t block_size;   /* Put Block size; 0 = 8 MiB */
 	int parallel;        /* blocks in flight; 0 = 6 */
 	int max_retries;     /* transient failures retried; 0 = 5, <0 = none */
+	int files_in_flight; /* files copied at once by checkpoint calls;
+				0 = the backend's default (file: up to 4) */
 	int64_t retry_base_ms; /* first backoff, doubled each time; 0 = 200 */
 };
 

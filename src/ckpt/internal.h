@@ -35,6 +35,7 @@ struct kn_blob_store {
 	const struct kn_blob_store_ops *ops;
 	char *url;  /* without credentials */
 	void *impl; /* the backend's */
+	int files_in_flight; /* 0 = ops->concurrency */
 	struct kn_bufpool pool;
 };
 

@@ -18,7 +18,7 @@
 struct args {
 	const char *pos[MAX_POS];
 	int n;
-	const char *parallel, *block_size, *offset, *length, *keep;
+	const char *parallel, *block_size, *offset, *length, *keep, *files;
 	bool create_only;
 };
 
@@ -32,6 +32,7 @@ static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
 		{"offset", 0, CLI_FLAG_STRING, &a->offset},
 		{"length", 0, CLI_FLAG_STRING, &a->length},
 		{"keep", 0, CLI_FLAG_STRING, &a->keep},
+		{"files", 0, CLI_FLAG_STRING, &a->files},
 		{"create-only", 0, CLI_FLAG_BOOL, &a->create_only},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
@@ -66,6 +67,11 @@ static int open_store(struct cli_ctx *ctx, const struct args *a,
 		if (kn_parse_size(a->parallel, &v) < 0 || v < 1 || v > 16)
 			return cli_usage_error(ctx, "--parallel: want 1..16");
 		cfg.parallel = (int)v;
+	}
+	if (a->files) {
+		if (kn_parse_size(a->files, &v) < 0 || v < 1 || v > 16)
+			return cli_usage_error(ctx, "--files: want 1..16");
+		cfg.files_in_flight = (int)v;
 	}
 	if (a->block_size) {
 		if (kn_parse_size(a->block_size, &v) < 0 || v <= 0)

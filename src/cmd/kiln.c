@@ -357,7 +357,10 @@ static const struct cli_command commands[] = {
 	 "JOB/checkpoints/NAME/ (NAME is DIR's last part) with MANIFEST.json\n"
 	 "last; restore puts the newest checkpoint that verifies into\n"
 	 "DEST/NAME, prints NAME, and warns on stderr of each one skipped.\n"
-	 "URL and credentials as for `kiln blob`.\n",
+	 "URL and credentials as for `kiln blob`.\n"
+	 "\n"
+	 "  --files N         files copied at once (default: the store's, up to\n"
+	 "                    4 for file://; the server's sync uses 1)\n",
 	 false},
 	{"version", cmd_version, NULL, "print kiln's version",
 	 "usage: kiln version\n"

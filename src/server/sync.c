@@ -85,6 +85,8 @@ static void do_work(void *arg)
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.url = w->store_url;
 	cfg.use_env = true;
+	/* One file at a time: a background copy, not a race with the tasks. */
+	cfg.files_in_flight = 1;
 	w->rc = kn_blob_store_open(&cfg, &store, &w->err);
 	if (w->rc < 0)
 		goto out;
