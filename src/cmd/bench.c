@@ -358,7 +358,7 @@ static int describe_ranks(struct rank_state *s, char *all)
 	kn_coll_describe(s->comm, what, sizeof(what));
 	memset(mine, 0, sizeof(mine));
 	snprintf(mine, sizeof(mine),
-		 "#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s]",
+		 "#  Rank %2d Group  0 Pid %6d on %10.24s device %2d [%.32s]",
 		 s->rank, (int)getpid(), host, s->rank, what);
 	rc = kn_coll_mem_write(s->comm, s->small, mine, sizeof(mine), &err);
 	if (rc == 0)
