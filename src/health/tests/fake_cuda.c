@@ -36,6 +36,13 @@ static json_t *answers;
 static int current;
 static double clock_ms;
 
+/* CUDA has no shutdown call: the answers go when the library unloads. */
+__attribute__((destructor)) static void release_answers(void)
+{
+	json_decref(answers);
+	answers = NULL;
+}
+
 static json_t *devices(void)
 {
 	return json_object_get(answers, "devices");
