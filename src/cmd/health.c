@@ -9,6 +9,9 @@
  * /v1/nodes/{name}/health, healthy or not, so a recovered node comes
  * back) and, where Slurm's scontrol is on PATH, drains the node in Slurm
  * with the first failure as the reason, as NHC does.
+ *
+ * --perf adds the GPU memory-bandwidth and GEMM checks, which occupy every
+ * GPU for seconds; they run only when asked for.
  */
 #include <errno.h>
 #include <spawn.h>
@@ -98,8 +101,9 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *root = "/", *sku_name = getenv("KILN_SKU"),
 		   *sku_file = KN_SKU_FILE, *dir_arg = NULL, *min_free = "10Gi",
-		   *kernel_log = NULL, *node = NULL;
-	bool json = false, drain = false;
+		   *kernel_log = NULL, *node = NULL,
+		   *perf_file = KN_GPU_PERF_FILE, *perf_fraction = NULL;
+	bool json = false, drain = false, perf = false;
 	struct cli_flag flags[] = {
 		{"json", 0, CLI_FLAG_BOOL, &json},
 		{"drain", 0, CLI_FLAG_BOOL, &drain},
@@ -110,9 +114,14 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 		{"min-free", 0, CLI_FLAG_STRING, &min_free},
 		{"kernel-log", 0, CLI_FLAG_STRING, &kernel_log},
 		{"node-name", 0, CLI_FLAG_STRING, &node},
+		{"perf", 0, CLI_FLAG_BOOL, &perf},
+		{"perf-file", 0, CLI_FLAG_STRING, &perf_file},
+		{"perf-fraction", 0, CLI_FLAG_STRING, &perf_fraction},
 		{NULL, 0, 0, NULL},
 	};
-	struct kn_check_result r[KN_HEALTH_CHECKS];
+	struct kn_check_result r[KN_HEALTH_CHECKS + KN_GPU_PERF_CHECKS];
+	struct kn_gpu_perf_config perf_cfg = {0};
+	int nchecks = KN_HEALTH_CHECKS;
 	struct kn_health_config cfg = {0};
 	struct kn_sku sku;
 	struct kn_error err;
@@ -128,6 +137,17 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 	if (kn_parse_size(min_free, &cfg.min_free_bytes) < 0)
 		return cli_usage_error(ctx, "--min-free: \"%s\" is not a size "
 					    "(e.g. 50Gi)", min_free);
+	perf_cfg.table_path = perf_file;
+	perf_cfg.fraction = KN_GPU_PERF_FRACTION;
+	if (perf_fraction) {
+		char *end;
+		perf_cfg.fraction = strtod(perf_fraction, &end);
+		if (*end || end == perf_fraction || !(perf_cfg.fraction > 0) ||
+		    perf_cfg.fraction > 1)
+			return cli_usage_error(ctx, "--perf-fraction: \"%s\" is "
+						    "not a number in (0, 1]",
+					       perf_fraction);
+	}
 	if (dir_arg && (rc = split_dirs(ctx, dir_arg, &dir_buf, dirs)) != CLI_GO)
 		goto out;
 	cfg.dirs = dir_arg ? dirs : NULL;
@@ -145,14 +165,23 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	failed = kn_health_run(&cfg, r);
 	kn_nvml_close(cfg.nvml);
+	if (perf) {
+		int pf = kn_gpu_perf_run(&perf_cfg, r + KN_HEALTH_CHECKS, &err);
+		if (pf < 0) {
+			rc = cli_usage_error(ctx, "--perf-file: %s", err.message);
+			goto out;
+		}
+		failed += pf;
+		nchecks += KN_GPU_PERF_CHECKS;
+	}
 
-	for (int i = 0; i < KN_HEALTH_CHECKS; i++)
+	for (int i = 0; i < nchecks; i++)
 		if (r[i].status == KN_CHECK_FAIL && !first[0])
 			snprintf(first, sizeof(first), "%s: %s", r[i].name,
 				 r[i].message);
 	if (json) {
 		json_t *checks = json_array();
-		for (int i = 0; i < KN_HEALTH_CHECKS; i++)
+		for (int i = 0; i < nchecks; i++)
 			json_array_append_new(
 				checks, json_pack("{s:s,s:s,s:s}", "name",
 						  r[i].name, "status",
@@ -163,7 +192,7 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 		cli_print_json(doc);
 		json_decref(doc);
 	} else {
-		for (int i = 0; i < KN_HEALTH_CHECKS; i++)
+		for (int i = 0; i < nchecks; i++)
 			if (r[i].status == KN_CHECK_FAIL)
 				printf("ERROR:  kiln:  Health check failed:  "
 				       "%s: %s\n", r[i].name, r[i].message);

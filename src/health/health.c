@@ -12,6 +12,7 @@
  * GPU drops to Gen1 to save power, which NVML reports as the idle reason.
  */
 #include "health.h"
+#include "internal.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -41,7 +42,7 @@ const char *kn_check_status_name(enum kn_check_status s)
  * Split one CSV record at *p (RFC 4180 quoting) into fields, in place.
  * Returns the field count; *p moves past the record.
  */
-static int csv_record(char **p, char **fields, int max)
+int kn_csv_record(char **p, char **fields, int max)
 {
 	char *r = *p, *w = *p;
 	int n = 0;
@@ -72,8 +73,10 @@ static int csv_record(char **p, char **fields, int max)
 			*w++ = *r++;
 		}
 	}
-	*w = '\0';
+	/* w may sit on the '\n' (nothing was unquoted): step past it before
+	   the terminator overwrites it. */
 	*p = *r ? r + 1 : r;
+	*w = '\0';
 	return n;
 }
 
@@ -90,7 +93,7 @@ int kn_sku_load(const char *path, const char *size, struct kn_sku *out,
 		return kn_errorf(err, KN_EIO, "sku", "%s: %s", path,
 				 strerror(-rc));
 	p = text;
-	n = csv_record(&p, fields, SKU_FIELDS_MAX);
+	n = kn_csv_record(&p, fields, SKU_FIELDS_MAX);
 	for (int w = 0; w < 5; w++) {
 		col[w] = -1;
 		for (int i = 0; i < n; i++)
@@ -102,7 +105,7 @@ int kn_sku_load(const char *path, const char *size, struct kn_sku *out,
 			goto out;
 		}
 	}
-	while ((n = csv_record(&p, fields, SKU_FIELDS_MAX)) > 0) {
+	while ((n = kn_csv_record(&p, fields, SKU_FIELDS_MAX)) > 0) {
 		struct kn_sku s;
 		const char *ib;
 		int d;

@@ -68,4 +68,91 @@ int kn_health_run(const struct kn_health_config *cfg,
 
 const char *kn_check_status_name(enum kn_check_status s);
 
+/* ---- GPU performance: memory bandwidth and GEMM throughput (--perf) ---- */
+
+/*
+ * One row of data/gpu-perf.csv: a GPU model as kiln names it
+ * ("H100-80GB") with its vendor figures. 0 means no figure (the CSV cell
+ * is blank): that GPU's measurement is reported but compared with nothing.
+ */
+struct kn_gpu_perf_row {
+	char model[64];
+	double mem_bandwidth_gbs; /* peak memory bandwidth, GB/s (1e9 B/s) */
+	double tensor_tflops;     /* dense bf16 (fp16 before Ampere) TFLOP/s */
+};
+
+struct kn_gpu_perf_table {
+	struct kn_gpu_perf_row *rows;
+	size_t n;
+};
+
+/* Read the table at path; errors name the file and line. */
+int kn_gpu_perf_load(const char *path, struct kn_gpu_perf_table *out,
+		     struct kn_error *err);
+void kn_gpu_perf_table_release(struct kn_gpu_perf_table *t);
+
+/*
+ * The row for a device as CUDA names it ("NVIDIA H100 80GB HBM3") with
+ * mem_gib of memory: the rows of its family ("H100") whose <N>GB is
+ * within 15% of mem_gib (boards report less than their nominal size),
+ * the closest one. NULL when there is none.
+ */
+const struct kn_gpu_perf_row *kn_gpu_perf_lookup(const struct kn_gpu_perf_table *t,
+						 const char *device_name,
+						 double mem_gib);
+
+/* Copy bandwidth as bandwidthTest counts it: each copy reads and writes
+   bytes, so 2 * bytes * copies / seconds, in GB/s (1e9). */
+double kn_copy_gbs(int64_t bytes, int copies, double elapsed_ms);
+/* 2 * m * n * k * reps / seconds, in TFLOP/s (1e12). */
+double kn_gemm_tflops(int64_t m, int64_t n, int64_t k, int reps,
+		      double elapsed_ms);
+/*
+ * measured against fraction * expected: SKIP when expected is 0 (no
+ * figure), FAIL below, PASS at or above.
+ */
+enum kn_check_status kn_gpu_perf_judge(double measured, double expected,
+				       double fraction);
+
+/* What one GPU measured. */
+struct kn_gpu_perf_sample {
+	char name[96];          /* as CUDA names it */
+	double mem_gib;
+	int cc_major;           /* compute capability */
+	int64_t copy_bytes;     /* buffer size of each copy */
+	double copy_gbs;        /* 0 when not measured */
+	int gemm_n;             /* M = N = K */
+	const char *gemm_type;  /* "bf16" or "fp16" */
+	double gemm_tflops;     /* 0 when not measured */
+	char error[256];        /* a CUDA or cuBLAS failure, else "" */
+};
+
+#define KN_GPU_PERF_CHECKS 2
+#define KN_GPU_PERF_FRACTION 0.7
+
+struct kn_gpu_perf_config {
+	const char *table_path;  /* data/gpu-perf.csv */
+	double fraction;         /* of the expected figure, (0, 1] */
+};
+
+/*
+ * Measure every GPU CUDA sees and fill results[KN_GPU_PERF_CHECKS]
+ * ("gpu_mem_bandwidth", "gpu_gemm"). Without the CUDA runtime or a GPU
+ * both skip; without cuBLAS the GEMM check skips. Occupies each GPU for
+ * a few seconds. Returns the number of failed checks, or a negative
+ * errno with err filled when the table cannot be read.
+ */
+int kn_gpu_perf_run(const struct kn_gpu_perf_config *cfg,
+		    struct kn_check_result *results, struct kn_error *err);
+
+/*
+ * The judging half of kn_gpu_perf_run, on samples already taken (n may be
+ * 0, with skip_reason saying why there is nothing; cublas_missing names a
+ * reason the GEMM was not run, or NULL).
+ */
+int kn_gpu_perf_report(const struct kn_gpu_perf_table *table, double fraction,
+		       const struct kn_gpu_perf_sample *s, size_t n,
+		       const char *skip_reason, const char *cublas_missing,
+		       struct kn_check_result *results);
+
 #endif

@@ -14,6 +14,7 @@ from conftest import KILN
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 FAKE_NVML = Path(KILN).resolve().parents[2] / "src" / "telemetry" / "libfake-nvml.so"
+FAKE_CUDA = Path(KILN).resolve().parents[2] / "src" / "health" / "libfake-cuda.so"
 
 
 def kiln(*args, nvml=None, env_extra=None):
@@ -64,6 +65,71 @@ def test_json_lists_every_check():
     assert r.returncode == 1
     doc = json.loads(r.stdout)
     assert doc["healthy"] is False and doc["failed"] == 9
+
+
+def cuda_env(copy_ms, gemm_ms, cudart=None):
+    """The stand-in CUDA runtime and cuBLAS with one H100 whose copies of
+    1 GiB take copy_ms and whose 8192^3 GEMMs take gemm_ms."""
+    dev = {"name": "NVIDIA H100 80GB HBM3", "memory": 80 << 30, "cc": 9,
+           "copy_ms": copy_ms, "gemm_ms": gemm_ms}
+    return {"KILN_CUDART_LIBRARY": cudart or str(FAKE_CUDA),
+            "KILN_CUBLAS_LIBRARY": str(FAKE_CUDA),
+            "KILN_FAKE_CUDA": json.dumps({"devices": [dev]})}
+
+
+def test_perf_passes_at_the_expected_figures():
+    # 2 * 1 GiB per 0.7 ms: 3068 GB/s of 3350; 2 * 8192^3 per 1.25 ms:
+    # 879.6 TFLOP/s of 989.
+    r = health("node-basic", "--perf", nvml="h100x2.json",
+               env_extra=cuda_env(0.7, 1.25))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == ""
+    r = health("node-basic", "--perf", "--json", nvml="h100x2.json",
+               env_extra=cuda_env(0.7, 1.25))
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    assert len(checks) == 13
+    assert checks["gpu_mem_bandwidth"]["status"] == "pass"
+    assert "3068 GB/s copying 1024 MiB, 92% of H100-80GB's 3350" in \
+        checks["gpu_mem_bandwidth"]["message"]
+    assert checks["gpu_gemm"]["status"] == "pass"
+    assert "879.6 TFLOP/s on 8192^3 bf16 GEMM" in checks["gpu_gemm"]["message"]
+
+
+def test_perf_fails_below_the_fraction():
+    # 1432 GB/s is 43% of 3350 and 366.5 TFLOP/s 37% of 989.
+    r = health("node-basic", "--perf", nvml="h100x2.json",
+               env_extra=cuda_env(1.5, 3.0))
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert [line.split("  ")[3].split(":")[0] for line in lines] == \
+        ["gpu_mem_bandwidth", "gpu_gemm"]
+    assert "1432 GB/s copying 1024 MiB, below 70% of H100-80GB's 3350 GB/s" in lines[0]
+    # At 0.4 the bandwidth passes and the GEMM still fails.
+    r = health("node-basic", "--perf", "--perf-fraction", "0.4",
+               nvml="h100x2.json", env_extra=cuda_env(1.5, 3.0))
+    assert r.returncode == 1
+    assert r.stdout.startswith("ERROR:  kiln:  Health check failed:  gpu_gemm: ")
+    assert len(r.stdout.splitlines()) == 1
+    r = health("node-basic", "--perf", "--perf-fraction", "1.5")
+    assert r.returncode == 2 and "--perf-fraction" in r.stderr
+
+
+def test_perf_skips_without_cuda_or_gpu():
+    r = health("node-basic", "--perf", "--json", nvml="h100x2.json",
+               env_extra=cuda_env(1, 1, cudart="/nonexistent/libcudart.so.12"))
+    assert r.returncode == 0, r.stderr
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    for name in ("gpu_mem_bandwidth", "gpu_gemm"):
+        assert checks[name]["status"] == "skip"
+        assert checks[name]["message"].startswith("no CUDA runtime: cannot load")
+    env = cuda_env(1, 1)
+    env["KILN_FAKE_CUDA"] = '{"devices": []}'
+    r = health("node-basic", "--perf", "--json", nvml="h100x2.json",
+               env_extra=env)
+    assert r.returncode == 0, r.stderr
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    assert checks["gpu_gemm"]["status"] == "skip"
+    assert checks["gpu_gemm"]["message"].startswith("no GPU")
 
 
 def test_unknown_sku_is_a_usage_error():

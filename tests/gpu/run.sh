@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # For a machine with an NVIDIA GPU and driver: NVML inventory, one exporter
-# scrape checked by promtool, health, and tune in dry-run. Prints what it
+# scrape checked by promtool, health, health --perf (memory bandwidth and
+# GEMM through CUDA and cuBLAS, which must be installed), and tune in
+# dry-run. Prints what it
 # sees; record the output in docs/telemetry.md. UNTESTED: no GPU machine
 # was available when this was written.
 #
@@ -32,6 +34,12 @@ fi
 echo "== kiln health --json"
 "$KILN" health --json --dir /tmp ${KILN_SKU:+--sku "$KILN_SKU"}
 echo "exit $?"
+
+echo "== kiln health --perf --json (GPU memory bandwidth and GEMM; UNTESTED)"
+nvidia-smi --query-gpu=index,name,clocks.sm,clocks.mem,power.draw --format=csv || true
+"$KILN" health --perf --json ${KILN_SKU:+--sku "$KILN_SKU"} |
+  python3 -c 'import json,sys; [print(c["name"], c["status"], c["message"], sep="\t") for c in json.load(sys.stdin)["checks"] if c["name"] in ("gpu_mem_bandwidth", "gpu_gemm")]'
+echo "exit ${PIPESTATUS[0]}"
 
 echo "== kiln tune gpu --dry-run"
 "$KILN" tune gpu --dry-run
