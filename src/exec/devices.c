@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void kn_device_set_release(struct kn_device_set *set)
 {
@@ -107,35 +108,63 @@ out:
 }
 
 /*
- * "NVIDIA H100 80GB HBM3" -> "H100-80GB"; without a <N>GB word the size
- * comes from the memory NVML reports.
+ * Memory sizes the GPU families are sold with, in GB as marketed. NVML
+ * reports what the driver can use (an H200 "141GB" shows about 140.4
+ * GiB), so a name without its size gets the nearest of these.
  */
-static void normalize_model(const char *name, int64_t memory_bytes,
-			    char *out, size_t len)
+static const struct {
+	const char *family;
+	int gb[3];
+} known_sizes[] = {
+	{"H200", {141}},    {"H100", {80, 94}}, {"A100", {40, 80}},
+	{"V100", {16, 32}}, {"T4", {16}},       {"A10", {24}},
+	{"L4", {24}},       {"L40S", {48}},     {"L40", {48}},
+};
+
+void kn_device_model_name(const char *name, int64_t memory_bytes, char *out,
+			  size_t len)
 {
-	char copy[128], *save = NULL, *word, family[64] = "", gb[16] = "";
+	char copy[128], *save = NULL, *word, family[64] = "";
+	long gb = 0;
 
 	kn_strlcpy(copy, name, sizeof(copy));
 	for (word = strtok_r(copy, " ", &save); word;
 	     word = strtok_r(NULL, " ", &save)) {
-		size_t wl = strlen(word);
+		char *part, *psave = NULL;
 		if (!strcmp(word, "NVIDIA") || !strcmp(word, "Tesla"))
 			continue;
-		if (!family[0]) {
-			kn_strlcpy(family, word, sizeof(family));
-			continue;
+		/* "A100-SXM4-80GB": family first, a size in any part. */
+		for (part = strtok_r(word, "-", &psave); part;
+		     part = strtok_r(NULL, "-", &psave)) {
+			size_t pl = strlen(part);
+			if (!family[0]) {
+				kn_strlcpy(family, part, sizeof(family));
+				continue;
+			}
+			if (!gb && pl > 2 && !strcmp(part + pl - 2, "GB") &&
+			    isdigit((unsigned char)part[0]))
+				gb = strtol(part, NULL, 10);
 		}
-		if (wl > 2 && !strcmp(word + wl - 2, "GB") &&
-		    isdigit((unsigned char)word[0]))
-			kn_strlcpy(gb, word, sizeof(gb));
 	}
 	if (!family[0])
 		kn_strlcpy(family, "GPU", sizeof(family));
-	if (gb[0])
-		snprintf(out, len, "%s-%s", family, gb);
-	else
-		snprintf(out, len, "%s-%lldGB", family,
-			 (long long)((memory_bytes + (1LL << 29)) >> 30));
+	if (!gb) {
+		/* Nearest marketed size within 8 %, else the GiB rounded. */
+		double have = (double)memory_bytes / 1e9;
+		for (size_t i = 0; i < sizeof(known_sizes) / sizeof(known_sizes[0]);
+		     i++) {
+			if (strcasecmp(family, known_sizes[i].family) != 0)
+				continue;
+			for (int k = 0; k < 3 && known_sizes[i].gb[k]; k++) {
+				double want = known_sizes[i].gb[k];
+				if (have > want * 0.92 && have < want * 1.08)
+					gb = known_sizes[i].gb[k];
+			}
+		}
+		if (!gb)
+			gb = (long)((memory_bytes + (1LL << 29)) >> 30);
+	}
+	snprintf(out, len, "%s-%ldGB", family, gb);
 }
 
 /* The NVML entry points used, with their C signatures from nvml.h. */
@@ -204,8 +233,8 @@ int kn_devices_discover(struct kn_device_set *out, struct kn_error *err)
 		}
 		devs[i].index = (int)i;
 		devs[i].memory_bytes = (int64_t)mem.total;
-		normalize_model(name, devs[i].memory_bytes, devs[i].model,
-				sizeof(devs[i].model));
+		kn_device_model_name(name, devs[i].memory_bytes,
+				     devs[i].model, sizeof(devs[i].model));
 	}
 	out->devices = devs;
 	out->n = n;

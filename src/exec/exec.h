@@ -55,6 +55,13 @@ int kn_devices_simulated(const char *spec, struct kn_device_set *out,
  */
 int kn_devices_discover(struct kn_device_set *out, struct kn_error *err);
 void kn_device_set_release(struct kn_device_set *set);
+/*
+ * kiln's model name for an NVML device name and its memory:
+ * "NVIDIA H100 80GB HBM3" -> "H100-80GB", "NVIDIA A100-SXM4-80GB" ->
+ * "A100-80GB", "NVIDIA H200" with 140.4 GiB -> "H200-141GB".
+ */
+void kn_device_model_name(const char *name, int64_t memory_bytes, char *out,
+			  size_t len);
 
 /* ---- tasks ---- */
 

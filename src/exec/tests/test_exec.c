@@ -69,6 +69,34 @@ static void test_simulated_devices_bad(void **state)
 	}
 }
 
+static void test_model_names(void **state)
+{
+	static const struct {
+		const char *nvml;
+		double gib;
+		const char *want;
+	} cases[] = {
+		{"NVIDIA H100 80GB HBM3", 79.6, "H100-80GB"},
+		{"NVIDIA A100-SXM4-80GB", 79.2, "A100-80GB"},
+		{"NVIDIA A100-SXM4-40GB", 39.4, "A100-40GB"},
+		{"NVIDIA H200", 140.4, "H200-141GB"},
+		{"Tesla T4", 14.7, "T4-16GB"},
+		{"Tesla V100-PCIE-16GB", 15.8, "V100-16GB"},
+		{"NVIDIA H100 NVL", 93.6, "H100-94GB"},
+		{"NVIDIA A10", 22.0, "A10-24GB"},
+		{"NVIDIA B200", 179.0, "B200-179GB"},
+		{"", 8.0, "GPU-8GB"},
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char out[64];
+		kn_device_model_name(cases[i].nvml,
+				     (int64_t)(cases[i].gib * (1 << 30)), out,
+				     sizeof(out));
+		assert_string_equal(out, cases[i].want);
+	}
+}
+
 static void test_discover_without_nvml(void **state)
 {
 	struct kn_device_set set;
@@ -224,6 +252,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_simulated_devices),
 		cmocka_unit_test(test_simulated_devices_bad),
+		cmocka_unit_test(test_model_names),
 		cmocka_unit_test(test_discover_without_nvml),
 		cmocka_unit_test(test_shim_exit_code_and_output),
 		cmocka_unit_test(test_shim_timeout_kills_group),
