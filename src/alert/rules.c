@@ -42,21 +42,6 @@ struct walk {
 	char path[128];
 };
 
-static bool report_position(struct walk *w, struct fy_node *node, int *line,
-			    int *col)
-{
-	struct fy_diag_error *e, *last = NULL;
-	void *iter = NULL;
-
-	fy_diag_node_report(w->diag, node, FYET_ERROR, "position");
-	while ((e = fy_diag_errors_iterate(w->diag, &iter)))
-		last = e;
-	if (!last || last->line <= 0 || last->column <= 0)
-		return false;
-	*line = last->line;
-	*col = last->column;
-	return true;
-}
 
 /* Where the scalar's text starts (after an opening quote). */
 static bool scalar_start(struct fy_node *node, int *line, int *col)
@@ -85,7 +70,7 @@ static void node_position(struct walk *w, struct fy_node *node, int *line,
 			(*col)--; /* point at the quote */
 		return;
 	}
-	if (node && report_position(w, node, line, col))
+	if (node && kn_yaml_node_position(w->diag, node, line, col))
 		return;
 	*line = 1;
 	*col = 1;

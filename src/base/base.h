@@ -131,6 +131,17 @@ int kn_rm_rf(const char *path);
  */
 int kn_thread_background(void);
 
+/* YAML (libfyaml), for parsers that report file:line:column. */
+struct fy_diag;
+struct fy_node;
+/*
+ * The 1-based position of any node (mappings and sequences too), through
+ * a report into diag, which must collect errors (fy_diag_cfg with
+ * collect_errors set). false when libfyaml gives none.
+ */
+bool kn_yaml_node_position(struct fy_diag *diag, struct fy_node *node,
+			   int *line, int *col);
+
 /* Fill buf with n cryptographically random bytes (getrandom). */
 int kn_random_bytes(void *buf, size_t n);
 

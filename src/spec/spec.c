@@ -211,27 +211,6 @@ static void quote_into(char *buf, size_t size, const char *s, size_t len,
 
 /* --- positions and errors ---------------------------------------------- */
 
-/*
- * Position of a collection node. libfyaml 0.7 has no public start mark for
- * mappings and sequences, but a node report carries the node's position:
- * collect one and read it back. Only used on the way to an error.
- */
-static bool report_position(struct walk *w, struct fy_node *node, int *line,
-			    int *col)
-{
-	struct fy_diag_error *e, *last = NULL;
-	void *iter = NULL;
-
-	fy_diag_node_report(w->diag, node, FYET_ERROR, "position");
-	while ((e = fy_diag_errors_iterate(w->diag, &iter)))
-		last = e;
-	if (!last || last->line <= 0 || last->column <= 0)
-		return false;
-	*line = last->line;
-	*col = last->column;
-	return true;
-}
-
 static bool scalar_position(struct fy_node *node, int *line, int *col)
 {
 	struct fy_token *tok;
@@ -265,7 +244,7 @@ static void node_position(struct walk *w, struct fy_node *node, int *line,
 	if (scalar_position(node, line, col))
 		return;
 	if (node && !fy_node_is_scalar(node) &&
-	    report_position(w, node, line, col))
+	    kn_yaml_node_position(w->diag, node, line, col))
 		return;
 	if (scalar_position(w->key, line, col))
 		return;
