@@ -211,18 +211,9 @@ int kn_gpu_perf_load(const char *path, struct kn_gpu_perf_table *out,
 		return kn_errorf(err, KN_EIO, "perf", "%s: %s", path,
 				 strerror(-rc));
 	p = text;
-	n = kn_csv_record(&p, fields, PERF_FIELDS_MAX);
-	for (int w = 0; w < 3; w++) {
-		col[w] = -1;
-		for (int i = 0; i < n; i++)
-			if (!strcmp(fields[i], wanted[w]))
-				col[w] = i;
-		if (col[w] < 0) {
-			rc = kn_errorf(err, KN_EINVAL, "perf",
-				       "%s:1: no column \"%s\"", path, wanted[w]);
-			goto out;
-		}
-	}
+	rc = kn_csv_columns(&p, path, "perf", wanted, 3, col, err);
+	if (rc < 0)
+		goto out;
 	while ((n = kn_csv_record(&p, fields, PERF_FIELDS_MAX)) > 0) {
 		struct kn_gpu_perf_row *r;
 

@@ -80,6 +80,26 @@ int kn_csv_record(char **p, char **fields, int max)
 	return n;
 }
 
+int kn_csv_columns(char **p, const char *path, const char *field,
+		   const char *const *wanted, int n, int *col,
+		   struct kn_error *err)
+{
+	char *fields[64];
+	int nf = kn_csv_record(p, fields, 64);
+
+	for (int w = 0; w < n; w++) {
+		col[w] = -1;
+		for (int i = 0; i < nf; i++)
+			if (!strcmp(fields[i], wanted[w]))
+				col[w] = i;
+		if (col[w] < 0)
+			return kn_errorf(err, KN_EINVAL, field,
+					 "%s:1: no column \"%s\"", path,
+					 wanted[w]);
+	}
+	return 0;
+}
+
 int kn_sku_load(const char *path, const char *size, struct kn_sku *out,
 		struct kn_error *err)
 {
@@ -93,18 +113,9 @@ int kn_sku_load(const char *path, const char *size, struct kn_sku *out,
 		return kn_errorf(err, KN_EIO, "sku", "%s: %s", path,
 				 strerror(-rc));
 	p = text;
-	n = kn_csv_record(&p, fields, SKU_FIELDS_MAX);
-	for (int w = 0; w < 5; w++) {
-		col[w] = -1;
-		for (int i = 0; i < n; i++)
-			if (!strcmp(fields[i], wanted[w]))
-				col[w] = i;
-		if (col[w] < 0) {
-			rc = kn_errorf(err, KN_EINVAL, "sku",
-				       "%s:1: no column \"%s\"", path, wanted[w]);
-			goto out;
-		}
-	}
+	rc = kn_csv_columns(&p, path, "sku", wanted, 5, col, err);
+	if (rc < 0)
+		goto out;
 	while ((n = kn_csv_record(&p, fields, SKU_FIELDS_MAX)) > 0) {
 		struct kn_sku s;
 		const char *ib;

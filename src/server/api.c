@@ -243,10 +243,44 @@ static void h_whoami(struct server *s, struct kn_http_req *req,
 				     role_name(c->role)));
 }
 
+/* Answer with job id as the store has it now. */
+static void reply_job(struct server *s, struct kn_http_req *req, int64_t id,
+		      int status)
+{
+	struct kn_job_row j;
+	struct kn_error err;
+
+	if (kn_store_job_get(s->store, id, &j, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, status,
+			   json_pack("{s:o}", "job", job_to_json(s, &j)));
+	kn_job_row_release(&j);
+}
+
+/* A user acting on another user's job: refused, and on the record. */
+static void audit_denied(struct server *s, const struct caller *c,
+			 const char *action, int64_t id,
+			 const struct kn_error *err)
+{
+	struct kn_audit a;
+	char object[48];
+
+	snprintf(object, sizeof(object), "job/%lld", (long long)id);
+	memset(&a, 0, sizeof(a));
+	a.actor = (char *)c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = (char *)action;
+	a.object = object;
+	a.outcome = "denied";
+	a.detail = (char *)err->message;
+	kn_store_audit_insert(s->store, &a, NULL);
+}
+
 static void h_job_submit(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param)
 {
-	struct kn_job_row j;
 	struct kn_error err;
 	size_t len;
 	const char *body = kn_http_body(req, &len);
@@ -260,13 +294,11 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 			  "path must be absolute; got \"%s\"", path);
 		return;
 	}
-	if (jobs_submit(s, c, body, len, file, path, &id, &err) < 0 ||
-	    kn_store_job_get(s->store, id, &j, &err) < 0) {
+	if (jobs_submit(s, c, body, len, file, path, &id, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	kn_http_reply_json(req, 201, json_pack("{s:o}", "job", job_to_json(s, &j)));
-	kn_job_row_release(&j);
+	reply_job(s, req, id, 201);
 }
 
 static void h_job_list(struct server *s, struct kn_http_req *req,
@@ -337,41 +369,23 @@ static void h_job_get(struct server *s, struct kn_http_req *req,
 static void h_job_cancel(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param)
 {
-	struct kn_job_row j;
 	struct kn_error err;
 	int64_t id;
 
 	if (parse_id(req, param, &id) < 0)
 		return;
 	if (jobs_cancel(s, c, id, &err) < 0) {
-		if (err.code == KN_EPERM) {
-			struct kn_audit a;
-			char object[48];
-			snprintf(object, sizeof(object), "job/%lld", (long long)id);
-			memset(&a, 0, sizeof(a));
-			a.actor = (char *)c->name;
-			a.role = (char *)role_name(c->role);
-			a.action = "job.cancel";
-			a.object = object;
-			a.outcome = "denied";
-			a.detail = err.message;
-			kn_store_audit_insert(s->store, &a, NULL);
-		}
+		if (err.code == KN_EPERM)
+			audit_denied(s, c, "job.cancel", id, &err);
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	if (kn_store_job_get(s->store, id, &j, &err) < 0) {
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	kn_http_reply_json(req, 200, json_pack("{s:o}", "job", job_to_json(s, &j)));
-	kn_job_row_release(&j);
+	reply_job(s, req, id, 200);
 }
 
 static void h_job_evict(struct server *s, struct kn_http_req *req,
 			const struct caller *c, const char *param)
 {
-	struct kn_job_row j;
 	struct kn_error err;
 	const char *grace = kn_http_query(req, "grace");
 	const char *why = kn_http_query(req, "reason");
@@ -387,13 +401,13 @@ static void h_job_evict(struct server *s, struct kn_http_req *req,
 	}
 	snprintf(reason, sizeof(reason), "evicted by %s%s%s", c->name,
 		 why ? ": " : "", why ? why : "");
-	if (jobs_evict(s, c, id, grace_ms, reason, &err) < 0 ||
-	    kn_store_job_get(s->store, id, &j, &err) < 0) {
+	if (jobs_evict(s, c, id, grace_ms, reason, &err) < 0) {
+		if (err.code == KN_EPERM)
+			audit_denied(s, c, "job.evict", id, &err);
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	kn_http_reply_json(req, 200, json_pack("{s:o}", "job", job_to_json(s, &j)));
-	kn_job_row_release(&j);
+	reply_job(s, req, id, 200);
 }
 
 static void node_state_change(struct server *s, struct kn_http_req *req,

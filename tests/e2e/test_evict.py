@@ -219,3 +219,18 @@ def test_jobs_behind_a_preempting_job_wait_for_it(server, tmp_path):
     assert server.job(small)["state"] == "queued"
     server.request("POST", f"/v1/jobs/{low}/cancel")
     server.wait_state(small, "succeeded")
+
+
+def test_evicting_another_users_job_is_refused_and_audited(server):
+    alice = server.create_token("alice", "user")
+    bob = server.create_token("bob", "user")
+    jid = server.submit(job_yaml("hers", ["/bin/sleep", "300"], preemptible=True),
+                        token=alice)
+    server.wait_state(jid, "running")
+    r = server.request("POST", f"/v1/jobs/{jid}/evict", token=bob)
+    assert r.status_code == 403
+    rows = server.request("GET", "/v1/audit", params={"actor": "bob"}).json()["audit"]
+    assert ("job.evict", f"job/{jid}", "denied") in [
+        (x["action"], x["object"], x["outcome"]) for x in rows]
+    assert server.job(jid)["state"] == "running"
+    server.request("POST", f"/v1/jobs/{jid}/cancel")
