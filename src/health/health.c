@@ -122,7 +122,8 @@ int kn_sku_load(const char *path, const char *size, struct kn_sku *out,
 		int d;
 
 		line++;
-		if (n <= col[4] || n <= col[3] || n <= col[2]) {
+		if (n <= col[0] || n <= col[1] || n <= col[2] ||
+		    n <= col[3] || n <= col[4]) {
 			rc = kn_errorf(err, KN_EINVAL, "sku",
 				       "%s:%d: %d fields, too few", path, line, n);
 			goto out;
