@@ -12,8 +12,12 @@ import pytest
 from conftest import (AZURITE_KEY, KILN, Server, azurite_env, wait_for)
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = ["--steps", "40", "--checkpoint-every", "5", "--batch", "4",
-        "--context", "32", "--dim", "32", "--layers", "1", "--heads", "2"]
+# Paced steps: each attempt must still be running when the test sees its
+# first new checkpoint and evicts it, even on a loaded machine under ASan
+# (unpaced, the 60 tiny steps take about a second).
+TINY = ["--steps", "60", "--checkpoint-every", "5", "--step-sleep", "0.15",
+        "--batch", "4", "--context", "32", "--dim", "32", "--layers", "1",
+        "--heads", "2"]
 
 
 def spec(name):
