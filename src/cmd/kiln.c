@@ -245,13 +245,17 @@ static const struct cli_command commands[] = {
 	{"sim", cmd_sim, NULL, "replay a GPU trace through the packing policies",
 	 "usage: kiln sim --nodes NODES.csv --pods PODS.csv [--policy P[,P...]]\n"
 	 "                [--seeds 42-51] [--csv FILE] [--plot FILE.png]\n"
+	 "       kiln sim --from-history [--nodes NODES.csv] [--save-trace DIR]\n"
+	 "                [--policy ...] [--seeds ...] [--csv ...] [--plot ...]\n"
 	 "\n"
 	 "Replay an openb-format trace (Alibaba cluster-trace-gpu-v2023) the\n"
 	 "way the FGD paper measures GPU packing: pods arrive in random order,\n"
 	 "never leave, and are resampled up to 130 % of the GPU capacity. For\n"
 	 "each policy print the median over the seeds of the unallocated GPU\n"
 	 "and of the fragmentation at 90, 95, 100, 110 and 130 % arrived.\n"
-	 "Runs no server. See docs/scheduling.md.\n"
+	 "Runs no server, except that --from-history reads the server's ended\n"
+	 "jobs (one pod per task) and, without --nodes, its nodes as the\n"
+	 "trace. See docs/scheduling.md.\n"
 	 "\n"
 	 "  --nodes FILE     node list: sn,cpu_milli,memory_mib,gpu,model\n"
 	 "  --pods FILE      pod list: name,cpu_milli,memory_mib,num_gpu,\n"
@@ -261,7 +265,10 @@ static const struct cli_command commands[] = {
 	 "                   (default: all)\n"
 	 "  --seeds LIST     seeds such as 42-51 (default) or 1,2,7\n"
 	 "  --csv FILE       write every policy's curves (per arrived %)\n"
-	 "  --plot FILE.png  draw them with gnuplot, like the paper's Fig. 9a\n",
+	 "  --plot FILE.png  draw them with gnuplot, like the paper's Fig. 9a\n"
+	 "  --from-history   the pods are the server's ended jobs (MIG jobs\n"
+	 "                   left out: openb has no MIG slices)\n"
+	 "  --save-trace DIR keep the history's pods.csv (and nodes.csv) there\n",
 	 false},
 	{"exporter", cmd_exporter, NULL,
 	 "serve this node's metrics for Prometheus",

@@ -15,9 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
+#include "cmd/sim_history.h"
 #include "sim/sim.h"
 
 #define DEFAULT_POLICIES \
@@ -308,6 +310,8 @@ int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *nodes = NULL, *pods = NULL, *policies = DEFAULT_POLICIES;
 	const char *seed_list = "42-51", *csv = NULL, *plot = NULL;
+	const char *save_trace = NULL;
+	bool from_history = false;
 	const struct cli_flag flags[] = {
 		{"nodes", 0, CLI_FLAG_STRING, &nodes},
 		{"pods", 0, CLI_FLAG_STRING, &pods},
@@ -315,8 +319,12 @@ int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
 		{"seeds", 0, CLI_FLAG_STRING, &seed_list},
 		{"csv", 0, CLI_FLAG_STRING, &csv},
 		{"plot", 0, CLI_FLAG_STRING, &plot},
+		{"from-history", 0, CLI_FLAG_BOOL, &from_history},
+		{"save-trace", 0, CLI_FLAG_STRING, &save_trace},
 		{NULL, 0, 0, NULL},
 	};
+	struct sim_history hist;
+	char *trace_dir = NULL, *hist_nodes = NULL, *hist_pods = NULL;
 	struct result res[MAX_POLICIES];
 	struct kn_error err = {0};
 	struct kn_sim *sim = NULL;
@@ -328,9 +336,20 @@ int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 	if (rc != CLI_GO)
 		goto out;
-	if (!nodes || !pods) {
+	if (from_history && pods) {
+		rc = cli_usage_error(ctx, "--from-history and --pods: give one "
+					  "(the history is the pod list)");
+		goto out;
+	}
+	if (save_trace && !from_history) {
+		rc = cli_usage_error(ctx, "--save-trace: only with "
+					  "--from-history");
+		goto out;
+	}
+	if (!from_history && (!nodes || !pods)) {
 		rc = cli_usage_error(ctx, "--nodes and --pods are required "
-					  "(openb CSVs; see docs/scheduling.md)");
+					  "(openb CSVs; see docs/scheduling.md), "
+					  "or --from-history");
 		goto out;
 	}
 	rc = parse_policies(ctx, policies, res, &n_res);
@@ -339,6 +358,32 @@ int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
 	rc = parse_seeds(ctx, seed_list, &seeds, &n_seeds);
 	if (rc != CLI_GO)
 		goto out;
+	if (from_history) {
+		trace_dir = save_trace ? kn_xstrdup(save_trace)
+				       : kn_xstrdup("/tmp/kiln-sim.XXXXXX");
+		if (save_trace ? kn_mkdir_p(trace_dir, 0755) < 0
+			       : !mkdtemp(trace_dir)) {
+			rc = cli_fail(ctx, "%s: %s", trace_dir,
+				      strerror(errno));
+			goto out;
+		}
+		hist_pods = kn_asprintf("%s/pods.csv", trace_dir);
+		if (!nodes)
+			hist_nodes = kn_asprintf("%s/nodes.csv", trace_dir);
+		rc = sim_history_write(ctx, trace_dir, !nodes, &hist);
+		if (rc != CLI_GO)
+			goto out;
+		pods = hist_pods;
+		if (!nodes)
+			nodes = hist_nodes;
+		fprintf(stderr,
+			"%s: history: %zu ended job%s, %zu pod%s (one per "
+			"task), %zu MIG job%s left out; trace in %s\n",
+			ctx->prog, hist.jobs, hist.jobs == 1 ? "" : "s",
+			hist.pods, hist.pods == 1 ? "" : "s", hist.skipped_mig,
+			hist.skipped_mig == 1 ? "" : "s",
+			save_trace ? save_trace : "a temporary directory");
+	}
 	if (kn_sim_load(nodes, pods, &sim, &err) < 0) {
 		rc = err.code == KN_EIO
 			     ? cli_fail(ctx,
@@ -379,5 +424,15 @@ out:
 		free(res[p].runs);
 	free(seeds);
 	kn_sim_free(sim);
+	if (trace_dir && !save_trace) {
+		if (hist_pods)
+			unlink(hist_pods);
+		if (hist_nodes)
+			unlink(hist_nodes);
+		rmdir(trace_dir);
+	}
+	free(hist_pods);
+	free(hist_nodes);
+	free(trace_dir);
 	return rc;
 }

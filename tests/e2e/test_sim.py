@@ -137,3 +137,51 @@ def test_errors(tmp_path):
     assert r.returncode == 2
     r = sim("--pods", str(pods))
     assert r.returncode == 2
+
+
+def test_from_history_replays_the_servers_ended_jobs(tmp_path):
+    """Each task of an ended job is one pod with the job's shape; a share
+    is one GPU at 500 milli; a gpu_model constraint becomes the exact
+    models it accepts; a node with two GPU models is one node per model;
+    MIG jobs and jobs not yet ended are left out."""
+    from conftest import Server, job_yaml
+    home = tmp_path / "home"
+    home.mkdir()
+    s = Server(home, gpus="2xH100-80GB,2xA100-80GB:mig").start()
+    try:
+        shapes = [{"gpus": 1}, {"gpus": 2, "cpus": 1, "memory": "1536Mi"},
+                  {"gpus": 0.5}, {"cpus": 0.25}, {"gpus": "mig:1g.10gb"}]
+        for i, res in enumerate(shapes):
+            s.wait_state(s.submit(job_yaml(f"j{i}", ["/bin/true"],
+                                           resources=res)), "succeeded")
+        gang = s.submit(job_yaml("gang", ["/bin/true"], tasks=2,
+                                 resources={"gpus": 1, "gpu_model": ["H100"]}))
+        s.wait_state(gang, "succeeded")
+        s.submit(job_yaml("running", ["/bin/sleep", "60"]))
+        trace = tmp_path / "trace"
+        r = s.cli("sim", "--from-history", "--save-trace", str(trace),
+                  "--policy", "best-fit,fgd", "--seeds", "1-2")
+        assert r.returncode == 0, r.stderr
+        assert ("history: 6 ended jobs, 6 pods (one per task), "
+                "1 MIG job left out") in r.stderr
+        with open(trace / "pods.csv", newline="") as f:
+            pods = [(p["name"], p["cpu_milli"], p["memory_mib"], p["num_gpu"],
+                     p["gpu_milli"], p["gpu_spec"]) for p in csv.DictReader(f)]
+        assert pods == [
+            ("job-1-0", "0", "0", "1", "1000", ""),
+            ("job-2-0", "1000", "1536", "2", "1000", ""),
+            ("job-3-0", "0", "0", "1", "500", ""),
+            ("job-4-0", "250", "0", "0", "0", ""),
+            (f"job-{gang}-0", "0", "0", "1", "1000", "H100-80GB"),
+            (f"job-{gang}-1", "0", "0", "1", "1000", "H100-80GB")]
+        with open(trace / "nodes.csv", newline="") as f:
+            nodes = list(csv.DictReader(f))
+        # The MIG GPUs are not in the trace: one H100 node is left.
+        assert [(n["gpu"], n["model"]) for n in nodes] == [("2", "H100-80GB")]
+        assert "1 nodes, 2 GPUs, 6 pods; 2 policies x 2 seeds" in r.stderr
+        assert "best-fit" in r.stdout and "fgd" in r.stdout
+
+        r = s.cli("sim", "--from-history", "--pods", "x.csv")
+        assert r.returncode == 2 and "--from-history and --pods" in r.stderr
+    finally:
+        s.stop()

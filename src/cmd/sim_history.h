@@ -1,0 +1,29 @@
+/*
+ * sim_history: the trace behind `kiln sim --from-history`, from the
+ * server's API (src/cmd only; see sim_history.c for the mapping).
+ */
+#ifndef KILN_CMD_SIM_HISTORY_H
+#define KILN_CMD_SIM_HISTORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "cmd/cli.h"
+
+struct sim_history {
+	size_t jobs;        /* ended jobs seen */
+	size_t pods;        /* pods written: one per task */
+	size_t skipped_mig; /* jobs left out: MIG has no openb form */
+	size_t nodes;       /* node rows written */
+};
+
+/*
+ * Write DIR/pods.csv from the server's ended jobs and, when with_nodes,
+ * DIR/nodes.csv from its nodes (otherwise the caller has its own node
+ * list, and gpu_model constraints are written as they are). Returns
+ * CLI_GO or an exit status after printing why.
+ */
+int sim_history_write(const struct cli_ctx *ctx, const char *dir,
+		      bool with_nodes, struct sim_history *out);
+
+#endif
