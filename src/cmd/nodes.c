@@ -103,7 +103,7 @@ static void show_node(json_t *node)
 	};
 	bool simulated = json_is_true(json_object_get(node, "simulated"));
 	json_t *devices = json_object_get(node, "devices");
-	json_t *dev;
+	json_t *dev, *frag;
 	struct cli_table *t;
 	struct kn_buf b;
 	char size[32];
@@ -136,6 +136,19 @@ static void show_node(json_t *node)
 		b.len = 0;
 		kn_buf_printf(&b, "  taints: ");
 		describe_taints(json_object_get(node, "taints"), &b);
+		line(b.data);
+	}
+	frag = json_object_get(node, "fragmentation");
+	if (json_is_object(frag)) {
+		b.len = 0;
+		kn_buf_printf(
+			&b,
+			"  fragmentation: %.1f %% of the GPUs (%.2f GPU idle that "
+			"a job shaped like this server's %lld GPU jobs could not use)",
+			json_number_value(json_object_get(frag, "percent")),
+			json_number_value(json_object_get(frag, "milli")) /
+				1000.0,
+			(long long)cli_json_int(frag, "workload_jobs"));
 		line(b.data);
 	}
 	kn_buf_release(&b);

@@ -599,6 +599,7 @@ static void h_nodes(struct server *s, struct kn_http_req *req,
 			 s->node.cpu_milli_used / 1000.0,
 			 "memory_allocated_bytes",
 			 (json_int_t)s->node.memory_used, "devices", devs);
+	json_object_set_new(node, "fragmentation", nodes_fragmentation(s));
 	kn_http_reply_json(req, 200, json_pack("{s:[o]}", "nodes", node));
 }
 

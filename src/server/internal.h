@@ -193,6 +193,13 @@ int nodes_set_state(struct server *s, const struct caller *c,
 int nodes_save(struct server *s, struct kn_error *err);
 /* Evict the preemptible jobs running on the local node. */
 void nodes_evict_preemptible(struct server *s, const char *why);
+/*
+ * The local node's fragmentation as FGD measures it (docs/scheduling.md):
+ * {milli, percent, workload_jobs, typical_shapes}, the expected idle GPU a
+ * job shaped like this server's GPU jobs could not use; JSON null before
+ * any GPU job or without GPUs outside MIG mode.
+ */
+json_t *nodes_fragmentation(struct server *s);
 
 /* events.c */
 int events_start(struct server *s, const char *url, const char *vm_name,

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int nodes_save(struct server *s, struct kn_error *err)
 {
@@ -119,4 +120,208 @@ int nodes_set_state(struct server *s, const struct caller *c,
 		nodes_evict_preemptible(s, reason && *reason ? reason
 							      : "node drained");
 	return 0;
+}
+
+/* ---- fragmentation ---- */
+
+/* A model group of the node's GPUs not in MIG mode: one pack node. */
+struct frag_group {
+	const char *model;
+	int n_gpus;
+	int index[KN_PACK_MAX_GPUS]; /* device index of each GPU position */
+};
+
+static int frag_groups(struct server *s, struct frag_group *g, int max)
+{
+	int n = 0;
+
+	for (size_t i = 0; i < s->node.n_devices; i++) {
+		const struct kn_sched_device *d = &s->node.devices[i];
+		int k;
+
+		if (d->mig)
+			continue;
+		for (k = 0; k < n && strcmp(g[k].model, d->model); k++)
+			;
+		if (k == n) {
+			if (n == max)
+				continue;
+			memset(&g[n], 0, sizeof(g[n]));
+			g[n++].model = d->model;
+		}
+		if (g[k].n_gpus < KN_PACK_MAX_GPUS)
+			g[k].index[g[k].n_gpus++] = d->index;
+	}
+	return n;
+}
+
+/*
+ * "A|B": the groups' models that a job's gpu_model list accepts (equal,
+ * or the name followed by '-', ignoring case, as the scheduler matches).
+ */
+static char *frag_gpu_spec(json_t *wanted, const struct frag_group *g, int n)
+{
+	struct kn_buf b;
+	json_t *w;
+	size_t i;
+	char *out;
+
+	kn_buf_init(&b, 4096);
+	json_array_foreach(wanted, i, w) {
+		const char *c = json_string_value(w);
+		size_t len = c ? strlen(c) : 0;
+
+		for (int k = 0; c && k < n; k++)
+			if (!strcasecmp(g[k].model, c) ||
+			    (!strncasecmp(g[k].model, c, len) &&
+			     g[k].model[len] == '-'))
+				kn_buf_printf(&b, "%s%s", b.len ? "|" : "",
+					      g[k].model);
+	}
+	/* Accepts none of them: the names as given, so the shape stays
+	   apart from unconstrained ones and fits nowhere here. */
+	if (!b.len)
+		json_array_foreach(wanted, i, w)
+			if (json_string_value(w))
+				kn_buf_printf(&b, "%s%s", b.len ? "|" : "",
+					      json_string_value(w));
+	out = kn_xstrdup(b.data ? b.data : "");
+	kn_buf_release(&b);
+	return out;
+}
+
+/*
+ * The workload's shapes: one pod per job that asked for GPUs, from every
+ * job this server has had. Returns the count; *specs owns the strings.
+ */
+static size_t frag_workload(struct server *s, struct kn_pack *pack,
+			    const struct frag_group *g, int n_groups,
+			    struct kn_pack_pod **out, char ***specs,
+			    struct kn_error *err)
+{
+	struct kn_job_filter f = {.state = -1, .with_spec = true};
+	struct kn_job_row *rows = NULL;
+	size_t n = 0, k = 0;
+
+	*out = NULL;
+	*specs = NULL;
+	if (kn_store_job_list(s->store, &f, &rows, &n, err) < 0)
+		return 0;
+	*out = kn_xcalloc(n ? n : 1, sizeof(**out));
+	*specs = kn_xcalloc(n ? n : 1, sizeof(**specs));
+	for (size_t i = 0; i < n; i++) {
+		json_t *spec = rows[i].spec_json
+				       ? json_loads(rows[i].spec_json, 0, NULL)
+				       : NULL;
+		json_t *res = json_object_get(spec, "resources");
+		int milli = (int)json_integer_value(
+			json_object_get(res, "gpu_milli"));
+		struct kn_pack_pod *p = &(*out)[k];
+
+		if (milli > 0 && !json_is_string(json_object_get(res, "gpus"))) {
+			json_t *models = json_object_get(res, "gpu_model");
+
+			p->cpu_milli = (int)json_integer_value(
+				json_object_get(res, "cpu_milli"));
+			p->memory_mib = json_integer_value(json_object_get(
+						res, "memory_bytes")) >> 20;
+			p->num_gpu = milli >= 1000 ? milli / 1000 : 1;
+			p->gpu_milli = milli >= 1000 ? 1000 : milli;
+			if (json_array_size(models)) {
+				(*specs)[k] = frag_gpu_spec(models, g, n_groups);
+				p->gpu_spec = (*specs)[k];
+				p->models = kn_pack_models(pack, p->gpu_spec,
+							   &p->constrained);
+			}
+			if (p->num_gpu <= KN_PACK_MAX_GPUS) {
+				k++;
+			} else {
+				free((*specs)[k]);
+				(*specs)[k] = NULL;
+				memset(p, 0, sizeof(*p));
+			}
+		}
+		json_decref(spec);
+	}
+	kn_job_list_free(rows, n);
+	return k;
+}
+
+/* Charge the running tasks' whole and shared GPUs to the pack nodes. */
+static void frag_charge(struct server *s, struct kn_pack *pack,
+			const struct frag_group *g, int n_groups)
+{
+	for (struct run *r = s->runs; r; r = r->next)
+		for (int t = 0; t < r->n_tasks; t++) {
+			const struct kn_sched_binding *b = &r->bindings[t];
+			struct kn_pack_pod pod = {0};
+			int pos[KN_PACK_MAX_GPUS], n = 0, group = -1;
+
+			if (b->mig_profile || b->n_devices == 0)
+				continue;
+			for (int d = 0; d < b->n_devices && n < KN_PACK_MAX_GPUS;
+			     d++)
+				for (int k = 0; k < n_groups; k++)
+					for (int p = 0; p < g[k].n_gpus; p++)
+						if (g[k].index[p] == b->devices[d]) {
+							group = k;
+							pos[n++] = p;
+						}
+			if (group < 0 || n != b->n_devices)
+				continue;
+			pod.num_gpu = n;
+			pod.gpu_milli = b->milli_per_device;
+			/* CPU and memory are the server's to count; the
+			   measure is about GPUs. */
+			kn_pack_bind(pack, (size_t)group, &pod, pos, n);
+		}
+}
+
+json_t *nodes_fragmentation(struct server *s)
+{
+	struct kn_pack_node_spec specs[KN_PACK_MAX_MODELS];
+	struct frag_group g[KN_PACK_MAX_MODELS];
+	struct kn_pack_pod *pods = NULL;
+	struct kn_pack *pack = NULL;
+	struct kn_error err;
+	char **gpu_specs = NULL;
+	size_t n_pods = 0, capacity = 0;
+	int n_groups = frag_groups(s, g, KN_PACK_MAX_MODELS);
+	double milli = 0;
+	json_t *out = json_null();
+
+	for (int k = 0; k < n_groups; k++) {
+		memset(&specs[k], 0, sizeof(specs[k]));
+		specs[k].name = s->node_name;
+		specs[k].n_gpus = g[k].n_gpus;
+		specs[k].model = g[k].model;
+		capacity += (size_t)g[k].n_gpus * 1000;
+	}
+	if (n_groups == 0 ||
+	    kn_pack_new(specs, (size_t)n_groups, &pack, &err) < 0)
+		goto out;
+	n_pods = frag_workload(s, pack, g, n_groups, &pods, &gpu_specs, &err);
+	if (n_pods == 0)
+		goto out; /* no GPU job yet: nothing to measure against */
+	/* Shapes only: the CPU and memory of the node are not modelled. */
+	for (size_t i = 0; i < n_pods; i++) {
+		pods[i].cpu_milli = 0;
+		pods[i].memory_mib = 0;
+	}
+	kn_pack_set_typical(pack, pods, n_pods);
+	frag_charge(s, pack, g, n_groups);
+	for (int k = 0; k < n_groups; k++)
+		milli += kn_pack_node_frag(pack, (size_t)k);
+	json_decref(out);
+	out = json_pack("{s:f, s:f, s:I, s:I}", "milli", milli, "percent",
+			100.0 * milli / (double)capacity, "workload_jobs",
+			(json_int_t)n_pods, "typical_shapes",
+			(json_int_t)kn_pack_n_typical(pack));
+out:
+	for (size_t i = 0; gpu_specs && i < n_pods; i++)
+		free(gpu_specs[i]);
+	free(gpu_specs);
+	free(pods);
+	kn_pack_free(pack);
+	return out;
 }

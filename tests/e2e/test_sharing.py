@@ -76,3 +76,34 @@ def test_sharing_on_whole_gpus_is_refused(server):
                                      resources={"gpus": 1, "sharing": "mps"}))
     assert r.status_code == 400, r.text
     assert "resources.sharing" in r.text
+
+
+def test_node_fragmentation_is_fgds_measure_of_the_servers_workload(server):
+    """A half-GPU job and a whole-GPU job run on 4 GPUs: the workload is
+    half each shape. The 0.5 GPU left beside the half is fragmented for a
+    whole-GPU job (half the workload) and usable by a half-GPU job, so
+    0.25 GPU of 4 is fragmented: 6.25 %. A job constrained to a model the
+    node lacks cannot use anything: with it, a third of the workload sees
+    every idle GPU as fragmented. Before any GPU job there is no measure."""
+    def frag():
+        return server.request("GET", "/v1/nodes").json()["nodes"][0][
+            "fragmentation"]
+    assert frag() is None
+    hold = ["/bin/sleep", "60"]
+    server.submit(job_yaml("half", hold, resources={"gpus": 0.5}))
+    server.submit(job_yaml("whole", hold, resources={"gpus": 1}))
+    wait_for(lambda: sum(j["state"] == "running" for j in
+                         server.request("GET", "/v1/jobs").json()["jobs"]) == 2,
+             what="both jobs running")
+    f = frag()
+    assert f["milli"] == 250.0 and f["percent"] == 6.25
+    assert f["workload_jobs"] == 2 and f["typical_shapes"] == 2
+    assert "fragmentation: 6.2 % of the GPUs" in server.cli("nodes").stdout
+
+    server.submit(job_yaml("elsewhere", ["/bin/true"],
+                           resources={"gpus": 1, "gpu_model": ["A100"]}))
+    # Idle: 0.5 + 2 GPUs. Whole-GPU job: 0.5 unusable; half: none;
+    # the A100 job: all 2.5. Mean over the three shapes.
+    f = frag()
+    assert f["workload_jobs"] == 3
+    assert abs(f["milli"] - (500 + 0 + 2500) / 3) < 1e-6
