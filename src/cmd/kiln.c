@@ -177,8 +177,9 @@ static const struct cli_command commands[] = {
 	 "usage: kiln nodes [-o json|table]\n"
 	 "\n"
 	 "List each node (name, state, CPUs, memory, labels, taints; whether\n"
-	 "its devices are simulated) and its devices: INDEX MODEL MEMORY and\n"
-	 "what is ALLOCATED on each (\"1.0 GPU: job 7 rank 0\").\n"
+	 "its devices are simulated; its GPU fragmentation, FGD's measure\n"
+	 "against the server's GPU jobs) and its devices: INDEX MODEL MEMORY\n"
+	 "and what is ALLOCATED on each (\"1.0 GPU: job 7 rank 0\").\n"
 	 "\n"
 	 "  -o json  print the server's JSON instead\n",
 	 false},
