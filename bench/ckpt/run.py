@@ -9,8 +9,8 @@ side). Then, each repeated --rounds times in alternating order, median kept:
             each file + manifest) against `dd bs=16M` copies of the same 16
             files, plain and with conv=fsync (kiln's durability).
   Azurite   `kiln ckpt upload http://127.0.0.1:PORT/devstoreaccount1/bench`
-            (Shared Key, Put Block + Put Block List, 8 MiB blocks, 6 in
-            flight) against `curl -T` Put Blob of the same files with a SAS
+            (Shared Key; each 64 MiB file in one Put Blob, the default
+            single-put limit) against `curl -T` Put Blob of the same files with a SAS
             token: one curl process sending them one after another
             (keep-alive), and one with --parallel (6 at once). A fresh
             Azurite (in memory) for each measurement.

@@ -51,6 +51,9 @@ struct kn_blob_store_config {
 	const char *api_version;       /* x-ms-version; NULL = 2023-11-03 */
 	bool use_env;
 	size_t block_size;   /* Put Block size; 0 = 8 MiB */
+	/* Files up to this size go in one Put Blob, larger ones in blocks;
+	   0 = 64 MiB, the Azure SDKs' max_single_put_size. */
+	size_t single_put_max;
 	int parallel;        /* blocks in flight; 0 = 6 */
 	int max_retries;     /* transient failures retried; 0 = 5, <0 = none */
 	int files_in_flight; /* files copied at once by checkpoint calls;

@@ -14,6 +14,8 @@
 /* Most blocks in flight, and the biggest block Azure takes (4000 MiB). */
 #define KN_BLOB_MAX_PARALLEL 16
 #define KN_BLOB_MAX_BLOCK (64u << 20)
+/* Put Blob's own limit on one request's body. */
+#define KN_BLOB_MAX_SINGLE_PUT ((size_t)5000 << 20)
 /* The file store copies through buffers of this size (dd bs=16M). */
 #define KN_FILE_CHUNK (16u << 20)
 

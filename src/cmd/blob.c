@@ -18,7 +18,8 @@
 struct args {
 	const char *pos[MAX_POS];
 	int n;
-	const char *parallel, *block_size, *offset, *length, *keep, *files;
+	const char *parallel, *block_size, *single_put, *offset, *length, *keep;
+	const char *files;
 	bool create_only;
 };
 
@@ -29,6 +30,7 @@ static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
 	const struct cli_flag flags[] = {
 		{"parallel", 0, CLI_FLAG_STRING, &a->parallel},
 		{"block-size", 0, CLI_FLAG_STRING, &a->block_size},
+		{"single-put", 0, CLI_FLAG_STRING, &a->single_put},
 		{"offset", 0, CLI_FLAG_STRING, &a->offset},
 		{"length", 0, CLI_FLAG_STRING, &a->length},
 		{"keep", 0, CLI_FLAG_STRING, &a->keep},
@@ -79,6 +81,13 @@ static int open_store(struct cli_ctx *ctx, const struct args *a,
 					       "--block-size: want a size "
 					       "such as 8Mi");
 		cfg.block_size = (size_t)v;
+	}
+	if (a->single_put) {
+		if (kn_parse_size(a->single_put, &v) < 0 || v <= 0)
+			return cli_usage_error(ctx,
+					       "--single-put: want a size "
+					       "such as 64Mi");
+		cfg.single_put_max = (size_t)v;
 	}
 	if (kn_blob_store_open(&cfg, out, &err) < 0)
 		return cli_fail(ctx, "%s", err.message);

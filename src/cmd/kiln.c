@@ -359,6 +359,8 @@ static const struct cli_command commands[] = {
 	 "moved.\n"
 	 "\n"
 	 "  --create-only     fail if the blob exists (If-None-Match: *)\n"
+	 "  --single-put S    files up to S go in one Put Blob (default 64Mi,\n"
+	 "                    as Azure's SDKs); larger ones in blocks\n"
 	 "  --parallel N      blocks in flight for large files (default 6)\n"
 	 "  --block-size S    Put Block size (default 8Mi)\n",
 	 false},
@@ -376,7 +378,8 @@ static const struct cli_command commands[] = {
 	 "URL and credentials as for `kiln blob`.\n"
 	 "\n"
 	 "  --files N         files copied at once (default: the store's, up to\n"
-	 "                    4 for file://; the server's sync uses 1)\n",
+	 "                    4 for file://; the server's sync uses 1)\n"
+	 "  --single-put S, --parallel N, --block-size S  as for kiln blob\n",
 	 false},
 	{"version", cmd_version, NULL, "print kiln's version",
 	 "usage: kiln version\n"

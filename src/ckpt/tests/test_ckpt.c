@@ -805,6 +805,7 @@ static void test_azure_blocks_retry(void **state)
 	struct kn_blob_store_config cfg = {.url = url,
 					   .account_key = AZURITE_KEY,
 					   .block_size = 64 << 10,
+					   .single_put_max = 64 << 10,
 					   .parallel = 2,
 					   .retry_base_ms = 1};
 	struct kn_blob_store *s;
@@ -835,6 +836,58 @@ static void test_azure_blocks_retry(void **state)
 	free(src);
 	free(cmd);
 	free(url);
+}
+
+static void test_azure_file_up_to_single_put_max_is_one_put_blob(void **state)
+{
+	/* 150,000 bytes: three 64 KiB blocks with that block size, but
+	 * under the default single-put limit (64 MiB) one Put Blob. */
+	struct script sc = {.replies = {REPLY("201 Created", "")}, .n = 1};
+	char *dir = make_tmpdir();
+	char *src = kn_asprintf("%s/src", dir);
+	char *cmd = kn_asprintf("head -c 150000 /dev/urandom > '%s' && "
+				"sha256sum '%s' | cut -c1-64", src, src);
+	char want[80] = "", sha[KN_SHA256_HEX_LEN + 1];
+	pthread_t t;
+	int port = start_script(&sc, &t);
+	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
+				port);
+	struct kn_blob_store_config cfg = {.url = url,
+					   .account_key = AZURITE_KEY,
+					   .block_size = 64 << 10};
+	struct kn_blob_store *s;
+	struct kn_error err;
+	int64_t size;
+	FILE *p = popen(cmd, "r");
+	(void)state;
+
+	assert_non_null(fgets(want, sizeof(want), p));
+	pclose(p);
+	want[64] = '\0';
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	assert_int_equal(kn_blob_put_file(s, "one", src, 0, sha, &size, &err), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(sc.served, 1);
+	assert_string_equal(sha, want);
+	assert_int_equal(size, 150000);
+	assert_non_null(strstr(sc.requests[0],
+			       "PUT /devstoreaccount1/ckpt/one HTTP/1.1"));
+	assert_non_null(strstr(sc.requests[0], "x-ms-blob-type: BlockBlob"));
+	assert_non_null(strstr(sc.requests[0], "Content-Length: 150000"));
+	assert_null(strstr(sc.requests[0], "comp=block"));
+	kn_blob_store_free(s);
+	close(sc.listen_fd);
+	kn_rm_rf(dir);
+	free(dir);
+	free(src);
+	free(cmd);
+	free(url);
+
+	/* Over Put Blob's own limit is refused when the store opens. */
+	cfg.url = "http://127.0.0.1:1/devstoreaccount1/ckpt";
+	cfg.single_put_max = (size_t)5001 << 20;
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), -EINVAL);
+	assert_string_equal(err.field, "single_put_max");
 }
 
 static void test_azure_errors_hide_secrets(void **state)
@@ -944,6 +997,7 @@ int main(void)
 		cmocka_unit_test(test_watch),
 		cmocka_unit_test(test_azure_retries_then_succeeds),
 		cmocka_unit_test(test_azure_blocks_retry),
+		cmocka_unit_test(test_azure_file_up_to_single_put_max_is_one_put_blob),
 		cmocka_unit_test(test_azure_errors_hide_secrets),
 		cmocka_unit_test(test_azure_open_errors),
 	};
