@@ -105,6 +105,7 @@ class Proc:
     """A child process with its output in a file; stopped with SIGTERM."""
 
     def __init__(self, args, log, env=None):
+        self.name = Path(args[0]).name
         self.log = log
         self.f = open(log, "wb")
         self.p = subprocess.Popen(args, stdout=self.f, stderr=subprocess.STDOUT,
@@ -196,7 +197,7 @@ def check_auth(name, url, key):
         fail(f"{name}: with the key {got[0]}, without {got[1]}; want 200 and 401")
 
 
-def wrk(url, lua, args, seconds):
+def wrk(url, lua, args, seconds, procs):
     cmd = ["wrk", "-t", str(args.threads), "-c", str(args.connections),
            "-d", f"{seconds}s", "-s", str(lua), url + "/v1/chat/completions"]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -206,7 +207,10 @@ def wrk(url, lua, args, seconds):
     out = json.loads(m.group(1))
     errors = sum(out[k] for k in ("connect", "read", "write", "status", "timeout"))
     if errors:
-        fail(f"wrk against {url}: {errors} errors or non-2xx answers: {out}")
+        died = "".join(f"\n{p.name} exited {p.p.returncode}; its last output:\n"
+                       + "\n".join(p.text().splitlines()[-5:])
+                       for p in procs if not p.alive())
+        fail(f"wrk against {url}: {errors} errors or non-2xx answers: {out}{died}")
     return {"req_s": out["requests"] / (out["duration_us"] / 1e6),
             "p50_ms": out["p50_us"] / 1000, "p99_ms": out["p99_us"] / 1000,
             "mean_ms": out["mean_us"] / 1000, "requests": out["requests"]}
@@ -271,12 +275,12 @@ def main():
                 check_auth("kiln gateway", kiln_url, key)
                 targets["kiln"] = kiln_url
             for name, url in targets.items():
-                wrk(url, lua, args, args.warmup)
+                wrk(url, lua, args, args.warmup, procs)
             rounds = {name: [] for name in targets}
             order = list(targets)
             for i in range(args.rounds):
                 for name in order if i % 2 == 0 else reversed(order):
-                    r = wrk(targets[name], lua, args, args.duration)
+                    r = wrk(targets[name], lua, args, args.duration, procs)
                     rounds[name].append(r)
                     print(f"round {i + 1} {name:8s} {r['req_s']:10.0f} req/s  "
                           f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms",
