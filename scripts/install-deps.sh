@@ -14,6 +14,7 @@ packages=(
   prometheus
   python3-torch
   libopenmpi-dev openmpi-bin
+  wrk nginx
 )
 
 missing=()

@@ -409,11 +409,15 @@ class Checkpointer:
 
 # ------------------------------------------------------------------ outputs
 
-def write_outputs(out_dir, model, metrics):
+def write_outputs(out_dir, model, metrics, model_card):
     """final_weights.bin: every float32 parameter, little-endian, in
-    state-dict order. Each file is written under a temporary name and
-    renamed, so a reader never sees a partial one."""
+    state-dict order; model.json: what it takes to rebuild the model around
+    them (examples/serve/serve.py reads it). Each file is written under a
+    temporary name and renamed, so a reader never sees a partial one."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    write_durably(out_dir / "model.json.tmp",
+                  lambda f: f.write(json.dumps(model_card, indent=1).encode() + b"\n"))
+    os.rename(out_dir / "model.json.tmp", out_dir / "model.json")
     digest = hashlib.sha256()
 
     def weights(f):
@@ -573,7 +577,12 @@ def run(args, ranks, corpus, ckpt_dir, out_dir, stop):
             "train_seconds": seconds,
             "tokens_per_s": tokens / seconds if seconds > 0 else None,
         }
-        write_outputs(out_dir, model, metrics)
+        model_card = {
+            "architecture": "tiny-gpt",
+            "vocab": "".join(corpus.chars),
+            **{k: getattr(args, k) for k in ("context", "dim", "layers", "heads")},
+        }
+        write_outputs(out_dir, model, metrics, model_card)
         print(f"done: loss {final_loss:.4f}, held-out {metrics['held_out_loss']:.4f}, "
               f"{metrics['tokens_per_s'] or 0:.0f} tokens/s, "
               f"weights sha256 {metrics['final_weights_sha256']} in {out_dir}",

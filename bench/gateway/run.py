@@ -1,0 +1,323 @@
+#!/usr/bin/python3
+"""bench/gateway: `kiln gateway` against nginx doing the same work, in one run.
+
+One fixed-response backend (gateway-backend, built from backend.c: an
+OpenAI chat completion with usage, one thread, epoll, keep-alive). wrk
+sends POST /v1/chat/completions with a small JSON body and a bearer key,
+with the same threads, connections and duration, to
+
+  backend  the backend directly: the ceiling for the two proxies;
+  nginx    nginx, worker_processes 1 (nginx.conf.in): the key checked by
+           `map $http_authorization`, a per-key `limit_req` zone with a
+           rate no run reaches, `proxy_pass` with upstream keepalive,
+           access_log off;
+  kiln     `kiln gateway --routes FILE --listen 127.0.0.1:0 --workers 1`:
+           one deployment with one replica (the backend) and one key with
+           no limits set, so its counters run but never reject.
+
+Each proxy is checked first: the key gets 200, no key gets 401, so both
+really do the key check. Rounds alternate the order; per side the median
+round is reported (requests/s, p50 and p99 latency from wrk's own
+histogram), and any round with a socket error or a non-2xx answer makes
+the run fail. When the kiln binary has no `gateway` command, the run says
+so and reports the backend and nginx alone: there are no kiln figures to
+report then. Prints a table and writes JSON to --out.
+"""
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import secrets
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+BODY = ('{"model":"bench","messages":[{"role":"user","content":'
+        '"Say hello in one short sentence."}],"max_tokens":16}')
+
+# wrk's summary as one JSON line, latencies in microseconds.
+WRK_LUA = """
+wrk.method = "POST"
+wrk.body = '%(body)s'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer %(key)s"
+
+done = function(summary, latency, requests)
+  io.write(string.format(
+    'WRK_JSON {"requests":%%d,"duration_us":%%d,"connect":%%d,"read":%%d,' ..
+    '"write":%%d,"status":%%d,"timeout":%%d,"p50_us":%%d,"p99_us":%%d,' ..
+    '"mean_us":%%.1f}\\n',
+    summary.requests, summary.duration, summary.errors.connect,
+    summary.errors.read, summary.errors.write, summary.errors.status,
+    summary.errors.timeout, latency:percentile(50), latency:percentile(99),
+    latency.mean))
+end
+"""
+
+
+def fail(msg):
+    sys.exit(f"bench/gateway: {msg}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    fail(f"timed out after {timeout}s waiting for {what}")
+
+
+def status_of(url, key):
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url + "/v1/chat/completions",
+                                 data=BODY.encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
+class Proc:
+    """A child process with its output in a file; stopped with SIGTERM."""
+
+    def __init__(self, args, log, env=None):
+        self.name = Path(args[0]).name
+        self.log = log
+        self.f = open(log, "wb")
+        self.p = subprocess.Popen(args, stdout=self.f, stderr=subprocess.STDOUT,
+                                  env=env)
+
+    def text(self):
+        return self.log.read_text(errors="replace")
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def stop(self):
+        if self.alive():
+            self.p.terminate()
+            try:
+                self.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.f.close()
+
+
+def start_backend(exe, work):
+    proc = Proc([str(exe)], work / "backend.log")
+    match = wait_until(lambda: re.search(r"listening on (\S+)", proc.text())
+                       or (not proc.alive() and fail(f"backend exited: {proc.text()}")),
+                       10, "the backend")
+    return proc, match.group(1)
+
+
+def start_nginx(work, backend_addr, key):
+    ndir = work / "nginx"
+    ndir.mkdir()
+    port = free_port()
+    conf = (HERE / "nginx.conf.in").read_text()
+    for name, value in (("DIR", str(ndir)), ("KEY", key), ("PORT", str(port)),
+                        ("BACKEND_PORT", backend_addr.rsplit(":", 1)[1])):
+        conf = conf.replace(f"@{name}@", value)
+    (ndir / "nginx.conf").write_text(conf)
+    proc = Proc([shutil.which("nginx"), "-p", str(ndir), "-c",
+                 str(ndir / "nginx.conf"), "-e", str(ndir / "error.log")],
+                work / "nginx.log")
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: status_of(url, key) or
+               (not proc.alive() and fail(f"nginx exited: {proc.text()}")),
+               10, "nginx")
+    return proc, url
+
+
+def kiln_gateway_missing(kiln):
+    r = subprocess.run([kiln, "gateway", "--help"], capture_output=True, text=True)
+    if r.returncode != 0:
+        first = (r.stderr or r.stdout).strip().splitlines() or [""]
+        return f"`{kiln} gateway --help` exited {r.returncode}: {first[0]}"
+    return None
+
+
+def start_kiln(kiln, work, backend_addr, key):
+    home = work / "kiln-home"
+    home.mkdir(mode=0o700)
+    routes = {
+        "generation": 1,
+        "deployments": [{"name": "bench", "model": "bench", "fallback": None,
+                         "limits": {"rpm": 0, "tpm": 0},
+                         "replicas": [{"replica": 0, "address": backend_addr,
+                                       "zone": "", "ready": True}]}],
+        "keys": [{"name": "bench", "hash": hashlib.sha256(key.encode()).hexdigest(),
+                  "deployments": ["bench"], "rpm": 0, "tpm": 0,
+                  "quota_day": 0, "quota_month": 0}],
+    }
+    routes_file = work / "routes.json"
+    routes_file.write_text(json.dumps(routes))
+    routes_file.chmod(0o600)
+    env = dict(os.environ, KILN_HOME=str(home))
+    proc = Proc([kiln, "gateway", "--routes", str(routes_file), "--listen",
+                 "127.0.0.1:0", "--workers", "1"], work / "kiln-gateway.log", env)
+    url_file = home / "gateway" / "gateway.url"
+    wait_until(lambda: (url_file.is_file() and url_file.read_text().strip())
+               or (not proc.alive() and fail(f"kiln gateway exited: {proc.text()}")),
+               20, str(url_file))
+    url = url_file.read_text().strip().rstrip("/")
+    wait_until(lambda: status_of(url, key), 10, "kiln gateway")
+    return proc, url
+
+
+def check_auth(name, url, key):
+    got = (status_of(url, key), status_of(url, None))
+    if got != (200, 401):
+        fail(f"{name}: with the key {got[0]}, without {got[1]}; want 200 and 401")
+
+
+def wrk(url, lua, args, seconds, procs):
+    cmd = ["wrk", "-t", str(args.threads), "-c", str(args.connections),
+           "-d", f"{seconds}s", "-s", str(lua), url + "/v1/chat/completions"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    m = re.search(r"^WRK_JSON (.*)$", r.stdout, re.M)
+    if r.returncode != 0 or not m:
+        fail(f"wrk against {url} failed: {r.stdout}{r.stderr}")
+    out = json.loads(m.group(1))
+    errors = sum(out[k] for k in ("connect", "read", "write", "status", "timeout"))
+    if errors:
+        died = "".join(f"\n{p.name} exited {p.p.returncode}; its last output:\n"
+                       + "\n".join(p.text().splitlines()[-5:])
+                       for p in procs if not p.alive())
+        fail(f"wrk against {url}: {errors} errors or non-2xx answers: {out}{died}")
+    return {"req_s": out["requests"] / (out["duration_us"] / 1e6),
+            "p50_ms": out["p50_us"] / 1000, "p99_ms": out["p99_us"] / 1000,
+            "mean_ms": out["mean_us"] / 1000, "requests": out["requests"]}
+
+
+def median_round(rounds):
+    """The round with the median requests/s, whole (its latencies with it)."""
+    ordered = sorted(rounds, key=lambda r: r["req_s"])
+    return dict(ordered[(len(ordered) - 1) // 2],
+                req_s_all=[round(r["req_s"]) for r in rounds],
+                p99_ms_all=[round(r["p99_ms"], 3) for r in rounds])
+
+
+def tool_version(args):
+    r = subprocess.run(args, capture_output=True, text=True)
+    return (r.stdout + r.stderr).strip().splitlines()[0]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kiln", default=str(ROOT / "build" / "src" / "cmd" / "kiln"))
+    p.add_argument("--backend", help="the gateway-backend executable "
+                   "(default: bench/gateway/gateway-backend in --kiln's build)")
+    p.add_argument("--out", default="bench-gateway.json")
+    p.add_argument("--threads", type=int, default=1, help="wrk threads")
+    p.add_argument("--connections", type=int, default=32, help="wrk connections")
+    p.add_argument("--duration", type=int, default=10, help="seconds per measurement")
+    p.add_argument("--warmup", type=int, default=2, help="seconds of untimed load first")
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+
+    for tool in ("wrk", "nginx"):
+        if not shutil.which(tool):
+            fail(f"{tool} is not installed: run scripts/install-deps.sh")
+    kiln = str(Path(args.kiln).resolve())
+    backend_exe = Path(args.backend) if args.backend else \
+        Path(kiln).parents[2] / "bench" / "gateway" / "gateway-backend"
+    if not backend_exe.is_file():
+        fail(f"{backend_exe} is missing: build it with ninja -C build")
+    kiln_missing = kiln_gateway_missing(kiln) if Path(kiln).is_file() \
+        else f"{kiln} does not exist"
+    if kiln_missing:
+        print(f"bench/gateway: kiln gateway is not available ({kiln_missing}); "
+              "measuring the backend and nginx only", file=sys.stderr)
+
+    key = "kn-bench-" + secrets.token_hex(16)
+    procs = []
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-gw-") as tmp:
+        work = Path(tmp)
+        lua = work / "post.lua"
+        lua.write_text(WRK_LUA % {"body": BODY, "key": key})
+        try:
+            backend, backend_addr = start_backend(backend_exe, work)
+            procs.append(backend)
+            nginx, nginx_url = start_nginx(work, backend_addr, key)
+            procs.append(nginx)
+            check_auth("nginx", nginx_url, key)
+            targets = {"backend": f"http://{backend_addr}", "nginx": nginx_url}
+            if not kiln_missing:
+                gateway, kiln_url = start_kiln(kiln, work, backend_addr, key)
+                procs.append(gateway)
+                check_auth("kiln gateway", kiln_url, key)
+                targets["kiln"] = kiln_url
+            for name, url in targets.items():
+                wrk(url, lua, args, args.warmup, procs)
+            rounds = {name: [] for name in targets}
+            order = list(targets)
+            for i in range(args.rounds):
+                for name in order if i % 2 == 0 else reversed(order):
+                    r = wrk(targets[name], lua, args, args.duration, procs)
+                    rounds[name].append(r)
+                    print(f"round {i + 1} {name:8s} {r['req_s']:10.0f} req/s  "
+                          f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms",
+                          flush=True)
+        finally:
+            for proc in reversed(procs):
+                proc.stop()
+
+    results = {name: median_round(rs) for name, rs in rounds.items()}
+    ratios = None
+    if "kiln" in results:
+        ratios = {"req_s_kiln_over_nginx": results["kiln"]["req_s"] / results["nginx"]["req_s"],
+                  "p99_kiln_over_nginx": results["kiln"]["p99_ms"] / results["nginx"]["p99_ms"]}
+    report = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
+        "versions": {"nginx": tool_version(["nginx", "-v"]),
+                     "wrk": tool_version(["wrk", "-v"])},
+        "settings": {"wrk_threads": args.threads, "connections": args.connections,
+                     "duration_s": args.duration, "rounds": args.rounds,
+                     "body_bytes": len(BODY)},
+        "results": results,
+        "kiln_unavailable": kiln_missing,
+        "ratios": ratios,
+    }
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+
+    print(f"\n{'side':8s} {'req/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s}")
+    for name, r in results.items():
+        print(f"{name:8s} {r['req_s']:10.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}")
+    if ratios:
+        print(f"kiln/nginx: {ratios['req_s_kiln_over_nginx']:.2f}x req/s, "
+              f"{ratios['p99_kiln_over_nginx']:.2f}x p99")
+    else:
+        print(f"kiln: not measured ({kiln_missing})")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
