@@ -436,6 +436,8 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	int local_rank = 0, rc;
 	bool mps;
 	struct kn_task_launch l;
+	struct kn_slurm_task slurm;
+	char partition[128];
 	struct kn_error err;
 
 	const struct kn_sched_binding *b = &r->bindings[t->rank];
@@ -502,6 +504,11 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	l.grace_ms = s->cfg.kill_grace_ms;
 	l.log_max_bytes = s->cfg.log_max_bytes;
 	l.log_keep = KN_LOG_KEEP;
+	if (s->exec == &kn_slurm_executor) {
+		slurm_task_fill(s, r, t->rank, &slurm, partition,
+				sizeof(partition));
+		l.slurm = &slurm;
+	}
 	rc = kn_mkdir_p(t->task_dir, 0700);
 	if (rc == 0 && sync_wanted(r))
 		rc = kn_mkdir_p(r->checkpoint_dir, 0700);

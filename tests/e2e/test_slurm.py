@@ -1,0 +1,186 @@
+"""The Slurm executor against a real single-node Slurm (slurm-wlm and munge
+from Debian, brought up by scripts/slurm-up.sh with 8 fake GPUs in
+gres.conf): a gang of two, GPUs from GRES, cancel, timeout with the
+checkpoint signal, eviction and resume from a checkpoint, and `kiln health`
+draining the node. The cluster is left as found: no kiln jobs, node idle."""
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import KILN, Server, job_yaml, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+NODE = socket.gethostname().split(".")[0]
+COMMIT = ('ck() { d="$KILN_CHECKPOINT_DIR/$1"; mkdir -p "$d.tmp"; '
+          'echo "$2" > "$d.tmp/state"; mv "$d.tmp" "$d"; }; ')
+
+
+@pytest.fixture(scope="session")
+def slurm_env():
+    if os.geteuid() != 0:
+        pytest.skip("slurmctld and slurmd need root to run here")
+    up = subprocess.run(["bash", str(REPO / "scripts/slurm-up.sh")],
+                        capture_output=True, text=True, timeout=600)
+    assert up.returncode == 0, up.stderr
+    env = dict(os.environ, SLURM_CONF=up.stdout.strip().splitlines()[-1])
+    yield env
+    # Undrain, whatever a failed test left behind.
+    subprocess.run(["scontrol", "update", f"NodeName={NODE}", "State=RESUME"],
+                   env=env, capture_output=True, timeout=30)
+
+
+def squeue_ids(env, name):
+    out = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+@pytest.fixture
+def sserver(tmp_path, slurm_env):
+    s = Server(tmp_path / "home", gpus="8xH100-80GB",
+               extra=["--executor", "slurm"], env=slurm_env)
+    s.home.mkdir()
+    s.start()
+    s.names = []
+    yield s
+    s.stop()
+    for name in s.names:
+        subprocess.run(["scancel", "-n", name], env=slurm_env, timeout=30)
+    for name in s.names:
+        wait_for(lambda: not squeue_ids(slurm_env, name), timeout=30,
+                 what=f"Slurm job {name} to leave the queue")
+
+
+def submit(s, name, command, **fields):
+    s.names.append(name)
+    return s.submit(job_yaml(name, command, **fields))
+
+
+def env_line(log, name):
+    return next(l for l in log.splitlines() if l.startswith(name + "="))
+
+
+def test_gang_of_two_in_one_allocation(sserver):
+    show = ('echo RANK=$RANK; echo WORLD_SIZE=$WORLD_SIZE; '
+            'echo MASTER_ADDR=$MASTER_ADDR; echo MASTER_PORT=$MASTER_PORT; '
+            'echo LOCAL_RANK=$LOCAL_RANK; echo SLURM_JOB_ID=$SLURM_JOB_ID')
+    jid = submit(sserver, "kiln-gang", ["/bin/sh", "-c", show], tasks=2,
+                 resources={"cpus": 1})
+    job = sserver.wait_state(jid, ("succeeded", "failed"))
+    assert job["state"] == "succeeded", job
+    logs = [sserver.logs(jid, task=r) for r in (0, 1)]
+    for rank, log in enumerate(logs):
+        assert f"RANK={rank}" in log and "WORLD_SIZE=2" in log
+        assert f"LOCAL_RANK={rank}" in log  # one node: local ranks 0 and 1
+        assert f"MASTER_ADDR={NODE}" in log
+    # One sbatch for the gang: both ranks ran in the same Slurm job.
+    ids = {env_line(l, "SLURM_JOB_ID") for l in logs}
+    assert len(ids) == 1 and ids != {"SLURM_JOB_ID="}
+    assert env_line(logs[0], "MASTER_PORT") == env_line(logs[1], "MASTER_PORT")
+    attempt = sserver.home / "tasks" / str(jid) / "1"
+    assert (attempt / "sbatch.out").read_text().split(";")[0].strip() == \
+        env_line(logs[0], "SLURM_JOB_ID").split("=")[1]
+    # `kiln logs` reads the same files.
+    r = sserver.cli("logs", str(jid), "--task", "1", check=True)
+    assert "RANK=1" in r.stdout
+
+
+def test_gpu_job_sees_the_gpus_slurm_gave_it(sserver):
+    jid = submit(sserver, "kiln-gpu", ["/bin/sh", "-c",
+                                       "echo CUDA=$CUDA_VISIBLE_DEVICES; "
+                                       "echo STEP=$SLURM_STEP_GPUS"],
+                 resources={"gpus": 2})
+    job = sserver.wait_state(jid, ("succeeded", "failed"))
+    assert job["state"] == "succeeded", job
+    log = sserver.logs(jid)
+    cuda = env_line(log, "CUDA").split("=")[1]
+    assert len(cuda.split(",")) == 2
+    # What Slurm bound to the step, not kiln's own choice.
+    assert cuda == env_line(log, "STEP").split("=")[1]
+
+
+def test_cancel_ends_the_slurm_job(sserver, slurm_env):
+    jid = submit(sserver, "kiln-cancel", ["/bin/sh", "-c",
+                                          "echo up; sleep 300 & wait"])
+    wait_for(lambda: "up" in sserver.logs(jid), what="the task to start")
+    assert squeue_ids(slurm_env, "kiln-cancel")
+    r = sserver.request("POST", f"/v1/jobs/{jid}/cancel")
+    assert r.status_code == 200, r.text
+    job = sserver.wait_state(jid, "cancelled")
+    assert job["attempts_detail"][0]["signal"] == 15
+    wait_for(lambda: not squeue_ids(slurm_env, "kiln-cancel"),
+             what="the Slurm job to end")
+
+
+def test_timeout_sends_the_checkpoint_signal_before_the_kill(sserver):
+    script = "trap 'echo got-usr1' USR1; echo up; while :; do sleep 0.1; done"
+    jid = submit(sserver, "kiln-timeout", ["/bin/sh", "-c", script],
+                 timeout="2s", checkpoint={"signal": "SIGUSR1", "grace": "1s"})
+    job = sserver.wait_state(jid, ("failed", "succeeded"))
+    assert job["state"] == "failed"
+    a = job["attempts_detail"][0]
+    assert "timeout" in a["reason"], a
+    assert a["signal"] == 9  # it ignored the signal: killed after the grace
+    assert "got-usr1" in sserver.logs(jid)
+
+
+def test_evict_then_resume_from_checkpoint(sserver, tmp_path):
+    gate = tmp_path / "gate"
+    script = COMMIT + (
+        'if [ -z "$KILN_RESUME_FROM" ]; then '
+        "  trap 'echo got-usr1; exit 143' USR1; "
+        f'  ck step-000001 "state 1"; touch {gate}; '
+        '  while :; do sleep 0.1; done; '
+        'else echo "resumed with $(cat $KILN_RESUME_FROM/state)"; fi')
+    jid = submit(sserver, "kiln-evict", ["/bin/sh", "-c", script],
+                 preemptible=True,
+                 checkpoint={"signal": "SIGUSR1", "grace": "5s"})
+    wait_for(lambda: gate.exists(), what="the first checkpoint")
+    wait_for(lambda: (sserver.home / "blobs" / str(jid) / "checkpoints" /
+                      "step-000001" / "MANIFEST.json").exists(),
+             what="step-000001 synced")
+    r = sserver.cli("evict", str(jid), check=True)
+    job = sserver.wait_state(jid, ("succeeded", "failed"), timeout=60)
+    a = job["attempts_detail"]
+    assert [x["state"] for x in a] == ["preempted", "succeeded"], job
+    assert "got-usr1" in sserver.logs(jid, attempt=1)
+    assert a[0]["exit_code"] == 143
+    assert "resumed with state 1" in sserver.logs(jid, attempt=2)
+    # Each attempt was its own Slurm job.
+    ids = [(sserver.home / "tasks" / str(jid) / str(n) / "sbatch.out")
+           .read_text().strip() for n in (1, 2)]
+    assert ids[0] != ids[1]
+    assert r.returncode == 0
+
+
+def node_state(env):
+    out = subprocess.run(["sinfo", "-h", "-N", "-n", NODE, "-o", "%T|%E"],
+                         env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_failed_health_check_drains_the_node(sserver, slurm_env):
+    # A real check made to fail: the task directory "needs" 1000 TiB free.
+    r = subprocess.run([KILN, "health", "--drain", "--node-name", NODE,
+                        "--dir", str(sserver.home), "--min-free", "1000Ti"],
+                       env=dict(slurm_env, KILN_HOME=str(sserver.home)),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "Health check failed" in r.stdout
+    state = node_state(slurm_env)
+    # Resume first, so that a failed assertion leaves the node usable.
+    subprocess.run(["scontrol", "update", f"NodeName={NODE}", "State=RESUME"],
+                   env=slurm_env, check=True, timeout=30)
+    assert state.startswith("drain"), state
+    assert "kiln health: disk_free:" in state
+    # kiln's own view of the node went unhealthy too.
+    nodes = sserver.request("GET", "/v1/nodes").json()
+    assert "unhealthy" in str(nodes), nodes
+    wait_for(lambda: node_state(slurm_env).split("|")[0] in ("idle", "mixed"),
+             what="the node to be back")
