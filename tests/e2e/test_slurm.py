@@ -184,3 +184,47 @@ def test_failed_health_check_drains_the_node(sserver, slurm_env):
     assert "unhealthy" in str(nodes), nodes
     wait_for(lambda: node_state(slurm_env).split("|")[0] in ("idle", "mixed"),
              what="the node to be back")
+
+
+def test_server_restart_adopts_the_slurm_job(sserver, tmp_path):
+    gate = tmp_path / "gate"
+    jid = submit(sserver, "kiln-adopt", ["/bin/sh", "-c",
+                                         f"echo up; while [ ! -e {gate} ]; do "
+                                         "sleep 0.05; done; echo done"])
+    wait_for(lambda: "up" in sserver.logs(jid), what="the task to start")
+    sserver.kill9()
+    sserver.start()
+    gate.touch()
+    job = sserver.wait_state(jid, ("succeeded", "failed"))
+    assert job["state"] == "succeeded", job
+    assert len(job["attempts_detail"]) == 1
+    assert "done" in sserver.logs(jid)
+
+
+def test_partition_map_and_a_refused_submission(tmp_path, slurm_env):
+    s = Server(tmp_path / "home", gpus="8xH100-80GB",
+               extra=["--executor", "slurm", "--slurm-partitions",
+                      "default=kiln,spot=no-such-partition"], env=slurm_env)
+    s.home.mkdir()
+    s.start()
+    s.names = []
+    try:
+        ok = submit(s, "kiln-part", ["/bin/sh", "-c",
+                                     "echo partition=$SLURM_JOB_PARTITION"])
+        job = s.wait_state(ok, ("succeeded", "failed"))
+        assert job["state"] == "succeeded", job
+        assert "partition=kiln" in s.logs(ok)
+        # Preemptible jobs go to the spot partition, which Slurm refuses.
+        bad = submit(s, "kiln-spot", ["/bin/true"], preemptible=True)
+        job = s.wait_state(bad, ("succeeded", "failed"))
+        assert job["state"] == "failed"
+        reason = job["attempts_detail"][0]["reason"]
+        assert "cannot submit" in reason and "partition" in reason, reason
+    finally:
+        s.stop()
+    r = subprocess.run([KILN, "server", "--executor", "slurm",
+                        "--slurm-partitions", "gpu", "--home",
+                        str(tmp_path / "other")], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 1
+    assert "--slurm-partitions: \"gpu\" is not" in r.stderr
