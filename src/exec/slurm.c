@@ -569,7 +569,7 @@ static int slurm_status(const char *task_dir, const struct kn_task_proc *proc,
 			struct kn_task_status *out, struct kn_error *err)
 {
 	char *attempt_dir = attempt_dir_of(task_dir), *path = NULL,
-	     *text = NULL, state[32], reason[96], why[96];
+	     *text = NULL, state[32], reason[96], why[256];
 	struct kn_task_status st;
 	struct kn_task_proc sbatch;
 	long long job_id;
@@ -612,6 +612,7 @@ static int slurm_status(const char *task_dir, const struct kn_task_proc *proc,
 	rc = read_status_json(task_dir, &st, err);
 	if (rc != 0)
 		goto done;
+	/* Cut to the status's reason by ended_lost. */
 	snprintf(why, sizeof(why), "lost: Slurm job %lld is %s%s%s with no "
 		 "exit recorded", job_id, state,
 		 reason[0] && strcmp(reason, "None") ? " " : "",

@@ -250,6 +250,13 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	rc = kn_job_spec_parse(text, len, filename, &spec, err);
 	if (rc < 0)
 		return rc;
+	if (spec->image && s->exec != &kn_slurm_executor) {
+		kn_job_spec_free(spec);
+		return kn_errorf(err, KN_EINVAL, "image",
+				 "%s: image: the %s executor runs no containers "
+				 "(only --executor slurm does, with pyxis)",
+				 filename, s->exec->name);
+	}
 	/* Stored as the file name, so a restart resolves it the same way. */
 	if (path)
 		filename = path;

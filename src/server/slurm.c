@@ -104,6 +104,7 @@ void slurm_task_fill(const struct server *s, const struct run *r, int rank,
 	out->cpus = (res->cpu_milli + KN_MILLI - 1) / KN_MILLI;
 	out->memory_mb = (res->memory_bytes + (1 << 20) - 1) >> 20;
 	out->requeue = spec->preemptible;
+	out->image = spec->image;
 	if (spec->checkpoint.set) {
 		out->checkpoint_signal = spec->checkpoint.signal;
 		out->checkpoint_grace_ms = spec->checkpoint.grace_ms;

@@ -42,7 +42,7 @@ def squeue_ids(env, name):
 
 @pytest.fixture
 def sserver(tmp_path, slurm_env):
-    s = Server(tmp_path / "home", gpus="8xH100-80GB",
+    s = Server(tmp_path / "slurm-home", gpus="8xH100-80GB",
                extra=["--executor", "slurm"], env=slurm_env)
     s.home.mkdir()
     s.start()
@@ -228,3 +228,19 @@ def test_partition_map_and_a_refused_submission(tmp_path, slurm_env):
                        text=True, timeout=30)
     assert r.returncode == 1
     assert "--slurm-partitions: \"gpu\" is not" in r.stderr
+
+
+def test_image_goes_to_pyxis_and_the_local_executor_refuses_it(sserver,
+                                                               server):
+    # No pyxis on the test cluster: sbatch refuses the option it adds.
+    jid = submit(sserver, "kiln-image", ["/bin/true"],
+                 image="nvcr.io/nvidia/pytorch:24.01-py3")
+    job = sserver.wait_state(jid, ("succeeded", "failed"))
+    assert job["state"] == "failed"
+    assert "--container-image" in job["attempts_detail"][0]["reason"]
+    assert job["spec"]["image"] == "nvcr.io/nvidia/pytorch:24.01-py3"
+    r = server.request("POST", "/v1/jobs",
+                       data=job_yaml("img", ["/bin/true"], image="debian:12"))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["field"] == "image"
+    assert "runs no containers" in r.json()["error"]["message"]
