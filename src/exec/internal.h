@@ -19,6 +19,12 @@ int exec_write_launch(const struct kn_task_launch *l,
 		      const char *const *drop, int timeout_signal,
 		      int stop_poll_ms, struct kn_error *err);
 
+/*
+ * TASK_DIR/status.json, the shim's record of the exit: 0 and *st (ended),
+ * -ENOENT while there is none, another -errno when unreadable.
+ */
+int exec_read_status(const char *task_dir, struct kn_task_status *st);
+
 /* Whether pid is alive and still the process that started at start. */
 bool exec_proc_alive(const struct kn_task_proc *proc);
 /* Its start time (field 22 of /proc/PID/stat), in clock ticks. */

@@ -191,7 +191,7 @@ static int local_stop(const char *task_dir, const struct kn_task_proc *proc,
 	return 0;
 }
 
-static int read_status_file(const char *task_dir, struct kn_task_status *st)
+int exec_read_status(const char *task_dir, struct kn_task_status *st)
 {
 	char *path = kn_asprintf("%s/status.json", task_dir), *text = NULL;
 	json_t *doc = NULL, *v;
@@ -226,7 +226,7 @@ static int local_status(const char *task_dir, const struct kn_task_proc *proc,
 	int rc;
 
 	memset(&st, 0, sizeof(st));
-	rc = read_status_file(task_dir, &st);
+	rc = exec_read_status(task_dir, &st);
 	if (rc == 0) {
 		*out = st;
 		return 0;
@@ -243,7 +243,7 @@ static int local_status(const char *task_dir, const struct kn_task_proc *proc,
 	 * The shim writes status.json before it exits, so a dead shim without
 	 * one was killed itself; read once more in case it just finished.
 	 */
-	if (read_status_file(task_dir, &st) == 0) {
+	if (exec_read_status(task_dir, &st) == 0) {
 		*out = st;
 		return 0;
 	}

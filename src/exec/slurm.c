@@ -211,8 +211,8 @@ char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 
 /*
  * Start argv[0] from PATH in its own session, stdin from /dev/null,
- * stdout to out_path, stderr to err_path (either may be NULL: /dev/null),
- * with extra "NAME=value" entries added to the server's environment.
+ * stdout to out_path, stderr to err_path (either may be NULL: /dev/null;
+ * the same path: one file for both), with extra "NAME=value" entries added to the server's environment.
  */
 static int spawn_child(char *const *argv, char *const *extra_env,
 		       const char *out_path, const char *err_path,
@@ -226,16 +226,25 @@ static int spawn_child(char *const *argv, char *const *extra_env,
 	pid_t pid;
 	int rc;
 
-	for (char **e = environ; *e; e++)
+	for (char **e = environ; *e; e++) {
+		/* Ours replace any the server inherited. */
+		if (!strncmp(*e, "KILN_SLURM_", 11))
+			continue;
 		args_add(&env, &n, *e);
+	}
 	for (char *const *e = extra_env; e && *e; e++)
 		args_add(&env, &n, *e);
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 1, out_path ? out_path : "/dev/null",
 					 O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	posix_spawn_file_actions_addopen(&fa, 2, err_path ? err_path : "/dev/null",
-					 O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (err_path && out_path && !strcmp(err_path, out_path))
+		posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	else
+		posix_spawn_file_actions_addopen(&fa, 2,
+						 err_path ? err_path : "/dev/null",
+						 O_WRONLY | O_CREAT | O_TRUNC,
+						 0600);
 	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 	posix_spawnattr_init(&attr);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
@@ -420,19 +429,23 @@ out:
 	return rc;
 }
 
+/* 1 and *st when the shim has recorded the exit, 0 when not yet. */
 static int read_status_json(const char *task_dir, struct kn_task_status *st,
 			    struct kn_error *err)
 {
-	/* The shim's file has the local executor's format: reuse its reader. */
-	struct kn_task_proc none = {0, 0};
 	struct kn_task_status s;
-	int rc = kn_local_executor.status(task_dir, &none, &s, err);
+	int rc;
 
-	if (rc == 0 && s.ended && strncmp(s.reason, "lost:", 5) != 0) {
+	memset(&s, 0, sizeof(s));
+	rc = exec_read_status(task_dir, &s);
+	if (rc == 0) {
 		*st = s;
 		return 1;
 	}
-	return rc < 0 ? rc : 0;
+	if (rc == -ENOENT)
+		return 0;
+	return kn_errorf(err, KN_EIO, NULL, "cannot read %s/status.json: %s",
+			 task_dir, strerror(-rc));
 }
 
 /* "JobState=RUNNING Reason=None ..." -> "RUNNING"; "" when absent. */
