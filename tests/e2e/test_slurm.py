@@ -4,6 +4,7 @@ gres.conf): a gang of two, GPUs from GRES, cancel, timeout with the
 checkpoint signal, eviction and resume from a checkpoint, and `kiln health`
 draining the node. The cluster is left as found: no kiln jobs, node idle."""
 import os
+import signal
 import shutil
 import socket
 import subprocess
@@ -70,7 +71,7 @@ def test_gang_of_two_in_one_allocation(sserver):
             'echo MASTER_ADDR=$MASTER_ADDR; echo MASTER_PORT=$MASTER_PORT; '
             'echo LOCAL_RANK=$LOCAL_RANK; echo SLURM_JOB_ID=$SLURM_JOB_ID')
     jid = submit(sserver, "kiln-gang", ["/bin/sh", "-c", show], tasks=2,
-                 resources={"cpus": 1})
+                 resources={"cpus": 1, "memory": "64Mi"})
     job = sserver.wait_state(jid, ("succeeded", "failed"))
     assert job["state"] == "succeeded", job
     logs = [sserver.logs(jid, task=r) for r in (0, 1)]
@@ -129,7 +130,7 @@ def test_timeout_sends_the_checkpoint_signal_before_the_kill(sserver):
     assert "got-usr1" in sserver.logs(jid)
 
 
-def test_evict_then_resume_from_checkpoint(sserver, tmp_path):
+def test_evict_then_resume_from_checkpoint(sserver, slurm_env, tmp_path):
     gate = tmp_path / "gate"
     script = COMMIT + (
         'if [ -z "$KILN_RESUME_FROM" ]; then '
@@ -141,6 +142,13 @@ def test_evict_then_resume_from_checkpoint(sserver, tmp_path):
                  preemptible=True,
                  checkpoint={"signal": "SIGUSR1", "grace": "5s"})
     wait_for(lambda: gate.exists(), what="the first checkpoint")
+    # What sbatch was given, as Slurm holds it.
+    slurm_id = (sserver.home / "tasks" / str(jid) / "1" / "sbatch.out") \
+        .read_text().strip()
+    shown = subprocess.run(["scontrol", "show", "job", "-o", slurm_id],
+                           env=slurm_env, capture_output=True, text=True,
+                           timeout=30).stdout
+    assert "Requeue=1" in shown and "JobState=RUNNING" in shown, shown
     wait_for(lambda: (sserver.home / "blobs" / str(jid) / "checkpoints" /
                       "step-000001" / "MANIFEST.json").exists(),
              what="step-000001 synced")
@@ -244,3 +252,17 @@ def test_image_goes_to_pyxis_and_the_local_executor_refuses_it(sserver,
     assert r.status_code == 400, r.text
     assert r.json()["error"]["field"] == "image"
     assert "runs no containers" in r.json()["error"]["message"]
+
+
+def test_a_shim_killed_in_slurm_ends_the_attempt_as_lost(sserver):
+    jid = submit(sserver, "kiln-lost", ["/bin/sh", "-c",
+                                        "echo up; sleep 300 & wait"])
+    wait_for(lambda: "up" in sserver.logs(jid), what="the task to start")
+    # The shim dies as on a crashed node: no exit is recorded, so kiln
+    # learns the end from Slurm.
+    task = sserver.home / "tasks" / str(jid) / "1" / "0"
+    os.kill(int((task / "shim.pid").read_text().split()[0]), signal.SIGKILL)
+    job = sserver.wait_state(jid, ("failed", "succeeded"))
+    assert job["state"] == "failed"
+    reason = job["attempts_detail"][0]["reason"]
+    assert "lost: Slurm job" in reason, reason
