@@ -266,3 +266,39 @@ def test_a_shim_killed_in_slurm_ends_the_attempt_as_lost(sserver):
     assert job["state"] == "failed"
     reason = job["attempts_detail"][0]["reason"]
     assert "lost: Slurm job" in reason, reason
+
+
+@pytest.fixture(scope="session")
+def slurm2_env(slurm_env):
+    """Two slurmd in two network namespaces (scripts/slurm-2node.sh), a
+    cluster of their own; stopped again at the end of the session."""
+    script = str(REPO / "scripts/slurm-2node.sh")
+    up = subprocess.run(["bash", script, "up"], capture_output=True,
+                        text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    yield dict(slurm_env, SLURM_CONF=up.stdout.strip().splitlines()[-1])
+    down = subprocess.run(["bash", script, "down"], capture_output=True,
+                          text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+
+
+def test_gang_of_two_across_two_nodes(tmp_path, slurm2_env):
+    s = Server(tmp_path / "home", extra=["--executor", "slurm"],
+               env=slurm2_env)
+    s.home.mkdir()
+    s.start()
+    s.names = []
+    try:
+        show = ('echo NODE=$SLURMD_NODENAME; echo RANK=$RANK; '
+                'echo LOCAL_RANK=$LOCAL_RANK; echo NODE_RANK=$NODE_RANK; '
+                'echo MASTER_ADDR=$MASTER_ADDR')
+        jid = submit(s, "kiln-2node", ["/bin/sh", "-c", show], tasks=2)
+        job = s.wait_state(jid, ("succeeded", "failed"))
+        assert job["state"] == "succeeded", job
+        for rank, node in ((0, "kn1"), (1, "kn2")):
+            log = s.logs(jid, task=rank)
+            assert f"NODE={node}" in log and f"RANK={rank}" in log
+            assert f"NODE_RANK={rank}" in log and "LOCAL_RANK=0" in log
+            assert "MASTER_ADDR=kn1" in log
+    finally:
+        s.stop()
