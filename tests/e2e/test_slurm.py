@@ -282,23 +282,47 @@ def slurm2_env(slurm_env):
     assert down.returncode == 0, down.stderr
 
 
-def test_gang_of_two_across_two_nodes(tmp_path, slurm2_env):
+def test_two_node_gang_evicted_and_resumed(tmp_path, slurm2_env):
+    """The walk-through of docs/scale-out.md, small: a gang of two, one rank
+    per node, checkpoints, is evicted and resumes on both nodes."""
     s = Server(tmp_path / "home", extra=["--executor", "slurm"],
                env=slurm2_env)
     s.home.mkdir()
     s.start()
     s.names = []
+    gate = tmp_path / "gate"
     try:
-        show = ('echo NODE=$SLURMD_NODENAME; echo RANK=$RANK; '
-                'echo LOCAL_RANK=$LOCAL_RANK; echo NODE_RANK=$NODE_RANK; '
-                'echo MASTER_ADDR=$MASTER_ADDR')
-        jid = submit(s, "kiln-2node", ["/bin/sh", "-c", show], tasks=2)
-        job = s.wait_state(jid, ("succeeded", "failed"))
-        assert job["state"] == "succeeded", job
-        for rank, node in ((0, "kn1"), (1, "kn2")):
-            log = s.logs(jid, task=rank)
-            assert f"NODE={node}" in log and f"RANK={rank}" in log
-            assert f"NODE_RANK={rank}" in log and "LOCAL_RANK=0" in log
-            assert "MASTER_ADDR=kn1" in log
+        show = ('echo NODE=$SLURMD_NODENAME RANK=$RANK LOCAL_RANK=$LOCAL_RANK '
+                'NODE_RANK=$NODE_RANK MASTER_ADDR=$MASTER_ADDR; ')
+        script = COMMIT + show + (
+            'if [ -z "$KILN_RESUME_FROM" ]; then '
+            "  trap 'echo got-usr1; exit 143' USR1; "
+            f'  if [ $RANK = 0 ]; then ck step-000001 "state 1"; touch {gate}; fi; '
+            '  while :; do sleep 0.1; done; '
+            'else echo "resumed with $(cat $KILN_RESUME_FROM/state)"; fi')
+        jid = submit(s, "kiln-2node", ["/bin/sh", "-c", script], tasks=2,
+                     preemptible=True,
+                     checkpoint={"signal": "SIGUSR1", "grace": "5s"})
+        wait_for(lambda: gate.exists(), what="the first checkpoint")
+        wait_for(lambda: (s.home / "blobs" / str(jid) / "checkpoints" /
+                          "step-000001" / "MANIFEST.json").exists(),
+                 what="step-000001 synced")
+        s.cli("evict", str(jid), check=True)
+        job = s.wait_state(jid, ("succeeded", "failed"), timeout=60)
+        assert [x["state"] for x in job["attempts_detail"]] == \
+            ["preempted", "succeeded"], job
+        for attempt in (1, 2):
+            for rank, node in ((0, "kn1"), (1, "kn2")):
+                log = s.logs(jid, task=rank, attempt=attempt)
+                assert (f"NODE={node} RANK={rank} LOCAL_RANK=0 "
+                        f"NODE_RANK={rank} MASTER_ADDR=kn1") in log, log
+                if attempt == 1:
+                    assert "got-usr1" in log
+                else:
+                    assert "resumed with state 1" in log
     finally:
         s.stop()
+        subprocess.run(["scancel", "-n", "kiln-2node"], env=slurm2_env,
+                       timeout=30)
+        wait_for(lambda: not squeue_ids(slurm2_env, "kiln-2node"),
+                 timeout=30, what="the two-node job to leave the queue")
