@@ -14,6 +14,7 @@ packages=(
   prometheus
   python3-torch
   libopenmpi-dev openmpi-bin
+  iproute2
 )
 
 missing=()
