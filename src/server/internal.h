@@ -221,6 +221,11 @@ int slurm_config_check(const struct kn_server_config *cfg,
 const struct kn_executor_ops *slurm_executor_chosen(
 	const struct kn_server_config *cfg);
 /*
+ * Whether a placement.selector key is Slurm's to honour rather than the
+ * kiln scheduler's: "pool" under the Slurm executor picks the partition.
+ */
+bool slurm_selects(const struct server *s, const char *key);
+/*
  * sbatch options for one task of a run; out->partition points into
  * partition (len bytes), which must outlive out.
  */

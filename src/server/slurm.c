@@ -6,7 +6,9 @@
  * The partition map is "KEY=PARTITION,..." with keys "default", "spot"
  * (preemptible jobs) and "pool:NAME" (jobs whose placement.selector has
  * pool: NAME); the first of pool, spot, default that matches is used, and
- * none leaves the choice to Slurm's default partition.
+ * none leaves the choice to Slurm's default partition. A pool is Slurm's
+ * to honour: the kiln scheduler, whose one node stands for the whole
+ * cluster, does not match that selector key.
  */
 #include "internal.h"
 
@@ -80,6 +82,11 @@ const struct kn_executor_ops *slurm_executor_chosen(
 	return cfg->executor && !strcmp(cfg->executor, "slurm")
 		       ? &kn_slurm_executor
 		       : &kn_local_executor;
+}
+
+bool slurm_selects(const struct server *s, const char *key)
+{
+	return s->exec == &kn_slurm_executor && !strcmp(key, "pool");
 }
 
 void slurm_task_fill(const struct server *s, const struct run *r, int rank,

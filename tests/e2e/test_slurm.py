@@ -212,7 +212,8 @@ def test_server_restart_adopts_the_slurm_job(sserver, tmp_path):
 def test_partition_map_and_a_refused_submission(tmp_path, slurm_env):
     s = Server(tmp_path / "home", gpus="8xH100-80GB",
                extra=["--executor", "slurm", "--slurm-partitions",
-                      "default=kiln,spot=no-such-partition"], env=slurm_env)
+                      "default=kiln,spot=no-such-partition,pool:big=kiln"],
+               env=slurm_env)
     s.home.mkdir()
     s.start()
     s.names = []
@@ -228,6 +229,13 @@ def test_partition_map_and_a_refused_submission(tmp_path, slurm_env):
         assert job["state"] == "failed"
         reason = job["attempts_detail"][0]["reason"]
         assert "cannot submit" in reason and "partition" in reason, reason
+        # A pool outranks spot; Slurm, not kiln's one node, honours it.
+        pooled = submit(s, "kiln-pool", ["/bin/sh", "-c",
+                                         "echo partition=$SLURM_JOB_PARTITION"],
+                        preemptible=True, placement={"selector": {"pool": "big"}})
+        job = s.wait_state(pooled, ("succeeded", "failed"))
+        assert job["state"] == "succeeded", job
+        assert "partition=kiln" in s.logs(pooled)
     finally:
         s.stop()
     r = subprocess.run([KILN, "server", "--executor", "slurm",
