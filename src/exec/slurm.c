@@ -79,9 +79,24 @@ static const char batch_script[] =
 	"# Written by kiln: the batch step of one attempt. srun starts one\n"
 	"# kiln shim per task; each picks its task directory by SLURM_PROCID.\n"
 	"# srun does not inherit --cpus-per-task from sbatch since 22.05.\n"
-	"exec srun --kill-on-bad-exit=0 "
+	"srun --kill-on-bad-exit=0 "
 	"${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} "
-	"\"$KILN_SLURM_BIN\" shim --slurm \"$KILN_SLURM_ATTEMPT_DIR\"\n";
+	"\"$KILN_SLURM_BIN\" shim --slurm \"$KILN_SLURM_ATTEMPT_DIR\" &\n"
+	"step=$!\n"
+	"# --signal=B:SIG@GRACE reaches this shell alone. It becomes a stop\n"
+	"# request for every shim (the signal to its task, SIGKILL after the\n"
+	"# grace), where srun would signal every process of the step.\n"
+	"if [ -n \"$KILN_SLURM_STOP_SIGNAL\" ]; then\n"
+	"  trap 'for d in \"$KILN_SLURM_ATTEMPT_DIR\"/*/; do\n"
+	"          [ -e \"${d}launch.json\" ] && [ ! -e \"${d}stop.json\" ] &&\n"
+	"            echo \"$KILN_SLURM_STOP\" > \"${d}stop.json\"\n"
+	"        done' \"$KILN_SLURM_STOP_SIGNAL\"\n"
+	"fi\n"
+	"while :; do\n"
+	"  wait $step\n"
+	"  rc=$?\n"
+	"  kill -0 $step 2>/dev/null || exit $rc\n"
+	"done\n";
 
 bool kn_slurm_state_final(const char *state)
 {
@@ -334,7 +349,7 @@ static int slurm_start(const struct kn_task_launch *l,
 	struct kn_task_launch own;
 	char *attempt_dir = NULL, *script = NULL, *pid_path = NULL,
 	     *out_path = NULL, *err_path = NULL, *bin = NULL;
-	char **args = NULL, *env[3] = {NULL, NULL, NULL};
+	char **args = NULL, *env[5] = {NULL, NULL, NULL, NULL, NULL};
 	struct kn_task_proc p = {0, 0};
 	int rc;
 
@@ -374,6 +389,17 @@ static int slurm_start(const struct kn_task_launch *l,
 	}
 	env[0] = kn_asprintf("KILN_SLURM_BIN=%s", bin);
 	env[1] = kn_asprintf("KILN_SLURM_ATTEMPT_DIR=%s", attempt_dir);
+	if (t->checkpoint_grace_ms > 0) {
+		int sig = t->checkpoint_signal > 0 ? t->checkpoint_signal
+						   : SIGTERM;
+		const char *name = sigabbrev_np(sig);
+
+		env[2] = kn_asprintf("KILN_SLURM_STOP_SIGNAL=%s",
+				     name ? name : "TERM");
+		env[3] = kn_asprintf("KILN_SLURM_STOP={\"signal\":%d,"
+				     "\"grace_ms\":%lld}",
+				     sig, (long long)t->checkpoint_grace_ms);
+	}
 	args = kn_slurm_sbatch_args(t, l->timeout_ms, attempt_dir);
 	out_path = kn_asprintf("%s/sbatch.out", attempt_dir);
 	err_path = kn_asprintf("%s/sbatch.err", attempt_dir);
@@ -390,8 +416,8 @@ static int slurm_start(const struct kn_task_launch *l,
 	*out = p;
 out:
 	kn_slurm_args_free(args);
-	free(env[0]);
-	free(env[1]);
+	for (size_t i = 0; env[i]; i++)
+		free(env[i]);
 	free(bin);
 	free(out_path);
 	free(err_path);

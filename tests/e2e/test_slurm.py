@@ -334,3 +334,24 @@ def test_two_node_gang_evicted_and_resumed(tmp_path, slurm2_env):
                        timeout=30)
         wait_for(lambda: not squeue_ids(slurm2_env, "kiln-2node"),
                  timeout=30, what="the two-node job to leave the queue")
+
+
+def test_slurm_signal_to_the_batch_shell_stops_through_the_shim(sserver,
+                                                                slurm_env):
+    # --signal=B:USR1@GRACE before the time limit, delivered now: the batch
+    # shell turns it into a stop for the shim (USR1 to the task, SIGKILL
+    # after the grace), rather than a bare signal to every process of the
+    # step that a task ignoring it would outlive.
+    script = "trap 'echo got-usr1' USR1; echo up; while :; do sleep 0.1; done"
+    jid = submit(sserver, "kiln-bsig", ["/bin/sh", "-c", script],
+                 checkpoint={"signal": "SIGUSR1", "grace": "1s"})
+    wait_for(lambda: "up" in sserver.logs(jid), what="the task to start")
+    attempt = sserver.home / "tasks" / str(jid) / "1"
+    slurm_id = (attempt / "sbatch.out").read_text().strip()
+    subprocess.run(["scancel", "--batch", "--signal=USR1", slurm_id],
+                   env=slurm_env, check=True, timeout=30)
+    job = sserver.wait_state(jid, ("failed", "succeeded"))
+    assert job["attempts_detail"][0]["signal"] == 9
+    assert "got-usr1" in sserver.logs(jid)
+    assert (attempt / "0" / "stop.json").read_text().strip() == \
+        '{"signal":10,"grace_ms":1000}'
