@@ -15,6 +15,7 @@ packages=(
   python3-torch
   libopenmpi-dev openmpi-bin
   wrk nginx
+  iproute2
 )
 
 missing=()

@@ -56,6 +56,9 @@ int cmd_server(int argc, char **argv)
 		{"health-sku-file", required_argument, NULL, 'f'},
 		{"health-kernel-log", required_argument, NULL, 'K'},
 		{"mig-profiles", required_argument, NULL, 'M'},
+		{"executor", required_argument, NULL, 'x'},
+		{"slurm-partitions", required_argument, NULL, 'P'},
+		{"slurm-shards-per-gpu", required_argument, NULL, 'X'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -166,6 +169,30 @@ int cmd_server(int argc, char **argv)
 		case 'M':
 			cfg.mig_profiles = optarg;
 			break;
+		case 'x':
+			if (strcmp(optarg, "local") != 0 &&
+			    strcmp(optarg, "slurm") != 0) {
+				fprintf(stderr, "kiln server: --executor: \"%s\" "
+					"is not local or slurm\n", optarg);
+				return 2;
+			}
+			cfg.executor = optarg;
+			break;
+		case 'P':
+			cfg.slurm_partitions = optarg;
+			break;
+		case 'X': {
+			char *end;
+			long n = strtol(optarg, &end, 10);
+			if (*end || end == optarg || n < 1 || n > 1000) {
+				fprintf(stderr, "kiln server: "
+					"--slurm-shards-per-gpu: \"%s\" is not "
+					"a number in 1..1000\n", optarg);
+				return 2;
+			}
+			cfg.slurm_shards_per_gpu = (int)n;
+			break;
+		}
 		default:
 			fputs("see 'kiln server --help'\n", stderr);
 			return 2;

@@ -70,6 +70,8 @@ void kn_device_model_name(const char *name, int64_t memory_bytes, char *out,
 #define KN_LOG_KEEP 3
 #define KN_LOG_FILE "output.log"
 
+struct kn_slurm_task;
+
 struct kn_task_launch {
 	const char *task_dir;    /* exists; the shim's files go here */
 	char *const *argv;       /* NULL-terminated */
@@ -80,6 +82,8 @@ struct kn_task_launch {
 	int64_t grace_ms;        /* SIGTERM to SIGKILL */
 	int64_t log_max_bytes;
 	int log_keep;
+	/* The Slurm executor's submission options; NULL for the local one. */
+	const struct kn_slurm_task *slurm;
 };
 
 /* Enough to find a running task again after a restart. */
@@ -121,6 +125,61 @@ struct kn_executor_ops {
 };
 
 extern const struct kn_executor_ops kn_local_executor;
+
+/*
+ * The Slurm executor (src/exec/slurm.c): one sbatch per attempt carries the
+ * whole gang; its batch step is `srun kiln shim --slurm ATTEMPT_DIR`, so
+ * each task runs under the same shim as locally, inside the allocation,
+ * and writes the same files into its task directory (which must be on a
+ * file system the server shares with the nodes). sbatch, scancel and
+ * scontrol run as child processes the server never waits for: start and
+ * stop return at once, status reads files, and what Slurm says comes from
+ * `scontrol show job -o` written by a child into the attempt directory.
+ */
+struct kn_slurm_task {
+	int rank;                /* this task; the last one submits */
+	int ntasks;              /* the gang: --ntasks */
+	int gpus;                /* whole GPUs per task: --gpus-per-task */
+	int shards;              /* a share: --gres=shard:N per task */
+	const char *mig_profile; /* --gres=gpu:PROFILE:1, or NULL */
+	int cpus;                /* --cpus-per-task, 0 = Slurm's default */
+	int64_t memory_mb;       /* per task (--mem-per-cpu), 0 = default */
+	const char *partition;   /* --partition, or NULL for the default */
+	bool requeue;            /* --requeue (preemptible), else --no-requeue */
+	int checkpoint_signal;   /* --signal=B:SIG@GRACE and the shim's
+				    timeout signal; 0 = SIGTERM */
+	int64_t checkpoint_grace_ms;
+	const char *image;       /* --container-image (pyxis), or NULL */
+	const char *job_name;    /* --job-name */
+};
+
+/* Slurm job states that are over (scontrol's JobState=). */
+bool kn_slurm_state_final(const char *state);
+/*
+ * The first host of a Slurm host list: "gpu[03-05,9],cpu1" -> "gpu03".
+ * out gets "" for an empty list.
+ */
+void kn_slurm_first_host(const char *nodelist, char *out, size_t len);
+/*
+ * sbatch's command line for a gang, "sbatch" first, the batch script
+ * (ATTEMPT_DIR/slurm.sh) last; NULL-terminated, freed with
+ * kn_slurm_args_free. timeout_ms 0 = no --time.
+ */
+char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
+			    int64_t timeout_ms, const char *attempt_dir);
+void kn_slurm_args_free(char **args);
+
+extern const struct kn_executor_ops kn_slurm_executor;
+
+/*
+ * `kiln shim --slurm ATTEMPT_DIR`, run by srun once per task: picks the
+ * task directory ATTEMPT_DIR/$SLURM_PROCID, sets RANK, WORLD_SIZE,
+ * LOCAL_RANK, NODE_RANK and MASTER_ADDR from Slurm's variables, keeps the
+ * CUDA_VISIBLE_DEVICES Slurm set, then runs kn_shim_main. A task that has
+ * already recorded its exit (Slurm restarted a finished attempt) is not
+ * run again. Returns the process exit code.
+ */
+int kn_slurm_shim_main(const char *attempt_dir, struct kn_error *err);
 
 /* The shim's body (`kiln shim --dir DIR`): returns the process exit code. */
 int kn_shim_main(const char *task_dir, struct kn_error *err);

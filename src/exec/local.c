@@ -6,6 +6,7 @@
  * which keeps environment values out of `ps` and has no length limit.
  */
 #include "exec.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +22,7 @@
 extern char **environ;
 
 /* Start time (field 22 of /proc/PID/stat), to tell a reused pid apart. */
-static int proc_start_time(int pid, int64_t *out)
+int exec_proc_start_time(int pid, int64_t *out)
 {
 	char path[64], *text = NULL, *p;
 	unsigned long long start = 0;
@@ -44,11 +45,11 @@ static int proc_start_time(int pid, int64_t *out)
 	return 0;
 }
 
-static bool proc_alive(const struct kn_task_proc *proc)
+bool exec_proc_alive(const struct kn_task_proc *proc)
 {
 	int64_t start;
 
-	if (proc->pid <= 0 || proc_start_time(proc->pid, &start) < 0)
+	if (proc->pid <= 0 || exec_proc_start_time(proc->pid, &start) < 0)
 		return false;
 	return start == proc->start;
 }
@@ -61,33 +62,70 @@ static json_t *string_array(char *const *v)
 	return a;
 }
 
+static bool dropped(const char *entry, const char *const *drop)
+{
+	size_t n = strcspn(entry, "=");
+
+	for (; drop && *drop; drop++)
+		if (strlen(*drop) == n && !strncmp(entry, *drop, n))
+			return true;
+	return false;
+}
+
+static json_t *env_array(char *const *v, const char *const *drop)
+{
+	json_t *a = json_array();
+	for (; v && *v; v++)
+		if (!dropped(*v, drop))
+			json_array_append_new(a, json_string(*v));
+	return a;
+}
+
+int exec_write_launch(const struct kn_task_launch *l,
+		      const char *const *drop, int timeout_signal,
+		      int stop_poll_ms, struct kn_error *err)
+{
+	char *launch_path = kn_asprintf("%s/launch.json", l->task_dir);
+	char *text;
+	json_t *doc;
+	int rc;
+
+	doc = json_pack("{s:o, s:o, s:s?, s:I, s:I, s:I, s:i}", "argv",
+			string_array(l->argv), "env", env_array(l->env, drop),
+			"workdir", l->workdir, "timeout_ms",
+			(json_int_t)l->timeout_ms, "grace_ms",
+			(json_int_t)l->grace_ms, "log_max_bytes",
+			(json_int_t)l->log_max_bytes, "log_keep", l->log_keep);
+	if (timeout_signal > 0)
+		json_object_set_new(doc, "timeout_signal",
+				    json_integer(timeout_signal));
+	if (stop_poll_ms > 0)
+		json_object_set_new(doc, "stop_poll_ms",
+				    json_integer(stop_poll_ms));
+	text = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	rc = kn_write_file_replace(launch_path, text, strlen(text), 0600);
+	if (rc < 0)
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s",
+			       launch_path, strerror(-rc));
+	free(text);
+	free(launch_path);
+	return rc;
+}
+
 static int local_start(const struct kn_task_launch *l,
 		       struct kn_task_proc *out, struct kn_error *err)
 {
-	char *launch_path = kn_asprintf("%s/launch.json", l->task_dir);
 	char *shim_log = kn_asprintf("%s/shim.log", l->task_dir);
-	char *text = NULL;
-	json_t *doc;
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	char *argv[] = {"kiln", "shim", "--dir", (char *)l->task_dir, NULL};
 	pid_t pid;
 	int rc;
 
-	doc = json_pack("{s:o, s:o, s:s?, s:I, s:I, s:I, s:i}", "argv",
-			string_array(l->argv), "env", string_array(l->env),
-			"workdir", l->workdir, "timeout_ms",
-			(json_int_t)l->timeout_ms, "grace_ms",
-			(json_int_t)l->grace_ms, "log_max_bytes",
-			(json_int_t)l->log_max_bytes, "log_keep", l->log_keep);
-	text = json_dumps(doc, JSON_COMPACT);
-	json_decref(doc);
-	rc = kn_write_file_replace(launch_path, text, strlen(text), 0600);
-	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s",
-			       launch_path, strerror(-rc));
+	rc = exec_write_launch(l, NULL, 0, 0, err);
+	if (rc < 0)
 		goto out;
-	}
 
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -116,12 +154,10 @@ static int local_start(const struct kn_task_launch *l,
 		goto out;
 	}
 	out->pid = pid;
-	if (proc_start_time(pid, &out->start) < 0)
+	if (exec_proc_start_time(pid, &out->start) < 0)
 		out->start = 0; /* exited already; status.json tells the rest */
 	rc = 0;
 out:
-	free(text);
-	free(launch_path);
 	free(shim_log);
 	return rc;
 }
@@ -135,7 +171,7 @@ out:
 static int local_stop(const char *task_dir, const struct kn_task_proc *proc,
 		      int signo, int64_t grace_ms, struct kn_error *err)
 {
-	if (!proc_alive(proc))
+	if (!exec_proc_alive(proc))
 		return 0;
 	if (signo > 0 || grace_ms >= 0) {
 		char *path = kn_asprintf("%s/stop.json", task_dir);
@@ -155,7 +191,7 @@ static int local_stop(const char *task_dir, const struct kn_task_proc *proc,
 	return 0;
 }
 
-static int read_status_file(const char *task_dir, struct kn_task_status *st)
+int exec_read_status(const char *task_dir, struct kn_task_status *st)
 {
 	char *path = kn_asprintf("%s/status.json", task_dir), *text = NULL;
 	json_t *doc = NULL, *v;
@@ -190,7 +226,7 @@ static int local_status(const char *task_dir, const struct kn_task_proc *proc,
 	int rc;
 
 	memset(&st, 0, sizeof(st));
-	rc = read_status_file(task_dir, &st);
+	rc = exec_read_status(task_dir, &st);
 	if (rc == 0) {
 		*out = st;
 		return 0;
@@ -199,7 +235,7 @@ static int local_status(const char *task_dir, const struct kn_task_proc *proc,
 		return kn_errorf(err, KN_EIO, NULL,
 				 "cannot read %s/status.json: %s", task_dir,
 				 strerror(-rc));
-	if (proc_alive(proc)) {
+	if (exec_proc_alive(proc)) {
 		*out = st; /* running */
 		return 0;
 	}
@@ -207,7 +243,7 @@ static int local_status(const char *task_dir, const struct kn_task_proc *proc,
 	 * The shim writes status.json before it exits, so a dead shim without
 	 * one was killed itself; read once more in case it just finished.
 	 */
-	if (read_status_file(task_dir, &st) == 0) {
+	if (exec_read_status(task_dir, &st) == 0) {
 		*out = st;
 		return 0;
 	}
@@ -261,7 +297,7 @@ int kn_shim_record_pid(const char *task_dir)
 	char *path, *line;
 	int rc;
 
-	if (proc_start_time(self.pid, &self.start) < 0)
+	if (exec_proc_start_time(self.pid, &self.start) < 0)
 		return -EIO;
 	path = kn_asprintf("%s/shim.pid", task_dir);
 	line = kn_asprintf("%d %lld\n", self.pid, (long long)self.start);

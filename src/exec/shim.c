@@ -3,7 +3,10 @@
  * session. It runs the task in a new process group, copies the group's
  * output into TASK_DIR/output.log (rotated by size), turns SIGTERM into
  * a signal-then-SIGKILL for the whole group (SIGTERM and the launch's grace,
- * or what TASK_DIR/stop.json asks for), enforces the timeout, and last
+ * or what TASK_DIR/stop.json asks for), passes SIGUSR1 and SIGUSR2 on to
+ * the group, enforces the timeout (with the launch's timeout_signal,
+ * SIGTERM unless set), takes TASK_DIR/stop.json appearing as a stop when
+ * the launch sets stop_poll_ms (the Slurm executor), and last
  * writes TASK_DIR/status.json atomically. It never talks to the server, so
  * it behaves the same whether the server is up, down or restarted.
  *
@@ -36,6 +39,8 @@ struct shim {
 	char *workdir;
 	int64_t timeout_ms, grace_ms, log_max_bytes;
 	int log_keep;
+	int timeout_signal; /* sent when the timeout runs out */
+	int stop_poll_ms;   /* look for stop.json this often; 0 = on SIGTERM */
 
 	int log_fd;
 	int64_t log_size;
@@ -97,6 +102,12 @@ static int load_launch(struct shim *s, struct kn_error *err)
 	s->log_max_bytes =
 		json_integer_value(json_object_get(doc, "log_max_bytes"));
 	s->log_keep = (int)json_integer_value(json_object_get(doc, "log_keep"));
+	s->timeout_signal =
+		(int)json_integer_value(json_object_get(doc, "timeout_signal"));
+	if (s->timeout_signal <= 0 || s->timeout_signal >= 65)
+		s->timeout_signal = SIGTERM;
+	s->stop_poll_ms =
+		(int)json_integer_value(json_object_get(doc, "stop_poll_ms"));
 	if (s->log_max_bytes <= 0)
 		s->log_max_bytes = KN_LOG_MAX_BYTES;
 	if (s->log_keep < 1)
@@ -236,10 +247,12 @@ static void begin_stop(struct shim *s, int tfd, const char *reason)
 	if (s->stopping)
 		return;
 	s->stopping = true;
-	if (reason)
+	if (reason) {
 		kn_strlcpy(s->reason, reason, sizeof(s->reason));
-	else
+		signo = s->timeout_signal;
+	} else {
 		read_stop_request(s, &signo, &grace);
+	}
 	kill(-s->child, signo);
 	arm_timer(tfd, grace > 0 ? grace : 1);
 }
@@ -291,6 +304,9 @@ int kn_shim_main(const char *task_dir, struct kn_error *err)
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGHUP);
+	/* Passed on to the task: Slurm's --signal before the time limit. */
+	sigaddset(&mask, SIGUSR1);
+	sigaddset(&mask, SIGUSR2);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
@@ -330,6 +346,20 @@ int kn_shim_main(const char *task_dir, struct kn_error *err)
 			wait_ms = (int)(drain_deadline - kn_mono_ms());
 			if (wait_ms <= 0)
 				break;
+		} else if (s.stop_poll_ms > 0 && !s.stopping) {
+			/*
+			 * Under Slurm the server cannot signal the shim alone
+			 * (Slurm signals every process of the step), so it
+			 * leaves stop.json in the shared task directory.
+			 */
+			char *stop = kn_asprintf("%s/stop.json", task_dir);
+			bool asked = access(stop, F_OK) == 0;
+			free(stop);
+			if (asked) {
+				begin_stop(&s, tfd, NULL);
+				continue;
+			}
+			wait_ms = s.stop_poll_ms;
 		}
 		if (!out_open)
 			fds[0].fd = -1;
@@ -358,6 +388,9 @@ int kn_shim_main(const char *task_dir, struct kn_error *err)
 					kill(-s.child, SIGKILL);
 					drain_deadline = kn_mono_ms() + DRAIN_MS;
 				}
+			} else if ((si.ssi_signo == SIGUSR1 ||
+				    si.ssi_signo == SIGUSR2) && !child_done) {
+				kill(-s.child, (int)si.ssi_signo);
 			} else if (si.ssi_signo != SIGHUP && !child_done) {
 				begin_stop(&s, tfd, NULL);
 			}

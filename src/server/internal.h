@@ -221,6 +221,24 @@ void sync_run_gone(struct run *r);
  */
 bool sync_finish_ready(struct server *s, struct run *r, bool succeeded);
 
+/* slurm.c: the executor choice and the per-task Slurm options */
+/* Check --executor, --slurm-partitions and --slurm-shards-per-gpu. */
+int slurm_config_check(const struct kn_server_config *cfg,
+		       struct kn_error *err);
+const struct kn_executor_ops *slurm_executor_chosen(
+	const struct kn_server_config *cfg);
+/*
+ * Whether a placement.selector key is Slurm's to honour rather than the
+ * kiln scheduler's: "pool" under the Slurm executor picks the partition.
+ */
+bool slurm_selects(const struct server *s, const char *key);
+/*
+ * sbatch options for one task of a run; out->partition points into
+ * partition (len bytes), which must outlive out.
+ */
+void slurm_task_fill(const struct server *s, const struct run *r, int rank,
+		     struct kn_slurm_task *out, char *partition, size_t len);
+
 /* feed.c: recent server events, streamed to GET /v1/events followers */
 struct feed *feed_new(struct server *s);
 /* End every follower's stream and free the ring. */

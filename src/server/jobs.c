@@ -60,9 +60,11 @@ affinity_build(const struct kn_affinity_term *terms, size_t n)
 	return out;
 }
 
-static void sreq_build(const struct kn_job_spec *spec, struct sreq *r)
+static void sreq_build(const struct server *s, const struct kn_job_spec *spec,
+		       struct sreq *r)
 {
 	const struct kn_placement_spec *p = &spec->placement;
+	size_t n_selector = 0;
 
 	memset(r, 0, sizeof(*r));
 	r->req.tasks = spec->tasks;
@@ -75,8 +77,10 @@ static void sreq_build(const struct kn_job_spec *spec, struct sreq *r)
 	if (p->n_selector) {
 		r->selector = kn_xcalloc(p->n_selector, sizeof(*r->selector));
 		for (size_t i = 0; i < p->n_selector; i++) {
-			r->selector[i].key = p->selector[i].key;
-			r->selector[i].value = p->selector[i].value;
+			if (slurm_selects(s, p->selector[i].key))
+				continue;
+			r->selector[n_selector].key = p->selector[i].key;
+			r->selector[n_selector++].value = p->selector[i].value;
 		}
 	}
 	if (p->n_tolerations) {
@@ -92,7 +96,7 @@ static void sreq_build(const struct kn_job_spec *spec, struct sreq *r)
 		}
 	}
 	r->req.selector = r->selector;
-	r->req.n_selector = p->n_selector;
+	r->req.n_selector = n_selector;
 	r->req.tolerations = r->tolerations;
 	r->req.n_tolerations = p->n_tolerations;
 	r->required = affinity_build(p->required, p->n_required);
@@ -250,6 +254,13 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	rc = kn_job_spec_parse(text, len, filename, &spec, err);
 	if (rc < 0)
 		return rc;
+	if (spec->image && s->exec != &kn_slurm_executor) {
+		kn_job_spec_free(spec);
+		return kn_errorf(err, KN_EINVAL, "image",
+				 "%s: image: the %s executor runs no containers "
+				 "(only --executor slurm does, with pyxis)",
+				 filename, s->exec->name);
+	}
 	/* Stored as the file name, so a restart resolves it the same way. */
 	if (path)
 		filename = path;
@@ -360,7 +371,7 @@ static struct run *run_new(struct server *s, int64_t job_id, int attempt,
 	r->attempt = attempt;
 	r->spec = spec;
 	r->stop_grace_ms = -1;
-	sreq_build(spec, &sr);
+	sreq_build(s, spec, &sr);
 	r->req = sr.req;
 	/* The run keeps the arrays alive through req's pointers. */
 	r->n_tasks = spec->tasks;
@@ -436,6 +447,8 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	int local_rank = 0, rc;
 	bool mps;
 	struct kn_task_launch l;
+	struct kn_slurm_task slurm;
+	char partition[128];
 	struct kn_error err;
 
 	const struct kn_sched_binding *b = &r->bindings[t->rank];
@@ -502,6 +515,11 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	l.grace_ms = s->cfg.kill_grace_ms;
 	l.log_max_bytes = s->cfg.log_max_bytes;
 	l.log_keep = KN_LOG_KEEP;
+	if (s->exec == &kn_slurm_executor) {
+		slurm_task_fill(s, r, t->rank, &slurm, partition,
+				sizeof(partition));
+		l.slurm = &slurm;
+	}
 	rc = kn_mkdir_p(t->task_dir, 0700);
 	if (rc == 0 && sync_wanted(r))
 		rc = kn_mkdir_p(r->checkpoint_dir, 0700);
@@ -716,7 +734,7 @@ void jobs_tick(void *arg)
 				next_wake = q->not_before;
 			continue;
 		}
-		sreq_build(q->spec, &p->sr);
+		sreq_build(s, q->spec, &p->sr);
 		p->bindings = kn_xcalloc((size_t)q->spec->tasks,
 					 sizeof(*p->bindings));
 		if (kn_sched_place(&s->cluster, &p->sr.req, p->bindings,

@@ -30,6 +30,8 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->scrape_local = true;
 	cfg->health_interval_ms = 5 * 60 * 1000;
 	cfg->health_root = "/";
+	cfg->executor = "local";
+	cfg->slurm_shards_per_gpu = 100;
 }
 
 static void on_stop(void *arg)
@@ -204,8 +206,11 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 
 	memset(&s, 0, sizeof(s));
 	s.cfg = *cfg;
-	s.exec = &kn_local_executor;
 	s.home = kn_xstrdup(cfg->home);
+	rc = slurm_config_check(cfg, err);
+	if (rc < 0)
+		goto out;
+	s.exec = slurm_executor_chosen(cfg);
 	rc = kn_mkdir_p(s.home, 0700);
 	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, "home", "cannot create %s: %s",

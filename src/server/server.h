@@ -44,6 +44,13 @@ struct kn_server_config {
 	const char *health_sku_file;/* NULL = the shipped catalogue */
 	const char *health_kernel_log; /* NULL = ROOT/dev/kmsg */
 	const char *mig_profiles;     /* MIG table; NULL = KN_MIG_FILE */
+
+	/* Where tasks run (docs/scale-out.md). */
+	const char *executor;         /* "local" (default) or "slurm" */
+	const char *slurm_partitions; /* "default=P,spot=P,pool:NAME=P", or
+					 NULL: Slurm's default partition */
+	int slurm_shards_per_gpu;     /* gres.conf's shards per GPU: a share
+					 of milli m asks m*N/1000 (default 100) */
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */

@@ -33,7 +33,7 @@
 /* A bad value is quoted back in the message up to this many bytes. */
 #define GOT_MAX 48
 /* Every section's field table fits in this. */
-#define MAX_FIELDS 16
+#define MAX_FIELDS 24
 /* A "did you mean" only for near misses. */
 #define SUGGEST_MAX_DISTANCE 2
 /* Label keys (selector, tolerations) follow the Kubernetes length limit. */
@@ -1841,6 +1841,7 @@ enum {
 	JF_TIMEOUT,
 	JF_CHECKPOINT,
 	JF_PLACEMENT,
+	JF_IMAGE,
 	JF_COUNT
 };
 
@@ -1882,6 +1883,8 @@ static const struct field job_fields[JF_COUNT] = {
 			   .read = read_checkpoint},
 	[JF_PLACEMENT] = {.name = "placement", .type = FT_CUSTOM,
 			  .read = read_placement},
+	[JF_IMAGE] = {.name = "image", .type = FT_TEXT,
+		      .offset = offsetof(struct kn_job_spec, image)},
 };
 
 _Static_assert(JF_COUNT <= MAX_FIELDS, "MAX_FIELDS");
@@ -2154,6 +2157,7 @@ void kn_job_spec_free(struct kn_job_spec *spec)
 	free_strv(spec->command, spec->n_command);
 	free_kvs(spec->env, spec->n_env);
 	free(spec->workdir);
+	free(spec->image);
 	free(spec->resources.mig_profile);
 	free_strv(spec->resources.gpu_models, spec->resources.n_gpu_models);
 	free(spec->checkpoint.store);
@@ -2319,7 +2323,7 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 	const struct kn_checkpoint_policy *ckpt = &spec->checkpoint;
 	const struct kn_placement_spec *pl = &spec->placement;
 	json_t *tolerations = json_array();
-	json_t *checkpoint = json_null();
+	json_t *checkpoint = json_null(), *doc;
 	size_t i;
 
 	for (i = 0; i < pl->n_tolerations; i++) {
@@ -2341,7 +2345,7 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 			(json_int_t)ckpt->grace_ms, "signal",
 			signal_json(ckpt->signal));
 	}
-	return json_pack(
+	doc = json_pack(
 		"{s:s, s:o, s:o, s:o, s:o,"
 		" s:{s:o, s:i, s:o, s:o, s:i, s:I, s:o},"
 		" s:i, s:i, s:I, s:I, s:i, s:b, s:I, s:o,"
@@ -2368,4 +2372,7 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 		"affinity", "required",
 		terms_json(pl->required, pl->n_required, false), "preferred",
 		terms_json(pl->preferred, pl->n_preferred, true));
+	if (spec->image)
+		json_object_set_new(doc, "image", json_string(spec->image));
+	return doc;
 }

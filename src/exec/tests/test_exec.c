@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,6 +248,158 @@ static void test_shim_missing_launch(void **state)
 	free(dir);
 }
 
+/* Rewrite a launch.json field, as the Slurm executor's writer adds them. */
+static void launch_set(const char *dir, const char *key, json_int_t value)
+{
+	char *path = kn_asprintf("%s/launch.json", dir);
+	json_t *doc = json_load_file(path, 0, NULL);
+	assert_non_null(doc);
+	json_object_set_new(doc, key, json_integer(value));
+	assert_int_equal(json_dump_file(doc, path, 0), 0);
+	json_decref(doc);
+	free(path);
+}
+
+static void test_shim_timeout_signal_and_usr1(void **state)
+{
+	char *dir = make_task_dir(), *log;
+	struct kn_error err;
+	json_t *st;
+	(void)state;
+
+	/*
+	 * USR1 sent to the shim itself reaches the task (Slurm's --signal
+	 * lands on the shim); the timeout then sends USR2, not SIGTERM.
+	 */
+	write_launch(dir, "trap 'echo got-usr1' USR1; trap 'echo got-usr2; "
+			  "exit 7' USR2; kill -USR1 $PPID; "
+			  "while :; do sleep 0.05; done", 1000, 1 << 20);
+	launch_set(dir, "timeout_signal", SIGUSR2);
+	assert_int_equal(kn_shim_main(dir, &err), 0);
+	st = read_status(dir);
+	assert_string_equal(json_string_value(json_object_get(st, "reason")),
+			    "timeout");
+	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 7);
+	json_decref(st);
+	log = read_log(dir, KN_LOG_FILE);
+	assert_non_null(strstr(log, "got-usr1\n"));
+	assert_non_null(strstr(log, "got-usr2\n"));
+	free(log);
+	kn_rm_rf(dir);
+	free(dir);
+}
+
+static void test_shim_polls_for_stop(void **state)
+{
+	char *dir = make_task_dir(), *log;
+	struct kn_error err;
+	json_t *st;
+	(void)state;
+
+	/* The task asks for its own stop through the file, with USR1. */
+	write_launch(dir, "trap 'echo stopped; exit 9' USR1; "
+			  "echo '{\"signal\":10,\"grace_ms\":5000}' > stop.json; "
+			  "while :; do sleep 0.05; done", 0, 1 << 20);
+	launch_set(dir, "stop_poll_ms", 50);
+	assert_int_equal(kn_shim_main(dir, &err), 0);
+	st = read_status(dir);
+	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 9);
+	json_decref(st);
+	log = read_log(dir, KN_LOG_FILE);
+	assert_non_null(strstr(log, "stopped\n"));
+	free(log);
+	kn_rm_rf(dir);
+	free(dir);
+}
+
+static bool has_arg(char **args, const char *want)
+{
+	for (char **p = args; *p; p++)
+		if (!strcmp(*p, want))
+			return true;
+	return false;
+}
+
+static void test_slurm_sbatch_args(void **state)
+{
+	struct kn_slurm_task t = {
+		.rank = 1, .ntasks = 2, .gpus = 2, .cpus = 4,
+		.memory_mb = 10000, .partition = "gpu", .requeue = true,
+		.checkpoint_signal = SIGUSR1, .checkpoint_grace_ms = 30500,
+		.image = "nvcr.io/nvidia/pytorch:24.01-py3", .job_name = "train",
+	};
+	char **a;
+	int n = 0;
+	(void)state;
+
+	a = kn_slurm_sbatch_args(&t, 90000, "/k/tasks/7/1");
+	assert_string_equal(a[0], "sbatch");
+	while (a[n])
+		n++;
+	assert_string_equal(a[n - 1], "/k/tasks/7/1/slurm.sh");
+	assert_true(has_arg(a, "--parsable"));
+	assert_true(has_arg(a, "--job-name=train"));
+	assert_true(has_arg(a, "--ntasks=2"));
+	assert_true(has_arg(a, "--partition=gpu"));
+	assert_true(has_arg(a, "--gpus-per-task=2"));
+	assert_true(has_arg(a, "--cpus-per-task=4"));
+	assert_true(has_arg(a, "--mem-per-cpu=2500M"));
+	/* 90 s + 30.5 s grace -> 3 minutes, rounded up, plus one. */
+	assert_true(has_arg(a, "--time=4"));
+	assert_true(has_arg(a, "--signal=B:USR1@31"));
+	assert_true(has_arg(a, "--requeue"));
+	assert_true(has_arg(a, "--container-image=nvcr.io/nvidia/pytorch:24.01-py3"));
+	assert_true(has_arg(a, "--output=/k/tasks/7/1/slurm-%j.out"));
+	kn_slurm_args_free(a);
+
+	/* A share, no limits, not preemptible, no checkpoint. */
+	memset(&t, 0, sizeof(t));
+	t.ntasks = 1;
+	t.shards = 25;
+	t.job_name = "infer";
+	a = kn_slurm_sbatch_args(&t, 0, "/k/tasks/8/1");
+	assert_true(has_arg(a, "--gres=shard:25"));
+	assert_true(has_arg(a, "--no-requeue"));
+	for (char **p = a; *p; p++) {
+		assert_null(strstr(*p, "--time"));
+		assert_null(strstr(*p, "--signal"));
+		assert_null(strstr(*p, "--partition"));
+		assert_null(strstr(*p, "--mem"));
+	}
+	kn_slurm_args_free(a);
+
+	t.shards = 0;
+	t.mig_profile = "1g.10gb";
+	a = kn_slurm_sbatch_args(&t, 0, "/k/tasks/9/1");
+	assert_true(has_arg(a, "--gres=gpu:1g.10gb:1"));
+	kn_slurm_args_free(a);
+}
+
+static void test_slurm_host_list_and_states(void **state)
+{
+	char host[16];
+	(void)state;
+
+	kn_slurm_first_host("gpu[03-05,9],cpu1", host, sizeof(host));
+	assert_string_equal(host, "gpu03");
+	kn_slurm_first_host("vm", host, sizeof(host));
+	assert_string_equal(host, "vm");
+	kn_slurm_first_host("a,b", host, sizeof(host));
+	assert_string_equal(host, "a");
+	kn_slurm_first_host("", host, sizeof(host));
+	assert_string_equal(host, "");
+	kn_slurm_first_host("averyveryverylongname[1-2]", host, sizeof(host));
+	assert_string_equal(host, "averyveryverylo");
+
+	assert_false(kn_slurm_state_final("PENDING"));
+	assert_false(kn_slurm_state_final("RUNNING"));
+	assert_false(kn_slurm_state_final("COMPLETING"));
+	assert_true(kn_slurm_state_final("COMPLETED"));
+	assert_true(kn_slurm_state_final("CANCELLED"));
+	assert_true(kn_slurm_state_final("NODE_FAIL"));
+	assert_true(kn_slurm_state_final("GONE"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -259,6 +412,10 @@ int main(void)
 		cmocka_unit_test(test_shim_rotates_log),
 		cmocka_unit_test(test_shim_bad_command),
 		cmocka_unit_test(test_shim_missing_launch),
+		cmocka_unit_test(test_shim_timeout_signal_and_usr1),
+		cmocka_unit_test(test_shim_polls_for_stop),
+		cmocka_unit_test(test_slurm_sbatch_args),
+		cmocka_unit_test(test_slurm_host_list_and_states),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,33 @@
+/* Shared between the executors' files; not a public header. */
+#ifndef KILN_EXEC_INTERNAL_H
+#define KILN_EXEC_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "exec.h"
+
+/*
+ * Write TASK_DIR/launch.json, what the shim runs. Environment entries
+ * whose names are in drop (NULL-terminated, or NULL) are left out: the
+ * Slurm shim sets those from Slurm's variables. timeout_signal is what the
+ * shim sends when the timeout runs out (0 = SIGTERM); stop_poll_ms > 0 has
+ * the shim look for TASK_DIR/stop.json that often instead of waiting for
+ * SIGTERM.
+ */
+int exec_write_launch(const struct kn_task_launch *l,
+		      const char *const *drop, int timeout_signal,
+		      int stop_poll_ms, struct kn_error *err);
+
+/*
+ * TASK_DIR/status.json, the shim's record of the exit: 0 and *st (ended),
+ * -ENOENT while there is none, another -errno when unreadable.
+ */
+int exec_read_status(const char *task_dir, struct kn_task_status *st);
+
+/* Whether pid is alive and still the process that started at start. */
+bool exec_proc_alive(const struct kn_task_proc *proc);
+/* Its start time (field 22 of /proc/PID/stat), in clock ticks. */
+int exec_proc_start_time(int pid, int64_t *out);
+
+#endif

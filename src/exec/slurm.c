@@ -1,0 +1,744 @@
+/*
+ * The Slurm executor: kiln keeps its queue, attempts, checkpoints and
+ * accounting; Slurm allocates and launches.
+ *
+ * One sbatch per attempt carries the whole gang (--ntasks), rather than
+ * one per task: Slurm then allocates all ranks at once or none (a gang is
+ * all-or-nothing in kiln too), one job id names the attempt for scancel,
+ * and MASTER_ADDR is known only inside the allocation anyway. The batch
+ * step is `srun kiln shim --slurm ATTEMPT_DIR`: srun starts one shim per
+ * rank and each runs its task exactly as the local executor's shim does,
+ * writing output.log and status.json into its task directory. The server
+ * calls start for each rank in order; ranks before the last only write
+ * their launch.json, the last writes the batch script and submits.
+ *
+ * Nothing here waits for Slurm. sbatch, scancel and scontrol are started
+ * as children in their own sessions with their output going to files in
+ * the attempt directory (the server's SIGCHLD handler reaps them):
+ *
+ *   sbatch.pid      "PID START" of the sbatch child (all ranks read it)
+ *   sbatch.out      its --parsable answer: "JOBID" (or "JOBID;CLUSTER")
+ *   sbatch.err      its complaints, the reason when no job id came back
+ *   slurm.state     the last `scontrol show job -o JOBID`, at most one
+ *                   query in flight (query.pid) and one a second
+ *   slurm-JOBID.out what the batch step itself prints (srun's errors)
+ *
+ * Task state comes first from the shim's status.json, as locally. Slurm's
+ * view matters only while no status.json exists: PENDING or RUNNING mean
+ * wait; a final state (or a job Slurm has forgotten) with no status.json
+ * means the shim never ran or was killed outright, and the task ended.
+ * scontrol show job is used rather than squeue --json because 22.05's
+ * squeue --json ignores --jobs and prints the whole cluster, and
+ * scontrol has no --json there; -o gives one line of KEY=VALUE.
+ *
+ * Stop writes stop.json into the task directory and the shim, which
+ * looks for it four times a second, signals its task and kills it after
+ * the grace, as locally. Slurm cannot deliver that signal itself: scancel
+ * --signal reaches every process of the step, the task as well as its
+ * shim, so the task would get SIGTERM rather than its checkpoint signal.
+ * A job still pending is cancelled (`scancel --state=PENDING`); one whose
+ * shim has not ended it a while after the grace is cancelled outright.
+ * Both are sent again with each fresh answer from Slurm while needed, so
+ * a stop that came before sbatch answered is not lost.
+ */
+#include "exec.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+extern char **environ;
+
+/* How often Slurm is asked about one attempt while no status.json says. */
+#define QUERY_INTERVAL_MS 1000
+/* Caps on what the children write that kiln reads back. */
+#define SBATCH_OUT_MAX 4096
+#define STATE_MAX (64 * 1024)
+/* How often a shim under Slurm looks for stop.json. */
+#define STOP_POLL_MS 250
+/* After a stop's grace, how long the shim has to end the task itself. */
+#define STOP_BACKSTOP_MS 10000
+
+/* Set from Slurm inside the allocation, never from the server's launch. */
+static const char *const slurm_owned_env[] = {
+	"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "RANK",
+	"LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", NULL,
+};
+
+static const char batch_script[] =
+	"#!/bin/sh\n"
+	"# Written by kiln: the batch step of one attempt. srun starts one\n"
+	"# kiln shim per task; each picks its task directory by SLURM_PROCID.\n"
+	"# srun does not inherit --cpus-per-task from sbatch since 22.05.\n"
+	"srun --kill-on-bad-exit=0 "
+	"${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} "
+	"\"$KILN_SLURM_BIN\" shim --slurm \"$KILN_SLURM_ATTEMPT_DIR\" &\n"
+	"step=$!\n"
+	"# --signal=B:SIG@GRACE reaches this shell alone. It becomes a stop\n"
+	"# request for every shim (the signal to its task, SIGKILL after the\n"
+	"# grace), where srun would signal every process of the step.\n"
+	"if [ -n \"$KILN_SLURM_STOP_SIGNAL\" ]; then\n"
+	"  trap 'for d in \"$KILN_SLURM_ATTEMPT_DIR\"/*/; do\n"
+	"          [ -e \"${d}launch.json\" ] && [ ! -e \"${d}stop.json\" ] &&\n"
+	"            echo \"$KILN_SLURM_STOP\" > \"${d}stop.json\"\n"
+	"        done' \"$KILN_SLURM_STOP_SIGNAL\"\n"
+	"fi\n"
+	"while :; do\n"
+	"  wait $step\n"
+	"  rc=$?\n"
+	"  kill -0 $step 2>/dev/null || exit $rc\n"
+	"done\n";
+
+bool kn_slurm_state_final(const char *state)
+{
+	static const char *const live[] = {
+		"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING",
+		"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING",
+		"SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", NULL,
+	};
+
+	for (const char *const *p = live; *p; p++)
+		if (!strcmp(state, *p))
+			return false;
+	return true;
+}
+
+void kn_slurm_first_host(const char *nodelist, char *out, size_t len)
+{
+	size_t n = strcspn(nodelist, ",[");
+	size_t digits;
+
+	if (len == 0)
+		return;
+	if (n >= len)
+		n = len - 1;
+	memcpy(out, nodelist, n);
+	out[n] = '\0';
+	if (nodelist[n] != '[')
+		return;
+	/* "gpu[03-05,9]": the range's first number, zero padding kept. */
+	digits = strspn(nodelist + n + 1, "0123456789");
+	if (n + digits >= len)
+		digits = len - 1 - n;
+	memcpy(out + n, nodelist + n + 1, digits);
+	out[n + digits] = '\0';
+}
+
+/* "a/b/7/2" -> "a/b/7": a task directory's attempt directory. */
+static char *attempt_dir_of(const char *task_dir)
+{
+	const char *slash = strrchr(task_dir, '/');
+	size_t n = slash ? (size_t)(slash - task_dir) : 0;
+	char *d = kn_xmalloc(n + 2);
+
+	if (n == 0) {
+		strcpy(d, ".");
+		return d;
+	}
+	memcpy(d, task_dir, n);
+	d[n] = '\0';
+	return d;
+}
+
+/* ---- sbatch's command line ---- */
+
+static void args_add(char ***v, size_t *n, char *arg)
+{
+	*v = kn_xrealloc(*v, (*n + 2) * sizeof(char *));
+	(*v)[(*n)++] = arg;
+	(*v)[*n] = NULL;
+}
+
+void kn_slurm_args_free(char **args)
+{
+	for (char **p = args; p && *p; p++)
+		free(*p);
+	free(args);
+}
+
+char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
+			    int64_t timeout_ms, const char *attempt_dir)
+{
+	char **v = NULL;
+	size_t n = 0;
+	int grace_s = (int)((t->checkpoint_grace_ms + 999) / 1000);
+
+	args_add(&v, &n, kn_xstrdup("sbatch"));
+	args_add(&v, &n, kn_xstrdup("--parsable"));
+	args_add(&v, &n, kn_asprintf("--job-name=%s", t->job_name));
+	args_add(&v, &n, kn_asprintf("--ntasks=%d", t->ntasks));
+	if (t->partition && *t->partition)
+		args_add(&v, &n, kn_asprintf("--partition=%s", t->partition));
+	if (t->gpus > 0)
+		args_add(&v, &n, kn_asprintf("--gpus-per-task=%d", t->gpus));
+	else if (t->mig_profile)
+		/* One instance per task; gangs of MIG tasks are one per node. */
+		args_add(&v, &n, kn_asprintf("--gres=gpu:%s:1", t->mig_profile));
+	else if (t->shards > 0)
+		args_add(&v, &n, kn_asprintf("--gres=shard:%d", t->shards));
+	if (t->cpus > 0)
+		args_add(&v, &n, kn_asprintf("--cpus-per-task=%d", t->cpus));
+	if (t->memory_mb > 0) {
+		int cpus = t->cpus > 0 ? t->cpus : 1;
+		/* Slurm has no per-task memory; per CPU times CPUs is that. */
+		args_add(&v, &n, kn_asprintf("--mem-per-cpu=%lldM",
+					     (long long)((t->memory_mb + cpus - 1) /
+							 cpus)));
+	}
+	if (timeout_ms > 0) {
+		/*
+		 * Slurm counts minutes; the shim enforces the timeout to the
+		 * millisecond, so the limit is a backstop one minute after
+		 * the timeout plus the grace.
+		 */
+		int64_t ms = timeout_ms + t->checkpoint_grace_ms;
+		args_add(&v, &n, kn_asprintf("--time=%lld",
+					     (long long)((ms + 59999) / 60000 +
+							 1)));
+	}
+	if (grace_s > 0) {
+		const char *sig = sigabbrev_np(t->checkpoint_signal > 0
+						       ? t->checkpoint_signal
+						       : SIGTERM);
+		args_add(&v, &n, kn_asprintf("--signal=B:%s@%d",
+					     sig ? sig : "TERM",
+					     grace_s > 65535 ? 65535 : grace_s));
+	}
+	args_add(&v, &n, kn_xstrdup(t->requeue ? "--requeue" : "--no-requeue"));
+	if (t->image && *t->image)
+		args_add(&v, &n, kn_asprintf("--container-image=%s", t->image));
+	args_add(&v, &n, kn_asprintf("--output=%s/slurm-%%j.out", attempt_dir));
+	args_add(&v, &n, kn_asprintf("--chdir=%s", attempt_dir));
+	args_add(&v, &n, kn_asprintf("%s/slurm.sh", attempt_dir));
+	return v;
+}
+
+/* ---- children ---- */
+
+/*
+ * Start argv[0] from PATH in its own session, stdin from /dev/null,
+ * stdout to out_path, stderr to err_path (either may be NULL: /dev/null;
+ * the same path: one file for both), with extra "NAME=value" entries added to the server's environment.
+ */
+static int spawn_child(char *const *argv, char *const *extra_env,
+		       const char *out_path, const char *err_path,
+		       struct kn_task_proc *out, struct kn_error *err)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t none, all;
+	char **env = NULL;
+	size_t n = 0;
+	pid_t pid;
+	int rc;
+
+	for (char **e = environ; *e; e++) {
+		/* Ours replace any the server inherited. */
+		if (!strncmp(*e, "KILN_SLURM_", 11))
+			continue;
+		args_add(&env, &n, *e);
+	}
+	for (char *const *e = extra_env; e && *e; e++)
+		args_add(&env, &n, *e);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, out_path ? out_path : "/dev/null",
+					 O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (err_path && out_path && !strcmp(err_path, out_path))
+		posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	else
+		posix_spawn_file_actions_addopen(&fa, 2,
+						 err_path ? err_path : "/dev/null",
+						 O_WRONLY | O_CREAT | O_TRUNC,
+						 0600);
+	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+	posix_spawnattr_init(&attr);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
+						POSIX_SPAWN_SETSIGMASK |
+						POSIX_SPAWN_SETSIGDEF);
+	sigemptyset(&none);
+	sigfillset(&all);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setsigdefault(&attr, &all);
+	rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, env);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	free(env);
+	if (rc != 0)
+		return kn_errorf(err, KN_EIO, NULL, "cannot run %s: %s", argv[0],
+				 strerror(rc));
+	out->pid = pid;
+	if (exec_proc_start_time(pid, &out->start) < 0)
+		out->start = 0; /* gone already; its files say how it went */
+	return 0;
+}
+
+static int write_proc(const char *path, const struct kn_task_proc *p)
+{
+	char line[64];
+
+	snprintf(line, sizeof(line), "%d %lld\n", p->pid, (long long)p->start);
+	return kn_write_file_replace(path, line, strlen(line), 0600);
+}
+
+/* 0 and *out from a "PID START" file, or -errno. */
+static int read_proc(const char *path, struct kn_task_proc *out)
+{
+	char *text = NULL;
+	long long pid, start;
+	int rc = kn_read_file(path, 256, &text, NULL);
+
+	if (rc < 0)
+		return rc;
+	if (sscanf(text, "%lld %lld", &pid, &start) != 2 || pid <= 0) {
+		free(text);
+		return -EINVAL;
+	}
+	free(text);
+	out->pid = (int)pid;
+	out->start = start;
+	return 0;
+}
+
+/* The attempt's Slurm job id from sbatch.out, or 0 when none (yet). */
+static long long read_job_id(const char *attempt_dir)
+{
+	char *path = kn_asprintf("%s/sbatch.out", attempt_dir), *text = NULL;
+	long long id = 0;
+
+	if (kn_read_file(path, SBATCH_OUT_MAX, &text, NULL) == 0 &&
+	    sscanf(text, "%lld", &id) != 1)
+		id = 0;
+	free(text);
+	free(path);
+	return id > 0 ? id : 0;
+}
+
+/*
+ * scancel ID, restricted to a state when state is not NULL: a job still
+ * pending is simply cancelled; a running one only when its shim did not
+ * end it (see stop_backstop).
+ */
+static int run_scancel(long long job_id, const char *state,
+		       struct kn_error *err)
+{
+	char id[32], filter[48];
+	char *argv[] = {"scancel", id, state ? filter : NULL, NULL};
+	struct kn_task_proc p;
+
+	snprintf(id, sizeof(id), "%lld", job_id);
+	snprintf(filter, sizeof(filter), "--state=%s", state ? state : "");
+	return spawn_child(argv, NULL, NULL, NULL, &p, err);
+}
+
+/* ---- ops ---- */
+
+static int slurm_start(const struct kn_task_launch *l,
+		       struct kn_task_proc *out, struct kn_error *err)
+{
+	const struct kn_slurm_task *t = l->slurm;
+	struct kn_task_launch own;
+	char *attempt_dir = NULL, *script = NULL, *pid_path = NULL,
+	     *out_path = NULL, *err_path = NULL, *bin = NULL;
+	char **args = NULL, *env[5] = {NULL, NULL, NULL, NULL, NULL};
+	struct kn_task_proc p = {0, 0};
+	int rc;
+
+	if (!t)
+		return kn_errorf(err, KN_EINVAL, NULL,
+				 "the Slurm executor needs the job's Slurm "
+				 "options");
+	/* A timeout is the checkpoint signal with the checkpoint's grace. */
+	own = *l;
+	if (t->checkpoint_grace_ms > 0)
+		own.grace_ms = t->checkpoint_grace_ms;
+	rc = exec_write_launch(&own, slurm_owned_env, t->checkpoint_signal,
+			       STOP_POLL_MS, err);
+	if (rc < 0)
+		return rc;
+	if (t->rank != t->ntasks - 1) {
+		/* The last rank submits, once every launch.json is there. */
+		out->pid = 0;
+		out->start = 0;
+		return 0;
+	}
+	attempt_dir = attempt_dir_of(l->task_dir);
+	script = kn_asprintf("%s/slurm.sh", attempt_dir);
+	rc = kn_write_file_replace(script, batch_script, strlen(batch_script),
+				   0700);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", script,
+			       strerror(-rc));
+		goto out;
+	}
+	/* The shim on the nodes is this same binary at the same path. */
+	bin = realpath("/proc/self/exe", NULL);
+	if (!bin) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot find kiln's own path: %s",
+			       strerror(errno));
+		goto out;
+	}
+	env[0] = kn_asprintf("KILN_SLURM_BIN=%s", bin);
+	env[1] = kn_asprintf("KILN_SLURM_ATTEMPT_DIR=%s", attempt_dir);
+	if (t->checkpoint_grace_ms > 0) {
+		int sig = t->checkpoint_signal > 0 ? t->checkpoint_signal
+						   : SIGTERM;
+		const char *name = sigabbrev_np(sig);
+
+		env[2] = kn_asprintf("KILN_SLURM_STOP_SIGNAL=%s",
+				     name ? name : "TERM");
+		env[3] = kn_asprintf("KILN_SLURM_STOP={\"signal\":%d,"
+				     "\"grace_ms\":%lld}",
+				     sig, (long long)t->checkpoint_grace_ms);
+	}
+	args = kn_slurm_sbatch_args(t, l->timeout_ms, attempt_dir);
+	out_path = kn_asprintf("%s/sbatch.out", attempt_dir);
+	err_path = kn_asprintf("%s/sbatch.err", attempt_dir);
+	rc = spawn_child(args, env, out_path, err_path, &p, err);
+	if (rc < 0)
+		goto out;
+	pid_path = kn_asprintf("%s/sbatch.pid", attempt_dir);
+	rc = write_proc(pid_path, &p);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s",
+			       pid_path, strerror(-rc));
+		goto out;
+	}
+	*out = p;
+out:
+	kn_slurm_args_free(args);
+	for (size_t i = 0; env[i]; i++)
+		free(env[i]);
+	free(bin);
+	free(out_path);
+	free(err_path);
+	free(pid_path);
+	free(script);
+	free(attempt_dir);
+	return rc;
+}
+
+static int slurm_stop(const char *task_dir, const struct kn_task_proc *proc,
+		      int signo, int64_t grace_ms, struct kn_error *err)
+{
+	char *path = kn_asprintf("%s/stop.json", task_dir);
+	char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}", signo,
+				 (long long)grace_ms);
+	char *attempt_dir = attempt_dir_of(task_dir);
+	long long job_id;
+	int rc;
+
+	(void)proc;
+	/* Always written: it also marks the stop for a resend. */
+	rc = kn_write_file_replace(path, text, strlen(text), 0600);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
+			       strerror(-rc));
+		goto out;
+	}
+	job_id = read_job_id(attempt_dir);
+	if (job_id > 0)
+		rc = run_scancel(job_id, "PENDING", err);
+out:
+	free(path);
+	free(text);
+	free(attempt_dir);
+	return rc;
+}
+
+/* 1 and *st when the shim has recorded the exit, 0 when not yet. */
+static int read_status_json(const char *task_dir, struct kn_task_status *st,
+			    struct kn_error *err)
+{
+	struct kn_task_status s;
+	int rc;
+
+	memset(&s, 0, sizeof(s));
+	rc = exec_read_status(task_dir, &s);
+	if (rc == 0) {
+		*st = s;
+		return 1;
+	}
+	if (rc == -ENOENT)
+		return 0;
+	return kn_errorf(err, KN_EIO, NULL, "cannot read %s/status.json: %s",
+			 task_dir, strerror(-rc));
+}
+
+/* "JobState=RUNNING Reason=None ..." -> "RUNNING"; "" when absent. */
+static void field(const char *line, const char *key, char *out, size_t len)
+{
+	const char *p = line;
+	size_t klen = strlen(key);
+
+	out[0] = '\0';
+	while ((p = strstr(p, key)) != NULL) {
+		if ((p == line || p[-1] == ' ') && p[klen] == '=') {
+			size_t n = strcspn(p + klen + 1, " \n");
+			if (n >= len)
+				n = len - 1;
+			memcpy(out, p + klen + 1, n);
+			out[n] = '\0';
+			return;
+		}
+		p += klen;
+	}
+}
+
+/*
+ * What Slurm last said of the job: "PENDING", "CANCELLED", ..., "GONE" when
+ * it no longer knows the job, "" when there is no answer yet. Starts a new
+ * query when the last one is over and older than QUERY_INTERVAL_MS; *fresh
+ * is set when a query's answer was taken in on this call.
+ */
+static void slurm_state(const char *attempt_dir, long long job_id,
+			char *state, size_t len, char *reason, size_t rlen,
+			bool *fresh)
+{
+	char *qpid = kn_asprintf("%s/query.pid", attempt_dir);
+	char *tmp = kn_asprintf("%s/slurm.state.tmp", attempt_dir);
+	char *final = kn_asprintf("%s/slurm.state", attempt_dir);
+	char *text = NULL, id[32];
+	struct kn_task_proc p;
+	struct stat sb;
+	bool busy = false;
+
+	state[0] = reason[0] = '\0';
+	*fresh = false;
+	if (read_proc(qpid, &p) == 0) {
+		if (exec_proc_alive(&p)) {
+			busy = true;
+		} else {
+			rename(tmp, final);
+			unlink(qpid);
+			*fresh = true;
+		}
+	}
+	if (kn_read_file(final, STATE_MAX, &text, NULL) == 0) {
+		field(text, "JobState", state, len);
+		field(text, "Reason", reason, rlen);
+		if (!state[0] && strstr(text, "Invalid job id"))
+			kn_strlcpy(state, "GONE", len);
+		free(text);
+	}
+	if (!busy && (stat(final, &sb) < 0 ||
+		      kn_now_ms() - (int64_t)sb.st_mtim.tv_sec * 1000 -
+				      sb.st_mtim.tv_nsec / 1000000 >=
+			      QUERY_INTERVAL_MS)) {
+		char *argv[] = {"scontrol", "show", "job", "-o", id, NULL};
+		struct kn_error err;
+
+		snprintf(id, sizeof(id), "%lld", job_id);
+		if (spawn_child(argv, NULL, tmp, tmp, &p, &err) == 0)
+			write_proc(qpid, &p);
+		else
+			kn_strlcpy(reason, err.message, rlen);
+	}
+	free(qpid);
+	free(tmp);
+	free(final);
+}
+
+/*
+ * A stop is under way (stop.json) and Slurm still has the job: cancel it
+ * if it is pending, or if it runs on well after the stop's grace.
+ */
+static void stop_backstop(const char *task_dir, long long job_id,
+			  const char *state)
+{
+	char *path = kn_asprintf("%s/stop.json", task_dir), *text = NULL;
+	struct kn_error err;
+	struct stat sb;
+	int64_t grace = 0, age;
+	json_t *doc;
+
+	if (stat(path, &sb) < 0)
+		goto out;
+	if (!strcmp(state, "PENDING")) {
+		/* A failure is tried again at the next answer. */
+		(void)run_scancel(job_id, "PENDING", &err);
+		goto out;
+	}
+	if (kn_read_file(path, 4096, &text, NULL) == 0 &&
+	    (doc = json_loads(text, 0, NULL)) != NULL) {
+		grace = json_integer_value(json_object_get(doc, "grace_ms"));
+		json_decref(doc);
+	}
+	if (grace < 0) {
+		/* No grace asked for: the launch's applies. */
+		free(text);
+		text = NULL;
+		free(path);
+		path = kn_asprintf("%s/launch.json", task_dir);
+		if (kn_read_file(path, 4 * 1024 * 1024, &text, NULL) == 0 &&
+		    (doc = json_loads(text, 0, NULL)) != NULL) {
+			grace = json_integer_value(
+				json_object_get(doc, "grace_ms"));
+			json_decref(doc);
+		}
+	}
+	age = kn_now_ms() - (int64_t)sb.st_mtim.tv_sec * 1000 -
+	      sb.st_mtim.tv_nsec / 1000000;
+	if (age > (grace > 0 ? grace : 0) + STOP_BACKSTOP_MS)
+		(void)run_scancel(job_id, NULL, &err);
+out:
+	free(text);
+	free(path);
+}
+
+static void ended_lost(struct kn_task_status *st, const char *why)
+{
+	memset(st, 0, sizeof(*st));
+	st->ended = true;
+	st->exit_code = -1;
+	st->ended_at_ms = kn_now_ms();
+	kn_strlcpy(st->reason, why, sizeof(st->reason));
+}
+
+static int slurm_status(const char *task_dir, const struct kn_task_proc *proc,
+			struct kn_task_status *out, struct kn_error *err)
+{
+	char *attempt_dir = attempt_dir_of(task_dir), *path = NULL,
+	     *text = NULL, state[32], reason[96], why[256];
+	struct kn_task_status st;
+	struct kn_task_proc sbatch;
+	long long job_id;
+	bool fresh;
+	int rc;
+
+	(void)proc;
+	memset(&st, 0, sizeof(st));
+	rc = read_status_json(task_dir, &st, err);
+	if (rc != 0)
+		goto done;
+	job_id = read_job_id(attempt_dir);
+	if (job_id == 0) {
+		path = kn_asprintf("%s/sbatch.pid", attempt_dir);
+		if (read_proc(path, &sbatch) == 0 && exec_proc_alive(&sbatch))
+			goto running; /* sbatch has not answered yet */
+		job_id = read_job_id(attempt_dir);
+		if (job_id == 0) {
+			free(path);
+			path = kn_asprintf("%s/sbatch.err", attempt_dir);
+			kn_read_file(path, SBATCH_OUT_MAX, &text, NULL);
+			if (text)
+				text[strcspn(text, "\n")] = '\0';
+			snprintf(why, sizeof(why), "cannot submit: %s",
+				 text && *text ? text : "sbatch gave no job id");
+			ended_lost(&st, why);
+			goto done;
+		}
+	}
+	slurm_state(attempt_dir, job_id, state, sizeof(state), reason,
+		    sizeof(reason), &fresh);
+	if (!state[0])
+		goto running;
+	if (!kn_slurm_state_final(state)) {
+		if (fresh)
+			stop_backstop(task_dir, job_id, state);
+		goto running;
+	}
+	/* Over in Slurm: the shim's record may have landed meanwhile. */
+	rc = read_status_json(task_dir, &st, err);
+	if (rc != 0)
+		goto done;
+	/* Cut to the status's reason by ended_lost. */
+	snprintf(why, sizeof(why), "lost: Slurm job %lld is %s%s%s with no "
+		 "exit recorded", job_id, state,
+		 reason[0] && strcmp(reason, "None") ? " " : "",
+		 reason[0] && strcmp(reason, "None") ? reason : "");
+	ended_lost(&st, why);
+	goto done;
+running:
+	memset(&st, 0, sizeof(st));
+	rc = 1;
+done:
+	if (rc >= 0)
+		*out = st;
+	free(text);
+	free(path);
+	free(attempt_dir);
+	return rc < 0 ? rc : 0;
+}
+
+static int slurm_adopt(const char *task_dir, struct kn_task_proc *out,
+		       struct kn_error *err)
+{
+	char *path = kn_asprintf("%s/launch.json", task_dir);
+	char *attempt_dir = attempt_dir_of(task_dir);
+	struct kn_task_proc p = {0, 0};
+	int rc = access(path, F_OK) == 0 ? 0 : -ENOENT;
+
+	(void)err;
+	free(path);
+	if (rc == 0) {
+		path = kn_asprintf("%s/sbatch.pid", attempt_dir);
+		if (read_proc(path, &p) < 0)
+			p.pid = p.start = 0;
+		free(path);
+		*out = p;
+	}
+	free(attempt_dir);
+	return rc;
+}
+
+const struct kn_executor_ops kn_slurm_executor = {
+	.name = "slurm",
+	.start = slurm_start,
+	.stop = slurm_stop,
+	.status = slurm_status,
+	.adopt = slurm_adopt,
+};
+
+/* ---- inside the allocation ---- */
+
+int kn_slurm_shim_main(const char *attempt_dir, struct kn_error *err)
+{
+	const char *procid = getenv("SLURM_PROCID");
+	const char *ntasks = getenv("SLURM_NTASKS");
+	const char *localid = getenv("SLURM_LOCALID");
+	const char *nodeid = getenv("SLURM_NODEID");
+	const char *nodelist = getenv("SLURM_JOB_NODELIST");
+	const char *cuda = getenv("CUDA_VISIBLE_DEVICES");
+	char master[256], *task_dir, *status;
+	int rc;
+
+	if (!procid || !ntasks || !nodelist) {
+		kn_errorf(err, KN_EINVAL, NULL,
+			  "SLURM_PROCID, SLURM_NTASKS or SLURM_JOB_NODELIST "
+			  "is not set: run under srun");
+		return 1;
+	}
+	task_dir = kn_asprintf("%s/%s", attempt_dir, procid);
+	status = kn_asprintf("%s/status.json", task_dir);
+	if (access(status, F_OK) == 0) {
+		/* Slurm restarted an attempt that kiln has already seen end. */
+		fprintf(stderr, "kiln shim: %s has already ended; not run "
+			"again\n", task_dir);
+		free(status);
+		free(task_dir);
+		return 0;
+	}
+	kn_slurm_first_host(nodelist, master, sizeof(master));
+	setenv("RANK", procid, 1);
+	setenv("WORLD_SIZE", ntasks, 1);
+	setenv("LOCAL_RANK", localid ? localid : "0", 1);
+	setenv("NODE_RANK", nodeid ? nodeid : "0", 1);
+	setenv("MASTER_ADDR", master, 1);
+	/* No GPU in the allocation: hide them all, as the local executor. */
+	setenv("CUDA_VISIBLE_DEVICES", cuda ? cuda : "", 1);
+	setenv("NVIDIA_VISIBLE_DEVICES", cuda && *cuda ? cuda : "void", 1);
+	rc = kn_shim_main(task_dir, err);
+	free(status);
+	free(task_dir);
+	return rc;
+}
