@@ -233,12 +233,15 @@ static const struct cli_command commands[] = {
 	 "  --limit N          at most N records\n"
 	 "  -o json            print the server's JSON instead\n",
 	 false},
-	{"validate", cmd_validate, NULL, "check a job spec, without a server",
+	{"validate", cmd_validate, NULL,
+	 "check a job or deployment spec, without a server",
 	 "usage: kiln validate FILE [-o json]\n"
 	 "\n"
-	 "Parse and check the job spec in FILE (- reads standard input) the\n"
-	 "way the server would, without one. Prints `FILE: ok (...)`, or the\n"
-	 "problem as FILE:LINE:COLUMN: FIELD: message and exits 1.\n"
+	 "Parse and check the job spec (kind: Job) or deployment spec (kind:\n"
+	 "Deployment, with the shipped model presets) in FILE (- reads\n"
+	 "standard input) the way the server would, without one. Prints\n"
+	 "`FILE: ok (...)`, or the problem as FILE:LINE:COLUMN: FIELD: message\n"
+	 "and exits 1.\n"
 	 "\n"
 	 "  -o json  print the normalized spec (defaults filled in) as JSON\n",
 	 false},
