@@ -56,6 +56,7 @@ int cmd_server(int argc, char **argv)
 		{"health-sku-file", required_argument, NULL, 'f'},
 		{"health-kernel-log", required_argument, NULL, 'K'},
 		{"mig-profiles", required_argument, NULL, 'M'},
+		{"node-labels", required_argument, NULL, 'N'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -165,6 +166,9 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'M':
 			cfg.mig_profiles = optarg;
+			break;
+		case 'N':
+			cfg.node_labels = optarg;
 			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);

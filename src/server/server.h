@@ -44,6 +44,7 @@ struct kn_server_config {
 	const char *health_sku_file;/* NULL = the shipped catalogue */
 	const char *health_kernel_log; /* NULL = ROOT/dev/kmsg */
 	const char *mig_profiles;     /* MIG table; NULL = KN_MIG_FILE */
+	const char *node_labels;  /* "zone=1,fault_domain=0", or NULL */
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */
