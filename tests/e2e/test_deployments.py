@@ -287,3 +287,45 @@ def test_bad_spec_and_model_job(server):
                  f"model: job:{job}\ncommand: [x]\nreplicas: 0\n")
     model_dir = doc["deployment"]["model_dir"]
     assert (Path(model_dir) / "weights.bin").read_text() == "w\n"
+
+
+def test_cli(server, tmp_path):
+    spec = tmp_path / "chat.yaml"
+    spec.write_text(deployment_yaml("chat", replicas=1))
+    r = server.cli("validate", str(spec))
+    assert r.returncode == 0 and "deployment chat of /tmp, 1 replica" in r.stdout
+    r = server.cli("deploy", str(spec), check=True)
+    assert "deployment chat: generation 1, 1 replica wanted" in r.stdout
+    wait_ready(server, "chat", 1)
+    r = server.cli("deployments", check=True)
+    assert r.stdout.splitlines()[1].split()[:2] == ["chat", "1/1"]
+    r = server.cli("scale", "chat", "2", check=True)
+    wait_ready(server, "chat", 2)
+    r = server.cli("deployments", "chat", check=True)
+    states = [line.split()[1] for line in r.stdout.splitlines()
+              if line[:1].isdigit()]
+    assert states == ["ready", "ready"]
+    assert server.cli("scale", "chat", "lots").returncode == 2
+    r = server.cli("rollout", "restart", "chat", check=True)
+    assert "rolling restart started" in r.stdout
+    wait_for(lambda: detail(server, "chat")["rollout"] is None, timeout=40,
+             what="rollout done")
+    r = server.cli("key", "create", "--name", "app1", "--deployments",
+                   "chat,chat-small", "--rpm", "600", "--tpm", "100000",
+                   "--quota-day", "1000000", check=True)
+    secret = r.stdout.strip()
+    assert secret.startswith("kgw_") and "not be shown again" in r.stderr
+    r = server.cli("key", "ls", check=True)
+    row = r.stdout.splitlines()[1].split()
+    assert row[:6] == ["app1", "chat,chat-small", "600", "100000", "1000000",
+                       "-"]
+    assert secret not in r.stdout
+    server.cli("key", "revoke", "app1", check=True)
+    assert len(server.cli("key", "ls", check=True).stdout.splitlines()) == 1
+    r = server.cli("undeploy", "chat", check=True)
+    assert "deleted" in r.stdout
+    r = server.cli("deployments", check=True)
+    assert len(r.stdout.splitlines()) == 1
+    for cmd in ("deploy", "deployments", "scale", "undeploy", "rollout",
+                "key"):
+        assert server.cli(cmd, "--help").returncode == 0
