@@ -17,16 +17,18 @@
  * flight per replica; an answer about an attempt that is no longer the
  * replica's is dropped. Readiness decides `ready` in the gateway's
  * configuration; liveness failing failure_threshold times in a row stops
- * the attempt, which then restarts as any exit does.
+ * the attempt, which then restarts as any exit does. Liveness starts only
+ * once the attempt has been ready, so a model that takes minutes to load
+ * is not killed for it (what Kubernetes needs a startup probe for).
  *
  * A rollout (a restart, or a re-deploy with a new spec) replaces one
  * replica at a time: the old job is cancelled, a new one submitted, and
  * the next replica waits until the new one is ready. Its position is kept
  * in the store so a server restart resumes it.
  *
- * Invariants: the store is written before memory changes; a replica's job
- * id names a job of that deployment's owner; only this file knows which
- * jobs are replicas.
+ * Invariants: an API change is in the store before memory has it (and
+ * before the answer); a replica's job belongs to its deployment's owner;
+ * only this file knows which jobs are replicas.
  */
 #include "internal.h"
 
@@ -50,6 +52,7 @@ struct replica {
 	int64_t job_id;  /* 0 = none yet */
 	int attempt;     /* the attempt the probe state is about */
 	bool ready;
+	bool was_ready;  /* this attempt has passed readiness once */
 	int ready_failures, live_failures;
 	int64_t next_ready_at, next_live_at;
 	bool ready_in_flight, live_in_flight;
@@ -188,6 +191,16 @@ static bool run_serving(const struct run *r)
 {
 	return r && !r->stopping && r->n_tasks > 0 && r->tasks[0].launched &&
 	       !r->tasks[0].ended;
+}
+
+/*
+ * Ready as far as anyone outside is told: its run is up and the probe
+ * verdict is about that very attempt (a new attempt starts not ready even
+ * before the tick has noticed it).
+ */
+static bool replica_ready(const struct replica *r, const struct run *run)
+{
+	return run_serving(run) && r->ready && r->attempt == run->attempt;
 }
 
 /* The zone label of the local node, or "". */
@@ -351,7 +364,8 @@ static void reconcile(struct deploy_state *d, struct deployment *p)
 			p->rollout_next = -1;
 		} else {
 			r = &p->reps[i];
-			if (r->replacing && !r->ready)
+			if (r->replacing &&
+			    !replica_ready(r, find_run(d->s, r->job_id)))
 				return; /* the new one is not serving yet */
 			if (!r->replacing) {
 				stop_replica(d, p, i);
@@ -420,7 +434,7 @@ static void probe_done(int status, const char *body, size_t len,
 		r->ready_in_flight = false;
 		if (ok) {
 			r->ready_failures = 0;
-			r->ready = true;
+			r->ready = r->was_ready = true;
 		} else if (++r->ready_failures >=
 			   p->spec->readiness.failure_threshold) {
 			r->ready = false;
@@ -501,7 +515,7 @@ static int64_t probe_replicas(struct deploy_state *d, struct deployment *p,
 		if (run->attempt != r->attempt) {
 			/* A new attempt: its probes start over. */
 			r->attempt = run->attempt;
-			r->ready = false;
+			r->ready = r->was_ready = false;
 			r->ready_failures = r->live_failures = 0;
 			r->next_ready_at =
 				run->started_at + spec->readiness.initial_delay_ms;
@@ -518,7 +532,10 @@ static int64_t probe_replicas(struct deploy_state *d, struct deployment *p,
 			if (r->next_ready_at < next)
 				next = r->next_ready_at;
 		}
-		if (spec->liveness.set && !r->live_in_flight) {
+		/* A model still loading is not dead: liveness counts from the
+		 * first time the attempt is ready (when it is probed for that). */
+		if (spec->liveness.set && !r->live_in_flight &&
+		    (r->was_ready || !spec->readiness.set)) {
 			if (r->next_live_at <= now) {
 				r->next_live_at = now + spec->liveness.period_ms;
 				probe_send(d, p, i, run, PROBE_LIVE);
@@ -674,10 +691,9 @@ static const char *replica_state(struct server *s, const struct replica *r,
 		return "pending";
 	run = find_run(s, r->job_id);
 	if (run)
-		return run->stopping           ? "stopping"
-		       : !run_serving(run)     ? "starting"
-		       : r->ready              ? "ready"
-					       : "starting";
+		return run->stopping            ? "stopping"
+		       : replica_ready(r, run)  ? "ready"
+						: "starting";
 	q = find_queued(s, r->job_id);
 	if (!q)
 		return "pending";
@@ -711,8 +727,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 		}
 		o = json_pack("{s:i, s:I, s:s, s:b, s:i}", "replica", i, "job",
 			      (json_int_t)r->job_id, "state", state, "ready",
-			      r->ready && run_serving(run), "restarts",
-			      restarts);
+			      replica_ready(r, run), "restarts", restarts);
 		if (run_serving(run)) {
 			char addr[32];
 			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
@@ -732,7 +747,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 		json_object_set_new(o, "reason",
 				    reason ? json_string(reason) : json_null());
 		kn_job_row_release(&j);
-		if (r->ready && run_serving(run))
+		if (replica_ready(r, run))
 			(*ready_count)++;
 		json_array_append_new(list, o);
 	}
@@ -865,20 +880,33 @@ static int spec_from_body(struct server *s, struct kn_http_req *req,
 	return 0;
 }
 
+/* A normalized spec without its replica count: what a rollout compares. */
+static char *spec_identity(const char *spec_json)
+{
+	json_t *j = json_loads(spec_json, 0, NULL);
+	char *text;
+
+	json_object_del(j, "replicas");
+	text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(j);
+	return text;
+}
+
 void deploy_h_create(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param)
 {
 	struct deploy_state *d = s->deploy;
 	struct kn_deployment_spec *spec = NULL;
+	struct kn_deployment_row row;
 	struct deployment *p;
 	struct kn_error err;
 	struct kn_audit a;
 	const char *filename = NULL;
-	char *model_dir = NULL, *json_text, object[96];
+	char *model_dir = NULL, *json_text = NULL, *yaml = NULL, object[96];
 	size_t len;
 	const char *body = kn_http_body(req, &len);
 	json_t *norm;
-	bool created, changed;
+	bool changed = true;
 	int64_t now = kn_now_ms();
 
 	(void)param;
@@ -889,28 +917,57 @@ void deploy_h_create(struct server *s, struct kn_http_req *req,
 	norm = kn_deployment_spec_to_json(spec);
 	json_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(norm);
+	yaml = kn_asprintf("%.*s", (int)len, body);
 	snprintf(object, sizeof(object), "deployment/%s", spec->job.name);
 	p = find(d, spec->job.name);
-	created = p == NULL;
 	if (p && may_change(p, c, &err) < 0) {
 		audit_denied(s, c, "deployment.update", object, err.message);
 		kn_http_reply_error(req, &err);
 		goto out;
 	}
-	if (created) {
+	if (p) {
+		/* Same spec and model: only the replica count may differ. */
+		char *old = spec_identity(p->spec_json);
+		char *now_id = spec_identity(json_text);
+
+		changed = strcmp(old, now_id) != 0 ||
+			  strcmp(p->model_dir, model_dir) != 0;
+		free(old);
+		free(now_id);
+	}
+	memset(&row, 0, sizeof(row));
+	row.name = spec->job.name;
+	row.owner = p ? p->owner : (char *)c->name;
+	row.filename = (char *)filename;
+	row.spec_yaml = yaml;
+	row.spec_json = json_text;
+	row.model_dir = model_dir;
+	row.replicas = spec->replicas;
+	row.generation = p ? p->generation + 1 : 1;
+	/* A new spec reaches running replicas one at a time. */
+	row.rollout_next = !p ? -1 : changed && spec->replicas > 0 ? 0
+							     : p->rollout_next;
+	row.created_at = p ? p->created_at : now;
+	row.updated_at = now;
+	audit_fill(&a, c, p ? "deployment.update" : "deployment.create",
+		   object, changed ? NULL : "replicas only");
+	if (kn_store_deployment_put(s->store, &row, &a, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		goto out;
+	}
+	if (!p) {
 		p = kn_xcalloc(1, sizeof(*p));
-		p->name = kn_xstrdup(spec->job.name);
+		p->name = kn_xstrdup(row.name);
 		p->owner = kn_xstrdup(c->name);
 		p->created_at = now;
-		p->rollout_next = -1;
+		p->next = d->list;
+		d->list = p;
 	}
-	/* Same spec and model: only the replica count may have changed. */
-	changed = created || strcmp(p->spec_json, json_text) != 0 ||
-		  strcmp(p->model_dir, model_dir) != 0;
 	free(p->filename);
 	p->filename = kn_xstrdup(filename);
 	free(p->spec_yaml);
-	p->spec_yaml = kn_asprintf("%.*s", (int)len, body);
+	p->spec_yaml = yaml;
+	yaml = NULL;
 	free(p->spec_json);
 	p->spec_json = json_text;
 	json_text = NULL;
@@ -920,36 +977,24 @@ void deploy_h_create(struct server *s, struct kn_http_req *req,
 	kn_deployment_spec_free(p->spec);
 	p->spec = spec;
 	spec = NULL;
-	p->replicas = p->spec->replicas;
-	p->generation++;
+	p->replicas = row.replicas;
+	p->generation = row.generation;
 	p->updated_at = now;
-	/* A new spec reaches running replicas one at a time. */
-	if (!created && changed)
-		p->rollout_next = 0;
-	audit_fill(&a, c, created ? "deployment.create" : "deployment.update",
-		   object, NULL);
-	if (save(d, p, &a, &err) < 0) {
-		kn_http_reply_error(req, &err);
-		if (created)
-			deployment_free(p);
-		else
-			kn_log(KN_LOG_ERROR, "deployment %s: memory is ahead of "
-			       "the store until the next update", p->name);
-		goto out;
-	}
-	if (created) {
-		p->next = d->list;
-		d->list = p;
+	if (row.rollout_next != p->rollout_next) {
+		for (int i = 0; i < p->n_reps; i++)
+			p->reps[i].replacing = false;
+		p->rollout_next = row.rollout_next;
 	}
 	feed_publish(s, "deployment.state",
 		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
-			       "state", created ? "created" : "updated",
+			       "state", row.generation == 1 ? "created"
+							    : "updated",
 			       "replicas", p->replicas));
 	reconcile(d, p);
-	kn_timer_cancel(d->timer);
 	arm(d, 0);
-	reply_deployment(s, req, p, created ? 201 : 200);
+	reply_deployment(s, req, p, row.generation == 1 ? 201 : 200);
 out:
+	free(yaml);
 	free(json_text);
 	free(model_dir);
 	kn_deployment_spec_free(spec);
@@ -1037,15 +1082,17 @@ void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	p->replicas = (int)json_integer_value(n);
 	json_decref(body);
 	p->generation++;
-	p->updated_at = kn_now_ms();
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	snprintf(detail, sizeof(detail), "%d -> %d replicas", old, p->replicas);
 	audit_fill(&a, c, "deployment.scale", object, detail);
+	/* Written with the new count; put back if the store refused it. */
 	if (save(s->deploy, p, &a, &err) < 0) {
 		p->replicas = old;
+		p->generation--;
 		kn_http_reply_error(req, &err);
 		return;
 	}
+	p->updated_at = kn_now_ms();
 	feed_publish(s, "deployment.state",
 		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
 			       "state", "scaled", "replicas", p->replicas));
@@ -1067,17 +1114,19 @@ void deploy_h_restart(struct server *s, struct kn_http_req *req,
 		return;
 	old = p->rollout_next;
 	p->rollout_next = p->replicas > 0 ? 0 : -1;
-	for (int i = 0; i < p->n_reps; i++)
-		p->reps[i].replacing = false;
 	p->generation++;
-	p->updated_at = kn_now_ms();
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	audit_fill(&a, c, "deployment.restart", object, NULL);
+	/* Written with the new position; put back if the store refused. */
 	if (save(s->deploy, p, &a, &err) < 0) {
 		p->rollout_next = old;
+		p->generation--;
 		kn_http_reply_error(req, &err);
 		return;
 	}
+	for (int i = 0; i < p->n_reps; i++)
+		p->reps[i].replacing = false;
+	p->updated_at = kn_now_ms();
 	feed_publish(s, "deployment.rollout",
 		     json_pack("{s:s, s:s}", "deployment", p->name, "state",
 			       "started"));
@@ -1350,7 +1399,7 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 				reps, json_pack("{s:i, s:s, s:s, s:b}",
 						"replica", i, "address", addr,
 						"zone", node_zone(s), "ready",
-						p->reps[i].ready));
+						replica_ready(&p->reps[i], run)));
 		}
 		json_array_append_new(
 			deps,

@@ -96,6 +96,8 @@ def test_replicas_ready_answer_and_restart(zoned, tmp_path):
     assert all(r["zone"] == "zone-1" for r in reps.values())
     d = detail(zoned, "chat")
     assert [r["state"] for r in d["replicas"]] == ["ready", "ready"]
+    # Liveness waits for readiness: a slow start is not a death.
+    assert [r["restarts"] for r in d["replicas"]] == [0, 0]
     assert all(r["node"] and r["zone"] == "zone-1" for r in d["replicas"])
 
     # A replica's process killed: restarted after backoff, ready again.
@@ -329,3 +331,27 @@ def test_cli(server, tmp_path):
     for cmd in ("deploy", "deployments", "scale", "undeploy", "rollout",
                 "key"):
         assert server.cli(cmd, "--help").returncode == 0
+
+
+def test_redeploy_scales_or_rolls(server):
+    doc = deploy(server, deployment_yaml("chat", replicas=1))
+    assert doc["deployment"]["generation"] == 1
+    reps = wait_ready(server, "chat", 1)
+    first = ask(reps[0]["address"])["pid"]
+    # Only the count changed: no rollout, replica 0 keeps running.
+    doc = deploy(server, deployment_yaml("chat", replicas=2))
+    assert doc["deployment"]["rollout"] is None
+    assert doc["deployment"]["generation"] == 2
+    reps = wait_ready(server, "chat", 2)
+    assert ask(reps[0]["address"])["pid"] == first
+    # A changed spec reaches every replica, one at a time.
+    doc = deploy(server, deployment_yaml("chat", replicas=2,
+                                         extra="priority: 5\n"))
+    assert doc["deployment"]["rollout"] == {"next_replica": 0}
+
+    def rolled():
+        d = detail(server, "chat")
+        return d["rollout"] is None and d["replicas_ready"] == 2 and d
+    d = wait_for(rolled, timeout=40, what="rollout of the new spec")
+    for r in d["replicas"]:
+        assert server.job(r["job"])["priority"] == 5
