@@ -2428,7 +2428,7 @@ static json_t *input_terms(const struct kn_affinity_term *terms, size_t n,
 
 static json_t *input_resources(const struct kn_resources *res)
 {
-	json_t *o = json_object();
+	json_t *o = json_object(), *sharing = sharing_json(res);
 
 	if (res->mig_profile || res->gpu_milli)
 		json_object_set_new(o, "gpus", gpus_json(res));
@@ -2441,8 +2441,10 @@ static json_t *input_resources(const struct kn_resources *res)
 	if (res->memory_bytes)
 		json_object_set_new(o, "memory",
 				    json_integer(res->memory_bytes));
-	if (!json_is_null(sharing_json(res)))
-		json_object_set_new(o, "sharing", sharing_json(res));
+	if (json_is_null(sharing))
+		json_decref(sharing);
+	else
+		json_object_set_new(o, "sharing", sharing);
 	return o;
 }
 
