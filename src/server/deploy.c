@@ -22,8 +22,9 @@
  * is not killed for it (what Kubernetes needs a startup probe for).
  *
  * A rollout (a restart, or a re-deploy with a new spec) replaces one
- * replica at a time: the old job is cancelled, a new one submitted, and
- * the next replica waits until the new one is ready. Its position is kept
+ * replica at a time: once every other replica is ready, the old job is
+ * cancelled, a new one submitted, and the next replica waits until the new
+ * one is ready. Its position is kept
  * in the store so a server restart resumes it.
  *
  * Invariants: an API change is in the store before memory has it (and
@@ -368,6 +369,14 @@ static void reconcile(struct deploy_state *d, struct deployment *p)
 			    !replica_ready(r, find_run(d->s, r->job_id)))
 				return; /* the new one is not serving yet */
 			if (!r->replacing) {
+				/* One unavailable at a time: the others must
+				 * be serving before this one stops. */
+				for (int k = 0; k < p->replicas; k++)
+					if (k != i &&
+					    !replica_ready(&p->reps[k],
+							   find_run(d->s,
+								    p->reps[k].job_id)))
+						return;
 				stop_replica(d, p, i);
 				if (start_replica(d, p, i, &err) < 0) {
 					kn_log(KN_LOG_ERROR,
