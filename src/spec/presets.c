@@ -30,6 +30,8 @@
 /* The table is a few dozen rows; anything far larger is not it. */
 #define PRESETS_MAX_BYTES (1024 * 1024)
 #define PRESETS_MAX_FIELDS 16
+/* Far above any model there is; keeps the byte counts inside int64. */
+#define PARAMETERS_MAX_B 100000
 
 enum { COL_NAME, COL_PARAMS, COL_DTYPE, COL_HEADROOM, COL_GPU_MODEL,
        COL_COUNT };
@@ -142,9 +144,10 @@ static int fill_row(char **f, const char *path, int line,
 		return row_fail(err, path, line, "name", "must not be empty",
 				"");
 	if (!parse_number(f[COL_PARAMS], &row->parameters_b) ||
-	    row->parameters_b <= 0)
+	    row->parameters_b <= 0 || row->parameters_b > PARAMETERS_MAX_B)
 		return row_fail(err, path, line, "parameters_b",
-				"must be a number of billions above 0",
+				"must be a number of billions above 0 and at "
+				"most 100000",
 				f[COL_PARAMS]);
 	for (size_t i = 0; i < sizeof(DTYPES) / sizeof(DTYPES[0]); i++)
 		if (!strcmp(DTYPES[i].name, f[COL_DTYPE]))

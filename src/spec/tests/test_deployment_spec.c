@@ -261,8 +261,12 @@ static void test_preset_table_errors(void **state)
 		 "got \"fp12\""},
 		{"name,parameters_b,dtype,kv_headroom,gpu_model\n"
 		 "a,-1,fp16,0.2,A10-24GB\n",
-		 "p.csv:2: parameters_b: must be a number of billions above 0; "
-		 "got \"-1\""},
+		 "p.csv:2: parameters_b: must be a number of billions above 0 "
+		 "and at most 100000; got \"-1\""},
+		{"name,parameters_b,dtype,kv_headroom,gpu_model\n"
+		 "a,4e123,fp16,0.2,\n",
+		 "p.csv:2: parameters_b: must be a number of billions above 0 "
+		 "and at most 100000; got \"4e123\""},
 		{"name,parameters_b,dtype,kv_headroom,gpu_model\n"
 		 "a,7,fp16,0.2,A10\n",
 		 "p.csv:2: gpu_model: must name its memory like A100-80GB; got "
