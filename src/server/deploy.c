@@ -1479,6 +1479,16 @@ void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
+	{
+		struct kn_audit a;
+		char object[160];
+
+		snprintf(object, sizeof(object), "deployment/%s", dep);
+		audit_fill(&a, c, "gateway.alert", object, signal);
+		if (kn_store_audit_insert(s->store, &a, &err) < 0)
+			kn_log(KN_LOG_ERROR, "auditing a gateway alert: %s",
+			       err.message);
+	}
 	json_decref(body);
 	kn_http_reply_json(req, 202, json_pack("{s:b}", "accepted", 1));
 }

@@ -257,6 +257,11 @@ def test_gateway_alert_recorded_and_streamed(server):
     assert r.status_code == 202
     listed = server.request("GET", "/v1/alerts").json()["alerts"]
     assert listed[0]["state"] == "resolved"
+    audit = server.request("GET", "/v1/audit",
+                           params={"action": "gateway."}).json()["audit"]
+    assert [a["object"] for a in audit] == ["deployment/chat"] * 2
+    r = server.cli("alerts", "--all", check=True)
+    assert "gateway_anomaly_latency_ms" in r.stdout
 
 
 def test_deployment_survives_server_restart(server):
