@@ -635,10 +635,20 @@ int deploy_start(struct server *s, struct kn_error *err)
 				continue;
 			ensure_slots(p, reps[k].replica + 1);
 			p->reps[reps[k].replica].job_id = reps[k].job_id;
-			/* A rollout under way: the replica it reached was
-			 * replaced; wait for it rather than replace again. */
-			if (reps[k].replica == p->rollout_next)
-				p->reps[reps[k].replica].replacing = true;
+			/* A rollout under way: if the replica it reached runs
+			 * a job newer than the rollout, wait for that one
+			 * rather than replace it again. */
+			if (reps[k].replica == p->rollout_next) {
+				struct kn_job_row j;
+				struct kn_error jerr;
+
+				memset(&j, 0, sizeof(j));
+				if (kn_store_job_get(s->store, reps[k].job_id, &j,
+						     &jerr) == 0 &&
+				    j.submitted_at >= p->updated_at)
+					p->reps[reps[k].replica].replacing = true;
+				kn_job_row_release(&j);
+			}
 		}
 		p->next = d->list;
 		d->list = p;
@@ -1074,6 +1084,7 @@ void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	const char *text = kn_http_body(req, &len);
 	json_t *body, *n;
 	char object[96], detail[64];
+	int64_t old_updated;
 	int old;
 
 	if (!p || !change_allowed(s, req, c, p, "deployment.scale"))
@@ -1088,9 +1099,11 @@ void deploy_h_scale(struct server *s, struct kn_http_req *req,
 		return;
 	}
 	old = p->replicas;
+	old_updated = p->updated_at;
 	p->replicas = (int)json_integer_value(n);
 	json_decref(body);
 	p->generation++;
+	p->updated_at = kn_now_ms();
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	snprintf(detail, sizeof(detail), "%d -> %d replicas", old, p->replicas);
 	audit_fill(&a, c, "deployment.scale", object, detail);
@@ -1098,10 +1111,10 @@ void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	if (save(s->deploy, p, &a, &err) < 0) {
 		p->replicas = old;
 		p->generation--;
+		p->updated_at = old_updated;
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	p->updated_at = kn_now_ms();
 	feed_publish(s, "deployment.state",
 		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
 			       "state", "scaled", "replicas", p->replicas));
@@ -1117,25 +1130,29 @@ void deploy_h_restart(struct server *s, struct kn_http_req *req,
 	struct kn_error err;
 	struct kn_audit a;
 	char object[96];
+	int64_t old_updated;
 	int old;
 
 	if (!p || !change_allowed(s, req, c, p, "deployment.restart"))
 		return;
 	old = p->rollout_next;
+	old_updated = p->updated_at;
 	p->rollout_next = p->replicas > 0 ? 0 : -1;
 	p->generation++;
+	/* Jobs submitted from now on are the rollout's (see deploy_start). */
+	p->updated_at = kn_now_ms();
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	audit_fill(&a, c, "deployment.restart", object, NULL);
 	/* Written with the new position; put back if the store refused. */
 	if (save(s->deploy, p, &a, &err) < 0) {
 		p->rollout_next = old;
 		p->generation--;
+		p->updated_at = old_updated;
 		kn_http_reply_error(req, &err);
 		return;
 	}
 	for (int i = 0; i < p->n_reps; i++)
 		p->reps[i].replacing = false;
-	p->updated_at = kn_now_ms();
 	feed_publish(s, "deployment.rollout",
 		     json_pack("{s:s, s:s}", "deployment", p->name, "state",
 			       "started"));

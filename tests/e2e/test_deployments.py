@@ -368,3 +368,33 @@ def test_redeploy_scales_or_rolls(server):
     d = wait_for(rolled, timeout=40, what="rollout of the new spec")
     for r in d["replicas"]:
         assert server.job(r["job"])["priority"] == 5
+
+
+def test_rollout_resumes_after_server_restart(server, tmp_path):
+    control = tmp_path / "ctl"
+    control.mkdir()
+    deploy(server, deployment_yaml("chat", control=control))
+    wait_ready(server, "chat", 2)
+    old = [r["job"] for r in detail(server, "chat")["replicas"]]
+    # New replicas start held (not ready): the rollout stops at replica 0.
+    (control / "hold").write_text("")
+    assert server.request("POST", "/v1/deployments/chat/restart"
+                          ).status_code == 200
+    replaced = wait_for(lambda: (lambda d: d["replicas"][0]["job"]
+                                 if d["replicas"][0]["job"] != old[0]
+                                 and d["replicas"][0]["state"] == "starting"
+                                 else None)(detail(server, "chat")),
+                        what="replica 0 replaced and held")
+    server.stop()
+    server.start()
+    d = detail(server, "chat")
+    assert d["rollout"] == {"next_replica": 0}
+    assert [r["job"] for r in d["replicas"]] == [replaced, old[1]]
+    (control / "hold").unlink()
+    d = wait_for(lambda: (lambda d: d if d["rollout"] is None and
+                          d["replicas_ready"] == 2 else None)(
+        detail(server, "chat")), timeout=40, what="rollout resumed and done")
+    # Replica 0 was replaced once, not again after the restart.
+    assert d["replicas"][0]["job"] == replaced
+    assert d["replicas"][1]["job"] not in (old[1], replaced)
+    server.request("DELETE", "/v1/deployments/chat")
