@@ -24,8 +24,8 @@
  * A rollout (a restart, or a re-deploy with a new spec) replaces one
  * replica at a time: once every other replica is ready, the old job is
  * cancelled, a new one submitted, and the next replica waits until the new
- * one is ready. Its position is kept
- * in the store so a server restart resumes it.
+ * one is ready. Its position is kept in the store, so a server restart
+ * resumes it.
  *
  * Invariants: an API change is in the store before memory has it (and
  * before the answer); a replica's job belongs to its deployment's owner;
