@@ -1276,11 +1276,11 @@ void deploy_h_key_create(struct server *s, struct kn_http_req *req,
 			       KEY_MAX_DEPLOYMENTS);
 	json_array_foreach(rc == 0 ? deps : NULL, i, item) {
 		/* A key may name a deployment before it exists. */
-		const char *dn = json_string_value(item);
-		if (!dn || !*dn || strlen(dn) > 63 || strpbrk(dn, " ,/\"")) {
+		if (!kn_spec_name_valid(json_string_value(item))) {
 			rc = kn_errorf(&err, KN_EINVAL, "deployments",
 				       "deployments[%zu] must be a deployment "
-				       "name",
+				       "name (lowercase letters, digits, '.', "
+				       "'_' and '-')",
 				       i);
 			break;
 		}

@@ -3040,3 +3040,8 @@ const char *kn_spec_kind(const char *text, size_t len)
 	fy_diag_destroy(cfg.diag);
 	return found;
 }
+
+bool kn_spec_name_valid(const char *s)
+{
+	return s && valid_name(s);
+}

@@ -229,6 +229,9 @@ void kn_deployment_spec_free(struct kn_deployment_spec *spec);
 /* The normalized deployment as JSON (its job part as kn_job_spec_to_json). */
 json_t *kn_deployment_spec_to_json(const struct kn_deployment_spec *spec);
 
+/* Whether s is a valid job or deployment name ([a-z0-9][a-z0-9._-]{0,62}). */
+bool kn_spec_name_valid(const char *s);
+
 /* "Job", "Deployment", or NULL when the text names neither (or no kind). */
 const char *kn_spec_kind(const char *text, size_t len);
 

@@ -217,6 +217,10 @@ def test_keys_and_roles(server):
                          json={"name": "b", "deployments": ["chat"],
                                "rpm": -5})
     assert bad.status_code == 400 and "rpm" in bad.text
+    bad = server.request("POST", "/v1/keys", token=operator,
+                         json={"name": "b", "deployments": ["Chat Bot"]})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["field"] == "deployments"
     listed = server.request("GET", "/v1/keys", token=operator).json()["keys"]
     assert [k["name"] for k in listed] == ["app1"]
     assert secret not in json.dumps(listed) and "hash" not in listed[0]

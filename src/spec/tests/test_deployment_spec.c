@@ -347,6 +347,10 @@ static void test_job_input_roundtrip(void **state)
 static void test_kind(void **state)
 {
 	(void)state;
+	assert_true(kn_spec_name_valid("chat-small.v2"));
+	assert_false(kn_spec_name_valid("Chat"));
+	assert_false(kn_spec_name_valid(""));
+	assert_false(kn_spec_name_valid(NULL));
 	assert_string_equal(kn_spec_kind(BASE, strlen(BASE)), "Deployment");
 	assert_string_equal(kn_spec_kind("kind: Job\n", 10), "Job");
 	assert_null(kn_spec_kind("kind: Pod\n", 10));
