@@ -83,6 +83,13 @@ int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_bench(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_events(struct cli_ctx *ctx, int argc, char **argv);
+/* deploy.c and key.c: deployments and gateway keys. */
+int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_scale(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_undeploy(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_rollout(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_key(struct cli_ctx *ctx, int argc, char **argv);
 
 /* Flags. */
 

@@ -30,7 +30,7 @@ static const struct cli_command commands[] = {
 	 "                   [--alert-webhook URL] [--health-interval DURATION]\n"
 	 "                   [--health-root DIR] [--health-sku SIZE]\n"
 	 "                   [--health-sku-file FILE] [--health-kernel-log FILE]\n"
-	 "                   [--mig-profiles FILE]\n"
+	 "                   [--mig-profiles FILE] [--node-labels K=V[,K=V...]]\n"
 	 "                   [--executor local|slurm] [--slurm-partitions MAP]\n"
 	 "                   [--slurm-shards-per-gpu N]\n"
 	 "\n"
@@ -50,6 +50,9 @@ static const struct cli_command commands[] = {
 	 "                        in MIG mode\n"
 	 "  --home DIR            state directory (default $KILN_HOME, else ~/.kiln)\n"
 	 "  --node-name NAME      name of this node (default: short host name)\n"
+	 "  --node-labels K=V,... labels of this node, e.g. zone=1,fault_domain=0:\n"
+	 "                        placement selectors and spread read them, and\n"
+	 "                        deployment replicas report their zone\n"
 	 "  --kill-grace DURATION time between SIGTERM and SIGKILL on cancel and\n"
 	 "                        timeout (default 10s)\n"
 	 "  --log-max-size SIZE   rotate a task's log at this size (default 64Mi)\n"
@@ -214,6 +217,66 @@ static const struct cli_command commands[] = {
 	 "  ls      list tokens: NAME ROLE CREATED_BY CREATED LAST_USED REVOKED\n"
 	 "  revoke  revoke the token named NAME; it stops working at once\n",
 	 false},
+	{"deploy", cmd_deploy, NULL,
+	 "create or update a deployment (replicas of a model server)",
+	 "usage: kiln deploy FILE [-o json]\n"
+	 "\n"
+	 "Send the deployment spec in FILE (kind: Deployment; - reads standard\n"
+	 "input) to the server. A new name creates the deployment; an existing\n"
+	 "one is updated: a changed spec reaches its replicas one at a time,\n"
+	 "a changed replica count at once. Each replica is a job that restarts\n"
+	 "with backoff whenever it exits; it gets KILN_PORT (serve there, on\n"
+	 "127.0.0.1) and KILN_MODEL_DIR. See docs/deployments.md.\n"
+	 "\n"
+	 "  -o json  print the server's answer as JSON\n",
+	 false},
+	{"deployments", cmd_deployments, NULL,
+	 "list deployments, or show one with its replicas",
+	 "usage: kiln deployments [NAME] [-o json|table]\n"
+	 "\n"
+	 "Without NAME: NAME READY (ready/wanted) MODEL OWNER FALLBACK\n"
+	 "GENERATION. With NAME: the deployment and each replica's STATE\n"
+	 "(pending, queued, restarting, starting, ready, stopping), ADDRESS,\n"
+	 "NODE, ZONE, RESTARTS, JOB and REASON.\n",
+	 false},
+	{"scale", cmd_scale, NULL, "set a deployment's number of replicas",
+	 "usage: kiln scale NAME N\n"
+	 "\n"
+	 "Run N replicas (0..64) of deployment NAME: new ones start at once,\n"
+	 "the highest-numbered ones stop when scaling down.\n",
+	 false},
+	{"undeploy", cmd_undeploy, NULL, "delete a deployment and stop its replicas",
+	 "usage: kiln undeploy NAME\n"
+	 "\n"
+	 "Delete deployment NAME: its replica jobs are cancelled (SIGTERM, then\n"
+	 "SIGKILL after the kill grace) and the gateway stops routing to it.\n",
+	 false},
+	{"rollout", cmd_rollout, NULL, "restart a deployment one replica at a time",
+	 "usage: kiln rollout restart NAME\n"
+	 "\n"
+	 "Replace each replica of deployment NAME with a new one, in order,\n"
+	 "starting the next only once the new one is ready, so the others\n"
+	 "keep serving (a one-replica deployment has a gap).\n",
+	 false},
+	{"key", cmd_key, NULL, "create, list and revoke gateway keys",
+	 "usage: kiln key create --name NAME --deployments A[,B...] [--rpm N]\n"
+	 "                       [--tpm N] [--quota-day N] [--quota-month N]\n"
+	 "       kiln key ls [-o json|table]\n"
+	 "       kiln key revoke NAME\n"
+	 "\n"
+	 "Manage the keys `kiln gateway` accepts (operators and admins). A key\n"
+	 "reaches only the deployments it names; 0 or no flag means no limit.\n"
+	 "\n"
+	 "  create  make a key (kgw_...); its secret is printed alone on\n"
+	 "          standard output, once: the server keeps only its sha256\n"
+	 "          --rpm N          requests per minute\n"
+	 "          --tpm N          tokens per minute\n"
+	 "          --quota-day N    tokens per day\n"
+	 "          --quota-month N  tokens per month\n"
+	 "  ls      list active keys: NAME DEPLOYMENTS RPM TPM QUOTA_DAY\n"
+	 "          QUOTA_MONTH CREATED_BY CREATED\n"
+	 "  revoke  revoke the key named NAME\n",
+	 false},
 	{"alerts", cmd_alerts, NULL, "list firing and recently resolved alerts",
 	 "usage: kiln alerts [--all] [-o json|table]\n"
 	 "\n"
@@ -251,12 +314,15 @@ static const struct cli_command commands[] = {
 	 "  --limit N          at most N records\n"
 	 "  -o json            print the server's JSON instead\n",
 	 false},
-	{"validate", cmd_validate, NULL, "check a job spec, without a server",
+	{"validate", cmd_validate, NULL,
+	 "check a job or deployment spec, without a server",
 	 "usage: kiln validate FILE [-o json]\n"
 	 "\n"
-	 "Parse and check the job spec in FILE (- reads standard input) the\n"
-	 "way the server would, without one. Prints `FILE: ok (...)`, or the\n"
-	 "problem as FILE:LINE:COLUMN: FIELD: message and exits 1.\n"
+	 "Parse and check the job spec (kind: Job) or deployment spec (kind:\n"
+	 "Deployment, with the shipped model presets) in FILE (- reads\n"
+	 "standard input) the way the server would, without one. Prints\n"
+	 "`FILE: ok (...)`, or the problem as FILE:LINE:COLUMN: FIELD: message\n"
+	 "and exits 1.\n"
 	 "\n"
 	 "  -o json  print the normalized spec (defaults filled in) as JSON\n",
 	 false},
@@ -460,7 +526,7 @@ static void print_help(FILE *f)
 	      f);
 	for (i = 0; i < N_COMMANDS; i++)
 		if (!commands[i].hidden)
-			fprintf(f, "  %-9s %s\n", commands[i].name,
+			fprintf(f, "  %-11s %s\n", commands[i].name,
 				commands[i].summary);
 	fputs("\n"
 	      "Run `kiln COMMAND --help` for a command's flags.\n"

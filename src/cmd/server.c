@@ -59,6 +59,7 @@ int cmd_server(int argc, char **argv)
 		{"executor", required_argument, NULL, 'x'},
 		{"slurm-partitions", required_argument, NULL, 'P'},
 		{"slurm-shards-per-gpu", required_argument, NULL, 'X'},
+		{"node-labels", required_argument, NULL, 'N'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -193,6 +194,9 @@ int cmd_server(int argc, char **argv)
 			cfg.slurm_shards_per_gpu = (int)n;
 			break;
 		}
+		case 'N':
+			cfg.node_labels = optarg;
+			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);
 			return 2;

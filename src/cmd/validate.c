@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
@@ -40,11 +41,62 @@ static void summarize(const struct kn_job_spec *spec, struct kn_buf *out)
 	}
 }
 
+static void summarize_deployment(const struct kn_deployment_spec *d,
+				 struct kn_buf *out)
+{
+	kn_buf_printf(out, "deployment %s of %s, %d replica%s",
+		      d->job.name, d->model, d->replicas,
+		      d->replicas == 1 ? "" : "s");
+	if (d->preset)
+		kn_buf_printf(out, ", preset %s", d->preset);
+	if (d->job.resources.gpu_milli % KN_MILLI == 0 &&
+	    d->job.resources.gpu_milli)
+		kn_buf_printf(out, ", %d GPU%s each",
+			      d->job.resources.gpu_milli / KN_MILLI,
+			      d->job.resources.gpu_milli == KN_MILLI ? "" : "s");
+	if (d->job.resources.n_gpu_models)
+		kn_buf_printf(out, " (%s)", d->job.resources.gpu_models[0]);
+	if (d->fallback)
+		kn_buf_printf(out, ", fallback %s", d->fallback);
+}
+
+/* A `kind: Deployment` file, with the shipped preset table. */
+static int validate_deployment(struct cli_ctx *ctx, const char *text,
+			       size_t len, const char *name)
+{
+	struct kn_model_presets *presets = NULL;
+	struct kn_deployment_spec *d = NULL;
+	struct kn_error err = {0};
+	struct kn_buf summary;
+	json_t *normalized;
+
+	if (kn_model_presets_load(KN_PRESET_FILE, &presets, &err) < 0 ||
+	    kn_deployment_spec_parse(text, len, name, presets, &d, &err) < 0) {
+		fprintf(stderr, "%s\n",
+			err.message[0] ? err.message : "invalid deployment spec");
+		kn_model_presets_free(presets);
+		return CLI_EXIT_FAIL;
+	}
+	if (cli_want_json(ctx)) {
+		normalized = kn_deployment_spec_to_json(d);
+		cli_print_json(normalized);
+		json_decref(normalized);
+	} else {
+		kn_buf_init(&summary, SIZE_MAX);
+		summarize_deployment(d, &summary);
+		printf("%s: ok (%s)\n", name, summary.data);
+		kn_buf_release(&summary);
+	}
+	kn_deployment_spec_free(d);
+	kn_model_presets_free(presets);
+	return CLI_EXIT_OK;
+}
+
 int cmd_validate(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct kn_job_spec *spec = NULL;
 	struct kn_error err = {0};
-	const char *file = NULL, *name;
+	const char *file = NULL, *name, *kind;
 	char *text = NULL;
 	size_t len;
 	struct kn_buf summary;
@@ -58,6 +110,11 @@ int cmd_validate(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_read_spec(ctx, file, &text, &len, &name);
 	if (rc != CLI_GO)
 		goto out;
+	kind = kn_spec_kind(text, len);
+	if (kind && !strcmp(kind, "Deployment")) {
+		rc = validate_deployment(ctx, text, len, name);
+		goto out;
+	}
 	if (kn_job_spec_parse(text, len, name, &spec, &err) < 0) {
 		fprintf(stderr, "%s\n",
 			err.message[0] ? err.message : "invalid job spec");

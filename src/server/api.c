@@ -859,6 +859,30 @@ static const struct route routes[] = {
 	 h_token_create},
 	{"DELETE", "/v1/tokens/{name}", KN_ROLE_ADMIN, false, "token.revoke",
 	 h_token_revoke},
+	/* Deployments (deploy.c): users deploy; operators hold the keys. */
+	{"POST", "/v1/deployments", KN_ROLE_USER, false, "deployment.create",
+	 deploy_h_create},
+	{"GET", "/v1/deployments", KN_ROLE_VIEWER, false, NULL, deploy_h_list},
+	{"GET", "/v1/deployments/{name}", KN_ROLE_VIEWER, false, NULL,
+	 deploy_h_get},
+	{"POST", "/v1/deployments/{name}/scale", KN_ROLE_USER, false,
+	 "deployment.scale", deploy_h_scale},
+	{"POST", "/v1/deployments/{name}/restart", KN_ROLE_USER, false,
+	 "deployment.restart", deploy_h_restart},
+	{"DELETE", "/v1/deployments/{name}", KN_ROLE_USER, false,
+	 "deployment.delete", deploy_h_delete},
+	{"POST", "/v1/keys", KN_ROLE_OPERATOR, false, "key.create",
+	 deploy_h_key_create},
+	{"GET", "/v1/keys", KN_ROLE_OPERATOR, false, "key.list",
+	 deploy_h_key_list},
+	{"DELETE", "/v1/keys/{name}", KN_ROLE_OPERATOR, false, "key.revoke",
+	 deploy_h_key_revoke},
+	/* Key hashes and every replica's address: the gateway's operator
+	 * token, not a viewer's. */
+	{"GET", "/v1/gateway/config", KN_ROLE_OPERATOR, false,
+	 "gateway.config", deploy_h_gateway_config},
+	{"POST", "/v1/gateway/alerts", KN_ROLE_OPERATOR, false,
+	 "gateway.alert", deploy_h_gateway_alert},
 };
 
 /*

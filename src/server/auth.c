@@ -48,7 +48,9 @@ void token_hash(const char *secret, char hash[65])
 		snprintf(hash + 2 * i, 3, "%02x", md[i]);
 }
 
-void token_generate(char secret[64], char hash[65])
+/* prefix + 43 base64url characters of 32 random bytes, and its hash. */
+static void secret_generate(const char *prefix, char secret[64],
+			    char hash[65])
 {
 	static const char b64url[] =
 		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -58,8 +60,8 @@ void token_generate(char secret[64], char hash[65])
 	if (kn_random_bytes(raw, 32) < 0)
 		abort(); /* no entropy: nothing safe to hand out */
 	raw[32] = 0;
-	memcpy(secret, "kiln_", 5);
-	o = 5;
+	o = strlen(prefix);
+	memcpy(secret, prefix, o);
 	/* 32 bytes -> 43 characters, no padding. */
 	for (size_t i = 0; i < 32; i += 3) {
 		unsigned v = (unsigned)raw[i] << 16 |
@@ -74,6 +76,17 @@ void token_generate(char secret[64], char hash[65])
 	}
 	secret[o] = '\0';
 	token_hash(secret, hash);
+}
+
+void token_generate(char secret[64], char hash[65])
+{
+	secret_generate("kiln_", secret, hash);
+}
+
+/* Its own prefix: a leaked gateway key is told apart from an API token. */
+void key_generate(char secret[64], char hash[65])
+{
+	secret_generate("kgw_", secret, hash);
 }
 
 int auth_bootstrap(struct server *s, struct kn_error *err)

@@ -95,6 +95,7 @@ struct kn_events;
 struct feed;
 struct monitor;
 struct node_health;
+struct deploy_state;
 
 struct server {
 	struct kn_server_config cfg;
@@ -114,6 +115,8 @@ struct server {
 	char node_name[64];
 	char node_state[16];   /* ready, cordoned, draining */
 	char node_reason[192]; /* why it is not ready, or "" */
+	char *node_labels_text; /* --node-labels, split in place */
+	struct kn_sched_label *node_labels; /* into node_labels_text */
 
 	struct queued_job *queue;
 	size_t queue_len;
@@ -125,6 +128,7 @@ struct server {
 	struct feed *feed;          /* the event stream (feed.c) */
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
 	struct node_health *health; /* periodic health checks, or NULL */
+	struct deploy_state *deploy; /* deployments and their replicas */
 	bool closing;               /* shutting down: late work is dropped */
 };
 
@@ -134,6 +138,8 @@ int role_parse(const char *s, enum kn_role *out);
 /* A new secret "kiln_<43 base64url chars>" and its hex sha256. */
 void token_generate(char secret[64], char hash[65]);
 void token_hash(const char *secret, char hash[65]);
+/* A new gateway key "kgw_<43 base64url chars>" and its hex sha256. */
+void key_generate(char secret[64], char hash[65]);
 /* Create the admin token on the first start; writes admin.token 0600. */
 int auth_bootstrap(struct server *s, struct kn_error *err);
 /* From the Authorization header: 0 and *out, or a negative errno + err. */
@@ -163,6 +169,13 @@ int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
  */
 int jobs_evict(struct server *s, const struct caller *c, int64_t id,
 	       int64_t grace_ms, const char *why, struct kn_error *err);
+/*
+ * Stop the running attempt of job id (c NULL: the system): SIGTERM, then
+ * SIGKILL after the kill grace. The attempt ends as failed with why; a
+ * deployment's replica then restarts. -ENOENT when nothing runs.
+ */
+int jobs_restart(struct server *s, int64_t id, const char *why,
+		 struct kn_error *err);
 void jobs_tick(void *arg);
 /* Run the scheduler on the next turn (capacity came back). */
 void jobs_wake(struct server *s);
@@ -255,6 +268,48 @@ void feed_serve(struct server *s, struct kn_http_req *req, int64_t since,
 int monitor_start(struct server *s, struct monitor **out,
 		  struct kn_error *err);
 void monitor_free(struct monitor *m);
+
+/*
+ * monitor.c: an alert someone else detected (the gateway's anomaly
+ * detector): recorded like a rule's (kiln alerts), published on the event
+ * stream and sent to the webhook. firing false resolves the one firing
+ * for the same deployment and signal.
+ */
+int monitor_external_alert(struct server *s, const char *source,
+			   const char *deployment, const char *signal,
+			   double value, double low, double high,
+			   double window_s, int64_t started_at_ms, bool firing,
+			   struct kn_error *err);
+
+/* deploy.c: deployments, probes, rollouts, gateway keys and config */
+/* Load the deployments; before jobs_recover, whose exits it judges. */
+int deploy_start(struct server *s, struct kn_error *err);
+void deploy_free(struct server *s);
+/* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
+const char *deploy_model_dir(struct server *s, int64_t job_id);
+/* Route handlers (api.c's table). */
+void deploy_h_create(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param);
+void deploy_h_list(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param);
+void deploy_h_get(struct server *s, struct kn_http_req *req,
+		  const struct caller *c, const char *param);
+void deploy_h_scale(struct server *s, struct kn_http_req *req,
+		    const struct caller *c, const char *param);
+void deploy_h_restart(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param);
+void deploy_h_delete(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param);
+void deploy_h_key_create(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param);
+void deploy_h_key_list(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param);
+void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param);
+void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
+			     const struct caller *c, const char *param);
+void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
+			    const struct caller *c, const char *param);
 
 /* health.c: the node checks at start and periodically */
 int health_start(struct server *s, struct node_health **out,

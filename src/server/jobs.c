@@ -505,6 +505,12 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 						      : 1));
 	if (s->devices.simulated)
 		add_env(&env, &n, kn_xstrdup("KILN_SIMULATED_GPUS=1"));
+	/* A deployment's replica serves on its attempt's port (deploy.c). */
+	if (deploy_model_dir(s, r->job_id)) {
+		add_env(&env, &n, kn_asprintf("KILN_PORT=%d", r->master_port));
+		add_env(&env, &n, kn_asprintf("KILN_MODEL_DIR=%s",
+					      deploy_model_dir(s, r->job_id)));
+	}
 
 	memset(&l, 0, sizeof(l));
 	l.task_dir = t->task_dir;
@@ -861,7 +867,7 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 	struct kn_job_row j;
 	struct kn_attempt_row a;
 	const struct run_task *failed = NULL;
-	bool timeout = false;
+	bool timeout = false, restart = false;
 	char why[256] = "";
 	int rc;
 
@@ -907,6 +913,22 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 		j.state = KN_JOB_QUEUED;
 		j.not_before = now;
 		*requeue = true;
+	} else if (deploy_model_dir(s, r->job_id)) {
+		/* A replica serves until it is undeployed: whatever the exit,
+		 * it comes back after backoff. One that had been up longer
+		 * than backoff_max starts its crash count over. */
+		if (failed)
+			describe_failure(failed, why, sizeof(why));
+		else
+			snprintf(why, sizeof(why), "exited 0");
+		a.state = failed ? KN_JOB_FAILED : KN_JOB_SUCCEEDED;
+		if (now - r->started_at >= r->spec->backoff_max_ms)
+			j.retries_used = 0;
+		j.retries_used++;
+		j.state = KN_JOB_QUEUED;
+		j.not_before = now + backoff_ms(r->spec, j.retries_used);
+		*requeue = true;
+		restart = true;
 	} else if (!failed) {
 		a.state = KN_JOB_SUCCEEDED;
 		j.state = KN_JOB_SUCCEEDED;
@@ -934,7 +956,11 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 	a.reason = why;
 	account_goodput(r, &a);
 	free(j.reason);
-	if (a.state == KN_JOB_PREEMPTED) {
+	if (restart) {
+		char in[32];
+		kn_format_duration(j.not_before - now, in, sizeof(in));
+		j.reason = kn_asprintf("restart in %s after %s", in, why);
+	} else if (a.state == KN_JOB_PREEMPTED) {
 		j.reason = kn_asprintf("%s; back in the queue", why);
 	} else if (j.state == KN_JOB_QUEUED && j.retries_used && failed &&
 		   !timeout) {
@@ -1292,6 +1318,19 @@ int jobs_evict(struct server *s, const struct caller *c, int64_t id,
 out:
 	kn_job_row_release(&j);
 	return rc;
+}
+
+int jobs_restart(struct server *s, int64_t id, const char *why,
+		 struct kn_error *err)
+{
+	for (struct run *r = s->runs; r; r = r->next) {
+		if (r->job_id != id)
+			continue;
+		stop_run(s, r, why);
+		return 0;
+	}
+	return kn_errorf(err, KN_ENOTFOUND, NULL, "job %lld is not running",
+			 (long long)id);
 }
 
 /* ---- node view ---- */

@@ -233,6 +233,70 @@ static void announce(struct monitor *m, const struct kn_alert_transition *t)
 		     json_pack("{s:o}", "alert", alert));
 }
 
+int monitor_external_alert(struct server *s, const char *source,
+			   const char *deployment, const char *signal,
+			   double value, double low, double high,
+			   double window_s, int64_t started_at_ms, bool firing,
+			   struct kn_error *err)
+{
+	char *fingerprint = kn_asprintf("gateway:%s:%s", deployment, signal);
+	char *rule = kn_asprintf("gateway_anomaly_%s", signal);
+	char *summary = kn_asprintf(
+		"%s of deployment %s is %g, outside its band %g..%g over %gs",
+		signal, deployment, value, low, high, window_s);
+	json_t *labels = json_pack("{s:s, s:s, s:s}", "deployment", deployment,
+				   "signal", signal, "source", source);
+	char *labels_text = json_dumps(labels, JSON_COMPACT | JSON_SORT_KEYS);
+	int64_t now = kn_now_ms();
+	json_t *alert;
+	int rc;
+
+	if (firing) {
+		struct kn_alert_row row = {
+			.fingerprint = fingerprint,
+			.rule = rule,
+			.severity = "warning",
+			.labels_json = labels_text,
+			.summary = summary,
+			.value = value,
+			.active_at = started_at_ms,
+			.fired_at = now,
+		};
+		rc = kn_store_alert_fire(s->store, &row, NULL, err);
+	} else {
+		rc = kn_store_alert_resolve(s->store, fingerprint, now, err);
+	}
+	if (rc == 0) {
+		alert = json_pack("{s:s, s:s, s:s, s:s, s:O, s:s, s:f, s:f, s:f,"
+				  " s:f, s:I, s:I}",
+				  "rule", rule, "severity", "warning", "state",
+				  firing ? "firing" : "resolved", "fingerprint",
+				  fingerprint, "labels", labels, "summary",
+				  summary, "value", value, "low", low, "high",
+				  high, "window_s", window_s, "active_at_ms",
+				  (json_int_t)started_at_ms,
+				  firing ? "fired_at_ms" : "resolved_at_ms",
+				  (json_int_t)now);
+		kn_log(KN_LOG_WARN, "alert %s %s: %s", rule,
+		       firing ? "firing" : "resolved", summary);
+		if (s->monitor) {
+			json_t *hook = json_pack("{s:s, s:O}", "status",
+						 firing ? "firing" : "resolved",
+						 "alert", alert);
+			hook_queue(s->monitor, hook);
+			json_decref(hook);
+		}
+		feed_publish(s, firing ? "alert.firing" : "alert.resolved",
+			     json_pack("{s:o}", "alert", alert));
+	}
+	json_decref(labels);
+	free(labels_text);
+	free(fingerprint);
+	free(rule);
+	free(summary);
+	return rc;
+}
+
 static void finish_round(struct monitor *m)
 {
 	struct kn_alert_transition *tr = NULL;

@@ -16,12 +16,19 @@ int nodes_save(struct server *s, struct kn_error *err)
 {
 	struct kn_node_row row;
 	struct kn_device_row *devs;
+	json_t *labels = json_object();
+	char *labels_text;
 	int rc;
 
+	for (size_t i = 0; i < s->node.n_labels; i++)
+		json_object_set_new(labels, s->node.labels[i].key,
+				    json_string(s->node.labels[i].value));
+	labels_text = json_dumps(labels, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(labels);
 	memset(&row, 0, sizeof(row));
 	row.name = s->node_name;
 	row.state = s->node_state;
-	row.labels_json = "{}";
+	row.labels_json = labels_text;
 	row.taints_json = "[]";
 	row.cpu_milli = s->node.cpu_milli_total;
 	row.memory_bytes = s->node.memory_total;
@@ -41,6 +48,7 @@ int nodes_save(struct server *s, struct kn_error *err)
 	row.n_devices = s->devices.n;
 	rc = kn_store_node_put(s->store, &row, err);
 	free(devs);
+	free(labels_text);
 	return rc;
 }
 

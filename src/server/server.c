@@ -108,6 +108,40 @@ static int setup_mig(struct server *s, struct kn_error *err)
 	return rc;
 }
 
+/*
+ * --node-labels "zone=1,fault_domain=0" into the node's labels, which
+ * placement (selectors, affinity, spread) and deployments (zone) read.
+ */
+static int setup_labels(struct server *s, struct kn_error *err)
+{
+	char *item, *save = NULL;
+	size_t n = 0;
+
+	if (!s->cfg.node_labels || !*s->cfg.node_labels)
+		return 0;
+	s->node_labels_text = kn_xstrdup(s->cfg.node_labels);
+	for (const char *p = s->node_labels_text; *p; p++)
+		n += *p == ',';
+	s->node_labels = kn_xcalloc(n + 1, sizeof(*s->node_labels));
+	n = 0;
+	for (item = strtok_r(s->node_labels_text, ",", &save); item;
+	     item = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(item, '=');
+
+		if (!eq || eq == item)
+			return kn_errorf(err, KN_EINVAL, "node_labels",
+					 "--node-labels: \"%s\" is not KEY=VALUE "
+					 "(e.g. zone=1,fault_domain=0)",
+					 item);
+		*eq = '\0';
+		s->node_labels[n].key = item;
+		s->node_labels[n++].value = eq + 1;
+	}
+	s->node.labels = s->node_labels;
+	s->node.n_labels = n;
+	return 0;
+}
+
 static int setup_node(struct server *s, struct kn_error *err)
 {
 	struct kn_node_row *rows = NULL;
@@ -146,7 +180,9 @@ static int setup_node(struct server *s, struct kn_error *err)
 	}
 	s->cluster.nodes = &s->node;
 	s->cluster.n_nodes = 1;
-	rc = setup_mig(s, err);
+	rc = setup_labels(s, err);
+	if (rc == 0)
+		rc = setup_mig(s, err);
 	if (rc < 0)
 		return rc;
 
@@ -185,6 +221,7 @@ static void server_release(struct server *s)
 	/* After the pool: a scrape or health run may still hold their state. */
 	monitor_free(s->monitor);
 	health_free(s->health);
+	deploy_free(s);
 	jobs_free_all(s);
 	free(s->blob_url);
 	kn_http_server_free(s->http);
@@ -193,6 +230,8 @@ static void server_release(struct server *s)
 	kn_store_free(s->store);
 	kn_loop_free(s->loop);
 	free(s->node.devices);
+	free(s->node_labels);
+	free(s->node_labels_text);
 	kn_device_set_release(&s->devices);
 	kn_mig_free(s->mig);
 	free(s->home);
@@ -266,6 +305,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		goto out;
 	}
 	s.feed = feed_new(&s);
+	rc = deploy_start(&s, err);
+	if (rc < 0)
+		goto out;
 	rc = jobs_recover(&s, err);
 	if (rc < 0)
 		goto out;

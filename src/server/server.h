@@ -51,6 +51,7 @@ struct kn_server_config {
 					 NULL: Slurm's default partition */
 	int slurm_shards_per_gpu;     /* gres.conf's shards per GPU: a share
 					 of milli m asks m*N/1000 (default 100) */
+	const char *node_labels;  /* "zone=1,fault_domain=0", or NULL */
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */

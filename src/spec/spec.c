@@ -65,6 +65,7 @@ struct walk {
 	/* Key of the value being read: the place to point at for values
 	 * that have no position of their own (an empty `workdir:`). */
 	struct fy_node *key;
+	const char *root_name; /* "deployment"; NULL = "job" */
 };
 
 enum value_kind { V_NULL, V_BOOL, V_INT, V_FLOAT, V_STRING, V_LIST, V_MAP };
@@ -330,10 +331,10 @@ static void path_pop(struct walk *w, size_t old)
 	w->path[old] = '\0';
 }
 
-/* "job" at the top, else the path: for "unknown field ... in X". */
+/* The kind at the top, else the path: for "unknown field ... in X". */
 static const char *section_name(const struct walk *w)
 {
-	return w->path_len ? w->path : "job";
+	return w->path_len ? w->path : w->root_name ? w->root_name : "job";
 }
 
 /* --- typing ------------------------------------------------------------ */
@@ -2028,14 +2029,23 @@ static int check_text(struct walk *w, const char *text, size_t len)
 				  "spec is not valid UTF-8");
 }
 
-int kn_job_spec_parse(const char *text, size_t len, const char *filename,
-		      struct kn_job_spec **out, struct kn_error *err)
+/* Reads the document's root into the object being built. */
+typedef int (*read_root_fn)(struct walk *w, struct fy_node *root, void *obj);
+
+/*
+ * Check the text, load its one YAML document and hand the root to read.
+ * Errors (too big, not UTF-8, bad YAML, two documents, empty) carry
+ * file:line:column; what is wrong inside the mapping is read's to say.
+ * empty_hint completes "spec is empty; expected ...".
+ */
+static int parse_document(const char *text, size_t len, const char *filename,
+			  const char *empty_hint, read_root_fn read, void *obj,
+			  struct kn_error *err)
 {
 	struct walk w = {.file = filename ? filename : "<spec>", .err = err};
 	struct fy_parse_cfg parse_cfg = {0};
 	struct fy_document *doc = NULL, *extra = NULL;
 	struct fy_parser *parser = NULL;
-	struct kn_job_spec *spec = NULL;
 	struct fy_diag_cfg diag_cfg;
 	struct fy_node *root;
 	int rc;
@@ -2092,20 +2102,12 @@ int kn_job_spec_parse(const char *text, size_t len, const char *filename,
 	root = doc ? fy_document_root(doc) : NULL;
 	if (!root) {
 		rc = kn_errorf(err, KN_EINVAL, NULL,
-			       "%s:1:1: spec is empty; expected a mapping with "
-			       "kind: Job, name and command",
-			       w.file);
+			       "%s:1:1: spec is empty; expected %s", w.file,
+			       empty_hint);
 		goto out;
 	}
-	spec = kn_xcalloc(1, sizeof(*spec));
-	set_defaults(spec);
-	rc = read_job(&w, root, spec);
-	if (rc == 0) {
-		*out = spec;
-		spec = NULL;
-	}
+	rc = read(&w, root, obj);
 out:
-	kn_job_spec_free(spec);
 	if (extra)
 		fy_parse_document_destroy(parser, extra);
 	if (doc)
@@ -2114,6 +2116,29 @@ out:
 		fy_parser_destroy(parser);
 	fy_diag_destroy(w.diag);
 	return rc;
+}
+
+static int read_job_root(struct walk *w, struct fy_node *root, void *obj)
+{
+	return read_job(w, root, obj);
+}
+
+int kn_job_spec_parse(const char *text, size_t len, const char *filename,
+		      struct kn_job_spec **out, struct kn_error *err)
+{
+	struct kn_job_spec *spec = kn_xcalloc(1, sizeof(*spec));
+	int rc;
+
+	set_defaults(spec);
+	rc = parse_document(text, len, filename,
+			    "a mapping with kind: Job, name and command",
+			    read_job_root, spec, err);
+	if (rc < 0) {
+		kn_job_spec_free(spec);
+		return rc;
+	}
+	*out = spec;
+	return 0;
 }
 
 /* --- free, JSON, signals ------------------------------------------------- */
@@ -2375,4 +2400,655 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 	if (spec->image)
 		json_object_set_new(doc, "image", json_string(spec->image));
 	return doc;
+}
+
+/* --- the input form of a job spec ---------------------------------------- */
+
+static json_t *duration_text(int64_t ms)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%lldms", (long long)ms);
+	return json_string(buf);
+}
+
+static json_t *input_terms(const struct kn_affinity_term *terms, size_t n,
+			   bool weighted)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; i < n; i++) {
+		json_t *t = json_pack("{s:s, s:s}", "key", terms[i].key,
+				      "operator", AFFINITY_OPS[terms[i].op]);
+
+		if (terms[i].values)
+			json_object_set_new(t, "values",
+					    strv_json(terms[i].values,
+						      terms[i].n_values));
+		if (weighted)
+			json_object_set_new(t, "weight",
+					    json_integer(terms[i].weight));
+		json_array_append_new(arr, t);
+	}
+	return arr;
+}
+
+static json_t *input_resources(const struct kn_resources *res)
+{
+	json_t *o = json_object(), *sharing = sharing_json(res);
+
+	if (res->mig_profile || res->gpu_milli)
+		json_object_set_new(o, "gpus", gpus_json(res));
+	if (res->n_gpu_models)
+		json_object_set_new(o, "gpu_model",
+				    strv_json(res->gpu_models,
+					      res->n_gpu_models));
+	if (res->cpu_milli)
+		json_object_set_new(o, "cpus", milli_json(res->cpu_milli));
+	if (res->memory_bytes)
+		json_object_set_new(o, "memory",
+				    json_integer(res->memory_bytes));
+	if (json_is_null(sharing))
+		json_decref(sharing);
+	else
+		json_object_set_new(o, "sharing", sharing);
+	return o;
+}
+
+static json_t *input_placement(const struct kn_placement_spec *pl)
+{
+	static const char *const spreads[] = {
+		[KN_SPREAD_ZONE] = "zone",
+		[KN_SPREAD_FAULT_DOMAIN] = "fault_domain",
+	};
+	json_t *o = json_object(), *tol = json_array();
+
+	json_object_set_new(o, "selector",
+			    kvs_json(pl->selector, pl->n_selector));
+	for (size_t i = 0; i < pl->n_tolerations; i++) {
+		const struct kn_toleration *t = &pl->tolerations[i];
+		json_t *jt = json_pack("{s:s, s:s}", "key", t->key, "operator",
+				       t->operator_);
+
+		if (t->value && strcmp(t->operator_, "Exists") != 0)
+			json_object_set_new(jt, "value", json_string(t->value));
+		if (t->effect)
+			json_object_set_new(jt, "effect",
+					    json_string(t->effect));
+		json_array_append_new(tol, jt);
+	}
+	json_object_set_new(o, "tolerations", tol);
+	if (pl->spread == KN_SPREAD_ZONE || pl->spread == KN_SPREAD_FAULT_DOMAIN)
+		json_object_set_new(o, "spread",
+				    json_string(spreads[pl->spread]));
+	if (pl->n_required || pl->n_preferred) {
+		json_t *aff = json_object();
+		if (pl->n_required)
+			json_object_set_new(aff, "required",
+					    input_terms(pl->required,
+							pl->n_required, false));
+		if (pl->n_preferred)
+			json_object_set_new(aff, "preferred",
+					    input_terms(pl->preferred,
+							pl->n_preferred, true));
+		json_object_set_new(o, "affinity", aff);
+	}
+	return o;
+}
+
+char *kn_job_spec_to_input_text(const struct kn_job_spec *spec,
+				const char *name)
+{
+	json_t *o, *env = kvs_json(spec->env, spec->n_env);
+	char *text;
+
+	o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:i, s:i, s:o, s:o, s:i, s:b,"
+		      " s:o, s:o}",
+		      "kind", "Job", "name", name ? name : spec->name,
+		      "command", strv_json(spec->command, spec->n_command),
+		      "env", env, "resources", input_resources(&spec->resources),
+		      "tasks", spec->tasks, "retries", spec->retries,
+		      "backoff", duration_text(spec->backoff_ms), "backoff_max",
+		      duration_text(spec->backoff_max_ms), "priority",
+		      spec->priority, "preemptible", spec->preemptible,
+		      "timeout",
+		      spec->timeout_ms ? duration_text(spec->timeout_ms)
+				       : json_integer(0),
+		      "placement", input_placement(&spec->placement));
+	if (spec->workdir)
+		json_object_set_new(o, "workdir", json_string(spec->workdir));
+	if (spec->checkpoint.set) {
+		const struct kn_checkpoint_policy *c = &spec->checkpoint;
+		json_t *ck = json_pack("{s:o, s:i, s:o, s:o}", "every",
+				       duration_text(c->every_ms), "keep",
+				       c->keep, "grace",
+				       duration_text(c->grace_ms), "signal",
+				       signal_json(c->signal));
+		if (c->store)
+			json_object_set_new(ck, "store", json_string(c->store));
+		json_object_set_new(o, "checkpoint", ck);
+	}
+	/* Shares are thousandths: ten digits print them exactly (0.1, not
+	 * 0.10000000000000001, which the parser would refuse). */
+	text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS |
+				     JSON_REAL_PRECISION(10));
+	json_decref(o);
+	return text;
+}
+
+/* --- deployments ---------------------------------------------------------- */
+
+#define DEFAULT_DEPLOY_BACKOFF_MS 1000
+#define DEFAULT_DEPLOY_BACKOFF_MAX_MS (60 * 1000)
+#define DEFAULT_PROBE_PERIOD_MS 5000
+#define DEFAULT_PROBE_FAILURES 3
+/* Probes faster than this would be load, not health checks. */
+#define PROBE_MIN_PERIOD_MS 50
+#define PROBE_MAX_FAILURES 100
+/* Seconds fields (period_s, initial_delay_s): up to a day. */
+#define PROBE_MAX_SECONDS (24 * 3600)
+#define LIMIT_MAX 1000000000
+
+static int read_deployment_kind(struct walk *w, struct fy_node *node,
+				void *target)
+{
+	char got[GOT_BUF];
+	struct value v;
+	int rc = want_text(w, node, false, "\"Deployment\"", &v);
+
+	(void)target;
+	if (rc)
+		return rc;
+	if (strcmp(v.text, "Deployment") != 0)
+		return fail(w, node, "must be \"Deployment\"; got %s",
+			    describe(&v, got, sizeof(got)));
+	return 0;
+}
+
+static int read_model(struct walk *w, struct fy_node *node, void *target)
+{
+	static const char allowed[] =
+		"a path to the model's files, or job:<id> (a job's outputs)";
+	struct kn_deployment_spec *d = target;
+	char got[GOT_BUF];
+	struct value v;
+	int64_t id;
+	int rc = want_nonempty_text(w, node, allowed, &v);
+
+	if (rc)
+		return rc;
+	if (strncmp(v.text, "job:", 4) == 0) {
+		if (!all_digits(v.text + 4, "0123456789") ||
+		    !parse_int64(v.text + 4, &id) || id <= 0)
+			return fail(w, node,
+				    "must be job:<id> with a job id such as "
+				    "job:12; got %s",
+				    describe(&v, got, sizeof(got)));
+		d->model_job = id;
+	}
+	d->model = kn_xstrdup(v.text);
+	return 0;
+}
+
+static int read_top_spread(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_deployment_spec *d = target;
+
+	return read_spread(w, node, &d->job.placement);
+}
+
+/* Seconds as a number (0.5, 2) into milliseconds, at least min_ms. */
+static int read_seconds(struct walk *w, struct fy_node *node, int64_t min_ms,
+			int64_t *out)
+{
+	char got[GOT_BUF];
+	struct value v;
+	int64_t ms = 0;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if ((v.kind != V_INT && v.kind != V_FLOAT) ||
+	    parse_milli(v.text, PROBE_MAX_SECONDS * 1000LL, &ms) != MILLI_OK ||
+	    ms < min_ms)
+		return fail(w, node,
+			    "must be a number of seconds %g..%d (e.g. 0.5 or "
+			    "10); got %s",
+			    (double)min_ms / 1000, PROBE_MAX_SECONDS,
+			    describe(&v, got, sizeof(got)));
+	*out = ms;
+	return 0;
+}
+
+static int read_probe_path(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_probe *p = target;
+	char got[GOT_BUF];
+	struct value v;
+	int rc = want_nonempty_text(w, node, "an HTTP path such as /health",
+				    &v);
+
+	if (rc)
+		return rc;
+	if (v.text[0] != '/' || strpbrk(v.text, " \t\r\n"))
+		return fail(w, node,
+			    "must be an HTTP path starting with '/', without "
+			    "spaces (e.g. /health); got %s",
+			    describe(&v, got, sizeof(got)));
+	free(p->path);
+	p->path = kn_xstrdup(v.text);
+	return 0;
+}
+
+static int read_probe_period(struct walk *w, struct fy_node *node,
+			     void *target)
+{
+	struct kn_probe *p = target;
+
+	return read_seconds(w, node, PROBE_MIN_PERIOD_MS, &p->period_ms);
+}
+
+static int read_probe_delay(struct walk *w, struct fy_node *node,
+			    void *target)
+{
+	struct kn_probe *p = target;
+
+	return read_seconds(w, node, 0, &p->initial_delay_ms);
+}
+
+static const struct field probe_fields[] = {
+	{.name = "path", .type = FT_CUSTOM, .read = read_probe_path,
+	 .required = true},
+	{.name = "period_s", .type = FT_CUSTOM, .read = read_probe_period},
+	{.name = "failure_threshold", .type = FT_INT,
+	 .offset = offsetof(struct kn_probe, failure_threshold), .min = 1,
+	 .max = PROBE_MAX_FAILURES},
+	{.name = "initial_delay_s", .type = FT_CUSTOM,
+	 .read = read_probe_delay},
+};
+
+static void probe_defaults(struct kn_probe *p)
+{
+	p->set = true;
+	p->period_ms = DEFAULT_PROBE_PERIOD_MS;
+	p->failure_threshold = DEFAULT_PROBE_FAILURES;
+}
+
+static int read_readiness(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_deployment_spec *d = target;
+
+	probe_defaults(&d->readiness);
+	return walk_mapping(w, node, probe_fields, ARRAY_SIZE(probe_fields),
+			    &d->readiness, NULL);
+}
+
+static int read_liveness(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_deployment_spec *d = target;
+
+	probe_defaults(&d->liveness);
+	return walk_mapping(w, node, probe_fields, ARRAY_SIZE(probe_fields),
+			    &d->liveness, NULL);
+}
+
+static int read_fallback(struct walk *w, struct fy_node *node, void *target)
+{
+	static const char allowed[] =
+		"another deployment's name (1 to 63 characters: lowercase "
+		"letters, digits, '.', '_' and '-')";
+	struct kn_deployment_spec *d = target;
+	char got[GOT_BUF];
+	struct value v;
+	int rc = want_text(w, node, false, allowed, &v);
+
+	if (rc)
+		return rc;
+	if (!valid_name(v.text))
+		return fail(w, node, "must be %s; got %s", allowed,
+			    describe(&v, got, sizeof(got)));
+	d->fallback = kn_xstrdup(v.text);
+	return 0;
+}
+
+static const struct field limit_fields[] = {
+	{.name = "rpm", .type = FT_INT,
+	 .offset = offsetof(struct kn_deployment_spec, limit_rpm), .min = 0,
+	 .max = LIMIT_MAX},
+	{.name = "tpm", .type = FT_INT,
+	 .offset = offsetof(struct kn_deployment_spec, limit_tpm), .min = 0,
+	 .max = LIMIT_MAX},
+};
+
+static int read_limits(struct walk *w, struct fy_node *node, void *target)
+{
+	return walk_mapping(w, node, limit_fields, ARRAY_SIZE(limit_fields),
+			    target, NULL);
+}
+
+struct deploy_ctx {
+	struct kn_deployment_spec *spec;
+	const struct kn_model_presets *presets;
+};
+
+static int read_preset(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_deployment_spec *d = target;
+	struct value v;
+	int rc = want_nonempty_text(w, node, "a model preset's name", &v);
+
+	if (rc)
+		return rc;
+	d->preset = kn_xstrdup(v.text);
+	return 0;
+}
+
+enum {
+	DF_KIND,
+	DF_API_VERSION,
+	DF_NAME,
+	DF_MODEL,
+	DF_PRESET,
+	DF_COMMAND,
+	DF_ENV,
+	DF_WORKDIR,
+	DF_RESOURCES,
+	DF_PLACEMENT,
+	DF_SPREAD,
+	DF_PRIORITY,
+	DF_REPLICAS,
+	DF_READINESS,
+	DF_LIVENESS,
+	DF_FALLBACK,
+	DF_LIMITS,
+	DF_BACKOFF,
+	DF_BACKOFF_MAX,
+	DF_COUNT
+};
+
+static const struct field deployment_fields[DF_COUNT] = {
+	[DF_KIND] = {.name = "kind", .type = FT_CUSTOM,
+		     .read = read_deployment_kind, .required = true},
+	[DF_API_VERSION] = {.name = "apiVersion", .type = FT_CUSTOM,
+			    .read = read_api_version},
+	[DF_NAME] = {.name = "name", .type = FT_CUSTOM, .read = read_name,
+		     .required = true},
+	[DF_MODEL] = {.name = "model", .type = FT_CUSTOM, .read = read_model,
+		      .required = true},
+	[DF_PRESET] = {.name = "preset", .type = FT_CUSTOM,
+		       .read = read_preset},
+	[DF_COMMAND] = {.name = "command", .type = FT_CUSTOM,
+			.read = read_command, .required = true},
+	[DF_ENV] = {.name = "env", .type = FT_CUSTOM, .read = read_env},
+	[DF_WORKDIR] = {.name = "workdir", .type = FT_TEXT,
+			.offset = offsetof(struct kn_deployment_spec,
+					   job.workdir)},
+	[DF_RESOURCES] = {.name = "resources", .type = FT_CUSTOM,
+			  .read = read_resources},
+	[DF_PLACEMENT] = {.name = "placement", .type = FT_CUSTOM,
+			  .read = read_placement},
+	[DF_SPREAD] = {.name = "spread", .type = FT_CUSTOM,
+		       .read = read_top_spread},
+	[DF_PRIORITY] = {.name = "priority", .type = FT_INT,
+			 .offset = offsetof(struct kn_deployment_spec,
+					    job.priority),
+			 .min = 0, .max = KN_SPEC_MAX_PRIORITY},
+	[DF_REPLICAS] = {.name = "replicas", .type = FT_INT,
+			 .offset = offsetof(struct kn_deployment_spec,
+					    replicas),
+			 .min = 0, .max = KN_SPEC_MAX_REPLICAS},
+	[DF_READINESS] = {.name = "readiness", .type = FT_CUSTOM,
+			  .read = read_readiness},
+	[DF_LIVENESS] = {.name = "liveness", .type = FT_CUSTOM,
+			 .read = read_liveness},
+	[DF_FALLBACK] = {.name = "fallback", .type = FT_CUSTOM,
+			 .read = read_fallback},
+	[DF_LIMITS] = {.name = "limits", .type = FT_CUSTOM,
+		       .read = read_limits},
+	[DF_BACKOFF] = {.name = "backoff", .type = FT_DURATION,
+			.offset = offsetof(struct kn_deployment_spec,
+					   job.backoff_ms),
+			.min = 1},
+	[DF_BACKOFF_MAX] = {.name = "backoff_max", .type = FT_DURATION,
+			    .offset = offsetof(struct kn_deployment_spec,
+					       job.backoff_max_ms),
+			    .min = 1},
+};
+
+_Static_assert(DF_COUNT <= MAX_FIELDS, "MAX_FIELDS");
+/* The Job field readers take the deployment as the job it begins with. */
+_Static_assert(offsetof(struct kn_deployment_spec, job) == 0, "job first");
+
+/* Point at pair's value with path name pushed, and fail with msg. */
+__attribute__((format(printf, 4, 5))) static int
+fail_at_pair(struct walk *w, struct fy_node_pair *pair, const char *name,
+	     const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	path_push_field(w, name);
+	w->key = fy_node_pair_key(pair);
+	va_start(ap, fmt);
+	rc = vfail(w, fy_node_pair_value(pair), true, fmt, ap);
+	va_end(ap);
+	w->key = NULL;
+	return rc;
+}
+
+/* The preset's resources, where the spec's own resources say nothing. */
+static int apply_preset(struct walk *w, struct deploy_ctx *ctx,
+			struct fy_node_pair **seen)
+{
+	struct kn_deployment_spec *d = ctx->spec;
+	struct kn_resources *res = &d->job.resources;
+	const struct kn_model_preset *p;
+	struct fy_node *given = seen[DF_RESOURCES]
+					? fy_node_pair_value(seen[DF_RESOURCES])
+					: NULL;
+
+	if (!ctx->presets)
+		return fail_at_pair(w, seen[DF_PRESET], "preset",
+				    "no preset table is loaded here");
+	p = kn_model_preset_find(ctx->presets, d->preset);
+	if (!p) {
+		char names[256] = "";
+		size_t used = 0;
+		const struct kn_model_preset *q;
+
+		for (size_t i = 0;
+		     (q = kn_model_preset_at(ctx->presets, i)) &&
+		     used < sizeof(names);
+		     i++)
+			used += (size_t)snprintf(names + used,
+						 sizeof(names) - used, "%s%s",
+						 i ? ", " : "", q->name);
+		return fail_at_pair(w, seen[DF_PRESET], "preset",
+				    "unknown preset \"%s\" (known: %s)",
+				    d->preset, names);
+	}
+	if (!given || !fy_node_mapping_lookup_by_string(given, "gpus", -1)) {
+		free(res->mig_profile);
+		res->mig_profile = NULL;
+		res->gpu_milli = p->gpus * KN_MILLI;
+	}
+	if (p->gpu_model && res->gpu_milli > 0 &&
+	    (!given ||
+	     !fy_node_mapping_lookup_by_string(given, "gpu_model", -1)) &&
+	    !res->n_gpu_models) {
+		res->gpu_models = kn_xcalloc(2, sizeof(char *));
+		res->gpu_models[0] = kn_xstrdup(p->gpu_model);
+		res->n_gpu_models = 1;
+	}
+	if (!p->gpu_model &&
+	    (!given || !fy_node_mapping_lookup_by_string(given, "memory", -1)))
+		res->memory_bytes = p->memory_bytes;
+	return 0;
+}
+
+static int read_deployment(struct walk *w, struct fy_node *root, void *obj)
+{
+	struct deploy_ctx *ctx = obj;
+	struct kn_deployment_spec *d = ctx->spec;
+	struct fy_node_pair *seen[DF_COUNT];
+	char got[GOT_BUF], names[320];
+	struct value v;
+	int rc = classify(w, root, &v);
+
+	w->root_name = "deployment";
+	if (rc)
+		return rc;
+	if (v.kind != V_MAP) {
+		field_list(deployment_fields, DF_COUNT, names, sizeof(names));
+		return fail(w, root,
+			    "a deployment spec must be a mapping with fields "
+			    "%s; got %s",
+			    names, describe(&v, got, sizeof(got)));
+	}
+	rc = walk_mapping(w, root, deployment_fields, DF_COUNT, d, seen);
+	if (rc)
+		return rc;
+	if (seen[DF_SPREAD] && d->job.placement.spread != KN_SPREAD_NONE &&
+	    seen[DF_PLACEMENT] &&
+	    fy_node_mapping_lookup_by_string(
+		    fy_node_pair_value(seen[DF_PLACEMENT]), "spread", -1))
+		return fail_at_pair(w, seen[DF_SPREAD], "spread",
+				    "is given twice (also as "
+				    "placement.spread); keep one");
+	if (d->fallback && !strcmp(d->fallback, d->job.name))
+		return fail_at_pair(w, seen[DF_FALLBACK], "fallback",
+				    "must name another deployment, not this "
+				    "one (%s)",
+				    d->fallback);
+	if (d->job.backoff_ms > d->job.backoff_max_ms) {
+		char first[32], cap[32];
+
+		kn_format_duration(d->job.backoff_ms, first, sizeof(first));
+		kn_format_duration(d->job.backoff_max_ms, cap, sizeof(cap));
+		return seen[DF_BACKOFF_MAX]
+			       ? fail_at_pair(w, seen[DF_BACKOFF_MAX],
+					      "backoff_max",
+					      "must be at least backoff (%s); "
+					      "got %s",
+					      first, cap)
+			       : fail_at_pair(w, seen[DF_BACKOFF], "backoff",
+					      "must be at most backoff_max "
+					      "(%s); got %s",
+					      cap, first);
+	}
+	if (d->preset)
+		return apply_preset(w, ctx, seen);
+	return 0;
+}
+
+int kn_deployment_spec_parse(const char *text, size_t len,
+			     const char *filename,
+			     const struct kn_model_presets *presets,
+			     struct kn_deployment_spec **out,
+			     struct kn_error *err)
+{
+	struct kn_deployment_spec *d = kn_xcalloc(1, sizeof(*d));
+	struct deploy_ctx ctx = {.spec = d, .presets = presets};
+	int rc;
+
+	set_defaults(&d->job);
+	d->job.backoff_ms = DEFAULT_DEPLOY_BACKOFF_MS;
+	d->job.backoff_max_ms = DEFAULT_DEPLOY_BACKOFF_MAX_MS;
+	d->replicas = 1;
+	rc = parse_document(text, len, filename,
+			    "a mapping with kind: Deployment, name, model and "
+			    "command",
+			    read_deployment, &ctx, err);
+	if (rc < 0) {
+		kn_deployment_spec_free(d);
+		return rc;
+	}
+	*out = d;
+	return 0;
+}
+
+void kn_deployment_spec_free(struct kn_deployment_spec *spec)
+{
+	if (!spec)
+		return;
+	free(spec->model);
+	free(spec->readiness.path);
+	free(spec->liveness.path);
+	free(spec->fallback);
+	free(spec->preset);
+	/* The job part last: it is the allocation itself. */
+	kn_job_spec_free(&spec->job);
+}
+
+static json_t *probe_json(const struct kn_probe *p)
+{
+	if (!p->set)
+		return json_null();
+	return json_pack("{s:s, s:I, s:i, s:I}", "path", p->path, "period_ms",
+			 (json_int_t)p->period_ms, "failure_threshold",
+			 p->failure_threshold, "initial_delay_ms",
+			 (json_int_t)p->initial_delay_ms);
+}
+
+json_t *kn_deployment_spec_to_json(const struct kn_deployment_spec *spec)
+{
+	json_t *o = kn_job_spec_to_json(&spec->job);
+
+	json_object_set_new(o, "kind", json_string("Deployment"));
+	json_object_del(o, "tasks");
+	json_object_del(o, "retries");
+	json_object_del(o, "checkpoint");
+	json_object_del(o, "timeout_ms");
+	json_object_del(o, "preemptible");
+	json_object_set_new(o, "model", json_string(spec->model));
+	json_object_set_new(o, "replicas", json_integer(spec->replicas));
+	json_object_set_new(o, "readiness", probe_json(&spec->readiness));
+	json_object_set_new(o, "liveness", probe_json(&spec->liveness));
+	json_object_set_new(o, "fallback", string_or_null(spec->fallback));
+	json_object_set_new(o, "limits",
+			    json_pack("{s:i, s:i}", "rpm", spec->limit_rpm,
+				      "tpm", spec->limit_tpm));
+	json_object_set_new(o, "preset", string_or_null(spec->preset));
+	return o;
+}
+
+const char *kn_spec_kind(const char *text, size_t len)
+{
+	struct fy_document *doc;
+	struct fy_node *root, *kind;
+	const char *found = NULL, *k;
+
+	if (!text || len > KN_SPEC_MAX_BYTES)
+		return NULL;
+	struct fy_parse_cfg cfg = {.flags = FYPCF_QUIET};
+	struct fy_diag_cfg diag_cfg;
+
+	/* Silent: a broken spec is the real parser's to report. */
+	fy_diag_cfg_default(&diag_cfg);
+	diag_cfg.fp = NULL;
+	cfg.diag = fy_diag_create(&diag_cfg);
+	if (!cfg.diag)
+		return NULL;
+	doc = fy_document_build_from_string(&cfg, text, len);
+	if (!doc) {
+		fy_diag_destroy(cfg.diag);
+		return NULL;
+	}
+	root = fy_document_root(doc);
+	kind = root && fy_node_is_mapping(root)
+		       ? fy_node_mapping_lookup_by_string(root, "kind", -1)
+		       : NULL;
+	k = kind && fy_node_is_scalar(kind) ? fy_node_get_scalar0(kind) : NULL;
+	if (k && !strcmp(k, "Job"))
+		found = "Job";
+	else if (k && !strcmp(k, "Deployment"))
+		found = "Deployment";
+	fy_document_destroy(doc);
+	fy_diag_destroy(cfg.diag);
+	return found;
+}
+
+bool kn_spec_name_valid(const char *s)
+{
+	return s && valid_name(s);
 }

@@ -142,4 +142,100 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec);
 /* Signal number from "SIGTERM", "TERM", "USR1", "15"; -1 if unknown. */
 int kn_signal_from_name(const char *name);
 
+/*
+ * The spec in the form kn_job_spec_parse reads (command, env, resources
+ * with gpus as a number or "mig:<profile>", durations as "1500ms", ...):
+ * parsing it back gives the same spec. The server stores a deployment's
+ * replicas as jobs written this way, name replacing the spec's when not
+ * NULL. Returns compact JSON text (malloc'd).
+ */
+char *kn_job_spec_to_input_text(const struct kn_job_spec *spec,
+				const char *name);
+
+/* ---- deployments (`kind: Deployment`) ---- */
+
+#define KN_SPEC_MAX_REPLICAS 64
+
+/* An HTTP probe on 127.0.0.1:KILN_PORT. */
+struct kn_probe {
+	bool set;              /* the spec had this probe */
+	char *path;            /* "/health" */
+	int64_t period_ms;     /* default 5s */
+	int failure_threshold; /* default 3 */
+	int64_t initial_delay_ms; /* default 0 */
+};
+
+struct kn_deployment_spec {
+	/*
+	 * First, so the Job field readers fill it: name, command, env,
+	 * workdir, resources, placement (spread), priority, backoff and
+	 * backoff_max (defaults 1s and 1m here: a replica comes back fast).
+	 * tasks is 1.
+	 */
+	struct kn_job_spec job;
+	char *model;      /* required: a path, or "job:<id>" */
+	int64_t model_job; /* the <id> of "job:<id>", else 0 */
+	int replicas;     /* default 1, 0..KN_SPEC_MAX_REPLICAS */
+	struct kn_probe readiness;
+	struct kn_probe liveness;
+	char *fallback;   /* another deployment's name, or NULL */
+	int limit_rpm;    /* gateway limits per deployment, 0 = none */
+	int limit_tpm;
+	char *preset;     /* the preset's name, or NULL */
+};
+
+/* A model preset (data/model-presets.csv), with what it asks for. */
+struct kn_model_preset {
+	char *name;          /* "llama-3-8b" */
+	double parameters_b; /* billions of parameters */
+	char *dtype;         /* fp32, fp16, bf16, int8, int4 */
+	double kv_headroom;  /* share of the weights added for KV cache */
+	char *gpu_model;     /* "A10-24GB", or NULL for a CPU model */
+	double memory_gb;    /* weights plus headroom, in GB */
+	int gpus;            /* GPUs of gpu_model that hold memory_gb */
+	int64_t memory_bytes; /* CPU models: host memory asked for */
+};
+
+struct kn_model_presets;
+
+/*
+ * Read a preset table (CSV, header name,parameters_b,dtype,kv_headroom,
+ * gpu_model,source). Errors name path:line and the column. *out is the
+ * caller's, freed with kn_model_presets_free.
+ */
+int kn_model_presets_load(const char *path, struct kn_model_presets **out,
+			  struct kn_error *err);
+/* The same from text in memory (path is used in messages). */
+int kn_model_presets_parse(const char *text, size_t len, const char *path,
+			   struct kn_model_presets **out,
+			   struct kn_error *err);
+void kn_model_presets_free(struct kn_model_presets *p);
+/* The preset of that name, or NULL. */
+const struct kn_model_preset *
+kn_model_preset_find(const struct kn_model_presets *p, const char *name);
+/* The i-th preset (0-based) or NULL past the end. */
+const struct kn_model_preset *
+kn_model_preset_at(const struct kn_model_presets *p, size_t i);
+
+/*
+ * Parse and validate a deployment spec, errors as kn_job_spec_parse's.
+ * presets may be NULL, and then `preset:` is an error. A preset fills
+ * resources.gpus, resources.gpu_model (and memory for a CPU model); what
+ * the spec's resources name overrides it.
+ */
+int kn_deployment_spec_parse(const char *text, size_t len,
+			     const char *filename,
+			     const struct kn_model_presets *presets,
+			     struct kn_deployment_spec **out,
+			     struct kn_error *err);
+void kn_deployment_spec_free(struct kn_deployment_spec *spec);
+/* The normalized deployment as JSON (its job part as kn_job_spec_to_json). */
+json_t *kn_deployment_spec_to_json(const struct kn_deployment_spec *spec);
+
+/* Whether s is a valid job or deployment name ([a-z0-9][a-z0-9._-]{0,62}). */
+bool kn_spec_name_valid(const char *s);
+
+/* "Job", "Deployment", or NULL when the text names neither (or no kind). */
+const char *kn_spec_kind(const char *text, size_t len);
+
 #endif

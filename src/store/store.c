@@ -191,11 +191,51 @@ static const char SQL_SCHEMA_V3[] =
 	"CREATE INDEX alerts_state ON alerts (state, fingerprint);"
 	"CREATE INDEX alerts_resolved ON alerts (resolved_at);";
 
+/*
+ * v4: deployments, the job each replica runs as, and gateway keys. Key
+ * names are unique among active keys only, like tokens, so a revoked
+ * name can be used again.
+ */
+static const char SQL_SCHEMA_V4[] =
+	"CREATE TABLE deployments ("
+	" name TEXT PRIMARY KEY,"
+	" owner TEXT NOT NULL,"
+	" filename TEXT NOT NULL,"
+	" spec_yaml TEXT NOT NULL,"
+	" spec_json TEXT NOT NULL,"
+	" model_dir TEXT NOT NULL,"
+	" replicas INTEGER NOT NULL,"
+	" generation INTEGER NOT NULL,"
+	" rollout_next INTEGER NOT NULL DEFAULT -1,"
+	" created_at INTEGER NOT NULL,"
+	" updated_at INTEGER NOT NULL) WITHOUT ROWID;"
+	"CREATE TABLE deployment_replicas ("
+	" deployment TEXT NOT NULL REFERENCES deployments (name)"
+	"  ON DELETE CASCADE,"
+	" replica INTEGER NOT NULL,"
+	" job_id INTEGER NOT NULL REFERENCES jobs (id),"
+	" PRIMARY KEY (deployment, replica)) WITHOUT ROWID;"
+	"CREATE TABLE gateway_keys ("
+	" id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" name TEXT NOT NULL,"
+	" hash TEXT NOT NULL,"
+	" deployments_json TEXT NOT NULL,"
+	" rpm INTEGER NOT NULL,"
+	" tpm INTEGER NOT NULL,"
+	" quota_day INTEGER NOT NULL,"
+	" quota_month INTEGER NOT NULL,"
+	" created_by TEXT NOT NULL,"
+	" created_at INTEGER NOT NULL,"
+	" revoked_at INTEGER NOT NULL DEFAULT 0);"
+	"CREATE UNIQUE INDEX gateway_keys_active_name ON gateway_keys (name)"
+	" WHERE revoked_at = 0;";
+
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
 	SQL_SCHEMA_V2,
 	SQL_SCHEMA_V3,
+	SQL_SCHEMA_V4,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -483,6 +523,72 @@ static const char SQL_ALERT_LIST[] =
 	" ORDER BY state = 'firing' DESC, max(fired_at, resolved_at) DESC, id DESC"
 	" LIMIT ?2";
 
+#define DEPLOYMENT_COLUMNS                                                    \
+	"name, owner, filename, spec_yaml, spec_json, model_dir, replicas,"   \
+	" generation, rollout_next, created_at, updated_at"
+enum {
+	DEPLOYMENT_COL_NAME,
+	DEPLOYMENT_COL_OWNER,
+	DEPLOYMENT_COL_FILENAME,
+	DEPLOYMENT_COL_SPEC_YAML,
+	DEPLOYMENT_COL_SPEC_JSON,
+	DEPLOYMENT_COL_MODEL_DIR,
+	DEPLOYMENT_COL_REPLICAS,
+	DEPLOYMENT_COL_GENERATION,
+	DEPLOYMENT_COL_ROLLOUT_NEXT,
+	DEPLOYMENT_COL_CREATED_AT,
+	DEPLOYMENT_COL_UPDATED_AT,
+};
+static const char SQL_DEPLOYMENT_PUT[] =
+	"INSERT INTO deployments (" DEPLOYMENT_COLUMNS ") VALUES (?1, ?2, ?3,"
+	" ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (name) DO UPDATE SET"
+	" owner = excluded.owner, filename = excluded.filename,"
+	" spec_yaml = excluded.spec_yaml, spec_json = excluded.spec_json,"
+	" model_dir = excluded.model_dir, replicas = excluded.replicas,"
+	" generation = excluded.generation,"
+	" rollout_next = excluded.rollout_next,"
+	" updated_at = excluded.updated_at";
+static const char SQL_DEPLOYMENT_LIST[] =
+	"SELECT " DEPLOYMENT_COLUMNS " FROM deployments ORDER BY name";
+static const char SQL_DEPLOYMENT_DELETE[] =
+	"DELETE FROM deployments WHERE name = ?1";
+static const char SQL_REPLICA_PUT[] =
+	"INSERT INTO deployment_replicas (deployment, replica, job_id)"
+	" VALUES (?1, ?2, ?3) ON CONFLICT (deployment, replica) DO UPDATE SET"
+	" job_id = excluded.job_id";
+static const char SQL_REPLICA_DELETE[] =
+	"DELETE FROM deployment_replicas WHERE deployment = ?1 AND replica = ?2";
+static const char SQL_REPLICA_LIST[] =
+	"SELECT deployment, replica, job_id FROM deployment_replicas"
+	" ORDER BY deployment, replica";
+
+#define GWKEY_COLUMNS                                                         \
+	"id, name, hash, deployments_json, rpm, tpm, quota_day, quota_month," \
+	" created_by, created_at, revoked_at"
+enum {
+	GWKEY_COL_ID,
+	GWKEY_COL_NAME,
+	GWKEY_COL_HASH,
+	GWKEY_COL_DEPLOYMENTS,
+	GWKEY_COL_RPM,
+	GWKEY_COL_TPM,
+	GWKEY_COL_QUOTA_DAY,
+	GWKEY_COL_QUOTA_MONTH,
+	GWKEY_COL_CREATED_BY,
+	GWKEY_COL_CREATED_AT,
+	GWKEY_COL_REVOKED_AT,
+};
+static const char SQL_GWKEY_INSERT[] =
+	"INSERT INTO gateway_keys (name, hash, deployments_json, rpm, tpm,"
+	" quota_day, quota_month, created_by, created_at) VALUES (?1, ?2, ?3,"
+	" ?4, ?5, ?6, ?7, ?8, ?9)";
+static const char SQL_GWKEY_LIST[] =
+	"SELECT " GWKEY_COLUMNS " FROM gateway_keys"
+	" WHERE ?1 = 0 OR revoked_at = 0 ORDER BY id";
+static const char SQL_GWKEY_REVOKE[] =
+	"UPDATE gateway_keys SET revoked_at = ?1 WHERE name = ?2"
+	" AND revoked_at = 0";
+
 enum stmt_id {
 	STMT_BEGIN,
 	STMT_COMMIT,
@@ -517,6 +623,15 @@ enum stmt_id {
 	STMT_ALERT_RESOLVE,
 	STMT_ALERT_RESOLVE_ALL,
 	STMT_ALERT_LIST,
+	STMT_DEPLOYMENT_PUT,
+	STMT_DEPLOYMENT_LIST,
+	STMT_DEPLOYMENT_DELETE,
+	STMT_REPLICA_PUT,
+	STMT_REPLICA_DELETE,
+	STMT_REPLICA_LIST,
+	STMT_GWKEY_INSERT,
+	STMT_GWKEY_LIST,
+	STMT_GWKEY_REVOKE,
 	STMT_COUNT,
 };
 
@@ -554,6 +669,15 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_DEVICE_DELETE_NODE] = SQL_DEVICE_DELETE_NODE,
 	[STMT_DEVICE_INSERT] = SQL_DEVICE_INSERT,
 	[STMT_DEVICE_LIST_NODE] = SQL_DEVICE_LIST_NODE,
+	[STMT_DEPLOYMENT_PUT] = SQL_DEPLOYMENT_PUT,
+	[STMT_DEPLOYMENT_LIST] = SQL_DEPLOYMENT_LIST,
+	[STMT_DEPLOYMENT_DELETE] = SQL_DEPLOYMENT_DELETE,
+	[STMT_REPLICA_PUT] = SQL_REPLICA_PUT,
+	[STMT_REPLICA_DELETE] = SQL_REPLICA_DELETE,
+	[STMT_REPLICA_LIST] = SQL_REPLICA_LIST,
+	[STMT_GWKEY_INSERT] = SQL_GWKEY_INSERT,
+	[STMT_GWKEY_LIST] = SQL_GWKEY_LIST,
+	[STMT_GWKEY_REVOKE] = SQL_GWKEY_REVOKE,
 };
 
 struct kn_store {
@@ -2005,4 +2129,313 @@ void kn_node_list_free(struct kn_node_row *rows, size_t n)
 	for (size_t i = 0; rows && i < n; i++)
 		kn_node_row_release(&rows[i]);
 	free(rows);
+}
+
+/* ---- deployments and their replicas ---- */
+
+void kn_deployment_row_release(struct kn_deployment_row *d)
+{
+	if (!d)
+		return;
+	free(d->name);
+	free(d->owner);
+	free(d->filename);
+	free(d->spec_yaml);
+	free(d->spec_json);
+	free(d->model_dir);
+	memset(d, 0, sizeof(*d));
+}
+
+int kn_store_deployment_put(struct kn_store *st,
+			    const struct kn_deployment_row *d,
+			    const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_DEPLOYMENT_PUT];
+	const char *what = "writing a deployment";
+	char *object = NULL;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, d->name) || bind_text(s, 2, d->owner) ||
+	    bind_text(s, 3, d->filename ? d->filename : "") ||
+	    bind_text(s, 4, d->spec_yaml) || bind_text(s, 5, d->spec_json) ||
+	    bind_text(s, 6, d->model_dir) || bind_i64(s, 7, d->replicas) ||
+	    bind_i64(s, 8, d->generation) || bind_i64(s, 9, d->rollout_next) ||
+	    bind_i64(s, 10, d->created_at) || bind_i64(s, 11, d->updated_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	object = kn_asprintf("deployment/%s", d->name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_deployment_list(struct kn_store *st,
+			     struct kn_deployment_row **out, size_t *n,
+			     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_DEPLOYMENT_LIST];
+	struct kn_deployment_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	while ((rc = step_row(st, s, "listing deployments", err)) == 1) {
+		struct kn_deployment_row *d;
+
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		d = &rows[count++];
+		d->name = col_str(s, DEPLOYMENT_COL_NAME);
+		d->owner = col_str(s, DEPLOYMENT_COL_OWNER);
+		d->filename = col_str(s, DEPLOYMENT_COL_FILENAME);
+		d->spec_yaml = col_str(s, DEPLOYMENT_COL_SPEC_YAML);
+		d->spec_json = col_str(s, DEPLOYMENT_COL_SPEC_JSON);
+		d->model_dir = col_str(s, DEPLOYMENT_COL_MODEL_DIR);
+		d->replicas = col_int(s, DEPLOYMENT_COL_REPLICAS);
+		d->generation = col_i64(s, DEPLOYMENT_COL_GENERATION);
+		d->rollout_next = col_int(s, DEPLOYMENT_COL_ROLLOUT_NEXT);
+		d->created_at = col_i64(s, DEPLOYMENT_COL_CREATED_AT);
+		d->updated_at = col_i64(s, DEPLOYMENT_COL_UPDATED_AT);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_deployment_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_deployment_list_free(struct kn_deployment_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_deployment_row_release(&rows[i]);
+	free(rows);
+}
+
+int kn_store_deployment_delete(struct kn_store *st, const char *name,
+			       const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_DEPLOYMENT_DELETE];
+	const char *what = "deleting a deployment";
+	char *object = NULL;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, name)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	if (sqlite3_changes(st->db) == 0) {
+		rc = kn_errorf(err, KN_ENOTFOUND, "name",
+			       "no deployment named %s", name ? name : "");
+		goto out;
+	}
+	object = kn_asprintf("deployment/%s", name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_replica_put(struct kn_store *st, const struct kn_replica_row *r,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_REPLICA_PUT];
+	const char *what = "writing a replica";
+
+	if (bind_text(s, 1, r->deployment) || bind_i64(s, 2, r->replica) ||
+	    bind_i64(s, 3, r->job_id))
+		return bind_fail(st, s, what, err);
+	return run(st, s, what, err);
+}
+
+int kn_store_replica_delete(struct kn_store *st, const char *deployment,
+			    int replica, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_REPLICA_DELETE];
+	const char *what = "deleting a replica";
+
+	if (bind_text(s, 1, deployment) || bind_i64(s, 2, replica))
+		return bind_fail(st, s, what, err);
+	return run(st, s, what, err);
+}
+
+int kn_store_replica_list(struct kn_store *st, struct kn_replica_row **out,
+			  size_t *n, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_REPLICA_LIST];
+	struct kn_replica_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	while ((rc = step_row(st, s, "listing replicas", err)) == 1) {
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		rows[count].deployment = col_str(s, 0);
+		rows[count].replica = col_int(s, 1);
+		rows[count].job_id = col_i64(s, 2);
+		count++;
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_replica_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_replica_list_free(struct kn_replica_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		free(rows[i].deployment);
+	free(rows);
+}
+
+/* ---- gateway keys ---- */
+
+void kn_gateway_key_row_release(struct kn_gateway_key_row *k)
+{
+	if (!k)
+		return;
+	free(k->name);
+	free(k->hash);
+	free(k->deployments_json);
+	free(k->created_by);
+	memset(k, 0, sizeof(*k));
+}
+
+int kn_store_gateway_key_insert(struct kn_store *st,
+				const struct kn_gateway_key_row *k,
+				const struct kn_audit *a, int64_t *out_id,
+				struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_GWKEY_INSERT];
+	const char *what = "inserting a gateway key";
+	char *object = NULL;
+	int64_t id = 0;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, k->name) || bind_text(s, 2, k->hash) ||
+	    bind_text(s, 3, k->deployments_json) || bind_i64(s, 4, k->rpm) ||
+	    bind_i64(s, 5, k->tpm) || bind_i64(s, 6, k->quota_day) ||
+	    bind_i64(s, 7, k->quota_month) || bind_text(s, 8, k->created_by) ||
+	    bind_i64(s, 9, k->created_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	/* The only unique key is the active name. */
+	if (rc == -EEXIST)
+		rc = kn_errorf(err, KN_ECONFLICT, "name",
+			       "a gateway key named %s already exists",
+			       k->name);
+	if (rc < 0)
+		goto out;
+	id = sqlite3_last_insert_rowid(st->db);
+	object = kn_asprintf("key/%s", k->name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	rc = write_end(st, own, rc, err);
+	if (rc == 0 && out_id)
+		*out_id = id;
+	return rc;
+}
+
+int kn_store_gateway_key_list(struct kn_store *st, bool active_only,
+			      struct kn_gateway_key_row **out, size_t *n,
+			      struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_GWKEY_LIST];
+	const char *what = "listing gateway keys";
+	struct kn_gateway_key_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (bind_i64(s, 1, active_only))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		struct kn_gateway_key_row *k;
+
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		k = &rows[count++];
+		k->id = col_i64(s, GWKEY_COL_ID);
+		k->name = col_str(s, GWKEY_COL_NAME);
+		k->hash = col_str(s, GWKEY_COL_HASH);
+		k->deployments_json = col_str(s, GWKEY_COL_DEPLOYMENTS);
+		k->rpm = col_i64(s, GWKEY_COL_RPM);
+		k->tpm = col_i64(s, GWKEY_COL_TPM);
+		k->quota_day = col_i64(s, GWKEY_COL_QUOTA_DAY);
+		k->quota_month = col_i64(s, GWKEY_COL_QUOTA_MONTH);
+		k->created_by = col_str(s, GWKEY_COL_CREATED_BY);
+		k->created_at = col_i64(s, GWKEY_COL_CREATED_AT);
+		k->revoked_at = col_i64(s, GWKEY_COL_REVOKED_AT);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_gateway_key_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_gateway_key_list_free(struct kn_gateway_key_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_gateway_key_row_release(&rows[i]);
+	free(rows);
+}
+
+int kn_store_gateway_key_revoke(struct kn_store *st, const char *name,
+				const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_GWKEY_REVOKE];
+	const char *what = "revoking a gateway key";
+	char *object = NULL;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_i64(s, 1, kn_now_ms()) || bind_text(s, 2, name)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	if (sqlite3_changes(st->db) == 0) {
+		rc = kn_errorf(err, KN_ENOTFOUND, "name",
+			       "no active gateway key named %s",
+			       name ? name : "");
+		goto out;
+	}
+	object = kn_asprintf("key/%s", name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	return write_end(st, own, rc, err);
 }

@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 3
+#define KN_STORE_SCHEMA_VERSION 4
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -355,5 +355,79 @@ int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
 int kn_store_node_list(struct kn_store *st, struct kn_node_row **out,
 		       size_t *n, struct kn_error *err);
 void kn_node_list_free(struct kn_node_row *rows, size_t n);
+
+/* ---- deployments: long-running replicas, each one a job ---- */
+
+struct kn_deployment_row {
+	char *name;       /* primary key */
+	char *owner;      /* the token that first deployed it */
+	char *filename;   /* the spec file as the client named it */
+	char *spec_yaml;  /* the text as deployed */
+	char *spec_json;  /* spec/kn_deployment_spec_to_json */
+	char *model_dir;  /* KILN_MODEL_DIR of every replica */
+	int replicas;     /* wanted */
+	int64_t generation; /* bumped by each change of spec or scale */
+	int rollout_next; /* the replica a rollout restarts next, -1 = none */
+	int64_t created_at;
+	int64_t updated_at;
+};
+void kn_deployment_row_release(struct kn_deployment_row *d);
+/* Insert, or replace every column but created_at, by name. */
+int kn_store_deployment_put(struct kn_store *st,
+			    const struct kn_deployment_row *d,
+			    const struct kn_audit *a, struct kn_error *err);
+/* Ordered by name. */
+int kn_store_deployment_list(struct kn_store *st,
+			     struct kn_deployment_row **out, size_t *n,
+			     struct kn_error *err);
+void kn_deployment_list_free(struct kn_deployment_row *rows, size_t n);
+/* Delete it and its replica rows; -ENOENT when there is none. */
+int kn_store_deployment_delete(struct kn_store *st, const char *name,
+			       const struct kn_audit *a, struct kn_error *err);
+
+struct kn_replica_row {
+	char *deployment;
+	int replica;    /* 0.. */
+	int64_t job_id; /* the job it runs as now */
+};
+/* Insert or replace by (deployment, replica); both must exist. */
+int kn_store_replica_put(struct kn_store *st, const struct kn_replica_row *r,
+			 struct kn_error *err);
+/* Nothing to delete is not an error. */
+int kn_store_replica_delete(struct kn_store *st, const char *deployment,
+			    int replica, struct kn_error *err);
+/* Every replica, ordered by deployment and replica. */
+int kn_store_replica_list(struct kn_store *st, struct kn_replica_row **out,
+			  size_t *n, struct kn_error *err);
+void kn_replica_list_free(struct kn_replica_row *rows, size_t n);
+
+/* ---- gateway keys (data-plane credentials; only the hash is stored) ---- */
+
+struct kn_gateway_key_row {
+	int64_t id;
+	char *name;             /* unique among active keys */
+	char *hash;             /* hex sha256 of the whole key */
+	char *deployments_json; /* ["chat", ...] */
+	int64_t rpm, tpm;       /* per minute, 0 = no limit */
+	int64_t quota_day, quota_month; /* tokens, 0 = no quota */
+	char *created_by;
+	int64_t created_at;
+	int64_t revoked_at;     /* 0 = active */
+};
+void kn_gateway_key_row_release(struct kn_gateway_key_row *k);
+/* KN_ECONFLICT when an active key has that name. */
+int kn_store_gateway_key_insert(struct kn_store *st,
+				const struct kn_gateway_key_row *k,
+				const struct kn_audit *a, int64_t *out_id,
+				struct kn_error *err);
+/* By id; revoked keys too unless active_only. */
+int kn_store_gateway_key_list(struct kn_store *st, bool active_only,
+			      struct kn_gateway_key_row **out, size_t *n,
+			      struct kn_error *err);
+void kn_gateway_key_list_free(struct kn_gateway_key_row *rows, size_t n);
+/* Revoke the active key with that name; -ENOENT when none. */
+int kn_store_gateway_key_revoke(struct kn_store *st, const char *name,
+				const struct kn_audit *a,
+				struct kn_error *err);
 
 #endif

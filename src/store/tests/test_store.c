@@ -1146,6 +1146,116 @@ static void test_alerts_fire_list_resolve(void **state)
 	kn_alert_list_free(rows, n);
 }
 
+/* Deployments: put replaces, replicas follow, delete cascades, audited. */
+static void test_deployments(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_deployment_row d = {
+		.name = (char *)"chat", .owner = (char *)"alice",
+		.filename = (char *)"chat.yaml", .spec_yaml = (char *)"kind: x",
+		.spec_json = (char *)"{}", .model_dir = (char *)"/m",
+		.replicas = 2, .generation = 1, .rollout_next = -1,
+		.created_at = 10, .updated_at = 10,
+	};
+	struct kn_audit a = sample_audit("alice", "deployment.create", NULL, 0);
+	struct kn_deployment_row *rows = NULL;
+	struct kn_replica_row *reps = NULL;
+	struct kn_replica_row r;
+	struct kn_error err = {0};
+	size_t n = 0, nr = 0, before = audit_count(fx->st);
+	int64_t job = insert_job(fx->st, "chat-0", "alice", KN_JOB_QUEUED);
+
+	assert_int_equal(kn_store_deployment_put(fx->st, &d, &a, &err), 0);
+	d.replicas = 3;
+	d.generation = 2;
+	d.rollout_next = 1;
+	d.created_at = 99; /* not rewritten */
+	assert_int_equal(kn_store_deployment_put(fx->st, &d, NULL, &err), 0);
+	assert_int_equal(audit_count(fx->st), before + 1);
+	assert_int_equal(kn_store_deployment_list(fx->st, &rows, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(rows[0].name, "chat");
+	assert_string_equal(rows[0].model_dir, "/m");
+	assert_int_equal(rows[0].replicas, 3);
+	assert_int_equal(rows[0].generation, 2);
+	assert_int_equal(rows[0].rollout_next, 1);
+	assert_int_equal(rows[0].created_at, 10);
+	kn_deployment_list_free(rows, n);
+
+	r.deployment = (char *)"chat";
+	r.replica = 0;
+	r.job_id = job;
+	assert_int_equal(kn_store_replica_put(fx->st, &r, &err), 0);
+	r.replica = 1;
+	assert_int_equal(kn_store_replica_put(fx->st, &r, &err), 0);
+	/* A replica of no deployment is refused. */
+	r.deployment = (char *)"nope";
+	assert_int_not_equal(kn_store_replica_put(fx->st, &r, &err), 0);
+	assert_int_equal(kn_store_replica_delete(fx->st, "chat", 1, &err), 0);
+	assert_int_equal(kn_store_replica_list(fx->st, &reps, &nr, &err), 0);
+	assert_int_equal(nr, 1);
+	assert_int_equal(reps[0].job_id, job);
+	kn_replica_list_free(reps, nr);
+
+	a.action = (char *)"deployment.delete";
+	assert_int_equal(kn_store_deployment_delete(fx->st, "chat", &a, &err),
+			 0);
+	assert_int_equal(kn_store_replica_list(fx->st, &reps, &nr, &err), 0);
+	assert_int_equal(nr, 0);
+	kn_replica_list_free(reps, nr);
+	assert_int_equal(kn_store_deployment_delete(fx->st, "chat", &a, &err),
+			 -ENOENT);
+	assert_int_equal(err.code, KN_ENOTFOUND);
+}
+
+/* Gateway keys: unique active names, revoke, a revoked name reused. */
+static void test_gateway_keys(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_gateway_key_row k = {
+		.name = (char *)"app1", .hash = (char *)"ab",
+		.deployments_json = (char *)"[\"chat\"]", .rpm = 600,
+		.tpm = 100000, .quota_day = 1000000, .created_by = (char *)"op",
+		.created_at = 5,
+	};
+	struct kn_audit a = sample_audit("op", "key.create", NULL, 0);
+	struct kn_gateway_key_row *rows = NULL;
+	struct kn_error err = {0};
+	size_t n = 0;
+	int64_t id = 0;
+
+	assert_int_equal(kn_store_gateway_key_insert(fx->st, &k, &a, &id, &err),
+			 0);
+	assert_true(id > 0);
+	assert_int_equal(kn_store_gateway_key_insert(fx->st, &k, &a, NULL, &err),
+			 -EEXIST);
+	assert_int_equal(err.code, KN_ECONFLICT);
+	assert_int_equal(kn_store_gateway_key_list(fx->st, true, &rows, &n, &err),
+			 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(rows[0].hash, "ab");
+	assert_int_equal(rows[0].tpm, 100000);
+	assert_int_equal(rows[0].quota_month, 0);
+	kn_gateway_key_list_free(rows, n);
+	assert_int_equal(kn_store_gateway_key_revoke(fx->st, "app1", &a, &err),
+			 0);
+	assert_int_equal(kn_store_gateway_key_revoke(fx->st, "app1", &a, &err),
+			 -ENOENT);
+	assert_int_equal(kn_store_gateway_key_list(fx->st, true, &rows, &n, &err),
+			 0);
+	assert_int_equal(n, 0);
+	kn_gateway_key_list_free(rows, n);
+	assert_int_equal(kn_store_gateway_key_insert(fx->st, &k, &a, NULL, &err),
+			 0);
+	assert_int_equal(kn_store_gateway_key_list(fx->st, false, &rows, &n,
+						   &err),
+			 0);
+	assert_int_equal(n, 2);
+	assert_true(rows[0].revoked_at > 0);
+	assert_int_equal(rows[1].revoked_at, 0);
+	kn_gateway_key_list_free(rows, n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1196,6 +1306,10 @@ int main(void)
 			test_implicit_error_writes_no_audit, setup_store,
 			teardown),
 		cmocka_unit_test(test_state_names),
+		cmocka_unit_test_setup_teardown(test_deployments, setup_store,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_gateway_keys, setup_store,
+						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,293 @@
+/*
+ * kiln deploy | deployments | scale | undeploy | rollout restart: model
+ * servers kept running as replicas (docs/deployments.md).
+ *
+ * deploy sends the spec as written, like submit: the server parses it
+ * with the parser `kiln validate` uses, ?file= names it in messages and
+ * ?path= lets a relative model path or workdir start from its directory.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+
+/*
+ * Positionals (between min and max of them) among the global flags, for
+ * commands that take more than one or an optional one. Returns CLI_GO,
+ * CLI_EXIT_OK after --help, or a usage error naming what is wanted.
+ */
+static int positionals(struct cli_ctx *ctx, int argc, char **argv,
+		       const char **pos, int min, int max, const char *what)
+{
+	int n = 0, rc;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(ctx->cmd->help, stdout);
+			return CLI_EXIT_OK;
+		}
+		if (argv[i][0] == '-' && argv[i][1]) {
+			rc = cli_take_flag(ctx, NULL, argc, argv, &i);
+			if (rc != CLI_GO)
+				return rc;
+			continue;
+		}
+		if (n == max)
+			return cli_usage_error(ctx, "unexpected argument '%s'",
+					       argv[i]);
+		pos[n++] = argv[i];
+	}
+	if (n < min)
+		return cli_usage_error(ctx, "missing %s; see '%s --help'", what,
+				       ctx->prog);
+	return cli_check_output(ctx);
+}
+
+/* "2/3" ready of wanted, for the list. */
+static void print_list(json_t *deps)
+{
+	static const char *const headers[] = {
+		"NAME", "READY", "MODEL", "OWNER", "FALLBACK", "GENERATION",
+		NULL,
+	};
+	struct cli_table *t = cli_table_new(headers);
+	json_t *d;
+	size_t i;
+
+	json_array_foreach(deps, i, d) {
+		cli_table_cell(t, cli_json_str(d, "name"));
+		cli_table_cellf(t, "%lld/%lld",
+				(long long)cli_json_int(d, "replicas_ready"),
+				(long long)cli_json_int(d, "replicas_wanted"));
+		cli_table_cell(t, cli_json_str(d, "model"));
+		cli_table_cell(t, cli_json_str(d, "owner"));
+		cli_table_cell(t, cli_json_str(d, "fallback"));
+		cli_table_cellf(t, "%lld",
+				(long long)cli_json_int(d, "generation"));
+	}
+	cli_table_print(t, stdout, 0);
+	cli_table_free(t);
+}
+
+static void print_detail(json_t *d)
+{
+	static const char *const headers[] = {
+		"REPLICA", "STATE", "ADDRESS", "NODE", "ZONE", "RESTARTS", "JOB",
+		"REASON", NULL,
+	};
+	struct cli_table *t = cli_table_new(headers);
+	json_t *r, *rollout = json_object_get(d, "rollout");
+	size_t i;
+
+	printf("name:        %s\n", cli_json_str(d, "name"));
+	printf("owner:       %s\n", cli_json_str(d, "owner"));
+	printf("model:       %s (%s)\n", cli_json_str(d, "model"),
+	       cli_json_str(d, "model_dir"));
+	printf("replicas:    %lld ready of %lld\n",
+	       (long long)cli_json_int(d, "replicas_ready"),
+	       (long long)cli_json_int(d, "replicas_wanted"));
+	printf("fallback:    %s\n", cli_json_str(d, "fallback"));
+	if (json_is_object(rollout))
+		printf("rollout:     at replica %lld\n",
+		       (long long)cli_json_int(rollout, "next_replica"));
+	printf("\n");
+	json_array_foreach(json_object_get(d, "replicas"), i, r) {
+		cli_table_cellf(t, "%lld", (long long)cli_json_int(r, "replica"));
+		cli_table_cell(t, cli_json_str(r, "state"));
+		cli_table_cell(t, cli_json_str(r, "address"));
+		cli_table_cell(t, cli_json_str(r, "node"));
+		cli_table_cell(t, cli_json_str(r, "zone"));
+		cli_table_cellf(t, "%lld",
+				(long long)cli_json_int(r, "restarts"));
+		cli_table_cellf(t, "%lld", (long long)cli_json_int(r, "job"));
+		cli_table_cell(t, cli_json_str(r, "reason"));
+	}
+	cli_table_print(t, stdout, 0);
+	cli_table_free(t);
+}
+
+int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_client *c = NULL;
+	const char *file = NULL, *name;
+	char *text = NULL;
+	size_t len;
+	struct kn_buf path;
+	json_t *answer = NULL, *d;
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	rc = cli_parse(ctx, argc, argv, NULL, "FILE", &file);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_read_spec(ctx, file, &text, &len, &name);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	kn_buf_printf(&path, "/v1/deployments");
+	cli_query_add(&path, "file", name);
+	if (strcmp(file, "-") != 0) {
+		char *abs = realpath(file, NULL);
+		if (abs)
+			cli_query_add(&path, "path", abs);
+		free(abs);
+	}
+	rc = cli_call(c, "POST", path.data, "application/yaml", text, len,
+		      &answer);
+	if (rc)
+		goto out;
+	d = json_object_get(answer, "deployment");
+	if (cli_want_json(ctx)) {
+		cli_print_json(answer);
+		goto out;
+	}
+	printf("deployment %s: generation %lld, %lld replica%s wanted\n",
+	       cli_json_str(d, "name"), (long long)cli_json_int(d, "generation"),
+	       (long long)cli_json_int(d, "replicas_wanted"),
+	       cli_json_int(d, "replicas_wanted") == 1 ? "" : "s");
+out:
+	json_decref(answer);
+	kn_buf_release(&path);
+	cli_client_free(c);
+	free(text);
+	return rc;
+}
+
+int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_client *c = NULL;
+	json_t *answer = NULL;
+	struct kn_buf path;
+	const char *name = NULL;
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	rc = positionals(ctx, argc, argv, &name, 0, 1, "NAME");
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	kn_buf_printf(&path, "/v1/deployments");
+	if (name)
+		cli_path_add(&path, name);
+	rc = cli_get(c, path.data, &answer);
+	if (rc)
+		goto out;
+	if (cli_want_json(ctx))
+		cli_print_json(answer);
+	else if (name)
+		print_detail(json_object_get(answer, "deployment"));
+	else
+		print_list(json_object_get(answer, "deployments"));
+out:
+	json_decref(answer);
+	kn_buf_release(&path);
+	cli_client_free(c);
+	return rc;
+}
+
+int cmd_scale(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_client *c = NULL;
+	json_t *answer = NULL;
+	struct kn_buf path;
+	const char *pos[2] = {NULL, NULL};
+	char body[64], *end;
+	long n;
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	rc = positionals(ctx, argc, argv, pos, 2, 2, "NAME and N");
+	if (rc != CLI_GO)
+		goto out;
+	n = strtol(pos[1], &end, 10);
+	if (*end || end == pos[1] || n < 0 || n > 64) {
+		rc = cli_usage_error(ctx, "N must be a whole number 0..64; "
+				     "got '%s'", pos[1]);
+		goto out;
+	}
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	kn_buf_printf(&path, "/v1/deployments");
+	cli_path_add(&path, pos[0]);
+	kn_buf_printf(&path, "/scale");
+	snprintf(body, sizeof(body), "{\"replicas\": %ld}", n);
+	rc = cli_call(c, "POST", path.data, "application/json", body,
+		      strlen(body), &answer);
+	if (rc)
+		goto out;
+	printf("deployment %s: %ld replica%s wanted\n", pos[0], n,
+	       n == 1 ? "" : "s");
+out:
+	json_decref(answer);
+	kn_buf_release(&path);
+	cli_client_free(c);
+	return rc;
+}
+
+int cmd_undeploy(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_client *c = NULL;
+	const char *name = NULL;
+	struct kn_buf path;
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	rc = cli_parse(ctx, argc, argv, NULL, "NAME", &name);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	kn_buf_printf(&path, "/v1/deployments");
+	cli_path_add(&path, name);
+	rc = cli_call(c, "DELETE", path.data, NULL, NULL, 0, NULL);
+	if (rc)
+		goto out;
+	printf("deployment %s deleted; its replicas are stopping\n", name);
+out:
+	kn_buf_release(&path);
+	cli_client_free(c);
+	return rc;
+}
+
+int cmd_rollout(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_client *c = NULL;
+	const char *pos[2] = {NULL, NULL}, *name;
+	struct kn_buf path;
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	rc = positionals(ctx, argc, argv, pos, 2, 2, "restart NAME");
+	if (rc != CLI_GO)
+		goto out;
+	if (strcmp(pos[0], "restart") != 0) {
+		rc = cli_usage_error(ctx, "no '%s'; the one rollout is "
+				     "'restart'", pos[0]);
+		goto out;
+	}
+	name = pos[1];
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	kn_buf_printf(&path, "/v1/deployments");
+	cli_path_add(&path, name);
+	kn_buf_printf(&path, "/restart");
+	rc = cli_call(c, "POST", path.data, "application/json", "{}", 2, NULL);
+	if (rc)
+		goto out;
+	printf("deployment %s: rolling restart started (one replica at a "
+	       "time)\n", name);
+out:
+	kn_buf_release(&path);
+	cli_client_free(c);
+	return rc;
+}

@@ -1,0 +1,245 @@
+/*
+ * kiln key create | ls | revoke: gateway keys, for operators.
+ *
+ * Like `kiln token create`, the new key's secret is printed alone on
+ * stdout, once; the reminder that it will not be shown again goes to
+ * stderr. The server keeps only its sha256.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+
+/* A limit flag: absent = 0 (none); else a whole number. */
+static int limit_value(const struct cli_ctx *ctx, const char *flag,
+		       const char *text, json_int_t *out)
+{
+	char *end;
+	long long v;
+
+	*out = 0;
+	if (!text)
+		return CLI_GO;
+	v = strtoll(text, &end, 10);
+	if (*end || end == text || v < 0)
+		return cli_usage_error(ctx, "--%s must be a whole number >= 0 "
+				       "(0 = no limit); got '%s'", flag, text);
+	*out = v;
+	return CLI_GO;
+}
+
+static int key_create(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *name = NULL, *deps = NULL, *rpm = NULL, *tpm = NULL,
+		   *day = NULL, *month = NULL;
+	const struct cli_flag flags[] = {
+		{"name", 0, CLI_FLAG_STRING, &name},
+		{"deployments", 0, CLI_FLAG_STRING, &deps},
+		{"rpm", 0, CLI_FLAG_STRING, &rpm},
+		{"tpm", 0, CLI_FLAG_STRING, &tpm},
+		{"quota-day", 0, CLI_FLAG_STRING, &day},
+		{"quota-month", 0, CLI_FLAG_STRING, &month},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_client *c = NULL;
+	json_t *request = NULL, *answer = NULL, *list;
+	json_int_t v_rpm, v_tpm, v_day, v_month;
+	const char *secret;
+	char *body = NULL, *copy = NULL, *item, *save = NULL;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc != CLI_GO)
+		goto out;
+	if (!name || !deps) {
+		rc = cli_usage_error(ctx, "needs --name NAME and --deployments "
+				     "A[,B...]");
+		goto out;
+	}
+	rc = limit_value(ctx, "rpm", rpm, &v_rpm);
+	if (rc == CLI_GO)
+		rc = limit_value(ctx, "tpm", tpm, &v_tpm);
+	if (rc == CLI_GO)
+		rc = limit_value(ctx, "quota-day", day, &v_day);
+	if (rc == CLI_GO)
+		rc = limit_value(ctx, "quota-month", month, &v_month);
+	if (rc != CLI_GO)
+		goto out;
+	list = json_array();
+	copy = kn_xstrdup(deps);
+	for (item = strtok_r(copy, ",", &save); item;
+	     item = strtok_r(NULL, ",", &save))
+		json_array_append_new(list, json_string(item));
+	request = json_pack("{s:s, s:o, s:I, s:I, s:I, s:I}", "name", name,
+			    "deployments", list, "rpm", v_rpm, "tpm", v_tpm,
+			    "quota_day", v_day, "quota_month", v_month);
+	body = request ? json_dumps(request, JSON_COMPACT) : NULL;
+	if (!body) {
+		rc = cli_usage_error(ctx, "names must be UTF-8 text");
+		goto out;
+	}
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	rc = cli_call(c, "POST", "/v1/keys", "application/json", body,
+		      strlen(body), &answer);
+	if (rc)
+		goto out;
+	secret = json_string_value(json_object_get(answer, "secret"));
+	if (!secret) {
+		fputs("kiln: the server's answer has no secret\n", stderr);
+		rc = CLI_EXIT_FAIL;
+		goto out;
+	}
+	printf("%s\n", secret);
+	fflush(stdout);
+	fprintf(stderr,
+		"gateway key '%s' created for %s; keep the secret above: it "
+		"will not be shown again\n",
+		name, deps);
+out:
+	free(copy);
+	free(body);
+	json_decref(request);
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}
+
+static void limit_cell(struct cli_table *t, json_t *key, const char *field)
+{
+	int64_t v = cli_json_int(key, field);
+
+	if (v)
+		cli_table_cellf(t, "%lld", (long long)v);
+	else
+		cli_table_cell(t, "-");
+}
+
+static int key_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const char *const headers[] = {
+		"NAME", "DEPLOYMENTS", "RPM", "TPM", "QUOTA_DAY", "QUOTA_MONTH",
+		"CREATED_BY", "CREATED", NULL,
+	};
+	struct cli_client *c = NULL;
+	struct cli_table *t = NULL;
+	json_t *answer = NULL, *key, *dep;
+	int64_t now = kn_now_ms();
+	char ago[32];
+	size_t i, k;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	rc = cli_get(c, "/v1/keys", &answer);
+	if (rc)
+		goto out;
+	if (cli_want_json(ctx)) {
+		cli_print_json(answer);
+		goto out;
+	}
+	t = cli_table_new(headers);
+	json_array_foreach(json_object_get(answer, "keys"), i, key) {
+		struct kn_buf deps;
+
+		kn_buf_init(&deps, SIZE_MAX);
+		json_array_foreach(json_object_get(key, "deployments"), k, dep)
+			kn_buf_printf(&deps, "%s%s", k ? "," : "",
+				      json_string_value(dep));
+		cli_table_cell(t, cli_json_str(key, "name"));
+		cli_table_cell(t, deps.data ? deps.data : "-");
+		kn_buf_release(&deps);
+		limit_cell(t, key, "rpm");
+		limit_cell(t, key, "tpm");
+		limit_cell(t, key, "quota_day");
+		limit_cell(t, key, "quota_month");
+		cli_table_cell(t, cli_json_str(key, "created_by"));
+		kn_format_ago(cli_json_int(key, "created_at_ms"), now, ago,
+			      sizeof(ago));
+		cli_table_cell(t, ago);
+	}
+	cli_table_print(t, stdout, 0);
+out:
+	cli_table_free(t);
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}
+
+static int key_revoke(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_client *c = NULL;
+	const char *name = NULL;
+	struct kn_buf path;
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	rc = cli_parse(ctx, argc, argv, NULL, "NAME", &name);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	kn_buf_printf(&path, "/v1/keys");
+	cli_path_add(&path, name);
+	rc = cli_call(c, "DELETE", path.data, NULL, NULL, 0, NULL);
+	if (rc)
+		goto out;
+	printf("gateway key '%s' revoked\n", name);
+out:
+	kn_buf_release(&path);
+	cli_client_free(c);
+	return rc;
+}
+
+int cmd_key(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		int (*run)(struct cli_ctx *ctx, int argc, char **argv);
+	} subs[] = {
+		{"create", key_create},
+		{"ls", key_ls},
+		{"revoke", key_revoke},
+	};
+	static const char *const names[] = {"create", "ls", "revoke", NULL};
+	const char *near;
+	int i;
+
+	/* Global flags may come before the verb: kiln key -o json ls. */
+	for (i = 1; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
+		int rc;
+
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(ctx->cmd->help, stdout);
+			return CLI_EXIT_OK;
+		}
+		rc = cli_take_flag(ctx, NULL, argc, argv, &i);
+		if (rc != CLI_GO)
+			return rc;
+	}
+	if (i == argc)
+		return cli_usage_error(ctx,
+				       "missing what to do: create, ls or revoke");
+	for (size_t s = 0; s < sizeof(subs) / sizeof(subs[0]); s++) {
+		if (strcmp(argv[i], subs[s].name))
+			continue;
+		snprintf(ctx->prog, sizeof(ctx->prog), "kiln key %s",
+			 subs[s].name);
+		return subs[s].run(ctx, argc - i, argv + i);
+	}
+	near = cli_closest(argv[i], names);
+	if (near)
+		return cli_usage_error(ctx, "no '%s'; did you mean '%s'?",
+				       argv[i], near);
+	return cli_usage_error(ctx, "no '%s'; choose create, ls or revoke",
+			       argv[i]);
+}

@@ -1,0 +1,1511 @@
+/*
+ * Deployments: model servers kept running as N replicas, their probes,
+ * rollouts, gateway keys, and the configuration the gateway reads.
+ *
+ * A replica is a job. The deployment's spec is written out as a one-task
+ * Job spec (kn_job_spec_to_input_text) and submitted like any other, so
+ * the queue, placement, devices, the shim, logs and re-adoption after a
+ * server restart are the jobs' own. What makes it a replica is the row
+ * tying (deployment, index) to its current job, and two hooks in jobs.c:
+ * a replica's tasks get KILN_PORT (the attempt's port, chosen free on
+ * loopback when it is bound) and KILN_MODEL_DIR, and an attempt that ends
+ * for any reason but a cancel is queued again after backoff. The
+ * alternative, a second supervisor beside the job machinery, would have
+ * had to re-learn everything jobs.c knows about crashes and restarts.
+ *
+ * Probes run on the loop's HTTP client, at most one of each kind in
+ * flight per replica; an answer about an attempt that is no longer the
+ * replica's is dropped. Readiness decides `ready` in the gateway's
+ * configuration; liveness failing failure_threshold times in a row stops
+ * the attempt, which then restarts as any exit does. Liveness starts only
+ * once the attempt has been ready, so a model that takes minutes to load
+ * is not killed for it (what Kubernetes needs a startup probe for).
+ *
+ * A rollout (a restart, or a re-deploy with a new spec) replaces one
+ * replica at a time: once every other replica is ready, the old job is
+ * cancelled, a new one submitted, and the next replica waits until the new
+ * one is ready. Its position is kept in the store, so a server restart
+ * resumes it.
+ *
+ * Invariants: an API change is in the store before memory has it (and
+ * before the answer); a replica's job belongs to its deployment's owner;
+ * only this file knows which jobs are replicas.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The longest a probe waits for its answer, whatever its period. */
+#define PROBE_TIMEOUT_MAX_MS 5000
+/* Reconcile (missing replicas, rollouts) at least this often. */
+#define RECONCILE_MS 1000
+/* The tick's shortest sleep: probes are due at most this precisely. */
+#define TICK_MIN_MS 20
+/* Gateway key caps: a minute's requests or tokens, a quota's tokens. */
+#define KEY_LIMIT_MAX 1000000000000LL
+#define KEY_MAX_DEPLOYMENTS 64
+#define KEY_PREFIX "kgw_"
+
+struct replica {
+	int64_t job_id;  /* 0 = none yet */
+	int attempt;     /* the attempt the probe state is about */
+	bool ready;
+	bool was_ready;  /* this attempt has passed readiness once */
+	int ready_failures, live_failures;
+	int64_t next_ready_at, next_live_at;
+	bool ready_in_flight, live_in_flight;
+	bool replacing;  /* a rollout's new job: wait for it to be ready */
+};
+
+struct deployment {
+	char *name, *owner, *filename, *spec_yaml, *spec_json, *model_dir;
+	struct kn_deployment_spec *spec;
+	int replicas; /* wanted */
+	int64_t generation, created_at, updated_at;
+	int rollout_next; /* -1 = no rollout */
+	struct replica *reps;
+	int n_reps; /* slots: at least replicas, more while scaling down */
+	struct deployment *next;
+};
+
+enum probe_kind { PROBE_READY, PROBE_LIVE };
+
+/* A probe in flight; its answer finds the replica again by name. */
+struct probe {
+	struct deploy_state *d;
+	char deployment[64];
+	int replica;
+	int64_t job_id;
+	int attempt;
+	enum probe_kind kind;
+	struct probe *next;
+};
+
+struct deploy_state {
+	struct server *s;
+	struct kn_model_presets *presets;
+	struct deployment *list;
+	struct kn_timer *timer;
+	struct probe *probes;
+	char config_hash[65];
+	int64_t config_generation;
+};
+
+/* ---- small helpers ---- */
+
+static void reply_msg(struct kn_http_req *req, enum kn_errcode code,
+		      const char *field, const char *msg)
+{
+	struct kn_error err;
+
+	kn_errorf(&err, code, field, "%s", msg);
+	kn_http_reply_error(req, &err);
+}
+
+static void audit_fill(struct kn_audit *a, const struct caller *c,
+		       const char *action, const char *object,
+		       const char *detail)
+{
+	memset(a, 0, sizeof(*a));
+	a->actor = (char *)c->name;
+	a->role = (char *)role_name(c->role);
+	a->action = (char *)action;
+	a->object = (char *)object;
+	a->outcome = "ok";
+	a->detail = (char *)detail;
+}
+
+static void audit_denied(struct server *s, const struct caller *c,
+			 const char *action, const char *object,
+			 const char *why)
+{
+	struct kn_audit a;
+
+	audit_fill(&a, c, action, object, why);
+	a.outcome = "denied";
+	kn_store_audit_insert(s->store, &a, NULL);
+}
+
+static struct deployment *find(struct deploy_state *d, const char *name)
+{
+	for (struct deployment *p = d->list; p; p = p->next)
+		if (!strcmp(p->name, name))
+			return p;
+	return NULL;
+}
+
+static void deployment_free(struct deployment *p)
+{
+	if (!p)
+		return;
+	free(p->name);
+	free(p->owner);
+	free(p->filename);
+	free(p->spec_yaml);
+	free(p->spec_json);
+	free(p->model_dir);
+	kn_deployment_spec_free(p->spec);
+	free(p->reps);
+	free(p);
+}
+
+static void unlink_deployment(struct deploy_state *d, struct deployment *p)
+{
+	for (struct deployment **q = &d->list; *q; q = &(*q)->next)
+		if (*q == p) {
+			*q = p->next;
+			return;
+		}
+}
+
+static void ensure_slots(struct deployment *p, int n)
+{
+	if (n <= p->n_reps)
+		return;
+	p->reps = kn_xrealloc(p->reps, (size_t)n * sizeof(*p->reps));
+	memset(p->reps + p->n_reps, 0,
+	       (size_t)(n - p->n_reps) * sizeof(*p->reps));
+	p->n_reps = n;
+}
+
+static struct run *find_run(struct server *s, int64_t job_id)
+{
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->job_id == job_id)
+			return r;
+	return NULL;
+}
+
+static struct queued_job *find_queued(struct server *s, int64_t job_id)
+{
+	for (struct queued_job *q = s->queue; q; q = q->next)
+		if (q->id == job_id)
+			return q;
+	return NULL;
+}
+
+/* A run whose task is up: launched, not ended, not being stopped. */
+static bool run_serving(const struct run *r)
+{
+	return r && !r->stopping && r->n_tasks > 0 && r->tasks[0].launched &&
+	       !r->tasks[0].ended;
+}
+
+/*
+ * Ready as far as anyone outside is told: its run is up and the probe
+ * verdict is about that very attempt (a new attempt starts not ready even
+ * before the tick has noticed it).
+ */
+static bool replica_ready(const struct replica *r, const struct run *run)
+{
+	return run_serving(run) && r->ready && r->attempt == run->attempt;
+}
+
+/* The zone label of the local node, or "". */
+static const char *node_zone(struct server *s)
+{
+	for (size_t i = 0; i < s->node.n_labels; i++)
+		if (!strcmp(s->node.labels[i].key, "zone"))
+			return s->node.labels[i].value;
+	return "";
+}
+
+/* Jobs of a deployment act as its owner (see the header comment). */
+static void owner_caller(const struct deployment *p, struct caller *c)
+{
+	memset(c, 0, sizeof(*c));
+	kn_strlcpy(c->name, p->owner, sizeof(c->name));
+	c->role = KN_ROLE_USER;
+}
+
+/* The owner, or an operator, may change a deployment. */
+static int may_change(const struct deployment *p, const struct caller *c,
+		      struct kn_error *err)
+{
+	if (c->role >= KN_ROLE_OPERATOR || !strcmp(p->owner, c->name))
+		return 0;
+	return kn_errorf(err, KN_EPERM, NULL,
+			 "deployment %s belongs to %s; a user may change only "
+			 "its own deployments",
+			 p->name, p->owner);
+}
+
+static void arm(struct deploy_state *d, int64_t ms)
+{
+	if (!kn_timer_pending(d->timer))
+		kn_timer_arm(d->timer, ms);
+}
+
+/* ---- the store ---- */
+
+static int save(struct deploy_state *d, struct deployment *p,
+		const struct kn_audit *a, struct kn_error *err)
+{
+	struct kn_deployment_row row = {
+		.name = p->name,
+		.owner = p->owner,
+		.filename = p->filename,
+		.spec_yaml = p->spec_yaml,
+		.spec_json = p->spec_json,
+		.model_dir = p->model_dir,
+		.replicas = p->replicas,
+		.generation = p->generation,
+		.rollout_next = p->rollout_next,
+		.created_at = p->created_at,
+		.updated_at = p->updated_at,
+	};
+
+	return kn_store_deployment_put(d->s->store, &row, a, err);
+}
+
+static int save_replica(struct deploy_state *d, struct deployment *p, int i,
+			int64_t job_id, struct kn_error *err)
+{
+	struct kn_replica_row row = {
+		.deployment = p->name, .replica = i, .job_id = job_id};
+
+	return kn_store_replica_put(d->s->store, &row, err);
+}
+
+/* ---- replicas as jobs ---- */
+
+/* Submit replica i's job from the deployment's spec. */
+static int start_replica(struct deploy_state *d, struct deployment *p, int i,
+			 struct kn_error *err)
+{
+	struct caller c;
+	char name[80];
+	char *text;
+	int64_t id = 0;
+	int rc;
+
+	/* Job names are 63 characters at most: the index always fits. */
+	snprintf(name, sizeof(name), "%.*s-%d", 59, p->name, i);
+	text = kn_job_spec_to_input_text(&p->spec->job, name);
+	owner_caller(p, &c);
+	rc = jobs_submit(d->s, &c, text, strlen(text), p->filename,
+			 p->filename[0] == '/' ? p->filename : NULL, &id, err);
+	free(text);
+	if (rc < 0)
+		return rc;
+	rc = save_replica(d, p, i, id, err);
+	if (rc < 0) {
+		struct kn_error cerr;
+		jobs_cancel(d->s, &c, id, &cerr);
+		return rc;
+	}
+	memset(&p->reps[i], 0, sizeof(p->reps[i]));
+	p->reps[i].job_id = id;
+	return 0;
+}
+
+/* Cancel replica i's job (it is no longer the replica's). */
+static void stop_replica(struct deploy_state *d, struct deployment *p, int i)
+{
+	struct kn_error err;
+	struct caller c;
+	int64_t id = p->reps[i].job_id;
+
+	if (!id)
+		return;
+	owner_caller(p, &c);
+	p->reps[i].job_id = 0;
+	p->reps[i].ready = false;
+	if ((find_run(d->s, id) || find_queued(d->s, id)) &&
+	    jobs_cancel(d->s, &c, id, &err) < 0)
+		kn_log(KN_LOG_WARN, "deployment %s replica %d: %s", p->name, i,
+		       err.message);
+}
+
+static bool job_active(struct server *s, int64_t id)
+{
+	return id && (find_run(s, id) || find_queued(s, id));
+}
+
+/* Replicas beyond the wanted count: stopped and forgotten. */
+static void trim(struct deploy_state *d, struct deployment *p)
+{
+	struct kn_error err;
+
+	for (int i = p->replicas; i < p->n_reps; i++) {
+		if (!p->reps[i].job_id)
+			continue;
+		stop_replica(d, p, i);
+		if (kn_store_replica_delete(d->s->store, p->name, i, &err) < 0)
+			kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name,
+			       err.message);
+	}
+	if (p->n_reps > p->replicas)
+		p->n_reps = p->replicas;
+}
+
+/* Bring a deployment to its wanted replicas and move its rollout on. */
+static void reconcile(struct deploy_state *d, struct deployment *p)
+{
+	struct kn_error err;
+
+	trim(d, p);
+	ensure_slots(p, p->replicas);
+	for (int i = 0; i < p->replicas; i++) {
+		if (job_active(d->s, p->reps[i].job_id))
+			continue;
+		/* No job yet, or its job ended for good (cancelled by hand). */
+		if (start_replica(d, p, i, &err) < 0)
+			kn_log(KN_LOG_ERROR, "deployment %s replica %d: %s",
+			       p->name, i, err.message);
+	}
+	while (p->rollout_next >= 0) {
+		struct replica *r;
+		int i = p->rollout_next;
+
+		if (i >= p->replicas) {
+			p->rollout_next = -1;
+		} else {
+			r = &p->reps[i];
+			if (r->replacing &&
+			    !replica_ready(r, find_run(d->s, r->job_id)))
+				return; /* the new one is not serving yet */
+			if (!r->replacing) {
+				/* One unavailable at a time: the others must
+				 * be serving before this one stops. */
+				for (int k = 0; k < p->replicas; k++)
+					if (k != i &&
+					    !replica_ready(&p->reps[k],
+							   find_run(d->s,
+								    p->reps[k].job_id)))
+						return;
+				stop_replica(d, p, i);
+				if (start_replica(d, p, i, &err) < 0) {
+					kn_log(KN_LOG_ERROR,
+					       "deployment %s replica %d: %s",
+					       p->name, i, err.message);
+					return;
+				}
+				p->reps[i].replacing = true;
+				kn_log(KN_LOG_INFO,
+				       "deployment %s: rolling replica %d",
+				       p->name, i);
+				return;
+			}
+			r->replacing = false;
+			p->rollout_next = i + 1 < p->replicas ? i + 1 : -1;
+		}
+		if (save(d, p, NULL, &err) < 0)
+			kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name,
+			       err.message);
+		if (p->rollout_next < 0)
+			feed_publish(d->s, "deployment.rollout",
+				     json_pack("{s:s, s:s}", "deployment",
+					       p->name, "state", "done"));
+	}
+}
+
+/* ---- probes ---- */
+
+static struct replica *probe_target(struct deploy_state *d,
+				    const struct probe *pr,
+				    struct deployment **out)
+{
+	struct deployment *p = find(d, pr->deployment);
+	struct replica *r;
+
+	if (!p || pr->replica >= p->n_reps)
+		return NULL;
+	r = &p->reps[pr->replica];
+	if (r->job_id != pr->job_id || r->attempt != pr->attempt)
+		return NULL;
+	*out = p;
+	return r;
+}
+
+static void probe_done(int status, const char *body, size_t len,
+		       const char *error, void *arg)
+{
+	struct probe *pr = arg;
+	struct deploy_state *d = pr->d;
+	struct deployment *p = NULL;
+	struct replica *r;
+	bool ok = status >= 200 && status < 400;
+
+	(void)body;
+	(void)len;
+	(void)error;
+	for (struct probe **q = &d->probes; *q; q = &(*q)->next)
+		if (*q == pr) {
+			*q = pr->next;
+			break;
+		}
+	r = probe_target(d, pr, &p);
+	if (r && pr->kind == PROBE_READY) {
+		r->ready_in_flight = false;
+		if (ok) {
+			r->ready_failures = 0;
+			r->ready = r->was_ready = true;
+		} else if (++r->ready_failures >=
+			   p->spec->readiness.failure_threshold) {
+			r->ready = false;
+		}
+	} else if (r) {
+		r->live_in_flight = false;
+		if (ok) {
+			r->live_failures = 0;
+		} else if (++r->live_failures >=
+			   p->spec->liveness.failure_threshold) {
+			char why[160];
+			struct kn_error err;
+
+			snprintf(why, sizeof(why),
+				 "liveness probe %s failed %d times in a row",
+				 p->spec->liveness.path, r->live_failures);
+			kn_log(KN_LOG_WARN, "deployment %s replica %d: %s; "
+			       "restarting it", p->name, pr->replica, why);
+			r->live_failures = 0;
+			r->ready = false;
+			if (jobs_restart(d->s, r->job_id, why, &err) < 0)
+				kn_log(KN_LOG_WARN, "%s", err.message);
+			feed_publish(d->s, "deployment.replica",
+				     json_pack("{s:s, s:i, s:s, s:s}",
+					       "deployment", p->name, "replica",
+					       pr->replica, "state",
+					       "restarting", "reason", why));
+		}
+	}
+	free(pr);
+}
+
+static void probe_send(struct deploy_state *d, struct deployment *p, int i,
+		       const struct run *run, enum probe_kind kind)
+{
+	const struct kn_probe *spec =
+		kind == PROBE_READY ? &p->spec->readiness : &p->spec->liveness;
+	struct probe *pr = kn_xcalloc(1, sizeof(*pr));
+	int64_t timeout = spec->period_ms < PROBE_TIMEOUT_MAX_MS
+				  ? spec->period_ms
+				  : PROBE_TIMEOUT_MAX_MS;
+	char *url = kn_asprintf("http://127.0.0.1:%d%s", run->master_port,
+				spec->path);
+
+	pr->d = d;
+	kn_strlcpy(pr->deployment, p->name, sizeof(pr->deployment));
+	pr->replica = i;
+	pr->job_id = run->job_id;
+	pr->attempt = run->attempt;
+	pr->kind = kind;
+	pr->next = d->probes;
+	d->probes = pr;
+	if (kind == PROBE_READY)
+		p->reps[i].ready_in_flight = true;
+	else
+		p->reps[i].live_in_flight = true;
+	if (kn_http_fetch(d->s->loop, "GET", url, NULL, NULL, timeout,
+			  probe_done, pr) < 0)
+		probe_done(0, NULL, 0, "bad URL", pr);
+	free(url);
+}
+
+/* Probe what is due; returns the next time something is due. */
+static int64_t probe_replicas(struct deploy_state *d, struct deployment *p,
+			      int64_t now)
+{
+	const struct kn_deployment_spec *spec = p->spec;
+	int64_t next = now + RECONCILE_MS;
+
+	for (int i = 0; i < p->n_reps; i++) {
+		struct replica *r = &p->reps[i];
+		struct run *run = r->job_id ? find_run(d->s, r->job_id) : NULL;
+
+		if (!run_serving(run)) {
+			r->ready = false;
+			continue;
+		}
+		if (run->attempt != r->attempt) {
+			/* A new attempt: its probes start over. */
+			r->attempt = run->attempt;
+			r->ready = r->was_ready = false;
+			r->ready_failures = r->live_failures = 0;
+			r->next_ready_at =
+				run->started_at + spec->readiness.initial_delay_ms;
+			r->next_live_at =
+				run->started_at + spec->liveness.initial_delay_ms;
+		}
+		if (!spec->readiness.set)
+			r->ready = true;
+		if (spec->readiness.set && !r->ready_in_flight) {
+			if (r->next_ready_at <= now) {
+				r->next_ready_at = now + spec->readiness.period_ms;
+				probe_send(d, p, i, run, PROBE_READY);
+			}
+			if (r->next_ready_at < next)
+				next = r->next_ready_at;
+		}
+		/* A model still loading is not dead: liveness counts from the
+		 * first time the attempt is ready (when it is probed for that). */
+		if (spec->liveness.set && !r->live_in_flight &&
+		    (r->was_ready || !spec->readiness.set)) {
+			if (r->next_live_at <= now) {
+				r->next_live_at = now + spec->liveness.period_ms;
+				probe_send(d, p, i, run, PROBE_LIVE);
+			}
+			if (r->next_live_at < next)
+				next = r->next_live_at;
+		}
+	}
+	return next;
+}
+
+static void tick(void *arg)
+{
+	struct deploy_state *d = arg;
+	int64_t now = kn_now_ms(), next = now + RECONCILE_MS;
+
+	if (d->s->closing)
+		return;
+	for (struct deployment *p = d->list; p; p = p->next) {
+		int64_t due;
+
+		reconcile(d, p);
+		due = probe_replicas(d, p, now);
+		if (due < next)
+			next = due;
+	}
+	if (d->list)
+		kn_timer_arm(d->timer, next - now > TICK_MIN_MS ? next - now
+								: TICK_MIN_MS);
+}
+
+/* ---- start, stop, the jobs.c hook ---- */
+
+static struct deployment *deployment_from_row(const struct kn_deployment_row *row,
+					      struct kn_model_presets *presets,
+					      struct kn_error *err)
+{
+	struct deployment *p;
+	struct kn_deployment_spec *spec = NULL;
+
+	if (kn_deployment_spec_parse(row->spec_yaml, strlen(row->spec_yaml),
+				     row->filename, presets, &spec, err) < 0)
+		return NULL;
+	p = kn_xcalloc(1, sizeof(*p));
+	p->name = kn_xstrdup(row->name);
+	p->owner = kn_xstrdup(row->owner);
+	p->filename = kn_xstrdup(row->filename ? row->filename : "");
+	p->spec_yaml = kn_xstrdup(row->spec_yaml);
+	p->spec_json = kn_xstrdup(row->spec_json);
+	p->model_dir = kn_xstrdup(row->model_dir);
+	p->spec = spec;
+	p->replicas = row->replicas;
+	p->generation = row->generation;
+	p->rollout_next = row->rollout_next;
+	p->created_at = row->created_at;
+	p->updated_at = row->updated_at;
+	return p;
+}
+
+int deploy_start(struct server *s, struct kn_error *err)
+{
+	struct deploy_state *d = kn_xcalloc(1, sizeof(*d));
+	struct kn_deployment_row *rows = NULL;
+	struct kn_replica_row *reps = NULL;
+	size_t n = 0, nr = 0;
+	int rc;
+
+	d->s = s;
+	s->deploy = d;
+	d->timer = kn_timer_new(s->loop, tick, d);
+	rc = kn_model_presets_load(KN_PRESET_FILE, &d->presets, err);
+	if (rc == 0)
+		rc = kn_store_deployment_list(s->store, &rows, &n, err);
+	if (rc == 0)
+		rc = kn_store_replica_list(s->store, &reps, &nr, err);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct kn_error perr;
+		struct deployment *p =
+			deployment_from_row(&rows[i], d->presets, &perr);
+
+		if (!p) {
+			kn_log(KN_LOG_ERROR, "deployment %s: stored spec no "
+			       "longer parses: %s", rows[i].name, perr.message);
+			continue;
+		}
+		for (size_t k = 0; k < nr; k++) {
+			if (strcmp(reps[k].deployment, p->name) != 0)
+				continue;
+			ensure_slots(p, reps[k].replica + 1);
+			p->reps[reps[k].replica].job_id = reps[k].job_id;
+			/* A rollout under way: if the replica it reached runs
+			 * a job newer than the rollout, wait for that one
+			 * rather than replace it again. */
+			if (reps[k].replica == p->rollout_next) {
+				struct kn_job_row j;
+				struct kn_error jerr;
+
+				memset(&j, 0, sizeof(j));
+				if (kn_store_job_get(s->store, reps[k].job_id, &j,
+						     &jerr) == 0 &&
+				    j.submitted_at >= p->updated_at)
+					p->reps[reps[k].replica].replacing = true;
+				kn_job_row_release(&j);
+			}
+		}
+		p->next = d->list;
+		d->list = p;
+	}
+	kn_deployment_list_free(rows, n);
+	kn_replica_list_free(reps, nr);
+	if (rc == 0 && d->list) {
+		kn_log(KN_LOG_INFO, "%zu deployment%s to keep running", n,
+		       n == 1 ? "" : "s");
+		arm(d, 0);
+	}
+	return rc;
+}
+
+void deploy_free(struct server *s)
+{
+	struct deploy_state *d = s->deploy;
+
+	if (!d)
+		return;
+	/* The loop is not running: no answer can come for these. */
+	while (d->probes) {
+		struct probe *pr = d->probes;
+		d->probes = pr->next;
+		free(pr);
+	}
+	while (d->list) {
+		struct deployment *p = d->list;
+		d->list = p->next;
+		deployment_free(p);
+	}
+	kn_timer_free(d->timer);
+	kn_model_presets_free(d->presets);
+	free(d);
+	s->deploy = NULL;
+}
+
+const char *deploy_model_dir(struct server *s, int64_t job_id)
+{
+	if (!s->deploy)
+		return NULL;
+	for (struct deployment *p = s->deploy->list; p; p = p->next)
+		for (int i = 0; i < p->n_reps; i++)
+			if (p->reps[i].job_id == job_id)
+				return p->model_dir;
+	return NULL;
+}
+
+/* ---- JSON ---- */
+
+static const char *replica_state(struct server *s, const struct replica *r,
+				 const char **reason)
+{
+	struct queued_job *q;
+	struct run *run;
+
+	*reason = NULL;
+	if (!r->job_id)
+		return "pending";
+	run = find_run(s, r->job_id);
+	if (run)
+		return run->stopping            ? "stopping"
+		       : replica_ready(r, run)  ? "ready"
+						: "starting";
+	q = find_queued(s, r->job_id);
+	if (!q)
+		return "pending";
+	*reason = q->reason[0] ? q->reason : NULL;
+	return q->not_before > kn_now_ms() ? "restarting" : "queued";
+}
+
+static json_t *replicas_json(struct server *s, const struct deployment *p,
+			     int *ready_count)
+{
+	json_t *list = json_array();
+
+	*ready_count = 0;
+	for (int i = 0; i < p->replicas && i < p->n_reps; i++) {
+		const struct replica *r = &p->reps[i];
+		struct run *run = r->job_id ? find_run(s, r->job_id) : NULL;
+		struct kn_job_row j;
+		struct kn_error err;
+		const char *reason;
+		const char *state = replica_state(s, r, &reason);
+		int restarts = 0;
+		json_t *o;
+
+		memset(&j, 0, sizeof(j));
+		if (r->job_id &&
+		    kn_store_job_get(s->store, r->job_id, &j, &err) == 0) {
+			restarts = j.attempts > 1 ? j.attempts - 1 : 0;
+			/* Why it is waiting to come back: its last exit. */
+			if (!strcmp(state, "restarting"))
+				reason = j.reason;
+		}
+		o = json_pack("{s:i, s:I, s:s, s:b, s:i}", "replica", i, "job",
+			      (json_int_t)r->job_id, "state", state, "ready",
+			      replica_ready(r, run), "restarts", restarts);
+		if (run_serving(run)) {
+			char addr[32];
+			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
+				 run->master_port);
+			json_object_set_new(o, "address", json_string(addr));
+			json_object_set_new(o, "node",
+					    json_string(s->node_name));
+			json_object_set_new(o, "zone",
+					    json_string(node_zone(s)));
+			json_object_set_new(o, "attempt",
+					    json_integer(run->attempt));
+		} else {
+			json_object_set_new(o, "address", json_null());
+			json_object_set_new(o, "node", json_null());
+			json_object_set_new(o, "zone", json_null());
+		}
+		json_object_set_new(o, "reason",
+				    reason ? json_string(reason) : json_null());
+		kn_job_row_release(&j);
+		if (replica_ready(r, run))
+			(*ready_count)++;
+		json_array_append_new(list, o);
+	}
+	return list;
+}
+
+static json_t *deployment_json(struct server *s, const struct deployment *p)
+{
+	int ready = 0;
+	json_t *reps = replicas_json(s, p, &ready);
+
+	return json_pack(
+		"{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:I, s:o, s:{s:i, s:i}, "
+		"s:o, s:I, s:I, s:o, s:o}",
+		"name", p->name, "owner", p->owner, "model", p->spec->model,
+		"model_dir", p->model_dir, "replicas_wanted", p->replicas,
+		"replicas_ready", ready, "replicas", reps, "generation",
+		(json_int_t)p->generation, "fallback",
+		p->spec->fallback ? json_string(p->spec->fallback)
+				  : json_null(),
+		"limits", "rpm", p->spec->limit_rpm, "tpm", p->spec->limit_tpm,
+		"preset",
+		p->spec->preset ? json_string(p->spec->preset) : json_null(),
+		"created_at_ms", (json_int_t)p->created_at, "updated_at_ms",
+		(json_int_t)p->updated_at, "rollout",
+		p->rollout_next >= 0
+			? json_pack("{s:i}", "next_replica", p->rollout_next)
+			: json_null(),
+		"spec", json_loads(p->spec_json, 0, NULL));
+}
+
+static void reply_deployment(struct server *s, struct kn_http_req *req,
+			     const struct deployment *p, int status)
+{
+	kn_http_reply_json(req, status,
+			   json_pack("{s:o}", "deployment",
+				     deployment_json(s, p)));
+}
+
+/* ---- deploy, scale, restart, undeploy ---- */
+
+/*
+ * KILN_MODEL_DIR: a path as given (relative to the spec file's directory
+ * when that is known), or for job:<id> the directory its outputs were
+ * uploaded to, when the store is a local file:// one.
+ */
+static int resolve_model_dir(struct server *s,
+			     const struct kn_deployment_spec *spec,
+			     const char *path, char **out,
+			     struct kn_error *err)
+{
+	struct kn_output_row *outs = NULL;
+	struct kn_job_row j;
+	size_t n = 0;
+	int rc;
+
+	if (!spec->model_job) {
+		if (spec->model[0] == '/') {
+			*out = kn_xstrdup(spec->model);
+			return 0;
+		}
+		if (!path)
+			return kn_errorf(err, KN_EINVAL, "model",
+					 "model: a relative path (%s) needs the "
+					 "spec file's absolute path (?path=); "
+					 "or give an absolute one",
+					 spec->model);
+		*out = kn_asprintf("%.*s/%s",
+				   (int)(strrchr(path, '/') - path), path,
+				   spec->model);
+		return 0;
+	}
+	memset(&j, 0, sizeof(j));
+	rc = kn_store_job_get(s->store, spec->model_job, &j, err);
+	if (rc < 0)
+		return kn_errorf(err, KN_EINVAL, "model",
+				 "model: job %lld not found",
+				 (long long)spec->model_job);
+	rc = kn_store_output_list(s->store, j.id, &outs, &n, err);
+	if (rc == 0 && (j.state != KN_JOB_SUCCEEDED || n == 0))
+		rc = kn_errorf(err, KN_ECONFLICT, "model",
+			       "model: job %lld is %s with %zu output file%s; "
+			       "a model comes from a succeeded job's outputs",
+			       (long long)j.id, kn_job_state_name(j.state), n,
+			       n == 1 ? "" : "s");
+	if (rc == 0) {
+		const char *url = outs[0].url;
+		size_t keep = strlen(url) - strlen(outs[0].name) - 1;
+
+		if (strncmp(url, "file://", 7) != 0 || keep <= 7)
+			rc = kn_errorf(err, KN_EINVAL, "model",
+				       "model: job %lld's outputs are in a "
+				       "remote store (%.60s); serving from "
+				       "there needs a local copy, which kiln "
+				       "does not make yet",
+				       (long long)j.id, url);
+		else
+			*out = kn_asprintf("%.*s", (int)(keep - 7), url + 7);
+	}
+	kn_output_list_free(outs, n);
+	kn_job_row_release(&j);
+	return rc;
+}
+
+static int spec_from_body(struct server *s, struct kn_http_req *req,
+			  struct kn_deployment_spec **spec, char **model_dir,
+			  const char **filename, struct kn_error *err)
+{
+	size_t len;
+	const char *body = kn_http_body(req, &len);
+	const char *file = kn_http_query(req, "file");
+	const char *path = kn_http_query(req, "path");
+	int rc;
+
+	if (path && path[0] != '/')
+		return kn_errorf(err, KN_EINVAL, "path",
+				 "path must be absolute; got \"%s\"", path);
+	rc = kn_deployment_spec_parse(body, len, file ? file : "deployment",
+				      s->deploy->presets, spec, err);
+	if (rc < 0)
+		return rc;
+	rc = resolve_model_dir(s, *spec, path, model_dir, err);
+	if (rc < 0) {
+		kn_deployment_spec_free(*spec);
+		*spec = NULL;
+		return rc;
+	}
+	/* Stored as the file name, so replicas resolve workdir the same. */
+	*filename = path ? path : file ? file : "";
+	return 0;
+}
+
+/* A normalized spec without its replica count: what a rollout compares. */
+static char *spec_identity(const char *spec_json)
+{
+	json_t *j = json_loads(spec_json, 0, NULL);
+	char *text;
+
+	json_object_del(j, "replicas");
+	text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(j);
+	return text;
+}
+
+void deploy_h_create(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param)
+{
+	struct deploy_state *d = s->deploy;
+	struct kn_deployment_spec *spec = NULL;
+	struct kn_deployment_row row;
+	struct deployment *p;
+	struct kn_error err;
+	struct kn_audit a;
+	const char *filename = NULL;
+	char *model_dir = NULL, *json_text = NULL, *yaml = NULL, object[96];
+	size_t len;
+	const char *body = kn_http_body(req, &len);
+	json_t *norm;
+	bool changed = true;
+	int64_t now = kn_now_ms();
+
+	(void)param;
+	if (spec_from_body(s, req, &spec, &model_dir, &filename, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	norm = kn_deployment_spec_to_json(spec);
+	json_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(norm);
+	yaml = kn_asprintf("%.*s", (int)len, body);
+	snprintf(object, sizeof(object), "deployment/%s", spec->job.name);
+	p = find(d, spec->job.name);
+	if (p && may_change(p, c, &err) < 0) {
+		audit_denied(s, c, "deployment.update", object, err.message);
+		kn_http_reply_error(req, &err);
+		goto out;
+	}
+	if (p) {
+		/* Same spec and model: only the replica count may differ. */
+		char *old = spec_identity(p->spec_json);
+		char *now_id = spec_identity(json_text);
+
+		changed = strcmp(old, now_id) != 0 ||
+			  strcmp(p->model_dir, model_dir) != 0;
+		free(old);
+		free(now_id);
+	}
+	memset(&row, 0, sizeof(row));
+	row.name = spec->job.name;
+	row.owner = p ? p->owner : (char *)c->name;
+	row.filename = (char *)filename;
+	row.spec_yaml = yaml;
+	row.spec_json = json_text;
+	row.model_dir = model_dir;
+	row.replicas = spec->replicas;
+	row.generation = p ? p->generation + 1 : 1;
+	/* A new spec reaches running replicas one at a time. */
+	row.rollout_next = !p ? -1 : changed && spec->replicas > 0 ? 0
+							     : p->rollout_next;
+	row.created_at = p ? p->created_at : now;
+	row.updated_at = now;
+	audit_fill(&a, c, p ? "deployment.update" : "deployment.create",
+		   object, changed ? NULL : "replicas only");
+	if (kn_store_deployment_put(s->store, &row, &a, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		goto out;
+	}
+	if (!p) {
+		p = kn_xcalloc(1, sizeof(*p));
+		p->name = kn_xstrdup(row.name);
+		p->owner = kn_xstrdup(c->name);
+		p->created_at = now;
+		p->next = d->list;
+		d->list = p;
+	}
+	free(p->filename);
+	p->filename = kn_xstrdup(filename);
+	free(p->spec_yaml);
+	p->spec_yaml = yaml;
+	yaml = NULL;
+	free(p->spec_json);
+	p->spec_json = json_text;
+	json_text = NULL;
+	free(p->model_dir);
+	p->model_dir = model_dir;
+	model_dir = NULL;
+	kn_deployment_spec_free(p->spec);
+	p->spec = spec;
+	spec = NULL;
+	p->replicas = row.replicas;
+	p->generation = row.generation;
+	p->updated_at = now;
+	if (row.rollout_next != p->rollout_next) {
+		for (int i = 0; i < p->n_reps; i++)
+			p->reps[i].replacing = false;
+		p->rollout_next = row.rollout_next;
+	}
+	feed_publish(s, "deployment.state",
+		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
+			       "state", row.generation == 1 ? "created"
+							    : "updated",
+			       "replicas", p->replicas));
+	reconcile(d, p);
+	arm(d, 0);
+	reply_deployment(s, req, p, row.generation == 1 ? 201 : 200);
+out:
+	free(yaml);
+	free(json_text);
+	free(model_dir);
+	kn_deployment_spec_free(spec);
+}
+
+void deploy_h_list(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param)
+{
+	json_t *list = json_array();
+
+	(void)c;
+	(void)param;
+	for (struct deployment *p = s->deploy->list; p; p = p->next) {
+		json_t *o = deployment_json(s, p);
+		json_object_del(o, "spec");
+		json_array_append_new(list, o);
+	}
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "deployments", list));
+}
+
+static struct deployment *lookup(struct server *s, struct kn_http_req *req,
+				 const char *name)
+{
+	struct deployment *p = find(s->deploy, name);
+	char msg[160];
+
+	if (!p) {
+		snprintf(msg, sizeof(msg), "no deployment named %s", name);
+		reply_msg(req, KN_ENOTFOUND, "name", msg);
+	}
+	return p;
+}
+
+void deploy_h_get(struct server *s, struct kn_http_req *req,
+		  const struct caller *c, const char *param)
+{
+	struct deployment *p = lookup(s, req, param);
+
+	(void)c;
+	if (p)
+		reply_deployment(s, req, p, 200);
+}
+
+/* Check the caller may change p; on refusal answer and audit. */
+static bool change_allowed(struct server *s, struct kn_http_req *req,
+			   const struct caller *c, struct deployment *p,
+			   const char *action)
+{
+	struct kn_error err;
+	char object[96];
+
+	if (may_change(p, c, &err) == 0)
+		return true;
+	snprintf(object, sizeof(object), "deployment/%s", p->name);
+	audit_denied(s, c, action, object, err.message);
+	kn_http_reply_error(req, &err);
+	return false;
+}
+
+void deploy_h_scale(struct server *s, struct kn_http_req *req,
+		    const struct caller *c, const char *param)
+{
+	struct deployment *p = lookup(s, req, param);
+	struct kn_error err;
+	struct kn_audit a;
+	json_error_t jerr;
+	size_t len;
+	const char *text = kn_http_body(req, &len);
+	json_t *body, *n;
+	char object[96], detail[64];
+	int64_t old_updated;
+	int old;
+
+	if (!p || !change_allowed(s, req, c, p, "deployment.scale"))
+		return;
+	body = json_loadb(text, len, 0, &jerr);
+	n = json_object_get(body, "replicas");
+	if (!json_is_integer(n) || json_integer_value(n) < 0 ||
+	    json_integer_value(n) > KN_SPEC_MAX_REPLICAS) {
+		json_decref(body);
+		reply_msg(req, KN_EINVAL, "replicas",
+			  "body must be {\"replicas\": N} with N 0..64");
+		return;
+	}
+	old = p->replicas;
+	old_updated = p->updated_at;
+	p->replicas = (int)json_integer_value(n);
+	json_decref(body);
+	p->generation++;
+	p->updated_at = kn_now_ms();
+	snprintf(object, sizeof(object), "deployment/%s", p->name);
+	snprintf(detail, sizeof(detail), "%d -> %d replicas", old, p->replicas);
+	audit_fill(&a, c, "deployment.scale", object, detail);
+	/* Written with the new count; put back if the store refused it. */
+	if (save(s->deploy, p, &a, &err) < 0) {
+		p->replicas = old;
+		p->generation--;
+		p->updated_at = old_updated;
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	feed_publish(s, "deployment.state",
+		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
+			       "state", "scaled", "replicas", p->replicas));
+	reconcile(s->deploy, p);
+	arm(s->deploy, 0);
+	reply_deployment(s, req, p, 200);
+}
+
+void deploy_h_restart(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param)
+{
+	struct deployment *p = lookup(s, req, param);
+	struct kn_error err;
+	struct kn_audit a;
+	char object[96];
+	int64_t old_updated;
+	int old;
+
+	if (!p || !change_allowed(s, req, c, p, "deployment.restart"))
+		return;
+	old = p->rollout_next;
+	old_updated = p->updated_at;
+	p->rollout_next = p->replicas > 0 ? 0 : -1;
+	p->generation++;
+	/* Jobs submitted from now on are the rollout's (see deploy_start). */
+	p->updated_at = kn_now_ms();
+	snprintf(object, sizeof(object), "deployment/%s", p->name);
+	audit_fill(&a, c, "deployment.restart", object, NULL);
+	/* Written with the new position; put back if the store refused. */
+	if (save(s->deploy, p, &a, &err) < 0) {
+		p->rollout_next = old;
+		p->generation--;
+		p->updated_at = old_updated;
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	for (int i = 0; i < p->n_reps; i++)
+		p->reps[i].replacing = false;
+	feed_publish(s, "deployment.rollout",
+		     json_pack("{s:s, s:s}", "deployment", p->name, "state",
+			       "started"));
+	reconcile(s->deploy, p);
+	arm(s->deploy, 0);
+	reply_deployment(s, req, p, 200);
+}
+
+void deploy_h_delete(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param)
+{
+	struct deployment *p = lookup(s, req, param);
+	struct kn_error err;
+	struct kn_audit a;
+	char object[96];
+
+	if (!p || !change_allowed(s, req, c, p, "deployment.delete"))
+		return;
+	snprintf(object, sizeof(object), "deployment/%s", p->name);
+	audit_fill(&a, c, "deployment.delete", object, NULL);
+	if (kn_store_deployment_delete(s->store, p->name, &a, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	for (int i = 0; i < p->n_reps; i++)
+		stop_replica(s->deploy, p, i);
+	unlink_deployment(s->deploy, p);
+	feed_publish(s, "deployment.state",
+		     json_pack("{s:s, s:s}", "deployment", p->name, "state",
+			       "deleted"));
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:{s:s, s:b}}", "deployment", "name",
+				     p->name, "deleted", 1));
+	deployment_free(p);
+}
+
+/* ---- gateway keys ---- */
+
+static json_t *key_json(const struct kn_gateway_key_row *k, bool with_hash)
+{
+	json_t *deps = json_loads(k->deployments_json, 0, NULL);
+	json_t *o = json_pack("{s:s, s:o, s:I, s:I, s:I, s:I}", "name",
+			      k->name, "deployments",
+			      deps ? deps : json_array(), "rpm",
+			      (json_int_t)k->rpm, "tpm", (json_int_t)k->tpm,
+			      "quota_day", (json_int_t)k->quota_day,
+			      "quota_month", (json_int_t)k->quota_month);
+
+	if (with_hash) {
+		json_object_set_new(o, "hash", json_string(k->hash));
+		return o;
+	}
+	json_object_set_new(o, "created_by", json_string(k->created_by));
+	json_object_set_new(o, "created_at_ms", json_integer(k->created_at));
+	return o;
+}
+
+static bool valid_key_name(const char *n)
+{
+	size_t len = n ? strlen(n) : 0;
+
+	if (len == 0 || len > 64)
+		return false;
+	for (const char *p = n; *p; p++)
+		if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') &&
+		    !(*p >= '0' && *p <= '9') && *p != '-' && *p != '_' &&
+		    *p != '.' && *p != '@')
+			return false;
+	return true;
+}
+
+/* body[field]: absent = 0, else an integer 0..KEY_LIMIT_MAX. */
+static int limit_field(json_t *body, const char *field, int64_t *out,
+		       struct kn_error *err)
+{
+	json_t *v = json_object_get(body, field);
+
+	*out = 0;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    json_integer_value(v) > KEY_LIMIT_MAX)
+		return kn_errorf(err, KN_EINVAL, field,
+				 "%s must be an integer 0..%lld (0 = no limit)",
+				 field, KEY_LIMIT_MAX);
+	*out = json_integer_value(v);
+	return 0;
+}
+
+void deploy_h_key_create(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param)
+{
+	struct kn_gateway_key_row k;
+	struct kn_error err;
+	struct kn_audit a;
+	json_error_t jerr;
+	size_t len, i;
+	const char *text = kn_http_body(req, &len);
+	json_t *body = json_loadb(text, len, 0, &jerr), *deps, *item;
+	char secret[64], hash[65], object[96];
+	const char *name;
+	int rc = 0;
+
+	(void)param;
+	memset(&k, 0, sizeof(k));
+	name = json_string_value(json_object_get(body, "name"));
+	deps = json_object_get(body, "deployments");
+	if (!json_is_object(body))
+		rc = kn_errorf(&err, KN_EINVAL, NULL,
+			       "body must be a JSON object {\"name\": ..., "
+			       "\"deployments\": [...], \"rpm\": ..., ...}");
+	else if (!valid_key_name(name))
+		rc = kn_errorf(&err, KN_EINVAL, "name",
+			       "name must be 1-64 characters of letters, "
+			       "digits, '-', '_', '.' or '@'");
+	else if (!json_is_array(deps) || json_array_size(deps) == 0 ||
+		 json_array_size(deps) > KEY_MAX_DEPLOYMENTS)
+		rc = kn_errorf(&err, KN_EINVAL, "deployments",
+			       "deployments must be a list of 1..%d "
+			       "deployment names",
+			       KEY_MAX_DEPLOYMENTS);
+	json_array_foreach(rc == 0 ? deps : NULL, i, item) {
+		/* A key may name a deployment before it exists. */
+		if (!kn_spec_name_valid(json_string_value(item))) {
+			rc = kn_errorf(&err, KN_EINVAL, "deployments",
+				       "deployments[%zu] must be a deployment "
+				       "name (lowercase letters, digits, '.', "
+				       "'_' and '-')",
+				       i);
+			break;
+		}
+	}
+	if (rc == 0)
+		rc = limit_field(body, "rpm", &k.rpm, &err);
+	if (rc == 0)
+		rc = limit_field(body, "tpm", &k.tpm, &err);
+	if (rc == 0)
+		rc = limit_field(body, "quota_day", &k.quota_day, &err);
+	if (rc == 0)
+		rc = limit_field(body, "quota_month", &k.quota_month, &err);
+	if (rc < 0) {
+		kn_http_reply_error(req, &err);
+		goto out;
+	}
+	key_generate(secret, hash);
+	k.name = (char *)name;
+	k.hash = hash;
+	k.deployments_json = json_dumps(deps, JSON_COMPACT);
+	k.created_by = (char *)c->name;
+	k.created_at = kn_now_ms();
+	snprintf(object, sizeof(object), "key/%s", name);
+	audit_fill(&a, c, "key.create", object, k.deployments_json);
+	if (kn_store_gateway_key_insert(s->store, &k, &a, &k.id, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		free(k.deployments_json);
+		goto out;
+	}
+	kn_http_reply_json(req, 201,
+			   json_pack("{s:o, s:s}", "key", key_json(&k, false),
+				     "secret", secret));
+	free(k.deployments_json);
+out:
+	json_decref(body);
+}
+
+void deploy_h_key_list(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param)
+{
+	struct kn_gateway_key_row *rows = NULL;
+	struct kn_error err;
+	size_t n = 0;
+	json_t *list;
+
+	(void)c;
+	(void)param;
+	if (kn_store_gateway_key_list(s->store, true, &rows, &n, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	list = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(list, key_json(&rows[i], false));
+	kn_gateway_key_list_free(rows, n);
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "keys", list));
+}
+
+void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param)
+{
+	struct kn_error err;
+	struct kn_audit a;
+	char object[96];
+
+	snprintf(object, sizeof(object), "key/%s", param);
+	audit_fill(&a, c, "key.revoke", object, NULL);
+	if (kn_store_gateway_key_revoke(s->store, param, &a, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:{s:s, s:b}}", "key", "name", param,
+				     "revoked", 1));
+}
+
+/* ---- what the gateway reads ---- */
+
+static int name_cmp(const void *a, const void *b)
+{
+	const struct deployment *const *x = a, *const *y = b;
+
+	return strcmp((*x)->name, (*y)->name);
+}
+
+/* The deployments ordered by name (an array the caller frees). */
+static struct deployment **by_name(struct deploy_state *d, size_t *n)
+{
+	struct deployment **v;
+	size_t count = 0;
+
+	for (struct deployment *p = d->list; p; p = p->next)
+		count++;
+	v = kn_xcalloc(count ? count : 1, sizeof(*v));
+	count = 0;
+	for (struct deployment *p = d->list; p; p = p->next)
+		v[count++] = p;
+	qsort(v, count, sizeof(*v), name_cmp);
+	*n = count;
+	return v;
+}
+
+void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
+			     const struct caller *c, const char *param)
+{
+	struct deploy_state *d = s->deploy;
+	struct kn_gateway_key_row *rows = NULL;
+	struct kn_error err;
+	json_t *deps = json_array(), *keys = json_array(), *doc;
+	struct deployment **sorted;
+	char *text, hash[65];
+	size_t n = 0, n_sorted;
+
+	(void)c;
+	(void)param;
+	if (kn_store_gateway_key_list(s->store, true, &rows, &n, &err) < 0) {
+		json_decref(deps);
+		json_decref(keys);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(keys, key_json(&rows[i], true));
+	kn_gateway_key_list_free(rows, n);
+	/* By name, so the document is the same whenever nothing changed. */
+	sorted = by_name(d, &n_sorted);
+	for (size_t k = 0; k < n_sorted; k++) {
+		const struct deployment *p = sorted[k];
+		json_t *reps = json_array();
+
+		for (int i = 0; i < p->replicas && i < p->n_reps; i++) {
+			struct run *run = p->reps[i].job_id
+						  ? find_run(s, p->reps[i].job_id)
+						  : NULL;
+			char addr[32];
+
+			if (!run_serving(run))
+				continue;
+			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
+				 run->master_port);
+			json_array_append_new(
+				reps, json_pack("{s:i, s:s, s:s, s:b}",
+						"replica", i, "address", addr,
+						"zone", node_zone(s), "ready",
+						replica_ready(&p->reps[i], run)));
+		}
+		json_array_append_new(
+			deps,
+			json_pack("{s:s, s:s, s:o, s:{s:i, s:i}, s:o}", "name",
+				  p->name, "model", p->spec->model, "fallback",
+				  p->spec->fallback
+					  ? json_string(p->spec->fallback)
+					  : json_null(),
+				  "limits", "rpm", p->spec->limit_rpm, "tpm",
+				  p->spec->limit_tpm, "replicas", reps));
+	}
+	free(sorted);
+	doc = json_pack("{s:o, s:o}", "deployments", deps, "keys", keys);
+	text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+	token_hash(text, hash);
+	free(text);
+	/* The generation moves whenever the document does; a clock reading
+	 * keeps it increasing across server restarts too. */
+	if (strcmp(hash, d->config_hash) != 0) {
+		int64_t now = kn_now_ms();
+		d->config_generation = now > d->config_generation
+					       ? now
+					       : d->config_generation + 1;
+		memcpy(d->config_hash, hash, sizeof(hash));
+	}
+	json_object_set_new(doc, "generation",
+			    json_integer(d->config_generation));
+	kn_http_reply_json(req, 200, doc);
+}
+
+void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
+			    const struct caller *c, const char *param)
+{
+	struct kn_error err;
+	json_error_t jerr;
+	size_t len;
+	const char *text = kn_http_body(req, &len);
+	json_t *body = json_loadb(text, len, 0, &jerr);
+	const char *dep = json_string_value(json_object_get(body, "deployment"));
+	const char *signal = json_string_value(json_object_get(body, "signal"));
+	const char *state = json_string_value(json_object_get(body, "state"));
+	json_t *value = json_object_get(body, "value");
+	json_t *low = json_object_get(body, "low");
+	json_t *high = json_object_get(body, "high");
+	json_t *window = json_object_get(body, "window_s");
+	json_t *started = json_object_get(body, "started_at_ms");
+
+	(void)param;
+	if (!dep || !*dep || !signal || !*signal || !json_is_number(value) ||
+	    !json_is_number(low) || !json_is_number(high) ||
+	    !json_is_number(window) || !json_is_integer(started) ||
+	    (state && strcmp(state, "firing") && strcmp(state, "resolved")) ||
+	    strlen(dep) > 63 || strlen(signal) > 63) {
+		json_decref(body);
+		reply_msg(req, KN_EINVAL, NULL,
+			  "body must be {\"deployment\", \"signal\", \"value\", "
+			  "\"low\", \"high\", \"window_s\", \"started_at_ms\"} "
+			  "with an optional \"state\": \"firing\" | "
+			  "\"resolved\"");
+		return;
+	}
+	if (monitor_external_alert(
+		    s, c->name, dep, signal, json_number_value(value),
+		    json_number_value(low), json_number_value(high),
+		    json_number_value(window), json_integer_value(started),
+		    !state || !strcmp(state, "firing"), &err) < 0) {
+		json_decref(body);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	{
+		struct kn_audit a;
+		char object[160];
+
+		snprintf(object, sizeof(object), "deployment/%s", dep);
+		audit_fill(&a, c, "gateway.alert", object, signal);
+		if (kn_store_audit_insert(s->store, &a, &err) < 0)
+			kn_log(KN_LOG_ERROR, "auditing a gateway alert: %s",
+			       err.message);
+	}
+	json_decref(body);
+	kn_http_reply_json(req, 202, json_pack("{s:b}", "accepted", 1));
+}

@@ -1,0 +1,373 @@
+/*
+ * Unit tests for deployment specs and model presets: each bad spec with
+ * its exact message (file:line:column, field path), a full good spec
+ * field by field, presets and what overrides them, the preset table's
+ * computed GPUs and its errors, and the job form a replica is stored in.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spec/spec.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The smallest valid deployment; bad cases add lines from line 5 on. */
+#define BASE "kind: Deployment\nname: chat\nmodel: /m\ncommand: [srv]\n"
+
+static struct kn_model_presets *presets;
+
+static int load_presets(void **state)
+{
+	struct kn_error err;
+
+	(void)state;
+	return kn_model_presets_load(KN_PRESET_FILE, &presets, &err);
+}
+
+static int free_presets(void **state)
+{
+	(void)state;
+	kn_model_presets_free(presets);
+	return 0;
+}
+
+struct bad_case {
+	const char *yaml;
+	const char *field;
+	const char *message;
+};
+
+static const struct bad_case bad_cases[] = {
+	{"kind: Deployment\nname: chat\ncommand: [srv]\n", "model",
+	 "d.yaml:1:1: missing required field \"model\" in deployment"},
+	{BASE "replica: 2\n", "replica",
+	 "d.yaml:5:1: unknown field \"replica\" in deployment; did you mean "
+	 "\"replicas\"?"},
+	{BASE "replicas: -1\n", "replicas",
+	 "d.yaml:5:11: replicas: must be an integer 0..64; got -1"},
+	{BASE "replicas: 65\n", "replicas",
+	 "d.yaml:5:11: replicas: must be an integer 0..64; got 65"},
+	{"kind: Deployment\nname: chat\nmodel: job:x\ncommand: [srv]\n",
+	 "model",
+	 "d.yaml:3:8: model: must be job:<id> with a job id such as job:12; "
+	 "got \"job:x\""},
+	{BASE "spread: region\n", "spread",
+	 "d.yaml:5:9: spread: must be zone or fault_domain; got \"region\""},
+	{BASE "spread: zone\nplacement:\n  spread: zone\n", "spread",
+	 "d.yaml:5:9: spread: is given twice (also as placement.spread); "
+	 "keep one"},
+	{BASE "readiness:\n  period_s: 1\n", "readiness.path",
+	 "d.yaml:6:3: missing required field \"path\" in readiness"},
+	{BASE "readiness:\n  path: health\n", "readiness.path",
+	 "d.yaml:6:9: readiness.path: must be an HTTP path starting with "
+	 "'/', without spaces (e.g. /health); got \"health\""},
+	{BASE "liveness:\n  path: /h\n  period_s: 0.01\n", "liveness.period_s",
+	 "d.yaml:7:13: liveness.period_s: must be a number of seconds "
+	 "0.05..86400 (e.g. 0.5 or 10); got 0.01"},
+	{BASE "liveness:\n  path: /h\n  failure_threshold: 0\n",
+	 "liveness.failure_threshold",
+	 "d.yaml:7:22: liveness.failure_threshold: must be an integer "
+	 "1..100; got 0"},
+	{BASE "liveness:\n  path: /h\n  initial_delay: 3\n",
+	 "liveness.initial_delay",
+	 "d.yaml:7:3: unknown field \"initial_delay\" in liveness; did you "
+	 "mean \"initial_delay_s\"?"},
+	{BASE "fallback: chat\n", "fallback",
+	 "d.yaml:5:11: fallback: must name another deployment, not this one "
+	 "(chat)"},
+	{BASE "fallback: Big Model\n", "fallback",
+	 "d.yaml:5:11: fallback: must be another deployment's name (1 to 63 "
+	 "characters: lowercase letters, digits, '.', '_' and '-'); got "
+	 "\"Big Model\""},
+	{BASE "limits:\n  rpm: lots\n", "limits.rpm",
+	 "d.yaml:6:8: limits.rpm: must be an integer 0..1000000000; got "
+	 "\"lots\""},
+	{BASE "preset: gpt-5\n", "preset",
+	 "d.yaml:5:9: preset: unknown preset \"gpt-5\" (known: tiny-gpt, "
+	 "phi-3-mini, mistral-7b, llama-3-8b, llama-3-8b-int4, llama-3-70b, "
+	 "llama-3-70b-a100)"},
+	{BASE "backoff: 2m\nbackoff_max: 1m\n", "backoff_max",
+	 "d.yaml:6:14: backoff_max: must be at least backoff (2m0s); got 1m0s"},
+	{BASE "retries: 3\n", "retries",
+	 "d.yaml:5:1: unknown field \"retries\" in deployment"},
+	{"kind: Job\nname: chat\nmodel: /m\ncommand: [srv]\n", "kind",
+	 "d.yaml:1:7: kind: must be \"Deployment\"; got \"Job\""},
+};
+
+static void test_bad(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(bad_cases); i++) {
+		const struct bad_case *c = &bad_cases[i];
+		struct kn_deployment_spec *d = NULL;
+		struct kn_error err;
+		int rc;
+
+		memset(&err, 0, sizeof(err));
+		rc = kn_deployment_spec_parse(c->yaml, strlen(c->yaml),
+					      "d.yaml", presets, &d, &err);
+		if (rc == 0 || strcmp(err.message, c->message) != 0 ||
+		    strcmp(err.field, c->field) != 0)
+			fail_msg("case %zu:\n  got  [%s] %s\n  want [%s] %s", i,
+				 err.field, err.message, c->field, c->message);
+		assert_null(d);
+	}
+}
+
+static void test_good(void **state)
+{
+	static const char yaml[] =
+		BASE "replicas: 3\nspread: zone\npriority: 7\n"
+		"env:\n  A: b\n"
+		"readiness:\n  path: /ready\n  period_s: 0.2\n"
+		"liveness:\n  path: /live\n  failure_threshold: 2\n"
+		"  initial_delay_s: 1.5\n"
+		"fallback: chat-small\nlimits:\n  rpm: 600\n  tpm: 100000\n";
+	struct kn_deployment_spec *d = NULL;
+	struct kn_error err;
+	json_t *j;
+
+	(void)state;
+	assert_int_equal(kn_deployment_spec_parse(yaml, strlen(yaml), "d.yaml",
+						  presets, &d, &err),
+			 0);
+	assert_string_equal(d->job.name, "chat");
+	assert_string_equal(d->model, "/m");
+	assert_int_equal(d->model_job, 0);
+	assert_int_equal(d->replicas, 3);
+	assert_int_equal(d->job.placement.spread, KN_SPREAD_ZONE);
+	assert_int_equal(d->job.priority, 7);
+	assert_int_equal(d->job.tasks, 1);
+	assert_int_equal(d->job.backoff_ms, 1000);
+	assert_true(d->readiness.set);
+	assert_string_equal(d->readiness.path, "/ready");
+	assert_int_equal(d->readiness.period_ms, 200);
+	assert_int_equal(d->readiness.failure_threshold, 3);
+	assert_string_equal(d->liveness.path, "/live");
+	assert_int_equal(d->liveness.period_ms, 5000);
+	assert_int_equal(d->liveness.failure_threshold, 2);
+	assert_int_equal(d->liveness.initial_delay_ms, 1500);
+	assert_string_equal(d->fallback, "chat-small");
+	assert_int_equal(d->limit_rpm, 600);
+	assert_int_equal(d->limit_tpm, 100000);
+	j = kn_deployment_spec_to_json(d);
+	assert_string_equal(json_string_value(json_object_get(j, "kind")),
+			    "Deployment");
+	assert_int_equal(json_integer_value(json_object_get(j, "replicas")),
+			 3);
+	assert_null(json_object_get(j, "retries"));
+	json_decref(j);
+	kn_deployment_spec_free(d);
+}
+
+static void test_model_job(void **state)
+{
+	static const char yaml[] = "kind: Deployment\nname: c\nmodel: job:42\n"
+				   "command: [s]\nreplicas: 0\n";
+	struct kn_deployment_spec *d = NULL;
+	struct kn_error err;
+
+	(void)state;
+	assert_int_equal(kn_deployment_spec_parse(yaml, strlen(yaml), "d.yaml",
+						  NULL, &d, &err),
+			 0);
+	assert_int_equal(d->model_job, 42);
+	assert_int_equal(d->replicas, 0);
+	assert_false(d->readiness.set);
+	kn_deployment_spec_free(d);
+}
+
+static struct kn_deployment_spec *parse_ok(const char *yaml)
+{
+	struct kn_deployment_spec *d = NULL;
+	struct kn_error err;
+
+	memset(&err, 0, sizeof(err));
+	if (kn_deployment_spec_parse(yaml, strlen(yaml), "d.yaml", presets, &d,
+				     &err) < 0)
+		fail_msg("%s", err.message);
+	return d;
+}
+
+static void test_presets_fill_resources(void **state)
+{
+	struct kn_deployment_spec *d;
+
+	(void)state;
+	d = parse_ok(BASE "preset: llama-3-70b\n");
+	/* 70.6B x 2 bytes x 1.2 = 169 GB over 72 usable GB each: 3, so 4. */
+	assert_int_equal(d->job.resources.gpu_milli, 4000);
+	assert_int_equal(d->job.resources.n_gpu_models, 1);
+	assert_string_equal(d->job.resources.gpu_models[0], "H100-80GB");
+	kn_deployment_spec_free(d);
+
+	d = parse_ok(BASE "preset: llama-3-8b\n");
+	assert_int_equal(d->job.resources.gpu_milli, 1000);
+	assert_string_equal(d->job.resources.gpu_models[0], "A10-24GB");
+	kn_deployment_spec_free(d);
+
+	/* Explicit resources win, field by field. */
+	d = parse_ok(BASE "preset: llama-3-70b\nresources:\n  gpus: 8\n");
+	assert_int_equal(d->job.resources.gpu_milli, 8000);
+	assert_string_equal(d->job.resources.gpu_models[0], "H100-80GB");
+	kn_deployment_spec_free(d);
+	d = parse_ok(BASE "preset: llama-3-8b\nresources:\n"
+			  "  gpu_model: H100-80GB\n");
+	assert_int_equal(d->job.resources.gpu_milli, 1000);
+	assert_int_equal(d->job.resources.n_gpu_models, 1);
+	assert_string_equal(d->job.resources.gpu_models[0], "H100-80GB");
+	kn_deployment_spec_free(d);
+
+	/* The tiny example model runs on CPUs: memory, no GPU. */
+	d = parse_ok(BASE "preset: tiny-gpt\n");
+	assert_int_equal(d->job.resources.gpu_milli, 0);
+	assert_int_equal(d->job.resources.n_gpu_models, 0);
+	assert_true(d->job.resources.memory_bytes >= 512LL * 1024 * 1024);
+	kn_deployment_spec_free(d);
+}
+
+static void test_preset_table(void **state)
+{
+	const struct kn_model_preset *p;
+
+	(void)state;
+	p = kn_model_preset_find(presets, "phi-3-mini");
+	assert_non_null(p);
+	assert_int_equal(p->gpus, 1);
+	assert_string_equal(p->dtype, "fp16");
+	p = kn_model_preset_find(presets, "llama-3-8b-int4");
+	assert_int_equal(p->gpus, 1);
+	assert_true(p->memory_gb > 4.8 && p->memory_gb < 4.9);
+	assert_null(kn_model_preset_find(presets, "nope"));
+}
+
+static void test_preset_table_errors(void **state)
+{
+	static const struct {
+		const char *csv, *message;
+	} cases[] = {
+		{"name,parameters_b,dtype,gpu_model\n",
+		 "p.csv:1: the header has no column \"kv_headroom\""},
+		{"name,parameters_b,dtype,kv_headroom,gpu_model\n"
+		 "a,7,fp16,0.2,A10-24GB\nb,7,fp12,0.2,A10-24GB\n",
+		 "p.csv:3: dtype: must be fp32, fp16, bf16, fp8, int8 or int4; "
+		 "got \"fp12\""},
+		{"name,parameters_b,dtype,kv_headroom,gpu_model\n"
+		 "a,-1,fp16,0.2,A10-24GB\n",
+		 "p.csv:2: parameters_b: must be a number of billions above 0 "
+		 "and at most 100000; got \"-1\""},
+		{"name,parameters_b,dtype,kv_headroom,gpu_model\n"
+		 "a,4e123,fp16,0.2,\n",
+		 "p.csv:2: parameters_b: must be a number of billions above 0 "
+		 "and at most 100000; got \"4e123\""},
+		{"name,parameters_b,dtype,kv_headroom,gpu_model\n"
+		 "a,7,fp16,0.2,A10\n",
+		 "p.csv:2: gpu_model: must name its memory like A100-80GB; got "
+		 "\"A10\""},
+		{"name,parameters_b,dtype,kv_headroom,gpu_model\n"
+		 "a,400,fp16,0.2,T4-16GB\n",
+		 "p.csv:2: gpu_model: cannot hold the model on one machine (more "
+		 "than 8 GPUs); got \"T4-16GB\""},
+		{"name,parameters_b,dtype,kv_headroom,gpu_model\n"
+		 "a,7,fp16,0.2,A10-24GB\na,8,fp16,0.2,A10-24GB\n",
+		 "p.csv:3: name: appears twice; got \"a\""},
+		{"name,parameters_b,dtype,kv_headroom,gpu_model\na,7,fp16\n",
+		 "p.csv:2: the row has no \"kv_headroom\" column"},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		struct kn_model_presets *p = NULL;
+		struct kn_error err;
+
+		memset(&err, 0, sizeof(err));
+		assert_int_not_equal(kn_model_presets_parse(cases[i].csv,
+							    strlen(cases[i].csv),
+							    "p.csv", &p, &err),
+				     0);
+		if (strcmp(err.message, cases[i].message) != 0)
+			fail_msg("case %zu: got %s", i, err.message);
+		assert_null(p);
+	}
+}
+
+/* A replica's job text parses back to the same job, under its name. */
+static void test_job_input_roundtrip(void **state)
+{
+	static const char job_yaml[] =
+		"kind: Job\nname: j\ncommand: [python, s.py, '']\n"
+		"env: {A: '1'}\nworkdir: /w\n"
+		"resources: {gpus: 0.1, cpus: 1.5, memory: 2Gi, gpu_model: "
+		"[A100-80GB, H100-80GB], sharing: mps}\n"
+		"tasks: 2\nretries: 3\nbackoff: 1500ms\npriority: 9\n"
+		"preemptible: true\ntimeout: 1h\n"
+		"checkpoint: {every: 5m, keep: 2, signal: USR1, store: "
+		"file:///b}\n"
+		"placement:\n  selector: {zone: '1'}\n  tolerations:\n"
+		"    - {key: spot, operator: Exists}\n    - {key: k, value: v, "
+		"effect: NoSchedule}\n  spread: fault_domain\n  affinity:\n"
+		"    required: [{key: sku, operator: In, values: [a, b]}]\n"
+		"    preferred: [{key: z, operator: Exists, weight: 5}]\n";
+	struct kn_job_spec *a = NULL, *b = NULL;
+	struct kn_error err;
+	json_t *ja, *jb;
+	char *text;
+
+	(void)state;
+	assert_int_equal(kn_job_spec_parse(job_yaml, strlen(job_yaml), "j.yaml",
+					   &a, &err),
+			 0);
+	text = kn_job_spec_to_input_text(a, "j-0");
+	if (kn_job_spec_parse(text, strlen(text), "text", &b, &err) < 0)
+		fail_msg("%s\n%s", err.message, text);
+	ja = kn_job_spec_to_json(a);
+	jb = kn_job_spec_to_json(b);
+	assert_string_equal(json_string_value(json_object_get(jb, "name")),
+			    "j-0");
+	json_object_set_new(jb, "name", json_string("j"));
+	if (!json_equal(ja, jb)) {
+		char *x = json_dumps(ja, JSON_SORT_KEYS);
+		char *y = json_dumps(jb, JSON_SORT_KEYS);
+		fail_msg("differ:\n%s\n%s", x, y);
+	}
+	json_decref(ja);
+	json_decref(jb);
+	free(text);
+	kn_job_spec_free(a);
+	kn_job_spec_free(b);
+}
+
+static void test_kind(void **state)
+{
+	(void)state;
+	assert_true(kn_spec_name_valid("chat-small.v2"));
+	assert_false(kn_spec_name_valid("Chat"));
+	assert_false(kn_spec_name_valid(""));
+	assert_false(kn_spec_name_valid(NULL));
+	assert_string_equal(kn_spec_kind(BASE, strlen(BASE)), "Deployment");
+	assert_string_equal(kn_spec_kind("kind: Job\n", 10), "Job");
+	assert_null(kn_spec_kind("kind: Pod\n", 10));
+	assert_null(kn_spec_kind("[a, b\n", 6));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bad),
+		cmocka_unit_test(test_good),
+		cmocka_unit_test(test_model_job),
+		cmocka_unit_test(test_presets_fill_resources),
+		cmocka_unit_test(test_preset_table),
+		cmocka_unit_test(test_preset_table_errors),
+		cmocka_unit_test(test_job_input_roundtrip),
+		cmocka_unit_test(test_kind),
+	};
+	return cmocka_run_group_tests(tests, load_presets, free_presets);
+}
