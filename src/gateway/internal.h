@@ -1,0 +1,86 @@
+/*
+ * What the gateway's files share: the gateway object, the workers, the
+ * metrics. Not for use outside src/gateway/.
+ */
+#ifndef KILN_GATEWAY_INTERNAL_H
+#define KILN_GATEWAY_INTERNAL_H
+
+#include <pthread.h>
+
+#include "gateway/gateway.h"
+#include "loop/loop.h"
+
+struct gw_worker;
+
+/* ---- metrics (metrics.c) ---- */
+
+struct gw_metrics;
+
+/* What one answered request adds to the metrics. */
+struct gw_observation {
+	const char *deployment; /* "" when the request named none we know */
+	int status;
+	double latency_ms;
+	int64_t tokens;
+	bool fallback;
+	bool upstream_error;
+};
+
+struct gw_metrics *gw_metrics_new(void);
+void gw_metrics_free(struct gw_metrics *m);
+/* Thread-safe. */
+void gw_metrics_observe(struct gw_metrics *m, const struct gw_observation *o);
+/* The Prometheus text of everything so far. Thread-safe. */
+void gw_metrics_write(struct gw_metrics *m, struct kn_buf *out);
+
+/* ---- the gateway (gateway.c) ---- */
+
+struct kn_gateway {
+	struct kn_gateway_options opts; /* strings point into owned copies */
+	char *host, *zone, *routes_file, *server, *token;
+	char *dir;          /* $KILN_HOME/gateway */
+	char *routes_path;  /* dir/routes.json */
+	char *counters_path;
+	char *url_path;
+	char url[320];
+	int port;
+
+	struct kn_loop *loop; /* the control loop: polling, saving, signals */
+	struct kn_timer *poll_timer, *save_timer;
+	bool poll_in_flight;
+	bool first_fetch_waiting, first_fetch_done;
+	char poll_problem[1024]; /* the last polling problem logged, or "" */
+	char *last_text;        /* the document installed last */
+
+	pthread_mutex_t cfg_lock;
+	struct kn_gw_config *cfg; /* under cfg_lock */
+	unsigned cfg_seq;         /* atomic: bumped at every swap */
+
+	pthread_mutex_t lim_lock;
+	struct kn_gw_limiter *limiter; /* under lim_lock */
+
+	struct gw_metrics *metrics;
+	int log_fd;
+	bool own_log_fd;
+
+	struct gw_worker **workers;
+	int n_workers;
+};
+
+/* The current table, one reference for the caller. */
+struct kn_gw_config *gw_current_config(struct kn_gateway *gw);
+
+/* ---- workers (proxy.c) ---- */
+
+/*
+ * A worker on its own thread, serving the listening socket fd (taken
+ * over). Returns NULL with err set when libevent refuses.
+ */
+struct gw_worker *gw_worker_new(struct kn_gateway *gw, int index, int fd,
+				struct kn_error *err);
+/* Start its thread. 0 or -errno. */
+int gw_worker_start(struct gw_worker *w);
+/* Ask it to stop, wait for its thread, free everything it holds. */
+void gw_worker_free(struct gw_worker *w);
+
+#endif

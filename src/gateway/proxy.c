@@ -1,0 +1,1085 @@
+/*
+ * The gateway's workers: each a thread with its own event base, evhttp
+ * server on its own SO_REUSEPORT listener, and its own upstream pools, so
+ * that the request path takes no lock but the limiter's and the metrics'
+ * (both a few hundred nanoseconds).
+ *
+ * A call: authenticate (sha256 of the bearer key against the table's
+ * hashes), parse the body's "model", admit against the limits, pick a
+ * replica (ready, breaker closed, the gateway's zone first, then fewest
+ * outstanding requests), forward on a kept-alive connection. A failure
+ * before the upstream answered anything is retried once on another
+ * replica; when no replica is left the call goes to the deployment's
+ * fallback. Streamed answers are passed on chunk by chunk as they arrive;
+ * others are held (bounded) to read their usage before they are sent.
+ *
+ * Upstream connections are libevent's evhttp client: one request at a
+ * time per connection, so a pool holds as many connections as there are
+ * requests in flight to that replica, up to POOL_MAX. Breakers are per
+ * worker: a replica that fails is found out by each worker on its own,
+ * which costs at most breaker_failures calls per worker.
+ */
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "gateway/internal.h"
+
+/* Connections per replica per worker: bounds sockets, not requests. */
+#define POOL_MAX 512
+/* A held (not streamed) answer larger than this is refused with 502. */
+#define HELD_ANSWER_MAX (64 * 1024 * 1024)
+/* An SSE line longer than this cannot carry usage we would read. */
+#define SSE_LINE_MAX (1024 * 1024)
+/* Attempts on one deployment: the first and one retry. */
+#define ATTEMPTS_MAX 2
+
+struct gw_conn {
+	struct evhttp_connection *evcon;
+	bool busy;
+};
+
+struct gw_pool {
+	char address[KN_GW_ADDRESS_MAX];
+	struct gw_conn *conns;
+	size_t n_conns;
+	int outstanding;
+	/* breaker */
+	int failures;         /* consecutive */
+	int64_t open_until_ms; /* monotonic; when it may be probed */
+	bool probing;         /* a half-open trial is in flight */
+};
+
+struct gw_call;
+
+struct gw_worker {
+	struct kn_gateway *gw;
+	int index;
+	struct event_base *base;
+	struct evhttp *http;
+	pthread_t thread;
+	bool started;
+	bool stopping;
+	struct kn_gw_config *cfg;
+	unsigned cfg_seq;
+	struct gw_pool **pools;
+	size_t n_pools, alloc_pools;
+	unsigned rr; /* rotates the scan start among equal replicas */
+	struct gw_call *calls; /* in flight, for the shutdown */
+};
+
+struct gw_call {
+	struct gw_worker *w;
+	struct gw_call *prev, *next;
+	struct evhttp_request *req; /* the client's; NULL once it went away */
+	struct kn_gw_config *cfg;   /* a reference for the call's life */
+	const struct kn_gw_key *key;
+	const struct kn_gw_deployment *dep;    /* asked for */
+	const struct kn_gw_deployment *target; /* serving: dep or fallback */
+	const char *path;
+	char *body;
+	size_t body_len;
+	bool stream_asked;
+	int64_t t0_us; /* monotonic */
+	struct kn_gw_verdict verdict;
+
+	struct gw_pool *pool; /* current attempt */
+	struct gw_conn *conn;
+	const struct kn_gw_replica *replica;
+	struct gw_pool *tried[ATTEMPTS_MAX];
+	int attempts;
+	bool got_headers, streaming, timed_out, upstream_error;
+	int status;
+	struct evbuffer *held;
+	bool held_too_big;
+	struct kn_buf sse_line;
+	char *usage_line;
+};
+
+/* ---- replies ---- */
+
+static void add_header(struct evhttp_request *req, const char *name,
+		       const char *value)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req), name, value);
+}
+
+static void add_limit_headers(struct evhttp_request *req,
+			      const struct kn_gw_verdict *v)
+{
+	char num[32];
+
+	if (v->limit_requests >= 0) {
+		snprintf(num, sizeof(num), "%lld", (long long)v->limit_requests);
+		add_header(req, "x-ratelimit-limit-requests", num);
+	}
+	if (v->remaining_requests >= 0) {
+		snprintf(num, sizeof(num), "%lld",
+			 (long long)v->remaining_requests);
+		add_header(req, "x-ratelimit-remaining-requests", num);
+	}
+	if (v->remaining_tokens >= 0) {
+		snprintf(num, sizeof(num), "%lld",
+			 (long long)v->remaining_tokens);
+		add_header(req, "x-ratelimit-remaining-tokens", num);
+	}
+}
+
+/* Send an OpenAI-shaped error: {"error":{"message","type","param","code"}}. */
+static void send_error(struct evhttp_request *req, int status,
+		       const char *type, const char *code, const char *param,
+		       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void send_error(struct evhttp_request *req, int status,
+		       const char *type, const char *code, const char *param,
+		       const char *fmt, ...)
+{
+	char message[1024];
+	struct evbuffer *out = evbuffer_new();
+	json_t *doc;
+	char *text;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(message, sizeof(message), fmt, ap);
+	va_end(ap);
+	doc = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", message,
+			"type", type, "param",
+			param ? json_string(param) : json_null(), "code",
+			code ? json_string(code) : json_null());
+	text = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	add_header(req, "Content-Type", "application/json");
+	evbuffer_add(out, text, strlen(text));
+	evbuffer_add(out, "\n", 1);
+	free(text);
+	evhttp_send_reply(req, status, NULL, out);
+	evbuffer_free(out);
+}
+
+/* ---- access log ---- */
+
+/* Append s to b as the inside of a JSON string. */
+static void json_escape(struct kn_buf *b, const char *s)
+{
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			kn_buf_printf(b, "\\%c", c);
+		else if (c < 0x20)
+			kn_buf_printf(b, "\\u%04x", c);
+		else
+			kn_buf_append(b, s, 1);
+	}
+}
+
+static void access_log(struct kn_gateway *gw, const char *key,
+		       const char *deployment, const char *replica,
+		       const char *path, int status, double latency_ms,
+		       int64_t tokens, const char *fallback)
+{
+	char stamp[32];
+	struct kn_buf b;
+
+	kn_format_time(kn_now_ms(), stamp, sizeof(stamp));
+	/* One line in one write(2), so workers' lines never interleave. */
+	kn_buf_init(&b, 64 * 1024);
+	kn_buf_printf(&b, "{\"time\":\"%s\",\"key\":", stamp);
+	if (key) {
+		kn_buf_append(&b, "\"", 1);
+		json_escape(&b, key);
+		kn_buf_append(&b, "\"", 1);
+	} else {
+		kn_buf_append(&b, "null", 4);
+	}
+	kn_buf_append(&b, ",\"deployment\":", 14);
+	if (deployment && *deployment) {
+		kn_buf_append(&b, "\"", 1);
+		json_escape(&b, deployment);
+		kn_buf_append(&b, "\"", 1);
+	} else {
+		kn_buf_append(&b, "null", 4);
+	}
+	kn_buf_append(&b, ",\"replica\":", 11);
+	if (replica) {
+		kn_buf_append(&b, "\"", 1);
+		json_escape(&b, replica);
+		kn_buf_append(&b, "\"", 1);
+	} else {
+		kn_buf_append(&b, "null", 4);
+	}
+	kn_buf_append(&b, ",\"path\":\"", 9);
+	json_escape(&b, path);
+	kn_buf_printf(&b, "\",\"status\":%d,\"latency_ms\":%.3f,\"tokens\":%lld",
+		      status, latency_ms, (long long)tokens);
+	if (fallback) {
+		kn_buf_append(&b, ",\"fallback\":\"", 13);
+		json_escape(&b, fallback);
+		kn_buf_append(&b, "\"", 1);
+	}
+	kn_buf_append(&b, "}\n", 2);
+	if (b.data && write(gw->log_fd, b.data, b.len) < 0) {
+		/* Nowhere left to say it: the log is where we would. */
+	}
+	kn_buf_release(&b);
+}
+
+/* ---- pools and breakers ---- */
+
+static struct gw_pool *pool_find(struct gw_worker *w, const char *address)
+{
+	for (size_t i = 0; i < w->n_pools; i++)
+		if (!strcmp(w->pools[i]->address, address))
+			return w->pools[i];
+	return NULL;
+}
+
+static struct gw_pool *pool_get(struct gw_worker *w, const char *address)
+{
+	struct gw_pool *p = pool_find(w, address);
+
+	if (p)
+		return p;
+	if (w->n_pools == w->alloc_pools) {
+		w->alloc_pools = w->alloc_pools ? w->alloc_pools * 2 : 8;
+		w->pools = kn_xrealloc(w->pools,
+				       w->alloc_pools * sizeof(*w->pools));
+	}
+	p = kn_xcalloc(1, sizeof(*p));
+	kn_strlcpy(p->address, address, sizeof(p->address));
+	w->pools[w->n_pools++] = p;
+	return p;
+}
+
+static void pool_free(struct gw_pool *p)
+{
+	for (size_t i = 0; i < p->n_conns; i++)
+		evhttp_connection_free(p->conns[i].evcon);
+	free(p->conns);
+	free(p);
+}
+
+static bool breaker_allows(const struct kn_gateway *gw,
+			   const struct gw_pool *p, int64_t now)
+{
+	if (p->failures < gw->opts.breaker_failures)
+		return true;
+	return now >= p->open_until_ms && !p->probing;
+}
+
+static void breaker_success(struct gw_pool *p)
+{
+	p->failures = 0;
+	p->probing = false;
+}
+
+static void breaker_failure(const struct kn_gateway *gw, struct gw_pool *p)
+{
+	p->probing = false;
+	if (++p->failures >= gw->opts.breaker_failures)
+		p->open_until_ms = kn_mono_ms() + gw->opts.breaker_cooldown_ms;
+}
+
+static struct gw_conn *pool_conn(struct gw_worker *w, struct gw_pool *p,
+				 const struct kn_gw_replica *r)
+{
+	struct gw_conn *c;
+	struct timeval tv;
+
+	for (size_t i = 0; i < p->n_conns; i++)
+		if (!p->conns[i].busy)
+			return &p->conns[i];
+	if (p->n_conns == POOL_MAX) /* evhttp queues it behind the others */
+		return &p->conns[w->rr % POOL_MAX];
+	p->conns = kn_xrealloc(p->conns, (p->n_conns + 1) * sizeof(*p->conns));
+	c = &p->conns[p->n_conns];
+	c->busy = false;
+	c->evcon = evhttp_connection_base_new(w->base, NULL, r->host,
+					      (unsigned short)r->port);
+	if (!c->evcon)
+		return NULL;
+	p->n_conns++;
+	tv.tv_sec = w->gw->opts.upstream_timeout_ms / 1000;
+	tv.tv_usec = (w->gw->opts.upstream_timeout_ms % 1000) * 1000;
+	evhttp_connection_set_timeout_tv(c->evcon, &tv);
+	evhttp_connection_set_max_body_size(c->evcon, -1);
+	return c;
+}
+
+/*
+ * Drop pools of addresses no longer in the table once nothing is in
+ * flight to them; the rest keep their connections and breakers.
+ */
+static void pools_prune(struct gw_worker *w)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < w->n_pools; i++) {
+		struct gw_pool *p = w->pools[i];
+		bool listed = false;
+		for (size_t d = 0; d < w->cfg->n_deployments && !listed; d++) {
+			const struct kn_gw_deployment *dep =
+				&w->cfg->deployments[d];
+			for (size_t r = 0; r < dep->n_replicas && !listed; r++)
+				listed = !strcmp(dep->replicas[r].address,
+						 p->address);
+		}
+		if (listed || p->outstanding > 0)
+			w->pools[kept++] = p;
+		else
+			pool_free(p);
+	}
+	w->n_pools = kept;
+}
+
+static void refresh_config(struct gw_worker *w)
+{
+	unsigned seq = __atomic_load_n(&w->gw->cfg_seq, __ATOMIC_ACQUIRE);
+
+	if (w->cfg && seq == w->cfg_seq)
+		return;
+	kn_gw_config_unref(w->cfg);
+	w->cfg = gw_current_config(w->gw);
+	w->cfg_seq = seq;
+	pools_prune(w);
+}
+
+/* ---- calls ---- */
+
+static void call_free(struct gw_call *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		c->w->calls = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	if (c->req)
+		evhttp_connection_set_closecb(
+			evhttp_request_get_connection(c->req), NULL, NULL);
+	kn_gw_config_unref(c->cfg);
+	free(c->body);
+	if (c->held)
+		evbuffer_free(c->held);
+	kn_buf_release(&c->sse_line);
+	free(c->usage_line);
+	free(c);
+}
+
+static void client_gone(struct evhttp_connection *evcon, void *arg)
+{
+	struct gw_call *c = arg;
+
+	(void)evcon;
+	/* evhttp frees the request with its connection; the upstream call
+	 * runs on and its answer is dropped. */
+	c->req = NULL;
+}
+
+static int64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static double elapsed_ms(const struct gw_call *c)
+{
+	return (double)(now_us() - c->t0_us) / 1000.0;
+}
+
+/* Log, count and free a call whose answer has gone out (or cannot). */
+static void call_finish(struct gw_call *c, int64_t tokens)
+{
+	struct kn_gateway *gw = c->w->gw;
+	bool fell_back = c->target && c->target != c->dep;
+	double ms = elapsed_ms(c);
+	struct gw_observation o = {
+		.deployment = c->dep ? c->dep->name : "",
+		.status = c->status,
+		.latency_ms = ms,
+		.tokens = tokens,
+		.fallback = fell_back,
+		.upstream_error = c->upstream_error,
+	};
+
+	gw_metrics_observe(gw->metrics, &o);
+	access_log(gw, c->key ? c->key->name : NULL, o.deployment,
+		   c->replica ? c->replica->address : NULL, c->path, c->status,
+		   ms, tokens, fell_back ? c->target->name : NULL);
+	call_free(c);
+}
+
+static void decorate(struct gw_call *c)
+{
+	add_limit_headers(c->req, &c->verdict);
+	if (c->target != c->dep)
+		add_header(c->req, "x-kiln-fallback", c->target->name);
+}
+
+/* Answer the client with an error and finish the call. */
+static void call_fail(struct gw_call *c, int status, const char *type,
+		      const char *code, const char *message)
+{
+	c->status = status;
+	if (c->req) {
+		evhttp_connection_set_closecb(
+			evhttp_request_get_connection(c->req), NULL, NULL);
+		decorate(c);
+		send_error(c->req, status, type, code, NULL, "%s", message);
+		c->req = NULL;
+	}
+	call_finish(c, 0);
+}
+
+/*
+ * The replica of c->target to try next: ready, breaker letting calls
+ * through, not tried yet; the gateway's zone first, then the fewest
+ * outstanding calls. NULL when none.
+ */
+static const struct kn_gw_replica *pick(struct gw_call *c,
+					struct gw_pool **out_pool)
+{
+	struct gw_worker *w = c->w;
+	const struct kn_gw_deployment *d = c->target;
+	const char *zone = w->gw->opts.zone;
+	const struct kn_gw_replica *best = NULL;
+	struct gw_pool *best_pool = NULL;
+	bool best_local = false;
+	int64_t now = kn_mono_ms();
+	size_t n = d->n_replicas, start = n ? w->rr++ % n : 0;
+
+	for (size_t k = 0; k < n; k++) {
+		const struct kn_gw_replica *r = &d->replicas[(start + k) % n];
+		struct gw_pool *p;
+		bool local, seen = false;
+
+		if (!r->ready)
+			continue;
+		p = pool_get(w, r->address);
+		for (int t = 0; t < c->attempts; t++)
+			seen |= c->tried[t] == p;
+		if (seen || !breaker_allows(w->gw, p, now))
+			continue;
+		local = zone && *zone && !strcmp(r->zone, zone);
+		if (!best || (local && !best_local) ||
+		    (local == best_local &&
+		     p->outstanding < best_pool->outstanding)) {
+			best = r;
+			best_pool = p;
+			best_local = local;
+		}
+	}
+	*out_pool = best_pool;
+	return best;
+}
+
+static void up_done(struct evhttp_request *up, void *arg);
+static int up_headers(struct evhttp_request *up, void *arg);
+static void up_chunk(struct evhttp_request *up, void *arg);
+static void up_error(enum evhttp_request_error e, void *arg);
+
+/* Copy the client-facing request into a new upstream request on conn. */
+static int send_upstream(struct gw_call *c)
+{
+	struct evhttp_request *up = evhttp_request_new(up_done, c);
+	struct evkeyvalq *h = evhttp_request_get_output_headers(up);
+	const char *accept = c->req ? evhttp_find_header(
+					      evhttp_request_get_input_headers(
+						      c->req),
+					      "Accept")
+				    : NULL;
+
+	evhttp_request_set_header_cb(up, up_headers);
+	evhttp_request_set_chunked_cb(up, up_chunk);
+	evhttp_request_set_error_cb(up, up_error);
+	evhttp_add_header(h, "Host", c->replica->address);
+	evhttp_add_header(h, "Content-Type", "application/json");
+	if (accept)
+		evhttp_add_header(h, "Accept", accept);
+	evbuffer_add(evhttp_request_get_output_buffer(up), c->body, c->body_len);
+	c->conn->busy = true;
+	c->pool->outstanding++;
+	if (evhttp_make_request(c->conn->evcon, up, EVHTTP_REQ_POST, c->path) <
+	    0) {
+		/* evhttp_make_request freed up */
+		c->conn->busy = false;
+		c->pool->outstanding--;
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Start the next attempt: another replica of the target, else the
+ * fallback's, else answer 502 (something failed) or 503 (nothing to try).
+ */
+static void attempt(struct gw_call *c)
+{
+	for (;;) {
+		struct gw_pool *p = NULL;
+		const struct kn_gw_replica *r = NULL;
+		char msg[512];
+
+		if (c->attempts < ATTEMPTS_MAX)
+			r = pick(c, &p);
+		if (r) {
+			c->replica = r;
+			c->pool = p;
+			c->tried[c->attempts++] = p;
+			c->got_headers = c->timed_out = false;
+			if (p->failures >= c->w->gw->opts.breaker_failures)
+				p->probing = true;
+			c->conn = pool_conn(c->w, p, r);
+			if (c->conn && send_upstream(c) == 0)
+				return;
+			c->upstream_error = true;
+			breaker_failure(c->w->gw, p);
+			continue;
+		}
+		if (c->target == c->dep && c->dep->fallback[0]) {
+			const struct kn_gw_deployment *fb =
+				kn_gw_config_deployment(c->cfg,
+							c->dep->fallback);
+			c->target = fb;
+			c->attempts = 0;
+			c->replica = NULL;
+			continue;
+		}
+		if (c->upstream_error) {
+			snprintf(msg, sizeof(msg),
+				 "no replica of deployment \"%s\" answered",
+				 c->target->name);
+			call_fail(c, 502, "server_error", "upstream_error", msg);
+		} else {
+			snprintf(msg, sizeof(msg),
+				 "deployment \"%s\" has no healthy replica%s",
+				 c->dep->name,
+				 c->target != c->dep ? ", nor has its fallback"
+						     : "");
+			call_fail(c, 503, "server_error", "no_healthy_replica",
+				  msg);
+		}
+		return;
+	}
+}
+
+static bool hop_by_hop(const char *name)
+{
+	static const char *const names[] = {
+		"Connection", "Keep-Alive", "Transfer-Encoding",
+		"Content-Length", "Date", "Server", "Proxy-Connection",
+		"TE", "Trailer", "Upgrade"};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcasecmp(name, names[i]))
+			return true;
+	return false;
+}
+
+static void copy_headers(struct gw_call *c, struct evhttp_request *up)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(up);
+	struct evkeyval *kv;
+
+	for (kv = in->tqh_first; kv; kv = kv->next.tqe_next)
+		if (!hop_by_hop(kv->key) &&
+		    strncasecmp(kv->key, "x-ratelimit-", 12))
+			add_header(c->req, kv->key, kv->value);
+}
+
+static int up_headers(struct evhttp_request *up, void *arg)
+{
+	struct gw_call *c = arg;
+	const char *type;
+
+	c->got_headers = true;
+	c->status = evhttp_request_get_response_code(up);
+	type = evhttp_find_header(evhttp_request_get_input_headers(up),
+				  "Content-Type");
+	if (c->status >= 500)
+		breaker_failure(c->w->gw, c->pool);
+	else
+		breaker_success(c->pool);
+	if (c->status == 200 &&
+	    (c->stream_asked ||
+	     (type && !strncasecmp(type, "text/event-stream", 17)))) {
+		c->streaming = true;
+		kn_buf_init(&c->sse_line, SSE_LINE_MAX);
+		if (c->req) {
+			copy_headers(c, up);
+			decorate(c);
+			evhttp_send_reply_start(c->req, c->status, NULL);
+		}
+	} else {
+		c->held = evbuffer_new();
+	}
+	return 0;
+}
+
+/* Keep the last "data: {...}" line that mentions usage. */
+static void sse_scan(struct gw_call *c, const char *p, size_t len)
+{
+	while (len > 0) {
+		const char *nl = memchr(p, '\n', len);
+		size_t take = nl ? (size_t)(nl - p) : len;
+
+		if (kn_buf_append(&c->sse_line, p, take) < 0) {
+			/* Too long to be a usage line; skip to its end. */
+			c->sse_line.len = 0;
+			c->sse_line.cap_limit = 0;
+		}
+		if (nl) {
+			const char *line = c->sse_line.data;
+			if (line && c->sse_line.cap_limit &&
+			    !strncmp(line, "data:", 5) &&
+			    strstr(line, "\"usage\"")) {
+				free(c->usage_line);
+				c->usage_line = kn_xstrdup(line + 5);
+			}
+			c->sse_line.len = 0;
+			if (c->sse_line.data)
+				c->sse_line.data[0] = '\0';
+			c->sse_line.cap_limit = SSE_LINE_MAX;
+			take++;
+		}
+		p += take;
+		len -= take;
+	}
+}
+
+static void up_chunk(struct evhttp_request *up, void *arg)
+{
+	struct gw_call *c = arg;
+	struct evbuffer *in = evhttp_request_get_input_buffer(up);
+	size_t len = evbuffer_get_length(in);
+
+	if (c->streaming) {
+		sse_scan(c, (const char *)evbuffer_pullup(in, -1), len);
+		if (c->req)
+			evhttp_send_reply_chunk(c->req, in);
+	} else if (c->held && !c->held_too_big) {
+		if (evbuffer_get_length(c->held) + len > HELD_ANSWER_MAX)
+			c->held_too_big = true;
+		else
+			evbuffer_add_buffer(c->held, in);
+	}
+}
+
+static void up_error(enum evhttp_request_error e, void *arg)
+{
+	struct gw_call *c = arg;
+
+	if (e == EVREQ_HTTP_TIMEOUT)
+		c->timed_out = true;
+}
+
+/* usage.total_tokens of a JSON document, or 0. */
+static int64_t usage_tokens(const char *text, size_t len)
+{
+	json_t *doc = json_loadb(text, len, 0, NULL);
+	json_t *t = json_object_get(json_object_get(doc, "usage"),
+				    "total_tokens");
+	int64_t n = json_is_integer(t) ? json_integer_value(t) : 0;
+
+	json_decref(doc);
+	return n > 0 ? n : 0;
+}
+
+static void up_done(struct evhttp_request *up, void *arg)
+{
+	struct gw_call *c = arg;
+	struct kn_gateway *gw = c->w->gw;
+	bool failed = !up || evhttp_request_get_response_code(up) == 0;
+	int64_t tokens = 0;
+
+	if (c->w->stopping)
+		return;
+	c->conn->busy = false;
+	c->pool->outstanding--;
+	if (failed && !c->got_headers) {
+		c->upstream_error = true;
+		breaker_failure(gw, c->pool);
+		if (c->timed_out) {
+			call_fail(c, 504, "server_error", "upstream_timeout",
+				  "the model server did not answer in time");
+			return;
+		}
+		attempt(c);
+		return;
+	}
+	if (c->streaming) {
+		if (failed)
+			c->upstream_error = true;
+		else if (c->usage_line)
+			tokens = usage_tokens(c->usage_line,
+					      strlen(c->usage_line));
+	} else if (!failed && !c->held_too_big) {
+		tokens = usage_tokens(
+			(const char *)evbuffer_pullup(c->held, -1),
+			evbuffer_get_length(c->held));
+	}
+	/* Streams sent their headers already; others report the charge. */
+	if (tokens > 0 || !c->streaming) {
+		pthread_mutex_lock(&gw->lim_lock);
+		kn_gw_limiter_charge(gw->limiter, c->key, c->dep, tokens,
+				     kn_now_ms(),
+				     c->streaming ? NULL : &c->verdict);
+		pthread_mutex_unlock(&gw->lim_lock);
+	}
+	if (c->streaming) {
+		if (c->req) {
+			evhttp_connection_set_closecb(
+				evhttp_request_get_connection(c->req), NULL,
+				NULL);
+			evhttp_send_reply_end(c->req);
+			c->req = NULL;
+		}
+		call_finish(c, tokens);
+		return;
+	}
+	if (failed || c->held_too_big) {
+		c->upstream_error = true;
+		call_fail(c, c->timed_out ? 504 : 502, "server_error",
+			  c->timed_out ? "upstream_timeout" : "upstream_error",
+			  c->held_too_big ? "the model server's answer is too "
+					    "large to pass on"
+					  : "the model server's answer was "
+					    "cut short");
+		return;
+	}
+	if (c->req) {
+		evhttp_connection_set_closecb(
+			evhttp_request_get_connection(c->req), NULL, NULL);
+		copy_headers(c, up);
+		decorate(c);
+		evhttp_send_reply(c->req, c->status, NULL, c->held);
+		c->req = NULL;
+	}
+	call_finish(c, tokens);
+}
+
+/* ---- the front ---- */
+
+/* The bearer key's entry, or NULL after answering 401. */
+static const struct kn_gw_key *authenticate(struct gw_worker *w,
+					    struct evhttp_request *req)
+{
+	const char *h = evhttp_find_header(evhttp_request_get_input_headers(req),
+					   "Authorization");
+	const struct kn_gw_key *key = NULL;
+
+	if (h && !strncasecmp(h, "Bearer ", 7)) {
+		const char *k = h + 7;
+		while (*k == ' ')
+			k++;
+		key = kn_gw_config_key(w->cfg, k, strlen(k));
+	}
+	if (!key)
+		send_error(req, 401, "invalid_request_error", "invalid_api_key",
+			   NULL, h ? "Incorrect API key provided."
+				   : "You didn't provide an API key: send "
+				     "Authorization: Bearer <key>.");
+	return key;
+}
+
+static void serve_models(struct gw_worker *w, struct evhttp_request *req,
+			 const struct kn_gw_key *key)
+{
+	json_t *data = json_array();
+	struct evbuffer *out = evbuffer_new();
+	char *text;
+
+	for (size_t i = 0; i < w->cfg->n_deployments; i++) {
+		const struct kn_gw_deployment *d = &w->cfg->deployments[i];
+		if (kn_gw_key_allows(key, d->name))
+			json_array_append_new(
+				data, json_pack("{s:s, s:s, s:i, s:s}", "id",
+						d->name, "object", "model",
+						"created", 0, "owned_by",
+						"kiln"));
+	}
+	text = json_dumps(json_pack("{s:s, s:o}", "object", "list", "data",
+				    data),
+			  JSON_COMPACT);
+	add_header(req, "Content-Type", "application/json");
+	evbuffer_add(out, text, strlen(text));
+	evbuffer_add(out, "\n", 1);
+	evhttp_send_reply(req, 200, NULL, out);
+	evbuffer_free(out);
+	free(text);
+}
+
+static void serve_metrics(struct gw_worker *w, struct evhttp_request *req)
+{
+	struct kn_buf text;
+	struct evbuffer *out = evbuffer_new();
+
+	kn_buf_init(&text, 64 * 1024 * 1024);
+	gw_metrics_write(w->gw->metrics, &text);
+	add_header(req, "Content-Type", "text/plain; version=0.0.4");
+	if (text.data)
+		evbuffer_add(out, text.data, text.len);
+	evhttp_send_reply(req, 200, NULL, out);
+	evbuffer_free(out);
+	kn_buf_release(&text);
+}
+
+static void log_front(struct gw_worker *w, struct evhttp_request *req,
+		      const char *key, const char *deployment, int status,
+		      int64_t t0_us)
+{
+	double ms = (double)(now_us() - t0_us) / 1000.0;
+	struct gw_observation o = {.deployment = deployment ? deployment : "",
+				   .status = status,
+				   .latency_ms = ms};
+
+	gw_metrics_observe(w->gw->metrics, &o);
+	access_log(w->gw, key, deployment, NULL,
+		   evhttp_request_get_uri(req), status, ms, 0, NULL);
+}
+
+static const char *const MODEL_PATHS[] = {"/v1/chat/completions",
+					  "/v1/completions", "/v1/embeddings"};
+
+static void handle(struct evhttp_request *req, void *arg)
+{
+	struct gw_worker *w = arg;
+	struct kn_gateway *gw = w->gw;
+	const char *uri = evhttp_request_get_uri(req);
+	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	size_t qlen = strcspn(uri, "?#"), len;
+	const char *path = NULL, *body;
+	const struct kn_gw_key *key;
+	const struct kn_gw_deployment *dep;
+	struct gw_call *c;
+	json_t *doc, *model, *stream;
+	json_error_t jerr;
+	int64_t t0 = now_us();
+
+	{
+		struct bufferevent *bev = evhttp_connection_get_bufferevent(
+			evhttp_request_get_connection(req));
+		int one = 1;
+		if (bev)
+			setsockopt(bufferevent_getfd(bev), IPPROTO_TCP,
+				   TCP_NODELAY, &one, sizeof(one));
+	}
+	refresh_config(w);
+	if (qlen == 8 && !strncmp(uri, "/metrics", 8) && cmd == EVHTTP_REQ_GET) {
+		serve_metrics(w, req);
+		return;
+	}
+	if (qlen == 10 && !strncmp(uri, "/v1/models", 10) &&
+	    cmd == EVHTTP_REQ_GET) {
+		key = authenticate(w, req);
+		if (key)
+			serve_models(w, req, key);
+		log_front(w, req, key ? key->name : NULL, NULL,
+			  key ? 200 : 401, t0);
+		return;
+	}
+	for (size_t i = 0; i < sizeof(MODEL_PATHS) / sizeof(*MODEL_PATHS); i++)
+		if (qlen == strlen(MODEL_PATHS[i]) &&
+		    !strncmp(uri, MODEL_PATHS[i], qlen))
+			path = MODEL_PATHS[i];
+	if (!path) {
+		send_error(req, 404, "invalid_request_error", "not_found", NULL,
+			   "Unknown path: the gateway serves /v1/models, "
+			   "/v1/chat/completions, /v1/completions, "
+			   "/v1/embeddings and /metrics.");
+		log_front(w, req, NULL, NULL, 404, t0);
+		return;
+	}
+	if (cmd != EVHTTP_REQ_POST) {
+		send_error(req, 405, "invalid_request_error",
+			   "method_not_allowed", NULL, "%s takes POST.", path);
+		log_front(w, req, NULL, NULL, 405, t0);
+		return;
+	}
+	if (!(key = authenticate(w, req))) {
+		log_front(w, req, NULL, NULL, 401, t0);
+		return;
+	}
+	len = evbuffer_get_length(in);
+	if ((int64_t)len > gw->opts.max_body) {
+		send_error(req, 413, "invalid_request_error",
+			   "request_too_large", NULL,
+			   "The request body of %zu bytes is over the "
+			   "gateway's limit of %lld bytes.",
+			   len, (long long)gw->opts.max_body);
+		log_front(w, req, key->name, NULL, 413, t0);
+		return;
+	}
+	body = (const char *)evbuffer_pullup(in, -1);
+	doc = json_loadb(body ? body : "", len, 0, &jerr);
+	if (!doc || !json_is_object(doc)) {
+		if (doc)
+			send_error(req, 400, "invalid_request_error",
+				   "invalid_json", NULL,
+				   "The request body must be a JSON object.");
+		else
+			send_error(req, 400, "invalid_request_error",
+				   "invalid_json", NULL,
+				   "The request body is not valid JSON: %d:%d: "
+				   "%s.",
+				   jerr.line, jerr.column, jerr.text);
+		json_decref(doc);
+		log_front(w, req, key->name, NULL, 400, t0);
+		return;
+	}
+	model = json_object_get(doc, "model");
+	stream = json_object_get(doc, "stream");
+	if (!json_is_string(model)) {
+		send_error(req, 400, "invalid_request_error", "missing_model",
+			   "model",
+			   model ? "model: must be a string naming a "
+				   "deployment."
+				 : "model: missing; name the deployment to "
+				   "call.");
+		json_decref(doc);
+		log_front(w, req, key->name, NULL, 400, t0);
+		return;
+	}
+	dep = kn_gw_config_deployment(w->cfg, json_string_value(model));
+	if (!dep || !kn_gw_key_allows(key, dep->name)) {
+		send_error(req, 404, "invalid_request_error", "model_not_found",
+			   "model",
+			   "The model `%s` does not exist or you do not have "
+			   "access to it.",
+			   json_string_value(model));
+		json_decref(doc);
+		log_front(w, req, key->name, NULL, 404, t0);
+		return;
+	}
+	c = kn_xcalloc(1, sizeof(*c));
+	c->w = w;
+	c->req = req;
+	c->cfg = kn_gw_config_ref(w->cfg);
+	c->key = key;
+	c->dep = c->target = dep;
+	c->path = path;
+	c->stream_asked = json_is_true(stream);
+	c->t0_us = t0;
+	json_decref(doc);
+	c->next = w->calls;
+	if (w->calls)
+		w->calls->prev = c;
+	w->calls = c;
+	pthread_mutex_lock(&gw->lim_lock);
+	kn_gw_limiter_admit(gw->limiter, key, dep, kn_now_ms(), &c->verdict);
+	pthread_mutex_unlock(&gw->lim_lock);
+	if (!c->verdict.allowed) {
+		char retry[32], msg[256];
+		bool quota = !strncmp(c->verdict.limit, "quota", 5);
+		snprintf(retry, sizeof(retry), "%lld",
+			 (long long)c->verdict.retry_after_s);
+		add_header(req, "Retry-After", retry);
+		snprintf(msg, sizeof(msg),
+			 "Rate limit reached for %s (%s); retry after %s s.",
+			 dep->name, c->verdict.limit, retry);
+		call_fail(c, 429, quota ? "insufficient_quota" : "requests",
+			  quota ? "insufficient_quota" : "rate_limit_exceeded",
+			  msg);
+		return;
+	}
+	c->body = kn_xmalloc(len + 1);
+	memcpy(c->body, body ? body : "", len);
+	c->body[len] = '\0';
+	c->body_len = len;
+	evhttp_connection_set_closecb(evhttp_request_get_connection(req),
+				      client_gone, c);
+	attempt(c);
+}
+
+/* ---- lifecycle ---- */
+
+static void *worker_main(void *arg)
+{
+	struct gw_worker *w = arg;
+
+	event_base_dispatch(w->base);
+	return NULL;
+}
+
+struct gw_worker *gw_worker_new(struct kn_gateway *gw, int index, int fd,
+				struct kn_error *err)
+{
+	struct gw_worker *w = kn_xcalloc(1, sizeof(*w));
+
+	w->gw = gw;
+	w->index = index;
+	w->base = event_base_new();
+	w->http = w->base ? evhttp_new(w->base) : NULL;
+	if (!w->http || !evhttp_accept_socket_with_handle(w->http, fd)) {
+		close(fd);
+		gw_worker_free(w);
+		kn_errorf(err, KN_EIO, NULL,
+			  "cannot set up the HTTP server of worker %d", index);
+		return NULL;
+	}
+	/*
+	 * libevent answers bodies past its own cap with an HTML 413 and
+	 * drops the connection; ours is larger so that clients normally see
+	 * the JSON 413 from handle(), while memory stays bounded.
+	 */
+	evhttp_set_max_body_size(w->http, (ev_ssize_t)gw->opts.max_body * 2 +
+						  4096);
+	evhttp_set_max_headers_size(w->http, (ev_ssize_t)gw->opts.max_headers);
+	evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
+						    EVHTTP_REQ_HEAD |
+						    EVHTTP_REQ_PUT |
+						    EVHTTP_REQ_DELETE);
+	evhttp_set_timeout(w->http, 600);
+	evhttp_set_gencb(w->http, handle, w);
+	refresh_config(w);
+	return w;
+}
+
+int gw_worker_start(struct gw_worker *w)
+{
+	int rc = pthread_create(&w->thread, NULL, worker_main, w);
+
+	if (rc)
+		return -rc;
+	w->started = true;
+	return 0;
+}
+
+void gw_worker_free(struct gw_worker *w)
+{
+	if (!w)
+		return;
+	if (w->started) {
+		event_base_loopexit(w->base, NULL);
+		pthread_join(w->thread, NULL);
+	}
+	w->stopping = true;
+	/* Clients first: their close callbacks let go of the calls. */
+	if (w->http)
+		evhttp_free(w->http);
+	for (size_t i = 0; i < w->n_pools; i++)
+		pool_free(w->pools[i]);
+	free(w->pools);
+	while (w->calls) {
+		w->calls->req = NULL;
+		call_free(w->calls);
+	}
+	kn_gw_config_unref(w->cfg);
+	if (w->base)
+		event_base_free(w->base);
+	free(w);
+}
