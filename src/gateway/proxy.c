@@ -798,7 +798,7 @@ static const struct kn_gw_key *authenticate(struct gw_worker *w,
 static void serve_models(struct gw_worker *w, struct evhttp_request *req,
 			 const struct kn_gw_key *key)
 {
-	json_t *data = json_array();
+	json_t *data = json_array(), *doc;
 	struct evbuffer *out = evbuffer_new();
 	char *text;
 
@@ -811,9 +811,9 @@ static void serve_models(struct gw_worker *w, struct evhttp_request *req,
 						"created", 0, "owned_by",
 						"kiln"));
 	}
-	text = json_dumps(json_pack("{s:s, s:o}", "object", "list", "data",
-				    data),
-			  JSON_COMPACT);
+	doc = json_pack("{s:s, s:o}", "object", "list", "data", data);
+	text = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
 	add_header(req, "Content-Type", "application/json");
 	evbuffer_add(out, text, strlen(text));
 	evbuffer_add(out, "\n", 1);

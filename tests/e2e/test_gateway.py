@@ -327,7 +327,10 @@ def test_rate_limits_and_quotas_count_exactly(home, gateways, upstreams):
         [deployment("chat", [chat])],
         [key("limited", "sk-rpm", ["chat"], rpm=3),
          key("quota", "sk-quota", ["chat"], quota_day=25),
-         key("free", "sk-free", ["chat"])]))
+         key("free", "sk-free", ["chat"])]),
+        # Two workers share the counters: each new connection may land
+        # on either listener.
+        args=["--workers", "2"])
 
     remaining = []
     for _ in range(3):
@@ -431,6 +434,21 @@ def test_one_dead_replica_is_retried_on_another(home, gateways, upstreams):
         assert r.status_code == 200, r.text
         assert r.json()["served_by"] == "alive"
         assert "x-kiln-fallback" not in r.headers
+
+
+def test_replicas_in_the_gateways_zone_come_first(home, gateways, upstreams):
+    near, far = upstreams("near"), upstreams("far")
+    dep = deployment("chat", [far, near])
+    dep["replicas"][0]["zone"] = "zone-1"
+    dep["replicas"][1]["zone"] = "zone-2"
+    g = gateways(home, routes([dep], [key("app1", "sk-one", ["chat"])]),
+                 args=["--zone", "zone-2"])
+    for _ in range(4):
+        assert g.call("sk-one", "chat").json()["served_by"] == "near"
+    # Without its zone's replica the other zone serves.
+    near.kill()
+    assert g.call("sk-one", "chat").json()["served_by"] == "far"
+    assert far.calls == 1
 
 
 def test_no_healthy_replica_and_no_fallback_is_503(home, gateways, upstreams):
