@@ -16,6 +16,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +300,9 @@ static int listen_socket(struct kn_gateway *gw, int *port,
 	if (fd < 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+	    /* Accepted sockets inherit it: answers go out whole, without
+	     * waiting for a delayed ACK (~40 ms on kept-alive connections). */
+	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
 	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
 	    listen(fd, LISTEN_BACKLOG) < 0 ||
 	    getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
@@ -347,6 +352,7 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 	gw->url_path = kn_asprintf("%s/gateway.url", gw->dir);
 	pthread_mutex_init(&gw->cfg_lock, NULL);
 	pthread_mutex_init(&gw->lim_lock, NULL);
+	pthread_mutex_init(&gw->log_lock, NULL);
 	gw->limiter = kn_gw_limiter_new();
 	gw->metrics = gw_metrics_new();
 	gw->loop = kn_loop_new();
@@ -462,6 +468,7 @@ void kn_gateway_free(struct kn_gateway *gw)
 	gw_metrics_free(gw->metrics);
 	pthread_mutex_destroy(&gw->cfg_lock);
 	pthread_mutex_destroy(&gw->lim_lock);
+	pthread_mutex_destroy(&gw->log_lock);
 	if (gw->own_log_fd)
 		close(gw->log_fd);
 	free(gw->last_text);

@@ -62,6 +62,7 @@ struct kn_gateway {
 	struct gw_metrics *metrics;
 	int log_fd;
 	bool own_log_fd;
+	pthread_mutex_t log_lock; /* workers' writes to log_fd, whole */
 
 	struct gw_worker **workers;
 	int n_workers;
