@@ -68,6 +68,20 @@ static int get_name(json_t *obj, const char *name, const char *prefix,
 	return 0;
 }
 
+/*
+ * Deployment names end up in metric labels and headers: printable ASCII
+ * without quotes, backslashes or spaces.
+ */
+static int check_label(const char *name, const char *field,
+		       struct kn_error *err)
+{
+	for (const char *p = name; *p; p++)
+		if (*p <= ' ' || *p > '~' || *p == '"' || *p == '\\')
+			return bad(err, field, "must be printable ASCII without "
+					       "spaces, quotes or backslashes");
+	return 0;
+}
+
 static int parse_address(struct kn_gw_replica *r, const char *field,
 			 struct kn_error *err)
 {
@@ -142,6 +156,9 @@ static int parse_deployment(json_t *v, size_t i, struct kn_gw_deployment *d,
 			   err)) < 0 ||
 	    (rc = get_name(v, "fallback", field, false, d->fallback,
 			   sizeof(d->fallback), err)) < 0)
+		return rc;
+	snprintf(field, sizeof(field), "%s.name", prefix);
+	if ((rc = check_label(d->name, field, err)) < 0)
 		return rc;
 	model = json_object_get(v, "model");
 	snprintf(field, sizeof(field), "%s.model", prefix);

@@ -71,6 +71,45 @@ struct kn_gateway {
 /* The current table, one reference for the caller. */
 struct kn_gw_config *gw_current_config(struct kn_gateway *gw);
 
+/* ---- upstream connections (upstream.c) ---- */
+
+struct evkeyvalq;
+struct evbuffer;
+struct event_base;
+struct gw_conn;
+
+enum gw_up_result {
+	GW_UP_OK,
+	GW_UP_FAILED,  /* no answer (refused, reset, closed, not HTTP) */
+	GW_UP_CUT,     /* the answer began and was cut short */
+	GW_UP_TIMEOUT, /* nothing for the timeout */
+};
+
+/* What a connection reports, on the loop thread, for one request. */
+struct gw_up_handler {
+	/* The status and headers, once, before any body. */
+	void (*headers)(void *arg, int status, const struct evkeyvalq *h);
+	/* A piece of body as it arrives; take it (move or copy) at once. */
+	void (*body)(void *arg, struct evbuffer *piece);
+	/* The end, always called once; the connection is free again. */
+	void (*done)(void *arg, enum gw_up_result result);
+};
+
+/* A connection to host:port (opened on the first request). */
+struct gw_conn *gw_conn_new(struct event_base *base, const char *host,
+			    int port, int64_t timeout_ms);
+void gw_conn_free(struct gw_conn *c);
+bool gw_conn_busy(const struct gw_conn *c);
+/*
+ * POST body (which must outlive the request) to path. Returns 0, and the
+ * handler is called with arg; or -errno when the connection cannot be
+ * opened, and it is not.
+ */
+int gw_conn_request(struct gw_conn *c, const char *path,
+		    const char *host_header, const char *accept,
+		    const char *body, size_t len,
+		    const struct gw_up_handler *h, void *arg);
+
 /* ---- workers (proxy.c) ---- */
 
 /*

@@ -13,9 +13,9 @@
  * fallback. Streamed answers are passed on chunk by chunk as they arrive;
  * others are held (bounded) to read their usage before they are sent.
  *
- * Upstream connections are libevent's evhttp client: one request at a
- * time per connection, so a pool holds as many connections as there are
- * requests in flight to that replica, up to POOL_MAX. Breakers are per
+ * Upstream connections (upstream.c) carry one request at a time, so a
+ * pool holds as many connections as there are requests in flight to that
+ * replica, up to POOL_MAX. Breakers are per
  * worker: a replica that fails is found out by each worker on its own,
  * which costs at most breaker_failures calls per worker.
  */
@@ -48,11 +48,6 @@
 /* Attempts on one deployment: the first and one retry. */
 #define ATTEMPTS_MAX 2
 
-struct gw_conn {
-	struct evhttp_connection *evcon;
-	bool busy;
-};
-
 struct gw_pool {
 	char address[KN_GW_ADDRESS_MAX];
 	struct gw_conn **conns; /* calls hold pointers: never moved */
@@ -73,7 +68,6 @@ struct gw_worker {
 	struct evhttp *http;
 	pthread_t thread;
 	bool started;
-	bool stopping;
 	struct kn_gw_config *cfg;
 	unsigned cfg_seq;
 	struct gw_pool **pools;
@@ -105,6 +99,7 @@ struct gw_call {
 	struct gw_pool *tried[ATTEMPTS_MAX];
 	int attempts;
 	bool got_headers, streaming, timed_out, upstream_error;
+	const struct evkeyvalq *up_headers; /* the connection's, until done */
 	int status;
 	struct evbuffer *held;
 	bool held_too_big;
@@ -306,10 +301,8 @@ static struct gw_pool *pool_get(struct gw_worker *w, const char *address)
 
 static void pool_free(struct gw_pool *p)
 {
-	for (size_t i = 0; i < p->n_conns; i++) {
-		evhttp_connection_free(p->conns[i]->evcon);
-		free(p->conns[i]);
-	}
+	for (size_t i = 0; i < p->n_conns; i++)
+		gw_conn_free(p->conns[i]);
 	free(p->conns);
 	free(p);
 }
@@ -339,26 +332,16 @@ static struct gw_conn *pool_conn(struct gw_worker *w, struct gw_pool *p,
 				 const struct kn_gw_replica *r)
 {
 	struct gw_conn *c;
-	struct timeval tv;
 
 	for (size_t i = 0; i < p->n_conns; i++)
-		if (!p->conns[i]->busy)
+		if (!gw_conn_busy(p->conns[i]))
 			return p->conns[i];
-	if (p->n_conns == POOL_MAX) /* evhttp queues it behind the others */
-		return p->conns[w->rr % POOL_MAX];
-	c = kn_xcalloc(1, sizeof(*c));
-	c->evcon = evhttp_connection_base_new(w->base, NULL, r->host,
-					      (unsigned short)r->port);
-	if (!c->evcon) {
-		free(c);
+	if (p->n_conns == POOL_MAX)
 		return NULL;
-	}
+	c = gw_conn_new(w->base, r->host, r->port,
+			w->gw->opts.upstream_timeout_ms);
 	p->conns = kn_xrealloc(p->conns, (p->n_conns + 1) * sizeof(*p->conns));
 	p->conns[p->n_conns++] = c;
-	tv.tv_sec = w->gw->opts.upstream_timeout_ms / 1000;
-	tv.tv_usec = (w->gw->opts.upstream_timeout_ms % 1000) * 1000;
-	evhttp_connection_set_timeout_tv(c->evcon, &tv);
-	evhttp_connection_set_max_body_size(c->evcon, -1);
 	return c;
 }
 
@@ -531,40 +514,29 @@ static const struct kn_gw_replica *pick(struct gw_call *c,
 	return best;
 }
 
-static void up_done(struct evhttp_request *up, void *arg);
-static int up_headers(struct evhttp_request *up, void *arg);
-static void up_chunk(struct evhttp_request *up, void *arg);
-static void up_error(enum evhttp_request_error e, void *arg);
+static void up_headers(void *arg, int status, const struct evkeyvalq *h);
+static void up_body(void *arg, struct evbuffer *piece);
+static void up_done(void *arg, enum gw_up_result result);
 
-/* Copy the client-facing request into a new upstream request on conn. */
+static const struct gw_up_handler UP_HANDLER = {up_headers, up_body,
+						up_done};
+
+/* Send the call's request to its replica on c->conn. 0 or -errno. */
 static int send_upstream(struct gw_call *c)
 {
-	struct evhttp_request *up = evhttp_request_new(up_done, c);
-	struct evkeyvalq *h = evhttp_request_get_output_headers(up);
 	const char *accept = c->req ? evhttp_find_header(
 					      evhttp_request_get_input_headers(
 						      c->req),
 					      "Accept")
 				    : NULL;
+	int rc;
 
-	evhttp_request_set_header_cb(up, up_headers);
-	evhttp_request_set_chunked_cb(up, up_chunk);
-	evhttp_request_set_error_cb(up, up_error);
-	evhttp_add_header(h, "Host", c->replica->address);
-	evhttp_add_header(h, "Content-Type", "application/json");
-	if (accept)
-		evhttp_add_header(h, "Accept", accept);
-	evbuffer_add(evhttp_request_get_output_buffer(up), c->body, c->body_len);
-	c->conn->busy = true;
 	c->pool->outstanding++;
-	if (evhttp_make_request(c->conn->evcon, up, EVHTTP_REQ_POST, c->path) <
-	    0) {
-		/* evhttp_make_request freed up */
-		c->conn->busy = false;
+	rc = gw_conn_request(c->conn, c->path, c->replica->address, accept,
+			     c->body, c->body_len, &UP_HANDLER, c);
+	if (rc < 0)
 		c->pool->outstanding--;
-		return -1;
-	}
-	return 0;
+	return rc;
 }
 
 /*
@@ -588,7 +560,9 @@ static void attempt(struct gw_call *c)
 			if (p->failures >= c->w->gw->opts.breaker_failures)
 				p->probing = true;
 			c->conn = pool_conn(c->w, p, r);
-			if (c->conn && send_upstream(c) == 0)
+			if (!c->conn) /* POOL_MAX in flight: not its fault */
+				continue;
+			if (send_upstream(c) == 0)
 				return;
 			c->upstream_error = true;
 			breaker_failure(c->w->gw, p);
@@ -634,26 +608,24 @@ static bool hop_by_hop(const char *name)
 	return false;
 }
 
-static void copy_headers(struct gw_call *c, struct evhttp_request *up)
+static void copy_headers(struct gw_call *c)
 {
-	struct evkeyvalq *in = evhttp_request_get_input_headers(up);
 	struct evkeyval *kv;
 
-	for (kv = in->tqh_first; kv; kv = kv->next.tqe_next)
+	for (kv = c->up_headers->tqh_first; kv; kv = kv->next.tqe_next)
 		if (!hop_by_hop(kv->key) &&
 		    strncasecmp(kv->key, "x-ratelimit-", 12))
 			add_header(c->req, kv->key, kv->value);
 }
 
-static int up_headers(struct evhttp_request *up, void *arg)
+static void up_headers(void *arg, int status, const struct evkeyvalq *h)
 {
 	struct gw_call *c = arg;
-	const char *type;
+	const char *type = evhttp_find_header(h, "Content-Type");
 
 	c->got_headers = true;
-	c->status = evhttp_request_get_response_code(up);
-	type = evhttp_find_header(evhttp_request_get_input_headers(up),
-				  "Content-Type");
+	c->status = status;
+	c->up_headers = h;
 	if (c->status >= 500)
 		breaker_failure(c->w->gw, c->pool);
 	else
@@ -664,14 +636,13 @@ static int up_headers(struct evhttp_request *up, void *arg)
 		c->streaming = true;
 		kn_buf_init(&c->sse_line, SSE_LINE_MAX);
 		if (c->req) {
-			copy_headers(c, up);
+			copy_headers(c);
 			decorate(c);
 			evhttp_send_reply_start(c->req, c->status, NULL);
 		}
 	} else {
 		c->held = evbuffer_new();
 	}
-	return 0;
 }
 
 /* Keep the last "data: {...}" line that mentions usage. */
@@ -705,30 +676,21 @@ static void sse_scan(struct gw_call *c, const char *p, size_t len)
 	}
 }
 
-static void up_chunk(struct evhttp_request *up, void *arg)
+static void up_body(void *arg, struct evbuffer *piece)
 {
 	struct gw_call *c = arg;
-	struct evbuffer *in = evhttp_request_get_input_buffer(up);
-	size_t len = evbuffer_get_length(in);
+	size_t len = evbuffer_get_length(piece);
 
 	if (c->streaming) {
-		sse_scan(c, (const char *)evbuffer_pullup(in, -1), len);
+		sse_scan(c, (const char *)evbuffer_pullup(piece, -1), len);
 		if (c->req)
-			evhttp_send_reply_chunk(c->req, in);
+			evhttp_send_reply_chunk(c->req, piece);
 	} else if (c->held && !c->held_too_big) {
 		if (evbuffer_get_length(c->held) + len > HELD_ANSWER_MAX)
 			c->held_too_big = true;
 		else
-			evbuffer_add_buffer(c->held, in);
+			evbuffer_add_buffer(c->held, piece);
 	}
-}
-
-static void up_error(enum evhttp_request_error e, void *arg)
-{
-	struct gw_call *c = arg;
-
-	if (e == EVREQ_HTTP_TIMEOUT)
-		c->timed_out = true;
 }
 
 /* usage.total_tokens of a JSON document, or 0. */
@@ -743,17 +705,15 @@ static int64_t usage_tokens(const char *text, size_t len)
 	return n > 0 ? n : 0;
 }
 
-static void up_done(struct evhttp_request *up, void *arg)
+static void up_done(void *arg, enum gw_up_result result)
 {
 	struct gw_call *c = arg;
 	struct kn_gateway *gw = c->w->gw;
-	bool failed = !up || evhttp_request_get_response_code(up) == 0;
+	bool failed = result != GW_UP_OK;
 	int64_t tokens = 0;
 
-	if (c->w->stopping)
-		return;
-	c->conn->busy = false;
 	c->pool->outstanding--;
+	c->timed_out = result == GW_UP_TIMEOUT;
 	if (failed && !c->got_headers) {
 		c->upstream_error = true;
 		breaker_failure(gw, c->pool);
@@ -808,7 +768,8 @@ static void up_done(struct evhttp_request *up, void *arg)
 	if (c->req) {
 		evhttp_connection_set_closecb(
 			evhttp_request_get_connection(c->req), NULL, NULL);
-		copy_headers(c, up);
+		/* The connection's headers last until its next request. */
+		copy_headers(c);
 		decorate(c);
 		evhttp_send_reply(c->req, c->status, NULL, c->held);
 		c->req = NULL;
@@ -1124,7 +1085,6 @@ void gw_worker_free(struct gw_worker *w)
 		event_base_loopexit(w->base, NULL);
 		pthread_join(w->thread, NULL);
 	}
-	w->stopping = true;
 	/* Clients first: their close callbacks let go of the calls. */
 	if (w->http)
 		evhttp_free(w->http);

@@ -132,6 +132,7 @@ static void test_config_errors_name_the_field(void **state)
 	free(text);
 
 	expect_error("{\"name\": 7}", "", "deployments[0].name");
+	expect_error("{\"name\": \"a\\\"b\"}", "", "deployments[0].name");
 	expect_error(CHAT ", {\"name\": \"chat\"}", "", "deployments[2].name");
 	expect_error("{\"name\": \"a\", \"fallback\": \"b\"}", "",
 		     "deployments[0].fallback");
