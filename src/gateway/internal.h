@@ -110,6 +110,46 @@ int gw_conn_request(struct gw_conn *c, const char *path,
 		    const char *body, size_t len,
 		    const struct gw_up_handler *h, void *arg);
 
+/* ---- the HTTP server side (front.c) ---- */
+
+struct gw_front;
+struct gw_req;
+
+/* Called once per request; the request lives until it is answered. */
+typedef void (*gw_front_handler)(struct gw_req *r, void *arg);
+/* The client went away before its answer was done; r is gone. */
+typedef void (*gw_front_gone)(void *arg);
+
+/*
+ * Serve the listening socket fd (taken over) on base. Heads over max_head
+ * bytes get 431, bodies over max_body 413. NULL when libevent refuses.
+ */
+struct gw_front *gw_front_new(struct event_base *base, int fd,
+			      size_t max_head, size_t max_body,
+			      gw_front_handler handler, void *arg);
+/* Close every connection (calling their gone callbacks) and the socket. */
+void gw_front_free(struct gw_front *f);
+
+const char *gw_req_method(const struct gw_req *r);
+const char *gw_req_target(const struct gw_req *r); /* path and query */
+/* A request header (case-insensitive name), or NULL. */
+const char *gw_req_header(const struct gw_req *r, const char *name);
+/* The body, NUL-terminated (may hold NULs within len). */
+const char *gw_req_body(const struct gw_req *r, size_t *len);
+/* The body, malloc'd, for the caller to keep; the request has none after. */
+char *gw_req_take_body(struct gw_req *r, size_t *len);
+/* A header for the answer; one with a line break is dropped. */
+void gw_req_add_header(struct gw_req *r, const char *name, const char *value);
+/* When the client goes before the answer is done, call cb(arg) once. */
+void gw_req_on_gone(struct gw_req *r, gw_front_gone cb, void *arg);
+/* Answer whole; r is freed. */
+void gw_req_reply(struct gw_req *r, int status, const void *body, size_t len);
+void gw_req_reply_buffer(struct gw_req *r, int status, struct evbuffer *body);
+/* Answer as a chunked stream: start, chunks (data is taken), end frees r. */
+void gw_req_stream_start(struct gw_req *r, int status);
+void gw_req_stream_chunk(struct gw_req *r, struct evbuffer *data);
+void gw_req_stream_end(struct gw_req *r);
+
 /* ---- workers (proxy.c) ---- */
 
 /*

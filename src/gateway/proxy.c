@@ -1,6 +1,6 @@
 /*
- * The gateway's workers: each a thread with its own event base, evhttp
- * server on its own SO_REUSEPORT listener, and its own upstream pools, so
+ * The gateway's workers: each a thread with its own event base, HTTP
+ * server (front.c) on its own SO_REUSEPORT listener, and its own upstream pools, so
  * that the request path takes no lock but the limiter's and the metrics'
  * (both a few hundred nanoseconds).
  *
@@ -65,7 +65,7 @@ struct gw_worker {
 	struct kn_gateway *gw;
 	int index;
 	struct event_base *base;
-	struct evhttp *http;
+	struct gw_front *front;
 	pthread_t thread;
 	bool started;
 	struct kn_gw_config *cfg;
@@ -81,7 +81,7 @@ struct gw_worker {
 struct gw_call {
 	struct gw_worker *w;
 	struct gw_call *prev, *next;
-	struct evhttp_request *req; /* the client's; NULL once it went away */
+	struct gw_req *req; /* the client's; NULL once answered or gone */
 	struct kn_gw_config *cfg;   /* a reference for the call's life */
 	const struct kn_gw_key *key;
 	const struct kn_gw_deployment *dep;    /* asked for */
@@ -90,6 +90,7 @@ struct gw_call {
 	char *body;
 	size_t body_len;
 	bool stream_asked;
+	char accept[128]; /* the client's Accept, passed on; "" when none */
 	int64_t t0_us; /* monotonic */
 	struct kn_gw_verdict verdict;
 
@@ -109,13 +110,13 @@ struct gw_call {
 
 /* ---- replies ---- */
 
-static void add_header(struct evhttp_request *req, const char *name,
+static void add_header(struct gw_req *req, const char *name,
 		       const char *value)
 {
-	evhttp_add_header(evhttp_request_get_output_headers(req), name, value);
+	gw_req_add_header(req, name, value);
 }
 
-static void add_limit_headers(struct evhttp_request *req,
+static void add_limit_headers(struct gw_req *req,
 			      const struct kn_gw_verdict *v)
 {
 	char num[32];
@@ -137,16 +138,15 @@ static void add_limit_headers(struct evhttp_request *req,
 }
 
 /* Send an OpenAI-shaped error: {"error":{"message","type","param","code"}}. */
-static void send_error(struct evhttp_request *req, int status,
+static void send_error(struct gw_req *req, int status,
 		       const char *type, const char *code, const char *param,
 		       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
-static void send_error(struct evhttp_request *req, int status,
+static void send_error(struct gw_req *req, int status,
 		       const char *type, const char *code, const char *param,
 		       const char *fmt, ...)
 {
 	char message[1024];
-	struct evbuffer *out = evbuffer_new();
 	json_t *doc;
 	char *text;
 	va_list ap;
@@ -161,11 +161,8 @@ static void send_error(struct evhttp_request *req, int status,
 	text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	add_header(req, "Content-Type", "application/json");
-	evbuffer_add(out, text, strlen(text));
-	evbuffer_add(out, "\n", 1);
+	gw_req_reply(req, status, text, strlen(text));
 	free(text);
-	evhttp_send_reply(req, status, NULL, out);
-	evbuffer_free(out);
 }
 
 /* ---- access log ---- */
@@ -394,8 +391,7 @@ static void call_free(struct gw_call *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	if (c->req)
-		evhttp_connection_set_closecb(
-			evhttp_request_get_connection(c->req), NULL, NULL);
+		gw_req_on_gone(c->req, NULL, NULL);
 	kn_gw_config_unref(c->cfg);
 	free(c->body);
 	if (c->held)
@@ -405,13 +401,11 @@ static void call_free(struct gw_call *c)
 	free(c);
 }
 
-static void client_gone(struct evhttp_connection *evcon, void *arg)
+static void client_gone(void *arg)
 {
 	struct gw_call *c = arg;
 
-	(void)evcon;
-	/* evhttp frees the request with its connection; the upstream call
-	 * runs on and its answer is dropped. */
+	/* The upstream call runs on and its answer is dropped. */
 	c->req = NULL;
 }
 
@@ -450,11 +444,11 @@ static void call_finish(struct gw_call *c, int64_t tokens)
 	call_free(c);
 }
 
-static void decorate(struct gw_call *c)
+static void decorate_req(struct gw_call *c, struct gw_req *req)
 {
-	add_limit_headers(c->req, &c->verdict);
+	add_limit_headers(req, &c->verdict);
 	if (c->target != c->dep)
-		add_header(c->req, "x-kiln-fallback", c->target->name);
+		add_header(req, "x-kiln-fallback", c->target->name);
 }
 
 /* Answer the client with an error and finish the call. */
@@ -463,11 +457,10 @@ static void call_fail(struct gw_call *c, int status, const char *type,
 {
 	c->status = status;
 	if (c->req) {
-		evhttp_connection_set_closecb(
-			evhttp_request_get_connection(c->req), NULL, NULL);
-		decorate(c);
-		send_error(c->req, status, type, code, NULL, "%s", message);
+		struct gw_req *req = c->req;
 		c->req = NULL;
+		decorate_req(c, req);
+		send_error(req, status, type, code, NULL, "%s", message);
 	}
 	call_finish(c, 0);
 }
@@ -524,11 +517,7 @@ static const struct gw_up_handler UP_HANDLER = {up_headers, up_body,
 /* Send the call's request to its replica on c->conn. 0 or -errno. */
 static int send_upstream(struct gw_call *c)
 {
-	const char *accept = c->req ? evhttp_find_header(
-					      evhttp_request_get_input_headers(
-						      c->req),
-					      "Accept")
-				    : NULL;
+	const char *accept = c->accept[0] ? c->accept : NULL;
 	int rc;
 
 	c->pool->outstanding++;
@@ -637,8 +626,8 @@ static void up_headers(void *arg, int status, const struct evkeyvalq *h)
 		kn_buf_init(&c->sse_line, SSE_LINE_MAX);
 		if (c->req) {
 			copy_headers(c);
-			decorate(c);
-			evhttp_send_reply_start(c->req, c->status, NULL);
+			decorate_req(c, c->req);
+			gw_req_stream_start(c->req, c->status);
 		}
 	} else {
 		c->held = evbuffer_new();
@@ -684,7 +673,7 @@ static void up_body(void *arg, struct evbuffer *piece)
 	if (c->streaming) {
 		sse_scan(c, (const char *)evbuffer_pullup(piece, -1), len);
 		if (c->req)
-			evhttp_send_reply_chunk(c->req, piece);
+			gw_req_stream_chunk(c->req, piece);
 	} else if (c->held && !c->held_too_big) {
 		if (evbuffer_get_length(c->held) + len > HELD_ANSWER_MAX)
 			c->held_too_big = true;
@@ -746,11 +735,9 @@ static void up_done(void *arg, enum gw_up_result result)
 	}
 	if (c->streaming) {
 		if (c->req) {
-			evhttp_connection_set_closecb(
-				evhttp_request_get_connection(c->req), NULL,
-				NULL);
-			evhttp_send_reply_end(c->req);
+			struct gw_req *req = c->req;
 			c->req = NULL;
+			gw_req_stream_end(req);
 		}
 		call_finish(c, tokens);
 		return;
@@ -766,13 +753,12 @@ static void up_done(void *arg, enum gw_up_result result)
 		return;
 	}
 	if (c->req) {
-		evhttp_connection_set_closecb(
-			evhttp_request_get_connection(c->req), NULL, NULL);
+		struct gw_req *req = c->req;
 		/* The connection's headers last until its next request. */
 		copy_headers(c);
-		decorate(c);
-		evhttp_send_reply(c->req, c->status, NULL, c->held);
+		decorate_req(c, req);
 		c->req = NULL;
+		gw_req_reply_buffer(req, c->status, c->held);
 	}
 	call_finish(c, tokens);
 }
@@ -781,10 +767,9 @@ static void up_done(void *arg, enum gw_up_result result)
 
 /* The bearer key's entry, or NULL after answering 401. */
 static const struct kn_gw_key *authenticate(struct gw_worker *w,
-					    struct evhttp_request *req)
+					    struct gw_req *req)
 {
-	const char *h = evhttp_find_header(evhttp_request_get_input_headers(req),
-					   "Authorization");
+	const char *h = gw_req_header(req, "Authorization");
 	const struct kn_gw_key *key = NULL;
 
 	if (h && !strncasecmp(h, "Bearer ", 7)) {
@@ -801,11 +786,10 @@ static const struct kn_gw_key *authenticate(struct gw_worker *w,
 	return key;
 }
 
-static void serve_models(struct gw_worker *w, struct evhttp_request *req,
+static void serve_models(struct gw_worker *w, struct gw_req *req,
 			 const struct kn_gw_key *key)
 {
 	json_t *data = json_array(), *doc;
-	struct evbuffer *out = evbuffer_new();
 	char *text;
 
 	for (size_t i = 0; i < w->cfg->n_deployments; i++) {
@@ -821,29 +805,23 @@ static void serve_models(struct gw_worker *w, struct evhttp_request *req,
 	text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	add_header(req, "Content-Type", "application/json");
-	evbuffer_add(out, text, strlen(text));
-	evbuffer_add(out, "\n", 1);
-	evhttp_send_reply(req, 200, NULL, out);
-	evbuffer_free(out);
+	gw_req_reply(req, 200, text, strlen(text));
 	free(text);
 }
 
-static void serve_metrics(struct gw_worker *w, struct evhttp_request *req)
+static void serve_metrics(struct gw_worker *w, struct gw_req *req)
 {
 	struct kn_buf text;
-	struct evbuffer *out = evbuffer_new();
 
 	kn_buf_init(&text, 64 * 1024 * 1024);
 	gw_metrics_write(w->gw->metrics, &text);
 	add_header(req, "Content-Type", "text/plain; version=0.0.4");
-	if (text.data)
-		evbuffer_add(out, text.data, text.len);
-	evhttp_send_reply(req, 200, NULL, out);
-	evbuffer_free(out);
+	gw_req_reply(req, 200, text.data ? text.data : "", text.len);
 	kn_buf_release(&text);
 }
 
-static void log_front(struct gw_worker *w, struct evhttp_request *req,
+/* Count and log a request answered without a call upstream. */
+static void log_front(struct gw_worker *w, const char *target,
 		      const char *key, const char *deployment, int status,
 		      int64_t t0_us)
 {
@@ -853,21 +831,19 @@ static void log_front(struct gw_worker *w, struct evhttp_request *req,
 				   .latency_ms = ms};
 
 	gw_metrics_observe(w->gw->metrics, &o);
-	access_log(w, key, deployment, NULL,
-		   evhttp_request_get_uri(req), status, ms, 0, NULL);
+	access_log(w, key, deployment, NULL, target, status, ms, 0, NULL);
 }
 
 static const char *const MODEL_PATHS[] = {"/v1/chat/completions",
 					  "/v1/completions", "/v1/embeddings"};
 
-static void handle(struct evhttp_request *req, void *arg)
+static void handle(struct gw_req *req, void *arg)
 {
 	struct gw_worker *w = arg;
 	struct kn_gateway *gw = w->gw;
-	const char *uri = evhttp_request_get_uri(req);
-	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-	struct evbuffer *in = evhttp_request_get_input_buffer(req);
-	size_t qlen = strcspn(uri, "?#"), len;
+	const char *method = gw_req_method(req), *accept;
+	char target[256]; /* for the log: the request is freed by its answer */
+	size_t qlen, len;
 	const char *path = NULL, *body;
 	const struct kn_gw_key *key;
 	const struct kn_gw_deployment *dep;
@@ -875,55 +851,48 @@ static void handle(struct evhttp_request *req, void *arg)
 	json_t *doc, *model, *stream;
 	json_error_t jerr;
 	int64_t t0 = now_us();
+	bool get = !strcmp(method, "GET");
 
+	kn_strlcpy(target, gw_req_target(req), sizeof(target));
+	qlen = strcspn(target, "?#");
 	refresh_config(w);
-	if (qlen == 8 && !strncmp(uri, "/metrics", 8) && cmd == EVHTTP_REQ_GET) {
+	if (qlen == 8 && !strncmp(target, "/metrics", 8) && get) {
 		serve_metrics(w, req);
 		return;
 	}
-	if (qlen == 10 && !strncmp(uri, "/v1/models", 10) &&
-	    cmd == EVHTTP_REQ_GET) {
+	if (qlen == 10 && !strncmp(target, "/v1/models", 10) && get) {
 		key = authenticate(w, req);
 		if (key)
 			serve_models(w, req, key);
-		log_front(w, req, key ? key->name : NULL, NULL,
+		log_front(w, target, key ? key->name : NULL, NULL,
 			  key ? 200 : 401, t0);
 		return;
 	}
 	for (size_t i = 0; i < sizeof(MODEL_PATHS) / sizeof(*MODEL_PATHS); i++)
 		if (qlen == strlen(MODEL_PATHS[i]) &&
-		    !strncmp(uri, MODEL_PATHS[i], qlen))
+		    !strncmp(target, MODEL_PATHS[i], qlen))
 			path = MODEL_PATHS[i];
 	if (!path) {
 		send_error(req, 404, "invalid_request_error", "not_found", NULL,
 			   "Unknown path: the gateway serves /v1/models, "
 			   "/v1/chat/completions, /v1/completions, "
 			   "/v1/embeddings and /metrics.");
-		log_front(w, req, NULL, NULL, 404, t0);
+		log_front(w, target, NULL, NULL, 404, t0);
 		return;
 	}
-	if (cmd != EVHTTP_REQ_POST) {
+	if (strcmp(method, "POST")) {
 		send_error(req, 405, "invalid_request_error",
 			   "method_not_allowed", NULL, "%s takes POST.", path);
-		log_front(w, req, NULL, NULL, 405, t0);
+		log_front(w, target, NULL, NULL, 405, t0);
 		return;
 	}
 	if (!(key = authenticate(w, req))) {
-		log_front(w, req, NULL, NULL, 401, t0);
+		log_front(w, target, NULL, NULL, 401, t0);
 		return;
 	}
-	len = evbuffer_get_length(in);
-	if ((int64_t)len > gw->opts.max_body) {
-		send_error(req, 413, "invalid_request_error",
-			   "request_too_large", NULL,
-			   "The request body of %zu bytes is over the "
-			   "gateway's limit of %lld bytes.",
-			   len, (long long)gw->opts.max_body);
-		log_front(w, req, key->name, NULL, 413, t0);
-		return;
-	}
-	body = (const char *)evbuffer_pullup(in, -1);
-	doc = json_loadb(body ? body : "", len, 0, &jerr);
+	/* front.c refused bodies over gw->opts.max_body with 413 already. */
+	body = gw_req_body(req, &len);
+	doc = json_loadb(body, len, 0, &jerr);
 	if (!doc || !json_is_object(doc)) {
 		if (doc)
 			send_error(req, 400, "invalid_request_error",
@@ -936,7 +905,7 @@ static void handle(struct evhttp_request *req, void *arg)
 				   "%s.",
 				   jerr.line, jerr.column, jerr.text);
 		json_decref(doc);
-		log_front(w, req, key->name, NULL, 400, t0);
+		log_front(w, target, key->name, NULL, 400, t0);
 		return;
 	}
 	model = json_object_get(doc, "model");
@@ -949,7 +918,7 @@ static void handle(struct evhttp_request *req, void *arg)
 				 : "model: missing; name the deployment to "
 				   "call.");
 		json_decref(doc);
-		log_front(w, req, key->name, NULL, 400, t0);
+		log_front(w, target, key->name, NULL, 400, t0);
 		return;
 	}
 	dep = kn_gw_config_deployment(w->cfg, json_string_value(model));
@@ -960,7 +929,7 @@ static void handle(struct evhttp_request *req, void *arg)
 			   "access to it.",
 			   json_string_value(model));
 		json_decref(doc);
-		log_front(w, req, key->name, NULL, 404, t0);
+		log_front(w, target, key->name, NULL, 404, t0);
 		return;
 	}
 	c = kn_xcalloc(1, sizeof(*c));
@@ -973,6 +942,9 @@ static void handle(struct evhttp_request *req, void *arg)
 	c->stream_asked = json_is_true(stream);
 	c->t0_us = t0;
 	json_decref(doc);
+	accept = gw_req_header(req, "Accept");
+	if (accept)
+		kn_strlcpy(c->accept, accept, sizeof(c->accept));
 	c->next = w->calls;
 	if (w->calls)
 		w->calls->prev = c;
@@ -994,12 +966,8 @@ static void handle(struct evhttp_request *req, void *arg)
 			  msg);
 		return;
 	}
-	c->body = kn_xmalloc(len + 1);
-	memcpy(c->body, body ? body : "", len);
-	c->body[len] = '\0';
-	c->body_len = len;
-	evhttp_connection_set_closecb(evhttp_request_get_connection(req),
-				      client_gone, c);
+	c->body = gw_req_take_body(req, &c->body_len);
+	gw_req_on_gone(req, client_gone, c);
 	attempt(c);
 }
 
@@ -1020,19 +988,8 @@ struct gw_worker *gw_worker_new(struct kn_gateway *gw, int index, int fd,
 
 	w->gw = gw;
 	w->index = index;
-	{
-		/*
-		 * evhttp turns reading and writing on and off several times a
-		 * request; the changelist folds those into one epoll_ctl per
-		 * descriptor per turn of the loop (about a sixth of the CPU
-		 * time otherwise).
-		 */
-		struct event_config *ec = event_config_new();
-		event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
-		w->base = event_base_new_with_config(ec);
-		event_config_free(ec);
-	}
-	/* Three priorities: evhttp's events get the middle one, the
+	w->base = event_base_new();
+	/* Three priorities: connections' events get the middle one, the
 	 * access-log writer the last. */
 	kn_buf_init(&w->log, LOG_BACKLOG_MAX);
 	kn_buf_append(&w->log, "", 0);
@@ -1041,28 +998,16 @@ struct gw_worker *gw_worker_new(struct kn_gateway *gw, int index, int fd,
 		if (w->log_event)
 			event_priority_set(w->log_event, 2);
 	}
-	w->http = w->log_event ? evhttp_new(w->base) : NULL;
-	if (!w->http || !evhttp_accept_socket_with_handle(w->http, fd)) {
-		close(fd);
+	if (!w->log_event ||
+	    !(w->front = gw_front_new(w->base, fd, (size_t)gw->opts.max_headers,
+				      (size_t)gw->opts.max_body, handle, w))) {
+		if (!w->log_event)
+			close(fd);
 		gw_worker_free(w);
 		kn_errorf(err, KN_EIO, NULL,
 			  "cannot set up the HTTP server of worker %d", index);
 		return NULL;
 	}
-	/*
-	 * libevent answers bodies past its own cap with an HTML 413 and
-	 * drops the connection; ours is larger so that clients normally see
-	 * the JSON 413 from handle(), while memory stays bounded.
-	 */
-	evhttp_set_max_body_size(w->http, (ev_ssize_t)gw->opts.max_body * 2 +
-						  4096);
-	evhttp_set_max_headers_size(w->http, (ev_ssize_t)gw->opts.max_headers);
-	evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
-						    EVHTTP_REQ_HEAD |
-						    EVHTTP_REQ_PUT |
-						    EVHTTP_REQ_DELETE);
-	evhttp_set_timeout(w->http, 600);
-	evhttp_set_gencb(w->http, handle, w);
 	refresh_config(w);
 	return w;
 }
@@ -1085,9 +1030,8 @@ void gw_worker_free(struct gw_worker *w)
 		event_base_loopexit(w->base, NULL);
 		pthread_join(w->thread, NULL);
 	}
-	/* Clients first: their close callbacks let go of the calls. */
-	if (w->http)
-		evhttp_free(w->http);
+	/* Clients first: their gone callbacks let go of the calls. */
+	gw_front_free(w->front);
 	for (size_t i = 0; i < w->n_pools; i++)
 		pool_free(w->pools[i]);
 	free(w->pools);
