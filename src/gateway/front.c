@@ -132,12 +132,21 @@ static const char *reason(int status)
 	}
 }
 
+static void add_str(struct evbuffer *b, const char *s)
+{
+	evbuffer_add(b, s, strlen(s));
+}
+
 static void put_head(struct gw_req *r, int status, const char *framing)
 {
 	struct front_conn *c = r->conn;
+	char line[64];
+	int n = snprintf(line, sizeof(line), "HTTP/1.1 %d ", status);
 
-	evbuffer_add_printf(c->out, "HTTP/1.1 %d %s\r\n%s", status,
-			    reason(status), framing);
+	evbuffer_add(c->out, line, (size_t)n);
+	add_str(c->out, reason(status));
+	add_str(c->out, "\r\n");
+	add_str(c->out, framing);
 	evbuffer_add_buffer(c->out, r->headers);
 	if (!c->keep_alive)
 		evbuffer_add(c->out, "Connection: close\r\n", 19);
@@ -211,7 +220,10 @@ void gw_req_add_header(struct gw_req *r, const char *name, const char *value)
 	/* Values come from model servers too: no line breaks get through. */
 	if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
 		return;
-	evbuffer_add_printf(r->headers, "%s: %s\r\n", name, value);
+	add_str(r->headers, name);
+	evbuffer_add(r->headers, ": ", 2);
+	add_str(r->headers, value);
+	evbuffer_add(r->headers, "\r\n", 2);
 }
 
 void gw_req_on_gone(struct gw_req *r, gw_front_gone cb, void *arg)

@@ -165,6 +165,15 @@ json_t *kn_gw_limiter_save(struct kn_gw_limiter *l);
 int kn_gw_limiter_load(struct kn_gw_limiter *l, json_t *doc,
 		       struct kn_error *err);
 
+/* ---- answers ---- */
+
+/*
+ * usage.total_tokens of a JSON answer (or of an SSE chunk's data), read
+ * without parsing the whole document; 0 when absent, not a whole number
+ * >= 0, or the text is cut short.
+ */
+int64_t kn_gw_usage_tokens(const char *text, size_t len);
+
 /* ---- gateway ---- */
 
 struct kn_gateway;

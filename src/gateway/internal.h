@@ -73,10 +73,19 @@ struct kn_gw_config *gw_current_config(struct kn_gateway *gw);
 
 /* ---- upstream connections (upstream.c) ---- */
 
-struct evkeyvalq;
 struct evbuffer;
 struct event_base;
 struct gw_conn;
+
+/* An answer's header fields, pointing into the connection's copy. */
+#define GW_HEADERS_MAX 128
+struct gw_headers {
+	size_t n;
+	const char *names[GW_HEADERS_MAX];
+	const char *values[GW_HEADERS_MAX];
+};
+/* A field's value (case-insensitive name), or NULL. */
+const char *gw_headers_get(const struct gw_headers *h, const char *name);
 
 enum gw_up_result {
 	GW_UP_OK,
@@ -88,7 +97,7 @@ enum gw_up_result {
 /* What a connection reports, on the loop thread, for one request. */
 struct gw_up_handler {
 	/* The status and headers, once, before any body. */
-	void (*headers)(void *arg, int status, const struct evkeyvalq *h);
+	void (*headers)(void *arg, int status, const struct gw_headers *h);
 	/* A piece of body as it arrives; take it (move or copy) at once. */
 	void (*body)(void *arg, struct evbuffer *piece);
 	/* The end, always called once; the connection is free again. */

@@ -31,8 +31,6 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 
 #include "gateway/internal.h"
 
@@ -76,6 +74,8 @@ struct gw_worker {
 	struct gw_call *calls; /* in flight, for the shutdown */
 	struct kn_buf log;          /* access-log lines not written yet */
 	struct event *log_event;    /* writes them after the turn's work */
+	char stamp[32];             /* the access log's last time stamp */
+	int64_t stamp_ms;
 };
 
 struct gw_call {
@@ -100,7 +100,7 @@ struct gw_call {
 	struct gw_pool *tried[ATTEMPTS_MAX];
 	int attempts;
 	bool got_headers, streaming, timed_out, upstream_error;
-	const struct evkeyvalq *up_headers; /* the connection's, until done */
+	const struct gw_headers *up_headers; /* the connection's, until done */
 	int status;
 	struct evbuffer *held;
 	bool held_too_big;
@@ -240,9 +240,14 @@ static void access_log(struct gw_worker *w, const char *key,
 {
 	char line[LOG_LINE_MAX], *p = line, *end = line + sizeof(line) - 2;
 
-	p += snprintf(p, 64, "{\"time\":\"");
-	kn_format_time(kn_now_ms(), p, 32);
-	p += strlen(p);
+	int64_t now = kn_now_ms();
+
+	/* The stamp changes once a millisecond at most; format it then. */
+	if (now != w->stamp_ms) {
+		kn_format_time(now, w->stamp, sizeof(w->stamp));
+		w->stamp_ms = now;
+	}
+	p += snprintf(p, 64, "{\"time\":\"%s", w->stamp);
 	p += snprintf(p, 16, "\",\"key\":");
 	put_string(&p, end - 512, key);
 	p += snprintf(p, 16, ",\"deployment\":");
@@ -507,7 +512,7 @@ static const struct kn_gw_replica *pick(struct gw_call *c,
 	return best;
 }
 
-static void up_headers(void *arg, int status, const struct evkeyvalq *h);
+static void up_headers(void *arg, int status, const struct gw_headers *h);
 static void up_body(void *arg, struct evbuffer *piece);
 static void up_done(void *arg, enum gw_up_result result);
 
@@ -599,18 +604,18 @@ static bool hop_by_hop(const char *name)
 
 static void copy_headers(struct gw_call *c)
 {
-	struct evkeyval *kv;
+	const struct gw_headers *h = c->up_headers;
 
-	for (kv = c->up_headers->tqh_first; kv; kv = kv->next.tqe_next)
-		if (!hop_by_hop(kv->key) &&
-		    strncasecmp(kv->key, "x-ratelimit-", 12))
-			add_header(c->req, kv->key, kv->value);
+	for (size_t i = 0; i < h->n; i++)
+		if (!hop_by_hop(h->names[i]) &&
+		    strncasecmp(h->names[i], "x-ratelimit-", 12))
+			add_header(c->req, h->names[i], h->values[i]);
 }
 
-static void up_headers(void *arg, int status, const struct evkeyvalq *h)
+static void up_headers(void *arg, int status, const struct gw_headers *h)
 {
 	struct gw_call *c = arg;
-	const char *type = evhttp_find_header(h, "Content-Type");
+	const char *type = gw_headers_get(h, "Content-Type");
 
 	c->got_headers = true;
 	c->status = status;
@@ -682,18 +687,6 @@ static void up_body(void *arg, struct evbuffer *piece)
 	}
 }
 
-/* usage.total_tokens of a JSON document, or 0. */
-static int64_t usage_tokens(const char *text, size_t len)
-{
-	json_t *doc = json_loadb(text, len, 0, NULL);
-	json_t *t = json_object_get(json_object_get(doc, "usage"),
-				    "total_tokens");
-	int64_t n = json_is_integer(t) ? json_integer_value(t) : 0;
-
-	json_decref(doc);
-	return n > 0 ? n : 0;
-}
-
 static void up_done(void *arg, enum gw_up_result result)
 {
 	struct gw_call *c = arg;
@@ -718,10 +711,10 @@ static void up_done(void *arg, enum gw_up_result result)
 		if (failed)
 			c->upstream_error = true;
 		else if (c->usage_line)
-			tokens = usage_tokens(c->usage_line,
+			tokens = kn_gw_usage_tokens(c->usage_line,
 					      strlen(c->usage_line));
 	} else if (!failed && !c->held_too_big) {
-		tokens = usage_tokens(
+		tokens = kn_gw_usage_tokens(
 			(const char *)evbuffer_pullup(c->held, -1),
 			evbuffer_get_length(c->held));
 	}

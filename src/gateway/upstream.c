@@ -29,8 +29,6 @@
 
 #include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 
 #include "gateway/internal.h"
 
@@ -40,8 +38,7 @@
 #define READ_CHUNK (64 * 1024)
 
 enum parse_state {
-	P_STATUS,
-	P_HEADERS,
+	P_HEAD,        /* status line and headers */
 	P_LENGTH,      /* Content-Length body */
 	P_CHUNK_SIZE,
 	P_CHUNK_DATA,
@@ -74,10 +71,11 @@ struct gw_conn {
 
 	enum parse_state state;
 	int status;
-	bool keep_alive, chunked, no_body;
+	bool keep_alive, chunked;
 	int64_t left;
-	struct evkeyvalq headers;
-	size_t head_bytes;
+	char *head; /* the answer's head, split in place into hdrs */
+	size_t head_alloc;
+	struct gw_headers hdrs;
 };
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
@@ -97,8 +95,6 @@ struct gw_conn *gw_conn_new(struct event_base *base, const char *host,
 	c->out = evbuffer_new();
 	c->in = evbuffer_new();
 	c->piece = evbuffer_new();
-	c->headers.tqh_first = NULL;
-	c->headers.tqh_last = &c->headers.tqh_first;
 	return c;
 }
 
@@ -123,7 +119,7 @@ void gw_conn_free(struct gw_conn *c)
 	if (!c)
 		return;
 	conn_close(c);
-	evhttp_clear_headers(&c->headers);
+	free(c->head);
 	evbuffer_free(c->out);
 	evbuffer_free(c->in);
 	evbuffer_free(c->piece);
@@ -202,28 +198,50 @@ static int flush_out(struct gw_conn *c)
 	return 0;
 }
 
+static void add_str(struct evbuffer *b, const char *s)
+{
+	evbuffer_add(b, s, strlen(s));
+}
+
+const char *gw_headers_get(const struct gw_headers *h, const char *name)
+{
+	for (size_t i = 0; i < h->n; i++)
+		if (!strcasecmp(h->names[i], name))
+			return h->values[i];
+	return NULL;
+}
+
 static int send_request(struct gw_conn *c)
 {
 	int rc;
 
 	if (c->fd < 0 && (rc = conn_open(c)) < 0)
 		return rc;
-	evbuffer_add_printf(c->out,
-			    "POST %s HTTP/1.1\r\nHost: %s\r\n"
-			    "Content-Type: application/json\r\n"
-			    "Content-Length: %zu\r\n%s%s%s\r\n",
-			    c->path, c->host_header, c->body_len,
-			    c->accept ? "Accept: " : "",
-			    c->accept ? c->accept : "", c->accept ? "\r\n" : "");
+	{
+		/* Pieces, not printf: this runs for every call. */
+		char length[32];
+		int n = snprintf(length, sizeof(length), "%zu", c->body_len);
+		add_str(c->out, "POST ");
+		add_str(c->out, c->path);
+		add_str(c->out, " HTTP/1.1\r\nHost: ");
+		add_str(c->out, c->host_header);
+		add_str(c->out, "\r\nContent-Type: application/json\r\n"
+				"Content-Length: ");
+		evbuffer_add(c->out, length, (size_t)n);
+		if (c->accept) {
+			add_str(c->out, "\r\nAccept: ");
+			add_str(c->out, c->accept);
+		}
+		add_str(c->out, "\r\n\r\n");
+	}
 	evbuffer_add(c->out, c->body, c->body_len);
-	c->state = P_STATUS;
+	c->state = P_HEAD;
 	c->status = 0;
 	c->keep_alive = true;
-	c->chunked = c->no_body = false;
+	c->chunked = false;
 	c->left = -1;
-	c->head_bytes = 0;
 	c->got_any = false;
-	evhttp_clear_headers(&c->headers);
+	c->hdrs.n = 0;
 	/* The answer's deadline: the timeout counts from now and from each
 	 * read (a persistent event's timeout restarts when it fires). */
 	event_add(c->rev, &c->timeout);
@@ -279,7 +297,7 @@ static void fail(struct gw_conn *c, enum gw_up_result result)
 		if (send_request(c) == 0)
 			return;
 	}
-	finish(c, c->got_any && c->status ? GW_UP_CUT : result);
+	finish(c, c->got_any && c->state != P_HEAD ? GW_UP_CUT : result);
 }
 
 static void on_write(evutil_socket_t fd, short what, void *arg)
@@ -316,25 +334,57 @@ static void pass_body(struct gw_conn *c, int64_t n)
 		c->left -= (int64_t)take;
 }
 
-static void header(struct gw_conn *c, char *line)
+/*
+ * Split the head (len bytes at c->head) into the status and fields, and
+ * note the framing. 0, or -1 when it is not an HTTP/1.x answer.
+ */
+static int split_head(struct gw_conn *c, size_t len)
 {
-	char *colon = strchr(line, ':'), *value;
+	char *p = c->head, *end = c->head + len;
+	int minor = 1;
 
-	if (!colon)
-		return;
-	*colon = '\0';
-	value = colon + 1;
-	while (*value == ' ' || *value == '\t')
-		value++;
-	if (!strcasecmp(line, "Content-Length"))
-		c->left = strtoll(value, NULL, 10);
-	else if (!strcasecmp(line, "Transfer-Encoding") &&
-		 strcasestr(value, "chunked"))
-		c->chunked = true;
-	else if (!strcasecmp(line, "Connection") &&
-		 !strcasecmp(value, "close"))
-		c->keep_alive = false;
-	evhttp_add_header(&c->headers, line, value);
+	c->hdrs.n = 0;
+	c->left = -1;
+	c->chunked = false;
+	if (sscanf(p, "HTTP/1.%d %d", &minor, &c->status) != 2 ||
+	    c->status < 100 || c->status > 999)
+		return -1;
+	c->keep_alive = minor >= 1;
+	p = memchr(p, '\n', len);
+	if (!p)
+		return -1;
+	for (p++; p < end;) {
+		char *nl = memchr(p, '\n', (size_t)(end - p)), *colon, *v;
+		if (!nl)
+			break;
+		*nl = '\0';
+		if (nl > p && nl[-1] == '\r')
+			nl[-1] = '\0';
+		if (!*p)
+			break;
+		colon = strchr(p, ':');
+		if (!colon || c->hdrs.n == GW_HEADERS_MAX)
+			return -1;
+		*colon = '\0';
+		for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
+			;
+		for (char *t = v + strlen(v);
+		     t > v && (t[-1] == ' ' || t[-1] == '\t');)
+			*--t = '\0';
+		if (!strcasecmp(p, "Content-Length"))
+			c->left = strtoll(v, NULL, 10);
+		else if (!strcasecmp(p, "Transfer-Encoding") &&
+			 strcasestr(v, "chunked"))
+			c->chunked = true;
+		else if (!strcasecmp(p, "Connection"))
+			c->keep_alive = strcasecmp(v, "close") &&
+					(minor >= 1 ||
+					 !strcasecmp(v, "keep-alive"));
+		c->hdrs.names[c->hdrs.n] = p;
+		c->hdrs.values[c->hdrs.n++] = v;
+		p = nl + 1;
+	}
+	return 0;
 }
 
 /* 1: the answer is complete; 0: more is needed; -1: not HTTP. */
@@ -345,52 +395,46 @@ static int parse(struct gw_conn *c)
 		size_t len;
 
 		switch (c->state) {
-		case P_STATUS:
-		case P_HEADERS:
+		case P_HEAD: {
+			struct evbuffer_ptr eoh =
+				evbuffer_search(c->in, "\r\n\r\n", 4, NULL);
+			size_t n;
+			if (eoh.pos < 0)
+				return evbuffer_get_length(c->in) > HEAD_MAX ? -1
+									     : 0;
+			n = (size_t)eoh.pos + 4;
+			if (n > HEAD_MAX)
+				return -1;
+			if (n + 1 > c->head_alloc) {
+				c->head_alloc = n + 1 > 1024 ? n + 1 : 1024;
+				c->head = kn_xrealloc(c->head, c->head_alloc);
+			}
+			evbuffer_remove(c->in, c->head, n);
+			c->head[n] = '\0';
+			if (split_head(c, n) < 0)
+				return -1;
+			if (c->status < 200) /* 100 Continue: the real one follows */
+				continue;
+			c->h->headers(c->arg, c->status, &c->hdrs);
+			if (c->status == 204 || c->status == 304)
+				return 1;
+			if (c->chunked)
+				c->state = P_CHUNK_SIZE;
+			else if (c->left >= 0)
+				c->state = P_LENGTH;
+			else {
+				c->state = P_UNTIL_CLOSE;
+				c->keep_alive = false;
+			}
+			continue;
+		}
 		case P_CHUNK_SIZE:
 		case P_TRAILERS:
 			line = evbuffer_readln(c->in, &len, EVBUFFER_EOL_CRLF);
 			if (!line)
 				return evbuffer_get_length(c->in) > HEAD_MAX ? -1
 									     : 0;
-			if (c->state == P_STATUS) {
-				int minor = 1;
-				c->head_bytes = len;
-				if (sscanf(line, "HTTP/1.%d %d", &minor,
-					   &c->status) != 2 ||
-				    c->status < 100 || c->status > 999) {
-					free(line);
-					return -1;
-				}
-				c->keep_alive = minor >= 1;
-				c->state = P_HEADERS;
-			} else if (c->state == P_HEADERS && len) {
-				c->head_bytes += len;
-				if (c->head_bytes > HEAD_MAX) {
-					free(line);
-					return -1;
-				}
-				header(c, line);
-			} else if (c->state == P_HEADERS) {
-				free(line);
-				if (c->status < 200) { /* 100 Continue */
-					c->state = P_STATUS;
-					evhttp_clear_headers(&c->headers);
-					continue;
-				}
-				c->h->headers(c->arg, c->status, &c->headers);
-				if (c->status == 204 || c->status == 304)
-					return 1;
-				if (c->chunked)
-					c->state = P_CHUNK_SIZE;
-				else if (c->left >= 0)
-					c->state = P_LENGTH;
-				else {
-					c->state = P_UNTIL_CLOSE;
-					c->keep_alive = false;
-				}
-				continue;
-			} else if (c->state == P_CHUNK_SIZE) {
+			if (c->state == P_CHUNK_SIZE) {
 				char *end;
 				c->left = strtoll(line, &end, 16);
 				if (end == line || c->left < 0) {
@@ -457,10 +501,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	evbuffer_add(c->in, buf, (size_t)n);
 	rc = parse(c);
 	if (rc < 0)
-		finish(c, c->status && c->state != P_STATUS &&
-					  c->state != P_HEADERS
-				  ? GW_UP_CUT
-				  : GW_UP_FAILED);
+		finish(c, c->state != P_HEAD ? GW_UP_CUT : GW_UP_FAILED);
 	else if (rc > 0) {
 		/* Bytes past the answer were never asked for: do not reuse. */
 		if (evbuffer_get_length(c->in))

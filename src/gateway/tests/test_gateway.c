@@ -326,6 +326,42 @@ static void test_counters_round_trip(void **state)
 	kn_gw_limiter_free(l);
 }
 
+static void test_usage_tokens(void **state)
+{
+	static const struct {
+		const char *text;
+		int64_t want;
+	} cases[] = {
+		{"{\"usage\": {\"total_tokens\": 30}}", 30},
+		{"{\"id\": \"x\", \"usage\":{\"prompt_tokens\":4,"
+		 "\"prompt_tokens_details\":{\"total_tokens\":99},"
+		 "\"total_tokens\" : 10}}",
+		 10},
+		/* Names and braces inside strings do not count. */
+		{"{\"choices\":[{\"text\":\"{\\\"usage\\\": "
+		 "{\\\"total_tokens\\\": 5}}\"}],"
+		 "\"usage\":{\"total_tokens\":7}}",
+		 7},
+		/* Only the top level's usage. */
+		{"{\"x\": {\"usage\": {\"total_tokens\": 5}}}", 0},
+		{" {\"choices\":[],\"usage\":null}", 0},
+		{"{\"usage\": {\"total_tokens\": -3}}", 0},
+		{"{\"usage\": {\"total_tokens\": \"12\"}}", 0},
+		{"{\"usage\": {\"total_tokens\": 12", 12},
+		{"{\"usage\": {\"tot", 0},
+		{"", 0},
+	};
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int64_t got = kn_gw_usage_tokens(cases[i].text,
+						 strlen(cases[i].text));
+		if (got != cases[i].want)
+			fail_msg("case %zu: %lld, want %lld", i, (long long)got,
+				 (long long)cases[i].want);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -337,6 +373,7 @@ int main(void)
 		cmocka_unit_test(test_quota_day_and_month_roll_over),
 		cmocka_unit_test(test_calendar),
 		cmocka_unit_test(test_counters_round_trip),
+		cmocka_unit_test(test_usage_tokens),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
