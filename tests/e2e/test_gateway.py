@@ -323,6 +323,82 @@ def test_bad_requests_get_clean_4xx(home, gateways, upstreams):
     assert g.call("sk-one", "chat").status_code == 200
 
 
+def raw_exchange(url, data, until=b"", timeout=10):
+    """Send bytes on one connection; read until the peer closes or the
+    answer holds until."""
+    host, port = url[len("http://"):].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(data)
+        got = b""
+        while not (until and until in got):
+            piece = s.recv(65536)
+            if not piece:
+                break
+            got += piece
+        return got
+
+
+def test_http_details_on_the_wire(home, gateways, upstreams):
+    chat = upstreams("chat")
+    g = gateways(home, routes([deployment("chat", [chat])],
+                              [key("app1", "sk-one", ["chat"])]))
+    body = json.dumps({"model": "chat", "messages": []}).encode()
+    req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+           b"Authorization: Bearer sk-one\r\nContent-Length: %d\r\n\r\n%s"
+           % (len(body), body))
+
+    # Two requests in one write: two answers, in order, on one connection.
+    got = raw_exchange(g.url, req + req.replace(b"HTTP/1.1\r\n",
+                                                b"HTTP/1.1\r\nConnection: "
+                                                b"close\r\n", 1))
+    assert got.count(b"HTTP/1.1 200 OK") == 2
+    assert got.count(b'"served_by": "chat"') == 2
+    assert b"Connection: close" in got
+
+    # HTTP/1.0 without keep-alive: one answer, then the gateway closes.
+    got = raw_exchange(g.url, req.replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+    assert got.startswith(b"HTTP/1.1 200 OK") and b"served_by" in got
+
+    # Expect: 100-continue is answered before the body is sent.
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            b"Authorization: Bearer sk-one\r\nExpect: 100-continue\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body))
+    host, port = g.url[len("http://"):].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(head)
+        assert s.recv(64).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(body)
+        got = b""
+        while piece := s.recv(65536):
+            got += piece
+    assert b"HTTP/1.1 200 OK" in got
+
+    # Chunked request bodies are refused cleanly.
+    got = raw_exchange(g.url, b"POST /v1/chat/completions HTTP/1.1\r\n"
+                       b"Host: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       b"2\r\n{}\r\n0\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 411 ")
+    # Not HTTP at all.
+    assert raw_exchange(g.url, b"HELLO\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert chat.calls == 4
+
+
+def test_a_client_leaving_mid_stream_harms_nothing(home, gateways, upstreams):
+    chat = upstreams("chat")
+    g = gateways(home, routes([deployment("chat", [chat])],
+                              [key("app1", "sk-one", ["chat"])]))
+    body = json.dumps({"model": "chat", "stream": True}).encode()
+    got = raw_exchange(g.url, b"POST /v1/chat/completions HTTP/1.1\r\n"
+                       b"Host: x\r\nAuthorization: Bearer sk-one\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body),
+                       until=b"first")
+    assert b"first" in got  # and the connection is closed here
+    chat.release.set()
+    wait_for(lambda: any(a.get("status") == 200 for a in g.access_lines()),
+             what="the abandoned stream logged")
+    assert g.call("sk-one", "chat").json()["served_by"] == "chat"
+
+
 def test_rate_limits_and_quotas_count_exactly(home, gateways, upstreams):
     chat = upstreams("chat")
     g = gateways(home, routes(
