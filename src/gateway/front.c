@@ -269,14 +269,15 @@ char *gw_req_take_body(struct gw_req *r, size_t *len)
 }
 
 /* Refuse the request at hand before it was parsed whole, and close. */
-static void refuse(struct front_conn *c, int status, const char *message)
+static void refuse(struct front_conn *c, int status, const char *code,
+		   const char *message)
 {
 	char body[256];
 	int n = snprintf(body, sizeof(body),
 			 "{\"error\":{\"message\":\"%s\",\"type\":"
 			 "\"invalid_request_error\",\"param\":null,\"code\":"
-			 "null}}\n",
-			 message);
+			 "\"%s\"}}\n",
+			 message, code);
 
 	evbuffer_add_printf(c->out,
 			    "HTTP/1.1 %d %s\r\nContent-Type: application/json"
@@ -353,12 +354,14 @@ static void process(struct front_conn *c)
 	eoh = evbuffer_search(c->in, "\r\n\r\n", 4, NULL);
 	if (eoh.pos < 0) {
 		if (evbuffer_get_length(c->in) > c->f->max_head)
-			refuse(c, 431, "The request head is too large.");
+			refuse(c, 431, "headers_too_large",
+			       "The request head is too large.");
 		return;
 	}
 	head_len = (size_t)eoh.pos + 4;
 	if (head_len > c->f->max_head) {
-		refuse(c, 431, "The request head is too large.");
+		refuse(c, 431, "headers_too_large",
+			       "The request head is too large.");
 		return;
 	}
 	r = kn_xcalloc(1, sizeof(*r));
@@ -369,7 +372,7 @@ static void process(struct front_conn *c)
 	if (split_head(r, head_len, &http10) < 0) {
 		free(r->head);
 		free(r);
-		refuse(c, 400, "The request is not HTTP/1.x.");
+		refuse(c, 400, "invalid_request", "The request is not HTTP/1.x.");
 		return;
 	}
 	cl = gw_req_header(r, "Content-Length");
@@ -379,7 +382,8 @@ static void process(struct front_conn *c)
 	if (te && strcasecmp(te, "identity")) {
 		free(r->head);
 		free(r);
-		refuse(c, 411, "Send the body with a Content-Length.");
+		refuse(c, 411, "length_required",
+		       "Send the body with a Content-Length.");
 		return;
 	}
 	if (cl) {
@@ -388,14 +392,15 @@ static void process(struct front_conn *c)
 		if (errno || end == cl || *end || cl[0] == '-') {
 			free(r->head);
 			free(r);
-			refuse(c, 400, "Malformed Content-Length.");
+			refuse(c, 400, "invalid_request",
+			       "Malformed Content-Length.");
 			return;
 		}
 		if (v > c->f->max_body) {
 			free(r->head);
 			free(r);
-			refuse(c, 413, "The request body is over the gateway's "
-				       "limit.");
+			refuse(c, 413, "request_too_large",
+			       "The request body is over the gateway's limit.");
 			return;
 		}
 		body_len = (size_t)v;
