@@ -278,6 +278,10 @@ static void finish(struct gw_conn *c, enum gw_up_result result)
 
 	c->h = NULL;
 	c->arg = NULL;
+	/* Answered before the request was all written (an early error):
+	 * the rest of it must not be taken for the next request. */
+	if (evbuffer_get_length(c->out))
+		c->keep_alive = false;
 	/* An idle connection's read event keeps its deadline; on_read
 	 * ignores it when nothing is in flight. */
 	if (result != GW_UP_OK || !c->keep_alive)
