@@ -167,12 +167,18 @@ int kn_gw_limiter_load(struct kn_gw_limiter *l, json_t *doc,
 
 /* ---- answers ---- */
 
+/* What an answer's "usage" says; 0 for what it does not say. */
+struct kn_gw_usage {
+	int64_t total_tokens;      /* what limits and quotas count */
+	int64_t completion_tokens; /* the output's length */
+};
+
 /*
- * usage.total_tokens of a JSON answer (or of an SSE chunk's data), read
- * without parsing the whole document; 0 when absent, not a whole number
- * >= 0, or the text is cut short.
+ * The top-level "usage" object of a JSON answer (or of an SSE chunk's
+ * data), read without parsing the whole document. A count that is absent,
+ * not a whole number >= 0, or cut short is 0.
  */
-int64_t kn_gw_usage_tokens(const char *text, size_t len);
+void kn_gw_usage_read(const char *text, size_t len, struct kn_gw_usage *out);
 
 /* ---- gateway ---- */
 

@@ -20,6 +20,7 @@
  * breaker_failures calls per worker.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -101,6 +102,9 @@ struct gw_call {
 	bool held_too_big;
 	struct kn_buf sse_line;
 	char *usage_line;
+	/* What the anomaly detector wants of an answer. */
+	struct kn_gw_usage usage;
+	double score; /* the x-kiln-score header, NAN when none */
 };
 
 /* ---- replies ---- */
@@ -231,7 +235,8 @@ static void log_flush_cb(evutil_socket_t fd, short what, void *arg)
 static void access_log(struct gw_worker *w, const char *key,
 		       const char *deployment, const char *replica,
 		       const char *path, int status, double latency_ms,
-		       int64_t tokens, const char *fallback)
+		       const struct kn_gw_usage *usage, double score,
+		       const char *fallback)
 {
 	char line[LOG_LINE_MAX], *p = line, *end = line + sizeof(line) - 2;
 
@@ -252,9 +257,14 @@ static void access_log(struct gw_worker *w, const char *key,
 	put_string(&p, end - 256, replica);
 	p += snprintf(p, 16, ",\"path\":");
 	put_string(&p, end - 200, path);
-	p += snprintf(p, 128, ",\"status\":%d,\"latency_ms\":%.3f,"
-			      "\"tokens\":%lld",
-		      status, latency_ms, (long long)tokens);
+	p += snprintf(p, 160, ",\"status\":%d,\"latency_ms\":%.3f,"
+			      "\"tokens\":%lld,\"output_tokens\":%lld",
+		      status, latency_ms, (long long)usage->total_tokens,
+		      (long long)usage->completion_tokens);
+	if (isnan(score))
+		p += snprintf(p, 16, ",\"score\":null");
+	else
+		p += snprintf(p, 48, ",\"score\":%.6g", score);
 	if (fallback) {
 		p += snprintf(p, 16, ",\"fallback\":");
 		put_string(&p, end, fallback);
@@ -423,7 +433,7 @@ static double elapsed_ms(const struct gw_call *c)
 }
 
 /* Log, count and free a call whose answer has gone out (or cannot). */
-static void call_finish(struct gw_call *c, int64_t tokens)
+static void call_finish(struct gw_call *c)
 {
 	struct kn_gateway *gw = c->w->gw;
 	bool fell_back = c->target && c->target != c->dep;
@@ -432,7 +442,7 @@ static void call_finish(struct gw_call *c, int64_t tokens)
 		.deployment = c->dep ? c->dep->name : "",
 		.status = c->status,
 		.latency_ms = ms,
-		.tokens = tokens,
+		.tokens = c->usage.total_tokens,
 		.fallback = fell_back,
 		.upstream_error = c->upstream_error,
 	};
@@ -440,7 +450,8 @@ static void call_finish(struct gw_call *c, int64_t tokens)
 	gw_metrics_observe(gw->metrics, &o);
 	access_log(c->w, c->key ? c->key->name : NULL, o.deployment,
 		   c->replica ? c->replica->address : NULL, c->path, c->status,
-		   ms, tokens, fell_back ? c->target->name : NULL);
+		   ms, &c->usage, c->score,
+		   fell_back ? c->target->name : NULL);
 	call_free(c);
 }
 
@@ -462,7 +473,7 @@ static void call_fail(struct gw_call *c, int status, const char *type,
 		decorate_req(c, req);
 		send_error(req, status, type, code, NULL, "%s", message);
 	}
-	call_finish(c, 0);
+	call_finish(c);
 }
 
 /*
@@ -612,9 +623,16 @@ static void up_headers(void *arg, int status, const struct gw_headers *h)
 	struct gw_call *c = arg;
 	const char *type = gw_headers_get(h, "Content-Type");
 
+	const char *score = gw_headers_get(h, "x-kiln-score");
+	char *end;
+
 	c->got_headers = true;
 	c->status = status;
 	c->up_headers = h;
+	if (score) {
+		double v = strtod(score, &end);
+		c->score = end != score && !*end && isfinite(v) ? v : NAN;
+	}
 	if (c->status >= 500)
 		breaker_failure(c->w->gw, c->pool);
 	else
@@ -687,7 +705,7 @@ static void up_done(void *arg, enum gw_up_result result)
 	struct gw_call *c = arg;
 	struct kn_gateway *gw = c->w->gw;
 	bool failed = result != GW_UP_OK;
-	int64_t tokens = 0;
+	int64_t tokens;
 
 	c->pool->outstanding--;
 	c->timed_out = result == GW_UP_TIMEOUT;
@@ -706,13 +724,13 @@ static void up_done(void *arg, enum gw_up_result result)
 		if (failed)
 			c->upstream_error = true;
 		else if (c->usage_line)
-			tokens = kn_gw_usage_tokens(c->usage_line,
-					      strlen(c->usage_line));
+			kn_gw_usage_read(c->usage_line, strlen(c->usage_line),
+					 &c->usage);
 	} else if (!failed && !c->held_too_big) {
-		tokens = kn_gw_usage_tokens(
-			(const char *)evbuffer_pullup(c->held, -1),
-			evbuffer_get_length(c->held));
+		kn_gw_usage_read((const char *)evbuffer_pullup(c->held, -1),
+				 evbuffer_get_length(c->held), &c->usage);
 	}
+	tokens = c->usage.total_tokens;
 	/* Streams sent their headers already; others report the charge. */
 	if (tokens > 0 || !c->streaming) {
 		pthread_mutex_lock(&gw->lim_lock);
@@ -727,7 +745,7 @@ static void up_done(void *arg, enum gw_up_result result)
 			c->req = NULL;
 			gw_req_stream_end(req);
 		}
-		call_finish(c, tokens);
+		call_finish(c);
 		return;
 	}
 	if (failed || c->held_too_big) {
@@ -748,7 +766,7 @@ static void up_done(void *arg, enum gw_up_result result)
 		c->req = NULL;
 		gw_req_reply_buffer(req, c->status, c->held);
 	}
-	call_finish(c, tokens);
+	call_finish(c);
 }
 
 /* ---- the front ---- */
@@ -819,7 +837,10 @@ static void log_front(struct gw_worker *w, const char *target,
 				   .latency_ms = ms};
 
 	gw_metrics_observe(w->gw->metrics, &o);
-	access_log(w, key, deployment, NULL, target, status, ms, 0, NULL);
+	struct kn_gw_usage none = {0, 0};
+
+	access_log(w, key, deployment, NULL, target, status, ms, &none, NAN,
+		   NULL);
 }
 
 static const char *const MODEL_PATHS[] = {"/v1/chat/completions",
@@ -928,6 +949,7 @@ static void handle(struct gw_req *req, void *arg)
 	c->dep = c->target = dep;
 	c->path = path;
 	c->stream_asked = json_is_true(stream);
+	c->score = NAN;
 	c->t0_us = t0;
 	json_decref(doc);
 	accept = gw_req_header(req, "Accept");

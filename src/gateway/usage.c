@@ -1,5 +1,5 @@
 /*
- * Reading usage.total_tokens out of a model server's answer without
+ * Reading "usage" out of a model server's answer without
  * parsing the answer: a held answer can be megabytes (embeddings), and a
  * full parse per call was the largest user-space cost of a proxied call.
  *
@@ -23,8 +23,24 @@ static size_t skip_space(const char *s, size_t len, size_t i)
 	return i;
 }
 
-int64_t kn_gw_usage_tokens(const char *s, size_t len)
+/* A whole number at s[j..]; 0 when there is none or it is absurd. */
+static int64_t count_at(const char *s, size_t len, size_t j)
 {
+	int64_t n = 0;
+
+	if (j >= len || !isdigit((unsigned char)s[j]))
+		return 0;
+	for (; j < len && isdigit((unsigned char)s[j]); j++) {
+		n = n * 10 + (s[j] - '0');
+		if (n > TOKENS_MAX)
+			return 0;
+	}
+	return n;
+}
+
+void kn_gw_usage_read(const char *s, size_t len, struct kn_gw_usage *out)
+{
+	struct kn_gw_usage u = {0, 0};
 	int depth = 0;
 	bool in_usage = false;
 	size_t i = 0;
@@ -37,7 +53,7 @@ int64_t kn_gw_usage_tokens(const char *s, size_t len)
 			while (i < len && s[i] != '"')
 				i += s[i] == '\\' ? 2 : 1;
 			if (i >= len)
-				return 0;
+				break;
 			klen = i - start;
 			j = skip_space(s, len, i + 1);
 			i++;
@@ -45,31 +61,24 @@ int64_t kn_gw_usage_tokens(const char *s, size_t len)
 				continue; /* a value, not a key */
 			i = j + 1;
 			j = skip_space(s, len, i);
-			if (depth == 1 && klen == 5 && !memcmp(s + start, "usage", 5)) {
+			if (depth == 1 && klen == 5 && !memcmp(s + start, "usage", 5))
 				in_usage = j < len && s[j] == '{';
-			} else if (in_usage && depth == 2 && klen == 12 &&
-				   !memcmp(s + start, "total_tokens", 12)) {
-				int64_t n = 0;
-				if (j >= len || !isdigit((unsigned char)s[j]))
-					return 0;
-				for (; j < len && isdigit((unsigned char)s[j]);
-				     j++) {
-					n = n * 10 + (s[j] - '0');
-					if (n > TOKENS_MAX)
-						return 0;
-				}
-				return n;
-			}
+			else if (in_usage && depth == 2 && klen == 12 &&
+				 !memcmp(s + start, "total_tokens", 12))
+				u.total_tokens = count_at(s, len, j);
+			else if (in_usage && depth == 2 && klen == 17 &&
+				 !memcmp(s + start, "completion_tokens", 17))
+				u.completion_tokens = count_at(s, len, j);
 			continue;
 		}
 		if (ch == '{' || ch == '[') {
 			depth++;
 		} else if (ch == '}' || ch == ']') {
 			depth--;
-			if (depth < 2)
-				in_usage = false;
+			if (in_usage && depth < 2)
+				break; /* the usage object is over */
 		}
 		i++;
 	}
-	return 0;
+	*out = u;
 }

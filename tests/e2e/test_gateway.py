@@ -291,6 +291,7 @@ def test_keys_reach_only_their_deployments(home, gateways, upstreams):
     line = [a for a in g.access_lines() if a["status"] == 200][0]
     assert line["key"] == "app1" and line["deployment"] == "chat"
     assert line["replica"] == chat.address and line["tokens"] == 10
+    assert line["output_tokens"] == 6 and line["score"] == 0.5
     assert line["latency_ms"] >= 0
 
 

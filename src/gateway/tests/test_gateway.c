@@ -326,39 +326,49 @@ static void test_counters_round_trip(void **state)
 	kn_gw_limiter_free(l);
 }
 
-static void test_usage_tokens(void **state)
+static void test_usage_read(void **state)
 {
 	static const struct {
 		const char *text;
-		int64_t want;
+		int64_t total, completion;
 	} cases[] = {
-		{"{\"usage\": {\"total_tokens\": 30}}", 30},
+		{"{\"usage\": {\"total_tokens\": 30}}", 30, 0},
 		{"{\"id\": \"x\", \"usage\":{\"prompt_tokens\":4,"
-		 "\"prompt_tokens_details\":{\"total_tokens\":99},"
+		 "\"completion_tokens\": 6,"
+		 "\"completion_tokens_details\":{\"completion_tokens\":99,"
+		 "\"total_tokens\":99},"
 		 "\"total_tokens\" : 10}}",
-		 10},
+		 10, 6},
 		/* Names and braces inside strings do not count. */
 		{"{\"choices\":[{\"text\":\"{\\\"usage\\\": "
 		 "{\\\"total_tokens\\\": 5}}\"}],"
 		 "\"usage\":{\"total_tokens\":7}}",
-		 7},
-		/* Only the top level's usage. */
-		{"{\"x\": {\"usage\": {\"total_tokens\": 5}}}", 0},
-		{" {\"choices\":[],\"usage\":null}", 0},
-		{"{\"usage\": {\"total_tokens\": -3}}", 0},
-		{"{\"usage\": {\"total_tokens\": \"12\"}}", 0},
-		{"{\"usage\": {\"total_tokens\": 12", 12},
-		{"{\"usage\": {\"tot", 0},
-		{"", 0},
+		 7, 0},
+		/* Only the top level's usage, and only its own counts. */
+		{"{\"x\": {\"usage\": {\"total_tokens\": 5}}}", 0, 0},
+		{"{\"usage\": {\"total_tokens\": 3}, \"later\": "
+		 "{\"total_tokens\": 8}}",
+		 3, 0},
+		{" {\"choices\":[],\"usage\":null}", 0, 0},
+		{"{\"usage\": {\"total_tokens\": -3}}", 0, 0},
+		{"{\"usage\": {\"total_tokens\": \"12\"}}", 0, 0},
+		{"{\"usage\": {\"completion_tokens\": 2, \"total_tokens\": 12",
+		 12, 2},
+		{"{\"usage\": {\"tot", 0, 0},
+		{"", 0, 0},
 	};
 	(void)state;
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		int64_t got = kn_gw_usage_tokens(cases[i].text,
-						 strlen(cases[i].text));
-		if (got != cases[i].want)
-			fail_msg("case %zu: %lld, want %lld", i, (long long)got,
-				 (long long)cases[i].want);
+		struct kn_gw_usage u = {-1, -1};
+		kn_gw_usage_read(cases[i].text, strlen(cases[i].text), &u);
+		if (u.total_tokens != cases[i].total ||
+		    u.completion_tokens != cases[i].completion)
+			fail_msg("case %zu: %lld/%lld, want %lld/%lld", i,
+				 (long long)u.total_tokens,
+				 (long long)u.completion_tokens,
+				 (long long)cases[i].total,
+				 (long long)cases[i].completion);
 	}
 }
 
@@ -373,7 +383,7 @@ int main(void)
 		cmocka_unit_test(test_quota_day_and_month_roll_over),
 		cmocka_unit_test(test_calendar),
 		cmocka_unit_test(test_counters_round_trip),
-		cmocka_unit_test(test_usage_tokens),
+		cmocka_unit_test(test_usage_read),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
