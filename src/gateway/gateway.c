@@ -338,6 +338,9 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 	int rc, fd, port;
 
 	evthread_use_pthreads();
+	/* A client or model server that went away must cost a write's
+	 * EPIPE, not the process. */
+	signal(SIGPIPE, SIG_IGN);
 	gw->opts = *opts;
 	gw->host = kn_xstrdup(opts->host);
 	gw->zone = dup_or_null(opts->zone);
