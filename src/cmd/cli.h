@@ -76,6 +76,7 @@ int cmd_validate(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_version(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_sim(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_health(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_tune(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_blob(struct cli_ctx *ctx, int argc, char **argv);

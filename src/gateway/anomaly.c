@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway/anomaly.h"
+#include "gateway/gateway.h"
 
 /* Makes a MAD estimate a standard deviation's equal for normal data. */
 #define MAD_SCALE 1.4826

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "gateway/anomaly.h"
+#include "gateway/gateway.h"
 
 #define WINDOW_MS 1000
 #define PER_WINDOW 20

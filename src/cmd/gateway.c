@@ -1,0 +1,185 @@
+/*
+ * kiln gateway: the OpenAI-compatible data plane in front of deployments
+ * (src/gateway/ does the work; this file reads flags and finds the server
+ * and token the way the CLI does).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+#include "gateway/gateway.h"
+
+/* server.url and admin.token hold one short line. */
+#define SMALL_FILE_MAX 4096
+
+/* $KILN_HOME/NAME's first line, trimmed; NULL when absent or empty. */
+static char *read_line(const char *home, const char *name)
+{
+	char *path = kn_asprintf("%s/%s", home, name), *text = NULL;
+	size_t len;
+
+	if (kn_read_file(path, SMALL_FILE_MAX, &text, &len) == 0) {
+		text[strcspn(text, "\r\n")] = '\0';
+		len = strlen(text);
+		while (len > 0 && isspace((unsigned char)text[len - 1]))
+			text[--len] = '\0';
+		if (!text[0]) {
+			free(text);
+			text = NULL;
+		}
+	}
+	free(path);
+	return text;
+}
+
+static char *pick(const char *flag, const char *env_name, const char *home,
+		  const char *file)
+{
+	const char *env = getenv(env_name);
+
+	if (flag)
+		return kn_xstrdup(flag);
+	if (env && *env)
+		return kn_xstrdup(env);
+	return read_line(home, file);
+}
+
+/* "1s", "500ms", or a bare number of seconds; > 0. */
+static int parse_secs_or_duration(const char *s, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	if (s[0] && strspn(s, "0123456789") == strlen(s)) {
+		errno = 0;
+		v = strtoll(s, &end, 10);
+		if (errno || v <= 0 || v > INT64_MAX / 1000)
+			return -EINVAL;
+		*out = v * 1000;
+		return 0;
+	}
+	if (kn_parse_duration(s, out) < 0 || *out <= 0)
+		return -EINVAL;
+	return 0;
+}
+
+int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *listen = "127.0.0.1:7080", *zone = NULL, *routes = NULL,
+		   *refresh = "1s", *access_log = NULL, *home_flag = NULL,
+		   *max_body = "1Mi", *max_headers = "16Ki",
+		   *upstream_timeout = "300s", *cooldown = "5s";
+	int workers = 1, breaker_failures = 3;
+	struct cli_flag flags[] = {
+		{"listen", 0, CLI_FLAG_STRING, &listen},
+		{"workers", 0, CLI_FLAG_COUNT, &workers},
+		{"zone", 0, CLI_FLAG_STRING, &zone},
+		{"routes", 0, CLI_FLAG_STRING, &routes},
+		{"refresh", 0, CLI_FLAG_STRING, &refresh},
+		{"access-log", 0, CLI_FLAG_STRING, &access_log},
+		{"home", 0, CLI_FLAG_STRING, &home_flag},
+		{"max-body", 0, CLI_FLAG_STRING, &max_body},
+		{"max-header-size", 0, CLI_FLAG_STRING, &max_headers},
+		{"upstream-timeout", 0, CLI_FLAG_STRING, &upstream_timeout},
+		{"breaker-failures", 0, CLI_FLAG_COUNT, &breaker_failures},
+		{"breaker-cooldown", 0, CLI_FLAG_STRING, &cooldown},
+		{NULL, 0, 0, NULL},
+	};
+	struct kn_gateway_options o = {0};
+	struct kn_gateway *gw = NULL;
+	struct kn_error err;
+	char host[256], *colon, *home = NULL, *server = NULL, *token = NULL;
+	long port;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc != CLI_GO)
+		return rc;
+	colon = strrchr(listen, ':');
+	port = colon ? strtol(colon + 1, NULL, 10) : -1;
+	if (!colon || colon == listen ||
+	    (size_t)(colon - listen) >= sizeof(host) || !colon[1] ||
+	    strspn(colon + 1, "0123456789") != strlen(colon + 1) || port < 0 ||
+	    port > 65535)
+		return cli_usage_error(ctx, "--listen: \"%s\" is not HOST:PORT "
+					    "(e.g. 127.0.0.1:7080)", listen);
+	memcpy(host, listen, (size_t)(colon - listen));
+	host[colon - listen] = '\0';
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	if (workers < 1 || workers > 256)
+		return cli_usage_error(ctx, "--workers: must be 1..256");
+	if (breaker_failures < 1)
+		return cli_usage_error(ctx, "--breaker-failures: must be >= 1");
+	if (parse_secs_or_duration(refresh, &o.refresh_ms) < 0)
+		return cli_usage_error(ctx, "--refresh: \"%s\" is not a "
+					    "duration (1s, 500ms, or seconds)",
+				       refresh);
+	if (parse_secs_or_duration(upstream_timeout, &o.upstream_timeout_ms) <
+	    0)
+		return cli_usage_error(ctx, "--upstream-timeout: \"%s\" is not "
+					    "a duration (300s, 5m)",
+				       upstream_timeout);
+	if (parse_secs_or_duration(cooldown, &o.breaker_cooldown_ms) < 0)
+		return cli_usage_error(ctx, "--breaker-cooldown: \"%s\" is not "
+					    "a duration (5s, 500ms)",
+				       cooldown);
+	if (kn_parse_size(max_body, &o.max_body) < 0 || o.max_body < 1 ||
+	    o.max_body > 1024LL * 1024 * 1024)
+		return cli_usage_error(ctx, "--max-body: \"%s\" is not a size "
+					    "up to 1Gi (1Mi, 64Ki)",
+				       max_body);
+	if (kn_parse_size(max_headers, &o.max_headers) < 0 ||
+	    o.max_headers < 1024 || o.max_headers > 1024 * 1024)
+		return cli_usage_error(ctx, "--max-header-size: \"%s\" is not a "
+					    "size in 1Ki..1Mi",
+				       max_headers);
+	home = home_flag ? kn_xstrdup(home_flag) : cli_kiln_home();
+	if (!routes) {
+		server = pick(ctx->server, "KILN_SERVER", home, "server.url");
+		token = pick(ctx->token, "KILN_TOKEN", home, "admin.token");
+		if (!server) {
+			rc = cli_usage_error(
+				ctx, "no route table: pass --routes FILE, or a "
+				     "server with --server / KILN_SERVER / "
+				     "$KILN_HOME/server.url");
+			goto out;
+		}
+		while (strlen(server) > 1 && server[strlen(server) - 1] == '/')
+			server[strlen(server) - 1] = '\0';
+	}
+	o.host = host;
+	o.port = (int)port;
+	o.workers = workers;
+	o.zone = zone;
+	o.home = home;
+	o.routes_file = routes;
+	o.server = server;
+	o.token = token;
+	o.access_log = access_log;
+	o.breaker_failures = breaker_failures;
+	if (kn_gateway_new(&o, &gw, &err) < 0) {
+		rc = cli_fail(ctx, "%s", err.message);
+		goto out;
+	}
+	fprintf(stderr, "%s: serving %s (%d worker%s%s%s), routes from %s\n",
+		ctx->prog, kn_gateway_url(gw), workers, workers == 1 ? "" : "s",
+		zone ? ", zone " : "", zone ? zone : "",
+		routes ? routes : server);
+	fflush(stderr);
+	rc = kn_gateway_run(gw) < 0 ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+out:
+	kn_gateway_free(gw);
+	free(home);
+	free(server);
+	free(token);
+	return rc;
+}

@@ -1,0 +1,544 @@
+/*
+ * The gateway's HTTP/1.1 server side, on raw non-blocking sockets.
+ *
+ * libevent's evhttp served the first version; per request it turned the
+ * connection's reading off and on and deferred each answer to the next
+ * turn of the loop (three epoll_ctl calls and an ioctl a request, a third
+ * of the syscalls left after upstream.c). Here a connection's read event
+ * is added once and stays, an answer is written when it is ready, and a
+ * read is one read(2): a kept-alive request costs a read and a writev.
+ *
+ * What it takes: requests with a Content-Length body (or none); chunked
+ * request bodies get 411 (OpenAI clients send lengths). Expect:
+ * 100-continue is answered. Caps: the head (request line and headers,
+ * else 431) and the body (else 413), both given at creation; a
+ * connection quiet for IDLE_TIMEOUT_S is closed. One request at a time
+ * per connection: pipelined requests wait in the buffer until the answer
+ * before them is out. Answers: whole (Content-Length) or chunked streams.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "gateway/internal.h"
+
+#define IDLE_TIMEOUT_S 600
+/* How long a closed-for-writing connection is read before it is dropped. */
+#define LINGER_S 2
+#define READ_CHUNK (64 * 1024)
+#define HEADERS_MAX 128 /* fields in one request head */
+
+struct gw_front {
+	struct event_base *base;
+	struct evconnlistener *listener;
+	gw_front_handler handler;
+	void *arg;
+	size_t max_head, max_body;
+	struct front_conn *conns; /* open connections, for the shutdown */
+};
+
+struct front_conn {
+	struct gw_front *f;
+	struct front_conn *prev, *next;
+	int fd;
+	struct event *rev, *wev;
+	struct evbuffer *in, *out;
+	struct gw_req *req;   /* being answered, or NULL */
+	bool closing;         /* close once out is written */
+	bool lingering;       /* written and shut: reading until the end */
+	bool keep_alive;      /* of the request being answered */
+};
+
+struct gw_req {
+	struct front_conn *conn;
+	char *head;          /* the request head, NUL-split in place */
+	const char *method, *target;
+	const char *names[HEADERS_MAX], *values[HEADERS_MAX];
+	size_t n_headers;
+	char *body;
+	size_t body_len;
+	struct evbuffer *headers; /* "Name: value\r\n" lines to send */
+	bool streaming;
+	gw_front_gone on_gone;
+	void *gone_arg;
+};
+
+static void conn_free(struct front_conn *c);
+static void process(struct front_conn *c);
+
+/* ---- writing ---- */
+
+/*
+ * Write what is waiting. A connection to close is shut for writing once
+ * all is out and then read to its end (briefly): closing with unread
+ * bytes would reset it and could destroy the answer before the client
+ * read it (the 413 and 431 cases). false when the connection was freed.
+ */
+static bool flush(struct front_conn *c)
+{
+	while (evbuffer_get_length(c->out) > 0) {
+		int n = evbuffer_write(c->out, c->fd);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				break;
+			conn_free(c); /* the client is gone */
+			return false;
+		}
+	}
+	if (evbuffer_get_length(c->out) > 0) {
+		event_add(c->wev, NULL);
+		return true;
+	}
+	if (c->closing && !c->req && !c->lingering) {
+		struct timeval linger = {LINGER_S, 0};
+		shutdown(c->fd, SHUT_WR);
+		c->lingering = true;
+		event_add(c->rev, &linger);
+	}
+	return true;
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	flush(arg);
+}
+
+static const char *reason(int status)
+{
+	switch (status) {
+	case 100: return "Continue";
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 411: return "Length Required";
+	case 413: return "Payload Too Large";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 500: return "Internal Server Error";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	default: return "Status";
+	}
+}
+
+static void add_str(struct evbuffer *b, const char *s)
+{
+	evbuffer_add(b, s, strlen(s));
+}
+
+static void put_head(struct gw_req *r, int status, const char *framing)
+{
+	struct front_conn *c = r->conn;
+	char line[64];
+	int n = snprintf(line, sizeof(line), "HTTP/1.1 %d ", status);
+
+	evbuffer_add(c->out, line, (size_t)n);
+	add_str(c->out, reason(status));
+	add_str(c->out, "\r\n");
+	add_str(c->out, framing);
+	evbuffer_add_buffer(c->out, r->headers);
+	if (!c->keep_alive)
+		evbuffer_add(c->out, "Connection: close\r\n", 19);
+	evbuffer_add(c->out, "\r\n", 2);
+}
+
+/* The request is answered: free it, then go on with the connection. */
+static void req_done(struct gw_req *r)
+{
+	struct front_conn *c = r->conn;
+
+	c->req = NULL;
+	free(r->head);
+	free(r->body);
+	evbuffer_free(r->headers);
+	free(r);
+	if (!c->keep_alive)
+		c->closing = true;
+	if (flush(c))
+		process(c); /* a pipelined request may be waiting */
+}
+
+void gw_req_reply(struct gw_req *r, int status, const void *body, size_t len)
+{
+	char framing[64];
+
+	snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", len);
+	put_head(r, status, framing);
+	evbuffer_add(r->conn->out, body, len);
+	req_done(r);
+}
+
+void gw_req_reply_buffer(struct gw_req *r, int status, struct evbuffer *body)
+{
+	char framing[64];
+
+	snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n",
+		 evbuffer_get_length(body));
+	put_head(r, status, framing);
+	evbuffer_add_buffer(r->conn->out, body);
+	req_done(r);
+}
+
+void gw_req_stream_start(struct gw_req *r, int status)
+{
+	r->streaming = true;
+	put_head(r, status, "Transfer-Encoding: chunked\r\n");
+	flush(r->conn);
+}
+
+void gw_req_stream_chunk(struct gw_req *r, struct evbuffer *data)
+{
+	size_t len = evbuffer_get_length(data);
+
+	if (!len)
+		return;
+	evbuffer_add_printf(r->conn->out, "%zx\r\n", len);
+	evbuffer_add_buffer(r->conn->out, data);
+	evbuffer_add(r->conn->out, "\r\n", 2);
+	flush(r->conn);
+}
+
+void gw_req_stream_end(struct gw_req *r)
+{
+	evbuffer_add(r->conn->out, "0\r\n\r\n", 5);
+	req_done(r);
+}
+
+void gw_req_add_header(struct gw_req *r, const char *name, const char *value)
+{
+	/* Values come from model servers too: no line breaks get through. */
+	if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
+		return;
+	add_str(r->headers, name);
+	evbuffer_add(r->headers, ": ", 2);
+	add_str(r->headers, value);
+	evbuffer_add(r->headers, "\r\n", 2);
+}
+
+void gw_req_on_gone(struct gw_req *r, gw_front_gone cb, void *arg)
+{
+	r->on_gone = cb;
+	r->gone_arg = arg;
+}
+
+/* ---- reading ---- */
+
+const char *gw_req_method(const struct gw_req *r)
+{
+	return r->method;
+}
+
+const char *gw_req_target(const struct gw_req *r)
+{
+	return r->target;
+}
+
+const char *gw_req_header(const struct gw_req *r, const char *name)
+{
+	for (size_t i = 0; i < r->n_headers; i++)
+		if (!strcasecmp(r->names[i], name))
+			return r->values[i];
+	return NULL;
+}
+
+const char *gw_req_body(const struct gw_req *r, size_t *len)
+{
+	*len = r->body_len;
+	return r->body ? r->body : "";
+}
+
+char *gw_req_take_body(struct gw_req *r, size_t *len)
+{
+	char *body = r->body ? r->body : kn_xstrdup("");
+
+	*len = r->body_len;
+	r->body = NULL;
+	r->body_len = 0;
+	return body;
+}
+
+/* Refuse the request at hand before it was parsed whole, and close. */
+static void refuse(struct front_conn *c, int status, const char *code,
+		   const char *message)
+{
+	char body[256];
+	int n = snprintf(body, sizeof(body),
+			 "{\"error\":{\"message\":\"%s\",\"type\":"
+			 "\"invalid_request_error\",\"param\":null,\"code\":"
+			 "\"%s\"}}\n",
+			 message, code);
+
+	evbuffer_add_printf(c->out,
+			    "HTTP/1.1 %d %s\r\nContent-Type: application/json"
+			    "\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+			    "%s",
+			    status, reason(status), n, body);
+	evbuffer_drain(c->in, evbuffer_get_length(c->in));
+	c->closing = true;
+	flush(c);
+}
+
+/*
+ * Split the head in place: request line, then "Name: value" fields.
+ * 0, or -1 when it is not HTTP/1.x.
+ */
+static int split_head(struct gw_req *r, size_t len, bool *http10)
+{
+	char *p = r->head, *end = r->head + len, *line, *sp;
+
+	line = p;
+	p = memchr(p, '\n', (size_t)(end - p));
+	if (!p)
+		return -1;
+	*p++ = '\0';
+	if (p - 2 >= line && p[-2] == '\r')
+		p[-2] = '\0';
+	r->method = line;
+	if (!(sp = strchr(line, ' ')))
+		return -1;
+	*sp++ = '\0';
+	r->target = sp;
+	if (!(sp = strchr(sp, ' ')))
+		return -1;
+	*sp++ = '\0';
+	if (strncmp(sp, "HTTP/1.", 7))
+		return -1;
+	*http10 = sp[7] == '0';
+	while (p < end) {
+		char *nl = memchr(p, '\n', (size_t)(end - p)), *colon, *v;
+		if (!nl)
+			break;
+		*nl = '\0';
+		if (nl > p && nl[-1] == '\r')
+			nl[-1] = '\0';
+		if (!*p)
+			break;
+		if (!(colon = strchr(p, ':')) || r->n_headers == HEADERS_MAX)
+			return -1;
+		*colon = '\0';
+		for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
+			;
+		for (char *t = v + strlen(v); t > v && (t[-1] == ' ' ||
+							  t[-1] == '\t');)
+			*--t = '\0';
+		r->names[r->n_headers] = p;
+		r->values[r->n_headers++] = v;
+		p = nl + 1;
+	}
+	return 0;
+}
+
+/* Take the next request off the buffer if it is all there. */
+static void process(struct front_conn *c)
+{
+	struct evbuffer_ptr eoh;
+	struct gw_req *r;
+	const char *cl, *te, *conn_h, *expect;
+	size_t head_len, body_len = 0;
+	bool http10 = false;
+	char *end;
+
+	if (c->req || c->closing || !evbuffer_get_length(c->in))
+		return;
+	eoh = evbuffer_search(c->in, "\r\n\r\n", 4, NULL);
+	if (eoh.pos < 0) {
+		if (evbuffer_get_length(c->in) > c->f->max_head)
+			refuse(c, 431, "headers_too_large",
+			       "The request head is too large.");
+		return;
+	}
+	head_len = (size_t)eoh.pos + 4;
+	if (head_len > c->f->max_head) {
+		refuse(c, 431, "headers_too_large",
+			       "The request head is too large.");
+		return;
+	}
+	r = kn_xcalloc(1, sizeof(*r));
+	r->conn = c;
+	r->head = kn_xmalloc(head_len + 1);
+	evbuffer_copyout(c->in, r->head, head_len);
+	r->head[head_len] = '\0';
+	if (split_head(r, head_len, &http10) < 0) {
+		free(r->head);
+		free(r);
+		refuse(c, 400, "invalid_request", "The request is not HTTP/1.x.");
+		return;
+	}
+	cl = gw_req_header(r, "Content-Length");
+	te = gw_req_header(r, "Transfer-Encoding");
+	conn_h = gw_req_header(r, "Connection");
+	expect = gw_req_header(r, "Expect");
+	if (te && strcasecmp(te, "identity")) {
+		free(r->head);
+		free(r);
+		refuse(c, 411, "length_required",
+		       "Send the body with a Content-Length.");
+		return;
+	}
+	if (cl) {
+		errno = 0;
+		unsigned long long v = strtoull(cl, &end, 10);
+		if (errno || end == cl || *end || cl[0] == '-') {
+			free(r->head);
+			free(r);
+			refuse(c, 400, "invalid_request",
+			       "Malformed Content-Length.");
+			return;
+		}
+		if (v > c->f->max_body) {
+			free(r->head);
+			free(r);
+			refuse(c, 413, "request_too_large",
+			       "The request body is over the gateway's limit.");
+			return;
+		}
+		body_len = (size_t)v;
+	}
+	if (evbuffer_get_length(c->in) < head_len + body_len) {
+		/* The body is still coming; say go on if asked. */
+		if (expect && !strcasecmp(expect, "100-continue") &&
+		    evbuffer_get_length(c->in) == head_len) {
+			evbuffer_add(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+			flush(c);
+		}
+		free(r->head);
+		free(r);
+		return;
+	}
+	evbuffer_drain(c->in, head_len);
+	r->body = kn_xmalloc(body_len + 1);
+	evbuffer_remove(c->in, r->body, body_len);
+	r->body[body_len] = '\0';
+	r->body_len = body_len;
+	r->headers = evbuffer_new();
+	c->keep_alive = http10 ? (conn_h && !strcasecmp(conn_h, "keep-alive"))
+			       : !(conn_h && !strcasecmp(conn_h, "close"));
+	if (http10 && c->keep_alive)
+		gw_req_add_header(r, "Connection", "keep-alive");
+	c->req = r;
+	c->f->handler(r, c->f->arg);
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+	struct front_conn *c = arg;
+	char buf[READ_CHUNK];
+	ssize_t n;
+
+	if (what & EV_TIMEOUT) {
+		if (!c->req)
+			conn_free(c);
+		return;
+	}
+	n = read(fd, buf, sizeof(buf));
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		conn_free(c);
+		return;
+	}
+	if (c->closing)
+		return; /* refused or ending: what follows is dropped */
+	evbuffer_add(c->in, buf, (size_t)n);
+	/* Do not hoard a client's pipeline beyond one request's worth. */
+	if (c->req && evbuffer_get_length(c->in) >
+			      c->f->max_head + c->f->max_body) {
+		c->closing = true;
+		return;
+	}
+	process(c);
+}
+
+static void conn_free(struct front_conn *c)
+{
+	struct gw_req *r = c->req;
+
+	if (r) {
+		c->req = NULL;
+		if (r->on_gone)
+			r->on_gone(r->gone_arg);
+		free(r->head);
+		free(r->body);
+		evbuffer_free(r->headers);
+		free(r);
+	}
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		c->f->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	event_free(c->rev);
+	event_free(c->wev);
+	close(c->fd);
+	evbuffer_free(c->in);
+	evbuffer_free(c->out);
+	free(c);
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
+		      struct sockaddr *sa, int socklen, void *arg)
+{
+	struct gw_front *f = arg;
+	struct front_conn *c = kn_xcalloc(1, sizeof(*c));
+	struct timeval idle = {IDLE_TIMEOUT_S, 0};
+
+	(void)l;
+	(void)sa;
+	(void)socklen;
+	c->f = f;
+	c->fd = fd;
+	c->in = evbuffer_new();
+	c->out = evbuffer_new();
+	c->rev = event_new(f->base, fd, EV_READ | EV_PERSIST, on_read, c);
+	c->wev = event_new(f->base, fd, EV_WRITE, on_write, c);
+	c->next = f->conns;
+	if (f->conns)
+		f->conns->prev = c;
+	f->conns = c;
+	event_add(c->rev, &idle);
+}
+
+struct gw_front *gw_front_new(struct event_base *base, int fd,
+			      size_t max_head, size_t max_body,
+			      gw_front_handler handler, void *arg)
+{
+	struct gw_front *f = kn_xcalloc(1, sizeof(*f));
+
+	f->base = base;
+	f->handler = handler;
+	f->arg = arg;
+	f->max_head = max_head;
+	f->max_body = max_body;
+	f->listener = evconnlistener_new(base, on_accept, f,
+					 LEV_OPT_CLOSE_ON_FREE |
+						 LEV_OPT_CLOSE_ON_EXEC,
+					 -1, fd);
+	if (!f->listener) {
+		close(fd);
+		free(f);
+		return NULL;
+	}
+	return f;
+}
+
+void gw_front_free(struct gw_front *f)
+{
+	if (!f)
+		return;
+	evconnlistener_free(f->listener);
+	while (f->conns)
+		conn_free(f->conns);
+	free(f);
+}

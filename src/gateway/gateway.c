@@ -1,0 +1,488 @@
+/*
+ * The gateway object: where the route table comes from, where counters
+ * are kept, and the workers' lifecycle.
+ *
+ * The main thread runs a kiln loop that only does slow things: polling
+ * the server's GET /v1/gateway/config, writing the last good table to
+ * $KILN_HOME/gateway/routes.json, saving the counters at most once a
+ * second, and the signals. Workers pick up a new table by comparing a
+ * sequence number on each request (one atomic load) and taking a
+ * reference under cfg_lock only when it moved.
+ *
+ * Without the server at start the gateway serves the saved table; with
+ * neither it starts empty (every model is unknown) and keeps polling, so
+ * that starting the gateway before the server is not an error.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/thread.h>
+
+#include "gateway/internal.h"
+
+/* The first fetch at start waits at most this long for the server. */
+#define FIRST_FETCH_TIMEOUT_MS 3000
+#define FETCH_TIMEOUT_MS 5000
+#define SAVE_INTERVAL_MS 1000
+#define COUNTERS_MAX_BYTES (64 * 1024 * 1024)
+#define LISTEN_BACKLOG 4096
+
+struct kn_gw_config *gw_current_config(struct kn_gateway *gw)
+{
+	struct kn_gw_config *cfg;
+
+	pthread_mutex_lock(&gw->cfg_lock);
+	cfg = kn_gw_config_ref(gw->cfg);
+	pthread_mutex_unlock(&gw->cfg_lock);
+	return cfg;
+}
+
+static void install_config(struct kn_gateway *gw, struct kn_gw_config *cfg)
+{
+	struct kn_gw_config *old;
+
+	pthread_mutex_lock(&gw->cfg_lock);
+	old = gw->cfg;
+	gw->cfg = cfg;
+	pthread_mutex_unlock(&gw->cfg_lock);
+	__atomic_add_fetch(&gw->cfg_seq, 1, __ATOMIC_RELEASE);
+	kn_gw_config_unref(old);
+}
+
+/*
+ * Take a fetched or read document: parse it, install it, and (from the
+ * server) keep it on disk. A bad one leaves everything as it was.
+ */
+static int take_document(struct kn_gateway *gw, const char *text, size_t len,
+			 bool save, struct kn_error *err)
+{
+	struct kn_gw_config *cfg;
+	int rc;
+
+	if (gw->last_text && strlen(gw->last_text) == len &&
+	    !memcmp(gw->last_text, text, len))
+		return 0;
+	if ((rc = kn_gw_config_parse_text(text, len, &cfg, err)) < 0)
+		return rc;
+	install_config(gw, cfg);
+	free(gw->last_text);
+	gw->last_text = kn_xmalloc(len + 1);
+	memcpy(gw->last_text, text, len);
+	gw->last_text[len] = '\0';
+	if (save && (rc = kn_write_file_atomic(gw->routes_path, text, len,
+					       0600)) < 0)
+		kn_log(KN_LOG_WARN, "gateway: cannot save %s: %s",
+		       gw->routes_path, strerror(-rc));
+	return 0;
+}
+
+/* ---- polling the server ---- */
+
+static void poll_again(struct kn_gateway *gw)
+{
+	if (gw->poll_timer)
+		kn_timer_arm(gw->poll_timer, gw->opts.refresh_ms);
+}
+
+static void fetched(int status, const char *body, size_t len,
+		    const char *error, void *arg)
+{
+	struct kn_gateway *gw = arg;
+	struct kn_error err;
+	char why[1024];
+
+	gw->poll_in_flight = false;
+	why[0] = '\0';
+	if (status == 200) {
+		if (take_document(gw, body, len, true, &err) < 0)
+			snprintf(why, sizeof(why),
+				 "the server's gateway config is not usable, "
+				 "keeping the previous one: %.700s",
+				 err.message);
+	} else if (status == 0) {
+		snprintf(why, sizeof(why), "cannot reach %s: %s", gw->server,
+			 error ? error : "no answer");
+	} else {
+		snprintf(why, sizeof(why),
+			 "GET %s/v1/gateway/config answered %d: %.200s",
+			 gw->server, status, body ? body : "");
+	}
+	/* Say it once when it starts and once when it ends, not every poll. */
+	if (why[0] && strcmp(why, gw->poll_problem)) {
+		kn_log(KN_LOG_WARN, "gateway: %s", why);
+		kn_strlcpy(gw->poll_problem, why, sizeof(gw->poll_problem));
+	} else if (!why[0] && gw->poll_problem[0]) {
+		kn_log(KN_LOG_INFO, "gateway: config from %s again",
+		       gw->server);
+		gw->poll_problem[0] = '\0';
+	}
+	gw->first_fetch_done = true;
+	if (gw->first_fetch_waiting)
+		kn_loop_stop(gw->loop);
+	else
+		poll_again(gw);
+}
+
+static int start_fetch(struct kn_gateway *gw, int64_t timeout_ms)
+{
+	char *url = kn_asprintf("%s/v1/gateway/config", gw->server);
+	char *auth = gw->token ? kn_asprintf("Authorization: Bearer %s",
+					     gw->token)
+			       : NULL;
+	const char *headers[] = {auth, NULL};
+	int rc = kn_http_fetch(gw->loop, "GET", url, headers, NULL, timeout_ms,
+			       fetched, gw);
+
+	if (rc == 0)
+		gw->poll_in_flight = true;
+	free(url);
+	free(auth);
+	return rc;
+}
+
+static void poll_tick(void *arg)
+{
+	struct kn_gateway *gw = arg;
+
+	if (!gw->poll_in_flight && start_fetch(gw, FETCH_TIMEOUT_MS) < 0)
+		poll_again(gw);
+}
+
+/* Put "path: " before err's message (err must be set). */
+static int prefix_error(struct kn_error *err, const char *path)
+{
+	struct kn_error inner = *err;
+
+	return kn_errorf(err, inner.code, inner.field[0] ? inner.field : NULL,
+			 "%s: %s", path, inner.message);
+}
+
+/* ---- counters ---- */
+
+static void save_counters(struct kn_gateway *gw)
+{
+	json_t *doc;
+	char *text;
+	int rc;
+
+	pthread_mutex_lock(&gw->lim_lock);
+	doc = kn_gw_limiter_dirty(gw->limiter) ? kn_gw_limiter_save(gw->limiter)
+					       : NULL;
+	pthread_mutex_unlock(&gw->lim_lock);
+	if (!doc)
+		return;
+	text = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	if ((rc = kn_write_file_atomic(gw->counters_path, text, strlen(text),
+				       0600)) < 0)
+		kn_log(KN_LOG_WARN, "gateway: cannot save %s: %s",
+		       gw->counters_path, strerror(-rc));
+	free(text);
+}
+
+static void save_tick(void *arg)
+{
+	struct kn_gateway *gw = arg;
+
+	save_counters(gw);
+	kn_timer_arm(gw->save_timer, SAVE_INTERVAL_MS);
+}
+
+static int load_counters(struct kn_gateway *gw, struct kn_error *err)
+{
+	char *text = NULL;
+	size_t len;
+	json_error_t jerr;
+	json_t *doc;
+	int rc = kn_read_file(gw->counters_path, COUNTERS_MAX_BYTES, &text,
+			      &len);
+
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", gw->counters_path,
+				 strerror(-rc));
+	doc = json_loadb(text, len, 0, &jerr);
+	free(text);
+	if (!doc)
+		return kn_errorf(err, KN_EINVAL, NULL, "%s:%d:%d: %s",
+				 gw->counters_path, jerr.line, jerr.column,
+				 jerr.text);
+	rc = kn_gw_limiter_load(gw->limiter, doc, err);
+	json_decref(doc);
+	return rc < 0 ? prefix_error(err, gw->counters_path) : 0;
+}
+
+/* ---- start ---- */
+
+static int load_file(struct kn_gateway *gw, const char *path, bool save,
+		     struct kn_error *err)
+{
+	char *text = NULL;
+	size_t len;
+	int rc = kn_read_file(path, KN_GW_CONFIG_MAX_BYTES, &text, &len);
+
+	if (rc < 0)
+		return kn_errorf(err, rc == -ENOENT ? KN_ENOTFOUND : KN_EIO,
+				 NULL, "%s: %s", path, strerror(-rc));
+	rc = take_document(gw, text, len, save, err);
+	free(text);
+	return rc < 0 ? prefix_error(err, path) : 0;
+}
+
+static int first_config(struct kn_gateway *gw, struct kn_error *err)
+{
+	struct kn_gw_config *empty;
+	int rc;
+
+	if (gw->routes_file)
+		return load_file(gw, gw->routes_file, false, err);
+	gw->first_fetch_waiting = true;
+	if (start_fetch(gw, FIRST_FETCH_TIMEOUT_MS) < 0)
+		return kn_errorf(err, KN_EINVAL, "server",
+				 "server: \"%s\" is not an http:// URL",
+				 gw->server);
+	while (!gw->first_fetch_done)
+		if (kn_loop_run(gw->loop) < 0)
+			return kn_errorf(err, KN_EIO, NULL,
+					 "the control loop broke");
+	gw->first_fetch_waiting = false;
+	if (gw->cfg)
+		return 0;
+	rc = load_file(gw, gw->routes_path, false, err);
+	if (rc == 0) {
+		kn_log(KN_LOG_WARN,
+		       "gateway: serving the saved routes in %s until the "
+		       "server answers",
+		       gw->routes_path);
+		return 0;
+	}
+	if (rc != -ENOENT)
+		return rc;
+	kn_log(KN_LOG_WARN, "gateway: no routes yet (no server answer, no "
+			    "saved copy); polling");
+	rc = kn_gw_config_parse_text("{\"generation\":0,\"deployments\":[],"
+				     "\"keys\":[]}",
+				     45, &empty, err);
+	if (rc < 0)
+		return rc;
+	install_config(gw, empty);
+	return 0;
+}
+
+/* One listening socket per worker on the same address (SO_REUSEPORT). */
+static int listen_socket(struct kn_gateway *gw, int *port,
+			 struct kn_error *err)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct addrinfo *ai = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char service[16];
+	int fd = -1, one = 1, rc;
+
+	snprintf(service, sizeof(service), "%d", *port);
+	if ((rc = getaddrinfo(gw->host, service, &hints, &ai)) != 0)
+		return kn_errorf(err, KN_EINVAL, "listen", "listen: %s: %s",
+				 gw->host, gai_strerror(rc));
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+	    /* Accepted sockets inherit it: answers go out whole, without
+	     * waiting for a delayed ACK (~40 ms on kept-alive connections). */
+	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
+	    listen(fd, LISTEN_BACKLOG) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+		rc = kn_errorf(err, KN_EUNAVAIL, "listen",
+			       "cannot listen on %s:%d: %s", gw->host, *port,
+			       strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(ai);
+		return rc;
+	}
+	freeaddrinfo(ai);
+	*port = ntohs(ss.ss_family == AF_INET6
+			      ? ((struct sockaddr_in6 *)&ss)->sin6_port
+			      : ((struct sockaddr_in *)&ss)->sin_port);
+	return fd;
+}
+
+static void on_stop(void *arg)
+{
+	kn_loop_stop(arg);
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? kn_xstrdup(s) : NULL;
+}
+
+int kn_gateway_new(const struct kn_gateway_options *opts,
+		   struct kn_gateway **out, struct kn_error *err)
+{
+	struct kn_gateway *gw = kn_xcalloc(1, sizeof(*gw));
+	int rc, fd, port;
+
+	evthread_use_pthreads();
+	/* A client or model server that went away must cost a write's
+	 * EPIPE, not the process. */
+	signal(SIGPIPE, SIG_IGN);
+	gw->opts = *opts;
+	gw->host = kn_xstrdup(opts->host);
+	gw->zone = dup_or_null(opts->zone);
+	gw->routes_file = dup_or_null(opts->routes_file);
+	gw->server = dup_or_null(opts->server);
+	gw->token = dup_or_null(opts->token);
+	gw->opts.zone = gw->zone;
+	gw->log_fd = STDERR_FILENO;
+	gw->dir = kn_asprintf("%s/gateway", opts->home);
+	gw->routes_path = kn_asprintf("%s/routes.json", gw->dir);
+	gw->counters_path = kn_asprintf("%s/counters.json", gw->dir);
+	gw->url_path = kn_asprintf("%s/gateway.url", gw->dir);
+	pthread_mutex_init(&gw->cfg_lock, NULL);
+	pthread_mutex_init(&gw->lim_lock, NULL);
+	pthread_mutex_init(&gw->log_lock, NULL);
+	gw->limiter = kn_gw_limiter_new();
+	gw->metrics = gw_metrics_new();
+	gw->loop = kn_loop_new();
+	if (!gw->routes_file && !gw->server) {
+		rc = kn_errorf(err, KN_EINVAL, "server",
+			       "no route table: pass --routes FILE or a "
+			       "server to poll");
+		goto fail;
+	}
+	if ((rc = kn_mkdir_p(gw->dir, 0700)) < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "%s: %s", gw->dir,
+			       strerror(-rc));
+		goto fail;
+	}
+	if (opts->access_log) {
+		gw->log_fd = open(opts->access_log,
+				  O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+				  0600);
+		if (gw->log_fd < 0) {
+			rc = kn_errorf(err, KN_EIO, "access-log", "%s: %s",
+				       opts->access_log, strerror(errno));
+			gw->log_fd = STDERR_FILENO;
+			goto fail;
+		}
+		gw->own_log_fd = true;
+	}
+	if ((rc = load_counters(gw, err)) < 0 ||
+	    (rc = first_config(gw, err)) < 0)
+		goto fail;
+	port = opts->port;
+	gw->workers = kn_xcalloc((size_t)opts->workers, sizeof(*gw->workers));
+	for (int i = 0; i < opts->workers; i++) {
+		if ((fd = listen_socket(gw, &port, err)) < 0) {
+			rc = fd;
+			goto fail;
+		}
+		if (!(gw->workers[i] = gw_worker_new(gw, i, fd, err))) {
+			rc = -EIO;
+			goto fail;
+		}
+		gw->n_workers++;
+	}
+	for (int i = 0; i < gw->n_workers; i++)
+		if ((rc = gw_worker_start(gw->workers[i])) < 0) {
+			rc = kn_errorf(err, KN_EIO, NULL,
+				       "cannot start worker %d: %s", i,
+				       strerror(-rc));
+			goto fail;
+		}
+	gw->port = port;
+	snprintf(gw->url, sizeof(gw->url), "http://%s%s%s:%d",
+		 strchr(gw->host, ':') ? "[" : "", gw->host,
+		 strchr(gw->host, ':') ? "]" : "", port);
+	{
+		char *line = kn_asprintf("%s\n", gw->url);
+		rc = kn_write_file_replace(gw->url_path, line, strlen(line),
+					   0644);
+		free(line);
+		if (rc < 0) {
+			rc = kn_errorf(err, KN_EIO, NULL, "%s: %s",
+				       gw->url_path, strerror(-rc));
+			goto fail;
+		}
+	}
+	if (gw->server) {
+		gw->poll_timer = kn_timer_new(gw->loop, poll_tick, gw);
+		poll_again(gw);
+	}
+	gw->save_timer = kn_timer_new(gw->loop, save_tick, gw);
+	kn_timer_arm(gw->save_timer, SAVE_INTERVAL_MS);
+	kn_loop_on_signal(gw->loop, SIGTERM, on_stop, gw->loop);
+	kn_loop_on_signal(gw->loop, SIGINT, on_stop, gw->loop);
+	*out = gw;
+	return 0;
+fail:
+	kn_gateway_free(gw);
+	return rc;
+}
+
+const char *kn_gateway_url(const struct kn_gateway *gw)
+{
+	return gw->url;
+}
+
+int kn_gateway_run(struct kn_gateway *gw)
+{
+	int rc = kn_loop_run(gw->loop);
+
+	/* Stop serving before the last save, so no count is lost. */
+	for (int i = 0; i < gw->n_workers; i++) {
+		gw_worker_free(gw->workers[i]);
+		gw->workers[i] = NULL;
+	}
+	gw->n_workers = 0;
+	save_counters(gw);
+	unlink(gw->url_path);
+	return rc < 0 ? -EIO : 0;
+}
+
+void kn_gateway_free(struct kn_gateway *gw)
+{
+	if (!gw)
+		return;
+	for (int i = 0; i < gw->n_workers; i++)
+		gw_worker_free(gw->workers[i]);
+	free(gw->workers);
+	kn_timer_free(gw->poll_timer);
+	kn_timer_free(gw->save_timer);
+	if (gw->loop)
+		kn_loop_free(gw->loop);
+	kn_gw_config_unref(gw->cfg);
+	kn_gw_limiter_free(gw->limiter);
+	gw_metrics_free(gw->metrics);
+	pthread_mutex_destroy(&gw->cfg_lock);
+	pthread_mutex_destroy(&gw->lim_lock);
+	pthread_mutex_destroy(&gw->log_lock);
+	if (gw->own_log_fd)
+		close(gw->log_fd);
+	free(gw->last_text);
+	free(gw->host);
+	free(gw->zone);
+	free(gw->routes_file);
+	free(gw->server);
+	free(gw->token);
+	free(gw->dir);
+	free(gw->routes_path);
+	free(gw->counters_path);
+	free(gw->url_path);
+	free(gw);
+}
