@@ -83,6 +83,8 @@ int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_bench(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_events(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_render(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv);
 
 /* Flags. */
 

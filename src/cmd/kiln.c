@@ -266,6 +266,68 @@ static const struct cli_command commands[] = {
 	 "  --csv FILE       write every policy's curves (per arrived %)\n"
 	 "  --plot FILE.png  draw them with gnuplot, like the paper's Fig. 9a\n",
 	 false},
+	{"render", cmd_render, NULL,
+	 "print the Kubernetes manifests of a job or deployment spec",
+	 "usage: kiln render FILE --executor kubernetes [--image IMAGE]\n"
+	 "                   [-n NAMESPACE] [--scheduler-name NAME]\n"
+	 "                   [--gpu-products FILE] [-o yaml|json]\n"
+	 "\n"
+	 "Print what the job spec (kind: Job) or deployment spec (kind:\n"
+	 "Deployment) in FILE (- reads standard input) becomes on Kubernetes,\n"
+	 "for kubectl apply -f: a batch/v1 Job (Indexed, with a headless\n"
+	 "Service for rank 0, when tasks > 1) or an apps/v1 Deployment and its\n"
+	 "Service. GPUs become nvidia.com/gpu or nvidia.com/mig-PROFILE limits\n"
+	 "with the AKS GPU taint toleration, GPU models a node affinity on\n"
+	 "nvidia.com/gpu.product, preemptible the AKS spot toleration, the\n"
+	 "checkpoint grace a preStop hook and terminationGracePeriodSeconds.\n"
+	 "A GPU share is an annotation that only `kiln kube-scheduler` reads.\n"
+	 "Needs no server and no cluster. See docs/kubernetes.md.\n"
+	 "\n"
+	 "  --executor kubernetes  the engine to render for (the only one)\n"
+	 "  --image IMAGE          the container image; required, since specs\n"
+	 "                         name none\n"
+	 "  -n, --namespace NS     write metadata.namespace\n"
+	 "  --scheduler-name NAME  schedulerName of every pod (default: kiln\n"
+	 "                         for GPU shares only, else the default\n"
+	 "                         scheduler)\n"
+	 "  --gpu-products FILE    GPU model to nvidia.com/gpu.product table\n"
+	 "                         (default the source tree's\n"
+	 "                         data/gpu-products.csv)\n"
+	 "  -o yaml|json           YAML documents (default) or a JSON array\n",
+	 false},
+	{"kube-scheduler", cmd_kube_scheduler, NULL,
+	 "place pods on Kubernetes with kiln's packing policies",
+	 "usage: kiln kube-scheduler [--kubeconfig FILE] [--context NAME]\n"
+	 "                           [--policy NAME] [--scheduler-name NAME]\n"
+	 "                           [--gpu-products FILE]\n"
+	 "                           [--service-account-dir DIR]\n"
+	 "                           [--watch-timeout SECONDS] [--debug]\n"
+	 "\n"
+	 "A secondary Kubernetes scheduler: list nodes and pods, watch pods,\n"
+	 "and bind each pending pod whose spec.schedulerName is NAME to the\n"
+	 "node the packing policy picks (GPU shares from the kiln.dev/gpu-milli\n"
+	 "annotation go to a GPU, written back as kiln.dev/gpu). Runs until\n"
+	 "SIGTERM or SIGINT. Needs RBAC: pods get/list/watch, pods/binding\n"
+	 "create, nodes get/list/watch (docs/kubernetes.md).\n"
+	 "\n"
+	 "  --kubeconfig FILE      credentials from a kubeconfig (default\n"
+	 "                         $KUBECONFIG; else the pod's service account)\n"
+	 "  --context NAME         the kubeconfig context (default its\n"
+	 "                         current-context)\n"
+	 "  --policy NAME          random, dot-product, gpu-clustering,\n"
+	 "                         gpu-packing, best-fit, fgd or kiln (default)\n"
+	 "  --scheduler-name NAME  the schedulerName to serve (default kiln)\n"
+	 "  --gpu-products FILE    as for kiln render\n"
+	 "  --service-account-dir DIR  token and ca.crt in a cluster (default\n"
+	 "                         /var/run/secrets/kubernetes.io/serviceaccount)\n"
+	 "  --watch-timeout SECONDS  how long the API keeps one watch open;\n"
+	 "                         nodes are listed again between watches\n"
+	 "                         (default 300)\n"
+	 "  --debug                log debug messages\n"
+	 "\n"
+	 "Exit status: 0 after SIGTERM or SIGINT, 1 when credentials or the\n"
+	 "product table cannot be read, 2 on a usage error.\n",
+	 false},
 	{"exporter", cmd_exporter, NULL,
 	 "serve this node's metrics for Prometheus",
 	 "usage: kiln exporter [--listen HOST:PORT] [--root DIR]\n"
