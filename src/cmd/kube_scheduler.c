@@ -196,15 +196,18 @@ static int on_event(void *arg, const char *type, json_t *object)
 	struct kn_error err = {0};
 
 	if (!strcmp(type, "ERROR")) {
-		/* 410 Expired: our version is compacted away. Any other
-		   error: start over from a list too. */
-		kn_log(json_integer_value(json_object_get(object, "code")) ==
-				       410 ?
-			       KN_LOG_INFO :
-			       KN_LOG_WARN,
+		/* 410 Expired: our version is compacted away, a normal turn
+		   that relists at once. Any other error: relist too, after
+		   the back-off unless events came first. */
+		bool expired =
+			json_integer_value(json_object_get(object, "code")) == 410;
+
+		kn_log(expired ? KN_LOG_INFO : KN_LOG_WARN,
 		       "watch: %s; listing again",
 		       json_string_value(json_object_get(object, "message")) ?:
 			       "error event");
+		if (expired)
+			s->events++;
 		s->relist = true;
 		return 1;
 	}
