@@ -14,6 +14,9 @@ packages=(
   prometheus
   python3-torch
   libopenmpi-dev openmpi-bin
+  # tests/e2e/test_kube.py: PyYAML reads rendered manifests back; the
+  # openssl tool makes the replayed API server's certificate
+  python3-yaml openssl
 )
 
 missing=()
