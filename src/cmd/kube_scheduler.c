@@ -49,7 +49,7 @@ struct sched {
 	char *rv;         /* last resourceVersion seen on pods */
 	json_t *reported; /* "ns/name" -> last reason logged */
 	bool relist;      /* set by an ERROR event */
-	long events;      /* pod events seen by the current watch */
+	bool failed;      /* ... that was not 410 Expired */
 	long binds;
 };
 
@@ -197,8 +197,8 @@ static int on_event(void *arg, const char *type, json_t *object)
 
 	if (!strcmp(type, "ERROR")) {
 		/* 410 Expired: our version is compacted away, a normal turn
-		   that relists at once. Any other error: relist too, after
-		   the back-off unless events came first. */
+		   that relists at once. Any other error: relist after the
+		   back-off. */
 		bool expired =
 			json_integer_value(json_object_get(object, "code")) == 410;
 
@@ -206,13 +206,11 @@ static int on_event(void *arg, const char *type, json_t *object)
 		       "watch: %s; listing again",
 		       json_string_value(json_object_get(object, "message")) ?:
 			       "error event");
-		if (expired)
-			s->events++;
 		s->relist = true;
+		s->failed = !expired;
 		return 1;
 	}
 	set_rv(s, object);
-	s->events++;
 	if (!strcmp(type, "BOOKMARK"))
 		return 0;
 	if (kn_kube_cluster_pod_event(s->cluster, type, object, &err) < 0) {
@@ -259,8 +257,14 @@ static int relist(struct sched *s)
 	return rc;
 }
 
-/* Watch pods until the stream ends; true when a relist is needed. */
-static bool watch(struct sched *s, int seconds)
+enum watch_end {
+	WATCH_ENDED,   /* the server closed it: resume from s->rv */
+	WATCH_EXPIRED, /* 410: list again at once */
+	WATCH_FAILED,  /* list again after the back-off */
+};
+
+/* Watch pods until the stream ends. */
+static enum watch_end watch(struct sched *s, int seconds)
 {
 	struct kn_error err = {0};
 	char *rv = curl_easy_escape(NULL, s->rv ? s->rv : "", 0);
@@ -271,23 +275,26 @@ static bool watch(struct sched *s, int seconds)
 	int rc;
 
 	s->relist = false;
-	s->events = 0;
+	s->failed = false;
 	rc = kn_kube_watch(s->client, path, on_event, s, &status, &err);
 	curl_free(rv);
 	free(path);
 	if (rc < 0) {
 		if (rc != -EINTR)
 			kn_log(KN_LOG_ERROR, "watch: %s", err.message);
-		return true;
+		return WATCH_FAILED;
 	}
 	if (s->relist)
-		return true;
-	if (status != 200) {
-		kn_log(status == 410 ? KN_LOG_INFO : KN_LOG_ERROR,
-		       "watch: HTTP %ld; listing again", status);
-		return true;
+		return s->failed ? WATCH_FAILED : WATCH_EXPIRED;
+	if (status == 410) {
+		kn_log(KN_LOG_INFO, "watch: HTTP 410 Gone; listing again");
+		return WATCH_EXPIRED;
 	}
-	return false;
+	if (status != 200) {
+		kn_log(KN_LOG_ERROR, "watch: HTTP %ld; listing again", status);
+		return WATCH_FAILED;
+	}
+	return WATCH_ENDED;
 }
 
 int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
@@ -304,6 +311,7 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 	int watch_seconds = DEFAULT_WATCH_SECONDS, rc;
 	int64_t retry_ms = RETRY_FIRST_MS;
 	bool debug = false, need_list = true;
+	enum watch_end end;
 	const struct cli_flag flags[] = {
 		{"kubeconfig", 0, CLI_FLAG_STRING, &kubeconfig},
 		{"context", 0, CLI_FLAG_STRING, &context},
@@ -368,13 +376,14 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 		}
 		if (stop_flag)
 			break;
-		need_list = watch(&s, watch_seconds);
-		/* A watch that fails before any event would spin: back off. */
-		if (need_list && s.events == 0) {
+		end = watch(&s, watch_seconds);
+		need_list = end != WATCH_ENDED;
+		/* A watch that keeps failing would spin: back off. */
+		if (end == WATCH_FAILED) {
 			pause_ms(retry_ms);
 			retry_ms = retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS :
 								 retry_ms * 2;
-		} else if (!need_list || s.events) {
+		} else {
 			retry_ms = RETRY_FIRST_MS;
 		}
 	}

@@ -181,8 +181,13 @@ class ApiServer:
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.closing = threading.Event()
-        self.pod_lists = [FIXTURES / "pods.json", FIXTURES / "pods-relist.json"]
-        self.watches = [FIXTURES / "watch-1.jsonl", FIXTURES / "watch-2.jsonl"]
+        self.pod_lists = [FIXTURES / "pods.json",
+                          FIXTURES / "pods-relist.json",
+                          FIXTURES / "pods-relist-2.json"]
+        # A file streams its events; a number is the HTTP status the
+        # watch request gets instead.
+        self.watches = [FIXTURES / "watch-1.jsonl",
+                        FIXTURES / "watch-2.jsonl", 410]
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -230,6 +235,12 @@ class ApiServer:
             def stream_watch(self):
                 with api.lock:
                     src = api.watches.pop(0) if api.watches else None
+                if isinstance(src, int):
+                    return self.reply(src, {
+                        "kind": "Status", "apiVersion": "v1",
+                        "metadata": {}, "status": "Failure",
+                        "message": "too old resource version",
+                        "reason": "Gone", "code": src})
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -328,10 +339,10 @@ users:
     proc = start_scheduler("--kubeconfig", str(kubeconfig),
                            "--watch-timeout", "30")
     try:
-        # The third watch is the one after the relist that the 410 forced.
+        # The fourth watch follows the relist that HTTP 410 forced.
         wait_for(lambda: sum(r["query"].get("watch") == ["1"]
-                             for r in api.requests) >= 3 and
-                 len(api.bindings) >= 3, what="three watches, three bindings")
+                             for r in api.requests) >= 4,
+                 what="four watches")
     finally:
         err = stop(proc)
         api.close()
@@ -353,7 +364,11 @@ users:
         # 410 Expired: a full relist, then a watch from the new list.
         ("GET", "/api/v1/nodes", None), ("GET", watch, None),
         ("POST", "/api/v1/namespaces/ml/pods/infer-h-0/binding", None),
+        # HTTP 410 Gone on the watch itself: a relist again, nothing new
+        # to bind, a watch from that list.
         ("GET", watch, "48720"),
+        ("GET", "/api/v1/nodes", None), ("GET", watch, None),
+        ("GET", watch, "48900"),
     ]
     assert seq == expected, seq
     for r in api.requests:
