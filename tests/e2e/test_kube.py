@@ -2,9 +2,9 @@
 by field, and `kiln kube-scheduler` against a local server that replays
 Kubernetes API responses (tests/fixtures/kube, see its README.md), checks
 each request kiln sends and records the bindings it posts."""
+import base64
 import json
 import os
-import queue
 import signal
 import ssl
 import subprocess
@@ -175,7 +175,8 @@ class ApiServer:
     a pod bound only after it was). The last watch stays open until
     close()."""
 
-    def __init__(self, tls=None):
+    def __init__(self, tls=None, client_ca=None):
+        self.client_ca = client_ca
         self.requests = []
         self.bindings = []
         self.lock = threading.Lock()
@@ -215,9 +216,16 @@ class ApiServer:
                     api.changed.notify_all()
                 return entry
 
+            def authorized(self, req):
+                # With client certificates the TLS handshake has checked
+                # the certificate already; otherwise the bearer token.
+                if api.client_ca:
+                    return bool(self.connection.getpeercert())
+                return req["auth"] == f"Bearer {TOKEN}"
+
             def do_GET(self):
                 req = self.record()
-                if req["auth"] != f"Bearer {TOKEN}":
+                if not self.authorized(req):
                     return self.reply(401, {"kind": "Status", "code": 401})
                 if req["path"] == "/api/v1/nodes":
                     return self.reply(200, json.loads(
@@ -269,7 +277,7 @@ class ApiServer:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length))
                 req = self.record(body)
-                if req["auth"] != f"Bearer {TOKEN}":
+                if not self.authorized(req):
                     return self.reply(401, {"kind": "Status", "code": 401})
                 with api.lock:
                     api.bindings.append((req["path"], body))
@@ -282,6 +290,9 @@ class ApiServer:
         if tls:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.load_cert_chain(*tls)
+            if client_ca:
+                ctx.verify_mode = ssl.CERT_REQUIRED
+                ctx.load_verify_locations(client_ca)
             self.httpd.socket = ctx.wrap_socket(self.httpd.socket,
                                                 server_side=True)
         self.port = self.httpd.server_address[1]
@@ -386,15 +397,21 @@ users:
     assert "by taints" in err
 
 
-def test_scheduler_in_cluster_tls(tmp_path):
-    """Service-account credentials over TLS: the CA and the token come from
-    the account's directory; the token file is read per request."""
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+def make_cert(tmp_path, name):
+    """A self-signed certificate for 127.0.0.1: (key, cert) paths."""
+    key, cert = tmp_path / f"{name}-key.pem", tmp_path / f"{name}.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                     "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
                     "-subj", "/CN=127.0.0.1", "-addext",
                     "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
                     "-out", str(cert)], check=True, capture_output=True)
+    return key, cert
+
+
+def test_scheduler_in_cluster_tls(tmp_path):
+    """Service-account credentials over TLS: the CA and the token come from
+    the account's directory; the token file is read per request."""
+    key, cert = make_cert(tmp_path, "server")
     sa = tmp_path / "sa"
     sa.mkdir()
     (sa / "token").write_text(TOKEN + "\n")
@@ -410,6 +427,41 @@ def test_scheduler_in_cluster_tls(tmp_path):
         stop(proc)
         api.close()
     assert api.bindings[0] == binding("ml", "train-d-0", N2)
+
+
+def test_scheduler_client_certificate(tmp_path):
+    """A kubeconfig with embedded CA and client certificate data (base64 of
+    PEM, as kubeadm and az aks get-credentials write them), no token: the
+    server admits only the client certificate it trusts."""
+    key, cert = make_cert(tmp_path, "server")
+    ckey, ccert = make_cert(tmp_path, "client")
+    api = ApiServer(tls=(str(cert), str(key)), client_ca=str(ccert))
+    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(f"""current-context: c
+clusters:
+- name: aks
+  cluster:
+    server: https://127.0.0.1:{api.port}
+    certificate-authority-data: {b64(cert)}
+contexts: [{{name: c, context: {{cluster: aks, user: admin}}}}]
+users:
+- name: admin
+  user:
+    client-certificate-data: {b64(ccert)}
+    client-key-data: {b64(ckey)}
+""")
+    env = dict(os.environ)
+    env.pop("KUBECONFIG", None)
+    proc = start_scheduler("--kubeconfig", str(kubeconfig), env=env)
+    try:
+        wait_for(lambda: len(api.bindings) >= 1,
+                 what="a binding with a client certificate")
+    finally:
+        stop(proc)
+        api.close()
+    assert api.bindings[0] == binding("ml", "train-d-0", N2)
+    assert all(r["auth"] is None for r in api.requests)
 
 
 def test_scheduler_errors(tmp_path):
