@@ -74,6 +74,15 @@ static void set_rv(struct sched *s, json_t *obj)
 	}
 }
 
+/* The message of an API Status object, or dflt. */
+static const char *status_message(json_t *status, const char *dflt)
+{
+	const char *s =
+		json_string_value(json_object_get(status, "message"));
+
+	return s ? s : dflt;
+}
+
 static int list(struct sched *s, const char *path, json_t **out)
 {
 	struct kn_error err = {0};
@@ -88,8 +97,7 @@ static int list(struct sched *s, const char *path, json_t **out)
 	}
 	if (status != 200) {
 		kn_log(KN_LOG_ERROR, "GET %s: HTTP %ld: %s", path, status,
-		       json_string_value(json_object_get(body, "message")) ?:
-			       "no message");
+		       status_message(body, "no message"));
 		json_decref(body);
 		return -EIO;
 	}
@@ -142,8 +150,7 @@ static void bind_one(struct sched *s, const struct kn_kube_pod_ref *p,
 	} else {
 		char *reason = kn_asprintf(
 			"POST %s: HTTP %ld: %s", path, status,
-			json_string_value(json_object_get(answer, "message")) ?:
-				"no message");
+			status_message(answer, "no message"));
 		report(s, now, key, reason);
 		free(reason);
 	}
@@ -204,8 +211,7 @@ static int on_event(void *arg, const char *type, json_t *object)
 
 		kn_log(expired ? KN_LOG_INFO : KN_LOG_WARN,
 		       "watch: %s; listing again",
-		       json_string_value(json_object_get(object, "message")) ?:
-			       "error event");
+		       status_message(object, "error event"));
 		s->relist = true;
 		s->failed = !expired;
 		return 1;
@@ -312,6 +318,7 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 	int64_t retry_ms = RETRY_FIRST_MS;
 	bool debug = false, need_list = true;
 	enum watch_end end;
+	char *env_config = NULL;
 	const struct cli_flag flags[] = {
 		{"kubeconfig", 0, CLI_FLAG_STRING, &kubeconfig},
 		{"context", 0, CLI_FLAG_STRING, &context},
@@ -339,8 +346,13 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 		return cli_usage_error(ctx, "--scheduler-name: empty");
 	if (debug)
 		kn_log_level = KN_LOG_DEBUG;
-	if (!kubeconfig && getenv("KUBECONFIG") && *getenv("KUBECONFIG"))
-		kubeconfig = getenv("KUBECONFIG");
+	/* $KUBECONFIG may list several files; kubectl merges them, kiln
+	   reads the first. */
+	if (!kubeconfig && getenv("KUBECONFIG") && *getenv("KUBECONFIG")) {
+		env_config = kn_xstrdup(getenv("KUBECONFIG"));
+		env_config[strcspn(env_config, ":")] = '\0';
+		kubeconfig = env_config;
+	}
 	rc = kubeconfig ? kn_kube_kubeconfig_load(kubeconfig, context, &auth,
 						  &err) :
 			  kn_kube_in_cluster(sa_dir, &auth, &err);
@@ -397,5 +409,6 @@ out:
 	free(s.rv);
 	kn_kube_products_free(products);
 	kn_kube_auth_release(&auth);
+	free(env_config);
 	return rc;
 }

@@ -63,6 +63,14 @@ static const char *str_at(json_t *obj, const char *a, const char *b)
 	return json_string_value(v);
 }
 
+/* obj's string member key, or dflt. */
+static const char *str_or(json_t *obj, const char *key, const char *dflt)
+{
+	const char *s = json_string_value(json_object_get(obj, key));
+
+	return s ? s : dflt;
+}
+
 static int check_items(json_t *list, const char *what, struct kn_error *err)
 {
 	json_t *items = json_object_get(list, "items"), *item;
@@ -331,8 +339,8 @@ static bool node_ready(json_t *node)
 					 "unschedulable")))
 		return false;
 	json_array_foreach(conds, i, cond)
-		if (!strcmp(str_at(cond, "type", NULL) ?: "", "Ready"))
-			return !strcmp(str_at(cond, "status", NULL) ?: "",
+		if (!strcmp(str_or(cond, "type", ""), "Ready"))
+			return !strcmp(str_or(cond, "status", ""),
 				       "True");
 	return false;
 }
@@ -381,11 +389,11 @@ static bool term_holds(json_t *term, json_t *node, json_t *labels)
 
 	json_array_foreach(json_object_get(term, "matchExpressions"), i, req)
 		if (!requirement(req, json_string_value(json_object_get(
-				labels, str_at(req, "key", NULL) ?: ""))))
+				labels, str_or(req, "key", "")))))
 			return false;
 	json_array_foreach(json_object_get(term, "matchFields"), i, req)
 		if (!requirement(req,
-				 !strcmp(str_at(req, "key", NULL) ?: "",
+				 !strcmp(str_or(req, "key", ""),
 					 "metadata.name") ?
 					 str_at(node, "metadata", "name") :
 					 NULL))
@@ -395,17 +403,17 @@ static bool term_holds(json_t *term, json_t *node, json_t *labels)
 
 static bool tolerated(json_t *taint, json_t *tolerations)
 {
-	const char *key = str_at(taint, "key", NULL) ?: "";
-	const char *value = str_at(taint, "value", NULL) ?: "";
-	const char *effect = str_at(taint, "effect", NULL) ?: "";
+	const char *key = str_or(taint, "key", "");
+	const char *value = str_or(taint, "value", "");
+	const char *effect = str_or(taint, "effect", "");
 	json_t *t;
 	size_t i;
 
 	json_array_foreach(tolerations, i, t) {
-		const char *tk = str_at(t, "key", NULL) ?: "";
-		const char *op = str_at(t, "operator", NULL) ?: "Equal";
-		const char *tv = str_at(t, "value", NULL) ?: "";
-		const char *te = str_at(t, "effect", NULL) ?: "";
+		const char *tk = str_or(t, "key", "");
+		const char *op = str_or(t, "operator", "Equal");
+		const char *tv = str_or(t, "value", "");
+		const char *te = str_or(t, "effect", "");
 		bool exists = !strcmp(op, "Exists");
 
 		if (*te && strcmp(te, effect))
@@ -437,12 +445,13 @@ static enum verdict node_verdict(json_t *node, json_t *pod)
 
 	if (!node_ready(node))
 		return NOT_READY;
-	json_object_foreach(json_object_get(spec, "nodeSelector"), key, v)
-		if (!json_string_value(v) ||
-		    strcmp(json_string_value(v),
-			   json_string_value(json_object_get(labels, key)) ?:
-				   "\x01"))
+	json_object_foreach(json_object_get(spec, "nodeSelector"), key, v) {
+		const char *have =
+			json_string_value(json_object_get(labels, key));
+		if (!json_string_value(v) || !have ||
+		    strcmp(json_string_value(v), have))
 			return SELECTOR;
+	}
 	json_array_foreach(terms, i, v)
 		if (term_holds(v, node, labels))
 			any = true;
@@ -450,7 +459,7 @@ static enum verdict node_verdict(json_t *node, json_t *pod)
 		return AFFINITY;
 	json_array_foreach(json_object_get(json_object_get(node, "spec"),
 					   "taints"), i, taint) {
-		const char *effect = str_at(taint, "effect", NULL) ?: "";
+		const char *effect = str_or(taint, "effect", "");
 		if ((!strcmp(effect, "NoSchedule") ||
 		     !strcmp(effect, "NoExecute")) &&
 		    !tolerated(taint, json_object_get(spec, "tolerations")))
