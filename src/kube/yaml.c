@@ -12,6 +12,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "kube/kube.h"
 
@@ -21,11 +22,20 @@ static void pad(struct kn_buf *b, int indent)
 		kn_buf_append(b, " ", 1);
 }
 
+/* Plain scalars YAML 1.1 readers (PyYAML, older Go yaml) take for
+   booleans or null, so a key spelled so must be quoted. */
+static const char *const reserved[] = {
+	"y", "n", "yes", "no", "on", "off", "true", "false", "null", NULL,
+};
+
 static bool plain_key(const char *k)
 {
 	if (!*k || !((k[0] >= 'a' && k[0] <= 'z') ||
 		     (k[0] >= 'A' && k[0] <= 'Z')))
 		return false;
+	for (int i = 0; reserved[i]; i++)
+		if (!strcasecmp(k, reserved[i]))
+			return false;
 	for (const char *p = k; *p; p++)
 		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
 		      (*p >= '0' && *p <= '9') || strchr("-_./", *p)))

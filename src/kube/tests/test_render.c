@@ -396,7 +396,8 @@ static void test_yaml(void **state)
 {
 	json_t *docs = json_loads(
 		"[{\"a\": \"1\", \"b\": {\"c\": [1, {\"d\": true, \"e\": null}],"
-		" \"f\": []}, \"g h\": \"x\\ny\", \"i\": {}}, {\"k\": [[2]]}]",
+		" \"f\": []}, \"g h\": \"x\\ny\", \"i\": {}, \"On\": \"no\"},"
+		" {\"k\": [[2]]}]",
 		0, NULL);
 	char *text = kn_kube_yaml(docs);
 
@@ -411,6 +412,7 @@ static void test_yaml(void **state)
 				  "  f: []\n"
 				  "\"g h\": \"x\\ny\"\n"
 				  "i: {}\n"
+				  "\"On\": \"no\"\n"
 				  "---\n"
 				  "k:\n"
 				  "-\n"
