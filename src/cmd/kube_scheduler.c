@@ -117,9 +117,12 @@ static void report(struct sched *s, json_t *now, const char *key,
 	json_object_set_new(now, key, json_string(reason));
 }
 
-static void bind_one(struct sched *s, const struct kn_kube_pod_ref *p,
-		     const struct kn_kube_decision *d, json_t *now)
+static void bind_one(struct sched *s, const struct kn_kube_placement *pl,
+		     json_t *now)
 {
+	const struct kn_kube_pod_ref ref = {pl->namespace_, pl->name};
+	const struct kn_kube_pod_ref *p = &ref;
+	const struct kn_kube_decision *d = &pl->d;
 	struct kn_error err = {0};
 	json_t *binding = kn_kube_binding(p->namespace_, p->name, d);
 	json_t *answer = NULL;
@@ -167,6 +170,8 @@ static void schedule_pending(struct sched *s)
 		kn_xcalloc(MAX_PENDING, sizeof(*pending));
 	json_t *now = json_object();
 	size_t n = kn_kube_cluster_pending(s->cluster, pending, MAX_PENDING);
+	struct kn_kube_placement *gang =
+		kn_xcalloc(KN_SPEC_MAX_TASKS, sizeof(*gang));
 	char (*keys)[600];
 
 	if (n > MAX_PENDING)
@@ -179,21 +184,25 @@ static void schedule_pending(struct sched *s)
 	for (size_t i = 0; i < n && !stop_flag; i++) {
 		struct kn_kube_pod_ref ref = {
 			keys[i], keys[i] + strlen(keys[i]) + 1};
-		struct kn_kube_decision d;
 		struct kn_error err = {0};
 		char key[600];
-		int rc = kn_kube_place(s->cluster, s->policy, ref.namespace_,
-				       ref.name, &d, &err);
+		size_t placed = 0;
+		int rc = kn_kube_place_gang(s->cluster, s->policy,
+					    ref.namespace_, ref.name, gang,
+					    KN_SPEC_MAX_TASKS, &placed, &err);
 
 		snprintf(key, sizeof(key), "%s/%s", ref.namespace_, ref.name);
-		if (rc == 0)
-			bind_one(s, &ref, &d, now);
-		else if (rc != -ENOENT)
+		/* A gang's other pods are bound here too and then no longer
+		   pending: their turn in this loop finds -ENOENT. */
+		for (size_t k = 0; rc == 0 && k < placed && !stop_flag; k++)
+			bind_one(s, &gang[k], now);
+		if (rc < 0 && rc != -ENOENT)
 			report(s, now, key, err.message);
 	}
 	json_decref(s->reported);
 	s->reported = now;
 	free(keys);
+	free(gang);
 	free(pending);
 }
 

@@ -34,6 +34,10 @@
 #define KN_KUBE_ANN_GPU_MILLI "kiln.dev/gpu-milli"  /* share, 1..999 */
 #define KN_KUBE_ANN_GPU "kiln.dev/gpu"              /* chosen GPU index */
 #define KN_KUBE_ANN_SHARING "kiln.dev/gpu-sharing"  /* time-slicing, mps */
+/* On each pod of a gang: its size. The gang is the pods of one namespace
+   with the same kiln.dev/job label. */
+#define KN_KUBE_ANN_GANG "kiln.dev/gang-size"
+#define KN_KUBE_LABEL_JOB "kiln.dev/job"
 #define KN_KUBE_LABEL_PRODUCT "nvidia.com/gpu.product"
 #define KN_KUBE_DEFAULT_SCHEDULER "kiln"
 /* Where rank 0 listens for the gang (torch.distributed's default). */
@@ -250,6 +254,27 @@ int kn_kube_place(struct kn_kube_cluster *c,
 		  const struct kn_pack_policy *policy, const char *ns,
 		  const char *name, struct kn_kube_decision *out,
 		  struct kn_error *err);
+
+/* One pod's placement in a gang decision. */
+struct kn_kube_placement {
+	char namespace_[64];
+	char name[256];
+	struct kn_kube_decision d;
+};
+
+/*
+ * Place pod ns/name, and with it, when it belongs to a gang
+ * (KN_KUBE_ANN_GANG), every pending pod of that gang: all of them or none,
+ * each placed with the others charged. Writes the placements to
+ * out[0..*n-1] (max must hold the gang: KN_SPEC_MAX_TASKS is enough) and
+ * leaves the cluster unchanged. Errors as kn_kube_place's, and -EAGAIN
+ * while the gang's pods (bound and pending) are fewer than its size: the
+ * Job controller is still creating them.
+ */
+int kn_kube_place_gang(struct kn_kube_cluster *c,
+		       const struct kn_pack_policy *policy, const char *ns,
+		       const char *name, struct kn_kube_placement *out,
+		       size_t max, size_t *n, struct kn_error *err);
 
 /*
  * The Binding to POST to /api/v1/namespaces/NS/pods/NAME/binding for a

@@ -734,3 +734,129 @@ int kn_kube_cluster_assume(struct kn_kube_cluster *c, const char *ns,
 	json_array_set_new(c->pods, (size_t)at, pod);
 	return 0;
 }
+
+/* The gang size of a pod (its annotation), or 0 when it is alone. */
+static long gang_size(json_t *pod)
+{
+	const char *v = json_string_value(json_object_get(
+		json_object_get(json_object_get(pod, "metadata"), "annotations"),
+		KN_KUBE_ANN_GANG));
+	char *end;
+	long size;
+
+	if (!v)
+		return 0;
+	size = strtol(v, &end, 10);
+	return *end || end == v || size < 2 || size > KN_SPEC_MAX_TASKS ?
+		       -1 : size;
+}
+
+static const char *job_label(json_t *pod)
+{
+	return json_string_value(json_object_get(
+		json_object_get(json_object_get(pod, "metadata"), "labels"),
+		KN_KUBE_LABEL_JOB));
+}
+
+static void placement(struct kn_kube_placement *p, json_t *pod,
+		      const struct kn_kube_decision *d)
+{
+	kn_strlcpy(p->namespace_, str_or(json_object_get(pod, "metadata"),
+					 "namespace", ""),
+		   sizeof(p->namespace_));
+	kn_strlcpy(p->name, str_at(pod, "metadata", "name"), sizeof(p->name));
+	p->d = *d;
+}
+
+int kn_kube_place_gang(struct kn_kube_cluster *c,
+		       const struct kn_pack_policy *policy, const char *ns,
+		       const char *name, struct kn_kube_placement *out,
+		       size_t max, size_t *n, struct kn_error *err)
+{
+	struct kn_kube_cluster trial = *c;
+	ssize_t at = find_pod(c, ns, name);
+	json_t *pod = at >= 0 ? json_array_get(c->pods, (size_t)at) : NULL;
+	json_t *members = NULL, *other;
+	struct kn_kube_decision d;
+	const char *job;
+	size_t i, k = 0, alive = 0;
+	long size;
+	int rc;
+
+	if (!pod || !pod_pending_here(c, pod)) {
+		kn_errorf(err, KN_ENOTFOUND, NULL,
+			  "%s/%s: no such pending pod", ns, name);
+		return -ENOENT;
+	}
+	size = gang_size(pod);
+	if (size < 0)
+		return kn_errorf(err, KN_EINVAL, KN_KUBE_ANN_GANG,
+				 "%s/%s: %s: want 2..%d", ns, name,
+				 KN_KUBE_ANN_GANG, KN_SPEC_MAX_TASKS);
+	job = job_label(pod);
+	if (size == 0 || !job) {
+		rc = kn_kube_place(c, policy, ns, name, &d, err);
+		if (rc < 0)
+			return rc;
+		if (max < 1)
+			return kn_errorf(err, KN_EINVAL, NULL, "no room for "
+					 "the placement");
+		placement(&out[0], pod, &d);
+		*n = 1;
+		return 0;
+	}
+	/* The gang's pods that have not ended; the pending ones in order. */
+	members = json_array();
+	json_array_foreach(c->pods, i, other) {
+		const char *ons = str_or(json_object_get(other, "metadata"),
+					 "namespace", "");
+		const char *ojob = job_label(other);
+
+		if (strcmp(ons, ns) || !ojob || strcmp(ojob, job) ||
+		    pod_ended(other))
+			continue;
+		alive++;
+		if (pod_pending_here(c, other))
+			json_array_append(members, other);
+	}
+	if ((long)alive < size) {
+		rc = kn_errorf(err, KN_EUNAVAIL, NULL,
+			       "%s/%s: waiting for the gang's pods: %zu of "
+			       "%ld exist", ns, name, alive, size);
+		rc = -EAGAIN;
+		goto out;
+	}
+	if (json_array_size(members) > max) {
+		rc = kn_errorf(err, KN_EINVAL, NULL,
+			       "%s/%s: a gang of %zu pending pods", ns, name,
+			       json_array_size(members));
+		goto out;
+	}
+	/* Place on a trial copy: the pod array is copied (assume replaces
+	   entries), nodes are shared and never changed. */
+	trial.pods = json_copy(c->pods);
+	json_array_foreach(members, i, other) {
+		const char *oname = str_at(other, "metadata", "name");
+
+		rc = kn_kube_place(&trial, policy, ns, oname, &d, err);
+		if (rc == -ENOSPC) {
+			char why[sizeof(err->message)];
+
+			kn_strlcpy(why, err->message, sizeof(why));
+			kn_errorf(err, KN_EUNAVAIL, NULL,
+				  "%s/%s: the gang of %ld does not fit at "
+				  "once: %s", ns, name, size, why);
+		}
+		if (rc < 0)
+			goto out;
+		kn_kube_cluster_assume(&trial, ns, oname, &d);
+		placement(&out[k++], other, &d);
+	}
+	*n = k;
+	rc = 0;
+out:
+	if (trial.pods != c->pods)
+		json_decref(trial.pods);
+	json_decref(members);
+	return rc;
+}

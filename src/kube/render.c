@@ -462,6 +462,11 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 	json_object_set_new(pod, "restartPolicy", json_string("Never"));
 	if (gang)
 		json_object_set_new(pod, "subdomain", json_string(kname));
+	if (gang) {
+		/* kiln's scheduler places the gang's pods all at once. */
+		snprintf(buf, sizeof(buf), "%d", spec->tasks);
+		json_object_set_new(ann, KN_KUBE_ANN_GANG, json_string(buf));
+	}
 	template_meta = json_pack("{s:O}", "labels", labels);
 	if (json_object_size(ann))
 		json_object_set(template_meta, "annotations", ann);

@@ -67,6 +67,8 @@ def test_render_gang_job():
     assert spec["completions"] == spec["parallelism"] == 4
     assert spec["backoffLimit"] == 2
     assert spec["activeDeadlineSeconds"] == 5400
+    assert spec["template"]["metadata"]["annotations"] == {
+        "kiln.dev/gang-size": "4"}
     pod = pod_spec(job)
     assert pod["restartPolicy"] == "Never"
     assert pod["subdomain"] == "train-big"

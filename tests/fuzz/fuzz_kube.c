@@ -4,7 +4,8 @@
  * node and pod objects from the API. The input is tried as each: as a
  * kubeconfig and a product table, as a quantity, and, when it is a JSON
  * object {"nodes": NodeList, "pods": PodList}, as a snapshot in which
- * every pending pod is placed, assumed bound, and placed again.
+ * every pending pod (or its whole gang) is placed and assumed bound,
+ * round after round.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -21,10 +22,13 @@ static void snapshot(json_t *root)
 	struct kn_kube_cluster *c = kn_kube_cluster_new("kiln", NULL);
 	const struct kn_pack_policy *policy = kn_pack_policy_find("kiln");
 	struct kn_kube_pod_ref refs[16];
-	struct kn_kube_decision d;
+	struct kn_kube_placement *gang = calloc(KN_SPEC_MAX_TASKS,
+						sizeof(*gang));
 	struct kn_error err;
 	char ns[256], name[256];
 
+	if (!gang)
+		abort();
 	if (kn_kube_cluster_set_nodes(c, json_object_get(root, "nodes"),
 				      &err) < 0 ||
 	    kn_kube_cluster_set_pods(c, json_object_get(root, "pods"),
@@ -40,17 +44,28 @@ static void snapshot(json_t *root)
 		for (size_t i = 0; i < n && i < 16 && !bound; i++) {
 			snprintf(ns, sizeof(ns), "%s", refs[i].namespace_);
 			snprintf(name, sizeof(name), "%s", refs[i].name);
-			if (kn_kube_place(c, policy, ns, name, &d, &err) < 0)
+			size_t placed;
+
+			if (kn_kube_place_gang(c, policy, ns, name, gang,
+					       KN_SPEC_MAX_TASKS, &placed,
+					       &err) < 0)
 				continue;
-			json_decref(kn_kube_binding(ns, name, &d));
-			if (kn_kube_cluster_assume(c, ns, name, &d) < 0)
-				abort();
+			for (size_t k = 0; k < placed; k++) {
+				json_decref(kn_kube_binding(gang[k].namespace_,
+							    gang[k].name,
+							    &gang[k].d));
+				if (kn_kube_cluster_assume(c, gang[k].namespace_,
+							   gang[k].name,
+							   &gang[k].d) < 0)
+					abort();
+			}
 			bound = true;
 		}
 		if (!bound)
 			break;
 	}
 out:
+	free(gang);
 	kn_kube_cluster_free(c);
 }
 

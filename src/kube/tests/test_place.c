@@ -224,6 +224,66 @@ static void test_selector_affinity_and_events(void **state)
 	kn_kube_cluster_free(c);
 }
 
+static json_t *gang_pod(const char *name, int gpus, const char *size)
+{
+	json_t *pod = pending_pod(name, NULL, gpus, true);
+	json_t *meta = json_object_get(pod, "metadata");
+
+	json_object_set_new(json_object_get(meta, "annotations"),
+			    KN_KUBE_ANN_GANG, json_string(size));
+	json_object_set_new(meta, "labels",
+			    json_pack("{s:s}", KN_KUBE_LABEL_JOB, "g"));
+	return pod;
+}
+
+static void test_gang(void **state)
+{
+	struct kn_kube_cluster *c = recorded();
+	const struct kn_pack_policy *kiln = kn_pack_policy_find("kiln");
+	struct kn_kube_placement out[4];
+	struct kn_kube_pod_ref refs[8];
+	struct kn_error err = {0};
+	size_t n = 0;
+
+	(void)state;
+	/* Two tasks of two GPUs: one would fit (vmss000002), both do not. */
+	add(c, gang_pod("g-0", 2, "2"));
+	assert_int_equal(kn_kube_place_gang(c, kiln, "ml", "g-0", out, 4, &n,
+					    &err), -EAGAIN);
+	assert_non_null(strstr(err.message, "1 of 2 exist"));
+	add(c, gang_pod("g-1", 2, "2"));
+	assert_int_equal(kn_kube_place_gang(c, kiln, "ml", "g-1", out, 4, &n,
+					    &err), -ENOSPC);
+	assert_non_null(strstr(err.message, "the gang of 2 does not fit at "
+					    "once"));
+	/* Nothing was charged: the single pod alone still fits. */
+	assert_int_equal(kn_kube_cluster_pending(c, refs, 8), 4);
+	assert_int_equal(kn_kube_place_gang(c, kiln, "ml", "train-d-0", out, 4,
+					    &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(out[0].d.node, N2);
+	kn_kube_cluster_free(c);
+
+	/* Two tasks of one GPU: both placed, on different GPUs. */
+	c = recorded();
+	add(c, gang_pod("g-0", 1, "2"));
+	add(c, gang_pod("g-1", 1, "2"));
+	assert_int_equal(kn_kube_place_gang(c, kiln, "ml", "g-1", out, 4, &n,
+					    &err), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(out[0].name, "g-0");
+	assert_string_equal(out[1].name, "g-1");
+	assert_string_equal(out[0].namespace_, "ml");
+	assert_false(!strcmp(out[0].d.node, out[1].d.node) &&
+		     out[0].d.gpus[0] == out[1].d.gpus[0]);
+	/* A bad size is refused by name. */
+	add(c, gang_pod("h-0", 1, "1"));
+	assert_int_equal(kn_kube_place_gang(c, kiln, "ml", "h-0", out, 4, &n,
+					    &err), -EINVAL);
+	assert_string_equal(err.field, KN_KUBE_ANN_GANG);
+	kn_kube_cluster_free(c);
+}
+
 static void test_kubeconfig(void **state)
 {
 	const char *good =
@@ -325,6 +385,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_whole_gpus),
 		cmocka_unit_test(test_taints_and_shares),
 		cmocka_unit_test(test_selector_affinity_and_events),
+		cmocka_unit_test(test_gang),
 		cmocka_unit_test(test_kubeconfig),
 		cmocka_unit_test(test_quantities),
 	};

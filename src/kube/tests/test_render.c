@@ -190,6 +190,8 @@ static void test_gang(void **state)
 	assert_int_equal(num(job, "spec.backoffLimit"), 4);
 	assert_int_equal(num(job, "spec.activeDeadlineSeconds"), 61);
 	assert_string_equal(str(job, "spec.template.spec.subdomain"), "g");
+	assert_string_equal(str(job, "spec.template.metadata.annotations."
+				     "kiln.dev/gang-size"), "3");
 	assert_string_equal(env(c, "RANK"),
 			    "metadata.annotations['batch.kubernetes.io/"
 			    "job-completion-index']");
