@@ -16,6 +16,9 @@ packages=(
   libopenmpi-dev openmpi-bin
   wrk nginx
   iproute2
+  # tests/e2e/test_kube.py: PyYAML reads rendered manifests back; the
+  # openssl tool makes the replayed API server's certificate
+  python3-yaml openssl
 )
 
 missing=()

@@ -1,0 +1,93 @@
+/*
+ * kiln render: print the manifests a job or deployment spec becomes on
+ * another engine, without a server or a cluster. Kubernetes only for now;
+ * the flag names the engine so others can follow.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "kube/kube.h"
+#include "spec/spec.h"
+
+int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *file = NULL, *executor = NULL, *format = NULL;
+	const char *products_file = KN_GPU_PRODUCTS_FILE, *name;
+	struct kn_kube_render_opts opts = {0};
+	struct kn_kube_products *products = NULL;
+	struct kn_model_presets *presets = NULL;
+	struct kn_deployment_spec *deployment = NULL;
+	struct kn_job_spec *job = NULL;
+	struct kn_error err = {0};
+	json_t *docs = NULL;
+	const char *kind;
+	char *text = NULL, *out;
+	size_t len;
+	int rc, r;
+	const struct cli_flag flags[] = {
+		{"executor", 0, CLI_FLAG_STRING, &executor},
+		{"image", 0, CLI_FLAG_STRING, &opts.image},
+		{"namespace", 'n', CLI_FLAG_STRING, &opts.namespace_},
+		{"scheduler-name", 0, CLI_FLAG_STRING, &opts.scheduler_name},
+		{"gpu-products", 0, CLI_FLAG_STRING, &products_file},
+		{"output", 'o', CLI_FLAG_STRING, &format},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+
+	rc = cli_parse(ctx, argc, argv, flags, "FILE", &file);
+	if (rc != CLI_GO)
+		return rc;
+	if (!executor || strcmp(executor, "kubernetes"))
+		return cli_usage_error(ctx, "--executor: only kubernetes can "
+					    "be rendered; got '%s'",
+				       executor ? executor : "");
+	if (!format && cli_want_json(ctx))
+		format = "json";
+	if (format && strcmp(format, "yaml") && strcmp(format, "json"))
+		return cli_usage_error(ctx, "-o: want yaml or json; got '%s'",
+				       format);
+	rc = cli_read_spec(ctx, file, &text, &len, &name);
+	if (rc != CLI_GO)
+		return rc;
+	rc = CLI_EXIT_FAIL;
+	if (kn_kube_products_load(products_file, &products, &err) < 0)
+		goto fail;
+	opts.products = products;
+	kind = kn_spec_kind(text, len);
+	if (kind && !strcmp(kind, "Deployment")) {
+		if (kn_model_presets_load(KN_PRESET_FILE, &presets, &err) < 0 ||
+		    kn_deployment_spec_parse(text, len, name, presets,
+					     &deployment, &err) < 0)
+			goto fail;
+		r = kn_kube_render_deployment(deployment, &opts, &docs, &err);
+	} else {
+		if (kn_job_spec_parse(text, len, name, &job, &err) < 0)
+			goto fail;
+		r = kn_kube_render_job(job, &opts, &docs, &err);
+	}
+	if (r < 0)
+		goto fail;
+	if (format && !strcmp(format, "json")) {
+		cli_print_json(docs);
+	} else {
+		out = kn_kube_yaml(docs);
+		fputs(out, stdout);
+		free(out);
+	}
+	rc = CLI_EXIT_OK;
+	goto out;
+fail:
+	fprintf(stderr, "%s: %s\n", ctx->prog,
+		err.message[0] ? err.message : "cannot render");
+out:
+	json_decref(docs);
+	kn_job_spec_free(job);
+	kn_deployment_spec_free(deployment);
+	kn_model_presets_free(presets);
+	kn_kube_products_free(products);
+	free(text);
+	return rc;
+}

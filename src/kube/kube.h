@@ -1,0 +1,301 @@
+/*
+ * kube: kiln on Kubernetes — job and deployment specs rendered as
+ * manifests, a small Kubernetes API client over libcurl, and the logic of
+ * `kiln kube-scheduler`, a secondary scheduler that places pods asking for
+ * `schedulerName: kiln` with the packing policies of sched/.
+ *
+ * Rendering and placement are pure functions over JSON (the API's own
+ * objects), so the unit tests run them on recorded responses; only the
+ * client does I/O. Placement never talks to the API: the caller lists and
+ * watches, feeds the objects in, asks for a decision and binds.
+ *
+ * GPU shares: Kubernetes has no fractional nvidia.com/gpu, so a share is
+ * an annotation (KN_KUBE_ANN_GPU_MILLI) on a pod that only kiln's
+ * scheduler places. The binding it posts carries the chosen GPU index as
+ * another annotation (KN_KUBE_ANN_GPU), which the API server copies onto
+ * the pod; the container reads it through the downward API as
+ * NVIDIA_VISIBLE_DEVICES when it starts (after binding), and the
+ * scheduler charges it on the next relist.
+ */
+#ifndef KILN_KUBE_H
+#define KILN_KUBE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "base/base.h"
+#include "sched/sched.h"
+#include "spec/spec.h"
+
+/* Annotations kiln writes and reads. */
+#define KN_KUBE_ANN_GPU_MILLI "kiln.dev/gpu-milli"  /* share, 1..999 */
+#define KN_KUBE_ANN_GPU "kiln.dev/gpu"              /* chosen GPU index */
+#define KN_KUBE_ANN_SHARING "kiln.dev/gpu-sharing"  /* time-slicing, mps */
+/* On each pod of a gang: its size. The gang is the pods of one namespace
+   with the same kiln.dev/job label. */
+#define KN_KUBE_ANN_GANG "kiln.dev/gang-size"
+#define KN_KUBE_LABEL_JOB "kiln.dev/job"
+#define KN_KUBE_LABEL_PRODUCT "nvidia.com/gpu.product"
+#define KN_KUBE_DEFAULT_SCHEDULER "kiln"
+/* Where rank 0 listens for the gang (torch.distributed's default). */
+#define KN_KUBE_MASTER_PORT 29500
+
+/* ---- GPU product labels (data/gpu-products.csv) ---- */
+
+/* kiln's GPU model names ("H100-80GB") against the nvidia.com/gpu.product
+   labels GPU feature discovery puts on nodes ("NVIDIA-H100-80GB-HBM3"). */
+struct kn_kube_products;
+
+/*
+ * Parse the table (CSV, header model,product,source; one row per product,
+ * several rows per model). Errors name file:line and the column. *out is
+ * the caller's, freed with kn_kube_products_free.
+ */
+int kn_kube_products_parse(const char *text, size_t len, const char *file,
+			   struct kn_kube_products **out,
+			   struct kn_error *err);
+int kn_kube_products_load(const char *path, struct kn_kube_products **out,
+			  struct kn_error *err);
+void kn_kube_products_free(struct kn_kube_products *p);
+/*
+ * The product labels of model into out[0..max-1] (pointers into p);
+ * returns how many there are. A model matches exactly or as a prefix
+ * before '-' ("H100" covers "H100-80GB"), ignoring case, as in sched/.
+ */
+size_t kn_kube_products_for(const struct kn_kube_products *p,
+			    const char *model, const char **out, size_t max);
+/* kiln's model for a product label, or NULL. */
+const char *kn_kube_model_for(const struct kn_kube_products *p,
+			      const char *product);
+
+/* ---- rendering ---- */
+
+struct kn_kube_render_opts {
+	const char *image;     /* container image; required */
+	const char *namespace_;/* written into metadata, or NULL */
+	/* schedulerName for every pod, or NULL: then only pods with a GPU
+	   share get KN_KUBE_DEFAULT_SCHEDULER (the default scheduler cannot
+	   place shares). */
+	const char *scheduler_name;
+	const struct kn_kube_products *products; /* may be NULL */
+};
+
+/*
+ * A job spec as manifests: a JSON array of objects, a `batch/v1` Job and,
+ * for a gang (tasks > 1), the headless Service that gives rank 0 a stable
+ * name (MASTER_ADDR). New reference in *out on success; -EINVAL naming
+ * the option or field otherwise (no image, a GPU model without a product
+ * label).
+ */
+int kn_kube_render_job(const struct kn_job_spec *spec,
+		       const struct kn_kube_render_opts *opts, json_t **out,
+		       struct kn_error *err);
+
+/* A deployment spec as an `apps/v1` Deployment and its Service. */
+int kn_kube_render_deployment(const struct kn_deployment_spec *spec,
+			      const struct kn_kube_render_opts *opts,
+			      json_t **out, struct kn_error *err);
+
+/*
+ * The manifests as YAML documents separated by "---" (block style,
+ * strings double-quoted so no value can change type). malloc'd.
+ */
+char *kn_kube_yaml(json_t *docs);
+
+/* ---- credentials ---- */
+
+struct kn_kube_auth {
+	char *server;     /* "https://10.0.0.1:443" */
+	char *token;      /* bearer token, or NULL */
+	char *token_file; /* read before each request (rotated tokens) */
+	char *ca_file;    /* PEM file, or NULL */
+	char *ca_pem;     /* PEM text (certificate-authority-data), or NULL */
+	char *cert_pem;   /* client certificate and key, PEM, or NULL */
+	char *key_pem;
+	char *cert_file;
+	char *key_file;
+	bool insecure;    /* insecure-skip-tls-verify */
+};
+
+/*
+ * Read a kubeconfig (YAML): the context named context (NULL: its
+ * current-context), its cluster's server, certificate-authority(-data)
+ * and insecure-skip-tls-verify, its user's token, tokenFile,
+ * client-certificate(-data) and client-key(-data). Relative paths are
+ * relative to the file's directory. Errors name the file and the entry
+ * ("kubeconfig: users[dev].user: exec credentials are not supported").
+ * On success *out is filled (release with kn_kube_auth_release).
+ */
+int kn_kube_kubeconfig_parse(const char *text, size_t len, const char *file,
+			     const char *context, struct kn_kube_auth *out,
+			     struct kn_error *err);
+int kn_kube_kubeconfig_load(const char *path, const char *context,
+			    struct kn_kube_auth *out, struct kn_error *err);
+
+/*
+ * In-cluster credentials: https://HOST:PORT from KUBERNETES_SERVICE_HOST
+ * and KUBERNETES_SERVICE_PORT, the token and ca.crt in sa_dir (the
+ * service account's mount). -ENOENT naming what is missing.
+ */
+int kn_kube_in_cluster(const char *sa_dir, struct kn_kube_auth *out,
+		       struct kn_error *err);
+void kn_kube_auth_release(struct kn_kube_auth *auth);
+
+/* ---- the API client (blocking; the scheduler has no event loop) ---- */
+
+/* A response body is refused above this: the largest pod list we expect
+   from a cluster kiln schedules (thousands of pods) with room to spare. */
+#define KN_KUBE_MAX_BODY (64 * 1024 * 1024)
+/* One watch event: a single object, however large, stays below this. */
+#define KN_KUBE_MAX_EVENT (4 * 1024 * 1024)
+
+struct kn_kube_client;
+
+/* A client for auth (copied). -EINVAL when libcurl refuses an option. */
+int kn_kube_client_new(const struct kn_kube_auth *auth,
+		       struct kn_kube_client **out, struct kn_error *err);
+void kn_kube_client_free(struct kn_kube_client *c);
+
+/*
+ * Stop any transfer in progress at the next progress check (about once a
+ * second) when *flag becomes true; the call then fails with -EINTR.
+ */
+void kn_kube_client_stop_on(struct kn_kube_client *c,
+			    volatile const int *flag);
+
+/*
+ * GET path (with its query) and parse the JSON answer. *status is the
+ * HTTP status; the body is returned for any status (a Status object on
+ * errors). -EIO on transport errors, -EINVAL when the body is not JSON.
+ */
+int kn_kube_get(struct kn_kube_client *c, const char *path, long *status,
+		json_t **body, struct kn_error *err);
+/* POST body as JSON to path; the answer as kn_kube_get's. */
+int kn_kube_post(struct kn_kube_client *c, const char *path, json_t *body,
+		 long *status, json_t **answer, struct kn_error *err);
+
+/*
+ * One watch event: type ("ADDED", "MODIFIED", "DELETED", "BOOKMARK",
+ * "ERROR") and the object (borrowed). Return 0 to go on, anything else
+ * to end the watch (kn_kube_watch then returns it).
+ */
+typedef int (*kn_kube_event_fn)(void *arg, const char *type,
+				json_t *object);
+
+/*
+ * GET path as a watch (newline-delimited JSON events) and call fn on each
+ * until the server ends the stream (returns 0), fn returns non-zero
+ * (returns that), or an error. A status other than 200 returns 0 with
+ * *status set and no event delivered.
+ */
+int kn_kube_watch(struct kn_kube_client *c, const char *path,
+		  kn_kube_event_fn fn, void *arg, long *status,
+		  struct kn_error *err);
+
+/* ---- the secondary scheduler's state and decisions ---- */
+
+/* Pods and nodes as the scheduler last saw them. */
+struct kn_kube_cluster;
+
+struct kn_kube_cluster *kn_kube_cluster_new(const char *scheduler_name,
+					    const struct kn_kube_products *p);
+void kn_kube_cluster_free(struct kn_kube_cluster *c);
+
+/*
+ * Replace the nodes with a NodeList's items / the pods with a PodList's.
+ * -EINVAL naming the item when one is not an object with a name.
+ */
+int kn_kube_cluster_set_nodes(struct kn_kube_cluster *c, json_t *node_list,
+			      struct kn_error *err);
+int kn_kube_cluster_set_pods(struct kn_kube_cluster *c, json_t *pod_list,
+			     struct kn_error *err);
+/*
+ * Apply one pod watch event (ADDED, MODIFIED, DELETED); other types are
+ * ignored. -EINVAL when the object is not a pod with a name.
+ */
+int kn_kube_cluster_pod_event(struct kn_kube_cluster *c, const char *type,
+			      json_t *pod, struct kn_error *err);
+
+struct kn_kube_pod_ref {
+	const char *namespace_; /* borrowed from the cluster */
+	const char *name;
+};
+
+/*
+ * The pods waiting for this scheduler (schedulerName matches, no node,
+ * phase Pending, not being deleted), oldest first (then namespace and
+ * name), into out[0..max-1]; returns how many there are. Valid until the
+ * cluster next changes.
+ */
+size_t kn_kube_cluster_pending(const struct kn_kube_cluster *c,
+			       struct kn_kube_pod_ref *out, size_t max);
+
+struct kn_kube_decision {
+	char node[256];
+	int n_gpus;     /* GPU indexes chosen on the node */
+	int gpus[KN_PACK_MAX_GPUS];
+	int gpu_milli;  /* per GPU: 1000, or the share */
+};
+
+/*
+ * Where pod ns/name should go under policy: the nodes that are ready,
+ * schedulable and match the pod's nodeSelector, required node affinity
+ * and taints (NoSchedule and NoExecute) become a kn_pack cluster, charged
+ * with every pod bound to them that has not ended (shares on their
+ * annotated GPU), and kn_pack_place picks node and GPUs. 0 with *out
+ * filled; -ENOSPC with a reason in err when nothing fits; -ENOENT when
+ * the pod is not known or not pending; -EINVAL for a pod kiln cannot
+ * place (a MIG resource, a bad share annotation).
+ */
+int kn_kube_place(struct kn_kube_cluster *c,
+		  const struct kn_pack_policy *policy, const char *ns,
+		  const char *name, struct kn_kube_decision *out,
+		  struct kn_error *err);
+
+/* One pod's placement in a gang decision. */
+struct kn_kube_placement {
+	char namespace_[64];
+	char name[256];
+	struct kn_kube_decision d;
+};
+
+/*
+ * Place pod ns/name, and with it, when it belongs to a gang
+ * (KN_KUBE_ANN_GANG), every pending pod of that gang: all of them or none,
+ * each placed with the others charged. Writes the placements to
+ * out[0..*n-1] (max must hold the gang: KN_SPEC_MAX_TASKS is enough) and
+ * leaves the cluster unchanged. Errors as kn_kube_place's, and -EAGAIN
+ * while the gang's pods (bound and pending) are fewer than its size: the
+ * Job controller is still creating them.
+ */
+int kn_kube_place_gang(struct kn_kube_cluster *c,
+		       const struct kn_pack_policy *policy, const char *ns,
+		       const char *name, struct kn_kube_placement *out,
+		       size_t max, size_t *n, struct kn_error *err);
+
+/*
+ * The Binding to POST to /api/v1/namespaces/NS/pods/NAME/binding for a
+ * decision (with the KN_KUBE_ANN_GPU annotation for a share). New ref.
+ */
+json_t *kn_kube_binding(const char *ns, const char *name,
+			const struct kn_kube_decision *d);
+
+/*
+ * Record a binding the API accepted, so later decisions count it before
+ * the watch reports it. -ENOENT when the pod is not known.
+ */
+int kn_kube_cluster_assume(struct kn_kube_cluster *c, const char *ns,
+			   const char *name,
+			   const struct kn_kube_decision *d);
+
+/*
+ * Kubernetes quantities: "500m", "2", "1.5" as thousandths of a unit;
+ * "16Gi", "1G", "131896204Ki", "1e9" as bytes. 0 or -EINVAL.
+ */
+int kn_kube_quantity_milli(const char *s, int64_t *out);
+int kn_kube_quantity_bytes(const char *s, int64_t *out);
+
+#endif

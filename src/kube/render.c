@@ -1,0 +1,585 @@
+/*
+ * Specs as Kubernetes manifests.
+ *
+ * A job becomes a batch/v1 Job whose pods are its tasks: for a gang an
+ * Indexed Job (completions = parallelism = tasks, so all ranks run at
+ * once), RANK from the completion-index annotation and a headless Service
+ * so rank 0 has a DNS name (NAME-0.NAME) for MASTER_ADDR. A deployment
+ * becomes an apps/v1 Deployment plus a Service in front of its port.
+ * Both share the pod template: resources, GPU tolerations and product
+ * affinity, placement, spot, the checkpoint grace.
+ *
+ * The output is the API's own JSON; kn_kube_yaml prints it. Everything is
+ * derived from the normalized spec, so a spec kiln accepts renders the
+ * same way every time.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kube/kube.h"
+
+/* The port a deployment's server listens on (KILN_PORT) inside its pod;
+   one pod per replica, so one fixed port is enough. */
+#define SERVE_PORT 8000
+/* The Service in front of a deployment listens here. */
+#define SERVICE_PORT 80
+#define GPU_TAINT_KEY "sku"
+#define SPOT_TAINT_KEY "kubernetes.azure.com/scalesetpriority"
+#define ZONE_LABEL "topology.kubernetes.io/zone"
+#define INDEX_ANNOTATION "batch.kubernetes.io/job-completion-index"
+/* Product labels one spec may ask for across its models. */
+#define MAX_PRODUCTS 32
+
+/*
+ * Kubernetes names: a DNS-1035 label (the Service needs it), from kiln's
+ * [a-z0-9][a-z0-9-_.]{0,62}: '_' and '.' become '-'; a leading digit or a
+ * trailing '-' cannot be mapped and is refused by name.
+ */
+static int kube_name(const char *name, char *out, size_t len,
+		     struct kn_error *err)
+{
+	size_t n = strlen(name);
+
+	if (n == 0 || n >= len || n > 63 || !(name[0] >= 'a' && name[0] <= 'z'))
+		return kn_errorf(err, KN_EINVAL, "name",
+				 "name: Kubernetes needs a name that starts "
+				 "with a letter (a DNS label); got \"%s\"",
+				 name);
+	for (size_t i = 0; i < n; i++)
+		out[i] = (name[i] == '_' || name[i] == '.') ? '-' : name[i];
+	out[n] = '\0';
+	if (out[n - 1] == '-')
+		return kn_errorf(err, KN_EINVAL, "name",
+				 "name: Kubernetes needs a name that ends "
+				 "with a letter or digit; got \"%s\"", name);
+	return 0;
+}
+
+/* "500m" or "2" for thousandths of a CPU. */
+static json_t *cpu_quantity(int milli)
+{
+	char buf[32];
+
+	if (milli % KN_MILLI == 0)
+		snprintf(buf, sizeof(buf), "%d", milli / KN_MILLI);
+	else
+		snprintf(buf, sizeof(buf), "%dm", milli);
+	return json_string(buf);
+}
+
+/* The largest binary unit that divides bytes exactly: "16Gi", "512Mi". */
+static json_t *memory_quantity(int64_t bytes)
+{
+	static const char *const units[] = {"Ti", "Gi", "Mi", "Ki"};
+	char buf[40];
+
+	for (int i = 0; i < 4; i++) {
+		int64_t unit = (int64_t)1 << (10 * (4 - i));
+		if (bytes % unit == 0) {
+			snprintf(buf, sizeof(buf), "%lld%s",
+				 (long long)(bytes / unit), units[i]);
+			return json_string(buf);
+		}
+	}
+	snprintf(buf, sizeof(buf), "%lld", (long long)bytes);
+	return json_string(buf);
+}
+
+static json_t *toleration(const char *key, const char *op, const char *value,
+			  const char *effect)
+{
+	json_t *t = json_pack("{s:s, s:s}", "key", key, "operator", op);
+
+	if (value)
+		json_object_set_new(t, "value", json_string(value));
+	if (effect)
+		json_object_set_new(t, "effect", json_string(effect));
+	return t;
+}
+
+static const char *affinity_op(enum kn_affinity_op op)
+{
+	switch (op) {
+	case KN_AFFINITY_IN:
+		return "In";
+	case KN_AFFINITY_NOT_IN:
+		return "NotIn";
+	case KN_AFFINITY_EXISTS:
+		return "Exists";
+	case KN_AFFINITY_DOES_NOT_EXIST:
+		return "DoesNotExist";
+	}
+	return "In";
+}
+
+static json_t *match_expression(const struct kn_affinity_term *t)
+{
+	json_t *e = json_pack("{s:s, s:s}", "key", t->key, "operator",
+			      affinity_op(t->op));
+	json_t *values;
+
+	if (t->op == KN_AFFINITY_IN || t->op == KN_AFFINITY_NOT_IN) {
+		values = json_array();
+		for (size_t i = 0; i < t->n_values; i++)
+			json_array_append_new(values,
+					      json_string(t->values[i]));
+		json_object_set_new(e, "values", values);
+	}
+	return e;
+}
+
+/*
+ * Node affinity: the spec's required terms and, with GPU models, the
+ * product labels those models have, all in one term (every one must hold);
+ * the preferred terms as weighted preferences. NULL when there is none.
+ */
+static int node_affinity(const struct kn_job_spec *spec,
+			 const struct kn_kube_render_opts *opts,
+			 json_t **out, struct kn_error *err)
+{
+	const struct kn_resources *res = &spec->resources;
+	const struct kn_placement_spec *pl = &spec->placement;
+	json_t *exprs = json_array(), *na = json_object(), *products;
+	const char *names[MAX_PRODUCTS];
+	size_t total = 0;
+
+	for (size_t i = 0; i < pl->n_required; i++)
+		json_array_append_new(exprs,
+				      match_expression(&pl->required[i]));
+	if (res->n_gpu_models) {
+		products = json_array();
+		for (size_t i = 0; i < res->n_gpu_models; i++) {
+			size_t n = kn_kube_products_for(
+				opts->products, res->gpu_models[i], names,
+				MAX_PRODUCTS - total);
+			if (n == 0 || total + n > MAX_PRODUCTS) {
+				json_decref(products);
+				json_decref(exprs);
+				json_decref(na);
+				return kn_errorf(
+					err, KN_EINVAL, "resources.gpu_model",
+					"resources.gpu_model: no %s label is "
+					"known for %s (data/gpu-products.csv)",
+					KN_KUBE_LABEL_PRODUCT,
+					res->gpu_models[i]);
+			}
+			for (size_t k = 0; k < n; k++)
+				json_array_append_new(products,
+						      json_string(names[k]));
+			total += n;
+		}
+		json_array_append_new(
+			exprs, json_pack("{s:s, s:s, s:o}", "key",
+					 KN_KUBE_LABEL_PRODUCT, "operator",
+					 "In", "values", products));
+	}
+	if (json_array_size(exprs))
+		json_object_set_new(
+			na, "requiredDuringSchedulingIgnoredDuringExecution",
+			json_pack("{s:[{s:o}]}", "nodeSelectorTerms",
+				  "matchExpressions", json_incref(exprs)));
+	json_decref(exprs);
+	if (pl->n_preferred) {
+		json_t *prefs = json_array();
+		for (size_t i = 0; i < pl->n_preferred; i++)
+			json_array_append_new(
+				prefs,
+				json_pack("{s:i, s:{s:[o]}}", "weight",
+					  pl->preferred[i].weight,
+					  "preference", "matchExpressions",
+					  match_expression(&pl->preferred[i])));
+		json_object_set_new(
+			na, "preferredDuringSchedulingIgnoredDuringExecution",
+			prefs);
+	}
+	if (json_object_size(na) == 0) {
+		json_decref(na);
+		*out = NULL;
+		return 0;
+	}
+	*out = json_pack("{s:o}", "nodeAffinity", na);
+	return 0;
+}
+
+static bool has_gpu(const struct kn_resources *res)
+{
+	return res->gpu_milli > 0 || res->mig_profile;
+}
+
+static bool is_share(const struct kn_resources *res)
+{
+	return res->gpu_milli > 0 && res->gpu_milli < KN_MILLI;
+}
+
+static json_t *resources(const struct kn_resources *res)
+{
+	json_t *requests = json_object(), *limits = json_object();
+	json_t *out = json_object();
+	char key[96];
+
+	if (res->cpu_milli)
+		json_object_set_new(requests, "cpu",
+				    cpu_quantity(res->cpu_milli));
+	if (res->memory_bytes) {
+		json_object_set_new(requests, "memory",
+				    memory_quantity(res->memory_bytes));
+		json_object_set_new(limits, "memory",
+				    memory_quantity(res->memory_bytes));
+	}
+	if (res->mig_profile) {
+		snprintf(key, sizeof(key), "nvidia.com/mig-%s",
+			 res->mig_profile);
+		json_object_set_new(limits, key, json_string("1"));
+	} else if (res->gpu_milli >= KN_MILLI) {
+		snprintf(key, sizeof(key), "%d", res->gpu_milli / KN_MILLI);
+		json_object_set_new(limits, "nvidia.com/gpu",
+				    json_string(key));
+	}
+	if (json_object_size(requests))
+		json_object_set_new(out, "requests", requests);
+	else
+		json_decref(requests);
+	if (json_object_size(limits))
+		json_object_set_new(out, "limits", limits);
+	else
+		json_decref(limits);
+	return out;
+}
+
+static json_t *env_value(const char *name, const char *value)
+{
+	return json_pack("{s:s, s:s}", "name", name, "value", value);
+}
+
+static json_t *env_field(const char *name, const char *path)
+{
+	return json_pack("{s:s, s:{s:{s:s}}}", "name", name, "valueFrom",
+			 "fieldRef", "fieldPath", path);
+}
+
+/*
+ * The preStop hook: send the checkpoint signal to the task (PID 1 of the
+ * container) and wait for it to exit, so the kubelet's own SIGTERM, sent
+ * when the hook returns, cannot cut the last checkpoint short. The
+ * whole is bounded by terminationGracePeriodSeconds.
+ */
+static json_t *pre_stop(int sig)
+{
+	const char *abbrev = sigabbrev_np(sig);
+	char *script = abbrev ?
+		kn_asprintf("kill -s %s 1; while kill -0 1 2>/dev/null; "
+			    "do sleep 1; done", abbrev) :
+		kn_asprintf("kill -%d 1; while kill -0 1 2>/dev/null; "
+			    "do sleep 1; done", sig);
+	json_t *hook = json_pack("{s:{s:{s:[s,s,s]}}}", "preStop", "exec",
+				 "command", "/bin/sh", "-c", script);
+
+	free(script);
+	return hook;
+}
+
+/* Seconds, rounded up: Kubernetes counts in whole seconds. */
+static json_int_t ceil_seconds(int64_t ms)
+{
+	return (json_int_t)((ms + 999) / 1000);
+}
+
+/*
+ * The pod template's spec and its annotations (GPU shares), shared by
+ * jobs and deployments. container gets its env, resources and lifecycle
+ * added; the caller has set name, image, command and ports.
+ */
+static int pod_spec(const struct kn_job_spec *spec,
+		    const struct kn_kube_render_opts *opts,
+		    const char *selector_key, const char *kname,
+		    json_t *container, json_t *env, json_t **spec_out,
+		    json_t **annotations_out, struct kn_error *err)
+{
+	const struct kn_resources *res = &spec->resources;
+	const struct kn_placement_spec *pl = &spec->placement;
+	json_t *pod = json_object(), *ann = json_object();
+	json_t *tolerations = json_array(), *affinity = NULL;
+	char milli[16];
+	int rc;
+
+	rc = node_affinity(spec, opts, &affinity, err);
+	if (rc < 0)
+		goto out;
+	if (opts->scheduler_name)
+		json_object_set_new(pod, "schedulerName",
+				    json_string(opts->scheduler_name));
+	else if (is_share(res))
+		json_object_set_new(pod, "schedulerName",
+				    json_string(KN_KUBE_DEFAULT_SCHEDULER));
+	if (is_share(res)) {
+		snprintf(milli, sizeof(milli), "%d", res->gpu_milli);
+		json_object_set_new(ann, KN_KUBE_ANN_GPU_MILLI,
+				    json_string(milli));
+		json_object_set_new(ann, KN_KUBE_ANN_SHARING,
+				    json_string(res->sharing == KN_SHARING_MPS ?
+						"mps" : "time-slicing"));
+		json_array_append_new(
+			env, env_field("NVIDIA_VISIBLE_DEVICES",
+				       "metadata.annotations['" KN_KUBE_ANN_GPU
+				       "']"));
+	}
+	for (size_t i = 0; i < spec->n_env; i++)
+		json_array_append_new(env, env_value(spec->env[i].key,
+						     spec->env[i].value));
+	json_object_set_new(container, "env", env);
+	env = NULL;
+	if (spec->workdir)
+		json_object_set_new(container, "workingDir",
+				    json_string(spec->workdir));
+	json_object_set_new(container, "resources", resources(res));
+	if (spec->checkpoint.set) {
+		json_object_set_new(container, "lifecycle",
+				    pre_stop(spec->checkpoint.signal));
+		json_object_set_new(
+			pod, "terminationGracePeriodSeconds",
+			json_integer(ceil_seconds(spec->checkpoint.grace_ms)));
+	}
+	if (pl->n_selector) {
+		json_t *sel = json_object();
+		for (size_t i = 0; i < pl->n_selector; i++)
+			json_object_set_new(sel, pl->selector[i].key,
+					    json_string(pl->selector[i].value));
+		json_object_set_new(pod, "nodeSelector", sel);
+	}
+	if (affinity)
+		json_object_set_new(pod, "affinity", affinity);
+	affinity = NULL;
+	if (has_gpu(res))
+		json_array_append_new(tolerations,
+				      toleration(GPU_TAINT_KEY, "Equal", "gpu",
+						 "NoSchedule"));
+	if (spec->preemptible)
+		json_array_append_new(tolerations,
+				      toleration(SPOT_TAINT_KEY, "Equal",
+						 "spot", "NoSchedule"));
+	for (size_t i = 0; i < pl->n_tolerations; i++) {
+		const struct kn_toleration *t = &pl->tolerations[i];
+		json_array_append_new(
+			tolerations,
+			toleration(t->key, t->operator_ ? t->operator_ : "Equal",
+				   t->value, t->effect));
+	}
+	if (json_array_size(tolerations))
+		json_object_set_new(pod, "tolerations", json_incref(tolerations));
+	if (pl->spread != KN_SPREAD_NONE)
+		json_object_set_new(
+			pod, "topologySpreadConstraints",
+			json_pack("[{s:i, s:s, s:s, s:{s:{s:s}}}]", "maxSkew",
+				  1, "topologyKey", ZONE_LABEL,
+				  "whenUnsatisfiable", "ScheduleAnyway",
+				  "labelSelector", "matchLabels", selector_key,
+				  kname));
+	json_object_set_new(pod, "containers",
+			    json_pack("[O]", container));
+	*spec_out = pod;
+	pod = NULL;
+	*annotations_out = ann;
+	ann = NULL;
+out:
+	json_decref(pod);
+	json_decref(ann);
+	json_decref(tolerations);
+	json_decref(affinity);
+	json_decref(env);
+	return rc;
+}
+
+static json_t *metadata(const char *kname, const char *ns, json_t *labels)
+{
+	json_t *m = json_pack("{s:s, s:O}", "name", kname, "labels", labels);
+
+	if (ns)
+		json_object_set_new(m, "namespace", json_string(ns));
+	return m;
+}
+
+static json_t *command(const struct kn_job_spec *spec)
+{
+	json_t *argv = json_array();
+
+	for (size_t i = 0; i < spec->n_command; i++)
+		json_array_append_new(argv, json_string(spec->command[i]));
+	return argv;
+}
+
+static int check_opts(const struct kn_kube_render_opts *opts,
+		      struct kn_error *err)
+{
+	if (!opts->image || !*opts->image)
+		return kn_errorf(err, KN_EINVAL, "image",
+				 "image: the spec names no container image; "
+				 "give one with --image");
+	return 0;
+}
+
+int kn_kube_render_job(const struct kn_job_spec *spec,
+		       const struct kn_kube_render_opts *opts, json_t **out,
+		       struct kn_error *err)
+{
+	json_t *docs = NULL, *labels = NULL, *container = NULL, *env;
+	json_t *pod = NULL, *ann = NULL, *job_spec, *template_meta;
+	char kname[64], buf[160];
+	bool gang = spec->tasks > 1;
+	int rc;
+
+	rc = check_opts(opts, err);
+	if (rc < 0)
+		return rc;
+	rc = kube_name(spec->name, kname, sizeof(kname), err);
+	if (rc < 0)
+		return rc;
+	labels = json_pack("{s:s, s:s}", "app.kubernetes.io/managed-by",
+			   "kiln", "kiln.dev/job", kname);
+	container = json_pack("{s:s, s:s, s:o}", "name", "task", "image",
+			      opts->image, "command", command(spec));
+	env = json_array();
+	snprintf(buf, sizeof(buf), "%d", spec->tasks);
+	json_array_append_new(env, env_value("WORLD_SIZE", buf));
+	json_array_append_new(env, env_value("LOCAL_RANK", "0"));
+	json_array_append_new(env, env_value("KILN_JOB", kname));
+	if (gang) {
+		json_array_append_new(
+			env, env_field("RANK", "metadata.annotations['"
+					       INDEX_ANNOTATION "']"));
+		snprintf(buf, sizeof(buf), "%s-0.%s", kname, kname);
+		json_array_append_new(env, env_value("MASTER_ADDR", buf));
+		snprintf(buf, sizeof(buf), "%d", KN_KUBE_MASTER_PORT);
+		json_array_append_new(env, env_value("MASTER_PORT", buf));
+	} else {
+		json_array_append_new(env, env_value("RANK", "0"));
+	}
+	rc = pod_spec(spec, opts, "kiln.dev/job", kname, container, env, &pod,
+		      &ann, err);
+	if (rc < 0)
+		goto out;
+	json_object_set_new(pod, "restartPolicy", json_string("Never"));
+	if (gang)
+		json_object_set_new(pod, "subdomain", json_string(kname));
+	if (gang) {
+		/* kiln's scheduler places the gang's pods all at once. */
+		snprintf(buf, sizeof(buf), "%d", spec->tasks);
+		json_object_set_new(ann, KN_KUBE_ANN_GANG, json_string(buf));
+	}
+	template_meta = json_pack("{s:O}", "labels", labels);
+	if (json_object_size(ann))
+		json_object_set(template_meta, "annotations", ann);
+	job_spec = json_pack("{s:i, s:i, s:i, s:{s:o, s:O}}", "completions",
+			     spec->tasks, "parallelism", spec->tasks,
+			     "backoffLimit", spec->retries, "template",
+			     "metadata", template_meta, "spec", pod);
+	if (gang)
+		json_object_set_new(job_spec, "completionMode",
+				    json_string("Indexed"));
+	if (spec->timeout_ms)
+		json_object_set_new(job_spec, "activeDeadlineSeconds",
+				    json_integer(ceil_seconds(spec->timeout_ms)));
+	docs = json_array();
+	json_array_append_new(
+		docs, json_pack("{s:s, s:s, s:o, s:o}", "apiVersion",
+				"batch/v1", "kind", "Job", "metadata",
+				metadata(kname, opts->namespace_, labels),
+				"spec", job_spec));
+	if (gang)
+		json_array_append_new(
+			docs,
+			json_pack("{s:s, s:s, s:o, s:{s:s, s:b, s:{s:s}, "
+				  "s:[{s:s, s:i}]}}",
+				  "apiVersion", "v1", "kind", "Service",
+				  "metadata",
+				  metadata(kname, opts->namespace_, labels),
+				  "spec", "clusterIP", "None",
+				  "publishNotReadyAddresses", 1, "selector",
+				  "kiln.dev/job", kname, "ports", "name",
+				  "master", "port", KN_KUBE_MASTER_PORT));
+	*out = docs;
+out:
+	json_decref(labels);
+	json_decref(container);
+	json_decref(pod);
+	json_decref(ann);
+	return rc;
+}
+
+static json_t *probe(const struct kn_probe *p)
+{
+	return json_pack("{s:{s:s, s:s}, s:I, s:i, s:I}", "httpGet", "path",
+			 p->path, "port", "http", "periodSeconds",
+			 ceil_seconds(p->period_ms), "failureThreshold",
+			 p->failure_threshold, "initialDelaySeconds",
+			 (json_int_t)(p->initial_delay_ms / 1000));
+}
+
+int kn_kube_render_deployment(const struct kn_deployment_spec *d,
+			      const struct kn_kube_render_opts *opts,
+			      json_t **out, struct kn_error *err)
+{
+	json_t *labels = NULL, *container = NULL, *env, *pod = NULL;
+	json_t *ann = NULL, *template_meta, *docs;
+	char kname[64], port[16];
+	int rc;
+
+	rc = check_opts(opts, err);
+	if (rc < 0)
+		return rc;
+	rc = kube_name(d->job.name, kname, sizeof(kname), err);
+	if (rc < 0)
+		return rc;
+	labels = json_pack("{s:s, s:s}", "app.kubernetes.io/managed-by",
+			   "kiln", "kiln.dev/deployment", kname);
+	container = json_pack("{s:s, s:s, s:o, s:[{s:s, s:i}]}", "name",
+			      "server", "image", opts->image, "command",
+			      command(&d->job), "ports", "name", "http",
+			      "containerPort", SERVE_PORT);
+	if (d->readiness.set)
+		json_object_set_new(container, "readinessProbe",
+				    probe(&d->readiness));
+	if (d->liveness.set)
+		json_object_set_new(container, "livenessProbe",
+				    probe(&d->liveness));
+	snprintf(port, sizeof(port), "%d", SERVE_PORT);
+	env = json_pack("[o, o]", env_value("KILN_PORT", port),
+			env_value("KILN_MODEL", d->model));
+	rc = pod_spec(&d->job, opts, "kiln.dev/deployment", kname, container,
+		      env, &pod, &ann, err);
+	if (rc < 0)
+		goto out;
+	template_meta = json_pack("{s:O}", "labels", labels);
+	if (json_object_size(ann))
+		json_object_set(template_meta, "annotations", ann);
+	docs = json_array();
+	/* One replica at a time, never below the wanted count: the rolling
+	   replacement the well-architected guidance asks for. */
+	json_array_append_new(
+		docs,
+		json_pack("{s:s, s:s, s:o, s:{s:i, s:{s:{s:s}}, "
+			  "s:{s:s, s:{s:i, s:i}}, s:{s:o, s:O}}}",
+			  "apiVersion", "apps/v1", "kind", "Deployment",
+			  "metadata", metadata(kname, opts->namespace_, labels),
+			  "spec", "replicas", d->replicas, "selector",
+			  "matchLabels", "kiln.dev/deployment", kname,
+			  "strategy", "type", "RollingUpdate", "rollingUpdate",
+			  "maxUnavailable", 0, "maxSurge", 1, "template",
+			  "metadata", template_meta, "spec", pod));
+	json_array_append_new(
+		docs,
+		json_pack("{s:s, s:s, s:o, s:{s:{s:s}, s:[{s:s, s:i, s:s}]}}",
+			  "apiVersion", "v1", "kind", "Service", "metadata",
+			  metadata(kname, opts->namespace_, labels), "spec",
+			  "selector", "kiln.dev/deployment", kname, "ports",
+			  "name", "http", "port", SERVICE_PORT, "targetPort",
+			  "http"));
+	*out = docs;
+out:
+	json_decref(labels);
+	json_decref(container);
+	json_decref(pod);
+	json_decref(ann);
+	return rc;
+}

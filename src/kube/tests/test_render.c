@@ -1,0 +1,440 @@
+/*
+ * Unit tests for rendering: each mapping from a spec field to the
+ * manifest (gang, retries, timeout, GPUs whole, shared and MIG, models to
+ * product labels, placement, spread, spot, checkpoint grace, deployments
+ * and probes), the errors, the product table and the YAML writer.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kube/kube.h"
+
+static struct kn_kube_products *products;
+
+static int setup(void **state)
+{
+	struct kn_error err;
+
+	(void)state;
+	return kn_kube_products_load(KN_GPU_PRODUCTS_FILE, &products, &err);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	kn_kube_products_free(products);
+	return 0;
+}
+
+static json_t *render_job(const char *yaml, const char *image)
+{
+	struct kn_kube_render_opts opts = {.image = image,
+					   .products = products};
+	struct kn_job_spec *spec;
+	struct kn_error err = {0};
+	json_t *docs = NULL;
+	char *text = kn_asprintf("kind: Job\n%s", yaml);
+
+	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
+					   &err), 0);
+	free(text);
+	assert_int_equal(kn_kube_render_job(spec, &opts, &docs, &err), 0);
+	kn_job_spec_free(spec);
+	return docs;
+}
+
+static int render_job_error(const char *yaml, const char *image,
+			    struct kn_error *err)
+{
+	struct kn_kube_render_opts opts = {.image = image,
+					   .products = products};
+	struct kn_job_spec *spec;
+	json_t *docs = NULL;
+	char *text = kn_asprintf("kind: Job\n%s", yaml);
+	int rc;
+
+	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
+					   err), 0);
+	free(text);
+	rc = kn_kube_render_job(spec, &opts, &docs, err);
+	assert_null(docs);
+	kn_job_spec_free(spec);
+	return rc;
+}
+
+/*
+ * The value at a dotted path ("spec.template.spec"); "[n]" indexes an
+ * array. Keys may hold dots ("nvidia.com/gpu"): the longest key present
+ * wins.
+ */
+static json_t *at(json_t *v, const char *path)
+{
+	const char *p = path;
+
+	while (v && *p) {
+		size_t len = strlen(p), best = 0;
+		char key[256];
+
+		if (p[0] == '[') {
+			v = json_array_get(v, (size_t)atoi(p + 1));
+			p = strchr(p, ']') + 1;
+		} else {
+			for (size_t n = len; n > 0; n--) {
+				if (n < len && p[n] != '.')
+					continue;
+				snprintf(key, sizeof(key), "%.*s", (int)n, p);
+				if (json_object_get(v, key)) {
+					best = n;
+					break;
+				}
+			}
+			if (!best)
+				return NULL;
+			snprintf(key, sizeof(key), "%.*s", (int)best, p);
+			v = json_object_get(v, key);
+			p += best;
+		}
+		if (*p == '.')
+			p++;
+	}
+	return v;
+}
+
+static const char *str(json_t *v, const char *path)
+{
+	const char *s = json_string_value(at(v, path));
+
+	assert_non_null(s);
+	return s;
+}
+
+static json_int_t num(json_t *v, const char *path)
+{
+	json_t *n = at(v, path);
+
+	assert_true(json_is_integer(n));
+	return json_integer_value(n);
+}
+
+static const char *env(json_t *container, const char *name)
+{
+	size_t i;
+	json_t *e;
+
+	json_array_foreach(json_object_get(container, "env"), i, e)
+		if (!strcmp(json_string_value(json_object_get(e, "name")), name))
+			return json_string_value(json_object_get(e, "value")) ?
+			  json_string_value(json_object_get(e, "value")) :
+			  json_string_value(at(e, "valueFrom.fieldRef.fieldPath"));
+	return NULL;
+}
+
+static bool has_toleration(json_t *pod, const char *key, const char *value)
+{
+	size_t i;
+	json_t *t;
+
+	json_array_foreach(json_object_get(pod, "tolerations"), i, t)
+		if (!strcmp(json_string_value(json_object_get(t, "key")), key) &&
+		    !strcmp(json_string_value(json_object_get(t, "value")),
+			    value) &&
+		    !strcmp(json_string_value(json_object_get(t, "effect")),
+			    "NoSchedule"))
+			return true;
+	return false;
+}
+
+static void test_single_task(void **state)
+{
+	json_t *docs = render_job("name: one\ncommand: [a, b]\n", "img");
+	json_t *job = json_array_get(docs, 0);
+	json_t *pod = at(job, "spec.template.spec");
+	json_t *c = at(pod, "containers.[0]");
+
+	(void)state;
+	assert_int_equal(json_array_size(docs), 1); /* no Service */
+	assert_string_equal(str(job, "kind"), "Job");
+	assert_null(at(job, "spec.completionMode"));
+	assert_int_equal(num(job, "spec.completions"), 1);
+	assert_int_equal(num(job, "spec.backoffLimit"), 0);
+	assert_null(at(job, "spec.activeDeadlineSeconds"));
+	assert_string_equal(env(c, "RANK"), "0");
+	assert_null(env(c, "MASTER_ADDR"));
+	assert_null(at(pod, "tolerations")); /* no GPU, not preemptible */
+	assert_null(at(pod, "terminationGracePeriodSeconds"));
+	assert_null(at(c, "lifecycle"));
+	assert_string_equal(str(c, "image"), "img");
+	assert_string_equal(str(c, "command.[1]"), "b");
+	json_decref(docs);
+}
+
+static void test_gang(void **state)
+{
+	json_t *docs = render_job("name: g\ncommand: [a]\ntasks: 3\n"
+				  "retries: 4\ntimeout: 61s\n", "img");
+	json_t *job = json_array_get(docs, 0), *svc = json_array_get(docs, 1);
+	json_t *c = at(job, "spec.template.spec.containers.[0]");
+
+	(void)state;
+	assert_string_equal(str(job, "spec.completionMode"), "Indexed");
+	assert_int_equal(num(job, "spec.completions"), 3);
+	assert_int_equal(num(job, "spec.parallelism"), 3);
+	assert_int_equal(num(job, "spec.backoffLimit"), 4);
+	assert_int_equal(num(job, "spec.activeDeadlineSeconds"), 61);
+	assert_string_equal(str(job, "spec.template.spec.subdomain"), "g");
+	assert_string_equal(str(job, "spec.template.metadata.annotations."
+				     "kiln.dev/gang-size"), "3");
+	assert_string_equal(env(c, "RANK"),
+			    "metadata.annotations['batch.kubernetes.io/"
+			    "job-completion-index']");
+	assert_string_equal(env(c, "WORLD_SIZE"), "3");
+	assert_string_equal(env(c, "MASTER_ADDR"), "g-0.g");
+	assert_string_equal(env(c, "MASTER_PORT"), "29500");
+	assert_string_equal(str(svc, "kind"), "Service");
+	assert_string_equal(str(svc, "spec.clusterIP"), "None");
+	assert_true(json_is_true(at(svc, "spec.publishNotReadyAddresses")));
+	assert_string_equal(str(svc, "spec.selector.kiln.dev/job"), "g");
+	json_decref(docs);
+}
+
+static void test_gpus(void **state)
+{
+	json_t *docs, *pod, *lim;
+
+	(void)state;
+	docs = render_job("name: w\ncommand: [a]\nresources: {gpus: 2, "
+			  "cpus: 1.5, memory: 1536Mi}\n", "img");
+	pod = at(json_array_get(docs, 0), "spec.template.spec");
+	lim = at(pod, "containers.[0].resources");
+	assert_string_equal(str(lim, "limits.nvidia.com/gpu"), "2");
+	assert_string_equal(str(lim, "requests.cpu"), "1500m");
+	assert_string_equal(str(lim, "requests.memory"), "1536Mi");
+	assert_string_equal(str(lim, "limits.memory"), "1536Mi");
+	assert_true(has_toleration(pod, "sku", "gpu"));
+	assert_null(at(pod, "schedulerName"));
+	json_decref(docs);
+
+	docs = render_job("name: m\ncommand: [a]\n"
+			  "resources: {gpus: 'mig:3g.40gb'}\n", "img");
+	pod = at(json_array_get(docs, 0), "spec.template.spec");
+	assert_string_equal(
+		str(pod, "containers.[0].resources.limits.nvidia.com/mig-3g.40gb"),
+		"1");
+	assert_null(at(pod, "containers.[0].resources.limits.nvidia.com/gpu"));
+	assert_true(has_toleration(pod, "sku", "gpu"));
+	json_decref(docs);
+
+	docs = render_job("name: s\ncommand: [a]\nresources: {gpus: 0.5}\n",
+			  "img");
+	pod = at(json_array_get(docs, 0), "spec.template.spec");
+	assert_string_equal(str(pod, "schedulerName"), "kiln");
+	assert_null(at(pod, "containers.[0].resources.limits"));
+	assert_string_equal(
+		str(json_array_get(docs, 0),
+		    "spec.template.metadata.annotations.kiln.dev/gpu-milli"),
+		"500");
+	assert_string_equal(env(at(pod, "containers.[0]"),
+				"NVIDIA_VISIBLE_DEVICES"),
+			    "metadata.annotations['kiln.dev/gpu']");
+	json_decref(docs);
+}
+
+static void test_models_and_placement(void **state)
+{
+	json_t *docs = render_job(
+		"name: p\ncommand: [a]\npreemptible: true\n"
+		"resources: {gpus: 1, gpu_model: [A100-80GB, T4-16GB]}\n"
+		"placement:\n  selector: {pool: gpu}\n  spread: fault_domain\n"
+		"  tolerations: [{key: team, operator: Exists}]\n"
+		"  affinity:\n    required: [{key: zone, operator: In, values: "
+		"[a, b]}]\n    preferred: [{key: ib, operator: Exists, "
+		"weight: 30}]\n", "img");
+	json_t *pod = at(json_array_get(docs, 0), "spec.template.spec");
+	json_t *term = at(pod, "affinity.nodeAffinity."
+			  "requiredDuringSchedulingIgnoredDuringExecution."
+			  "nodeSelectorTerms.[0].matchExpressions");
+	json_t *pref = at(pod, "affinity.nodeAffinity."
+			  "preferredDuringSchedulingIgnoredDuringExecution.[0]");
+
+	(void)state;
+	assert_string_equal(str(pod, "nodeSelector.pool"), "gpu");
+	assert_string_equal(str(term, "[0].key"), "zone");
+	assert_string_equal(str(term, "[0].values.[1]"), "b");
+	assert_string_equal(str(term, "[1].key"), "nvidia.com/gpu.product");
+	assert_string_equal(str(term, "[1].operator"), "In");
+	/* A100-80GB has two boards (SXM4 and PCIe), then the T4. */
+	assert_string_equal(str(term, "[1].values.[0]"), "NVIDIA-A100-SXM4-80GB");
+	assert_string_equal(str(term, "[1].values.[1]"), "NVIDIA-A100-80GB-PCIe");
+	assert_string_equal(str(term, "[1].values.[2]"), "Tesla-T4");
+	assert_int_equal(num(pref, "weight"), 30);
+	assert_string_equal(str(pref, "preference.matchExpressions.[0].operator"),
+			    "Exists");
+	assert_null(at(pref, "preference.matchExpressions.[0].values"));
+	assert_true(has_toleration(pod, "kubernetes.azure.com/scalesetpriority",
+				   "spot"));
+	assert_string_equal(str(pod, "tolerations.[2].key"), "team");
+	assert_string_equal(str(pod, "tolerations.[2].operator"), "Exists");
+	assert_string_equal(str(pod, "topologySpreadConstraints.[0].topologyKey"),
+			    "topology.kubernetes.io/zone");
+	assert_int_equal(num(pod, "topologySpreadConstraints.[0].maxSkew"), 1);
+	json_decref(docs);
+}
+
+static void test_checkpoint_grace(void **state)
+{
+	json_t *docs = render_job("name: c\ncommand: [a]\ncheckpoint: "
+				  "{grace: 1500ms, signal: USR2}\n", "img");
+	json_t *pod = at(json_array_get(docs, 0), "spec.template.spec");
+
+	(void)state;
+	assert_int_equal(num(pod, "terminationGracePeriodSeconds"), 2);
+	assert_string_equal(
+		str(pod, "containers.[0].lifecycle.preStop.exec.command.[2]"),
+		"kill -s USR2 1; while kill -0 1 2>/dev/null; do sleep 1; "
+		"done");
+	json_decref(docs);
+}
+
+static void test_errors(void **state)
+{
+	struct kn_error err = {0};
+
+	(void)state;
+	assert_int_equal(render_job_error("name: e\ncommand: [a]\n", NULL,
+					  &err), -EINVAL);
+	assert_string_equal(err.field, "image");
+	assert_int_equal(render_job_error("name: e\ncommand: [a]\nresources: "
+					  "{gpus: 1, gpu_model: MI300X}\n",
+					  "img", &err), -EINVAL);
+	assert_string_equal(err.field, "resources.gpu_model");
+	assert_int_equal(render_job_error("name: 9lives\ncommand: [a]\n",
+					  "img", &err), -EINVAL);
+	assert_string_equal(err.field, "name");
+	assert_int_equal(render_job_error("name: ends-\ncommand: [a]\n",
+					  "img", &err), -EINVAL);
+	assert_string_equal(err.field, "name");
+}
+
+static void test_deployment(void **state)
+{
+	const char *yaml = "kind: Deployment\nname: web.v2\nmodel: job:7\n"
+			   "command: [srv]\nreplicas: 2\n"
+			   "readiness: {path: /r, period_s: 3, "
+			   "initial_delay_s: 10}\n";
+	struct kn_kube_render_opts opts = {.image = "img",
+					   .namespace_ = "prod",
+					   .scheduler_name = "kiln",
+					   .products = products};
+	struct kn_deployment_spec *d;
+	struct kn_error err = {0};
+	json_t *docs, *dep, *svc, *c;
+
+	(void)state;
+	assert_int_equal(kn_deployment_spec_parse(yaml, strlen(yaml), "d.yaml",
+						  NULL, &d, &err), 0);
+	assert_int_equal(kn_kube_render_deployment(d, &opts, &docs, &err), 0);
+	dep = json_array_get(docs, 0);
+	svc = json_array_get(docs, 1);
+	c = at(dep, "spec.template.spec.containers.[0]");
+	assert_string_equal(str(dep, "apiVersion"), "apps/v1");
+	assert_string_equal(str(dep, "metadata.name"), "web-v2");
+	assert_string_equal(str(dep, "metadata.namespace"), "prod");
+	assert_int_equal(num(dep, "spec.replicas"), 2);
+	assert_int_equal(num(dep, "spec.strategy.rollingUpdate.maxUnavailable"),
+			 0);
+	assert_string_equal(str(dep, "spec.template.spec.schedulerName"),
+			    "kiln");
+	assert_string_equal(env(c, "KILN_MODEL"), "job:7");
+	assert_string_equal(env(c, "KILN_PORT"), "8000");
+	assert_string_equal(str(c, "readinessProbe.httpGet.path"), "/r");
+	assert_int_equal(num(c, "readinessProbe.periodSeconds"), 3);
+	assert_int_equal(num(c, "readinessProbe.initialDelaySeconds"), 10);
+	assert_null(at(c, "livenessProbe"));
+	assert_string_equal(str(svc, "spec.selector.kiln.dev/deployment"),
+			    "web-v2");
+	assert_string_equal(str(svc, "spec.ports.[0].targetPort"), "http");
+	json_decref(docs);
+	kn_deployment_spec_free(d);
+}
+
+static void test_products(void **state)
+{
+	struct kn_kube_products *p;
+	struct kn_error err = {0};
+	const char *names[4];
+	const char *bad[] = {
+		"model,product\nA,B,src\n",  /* header */
+		"model,product,source\n,B,src\n",
+		"model,product,source\nA,B C,src\n",
+		"model,product,source\nA,B,\n",
+	};
+	const char *fields[] = {NULL, "model", "product", "source"};
+
+	(void)state;
+	assert_int_equal(kn_kube_products_for(products, "h100", names, 4), 2);
+	assert_string_equal(names[0], "NVIDIA-H100-80GB-HBM3");
+	assert_string_equal(kn_kube_model_for(products, "Tesla-T4"),
+			    "T4-16GB");
+	assert_null(kn_kube_model_for(products, "NVIDIA-B200"));
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memset(&err, 0, sizeof(err));
+		assert_int_equal(kn_kube_products_parse(bad[i], strlen(bad[i]),
+							"t.csv", &p, &err),
+				 -EINVAL);
+		assert_string_equal(err.field, fields[i] ? fields[i] : "");
+		assert_non_null(strstr(err.message, "t.csv:"));
+	}
+}
+
+static void test_yaml(void **state)
+{
+	json_t *docs = json_loads(
+		"[{\"a\": \"1\", \"b\": {\"c\": [1, {\"d\": true, \"e\": null}],"
+		" \"f\": []}, \"g h\": \"x\\ny\", \"i\": {}, \"On\": \"no\"},"
+		" {\"k\": [[2]]}]",
+		0, NULL);
+	char *text = kn_kube_yaml(docs);
+
+	(void)state;
+	assert_string_equal(text, "---\n"
+				  "a: \"1\"\n"
+				  "b:\n"
+				  "  c:\n"
+				  "  - 1\n"
+				  "  - d: true\n"
+				  "    e: null\n"
+				  "  f: []\n"
+				  "\"g h\": \"x\\ny\"\n"
+				  "i: {}\n"
+				  "\"On\": \"no\"\n"
+				  "---\n"
+				  "k:\n"
+				  "-\n"
+				  "  - 2\n");
+	free(text);
+	json_decref(docs);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_single_task),
+		cmocka_unit_test(test_gang),
+		cmocka_unit_test(test_gpus),
+		cmocka_unit_test(test_models_and_placement),
+		cmocka_unit_test(test_checkpoint_grace),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_deployment),
+		cmocka_unit_test(test_products),
+		cmocka_unit_test(test_yaml),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
