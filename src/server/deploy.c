@@ -1383,6 +1383,15 @@ static struct deployment **by_name(struct deploy_state *d, size_t *n)
 	return v;
 }
 
+static bool find_sorted(struct deployment *const *v, size_t n,
+			const char *name)
+{
+	for (size_t i = 0; name && i < n; i++)
+		if (!strcmp(v[i]->name, name))
+			return true;
+	return false;
+}
+
 void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 			     const struct caller *c, const char *param)
 {
@@ -1402,11 +1411,24 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(keys, key_json(&rows[i], true));
-	kn_gateway_key_list_free(rows, n);
 	/* By name, so the document is the same whenever nothing changed. */
 	sorted = by_name(d, &n_sorted);
+	/* The document names only deployments it lists (the gateway refuses
+	 * one that does not): a key's deployments or a fallback not deployed
+	 * (yet, or any more) are left out until they are. */
+	for (size_t i = 0; i < n; i++) {
+		json_t *key = key_json(&rows[i], true), *all, *v, *listed;
+		size_t j;
+
+		all = json_object_get(key, "deployments");
+		listed = json_array();
+		json_array_foreach(all, j, v)
+			if (find_sorted(sorted, n_sorted, json_string_value(v)))
+				json_array_append(listed, v);
+		json_object_set_new(key, "deployments", listed);
+		json_array_append_new(keys, key);
+	}
+	kn_gateway_key_list_free(rows, n);
 	for (size_t k = 0; k < n_sorted; k++) {
 		const struct deployment *p = sorted[k];
 		json_t *reps = json_array();
@@ -1431,7 +1453,9 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 			deps,
 			json_pack("{s:s, s:s, s:o, s:{s:i, s:i}, s:o}", "name",
 				  p->name, "model", p->spec->model, "fallback",
-				  p->spec->fallback
+				  p->spec->fallback &&
+						  find_sorted(sorted, n_sorted,
+							      p->spec->fallback)
 					  ? json_string(p->spec->fallback)
 					  : json_null(),
 				  "limits", "rpm", p->spec->limit_rpm, "tpm",

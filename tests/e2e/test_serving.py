@@ -1,0 +1,109 @@
+"""Serving end to end, every part real: `kiln server` runs two deployments
+of a tiny model server as replicas, `kiln key create` makes keys, and
+`kiln gateway` polls the server for its routes and keys. Through the
+gateway: key isolation, a rate limit's exact count with its 429, the
+fallback when every primary replica is gone and the way back, and serving
+on with the server killed."""
+import signal
+import subprocess
+
+import pytest
+
+from conftest import Server, wait_for
+from test_deployments import deploy, deployment_yaml, wait_ready
+from test_gateway import Gateway
+
+
+@pytest.fixture
+def stack(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    server = Server(home).start()
+    gateway = Gateway(home, ["--refresh", "200ms"])
+    yield server, gateway
+    gateway.stop()
+    server.stop()
+    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"],
+                   check=False)
+
+
+def key(server, name, *args):
+    r = server.cli("key", "create", "--name", name, *args)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().split()[-1]
+
+
+def replica_port(answer):
+    assert answer.status_code == 200, answer.text
+    return answer.json()["kiln_replica"]["port"]
+
+
+def test_gateway_serves_the_servers_deployments(stack):
+    server, gateway = stack
+    deploy(server, deployment_yaml("chat", replicas=2,
+                                   extra="fallback: small\n"))
+    deploy(server, deployment_yaml("small", replicas=1))
+    chat_ports = {int(r["address"].split(":")[1])
+                  for r in wait_ready(server, "chat", 2).values()}
+    small_ports = {int(r["address"].split(":")[1])
+                   for r in wait_ready(server, "small", 1).values()}
+    # A key may name a deployment that does not exist yet: the server
+    # leaves it out of the gateway's table until it does.
+    app = key(server, "app", "--deployments", "chat,later")
+    other = key(server, "other", "--deployments", "small")
+    limited = key(server, "limited", "--deployments", "small", "--rpm", "2")
+    gateway.start()
+
+    first = wait_for(lambda: (lambda r: r if r.status_code == 200 else None)(
+        gateway.call(app, "chat")), what="the gateway to route chat")
+    assert replica_port(first) in chat_ports
+    assert "x-kiln-fallback" not in first.headers
+    # Key isolation: each key reaches only its deployments.
+    assert gateway.call(other, "chat").status_code == 404
+    assert gateway.call(app, "small").status_code == 404
+    assert gateway.call("kgw_" + "x" * 43, "chat").status_code == 401
+    assert replica_port(gateway.call(other, "small")) in small_ports
+
+    # Exactly 2 requests a minute for this key, then 429 with Retry-After.
+    codes = [gateway.call(limited, "small").status_code for _ in range(3)]
+    assert codes == [200, 200, 429]
+    over = gateway.call(limited, "small")
+    assert over.status_code == 429 and int(over.headers["Retry-After"]) >= 1
+    assert over.headers["x-ratelimit-remaining-requests"] == "0"
+
+    # No primary replica: the fallback answers, and says so.
+    assert server.cli("scale", "chat", "0").returncode == 0
+    fell = wait_for(lambda: (lambda r: r if r.headers.get("x-kiln-fallback")
+                             else None)(gateway.call(app, "chat")),
+                    what="the fallback to take over")
+    assert fell.headers["x-kiln-fallback"] == "small"
+    assert replica_port(fell) in small_ports
+    # Back to the primary once it is ready again.
+    assert server.cli("scale", "chat", "2").returncode == 0
+    back = wait_for(lambda: (lambda r: r if r.status_code == 200 and
+                             "x-kiln-fallback" not in r.headers else None)(
+        gateway.call(app, "chat")), timeout=30, what="chat back")
+    assert replica_port(back) not in small_ports
+
+    # The server dies: the replicas and the gateway go on serving.
+    server.kill9()
+    for _ in range(3):
+        assert gateway.call(app, "chat").status_code == 200
+    server.start()
+
+
+def test_gateway_starts_from_its_saved_table_without_a_server(stack):
+    server, gateway = stack
+    deploy(server, deployment_yaml("chat", replicas=1))
+    wait_ready(server, "chat", 1)
+    app = key(server, "app", "--deployments", "chat")
+    gateway.start()
+    wait_for(lambda: gateway.call(app, "chat").status_code == 200,
+             what="the gateway to route chat")
+    gateway.stop()
+    server.kill9()
+    gateway.start()  # the server does not answer: routes.json serves
+    assert gateway.call(app, "chat").status_code == 200
+    gateway.proc.send_signal(signal.SIGTERM)
+    gateway.proc.wait(timeout=10)
+    server.start()
