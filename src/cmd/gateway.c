@@ -74,7 +74,8 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 	const char *listen = "127.0.0.1:7080", *zone = NULL, *routes = NULL,
 		   *refresh = "1s", *access_log = NULL, *home_flag = NULL,
 		   *max_body = "1Mi", *max_headers = "16Ki",
-		   *upstream_timeout = "300s", *cooldown = "5s";
+		   *upstream_timeout = "300s", *cooldown = "5s",
+		   *anomaly_window = "10s";
 	int workers = 1, breaker_failures = 3;
 	struct cli_flag flags[] = {
 		{"listen", 0, CLI_FLAG_STRING, &listen},
@@ -89,6 +90,7 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		{"upstream-timeout", 0, CLI_FLAG_STRING, &upstream_timeout},
 		{"breaker-failures", 0, CLI_FLAG_COUNT, &breaker_failures},
 		{"breaker-cooldown", 0, CLI_FLAG_STRING, &cooldown},
+		{"anomaly-window", 0, CLI_FLAG_STRING, &anomaly_window},
 		{NULL, 0, 0, NULL},
 	};
 	struct kn_gateway_options o = {0};
@@ -132,6 +134,10 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		return cli_usage_error(ctx, "--breaker-cooldown: \"%s\" is not "
 					    "a duration (5s, 500ms)",
 				       cooldown);
+	if (parse_secs_or_duration(anomaly_window, &o.anomaly_window_ms) < 0)
+		return cli_usage_error(ctx, "--anomaly-window: \"%s\" is not a "
+					    "duration (10s, 500ms)",
+				       anomaly_window);
 	if (kn_parse_size(max_body, &o.max_body) < 0 || o.max_body < 1 ||
 	    o.max_body > 1024LL * 1024 * 1024)
 		return cli_usage_error(ctx, "--max-body: \"%s\" is not a size "

@@ -156,6 +156,83 @@ static void poll_tick(void *arg)
 		poll_again(gw);
 }
 
+/* ---- anomalies ---- */
+
+static void alert_sent(int status, const char *body, size_t len,
+		       const char *error, void *arg)
+{
+	(void)body;
+	(void)len;
+	(void)arg;
+	if (status < 200 || status > 299)
+		kn_log(KN_LOG_WARN, "gateway: reporting an anomaly to the "
+		       "server failed: %s",
+		       status ? "the server refused it" : error ? error : "");
+}
+
+/*
+ * Each alert goes to the log and, with a server, to its
+ * /v1/gateway/alerts: from there to `kiln alerts`, the event stream and
+ * the alert webhook.
+ */
+static void report_anomaly(struct kn_gateway *gw,
+			   const struct kn_anomaly_alert *a)
+{
+	char *url, *auth, *body;
+	json_t *doc;
+
+	kn_log(KN_LOG_WARN,
+	       "gateway: anomaly: deployment %s: %s %.4g outside its band "
+	       "[%.4g, %.4g] for %d windows of %lld ms",
+	       a->deployment, a->signal, a->value, a->low, a->high,
+	       a->windows, (long long)a->window_ms);
+	if (!gw->server)
+		return;
+	doc = json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:I, s:s}",
+			"deployment", a->deployment, "signal", a->signal,
+			"value", a->value, "low", a->low, "high", a->high,
+			"window_s", (double)a->window_ms / 1000.0,
+			"started_at_ms", (json_int_t)a->started_at_ms, "state",
+			"firing");
+	body = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	url = kn_asprintf("%s/v1/gateway/alerts", gw->server);
+	auth = gw->token ? kn_asprintf("Authorization: Bearer %s", gw->token)
+			 : NULL;
+	{
+		const char *headers[] = {"Content-Type: application/json",
+					 auth, NULL};
+		if (kn_http_fetch(gw->loop, "POST", url, headers, body,
+				  FETCH_TIMEOUT_MS, alert_sent, gw) < 0)
+			kn_log(KN_LOG_WARN, "gateway: cannot report an anomaly "
+			       "to %s", gw->server);
+	}
+	free(url);
+	free(auth);
+	free(body);
+}
+
+static int64_t anomaly_period_ms(const struct kn_gateway *gw)
+{
+	int64_t w = gw->opts.anomaly_window_ms;
+
+	return w / 2 < 50 ? 50 : w / 2 > 1000 ? 1000 : w / 2;
+}
+
+static void anomaly_tick(void *arg)
+{
+	struct kn_gateway *gw = arg;
+	struct kn_anomaly_alert alerts[16];
+	size_t n;
+
+	do {
+		n = kn_anomaly_poll(gw->anomaly, kn_now_ms(), alerts, 16);
+		for (size_t i = 0; i < n; i++)
+			report_anomaly(gw, &alerts[i]);
+	} while (n == 16);
+	kn_timer_arm(gw->anomaly_timer, anomaly_period_ms(gw));
+}
+
 /* Put "path: " before err's message (err must be set). */
 static int prefix_error(struct kn_error *err, const char *path)
 {
@@ -358,6 +435,19 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 	pthread_mutex_init(&gw->log_lock, NULL);
 	gw->limiter = kn_gw_limiter_new();
 	gw->metrics = gw_metrics_new();
+	{
+		struct kn_anomaly_config acfg;
+
+		kn_anomaly_config_default(&acfg);
+		if (opts->anomaly_window_ms > 0)
+			acfg.window_ms = opts->anomaly_window_ms;
+		gw->opts.anomaly_window_ms = acfg.window_ms;
+		gw->anomaly = kn_anomaly_new(&acfg);
+		if (!gw->anomaly) {
+			rc = kn_anomaly_config_check(&acfg, err);
+			goto fail;
+		}
+	}
 	gw->loop = kn_loop_new();
 	if (!gw->routes_file && !gw->server) {
 		rc = kn_errorf(err, KN_EINVAL, "server",
@@ -426,6 +516,8 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 	}
 	gw->save_timer = kn_timer_new(gw->loop, save_tick, gw);
 	kn_timer_arm(gw->save_timer, SAVE_INTERVAL_MS);
+	gw->anomaly_timer = kn_timer_new(gw->loop, anomaly_tick, gw);
+	kn_timer_arm(gw->anomaly_timer, anomaly_period_ms(gw));
 	kn_loop_on_signal(gw->loop, SIGTERM, on_stop, gw->loop);
 	kn_loop_on_signal(gw->loop, SIGINT, on_stop, gw->loop);
 	*out = gw;
@@ -464,11 +556,13 @@ void kn_gateway_free(struct kn_gateway *gw)
 	free(gw->workers);
 	kn_timer_free(gw->poll_timer);
 	kn_timer_free(gw->save_timer);
+	kn_timer_free(gw->anomaly_timer);
 	if (gw->loop)
 		kn_loop_free(gw->loop);
 	kn_gw_config_unref(gw->cfg);
 	kn_gw_limiter_free(gw->limiter);
 	gw_metrics_free(gw->metrics);
+	kn_anomaly_free(gw->anomaly);
 	pthread_mutex_destroy(&gw->cfg_lock);
 	pthread_mutex_destroy(&gw->lim_lock);
 	pthread_mutex_destroy(&gw->log_lock);

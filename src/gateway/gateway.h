@@ -200,6 +200,7 @@ struct kn_gateway_options {
 	int64_t upstream_timeout_ms;
 	int breaker_failures;    /* consecutive failures that open a breaker */
 	int64_t breaker_cooldown_ms;
+	int64_t anomaly_window_ms; /* anomaly detection window; 0 = 10 s */
 };
 
 /*

@@ -60,6 +60,8 @@ struct kn_gateway {
 	struct kn_gw_limiter *limiter; /* under lim_lock */
 
 	struct gw_metrics *metrics;
+	struct kn_anomaly *anomaly;   /* per-deployment bands; locks itself */
+	struct kn_timer *anomaly_timer;
 	int log_fd;
 	bool own_log_fd;
 	pthread_mutex_t log_lock; /* workers' writes to log_fd, whole */

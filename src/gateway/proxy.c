@@ -448,6 +448,13 @@ static void call_finish(struct gw_call *c)
 	};
 
 	gw_metrics_observe(gw->metrics, &o);
+	/* What the model did, for its deployment's bands: only calls that
+	 * reached a replica (the gateway's own refusals say nothing of it). */
+	if (c->target && (c->replica || c->upstream_error))
+		kn_anomaly_observe(gw->anomaly, c->target->name, kn_now_ms(), ms,
+				   c->status >= 500 || c->upstream_error,
+				   (double)c->usage.completion_tokens,
+				   c->score);
 	access_log(c->w, c->key ? c->key->name : NULL, o.deployment,
 		   c->replica ? c->replica->address : NULL, c->path, c->status,
 		   ms, &c->usage, c->score,

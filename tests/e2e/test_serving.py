@@ -6,6 +6,7 @@ fallback when every primary replica is gone and the way back, and serving
 on with the server killed."""
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -107,3 +108,45 @@ def test_gateway_starts_from_its_saved_table_without_a_server(stack):
     gateway.proc.send_signal(signal.SIGTERM)
     gateway.proc.wait(timeout=10)
     server.start()
+
+
+def test_latency_shift_raises_exactly_one_alert(stack, tmp_path):
+    """Normal traffic teaches the band and raises nothing; the replica then
+    answers 60 ms slower and, three windows later, one alert reaches the
+    server with its evidence; the shift going on raises no second one."""
+    server, _ = stack
+    control = tmp_path / "control"
+    control.mkdir()
+    deploy(server, deployment_yaml("chat", replicas=1, control=control))
+    wait_ready(server, "chat", 1)
+    app = key(server, "app", "--deployments", "chat")
+    gateway = stack[1]  # the fixture stops it
+    gateway.args += ["--anomaly-window", "300ms"]
+    gateway.start()
+    wait_for(lambda: gateway.call(app, "chat").status_code == 200,
+             what="the gateway to route chat")
+
+    def anomalies():
+        return [a for a in server.request("GET", "/v1/alerts",
+                                          params={"all": "1"}).json()["alerts"]
+                if a["rule"].startswith("gateway_anomaly_")]
+
+    def traffic(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            assert gateway.call(app, "chat").status_code == 200
+
+    traffic(5.0)  # 10 windows of warm-up, then 6 in the band
+    assert anomalies() == []
+    (control / "delay-ms").write_text("60")
+    deadline = time.monotonic() + 30
+    while not anomalies():
+        assert time.monotonic() < deadline, "no alert for the shift"
+        traffic(0.3)
+    traffic(2.0)  # the shift goes on: no second alert
+    alerts = anomalies()
+    assert len(alerts) == 1, alerts
+    a = alerts[0]
+    assert a["rule"] == "gateway_anomaly_latency_ms"
+    assert a["labels"]["deployment"] == "chat" and a["state"] == "firing"
+    assert a["value"] > 50
