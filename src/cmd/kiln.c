@@ -61,6 +61,7 @@ static const struct cli_command commands[] = {
 	 "                        machine (all of its CPUs and memory each);\n"
 	 "                        health checks and Azure events apply to all.\n"
 	 "                        Not with --gpus, --node-labels, --node-name\n"
+	 "                        or --executor slurm\n"
 	 "  --kill-grace DURATION time between SIGTERM and SIGKILL on cancel and\n"
 	 "                        timeout (default 10s)\n"
 	 "  --log-max-size SIZE   rotate a task's log at this size (default 64Mi)\n"

@@ -220,6 +220,12 @@ int cmd_server(int argc, char **argv)
 			"node's GPUs and labels in its --sim-node\n");
 		goto out;
 	}
+	/* Under Slurm the one node stands for the partitions' GPUs. */
+	if (n_sim_nodes && strcmp(cfg.executor, "local") != 0) {
+		fprintf(stderr, "kiln server: --sim-node runs its nodes on this "
+			"machine: it needs --executor local\n");
+		goto out;
+	}
 	cfg.sim_nodes = sim_nodes;
 	cfg.n_sim_nodes = n_sim_nodes;
 	if (!cfg.health_sku)

@@ -171,6 +171,10 @@ def test_sim_node_usage_errors(tmp_path):
     assert res.returncode == 2
     assert "--sim-node" in res.stderr and "--gpus" in res.stderr
     assert "--node-labels" in res.stderr
+    res = subprocess.run([KILN, "server", "--executor", "slurm",
+                          "--sim-node", "na 2xH100-80GB"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and "--executor local" in res.stderr
     res = subprocess.run([KILN, "server", "--listen", "127.0.0.1:0",
                           "--sim-node", "na 2xH100-80GB",
                           "--sim-node", "nb 2xBOGUS"], env=env,
