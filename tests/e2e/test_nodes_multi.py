@@ -101,6 +101,7 @@ def test_jobs_are_placed_cordoned_drained_and_readopted_per_node(multi):
     multi.kill9()
     multi.start()
     assert multi.job(a)["state"] == "running"
+    assert len(multi.job(a)["attempts_detail"]) == 1
     assert task(multi, a)["node"] == "na"
     assert task(multi, c)["node"] == "nb"
     assert allocated(multi) == {"na": [1000, 1000], "nb": [1000, 0],
@@ -157,6 +158,14 @@ def test_deployment_replicas_spread_over_zones(multi):
     cfg = multi.request("GET", "/v1/gateway/config").json()
     dep = [d for d in cfg["deployments"] if d["name"] == "chat"][0]
     assert sorted(rep["zone"] for rep in dep["replicas"]) == ["a", "b", "c"]
+    # Re-adopted after a crash, each replica is still where it ran.
+    where = {rep["job"]: rep["node"] for rep in reps}
+    multi.kill9()
+    multi.start()
+    reps = wait_for(lambda: replica_zones(multi, "chat"), timeout=30,
+                    what="the replicas after the restart")
+    assert {rep["job"]: rep["node"] for rep in reps} == where
+    assert [rep["restarts"] for rep in reps] == [0, 0, 0]
     assert multi.request("DELETE", "/v1/deployments/chat"
                          ).status_code in (200, 202, 204)
 
