@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import KILN, Server, job_yaml, wait_for
+from test_scheduled_events import Imds
 
 MODEL_SERVER = Path(__file__).resolve().parent / "fixtures" / "model_server.py"
 SIM_NODES = ["--sim-node", "na 2xH100-80GB zone=a fault_domain=0",
@@ -168,6 +169,25 @@ def test_deployment_replicas_spread_over_zones(multi):
     assert [rep["restarts"] for rep in reps] == [0, 0, 0]
     assert multi.request("DELETE", "/v1/deployments/chat"
                          ).status_code in (200, 202, 204)
+
+
+def test_scheduled_event_cordons_every_node(tmp_path):
+    """The event is about this VM, which every simulated node runs on."""
+    imds = Imds(not_before_s=20)
+    home = tmp_path / "home"
+    home.mkdir()
+    s = Server(home, gpus=None, extra=SIM_NODES + [
+        "--azure-events-url", imds.url, "--azure-vm-name", "kiln-spot-vm"])
+    try:
+        s.start()
+        wait_for(lambda: imds.acks, what="the acknowledgement")
+        states = {n["name"]: n["state"]
+                  for n in s.request("GET", "/v1/nodes").json()["nodes"]}
+        assert states == {"na": "cordoned", "nb": "cordoned",
+                          "nc": "cordoned"}
+    finally:
+        s.stop()
+        imds.close()
 
 
 def test_sim_node_usage_errors(tmp_path):
