@@ -60,12 +60,15 @@ int cmd_server(int argc, char **argv)
 		{"slurm-partitions", required_argument, NULL, 'P'},
 		{"slurm-shards-per-gpu", required_argument, NULL, 'X'},
 		{"node-labels", required_argument, NULL, 'N'},
+		{"sim-node", required_argument, NULL, 'O'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
 	struct kn_error err;
 	char host[256], *home = NULL;
-	int c, rc;
+	const char **sim_nodes = kn_xcalloc((size_t)argc, sizeof(*sim_nodes));
+	size_t n_sim_nodes = 0;
+	int c, rc = 2;
 
 	kn_server_config_init(&cfg);
 	optind = 1;
@@ -77,7 +80,7 @@ int cmd_server(int argc, char **argv)
 				fprintf(stderr, "kiln server: --listen: \"%s\" is "
 					"not HOST:PORT (e.g. 127.0.0.1:7070)\n",
 					optarg);
-				return 2;
+				goto out;
 			}
 			cfg.listen_host = host;
 			break;
@@ -94,7 +97,7 @@ int cmd_server(int argc, char **argv)
 			if (kn_parse_duration(optarg, &cfg.kill_grace_ms) < 0) {
 				fprintf(stderr, "kiln server: --kill-grace: \"%s\" "
 					"is not a duration (e.g. 10s)\n", optarg);
-				return 2;
+				goto out;
 			}
 			break;
 		case 'm':
@@ -103,7 +106,7 @@ int cmd_server(int argc, char **argv)
 				fprintf(stderr, "kiln server: --log-max-size: \"%s\" "
 					"is not a size of at least 4096 bytes "
 					"(e.g. 64Mi)\n", optarg);
-				return 2;
+				goto out;
 			}
 			break;
 		case 'd':
@@ -134,7 +137,7 @@ int cmd_server(int argc, char **argv)
 				fprintf(stderr, "kiln server: --scrape-interval: "
 					"\"%s\" is not a duration of at least "
 					"100ms (e.g. 15s)\n", optarg);
-				return 2;
+				goto out;
 			}
 			break;
 		case 'L':
@@ -150,7 +153,7 @@ int cmd_server(int argc, char **argv)
 				fprintf(stderr, "kiln server: --health-interval: "
 					"\"%s\" is not 0 or a duration of at "
 					"least 1s (e.g. 5m)\n", optarg);
-				return 2;
+				goto out;
 			}
 			if (!strcmp(optarg, "0"))
 				cfg.health_interval_ms = 0;
@@ -175,7 +178,7 @@ int cmd_server(int argc, char **argv)
 			    strcmp(optarg, "slurm") != 0) {
 				fprintf(stderr, "kiln server: --executor: \"%s\" "
 					"is not local or slurm\n", optarg);
-				return 2;
+				goto out;
 			}
 			cfg.executor = optarg;
 			break;
@@ -189,7 +192,7 @@ int cmd_server(int argc, char **argv)
 				fprintf(stderr, "kiln server: "
 					"--slurm-shards-per-gpu: \"%s\" is not "
 					"a number in 1..1000\n", optarg);
-				return 2;
+				goto out;
 			}
 			cfg.slurm_shards_per_gpu = (int)n;
 			break;
@@ -197,16 +200,34 @@ int cmd_server(int argc, char **argv)
 		case 'N':
 			cfg.node_labels = optarg;
 			break;
+		case 'O':
+			sim_nodes[n_sim_nodes++] = optarg;
+			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);
-			return 2;
+			goto out;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "kiln server: unexpected argument \"%s\"\n",
 			argv[optind]);
-		return 2;
+		goto out;
 	}
+	/* Simulated nodes bring their own devices, names and labels. */
+	if (n_sim_nodes && (cfg.gpus || cfg.node_labels || cfg.node_name)) {
+		fprintf(stderr, "kiln server: --sim-node cannot be combined "
+			"with --gpus, --node-labels or --node-name: give each "
+			"node's GPUs and labels in its --sim-node\n");
+		goto out;
+	}
+	/* Under Slurm the one node stands for the partitions' GPUs. */
+	if (n_sim_nodes && strcmp(cfg.executor, "local") != 0) {
+		fprintf(stderr, "kiln server: --sim-node runs its nodes on this "
+			"machine: it needs --executor local\n");
+		goto out;
+	}
+	cfg.sim_nodes = sim_nodes;
+	cfg.n_sim_nodes = n_sim_nodes;
 	if (!cfg.health_sku)
 		cfg.health_sku = getenv("KILN_SKU");
 	if (!cfg.home) {
@@ -215,9 +236,10 @@ int cmd_server(int argc, char **argv)
 	}
 	rc = kn_server_run(&cfg, &err);
 	free(home);
-	if (rc < 0) {
+	if (rc < 0)
 		fprintf(stderr, "kiln server: %s\n", err.message);
-		return 1;
-	}
-	return 0;
+	rc = rc < 0 ? 1 : 0;
+out:
+	free(sim_nodes);
+	return rc;
 }

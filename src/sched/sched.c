@@ -375,8 +375,9 @@ static bool bound_to(const struct kn_sched_binding *bindings, size_t placed,
 }
 
 /*
- * Tasks of this gang already on nodes whose spread label has the same
- * value as node's; a missing label is one more value of its own.
+ * Tasks of this gang (and of its spread group, req->spread_placed) already
+ * on nodes whose spread label has the same value as node's; a missing
+ * label is one more value of its own.
  */
 static int spread_used(const struct kn_sched_cluster *cluster,
 		       const struct kn_sched_request *req,
@@ -393,6 +394,14 @@ static int spread_used(const struct kn_sched_cluster *cluster,
 		if (mine && theirs ? strcmp(mine, theirs) == 0
 				   : mine == theirs)
 			n++;
+	}
+	for (size_t i = 0; req->spread_placed && i < cluster->n_nodes; i++) {
+		const char *theirs =
+			label_value(&cluster->nodes[i], req->spread_key);
+
+		if (mine && theirs ? strcmp(mine, theirs) == 0
+				   : mine == theirs)
+			n += req->spread_placed[i];
 	}
 	return n;
 }

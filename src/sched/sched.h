@@ -176,6 +176,11 @@ struct kn_sched_request {
 	size_t n_preferred;
 	/* Spread the gang over this label's values ("zone"), or NULL. */
 	const char *spread_key;
+	/* With spread_key: tasks of the same spread group placed before this
+	   request (other replicas of a deployment), one count per node of
+	   the cluster; they weigh like earlier tasks of the gang. NULL =
+	   none. */
+	const int *spread_placed;
 };
 
 /* Where one task goes. */

@@ -410,6 +410,19 @@ static void h_job_evict(struct server *s, struct kn_http_req *req,
 	reply_job(s, req, id, 200);
 }
 
+/* {"node": {name, state, reason}} of the node called name, which exists. */
+static void node_reply(struct server *s, struct kn_http_req *req,
+		       const char *name)
+{
+	const struct server_node *node = &s->nodes[nodes_find(s, name)];
+
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:{s:s, s:s, s:o}}", "node", "name", name,
+				     "state", node->state, "reason",
+				     node->reason[0] ? json_string(node->reason)
+						     : json_null()));
+}
+
 static void node_state_change(struct server *s, struct kn_http_req *req,
 			      const struct caller *c, const char *name,
 			      const char *state)
@@ -426,11 +439,7 @@ static void node_state_change(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	kn_http_reply_json(req, 200,
-			   json_pack("{s:{s:s, s:s, s:o}}", "node", "name", name,
-				     "state", s->node_state, "reason",
-				     s->node_reason[0] ? json_string(s->node_reason)
-						       : json_null()));
+	node_reply(s, req, name);
 }
 
 static void h_node_cordon(struct server *s, struct kn_http_req *req,
@@ -463,7 +472,7 @@ static void h_node_health(struct server *s, struct kn_http_req *req,
 	json_t *healthy = json_object_get(body, "healthy");
 	const char *why = json_string_value(json_object_get(body, "reason"));
 	char reason[192];
-	int rc;
+	int i = nodes_find(s, param), rc;
 
 	if (!json_is_boolean(healthy)) {
 		json_decref(body);
@@ -477,12 +486,11 @@ static void h_node_health(struct server *s, struct kn_http_req *req,
 	if (json_is_true(healthy)) {
 		/* A repaired node comes back only from unhealthy, not from a
 		 * cordon or drain an operator set. */
-		rc = strcmp(s->node_state, "unhealthy") == 0
+		rc = i < 0 ? kn_errorf(&err, KN_ENOTFOUND, "name",
+				       "node %s not found", param)
+		     : strcmp(s->nodes[i].state, "unhealthy") == 0
 			     ? nodes_set_state(s, c, param, "ready", "", &err)
-			     : (strcmp(param, s->node_name)
-					? kn_errorf(&err, KN_ENOTFOUND, "name",
-						    "node %s not found", param)
-					: 0);
+			     : 0;
 	} else {
 		rc = nodes_set_state(s, c, param, "unhealthy", reason, &err);
 	}
@@ -492,11 +500,7 @@ static void h_node_health(struct server *s, struct kn_http_req *req,
 		return;
 	}
 	jobs_wake(s);
-	kn_http_reply_json(req, 200,
-			   json_pack("{s:{s:s, s:s, s:o}}", "node", "name", param,
-				     "state", s->node_state, "reason",
-				     s->node_reason[0] ? json_string(s->node_reason)
-						       : json_null()));
+	node_reply(s, req, param);
 }
 
 static void h_job_logs(struct server *s, struct kn_http_req *req,
@@ -551,23 +555,22 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 	kn_task_list_free(tasks, nt);
 }
 
-static void h_nodes(struct server *s, struct kn_http_req *req,
-		    const struct caller *c, const char *param)
+static json_t *node_json(struct server *s, size_t n)
 {
+	const struct server_node *nd = &s->nodes[n];
+	const struct kn_sched_node *sn = &s->cluster.nodes[n];
 	json_t *devs = json_array(), *labels = json_object(), *node;
 
-	(void)c;
-	(void)param;
-	for (size_t i = 0; i < s->devices.n; i++) {
-		const struct kn_device_info *d = &s->devices.devices[i];
-		const struct kn_sched_device *sd = &s->node.devices[i];
+	for (size_t i = 0; i < nd->devices.n; i++) {
+		const struct kn_device_info *d = &nd->devices.devices[i];
+		const struct kn_sched_device *sd = &sn->devices[i];
 		json_t *dev = json_pack(
 			"{s:i, s:s, s:s, s:I, s:b, s:i, s:o}", "index",
 			d->index, "uuid", d->uuid, "model", d->model,
 			"memory_bytes", (json_int_t)d->memory_bytes,
-			"simulated", s->devices.simulated, "allocated_milli",
+			"simulated", nd->devices.simulated, "allocated_milli",
 			sd->used_milli, "allocations",
-			jobs_device_allocations(s, d->index));
+			jobs_device_allocations(s, n, d->index));
 
 		/* MIG mode: memory slices in use of the GPU's total. */
 		json_object_set_new(dev, "mig", json_boolean(sd->mig != NULL));
@@ -583,24 +586,34 @@ static void h_nodes(struct server *s, struct kn_http_req *req,
 		}
 		json_array_append_new(devs, dev);
 	}
-	for (size_t i = 0; i < s->node.n_labels; i++)
-		json_object_set_new(labels, s->node.labels[i].key,
-				    json_string(s->node.labels[i].value));
+	for (size_t i = 0; i < sn->n_labels; i++)
+		json_object_set_new(labels, sn->labels[i].key,
+				    json_string(sn->labels[i].value));
 	node = json_pack("{s:s, s:s, s:o, s:b, s:s, s:o, s:[], s:f, s:I, s:f, "
 			 "s:I, s:o}",
-			 "name", s->node_name, "state", s->node_state, "reason",
-			 s->node_reason[0] ? json_string(s->node_reason)
-					   : json_null(),
-			 "simulated",
-			 s->devices.simulated, "device_source",
-			 s->devices.source, "labels", labels, "taints", "cpus",
-			 s->node.cpu_milli_total / 1000.0, "memory_bytes",
-			 (json_int_t)s->node.memory_total, "cpus_allocated",
-			 s->node.cpu_milli_used / 1000.0,
+			 "name", nd->name, "state", nd->state, "reason",
+			 nd->reason[0] ? json_string(nd->reason) : json_null(),
+			 "simulated", nd->devices.simulated, "device_source",
+			 nd->devices.source, "labels", labels, "taints", "cpus",
+			 sn->cpu_milli_total / 1000.0, "memory_bytes",
+			 (json_int_t)sn->memory_total, "cpus_allocated",
+			 sn->cpu_milli_used / 1000.0,
 			 "memory_allocated_bytes",
-			 (json_int_t)s->node.memory_used, "devices", devs);
-	json_object_set_new(node, "fragmentation", nodes_fragmentation(s));
-	kn_http_reply_json(req, 200, json_pack("{s:[o]}", "nodes", node));
+			 (json_int_t)sn->memory_used, "devices", devs);
+	json_object_set_new(node, "fragmentation", nodes_fragmentation(s, n));
+	return node;
+}
+
+static void h_nodes(struct server *s, struct kn_http_req *req,
+		    const struct caller *c, const char *param)
+{
+	json_t *list = json_array();
+
+	(void)c;
+	(void)param;
+	for (size_t i = 0; i < s->cluster.n_nodes; i++)
+		json_array_append_new(list, node_json(s, i));
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "nodes", list));
 }
 
 static void h_audit(struct server *s, struct kn_http_req *req,

@@ -67,23 +67,30 @@ static void health_done(void *arg, bool ran)
 	nh->busy = false;
 	if (s->closing || !ran)
 		return;
-	if (j->failed && !strcmp(s->node_state, "ready")) {
-		snprintf(reason, sizeof(reason), "health check failed: %.160s",
-			 j->first);
-		kn_log(KN_LOG_WARN, "node %s is unhealthy: %s", s->node_name,
-		       j->first);
-		if (nodes_set_state(s, NULL, s->node_name, "unhealthy", reason,
-				    &err) < 0)
-			kn_log(KN_LOG_ERROR, "marking the node unhealthy: %s",
-			       err.message);
-	} else if (!j->failed && !strcmp(s->node_state, "unhealthy")) {
-		kn_log(KN_LOG_INFO, "node %s passes its health checks again",
-		       s->node_name);
-		if (nodes_set_state(s, NULL, s->node_name, "ready", "", &err) < 0)
-			kn_log(KN_LOG_ERROR, "marking the node ready: %s",
-			       err.message);
-		else
-			jobs_wake(s);
+	/* The checks describe this machine, which every node runs on. */
+	for (size_t i = 0; i < s->cluster.n_nodes; i++) {
+		const char *name = s->nodes[i].name;
+
+		if (j->failed && !strcmp(s->nodes[i].state, "ready")) {
+			snprintf(reason, sizeof(reason),
+				 "health check failed: %.160s", j->first);
+			kn_log(KN_LOG_WARN, "node %s is unhealthy: %s", name,
+			       j->first);
+			if (nodes_set_state(s, NULL, name, "unhealthy", reason,
+					    &err) < 0)
+				kn_log(KN_LOG_ERROR,
+				       "marking the node unhealthy: %s",
+				       err.message);
+		} else if (!j->failed &&
+			   !strcmp(s->nodes[i].state, "unhealthy")) {
+			kn_log(KN_LOG_INFO,
+			       "node %s passes its health checks again", name);
+			if (nodes_set_state(s, NULL, name, "ready", "", &err) < 0)
+				kn_log(KN_LOG_ERROR, "marking the node ready: %s",
+				       err.message);
+			else
+				jobs_wake(s);
+		}
 	}
 }
 

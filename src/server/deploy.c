@@ -204,12 +204,21 @@ static bool replica_ready(const struct replica *r, const struct run *run)
 	return run_serving(run) && r->ready && r->attempt == run->attempt;
 }
 
-/* The zone label of the local node, or "". */
-static const char *node_zone(struct server *s)
+/* The node a replica's run is bound to (its only task's). */
+static const struct kn_sched_node *run_node(struct server *s,
+					    const struct run *run)
 {
-	for (size_t i = 0; i < s->node.n_labels; i++)
-		if (!strcmp(s->node.labels[i].key, "zone"))
-			return s->node.labels[i].value;
+	return &s->cluster.nodes[run->bindings[0].node];
+}
+
+/* The zone label of the node the run is bound to, or "". */
+static const char *node_zone(struct server *s, const struct run *run)
+{
+	const struct kn_sched_node *n = run_node(s, run);
+
+	for (size_t i = 0; i < n->n_labels; i++)
+		if (!strcmp(n->labels[i].key, "zone"))
+			return n->labels[i].value;
 	return "";
 }
 
@@ -697,6 +706,17 @@ const char *deploy_model_dir(struct server *s, int64_t job_id)
 	return NULL;
 }
 
+const struct deployment *deploy_of(struct server *s, int64_t job_id)
+{
+	if (!s->deploy)
+		return NULL;
+	for (struct deployment *p = s->deploy->list; p; p = p->next)
+		for (int i = 0; i < p->n_reps; i++)
+			if (p->reps[i].job_id == job_id)
+				return p;
+	return NULL;
+}
+
 /* ---- JSON ---- */
 
 static const char *replica_state(struct server *s, const struct replica *r,
@@ -753,9 +773,9 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 				 run->master_port);
 			json_object_set_new(o, "address", json_string(addr));
 			json_object_set_new(o, "node",
-					    json_string(s->node_name));
+					    json_string(run_node(s, run)->name));
 			json_object_set_new(o, "zone",
-					    json_string(node_zone(s)));
+					    json_string(node_zone(s, run)));
 			json_object_set_new(o, "attempt",
 					    json_integer(run->attempt));
 		} else {
@@ -1446,7 +1466,7 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 			json_array_append_new(
 				reps, json_pack("{s:i, s:s, s:s, s:b}",
 						"replica", i, "address", addr,
-						"zone", node_zone(s), "ready",
+						"zone", node_zone(s, run), "ready",
 						replica_ready(&p->reps[i], run)));
 		}
 		json_array_append_new(

@@ -146,8 +146,12 @@ static void handle_event(struct kn_events *ev, const char *id,
 	e->not_before_ms = not_before;
 	snprintf(why, sizeof(why), "Azure scheduled event %s %s", type, id);
 	kn_log(KN_LOG_WARN, "%s: evicting preemptible jobs", why);
-	if (nodes_set_state(s, NULL, s->node_name, "cordoned", why, &err) < 0)
-		kn_log(KN_LOG_ERROR, "cordoning for %s: %s", id, err.message);
+	/* The event is about this VM, which every node runs on. */
+	for (size_t i = 0; i < s->cluster.n_nodes; i++)
+		if (nodes_set_state(s, NULL, s->nodes[i].name, "cordoned", why,
+				    &err) < 0)
+			kn_log(KN_LOG_ERROR, "cordoning %s for %s: %s",
+			       s->nodes[i].name, id, err.message);
 	grace = not_before ? not_before - now - DEADLINE_MARGIN_MS : 0;
 	if (grace < 0)
 		grace = 0;

@@ -3,7 +3,7 @@
  *
  * In memory the server keeps only what it needs to act quickly: the queue
  * (queued jobs with their parsed specs), the running attempts with their
- * tasks and device bindings, and the local node. SQLite stays the truth:
+ * tasks and device bindings, and the nodes. SQLite stays the truth:
  * at start-up both are rebuilt from it (and from the task directories).
  */
 #ifndef KILN_SERVER_INTERNAL_H
@@ -97,6 +97,16 @@ struct monitor;
 struct node_health;
 struct deploy_state;
 
+/* One node's own state, beside its scheduler view. */
+struct server_node {
+	char name[64];
+	char state[16];   /* ready, cordoned, draining, unhealthy */
+	char reason[192]; /* why it is not ready, or "" */
+	struct kn_device_set devices;
+	char *labels_text; /* the labels' text, split in place */
+	struct kn_sched_label *labels; /* into labels_text */
+};
+
 struct server {
 	struct kn_server_config cfg;
 	char *home;
@@ -107,16 +117,14 @@ struct server {
 	struct kn_timer *tick_timer;
 	struct kn_timer *poll_timer;
 
-	/* The local node as the scheduler sees it. */
-	struct kn_device_set devices;
-	struct kn_sched_node node;
-	struct kn_mig_table *mig; /* loaded when a device is in MIG mode */
+	/*
+	 * The nodes this server runs: the local one, or the --sim-node list,
+	 * all executing on this machine. nodes[i] is cluster.nodes[i] as the
+	 * scheduler sees it; a binding's node indexes both.
+	 */
+	struct server_node *nodes;
 	struct kn_sched_cluster cluster;
-	char node_name[64];
-	char node_state[16];   /* ready, cordoned, draining */
-	char node_reason[192]; /* why it is not ready, or "" */
-	char *node_labels_text; /* --node-labels, split in place */
-	struct kn_sched_label *node_labels; /* into node_labels_text */
+	struct kn_mig_table *mig; /* loaded when a device is in MIG mode */
 
 	struct queued_job *queue;
 	size_t queue_len;
@@ -183,8 +191,9 @@ void jobs_on_sigchld(void *arg);
 void jobs_poll(void *arg);
 /* The queue reason of a queued job, or NULL. */
 const char *jobs_queue_reason(struct server *s, int64_t id);
-/* Allocations on a device of the local node, as JSON [{job,rank,milli}]. */
-json_t *jobs_device_allocations(struct server *s, int device_index);
+/* Allocations on a device of node i, as JSON [{job,rank,milli}]. */
+json_t *jobs_device_allocations(struct server *s, size_t node,
+				int device_index);
 /* Whether the job has a live run (for log follow). */
 bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank);
 void jobs_free_all(struct server *s);
@@ -194,25 +203,27 @@ void jobs_launch_run(struct server *s, struct run *r);
 void jobs_sync_settled(struct server *s, struct run *r);
 
 /* nodes.c */
+/* The index of the node called name, or -1. */
+int nodes_find(const struct server *s, const char *name);
 /*
- * Set the local node's state: "ready" (uncordon), "cordoned" (no new
- * work) or "draining" (no new work, preemptible jobs evicted). c may be
- * NULL for the system. Persists the state and audits the change.
+ * Set a node's state: "ready" (uncordon), "cordoned" (no new work) or
+ * "draining" (no new work, its preemptible jobs evicted). c may be NULL
+ * for the system. Persists the state and audits the change.
  */
 int nodes_set_state(struct server *s, const struct caller *c,
 		    const char *name, const char *state, const char *reason,
 		    struct kn_error *err);
-/* Write the local node's row (state, devices) to the store. */
-int nodes_save(struct server *s, struct kn_error *err);
-/* Evict the preemptible jobs running on the local node. */
-void nodes_evict_preemptible(struct server *s, const char *why);
+/* Write node i's row (state, devices) to the store. */
+int nodes_save(struct server *s, size_t i, struct kn_error *err);
+/* Evict the preemptible jobs with a task running on node i. */
+void nodes_evict_preemptible(struct server *s, size_t i, const char *why);
 /*
- * The local node's fragmentation as FGD measures it (docs/scheduling.md):
+ * Node i's fragmentation as FGD measures it (docs/scheduling.md):
  * {milli, percent, workload_jobs, typical_shapes}, the expected idle GPU a
  * job shaped like this server's GPU jobs could not use; JSON null before
  * any GPU job or without GPUs outside MIG mode.
  */
-json_t *nodes_fragmentation(struct server *s);
+json_t *nodes_fragmentation(struct server *s, size_t i);
 
 /* events.c */
 int events_start(struct server *s, const char *url, const char *vm_name,
@@ -285,6 +296,12 @@ int monitor_external_alert(struct server *s, const char *source,
 /* Load the deployments; before jobs_recover, whose exits it judges. */
 int deploy_start(struct server *s, struct kn_error *err);
 void deploy_free(struct server *s);
+/*
+ * The deployment whose replica job_id is, or NULL: replicas of one
+ * deployment are one spread group (jobs.c).
+ */
+struct deployment;
+const struct deployment *deploy_of(struct server *s, int64_t job_id);
 /* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
 const char *deploy_model_dir(struct server *s, int64_t job_id);
 /* Route handlers (api.c's table). */

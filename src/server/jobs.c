@@ -345,11 +345,12 @@ static void devices_text(const struct kn_sched_binding *b, char *buf,
 static void mig_visible(const struct server *s,
 			const struct kn_sched_binding *b, char *buf, size_t len)
 {
+	const struct kn_device_set *set = &s->nodes[b->node].devices;
 	const char *uuid = "unknown";
 
-	for (size_t i = 0; i < s->devices.n; i++)
-		if (s->devices.devices[i].index == b->devices[0])
-			uuid = s->devices.devices[i].uuid;
+	for (size_t i = 0; i < set->n; i++)
+		if (set->devices[i].index == b->devices[0])
+			uuid = set->devices[i].uuid;
 	snprintf(buf, len, "MIG-sim-%s-%s-%d", uuid, b->mig_profile->name,
 		 b->mig_start);
 }
@@ -503,7 +504,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 					      b->milli_per_device >= 10
 						      ? b->milli_per_device / 10
 						      : 1));
-	if (s->devices.simulated)
+	if (s->nodes[b->node].devices.simulated)
 		add_env(&env, &n, kn_xstrdup("KILN_SIMULATED_GPUS=1"));
 	/* A deployment's replica serves on its attempt's port (deploy.c). */
 	if (deploy_model_dir(s, r->job_id)) {
@@ -559,6 +560,37 @@ struct placed {
 	int attempt; /* the number the bind gives the new attempt */
 };
 
+/*
+ * For a replica of a deployment with spread: per node, the tasks of its
+ * other replicas, running or placed earlier this turn (pl[0..np)), so the
+ * scheduler spreads replicas and not only one gang's tasks. NULL for any
+ * other job.
+ */
+static int *spread_group_placed(struct server *s, const struct queued_job *q,
+				const struct kn_sched_request *req,
+				const struct placed *pl, size_t np)
+{
+	const struct deployment *group;
+	int *counts;
+
+	if (!req->spread_key)
+		return NULL;
+	group = deploy_of(s, q->id);
+	if (!group)
+		return NULL;
+	counts = kn_xcalloc(s->cluster.n_nodes, sizeof(*counts));
+	for (const struct run *r = s->runs; r; r = r->next)
+		if (r->job_id != q->id && !r->stopping &&
+		    deploy_of(s, r->job_id) == group)
+			for (int t = 0; t < r->n_tasks; t++)
+				counts[r->bindings[t].node]++;
+	for (size_t k = 0; k < np; k++)
+		if (deploy_of(s, pl[k].q->id) == group)
+			for (int t = 0; t < pl[k].q->spec->tasks; t++)
+				counts[pl[k].bindings[t].node]++;
+	return counts;
+}
+
 /* Commit the bindings of one turn, then start the shims. */
 static int bind_placed(struct server *s, struct placed *pl, size_t n,
 		       int64_t now)
@@ -603,7 +635,7 @@ static int bind_placed(struct server *s, struct placed *pl, size_t n,
 			tr.job_id = q->id;
 			tr.attempt = j.attempts;
 			tr.rank = t;
-			tr.node = s->node_name;
+			tr.node = s->nodes[pl[i].bindings[t].node].name;
 			tr.devices = devs;
 			tr.gpu_milli = pl[i].bindings[t].milli_per_device;
 			tr.task_dir = dir;
@@ -730,6 +762,8 @@ void jobs_tick(void *arg)
 	for (size_t i = 0; i < n; i++) {
 		struct queued_job *q = queue_find(s, order[i].job_id, NULL);
 		struct placed *p = &pl[np];
+		int *spread_placed;
+		int rc;
 
 		if (q->not_before > now) {
 			char in[32];
@@ -743,8 +777,14 @@ void jobs_tick(void *arg)
 		sreq_build(s, q->spec, &p->sr);
 		p->bindings = kn_xcalloc((size_t)q->spec->tasks,
 					 sizeof(*p->bindings));
-		if (kn_sched_place(&s->cluster, &p->sr.req, p->bindings,
-				   q->reason, sizeof(q->reason)) == 0) {
+		spread_placed = spread_group_placed(s, q, &p->sr.req, pl, np);
+		p->sr.req.spread_placed = spread_placed;
+		rc = kn_sched_place(&s->cluster, &p->sr.req, p->bindings,
+				    q->reason, sizeof(q->reason));
+		/* Counts of this turn only: the run keeps no pointer to them. */
+		p->sr.req.spread_placed = NULL;
+		free(spread_placed);
+		if (rc == 0) {
 			p->q = q;
 			q->reason[0] = '\0';
 			q->preempting = false;
@@ -1043,7 +1083,7 @@ static void settle(struct server *s, struct run **changed, size_t n)
 			tr.job_id = r->job_id;
 			tr.attempt = r->attempt;
 			tr.rank = t->rank;
-			tr.node = s->node_name;
+			tr.node = s->nodes[r->bindings[k].node].name;
 			tr.devices = devs;
 			tr.gpu_milli = r->bindings[k].milli_per_device;
 			tr.task_dir = t->task_dir;
@@ -1335,7 +1375,8 @@ int jobs_restart(struct server *s, int64_t id, const char *why,
 
 /* ---- node view ---- */
 
-json_t *jobs_device_allocations(struct server *s, int device_index)
+json_t *jobs_device_allocations(struct server *s, size_t node,
+				int device_index)
 {
 	json_t *list = json_array();
 
@@ -1346,7 +1387,8 @@ json_t *jobs_device_allocations(struct server *s, int device_index)
 					&r->bindings[k];
 				json_t *a;
 
-				if (b->devices[d] != device_index)
+				if (b->node != node ||
+				    b->devices[d] != device_index)
 					continue;
 				a = json_pack("{s:I, s:i, s:i}", "job",
 					      (json_int_t)r->job_id, "rank", k,
@@ -1403,11 +1445,14 @@ void jobs_sync_settled(struct server *s, struct run *r)
 
 /* ---- recovery ---- */
 
-static struct kn_sched_device *local_device(struct server *s, int index)
+static struct kn_sched_device *node_device(struct server *s, size_t node,
+					   int index)
 {
-	for (size_t i = 0; i < s->node.n_devices; i++)
-		if (s->node.devices[i].index == index)
-			return &s->node.devices[i];
+	struct kn_sched_node *n = &s->cluster.nodes[node];
+
+	for (size_t i = 0; i < n->n_devices; i++)
+		if (n->devices[i].index == index)
+			return &n->devices[i];
 	return NULL;
 }
 
@@ -1426,7 +1471,7 @@ static bool rebind_mig(struct server *s, struct kn_sched_binding *b,
 	if (sscanf(text, "%d:mig=%31[^@]@%d%n", &index, profile, &start,
 		   &used) != 3 || text[used] != '\0')
 		return false;
-	dev = local_device(s, index);
+	dev = node_device(s, b->node, index);
 	if (!dev || !dev->mig || !kn_mig_profile(dev->mig, profile) ||
 	    dev->n_mig_slices >= KN_MIG_MAX_SLICES) {
 		kn_log(KN_LOG_WARN, "task's MIG instance %s is not on this "
@@ -1442,15 +1487,27 @@ static bool rebind_mig(struct server *s, struct kn_sched_binding *b,
 	return true;
 }
 
-/* "0,2" -> binding on the local node, charged to the snapshot. */
+/*
+ * "0,2" -> binding on the task row's node, charged to the snapshot. A
+ * node this server no longer runs (renamed, or not in --sim-node now):
+ * the first one, as a single-node server always did.
+ */
 static void rebind(struct server *s, struct run *r, int rank,
 		  const struct kn_task_row *tr)
 {
 	struct kn_sched_binding *b = &r->bindings[rank];
 	const char *p = tr->devices;
+	int node = tr->node ? nodes_find(s, tr->node) : -1;
+	struct kn_sched_node *sn;
 
+	if (node < 0 && s->cluster.n_nodes > 1)
+		kn_log(KN_LOG_WARN, "job %lld's task %d ran on node %s, which "
+		       "this server does not run now; counted on %s",
+		       (long long)r->job_id, rank, tr->node ? tr->node : "?",
+		       s->nodes[0].name);
 	memset(b, 0, sizeof(*b));
-	b->node = 0;
+	b->node = node < 0 ? 0 : (size_t)node;
+	sn = &s->cluster.nodes[b->node];
 	b->mig_start = -1;
 	b->milli_per_device = tr->gpu_milli;
 	if (p && strstr(p, ":mig=") && rebind_mig(s, b, p))
@@ -1464,15 +1521,14 @@ static void rebind(struct server *s, struct run *r, int rank,
 		p = *end == ',' ? end + 1 : end;
 	}
 	for (int d = 0; d < b->n_devices; d++) {
-		for (size_t i = 0; i < s->node.n_devices; i++) {
-			if (s->node.devices[i].index != b->devices[d])
-				continue;
-			s->node.devices[i].used_milli += b->milli_per_device;
-			break;
-		}
+		struct kn_sched_device *dev =
+			node_device(s, b->node, b->devices[d]);
+
+		if (dev)
+			dev->used_milli += b->milli_per_device;
 	}
-	s->node.cpu_milli_used += r->req.cpu_milli;
-	s->node.memory_used += r->req.memory_bytes;
+	sn->cpu_milli_used += r->req.cpu_milli;
+	sn->memory_used += r->req.memory_bytes;
 }
 
 static int recover_running(struct server *s, const struct kn_job_row *j,

@@ -306,9 +306,9 @@ static void finish_round(struct monitor *m)
 	if (m->local) {
 		up.value = m->local_up;
 		kn_alert_history_add(m->history, m->rules, m->local_job.samples,
-				     m->local_job.n, m->s->node_name, m->round_at);
+				     m->local_job.n, m->s->nodes[0].name, m->round_at);
 		kn_alert_history_add(m->history, m->rules, &up, 1,
-				     m->s->node_name, m->round_at);
+				     m->s->nodes[0].name, m->round_at);
 		kn_expo_free(m->local_job.samples, m->local_job.n);
 		m->local_job.samples = NULL;
 		m->local_job.n = 0;
@@ -497,10 +497,12 @@ int monitor_start(struct server *s, struct monitor **out,
 	m->eval = kn_alert_eval_new(m->rules);
 	m->local = s->cfg.scrape_local;
 	m->local_job.m = m;
-	kn_strlcpy(m->local_job.hostname, s->node_name,
+	/* This machine's metrics, under the first node's name (the only one
+	   without --sim-node). */
+	kn_strlcpy(m->local_job.hostname, s->nodes[0].name,
 		   sizeof(m->local_job.hostname));
 	/* Real GPUs only: simulated ones have no metrics to read. */
-	if (m->local && !s->cfg.gpus &&
+	if (m->local && !s->cfg.gpus && !s->cfg.n_sim_nodes &&
 	    kn_nvml_open(&m->local_job.nvml, err) == 0) {
 		unsigned n = kn_nvml_count(m->local_job.nvml);
 		m->local_job.last_xid = kn_xcalloc(n ? n : 1, sizeof(unsigned));

@@ -1,5 +1,6 @@
 /*
- * Node states. A node is ready, cordoned (gets no new work), draining
+ * Node states, for each node this server runs (the local one, or the
+ * --sim-node list). A node is ready, cordoned (gets no new work), draining
  * (gets no new work and its preemptible jobs are evicted; the others run
  * to their end) or unhealthy (as cordoned, set by `kiln health --drain`). The state survives restarts: it is in the store, and a
  * starting server keeps what it finds there.
@@ -12,47 +13,66 @@
 #include <string.h>
 #include <strings.h>
 
-int nodes_save(struct server *s, struct kn_error *err)
+int nodes_find(const struct server *s, const char *name)
 {
+	for (size_t i = 0; i < s->cluster.n_nodes; i++)
+		if (!strcmp(s->nodes[i].name, name))
+			return (int)i;
+	return -1;
+}
+
+int nodes_save(struct server *s, size_t i, struct kn_error *err)
+{
+	const struct server_node *node = &s->nodes[i];
+	const struct kn_sched_node *sn = &s->cluster.nodes[i];
+	const struct kn_device_set *set = &node->devices;
 	struct kn_node_row row;
 	struct kn_device_row *devs;
 	json_t *labels = json_object();
 	char *labels_text;
 	int rc;
 
-	for (size_t i = 0; i < s->node.n_labels; i++)
-		json_object_set_new(labels, s->node.labels[i].key,
-				    json_string(s->node.labels[i].value));
+	for (size_t k = 0; k < sn->n_labels; k++)
+		json_object_set_new(labels, sn->labels[k].key,
+				    json_string(sn->labels[k].value));
 	labels_text = json_dumps(labels, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(labels);
 	memset(&row, 0, sizeof(row));
-	row.name = s->node_name;
-	row.state = s->node_state;
+	row.name = (char *)node->name;
+	row.state = (char *)node->state;
 	row.labels_json = labels_text;
 	row.taints_json = "[]";
-	row.cpu_milli = s->node.cpu_milli_total;
-	row.memory_bytes = s->node.memory_total;
-	row.simulated = s->devices.simulated;
+	row.cpu_milli = sn->cpu_milli_total;
+	row.memory_bytes = sn->memory_total;
+	row.simulated = set->simulated;
 	row.updated_at = kn_now_ms();
-	row.reason = s->node_reason[0] ? s->node_reason : NULL;
-	devs = kn_xcalloc(s->devices.n ? s->devices.n : 1, sizeof(*devs));
-	for (size_t i = 0; i < s->devices.n; i++) {
-		devs[i].node = s->node_name;
-		devs[i].index = s->devices.devices[i].index;
-		devs[i].uuid = s->devices.devices[i].uuid;
-		devs[i].model = s->devices.devices[i].model;
-		devs[i].memory_bytes = s->devices.devices[i].memory_bytes;
-		devs[i].simulated = s->devices.simulated;
+	row.reason = node->reason[0] ? (char *)node->reason : NULL;
+	devs = kn_xcalloc(set->n ? set->n : 1, sizeof(*devs));
+	for (size_t k = 0; k < set->n; k++) {
+		devs[k].node = (char *)node->name;
+		devs[k].index = set->devices[k].index;
+		devs[k].uuid = set->devices[k].uuid;
+		devs[k].model = set->devices[k].model;
+		devs[k].memory_bytes = set->devices[k].memory_bytes;
+		devs[k].simulated = set->simulated;
 	}
 	row.devices = devs;
-	row.n_devices = s->devices.n;
+	row.n_devices = set->n;
 	rc = kn_store_node_put(s->store, &row, err);
 	free(devs);
 	free(labels_text);
 	return rc;
 }
 
-void nodes_evict_preemptible(struct server *s, const char *why)
+static bool runs_on(const struct run *r, size_t node)
+{
+	for (int t = 0; t < r->n_tasks; t++)
+		if (r->bindings[t].node == node)
+			return true;
+	return false;
+}
+
+void nodes_evict_preemptible(struct server *s, size_t node, const char *why)
 {
 	int64_t *ids;
 	size_t n = 0, cap = 0;
@@ -62,7 +82,7 @@ void nodes_evict_preemptible(struct server *s, const char *why)
 	ids = kn_xcalloc(cap ? cap : 1, sizeof(*ids));
 	/* Collect first: eviction may change the list of runs. */
 	for (struct run *r = s->runs; r; r = r->next)
-		if (r->spec->preemptible && !r->stopping)
+		if (r->spec->preemptible && !r->stopping && runs_on(r, node))
 			ids[n++] = r->job_id;
 	for (size_t i = 0; i < n; i++) {
 		struct kn_error err;
@@ -77,20 +97,28 @@ int nodes_set_state(struct server *s, const struct caller *c,
 		    const char *name, const char *state, const char *reason,
 		    struct kn_error *err)
 {
-	char prev_state[sizeof(s->node_state)], prev_reason[sizeof(s->node_reason)];
+	int i = nodes_find(s, name);
+	struct server_node *node;
+	struct kn_sched_node *sn;
+	char prev_state[sizeof(node->state)], prev_reason[sizeof(node->reason)];
 	int rc;
 
-	if (strcmp(name, s->node_name) != 0)
+	if (i < 0)
 		return kn_errorf(err, KN_ENOTFOUND, "name", "node %s not found "
-				 "(this server runs node %s)", name, s->node_name);
-	memcpy(prev_state, s->node_state, sizeof(prev_state));
-	memcpy(prev_reason, s->node_reason, sizeof(prev_reason));
-	kn_strlcpy(s->node_state, state, sizeof(s->node_state));
-	kn_strlcpy(s->node_reason, reason ? reason : "", sizeof(s->node_reason));
-	s->node.schedulable = strcmp(state, "ready") == 0;
+				 "(this server runs node%s %s%s)", name,
+				 s->cluster.n_nodes > 1 ? "s" : "",
+				 s->nodes[0].name,
+				 s->cluster.n_nodes > 1 ? ", ..." : "");
+	node = &s->nodes[i];
+	sn = &s->cluster.nodes[i];
+	memcpy(prev_state, node->state, sizeof(prev_state));
+	memcpy(prev_reason, node->reason, sizeof(prev_reason));
+	kn_strlcpy(node->state, state, sizeof(node->state));
+	kn_strlcpy(node->reason, reason ? reason : "", sizeof(node->reason));
+	sn->schedulable = strcmp(state, "ready") == 0;
 	rc = kn_store_begin(s->store, err);
 	if (rc == 0)
-		rc = nodes_save(s, err);
+		rc = nodes_save(s, (size_t)i, err);
 	if (rc == 0) {
 		struct kn_audit a;
 		char object[96];
@@ -112,21 +140,22 @@ int nodes_set_state(struct server *s, const struct caller *c,
 		rc = kn_store_commit(s->store, err);
 	if (rc < 0) {
 		kn_store_rollback(s->store);
-		memcpy(s->node_state, prev_state, sizeof(prev_state));
-		memcpy(s->node_reason, prev_reason, sizeof(prev_reason));
-		s->node.schedulable = strcmp(prev_state, "ready") == 0;
+		memcpy(node->state, prev_state, sizeof(prev_state));
+		memcpy(node->reason, prev_reason, sizeof(prev_reason));
+		sn->schedulable = strcmp(prev_state, "ready") == 0;
 		return rc;
 	}
-	if (strcmp(prev_state, state) || strcmp(prev_reason, s->node_reason))
+	if (strcmp(prev_state, state) || strcmp(prev_reason, node->reason))
 		feed_publish(s, "node.state",
 			     json_pack("{s:s, s:s, s:o}", "node", name, "state",
 				       state, "reason",
-				       s->node_reason[0]
-					       ? json_string(s->node_reason)
+				       node->reason[0]
+					       ? json_string(node->reason)
 					       : json_null()));
 	if (!strcmp(state, "draining"))
-		nodes_evict_preemptible(s, reason && *reason ? reason
-							      : "node drained");
+		nodes_evict_preemptible(s, (size_t)i,
+					reason && *reason ? reason
+							  : "node drained");
 	return 0;
 }
 
@@ -139,12 +168,14 @@ struct frag_group {
 	int index[KN_PACK_MAX_GPUS]; /* device index of each GPU position */
 };
 
-static int frag_groups(struct server *s, struct frag_group *g, int max)
+static int frag_groups(struct server *s, size_t node, struct frag_group *g,
+		       int max)
 {
+	const struct kn_sched_node *sn = &s->cluster.nodes[node];
 	int n = 0;
 
-	for (size_t i = 0; i < s->node.n_devices; i++) {
-		const struct kn_sched_device *d = &s->node.devices[i];
+	for (size_t i = 0; i < sn->n_devices; i++) {
+		const struct kn_sched_device *d = &sn->devices[i];
 		int k;
 
 		if (d->mig)
@@ -255,8 +286,9 @@ static size_t frag_workload(struct server *s, struct kn_pack *pack,
 	return k;
 }
 
-/* Charge the running tasks' whole and shared GPUs to the pack nodes. */
-static void frag_charge(struct server *s, struct kn_pack *pack,
+/* Charge the node's running tasks' whole and shared GPUs to the pack
+   nodes. */
+static void frag_charge(struct server *s, size_t node, struct kn_pack *pack,
 			const struct frag_group *g, int n_groups)
 {
 	for (struct run *r = s->runs; r; r = r->next)
@@ -265,7 +297,8 @@ static void frag_charge(struct server *s, struct kn_pack *pack,
 			struct kn_pack_pod pod = {0};
 			int pos[KN_PACK_MAX_GPUS], n = 0, group = -1;
 
-			if (b->mig_profile || b->n_devices == 0)
+			if (b->node != node || b->mig_profile ||
+			    b->n_devices == 0)
 				continue;
 			for (int d = 0; d < b->n_devices && n < KN_PACK_MAX_GPUS;
 			     d++)
@@ -285,7 +318,7 @@ static void frag_charge(struct server *s, struct kn_pack *pack,
 		}
 }
 
-json_t *nodes_fragmentation(struct server *s)
+json_t *nodes_fragmentation(struct server *s, size_t node)
 {
 	struct kn_pack_node_spec specs[KN_PACK_MAX_MODELS];
 	struct frag_group g[KN_PACK_MAX_MODELS];
@@ -294,13 +327,13 @@ json_t *nodes_fragmentation(struct server *s)
 	struct kn_error err;
 	char **gpu_specs = NULL;
 	size_t n_pods = 0, capacity = 0;
-	int n_groups = frag_groups(s, g, KN_PACK_MAX_MODELS);
+	int n_groups = frag_groups(s, node, g, KN_PACK_MAX_MODELS);
 	double milli = 0;
 	json_t *out = json_null();
 
 	for (int k = 0; k < n_groups; k++) {
 		memset(&specs[k], 0, sizeof(specs[k]));
-		specs[k].name = s->node_name;
+		specs[k].name = s->nodes[node].name;
 		specs[k].n_gpus = g[k].n_gpus;
 		specs[k].model = g[k].model;
 		capacity += (size_t)g[k].n_gpus * 1000;
@@ -317,7 +350,7 @@ json_t *nodes_fragmentation(struct server *s)
 		pods[i].memory_mib = 0;
 	}
 	kn_pack_set_typical(pack, pods, n_pods);
-	frag_charge(s, pack, g, n_groups);
+	frag_charge(s, node, pack, g, n_groups);
 	for (int k = 0; k < n_groups; k++)
 		milli += kn_pack_node_frag(pack, (size_t)k);
 	json_decref(out);

@@ -3,7 +3,7 @@
  *
  * Order matters at start-up: the home directory and the database first
  * (nothing is accepted without a place to keep it), then the admin token,
- * the devices and the local node, then recovery of queued and running jobs,
+ * the devices and the nodes, then recovery of queued and running jobs,
  * and only then the listener and server.url — so a client that can see the
  * URL talks to a server that already knows every job it knew before.
  */
@@ -83,129 +83,222 @@ static int load_mig(struct server *s, struct kn_error *err)
 static int setup_mig(struct server *s, struct kn_error *err)
 {
 	bool any = false;
-	int rc;
+	int rc = 0;
 
-	for (size_t i = 0; i < s->devices.n; i++)
-		any |= s->devices.devices[i].mig;
+	for (size_t n = 0; n < s->cluster.n_nodes; n++)
+		for (size_t i = 0; i < s->nodes[n].devices.n; i++)
+			any |= s->nodes[n].devices.devices[i].mig;
 	if (!any && !s->cfg.mig_profiles)
 		return 0;
 	rc = load_mig(s, err);
-	for (size_t i = 0; rc == 0 && i < s->devices.n; i++) {
-		const struct kn_device_info *d = &s->devices.devices[i];
+	for (size_t n = 0; rc == 0 && n < s->cluster.n_nodes; n++) {
+		struct kn_sched_node *sn = &s->cluster.nodes[n];
 
-		if (!d->mig)
-			continue;
-		s->node.devices[i].mig = kn_mig_find(s->mig, d->model);
-		if (!s->node.devices[i].mig)
-			rc = kn_errorf(err, KN_EINVAL, "gpus",
-				       "GPU %d (%s) is in MIG mode but %s "
-				       "has no MIG profiles for %s",
-				       d->index, d->model,
-				       s->cfg.mig_profiles ? s->cfg.mig_profiles
-							   : KN_MIG_FILE,
-				       d->model);
+		for (size_t i = 0; rc == 0 && i < s->nodes[n].devices.n; i++) {
+			const struct kn_device_info *d =
+				&s->nodes[n].devices.devices[i];
+
+			if (!d->mig)
+				continue;
+			sn->devices[i].mig = kn_mig_find(s->mig, d->model);
+			if (!sn->devices[i].mig)
+				rc = kn_errorf(err, KN_EINVAL, "gpus",
+					       "GPU %d (%s) is in MIG mode but "
+					       "%s has no MIG profiles for %s",
+					       d->index, d->model,
+					       s->cfg.mig_profiles
+						       ? s->cfg.mig_profiles
+						       : KN_MIG_FILE,
+					       d->model);
+		}
 	}
 	return rc;
 }
 
 /*
- * --node-labels "zone=1,fault_domain=0" into the node's labels, which
- * placement (selectors, affinity, spread) and deployments (zone) read.
+ * Labels "zone=1,fault_domain=0" (sep ',') or "zone=1 fault_domain=0"
+ * (sep ' ') into node n's labels, which placement (selectors, affinity,
+ * spread) and deployments (zone) read. flag names the option in errors.
  */
-static int setup_labels(struct server *s, struct kn_error *err)
+static int setup_labels(struct server *s, size_t n, const char *text,
+			const char *sep, const char *flag,
+			struct kn_error *err)
 {
+	struct server_node *node = &s->nodes[n];
 	char *item, *save = NULL;
-	size_t n = 0;
+	size_t count = 1;
 
-	if (!s->cfg.node_labels || !*s->cfg.node_labels)
+	if (!text || !*text)
 		return 0;
-	s->node_labels_text = kn_xstrdup(s->cfg.node_labels);
-	for (const char *p = s->node_labels_text; *p; p++)
-		n += *p == ',';
-	s->node_labels = kn_xcalloc(n + 1, sizeof(*s->node_labels));
-	n = 0;
-	for (item = strtok_r(s->node_labels_text, ",", &save); item;
-	     item = strtok_r(NULL, ",", &save)) {
+	node->labels_text = kn_xstrdup(text);
+	for (const char *p = node->labels_text; *p; p++)
+		count += strchr(sep, *p) != NULL;
+	node->labels = kn_xcalloc(count, sizeof(*node->labels));
+	count = 0;
+	for (item = strtok_r(node->labels_text, sep, &save); item;
+	     item = strtok_r(NULL, sep, &save)) {
 		char *eq = strchr(item, '=');
 
 		if (!eq || eq == item)
 			return kn_errorf(err, KN_EINVAL, "node_labels",
-					 "--node-labels: \"%s\" is not KEY=VALUE "
-					 "(e.g. zone=1,fault_domain=0)",
-					 item);
+					 "%s: \"%s\" is not KEY=VALUE "
+					 "(e.g. zone=1 or fault_domain=0)",
+					 flag, item);
 		*eq = '\0';
-		s->node_labels[n].key = item;
-		s->node_labels[n++].value = eq + 1;
+		node->labels[count].key = item;
+		node->labels[count++].value = eq + 1;
 	}
-	s->node.labels = s->node_labels;
-	s->node.n_labels = n;
+	s->cluster.nodes[n].labels = node->labels;
+	s->cluster.nodes[n].n_labels = count;
 	return 0;
 }
 
-static int setup_node(struct server *s, struct kn_error *err)
+/* Node n's scheduler view of its devices, this machine's CPUs and memory. */
+static void setup_sched_node(struct server *s, size_t n)
 {
-	struct kn_node_row *rows = NULL;
-	size_t n_rows = 0;
+	struct server_node *node = &s->nodes[n];
+	struct kn_sched_node *sn = &s->cluster.nodes[n];
+
+	sn->name = node->name;
+	sn->schedulable = true;
+	sn->cpu_milli_total = (int)sysconf(_SC_NPROCESSORS_ONLN) * 1000;
+	sn->memory_total = mem_total_bytes();
+	sn->n_devices = node->devices.n;
+	sn->devices = kn_xcalloc(node->devices.n ? node->devices.n : 1,
+				 sizeof(*sn->devices));
+	for (size_t i = 0; i < node->devices.n; i++) {
+		sn->devices[i].index = node->devices.devices[i].index;
+		sn->devices[i].model = node->devices.devices[i].model;
+		sn->devices[i].memory_bytes =
+			node->devices.devices[i].memory_bytes;
+	}
+}
+
+/*
+ * --sim-node "NAME GPUS [KEY=VALUE ...]": node n's name, simulated
+ * devices and labels.
+ */
+static int setup_sim_node(struct server *s, size_t n, const char *text,
+			  struct kn_error *err)
+{
+	struct server_node *node = &s->nodes[n];
+	char *copy = kn_xstrdup(text), *save = NULL, *name, *gpus, *rest;
+	int rc;
+
+	name = strtok_r(copy, " \t", &save);
+	gpus = name ? strtok_r(NULL, " \t", &save) : NULL;
+	rest = gpus ? save : NULL;
+	if (!gpus) {
+		rc = kn_errorf(err, KN_EINVAL, "sim_node",
+			       "--sim-node \"%s\": want \"NAME GPUS "
+			       "[KEY=VALUE ...]\", e.g. \"n1 2xH100-80GB "
+			       "zone=a\"",
+			       text);
+		goto out;
+	}
+	if (strlen(name) >= sizeof(node->name)) {
+		rc = kn_errorf(err, KN_EINVAL, "sim_node",
+			       "--sim-node: name \"%s\" is longer than %zu "
+			       "characters",
+			       name, sizeof(node->name) - 1);
+		goto out;
+	}
+	if (nodes_find(s, name) >= 0) {
+		rc = kn_errorf(err, KN_EINVAL, "sim_node",
+			       "--sim-node: node %s is given twice", name);
+		goto out;
+	}
+	rc = kn_devices_simulated(gpus, &node->devices, err);
+	if (rc < 0) {
+		char why[sizeof(err->message)];
+
+		kn_strlcpy(why, err->message, sizeof(why));
+		rc = kn_errorf(err, KN_EINVAL, "sim_node", "--sim-node %s: %s",
+			       name, why);
+		goto out;
+	}
+	kn_strlcpy(node->name, name, sizeof(node->name));
+	setup_sched_node(s, n);
+	rc = setup_labels(s, n, rest, " \t", "--sim-node", err);
+out:
+	free(copy);
+	return rc;
+}
+
+/* The local node: its devices (--gpus or NVML), name and --node-labels. */
+static int setup_local_node(struct server *s, struct kn_error *err)
+{
+	struct server_node *node = &s->nodes[0];
 	char host[64] = "local";
 	int rc;
 
 	if (s->cfg.gpus)
-		rc = kn_devices_simulated(s->cfg.gpus, &s->devices, err);
+		rc = kn_devices_simulated(s->cfg.gpus, &node->devices, err);
 	else
-		rc = kn_devices_discover(&s->devices, err);
+		rc = kn_devices_discover(&node->devices, err);
 	if (rc < 0)
 		return rc;
 	if (s->cfg.node_name)
-		kn_strlcpy(s->node_name, s->cfg.node_name, sizeof(s->node_name));
+		kn_strlcpy(node->name, s->cfg.node_name, sizeof(node->name));
 	else if (gethostname(host, sizeof(host)) == 0) {
 		host[sizeof(host) - 1] = '\0';
 		*strchrnul(host, '.') = '\0';
-		kn_strlcpy(s->node_name, host, sizeof(s->node_name));
+		kn_strlcpy(node->name, host, sizeof(node->name));
 	} else {
-		kn_strlcpy(s->node_name, "local", sizeof(s->node_name));
+		kn_strlcpy(node->name, "local", sizeof(node->name));
 	}
+	setup_sched_node(s, 0);
+	return setup_labels(s, 0, s->cfg.node_labels, ",", "--node-labels",
+			    err);
+}
 
-	s->node.name = s->node_name;
-	s->node.schedulable = true;
-	s->node.cpu_milli_total = (int)sysconf(_SC_NPROCESSORS_ONLN) * 1000;
-	s->node.memory_total = mem_total_bytes();
-	s->node.n_devices = s->devices.n;
-	s->node.devices = kn_xcalloc(s->devices.n ? s->devices.n : 1,
-				     sizeof(*s->node.devices));
-	for (size_t i = 0; i < s->devices.n; i++) {
-		s->node.devices[i].index = s->devices.devices[i].index;
-		s->node.devices[i].model = s->devices.devices[i].model;
-		s->node.devices[i].memory_bytes =
-			s->devices.devices[i].memory_bytes;
+static int setup_nodes(struct server *s, struct kn_error *err)
+{
+	struct kn_node_row *rows = NULL;
+	size_t n_rows = 0, n = s->cfg.n_sim_nodes ? s->cfg.n_sim_nodes : 1;
+	int rc = 0;
+
+	s->nodes = kn_xcalloc(n, sizeof(*s->nodes));
+	s->cluster.nodes = kn_xcalloc(n, sizeof(*s->cluster.nodes));
+	if (!s->cfg.n_sim_nodes) {
+		s->cluster.n_nodes = 1;
+		rc = setup_local_node(s, err);
 	}
-	s->cluster.nodes = &s->node;
-	s->cluster.n_nodes = 1;
-	rc = setup_labels(s, err);
+	for (size_t i = 0; rc == 0 && i < s->cfg.n_sim_nodes; i++) {
+		/* Counted as it goes: set-up and release see the ones made. */
+		s->cluster.n_nodes = i + 1;
+		rc = setup_sim_node(s, i, s->cfg.sim_nodes[i], err);
+	}
 	if (rc == 0)
 		rc = setup_mig(s, err);
-	if (rc < 0)
-		return rc;
-
-	kn_strlcpy(s->node_state, "ready", sizeof(s->node_state));
-	rc = kn_store_node_list(s->store, &rows, &n_rows, err);
-	if (rc < 0)
-		return rc;
-	/* A cordon or drain outlives a restart. */
-	for (size_t i = 0; i < n_rows; i++)
-		if (!strcmp(rows[i].name, s->node_name)) {
-			kn_strlcpy(s->node_state, rows[i].state,
-				   sizeof(s->node_state));
-			kn_strlcpy(s->node_reason,
-				   rows[i].reason ? rows[i].reason : "",
-				   sizeof(s->node_reason));
-		}
-	kn_node_list_free(rows, n_rows);
-	s->node.schedulable = strcmp(s->node_state, "ready") == 0;
-	rc = nodes_save(s, err);
 	if (rc == 0)
-		kn_log(KN_LOG_INFO, "node %s: %zu %s device%s (%s)", s->node_name,
-		       s->devices.n, s->devices.simulated ? "simulated" : "GPU",
-		       s->devices.n == 1 ? "" : "s", s->devices.source);
+		rc = kn_store_node_list(s->store, &rows, &n_rows, err);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < s->cluster.n_nodes; i++) {
+		struct server_node *node = &s->nodes[i];
+
+		kn_strlcpy(node->state, "ready", sizeof(node->state));
+		/* A cordon or drain outlives a restart. */
+		for (size_t k = 0; k < n_rows; k++)
+			if (!strcmp(rows[k].name, node->name)) {
+				kn_strlcpy(node->state, rows[k].state,
+					   sizeof(node->state));
+				kn_strlcpy(node->reason,
+					   rows[k].reason ? rows[k].reason : "",
+					   sizeof(node->reason));
+			}
+		s->cluster.nodes[i].schedulable =
+			strcmp(node->state, "ready") == 0;
+		rc = nodes_save(s, i, err);
+		if (rc < 0)
+			break;
+		kn_log(KN_LOG_INFO, "node %s: %zu %s device%s (%s)", node->name,
+		       node->devices.n,
+		       node->devices.simulated ? "simulated" : "GPU",
+		       node->devices.n == 1 ? "" : "s", node->devices.source);
+	}
+	kn_node_list_free(rows, n_rows);
 	return rc;
 }
 
@@ -229,10 +322,14 @@ static void server_release(struct server *s)
 	kn_timer_free(s->poll_timer);
 	kn_store_free(s->store);
 	kn_loop_free(s->loop);
-	free(s->node.devices);
-	free(s->node_labels);
-	free(s->node_labels_text);
-	kn_device_set_release(&s->devices);
+	for (size_t i = 0; i < s->cluster.n_nodes; i++) {
+		free(s->cluster.nodes[i].devices);
+		free(s->nodes[i].labels);
+		free(s->nodes[i].labels_text);
+		kn_device_set_release(&s->nodes[i].devices);
+	}
+	free(s->cluster.nodes);
+	free(s->nodes);
 	kn_mig_free(s->mig);
 	free(s->home);
 }
@@ -272,7 +369,7 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	rc = auth_bootstrap(&s, err);
 	if (rc < 0)
 		goto out;
-	rc = setup_node(&s, err);
+	rc = setup_nodes(&s, err);
 	if (rc < 0)
 		goto out;
 
@@ -320,7 +417,7 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	if (cfg->azure_events_url) {
 		rc = events_start(&s, cfg->azure_events_url,
 				  cfg->azure_vm_name ? cfg->azure_vm_name
-						     : s.node_name,
+						     : s.nodes[0].name,
 				  &s.events, err);
 		if (rc < 0)
 			goto out;

@@ -9,6 +9,7 @@
 #define KILN_SERVER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/base.h"
@@ -52,6 +53,10 @@ struct kn_server_config {
 	int slurm_shards_per_gpu;     /* gres.conf's shards per GPU: a share
 					 of milli m asks m*N/1000 (default 100) */
 	const char *node_labels;  /* "zone=1,fault_domain=0", or NULL */
+	/* Simulated nodes run on this machine instead of the local node
+	   (docs/scheduling.md): each "NAME GPUS [KEY=VALUE ...]". */
+	const char *const *sim_nodes;
+	size_t n_sim_nodes;
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */

@@ -249,6 +249,48 @@ static void test_spread_fault_domains_with_full_domain(void **state)
 	assert_int_equal(b[2].node, 1);
 }
 
+static void test_spread_placed_replicas(void **state)
+{
+	static const struct node_spec specs[] = {
+		{"n0", 4, "a", NULL, NULL},
+		{"n1", 4, "a", NULL, NULL},
+		{"n2", 4, "b", NULL, NULL},
+		{"n3", 4, "c", NULL, NULL},
+	};
+	/* Earlier replicas: two in zone a (n0, n1), one in zone b (n2). */
+	static const int placed[] = {1, 1, 1, 0};
+	struct kn_sched_request req = {.tasks = 1, .gpu_milli = 1000,
+				       .spread_key = "zone"};
+	struct kn_sched_binding b[1];
+	struct fixture f;
+
+	(void)state;
+	/* Alone it takes the first node, as before. */
+	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
+					b, NULL, 0),
+			 0);
+	assert_int_equal(b[0].node, 0);
+	/* The group's other tasks count: zone c is the one still empty. */
+	req.spread_placed = placed;
+	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
+					b, NULL, 0),
+			 0);
+	assert_int_equal(b[0].node, 3);
+	/* Without a spread key the counts are ignored. */
+	req.spread_key = NULL;
+	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
+					b, NULL, 0),
+			 0);
+	assert_int_equal(b[0].node, 0);
+	/* A full zone c: the next least used zone, b's n2 before a. */
+	req.spread_key = "zone";
+	build(&f, specs, COUNT(specs));
+	for (int d = 0; d < 4; d++)
+		f.devices[3][d].used_milli = 1000;
+	assert_int_equal(kn_sched_place(&f.cluster, &req, b, NULL, 0), 0);
+	assert_int_equal(b[0].node, 2);
+}
+
 /* ---- property test ---------------------------------------------------- */
 
 static const char *const ZONES[] = {"a", "b", "c"};
@@ -393,6 +435,7 @@ int main(void)
 		cmocka_unit_test(test_preferred_weights),
 		cmocka_unit_test(test_spread_zones),
 		cmocka_unit_test(test_spread_fault_domains_with_full_domain),
+		cmocka_unit_test(test_spread_placed_replicas),
 		cmocka_unit_test(test_random_snapshots_respect_constraints),
 	};
 
