@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The demo behind `make demo`: a server on embedded defaults in a temporary
-# KILN_HOME with simulated GPUs; the hello job; the 2-task tiny GPT,
-# evicted mid-run, resuming from its checkpoint and finishing (its attempts
-# and goodput shown); a failing job that is retried; the listings; then a
-# clean stop. Usage: scripts/demo.sh KILN_BIN
+# KILN_HOME with two simulated GPU nodes in two zones; the hello job; the
+# 2-task tiny GPT, evicted mid-run, resuming from its checkpoint and
+# finishing (its attempts and goodput shown); the trained model deployed
+# with 2 replicas spread over the zones and called through `kiln gateway`
+# with a key, a 429 and a fallback shown; a failing job that is retried;
+# the listings; then a clean stop. Usage: scripts/demo.sh KILN_BIN
 set -euo pipefail
 
 kiln=${1:?usage: scripts/demo.sh PATH/TO/kiln}
@@ -12,20 +14,27 @@ export KILN_HOME
 KILN_HOME=$(mktemp -d /tmp/kiln-demo.XXXXXX)
 unset KILN_SERVER KILN_TOKEN
 server_pid=
+gateway_pid=
 
 stop() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid"
-    wait "$server_pid" 2>/dev/null || true
-  fi
+  for pid in "$gateway_pid" "$server_pid"; do
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid"
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  # Tasks outlive a server by design; the demo's must not outlive it.
+  pkill -KILL -f "kiln shim --dir $KILN_HOME" 2>/dev/null || true
   rm -rf "$KILN_HOME"
 }
 trap stop EXIT
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 
-step "kiln server --gpus 4xH100-80GB --listen 127.0.0.1:0   (KILN_HOME=$KILN_HOME)"
-"$kiln" server --gpus 4xH100-80GB --listen 127.0.0.1:0 2>"$KILN_HOME/server.log" &
+step "kiln server --sim-node \"gpu-a 2xH100-80GB zone=zone-1\" --sim-node \"gpu-b 2xH100-80GB zone=zone-2\" --listen 127.0.0.1:0   (KILN_HOME=$KILN_HOME)"
+"$kiln" server --sim-node "gpu-a 2xH100-80GB zone=zone-1" \
+  --sim-node "gpu-b 2xH100-80GB zone=zone-2" --listen 127.0.0.1:0 \
+  2>"$KILN_HOME/server.log" &
 server_pid=$!
 for _ in $(seq 1 100); do
   [ -s "$KILN_HOME/server.url" ] && break
@@ -80,6 +89,69 @@ done_state() { case "$(job_field "$gpt" "j['state']")" in succeeded|failed|cance
 wait_until 600 "the training to finish" done_state
 step "kiln show $gpt"
 "$kiln" show "$gpt"
+
+# ---- serving the model just trained ----
+serve="$KILN_HOME/serve"
+mkdir -p "$serve"
+cp "$root/examples/serve/serve.py" "$serve/"
+mkdir -p "$KILN_HOME/train" && cp "$root/examples/train/train.py" "$KILN_HOME/train/"
+sed "s/^model: job:1 .*/model: job:$gpt/" "$root/examples/serve/chat.yaml" > "$serve/chat.yaml"
+# The fallback: one replica of the same model under another name.
+sed -e "s/^name: chat$/name: chat-small/" -e "s/^replicas: 2$/replicas: 1/" \
+    -e "/^fallback:/d" -e "/^spread:/d" "$serve/chat.yaml" > "$serve/chat-small.yaml"
+step "kiln deploy chat-small.yaml; kiln deploy chat.yaml   (model: job:$gpt, 2 replicas, spread: zone, fallback: chat-small)"
+"$kiln" deploy "$serve/chat-small.yaml"
+"$kiln" deploy "$serve/chat.yaml"
+ready() { # ready NAME N: N replicas of NAME answer their readiness probe
+  [ "$("$kiln" deployments "$1" -o json | /usr/bin/python3 -c \
+    "import json,sys; d=json.load(sys.stdin)['deployment']; print(sum(r['ready'] for r in d['replicas']))")" = "$2" ]
+}
+wait_until 120 "2 ready replicas of chat" ready chat 2
+wait_until 120 "1 ready replica of chat-small" ready chat-small 1
+step "kiln deployments chat   (one replica per zone)"
+"$kiln" deployments chat
+
+step "kiln key create --name demo --deployments chat,chat-small; kiln key create --name tight --deployments chat --rpm 2"
+key=$("$kiln" key create --name demo --deployments chat,chat-small)
+tight=$("$kiln" key create --name tight --deployments chat --rpm 2)
+echo "demo key: ${key:0:8}... (shown once; the server keeps its sha256)"
+
+step "kiln gateway --listen 127.0.0.1:0 --refresh 500ms &"
+"$kiln" gateway --listen 127.0.0.1:0 --refresh 500ms 2>"$KILN_HOME/gateway.log" &
+gateway_pid=$!
+wait_until 30 "the gateway" test -s "$KILN_HOME/gateway/gateway.url"
+gw=$(cat "$KILN_HOME/gateway/gateway.url")
+echo "gateway on $gw"
+complete() { # complete KEY: one completion of "chat"; prints status and headers to $KILN_HOME/h
+  curl -s -o "$KILN_HOME/body" -D "$KILN_HOME/h" -w '%{http_code}' "$gw/v1/completions" \
+    -H "Authorization: Bearer $1" -H "Content-Type: application/json" \
+    -d '{"model": "chat", "prompt": "The program ", "max_tokens": 48, "temperature": 0.8, "seed": 7}'
+}
+routed() { [ "$(complete "$key")" = 200 ]; }
+wait_until 30 "the gateway to route chat" routed
+step "curl \$gw/v1/completions -H 'Authorization: Bearer <demo key>' -d '{\"model\": \"chat\", \"prompt\": \"The program \", ...}'"
+/usr/bin/python3 -c "import json; a=json.load(open('$KILN_HOME/body')); print(repr(a['choices'][0]['text'])); print('usage:', a['usage'])"
+grep -i '^x-ratelimit\|^x-kiln' "$KILN_HOME/h" || true
+
+step "three calls with the 'tight' key (--rpm 2)"
+for i in 1 2 3; do
+  code=$(complete "$tight")
+  echo "call $i: HTTP $code $(grep -i '^retry-after' "$KILN_HOME/h" | tr -d '\r')"
+done
+
+step "kiln scale chat 0   (no replica of chat: its fallback answers)"
+"$kiln" scale chat 0
+fell_back() { complete "$key" >/dev/null; grep -qi '^x-kiln-fallback' "$KILN_HOME/h"; }
+wait_until 60 "the fallback" fell_back
+echo "HTTP 200 with $(grep -i '^x-kiln-fallback' "$KILN_HOME/h" | tr -d '\r')"
+"$kiln" scale chat 2
+
+step "kiln undeploy chat; kiln undeploy chat-small"
+"$kiln" undeploy chat
+"$kiln" undeploy chat-small
+kill -TERM "$gateway_pid"
+wait "$gateway_pid" || true
+gateway_pid=
 
 step "kiln submit examples/retry/job.yaml --wait   (fails on purpose; retried twice)"
 set +e
