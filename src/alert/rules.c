@@ -486,20 +486,14 @@ int kn_alert_rules_parse(const char *text, size_t len, const char *filename,
 	struct fy_document *doc = NULL;
 	struct kn_alert_rules *rules = NULL;
 	struct fy_node *root;
-	const char *nul;
 	int rc;
 
 	if (len > KN_ALERT_RULES_MAX_BYTES)
 		return kn_errorf(err, KN_ETOOBIG, NULL,
 				 "%s: %zu bytes; the limit is %d", w.file, len,
 				 KN_ALERT_RULES_MAX_BYTES);
-	if ((nul = memchr(text, '\0', len)) != NULL) {
-		int line = 1;
-		for (const char *p = text; p < nul; p++)
-			line += *p == '\n';
-		return kn_errorf(err, KN_EINVAL, NULL, "%s:%d: NUL byte", w.file,
-				 line);
-	}
+	if ((rc = kn_yaml_text_check(text, len, w.file, "rules file", err)) < 0)
+		return rc;
 	fy_diag_cfg_default(&diag_cfg);
 	diag_cfg.fp = NULL;
 	diag_cfg.colorize = false;

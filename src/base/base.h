@@ -141,6 +141,21 @@ struct fy_node;
  */
 bool kn_yaml_node_position(struct fy_diag *diag, struct fy_node *node,
 			   int *line, int *col);
+/*
+ * Text that libfyaml may be given: no NUL byte and valid UTF-8 (Debian's
+ * libfyaml 0.7.12 loops forever on some invalid UTF-8, e.g. "%m\xef" in
+ * a directive). 0, or -EINVAL with "FILE:LINE:COLUMN: WHAT contains a
+ * NUL byte" or "... WHAT is not valid UTF-8".
+ */
+int kn_yaml_text_check(const char *text, size_t len, const char *file,
+		       const char *what, struct kn_error *err);
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is not. */
+size_t kn_utf8_seq_len(const unsigned char *s, size_t avail);
+/* Offset of the first NUL byte or invalid UTF-8 sequence, or len when
+   there is none; *is_nul tells which. */
+size_t kn_text_bad_byte(const char *text, size_t len, bool *is_nul);
+/* 1-based line and column (in characters) of a byte offset. */
+void kn_text_position(const char *text, size_t offset, int *line, int *col);
 
 /* Fill buf with n cryptographically random bytes (getrandom). */
 int kn_random_bytes(void *buf, size_t n);

@@ -50,8 +50,10 @@ static int yaml_to_json(const char *text, size_t len, const char *file,
 	void *iter = NULL;
 	char *js = NULL;
 	json_t *root;
-	int rc = 0;
+	int rc = kn_yaml_text_check(text, len, file, "kubeconfig", err);
 
+	if (rc < 0)
+		return rc;
 	fy_diag_cfg_default(&dcfg);
 	dcfg.fp = NULL;
 	dcfg.colorize = false;

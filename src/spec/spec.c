@@ -80,85 +80,6 @@ struct value {
 
 /* --- text checks ------------------------------------------------------ */
 
-/* Length of the valid UTF-8 sequence at s, or 0 if it is not valid. */
-static size_t utf8_seq_len(const unsigned char *s, size_t avail)
-{
-	size_t n, i;
-	uint32_t cp;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
-		n = 2;
-		cp = s[0] & 0x1f;
-	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
-		n = 3;
-		cp = s[0] & 0x0f;
-	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-		n = 4;
-		cp = s[0] & 0x07;
-	} else {
-		return 0;
-	}
-	if (avail < n)
-		return 0;
-	for (i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (s[i] & 0x3f);
-	}
-	/* Overlong forms, UTF-16 surrogates, beyond U+10FFFF. */
-	if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-		return 0;
-	return n;
-}
-
-/*
- * Offset of the first NUL byte or invalid UTF-8 sequence, or len if there
- * is none; *is_nul tells which.
- */
-static size_t find_bad_byte(const char *text, size_t len, bool *is_nul)
-{
-	const unsigned char *s = (const unsigned char *)text;
-	size_t i = 0;
-
-	while (i < len) {
-		size_t n;
-
-		if (s[i] == 0) {
-			*is_nul = true;
-			return i;
-		}
-		n = utf8_seq_len(s + i, len - i);
-		if (n == 0) {
-			*is_nul = false;
-			return i;
-		}
-		i += n;
-	}
-	return len;
-}
-
-/* 1-based line and column (in characters) of a byte offset. */
-static void offset_position(const char *text, size_t offset, int *line,
-			    int *col)
-{
-	size_t i;
-
-	*line = 1;
-	*col = 1;
-	for (i = 0; i < offset; i++) {
-		unsigned char c = (unsigned char)text[i];
-		if (c == '\n') {
-			(*line)++;
-			*col = 1;
-		} else if ((c & 0xc0) != 0x80) {
-			(*col)++;
-		}
-	}
-}
-
 /*
  * Append s to buf as it would appear in a message: escaped, cut after
  * GOT_MAX bytes on a character boundary, quoted when asked.
@@ -185,7 +106,7 @@ static void quote_into(char *buf, size_t size, const char *s, size_t len,
 		PUT("\"");
 	while (i < len) {
 		unsigned char c = (unsigned char)s[i];
-		size_t n = utf8_seq_len((const unsigned char *)s + i, len - i);
+		size_t n = kn_utf8_seq_len((const unsigned char *)s + i, len - i);
 
 		if (i >= GOT_MAX) {
 			cut = true;
@@ -468,7 +389,7 @@ static int classify(struct walk *w, struct fy_node *node, struct value *v)
 	text = fy_node_get_scalar0(node);
 	if (!text)
 		return fail(w, node, "out of memory reading the value");
-	if (find_bad_byte(text, len, &is_nul) != len)
+	if (kn_text_bad_byte(text, len, &is_nul) != len)
 		return fail(w, node, "%s",
 			    is_nul ? "value contains a NUL character" :
 				     "value is not valid UTF-8");
@@ -2016,17 +1937,7 @@ static int parse_failed(struct walk *w)
 
 static int check_text(struct walk *w, const char *text, size_t len)
 {
-	bool is_nul = false;
-	size_t bad = find_bad_byte(text, len, &is_nul);
-	int line, col;
-
-	if (bad == len)
-		return 0;
-	offset_position(text, bad, &line, &col);
-	return kn_errorf(w->err, KN_EINVAL, NULL, "%s:%d:%d: %s", w->file,
-			 line, col,
-			 is_nul ? "spec contains a NUL byte" :
-				  "spec is not valid UTF-8");
+	return kn_yaml_text_check(text, len, w->file, "spec", w->err);
 }
 
 /* Reads the document's root into the object being built. */
@@ -3018,8 +2929,11 @@ const char *kn_spec_kind(const char *text, size_t len)
 	struct fy_node *root, *kind;
 	const char *found = NULL, *k;
 
-	if (!text || len > KN_SPEC_MAX_BYTES)
-		return NULL;
+	bool is_nul;
+
+	if (!text || len > KN_SPEC_MAX_BYTES ||
+	    kn_text_bad_byte(text, len, &is_nul) != len)
+		return NULL; /* and never to libfyaml: kn_yaml_text_check */
 	struct fy_parse_cfg cfg = {.flags = FYPCF_QUIET};
 	struct fy_diag_cfg diag_cfg;
 

@@ -145,6 +145,26 @@ static void test_levenshtein(void **state)
 	assert_int_equal(kn_levenshtein("", "abc"), 3);
 }
 
+static void test_yaml_text_check(void **state)
+{
+	struct kn_error err;
+	bool nul;
+
+	(void)state;
+	assert_int_equal(kn_yaml_text_check("a: \xc3\xa9\n", 6, "f", "spec",
+					    &err), 0);
+	assert_int_equal(kn_yaml_text_check("a: 1\n%m\xef\n", 9, "f.yaml",
+					    "spec", &err), -EINVAL);
+	assert_string_equal(err.message, "f.yaml:2:3: spec is not valid UTF-8");
+	assert_int_equal(kn_yaml_text_check("\xc3\xa9" "b\0", 4, "f", "rules file",
+					    &err), -EINVAL);
+	assert_string_equal(err.message, "f:1:3: rules file contains a NUL byte");
+	/* Overlong forms and surrogates are not UTF-8. */
+	assert_int_equal(kn_text_bad_byte("\xc0\xaf", 2, &nul), 0);
+	assert_int_equal(kn_text_bad_byte("x\xed\xa0\x80", 4, &nul), 1);
+	assert_false(nul);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -155,6 +175,7 @@ int main(void)
 		cmocka_unit_test(test_files),
 		cmocka_unit_test(test_levenshtein),
 		cmocka_unit_test(test_thread_background),
+		cmocka_unit_test(test_yaml_text_check),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

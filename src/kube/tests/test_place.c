@@ -321,6 +321,8 @@ static void test_kubeconfig(void **state)
 		 "{server: 'https://h', certificate-authority-data: '*'}}]\n",
 		 "certificate-authority-data: not base64"},
 		{"a: [b\n", "k.yaml:2:1: invalid YAML"},
+		/* Never to libfyaml, which would loop forever on it. */
+		{"%m\xef\n", "k.yaml:1:3: kubeconfig is not valid UTF-8"},
 	};
 
 	(void)state;

@@ -355,6 +355,8 @@ static void test_kind(void **state)
 	assert_string_equal(kn_spec_kind("kind: Job\n", 10), "Job");
 	assert_null(kn_spec_kind("kind: Pod\n", 10));
 	assert_null(kn_spec_kind("[a, b\n", 6));
+	/* Invalid UTF-8 in a directive hangs libfyaml 0.7.12: refused first. */
+	assert_null(kn_spec_kind("%m\xef\nkind: Job\n", 14));
 }
 
 int main(void)
