@@ -66,6 +66,9 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 	} else {
 		if (kn_job_spec_parse(text, len, name, &job, &err) < 0)
 			goto fail;
+		/* The spec's own image unless --image overrides it. */
+		if (!opts.image)
+			opts.image = job->image;
 		r = kn_kube_render_job(job, &opts, &docs, &err);
 	}
 	if (r < 0)

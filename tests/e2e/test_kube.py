@@ -129,6 +129,14 @@ def test_render_share_mig_and_errors():
     r = render("-", "--executor", "kubernetes", input="kind: Job\nname: x\n"
                "command: [x]\n")
     assert r.returncode == 1 and "--image" in r.stderr
+    # A job's own image, unless --image overrides it.
+    own = "kind: Job\nname: x\ncommand: [x]\nimage: reg/own:2\n"
+    (job,) = json.loads(render("-", "--executor", "kubernetes", "-o", "json",
+                               input=own).stdout)
+    assert pod_spec(job)["containers"][0]["image"] == "reg/own:2"
+    (job,) = json.loads(render("-", "--executor", "kubernetes", "-o", "json",
+                               "--image", "reg/other:3", input=own).stdout)
+    assert pod_spec(job)["containers"][0]["image"] == "reg/other:3"
     r = render("-", "--executor", "kubernetes", "--image", "i",
                input="kind: Job\nname: x\ncommand: [x]\n"
                "resources: {gpus: 1, gpu_model: MI300X}\n")
