@@ -24,8 +24,9 @@
  * band along with it, or a slow shift would never alert.
  *
  * Alerts. sustain_windows consecutive out-of-band windows raise one alert;
- * that signal raises no other until a window is back in band. A shift that
- * lasts is therefore reported once, not once per window.
+ * that signal raises no other until a window is back in band, which
+ * reports the alert resolved. A shift that lasts is therefore reported
+ * once, not once per window.
  *
  * Threads: one mutex guards the whole detector. Each call does a little
  * arithmetic under it, far cheaper than the request it records; one
@@ -239,6 +240,20 @@ static void judge(struct kn_anomaly *a, struct deployment *d, enum signal s,
 	}
 	h = half_width(cfg, s, b);
 	if (x >= b->center - h && x <= b->center + h) {
+		if (b->alerted) {
+			memset(&al, 0, sizeof(al));
+			memcpy(al.deployment, d->name, sizeof(al.deployment));
+			strcpy(al.signal, SIGNAL_NAMES[s]);
+			al.value = x;
+			al.center = b->center;
+			al.low = b->center - h;
+			al.high = b->center + h;
+			al.window_ms = cfg->window_ms;
+			al.started_at_ms = b->run_start;
+			al.windows = b->out_run;
+			al.resolved = true;
+			push_alert(a, &al);
+		}
 		learn(cfg, b, x);
 		b->out_run = 0;
 		b->alerted = false;

@@ -181,11 +181,17 @@ static void report_anomaly(struct kn_gateway *gw,
 	char *url, *auth, *body;
 	json_t *doc;
 
-	kn_log(KN_LOG_WARN,
-	       "gateway: anomaly: deployment %s: %s %.4g outside its band "
-	       "[%.4g, %.4g] for %d windows of %lld ms",
-	       a->deployment, a->signal, a->value, a->low, a->high,
-	       a->windows, (long long)a->window_ms);
+	if (a->resolved)
+		kn_log(KN_LOG_INFO,
+		       "gateway: anomaly resolved: deployment %s: %s %.4g back "
+		       "in its band [%.4g, %.4g]",
+		       a->deployment, a->signal, a->value, a->low, a->high);
+	else
+		kn_log(KN_LOG_WARN,
+		       "gateway: anomaly: deployment %s: %s %.4g outside its "
+		       "band [%.4g, %.4g] for %d windows of %lld ms",
+		       a->deployment, a->signal, a->value, a->low, a->high,
+		       a->windows, (long long)a->window_ms);
 	if (!gw->server)
 		return;
 	doc = json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:I, s:s}",
@@ -193,7 +199,7 @@ static void report_anomaly(struct kn_gateway *gw,
 			"value", a->value, "low", a->low, "high", a->high,
 			"window_s", (double)a->window_ms / 1000.0,
 			"started_at_ms", (json_int_t)a->started_at_ms, "state",
-			"firing");
+			a->resolved ? "resolved" : "firing");
 	body = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	url = kn_asprintf("%s/v1/gateway/alerts", gw->server);

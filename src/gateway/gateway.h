@@ -283,6 +283,10 @@ struct kn_anomaly_alert {
 	int64_t window_ms;      /* window length */
 	int64_t started_at_ms;  /* start of the first out-of-band window */
 	int windows;            /* consecutive out-of-band windows so far */
+	bool resolved;          /* false: the excursion began (firing); true:
+				   its signal is back in band (value is the
+				   first window back; started_at_ms and the
+				   band are the excursion's) */
 };
 
 /*

@@ -113,7 +113,8 @@ def test_gateway_starts_from_its_saved_table_without_a_server(stack):
 def test_latency_shift_raises_exactly_one_alert(stack, tmp_path):
     """Normal traffic teaches the band and raises nothing; the replica then
     answers 60 ms slower and, three windows later, one alert reaches the
-    server with its evidence; the shift going on raises no second one."""
+    server with its evidence; the shift going on raises no second one; the
+    latency coming back resolves it."""
     server, _ = stack
     control = tmp_path / "control"
     control.mkdir()
@@ -150,3 +151,10 @@ def test_latency_shift_raises_exactly_one_alert(stack, tmp_path):
     assert a["rule"] == "gateway_anomaly_latency_ms"
     assert a["labels"]["deployment"] == "chat" and a["state"] == "firing"
     assert a["value"] > 50
+    # Back to normal: the same alert is resolved, and no other is raised.
+    (control / "delay-ms").unlink()
+    deadline = time.monotonic() + 30
+    while anomalies()[0]["state"] != "resolved":
+        assert time.monotonic() < deadline, "the alert was not resolved"
+        traffic(0.3)
+    assert len(anomalies()) == 1

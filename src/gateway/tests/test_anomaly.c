@@ -134,12 +134,19 @@ static void test_latency_shift_raises_exactly_one(void **state)
 	assert_true(out[0].center > 95 && out[0].center < 105);
 	assert_true(out[0].low < out[0].center && out[0].center < out[0].high);
 	assert_true(out[0].high < out[0].value);
+	assert_false(out[0].resolved);
 	assert_int_equal(run(a, "chat", 53, 83, &slow, out, 16), 0);
 
-	/* Back to normal re-arms it: the next shift is a new alert. */
-	assert_int_equal(run(a, "chat", 83, 100, &NORMAL, out, 16), 0);
+	/* Back to normal resolves it, once, and re-arms it: the next shift
+	 * is a new alert. */
+	assert_int_equal(run(a, "chat", 83, 100, &NORMAL, out, 16), 1);
+	assert_true(out[0].resolved);
+	assert_string_equal(out[0].signal, "latency_ms");
+	assert_int_equal(out[0].started_at_ms, 50 * WINDOW_MS);
+	assert_true(out[0].value >= out[0].low && out[0].value <= out[0].high);
 	assert_int_equal(run(a, "chat", 100, 110, &slow, out, 16), 1);
 	assert_string_equal(out[0].signal, "latency_ms");
+	assert_false(out[0].resolved);
 	assert_int_equal(out[0].started_at_ms, 100 * WINDOW_MS);
 	kn_anomaly_free(a);
 }
@@ -178,7 +185,9 @@ static void test_error_rate_and_output_length(void **state)
 	assert_true(out[0].value > 0.3);
 	assert_true(out[0].high < out[0].value);
 
-	assert_int_equal(run(a, "chat", 60, 80, &NORMAL, out, 16), 0);
+	assert_int_equal(run(a, "chat", 60, 80, &NORMAL, out, 16), 1);
+	assert_true(out[0].resolved);
+	assert_string_equal(out[0].signal, "error_rate");
 	assert_int_equal(run(a, "chat", 80, 100, &terse, out, 16), 1);
 	assert_string_equal(out[0].signal, "output_tokens");
 	assert_true(out[0].value < out[0].low);
