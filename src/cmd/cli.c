@@ -538,3 +538,48 @@ void cli_table_print(const struct cli_table *t, FILE *f, int indent)
 	}
 	free(width);
 }
+
+int cli_run_verb(struct cli_ctx *ctx, int argc, char **argv,
+		 const struct cli_verb *verbs)
+{
+	const char *names[16], *near;
+	char choices[256] = "";
+	size_t n = 0;
+	int i;
+
+	for (; verbs[n].name && n < 15; n++) {
+		names[n] = verbs[n].name;
+		snprintf(choices + strlen(choices),
+			 sizeof(choices) - strlen(choices), "%s%s",
+			 n == 0 ? "" : verbs[n + 1].name ? ", " : " or ",
+			 verbs[n].name);
+	}
+	names[n] = NULL;
+	for (i = 1; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
+		int rc;
+
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(ctx->cmd->help, stdout);
+			return CLI_EXIT_OK;
+		}
+		rc = cli_take_flag(ctx, NULL, argc, argv, &i);
+		if (rc != CLI_GO)
+			return rc;
+	}
+	if (i == argc)
+		return cli_usage_error(ctx, "missing what to do: %s", choices);
+	for (size_t v = 0; v < n; v++) {
+		size_t used = strnlen(ctx->prog, sizeof(ctx->prog));
+
+		if (strcmp(argv[i], verbs[v].name))
+			continue;
+		snprintf(ctx->prog + used, sizeof(ctx->prog) - used, " %s",
+			 verbs[v].name);
+		return verbs[v].run(ctx, argc - i, argv + i);
+	}
+	near = cli_closest(argv[i], names);
+	if (near)
+		return cli_usage_error(ctx, "no '%s'; did you mean '%s'?",
+				       argv[i], near);
+	return cli_usage_error(ctx, "no '%s'; choose %s", argv[i], choices);
+}

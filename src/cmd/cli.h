@@ -148,6 +148,21 @@ int cli_fail(const struct cli_ctx *ctx, const char *fmt, ...)
  */
 const char *cli_closest(const char *word, const char *const *names);
 
+/* A verb of a command with several (`kiln token create`). */
+struct cli_verb {
+	const char *name;
+	int (*run)(struct cli_ctx *ctx, int argc, char **argv);
+};
+
+/*
+ * Run the verb that argv names, from verbs (ended by a NULL name), with
+ * ctx->prog extended by it ("kiln token ls"). Global flags may come
+ * before the verb (`kiln token -o json ls`); --help prints the command's
+ * help. A missing or unknown verb is a usage error listing the choices.
+ */
+int cli_run_verb(struct cli_ctx *ctx, int argc, char **argv,
+		 const struct cli_verb *verbs);
+
 /* A job id argument: a whole number >= 1, else a usage error. */
 int cli_parse_job_id(const struct cli_ctx *ctx, const char *arg,
 		     int64_t *out);

@@ -475,3 +475,49 @@ void cli_path_add(struct kn_buf *path, const char *segment)
 	kn_buf_append(path, "/", 1);
 	add_escaped(path, segment);
 }
+
+int cli_post_spec(struct cli_client *c, const char *collection,
+		  const char *file, const char *name, const char *text,
+		  size_t len, json_t **answer)
+{
+	struct kn_buf path;
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	kn_buf_printf(&path, "%s", collection);
+	cli_query_add(&path, "file", name);
+	if (strcmp(file, "-") != 0) {
+		char *abs = realpath(file, NULL);
+		if (abs)
+			cli_query_add(&path, "path", abs);
+		free(abs);
+	}
+	rc = cli_call(c, "POST", path.data, "application/yaml", text, len,
+		      answer);
+	kn_buf_release(&path);
+	return rc;
+}
+
+int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
+		     const char *collection, const char **name)
+{
+	struct cli_client *c = NULL;
+	struct kn_buf path;
+	int rc;
+
+	*name = NULL;
+	kn_buf_init(&path, SIZE_MAX);
+	rc = cli_parse(ctx, argc, argv, NULL, "NAME", name);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	kn_buf_printf(&path, "%s", collection);
+	cli_path_add(&path, *name);
+	rc = cli_call(c, "DELETE", path.data, NULL, NULL, 0, NULL);
+out:
+	kn_buf_release(&path);
+	cli_client_free(c);
+	return rc;
+}

@@ -79,4 +79,21 @@ void cli_query_add(struct kn_buf *path, const char *key, const char *value);
 /* Append a percent-encoded path segment (a token name) to path. */
 void cli_path_add(struct kn_buf *path, const char *segment);
 
+/*
+ * POST a spec's text to collection ("/v1/jobs"), with the name it is
+ * known by in messages and, for a file on disk, its absolute path (where
+ * a relative workdir starts). Returns as cli_call.
+ */
+int cli_post_spec(struct cli_client *c, const char *collection,
+		  const char *file, const char *name, const char *text,
+		  size_t len, json_t **answer);
+
+/*
+ * `kiln token revoke NAME` and the like: read NAME from argv and DELETE
+ * collection/NAME. *name is set for the caller's message. Returns as
+ * cli_call (or a usage exit status).
+ */
+int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
+		     const char *collection, const char **name);
+
 #endif

@@ -115,11 +115,9 @@ int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 	const char *file = NULL, *name;
 	char *text = NULL;
 	size_t len;
-	struct kn_buf path;
 	json_t *answer = NULL, *d;
 	int rc;
 
-	kn_buf_init(&path, SIZE_MAX);
 	rc = cli_parse(ctx, argc, argv, NULL, "FILE", &file);
 	if (rc != CLI_GO)
 		goto out;
@@ -129,16 +127,8 @@ int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	kn_buf_printf(&path, "/v1/deployments");
-	cli_query_add(&path, "file", name);
-	if (strcmp(file, "-") != 0) {
-		char *abs = realpath(file, NULL);
-		if (abs)
-			cli_query_add(&path, "path", abs);
-		free(abs);
-	}
-	rc = cli_call(c, "POST", path.data, "application/yaml", text, len,
-		      &answer);
+	rc = cli_post_spec(c, "/v1/deployments", file, name, text, len,
+			   &answer);
 	if (rc)
 		goto out;
 	d = json_object_get(answer, "deployment");
@@ -152,7 +142,6 @@ int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 	       cli_json_int(d, "replicas_wanted") == 1 ? "" : "s");
 out:
 	json_decref(answer);
-	kn_buf_release(&path);
 	cli_client_free(c);
 	free(text);
 	return rc;
@@ -234,27 +223,12 @@ out:
 
 int cmd_undeploy(struct cli_ctx *ctx, int argc, char **argv)
 {
-	struct cli_client *c = NULL;
-	const char *name = NULL;
-	struct kn_buf path;
-	int rc;
+	const char *name;
+	int rc = cli_delete_named(ctx, argc, argv, "/v1/deployments", &name);
 
-	kn_buf_init(&path, SIZE_MAX);
-	rc = cli_parse(ctx, argc, argv, NULL, "NAME", &name);
-	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
-	kn_buf_printf(&path, "/v1/deployments");
-	cli_path_add(&path, name);
-	rc = cli_call(c, "DELETE", path.data, NULL, NULL, 0, NULL);
-	if (rc)
-		goto out;
-	printf("deployment %s deleted; its replicas are stopping\n", name);
-out:
-	kn_buf_release(&path);
-	cli_client_free(c);
+	if (rc == 0)
+		printf("deployment %s deleted; its replicas are stopping\n",
+		       name);
 	return rc;
 }
 

@@ -176,70 +176,22 @@ out:
 
 static int key_revoke(struct cli_ctx *ctx, int argc, char **argv)
 {
-	struct cli_client *c = NULL;
-	const char *name = NULL;
-	struct kn_buf path;
-	int rc;
+	const char *name;
+	int rc = cli_delete_named(ctx, argc, argv, "/v1/keys", &name);
 
-	kn_buf_init(&path, SIZE_MAX);
-	rc = cli_parse(ctx, argc, argv, NULL, "NAME", &name);
-	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
-	kn_buf_printf(&path, "/v1/keys");
-	cli_path_add(&path, name);
-	rc = cli_call(c, "DELETE", path.data, NULL, NULL, 0, NULL);
-	if (rc)
-		goto out;
-	printf("gateway key '%s' revoked\n", name);
-out:
-	kn_buf_release(&path);
-	cli_client_free(c);
+	if (rc == 0)
+		printf("gateway key '%s' revoked\n", name);
 	return rc;
 }
 
 int cmd_key(struct cli_ctx *ctx, int argc, char **argv)
 {
-	static const struct {
-		const char *name;
-		int (*run)(struct cli_ctx *ctx, int argc, char **argv);
-	} subs[] = {
+	static const struct cli_verb verbs[] = {
 		{"create", key_create},
 		{"ls", key_ls},
 		{"revoke", key_revoke},
+		{NULL, NULL},
 	};
-	static const char *const names[] = {"create", "ls", "revoke", NULL};
-	const char *near;
-	int i;
 
-	/* Global flags may come before the verb: kiln key -o json ls. */
-	for (i = 1; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
-		int rc;
-
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			fputs(ctx->cmd->help, stdout);
-			return CLI_EXIT_OK;
-		}
-		rc = cli_take_flag(ctx, NULL, argc, argv, &i);
-		if (rc != CLI_GO)
-			return rc;
-	}
-	if (i == argc)
-		return cli_usage_error(ctx,
-				       "missing what to do: create, ls or revoke");
-	for (size_t s = 0; s < sizeof(subs) / sizeof(subs[0]); s++) {
-		if (strcmp(argv[i], subs[s].name))
-			continue;
-		snprintf(ctx->prog, sizeof(ctx->prog), "kiln key %s",
-			 subs[s].name);
-		return subs[s].run(ctx, argc - i, argv + i);
-	}
-	near = cli_closest(argv[i], names);
-	if (near)
-		return cli_usage_error(ctx, "no '%s'; did you mean '%s'?",
-				       argv[i], near);
-	return cli_usage_error(ctx, "no '%s'; choose create, ls or revoke",
-			       argv[i]);
+	return cli_run_verb(ctx, argc, argv, verbs);
 }

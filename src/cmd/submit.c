@@ -108,12 +108,10 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 	const char *file = NULL, *name;
 	char *text = NULL;
 	size_t len;
-	struct kn_buf path;
 	json_t *answer = NULL, *job;
 	int64_t id;
 	int rc;
 
-	kn_buf_init(&path, SIZE_MAX);
 	rc = cli_parse(ctx, argc, argv, flags, "FILE", &file);
 	if (rc != CLI_GO)
 		goto out;
@@ -123,17 +121,7 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	kn_buf_printf(&path, "/v1/jobs");
-	cli_query_add(&path, "file", name);
-	/* Where the spec lives: its relative workdir starts from there. */
-	if (strcmp(file, "-") != 0) {
-		char *abs = realpath(file, NULL);
-		if (abs)
-			cli_query_add(&path, "path", abs);
-		free(abs);
-	}
-	rc = cli_call(c, "POST", path.data, "application/yaml", text, len,
-		      &answer);
+	rc = cli_post_spec(c, "/v1/jobs", file, name, text, len, &answer);
 	if (rc)
 		goto out;
 	job = json_object_get(answer, "job");
@@ -150,7 +138,6 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 		rc = wait_for_job(c, id, job);
 out:
 	json_decref(answer);
-	kn_buf_release(&path);
 	cli_client_free(c);
 	free(text);
 	return rc;
