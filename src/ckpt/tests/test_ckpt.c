@@ -783,6 +783,22 @@ static void test_azure_retries_then_succeeds(void **state)
 	free(url);
 }
 
+/* DIR/src: 150,000 random bytes; want gets their sha256 (hex). */
+static char *random_file(const char *dir, char want[80])
+{
+	char *src = kn_asprintf("%s/src", dir);
+	char *cmd = kn_asprintf("head -c 150000 /dev/urandom > '%s' && "
+				"sha256sum '%s' | cut -c1-64", src, src);
+	FILE *p = popen(cmd, "r");
+
+	assert_non_null(p);
+	assert_non_null(fgets(want, 80, p));
+	pclose(p);
+	want[64] = '\0';
+	free(cmd);
+	return src;
+}
+
 static void test_azure_blocks_retry(void **state)
 {
 	/* Three blocks, two in flight; one block answer is a 503 and that
@@ -793,11 +809,9 @@ static void test_azure_blocks_retry(void **state)
 					REPLY("201 Created", ""),
 					REPLY("201 Created", "")},
 			    .n = 5};
-	char *dir = make_tmpdir();
-	char *src = kn_asprintf("%s/src", dir);
-	char *cmd = kn_asprintf("head -c 150000 /dev/urandom > '%s' && "
-				"sha256sum '%s' | cut -c1-64", src, src);
-	char want[80] = "", sha[KN_SHA256_HEX_LEN + 1];
+	char *dir = make_tmpdir(), want[80];
+	char *src = random_file(dir, want);
+	char sha[KN_SHA256_HEX_LEN + 1];
 	pthread_t t;
 	int port = start_script(&sc, &t);
 	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
@@ -811,12 +825,8 @@ static void test_azure_blocks_retry(void **state)
 	struct kn_blob_store *s;
 	struct kn_error err;
 	int64_t size;
-	FILE *p = popen(cmd, "r");
 	(void)state;
 
-	assert_non_null(fgets(want, sizeof(want), p));
-	pclose(p);
-	want[64] = '\0';
 	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
 	assert_int_equal(kn_blob_put_file(s, "big", src, 0, sha, &size, &err), 0);
 	pthread_join(t, NULL);
@@ -834,7 +844,6 @@ static void test_azure_blocks_retry(void **state)
 	kn_rm_rf(dir);
 	free(dir);
 	free(src);
-	free(cmd);
 	free(url);
 }
 
@@ -847,11 +856,9 @@ static void test_azure_file_up_to_single_put_max_is_one_put_blob(void **state)
 	struct script sc = {.replies = {REPLY("503 Busy", ""),
 					REPLY("201 Created", "")},
 			    .n = 2};
-	char *dir = make_tmpdir();
-	char *src = kn_asprintf("%s/src", dir);
-	char *cmd = kn_asprintf("head -c 150000 /dev/urandom > '%s' && "
-				"sha256sum '%s' | cut -c1-64", src, src);
-	char want[80] = "", sha[KN_SHA256_HEX_LEN + 1];
+	char *dir = make_tmpdir(), want[80];
+	char *src = random_file(dir, want);
+	char sha[KN_SHA256_HEX_LEN + 1];
 	pthread_t t;
 	int port = start_script(&sc, &t);
 	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
@@ -863,12 +870,8 @@ static void test_azure_file_up_to_single_put_max_is_one_put_blob(void **state)
 	struct kn_blob_store *s;
 	struct kn_error err;
 	int64_t size;
-	FILE *p = popen(cmd, "r");
 	(void)state;
 
-	assert_non_null(fgets(want, sizeof(want), p));
-	pclose(p);
-	want[64] = '\0';
 	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
 	assert_int_equal(kn_blob_put_file(s, "one", src, 0, sha, &size, &err), 0);
 	pthread_join(t, NULL);
@@ -888,7 +891,6 @@ static void test_azure_file_up_to_single_put_max_is_one_put_blob(void **state)
 	kn_rm_rf(dir);
 	free(dir);
 	free(src);
-	free(cmd);
 	free(url);
 
 	/* Over Put Blob's own limit is refused when the store opens. */
