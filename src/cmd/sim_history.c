@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "base/base.h"
 #include "cmd/client.h"
@@ -125,7 +124,6 @@ static void gpu_spec(struct kn_buf *b, json_t *wanted,
 
 	json_array_foreach(wanted, i, w) {
 		const char *c = json_string_value(w);
-		size_t len = c ? strlen(c) : 0;
 
 		if (!c)
 			continue;
@@ -138,8 +136,7 @@ static void gpu_spec(struct kn_buf *b, json_t *wanted,
 		for (int k = 0; k < models->n; k++) {
 			const char *m = models->names[k];
 
-			if (strcasecmp(m, c) != 0 &&
-			    (strncasecmp(m, c, len) != 0 || m[len] != '-'))
+			if (!kn_sched_model_accepts(c, m))
 				continue;
 			put_field(b, first ? "" : "|");
 			put_field(b, m);

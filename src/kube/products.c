@@ -144,22 +144,13 @@ int kn_kube_products_load(const char *path, struct kn_kube_products **out,
 	return rc;
 }
 
-/* sched/'s rule: equal, or want followed by '-' ("H100" for H100-80GB). */
-static bool model_matches(const char *have, const char *want)
-{
-	size_t n = strlen(want);
-
-	return !strncasecmp(have, want, n) &&
-	       (have[n] == '\0' || have[n] == '-');
-}
-
 size_t kn_kube_products_for(const struct kn_kube_products *p,
 			    const char *model, const char **out, size_t max)
 {
 	size_t k = 0;
 
 	for (size_t i = 0; p && i < p->n; i++) {
-		if (!model_matches(p->rows[i].model, model))
+		if (!kn_sched_model_accepts(model, p->rows[i].model))
 			continue;
 		if (k < max)
 			out[k] = p->rows[i].product;

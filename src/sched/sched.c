@@ -177,11 +177,7 @@ static bool node_eligible(const struct kn_sched_node *node,
 	       !blocking_taint(node, req);
 }
 
-/*
- * "H100" accepts "H100-80GB" (a family names its variants with a dash) but
- * "H10" does not accept "H100-80GB".
- */
-static bool model_matches(const char *wanted, const char *model)
+bool kn_sched_model_accepts(const char *wanted, const char *model)
 {
 	size_t n = strlen(wanted);
 
@@ -215,7 +211,7 @@ static bool device_usable(const struct kn_sched_request *req,
 	if (!wants_models(req))
 		return true;
 	for (size_t m = 0; m < req->n_gpu_models; m++)
-		if (model_matches(req->gpu_models[m], dev->model))
+		if (kn_sched_model_accepts(req->gpu_models[m], dev->model))
 			return true;
 	return false;
 }

@@ -198,6 +198,14 @@ struct kn_sched_binding {
 };
 
 /*
+ * Whether a gpu_model constraint accepts a device model: equal ignoring
+ * case, or the constraint followed by '-' ("H100" accepts "H100-80GB": a
+ * family names its variants with a dash; "H10" does not). model may be
+ * NULL (accepts nothing).
+ */
+bool kn_sched_model_accepts(const char *wanted, const char *model);
+
+/*
  * Place every task of req, or none. On success returns 0, fills
  * bindings[0..req->tasks-1], charges the snapshot (device used_milli, node
  * cpu and memory where the node tracks them and the request asks) and

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 int nodes_find(const struct server *s, const char *name)
 {
@@ -208,12 +207,9 @@ static char *frag_gpu_spec(json_t *wanted, const struct frag_group *g, int n)
 	kn_buf_init(&b, 4096);
 	json_array_foreach(wanted, i, w) {
 		const char *c = json_string_value(w);
-		size_t len = c ? strlen(c) : 0;
 
 		for (int k = 0; c && k < n; k++)
-			if (!strcasecmp(g[k].model, c) ||
-			    (!strncasecmp(g[k].model, c, len) &&
-			     g[k].model[len] == '-'))
+			if (kn_sched_model_accepts(c, g[k].model))
 				kn_buf_printf(&b, "%s%s", b.len ? "|" : "",
 					      g[k].model);
 	}
