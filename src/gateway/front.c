@@ -215,6 +215,12 @@ void gw_req_stream_end(struct gw_req *r)
 	req_done(r);
 }
 
+void gw_req_stream_abort(struct gw_req *r)
+{
+	r->conn->keep_alive = false;
+	req_done(r);
+}
+
 void gw_req_add_header(struct gw_req *r, const char *name, const char *value)
 {
 	/* Values come from model servers too: no line breaks get through. */

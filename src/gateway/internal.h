@@ -160,6 +160,9 @@ void gw_req_reply_buffer(struct gw_req *r, int status, struct evbuffer *body);
 void gw_req_stream_start(struct gw_req *r, int status);
 void gw_req_stream_chunk(struct gw_req *r, struct evbuffer *data);
 void gw_req_stream_end(struct gw_req *r);
+/* A stream whose source broke off: no last chunk, and the connection is
+   closed, so the client sees a cut answer, never a complete one. */
+void gw_req_stream_abort(struct gw_req *r);
 
 /* ---- workers (proxy.c) ---- */
 

@@ -750,7 +750,10 @@ static void up_done(void *arg, enum gw_up_result result)
 		if (c->req) {
 			struct gw_req *req = c->req;
 			c->req = NULL;
-			gw_req_stream_end(req);
+			if (failed)
+				gw_req_stream_abort(req);
+			else
+				gw_req_stream_end(req);
 		}
 		call_finish(c);
 		return;

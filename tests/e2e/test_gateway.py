@@ -401,6 +401,36 @@ def test_a_client_leaving_mid_stream_harms_nothing(home, gateways, upstreams):
     assert g.call("sk-one", "chat").json()["served_by"] == "chat"
 
 
+def test_a_stream_the_model_server_breaks_off_reaches_the_client_broken(
+        home, gateways, upstreams):
+    """The upstream dies after its first chunk: the client gets that chunk
+    and then the connection closes without chunked encoding's last chunk,
+    so no client mistakes the cut answer for a whole one."""
+    chat = upstreams("chat")
+    g = gateways(home, routes([deployment("chat", [chat])],
+                              [key("app1", "sk-one", ["chat"])]))
+    body = json.dumps({"model": "chat", "stream": True}).encode()
+    host, port = g.url[len("http://"):].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Authorization: Bearer sk-one\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        got = b""
+        while b"first" not in got:
+            got += s.recv(65536)
+        chat.kill()
+        while True:
+            piece = s.recv(65536)
+            if not piece:
+                break
+            got += piece
+    assert b"Transfer-Encoding: chunked" in got
+    assert not got.endswith(b"0\r\n\r\n") and b"[DONE]" not in got
+    line = wait_for(lambda: [a for a in g.access_lines() if a.get("status")],
+                    what="the broken stream logged")[-1]
+    assert line["deployment"] == "chat"
+
+
 def test_rate_limits_and_quotas_count_exactly(home, gateways, upstreams):
     chat = upstreams("chat")
     g = gateways(home, routes(
