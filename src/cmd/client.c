@@ -184,6 +184,26 @@ static int find_token(struct cli_client *c, const struct cli_ctx *ctx,
 	return rc;
 }
 
+int cli_find_credentials(const struct cli_ctx *ctx, const char *home,
+			 char **server, char **token)
+{
+	struct cli_client c = {0};
+	int rc = find_server(ctx, home, server);
+
+	if (rc)
+		return rc;
+	rc = find_token(&c, ctx, home);
+	free(c.token_note);
+	if (rc) {
+		free(c.token);
+		free(*server);
+		*server = NULL;
+		return rc;
+	}
+	*token = c.token;
+	return 0;
+}
+
 int cli_client_open(const struct cli_ctx *ctx, struct cli_client **out)
 {
 	struct cli_client *c = kn_xcalloc(1, sizeof(*c));

@@ -50,6 +50,15 @@ int cli_client_open(const struct cli_ctx *ctx, struct cli_client **out);
 void cli_client_free(struct cli_client *c);
 
 /*
+ * The server URL and the token as cli_client_open finds them, with home
+ * as $KILN_HOME, for a process that talks to the server by other means
+ * (`kiln gateway` polls it from its event loop). *token may be NULL (none
+ * found). Returns 0, or an exit status after printing why.
+ */
+int cli_find_credentials(const struct cli_ctx *ctx, const char *home,
+			 char **server, char **token);
+
+/*
  * Send method (GET, POST, DELETE) to path ("/v1/jobs?state=queued"), with
  * body of body_len bytes and content_type when body is not NULL. On a 2xx
  * answer, returns 0 and, when out is not NULL, sets *out to the parsed

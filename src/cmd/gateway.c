@@ -3,7 +3,6 @@
  * (src/gateway/ does the work; this file reads flags and finds the server
  * and token the way the CLI does).
  */
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -14,41 +13,6 @@
 #include "cmd/cli.h"
 #include "cmd/client.h"
 #include "gateway/gateway.h"
-
-/* server.url and admin.token hold one short line. */
-#define SMALL_FILE_MAX 4096
-
-/* $KILN_HOME/NAME's first line, trimmed; NULL when absent or empty. */
-static char *read_line(const char *home, const char *name)
-{
-	char *path = kn_asprintf("%s/%s", home, name), *text = NULL;
-	size_t len;
-
-	if (kn_read_file(path, SMALL_FILE_MAX, &text, &len) == 0) {
-		text[strcspn(text, "\r\n")] = '\0';
-		len = strlen(text);
-		while (len > 0 && isspace((unsigned char)text[len - 1]))
-			text[--len] = '\0';
-		if (!text[0]) {
-			free(text);
-			text = NULL;
-		}
-	}
-	free(path);
-	return text;
-}
-
-static char *pick(const char *flag, const char *env_name, const char *home,
-		  const char *file)
-{
-	const char *env = getenv(env_name);
-
-	if (flag)
-		return kn_xstrdup(flag);
-	if (env && *env)
-		return kn_xstrdup(env);
-	return read_line(home, file);
-}
 
 /* "1s", "500ms", or a bare number of seconds; > 0. */
 static int parse_secs_or_duration(const char *s, int64_t *out)
@@ -150,17 +114,12 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 				       max_headers);
 	home = home_flag ? kn_xstrdup(home_flag) : cli_kiln_home();
 	if (!routes) {
-		server = pick(ctx->server, "KILN_SERVER", home, "server.url");
-		token = pick(ctx->token, "KILN_TOKEN", home, "admin.token");
-		if (!server) {
-			rc = cli_usage_error(
-				ctx, "no route table: pass --routes FILE, or a "
-				     "server with --server / KILN_SERVER / "
-				     "$KILN_HOME/server.url");
+		rc = cli_find_credentials(ctx, home, &server, &token);
+		if (rc) {
+			fprintf(stderr, "%s: or pass --routes FILE for a "
+					"static route table\n", ctx->prog);
 			goto out;
 		}
-		while (strlen(server) > 1 && server[strlen(server) - 1] == '/')
-			server[strlen(server) - 1] = '\0';
 	}
 	o.host = host;
 	o.port = (int)port;

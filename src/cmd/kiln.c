@@ -508,7 +508,7 @@ static const struct cli_command commands[] = {
 	 "                       is learned from the first 10 (default 10s)\n"
 	 "\n"
 	 "Exit status: 0 after a clean stop, 1 when start-up failed, 2 on a\n"
-	 "usage error.\n",
+	 "usage error, 3 when no server is given or found (and no --routes).\n",
 	 false},
 	{"health", cmd_health, NULL, "check this node's GPUs, memory, links and disks",
 	 "usage: kiln health [--json] [--drain] [--root DIR] [--sku SIZE]\n"
