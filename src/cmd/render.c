@@ -52,7 +52,6 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_read_spec(ctx, file, &text, &len, &name);
 	if (rc != CLI_GO)
 		return rc;
-	rc = CLI_EXIT_FAIL;
 	if (kn_kube_products_load(products_file, &products, &err) < 0)
 		goto fail;
 	opts.products = products;
@@ -83,8 +82,8 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 	rc = CLI_EXIT_OK;
 	goto out;
 fail:
-	fprintf(stderr, "%s: %s\n", ctx->prog,
-		err.message[0] ? err.message : "cannot render");
+	rc = cli_fail(ctx, "%s", err.message[0] ? err.message
+					       : "cannot render");
 out:
 	json_decref(docs);
 	kn_job_spec_free(job);

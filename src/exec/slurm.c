@@ -538,10 +538,22 @@ static void slurm_state(const char *attempt_dir, long long job_id,
 		struct kn_error err;
 
 		snprintf(id, sizeof(id), "%lld", job_id);
-		if (spawn_child(argv, NULL, tmp, tmp, &p, &err) == 0)
+		if (spawn_child(argv, NULL, tmp, tmp, &p, &err) == 0) {
 			write_proc(qpid, &p);
-		else
+		} else {
+			/* The caller sees no state and keeps the task
+			 * running: say why, once a minute at most. */
+			static int64_t warned_at;
+			int64_t now = kn_mono_ms();
+
 			kn_strlcpy(reason, err.message, rlen);
+			if (!warned_at || now - warned_at >= 60000) {
+				warned_at = now;
+				kn_log(KN_LOG_WARN, "slurm: cannot ask Slurm "
+				       "about job %lld: %s", job_id,
+				       err.message);
+			}
+		}
 	}
 	free(qpid);
 	free(tmp);

@@ -414,8 +414,9 @@ static int check_opts(const struct kn_kube_render_opts *opts,
 {
 	if (!opts->image || !*opts->image)
 		return kn_errorf(err, KN_EINVAL, "image",
-				 "image: the spec names no container image; "
-				 "give one with --image");
+				 "image: no container image: give one with "
+				 "--image (a job spec may name its own in "
+				 "`image`; a deployment spec cannot)");
 	return 0;
 }
 
