@@ -962,18 +962,63 @@ out:
 
 /* --- job fields ---------------------------------------------------------- */
 
-static int read_kind(struct walk *w, struct fy_node *node, void *target)
+/* node is the text kind ("Job", "Deployment"). */
+static int check_kind(struct walk *w, struct fy_node *node, const char *kind)
 {
-	char got[GOT_BUF];
+	char got[GOT_BUF], quoted[32];
 	struct value v;
-	int rc = want_text(w, node, false, "\"Job\"", &v);
+	int rc;
 
+	snprintf(quoted, sizeof(quoted), "\"%s\"", kind);
+	rc = want_text(w, node, false, quoted, &v);
 	if (rc)
 		return rc;
-	if (strcmp(v.text, "Job") != 0)
-		return fail(w, node, "must be \"Job\"; got %s",
+	if (strcmp(v.text, kind) != 0)
+		return fail(w, node, "must be %s; got %s", quoted,
 			    describe(&v, got, sizeof(got)));
 	return 0;
+}
+
+static int read_kind(struct walk *w, struct fy_node *node, void *target)
+{
+	(void)target;
+	return check_kind(w, node, "Job");
+}
+
+/*
+ * kind before every other field: in a spec of another kind, each of its
+ * fields would otherwise be reported as unknown. root_name names the
+ * mapping in the message for a missing kind ("job").
+ */
+static int check_kind_first(struct walk *w, struct fy_node *root,
+			    const char *kind, const char *root_name)
+{
+	struct fy_node_pair *pair;
+	void *iter = NULL;
+	int rc;
+
+	while ((pair = fy_node_mapping_iterate(root, &iter))) {
+		struct fy_node *key = fy_node_pair_key(pair);
+		const char *text = fy_node_is_scalar(key) ?
+					   fy_node_get_scalar0(key) :
+					   NULL;
+
+		if (text && strcmp(text, "kind") == 0) {
+			size_t mark = path_push_field(w, "kind");
+
+			w->key = key;
+			rc = check_kind(w, fy_node_pair_value(pair), kind);
+			w->key = NULL;
+			if (rc)
+				return rc;
+			path_pop(w, mark);
+			return 0;
+		}
+	}
+	path_push_field(w, "kind");
+	return fail_bare(w, root,
+			 "missing required field \"kind\" in %s (kind: %s)",
+			 root_name, kind);
 }
 
 static int read_api_version(struct walk *w, struct fy_node *node,
@@ -1839,8 +1884,10 @@ static void set_defaults(struct kn_job_spec *spec)
 }
 
 /* backoff doubles up to backoff_max, so the first must not exceed it. */
+/* backoff at most backoff_max; the pairs are where they were given. */
 static int check_backoff(struct walk *w, const struct kn_job_spec *spec,
-			 struct fy_node_pair **seen)
+			 struct fy_node_pair *backoff,
+			 struct fy_node_pair *backoff_max)
 {
 	char first[32], cap[32];
 	struct fy_node_pair *pair;
@@ -1850,14 +1897,14 @@ static int check_backoff(struct walk *w, const struct kn_job_spec *spec,
 		return 0;
 	kn_format_duration(spec->backoff_ms, first, sizeof(first));
 	kn_format_duration(spec->backoff_max_ms, cap, sizeof(cap));
-	if (seen[JF_BACKOFF_MAX]) {
-		pair = seen[JF_BACKOFF_MAX];
+	if (backoff_max) {
+		pair = backoff_max;
 		path_push_field(w, "backoff_max");
 		w->key = fy_node_pair_key(pair);
 		rc = fail(w, fy_node_pair_value(pair),
 			  "must be at least backoff (%s); got %s", first, cap);
 	} else {
-		pair = seen[JF_BACKOFF];
+		pair = backoff;
 		path_push_field(w, "backoff");
 		w->key = fy_node_pair_key(pair);
 		rc = fail(w, fy_node_pair_value(pair),
@@ -1871,10 +1918,8 @@ static int read_job(struct walk *w, struct fy_node *root,
 		    struct kn_job_spec *spec)
 {
 	struct fy_node_pair *seen[JF_COUNT];
-	struct fy_node_pair *pair;
 	char got[GOT_BUF], names[256];
 	struct value v;
-	void *iter = NULL;
 	int rc = classify(w, root, &v);
 
 	if (rc)
@@ -1886,38 +1931,13 @@ static int read_job(struct walk *w, struct fy_node *root,
 			    "got %s",
 			    names, describe(&v, got, sizeof(got)));
 	}
-	/*
-	 * kind first: in a spec of another kind, every other field would be
-	 * reported as unknown.
-	 */
-	while ((pair = fy_node_mapping_iterate(root, &iter))) {
-		struct fy_node *key = fy_node_pair_key(pair);
-		const char *text = fy_node_is_scalar(key) ?
-					   fy_node_get_scalar0(key) :
-					   NULL;
-
-		if (text && strcmp(text, "kind") == 0) {
-			size_t mark = path_push_field(w, "kind");
-
-			w->key = key;
-			rc = read_kind(w, fy_node_pair_value(pair), spec);
-			w->key = NULL;
-			if (rc)
-				return rc;
-			path_pop(w, mark);
-			break;
-		}
-	}
-	if (!pair) {
-		path_push_field(w, "kind");
-		return fail_bare(w, root,
-				 "missing required field \"kind\" in job "
-				 "(kind: Job)");
-	}
+	rc = check_kind_first(w, root, "Job", "job");
+	if (rc)
+		return rc;
 	rc = walk_mapping(w, root, job_fields, JF_COUNT, spec, seen);
 	if (rc)
 		return rc;
-	return check_backoff(w, spec, seen);
+	return check_backoff(w, spec, seen[JF_BACKOFF], seen[JF_BACKOFF_MAX]);
 }
 
 static int parse_failed(struct walk *w)
@@ -2463,17 +2483,8 @@ char *kn_job_spec_to_input_text(const struct kn_job_spec *spec,
 static int read_deployment_kind(struct walk *w, struct fy_node *node,
 				void *target)
 {
-	char got[GOT_BUF];
-	struct value v;
-	int rc = want_text(w, node, false, "\"Deployment\"", &v);
-
 	(void)target;
-	if (rc)
-		return rc;
-	if (strcmp(v.text, "Deployment") != 0)
-		return fail(w, node, "must be \"Deployment\"; got %s",
-			    describe(&v, got, sizeof(got)));
-	return 0;
+	return check_kind(w, node, "Deployment");
 }
 
 static int read_model(struct walk *w, struct fy_node *node, void *target)
@@ -2816,6 +2827,9 @@ static int read_deployment(struct walk *w, struct fy_node *root, void *obj)
 			    "%s; got %s",
 			    names, describe(&v, got, sizeof(got)));
 	}
+	rc = check_kind_first(w, root, "Deployment", "deployment");
+	if (rc)
+		return rc;
 	rc = walk_mapping(w, root, deployment_fields, DF_COUNT, d, seen);
 	if (rc)
 		return rc;
@@ -2831,22 +2845,9 @@ static int read_deployment(struct walk *w, struct fy_node *root, void *obj)
 				    "must name another deployment, not this "
 				    "one (%s)",
 				    d->fallback);
-	if (d->job.backoff_ms > d->job.backoff_max_ms) {
-		char first[32], cap[32];
-
-		kn_format_duration(d->job.backoff_ms, first, sizeof(first));
-		kn_format_duration(d->job.backoff_max_ms, cap, sizeof(cap));
-		return seen[DF_BACKOFF_MAX]
-			       ? fail_at_pair(w, seen[DF_BACKOFF_MAX],
-					      "backoff_max",
-					      "must be at least backoff (%s); "
-					      "got %s",
-					      first, cap)
-			       : fail_at_pair(w, seen[DF_BACKOFF], "backoff",
-					      "must be at most backoff_max "
-					      "(%s); got %s",
-					      cap, first);
-	}
+	rc = check_backoff(w, &d->job, seen[DF_BACKOFF], seen[DF_BACKOFF_MAX]);
+	if (rc)
+		return rc;
 	if (d->preset)
 		return apply_preset(w, ctx, seen);
 	return 0;

@@ -99,6 +99,12 @@ static const struct bad_case bad_cases[] = {
 	 "d.yaml:5:1: unknown field \"retries\" in deployment"},
 	{"kind: Job\nname: chat\nmodel: /m\ncommand: [srv]\n", "kind",
 	 "d.yaml:1:7: kind: must be \"Deployment\"; got \"Job\""},
+	/* A Job spec is told it is one, not that its fields are unknown. */
+	{"name: x\ntasks: 2\nkind: Job\ncommand: [x]\n", "kind",
+	 "d.yaml:3:7: kind: must be \"Deployment\"; got \"Job\""},
+	{"name: chat\nmodel: /m\ncommand: [srv]\n", "kind",
+	 "d.yaml:1:1: missing required field \"kind\" in deployment "
+	 "(kind: Deployment)"},
 };
 
 static void test_bad(void **state)
