@@ -13,6 +13,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/client.h"
+#include "spec/spec.h"
 
 /*
  * Positionals (between min and max of them) among the global flags, for
@@ -196,9 +197,9 @@ int cmd_scale(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc != CLI_GO)
 		goto out;
 	n = strtol(pos[1], &end, 10);
-	if (*end || end == pos[1] || n < 0 || n > 64) {
-		rc = cli_usage_error(ctx, "N must be a whole number 0..64; "
-				     "got '%s'", pos[1]);
+	if (*end || end == pos[1] || n < 0 || n > KN_SPEC_MAX_REPLICAS) {
+		rc = cli_usage_error(ctx, "N must be a whole number 0..%d; "
+				     "got '%s'", KN_SPEC_MAX_REPLICAS, pos[1]);
 		goto out;
 	}
 	rc = cli_client_open(ctx, &c);

@@ -561,7 +561,8 @@ static const struct cli_command commands[] = {
 	 false},
 	{"blob", cmd_blob, NULL, "list, put, get and delete blobs in a store",
 	 "usage: kiln blob ls URL [PREFIX]\n"
-	 "       kiln blob put URL NAME FILE [--create-only]\n"
+	 "       kiln blob put URL NAME FILE [--create-only] [--single-put S]\n"
+	 "                     [--parallel N] [--block-size S]\n"
 	 "       kiln blob get URL NAME FILE [--offset N] [--length N]\n"
 	 "       kiln blob rm URL NAME\n"
 	 "       kiln blob stat URL NAME\n"
@@ -650,6 +651,7 @@ static const struct cli_command commands[] = {
 static void print_help(FILE *f)
 {
 	size_t i;
+	int width = 0;
 
 	fputs("usage: kiln [GLOBAL FLAGS] COMMAND [ARGS]\n"
 	      "\n"
@@ -658,8 +660,11 @@ static void print_help(FILE *f)
 	      "Commands:\n",
 	      f);
 	for (i = 0; i < N_COMMANDS; i++)
+		if (!commands[i].hidden && (int)strlen(commands[i].name) > width)
+			width = (int)strlen(commands[i].name);
+	for (i = 0; i < N_COMMANDS; i++)
 		if (!commands[i].hidden)
-			fprintf(f, "  %-11s %s\n", commands[i].name,
+			fprintf(f, "  %-*s %s\n", width, commands[i].name,
 				commands[i].summary);
 	fputs("\n"
 	      "Run `kiln COMMAND --help` for a command's flags.\n"

@@ -344,11 +344,17 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc != CLI_GO)
 		return rc;
 	s.policy = kn_pack_policy_find(policy_name);
-	if (!s.policy)
-		return cli_usage_error(ctx, "--policy: no policy '%s' (random, "
-					    "dot-product, gpu-clustering, "
-					    "gpu-packing, best-fit, fgd, kiln)",
-				       policy_name);
+	if (!s.policy) {
+		char names[256] = "";
+
+		for (size_t i = 0; kn_pack_policies[i]; i++)
+			snprintf(names + strlen(names),
+				 sizeof(names) - strlen(names), "%s%s",
+				 i ? ", " : "", kn_pack_policies[i]->name);
+		return cli_usage_error(ctx, "--policy: no policy '%s' (one of "
+					    "%s)",
+				       policy_name, names);
+	}
 	if (watch_seconds < 1)
 		return cli_usage_error(ctx, "--watch-timeout: at least 1");
 	if (!*scheduler_name)

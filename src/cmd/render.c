@@ -40,7 +40,10 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_parse(ctx, argc, argv, flags, "FILE", &file);
 	if (rc != CLI_GO)
 		return rc;
-	if (!executor || strcmp(executor, "kubernetes"))
+	if (!executor)
+		return cli_usage_error(ctx, "--executor kubernetes is required "
+					    "(the one engine rendered)");
+	if (strcmp(executor, "kubernetes"))
 		return cli_usage_error(ctx, "--executor: only kubernetes can "
 					    "be rendered; got '%s'",
 				       executor ? executor : "");

@@ -676,20 +676,6 @@ static void h_token_list(struct server *s, struct kn_http_req *req,
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "tokens", list));
 }
 
-static bool valid_token_name(const char *n)
-{
-	size_t len = strlen(n);
-
-	if (len == 0 || len > 64)
-		return false;
-	for (const char *p = n; *p; p++)
-		if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') &&
-		    !(*p >= '0' && *p <= '9') && *p != '-' && *p != '_' &&
-		    *p != '.' && *p != '@')
-			return false;
-	return true;
-}
-
 static void h_token_create(struct server *s, struct kn_http_req *req,
 			   const struct caller *c, const char *param)
 {
@@ -716,7 +702,7 @@ static void h_token_create(struct server *s, struct kn_http_req *req,
 	}
 	name = json_string_value(json_object_get(body, "name"));
 	role = json_string_value(json_object_get(body, "role"));
-	if (!name || !valid_token_name(name)) {
+	if (!name || !credential_name_ok(name)) {
 		json_decref(body);
 		reply_err(req, KN_EINVAL, "name",
 			  "name must be 1-64 characters of letters, digits, "

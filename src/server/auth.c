@@ -157,3 +157,17 @@ int auth_check(struct server *s, const char *header, struct caller *out,
 	kn_token_row_release(&t);
 	return 0;
 }
+
+bool credential_name_ok(const char *name)
+{
+	size_t len = name ? strlen(name) : 0;
+
+	if (len == 0 || len > 64)
+		return false;
+	for (const char *p = name; *p; p++)
+		if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') &&
+		    !(*p >= '0' && *p <= '9') && *p != '-' && *p != '_' &&
+		    *p != '.' && *p != '@')
+			return false;
+	return true;
+}

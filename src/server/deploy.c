@@ -695,17 +695,6 @@ void deploy_free(struct server *s)
 	s->deploy = NULL;
 }
 
-const char *deploy_model_dir(struct server *s, int64_t job_id)
-{
-	if (!s->deploy)
-		return NULL;
-	for (struct deployment *p = s->deploy->list; p; p = p->next)
-		for (int i = 0; i < p->n_reps; i++)
-			if (p->reps[i].job_id == job_id)
-				return p->model_dir;
-	return NULL;
-}
-
 const struct deployment *deploy_of(struct server *s, int64_t job_id)
 {
 	if (!s->deploy)
@@ -715,6 +704,13 @@ const struct deployment *deploy_of(struct server *s, int64_t job_id)
 			if (p->reps[i].job_id == job_id)
 				return p;
 	return NULL;
+}
+
+const char *deploy_model_dir(struct server *s, int64_t job_id)
+{
+	const struct deployment *p = deploy_of(s, job_id);
+
+	return p ? p->model_dir : NULL;
 }
 
 /* ---- JSON ---- */
@@ -1113,9 +1109,13 @@ void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	n = json_object_get(body, "replicas");
 	if (!json_is_integer(n) || json_integer_value(n) < 0 ||
 	    json_integer_value(n) > KN_SPEC_MAX_REPLICAS) {
+		char msg[80];
+
+		snprintf(msg, sizeof(msg),
+			 "body must be {\"replicas\": N} with N 0..%d",
+			 KN_SPEC_MAX_REPLICAS);
 		json_decref(body);
-		reply_msg(req, KN_EINVAL, "replicas",
-			  "body must be {\"replicas\": N} with N 0..64");
+		reply_msg(req, KN_EINVAL, "replicas", msg);
 		return;
 	}
 	old = p->replicas;
@@ -1230,20 +1230,6 @@ static json_t *key_json(const struct kn_gateway_key_row *k, bool with_hash)
 	return o;
 }
 
-static bool valid_key_name(const char *n)
-{
-	size_t len = n ? strlen(n) : 0;
-
-	if (len == 0 || len > 64)
-		return false;
-	for (const char *p = n; *p; p++)
-		if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') &&
-		    !(*p >= '0' && *p <= '9') && *p != '-' && *p != '_' &&
-		    *p != '.' && *p != '@')
-			return false;
-	return true;
-}
-
 /* body[field]: absent = 0, else an integer 0..KEY_LIMIT_MAX. */
 static int limit_field(json_t *body, const char *field, int64_t *out,
 		       struct kn_error *err)
@@ -1284,7 +1270,7 @@ void deploy_h_key_create(struct server *s, struct kn_http_req *req,
 		rc = kn_errorf(&err, KN_EINVAL, NULL,
 			       "body must be a JSON object {\"name\": ..., "
 			       "\"deployments\": [...], \"rpm\": ..., ...}");
-	else if (!valid_key_name(name))
+	else if (!credential_name_ok(name))
 		rc = kn_errorf(&err, KN_EINVAL, "name",
 			       "name must be 1-64 characters of letters, "
 			       "digits, '-', '_', '.' or '@'");
@@ -1403,15 +1389,6 @@ static struct deployment **by_name(struct deploy_state *d, size_t *n)
 	return v;
 }
 
-static bool find_sorted(struct deployment *const *v, size_t n,
-			const char *name)
-{
-	for (size_t i = 0; name && i < n; i++)
-		if (!strcmp(v[i]->name, name))
-			return true;
-	return false;
-}
-
 void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 			     const struct caller *c, const char *param)
 {
@@ -1443,7 +1420,8 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 		all = json_object_get(key, "deployments");
 		listed = json_array();
 		json_array_foreach(all, j, v)
-			if (find_sorted(sorted, n_sorted, json_string_value(v)))
+			if (json_string_value(v) &&
+			    find(d, json_string_value(v)))
 				json_array_append(listed, v);
 		json_object_set_new(key, "deployments", listed);
 		json_array_append_new(keys, key);
@@ -1474,8 +1452,7 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 			json_pack("{s:s, s:s, s:o, s:{s:i, s:i}, s:o}", "name",
 				  p->name, "model", p->spec->model, "fallback",
 				  p->spec->fallback &&
-						  find_sorted(sorted, n_sorted,
-							      p->spec->fallback)
+						  find(d, p->spec->fallback)
 					  ? json_string(p->spec->fallback)
 					  : json_null(),
 				  "limits", "rpm", p->spec->limit_rpm, "tpm",

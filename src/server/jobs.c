@@ -443,6 +443,7 @@ static void share_text(int milli, char *buf, size_t len)
 static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
+	const char *model_dir;
 	char devs[256], **env = NULL;
 	size_t n = 0;
 	int local_rank = 0, rc;
@@ -507,10 +508,9 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	if (s->nodes[b->node].devices.simulated)
 		add_env(&env, &n, kn_xstrdup("KILN_SIMULATED_GPUS=1"));
 	/* A deployment's replica serves on its attempt's port (deploy.c). */
-	if (deploy_model_dir(s, r->job_id)) {
+	if ((model_dir = deploy_model_dir(s, r->job_id))) {
 		add_env(&env, &n, kn_asprintf("KILN_PORT=%d", r->master_port));
-		add_env(&env, &n, kn_asprintf("KILN_MODEL_DIR=%s",
-					      deploy_model_dir(s, r->job_id)));
+		add_env(&env, &n, kn_asprintf("KILN_MODEL_DIR=%s", model_dir));
 	}
 
 	memset(&l, 0, sizeof(l));
