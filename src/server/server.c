@@ -182,12 +182,16 @@ static int setup_sim_node(struct server *s, size_t n, const char *text,
 			  struct kn_error *err)
 {
 	struct server_node *node = &s->nodes[n];
-	char *copy = kn_xstrdup(text), *save = NULL, *name, *gpus, *rest;
+	char *copy = kn_xstrdup(text), *save = NULL, *name, *gpus, *rest = NULL;
+	size_t len = strlen(copy);
 	int rc;
 
 	name = strtok_r(copy, " \t", &save);
 	gpus = name ? strtok_r(NULL, " \t", &save) : NULL;
-	rest = gpus ? save : NULL;
+	/* The labels: what follows the GPUS field (strtok_r's save pointer
+	   is not to be read). */
+	if (gpus && gpus + strlen(gpus) < copy + len)
+		rest = gpus + strlen(gpus) + 1;
 	if (!gpus) {
 		rc = kn_errorf(err, KN_EINVAL, "sim_node",
 			       "--sim-node \"%s\": want \"NAME GPUS "
