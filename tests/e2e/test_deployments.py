@@ -236,6 +236,14 @@ def test_keys_and_roles(server):
     assert after["keys"] == [] and after["generation"] > gen
     assert server.request("DELETE", "/v1/keys/app1",
                           token=operator).status_code == 404
+    # A revoked key's name may be taken again, by a new secret.
+    again = server.request("POST", "/v1/keys", token=operator,
+                           json={"name": "app1", "deployments": ["chat"]})
+    assert again.status_code == 201, again.text
+    fresh = again.json()["secret"]
+    assert fresh != secret
+    assert [k["hash"] for k in config(server)["keys"]] == [
+        hashlib.sha256(fresh.encode()).hexdigest()]
     audit = server.request("GET", "/v1/audit").json()["audit"]
     actions = {(a["action"], a["outcome"]) for a in audit}
     assert {("deployment.create", "ok"), ("deployment.scale", "denied"),
