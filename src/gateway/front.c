@@ -64,7 +64,6 @@ struct gw_req {
 	char *body;
 	size_t body_len;
 	struct evbuffer *headers; /* "Name: value\r\n" lines to send */
-	bool streaming;
 	gw_front_gone on_gone;
 	void *gone_arg;
 };
@@ -192,7 +191,6 @@ void gw_req_reply_buffer(struct gw_req *r, int status, struct evbuffer *body)
 
 void gw_req_stream_start(struct gw_req *r, int status)
 {
-	r->streaming = true;
 	put_head(r, status, "Transfer-Encoding: chunked\r\n");
 	flush(r->conn);
 }

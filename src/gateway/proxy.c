@@ -57,7 +57,6 @@ struct gw_call;
 
 struct gw_worker {
 	struct kn_gateway *gw;
-	int index;
 	struct event_base *base;
 	struct gw_front *front;
 	pthread_t thread;
@@ -1007,7 +1006,6 @@ struct gw_worker *gw_worker_new(struct kn_gateway *gw, int index, int fd,
 	struct gw_worker *w = kn_xcalloc(1, sizeof(*w));
 
 	w->gw = gw;
-	w->index = index;
 	w->base = event_base_new();
 	/* Three priorities: connections' events get the middle one, the
 	 * access-log writer the last. */
