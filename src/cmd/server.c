@@ -61,6 +61,7 @@ int cmd_server(int argc, char **argv)
 		{"slurm-shards-per-gpu", required_argument, NULL, 'X'},
 		{"node-labels", required_argument, NULL, 'N'},
 		{"sim-node", required_argument, NULL, 'O'},
+		{"policy", required_argument, NULL, 'p'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -202,6 +203,9 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'O':
 			sim_nodes[n_sim_nodes++] = optarg;
+			break;
+		case 'p':
+			cfg.policy = optarg;
 			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);

@@ -20,6 +20,7 @@
  * "never" from "not now".
  */
 #include "sched/sched.h"
+#include "sched/mirror_internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -409,7 +410,8 @@ struct node_score {
 	int64_t affinity;   /* minus the preferred terms' weight */
 	int new_node;       /* no earlier task of this gang is there */
 	int cannot_finish;  /* cannot hold every task still to place */
-	int64_t free_milli; /* best fit: least GPU left free */
+	int64_t fit;        /* best fit: least GPU left free; or minus the
+			       packing policy's score */
 };
 
 static bool score_less(const struct node_score *a, const struct node_score *b)
@@ -424,7 +426,7 @@ static bool score_less(const struct node_score *a, const struct node_score *b)
 		return a->new_node < b->new_node;
 	if (a->cannot_finish != b->cannot_finish)
 		return a->cannot_finish < b->cannot_finish;
-	return a->free_milli < b->free_milli;
+	return a->fit < b->fit;
 }
 
 /*
@@ -434,7 +436,8 @@ static bool score_less(const struct node_score *a, const struct node_score *b)
  */
 static size_t choose_node(const struct kn_sched_cluster *cluster,
 			  const struct kn_sched_request *req,
-			  const struct kn_sched_binding *bindings, size_t placed)
+			  const struct kn_sched_binding *bindings, size_t placed,
+			  struct mirror *packing)
 {
 	size_t best = SIZE_MAX;
 	struct node_score best_score = {0};
@@ -460,7 +463,8 @@ static size_t choose_node(const struct kn_sched_cluster *cluster,
 		score.affinity = -affinity_weight(node, req);
 		score.new_node = !bound_to(bindings, placed, i);
 		score.cannot_finish = room < remaining;
-		score.free_milli = node_free_gpu_milli(node);
+		score.fit = packing ? -mirror_score(packing, i)
+				    : node_free_gpu_milli(node);
 		if (best == SIZE_MAX || score_less(&score, &best_score)) {
 			best = i;
 			best_score = score;
@@ -507,10 +511,11 @@ static void pick_mig(const struct kn_sched_node *node,
  * the idle usable devices with the lowest indexes, so a task sees "0,1"
  * rather than whatever order the snapshot lists them in. A share goes to
  * the fullest device that still has room for it (best fit), which leaves
- * whole devices free for whole-GPU work.
+ * whole devices free for whole-GPU work, unless a packing policy named the
+ * device (share_device, a position in node->devices, or -1).
  */
 static void pick_devices(const struct kn_sched_node *node,
-			 const struct kn_sched_request *req,
+			 const struct kn_sched_request *req, int share_device,
 			 struct kn_sched_binding *b)
 {
 	b->n_devices = 0;
@@ -542,11 +547,18 @@ static void pick_devices(const struct kn_sched_node *node,
 	} else if (req->gpu_milli > 0) {
 		const struct kn_sched_device *best = NULL;
 
+		bool named = share_device >= 0 &&
+			     device_usable(req, &node->devices[share_device]) &&
+			     device_free(&node->devices[share_device],
+					 false) >= req->gpu_milli;
+
+		if (named)
+			best = &node->devices[share_device];
 		for (size_t d = 0; d < node->n_devices; d++) {
 			const struct kn_sched_device *dev = &node->devices[d];
 			int free_milli = device_free(dev, false);
 
-			if (!device_usable(req, dev) ||
+			if (named || !device_usable(req, dev) ||
 			    free_milli < req->gpu_milli)
 				continue;
 			if (!best || free_milli < device_free(best, false) ||
@@ -1130,6 +1142,7 @@ int kn_sched_place(struct kn_sched_cluster *cluster,
 {
 	struct reason r = {reason, reason_len};
 	struct kn_sched_binding *plan = NULL;
+	struct mirror m, *packing = NULL;
 	size_t placed = 0;
 	int rc = 0;
 
@@ -1139,8 +1152,10 @@ int kn_sched_place(struct kn_sched_cluster *cluster,
 		return -EINVAL;
 
 	plan = kn_xcalloc((size_t)req->tasks, sizeof(*plan));
+	packing = mirror_build(cluster, req, &m) == 0 ? &m : NULL;
 	for (placed = 0; placed < (size_t)req->tasks; placed++) {
-		size_t node = choose_node(cluster, req, plan, placed);
+		size_t node = choose_node(cluster, req, plan, placed, packing);
+		int share_device = -1;
 
 		if (node == SIZE_MAX) {
 			release_first(cluster, req, plan, placed);
@@ -1150,12 +1165,20 @@ int kn_sched_place(struct kn_sched_cluster *cluster,
 			rc = -ENOSPC;
 			goto out;
 		}
+		if (packing && packing->share_pos[node] >= 0)
+			share_device =
+				packing->pos_device[node][packing->share_pos[node]];
 		plan[placed].node = node;
-		pick_devices(&cluster->nodes[node], req, &plan[placed]);
+		pick_devices(&cluster->nodes[node], req, share_device,
+			     &plan[placed]);
 		apply_binding(cluster, req, &plan[placed], +1);
+		if (packing)
+			mirror_charge(packing, cluster, &plan[placed]);
 	}
 	memcpy(bindings, plan, (size_t)req->tasks * sizeof(*plan));
 out:
+	if (packing)
+		mirror_release(packing);
 	free(plan);
 	return rc;
 }

@@ -181,6 +181,35 @@ struct kn_sched_request {
 	   the cluster; they weigh like earlier tasks of the gang. NULL =
 	   none. */
 	const int *spread_placed;
+	/* Rank nodes with a packing policy instead of best fit, or NULL. */
+	const struct kn_sched_packing *packing;
+};
+
+/*
+ * Packing: kn_sched_place may rank the nodes that pass every filter and
+ * criterion above the GPU fit (taints, spread, affinity, the gang's own
+ * nodes, room for the rest of the gang) with one of the packing policies
+ * below (kn_pack_policies: fgd, kiln, best-fit, ...) instead of its
+ * best-fit rule, and a share then takes the GPU that policy names. The
+ * policy sees GPUs only: each node's usable, non-MIG devices (one pack
+ * node per cluster node; a node's first usable device gives its model)
+ * and the workload's GPU shapes; CPU and memory stay the filters'
+ * business. CPU-only and MIG requests, and clusters with a node holding
+ * more usable GPUs than KN_PACK_MAX_GPUS, are placed by best fit.
+ */
+struct kn_sched_shape {
+	int gpu_milli;                 /* per task, as in a request */
+	const char *const *gpu_models; /* acceptable models, or NULL = any */
+	size_t n_gpu_models;
+};
+
+struct kn_sched_packing {
+	const struct kn_pack_policy *policy;
+	/* The jobs whose shapes make the typical workload the fgd and kiln
+	   policies measure fragmentation against (METHOD.md §2.5). */
+	const struct kn_sched_shape *workload;
+	size_t n_workload;
+	uint64_t seed; /* the random policy's draws */
 };
 
 /* Where one task goes. */

@@ -125,6 +125,11 @@ struct server {
 	struct server_node *nodes;
 	struct kn_sched_cluster cluster;
 	struct kn_mig_table *mig; /* loaded when a device is in MIG mode */
+	/* --policy, and the GPU shapes of past jobs it packs against
+	   (workload.c). */
+	const struct kn_pack_policy *policy;
+	struct kn_sched_shape *workload;
+	size_t n_workload, cap_workload;
 
 	struct queued_job *queue;
 	size_t queue_len;
@@ -162,6 +167,11 @@ json_t *job_to_json(struct server *s, const struct kn_job_row *j);
 
 /* jobs.c */
 int jobs_recover(struct server *s, struct kn_error *err);
+
+/* workload.c: the jobs' GPU shapes, for packing and fragmentation. */
+int workload_load(struct server *s, struct kn_error *err);
+void workload_add(struct server *s, const struct kn_job_spec *spec);
+void workload_release(struct server *s);
 /*
  * filename names the spec in messages; path, when given, is where the
  * spec file lives (absolute), which a relative workdir starts from.

@@ -288,6 +288,7 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		kn_job_spec_free(spec);
 		return rc;
 	}
+	workload_add(s, spec);
 	queue_push(s, id, spec->priority, j.submitted_at, 0, spec);
 	feed_job(s, id, "queued", NULL);
 	wake_scheduler(s);
@@ -744,6 +745,11 @@ void jobs_tick(void *arg)
 	struct server *s = arg;
 	int64_t now = kn_now_ms(), next_wake = 0;
 	struct kn_sched_queue_entry *order;
+	struct kn_sched_packing packing = {
+		.policy = s->policy,
+		.workload = s->workload,
+		.n_workload = s->n_workload,
+	};
 	struct placed *pl;
 	size_t n = 0, np = 0;
 	bool hold = false;
@@ -779,10 +785,13 @@ void jobs_tick(void *arg)
 					 sizeof(*p->bindings));
 		spread_placed = spread_group_placed(s, q, &p->sr.req, pl, np);
 		p->sr.req.spread_placed = spread_placed;
+		packing.seed = (uint64_t)q->id;
+		p->sr.req.packing = &packing;
 		rc = kn_sched_place(&s->cluster, &p->sr.req, p->bindings,
 				    q->reason, sizeof(q->reason));
-		/* Counts of this turn only: the run keeps no pointer to them. */
+		/* Of this turn only: the run keeps no pointer to them. */
 		p->sr.req.spread_placed = NULL;
+		p->sr.req.packing = NULL;
 		free(spread_placed);
 		if (rc == 0) {
 			p->q = q;

@@ -197,88 +197,61 @@ static int frag_groups(struct server *s, size_t node, struct frag_group *g,
  * "A|B": the groups' models that a job's gpu_model list accepts (equal,
  * or the name followed by '-', ignoring case, as the scheduler matches).
  */
-static char *frag_gpu_spec(json_t *wanted, const struct frag_group *g, int n)
+static char *frag_gpu_spec(const struct kn_sched_shape *shape,
+			   const struct frag_group *g, int n)
 {
 	struct kn_buf b;
-	json_t *w;
-	size_t i;
 	char *out;
 
 	kn_buf_init(&b, 4096);
-	json_array_foreach(wanted, i, w) {
-		const char *c = json_string_value(w);
-
-		for (int k = 0; c && k < n; k++)
-			if (kn_sched_model_accepts(c, g[k].model))
+	for (size_t i = 0; i < shape->n_gpu_models; i++)
+		for (int k = 0; k < n; k++)
+			if (kn_sched_model_accepts(shape->gpu_models[i],
+						   g[k].model))
 				kn_buf_printf(&b, "%s%s", b.len ? "|" : "",
 					      g[k].model);
-	}
 	/* Accepts none of them: the names as given, so the shape stays
 	   apart from unconstrained ones and fits nowhere here. */
 	if (!b.len)
-		json_array_foreach(wanted, i, w)
-			if (json_string_value(w))
-				kn_buf_printf(&b, "%s%s", b.len ? "|" : "",
-					      json_string_value(w));
+		for (size_t i = 0; i < shape->n_gpu_models; i++)
+			kn_buf_printf(&b, "%s%s", b.len ? "|" : "",
+				      shape->gpu_models[i]);
 	out = kn_xstrdup(b.data ? b.data : "");
 	kn_buf_release(&b);
 	return out;
 }
 
 /*
- * The workload's shapes: one pod per job that asked for GPUs, from every
- * job this server has had. Returns the count; *specs owns the strings.
+ * The workload's shapes (workload.c) as pack pods, GPUs only. Returns the
+ * count; *specs owns the strings.
  */
 static size_t frag_workload(struct server *s, struct kn_pack *pack,
 			    const struct frag_group *g, int n_groups,
-			    struct kn_pack_pod **out, char ***specs,
-			    struct kn_error *err)
+			    struct kn_pack_pod **out, char ***specs)
 {
-	struct kn_job_filter f = {.state = -1, .with_spec = true};
-	struct kn_job_row *rows = NULL;
-	size_t n = 0, k = 0;
+	size_t k = 0;
 
-	*out = NULL;
-	*specs = NULL;
-	if (kn_store_job_list(s->store, &f, &rows, &n, err) < 0)
-		return 0;
-	*out = kn_xcalloc(n ? n : 1, sizeof(**out));
-	*specs = kn_xcalloc(n ? n : 1, sizeof(**specs));
-	for (size_t i = 0; i < n; i++) {
-		json_t *spec = rows[i].spec_json
-				       ? json_loads(rows[i].spec_json, 0, NULL)
-				       : NULL;
-		json_t *res = json_object_get(spec, "resources");
-		int milli = (int)json_integer_value(
-			json_object_get(res, "gpu_milli"));
+	*out = kn_xcalloc(s->n_workload + 1, sizeof(**out));
+	*specs = kn_xcalloc(s->n_workload + 1, sizeof(**specs));
+	for (size_t i = 0; i < s->n_workload; i++) {
+		const struct kn_sched_shape *shape = &s->workload[i];
 		struct kn_pack_pod *p = &(*out)[k];
+		int milli = shape->gpu_milli;
 
-		if (milli > 0 && !json_is_string(json_object_get(res, "gpus"))) {
-			json_t *models = json_object_get(res, "gpu_model");
-
-			p->cpu_milli = (int)json_integer_value(
-				json_object_get(res, "cpu_milli"));
-			p->memory_mib = json_integer_value(json_object_get(
-						res, "memory_bytes")) >> 20;
-			p->num_gpu = milli >= 1000 ? milli / 1000 : 1;
-			p->gpu_milli = milli >= 1000 ? 1000 : milli;
-			if (json_array_size(models)) {
-				(*specs)[k] = frag_gpu_spec(models, g, n_groups);
-				p->gpu_spec = (*specs)[k];
-				p->models = kn_pack_models(pack, p->gpu_spec,
-							   &p->constrained);
-			}
-			if (p->num_gpu <= KN_PACK_MAX_GPUS) {
-				k++;
-			} else {
-				free((*specs)[k]);
-				(*specs)[k] = NULL;
-				memset(p, 0, sizeof(*p));
-			}
+		p->num_gpu = milli >= 1000 ? milli / 1000 : 1;
+		p->gpu_milli = milli >= 1000 ? 1000 : milli;
+		if (p->num_gpu > KN_PACK_MAX_GPUS) {
+			memset(p, 0, sizeof(*p));
+			continue;
 		}
-		json_decref(spec);
+		if (shape->n_gpu_models) {
+			(*specs)[k] = frag_gpu_spec(shape, g, n_groups);
+			p->gpu_spec = (*specs)[k];
+			p->models = kn_pack_models(pack, p->gpu_spec,
+						   &p->constrained);
+		}
+		k++;
 	}
-	kn_job_list_free(rows, n);
 	return k;
 }
 
@@ -337,14 +310,9 @@ json_t *nodes_fragmentation(struct server *s, size_t node)
 	if (n_groups == 0 ||
 	    kn_pack_new(specs, (size_t)n_groups, &pack, &err) < 0)
 		goto out;
-	n_pods = frag_workload(s, pack, g, n_groups, &pods, &gpu_specs, &err);
+	n_pods = frag_workload(s, pack, g, n_groups, &pods, &gpu_specs);
 	if (n_pods == 0)
 		goto out; /* no GPU job yet: nothing to measure against */
-	/* Shapes only: the CPU and memory of the node are not modelled. */
-	for (size_t i = 0; i < n_pods; i++) {
-		pods[i].cpu_milli = 0;
-		pods[i].memory_mib = 0;
-	}
 	kn_pack_set_typical(pack, pods, n_pods);
 	frag_charge(s, node, pack, g, n_groups);
 	for (int k = 0; k < n_groups; k++)

@@ -32,6 +32,7 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->health_root = "/";
 	cfg->executor = "local";
 	cfg->slurm_shards_per_gpu = 100;
+	cfg->policy = "kiln";
 }
 
 static void on_stop(void *arg)
@@ -335,6 +336,7 @@ static void server_release(struct server *s)
 	free(s->cluster.nodes);
 	free(s->nodes);
 	kn_mig_free(s->mig);
+	workload_release(s);
 	free(s->home);
 }
 
@@ -351,6 +353,20 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	if (rc < 0)
 		goto out;
 	s.exec = slurm_executor_chosen(cfg);
+	s.policy = kn_pack_policy_find(cfg->policy ? cfg->policy : "");
+	if (!s.policy) {
+		struct kn_buf names;
+
+		kn_buf_init(&names, SIZE_MAX);
+		for (size_t i = 0; kn_pack_policies[i]; i++)
+			kn_buf_printf(&names, "%s%s", i ? ", " : "",
+				      kn_pack_policies[i]->name);
+		rc = kn_errorf(err, KN_EINVAL, "policy",
+			       "--policy: \"%s\" is not one of %s",
+			       cfg->policy ? cfg->policy : "", names.data);
+		kn_buf_release(&names);
+		goto out;
+	}
 	rc = kn_mkdir_p(s.home, 0700);
 	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, "home", "cannot create %s: %s",
@@ -407,6 +423,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	}
 	s.feed = feed_new(&s);
 	rc = deploy_start(&s, err);
+	if (rc < 0)
+		goto out;
+	rc = workload_load(&s, err);
 	if (rc < 0)
 		goto out;
 	rc = jobs_recover(&s, err);

@@ -52,6 +52,8 @@ struct kn_server_config {
 					 NULL: Slurm's default partition */
 	int slurm_shards_per_gpu;     /* gres.conf's shards per GPU: a share
 					 of milli m asks m*N/1000 (default 100) */
+	const char *policy;       /* packing policy (kn_pack_policies);
+				     default "kiln" */
 	const char *node_labels;  /* "zone=1,fault_domain=0", or NULL */
 	/* Simulated nodes run on this machine instead of the local node
 	   (docs/scheduling.md): each "NAME GPUS [KEY=VALUE ...]". */

@@ -215,3 +215,37 @@ def test_sim_node_usage_errors(tmp_path):
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 1
     assert "zone" in res.stderr and "KEY=VALUE" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("policy,node", [(None, "na"), ("best-fit", "nb")])
+def test_server_policy_picks_the_node(tmp_path, policy, node):
+    """`kiln server --policy`: a half-GPU share on an idle 2-GPU node and
+    an idle 1-GPU node. Best fit takes the 1-GPU node (least GPU left);
+    kiln, the default, scores both the same for a workload of such shares
+    and keeps the single GPU whole by node order."""
+    extra = ["--sim-node", "na 2xH100-80GB", "--sim-node", "nb 1xH100-80GB"]
+    if policy:
+        extra += ["--policy", policy]
+    s = Server(tmp_path / "home", gpus=None, extra=extra)
+    s.home.mkdir()
+    s.start()
+    try:
+        job = s.submit(job_yaml("half", ["/bin/sh", "-c", "exec sleep 300"],
+                                resources={"gpus": 0.5}))
+        placed = task(s, job)
+        assert placed["node"] == node and placed["devices"] == [0]
+        s.cli("cancel", str(job), check=True)
+    finally:
+        s.stop()
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                       check=False)
+
+
+def test_server_refuses_an_unknown_policy(tmp_path):
+    r = subprocess.run([KILN, "server", "--home", str(tmp_path / "h"),
+                        "--listen", "127.0.0.1:0", "--gpus", "1xT4-16GB",
+                        "--policy", "tightest"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert '--policy: "tightest" is not one of random, dot-product' in r.stderr
+    assert "fgd, kiln" in r.stderr
