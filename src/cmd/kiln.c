@@ -329,13 +329,15 @@ static const struct cli_command commands[] = {
 	 "  -o json            print the server's JSON instead\n",
 	 false},
 	{"validate", cmd_validate, NULL,
-	 "check a job or deployment spec, without a server",
+	 "check a job, deployment or workflow spec, without a server",
 	 "usage: kiln validate FILE [-o json]\n"
 	 "\n"
-	 "Parse and check the job spec (kind: Job) or deployment spec (kind:\n"
-	 "Deployment, with the shipped model presets) in FILE (- reads\n"
-	 "standard input) the way the server would, without one. Prints\n"
-	 "`FILE: ok (...)`, or the problem as FILE:LINE:COLUMN: FIELD: message\n"
+	 "Parse and check the job spec (kind: Job), deployment spec (kind:\n"
+	 "Deployment, with the shipped model presets) or workflow (kind:\n"
+	 "Workflow, with each step's job file, found beside FILE) in FILE\n"
+	 "(- reads standard input) the way the server would, without one.\n"
+	 "Prints `FILE: ok (...)` (for a workflow, its steps in an order they\n"
+	 "can run in), or the problem as FILE:LINE:COLUMN: FIELD: message\n"
 	 "and exits 1.\n"
 	 "\n"
 	 "  -o json  print the normalized spec (defaults filled in) as JSON\n",

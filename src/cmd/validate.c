@@ -92,6 +92,77 @@ static int validate_deployment(struct cli_ctx *ctx, const char *text,
 	return CLI_EXIT_OK;
 }
 
+/*
+ * A `kind: Workflow` file: the workflow, then each step's job file (found
+ * beside the workflow's file) as a job spec, each error naming its file.
+ */
+static int validate_workflow(struct cli_ctx *ctx, const char *text,
+			     size_t len, const char *name)
+{
+	struct kn_workflow_spec *w = NULL;
+	struct kn_error err = {0};
+	const char *slash = strrchr(name, '/');
+	json_t *normalized = NULL;
+	int rc = CLI_EXIT_FAIL;
+
+	if (kn_workflow_spec_parse(text, len, name, &w, &err) < 0) {
+		fprintf(stderr, "%s\n",
+			err.message[0] ? err.message : "invalid workflow spec");
+		return CLI_EXIT_FAIL;
+	}
+	normalized = kn_workflow_spec_to_json(w);
+	for (size_t i = 0; i < w->n_steps; i++) {
+		const struct kn_workflow_step *st = &w->steps[i];
+		struct kn_job_spec *job = NULL;
+		char *path, *job_text = NULL;
+		size_t job_len = 0;
+		int read_rc;
+
+		if (!st->job_file)
+			continue;
+		path = st->job_file[0] == '/' || !slash
+			       ? kn_xstrdup(st->job_file)
+			       : kn_asprintf("%.*s/%s", (int)(slash - name),
+					     name, st->job_file);
+		read_rc = kn_read_file(path, KN_SPEC_MAX_BYTES, &job_text,
+				       &job_len);
+		if (read_rc < 0) {
+			fprintf(stderr, "%s: steps[%zu].job: cannot read %s: "
+				"%s\n", name, i, path, strerror(-read_rc));
+		} else if (kn_job_spec_parse(job_text, job_len, path, &job,
+					     &err) < 0) {
+			fprintf(stderr, "%s\n", err.message);
+		} else {
+			json_object_set_new(json_array_get(json_object_get(
+						normalized, "steps"), i),
+					    "job", kn_job_spec_to_json(job));
+		}
+		kn_job_spec_free(job);
+		free(job_text);
+		free(path);
+		if (!json_object_get(json_array_get(json_object_get(normalized,
+								   "steps"),
+						    i),
+				     "job"))
+			goto out;
+	}
+	rc = CLI_EXIT_OK;
+	if (cli_want_json(ctx)) {
+		cli_print_json(normalized);
+	} else {
+		printf("%s: ok (workflow %s, %zu step%s:", name, w->name,
+		       w->n_steps, w->n_steps == 1 ? "" : "s");
+		for (size_t i = 0; i < w->n_steps; i++)
+			printf("%s%s", i ? " -> " : " ",
+			       w->steps[w->order[i]].name);
+		printf(")\n");
+	}
+out:
+	json_decref(normalized);
+	kn_workflow_spec_free(w);
+	return rc;
+}
+
 int cmd_validate(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct kn_job_spec *spec = NULL;
@@ -113,6 +184,10 @@ int cmd_validate(struct cli_ctx *ctx, int argc, char **argv)
 	kind = kn_spec_kind(text, len);
 	if (kind && !strcmp(kind, "Deployment")) {
 		rc = validate_deployment(ctx, text, len, name);
+		goto out;
+	}
+	if (kind && !strcmp(kind, "Workflow")) {
+		rc = validate_workflow(ctx, text, len, name);
 		goto out;
 	}
 	if (kn_job_spec_parse(text, len, name, &spec, &err) < 0) {

@@ -232,10 +232,122 @@ void kn_deployment_spec_free(struct kn_deployment_spec *spec);
 /* The normalized deployment as JSON (its job part as kn_job_spec_to_json). */
 json_t *kn_deployment_spec_to_json(const struct kn_deployment_spec *spec);
 
+/* ---- workflows (`kind: Workflow`) ---- */
+
+#define KN_SPEC_MAX_STEPS 64
+
+/* What a failed step does to the run. */
+enum kn_on_failure {
+	KN_ON_FAILURE_STOP,     /* nothing new starts; the run fails */
+	KN_ON_FAILURE_CONTINUE, /* steps that do not need it go on */
+	KN_ON_FAILURE_RETRY,    /* run it again, up to retries times */
+};
+
+enum kn_step_kind {
+	KN_STEP_JOB,      /* a job spec, inline or from a file */
+	KN_STEP_REGISTER, /* push a job step's outputs to the model registry */
+	KN_STEP_DEPLOY,   /* roll a deployment to a registered version */
+};
+
+enum kn_compare { KN_CMP_LT, KN_CMP_LE, KN_CMP_GT, KN_CMP_GE, KN_CMP_EQ,
+		  KN_CMP_NE };
+
+/*
+ * One comparison of a `when:` ("eval.metrics.loss < 1.8",
+ * "train.outcome == succeeded"); a step's comparisons must all hold.
+ */
+struct kn_condition {
+	char *step;   /* an earlier step this one needs, directly or not */
+	char *metric; /* STEP.metrics.NAME: NAME; NULL for STEP.outcome */
+	enum kn_compare op;
+	double number;  /* with metric */
+	char *outcome;  /* without: succeeded, failed or skipped (== or !=) */
+};
+
+/* What a node must offer before a step starts there (`requires:`). */
+struct kn_requirements {
+	bool set;
+	char *gpu_model;      /* NULL = any */
+	int gpu_count;        /* 0 = no GPU needed */
+	char *driver_min;     /* "535.104", compared part by part; or NULL */
+	char *cuda_min;       /* "12.2"; or NULL */
+	char **commands;      /* on PATH */
+	size_t n_commands;
+	char **python_modules; /* importable by python3 */
+	size_t n_python_modules;
+	char *scratch_path;   /* with scratch_bytes free; NULL = none */
+	int64_t scratch_bytes;
+	bool store;           /* the run's blob store answers */
+};
+
+/* An input: an earlier step's output ("train.outputs/w.bin") or a path
+   or store URL taken as it is. */
+struct kn_step_input {
+	char *text;   /* as written */
+	char *step;   /* the producing step, or NULL */
+	char *path;   /* the file under its outputs, with step */
+};
+
+struct kn_workflow_step {
+	char *name;
+	enum kn_step_kind kind;
+	char **needs;
+	size_t n_needs;
+	enum kn_on_failure on_failure; /* the workflow's unless set */
+	bool on_failure_set;
+	int retries;                   /* with retry: default 1 */
+	struct kn_condition *when;
+	size_t n_when;
+	struct kn_requirements requires; /* the workflow's unless set */
+	struct kn_step_input *inputs;
+	size_t n_inputs;
+	/* KN_STEP_JOB: job_file (relative to the workflow's file) or job. */
+	char *job_file;
+	struct kn_job_spec *job;
+	/* KN_STEP_REGISTER: from (a job step), model name, alias, key. */
+	char *from;
+	char *model;
+	char *alias;
+	char *sign_key; /* a private key's path, or NULL: unsigned */
+	/* KN_STEP_DEPLOY: the deployment, rolled to from's version. */
+	char *deployment;
+};
+
+struct kn_workflow_spec {
+	char *name;
+	enum kn_on_failure on_failure; /* default stop */
+	struct kn_requirements requires;
+	struct kn_workflow_step *steps;
+	size_t n_steps;
+	/* The steps in an order where every step follows what it needs
+	   (file order among independent ones): indexes into steps. */
+	size_t *order;
+};
+
+/*
+ * Parse and check a workflow: every name unique and valid, needs naming
+ * existing steps without cycles (the error names the cycle: "a -> b ->
+ * a"), when/inputs/from reading only steps the step needs (directly or
+ * through others), exactly one of job, register or deploy per step.
+ * Errors as kn_job_spec_parse's, with paths such as steps[2].needs[0].
+ */
+int kn_workflow_spec_parse(const char *text, size_t len, const char *filename,
+			   struct kn_workflow_spec **out, struct kn_error *err);
+void kn_workflow_spec_free(struct kn_workflow_spec *spec);
+/* The step named name, or NULL. */
+const struct kn_workflow_step *kn_workflow_step_find(
+	const struct kn_workflow_spec *spec, const char *name);
+/* Whether step a needs step b, directly or through other steps. */
+bool kn_workflow_depends(const struct kn_workflow_spec *spec, size_t a,
+			 size_t b);
+/* The normalized workflow as JSON (inline jobs as kn_job_spec_to_json). */
+json_t *kn_workflow_spec_to_json(const struct kn_workflow_spec *spec);
+
 /* Whether s is a valid job or deployment name ([a-z0-9][a-z0-9._-]{0,62}). */
 bool kn_spec_name_valid(const char *s);
 
-/* "Job", "Deployment", or NULL when the text names neither (or no kind). */
+/* "Job", "Deployment", "Workflow", or NULL when the text names none of
+   them (or no kind). */
 const char *kn_spec_kind(const char *text, size_t len);
 
 #endif
