@@ -92,8 +92,11 @@ static json_t *advice_json(const struct kn_advise_request *req,
 	json_object_set_new(root, "params", json_real(req->params));
 	json_object_set_new(root, "dtype", json_string(req->dtype));
 	json_object_set_new(root, "family", json_pack(
-		"{s:b, s:b, s:s}", "gpu", a->family.gpu, "infiniband",
-		a->family.infiniband, "recommendation", a->family.text));
+		"{s:b, s:s, s:s, s:b, s:s}", "gpu", a->family.gpu,
+		"preferred", kn_family_class_name(a->family.preferred),
+		"alternative", kn_family_class_name(a->family.alternative),
+		"infiniband", a->family.infiniband,
+		"recommendation", a->family.text));
 	json_object_set_new(mem, "bytes_per_param", json_real(m->bytes_per_param));
 	json_object_set_new(mem, "weights_gb", json_real(m->weights_gb));
 	if (req->phase != KN_PHASE_INFER) {
@@ -154,6 +157,11 @@ static json_t *advice_json(const struct kn_advise_request *req,
 			"message", a->notes[i].message));
 	json_object_set_new(root, "warnings", warns);
 	json_object_set_new(root, "hours_per_month", json_real(KN_HOURS_PER_MONTH));
+	if (req->throughput > 0) {
+		json_object_set_new(root, "throughput", json_real(req->throughput));
+		json_object_set_new(root, "decode_efficiency",
+				    json_real(KN_DECODE_EFFICIENCY));
+	}
 	return root;
 }
 

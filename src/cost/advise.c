@@ -186,6 +186,15 @@ void kn_advise_family(enum kn_phase phase, enum kn_workload workload,
 	}
 }
 
+const char *kn_family_class_name(enum kn_family_class c)
+{
+	static const char *const names[] = {
+		"ND", "NC", "NV", "GPU", "CPU memory-optimized",
+		"CPU compute-optimized", "CPU",
+	};
+	return (unsigned)c < sizeof(names) / sizeof(*names) ? names[c] : "?";
+}
+
 enum kn_family_class kn_vm_size_class(const struct kn_vm_size *s)
 {
 	if (s->gpus > 0) {

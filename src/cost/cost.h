@@ -133,6 +133,9 @@ struct kn_family_advice {
 	bool infiniband;   /* RDMA/InfiniBand wanted (multi-node training) */
 	const char *text;  /* the recommendation in words, static */
 };
+/* "ND", "NC", "NV", "GPU", "CPU memory-optimized", "CPU compute-optimized",
+   "CPU". */
+const char *kn_family_class_name(enum kn_family_class c);
 /* The row of the table for phase x workload; nodes > 1 asks for RDMA
    in training. */
 void kn_advise_family(enum kn_phase phase, enum kn_workload workload,

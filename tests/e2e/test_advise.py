@@ -58,7 +58,9 @@ def test_inference_preset_with_throughput():
     assert j["preset"] == "llama-3-8b" and j["dtype"] == "fp16"
     assert abs(j["params"] - 8.03e9) < 1
     assert j["memory"]["shape_estimated"] is True
+    assert j["throughput"] == 100 and j["decode_efficiency"] == 0.5
     assert j["family"]["recommendation"].startswith("GPU: NC or ND")
+    assert (j["family"]["preferred"], j["family"]["alternative"]) == ("NC", "ND")
     for o in j["options"]:
         per_vm = o["tokens_per_s_per_vm"]
         # As many VMs as the decode rate needs, no more.

@@ -237,7 +237,11 @@ static void test_family_table(void **state)
 		struct kn_family_advice a;
 
 		kn_advise_family(rows[i].phase, rows[i].workload, rows[i].nodes, &a);
-		if (a.gpu != rows[i].gpu || a.preferred != rows[i].preferred ||
+		if (strcmp(kn_family_class_name(a.preferred),
+			   rows[i].phase == KN_PHASE_INFER ? (a.gpu ? "NC" :
+			   "CPU compute-optimized") : (a.gpu ? "ND" :
+			   "CPU memory-optimized")) != 0 ||
+		    a.gpu != rows[i].gpu || a.preferred != rows[i].preferred ||
 		    a.alternative != rows[i].alternative ||
 		    a.infiniband != rows[i].infiniband || !a.text)
 			fail_msg("row %zu (%s x %s, %d nodes)", i,
