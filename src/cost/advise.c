@@ -463,13 +463,13 @@ int kn_advise(const struct kn_catalog *c, const struct kn_advise_request *req,
 		}
 		if (size_option(s, req, &a->memory, &tmp))
 			all[n_all++] = tmp;
-		else if (!train && req->throughput > 0 && s->gpus > 0 &&
+		else if (!train && req->throughput > 0 &&
 			 !(s->gpu_bandwidth_gbs > 0) &&
 			 a->memory.total_gb <= capacity_gb(s))
 			note(a, KN_WARN_NO_BANDWIDTH, s->size,
 			     "%s left out: no memory bandwidth figure for %s "
 			     "to size a throughput by", s->size,
-			     s->gpu_name[0] ? s->gpu_name : s->gpu_model);
+			     s->gpus > 0 ? s->gpu_name : "its CPUs");
 	}
 	/* Insertion sort: tens of rows. */
 	for (size_t i = 1; i < n_all; i++)

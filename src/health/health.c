@@ -35,7 +35,11 @@ const char *kn_check_status_name(enum kn_check_status s)
 	return s == KN_CHECK_PASS ? "pass" : s == KN_CHECK_FAIL ? "fail" : "skip";
 }
 
-/* ---- the SKU catalogue ---- */
+/* ---- the SKU catalogue ----
+ * The five columns these checks need, for one size. src/cost/catalog.c
+ * reads every column of the same file for `kiln advise`; the two are
+ * siblings and may not call each other, so each interprets its columns
+ * and both split records with base's kn_csv_record. */
 
 int kn_sku_load(const char *path, const char *size, struct kn_sku *out,
 		struct kn_error *err)

@@ -533,6 +533,18 @@ static void test_throughput(void **state)
 	/* The H100 size has no bandwidth figure here: left out, said so. */
 	assert_int_equal(a->n_options, 2);
 	assert_true(has_note(a, KN_WARN_NO_BANDWIDTH, "H100x8"));
+	/* CPU sizes have no bandwidth figure: a small model cannot be sized
+	   by throughput, and the notes say why. */
+	req = (struct kn_advise_request){.phase = KN_PHASE_INFER,
+		.workload = KN_WORKLOAD_SMALL, .params = 1e8, .dtype = "fp32",
+		.throughput = 10};
+	advise(c, &req, a);
+	assert_int_equal(a->n_options, 0);
+	assert_true(has_note(a, KN_WARN_NO_BANDWIDTH, "F8"));
+	assert_true(has_note(a, KN_WARN_NO_FIT, NULL));
+	req = (struct kn_advise_request){.phase = KN_PHASE_INFER,
+		.params = 7e9, .dtype = "bf16", .layers = 32, .hidden = 4096,
+		.throughput = 100};
 	/* A batch of 8 makes each step yield 8 tokens. */
 	req.batch = 8;
 	advise(c, &req, a);
