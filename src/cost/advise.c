@@ -21,7 +21,9 @@
  *               cache once and yields one token per sequence; serving
  *               engines reach about half of peak bandwidth
  * Training spreads its memory over --nodes VMs (sharded data parallel);
- * inference puts a whole copy on each VM and adds VMs for throughput.
+ * inference puts a whole copy on each VM, on a power-of-two number of
+ * its GPUs (the tensor-parallel degrees serving engines take), and adds
+ * VMs for throughput.
  * The alternative rejected: a FLOP-based training-time estimate, which
  * needs a token budget the user rarely knows; memory decides the size.
  */
@@ -363,6 +365,14 @@ static bool size_option(const struct kn_vm_size *s,
 					 1e-9);
 		if (o->gpus_used < 1)
 			o->gpus_used = 1;
+		/* Serving engines split a model over 1, 2, 4 or 8 GPUs. */
+		if (!train) {
+			int tp = 1;
+
+			while (tp < o->gpus_used)
+				tp *= 2;
+			o->gpus_used = tp <= s->gpus ? tp : (int)ceil(s->gpus);
+		}
 	}
 	if (!train && req->throughput > 0) {
 		double bytes_per_step = (m->weights_gb + m->kv_cache_gb) * GB;

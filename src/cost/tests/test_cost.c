@@ -399,6 +399,17 @@ static void test_cheapest_fit(void **state)
 	req.max_options = 1;
 	advise(c, &req, a);
 	assert_int_equal(a->n_options, 1);
+	/* 40B in bf16 for inference: 88 GB, two 80 GB GPUs; 180B (396 GB)
+	   needs 5 of the ND's by memory and is served on 8. */
+	req = (struct kn_advise_request){.phase = KN_PHASE_INFER,
+		.params = 40e9, .dtype = "bf16", .layers = 1, .hidden = 1};
+	advise(c, &req, a);
+	assert_string_equal(a->options[0].vm->size, "A100x2");
+	assert_int_equal(a->options[0].gpus_used, 2);
+	req.params = 180e9; /* 396 GB */
+	advise(c, &req, a);
+	assert_string_equal(a->options[0].vm->size, "H100x8");
+	assert_int_equal(a->options[0].gpus_used, 8);
 
 	/* Small models on CPU: E series to train, F series to serve; the
 	   unpriced E8 still listed. */
