@@ -551,3 +551,73 @@ int kn_random_bytes(void *buf, size_t n)
 	}
 	return 0;
 }
+
+/* ---- CSV ---- */
+
+int kn_csv_record_at(char **p, char **fields, size_t *offsets, int max)
+{
+	char *start = *p, *r = *p, *w = *p;
+	int n = 0;
+
+	if (!*r)
+		return 0;
+	if (offsets)
+		offsets[n] = 0;
+	fields[n++] = w;
+	while (*r && *r != '\n') {
+		if (*r == '"') {
+			for (r++; *r; r++) {
+				if (*r == '"' && r[1] == '"')
+					*w++ = *r++;
+				else if (*r == '"')
+					break;
+				else
+					*w++ = *r;
+			}
+			if (*r)
+				r++;
+		} else if (*r == ',') {
+			*w++ = '\0';
+			r++;
+			if (n < max) {
+				if (offsets)
+					offsets[n] = (size_t)(r - start);
+				fields[n++] = w;
+			}
+		} else if (*r == '\r') {
+			r++;
+		} else {
+			*w++ = *r++;
+		}
+	}
+	/* w may sit on the '\n' (nothing was unquoted): step past it before
+	   the terminator overwrites it. */
+	*p = *r ? r + 1 : r;
+	*w = '\0';
+	return n;
+}
+
+int kn_csv_record(char **p, char **fields, int max)
+{
+	return kn_csv_record_at(p, fields, NULL, max);
+}
+
+int kn_csv_columns(char **p, const char *path, const char *field,
+		   const char *const *wanted, int n, int *col,
+		   struct kn_error *err)
+{
+	char *fields[KN_CSV_FIELDS_MAX];
+	int nf = kn_csv_record(p, fields, KN_CSV_FIELDS_MAX);
+
+	for (int w = 0; w < n; w++) {
+		col[w] = -1;
+		for (int i = 0; i < nf; i++)
+			if (!strcmp(fields[i], wanted[w]))
+				col[w] = i;
+		if (col[w] < 0)
+			return kn_errorf(err, KN_EINVAL, field,
+					 "%s:1: no column \"%s\"", path,
+					 wanted[w]);
+	}
+	return 0;
+}

@@ -157,6 +157,26 @@ size_t kn_text_bad_byte(const char *text, size_t len, bool *is_nul);
 /* 1-based line and column (in characters) of a byte offset. */
 void kn_text_position(const char *text, size_t offset, int *line, int *col);
 
+/*
+ * CSV (RFC 4180 quoting), for the tables under data/. A record is split
+ * in place at *p into at most max fields; returns the field count (0 at
+ * the end of the text) and moves *p past the record, which may span lines
+ * inside quotes. kn_csv_record_at also gives, when offsets is not NULL,
+ * each field's byte offset from where the record began, for the column of
+ * an error.
+ */
+#define KN_CSV_FIELDS_MAX 64
+int kn_csv_record(char **p, char **fields, int max);
+int kn_csv_record_at(char **p, char **fields, size_t *offsets, int max);
+/*
+ * Read the header record at *p and find each of the n wanted columns:
+ * col[w] is its index. -EINVAL naming PATH:1 and the missing column (err
+ * field `field`) when one is absent.
+ */
+int kn_csv_columns(char **p, const char *path, const char *field,
+		   const char *const *wanted, int n, int *col,
+		   struct kn_error *err);
+
 /* Fill buf with n cryptographically random bytes (getrandom). */
 int kn_random_bytes(void *buf, size_t n);
 

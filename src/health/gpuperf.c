@@ -20,7 +20,6 @@
  * Written against NVIDIA's documented API; untested on a real GPU here.
  */
 #include "health.h"
-#include "internal.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -12,7 +12,6 @@
  * GPU drops to Gen1 to save power, which NVML reports as the idle reason.
  */
 #include "health.h"
-#include "internal.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -36,69 +35,11 @@ const char *kn_check_status_name(enum kn_check_status s)
 	return s == KN_CHECK_PASS ? "pass" : s == KN_CHECK_FAIL ? "fail" : "skip";
 }
 
-/* ---- the SKU catalogue ---- */
-
-/*
- * Split one CSV record at *p (RFC 4180 quoting) into fields, in place.
- * Returns the field count; *p moves past the record.
- */
-int kn_csv_record(char **p, char **fields, int max)
-{
-	char *r = *p, *w = *p;
-	int n = 0;
-
-	if (!*r)
-		return 0;
-	fields[n++] = w;
-	while (*r && *r != '\n') {
-		if (*r == '"') {
-			for (r++; *r; r++) {
-				if (*r == '"' && r[1] == '"')
-					*w++ = *r++;
-				else if (*r == '"')
-					break;
-				else
-					*w++ = *r;
-			}
-			if (*r)
-				r++;
-		} else if (*r == ',') {
-			*w++ = '\0';
-			r++;
-			if (n < max)
-				fields[n++] = w;
-		} else if (*r == '\r') {
-			r++;
-		} else {
-			*w++ = *r++;
-		}
-	}
-	/* w may sit on the '\n' (nothing was unquoted): step past it before
-	   the terminator overwrites it. */
-	*p = *r ? r + 1 : r;
-	*w = '\0';
-	return n;
-}
-
-int kn_csv_columns(char **p, const char *path, const char *field,
-		   const char *const *wanted, int n, int *col,
-		   struct kn_error *err)
-{
-	char *fields[64];
-	int nf = kn_csv_record(p, fields, 64);
-
-	for (int w = 0; w < n; w++) {
-		col[w] = -1;
-		for (int i = 0; i < nf; i++)
-			if (!strcmp(fields[i], wanted[w]))
-				col[w] = i;
-		if (col[w] < 0)
-			return kn_errorf(err, KN_EINVAL, field,
-					 "%s:1: no column \"%s\"", path,
-					 wanted[w]);
-	}
-	return 0;
-}
+/* ---- the SKU catalogue ----
+ * The five columns these checks need, for one size. src/cost/catalog.c
+ * reads every column of the same file for `kiln advise`; the two are
+ * siblings and may not call each other, so each interprets its columns
+ * and both split records with base's kn_csv_record. */
 
 int kn_sku_load(const char *path, const char *size, struct kn_sku *out,
 		struct kn_error *err)

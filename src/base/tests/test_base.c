@@ -165,6 +165,40 @@ static void test_yaml_text_check(void **state)
 	assert_false(nul);
 }
 
+/* CSV records: quoting, doubled quotes, CRLF, a quoted newline, and the
+   offsets error messages turn into columns. */
+static void test_csv(void **state)
+{
+	char text[] = "a,\"b,c\",\"say \"\"hi\"\"\"\r\n,x\n\"two\nlines\",9\n";
+	char *p = text, *f[8];
+	size_t off[8];
+	const char *const wanted[] = {"a", "nope"};
+	char head[] = "a,b\n1,2\n", *h = head;
+	int col[2];
+	struct kn_error err;
+
+	(void)state;
+	assert_int_equal(kn_csv_record_at(&p, f, off, 8), 3);
+	assert_string_equal(f[0], "a");
+	assert_string_equal(f[1], "b,c");
+	assert_string_equal(f[2], "say \"hi\"");
+	assert_int_equal(off[0], 0);
+	assert_int_equal(off[1], 2);
+	assert_int_equal(off[2], 8);
+	assert_int_equal(kn_csv_record_at(&p, f, off, 8), 2);
+	assert_string_equal(f[0], "");
+	assert_string_equal(f[1], "x");
+	assert_int_equal(off[1], 1);
+	assert_int_equal(kn_csv_record(&p, f, 8), 2);
+	assert_string_equal(f[0], "two\nlines");
+	assert_string_equal(f[1], "9");
+	assert_int_equal(kn_csv_record(&p, f, 8), 0);
+	assert_int_equal(kn_csv_columns(&h, "t.csv", "table", wanted, 2, col,
+					&err), -EINVAL);
+	assert_string_equal(err.message, "t.csv:1: no column \"nope\"");
+	assert_string_equal(err.field, "table");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -176,6 +210,7 @@ int main(void)
 		cmocka_unit_test(test_levenshtein),
 		cmocka_unit_test(test_thread_background),
 		cmocka_unit_test(test_yaml_text_check),
+		cmocka_unit_test(test_csv),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,246 @@
+/*
+ * cost: what compute costs. The VM size catalog (data/azure-gpu-skus.csv,
+ * data/azure-cpu-skus.csv and a user's own rows) with each size's price
+ * per hour under each pricing model, and the advisor behind `kiln
+ * advise`: which family Azure's compute recommendations name for a phase
+ * and workload, the memory a model needs, and the cheapest sizes that
+ * hold it.
+ *
+ * Pure logic: the only I/O is reading catalog files. A price the catalog
+ * does not have is unknown (kn_vm_size_price says false), never guessed.
+ *
+ * For a cost ledger: load the catalog once (kn_catalog_new, then
+ * kn_catalog_load for each file, later files replacing rows by size
+ * name), find a node's size with kn_catalog_find, and price its time with
+ * kn_vm_size_price (a whole VM) or kn_vm_size_gpu_price (one GPU of it,
+ * for GPU-seconds of a job or a share) under the node's pricing model.
+ */
+#ifndef KILN_COST_H
+#define KILN_COST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/base.h"
+
+/* Azure's (and kiln's) month for monthly prices: 8,760 h / 12. */
+#define KN_HOURS_PER_MONTH 730.0
+
+enum kn_pricing {
+	KN_PRICING_ON_DEMAND,   /* pay as you go */
+	KN_PRICING_SPOT,
+	KN_PRICING_RESERVED_1Y, /* hourly equivalent of a 1-year reservation */
+	KN_PRICING_RESERVED_3Y,
+	KN_PRICINGS
+};
+
+/* "on_demand", "spot", "reserved_1y", "reserved_3y". */
+const char *kn_pricing_name(enum kn_pricing p);
+/* The reverse; -EINVAL (err field "pricing") for any other text. */
+int kn_pricing_parse(const char *s, enum kn_pricing *out,
+		     struct kn_error *err);
+
+/* One VM size. */
+struct kn_vm_size {
+	char size[64];        /* "Standard_ND96isr_H100_v5"; the key */
+	char family[48];      /* "ND_H100_v5", "Esv5" */
+	char gpu_model[96];   /* as the catalog writes it; "" on CPU sizes */
+	char gpu_name[48];    /* kiln's name ("H100-80GB"); "" on CPU sizes */
+	double gpus;          /* per VM; a vGPU share is a fraction; 0: CPU */
+	double gpu_mem_gb;    /* per GPU, or the share's memory */
+	double gpu_mem_total_gb; /* all of the VM's GPU memory */
+	int vcpus;
+	double ram_gib;
+	bool infiniband;
+	bool retired;         /* the status column says RETIRED */
+	double usd_hr[KN_PRICINGS]; /* < 0: not in the catalog */
+	double gpu_bandwidth_gbs; /* per GPU; 0 unknown (kn_catalog_set_bandwidth) */
+};
+
+struct kn_catalog;
+
+struct kn_catalog *kn_catalog_new(void);
+void kn_catalog_free(struct kn_catalog *c);
+
+/*
+ * Add the rows of the CSV at path (or in text, named path in messages)
+ * to the catalog: a row whose size is already there replaces it, others
+ * are appended. Needs a header with the columns family, size, gpu_model,
+ * gpu_count, gpu_mem_per_gpu_gb, vcpus, ram_gib, infiniband,
+ * payg_linux_usd_hr, spot_usd_hr, ri_1y_usd_hr and ri_3y_usd_hr (others,
+ * such as status and the sources, are read or ignored). A bad cell is
+ * -EINVAL with "PATH:LINE:COLUMN: COLUMN_NAME: why" (err field the
+ * column name); the catalog is then unchanged.
+ */
+int kn_catalog_load(struct kn_catalog *c, const char *path,
+		    struct kn_error *err);
+int kn_catalog_parse(struct kn_catalog *c, const char *text, size_t len,
+		     const char *path, struct kn_error *err);
+
+size_t kn_catalog_count(const struct kn_catalog *c);
+/* The i-th size (file order, replacements in place), NULL past the end. */
+const struct kn_vm_size *kn_catalog_at(const struct kn_catalog *c, size_t i);
+/* The size of that name (case-insensitive), or NULL. */
+const struct kn_vm_size *kn_catalog_find(const struct kn_catalog *c,
+					 const char *size);
+/* Set the i-th size's per-GPU memory bandwidth (GB/s), e.g. from
+   data/gpu-perf.csv; sizing by throughput needs it. */
+void kn_catalog_set_bandwidth(struct kn_catalog *c, size_t i, double gbs);
+
+/* The VM's price per hour under p into *usd_hr; false when unknown. */
+bool kn_vm_size_price(const struct kn_vm_size *s, enum kn_pricing p,
+		      double *usd_hr);
+/* One GPU's share of it (price / GPUs); false when unknown or no GPU. */
+bool kn_vm_size_gpu_price(const struct kn_vm_size *s, enum kn_pricing p,
+			  double *usd_hr);
+
+/* ---- the advisor ---- */
+
+enum kn_phase { KN_PHASE_TRAIN, KN_PHASE_FINETUNE, KN_PHASE_INFER };
+enum kn_workload {
+	KN_WORKLOAD_GENERATIVE,
+	KN_WORKLOAD_COMPLEX, /* non-generative, complex models */
+	KN_WORKLOAD_SMALL,   /* non-generative, small models */
+};
+
+const char *kn_phase_name(enum kn_phase p);
+const char *kn_workload_name(enum kn_workload w);
+/* -EINVAL naming the field ("phase", "workload") and the choices. */
+int kn_phase_parse(const char *s, enum kn_phase *out, struct kn_error *err);
+int kn_workload_parse(const char *s, enum kn_workload *out,
+		      struct kn_error *err);
+/* Bytes per parameter of fp32, bf16, fp16, fp8, int8, int4; -EINVAL
+   (field "dtype") otherwise. */
+int kn_dtype_bytes(const char *dtype, double *out, struct kn_error *err);
+/* "7B", "350M", "1.5T", "123456" (a plain count) -> parameters; -EINVAL
+   (field "params") when not a positive number. */
+int kn_parse_params(const char *s, double *out, struct kn_error *err);
+
+/* What Azure's table says for a phase and workload. */
+enum kn_family_class {
+	KN_CLASS_ND,          /* GPU, ND family */
+	KN_CLASS_NC,          /* GPU, NC family */
+	KN_CLASS_NV,          /* GPU, NV (visualisation): in no row of the table */
+	KN_CLASS_GPU_OTHER,   /* a GPU size of the user's, outside Azure */
+	KN_CLASS_CPU_MEMORY,  /* memory-optimised CPU (E series) */
+	KN_CLASS_CPU_COMPUTE, /* compute-optimised CPU (F series) */
+	KN_CLASS_CPU_OTHER,
+};
+struct kn_family_advice {
+	bool gpu;
+	enum kn_family_class preferred;
+	enum kn_family_class alternative; /* == preferred when none */
+	bool infiniband;   /* RDMA/InfiniBand wanted (multi-node training) */
+	const char *text;  /* the recommendation in words, static */
+};
+/* "ND", "NC", "NV", "GPU", "CPU memory-optimized", "CPU compute-optimized",
+   "CPU". */
+const char *kn_family_class_name(enum kn_family_class c);
+/* The row of the table for phase x workload; nodes > 1 asks for RDMA
+   in training. */
+void kn_advise_family(enum kn_phase phase, enum kn_workload workload,
+		      int nodes, struct kn_family_advice *out);
+/* The class a catalog row belongs to (by its family and GPUs). */
+enum kn_family_class kn_vm_size_class(const struct kn_vm_size *s);
+
+/* The arithmetic's constants, stated in the output and docs/cost.md. */
+#define KN_TRAIN_BYTES_PER_PARAM 16.0 /* weights + gradients + Adam state */
+#define KN_TRAIN_ACTIVATION_SHARE 0.20 /* activations, on top of that */
+#define KN_INFER_HEADROOM_SHARE 0.10   /* runtime and allocator slack */
+#define KN_DECODE_EFFICIENCY 0.5       /* of peak memory bandwidth */
+#define KN_SHAPE_HIDDEN_PER_LAYER 128  /* hidden = 128 x layers estimate */
+#define KN_DEFAULT_CONTEXT 4096
+#define KN_DEFAULT_BATCH 1
+#define KN_ADVISE_OPTIONS_MAX 32
+
+struct kn_advise_request {
+	enum kn_phase phase;
+	enum kn_workload workload;
+	double params;         /* parameter count, > 0 */
+	const char *dtype;     /* "bf16" ... */
+	int layers, hidden;    /* 0 and 0: estimated from params */
+	int nodes;             /* 0: one (or as the throughput needs) */
+	double throughput;     /* decode tokens/s wanted (infer); 0: none */
+	int context, batch;    /* KV cache; 0: the defaults */
+	bool interruptible;    /* may run on spot */
+	bool checkpoints;      /* the job checkpoints */
+	double budget_usd_month; /* 0: none */
+	int max_options;       /* 0: 5 */
+};
+
+/* The memory arithmetic, every term in GB (1e9 bytes). */
+struct kn_memory_need {
+	double bytes_per_param;  /* of the dtype */
+	double weights_gb;
+	double gradients_gb;     /* training: same dtype as the weights */
+	double optimizer_gb;     /* training: fp32 master + Adam m and v */
+	double train_bytes_per_param; /* KN_TRAIN_BYTES_PER_PARAM or 0 */
+	double activations_gb;   /* training headroom */
+	int layers, hidden;
+	bool shape_estimated;    /* layers and hidden were estimated */
+	int context, batch;
+	double kv_bytes;         /* bytes per KV element */
+	double kv_cache_gb;      /* inference */
+	double headroom_gb;      /* inference headroom */
+	double total_gb;         /* what one copy of the job needs */
+};
+
+enum kn_advice_warning {
+	KN_WARN_PREMIUM_GPU,        /* A100/H100/H200 where a cheaper GPU fits */
+	KN_WARN_SPOT_NO_CHECKPOINT, /* interruptible training, no checkpoints */
+	KN_WARN_OVER_BUDGET,
+	KN_WARN_NO_INFINIBAND,      /* multi-node training without RDMA */
+	KN_WARN_NO_FIT,
+	KN_WARN_NO_BANDWIDTH,       /* a size left out: no bandwidth figure */
+};
+/* "premium_gpu", "spot_without_checkpoints", "over_budget",
+   "no_infiniband", "no_fit", "no_bandwidth". */
+const char *kn_advice_warning_name(enum kn_advice_warning w);
+
+struct kn_advice_note {
+	enum kn_advice_warning code;
+	char size[64];        /* the size it is about, or "" */
+	char message[384];
+};
+
+struct kn_advice_option {
+	const struct kn_vm_size *vm; /* into the catalog */
+	int nodes;                   /* VMs to rent */
+	int gpus_used;               /* per VM; 0 on CPU */
+	double need_per_vm_gb;
+	double capacity_gb;          /* GPU memory, or RAM in GB on CPU */
+	double tokens_per_s;         /* per VM (infer), 0 when not sized */
+	double usd_hr[KN_PRICINGS];  /* all nodes; < 0 unknown */
+	bool over_budget;
+};
+
+struct kn_advice {
+	struct kn_family_advice family;
+	struct kn_memory_need memory;
+	struct kn_advice_option options[KN_ADVISE_OPTIONS_MAX];
+	int n_options;
+	const struct kn_vm_size *largest; /* the roomiest eligible size */
+	struct kn_advice_note notes[KN_ADVISE_OPTIONS_MAX + 8];
+	int n_notes;
+};
+
+/*
+ * The memory arithmetic alone (kn_advise does it too): -EINVAL naming
+ * the field for a bad request (training in int8/int4, a non-positive
+ * count).
+ */
+int kn_memory_need(const struct kn_advise_request *req,
+		   struct kn_memory_need *out, struct kn_error *err);
+
+/*
+ * Advice for req from the catalog: the family, the memory, the cheapest
+ * fitting sizes of the family's classes (not retired), cheapest first by
+ * on-demand price (spot when interruptible; unpriced sizes last), and
+ * warnings. No fitting size is not an error: n_options is 0 and a
+ * no_fit note says what the largest size offers. out points into the
+ * catalog, which must outlive it.
+ */
+int kn_advise(const struct kn_catalog *c, const struct kn_advise_request *req,
+	      struct kn_advice *out, struct kn_error *err);
+
+#endif
