@@ -310,18 +310,28 @@ static const struct cli_command commands[] = {
 	 "  -f, --follow  keep printing new events as they happen\n"
 	 "  --since SEQ   only events after sequence number SEQ\n",
 	 false},
-	{"audit", cmd_audit, NULL, "list the audit log, newest first",
-	 "usage: kiln audit [--actor A] [--action PREFIX] [--limit N]\n"
-	 "                  [-o json|table]\n"
+	{"audit", cmd_audit, NULL,
+	 "list the audit log, newest first; verify its hash chain",
+	 "usage: kiln audit [ls] [--actor A] [--action PREFIX] [--since WHEN]\n"
+	 "                  [--limit N] [-o json|table]\n"
+	 "       kiln audit verify [-o json]\n"
 	 "\n"
-	 "List audit records, newest first: TIME ACTOR ROLE ACTION OBJECT\n"
-	 "OUTCOME. Actions: job.submit, job.cancel, token.create, token.revoke;\n"
-	 "requests refused for their role are recorded as `denied`.\n"
+	 "kiln audit (or kiln audit ls) lists audit records, newest first:\n"
+	 "TIME ACTOR ROLE ACTION OBJECT OUTCOME. Every state-changing call is\n"
+	 "recorded (job.submit, job.cancel, token.create, key.create,\n"
+	 "backup.create, ...); requests refused for their role as `denied`.\n"
 	 "\n"
 	 "  --actor A          only records of the token named A\n"
 	 "  --action PREFIX    only actions starting with PREFIX (\"job.\")\n"
+	 "  --since WHEN       only records since WHEN: a duration back from\n"
+	 "                     now (30m, 2d) or a UTC time (2026-12-03T04:00Z)\n"
 	 "  --limit N          at most N records\n"
-	 "  -o json            print the server's JSON instead\n",
+	 "  -o json            print the server's JSON instead\n"
+	 "\n"
+	 "kiln audit verify (admin) has the server recompute the hash chain\n"
+	 "(docs/audit.md) and prints `audit log ok: N rows, head row ID HASH`,\n"
+	 "or the first bad row and what is wrong with it (edited, deleted,\n"
+	 "reordered, truncated, unchained) and exits 1.\n",
 	 false},
 	{"validate", cmd_validate, NULL,
 	 "check a job or deployment spec, without a server",

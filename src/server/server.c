@@ -370,6 +370,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	rc = kn_store_open(path, &s.store, err);
 	if (rc < 0)
 		goto out;
+	rc = audit_start(&s, err);
+	if (rc < 0)
+		goto out;
 	rc = auth_bootstrap(&s, err);
 	if (rc < 0)
 		goto out;
