@@ -139,6 +139,8 @@ struct server {
 	struct deploy_state *deploy; /* deployments and their replicas */
 	bool closing;               /* shutting down: late work is dropped */
 
+	struct backup_state *backup; /* backups (backup.c) */
+
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
@@ -351,6 +353,22 @@ int audit_anchor_write(const char *home, int64_t id, const char *hash,
 /* GET /v1/audit/verify */
 void audit_h_verify(struct server *s, struct kn_http_req *req,
 		    const struct caller *c, const char *param);
+
+/* backup.c: online backups to a blob store, on demand and scheduled */
+/* Check --backup-every, --backup-keep and --backup-to. */
+int backup_config_check(const struct kn_server_config *cfg,
+			struct kn_error *err);
+/* Set up (and with --backup-every, arm) the backups. */
+int backup_start_schedule(struct server *s, struct kn_error *err);
+/* After the worker pool is freed: its done callbacks use the state. */
+void backup_free(struct server *s);
+/* POST /v1/backups, GET /v1/backups, GET /v1/backups/{name} */
+void backup_h_create(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param);
+void backup_h_list(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param);
+void backup_h_get(struct server *s, struct kn_http_req *req,
+		  const struct caller *c, const char *param);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

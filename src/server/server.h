@@ -57,6 +57,12 @@ struct kn_server_config {
 	   (docs/scheduling.md): each "NAME GPUS [KEY=VALUE ...]". */
 	const char *const *sim_nodes;
 	size_t n_sim_nodes;
+
+	/* Scheduled backups (docs/backup.md). */
+	int64_t backup_every_ms;  /* 0 = none */
+	int backup_keep;          /* complete backups kept (default 7) */
+	const char *backup_to;    /* store URL; NULL = blob_store */
+	bool backup_with_audit_key; /* scheduled backups carry audit.key */
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */

@@ -153,3 +153,148 @@ def test_audit_ls_filters(server):
     assert "job.submit" in res.stdout and "token.create" not in res.stdout
     res = server.cli("audit", "ls", "--since", "yesterday")
     assert res.returncode == 2 and "--since" in res.stderr
+
+
+def backup_dirs(store):
+    """The backups in a file:// store directory: complete ones (with a
+    manifest) and every backup name that has any blob left."""
+    root = store / "backups"
+    if not root.exists():
+        return [], []
+    names = sorted(d.name for d in root.iterdir()
+                   if d.is_dir() and any(p.is_file() for p in d.rglob("*")))
+    complete = [n for n in names if (root / n / "MANIFEST.json").exists()]
+    return complete, names
+
+
+def test_backup_and_restore(server, tmp_path):
+    make_history(server)
+    (server.home / "keys" / "trusted").mkdir(parents=True)
+    (server.home / "keys" / "trusted" / "ops.pub").write_text("ops key\n")
+    old_admin = server.admin_token
+    store = f"file://{server.home}/blobs"
+    res = server.cli("backup", "create", "--with-audit-key", check=True)
+    name = res.stdout.strip()
+    assert "with audit.key" in res.stderr
+    listed = json.loads(server.cli("backup", "ls", "-o", "json",
+                                   check=True).stdout)
+    assert listed["store"] == store
+    (manifest,) = listed["backups"]
+    assert manifest["name"] == name and manifest["schema_version"] >= 5
+    parts = {p["path"]: p for p in manifest["parts"]}
+    assert set(parts) == {"kiln.db", "keys/trusted/ops.pub", "audit.key"}
+    assert parts["audit.key"]["secret"] is True
+    jobs = server.request("GET", "/v1/jobs").json()["jobs"]
+    tokens = server.request("GET", "/v1/tokens").json()["tokens"]
+    keys = server.request("GET", "/v1/keys").json()["keys"]
+
+    # Into an empty home, with no server needed: --from.
+    new = tmp_path / "restored"
+    res = server.cli("backup", "restore", name, "--home", str(new),
+                     "--from", store)
+    assert res.returncode == 0, res.stderr
+    assert oct((new / "audit.key").stat().st_mode & 0o777) == "0o600"
+    assert oct((new / "kiln.db").stat().st_mode & 0o777) == "0o600"
+    assert (new / "keys/trusted/ops.pub").read_text() == "ops key\n"
+    res = server.cli("backup", "restore", name, "--home", str(new),
+                     "--from", store)
+    assert res.returncode == 1 and "not empty" in res.stderr
+
+    s2 = Server(new).start()
+    try:
+        r = s2.request("GET", "/v1/jobs", token=old_admin)
+        assert r.status_code == 200, r.text
+        assert [(j["id"], j["name"], j["state"]) for j in r.json()["jobs"]] \
+            == [(j["id"], j["name"], j["state"]) for j in jobs]
+        # last_used_at moves with use; the rest is the same.
+        def fixed(ts):
+            return [{k: v for k, v in t.items() if k != "last_used_at_ms"}
+                    for t in ts]
+        r = s2.request("GET", "/v1/tokens", token=old_admin)
+        assert fixed(r.json()["tokens"]) == fixed(tokens)
+        r = s2.request("GET", "/v1/keys", token=old_admin)
+        assert r.json()["keys"] == keys
+        res = s2.cli("audit", "verify", token=old_admin)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert res.stdout.startswith("audit log ok: ")
+    finally:
+        s2.stop()
+
+    # A corrupted part is named, and nothing is restored.
+    db = server.home / "blobs" / "backups" / name / "kiln.db"
+    data = bytearray(db.read_bytes())
+    data[len(data) // 2] ^= 0xff
+    db.write_bytes(bytes(data))
+    bad = tmp_path / "bad"
+    res = server.cli("backup", "restore", name, "--home", str(bad),
+                     "--from", store)
+    assert res.returncode == 1
+    assert "part kiln.db is corrupt" in res.stderr
+    assert list(bad.iterdir()) == []
+
+
+def test_backup_without_key_needs_the_key(server, tmp_path):
+    make_history(server)
+    name = server.cli("backup", "create", check=True).stdout.strip()
+    new = tmp_path / "restored"
+    res = server.cli("backup", "restore", name, "--home", str(new))
+    assert res.returncode == 0, res.stderr
+    assert "has no audit.key" in res.stderr
+    assert not (new / "audit.key").exists()
+    env = dict(os.environ, KILN_HOME=str(new))
+    res = subprocess.run([KILN, "server", "--listen", "127.0.0.1:0",
+                          "--gpus", "1xH100-80GB"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode != 0 and "audit.key is missing" in res.stderr
+    # With the original key back, it starts and the chain verifies.
+    shutil.copy(server.home / "audit.key", new / "audit.key")
+    s2 = Server(new).start()
+    try:
+        res = s2.cli("audit", "verify", token=server.admin_token)
+        assert res.returncode == 0, res.stdout + res.stderr
+    finally:
+        s2.stop()
+
+
+def test_scheduled_backups_keep_n(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    s = Server(home, extra=["--backup-every", "200ms", "--backup-keep",
+                            "2"]).start()
+    try:
+        def done_runs():
+            runs = s.request("GET", "/v1/backups").json()["runs"]
+            done = [r["name"] for r in runs if r["state"] == "done"]
+            return done if len(done) >= 4 else None
+        done = wait_for(done_runs, what="4 scheduled backups")
+        rows = s.request("GET", "/v1/audit",
+                         params={"action": "backup."}).json()["audit"]
+        assert {r["actor"] for r in rows} == {"system"}
+        assert any(r["action"] == "backup.prune" for r in rows)
+    finally:
+        s.stop()
+    complete, names = backup_dirs(home / "blobs")
+    assert len(complete) == 2 and names == complete
+    assert all(n >= sorted(done)[-2] for n in complete)
+    assert not list((home / "backup-staging").iterdir())
+
+
+def test_failing_scheduled_backup_alerts(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    s = Server(home, extra=["--backup-every", "200ms", "--backup-to",
+                            f"file://{blocker}/store"]).start()
+    try:
+        def firing():
+            alerts = s.request("GET", "/v1/alerts").json()["alerts"]
+            return [a for a in alerts if a["rule"] == "backup_failed"
+                    and a["state"] == "firing"]
+        (alert,) = wait_for(firing, what="the backup_failed alert")
+        assert "failed" in alert["summary"]
+        rows = s.request("GET", "/v1/audit",
+                         params={"action": "backup.create"}).json()["audit"]
+        assert rows and rows[0]["outcome"] == "error"
+    finally:
+        s.stop()
