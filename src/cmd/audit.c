@@ -11,6 +11,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/client.h"
+#include "server/server.h"
 
 /*
  * --since: a duration back from now ("30m", "2d"), or a UTC time
@@ -128,20 +129,35 @@ out:
 
 static int audit_verify(struct cli_ctx *ctx, int argc, char **argv)
 {
+	const char *home = NULL;
+	const struct cli_flag flags[] = {
+		{"home", 0, CLI_FLAG_STRING, &home},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
 	struct cli_client *c = NULL;
+	struct kn_error err;
 	json_t *answer = NULL, *head;
+	char *text = NULL;
 	bool ok;
 	int rc;
 
-	rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 	if (rc != CLI_GO)
 		return rc;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		return rc;
-	rc = cli_get(c, "/v1/audit/verify", &answer);
-	if (rc)
-		goto out;
+	if (home) {
+		/* No server: this process reads the home's files itself. */
+		if (kn_server_audit_verify_home(home, &text, &err) < 0)
+			return cli_fail(ctx, "%s", err.message);
+		answer = json_loads(text, 0, NULL);
+		free(text);
+	} else {
+		rc = cli_client_open(ctx, &c);
+		if (rc)
+			return rc;
+		rc = cli_get(c, "/v1/audit/verify", &answer);
+		if (rc)
+			goto out;
+	}
 	ok = json_is_true(json_object_get(answer, "ok"));
 	if (cli_want_json(ctx)) {
 		cli_print_json(answer);

@@ -328,7 +328,7 @@ static const struct cli_command commands[] = {
 	 "list the audit log, newest first; verify its hash chain",
 	 "usage: kiln audit [ls] [--actor A] [--action PREFIX] [--since WHEN]\n"
 	 "                  [--limit N] [-o json|table]\n"
-	 "       kiln audit verify [-o json]\n"
+	 "       kiln audit verify [--home DIR] [-o json]\n"
 	 "\n"
 	 "kiln audit (or kiln audit ls) lists audit records, newest first:\n"
 	 "TIME ACTOR ROLE ACTION OBJECT OUTCOME. Every state-changing call is\n"
@@ -345,7 +345,9 @@ static const struct cli_command commands[] = {
 	 "kiln audit verify (admin) has the server recompute the hash chain\n"
 	 "(docs/audit.md) and prints `audit log ok: N rows, head row ID HASH`,\n"
 	 "or the first bad row and what is wrong with it (edited, deleted,\n"
-	 "reordered, truncated, unchained) and exits 1.\n",
+	 "reordered, truncated, unchained) and exits 1. With --home DIR it\n"
+	 "checks that home's kiln.db, audit.key and audit.head itself, with no\n"
+	 "server (a stopped one, or a restored home).\n",
 	 false},
 	{"backup", cmd_backup, NULL,
 	 "back up the server's state to a store; list and restore backups",

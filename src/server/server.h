@@ -79,4 +79,14 @@ void kn_server_config_init(struct kn_server_config *cfg);
  */
 int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err);
 
+/*
+ * `kiln audit verify --home DIR`: the check GET /v1/audit/verify makes,
+ * on a home's kiln.db, audit.key and audit.head, without a server (a
+ * stopped one, or a restored home). *json_out (malloc'd) is the same
+ * answer as the route's. -ENOENT when the home has no kiln.db or no
+ * audit.key.
+ */
+int kn_server_audit_verify_home(const char *home, char **json_out,
+				struct kn_error *err);
+
 #endif

@@ -109,10 +109,17 @@ def test_untouched_copy_verifies(stopped_home, tmp_path):
 def test_tampering_is_found(stopped_home, tmp_path, sql, problem, bad_row,
                             words):
     last = int((stopped_home / "audit.head").read_text().split()[0])
-    s = tampered(stopped_home, tmp_path, sql).start()
+    s = tampered(stopped_home, tmp_path, sql)
+    # Without a server first: the home's own files.
+    offline = subprocess.run([KILN, "audit", "verify", "--home", str(s.home),
+                              "-o", "json"], capture_output=True, text=True,
+                             timeout=30)
+    assert offline.returncode == 1, offline.stderr
+    s.start()
     try:
         rc, out = verify(s)
         assert rc == 1 and out["ok"] is False, out
+        assert json.loads(offline.stdout) == out
         assert out["problem"] == problem, out
         assert out["bad_row"] == (bad_row or last), out
         assert words in out["message"], out
@@ -196,6 +203,8 @@ def test_backup_and_restore(server, tmp_path):
     assert oct((new / "audit.key").stat().st_mode & 0o777) == "0o600"
     assert oct((new / "kiln.db").stat().st_mode & 0o777) == "0o600"
     assert (new / "keys/trusted/ops.pub").read_text() == "ops key\n"
+    res = server.cli("audit", "verify", "--home", str(new))
+    assert res.returncode == 0 and res.stdout.startswith("audit log ok: ")
     res = server.cli("backup", "restore", name, "--home", str(new),
                      "--from", store)
     assert res.returncode == 1 and "not empty" in res.stderr
