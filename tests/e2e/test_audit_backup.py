@@ -135,6 +135,26 @@ def test_tampering_is_found(stopped_home, tmp_path, sql, problem, bad_row,
         s.stop()
 
 
+def test_database_from_before_the_chain(stopped_home, tmp_path):
+    """A schema 4 file (no chain columns, no key, no anchor) is migrated
+    and its rows chained, in id order, once, by the next start."""
+    s = tampered(stopped_home, tmp_path,
+                 "ALTER TABLE audit DROP COLUMN prev_hash;"
+                 " ALTER TABLE audit DROP COLUMN hash;"
+                 " PRAGMA user_version = 4;")
+    (s.home / "audit.key").unlink()
+    (s.home / "audit.head").unlink()
+    s.start()
+    try:
+        assert "chained" in s.log.read_text()
+        res = s.cli("audit", "-o", "json", "verify", check=True)
+        out = json.loads(res.stdout)
+        assert out["ok"] is True and out["rows"] >= 8, out
+        assert out["anchor"]["id"] == out["head"]["id"]
+    finally:
+        s.stop()
+
+
 def test_missing_key_refuses_start(stopped_home, tmp_path):
     home = tmp_path / "home"
     shutil.copytree(stopped_home, home)
