@@ -377,8 +377,9 @@ static int fetch_parts(struct cli_ctx *ctx, struct kn_blob_store *store,
 			rc = cli_fail(ctx, "backup %s: part %s is corrupt: its"
 				      " sha256 is %s, the manifest says %s",
 				      name, path, sha, want);
-		else if (stat(local, &st) < 0 ||
-			 st.st_size != cli_json_int(p, "size"))
+		else if (stat(local, &st) < 0)
+			rc = cli_fail(ctx, "%s: %s", local, strerror(errno));
+		else if (st.st_size != cli_json_int(p, "size"))
 			rc = cli_fail(ctx, "backup %s: part %s is corrupt: %lld"
 				      " bytes, the manifest says %lld",
 				      name, path, (long long)st.st_size,

@@ -212,7 +212,8 @@ static int prune(struct kn_blob_store *store, size_t keep, size_t *deleted,
 		free(manifest);
 		if (rc == 0)
 			rc = kn_blob_sync(store, err);
-		(*deleted)++;
+		if (rc == 0)
+			(*deleted)++;
 	}
 	for (size_t i = 0; rc == 0 && oldest_kept && i < list.n; i++) {
 		const char *name = list.items[i].name + strlen(BACKUP_PREFIX);
@@ -298,7 +299,8 @@ static void backup_alert(struct server *s, const struct backup_run *run,
 	if (firing) {
 		char *summary = kn_asprintf("scheduled backup %s to %s failed: %s",
 					    run->name, run->url, run->error);
-		char *labels = kn_asprintf("{\"store\":\"%s\"}", run->url);
+		json_t *label_doc = json_pack("{s:s}", "store", run->url);
+		char *labels = json_dumps(label_doc, JSON_COMPACT);
 		struct kn_alert_row row = {
 			.fingerprint = (char *)fingerprint,
 			.rule = "backup_failed",
@@ -320,6 +322,7 @@ static void backup_alert(struct server *s, const struct backup_run *run,
 					       fingerprint, "summary", summary));
 		free(summary);
 		free(labels);
+		json_decref(label_doc);
 	} else {
 		rc = kn_store_alert_resolve(s->store, fingerprint, now, &err);
 		if (rc == 0)
@@ -537,9 +540,8 @@ int backup_config_check(const struct kn_server_config *cfg,
 	return 0;
 }
 
-int backup_start_schedule(struct server *s, struct kn_error *err)
+void backup_setup(struct server *s)
 {
-	(void)err;
 	s->backup = kn_xcalloc(1, sizeof(*s->backup));
 	if (s->cfg.backup_every_ms > 0) {
 		s->backup->timer = kn_timer_new(s->loop, on_schedule, s);
@@ -549,7 +551,6 @@ int backup_start_schedule(struct server *s, struct kn_error *err)
 		       s->cfg.backup_to ? s->cfg.backup_to : s->blob_url,
 		       s->cfg.backup_keep);
 	}
-	return 0;
 }
 
 void backup_free(struct server *s)

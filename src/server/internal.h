@@ -359,7 +359,7 @@ void audit_h_verify(struct server *s, struct kn_http_req *req,
 int backup_config_check(const struct kn_server_config *cfg,
 			struct kn_error *err);
 /* Set up (and with --backup-every, arm) the backups. */
-int backup_start_schedule(struct server *s, struct kn_error *err);
+void backup_setup(struct server *s);
 /* After the worker pool is freed: its done callbacks use the state. */
 void backup_free(struct server *s);
 /* POST /v1/backups, GET /v1/backups, GET /v1/backups/{name} */

@@ -413,9 +413,7 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		goto out;
 	}
 	s.feed = feed_new(&s);
-	rc = backup_start_schedule(&s, err);
-	if (rc < 0)
-		goto out;
+	backup_setup(&s);
 	rc = deploy_start(&s, err);
 	if (rc < 0)
 		goto out;
