@@ -1,20 +1,59 @@
-/* kiln audit: the audit log, newest first, filtered by the server. */
+/*
+ * kiln audit: the audit log, newest first, filtered by the server
+ * (`kiln audit` and `kiln audit ls` are the same list), and
+ * `kiln audit verify`: the server recomputes the hash chain.
+ */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/client.h"
+#include "server/server.h"
 
-int cmd_audit(struct cli_ctx *ctx, int argc, char **argv)
+/*
+ * --since: a duration back from now ("30m", "2d"), or a UTC time
+ * "2026-12-03T04:00:00Z" (seconds and Z optional) or a date "2026-12-03".
+ */
+static int parse_since(const char *text, int64_t *out_ms)
+{
+	struct tm tm;
+	const char *end;
+	int64_t ms;
+
+	if (kn_parse_duration(text, &ms) == 0) {
+		*out_ms = kn_now_ms() - ms;
+		return 0;
+	}
+	memset(&tm, 0, sizeof(tm));
+	end = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (!end) {
+		memset(&tm, 0, sizeof(tm));
+		end = strptime(text, "%Y-%m-%dT%H:%M", &tm);
+	}
+	if (!end) {
+		memset(&tm, 0, sizeof(tm));
+		end = strptime(text, "%Y-%m-%d", &tm);
+	}
+	if (!end || (*end && strcmp(end, "Z") != 0))
+		return -1;
+	*out_ms = (int64_t)timegm(&tm) * 1000;
+	return 0;
+}
+
+static int audit_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const char *const headers[] = {
 		"TIME", "ACTOR", "ROLE", "ACTION", "OBJECT", "OUTCOME", NULL,
 	};
-	const char *actor = NULL, *action = NULL;
+	const char *actor = NULL, *action = NULL, *since = NULL;
 	int limit = -1;
 	const struct cli_flag flags[] = {
 		{"actor", 0, CLI_FLAG_STRING, &actor},
 		{"action", 0, CLI_FLAG_STRING, &action},
+		{"since", 0, CLI_FLAG_STRING, &since},
 		{"limit", 0, CLI_FLAG_COUNT, &limit},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
@@ -23,6 +62,7 @@ int cmd_audit(struct cli_ctx *ctx, int argc, char **argv)
 	struct kn_buf path;
 	json_t *answer = NULL, *rows, *row;
 	char when[40], number[24];
+	int64_t since_ms = 0;
 	size_t i;
 	int rc;
 
@@ -30,6 +70,14 @@ int cmd_audit(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 	if (rc != CLI_GO)
 		goto out;
+	if (since && parse_since(since, &since_ms) < 0) {
+		rc = cli_usage_error(ctx,
+				     "--since: \"%s\" is neither a duration"
+				     " (30m, 2d) nor a UTC time"
+				     " (2026-12-03T04:00:00Z)",
+				     since);
+		goto out;
+	}
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
@@ -40,6 +88,11 @@ int cmd_audit(struct cli_ctx *ctx, int argc, char **argv)
 		snprintf(number, sizeof(number), "%d", limit);
 		cli_query_add(&path, "limit", number);
 	}
+	if (since) {
+		snprintf(number, sizeof(number), "%lld",
+			 (long long)(since_ms > 0 ? since_ms : 0));
+		cli_query_add(&path, "since", number);
+	}
 	rc = cli_get(c, path.data, &answer);
 	if (rc)
 		goto out;
@@ -49,8 +102,8 @@ int cmd_audit(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	rows = json_object_get(answer, "audit");
 	if (!json_array_size(rows)) {
-		fputs(actor || action ? "no audit records match\n"
-				      : "no audit records\n",
+		fputs(actor || action || since ? "no audit records match\n"
+					       : "no audit records\n",
 		      stderr);
 		goto out;
 	}
@@ -72,4 +125,85 @@ out:
 	kn_buf_release(&path);
 	cli_client_free(c);
 	return rc;
+}
+
+static int audit_verify(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *home = NULL;
+	const struct cli_flag flags[] = {
+		{"home", 0, CLI_FLAG_STRING, &home},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_client *c = NULL;
+	struct kn_error err;
+	json_t *answer = NULL, *head;
+	char *text = NULL;
+	bool ok;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc != CLI_GO)
+		return rc;
+	if (home) {
+		/* No server: this process reads the home's files itself. */
+		if (kn_server_audit_verify_home(home, &text, &err) < 0)
+			return cli_fail(ctx, "%s", err.message);
+		answer = json_loads(text, 0, NULL);
+		free(text);
+	} else {
+		rc = cli_client_open(ctx, &c);
+		if (rc)
+			return rc;
+		rc = cli_get(c, "/v1/audit/verify", &answer);
+		if (rc)
+			goto out;
+	}
+	ok = json_is_true(json_object_get(answer, "ok"));
+	if (cli_want_json(ctx)) {
+		cli_print_json(answer);
+	} else if (ok) {
+		head = json_object_get(answer, "head");
+		printf("audit log ok: %lld rows, head row %lld %s\n",
+		       (long long)cli_json_int(answer, "rows"),
+		       (long long)cli_json_int(head, "id"),
+		       cli_json_str(head, "hash"));
+	} else {
+		printf("audit log broken at row %lld (%s): %s\n",
+		       (long long)cli_json_int(answer, "bad_row"),
+		       cli_json_str(answer, "problem"),
+		       cli_json_str(answer, "message"));
+	}
+	rc = ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+out:
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}
+
+int cmd_audit(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct cli_verb verbs[] = {
+		{"ls", audit_ls},
+		{"verify", audit_verify},
+		{NULL, NULL},
+	};
+
+	static const char *const global_flags[] = {"-o", "--output",
+						   "--server", "--token", NULL};
+	int i = 1;
+
+	/* The verb may follow global flags (`kiln audit -o json verify`). */
+	while (i < argc) {
+		bool global = false;
+
+		for (size_t g = 0; global_flags[g]; g++)
+			global |= !strcmp(argv[i], global_flags[g]);
+		if (!global)
+			break;
+		i += 2;
+	}
+	/* Plain `kiln audit [flags]` stays the list it always was. */
+	if (i < argc && (!strcmp(argv[i], "ls") || !strcmp(argv[i], "verify")))
+		return cli_run_verb(ctx, argc, argv, verbs);
+	return audit_ls(ctx, argc, argv);
 }

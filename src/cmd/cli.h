@@ -72,6 +72,7 @@ int cmd_uncordon(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_token(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_audit(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_backup(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_validate(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_version(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_sim(struct cli_ctx *ctx, int argc, char **argv);

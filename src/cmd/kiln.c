@@ -34,6 +34,8 @@ static const struct cli_command commands[] = {
 	 "                   [--executor local|slurm] [--slurm-partitions MAP]\n"
 	 "                   [--slurm-shards-per-gpu N]\n"
 	 "                   [--sim-node \"NAME GPUS [K=V ...]\"]... [--policy NAME]\n"
+	 "                   [--backup-every DURATION [--backup-keep N]\n"
+	 "                    [--backup-to URL] [--backup-with-audit-key]]\n"
 	 "\n"
 	 "Run the control plane: the HTTP API, the job queue and an executor\n"
 	 "(local, or Slurm). Stops on SIGTERM or SIGINT; running tasks keep\n"
@@ -120,8 +122,20 @@ static const struct cli_command commands[] = {
 	 "  --slurm-shards-per-gpu N  shards per GPU in the cluster's gres.conf\n"
 	 "                        (default 100): a GPU share of 0.25 asks\n"
 	 "                        --gres=shard:25\n"
+	 "  --backup-every DURATION  take a backup (as `kiln backup create`)\n"
+	 "                        this often, e.g. 6h; each is audited, and a\n"
+	 "                        failure fires the backup_failed alert until\n"
+	 "                        the next success\n"
+	 "  --backup-keep N       keep the newest N complete backups in the\n"
+	 "                        store and delete older ones (default 7)\n"
+	 "  --backup-to URL       where backups go, scheduled or not (default\n"
+	 "                        the --blob-store)\n"
+	 "  --backup-with-audit-key  scheduled backups include audit.key (the\n"
+	 "                        backups are then secrets; docs/backup.md)\n"
 	 "\n"
-	 "The first start writes an admin token to $KILN_HOME/admin.token (0600).\n"
+	 "The first start writes an admin token to $KILN_HOME/admin.token (0600)\n"
+	 "and the audit chain's key to $KILN_HOME/audit.key (0600,\n"
+	 "docs/audit.md).\n"
 	 "\n"
 	 "Exit status: 0 after a clean stop, 1 when start-up failed, 2 on a usage\n"
 	 "error.\n",
@@ -315,18 +329,54 @@ static const struct cli_command commands[] = {
 	 "  -f, --follow  keep printing new events as they happen\n"
 	 "  --since SEQ   only events after sequence number SEQ\n",
 	 false},
-	{"audit", cmd_audit, NULL, "list the audit log, newest first",
-	 "usage: kiln audit [--actor A] [--action PREFIX] [--limit N]\n"
-	 "                  [-o json|table]\n"
+	{"audit", cmd_audit, NULL,
+	 "list the audit log, newest first; verify its hash chain",
+	 "usage: kiln audit [ls] [--actor A] [--action PREFIX] [--since WHEN]\n"
+	 "                  [--limit N] [-o json|table]\n"
+	 "       kiln audit verify [--home DIR] [-o json]\n"
 	 "\n"
-	 "List audit records, newest first: TIME ACTOR ROLE ACTION OBJECT\n"
-	 "OUTCOME. Actions: job.submit, job.cancel, token.create, token.revoke;\n"
-	 "requests refused for their role are recorded as `denied`.\n"
+	 "kiln audit (or kiln audit ls) lists audit records, newest first:\n"
+	 "TIME ACTOR ROLE ACTION OBJECT OUTCOME. Every state-changing call is\n"
+	 "recorded (job.submit, job.cancel, token.create, key.create,\n"
+	 "backup.create, ...); requests refused for their role as `denied`.\n"
 	 "\n"
 	 "  --actor A          only records of the token named A\n"
 	 "  --action PREFIX    only actions starting with PREFIX (\"job.\")\n"
+	 "  --since WHEN       only records since WHEN: a duration back from\n"
+	 "                     now (30m, 2d) or a UTC time (2026-12-03T04:00Z)\n"
 	 "  --limit N          at most N records\n"
-	 "  -o json            print the server's JSON instead\n",
+	 "  -o json            print the server's JSON instead\n"
+	 "\n"
+	 "kiln audit verify (admin) has the server recompute the hash chain\n"
+	 "(docs/audit.md) and prints `audit log ok: N rows, head row ID HASH`,\n"
+	 "or the first bad row and what is wrong with it (edited, deleted,\n"
+	 "reordered, truncated, unchained) and exits 1. With --home DIR it\n"
+	 "checks that home's kiln.db, audit.key and audit.head itself, with no\n"
+	 "server (a stopped one, or a restored home).\n",
+	 false},
+	{"backup", cmd_backup, NULL,
+	 "back up the server's state to a store; list and restore backups",
+	 "usage: kiln backup create [--to STORE-URL] [--with-audit-key]\n"
+	 "       kiln backup ls [--from STORE-URL] [-o json|table]\n"
+	 "       kiln backup restore BACKUP --home DIR [--from STORE-URL]\n"
+	 "\n"
+	 "create (admin) has the running server copy kiln.db at one moment\n"
+	 "(SQLite's online backup), with the public key files of\n"
+	 "$KILN_HOME/keys and a manifest (time, kiln and schema version,\n"
+	 "size and sha256 of each part), to STORE/backups/NAME/, NAME being\n"
+	 "the UTC time; it waits for the upload and prints NAME. The default\n"
+	 "store is the server's --backup-to, else its --blob-store.\n"
+	 "  --with-audit-key   include audit.key, without which the restored\n"
+	 "                     audit log cannot be verified; the backup is\n"
+	 "                     then a secret (docs/backup.md)\n"
+	 "\n"
+	 "ls lists the complete backups in a store: NAME CREATED KILN SCHEMA\n"
+	 "PARTS SIZE AUDIT_KEY. restore rebuilds a kiln home from one into\n"
+	 "DIR, which must be empty or missing: every part is downloaded and\n"
+	 "checked against the manifest's sha256 first, and a bad part is\n"
+	 "named and nothing restored. Secrets and kiln.db are written 0600.\n"
+	 "Without a server, give the store with --from (Azure credentials\n"
+	 "from AZURE_STORAGE_*, as kiln blob).\n",
 	 false},
 	{"validate", cmd_validate, NULL,
 	 "check a job, deployment or workflow spec, without a server",

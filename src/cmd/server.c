@@ -62,6 +62,10 @@ int cmd_server(int argc, char **argv)
 		{"node-labels", required_argument, NULL, 'N'},
 		{"sim-node", required_argument, NULL, 'O'},
 		{"policy", required_argument, NULL, 'p'},
+		{"backup-every", required_argument, NULL, 'B'},
+		{"backup-keep", required_argument, NULL, 'Y'},
+		{"backup-to", required_argument, NULL, 'T'},
+		{"backup-with-audit-key", no_argument, NULL, 'Z'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -206,6 +210,33 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'p':
 			cfg.policy = optarg;
+			break;
+		case 'B':
+			if (kn_parse_duration(optarg, &cfg.backup_every_ms) < 0 ||
+			    cfg.backup_every_ms < 100) {
+				fprintf(stderr, "kiln server: --backup-every: "
+					"\"%s\" is not a duration of at least "
+					"100ms (e.g. 6h)\n", optarg);
+				goto out;
+			}
+			break;
+		case 'Y': {
+			char *end;
+			long n = strtol(optarg, &end, 10);
+			if (*end || end == optarg || n < 1 || n > 10000) {
+				fprintf(stderr, "kiln server: --backup-keep: "
+					"\"%s\" is not a number in "
+					"1..10000\n", optarg);
+				goto out;
+			}
+			cfg.backup_keep = (int)n;
+			break;
+		}
+		case 'T':
+			cfg.backup_to = optarg;
+			break;
+		case 'Z':
+			cfg.backup_with_audit_key = true;
 			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);

@@ -622,7 +622,7 @@ static void h_audit(struct server *s, struct kn_http_req *req,
 	struct kn_audit_filter f;
 	struct kn_audit *rows = NULL;
 	struct kn_error err;
-	int64_t limit = 100;
+	int64_t limit = 100, since = 0;
 	size_t n = 0;
 	json_t *list;
 
@@ -632,7 +632,13 @@ static void h_audit(struct server *s, struct kn_http_req *req,
 		reply_err(req, KN_EINVAL, "limit", "limit must be 1..10000%s", "");
 		return;
 	}
+	if (kn_http_query_int(req, "since", 0, INT64_MAX, &since) < 0) {
+		reply_err(req, KN_EINVAL, "since",
+			  "since must be a time in epoch milliseconds%s", "");
+		return;
+	}
 	memset(&f, 0, sizeof(f));
+	f.since_ms = since;
 	f.actor = kn_http_query(req, "actor");
 	f.action = kn_http_query(req, "action");
 	f.limit = (int)limit;
@@ -644,13 +650,14 @@ static void h_audit(struct server *s, struct kn_http_req *req,
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(
 			list,
-			json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:s, s:o}",
+			json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:s, s:o, s:o}",
 				  "id", (json_int_t)rows[i].id, "time_ms",
 				  (json_int_t)rows[i].time_ms, "actor",
 				  rows[i].actor, "role", rows[i].role, "action",
 				  rows[i].action, "object", rows[i].object,
 				  "outcome", rows[i].outcome, "detail",
-				  str_or_null(rows[i].detail)));
+				  str_or_null(rows[i].detail), "hash",
+				  str_or_null(rows[i].hash)));
 	kn_audit_list_free(rows, n);
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "audit", list));
 }
@@ -851,6 +858,14 @@ static const struct route routes[] = {
 	{"POST", "/v1/nodes/{name}/health", KN_ROLE_OPERATOR, false,
 	 "node.health", h_node_health},
 	{"GET", "/v1/audit", KN_ROLE_VIEWER, false, NULL, h_audit},
+	{"GET", "/v1/audit/verify", KN_ROLE_ADMIN, false, "audit.verify",
+	 audit_h_verify},
+	{"POST", "/v1/backups", KN_ROLE_ADMIN, false, "backup.create",
+	 backup_h_create},
+	{"GET", "/v1/backups", KN_ROLE_ADMIN, false, "backup.list",
+	 backup_h_list},
+	{"GET", "/v1/backups/{name}", KN_ROLE_ADMIN, false, "backup.list",
+	 backup_h_get},
 	{"GET", "/v1/alerts", KN_ROLE_VIEWER, false, NULL, h_alerts},
 	{"GET", "/v1/events", KN_ROLE_VIEWER, false, NULL, h_events},
 	{"GET", "/v1/tokens", KN_ROLE_ADMIN, false, "token.list", h_token_list},

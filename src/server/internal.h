@@ -143,6 +143,12 @@ struct server {
 	struct node_health *health; /* periodic health checks, or NULL */
 	struct deploy_state *deploy; /* deployments and their replicas */
 	bool closing;               /* shutting down: late work is dropped */
+
+	struct backup_state *backup; /* backups (backup.c) */
+
+	/* The audit chain (audit.c). */
+	unsigned char audit_key[KN_AUDIT_KEY_LEN];
+	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
 };
 
 /* auth.c */
@@ -344,6 +350,35 @@ void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 int health_start(struct server *s, struct node_health **out,
 		 struct kn_error *err);
 void health_free(struct node_health *h);
+
+/* audit.c: the audit chain's key and anchor in $KILN_HOME */
+/* Load or make audit.key, check audit.head, start chaining rows. */
+int audit_start(struct server *s, struct kn_error *err);
+/* audit.head: id 0 and "" when there is none. */
+int audit_anchor_read(const char *home, int64_t *id,
+		      char hash[KN_AUDIT_HASH_HEX_LEN + 1],
+		      struct kn_error *err);
+int audit_anchor_write(const char *home, int64_t id, const char *hash,
+		       struct kn_error *err);
+/* GET /v1/audit/verify */
+void audit_h_verify(struct server *s, struct kn_http_req *req,
+		    const struct caller *c, const char *param);
+
+/* backup.c: online backups to a blob store, on demand and scheduled */
+/* Check --backup-every, --backup-keep and --backup-to. */
+int backup_config_check(const struct kn_server_config *cfg,
+			struct kn_error *err);
+/* Set up (and with --backup-every, arm) the backups. */
+void backup_setup(struct server *s);
+/* After the worker pool is freed: its done callbacks use the state. */
+void backup_free(struct server *s);
+/* POST /v1/backups, GET /v1/backups, GET /v1/backups/{name} */
+void backup_h_create(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param);
+void backup_h_list(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param);
+void backup_h_get(struct server *s, struct kn_http_req *req,
+		  const struct caller *c, const char *param);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

@@ -33,6 +33,7 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->executor = "local";
 	cfg->slurm_shards_per_gpu = 100;
 	cfg->policy = "kiln";
+	cfg->backup_keep = 7;
 }
 
 static void on_stop(void *arg)
@@ -316,6 +317,7 @@ static void server_release(struct server *s)
 	events_free(s->events);
 	/* Unfinished uploads are redone by the next start: they are idempotent. */
 	kn_workers_free(s->workers);
+	backup_free(s);
 	/* After the pool: a scrape or health run may still hold their state. */
 	monitor_free(s->monitor);
 	health_free(s->health);
@@ -350,6 +352,8 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	s.cfg = *cfg;
 	s.home = kn_xstrdup(cfg->home);
 	rc = slurm_config_check(cfg, err);
+	if (rc == 0)
+		rc = backup_config_check(cfg, err);
 	if (rc < 0)
 		goto out;
 	s.exec = slurm_executor_chosen(cfg);
@@ -384,6 +388,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	free(path);
 	path = kn_asprintf("%s/kiln.db", s.home);
 	rc = kn_store_open(path, &s.store, err);
+	if (rc < 0)
+		goto out;
+	rc = audit_start(&s, err);
 	if (rc < 0)
 		goto out;
 	rc = auth_bootstrap(&s, err);
@@ -422,6 +429,7 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		goto out;
 	}
 	s.feed = feed_new(&s);
+	backup_setup(&s);
 	rc = deploy_start(&s, err);
 	if (rc < 0)
 		goto out;

@@ -59,6 +59,12 @@ struct kn_server_config {
 	   (docs/scheduling.md): each "NAME GPUS [KEY=VALUE ...]". */
 	const char *const *sim_nodes;
 	size_t n_sim_nodes;
+
+	/* Scheduled backups (docs/backup.md). */
+	int64_t backup_every_ms;  /* 0 = none */
+	int backup_keep;          /* complete backups kept (default 7) */
+	const char *backup_to;    /* store URL; NULL = blob_store */
+	bool backup_with_audit_key; /* scheduled backups carry audit.key */
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */
@@ -74,5 +80,15 @@ void kn_server_config_init(struct kn_server_config *cfg);
  * use, database refused, bad --gpus).
  */
 int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err);
+
+/*
+ * `kiln audit verify --home DIR`: the check GET /v1/audit/verify makes,
+ * on a home's kiln.db, audit.key and audit.head, without a server (a
+ * stopped one, or a restored home). *json_out (malloc'd) is the same
+ * answer as the route's. -ENOENT when the home has no kiln.db or no
+ * audit.key.
+ */
+int kn_server_audit_verify_home(const char *home, char **json_out,
+				struct kn_error *err);
 
 #endif

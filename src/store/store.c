@@ -27,12 +27,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
 #include <sqlite3.h>
 
 /*
@@ -230,12 +234,22 @@ static const char SQL_SCHEMA_V4[] =
 	"CREATE UNIQUE INDEX gateway_keys_active_name ON gateway_keys (name)"
 	" WHERE revoked_at = 0;";
 
+/*
+ * v5: the audit hash chain. Each row keeps the previous row's hash and its
+ * own, hash = HMAC-SHA256(key, prev || the row's fields); rows written
+ * before v5 have NULL here until kn_store_audit_chain_start chains them.
+ */
+static const char SQL_SCHEMA_V5[] =
+	"ALTER TABLE audit ADD COLUMN prev_hash TEXT;"
+	"ALTER TABLE audit ADD COLUMN hash TEXT;";
+
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
 	SQL_SCHEMA_V2,
 	SQL_SCHEMA_V3,
 	SQL_SCHEMA_V4,
+	SQL_SCHEMA_V5,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -248,7 +262,8 @@ static const char SQL_COMMIT[] = "COMMIT";
 static const char SQL_ROLLBACK[] = "ROLLBACK";
 
 #define AUDIT_COLUMNS \
-	"id, time_ms, actor, role, action, object, outcome, detail"
+	"id, time_ms, actor, role, action, object, outcome, detail," \
+	" prev_hash, hash"
 enum {
 	AUDIT_COL_ID,
 	AUDIT_COL_TIME,
@@ -258,6 +273,8 @@ enum {
 	AUDIT_COL_OBJECT,
 	AUDIT_COL_OUTCOME,
 	AUDIT_COL_DETAIL,
+	AUDIT_COL_PREV_HASH,
+	AUDIT_COL_HASH,
 };
 
 static const char SQL_AUDIT_INSERT[] =
@@ -270,6 +287,20 @@ static const char SQL_AUDIT_LIST[] =
 	" AND (?2 IS NULL OR substr(action, 1, length(?2)) = ?2)"
 	" AND time_ms >= ?3"
 	" ORDER BY time_ms DESC, id DESC LIMIT ?4";
+/* The chain: the row before ?1, filling in a row's links, walking. */
+static const char SQL_AUDIT_PREV[] =
+	"SELECT hash FROM audit WHERE id < ?1 ORDER BY id DESC LIMIT 1";
+static const char SQL_AUDIT_SET_CHAIN[] =
+	"UPDATE audit SET prev_hash = ?1, hash = ?2 WHERE id = ?3";
+static const char SQL_AUDIT_UNCHAINED[] =
+	"SELECT " AUDIT_COLUMNS " FROM audit WHERE hash IS NULL ORDER BY id";
+static const char SQL_AUDIT_WALK[] =
+	"SELECT " AUDIT_COLUMNS " FROM audit ORDER BY id";
+static const char SQL_AUDIT_HEAD[] =
+	"SELECT id, hash FROM audit ORDER BY id DESC LIMIT 1";
+static const char SQL_AUDIT_HASH_OF[] =
+	"SELECT hash FROM audit WHERE id = ?1";
+static const char SQL_AUDIT_MAX_ID[] = "SELECT coalesce(max(id), 0) FROM audit";
 
 #define TOKEN_COLUMNS \
 	"id, name, role, hash, created_by, created_at, revoked_at, last_used_at"
@@ -595,6 +626,13 @@ enum stmt_id {
 	STMT_ROLLBACK,
 	STMT_AUDIT_INSERT,
 	STMT_AUDIT_LIST,
+	STMT_AUDIT_PREV,
+	STMT_AUDIT_SET_CHAIN,
+	STMT_AUDIT_UNCHAINED,
+	STMT_AUDIT_WALK,
+	STMT_AUDIT_HEAD,
+	STMT_AUDIT_HASH_OF,
+	STMT_AUDIT_MAX_ID,
 	STMT_TOKEN_INSERT,
 	STMT_TOKEN_BY_HASH,
 	STMT_TOKEN_TOUCH,
@@ -641,6 +679,13 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_ROLLBACK] = SQL_ROLLBACK,
 	[STMT_AUDIT_INSERT] = SQL_AUDIT_INSERT,
 	[STMT_AUDIT_LIST] = SQL_AUDIT_LIST,
+	[STMT_AUDIT_PREV] = SQL_AUDIT_PREV,
+	[STMT_AUDIT_SET_CHAIN] = SQL_AUDIT_SET_CHAIN,
+	[STMT_AUDIT_UNCHAINED] = SQL_AUDIT_UNCHAINED,
+	[STMT_AUDIT_WALK] = SQL_AUDIT_WALK,
+	[STMT_AUDIT_HEAD] = SQL_AUDIT_HEAD,
+	[STMT_AUDIT_HASH_OF] = SQL_AUDIT_HASH_OF,
+	[STMT_AUDIT_MAX_ID] = SQL_AUDIT_MAX_ID,
 	[STMT_TOKEN_INSERT] = SQL_TOKEN_INSERT,
 	[STMT_TOKEN_BY_HASH] = SQL_TOKEN_BY_HASH,
 	[STMT_TOKEN_TOUCH] = SQL_TOKEN_TOUCH,
@@ -683,6 +728,15 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 struct kn_store {
 	sqlite3 *db;
 	sqlite3_stmt *stmt[STMT_COUNT];
+
+	/* The audit chain (kn_store_audit_chain_start); unchained before. */
+	EVP_MAC_CTX *audit_mac; /* HMAC-SHA256 keyed, copied per row */
+	/* The newest row this transaction chained, reported on commit. */
+	bool head_dirty;
+	int64_t head_id;
+	char head_hash[KN_AUDIT_HASH_HEX_LEN + 1];
+	kn_store_audit_head_cb on_head;
+	void *on_head_arg;
 };
 
 /* ---- state names ---- */
@@ -883,6 +937,17 @@ static int write_begin(struct kn_store *st, bool *own, struct kn_error *err)
 	return run(st, st->stmt[STMT_BEGIN], "starting a transaction", err);
 }
 
+/*
+ * A commit happened: tell the chain's watcher the new head. A rolled-back
+ * transaction's rows are gone, and so is its head.
+ */
+static void committed(struct kn_store *st, int rc)
+{
+	if (rc == 0 && st->head_dirty && st->on_head)
+		st->on_head(st->on_head_arg, st->head_id, st->head_hash);
+	st->head_dirty = false;
+}
+
 /* Finish what write_begin started: commit on success, else roll back. */
 static int write_end(struct kn_store *st, bool own, int rc,
 		     struct kn_error *err)
@@ -893,6 +958,7 @@ static int write_end(struct kn_store *st, bool own, int rc,
 		rc = run(st, st->stmt[STMT_COMMIT], "committing", err);
 	if (rc < 0)
 		rollback_open(st);
+	committed(st, rc);
 	return rc;
 }
 
@@ -914,12 +980,14 @@ int kn_store_commit(struct kn_store *st, struct kn_error *err)
 	rc = run(st, st->stmt[STMT_COMMIT], "committing", err);
 	if (rc < 0)
 		rollback_open(st);
+	committed(st, rc);
 	return rc;
 }
 
 void kn_store_rollback(struct kn_store *st)
 {
 	rollback_open(st);
+	st->head_dirty = false;
 }
 
 /* ---- open, migrate, free ---- */
@@ -1102,6 +1170,7 @@ void kn_store_free(struct kn_store *st)
 	for (int i = 0; i < STMT_COUNT; i++)
 		sqlite3_finalize(st->stmt[i]);
 	sqlite3_close(st->db);
+	EVP_MAC_CTX_free(st->audit_mac);
 	free(st);
 }
 
@@ -1117,34 +1186,212 @@ void kn_audit_release(struct kn_audit *a)
 	free(a->object);
 	free(a->outcome);
 	free(a->detail);
+	free(a->hash);
 	memset(a, 0, sizeof(*a));
 }
 
+/* ---- the audit chain ---- */
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (unsigned char)v;
+}
+
+/* A string field: 4-byte big-endian length, 0xffffffff for NULL. */
+static void mac_field(EVP_MAC_CTX *ctx, const char *v)
+{
+	unsigned char len[4];
+	uint32_t n = v ? (uint32_t)strlen(v) : UINT32_MAX;
+
+	for (int i = 3; i >= 0; i--, n >>= 8)
+		len[i] = (unsigned char)n;
+	EVP_MAC_update(ctx, len, sizeof(len));
+	if (v)
+		EVP_MAC_update(ctx, (const unsigned char *)v, strlen(v));
+}
+
 /*
- * Insert a's row (nothing when a is NULL). object stands in for a->object
- * when that is NULL, so a caller can audit a job before it has an id.
+ * An HMAC-SHA256 context keyed once; chain_hash copies it per row, so
+ * the key schedule is not redone for every row a verify reads.
+ */
+static EVP_MAC_CTX *mac_new(const unsigned char key[KN_AUDIT_KEY_LEN])
+{
+	EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+	EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+	OSSL_PARAM params[] = {
+		OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
+						 (char *)"SHA256", 0),
+		OSSL_PARAM_construct_end(),
+	};
+
+	EVP_MAC_free(mac);
+	if (ctx && EVP_MAC_init(ctx, key, KN_AUDIT_KEY_LEN, params) != 1) {
+		EVP_MAC_CTX_free(ctx);
+		ctx = NULL;
+	}
+	return ctx;
+}
+
+static int hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* 64 lowercase hex digits into 32 bytes; false when it is not that. */
+static bool hash_from_hex(const char *hex, unsigned char out[32])
+{
+	if (!hex || strlen(hex) != KN_AUDIT_HASH_HEX_LEN)
+		return false;
+	for (int i = 0; i < 32; i++) {
+		int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return false;
+		out[i] = (unsigned char)(hi << 4 | lo);
+	}
+	return true;
+}
+
+static void hash_to_hex(const unsigned char in[32],
+			char out[KN_AUDIT_HASH_HEX_LEN + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (int i = 0; i < 32; i++) {
+		out[2 * i] = digits[in[i] >> 4];
+		out[2 * i + 1] = digits[in[i] & 15];
+	}
+	out[KN_AUDIT_HASH_HEX_LEN] = '\0';
+}
+
+/*
+ * hash = HMAC-SHA256(key, prev || id || time || fields), as store.h
+ * spells out; keyed is mac_new's context. The id is a parameter so verify
+ * can ask whether a row's hash belongs to another position.
+ */
+static void chain_hash(EVP_MAC_CTX *keyed, const unsigned char prev[32],
+		       int64_t id, const struct kn_audit *a,
+		       char out[KN_AUDIT_HASH_HEX_LEN + 1])
+{
+	unsigned char num[16], mac[EVP_MAX_MD_SIZE];
+	size_t len = 0;
+	EVP_MAC_CTX *ctx = EVP_MAC_CTX_dup(keyed);
+
+	if (!ctx)
+		abort(); /* out of memory, as kn_xmalloc */
+	put_u64(num, (uint64_t)id);
+	put_u64(num + 8, (uint64_t)a->time_ms);
+	EVP_MAC_update(ctx, prev, 32);
+	EVP_MAC_update(ctx, num, sizeof(num));
+	mac_field(ctx, a->actor);
+	mac_field(ctx, a->role);
+	mac_field(ctx, a->action);
+	mac_field(ctx, a->object);
+	mac_field(ctx, a->outcome);
+	mac_field(ctx, a->detail);
+	EVP_MAC_final(ctx, mac, &len, sizeof(mac));
+	EVP_MAC_CTX_free(ctx);
+	hash_to_hex(mac, out);
+}
+
+/* The hash of the row before id (32 zero bytes when there is none). */
+static int chain_prev(struct kn_store *st, int64_t id, unsigned char prev[32],
+		      char prev_hex[KN_AUDIT_HASH_HEX_LEN + 1],
+		      struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_AUDIT_PREV];
+	const char *what = "reading the audit chain";
+	int rc;
+
+	memset(prev, 0, 32);
+	hash_to_hex(prev, prev_hex);
+	if (bind_i64(s, 1, id))
+		return bind_fail(st, s, what, err);
+	rc = step_row(st, s, what, err);
+	if (rc == 1) {
+		const char *h = (const char *)sqlite3_column_text(s, 0);
+
+		if (!hash_from_hex(h, prev))
+			rc = kn_errorf(err, KN_EIO, NULL,
+				       "store: audit row before %lld has no"
+				       " valid chain hash",
+				       (long long)id);
+		else
+			hash_to_hex(prev, prev_hex);
+	}
+	stmt_done(s);
+	return rc < 0 ? rc : 0;
+}
+
+/* Link row a (already inserted, a->id set) to the row before it. */
+static int chain_row(struct kn_store *st, const struct kn_audit *a,
+		     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_AUDIT_SET_CHAIN];
+	unsigned char prev[32];
+	char prev_hex[KN_AUDIT_HASH_HEX_LEN + 1];
+	char hash[KN_AUDIT_HASH_HEX_LEN + 1];
+	int rc = chain_prev(st, a->id, prev, prev_hex, err);
+
+	if (rc < 0)
+		return rc;
+	chain_hash(st->audit_mac, prev, a->id, a, hash);
+	if (bind_text(s, 1, prev_hex) || bind_text(s, 2, hash) ||
+	    bind_i64(s, 3, a->id))
+		return bind_fail(st, s, "chaining an audit row", err);
+	rc = run(st, s, "chaining an audit row", err);
+	if (rc == 0) {
+		st->head_dirty = true;
+		st->head_id = a->id;
+		memcpy(st->head_hash, hash, sizeof(hash));
+	}
+	return rc;
+}
+
+/*
+ * Insert a's row (nothing when a is NULL) and chain it. object stands in
+ * for a->object when that is NULL, so a caller can audit a job before it
+ * has an id. Runs inside the caller's transaction.
  */
 static int audit_write(struct kn_store *st, const struct kn_audit *a,
 		       const char *object, struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_AUDIT_INSERT];
 	const char *what = "writing an audit row";
+	struct kn_audit row;
+	int rc;
 
 	if (!a)
 		return 0;
-	if (bind_i64(s, 1, a->time_ms ? a->time_ms : kn_now_ms()) ||
-	    bind_text(s, 2, a->actor) || bind_text(s, 3, a->role) ||
-	    bind_text(s, 4, a->action) ||
-	    bind_text(s, 5, a->object ? a->object : object) ||
-	    bind_text(s, 6, a->outcome) || bind_text(s, 7, a->detail))
+	row = *a;
+	row.time_ms = a->time_ms ? a->time_ms : kn_now_ms();
+	row.object = a->object ? a->object : (char *)object;
+	if (bind_i64(s, 1, row.time_ms) || bind_text(s, 2, row.actor) ||
+	    bind_text(s, 3, row.role) || bind_text(s, 4, row.action) ||
+	    bind_text(s, 5, row.object) || bind_text(s, 6, row.outcome) ||
+	    bind_text(s, 7, row.detail))
 		return bind_fail(st, s, what, err);
-	return run(st, s, what, err);
+	rc = run(st, s, what, err);
+	if (rc < 0 || !st->audit_mac)
+		return rc;
+	row.id = sqlite3_last_insert_rowid(st->db);
+	return chain_row(st, &row, err);
 }
 
 int kn_store_audit_insert(struct kn_store *st, const struct kn_audit *a,
 			  struct kn_error *err)
 {
-	return audit_write(st, a, NULL, err);
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	rc = audit_write(st, a, NULL, err);
+	return write_end(st, own, rc, err);
 }
 
 static void read_audit(sqlite3_stmt *s, struct kn_audit *a)
@@ -1157,6 +1404,7 @@ static void read_audit(sqlite3_stmt *s, struct kn_audit *a)
 	a->object = col_str(s, AUDIT_COL_OBJECT);
 	a->outcome = col_str(s, AUDIT_COL_OUTCOME);
 	a->detail = col_str(s, AUDIT_COL_DETAIL);
+	a->hash = col_str(s, AUDIT_COL_HASH);
 }
 
 int kn_store_audit_list(struct kn_store *st, const struct kn_audit_filter *f,
@@ -1194,6 +1442,328 @@ void kn_audit_list_free(struct kn_audit *rows, size_t n)
 	for (size_t i = 0; rows && i < n; i++)
 		kn_audit_release(&rows[i]);
 	free(rows);
+}
+
+int kn_store_audit_chain_start(struct kn_store *st,
+			       const unsigned char key[KN_AUDIT_KEY_LEN],
+			       kn_store_audit_head_cb on_head, void *arg,
+			       int64_t *chained, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_AUDIT_UNCHAINED];
+	const char *what = "chaining the audit log";
+	struct kn_audit *rows = NULL;
+	size_t count = 0, alloc = 0;
+	bool own;
+	int rc;
+
+	EVP_MAC_CTX_free(st->audit_mac);
+	st->audit_mac = mac_new(key);
+	if (!st->audit_mac)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "store: OpenSSL has no HMAC-SHA256");
+	st->on_head = on_head;
+	st->on_head_arg = arg;
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	/* Read them all first: one statement steps while another updates. */
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		read_audit(s, &rows[count++]);
+	}
+	stmt_done(s);
+	for (size_t i = 0; rc == 0 && i < count; i++)
+		rc = chain_row(st, &rows[i], err);
+	kn_audit_list_free(rows, count);
+	rc = write_end(st, own, rc, err);
+	if (rc == 0 && chained)
+		*chained = (int64_t)count;
+	return rc;
+}
+
+int kn_store_audit_has_chain(struct kn_store *st, bool *out,
+			     struct kn_error *err)
+{
+	int64_t id;
+	char hash[KN_AUDIT_HASH_HEX_LEN + 1];
+	int rc = kn_store_audit_head(st, &id, hash, err);
+
+	if (rc == 0)
+		*out = hash[0] != '\0';
+	return rc;
+}
+
+int kn_store_audit_head(struct kn_store *st, int64_t *id,
+			char hash[KN_AUDIT_HASH_HEX_LEN + 1],
+			struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_AUDIT_HEAD];
+	const unsigned char *h;
+	int rc = step_row(st, s, "reading the audit head", err);
+
+	if (rc >= 0) {
+		h = rc == 1 ? sqlite3_column_text(s, 1) : NULL;
+		*id = rc == 1 ? col_i64(s, 0) : 0;
+		kn_strlcpy(hash, h ? (const char *)h : "",
+			   KN_AUDIT_HASH_HEX_LEN + 1);
+	}
+	stmt_done(s);
+	return rc < 0 ? rc : 0;
+}
+
+int kn_store_audit_hash_of(struct kn_store *st, int64_t id,
+			   char hash[KN_AUDIT_HASH_HEX_LEN + 1],
+			   struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_AUDIT_HASH_OF];
+	const char *what = "reading an audit row";
+	int rc;
+
+	if (bind_i64(s, 1, id))
+		return bind_fail(st, s, what, err);
+	rc = step_row(st, s, what, err);
+	if (rc == 1) {
+		const unsigned char *h = sqlite3_column_text(s, 0);
+
+		kn_strlcpy(hash, h ? (const char *)h : "",
+			   KN_AUDIT_HASH_HEX_LEN + 1);
+		rc = 0;
+	} else if (rc == 0) {
+		rc = kn_errorf(err, KN_ENOTFOUND, NULL,
+			       "audit row %lld not found", (long long)id);
+	}
+	stmt_done(s);
+	return rc;
+}
+
+static const char *const AUDIT_PROBLEM_NAMES[] = {
+	[KN_AUDIT_OK] = "ok",
+	[KN_AUDIT_EDITED] = "edited",
+	[KN_AUDIT_REORDERED] = "reordered",
+	[KN_AUDIT_DELETED] = "deleted",
+	[KN_AUDIT_TRUNCATED] = "truncated",
+	[KN_AUDIT_UNCHAINED] = "unchained",
+};
+
+const char *kn_audit_problem_name(enum kn_audit_problem p)
+{
+	if ((unsigned)p >= sizeof(AUDIT_PROBLEM_NAMES) /
+				   sizeof(AUDIT_PROBLEM_NAMES[0]))
+		return "unknown";
+	return AUDIT_PROBLEM_NAMES[p];
+}
+
+static void verify_bad(struct kn_audit_verify *v, enum kn_audit_problem p,
+		       int64_t id, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void verify_bad(struct kn_audit_verify *v, enum kn_audit_problem p,
+		       int64_t id, const char *fmt, ...)
+{
+	va_list ap;
+
+	v->problem = p;
+	v->bad_id = id;
+	va_start(ap, fmt);
+	vsnprintf(v->message, sizeof(v->message), fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * Row a's fields do not match its hash: was it written at another id
+ * (rows swapped or moved)? Tried for every id the log has ever used, so
+ * this costs one more pass, and only once, at the first bad row.
+ */
+static int64_t written_as(struct kn_store *st, EVP_MAC_CTX *keyed,
+			  const struct kn_audit *a, const unsigned char prev[32],
+			  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_AUDIT_MAX_ID];
+	char hash[KN_AUDIT_HASH_HEX_LEN + 1];
+	int64_t max_id = 0;
+	int rc = step_row(st, s, "reading the audit log", err);
+
+	if (rc == 1)
+		max_id = col_i64(s, 0);
+	stmt_done(s);
+	for (int64_t id = 1; id <= max_id; id++) {
+		if (id == a->id)
+			continue;
+		chain_hash(keyed, prev, id, a, hash);
+		if (!strcmp(hash, a->hash))
+			return id;
+	}
+	return 0;
+}
+
+/* One row of the walk; false when it is bad (v filled). */
+static bool verify_row(struct kn_store *st, EVP_MAC_CTX *keyed,
+		       const struct kn_audit *a, const char *prev_hash_col,
+		       int64_t last_id, const char *last_hash,
+		       struct kn_audit_verify *v, struct kn_error *err)
+{
+	unsigned char prev[32];
+	char hash[KN_AUDIT_HASH_HEX_LEN + 1];
+	int64_t other;
+
+	if (!a->hash) {
+		verify_bad(v, KN_AUDIT_UNCHAINED, a->id,
+			   "row %lld has no chain hash (written without the"
+			   " chain, or its hash was removed)",
+			   (long long)a->id);
+		return false;
+	}
+	if (a->id != last_id + 1) {
+		verify_bad(v, KN_AUDIT_DELETED, last_id + 1,
+			   last_id + 1 == a->id - 1
+				   ? "row %lld is missing (deleted): the log"
+				     " goes from row %lld to row %lld"
+				   : "rows %lld.. are missing (deleted): the log"
+				     " goes from row %lld to row %lld",
+			   (long long)(last_id + 1), (long long)last_id,
+			   (long long)a->id);
+		return false;
+	}
+	if (!hash_from_hex(prev_hash_col, prev)) {
+		verify_bad(v, KN_AUDIT_EDITED, a->id,
+			   "row %lld: its link to the previous row is not a"
+			   " hash (edited)",
+			   (long long)a->id);
+		return false;
+	}
+	chain_hash(keyed, prev, a->id, a, hash);
+	if (strcmp(hash, a->hash) != 0) {
+		other = written_as(st, keyed, a, prev, err);
+		if (other)
+			verify_bad(v, KN_AUDIT_REORDERED, a->id,
+				   "row %lld holds the row written as row"
+				   " %lld (rows were reordered)",
+				   (long long)a->id, (long long)other);
+		else
+			verify_bad(v, KN_AUDIT_EDITED, a->id,
+				   "row %lld (%s %s by %s) does not match its"
+				   " hash (edited)",
+				   (long long)a->id, a->action ? a->action : "",
+				   a->object ? a->object : "",
+				   a->actor ? a->actor : "");
+		return false;
+	}
+	if (strcmp(prev_hash_col, last_hash) != 0) {
+		verify_bad(v, KN_AUDIT_DELETED, a->id,
+			   "row %lld does not follow row %lld (a row between"
+			   " them was deleted or replaced)",
+			   (long long)a->id, (long long)last_id);
+		return false;
+	}
+	return true;
+}
+
+int kn_store_audit_verify(struct kn_store *st,
+			  const unsigned char key[KN_AUDIT_KEY_LEN],
+			  int64_t anchor_id, const char *anchor_hash,
+			  struct kn_audit_verify *out, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_AUDIT_WALK];
+	const char *what = "reading the audit log";
+	EVP_MAC_CTX *keyed = mac_new(key);
+	struct kn_audit_verify v;
+	char last_hash[KN_AUDIT_HASH_HEX_LEN + 1];
+	char anchor_row_hash[KN_AUDIT_HASH_HEX_LEN + 1] = "";
+	unsigned char zero[32] = {0};
+	int64_t last_id = 0;
+	bool good = true;
+	int rc;
+
+	if (!keyed)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "store: OpenSSL has no HMAC-SHA256");
+	memset(&v, 0, sizeof(v));
+	hash_to_hex(zero, last_hash);
+	while (good && (rc = step_row(st, s, what, err)) == 1) {
+		struct kn_audit a;
+		char *prev_col = col_str(s, AUDIT_COL_PREV_HASH);
+
+		memset(&a, 0, sizeof(a));
+		read_audit(s, &a);
+		v.rows++;
+		good = verify_row(st, keyed, &a, prev_col ? prev_col : "",
+				  last_id, last_hash, &v, err);
+		if (good) {
+			last_id = a.id;
+			kn_strlcpy(last_hash, a.hash, sizeof(last_hash));
+			if (a.id == anchor_id)
+				kn_strlcpy(anchor_row_hash, a.hash,
+					   sizeof(anchor_row_hash));
+		}
+		free(prev_col);
+		kn_audit_release(&a);
+	}
+	stmt_done(s);
+	EVP_MAC_CTX_free(keyed);
+	if (rc < 0)
+		return rc;
+	if (good && anchor_id > last_id)
+		verify_bad(&v, KN_AUDIT_TRUNCATED, last_id + 1,
+			   "row %lld is missing: the log ends at row %lld but"
+			   " its recorded head is row %lld (rows were deleted"
+			   " from the end)",
+			   (long long)(last_id + 1), (long long)last_id,
+			   (long long)anchor_id);
+	else if (good && anchor_id > 0 && anchor_hash &&
+		 strcmp(anchor_row_hash, anchor_hash) != 0)
+		verify_bad(&v, KN_AUDIT_TRUNCATED, anchor_id,
+			   "row %lld is not the row recorded as the head"
+			   " (rows were deleted from the end and others"
+			   " written in their place)",
+			   (long long)anchor_id);
+	v.head_id = last_id;
+	kn_strlcpy(v.head_hash, last_id ? last_hash : "", sizeof(v.head_hash));
+	*out = v;
+	return 0;
+}
+
+int kn_store_backup(struct kn_store *st, const char *path,
+		    struct kn_error *err)
+{
+	sqlite3 *dest = NULL;
+	sqlite3_backup *b;
+	int ret = 0, fd, rc;
+
+	/* Create it ourselves: 0600, and refuse to overwrite anything. */
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				 strerror(errno));
+	close(fd);
+	if (sqlite3_open_v2(path, &dest, SQLITE_OPEN_READWRITE, NULL) !=
+	    SQLITE_OK) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				dest ? sqlite3_errmsg(dest) : "out of memory");
+		goto out;
+	}
+	b = sqlite3_backup_init(dest, "main", st->db, "main");
+	if (!b) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: backup: %s", path,
+				sqlite3_errmsg(dest));
+		goto out;
+	}
+	/* -1: every page in one step, under one read transaction. */
+	rc = sqlite3_backup_step(b, -1);
+	sqlite3_backup_finish(b);
+	if (rc != SQLITE_DONE) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: backup: %s", path,
+				sqlite3_errstr(rc));
+		goto out;
+	}
+	/* A single file: the copy is read without its WAL. */
+	if (sqlite3_exec(dest, "PRAGMA journal_mode = DELETE", NULL, NULL,
+			 NULL) != SQLITE_OK)
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				sqlite3_errmsg(dest));
+out:
+	sqlite3_close(dest);
+	if (ret < 0)
+		unlink(path);
+	return ret;
 }
 
 /* ---- tokens ---- */

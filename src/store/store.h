@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 4
+#define KN_STORE_SCHEMA_VERSION 5
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -68,12 +68,106 @@ struct kn_audit {
 			    the object written, e.g. the new job's id */
 	char *outcome;   /* "ok", "denied", "error" */
 	char *detail;    /* free text, may be NULL */
+	char *hash;      /* read only: the row's chain hash (hex), NULL
+			    when unchained; ignored on insert */
 };
 void kn_audit_release(struct kn_audit *a);
 
-/* Insert an audit row on its own (denials, failures). */
+/*
+ * Insert an audit row on its own (denials, failures, reads worth
+ * recording such as a model pull). Outside a transaction it runs in its
+ * own, chained like every other row; inside kn_store_begin it joins it.
+ */
 int kn_store_audit_insert(struct kn_store *st, const struct kn_audit *a,
 			  struct kn_error *err);
+
+/*
+ * ---- the audit hash chain (docs/audit.md) ----
+ *
+ * Once started, every audit row is chained as it is inserted, in the
+ * same transaction: hash = HMAC-SHA256(key, prev || row), where prev is
+ * the previous row's hash (32 zero bytes for the first row) and row is
+ * the canonical encoding of id, time_ms (each 8 bytes big-endian), then
+ * actor, role, action, object, outcome, detail, each as a 4-byte
+ * big-endian length and its bytes (length 0xffffffff for NULL). Hashes
+ * are stored as lowercase hex beside the previous row's (prev_hash).
+ */
+#define KN_AUDIT_KEY_LEN 32
+#define KN_AUDIT_HASH_HEX_LEN 64
+
+/* Told the newest row's (id, hash) after each commit that chained rows. */
+typedef void (*kn_store_audit_head_cb)(void *arg, int64_t id,
+				       const char *hash);
+
+/*
+ * Chain rows from now on with key, after chaining (in id order, one
+ * transaction) the rows that have no hash yet: those written before
+ * schema v5. *chained (may be NULL) gets how many that was. on_head (may
+ * be NULL) is called after every commit that chained rows, this one
+ * included.
+ */
+int kn_store_audit_chain_start(struct kn_store *st,
+			       const unsigned char key[KN_AUDIT_KEY_LEN],
+			       kn_store_audit_head_cb on_head, void *arg,
+			       int64_t *chained, struct kn_error *err);
+/*
+ * Whether any row is chained (a key is then needed to go on); *out set.
+ */
+int kn_store_audit_has_chain(struct kn_store *st, bool *out,
+			     struct kn_error *err);
+/*
+ * The newest row: its id and hash (hex, "" when unchained); id 0 and ""
+ * for an empty log.
+ */
+int kn_store_audit_head(struct kn_store *st, int64_t *id,
+			char hash[KN_AUDIT_HASH_HEX_LEN + 1],
+			struct kn_error *err);
+/* Row id's hash ("" when unchained); -ENOENT when there is no such row. */
+int kn_store_audit_hash_of(struct kn_store *st, int64_t id,
+			   char hash[KN_AUDIT_HASH_HEX_LEN + 1],
+			   struct kn_error *err);
+
+/* What kn_store_audit_verify found. */
+enum kn_audit_problem {
+	KN_AUDIT_OK,
+	KN_AUDIT_EDITED,    /* a row's fields do not match its hash */
+	KN_AUDIT_REORDERED, /* a row's hash matches another id's position */
+	KN_AUDIT_DELETED,   /* an id is missing, or a link is broken */
+	KN_AUDIT_TRUNCATED, /* rows up to the anchored head are missing */
+	KN_AUDIT_UNCHAINED, /* a row has no hash */
+};
+/* "ok", "edited", "reordered", "deleted", "truncated", "unchained". */
+const char *kn_audit_problem_name(enum kn_audit_problem p);
+
+struct kn_audit_verify {
+	enum kn_audit_problem problem;
+	int64_t rows;     /* rows read */
+	int64_t head_id;  /* the newest row, 0 for an empty log */
+	char head_hash[KN_AUDIT_HASH_HEX_LEN + 1];
+	int64_t bad_id;   /* the first bad row's id (or the first missing
+			     one); 0 when ok */
+	char message[256]; /* what is wrong, naming the row */
+};
+
+/*
+ * Recompute the whole chain with key, oldest first, and stop at the first
+ * bad row. anchor_id/anchor_hash (0/NULL = none) is the head recorded
+ * outside the database: a log that ends before it, or whose row there has
+ * another hash, was cut short. Rows after the anchor are checked like any
+ * other. Fills *out; a broken chain is not an error (returns 0).
+ */
+int kn_store_audit_verify(struct kn_store *st,
+			  const unsigned char key[KN_AUDIT_KEY_LEN],
+			  int64_t anchor_id, const char *anchor_hash,
+			  struct kn_audit_verify *out, struct kn_error *err);
+
+/*
+ * An online copy of the whole database into a new file at path (mode
+ * 0600), one consistent moment (SQLite's backup API, in one step, so no
+ * writer can interleave). The file must not exist.
+ */
+int kn_store_backup(struct kn_store *st, const char *path,
+		    struct kn_error *err);
 
 struct kn_audit_filter {
 	const char *actor;  /* NULL = any */
