@@ -61,6 +61,11 @@ int cmd_server(int argc, char **argv)
 		{"slurm-shards-per-gpu", required_argument, NULL, 'X'},
 		{"node-labels", required_argument, NULL, 'N'},
 		{"sim-node", required_argument, NULL, 'O'},
+		{"kube-namespace", required_argument, NULL, 'T'},
+		{"kubeconfig", required_argument, NULL, 'C'},
+		{"kube-context", required_argument, NULL, 'Y'},
+		{"image", required_argument, NULL, 'i'},
+		{"kube-scheduler-name", required_argument, NULL, 'Z'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -175,9 +180,11 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'x':
 			if (strcmp(optarg, "local") != 0 &&
-			    strcmp(optarg, "slurm") != 0) {
+			    strcmp(optarg, "slurm") != 0 &&
+			    strcmp(optarg, "kubernetes") != 0) {
 				fprintf(stderr, "kiln server: --executor: \"%s\" "
-					"is not local or slurm\n", optarg);
+					"is not local, slurm or kubernetes\n",
+					optarg);
 				goto out;
 			}
 			cfg.executor = optarg;
@@ -203,6 +210,21 @@ int cmd_server(int argc, char **argv)
 		case 'O':
 			sim_nodes[n_sim_nodes++] = optarg;
 			break;
+		case 'T':
+			cfg.kube_namespace = optarg;
+			break;
+		case 'C':
+			cfg.kubeconfig = optarg;
+			break;
+		case 'Y':
+			cfg.kube_context = optarg;
+			break;
+		case 'i':
+			cfg.kube_image = optarg;
+			break;
+		case 'Z':
+			cfg.kube_scheduler = optarg;
+			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);
 			goto out;
@@ -224,6 +246,18 @@ int cmd_server(int argc, char **argv)
 	if (n_sim_nodes && strcmp(cfg.executor, "local") != 0) {
 		fprintf(stderr, "kiln server: --sim-node runs its nodes on this "
 			"machine: it needs --executor local\n");
+		goto out;
+	}
+	if ((cfg.kube_namespace || cfg.kubeconfig || cfg.kube_context ||
+	     cfg.kube_image || cfg.kube_scheduler) &&
+	    strcmp(cfg.executor, "kubernetes") != 0) {
+		fprintf(stderr, "kiln server: --kube-namespace, --kubeconfig, "
+			"--kube-context, --image and --kube-scheduler-name need "
+			"--executor kubernetes\n");
+		goto out;
+	}
+	if (cfg.kube_namespace && !*cfg.kube_namespace) {
+		fprintf(stderr, "kiln server: --kube-namespace: empty\n");
 		goto out;
 	}
 	cfg.sim_nodes = sim_nodes;
