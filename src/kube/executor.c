@@ -471,6 +471,15 @@ static void http_error(long status, json_t *answer, char *out, size_t len)
 		 msg ? msg : "");
 }
 
+/* A transport error's cause alone ("Couldn't connect to server"): the
+   request and URL before it would fill a task's reason. */
+static const char *cause_of(const struct kn_error *err)
+{
+	const char *p = strrchr(err->message, ':');
+
+	return p && p[1] == ' ' ? p + 2 : err->message;
+}
+
 /* Every rank not yet ended ends with reason (the attempt never ran). */
 static void fail_attempt(struct attempt *a, const char *reason)
 {
@@ -512,8 +521,9 @@ static void submit(struct kube_exec *ex, struct attempt *a)
 	long status = 0;
 
 	if (kn_kube_post(ex->client, path, job, &status, &answer, &err) < 0) {
+		kn_log(KN_LOG_ERROR, "kubernetes: %s", err.message);
 		snprintf(why, sizeof(why), "cannot submit to Kubernetes: %.200s",
-			 err.message);
+			 cause_of(&err));
 		goto failed;
 	}
 	if (status == 409) {
@@ -524,8 +534,9 @@ static void submit(struct kube_exec *ex, struct attempt *a)
 		json_decref(answer);
 		answer = NULL;
 		if (kn_kube_get(ex->client, path, &status, &answer, &err) < 0) {
+			kn_log(KN_LOG_ERROR, "kubernetes: %s", err.message);
 			snprintf(why, sizeof(why), "cannot submit to "
-				 "Kubernetes: %.200s", err.message);
+				 "Kubernetes: %.200s", cause_of(&err));
 			goto failed;
 		}
 	}
@@ -737,6 +748,10 @@ static void follow(struct kube_exec *ex, struct attempt *head)
 				if (write_view(dir, &v) == 0)
 					a->ended[r] = true;
 			}
+			/* The attempt is over for kiln, which requeues it: no
+			   pod of it may run beside the next attempt's. */
+			if (v.preempted && !a->deleted)
+				delete_job(ex, a, a->grace_s);
 			free(dir);
 		}
 		json_decref(mine);
