@@ -72,7 +72,7 @@ struct attempt {
 	bool submit;
 	bool delete_asked;
 	int64_t delete_grace_s;
-	/* The worker's alone. */
+	/* Written by the worker alone (deleted under the lock). */
 	bool submitted;
 	bool deleted;
 	struct attempt *next;
@@ -496,17 +496,16 @@ static void fail_attempt(struct attempt *a, const char *reason)
 	}
 }
 
+/* Queue the Job's deletion. Under the lock. */
 static void ask_delete(struct kube_exec *ex, struct attempt *a,
 		       int64_t grace_s)
 {
-	pthread_mutex_lock(&ex->lock);
 	if (!a->delete_asked && !a->deleted) {
 		a->delete_asked = true;
 		a->delete_grace_s = grace_s;
 	}
 	ex->work = true;
 	pthread_cond_signal(&ex->wake);
-	pthread_mutex_unlock(&ex->lock);
 }
 
 static void submit(struct kube_exec *ex, struct attempt *a)
@@ -581,7 +580,9 @@ static void submit(struct kube_exec *ex, struct attempt *a)
 			/* Rank 0 would have no name: the attempt cannot run. */
 			kn_log(KN_LOG_ERROR, "kubernetes: %s: %s", a->name, why);
 			fail_attempt(a, why);
+			pthread_mutex_lock(&ex->lock);
 			ask_delete(ex, a, 0);
+			pthread_mutex_unlock(&ex->lock);
 		}
 	}
 	kn_log(KN_LOG_INFO, "kubernetes: submitted Job %s/%s", ns, a->name);
@@ -605,6 +606,7 @@ static void delete_job(struct kube_exec *ex, struct attempt *a,
 				 "Foreground"), *answer = NULL;
 	struct kn_error err;
 	long status = 0;
+	bool done = false;
 
 	if (grace_s >= 0)
 		json_object_set_new(body, "gracePeriodSeconds",
@@ -612,7 +614,7 @@ static void delete_job(struct kube_exec *ex, struct attempt *a,
 	if (kn_kube_delete(ex->client, path, body, &status, &answer, &err) < 0) {
 		warn(ex, "cannot delete Job %s: %s", a->name, err.message);
 	} else if (status == 200 || status == 202 || status == 404) {
-		a->deleted = true;
+		done = true;
 		kn_log(KN_LOG_INFO, "kubernetes: deleted Job %s (grace %llds)",
 		       a->name, (long long)grace_s);
 	} else {
@@ -620,13 +622,15 @@ static void delete_job(struct kube_exec *ex, struct attempt *a,
 		http_error(status, answer, detail, sizeof(detail));
 		warn(ex, "cannot delete Job %s: %s", a->name, detail);
 	}
-	if (!a->deleted) {
+	pthread_mutex_lock(&ex->lock);
+	if (done) {
+		a->deleted = true;
+	} else {
 		/* Asked again on the next turn. */
-		pthread_mutex_lock(&ex->lock);
 		a->delete_asked = true;
 		a->delete_grace_s = grace_s;
-		pthread_mutex_unlock(&ex->lock);
 	}
+	pthread_mutex_unlock(&ex->lock);
 	json_decref(body);
 	json_decref(answer);
 	free(path);
@@ -934,14 +938,15 @@ static int kube_stop(const char *task_dir, const struct kn_task_proc *proc,
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
 			       strerror(-rc));
 	if (ex) {
+		/* Found and marked under one lock: the worker frees attempts
+		   that are over. The kubelet sends SIGTERM (the preStop hook
+		   the checkpoint signal) and kills after the grace. */
 		pthread_mutex_lock(&ex->lock);
 		a = attempt_find(ex, dir);
-		pthread_mutex_unlock(&ex->lock);
-		/* The kubelet sends SIGTERM (the preStop hook the checkpoint
-		   signal) and kills after the grace. */
 		if (a)
 			ask_delete(ex, a, grace_ms >= 0 ? (grace_ms + 999) / 1000
 							: a->grace_s);
+		pthread_mutex_unlock(&ex->lock);
 	}
 	free(dir);
 	free(text);
