@@ -14,9 +14,9 @@
  *
  *   ATTEMPT_DIR/kube-job.json   the manifests to submit (written by start;
  *                               adopt reads the Job's name back from it)
- *   ATTEMPT_DIR/kube-submitted  the Job's uid once the API accepted it, so
- *                               a restarted server adopts and never POSTs
- *                               again
+ *   ATTEMPT_DIR/kube-submitted  the Job's uid once the API accepted it
+ *                               (and a gang's Service), so a restarted
+ *                               server adopts and never POSTs again
  *   TASK_DIR/kube.json          the task's end, written by the worker once
  *                               the Job and pods say it ended; status
  *                               reads nothing else
@@ -31,6 +31,7 @@
  * resync, with no resourceVersion to lose.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -391,7 +392,13 @@ static int write_view(const char *task_dir,
 				(json_int_t)v->ended_at_ms, "pod", v->pod);
 	char *text = json_dumps(doc, JSON_COMPACT);
 	char *path = kn_asprintf("%s/" STATE_FILE, task_dir);
-	int rc = kn_write_file_replace(path, text, strlen(text), 0600);
+	int rc;
+
+	/* The server creates the later ranks' directories just after rank
+	   0 submitted: a fast failure can come first. */
+	rc = kn_mkdir_p(task_dir, 0700);
+	if (rc == 0)
+		rc = kn_write_file_replace(path, text, strlen(text), 0600);
 
 	free(path);
 	free(text);
@@ -547,9 +554,6 @@ static void submit(struct kube_exec *ex, struct attempt *a)
 		goto failed;
 	}
 	uid = str_at(answer, "metadata", "uid");
-	marker = kn_asprintf("%s/" SUBMITTED_FILE, a->dir);
-	kn_write_file_replace(marker, uid ? uid : "", uid ? strlen(uid) : 0,
-			      0600);
 	a->submitted = true;
 	if (svc) {
 		/* Deleted with its Job by the garbage collector. */
@@ -576,6 +580,8 @@ static void submit(struct kube_exec *ex, struct attempt *a)
 		}
 		json_decref(body);
 		json_decref(created);
+		if (why[0] && ex->stop)
+			goto out; /* posted again (409) by the next start */
 		if (why[0]) {
 			/* Rank 0 would have no name: the attempt cannot run. */
 			kn_log(KN_LOG_ERROR, "kubernetes: %s: %s", a->name, why);
@@ -583,11 +589,22 @@ static void submit(struct kube_exec *ex, struct attempt *a)
 			pthread_mutex_lock(&ex->lock);
 			ask_delete(ex, a, 0);
 			pthread_mutex_unlock(&ex->lock);
+			goto out;
 		}
 	}
+	/* Once the Service is there too: a restart before this posts both
+	   again, and their 409s say they exist. */
+	marker = kn_asprintf("%s/" SUBMITTED_FILE, a->dir);
+	kn_write_file_replace(marker, uid ? uid : "", uid ? strlen(uid) : 0,
+			      0600);
 	kn_log(KN_LOG_INFO, "kubernetes: submitted Job %s/%s", ns, a->name);
 	goto out;
 failed:
+	if (ex->stop) {
+		/* Cut short by the server's stop: not the attempt's failure.
+		   Without kube-submitted, the next start posts it again. */
+		goto out;
+	}
 	kn_log(KN_LOG_ERROR, "kubernetes: Job %s/%s: %s", ns, a->name, why);
 	fail_attempt(a, why);
 out:
@@ -636,13 +653,44 @@ static void delete_job(struct kube_exec *ex, struct attempt *a,
 	free(path);
 }
 
+/*
+ * Bring TASK_DIR/output.log up to the pod's log. The file grows in place
+ * (a follower of `kiln logs -f` reads on from its offset) as long as the
+ * pod's log is at least as long; a shorter one (the kubelet rotated it)
+ * replaces it.
+ */
+static void write_log(const char *task_dir, const char *text, size_t len)
+{
+	char *path = kn_asprintf("%s/" KN_LOG_FILE, task_dir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	struct stat st;
+	size_t from = 0;
+
+	if (fd < 0) {
+		free(path);
+		return;
+	}
+	if (fstat(fd, &st) == 0 && (size_t)st.st_size <= len)
+		from = (size_t)st.st_size;
+	else if (ftruncate(fd, 0) < 0)
+		from = len; /* nothing sensible to write */
+	while (from < len) {
+		ssize_t n = pwrite(fd, text + from, len - from, (off_t)from);
+		if (n <= 0)
+			break;
+		from += (size_t)n;
+	}
+	close(fd);
+	free(path);
+}
+
 static void fetch_log(struct kube_exec *ex, const char *task_dir,
 		      const char *pod)
 {
 	char *path = kn_asprintf("/api/v1/namespaces/%s/pods/%s/log"
 				 "?container=task&limitBytes=%d",
 				 ex->cfg.namespace_, pod, LOG_MAX_BYTES);
-	char *text = NULL, *file;
+	char *text = NULL;
 	struct kn_error err;
 	long status = 0;
 	size_t len = 0;
@@ -651,9 +699,7 @@ static void fetch_log(struct kube_exec *ex, const char *task_dir,
 			     &text, &len, &err) < 0) {
 		warn(ex, "cannot read the log of pod %s: %s", pod, err.message);
 	} else if (status == 200) {
-		file = kn_asprintf("%s/" KN_LOG_FILE, task_dir);
-		kn_write_file_replace(file, text, len, 0600);
-		free(file);
+		write_log(task_dir, text, len);
 	} else if (status != 404 && status != 400) {
 		/* 400: the container has not started; 404: the pod is gone. */
 		warn(ex, "cannot read the log of pod %s: HTTP %ld", pod,

@@ -3,6 +3,8 @@ local server answering with the recorded Kubernetes objects of
 tests/fixtures/kube/executor: the exact Job kiln POSTs, the task states it
 reads from Jobs and pods, retries, cancel, a spot eviction, logs, a
 restart that adopts instead of submitting again, and API errors."""
+import threading
+
 import pytest
 
 from conftest import Server, job_yaml, wait_for
@@ -104,12 +106,20 @@ def test_gang_succeeds(kserver, api):
     api.set_pod(name, 0, "pod-running.json", log="step 1\n")
     wait_for(lambda: "step 1" in kserver.logs(jid, task=0),
              what="rank 0's log while it runs")
+    # A follower reads on from its offset as the fetched log grows.
+    followed = []
+    follower = threading.Thread(target=lambda: followed.append(
+        kserver.request("GET", f"/v1/jobs/{jid}/logs",
+                        params={"task": 0, "follow": 1}).text))
+    follower.start()
     api.set_pod(name, 0, "pod-succeeded.json", log="step 1\nstep 2\ndone 0\n")
     api.set_pod(name, 1, "pod-succeeded.json", log="done 1\n")
     api.set_job(name, "job-complete.json")
     done = kserver.wait_state(jid, ("succeeded", "failed"))
     assert done["state"] == "succeeded", done
     assert kserver.logs(jid, task=0) == "step 1\nstep 2\ndone 0\n"
+    follower.join(timeout=30)
+    assert followed == ["step 1\nstep 2\ndone 0\n"]
     assert kserver.logs(jid, task=1) == "done 1\n"
     # Nothing deleted: the TTL cleans up; one POST per attempt.
     assert not api.sent("DELETE")
