@@ -893,7 +893,10 @@ static struct attempt *attempt_find(struct kube_exec *ex, const char *dir)
 	return NULL;
 }
 
-/* Track an attempt; its ranks' kube.json say which have ended. */
+/*
+ * Track an attempt (taking manifests over, so that no other thread holds
+ * them); its ranks' kube.json say which have ended.
+ */
 static void attempt_add(struct kube_exec *ex, const char *dir,
 			json_t *manifests, bool to_submit)
 {
@@ -912,7 +915,7 @@ static void attempt_add(struct kube_exec *ex, const char *dir,
 		json_object_get(job, "spec"), "completions"));
 	if (a->ntasks < 1)
 		a->ntasks = 1;
-	a->manifests = json_incref(manifests);
+	a->manifests = manifests;
 	a->grace_s = json_is_integer(grace) ? json_integer_value(grace) : -1;
 	a->ended = kn_xcalloc((size_t)a->ntasks, sizeof(*a->ended));
 	a->log_at = kn_xcalloc((size_t)a->ntasks, sizeof(*a->log_at));
@@ -959,6 +962,7 @@ static int kube_start(const struct kn_task_launch *l, struct kn_task_proc *out,
 		goto out;
 	}
 	attempt_add(ex, dir, docs, true);
+	docs = NULL;
 out:
 	json_decref(docs);
 	free(text);
@@ -1037,6 +1041,7 @@ static int kube_adopt(const char *task_dir, struct kn_task_proc *out,
 		free(path);
 		path = kn_asprintf("%s/" SUBMITTED_FILE, dir);
 		attempt_add(ex, dir, docs, access(path, F_OK) != 0);
+		docs = NULL;
 	}
 out:
 	json_decref(docs);
