@@ -323,9 +323,6 @@ static bool pod_state(json_t *pod, struct kn_kube_task_view *v)
 	} else {
 		ended(v, code, sig, NULL);
 	}
-	/* A Failed pod without a terminated container never ran it. */
-	if (code == 0 && !term)
-		v->exit_code = -1;
 	return true;
 }
 
