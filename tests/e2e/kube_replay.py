@@ -117,6 +117,11 @@ class JobApi:
         if m == "POST" and path == jobs:
             return self.create_job(req["body"])
         if m == "POST" and path == services:
+            if any(r["method"] == "POST" and r["path"] == services and
+                   r["body"]["metadata"]["name"] ==
+                   req["body"]["metadata"]["name"]
+                   for r in self.requests[:-1]):
+                return 409, recorded("status-409.json"), False
             svc = copy.deepcopy(req["body"])
             svc["metadata"]["uid"] = "7a3c1e52-9d4b-4f60-b1a2-3c4d5e6f7a8b"
             return 201, svc, False

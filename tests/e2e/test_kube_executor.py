@@ -235,6 +235,35 @@ def test_restart_adopts_without_posting(tmp_path, api):
         s.stop()
 
 
+def test_restart_before_submit_recorded(tmp_path, api):
+    """A crash between the API's accepting the Job and kiln's recording it
+    (kube-submitted): the next start posts again, takes the 409s for the
+    Job and its Service as "already there", and follows it."""
+    s = start_server(tmp_path, api.port)
+    try:
+        jid = s.submit(job_yaml("twice", ["x"], tasks=2))
+        name = f"kiln-{jid}-1"
+        marker = s.home / "tasks" / str(jid) / "1" / "kube-submitted"
+        wait_for(marker.exists, what="kube-submitted")
+        assert marker.read_text() == f"uid-{name}"
+        s.kill9()
+        marker.unlink()
+        s.start()
+        wait_for(lambda: len(api.sent("POST", "/jobs")) == 2,
+                 what="the second POST")
+        wait_for(lambda: len(api.sent("GET", f"/jobs/{name}")) == 1,
+                 what="the Job read back after its 409")
+        wait_for(marker.exists, what="kube-submitted again")
+        assert s.job(jid)["state"] == "running"
+        api.set_job(name, "job-complete.json")
+        with api.lock:
+            api.pods[name].clear()
+        assert s.wait_state(jid, ("succeeded", "failed"))["state"] == \
+            "succeeded"
+    finally:
+        s.stop()
+
+
 def test_api_errors(tmp_path, api):
     s = start_server(tmp_path, api.port)
     try:
