@@ -73,6 +73,22 @@ static void test_running_and_succeeded(void **state)
 	assert_string_equal(v.pod, "kiln-1-1-0-x7k2p");
 	/* 2026-12-03T04:00:04Z */
 	assert_int_equal(v.started_at_ms, 1796270404000LL);
+	/* Not started yet (waiting for a node or its image): not ended. */
+	{
+		json_t *pods = json_array(), *pod = pod_at("pod-running.json", 0);
+		json_t *job = load("job-active.json");
+
+		json_object_set_new(json_object_get(pod, "status"), "phase",
+				    json_string("Pending"));
+		json_object_del(json_object_get(pod, "status"),
+				"containerStatuses");
+		json_array_append_new(pods, pod);
+		kn_kube_task_state(job, pods, 0, false, &v);
+		assert_false(v.ended);
+		assert_false(v.running);
+		json_decref(job);
+		json_decref(pods);
+	}
 	state_of("job-complete.json", false, 1, &v, "pod-succeeded.json",
 		 "pod-succeeded.json");
 	assert_true(v.ended);
