@@ -66,6 +66,11 @@ int cmd_server(int argc, char **argv)
 		{"backup-keep", required_argument, NULL, 'Y'},
 		{"backup-to", required_argument, NULL, 'T'},
 		{"backup-with-audit-key", no_argument, NULL, 'Z'},
+		{"kube-namespace", required_argument, NULL, 256},
+		{"kubeconfig", required_argument, NULL, 257},
+		{"kube-context", required_argument, NULL, 258},
+		{"image", required_argument, NULL, 259},
+		{"kube-scheduler-name", required_argument, NULL, 260},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -180,9 +185,11 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'x':
 			if (strcmp(optarg, "local") != 0 &&
-			    strcmp(optarg, "slurm") != 0) {
+			    strcmp(optarg, "slurm") != 0 &&
+			    strcmp(optarg, "kubernetes") != 0) {
 				fprintf(stderr, "kiln server: --executor: \"%s\" "
-					"is not local or slurm\n", optarg);
+					"is not local, slurm or kubernetes\n",
+					optarg);
 				goto out;
 			}
 			cfg.executor = optarg;
@@ -238,6 +245,21 @@ int cmd_server(int argc, char **argv)
 		case 'Z':
 			cfg.backup_with_audit_key = true;
 			break;
+		case 256:
+			cfg.kube_namespace = optarg;
+			break;
+		case 257:
+			cfg.kubeconfig = optarg;
+			break;
+		case 258:
+			cfg.kube_context = optarg;
+			break;
+		case 259:
+			cfg.kube_image = optarg;
+			break;
+		case 260:
+			cfg.kube_scheduler = optarg;
+			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);
 			goto out;
@@ -259,6 +281,18 @@ int cmd_server(int argc, char **argv)
 	if (n_sim_nodes && strcmp(cfg.executor, "local") != 0) {
 		fprintf(stderr, "kiln server: --sim-node runs its nodes on this "
 			"machine: it needs --executor local\n");
+		goto out;
+	}
+	if ((cfg.kube_namespace || cfg.kubeconfig || cfg.kube_context ||
+	     cfg.kube_image || cfg.kube_scheduler) &&
+	    strcmp(cfg.executor, "kubernetes") != 0) {
+		fprintf(stderr, "kiln server: --kube-namespace, --kubeconfig, "
+			"--kube-context, --image and --kube-scheduler-name need "
+			"--executor kubernetes\n");
+		goto out;
+	}
+	if (cfg.kube_namespace && !*cfg.kube_namespace) {
+		fprintf(stderr, "kiln server: --kube-namespace: empty\n");
 		goto out;
 	}
 	cfg.sim_nodes = sim_nodes;

@@ -71,6 +71,7 @@ void kn_device_model_name(const char *name, int64_t memory_bytes, char *out,
 #define KN_LOG_FILE "output.log"
 
 struct kn_slurm_task;
+struct kn_kube_task; /* kube/kube.h */
 
 struct kn_task_launch {
 	const char *task_dir;    /* exists; the shim's files go here */
@@ -84,6 +85,8 @@ struct kn_task_launch {
 	int log_keep;
 	/* The Slurm executor's submission options; NULL for the local one. */
 	const struct kn_slurm_task *slurm;
+	/* The Kubernetes executor's: the spec and attempt; NULL otherwise. */
+	const struct kn_kube_task *kube;
 };
 
 /* Enough to find a running task again after a restart. */
@@ -97,6 +100,9 @@ struct kn_task_status {
 	int exit_code;    /* -1 when killed by a signal or lost */
 	int signal;       /* 0 when it exited */
 	char reason[96];  /* "timeout", "lost: ...", or "" */
+	/* Ended by the platform taking the machine away (a spot eviction
+	   the Kubernetes executor saw), not by the task. */
+	bool preempted;
 	int64_t started_at_ms;
 	int64_t ended_at_ms;
 };

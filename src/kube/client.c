@@ -1,10 +1,11 @@
 /*
- * A Kubernetes API client over libcurl: GET and POST of JSON, and watches
- * read as newline-delimited events while they stream.
+ * A Kubernetes API client over libcurl: GET, POST and DELETE of JSON,
+ * plain text (pod logs), and watches read as newline-delimited events
+ * while they stream.
  *
  * Blocking on purpose: `kiln kube-scheduler` is a loop of list, watch,
  * decide, bind with nothing else to serve, so an event loop would add
- * only machinery. Each request uses a fresh easy handle (connections are
+ * only machinery; the server's executor calls it from its own thread. Each request uses a fresh easy handle (connections are
  * few: one watch at a time, a list now and then, a bind per pod).
  * A bearer token given as a file is read before every request because
  * projected service-account tokens are rotated by the kubelet.
@@ -172,7 +173,7 @@ static int perform(struct kn_kube_client *c, const char *method,
 		auth_header = kn_asprintf("Authorization: Bearer %s", token);
 		headers = curl_slist_append(headers, auth_header);
 	}
-	headers = curl_slist_append(headers, "Accept: application/json");
+	headers = curl_slist_append(headers, "Accept: application/json, */*");
 	if (payload)
 		headers = curl_slist_append(headers,
 					    "Content-Type: application/json");
@@ -295,6 +296,39 @@ int kn_kube_post(struct kn_kube_client *c, const char *path, json_t *body,
 		abort();
 	rc = request(c, "POST", path, payload, status, answer, err);
 	free(payload);
+	return rc;
+}
+
+int kn_kube_delete(struct kn_kube_client *c, const char *path, json_t *body,
+		   long *status, json_t **answer, struct kn_error *err)
+{
+	char *payload = json_dumps(body, JSON_COMPACT);
+	int rc;
+
+	if (!payload)
+		abort();
+	rc = request(c, "DELETE", path, payload, status, answer, err);
+	free(payload);
+	return rc;
+}
+
+int kn_kube_get_text(struct kn_kube_client *c, const char *path,
+		     size_t max, long *status, char **text, size_t *len,
+		     struct kn_error *err)
+{
+	struct transfer t = {0};
+	int rc;
+
+	kn_buf_init(&t.body, max);
+	rc = perform(c, "GET", path, NULL, &t, status, err);
+	if (rc == 0) {
+		*len = t.body.len;
+		*text = kn_xmalloc(t.body.len + 1);
+		if (t.body.len)
+			memcpy(*text, t.body.data, t.body.len);
+		(*text)[t.body.len] = '\0';
+	}
+	kn_buf_release(&t.body);
 	return rc;
 }
 

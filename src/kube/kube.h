@@ -27,6 +27,7 @@
 #include <jansson.h>
 
 #include "base/base.h"
+#include "exec/exec.h"
 #include "sched/sched.h"
 #include "spec/spec.h"
 
@@ -177,6 +178,17 @@ int kn_kube_get(struct kn_kube_client *c, const char *path, long *status,
 int kn_kube_post(struct kn_kube_client *c, const char *path, json_t *body,
 		 long *status, json_t **answer, struct kn_error *err);
 
+/* DELETE path with body (DeleteOptions); the answer as kn_kube_get's. */
+int kn_kube_delete(struct kn_kube_client *c, const char *path, json_t *body,
+		   long *status, json_t **answer, struct kn_error *err);
+/*
+ * GET path as text (a pod's log): *text malloc'd, NUL-terminated, *len
+ * bytes, for any status. -EIO on transport errors and above max bytes.
+ */
+int kn_kube_get_text(struct kn_kube_client *c, const char *path,
+		     size_t max, long *status, char **text, size_t *len,
+		     struct kn_error *err);
+
 /*
  * One watch event: type ("ADDED", "MODIFIED", "DELETED", "BOOKMARK",
  * "ERROR") and the object (borrowed). Return 0 to go on, anything else
@@ -297,5 +309,78 @@ int kn_kube_cluster_assume(struct kn_kube_cluster *c, const char *ns,
  */
 int kn_kube_quantity_milli(const char *s, int64_t *out);
 int kn_kube_quantity_bytes(const char *s, int64_t *out);
+
+/* ---- the server's Kubernetes executor (executor.c) ---- */
+
+/*
+ * `kiln server --executor kubernetes`: each attempt is one batch/v1 Job
+ * (Indexed for a gang), named kiln-JOBID-ATTEMPT, labelled with
+ * KN_KUBE_LABEL_JOB_ID and KN_KUBE_LABEL_ATTEMPT. All API calls happen on
+ * one worker thread; the ops (called on the server's loop) only write
+ * files and queue work. The worker lists the namespace's kiln Jobs and
+ * pods about once a second while attempts are live and writes each
+ * task's state to TASK_DIR/kube.json, its pod log to TASK_DIR/output.log.
+ */
+#define KN_KUBE_LABEL_JOB_ID "kiln.dev/job-id"
+#define KN_KUBE_LABEL_ATTEMPT "kiln.dev/attempt"
+#define KN_KUBE_LABEL_MANAGED "app.kubernetes.io/managed-by"
+
+/* What the server hands the executor with each task (kn_task_launch). */
+struct kn_kube_task {
+	const struct kn_job_spec *spec;
+	int64_t job_id;
+	int attempt;
+	int rank; /* rank 0 submits the attempt; the others ride along */
+};
+
+struct kn_kube_exec_config {
+	const struct kn_kube_auth *auth;   /* copied */
+	const char *namespace_;            /* required */
+	const char *image;                 /* for specs without one, or NULL */
+	const char *scheduler_name;        /* every pod's, or NULL */
+	const struct kn_kube_products *products; /* kept; may be NULL */
+};
+
+/*
+ * The Job (and, for a gang, the headless Service) one attempt becomes:
+ * kn_kube_render_job's documents renamed kiln-JOBID-ATTEMPT, with kiln's
+ * labels, KILN_JOB_ID, KILN_ATTEMPT and KILN_JOB_NAME in the
+ * environment, backoffLimit 0 (kiln retries whole attempts) and
+ * ttlSecondsAfterFinished. Errors as kn_kube_render_job's.
+ */
+int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
+			      const struct kn_kube_task *task, json_t **out,
+			      struct kn_error *err);
+
+/* A task's state as read from its Job and pods. */
+struct kn_kube_task_view {
+	bool ended;
+	bool running;    /* its container runs */
+	bool preempted;  /* ended by a disruption (spot eviction, ...) */
+	int exit_code;   /* -1 when none was recorded */
+	int signal;
+	char reason[96]; /* "timeout", "OOMKilled", "Evicted: ...", or "" */
+	char pod[256];   /* the pod's name, "" when none is known */
+	int64_t started_at_ms;
+	int64_t ended_at_ms;
+};
+
+/*
+ * Task rank's state from the attempt's Job (NULL: the API no longer has
+ * it) and its pods (a JSON array of Pod objects of this Job). stopping:
+ * kiln has deleted the Job, so pods that are gone ended by that. Pure.
+ */
+void kn_kube_task_state(json_t *job, json_t *pods, int rank, bool stopping,
+			struct kn_kube_task_view *out);
+
+int kn_kube_executor_start(const struct kn_kube_exec_config *cfg,
+			   struct kn_error *err);
+/* Stop the worker (an API call in flight is cut within a second). */
+void kn_kube_executor_stop(void);
+/* Whether spec can run there: it renders (image, name, GPU model). */
+int kn_kube_executor_check(const struct kn_job_spec *spec,
+			   struct kn_error *err);
+
+extern const struct kn_executor_ops kn_kube_executor;
 
 #endif

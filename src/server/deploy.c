@@ -945,6 +945,16 @@ void deploy_h_create(struct server *s, struct kn_http_req *req,
 	int64_t now = kn_now_ms();
 
 	(void)param;
+	/* Replicas serve on this machine's ports behind the gateway; pods
+	   would need the apps/v1 Deployment path, which is not built. */
+	if (kube_places(s)) {
+		kn_errorf(&err, KN_EINVAL, "executor",
+			  "deployments do not run under --executor kubernetes "
+			  "yet: use kiln render FILE --executor kubernetes and "
+			  "kubectl apply");
+		kn_http_reply_error(req, &err);
+		return;
+	}
 	if (spec_from_body(s, req, &spec, &model_dir, &filename, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;

@@ -142,6 +142,7 @@ struct server {
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
 	struct node_health *health; /* periodic health checks, or NULL */
 	struct deploy_state *deploy; /* deployments and their replicas */
+	struct kn_kube_products *kube_products; /* --executor kubernetes */
 	bool closing;               /* shutting down: late work is dropped */
 
 	struct backup_state *backup; /* backups (backup.c) */
@@ -280,6 +281,17 @@ bool slurm_selects(const struct server *s, const char *key);
  */
 void slurm_task_fill(const struct server *s, const struct run *r, int rank,
 		     struct kn_slurm_task *out, char *partition, size_t len);
+
+/* kube.c: the Kubernetes executor's start, stop and per-task options */
+/* Credentials, GPU products, the worker: with --executor kubernetes. */
+int kube_start(struct server *s, struct kn_error *err);
+void kube_stop(struct server *s);
+/* Whether the cluster places tasks (Kubernetes): kiln's placement terms
+   are then the cluster's to honour, not the one-node scheduler's. */
+bool kube_places(const struct server *s);
+/* Whether spec can be submitted (it renders); 0 without Kubernetes. */
+int kube_check_spec(const struct server *s, const struct kn_job_spec *spec,
+		    const char *filename, struct kn_error *err);
 
 /* feed.c: recent server events, streamed to GET /v1/events followers */
 struct feed *feed_new(struct server *s);

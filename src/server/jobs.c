@@ -14,6 +14,8 @@
  */
 #include "internal.h"
 
+#include "kube/kube.h"
+
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -74,6 +76,12 @@ static void sreq_build(const struct server *s, const struct kn_job_spec *spec,
 	r->req.n_gpu_models = spec->resources.n_gpu_models;
 	r->req.cpu_milli = spec->resources.cpu_milli;
 	r->req.memory_bytes = spec->resources.memory_bytes;
+	/* The cluster matches models and placement terms (kube.c). */
+	if (kube_places(s)) {
+		r->req.gpu_models = NULL;
+		r->req.n_gpu_models = 0;
+		return;
+	}
 	if (p->n_selector) {
 		r->selector = kn_xcalloc(p->n_selector, sizeof(*r->selector));
 		for (size_t i = 0; i < p->n_selector; i++) {
@@ -229,12 +237,14 @@ static void resolve_workdir(struct kn_job_spec *spec, const char *filename)
 	}
 }
 
-static int parse_spec(const char *text, size_t len, const char *filename,
-		      struct kn_job_spec **out, struct kn_error *err)
+static int parse_spec(const struct server *s, const char *text, size_t len,
+		      const char *filename, struct kn_job_spec **out,
+		      struct kn_error *err)
 {
 	int rc = kn_job_spec_parse(text, len, filename, out, err);
 
-	if (rc == 0)
+	/* In a pod, a workdir is the container's, not the spec file's. */
+	if (rc == 0 && !kube_places(s))
 		resolve_workdir(*out, filename);
 	return rc;
 }
@@ -254,17 +264,24 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	rc = kn_job_spec_parse(text, len, filename, &spec, err);
 	if (rc < 0)
 		return rc;
-	if (spec->image && s->exec != &kn_slurm_executor) {
+	if (spec->image && s->exec == &kn_local_executor) {
 		kn_job_spec_free(spec);
 		return kn_errorf(err, KN_EINVAL, "image",
 				 "%s: image: the %s executor runs no containers "
-				 "(only --executor slurm does, with pyxis)",
+				 "(--executor slurm does, with pyxis, and "
+				 "--executor kubernetes)",
 				 filename, s->exec->name);
+	}
+	rc = kube_check_spec(s, spec, filename, err);
+	if (rc < 0) {
+		kn_job_spec_free(spec);
+		return rc;
 	}
 	/* Stored as the file name, so a restart resolves it the same way. */
 	if (path)
 		filename = path;
-	resolve_workdir(spec, filename);
+	if (!kube_places(s))
+		resolve_workdir(spec, filename);
 	norm = kn_job_spec_to_json(spec);
 	norm_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(norm);
@@ -451,6 +468,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	bool mps;
 	struct kn_task_launch l;
 	struct kn_slurm_task slurm;
+	struct kn_kube_task kube;
 	char partition[128];
 	struct kn_error err;
 
@@ -527,6 +545,13 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		slurm_task_fill(s, r, t->rank, &slurm, partition,
 				sizeof(partition));
 		l.slurm = &slurm;
+	}
+	if (kube_places(s)) {
+		kube.spec = spec;
+		kube.job_id = r->job_id;
+		kube.attempt = r->attempt;
+		kube.rank = t->rank;
+		l.kube = &kube;
 	}
 	rc = kn_mkdir_p(t->task_dir, 0700);
 	if (rc == 0 && sync_wanted(r))
@@ -1183,6 +1208,14 @@ static bool check_task(struct server *s, struct run *r, struct run_task *t)
 		return false;
 	t->ended = true;
 	t->status = st;
+	/* Taken away by the platform (a spot eviction): a preemptible job
+	   goes back to the queue as an eviction would send it. */
+	if (st.preempted && r->spec->preemptible && !r->stopping &&
+	    !r->evicting) {
+		r->evicting = true;
+		snprintf(r->stop_reason, sizeof(r->stop_reason),
+			 "preempted: rank %d %s", t->rank, st.reason);
+	}
 	return true;
 }
 
@@ -1550,8 +1583,8 @@ static int recover_running(struct server *s, const struct kn_job_row *j,
 	struct run *r;
 	int rc;
 
-	rc = parse_spec(j->spec_yaml, strlen(j->spec_yaml), j->filename, &spec,
-			err);
+	rc = parse_spec(s, j->spec_yaml, strlen(j->spec_yaml), j->filename,
+			&spec, err);
 	if (rc < 0)
 		return rc;
 	rc = kn_store_task_list(s->store, j->id, j->attempts, &tasks, &nt, err);
@@ -1647,7 +1680,7 @@ int jobs_recover(struct server *s, struct kn_error *err)
 			adopted++;
 			continue;
 		}
-		if (parse_spec(jobs[i].spec_yaml, strlen(jobs[i].spec_yaml),
+		if (parse_spec(s, jobs[i].spec_yaml, strlen(jobs[i].spec_yaml),
 			       jobs[i].filename, &spec, &perr) < 0) {
 			kn_log(KN_LOG_ERROR, "job %lld: stored spec no longer "
 			       "parses: %s", (long long)jobs[i].id, perr.message);

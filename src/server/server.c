@@ -323,6 +323,7 @@ static void server_release(struct server *s)
 	health_free(s->health);
 	deploy_free(s);
 	jobs_free_all(s);
+	kube_stop(s);
 	free(s->blob_url);
 	kn_http_server_free(s->http);
 	kn_timer_free(s->tick_timer);
@@ -371,6 +372,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		kn_buf_release(&names);
 		goto out;
 	}
+	rc = kube_start(&s, err);
+	if (rc < 0)
+		goto out;
 	rc = kn_mkdir_p(s.home, 0700);
 	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, "home", "cannot create %s: %s",

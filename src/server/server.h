@@ -47,13 +47,21 @@ struct kn_server_config {
 	const char *mig_profiles;     /* MIG table; NULL = KN_MIG_FILE */
 
 	/* Where tasks run (docs/scale-out.md). */
-	const char *executor;         /* "local" (default) or "slurm" */
+	const char *executor;         /* "local" (default), "slurm" or
+					 "kubernetes" */
 	const char *slurm_partitions; /* "default=P,spot=P,pool:NAME=P", or
 					 NULL: Slurm's default partition */
 	int slurm_shards_per_gpu;     /* gres.conf's shards per GPU: a share
 					 of milli m asks m*N/1000 (default 100) */
 	const char *policy;       /* packing policy (kn_pack_policies);
 				     default "kiln" */
+	/* --executor kubernetes (docs/kubernetes.md). */
+	const char *kube_namespace;   /* default "default" */
+	const char *kubeconfig;       /* NULL: $KUBECONFIG's first file, else
+					 the pod's service account */
+	const char *kube_context;     /* NULL: the current-context */
+	const char *kube_image;       /* for specs without image, or NULL */
+	const char *kube_scheduler;   /* every pod's schedulerName, or NULL */
 	const char *node_labels;  /* "zone=1,fault_domain=0", or NULL */
 	/* Simulated nodes run on this machine instead of the local node
 	   (docs/scheduling.md): each "NAME GPUS [KEY=VALUE ...]". */

@@ -12,6 +12,8 @@
  */
 #include "internal.h"
 
+#include "kube/kube.h"
+
 #include <string.h>
 
 #define PARTITION_KEY_MAX 128
@@ -48,9 +50,11 @@ int slurm_config_check(const struct kn_server_config *cfg,
 	const char *p = cfg->slurm_partitions;
 
 	if (cfg->executor && strcmp(cfg->executor, "local") != 0 &&
-	    strcmp(cfg->executor, "slurm") != 0)
+	    strcmp(cfg->executor, "slurm") != 0 &&
+	    strcmp(cfg->executor, "kubernetes") != 0)
 		return kn_errorf(err, KN_EINVAL, "executor",
-				 "--executor: \"%s\" is not local or slurm",
+				 "--executor: \"%s\" is not local, slurm or "
+				 "kubernetes",
 				 cfg->executor);
 	if (cfg->slurm_shards_per_gpu < 1 || cfg->slurm_shards_per_gpu > 1000)
 		return kn_errorf(err, KN_EINVAL, "slurm_shards_per_gpu",
@@ -79,6 +83,8 @@ int slurm_config_check(const struct kn_server_config *cfg,
 const struct kn_executor_ops *slurm_executor_chosen(
 	const struct kn_server_config *cfg)
 {
+	if (cfg->executor && !strcmp(cfg->executor, "kubernetes"))
+		return &kn_kube_executor;
 	return cfg->executor && !strcmp(cfg->executor, "slurm")
 		       ? &kn_slurm_executor
 		       : &kn_local_executor;

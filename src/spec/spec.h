@@ -115,8 +115,9 @@ struct kn_job_spec {
 	int64_t timeout_ms; /* 0 = none */
 	struct kn_checkpoint_policy checkpoint;
 	struct kn_placement_spec placement;
-	/* Container image; only the Slurm executor runs one (pyxis's
-	   --container-image). NULL = none. */
+	/* Container image: the Slurm executor's (pyxis's --container-image)
+	   and the Kubernetes executor's pods'; not the local one's. NULL =
+	   none. */
 	char *image;
 };
 

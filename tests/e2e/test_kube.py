@@ -10,17 +10,13 @@ import ssl
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
 
 from conftest import KILN, wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures" / "kube"
-TOKEN = "kiln-test-token-3f9a"
+from kube_replay import FIXTURES, ROOT, TOKEN
 N0 = "aks-gpunc-12345678-vmss000000"
 N2 = "aks-gpunc-12345678-vmss000002"
 

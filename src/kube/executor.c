@@ -1,0 +1,1144 @@
+/*
+ * The server's Kubernetes executor: kiln keeps its queue, attempts and
+ * retries; Kubernetes places and runs the pods.
+ *
+ * One batch/v1 Job per attempt, as the Slurm executor submits one sbatch
+ * per attempt: the gang is all-or-nothing in both, and one name
+ * (kiln-JOBID-ATTEMPT) finds the attempt again after a restart. Its
+ * backoffLimit is 0 so that a failed pod fails the attempt and kiln's own
+ * retry policy (with its backoff and its accounting) decides what next.
+ *
+ * libcurl's easy calls block, and the server's loop must not, so every
+ * API call happens on one worker thread. The ops only write files and
+ * queue work under a lock:
+ *
+ *   ATTEMPT_DIR/kube-job.json   the manifests to submit (written by start;
+ *                               adopt reads the Job's name back from it)
+ *   ATTEMPT_DIR/kube-submitted  the Job's uid once the API accepted it
+ *                               (and a gang's Service), so a restarted
+ *                               server adopts and never POSTs again
+ *   TASK_DIR/kube.json          the task's end, written by the worker once
+ *                               the Job and pods say it ended; status
+ *                               reads nothing else
+ *   TASK_DIR/output.log         the pod's log, fetched every few seconds
+ *                               while it runs and once at its end
+ *   TASK_DIR/stop.json          a stop asked for (as under Slurm)
+ *
+ * The worker lists the namespace's kiln Jobs and pods once a second while
+ * attempts are live (two requests, whatever the number of attempts)
+ * rather than keeping watches: a watch per kind would need a thread of
+ * its own to let submits and deletes through, and a list is its own
+ * resync, with no resourceVersion to lose.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kube/kube.h"
+
+#define POLL_MS 1000
+/* A running pod's log is fetched again after this long. */
+#define LOG_EVERY_MS 5000
+/* The log kept of a pod: its last bytes are what `kiln logs` serves. */
+#define LOG_MAX_BYTES (16 * 1024 * 1024)
+/* Finished Jobs are the API's to delete; kiln has read them by then. */
+#define TTL_AFTER_FINISHED_S 3600
+/* The same API failure is logged again after this long at most. */
+#define WARN_EVERY_MS 30000
+#define INDEX_ANNOTATION "batch.kubernetes.io/job-completion-index"
+#define MANAGED_SELECTOR "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dkiln"
+#define STATE_FILE "kube.json"
+#define MANIFEST_FILE "kube-job.json"
+#define SUBMITTED_FILE "kube-submitted"
+#define STATE_MAX 4096
+#define MANIFEST_MAX (4 * 1024 * 1024)
+
+struct attempt {
+	char *dir;         /* the attempt directory */
+	char name[64];     /* the Job's */
+	int ntasks;
+	json_t *manifests; /* the Job, then the Service of a gang */
+	int64_t grace_s;   /* the pods' terminationGracePeriodSeconds */
+	bool *ended;       /* per rank: kube.json says so */
+	int64_t *log_at;   /* per rank: last log fetch (monotonic ms) */
+	/* Under the lock: set by the ops, cleared by the worker. */
+	bool submit;
+	bool delete_asked;
+	int64_t delete_grace_s;
+	/* Written by the worker alone (deleted under the lock). */
+	bool submitted;
+	bool deleted;
+	struct attempt *next;
+};
+
+struct kube_exec {
+	struct kn_kube_exec_config cfg; /* strings owned */
+	struct kn_kube_client *client;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	volatile int stop;
+	bool work;                  /* queued since the worker last looked */
+	struct attempt *attempts;   /* prepended under the lock */
+	char last_warning[256];
+	int64_t warned_at;
+};
+
+/* The one executor of this process (the ops table carries no context). */
+static struct kube_exec *the_exec;
+
+/* ---- the manifests ---- */
+
+static void set_label(json_t *meta, const char *key, const char *value)
+{
+	json_t *labels = json_object_get(meta, "labels");
+
+	if (!json_is_object(labels)) {
+		labels = json_object();
+		json_object_set_new(meta, "labels", labels);
+	}
+	json_object_set_new(labels, key, json_string(value));
+}
+
+int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
+			      const struct kn_kube_task *task, json_t **out,
+			      struct kn_error *err)
+{
+	struct kn_job_spec named = *task->spec;
+	struct kn_kube_render_opts opts = {0};
+	char name[64], id[32], attempt[16];
+	json_t *docs = NULL, *job, *tmeta, *container, *env;
+	size_t i;
+	json_t *doc;
+	int rc;
+
+	snprintf(name, sizeof(name), "kiln-%lld-%d", (long long)task->job_id,
+		 task->attempt);
+	snprintf(id, sizeof(id), "%lld", (long long)task->job_id);
+	snprintf(attempt, sizeof(attempt), "%d", task->attempt);
+	/* kiln's names may repeat; a Job's may not. */
+	named.name = name;
+	opts.image = task->spec->image ? task->spec->image : cfg->image;
+	opts.namespace_ = cfg->namespace_;
+	opts.scheduler_name = cfg->scheduler_name;
+	opts.products = cfg->products;
+	rc = kn_kube_render_job(&named, &opts, &docs, err);
+	if (rc < 0)
+		return rc;
+	json_array_foreach(docs, i, doc) {
+		json_t *meta = json_object_get(doc, "metadata");
+		set_label(meta, KN_KUBE_LABEL_JOB_ID, id);
+		set_label(meta, KN_KUBE_LABEL_ATTEMPT, attempt);
+		json_object_set_new(meta, "annotations",
+				    json_pack("{s:s}", "kiln.dev/name",
+					      task->spec->name));
+	}
+	job = json_array_get(docs, 0);
+	json_object_set_new(json_object_get(job, "spec"), "backoffLimit",
+			    json_integer(0));
+	json_object_set_new(json_object_get(job, "spec"),
+			    "ttlSecondsAfterFinished",
+			    json_integer(TTL_AFTER_FINISHED_S));
+	tmeta = json_object_get(
+		json_object_get(json_object_get(job, "spec"), "template"),
+		"metadata");
+	set_label(tmeta, KN_KUBE_LABEL_JOB_ID, id);
+	set_label(tmeta, KN_KUBE_LABEL_ATTEMPT, attempt);
+	container = json_array_get(
+		json_object_get(
+			json_object_get(json_object_get(json_object_get(job,
+									"spec"),
+							"template"),
+					"spec"),
+			"containers"),
+		0);
+	env = json_object_get(container, "env");
+	json_array_append_new(env, json_pack("{s:s, s:s}", "name",
+					     "KILN_JOB_ID", "value", id));
+	json_array_append_new(env, json_pack("{s:s, s:s}", "name",
+					     "KILN_ATTEMPT", "value", attempt));
+	json_array_append_new(env, json_pack("{s:s, s:s}", "name",
+					     "KILN_JOB_NAME", "value",
+					     task->spec->name));
+	*out = docs;
+	return 0;
+}
+
+/* ---- a task's state from the API's objects ---- */
+
+static const char *str_at(json_t *obj, const char *a, const char *b)
+{
+	json_t *v = json_object_get(obj, a);
+
+	if (b)
+		v = json_object_get(v, b);
+	return json_string_value(v);
+}
+
+/* RFC 3339 "2026-12-03T04:05:06Z" as ms since the epoch, 0 if not. */
+static int64_t time_ms(const char *s)
+{
+	struct tm tm;
+	const char *end;
+
+	if (!s)
+		return 0;
+	memset(&tm, 0, sizeof(tm));
+	end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (!end)
+		return 0;
+	return (int64_t)timegm(&tm) * 1000;
+}
+
+/* The condition of type in obj's status.conditions when it is True. */
+static json_t *condition_true(json_t *obj, const char *type)
+{
+	json_t *conds = json_object_get(json_object_get(obj, "status"),
+					"conditions"), *c;
+	size_t i;
+
+	json_array_foreach(conds, i, c) {
+		const char *t = json_string_value(json_object_get(c, "type"));
+		const char *st = json_string_value(json_object_get(c, "status"));
+		if (t && st && !strcmp(t, type) && !strcmp(st, "True"))
+			return c;
+	}
+	return NULL;
+}
+
+/*
+ * The pod of rank: an Indexed Job's pods carry their index as an
+ * annotation; a one-task Job's have none, and all are rank 0's. The
+ * newest wins (a Job with backoffLimit 0 has one).
+ */
+static json_t *rank_pod(json_t *pods, int rank)
+{
+	json_t *pod, *best = NULL;
+	const char *best_at = NULL;
+	size_t i;
+
+	json_array_foreach(pods, i, pod) {
+		const char *idx = json_string_value(json_object_get(
+			json_object_get(json_object_get(pod, "metadata"),
+					"annotations"),
+			INDEX_ANNOTATION));
+		const char *at = str_at(pod, "metadata", "creationTimestamp");
+
+		if (idx ? atoi(idx) != rank : rank != 0)
+			continue;
+		/* RFC 3339 in UTC sorts as text. */
+		if (!best || (at && (!best_at || strcmp(at, best_at) > 0))) {
+			best = pod;
+			best_at = at;
+		}
+	}
+	return best;
+}
+
+/* The task's container status ("task"; else the first). */
+static json_t *task_container(json_t *pod)
+{
+	json_t *list = json_object_get(json_object_get(pod, "status"),
+				       "containerStatuses"), *c;
+	size_t i;
+
+	json_array_foreach(list, i, c) {
+		const char *n = json_string_value(json_object_get(c, "name"));
+		if (n && !strcmp(n, "task"))
+			return c;
+	}
+	return json_array_get(list, 0);
+}
+
+static void ended(struct kn_kube_task_view *v, int exit_code, int sig,
+		  const char *reason)
+{
+	v->ended = true;
+	v->running = false;
+	v->exit_code = exit_code;
+	v->signal = sig;
+	snprintf(v->reason, sizeof(v->reason), "%s", reason ? reason : "");
+}
+
+/* From a pod that has ended (or is being disrupted): true when it has. */
+static bool pod_state(json_t *pod, struct kn_kube_task_view *v)
+{
+	json_t *cs = task_container(pod);
+	json_t *term = json_object_get(json_object_get(cs, "state"),
+				       "terminated");
+	json_t *run = json_object_get(json_object_get(cs, "state"), "running");
+	json_t *disrupted = condition_true(pod, "DisruptionTarget");
+	const char *phase = str_at(pod, "status", "phase");
+	const char *pod_reason = str_at(pod, "status", "reason");
+	const char *term_reason = str_at(term, "reason", NULL);
+	int code = term ? (int)json_integer_value(json_object_get(term,
+								  "exitCode"))
+			: -1;
+	int sig = term ? (int)json_integer_value(json_object_get(term,
+								 "signal"))
+		       : 0;
+	char why[96];
+
+	v->started_at_ms = time_ms(str_at(run ? run : term, "startedAt", NULL));
+	if (!v->started_at_ms)
+		v->started_at_ms = time_ms(str_at(pod, "status", "startTime"));
+	v->ended_at_ms = time_ms(str_at(term, "finishedAt", NULL));
+	if (disrupted) {
+		/* Taken away (spot eviction, preemption, node drain): not the
+		   task's failure; it may still be saving its checkpoint. */
+		snprintf(why, sizeof(why), "disrupted: %s",
+			 str_at(disrupted, "reason", NULL) ?
+				 str_at(disrupted, "reason", NULL) : "unknown");
+		ended(v, code, sig, why);
+		v->preempted = true;
+		return true;
+	}
+	if (phase && !strcmp(phase, "Succeeded")) {
+		ended(v, term ? code : 0, 0, NULL);
+		return true;
+	}
+	if (!phase || strcmp(phase, "Failed") != 0) {
+		v->running = run != NULL;
+		return false;
+	}
+	if (pod_reason && !strcmp(pod_reason, "DeadlineExceeded")) {
+		ended(v, code, sig ? sig : SIGKILL, "timeout");
+	} else if (pod_reason) {
+		snprintf(why, sizeof(why), "%s: %s", pod_reason,
+			 str_at(pod, "status", "message") ?
+				 str_at(pod, "status", "message") : "");
+		ended(v, code, sig, why);
+	} else if (term_reason && strcmp(term_reason, "Error") != 0 &&
+		   strcmp(term_reason, "Completed") != 0) {
+		snprintf(why, sizeof(why), "%s, exit code %d", term_reason, code);
+		ended(v, code, sig, why);
+	} else {
+		ended(v, code, sig, NULL);
+	}
+	return true;
+}
+
+void kn_kube_task_state(json_t *job, json_t *pods, int rank, bool stopping,
+			struct kn_kube_task_view *out)
+{
+	json_t *pod = rank_pod(pods, rank), *cond;
+	char why[96];
+
+	memset(out, 0, sizeof(*out));
+	out->exit_code = -1;
+	if (pod) {
+		snprintf(out->pod, sizeof(out->pod), "%s",
+			 str_at(pod, "metadata", "name") ?
+				 str_at(pod, "metadata", "name") : "");
+		if (pod_state(pod, out))
+			return;
+	}
+	if (!job) {
+		if (stopping)
+			ended(out, -1, SIGTERM, "stopped: Job deleted");
+		else
+			ended(out, -1, 0, "lost: the Kubernetes Job is gone");
+		return;
+	}
+	if ((cond = condition_true(job, "Failed"))) {
+		const char *reason = str_at(cond, "reason", NULL);
+
+		if (reason && !strcmp(reason, "DeadlineExceeded")) {
+			ended(out, -1, SIGKILL, "timeout");
+		} else {
+			snprintf(why, sizeof(why), "Job failed: %s",
+				 reason ? reason : "no reason given");
+			ended(out, -1, SIGTERM, why);
+		}
+		return;
+	}
+	if (condition_true(job, "Complete")) {
+		ended(out, 0, 0, NULL);
+		return;
+	}
+	if (stopping && !pod)
+		ended(out, -1, SIGTERM, "stopped: Job deleted");
+}
+
+/* ---- files ---- */
+
+static char *attempt_dir_of(const char *task_dir)
+{
+	const char *slash = strrchr(task_dir, '/');
+
+	return slash ? kn_asprintf("%.*s", (int)(slash - task_dir), task_dir)
+		     : kn_xstrdup(".");
+}
+
+static int write_view(const char *task_dir,
+		      const struct kn_kube_task_view *v)
+{
+	json_t *doc = json_pack("{s:b, s:i, s:i, s:s, s:b, s:I, s:I, s:s}",
+				"ended", v->ended, "exit_code", v->exit_code,
+				"signal", v->signal, "reason", v->reason,
+				"preempted", v->preempted, "started_at_ms",
+				(json_int_t)v->started_at_ms, "ended_at_ms",
+				(json_int_t)v->ended_at_ms, "pod", v->pod);
+	char *text = json_dumps(doc, JSON_COMPACT);
+	char *path = kn_asprintf("%s/" STATE_FILE, task_dir);
+	int rc;
+
+	/* The server creates the later ranks' directories just after rank
+	   0 submitted: a fast failure can come first. */
+	rc = kn_mkdir_p(task_dir, 0700);
+	if (rc == 0)
+		rc = kn_write_file_replace(path, text, strlen(text), 0600);
+
+	free(path);
+	free(text);
+	json_decref(doc);
+	return rc;
+}
+
+/* true when TASK_DIR/kube.json records the task's end. */
+static bool view_read(const char *task_dir, struct kn_task_status *st)
+{
+	char *path = kn_asprintf("%s/" STATE_FILE, task_dir), *text = NULL;
+	json_t *doc = NULL;
+	bool done = false;
+
+	if (kn_read_file(path, STATE_MAX, &text, NULL) == 0 &&
+	    (doc = json_loads(text, 0, NULL)) != NULL &&
+	    json_is_true(json_object_get(doc, "ended"))) {
+		memset(st, 0, sizeof(*st));
+		st->ended = true;
+		st->exit_code = (int)json_integer_value(
+			json_object_get(doc, "exit_code"));
+		st->signal = (int)json_integer_value(
+			json_object_get(doc, "signal"));
+		st->preempted = json_is_true(json_object_get(doc, "preempted"));
+		st->started_at_ms = json_integer_value(
+			json_object_get(doc, "started_at_ms"));
+		st->ended_at_ms = json_integer_value(
+			json_object_get(doc, "ended_at_ms"));
+		kn_strlcpy(st->reason,
+			   json_string_value(json_object_get(doc, "reason")) ?
+				   json_string_value(json_object_get(doc,
+								     "reason")) :
+				   "",
+			   sizeof(st->reason));
+		done = true;
+	}
+	json_decref(doc);
+	free(text);
+	free(path);
+	return done;
+}
+
+static char *task_dir_of(const struct attempt *a, int rank)
+{
+	return kn_asprintf("%s/%d", a->dir, rank);
+}
+
+/* ---- the worker ---- */
+
+static void warn(struct kube_exec *ex, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Log an API failure; the same one again only after WARN_EVERY_MS. */
+static void warn(struct kube_exec *ex, const char *fmt, ...)
+{
+	char msg[256];
+	int64_t now = kn_mono_ms();
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (!strcmp(msg, ex->last_warning) && ex->warned_at &&
+	    now - ex->warned_at < WARN_EVERY_MS)
+		return;
+	kn_strlcpy(ex->last_warning, msg, sizeof(ex->last_warning));
+	ex->warned_at = now;
+	kn_log(KN_LOG_WARN, "kubernetes: %s", msg);
+}
+
+/* "HTTP 403: jobs.batch is forbidden: ..." from a Status answer. */
+static void http_error(long status, json_t *answer, char *out, size_t len)
+{
+	const char *msg = json_string_value(json_object_get(answer, "message"));
+
+	snprintf(out, len, "HTTP %ld%s%s", status, msg ? ": " : "",
+		 msg ? msg : "");
+}
+
+/* A transport error's cause alone ("Couldn't connect to server"): the
+   request and URL before it would fill a task's reason. */
+static const char *cause_of(const struct kn_error *err)
+{
+	const char *p = strrchr(err->message, ':');
+
+	return p && p[1] == ' ' ? p + 2 : err->message;
+}
+
+/* Every rank not yet ended ends with reason (the attempt never ran). */
+static void fail_attempt(struct attempt *a, const char *reason)
+{
+	struct kn_kube_task_view v;
+
+	memset(&v, 0, sizeof(v));
+	ended(&v, -1, 0, reason);
+	v.ended_at_ms = kn_now_ms();
+	for (int r = 0; r < a->ntasks; r++) {
+		char *dir = task_dir_of(a, r);
+		if (!a->ended[r] && write_view(dir, &v) == 0)
+			a->ended[r] = true;
+		free(dir);
+	}
+}
+
+/* Queue the Job's deletion. Under the lock. */
+static void ask_delete(struct kube_exec *ex, struct attempt *a,
+		       int64_t grace_s)
+{
+	if (!a->delete_asked && !a->deleted) {
+		a->delete_asked = true;
+		a->delete_grace_s = grace_s;
+	}
+	ex->work = true;
+	pthread_cond_signal(&ex->wake);
+}
+
+static void submit(struct kube_exec *ex, struct attempt *a)
+{
+	const char *ns = ex->cfg.namespace_;
+	json_t *job = json_array_get(a->manifests, 0);
+	json_t *svc = json_array_get(a->manifests, 1), *answer = NULL;
+	char *path = kn_asprintf("/apis/batch/v1/namespaces/%s/jobs", ns);
+	char why[256], *marker = NULL;
+	const char *uid;
+	struct kn_error err;
+	long status = 0;
+
+	if (kn_kube_post(ex->client, path, job, &status, &answer, &err) < 0) {
+		kn_log(KN_LOG_ERROR, "kubernetes: %s", err.message);
+		snprintf(why, sizeof(why), "cannot submit to Kubernetes: %.200s",
+			 cause_of(&err));
+		goto failed;
+	}
+	if (status == 409) {
+		/* A submit the crash hid: it is ours (kiln-JOBID-ATTEMPT). */
+		free(path);
+		path = kn_asprintf("/apis/batch/v1/namespaces/%s/jobs/%s", ns,
+				   a->name);
+		json_decref(answer);
+		answer = NULL;
+		if (kn_kube_get(ex->client, path, &status, &answer, &err) < 0) {
+			kn_log(KN_LOG_ERROR, "kubernetes: %s", err.message);
+			snprintf(why, sizeof(why), "cannot submit to "
+				 "Kubernetes: %.200s", cause_of(&err));
+			goto failed;
+		}
+	}
+	if (status != 200 && status != 201) {
+		char detail[200];
+		http_error(status, answer, detail, sizeof(detail));
+		snprintf(why, sizeof(why), "cannot submit to Kubernetes: %s",
+			 detail);
+		goto failed;
+	}
+	uid = str_at(answer, "metadata", "uid");
+	a->submitted = true;
+	if (svc) {
+		/* Deleted with its Job by the garbage collector. */
+		json_t *body = json_deep_copy(svc), *created = NULL;
+
+		json_object_set_new(
+			json_object_get(body, "metadata"), "ownerReferences",
+			json_pack("[{s:s, s:s, s:s, s:s}]", "apiVersion",
+				  "batch/v1", "kind", "Job", "name", a->name,
+				  "uid", uid ? uid : ""));
+		free(path);
+		path = kn_asprintf("/api/v1/namespaces/%s/services", ns);
+		if (kn_kube_post(ex->client, path, body, &status, &created,
+				 &err) < 0) {
+			snprintf(why, sizeof(why), "cannot create the gang's "
+				 "Service: %.200s", err.message);
+		} else if (status != 201 && status != 200 && status != 409) {
+			char detail[200];
+			http_error(status, created, detail, sizeof(detail));
+			snprintf(why, sizeof(why), "cannot create the gang's "
+				 "Service: %s", detail);
+		} else {
+			why[0] = '\0';
+		}
+		json_decref(body);
+		json_decref(created);
+		if (why[0] && ex->stop)
+			goto out; /* posted again (409) by the next start */
+		if (why[0]) {
+			/* Rank 0 would have no name: the attempt cannot run. */
+			kn_log(KN_LOG_ERROR, "kubernetes: %s: %s", a->name, why);
+			fail_attempt(a, why);
+			pthread_mutex_lock(&ex->lock);
+			ask_delete(ex, a, 0);
+			pthread_mutex_unlock(&ex->lock);
+			goto out;
+		}
+	}
+	/* Once the Service is there too: a restart before this posts both
+	   again, and their 409s say they exist. */
+	marker = kn_asprintf("%s/" SUBMITTED_FILE, a->dir);
+	kn_write_file_replace(marker, uid ? uid : "", uid ? strlen(uid) : 0,
+			      0600);
+	kn_log(KN_LOG_INFO, "kubernetes: submitted Job %s/%s", ns, a->name);
+	goto out;
+failed:
+	if (ex->stop) {
+		/* Cut short by the server's stop: not the attempt's failure.
+		   Without kube-submitted, the next start posts it again. */
+		goto out;
+	}
+	kn_log(KN_LOG_ERROR, "kubernetes: Job %s/%s: %s", ns, a->name, why);
+	fail_attempt(a, why);
+out:
+	json_decref(answer);
+	free(marker);
+	free(path);
+}
+
+static void delete_job(struct kube_exec *ex, struct attempt *a,
+		       int64_t grace_s)
+{
+	char *path = kn_asprintf("/apis/batch/v1/namespaces/%s/jobs/%s",
+				 ex->cfg.namespace_, a->name);
+	json_t *body = json_pack("{s:s, s:s, s:s}", "kind", "DeleteOptions",
+				 "apiVersion", "v1", "propagationPolicy",
+				 "Foreground"), *answer = NULL;
+	struct kn_error err;
+	long status = 0;
+	bool done = false;
+
+	if (grace_s >= 0)
+		json_object_set_new(body, "gracePeriodSeconds",
+				    json_integer(grace_s));
+	if (kn_kube_delete(ex->client, path, body, &status, &answer, &err) < 0) {
+		warn(ex, "cannot delete Job %s: %s", a->name, err.message);
+	} else if (status == 200 || status == 202 || status == 404) {
+		done = true;
+		kn_log(KN_LOG_INFO, "kubernetes: deleted Job %s (grace %llds)",
+		       a->name, (long long)grace_s);
+	} else {
+		char detail[200];
+		http_error(status, answer, detail, sizeof(detail));
+		warn(ex, "cannot delete Job %s: %s", a->name, detail);
+	}
+	pthread_mutex_lock(&ex->lock);
+	if (done) {
+		a->deleted = true;
+	} else {
+		/* Asked again on the next turn. */
+		a->delete_asked = true;
+		a->delete_grace_s = grace_s;
+	}
+	pthread_mutex_unlock(&ex->lock);
+	json_decref(body);
+	json_decref(answer);
+	free(path);
+}
+
+/*
+ * Bring TASK_DIR/output.log up to the pod's log. The file grows in place
+ * (a follower of `kiln logs -f` reads on from its offset) as long as the
+ * pod's log is at least as long; a shorter one (the kubelet rotated it)
+ * replaces it.
+ */
+static void write_log(const char *task_dir, const char *text, size_t len)
+{
+	char *path = kn_asprintf("%s/" KN_LOG_FILE, task_dir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	struct stat st;
+	size_t from = 0;
+
+	if (fd < 0) {
+		free(path);
+		return;
+	}
+	if (fstat(fd, &st) == 0 && (size_t)st.st_size <= len)
+		from = (size_t)st.st_size;
+	else if (ftruncate(fd, 0) < 0)
+		from = len; /* nothing sensible to write */
+	while (from < len) {
+		ssize_t n = pwrite(fd, text + from, len - from, (off_t)from);
+		if (n <= 0)
+			break;
+		from += (size_t)n;
+	}
+	close(fd);
+	free(path);
+}
+
+static void fetch_log(struct kube_exec *ex, const char *task_dir,
+		      const char *pod)
+{
+	char *path = kn_asprintf("/api/v1/namespaces/%s/pods/%s/log"
+				 "?container=task&limitBytes=%d",
+				 ex->cfg.namespace_, pod, LOG_MAX_BYTES);
+	char *text = NULL;
+	struct kn_error err;
+	long status = 0;
+	size_t len = 0;
+
+	if (kn_kube_get_text(ex->client, path, LOG_MAX_BYTES + 4096, &status,
+			     &text, &len, &err) < 0) {
+		warn(ex, "cannot read the log of pod %s: %s", pod, err.message);
+	} else if (status == 200) {
+		write_log(task_dir, text, len);
+	} else if (status != 404 && status != 400) {
+		/* 400: the container has not started; 404: the pod is gone. */
+		warn(ex, "cannot read the log of pod %s: HTTP %ld", pod,
+		     status);
+	}
+	free(text);
+	free(path);
+}
+
+/* The list's items labelled kiln.dev/job=name. New array. */
+static json_t *items_of(json_t *list, const char *name)
+{
+	json_t *out = json_array(), *item;
+	size_t i;
+
+	json_array_foreach(json_object_get(list, "items"), i, item) {
+		const char *job = json_string_value(json_object_get(
+			json_object_get(json_object_get(item, "metadata"),
+					"labels"),
+			KN_KUBE_LABEL_JOB));
+		if (job && !strcmp(job, name))
+			json_array_append(out, item);
+	}
+	return out;
+}
+
+static json_t *job_named(json_t *list, const char *name)
+{
+	json_t *item;
+	size_t i;
+
+	json_array_foreach(json_object_get(list, "items"), i, item) {
+		const char *n = str_at(item, "metadata", "name");
+		if (n && !strcmp(n, name))
+			return item;
+	}
+	return NULL;
+}
+
+static int list(struct kube_exec *ex, const char *path, json_t **out)
+{
+	struct kn_error err;
+	long status = 0;
+
+	*out = NULL;
+	if (kn_kube_get(ex->client, path, &status, out, &err) < 0) {
+		warn(ex, "cannot follow Jobs: %s", err.message);
+		return -1;
+	}
+	if (status != 200) {
+		char detail[200];
+		http_error(status, *out, detail, sizeof(detail));
+		warn(ex, "cannot follow Jobs: GET %s: %s", path, detail);
+		json_decref(*out);
+		*out = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+static void follow(struct kube_exec *ex, struct attempt *head)
+{
+	char *jobs_path = kn_asprintf("/apis/batch/v1/namespaces/%s/jobs?%s",
+				      ex->cfg.namespace_, MANAGED_SELECTOR);
+	char *pods_path = kn_asprintf("/api/v1/namespaces/%s/pods?%s",
+				      ex->cfg.namespace_, MANAGED_SELECTOR);
+	json_t *jobs = NULL, *pods = NULL;
+	int64_t now = kn_mono_ms();
+
+	if (list(ex, jobs_path, &jobs) < 0 || list(ex, pods_path, &pods) < 0)
+		goto out;
+	for (struct attempt *a = head; a; a = a->next) {
+		json_t *job, *mine;
+
+		if (!a->submitted)
+			continue;
+		job = job_named(jobs, a->name);
+		mine = items_of(pods, a->name);
+		for (int r = 0; r < a->ntasks; r++) {
+			struct kn_kube_task_view v;
+			char *dir;
+
+			if (a->ended[r])
+				continue;
+			kn_kube_task_state(job, mine, r, a->deleted, &v);
+			dir = task_dir_of(a, r);
+			if (v.pod[0] && (v.ended || (v.running &&
+						     now - a->log_at[r] >=
+							     LOG_EVERY_MS))) {
+				fetch_log(ex, dir, v.pod);
+				a->log_at[r] = now;
+			}
+			if (v.ended) {
+				if (!v.ended_at_ms)
+					v.ended_at_ms = kn_now_ms();
+				if (write_view(dir, &v) == 0)
+					a->ended[r] = true;
+			}
+			/* The attempt is over for kiln, which requeues it: no
+			   pod of it may run beside the next attempt's. */
+			if (v.preempted && !a->deleted)
+				delete_job(ex, a, a->grace_s);
+			free(dir);
+		}
+		json_decref(mine);
+	}
+out:
+	json_decref(jobs);
+	json_decref(pods);
+	free(jobs_path);
+	free(pods_path);
+}
+
+static bool attempt_over(const struct attempt *a)
+{
+	for (int r = 0; r < a->ntasks; r++)
+		if (!a->ended[r])
+			return false;
+	return true;
+}
+
+static void attempt_free(struct attempt *a)
+{
+	json_decref(a->manifests);
+	free(a->ended);
+	free(a->log_at);
+	free(a->dir);
+	free(a);
+}
+
+static void *worker(void *arg)
+{
+	struct kube_exec *ex = arg;
+	struct attempt *head;
+
+	pthread_mutex_lock(&ex->lock);
+	while (!ex->stop) {
+		struct timespec until;
+
+		if (!ex->work) {
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += POLL_MS / 1000;
+			pthread_cond_timedwait(&ex->wake, &ex->lock, &until);
+		}
+		if (ex->stop)
+			break;
+		ex->work = false;
+		head = ex->attempts;
+		pthread_mutex_unlock(&ex->lock);
+		/* Only this thread frees attempts: the list is safe to walk. */
+		for (struct attempt *a = head; a && !ex->stop; a = a->next) {
+			bool sub, del;
+			int64_t grace;
+
+			pthread_mutex_lock(&ex->lock);
+			sub = a->submit;
+			del = a->delete_asked;
+			grace = a->delete_grace_s;
+			a->submit = a->delete_asked = false;
+			pthread_mutex_unlock(&ex->lock);
+			if (sub)
+				submit(ex, a);
+			if (del && a->submitted && !a->deleted)
+				delete_job(ex, a, grace);
+		}
+		if (head && !ex->stop)
+			follow(ex, head);
+		pthread_mutex_lock(&ex->lock);
+		for (struct attempt **p = &ex->attempts; *p;) {
+			struct attempt *a = *p;
+			if (attempt_over(a) && !a->submit && !a->delete_asked) {
+				*p = a->next;
+				attempt_free(a);
+			} else {
+				p = &a->next;
+			}
+		}
+	}
+	pthread_mutex_unlock(&ex->lock);
+	return NULL;
+}
+
+/* ---- the ops (the server's loop thread) ---- */
+
+/* The attempt in dir, or NULL. Under the lock. */
+static struct attempt *attempt_find(struct kube_exec *ex, const char *dir)
+{
+	for (struct attempt *a = ex->attempts; a; a = a->next)
+		if (!strcmp(a->dir, dir))
+			return a;
+	return NULL;
+}
+
+/*
+ * Track an attempt (taking manifests over, so that no other thread holds
+ * them); its ranks' kube.json say which have ended.
+ */
+static void attempt_add(struct kube_exec *ex, const char *dir,
+			json_t *manifests, bool to_submit)
+{
+	json_t *job = json_array_get(manifests, 0);
+	json_t *grace = json_object_get(json_object_get(json_object_get(
+		json_object_get(job, "spec"), "template"), "spec"),
+		"terminationGracePeriodSeconds");
+	struct attempt *a = kn_xcalloc(1, sizeof(*a));
+	struct kn_task_status st;
+
+	a->dir = kn_xstrdup(dir);
+	kn_strlcpy(a->name, str_at(job, "metadata", "name") ?
+			    str_at(job, "metadata", "name") : "",
+		   sizeof(a->name));
+	a->ntasks = (int)json_integer_value(json_object_get(
+		json_object_get(job, "spec"), "completions"));
+	if (a->ntasks < 1)
+		a->ntasks = 1;
+	a->manifests = manifests;
+	a->grace_s = json_is_integer(grace) ? json_integer_value(grace) : -1;
+	a->ended = kn_xcalloc((size_t)a->ntasks, sizeof(*a->ended));
+	a->log_at = kn_xcalloc((size_t)a->ntasks, sizeof(*a->log_at));
+	for (int r = 0; r < a->ntasks; r++) {
+		char *t = task_dir_of(a, r);
+		a->ended[r] = view_read(t, &st);
+		free(t);
+	}
+	a->submit = to_submit;
+	a->submitted = !to_submit;
+	pthread_mutex_lock(&ex->lock);
+	a->next = ex->attempts;
+	ex->attempts = a;
+	ex->work = true;
+	pthread_cond_signal(&ex->wake);
+	pthread_mutex_unlock(&ex->lock);
+}
+
+static int kube_start(const struct kn_task_launch *l, struct kn_task_proc *out,
+		      struct kn_error *err)
+{
+	struct kube_exec *ex = the_exec;
+	json_t *docs = NULL;
+	char *dir = NULL, *path = NULL, *text = NULL;
+	int rc;
+
+	if (!ex || !l->kube)
+		return kn_errorf(err, KN_EINVAL, NULL, "the Kubernetes executor "
+				 "is not running or has no job to submit");
+	out->pid = 0;
+	out->start = 0;
+	if (l->kube->rank != 0)
+		return 0; /* rank 0 submits the whole attempt */
+	rc = kn_kube_attempt_manifests(&ex->cfg, l->kube, &docs, err);
+	if (rc < 0)
+		return rc;
+	dir = attempt_dir_of(l->task_dir);
+	path = kn_asprintf("%s/" MANIFEST_FILE, dir);
+	text = json_dumps(docs, JSON_COMPACT);
+	rc = kn_write_file_replace(path, text, strlen(text), 0600);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
+			       strerror(-rc));
+		goto out;
+	}
+	attempt_add(ex, dir, docs, true);
+	docs = NULL;
+out:
+	json_decref(docs);
+	free(text);
+	free(path);
+	free(dir);
+	return rc;
+}
+
+static int kube_stop(const char *task_dir, const struct kn_task_proc *proc,
+		     int signo, int64_t grace_ms, struct kn_error *err)
+{
+	struct kube_exec *ex = the_exec;
+	char *path = kn_asprintf("%s/stop.json", task_dir);
+	char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}", signo,
+				 (long long)grace_ms);
+	char *dir = attempt_dir_of(task_dir);
+	struct attempt *a;
+	int rc;
+
+	(void)proc;
+	rc = kn_write_file_replace(path, text, strlen(text), 0600);
+	if (rc < 0)
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
+			       strerror(-rc));
+	if (ex) {
+		/* Found and marked under one lock: the worker frees attempts
+		   that are over. The kubelet sends SIGTERM (the preStop hook
+		   the checkpoint signal) and kills after the grace. */
+		pthread_mutex_lock(&ex->lock);
+		a = attempt_find(ex, dir);
+		if (a)
+			ask_delete(ex, a, grace_ms >= 0 ? (grace_ms + 999) / 1000
+							: a->grace_s);
+		pthread_mutex_unlock(&ex->lock);
+	}
+	free(dir);
+	free(text);
+	free(path);
+	return rc;
+}
+
+static int kube_status(const char *task_dir, const struct kn_task_proc *proc,
+		       struct kn_task_status *out, struct kn_error *err)
+{
+	(void)proc;
+	(void)err;
+	if (!view_read(task_dir, out))
+		memset(out, 0, sizeof(*out));
+	return 0;
+}
+
+static int kube_adopt(const char *task_dir, struct kn_task_proc *out,
+		      struct kn_error *err)
+{
+	struct kube_exec *ex = the_exec;
+	char *dir = attempt_dir_of(task_dir);
+	char *path = kn_asprintf("%s/" MANIFEST_FILE, dir), *text = NULL;
+	json_t *docs = NULL;
+	struct attempt *a;
+	int rc = 0;
+
+	out->pid = 0;
+	out->start = 0;
+	if (kn_read_file(path, MANIFEST_MAX, &text, NULL) < 0 ||
+	    !(docs = json_loads(text, 0, NULL))) {
+		rc = kn_errorf(err, KN_ENOTFOUND, NULL, "%s: never submitted",
+			       dir);
+		goto out;
+	}
+	if (!ex)
+		goto out;
+	pthread_mutex_lock(&ex->lock);
+	a = attempt_find(ex, dir);
+	pthread_mutex_unlock(&ex->lock);
+	if (!a) {
+		free(path);
+		path = kn_asprintf("%s/" SUBMITTED_FILE, dir);
+		attempt_add(ex, dir, docs, access(path, F_OK) != 0);
+		docs = NULL;
+	}
+out:
+	json_decref(docs);
+	free(text);
+	free(path);
+	free(dir);
+	return rc < 0 ? -ENOENT : 0;
+}
+
+const struct kn_executor_ops kn_kube_executor = {
+	.name = "kubernetes",
+	.start = kube_start,
+	.stop = kube_stop,
+	.status = kube_status,
+	.adopt = kube_adopt,
+};
+
+static char *dup_or_null(const char *s)
+{
+	return s ? kn_xstrdup(s) : NULL;
+}
+
+int kn_kube_executor_start(const struct kn_kube_exec_config *cfg,
+			   struct kn_error *err)
+{
+	struct kube_exec *ex;
+	int rc;
+
+	if (the_exec)
+		return kn_errorf(err, KN_EINVAL, NULL, "the Kubernetes "
+				 "executor is already running");
+	if (!cfg->namespace_ || !*cfg->namespace_)
+		return kn_errorf(err, KN_EINVAL, "namespace",
+				 "--kube-namespace: empty");
+	ex = kn_xcalloc(1, sizeof(*ex));
+	rc = kn_kube_client_new(cfg->auth, &ex->client, err);
+	if (rc < 0) {
+		free(ex);
+		return rc;
+	}
+	kn_kube_client_stop_on(ex->client, &ex->stop);
+	ex->cfg.namespace_ = kn_xstrdup(cfg->namespace_);
+	ex->cfg.image = dup_or_null(cfg->image);
+	ex->cfg.scheduler_name = dup_or_null(cfg->scheduler_name);
+	ex->cfg.products = cfg->products;
+	pthread_mutex_init(&ex->lock, NULL);
+	pthread_cond_init(&ex->wake, NULL);
+	rc = pthread_create(&ex->thread, NULL, worker, ex);
+	if (rc != 0) {
+		pthread_mutex_destroy(&ex->lock);
+		pthread_cond_destroy(&ex->wake);
+		kn_kube_client_free(ex->client);
+		free((char *)ex->cfg.namespace_);
+		free((char *)ex->cfg.image);
+		free((char *)ex->cfg.scheduler_name);
+		free(ex);
+		return kn_errorf(err, KN_EIO, NULL, "cannot start the "
+				 "Kubernetes worker: %s", strerror(rc));
+	}
+	the_exec = ex;
+	return 0;
+}
+
+void kn_kube_executor_stop(void)
+{
+	struct kube_exec *ex = the_exec;
+
+	if (!ex)
+		return;
+	pthread_mutex_lock(&ex->lock);
+	ex->stop = 1;
+	pthread_cond_signal(&ex->wake);
+	pthread_mutex_unlock(&ex->lock);
+	pthread_join(ex->thread, NULL);
+	while (ex->attempts) {
+		struct attempt *a = ex->attempts;
+		ex->attempts = a->next;
+		attempt_free(a);
+	}
+	pthread_mutex_destroy(&ex->lock);
+	pthread_cond_destroy(&ex->wake);
+	kn_kube_client_free(ex->client);
+	free((char *)ex->cfg.namespace_);
+	free((char *)ex->cfg.image);
+	free((char *)ex->cfg.scheduler_name);
+	free(ex);
+	the_exec = NULL;
+}
+
+int kn_kube_executor_check(const struct kn_job_spec *spec,
+			   struct kn_error *err)
+{
+	struct kn_kube_task task = {.spec = spec, .job_id = 1, .attempt = 1};
+	json_t *docs = NULL;
+	int rc;
+
+	if (!the_exec)
+		return kn_errorf(err, KN_EINVAL, NULL, "the Kubernetes executor "
+				 "is not running");
+	rc = kn_kube_attempt_manifests(&the_exec->cfg, &task, &docs, err);
+	json_decref(docs);
+	return rc;
+}

@@ -1,0 +1,285 @@
+/*
+ * Unit tests for the server's Kubernetes executor: a task's state from
+ * recorded Job and Pod objects (tests/fixtures/kube/executor, the
+ * fixtures directory is argv[1]) and the manifests of one attempt.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kube/kube.h"
+
+static const char *fixtures;
+
+static json_t *load(const char *name)
+{
+	char path[512];
+	json_t *v;
+
+	snprintf(path, sizeof(path), "%s/executor/%s", fixtures, name);
+	v = json_load_file(path, 0, NULL);
+	assert_non_null(v);
+	return v;
+}
+
+/* A pod fixture as the pod of index (its annotation rewritten). */
+static json_t *pod_at(const char *name, int index)
+{
+	json_t *pod = load(name);
+	char idx[16];
+
+	snprintf(idx, sizeof(idx), "%d", index);
+	json_object_set_new(
+		json_object_get(json_object_get(pod, "metadata"),
+				"annotations"),
+		"batch.kubernetes.io/job-completion-index", json_string(idx));
+	return pod;
+}
+
+/* The state of rank from a Job fixture (or none) and pod fixtures. */
+static void state_of(const char *job_file, bool stopping, int rank,
+		     struct kn_kube_task_view *v, const char *pod0,
+		     const char *pod1)
+{
+	json_t *job = job_file ? load(job_file) : NULL;
+	json_t *pods = json_array();
+
+	if (pod0)
+		json_array_append_new(pods, pod_at(pod0, 0));
+	if (pod1)
+		json_array_append_new(pods, pod_at(pod1, 1));
+	kn_kube_task_state(job, pods, rank, stopping, v);
+	json_decref(job);
+	json_decref(pods);
+}
+
+static void test_running_and_succeeded(void **state)
+{
+	struct kn_kube_task_view v;
+
+	(void)state;
+	state_of("job-active.json", false, 0, &v, "pod-running.json",
+		 "pod-running.json");
+	assert_false(v.ended);
+	assert_true(v.running);
+	assert_string_equal(v.pod, "kiln-1-1-0-x7k2p");
+	/* 2026-12-03T04:00:04Z */
+	assert_int_equal(v.started_at_ms, 1796270404000LL);
+	/* Not started yet (waiting for a node or its image): not ended. */
+	{
+		json_t *pods = json_array(), *pod = pod_at("pod-running.json", 0);
+		json_t *job = load("job-active.json");
+
+		json_object_set_new(json_object_get(pod, "status"), "phase",
+				    json_string("Pending"));
+		json_object_del(json_object_get(pod, "status"),
+				"containerStatuses");
+		json_array_append_new(pods, pod);
+		kn_kube_task_state(job, pods, 0, false, &v);
+		assert_false(v.ended);
+		assert_false(v.running);
+		json_decref(job);
+		json_decref(pods);
+	}
+	state_of("job-complete.json", false, 1, &v, "pod-succeeded.json",
+		 "pod-succeeded.json");
+	assert_true(v.ended);
+	assert_int_equal(v.exit_code, 0);
+	assert_int_equal(v.signal, 0);
+	assert_string_equal(v.reason, "");
+	assert_int_equal(v.ended_at_ms, 1796270490000LL);
+	/* Pods gone (cleaned up), the Job complete: every rank exited 0. */
+	state_of("job-complete.json", false, 1, &v, NULL, NULL);
+	assert_true(v.ended);
+	assert_int_equal(v.exit_code, 0);
+}
+
+static void test_failures(void **state)
+{
+	struct kn_kube_task_view v;
+
+	(void)state;
+	/* Rank 1's own pod failed with exit code 3; rank 0 still runs. */
+	state_of("job-active.json", false, 1, &v, "pod-running.json",
+		 "pod-failed.json");
+	assert_true(v.ended);
+	assert_false(v.preempted);
+	assert_int_equal(v.exit_code, 3);
+	assert_string_equal(v.reason, "");
+	state_of("job-active.json", false, 0, &v, "pod-running.json",
+		 "pod-failed.json");
+	assert_false(v.ended);
+	/* The Job failed: rank 0, still terminating, ends with it. */
+	state_of("job-failed.json", false, 0, &v, "pod-running.json",
+		 "pod-failed.json");
+	assert_true(v.ended);
+	assert_int_equal(v.exit_code, -1);
+	assert_string_equal(v.reason, "Job failed: BackoffLimitExceeded");
+	state_of("job-failed.json", false, 0, &v, "pod-oomkilled.json", NULL);
+	assert_int_equal(v.exit_code, 137);
+	assert_string_equal(v.reason, "OOMKilled, exit code 137");
+	state_of("job-failed.json", false, 0, &v, "pod-evicted.json", NULL);
+	assert_true(v.ended);
+	assert_false(v.preempted);
+	assert_int_equal(v.exit_code, 137);
+	assert_non_null(strstr(v.reason, "Evicted: The node was low on "
+					 "resource: memory"));
+}
+
+static void test_timeout(void **state)
+{
+	struct kn_kube_task_view v;
+
+	(void)state;
+	state_of("job-deadline.json", false, 0, &v, "pod-deadline.json",
+		 NULL);
+	assert_true(v.ended);
+	assert_string_equal(v.reason, "timeout");
+	/* The pods already deleted by the Job controller. */
+	state_of("job-deadline.json", false, 1, &v, NULL, NULL);
+	assert_true(v.ended);
+	assert_string_equal(v.reason, "timeout");
+	assert_int_equal(v.signal, SIGKILL);
+}
+
+static void test_disruption(void **state)
+{
+	struct kn_kube_task_view v;
+
+	(void)state;
+	state_of("job-active.json", false, 0, &v, "pod-disrupted.json",
+		 "pod-running.json");
+	assert_true(v.ended);
+	assert_true(v.preempted);
+	assert_string_equal(v.reason, "disrupted: DeletionByTaintManager");
+	state_of("job-active.json", false, 1, &v, "pod-disrupted.json",
+		 "pod-running.json");
+	assert_false(v.ended);
+}
+
+static void test_gone_and_stopped(void **state)
+{
+	struct kn_kube_task_view v;
+
+	(void)state;
+	state_of(NULL, false, 0, &v, NULL, NULL);
+	assert_true(v.ended);
+	assert_false(v.preempted);
+	assert_int_equal(v.exit_code, -1);
+	assert_string_equal(v.reason, "lost: the Kubernetes Job is gone");
+	state_of(NULL, true, 0, &v, NULL, NULL);
+	assert_true(v.ended);
+	assert_int_equal(v.signal, SIGTERM);
+	assert_string_equal(v.reason, "stopped: Job deleted");
+	/* Deleted (foreground): the Job stays while a pod still runs. */
+	state_of("job-active.json", true, 0, &v, "pod-running.json", NULL);
+	assert_false(v.ended);
+	state_of("job-active.json", true, 1, &v, "pod-running.json", NULL);
+	assert_true(v.ended);
+	/* Not deleted: a missing pod is the Job controller's to create. */
+	state_of("job-active.json", false, 1, &v, "pod-running.json", NULL);
+	assert_false(v.ended);
+}
+
+/* A one-task Job's pods have no index: rank 0 is theirs. */
+static void test_single_task(void **state)
+{
+	struct kn_kube_task_view v;
+	json_t *pod = load("pod-failed.json"), *pods = json_array();
+
+	(void)state;
+	json_object_del(json_object_get(json_object_get(pod, "metadata"),
+					"annotations"),
+			"batch.kubernetes.io/job-completion-index");
+	json_array_append_new(pods, pod);
+	kn_kube_task_state(NULL, pods, 0, false, &v);
+	assert_true(v.ended);
+	assert_int_equal(v.exit_code, 3);
+	json_decref(pods);
+}
+
+static const char *env_value(json_t *env, const char *name)
+{
+	json_t *e;
+	size_t i;
+
+	json_array_foreach(env, i, e)
+		if (!strcmp(json_string_value(json_object_get(e, "name")), name))
+			return json_string_value(json_object_get(e, "value"));
+	return NULL;
+}
+
+static void test_attempt_manifests(void **state)
+{
+	static const char text[] =
+		"kind: Job\nname: train_big\ncommand: [python, train.py]\n"
+		"tasks: 2\nretries: 3\nresources: {gpus: 1}\n"
+		"checkpoint: {every: 10m, grace: 45s}\n";
+	struct kn_job_spec *spec = NULL;
+	struct kn_kube_exec_config cfg = {.namespace_ = "ml",
+					  .image = "img:1"};
+	struct kn_kube_task task = {.job_id = 12, .attempt = 2};
+	struct kn_error err = {0};
+	json_t *docs = NULL, *job, *tmpl, *c;
+
+	(void)state;
+	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
+					   &err), 0);
+	task.spec = spec;
+	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
+			 0);
+	assert_int_equal(json_array_size(docs), 2);
+	job = json_array_get(docs, 0);
+	assert_string_equal(json_string_value(json_object_get(
+		json_object_get(job, "metadata"), "name")), "kiln-12-2");
+	assert_string_equal(json_string_value(json_object_get(
+		json_object_get(json_object_get(job, "metadata"), "labels"),
+		KN_KUBE_LABEL_ATTEMPT)), "2");
+	assert_int_equal(json_integer_value(json_object_get(
+		json_object_get(job, "spec"), "backoffLimit")), 0);
+	tmpl = json_object_get(json_object_get(job, "spec"), "template");
+	assert_string_equal(json_string_value(json_object_get(
+		json_object_get(json_object_get(tmpl, "metadata"), "labels"),
+		KN_KUBE_LABEL_JOB_ID)), "12");
+	c = json_array_get(json_object_get(json_object_get(tmpl, "spec"),
+					   "containers"), 0);
+	assert_string_equal(json_string_value(json_object_get(c, "image")),
+			    "img:1");
+	assert_string_equal(env_value(json_object_get(c, "env"), "KILN_JOB_ID"),
+			    "12");
+	assert_string_equal(env_value(json_object_get(c, "env"),
+				      "KILN_JOB_NAME"), "train_big");
+	assert_string_equal(env_value(json_object_get(c, "env"), "MASTER_ADDR"),
+			    "kiln-12-2-0.kiln-12-2");
+	json_decref(docs);
+	/* No image anywhere: the error names the flag. */
+	cfg.image = NULL;
+	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
+			 -EINVAL);
+	assert_non_null(strstr(err.message, "--image"));
+	kn_job_spec_free(spec);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_running_and_succeeded),
+		cmocka_unit_test(test_failures),
+		cmocka_unit_test(test_timeout),
+		cmocka_unit_test(test_disruption),
+		cmocka_unit_test(test_gone_and_stopped),
+		cmocka_unit_test(test_single_task),
+		cmocka_unit_test(test_attempt_manifests),
+	};
+
+	fixtures = argc > 1 ? argv[1] : "tests/fixtures/kube";
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,206 @@
+"""Shared by the Kubernetes tests: the fixtures, the bearer token the
+replay servers accept, a kubeconfig for them, and JobApi, a local server
+that answers kiln's Job, Service, Pod and log requests with the recorded
+objects of tests/fixtures/kube/executor (see the README there) and
+records every request, so tests check exactly what kiln sent.
+
+JobApi keeps the objects a real API server would hold: a POSTed Job is
+stored and gets one pod per index (pod-running.json, renamed for it);
+the test then swaps in other recorded pods and Jobs (set_pod, set_job) to
+play what the kubelet and the Job controller would do. A DELETE removes
+the Job and its pods, as the garbage collector does once the pods have
+terminated."""
+import copy
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "kube"
+TOKEN = "kiln-test-token-3f9a"
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def write_kubeconfig(path, port, token=TOKEN, namespace="ml"):
+    path.write_text(f"""apiVersion: v1
+kind: Config
+current-context: test
+clusters:
+- name: replay
+  cluster:
+    server: http://127.0.0.1:{port}
+contexts:
+- name: test
+  context: {{cluster: replay, user: kiln, namespace: {namespace}}}
+users:
+- name: kiln
+  user:
+    token: {token}
+""")
+    return path
+
+
+def recorded(name):
+    return json.loads((FIXTURES / "executor" / name).read_text())
+
+
+class JobApi:
+    def __init__(self, namespace="ml"):
+        self.ns = namespace
+        self.requests = []
+        self.jobs = {}      # name -> Job
+        self.pods = {}      # name -> {index: Pod}
+        self.logs = {}      # pod name -> text
+        self.fail = {}      # (method, kind) -> HTTP status to answer
+        self.lock = threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def reply(self, status, body, text=False):
+                data = body.encode() if text else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain" if text
+                                 else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def handle_any(self):
+                length = int(self.headers.get("Content-Length", 0) or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                url = urlsplit(self.path)
+                req = {"method": self.command, "path": url.path,
+                       "query": parse_qs(url.query),
+                       "auth": self.headers.get("Authorization"),
+                       "body": body}
+                with api.lock:
+                    api.requests.append(req)
+                    if req["auth"] != f"Bearer {TOKEN}":
+                        return self.reply(401, recorded("status-401.json"))
+                    status, answer, text = api.answer(req)
+                self.reply(status, answer, text)
+
+            do_GET = do_POST = do_DELETE = handle_any
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        if self.httpd:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.httpd = None
+
+    # ---- what the API server holds ----
+
+    def answer(self, req):
+        m, path = req["method"], req["path"]
+        jobs = f"/apis/batch/v1/namespaces/{self.ns}/jobs"
+        pods = f"/api/v1/namespaces/{self.ns}/pods"
+        services = f"/api/v1/namespaces/{self.ns}/services"
+        kind = ("jobs" if path.startswith(jobs) else
+                "log" if path.endswith("/log") else
+                "pods" if path.startswith(pods) else
+                "services" if path.startswith(services) else None)
+        if (m, kind) in self.fail:
+            code = self.fail[(m, kind)]
+            return code, recorded(f"status-{code}.json"), False
+        if m == "POST" and path == jobs:
+            return self.create_job(req["body"])
+        if m == "POST" and path == services:
+            if any(r["method"] == "POST" and r["path"] == services and
+                   r["body"]["metadata"]["name"] ==
+                   req["body"]["metadata"]["name"]
+                   for r in self.requests[:-1]):
+                return 409, recorded("status-409.json"), False
+            svc = copy.deepcopy(req["body"])
+            svc["metadata"]["uid"] = "7a3c1e52-9d4b-4f60-b1a2-3c4d5e6f7a8b"
+            return 201, svc, False
+        if m == "GET" and path == jobs:
+            return 200, {"kind": "JobList", "apiVersion": "batch/v1",
+                         "metadata": {"resourceVersion": "48300"},
+                         "items": list(self.jobs.values())}, False
+        if m == "GET" and path == pods:
+            items = [p for by in self.pods.values() for p in by.values()]
+            return 200, {"kind": "PodList", "apiVersion": "v1",
+                         "metadata": {"resourceVersion": "48300"},
+                         "items": items}, False
+        if m == "GET" and kind == "log":
+            name = path.split("/")[-2]
+            if name not in self.logs:
+                return 404, recorded("status-404.json"), False
+            return 200, self.logs[name], True
+        if path.startswith(jobs + "/"):
+            name = path.rsplit("/", 1)[1]
+            if name not in self.jobs:
+                return 404, recorded("status-404.json"), False
+            job = self.jobs[name]
+            if m == "DELETE":
+                deleted = copy.deepcopy(job)
+                deleted["metadata"]["deletionTimestamp"] = \
+                    "2026-12-03T04:02:00Z"
+                deleted["metadata"]["finalizers"] = ["foregroundDeletion"]
+                del self.jobs[name]
+                self.pods.pop(name, None)
+                return 200, deleted, False
+            return 200, job, False
+        return 404, recorded("status-404.json"), False
+
+    def create_job(self, body):
+        name = body["metadata"]["name"]
+        if name in self.jobs:
+            return 409, recorded("status-409.json"), False
+        job = recorded("job-active.json")
+        job["metadata"]["name"] = name
+        job["metadata"]["labels"] = body["metadata"]["labels"]
+        job["metadata"]["uid"] = f"uid-{name}"
+        job["spec"] = copy.deepcopy(body["spec"])
+        job["status"]["active"] = body["spec"]["parallelism"]
+        self.jobs[name] = job
+        self.pods[name] = {}
+        for index in range(body["spec"]["completions"]):
+            self.pods[name][index] = self.pod(name, index, "pod-running.json")
+        return 201, job, False
+
+    def pod(self, job, index, fixture):
+        """A recorded pod as pod index of Job job."""
+        pod = recorded(fixture)
+        meta = pod["metadata"]
+        meta["name"] = f"{job}-{index}-x7k2p"
+        template = self.jobs[job]["spec"]["template"]["metadata"]
+        meta["labels"] = dict(template["labels"], **{
+            "batch.kubernetes.io/job-name": job, "job-name": job})
+        if self.jobs[job]["spec"].get("completionMode") == "Indexed":
+            meta["labels"][INDEX] = str(index)
+            meta["annotations"][INDEX] = str(index)
+        else:
+            meta["annotations"].pop(INDEX, None)
+        meta["ownerReferences"][0]["name"] = job
+        return pod
+
+    def set_pod(self, job, index, fixture, log=None):
+        with self.lock:
+            self.pods[job][index] = self.pod(job, index, fixture)
+            if log is not None:
+                self.logs[f"{job}-{index}-x7k2p"] = log
+
+    def set_job(self, job, fixture):
+        with self.lock:
+            done = recorded(fixture)
+            done["metadata"] = self.jobs[job]["metadata"]
+            done["spec"] = self.jobs[job]["spec"]
+            self.jobs[job] = done
+
+    def sent(self, method, path_end=""):
+        with self.lock:
+            return [r for r in self.requests if r["method"] == method
+                    and r["path"].endswith(path_end)]
