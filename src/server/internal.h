@@ -96,6 +96,7 @@ struct feed;
 struct monitor;
 struct node_health;
 struct deploy_state;
+struct kn_catalog;
 
 /* One node's own state, beside its scheduler view. */
 struct server_node {
@@ -138,6 +139,7 @@ struct server {
 	struct node_health *health; /* periodic health checks, or NULL */
 	struct deploy_state *deploy; /* deployments and their replicas */
 	bool closing;               /* shutting down: late work is dropped */
+	struct kn_catalog *catalog; /* prices for the cost ledger (cost.c) */
 };
 
 /* auth.c */
@@ -334,6 +336,15 @@ void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 int health_start(struct server *s, struct node_health **out,
 		 struct kn_error *err);
 void health_free(struct node_health *h);
+
+/* cost.c: the cost ledger's record and GET /v1/cost */
+/* Load the catalogs, check each node's pricing label and open each node's
+   state interval; after setup_nodes. */
+int cost_start(struct server *s, struct kn_error *err);
+/* Close the open state intervals (a clean stop) and free the catalog. */
+void cost_stop(struct server *s);
+void cost_h_report(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

@@ -57,6 +57,12 @@ struct kn_server_config {
 	   (docs/scheduling.md): each "NAME GPUS [KEY=VALUE ...]". */
 	const char *const *sim_nodes;
 	size_t n_sim_nodes;
+
+	/* The cost ledger (docs/cost.md). */
+	const char *node_sku;     /* the local node's VM size, label sku=;
+				     NULL: health_sku, else unknown */
+	const char *node_pricing; /* its pricing model, label pricing= */
+	const char *cost_catalog; /* extra catalog rows, or NULL */
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */
