@@ -3,7 +3,8 @@
  * job, user, deployment, node or day, with idle, unhealthy and lost cost,
  * goodput and efficiency — as a table, JSON or CSV, and --chart's SVG of
  * cost per day by category (a second request, by day, when --by is not
- * day).
+ * day). --reservations: reservation and spot advice from the same
+ * history (GET /v1/cost/reservations).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 #include "cmd/client.h"
 #include "cmd/cost_report.h"
 
+/* GET /v1/cost by `by`, or /v1/cost/reservations when by is NULL. */
 static int fetch(struct cli_client *c, const char *by, int64_t since,
 		 int64_t until, json_t **out)
 {
@@ -25,8 +27,9 @@ static int fetch(struct cli_client *c, const char *by, int64_t since,
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
-	kn_buf_printf(&path, "/v1/cost");
-	cli_query_add(&path, "by", by);
+	kn_buf_printf(&path, by ? "/v1/cost" : "/v1/cost/reservations");
+	if (by)
+		cli_query_add(&path, "by", by);
 	snprintf(number, sizeof(number), "%" PRId64, since);
 	cli_query_add(&path, "since", number);
 	snprintf(number, sizeof(number), "%" PRId64, until);
@@ -67,11 +70,13 @@ int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *by = "job", *since_text = "30d", *until_text = NULL,
 		   *chart = NULL;
+	bool reservations = false;
 	const struct cli_flag flags[] = {
 		{"by", 0, CLI_FLAG_STRING, &by},
 		{"since", 0, CLI_FLAG_STRING, &since_text},
 		{"until", 0, CLI_FLAG_STRING, &until_text},
 		{"chart", 0, CLI_FLAG_STRING, &chart},
+		{"reservations", 0, CLI_FLAG_BOOL, &reservations},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	static const char *const bys[] = {
@@ -106,10 +111,15 @@ int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
 		rc = cli_usage_error(ctx, "--since must come before --until");
 		goto out;
 	}
+	if (reservations && (chart || !strcmp(ctx->output, "csv"))) {
+		rc = cli_usage_error(ctx, "--reservations takes -o table or "
+				     "json, and no --chart");
+		goto out;
+	}
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	rc = fetch(c, by, since, until, &answer);
+	rc = fetch(c, reservations ? NULL : by, since, until, &answer);
 	if (rc)
 		goto out;
 	if (chart) {
@@ -123,6 +133,8 @@ int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	if (cli_want_json(ctx))
 		cli_print_json(answer);
+	else if (reservations)
+		cost_report_reservations(answer, stdout);
 	else if (!strcmp(ctx->output, "csv"))
 		cost_report_csv(answer, stdout);
 	else

@@ -286,3 +286,101 @@ void cost_report_svg(json_t *day_reply, FILE *out)
 	}
 	fputs("</svg>\n", out);
 }
+
+static void percent_or_dash(struct cli_table *t, json_t *v)
+{
+	if (json_is_number(v))
+		cli_table_cellf(t, "%.1f%%", 100 * json_number_value(v));
+	else
+		cli_table_cell(t, "-");
+}
+
+static void price_or_dash(struct cli_table *t, json_t *v)
+{
+	if (json_is_number(v))
+		cli_table_cellf(t, "$%.2f/h", json_number_value(v));
+	else
+		cli_table_cell(t, "-");
+}
+
+static const char *verdict(json_t *s)
+{
+	bool one = json_is_true(json_object_get(s, "pays_off_1y"));
+	bool three = json_is_true(json_object_get(s, "pays_off_3y"));
+
+	if (!json_is_number(json_object_get(s, "on_demand_usd_hr")))
+		return "no on-demand price";
+	return one && three ? "reserve: 1y and 3y pay off"
+	       : three	    ? "reserve 3y (1y does not pay off)"
+	       : one	    ? "reserve 1y"
+			    : "stay on demand";
+}
+
+void cost_report_reservations(json_t *reply, FILE *out)
+{
+	static const char *const sku_headers[] = {
+		"SKU", "NODES", "UTILISATION", "ON-DEMAND", "RESERVED-1Y",
+		"BREAK-EVEN-1Y", "RESERVED-3Y", "BREAK-EVEN-3Y", "ADVICE", NULL,
+	};
+	static const char *const spot_headers[] = {
+		"JOB", "NAME", "USER", "CHECKPOINT-EVERY", "LONGEST-UNSAVED",
+		"ON-SPOT", NULL,
+	};
+	json_t *skus = json_object_get(reply, "skus");
+	json_t *spot = json_object_get(reply, "spot_candidates");
+	struct cli_table *t;
+	json_t *s, *node;
+	size_t i, k;
+	char buf[48];
+
+	fputs("Reservations (a term pays off when the nodes' GPUs are busy at "
+	      "least its break-even:\nreserved price / on-demand price):\n",
+	      out);
+	if (!json_array_size(skus)) {
+		fputs("  no node has a size (label sku=)\n", out);
+	} else {
+		t = cli_table_new(sku_headers);
+		json_array_foreach(skus, i, s) {
+			struct kn_buf nodes;
+
+			kn_buf_init(&nodes, SIZE_MAX);
+			json_array_foreach(json_object_get(s, "nodes"), k, node)
+				kn_buf_printf(&nodes, "%s%s", k ? "," : "",
+					      json_string_value(node));
+			cli_table_cell(t, cli_json_str(s, "sku"));
+			cli_table_cell(t, nodes.data ? nodes.data : "");
+			kn_buf_release(&nodes);
+			percent_or_dash(t, json_object_get(s, "utilisation"));
+			price_or_dash(t, json_object_get(s, "on_demand_usd_hr"));
+			price_or_dash(t, json_object_get(s, "reserved_1y_usd_hr"));
+			percent_or_dash(t, json_object_get(s, "break_even_1y"));
+			price_or_dash(t, json_object_get(s, "reserved_3y_usd_hr"));
+			percent_or_dash(t, json_object_get(s, "break_even_3y"));
+			cli_table_cell(t, verdict(s));
+		}
+		cli_table_print(t, out, 2);
+		cli_table_free(t);
+	}
+	fputs("\nSafe to move to spot (preemptible, with checkpoints):\n", out);
+	if (!json_array_size(spot)) {
+		fputs("  none in this window\n", out);
+		return;
+	}
+	t = cli_table_new(spot_headers);
+	json_array_foreach(spot, i, s) {
+		cli_table_cellf(t, "%" JSON_INTEGER_FORMAT,
+				json_integer_value(json_object_get(s, "job")));
+		cli_table_cell(t, cli_json_str(s, "name"));
+		cli_table_cell(t, cli_json_str(s, "user"));
+		kn_format_duration(cli_json_int(s, "checkpoint_every_ms"), buf,
+				   sizeof(buf));
+		cli_table_cell(t, buf);
+		kn_format_duration(cli_json_int(s, "longest_unsaved_ms"), buf,
+				   sizeof(buf));
+		cli_table_cell(t, buf);
+		cli_table_cell(t, json_is_true(json_object_get(s, "on_spot"))
+					  ? "yes" : "no");
+	}
+	cli_table_print(t, out, 2);
+	cli_table_free(t);
+}

@@ -32,4 +32,11 @@ void cost_report_csv(json_t *reply, FILE *out);
  */
 void cost_report_svg(json_t *day_reply, FILE *out);
 
+/*
+ * GET /v1/cost/reservations's answer: per size the utilisation, the
+ * break-even of each reserved term and whether it pays off; then the jobs
+ * that could move to spot.
+ */
+void cost_report_reservations(json_t *reply, FILE *out);
+
 #endif

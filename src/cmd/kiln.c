@@ -610,6 +610,7 @@ static const struct cli_command commands[] = {
 	 "usage: kiln cost [--by job|user|deployment|node|day]\n"
 	 "                 [--since DURATION|TIME] [--until DURATION|TIME]\n"
 	 "                 [-o table|json|csv] [--chart FILE.svg]\n"
+	 "       kiln cost --reservations [--since ...] [--until ...] [-o json]\n"
 	 "\n"
 	 "The cost ledger (docs/cost.md): each node's GPU time, priced by its\n"
 	 "size and pricing model (labels sku= and pricing=, `kiln server\n"
@@ -632,7 +633,14 @@ static const struct cli_command commands[] = {
 	 "  -o table|json|csv     json: the server's answer as is; csv: one\n"
 	 "                        line per row then the total, unrounded\n"
 	 "  --chart FILE.svg      also write cost per day, stacked useful,\n"
-	 "                        lost, idle and unhealthy, as an SVG file\n",
+	 "                        lost, idle and unhealthy, as an SVG file\n"
+	 "  --reservations        advice from the window's history instead:\n"
+	 "                        per VM size, its nodes' GPU utilisation (busy\n"
+	 "                        over up) against each reserved term's\n"
+	 "                        break-even (reserved / on-demand price), and\n"
+	 "                        which jobs could move to spot (preemptible,\n"
+	 "                        with checkpoints; the longest work an attempt\n"
+	 "                        had past its last checkpoint)\n",
 	 false},
 	{"tune", cmd_tune, NULL, "set GPU application clocks to their maximum",
 	 "usage: kiln tune gpu [--dry-run] [--reset]\n"

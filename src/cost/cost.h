@@ -363,4 +363,24 @@ int kn_ledger_report(const struct kn_ledger *l, enum kn_ledger_by by,
 		     struct kn_ledger_report **out, struct kn_error *err);
 void kn_ledger_report_free(struct kn_ledger_report *r);
 
+
+/* ---- reservation advice from history ---- */
+
+/*
+ * Whether reserving a size pays off at a measured utilisation (busy GPU
+ * time over the GPU time its nodes were up, 0..1). A reservation is paid
+ * for every hour; on demand, only the hours used: a term pays off when
+ * utilisation is at least its break-even, price_reserved / price_on_demand.
+ */
+struct kn_reservation_advice {
+	double utilisation;
+	double on_demand_usd_hr;      /* < 0: unknown */
+	double reserved_usd_hr[2];    /* 1 year, 3 years; < 0 unknown */
+	double break_even[2];         /* < 0 when a price is unknown */
+	bool pays_off[2];
+};
+/* out for size s at utilisation u; u is clamped to 0..1. */
+void kn_reservation_advise(const struct kn_vm_size *s, double u,
+			   struct kn_reservation_advice *out);
+
 #endif

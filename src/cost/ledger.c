@@ -509,3 +509,29 @@ void kn_ledger_report_free(struct kn_ledger_report *r)
 	free(r->unpriced_nodes);
 	free(r);
 }
+
+/* ---- reservation advice ---- */
+
+void kn_reservation_advise(const struct kn_vm_size *s, double u,
+			   struct kn_reservation_advice *out)
+{
+	static const enum kn_pricing terms[2] = { KN_PRICING_RESERVED_1Y,
+						  KN_PRICING_RESERVED_3Y };
+	double payg = -1;
+
+	memset(out, 0, sizeof(*out));
+	out->utilisation = u < 0 ? 0 : u > 1 ? 1 : u;
+	if (!kn_vm_size_price(s, KN_PRICING_ON_DEMAND, &payg) || payg <= 0)
+		payg = -1;
+	out->on_demand_usd_hr = payg;
+	for (int k = 0; k < 2; k++) {
+		double ri = -1;
+
+		if (!kn_vm_size_price(s, terms[k], &ri))
+			ri = -1;
+		out->reserved_usd_hr[k] = ri;
+		out->break_even[k] = payg > 0 && ri >= 0 ? ri / payg : -1;
+		out->pays_off[k] = out->break_even[k] >= 0 &&
+				   out->utilisation >= out->break_even[k];
+	}
+}

@@ -854,6 +854,8 @@ static const struct route routes[] = {
 	{"GET", "/v1/alerts", KN_ROLE_VIEWER, false, NULL, h_alerts},
 	{"GET", "/v1/events", KN_ROLE_VIEWER, false, NULL, h_events},
 	{"GET", "/v1/cost", KN_ROLE_VIEWER, false, NULL, cost_h_report},
+	{"GET", "/v1/cost/reservations", KN_ROLE_VIEWER, false, NULL,
+	 cost_h_reservations},
 	{"GET", "/v1/tokens", KN_ROLE_ADMIN, false, "token.list", h_token_list},
 	{"POST", "/v1/tokens", KN_ROLE_ADMIN, false, "token.create",
 	 h_token_create},

@@ -345,6 +345,8 @@ int cost_start(struct server *s, struct kn_error *err);
 void cost_stop(struct server *s);
 void cost_h_report(struct server *s, struct kn_http_req *req,
 		   const struct caller *c, const char *param);
+void cost_h_reservations(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

@@ -267,6 +267,8 @@ def test_cost_ledger_by_every_dimension(priced, tmp_path):
                   iso(until), check=True).stdout
     assert "unpriced: no size or price in the catalog for node unk" in table
 
+    check_reservations(s, ids, detail, window)
+
     chart = tmp_path / "cost.svg"
     s.cli("cost", "--since", iso(t0), "--until", iso(until), "--chart",
           str(chart), check=True)
@@ -275,6 +277,42 @@ def test_cost_ledger_by_every_dimension(priced, tmp_path):
     days = cost(s, by="day", **window)["rows"]
     bars = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")]
     assert any(b.startswith(days[0]["key"] + " useful $") for b in bars if b)
+
+
+def check_reservations(s, ids, detail, window):
+    r = s.request("GET", "/v1/cost/reservations", params=window)
+    assert r.status_code == 200, r.text
+    adv = r.json()
+    skus = {x["sku"]: x for x in adv["skus"]}
+    assert set(skus) == {"Test_G2", "Test_G1", "Nope_X"}
+    g2 = skus["Test_G2"]
+    assert sorted(g2["nodes"]) == ["od", "sp"]
+    # Break-even: reserved over on-demand price, from the fixture.
+    assert g2["break_even_1y"] == 54000 / 72000
+    assert g2["break_even_3y"] == 36000 / 72000
+    # Utilisation: busy over up GPU time of od and sp, from the record.
+    since, until = window["since"], window["until"]
+    busy = sum(a["n_devices"] * a["milli_per_device"] / 1000 *
+               overlap(a["start_ms"], a["end_ms"] or until, since, until)
+               for a in detail["allocations"] if a["node"] in ("od", "sp"))
+    up = sum(2 * overlap(iv["start_ms"], iv["end_ms"] or until, since, until)
+             for iv in detail["intervals"] if iv["node"] in ("od", "sp"))
+    assert abs(g2["utilisation"] - busy / up) < 1e-6
+    assert g2["pays_off_1y"] == (busy / up >= 0.75)
+    assert skus["Nope_X"]["on_demand_usd_hr"] is None
+    assert not skus["Nope_X"]["pays_off_1y"]
+    spot = {x["job"]: x for x in adv["spot_candidates"]}
+    assert set(spot) == {ids["preempted"]}  # preemptible and checkpointing
+    pre = [a for a in detail["allocations"] if a["job"] == ids["preempted"]]
+    assert spot[ids["preempted"]]["on_spot"]
+    assert spot[ids["preempted"]]["longest_unsaved_ms"] == max(
+        a["end_ms"] - max(a["start_ms"], a["checkpoint_ms"]) for a in pre)
+    assert spot[ids["preempted"]]["checkpoint_every_ms"] == 600000
+    out = s.cli("cost", "--reservations", "--since", iso(since), "--until",
+                iso(until), check=True).stdout
+    assert "Test_G2" in out and "75.0%" in out and "50.0%" in out
+    assert "no on-demand price" in out
+    assert "Safe to move to spot" in out and "preempted" in out
 
 
 def test_cost_errors_and_access(priced):
@@ -292,6 +330,8 @@ def test_cost_errors_and_access(priced):
     assert res.returncode == 2 and "--since" in res.stderr
     res = s.cli("cost", "-o", "yaml")
     assert res.returncode == 2 and "csv" in res.stderr
+    res = s.cli("cost", "--reservations", "-o", "csv")
+    assert res.returncode == 2 and "--reservations" in res.stderr
 
 
 def test_bad_pricing_label_is_refused(tmp_path):

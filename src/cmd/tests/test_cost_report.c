@@ -135,6 +135,45 @@ static void test_since(void **state)
 	assert_int_equal(cost_parse_since("", 0, &ms), -EINVAL);
 }
 
+static const char RESERVATIONS[] =
+	"{\"skus\": ["
+	"{\"sku\": \"G4\", \"nodes\": [\"a\", \"b\"], \"utilisation\": 0.5,"
+	" \"on_demand_usd_hr\": 8, \"reserved_1y_usd_hr\": 4.8,"
+	" \"reserved_3y_usd_hr\": 3.2, \"break_even_1y\": 0.6,"
+	" \"break_even_3y\": 0.4, \"pays_off_1y\": false,"
+	" \"pays_off_3y\": true},"
+	"{\"sku\": \"X\", \"nodes\": [\"c\"], \"utilisation\": 0.9,"
+	" \"on_demand_usd_hr\": null, \"reserved_1y_usd_hr\": null,"
+	" \"reserved_3y_usd_hr\": null, \"break_even_1y\": null,"
+	" \"break_even_3y\": null, \"pays_off_1y\": false,"
+	" \"pays_off_3y\": false}],"
+	" \"spot_candidates\": [{\"job\": 7, \"name\": \"train\","
+	" \"user\": \"alice\", \"checkpoint_every_ms\": 600000,"
+	" \"longest_unsaved_ms\": 90000, \"on_spot\": false}]}";
+
+static void test_reservations(void **state)
+{
+	char *out = render(cost_report_reservations, RESERVATIONS);
+
+	(void)state;
+	/* G4 at 50 %: the 3-year break-even (40 %) is passed, the 1-year
+	   (60 %) is not. */
+	assert_non_null(strstr(out, "G4   a,b    50.0%        $8.00/h    "
+				    "$4.80/h      60.0%          $3.20/h      "
+				    "40.0%          reserve 3y (1y does not pay "
+				    "off)\n"));
+	assert_non_null(strstr(out, "X    c      90.0%        -"));
+	assert_non_null(strstr(out, "no on-demand price"));
+	assert_non_null(strstr(out, "7    train  alice  10m0s             "
+				    "1m30s            no\n"));
+	free(out);
+	out = render(cost_report_reservations,
+		     "{\"skus\": [], \"spot_candidates\": []}");
+	assert_non_null(strstr(out, "no node has a size"));
+	assert_non_null(strstr(out, "none in this window"));
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -142,6 +181,7 @@ int main(void)
 		cmocka_unit_test(test_csv),
 		cmocka_unit_test(test_svg),
 		cmocka_unit_test(test_since),
+		cmocka_unit_test(test_reservations),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -353,6 +353,41 @@ static void test_errors(void **state)
 	assert_string_equal(kn_ledger_by_name(KN_LEDGER_BY_DAY), "day");
 }
 
+/* G4: $8/h on demand, $4.80 1-year ($4.80 / $8 = 60 % break-even), $3.20
+   3-year (40 %). At 50 % busy only the 3-year term pays off; at 70 % both;
+   a size without a 3-year price says so (break-even < 0). */
+static void test_reservations(void **state)
+{
+	struct fixture *f = *state;
+	const struct kn_vm_size *g4 = kn_catalog_find(f->catalog, "G4");
+	struct kn_reservation_advice r;
+	struct kn_catalog *c = kn_catalog_new();
+	static const char PARTIAL[] =
+		"family,size,gpu_model,gpu_count,gpu_mem_per_gpu_gb,vcpus,"
+		"ram_gib,infiniband,payg_linux_usd_hr,spot_usd_hr,ri_1y_usd_hr,"
+		"ri_3y_usd_hr\nNC,P1,NVIDIA T4,1,16,4,28,no,1,,0.7,\n";
+	struct kn_error err;
+
+	kn_reservation_advise(g4, 0.5, &r);
+	assert_true(fabs(r.break_even[0] - 0.6) < 1e-12);
+	assert_true(fabs(r.break_even[1] - 0.4) < 1e-12);
+	assert_false(r.pays_off[0]);
+	assert_true(r.pays_off[1]);
+	assert_true(r.on_demand_usd_hr == 8 && r.reserved_usd_hr[0] == 4.8);
+	kn_reservation_advise(g4, 0.7, &r);
+	assert_true(r.pays_off[0] && r.pays_off[1]);
+	kn_reservation_advise(g4, 1.5, &r);
+	assert_true(r.utilisation == 1);
+	assert_int_equal(kn_catalog_parse(c, PARTIAL, strlen(PARTIAL), "p.csv",
+					  &err), 0);
+	kn_reservation_advise(kn_catalog_find(c, "P1"), 0.9, &r);
+	assert_true(fabs(r.break_even[0] - 0.7) < 1e-12 && r.pays_off[0]);
+	assert_true(r.break_even[1] < 0 && !r.pays_off[1]);
+	kn_reservation_advise(NULL, 0.9, &r);
+	assert_true(r.on_demand_usd_hr < 0 && !r.pays_off[0]);
+	kn_catalog_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -364,6 +399,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_open_ended, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reservations, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
