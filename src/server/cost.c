@@ -42,15 +42,19 @@ static const char *node_label(const struct server *s, size_t i,
 
 int cost_start(struct server *s, struct kn_error *err)
 {
-	const char *files[] = { KN_GPU_SKU_FILE, KN_CPU_SKU_FILE,
-				s->cfg.cost_catalog };
+	const char *shipped[] = { KN_GPU_SKU_FILE, KN_CPU_SKU_FILE };
 	int64_t now = kn_now_ms();
 	int rc = 0;
 
 	s->catalog = kn_catalog_new();
-	for (size_t i = 0; rc == 0 && i < sizeof(files) / sizeof(files[0]); i++)
-		if (files[i])
-			rc = kn_catalog_load(s->catalog, files[i], err);
+	/* Without the shipped catalogs (a binary moved away from its
+	   data/) nodes are unpriced, which the reports say; the server
+	   still runs. A bad --catalog is the user's to fix: refused. */
+	for (size_t i = 0; i < sizeof(shipped) / sizeof(shipped[0]); i++)
+		if (kn_catalog_load(s->catalog, shipped[i], err) < 0)
+			kn_log(KN_LOG_WARN, "cost ledger: %s", err->message);
+	if (s->cfg.cost_catalog)
+		rc = kn_catalog_load(s->catalog, s->cfg.cost_catalog, err);
 	for (size_t i = 0; rc == 0 && i < s->cluster.n_nodes; i++) {
 		const char *pricing = node_label(s, i, "pricing");
 		enum kn_pricing p;
