@@ -250,11 +250,46 @@ double kn_ledger_total_usd(const struct kn_ledger_row *r)
 
 /* ---- the report ---- */
 
+/* Rows are found by key through an open-addressing index (a month of
+   jobs is many thousand rows; a linear search per span would be
+   quadratic). */
 struct builder {
 	const struct kn_ledger *l;
 	struct kn_ledger_report *rep;
 	size_t cap;
+	size_t *slots;   /* row index + 1, 0 = empty */
+	size_t n_slots;  /* a power of two, at least twice the rows */
 };
+
+static uint64_t key_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h;
+}
+
+static void index_put(size_t *slots, size_t n_slots, const char *key,
+		      size_t row)
+{
+	size_t i = (size_t)key_hash(key) & (n_slots - 1);
+
+	while (slots[i])
+		i = (i + 1) & (n_slots - 1);
+	slots[i] = row + 1;
+}
+
+static void index_grow(struct builder *b)
+{
+	size_t n = b->n_slots ? b->n_slots * 2 : 64;
+
+	free(b->slots);
+	b->slots = kn_xcalloc(n, sizeof(*b->slots));
+	b->n_slots = n;
+	for (size_t r = 0; r < b->rep->n_rows; r++)
+		index_put(b->slots, n, b->rep->rows[r].key, r);
+}
 
 static void day_key(int64_t ms, char *buf, size_t len)
 {
@@ -265,19 +300,29 @@ static void day_key(int64_t ms, char *buf, size_t len)
 	strftime(buf, len, "%Y-%m-%d", &tm);
 }
 
-/* The row called key, added (zeroed) when missing. */
-static struct kn_ledger_row *row(struct builder *b, const char *key)
+/* The row called key (cut to the key's size), added zeroed when
+   missing. */
+static struct kn_ledger_row *row(struct builder *b, const char *full_key)
 {
 	struct kn_ledger_report *rep = b->rep;
 	struct kn_ledger_row *r;
+	char key[sizeof(r->key)];
+	size_t i;
 
-	for (size_t i = 0; i < rep->n_rows; i++)
-		if (!strcmp(rep->rows[i].key, key))
-			return &rep->rows[i];
+	kn_strlcpy(key, full_key, sizeof(key));
+	if (b->n_slots) {
+		for (i = (size_t)key_hash(key) & (b->n_slots - 1); b->slots[i];
+		     i = (i + 1) & (b->n_slots - 1))
+			if (!strcmp(rep->rows[b->slots[i] - 1].key, key))
+				return &rep->rows[b->slots[i] - 1];
+	}
+	if (2 * (rep->n_rows + 1) > b->n_slots)
+		index_grow(b);
 	reserve((void **)&rep->rows, &b->cap, rep->n_rows, sizeof(*rep->rows));
 	r = &rep->rows[rep->n_rows++];
 	memset(r, 0, sizeof(*r));
 	kn_strlcpy(r->key, key, sizeof(r->key));
+	index_put(b->slots, b->n_slots, r->key, rep->n_rows - 1);
 	return r;
 }
 
@@ -495,6 +540,7 @@ int kn_ledger_report(const struct kn_ledger *l, enum kn_ledger_by by,
 		if (!l->nodes[i].priced)
 			rep->unpriced_nodes[rep->n_unpriced_nodes++] =
 				l->nodes[i].name;
+	free(b.slots);
 	if (rep->n_rows)
 		qsort(rep->rows, rep->n_rows, sizeof(*rep->rows), row_cmp);
 	*out = rep;

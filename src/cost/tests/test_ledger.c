@@ -388,6 +388,40 @@ static void test_reservations(void **state)
 	kn_catalog_free(c);
 }
 
+/* Thousands of jobs: each its own row, in numeric order, and a job's
+   second attempt adds to its row (rows are found through an index that
+   grows as they come). */
+static void test_many_rows(void **state)
+{
+	struct kn_catalog *c = ((struct fixture *)*state)->catalog;
+	struct kn_ledger *l = kn_ledger_new(c);
+	struct kn_ledger_report *r;
+	struct kn_error err;
+	enum { JOBS = 3000 };
+
+	assert_int_equal(kn_ledger_add_node(l, "n", "G1", KN_PRICING_ON_DEMAND,
+					    1, &err), 0);
+	for (int i = JOBS; i >= 1; i--)
+		alloc(l, "n", i, "u", NULL, 1, 1000, T0 + i * 1000LL,
+		      T0 + i * 1000LL + 1000, false, 0, -1);
+	alloc(l, "n", 1, "u", NULL, 1, 500, T0, T0 + 1000, false, 0, -1);
+	assert_int_equal(kn_ledger_report(l, KN_LEDGER_BY_JOB, T0, T0 + H, &r,
+					  &err), 0);
+	assert_int_equal(r->n_rows, JOBS);
+	for (size_t i = 0; i < r->n_rows; i++) {
+		char key[24];
+
+		snprintf(key, sizeof(key), "%zu", i + 1);
+		assert_string_equal(r->rows[i].key, key);
+		assert_int_equal(r->rows[i].busy_mms, i ? 1000000 : 1500000);
+	}
+	/* 3000.5 GPU-seconds at $3.60 per GPU-hour: $3.0005. */
+	assert_int_equal(cents(r->total.busy_usd), 300);
+	assert_int_equal(r->total.busy_mms, 3000500000LL);
+	kn_ledger_report_free(r);
+	kn_ledger_free(l);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -400,6 +434,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reservations, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_many_rows, setup,
 						teardown),
 	};
 
