@@ -378,3 +378,41 @@ def test_local_node_priced_by_flags(tmp_path):
         assert not row["unpriced"]
     finally:
         s.stop()
+
+
+def test_deployment_replicas_keep_their_deployment(tmp_path):
+    """A replica restarted by a rollout runs as a new job; the old job's
+    GPU time stays the deployment's."""
+    from test_deployments import deploy, deployment_yaml, detail, wait_ready
+    cat = tmp_path / "catalog.csv"
+    cat.write_text(CATALOG)
+    s = Server(tmp_path / "home", gpus="2xH100-80GB",
+               extra=["--node-sku", "Test_G2", "--catalog", str(cat),
+                      "--health-interval", "0"])
+    s.home.mkdir()
+    s.start()
+    try:
+        deploy(s, deployment_yaml("chat", replicas=1,
+                                  extra="resources: {gpus: 1}\n"))
+        first = detail(s, "chat")["replicas"][0]["job"]
+        wait_ready(s, "chat", 1)
+        r = s.request("POST", "/v1/deployments/chat/restart")
+        assert r.status_code == 200, r.text
+        wait_for(lambda: detail(s, "chat")["rollout"] is None and
+                 detail(s, "chat")["replicas"][0]["job"] != first,
+                 timeout=40, what="rollout done")
+        wait_ready(s, "chat", 1)
+        second = detail(s, "chat")["replicas"][0]["job"]
+        until = int(time.time() * 1000) + 1000
+        c = cost(s, by="deployment", detail=1, since=0, until=until)
+        mine = [a for a in c["allocations"] if a["deployment"] == "chat"]
+        assert {a["job"] for a in mine} >= {first, second}
+        want = sum((min(a["end_ms"] or until, until) - a["start_ms"]) /
+                   3600000 * 36000 for a in mine)
+        rows = {x["key"]: x for x in c["rows"]}
+        assert same(rows["chat"]["cost_usd"], want) and want > 0
+        assert s.request("DELETE", "/v1/deployments/chat").status_code == 200
+    finally:
+        s.stop()
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                       check=False)
