@@ -188,9 +188,11 @@ int cli_check_output(struct cli_ctx *ctx)
 {
 	if (!ctx->output)
 		ctx->output = "table";
+	if (ctx->csv_ok && !strcmp(ctx->output, "csv"))
+		return CLI_GO;
 	if (strcmp(ctx->output, "table") && strcmp(ctx->output, "json"))
-		return cli_usage_error(ctx, "-o wants json or table, got '%s'",
-				       ctx->output);
+		return cli_usage_error(ctx, "-o wants json%s or table, got '%s'",
+				       ctx->csv_ok ? ", csv" : "", ctx->output);
 	return CLI_GO;
 }
 

@@ -52,6 +52,7 @@ struct cli_ctx {
 	const char *server; /* --server, or NULL */
 	const char *token;  /* --token, or NULL */
 	const char *output; /* -o: "table" (default) or "json" */
+	bool csv_ok;        /* the command also takes -o csv */
 	const struct cli_command *cmd; /* the subcommand running, or NULL */
 	char prog[64];      /* "kiln ls", "kiln token create": message prefix */
 };
@@ -96,6 +97,7 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv);
 /* advise.c: which VM to rent, and its cost. */
 int cmd_advise(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_cost(struct cli_ctx *ctx, int argc, char **argv);
 
 /* Flags. */
 
@@ -132,7 +134,8 @@ int cli_parse(struct cli_ctx *ctx, int argc, char **argv,
 int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
 		  int argc, char **argv, int *i);
 
-/* After parsing: CLI_GO, or CLI_EXIT_USAGE when -o is not json or table. */
+/* After parsing: CLI_GO, or CLI_EXIT_USAGE when -o is not json or table
+   (or csv, where the command set csv_ok). */
 int cli_check_output(struct cli_ctx *ctx);
 
 /* -o json was asked for. */

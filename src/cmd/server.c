@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost/cost.h"
 #include "server/server.h"
 
 static int split_listen(const char *arg, char *host, size_t hlen, int *port)
@@ -71,6 +72,9 @@ int cmd_server(int argc, char **argv)
 		{"kube-context", required_argument, NULL, 258},
 		{"image", required_argument, NULL, 259},
 		{"kube-scheduler-name", required_argument, NULL, 260},
+		{"node-sku", required_argument, NULL, 261},
+		{"node-pricing", required_argument, NULL, 262},
+		{"catalog", required_argument, NULL, 263},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -260,6 +264,24 @@ int cmd_server(int argc, char **argv)
 		case 260:
 			cfg.kube_scheduler = optarg;
 			break;
+		case 261:
+			cfg.node_sku = optarg;
+			break;
+		case 262: {
+			enum kn_pricing pricing;
+
+			if (kn_pricing_parse(optarg, &pricing, &err) < 0) {
+				fprintf(stderr, "kiln server: --node-pricing: "
+					"\"%s\" is not on_demand, spot, "
+					"reserved_1y or reserved_3y\n", optarg);
+				goto out;
+			}
+			cfg.node_pricing = optarg;
+			break;
+		}
+		case 263:
+			cfg.cost_catalog = optarg;
+			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);
 			goto out;
@@ -271,10 +293,12 @@ int cmd_server(int argc, char **argv)
 		goto out;
 	}
 	/* Simulated nodes bring their own devices, names and labels. */
-	if (n_sim_nodes && (cfg.gpus || cfg.node_labels || cfg.node_name)) {
+	if (n_sim_nodes && (cfg.gpus || cfg.node_labels || cfg.node_name ||
+			    cfg.node_sku || cfg.node_pricing)) {
 		fprintf(stderr, "kiln server: --sim-node cannot be combined "
-			"with --gpus, --node-labels or --node-name: give each "
-			"node's GPUs and labels in its --sim-node\n");
+			"with --gpus, --node-labels, --node-name, --node-sku or "
+			"--node-pricing: give each node's GPUs and labels "
+			"(sku=, pricing=) in its --sim-node\n");
 		goto out;
 	}
 	/* Under Slurm the one node stands for the partitions' GPUs. */

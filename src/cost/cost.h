@@ -243,4 +243,144 @@ int kn_memory_need(const struct kn_advise_request *req,
 int kn_advise(const struct kn_catalog *c, const struct kn_advise_request *req,
 	      struct kn_advice *out, struct kn_error *err);
 
+
+/* ---- the ledger: what the cluster's GPU time cost, and who used it ---- */
+
+/*
+ * Pure arithmetic over a recorded timeline (no I/O, no clock): node
+ * intervals by state, task allocations, each node's size and pricing
+ * model. A GPU's time is busy (allocated to a task, by its share: whole
+ * GPUs 1000 milli, a share its milli, a MIG slice its fraction of the
+ * GPU), idle (not allocated while the node is up: ready, cordoned or
+ * draining) or unhealthy (not allocated while the node is unhealthy). Busy
+ * time of a preempted or failed attempt after its last checkpoint (all of
+ * it without one) is also lost. Each is priced at the node's per-GPU price
+ * (kn_vm_size_gpu_price); a node whose size or price the catalog lacks is
+ * costed at 0 and its rows are flagged unpriced. Times are Unix
+ * milliseconds; GPU time is kept in milli-GPU-milliseconds (exact).
+ */
+
+enum kn_ledger_by {
+	KN_LEDGER_BY_JOB,
+	KN_LEDGER_BY_USER,
+	KN_LEDGER_BY_DEPLOYMENT,
+	KN_LEDGER_BY_NODE,
+	KN_LEDGER_BY_DAY, /* UTC days, "2026-12-03" */
+};
+/* "job", "user", "deployment", "node", "day". */
+const char *kn_ledger_by_name(enum kn_ledger_by by);
+/* -EINVAL (err field "by") naming the choices for any other text. */
+int kn_ledger_by_parse(const char *s, enum kn_ledger_by *out,
+		       struct kn_error *err);
+
+/* A node's state over an interval, as the ledger counts it. */
+enum kn_ledger_state {
+	KN_LEDGER_UP,        /* ready, cordoned, draining */
+	KN_LEDGER_UNHEALTHY,
+};
+
+struct kn_ledger_alloc {
+	const char *node;       /* a node added before */
+	int64_t job_id;
+	int attempt;
+	const char *user;       /* the job's owner */
+	const char *deployment; /* the deployment it is a replica of, or NULL */
+	int n_devices;
+	int milli_per_device;   /* 1..1000; a MIG slice: its fraction x 1000 */
+	int64_t start_ms, end_ms; /* end 0: still running (the report's end) */
+	bool lost;              /* the attempt was preempted or failed */
+	int64_t checkpoint_ms;  /* its last checkpoint, 0 = none */
+	double gpu_util;        /* mean GPU utilisation 0..1, < 0 unknown */
+};
+
+struct kn_ledger;
+
+/* The catalog prices the nodes; it must outlive the ledger. */
+struct kn_ledger *kn_ledger_new(const struct kn_catalog *catalog);
+void kn_ledger_free(struct kn_ledger *l);
+
+/*
+ * A node with gpus GPUs, of size sku ("" or NULL: unknown) under pricing.
+ * -EINVAL (field "node") for a name already added, "gpus" when < 0.
+ */
+int kn_ledger_add_node(struct kn_ledger *l, const char *name,
+		       const char *sku, enum kn_pricing pricing, int gpus,
+		       struct kn_error *err);
+/*
+ * The node was in state from start_ms to end_ms (0: still). A node's
+ * intervals must not overlap. -EINVAL naming "node" (unknown) or "end"
+ * (before the start).
+ */
+int kn_ledger_add_state(struct kn_ledger *l, const char *node,
+			enum kn_ledger_state state, int64_t start_ms,
+			int64_t end_ms, struct kn_error *err);
+/* -EINVAL naming "node", "milli_per_device", "n_devices" or "end". */
+int kn_ledger_add_alloc(struct kn_ledger *l, const struct kn_ledger_alloc *a,
+			struct kn_error *err);
+
+struct kn_ledger_row {
+	char key[96];  /* the job id, user, deployment ("" for none), node or day */
+	int64_t busy_mms;      /* milli-GPU-milliseconds allocated */
+	int64_t idle_mms;
+	int64_t unhealthy_mms;
+	int64_t lost_mms;      /* part of busy */
+	int64_t sampled_mms;   /* busy time with a utilisation figure */
+	double used_mms;       /* sampled time x utilisation */
+	double busy_usd, idle_usd, unhealthy_usd, lost_usd;
+	bool unpriced;         /* some of it ran on a node without a price */
+};
+/* GPU-seconds of a milli-GPU-millisecond count. */
+double kn_ledger_gpu_seconds(int64_t mms);
+/* Useful over allocated (1 when nothing was allocated). */
+double kn_ledger_goodput(const struct kn_ledger_row *r);
+/* Used over allocated where sampled; false when nothing was sampled. */
+bool kn_ledger_efficiency(const struct kn_ledger_row *r, double *out);
+/* busy + idle + unhealthy dollars. */
+double kn_ledger_total_usd(const struct kn_ledger_row *r);
+
+struct kn_ledger_report {
+	enum kn_ledger_by by;
+	int64_t since_ms, until_ms;
+	/* By job, user or deployment only busy and lost time has an owner:
+	   idle and unhealthy time is in the total alone. */
+	struct kn_ledger_row *rows; /* by key (days and job ids in order) */
+	size_t n_rows;
+	struct kn_ledger_row total; /* key "total" */
+	/* Nodes without a price, in the order added (points into the
+	   ledger). */
+	const char **unpriced_nodes;
+	size_t n_unpriced_nodes;
+};
+
+/*
+ * The timeline clipped to [since_ms, until_ms) grouped by `by`; open
+ * intervals and allocations end at until_ms. -EINVAL (field "since") when
+ * until_ms <= since_ms. *out is freed with kn_ledger_report_free and
+ * must not outlive the ledger.
+ */
+int kn_ledger_report(const struct kn_ledger *l, enum kn_ledger_by by,
+		     int64_t since_ms, int64_t until_ms,
+		     struct kn_ledger_report **out, struct kn_error *err);
+void kn_ledger_report_free(struct kn_ledger_report *r);
+
+
+/* ---- reservation advice from history ---- */
+
+/*
+ * Whether reserving a size pays off at a measured utilisation (busy GPU
+ * time over the GPU time its nodes were up, 0..1). A reservation is paid
+ * for every hour; on demand, only the hours used: a term pays off when
+ * utilisation is at least its break-even, price_reserved / price_on_demand.
+ */
+struct kn_reservation_advice {
+	double utilisation;
+	double on_demand_usd_hr;      /* < 0: unknown */
+	double reserved_usd_hr[2];    /* 1 year, 3 years; < 0 unknown */
+	double break_even[2];         /* < 0 when a price is unknown */
+	bool pays_off[2];
+};
+/* out for size s at utilisation u; u is clamped to 0..1. */
+void kn_reservation_advise(const struct kn_vm_size *s, double u,
+			   struct kn_reservation_advice *out);
+
 #endif

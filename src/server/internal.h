@@ -96,6 +96,7 @@ struct feed;
 struct monitor;
 struct node_health;
 struct deploy_state;
+struct kn_catalog;
 
 /* One node's own state, beside its scheduler view. */
 struct server_node {
@@ -150,6 +151,7 @@ struct server {
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
+	struct kn_catalog *catalog; /* prices for the cost ledger (cost.c) */
 };
 
 /* auth.c */
@@ -391,6 +393,16 @@ void backup_h_list(struct server *s, struct kn_http_req *req,
 		   const struct caller *c, const char *param);
 void backup_h_get(struct server *s, struct kn_http_req *req,
 		  const struct caller *c, const char *param);
+/* cost.c: the cost ledger's record and GET /v1/cost */
+/* Load the catalogs, check each node's pricing label and open each node's
+   state interval; after setup_nodes. */
+int cost_start(struct server *s, struct kn_error *err);
+/* Close the open state intervals (a clean stop) and free the catalog. */
+void cost_stop(struct server *s);
+void cost_h_report(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param);
+void cost_h_reservations(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

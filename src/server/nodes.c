@@ -118,6 +118,9 @@ int nodes_set_state(struct server *s, const struct caller *c,
 	rc = kn_store_begin(s->store, err);
 	if (rc == 0)
 		rc = nodes_save(s, (size_t)i, err);
+	if (rc == 0)
+		rc = kn_store_node_state_open(s->store, name, state, kn_now_ms(),
+					      err);
 	if (rc == 0) {
 		struct kn_audit a;
 		char object[96];

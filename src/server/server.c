@@ -231,7 +231,27 @@ out:
 	return rc;
 }
 
-/* The local node: its devices (--gpus or NVML), name and --node-labels. */
+/*
+ * The local node's labels: --node-labels, then sku= from --node-sku (or
+ * --health-sku) and pricing= from --node-pricing, which the cost ledger
+ * prices the node by.
+ */
+static int setup_local_labels(struct server *s, struct kn_error *err)
+{
+	const char *sku = s->cfg.node_sku ? s->cfg.node_sku : s->cfg.health_sku;
+	char *text = kn_asprintf(
+		"%s%s%s%s%s", s->cfg.node_labels ? s->cfg.node_labels : "",
+		sku ? ",sku=" : "", sku ? sku : "",
+		s->cfg.node_pricing ? ",pricing=" : "",
+		s->cfg.node_pricing ? s->cfg.node_pricing : "");
+	int rc = setup_labels(s, 0, text[0] == ',' ? text + 1 : text, ",",
+			      "--node-labels", err);
+
+	free(text);
+	return rc;
+}
+
+/* The local node: its devices (--gpus or NVML), name and labels. */
 static int setup_local_node(struct server *s, struct kn_error *err)
 {
 	struct server_node *node = &s->nodes[0];
@@ -254,8 +274,7 @@ static int setup_local_node(struct server *s, struct kn_error *err)
 		kn_strlcpy(node->name, "local", sizeof(node->name));
 	}
 	setup_sched_node(s, 0);
-	return setup_labels(s, 0, s->cfg.node_labels, ",", "--node-labels",
-			    err);
+	return setup_local_labels(s, err);
 }
 
 static int setup_nodes(struct server *s, struct kn_error *err)
@@ -328,6 +347,7 @@ static void server_release(struct server *s)
 	kn_http_server_free(s->http);
 	kn_timer_free(s->tick_timer);
 	kn_timer_free(s->poll_timer);
+	cost_stop(s);
 	kn_store_free(s->store);
 	kn_loop_free(s->loop);
 	for (size_t i = 0; i < s->cluster.n_nodes; i++) {
@@ -401,6 +421,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	if (rc < 0)
 		goto out;
 	rc = setup_nodes(&s, err);
+	if (rc < 0)
+		goto out;
+	rc = cost_start(&s, err);
 	if (rc < 0)
 		goto out;
 

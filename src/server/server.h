@@ -73,6 +73,11 @@ struct kn_server_config {
 	int backup_keep;          /* complete backups kept (default 7) */
 	const char *backup_to;    /* store URL; NULL = blob_store */
 	bool backup_with_audit_key; /* scheduled backups carry audit.key */
+	/* The cost ledger (docs/cost.md). */
+	const char *node_sku;     /* the local node's VM size, label sku=;
+				     NULL: health_sku, else unknown */
+	const char *node_pricing; /* its pricing model, label pricing= */
+	const char *cost_catalog; /* extra catalog rows, or NULL */
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */

@@ -243,6 +243,24 @@ static const char SQL_SCHEMA_V5[] =
 	"ALTER TABLE audit ADD COLUMN prev_hash TEXT;"
 	"ALTER TABLE audit ADD COLUMN hash TEXT;";
 
+/*
+ * v6: the cost ledger's record: each node's state over time (an interval
+ * per state, ended_at 0 while it holds), and which deployment a job ran
+ * for (deployment_replicas keeps only each replica's current job).
+ */
+static const char SQL_SCHEMA_V6[] =
+	"CREATE TABLE node_states ("
+	" node TEXT NOT NULL,"
+	" state TEXT NOT NULL,"
+	" started_at INTEGER NOT NULL,"
+	" ended_at INTEGER NOT NULL DEFAULT 0);"
+	"CREATE INDEX node_states_by_end ON node_states (ended_at);"
+	"CREATE TABLE job_deployments ("
+	" job_id INTEGER PRIMARY KEY REFERENCES jobs (id),"
+	" deployment TEXT NOT NULL);"
+	"INSERT OR IGNORE INTO job_deployments (job_id, deployment)"
+	" SELECT job_id, deployment FROM deployment_replicas;";
+
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
@@ -250,6 +268,7 @@ static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V3,
 	SQL_SCHEMA_V4,
 	SQL_SCHEMA_V5,
+	SQL_SCHEMA_V6,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -329,6 +348,34 @@ static const char SQL_TOKEN_REVOKE[] =
 	"UPDATE tokens SET revoked_at = ?1 WHERE name = ?2 AND revoked_at = 0";
 static const char SQL_TOKEN_COUNT[] =
 	"SELECT count(*) FROM tokens WHERE revoked_at = 0";
+
+/* The cost ledger's record (v5). */
+static const char SQL_NODE_STATE_CLOSE[] =
+	"UPDATE node_states SET ended_at = max(started_at, ?2)"
+	" WHERE node = ?1 AND ended_at = 0";
+static const char SQL_NODE_STATE_CLOSE_ALL[] =
+	"UPDATE node_states SET ended_at = max(started_at, ?1)"
+	" WHERE ended_at = 0";
+static const char SQL_NODE_STATE_OPEN[] =
+	"INSERT INTO node_states (node, state, started_at) VALUES (?1, ?2, ?3)";
+static const char SQL_NODE_STATE_LIST[] =
+	"SELECT node, state, started_at, ended_at FROM node_states"
+	" WHERE ended_at = 0 OR ended_at > ?1 ORDER BY node, started_at";
+static const char SQL_JOB_DEPLOYMENT_PUT[] =
+	"INSERT OR IGNORE INTO job_deployments (job_id, deployment)"
+	" VALUES (?1, ?2)";
+/* Tasks that held a device, with their attempt's end, their job's owner
+   and the deployment they ran for. */
+static const char SQL_COST_TASK_LIST[] =
+	"SELECT t.job_id, t.attempt, t.rank, t.node, t.devices, t.gpu_milli,"
+	" t.started_at, t.ended_at, a.state, a.checkpoint_at, j.owner,"
+	" d.deployment"
+	" FROM tasks t JOIN jobs j ON j.id = t.job_id"
+	" LEFT JOIN attempts a ON a.job_id = t.job_id AND a.number = t.attempt"
+	" LEFT JOIN job_deployments d ON d.job_id = t.job_id"
+	" WHERE t.devices != '' AND t.started_at > 0"
+	" AND (t.ended_at = 0 OR t.ended_at > ?1)"
+	" ORDER BY t.job_id, t.attempt, t.rank";
 
 #define JOB_COLUMNS                                                         \
 	"id, name, owner, state, priority, tasks, filename, submitted_at,"  \
@@ -670,6 +717,12 @@ enum stmt_id {
 	STMT_GWKEY_INSERT,
 	STMT_GWKEY_LIST,
 	STMT_GWKEY_REVOKE,
+	STMT_NODE_STATE_CLOSE,
+	STMT_NODE_STATE_CLOSE_ALL,
+	STMT_NODE_STATE_OPEN,
+	STMT_NODE_STATE_LIST,
+	STMT_JOB_DEPLOYMENT_PUT,
+	STMT_COST_TASK_LIST,
 	STMT_COUNT,
 };
 
@@ -723,6 +776,12 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_GWKEY_INSERT] = SQL_GWKEY_INSERT,
 	[STMT_GWKEY_LIST] = SQL_GWKEY_LIST,
 	[STMT_GWKEY_REVOKE] = SQL_GWKEY_REVOKE,
+	[STMT_NODE_STATE_CLOSE] = SQL_NODE_STATE_CLOSE,
+	[STMT_NODE_STATE_CLOSE_ALL] = SQL_NODE_STATE_CLOSE_ALL,
+	[STMT_NODE_STATE_OPEN] = SQL_NODE_STATE_OPEN,
+	[STMT_NODE_STATE_LIST] = SQL_NODE_STATE_LIST,
+	[STMT_JOB_DEPLOYMENT_PUT] = SQL_JOB_DEPLOYMENT_PUT,
+	[STMT_COST_TASK_LIST] = SQL_COST_TASK_LIST,
 };
 
 struct kn_store {
@@ -2828,10 +2887,29 @@ int kn_store_replica_put(struct kn_store *st, const struct kn_replica_row *r,
 	sqlite3_stmt *s = st->stmt[STMT_REPLICA_PUT];
 	const char *what = "writing a replica";
 
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
 	if (bind_text(s, 1, r->deployment) || bind_i64(s, 2, r->replica) ||
-	    bind_i64(s, 3, r->job_id))
-		return bind_fail(st, s, what, err);
-	return run(st, s, what, err);
+	    bind_i64(s, 3, r->job_id)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	/* The ledger's: which deployment the job ran for, kept after the
+	   replica moves on to another job. */
+	s = st->stmt[STMT_JOB_DEPLOYMENT_PUT];
+	if (bind_i64(s, 1, r->job_id) || bind_text(s, 2, r->deployment)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+out:
+	return write_end(st, own, rc, err);
 }
 
 int kn_store_replica_delete(struct kn_store *st, const char *deployment,
@@ -3008,4 +3086,138 @@ int kn_store_gateway_key_revoke(struct kn_store *st, const char *name,
 out:
 	free(object);
 	return write_end(st, own, rc, err);
+}
+
+/* ---- the cost ledger's record ---- */
+
+int kn_store_node_state_open(struct kn_store *st, const char *node,
+			     const char *state, int64_t at,
+			     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_CLOSE];
+	const char *what = "recording a node state";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, node) || bind_i64(s, 2, at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	s = st->stmt[STMT_NODE_STATE_OPEN];
+	if (bind_text(s, 1, node) || bind_text(s, 2, state) ||
+	    bind_i64(s, 3, at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_node_state_close_all(struct kn_store *st, int64_t at,
+				  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_CLOSE_ALL];
+	const char *what = "closing node states";
+
+	if (bind_i64(s, 1, at))
+		return bind_fail(st, s, what, err);
+	return run(st, s, what, err);
+}
+
+int kn_store_node_state_list(struct kn_store *st, int64_t since,
+			     struct kn_node_state_row **out, size_t *n,
+			     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_LIST];
+	struct kn_node_state_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (bind_i64(s, 1, since))
+		return bind_fail(st, s, "listing node states", err);
+	while ((rc = step_row(st, s, "listing node states", err)) == 1) {
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		rows[count].node = col_str(s, 0);
+		rows[count].state = col_str(s, 1);
+		rows[count].started_at = col_i64(s, 2);
+		rows[count].ended_at = col_i64(s, 3);
+		count++;
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_node_state_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_node_state_list_free(struct kn_node_state_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++) {
+		free(rows[i].node);
+		free(rows[i].state);
+	}
+	free(rows);
+}
+
+int kn_store_cost_task_list(struct kn_store *st, int64_t since,
+			    struct kn_cost_task_row **out, size_t *n,
+			    struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_COST_TASK_LIST];
+	const char *what = "listing tasks for the ledger";
+	struct kn_cost_task_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (bind_i64(s, 1, since))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		struct kn_cost_task_row *r;
+		char *state;
+
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		r = &rows[count++];
+		r->job_id = col_i64(s, 0);
+		r->attempt = col_int(s, 1);
+		r->rank = col_int(s, 2);
+		r->node = col_str(s, 3);
+		r->devices = col_str(s, 4);
+		r->gpu_milli = col_int(s, 5);
+		r->started_at = col_i64(s, 6);
+		r->ended_at = col_i64(s, 7);
+		state = col_str(s, 8);
+		r->attempt_state = state ? kn_job_state_parse(state) : -1;
+		free(state);
+		r->checkpoint_at = col_i64(s, 9);
+		r->owner = col_str(s, 10);
+		r->deployment = col_str(s, 11);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_cost_task_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_cost_task_list_free(struct kn_cost_task_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++) {
+		free(rows[i].node);
+		free(rows[i].devices);
+		free(rows[i].owner);
+		free(rows[i].deployment);
+	}
+	free(rows);
 }

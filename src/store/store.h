@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 5
+#define KN_STORE_SCHEMA_VERSION 6
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -523,5 +523,54 @@ void kn_gateway_key_list_free(struct kn_gateway_key_row *rows, size_t n);
 int kn_store_gateway_key_revoke(struct kn_store *st, const char *name,
 				const struct kn_audit *a,
 				struct kn_error *err);
+
+
+/* ---- the cost ledger's record (docs/cost.md) ---- */
+
+/*
+ * The node is in state from `at`: its open interval (if any) ends at
+ * `at` and a new one starts. One transaction (or the caller's).
+ */
+int kn_store_node_state_open(struct kn_store *st, const char *node,
+			     const char *state, int64_t at,
+			     struct kn_error *err);
+/* End every open interval at `at` (a clean stop). */
+int kn_store_node_state_close_all(struct kn_store *st, int64_t at,
+				  struct kn_error *err);
+
+struct kn_node_state_row {
+	char *node;
+	char *state;        /* as struct kn_node_row's */
+	int64_t started_at;
+	int64_t ended_at;   /* 0 while it holds */
+};
+/* Intervals open or ended after since, by node and start. */
+int kn_store_node_state_list(struct kn_store *st, int64_t since,
+			     struct kn_node_state_row **out, size_t *n,
+			     struct kn_error *err);
+void kn_node_state_list_free(struct kn_node_state_row *rows, size_t n);
+
+/* A task that held devices, as the ledger prices it. */
+struct kn_cost_task_row {
+	int64_t job_id;
+	int attempt;
+	int rank;
+	char *node;
+	char *devices;       /* as struct kn_task_row's, never "" */
+	int gpu_milli;       /* per device; 0 for a MIG instance */
+	int64_t started_at;
+	int64_t ended_at;    /* 0 while it runs */
+	int attempt_state;   /* enum kn_job_state, -1 when no attempt row */
+	int64_t checkpoint_at; /* the attempt's last checkpoint, 0 = none */
+	char *owner;         /* the job's */
+	char *deployment;    /* the deployment it ran for, or NULL */
+};
+/* Tasks with devices, started, and running or ended after since; by
+   job, attempt and rank. Replica jobs are tied to their deployment by
+   kn_store_replica_put (kept after the replica moves on). */
+int kn_store_cost_task_list(struct kn_store *st, int64_t since,
+			    struct kn_cost_task_row **out, size_t *n,
+			    struct kn_error *err);
+void kn_cost_task_list_free(struct kn_cost_task_row *rows, size_t n);
 
 #endif

@@ -141,6 +141,7 @@ def test_database_from_before_the_chain(stopped_home, tmp_path):
     s = tampered(stopped_home, tmp_path,
                  "ALTER TABLE audit DROP COLUMN prev_hash;"
                  " ALTER TABLE audit DROP COLUMN hash;"
+                 " DROP TABLE node_states; DROP TABLE job_deployments;"
                  " PRAGMA user_version = 4;")
     (s.home / "audit.key").unlink()
     (s.home / "audit.head").unlink()

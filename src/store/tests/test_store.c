@@ -1256,6 +1256,109 @@ static void test_gateway_keys(void **state)
 	kn_gateway_key_list_free(rows, n);
 }
 
+/* The cost ledger's record: node state intervals open, close and list by
+   window; tasks with devices joined to their attempt, owner and the
+   deployment they ran for, kept after the replica moves on. */
+static void test_cost_record(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_node_state_row *st = NULL;
+	struct kn_cost_task_row *tasks = NULL;
+	struct kn_deployment_row d = {
+		.name = (char *)"chat", .owner = (char *)"alice",
+		.filename = (char *)"chat.yaml", .spec_yaml = (char *)"kind: x",
+		.spec_json = (char *)"{}", .model_dir = (char *)"/m",
+		.replicas = 1, .generation = 1, .rollout_next = -1,
+	};
+	struct kn_replica_row r = { .deployment = (char *)"chat" };
+	struct kn_attempt_row a = {0};
+	struct kn_task_row t = {0};
+	struct kn_error err = {0};
+	size_t n = 0;
+	int64_t first = insert_job(fx->st, "chat-0", "alice", KN_JOB_RUNNING);
+	int64_t second = insert_job(fx->st, "chat-0", "alice", KN_JOB_RUNNING);
+	int64_t plain = insert_job(fx->st, "train", "bob", KN_JOB_FAILED);
+
+	assert_int_equal(kn_store_node_state_open(fx->st, "n1", "ready", 100,
+						  &err), 0);
+	assert_int_equal(kn_store_node_state_open(fx->st, "n2", "ready", 100,
+						  &err), 0);
+	assert_int_equal(kn_store_node_state_open(fx->st, "n1", "unhealthy",
+						  250, &err), 0);
+	assert_int_equal(kn_store_node_state_list(fx->st, 0, &st, &n, &err), 0);
+	assert_int_equal(n, 3);
+	assert_string_equal(st[0].node, "n1");
+	assert_string_equal(st[0].state, "ready");
+	assert_int_equal(st[0].started_at, 100);
+	assert_int_equal(st[0].ended_at, 250);
+	assert_string_equal(st[1].state, "unhealthy");
+	assert_int_equal(st[1].ended_at, 0);
+	assert_string_equal(st[2].node, "n2");
+	kn_node_state_list_free(st, n);
+	assert_int_equal(kn_store_node_state_close_all(fx->st, 400, &err), 0);
+	/* Ended at or before 250: left out of a window from 250. */
+	assert_int_equal(kn_store_node_state_list(fx->st, 250, &st, &n, &err),
+			 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(st[0].ended_at, 400);
+	assert_int_equal(st[1].ended_at, 400);
+	kn_node_state_list_free(st, n);
+
+	assert_int_equal(kn_store_deployment_put(fx->st, &d, NULL, &err), 0);
+	r.job_id = first;
+	assert_int_equal(kn_store_replica_put(fx->st, &r, &err), 0);
+	r.job_id = second; /* the replica restarted as another job */
+	assert_int_equal(kn_store_replica_put(fx->st, &r, &err), 0);
+
+	a = (struct kn_attempt_row){ .job_id = plain, .number = 1,
+				     .state = KN_JOB_FAILED, .started_at = 10,
+				     .ended_at = 90, .exit_code = 3,
+				     .checkpoint_at = 40 };
+	assert_int_equal(kn_store_attempt_put(fx->st, &a, &err), 0);
+	t = (struct kn_task_row){ .job_id = plain, .attempt = 1, .rank = 0,
+				  .node = (char *)"n1", .devices = (char *)"0,1",
+				  .gpu_milli = 1000, .state = KN_TASK_EXITED,
+				  .started_at = 10, .ended_at = 90,
+				  .exit_code = 3 };
+	assert_int_equal(kn_store_task_put(fx->st, &t, &err), 0);
+	t.rank = 1;
+	t.devices = NULL; /* CPU only: nothing to price */
+	assert_int_equal(kn_store_task_put(fx->st, &t, &err), 0);
+	t = (struct kn_task_row){ .job_id = first, .attempt = 1,
+				  .node = (char *)"n2", .devices = (char *)"1",
+				  .gpu_milli = 500, .state = KN_TASK_EXITED,
+				  .started_at = 20, .ended_at = 60 };
+	assert_int_equal(kn_store_task_put(fx->st, &t, &err), 0);
+	t.job_id = second;
+	t.started_at = 70;
+	t.ended_at = 0;
+	assert_int_equal(kn_store_task_put(fx->st, &t, &err), 0);
+
+	assert_int_equal(kn_store_cost_task_list(fx->st, 0, &tasks, &n, &err),
+			 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(tasks[0].job_id, first);
+	assert_string_equal(tasks[0].deployment, "chat");
+	assert_int_equal(tasks[0].gpu_milli, 500);
+	assert_int_equal(tasks[0].attempt_state, -1); /* no attempt row */
+	assert_int_equal(tasks[1].job_id, second);
+	assert_string_equal(tasks[1].deployment, "chat");
+	assert_int_equal(tasks[1].ended_at, 0);
+	assert_int_equal(tasks[2].job_id, plain);
+	assert_null(tasks[2].deployment);
+	assert_string_equal(tasks[2].owner, "bob");
+	assert_string_equal(tasks[2].devices, "0,1");
+	assert_int_equal(tasks[2].attempt_state, KN_JOB_FAILED);
+	assert_int_equal(tasks[2].checkpoint_at, 40);
+	kn_cost_task_list_free(tasks, n);
+	/* From 60: the first job's task ended then, the others run later. */
+	assert_int_equal(kn_store_cost_task_list(fx->st, 60, &tasks, &n, &err),
+			 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(tasks[0].job_id, second);
+	kn_cost_task_list_free(tasks, n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1309,6 +1412,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_deployments, setup_store,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_gateway_keys, setup_store,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_cost_record, setup_store,
 						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,147 @@
+/*
+ * kiln cost: what the cluster's GPU time cost, from GET /v1/cost — by
+ * job, user, deployment, node or day, with idle, unhealthy and lost cost,
+ * goodput and efficiency — as a table, JSON or CSV, and --chart's SVG of
+ * cost per day by category (a second request, by day, when --by is not
+ * day). --reservations: reservation and spot advice from the same
+ * history (GET /v1/cost/reservations).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+#include "cmd/cost_report.h"
+
+/* GET /v1/cost by `by`, or /v1/cost/reservations when by is NULL. */
+static int fetch(struct cli_client *c, const char *by, int64_t since,
+		 int64_t until, json_t **out)
+{
+	struct kn_buf path;
+	char number[24];
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	kn_buf_printf(&path, by ? "/v1/cost" : "/v1/cost/reservations");
+	if (by)
+		cli_query_add(&path, "by", by);
+	snprintf(number, sizeof(number), "%" PRId64, since);
+	cli_query_add(&path, "since", number);
+	snprintf(number, sizeof(number), "%" PRId64, until);
+	cli_query_add(&path, "until", number);
+	rc = cli_get(c, path.data, out);
+	kn_buf_release(&path);
+	return rc;
+}
+
+static int write_chart(struct cli_ctx *ctx, const char *file, json_t *days)
+{
+	int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+
+	if (!f) {
+		if (fd >= 0)
+			close(fd);
+		return cli_fail(ctx, "--chart: cannot write %s: %s", file,
+				strerror(errno));
+	}
+	cost_report_svg(days, f);
+	if (fclose(f) != 0)
+		return cli_fail(ctx, "--chart: cannot write %s: %s", file,
+				strerror(errno));
+	return 0;
+}
+
+static const char *time_wanted(const char *got)
+{
+	static char why[160];
+
+	snprintf(why, sizeof(why), "\"%.60s\" is neither a duration (7d, "
+		 "12h) nor a UTC time (2026-12-01, 2026-12-01T08:00:00Z)", got);
+	return why;
+}
+
+int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *by = "job", *since_text = "30d", *until_text = NULL,
+		   *chart = NULL;
+	bool reservations = false;
+	const struct cli_flag flags[] = {
+		{"by", 0, CLI_FLAG_STRING, &by},
+		{"since", 0, CLI_FLAG_STRING, &since_text},
+		{"until", 0, CLI_FLAG_STRING, &until_text},
+		{"chart", 0, CLI_FLAG_STRING, &chart},
+		{"reservations", 0, CLI_FLAG_BOOL, &reservations},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	static const char *const bys[] = {
+		"job", "user", "deployment", "node", "day", NULL,
+	};
+	struct cli_client *c = NULL;
+	json_t *answer = NULL, *days = NULL;
+	int64_t now = kn_now_ms(), since, until = now;
+	bool known = false;
+	int rc;
+
+	ctx->csv_ok = true;
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc != CLI_GO)
+		goto out;
+	for (size_t i = 0; bys[i]; i++)
+		known = known || !strcmp(by, bys[i]);
+	if (!known) {
+		rc = cli_usage_error(ctx, "--by: \"%s\" is not job, user, "
+				     "deployment, node or day", by);
+		goto out;
+	}
+	if (cost_parse_since(since_text, now, &since) < 0) {
+		rc = cli_usage_error(ctx, "--since: %s", time_wanted(since_text));
+		goto out;
+	}
+	if (until_text && cost_parse_since(until_text, now, &until) < 0) {
+		rc = cli_usage_error(ctx, "--until: %s", time_wanted(until_text));
+		goto out;
+	}
+	if (until <= since) {
+		rc = cli_usage_error(ctx, "--since must come before --until");
+		goto out;
+	}
+	if (reservations && (chart || !strcmp(ctx->output, "csv"))) {
+		rc = cli_usage_error(ctx, "--reservations takes -o table or "
+				     "json, and no --chart");
+		goto out;
+	}
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	rc = fetch(c, reservations ? NULL : by, since, until, &answer);
+	if (rc)
+		goto out;
+	if (chart) {
+		if (!strcmp(by, "day"))
+			days = json_incref(answer);
+		else if ((rc = fetch(c, "day", since, until, &days)))
+			goto out;
+		rc = write_chart(ctx, chart, days);
+		if (rc)
+			goto out;
+	}
+	if (cli_want_json(ctx))
+		cli_print_json(answer);
+	else if (reservations)
+		cost_report_reservations(answer, stdout);
+	else if (!strcmp(ctx->output, "csv"))
+		cost_report_csv(answer, stdout);
+	else
+		cost_report_table(answer, stdout);
+out:
+	json_decref(answer);
+	json_decref(days);
+	cli_client_free(c);
+	return rc;
+}

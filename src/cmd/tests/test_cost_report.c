@@ -1,0 +1,188 @@
+/*
+ * Unit tests for kiln cost's formats on a fixed answer: the table's
+ * rounding to cents and GPU-hours, the unpriced mark and notes, CSV
+ * quoting and the total line, the SVG's bars (their heights in
+ * proportion to the dollars) and escaping, and --since parsing.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd/cost_report.h"
+
+static const char ANSWER[] =
+	"{\"by\": \"user\", \"rows\": ["
+	"{\"key\": \"alice\", \"gpu_seconds\": 7200, \"cost_usd\": 4.254,"
+	" \"idle_cost_usd\": 0, \"unhealthy_cost_usd\": 0,"
+	" \"lost_cost_usd\": 1.0, \"total_cost_usd\": 4.254, \"goodput\": 0.75,"
+	" \"efficiency\": 0.5, \"unpriced\": false},"
+	"{\"key\": \"b,\\\"ob\\\"\", \"gpu_seconds\": 1800, \"cost_usd\": 0,"
+	" \"idle_cost_usd\": 0, \"unhealthy_cost_usd\": 0,"
+	" \"lost_cost_usd\": 0, \"total_cost_usd\": 0, \"goodput\": 1,"
+	" \"efficiency\": null, \"unpriced\": true}],"
+	" \"total\": {\"key\": \"total\", \"gpu_seconds\": 9000,"
+	" \"cost_usd\": 4.254, \"idle_cost_usd\": 10.5,"
+	" \"unhealthy_cost_usd\": 0, \"lost_cost_usd\": 1.0,"
+	" \"total_cost_usd\": 14.754, \"goodput\": 0.8, \"efficiency\": 0.5,"
+	" \"unpriced\": true},"
+	" \"unpriced_nodes\": [\"n9\"]}";
+
+static const char DAYS[] =
+	"{\"by\": \"day\", \"rows\": ["
+	"{\"key\": \"2026-12-01\", \"cost_usd\": 3, \"lost_cost_usd\": 1,"
+	" \"idle_cost_usd\": 2, \"unhealthy_cost_usd\": 0},"
+	"{\"key\": \"<&>\", \"cost_usd\": 1, \"lost_cost_usd\": 0,"
+	" \"idle_cost_usd\": 0, \"unhealthy_cost_usd\": 0}],"
+	" \"total\": {}}";
+
+/* What f printed, NUL-terminated; the caller frees it. */
+static char *render(void (*fn)(json_t *, FILE *), const char *text)
+{
+	json_t *j = json_loads(text, 0, NULL);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	assert_non_null(j);
+	fn(j, f);
+	fclose(f);
+	json_decref(j);
+	return buf;
+}
+
+static void test_table(void **state)
+{
+	char *out = render(cost_report_table, ANSWER);
+
+	(void)state;
+	/* 7200 GPU-s = 2.00 GPU-hours; dollars to the cent. */
+	assert_non_null(strstr(out, "USER "));
+	assert_non_null(strstr(out, "GPU-HOURS"));
+	assert_non_null(strstr(out, "alice   2.00       $4.25   $0.00 "));
+	assert_non_null(strstr(out, "75.0%"));
+	assert_non_null(strstr(out, "50.0%"));
+	assert_non_null(strstr(out, "$0.00*"));     /* bob, unpriced */
+	assert_non_null(strstr(out, "$10.50*"));    /* total idle */
+	assert_non_null(strstr(out, "$14.75*"));
+	assert_non_null(strstr(out, "total   2.50       $4.25*  $10.50* "));
+	assert_non_null(strstr(out, "unpriced: no size or price in the catalog "
+				    "for node n9"));
+	assert_non_null(strstr(out, "idle and unhealthy GPU time belongs to no "
+				    "user"));
+	free(out);
+}
+
+static void test_csv(void **state)
+{
+	char *out = render(cost_report_csv, ANSWER);
+	char *line2, *line3, *line4;
+
+	(void)state;
+	assert_true(!strncmp(out, "user,gpu_seconds,cost_usd,idle_gpu_seconds,",
+			     43));
+	line2 = strchr(out, '\n') + 1;
+	assert_true(!strncmp(line2, "alice,7200.000000,4.254000,", 27));
+	line3 = strchr(line2, '\n') + 1;
+	/* Quoted, with the quotes doubled; no efficiency; unpriced. */
+	assert_true(!strncmp(line3, "\"b,\"\"ob\"\"\",1800.000000,", 23));
+	line4 = strchr(line3, '\n') + 1;
+	assert_non_null(strstr(line3, ",,true\n"));
+	assert_true(!strncmp(line4, "total,9000.000000,", 18));
+	assert_non_null(strstr(line4, ",14.754000,"));
+	assert_string_equal(strchr(line4, '\n'), "\n");
+	free(out);
+}
+
+static void test_svg(void **state)
+{
+	char *out = render(cost_report_svg, DAYS);
+
+	(void)state;
+	assert_true(!strncmp(out, "<?xml", 5));
+	assert_non_null(strstr(out, "</svg>\n"));
+	/* The highest day ($5: useful 2, lost 1, idle 2) fills the 240px
+	   plot: useful 96px, lost 48px, idle 96px; the second day's useful
+	   $1 is 48px. */
+	assert_non_null(strstr(out, "height=\"96.00\" fill=\"#2b8a3e\""));
+	assert_non_null(strstr(out, "height=\"48.00\" fill=\"#e8590c\""));
+	assert_non_null(strstr(out, "height=\"96.00\" fill=\"#adb5bd\""));
+	assert_non_null(strstr(out, "height=\"48.00\" fill=\"#2b8a3e\""));
+	assert_non_null(strstr(out, "&lt;&amp;&gt;"));
+	assert_null(strstr(out, "<&>"));
+	free(out);
+}
+
+static void test_since(void **state)
+{
+	int64_t ms;
+
+	(void)state;
+	assert_int_equal(cost_parse_since("2d", 1000LL * 86400 * 10, &ms), 0);
+	assert_int_equal(ms, 1000LL * 86400 * 8);
+	assert_int_equal(cost_parse_since("2026-12-01", 0, &ms), 0);
+	assert_int_equal(ms, 1796083200000LL);
+	assert_int_equal(cost_parse_since("2026-12-01T01:00:00Z", 0, &ms), 0);
+	assert_int_equal(ms, 1796083200000LL + 3600000);
+	assert_int_equal(cost_parse_since("yesterday", 0, &ms), -EINVAL);
+	assert_int_equal(cost_parse_since("2026-12-01x", 0, &ms), -EINVAL);
+	assert_int_equal(cost_parse_since("", 0, &ms), -EINVAL);
+}
+
+static const char RESERVATIONS[] =
+	"{\"skus\": ["
+	"{\"sku\": \"G4\", \"nodes\": [\"a\", \"b\"], \"utilisation\": 0.5,"
+	" \"on_demand_usd_hr\": 8, \"reserved_1y_usd_hr\": 4.8,"
+	" \"reserved_3y_usd_hr\": 3.2, \"break_even_1y\": 0.6,"
+	" \"break_even_3y\": 0.4, \"pays_off_1y\": false,"
+	" \"pays_off_3y\": true},"
+	"{\"sku\": \"X\", \"nodes\": [\"c\"], \"utilisation\": 0.9,"
+	" \"on_demand_usd_hr\": null, \"reserved_1y_usd_hr\": null,"
+	" \"reserved_3y_usd_hr\": null, \"break_even_1y\": null,"
+	" \"break_even_3y\": null, \"pays_off_1y\": false,"
+	" \"pays_off_3y\": false}],"
+	" \"spot_candidates\": [{\"job\": 7, \"name\": \"train\","
+	" \"user\": \"alice\", \"checkpoint_every_ms\": 600000,"
+	" \"longest_unsaved_ms\": 90000, \"on_spot\": false}]}";
+
+static void test_reservations(void **state)
+{
+	char *out = render(cost_report_reservations, RESERVATIONS);
+
+	(void)state;
+	/* G4 at 50 %: the 3-year break-even (40 %) is passed, the 1-year
+	   (60 %) is not. */
+	assert_non_null(strstr(out, "G4   a,b    50.0%        $8.00/h    "
+				    "$4.80/h      60.0%          $3.20/h      "
+				    "40.0%          reserve 3y (1y does not pay "
+				    "off)\n"));
+	assert_non_null(strstr(out, "X    c      90.0%        -"));
+	assert_non_null(strstr(out, "no on-demand price"));
+	assert_non_null(strstr(out, "7    train  alice  10m0s             "
+				    "1m30s            no\n"));
+	free(out);
+	out = render(cost_report_reservations,
+		     "{\"skus\": [], \"spot_candidates\": []}");
+	assert_non_null(strstr(out, "no node has a size"));
+	assert_non_null(strstr(out, "none in this window"));
+	free(out);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_table),
+		cmocka_unit_test(test_csv),
+		cmocka_unit_test(test_svg),
+		cmocka_unit_test(test_since),
+		cmocka_unit_test(test_reservations),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,564 @@
+/*
+ * The cost ledger in the server: what it records as it happens, and GET
+ * /v1/cost, which prices that record with src/cost's ledger.
+ *
+ * Recorded: each node's state over time (node_states: an interval opens
+ * at start-up and at every state change, all close on a clean stop; after
+ * a crash the open ones close when the server starts again, so the time it
+ * was down counts in the state it was in). Task allocations are already in
+ * the store (tasks: node, devices, milli per device, start and end), as
+ * are each attempt's outcome and last checkpoint time (attempts) and each
+ * replica job's deployment (job_deployments, written with the replica).
+ *
+ * Prices: each node's labels sku= and pricing= (the local node's come
+ * from --node-sku / --node-pricing), looked up in the shipped catalogs and
+ * --catalog's rows. A node without a known size or price is costed at 0
+ * and reported unpriced; its size is never guessed.
+ */
+#include "internal.h"
+
+#include "cost/cost.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* The default window of GET /v1/cost: 30 days. */
+#define COST_DEFAULT_WINDOW_MS (30LL * 24 * 60 * 60 * 1000)
+
+static const char *node_label(const struct server *s, size_t i,
+			      const char *key)
+{
+	const struct kn_sched_node *sn = &s->cluster.nodes[i];
+
+	for (size_t k = 0; k < sn->n_labels; k++)
+		if (!strcmp(sn->labels[k].key, key))
+			return sn->labels[k].value;
+	return NULL;
+}
+
+int cost_start(struct server *s, struct kn_error *err)
+{
+	const char *shipped[] = { KN_GPU_SKU_FILE, KN_CPU_SKU_FILE };
+	int64_t now = kn_now_ms();
+	int rc = 0;
+
+	s->catalog = kn_catalog_new();
+	/* Without the shipped catalogs (a binary moved away from its
+	   data/) nodes are unpriced, which the reports say; the server
+	   still runs. A bad --catalog is the user's to fix: refused. */
+	for (size_t i = 0; i < sizeof(shipped) / sizeof(shipped[0]); i++)
+		if (kn_catalog_load(s->catalog, shipped[i], err) < 0)
+			kn_log(KN_LOG_WARN, "cost ledger: %s", err->message);
+	if (s->cfg.cost_catalog)
+		rc = kn_catalog_load(s->catalog, s->cfg.cost_catalog, err);
+	for (size_t i = 0; rc == 0 && i < s->cluster.n_nodes; i++) {
+		const char *pricing = node_label(s, i, "pricing");
+		enum kn_pricing p;
+
+		if (pricing && kn_pricing_parse(pricing, &p, err) < 0) {
+			char why[sizeof(err->message)];
+
+			kn_strlcpy(why, err->message, sizeof(why));
+			rc = kn_errorf(err, KN_EINVAL, "pricing",
+				       "node %s: label pricing=%s: %s",
+				       s->nodes[i].name, pricing, why);
+		}
+	}
+	if (rc == 0)
+		rc = kn_store_begin(s->store, err);
+	for (size_t i = 0; rc == 0 && i < s->cluster.n_nodes; i++)
+		rc = kn_store_node_state_open(s->store, s->nodes[i].name,
+					      s->nodes[i].state, now, err);
+	if (rc == 0)
+		rc = kn_store_commit(s->store, err);
+	else
+		kn_store_rollback(s->store);
+	return rc;
+}
+
+void cost_stop(struct server *s)
+{
+	struct kn_error err;
+
+	if (s->catalog && s->store &&
+	    kn_store_node_state_close_all(s->store, kn_now_ms(), &err) < 0)
+		kn_log(KN_LOG_WARN, "closing node states: %s", err.message);
+	kn_catalog_free(s->catalog);
+	s->catalog = NULL;
+}
+
+/* ---- GET /v1/cost ---- */
+
+/* Read the node's sku and pricing labels from its stored labels. */
+static void stored_labels(const struct kn_node_row *n, const char **sku,
+			  enum kn_pricing *pricing, json_t **labels)
+{
+	json_t *l = json_loads(n->labels_json ? n->labels_json : "{}", 0, NULL);
+	const char *p;
+	struct kn_error err;
+
+	*labels = l;
+	*sku = json_string_value(json_object_get(l, "sku"));
+	p = json_string_value(json_object_get(l, "pricing"));
+	*pricing = KN_PRICING_ON_DEMAND;
+	if (p)
+		kn_pricing_parse(p, pricing, &err);
+}
+
+/*
+ * The share of one GPU a task held per device, in milli: its gpu_milli,
+ * or for a MIG instance ("0:mig=1g.10gb@6") its compute slices over the
+ * GPU's (seven 1g instances fill an A100). 0 when it cannot be told.
+ */
+static int task_milli(const struct server *s, const struct kn_node_row *node,
+		      const struct kn_cost_task_row *t, int *n_devices)
+{
+	char profile[32];
+	int index, start;
+	const struct kn_mig_model *model = NULL;
+	const struct kn_mig_profile *p;
+
+	*n_devices = 1;
+	if (!strstr(t->devices, ":mig=")) {
+		for (const char *c = t->devices; *c; c++)
+			*n_devices += *c == ',';
+		return t->gpu_milli;
+	}
+	if (!node || !s->mig ||
+	    sscanf(t->devices, "%d:mig=%31[^@]@%d", &index, profile, &start) != 3)
+		return 0;
+	for (size_t d = 0; d < node->n_devices; d++)
+		if (node->devices[d].index == index && node->devices[d].model)
+			model = kn_mig_find(s->mig, node->devices[d].model);
+	p = model ? kn_mig_profile(model, profile) : NULL;
+	if (!p || model->compute <= 0)
+		return 0;
+	return (p->compute * 1000 + model->compute / 2) / model->compute;
+}
+
+static json_t *row_json(const struct kn_ledger_row *r)
+{
+	double eff;
+	json_t *o = json_pack(
+		"{s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
+		"key", r->key, "gpu_seconds", kn_ledger_gpu_seconds(r->busy_mms),
+		"cost_usd", r->busy_usd, "idle_gpu_seconds",
+		kn_ledger_gpu_seconds(r->idle_mms), "idle_cost_usd", r->idle_usd,
+		"unhealthy_gpu_seconds", kn_ledger_gpu_seconds(r->unhealthy_mms),
+		"unhealthy_cost_usd", r->unhealthy_usd, "lost_gpu_seconds",
+		kn_ledger_gpu_seconds(r->lost_mms), "lost_cost_usd", r->lost_usd,
+		"total_cost_usd", kn_ledger_total_usd(r), "goodput",
+		kn_ledger_goodput(r), "unpriced", r->unpriced);
+
+	json_object_set_new(o, "efficiency",
+			    kn_ledger_efficiency(r, &eff) ? json_real(eff)
+							  : json_null());
+	return o;
+}
+
+/* since/until: Unix milliseconds; -1 with a reply sent when bad. */
+static int query_window(struct kn_http_req *req, int64_t now, int64_t *since,
+			int64_t *until)
+{
+	*since = now - COST_DEFAULT_WINDOW_MS;
+	*until = now;
+	if (kn_http_query_int(req, "since", 0, INT64_MAX, since) < 0 ||
+	    kn_http_query_int(req, "until", 1, INT64_MAX, until) < 0 ||
+	    *until <= *since) {
+		struct kn_error err;
+
+		kn_errorf(&err, KN_EINVAL, "since",
+			  "since and until are Unix milliseconds, since before "
+			  "until");
+		kn_http_reply_error(req, &err);
+		return -1;
+	}
+	return 0;
+}
+
+/* What the store recorded for a window, and the ledger it fills. */
+struct record {
+	struct kn_node_row *nodes;
+	size_t n_nodes;
+	struct kn_node_state_row *states;
+	size_t n_states;
+	struct kn_cost_task_row *tasks;
+	size_t n_tasks;
+	struct kn_ledger *ledger;
+	json_t *node_list, *state_list, *alloc_list; /* for ?detail=1 */
+	int unresolved; /* tasks whose share could not be told */
+};
+
+static void record_release(struct record *rec)
+{
+	json_decref(rec->node_list);
+	json_decref(rec->state_list);
+	json_decref(rec->alloc_list);
+	kn_ledger_free(rec->ledger);
+	kn_node_list_free(rec->nodes, rec->n_nodes);
+	kn_node_state_list_free(rec->states, rec->n_states);
+	kn_cost_task_list_free(rec->tasks, rec->n_tasks);
+}
+
+static const struct kn_node_row *record_node(const struct record *rec,
+					     const char *name)
+{
+	for (size_t k = 0; k < rec->n_nodes; k++)
+		if (!strcmp(rec->nodes[k].name, name))
+			return &rec->nodes[k];
+	return NULL;
+}
+
+static int record_nodes(struct server *s, struct record *rec,
+			struct kn_error *err)
+{
+	for (size_t i = 0; i < rec->n_nodes; i++) {
+		const struct kn_vm_size *size;
+		const char *sku;
+		enum kn_pricing pricing;
+		json_t *labels;
+		double usd;
+		bool priced;
+
+		stored_labels(&rec->nodes[i], &sku, &pricing, &labels);
+		if (kn_ledger_add_node(rec->ledger, rec->nodes[i].name, sku,
+				       pricing, (int)rec->nodes[i].n_devices,
+				       err) < 0) {
+			json_decref(labels);
+			return -EINVAL;
+		}
+		size = sku ? kn_catalog_find(s->catalog, sku) : NULL;
+		priced = kn_vm_size_gpu_price(size, pricing, &usd);
+		json_array_append_new(
+			rec->node_list,
+			json_pack("{s:s, s:s?, s:s, s:i, s:o, s:b}", "name",
+				  rec->nodes[i].name, "sku", sku, "pricing",
+				  kn_pricing_name(pricing), "gpus",
+				  (int)rec->nodes[i].n_devices, "gpu_usd_hr",
+				  priced ? json_real(usd) : json_null(),
+				  "priced", priced));
+		json_decref(labels);
+	}
+	return 0;
+}
+
+static int record_states(struct record *rec, struct kn_error *err)
+{
+	for (size_t i = 0; i < rec->n_states; i++) {
+		const struct kn_node_state_row *st = &rec->states[i];
+
+		if (kn_ledger_add_state(rec->ledger, st->node,
+					strcmp(st->state, "unhealthy")
+						? KN_LEDGER_UP
+						: KN_LEDGER_UNHEALTHY,
+					st->started_at, st->ended_at, err) < 0)
+			return -EINVAL;
+		json_array_append_new(
+			rec->state_list,
+			json_pack("{s:s, s:s, s:I, s:I}", "node", st->node,
+				  "state", st->state, "start_ms",
+				  (json_int_t)st->started_at, "end_ms",
+				  (json_int_t)st->ended_at));
+	}
+	return 0;
+}
+
+static int record_tasks(struct server *s, struct record *rec,
+			struct kn_error *err)
+{
+	for (size_t i = 0; i < rec->n_tasks; i++) {
+		const struct kn_cost_task_row *t = &rec->tasks[i];
+		const struct kn_node_row *node = record_node(rec, t->node);
+		struct kn_ledger_alloc a;
+
+		memset(&a, 0, sizeof(a));
+		a.milli_per_device = task_milli(s, node, t, &a.n_devices);
+		if (!node || a.milli_per_device <= 0) {
+			rec->unresolved++;
+			continue;
+		}
+		a.node = t->node;
+		a.job_id = t->job_id;
+		a.attempt = t->attempt;
+		a.user = t->owner;
+		a.deployment = t->deployment;
+		a.start_ms = t->started_at;
+		a.end_ms = t->ended_at;
+		a.lost = t->attempt_state == KN_JOB_PREEMPTED ||
+			 t->attempt_state == KN_JOB_FAILED;
+		a.checkpoint_ms = t->checkpoint_at;
+		a.gpu_util = -1;
+		if (kn_ledger_add_alloc(rec->ledger, &a, err) < 0)
+			return -EINVAL;
+		json_array_append_new(
+			rec->alloc_list,
+			json_pack("{s:I, s:i, s:i, s:s, s:s, s:i, s:i, s:I, s:I, "
+				  "s:s?, s:s?, s:b, s:I}",
+				  "job", (json_int_t)t->job_id, "attempt",
+				  t->attempt, "rank", t->rank, "node", t->node,
+				  "devices", t->devices, "n_devices",
+				  a.n_devices, "milli_per_device",
+				  a.milli_per_device, "start_ms",
+				  (json_int_t)t->started_at, "end_ms",
+				  (json_int_t)t->ended_at, "user", t->owner,
+				  "deployment", t->deployment, "lost", a.lost,
+				  "checkpoint_ms",
+				  (json_int_t)t->checkpoint_at));
+	}
+	return 0;
+}
+
+/* Read the record from since on and fill a ledger with it. */
+static int record_load(struct server *s, int64_t since, struct record *rec,
+		       struct kn_error *err)
+{
+	memset(rec, 0, sizeof(*rec));
+	rec->node_list = json_array();
+	rec->state_list = json_array();
+	rec->alloc_list = json_array();
+	rec->ledger = kn_ledger_new(s->catalog);
+	if (kn_store_node_list(s->store, &rec->nodes, &rec->n_nodes, err) < 0 ||
+	    kn_store_node_state_list(s->store, since, &rec->states,
+				     &rec->n_states, err) < 0 ||
+	    kn_store_cost_task_list(s->store, since, &rec->tasks, &rec->n_tasks,
+				    err) < 0 ||
+	    record_nodes(s, rec, err) < 0 || record_states(rec, err) < 0 ||
+	    record_tasks(s, rec, err) < 0)
+		return -EINVAL;
+	return 0;
+}
+
+void cost_h_report(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param)
+{
+	const char *by_text = kn_http_query(req, "by");
+	struct record rec;
+	struct kn_ledger_report *rep = NULL;
+	enum kn_ledger_by by = KN_LEDGER_BY_JOB;
+	int64_t since, until, detail = 0;
+	json_t *rows = NULL, *reply, *unpriced;
+	struct kn_error err;
+
+	(void)c;
+	(void)param;
+	memset(&rec, 0, sizeof(rec));
+	if (by_text && kn_ledger_by_parse(by_text, &by, &err) < 0)
+		goto fail;
+	if (query_window(req, kn_now_ms(), &since, &until) < 0)
+		goto out;
+	if (kn_http_query_int(req, "detail", 0, 1, &detail) < 0) {
+		kn_errorf(&err, KN_EINVAL, "detail", "detail must be 0 or 1");
+		goto fail;
+	}
+	if (record_load(s, since, &rec, &err) < 0 ||
+	    kn_ledger_report(rec.ledger, by, since, until, &rep, &err) < 0)
+		goto fail;
+	rows = json_array();
+	for (size_t i = 0; i < rep->n_rows; i++)
+		json_array_append_new(rows, row_json(&rep->rows[i]));
+	unpriced = json_array();
+	for (size_t i = 0; i < rep->n_unpriced_nodes; i++)
+		json_array_append_new(unpriced,
+				      json_string(rep->unpriced_nodes[i]));
+	reply = json_pack("{s:s, s:I, s:I, s:o, s:o, s:O, s:o, s:i, s:s}",
+			  "by", kn_ledger_by_name(by), "since_ms",
+			  (json_int_t)since, "until_ms", (json_int_t)until,
+			  "rows", rows, "total", row_json(&rep->total), "nodes",
+			  rec.node_list, "unpriced_nodes", unpriced,
+			  "unresolved_tasks", rec.unresolved,
+			  "efficiency_source",
+			  "none: no per-task GPU utilisation is recorded yet");
+	rows = NULL;
+	if (detail) {
+		json_object_set(reply, "intervals", rec.state_list);
+		json_object_set(reply, "allocations", rec.alloc_list);
+	}
+	kn_http_reply_json(req, 200, reply);
+	goto out;
+fail:
+	kn_http_reply_error(req, &err);
+out:
+	json_decref(rows);
+	kn_ledger_report_free(rep);
+	record_release(&rec);
+}
+
+/* ---- GET /v1/cost/reservations ---- */
+
+/* Busy and up GPU time per size, from the by-node report. */
+static json_t *sku_advice(struct server *s, const struct record *rec,
+			  const struct kn_ledger_report *rep)
+{
+	json_t *list = json_array();
+	size_t i, k;
+	json_t *n;
+
+	json_array_foreach(rec->node_list, i, n) {
+		const char *sku = json_string_value(json_object_get(n, "sku"));
+		int64_t up = 0, busy = 0;
+		json_t *names = json_array(), *m;
+		struct kn_reservation_advice adv;
+		bool seen = false;
+
+		/* One entry per size, at its first node. */
+		json_array_foreach(rec->node_list, k, m) {
+			const char *other =
+				json_string_value(json_object_get(m, "sku"));
+
+			if (!sku || !other || strcasecmp(sku, other))
+				continue;
+			if (k < i) {
+				seen = true;
+				break;
+			}
+			json_array_append_new(
+				names, json_string(json_string_value(
+					       json_object_get(m, "name"))));
+			for (size_t r = 0; r < rep->n_rows; r++)
+				if (!strcmp(rep->rows[r].key,
+					    json_string_value(
+						    json_object_get(m, "name")))) {
+					busy += rep->rows[r].busy_mms;
+					up += rep->rows[r].busy_mms +
+					      rep->rows[r].idle_mms +
+					      rep->rows[r].unhealthy_mms;
+				}
+		}
+		if (!sku || seen) {
+			json_decref(names);
+			continue;
+		}
+		kn_reservation_advise(kn_catalog_find(s->catalog, sku),
+				      up > 0 ? (double)busy / (double)up : 0,
+				      &adv);
+#define PRICE(x) ((x) >= 0 ? json_real(x) : json_null())
+		json_array_append_new(
+			list,
+			json_pack("{s:s, s:o, s:f, s:f, s:f, s:o, s:o, s:o, s:o, "
+				  "s:o, s:b, s:b}",
+				  "sku", sku, "nodes", names,
+				  "gpu_seconds_up", kn_ledger_gpu_seconds(up),
+				  "gpu_seconds_busy", kn_ledger_gpu_seconds(busy),
+				  "utilisation", adv.utilisation,
+				  "on_demand_usd_hr", PRICE(adv.on_demand_usd_hr),
+				  "reserved_1y_usd_hr",
+				  PRICE(adv.reserved_usd_hr[0]),
+				  "reserved_3y_usd_hr",
+				  PRICE(adv.reserved_usd_hr[1]),
+				  "break_even_1y", PRICE(adv.break_even[0]),
+				  "break_even_3y", PRICE(adv.break_even[1]),
+				  "pays_off_1y", adv.pays_off[0], "pays_off_3y",
+				  adv.pays_off[1]));
+#undef PRICE
+	}
+	return list;
+}
+
+static bool node_on_spot(const struct record *rec, const char *node)
+{
+	size_t i;
+	json_t *n;
+
+	json_array_foreach(rec->node_list, i, n)
+		if (!strcmp(json_string_value(json_object_get(n, "name")), node))
+			return !strcmp(json_string_value(json_object_get(
+					       n, "pricing")),
+				       "spot");
+	return false;
+}
+
+/*
+ * Jobs of the window that could run on spot: preemptible, with a
+ * checkpoint policy. longest_unsaved_ms is the most work an attempt of
+ * theirs had done past its last checkpoint when it ended (all of it when
+ * it had none): what one preemption would have cost.
+ */
+static int spot_candidates(struct server *s, const struct record *rec,
+			   json_t **out, struct kn_error *err)
+{
+	json_t *list = json_array();
+
+	for (size_t i = 0; i < rec->n_tasks; i++) {
+		const struct kn_cost_task_row *t = &rec->tasks[i];
+		struct kn_job_row job;
+		json_t *spec, *ck;
+		int64_t unsaved = 0;
+		bool on_spot = true;
+
+		if (i > 0 && rec->tasks[i - 1].job_id == t->job_id)
+			continue; /* tasks come by job */
+		if (kn_store_job_get(s->store, t->job_id, &job, err) < 0) {
+			json_decref(list);
+			return -EIO;
+		}
+		spec = json_loads(job.spec_json ? job.spec_json : "{}", 0, NULL);
+		ck = json_object_get(spec, "checkpoint");
+		if (json_is_true(json_object_get(spec, "preemptible")) &&
+		    json_is_object(ck)) {
+			for (size_t k = i; k < rec->n_tasks &&
+					   rec->tasks[k].job_id == t->job_id;
+			     k++) {
+				const struct kn_cost_task_row *u = &rec->tasks[k];
+				int64_t from = u->checkpoint_at > u->started_at
+						       ? u->checkpoint_at
+						       : u->started_at;
+
+				if (u->ended_at && u->ended_at - from > unsaved)
+					unsaved = u->ended_at - from;
+				on_spot = on_spot && node_on_spot(rec, u->node);
+			}
+			json_array_append_new(
+				list,
+				json_pack("{s:I, s:s, s:s, s:I, s:I, s:b}", "job",
+					  (json_int_t)job.id, "name", job.name,
+					  "user", job.owner,
+					  "checkpoint_every_ms",
+					  (json_int_t)json_integer_value(
+						  json_object_get(ck,
+								  "every_ms")),
+					  "longest_unsaved_ms",
+					  (json_int_t)unsaved, "on_spot",
+					  on_spot));
+		}
+		json_decref(spec);
+		kn_job_row_release(&job);
+	}
+	*out = list;
+	return 0;
+}
+
+void cost_h_reservations(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param)
+{
+	struct record rec;
+	struct kn_ledger_report *rep = NULL;
+	int64_t since, until;
+	json_t *spot = NULL;
+	struct kn_error err;
+
+	(void)c;
+	(void)param;
+	memset(&rec, 0, sizeof(rec));
+	if (query_window(req, kn_now_ms(), &since, &until) < 0)
+		goto out;
+	if (record_load(s, since, &rec, &err) < 0 ||
+	    kn_ledger_report(rec.ledger, KN_LEDGER_BY_NODE, since, until, &rep,
+			     &err) < 0 ||
+	    spot_candidates(s, &rec, &spot, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		goto out;
+	}
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:I, s:I, s:o, s:o}", "since_ms",
+				     (json_int_t)since, "until_ms",
+				     (json_int_t)until, "skus",
+				     sku_advice(s, &rec, rep), "spot_candidates",
+				     spot));
+out:
+	kn_ledger_report_free(rep);
+	record_release(&rec);
+}
