@@ -61,6 +61,7 @@ int cmd_server(int argc, char **argv)
 		{"slurm-shards-per-gpu", required_argument, NULL, 'X'},
 		{"node-labels", required_argument, NULL, 'N'},
 		{"sim-node", required_argument, NULL, 'O'},
+		{"trusted-keys", required_argument, NULL, 'T'},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -124,6 +125,9 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'b':
 			cfg.blob_store = optarg;
+			break;
+		case 'T':
+			cfg.trusted_keys = optarg;
 			break;
 		case 'R':
 			cfg.alert_rules = optarg;

@@ -96,6 +96,7 @@ struct feed;
 struct monitor;
 struct node_health;
 struct deploy_state;
+struct model_state;
 
 /* One node's own state, beside its scheduler view. */
 struct server_node {
@@ -137,6 +138,7 @@ struct server {
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
 	struct node_health *health; /* periodic health checks, or NULL */
 	struct deploy_state *deploy; /* deployments and their replicas */
+	struct model_state *models;  /* the model registry (models.c) */
 	bool closing;               /* shutting down: late work is dropped */
 };
 
@@ -329,6 +331,27 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 			     const struct caller *c, const char *param);
 void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 			    const struct caller *c, const char *param);
+
+/* models.c: the model registry's API (docs/registry.md) */
+int models_start(struct server *s, struct kn_error *err);
+void models_free(struct server *s);
+/* Route handlers (api.c's table). */
+void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
+			    const struct caller *c, const char *param);
+void models_h_blob_put(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param);
+void models_h_version_create(struct server *s, struct kn_http_req *req,
+			     const struct caller *c, const char *param);
+void models_h_list(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param);
+void models_h_get(struct server *s, struct kn_http_req *req,
+		  const struct caller *c, const char *param);
+void models_h_sign(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param);
+void models_h_promote(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param);
+void models_h_rollback(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param);
 
 /* health.c: the node checks at start and periodically */
 int health_start(struct server *s, struct node_health **out,

@@ -319,6 +319,7 @@ static void server_release(struct server *s)
 	monitor_free(s->monitor);
 	health_free(s->health);
 	deploy_free(s);
+	models_free(s);
 	jobs_free_all(s);
 	free(s->blob_url);
 	kn_http_server_free(s->http);
@@ -407,6 +408,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	}
 	s.feed = feed_new(&s);
 	rc = deploy_start(&s, err);
+	if (rc < 0)
+		goto out;
+	rc = models_start(&s, err);
 	if (rc < 0)
 		goto out;
 	rc = jobs_recover(&s, err);

@@ -57,6 +57,9 @@ struct kn_server_config {
 	   (docs/scheduling.md): each "NAME GPUS [KEY=VALUE ...]". */
 	const char *const *sim_nodes;
 	size_t n_sim_nodes;
+	/* Model registry: the directory of trusted Ed25519 public keys
+	   (*.pub); NULL = $KILN_HOME/keys/trusted. */
+	const char *trusted_keys;
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */
