@@ -788,6 +788,7 @@ void models_h_sign(struct server *s, struct kn_http_req *req,
 	char key_id[KN_SHA256_HEX + 1], object[160];
 	const char *pub_b64, *sig_b64;
 	json_t *body = NULL;
+	int rc;
 
 	snprintf(object, sizeof(object), "model/%.140s", param);
 	if (kn_model_ref_parse(param, true, "model", &ref, &err) < 0 ||
@@ -833,8 +834,13 @@ void models_h_sign(struct server *s, struct kn_http_req *req,
 	a.object = object;
 	a.outcome = "ok";
 	a.detail = key_id;
-	if (kn_store_model_signature_insert(s->store, v.name, v.version, &row,
-					    &a, &err) < 0)
+	rc = kn_store_model_signature_insert(s->store, v.name, v.version, &row,
+					     &a, &err);
+	if (rc == -EEXIST)
+		kn_errorf(&err, KN_ECONFLICT, "public_key",
+			  "key %s has already signed %s@%lld", key_id, v.name,
+			  (long long)v.version);
+	if (rc < 0)
 		goto fail;
 	kn_http_reply_json(req, 201,
 			   json_pack("{s:s, s:I, s:s, s:b}", "name", v.name,

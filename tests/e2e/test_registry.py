@@ -155,6 +155,8 @@ def test_signatures_gate_verify_and_pull(server, tmp_path):
     assert r.status_code == 400 and "does not verify" in r.text
 
     server.cli("model", "sign", "gpt@1", "--key", str(trusted), check=True)
+    res = server.cli("model", "sign", "gpt@1", "--key", str(trusted))
+    assert res.returncode == 1 and "has already signed gpt@1" in res.stderr
     shown = json.loads(server.cli("model", "show", "gpt@1", "-o", "json",
                                   check=True).stdout)
     assert shown["trusted"] is True
