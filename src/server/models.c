@@ -304,9 +304,6 @@ static int upload_commit(struct server *s, struct upload *u, bool *existed,
 				 "blob %s: the %lld bytes sent hash to %s; "
 				 "refused", u->digest, (long long)u->offset,
 				 hex);
-	if (fsync(u->fd) < 0)
-		return kn_errorf(err, KN_EIO, NULL, "staging %s: %s", u->digest,
-				 strerror(errno));
 	name = kn_model_blob_name(u->digest);
 	rc = open_store(s, &store, err);
 	if (rc == 0)
@@ -408,7 +405,10 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 
 /* ---- versions ---- */
 
-/* Every file's blob is in the store with the size the manifest says. */
+/*
+ * Every file's blob is in the store with the size the manifest says, and
+ * durable: a version must never name a blob a crash can take away.
+ */
 static int check_blobs(struct server *s, const struct kn_model_files *f,
 		       struct kn_error *err)
 {
@@ -432,6 +432,8 @@ static int check_blobs(struct server *s, const struct kn_model_files *f,
 				       (long long)info.size);
 		free(name);
 	}
+	if (rc == 0)
+		rc = kn_blob_sync(store, err);
 	kn_blob_store_free(store);
 	return rc;
 }
