@@ -850,53 +850,30 @@ out:
 static int check_trust(struct cli_ctx *ctx, json_t *v, const char *at)
 {
 	json_t *manifest = json_object_get(v, "manifest"), *s;
+	json_t *list = json_object_get(v, "signatures");
 	char *canonical = kn_model_manifest_canonical(manifest);
-	size_t i, valid = 0, trusted = 0;
-	const char *bad = NULL;
+	struct kn_model_sig *sigs = kn_xcalloc(json_array_size(list) + 1,
+					       sizeof(*sigs));
+	struct kn_error err;
+	size_t i;
 	int rc = CLI_GO;
 
+	json_array_foreach(list, i, s) {
+		sigs[i].key_id = json_string_value(json_object_get(s, "key_id"));
+		sigs[i].public_key =
+			json_string_value(json_object_get(s, "public_key"));
+		sigs[i].signature =
+			json_string_value(json_object_get(s, "signature"));
+		sigs[i].trusted = json_is_true(json_object_get(s, "trusted"));
+	}
 	if (!canonical ||
 	    strcmp(cli_json_str(manifest, "name"), cli_json_str(v, "name")) ||
-	    cli_json_int(manifest, "version") != cli_json_int(v, "version")) {
-		free(canonical);
-		return cli_fail(ctx, "%s: the manifest is not this version's",
-				at);
-	}
-	json_array_foreach(json_object_get(v, "signatures"), i, s) {
-		unsigned char pub[KN_ED25519_PUB_LEN], sig[KN_ED25519_SIG_LEN];
-		char id[KN_SHA256_HEX + 1];
-		if (kn_base64_decode(cli_json_str(s, "public_key"), pub,
-				     sizeof(pub)) != KN_ED25519_PUB_LEN ||
-		    kn_base64_decode(cli_json_str(s, "signature"), sig,
-				     sizeof(sig)) != KN_ED25519_SIG_LEN) {
-			bad = cli_json_str(s, "key_id");
-			continue;
-		}
-		kn_model_key_id(pub, id);
-		if (strcmp(id, cli_json_str(s, "key_id")) ||
-		    kn_model_sig_check(pub, canonical, strlen(canonical), sig)) {
-			bad = cli_json_str(s, "key_id");
-			continue;
-		}
-		valid++;
-		if (json_is_true(json_object_get(s, "trusted")))
-			trusted++;
-	}
-	if (trusted == 0) {
-		if (bad)
-			rc = cli_fail(ctx, "refused: %s: the signature by key %s "
-				      "does not verify against its manifest",
-				      at, bad);
-		else if (valid)
-			rc = cli_fail(ctx, "refused: %s is signed only by keys "
-				      "the server does not trust (add the "
-				      "signer's .pub to its --trusted-keys "
-				      "directory)", at);
-		else
-			rc = cli_fail(ctx, "refused: %s is unsigned (sign it "
-				      "with `kiln model sign %s --key FILE`)",
-				      at, at);
-	}
+	    cli_json_int(manifest, "version") != cli_json_int(v, "version"))
+		rc = cli_fail(ctx, "%s: the manifest is not this version's", at);
+	else if (kn_model_trust_check(at, canonical, sigs,
+				      json_array_size(list), &err) < 0)
+		rc = cli_fail(ctx, "%s", err.message);
+	free(sigs);
 	free(canonical);
 	return rc;
 }

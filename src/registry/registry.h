@@ -136,6 +136,23 @@ int kn_model_keyring_load(const char *dir, struct kn_model_keyring *out,
 bool kn_model_keyring_has(const struct kn_model_keyring *k, const char *id);
 void kn_model_keyring_release(struct kn_model_keyring *k);
 
+/* A version's signature as the API gives it. */
+struct kn_model_sig {
+	const char *key_id;     /* sha256 hex of the raw public key */
+	const char *public_key; /* base64 of the raw 32 bytes */
+	const char *signature;  /* base64 of the 64 bytes */
+	bool trusted;           /* the key is in the trusted key ring */
+};
+/*
+ * The gate of pull, verify and deploy: 0 when a signature by a trusted
+ * key verifies over the canonical manifest bytes; otherwise -EPERM with
+ * err saying why, naming the version at ("NAME@VERSION"): unsigned,
+ * signed only by untrusted keys, or a signature that does not verify.
+ */
+int kn_model_trust_check(const char *at, const char *canonical,
+			 const struct kn_model_sig *sigs, size_t n,
+			 struct kn_error *err);
+
 /* Standard base64 (with padding); decode returns the length or -EINVAL. */
 char *kn_base64_encode(const unsigned char *data, size_t len);
 int kn_base64_decode(const char *text, unsigned char *out, size_t max);

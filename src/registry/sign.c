@@ -207,6 +207,48 @@ int kn_model_pub_load(const char *path, unsigned char pub[KN_ED25519_PUB_LEN],
 	return rc;
 }
 
+int kn_model_trust_check(const char *at, const char *canonical,
+			 const struct kn_model_sig *sigs, size_t n,
+			 struct kn_error *err)
+{
+	const char *bad = NULL;
+	size_t valid = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned char pub[KN_ED25519_PUB_LEN], sig[KN_ED25519_SIG_LEN];
+		char id[KN_SHA256_HEX + 1];
+
+		if (kn_base64_decode(sigs[i].public_key, pub, sizeof(pub)) !=
+			    KN_ED25519_PUB_LEN ||
+		    kn_base64_decode(sigs[i].signature, sig, sizeof(sig)) !=
+			    KN_ED25519_SIG_LEN) {
+			bad = sigs[i].key_id;
+			continue;
+		}
+		kn_model_key_id(pub, id);
+		if (!sigs[i].key_id || strcmp(id, sigs[i].key_id) ||
+		    kn_model_sig_check(pub, canonical, strlen(canonical), sig)) {
+			bad = sigs[i].key_id;
+			continue;
+		}
+		if (sigs[i].trusted)
+			return 0;
+		valid++;
+	}
+	if (bad)
+		return kn_errorf(err, KN_EPERM, "signatures",
+				 "refused: %s: the signature by key %s does not "
+				 "verify against its manifest", at, bad);
+	if (valid)
+		return kn_errorf(err, KN_EPERM, "signatures",
+				 "refused: %s is signed only by keys the server "
+				 "does not trust (add the signer's .pub to its "
+				 "--trusted-keys directory)", at);
+	return kn_errorf(err, KN_EPERM, "signatures",
+			 "refused: %s is unsigned (sign it with `kiln model "
+			 "sign %s --key FILE`)", at, at);
+}
+
 /* ---- the trusted key ring ---- */
 
 static int by_id(const void *a, const void *b)

@@ -199,6 +199,25 @@ static void test_sign_verify(void **state)
 				 -EBADMSG);
 		sig[0] ^= 1;
 	}
+	/* the gate: unsigned, untrusted, not verifying, trusted */
+	{
+		char *pub_b64 = kn_base64_encode(pub, sizeof(pub));
+		char *sig_b64 = kn_base64_encode(sig, sizeof(sig));
+		struct kn_model_sig s = {id, pub_b64, sig_b64, false};
+		assert_int_equal(kn_model_trust_check("m@1", msg, NULL, 0, &err),
+				 -EPERM);
+		assert_non_null(strstr(err.message, "m@1 is unsigned"));
+		assert_int_equal(kn_model_trust_check("m@1", msg, &s, 1, &err),
+				 -EPERM);
+		assert_non_null(strstr(err.message, "does not trust"));
+		s.trusted = true;
+		assert_int_equal(kn_model_trust_check("m@1", msg, &s, 1, &err), 0);
+		assert_int_equal(kn_model_trust_check("m@1", "{}", &s, 1, &err),
+				 -EPERM);
+		assert_non_null(strstr(err.message, "does not verify"));
+		free(pub_b64);
+		free(sig_b64);
+	}
 	b64 = kn_base64_encode(sig, sizeof(sig));
 	assert_int_equal(strlen(b64), 88);
 	assert_int_equal(kn_base64_decode(b64, back, sizeof(back)),
