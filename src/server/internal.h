@@ -352,6 +352,15 @@ void models_h_promote(struct server *s, struct kn_http_req *req,
 		      const struct caller *c, const char *param);
 void models_h_rollback(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param);
+/*
+ * A deployment's `model: NAME@VERSION|NAME@ALIAS`: refuse (naming the
+ * problem) a version that is unsigned, signed by no trusted key or whose
+ * files do not match their digests; else *out (malloc'd) is the directory
+ * holding its files, $KILN_HOME/registry/models/NAME/VERSION, copied from
+ * the store once and hashed again on each later use.
+ */
+int models_deploy_dir(struct server *s, const char *text, char **out,
+		      struct kn_error *err);
 
 /* health.c: the node checks at start and periodically */
 int health_start(struct server *s, struct node_health **out,

@@ -980,3 +980,143 @@ out:
 	kn_model_alias_list_free(hist, nh);
 	json_decref(body);
 }
+
+/* ---- deployments ---- */
+
+/* Hash the files of f under dir in parallel; the first mismatch named. */
+static int check_copy(const char *at, const char *dir,
+		      const struct kn_model_files *f, struct kn_error *err)
+{
+	struct kn_hash_item *items = kn_xcalloc(f->n + 1, sizeof(*items));
+	char **paths = kn_xcalloc(f->n + 1, sizeof(*paths));
+	int rc = 0;
+
+	for (size_t i = 0; i < f->n; i++) {
+		paths[i] = kn_asprintf("%s/%s", dir, f->items[i].path);
+		items[i].path = paths[i];
+	}
+	kn_hash_files(items, f->n, kn_hash_threads_default(), 0, NULL, NULL);
+	for (size_t i = 0; rc == 0 && i < f->n; i++) {
+		if (items[i].error)
+			rc = kn_errorf(err, KN_EIO, "model",
+				       "%s: file %s: %s", at, paths[i],
+				       strerror(-items[i].error));
+		else if (strcmp(items[i].sha256, f->items[i].sha256) ||
+			 items[i].size != f->items[i].size)
+			rc = kn_errorf(err, KN_EPERM, "model",
+				       "refused: %s: file %s of its copy in %s "
+				       "does not match its digest", at,
+				       f->items[i].path, dir);
+	}
+	for (size_t i = 0; i < f->n; i++)
+		free(paths[i]);
+	free(paths);
+	free(items);
+	return rc;
+}
+
+/* Copy the version's blobs from the store into dir, each digest checked
+   as it is written; dir is built as dir.partial and renamed. */
+static int make_copy(struct server *s, const char *at, const char *dir,
+		     const struct kn_model_files *f, struct kn_error *err)
+{
+	char *partial = kn_asprintf("%s.partial", dir);
+	struct kn_blob_store *store = NULL;
+	int rc;
+
+	kn_rm_rf(partial);
+	rc = kn_mkdir_p(partial, 0755);
+	if (rc < 0)
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s",
+			       partial, strerror(-rc));
+	if (rc == 0)
+		rc = open_store(s, &store, err);
+	for (size_t i = 0; rc == 0 && i < f->n; i++) {
+		char *path = kn_asprintf("%s/%s", partial, f->items[i].path);
+		char *blob = kn_model_blob_name(f->items[i].sha256);
+		char got[KN_SHA256_HEX + 1], *slash = strrchr(path, '/');
+
+		*slash = '\0';
+		kn_mkdir_p(path, 0755);
+		*slash = '/';
+		rc = kn_blob_get_file(store, blob, path, 0, -1, got, err);
+		if (rc == 0 && strcmp(got, f->items[i].sha256) != 0)
+			rc = kn_errorf(err, KN_EPERM, "model",
+				       "refused: %s: file %s does not match its "
+				       "digest: blob %s hashes to %s", at,
+				       f->items[i].path, blob, got);
+		free(blob);
+		free(path);
+	}
+	if (rc == 0 && rename(partial, dir) < 0)
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot rename %s: %s",
+			       partial, strerror(errno));
+	if (rc < 0)
+		kn_rm_rf(partial);
+	kn_blob_store_free(store);
+	free(partial);
+	return rc;
+}
+
+int models_deploy_dir(struct server *s, const char *text, char **out,
+		      struct kn_error *err)
+{
+	struct kn_model_version_row v = {0};
+	struct kn_model_signature_row *rows = NULL;
+	struct kn_model_keyring ring = {0};
+	struct kn_model_sig *sigs = NULL;
+	struct kn_model_files f = {0};
+	struct kn_model_ref ref;
+	json_t *manifest = NULL;
+	char at[KN_MODEL_NAME_MAX + 24], *dir = NULL;
+	size_t ns = 0;
+	struct stat st;
+	int rc;
+
+	rc = kn_model_ref_parse(text, true, "model", &ref, err);
+	if (rc == 0)
+		rc = resolve(s, &ref, &v, err);
+	if (rc < 0)
+		goto out;
+	snprintf(at, sizeof(at), "%s@%lld", v.name, (long long)v.version);
+	rc = kn_store_model_signature_list(s->store, v.name, v.version, &rows,
+					   &ns, err);
+	if (rc == 0)
+		rc = kn_model_keyring_load(s->models->trusted_keys, &ring, err);
+	if (rc < 0)
+		goto out;
+	sigs = kn_xcalloc(ns + 1, sizeof(*sigs));
+	for (size_t i = 0; i < ns; i++) {
+		sigs[i].key_id = rows[i].key_id;
+		sigs[i].public_key = rows[i].public_key;
+		sigs[i].signature = rows[i].signature;
+		sigs[i].trusted = kn_model_keyring_has(&ring, rows[i].key_id);
+	}
+	rc = kn_model_trust_check(at, v.manifest, sigs, ns, err);
+	if (rc < 0)
+		goto out;
+	manifest = json_loads(v.manifest, 0, NULL);
+	rc = kn_model_manifest_read(manifest, at, &f, NULL, NULL, err);
+	if (rc < 0)
+		goto out;
+	dir = kn_asprintf("%s/registry/models/%s/%lld", s->home, v.name,
+			  (long long)v.version);
+	/* A copy made earlier is checked again: replicas read it. */
+	if (stat(dir, &st) == 0)
+		rc = check_copy(at, dir, &f, err);
+	else
+		rc = make_copy(s, at, dir, &f, err);
+	if (rc == 0) {
+		*out = dir;
+		dir = NULL;
+	}
+out:
+	free(dir);
+	json_decref(manifest);
+	kn_model_files_release(&f);
+	free(sigs);
+	kn_model_keyring_release(&ring);
+	kn_model_signature_list_free(rows, ns);
+	kn_model_version_row_release(&v);
+	return rc;
+}

@@ -250,3 +250,44 @@ def test_push_sign_verify_on_azurite(azurite, tmp_path):
         assert json.loads((tmp_path / "2.json").read_text())["version"] == 2
     finally:
         s.stop()
+
+
+def test_deploy_takes_only_trusted_intact_versions(server, tmp_path):
+    model = make_model(tmp_path / "m", big=300_000)
+    push(server, model, "gpt")
+    spec = ("kind: Deployment\nname: {name}\nmodel: {model}\n"
+            "command: [x]\nreplicas: 0\n")
+
+    def deploy(name, ref):
+        return server.request("POST", "/v1/deployments",
+                              data=spec.format(name=name, model=ref))
+
+    r = deploy("chat", "gpt@1")
+    assert r.status_code == 403 and "gpt@1 is unsigned" in r.text
+    keygen(server, tmp_path / "stranger", False)
+    server.cli("model", "sign", "gpt@1", "--key", str(tmp_path / "stranger"),
+               check=True)
+    r = deploy("chat", "gpt@1")
+    assert r.status_code == 403 and "does not trust" in r.text
+    keygen(server, tmp_path / "ops", True)
+    server.cli("model", "sign", "gpt@1", "--key", str(tmp_path / "ops"),
+               check=True)
+
+    blob = server.home / "blobs" / "sha256" / sha256(model / "weights/w.bin")
+    good = blob.read_bytes()
+    blob.write_bytes(good[:10] + bytes([good[10] ^ 1]) + good[11:])
+    r = deploy("chat", "gpt@1")
+    assert r.status_code == 403, r.text
+    assert "file weights/w.bin does not match its digest" in r.text
+    blob.write_bytes(good)
+
+    server.cli("model", "promote", "gpt@1", "prod", check=True)
+    r = deploy("chat", "gpt@prod")
+    assert r.status_code == 201, r.text
+    model_dir = Path(r.json()["deployment"]["model_dir"])
+    for f in ("config.json", "empty", "weights/w.bin"):
+        assert sha256(model_dir / f) == sha256(model / f)
+    # The copy replicas read is checked again on the next use.
+    (model_dir / "config.json").write_text("tampered\n")
+    r = deploy("chat2", "gpt@1")
+    assert r.status_code == 403 and "file config.json of its copy" in r.text
