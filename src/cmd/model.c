@@ -215,10 +215,13 @@ static int hash_files(struct cli_ctx *ctx, const char *root,
 	return rc;
 }
 
-/* Upload one file as blob sha256 in parts the server accepts. */
+/*
+ * Upload one file as blob sha256 in parts the server accepts, under this
+ * push's upload id (so pushes of one blob at once stage apart).
+ */
 static int upload(struct cli_ctx *ctx, struct cli_client *c, const char *path,
-		  const struct kn_model_file *f, struct progress *p,
-		  int64_t *sent, int64_t total)
+		  const struct kn_model_file *f, const char *id,
+		  struct progress *p, int64_t *sent, int64_t total)
 {
 	char *buf = kn_xmalloc(KN_HTTP_MAX_BODY);
 	int64_t offset = 0;
@@ -230,7 +233,7 @@ static int upload(struct cli_ctx *ctx, struct cli_client *c, const char *path,
 	}
 	do {
 		size_t want = KN_HTTP_MAX_BODY, got = 0;
-		char url[160];
+		char url[200];
 		while (got < want) {
 			ssize_t n = read(fd, buf + got, want - got);
 			if (n < 0 && errno == EINTR)
@@ -239,8 +242,9 @@ static int upload(struct cli_ctx *ctx, struct cli_client *c, const char *path,
 				break;
 			got += (size_t)n;
 		}
-		snprintf(url, sizeof(url), "/v1/model-blobs/%s?offset=%lld%s",
-			 f->sha256, (long long)offset,
+		snprintf(url, sizeof(url),
+			 "/v1/model-blobs/%s?upload=%s&offset=%lld%s",
+			 f->sha256, id, (long long)offset,
 			 offset + (int64_t)got >= f->size ? "&final=1" : "");
 		rc = cli_call(c, "POST", url, "application/octet-stream", buf,
 			      got, NULL);
@@ -265,7 +269,7 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *digests = NULL, *answer = NULL, *missing, *req = NULL;
 	int64_t upload_bytes = 0, sent = 0;
 	size_t i, n_up = 0;
-	char size_text[32], up_text[32];
+	char size_text[32], up_text[32], upload_id[17];
 	int rc = parse(ctx, argc, argv, &a, 1, "DIR --name NAME [--alias A]");
 
 	if (rc != CLI_GO)
@@ -307,6 +311,13 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 			}
 		}
 	}
+	{
+		unsigned char r[8];
+		if (getentropy(r, sizeof(r)) < 0)
+			memset(r, 0, sizeof(r));
+		for (i = 0; i < sizeof(r); i++)
+			snprintf(upload_id + 2 * i, 3, "%02x", r[i]);
+	}
 	progress_init(&p, "uploading", upload_bytes);
 	for (i = 0; i < f.n && !rc; i++) {
 		size_t k;
@@ -316,8 +327,8 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 				continue;
 			char *path = kn_asprintf("%s/%s", a.pos[0],
 						 f.items[i].path);
-			rc = upload(ctx, c, path, &f.items[i], &p, &sent,
-				    upload_bytes);
+			rc = upload(ctx, c, path, &f.items[i], upload_id, &p,
+				    &sent, upload_bytes);
 			free(path);
 			json_array_remove(missing, k);
 			n_up++;

@@ -10,7 +10,9 @@
  * EVP context hashes them; the last part's digest must be the one the
  * upload is named by, and only then is the file put in the store
  * (create-only, so a blob is never overwritten). Uploads in progress live
- * in memory: after a server restart a client starts them again.
+ * in memory, one per digest and client-chosen upload id (two pushes of one
+ * new blob stage apart; the second to finish finds it stored): after a
+ * server restart a client starts them again.
  *
  * Every call is audited, reads included (model.read, model.pull,
  * model.verify), refusals and failures with outcome "error".
@@ -32,9 +34,11 @@
 
 /* Uploads idle this long are dropped when a new one starts. */
 #define UPLOAD_IDLE_MS (10 * 60 * 1000)
+#define UPLOAD_ID_MAX 32
 
 struct upload {
 	char digest[KN_SHA256_HEX + 1];
+	char id[UPLOAD_ID_MAX + 1]; /* the client's name for this upload */
 	char *path; /* the staging file */
 	int fd;
 	EVP_MD_CTX *ctx;
@@ -233,29 +237,47 @@ out:
 	kn_blob_store_free(store);
 }
 
-static struct upload *upload_find(struct model_state *m, const char *digest)
+static struct upload *upload_find(struct model_state *m, const char *digest,
+				  const char *id)
 {
 	for (struct upload *u = m->uploads; u; u = u->next)
-		if (!strcmp(u->digest, digest))
+		if (!strcmp(u->digest, digest) && !strcmp(u->id, id))
 			return u;
 	return NULL;
 }
 
+/* 1..UPLOAD_ID_MAX letters and digits. */
+static bool upload_id_ok(const char *id)
+{
+	size_t n = id ? strlen(id) : 0;
+
+	if (n == 0 || n > UPLOAD_ID_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((id[i] >= 'a' && id[i] <= 'z') ||
+		      (id[i] >= 'A' && id[i] <= 'Z') ||
+		      (id[i] >= '0' && id[i] <= '9')))
+			return false;
+	return true;
+}
+
 static int upload_begin(struct model_state *m, const char *digest,
-			struct upload **out, struct kn_error *err)
+			const char *id, struct upload **out,
+			struct kn_error *err)
 {
 	int64_t now = kn_mono_ms();
 	struct upload *u, *next;
 
 	for (u = m->uploads; u; u = next) {
 		next = u->next;
-		if (!strcmp(u->digest, digest) ||
+		if ((!strcmp(u->digest, digest) && !strcmp(u->id, id)) ||
 		    now - u->touched_ms > UPLOAD_IDLE_MS)
 			upload_drop(m, u);
 	}
 	u = kn_xcalloc(1, sizeof(*u));
 	kn_strlcpy(u->digest, digest, sizeof(u->digest));
-	u->path = kn_asprintf("%s/%s", m->staging, digest);
+	kn_strlcpy(u->id, id, sizeof(u->id));
+	u->path = kn_asprintf("%s/%s.%s", m->staging, digest, id);
 	u->fd = open(u->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	u->ctx = EVP_MD_CTX_new();
 	u->touched_ms = now;
@@ -334,6 +356,7 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 	int64_t offset = -1, final = 0;
 	size_t len;
 	const char *data = kn_http_body(req, &len);
+	const char *id = kn_http_query(req, "upload");
 	char object[96], detail[64];
 	bool existed = false;
 	int rc;
@@ -353,9 +376,16 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		fail(s, req, c, "model.blob.put", object, &err);
 		return;
 	}
-	u = upload_find(m, param);
+	if (!upload_id_ok(id)) {
+		kn_errorf(&err, KN_EINVAL, "upload",
+			  "upload (the client's id for this upload) must be "
+			  "1-%d letters and digits", UPLOAD_ID_MAX);
+		fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	u = upload_find(m, param, id);
 	if (offset == 0) {
-		if (upload_begin(m, param, &u, &err) < 0) {
+		if (upload_begin(m, param, id, &u, &err) < 0) {
 			fail(s, req, c, "model.blob.put", object, &err);
 			return;
 		}

@@ -100,10 +100,31 @@ def test_push_uploads_only_missing_blobs(server, tmp_path):
 def test_uploads_and_versions_are_checked(server, tmp_path):
     other = hashlib.sha256(b"something else").hexdigest()
     r = server.request("POST", f"/v1/model-blobs/{other}",
-                       params={"offset": 0, "final": 1}, data=b"abc")
+                       params={"upload": "t1", "offset": 0, "final": 1},
+                       data=b"abc")
     assert r.status_code == 400, r.text
     assert "hash to " + hashlib.sha256(b"abc").hexdigest() in r.text
     assert not (server.home / "blobs" / "sha256" / other).exists()
+    r = server.request("POST", f"/v1/model-blobs/{other}",
+                       params={"offset": 0, "final": 1}, data=b"abc")
+    assert r.status_code == 400 and r.json()["error"]["field"] == "upload"
+
+    # Two uploads of one blob at once stage apart; the later finds it
+    # stored. A part out of order is refused.
+    data = b"x" * 1000
+    digest = hashlib.sha256(data).hexdigest()
+
+    def part(upload, offset, body, final=0):
+        return server.request("POST", f"/v1/model-blobs/{digest}",
+                              params={"upload": upload, "offset": offset,
+                                      "final": final}, data=body)
+    assert part("a", 0, data[:600]).status_code == 200
+    assert part("b", 0, data[:300]).status_code == 200
+    assert part("a", 700, data[600:]).status_code == 409
+    assert part("b", 300, data[300:], final=1).json()["existed"] is False
+    assert part("a", 0, data).status_code == 200
+    assert part("a", 1000, b"", final=1).json()["existed"] is True
+    assert (server.home / "blobs" / "sha256" / digest).read_bytes() == data
 
     files = [{"path": "a", "sha256": other, "size": 14}]
     r = server.request("POST", "/v1/models/gpt/versions", json={"files": files})
