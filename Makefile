@@ -47,6 +47,7 @@ bench: build
 	$(PYTHON) bench/ckpt/step.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-ckpt-step.json
 	$(PYTHON) bench/coll/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-coll.json
 	$(PYTHON) bench/gateway/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-gateway.json
+	$(PYTHON) bench/verify/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-verify.json
 
 $(FUZZ_BUILD)/build.ninja:
 	CC=clang meson setup $(FUZZ_BUILD) -Dfuzz=true -Dtests=disabled

@@ -1057,6 +1057,7 @@ const struct kn_blob_store_ops kn_azure_store_ops = {
 	.list = az_list,
 	.del = az_del,
 	.stat = az_stat,
+	.local_path = NULL, /* blobs live in the service */
 	.sync = NULL, /* a write is durable once the service answers it */
 	.free = az_free,
 };

@@ -364,6 +364,13 @@ int kn_blob_sync(struct kn_blob_store *store, struct kn_error *err)
 	return store->ops->sync ? store->ops->sync(store, err) : 0;
 }
 
+char *kn_blob_local_path(struct kn_blob_store *store, const char *name)
+{
+	if (!store->ops->local_path || kn_blob_check_name(name, "name", NULL) < 0)
+		return NULL;
+	return store->ops->local_path(store, name);
+}
+
 int kn_blob_stat(struct kn_blob_store *store, const char *name,
 		 struct kn_blob_info *out, struct kn_error *err)
 {

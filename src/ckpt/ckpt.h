@@ -125,6 +125,13 @@ int kn_blob_stat(struct kn_blob_store *store, const char *name,
 		 struct kn_blob_info *out, struct kn_error *err);
 
 /*
+ * Where blob name lies on this machine's file system when the store keeps
+ * blobs as local files (file://), so a reader may hash it in place with
+ * no copy; malloc'd, or NULL for a remote store.
+ */
+char *kn_blob_local_path(struct kn_blob_store *store, const char *name);
+
+/*
  * Make every finished write durable (the file store's writes reach the
  * page cache first; Azure's are durable when answered).
  */
@@ -153,6 +160,8 @@ struct kn_blob_store_ops {
 		   struct kn_error *err);
 	int (*stat)(struct kn_blob_store *store, const char *name,
 		    struct kn_blob_info *out, struct kn_error *err);
+	/* The local file behind a blob; NULL for remote stores. */
+	char *(*local_path)(struct kn_blob_store *store, const char *name);
 	/* Make every finished write durable; NULL when they already are. */
 	int (*sync)(struct kn_blob_store *store, struct kn_error *err);
 	void (*free)(struct kn_blob_store *store);

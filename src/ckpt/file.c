@@ -460,6 +460,7 @@ const struct kn_blob_store_ops kn_file_store_ops = {
 	.list = fs_list,
 	.del = fs_del,
 	.stat = fs_stat,
+	.local_path = full_path,
 	.sync = fs_sync,
 	.free = fs_free,
 };

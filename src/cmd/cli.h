@@ -93,6 +93,8 @@ int cmd_scale(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_undeploy(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_rollout(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_key(struct cli_ctx *ctx, int argc, char **argv);
+/* model.c: the model registry. */
+int cmd_model(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_render(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv);
 /* advise.c: which VM to rent, and its cost. */

@@ -75,6 +75,7 @@ int cmd_server(int argc, char **argv)
 		{"node-sku", required_argument, NULL, 261},
 		{"node-pricing", required_argument, NULL, 262},
 		{"catalog", required_argument, NULL, 263},
+		{"trusted-keys", required_argument, NULL, 264},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -138,6 +139,9 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'b':
 			cfg.blob_store = optarg;
+			break;
+		case 264:
+			cfg.trusted_keys = optarg;
 			break;
 		case 'R':
 			cfg.alert_rules = optarg;

@@ -900,6 +900,24 @@ static const struct route routes[] = {
 	 "gateway.config", deploy_h_gateway_config},
 	{"POST", "/v1/gateway/alerts", KN_ROLE_OPERATOR, false,
 	 "gateway.alert", deploy_h_gateway_alert},
+	/* The model registry (models.c); {name} is NAME, NAME@VERSION or
+	   NAME@ALIAS. "missing" comes before the digest it would match. */
+	{"POST", "/v1/model-blobs/missing", KN_ROLE_USER, false,
+	 "model.blob.check", models_h_blobs_missing},
+	{"POST", "/v1/model-blobs/{name}", KN_ROLE_USER, false,
+	 "model.blob.put", models_h_blob_put},
+	{"GET", "/v1/models", KN_ROLE_VIEWER, false, "model.list",
+	 models_h_list},
+	{"GET", "/v1/models/{name}", KN_ROLE_VIEWER, false, "model.read",
+	 models_h_get},
+	{"POST", "/v1/models/{name}/versions", KN_ROLE_USER, false,
+	 "model.push", models_h_version_create},
+	{"POST", "/v1/models/{name}/signatures", KN_ROLE_USER, false,
+	 "model.sign", models_h_sign},
+	{"POST", "/v1/models/{name}/promote", KN_ROLE_OPERATOR, false,
+	 "model.promote", models_h_promote},
+	{"POST", "/v1/models/{name}/rollback", KN_ROLE_OPERATOR, false,
+	 "model.rollback", models_h_rollback},
 };
 
 /*

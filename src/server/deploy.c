@@ -839,6 +839,10 @@ static int resolve_model_dir(struct server *s,
 	size_t n = 0;
 	int rc;
 
+	/* A registry version: NAME@VERSION or NAME@ALIAS (models.c). */
+	if (!spec->model_job && strchr(spec->model, '@') &&
+	    !strchr(spec->model, '/'))
+		return models_deploy_dir(s, spec->model, out, err);
 	if (!spec->model_job) {
 		if (spec->model[0] == '/') {
 			*out = kn_xstrdup(spec->model);

@@ -97,6 +97,7 @@ struct monitor;
 struct node_health;
 struct deploy_state;
 struct kn_catalog;
+struct model_state;
 
 /* One node's own state, beside its scheduler view. */
 struct server_node {
@@ -144,6 +145,7 @@ struct server {
 	struct node_health *health; /* periodic health checks, or NULL */
 	struct deploy_state *deploy; /* deployments and their replicas */
 	struct kn_kube_products *kube_products; /* --executor kubernetes */
+	struct model_state *models;  /* the model registry (models.c) */
 	bool closing;               /* shutting down: late work is dropped */
 
 	struct backup_state *backup; /* backups (backup.c) */
@@ -359,6 +361,36 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 			     const struct caller *c, const char *param);
 void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 			    const struct caller *c, const char *param);
+
+/* models.c: the model registry's API (docs/registry.md) */
+int models_start(struct server *s, struct kn_error *err);
+void models_free(struct server *s);
+/* Route handlers (api.c's table). */
+void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
+			    const struct caller *c, const char *param);
+void models_h_blob_put(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param);
+void models_h_version_create(struct server *s, struct kn_http_req *req,
+			     const struct caller *c, const char *param);
+void models_h_list(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param);
+void models_h_get(struct server *s, struct kn_http_req *req,
+		  const struct caller *c, const char *param);
+void models_h_sign(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param);
+void models_h_promote(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param);
+void models_h_rollback(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param);
+/*
+ * A deployment's `model: NAME@VERSION|NAME@ALIAS`: refuse (naming the
+ * problem) a version that is unsigned, signed by no trusted key or whose
+ * files do not match their digests; else *out (malloc'd) is the directory
+ * holding its files, $KILN_HOME/registry/models/NAME/VERSION, copied from
+ * the store once and hashed again on each later use.
+ */
+int models_deploy_dir(struct server *s, const char *text, char **out,
+		      struct kn_error *err);
 
 /* health.c: the node checks at start and periodically */
 int health_start(struct server *s, struct node_health **out,

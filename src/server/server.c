@@ -341,6 +341,7 @@ static void server_release(struct server *s)
 	monitor_free(s->monitor);
 	health_free(s->health);
 	deploy_free(s);
+	models_free(s);
 	jobs_free_all(s);
 	kube_stop(s);
 	free(s->blob_url);
@@ -461,6 +462,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	if (rc < 0)
 		goto out;
 	rc = workload_load(&s, err);
+	if (rc < 0)
+		goto out;
+	rc = models_start(&s, err);
 	if (rc < 0)
 		goto out;
 	rc = jobs_recover(&s, err);

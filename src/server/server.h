@@ -78,6 +78,9 @@ struct kn_server_config {
 				     NULL: health_sku, else unknown */
 	const char *node_pricing; /* its pricing model, label pricing= */
 	const char *cost_catalog; /* extra catalog rows, or NULL */
+	/* Model registry: the directory of trusted Ed25519 public keys
+	   (*.pub); NULL = $KILN_HOME/keys/trusted. */
+	const char *trusted_keys;
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */

@@ -2492,7 +2492,8 @@ static int read_deployment_kind(struct walk *w, struct fy_node *node,
 static int read_model(struct walk *w, struct fy_node *node, void *target)
 {
 	static const char allowed[] =
-		"a path to the model's files, or job:<id> (a job's outputs)";
+		"a path to the model's files, job:<id> (a job's outputs), or "
+		"NAME@VERSION or NAME@ALIAS (a registry version)";
 	struct kn_deployment_spec *d = target;
 	char got[GOT_BUF];
 	struct value v;

@@ -261,6 +261,53 @@ static const char SQL_SCHEMA_V6[] =
 	"INSERT OR IGNORE INTO job_deployments (job_id, deployment)"
 	" SELECT job_id, deployment FROM deployment_replicas;";
 
+/*
+ * v7: the model registry (src/registry): models with their next version
+ * number (never reused), immutable versions holding their manifest's
+ * canonical JSON, aliases with every move kept in a history, and the
+ * signatures that verified when they were posted.
+ */
+static const char SQL_SCHEMA_V7[] =
+	"CREATE TABLE models ("
+	" name TEXT PRIMARY KEY,"
+	" next_version INTEGER NOT NULL,"
+	" created_at INTEGER NOT NULL) WITHOUT ROWID;"
+	"CREATE TABLE model_versions ("
+	" name TEXT NOT NULL REFERENCES models (name),"
+	" version INTEGER NOT NULL,"
+	" manifest TEXT NOT NULL,"
+	" created_by TEXT NOT NULL,"
+	" created_at INTEGER NOT NULL,"
+	" PRIMARY KEY (name, version)) WITHOUT ROWID;"
+	"CREATE TABLE model_aliases ("
+	" name TEXT NOT NULL REFERENCES models (name),"
+	" alias TEXT NOT NULL,"
+	" version INTEGER NOT NULL,"
+	" updated_by TEXT NOT NULL,"
+	" updated_at INTEGER NOT NULL,"
+	" PRIMARY KEY (name, alias)) WITHOUT ROWID;"
+	"CREATE TABLE model_alias_history ("
+	" id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" name TEXT NOT NULL REFERENCES models (name),"
+	" alias TEXT NOT NULL,"
+	" action TEXT NOT NULL,"
+	" from_version INTEGER NOT NULL,"
+	" to_version INTEGER NOT NULL,"
+	" actor TEXT NOT NULL,"
+	" time_ms INTEGER NOT NULL);"
+	"CREATE INDEX model_alias_history_name ON model_alias_history (name, id);"
+	"CREATE TABLE model_signatures ("
+	" name TEXT NOT NULL,"
+	" version INTEGER NOT NULL,"
+	" key_id TEXT NOT NULL,"
+	" public_key TEXT NOT NULL,"
+	" signature TEXT NOT NULL,"
+	" signed_by TEXT NOT NULL,"
+	" signed_at INTEGER NOT NULL,"
+	" PRIMARY KEY (name, version, key_id),"
+	" FOREIGN KEY (name, version) REFERENCES model_versions (name, version)"
+	") WITHOUT ROWID;";
+
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
@@ -269,6 +316,7 @@ static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V4,
 	SQL_SCHEMA_V5,
 	SQL_SCHEMA_V6,
+	SQL_SCHEMA_V7,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -667,6 +715,52 @@ static const char SQL_GWKEY_REVOKE[] =
 	"UPDATE gateway_keys SET revoked_at = ?1 WHERE name = ?2"
 	" AND revoked_at = 0";
 
+static const char SQL_MODEL_LIST[] =
+	"SELECT m.name, count(v.version), coalesce(max(v.version), 0),"
+	" m.created_at, coalesce(max(v.created_at), m.created_at)"
+	" FROM models m LEFT JOIN model_versions v ON v.name = m.name"
+	" GROUP BY m.name ORDER BY m.name";
+static const char SQL_MODEL_CREATE[] =
+	"INSERT OR IGNORE INTO models (name, next_version, created_at)"
+	" VALUES (?1, 1, ?2)";
+static const char SQL_MODEL_NEXT[] =
+	"UPDATE models SET next_version = next_version + 1 WHERE name = ?1"
+	" RETURNING next_version - 1";
+static const char SQL_MODEL_VERSION_INSERT[] =
+	"INSERT INTO model_versions (name, version, manifest, created_by,"
+	" created_at) VALUES (?1, ?2, ?3, ?4, ?5)";
+static const char SQL_MODEL_VERSION_DELETE[] =
+	"DELETE FROM model_versions WHERE name = ?1 AND version = ?2";
+static const char SQL_MODEL_VERSION_GET[] =
+	"SELECT name, version, manifest, created_by, created_at"
+	" FROM model_versions WHERE name = ?1 AND version = ?2";
+static const char SQL_MODEL_VERSION_LIST[] =
+	"SELECT name, version, manifest, created_by, created_at"
+	" FROM model_versions WHERE name = ?1 ORDER BY version";
+static const char SQL_MODEL_ALIAS_GET[] =
+	"SELECT version FROM model_aliases WHERE name = ?1 AND alias = ?2";
+static const char SQL_MODEL_ALIAS_PUT[] =
+	"INSERT INTO model_aliases (name, alias, version, updated_by,"
+	" updated_at) VALUES (?1, ?2, ?3, ?4, ?5)"
+	" ON CONFLICT (name, alias) DO UPDATE SET version = ?3,"
+	" updated_by = ?4, updated_at = ?5";
+static const char SQL_MODEL_ALIAS_LIST[] =
+	"SELECT alias, version, 'current', 0, updated_by, updated_at"
+	" FROM model_aliases WHERE name = ?1 ORDER BY alias";
+static const char SQL_MODEL_ALIAS_EVENT[] =
+	"INSERT INTO model_alias_history (name, alias, action, from_version,"
+	" to_version, actor, time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+static const char SQL_MODEL_ALIAS_HISTORY[] =
+	"SELECT alias, to_version, action, from_version, actor, time_ms"
+	" FROM model_alias_history WHERE name = ?1 ORDER BY id";
+static const char SQL_MODEL_SIGNATURE_INSERT[] =
+	"INSERT INTO model_signatures (name, version, key_id, public_key,"
+	" signature, signed_by, signed_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+static const char SQL_MODEL_SIGNATURE_LIST[] =
+	"SELECT key_id, public_key, signature, signed_by, signed_at"
+	" FROM model_signatures WHERE name = ?1 AND version = ?2"
+	" ORDER BY signed_at, key_id";
+
 enum stmt_id {
 	STMT_BEGIN,
 	STMT_COMMIT,
@@ -723,6 +817,20 @@ enum stmt_id {
 	STMT_NODE_STATE_LIST,
 	STMT_JOB_DEPLOYMENT_PUT,
 	STMT_COST_TASK_LIST,
+	STMT_MODEL_LIST,
+	STMT_MODEL_CREATE,
+	STMT_MODEL_NEXT,
+	STMT_MODEL_VERSION_INSERT,
+	STMT_MODEL_VERSION_DELETE,
+	STMT_MODEL_VERSION_GET,
+	STMT_MODEL_VERSION_LIST,
+	STMT_MODEL_ALIAS_GET,
+	STMT_MODEL_ALIAS_PUT,
+	STMT_MODEL_ALIAS_LIST,
+	STMT_MODEL_ALIAS_EVENT,
+	STMT_MODEL_ALIAS_HISTORY,
+	STMT_MODEL_SIGNATURE_INSERT,
+	STMT_MODEL_SIGNATURE_LIST,
 	STMT_COUNT,
 };
 
@@ -782,6 +890,20 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_NODE_STATE_LIST] = SQL_NODE_STATE_LIST,
 	[STMT_JOB_DEPLOYMENT_PUT] = SQL_JOB_DEPLOYMENT_PUT,
 	[STMT_COST_TASK_LIST] = SQL_COST_TASK_LIST,
+	[STMT_MODEL_LIST] = SQL_MODEL_LIST,
+	[STMT_MODEL_CREATE] = SQL_MODEL_CREATE,
+	[STMT_MODEL_NEXT] = SQL_MODEL_NEXT,
+	[STMT_MODEL_VERSION_INSERT] = SQL_MODEL_VERSION_INSERT,
+	[STMT_MODEL_VERSION_DELETE] = SQL_MODEL_VERSION_DELETE,
+	[STMT_MODEL_VERSION_GET] = SQL_MODEL_VERSION_GET,
+	[STMT_MODEL_VERSION_LIST] = SQL_MODEL_VERSION_LIST,
+	[STMT_MODEL_ALIAS_GET] = SQL_MODEL_ALIAS_GET,
+	[STMT_MODEL_ALIAS_PUT] = SQL_MODEL_ALIAS_PUT,
+	[STMT_MODEL_ALIAS_LIST] = SQL_MODEL_ALIAS_LIST,
+	[STMT_MODEL_ALIAS_EVENT] = SQL_MODEL_ALIAS_EVENT,
+	[STMT_MODEL_ALIAS_HISTORY] = SQL_MODEL_ALIAS_HISTORY,
+	[STMT_MODEL_SIGNATURE_INSERT] = SQL_MODEL_SIGNATURE_INSERT,
+	[STMT_MODEL_SIGNATURE_LIST] = SQL_MODEL_SIGNATURE_LIST,
 };
 
 struct kn_store {
@@ -3218,6 +3340,369 @@ void kn_cost_task_list_free(struct kn_cost_task_row *rows, size_t n)
 		free(rows[i].devices);
 		free(rows[i].owner);
 		free(rows[i].deployment);
+	}
+	free(rows);
+}
+
+/* ---- models ---- */
+
+int kn_store_model_list(struct kn_store *st, struct kn_model_row **out,
+			size_t *n, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_LIST];
+	struct kn_model_row *rows = NULL;
+	size_t used = 0, alloc = 0;
+	int rc;
+
+	while ((rc = step_row(st, s, "listing models", err)) == 1) {
+		struct kn_model_row *m;
+		rows = grow(rows, &alloc, used, sizeof(*rows));
+		m = &rows[used++];
+		m->name = col_str(s, 0);
+		m->versions = col_i64(s, 1);
+		m->latest = col_i64(s, 2);
+		m->created_at = col_i64(s, 3);
+		m->updated_at = col_i64(s, 4);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_model_list_free(rows, used);
+		return rc;
+	}
+	*out = rows;
+	*n = used;
+	return 0;
+}
+
+void kn_model_list_free(struct kn_model_row *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(rows[i].name);
+	free(rows);
+}
+
+void kn_model_version_row_release(struct kn_model_version_row *v)
+{
+	free(v->name);
+	free(v->manifest);
+	free(v->created_by);
+	memset(v, 0, sizeof(*v));
+}
+
+int kn_store_model_version_next(struct kn_store *st, const char *name,
+				int64_t now_ms, int64_t *out,
+				struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_CREATE];
+	const char *what = "numbering a model version";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, name) || bind_i64(s, 2, now_ms)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	s = st->stmt[STMT_MODEL_NEXT];
+	if (bind_text(s, 1, name)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = step_row(st, s, what, err);
+	if (rc == 1) {
+		*out = col_i64(s, 0);
+		rc = 0;
+	} else if (rc == 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "store: %s: no row", what);
+	}
+	stmt_done(s);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_model_version_insert(struct kn_store *st,
+				  const struct kn_model_version_row *v,
+				  const struct kn_audit *a,
+				  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_INSERT];
+	const char *what = "inserting a model version";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, v->name) || bind_i64(s, 2, v->version) ||
+	    bind_text(s, 3, v->manifest) || bind_text(s, 4, v->created_by) ||
+	    bind_i64(s, 5, v->created_at))
+		rc = bind_fail(st, s, what, err);
+	else
+		rc = run(st, s, what, err);
+	if (rc == 0)
+		rc = audit_write(st, a, NULL, err);
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_model_version_delete(struct kn_store *st, const char *name,
+				  int64_t version, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_DELETE];
+	const char *what = "deleting a model version";
+
+	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
+		return bind_fail(st, s, what, err);
+	return run(st, s, what, err);
+}
+
+static void read_model_version(sqlite3_stmt *s,
+			       struct kn_model_version_row *v)
+{
+	v->name = col_str(s, 0);
+	v->version = col_i64(s, 1);
+	v->manifest = col_str(s, 2);
+	v->created_by = col_str(s, 3);
+	v->created_at = col_i64(s, 4);
+}
+
+int kn_store_model_version_get(struct kn_store *st, const char *name,
+			       int64_t version,
+			       struct kn_model_version_row *out,
+			       struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_GET];
+	const char *what = "reading a model version";
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
+		return bind_fail(st, s, what, err);
+	rc = step_row(st, s, what, err);
+	if (rc == 1) {
+		read_model_version(s, out);
+		rc = 0;
+	} else if (rc == 0) {
+		rc = kn_errorf(err, KN_ENOTFOUND, NULL, "model %s has no version %lld",
+			       name, (long long)version);
+	}
+	stmt_done(s);
+	return rc;
+}
+
+int kn_store_model_version_list(struct kn_store *st, const char *name,
+				struct kn_model_version_row **out, size_t *n,
+				struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_LIST];
+	struct kn_model_version_row *rows = NULL;
+	size_t used = 0, alloc = 0;
+	int rc;
+
+	if (bind_text(s, 1, name))
+		return bind_fail(st, s, "listing model versions", err);
+	while ((rc = step_row(st, s, "listing model versions", err)) == 1) {
+		rows = grow(rows, &alloc, used, sizeof(*rows));
+		read_model_version(s, &rows[used++]);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_model_version_list_free(rows, used);
+		return rc;
+	}
+	*out = rows;
+	*n = used;
+	return 0;
+}
+
+void kn_model_version_list_free(struct kn_model_version_row *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		kn_model_version_row_release(&rows[i]);
+	free(rows);
+}
+
+int kn_store_model_alias_get(struct kn_store *st, const char *name,
+			     const char *alias, int64_t *version,
+			     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_ALIAS_GET];
+	const char *what = "reading a model alias";
+	int rc;
+
+	if (bind_text(s, 1, name) || bind_text(s, 2, alias))
+		return bind_fail(st, s, what, err);
+	rc = step_row(st, s, what, err);
+	if (rc == 1) {
+		*version = col_i64(s, 0);
+		rc = 0;
+	} else if (rc == 0) {
+		rc = kn_errorf(err, KN_ENOTFOUND, NULL, "model %s has no alias %s",
+			       name, alias);
+	}
+	stmt_done(s);
+	return rc;
+}
+
+int kn_store_model_alias_move(struct kn_store *st, const char *name,
+			      const struct kn_model_alias_row *ev,
+			      const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_ALIAS_PUT];
+	const char *what = "moving a model alias";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, name) || bind_text(s, 2, ev->alias) ||
+	    bind_i64(s, 3, ev->version) || bind_text(s, 4, ev->actor) ||
+	    bind_i64(s, 5, ev->time_ms)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	s = st->stmt[STMT_MODEL_ALIAS_EVENT];
+	if (bind_text(s, 1, name) || bind_text(s, 2, ev->alias) ||
+	    bind_text(s, 3, ev->action) || bind_i64(s, 4, ev->from_version) ||
+	    bind_i64(s, 5, ev->version) || bind_text(s, 6, ev->actor) ||
+	    bind_i64(s, 7, ev->time_ms)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc == 0)
+		rc = audit_write(st, a, NULL, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+static int alias_rows(struct kn_store *st, enum stmt_id id, const char *name,
+		      struct kn_model_alias_row **out, size_t *n,
+		      struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[id];
+	struct kn_model_alias_row *rows = NULL;
+	size_t used = 0, alloc = 0;
+	int rc;
+
+	if (bind_text(s, 1, name))
+		return bind_fail(st, s, "listing model aliases", err);
+	while ((rc = step_row(st, s, "listing model aliases", err)) == 1) {
+		struct kn_model_alias_row *r;
+		rows = grow(rows, &alloc, used, sizeof(*rows));
+		r = &rows[used++];
+		r->alias = col_str(s, 0);
+		r->version = col_i64(s, 1);
+		r->action = col_str(s, 2);
+		r->from_version = col_i64(s, 3);
+		r->actor = col_str(s, 4);
+		r->time_ms = col_i64(s, 5);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_model_alias_list_free(rows, used);
+		return rc;
+	}
+	*out = rows;
+	*n = used;
+	return 0;
+}
+
+int kn_store_model_alias_list(struct kn_store *st, const char *name,
+			      struct kn_model_alias_row **out, size_t *n,
+			      struct kn_error *err)
+{
+	return alias_rows(st, STMT_MODEL_ALIAS_LIST, name, out, n, err);
+}
+
+int kn_store_model_alias_history(struct kn_store *st, const char *name,
+				 struct kn_model_alias_row **out, size_t *n,
+				 struct kn_error *err)
+{
+	return alias_rows(st, STMT_MODEL_ALIAS_HISTORY, name, out, n, err);
+}
+
+void kn_model_alias_list_free(struct kn_model_alias_row *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(rows[i].alias);
+		free(rows[i].action);
+		free(rows[i].actor);
+	}
+	free(rows);
+}
+
+int kn_store_model_signature_insert(struct kn_store *st, const char *name,
+				    int64_t version,
+				    const struct kn_model_signature_row *sig,
+				    const struct kn_audit *a,
+				    struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_SIGNATURE_INSERT];
+	const char *what = "inserting a model signature";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, name) || bind_i64(s, 2, version) ||
+	    bind_text(s, 3, sig->key_id) || bind_text(s, 4, sig->public_key) ||
+	    bind_text(s, 5, sig->signature) || bind_text(s, 6, sig->signed_by) ||
+	    bind_i64(s, 7, sig->signed_at))
+		rc = bind_fail(st, s, what, err);
+	else
+		rc = run(st, s, what, err);
+	if (rc == 0)
+		rc = audit_write(st, a, NULL, err);
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_model_signature_list(struct kn_store *st, const char *name,
+				  int64_t version,
+				  struct kn_model_signature_row **out,
+				  size_t *n, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_SIGNATURE_LIST];
+	const char *what = "listing model signatures";
+	struct kn_model_signature_row *rows = NULL;
+	size_t used = 0, alloc = 0;
+	int rc;
+
+	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		struct kn_model_signature_row *r;
+		rows = grow(rows, &alloc, used, sizeof(*rows));
+		r = &rows[used++];
+		r->key_id = col_str(s, 0);
+		r->public_key = col_str(s, 1);
+		r->signature = col_str(s, 2);
+		r->signed_by = col_str(s, 3);
+		r->signed_at = col_i64(s, 4);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_model_signature_list_free(rows, used);
+		return rc;
+	}
+	*out = rows;
+	*n = used;
+	return 0;
+}
+
+void kn_model_signature_list_free(struct kn_model_signature_row *rows,
+				  size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(rows[i].key_id);
+		free(rows[i].public_key);
+		free(rows[i].signature);
+		free(rows[i].signed_by);
 	}
 	free(rows);
 }

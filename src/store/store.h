@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 6
+#define KN_STORE_SCHEMA_VERSION 7
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -572,5 +572,102 @@ int kn_store_cost_task_list(struct kn_store *st, int64_t since,
 			    struct kn_cost_task_row **out, size_t *n,
 			    struct kn_error *err);
 void kn_cost_task_list_free(struct kn_cost_task_row *rows, size_t n);
+
+/* ---- models (src/registry: versions, aliases, signatures) ---- */
+
+struct kn_model_row {
+	char *name;
+	int64_t versions;   /* how many exist */
+	int64_t latest;     /* the highest, 0 when none */
+	int64_t created_at;
+	int64_t updated_at; /* the newest version's time */
+};
+int kn_store_model_list(struct kn_store *st, struct kn_model_row **out,
+			size_t *n, struct kn_error *err);
+void kn_model_list_free(struct kn_model_row *rows, size_t n);
+
+struct kn_model_version_row {
+	char *name;
+	int64_t version;
+	char *manifest; /* the canonical JSON, as signed */
+	char *created_by;
+	int64_t created_at;
+};
+void kn_model_version_row_release(struct kn_model_version_row *v);
+/*
+ * Take the next version number of model name, creating the model on its
+ * first push. Numbers are never given twice, even when the version is
+ * then deleted (its store copy could not be written).
+ */
+int kn_store_model_version_next(struct kn_store *st, const char *name,
+				int64_t now_ms, int64_t *out,
+				struct kn_error *err);
+int kn_store_model_version_insert(struct kn_store *st,
+				  const struct kn_model_version_row *v,
+				  const struct kn_audit *a,
+				  struct kn_error *err);
+int kn_store_model_version_delete(struct kn_store *st, const char *name,
+				  int64_t version, struct kn_error *err);
+/* -ENOENT when there is no such version. */
+int kn_store_model_version_get(struct kn_store *st, const char *name,
+			       int64_t version,
+			       struct kn_model_version_row *out,
+			       struct kn_error *err);
+/* Oldest first. */
+int kn_store_model_version_list(struct kn_store *st, const char *name,
+				struct kn_model_version_row **out, size_t *n,
+				struct kn_error *err);
+void kn_model_version_list_free(struct kn_model_version_row *rows, size_t n);
+
+/*
+ * An alias as it is now (action "current", from_version 0), or one move
+ * of its history (action "promote" or "rollback", from_version 0 when
+ * the alias was new).
+ */
+struct kn_model_alias_row {
+	char *alias;
+	int64_t version; /* where it points (after the move) */
+	char *action;
+	int64_t from_version;
+	char *actor;
+	int64_t time_ms;
+};
+/* -ENOENT when name has no such alias. */
+int kn_store_model_alias_get(struct kn_store *st, const char *name,
+			     const char *alias, int64_t *version,
+			     struct kn_error *err);
+/* Point alias at ev->version and append ev to its history. */
+int kn_store_model_alias_move(struct kn_store *st, const char *name,
+			      const struct kn_model_alias_row *ev,
+			      const struct kn_audit *a, struct kn_error *err);
+/* The aliases now, by name. */
+int kn_store_model_alias_list(struct kn_store *st, const char *name,
+			      struct kn_model_alias_row **out, size_t *n,
+			      struct kn_error *err);
+/* Every move of every alias of name, oldest first. */
+int kn_store_model_alias_history(struct kn_store *st, const char *name,
+				 struct kn_model_alias_row **out, size_t *n,
+				 struct kn_error *err);
+void kn_model_alias_list_free(struct kn_model_alias_row *rows, size_t n);
+
+struct kn_model_signature_row {
+	char *key_id;     /* sha256 hex of the raw public key */
+	char *public_key; /* base64 of the raw 32 bytes */
+	char *signature;  /* base64 of the 64 bytes */
+	char *signed_by;
+	int64_t signed_at;
+};
+/* KN_ECONFLICT when that key already signed that version. */
+int kn_store_model_signature_insert(struct kn_store *st, const char *name,
+				    int64_t version,
+				    const struct kn_model_signature_row *sig,
+				    const struct kn_audit *a,
+				    struct kn_error *err);
+int kn_store_model_signature_list(struct kn_store *st, const char *name,
+				  int64_t version,
+				  struct kn_model_signature_row **out,
+				  size_t *n, struct kn_error *err);
+void kn_model_signature_list_free(struct kn_model_signature_row *rows,
+				  size_t n);
 
 #endif

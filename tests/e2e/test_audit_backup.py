@@ -142,6 +142,9 @@ def test_database_from_before_the_chain(stopped_home, tmp_path):
                  "ALTER TABLE audit DROP COLUMN prev_hash;"
                  " ALTER TABLE audit DROP COLUMN hash;"
                  " DROP TABLE node_states; DROP TABLE job_deployments;"
+                 " DROP TABLE model_signatures; DROP TABLE model_alias_history;"
+                 " DROP TABLE model_aliases; DROP TABLE model_versions;"
+                 " DROP TABLE models;"
                  " PRAGMA user_version = 4;")
     (s.home / "audit.key").unlink()
     (s.home / "audit.head").unlink()
@@ -198,7 +201,10 @@ def backup_dirs(store):
 def test_backup_and_restore(server, tmp_path):
     make_history(server)
     (server.home / "keys" / "trusted").mkdir(parents=True)
-    (server.home / "keys" / "trusted" / "ops.pub").write_text("ops key\n")
+    # A real public key: the registry reads the trusted ones at start.
+    server.cli("model", "keygen", "--out", str(tmp_path / "ops"), check=True)
+    ops_pub = (tmp_path / "ops.pub").read_text()
+    (server.home / "keys" / "trusted" / "ops.pub").write_text(ops_pub)
     old_admin = server.admin_token
     store = f"file://{server.home}/blobs"
     res = server.cli("backup", "create", "--with-audit-key", check=True)
@@ -223,7 +229,7 @@ def test_backup_and_restore(server, tmp_path):
     assert res.returncode == 0, res.stderr
     assert oct((new / "audit.key").stat().st_mode & 0o777) == "0o600"
     assert oct((new / "kiln.db").stat().st_mode & 0o777) == "0o600"
-    assert (new / "keys/trusted/ops.pub").read_text() == "ops key\n"
+    assert (new / "keys/trusted/ops.pub").read_text() == ops_pub
     res = server.cli("audit", "verify", "--home", str(new))
     assert res.returncode == 0 and res.stdout.startswith("audit log ok: ")
     res = server.cli("backup", "restore", name, "--home", str(new),

@@ -394,6 +394,28 @@ static void test_file_store(void **state)
 	assert_int_equal(err.code, KN_ECONFLICT);
 	assert_int_equal(kn_blob_put_bytes(s, "j/new", "n", 1,
 					   KN_BLOB_CREATE_ONLY, &err), 0);
+	/* ... and so does a create-only file put, leaving no temporary */
+	{
+		char *other = kn_asprintf("%s/other.txt", dir);
+		write_text(other, "other\n");
+		assert_int_equal(kn_blob_put_file(s, "j/a b.txt", other,
+						  KN_BLOB_CREATE_ONLY, sha,
+						  NULL, &err), -EEXIST);
+		assert_int_equal(err.code, KN_ECONFLICT);
+		unlink(other);
+		free(other);
+	}
+	{
+		/* the local file behind a blob is the blob: the registry
+		   hashes it in place */
+		char *local = kn_blob_local_path(s, "j/a b.txt");
+		assert_non_null(local);
+		text = read_text(local);
+		assert_string_equal(text, "hello\n");
+		free(text);
+		free(local);
+		assert_null(kn_blob_local_path(s, "../escape"));
+	}
 
 	assert_int_equal(kn_blob_list(s, "j/", &list, &err), 0);
 	assert_int_equal(list.n, 3);
@@ -924,6 +946,8 @@ static void test_azure_errors_hide_secrets(void **state)
 	(void)state;
 
 	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	/* Azure blobs are no local files */
+	assert_null(kn_blob_local_path(s, "a"));
 	assert_int_equal(kn_blob_put_bytes(s, "a", "x", 1, 0, &err), -EPERM);
 	assert_non_null(strstr(err.message, "HTTP 403 AuthenticationFailed"));
 	assert_null(strstr(err.message, "SeCrEtSiG"));

@@ -1,0 +1,1112 @@
+/*
+ * kiln model push | ls | show | pull | diff | promote | rollback | aliases
+ *            | keygen | sign | verify: the model registry (docs/registry.md).
+ *
+ * push hashes the directory's files here (one thread per CPU), asks the
+ * server which blobs it lacks and uploads only those, in parts, through
+ * the API; the server checks each blob's sha256 before storing it.
+ * pull and verify read the blobs straight from the server's blob store
+ * (its URL is in the version's answer; Azure credentials come from
+ * AZURE_STORAGE_*), check the signatures themselves against the canonical
+ * manifest, and refuse a version that is unsigned, signed by no key the
+ * server trusts, or has a file whose bytes do not match its digest.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "ckpt/ckpt.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+#include "loop/loop.h"
+#include "registry/registry.h"
+
+#define MAX_POS 3
+/* Progress bars only for work this large, and only on a terminal. */
+#define PROGRESS_MIN_BYTES ((int64_t)256 << 20)
+
+struct args {
+	const char *pos[MAX_POS];
+	int n;
+	const char *name, *alias, *out, *key;
+};
+
+static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
+		 int want, const char *usage)
+{
+	const struct cli_flag flags[] = {
+		{"name", 0, CLI_FLAG_STRING, &a->name},
+		{"alias", 0, CLI_FLAG_STRING, &a->alias},
+		{"out", 0, CLI_FLAG_STRING, &a->out},
+		{"key", 0, CLI_FLAG_STRING, &a->key},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	memset(a, 0, sizeof(*a));
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(ctx->cmd->help, stdout);
+			return CLI_EXIT_OK;
+		}
+		if (argv[i][0] == '-' && argv[i][1]) {
+			int rc = cli_take_flag(ctx, flags, argc, argv, &i);
+			if (rc != CLI_GO)
+				return rc;
+		} else if (a->n < MAX_POS) {
+			a->pos[a->n++] = argv[i];
+		} else {
+			return cli_usage_error(ctx, "too many arguments");
+		}
+	}
+	if (a->n != want)
+		return cli_usage_error(ctx, "usage: %s %s", ctx->prog, usage);
+	return cli_check_output(ctx);
+}
+
+/* A reference argument, checked here so a typo costs no request. */
+static int ref_arg(struct cli_ctx *ctx, const char *text, bool need_at,
+		   struct kn_model_ref *ref)
+{
+	struct kn_error err;
+
+	if (kn_model_ref_parse(text, need_at, "model", ref, &err) < 0)
+		return cli_usage_error(ctx, "%s", err.message);
+	return CLI_GO;
+}
+
+/* "/v1/models/REF" plus suffix. */
+static char *model_path(const char *ref, const char *suffix)
+{
+	struct kn_buf b;
+
+	kn_buf_init(&b, SIZE_MAX);
+	kn_buf_printf(&b, "/v1/models");
+	cli_path_add(&b, ref);
+	kn_buf_printf(&b, "%s", suffix);
+	return b.data;
+}
+
+static int post_json(struct cli_client *c, const char *path, json_t *doc,
+		     json_t **answer)
+{
+	char *body = json_dumps(doc, JSON_COMPACT);
+	int rc = cli_call(c, "POST", path, "application/json", body,
+			  strlen(body), answer);
+
+	free(body);
+	return rc;
+}
+
+/* ---- progress ---- */
+
+struct progress {
+	const char *what;
+	bool on;
+};
+
+static void progress_print(int64_t done, int64_t total, void *arg)
+{
+	struct progress *p = arg;
+	char d[32], t[32];
+
+	if (!p->on)
+		return;
+	cli_format_bytes(done, d, sizeof(d));
+	cli_format_bytes(total, t, sizeof(t));
+	fprintf(stderr, "\r%s %s / %s (%d%%)   ", p->what, d, t,
+		total ? (int)(100 * done / total) : 100);
+	if (done >= total)
+		fputc('\n', stderr);
+}
+
+static void progress_init(struct progress *p, const char *what, int64_t total)
+{
+	p->what = what;
+	p->on = total >= PROGRESS_MIN_BYTES && isatty(STDERR_FILENO);
+}
+
+/* ---- push ---- */
+
+/* Every regular file under root/rel, by relative path. */
+static int walk(struct cli_ctx *ctx, const char *root, const char *rel,
+		struct kn_model_files *out)
+{
+	char *dir = rel[0] ? kn_asprintf("%s/%s", root, rel) : kn_xstrdup(root);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int rc = CLI_GO;
+
+	if (!d) {
+		rc = cli_fail(ctx, "%s: %s", dir, strerror(errno));
+		free(dir);
+		return rc;
+	}
+	while (rc == CLI_GO && (e = readdir(d))) {
+		char *path, *sub;
+		struct stat st;
+
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		sub = rel[0] ? kn_asprintf("%s/%s", rel, e->d_name)
+			     : kn_xstrdup(e->d_name);
+		path = kn_asprintf("%s/%s", root, sub);
+		if (lstat(path, &st) < 0) {
+			rc = cli_fail(ctx, "%s: %s", path, strerror(errno));
+		} else if (S_ISDIR(st.st_mode)) {
+			rc = walk(ctx, root, sub, out);
+		} else if (S_ISLNK(st.st_mode) &&
+			   (stat(path, &st) < 0 || !S_ISREG(st.st_mode))) {
+			rc = cli_fail(ctx, "%s: a link to something other than "
+				      "a file; models hold regular files only",
+				      path);
+		} else if (S_ISREG(st.st_mode)) {
+			kn_model_files_add(out, sub, st.st_size, NULL);
+		} else {
+			rc = cli_fail(ctx, "%s: not a regular file", path);
+		}
+		free(path);
+		free(sub);
+	}
+	closedir(d);
+	free(dir);
+	return rc;
+}
+
+/* Hash files (paths relative to root) in place, in parallel. */
+static int hash_files(struct cli_ctx *ctx, const char *root,
+		      struct kn_model_files *f)
+{
+	struct kn_hash_item *items = kn_xcalloc(f->n + 1, sizeof(*items));
+	char **paths = kn_xcalloc(f->n + 1, sizeof(*paths));
+	struct progress p;
+	int rc = CLI_GO;
+
+	for (size_t i = 0; i < f->n; i++) {
+		paths[i] = kn_asprintf("%s/%s", root, f->items[i].path);
+		items[i].path = paths[i];
+	}
+	progress_init(&p, "hashing", kn_model_files_bytes(f));
+	kn_hash_files(items, f->n, kn_hash_threads_default(),
+		      kn_model_files_bytes(f), progress_print, &p);
+	for (size_t i = 0; i < f->n; i++) {
+		if (items[i].error) {
+			rc = cli_fail(ctx, "%s: %s", paths[i],
+				      strerror(-items[i].error));
+			break;
+		}
+		if (items[i].size != f->items[i].size) {
+			rc = cli_fail(ctx, "%s changed while it was hashed",
+				      paths[i]);
+			break;
+		}
+		memcpy(f->items[i].sha256, items[i].sha256,
+		       sizeof(f->items[i].sha256));
+	}
+	for (size_t i = 0; i < f->n; i++)
+		free(paths[i]);
+	free(paths);
+	free(items);
+	return rc;
+}
+
+/*
+ * Upload one file as blob sha256 in parts the server accepts, under this
+ * push's upload id (so pushes of one blob at once stage apart).
+ */
+static int upload(struct cli_ctx *ctx, struct cli_client *c, const char *path,
+		  const struct kn_model_file *f, const char *id,
+		  struct progress *p, int64_t *sent, int64_t total)
+{
+	char *buf = kn_xmalloc(KN_HTTP_MAX_BODY);
+	int64_t offset = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0) {
+		free(buf);
+		return cli_fail(ctx, "%s: %s", path, strerror(errno));
+	}
+	do {
+		size_t want = KN_HTTP_MAX_BODY, got = 0;
+		char url[200];
+		while (got < want) {
+			ssize_t n = read(fd, buf + got, want - got);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;
+			got += (size_t)n;
+		}
+		snprintf(url, sizeof(url),
+			 "/v1/model-blobs/%s?upload=%s&offset=%lld%s",
+			 f->sha256, id, (long long)offset,
+			 offset + (int64_t)got >= f->size ? "&final=1" : "");
+		rc = cli_call(c, "POST", url, "application/octet-stream", buf,
+			      got, NULL);
+		offset += (int64_t)got;
+		*sent += (int64_t)got;
+		progress_print(*sent, total, p);
+		if (!rc && got == 0 && offset < f->size)
+			rc = cli_fail(ctx, "%s shrank while it was uploaded", path);
+	} while (!rc && offset < f->size);
+	close(fd);
+	free(buf);
+	return rc;
+}
+
+static int model_push(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a;
+	struct kn_model_files f = {0};
+	struct cli_client *c = NULL;
+	struct kn_error err;
+	struct progress p;
+	json_t *digests = NULL, *answer = NULL, *missing, *req = NULL;
+	int64_t upload_bytes = 0, sent = 0;
+	size_t i, n_up = 0;
+	char size_text[32], up_text[32], upload_id[17];
+	int rc = parse(ctx, argc, argv, &a, 1, "DIR --name NAME [--alias A]");
+
+	if (rc != CLI_GO)
+		return rc;
+	if (!a.name || !kn_model_name_ok(a.name))
+		return cli_usage_error(ctx, "--name NAME is required: 1-64 of "
+				       "letters, digits, '.', '_', '-'");
+	if (a.alias && !kn_model_alias_ok(a.alias))
+		return cli_usage_error(ctx, "--alias: \"%s\" is not an alias (a "
+				       "name that is not all digits)", a.alias);
+	rc = walk(ctx, a.pos[0], "", &f);
+	if (rc == CLI_GO && f.n == 0)
+		rc = cli_fail(ctx, "%s has no files", a.pos[0]);
+	if (rc == CLI_GO && kn_model_files_sort(&f, &err) < 0)
+		rc = cli_fail(ctx, "%s", err.message);
+	if (rc == CLI_GO)
+		rc = hash_files(ctx, a.pos[0], &f);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	digests = json_array();
+	for (i = 0; i < f.n; i++)
+		json_array_append_new(digests, json_string(f.items[i].sha256));
+	req = json_pack("{s:O}", "digests", digests);
+	rc = post_json(c, "/v1/model-blobs/missing", req, &answer);
+	if (rc)
+		goto out;
+	missing = json_object_get(answer, "missing");
+	/* Each missing digest once, from the first file that has it. */
+	for (i = 0; i < f.n; i++) {
+		size_t k;
+		json_t *d;
+		json_array_foreach(missing, k, d) {
+			if (!strcmp(json_string_value(d), f.items[i].sha256)) {
+				upload_bytes += f.items[i].size;
+				break;
+			}
+		}
+	}
+	{
+		unsigned char r[8];
+		if (getentropy(r, sizeof(r)) < 0)
+			memset(r, 0, sizeof(r));
+		for (i = 0; i < sizeof(r); i++)
+			snprintf(upload_id + 2 * i, 3, "%02x", r[i]);
+	}
+	progress_init(&p, "uploading", upload_bytes);
+	for (i = 0; i < f.n && !rc; i++) {
+		size_t k;
+		json_t *d;
+		json_array_foreach(missing, k, d) {
+			if (strcmp(json_string_value(d), f.items[i].sha256))
+				continue;
+			char *path = kn_asprintf("%s/%s", a.pos[0],
+						 f.items[i].path);
+			rc = upload(ctx, c, path, &f.items[i], upload_id, &p,
+				    &sent, upload_bytes);
+			free(path);
+			json_array_remove(missing, k);
+			n_up++;
+			break;
+		}
+	}
+	if (rc)
+		goto out;
+	json_decref(req);
+	req = json_pack("{s:o}", "files", kn_model_files_to_json(&f));
+	if (a.alias)
+		json_object_set_new(req, "alias", json_string(a.alias));
+	json_decref(answer);
+	answer = NULL;
+	{
+		char *path = model_path(a.name, "/versions");
+		rc = post_json(c, path, req, &answer);
+		free(path);
+	}
+	if (rc)
+		goto out;
+	cli_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));
+	cli_format_bytes(sent, up_text, sizeof(up_text));
+	if (cli_want_json(ctx)) {
+		json_t *o = json_pack("{s:s, s:O, s:I, s:I, s:I, s:I}", "name",
+				      a.name, "version",
+				      json_object_get(answer, "version"), "files",
+				      (json_int_t)f.n, "bytes",
+				      (json_int_t)kn_model_files_bytes(&f),
+				      "uploaded", (json_int_t)n_up,
+				      "uploaded_bytes", (json_int_t)sent);
+		cli_print_json(o);
+		json_decref(o);
+	} else {
+		printf("%s@%lld\n", a.name,
+		       (long long)cli_json_int(answer, "version"));
+		fprintf(stderr,
+			"pushed %s@%lld: %zu files (%s); uploaded %zu blob%s "
+			"(%s), the rest were in the store%s%s\n",
+			a.name, (long long)cli_json_int(answer, "version"), f.n,
+			size_text, n_up, n_up == 1 ? "" : "s", up_text,
+			a.alias ? "; alias " : "", a.alias ? a.alias : "");
+	}
+out:
+	json_decref(req);
+	json_decref(digests);
+	json_decref(answer);
+	cli_client_free(c);
+	kn_model_files_release(&f);
+	return rc;
+}
+
+/* ---- reads ---- */
+
+static int model_get(struct cli_ctx *ctx, const char *ref,
+		     const char *purpose, json_t **answer)
+{
+	struct cli_client *c = NULL;
+	char *path = model_path(ref, "");
+	struct kn_buf b;
+	int rc = cli_client_open(ctx, &c);
+
+	kn_buf_init(&b, SIZE_MAX);
+	kn_buf_printf(&b, "%s", path);
+	cli_query_add(&b, "purpose", purpose);
+	if (!rc)
+		rc = cli_get(c, b.data, answer);
+	kn_buf_release(&b);
+	free(path);
+	cli_client_free(c);
+	return rc;
+}
+
+static int model_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const char *const headers[] = {"NAME", "VERSIONS", "LATEST",
+					      "ALIASES", "UPDATED", NULL};
+	struct args a;
+	struct cli_client *c = NULL;
+	json_t *answer = NULL, *m;
+	size_t i;
+	int rc = parse(ctx, argc, argv, &a, 0, "[-o json|table]");
+
+	if (rc != CLI_GO)
+		return rc;
+	rc = cli_client_open(ctx, &c);
+	if (!rc)
+		rc = cli_get(c, "/v1/models", &answer);
+	if (!rc && cli_want_json(ctx)) {
+		cli_print_json(answer);
+	} else if (!rc) {
+		struct cli_table *t = cli_table_new(headers);
+		int64_t now = kn_now_ms();
+		json_array_foreach(json_object_get(answer, "models"), i, m) {
+			struct kn_buf al;
+			const char *k;
+			json_t *v;
+			char when[64];
+			kn_buf_init(&al, 4096);
+			json_object_foreach(json_object_get(m, "aliases"), k, v)
+				kn_buf_printf(&al, "%s%s=%lld",
+					      al.len ? "," : "", k,
+					      (long long)json_integer_value(v));
+			cli_table_cell(t, cli_json_str(m, "name"));
+			cli_table_cellf(t, "%lld",
+					(long long)cli_json_int(m, "versions"));
+			cli_table_cellf(t, "%lld",
+					(long long)cli_json_int(m, "latest"));
+			cli_table_cell(t, al.len ? al.data : "-");
+			kn_format_ago(cli_json_int(m, "updated_at_ms"), now, when,
+				      sizeof(when));
+			cli_table_cell(t, when);
+			kn_buf_release(&al);
+		}
+		cli_table_print(t, stdout, 0);
+		cli_table_free(t);
+	}
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}
+
+static void print_history(json_t *model)
+{
+	static const char *const headers[] = {"ALIAS", "ACTION", "FROM", "TO",
+					      "BY", "WHEN", NULL};
+	struct cli_table *t = cli_table_new(headers);
+	int64_t now = kn_now_ms();
+	json_t *h;
+	size_t i;
+
+	json_array_foreach(json_object_get(model, "alias_history"), i, h) {
+		char when[80];
+		cli_table_cell(t, cli_json_str(h, "alias"));
+		cli_table_cell(t, cli_json_str(h, "action"));
+		if (json_is_integer(json_object_get(h, "from")))
+			cli_table_cellf(t, "%lld",
+					(long long)cli_json_int(h, "from"));
+		else
+			cli_table_cell(t, "-");
+		cli_table_cellf(t, "%lld", (long long)cli_json_int(h, "version"));
+		cli_table_cell(t, cli_json_str(h, "by"));
+		cli_format_when(cli_json_int(h, "time_ms"), now, when,
+				sizeof(when));
+		cli_table_cell(t, when);
+	}
+	cli_table_print(t, stdout, 0);
+	cli_table_free(t);
+}
+
+static void print_model(json_t *m)
+{
+	static const char *const headers[] = {"VERSION", "FILES", "SIZE",
+					      "CREATED_BY", "CREATED", NULL};
+	struct cli_table *t = cli_table_new(headers);
+	int64_t now = kn_now_ms();
+	json_t *v;
+	size_t i;
+
+	printf("model %s\n\n", cli_json_str(m, "name"));
+	json_array_foreach(json_object_get(m, "versions"), i, v) {
+		char size[32], when[80];
+		cli_format_bytes(cli_json_int(v, "bytes"), size, sizeof(size));
+		cli_format_when(cli_json_int(v, "created_at_ms"), now, when,
+				sizeof(when));
+		cli_table_cellf(t, "%lld", (long long)cli_json_int(v, "version"));
+		cli_table_cellf(t, "%lld", (long long)cli_json_int(v, "files"));
+		cli_table_cell(t, size);
+		cli_table_cell(t, cli_json_str(v, "created_by"));
+		cli_table_cell(t, when);
+	}
+	cli_table_print(t, stdout, 0);
+	cli_table_free(t);
+	printf("\naliases:");
+	json_array_foreach(json_object_get(m, "aliases"), i, v)
+		printf(" %s=%lld", cli_json_str(v, "alias"),
+		       (long long)cli_json_int(v, "version"));
+	printf(json_array_size(json_object_get(m, "aliases")) ? "\n" : " -\n");
+	if (json_array_size(json_object_get(m, "alias_history"))) {
+		printf("\nalias history:\n");
+		print_history(m);
+	}
+}
+
+static void print_version(json_t *v)
+{
+	static const char *const fh[] = {"PATH", "SIZE", "SHA256", NULL};
+	static const char *const sh[] = {"KEY_ID", "SIGNED_BY", "SIGNED",
+					 "TRUSTED", NULL};
+	json_t *manifest = json_object_get(v, "manifest"), *it;
+	struct cli_table *t;
+	int64_t now = kn_now_ms();
+	char when[80];
+	size_t i;
+
+	cli_format_when(cli_json_int(v, "created_at_ms"), now, when,
+			sizeof(when));
+	printf("model:    %s@%lld\n", cli_json_str(v, "name"),
+	       (long long)cli_json_int(v, "version"));
+	printf("created:  %s by %s\n", when, cli_json_str(v, "created_by"));
+	printf("aliases: ");
+	json_array_foreach(json_object_get(v, "aliases"), i, it)
+		printf(" %s", json_string_value(it));
+	printf(json_array_size(json_object_get(v, "aliases")) ? "\n" : " -\n");
+	printf("trusted:  %s\n", json_is_true(json_object_get(v, "trusted"))
+					 ? "yes (signed by a trusted key)"
+					 : "no");
+	printf("store:    %s\n\nsignatures:\n", cli_json_str(v, "store"));
+	t = cli_table_new(sh);
+	json_array_foreach(json_object_get(v, "signatures"), i, it) {
+		cli_format_when(cli_json_int(it, "signed_at_ms"), now, when,
+				sizeof(when));
+		cli_table_cell(t, cli_json_str(it, "key_id"));
+		cli_table_cell(t, cli_json_str(it, "signed_by"));
+		cli_table_cell(t, when);
+		cli_table_cell(t, json_is_true(json_object_get(it, "trusted"))
+					  ? "yes"
+					  : "no");
+	}
+	cli_table_print(t, stdout, 2);
+	cli_table_free(t);
+	printf("\nfiles:\n");
+	t = cli_table_new(fh);
+	json_array_foreach(json_object_get(manifest, "files"), i, it) {
+		char size[32];
+		cli_format_bytes(cli_json_int(it, "size"), size, sizeof(size));
+		cli_table_cell(t, cli_json_str(it, "path"));
+		cli_table_cell(t, size);
+		cli_table_cell(t, cli_json_str(it, "sha256"));
+	}
+	cli_table_print(t, stdout, 2);
+	cli_table_free(t);
+}
+
+static int model_show(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a;
+	struct kn_model_ref ref;
+	json_t *answer = NULL;
+	int rc = parse(ctx, argc, argv, &a, 1, "NAME[@VERSION|@ALIAS]");
+
+	if (rc == CLI_GO)
+		rc = ref_arg(ctx, a.pos[0], false, &ref);
+	if (rc != CLI_GO)
+		return rc;
+	rc = model_get(ctx, a.pos[0], NULL, &answer);
+	if (!rc && cli_want_json(ctx))
+		cli_print_json(answer);
+	else if (!rc && kn_model_ref_has_at(&ref))
+		print_version(answer);
+	else if (!rc)
+		print_model(answer);
+	json_decref(answer);
+	return rc;
+}
+
+static int model_aliases(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a;
+	struct kn_model_ref ref;
+	json_t *answer = NULL;
+	int rc = parse(ctx, argc, argv, &a, 1, "NAME");
+
+	if (rc == CLI_GO)
+		rc = ref_arg(ctx, a.pos[0], false, &ref);
+	if (rc == CLI_GO && kn_model_ref_has_at(&ref))
+		rc = cli_usage_error(ctx, "give the model's NAME alone");
+	if (rc != CLI_GO)
+		return rc;
+	rc = model_get(ctx, a.pos[0], NULL, &answer);
+	if (!rc && cli_want_json(ctx))
+		cli_print_json(json_object_get(answer, "alias_history"));
+	else if (!rc)
+		print_history(answer);
+	json_decref(answer);
+	return rc;
+}
+
+/* Index the files of a version's answer by path. */
+static json_t *files_by_path(json_t *version)
+{
+	json_t *by = json_object(), *f;
+	size_t i;
+
+	json_array_foreach(json_object_get(json_object_get(version, "manifest"),
+					   "files"), i, f)
+		json_object_set(by, cli_json_str(f, "path"), f);
+	return by;
+}
+
+static int model_diff(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a;
+	struct kn_model_ref r1, r2;
+	json_t *v1 = NULL, *v2 = NULL, *f1 = NULL, *f2 = NULL, *out = NULL;
+	json_t *added, *removed, *changed, *f;
+	const char *path;
+	int rc = parse(ctx, argc, argv, &a, 2, "NAME@V1 NAME@V2");
+
+	if (rc == CLI_GO)
+		rc = ref_arg(ctx, a.pos[0], true, &r1);
+	if (rc == CLI_GO)
+		rc = ref_arg(ctx, a.pos[1], true, &r2);
+	if (rc != CLI_GO)
+		return rc;
+	rc = model_get(ctx, a.pos[0], NULL, &v1);
+	if (!rc)
+		rc = model_get(ctx, a.pos[1], NULL, &v2);
+	if (rc)
+		goto out;
+	f1 = files_by_path(v1);
+	f2 = files_by_path(v2);
+	added = json_array();
+	removed = json_array();
+	changed = json_array();
+	out = json_pack("{s:o, s:o, s:o}", "added", added, "removed", removed,
+			"changed", changed);
+	/* Objects iterate in insertion order: the manifests' path order. */
+	json_object_foreach(f1, path, f) {
+		json_t *other = json_object_get(f2, path);
+		if (!other)
+			json_array_append_new(removed, json_string(path));
+		else if (strcmp(cli_json_str(f, "sha256"),
+				cli_json_str(other, "sha256")))
+			json_array_append_new(changed, json_string(path));
+	}
+	json_object_foreach(f2, path, f)
+		if (!json_object_get(f1, path))
+			json_array_append_new(added, json_string(path));
+	if (cli_want_json(ctx)) {
+		cli_print_json(out);
+	} else {
+		size_t i;
+		json_t *p;
+		json_array_foreach(added, i, p)
+			printf("added    %s\n", json_string_value(p));
+		json_array_foreach(removed, i, p)
+			printf("removed  %s\n", json_string_value(p));
+		json_array_foreach(changed, i, p) {
+			char s1[32], s2[32];
+			cli_format_bytes(cli_json_int(json_object_get(
+					     f1, json_string_value(p)), "size"),
+					 s1, sizeof(s1));
+			cli_format_bytes(cli_json_int(json_object_get(
+					     f2, json_string_value(p)), "size"),
+					 s2, sizeof(s2));
+			printf("changed  %s (%s -> %s)\n", json_string_value(p),
+			       s1, s2);
+		}
+		fprintf(stderr, "%zu added, %zu removed, %zu changed\n",
+			json_array_size(added), json_array_size(removed),
+			json_array_size(changed));
+	}
+out:
+	json_decref(out);
+	json_decref(f1);
+	json_decref(f2);
+	json_decref(v1);
+	json_decref(v2);
+	return rc;
+}
+
+/* ---- aliases ---- */
+
+/* An answer's "from" version, or "(new)" for an alias just made. */
+static const char *from_text(json_t *answer, char *buf, size_t len)
+{
+	if (!json_is_integer(json_object_get(answer, "from")))
+		return "(new)";
+	snprintf(buf, len, "%lld", (long long)cli_json_int(answer, "from"));
+	return buf;
+}
+
+static int model_promote(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a;
+	struct kn_model_ref ref;
+	struct cli_client *c = NULL;
+	json_t *req = NULL, *answer = NULL;
+	char *path = NULL, from[32];
+	int rc = parse(ctx, argc, argv, &a, 2, "NAME@VERSION ALIAS");
+
+	if (rc == CLI_GO)
+		rc = ref_arg(ctx, a.pos[0], true, &ref);
+	if (rc == CLI_GO && !kn_model_alias_ok(a.pos[1]))
+		rc = cli_usage_error(ctx, "\"%s\" is not an alias (a name that "
+				     "is not all digits)", a.pos[1]);
+	if (rc != CLI_GO)
+		return rc;
+	rc = cli_client_open(ctx, &c);
+	path = model_path(a.pos[0], "/promote");
+	req = json_pack("{s:s}", "alias", a.pos[1]);
+	if (!rc)
+		rc = post_json(c, path, req, &answer);
+	if (!rc && cli_want_json(ctx))
+		cli_print_json(answer);
+	else if (!rc)
+		fprintf(stderr, "%s@%s: %s -> %lld\n", ref.name, a.pos[1],
+			from_text(answer, from, sizeof(from)),
+			(long long)cli_json_int(answer, "version"));
+	free(path);
+	json_decref(req);
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}
+
+static int model_rollback(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a;
+	struct cli_client *c = NULL;
+	json_t *req = NULL, *answer = NULL;
+	char *path = NULL;
+	int rc = parse(ctx, argc, argv, &a, 2, "NAME ALIAS");
+
+	if (rc == CLI_GO && !kn_model_name_ok(a.pos[0]))
+		rc = cli_usage_error(ctx, "\"%s\" is not a model name", a.pos[0]);
+	if (rc != CLI_GO)
+		return rc;
+	rc = cli_client_open(ctx, &c);
+	path = model_path(a.pos[0], "/rollback");
+	req = json_pack("{s:s}", "alias", a.pos[1]);
+	if (!rc)
+		rc = post_json(c, path, req, &answer);
+	if (!rc && cli_want_json(ctx))
+		cli_print_json(answer);
+	else if (!rc)
+		fprintf(stderr, "%s@%s rolled back: %lld -> %lld\n", a.pos[0],
+			a.pos[1], (long long)cli_json_int(answer, "from"),
+			(long long)cli_json_int(answer, "version"));
+	free(path);
+	json_decref(req);
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}
+
+/* ---- keys and signatures ---- */
+
+static int model_keygen(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a;
+	struct kn_error err;
+	char id[KN_SHA256_HEX + 1];
+	int rc = parse(ctx, argc, argv, &a, 0, "--out FILE");
+
+	if (rc != CLI_GO)
+		return rc;
+	if (!a.out)
+		return cli_usage_error(ctx, "--out FILE is required");
+	if (kn_model_keygen(a.out, id, &err) < 0)
+		return cli_fail(ctx, "%s", err.message);
+	printf("%s\n", id);
+	fprintf(stderr,
+		"private key in %s (0600), public key in %s.pub; to trust it, "
+		"copy %s.pub into the server's --trusted-keys directory\n",
+		a.out, a.out, a.out);
+	return CLI_EXIT_OK;
+}
+
+static int model_sign(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a;
+	struct kn_model_ref ref;
+	struct kn_error err;
+	struct cli_client *c = NULL;
+	unsigned char pub[KN_ED25519_PUB_LEN], sig[KN_ED25519_SIG_LEN];
+	json_t *version = NULL, *req = NULL, *answer = NULL;
+	char *canonical = NULL, *pub_b64 = NULL, *sig_b64 = NULL, *path = NULL;
+	char at[KN_MODEL_NAME_MAX + 24];
+	int rc = parse(ctx, argc, argv, &a, 1, "NAME@VERSION --key FILE");
+
+	if (rc == CLI_GO)
+		rc = ref_arg(ctx, a.pos[0], true, &ref);
+	if (rc == CLI_GO && !a.key)
+		rc = cli_usage_error(ctx, "--key FILE (from `kiln model "
+				     "keygen`) is required");
+	if (rc != CLI_GO)
+		return rc;
+	rc = model_get(ctx, a.pos[0], NULL, &version);
+	if (rc)
+		goto out;
+	canonical = kn_model_manifest_canonical(
+		json_object_get(version, "manifest"));
+	if (!canonical) {
+		rc = cli_fail(ctx, "the server's answer has no manifest");
+		goto out;
+	}
+	if (kn_model_sign(a.key, canonical, strlen(canonical), pub, sig,
+			  &err) < 0) {
+		rc = cli_fail(ctx, "%s", err.message);
+		goto out;
+	}
+	pub_b64 = kn_base64_encode(pub, sizeof(pub));
+	sig_b64 = kn_base64_encode(sig, sizeof(sig));
+	/* The version itself, not an alias that may move meanwhile. */
+	snprintf(at, sizeof(at), "%s@%lld", ref.name,
+		 (long long)cli_json_int(version, "version"));
+	path = model_path(at, "/signatures");
+	req = json_pack("{s:s, s:s}", "public_key", pub_b64, "signature",
+			sig_b64);
+	rc = cli_client_open(ctx, &c);
+	if (!rc)
+		rc = post_json(c, path, req, &answer);
+	if (!rc && cli_want_json(ctx))
+		cli_print_json(answer);
+	else if (!rc)
+		fprintf(stderr, "signed %s with key %s (%s by the server)\n", at,
+			cli_json_str(answer, "key_id"),
+			json_is_true(json_object_get(answer, "trusted"))
+				? "trusted"
+				: "not trusted");
+out:
+	free(canonical);
+	free(pub_b64);
+	free(sig_b64);
+	free(path);
+	json_decref(req);
+	json_decref(answer);
+	json_decref(version);
+	cli_client_free(c);
+	return rc;
+}
+
+/*
+ * The gate of pull and verify: the manifest is the version asked for and
+ * at least one signature verifies here, over the canonical bytes, with a
+ * key the server trusts. Prints why not and returns CLI_EXIT_FAIL.
+ */
+static int check_trust(struct cli_ctx *ctx, json_t *v, const char *at)
+{
+	json_t *manifest = json_object_get(v, "manifest"), *s;
+	json_t *list = json_object_get(v, "signatures");
+	char *canonical = kn_model_manifest_canonical(manifest);
+	struct kn_model_sig *sigs = kn_xcalloc(json_array_size(list) + 1,
+					       sizeof(*sigs));
+	struct kn_error err;
+	size_t i;
+	int rc = CLI_GO;
+
+	json_array_foreach(list, i, s) {
+		sigs[i].key_id = json_string_value(json_object_get(s, "key_id"));
+		sigs[i].public_key =
+			json_string_value(json_object_get(s, "public_key"));
+		sigs[i].signature =
+			json_string_value(json_object_get(s, "signature"));
+		sigs[i].trusted = json_is_true(json_object_get(s, "trusted"));
+	}
+	if (!canonical ||
+	    strcmp(cli_json_str(manifest, "name"), cli_json_str(v, "name")) ||
+	    cli_json_int(manifest, "version") != cli_json_int(v, "version"))
+		rc = cli_fail(ctx, "%s: the manifest is not this version's", at);
+	else if (kn_model_trust_check(at, canonical, sigs,
+				      json_array_size(list), &err) < 0)
+		rc = cli_fail(ctx, "%s", err.message);
+	free(sigs);
+	free(canonical);
+	return rc;
+}
+
+static int open_store(struct cli_ctx *ctx, json_t *v,
+		      struct kn_blob_store **out)
+{
+	struct kn_blob_store_config cfg = {.url = cli_json_str(v, "store"),
+					   .use_env = true};
+	struct kn_error err;
+
+	if (kn_blob_store_open(&cfg, out, &err) < 0)
+		return cli_fail(ctx, "the registry's store %s: %s", cfg.url,
+				err.message);
+	return CLI_GO;
+}
+
+/* A version reference as asked, resolved to "NAME@VERSION". */
+static void version_at(json_t *v, char *at, size_t len)
+{
+	snprintf(at, len, "%s@%lld", cli_json_str(v, "name"),
+		 (long long)cli_json_int(v, "version"));
+}
+
+static int model_verify(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a;
+	struct kn_model_ref ref;
+	struct kn_model_files f = {0};
+	struct kn_blob_store *store = NULL;
+	struct kn_hash_item *items = NULL;
+	struct kn_error err;
+	struct progress p;
+	char **paths = NULL, **temps = NULL, at[KN_MODEL_NAME_MAX + 24];
+	char size_text[32];
+	json_t *v = NULL;
+	size_t bad = 0;
+	int rc = parse(ctx, argc, argv, &a, 1, "NAME@VERSION|NAME@ALIAS");
+
+	if (rc == CLI_GO)
+		rc = ref_arg(ctx, a.pos[0], true, &ref);
+	if (rc != CLI_GO)
+		return rc;
+	rc = model_get(ctx, a.pos[0], "verify", &v);
+	if (rc)
+		return rc;
+	version_at(v, at, sizeof(at));
+	rc = check_trust(ctx, v, at);
+	if (rc == CLI_GO &&
+	    kn_model_manifest_read(json_object_get(v, "manifest"), at, &f, NULL,
+				   NULL, &err) < 0)
+		rc = cli_fail(ctx, "%s", err.message);
+	if (rc == CLI_GO)
+		rc = open_store(ctx, v, &store);
+	if (rc != CLI_GO)
+		goto out;
+	items = kn_xcalloc(f.n + 1, sizeof(*items));
+	paths = kn_xcalloc(f.n + 1, sizeof(*paths));
+	temps = kn_xcalloc(f.n + 1, sizeof(*temps));
+	/* Local blobs are hashed in place; remote ones are fetched first,
+	   hashed as they are written. */
+	for (size_t i = 0; i < f.n; i++) {
+		char *blob = kn_model_blob_name(f.items[i].sha256);
+		paths[i] = kn_blob_local_path(store, blob);
+		if (!paths[i]) {
+			char tmpl[] = "/tmp/kiln-verify-XXXXXX";
+			int fd = mkstemp(tmpl);
+			if (fd >= 0)
+				close(fd);
+			temps[i] = kn_xstrdup(tmpl);
+			paths[i] = kn_xstrdup(tmpl);
+			if (fd < 0 || kn_blob_get_file(store, blob, tmpl, 0, -1,
+						       NULL, &err) < 0) {
+				items[i].error = fd < 0 ? -errno : -ENOENT;
+				fprintf(stderr, "%s: file %s: blob %s: %s\n",
+					ctx->prog, f.items[i].path, blob,
+					fd < 0 ? strerror(errno) : err.message);
+			}
+		}
+		items[i].path = paths[i];
+		free(blob);
+	}
+	progress_init(&p, "verifying", kn_model_files_bytes(&f));
+	kn_hash_files(items, f.n, kn_hash_threads_default(),
+		      kn_model_files_bytes(&f), progress_print, &p);
+	for (size_t i = 0; i < f.n; i++) {
+		const struct kn_model_file *mf = &f.items[i];
+		if (items[i].error) {
+			fprintf(stderr, "%s: %s: file %s: blob sha256/%s is "
+				"missing or unreadable (%s)\n", ctx->prog, at,
+				mf->path, mf->sha256, strerror(-items[i].error));
+			bad++;
+		} else if (strcmp(items[i].sha256, mf->sha256) ||
+			   items[i].size != mf->size) {
+			fprintf(stderr, "%s: %s: file %s does not match its "
+				"digest: blob sha256/%s holds %lld bytes hashing "
+				"to %s\n", ctx->prog, at, mf->path, mf->sha256,
+				(long long)items[i].size, items[i].sha256);
+			bad++;
+		}
+	}
+	if (bad) {
+		fprintf(stderr, "%s: refused: %s has %zu file%s that do%s not "
+			"match the manifest\n", ctx->prog, at, bad,
+			bad == 1 ? "" : "s", bad == 1 ? "es" : "");
+		rc = CLI_EXIT_FAIL;
+		goto out;
+	}
+	cli_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));
+	if (cli_want_json(ctx)) {
+		json_t *o = json_pack("{s:s, s:b, s:I, s:I}", "model", at,
+				      "verified", 1, "files", (json_int_t)f.n,
+				      "bytes",
+				      (json_int_t)kn_model_files_bytes(&f));
+		cli_print_json(o);
+		json_decref(o);
+	} else {
+		printf("%s verified: %zu files (%s) match their digests; signed "
+		       "by a trusted key\n", at, f.n, size_text);
+	}
+	rc = CLI_EXIT_OK;
+out:
+	for (size_t i = 0; paths && i < f.n; i++) {
+		if (temps[i])
+			unlink(temps[i]);
+		free(temps[i]);
+		free(paths[i]);
+	}
+	free(temps);
+	free(paths);
+	free(items);
+	kn_blob_store_free(store);
+	kn_model_files_release(&f);
+	json_decref(v);
+	return rc;
+}
+
+static int model_pull(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a;
+	struct kn_model_ref ref;
+	struct kn_model_files f = {0};
+	struct kn_blob_store *store = NULL;
+	struct kn_error err;
+	char at[KN_MODEL_NAME_MAX + 24], size_text[32];
+	json_t *v = NULL;
+	bool made = false;
+	int rc = parse(ctx, argc, argv, &a, 2, "NAME@VERSION|NAME@ALIAS DIR");
+
+	if (rc == CLI_GO)
+		rc = ref_arg(ctx, a.pos[0], true, &ref);
+	if (rc != CLI_GO)
+		return rc;
+	rc = model_get(ctx, a.pos[0], "pull", &v);
+	if (rc)
+		return rc;
+	version_at(v, at, sizeof(at));
+	rc = check_trust(ctx, v, at);
+	if (rc == CLI_GO &&
+	    kn_model_manifest_read(json_object_get(v, "manifest"), at, &f, NULL,
+				   NULL, &err) < 0)
+		rc = cli_fail(ctx, "%s", err.message);
+	if (rc == CLI_GO)
+		rc = open_store(ctx, v, &store);
+	if (rc == CLI_GO && mkdir(a.pos[1], 0755) < 0)
+		rc = cli_fail(ctx, "%s: %s (pull into a new directory)",
+			      a.pos[1], strerror(errno));
+	if (rc != CLI_GO)
+		goto out;
+	made = true;
+	for (size_t i = 0; i < f.n && rc == CLI_GO; i++) {
+		const struct kn_model_file *mf = &f.items[i];
+		char *path = kn_asprintf("%s/%s", a.pos[1], mf->path);
+		char *blob = kn_model_blob_name(mf->sha256);
+		char *slash = strrchr(path, '/'), got[KN_SHA256_HEX + 1];
+		struct stat st;
+
+		*slash = '\0';
+		kn_mkdir_p(path, 0755);
+		*slash = '/';
+		if (kn_blob_get_file(store, blob, path, 0, -1, got, &err) < 0)
+			rc = cli_fail(ctx, "refused: %s: file %s: %s", at,
+				      mf->path, err.message);
+		else if (strcmp(got, mf->sha256) ||
+			 (stat(path, &st) == 0 && st.st_size != mf->size))
+			rc = cli_fail(ctx, "refused: %s: file %s does not match "
+				      "its digest: blob %s hashes to %s", at,
+				      mf->path, blob, got);
+		free(blob);
+		free(path);
+	}
+	if (rc != CLI_GO)
+		goto out;
+	cli_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));
+	fprintf(stderr, "pulled %s into %s: %zu files (%s), every digest "
+		"checked\n", at, a.pos[1], f.n, size_text);
+	rc = CLI_EXIT_OK;
+out:
+	/* Half a model is worse than none: nothing stays of a refused pull. */
+	if (rc != CLI_EXIT_OK && made)
+		kn_rm_rf(a.pos[1]);
+	kn_blob_store_free(store);
+	kn_model_files_release(&f);
+	json_decref(v);
+	return rc == CLI_GO ? CLI_EXIT_OK : rc;
+}
+
+int cmd_model(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct cli_verb verbs[] = {
+		{"push", model_push},
+		{"ls", model_ls},
+		{"show", model_show},
+		{"pull", model_pull},
+		{"diff", model_diff},
+		{"promote", model_promote},
+		{"rollback", model_rollback},
+		{"aliases", model_aliases},
+		{"keygen", model_keygen},
+		{"sign", model_sign},
+		{"verify", model_verify},
+		{NULL, NULL},
+	};
+	return cli_run_verb(ctx, argc, argv, verbs);
+}

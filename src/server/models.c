@@ -1,0 +1,1152 @@
+/*
+ * The model registry's API (docs/registry.md): content-addressed blob
+ * uploads checked against their sha256 as the bytes arrive, immutable
+ * numbered versions whose manifest lives in SQLite (the truth) and, as a
+ * copy, in the blob store as models/NAME/VERSION.json, signatures that are
+ * kept only when they verify, and aliases with their history.
+ *
+ * A blob arrives in parts of at most KN_HTTP_MAX_BODY bytes, in order,
+ * appended to a staging file under $KILN_HOME/registry/uploads while an
+ * EVP context hashes them; the last part's digest must be the one the
+ * upload is named by, and only then is the file put in the store
+ * (create-only, so a blob is never overwritten). Uploads in progress live
+ * in memory, one per digest and client-chosen upload id (two pushes of one
+ * new blob stage apart; the second to finish finds it stored): after a
+ * server restart a client starts them again.
+ *
+ * Every call is audited, reads included (model.read, model.pull,
+ * model.verify), refusals and failures with outcome "error".
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "ckpt/ckpt.h"
+#include "registry/registry.h"
+
+/* Uploads idle this long are dropped when a new one starts. */
+#define UPLOAD_IDLE_MS (10 * 60 * 1000)
+#define UPLOAD_ID_MAX 32
+
+struct upload {
+	char digest[KN_SHA256_HEX + 1];
+	char id[UPLOAD_ID_MAX + 1]; /* the client's name for this upload */
+	char *path; /* the staging file */
+	int fd;
+	EVP_MD_CTX *ctx;
+	int64_t offset;
+	int64_t touched_ms;
+	struct upload *next;
+};
+
+struct model_state {
+	char *staging;      /* $KILN_HOME/registry/uploads */
+	char *trusted_keys; /* directory of *.pub files */
+	struct upload *uploads;
+};
+
+static void upload_drop(struct model_state *m, struct upload *u)
+{
+	for (struct upload **p = &m->uploads; *p; p = &(*p)->next) {
+		if (*p == u) {
+			*p = u->next;
+			break;
+		}
+	}
+	if (u->fd >= 0)
+		close(u->fd);
+	unlink(u->path);
+	free(u->path);
+	EVP_MD_CTX_free(u->ctx);
+	free(u);
+}
+
+int models_start(struct server *s, struct kn_error *err)
+{
+	struct model_state *m = kn_xcalloc(1, sizeof(*m));
+	struct kn_model_keyring ring;
+	int rc;
+
+	m->staging = kn_asprintf("%s/registry/uploads", s->home);
+	m->trusted_keys = s->cfg.trusted_keys
+				  ? kn_xstrdup(s->cfg.trusted_keys)
+				  : kn_asprintf("%s/keys/trusted", s->home);
+	s->models = m;
+	/* Parts of uploads cut short by a stop are of no use to anyone. */
+	kn_rm_rf(m->staging);
+	rc = kn_mkdir_p(m->staging, 0700);
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s",
+				 m->staging, strerror(-rc));
+	/* A bad key file is reported at start, not at the first pull. */
+	rc = kn_model_keyring_load(m->trusted_keys, &ring, err);
+	if (rc < 0)
+		return rc;
+	kn_log(KN_LOG_INFO, "model registry: %zu trusted key%s in %s", ring.n,
+	       ring.n == 1 ? "" : "s", m->trusted_keys);
+	kn_model_keyring_release(&ring);
+	return 0;
+}
+
+void models_free(struct server *s)
+{
+	struct model_state *m = s->models;
+
+	if (!m)
+		return;
+	while (m->uploads)
+		upload_drop(m, m->uploads);
+	free(m->staging);
+	free(m->trusted_keys);
+	free(m);
+	s->models = NULL;
+}
+
+/* ---- helpers ---- */
+
+static void audit(struct server *s, const struct caller *c,
+		  const char *action, const char *object, const char *outcome,
+		  const char *detail)
+{
+	struct kn_audit a;
+
+	memset(&a, 0, sizeof(a));
+	a.actor = (char *)c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = (char *)action;
+	a.object = (char *)object;
+	a.outcome = (char *)outcome;
+	a.detail = (char *)detail;
+	kn_store_audit_insert(s->store, &a, NULL);
+}
+
+/* Audit the failure, then answer with it. */
+static void fail(struct server *s, struct kn_http_req *req,
+		 const struct caller *c, const char *action, const char *object,
+		 const struct kn_error *err)
+{
+	audit(s, c, action, object, "error", err->message);
+	kn_http_reply_error(req, err);
+}
+
+static json_t *body_object(struct kn_http_req *req, struct kn_error *err)
+{
+	size_t len;
+	const char *text = kn_http_body(req, &len);
+	json_t *body = json_loadb(text, len, 0, NULL);
+
+	if (!json_is_object(body)) {
+		json_decref(body);
+		kn_errorf(err, KN_EINVAL, NULL, "body must be a JSON object");
+		return NULL;
+	}
+	return body;
+}
+
+static int open_store(struct server *s, struct kn_blob_store **out,
+		      struct kn_error *err)
+{
+	struct kn_blob_store_config cfg = {.url = s->blob_url, .use_env = true};
+
+	return kn_blob_store_open(&cfg, out, err);
+}
+
+/* The version a reference names (N@V or N@alias). */
+static int resolve(struct server *s, const struct kn_model_ref *ref,
+		   struct kn_model_version_row *out, struct kn_error *err)
+{
+	int64_t version = ref->version;
+	int rc;
+
+	if (ref->alias[0]) {
+		rc = kn_store_model_alias_get(s->store, ref->name, ref->alias,
+					      &version, err);
+		if (rc < 0)
+			return rc;
+	}
+	return kn_store_model_version_get(s->store, ref->name, version, out,
+					  err);
+}
+
+/* ---- blobs ---- */
+
+void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
+			    const struct caller *c, const char *param)
+{
+	struct kn_blob_store *store = NULL;
+	struct kn_error err;
+	json_t *body = body_object(req, &err), *digests, *missing = NULL, *d;
+	size_t i, present = 0;
+	char detail[96];
+
+	(void)param;
+	if (!body)
+		goto fail;
+	digests = json_object_get(body, "digests");
+	if (!json_is_array(digests)) {
+		kn_errorf(&err, KN_EINVAL, "digests",
+			  "must be an array of sha256 hex digests");
+		goto fail;
+	}
+	if (open_store(s, &store, &err) < 0)
+		goto fail;
+	missing = json_array();
+	json_array_foreach(digests, i, d) {
+		const char *hex = json_string_value(d);
+		struct kn_blob_info info = {0};
+		char *name;
+		int rc;
+
+		if (!kn_sha256_hex_ok(hex)) {
+			kn_errorf(&err, KN_EINVAL, "digests",
+				  "digests[%zu] is not 64 lowercase hex digits",
+				  i);
+			goto fail;
+		}
+		name = kn_model_blob_name(hex);
+		rc = kn_blob_stat(store, name, &info, &err);
+		free(name);
+		if (rc == -ENOENT)
+			json_array_append_new(missing, json_string(hex));
+		else if (rc < 0)
+			goto fail;
+		else
+			present++;
+	}
+	snprintf(detail, sizeof(detail), "%zu present, %zu missing", present,
+		 json_array_size(missing));
+	audit(s, c, "model.blob.check", "blobs", "ok", detail);
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:o, s:I}", "missing", missing, "present",
+				     (json_int_t)present));
+	missing = NULL;
+	goto out;
+fail:
+	fail(s, req, c, "model.blob.check", "blobs", &err);
+out:
+	json_decref(missing);
+	json_decref(body);
+	kn_blob_store_free(store);
+}
+
+static struct upload *upload_find(struct model_state *m, const char *digest,
+				  const char *id)
+{
+	for (struct upload *u = m->uploads; u; u = u->next)
+		if (!strcmp(u->digest, digest) && !strcmp(u->id, id))
+			return u;
+	return NULL;
+}
+
+/* 1..UPLOAD_ID_MAX letters and digits. */
+static bool upload_id_ok(const char *id)
+{
+	size_t n = id ? strlen(id) : 0;
+
+	if (n == 0 || n > UPLOAD_ID_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((id[i] >= 'a' && id[i] <= 'z') ||
+		      (id[i] >= 'A' && id[i] <= 'Z') ||
+		      (id[i] >= '0' && id[i] <= '9')))
+			return false;
+	return true;
+}
+
+static int upload_begin(struct model_state *m, const char *digest,
+			const char *id, struct upload **out,
+			struct kn_error *err)
+{
+	int64_t now = kn_mono_ms();
+	struct upload *u, *next;
+
+	for (u = m->uploads; u; u = next) {
+		next = u->next;
+		if ((!strcmp(u->digest, digest) && !strcmp(u->id, id)) ||
+		    now - u->touched_ms > UPLOAD_IDLE_MS)
+			upload_drop(m, u);
+	}
+	u = kn_xcalloc(1, sizeof(*u));
+	kn_strlcpy(u->digest, digest, sizeof(u->digest));
+	kn_strlcpy(u->id, id, sizeof(u->id));
+	u->path = kn_asprintf("%s/%s.%s", m->staging, digest, id);
+	u->fd = open(u->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	u->ctx = EVP_MD_CTX_new();
+	u->touched_ms = now;
+	u->next = m->uploads;
+	m->uploads = u;
+	if (u->fd < 0 || EVP_DigestInit_ex(u->ctx, EVP_sha256(), NULL) != 1) {
+		int e = errno;
+		upload_drop(m, u);
+		return kn_errorf(err, KN_EIO, NULL, "cannot stage an upload: %s",
+				 strerror(e));
+	}
+	*out = u;
+	return 0;
+}
+
+static int write_all(int fd, const char *data, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, data, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		data += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* The staged file is whole and hashes to u->digest: put it in the store. */
+static int upload_commit(struct server *s, struct upload *u, bool *existed,
+			 struct kn_error *err)
+{
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+	char hex[KN_SHA256_HEX + 1], sent[KN_SHA256_HEX + 1];
+	struct kn_blob_store *store = NULL;
+	char *name = NULL;
+	int rc;
+
+	EVP_DigestFinal_ex(u->ctx, md, &mdlen);
+	for (unsigned i = 0; i < mdlen; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	if (strcmp(hex, u->digest) != 0)
+		return kn_errorf(err, KN_EINVAL, "sha256",
+				 "blob %s: the %lld bytes sent hash to %s; "
+				 "refused", u->digest, (long long)u->offset,
+				 hex);
+	name = kn_model_blob_name(u->digest);
+	rc = open_store(s, &store, err);
+	if (rc == 0)
+		rc = kn_blob_put_file(store, name, u->path, KN_BLOB_CREATE_ONLY,
+				      sent, NULL, err);
+	*existed = rc == -EEXIST;
+	if (rc == -EEXIST)
+		rc = 0;
+	else if (rc == 0 && strcmp(sent, u->digest) != 0) {
+		/* The staging file changed under us: never keep a blob whose
+		   name lies about its bytes. */
+		kn_blob_delete(store, name, NULL);
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "blob %s: staged bytes changed while stored",
+			       u->digest);
+	}
+	free(name);
+	kn_blob_store_free(store);
+	return rc;
+}
+
+void models_h_blob_put(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param)
+{
+	struct model_state *m = s->models;
+	struct upload *u;
+	struct kn_error err;
+	int64_t offset = -1, final = 0;
+	size_t len;
+	const char *data = kn_http_body(req, &len);
+	const char *id = kn_http_query(req, "upload");
+	char object[96], detail[64];
+	bool existed = false;
+	int rc;
+
+	snprintf(object, sizeof(object), "blob/sha256/%.64s", param);
+	if (!kn_sha256_hex_ok(param)) {
+		kn_errorf(&err, KN_EINVAL, "digest",
+			  "\"%s\" is not 64 lowercase hex digits", param);
+		fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	if (kn_http_query_int(req, "offset", 0, INT64_MAX, &offset) != 0 ||
+	    kn_http_query_int(req, "final", 0, 1, &final) < 0) {
+		kn_errorf(&err, KN_EINVAL, "offset",
+			  "offset (bytes already sent) is required, final is "
+			  "0 or 1");
+		fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	if (!upload_id_ok(id)) {
+		kn_errorf(&err, KN_EINVAL, "upload",
+			  "upload (the client's id for this upload) must be "
+			  "1-%d letters and digits", UPLOAD_ID_MAX);
+		fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	u = upload_find(m, param, id);
+	if (offset == 0) {
+		if (upload_begin(m, param, id, &u, &err) < 0) {
+			fail(s, req, c, "model.blob.put", object, &err);
+			return;
+		}
+	} else if (!u || u->offset != offset) {
+		kn_errorf(&err, KN_ECONFLICT, "offset",
+			  "upload of %s is at byte %lld, not %lld: start again "
+			  "from offset 0", param, u ? (long long)u->offset : 0LL,
+			  (long long)offset);
+		if (u)
+			upload_drop(m, u);
+		fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	rc = write_all(u->fd, data, len);
+	if (rc < 0) {
+		kn_errorf(&err, KN_EIO, NULL, "staging %s: %s", param,
+			  strerror(-rc));
+		upload_drop(m, u);
+		fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	EVP_DigestUpdate(u->ctx, data, len);
+	u->offset += (int64_t)len;
+	u->touched_ms = kn_mono_ms();
+	offset = u->offset;
+	if (!final) {
+		kn_http_reply_json(req, 200,
+				   json_pack("{s:s, s:I, s:b}", "digest", param,
+					     "received", (json_int_t)offset,
+					     "stored", 0));
+		return;
+	}
+	rc = upload_commit(s, u, &existed, &err);
+	upload_drop(m, u);
+	if (rc < 0) {
+		fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	snprintf(detail, sizeof(detail), "%lld bytes%s", (long long)offset,
+		 existed ? ", already stored" : "");
+	audit(s, c, "model.blob.put", object, "ok", detail);
+	kn_http_reply_json(req, 201,
+			   json_pack("{s:s, s:I, s:b, s:b}", "digest", param,
+				     "received", (json_int_t)offset, "stored", 1,
+				     "existed", existed));
+}
+
+/* ---- versions ---- */
+
+/*
+ * Every file's blob is in the store with the size the manifest says, and
+ * durable: a version must never name a blob a crash can take away.
+ */
+static int check_blobs(struct server *s, const struct kn_model_files *f,
+		       struct kn_error *err)
+{
+	struct kn_blob_store *store = NULL;
+	int rc = open_store(s, &store, err);
+
+	for (size_t i = 0; rc == 0 && i < f->n; i++) {
+		struct kn_blob_info info = {0};
+		char *name = kn_model_blob_name(f->items[i].sha256);
+		rc = kn_blob_stat(store, name, &info, err);
+		if (rc == -ENOENT)
+			rc = kn_errorf(err, KN_ECONFLICT, "files",
+				       "file %s: blob %s is not in the store; "
+				       "upload it first", f->items[i].path,
+				       name);
+		else if (rc == 0 && info.size != f->items[i].size)
+			rc = kn_errorf(err, KN_EINVAL, "files",
+				       "file %s: size %lld, but blob %s has "
+				       "%lld bytes", f->items[i].path,
+				       (long long)f->items[i].size, name,
+				       (long long)info.size);
+		free(name);
+	}
+	if (rc == 0)
+		rc = kn_blob_sync(store, err);
+	kn_blob_store_free(store);
+	return rc;
+}
+
+static int alias_move(struct server *s, const struct caller *c,
+		      const char *name, const char *alias, const char *action,
+		      int64_t to, int64_t *from, struct kn_error *err)
+{
+	struct kn_model_alias_row ev;
+	struct kn_audit a;
+	char object[160], detail[96];
+	int rc;
+
+	*from = 0;
+	rc = kn_store_model_alias_get(s->store, name, alias, from, err);
+	if (rc < 0 && rc != -ENOENT)
+		return rc;
+	memset(&ev, 0, sizeof(ev));
+	ev.alias = (char *)alias;
+	ev.version = to;
+	ev.action = (char *)action;
+	ev.from_version = *from;
+	ev.actor = (char *)c->name;
+	ev.time_ms = kn_now_ms();
+	snprintf(object, sizeof(object), "model/%s@%s", name, alias);
+	snprintf(detail, sizeof(detail), "%lld -> %lld", (long long)*from,
+		 (long long)to);
+	memset(&a, 0, sizeof(a));
+	a.actor = (char *)c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = (char *)(strcmp(action, "promote") ? "model.rollback"
+						      : "model.promote");
+	a.object = object;
+	a.outcome = "ok";
+	a.detail = detail;
+	return kn_store_model_alias_move(s->store, name, &ev, &a, err);
+}
+
+void models_h_version_create(struct server *s, struct kn_http_req *req,
+			     const struct caller *c, const char *param)
+{
+	struct kn_model_files files = {0};
+	struct kn_model_version_row v;
+	struct kn_blob_store *store = NULL;
+	struct kn_error err;
+	struct kn_audit a;
+	json_t *body = NULL, *manifest = NULL;
+	const char *alias = NULL;
+	char *canonical = NULL, *blob = NULL, object[96], detail[64];
+	int64_t version = 0, now = kn_now_ms(), from;
+	int rc;
+
+	snprintf(object, sizeof(object), "model/%.64s", param);
+	if (!kn_model_name_ok(param)) {
+		kn_errorf(&err, KN_EINVAL, "name",
+			  "\"%s\" is not a model name: 1-64 of letters, digits, "
+			  "'.', '_', '-', starting with a letter or digit",
+			  param);
+		goto fail;
+	}
+	body = body_object(req, &err);
+	if (!body)
+		goto fail;
+	alias = json_string_value(json_object_get(body, "alias"));
+	if (json_object_get(body, "alias") && !kn_model_alias_ok(alias)) {
+		kn_errorf(&err, KN_EINVAL, "alias",
+			  "an alias is a name that is not all digits");
+		goto fail;
+	}
+	if (kn_model_files_from_json(json_object_get(body, "files"), "files",
+				     &files, &err) < 0)
+		goto fail;
+	if (files.n == 0) {
+		kn_errorf(&err, KN_EINVAL, "files", "a version needs a file");
+		goto fail;
+	}
+	if (check_blobs(s, &files, &err) < 0)
+		goto fail;
+
+	if (kn_store_begin(s->store, &err) < 0)
+		goto fail;
+	rc = kn_store_model_version_next(s->store, param, now, &version, &err);
+	if (rc == 0) {
+		manifest = kn_model_manifest_new(param, version, &files, c->name,
+						 now);
+		canonical = kn_model_manifest_canonical(manifest);
+		memset(&v, 0, sizeof(v));
+		v.name = (char *)param;
+		v.version = version;
+		v.manifest = canonical;
+		v.created_by = (char *)c->name;
+		v.created_at = now;
+		snprintf(object, sizeof(object), "model/%s@%lld", param,
+			 (long long)version);
+		snprintf(detail, sizeof(detail), "%zu files, %lld bytes",
+			 files.n, (long long)kn_model_files_bytes(&files));
+		memset(&a, 0, sizeof(a));
+		a.actor = (char *)c->name;
+		a.role = (char *)role_name(c->role);
+		a.action = "model.push";
+		a.object = object;
+		a.outcome = "ok";
+		a.detail = detail;
+		rc = kn_store_model_version_insert(s->store, &v, &a, &err);
+	}
+	if (rc == 0)
+		rc = kn_store_commit(s->store, &err);
+	else
+		kn_store_rollback(s->store);
+	if (rc < 0)
+		goto fail;
+
+	/* The store's copy, for whoever reads the store without the DB. */
+	blob = kn_model_manifest_blob_name(param, version);
+	rc = open_store(s, &store, &err);
+	if (rc == 0)
+		rc = kn_blob_put_bytes(store, blob, canonical, strlen(canonical),
+				       KN_BLOB_CREATE_ONLY, &err);
+	if (rc < 0) {
+		kn_store_model_version_delete(s->store, param, version, NULL);
+		goto fail;
+	}
+	if (alias && alias_move(s, c, param, alias, "promote", version, &from,
+				&err) < 0)
+		goto fail;
+	kn_http_reply_json(req, 201,
+			   json_pack("{s:s, s:I, s:I, s:I, s:s?, s:O}", "name",
+				     param, "version", (json_int_t)version,
+				     "files", (json_int_t)files.n, "bytes",
+				     (json_int_t)kn_model_files_bytes(&files),
+				     "alias", alias, "manifest", manifest));
+	goto out;
+fail:
+	fail(s, req, c, "model.push", object, &err);
+out:
+	kn_blob_store_free(store);
+	free(blob);
+	free(canonical);
+	json_decref(manifest);
+	json_decref(body);
+	kn_model_files_release(&files);
+}
+
+/* ---- reads ---- */
+
+static json_t *aliases_json(struct kn_model_alias_row *rows, size_t n,
+			    bool history)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; i < n; i++) {
+		json_t *o = json_pack("{s:s, s:I, s:s, s:I}", "alias",
+				      rows[i].alias, "version",
+				      (json_int_t)rows[i].version, "by",
+				      rows[i].actor, "time_ms",
+				      (json_int_t)rows[i].time_ms);
+		if (history) {
+			json_object_set_new(o, "action",
+					    json_string(rows[i].action));
+			json_object_set_new(
+				o, "from",
+				rows[i].from_version
+					? json_integer(rows[i].from_version)
+					: json_null());
+		}
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
+void models_h_list(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param)
+{
+	struct kn_model_row *rows = NULL;
+	struct kn_error err;
+	size_t n = 0;
+	json_t *list;
+
+	(void)param;
+	if (kn_store_model_list(s->store, &rows, &n, &err) < 0) {
+		fail(s, req, c, "model.list", "models", &err);
+		return;
+	}
+	list = json_array();
+	for (size_t i = 0; i < n; i++) {
+		struct kn_model_alias_row *al = NULL;
+		size_t na = 0;
+		json_t *aliases = json_object();
+		if (kn_store_model_alias_list(s->store, rows[i].name, &al, &na,
+					      &err) == 0)
+			for (size_t k = 0; k < na; k++)
+				json_object_set_new(aliases, al[k].alias,
+						    json_integer(al[k].version));
+		kn_model_alias_list_free(al, na);
+		json_array_append_new(
+			list,
+			json_pack("{s:s, s:I, s:I, s:o, s:I, s:I}", "name",
+				  rows[i].name, "versions",
+				  (json_int_t)rows[i].versions, "latest",
+				  (json_int_t)rows[i].latest, "aliases", aliases,
+				  "created_at_ms", (json_int_t)rows[i].created_at,
+				  "updated_at_ms",
+				  (json_int_t)rows[i].updated_at));
+	}
+	kn_model_list_free(rows, n);
+	audit(s, c, "model.list", "models", "ok", NULL);
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "models", list));
+}
+
+static json_t *model_json(struct server *s, const char *name,
+			  struct kn_error *err)
+{
+	struct kn_model_version_row *vs = NULL;
+	struct kn_model_alias_row *al = NULL, *hist = NULL;
+	size_t nv = 0, na = 0, nh = 0;
+	json_t *o = NULL, *versions;
+
+	if (kn_store_model_version_list(s->store, name, &vs, &nv, err) < 0 ||
+	    kn_store_model_alias_list(s->store, name, &al, &na, err) < 0 ||
+	    kn_store_model_alias_history(s->store, name, &hist, &nh, err) < 0)
+		goto out;
+	if (nv == 0 && nh == 0) {
+		kn_errorf(err, KN_ENOTFOUND, NULL, "no model named %s", name);
+		goto out;
+	}
+	versions = json_array();
+	for (size_t i = 0; i < nv; i++) {
+		json_t *m = json_loads(vs[i].manifest, 0, NULL);
+		json_t *files = json_object_get(m, "files"), *f;
+		int64_t bytes = 0;
+		size_t k;
+		json_array_foreach(files, k, f)
+			bytes += json_integer_value(json_object_get(f, "size"));
+		json_array_append_new(
+			versions,
+			json_pack("{s:I, s:s, s:I, s:I, s:I}", "version",
+				  (json_int_t)vs[i].version, "created_by",
+				  vs[i].created_by, "created_at_ms",
+				  (json_int_t)vs[i].created_at, "files",
+				  (json_int_t)json_array_size(files), "bytes",
+				  (json_int_t)bytes));
+		json_decref(m);
+	}
+	o = json_pack("{s:s, s:o, s:o, s:o}", "name", name, "versions",
+		      versions, "aliases", aliases_json(al, na, false),
+		      "alias_history", aliases_json(hist, nh, true));
+out:
+	kn_model_version_list_free(vs, nv);
+	kn_model_alias_list_free(al, na);
+	kn_model_alias_list_free(hist, nh);
+	return o;
+}
+
+static json_t *version_json(struct server *s,
+			    const struct kn_model_version_row *v,
+			    struct kn_error *err)
+{
+	struct kn_model_signature_row *sigs = NULL;
+	struct kn_model_alias_row *al = NULL;
+	struct kn_model_keyring ring = {0};
+	size_t ns = 0, na = 0;
+	json_t *o = NULL, *list, *aliases;
+	bool trusted = false;
+
+	if (kn_store_model_signature_list(s->store, v->name, v->version, &sigs,
+					  &ns, err) < 0 ||
+	    kn_store_model_alias_list(s->store, v->name, &al, &na, err) < 0 ||
+	    kn_model_keyring_load(s->models->trusted_keys, &ring, err) < 0)
+		goto out;
+	list = json_array();
+	for (size_t i = 0; i < ns; i++) {
+		bool t = kn_model_keyring_has(&ring, sigs[i].key_id);
+		trusted |= t;
+		json_array_append_new(
+			list,
+			json_pack("{s:s, s:s, s:s, s:s, s:I, s:b}", "key_id",
+				  sigs[i].key_id, "public_key",
+				  sigs[i].public_key, "signature",
+				  sigs[i].signature, "signed_by",
+				  sigs[i].signed_by, "signed_at_ms",
+				  (json_int_t)sigs[i].signed_at, "trusted", t));
+	}
+	aliases = json_array();
+	for (size_t i = 0; i < na; i++)
+		if (al[i].version == v->version)
+			json_array_append_new(aliases, json_string(al[i].alias));
+	o = json_pack("{s:s, s:I, s:s, s:I, s:o, s:o, s:b, s:o, s:s}", "name",
+		      v->name, "version", (json_int_t)v->version, "created_by",
+		      v->created_by, "created_at_ms", (json_int_t)v->created_at,
+		      "manifest", json_loads(v->manifest, 0, NULL), "signatures",
+		      list, "trusted", trusted, "aliases", aliases, "store",
+		      s->blob_url);
+out:
+	kn_model_signature_list_free(sigs, ns);
+	kn_model_alias_list_free(al, na);
+	kn_model_keyring_release(&ring);
+	return o;
+}
+
+void models_h_get(struct server *s, struct kn_http_req *req,
+		  const struct caller *c, const char *param)
+{
+	const char *purpose = kn_http_query(req, "purpose");
+	const char *action = "model.read";
+	struct kn_model_version_row v = {0};
+	struct kn_model_ref ref;
+	struct kn_error err;
+	char object[160];
+	json_t *o = NULL;
+
+	if (purpose && !strcmp(purpose, "pull"))
+		action = "model.pull";
+	else if (purpose && !strcmp(purpose, "verify"))
+		action = "model.verify";
+	else if (purpose && strcmp(purpose, "read") != 0) {
+		kn_errorf(&err, KN_EINVAL, "purpose",
+			  "purpose must be read, pull or verify");
+		fail(s, req, c, action, "model", &err);
+		return;
+	}
+	snprintf(object, sizeof(object), "model/%.140s", param);
+	if (kn_model_ref_parse(param, false, "model", &ref, &err) < 0)
+		goto fail;
+	if (!kn_model_ref_has_at(&ref)) {
+		o = model_json(s, ref.name, &err);
+	} else if (resolve(s, &ref, &v, &err) == 0) {
+		snprintf(object, sizeof(object), "model/%s@%lld", v.name,
+			 (long long)v.version);
+		o = version_json(s, &v, &err);
+	}
+	if (!o)
+		goto fail;
+	audit(s, c, action, object, "ok", NULL);
+	kn_http_reply_json(req, 200, o);
+	kn_model_version_row_release(&v);
+	return;
+fail:
+	kn_model_version_row_release(&v);
+	fail(s, req, c, action, object, &err);
+}
+
+/* ---- signatures ---- */
+
+void models_h_sign(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param)
+{
+	struct kn_model_version_row v = {0};
+	struct kn_model_signature_row row;
+	struct kn_model_keyring ring = {0};
+	struct kn_model_ref ref;
+	struct kn_error err;
+	struct kn_audit a;
+	unsigned char pub[KN_ED25519_PUB_LEN], sig[KN_ED25519_SIG_LEN];
+	char key_id[KN_SHA256_HEX + 1], object[160];
+	const char *pub_b64, *sig_b64;
+	json_t *body = NULL;
+	int rc;
+
+	snprintf(object, sizeof(object), "model/%.140s", param);
+	if (kn_model_ref_parse(param, true, "model", &ref, &err) < 0 ||
+	    resolve(s, &ref, &v, &err) < 0)
+		goto fail;
+	snprintf(object, sizeof(object), "model/%s@%lld", v.name,
+		 (long long)v.version);
+	body = body_object(req, &err);
+	if (!body)
+		goto fail;
+	pub_b64 = json_string_value(json_object_get(body, "public_key"));
+	sig_b64 = json_string_value(json_object_get(body, "signature"));
+	if (kn_base64_decode(pub_b64, pub, sizeof(pub)) != KN_ED25519_PUB_LEN) {
+		kn_errorf(&err, KN_EINVAL, "public_key",
+			  "must be the base64 of a raw 32-byte Ed25519 key");
+		goto fail;
+	}
+	if (kn_base64_decode(sig_b64, sig, sizeof(sig)) != KN_ED25519_SIG_LEN) {
+		kn_errorf(&err, KN_EINVAL, "signature",
+			  "must be the base64 of a 64-byte Ed25519 signature");
+		goto fail;
+	}
+	kn_model_key_id(pub, key_id);
+	if (kn_model_sig_check(pub, v.manifest, strlen(v.manifest), sig) < 0) {
+		kn_errorf(&err, KN_EINVAL, "signature",
+			  "does not verify: not key %.16s...'s signature of the "
+			  "canonical manifest of %s@%lld", key_id, v.name,
+			  (long long)v.version);
+		goto fail;
+	}
+	if (kn_model_keyring_load(s->models->trusted_keys, &ring, &err) < 0)
+		goto fail;
+	memset(&row, 0, sizeof(row));
+	row.key_id = key_id;
+	row.public_key = (char *)pub_b64;
+	row.signature = (char *)sig_b64;
+	row.signed_by = (char *)c->name;
+	row.signed_at = kn_now_ms();
+	memset(&a, 0, sizeof(a));
+	a.actor = (char *)c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = "model.sign";
+	a.object = object;
+	a.outcome = "ok";
+	a.detail = key_id;
+	rc = kn_store_model_signature_insert(s->store, v.name, v.version, &row,
+					     &a, &err);
+	if (rc == -EEXIST)
+		kn_errorf(&err, KN_ECONFLICT, "public_key",
+			  "key %s has already signed %s@%lld", key_id, v.name,
+			  (long long)v.version);
+	if (rc < 0)
+		goto fail;
+	kn_http_reply_json(req, 201,
+			   json_pack("{s:s, s:I, s:s, s:b}", "name", v.name,
+				     "version", (json_int_t)v.version, "key_id",
+				     key_id, "trusted",
+				     kn_model_keyring_has(&ring, key_id)));
+	goto out;
+fail:
+	fail(s, req, c, "model.sign", object, &err);
+out:
+	kn_model_keyring_release(&ring);
+	kn_model_version_row_release(&v);
+	json_decref(body);
+}
+
+/* ---- aliases ---- */
+
+static const char *body_alias(struct kn_http_req *req, json_t **body,
+			      struct kn_error *err)
+{
+	const char *alias;
+
+	*body = body_object(req, err);
+	if (!*body)
+		return NULL;
+	alias = json_string_value(json_object_get(*body, "alias"));
+	if (!kn_model_alias_ok(alias)) {
+		kn_errorf(err, KN_EINVAL, "alias",
+			  "alias must be a name that is not all digits");
+		return NULL;
+	}
+	return alias;
+}
+
+void models_h_promote(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param)
+{
+	struct kn_model_version_row v = {0};
+	struct kn_model_ref ref;
+	struct kn_error err;
+	json_t *body = NULL;
+	const char *alias = NULL;
+	char object[160];
+	int64_t from;
+
+	snprintf(object, sizeof(object), "model/%.140s", param);
+	if (kn_model_ref_parse(param, true, "model", &ref, &err) < 0 ||
+	    resolve(s, &ref, &v, &err) < 0)
+		goto fail;
+	alias = body_alias(req, &body, &err);
+	if (!alias)
+		goto fail;
+	if (alias_move(s, c, v.name, alias, "promote", v.version, &from,
+		       &err) < 0)
+		goto fail;
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:s, s:s, s:I, s:o}", "name", v.name,
+				     "alias", alias, "version",
+				     (json_int_t)v.version, "from",
+				     from ? json_integer(from) : json_null()));
+	goto out;
+fail:
+	fail(s, req, c, "model.promote", object, &err);
+out:
+	kn_model_version_row_release(&v);
+	json_decref(body);
+}
+
+/*
+ * Where a rollback takes alias: replaying its history as a stack (a
+ * promote pushes, a rollback pops), the version under the top. 0 when
+ * there is none.
+ */
+static int64_t rollback_target(const struct kn_model_alias_row *hist,
+			       size_t n, const char *alias)
+{
+	int64_t *stack = kn_xcalloc(n + 1, sizeof(*stack)), target = 0;
+	size_t depth = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(hist[i].alias, alias) != 0)
+			continue;
+		if (!strcmp(hist[i].action, "promote"))
+			stack[depth++] = hist[i].version;
+		else if (depth > 0)
+			depth--;
+	}
+	if (depth >= 2)
+		target = stack[depth - 2];
+	free(stack);
+	return target;
+}
+
+void models_h_rollback(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param)
+{
+	struct kn_model_alias_row *hist = NULL;
+	struct kn_error err;
+	json_t *body = NULL;
+	const char *alias = NULL;
+	char object[160];
+	int64_t target, from;
+	size_t nh = 0;
+
+	snprintf(object, sizeof(object), "model/%.64s", param);
+	if (!kn_model_name_ok(param)) {
+		kn_errorf(&err, KN_EINVAL, "name", "\"%s\" is not a model name",
+			  param);
+		goto fail;
+	}
+	alias = body_alias(req, &body, &err);
+	if (!alias)
+		goto fail;
+	snprintf(object, sizeof(object), "model/%s@%s", param, alias);
+	if (kn_store_model_alias_history(s->store, param, &hist, &nh, &err) < 0)
+		goto fail;
+	target = rollback_target(hist, nh, alias);
+	if (!target) {
+		kn_errorf(&err, KN_ECONFLICT, "alias",
+			  "alias %s of model %s has no earlier version to roll "
+			  "back to", alias, param);
+		goto fail;
+	}
+	if (alias_move(s, c, param, alias, "rollback", target, &from, &err) < 0)
+		goto fail;
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:s, s:s, s:I, s:I}", "name", param,
+				     "alias", alias, "version",
+				     (json_int_t)target, "from",
+				     (json_int_t)from));
+	goto out;
+fail:
+	fail(s, req, c, "model.rollback", object, &err);
+out:
+	kn_model_alias_list_free(hist, nh);
+	json_decref(body);
+}
+
+/* ---- deployments ---- */
+
+/* Hash the files of f under dir in parallel; the first mismatch named. */
+static int check_copy(const char *at, const char *dir,
+		      const struct kn_model_files *f, struct kn_error *err)
+{
+	struct kn_hash_item *items = kn_xcalloc(f->n + 1, sizeof(*items));
+	char **paths = kn_xcalloc(f->n + 1, sizeof(*paths));
+	int rc = 0;
+
+	for (size_t i = 0; i < f->n; i++) {
+		paths[i] = kn_asprintf("%s/%s", dir, f->items[i].path);
+		items[i].path = paths[i];
+	}
+	kn_hash_files(items, f->n, kn_hash_threads_default(), 0, NULL, NULL);
+	for (size_t i = 0; rc == 0 && i < f->n; i++) {
+		if (items[i].error)
+			rc = kn_errorf(err, KN_EIO, "model",
+				       "%s: file %s: %s", at, paths[i],
+				       strerror(-items[i].error));
+		else if (strcmp(items[i].sha256, f->items[i].sha256) ||
+			 items[i].size != f->items[i].size)
+			rc = kn_errorf(err, KN_EPERM, "model",
+				       "refused: %s: file %s of its copy in %s "
+				       "does not match its digest", at,
+				       f->items[i].path, dir);
+	}
+	for (size_t i = 0; i < f->n; i++)
+		free(paths[i]);
+	free(paths);
+	free(items);
+	return rc;
+}
+
+/* Copy the version's blobs from the store into dir, each digest checked
+   as it is written; dir is built as dir.partial and renamed. */
+static int make_copy(struct server *s, const char *at, const char *dir,
+		     const struct kn_model_files *f, struct kn_error *err)
+{
+	char *partial = kn_asprintf("%s.partial", dir);
+	struct kn_blob_store *store = NULL;
+	int rc;
+
+	kn_rm_rf(partial);
+	rc = kn_mkdir_p(partial, 0755);
+	if (rc < 0)
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s",
+			       partial, strerror(-rc));
+	if (rc == 0)
+		rc = open_store(s, &store, err);
+	for (size_t i = 0; rc == 0 && i < f->n; i++) {
+		char *path = kn_asprintf("%s/%s", partial, f->items[i].path);
+		char *blob = kn_model_blob_name(f->items[i].sha256);
+		char got[KN_SHA256_HEX + 1], *slash = strrchr(path, '/');
+
+		*slash = '\0';
+		kn_mkdir_p(path, 0755);
+		*slash = '/';
+		rc = kn_blob_get_file(store, blob, path, 0, -1, got, err);
+		if (rc == 0 && strcmp(got, f->items[i].sha256) != 0)
+			rc = kn_errorf(err, KN_EPERM, "model",
+				       "refused: %s: file %s does not match its "
+				       "digest: blob %s hashes to %s", at,
+				       f->items[i].path, blob, got);
+		free(blob);
+		free(path);
+	}
+	if (rc == 0 && rename(partial, dir) < 0)
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot rename %s: %s",
+			       partial, strerror(errno));
+	if (rc < 0)
+		kn_rm_rf(partial);
+	kn_blob_store_free(store);
+	free(partial);
+	return rc;
+}
+
+int models_deploy_dir(struct server *s, const char *text, char **out,
+		      struct kn_error *err)
+{
+	struct kn_model_version_row v = {0};
+	struct kn_model_signature_row *rows = NULL;
+	struct kn_model_keyring ring = {0};
+	struct kn_model_sig *sigs = NULL;
+	struct kn_model_files f = {0};
+	struct kn_model_ref ref;
+	json_t *manifest = NULL;
+	char at[KN_MODEL_NAME_MAX + 24], *dir = NULL;
+	size_t ns = 0;
+	struct stat st;
+	int rc;
+
+	rc = kn_model_ref_parse(text, true, "model", &ref, err);
+	if (rc == 0)
+		rc = resolve(s, &ref, &v, err);
+	if (rc < 0)
+		goto out;
+	snprintf(at, sizeof(at), "%s@%lld", v.name, (long long)v.version);
+	rc = kn_store_model_signature_list(s->store, v.name, v.version, &rows,
+					   &ns, err);
+	if (rc == 0)
+		rc = kn_model_keyring_load(s->models->trusted_keys, &ring, err);
+	if (rc < 0)
+		goto out;
+	sigs = kn_xcalloc(ns + 1, sizeof(*sigs));
+	for (size_t i = 0; i < ns; i++) {
+		sigs[i].key_id = rows[i].key_id;
+		sigs[i].public_key = rows[i].public_key;
+		sigs[i].signature = rows[i].signature;
+		sigs[i].trusted = kn_model_keyring_has(&ring, rows[i].key_id);
+	}
+	rc = kn_model_trust_check(at, v.manifest, sigs, ns, err);
+	if (rc < 0)
+		goto out;
+	manifest = json_loads(v.manifest, 0, NULL);
+	rc = kn_model_manifest_read(manifest, at, &f, NULL, NULL, err);
+	if (rc < 0)
+		goto out;
+	dir = kn_asprintf("%s/registry/models/%s/%lld", s->home, v.name,
+			  (long long)v.version);
+	/* A copy made earlier is checked again: replicas read it. */
+	if (stat(dir, &st) == 0)
+		rc = check_copy(at, dir, &f, err);
+	else
+		rc = make_copy(s, at, dir, &f, err);
+	if (rc == 0) {
+		*out = dir;
+		dir = NULL;
+	}
+out:
+	free(dir);
+	json_decref(manifest);
+	kn_model_files_release(&f);
+	free(sigs);
+	kn_model_keyring_release(&ring);
+	kn_model_signature_list_free(rows, ns);
+	kn_model_version_row_release(&v);
+	return rc;
+}
