@@ -27,7 +27,7 @@ static const char *const MODELS[] = {"H100-80GB", "A100-80GB"};
 struct world {
 	struct kn_sched_node nodes[MAX_NODES];
 	struct kn_sched_device devices[MAX_NODES][KN_PACK_MAX_GPUS];
-	char names[MAX_NODES][8];
+	char names[MAX_NODES][24];
 	struct kn_sched_cluster cluster;
 	struct kn_pack_node_spec specs[MAX_NODES];
 	struct kn_pack *pack;
