@@ -93,6 +93,8 @@ int cmd_rollout(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_key(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_render(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv);
+/* workflow.c: workflow runs. */
+int cmd_workflow(struct cli_ctx *ctx, int argc, char **argv);
 
 /* Flags. */
 

@@ -882,6 +882,16 @@ static const struct route routes[] = {
 	 "gateway.config", deploy_h_gateway_config},
 	{"POST", "/v1/gateway/alerts", KN_ROLE_OPERATOR, false,
 	 "gateway.alert", deploy_h_gateway_alert},
+	/* Workflow runs (workflows.c): a user runs and changes its own. */
+	{"POST", "/v1/workflows", KN_ROLE_USER, false, "workflow.run",
+	 workflows_h_run},
+	{"GET", "/v1/workflows", KN_ROLE_VIEWER, false, NULL, workflows_h_list},
+	{"GET", "/v1/workflows/{id}", KN_ROLE_VIEWER, false, NULL,
+	 workflows_h_get},
+	{"POST", "/v1/workflows/{id}/cancel", KN_ROLE_USER, false,
+	 "workflow.cancel", workflows_h_cancel},
+	{"POST", "/v1/workflows/{id}/retry", KN_ROLE_USER, false,
+	 "workflow.retry", workflows_h_retry},
 };
 
 /*

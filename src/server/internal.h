@@ -340,6 +340,23 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 			    const struct caller *c, const char *param);
 
+/* workflows.c: workflow runs, their steps as jobs (docs/workflows.md) */
+/* Advance every active run (after jobs_recover has re-adopted jobs). */
+int workflows_start(struct server *s, struct kn_error *err);
+/* A job ended for good (not requeued): its run, if any, moves on. */
+void workflows_job_ended(struct server *s, int64_t job_id);
+/* Route handlers (api.c's table). */
+void workflows_h_run(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param);
+void workflows_h_list(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param);
+void workflows_h_get(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param);
+void workflows_h_cancel(struct server *s, struct kn_http_req *req,
+			const struct caller *c, const char *param);
+void workflows_h_retry(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param);
+
 /* health.c: the node checks at start and periodically */
 int health_start(struct server *s, struct node_health **out,
 		 struct kn_error *err);

@@ -1137,6 +1137,7 @@ static void settle(struct server *s, struct run **changed, size_t n)
 				changed[i]->tasks[k].recorded = true;
 	for (size_t i = 0; i < nd; i++) {
 		struct run *r = done[i];
+		int64_t job_id = r->job_id;
 
 		feed_job(s, r->job_id, r->end_state, r->end_reason);
 		kn_sched_release(&s->cluster, &r->req, r->bindings);
@@ -1147,6 +1148,8 @@ static void settle(struct server *s, struct run **changed, size_t n)
 			r->spec = NULL;
 		}
 		run_free(r);
+		if (!requeue[i])
+			workflows_job_ended(s, job_id);
 	}
 	free(done);
 	free(requeue);
@@ -1290,6 +1293,7 @@ int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		if (rc == 0) {
 			queue_remove(s, id);
 			feed_job(s, id, "cancelled", j.reason);
+			workflows_job_ended(s, id);
 		}
 		goto out;
 	}
