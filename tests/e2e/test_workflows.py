@@ -103,3 +103,300 @@ def test_dag_order_parallel_branches_digest_and_revision(server, tmp_path):
     listed = server.cli("workflow", "ls", check=True).stdout
     assert any(line.split()[:4] == [str(rid), "dag", "succeeded", "4/4"]
                for line in listed.splitlines()), listed
+
+
+def test_on_failure_stop_lets_running_steps_finish_and_starts_nothing(
+        server, tmp_path):
+    release = tmp_path / "release"
+    text = (
+        "kind: Workflow\nname: stops\nsteps:\n"
+        f"  - name: bad\n    job: {{command: {sh('exit 3')}}}\n"
+        "  - name: slow\n"
+        f"    job: {{command: {sh(f'while [ ! -e {release} ]; do sleep 0.02; done')}}}\n"
+        "  - name: after_bad\n    needs: [bad]\n    job: {command: [/bin/true]}\n"
+        "  - name: after_slow\n    needs: [slow]\n    job: {command: [/bin/true]}\n")
+    rid = run(server, write_workflow(tmp_path, text))
+    wait_step(server, rid, "bad", "failed")
+    # The failure is known while slow still runs: it finishes, nothing new
+    # starts after it.
+    assert steps(get(server, rid))["slow"]["state"] == "running"
+    release.touch()
+    w = wait_run(server, rid)
+    s = steps(w)
+    assert w["state"] == "failed"
+    assert w["reason"].startswith("step bad failed: job ")
+    assert "exit" in s["bad"]["reason"]
+    assert s["slow"]["state"] == "succeeded"
+    assert s["after_bad"]["state"] == "skipped"
+    assert s["after_bad"]["reason"] == "need bad failed"
+    assert s["after_slow"]["state"] == "skipped"
+    assert s["after_slow"]["job"] is None
+    assert s["after_slow"]["reason"] == ("not started: step bad failed and "
+                                         "its on_failure stops the run")
+
+
+def test_on_failure_continue_skips_only_what_needs_the_failed_step(
+        server, tmp_path):
+    text = (
+        "kind: Workflow\nname: goes-on\non_failure: continue\nsteps:\n"
+        f"  - name: bad\n    job: {{command: {sh('exit 1')}}}\n"
+        "  - name: child\n    needs: [bad]\n    job: {command: [/bin/true]}\n"
+        "  - name: grandchild\n    needs: [child]\n"
+        "    job: {command: [/bin/true]}\n"
+        "  - name: other\n    job: {command: [/bin/true]}\n"
+        "  - name: after_other\n    needs: [other]\n"
+        "    job: {command: [/bin/true]}\n")
+    rid = run(server, write_workflow(tmp_path, text))
+    w = wait_run(server, rid)
+    s = steps(w)
+    assert w["state"] == "failed"
+    assert s["bad"]["state"] == "failed"
+    assert (s["child"]["state"], s["child"]["reason"]) == (
+        "skipped", "need bad failed")
+    assert (s["grandchild"]["state"], s["grandchild"]["reason"]) == (
+        "skipped", "need child was skipped")
+    assert s["other"]["state"] == "succeeded"
+    assert s["after_other"]["state"] == "succeeded"
+
+
+def test_on_failure_retry_submits_new_jobs_and_counts_attempts(
+        server, tmp_path):
+    count = tmp_path / "count"
+    # Fails twice, then succeeds on its third job.
+    flaky = (f"n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); "
+             f"echo $n > {count}; [ $n -ge 3 ]")
+    text = (
+        "kind: Workflow\nname: retries\nsteps:\n"
+        "  - name: flaky\n    on_failure: retry\n    retries: 2\n"
+        f"    job: {{command: {sh(flaky)}}}\n"
+        "  - name: hopeless\n    on_failure: retry\n    retries: 1\n"
+        f"    job: {{command: {sh('exit 9')}}}\n")
+    rid = run(server, write_workflow(tmp_path, text))
+    w = wait_run(server, rid)
+    s = steps(w)
+    assert w["state"] == "failed"
+    assert (s["flaky"]["state"], s["flaky"]["attempts"]) == ("succeeded", 3)
+    assert (s["hopeless"]["state"], s["hopeless"]["attempts"]) == ("failed", 2)
+    assert s["hopeless"]["retries"] == 1
+    # A new job each time: the step's jobs are all there, in order.
+    jobs = server.request("GET", "/v1/jobs").json()["jobs"]
+    flaky_jobs = [j for j in jobs if j["name"] == "flaky"]
+    assert [j["state"] for j in flaky_jobs] == ["failed", "failed",
+                                                "succeeded"]
+    assert flaky_jobs[-1]["id"] == s["flaky"]["job"]
+    assert len([j for j in jobs if j["name"] == "hopeless"]) == 2
+
+
+def test_when_on_a_metric_skips_a_step_and_the_run_succeeds(server, tmp_path):
+    metrics = ('mkdir -p "$KILN_OUTPUT_DIR" && '
+               'echo \'{"loss": 2.5, "note": "x"}\' > "$KILN_OUTPUT_DIR/metrics.json"')
+    text = (
+        "kind: Workflow\nname: gated\nsteps:\n"
+        f"  - name: evaluate\n    job: {{command: {sh(metrics)}}}\n"
+        "  - name: publish\n    needs: [evaluate]\n"
+        "    when: \"evaluate.metrics.loss < 1.8\"\n"
+        "    job: {command: [/bin/true]}\n"
+        "  - name: announce\n    needs: [publish]\n"
+        "    job: {command: [/bin/true]}\n"
+        "  - name: report\n    needs: [evaluate]\n"
+        "    when: [\"evaluate.metrics.loss >= 2\", "
+        "\"evaluate.outcome == succeeded\"]\n"
+        "    job: {command: [/bin/true]}\n"
+        "  - name: needs_accuracy\n    needs: [evaluate]\n"
+        "    when: \"evaluate.metrics.accuracy > 0.5\"\n"
+        "    job: {command: [/bin/true]}\n")
+    rid = run(server, write_workflow(tmp_path, text))
+    w = wait_run(server, rid)
+    s = steps(w)
+    assert w["state"] == "succeeded", w
+    assert s["evaluate"]["metrics"] == {"loss": 2.5}
+    assert s["publish"]["state"] == "skipped"
+    assert s["publish"]["skipped_by_condition"] is True
+    assert s["publish"]["job"] is None
+    assert s["publish"]["reason"] == ("when: evaluate.metrics.loss < 1.8 is "
+                                      "false (loss = 2.5)")
+    assert (s["announce"]["state"], s["announce"]["reason"]) == (
+        "skipped", "need publish was skipped")
+    assert s["report"]["state"] == "succeeded"
+    assert s["needs_accuracy"]["state"] == "skipped"
+    assert "left no metric accuracy" in s["needs_accuracy"]["reason"]
+
+
+def test_retry_of_a_failed_run_reuses_finished_steps(server, tmp_path):
+    fixed = tmp_path / "fixed"
+    text = (
+        "kind: Workflow\nname: again\nsteps:\n"
+        "  - name: prepare\n    job: {command: [/bin/true]}\n"
+        "  - name: train\n    needs: [prepare]\n"
+        f"    job: {{command: {sh(f'test -e {fixed}')}}}\n"
+        "  - name: evaluate\n    needs: [train]\n"
+        "    job: {command: [/bin/true]}\n")
+    rid = run(server, write_workflow(tmp_path, text))
+    first = steps(wait_run(server, rid))
+    assert first["train"]["state"] == "failed"
+    assert first["evaluate"]["state"] == "skipped"
+    fixed.touch()
+    res = server.cli("workflow", "retry", str(rid))
+    assert res.returncode == 0, res.stderr
+    w = wait_run(server, rid, "succeeded")
+    s = steps(w)
+    assert s["prepare"]["job"] == first["prepare"]["job"]
+    assert s["prepare"]["attempts"] == 1
+    assert s["train"]["job"] != first["train"]["job"]
+    assert s["evaluate"]["state"] == "succeeded"
+    prepare_jobs = [j for j in server.request("GET", "/v1/jobs").json()["jobs"]
+                    if j["name"] == "prepare"]
+    assert len(prepare_jobs) == 1
+    # Only a failed or cancelled run is retried.
+    res = server.cli("workflow", "retry", str(rid))
+    assert res.returncode == 1
+    assert "is succeeded; only a failed or cancelled run" in res.stderr
+    audit = server.request("GET", "/v1/audit").json()["audit"]
+    assert any(e["action"] == "workflow.retry" and
+               e["object"] == f"workflow/{rid}" for e in audit)
+
+
+def test_kill9_mid_run_then_restart_finishes_the_run_once(server, tmp_path):
+    go = tmp_path / "go"
+    text = (
+        "kind: Workflow\nname: survives\nsteps:\n"
+        "  - name: first\n    job: {command: [/bin/true]}\n"
+        "  - name: middle\n    needs: [first]\n"
+        f"    job: {{command: {sh(f'while [ ! -e {go} ]; do sleep 0.02; done')}}}\n"
+        "  - name: last\n    needs: [middle]\n    job: {command: [/bin/true]}\n")
+    rid = run(server, write_workflow(tmp_path, text))
+    wait_step(server, rid, "middle", "running")
+    middle_job = steps(get(server, rid))["middle"]["job"]
+    server.wait_state(middle_job, "running")
+    server.kill9()
+    go.touch()  # middle ends while the server is down
+    task_dir = server.home / "tasks" / str(middle_job) / "1" / "0"
+    wait_for(lambda: (task_dir / "status.json").exists(),
+             what="the shim to record the exit")
+    server.start()
+    w = wait_run(server, rid)
+    s = steps(w)
+    assert w["state"] == "succeeded", w
+    assert s["middle"]["job"] == middle_job
+    assert all(x["attempts"] == 1 for x in s.values())
+    names = sorted(j["name"] for j in
+                   server.request("GET", "/v1/jobs").json()["jobs"])
+    assert names == ["first", "last", "middle"]
+
+
+def test_kill9_with_a_step_queued_then_restart(server, tmp_path):
+    # A step waits for GPUs that are taken: its job is queued across the
+    # crash and starts once they are free.
+    go = tmp_path / "go"
+    hog = server.submit(
+        "kind: Job\nname: hog\n"
+        f"command: {sh(f'while [ ! -e {go} ]; do sleep 0.02; done')}\n"
+        "resources: {gpus: 4}\n")
+    server.wait_state(hog, "running")
+    text = ("kind: Workflow\nname: waits\nsteps:\n"
+            "  - name: gpu\n    job: {command: [/bin/true], "
+            "resources: {gpus: 2}}\n"
+            "  - name: after\n    needs: [gpu]\n    job: {command: [/bin/true]}\n")
+    rid = run(server, write_workflow(tmp_path, text))
+    gpu_job = steps(get(server, rid))["gpu"]["job"]
+    assert server.job(gpu_job)["state"] == "queued"
+    server.kill9()
+    server.start()
+    go.touch()
+    w = wait_run(server, rid)
+    assert w["state"] == "succeeded"
+    assert steps(w)["gpu"]["job"] == gpu_job
+    assert len([j for j in server.request("GET", "/v1/jobs").json()["jobs"]
+                if j["name"] == "gpu"]) == 1
+
+
+def test_cancel_stops_running_steps_and_wait_reports_it(server, tmp_path):
+    text = ("kind: Workflow\nname: long\nsteps:\n"
+            "  - name: sleeper\n    job: {command: [/bin/sleep, \"60\"]}\n"
+            "  - name: after\n    needs: [sleeper]\n"
+            "    job: {command: [/bin/true]}\n")
+    rid = run(server, write_workflow(tmp_path, text))
+    wait_step(server, rid, "sleeper", "running")
+    job = steps(get(server, rid))["sleeper"]["job"]
+    server.wait_state(job, "running")
+    viewer = server.create_token("viewer1", "viewer")
+    other = server.create_token("other", "user")
+    res = server.cli("workflow", "cancel", str(rid), token=other)
+    assert res.returncode == 1
+    assert "belongs to admin; a user may change only its own runs" in res.stderr
+    res = server.cli("workflow", "cancel", str(rid), token=viewer)
+    assert res.returncode == 1 and "permission_denied" in res.stderr
+    res = server.cli("workflow", "cancel", str(rid))
+    assert res.returncode == 0, res.stderr
+    w = get(server, rid)
+    assert w["state"] == "cancelled" and w["reason"] == "cancelled by admin"
+    s = steps(w)
+    assert s["sleeper"]["state"] == "cancelled"
+    assert s["after"]["state"] == "cancelled"
+    server.wait_state(job, "cancelled")
+    # Cancelled twice: a conflict.
+    res = server.cli("workflow", "cancel", str(rid))
+    assert res.returncode == 1 and "has already cancelled" in res.stderr
+
+
+def test_run_wait_exit_status(server, tmp_path):
+    ok = write_workflow(tmp_path, "kind: Workflow\nname: ok\nsteps:\n"
+                        "  - {name: a, job: {command: [/bin/true]}}\n",
+                        name="ok.yaml")
+    res = server.cli("workflow", "run", str(ok), "--wait")
+    assert res.returncode == 0, res.stderr
+    assert "succeeded" in res.stderr
+    bad = write_workflow(tmp_path, "kind: Workflow\nname: bad\nsteps:\n"
+                         "  - {name: a, job: {command: [/bin/false]}}\n",
+                         name="bad.yaml")
+    res = server.cli("workflow", "run", str(bad), "--wait")
+    assert res.returncode == 4, res.stderr
+    assert "step a failed" in res.stderr
+
+
+def test_bad_runs_are_refused_naming_the_place(server, tmp_path):
+    reg = write_workflow(tmp_path, (
+        "kind: Workflow\nname: reg\nsteps:\n"
+        "  - {name: train, job: {command: [/bin/true]}}\n"
+        "  - name: register\n    needs: [train]\n"
+        "    register: {from: train, model: m}\n"), name="reg.yaml")
+    res = server.cli("workflow", "run", str(reg))
+    assert res.returncode == 1
+    assert ("steps[1] (register): register steps need the model registry, "
+            "which this server does not have yet") in res.stderr
+    dep = write_workflow(tmp_path, (
+        "kind: Workflow\nname: dep\nsteps:\n"
+        "  - {name: a, job: {command: [/bin/true]}}\n"
+        "  - {name: r, needs: [a], register: {from: a, model: m}}\n"
+        "  - {name: roll, needs: [r], deploy: {deployment: d, from: r}}\n"),
+        name="dep.yaml")
+    res = server.cli("workflow", "run", str(dep))
+    assert res.returncode == 1 and "register steps need" in res.stderr
+    broken = write_workflow(tmp_path, (
+        "kind: Workflow\nname: broken\nsteps:\n"
+        "  - {name: a, job: jobs/a.yaml}\n"),
+        {"jobs/a.yaml": "kind: Job\nname: a\ncommand: [x]\ntasks: zero\n"},
+        name="broken.yaml")
+    res = server.cli("workflow", "run", str(broken))
+    assert res.returncode == 1
+    assert "jobs/a.yaml:4:8: tasks:" in res.stderr, res.stderr
+    # Through the API: a job file not sent, a digest that does not match.
+    spec = "kind: Workflow\nname: api\nsteps:\n  - {name: a, job: a.yaml}\n"
+    r = server.request("POST", "/v1/workflows",
+                       json={"spec": spec, "filename": "w.yaml"})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == (
+        "w.yaml: steps[0].job: a.yaml was not sent with the workflow "
+        "(files[\"a.yaml\"])")
+    r = server.request("POST", "/v1/workflows",
+                       json={"spec": spec, "filename": "w.yaml",
+                             "files": {"a.yaml": "kind: Job\nname: a\n"
+                                                 "command: [/bin/true]\n"},
+                             "digest": "0" * 64})
+    assert r.status_code == 400 and "digest" in r.json()["error"]["message"]
+    viewer = server.create_token("v", "viewer")
+    r = server.request("POST", "/v1/workflows", token=viewer,
+                       json={"spec": spec, "filename": "w.yaml"})
+    assert r.status_code == 403
+    assert server.request("GET", "/v1/workflows", token=viewer).status_code == 200
+    assert server.request("GET", "/v1/workflows/99").status_code == 404
