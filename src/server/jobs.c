@@ -445,7 +445,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
 	const char *model_dir;
-	char devs[256], **env = NULL;
+	char devs[256], **env = NULL, *inputs;
 	size_t n = 0;
 	int local_rank = 0, rc;
 	bool mps;
@@ -487,6 +487,14 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	add_env(&env, &n, kn_asprintf("KILN_TASK_DIR=%s", t->task_dir));
 	add_env(&env, &n, kn_asprintf("KILN_CHECKPOINT_DIR=%s", r->checkpoint_dir));
 	add_env(&env, &n, kn_asprintf("KILN_OUTPUT_DIR=%s", r->output_dir));
+	/* A workflow step's inputs, which the shim fetches (workflows.c). */
+	add_env(&env, &n, kn_asprintf("KILN_INPUT_DIR=%s/tasks/%lld/%d/inputs",
+				      s->home, (long long)r->job_id,
+				      r->attempt));
+	if ((inputs = workflows_job_inputs(s, r->job_id))) {
+		add_env(&env, &n, kn_asprintf("KILN_INPUTS=%s", inputs));
+		free(inputs);
+	}
 	if (r->resume_from[0])
 		add_env(&env, &n, kn_asprintf("KILN_RESUME_FROM=%s", r->resume_from));
 	add_env(&env, &n, kn_asprintf("KILN_GPU_MILLI=%d",

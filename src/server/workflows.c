@@ -217,6 +217,140 @@ out:
 /* ---- starting a step ---- */
 
 /*
+ * KILN_INPUTS of step i: for STEP.outputs/PATH, the file in the producing
+ * job's outputs manifest, {name: "STEP/PATH", input, url, store, blob,
+ * sha256, size}, which the shim fetches and checks; for anything else,
+ * {name, url} as written. -EINVAL naming the input when the producing job
+ * left no such output.
+ */
+static int inputs_json(struct server *s, const struct wf_run *r, size_t i,
+		       json_t **out, struct kn_error *err)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	json_t *list = json_array();
+	int rc = 0;
+
+	for (size_t k = 0; rc == 0 && k < st->n_inputs; k++) {
+		const struct kn_step_input *in = &st->inputs[k];
+		const struct kn_workflow_step *from;
+		struct kn_output_row *outs = NULL;
+		size_t n_outs = 0, m;
+		int64_t job_id;
+		char *suffix;
+
+		if (!in->step) {
+			json_array_append_new(
+				list, json_pack("{s:s, s:s}", "name", in->text,
+						"url", in->text));
+			continue;
+		}
+		from = kn_workflow_step_find(r->spec, in->step);
+		job_id = from ? r->steps[from - r->spec->steps].job_id : 0;
+		rc = kn_store_output_list(s->store, job_id, &outs, &n_outs,
+					  err);
+		if (rc < 0)
+			break;
+		for (m = 0; m < n_outs && strcmp(outs[m].name, in->path); m++)
+			;
+		suffix = kn_asprintf("/%lld/outputs/%s", (long long)job_id,
+				     in->path);
+		if (m == n_outs) {
+			rc = kn_errorf(err, KN_EINVAL, "inputs",
+				       "input %s: job %lld of step %s left no "
+				       "output %s",
+				       in->text, (long long)job_id, in->step,
+				       in->path);
+		} else if (strlen(outs[m].url) <= strlen(suffix) ||
+			   strcmp(outs[m].url + strlen(outs[m].url) -
+					  strlen(suffix),
+				  suffix) != 0) {
+			rc = kn_errorf(err, KN_EIO, "inputs",
+				       "input %s: unexpected output URL %s",
+				       in->text, outs[m].url);
+		} else {
+			const struct kn_output_row *o = &outs[m];
+			char *name = kn_asprintf("%s/%s", in->step, in->path);
+
+			json_array_append_new(
+				list,
+				json_pack("{s:s, s:s, s:s, s:s%, s:s, s:s, "
+					  "s:I}",
+					  "name", name, "input", in->text,
+					  "url", o->url, "store", o->url,
+					  strlen(o->url) - strlen(suffix),
+					  "blob", suffix + 1, "sha256",
+					  o->sha256, "size",
+					  (json_int_t)o->size));
+			free(name);
+		}
+		free(suffix);
+		kn_output_list_free(outs, n_outs);
+	}
+	if (rc < 0) {
+		json_decref(list);
+		return rc;
+	}
+	*out = list;
+	return 0;
+}
+
+/*
+ * The text of step i's job: the job file as sent, or the inline job
+ * written out (with its image, which the written-out form leaves out).
+ */
+static char *job_text(const struct wf_run *r, size_t i)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	char *text;
+	json_t *doc;
+
+	if (st->job_file) {
+		const char *body = json_string_value(
+			json_object_get(r->files, st->job_file));
+		return body ? kn_xstrdup(body) : NULL;
+	}
+	text = kn_job_spec_to_input_text(st->job, NULL);
+	if (!st->job->image)
+		return text;
+	doc = json_loads(text, 0, NULL);
+	free(text);
+	json_object_set_new(doc, "image", json_string(st->job->image));
+	text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(doc);
+	return text;
+}
+
+char *workflows_job_inputs(struct server *s, int64_t job_id)
+{
+	struct kn_error err;
+	struct wf_run r;
+	int64_t run_id;
+	json_t *inputs = NULL;
+	char *text = NULL;
+
+	if (kn_store_wf_run_of_job(s->store, job_id, &run_id, &err) < 0)
+		return NULL;
+	if (wf_run_load(s, run_id, &r, &err) < 0) {
+		kn_log(KN_LOG_ERROR, "job %lld: workflow run %lld: %s",
+		       (long long)job_id, (long long)run_id, err.message);
+		return NULL;
+	}
+	for (size_t i = 0; i < r.n; i++) {
+		if (r.steps[i].job_id != job_id || !r.spec->steps[i].n_inputs)
+			continue;
+		if (inputs_json(s, &r, i, &inputs, &err) < 0)
+			kn_log(KN_LOG_ERROR, "job %lld: %s", (long long)job_id,
+			       err.message);
+		else
+			text = json_dumps(inputs, JSON_COMPACT);
+		json_decref(inputs);
+		break;
+	}
+	wf_run_release(&r);
+	return text;
+}
+
+/*
  * Submit step i's job as the run's owner and record it on the step, in
  * one transaction. A job that cannot be submitted fails the step.
  */
@@ -227,35 +361,40 @@ static int step_start(struct server *s, struct wf_run *r, size_t i,
 	struct kn_wf_step_row *p = &r->steps[i];
 	struct caller owner = {.role = KN_ROLE_USER};
 	char *text = NULL, *name = NULL, *path = NULL;
-	const char *body;
 	int64_t job_id = 0;
 	int rc;
 
 	kn_strlcpy(owner.name, r->row.owner, sizeof(owner.name));
 	if (st->job_file) {
-		body = json_string_value(json_object_get(r->files,
-							 st->job_file));
 		name = job_file_name(r->row.filename, st->job_file);
 		if (st->job_file[0] == '/')
 			path = kn_xstrdup(st->job_file);
 		else if (r->row.path[0])
 			path = job_file_name(r->row.path, st->job_file);
 	} else {
-		text = kn_job_spec_to_input_text(st->job, NULL);
-		body = text;
 		name = kn_xstrdup(r->row.filename);
 		if (r->row.path[0])
 			path = kn_xstrdup(r->row.path);
 	}
-	if (!body) {
+	text = job_text(r, i);
+	if (!text) {
 		rc = kn_errorf(err, KN_EIO, NULL, "%s was not stored with the "
 			       "run", name);
 		goto fail;
 	}
+	/* Every input is there before the job is: else the step fails. */
+	if (st->n_inputs) {
+		json_t *inputs = NULL;
+
+		rc = inputs_json(s, r, i, &inputs, err);
+		json_decref(inputs);
+		if (rc < 0)
+			goto fail;
+	}
 	rc = kn_store_begin(s->store, err);
 	if (rc < 0)
 		goto out;
-	rc = jobs_submit(s, &owner, body, strlen(body), name, path, &job_id,
+	rc = jobs_submit(s, &owner, text, strlen(text), name, path, &job_id,
 			 err);
 	if (rc < 0) {
 		kn_store_rollback(s->store);
@@ -284,8 +423,7 @@ fail:
 	p->attempts++;
 	p->started_at = p->started_at ? p->started_at : kn_now_ms();
 	p->ended_at = kn_now_ms();
-	set_str(&p->reason, kn_asprintf("cannot submit its job: %s",
-					err->message));
+	set_str(&p->reason, kn_asprintf("cannot start: %s", err->message));
 	rc = step_save(s, r, i, "failed", err);
 	if (rc == 0)
 		publish(s, r, i);

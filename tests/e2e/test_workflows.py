@@ -50,8 +50,13 @@ def sh(script):
 
 
 def wait_step(server, run_id, name, state):
-    return wait_for(lambda: steps(get(server, run_id))[name]["state"] == state,
-                    what=f"step {name} of run {run_id} to be {state}")
+    def reached():
+        step = steps(get(server, run_id))[name]
+        if step["state"] != state and step["state"] not in (
+                "pending", "running"):
+            raise AssertionError(f"step {name}: {step}")
+        return step["state"] == state
+    return wait_for(reached, what=f"step {name} of run {run_id} to be {state}")
 
 
 def test_dag_order_parallel_branches_digest_and_revision(server, tmp_path):
@@ -400,3 +405,73 @@ def test_bad_runs_are_refused_naming_the_place(server, tmp_path):
     assert r.status_code == 403
     assert server.request("GET", "/v1/workflows", token=viewer).status_code == 200
     assert server.request("GET", "/v1/workflows/99").status_code == 404
+
+
+def test_outputs_pass_to_later_steps_by_url_and_digest(server, tmp_path):
+    gate = tmp_path / "gate"
+    make = ('mkdir -p "$KILN_OUTPUT_DIR/sub" && echo weights > '
+            '"$KILN_OUTPUT_DIR/w.bin" && echo vocab > "$KILN_OUTPUT_DIR/sub/v.txt"')
+    use = ('cat "$KILN_INPUT_DIR/make/w.bin" "$KILN_INPUT_DIR/make/sub/v.txt"; '
+           'echo "$KILN_INPUTS"')
+    text = (
+        "kind: Workflow\nname: passes\nsteps:\n"
+        f"  - name: make\n    job: {{command: {sh(make)}}}\n"
+        "  - name: use\n    needs: [make]\n"
+        "    inputs: [make.outputs/w.bin, make.outputs/sub/v.txt, /data/x]\n"
+        "    job: jobs/use.yaml\n"
+        f"  - name: gate\n    needs: [make]\n"
+        f"    job: {{command: {sh(f'while [ ! -e {gate} ]; do sleep 0.02; done')}}}\n"
+        "  - name: late\n    needs: [gate]\n    inputs: [make.outputs/w.bin]\n"
+        "    job: {command: [/bin/true]}\n")
+    path = write_workflow(tmp_path, text, {
+        "jobs/use.yaml": f"kind: Job\nname: use\ncommand: {sh(use)}\n"})
+    rid = run(server, path)
+    wait_step(server, rid, "use", "succeeded")
+    s = steps(get(server, rid))
+    made = server.job(s["make"]["job"])
+    outputs = {o["name"]: o for o in made["outputs"]}
+    weights = outputs["w.bin"]
+    assert weights["sha256"] == hashlib.sha256(b"weights\n").hexdigest()
+    log = server.logs(s["use"]["job"])
+    lines = log.splitlines()
+    assert "weights" in lines and "vocab" in lines
+    inputs = json.loads(lines[-1])
+    assert inputs[0] == {
+        "name": "make/w.bin", "input": "make.outputs/w.bin",
+        "url": weights["url"], "store": weights["url"][:-len(
+            f"/{made['id']}/outputs/w.bin")],
+        "blob": f"{made['id']}/outputs/w.bin", "sha256": weights["sha256"],
+        "size": 8}
+    assert inputs[2] == {"name": "/data/x", "url": "/data/x"}
+    assert f"kiln: input make/w.bin fetched (sha256 {weights['sha256']})" in log
+
+    # A blob changed in the store after the manifest: the consumer fails,
+    # naming the file, and its command never runs.
+    assert weights["url"].startswith("file://")
+    blob = weights["url"][len("file://"):]
+    with open(blob, "w") as f:
+        f.write("tampered\n")
+    gate.touch()
+    w = wait_run(server, rid)
+    late = steps(w)["late"]
+    assert w["state"] == "failed"
+    assert late["state"] == "failed"
+    assert "input make/w.bin: sha256 mismatch" in late["reason"], late
+    log = server.logs(late["job"])
+    assert "kiln: input make/w.bin: its sha256 is " in log
+    assert "not " + weights["sha256"] in log
+
+
+def test_an_input_the_producer_did_not_leave_fails_the_step(server, tmp_path):
+    text = ("kind: Workflow\nname: missing\nsteps:\n"
+            "  - {name: make, job: {command: [/bin/true]}}\n"
+            "  - name: use\n    needs: [make]\n"
+            "    inputs: [make.outputs/nothing.bin]\n"
+            "    job: {command: [/bin/true]}\n")
+    rid = run(server, write_workflow(tmp_path, text))
+    w = wait_run(server, rid)
+    use = steps(w)["use"]
+    assert (w["state"], use["state"], use["job"]) == ("failed", "failed", None)
+    assert use["reason"] == (
+        f"cannot start: input make.outputs/nothing.bin: job "
+        f"{steps(w)['make']['job']} of step make left no output nothing.bin")
