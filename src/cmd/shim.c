@@ -156,7 +156,7 @@ int cmd_shim(int argc, char **argv)
 		return 2;
 	}
 	if (!strcmp(argv[1], "--slurm"))
-		rc = kn_slurm_shim_main(argv[2], &err);
+		rc = kn_slurm_shim_main(argv[2], &prep, &err);
 	else
 		rc = kn_shim_main_prepared(argv[2], &prep, &err);
 	if (rc != 0)

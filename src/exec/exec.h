@@ -175,11 +175,15 @@ extern const struct kn_executor_ops kn_slurm_executor;
  * `kiln shim --slurm ATTEMPT_DIR`, run by srun once per task: picks the
  * task directory ATTEMPT_DIR/$SLURM_PROCID, sets RANK, WORLD_SIZE,
  * LOCAL_RANK, NODE_RANK and MASTER_ADDR from Slurm's variables, keeps the
- * CUDA_VISIBLE_DEVICES Slurm set, then runs kn_shim_main. A task that has
- * already recorded its exit (Slurm restarted a finished attempt) is not
- * run again. Returns the process exit code.
+ * CUDA_VISIBLE_DEVICES Slurm set, then runs kn_shim_main_prepared with
+ * prep (may be NULL). A task that has already recorded its exit (Slurm
+ * restarted a finished attempt) is not run again. Returns the process
+ * exit code.
  */
-int kn_slurm_shim_main(const char *attempt_dir, struct kn_error *err);
+struct kn_shim_prepare;
+int kn_slurm_shim_main(const char *attempt_dir,
+		       const struct kn_shim_prepare *prep,
+		       struct kn_error *err);
 
 /* The shim's body (`kiln shim --dir DIR`): returns the process exit code. */
 int kn_shim_main(const char *task_dir, struct kn_error *err);
