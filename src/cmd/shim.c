@@ -14,10 +14,13 @@
 #include "cmd/cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -115,7 +118,183 @@ static int fetch_one(const char *dir, json_t *in, int log_fd, char *why,
 	return rc;
 }
 
-static int fetch_inputs(void *arg, char *const *env, int log_fd, char *why,
+/* Whether name is an executable file in one of PATH's directories. */
+static bool on_path(const char *name, const char *path)
+{
+	const char *p = path;
+
+	if (strchr(name, '/'))
+		return access(name, X_OK) == 0;
+	while (p && *p) {
+		size_t n = strcspn(p, ":");
+		char *full = kn_asprintf("%.*s/%s", (int)n, n ? p : ".", name);
+		bool ok = access(full, X_OK) == 0;
+
+		free(full);
+		if (ok)
+			return true;
+		p += n;
+		if (*p == ':')
+			p++;
+	}
+	return false;
+}
+
+/* Whether `python3 -c "import MODULE"` succeeds (its output dropped). */
+static bool importable(const char *module, const char *path)
+{
+	char *code = kn_asprintf("import %s", module);
+	int status = 0;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		int null_fd = open("/dev/null", O_RDWR);
+
+		if (null_fd >= 0) {
+			dup2(null_fd, STDIN_FILENO);
+			dup2(null_fd, STDOUT_FILENO);
+			dup2(null_fd, STDERR_FILENO);
+		}
+		if (path)
+			setenv("PATH", path, 1);
+		execlp("python3", "python3", "-c", code, (char *)NULL);
+		_exit(127);
+	}
+	free(code);
+	if (pid < 0)
+		return false;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* A module name Python could import: dotted identifiers only. */
+static bool module_name_ok(const char *m)
+{
+	return *m && strspn(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS"
+			       "TUVWXYZ0123456789_.") == strlen(m);
+}
+
+/*
+ * KILN_REQUIRES (a step's `requires:`, docs/workflows.md): commands on
+ * PATH, importable Python modules, free scratch space, the GPU count the
+ * task was given and the blob store answering. The first one missing
+ * fails the task with a reason naming it.
+ */
+static int check_requires(char *const *env, int log_fd, char *why,
+			  size_t len)
+{
+	const char *text = env_get(env, "KILN_REQUIRES");
+	const char *path = env_get(env, "PATH");
+	json_t *req, *v, *gpus, *scratch;
+	size_t i;
+	int rc = 0;
+
+	if (!text)
+		return 0;
+	if (!path)
+		path = getenv("PATH");
+	req = json_loads(text, 0, NULL);
+	if (!json_is_object(req)) {
+		json_decref(req);
+		snprintf(why, len, KN_PREREQUISITE_PREFIX "KILN_REQUIRES is "
+			 "not a JSON object");
+		return -EINVAL;
+	}
+	json_array_foreach(json_object_get(req, "commands"), i, v) {
+		if (!json_is_string(v) || !on_path(json_string_value(v), path)) {
+			snprintf(why, len, KN_PREREQUISITE_PREFIX "command %s "
+				 "is not on PATH", json_string_value(v));
+			rc = -ENOENT;
+			goto out;
+		}
+	}
+	json_array_foreach(json_object_get(req, "python_modules"), i, v) {
+		const char *m = json_string_value(v);
+
+		if (!m || !module_name_ok(m) || !importable(m, path)) {
+			snprintf(why, len, KN_PREREQUISITE_PREFIX "python3 "
+				 "cannot import %s", m);
+			rc = -ENOENT;
+			goto out;
+		}
+	}
+	scratch = json_object_get(req, "scratch");
+	if (json_is_object(scratch)) {
+		const char *dir = json_string_value(
+			json_object_get(scratch, "path"));
+		int64_t want = json_integer_value(
+			json_object_get(scratch, "free_bytes"));
+		struct statvfs st;
+		char have_text[32], want_text[32];
+		int64_t have;
+
+		if (!dir || statvfs(dir, &st) < 0) {
+			snprintf(why, len, KN_PREREQUISITE_PREFIX "scratch "
+				 "%s: %s", dir, strerror(errno));
+			rc = -errno;
+			goto out;
+		}
+		have = (int64_t)st.f_bavail * (int64_t)st.f_frsize;
+		if (have < want) {
+			cli_format_bytes(have, have_text, sizeof(have_text));
+			cli_format_bytes(want, want_text, sizeof(want_text));
+			snprintf(why, len, KN_PREREQUISITE_PREFIX "scratch %s "
+				 "has %s free, needs %s", dir, have_text,
+				 want_text);
+			rc = -ENOSPC;
+			goto out;
+		}
+	}
+	gpus = json_object_get(req, "gpus");
+	if (json_is_object(gpus)) {
+		const char *devs = env_get(env, "CUDA_VISIBLE_DEVICES");
+		int want = (int)json_integer_value(
+			json_object_get(gpus, "count"));
+		int have = 0;
+
+		for (const char *p = devs; p && *p; p += strcspn(p, ","),
+				p += *p == ',')
+			have++;
+		if (have < want) {
+			snprintf(why, len, KN_PREREQUISITE_PREFIX "%d GPU%s "
+				 "needed, the task has %d", want,
+				 want == 1 ? "" : "s", have);
+			rc = -ENODEV;
+			goto out;
+		}
+	}
+	if (json_is_string(json_object_get(req, "store"))) {
+		struct kn_blob_store_config cfg = {.use_env = true};
+		struct kn_blob_store *store = NULL;
+		struct kn_blob_info info = {0};
+		struct kn_error err = {0};
+
+		cfg.url = json_string_value(json_object_get(req, "store"));
+		rc = kn_blob_store_open(&cfg, &store, &err);
+		/* A name no one writes: "not found" is the store answering. */
+		if (rc == 0)
+			rc = kn_blob_stat(store, "kiln-prerequisite-check",
+					  &info, &err);
+		kn_blob_store_free(store);
+		if (rc < 0 && rc != -ENOENT) {
+			say(log_fd, "kiln: the store %s does not answer: %s\n",
+			    cfg.url, err.message);
+			snprintf(why, len, KN_PREREQUISITE_PREFIX "the store "
+				 "does not answer");
+			goto out;
+		}
+		rc = 0;
+	}
+out:
+	if (rc < 0)
+		say(log_fd, "kiln: %s\n", why);
+	json_decref(req);
+	return rc;
+}
+
+/* Before the task: its prerequisites, then its inputs. */
+static int prepare_task(void *arg, char *const *env, int log_fd, char *why,
 			size_t len)
 {
 	const char *list = env_get(env, "KILN_INPUTS");
@@ -125,8 +304,9 @@ static int fetch_inputs(void *arg, char *const *env, int log_fd, char *why,
 	int rc = 0;
 
 	(void)arg;
-	if (!list)
-		return 0;
+	rc = check_requires(env, log_fd, why, len);
+	if (rc < 0 || !list)
+		return rc;
 	doc = json_loads(list, 0, NULL);
 	if (!json_is_array(doc) || !dir) {
 		json_decref(doc);
@@ -145,7 +325,7 @@ static int fetch_inputs(void *arg, char *const *env, int log_fd, char *why,
 
 int cmd_shim(int argc, char **argv)
 {
-	const struct kn_shim_prepare prep = {fetch_inputs, NULL};
+	const struct kn_shim_prepare prep = {prepare_task, NULL};
 	struct kn_error err;
 	int rc;
 

@@ -195,6 +195,8 @@ int kn_shim_main(const char *task_dir, struct kn_error *err);
  * negative errno with why (len bytes) filled, and the task then ends
  * unstarted with exit code 1 and why as its reason.
  */
+/* A task's reason when a workflow step's prerequisite is not met. */
+#define KN_PREREQUISITE_PREFIX "prerequisite: "
 struct kn_shim_prepare {
 	int (*fn)(void *arg, char *const *env, int log_fd, char *why,
 		  size_t len);

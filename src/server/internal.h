@@ -346,10 +346,11 @@ int workflows_start(struct server *s, struct kn_error *err);
 /* A job ended for good (not requeued): its run, if any, moves on. */
 void workflows_job_ended(struct server *s, int64_t job_id);
 /*
- * KILN_INPUTS for a task of job_id when the job is a workflow step with
- * inputs: malloc'd JSON text (docs/workflows.md), else NULL.
+ * The variables a task of job_id gets when the job is a workflow step
+ * (docs/workflows.md): {"KILN_INPUTS": JSON text, "KILN_REQUIRES": JSON
+ * text}, each only when the step has some; NULL for any other job.
  */
-char *workflows_job_inputs(struct server *s, int64_t job_id);
+json_t *workflows_task_env(struct server *s, int64_t job_id);
 /* Route handlers (api.c's table). */
 void workflows_h_run(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param);

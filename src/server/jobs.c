@@ -445,7 +445,8 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
 	const char *model_dir;
-	char devs[256], **env = NULL, *inputs;
+	char devs[256], **env = NULL;
+	json_t *step_env;
 	size_t n = 0;
 	int local_rank = 0, rc;
 	bool mps;
@@ -487,13 +488,19 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	add_env(&env, &n, kn_asprintf("KILN_TASK_DIR=%s", t->task_dir));
 	add_env(&env, &n, kn_asprintf("KILN_CHECKPOINT_DIR=%s", r->checkpoint_dir));
 	add_env(&env, &n, kn_asprintf("KILN_OUTPUT_DIR=%s", r->output_dir));
-	/* A workflow step's inputs, which the shim fetches (workflows.c). */
+	/* A workflow step's inputs and prerequisites, which the shim
+	 * fetches and checks (workflows.c). */
 	add_env(&env, &n, kn_asprintf("KILN_INPUT_DIR=%s/tasks/%lld/%d/inputs",
 				      s->home, (long long)r->job_id,
 				      r->attempt));
-	if ((inputs = workflows_job_inputs(s, r->job_id))) {
-		add_env(&env, &n, kn_asprintf("KILN_INPUTS=%s", inputs));
-		free(inputs);
+	if ((step_env = workflows_task_env(s, r->job_id))) {
+		const char *key;
+		json_t *v;
+
+		json_object_foreach(step_env, key, v)
+			add_env(&env, &n, kn_asprintf("%s=%s", key,
+						      json_string_value(v)));
+		json_decref(step_env);
 	}
 	if (r->resume_from[0])
 		add_env(&env, &n, kn_asprintf("KILN_RESUME_FROM=%s", r->resume_from));
@@ -1000,7 +1007,9 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 			kn_format_duration(r->spec->timeout_ms, limit, sizeof(limit));
 			snprintf(why, sizeof(why), "timeout: ran past %s", limit);
 		}
-		if (!timeout && j.retries_used < r->spec->retries) {
+		/* A node without a step's prerequisites: retrying is no use. */
+		if (!timeout && j.retries_used < r->spec->retries &&
+		    !strstr(why, KN_PREREQUISITE_PREFIX)) {
 			j.retries_used++;
 			j.state = KN_JOB_QUEUED;
 			j.not_before = now + backoff_ms(r->spec, j.retries_used);

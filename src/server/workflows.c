@@ -320,13 +320,38 @@ static char *job_text(const struct wf_run *r, size_t i)
 	return text;
 }
 
-char *workflows_job_inputs(struct server *s, int64_t job_id)
+/*
+ * KILN_REQUIRES of step i: its `requires:` (else the workflow's) as the
+ * normalized JSON has it, with "store" the URL to reach when asked; NULL
+ * when there are none.
+ */
+static char *requires_text(struct server *s, const struct wf_run *r,
+			   size_t i)
+{
+	json_t *doc = kn_workflow_spec_to_json(r->spec), *req;
+	char *text = NULL;
+
+	req = json_object_get(json_array_get(json_object_get(doc, "steps"), i),
+			      "requires");
+	if (!json_is_object(req))
+		req = json_object_get(doc, "requires");
+	if (json_is_object(req) && json_object_size(req)) {
+		if (json_is_true(json_object_get(req, "store")))
+			json_object_set_new(req, "store",
+					    json_string(s->blob_url));
+		text = json_dumps(req, JSON_COMPACT | JSON_SORT_KEYS);
+	}
+	json_decref(doc);
+	return text;
+}
+
+json_t *workflows_task_env(struct server *s, int64_t job_id)
 {
 	struct kn_error err;
 	struct wf_run r;
 	int64_t run_id;
-	json_t *inputs = NULL;
-	char *text = NULL;
+	json_t *env = NULL, *inputs = NULL;
+	char *text;
 
 	if (kn_store_wf_run_of_job(s->store, job_id, &run_id, &err) < 0)
 		return NULL;
@@ -336,18 +361,29 @@ char *workflows_job_inputs(struct server *s, int64_t job_id)
 		return NULL;
 	}
 	for (size_t i = 0; i < r.n; i++) {
-		if (r.steps[i].job_id != job_id || !r.spec->steps[i].n_inputs)
+		if (r.steps[i].job_id != job_id)
 			continue;
-		if (inputs_json(s, &r, i, &inputs, &err) < 0)
+		env = json_object();
+		if (r.spec->steps[i].n_inputs &&
+		    inputs_json(s, &r, i, &inputs, &err) < 0) {
 			kn_log(KN_LOG_ERROR, "job %lld: %s", (long long)job_id,
 			       err.message);
-		else
+		} else if (inputs) {
 			text = json_dumps(inputs, JSON_COMPACT);
+			json_object_set_new(env, "KILN_INPUTS",
+					    json_string(text));
+			free(text);
+		}
 		json_decref(inputs);
+		if ((text = requires_text(s, &r, i))) {
+			json_object_set_new(env, "KILN_REQUIRES",
+					    json_string(text));
+			free(text);
+		}
 		break;
 	}
 	wf_run_release(&r);
-	return text;
+	return env;
 }
 
 /*
@@ -465,7 +501,8 @@ static int step_judge(struct server *s, struct wf_run *r, size_t i,
 						j.reason ? j.reason
 							 : "cancelled"));
 	} else if (st->on_failure == KN_ON_FAILURE_RETRY &&
-		   p->attempts <= st->retries) {
+		   p->attempts <= st->retries &&
+		   !(j.reason && strstr(j.reason, KN_PREREQUISITE_PREFIX))) {
 		char *why = kn_asprintf("retry %d of %d after job %lld failed: "
 					"%s", p->attempts, st->retries,
 					(long long)j.id,

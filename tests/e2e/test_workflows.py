@@ -475,3 +475,46 @@ def test_an_input_the_producer_did_not_leave_fails_the_step(server, tmp_path):
     assert use["reason"] == (
         f"cannot start: input make.outputs/nothing.bin: job "
         f"{steps(w)['make']['job']} of step make left no output nothing.bin")
+
+
+def test_unmet_prerequisite_fails_fast_without_using_a_retry(server, tmp_path):
+    text = (
+        "kind: Workflow\nname: prereq\non_failure: continue\n"
+        "requires: {commands: [sh], python_modules: [json]}\nsteps:\n"
+        "  - name: ready\n"
+        "    requires: {commands: [sh, \"true\"], python_modules: [json, os.path],\n"
+        f"               scratch: {{path: {tmp_path}, free: 1Ki}}, store: true,\n"
+        "               gpus: {count: 1}}\n"
+        "    job: {command: [/bin/true], resources: {gpus: 1}}\n"
+        "  - name: inherits\n    job: {command: [/bin/true]}\n"
+        "  - name: no_tool\n    on_failure: retry\n    retries: 2\n"
+        "    requires: {commands: [kiln-no-such-tool]}\n"
+        "    job: {command: [/bin/true], retries: 3}\n"
+        "  - name: no_module\n"
+        "    requires: {python_modules: [kiln_no_such_module]}\n"
+        "    job: {command: [/bin/true]}\n"
+        "  - name: no_space\n"
+        f"    requires: {{scratch: {{path: {tmp_path}, free: 1000000Ti}}}}\n"
+        "    job: {command: [/bin/true]}\n"
+        "  - name: few_gpus\n    requires: {gpus: {count: 2}}\n"
+        "    job: {command: [/bin/true], resources: {gpus: 1}}\n")
+    rid = run(server, write_workflow(tmp_path, text))
+    w = wait_run(server, rid)
+    s = steps(w)
+    assert w["state"] == "failed"
+    assert s["ready"]["state"] == "succeeded"
+    assert s["inherits"]["state"] == "succeeded"
+    tool = s["no_tool"]
+    assert (tool["state"], tool["attempts"]) == ("failed", 1)
+    assert ("rank 0: prerequisite: command kiln-no-such-tool is not on PATH"
+            in tool["reason"]), tool
+    job = server.job(tool["job"])
+    assert (job["attempts"], job["retries_used"]) == (1, 0)
+    assert "kiln: prerequisite: command kiln-no-such-tool" in server.logs(
+        tool["job"])
+    assert ("prerequisite: python3 cannot import kiln_no_such_module"
+            in s["no_module"]["reason"])
+    assert "prerequisite: scratch " in s["no_space"]["reason"]
+    assert "free, needs 976.6 PiB" in server.logs(s["no_space"]["job"])
+    assert ("prerequisite: 2 GPUs needed, the task has 1"
+            in s["few_gpus"]["reason"])
