@@ -105,6 +105,9 @@ def test_dag_order_parallel_branches_digest_and_revision(server, tmp_path):
     assert "revision:  " + head in shown
     assert any(line.split()[:3] == ["join", "succeeded", "left,right"]
                for line in shown.splitlines()), shown
+    as_json = json.loads(server.cli("workflow", "show", str(rid), "-o",
+                                    "json", check=True).stdout)
+    assert as_json["workflow"]["steps"] == w["steps"]
     listed = server.cli("workflow", "ls", check=True).stdout
     assert any(line.split()[:4] == [str(rid), "dag", "succeeded", "4/4"]
                for line in listed.splitlines()), listed
