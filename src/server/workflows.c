@@ -19,7 +19,12 @@
  *
  * A step is a job submitted as the run's owner, so the queue, placement,
  * retries of the job itself, checkpoints and outputs are the jobs' own;
- * the step's on_failure retry submits a new job each time.
+ * the step's on_failure retry submits a new job each time. What makes a
+ * job a step, besides its row here, is what its tasks get at launch
+ * (workflows_task_env): KILN_INPUTS, the earlier steps' outputs by store
+ * URL and sha256, and KILN_REQUIRES, its prerequisites; the shim fetches
+ * and checks them on the node (cmd/shim.c), so no file passes through
+ * the server.
  */
 #include "internal.h"
 #include "server/wfplan.h"

@@ -105,6 +105,12 @@ def test_dag_order_parallel_branches_digest_and_revision(server, tmp_path):
     assert "revision:  " + head in shown
     assert any(line.split()[:3] == ["join", "succeeded", "left,right"]
                for line in shown.splitlines()), shown
+    events = [json.loads(line) for line in
+              server.request("GET", "/v1/events").text.splitlines()]
+    assert [e["step"] for e in events if e["type"] == "workflow.step" and
+            e["state"] == "running"][:1] == ["prep"]
+    assert any(e["type"] == "workflow.state" and e["run"] == rid and
+               e["state"] == "succeeded" for e in events)
     as_json = json.loads(server.cli("workflow", "show", str(rid), "-o",
                                     "json", check=True).stdout)
     assert as_json["workflow"]["steps"] == w["steps"]
