@@ -1127,11 +1127,17 @@ void workflows_h_cancel(struct server *s, struct kn_http_req *req,
 			  (long long)r.row.id, r.row.state);
 		goto fail;
 	}
-	/* The run ends first, so its jobs' ends find nothing to advance. */
+	/*
+	 * One transaction: the run ends first, so the ends of its jobs (a
+	 * queued one ends inside jobs_cancel) find nothing to advance, and a
+	 * crash leaves either the whole cancel or none of it.
+	 */
 	r.row.ended_at = kn_now_ms();
 	set_str(&r.row.reason, kn_asprintf("cancelled by %s", c->name));
 	audit_fill(&a, c, "workflow.cancel", NULL);
-	rc = run_save(s, &r, "cancelled", &a, &err);
+	rc = kn_store_begin(s->store, &err);
+	if (rc == 0)
+		rc = run_save(s, &r, "cancelled", &a, &err);
 	for (size_t i = 0; rc == 0 && i < r.n; i++) {
 		struct kn_error jerr;
 
@@ -1147,11 +1153,17 @@ void workflows_h_cancel(struct server *s, struct kn_http_req *req,
 		set_str(&r.steps[i].reason,
 			kn_asprintf("run cancelled by %s", c->name));
 		rc = step_save(s, &r, i, "cancelled", &err);
-		if (rc == 0)
-			publish(s, &r, i);
 	}
-	if (rc < 0)
+	if (rc == 0)
+		rc = kn_store_commit(s->store, &err);
+	if (rc < 0) {
+		kn_store_rollback(s->store);
 		goto fail;
+	}
+	for (size_t i = 0; i < r.n; i++)
+		if (r.steps[i].ended_at == r.row.ended_at &&
+		    r.v[i].state == WF_CANCELLED)
+			publish(s, &r, i);
 	publish(s, &r, r.n);
 	wf_run_release(&r);
 	reply_run(s, req, id, 200);

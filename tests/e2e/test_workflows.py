@@ -325,14 +325,20 @@ def test_kill9_with_a_step_queued_then_restart(server, tmp_path):
 
 
 def test_cancel_stops_running_steps_and_wait_reports_it(server, tmp_path):
+    # Two branches want every GPU: one runs, the other's job is queued.
     text = ("kind: Workflow\nname: long\nsteps:\n"
-            "  - name: sleeper\n    job: {command: [/bin/sleep, \"60\"]}\n"
+            "  - name: sleeper\n    job: {command: [/bin/sleep, \"60\"], "
+            "resources: {gpus: 4}}\n"
+            "  - name: waiter\n    job: {command: [/bin/true], "
+            "resources: {gpus: 4}}\n"
             "  - name: after\n    needs: [sleeper]\n"
             "    job: {command: [/bin/true]}\n")
     rid = run(server, write_workflow(tmp_path, text))
     wait_step(server, rid, "sleeper", "running")
     job = steps(get(server, rid))["sleeper"]["job"]
     server.wait_state(job, "running")
+    queued = steps(get(server, rid))["waiter"]["job"]
+    assert server.job(queued)["state"] == "queued"
     viewer = server.create_token("viewer1", "viewer")
     other = server.create_token("other", "user")
     res = server.cli("workflow", "cancel", str(rid), token=other)
@@ -347,6 +353,8 @@ def test_cancel_stops_running_steps_and_wait_reports_it(server, tmp_path):
     s = steps(w)
     assert s["sleeper"]["state"] == "cancelled"
     assert s["after"]["state"] == "cancelled"
+    assert s["waiter"]["state"] == "cancelled"
+    assert server.job(queued)["state"] == "cancelled"
     server.wait_state(job, "cancelled")
     # Cancelled twice: a conflict.
     res = server.cli("workflow", "cancel", str(rid))
