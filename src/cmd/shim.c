@@ -28,6 +28,7 @@
 #include "base/base.h"
 #include "ckpt/ckpt.h"
 #include "exec/exec.h"
+#include "sched/sched.h"
 
 static const char *env_get(char *const *env, const char *key)
 {
@@ -168,6 +169,117 @@ static bool importable(const char *module, const char *path)
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+/*
+ * What `nvidia-smi ARGS...` prints first that line_prefix starts (the
+ * rest of that line, trimmed), or "" when it prints no such line or does
+ * not run. out has len bytes.
+ */
+static void nvidia_smi(const char *const *args, const char *prefix,
+		       char *out, size_t len)
+{
+	char buf[8192];
+	size_t got = 0;
+	int fds[2], status = 0;
+	const char *p;
+	pid_t pid;
+	ssize_t n;
+
+	out[0] = '\0';
+	if (pipe(fds) < 0)
+		return;
+	pid = fork();
+	if (pid == 0) {
+		int null_fd = open("/dev/null", O_RDWR);
+
+		dup2(fds[1], STDOUT_FILENO);
+		if (null_fd >= 0) {
+			dup2(null_fd, STDIN_FILENO);
+			dup2(null_fd, STDERR_FILENO);
+		}
+		close(fds[0]);
+		close(fds[1]);
+		execvp("nvidia-smi", (char *const *)args);
+		_exit(127);
+	}
+	close(fds[1]);
+	while (pid > 0 && got < sizeof(buf) - 1 &&
+	       ((n = read(fds[0], buf + got, sizeof(buf) - 1 - got)) > 0 ||
+		(n < 0 && errno == EINTR)))
+		if (n > 0)
+			got += (size_t)n;
+	close(fds[0]);
+	if (pid < 0)
+		return;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		return;
+	buf[got] = '\0';
+	for (p = buf; *p; p += strcspn(p, "\n"), p += *p == '\n') {
+		const char *at = strstr(p, prefix);
+		size_t line = strcspn(p, "\n");
+
+		if (!at || at >= p + line)
+			continue;
+		at += strlen(prefix);
+		line -= (size_t)(at - p);
+		while (line && (*at == ' ' || *at == ':')) {
+			at++;
+			line--;
+		}
+		snprintf(out, len, "%.*s", (int)strcspn(at, " \n|"), at);
+		return;
+	}
+}
+
+/* Compare versions part by part as numbers: <0, 0 or >0 like strcmp. */
+static int version_cmp(const char *a, const char *b)
+{
+	while (*a || *b) {
+		long x = strtol(a, (char **)&a, 10);
+		long y = strtol(b, (char **)&b, 10);
+
+		if (x != y)
+			return x < y ? -1 : 1;
+		a += *a == '.';
+		b += *b == '.';
+		if ((*a && (*a < '0' || *a > '9')) ||
+		    (*b && (*b < '0' || *b > '9')))
+			break;
+	}
+	return 0;
+}
+
+/*
+ * The NVIDIA driver's (what == "driver") or its CUDA's version against
+ * the least wanted; 0, or -ENODEV with why.
+ */
+static int check_version(const char *what, const char *want, char *why,
+			 size_t len)
+{
+	static const char *const driver_args[] = {
+		"nvidia-smi", "--query-gpu=driver_version",
+		"--format=csv,noheader", NULL,
+	};
+	static const char *const plain_args[] = {"nvidia-smi", NULL};
+	bool driver = !strcmp(what, "driver");
+	char have[64];
+
+	nvidia_smi(driver ? driver_args : plain_args,
+		   driver ? "" : "CUDA Version", have, sizeof(have));
+	if (!have[0]) {
+		snprintf(why, len, KN_PREREQUISITE_PREFIX "%s %s needed; "
+			 "nvidia-smi tells none on this node", what, want);
+		return -ENODEV;
+	}
+	if (version_cmp(have, want) < 0) {
+		snprintf(why, len, KN_PREREQUISITE_PREFIX "%s %s needed, the "
+			 "node has %s", what, want, have);
+		return -ENODEV;
+	}
+	return 0;
+}
+
 /* A module name Python could import: dotted identifiers only. */
 static bool module_name_ok(const char *m)
 {
@@ -256,6 +368,10 @@ static int check_requires(char *const *env, int log_fd, char *why,
 		for (const char *p = devs; p && *p; p += strcspn(p, ","),
 				p += *p == ',')
 			have++;
+		const char *model = json_string_value(
+			json_object_get(gpus, "model"));
+		json_t *given = json_object_get(gpus, "task_models");
+
 		if (have < want) {
 			snprintf(why, len, KN_PREREQUISITE_PREFIX "%d GPU%s "
 				 "needed, the task has %d", want,
@@ -263,7 +379,28 @@ static int check_requires(char *const *env, int log_fd, char *why,
 			rc = -ENODEV;
 			goto out;
 		}
+		json_array_foreach(given, i, v) {
+			if (model && !kn_sched_model_accepts(
+					     model, json_string_value(v))) {
+				snprintf(why, len, KN_PREREQUISITE_PREFIX
+					 "GPU model %s needed, the task has "
+					 "%s", model, json_string_value(v));
+				rc = -ENODEV;
+				goto out;
+			}
+		}
 	}
+	if (json_is_string(json_object_get(req, "driver")) &&
+	    (rc = check_version("driver",
+				json_string_value(json_object_get(req,
+								  "driver")),
+				why, len)) < 0)
+		goto out;
+	if (json_is_string(json_object_get(req, "cuda")) &&
+	    (rc = check_version("cuda",
+				json_string_value(json_object_get(req, "cuda")),
+				why, len)) < 0)
+		goto out;
 	if (json_is_string(json_object_get(req, "store"))) {
 		struct kn_blob_store_config cfg = {.use_env = true};
 		struct kn_blob_store *store = NULL;

@@ -346,11 +346,13 @@ int workflows_start(struct server *s, struct kn_error *err);
 /* A job ended for good (not requeued): its run, if any, moves on. */
 void workflows_job_ended(struct server *s, int64_t job_id);
 /*
- * The variables a task of job_id gets when the job is a workflow step
- * (docs/workflows.md): {"KILN_INPUTS": JSON text, "KILN_REQUIRES": JSON
- * text}, each only when the step has some; NULL for any other job.
+ * The variables a task of job_id, bound as b, gets when the job is a
+ * workflow step (docs/workflows.md): {"KILN_INPUTS": JSON text,
+ * "KILN_REQUIRES": JSON text}, each only when the step has some; NULL for
+ * any other job.
  */
-json_t *workflows_task_env(struct server *s, int64_t job_id);
+json_t *workflows_task_env(struct server *s, int64_t job_id,
+			   const struct kn_sched_binding *b);
 /* Route handlers (api.c's table). */
 void workflows_h_run(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param);

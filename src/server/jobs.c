@@ -493,7 +493,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	add_env(&env, &n, kn_asprintf("KILN_INPUT_DIR=%s/tasks/%lld/%d/inputs",
 				      s->home, (long long)r->job_id,
 				      r->attempt));
-	if ((step_env = workflows_task_env(s, r->job_id))) {
+	if ((step_env = workflows_task_env(s, r->job_id, b))) {
 		const char *key;
 		json_t *v;
 

@@ -331,9 +331,9 @@ static char *job_text(const struct wf_run *r, size_t i)
  * when there are none.
  */
 static char *requires_text(struct server *s, const struct wf_run *r,
-			   size_t i)
+			   size_t i, const struct kn_sched_binding *b)
 {
-	json_t *doc = kn_workflow_spec_to_json(r->spec), *req;
+	json_t *doc = kn_workflow_spec_to_json(r->spec), *req, *gpus;
 	char *text = NULL;
 
 	req = json_object_get(json_array_get(json_object_get(doc, "steps"), i),
@@ -344,13 +344,33 @@ static char *requires_text(struct server *s, const struct wf_run *r,
 		if (json_is_true(json_object_get(req, "store")))
 			json_object_set_new(req, "store",
 					    json_string(s->blob_url));
+		/* The models of the GPUs the task was given, for gpus.model:
+		   the node's devices as this server found them. */
+		gpus = json_object_get(req, "gpus");
+		if (json_is_string(json_object_get(gpus, "model")) && b) {
+			const struct kn_device_set *set =
+				&s->nodes[b->node].devices;
+			json_t *models = json_array();
+
+			for (int k = 0; k < b->n_devices; k++)
+				for (size_t d = 0; d < set->n; d++)
+					if (set->devices[d].index ==
+					    b->devices[k])
+						json_array_append_new(
+							models,
+							json_string(
+								set->devices[d]
+									.model));
+			json_object_set_new(gpus, "task_models", models);
+		}
 		text = json_dumps(req, JSON_COMPACT | JSON_SORT_KEYS);
 	}
 	json_decref(doc);
 	return text;
 }
 
-json_t *workflows_task_env(struct server *s, int64_t job_id)
+json_t *workflows_task_env(struct server *s, int64_t job_id,
+			   const struct kn_sched_binding *b)
 {
 	struct kn_error err;
 	struct wf_run r;
@@ -380,7 +400,7 @@ json_t *workflows_task_env(struct server *s, int64_t job_id)
 			free(text);
 		}
 		json_decref(inputs);
-		if ((text = requires_text(s, &r, i))) {
+		if ((text = requires_text(s, &r, i, b))) {
 			json_object_set_new(env, "KILN_REQUIRES",
 					    json_string(text));
 			free(text);

@@ -514,7 +514,15 @@ def test_unmet_prerequisite_fails_fast_without_using_a_retry(server, tmp_path):
         f"    requires: {{scratch: {{path: {tmp_path}, free: 1000000Ti}}}}\n"
         "    job: {command: [/bin/true]}\n"
         "  - name: few_gpus\n    requires: {gpus: {count: 2}}\n"
-        "    job: {command: [/bin/true], resources: {gpus: 1}}\n")
+        "    job: {command: [/bin/true], resources: {gpus: 1}}\n"
+        "  - name: right_model\n    requires: {gpus: {model: H100, count: 1}}\n"
+        "    job: {command: [/bin/true], resources: {gpus: 1}}\n"
+        "  - name: wrong_model\n    requires: {gpus: {model: A100, count: 1}}\n"
+        "    job: {command: [/bin/true], resources: {gpus: 1}}\n"
+        "  - name: new_driver\n    requires: {driver: \"999999.1\"}\n"
+        "    job: {command: [/bin/true]}\n"
+        "  - name: new_cuda\n    requires: {cuda: \"999.0\"}\n"
+        "    job: {command: [/bin/true]}\n")
     rid = run(server, write_workflow(tmp_path, text))
     w = wait_run(server, rid)
     s = steps(w)
@@ -535,3 +543,52 @@ def test_unmet_prerequisite_fails_fast_without_using_a_retry(server, tmp_path):
     assert "free, needs 976.6 PiB" in server.logs(s["no_space"]["job"])
     assert ("prerequisite: 2 GPUs needed, the task has 1"
             in s["few_gpus"]["reason"])
+    assert s["right_model"]["state"] == "succeeded"
+    assert ("prerequisite: GPU model A100 needed, the task has H100-80GB"
+            in s["wrong_model"]["reason"])
+    # Simulated GPUs have no driver to ask: the check fails, saying so
+    # (on a node with one, this driver is newer than any).
+    assert "prerequisite: driver 999999.1 needed" in s["new_driver"]["reason"]
+    assert "prerequisite: cuda 999.0 needed" in s["new_cuda"]["reason"]
+
+
+def test_driver_and_cuda_versions_compare_part_by_part(tmp_path):
+    # This machine has no NVIDIA driver: the server (and so each task's
+    # shim) finds a stand-in nvidia-smi first on its PATH.
+    from conftest import Server
+    import os
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --query-gpu=driver_version ]; then echo 535.104.05; '
+        "exit 0; fi\n"
+        "echo '| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   "
+        "CUDA Version: 12.2     |'\n")
+    smi.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    server = Server(tmp_path / "home", env=env)
+    server.home.mkdir()
+    server.start()
+    try:
+        text = (
+            "kind: Workflow\nname: versions\non_failure: continue\nsteps:\n"
+            "  - {name: old_driver, requires: {driver: \"535.104\"},\n"
+            "     job: {command: [/bin/true]}}\n"
+            "  - {name: newer_driver, requires: {driver: \"535.129\"},\n"
+            "     job: {command: [/bin/true]}}\n"
+            "  - {name: same_cuda, requires: {cuda: \"12.2\"},\n"
+            "     job: {command: [/bin/true]}}\n"
+            "  - {name: later_cuda, requires: {cuda: \"12.10\"},\n"
+            "     job: {command: [/bin/true]}}\n")
+        rid = run(server, write_workflow(tmp_path, text))
+        s = steps(wait_run(server, rid))
+        assert s["old_driver"]["state"] == "succeeded"
+        assert s["same_cuda"]["state"] == "succeeded"
+        assert ("prerequisite: driver 535.129 needed, the node has "
+                "535.104.05" in s["newer_driver"]["reason"])
+        assert ("prerequisite: cuda 12.10 needed, the node has 12.2"
+                in s["later_cuda"]["reason"])
+    finally:
+        server.stop()
