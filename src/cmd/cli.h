@@ -100,6 +100,8 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv);
 /* advise.c: which VM to rent, and its cost. */
 int cmd_advise(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_cost(struct cli_ctx *ctx, int argc, char **argv);
+/* workflow.c: workflow runs. */
+int cmd_workflow(struct cli_ctx *ctx, int argc, char **argv);
 
 /* Flags. */
 

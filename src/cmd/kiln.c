@@ -385,6 +385,32 @@ static const struct cli_command commands[] = {
 	 "this machine, or Azure with credentials from AZURE_STORAGE_*.\n"
 	 "Exit status: 0 ok, 1 refused or failed, 2 usage.\n",
 	 false},
+	{"workflow", cmd_workflow, NULL,
+	 "run a workflow file's steps as jobs; list, show, retry, cancel runs",
+	 "usage: kiln workflow run FILE [--wait]\n"
+	 "       kiln workflow ls [-o json|table]\n"
+	 "       kiln workflow show RUN [-o json|table]\n"
+	 "       kiln workflow retry RUN\n"
+	 "       kiln workflow cancel RUN\n"
+	 "\n"
+	 "Run a `kind: Workflow` file (docs/workflows.md): each step is a job,\n"
+	 "started when the steps it needs have succeeded, with its on_failure\n"
+	 "policy, retries and `when:` conditions.\n"
+	 "\n"
+	 "  run     send FILE, the job files it names (read beside it), its\n"
+	 "          sha256 and the git revision of its directory; print the\n"
+	 "          run's id\n"
+	 "          --wait  follow the run until it ends; exit 0 only when it\n"
+	 "                  succeeded (4 failed, 5 cancelled)\n"
+	 "  ls      list runs: ID NAME STATE STEPS (succeeded/all) OWNER\n"
+	 "          SUBMITTED RAN REASON\n"
+	 "  show    a run and its steps: STEP STATE NEEDS DURATION ATTEMPTS\n"
+	 "          JOB REASON\n"
+	 "  retry   run a failed or cancelled run again: its failed,\n"
+	 "          cancelled and thereby skipped steps only; succeeded\n"
+	 "          steps and their outputs are kept\n"
+	 "  cancel  cancel a run: its running step jobs are cancelled\n",
+	 false},
 	{"alerts", cmd_alerts, NULL, "list firing and recently resolved alerts",
 	 "usage: kiln alerts [--all] [-o json|table]\n"
 	 "\n"

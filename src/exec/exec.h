@@ -181,14 +181,37 @@ extern const struct kn_executor_ops kn_slurm_executor;
  * `kiln shim --slurm ATTEMPT_DIR`, run by srun once per task: picks the
  * task directory ATTEMPT_DIR/$SLURM_PROCID, sets RANK, WORLD_SIZE,
  * LOCAL_RANK, NODE_RANK and MASTER_ADDR from Slurm's variables, keeps the
- * CUDA_VISIBLE_DEVICES Slurm set, then runs kn_shim_main. A task that has
- * already recorded its exit (Slurm restarted a finished attempt) is not
- * run again. Returns the process exit code.
+ * CUDA_VISIBLE_DEVICES Slurm set, then runs kn_shim_main_prepared with
+ * prep (may be NULL). A task that has already recorded its exit (Slurm
+ * restarted a finished attempt) is not run again. Returns the process
+ * exit code.
  */
-int kn_slurm_shim_main(const char *attempt_dir, struct kn_error *err);
+struct kn_shim_prepare;
+int kn_slurm_shim_main(const char *attempt_dir,
+		       const struct kn_shim_prepare *prep,
+		       struct kn_error *err);
 
 /* The shim's body (`kiln shim --dir DIR`): returns the process exit code. */
 int kn_shim_main(const char *task_dir, struct kn_error *err);
+
+/*
+ * Work the shim does before it starts the task (`kiln shim` fetches a
+ * workflow step's inputs): fn gets the task's environment and the task
+ * log's descriptor for what to tell the task's owner; it returns 0, or a
+ * negative errno with why (len bytes) filled, and the task then ends
+ * unstarted with exit code 1 and why as its reason.
+ */
+/* A task's reason when a workflow step's prerequisite is not met. */
+#define KN_PREREQUISITE_PREFIX "prerequisite: "
+struct kn_shim_prepare {
+	int (*fn)(void *arg, char *const *env, int log_fd, char *why,
+		  size_t len);
+	void *arg;
+};
+/* kn_shim_main with prep (may be NULL) run before the task starts. */
+int kn_shim_main_prepared(const char *task_dir,
+			  const struct kn_shim_prepare *prep,
+			  struct kn_error *err);
 /* Write TASK_DIR/shim.pid ("PID START") for the calling process. */
 int kn_shim_record_pid(const char *task_dir);
 

@@ -281,6 +281,14 @@ static int write_status(struct shim *s, int wstatus, int64_t started,
 
 int kn_shim_main(const char *task_dir, struct kn_error *err)
 {
+	return kn_shim_main_prepared(task_dir, NULL, err);
+}
+
+int kn_shim_main_prepared(const char *task_dir,
+			  const struct kn_shim_prepare *prep,
+			  struct kn_error *err)
+{
+	char why[256];
 	struct shim s;
 	sigset_t mask;
 	int pipefd[2] = {-1, -1}, sfd = -1, tfd = -1, rc, wstatus = 0;
@@ -323,6 +331,17 @@ int kn_shim_main(const char *task_dir, struct kn_error *err)
 		goto out;
 	}
 	started = kn_now_ms();
+	if (prep && prep->fn &&
+	    prep->fn(prep->arg, s.env, s.log_fd, why, sizeof(why)) < 0) {
+		/* Recorded like any exit, so the server judges it the same. */
+		kn_strlcpy(s.reason, why, sizeof(s.reason));
+		rc = write_status(&s, W_EXITCODE(1, 0), started, kn_now_ms());
+		if (rc < 0)
+			rc = kn_errorf(err, KN_EIO, NULL,
+				       "cannot write %s/status.json: %s",
+				       task_dir, strerror(-rc));
+		goto out;
+	}
 	start_child(&s, pipefd[1]);
 	close(pipefd[1]);
 	pipefd[1] = -1;

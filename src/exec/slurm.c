@@ -713,7 +713,8 @@ const struct kn_executor_ops kn_slurm_executor = {
 
 /* ---- inside the allocation ---- */
 
-int kn_slurm_shim_main(const char *attempt_dir, struct kn_error *err)
+int kn_slurm_shim_main(const char *attempt_dir,
+		       const struct kn_shim_prepare *prep, struct kn_error *err)
 {
 	const char *procid = getenv("SLURM_PROCID");
 	const char *ntasks = getenv("SLURM_NTASKS");
@@ -749,7 +750,7 @@ int kn_slurm_shim_main(const char *attempt_dir, struct kn_error *err)
 	/* No GPU in the allocation: hide them all, as the local executor. */
 	setenv("CUDA_VISIBLE_DEVICES", cuda ? cuda : "", 1);
 	setenv("NVIDIA_VISIBLE_DEVICES", cuda && *cuda ? cuda : "void", 1);
-	rc = kn_shim_main(task_dir, err);
+	rc = kn_shim_main_prepared(task_dir, prep, err);
 	free(status);
 	free(task_dir);
 	return rc;

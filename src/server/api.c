@@ -918,6 +918,16 @@ static const struct route routes[] = {
 	 "model.promote", models_h_promote},
 	{"POST", "/v1/models/{name}/rollback", KN_ROLE_OPERATOR, false,
 	 "model.rollback", models_h_rollback},
+	/* Workflow runs (workflows.c): a user runs and changes its own. */
+	{"POST", "/v1/workflows", KN_ROLE_USER, false, "workflow.run",
+	 workflows_h_run},
+	{"GET", "/v1/workflows", KN_ROLE_VIEWER, false, NULL, workflows_h_list},
+	{"GET", "/v1/workflows/{id}", KN_ROLE_VIEWER, false, NULL,
+	 workflows_h_get},
+	{"POST", "/v1/workflows/{id}/cancel", KN_ROLE_USER, false,
+	 "workflow.cancel", workflows_h_cancel},
+	{"POST", "/v1/workflows/{id}/retry", KN_ROLE_USER, false,
+	 "workflow.retry", workflows_h_retry},
 };
 
 /*

@@ -391,6 +391,30 @@ void models_h_rollback(struct server *s, struct kn_http_req *req,
  */
 int models_deploy_dir(struct server *s, const char *text, char **out,
 		      struct kn_error *err);
+/* workflows.c: workflow runs, their steps as jobs (docs/workflows.md) */
+/* Advance every active run (after jobs_recover has re-adopted jobs). */
+int workflows_start(struct server *s, struct kn_error *err);
+/* A job ended for good (not requeued): its run, if any, moves on. */
+void workflows_job_ended(struct server *s, int64_t job_id);
+/*
+ * The variables a task of job_id, bound as b, gets when the job is a
+ * workflow step (docs/workflows.md): {"KILN_INPUTS": JSON text,
+ * "KILN_REQUIRES": JSON text}, each only when the step has some; NULL for
+ * any other job.
+ */
+json_t *workflows_task_env(struct server *s, int64_t job_id,
+			   const struct kn_sched_binding *b);
+/* Route handlers (api.c's table). */
+void workflows_h_run(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param);
+void workflows_h_list(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param);
+void workflows_h_get(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param);
+void workflows_h_cancel(struct server *s, struct kn_http_req *req,
+			const struct caller *c, const char *param);
+void workflows_h_retry(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param);
 
 /* health.c: the node checks at start and periodically */
 int health_start(struct server *s, struct node_health **out,

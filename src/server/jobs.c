@@ -463,6 +463,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	const struct kn_job_spec *spec = r->spec;
 	const char *model_dir;
 	char devs[256], **env = NULL;
+	json_t *step_env;
 	size_t n = 0;
 	int local_rank = 0, rc;
 	bool mps;
@@ -505,6 +506,20 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	add_env(&env, &n, kn_asprintf("KILN_TASK_DIR=%s", t->task_dir));
 	add_env(&env, &n, kn_asprintf("KILN_CHECKPOINT_DIR=%s", r->checkpoint_dir));
 	add_env(&env, &n, kn_asprintf("KILN_OUTPUT_DIR=%s", r->output_dir));
+	/* A workflow step's inputs and prerequisites, which the shim
+	 * fetches and checks (workflows.c). */
+	add_env(&env, &n, kn_asprintf("KILN_INPUT_DIR=%s/tasks/%lld/%d/inputs",
+				      s->home, (long long)r->job_id,
+				      r->attempt));
+	if ((step_env = workflows_task_env(s, r->job_id, b))) {
+		const char *key;
+		json_t *v;
+
+		json_object_foreach(step_env, key, v)
+			add_env(&env, &n, kn_asprintf("%s=%s", key,
+						      json_string_value(v)));
+		json_decref(step_env);
+	}
 	if (r->resume_from[0])
 		add_env(&env, &n, kn_asprintf("KILN_RESUME_FROM=%s", r->resume_from));
 	add_env(&env, &n, kn_asprintf("KILN_GPU_MILLI=%d",
@@ -1017,7 +1032,9 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 			kn_format_duration(r->spec->timeout_ms, limit, sizeof(limit));
 			snprintf(why, sizeof(why), "timeout: ran past %s", limit);
 		}
-		if (!timeout && j.retries_used < r->spec->retries) {
+		/* A node without a step's prerequisites: retrying is no use. */
+		if (!timeout && j.retries_used < r->spec->retries &&
+		    !strstr(why, KN_PREREQUISITE_PREFIX)) {
 			j.retries_used++;
 			j.state = KN_JOB_QUEUED;
 			j.not_before = now + backoff_ms(r->spec, j.retries_used);
@@ -1162,6 +1179,7 @@ static void settle(struct server *s, struct run **changed, size_t n)
 				changed[i]->tasks[k].recorded = true;
 	for (size_t i = 0; i < nd; i++) {
 		struct run *r = done[i];
+		int64_t job_id = r->job_id;
 
 		feed_job(s, r->job_id, r->end_state, r->end_reason);
 		kn_sched_release(&s->cluster, &r->req, r->bindings);
@@ -1172,6 +1190,8 @@ static void settle(struct server *s, struct run **changed, size_t n)
 			r->spec = NULL;
 		}
 		run_free(r);
+		if (!requeue[i])
+			workflows_job_ended(s, job_id);
 	}
 	free(done);
 	free(requeue);
@@ -1323,6 +1343,7 @@ int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		if (rc == 0) {
 			queue_remove(s, id);
 			feed_job(s, id, "cancelled", j.reason);
+			workflows_job_ended(s, id);
 		}
 		goto out;
 	}

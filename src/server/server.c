@@ -470,6 +470,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	rc = jobs_recover(&s, err);
 	if (rc < 0)
 		goto out;
+	rc = workflows_start(&s, err);
+	if (rc < 0)
+		goto out;
 	rc = monitor_start(&s, &s.monitor, err);
 	if (rc < 0)
 		goto out;

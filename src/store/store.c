@@ -308,6 +308,49 @@ static const char SQL_SCHEMA_V7[] =
 	" FOREIGN KEY (name, version) REFERENCES model_versions (name, version)"
 	") WITHOUT ROWID;";
 
+/*
+ * v8: workflow runs and their steps. A run keeps the texts the client
+ * sent (the workflow and its job files), so a restart or a retry starts
+ * the same jobs; a step names the job it runs as now. Step states follow
+ * the engine's (server/workflows.c); by_condition marks a step skipped by
+ * a false `when` (directly or through a need skipped so), which does not
+ * fail its run.
+ */
+static const char SQL_SCHEMA_V8[] =
+	"CREATE TABLE workflow_runs ("
+	" id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" name TEXT NOT NULL,"
+	" owner TEXT NOT NULL,"
+	" filename TEXT NOT NULL,"
+	" path TEXT NOT NULL,"
+	" spec_yaml TEXT NOT NULL,"
+	" files_json TEXT NOT NULL,"
+	" digest TEXT NOT NULL,"
+	" revision TEXT,"
+	" state TEXT NOT NULL CHECK (state IN ('queued', 'running',"
+	"  'succeeded', 'failed', 'cancelled')),"
+	" reason TEXT,"
+	" submitted_at INTEGER NOT NULL,"
+	" started_at INTEGER NOT NULL DEFAULT 0,"
+	" ended_at INTEGER NOT NULL DEFAULT 0);"
+	"CREATE INDEX workflow_runs_state ON workflow_runs (state);"
+	"CREATE TABLE workflow_steps ("
+	" run_id INTEGER NOT NULL REFERENCES workflow_runs (id),"
+	" idx INTEGER NOT NULL,"
+	" name TEXT NOT NULL,"
+	" state TEXT NOT NULL CHECK (state IN ('pending', 'running',"
+	"  'succeeded', 'failed', 'skipped', 'cancelled')),"
+	" by_condition INTEGER NOT NULL DEFAULT 0,"
+	" job_id INTEGER NOT NULL DEFAULT 0,"
+	" attempts INTEGER NOT NULL DEFAULT 0,"
+	" started_at INTEGER NOT NULL DEFAULT 0,"
+	" ended_at INTEGER NOT NULL DEFAULT 0,"
+	" reason TEXT,"
+	" metrics_json TEXT,"
+	" PRIMARY KEY (run_id, idx)) WITHOUT ROWID;"
+	"CREATE INDEX workflow_steps_job ON workflow_steps (job_id)"
+	" WHERE job_id != 0;";
+
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
@@ -317,6 +360,7 @@ static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V5,
 	SQL_SCHEMA_V6,
 	SQL_SCHEMA_V7,
+	SQL_SCHEMA_V8,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -761,6 +805,55 @@ static const char SQL_MODEL_SIGNATURE_LIST[] =
 	" FROM model_signatures WHERE name = ?1 AND version = ?2"
 	" ORDER BY signed_at, key_id";
 
+#define WF_RUN_COLUMNS                                                      \
+	"id, name, owner, filename, path, spec_yaml, files_json, digest,"   \
+	" revision, state, reason, submitted_at, started_at, ended_at"
+enum {
+	WF_RUN_COL_ID,
+	WF_RUN_COL_NAME,
+	WF_RUN_COL_OWNER,
+	WF_RUN_COL_FILENAME,
+	WF_RUN_COL_PATH,
+	WF_RUN_COL_SPEC_YAML,
+	WF_RUN_COL_FILES_JSON,
+	WF_RUN_COL_DIGEST,
+	WF_RUN_COL_REVISION,
+	WF_RUN_COL_STATE,
+	WF_RUN_COL_REASON,
+	WF_RUN_COL_SUBMITTED_AT,
+	WF_RUN_COL_STARTED_AT,
+	WF_RUN_COL_ENDED_AT,
+};
+static const char SQL_WF_RUN_INSERT[] =
+	"INSERT INTO workflow_runs (name, owner, filename, path, spec_yaml,"
+	" files_json, digest, revision, state, reason, submitted_at,"
+	" started_at, ended_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+	" ?10, ?11, ?12, ?13)";
+static const char SQL_WF_RUN_GET[] =
+	"SELECT " WF_RUN_COLUMNS " FROM workflow_runs WHERE id = ?1";
+static const char SQL_WF_RUN_UPDATE[] =
+	"UPDATE workflow_runs SET state = ?2, reason = ?3, started_at = ?4,"
+	" ended_at = ?5 WHERE id = ?1";
+static const char SQL_WF_RUN_LIST[] =
+	"SELECT " WF_RUN_COLUMNS " FROM workflow_runs"
+	" WHERE ?1 = 0 OR state IN ('queued', 'running') ORDER BY id";
+#define WF_STEP_COLUMNS                                                    \
+	"run_id, idx, name, state, by_condition, job_id, attempts,"        \
+	" started_at, ended_at, reason, metrics_json"
+static const char SQL_WF_STEP_PUT[] =
+	"INSERT INTO workflow_steps (" WF_STEP_COLUMNS ") VALUES (?1, ?2, ?3,"
+	" ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (run_id, idx) DO"
+	" UPDATE SET state = excluded.state,"
+	" by_condition = excluded.by_condition, job_id = excluded.job_id,"
+	" attempts = excluded.attempts, started_at = excluded.started_at,"
+	" ended_at = excluded.ended_at, reason = excluded.reason,"
+	" metrics_json = excluded.metrics_json";
+static const char SQL_WF_STEP_LIST[] =
+	"SELECT " WF_STEP_COLUMNS " FROM workflow_steps WHERE run_id = ?1"
+	" ORDER BY idx";
+static const char SQL_WF_STEP_BY_JOB[] =
+	"SELECT run_id FROM workflow_steps WHERE job_id = ?1";
+
 enum stmt_id {
 	STMT_BEGIN,
 	STMT_COMMIT,
@@ -831,6 +924,13 @@ enum stmt_id {
 	STMT_MODEL_ALIAS_HISTORY,
 	STMT_MODEL_SIGNATURE_INSERT,
 	STMT_MODEL_SIGNATURE_LIST,
+	STMT_WF_RUN_INSERT,
+	STMT_WF_RUN_GET,
+	STMT_WF_RUN_UPDATE,
+	STMT_WF_RUN_LIST,
+	STMT_WF_STEP_PUT,
+	STMT_WF_STEP_LIST,
+	STMT_WF_STEP_BY_JOB,
 	STMT_COUNT,
 };
 
@@ -904,6 +1004,13 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_MODEL_ALIAS_HISTORY] = SQL_MODEL_ALIAS_HISTORY,
 	[STMT_MODEL_SIGNATURE_INSERT] = SQL_MODEL_SIGNATURE_INSERT,
 	[STMT_MODEL_SIGNATURE_LIST] = SQL_MODEL_SIGNATURE_LIST,
+	[STMT_WF_RUN_INSERT] = SQL_WF_RUN_INSERT,
+	[STMT_WF_RUN_GET] = SQL_WF_RUN_GET,
+	[STMT_WF_RUN_UPDATE] = SQL_WF_RUN_UPDATE,
+	[STMT_WF_RUN_LIST] = SQL_WF_RUN_LIST,
+	[STMT_WF_STEP_PUT] = SQL_WF_STEP_PUT,
+	[STMT_WF_STEP_LIST] = SQL_WF_STEP_LIST,
+	[STMT_WF_STEP_BY_JOB] = SQL_WF_STEP_BY_JOB,
 };
 
 struct kn_store {
@@ -3705,4 +3812,263 @@ void kn_model_signature_list_free(struct kn_model_signature_row *rows,
 		free(rows[i].signed_by);
 	}
 	free(rows);
+}
+
+/* ---- workflow runs and their steps ---- */
+
+void kn_wf_run_row_release(struct kn_wf_run_row *r)
+{
+	if (!r)
+		return;
+	free(r->name);
+	free(r->owner);
+	free(r->filename);
+	free(r->path);
+	free(r->spec_yaml);
+	free(r->files_json);
+	free(r->digest);
+	free(r->revision);
+	free(r->state);
+	free(r->reason);
+	memset(r, 0, sizeof(*r));
+}
+
+void kn_wf_step_row_release(struct kn_wf_step_row *p)
+{
+	if (!p)
+		return;
+	free(p->name);
+	free(p->state);
+	free(p->reason);
+	free(p->metrics_json);
+	memset(p, 0, sizeof(*p));
+}
+
+static int wf_step_write(struct kn_store *st, const struct kn_wf_step_row *p,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_STEP_PUT];
+	const char *what = "writing a workflow step";
+
+	if (bind_i64(s, 1, p->run_id) || bind_i64(s, 2, p->index) ||
+	    bind_text(s, 3, p->name) || bind_text(s, 4, p->state) ||
+	    bind_i64(s, 5, p->by_condition) || bind_i64(s, 6, p->job_id) ||
+	    bind_i64(s, 7, p->attempts) || bind_i64(s, 8, p->started_at) ||
+	    bind_i64(s, 9, p->ended_at) || bind_text(s, 10, p->reason) ||
+	    bind_text(s, 11, p->metrics_json))
+		return bind_fail(st, s, what, err);
+	return run(st, s, what, err);
+}
+
+int kn_store_wf_run_insert(struct kn_store *st, const struct kn_wf_run_row *r,
+			   const struct kn_wf_step_row *steps, size_t n,
+			   const struct kn_audit *a, int64_t *out_id,
+			   struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_INSERT];
+	const char *what = "inserting a workflow run";
+	char object[40];
+	int64_t id = 0;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, r->name) || bind_text(s, 2, r->owner) ||
+	    bind_text(s, 3, r->filename) || bind_text(s, 4, r->path) ||
+	    bind_text(s, 5, r->spec_yaml) || bind_text(s, 6, r->files_json) ||
+	    bind_text(s, 7, r->digest) || bind_text(s, 8, r->revision) ||
+	    bind_text(s, 9, r->state) || bind_text(s, 10, r->reason) ||
+	    bind_i64(s, 11, r->submitted_at) || bind_i64(s, 12, r->started_at) ||
+	    bind_i64(s, 13, r->ended_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	id = sqlite3_last_insert_rowid(st->db);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct kn_wf_step_row p = steps[i];
+
+		p.run_id = id;
+		rc = wf_step_write(st, &p, err);
+	}
+	if (rc < 0)
+		goto out;
+	snprintf(object, sizeof(object), "workflow/%" PRId64, id);
+	rc = audit_write(st, a, object, err);
+out:
+	rc = write_end(st, own, rc, err);
+	if (rc == 0 && out_id)
+		*out_id = id;
+	return rc;
+}
+
+static void read_wf_run(sqlite3_stmt *s, struct kn_wf_run_row *r)
+{
+	r->id = col_i64(s, WF_RUN_COL_ID);
+	r->name = col_str(s, WF_RUN_COL_NAME);
+	r->owner = col_str(s, WF_RUN_COL_OWNER);
+	r->filename = col_str(s, WF_RUN_COL_FILENAME);
+	r->path = col_str(s, WF_RUN_COL_PATH);
+	r->spec_yaml = col_str(s, WF_RUN_COL_SPEC_YAML);
+	r->files_json = col_str(s, WF_RUN_COL_FILES_JSON);
+	r->digest = col_str(s, WF_RUN_COL_DIGEST);
+	r->revision = col_str(s, WF_RUN_COL_REVISION);
+	r->state = col_str(s, WF_RUN_COL_STATE);
+	r->reason = col_str(s, WF_RUN_COL_REASON);
+	r->submitted_at = col_i64(s, WF_RUN_COL_SUBMITTED_AT);
+	r->started_at = col_i64(s, WF_RUN_COL_STARTED_AT);
+	r->ended_at = col_i64(s, WF_RUN_COL_ENDED_AT);
+}
+
+int kn_store_wf_run_get(struct kn_store *st, int64_t id,
+			struct kn_wf_run_row *out, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_GET];
+	const char *what = "reading a workflow run";
+	int rc;
+
+	if (bind_i64(s, 1, id))
+		return bind_fail(st, s, what, err);
+	rc = step_row(st, s, what, err);
+	if (rc == 1)
+		read_wf_run(s, out);
+	stmt_done(s);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, NULL,
+				 "workflow run %" PRId64 " not found", id);
+	return rc < 0 ? rc : 0;
+}
+
+int kn_store_wf_run_update(struct kn_store *st, const struct kn_wf_run_row *r,
+			   const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_UPDATE];
+	const char *what = "updating a workflow run";
+	char object[40];
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_i64(s, 1, r->id) || bind_text(s, 2, r->state) ||
+	    bind_text(s, 3, r->reason) || bind_i64(s, 4, r->started_at) ||
+	    bind_i64(s, 5, r->ended_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	snprintf(object, sizeof(object), "workflow/%" PRId64, r->id);
+	rc = audit_write(st, a, object, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_wf_run_list(struct kn_store *st, bool active_only,
+			 struct kn_wf_run_row **out, size_t *n,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_LIST];
+	struct kn_wf_run_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (bind_i64(s, 1, active_only))
+		return bind_fail(st, s, "listing workflow runs", err);
+	while ((rc = step_row(st, s, "listing workflow runs", err)) == 1) {
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		memset(&rows[count], 0, sizeof(rows[count]));
+		read_wf_run(s, &rows[count++]);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_wf_run_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_wf_run_list_free(struct kn_wf_run_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_wf_run_row_release(&rows[i]);
+	free(rows);
+}
+
+int kn_store_wf_step_put(struct kn_store *st, const struct kn_wf_step_row *p,
+			 struct kn_error *err)
+{
+	return wf_step_write(st, p, err);
+}
+
+int kn_store_wf_step_list(struct kn_store *st, int64_t run_id,
+			  struct kn_wf_step_row **out, size_t *n,
+			  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_STEP_LIST];
+	struct kn_wf_step_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (bind_i64(s, 1, run_id))
+		return bind_fail(st, s, "listing workflow steps", err);
+	while ((rc = step_row(st, s, "listing workflow steps", err)) == 1) {
+		struct kn_wf_step_row *p;
+
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		p = &rows[count++];
+		p->run_id = col_i64(s, 0);
+		p->index = col_int(s, 1);
+		p->name = col_str(s, 2);
+		p->state = col_str(s, 3);
+		p->by_condition = col_bool(s, 4);
+		p->job_id = col_i64(s, 5);
+		p->attempts = col_int(s, 6);
+		p->started_at = col_i64(s, 7);
+		p->ended_at = col_i64(s, 8);
+		p->reason = col_str(s, 9);
+		p->metrics_json = col_str(s, 10);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_wf_step_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_wf_step_list_free(struct kn_wf_step_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_wf_step_row_release(&rows[i]);
+	free(rows);
+}
+
+int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
+			   int64_t *run_id, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_STEP_BY_JOB];
+	const char *what = "finding a job's workflow run";
+	int rc;
+
+	if (bind_i64(s, 1, job_id))
+		return bind_fail(st, s, what, err);
+	rc = step_row(st, s, what, err);
+	if (rc == 1)
+		*run_id = col_i64(s, 0);
+	stmt_done(s);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, NULL,
+				 "job %" PRId64 " is no workflow step", job_id);
+	return rc < 0 ? rc : 0;
 }

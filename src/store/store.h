@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 7
+#define KN_STORE_SCHEMA_VERSION 8
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -669,5 +669,66 @@ int kn_store_model_signature_list(struct kn_store *st, const char *name,
 				  size_t *n, struct kn_error *err);
 void kn_model_signature_list_free(struct kn_model_signature_row *rows,
 				  size_t n);
+
+/* ---- workflow runs and their steps (server/workflows.c) ---- */
+
+struct kn_wf_run_row {
+	int64_t id;
+	char *name;       /* the workflow's name */
+	char *owner;      /* the token that ran it */
+	char *filename;   /* the workflow file as the client named it */
+	char *path;       /* its absolute path, or "" */
+	char *spec_yaml;  /* the workflow's text as sent */
+	char *files_json; /* {"jobs/a.yaml": "text", ...}: job files as sent */
+	char *digest;     /* sha256 hex of the workflow file */
+	char *revision;   /* git revision of its directory, or NULL */
+	char *state;      /* queued, running, succeeded, failed, cancelled */
+	char *reason;     /* why it ended, or NULL */
+	int64_t submitted_at, started_at, ended_at; /* 0 = not yet */
+};
+void kn_wf_run_row_release(struct kn_wf_run_row *r);
+
+struct kn_wf_step_row {
+	int64_t run_id;
+	int index;          /* the step's place in the workflow file */
+	char *name;
+	char *state;        /* pending, running, succeeded, failed, skipped,
+			       cancelled */
+	bool by_condition;  /* skipped by a false `when` */
+	int64_t job_id;     /* the job it runs as now, 0 = none yet */
+	int attempts;       /* jobs started for it */
+	int64_t started_at, ended_at;
+	char *reason;       /* may be NULL */
+	char *metrics_json; /* the job's metrics.json object, or NULL */
+};
+void kn_wf_step_row_release(struct kn_wf_step_row *p);
+
+/* The run and its steps (run_id taken from the new run); sets *out_id. */
+int kn_store_wf_run_insert(struct kn_store *st, const struct kn_wf_run_row *r,
+			   const struct kn_wf_step_row *steps, size_t n,
+			   const struct kn_audit *a, int64_t *out_id,
+			   struct kn_error *err);
+/* -ENOENT (KN_ENOTFOUND) when missing. */
+int kn_store_wf_run_get(struct kn_store *st, int64_t id,
+			struct kn_wf_run_row *out, struct kn_error *err);
+/* Write state, reason, started_at and ended_at; a may be NULL. */
+int kn_store_wf_run_update(struct kn_store *st, const struct kn_wf_run_row *r,
+			   const struct kn_audit *a, struct kn_error *err);
+/* Ordered by id; active_only: queued or running. */
+int kn_store_wf_run_list(struct kn_store *st, bool active_only,
+			 struct kn_wf_run_row **out, size_t *n,
+			 struct kn_error *err);
+void kn_wf_run_list_free(struct kn_wf_run_row *rows, size_t n);
+/* Insert or replace by (run_id, index). */
+int kn_store_wf_step_put(struct kn_store *st, const struct kn_wf_step_row *p,
+			 struct kn_error *err);
+/* Ordered by index. */
+int kn_store_wf_step_list(struct kn_store *st, int64_t run_id,
+			  struct kn_wf_step_row **out, size_t *n,
+			  struct kn_error *err);
+void kn_wf_step_list_free(struct kn_wf_step_row *rows, size_t n);
+/* The run whose step runs as job_id; -ENOENT when none does. */
+int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
+			   int64_t *run_id, struct kn_error *err);
 
 #endif

@@ -145,6 +145,7 @@ def test_database_from_before_the_chain(stopped_home, tmp_path):
                  " DROP TABLE model_signatures; DROP TABLE model_alias_history;"
                  " DROP TABLE model_aliases; DROP TABLE model_versions;"
                  " DROP TABLE models;"
+                 " DROP TABLE workflow_steps; DROP TABLE workflow_runs;"
                  " PRAGMA user_version = 4;")
     (s.home / "audit.key").unlink()
     (s.home / "audit.head").unlink()

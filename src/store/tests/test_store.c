@@ -1363,6 +1363,84 @@ static void test_cost_record(void **state)
 	kn_cost_task_list_free(tasks, n);
 }
 
+/*
+ * Workflow runs: a run and its steps in one insert, audited; step
+ * updates; the run a job belongs to; the active-only list; states the
+ * schema refuses.
+ */
+static void test_workflow_runs(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_wf_run_row r = {
+		.name = (char *)"pipe", .owner = (char *)"alice",
+		.filename = (char *)"w.yaml", .path = (char *)"",
+		.spec_yaml = (char *)"kind: Workflow", .files_json = (char *)"{}",
+		.digest = (char *)"ab", .revision = NULL,
+		.state = (char *)"queued", .submitted_at = 5,
+	};
+	struct kn_wf_step_row steps[2] = {
+		{.index = 0, .name = (char *)"a", .state = (char *)"pending"},
+		{.index = 1, .name = (char *)"b", .state = (char *)"pending"},
+	};
+	struct kn_audit a = sample_audit("alice", "workflow.run", NULL, 0);
+	struct kn_wf_run_row got = {0}, *runs = NULL;
+	struct kn_wf_step_row *rows = NULL, p;
+	struct kn_error err = {0};
+	size_t n = 0, before = audit_count(fx->st);
+	int64_t id = 0, run_id = 0;
+	int64_t job = insert_job(fx->st, "a", "alice", KN_JOB_QUEUED);
+
+	assert_int_equal(kn_store_wf_run_insert(fx->st, &r, steps, 2, &a, &id,
+						&err),
+			 0);
+	assert_true(id > 0);
+	assert_int_equal(audit_count(fx->st), before + 1);
+	assert_int_equal(kn_store_wf_run_of_job(fx->st, job, &run_id, &err),
+			 -ENOENT);
+
+	p = steps[0];
+	p.run_id = id;
+	p.state = (char *)"running";
+	p.job_id = job;
+	p.attempts = 1;
+	p.metrics_json = (char *)"{\"loss\":1.5}";
+	assert_int_equal(kn_store_wf_step_put(fx->st, &p, &err), 0);
+	assert_int_equal(kn_store_wf_run_of_job(fx->st, job, &run_id, &err), 0);
+	assert_int_equal(run_id, id);
+	p.state = (char *)"done"; /* not a step state */
+	assert_int_not_equal(kn_store_wf_step_put(fx->st, &p, &err), 0);
+
+	assert_int_equal(kn_store_wf_step_list(fx->st, id, &rows, &n, &err), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(rows[0].state, "running");
+	assert_int_equal(rows[0].job_id, job);
+	assert_string_equal(rows[0].metrics_json, "{\"loss\":1.5}");
+	assert_string_equal(rows[1].name, "b");
+	assert_null(rows[1].reason);
+	kn_wf_step_list_free(rows, n);
+
+	r.id = id;
+	r.state = (char *)"failed";
+	r.reason = (char *)"step a failed";
+	r.ended_at = 9;
+	assert_int_equal(kn_store_wf_run_update(fx->st, &r, NULL, &err), 0);
+	assert_int_equal(kn_store_wf_run_get(fx->st, id, &got, &err), 0);
+	assert_string_equal(got.state, "failed");
+	assert_string_equal(got.reason, "step a failed");
+	assert_null(got.revision);
+	assert_int_equal(got.ended_at, 9);
+	kn_wf_run_row_release(&got);
+	assert_int_equal(kn_store_wf_run_list(fx->st, true, &runs, &n, &err), 0);
+	assert_int_equal(n, 0);
+	kn_wf_run_list_free(runs, n);
+	assert_int_equal(kn_store_wf_run_list(fx->st, false, &runs, &n, &err), 0);
+	assert_int_equal(n, 1);
+	kn_wf_run_list_free(runs, n);
+	assert_int_equal(kn_store_wf_run_get(fx->st, id + 1, &got, &err),
+			 -ENOENT);
+	assert_int_equal(err.code, KN_ENOTFOUND);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1418,6 +1496,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_gateway_keys, setup_store,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_cost_record, setup_store,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_workflow_runs, setup_store,
 						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,483 @@
+/*
+ * kiln workflow run | ls | show | retry | cancel: workflow runs
+ * (docs/workflows.md).
+ *
+ * run reads the workflow file and each job file it names (beside it), so
+ * the server runs exactly the texts this machine has, and sends them with
+ * the workflow's sha256 and the git revision of its directory: what a run
+ * needs to be reproduced. The server parses everything again with the
+ * parsers `kiln validate` uses; the local parse only finds the job files.
+ *
+ * --wait polls like `kiln submit --wait`: a pipeline may run for days and
+ * the server may restart meanwhile.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/client.h"
+#include "spec/spec.h"
+
+#define WAIT_FIRST_POLL_MS 100
+#define WAIT_MAX_POLL_MS 1000
+/* `git rev-parse HEAD` prints one revision: 40 or 64 hex digits. */
+#define REVISION_MAX 64
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static void sha256_hex(const char *text, size_t len, char out[65])
+{
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+
+	EVP_Digest(text, len, md, &mdlen, EVP_sha256(), NULL);
+	for (unsigned int i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+/*
+ * The git revision checked out in dir, or NULL when dir is no repository
+ * (or git is missing): `git -C DIR rev-parse HEAD`, its errors dropped.
+ */
+static char *git_revision(const char *dir)
+{
+	char buf[REVISION_MAX + 2];
+	size_t got = 0;
+	int fds[2], status = 0;
+	pid_t pid;
+	ssize_t n;
+
+	if (pipe(fds) < 0)
+		return NULL;
+	pid = fork();
+	if (pid < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		return NULL;
+	}
+	if (pid == 0) {
+		int null_fd = open("/dev/null", O_RDWR);
+
+		dup2(fds[1], STDOUT_FILENO);
+		if (null_fd >= 0) {
+			dup2(null_fd, STDERR_FILENO);
+			dup2(null_fd, STDIN_FILENO);
+		}
+		close(fds[0]);
+		close(fds[1]);
+		execlp("git", "git", "-C", dir, "rev-parse", "HEAD",
+		       (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	while (got < sizeof(buf) - 1 &&
+	       ((n = read(fds[0], buf + got, sizeof(buf) - 1 - got)) > 0 ||
+		(n < 0 && errno == EINTR)))
+		if (n > 0)
+			got += (size_t)n;
+	close(fds[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		return NULL;
+	buf[got] = '\0';
+	buf[strcspn(buf, "\r\n")] = '\0';
+	if (strlen(buf) < 7 || strspn(buf, "0123456789abcdef") != strlen(buf))
+		return NULL;
+	return kn_xstrdup(buf);
+}
+
+/* "dir" of "dir/w.yaml"; "." without a slash. Malloc'd. */
+static char *dir_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (!slash)
+		return kn_xstrdup(".");
+	if (slash == path)
+		return kn_xstrdup("/");
+	return kn_asprintf("%.*s", (int)(slash - path), path);
+}
+
+/*
+ * The request body of a run: the workflow's text, its name and absolute
+ * path, each job file it names (read beside it), its digest and the git
+ * revision of its directory. Returns CLI_GO or an exit status after
+ * printing why.
+ */
+static int build_request(const struct cli_ctx *ctx, const char *file,
+			 const char *name, const char *text, size_t len,
+			 json_t **out)
+{
+	struct kn_workflow_spec *w = NULL;
+	struct kn_error err = {0};
+	char *dir = NULL, *abs = NULL, *revision = NULL, digest[65];
+	json_t *files = json_object();
+	int rc = CLI_GO;
+
+	if (kn_workflow_spec_parse(text, len, name, &w, &err) < 0) {
+		fprintf(stderr, "%s\n", err.message);
+		rc = CLI_EXIT_FAIL;
+		goto out;
+	}
+	dir = dir_of(strcmp(file, "-") ? file : "./-");
+	for (size_t i = 0; i < w->n_steps; i++) {
+		const char *job = w->steps[i].job_file;
+		char *path, *job_text = NULL;
+		size_t job_len = 0;
+		int read_rc;
+
+		if (!job || json_object_get(files, job))
+			continue;
+		path = job[0] == '/' ? kn_xstrdup(job)
+				     : kn_asprintf("%s/%s", dir, job);
+		read_rc = kn_read_file(path, KN_SPEC_MAX_BYTES, &job_text,
+				       &job_len);
+		if (read_rc < 0) {
+			rc = cli_fail(ctx, "%s: steps[%zu].job: cannot read %s: "
+				      "%s", name, i, path, strerror(-read_rc));
+			free(path);
+			goto out;
+		}
+		json_object_set_new(files, job,
+				    json_stringn(job_text, job_len));
+		free(job_text);
+		free(path);
+	}
+	sha256_hex(text, len, digest);
+	revision = git_revision(dir);
+	if (strcmp(file, "-") != 0)
+		abs = realpath(file, NULL);
+	*out = json_pack("{s:s%, s:s, s:O, s:s, s:o, s:o}", "spec", text, len,
+			 "filename", name, "files", files, "digest", digest,
+			 "revision",
+			 revision ? json_string(revision) : json_null(),
+			 "path", abs ? json_string(abs) : json_null());
+out:
+	free(abs);
+	free(revision);
+	free(dir);
+	json_decref(files);
+	kn_workflow_spec_free(w);
+	return rc;
+}
+
+static int exit_for_state(const char *state)
+{
+	if (!strcmp(state, "succeeded"))
+		return CLI_EXIT_OK;
+	if (!strcmp(state, "failed"))
+		return CLI_EXIT_JOB_FAILED;
+	if (!strcmp(state, "cancelled"))
+		return CLI_EXIT_JOB_CANCELLED;
+	return CLI_GO;
+}
+
+static int wait_for_run(struct cli_client *c, int64_t id, json_t *run)
+{
+	char *path = kn_asprintf("/v1/workflows/%lld", (long long)id);
+	json_t *answer = NULL;
+	int delay = WAIT_FIRST_POLL_MS;
+	char line[1024], clean[1024];
+	int rc;
+
+	for (;;) {
+		rc = exit_for_state(cli_json_str(run, "state"));
+		if (rc != CLI_GO)
+			break;
+		sleep_ms(delay);
+		delay = delay * 2 > WAIT_MAX_POLL_MS ? WAIT_MAX_POLL_MS
+						     : delay * 2;
+		json_decref(answer);
+		answer = NULL;
+		rc = cli_get(c, path, &answer);
+		if (rc)
+			goto out;
+		run = json_object_get(answer, "workflow");
+		if (!json_is_object(run)) {
+			fputs("kiln: the server's answer has no workflow run\n",
+			      stderr);
+			rc = CLI_EXIT_FAIL;
+			goto out;
+		}
+	}
+	snprintf(line, sizeof(line), "workflow run %lld: %s: %s",
+		 (long long)id, cli_json_str(run, "state"),
+		 cli_json_str(run, "reason"));
+	cli_clean(clean, line, sizeof(clean));
+	fprintf(stderr, "%s\n", clean);
+out:
+	json_decref(answer);
+	free(path);
+	return rc;
+}
+
+static int wf_run(struct cli_ctx *ctx, int argc, char **argv)
+{
+	bool wait = false;
+	const struct cli_flag flags[] = {
+		{"wait", 0, CLI_FLAG_BOOL, &wait},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_client *c = NULL;
+	const char *file = NULL, *name;
+	char *text = NULL, *body = NULL;
+	size_t len;
+	json_t *req = NULL, *answer = NULL, *run;
+	int64_t id = 0;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, flags, "FILE", &file);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_read_spec(ctx, file, &text, &len, &name);
+	if (rc != CLI_GO)
+		goto out;
+	rc = build_request(ctx, file, name, text, len, &req);
+	if (rc != CLI_GO)
+		goto out;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	body = json_dumps(req, JSON_COMPACT);
+	rc = cli_call(c, "POST", "/v1/workflows", "application/json", body,
+		      strlen(body), &answer);
+	if (rc)
+		goto out;
+	run = json_object_get(answer, "workflow");
+	if (!json_is_integer(json_object_get(run, "id"))) {
+		rc = cli_fail(ctx, "the server's answer has no run id");
+		goto out;
+	}
+	id = cli_json_int(run, "id");
+	printf("%lld\n", (long long)id);
+	fflush(stdout);
+	if (wait)
+		rc = wait_for_run(c, id, run);
+out:
+	free(body);
+	json_decref(req);
+	json_decref(answer);
+	cli_client_free(c);
+	free(text);
+	return rc;
+}
+
+static void print_list(json_t *runs)
+{
+	static const char *const headers[] = {
+		"ID", "NAME", "STATE", "STEPS", "OWNER", "SUBMITTED", "RAN",
+		"REASON", NULL,
+	};
+	struct cli_table *t = cli_table_new(headers);
+	int64_t now = kn_now_ms();
+	json_t *r;
+	size_t i;
+
+	json_array_foreach(runs, i, r) {
+		json_t *by = json_object_get(r, "steps_by_state");
+		char when[64], ran[32];
+
+		cli_table_cellf(t, "%lld", (long long)cli_json_int(r, "id"));
+		cli_table_cell(t, cli_json_str(r, "name"));
+		cli_table_cell(t, cli_json_str(r, "state"));
+		cli_table_cellf(t, "%lld/%lld",
+				(long long)cli_json_int(by, "succeeded"),
+				(long long)cli_json_int(r, "steps_total"));
+		cli_table_cell(t, cli_json_str(r, "owner"));
+		kn_format_ago(cli_json_int(r, "submitted_at_ms"), now, when,
+			      sizeof(when));
+		cli_table_cell(t, when);
+		cli_format_ran(cli_json_int(r, "started_at_ms"),
+			       cli_json_int(r, "ended_at_ms"), now, ran,
+			       sizeof(ran));
+		cli_table_cell(t, ran);
+		cli_table_cell(t, cli_json_str(r, "reason"));
+	}
+	cli_table_print(t, stdout, 0);
+	cli_table_free(t);
+}
+
+static void print_detail(json_t *r)
+{
+	static const char *const headers[] = {
+		"STEP", "STATE", "NEEDS", "DURATION", "ATTEMPTS", "JOB",
+		"REASON", NULL,
+	};
+	struct cli_table *t = cli_table_new(headers);
+	int64_t now = kn_now_ms();
+	json_t *st;
+	size_t i;
+
+	printf("run:       %lld (%s)\n", (long long)cli_json_int(r, "id"),
+	       cli_json_str(r, "name"));
+	printf("state:     %s\n", cli_json_str(r, "state"));
+	printf("reason:    %s\n", cli_json_str(r, "reason"));
+	printf("owner:     %s\n", cli_json_str(r, "owner"));
+	printf("file:      %s\n", cli_json_str(r, "filename"));
+	printf("digest:    sha256:%s\n", cli_json_str(r, "digest"));
+	printf("revision:  %s\n", cli_json_str(r, "revision"));
+	printf("\n");
+	json_array_foreach(json_object_get(r, "steps"), i, st) {
+		struct kn_buf needs;
+		json_t *n;
+		size_t k;
+		char ran[32];
+
+		kn_buf_init(&needs, SIZE_MAX);
+		json_array_foreach(json_object_get(st, "needs"), k, n)
+			kn_buf_printf(&needs, "%s%s", k ? "," : "",
+				      json_string_value(n));
+		cli_table_cell(t, cli_json_str(st, "name"));
+		cli_table_cell(t, cli_json_str(st, "state"));
+		cli_table_cell(t, needs.len ? needs.data : "-");
+		cli_format_ran(cli_json_int(st, "started_at_ms"),
+			       cli_json_int(st, "ended_at_ms"), now, ran,
+			       sizeof(ran));
+		cli_table_cell(t, ran);
+		cli_table_cellf(t, "%lld",
+				(long long)cli_json_int(st, "attempts"));
+		if (json_is_integer(json_object_get(st, "job")))
+			cli_table_cellf(t, "%lld",
+					(long long)cli_json_int(st, "job"));
+		else
+			cli_table_cell(t, "-");
+		cli_table_cell(t, cli_json_str(st, "reason"));
+		kn_buf_release(&needs);
+	}
+	cli_table_print(t, stdout, 0);
+	cli_table_free(t);
+}
+
+static int wf_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_client *c = NULL;
+	json_t *answer = NULL;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
+	if (rc != CLI_GO)
+		return rc;
+	rc = cli_client_open(ctx, &c);
+	if (rc == 0)
+		rc = cli_get(c, "/v1/workflows", &answer);
+	if (rc == 0) {
+		if (cli_want_json(ctx))
+			cli_print_json(answer);
+		else
+			print_list(json_object_get(answer, "workflows"));
+	}
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}
+
+/* A run id argument: a whole number >= 1. */
+static int run_id_arg(const struct cli_ctx *ctx, const char *arg,
+		      int64_t *out)
+{
+	char *end;
+	long long v = strtoll(arg, &end, 10);
+
+	if (*end || end == arg || v < 1)
+		return cli_usage_error(ctx, "RUN must be a run id (a whole "
+				       "number >= 1); got '%s'", arg);
+	*out = v;
+	return CLI_GO;
+}
+
+static int wf_show(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_client *c = NULL;
+	const char *arg = NULL;
+	json_t *answer = NULL;
+	char path[64];
+	int64_t id = 0;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, NULL, "RUN", &arg);
+	if (rc != CLI_GO)
+		return rc;
+	rc = run_id_arg(ctx, arg, &id);
+	if (rc != CLI_GO)
+		return rc;
+	snprintf(path, sizeof(path), "/v1/workflows/%lld", (long long)id);
+	rc = cli_client_open(ctx, &c);
+	if (rc == 0)
+		rc = cli_get(c, path, &answer);
+	if (rc == 0) {
+		if (cli_want_json(ctx))
+			cli_print_json(answer);
+		else
+			print_detail(json_object_get(answer, "workflow"));
+	}
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}
+
+/* POST /v1/workflows/RUN/<action> and say what happened. */
+static int change(struct cli_ctx *ctx, int argc, char **argv,
+		  const char *action, const char *done)
+{
+	struct cli_client *c = NULL;
+	const char *arg = NULL;
+	char path[80];
+	int64_t id = 0;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, NULL, "RUN", &arg);
+	if (rc != CLI_GO)
+		return rc;
+	rc = run_id_arg(ctx, arg, &id);
+	if (rc != CLI_GO)
+		return rc;
+	snprintf(path, sizeof(path), "/v1/workflows/%lld/%s", (long long)id,
+		 action);
+	rc = cli_client_open(ctx, &c);
+	if (rc == 0)
+		rc = cli_call(c, "POST", path, "application/json", "{}", 2,
+			      NULL);
+	if (rc == 0)
+		fprintf(stderr, "workflow run %lld %s\n", (long long)id, done);
+	cli_client_free(c);
+	return rc;
+}
+
+static int wf_retry(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return change(ctx, argc, argv, "retry",
+		      "runs again from its failed steps");
+}
+
+static int wf_cancel(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return change(ctx, argc, argv, "cancel",
+		      "cancelled; its running jobs are stopping");
+}
+
+int cmd_workflow(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct cli_verb verbs[] = {
+		{"run", wf_run},     {"ls", wf_ls},
+		{"show", wf_show},   {"retry", wf_retry},
+		{"cancel", wf_cancel}, {NULL, NULL},
+	};
+
+	return cli_run_verb(ctx, argc, argv, verbs);
+}

@@ -1,0 +1,1258 @@
+/*
+ * Workflow runs: a `kind: Workflow` file's steps run as jobs, in the order
+ * their needs give, with their failure policies, conditions and retries
+ * (docs/workflows.md).
+ *
+ * The store is the engine's only state. A run row keeps the texts the
+ * client sent (the workflow and its job files) and each step row the job
+ * it runs as now; advance() reads them, asks wfplan.c what each step
+ * does next and writes the answer. It runs after a step's job ends (one
+ * call from jobs.c), after an API call and for every active run at
+ * start-up, so a server killed mid-DAG picks up where the store says it
+ * was: the jobs themselves are re-adopted by jobs.c, and a step whose job
+ * ended while the server was down is judged then. A step's job is
+ * submitted in the same transaction that records it on the step, so a
+ * crash never leaves a job the run does not know about (which a restart
+ * would then start twice). The alternative, a run object in memory
+ * mirrored to the store, would have to be rebuilt at start-up from the
+ * same rows anyway.
+ *
+ * A step is a job submitted as the run's owner, so the queue, placement,
+ * retries of the job itself, checkpoints and outputs are the jobs' own;
+ * the step's on_failure retry submits a new job each time. What makes a
+ * job a step, besides its row here, is what its tasks get at launch
+ * (workflows_task_env): KILN_INPUTS, the earlier steps' outputs by store
+ * URL and sha256, and KILN_REQUIRES, its prerequisites; the shim fetches
+ * and checks them on the node (cmd/shim.c), so no file passes through
+ * the server.
+ */
+#include "internal.h"
+#include "server/wfplan.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+/* metrics.json is a flat object of numbers: a few KiB at most. */
+#define METRICS_MAX_BYTES (64 * 1024)
+/* Job files sent with one workflow: one per step at most. */
+#define FILES_MAX KN_SPEC_MAX_STEPS
+/* A git revision: 40 (SHA-1) or 64 (SHA-256) hex digits. */
+#define REVISION_MAX 64
+
+/* A run read from the store, with its parsed workflow. */
+struct wf_run {
+	struct kn_wf_run_row row;
+	struct kn_wf_step_row *steps; /* as spec->steps */
+	size_t n;
+	struct kn_workflow_spec *spec;
+	json_t *files;           /* {relative path: text} */
+	struct wf_step_view *v;  /* the steps' states for wfplan */
+};
+
+static bool run_ended(const char *state)
+{
+	return strcmp(state, "queued") != 0 && strcmp(state, "running") != 0;
+}
+
+static void wf_run_release(struct wf_run *r)
+{
+	for (size_t i = 0; r->v && i < r->n; i++)
+		json_decref(r->v[i].metrics);
+	free(r->v);
+	kn_wf_step_list_free(r->steps, r->n);
+	kn_workflow_spec_free(r->spec);
+	json_decref(r->files);
+	kn_wf_run_row_release(&r->row);
+	memset(r, 0, sizeof(*r));
+}
+
+static void view_set(struct wf_run *r, size_t i)
+{
+	const struct kn_wf_step_row *p = &r->steps[i];
+	int st = wf_step_state_parse(p->state);
+
+	r->v[i].state = st < 0 ? WF_FAILED : (enum wf_step_state)st;
+	r->v[i].by_condition = p->by_condition;
+	json_decref(r->v[i].metrics);
+	r->v[i].metrics = p->metrics_json ? json_loads(p->metrics_json, 0, NULL)
+					  : NULL;
+}
+
+static int wf_run_load(struct server *s, int64_t id, struct wf_run *r,
+		       struct kn_error *err)
+{
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	rc = kn_store_wf_run_get(s->store, id, &r->row, err);
+	if (rc == 0)
+		rc = kn_store_wf_step_list(s->store, id, &r->steps, &r->n, err);
+	if (rc == 0)
+		rc = kn_workflow_spec_parse(r->row.spec_yaml,
+					    strlen(r->row.spec_yaml),
+					    r->row.filename, &r->spec, err);
+	if (rc == 0 && r->spec->n_steps != r->n)
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "workflow run %lld: %zu step rows for %zu steps",
+			       (long long)id, r->n, r->spec->n_steps);
+	if (rc < 0) {
+		wf_run_release(r);
+		return rc;
+	}
+	r->files = json_loads(r->row.files_json, 0, NULL);
+	if (!json_is_object(r->files)) {
+		json_decref(r->files);
+		r->files = json_object();
+	}
+	r->v = kn_xcalloc(r->n ? r->n : 1, sizeof(*r->v));
+	for (size_t i = 0; i < r->n; i++)
+		view_set(r, i);
+	return 0;
+}
+
+static void set_str(char **field, char *value)
+{
+	free(*field);
+	*field = value;
+}
+
+static int step_save(struct server *s, struct wf_run *r, size_t i,
+		     const char *state, struct kn_error *err)
+{
+	set_str(&r->steps[i].state, kn_xstrdup(state));
+	view_set(r, i);
+	return kn_store_wf_step_put(s->store, &r->steps[i], err);
+}
+
+static void publish(struct server *s, const struct wf_run *r, size_t i)
+{
+	if (i < r->n)
+		feed_publish(s, "workflow.step",
+			     json_pack("{s:I, s:s, s:s, s:I, s:o}", "run",
+				       (json_int_t)r->row.id, "step",
+				       r->steps[i].name, "state",
+				       r->steps[i].state, "job",
+				       (json_int_t)r->steps[i].job_id,
+				       "reason",
+				       r->steps[i].reason
+					       ? json_string(r->steps[i].reason)
+					       : json_null()));
+	else
+		feed_publish(s, "workflow.state",
+			     json_pack("{s:I, s:s, s:s, s:o}", "run",
+				       (json_int_t)r->row.id, "workflow",
+				       r->row.name, "state", r->row.state,
+				       "reason",
+				       r->row.reason ? json_string(r->row.reason)
+						     : json_null()));
+}
+
+/* The directory part of a file name ("" for none), malloc'd. */
+static char *dir_of(const char *path)
+{
+	const char *slash = path ? strrchr(path, '/') : NULL;
+
+	if (!slash)
+		return kn_xstrdup("");
+	if (slash == path)
+		return kn_xstrdup("/");
+	return kn_asprintf("%.*s", (int)(slash - path), path);
+}
+
+/* A job file's name as messages give it, beside the workflow's file. */
+static char *job_file_name(const char *workflow_file, const char *job_file)
+{
+	char *dir;
+	char *out;
+
+	if (job_file[0] == '/')
+		return kn_xstrdup(job_file);
+	dir = dir_of(workflow_file);
+	out = dir[0] ? kn_asprintf("%s/%s", dir, job_file)
+		     : kn_xstrdup(job_file);
+	free(dir);
+	return out;
+}
+
+/* ---- metrics ---- */
+
+/*
+ * The numbers the job left in KILN_OUTPUT_DIR/metrics.json (its last
+ * attempt's task directory), as a JSON object text, or NULL with a note
+ * in why when the file is there but not a JSON object.
+ */
+static char *metrics_read(struct server *s, const struct kn_job_row *j,
+			  char *why, size_t len)
+{
+	char *path = kn_asprintf("%s/tasks/%lld/%d/outputs/metrics.json",
+				 s->home, (long long)j->id, j->attempts);
+	char *text = NULL, *out = NULL;
+	size_t n = 0;
+	json_t *doc, *nums, *v;
+	json_error_t jerr;
+	const char *key;
+
+	why[0] = '\0';
+	if (kn_read_file(path, METRICS_MAX_BYTES, &text, &n) < 0)
+		goto out;
+	doc = json_loadb(text, n, 0, &jerr);
+	if (!json_is_object(doc)) {
+		snprintf(why, len, "; metrics.json is not a JSON object: %.80s",
+			 doc ? "another value" : jerr.text);
+		json_decref(doc);
+		goto out;
+	}
+	nums = json_object();
+	json_object_foreach(doc, key, v)
+		if (json_is_number(v))
+			json_object_set(nums, key, v);
+	out = json_dumps(nums, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(nums);
+	json_decref(doc);
+out:
+	free(text);
+	free(path);
+	return out;
+}
+
+/* ---- starting a step ---- */
+
+/*
+ * KILN_INPUTS of step i: for STEP.outputs/PATH, the file in the producing
+ * job's outputs manifest, {name: "STEP/PATH", input, url, store, blob,
+ * sha256, size}, which the shim fetches and checks; for anything else,
+ * {name, url} as written. -EINVAL naming the input when the producing job
+ * left no such output.
+ */
+static int inputs_json(struct server *s, const struct wf_run *r, size_t i,
+		       json_t **out, struct kn_error *err)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	json_t *list = json_array();
+	int rc = 0;
+
+	for (size_t k = 0; rc == 0 && k < st->n_inputs; k++) {
+		const struct kn_step_input *in = &st->inputs[k];
+		const struct kn_workflow_step *from;
+		struct kn_output_row *outs = NULL;
+		size_t n_outs = 0, m;
+		int64_t job_id;
+		char *suffix;
+
+		if (!in->step) {
+			json_array_append_new(
+				list, json_pack("{s:s, s:s}", "name", in->text,
+						"url", in->text));
+			continue;
+		}
+		from = kn_workflow_step_find(r->spec, in->step);
+		job_id = from ? r->steps[from - r->spec->steps].job_id : 0;
+		rc = kn_store_output_list(s->store, job_id, &outs, &n_outs,
+					  err);
+		if (rc < 0)
+			break;
+		for (m = 0; m < n_outs && strcmp(outs[m].name, in->path); m++)
+			;
+		suffix = kn_asprintf("/%lld/outputs/%s", (long long)job_id,
+				     in->path);
+		if (m == n_outs) {
+			rc = kn_errorf(err, KN_EINVAL, "inputs",
+				       "input %s: job %lld of step %s left no "
+				       "output %s",
+				       in->text, (long long)job_id, in->step,
+				       in->path);
+		} else if (strlen(outs[m].url) <= strlen(suffix) ||
+			   strcmp(outs[m].url + strlen(outs[m].url) -
+					  strlen(suffix),
+				  suffix) != 0) {
+			rc = kn_errorf(err, KN_EIO, "inputs",
+				       "input %s: unexpected output URL %s",
+				       in->text, outs[m].url);
+		} else {
+			const struct kn_output_row *o = &outs[m];
+			char *name = kn_asprintf("%s/%s", in->step, in->path);
+
+			json_array_append_new(
+				list,
+				json_pack("{s:s, s:s, s:s, s:s%, s:s, s:s, "
+					  "s:I}",
+					  "name", name, "input", in->text,
+					  "url", o->url, "store", o->url,
+					  strlen(o->url) - strlen(suffix),
+					  "blob", suffix + 1, "sha256",
+					  o->sha256, "size",
+					  (json_int_t)o->size));
+			free(name);
+		}
+		free(suffix);
+		kn_output_list_free(outs, n_outs);
+	}
+	if (rc < 0) {
+		json_decref(list);
+		return rc;
+	}
+	*out = list;
+	return 0;
+}
+
+/*
+ * The text of step i's job: the job file as sent, or the inline job
+ * written out (with its image, which the written-out form leaves out).
+ */
+static char *job_text(const struct wf_run *r, size_t i)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	char *text;
+	json_t *doc;
+
+	if (st->job_file) {
+		const char *body = json_string_value(
+			json_object_get(r->files, st->job_file));
+		return body ? kn_xstrdup(body) : NULL;
+	}
+	text = kn_job_spec_to_input_text(st->job, NULL);
+	if (!st->job->image)
+		return text;
+	doc = json_loads(text, 0, NULL);
+	free(text);
+	json_object_set_new(doc, "image", json_string(st->job->image));
+	text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(doc);
+	return text;
+}
+
+/*
+ * KILN_REQUIRES of step i: its `requires:` (else the workflow's) as the
+ * normalized JSON has it, with "store" the URL to reach when asked; NULL
+ * when there are none.
+ */
+static char *requires_text(struct server *s, const struct wf_run *r,
+			   size_t i, const struct kn_sched_binding *b)
+{
+	json_t *doc = kn_workflow_spec_to_json(r->spec), *req, *gpus;
+	char *text = NULL;
+
+	req = json_object_get(json_array_get(json_object_get(doc, "steps"), i),
+			      "requires");
+	if (!json_is_object(req))
+		req = json_object_get(doc, "requires");
+	if (json_is_object(req) && json_object_size(req)) {
+		if (json_is_true(json_object_get(req, "store")))
+			json_object_set_new(req, "store",
+					    json_string(s->blob_url));
+		/* The models of the GPUs the task was given, for gpus.model:
+		   the node's devices as this server found them. */
+		gpus = json_object_get(req, "gpus");
+		if (json_is_string(json_object_get(gpus, "model")) && b) {
+			const struct kn_device_set *set =
+				&s->nodes[b->node].devices;
+			json_t *models = json_array();
+
+			for (int k = 0; k < b->n_devices; k++)
+				for (size_t d = 0; d < set->n; d++)
+					if (set->devices[d].index ==
+					    b->devices[k])
+						json_array_append_new(
+							models,
+							json_string(
+								set->devices[d]
+									.model));
+			json_object_set_new(gpus, "task_models", models);
+		}
+		text = json_dumps(req, JSON_COMPACT | JSON_SORT_KEYS);
+	}
+	json_decref(doc);
+	return text;
+}
+
+json_t *workflows_task_env(struct server *s, int64_t job_id,
+			   const struct kn_sched_binding *b)
+{
+	struct kn_error err;
+	struct wf_run r;
+	int64_t run_id;
+	json_t *env = NULL, *inputs = NULL;
+	char *text;
+
+	if (kn_store_wf_run_of_job(s->store, job_id, &run_id, &err) < 0)
+		return NULL;
+	if (wf_run_load(s, run_id, &r, &err) < 0) {
+		kn_log(KN_LOG_ERROR, "job %lld: workflow run %lld: %s",
+		       (long long)job_id, (long long)run_id, err.message);
+		return NULL;
+	}
+	for (size_t i = 0; i < r.n; i++) {
+		if (r.steps[i].job_id != job_id)
+			continue;
+		env = json_object();
+		if (r.spec->steps[i].n_inputs &&
+		    inputs_json(s, &r, i, &inputs, &err) < 0) {
+			kn_log(KN_LOG_ERROR, "job %lld: %s", (long long)job_id,
+			       err.message);
+		} else if (inputs) {
+			text = json_dumps(inputs, JSON_COMPACT);
+			json_object_set_new(env, "KILN_INPUTS",
+					    json_string(text));
+			free(text);
+		}
+		json_decref(inputs);
+		if ((text = requires_text(s, &r, i, b))) {
+			json_object_set_new(env, "KILN_REQUIRES",
+					    json_string(text));
+			free(text);
+		}
+		break;
+	}
+	wf_run_release(&r);
+	return env;
+}
+
+/*
+ * Submit step i's job as the run's owner and record it on the step, in
+ * one transaction. A job that cannot be submitted fails the step.
+ */
+static int step_start(struct server *s, struct wf_run *r, size_t i,
+		      const char *why, struct kn_error *err)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	struct kn_wf_step_row *p = &r->steps[i];
+	struct caller owner = {.role = KN_ROLE_USER};
+	char *text = NULL, *name = NULL, *path = NULL;
+	int64_t job_id = 0;
+	int rc;
+
+	kn_strlcpy(owner.name, r->row.owner, sizeof(owner.name));
+	if (st->job_file) {
+		name = job_file_name(r->row.filename, st->job_file);
+		if (st->job_file[0] == '/')
+			path = kn_xstrdup(st->job_file);
+		else if (r->row.path[0])
+			path = job_file_name(r->row.path, st->job_file);
+	} else {
+		name = kn_xstrdup(r->row.filename);
+		if (r->row.path[0])
+			path = kn_xstrdup(r->row.path);
+	}
+	text = job_text(r, i);
+	if (!text) {
+		rc = kn_errorf(err, KN_EIO, NULL, "%s was not stored with the "
+			       "run", name);
+		goto fail;
+	}
+	/* Every input is there before the job is: else the step fails. */
+	if (st->n_inputs) {
+		json_t *inputs = NULL;
+
+		rc = inputs_json(s, r, i, &inputs, err);
+		json_decref(inputs);
+		if (rc < 0)
+			goto fail;
+	}
+	rc = kn_store_begin(s->store, err);
+	if (rc < 0)
+		goto out;
+	rc = jobs_submit(s, &owner, text, strlen(text), name, path, &job_id,
+			 err);
+	if (rc < 0) {
+		kn_store_rollback(s->store);
+		goto fail;
+	}
+	p->job_id = job_id;
+	p->attempts++;
+	if (!p->started_at)
+		p->started_at = kn_now_ms();
+	p->ended_at = 0;
+	set_str(&p->reason, why ? kn_xstrdup(why) : NULL);
+	rc = step_save(s, r, i, "running", err);
+	if (rc == 0)
+		rc = kn_store_commit(s->store, err);
+	if (rc < 0) {
+		kn_store_rollback(s->store);
+		kn_log(KN_LOG_ERROR, "workflow run %lld: step %s: job %lld "
+		       "queued but not recorded: %s", (long long)r->row.id,
+		       st->name, (long long)job_id, err->message);
+		goto out;
+	}
+	publish(s, r, i);
+	goto out;
+fail:
+	/* Nothing was queued: the step fails with the reason. */
+	p->attempts++;
+	p->started_at = p->started_at ? p->started_at : kn_now_ms();
+	p->ended_at = kn_now_ms();
+	set_str(&p->reason, kn_asprintf("cannot start: %s", err->message));
+	rc = step_save(s, r, i, "failed", err);
+	if (rc == 0)
+		publish(s, r, i);
+out:
+	free(text);
+	free(name);
+	free(path);
+	return rc;
+}
+
+/* ---- the engine ---- */
+
+/* Judge a running step whose job has ended; retry it when it may. */
+static int step_judge(struct server *s, struct wf_run *r, size_t i,
+		      struct kn_error *err)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	struct kn_wf_step_row *p = &r->steps[i];
+	struct kn_job_row j;
+	const char *state;
+	char note[160];
+	int rc;
+
+	memset(&j, 0, sizeof(j));
+	rc = kn_store_job_get(s->store, p->job_id, &j, err);
+	if (rc < 0)
+		return rc;
+	if (!kn_job_state_terminal(j.state))
+		goto out;
+	if (j.state == KN_JOB_SUCCEEDED) {
+		state = "succeeded";
+		set_str(&p->metrics_json, metrics_read(s, &j, note,
+						       sizeof(note)));
+		set_str(&p->reason, kn_asprintf("job %lld succeeded%s",
+						(long long)j.id, note));
+	} else if (j.state == KN_JOB_CANCELLED) {
+		state = "cancelled";
+		set_str(&p->reason, kn_asprintf("job %lld: %s", (long long)j.id,
+						j.reason ? j.reason
+							 : "cancelled"));
+	} else if (st->on_failure == KN_ON_FAILURE_RETRY &&
+		   p->attempts <= st->retries &&
+		   !(j.reason && strstr(j.reason, KN_PREREQUISITE_PREFIX))) {
+		char *why = kn_asprintf("retry %d of %d after job %lld failed: "
+					"%s", p->attempts, st->retries,
+					(long long)j.id,
+					j.reason ? j.reason : "failed");
+		rc = step_start(s, r, i, why, err);
+		free(why);
+		goto out;
+	} else {
+		state = "failed";
+		set_str(&p->reason,
+			kn_asprintf("job %lld failed: %s%s", (long long)j.id,
+				    j.reason ? j.reason : "failed",
+				    p->attempts > 1 ? " (last of its attempts)"
+						    : ""));
+	}
+	p->ended_at = j.ended_at ? j.ended_at : kn_now_ms();
+	rc = step_save(s, r, i, state, err);
+	if (rc == 0)
+		publish(s, r, i);
+out:
+	kn_job_row_release(&j);
+	return rc;
+}
+
+/* A failed or cancelled step whose policy stops the run, or -1. */
+static int stopper(const struct wf_run *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		if ((r->v[i].state == WF_FAILED ||
+		     r->v[i].state == WF_CANCELLED) &&
+		    r->spec->steps[i].on_failure != KN_ON_FAILURE_CONTINUE)
+			return (int)i;
+	return -1;
+}
+
+static int run_save(struct server *s, struct wf_run *r, const char *state,
+		    const struct kn_audit *a, struct kn_error *err)
+{
+	set_str(&r->row.state, kn_xstrdup(state));
+	return kn_store_wf_run_update(s->store, &r->row, a, err);
+}
+
+/* Every step has ended: the run succeeds or fails. */
+static int run_finish(struct server *s, struct wf_run *r,
+		      struct kn_error *err)
+{
+	int culprit = -1, skipped = 0, rc;
+	bool ok = wf_run_succeeded(r->spec, r->v, &culprit);
+
+	for (size_t i = 0; i < r->n; i++)
+		skipped += r->v[i].state == WF_SKIPPED;
+	r->row.ended_at = kn_now_ms();
+	if (ok)
+		set_str(&r->row.reason,
+			kn_asprintf("%zu of %zu steps succeeded, %d skipped by "
+				    "a condition", r->n - (size_t)skipped, r->n,
+				    skipped));
+	else if (culprit >= 0)
+		set_str(&r->row.reason,
+			kn_asprintf("step %s %s: %s", r->steps[culprit].name,
+				    r->steps[culprit].state,
+				    r->steps[culprit].reason
+					    ? r->steps[culprit].reason
+					    : ""));
+	else
+		set_str(&r->row.reason, kn_xstrdup("a step was skipped"));
+	rc = run_save(s, r, ok ? "succeeded" : "failed", NULL, err);
+	if (rc == 0) {
+		kn_log(KN_LOG_INFO, "workflow run %lld (%s) %s: %s",
+		       (long long)r->row.id, r->row.name, r->row.state,
+		       r->row.reason);
+		publish(s, r, r->n);
+	}
+	return rc;
+}
+
+/*
+ * Move run id forward as far as its steps allow: judge ended jobs, skip
+ * or start pending steps, and end the run when nothing is left to run.
+ */
+static int advance(struct server *s, int64_t id, struct kn_error *err)
+{
+	struct wf_run r;
+	bool running = false, pending = false;
+	int stop, rc;
+
+	rc = wf_run_load(s, id, &r, err);
+	if (rc < 0)
+		return rc;
+	if (run_ended(r.row.state))
+		goto out;
+	for (size_t i = 0; rc == 0 && i < r.n; i++)
+		if (r.v[i].state == WF_RUNNING)
+			rc = step_judge(s, &r, i, err);
+	/* In the needs' order, so a skip reaches the steps after it now. */
+	for (size_t k = 0; rc == 0 && k < r.n; k++) {
+		size_t i = r.spec->order[k];
+		bool by_condition = false;
+		char why[512];
+		enum wf_decision d;
+
+		if (r.v[i].state != WF_PENDING)
+			continue;
+		d = wf_plan_step(r.spec, i, r.v, stopper(&r) >= 0,
+				 &by_condition, why, sizeof(why));
+		if (d == WF_START) {
+			rc = step_start(s, &r, i, NULL, err);
+		} else if (d == WF_SKIP) {
+			r.steps[i].by_condition = by_condition;
+			r.steps[i].ended_at = kn_now_ms();
+			set_str(&r.steps[i].reason, kn_xstrdup(why));
+			rc = step_save(s, &r, i, "skipped", err);
+			if (rc == 0)
+				publish(s, &r, i);
+		}
+	}
+	if (rc < 0)
+		goto out;
+	for (size_t i = 0; i < r.n; i++) {
+		running |= r.v[i].state == WF_RUNNING;
+		pending |= r.v[i].state == WF_PENDING;
+	}
+	if (running) {
+		if (!strcmp(r.row.state, "queued")) {
+			r.row.started_at = kn_now_ms();
+			rc = run_save(s, &r, "running", NULL, err);
+		}
+		goto out;
+	}
+	/* Only a stop leaves steps pending with nothing running. */
+	stop = stopper(&r);
+	for (size_t i = 0; rc == 0 && pending && stop >= 0 && i < r.n; i++) {
+		if (r.v[i].state != WF_PENDING)
+			continue;
+		r.steps[i].by_condition = false;
+		r.steps[i].ended_at = kn_now_ms();
+		set_str(&r.steps[i].reason,
+			kn_asprintf("not started: step %s %s and its "
+				    "on_failure stops the run",
+				    r.steps[stop].name, r.steps[stop].state));
+		rc = step_save(s, &r, i, "skipped", err);
+		if (rc == 0)
+			publish(s, &r, i);
+	}
+	if (rc == 0)
+		rc = run_finish(s, &r, err);
+out:
+	wf_run_release(&r);
+	return rc;
+}
+
+static void advance_logged(struct server *s, int64_t id)
+{
+	struct kn_error err;
+
+	if (advance(s, id, &err) < 0)
+		kn_log(KN_LOG_ERROR, "workflow run %lld: %s", (long long)id,
+		       err.message);
+}
+
+void workflows_job_ended(struct server *s, int64_t job_id)
+{
+	struct kn_error err;
+	int64_t run_id;
+
+	if (kn_store_wf_run_of_job(s->store, job_id, &run_id, &err) == 0)
+		advance_logged(s, run_id);
+}
+
+int workflows_start(struct server *s, struct kn_error *err)
+{
+	struct kn_wf_run_row *rows = NULL;
+	size_t n = 0;
+	int rc;
+
+	rc = kn_store_wf_run_list(s->store, true, &rows, &n, err);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		advance_logged(s, rows[i].id);
+	if (n)
+		kn_log(KN_LOG_INFO, "workflows: %zu run%s resumed", n,
+		       n == 1 ? "" : "s");
+	kn_wf_run_list_free(rows, n);
+	return 0;
+}
+
+/* ---- API ---- */
+
+static void audit_fill(struct kn_audit *a, const struct caller *c,
+		       const char *action, const char *detail)
+{
+	memset(a, 0, sizeof(*a));
+	a->actor = (char *)c->name;
+	a->role = (char *)role_name(c->role);
+	a->action = (char *)action;
+	a->outcome = "ok";
+	a->detail = (char *)detail;
+}
+
+static json_t *str_or_null(const char *v)
+{
+	return v ? json_string(v) : json_null();
+}
+
+static json_t *step_json(const struct wf_run *r, size_t i, int64_t now)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	const struct kn_wf_step_row *p = &r->steps[i];
+	static const char *const policies[] = {
+		[KN_ON_FAILURE_STOP] = "stop",
+		[KN_ON_FAILURE_CONTINUE] = "continue",
+		[KN_ON_FAILURE_RETRY] = "retry",
+	};
+	json_t *needs = json_array();
+	int64_t end = p->ended_at ? p->ended_at : now;
+
+	for (size_t k = 0; k < st->n_needs; k++)
+		json_array_append_new(needs, json_string(st->needs[k]));
+	return json_pack(
+		"{s:s, s:s, s:o, s:o, s:i, s:i, s:s, s:I, s:I, s:I, s:o, s:o, "
+		"s:b}",
+		"name", p->name, "state", p->state, "needs", needs, "job",
+		p->job_id ? json_integer(p->job_id) : json_null(), "attempts",
+		p->attempts, "retries",
+		st->on_failure == KN_ON_FAILURE_RETRY ? st->retries : 0,
+		"on_failure", policies[st->on_failure], "started_at_ms",
+		(json_int_t)p->started_at, "ended_at_ms",
+		(json_int_t)p->ended_at, "duration_ms",
+		(json_int_t)(p->started_at ? end - p->started_at : 0),
+		"reason", str_or_null(p->reason), "metrics",
+		r->v[i].metrics ? json_incref(r->v[i].metrics) : json_null(),
+		"skipped_by_condition", p->by_condition);
+}
+
+static json_t *run_json(const struct wf_run *r, bool detail)
+{
+	json_t *o, *counts = json_object(), *steps = json_array();
+	int64_t now = kn_now_ms();
+
+	for (size_t i = 0; i < r->n; i++) {
+		json_t *c = json_object_get(counts, r->steps[i].state);
+		json_object_set_new(counts, r->steps[i].state,
+				    json_integer(c ? json_integer_value(c) + 1
+						   : 1));
+		if (detail)
+			json_array_append_new(steps, step_json(r, i, now));
+	}
+	o = json_pack("{s:I, s:s, s:s, s:s, s:o, s:s, s:s, s:o, s:I, s:I, "
+		      "s:I, s:i, s:o}",
+		      "id", (json_int_t)r->row.id, "name", r->row.name,
+		      "owner", r->row.owner, "state", r->row.state, "reason",
+		      str_or_null(r->row.reason), "filename", r->row.filename,
+		      "digest", r->row.digest, "revision",
+		      str_or_null(r->row.revision), "submitted_at_ms",
+		      (json_int_t)r->row.submitted_at, "started_at_ms",
+		      (json_int_t)r->row.started_at, "ended_at_ms",
+		      (json_int_t)r->row.ended_at, "steps_total", (int)r->n,
+		      "steps_by_state", counts);
+	if (detail) {
+		json_t *order = json_array(), *files = json_array();
+		const char *key;
+		json_t *v;
+
+		for (size_t k = 0; k < r->n; k++)
+			json_array_append_new(
+				order,
+				json_string(r->spec->steps[r->spec->order[k]]
+						    .name));
+		json_object_foreach(r->files, key, v)
+			json_array_append_new(files, json_string(key));
+		json_object_set_new(o, "steps", steps);
+		json_object_set_new(o, "order", order);
+		json_object_set_new(o, "files", files);
+	} else {
+		json_decref(steps);
+	}
+	return o;
+}
+
+static void reply_run(struct server *s, struct kn_http_req *req, int64_t id,
+		      int status)
+{
+	struct wf_run r;
+	struct kn_error err;
+
+	if (wf_run_load(s, id, &r, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, status,
+			   json_pack("{s:o}", "workflow", run_json(&r, true)));
+	wf_run_release(&r);
+}
+
+static void sha256_hex(const char *text, size_t len, char out[65])
+{
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+
+	EVP_Digest(text, len, md, &mdlen, EVP_sha256(), NULL);
+	for (unsigned int i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+static bool hex_text(const char *v, size_t min, size_t max)
+{
+	size_t n = strlen(v);
+
+	if (n < min || n > max)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!strchr("0123456789abcdef", v[i]))
+			return false;
+	return true;
+}
+
+/*
+ * Check a run request the way `kiln validate` checks the files: the
+ * workflow, then each step's job file as the client sent it, each error
+ * naming its file. Register and deploy steps are refused here.
+ */
+static int check_request(struct server *s, const char *text,
+			 const char *filename, json_t *files,
+			 struct kn_workflow_spec **out, struct kn_error *err)
+{
+	struct kn_workflow_spec *w = NULL;
+	const char *kind = kn_spec_kind(text, strlen(text));
+	int rc;
+
+	(void)s;
+	if (!kind || strcmp(kind, "Workflow") != 0)
+		return kn_errorf(err, KN_EINVAL, "spec",
+				 "%s: kind: a workflow run needs a `kind: "
+				 "Workflow` file%s%s",
+				 filename, kind ? "; this one is a " : "",
+				 kind ? kind : "");
+	rc = kn_workflow_spec_parse(text, strlen(text), filename, &w, err);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; rc == 0 && i < w->n_steps; i++) {
+		const struct kn_workflow_step *st = &w->steps[i];
+		struct kn_job_spec *job = NULL;
+		const char *body;
+		char *name;
+
+		if (st->kind == KN_STEP_REGISTER) {
+			rc = kn_errorf(err, KN_EINVAL, "spec",
+				       "%s: steps[%zu] (%s): register steps "
+				       "need the model registry, which this "
+				       "server does not have yet",
+				       filename, i, st->name);
+			break;
+		}
+		if (st->kind == KN_STEP_DEPLOY) {
+			rc = kn_errorf(err, KN_EINVAL, "spec",
+				       "%s: steps[%zu] (%s): deploy steps roll "
+				       "out a registered model version and "
+				       "need the model registry, which this "
+				       "server does not have yet",
+				       filename, i, st->name);
+			break;
+		}
+		if (!st->job_file)
+			continue;
+		body = json_string_value(json_object_get(files, st->job_file));
+		name = job_file_name(filename, st->job_file);
+		if (!body)
+			rc = kn_errorf(err, KN_EINVAL, "files",
+				       "%s: steps[%zu].job: %s was not sent "
+				       "with the workflow (files[\"%s\"])",
+				       filename, i, name, st->job_file);
+		else
+			rc = kn_job_spec_parse(body, strlen(body), name, &job,
+					       err);
+		kn_job_spec_free(job);
+		free(name);
+	}
+	if (rc < 0) {
+		kn_workflow_spec_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+void workflows_h_run(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param)
+{
+	struct kn_workflow_spec *w = NULL;
+	struct kn_wf_step_row *steps = NULL;
+	struct kn_wf_run_row row;
+	struct kn_audit a;
+	struct kn_error err;
+	json_error_t jerr;
+	size_t len;
+	const char *body = kn_http_body(req, &len);
+	const char *text, *filename, *path, *digest, *revision, *key;
+	json_t *doc, *files, *v;
+	char digest_now[65], *files_text = NULL;
+	int64_t id = 0;
+	int rc;
+
+	(void)param;
+	doc = json_loadb(body, len, 0, &jerr);
+	if (!json_is_object(doc)) {
+		kn_errorf(&err, KN_EINVAL, NULL,
+			  "the body must be a JSON object {spec, filename, "
+			  "files, digest, revision}%s%s",
+			  doc ? "" : ": ", doc ? "" : jerr.text);
+		goto fail;
+	}
+	text = json_string_value(json_object_get(doc, "spec"));
+	v = json_object_get(doc, "filename");
+	filename = json_is_string(v) ? json_string_value(v) : "workflow";
+	v = json_object_get(doc, "path");
+	path = json_is_string(v) ? json_string_value(v) : "";
+	v = json_object_get(doc, "digest");
+	digest = json_is_string(v) ? json_string_value(v) : NULL;
+	v = json_object_get(doc, "revision");
+	revision = json_is_string(v) ? json_string_value(v) : NULL;
+	files = json_object_get(doc, "files");
+	if (!text) {
+		kn_errorf(&err, KN_EINVAL, "spec",
+			  "spec: the workflow file's text is required");
+		goto fail;
+	}
+	if (path[0] && path[0] != '/') {
+		kn_errorf(&err, KN_EINVAL, "path",
+			  "path must be absolute; got \"%s\"", path);
+		goto fail;
+	}
+	if (files && !json_is_object(files)) {
+		kn_errorf(&err, KN_EINVAL, "files",
+			  "files must be an object {relative path: text}");
+		goto fail;
+	}
+	if (json_object_size(files) > FILES_MAX) {
+		kn_errorf(&err, KN_EINVAL, "files",
+			  "files: at most %d job files per workflow; got %zu",
+			  FILES_MAX, json_object_size(files));
+		goto fail;
+	}
+	json_object_foreach(files, key, v) {
+		if (!json_is_string(v)) {
+			kn_errorf(&err, KN_EINVAL, "files",
+				  "files[\"%s\"] must be the file's text", key);
+			goto fail;
+		}
+	}
+	if (revision && !hex_text(revision, 7, REVISION_MAX)) {
+		kn_errorf(&err, KN_EINVAL, "revision",
+			  "revision must be a git revision (7 to %d hex "
+			  "digits) or null",
+			  REVISION_MAX);
+		goto fail;
+	}
+	sha256_hex(text, strlen(text), digest_now);
+	if (digest && strcmp(digest, digest_now) != 0) {
+		kn_errorf(&err, KN_EINVAL, "digest",
+			  "digest: the workflow text's sha256 is %s, not the "
+			  "digest sent (%.64s)",
+			  digest_now, digest);
+		goto fail;
+	}
+	if (check_request(s, text, filename, files, &w, &err) < 0)
+		goto fail;
+
+	files_text = json_dumps(files ? files : json_object(),
+				JSON_COMPACT | JSON_SORT_KEYS);
+	memset(&row, 0, sizeof(row));
+	row.name = w->name;
+	row.owner = (char *)c->name;
+	row.filename = (char *)filename;
+	row.path = (char *)path;
+	row.spec_yaml = (char *)text;
+	row.files_json = files_text;
+	row.digest = digest_now;
+	row.revision = (char *)revision;
+	row.state = "queued";
+	row.submitted_at = kn_now_ms();
+	steps = kn_xcalloc(w->n_steps, sizeof(*steps));
+	for (size_t i = 0; i < w->n_steps; i++) {
+		steps[i].index = (int)i;
+		steps[i].name = w->steps[i].name;
+		steps[i].state = "pending";
+	}
+	audit_fill(&a, c, "workflow.run", w->name);
+	rc = kn_store_wf_run_insert(s->store, &row, steps, w->n_steps, &a, &id,
+				    &err);
+	if (rc < 0)
+		goto fail;
+	kn_log(KN_LOG_INFO, "workflow run %lld (%s, %zu steps) by %s",
+	       (long long)id, w->name, w->n_steps, c->name);
+	advance_logged(s, id);
+	reply_run(s, req, id, 201);
+	goto out;
+fail:
+	kn_http_reply_error(req, &err);
+out:
+	free(steps);
+	free(files_text);
+	kn_workflow_spec_free(w);
+	json_decref(doc);
+}
+
+void workflows_h_list(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param)
+{
+	struct kn_wf_run_row *rows = NULL;
+	struct kn_error err;
+	size_t n = 0;
+	json_t *list = json_array();
+
+	(void)c;
+	(void)param;
+	if (kn_store_wf_run_list(s->store, false, &rows, &n, &err) < 0) {
+		json_decref(list);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct wf_run r;
+
+		if (wf_run_load(s, rows[i].id, &r, &err) < 0) {
+			kn_log(KN_LOG_WARN, "workflow run %lld: %s",
+			       (long long)rows[i].id, err.message);
+			continue;
+		}
+		json_array_append_new(list, run_json(&r, false));
+		wf_run_release(&r);
+	}
+	kn_wf_run_list_free(rows, n);
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "workflows", list));
+}
+
+static int parse_run_id(struct kn_http_req *req, const char *param,
+			int64_t *id)
+{
+	struct kn_error err;
+	char *end;
+	long long v = strtoll(param, &end, 10);
+
+	if (*end || v <= 0) {
+		kn_errorf(&err, KN_EINVAL, "id", "not a workflow run id: \"%s\"",
+			  param);
+		kn_http_reply_error(req, &err);
+		return -EINVAL;
+	}
+	*id = v;
+	return 0;
+}
+
+void workflows_h_get(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param)
+{
+	int64_t id = 0;
+
+	(void)c;
+	if (parse_run_id(req, param, &id) == 0)
+		reply_run(s, req, id, 200);
+}
+
+/*
+ * Load run id for a change by c: a user changes only its own runs. On
+ * refusal the answer is sent (and audited) and -1 returned.
+ */
+static int load_for_change(struct server *s, struct kn_http_req *req,
+			   const struct caller *c, const char *param,
+			   const char *action, struct wf_run *r)
+{
+	struct kn_error err;
+	int64_t id = 0;
+
+	if (parse_run_id(req, param, &id) < 0)
+		return -1;
+	if (wf_run_load(s, id, r, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return -1;
+	}
+	if (c->role < KN_ROLE_OPERATOR && strcmp(r->row.owner, c->name)) {
+		struct kn_audit a;
+		char object[40];
+
+		kn_errorf(&err, KN_EPERM, NULL,
+			  "workflow run %lld belongs to %s; a user may change "
+			  "only its own runs",
+			  (long long)id, r->row.owner);
+		snprintf(object, sizeof(object), "workflow/%lld",
+			 (long long)id);
+		audit_fill(&a, c, action, err.message);
+		a.object = object;
+		a.outcome = "denied";
+		kn_store_audit_insert(s->store, &a, NULL);
+		kn_http_reply_error(req, &err);
+		wf_run_release(r);
+		return -1;
+	}
+	return 0;
+}
+
+void workflows_h_cancel(struct server *s, struct kn_http_req *req,
+			const struct caller *c, const char *param)
+{
+	struct wf_run r;
+	struct kn_audit a;
+	struct kn_error err;
+	int64_t id = 0;
+	int rc;
+
+	if (load_for_change(s, req, c, param, "workflow.cancel", &r) < 0)
+		return;
+	id = r.row.id;
+	if (run_ended(r.row.state)) {
+		kn_errorf(&err, KN_ECONFLICT, "state",
+			  "workflow run %lld has already %s",
+			  (long long)r.row.id, r.row.state);
+		goto fail;
+	}
+	/*
+	 * One transaction: the run ends first, so the ends of its jobs (a
+	 * queued one ends inside jobs_cancel) find nothing to advance, and a
+	 * crash leaves either the whole cancel or none of it.
+	 */
+	r.row.ended_at = kn_now_ms();
+	set_str(&r.row.reason, kn_asprintf("cancelled by %s", c->name));
+	audit_fill(&a, c, "workflow.cancel", NULL);
+	rc = kn_store_begin(s->store, &err);
+	if (rc == 0)
+		rc = run_save(s, &r, "cancelled", &a, &err);
+	for (size_t i = 0; rc == 0 && i < r.n; i++) {
+		struct kn_error jerr;
+
+		if (r.v[i].state == WF_RUNNING &&
+		    jobs_cancel(s, c, r.steps[i].job_id, &jerr) < 0 &&
+		    jerr.code != KN_ECONFLICT)
+			kn_log(KN_LOG_WARN, "workflow run %lld: cancelling job "
+			       "%lld: %s", (long long)r.row.id,
+			       (long long)r.steps[i].job_id, jerr.message);
+		if (r.v[i].state != WF_RUNNING && r.v[i].state != WF_PENDING)
+			continue;
+		r.steps[i].ended_at = r.row.ended_at;
+		set_str(&r.steps[i].reason,
+			kn_asprintf("run cancelled by %s", c->name));
+		rc = step_save(s, &r, i, "cancelled", &err);
+	}
+	if (rc == 0)
+		rc = kn_store_commit(s->store, &err);
+	if (rc < 0) {
+		kn_store_rollback(s->store);
+		goto fail;
+	}
+	for (size_t i = 0; i < r.n; i++)
+		if (r.steps[i].ended_at == r.row.ended_at &&
+		    r.v[i].state == WF_CANCELLED)
+			publish(s, &r, i);
+	publish(s, &r, r.n);
+	wf_run_release(&r);
+	reply_run(s, req, id, 200);
+	return;
+fail:
+	kn_http_reply_error(req, &err);
+	wf_run_release(&r);
+}
+
+void workflows_h_retry(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param)
+{
+	struct wf_run r;
+	struct kn_audit a;
+	struct kn_error err;
+	bool *again = NULL;
+	char detail[64];
+	size_t n_again;
+	int64_t id;
+	int rc;
+
+	if (load_for_change(s, req, c, param, "workflow.retry", &r) < 0)
+		return;
+	id = r.row.id;
+	if (strcmp(r.row.state, "failed") != 0 &&
+	    strcmp(r.row.state, "cancelled") != 0) {
+		kn_errorf(&err, KN_ECONFLICT, "state",
+			  "workflow run %lld is %s; only a failed or cancelled "
+			  "run is retried",
+			  (long long)id, r.row.state);
+		goto fail;
+	}
+	again = kn_xcalloc(r.n ? r.n : 1, sizeof(*again));
+	n_again = wf_retry_plan(r.spec, r.v, again);
+	rc = kn_store_begin(s->store, &err);
+	for (size_t i = 0; rc == 0 && i < r.n; i++) {
+		struct kn_wf_step_row *p = &r.steps[i];
+
+		if (!again[i])
+			continue;
+		p->by_condition = false;
+		p->attempts = 0;
+		p->started_at = p->ended_at = 0;
+		set_str(&p->reason, NULL);
+		set_str(&p->metrics_json, NULL);
+		rc = step_save(s, &r, i, "pending", &err);
+	}
+	if (rc == 0) {
+		snprintf(detail, sizeof(detail), "%zu step%s again", n_again,
+			 n_again == 1 ? "" : "s");
+		audit_fill(&a, c, "workflow.retry", detail);
+		r.row.ended_at = 0;
+		set_str(&r.row.reason, NULL);
+		rc = run_save(s, &r, "running", &a, &err);
+	}
+	if (rc == 0)
+		rc = kn_store_commit(s->store, &err);
+	if (rc < 0) {
+		kn_store_rollback(s->store);
+		goto fail;
+	}
+	publish(s, &r, r.n);
+	wf_run_release(&r);
+	free(again);
+	advance_logged(s, id);
+	reply_run(s, req, id, 200);
+	return;
+fail:
+	free(again);
+	kn_http_reply_error(req, &err);
+	wf_run_release(&r);
+}
