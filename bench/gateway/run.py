@@ -197,10 +197,36 @@ def check_auth(name, url, key):
         fail(f"{name}: with the key {got[0]}, without {got[1]}; want 200 and 401")
 
 
-def wrk(url, lua, args, seconds, procs):
+def cpu_seconds(pid):
+    """utime + stime of pid (all its threads) and of its children, in s."""
+    total = 0
+    pids = [pid] + [int(d) for d in os.listdir("/proc") if d.isdigit()
+                    and _ppid(d) == pid]
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _ppid(pid):
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def wrk(url, lua, args, seconds, procs, watched=None):
+    """One measurement; with watched (a Proc), also the CPU time it spent
+    per request (its own utime + stime over the measurement, children
+    included: nginx's worker is the master's child)."""
+    cpu0 = cpu_seconds(watched.p.pid) if watched else None
     cmd = ["wrk", "-t", str(args.threads), "-c", str(args.connections),
            "-d", f"{seconds}s", "-s", str(lua), url + "/v1/chat/completions"]
     r = subprocess.run(cmd, capture_output=True, text=True)
+    cpu = cpu_seconds(watched.p.pid) - cpu0 if watched else None
     m = re.search(r"^WRK_JSON (.*)$", r.stdout, re.M)
     if r.returncode != 0 or not m:
         fail(f"wrk against {url} failed: {r.stdout}{r.stderr}")
@@ -213,7 +239,8 @@ def wrk(url, lua, args, seconds, procs):
         fail(f"wrk against {url}: {errors} errors or non-2xx answers: {out}{died}")
     return {"req_s": out["requests"] / (out["duration_us"] / 1e6),
             "p50_ms": out["p50_us"] / 1000, "p99_ms": out["p99_us"] / 1000,
-            "mean_ms": out["mean_us"] / 1000, "requests": out["requests"]}
+            "mean_ms": out["mean_us"] / 1000, "requests": out["requests"],
+            "cpu_us_per_req": cpu * 1e6 / out["requests"] if watched else None}
 
 
 def median_round(rounds):
@@ -221,6 +248,8 @@ def median_round(rounds):
     ordered = sorted(rounds, key=lambda r: r["req_s"])
     return dict(ordered[(len(ordered) - 1) // 2],
                 req_s_all=[round(r["req_s"]) for r in rounds],
+                cpu_us_per_req_all=[r["cpu_us_per_req"] and round(r["cpu_us_per_req"], 2)
+                                    for r in rounds],
                 p99_ms_all=[round(r["p99_ms"], 3) for r in rounds])
 
 
@@ -269,22 +298,25 @@ def main():
             procs.append(nginx)
             check_auth("nginx", nginx_url, key)
             targets = {"backend": f"http://{backend_addr}", "nginx": nginx_url}
+            watched = {"backend": backend, "nginx": nginx}
             if not kiln_missing:
                 gateway, kiln_url = start_kiln(kiln, work, backend_addr, key)
                 procs.append(gateway)
                 check_auth("kiln gateway", kiln_url, key)
                 targets["kiln"] = kiln_url
+                watched["kiln"] = gateway
             for name, url in targets.items():
                 wrk(url, lua, args, args.warmup, procs)
             rounds = {name: [] for name in targets}
             order = list(targets)
             for i in range(args.rounds):
                 for name in order if i % 2 == 0 else reversed(order):
-                    r = wrk(targets[name], lua, args, args.duration, procs)
+                    r = wrk(targets[name], lua, args, args.duration, procs,
+                            watched[name])
                     rounds[name].append(r)
                     print(f"round {i + 1} {name:8s} {r['req_s']:10.0f} req/s  "
-                          f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms",
-                          flush=True)
+                          f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
+                          f"cpu {r['cpu_us_per_req']:.2f} us/req", flush=True)
         finally:
             for proc in reversed(procs):
                 proc.stop()
@@ -292,7 +324,10 @@ def main():
     results = {name: median_round(rs) for name, rs in rounds.items()}
     ratios = None
     if "kiln" in results:
+        cpu = {name: statistics.median(r["cpu_us_per_req"] for r in rounds[name])
+               for name in ("kiln", "nginx")}
         ratios = {"req_s_kiln_over_nginx": results["kiln"]["req_s"] / results["nginx"]["req_s"],
+                  "cpu_per_req_kiln_over_nginx": cpu["kiln"] / cpu["nginx"],
                   "p99_kiln_over_nginx": results["kiln"]["p99_ms"] / results["nginx"]["p99_ms"]}
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -308,12 +343,15 @@ def main():
     }
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
 
-    print(f"\n{'side':8s} {'req/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s}")
+    print(f"\n{'side':8s} {'req/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s} {'cpu us/req':>10s}")
     for name, r in results.items():
-        print(f"{name:8s} {r['req_s']:10.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}")
+        print(f"{name:8s} {r['req_s']:10.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
+              f"{r['cpu_us_per_req']:10.2f}")
     if ratios:
         print(f"kiln/nginx: {ratios['req_s_kiln_over_nginx']:.2f}x req/s, "
-              f"{ratios['p99_kiln_over_nginx']:.2f}x p99")
+              f"{ratios['p99_kiln_over_nginx']:.2f}x p99, "
+              f"{ratios['cpu_per_req_kiln_over_nginx']:.2f}x CPU per request "
+              "(median rounds)")
     else:
         print(f"kiln: not measured ({kiln_missing})")
     print(f"wrote {args.out}")
