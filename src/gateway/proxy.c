@@ -866,8 +866,7 @@ static void handle(struct gw_req *req, void *arg)
 	const struct kn_gw_key *key;
 	const struct kn_gw_deployment *dep;
 	struct gw_call *c;
-	json_t *doc, *model, *stream;
-	json_error_t jerr;
+	struct kn_gw_body fields;
 	int64_t t0 = now_us();
 	bool get = !strcmp(method, "GET");
 
@@ -910,43 +909,38 @@ static void handle(struct gw_req *req, void *arg)
 	}
 	/* front.c refused bodies over gw->opts.max_body with 413 already. */
 	body = gw_req_body(req, &len);
-	doc = json_loadb(body, len, 0, &jerr);
-	if (!doc || !json_is_object(doc)) {
-		if (doc)
-			send_error(req, 400, "invalid_request_error",
-				   "invalid_json", NULL,
-				   "The request body must be a JSON object.");
-		else
+	if (kn_gw_body_scan(body, len, &fields) < 0 || !fields.object) {
+		if (fields.error[0])
 			send_error(req, 400, "invalid_request_error",
 				   "invalid_json", NULL,
 				   "The request body is not valid JSON: %d:%d: "
 				   "%s.",
-				   jerr.line, jerr.column, jerr.text);
-		json_decref(doc);
+				   fields.line, fields.column, fields.error);
+		else
+			send_error(req, 400, "invalid_request_error",
+				   "invalid_json", NULL,
+				   "The request body must be a JSON object.");
 		log_front(w, target, key->name, NULL, 400, t0);
 		return;
 	}
-	model = json_object_get(doc, "model");
-	stream = json_object_get(doc, "stream");
-	if (!json_is_string(model)) {
+	if (!fields.model_string) {
 		send_error(req, 400, "invalid_request_error", "missing_model",
 			   "model",
-			   model ? "model: must be a string naming a "
-				   "deployment."
-				 : "model: missing; name the deployment to "
-				   "call.");
-		json_decref(doc);
+			   fields.has_model ? "model: must be a string naming a "
+					      "deployment."
+					    : "model: missing; name the deployment "
+					      "to call.");
 		log_front(w, target, key->name, NULL, 400, t0);
 		return;
 	}
-	dep = kn_gw_config_deployment(w->cfg, json_string_value(model));
+	dep = fields.model_cut ? NULL
+			       : kn_gw_config_deployment(w->cfg, fields.model);
 	if (!dep || !kn_gw_key_allows(key, dep->name)) {
 		send_error(req, 404, "invalid_request_error", "model_not_found",
 			   "model",
-			   "The model `%s` does not exist or you do not have "
+			   "The model `%s%s` does not exist or you do not have "
 			   "access to it.",
-			   json_string_value(model));
-		json_decref(doc);
+			   fields.model, fields.model_cut ? "..." : "");
 		log_front(w, target, key->name, NULL, 404, t0);
 		return;
 	}
@@ -957,10 +951,9 @@ static void handle(struct gw_req *req, void *arg)
 	c->key = key;
 	c->dep = c->target = dep;
 	c->path = path;
-	c->stream_asked = json_is_true(stream);
+	c->stream_asked = fields.stream;
 	c->score = NAN;
 	c->t0_us = t0;
-	json_decref(doc);
 	accept = gw_req_header(req, "Accept");
 	if (accept)
 		kn_strlcpy(c->accept, accept, sizeof(c->accept));
