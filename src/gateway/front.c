@@ -16,6 +16,7 @@
  * per connection: pipelined requests wait in the buffer until the answer
  * before them is out. Answers: whole (Content-Length) or chunked streams.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,29 +44,38 @@ struct gw_front {
 	struct front_conn *conns; /* open connections, for the shutdown */
 };
 
+/*
+ * A request being answered. Each connection has one, kept from request
+ * to request with its buffers (one request at a time), so a kept-alive
+ * request allocates nothing here but its body, which the call takes.
+ */
+struct gw_req {
+	struct front_conn *conn;
+	char *head;          /* the request head, NUL-split in place */
+	size_t head_cap;
+	const char *method, *target;
+	const char *names[HEADERS_MAX], *values[HEADERS_MAX];
+	size_t n_headers;
+	/* The fields front.c itself reads, found while splitting. */
+	const char *content_length, *transfer_encoding, *connection, *expect;
+	char *body;
+	size_t body_len;
+	struct evbuffer *headers; /* "Name: value\r\n" lines to send */
+	gw_front_gone on_gone;
+	void *gone_arg;
+};
+
 struct front_conn {
 	struct gw_front *f;
 	struct front_conn *prev, *next;
 	int fd;
 	struct event *rev, *wev;
 	struct evbuffer *in, *out;
-	struct gw_req *req;   /* being answered, or NULL */
+	struct gw_req *req;   /* &slot while a request is answered, or NULL */
+	struct gw_req slot;
 	bool closing;         /* close once out is written */
 	bool lingering;       /* written and shut: reading until the end */
 	bool keep_alive;      /* of the request being answered */
-};
-
-struct gw_req {
-	struct front_conn *conn;
-	char *head;          /* the request head, NUL-split in place */
-	const char *method, *target;
-	const char *names[HEADERS_MAX], *values[HEADERS_MAX];
-	size_t n_headers;
-	char *body;
-	size_t body_len;
-	struct evbuffer *headers; /* "Name: value\r\n" lines to send */
-	gw_front_gone on_gone;
-	void *gone_arg;
 };
 
 static void conn_free(struct front_conn *c);
@@ -158,10 +168,10 @@ static void req_done(struct gw_req *r)
 	struct front_conn *c = r->conn;
 
 	c->req = NULL;
-	free(r->head);
 	free(r->body);
-	evbuffer_free(r->headers);
-	free(r);
+	r->body = NULL;
+	r->on_gone = NULL;
+	evbuffer_drain(r->headers, evbuffer_get_length(r->headers));
 	if (!c->keep_alive)
 		c->closing = true;
 	if (flush(c))
@@ -250,10 +260,32 @@ const char *gw_req_target(const struct gw_req *r)
 
 const char *gw_req_header(const struct gw_req *r, const char *name)
 {
+	int first = tolower((unsigned char)name[0]);
+
 	for (size_t i = 0; i < r->n_headers; i++)
-		if (!strcasecmp(r->names[i], name))
+		if (tolower((unsigned char)r->names[i][0]) == first &&
+		    !strcasecmp(r->names[i], name))
 			return r->values[i];
 	return NULL;
+}
+
+/* Note a field front.c reads itself (the first of a repeated one, as
+   gw_req_header finds). */
+static void note_field(struct gw_req *r, const char *name, size_t len,
+		       const char *value)
+{
+	const char **field = NULL;
+
+	if (len == 6 && !strcasecmp(name, "Expect"))
+		field = &r->expect;
+	else if (len == 10 && !strcasecmp(name, "Connection"))
+		field = &r->connection;
+	else if (len == 14 && !strcasecmp(name, "Content-Length"))
+		field = &r->content_length;
+	else if (len == 17 && !strcasecmp(name, "Transfer-Encoding"))
+		field = &r->transfer_encoding;
+	if (field && !*field)
+		*field = value;
 }
 
 const char *gw_req_body(const struct gw_req *r, size_t *len)
@@ -301,6 +333,9 @@ static int split_head(struct gw_req *r, size_t len, bool *http10)
 {
 	char *p = r->head, *end = r->head + len, *line, *sp;
 
+	r->n_headers = 0;
+	r->content_length = r->transfer_encoding = r->connection = NULL;
+	r->expect = NULL;
 	line = p;
 	p = memchr(p, '\n', (size_t)(end - p));
 	if (!p)
@@ -336,6 +371,7 @@ static int split_head(struct gw_req *r, size_t len, bool *http10)
 		for (char *t = v + strlen(v); t > v && (t[-1] == ' ' ||
 							  t[-1] == '\t');)
 			*--t = '\0';
+		note_field(r, p, (size_t)(colon - p), v);
 		r->names[r->n_headers] = p;
 		r->values[r->n_headers++] = v;
 		p = nl + 1;
@@ -368,24 +404,22 @@ static void process(struct front_conn *c)
 			       "The request head is too large.");
 		return;
 	}
-	r = kn_xcalloc(1, sizeof(*r));
-	r->conn = c;
-	r->head = kn_xmalloc(head_len + 1);
+	r = &c->slot;
+	if (head_len + 1 > r->head_cap) {
+		r->head_cap = head_len + 1 > 1024 ? head_len + 1 : 1024;
+		r->head = kn_xrealloc(r->head, r->head_cap);
+	}
 	evbuffer_copyout(c->in, r->head, head_len);
 	r->head[head_len] = '\0';
 	if (split_head(r, head_len, &http10) < 0) {
-		free(r->head);
-		free(r);
 		refuse(c, 400, "invalid_request", "The request is not HTTP/1.x.");
 		return;
 	}
-	cl = gw_req_header(r, "Content-Length");
-	te = gw_req_header(r, "Transfer-Encoding");
-	conn_h = gw_req_header(r, "Connection");
-	expect = gw_req_header(r, "Expect");
+	cl = r->content_length;
+	te = r->transfer_encoding;
+	conn_h = r->connection;
+	expect = r->expect;
 	if (te && strcasecmp(te, "identity")) {
-		free(r->head);
-		free(r);
 		refuse(c, 411, "length_required",
 		       "Send the body with a Content-Length.");
 		return;
@@ -394,15 +428,11 @@ static void process(struct front_conn *c)
 		errno = 0;
 		unsigned long long v = strtoull(cl, &end, 10);
 		if (errno || end == cl || *end || cl[0] == '-') {
-			free(r->head);
-			free(r);
 			refuse(c, 400, "invalid_request",
 			       "Malformed Content-Length.");
 			return;
 		}
 		if (v > c->f->max_body) {
-			free(r->head);
-			free(r);
 			refuse(c, 413, "request_too_large",
 			       "The request body is over the gateway's limit.");
 			return;
@@ -416,8 +446,6 @@ static void process(struct front_conn *c)
 			evbuffer_add(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
 			flush(c);
 		}
-		free(r->head);
-		free(r);
 		return;
 	}
 	evbuffer_drain(c->in, head_len);
@@ -425,7 +453,6 @@ static void process(struct front_conn *c)
 	evbuffer_remove(c->in, r->body, body_len);
 	r->body[body_len] = '\0';
 	r->body_len = body_len;
-	r->headers = evbuffer_new();
 	c->keep_alive = http10 ? (conn_h && !strcasecmp(conn_h, "keep-alive"))
 			       : !(conn_h && !strcasecmp(conn_h, "close"));
 	if (http10 && c->keep_alive)
@@ -472,11 +499,10 @@ static void conn_free(struct front_conn *c)
 		c->req = NULL;
 		if (r->on_gone)
 			r->on_gone(r->gone_arg);
-		free(r->head);
-		free(r->body);
-		evbuffer_free(r->headers);
-		free(r);
 	}
+	free(c->slot.head);
+	free(c->slot.body);
+	evbuffer_free(c->slot.headers);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -505,6 +531,8 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	c->fd = fd;
 	c->in = evbuffer_new();
 	c->out = evbuffer_new();
+	c->slot.conn = c;
+	c->slot.headers = evbuffer_new();
 	c->rev = event_new(f->base, fd, EV_READ | EV_PERSIST, on_read, c);
 	c->wev = event_new(f->base, fd, EV_WRITE, on_write, c);
 	c->next = f->conns;
