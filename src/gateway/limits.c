@@ -163,13 +163,24 @@ static struct entry *lookup(struct kn_gw_limiter *l, const char *id)
 	return e;
 }
 
+/* "<kind>:<name>" in id (ENTRY_ID_MAX bytes), without a printf per call. */
+static const char *entry_id(char *id, char kind, const char *name)
+{
+	size_t n = strnlen(name, ENTRY_ID_MAX - 3);
+
+	id[0] = kind;
+	id[1] = ':';
+	memcpy(id + 2, name, n);
+	id[n + 2] = '\0';
+	return id;
+}
+
 static struct entry *key_entry(struct kn_gw_limiter *l,
 			       const struct kn_gw_key *key)
 {
 	char id[ENTRY_ID_MAX];
 
-	snprintf(id, sizeof(id), "k:%s", key->hash_hex);
-	return lookup(l, id);
+	return lookup(l, entry_id(id, 'k', key->hash_hex));
 }
 
 static struct entry *dep_entry(struct kn_gw_limiter *l,
@@ -177,8 +188,7 @@ static struct entry *dep_entry(struct kn_gw_limiter *l,
 {
 	char id[ENTRY_ID_MAX];
 
-	snprintf(id, sizeof(id), "d:%s", dep->name);
-	return lookup(l, id);
+	return lookup(l, entry_id(id, 'd', dep->name));
 }
 
 static void roll_quotas(struct entry *e, int64_t now_ms)

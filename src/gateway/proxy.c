@@ -108,6 +108,42 @@ struct gw_call {
 
 /* ---- replies ---- */
 
+/* Put the literal at *p (the caller leaves room). */
+static void put_lit(char **p, const char *s, size_t n)
+{
+	memcpy(*p, s, n);
+	*p += n;
+}
+#define PUT_LIT(p, s) put_lit(p, s, sizeof(s) - 1)
+
+static void put_int(char **p, int64_t v)
+{
+	char digits[24];
+	size_t n = 0;
+	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+	do {
+		digits[n++] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	if (v < 0)
+		*(*p)++ = '-';
+	while (n)
+		*(*p)++ = digits[--n];
+}
+
+/* Milliseconds with three decimals, as "%.3f" would put them. */
+static void put_ms(char **p, double ms)
+{
+	int64_t us = ms > 0 ? (int64_t)(ms * 1000.0 + 0.5) : 0;
+
+	put_int(p, us / 1000);
+	*(*p)++ = '.';
+	*(*p)++ = (char)('0' + us / 100 % 10);
+	*(*p)++ = (char)('0' + us / 10 % 10);
+	*(*p)++ = (char)('0' + us % 10);
+}
+
 static void add_header(struct gw_req *req, const char *name,
 		       const char *value)
 {
@@ -117,20 +153,24 @@ static void add_header(struct gw_req *req, const char *name,
 static void add_limit_headers(struct gw_req *req,
 			      const struct kn_gw_verdict *v)
 {
-	char num[32];
+	char num[32], *p;
 
 	if (v->limit_requests >= 0) {
-		snprintf(num, sizeof(num), "%lld", (long long)v->limit_requests);
+		p = num;
+		put_int(&p, v->limit_requests);
+		*p = '\0';
 		add_header(req, "x-ratelimit-limit-requests", num);
 	}
 	if (v->remaining_requests >= 0) {
-		snprintf(num, sizeof(num), "%lld",
-			 (long long)v->remaining_requests);
+		p = num;
+		put_int(&p, v->remaining_requests);
+		*p = '\0';
 		add_header(req, "x-ratelimit-remaining-requests", num);
 	}
 	if (v->remaining_tokens >= 0) {
-		snprintf(num, sizeof(num), "%lld",
-			 (long long)v->remaining_tokens);
+		p = num;
+		put_int(&p, v->remaining_tokens);
+		*p = '\0';
 		add_header(req, "x-ratelimit-remaining-tokens", num);
 	}
 }
@@ -246,26 +286,33 @@ static void access_log(struct gw_worker *w, const char *key,
 		kn_format_time(now, w->stamp, sizeof(w->stamp));
 		w->stamp_ms = now;
 	}
-	p += snprintf(p, 64, "{\"time\":\"%s", w->stamp);
-	p += snprintf(p, 16, "\",\"key\":");
+	/* Pieces, not one printf: this runs for every request. The stamp
+	   and the numbers are bounded; the strings are cut to fit. */
+	PUT_LIT(&p, "{\"time\":\"");
+	put_lit(&p, w->stamp, strlen(w->stamp));
+	PUT_LIT(&p, "\",\"key\":");
 	put_string(&p, end - 512, key);
-	p += snprintf(p, 16, ",\"deployment\":");
+	PUT_LIT(&p, ",\"deployment\":");
 	put_string(&p, end - 384, deployment && *deployment ? deployment
 							 : NULL);
-	p += snprintf(p, 16, ",\"replica\":");
+	PUT_LIT(&p, ",\"replica\":");
 	put_string(&p, end - 256, replica);
-	p += snprintf(p, 16, ",\"path\":");
+	PUT_LIT(&p, ",\"path\":");
 	put_string(&p, end - 200, path);
-	p += snprintf(p, 160, ",\"status\":%d,\"latency_ms\":%.3f,"
-			      "\"tokens\":%lld,\"output_tokens\":%lld",
-		      status, latency_ms, (long long)usage->total_tokens,
-		      (long long)usage->completion_tokens);
+	PUT_LIT(&p, ",\"status\":");
+	put_int(&p, status);
+	PUT_LIT(&p, ",\"latency_ms\":");
+	put_ms(&p, latency_ms);
+	PUT_LIT(&p, ",\"tokens\":");
+	put_int(&p, usage->total_tokens);
+	PUT_LIT(&p, ",\"output_tokens\":");
+	put_int(&p, usage->completion_tokens);
 	if (isnan(score))
-		p += snprintf(p, 16, ",\"score\":null");
+		PUT_LIT(&p, ",\"score\":null");
 	else
 		p += snprintf(p, 48, ",\"score\":%.6g", score);
 	if (fallback) {
-		p += snprintf(p, 16, ",\"fallback\":");
+		PUT_LIT(&p, ",\"fallback\":");
 		put_string(&p, end, fallback);
 	}
 	*p++ = '}';
@@ -601,17 +648,22 @@ static void attempt(struct gw_call *c)
 	}
 }
 
+/* Fields the gateway does not pass on: its own framing and identity. */
 static bool hop_by_hop(const char *name)
 {
-	static const char *const names[] = {
-		"Connection", "Keep-Alive", "Transfer-Encoding",
-		"Content-Length", "Date", "Server", "Proxy-Connection",
-		"TE", "Trailer", "Upgrade"};
-
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (!strcasecmp(name, names[i]))
-			return true;
-	return false;
+	switch (strlen(name)) {
+	case 2: return !strcasecmp(name, "TE");
+	case 4: return !strcasecmp(name, "Date");
+	case 6: return !strcasecmp(name, "Server");
+	case 7: return !strcasecmp(name, "Trailer") ||
+		       !strcasecmp(name, "Upgrade");
+	case 10: return !strcasecmp(name, "Connection") ||
+			!strcasecmp(name, "Keep-Alive");
+	case 14: return !strcasecmp(name, "Content-Length");
+	case 16: return !strcasecmp(name, "Proxy-Connection");
+	case 17: return !strcasecmp(name, "Transfer-Encoding");
+	default: return false;
+	}
 }
 
 static void copy_headers(struct gw_call *c)

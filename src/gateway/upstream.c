@@ -18,6 +18,7 @@
  * idle is found out when the next request gets nothing back: that request
  * is sent again once on a fresh connection before anything is reported.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -338,6 +339,26 @@ static void pass_body(struct gw_conn *c, int64_t n)
 		c->left -= (int64_t)take;
 }
 
+/* "HTTP/1.<minor> <status>": 0, or -1 when it is not that. */
+static int status_line(const char *p, int *minor, int *status)
+{
+	if (strncmp(p, "HTTP/1.", 7) || !isdigit((unsigned char)p[7]))
+		return -1;
+	*minor = p[7] - '0';
+	for (p += 8; isdigit((unsigned char)*p); p++)
+		*minor = *minor > 9 ? 10 : *minor * 10 + (*p - '0');
+	if (*p != ' ')
+		return -1;
+	while (*p == ' ')
+		p++;
+	if (!isdigit((unsigned char)p[0]) || !isdigit((unsigned char)p[1]) ||
+	    !isdigit((unsigned char)p[2]) || isdigit((unsigned char)p[3]) ||
+	    p[0] == '0')
+		return -1;
+	*status = (p[0] - '0') * 100 + (p[1] - '0') * 10 + (p[2] - '0');
+	return 0;
+}
+
 /*
  * Split the head (len bytes at c->head) into the status and fields, and
  * note the framing. 0, or -1 when it is not an HTTP/1.x answer.
@@ -350,8 +371,7 @@ static int split_head(struct gw_conn *c, size_t len)
 	c->hdrs.n = 0;
 	c->left = -1;
 	c->chunked = false;
-	if (sscanf(p, "HTTP/1.%d %d", &minor, &c->status) != 2 ||
-	    c->status < 100 || c->status > 999)
+	if (status_line(p, &minor, &c->status) < 0)
 		return -1;
 	c->keep_alive = minor >= 1;
 	p = memchr(p, '\n', len);
@@ -375,12 +395,13 @@ static int split_head(struct gw_conn *c, size_t len)
 		for (char *t = v + strlen(v);
 		     t > v && (t[-1] == ' ' || t[-1] == '\t');)
 			*--t = '\0';
-		if (!strcasecmp(p, "Content-Length"))
+		size_t name_len = (size_t)(colon - p);
+		if (name_len == 14 && !strcasecmp(p, "Content-Length"))
 			c->left = strtoll(v, NULL, 10);
-		else if (!strcasecmp(p, "Transfer-Encoding") &&
+		else if (name_len == 17 && !strcasecmp(p, "Transfer-Encoding") &&
 			 strcasestr(v, "chunked"))
 			c->chunked = true;
-		else if (!strcasecmp(p, "Connection"))
+		else if (name_len == 10 && !strcasecmp(p, "Connection"))
 			c->keep_alive = strcasecmp(v, "close") &&
 					(minor >= 1 ||
 					 !strcasecmp(v, "keep-alive"));
