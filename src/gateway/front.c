@@ -34,6 +34,8 @@
 #define LINGER_S 2
 #define READ_CHUNK (64 * 1024)
 #define HEADERS_MAX 128 /* fields in one request head */
+/* An answer's fields: the model server's (at most 64 KiB) and ours. */
+#define HEADERS_BYTES_MAX (256 * 1024)
 
 struct gw_front {
 	struct event_base *base;
@@ -60,7 +62,7 @@ struct gw_req {
 	const char *content_length, *transfer_encoding, *connection, *expect;
 	char *body;
 	size_t body_len;
-	struct evbuffer *headers; /* "Name: value\r\n" lines to send */
+	struct kn_buf headers; /* "Name: value\r\n" lines to send */
 	gw_front_gone on_gone;
 	void *gone_arg;
 };
@@ -141,25 +143,50 @@ static const char *reason(int status)
 	}
 }
 
-static void add_str(struct evbuffer *b, const char *s)
+char *gw_put_uint(char *p, uint64_t v)
 {
-	evbuffer_add(b, s, strlen(s));
+	char digits[20];
+	size_t n = 0;
+
+	do {
+		digits[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n)
+		*p++ = digits[--n];
+	return p;
 }
 
-static void put_head(struct gw_req *r, int status, const char *framing)
+#define PUT_LIT(p, s) (memcpy(p, s, sizeof(s) - 1), (p) + sizeof(s) - 1)
+
+/* The answer's head: built whole, then two copies into the output (no
+   printf, no evbuffer chain handed from buffer to buffer). */
+static void put_head(struct gw_req *r, int status, bool chunked,
+		     size_t length)
 {
 	struct front_conn *c = r->conn;
-	char line[64];
-	int n = snprintf(line, sizeof(line), "HTTP/1.1 %d ", status);
+	const char *why = reason(status);
+	size_t why_len = strlen(why);
+	char line[128], *p = line;
 
-	evbuffer_add(c->out, line, (size_t)n);
-	add_str(c->out, reason(status));
-	add_str(c->out, "\r\n");
-	add_str(c->out, framing);
-	evbuffer_add_buffer(c->out, r->headers);
+	p = PUT_LIT(p, "HTTP/1.1 ");
+	p = gw_put_uint(p, (uint64_t)status);
+	*p++ = ' ';
+	memcpy(p, why, why_len);
+	p += why_len;
+	if (chunked) {
+		p = PUT_LIT(p, "\r\nTransfer-Encoding: chunked\r\n");
+	} else {
+		p = PUT_LIT(p, "\r\nContent-Length: ");
+		p = gw_put_uint(p, length);
+		p = PUT_LIT(p, "\r\n");
+	}
+	evbuffer_add(c->out, line, (size_t)(p - line));
 	if (!c->keep_alive)
-		evbuffer_add(c->out, "Connection: close\r\n", 19);
-	evbuffer_add(c->out, "\r\n", 2);
+		kn_buf_append(&r->headers, "Connection: close\r\n", 19);
+	kn_buf_append(&r->headers, "\r\n", 2);
+	evbuffer_add(c->out, r->headers.data, r->headers.len);
+	r->headers.len = 0;
 }
 
 /* The request is answered: free it, then go on with the connection. */
@@ -171,7 +198,7 @@ static void req_done(struct gw_req *r)
 	free(r->body);
 	r->body = NULL;
 	r->on_gone = NULL;
-	evbuffer_drain(r->headers, evbuffer_get_length(r->headers));
+	r->headers.len = 0;
 	if (!c->keep_alive)
 		c->closing = true;
 	if (flush(c))
@@ -180,28 +207,21 @@ static void req_done(struct gw_req *r)
 
 void gw_req_reply(struct gw_req *r, int status, const void *body, size_t len)
 {
-	char framing[64];
-
-	snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", len);
-	put_head(r, status, framing);
+	put_head(r, status, false, len);
 	evbuffer_add(r->conn->out, body, len);
 	req_done(r);
 }
 
 void gw_req_reply_buffer(struct gw_req *r, int status, struct evbuffer *body)
 {
-	char framing[64];
-
-	snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n",
-		 evbuffer_get_length(body));
-	put_head(r, status, framing);
+	put_head(r, status, false, evbuffer_get_length(body));
 	evbuffer_add_buffer(r->conn->out, body);
 	req_done(r);
 }
 
 void gw_req_stream_start(struct gw_req *r, int status)
 {
-	put_head(r, status, "Transfer-Encoding: chunked\r\n");
+	put_head(r, status, true, 0);
 	flush(r->conn);
 }
 
@@ -232,12 +252,19 @@ void gw_req_stream_abort(struct gw_req *r)
 void gw_req_add_header(struct gw_req *r, const char *name, const char *value)
 {
 	/* Values come from model servers too: no line breaks get through. */
-	if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
+	size_t name_len = strcspn(name, "\r\n:"),
+	       value_len = strcspn(value, "\r\n");
+
+	if (name[name_len] || value[value_len])
 		return;
-	add_str(r->headers, name);
-	evbuffer_add(r->headers, ": ", 2);
-	add_str(r->headers, value);
-	evbuffer_add(r->headers, "\r\n", 2);
+	/* Past the cap (HEADERS_BYTES_MAX) a field is dropped whole. */
+	if (r->headers.len + name_len + value_len + 4 + 21 >
+	    HEADERS_BYTES_MAX)
+		return;
+	kn_buf_append(&r->headers, name, name_len);
+	kn_buf_append(&r->headers, ": ", 2);
+	kn_buf_append(&r->headers, value, value_len);
+	kn_buf_append(&r->headers, "\r\n", 2);
 }
 
 void gw_req_on_gone(struct gw_req *r, gw_front_gone cb, void *arg)
@@ -502,7 +529,7 @@ static void conn_free(struct front_conn *c)
 	}
 	free(c->slot.head);
 	free(c->slot.body);
-	evbuffer_free(c->slot.headers);
+	kn_buf_release(&c->slot.headers);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -532,7 +559,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	c->in = evbuffer_new();
 	c->out = evbuffer_new();
 	c->slot.conn = c;
-	c->slot.headers = evbuffer_new();
+	kn_buf_init(&c->slot.headers, HEADERS_BYTES_MAX);
 	c->rev = event_new(f->base, fd, EV_READ | EV_PERSIST, on_read, c);
 	c->wev = event_new(f->base, fd, EV_WRITE, on_write, c);
 	c->next = f->conns;

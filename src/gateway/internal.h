@@ -164,6 +164,9 @@ void gw_req_stream_end(struct gw_req *r);
    closed, so the client sees a cut answer, never a complete one. */
 void gw_req_stream_abort(struct gw_req *r);
 
+/* The digits of v at p (no NUL); returns the end. No printf per call. */
+char *gw_put_uint(char *p, uint64_t v);
+
 /* ---- workers (proxy.c) ---- */
 
 /*

@@ -118,18 +118,9 @@ static void put_lit(char **p, const char *s, size_t n)
 
 static void put_int(char **p, int64_t v)
 {
-	char digits[24];
-	size_t n = 0;
-	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-
-	do {
-		digits[n++] = (char)('0' + u % 10);
-		u /= 10;
-	} while (u);
 	if (v < 0)
 		*(*p)++ = '-';
-	while (n)
-		*(*p)++ = digits[--n];
+	*p = gw_put_uint(*p, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
 }
 
 /* Milliseconds with three decimals, as "%.3f" would put them. */

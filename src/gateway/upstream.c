@@ -199,11 +199,6 @@ static int flush_out(struct gw_conn *c)
 	return 0;
 }
 
-static void add_str(struct evbuffer *b, const char *s)
-{
-	evbuffer_add(b, s, strlen(s));
-}
-
 const char *gw_headers_get(const struct gw_headers *h, const char *name)
 {
 	for (size_t i = 0; i < h->n; i++)
@@ -212,29 +207,56 @@ const char *gw_headers_get(const struct gw_headers *h, const char *name)
 	return NULL;
 }
 
+static char *put(char *p, const char *s, size_t n)
+{
+	memcpy(p, s, n);
+	return p + n;
+}
+#define PUT_LIT(p, s) put(p, s, sizeof(s) - 1)
+
+/*
+ * The request line and fields, written straight into the output's own
+ * space: no printf, no copy from pieces. 0, or -1 when libevent has no
+ * memory.
+ */
+static int put_request_head(struct gw_conn *c)
+{
+	static const char LINE_END[] = " HTTP/1.1\r\nHost: ";
+	static const char TYPE[] = "\r\nContent-Type: application/json\r\n"
+				   "Content-Length: ";
+	size_t path_len = strlen(c->path), host_len = strlen(c->host_header),
+	       accept_len = c->accept ? strlen(c->accept) : 0;
+	size_t need = 5 + path_len + sizeof(LINE_END) + host_len +
+		      sizeof(TYPE) + 20 + 10 + accept_len + 4;
+	struct evbuffer_iovec space;
+	char *p;
+
+	if (evbuffer_reserve_space(c->out, (ev_ssize_t)need, &space, 1) < 1)
+		return -1;
+	p = space.iov_base;
+	p = PUT_LIT(p, "POST ");
+	p = put(p, c->path, path_len);
+	p = PUT_LIT(p, LINE_END);
+	p = put(p, c->host_header, host_len);
+	p = PUT_LIT(p, TYPE);
+	p = gw_put_uint(p, c->body_len);
+	if (c->accept) {
+		p = PUT_LIT(p, "\r\nAccept: ");
+		p = put(p, c->accept, accept_len);
+	}
+	p = PUT_LIT(p, "\r\n\r\n");
+	space.iov_len = (size_t)(p - (char *)space.iov_base);
+	return evbuffer_commit_space(c->out, &space, 1);
+}
+
 static int send_request(struct gw_conn *c)
 {
 	int rc;
 
 	if (c->fd < 0 && (rc = conn_open(c)) < 0)
 		return rc;
-	{
-		/* Pieces, not printf: this runs for every call. */
-		char length[32];
-		int n = snprintf(length, sizeof(length), "%zu", c->body_len);
-		add_str(c->out, "POST ");
-		add_str(c->out, c->path);
-		add_str(c->out, " HTTP/1.1\r\nHost: ");
-		add_str(c->out, c->host_header);
-		add_str(c->out, "\r\nContent-Type: application/json\r\n"
-				"Content-Length: ");
-		evbuffer_add(c->out, length, (size_t)n);
-		if (c->accept) {
-			add_str(c->out, "\r\nAccept: ");
-			add_str(c->out, c->accept);
-		}
-		add_str(c->out, "\r\n\r\n");
-	}
+	if (put_request_head(c) < 0)
+		return -ENOMEM;
 	evbuffer_add(c->out, c->body, c->body_len);
 	c->state = P_HEAD;
 	c->status = 0;
