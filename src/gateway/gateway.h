@@ -61,12 +61,17 @@ struct kn_gw_key {
  * A parsed route table. Immutable once parsed; shared between threads by
  * reference counting.
  */
+struct evp_md_st; /* OpenSSL's EVP_MD */
+
 struct kn_gw_config {
 	int64_t generation;
 	struct kn_gw_deployment *deployments;
 	size_t n_deployments;
 	struct kn_gw_key *keys;
 	size_t n_keys;
+	/* OpenSSL's SHA256, fetched once per table: SHA256() fetches it on
+	   every call, which was most of a key check's cost. */
+	struct evp_md_st *sha256;
 	int refs; /* atomic */
 };
 
