@@ -118,13 +118,21 @@ void kn_gw_limiter_free(struct kn_gw_limiter *l)
 	free(l);
 }
 
+/* Eight bytes a step: ids are 66 bytes for keys, and four are hashed a call. */
 static uint64_t hash_id(const char *s)
 {
-	uint64_t h = 1469598103934665603ULL;
+	size_t n = strlen(s);
+	uint64_t h = 1469598103934665603ULL ^ n, word;
 
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-	return h;
+	for (; n >= 8; s += 8, n -= 8) {
+		memcpy(&word, s, 8);
+		h = (h ^ word) * 0x9E3779B97F4A7C15ULL;
+		h ^= h >> 29;
+	}
+	word = 0;
+	memcpy(&word, s, n);
+	h = (h ^ word) * 0x9E3779B97F4A7C15ULL;
+	return h ^ h >> 32;
 }
 
 static struct entry *slot_for(struct entry *slots, size_t cap, const char *id)
