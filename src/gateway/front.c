@@ -20,6 +20,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -550,10 +552,13 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	struct gw_front *f = arg;
 	struct front_conn *c = kn_xcalloc(1, sizeof(*c));
 	struct timeval idle = {IDLE_TIMEOUT_S, 0};
+	int one = 1;
 
 	(void)l;
 	(void)sa;
 	(void)socklen;
+	/* An answer is one writev: never held back waiting for an ACK. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->f = f;
 	c->fd = fd;
 	c->in = evbuffer_new();

@@ -110,7 +110,6 @@ struct gw_up_handler {
 struct gw_conn *gw_conn_new(struct event_base *base, const char *host,
 			    int port, int64_t timeout_ms);
 void gw_conn_free(struct gw_conn *c);
-bool gw_conn_busy(const struct gw_conn *c);
 /*
  * POST body (which must outlive the request) to path. Returns 0, and the
  * handler is called with arg; or -errno when the connection cannot be

@@ -46,6 +46,10 @@ struct gw_pool {
 	char address[KN_GW_ADDRESS_MAX];
 	struct gw_conn **conns; /* calls hold pointers: never moved */
 	size_t n_conns;
+	/* The connections no call holds, last freed on top: a call takes
+	   one without scanning the pool, and the warmest. */
+	struct gw_conn **idle;
+	size_t n_idle;
 	int outstanding;
 	/* breaker */
 	int failures;         /* consecutive */
@@ -69,6 +73,7 @@ struct gw_worker {
 	struct gw_call *calls; /* in flight, for the shutdown */
 	struct kn_buf log;          /* access-log lines not written yet */
 	struct event *log_event;    /* writes them after the turn's work */
+	bool log_scheduled;         /* log_event is active */
 	char stamp[32];             /* the access log's last time stamp */
 	int64_t stamp_ms;
 };
@@ -252,9 +257,12 @@ static void log_flush(struct gw_worker *w)
 
 static void log_flush_cb(evutil_socket_t fd, short what, void *arg)
 {
+	struct gw_worker *w = arg;
+
 	(void)fd;
 	(void)what;
-	log_flush(arg);
+	w->log_scheduled = false;
+	log_flush(w);
 }
 
 /*
@@ -312,8 +320,10 @@ static void access_log(struct gw_worker *w, const char *key,
 		log_flush(w);
 		kn_buf_append(&w->log, line, (size_t)(p - line));
 	}
-	if (!event_pending(w->log_event, EV_TIMEOUT, NULL))
+	if (!w->log_scheduled) {
+		w->log_scheduled = true;
 		event_active(w->log_event, EV_TIMEOUT, 0);
+	}
 }
 
 /* ---- pools and breakers ---- */
@@ -348,6 +358,7 @@ static void pool_free(struct gw_pool *p)
 	for (size_t i = 0; i < p->n_conns; i++)
 		gw_conn_free(p->conns[i]);
 	free(p->conns);
+	free(p->idle);
 	free(p);
 }
 
@@ -377,16 +388,22 @@ static struct gw_conn *pool_conn(struct gw_worker *w, struct gw_pool *p,
 {
 	struct gw_conn *c;
 
-	for (size_t i = 0; i < p->n_conns; i++)
-		if (!gw_conn_busy(p->conns[i]))
-			return p->conns[i];
+	if (p->n_idle)
+		return p->idle[--p->n_idle];
 	if (p->n_conns == POOL_MAX)
 		return NULL;
 	c = gw_conn_new(w->base, r->host, r->port,
 			w->gw->opts.upstream_timeout_ms);
 	p->conns = kn_xrealloc(p->conns, (p->n_conns + 1) * sizeof(*p->conns));
+	p->idle = kn_xrealloc(p->idle, (p->n_conns + 1) * sizeof(*p->idle));
 	p->conns[p->n_conns++] = c;
 	return c;
+}
+
+/* A call is done with conn (it carries no request now). */
+static void pool_release(struct gw_pool *p, struct gw_conn *conn)
+{
+	p->idle[p->n_idle++] = conn;
 }
 
 /*
@@ -608,6 +625,7 @@ static void attempt(struct gw_call *c)
 				continue;
 			if (send_upstream(c) == 0)
 				return;
+			pool_release(p, c->conn);
 			c->upstream_error = true;
 			breaker_failure(c->w->gw, p);
 			continue;
@@ -757,6 +775,7 @@ static void up_done(void *arg, enum gw_up_result result)
 	int64_t tokens;
 
 	c->pool->outstanding--;
+	pool_release(c->pool, c->conn);
 	c->timed_out = result == GW_UP_TIMEOUT;
 	if (failed && !c->got_headers) {
 		c->upstream_error = true;

@@ -127,11 +127,6 @@ void gw_conn_free(struct gw_conn *c)
 	free(c);
 }
 
-bool gw_conn_busy(const struct gw_conn *c)
-{
-	return c->h != NULL;
-}
-
 static int resolve(struct gw_conn *c)
 {
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
