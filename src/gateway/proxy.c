@@ -92,6 +92,7 @@ struct gw_call {
 	bool stream_asked;
 	char accept[128]; /* the client's Accept, passed on; "" when none */
 	int64_t t0_us; /* monotonic */
+	int64_t charged_ms; /* wall clock when the limiter was charged, or 0 */
 	struct kn_gw_verdict verdict;
 
 	struct gw_pool *pool; /* current attempt */
@@ -270,15 +271,13 @@ static void log_flush_cb(evutil_socket_t fd, short what, void *arg)
  * through what is ready and written by a lowest-priority event after it,
  * so a busy worker pays one write(2) per turn, not one per request.
  */
-static void access_log(struct gw_worker *w, const char *key,
+static void access_log(struct gw_worker *w, int64_t now, const char *key,
 		       const char *deployment, const char *replica,
 		       const char *path, int status, double latency_ms,
 		       const struct kn_gw_usage *usage, double score,
 		       const char *fallback)
 {
 	char line[LOG_LINE_MAX], *p = line, *end = line + sizeof(line) - 2;
-
-	int64_t now = kn_now_ms();
 
 	/* The stamp changes once a millisecond at most; format it then. */
 	if (now != w->stamp_ms) {
@@ -492,6 +491,8 @@ static void call_finish(struct gw_call *c)
 	struct kn_gateway *gw = c->w->gw;
 	bool fell_back = c->target && c->target != c->dep;
 	double ms = elapsed_ms(c);
+	/* One reading of the wall clock for the counters, bands and log. */
+	int64_t now = c->charged_ms ? c->charged_ms : kn_now_ms();
 	struct gw_observation o = {
 		.deployment = c->dep ? c->dep->name : "",
 		.status = c->status,
@@ -505,11 +506,11 @@ static void call_finish(struct gw_call *c)
 	/* What the model did, for its deployment's bands: only calls that
 	 * reached a replica (the gateway's own refusals say nothing of it). */
 	if (c->target && (c->replica || c->upstream_error))
-		kn_anomaly_observe(gw->anomaly, c->target->name, kn_now_ms(), ms,
+		kn_anomaly_observe(gw->anomaly, c->target->name, now, ms,
 				   c->status >= 500 || c->upstream_error,
 				   (double)c->usage.completion_tokens,
 				   c->score);
-	access_log(c->w, c->key ? c->key->name : NULL, o.deployment,
+	access_log(c->w, now, c->key ? c->key->name : NULL, o.deployment,
 		   c->replica ? c->replica->address : NULL, c->path, c->status,
 		   ms, &c->usage, c->score,
 		   fell_back ? c->target->name : NULL);
@@ -801,9 +802,10 @@ static void up_done(void *arg, enum gw_up_result result)
 	tokens = c->usage.total_tokens;
 	/* Streams sent their headers already; others report the charge. */
 	if (tokens > 0 || !c->streaming) {
+		c->charged_ms = kn_now_ms();
 		pthread_mutex_lock(&gw->lim_lock);
 		kn_gw_limiter_charge(gw->limiter, c->key, c->dep, tokens,
-				     kn_now_ms(),
+				     c->charged_ms,
 				     c->streaming ? NULL : &c->verdict);
 		pthread_mutex_unlock(&gw->lim_lock);
 	}
@@ -910,8 +912,8 @@ static void log_front(struct gw_worker *w, const char *target,
 	gw_metrics_observe(w->gw->metrics, &o);
 	struct kn_gw_usage none = {0, 0};
 
-	access_log(w, key, deployment, NULL, target, status, ms, &none, NAN,
-		   NULL);
+	access_log(w, kn_now_ms(), key, deployment, NULL, target, status, ms,
+		   &none, NAN, NULL);
 }
 
 static const char *const MODEL_PATHS[] = {"/v1/chat/completions",

@@ -196,8 +196,11 @@ static int flush_out(struct gw_conn *c)
 
 const char *gw_headers_get(const struct gw_headers *h, const char *name)
 {
+	int first = tolower((unsigned char)name[0]);
+
 	for (size_t i = 0; i < h->n; i++)
-		if (!strcasecmp(h->names[i], name))
+		if (tolower((unsigned char)h->names[i][0]) == first &&
+		    !strcasecmp(h->names[i], name))
 			return h->values[i];
 	return NULL;
 }
