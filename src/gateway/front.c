@@ -7,6 +7,11 @@
  * of the syscalls left after upstream.c). Here a connection's read event
  * is added once and stays, an answer is written when it is ready, and a
  * read is one read(2): a kept-alive request costs a read and a writev.
+ * The read goes straight into the connection's flat input buffer, where
+ * the head's end is searched for from where the last search stopped; the
+ * request, its head buffer and its answer's fields stay with the
+ * connection from request to request, so a request allocates only the
+ * body it hands on.
  *
  * What it takes: requests with a Content-Length body (or none); chunked
  * request bodies get 411 (OpenAI clients send lengths). Expect:
@@ -34,7 +39,11 @@
 #define IDLE_TIMEOUT_S 600
 /* How long a closed-for-writing connection is read before it is dropped. */
 #define LINGER_S 2
-#define READ_CHUNK (64 * 1024)
+/* The input buffer: its first size, the least room a read is given, and
+   the size past which an emptied one is let go (a large body grew it). */
+#define IN_FIRST (4 * 1024)
+#define IN_READ_MIN (2 * 1024)
+#define IN_KEEP_MAX (64 * 1024)
 #define HEADERS_MAX 128 /* fields in one request head */
 /* An answer's fields: the model server's (at most 64 KiB) and ours. */
 #define HEADERS_BYTES_MAX (256 * 1024)
@@ -74,7 +83,11 @@ struct front_conn {
 	struct front_conn *prev, *next;
 	int fd;
 	struct event *rev, *wev;
-	struct evbuffer *in, *out;
+	/* What the client sent and is not taken yet: one flat buffer read
+	   into directly, searched from where the last search stopped. */
+	char *in;
+	size_t in_len, in_cap, scanned;
+	struct evbuffer *out;
 	struct gw_req *req;   /* &slot while a request is answered, or NULL */
 	struct gw_req slot;
 	bool closing;         /* close once out is written */
@@ -349,7 +362,7 @@ static void refuse(struct front_conn *c, int status, const char *code,
 			    "\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
 			    "%s",
 			    status, reason(status), n, body);
-	evbuffer_drain(c->in, evbuffer_get_length(c->in));
+	c->in_len = c->scanned = 0;
 	c->closing = true;
 	flush(c);
 }
@@ -408,26 +421,44 @@ static int split_head(struct gw_req *r, size_t len, bool *http10)
 	return 0;
 }
 
+/* Drop the first n bytes of the input (a request taken). */
+static void consume(struct front_conn *c, size_t n)
+{
+	c->in_len -= n;
+	if (c->in_len)
+		memmove(c->in, c->in + n, c->in_len);
+	c->scanned = 0;
+	if (!c->in_len && c->in_cap > IN_KEEP_MAX) {
+		free(c->in);
+		c->in = NULL;
+		c->in_cap = 0;
+	}
+}
+
 /* Take the next request off the buffer if it is all there. */
 static void process(struct front_conn *c)
 {
-	struct evbuffer_ptr eoh;
+	const char *eoh;
 	struct gw_req *r;
 	const char *cl, *te, *conn_h, *expect;
 	size_t head_len, body_len = 0;
 	bool http10 = false;
 	char *end;
 
-	if (c->req || c->closing || !evbuffer_get_length(c->in))
+	if (c->req || c->closing || !c->in_len)
 		return;
-	eoh = evbuffer_search(c->in, "\r\n\r\n", 4, NULL);
-	if (eoh.pos < 0) {
-		if (evbuffer_get_length(c->in) > c->f->max_head)
+	eoh = memmem(c->in + c->scanned, c->in_len - c->scanned, "\r\n\r\n",
+		     4);
+	if (!eoh) {
+		/* The next search starts where this one could not match. */
+		c->scanned = c->in_len > 3 ? c->in_len - 3 : 0;
+		if (c->in_len > c->f->max_head)
 			refuse(c, 431, "headers_too_large",
 			       "The request head is too large.");
 		return;
 	}
-	head_len = (size_t)eoh.pos + 4;
+	c->scanned = (size_t)(eoh - c->in);
+	head_len = c->scanned + 4;
 	if (head_len > c->f->max_head) {
 		refuse(c, 431, "headers_too_large",
 			       "The request head is too large.");
@@ -438,7 +469,7 @@ static void process(struct front_conn *c)
 		r->head_cap = head_len + 1 > 1024 ? head_len + 1 : 1024;
 		r->head = kn_xrealloc(r->head, r->head_cap);
 	}
-	evbuffer_copyout(c->in, r->head, head_len);
+	memcpy(r->head, c->in, head_len);
 	r->head[head_len] = '\0';
 	if (split_head(r, head_len, &http10) < 0) {
 		refuse(c, 400, "invalid_request", "The request is not HTTP/1.x.");
@@ -468,19 +499,19 @@ static void process(struct front_conn *c)
 		}
 		body_len = (size_t)v;
 	}
-	if (evbuffer_get_length(c->in) < head_len + body_len) {
+	if (c->in_len < head_len + body_len) {
 		/* The body is still coming; say go on if asked. */
 		if (expect && !strcasecmp(expect, "100-continue") &&
-		    evbuffer_get_length(c->in) == head_len) {
+		    c->in_len == head_len) {
 			evbuffer_add(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
 			flush(c);
 		}
 		return;
 	}
-	evbuffer_drain(c->in, head_len);
 	r->body = kn_xmalloc(body_len + 1);
-	evbuffer_remove(c->in, r->body, body_len);
+	memcpy(r->body, c->in + head_len, body_len);
 	r->body[body_len] = '\0';
+	consume(c, head_len + body_len);
 	r->body_len = body_len;
 	c->keep_alive = http10 ? (conn_h && !strcasecmp(conn_h, "keep-alive"))
 			       : !(conn_h && !strcasecmp(conn_h, "close"));
@@ -493,7 +524,7 @@ static void process(struct front_conn *c)
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	struct front_conn *c = arg;
-	char buf[READ_CHUNK];
+	char drop[4096];
 	ssize_t n;
 
 	if (what & EV_TIMEOUT) {
@@ -501,19 +532,30 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 			conn_free(c);
 		return;
 	}
-	n = read(fd, buf, sizeof(buf));
+	if (c->closing) {
+		/* Refused or ending: what follows is read and dropped. */
+		n = read(fd, drop, sizeof(drop));
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			conn_free(c);
+		return;
+	}
+	if (c->in_cap - c->in_len < IN_READ_MIN) {
+		size_t cap = c->in_cap ? c->in_cap * 2 : IN_FIRST;
+		while (cap - c->in_len < IN_READ_MIN)
+			cap *= 2;
+		c->in = kn_xrealloc(c->in, cap);
+		c->in_cap = cap;
+	}
+	n = read(fd, c->in + c->in_len, c->in_cap - c->in_len);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n <= 0) {
 		conn_free(c);
 		return;
 	}
-	if (c->closing)
-		return; /* refused or ending: what follows is dropped */
-	evbuffer_add(c->in, buf, (size_t)n);
+	c->in_len += (size_t)n;
 	/* Do not hoard a client's pipeline beyond one request's worth. */
-	if (c->req && evbuffer_get_length(c->in) >
-			      c->f->max_head + c->f->max_body) {
+	if (c->req && c->in_len > c->f->max_head + c->f->max_body) {
 		c->closing = true;
 		return;
 	}
@@ -541,7 +583,7 @@ static void conn_free(struct front_conn *c)
 	event_free(c->rev);
 	event_free(c->wev);
 	close(c->fd);
-	evbuffer_free(c->in);
+	free(c->in);
 	evbuffer_free(c->out);
 	free(c);
 }
@@ -561,7 +603,6 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->f = f;
 	c->fd = fd;
-	c->in = evbuffer_new();
 	c->out = evbuffer_new();
 	c->slot.conn = c;
 	kn_buf_init(&c->slot.headers, HEADERS_BYTES_MAX);

@@ -392,6 +392,19 @@ def test_http_details_on_the_wire(home, gateways, upstreams):
             got += piece
     assert b"HTTP/1.1 200 OK" in got
 
+    # A request trickling in a few bytes a write: the end of its head
+    # ("\r\n\r\n") is found across reads, the body after it.
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        closing = req.replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\nConnection: "
+                              b"close\r\n", 1)
+        for i in range(0, len(closing), 3):
+            s.sendall(closing[i:i + 3])
+        got = b""
+        while piece := s.recv(65536):
+            got += piece
+    assert got.startswith(b"HTTP/1.1 200 OK") and b"served_by" in got
+
     # Chunked request bodies are refused cleanly.
     got = raw_exchange(g.url, b"POST /v1/chat/completions HTTP/1.1\r\n"
                        b"Host: x\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -399,7 +412,7 @@ def test_http_details_on_the_wire(home, gateways, upstreams):
     assert got.startswith(b"HTTP/1.1 411 ")
     # Not HTTP at all.
     assert raw_exchange(g.url, b"HELLO\r\n\r\n").startswith(b"HTTP/1.1 400 ")
-    assert chat.calls == 4
+    assert chat.calls == 5
 
 
 def test_a_client_leaving_mid_stream_harms_nothing(home, gateways, upstreams):
