@@ -11,7 +11,9 @@ with the same threads, connections and duration, to
            `map $http_authorization`, a per-key `limit_req` zone with a
            rate no run reaches, `proxy_pass` with upstream keepalive,
            access_log off;
-  kiln     `kiln gateway --routes FILE --listen 127.0.0.1:0 --workers 1`:
+  kiln     `kiln gateway --routes FILE --listen 127.0.0.1:0 --workers 1`
+           (and with --kiln-before, an older build the same way, to see
+           what a change did in the same rounds):
            one deployment with one replica (the backend) and one key with
            no limits set, so its counters run but never reject.
 
@@ -269,6 +271,9 @@ def main():
     p.add_argument("--duration", type=int, default=10, help="seconds per measurement")
     p.add_argument("--warmup", type=int, default=2, help="seconds of untimed load first")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--kiln-before", metavar="KILN",
+                   help="another kiln binary (an older build) measured in the "
+                   "same rounds as side kiln-before, to compare a change")
     args = p.parse_args()
 
     for tool in ("wrk", "nginx"):
@@ -305,6 +310,15 @@ def main():
                 check_auth("kiln gateway", kiln_url, key)
                 targets["kiln"] = kiln_url
                 watched["kiln"] = gateway
+                if args.kiln_before:
+                    (work / "before").mkdir()
+                    before, before_url = start_kiln(
+                        str(Path(args.kiln_before).resolve()), work / "before",
+                        backend_addr, key)
+                    procs.append(before)
+                    check_auth("kiln-before", before_url, key)
+                    targets["kiln-before"] = before_url
+                    watched["kiln-before"] = before
             for name, url in targets.items():
                 wrk(url, lua, args, args.warmup, procs)
             rounds = {name: [] for name in targets}
@@ -314,7 +328,7 @@ def main():
                     r = wrk(targets[name], lua, args, args.duration, procs,
                             watched[name])
                     rounds[name].append(r)
-                    print(f"round {i + 1} {name:8s} {r['req_s']:10.0f} req/s  "
+                    print(f"round {i + 1} {name:11s} {r['req_s']:10.0f} req/s  "
                           f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
                           f"cpu {r['cpu_us_per_req']:.2f} us/req", flush=True)
         finally:
@@ -337,6 +351,11 @@ def main():
                       for k, n in zip(rounds["kiln"], rounds["nginx"])],
                   "cpu_per_req_kiln_over_nginx": cpu["kiln"] / cpu["nginx"],
                   "p99_kiln_over_nginx": results["kiln"]["p99_ms"] / results["nginx"]["p99_ms"]}
+        if "kiln-before" in rounds:
+            ratios["per_round_kiln_before_over_nginx"] = {
+                what: [round(k[what] / n[what], 3)
+                       for k, n in zip(rounds["kiln-before"], rounds["nginx"])]
+                for what in ("req_s", "p99_ms", "cpu_us_per_req")}
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
@@ -351,19 +370,24 @@ def main():
     }
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
 
-    print(f"\n{'side':8s} {'req/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s} {'cpu us/req':>10s}")
+    print(f"\n{'side':11s} {'req/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s} {'cpu us/req':>10s}")
     for name, r in results.items():
-        print(f"{name:8s} {r['req_s']:10.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
+        print(f"{name:11s} {r['req_s']:10.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
               f"{r['cpu_us_per_req']:10.2f}")
     if ratios:
         print(f"kiln/nginx: {ratios['req_s_kiln_over_nginx']:.2f}x req/s, "
               f"{ratios['p99_kiln_over_nginx']:.2f}x p99, "
               f"{ratios['cpu_per_req_kiln_over_nginx']:.2f}x CPU per request "
               "(median rounds)")
-        print("kiln/nginx per round: req/s "
-              + ", ".join(f"{r:.2f}x" for r in ratios["req_s_kiln_over_nginx_per_round"])
-              + "; p99 "
-              + ", ".join(f"{r:.2f}x" for r in ratios["p99_kiln_over_nginx_per_round"]))
+        for side in [n for n in ("kiln", "kiln-before") if n in rounds]:
+            pairs = list(zip(rounds[side], rounds["nginx"]))
+            print(f"{side}/nginx per round: req/s "
+                  + ", ".join(f"{k['req_s'] / n['req_s']:.2f}x" for k, n in pairs)
+                  + "; p99 "
+                  + ", ".join(f"{k['p99_ms'] / n['p99_ms']:.2f}x" for k, n in pairs)
+                  + "; cpu per request "
+                  + ", ".join(f"{k['cpu_us_per_req'] / n['cpu_us_per_req']:.2f}x"
+                              for k, n in pairs))
     else:
         print(f"kiln: not measured ({kiln_missing})")
     print(f"wrote {args.out}")
