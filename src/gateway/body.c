@@ -11,13 +11,12 @@
  * bad escapes, lone surrogates, \u0000 or bytes that are not UTF-8,
  * numbers outside the JSON grammar, integers outside int64 and reals that
  * overflow a double, and values nested deeper than 2048 (and, as jansson
- * does, it takes one NUL byte right after a number or literal). Keys are compared
- * unescaped and a repeated key's last value counts, as jansson's object
- * would hold it. tests/fuzz/fuzz_gateway.c checks the two agree.
+ * does, it takes one NUL byte right after a number or literal). Keys are
+ * compared unescaped and a repeated key's last value counts, as jansson's
+ * object would hold it. tests/fuzz/fuzz_gateway.c checks the two agree.
  */
 #include <errno.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,7 +56,8 @@ static void skip_space(struct scan *sc)
 		sc->p++;
 }
 
-/* Append the code point to buf (cap bytes) at *len; *cut when it will not fit. */
+/* Append the code point to buf (cap bytes) at *len; *cut when it does
+   not fit. */
 static void put_utf8(char *buf, size_t cap, size_t *len, bool *cut,
 		     unsigned cp)
 {
