@@ -11,7 +11,9 @@ with the same threads, connections and duration, to
            `map $http_authorization`, a per-key `limit_req` zone with a
            rate no run reaches, `proxy_pass` with upstream keepalive,
            access_log off;
-  kiln     `kiln gateway --routes FILE --listen 127.0.0.1:0 --workers 1`:
+  kiln     `kiln gateway --routes FILE --listen 127.0.0.1:0 --workers 1`
+           (and with --kiln-before, an older build the same way, to see
+           what a change did in the same rounds):
            one deployment with one replica (the backend) and one key with
            no limits set, so its counters run but never reject.
 
@@ -197,10 +199,36 @@ def check_auth(name, url, key):
         fail(f"{name}: with the key {got[0]}, without {got[1]}; want 200 and 401")
 
 
-def wrk(url, lua, args, seconds, procs):
+def cpu_seconds(pid):
+    """utime + stime of pid (all its threads) and of its children, in s."""
+    total = 0
+    pids = [pid] + [int(d) for d in os.listdir("/proc") if d.isdigit()
+                    and _ppid(d) == pid]
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _ppid(pid):
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def wrk(url, lua, args, seconds, procs, watched=None):
+    """One measurement; with watched (a Proc), also the CPU time it spent
+    per request (its own utime + stime over the measurement, children
+    included: nginx's worker is the master's child)."""
+    cpu0 = cpu_seconds(watched.p.pid) if watched else None
     cmd = ["wrk", "-t", str(args.threads), "-c", str(args.connections),
            "-d", f"{seconds}s", "-s", str(lua), url + "/v1/chat/completions"]
     r = subprocess.run(cmd, capture_output=True, text=True)
+    cpu = cpu_seconds(watched.p.pid) - cpu0 if watched else None
     m = re.search(r"^WRK_JSON (.*)$", r.stdout, re.M)
     if r.returncode != 0 or not m:
         fail(f"wrk against {url} failed: {r.stdout}{r.stderr}")
@@ -213,7 +241,8 @@ def wrk(url, lua, args, seconds, procs):
         fail(f"wrk against {url}: {errors} errors or non-2xx answers: {out}{died}")
     return {"req_s": out["requests"] / (out["duration_us"] / 1e6),
             "p50_ms": out["p50_us"] / 1000, "p99_ms": out["p99_us"] / 1000,
-            "mean_ms": out["mean_us"] / 1000, "requests": out["requests"]}
+            "mean_ms": out["mean_us"] / 1000, "requests": out["requests"],
+            "cpu_us_per_req": cpu * 1e6 / out["requests"] if watched else None}
 
 
 def median_round(rounds):
@@ -221,6 +250,8 @@ def median_round(rounds):
     ordered = sorted(rounds, key=lambda r: r["req_s"])
     return dict(ordered[(len(ordered) - 1) // 2],
                 req_s_all=[round(r["req_s"]) for r in rounds],
+                cpu_us_per_req_all=[r["cpu_us_per_req"] and round(r["cpu_us_per_req"], 2)
+                                    for r in rounds],
                 p99_ms_all=[round(r["p99_ms"], 3) for r in rounds])
 
 
@@ -240,6 +271,9 @@ def main():
     p.add_argument("--duration", type=int, default=10, help="seconds per measurement")
     p.add_argument("--warmup", type=int, default=2, help="seconds of untimed load first")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--kiln-before", metavar="KILN",
+                   help="another kiln binary (an older build) measured in the "
+                   "same rounds as side kiln-before, to compare a change")
     args = p.parse_args()
 
     for tool in ("wrk", "nginx"):
@@ -269,22 +303,34 @@ def main():
             procs.append(nginx)
             check_auth("nginx", nginx_url, key)
             targets = {"backend": f"http://{backend_addr}", "nginx": nginx_url}
+            watched = {"backend": backend, "nginx": nginx}
             if not kiln_missing:
                 gateway, kiln_url = start_kiln(kiln, work, backend_addr, key)
                 procs.append(gateway)
                 check_auth("kiln gateway", kiln_url, key)
                 targets["kiln"] = kiln_url
+                watched["kiln"] = gateway
+                if args.kiln_before:
+                    (work / "before").mkdir()
+                    before, before_url = start_kiln(
+                        str(Path(args.kiln_before).resolve()), work / "before",
+                        backend_addr, key)
+                    procs.append(before)
+                    check_auth("kiln-before", before_url, key)
+                    targets["kiln-before"] = before_url
+                    watched["kiln-before"] = before
             for name, url in targets.items():
                 wrk(url, lua, args, args.warmup, procs)
             rounds = {name: [] for name in targets}
             order = list(targets)
             for i in range(args.rounds):
                 for name in order if i % 2 == 0 else reversed(order):
-                    r = wrk(targets[name], lua, args, args.duration, procs)
+                    r = wrk(targets[name], lua, args, args.duration, procs,
+                            watched[name])
                     rounds[name].append(r)
-                    print(f"round {i + 1} {name:8s} {r['req_s']:10.0f} req/s  "
-                          f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms",
-                          flush=True)
+                    print(f"round {i + 1} {name:11s} {r['req_s']:10.0f} req/s  "
+                          f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
+                          f"cpu {r['cpu_us_per_req']:.2f} us/req", flush=True)
         finally:
             for proc in reversed(procs):
                 proc.stop()
@@ -292,8 +338,24 @@ def main():
     results = {name: median_round(rs) for name, rs in rounds.items()}
     ratios = None
     if "kiln" in results:
+        cpu = {name: statistics.median(r["cpu_us_per_req"] for r in rounds[name])
+               for name in ("kiln", "nginx")}
+        # Each round measures the two back to back: its own ratio is the
+        # least disturbed by load that comes and goes on a shared machine.
+        per_round = [round(k["req_s"] / n["req_s"], 3)
+                     for k, n in zip(rounds["kiln"], rounds["nginx"])]
         ratios = {"req_s_kiln_over_nginx": results["kiln"]["req_s"] / results["nginx"]["req_s"],
+                  "req_s_kiln_over_nginx_per_round": per_round,
+                  "p99_kiln_over_nginx_per_round": [
+                      round(k["p99_ms"] / n["p99_ms"], 3)
+                      for k, n in zip(rounds["kiln"], rounds["nginx"])],
+                  "cpu_per_req_kiln_over_nginx": cpu["kiln"] / cpu["nginx"],
                   "p99_kiln_over_nginx": results["kiln"]["p99_ms"] / results["nginx"]["p99_ms"]}
+        if "kiln-before" in rounds:
+            ratios["per_round_kiln_before_over_nginx"] = {
+                what: [round(k[what] / n[what], 3)
+                       for k, n in zip(rounds["kiln-before"], rounds["nginx"])]
+                for what in ("req_s", "p99_ms", "cpu_us_per_req")}
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
@@ -308,12 +370,24 @@ def main():
     }
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
 
-    print(f"\n{'side':8s} {'req/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s}")
+    print(f"\n{'side':11s} {'req/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s} {'cpu us/req':>10s}")
     for name, r in results.items():
-        print(f"{name:8s} {r['req_s']:10.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}")
+        print(f"{name:11s} {r['req_s']:10.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
+              f"{r['cpu_us_per_req']:10.2f}")
     if ratios:
         print(f"kiln/nginx: {ratios['req_s_kiln_over_nginx']:.2f}x req/s, "
-              f"{ratios['p99_kiln_over_nginx']:.2f}x p99")
+              f"{ratios['p99_kiln_over_nginx']:.2f}x p99, "
+              f"{ratios['cpu_per_req_kiln_over_nginx']:.2f}x CPU per request "
+              "(median rounds)")
+        for side in [n for n in ("kiln", "kiln-before") if n in rounds]:
+            pairs = list(zip(rounds[side], rounds["nginx"]))
+            print(f"{side}/nginx per round: req/s "
+                  + ", ".join(f"{k['req_s'] / n['req_s']:.2f}x" for k, n in pairs)
+                  + "; p99 "
+                  + ", ".join(f"{k['p99_ms'] / n['p99_ms']:.2f}x" for k, n in pairs)
+                  + "; cpu per request "
+                  + ", ".join(f"{k['cpu_us_per_req'] / n['cpu_us_per_req']:.2f}x"
+                              for k, n in pairs))
     else:
         print(f"kiln: not measured ({kiln_missing})")
     print(f"wrote {args.out}")

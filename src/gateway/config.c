@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <openssl/sha.h>
 
 #include "gateway/gateway.h"
@@ -275,6 +276,7 @@ static void config_free(struct kn_gw_config *cfg)
 	}
 	free(cfg->deployments);
 	free(cfg->keys);
+	EVP_MD_free(cfg->sha256);
 	free(cfg);
 }
 
@@ -349,6 +351,11 @@ int kn_gw_config_parse(json_t *doc, struct kn_gw_config **out,
 		if (rc < 0)
 			goto out;
 	}
+	if (!(cfg->sha256 = EVP_MD_fetch(NULL, "SHA256", NULL))) {
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "OpenSSL has no SHA256 to match keys with");
+		goto out;
+	}
 	cfg->refs = 1;
 	*out = cfg;
 	cfg = NULL;
@@ -401,7 +408,8 @@ const struct kn_gw_key *kn_gw_config_key(const struct kn_gw_config *cfg,
 	unsigned char digest[SHA256_DIGEST_LENGTH];
 	const struct kn_gw_key *found = NULL;
 
-	SHA256((const unsigned char *)secret, len, digest);
+	if (!EVP_Digest(secret, len, digest, NULL, cfg->sha256, NULL))
+		return NULL;
 	for (size_t i = 0; i < cfg->n_keys; i++)
 		if (CRYPTO_memcmp(digest, cfg->keys[i].hash, sizeof(digest)) ==
 			    0 &&

@@ -7,6 +7,11 @@
  * of the syscalls left after upstream.c). Here a connection's read event
  * is added once and stays, an answer is written when it is ready, and a
  * read is one read(2): a kept-alive request costs a read and a writev.
+ * The read goes straight into the connection's flat input buffer, where
+ * the head's end is searched for from where the last search stopped; the
+ * request, its head buffer and its answer's fields stay with the
+ * connection from request to request, so a request allocates only the
+ * body it hands on.
  *
  * What it takes: requests with a Content-Length body (or none); chunked
  * request bodies get 411 (OpenAI clients send lengths). Expect:
@@ -16,9 +21,12 @@
  * per connection: pipelined requests wait in the buffer until the answer
  * before them is out. Answers: whole (Content-Length) or chunked streams.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,8 +39,14 @@
 #define IDLE_TIMEOUT_S 600
 /* How long a closed-for-writing connection is read before it is dropped. */
 #define LINGER_S 2
-#define READ_CHUNK (64 * 1024)
+/* The input buffer: its first size, the least room a read is given, and
+   the size past which an emptied one is let go (a large body grew it). */
+#define IN_FIRST (4 * 1024)
+#define IN_READ_MIN (2 * 1024)
+#define IN_KEEP_MAX (64 * 1024)
 #define HEADERS_MAX 128 /* fields in one request head */
+/* An answer's fields: the model server's (at most 64 KiB) and ours. */
+#define HEADERS_BYTES_MAX (256 * 1024)
 
 struct gw_front {
 	struct event_base *base;
@@ -43,29 +57,42 @@ struct gw_front {
 	struct front_conn *conns; /* open connections, for the shutdown */
 };
 
+/*
+ * A request being answered. Each connection has one, kept from request
+ * to request with its buffers (one request at a time), so a kept-alive
+ * request allocates nothing here but its body, which the call takes.
+ */
+struct gw_req {
+	struct front_conn *conn;
+	char *head;          /* the request head, NUL-split in place */
+	size_t head_cap;
+	const char *method, *target;
+	const char *names[HEADERS_MAX], *values[HEADERS_MAX];
+	size_t n_headers;
+	/* The fields front.c itself reads, found while splitting. */
+	const char *content_length, *transfer_encoding, *connection, *expect;
+	char *body;
+	size_t body_len;
+	struct kn_buf headers; /* "Name: value\r\n" lines to send */
+	gw_front_gone on_gone;
+	void *gone_arg;
+};
+
 struct front_conn {
 	struct gw_front *f;
 	struct front_conn *prev, *next;
 	int fd;
 	struct event *rev, *wev;
-	struct evbuffer *in, *out;
-	struct gw_req *req;   /* being answered, or NULL */
+	/* What the client sent and is not taken yet: one flat buffer read
+	   into directly, searched from where the last search stopped. */
+	char *in;
+	size_t in_len, in_cap, scanned;
+	struct evbuffer *out;
+	struct gw_req *req;   /* &slot while a request is answered, or NULL */
+	struct gw_req slot;
 	bool closing;         /* close once out is written */
 	bool lingering;       /* written and shut: reading until the end */
 	bool keep_alive;      /* of the request being answered */
-};
-
-struct gw_req {
-	struct front_conn *conn;
-	char *head;          /* the request head, NUL-split in place */
-	const char *method, *target;
-	const char *names[HEADERS_MAX], *values[HEADERS_MAX];
-	size_t n_headers;
-	char *body;
-	size_t body_len;
-	struct evbuffer *headers; /* "Name: value\r\n" lines to send */
-	gw_front_gone on_gone;
-	void *gone_arg;
 };
 
 static void conn_free(struct front_conn *c);
@@ -131,25 +158,50 @@ static const char *reason(int status)
 	}
 }
 
-static void add_str(struct evbuffer *b, const char *s)
+char *gw_put_uint(char *p, uint64_t v)
 {
-	evbuffer_add(b, s, strlen(s));
+	char digits[20];
+	size_t n = 0;
+
+	do {
+		digits[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n)
+		*p++ = digits[--n];
+	return p;
 }
 
-static void put_head(struct gw_req *r, int status, const char *framing)
+#define PUT_LIT(p, s) (memcpy(p, s, sizeof(s) - 1), (p) + sizeof(s) - 1)
+
+/* The answer's head: built whole, then two copies into the output (no
+   printf, no evbuffer chain handed from buffer to buffer). */
+static void put_head(struct gw_req *r, int status, bool chunked,
+		     size_t length)
 {
 	struct front_conn *c = r->conn;
-	char line[64];
-	int n = snprintf(line, sizeof(line), "HTTP/1.1 %d ", status);
+	const char *why = reason(status);
+	size_t why_len = strlen(why);
+	char line[128], *p = line;
 
-	evbuffer_add(c->out, line, (size_t)n);
-	add_str(c->out, reason(status));
-	add_str(c->out, "\r\n");
-	add_str(c->out, framing);
-	evbuffer_add_buffer(c->out, r->headers);
+	p = PUT_LIT(p, "HTTP/1.1 ");
+	p = gw_put_uint(p, (uint64_t)status);
+	*p++ = ' ';
+	memcpy(p, why, why_len);
+	p += why_len;
+	if (chunked) {
+		p = PUT_LIT(p, "\r\nTransfer-Encoding: chunked\r\n");
+	} else {
+		p = PUT_LIT(p, "\r\nContent-Length: ");
+		p = gw_put_uint(p, length);
+		p = PUT_LIT(p, "\r\n");
+	}
+	evbuffer_add(c->out, line, (size_t)(p - line));
 	if (!c->keep_alive)
-		evbuffer_add(c->out, "Connection: close\r\n", 19);
-	evbuffer_add(c->out, "\r\n", 2);
+		kn_buf_append(&r->headers, "Connection: close\r\n", 19);
+	kn_buf_append(&r->headers, "\r\n", 2);
+	evbuffer_add(c->out, r->headers.data, r->headers.len);
+	r->headers.len = 0;
 }
 
 /* The request is answered: free it, then go on with the connection. */
@@ -158,10 +210,10 @@ static void req_done(struct gw_req *r)
 	struct front_conn *c = r->conn;
 
 	c->req = NULL;
-	free(r->head);
 	free(r->body);
-	evbuffer_free(r->headers);
-	free(r);
+	r->body = NULL;
+	r->on_gone = NULL;
+	r->headers.len = 0;
 	if (!c->keep_alive)
 		c->closing = true;
 	if (flush(c))
@@ -170,28 +222,21 @@ static void req_done(struct gw_req *r)
 
 void gw_req_reply(struct gw_req *r, int status, const void *body, size_t len)
 {
-	char framing[64];
-
-	snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", len);
-	put_head(r, status, framing);
+	put_head(r, status, false, len);
 	evbuffer_add(r->conn->out, body, len);
 	req_done(r);
 }
 
 void gw_req_reply_buffer(struct gw_req *r, int status, struct evbuffer *body)
 {
-	char framing[64];
-
-	snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n",
-		 evbuffer_get_length(body));
-	put_head(r, status, framing);
+	put_head(r, status, false, evbuffer_get_length(body));
 	evbuffer_add_buffer(r->conn->out, body);
 	req_done(r);
 }
 
 void gw_req_stream_start(struct gw_req *r, int status)
 {
-	put_head(r, status, "Transfer-Encoding: chunked\r\n");
+	put_head(r, status, true, 0);
 	flush(r->conn);
 }
 
@@ -222,12 +267,19 @@ void gw_req_stream_abort(struct gw_req *r)
 void gw_req_add_header(struct gw_req *r, const char *name, const char *value)
 {
 	/* Values come from model servers too: no line breaks get through. */
-	if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
+	size_t name_len = strcspn(name, "\r\n:"),
+	       value_len = strcspn(value, "\r\n");
+
+	if (name[name_len] || value[value_len])
 		return;
-	add_str(r->headers, name);
-	evbuffer_add(r->headers, ": ", 2);
-	add_str(r->headers, value);
-	evbuffer_add(r->headers, "\r\n", 2);
+	/* Past the cap (HEADERS_BYTES_MAX) a field is dropped whole. */
+	if (r->headers.len + name_len + value_len + 4 + 21 >
+	    HEADERS_BYTES_MAX)
+		return;
+	kn_buf_append(&r->headers, name, name_len);
+	kn_buf_append(&r->headers, ": ", 2);
+	kn_buf_append(&r->headers, value, value_len);
+	kn_buf_append(&r->headers, "\r\n", 2);
 }
 
 void gw_req_on_gone(struct gw_req *r, gw_front_gone cb, void *arg)
@@ -250,10 +302,32 @@ const char *gw_req_target(const struct gw_req *r)
 
 const char *gw_req_header(const struct gw_req *r, const char *name)
 {
+	int first = tolower((unsigned char)name[0]);
+
 	for (size_t i = 0; i < r->n_headers; i++)
-		if (!strcasecmp(r->names[i], name))
+		if (tolower((unsigned char)r->names[i][0]) == first &&
+		    !strcasecmp(r->names[i], name))
 			return r->values[i];
 	return NULL;
+}
+
+/* Note a field front.c reads itself (the first of a repeated one, as
+   gw_req_header finds). */
+static void note_field(struct gw_req *r, const char *name, size_t len,
+		       const char *value)
+{
+	const char **field = NULL;
+
+	if (len == 6 && !strcasecmp(name, "Expect"))
+		field = &r->expect;
+	else if (len == 10 && !strcasecmp(name, "Connection"))
+		field = &r->connection;
+	else if (len == 14 && !strcasecmp(name, "Content-Length"))
+		field = &r->content_length;
+	else if (len == 17 && !strcasecmp(name, "Transfer-Encoding"))
+		field = &r->transfer_encoding;
+	if (field && !*field)
+		*field = value;
 }
 
 const char *gw_req_body(const struct gw_req *r, size_t *len)
@@ -288,7 +362,7 @@ static void refuse(struct front_conn *c, int status, const char *code,
 			    "\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
 			    "%s",
 			    status, reason(status), n, body);
-	evbuffer_drain(c->in, evbuffer_get_length(c->in));
+	c->in_len = c->scanned = 0;
 	c->closing = true;
 	flush(c);
 }
@@ -301,6 +375,9 @@ static int split_head(struct gw_req *r, size_t len, bool *http10)
 {
 	char *p = r->head, *end = r->head + len, *line, *sp;
 
+	r->n_headers = 0;
+	r->content_length = r->transfer_encoding = r->connection = NULL;
+	r->expect = NULL;
 	line = p;
 	p = memchr(p, '\n', (size_t)(end - p));
 	if (!p)
@@ -336,6 +413,7 @@ static int split_head(struct gw_req *r, size_t len, bool *http10)
 		for (char *t = v + strlen(v); t > v && (t[-1] == ' ' ||
 							  t[-1] == '\t');)
 			*--t = '\0';
+		note_field(r, p, (size_t)(colon - p), v);
 		r->names[r->n_headers] = p;
 		r->values[r->n_headers++] = v;
 		p = nl + 1;
@@ -343,49 +421,65 @@ static int split_head(struct gw_req *r, size_t len, bool *http10)
 	return 0;
 }
 
+/* Drop the first n bytes of the input (a request taken). */
+static void consume(struct front_conn *c, size_t n)
+{
+	c->in_len -= n;
+	if (c->in_len)
+		memmove(c->in, c->in + n, c->in_len);
+	c->scanned = 0;
+	if (!c->in_len && c->in_cap > IN_KEEP_MAX) {
+		free(c->in);
+		c->in = NULL;
+		c->in_cap = 0;
+	}
+}
+
 /* Take the next request off the buffer if it is all there. */
 static void process(struct front_conn *c)
 {
-	struct evbuffer_ptr eoh;
+	const char *eoh;
 	struct gw_req *r;
 	const char *cl, *te, *conn_h, *expect;
 	size_t head_len, body_len = 0;
 	bool http10 = false;
 	char *end;
 
-	if (c->req || c->closing || !evbuffer_get_length(c->in))
+	if (c->req || c->closing || !c->in_len)
 		return;
-	eoh = evbuffer_search(c->in, "\r\n\r\n", 4, NULL);
-	if (eoh.pos < 0) {
-		if (evbuffer_get_length(c->in) > c->f->max_head)
+	eoh = memmem(c->in + c->scanned, c->in_len - c->scanned, "\r\n\r\n",
+		     4);
+	if (!eoh) {
+		/* The next search starts where this one could not match. */
+		c->scanned = c->in_len > 3 ? c->in_len - 3 : 0;
+		if (c->in_len > c->f->max_head)
 			refuse(c, 431, "headers_too_large",
 			       "The request head is too large.");
 		return;
 	}
-	head_len = (size_t)eoh.pos + 4;
+	c->scanned = (size_t)(eoh - c->in);
+	head_len = c->scanned + 4;
 	if (head_len > c->f->max_head) {
 		refuse(c, 431, "headers_too_large",
 			       "The request head is too large.");
 		return;
 	}
-	r = kn_xcalloc(1, sizeof(*r));
-	r->conn = c;
-	r->head = kn_xmalloc(head_len + 1);
-	evbuffer_copyout(c->in, r->head, head_len);
+	r = &c->slot;
+	if (head_len + 1 > r->head_cap) {
+		r->head_cap = head_len + 1 > 1024 ? head_len + 1 : 1024;
+		r->head = kn_xrealloc(r->head, r->head_cap);
+	}
+	memcpy(r->head, c->in, head_len);
 	r->head[head_len] = '\0';
 	if (split_head(r, head_len, &http10) < 0) {
-		free(r->head);
-		free(r);
 		refuse(c, 400, "invalid_request", "The request is not HTTP/1.x.");
 		return;
 	}
-	cl = gw_req_header(r, "Content-Length");
-	te = gw_req_header(r, "Transfer-Encoding");
-	conn_h = gw_req_header(r, "Connection");
-	expect = gw_req_header(r, "Expect");
+	cl = r->content_length;
+	te = r->transfer_encoding;
+	conn_h = r->connection;
+	expect = r->expect;
 	if (te && strcasecmp(te, "identity")) {
-		free(r->head);
-		free(r);
 		refuse(c, 411, "length_required",
 		       "Send the body with a Content-Length.");
 		return;
@@ -394,38 +488,31 @@ static void process(struct front_conn *c)
 		errno = 0;
 		unsigned long long v = strtoull(cl, &end, 10);
 		if (errno || end == cl || *end || cl[0] == '-') {
-			free(r->head);
-			free(r);
 			refuse(c, 400, "invalid_request",
 			       "Malformed Content-Length.");
 			return;
 		}
 		if (v > c->f->max_body) {
-			free(r->head);
-			free(r);
 			refuse(c, 413, "request_too_large",
 			       "The request body is over the gateway's limit.");
 			return;
 		}
 		body_len = (size_t)v;
 	}
-	if (evbuffer_get_length(c->in) < head_len + body_len) {
+	if (c->in_len < head_len + body_len) {
 		/* The body is still coming; say go on if asked. */
 		if (expect && !strcasecmp(expect, "100-continue") &&
-		    evbuffer_get_length(c->in) == head_len) {
+		    c->in_len == head_len) {
 			evbuffer_add(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
 			flush(c);
 		}
-		free(r->head);
-		free(r);
 		return;
 	}
-	evbuffer_drain(c->in, head_len);
 	r->body = kn_xmalloc(body_len + 1);
-	evbuffer_remove(c->in, r->body, body_len);
+	memcpy(r->body, c->in + head_len, body_len);
 	r->body[body_len] = '\0';
+	consume(c, head_len + body_len);
 	r->body_len = body_len;
-	r->headers = evbuffer_new();
 	c->keep_alive = http10 ? (conn_h && !strcasecmp(conn_h, "keep-alive"))
 			       : !(conn_h && !strcasecmp(conn_h, "close"));
 	if (http10 && c->keep_alive)
@@ -437,7 +524,7 @@ static void process(struct front_conn *c)
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	struct front_conn *c = arg;
-	char buf[READ_CHUNK];
+	char drop[4096];
 	ssize_t n;
 
 	if (what & EV_TIMEOUT) {
@@ -445,19 +532,30 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 			conn_free(c);
 		return;
 	}
-	n = read(fd, buf, sizeof(buf));
+	if (c->closing) {
+		/* Refused or ending: what follows is read and dropped. */
+		n = read(fd, drop, sizeof(drop));
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			conn_free(c);
+		return;
+	}
+	if (c->in_cap - c->in_len < IN_READ_MIN) {
+		size_t cap = c->in_cap ? c->in_cap * 2 : IN_FIRST;
+		while (cap - c->in_len < IN_READ_MIN)
+			cap *= 2;
+		c->in = kn_xrealloc(c->in, cap);
+		c->in_cap = cap;
+	}
+	n = read(fd, c->in + c->in_len, c->in_cap - c->in_len);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n <= 0) {
 		conn_free(c);
 		return;
 	}
-	if (c->closing)
-		return; /* refused or ending: what follows is dropped */
-	evbuffer_add(c->in, buf, (size_t)n);
+	c->in_len += (size_t)n;
 	/* Do not hoard a client's pipeline beyond one request's worth. */
-	if (c->req && evbuffer_get_length(c->in) >
-			      c->f->max_head + c->f->max_body) {
+	if (c->req && c->in_len > c->f->max_head + c->f->max_body) {
 		c->closing = true;
 		return;
 	}
@@ -472,11 +570,10 @@ static void conn_free(struct front_conn *c)
 		c->req = NULL;
 		if (r->on_gone)
 			r->on_gone(r->gone_arg);
-		free(r->head);
-		free(r->body);
-		evbuffer_free(r->headers);
-		free(r);
 	}
+	free(c->slot.head);
+	free(c->slot.body);
+	kn_buf_release(&c->slot.headers);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -486,7 +583,7 @@ static void conn_free(struct front_conn *c)
 	event_free(c->rev);
 	event_free(c->wev);
 	close(c->fd);
-	evbuffer_free(c->in);
+	free(c->in);
 	evbuffer_free(c->out);
 	free(c);
 }
@@ -497,14 +594,18 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	struct gw_front *f = arg;
 	struct front_conn *c = kn_xcalloc(1, sizeof(*c));
 	struct timeval idle = {IDLE_TIMEOUT_S, 0};
+	int one = 1;
 
 	(void)l;
 	(void)sa;
 	(void)socklen;
+	/* An answer is one writev: never held back waiting for an ACK. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->f = f;
 	c->fd = fd;
-	c->in = evbuffer_new();
 	c->out = evbuffer_new();
+	c->slot.conn = c;
+	kn_buf_init(&c->slot.headers, HEADERS_BYTES_MAX);
 	c->rev = event_new(f->base, fd, EV_READ | EV_PERSIST, on_read, c);
 	c->wev = event_new(f->base, fd, EV_WRITE, on_write, c);
 	c->next = f->conns;

@@ -61,12 +61,17 @@ struct kn_gw_key {
  * A parsed route table. Immutable once parsed; shared between threads by
  * reference counting.
  */
+struct evp_md_st; /* OpenSSL's EVP_MD */
+
 struct kn_gw_config {
 	int64_t generation;
 	struct kn_gw_deployment *deployments;
 	size_t n_deployments;
 	struct kn_gw_key *keys;
 	size_t n_keys;
+	/* OpenSSL's SHA256, fetched once per table: SHA256() fetches it on
+	   every call, which was most of a key check's cost. */
+	struct evp_md_st *sha256;
 	int refs; /* atomic */
 };
 
@@ -179,6 +184,32 @@ struct kn_gw_usage {
  * not a whole number >= 0, or cut short is 0.
  */
 void kn_gw_usage_read(const char *text, size_t len, struct kn_gw_usage *out);
+
+/* ---- requests ---- */
+
+/* A model name longer than this is no deployment's (KN_GW_NAME_MAX). */
+#define KN_GW_BODY_MODEL_MAX 1024
+
+/* What the gateway reads of a request body. */
+struct kn_gw_body {
+	bool object;       /* the top level is an object (else an array) */
+	bool has_model;    /* it has a "model" key (the last one counts) */
+	bool model_string; /* ... whose value is a string: */
+	char model[KN_GW_BODY_MODEL_MAX]; /* unescaped, NUL-terminated */
+	size_t model_len;
+	bool model_cut;    /* longer than model holds (and cut short) */
+	bool stream;       /* the last top-level "stream" is true */
+	/* Where and why the body is not JSON (kn_gw_body_scan's -1). */
+	int line, column;
+	char error[64];
+};
+
+/*
+ * Scan a request body for its top-level "model" and "stream" without
+ * building it. 0, or -1 with out->line, column and error set for exactly
+ * the bodies json_loadb(text, len, 0, ...) refuses.
+ */
+int kn_gw_body_scan(const char *text, size_t len, struct kn_gw_body *out);
 
 /* ---- gateway ---- */
 

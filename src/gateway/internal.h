@@ -110,7 +110,6 @@ struct gw_up_handler {
 struct gw_conn *gw_conn_new(struct event_base *base, const char *host,
 			    int port, int64_t timeout_ms);
 void gw_conn_free(struct gw_conn *c);
-bool gw_conn_busy(const struct gw_conn *c);
 /*
  * POST body (which must outlive the request) to path. Returns 0, and the
  * handler is called with arg; or -errno when the connection cannot be
@@ -163,6 +162,9 @@ void gw_req_stream_end(struct gw_req *r);
 /* A stream whose source broke off: no last chunk, and the connection is
    closed, so the client sees a cut answer, never a complete one. */
 void gw_req_stream_abort(struct gw_req *r);
+
+/* The digits of v at p (no NUL); returns the end. No printf per call. */
+char *gw_put_uint(char *p, uint64_t v);
 
 /* ---- workers (proxy.c) ---- */
 

@@ -118,13 +118,21 @@ void kn_gw_limiter_free(struct kn_gw_limiter *l)
 	free(l);
 }
 
+/* Eight bytes a step: ids are 66 bytes for keys, and four are hashed a call. */
 static uint64_t hash_id(const char *s)
 {
-	uint64_t h = 1469598103934665603ULL;
+	size_t n = strlen(s);
+	uint64_t h = 1469598103934665603ULL ^ n, word;
 
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-	return h;
+	for (; n >= 8; s += 8, n -= 8) {
+		memcpy(&word, s, 8);
+		h = (h ^ word) * 0x9E3779B97F4A7C15ULL;
+		h ^= h >> 29;
+	}
+	word = 0;
+	memcpy(&word, s, n);
+	h = (h ^ word) * 0x9E3779B97F4A7C15ULL;
+	return h ^ h >> 32;
 }
 
 static struct entry *slot_for(struct entry *slots, size_t cap, const char *id)
@@ -163,13 +171,24 @@ static struct entry *lookup(struct kn_gw_limiter *l, const char *id)
 	return e;
 }
 
+/* "<kind>:<name>" in id (ENTRY_ID_MAX bytes), without a printf per call. */
+static const char *entry_id(char *id, char kind, const char *name)
+{
+	size_t n = strnlen(name, ENTRY_ID_MAX - 3);
+
+	id[0] = kind;
+	id[1] = ':';
+	memcpy(id + 2, name, n);
+	id[n + 2] = '\0';
+	return id;
+}
+
 static struct entry *key_entry(struct kn_gw_limiter *l,
 			       const struct kn_gw_key *key)
 {
 	char id[ENTRY_ID_MAX];
 
-	snprintf(id, sizeof(id), "k:%s", key->hash_hex);
-	return lookup(l, id);
+	return lookup(l, entry_id(id, 'k', key->hash_hex));
 }
 
 static struct entry *dep_entry(struct kn_gw_limiter *l,
@@ -177,8 +196,7 @@ static struct entry *dep_entry(struct kn_gw_limiter *l,
 {
 	char id[ENTRY_ID_MAX];
 
-	snprintf(id, sizeof(id), "d:%s", dep->name);
-	return lookup(l, id);
+	return lookup(l, entry_id(id, 'd', dep->name));
 }
 
 static void roll_quotas(struct entry *e, int64_t now_ms)

@@ -46,6 +46,10 @@ struct gw_pool {
 	char address[KN_GW_ADDRESS_MAX];
 	struct gw_conn **conns; /* calls hold pointers: never moved */
 	size_t n_conns;
+	/* The connections no call holds, last freed on top: a call takes
+	   one without scanning the pool, and the warmest. */
+	struct gw_conn **idle;
+	size_t n_idle;
 	int outstanding;
 	/* breaker */
 	int failures;         /* consecutive */
@@ -69,6 +73,7 @@ struct gw_worker {
 	struct gw_call *calls; /* in flight, for the shutdown */
 	struct kn_buf log;          /* access-log lines not written yet */
 	struct event *log_event;    /* writes them after the turn's work */
+	bool log_scheduled;         /* log_event is active */
 	char stamp[32];             /* the access log's last time stamp */
 	int64_t stamp_ms;
 };
@@ -87,6 +92,7 @@ struct gw_call {
 	bool stream_asked;
 	char accept[128]; /* the client's Accept, passed on; "" when none */
 	int64_t t0_us; /* monotonic */
+	int64_t charged_ms; /* wall clock when the limiter was charged, or 0 */
 	struct kn_gw_verdict verdict;
 
 	struct gw_pool *pool; /* current attempt */
@@ -108,6 +114,33 @@ struct gw_call {
 
 /* ---- replies ---- */
 
+/* Put the literal at *p (the caller leaves room). */
+static void put_lit(char **p, const char *s, size_t n)
+{
+	memcpy(*p, s, n);
+	*p += n;
+}
+#define PUT_LIT(p, s) put_lit(p, s, sizeof(s) - 1)
+
+static void put_int(char **p, int64_t v)
+{
+	if (v < 0)
+		*(*p)++ = '-';
+	*p = gw_put_uint(*p, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+}
+
+/* Milliseconds with three decimals, as "%.3f" would put them. */
+static void put_ms(char **p, double ms)
+{
+	int64_t us = ms > 0 ? (int64_t)(ms * 1000.0 + 0.5) : 0;
+
+	put_int(p, us / 1000);
+	*(*p)++ = '.';
+	*(*p)++ = (char)('0' + us / 100 % 10);
+	*(*p)++ = (char)('0' + us / 10 % 10);
+	*(*p)++ = (char)('0' + us % 10);
+}
+
 static void add_header(struct gw_req *req, const char *name,
 		       const char *value)
 {
@@ -117,20 +150,24 @@ static void add_header(struct gw_req *req, const char *name,
 static void add_limit_headers(struct gw_req *req,
 			      const struct kn_gw_verdict *v)
 {
-	char num[32];
+	char num[32], *p;
 
 	if (v->limit_requests >= 0) {
-		snprintf(num, sizeof(num), "%lld", (long long)v->limit_requests);
+		p = num;
+		put_int(&p, v->limit_requests);
+		*p = '\0';
 		add_header(req, "x-ratelimit-limit-requests", num);
 	}
 	if (v->remaining_requests >= 0) {
-		snprintf(num, sizeof(num), "%lld",
-			 (long long)v->remaining_requests);
+		p = num;
+		put_int(&p, v->remaining_requests);
+		*p = '\0';
 		add_header(req, "x-ratelimit-remaining-requests", num);
 	}
 	if (v->remaining_tokens >= 0) {
-		snprintf(num, sizeof(num), "%lld",
-			 (long long)v->remaining_tokens);
+		p = num;
+		put_int(&p, v->remaining_tokens);
+		*p = '\0';
 		add_header(req, "x-ratelimit-remaining-tokens", num);
 	}
 }
@@ -221,9 +258,12 @@ static void log_flush(struct gw_worker *w)
 
 static void log_flush_cb(evutil_socket_t fd, short what, void *arg)
 {
+	struct gw_worker *w = arg;
+
 	(void)fd;
 	(void)what;
-	log_flush(arg);
+	w->log_scheduled = false;
+	log_flush(w);
 }
 
 /*
@@ -231,7 +271,7 @@ static void log_flush_cb(evutil_socket_t fd, short what, void *arg)
  * through what is ready and written by a lowest-priority event after it,
  * so a busy worker pays one write(2) per turn, not one per request.
  */
-static void access_log(struct gw_worker *w, const char *key,
+static void access_log(struct gw_worker *w, int64_t now, const char *key,
 		       const char *deployment, const char *replica,
 		       const char *path, int status, double latency_ms,
 		       const struct kn_gw_usage *usage, double score,
@@ -239,33 +279,38 @@ static void access_log(struct gw_worker *w, const char *key,
 {
 	char line[LOG_LINE_MAX], *p = line, *end = line + sizeof(line) - 2;
 
-	int64_t now = kn_now_ms();
-
 	/* The stamp changes once a millisecond at most; format it then. */
 	if (now != w->stamp_ms) {
 		kn_format_time(now, w->stamp, sizeof(w->stamp));
 		w->stamp_ms = now;
 	}
-	p += snprintf(p, 64, "{\"time\":\"%s", w->stamp);
-	p += snprintf(p, 16, "\",\"key\":");
+	/* Pieces, not one printf: this runs for every request. The stamp
+	   and the numbers are bounded; the strings are cut to fit. */
+	PUT_LIT(&p, "{\"time\":\"");
+	put_lit(&p, w->stamp, strlen(w->stamp));
+	PUT_LIT(&p, "\",\"key\":");
 	put_string(&p, end - 512, key);
-	p += snprintf(p, 16, ",\"deployment\":");
+	PUT_LIT(&p, ",\"deployment\":");
 	put_string(&p, end - 384, deployment && *deployment ? deployment
 							 : NULL);
-	p += snprintf(p, 16, ",\"replica\":");
+	PUT_LIT(&p, ",\"replica\":");
 	put_string(&p, end - 256, replica);
-	p += snprintf(p, 16, ",\"path\":");
+	PUT_LIT(&p, ",\"path\":");
 	put_string(&p, end - 200, path);
-	p += snprintf(p, 160, ",\"status\":%d,\"latency_ms\":%.3f,"
-			      "\"tokens\":%lld,\"output_tokens\":%lld",
-		      status, latency_ms, (long long)usage->total_tokens,
-		      (long long)usage->completion_tokens);
+	PUT_LIT(&p, ",\"status\":");
+	put_int(&p, status);
+	PUT_LIT(&p, ",\"latency_ms\":");
+	put_ms(&p, latency_ms);
+	PUT_LIT(&p, ",\"tokens\":");
+	put_int(&p, usage->total_tokens);
+	PUT_LIT(&p, ",\"output_tokens\":");
+	put_int(&p, usage->completion_tokens);
 	if (isnan(score))
-		p += snprintf(p, 16, ",\"score\":null");
+		PUT_LIT(&p, ",\"score\":null");
 	else
 		p += snprintf(p, 48, ",\"score\":%.6g", score);
 	if (fallback) {
-		p += snprintf(p, 16, ",\"fallback\":");
+		PUT_LIT(&p, ",\"fallback\":");
 		put_string(&p, end, fallback);
 	}
 	*p++ = '}';
@@ -274,8 +319,10 @@ static void access_log(struct gw_worker *w, const char *key,
 		log_flush(w);
 		kn_buf_append(&w->log, line, (size_t)(p - line));
 	}
-	if (!event_pending(w->log_event, EV_TIMEOUT, NULL))
+	if (!w->log_scheduled) {
+		w->log_scheduled = true;
 		event_active(w->log_event, EV_TIMEOUT, 0);
+	}
 }
 
 /* ---- pools and breakers ---- */
@@ -310,6 +357,7 @@ static void pool_free(struct gw_pool *p)
 	for (size_t i = 0; i < p->n_conns; i++)
 		gw_conn_free(p->conns[i]);
 	free(p->conns);
+	free(p->idle);
 	free(p);
 }
 
@@ -339,16 +387,22 @@ static struct gw_conn *pool_conn(struct gw_worker *w, struct gw_pool *p,
 {
 	struct gw_conn *c;
 
-	for (size_t i = 0; i < p->n_conns; i++)
-		if (!gw_conn_busy(p->conns[i]))
-			return p->conns[i];
+	if (p->n_idle)
+		return p->idle[--p->n_idle];
 	if (p->n_conns == POOL_MAX)
 		return NULL;
 	c = gw_conn_new(w->base, r->host, r->port,
 			w->gw->opts.upstream_timeout_ms);
 	p->conns = kn_xrealloc(p->conns, (p->n_conns + 1) * sizeof(*p->conns));
+	p->idle = kn_xrealloc(p->idle, (p->n_conns + 1) * sizeof(*p->idle));
 	p->conns[p->n_conns++] = c;
 	return c;
+}
+
+/* A call is done with conn (it carries no request now). */
+static void pool_release(struct gw_pool *p, struct gw_conn *conn)
+{
+	p->idle[p->n_idle++] = conn;
 }
 
 /*
@@ -437,6 +491,8 @@ static void call_finish(struct gw_call *c)
 	struct kn_gateway *gw = c->w->gw;
 	bool fell_back = c->target && c->target != c->dep;
 	double ms = elapsed_ms(c);
+	/* One reading of the wall clock for the counters, bands and log. */
+	int64_t now = c->charged_ms ? c->charged_ms : kn_now_ms();
 	struct gw_observation o = {
 		.deployment = c->dep ? c->dep->name : "",
 		.status = c->status,
@@ -450,11 +506,11 @@ static void call_finish(struct gw_call *c)
 	/* What the model did, for its deployment's bands: only calls that
 	 * reached a replica (the gateway's own refusals say nothing of it). */
 	if (c->target && (c->replica || c->upstream_error))
-		kn_anomaly_observe(gw->anomaly, c->target->name, kn_now_ms(), ms,
+		kn_anomaly_observe(gw->anomaly, c->target->name, now, ms,
 				   c->status >= 500 || c->upstream_error,
 				   (double)c->usage.completion_tokens,
 				   c->score);
-	access_log(c->w, c->key ? c->key->name : NULL, o.deployment,
+	access_log(c->w, now, c->key ? c->key->name : NULL, o.deployment,
 		   c->replica ? c->replica->address : NULL, c->path, c->status,
 		   ms, &c->usage, c->score,
 		   fell_back ? c->target->name : NULL);
@@ -570,6 +626,7 @@ static void attempt(struct gw_call *c)
 				continue;
 			if (send_upstream(c) == 0)
 				return;
+			pool_release(p, c->conn);
 			c->upstream_error = true;
 			breaker_failure(c->w->gw, p);
 			continue;
@@ -601,17 +658,22 @@ static void attempt(struct gw_call *c)
 	}
 }
 
+/* Fields the gateway does not pass on: its own framing and identity. */
 static bool hop_by_hop(const char *name)
 {
-	static const char *const names[] = {
-		"Connection", "Keep-Alive", "Transfer-Encoding",
-		"Content-Length", "Date", "Server", "Proxy-Connection",
-		"TE", "Trailer", "Upgrade"};
-
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (!strcasecmp(name, names[i]))
-			return true;
-	return false;
+	switch (strlen(name)) {
+	case 2: return !strcasecmp(name, "TE");
+	case 4: return !strcasecmp(name, "Date");
+	case 6: return !strcasecmp(name, "Server");
+	case 7: return !strcasecmp(name, "Trailer") ||
+		       !strcasecmp(name, "Upgrade");
+	case 10: return !strcasecmp(name, "Connection") ||
+			!strcasecmp(name, "Keep-Alive");
+	case 14: return !strcasecmp(name, "Content-Length");
+	case 16: return !strcasecmp(name, "Proxy-Connection");
+	case 17: return !strcasecmp(name, "Transfer-Encoding");
+	default: return false;
+	}
 }
 
 static void copy_headers(struct gw_call *c)
@@ -714,6 +776,7 @@ static void up_done(void *arg, enum gw_up_result result)
 	int64_t tokens;
 
 	c->pool->outstanding--;
+	pool_release(c->pool, c->conn);
 	c->timed_out = result == GW_UP_TIMEOUT;
 	if (failed && !c->got_headers) {
 		c->upstream_error = true;
@@ -739,9 +802,10 @@ static void up_done(void *arg, enum gw_up_result result)
 	tokens = c->usage.total_tokens;
 	/* Streams sent their headers already; others report the charge. */
 	if (tokens > 0 || !c->streaming) {
+		c->charged_ms = kn_now_ms();
 		pthread_mutex_lock(&gw->lim_lock);
 		kn_gw_limiter_charge(gw->limiter, c->key, c->dep, tokens,
-				     kn_now_ms(),
+				     c->charged_ms,
 				     c->streaming ? NULL : &c->verdict);
 		pthread_mutex_unlock(&gw->lim_lock);
 	}
@@ -848,8 +912,8 @@ static void log_front(struct gw_worker *w, const char *target,
 	gw_metrics_observe(w->gw->metrics, &o);
 	struct kn_gw_usage none = {0, 0};
 
-	access_log(w, key, deployment, NULL, target, status, ms, &none, NAN,
-		   NULL);
+	access_log(w, kn_now_ms(), key, deployment, NULL, target, status, ms,
+		   &none, NAN, NULL);
 }
 
 static const char *const MODEL_PATHS[] = {"/v1/chat/completions",
@@ -866,8 +930,7 @@ static void handle(struct gw_req *req, void *arg)
 	const struct kn_gw_key *key;
 	const struct kn_gw_deployment *dep;
 	struct gw_call *c;
-	json_t *doc, *model, *stream;
-	json_error_t jerr;
+	struct kn_gw_body fields;
 	int64_t t0 = now_us();
 	bool get = !strcmp(method, "GET");
 
@@ -910,43 +973,38 @@ static void handle(struct gw_req *req, void *arg)
 	}
 	/* front.c refused bodies over gw->opts.max_body with 413 already. */
 	body = gw_req_body(req, &len);
-	doc = json_loadb(body, len, 0, &jerr);
-	if (!doc || !json_is_object(doc)) {
-		if (doc)
-			send_error(req, 400, "invalid_request_error",
-				   "invalid_json", NULL,
-				   "The request body must be a JSON object.");
-		else
+	if (kn_gw_body_scan(body, len, &fields) < 0 || !fields.object) {
+		if (fields.error[0])
 			send_error(req, 400, "invalid_request_error",
 				   "invalid_json", NULL,
 				   "The request body is not valid JSON: %d:%d: "
 				   "%s.",
-				   jerr.line, jerr.column, jerr.text);
-		json_decref(doc);
+				   fields.line, fields.column, fields.error);
+		else
+			send_error(req, 400, "invalid_request_error",
+				   "invalid_json", NULL,
+				   "The request body must be a JSON object.");
 		log_front(w, target, key->name, NULL, 400, t0);
 		return;
 	}
-	model = json_object_get(doc, "model");
-	stream = json_object_get(doc, "stream");
-	if (!json_is_string(model)) {
+	if (!fields.model_string) {
 		send_error(req, 400, "invalid_request_error", "missing_model",
 			   "model",
-			   model ? "model: must be a string naming a "
-				   "deployment."
-				 : "model: missing; name the deployment to "
-				   "call.");
-		json_decref(doc);
+			   fields.has_model ? "model: must be a string naming a "
+					      "deployment."
+					    : "model: missing; name the deployment "
+					      "to call.");
 		log_front(w, target, key->name, NULL, 400, t0);
 		return;
 	}
-	dep = kn_gw_config_deployment(w->cfg, json_string_value(model));
+	dep = fields.model_cut ? NULL
+			       : kn_gw_config_deployment(w->cfg, fields.model);
 	if (!dep || !kn_gw_key_allows(key, dep->name)) {
 		send_error(req, 404, "invalid_request_error", "model_not_found",
 			   "model",
-			   "The model `%s` does not exist or you do not have "
+			   "The model `%s%s` does not exist or you do not have "
 			   "access to it.",
-			   json_string_value(model));
-		json_decref(doc);
+			   fields.model, fields.model_cut ? "..." : "");
 		log_front(w, target, key->name, NULL, 404, t0);
 		return;
 	}
@@ -957,10 +1015,9 @@ static void handle(struct gw_req *req, void *arg)
 	c->key = key;
 	c->dep = c->target = dep;
 	c->path = path;
-	c->stream_asked = json_is_true(stream);
+	c->stream_asked = fields.stream;
 	c->score = NAN;
 	c->t0_us = t0;
-	json_decref(doc);
 	accept = gw_req_header(req, "Accept");
 	if (accept)
 		kn_strlcpy(c->accept, accept, sizeof(c->accept));

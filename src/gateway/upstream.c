@@ -18,6 +18,7 @@
  * idle is found out when the next request gets nothing back: that request
  * is sent again once on a fresh connection before anything is reported.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -126,11 +127,6 @@ void gw_conn_free(struct gw_conn *c)
 	free(c);
 }
 
-bool gw_conn_busy(const struct gw_conn *c)
-{
-	return c->h != NULL;
-}
-
 static int resolve(struct gw_conn *c)
 {
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
@@ -198,17 +194,57 @@ static int flush_out(struct gw_conn *c)
 	return 0;
 }
 
-static void add_str(struct evbuffer *b, const char *s)
-{
-	evbuffer_add(b, s, strlen(s));
-}
-
 const char *gw_headers_get(const struct gw_headers *h, const char *name)
 {
+	int first = tolower((unsigned char)name[0]);
+
 	for (size_t i = 0; i < h->n; i++)
-		if (!strcasecmp(h->names[i], name))
+		if (tolower((unsigned char)h->names[i][0]) == first &&
+		    !strcasecmp(h->names[i], name))
 			return h->values[i];
 	return NULL;
+}
+
+static char *put(char *p, const char *s, size_t n)
+{
+	memcpy(p, s, n);
+	return p + n;
+}
+#define PUT_LIT(p, s) put(p, s, sizeof(s) - 1)
+
+/*
+ * The request line and fields, written straight into the output's own
+ * space: no printf, no copy from pieces. 0, or -1 when libevent has no
+ * memory.
+ */
+static int put_request_head(struct gw_conn *c)
+{
+	static const char LINE_END[] = " HTTP/1.1\r\nHost: ";
+	static const char TYPE[] = "\r\nContent-Type: application/json\r\n"
+				   "Content-Length: ";
+	size_t path_len = strlen(c->path), host_len = strlen(c->host_header),
+	       accept_len = c->accept ? strlen(c->accept) : 0;
+	size_t need = 5 + path_len + sizeof(LINE_END) + host_len +
+		      sizeof(TYPE) + 20 + 10 + accept_len + 4;
+	struct evbuffer_iovec space;
+	char *p;
+
+	if (evbuffer_reserve_space(c->out, (ev_ssize_t)need, &space, 1) < 1)
+		return -1;
+	p = space.iov_base;
+	p = PUT_LIT(p, "POST ");
+	p = put(p, c->path, path_len);
+	p = PUT_LIT(p, LINE_END);
+	p = put(p, c->host_header, host_len);
+	p = PUT_LIT(p, TYPE);
+	p = gw_put_uint(p, c->body_len);
+	if (c->accept) {
+		p = PUT_LIT(p, "\r\nAccept: ");
+		p = put(p, c->accept, accept_len);
+	}
+	p = PUT_LIT(p, "\r\n\r\n");
+	space.iov_len = (size_t)(p - (char *)space.iov_base);
+	return evbuffer_commit_space(c->out, &space, 1);
 }
 
 static int send_request(struct gw_conn *c)
@@ -217,23 +253,8 @@ static int send_request(struct gw_conn *c)
 
 	if (c->fd < 0 && (rc = conn_open(c)) < 0)
 		return rc;
-	{
-		/* Pieces, not printf: this runs for every call. */
-		char length[32];
-		int n = snprintf(length, sizeof(length), "%zu", c->body_len);
-		add_str(c->out, "POST ");
-		add_str(c->out, c->path);
-		add_str(c->out, " HTTP/1.1\r\nHost: ");
-		add_str(c->out, c->host_header);
-		add_str(c->out, "\r\nContent-Type: application/json\r\n"
-				"Content-Length: ");
-		evbuffer_add(c->out, length, (size_t)n);
-		if (c->accept) {
-			add_str(c->out, "\r\nAccept: ");
-			add_str(c->out, c->accept);
-		}
-		add_str(c->out, "\r\n\r\n");
-	}
+	if (put_request_head(c) < 0)
+		return -ENOMEM;
 	evbuffer_add(c->out, c->body, c->body_len);
 	c->state = P_HEAD;
 	c->status = 0;
@@ -338,6 +359,26 @@ static void pass_body(struct gw_conn *c, int64_t n)
 		c->left -= (int64_t)take;
 }
 
+/* "HTTP/1.<minor> <status>": 0, or -1 when it is not that. */
+static int status_line(const char *p, int *minor, int *status)
+{
+	if (strncmp(p, "HTTP/1.", 7) || !isdigit((unsigned char)p[7]))
+		return -1;
+	*minor = p[7] - '0';
+	for (p += 8; isdigit((unsigned char)*p); p++)
+		*minor = *minor > 9 ? 10 : *minor * 10 + (*p - '0');
+	if (*p != ' ')
+		return -1;
+	while (*p == ' ')
+		p++;
+	if (!isdigit((unsigned char)p[0]) || !isdigit((unsigned char)p[1]) ||
+	    !isdigit((unsigned char)p[2]) || isdigit((unsigned char)p[3]) ||
+	    p[0] == '0')
+		return -1;
+	*status = (p[0] - '0') * 100 + (p[1] - '0') * 10 + (p[2] - '0');
+	return 0;
+}
+
 /*
  * Split the head (len bytes at c->head) into the status and fields, and
  * note the framing. 0, or -1 when it is not an HTTP/1.x answer.
@@ -350,8 +391,7 @@ static int split_head(struct gw_conn *c, size_t len)
 	c->hdrs.n = 0;
 	c->left = -1;
 	c->chunked = false;
-	if (sscanf(p, "HTTP/1.%d %d", &minor, &c->status) != 2 ||
-	    c->status < 100 || c->status > 999)
+	if (status_line(p, &minor, &c->status) < 0)
 		return -1;
 	c->keep_alive = minor >= 1;
 	p = memchr(p, '\n', len);
@@ -375,12 +415,13 @@ static int split_head(struct gw_conn *c, size_t len)
 		for (char *t = v + strlen(v);
 		     t > v && (t[-1] == ' ' || t[-1] == '\t');)
 			*--t = '\0';
-		if (!strcasecmp(p, "Content-Length"))
+		size_t name_len = (size_t)(colon - p);
+		if (name_len == 14 && !strcasecmp(p, "Content-Length"))
 			c->left = strtoll(v, NULL, 10);
-		else if (!strcasecmp(p, "Transfer-Encoding") &&
+		else if (name_len == 17 && !strcasecmp(p, "Transfer-Encoding") &&
 			 strcasestr(v, "chunked"))
 			c->chunked = true;
-		else if (!strcasecmp(p, "Connection"))
+		else if (name_len == 10 && !strcasecmp(p, "Connection"))
 			c->keep_alive = strcasecmp(v, "close") &&
 					(minor >= 1 ||
 					 !strcasecmp(v, "keep-alive"));

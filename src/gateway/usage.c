@@ -23,6 +23,30 @@ static size_t skip_space(const char *s, size_t len, size_t i)
 	return i;
 }
 
+/*
+ * The closing quote of the string whose text starts at s[start], or len
+ * when it is cut short: the first quote after an even run of backslashes.
+ * memchr, not a loop over every byte: answers are mostly strings.
+ */
+static size_t string_end(const char *s, size_t len, size_t start)
+{
+	size_t i = start;
+
+	for (;;) {
+		const char *q = memchr(s + i, '"', len - i);
+		size_t k, slashes = 0;
+
+		if (!q)
+			return len;
+		k = (size_t)(q - s);
+		while (k - slashes > start && s[k - slashes - 1] == '\\')
+			slashes++;
+		if (slashes % 2 == 0)
+			return k;
+		i = k + 1;
+	}
+}
+
 /* A whole number at s[j..]; 0 when there is none or it is absurd. */
 static int64_t count_at(const char *s, size_t len, size_t j)
 {
@@ -50,8 +74,7 @@ void kn_gw_usage_read(const char *s, size_t len, struct kn_gw_usage *out)
 
 		if (ch == '"') {
 			size_t start = ++i, klen, j;
-			while (i < len && s[i] != '"')
-				i += s[i] == '\\' ? 2 : 1;
+			i = string_end(s, len, start);
 			if (i >= len)
 				break;
 			klen = i - start;

@@ -308,8 +308,25 @@ def test_bad_requests_get_clean_4xx(home, gateways, upstreams):
                                      headers=auth, timeout=10), 400,
                        "invalid_json")
     assert "not valid JSON" in err["message"]
+    assert "1:18" in err["message"]  # line:column where it is cut
     openai_error(requests.post(url, data=b"[1, 2]", headers=auth, timeout=10),
                  400, "invalid_json")
+    openai_error(requests.post(url, data=b'{"model": "chat"} x', headers=auth,
+                               timeout=10), 400, "invalid_json")
+    err = openai_error(requests.post(url, data=b'{"model": 7}', headers=auth,
+                                     timeout=10), 400, "missing_model")
+    assert err["param"] == "model"
+    # The body's top-level "model", unescaped, last one counting; a nested
+    # "model" is not it.
+    raw = (b'{"messages": [{"model": "nope"}], "model": "nope",\n'
+           b' "mod\\u0065l": "ch\\u0061t"}')
+    assert requests.post(url, data=raw, headers=auth,
+                         timeout=10).status_code == 200
+    assert chat.calls == 1
+    err = openai_error(requests.post(url, data=b'{"model": "ch\\"at"}',
+                                     headers=auth, timeout=10), 404,
+                       "model_not_found")
+    assert "ch\"at" in err["message"]
     err = openai_error(g.call("sk-one", None, json={"messages": []}), 400)
     assert err["param"] == "model"
     big = json.dumps({"model": "chat", "pad": "x" * (65 * 1024)})
@@ -320,7 +337,7 @@ def test_bad_requests_get_clean_4xx(home, gateways, upstreams):
     openai_error(r, 431, "headers_too_large")
     openai_error(requests.get(url, headers=auth, timeout=10), 405)
     openai_error(requests.get(g.url + "/v2/nothing", timeout=10), 404)
-    assert chat.calls == 0
+    assert chat.calls == 1
     # The gateway still answers after all that.
     assert g.call("sk-one", "chat").status_code == 200
 
@@ -375,6 +392,19 @@ def test_http_details_on_the_wire(home, gateways, upstreams):
             got += piece
     assert b"HTTP/1.1 200 OK" in got
 
+    # A request trickling in a few bytes a write: the end of its head
+    # ("\r\n\r\n") is found across reads, the body after it.
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        closing = req.replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\nConnection: "
+                              b"close\r\n", 1)
+        for i in range(0, len(closing), 3):
+            s.sendall(closing[i:i + 3])
+        got = b""
+        while piece := s.recv(65536):
+            got += piece
+    assert got.startswith(b"HTTP/1.1 200 OK") and b"served_by" in got
+
     # Chunked request bodies are refused cleanly.
     got = raw_exchange(g.url, b"POST /v1/chat/completions HTTP/1.1\r\n"
                        b"Host: x\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -382,7 +412,7 @@ def test_http_details_on_the_wire(home, gateways, upstreams):
     assert got.startswith(b"HTTP/1.1 411 ")
     # Not HTTP at all.
     assert raw_exchange(g.url, b"HELLO\r\n\r\n").startswith(b"HTTP/1.1 400 ")
-    assert chat.calls == 4
+    assert chat.calls == 5
 
 
 def test_a_client_leaving_mid_stream_harms_nothing(home, gateways, upstreams):

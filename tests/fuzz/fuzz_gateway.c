@@ -1,7 +1,9 @@
 /*
  * libFuzzer harness for the gateway's parsers of outside input: the route
  * table (from the server or a file), the saved counters, and the usage
- * scan of model servers' answers. The first byte picks the parser.
+ * scan of model servers' answers, and the request body scan, which must
+ * refuse what jansson refuses and read the same "model" and "stream". The
+ * first byte picks the parser.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -20,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 1 || size > 65536)
 		return 0;
-	switch (data[0] % 3) {
+	switch (data[0] % 4) {
 	case 0: {
 		struct kn_gw_config *cfg = NULL;
 		if (kn_gw_config_parse_text(text, len, &cfg, &err) == 0) {
@@ -40,6 +42,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		kn_gw_usage_read(text, len, &u);
 		if (u.total_tokens < 0 || u.completion_tokens < 0)
 			abort();
+		break;
+	}
+	case 3: {
+		static struct kn_gw_body b;
+		json_t *doc = json_loadb(text, len, 0, NULL);
+		json_t *model = json_object_get(doc, "model");
+		if ((kn_gw_body_scan(text, len, &b) == 0) != (doc != NULL))
+			abort();
+		if (doc && (b.object != json_is_object(doc) ||
+			    b.has_model != (model != NULL) ||
+			    b.model_string != json_is_string(model) ||
+			    b.stream != json_is_true(json_object_get(doc,
+								       "stream"))))
+			abort();
+		if (json_is_string(model) && !b.model_cut &&
+		    (b.model_len != json_string_length(model) ||
+		     memcmp(b.model, json_string_value(model), b.model_len)))
+			abort();
+		json_decref(doc);
 		break;
 	}
 	default: {

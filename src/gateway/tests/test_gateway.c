@@ -372,6 +372,94 @@ static void test_usage_read(void **state)
 	}
 }
 
+/* What jansson makes of text, as kn_gw_body_scan should report it. */
+static void expect_like_jansson(const char *text, size_t len)
+{
+	json_error_t jerr;
+	json_t *doc = json_loadb(text, len, 0, &jerr);
+	struct kn_gw_body b;
+	int rc = kn_gw_body_scan(text, len, &b);
+
+	if ((rc == 0) != (doc != NULL))
+		fail_msg("\"%.*s\": scan %d (%s), jansson %s (%s)", (int)len,
+			 text, rc, b.error, doc ? "ok" : "refuses",
+			 doc ? "" : jerr.text);
+	if (doc) {
+		json_t *model = json_object_get(doc, "model");
+		assert_int_equal(b.object, json_is_object(doc));
+		assert_int_equal(b.has_model, model != NULL);
+		assert_int_equal(b.model_string, json_is_string(model));
+		if (json_is_string(model)) {
+			assert_int_equal(b.model_len, json_string_length(model));
+			assert_memory_equal(b.model, json_string_value(model),
+					    b.model_len);
+		}
+		assert_int_equal(b.stream,
+				 json_is_true(json_object_get(doc, "stream")));
+	} else {
+		assert_true(b.line >= 1 && b.column >= 1 && b.error[0]);
+	}
+	json_decref(doc);
+}
+
+static void test_body_scan(void **state)
+{
+	static const char *const cases[] = {
+		"{\"model\":\"chat\",\"stream\":true}",
+		" \r\n\t{ \"model\" : \"chat\" , \"stream\" : false }\n ",
+		"{\"stream\":true,\"model\":\"chat\",\"stream\":false}",
+		"{\"model\":\"a\",\"model\":\"b\"}",
+		"{\"model\":\"a\",\"model\":7}",
+		"{\"model\":7,\"model\":\"a\"}",
+		"{\"mod\\u0065l\":\"x\\\"y\\\\z\\/\\b\\f\\n\\r\\t\"}",
+		"{\"model\":\"\\ud83d\\ude00 caf\xc3\xa9 \xe2\x82\xac\"}",
+		"{\"messages\":[{\"model\":\"inner\",\"stream\":true}]}",
+		"{\"x\":{\"model\":\"inner\"},\"model\":\"outer\"}",
+		"{\"x\":\"\\\"model\\\":\\\"fake\\\"\",\"stream\":\"true\"}",
+		"{\"model\":null,\"stream\":1}",
+		"{\"modelx\":\"a\",\"streams\":true,\"\":0}",
+		"[{\"model\":\"a\"}]",
+		"{}", "[]", "[[[]]]",
+		"{\"n\":[0,-0,1.5e3,-2E-2,1e+2,9223372036854775807,"
+		"-9223372036854775808,1e308,1e-400,true,false,null]}",
+		/* refused */
+		"", "   ", "\"model\"", "7", "null", "{", "{\"model\":\"a\"",
+		"{\"model\":\"a\",}", "[1,]", "{\"model\" \"a\"}", "{model:1}",
+		"{\"a\":1}x", "{\"a\":1}{}", "{\"a\":01}", "{\"a\":-}",
+		"{\"a\":1.}", "{\"a\":.5}", "{\"a\":1e}", "{\"a\":+1}",
+		"{\"a\":9223372036854775808}", "{\"a\":-9223372036854775809}",
+		"{\"a\":1e309}", "{\"a\":tru}", "{\"a\":truex}",
+		"{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}", "{\"a\":\"\\u0000\"}",
+		"{\"a\":\"\\ud800\"}", "{\"a\":\"\\udc00\"}",
+		"{\"a\":\"\\ud800\\u0041\"}", "{\"a\":\"tab\there\"}",
+		"{\"a\":\"\xff\"}", "{\"a\":\"\xc0\xaf\"}",
+		"{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xf4\x90\x80\x80\"}",
+		"{\"a\":\"\xe2\x82\"}", "{\"a\":\"end",
+	};
+	char deep[2 * 2049 + 8];
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_like_jansson(cases[i], strlen(cases[i]));
+	/* A NUL byte inside the text, in and outside a string. */
+	expect_like_jansson("{\"model\":\"a\0b\"}", 15);
+	expect_like_jansson("{\"model\":\"a\"}\0", 14);
+	expect_like_jansson("[7\0]", 4);
+	expect_like_jansson("[true\0,1.5\0]", 12);
+	expect_like_jansson("[7\0\0]", 5);
+	expect_like_jansson("[\"a\"\0]", 6);
+	expect_like_jansson("[1,\0 2]", 7);
+	/* Nesting: 2048 values deep is taken, one more is not. */
+	for (size_t n = 2047; n <= 2049; n++) {
+		memset(deep, '[', n);
+		memset(deep + n, ']', n);
+		expect_like_jansson(deep, 2 * n);
+		deep[n - 1] = '1';
+		deep[n] = ' ';
+		expect_like_jansson(deep, 2 * n);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -384,6 +472,7 @@ int main(void)
 		cmocka_unit_test(test_calendar),
 		cmocka_unit_test(test_counters_round_trip),
 		cmocka_unit_test(test_usage_read),
+		cmocka_unit_test(test_body_scan),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
