@@ -283,7 +283,11 @@ static const struct cli_command commands[] = {
 	 "Without NAME: NAME READY (ready/wanted) MODEL OWNER FALLBACK\n"
 	 "GENERATION. With NAME: the deployment and each replica's STATE\n"
 	 "(pending, queued, restarting, starting, ready, stopping), ADDRESS,\n"
-	 "NODE, ZONE, RESTARTS, JOB and REASON.\n",
+	 "NODE, ZONE, RESTARTS, JOB and REASON. Under a server with\n"
+	 "--executor kubernetes: the Deployment, its Service's cluster DNS\n"
+	 "name, its ready/updated/available counts and rollout state (pending,\n"
+	 "progressing, complete, failed) with the API's reason, the last API\n"
+	 "error, and each pod's STATE, POD, NODE, RESTARTS and REASON.\n",
 	 false},
 	{"scale", cmd_scale, NULL, "set a deployment's number of replicas",
 	 "usage: kiln scale NAME N\n"
