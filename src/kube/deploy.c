@@ -594,7 +594,10 @@ static void apply(struct kn_kube_client *c, const char *ns, struct item *it,
 		*current = json_incref(answer);
 	} else if (generation_of(observed) != it->generation) {
 		path = kn_asprintf(DEPLOYMENTS_PATH "/%s", ns, it->kname);
-		if (generation_of(observed) >= it->spec_generation) {
+		/* A newer label than kiln's is an earlier deployment of
+		   that name (deleted and created again): written whole. */
+		if (generation_of(observed) >= it->spec_generation &&
+		    generation_of(observed) < it->generation) {
 			/* Only the count changed: the template stays, no
 			   rollout. */
 			char gen[32];

@@ -293,3 +293,33 @@ def test_deleted_while_stopped(tmp_path, api):
         assert s.request("GET", "/v1/deployments/chat").status_code == 404
     finally:
         s.stop()
+
+
+def test_created_again_before_deleted(tmp_path, api):
+    """Undeployed and deployed again while the old Deployment is still
+    there (its DELETE failing): the new generation 1 is older than the old
+    object's label, and the new spec is PUT whole, not patched."""
+    s = start_server(tmp_path, api.port)
+    try:
+        deploy(s, chat_yaml(replicas=1))
+        r = s.request("POST", "/v1/deployments/chat/scale",
+                      json={"replicas": 2})
+        assert r.status_code == 200, r.text
+        wait_for(lambda: api.sent("PATCH", "/deployments/chat"),
+                 what="the scale")
+        api.fail[("DELETE", "deployments")] = 500
+        assert s.request("DELETE", "/v1/deployments/chat").status_code == 200
+        wait_for(lambda: api.sent("DELETE", "/deployments/chat"),
+                 what="the failed DELETE")
+        assert deploy(s, chat_yaml(replicas=1, env="v9"))[
+            "deployment"]["generation"] == 1
+        put = wait_for(lambda: api.sent("PUT", "/deployments/chat"),
+                       what="the PUT")[0]["body"]
+        assert put["metadata"]["labels"]["kiln.dev/generation"] == "1"
+        assert put["spec"]["replicas"] == 1
+        assert len(api.sent("PATCH")) == 1
+        del api.fail[("DELETE", "deployments")]
+        wait_for(lambda: show(s)["kubernetes"]["synced"], what="the sync")
+        assert "chat" in api.deployments
+    finally:
+        s.stop()
