@@ -128,7 +128,10 @@ class JobApi:
                 "pods" if path.startswith(pods) else
                 "services" if path.startswith(services) else None)
         if (m, kind) in self.fail:
+            # An HTTP status (its status-N.json), or (status, fixture).
             code = self.fail[(m, kind)]
+            if isinstance(code, tuple):
+                return code[0], recorded(code[1]), False
             return code, recorded(f"status-{code}.json"), False
         selector = req["query"].get("labelSelector", [""])[0]
         if kind == "deployments":

@@ -228,12 +228,16 @@ def test_api_errors(tmp_path, api):
     s = start_server(tmp_path, api.port)
     try:
         # Refused by RBAC: the deployment is kept and the error shown.
-        api.fail[("POST", "deployments")] = 403
+        api.fail[("POST", "deployments")] = (
+            403, "status-403-deployments.json")
         deploy(s, chat_yaml(replicas=1))
         got = wait_for(lambda: (lambda d: d if d["kubernetes"]["error"]
                                 else None)(show(s)), what="the 403")
-        assert got["kubernetes"]["error"].startswith(
-            "POST deployment: HTTP 403 Forbidden: jobs.batch is forbidden")
+        assert got["kubernetes"]["error"] == (
+            "POST deployment: HTTP 403 Forbidden: deployments.apps is "
+            "forbidden: User \"system:serviceaccount:ml:kiln-server\" "
+            "cannot create resource \"deployments\" in API group \"apps\" "
+            "in the namespace \"ml\"")
         out = s.cli("deployments", "chat", check=True).stdout
         assert "error:       POST deployment: HTTP 403 Forbidden" in out
         # Invalid: the API's reason and message.
@@ -321,5 +325,25 @@ def test_created_again_before_deleted(tmp_path, api):
         del api.fail[("DELETE", "deployments")]
         wait_for(lambda: show(s)["kubernetes"]["synced"], what="the sync")
         assert "chat" in api.deployments
+    finally:
+        s.stop()
+
+
+def test_unauthorized_and_refused(tmp_path, api):
+    s = start_server(tmp_path, api.port, token="wrong-token")
+    try:
+        deploy(s, chat_yaml(replicas=1))
+        wait_for(lambda: "HTTP 401 Unauthorized: Unauthorized" in
+                 (show(s)["kubernetes"]["error"] or ""), what="the 401")
+    finally:
+        s.stop()
+    api.close()
+    # Nothing listens there now: the transport error, retried each second.
+    s = start_server(tmp_path, api.port)
+    try:
+        got = wait_for(lambda: (lambda d: d if d["kubernetes"]["error"]
+                                else None)(show(s)), what="the refusal")
+        assert "onnect" in got["kubernetes"]["error"], got
+        assert got["replicas_ready"] == 0 and got["replicas"] == []
     finally:
         s.stop()
