@@ -28,7 +28,8 @@
  * attempts are live (two requests, whatever the number of attempts)
  * rather than keeping watches: a watch per kind would need a thread of
  * its own to let submits and deletes through, and a list is its own
- * resync, with no resourceVersion to lose.
+ * resync, with no resourceVersion to lose. After each pass the same
+ * worker keeps the deployments in step (deploy.c).
  */
 #include <errno.h>
 #include <fcntl.h>
