@@ -347,3 +347,22 @@ def test_unauthorized_and_refused(tmp_path, api):
         assert got["replicas_ready"] == 0 and got["replicas"] == []
     finally:
         s.stop()
+
+
+def test_mig_deployment(tmp_path, api):
+    """A MIG slice is the device plugin's nvidia.com/mig-<profile>
+    resource; the server's own --gpus need not have MIG (no kiln job is
+    queued for a deployment here)."""
+    s = start_server(tmp_path, api.port)
+    try:
+        deploy(s, "kind: Deployment\nname: small\nmodel: /m\n"
+               "command: [serve]\nresources: {gpus: 'mig:1g.10gb'}\n")
+        body = wait_for(lambda: api.sent("POST", "/deployments"),
+                        what="the POST")[0]["body"]
+        (c,) = body["spec"]["template"]["spec"]["containers"]
+        assert c["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
+        assert {"key": "sku", "operator": "Equal", "value": "gpu",
+                "effect": "NoSchedule"} in \
+            body["spec"]["template"]["spec"]["tolerations"]
+    finally:
+        s.stop()
