@@ -77,7 +77,8 @@ static void print_list(json_t *deps)
 static void print_kube_detail(json_t *d, json_t *k)
 {
 	static const char *const headers[] = {
-		"REPLICA", "STATE", "POD", "NODE", "RESTARTS", "REASON", NULL,
+		"REPLICA", "STATE", "POD", "NODE", "ZONE", "RESTARTS", "REASON",
+		NULL,
 	};
 	struct cli_table *t = cli_table_new(headers);
 	json_t *r;
@@ -104,6 +105,7 @@ static void print_kube_detail(json_t *d, json_t *k)
 		cli_table_cell(t, cli_json_str(r, "state"));
 		cli_table_cell(t, cli_json_str(r, "pod"));
 		cli_table_cell(t, cli_json_str(r, "node"));
+		cli_table_cell(t, cli_json_str(r, "zone"));
 		cli_table_cellf(t, "%lld",
 				(long long)cli_json_int(r, "restarts"));
 		cli_table_cell(t, cli_json_str(r, "reason"));

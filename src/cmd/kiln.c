@@ -291,7 +291,7 @@ static const struct cli_command commands[] = {
 	 "--executor kubernetes: the Deployment, its Service's cluster DNS\n"
 	 "name, its ready/updated/available counts and rollout state (pending,\n"
 	 "progressing, complete, failed) with the API's reason, the last API\n"
-	 "error, and each pod's STATE, POD, NODE, RESTARTS and REASON.\n",
+	 "error, and each pod's STATE, POD, NODE, ZONE, RESTARTS and REASON.\n",
 	 false},
 	{"scale", cmd_scale, NULL, "set a deployment's number of replicas",
 	 "usage: kiln scale NAME N\n"

@@ -31,6 +31,9 @@
 #define MANAGED_SELECTOR "labelSelector=app.kubernetes.io%%2Fmanaged-by%%3Dkiln"
 #define POD_SELECTOR "labelSelector=kiln.dev%%2Fdeployment"
 #define ERROR_MAX 300
+#define ZONE_LABEL "topology.kubernetes.io/zone"
+/* Nodes whose zone is remembered; past this the memory starts over. */
+#define ZONES_MAX 512
 
 struct wanted {
 	char name[64];   /* kiln's */
@@ -54,6 +57,16 @@ static struct wanted *wanted_list;
    has deleted the Deployments no kept one claims. */
 static bool sweep_pending;
 static char *status_ns; /* the namespace the status names */
+
+/* A node's zone label as read once ("" when it has none, or the node
+   cannot be read: without RBAC on nodes, zones are simply not known).
+   The worker's alone. */
+struct node_zone {
+	char node[256];
+	char zone[64];
+};
+static struct node_zone *zones;
+static size_t n_zones;
 
 /* ---- rendering ---- */
 
@@ -240,6 +253,9 @@ void kube_deploy_clear(void)
 		wanted_free(w);
 	}
 	sweep_pending = false;
+	free(zones);
+	zones = NULL;
+	n_zones = 0;
 	free(status_ns);
 	status_ns = NULL;
 	pthread_mutex_unlock(&lock);
@@ -430,6 +446,58 @@ json_t *kn_kube_deployment_view(json_t *d, json_t *pods)
 }
 
 /* ---- the worker's side ---- */
+
+
+static const char *zone_of(struct kn_kube_client *c, const char *node)
+{
+	struct node_zone *z;
+	struct kn_error err;
+	const char *label;
+	json_t *answer = NULL;
+	long status = 0;
+	char *path;
+
+	for (size_t i = 0; i < n_zones; i++)
+		if (!strcmp(zones[i].node, node))
+			return zones[i].zone;
+	path = kn_asprintf("/api/v1/nodes/%s", node);
+	if (kn_kube_get(c, path, &status, &answer, &err) < 0) {
+		free(path);
+		return ""; /* asked again next turn */
+	}
+	free(path);
+	if (n_zones == ZONES_MAX)
+		n_zones = 0;
+	if (!zones)
+		zones = kn_xcalloc(ZONES_MAX, sizeof(*zones));
+	z = &zones[n_zones++];
+	kn_strlcpy(z->node, node, sizeof(z->node));
+	label = status == 200 ? json_string_value(json_object_get(
+			json_object_get(json_object_get(answer, "metadata"),
+					"labels"),
+			ZONE_LABEL)) : NULL;
+	kn_strlcpy(z->zone, label ? label : "", sizeof(z->zone));
+	if (status != 200 && status != 404)
+		kn_log(KN_LOG_INFO, "kubernetes: node %s: HTTP %ld; replicas "
+		       "there have no zone", node, status);
+	json_decref(answer);
+	return z->zone;
+}
+
+/* Each pod of a view with its node's zone, null when not known. */
+static void add_zones(struct kn_kube_client *c, json_t *view)
+{
+	json_t *pod;
+	size_t i;
+
+	json_array_foreach(json_object_get(view, "pods"), i, pod) {
+		const char *node = str_at(pod, "node", NULL);
+		const char *zone = node ? zone_of(c, node) : "";
+
+		json_object_set_new(pod, "zone",
+				    *zone ? json_string(zone) : json_null());
+	}
+}
 
 /* What one turn works on: copies, so the loop may change the list. */
 struct item {
@@ -745,6 +813,7 @@ void kube_deploy_turn(struct kn_kube_client *c, const char *ns,
 		apply(c, ns, it, named(deps, it->kname), &current);
 		mine = pods_of(pods, it->kname);
 		it->view = kn_kube_deployment_view(current, mine);
+		add_zones(c, it->view);
 		json_decref(mine);
 		json_decref(current);
 	}

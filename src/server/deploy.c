@@ -444,6 +444,12 @@ static const char *pod_state(json_t *pod)
 	return "starting";
 }
 
+/* A new reference to v, or null when v is absent. */
+static json_t *json_incref_or_null(json_t *v)
+{
+	return v ? json_incref(v) : json_null();
+}
+
 /* kiln's replica view of the Deployment's pods (st: its status). */
 static json_t *kube_replicas_json(json_t *st)
 {
@@ -453,7 +459,7 @@ static json_t *kube_replicas_json(json_t *st)
 	json_array_foreach(json_object_get(st, "pods"), i, pod)
 		json_array_append_new(
 			list,
-			json_pack("{s:i, s:O, s:s, s:O, s:O, s:O, s:n, s:n, "
+			json_pack("{s:i, s:O, s:s, s:O, s:O, s:O, s:o, s:n, "
 				  "s:O}",
 				  "replica", (int)i, "pod",
 				  json_object_get(pod, "name"), "state",
@@ -461,6 +467,8 @@ static json_t *kube_replicas_json(json_t *st)
 				  json_object_get(pod, "ready"), "restarts",
 				  json_object_get(pod, "restarts"), "node",
 				  json_object_get(pod, "node"), "zone",
+				  json_incref_or_null(json_object_get(pod,
+								      "zone")),
 				  "address", "reason",
 				  json_object_get(pod, "reason")));
 	return list;

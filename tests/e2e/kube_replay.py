@@ -17,7 +17,8 @@ resourceVersion); a PUT must carry the current resourceVersion (409
 Conflict otherwise) and replaces it; a merge PATCH (RFC 7386) merges into
 it; either bumps generation when the spec changed. The test plays the
 Deployment controller and kubelet with set_deployment (a recorded
-status) and set_deployment_pods (recorded pods). List GETs honour
+status) and set_deployment_pods (recorded pods). A node is read from
+tests/fixtures/kube/nodes.json. List GETs honour
 labelSelector's `key=value` and `key` terms, as the API server does."""
 import copy
 import json
@@ -124,6 +125,7 @@ class JobApi:
         deployments = f"/apis/apps/v1/namespaces/{self.ns}/deployments"
         kind = ("jobs" if path.startswith(jobs) else
                 "deployments" if path.startswith(deployments) else
+                "nodes" if path.startswith("/api/v1/nodes/") else
                 "log" if path.endswith("/log") else
                 "pods" if path.startswith(pods) else
                 "services" if path.startswith(services) else None)
@@ -136,6 +138,13 @@ class JobApi:
         selector = req["query"].get("labelSelector", [""])[0]
         if kind == "deployments":
             return self.deployment_call(req, path[len(deployments):])
+        if m == "GET" and kind == "nodes":
+            name = path.rsplit("/", 1)[1]
+            nodes = json.loads((FIXTURES / "nodes.json").read_text())
+            for node in nodes["items"]:
+                if node["metadata"]["name"] == name:
+                    return 200, node, False
+            return 404, recorded("status-404.json"), False
         if m == "POST" and path == jobs:
             return self.create_job(req["body"])
         if m == "POST" and path == services:

@@ -136,6 +136,10 @@ def test_lifecycle(tmp_path, api):
         assert r0["pod"] == "chat-7d4b9c6f5d-0x7k2" and r0["ready"]
         assert r0["state"] == "ready"
         assert r0["node"] == "aks-gpunc-12345678-vmss000001"
+        # The node's topology.kubernetes.io/zone label, read once.
+        assert r0["zone"] == "eastus-2" and r1["zone"] == "eastus-2"
+        assert len(api.sent("GET", "/nodes/aks-gpunc-12345678-"
+                                   "vmss000001")) == 1
         assert r1["state"] == "starting" and not r1["ready"]
         assert r1["reason"] == ("ContainersNotReady: containers with "
                                 "unready status: [server]")
@@ -364,5 +368,12 @@ def test_mig_deployment(tmp_path, api):
         assert {"key": "sku", "operator": "Equal", "value": "gpu",
                 "effect": "NoSchedule"} in \
             body["spec"]["template"]["spec"]["tolerations"]
+        # Without RBAC on nodes the zone is not known; all else is.
+        api.fail[("GET", "nodes")] = 403
+        api.set_deployment("small", "deployment-available.json")
+        api.set_deployment_pods("small", ["pod-serving-ready.json"])
+        (r,) = wait_for(lambda: show(s, "small")["replicas"],
+                        what="the replica")
+        assert r["zone"] is None and r["state"] == "ready"
     finally:
         s.stop()
