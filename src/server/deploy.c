@@ -27,6 +27,11 @@
  * one is ready. Its position is kept in the store, so a server restart
  * resumes it.
  *
+ * Under --executor kubernetes none of this runs: a deployment is an
+ * apps/v1 Deployment and a Service that the cluster runs, rolls out and
+ * probes (src/kube/deploy.c); the store, the owner checks, the audit and
+ * the gateway's keys are the same.
+ *
  * Invariants: an API change is in the store before memory has it (and
  * before the answer); a replica's job belongs to its deployment's owner;
  * only this file knows which jobs are replicas.
@@ -445,7 +450,7 @@ static const char *pod_state(json_t *pod)
 }
 
 /* A new reference to v, or null when v is absent. */
-static json_t *json_incref_or_null(json_t *v)
+static json_t *ref_or_null(json_t *v)
 {
 	return v ? json_incref(v) : json_null();
 }
@@ -467,7 +472,7 @@ static json_t *kube_replicas_json(json_t *st)
 				  json_object_get(pod, "ready"), "restarts",
 				  json_object_get(pod, "restarts"), "node",
 				  json_object_get(pod, "node"), "zone",
-				  json_incref_or_null(json_object_get(pod,
+				  ref_or_null(json_object_get(pod,
 								      "zone")),
 				  "address", "reason",
 				  json_object_get(pod, "reason")));
