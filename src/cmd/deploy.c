@@ -73,6 +73,47 @@ static void print_list(json_t *deps)
 	cli_table_free(t);
 }
 
+/* Under --executor kubernetes: the Deployment's status and its pods. */
+static void print_kube_detail(json_t *d, json_t *k)
+{
+	static const char *const headers[] = {
+		"REPLICA", "STATE", "POD", "NODE", "ZONE", "RESTARTS", "REASON",
+		NULL,
+	};
+	struct cli_table *t = cli_table_new(headers);
+	json_t *r;
+	size_t i;
+
+	printf("kubernetes:  Deployment %s/%s, Service %s\n",
+	       cli_json_str(k, "namespace"), cli_json_str(k, "deployment"),
+	       cli_json_str(k, "service"));
+	printf("status:      %lld ready, %lld updated, %lld available of "
+	       "%lld; rollout %s%s%s\n",
+	       (long long)cli_json_int(k, "ready"),
+	       (long long)cli_json_int(k, "updated"),
+	       (long long)cli_json_int(k, "available"),
+	       (long long)cli_json_int(k, "desired"),
+	       cli_json_str(k, "rollout"),
+	       json_string_value(json_object_get(k, "reason")) ? ": " : "",
+	       json_string_value(json_object_get(k, "reason")) ?
+		       cli_json_str(k, "reason") : "");
+	if (json_string_value(json_object_get(k, "error")))
+		printf("error:       %s\n", cli_json_str(k, "error"));
+	printf("\n");
+	json_array_foreach(json_object_get(d, "replicas"), i, r) {
+		cli_table_cellf(t, "%lld", (long long)cli_json_int(r, "replica"));
+		cli_table_cell(t, cli_json_str(r, "state"));
+		cli_table_cell(t, cli_json_str(r, "pod"));
+		cli_table_cell(t, cli_json_str(r, "node"));
+		cli_table_cell(t, cli_json_str(r, "zone"));
+		cli_table_cellf(t, "%lld",
+				(long long)cli_json_int(r, "restarts"));
+		cli_table_cell(t, cli_json_str(r, "reason"));
+	}
+	cli_table_print(t, stdout, 0);
+	cli_table_free(t);
+}
+
 static void print_detail(json_t *d)
 {
 	static const char *const headers[] = {
@@ -94,6 +135,11 @@ static void print_detail(json_t *d)
 	if (json_is_object(rollout))
 		printf("rollout:     at replica %lld\n",
 		       (long long)cli_json_int(rollout, "next_replica"));
+	if (json_is_object(json_object_get(d, "kubernetes"))) {
+		cli_table_free(t);
+		print_kube_detail(d, json_object_get(d, "kubernetes"));
+		return;
+	}
 	printf("\n");
 	json_array_foreach(json_object_get(d, "replicas"), i, r) {
 		cli_table_cellf(t, "%lld", (long long)cli_json_int(r, "replica"));

@@ -147,9 +147,11 @@ static const struct cli_command commands[] = {
 	 "                        kubernetes: one batch/v1 Job per attempt\n"
 	 "                        (Indexed for a gang), followed from a\n"
 	 "                        worker thread; --gpus is the capacity kiln\n"
-	 "                        hands the cluster. Jobs only: deployments\n"
-	 "                        are refused. See docs/kubernetes.md\n"
-	 "  --kube-namespace NS   where Jobs go (default \"default\")\n"
+	 "                        hands the cluster. A deployment becomes an\n"
+	 "                        apps/v1 Deployment and Service that\n"
+	 "                        Kubernetes rolls out. See docs/kubernetes.md\n"
+	 "  --kube-namespace NS   where Jobs and Deployments go (default\n"
+	 "                        \"default\")\n"
 	 "  --kubeconfig FILE     credentials (default the first file in\n"
 	 "                        $KUBECONFIG; else the pod's service account)\n"
 	 "  --kube-context NAME   the kubeconfig context (default its\n"
@@ -290,7 +292,9 @@ static const struct cli_command commands[] = {
 	 "one is updated: a changed spec reaches its replicas one at a time,\n"
 	 "a changed replica count at once. Each replica is a job that restarts\n"
 	 "with backoff whenever it exits; it gets KILN_PORT (serve there, on\n"
-	 "127.0.0.1) and KILN_MODEL_DIR. See docs/deployments.md.\n"
+	 "127.0.0.1) and KILN_MODEL_DIR. Under a server with --executor\n"
+	 "kubernetes it is an apps/v1 Deployment and a Service instead, which\n"
+	 "Kubernetes rolls out (docs/kubernetes.md). See docs/deployments.md.\n"
 	 "\n"
 	 "  -o json  print the server's answer as JSON\n",
 	 false},
@@ -301,26 +305,33 @@ static const struct cli_command commands[] = {
 	 "Without NAME: NAME READY (ready/wanted) MODEL OWNER FALLBACK\n"
 	 "GENERATION. With NAME: the deployment and each replica's STATE\n"
 	 "(pending, queued, restarting, starting, ready, stopping), ADDRESS,\n"
-	 "NODE, ZONE, RESTARTS, JOB and REASON.\n",
+	 "NODE, ZONE, RESTARTS, JOB and REASON. Under a server with\n"
+	 "--executor kubernetes: the Deployment, its Service's cluster DNS\n"
+	 "name, its ready/updated/available counts and rollout state (pending,\n"
+	 "progressing, complete, failed) with the API's reason, the last API\n"
+	 "error, and each pod's STATE, POD, NODE, ZONE, RESTARTS and REASON.\n",
 	 false},
 	{"scale", cmd_scale, NULL, "set a deployment's number of replicas",
 	 "usage: kiln scale NAME N\n"
 	 "\n"
 	 "Run N replicas (0..64) of deployment NAME: new ones start at once,\n"
-	 "the highest-numbered ones stop when scaling down.\n",
+	 "the highest-numbered ones stop when scaling down. Under --executor\n"
+	 "kubernetes: a merge PATCH of the Deployment's spec.replicas.\n",
 	 false},
 	{"undeploy", cmd_undeploy, NULL, "delete a deployment and stop its replicas",
 	 "usage: kiln undeploy NAME\n"
 	 "\n"
 	 "Delete deployment NAME: its replica jobs are cancelled (SIGTERM, then\n"
-	 "SIGKILL after the kill grace) and the gateway stops routing to it.\n",
+	 "SIGKILL after the kill grace) and the gateway stops routing to it.\n"
+	 "Under --executor kubernetes: its Deployment and Service are deleted.\n",
 	 false},
 	{"rollout", cmd_rollout, NULL, "restart a deployment one replica at a time",
 	 "usage: kiln rollout restart NAME\n"
 	 "\n"
 	 "Replace each replica of deployment NAME with a new one, in order,\n"
 	 "starting the next only once the new one is ready, so the others\n"
-	 "keep serving (a one-replica deployment has a gap).\n",
+	 "keep serving (a one-replica deployment has a gap). Refused under\n"
+	 "--executor kubernetes: use kubectl rollout restart there.\n",
 	 false},
 	{"key", cmd_key, NULL, "create, list and revoke gateway keys",
 	 "usage: kiln key create --name NAME --deployments A[,B...] [--rpm N]\n"

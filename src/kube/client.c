@@ -141,7 +141,8 @@ static size_t on_data(char *data, size_t size, size_t n, void *p)
 /* Run one request; the body (watch: what is left of it) in t->body. */
 static int perform(struct kn_kube_client *c, const char *method,
 		   const char *path, const char *payload,
-		   struct transfer *t, long *status, struct kn_error *err)
+		   const char *content_type, struct transfer *t, long *status,
+		   struct kn_error *err)
 {
 	struct curl_slist *headers = NULL;
 	char *url = kn_asprintf("%s%s", c->auth.server, path);
@@ -174,9 +175,11 @@ static int perform(struct kn_kube_client *c, const char *method,
 		headers = curl_slist_append(headers, auth_header);
 	}
 	headers = curl_slist_append(headers, "Accept: application/json, */*");
-	if (payload)
-		headers = curl_slist_append(headers,
-					    "Content-Type: application/json");
+	if (payload) {
+		char *ct = kn_asprintf("Content-Type: %s", content_type);
+		headers = curl_slist_append(headers, ct);
+		free(ct);
+	}
 	curl_easy_setopt(curl, CURLOPT_URL, url);
 	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
 	curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
@@ -254,8 +257,9 @@ out:
 }
 
 static int request(struct kn_kube_client *c, const char *method,
-		   const char *path, const char *payload, long *status,
-		   json_t **body, struct kn_error *err)
+		   const char *path, const char *payload,
+		   const char *content_type, long *status, json_t **body,
+		   struct kn_error *err)
 {
 	struct transfer t = {0};
 	json_error_t jerr;
@@ -263,7 +267,7 @@ static int request(struct kn_kube_client *c, const char *method,
 	int rc;
 
 	kn_buf_init(&t.body, KN_KUBE_MAX_BODY);
-	rc = perform(c, method, path, payload, &t, status, err);
+	rc = perform(c, method, path, payload, content_type, &t, status, err);
 	if (rc < 0)
 		goto out;
 	answer = json_loadb(t.body.data ? t.body.data : "", t.body.len, 0,
@@ -283,7 +287,7 @@ out:
 int kn_kube_get(struct kn_kube_client *c, const char *path, long *status,
 		json_t **body, struct kn_error *err)
 {
-	return request(c, "GET", path, NULL, status, body, err);
+	return request(c, "GET", path, NULL, NULL, status, body, err);
 }
 
 int kn_kube_post(struct kn_kube_client *c, const char *path, json_t *body,
@@ -294,7 +298,8 @@ int kn_kube_post(struct kn_kube_client *c, const char *path, json_t *body,
 
 	if (!payload)
 		abort();
-	rc = request(c, "POST", path, payload, status, answer, err);
+	rc = request(c, "POST", path, payload, "application/json", status,
+		     answer, err);
 	free(payload);
 	return rc;
 }
@@ -307,7 +312,37 @@ int kn_kube_delete(struct kn_kube_client *c, const char *path, json_t *body,
 
 	if (!payload)
 		abort();
-	rc = request(c, "DELETE", path, payload, status, answer, err);
+	rc = request(c, "DELETE", path, payload, "application/json", status,
+		     answer, err);
+	free(payload);
+	return rc;
+}
+
+int kn_kube_put(struct kn_kube_client *c, const char *path, json_t *body,
+		long *status, json_t **answer, struct kn_error *err)
+{
+	char *payload = json_dumps(body, JSON_COMPACT);
+	int rc;
+
+	if (!payload)
+		abort();
+	rc = request(c, "PUT", path, payload, "application/json", status,
+		     answer, err);
+	free(payload);
+	return rc;
+}
+
+int kn_kube_patch(struct kn_kube_client *c, const char *path,
+		  const char *content_type, json_t *body, long *status,
+		  json_t **answer, struct kn_error *err)
+{
+	char *payload = json_dumps(body, JSON_COMPACT);
+	int rc;
+
+	if (!payload)
+		abort();
+	rc = request(c, "PATCH", path, payload, content_type, status, answer,
+		     err);
 	free(payload);
 	return rc;
 }
@@ -320,7 +355,7 @@ int kn_kube_get_text(struct kn_kube_client *c, const char *path,
 	int rc;
 
 	kn_buf_init(&t.body, max);
-	rc = perform(c, "GET", path, NULL, &t, status, err);
+	rc = perform(c, "GET", path, NULL, NULL, &t, status, err);
 	if (rc == 0) {
 		*len = t.body.len;
 		*text = kn_xmalloc(t.body.len + 1);
@@ -340,7 +375,7 @@ int kn_kube_watch(struct kn_kube_client *c, const char *path,
 	int rc;
 
 	kn_buf_init(&t.body, KN_KUBE_MAX_EVENT);
-	rc = perform(c, "GET", path, NULL, &t, status, err);
+	rc = perform(c, "GET", path, NULL, NULL, &t, status, err);
 	kn_buf_release(&t.body);
 	return rc;
 }

@@ -28,7 +28,8 @@
  * attempts are live (two requests, whatever the number of attempts)
  * rather than keeping watches: a watch per kind would need a thread of
  * its own to let submits and deletes through, and a list is its own
- * resync, with no resourceVersion to lose.
+ * resync, with no resourceVersion to lose. After each pass the same
+ * worker keeps the deployments in step (deploy.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kube/internal.h"
 #include "kube/kube.h"
 
 #define POLL_MS 1000
@@ -864,6 +866,9 @@ static void *worker(void *arg)
 		}
 		if (head && !ex->stop)
 			follow(ex, head);
+		if (!ex->stop)
+			kube_deploy_turn(ex->client, ex->cfg.namespace_,
+					 &ex->stop);
 		pthread_mutex_lock(&ex->lock);
 		for (struct attempt **p = &ex->attempts; *p;) {
 			struct attempt *a = *p;
@@ -1102,6 +1107,23 @@ int kn_kube_executor_start(const struct kn_kube_exec_config *cfg,
 	return 0;
 }
 
+void kube_exec_wake(void)
+{
+	struct kube_exec *ex = the_exec;
+
+	if (!ex)
+		return;
+	pthread_mutex_lock(&ex->lock);
+	ex->work = true;
+	pthread_cond_signal(&ex->wake);
+	pthread_mutex_unlock(&ex->lock);
+}
+
+const struct kn_kube_exec_config *kube_exec_config(void)
+{
+	return the_exec ? &the_exec->cfg : NULL;
+}
+
 void kn_kube_executor_stop(void)
 {
 	struct kube_exec *ex = the_exec;
@@ -1113,6 +1135,7 @@ void kn_kube_executor_stop(void)
 	pthread_cond_signal(&ex->wake);
 	pthread_mutex_unlock(&ex->lock);
 	pthread_join(ex->thread, NULL);
+	kube_deploy_clear();
 	while (ex->attempts) {
 		struct attempt *a = ex->attempts;
 		ex->attempts = a->next;

@@ -178,6 +178,18 @@ int kn_kube_get(struct kn_kube_client *c, const char *path, long *status,
 int kn_kube_post(struct kn_kube_client *c, const char *path, json_t *body,
 		 long *status, json_t **answer, struct kn_error *err);
 
+/* PUT body (a whole object, replacing it) to path; as kn_kube_post. */
+int kn_kube_put(struct kn_kube_client *c, const char *path, json_t *body,
+		long *status, json_t **answer, struct kn_error *err);
+/*
+ * PATCH path with body sent as content_type (KN_KUBE_MERGE_PATCH, or
+ * "application/strategic-merge-patch+json"); the answer as kn_kube_get's.
+ */
+#define KN_KUBE_MERGE_PATCH "application/merge-patch+json"
+int kn_kube_patch(struct kn_kube_client *c, const char *path,
+		  const char *content_type, json_t *body, long *status,
+		  json_t **answer, struct kn_error *err);
+
 /* DELETE path with body (DeleteOptions); the answer as kn_kube_get's. */
 int kn_kube_delete(struct kn_kube_client *c, const char *path, json_t *body,
 		   long *status, json_t **answer, struct kn_error *err);
@@ -382,5 +394,72 @@ int kn_kube_executor_check(const struct kn_job_spec *spec,
 			   struct kn_error *err);
 
 extern const struct kn_executor_ops kn_kube_executor;
+
+/* ---- deployments under the Kubernetes executor (deploy.c) ---- */
+
+/*
+ * A deployment is an apps/v1 Deployment and a Service, both named as
+ * kn_kube_render_deployment names them, labelled KN_KUBE_LABEL_MANAGED
+ * kiln and KN_KUBE_LABEL_DEPLOYMENT; the Deployment also carries
+ * KN_KUBE_LABEL_GENERATION, the kiln generation it was last written at
+ * (only on its metadata: a scale must not change the pod template).
+ * Kubernetes runs the rollout (RollingUpdate, maxUnavailable 0) and the
+ * probes. The executor's worker makes every API call, about once a
+ * second: the loop thread only says what it wants and reads back the
+ * status.
+ */
+#define KN_KUBE_LABEL_DEPLOYMENT "kiln.dev/deployment"
+#define KN_KUBE_LABEL_GENERATION "kiln.dev/generation"
+/* The cluster's DNS domain (kubelet's --cluster-domain default). */
+#define KN_KUBE_CLUSTER_DOMAIN "cluster.local"
+
+/*
+ * The Deployment and Service of spec with `replicas` replicas at kiln
+ * generation `generation`: kn_kube_render_deployment's documents with
+ * the image from cfg, kiln's labels and the kiln.dev/name annotation.
+ */
+int kn_kube_deploy_manifests(const struct kn_kube_exec_config *cfg,
+			     const struct kn_deployment_spec *spec,
+			     int replicas, int64_t generation, json_t **out,
+			     struct kn_error *err);
+
+/*
+ * Want deployment spec->job.name as spec with `replicas` at generation;
+ * spec_changed: the spec itself changed at this generation (the worker
+ * PUTs the Deployment) rather than only the count (it PATCHes
+ * spec.replicas). Renders with the running executor's configuration;
+ * errors as kn_kube_render_deployment's, -EINVAL when the executor is
+ * not running. Loop thread.
+ */
+int kn_kube_deploy_set(const struct kn_deployment_spec *spec, int replicas,
+		       int64_t generation, bool spec_changed,
+		       struct kn_error *err);
+/* Whether spec renders with the running executor's configuration. */
+int kn_kube_deploy_check(const struct kn_deployment_spec *spec,
+			 struct kn_error *err);
+/* Delete deployment name's Deployment and Service. Loop thread. */
+void kn_kube_deploy_remove(const char *name);
+/*
+ * Every deployment the server keeps has been set: Deployments labelled
+ * as kiln's whose name is not among them are deleted (one the server
+ * was told to delete before it stopped).
+ */
+void kn_kube_deploy_loaded(void);
+/*
+ * The status of deployment name as the worker last saw it (a new
+ * object: kn_kube_deployment_view's fields plus "deployment",
+ * "namespace", "service" (the cluster DNS name and port), "synced" and
+ * "error"), or NULL when name is not wanted.
+ */
+json_t *kn_kube_deploy_status(const char *name);
+
+/*
+ * Pure: a Deployment (NULL: not created yet) and its pods (a JSON array)
+ * as kiln's view: {"desired", "ready", "updated", "available",
+ * "rollout": "pending" | "progressing" | "complete" | "failed",
+ * "reason", "message", "conditions": [{type, status, reason, message}],
+ * "pods": [{name, node, phase, ready, restarts, reason}] by name}.
+ */
+json_t *kn_kube_deployment_view(json_t *deployment, json_t *pods);
 
 #endif

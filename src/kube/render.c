@@ -25,6 +25,12 @@
 #define SERVE_PORT 8000
 /* The Service in front of a deployment listens here. */
 #define SERVICE_PORT 80
+/* A replica being stopped keeps serving this long before SIGTERM, while
+   the endpoint controllers take it out of the Service (they learn of the
+   deletion at the same time as the kubelet). */
+#define SERVE_DRAIN_S "5"
+/* Then the server has the rest of this to finish its requests. */
+#define SERVE_GRACE_S 30
 #define GPU_TAINT_KEY "sku"
 #define SPOT_TAINT_KEY "kubernetes.azure.com/scalesetpriority"
 #define ZONE_LABEL "topology.kubernetes.io/zone"
@@ -547,10 +553,16 @@ int kn_kube_render_deployment(const struct kn_deployment_spec *d,
 	snprintf(port, sizeof(port), "%d", SERVE_PORT);
 	env = json_pack("[o, o]", env_value("KILN_PORT", port),
 			env_value("KILN_MODEL", d->model));
+	json_object_set_new(container, "lifecycle",
+			    json_pack("{s:{s:{s:[s,s,s]}}}", "preStop", "exec",
+				      "command", "/bin/sh", "-c",
+				      "sleep " SERVE_DRAIN_S));
 	rc = pod_spec(&d->job, opts, "kiln.dev/deployment", kname, container,
 		      env, &pod, &ann, err);
 	if (rc < 0)
 		goto out;
+	json_object_set_new(pod, "terminationGracePeriodSeconds",
+			    json_integer(SERVE_GRACE_S));
 	template_meta = json_pack("{s:O}", "labels", labels);
 	if (json_object_size(ann))
 		json_object_set(template_meta, "annotations", ann);

@@ -27,6 +27,11 @@
  * one is ready. Its position is kept in the store, so a server restart
  * resumes it.
  *
+ * Under --executor kubernetes none of this runs: a deployment is an
+ * apps/v1 Deployment and a Service that the cluster runs, rolls out and
+ * probes (src/kube/deploy.c); the store, the owner checks, the audit and
+ * the gateway's keys are the same.
+ *
  * Invariants: an API change is in the store before memory has it (and
  * before the answer); a replica's job belongs to its deployment's owner;
  * only this file knows which jobs are replicas.
@@ -37,6 +42,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kube/kube.h"
 
 /* The longest a probe waits for its answer, whatever its period. */
 #define PROBE_TIMEOUT_MAX_MS 5000
@@ -412,6 +419,66 @@ static void reconcile(struct deploy_state *d, struct deployment *p)
 	}
 }
 
+/* ---- under --executor kubernetes ---- */
+
+/*
+ * The Deployment and Service are the API's to run (src/kube/deploy.c):
+ * no jobs, no probes, no rollout of kiln's; the executor's worker writes
+ * what differs and reads the status back.
+ */
+static void kube_want(struct deployment *p, bool spec_changed)
+{
+	struct kn_error err;
+
+	if (kn_kube_deploy_set(p->spec, p->replicas, p->generation,
+			       spec_changed, &err) < 0)
+		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
+}
+
+static const char *pod_state(json_t *pod)
+{
+	const char *reason = json_string_value(json_object_get(pod, "reason"));
+	const char *phase = json_string_value(json_object_get(pod, "phase"));
+
+	if (json_is_true(json_object_get(pod, "ready")))
+		return "ready";
+	if (reason && !strcmp(reason, "terminating"))
+		return "stopping";
+	if (phase && !strcmp(phase, "Pending"))
+		return "pending";
+	return "starting";
+}
+
+/* A new reference to v, or null when v is absent. */
+static json_t *ref_or_null(json_t *v)
+{
+	return v ? json_incref(v) : json_null();
+}
+
+/* kiln's replica view of the Deployment's pods (st: its status). */
+static json_t *kube_replicas_json(json_t *st)
+{
+	json_t *list = json_array(), *pod;
+	size_t i;
+
+	json_array_foreach(json_object_get(st, "pods"), i, pod)
+		json_array_append_new(
+			list,
+			json_pack("{s:i, s:O, s:s, s:O, s:O, s:O, s:o, s:n, "
+				  "s:O}",
+				  "replica", (int)i, "pod",
+				  json_object_get(pod, "name"), "state",
+				  pod_state(pod), "ready",
+				  json_object_get(pod, "ready"), "restarts",
+				  json_object_get(pod, "restarts"), "node",
+				  json_object_get(pod, "node"), "zone",
+				  ref_or_null(json_object_get(pod,
+								      "zone")),
+				  "address", "reason",
+				  json_object_get(pod, "reason")));
+	return list;
+}
+
 /* ---- probes ---- */
 
 static struct replica *probe_target(struct deploy_state *d,
@@ -570,7 +637,7 @@ static void tick(void *arg)
 	struct deploy_state *d = arg;
 	int64_t now = kn_now_ms(), next = now + RECONCILE_MS;
 
-	if (d->s->closing)
+	if (d->s->closing || kube_places(d->s))
 		return;
 	for (struct deployment *p = d->list; p; p = p->next) {
 		int64_t due;
@@ -664,6 +731,13 @@ int deploy_start(struct server *s, struct kn_error *err)
 	}
 	kn_deployment_list_free(rows, n);
 	kn_replica_list_free(reps, nr);
+	if (rc == 0 && kube_places(s)) {
+		/* Found again by label: only what differs is written. */
+		for (struct deployment *p = d->list; p; p = p->next)
+			kube_want(p, true);
+		kn_kube_deploy_loaded();
+		return 0;
+	}
 	if (rc == 0 && d->list) {
 		kn_log(KN_LOG_INFO, "%zu deployment%s to keep running", n,
 		       n == 1 ? "" : "s");
@@ -792,9 +866,16 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 static json_t *deployment_json(struct server *s, const struct deployment *p)
 {
 	int ready = 0;
-	json_t *reps = replicas_json(s, p, &ready);
+	json_t *reps, *st = NULL, *o;
 
-	return json_pack(
+	if (kube_places(s)) {
+		st = kn_kube_deploy_status(p->name);
+		reps = kube_replicas_json(st);
+		ready = (int)json_integer_value(json_object_get(st, "ready"));
+	} else {
+		reps = replicas_json(s, p, &ready);
+	}
+	o = json_pack(
 		"{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:I, s:o, s:{s:i, s:i}, "
 		"s:o, s:I, s:I, s:o, s:o}",
 		"name", p->name, "owner", p->owner, "model", p->spec->model,
@@ -812,6 +893,11 @@ static json_t *deployment_json(struct server *s, const struct deployment *p)
 			? json_pack("{s:i}", "next_replica", p->rollout_next)
 			: json_null(),
 		"spec", json_loads(p->spec_json, 0, NULL));
+	if (st) {
+		json_object_del(st, "pods");
+		json_object_set_new(o, "kubernetes", st);
+	}
+	return o;
 }
 
 static void reply_deployment(struct server *s, struct kn_http_req *req,
@@ -949,19 +1035,15 @@ void deploy_h_create(struct server *s, struct kn_http_req *req,
 	int64_t now = kn_now_ms();
 
 	(void)param;
-	/* Replicas serve on this machine's ports behind the gateway; pods
-	   would need the apps/v1 Deployment path, which is not built. */
-	if (kube_places(s)) {
-		kn_errorf(&err, KN_EINVAL, "executor",
-			  "deployments do not run under --executor kubernetes "
-			  "yet: use kiln render FILE --executor kubernetes and "
-			  "kubectl apply");
-		kn_http_reply_error(req, &err);
-		return;
-	}
 	if (spec_from_body(s, req, &spec, &model_dir, &filename, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
+	}
+	/* What cannot render (no image, a GPU model without a product
+	   label) is refused before anything is stored. */
+	if (kube_places(s) && kn_kube_deploy_check(spec, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		goto out;
 	}
 	norm = kn_deployment_spec_to_json(spec);
 	json_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
@@ -994,8 +1076,9 @@ void deploy_h_create(struct server *s, struct kn_http_req *req,
 	row.replicas = spec->replicas;
 	row.generation = p ? p->generation + 1 : 1;
 	/* A new spec reaches running replicas one at a time. */
-	row.rollout_next = !p ? -1 : changed && spec->replicas > 0 ? 0
-							     : p->rollout_next;
+	row.rollout_next = !p || kube_places(s)		  ? -1
+			   : changed && spec->replicas > 0 ? 0
+							   : p->rollout_next;
 	row.created_at = p ? p->created_at : now;
 	row.updated_at = now;
 	audit_fill(&a, c, p ? "deployment.update" : "deployment.create",
@@ -1039,8 +1122,12 @@ void deploy_h_create(struct server *s, struct kn_http_req *req,
 			       "state", row.generation == 1 ? "created"
 							    : "updated",
 			       "replicas", p->replicas));
-	reconcile(d, p);
-	arm(d, 0);
+	if (kube_places(s)) {
+		kube_want(p, changed || row.generation == 1);
+	} else {
+		reconcile(d, p);
+		arm(d, 0);
+	}
 	reply_deployment(s, req, p, row.generation == 1 ? 201 : 200);
 out:
 	free(yaml);
@@ -1152,8 +1239,12 @@ void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	feed_publish(s, "deployment.state",
 		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
 			       "state", "scaled", "replicas", p->replicas));
-	reconcile(s->deploy, p);
-	arm(s->deploy, 0);
+	if (kube_places(s)) {
+		kube_want(p, false);
+	} else {
+		reconcile(s->deploy, p);
+		arm(s->deploy, 0);
+	}
 	reply_deployment(s, req, p, 200);
 }
 
@@ -1169,6 +1260,13 @@ void deploy_h_restart(struct server *s, struct kn_http_req *req,
 
 	if (!p || !change_allowed(s, req, c, p, "deployment.restart"))
 		return;
+	if (kube_places(s)) {
+		reply_msg(req, KN_EINVAL, "executor",
+			  "under --executor kubernetes the Deployment's own "
+			  "rollout restarts pods: kubectl rollout restart "
+			  "deployment/NAME (a new spec rolls out by itself)");
+		return;
+	}
 	old = p->rollout_next;
 	old_updated = p->updated_at;
 	p->rollout_next = p->replicas > 0 ? 0 : -1;
@@ -1211,6 +1309,8 @@ void deploy_h_delete(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
+	if (kube_places(s))
+		kn_kube_deploy_remove(p->name);
 	for (int i = 0; i < p->n_reps; i++)
 		stop_replica(s->deploy, p, i);
 	unlink_deployment(s->deploy, p);
@@ -1403,6 +1503,30 @@ static struct deployment **by_name(struct deploy_state *d, size_t *n)
 	return v;
 }
 
+/*
+ * Under Kubernetes every ready pod is a replica at the Service's cluster
+ * DNS name: kube-proxy spreads connections over the ready pods, and pod
+ * addresses are only routable inside the cluster anyway. A gateway must
+ * therefore run in the cluster (or reach it through an ingress that
+ * resolves that name); nothing here pretends to reach the pods.
+ */
+static void kube_gateway_replicas(const struct deployment *p, json_t *reps)
+{
+	json_t *st = kn_kube_deploy_status(p->name), *pod;
+	const char *svc = json_string_value(json_object_get(st, "service"));
+	size_t i;
+
+	json_array_foreach(json_object_get(st, "pods"), i, pod) {
+		if (!svc || !json_is_true(json_object_get(pod, "ready")))
+			continue;
+		json_array_append_new(reps,
+				      json_pack("{s:i, s:s, s:s, s:b}",
+						"replica", (int)i, "address",
+						svc, "zone", "", "ready", 1));
+	}
+	json_decref(st);
+}
+
 void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 			     const struct caller *c, const char *param)
 {
@@ -1445,7 +1569,10 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 		const struct deployment *p = sorted[k];
 		json_t *reps = json_array();
 
-		for (int i = 0; i < p->replicas && i < p->n_reps; i++) {
+		if (kube_places(s))
+			kube_gateway_replicas(p, reps);
+		for (int i = 0; !kube_places(s) && i < p->replicas &&
+				i < p->n_reps; i++) {
 			struct run *run = p->reps[i].job_id
 						  ? find_run(s, p->reps[i].job_id)
 						  : NULL;

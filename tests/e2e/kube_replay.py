@@ -9,7 +9,17 @@ stored and gets one pod per index (pod-running.json, renamed for it);
 the test then swaps in other recorded pods and Jobs (set_pod, set_job) to
 play what the kubelet and the Job controller would do. A DELETE removes
 the Job and its pods, as the garbage collector does once the pods have
-terminated."""
+terminated.
+
+It also keeps apps/v1 Deployments the way the API server does for what
+kiln sends: a POST stores the object (metadata.generation 1, a
+resourceVersion); a PUT must carry the current resourceVersion (409
+Conflict otherwise) and replaces it; a merge PATCH (RFC 7386) merges into
+it; either bumps generation when the spec changed. The test plays the
+Deployment controller and kubelet with set_deployment (a recorded
+status) and set_deployment_pods (recorded pods). A node is read from
+tests/fixtures/kube/nodes.json. List GETs honour
+labelSelector's `key=value` and `key` terms, as the API server does."""
 import copy
 import json
 import threading
@@ -54,6 +64,10 @@ class JobApi:
         self.pods = {}      # name -> {index: Pod}
         self.logs = {}      # pod name -> text
         self.fail = {}      # (method, kind) -> HTTP status to answer
+        self.deployments = {}  # name -> Deployment
+        self.services = {}     # name -> Service
+        self.dpods = {}        # Deployment name -> [Pod]
+        self.version = 51000   # resourceVersion counter
         self.lock = threading.Lock()
         api = self
 
@@ -79,6 +93,7 @@ class JobApi:
                 req = {"method": self.command, "path": url.path,
                        "query": parse_qs(url.query),
                        "auth": self.headers.get("Authorization"),
+                       "content_type": self.headers.get("Content-Type"),
                        "body": body}
                 with api.lock:
                     api.requests.append(req)
@@ -87,7 +102,7 @@ class JobApi:
                     status, answer, text = api.answer(req)
                 self.reply(status, answer, text)
 
-            do_GET = do_POST = do_DELETE = handle_any
+            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = handle_any
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -107,33 +122,64 @@ class JobApi:
         jobs = f"/apis/batch/v1/namespaces/{self.ns}/jobs"
         pods = f"/api/v1/namespaces/{self.ns}/pods"
         services = f"/api/v1/namespaces/{self.ns}/services"
+        deployments = f"/apis/apps/v1/namespaces/{self.ns}/deployments"
         kind = ("jobs" if path.startswith(jobs) else
+                "deployments" if path.startswith(deployments) else
+                "nodes" if path.startswith("/api/v1/nodes/") else
                 "log" if path.endswith("/log") else
                 "pods" if path.startswith(pods) else
                 "services" if path.startswith(services) else None)
         if (m, kind) in self.fail:
+            # An HTTP status (its status-N.json), or (status, fixture).
             code = self.fail[(m, kind)]
+            if isinstance(code, tuple):
+                return code[0], recorded(code[1]), False
             return code, recorded(f"status-{code}.json"), False
+        selector = req["query"].get("labelSelector", [""])[0]
+        if kind == "deployments":
+            return self.deployment_call(req, path[len(deployments):])
+        if m == "GET" and kind == "nodes":
+            name = path.rsplit("/", 1)[1]
+            nodes = json.loads((FIXTURES / "nodes.json").read_text())
+            for node in nodes["items"]:
+                if node["metadata"]["name"] == name:
+                    return 200, node, False
+            return 404, recorded("status-404.json"), False
         if m == "POST" and path == jobs:
             return self.create_job(req["body"])
         if m == "POST" and path == services:
-            if any(r["method"] == "POST" and r["path"] == services and
-                   r["body"]["metadata"]["name"] ==
-                   req["body"]["metadata"]["name"]
-                   for r in self.requests[:-1]):
+            name = req["body"]["metadata"]["name"]
+            if name in self.services or any(
+                    r["method"] == "POST" and r["path"] == services and
+                    r["body"]["metadata"]["name"] == name
+                    for r in self.requests[:-1]):
                 return 409, recorded("status-409.json"), False
             svc = copy.deepcopy(req["body"])
             svc["metadata"]["uid"] = "7a3c1e52-9d4b-4f60-b1a2-3c4d5e6f7a8b"
+            svc["spec"]["clusterIP"] = "10.0.143.27"
+            self.services[name] = svc
             return 201, svc, False
+        if m == "GET" and path.startswith(services + "/"):
+            name = path.rsplit("/", 1)[1]
+            if name not in self.services:
+                return 404, recorded("status-404.json"), False
+            return 200, self.services[name], False
+        if m == "DELETE" and path.startswith(services + "/"):
+            name = path.rsplit("/", 1)[1]
+            if self.services.pop(name, None) is None:
+                return 404, recorded("status-404.json"), False
+            return 200, recorded("status-success.json"), False
         if m == "GET" and path == jobs:
             return 200, {"kind": "JobList", "apiVersion": "batch/v1",
                          "metadata": {"resourceVersion": "48300"},
-                         "items": list(self.jobs.values())}, False
+                         "items": selected(self.jobs.values(),
+                                           selector)}, False
         if m == "GET" and path == pods:
             items = [p for by in self.pods.values() for p in by.values()]
+            items += [p for by in self.dpods.values() for p in by]
             return 200, {"kind": "PodList", "apiVersion": "v1",
                          "metadata": {"resourceVersion": "48300"},
-                         "items": items}, False
+                         "items": selected(items, selector)}, False
         if m == "GET" and kind == "log":
             name = path.split("/")[-2]
             if name not in self.logs:
@@ -154,6 +200,81 @@ class JobApi:
                 return 200, deleted, False
             return 200, job, False
         return 404, recorded("status-404.json"), False
+
+    def deployment_call(self, req, rest):
+        m, body = req["method"], req["body"]
+        if rest == "" and m == "GET":
+            return 200, {"kind": "DeploymentList", "apiVersion": "apps/v1",
+                         "metadata": {"resourceVersion": str(self.version)},
+                         "items": selected(self.deployments.values(),
+                                           req["query"].get(
+                                               "labelSelector", [""])[0])
+                         }, False
+        if rest == "" and m == "POST":
+            name = body["metadata"]["name"]
+            if name in self.deployments:
+                return 409, recorded("status-409.json"), False
+            d = copy.deepcopy(body)
+            self.version += 1
+            d["metadata"].update({
+                "uid": "3b0c5d2e-8f41-4a6b-9c7d-1e2f3a4b5c6d",
+                "resourceVersion": str(self.version), "generation": 1,
+                "creationTimestamp": "2026-12-03T04:10:00Z"})
+            d["status"] = {}
+            self.deployments[name] = d
+            return 201, d, False
+        name = rest.lstrip("/")
+        if name not in self.deployments:
+            return 404, recorded("status-404.json"), False
+        d = self.deployments[name]
+        if m == "GET":
+            return 200, d, False
+        if m == "DELETE":
+            del self.deployments[name]
+            self.dpods.pop(name, None)
+            return 200, recorded("status-success.json"), False
+        if m == "PUT":
+            if body["metadata"].get("resourceVersion") != \
+                    d["metadata"]["resourceVersion"]:
+                return 409, recorded("status-409-conflict.json"), False
+            new = copy.deepcopy(body)
+            new["metadata"].update({k: d["metadata"][k] for k in (
+                "uid", "generation", "creationTimestamp")})
+            new["status"] = d["status"]
+        elif m == "PATCH":
+            if req["content_type"] != "application/merge-patch+json":
+                return 415, recorded("status-415.json"), False
+            new = merge_patch(copy.deepcopy(d), body)
+        else:
+            return 405, recorded("status-404.json"), False
+        if new["spec"] != d["spec"]:
+            new["metadata"]["generation"] = d["metadata"]["generation"] + 1
+        self.version += 1
+        new["metadata"]["resourceVersion"] = str(self.version)
+        self.deployments[name] = new
+        return 200, new, False
+
+    def set_deployment(self, name, fixture):
+        """Play the Deployment controller: the recorded status."""
+        with self.lock:
+            d = self.deployments[name]
+            d["status"] = recorded(fixture)["status"]
+            d["status"]["observedGeneration"] = d["metadata"]["generation"]
+
+    def set_deployment_pods(self, name, fixtures):
+        """Play the ReplicaSet controller and kubelets: recorded pods,
+        renamed and labelled from the Deployment's template."""
+        with self.lock:
+            labels = self.deployments[name]["spec"]["template"][
+                "metadata"]["labels"]
+            pods = []
+            for i, fixture in enumerate(fixtures):
+                pod = recorded(fixture)
+                pod["metadata"]["name"] = f"{name}-7d4b9c6f5d-{i}x7k2"
+                pod["metadata"]["labels"] = dict(
+                    labels, **{"pod-template-hash": "7d4b9c6f5d"})
+                pods.append(pod)
+            self.dpods[name] = pods
 
     def create_job(self, body):
         name = body["metadata"]["name"]
@@ -204,3 +325,33 @@ class JobApi:
         with self.lock:
             return [r for r in self.requests if r["method"] == method
                     and r["path"].endswith(path_end)]
+
+
+def selected(items, selector):
+    """The items a labelSelector of `key=value` and `key` terms picks."""
+    out = []
+    for item in items:
+        labels = item["metadata"].get("labels", {})
+        ok = True
+        for term in filter(None, selector.split(",")):
+            key, _, value = term.partition("=")
+            if key not in labels or ("=" in term and labels[key] != value):
+                ok = False
+        if ok:
+            out.append(item)
+    return out
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch, as the API server applies
+    application/merge-patch+json."""
+    if not isinstance(patch, dict):
+        return patch
+    if not isinstance(target, dict):
+        target = {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = merge_patch(target.get(key), value)
+    return target
