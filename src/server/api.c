@@ -868,6 +868,7 @@ static const struct route routes[] = {
 	 backup_h_get},
 	{"GET", "/v1/alerts", KN_ROLE_VIEWER, false, NULL, h_alerts},
 	{"GET", "/v1/events", KN_ROLE_VIEWER, false, NULL, h_events},
+	{"GET", "/v1/pools", KN_ROLE_VIEWER, false, NULL, pools_h_list},
 	{"GET", "/v1/cost", KN_ROLE_VIEWER, false, NULL, cost_h_report},
 	{"GET", "/v1/cost/reservations", KN_ROLE_VIEWER, false, NULL,
 	 cost_h_reservations},

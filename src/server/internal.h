@@ -106,6 +106,10 @@ struct server_node {
 	struct kn_device_set devices;
 	char *labels_text; /* the labels' text, split in place */
 	struct kn_sched_label *labels; /* into labels_text */
+	/* Node pools (pools.c): the pool's index + 1 (0: no pool), and
+	   since when the node has run nothing (0: busy). */
+	size_t pool;
+	int64_t idle_since;
 };
 
 struct server {
@@ -152,6 +156,7 @@ struct server {
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
 	struct kn_catalog *catalog; /* prices for the cost ledger (cost.c) */
+	struct pools *pools;        /* node pools and autoscaling (pools.c) */
 };
 
 /* auth.c */
@@ -222,6 +227,19 @@ void jobs_free_all(struct server *s);
 void jobs_launch_run(struct server *s, struct run *r);
 /* The final sync of a run whose tasks have ended is over. */
 void jobs_sync_settled(struct server *s, struct run *r);
+
+/*
+ * The queued jobs that found no room on the last scheduler turn (past
+ * their backoff, not waiting for preemptions), in queue order, each with
+ * its scheduler request: what the autoscaler grows pools for.
+ */
+struct pending_job {
+	int64_t id;
+	bool preemptible;
+	struct kn_sched_request *req; /* owned by the list */
+};
+size_t jobs_pending(struct server *s, struct pending_job **out);
+void jobs_pending_free(struct pending_job *jobs, size_t n);
 
 /* nodes.c */
 /* The index of the node called name, or -1. */
@@ -403,6 +421,24 @@ void cost_h_report(struct server *s, struct kn_http_req *req,
 		   const struct caller *c, const char *param);
 void cost_h_reservations(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param);
+
+/* server.c: node set-up, shared with the pools that add nodes later */
+/* Node n's scheduler view of its devices, this machine's CPUs and memory. */
+void setup_sched_node(struct server *s, size_t n);
+/* Labels "k=v,k=v" split on sep into node n's labels; flag names the
+   option in errors. */
+int setup_labels(struct server *s, size_t n, const char *text,
+		 const char *sep, const char *flag, struct kn_error *err);
+
+/* pools.c: node pools, their providers and the autoscaler */
+/* Parse --pool, create or adopt each pool's nodes; after setup_nodes. */
+int pools_start(struct server *s, struct kn_error *err);
+/* Arm the autoscaler's timer once the loop exists. */
+void pools_run(struct server *s);
+void pools_free(struct server *s);
+/* GET /v1/pools */
+void pools_h_list(struct server *s, struct kn_http_req *req,
+		  const struct caller *c, const char *param);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

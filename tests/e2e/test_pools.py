@@ -1,0 +1,127 @@
+"""Node pools and the autoscaler with the sim provider (kiln server --pool):
+a burst grows a pool by what fits and its jobs run, preemptible work goes
+to the spot pool, idle nodes go after the pool's delay and min is kept."""
+import subprocess
+
+import pytest
+
+from conftest import KILN, Server, job_yaml, wait_for
+
+POOLS = ["--pool", "gpu Standard_NC24ads_A100_v4 1xA100-80GB max=3 "
+                   "scale-down-delay=1s zones=a,b team=ml",
+         "--pool", "cheap Standard_NC24ads_A100_v4 1xA100-80GB spot min=0 "
+                   "max=2 scale-down-delay=1s"]
+
+
+@pytest.fixture
+def pooled(tmp_path):
+    s = Server(tmp_path / "home", gpus=None,
+               extra=POOLS + ["--health-interval", "0"])
+    s.home.mkdir()
+    s.start()
+    yield s
+    s.stop()
+    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                   check=False)
+
+
+def pools(server):
+    r = server.request("GET", "/v1/pools")
+    assert r.status_code == 200, r.text
+    return {p["name"]: p for p in r.json()["pools"]}
+
+
+def node_names(server):
+    r = server.request("GET", "/v1/nodes")
+    assert r.status_code == 200, r.text
+    return sorted(n["name"] for n in r.json()["nodes"])
+
+
+def waiting_job(name, flag, preemptible=False):
+    script = f'while [ ! -e {flag} ]; do sleep 0.1; done'
+    return job_yaml(name, ["/bin/sh", "-c", script],
+                    resources={"gpus": 1}, preemptible=preemptible)
+
+
+def test_burst_scales_up_spot_for_preemptible_idle_nodes_go(pooled, tmp_path):
+    start = pools(pooled)
+    # min 1 by default for a GPU pool; min=0 starts none.
+    assert start["gpu"]["current"] == 1 and start["cheap"]["current"] == 0
+    assert start["gpu"]["pricing"] == "on_demand"
+    assert start["cheap"]["pricing"] == "spot"
+    assert node_names(pooled) == ["gpu-1"]
+    labels = pooled.request("GET", "/v1/nodes").json()["nodes"][0]["labels"]
+    assert labels == {"pool": "gpu", "sku": "Standard_NC24ads_A100_v4",
+                      "pricing": "on_demand", "zone": "a", "team": "ml"}
+
+    flag = tmp_path / "done"
+    ids = [pooled.submit(waiting_job(f"burst{i}", flag)) for i in range(3)]
+    for job_id in ids:
+        pooled.wait_state(job_id, "running")
+    now = pools(pooled)
+    # Three 1-GPU jobs on 1-GPU nodes: the on-demand pool grew by two,
+    # not the cheaper spot pool (the jobs are not preemptible).
+    assert now["gpu"]["current"] == 3, now
+    assert now["cheap"]["current"] == 0, now
+    assert now["gpu"]["last_decision"]["why"].startswith("+"), now
+    nodes = {pooled.job(i)["attempts_detail"][-1]["tasks"][0]["node"]
+             for i in ids}
+    assert nodes == {"gpu-1", "gpu-2", "gpu-3"}
+
+    # A preemptible job goes to the spot pool.
+    spot_id = pooled.submit(waiting_job("spotty", flag, preemptible=True))
+    pooled.wait_state(spot_id, "running")
+    assert pooled.job(spot_id)["attempts_detail"][-1]["tasks"][0]["node"] \
+        == "cheap-1"
+    assert "preemptible" in pools(pooled)["cheap"]["last_decision"]["why"]
+
+    # A 2-GPU job fits no pool's node: it is named, nothing grows.
+    big = pooled.submit(job_yaml("big", ["/bin/true"],
+                                 resources={"gpus": 2}))
+    blocked = wait_for(
+        lambda: pooled.request("GET", "/v1/pools").json()["blocked"],
+        what="a blocked job")
+    assert f"job {big} " in blocked
+    pooled.request("POST", f"/v1/jobs/{big}/cancel")
+
+    out = pooled.cli("pools", check=True).stdout
+    assert "pool gpu: Standard_NC24ads_A100_v4 x 1xA100-80GB" in out
+    assert "3 up" in out and "gpu-3" in out
+
+    flag.write_text("")
+    for job_id in ids + [spot_id]:
+        pooled.wait_state(job_id, "succeeded")
+    # Idle longer than 1 s: gone, down to min (1 and 0).
+    wait_for(lambda: (lambda p: p["gpu"]["current"] == 1
+                      and p["cheap"]["current"] == 0)(pools(pooled)),
+             what="idle nodes to be removed")
+    after = pools(pooled)
+    assert "min 1" in after["gpu"]["last_decision"]["why"]
+    assert len(node_names(pooled)) == 1
+    audit = pooled.request("GET", "/v1/audit").json()
+    actions = {a["action"] for a in audit["audit"]}
+    assert {"pool.scale_up", "pool.scale_down", "node.remove"} <= actions
+
+    # The cost ledger still prices the removed nodes' time.
+    cost = pooled.request("GET", "/v1/cost", params={"by": "node"})
+    assert cost.status_code == 200, cost.text
+    assert "gpu-2" in cost.text
+
+
+@pytest.mark.parametrize("spec,words", [
+    ("gpu", "want \"NAME SKU GPUS"),
+    ("g@ SKU 1xA100-80GB", "name:"),
+    ("gpu SKU 1xA100-80GB min=3 max=2", "max:"),
+    ("gpu SKU 1xA100-80GB min=x", "min:"),
+    ("gpu SKU 1xA100-80GB scale-down-delay=soon", "scale-down-delay:"),
+    ("gpu SKU A100", "GPUS:"),
+    ("gpu SKU 1xA100-80GB pool=x", "label pool="),
+    ("gpu SKU 1xA100-80GB min=0", "no node"),
+])
+def test_bad_pool_is_refused_naming_the_field(tmp_path, spec, words):
+    home = tmp_path / "home"
+    res = subprocess.run([KILN, "server", "--listen", "127.0.0.1:0",
+                          "--home", str(home), "--pool", spec],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode != 0
+    assert words in res.stderr, res.stderr
