@@ -44,6 +44,9 @@ static void show_pool(json_t *pool)
 		printf("  last decision: %s\n", cli_json_str(decision, "why"));
 	else
 		printf("  last decision: none yet\n");
+	if (json_is_object(json_object_get(pool, "last_error")))
+		printf("  last provider error: %s\n",
+		       cli_json_str(json_object_get(pool, "last_error"), "why"));
 	t = cli_table_new(headers);
 	json_array_foreach(nodes, i, node) {
 		json_t *idle = json_object_get(node, "idle_s");

@@ -14,9 +14,15 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+extern char **environ;
 
 /* How often the autoscaler looks. */
 #define POOLS_TICK_MS 500
@@ -48,17 +54,33 @@ struct pool {
 	int min, max;
 	int64_t scale_down_delay_ms;
 	const struct pool_provider_ops *provider;
+	char *command;       /* the command provider's script */
 	int next_index;      /* the N of the next POOL-N */
 	int provisioning;
 	char decision[KN_AUTOSCALE_WHY_LEN]; /* the last change and why */
 	int64_t decision_at;
+	char error[KN_AUTOSCALE_WHY_LEN];    /* the provider's last failure */
+	int64_t error_at;
 	struct kn_sched_node shape;          /* a new node, for the plan */
 	struct kn_device_set shape_devices;
+};
+
+/* A command provider's call in flight (its files in dir). */
+struct pool_op {
+	struct pool *pool;
+	bool scale_up;       /* else a delete of node */
+	int n;               /* nodes asked for */
+	int first;           /* ... named POOL-first, POOL-first+1, ... */
+	char node[64];
+	char *dir;
+	struct pool_op *next;
 };
 
 struct pools {
 	struct pool *pool;
 	size_t n;
+	struct pool_op *ops;
+	int64_t next_op;
 	struct kn_timer *timer;
 	char blocked[KN_AUTOSCALE_WHY_LEN]; /* work no pool can hold */
 };
@@ -102,11 +124,12 @@ static void pool_release(struct pool *p)
 		free(p->zones[i]);
 	free(p->zones);
 	free(p->labels);
+	free(p->command);
 	free(p->shape.devices);
 	kn_device_set_release(&p->shape_devices);
 }
 
-static const struct pool_provider_ops sim_provider;
+static const struct pool_provider_ops sim_provider, command_provider;
 
 /* One option after NAME SKU GPUS. */
 static int parse_option(struct pool *p, const char *text, char *item,
@@ -141,12 +164,20 @@ static int parse_option(struct pool *p, const char *text, char *item,
 		return 0;
 	}
 	if (!strcmp(item, "provider")) {
-		if (strcmp(value, "sim") != 0)
+		if (!strcmp(value, "sim"))
+			p->provider = &sim_provider;
+		else if (!strcmp(value, "command"))
+			p->provider = &command_provider;
+		else
 			return kn_errorf(err, KN_EINVAL, "pool",
 					 "--pool \"%s\": provider: \"%s\" is "
-					 "not one of sim",
+					 "not one of sim, command",
 					 text, value);
-		p->provider = &sim_provider;
+		return 0;
+	}
+	if (!strcmp(item, "command")) {
+		free(p->command);
+		p->command = kn_xstrdup(value);
 		return 0;
 	}
 	if (!strcmp(item, "zones")) {
@@ -229,6 +260,20 @@ static int pool_parse(const char *text, struct pool *p, struct kn_error *err)
 		rc = kn_errorf(err, KN_EINVAL, "pool",
 			       "--pool \"%s\": max: %d is below min %d or 1",
 			       text, p->max, p->min);
+		goto out;
+	}
+	if ((p->provider == &command_provider) != (p->command != NULL)) {
+		rc = kn_errorf(err, KN_EINVAL, "pool",
+			       "--pool \"%s\": command: %s", text,
+			       p->command ? "needs provider=command"
+					  : "provider=command needs "
+					    "command=PATH");
+		goto out;
+	}
+	if (p->command && access(p->command, X_OK) < 0) {
+		rc = kn_errorf(err, KN_EINVAL, "pool",
+			       "--pool \"%s\": command: %s: %s", text,
+			       p->command, strerror(errno));
 		goto out;
 	}
 	p->labels = kn_xstrdup(labels.data ? labels.data : "");
@@ -429,6 +474,291 @@ static const struct pool_provider_ops sim_provider = {
 	.delete_node = sim_delete,
 };
 
+/* ---- the command provider: a user's script ---- */
+
+/*
+ * Run the pool's script as SCRIPT VERB POOL ARGS... in its own session,
+ * its stdout, stderr and exit status going to files in op->dir, which
+ * pools_tick reads once the status is there: the loop never waits.
+ */
+static int command_start(struct server *s, struct pool_op *op,
+			 char *const *args, struct kn_error *err)
+{
+	static const char wrapper[] =
+		"\"$0\" \"$@\" >\"$KILN_POOL_DIR/out\" 2>\"$KILN_POOL_DIR/err\"; "
+		"echo $? >\"$KILN_POOL_DIR/rc.tmp\" && "
+		"mv \"$KILN_POOL_DIR/rc.tmp\" \"$KILN_POOL_DIR/rc\"";
+	struct pool *p = op->pool;
+	char *argv[16], **env = NULL;
+	char *extra[5];
+	size_t n = 0, k = 0;
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t none, all;
+	pid_t pid;
+	int rc;
+
+	op->dir = kn_asprintf("%s/pools/%s-%lld", s->home, p->name,
+			      (long long)s->pools->next_op++);
+	kn_rm_rf(op->dir);
+	rc = kn_mkdir_p(op->dir, 0700);
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, "pool", "cannot create %s: %s",
+				 op->dir, strerror(-rc));
+	argv[k++] = "/bin/sh";
+	argv[k++] = "-c";
+	argv[k++] = (char *)wrapper;
+	argv[k++] = p->command;
+	for (size_t i = 0; args[i] && k < 15; i++)
+		argv[k++] = args[i];
+	argv[k] = NULL;
+	extra[0] = kn_asprintf("KILN_POOL_DIR=%s", op->dir);
+	extra[1] = kn_asprintf("KILN_POOL_SKU=%s", p->sku);
+	extra[2] = kn_asprintf("KILN_POOL_PRICING=%s",
+			       p->spot ? "spot" : "on_demand");
+	extra[3] = kn_asprintf("KILN_POOL_GPUS=%s", p->gpus);
+	extra[4] = NULL;
+	for (char **e = environ; *e; e++)
+		n++;
+	env = kn_xcalloc(n + 5, sizeof(*env));
+	n = 0;
+	for (char **e = environ; *e; e++)
+		if (strncmp(*e, "KILN_POOL_", 10) != 0)
+			env[n++] = *e;
+	for (size_t i = 0; extra[i]; i++)
+		env[n++] = extra[i];
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+	posix_spawnattr_init(&attr);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
+						POSIX_SPAWN_SETSIGMASK |
+						POSIX_SPAWN_SETSIGDEF);
+	sigemptyset(&none);
+	sigfillset(&all);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setsigdefault(&attr, &all);
+	rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, env);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	for (size_t i = 0; extra[i]; i++)
+		free(extra[i]);
+	free(env);
+	if (rc != 0)
+		return kn_errorf(err, KN_EIO, "pool", "cannot run %s: %s",
+				 p->command, strerror(rc));
+	op->next = s->pools->ops;
+	s->pools->ops = op;
+	return 0;
+}
+
+/* remove: the call is over (at a stop it may still write there). */
+static void op_free(struct pool_op *op, bool remove)
+{
+	if (op->dir && remove)
+		kn_rm_rf(op->dir);
+	free(op->dir);
+	free(op);
+}
+
+/* SCRIPT scale-up POOL N NAME...: the names kiln will give the nodes. */
+static int command_scale_up(struct server *s, struct pool *p, int n,
+			    struct kn_error *err)
+{
+	struct pool_op *op = kn_xcalloc(1, sizeof(*op));
+	char count[16], *args[16], names[8][64];
+	int k = 0, rc;
+
+	/* At most 8 a call: the rest comes next round. */
+	if (n > 8)
+		n = 8;
+	snprintf(count, sizeof(count), "%d", n);
+	args[k++] = "scale-up";
+	args[k++] = p->name;
+	args[k++] = count;
+	op->first = p->next_index;
+	for (int i = 0; i < n; i++) {
+		snprintf(names[i], sizeof(names[i]), "%s-%d", p->name,
+			 p->next_index++);
+		args[k++] = names[i];
+	}
+	args[k] = NULL;
+	op->pool = p;
+	op->scale_up = true;
+	op->n = n;
+	rc = command_start(s, op, args, err);
+	if (rc < 0) {
+		op_free(op, true);
+		return rc;
+	}
+	p->provisioning += n;
+	return 0;
+}
+
+/* SCRIPT delete POOL NODE; the node is cordoned until it answers. */
+static int command_delete(struct server *s, struct pool *p, const char *node,
+			  struct kn_error *err)
+{
+	struct pool_op *op = kn_xcalloc(1, sizeof(*op));
+	char *args[4] = {"delete", p->name, (char *)node, NULL};
+	int rc;
+
+	op->pool = p;
+	kn_strlcpy(op->node, node, sizeof(op->node));
+	rc = nodes_set_state(s, NULL, node, "cordoned", "being deleted", err);
+	if (rc == 0)
+		rc = command_start(s, op, args, err);
+	if (rc < 0) {
+		op_free(op, true);
+		return rc;
+	}
+	return 0;
+}
+
+static const struct pool_provider_ops command_provider = {
+	.name = "command",
+	.scale_up = command_scale_up,
+	.delete_node = command_delete,
+};
+
+static void op_failed(struct server *s, struct pool_op *op, const char *why)
+{
+	char object[96];
+
+	snprintf(object, sizeof(object), "pool/%s", op->pool->name);
+	kn_log(KN_LOG_ERROR, "pool %s: %s", op->pool->name, why);
+	kn_strlcpy(op->pool->error, why, sizeof(op->pool->error));
+	op->pool->error_at = kn_now_ms();
+	{
+		struct kn_audit a;
+		struct kn_error err;
+
+		memset(&a, 0, sizeof(a));
+		a.actor = "system";
+		a.role = "admin";
+		a.action = op->scale_up ? "pool.scale_up" : "node.remove";
+		a.object = object;
+		a.outcome = "failed";
+		a.detail = (char *)why;
+		if (kn_store_audit_insert(s->store, &a, &err) < 0)
+			kn_log(KN_LOG_WARN, "auditing: %s", err.message);
+	}
+}
+
+/* The names a scale-up's script says are up: {"nodes": [NAME, ...]}. */
+static void scale_up_done(struct server *s, struct pool_op *op,
+			  const char *out, char *why, size_t why_len)
+{
+	json_error_t jerr;
+	json_t *doc = json_loads(out, 0, &jerr), *nodes, *name;
+	size_t i;
+
+	nodes = json_object_get(doc, "nodes");
+	if (!json_is_array(nodes)) {
+		snprintf(why, why_len,
+			 "scale-up: %s printed no {\"nodes\": [...]}: %.80s",
+			 op->pool->command, doc ? "nodes missing" : jerr.text);
+		goto out;
+	}
+	json_array_foreach(nodes, i, name) {
+		const char *text = json_string_value(name);
+		struct kn_error err;
+		bool asked = false;
+		int k;
+
+		/* Only the names it was given: kiln owns its nodes' names. */
+		for (k = 0; text && k < op->n; k++) {
+			char want[64];
+
+			snprintf(want, sizeof(want), "%s-%d", op->pool->name,
+				 op->first + k);
+			asked |= !strcmp(want, text);
+		}
+		if (!asked || nodes_find(s, text) >= 0) {
+			snprintf(why, why_len,
+				 "scale-up: %s named node %.60s, which it was "
+				 "not asked for",
+				 op->pool->command, text ? text : "(not a string)");
+			continue;
+		}
+		if (pool_node_add(s, op->pool, text, "ready", NULL, true,
+				  &err) < 0)
+			snprintf(why, why_len, "adding node %s: %.160s", text,
+				 err.message);
+	}
+out:
+	json_decref(doc);
+}
+
+/* Settle the command provider's calls whose status is in; true when
+   nodes came up. */
+static bool ops_poll(struct server *s)
+{
+	struct pool_op **link = &s->pools->ops;
+	bool added = false;
+
+	while (*link) {
+		struct pool_op *op = *link;
+		char *path = kn_asprintf("%s/rc", op->dir), *text = NULL;
+		char *out = NULL, *errtext = NULL, why[KN_AUTOSCALE_WHY_LEN] = "";
+		struct kn_error err;
+		int status = -1;
+
+		if (kn_read_file(path, 64, &text, NULL) < 0) {
+			free(path);
+			link = &op->next;
+			continue;
+		}
+		*link = op->next;
+		free(path);
+		sscanf(text, "%d", &status);
+		path = kn_asprintf("%s/out", op->dir);
+		if (kn_read_file(path, 1 << 20, &out, NULL) < 0)
+			out = kn_xstrdup("");
+		free(path);
+		path = kn_asprintf("%s/err", op->dir);
+		if (kn_read_file(path, 1 << 16, &errtext, NULL) < 0)
+			errtext = kn_xstrdup("");
+		free(path);
+		*strchrnul(errtext, '\n') = '\0';
+		if (status != 0)
+			snprintf(why, sizeof(why), "%s %s: %s exited %d: %.120s",
+				 op->scale_up ? "scale-up" : "delete",
+				 op->scale_up ? op->pool->name : op->node,
+				 op->pool->command, status, errtext);
+		else if (op->scale_up) {
+			scale_up_done(s, op, out, why, sizeof(why));
+			added = true;
+		} else {
+			int i = nodes_find(s, op->node);
+
+			if (i >= 0 && pool_node_remove(s, (size_t)i, &err) < 0)
+				snprintf(why, sizeof(why), "removing %s: %.160s",
+					 op->node, err.message);
+		}
+		if (op->scale_up)
+			op->pool->provisioning -= op->n;
+		else if (status != 0 && nodes_find(s, op->node) >= 0) {
+			/* Back in service; the next try waits a whole delay. */
+			if (nodes_set_state(s, NULL, op->node, "ready", "",
+					    &err) < 0)
+				kn_log(KN_LOG_ERROR, "pool %s: %s",
+				       op->pool->name, err.message);
+			s->nodes[nodes_find(s, op->node)].idle_since =
+				kn_now_ms();
+		}
+		if (why[0])
+			op_failed(s, op, why);
+		free(text);
+		free(out);
+		free(errtext);
+		op_free(op, true);
+	}
+	if (added)
+		jobs_wake(s);
+	return added;
+}
+
 /* ---- start-up ---- */
 
 /* The pool a stored node row belongs to (label pool=), or NULL. */
@@ -512,6 +842,14 @@ int pools_start(struct server *s, struct kn_error *err)
 	ps = kn_xcalloc(1, sizeof(*ps));
 	ps->pool = kn_xcalloc(s->cfg.n_pools, sizeof(*ps->pool));
 	s->pools = ps;
+	{
+		/* The command provider's calls of an earlier run are over or
+		   forgotten. */
+		char *dir = kn_asprintf("%s/pools", s->home);
+
+		kn_rm_rf(dir);
+		free(dir);
+	}
 	for (size_t i = 0; rc == 0 && i < s->cfg.n_pools; i++) {
 		rc = pool_parse(s->cfg.pools[i], &ps->pool[i], err);
 		ps->n = i + 1;
@@ -592,6 +930,12 @@ static void pools_tick(void *arg)
 
 	if (s->closing)
 		goto out_early;
+	/* New nodes: the scheduler places the queue on them first, or the
+	   jobs they will take would look unplaced and ask again. */
+	if (ops_poll(s)) {
+		kn_timer_arm(ps->timer, POOLS_TICK_MS);
+		goto out_early;
+	}
 	an = kn_xcalloc(n_nodes ? n_nodes : 1, sizeof(*an));
 	an_node = kn_xcalloc(n_nodes ? n_nodes : 1, sizeof(*an_node));
 	remove = kn_xcalloc(n_nodes ? n_nodes : 1, sizeof(*remove));
@@ -700,6 +1044,14 @@ void pools_free(struct server *s)
 	if (!s->pools)
 		return;
 	kn_timer_free(s->pools->timer);
+	/* Calls in flight run on; their nodes are unknown to the next
+	   start (docs/capacity.md). */
+	while (s->pools->ops) {
+		struct pool_op *op = s->pools->ops;
+
+		s->pools->ops = op->next;
+		op_free(op, false);
+	}
 	for (size_t i = 0; i < s->pools->n; i++)
 		pool_release(&s->pools->pool[i]);
 	free(s->pools->pool);
@@ -735,7 +1087,7 @@ static json_t *pool_json(struct server *s, const struct pool *p, int64_t now)
 	}
 	return json_pack(
 		"{s:s, s:s, s:s, s:s, s:s, s:o, s:i, s:i, s:i, s:i, s:i, s:f, "
-		"s:o, s:o, s:o}",
+		"s:o, s:o, s:o, s:o}",
 		"name", p->name, "provider", p->provider->name, "sku", p->sku,
 		"gpus", p->gpus, "pricing", p->spot ? "spot" : "on_demand",
 		"zones", zones, "min", p->min, "max", p->max, "current", current,
@@ -746,6 +1098,10 @@ static json_t *pool_json(struct server *s, const struct pool *p, int64_t now)
 		p->decision[0] ? json_pack("{s:s, s:I}", "why", p->decision,
 					   "at_ms", (json_int_t)p->decision_at)
 			       : json_null(),
+		"last_error",
+		p->error[0] ? json_pack("{s:s, s:I}", "why", p->error, "at_ms",
+					(json_int_t)p->error_at)
+			    : json_null(),
 		"nodes", nodes);
 }
 

@@ -1,7 +1,9 @@
 """Node pools and the autoscaler with the sim provider (kiln server --pool):
 a burst grows a pool by what fits and its jobs run, preemptible work goes
 to the spot pool, idle nodes go after the pool's delay and min is kept."""
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +127,64 @@ def test_bad_pool_is_refused_naming_the_field(tmp_path, spec, words):
                          capture_output=True, text=True, timeout=30)
     assert res.returncode != 0
     assert words in res.stderr, res.stderr
+
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "pool_provider.sh"
+
+
+def test_command_provider_provisions_without_overshoot_and_deletes(tmp_path):
+    gate, protect = tmp_path / "gate", tmp_path / "protect"
+    log = tmp_path / "calls.log"
+    env = dict(os.environ, POOL_FIXTURE_LOG=str(log),
+               POOL_FIXTURE_GATE=str(gate), POOL_FIXTURE_PROTECT=str(protect))
+    s = Server(tmp_path / "home", gpus=None, env=env, extra=[
+        "--health-interval", "0", "--sim-node", "base 1xT4-16GB",
+        "--pool", f"cmd Standard_NC48ads_A100_v4 2xA100-80GB min=0 max=3 "
+                  f"provider=command command={FIXTURE} scale-down-delay=1s"])
+    s.home.mkdir()
+    s.start()
+    try:
+        flag = tmp_path / "done"
+        script = f'while [ ! -e {flag} ]; do sleep 0.1; done'
+        spec = job_yaml("a100", ["/bin/sh", "-c", script],
+                        resources={"gpus": 1, "gpu_model": ["A100"]})
+        first = s.submit(spec)
+        # The script runs and waits at the gate: one node provisioning.
+        wait_for(lambda: pools(s)["cmd"]["provisioning"] == 1,
+                 what="a node being provisioned")
+        p = pools(s)["cmd"]
+        assert p["provider"] == "command"
+        assert p["current"] == 0 and p["desired"] == 1
+        # A second job fits the node that is coming: nothing more asked.
+        second = s.submit(spec)
+        wait_for(lambda: s.job(second)["reason"], what="job 2 to wait")
+        gate.write_text("")
+        for job_id in (first, second):
+            s.wait_state(job_id, "running")
+            assert s.job(job_id)["attempts_detail"][-1]["tasks"][0]["node"] \
+                == "cmd-1"
+        calls = log.read_text().splitlines()
+        assert calls == ["scale-up cmd 1 cmd-1 sku=Standard_NC48ads_A100_v4 "
+                         "pricing=on_demand gpus=2xA100-80GB"], calls
+
+        # Idle: the provider is asked to delete it; a failure leaves the
+        # node in the pool, named in the decision and the audit log.
+        protect.write_text("")
+        flag.write_text("")
+        wait_for(lambda: "protected" in ((pools(s)["cmd"]["last_error"]
+                                          or {}).get("why", "")),
+                 what="the failed delete")
+        assert "-1: idle" in pools(s)["cmd"]["last_decision"]["why"]
+        assert [n["name"] for n in pools(s)["cmd"]["nodes"]] == ["cmd-1"]
+        audit = s.request("GET", "/v1/audit").json()["audit"]
+        assert any(a["action"] == "node.remove" and a["outcome"] == "failed"
+                   for a in audit)
+        protect.unlink()
+        wait_for(lambda: pools(s)["cmd"]["current"] == 0,
+                 what="the idle node deleted")
+        assert "delete cmd cmd-1" in log.read_text()
+        assert node_names(s) == ["base"]
+    finally:
+        s.stop()
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                       check=False)
