@@ -253,10 +253,23 @@ static const struct cli_command commands[] = {
 	 false},
 	{"drain", cmd_drain, NULL, "stop new work on a node and evict its preemptible jobs",
 	 "usage: kiln drain NODE [--reason TEXT]\n"
+	 "       kiln drain --rolling POOL --command PATCH_CMD [--no-wait]\n"
 	 "\n"
 	 "Mark NODE draining: it gets no new work, its preemptible jobs are\n"
 	 "evicted (and resume elsewhere or later), the others run to their end.\n"
-	 "`kiln uncordon NODE` makes it ready again. Operators and admins.\n",
+	 "`kiln uncordon NODE` makes it ready again. Operators and admins.\n"
+	 "\n"
+	 "--rolling POOL maintains the pool's nodes one at a time on the\n"
+	 "server (a tracked operation: GET /v1/pools/POOL/rolling; a CLI\n"
+	 "that goes away does not stop it): cordon; move each deployment\n"
+	 "replica off the node, the next only once its replacement is ready\n"
+	 "elsewhere; drain (preemptible jobs evicted through their\n"
+	 "checkpoints) and wait until the node is empty; run PATCH_CMD with\n"
+	 "/bin/sh (KILN_NODE and KILN_POOL in its environment); run the health\n"
+	 "checks; uncordon. It stops at the first node whose command fails or\n"
+	 "whose health checks fail, leaving that node drained, and says which.\n"
+	 "The CLI follows the progress until the end (exit 1 when it stopped)\n"
+	 "unless --no-wait. See docs/capacity.md.\n",
 	 false},
 	{"cordon", cmd_cordon, NULL, "stop new work on a node",
 	 "usage: kiln cordon NODE [--reason TEXT]\n"

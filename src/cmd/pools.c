@@ -44,6 +44,17 @@ static void show_pool(json_t *pool)
 		printf("  last decision: %s\n", cli_json_str(decision, "why"));
 	else
 		printf("  last decision: none yet\n");
+	if (json_is_object(json_object_get(pool, "rolling"))) {
+		json_t *r = json_object_get(pool, "rolling");
+
+		printf("  rolling: %s", cli_json_str(r, "state"));
+		if (json_is_string(json_object_get(r, "node")))
+			printf(" at %s (%s)", cli_json_str(r, "node"),
+			       cli_json_str(r, "step"));
+		if (json_is_string(json_object_get(r, "error")))
+			printf(": %s", cli_json_str(r, "error"));
+		putchar('\n');
+	}
 	if (json_is_object(json_object_get(pool, "last_error")))
 		printf("  last provider error: %s\n",
 		       cli_json_str(json_object_get(pool, "last_error"), "why"));

@@ -352,6 +352,13 @@ void deploy_free(struct server *s);
  */
 struct deployment;
 const struct deployment *deploy_of(struct server *s, int64_t job_id);
+/* The deployment called name, or NULL; and a deployment's name. */
+const struct deployment *deploy_named(struct server *s, const char *name);
+const char *deploy_name(const struct deployment *d);
+/* The replicas of d that are ready on another node than node (pools.c's
+   rolling maintenance moves replicas before it evicts). */
+int deploy_ready_off_node(struct server *s, const struct deployment *d,
+			  size_t node);
 /* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
 const char *deploy_model_dir(struct server *s, int64_t job_id);
 /* Route handlers (api.c's table). */
@@ -439,6 +446,11 @@ void pools_free(struct server *s);
 /* GET /v1/pools */
 void pools_h_list(struct server *s, struct kn_http_req *req,
 		  const struct caller *c, const char *param);
+/* POST and GET /v1/pools/{name}/rolling: rolling maintenance */
+void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
+			   const struct caller *c, const char *param);
+void pools_h_rolling_get(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

@@ -11,6 +11,7 @@
 #include "internal.h"
 
 #include "cost/cost.h"
+#include "health/health.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -61,6 +62,7 @@ struct pool {
 	int64_t decision_at;
 	char error[KN_AUTOSCALE_WHY_LEN];    /* the provider's last failure */
 	int64_t error_at;
+	struct rolling *rolling;             /* maintenance, the last one */
 	struct kn_sched_node shape;          /* a new node, for the plan */
 	struct kn_device_set shape_devices;
 };
@@ -130,6 +132,7 @@ static void pool_release(struct pool *p)
 }
 
 static const struct pool_provider_ops sim_provider, command_provider;
+static void rolling_free(struct rolling *r);
 
 /* One option after NAME SKU GPUS. */
 static int parse_option(struct pool *p, const char *text, char *item,
@@ -477,20 +480,19 @@ static const struct pool_provider_ops sim_provider = {
 /* ---- the command provider: a user's script ---- */
 
 /*
- * Run the pool's script as SCRIPT VERB POOL ARGS... in its own session,
- * its stdout, stderr and exit status going to files in op->dir, which
- * pools_tick reads once the status is there: the loop never waits.
+ * Run cmd[0] with cmd[1..] in its own session, stdin from /dev/null, its
+ * stdout, stderr and exit status going to files in dir (out, err, rc),
+ * which the caller reads once rc is there: the loop never waits. extra
+ * ("NAME=value", NULL-ended) is added to the server's environment.
  */
-static int command_start(struct server *s, struct pool_op *op,
-			 char *const *args, struct kn_error *err)
+static int run_in_background(const char *dir, char *const *cmd,
+			     char *const *extra, struct kn_error *err)
 {
 	static const char wrapper[] =
 		"\"$0\" \"$@\" >\"$KILN_POOL_DIR/out\" 2>\"$KILN_POOL_DIR/err\"; "
 		"echo $? >\"$KILN_POOL_DIR/rc.tmp\" && "
 		"mv \"$KILN_POOL_DIR/rc.tmp\" \"$KILN_POOL_DIR/rc\"";
-	struct pool *p = op->pool;
-	char *argv[16], **env = NULL;
-	char *extra[5];
+	char *argv[20], **env, *dir_env = kn_asprintf("KILN_POOL_DIR=%s", dir);
 	size_t n = 0, k = 0;
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
@@ -498,35 +500,32 @@ static int command_start(struct server *s, struct pool_op *op,
 	pid_t pid;
 	int rc;
 
-	op->dir = kn_asprintf("%s/pools/%s-%lld", s->home, p->name,
-			      (long long)s->pools->next_op++);
-	kn_rm_rf(op->dir);
-	rc = kn_mkdir_p(op->dir, 0700);
-	if (rc < 0)
+	kn_rm_rf(dir);
+	rc = kn_mkdir_p(dir, 0700);
+	if (rc < 0) {
+		free(dir_env);
 		return kn_errorf(err, KN_EIO, "pool", "cannot create %s: %s",
-				 op->dir, strerror(-rc));
+				 dir, strerror(-rc));
+	}
 	argv[k++] = "/bin/sh";
 	argv[k++] = "-c";
 	argv[k++] = (char *)wrapper;
-	argv[k++] = p->command;
-	for (size_t i = 0; args[i] && k < 15; i++)
-		argv[k++] = args[i];
+	for (size_t i = 0; cmd[i] && k < 19; i++)
+		argv[k++] = cmd[i];
 	argv[k] = NULL;
-	extra[0] = kn_asprintf("KILN_POOL_DIR=%s", op->dir);
-	extra[1] = kn_asprintf("KILN_POOL_SKU=%s", p->sku);
-	extra[2] = kn_asprintf("KILN_POOL_PRICING=%s",
-			       p->spot ? "spot" : "on_demand");
-	extra[3] = kn_asprintf("KILN_POOL_GPUS=%s", p->gpus);
-	extra[4] = NULL;
 	for (char **e = environ; *e; e++)
 		n++;
-	env = kn_xcalloc(n + 5, sizeof(*env));
+	for (char *const *e = extra; *e; e++)
+		n++;
+	env = kn_xcalloc(n + 2, sizeof(*env));
 	n = 0;
 	for (char **e = environ; *e; e++)
-		if (strncmp(*e, "KILN_POOL_", 10) != 0)
+		if (strncmp(*e, "KILN_POOL_", 10) != 0 &&
+		    strncmp(*e, "KILN_NODE=", 10) != 0)
 			env[n++] = *e;
-	for (size_t i = 0; extra[i]; i++)
-		env[n++] = extra[i];
+	for (char *const *e = extra; *e; e++)
+		env[n++] = *e;
+	env[n++] = dir_env;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
@@ -541,18 +540,71 @@ static int command_start(struct server *s, struct pool_op *op,
 	rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, env);
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&attr);
-	for (size_t i = 0; extra[i]; i++)
-		free(extra[i]);
 	free(env);
+	free(dir_env);
 	if (rc != 0)
 		return kn_errorf(err, KN_EIO, "pool", "cannot run %s: %s",
-				 p->command, strerror(rc));
+				 cmd[0], strerror(rc));
+	return 0;
+}
+
+/* A background run's status, out and err's first line once rc is there:
+   true then (out and errline malloc'd). */
+static bool background_done(const char *dir, int *status, char **out,
+			    char **errline)
+{
+	char *path = kn_asprintf("%s/rc", dir), *text = NULL;
+
+	if (kn_read_file(path, 64, &text, NULL) < 0) {
+		free(path);
+		return false;
+	}
+	*status = -1;
+	sscanf(text, "%d", status);
+	free(text);
+	free(path);
+	path = kn_asprintf("%s/out", dir);
+	if (kn_read_file(path, 1 << 20, out, NULL) < 0)
+		*out = kn_xstrdup("");
+	free(path);
+	path = kn_asprintf("%s/err", dir);
+	if (kn_read_file(path, 1 << 16, errline, NULL) < 0)
+		*errline = kn_xstrdup("");
+	free(path);
+	*strchrnul(*errline, '\n') = '\0';
+	return true;
+}
+
+/* Run the pool's script as SCRIPT VERB POOL ARGS... for op. */
+static int command_start(struct server *s, struct pool_op *op,
+			 char *const *args, struct kn_error *err)
+{
+	struct pool *p = op->pool;
+	char *cmd[16], *extra[4];
+	size_t k = 0;
+	int rc;
+
+	op->dir = kn_asprintf("%s/pools/%s-%lld", s->home, p->name,
+			      (long long)s->pools->next_op++);
+	cmd[k++] = p->command;
+	for (size_t i = 0; args[i] && k < 15; i++)
+		cmd[k++] = args[i];
+	cmd[k] = NULL;
+	extra[0] = kn_asprintf("KILN_POOL_SKU=%s", p->sku);
+	extra[1] = kn_asprintf("KILN_POOL_PRICING=%s",
+			       p->spot ? "spot" : "on_demand");
+	extra[2] = kn_asprintf("KILN_POOL_GPUS=%s", p->gpus);
+	extra[3] = NULL;
+	rc = run_in_background(op->dir, cmd, extra, err);
+	for (size_t i = 0; extra[i]; i++)
+		free(extra[i]);
+	if (rc < 0)
+		return rc;
 	op->next = s->pools->ops;
 	s->pools->ops = op;
 	return 0;
 }
 
-/* remove: the call is over (at a stop it may still write there). */
 static void op_free(struct pool_op *op, bool remove)
 {
 	if (op->dir && remove)
@@ -699,28 +751,15 @@ static bool ops_poll(struct server *s)
 
 	while (*link) {
 		struct pool_op *op = *link;
-		char *path = kn_asprintf("%s/rc", op->dir), *text = NULL;
 		char *out = NULL, *errtext = NULL, why[KN_AUTOSCALE_WHY_LEN] = "";
 		struct kn_error err;
 		int status = -1;
 
-		if (kn_read_file(path, 64, &text, NULL) < 0) {
-			free(path);
+		if (!background_done(op->dir, &status, &out, &errtext)) {
 			link = &op->next;
 			continue;
 		}
 		*link = op->next;
-		free(path);
-		sscanf(text, "%d", &status);
-		path = kn_asprintf("%s/out", op->dir);
-		if (kn_read_file(path, 1 << 20, &out, NULL) < 0)
-			out = kn_xstrdup("");
-		free(path);
-		path = kn_asprintf("%s/err", op->dir);
-		if (kn_read_file(path, 1 << 16, &errtext, NULL) < 0)
-			errtext = kn_xstrdup("");
-		free(path);
-		*strchrnul(errtext, '\n') = '\0';
 		if (status != 0)
 			snprintf(why, sizeof(why), "%s %s: %s exited %d: %.120s",
 				 op->scale_up ? "scale-up" : "delete",
@@ -749,7 +788,6 @@ static bool ops_poll(struct server *s)
 		}
 		if (why[0])
 			op_failed(s, op, why);
-		free(text);
 		free(out);
 		free(errtext);
 		op_free(op, true);
@@ -1052,11 +1090,417 @@ void pools_free(struct server *s)
 		s->pools->ops = op->next;
 		op_free(op, false);
 	}
-	for (size_t i = 0; i < s->pools->n; i++)
+	for (size_t i = 0; i < s->pools->n; i++) {
+		rolling_free(s->pools->pool[i].rolling);
 		pool_release(&s->pools->pool[i]);
+	}
 	free(s->pools->pool);
 	free(s->pools);
 	s->pools = NULL;
+}
+
+/* ---- rolling maintenance ---- */
+
+#define ROLLING_TICK_MS 200
+
+enum rolling_step {
+	STEP_CORDON,    /* next: cordon the node */
+	STEP_MOVE,      /* move deployment replicas off it, one at a time */
+	STEP_DRAIN,     /* evict preemptible jobs, wait until empty */
+	STEP_PATCH,     /* the command runs */
+	STEP_HEALTH,    /* the health checks run */
+};
+
+static const char *const STEP_NAMES[] = {
+	"cordon", "moving replicas", "draining", "patching", "health checks",
+};
+
+struct rolling {
+	struct server *s;
+	struct pool *pool;
+	char *command;
+	char actor[128];
+	char (*nodes)[64];
+	size_t n_nodes, at;       /* the node being maintained */
+	enum rolling_step step;
+	char state[16];           /* running, succeeded, failed */
+	char error[512];
+	int64_t started_at, ended_at;
+	/* STEP_MOVE: the replica being moved and its deployment's ready
+	   replicas elsewhere before the move. */
+	char moving_deployment[64];
+	int64_t moving_job;
+	int moving_before;
+	char *dir;                /* the patch command's files */
+	/* STEP_HEALTH, run on a worker: copies of what it reads. */
+	bool health_busy;
+	char *health_root, *health_kernel_log;
+	struct kn_sku sku;
+	bool have_sku;
+	int health_failed;
+	char health_first[700];
+	struct kn_timer *timer;
+};
+
+static void rolling_free(struct rolling *r)
+{
+	if (!r)
+		return;
+	kn_timer_free(r->timer);
+	free(r->command);
+	free(r->nodes);
+	if (r->dir)
+		kn_rm_rf(r->dir);
+	free(r->dir);
+	free(r->health_root);
+	free(r->health_kernel_log);
+	free(r);
+}
+
+static void rolling_end(struct rolling *r, const char *error)
+{
+	struct kn_audit a;
+	struct kn_error err;
+	char object[96];
+
+	kn_strlcpy(r->state, error ? "failed" : "succeeded", sizeof(r->state));
+	kn_strlcpy(r->error, error ? error : "", sizeof(r->error));
+	r->ended_at = kn_now_ms();
+	kn_log(error ? KN_LOG_ERROR : KN_LOG_INFO,
+	       "rolling maintenance of pool %s: %s", r->pool->name,
+	       error ? error : "every node done");
+	snprintf(object, sizeof(object), "pool/%s", r->pool->name);
+	memset(&a, 0, sizeof(a));
+	a.actor = r->actor;
+	a.role = "operator";
+	a.action = "pool.rolling.end";
+	a.object = object;
+	a.outcome = error ? "failed" : "ok";
+	a.detail = (char *)error;
+	if (kn_store_audit_insert(r->s->store, &a, &err) < 0)
+		kn_log(KN_LOG_WARN, "auditing: %s", err.message);
+	feed_publish(r->s, "pool.rolling",
+		     json_pack("{s:s, s:s, s:o}", "pool", r->pool->name,
+			       "state", r->state, "error",
+			       error ? json_string(error) : json_null()));
+}
+
+/* The first deployment replica still running on node i, or NULL. */
+static const struct run *replica_on(struct server *s, size_t i)
+{
+	for (const struct run *run = s->runs; run; run = run->next)
+		if (!run->stopping && run->bindings[0].node == i &&
+		    deploy_of(s, run->job_id))
+			return run;
+	return NULL;
+}
+
+static void health_work(void *arg)
+{
+	struct rolling *r = arg;
+	struct kn_check_result res[KN_HEALTH_CHECKS];
+	struct kn_health_config cfg = {0};
+	struct kn_error err;
+
+	cfg.root = r->health_root;
+	cfg.kernel_log = r->health_kernel_log;
+	cfg.sku = r->have_sku ? &r->sku : NULL;
+	if (kn_nvml_open(&cfg.nvml, &err) < 0)
+		cfg.nvml = NULL; /* no GPU: its checks skip */
+	r->health_failed = kn_health_run(&cfg, res);
+	kn_nvml_close(cfg.nvml);
+	r->health_first[0] = '\0';
+	for (int i = 0; i < KN_HEALTH_CHECKS; i++)
+		if (res[i].status == KN_CHECK_FAIL && !r->health_first[0])
+			snprintf(r->health_first, sizeof(r->health_first),
+				 "%s: %s", res[i].name, res[i].message);
+}
+
+static void health_done(void *arg, bool ran)
+{
+	struct rolling *r = arg;
+
+	r->health_busy = false;
+	if (!ran || r->s->closing)
+		return;
+	if (r->health_failed) {
+		char why[512];
+
+		snprintf(why, sizeof(why),
+			 "node %s failed its health checks after the patch "
+			 "(%.300s); it stays drained",
+			 r->nodes[r->at], r->health_first);
+		rolling_end(r, why);
+		return;
+	}
+	kn_timer_arm(r->timer, 0);
+}
+
+/* One node's steps; true when it is done (uncordoned) or gone. */
+static bool rolling_node(struct rolling *r, const char *name, int i)
+{
+	struct server *s = r->s;
+	struct kn_error err;
+	char why[512], reason[192];
+
+	snprintf(reason, sizeof(reason), "rolling maintenance of pool %s",
+		 r->pool->name);
+	switch (r->step) {
+	case STEP_CORDON:
+		if (nodes_set_state(s, NULL, name, "cordoned", reason, &err) <
+		    0) {
+			rolling_end(r, err.message);
+			return false;
+		}
+		r->step = STEP_MOVE;
+		r->moving_job = 0;
+		/* fall through */
+	case STEP_MOVE: {
+		const struct deployment *d;
+		const struct run *run;
+
+		if (r->moving_job) {
+			d = deploy_named(s, r->moving_deployment);
+			/* Wait for the replacement to be ready elsewhere. */
+			if (d && deploy_ready_off_node(s, d, (size_t)i) <
+					 r->moving_before + 1)
+				return false;
+			r->moving_job = 0;
+		}
+		run = replica_on(s, (size_t)i);
+		if (run) {
+			d = deploy_of(s, run->job_id);
+			kn_strlcpy(r->moving_deployment, deploy_name(d),
+				   sizeof(r->moving_deployment));
+			r->moving_job = run->job_id;
+			r->moving_before = deploy_ready_off_node(s, d, (size_t)i);
+			snprintf(why, sizeof(why),
+				 "moved off %s for rolling maintenance", name);
+			if (jobs_restart(s, run->job_id, why, &err) < 0) {
+				rolling_end(r, err.message);
+			}
+			return false;
+		}
+		r->step = STEP_DRAIN;
+		if (nodes_set_state(s, NULL, name, "draining", reason, &err) <
+		    0) {
+			rolling_end(r, err.message);
+			return false;
+		}
+	}
+		/* fall through */
+	case STEP_DRAIN: {
+		char *cmd[4], *extra[3];
+		int rc;
+
+		if (node_busy(s, (size_t)i))
+			return false;
+		free(r->dir);
+		r->dir = kn_asprintf("%s/pools/rolling-%s", s->home, name);
+		cmd[0] = "/bin/sh";
+		cmd[1] = "-c";
+		cmd[2] = r->command;
+		cmd[3] = NULL;
+		extra[0] = kn_asprintf("KILN_NODE=%s", name);
+		extra[1] = kn_asprintf("KILN_POOL=%s", r->pool->name);
+		extra[2] = NULL;
+		rc = run_in_background(r->dir, cmd, extra, &err);
+		free(extra[0]);
+		free(extra[1]);
+		if (rc < 0) {
+			rolling_end(r, err.message);
+			return false;
+		}
+		r->step = STEP_PATCH;
+		return false;
+	}
+	case STEP_PATCH: {
+		char *out = NULL, *errline = NULL;
+		int status;
+
+		if (!background_done(r->dir, &status, &out, &errline))
+			return false;
+		if (status != 0)
+			snprintf(why, sizeof(why),
+				 "the patch command exited %d on node %s: "
+				 "%.200s; it stays drained",
+				 status, name, errline);
+		free(out);
+		free(errline);
+		kn_rm_rf(r->dir);
+		if (status != 0) {
+			rolling_end(r, why);
+			return false;
+		}
+		r->step = STEP_HEALTH;
+		r->health_busy = true;
+		kn_workers_submit(s->workers, health_work, health_done, r);
+		return false;
+	}
+	case STEP_HEALTH:
+		if (r->health_busy)
+			return false;
+		if (nodes_set_state(s, NULL, name, "ready", "", &err) < 0) {
+			rolling_end(r, err.message);
+			return false;
+		}
+		return true;
+	}
+	return false;
+}
+
+static void rolling_tick(void *arg)
+{
+	struct rolling *r = arg;
+
+	while (!r->s->closing && !strcmp(r->state, "running")) {
+		const char *name = r->nodes[r->at];
+		int i = nodes_find(r->s, name);
+
+		/* A node the autoscaler removed meanwhile needs nothing. */
+		if (i >= 0 && !rolling_node(r, name, i)) {
+			if (!strcmp(r->state, "running") &&
+			    !(r->step == STEP_HEALTH && r->health_busy))
+				kn_timer_arm(r->timer, ROLLING_TICK_MS);
+			return;
+		}
+		r->step = STEP_CORDON;
+		if (++r->at == r->n_nodes)
+			rolling_end(r, NULL);
+	}
+}
+
+static json_t *rolling_json(const struct rolling *r)
+{
+	json_t *done = json_array();
+
+	for (size_t k = 0; k < r->at && k < r->n_nodes; k++)
+		json_array_append_new(done, json_string(r->nodes[k]));
+	return json_pack(
+		"{s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:o}", "pool",
+		r->pool->name, "command", r->command, "state", r->state, "node",
+		!strcmp(r->state, "succeeded") ? json_null()
+					       : json_string(r->nodes[r->at]),
+		"step",
+		!strcmp(r->state, "succeeded") ? json_null()
+					       : json_string(STEP_NAMES[r->step]),
+		"done", done, "nodes", (json_int_t)r->n_nodes, "started_at_ms",
+		(json_int_t)r->started_at, "ended_at_ms",
+		(json_int_t)r->ended_at, "error",
+		r->error[0] ? json_string(r->error) : json_null());
+}
+
+static struct pool *pool_named(struct server *s, const char *name)
+{
+	for (size_t i = 0; s->pools && i < s->pools->n; i++)
+		if (!strcmp(s->pools->pool[i].name, name))
+			return &s->pools->pool[i];
+	return NULL;
+}
+
+void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
+			   const struct caller *c, const char *param)
+{
+	struct pool *p = pool_named(s, param);
+	struct kn_error err;
+	json_error_t jerr;
+	size_t len;
+	const char *text = kn_http_body(req, &len);
+	json_t *body = json_loadb(text, len, 0, &jerr);
+	const char *command =
+		json_string_value(json_object_get(body, "command"));
+	struct rolling *r;
+	struct kn_audit a;
+	char object[96];
+
+	if (!p) {
+		kn_errorf(&err, KN_ENOTFOUND, "pool", "pool %s not found",
+			  param);
+		goto fail;
+	}
+	if (!command || !*command) {
+		kn_errorf(&err, KN_EINVAL, "command",
+			  "body must be {\"command\": \"PATCH COMMAND\"}");
+		goto fail;
+	}
+	if (p->rolling && !strcmp(p->rolling->state, "running")) {
+		kn_errorf(&err, KN_ECONFLICT, "pool",
+			  "pool %s: rolling maintenance is already running "
+			  "(node %s)",
+			  p->name, p->rolling->nodes[p->rolling->at]);
+		goto fail;
+	}
+	r = kn_xcalloc(1, sizeof(*r));
+	r->s = s;
+	r->pool = p;
+	if (s->cfg.health_sku && *s->cfg.health_sku) {
+		if (kn_sku_load(s->cfg.health_sku_file ? s->cfg.health_sku_file
+							: KN_SKU_FILE,
+				s->cfg.health_sku, &r->sku, &err) < 0) {
+			free(r);
+			goto fail;
+		}
+		r->have_sku = true;
+	}
+	r->command = kn_xstrdup(command);
+	kn_strlcpy(r->actor, c->name, sizeof(r->actor));
+	r->health_root = kn_xstrdup(s->cfg.health_root ? s->cfg.health_root
+						       : "/");
+	r->health_kernel_log = s->cfg.health_kernel_log
+				       ? kn_xstrdup(s->cfg.health_kernel_log)
+				       : NULL;
+	r->nodes = kn_xcalloc(s->cluster.n_nodes, sizeof(*r->nodes));
+	for (size_t n = 0; n < s->cluster.n_nodes; n++)
+		if (node_pool(s, n) == p)
+			kn_strlcpy(r->nodes[r->n_nodes++], s->nodes[n].name,
+				   sizeof(r->nodes[0]));
+	kn_strlcpy(r->state, r->n_nodes ? "running" : "succeeded",
+		   sizeof(r->state));
+	r->started_at = kn_now_ms();
+	r->ended_at = r->n_nodes ? 0 : r->started_at;
+	r->timer = kn_timer_new(s->loop, rolling_tick, r);
+	rolling_free(p->rolling);
+	p->rolling = r;
+	snprintf(object, sizeof(object), "pool/%s", p->name);
+	memset(&a, 0, sizeof(a));
+	a.actor = (char *)c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = "pool.rolling";
+	a.object = object;
+	a.outcome = "ok";
+	a.detail = r->command;
+	if (kn_store_audit_insert(s->store, &a, &err) < 0)
+		kn_log(KN_LOG_WARN, "auditing: %s", err.message);
+	kn_log(KN_LOG_INFO, "rolling maintenance of pool %s (%zu nodes): %s",
+	       p->name, r->n_nodes, r->command);
+	if (r->n_nodes)
+		kn_timer_arm(r->timer, 0);
+	json_decref(body);
+	kn_http_reply_json(req, 202, json_pack("{s:o}", "rolling",
+						rolling_json(r)));
+	return;
+fail:
+	json_decref(body);
+	kn_http_reply_error(req, &err);
+}
+
+void pools_h_rolling_get(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param)
+{
+	struct pool *p = pool_named(s, param);
+	struct kn_error err;
+
+	(void)c;
+	if (!p || !p->rolling) {
+		kn_errorf(&err, KN_ENOTFOUND, "pool",
+			  p ? "pool %s has had no rolling maintenance"
+			    : "pool %s not found",
+			  param);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "rolling",
+					       rolling_json(p->rolling)));
 }
 
 /* ---- GET /v1/pools ---- */
@@ -1087,7 +1531,7 @@ static json_t *pool_json(struct server *s, const struct pool *p, int64_t now)
 	}
 	return json_pack(
 		"{s:s, s:s, s:s, s:s, s:s, s:o, s:i, s:i, s:i, s:i, s:i, s:f, "
-		"s:o, s:o, s:o, s:o}",
+		"s:o, s:o, s:o, s:o, s:o}",
 		"name", p->name, "provider", p->provider->name, "sku", p->sku,
 		"gpus", p->gpus, "pricing", p->spot ? "spot" : "on_demand",
 		"zones", zones, "min", p->min, "max", p->max, "current", current,
@@ -1098,6 +1542,7 @@ static json_t *pool_json(struct server *s, const struct pool *p, int64_t now)
 		p->decision[0] ? json_pack("{s:s, s:I}", "why", p->decision,
 					   "at_ms", (json_int_t)p->decision_at)
 			       : json_null(),
+		"rolling", p->rolling ? rolling_json(p->rolling) : json_null(),
 		"last_error",
 		p->error[0] ? json_pack("{s:s, s:I}", "why", p->error, "at_ms",
 					(json_int_t)p->error_at)

@@ -2,10 +2,12 @@
 a burst grows a pool by what fits and its jobs run, preemptible work goes
 to the spot pool, idle nodes go after the pool's delay and min is kept."""
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import requests
 
 from conftest import KILN, Server, job_yaml, wait_for
 
@@ -184,6 +186,100 @@ def test_command_provider_provisions_without_overshoot_and_deletes(tmp_path):
                  what="the idle node deleted")
         assert "delete cmd cmd-1" in log.read_text()
         assert node_names(s) == ["base"]
+    finally:
+        s.stop()
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                       check=False)
+
+
+MODEL_SERVER = Path(__file__).resolve().parent / "fixtures" / "model_server.py"
+HEALTH_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def serving(server, name):
+    """Each ready replica's address, from the server."""
+    dep = server.request("GET", f"/v1/deployments/{name}").json()["deployment"]
+    return [rep["address"] for rep in dep["replicas"]
+            if rep.get("ready") and rep.get("address")]
+
+
+def test_rolling_drain_keeps_a_deployment_serving_and_stops_at_bad_health(
+        tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(HEALTH_FIXTURES / "node-basic", root)
+    log = tmp_path / "patched"
+    env = dict(os.environ, KILN_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
+    env.pop("KILN_SKU", None)
+    s = Server(tmp_path / "home", gpus=None, env=env, extra=[
+        "--health-interval", "0", "--health-root", str(root),
+        "--pool", "web Standard_NC24ads_A100_v4 1xA100-80GB min=3 max=3 "
+                  "scale-down-delay=1h"])
+    s.home.mkdir()
+    s.start()
+    try:
+        r = s.request("POST", "/v1/deployments", params={"file": "d.yaml"},
+                      data=(f"kind: Deployment\nname: chat\nmodel: /tmp\n"
+                            f"command: [\"/usr/bin/python3\", \"{MODEL_SERVER}\"]\n"
+                            "env: {READY_DELAY_S: \"0.1\"}\nreplicas: 2\n"
+                            "resources: {gpus: 1}\n"
+                            "readiness: {path: /health, period_s: 0.1}\n"))
+        assert r.status_code in (200, 201), r.text
+        wait_for(lambda: len(serving(s, "chat")) == 2, timeout=30,
+                 what="2 ready replicas")
+        # The replicas hold two nodes: the third is free for a move.
+        free = ({"web-1", "web-2", "web-3"} - {
+            rep["node"] for rep in s.request(
+                "GET", "/v1/deployments/chat").json()["deployment"]["replicas"]})
+        assert len(free) == 1
+        # web-2's patch breaks the machine: its health checks fail after.
+        patch = (f'echo "$KILN_POOL $KILN_NODE" >> {log}; '
+                 f'if [ "$KILN_NODE" = web-2 ]; then cp '
+                 f'{HEALTH_FIXTURES}/node-faulty/dev/kmsg {root}/dev/kmsg; fi')
+        res = s.cli("drain", "--rolling", "web", "--command", patch,
+                    "--no-wait", check=True)
+        assert "rolling maintenance of pool web started (3 nodes)" in res.stdout
+
+        # Throughout, some ready replica answers.
+        answered = 0
+        while True:
+            rolling = s.request("GET", "/v1/pools/web/rolling").json()["rolling"]
+            ok = 0
+            for addr in serving(s, "chat"):
+                try:
+                    if requests.get(f"http://{addr}/", timeout=2).ok:
+                        ok += 1
+                except requests.ConnectionError:
+                    pass
+            assert ok >= 1, rolling
+            answered += 1
+            if rolling["state"] != "running":
+                break
+        assert answered > 1
+        assert rolling["state"] == "failed", rolling
+        assert rolling["node"] == "web-2" and rolling["done"] == ["web-1"]
+        assert "web-2 failed its health checks" in rolling["error"]
+        assert "kernel_xid" in rolling["error"]
+        assert log.read_text().splitlines() == ["web web-1", "web web-2"]
+        nodes = {n["name"]: n for n in
+                 s.request("GET", "/v1/nodes").json()["nodes"]}
+        assert nodes["web-1"]["state"] == "ready"
+        assert nodes["web-2"]["state"] == "draining"
+        assert nodes["web-3"]["state"] == "ready"
+        # No replica is left on the broken node; both serve.
+        reps = s.request("GET", "/v1/deployments/chat").json()["deployment"][
+            "replicas"]
+        assert "web-2" not in {rep["node"] for rep in reps}
+        wait_for(lambda: len(serving(s, "chat")) == 2, timeout=30,
+                 what="2 ready replicas after the drain")
+        out = s.cli("pools", check=True).stdout
+        assert "rolling: failed" in out
+        audit = s.request("GET", "/v1/audit").json()["audit"]
+        assert any(a["action"] == "pool.rolling.end" and
+                   a["outcome"] == "failed" for a in audit)
+        # A second one may start once this one is over; a bad body is named.
+        bad = s.request("POST", "/v1/pools/web/rolling", json={})
+        assert bad.status_code == 400 and "command" in bad.text
+        s.request("DELETE", "/v1/deployments/chat")
     finally:
         s.stop()
         subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
