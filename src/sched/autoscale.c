@@ -18,9 +18,12 @@
 struct coming {
 	struct kn_sched_cluster cluster;
 	size_t cap;
+	/* Per node: its pool, or -1 for one already being provisioned. */
+	long *added_to;
 };
 
-static void coming_push(struct coming *c, const struct kn_sched_node *shape)
+static void coming_push(struct coming *c, const struct kn_sched_node *shape,
+			long added_to)
 {
 	struct kn_sched_node *n;
 
@@ -28,7 +31,10 @@ static void coming_push(struct coming *c, const struct kn_sched_node *shape)
 		c->cap = c->cap ? 2 * c->cap : 8;
 		c->cluster.nodes = kn_xrealloc(c->cluster.nodes,
 					       c->cap * sizeof(*n));
+		c->added_to = kn_xrealloc(c->added_to,
+					  c->cap * sizeof(*c->added_to));
 	}
+	c->added_to[c->cluster.n_nodes] = added_to;
 	n = &c->cluster.nodes[c->cluster.n_nodes++];
 	*n = *shape;
 	n->schedulable = true;
@@ -93,13 +99,13 @@ static void describe(const struct kn_sched_request *req, char *buf,
 
 /* Try pool p for job j: 0 and the nodes added, or -1 with none kept. */
 static int grow_for(struct coming *c, const struct kn_autoscale_pool *p,
-		    int room, const struct kn_autoscale_job *j,
+		    long pool, int room, const struct kn_autoscale_job *j,
 		    struct kn_sched_binding *bindings)
 {
 	size_t before = c->cluster.n_nodes;
 
 	for (int k = 1; k <= room; k++) {
-		coming_push(c, p->shape);
+		coming_push(c, p->shape, pool);
 		if (kn_sched_place(&c->cluster, j->req, bindings, NULL, 0) == 0)
 			return k;
 	}
@@ -114,16 +120,19 @@ static void scale_up(const struct kn_autoscale_pool *pools, size_t n_pools,
 {
 	struct coming c = {0};
 	size_t *order = kn_xcalloc(n_pools ? n_pools : 1, sizeof(*order));
+	/* Per pool: the jobs it grows for, and the first one in words. */
+	int *n_for = kn_xcalloc(n_pools ? n_pools : 1, sizeof(*n_for));
+	char (*first)[96] = kn_xcalloc(n_pools ? n_pools : 1, sizeof(*first));
 
 	for (size_t p = 0; p < n_pools; p++) {
 		int have = pools[p].current + pools[p].provisioning;
 
 		for (int k = 0; k < pools[p].provisioning; k++)
-			coming_push(&c, pools[p].shape);
+			coming_push(&c, pools[p].shape, -1);
 		if (have < pools[p].min) {
 			add[p] = pools[p].min - have;
 			for (int k = 0; k < add[p]; k++)
-				coming_push(&c, pools[p].shape);
+				coming_push(&c, pools[p].shape, -1);
 			snprintf(why[p], KN_AUTOSCALE_WHY_LEN,
 				 "+%d: %d up or coming, below min %d", add[p],
 				 have, pools[p].min);
@@ -138,6 +147,9 @@ static void scale_up(const struct kn_autoscale_pool *pools, size_t n_pools,
 
 		placed = kn_sched_place(&c.cluster, j->req, bindings, NULL, 0) ==
 			 0;
+		/* On a node added for an earlier job: one more it grows for. */
+		if (placed && c.added_to[bindings[0].node] >= 0)
+			n_for[c.added_to[bindings[0].node]]++;
 		/* Insertion sort of the pools by this job's preference. */
 		for (size_t p = 0; p < n_pools; p++) {
 			size_t k = p;
@@ -154,19 +166,21 @@ static void scale_up(const struct kn_autoscale_pool *pools, size_t n_pools,
 			size_t p = order[o];
 			int room = pools[p].max - pools[p].current -
 				   pools[p].provisioning - add[p];
-			int k = room > 0 ? grow_for(&c, &pools[p], room, j,
-						    bindings)
+			int k = room > 0 ? grow_for(&c, &pools[p], (long)p,
+						    room, j, bindings)
 					 : -1;
 
 			if (k < 0)
 				continue;
 			add[p] += k;
 			placed = true;
-			describe(j->req, what, sizeof(what));
-			snprintf(why[p], KN_AUTOSCALE_WHY_LEN,
-				 "+%d: job %lld (%s%s) fits no node up or coming",
-				 add[p], (long long)j->id, what,
-				 j->preemptible ? ", preemptible" : "");
+			if (n_for[p]++ == 0) {
+				describe(j->req, what, sizeof(what));
+				snprintf(first[p], sizeof(first[p]),
+					 "job %lld (%s%s)", (long long)j->id,
+					 what,
+					 j->preemptible ? ", preemptible" : "");
+			}
 		}
 		if (!placed && !blocked[0]) {
 			describe(j->req, what, sizeof(what));
@@ -177,9 +191,23 @@ static void scale_up(const struct kn_autoscale_pool *pools, size_t n_pools,
 		}
 		free(bindings);
 	}
+	for (size_t p = 0; p < n_pools; p++) {
+		if (n_for[p] == 1)
+			snprintf(why[p], KN_AUTOSCALE_WHY_LEN,
+				 "+%d: %s fits no node up or coming", add[p],
+				 first[p]);
+		else if (n_for[p] > 1)
+			snprintf(why[p], KN_AUTOSCALE_WHY_LEN,
+				 "+%d: %d queued jobs fit no node up or coming, "
+				 "the first %s",
+				 add[p], n_for[p], first[p]);
+	}
 	coming_truncate(&c, 0);
 	free(c.cluster.nodes);
+	free(c.added_to);
 	free(order);
+	free(n_for);
+	free(first);
 }
 
 static void scale_down(const struct kn_autoscale_pool *pools, size_t n_pools,

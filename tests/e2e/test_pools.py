@@ -284,3 +284,44 @@ def test_rolling_drain_keeps_a_deployment_serving_and_stops_at_bad_health(
         s.stop()
         subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
                        check=False)
+
+
+def test_pool_nodes_and_their_tasks_survive_a_restart(tmp_path):
+    s = Server(tmp_path / "home", gpus=None, extra=[
+        "--health-interval", "0", "--pool",
+        "gpu Standard_NC24ads_A100_v4 1xA100-80GB max=3 scale-down-delay=1h"])
+    s.home.mkdir()
+    s.start()
+    try:
+        flag = tmp_path / "done"
+        ids = [s.submit(waiting_job(f"long{i}", flag)) for i in range(2)]
+        where = {}
+        for job_id in ids:
+            s.wait_state(job_id, "running")
+            where[job_id] = s.job(job_id)["attempts_detail"][-1]["tasks"][0][
+                "node"]
+        assert sorted(where.values()) == ["gpu-1", "gpu-2"]
+        s.request("POST", "/v1/nodes/gpu-2/cordon")
+        s.kill9()
+        s.start()
+        # Both nodes come back (gpu-2 still cordoned), each task where it
+        # ran; the next node is gpu-3, not a second gpu-2.
+        p = pools(s)["gpu"]
+        assert {n["name"]: n["state"] for n in p["nodes"]} == {
+            "gpu-1": "ready", "gpu-2": "cordoned"}
+        for job_id in ids:
+            job = s.job(job_id)
+            assert job["state"] == "running"
+            assert job["attempts_detail"][-1]["tasks"][0]["node"] == \
+                where[job_id]
+        third = s.submit(waiting_job("third", flag))
+        s.wait_state(third, "running")
+        assert s.job(third)["attempts_detail"][-1]["tasks"][0]["node"] == \
+            "gpu-3"
+        flag.write_text("")
+        for job_id in ids + [third]:
+            s.wait_state(job_id, "succeeded")
+    finally:
+        s.stop()
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                       check=False)

@@ -66,7 +66,8 @@ static void test_burst_scales_up_by_what_fits(void **state)
 	plan(&w, jobs, 5, NULL, 0, 0);
 	assert_int_equal(w.add[0], 3);
 	assert_int_equal(w.add[1], 0);
-	assert_non_null(strstr(w.why[0], "+3"));
+	assert_string_equal(w.why[0], "+3: 5 queued jobs fit no node up or "
+				      "coming, the first job 1 (1 task x 1 GPU)");
 	assert_string_equal(w.blocked, "");
 }
 
