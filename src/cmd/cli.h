@@ -71,6 +71,7 @@ int cmd_drain(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_cordon(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_uncordon(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_pools(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_token(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_audit(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_backup(struct cli_ctx *ctx, int argc, char **argv);

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
@@ -103,8 +105,112 @@ out:
 	return rc;
 }
 
+/* "node 2/3 web-2: draining" when it changes. */
+static void rolling_progress(json_t *r, char *last, size_t len)
+{
+	char line[512];
+	const char *node = json_string_value(json_object_get(r, "node"));
+	const char *step = json_string_value(json_object_get(r, "step"));
+
+	if (!node || !step)
+		return;
+	snprintf(line, sizeof(line), "node %zu/%lld %s: %s",
+		 json_array_size(json_object_get(r, "done")) + 1,
+		 (long long)cli_json_int(r, "nodes"), node, step);
+	if (strcmp(line, last) != 0) {
+		printf("%s\n", line);
+		fflush(stdout);
+		kn_strlcpy(last, line, len);
+	}
+}
+
+/*
+ * kiln drain --rolling POOL --command CMD: start the server's tracked
+ * operation, then follow it until it ends (a disconnect does not stop it).
+ */
+static int rolling_drain(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *pool = NULL, *command = NULL;
+	bool no_wait = false;
+	const struct cli_flag flags[] = {
+		{"rolling", 0, CLI_FLAG_STRING, &pool},
+		{"command", 0, CLI_FLAG_STRING, &command},
+		{"no-wait", 0, CLI_FLAG_BOOL, &no_wait},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_client *c = NULL;
+	struct kn_buf path;
+	json_t *answer = NULL, *r;
+	char *body = NULL, last[512] = "";
+	int rc;
+
+	kn_buf_init(&path, SIZE_MAX);
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc != CLI_GO)
+		goto out;
+	if (!command) {
+		rc = cli_usage_error(ctx, "drain --rolling: --command is required");
+		goto out;
+	}
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		goto out;
+	kn_buf_printf(&path, "/v1/pools");
+	cli_path_add(&path, pool);
+	kn_buf_printf(&path, "/rolling");
+	{
+		json_t *doc = json_pack("{s:s}", "command", command);
+
+		body = json_dumps(doc, JSON_COMPACT);
+		json_decref(doc);
+	}
+	rc = cli_call(c, "POST", path.data, "application/json", body,
+		      strlen(body), &answer);
+	if (rc)
+		goto out;
+	printf("rolling maintenance of pool %s started (%lld nodes)\n", pool,
+	       (long long)cli_json_int(json_object_get(answer, "rolling"),
+				       "nodes"));
+	for (;;) {
+		struct timespec pause = {0, 250 * 1000 * 1000};
+		const char *state;
+
+		r = json_object_get(answer, "rolling");
+		state = cli_json_str(r, "state");
+		rolling_progress(r, last, sizeof(last));
+		if (strcmp(state, "running") != 0) {
+			if (!strcmp(state, "succeeded")) {
+				printf("pool %s: every node maintained\n", pool);
+			} else {
+				printf("pool %s: stopped: %s\n", pool,
+				       cli_json_str(r, "error"));
+				rc = CLI_EXIT_FAIL;
+			}
+			break;
+		}
+		if (no_wait)
+			break;
+		nanosleep(&pause, NULL);
+		json_decref(answer);
+		answer = NULL;
+		rc = cli_get(c, path.data, &answer);
+		if (rc)
+			goto out;
+	}
+out:
+	free(body);
+	json_decref(answer);
+	kn_buf_release(&path);
+	cli_client_free(c);
+	return rc;
+}
+
 int cmd_drain(struct cli_ctx *ctx, int argc, char **argv)
 {
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--rolling") ||
+		    !strncmp(argv[i], "--rolling=", 10))
+			return rolling_drain(ctx, argc, argv);
 	return node_verb(ctx, argc, argv, "drain");
 }
 

@@ -42,6 +42,7 @@ static const struct cli_command commands[] = {
 	 "                   [--node-sku SIZE] [--node-pricing MODEL]\n"
 	 "                   [--catalog FILE]\n"
 	 "                   [--trusted-keys DIR]\n"
+	 "                   [--pool \"NAME SKU GPUS [K=V ...]\"]...\n"
 	 "\n"
 	 "Run the control plane: the HTTP API, the job queue and an executor\n"
 	 "(local, Slurm or Kubernetes). Stops on SIGTERM or SIGINT; running\n"
@@ -72,6 +73,23 @@ static const struct cli_command commands[] = {
 	 "                        --node-sku, --node-pricing or another\n"
 	 "                        executor than local. Labels sku=SIZE and\n"
 	 "                        pricing=MODEL price the node for `kiln cost`\n"
+	 "  --pool \"NAME SKU GPUS [min=N] [max=N] [spot] [zones=a,b]\n"
+	 "        [scale-down-delay=DURATION] [provider=sim|command]\n"
+	 "        [command=PATH] [K=V ...]\"\n"
+	 "                        a node pool: nodes NAME-1, NAME-2, ... of VM\n"
+	 "                        size SKU, each with GPUS (as --gpus), labels\n"
+	 "                        pool=, sku=, pricing= (spot or on_demand),\n"
+	 "                        zone= (round-robin over zones) and K=V. min\n"
+	 "                        (default 1) nodes start; the autoscaler adds\n"
+	 "                        nodes, up to max (default 10), when queued\n"
+	 "                        work fits no node, and removes nodes idle\n"
+	 "                        longer than scale-down-delay (default 10m),\n"
+	 "                        never below min. Provider sim: nodes in this\n"
+	 "                        process; command: PATH scale-up POOL N NAME...\n"
+	 "                        and PATH delete POOL NODE make and delete the\n"
+	 "                        machines. Repeatable; replaces the local node\n"
+	 "                        (adds to --sim-node ones). See\n"
+	 "                        docs/capacity.md and `kiln pools`\n"
 	 "  --node-sku SIZE       this node's VM size in the catalog (label\n"
 	 "                        sku=; default --health-sku, else $KILN_SKU):\n"
 	 "                        `kiln cost` prices its GPU time by it; a\n"
@@ -243,10 +261,23 @@ static const struct cli_command commands[] = {
 	 false},
 	{"drain", cmd_drain, NULL, "stop new work on a node and evict its preemptible jobs",
 	 "usage: kiln drain NODE [--reason TEXT]\n"
+	 "       kiln drain --rolling POOL --command PATCH_CMD [--no-wait]\n"
 	 "\n"
 	 "Mark NODE draining: it gets no new work, its preemptible jobs are\n"
 	 "evicted (and resume elsewhere or later), the others run to their end.\n"
-	 "`kiln uncordon NODE` makes it ready again. Operators and admins.\n",
+	 "`kiln uncordon NODE` makes it ready again. Operators and admins.\n"
+	 "\n"
+	 "--rolling POOL maintains the pool's nodes one at a time on the\n"
+	 "server (a tracked operation: GET /v1/pools/POOL/rolling; a CLI\n"
+	 "that goes away does not stop it): cordon; move each deployment\n"
+	 "replica off the node, the next only once its replacement is ready\n"
+	 "elsewhere; drain (preemptible jobs evicted through their\n"
+	 "checkpoints) and wait until the node is empty; run PATCH_CMD with\n"
+	 "/bin/sh (KILN_NODE and KILN_POOL in its environment); run the health\n"
+	 "checks; uncordon. It stops at the first node whose command fails or\n"
+	 "whose health checks fail, leaving that node drained, and says which.\n"
+	 "The CLI follows the progress until the end (exit 1 when it stopped)\n"
+	 "unless --no-wait. See docs/capacity.md.\n",
 	 false},
 	{"cordon", cmd_cordon, NULL, "stop new work on a node",
 	 "usage: kiln cordon NODE [--reason TEXT]\n"
@@ -266,6 +297,18 @@ static const struct cli_command commands[] = {
 	 "its devices are simulated; its GPU fragmentation, FGD's measure\n"
 	 "against the server's GPU jobs) and its devices: INDEX MODEL MEMORY\n"
 	 "and what is ALLOCATED on each (\"1.0 GPU: job 7 rank 0\").\n"
+	 "\n"
+	 "  -o json  print the server's JSON instead\n",
+	 false},
+	{"pools", cmd_pools, NULL, "list node pools and autoscaling decisions",
+	 "usage: kiln pools [-o json|table]\n"
+	 "\n"
+	 "List each node pool (kiln server --pool): its VM size, GPUs, pricing,\n"
+	 "zones and price per GPU-hour from the catalog; nodes up, provisioning\n"
+	 "and desired against min and max; the autoscaler's last decision and\n"
+	 "why, and the provider's last failure; each node with its state and\n"
+	 "how long it has been idle. A queued job that no pool can hold is\n"
+	 "named under blocked.\n"
 	 "\n"
 	 "  -o json  print the server's JSON instead\n",
 	 false},

@@ -76,6 +76,7 @@ int cmd_server(int argc, char **argv)
 		{"node-pricing", required_argument, NULL, 262},
 		{"catalog", required_argument, NULL, 263},
 		{"trusted-keys", required_argument, NULL, 264},
+		{"pool", required_argument, NULL, 265},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -83,6 +84,8 @@ int cmd_server(int argc, char **argv)
 	char host[256], *home = NULL;
 	const char **sim_nodes = kn_xcalloc((size_t)argc, sizeof(*sim_nodes));
 	size_t n_sim_nodes = 0;
+	const char **pools = kn_xcalloc((size_t)argc, sizeof(*pools));
+	size_t n_pools = 0;
 	int c, rc = 2;
 
 	kn_server_config_init(&cfg);
@@ -286,6 +289,9 @@ int cmd_server(int argc, char **argv)
 		case 263:
 			cfg.cost_catalog = optarg;
 			break;
+		case 265:
+			pools[n_pools++] = optarg;
+			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);
 			goto out;
@@ -311,6 +317,17 @@ int cmd_server(int argc, char **argv)
 			"machine: it needs --executor local\n");
 		goto out;
 	}
+	/* Pool nodes, like simulated ones, bring their own devices and
+	   labels and run here. */
+	if (n_pools && (cfg.gpus || cfg.node_labels || cfg.node_name ||
+			cfg.node_sku || cfg.node_pricing ||
+			strcmp(cfg.executor, "local") != 0)) {
+		fprintf(stderr, "kiln server: --pool cannot be combined with "
+			"--gpus, --node-labels, --node-name, --node-sku, "
+			"--node-pricing or another executor than local: its "
+			"nodes bring their GPUs and labels\n");
+		goto out;
+	}
 	if ((cfg.kube_namespace || cfg.kubeconfig || cfg.kube_context ||
 	     cfg.kube_image || cfg.kube_scheduler) &&
 	    strcmp(cfg.executor, "kubernetes") != 0) {
@@ -325,6 +342,8 @@ int cmd_server(int argc, char **argv)
 	}
 	cfg.sim_nodes = sim_nodes;
 	cfg.n_sim_nodes = n_sim_nodes;
+	cfg.pools = pools;
+	cfg.n_pools = n_pools;
 	if (!cfg.health_sku)
 		cfg.health_sku = getenv("KILN_SKU");
 	if (!cfg.home) {
@@ -338,5 +357,6 @@ int cmd_server(int argc, char **argv)
 	rc = rc < 0 ? 1 : 0;
 out:
 	free(sim_nodes);
+	free(pools);
 	return rc;
 }

@@ -498,4 +498,59 @@ double kn_pack_frag_milli(struct kn_pack *c);
 /* One node's fragmentation for the typical set, in milli-GPU. */
 double kn_pack_node_frag(const struct kn_pack *c, size_t node);
 
+/* ---- autoscaling node pools (docs/capacity.md) ---- */
+
+#define KN_AUTOSCALE_WHY_LEN 256
+
+/* A node pool as the autoscaler sees it. */
+struct kn_autoscale_pool {
+	const char *name;
+	bool spot;
+	double gpu_hour_price;  /* per GPU, from the catalog; < 0 = unpriced */
+	int min, max;
+	int current;            /* nodes up */
+	int provisioning;       /* asked for, not up yet: counted as coming */
+	int64_t scale_down_delay_ms;
+	/* What one new node looks like: devices, CPU, memory and labels,
+	   nothing used. */
+	const struct kn_sched_node *shape;
+};
+
+/* A queued job that found no room on the nodes that are up. */
+struct kn_autoscale_job {
+	int64_t id;
+	bool preemptible;
+	const struct kn_sched_request *req;
+};
+
+/* A node of some pool. */
+struct kn_autoscale_node {
+	size_t pool;            /* index into the pools */
+	int64_t idle_since;     /* ms since when it has run nothing, 0 = busy
+				   (or not ready: never shut down) */
+};
+
+/*
+ * One autoscaling round, pure. Scale up: a pool below its min gets the
+ * difference; then each job, in the order given (queue order), is placed
+ * on the nodes being provisioned and those already added this round (so
+ * a burst asks once, not once per round); when it does not fit there, it
+ * gets the fewest new nodes of the first pool, by preference, whose room
+ * (max - current - provisioning - added) lets the whole gang fit:
+ * preemptible jobs prefer spot pools, other jobs prefer on-demand pools,
+ * then the lowest price per GPU (unpriced last), then the pool order.
+ * Scale down: nodes idle at least their pool's delay, the longest idle
+ * first, while the pool stays at or above min and is not scaling up.
+ *
+ * add[n_pools] gets the nodes to ask each pool for, remove[n_nodes] the
+ * nodes to delete, why[n_pools] each pool's decision in words ("" when
+ * nothing changes) and blocked the first job no pool can hold, or "".
+ */
+void kn_autoscale_plan(const struct kn_autoscale_pool *pools, size_t n_pools,
+		       const struct kn_autoscale_job *jobs, size_t n_jobs,
+		       const struct kn_autoscale_node *nodes, size_t n_nodes,
+		       int64_t now, int *add, bool *remove,
+		       char (*why)[KN_AUTOSCALE_WHY_LEN],
+		       char blocked[KN_AUTOSCALE_WHY_LEN]);
+
 #endif

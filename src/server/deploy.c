@@ -780,6 +780,35 @@ const struct deployment *deploy_of(struct server *s, int64_t job_id)
 	return NULL;
 }
 
+const struct deployment *deploy_named(struct server *s, const char *name)
+{
+	for (struct deployment *p = s->deploy ? s->deploy->list : NULL; p;
+	     p = p->next)
+		if (!strcmp(p->name, name))
+			return p;
+	return NULL;
+}
+
+const char *deploy_name(const struct deployment *d)
+{
+	return d->name;
+}
+
+int deploy_ready_off_node(struct server *s, const struct deployment *d,
+			  size_t node)
+{
+	int n = 0;
+
+	for (int i = 0; i < d->n_reps; i++) {
+		const struct replica *r = &d->reps[i];
+		struct run *run = r->job_id ? find_run(s, r->job_id) : NULL;
+
+		if (run && replica_ready(r, run) && run->bindings[0].node != node)
+			n++;
+	}
+	return n;
+}
+
 const char *deploy_model_dir(struct server *s, int64_t job_id)
 {
 	const struct deployment *p = deploy_of(s, job_id);

@@ -107,6 +107,10 @@ struct server_node {
 	struct kn_device_set devices;
 	char *labels_text; /* the labels' text, split in place */
 	struct kn_sched_label *labels; /* into labels_text */
+	/* Node pools (pools.c): the pool's index + 1 (0: no pool), and
+	   since when the node has run nothing (0: busy). */
+	size_t pool;
+	int64_t idle_since;
 };
 
 struct server {
@@ -154,6 +158,7 @@ struct server {
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
 	struct kn_catalog *catalog; /* prices for the cost ledger (cost.c) */
+	struct pools *pools;        /* node pools and autoscaling (pools.c) */
 };
 
 /* auth.c */
@@ -224,6 +229,19 @@ void jobs_free_all(struct server *s);
 void jobs_launch_run(struct server *s, struct run *r);
 /* The final sync of a run whose tasks have ended is over. */
 void jobs_sync_settled(struct server *s, struct run *r);
+
+/*
+ * The queued jobs that found no room on the last scheduler turn (past
+ * their backoff, not waiting for preemptions), in queue order, each with
+ * its scheduler request: what the autoscaler grows pools for.
+ */
+struct pending_job {
+	int64_t id;
+	bool preemptible;
+	struct kn_sched_request *req; /* owned by the list */
+};
+size_t jobs_pending(struct server *s, struct pending_job **out);
+void jobs_pending_free(struct pending_job *jobs, size_t n);
 
 /* nodes.c */
 /* The index of the node called name, or -1. */
@@ -336,6 +354,13 @@ void deploy_free(struct server *s);
  */
 struct deployment;
 const struct deployment *deploy_of(struct server *s, int64_t job_id);
+/* The deployment called name, or NULL; and a deployment's name. */
+const struct deployment *deploy_named(struct server *s, const char *name);
+const char *deploy_name(const struct deployment *d);
+/* The replicas of d that are ready on another node than node (pools.c's
+   rolling maintenance moves replicas before it evicts). */
+int deploy_ready_off_node(struct server *s, const struct deployment *d,
+			  size_t node);
 /* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
 const char *deploy_model_dir(struct server *s, int64_t job_id);
 /* Route handlers (api.c's table). */
@@ -458,6 +483,29 @@ void cost_stop(struct server *s);
 void cost_h_report(struct server *s, struct kn_http_req *req,
 		   const struct caller *c, const char *param);
 void cost_h_reservations(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param);
+
+/* server.c: node set-up, shared with the pools that add nodes later */
+/* Node n's scheduler view of its devices, this machine's CPUs and memory. */
+void setup_sched_node(struct server *s, size_t n);
+/* Labels "k=v,k=v" split on sep into node n's labels; flag names the
+   option in errors. */
+int setup_labels(struct server *s, size_t n, const char *text,
+		 const char *sep, const char *flag, struct kn_error *err);
+
+/* pools.c: node pools, their providers and the autoscaler */
+/* Parse --pool, create or adopt each pool's nodes; after setup_nodes. */
+int pools_start(struct server *s, struct kn_error *err);
+/* Arm the autoscaler's timer once the loop exists. */
+void pools_run(struct server *s);
+void pools_free(struct server *s);
+/* GET /v1/pools */
+void pools_h_list(struct server *s, struct kn_http_req *req,
+		  const struct caller *c, const char *param);
+/* POST and GET /v1/pools/{name}/rolling: rolling maintenance */
+void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
+			   const struct caller *c, const char *param);
+void pools_h_rolling_get(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param);
 
 /* logs.c */

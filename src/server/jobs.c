@@ -195,6 +195,46 @@ const char *jobs_queue_reason(struct server *s, int64_t id)
 	return q && q->reason[0] ? q->reason : NULL;
 }
 
+size_t jobs_pending(struct server *s, struct pending_job **out)
+{
+	int64_t now = kn_now_ms();
+	struct kn_sched_queue_entry *order =
+		kn_xcalloc(s->queue_len ? s->queue_len : 1, sizeof(*order));
+	size_t n = 0, k = 0;
+
+	for (struct queued_job *q = s->queue; q; q = q->next)
+		if (q->reason[0] && q->not_before <= now && !q->preempting) {
+			order[n].job_id = q->id;
+			order[n].priority = q->priority;
+			order[n++].submitted_at = q->submitted_at;
+		}
+	kn_sched_sort_queue(order, n);
+	*out = kn_xcalloc(n ? n : 1, sizeof(**out));
+	for (size_t i = 0; i < n; i++) {
+		struct queued_job *q = queue_find(s, order[i].job_id, NULL);
+		struct sreq *r = kn_xcalloc(1, sizeof(*r));
+
+		sreq_build(s, q->spec, r);
+		(*out)[k].id = q->id;
+		(*out)[k].preemptible = q->spec->preemptible;
+		(*out)[k++].req = &r->req;
+	}
+	free(order);
+	return k;
+}
+
+void jobs_pending_free(struct pending_job *jobs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		/* req is the first member of the sreq it was built in. */
+		struct sreq *r = (struct sreq *)jobs[i].req;
+
+		sreq_release(r);
+		free(r);
+	}
+	free(jobs);
+}
+
 static void wake_scheduler(struct server *s)
 {
 	if (!kn_timer_pending(s->tick_timer))

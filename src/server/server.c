@@ -122,9 +122,8 @@ static int setup_mig(struct server *s, struct kn_error *err)
  * (sep ' ') into node n's labels, which placement (selectors, affinity,
  * spread) and deployments (zone) read. flag names the option in errors.
  */
-static int setup_labels(struct server *s, size_t n, const char *text,
-			const char *sep, const char *flag,
-			struct kn_error *err)
+int setup_labels(struct server *s, size_t n, const char *text,
+		 const char *sep, const char *flag, struct kn_error *err)
 {
 	struct server_node *node = &s->nodes[n];
 	char *item, *save = NULL;
@@ -156,7 +155,7 @@ static int setup_labels(struct server *s, size_t n, const char *text,
 }
 
 /* Node n's scheduler view of its devices, this machine's CPUs and memory. */
-static void setup_sched_node(struct server *s, size_t n)
+void setup_sched_node(struct server *s, size_t n)
 {
 	struct server_node *node = &s->nodes[n];
 	struct kn_sched_node *sn = &s->cluster.nodes[n];
@@ -281,11 +280,15 @@ static int setup_nodes(struct server *s, struct kn_error *err)
 {
 	struct kn_node_row *rows = NULL;
 	size_t n_rows = 0, n = s->cfg.n_sim_nodes ? s->cfg.n_sim_nodes : 1;
+
+	/* Pools bring their nodes (pools_start), in place of the local one. */
+	if (s->cfg.n_pools && !s->cfg.n_sim_nodes)
+		n = 0;
 	int rc = 0;
 
 	s->nodes = kn_xcalloc(n, sizeof(*s->nodes));
 	s->cluster.nodes = kn_xcalloc(n, sizeof(*s->cluster.nodes));
-	if (!s->cfg.n_sim_nodes) {
+	if (!s->cfg.n_sim_nodes && n) {
 		s->cluster.n_nodes = 1;
 		rc = setup_local_node(s, err);
 	}
@@ -343,6 +346,7 @@ static void server_release(struct server *s)
 	deploy_free(s);
 	models_free(s);
 	jobs_free_all(s);
+	pools_free(s);
 	kube_stop(s);
 	free(s->blob_url);
 	kn_http_server_free(s->http);
@@ -424,6 +428,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	rc = setup_nodes(&s, err);
 	if (rc < 0)
 		goto out;
+	rc = pools_start(&s, err);
+	if (rc < 0)
+		goto out;
 	rc = cost_start(&s, err);
 	if (rc < 0)
 		goto out;
@@ -479,6 +486,7 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	rc = health_start(&s, &s.health, err);
 	if (rc < 0)
 		goto out;
+	pools_run(&s);
 	if (cfg->azure_events_url) {
 		rc = events_start(&s, cfg->azure_events_url,
 				  cfg->azure_vm_name ? cfg->azure_vm_name

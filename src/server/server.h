@@ -67,6 +67,10 @@ struct kn_server_config {
 	   (docs/scheduling.md): each "NAME GPUS [KEY=VALUE ...]". */
 	const char *const *sim_nodes;
 	size_t n_sim_nodes;
+	/* Node pools (docs/capacity.md): each --pool "NAME SKU GPUS
+	   [KEY=VALUE ...]"; their nodes run on this machine too. */
+	const char *const *pools;
+	size_t n_pools;
 
 	/* Scheduled backups (docs/backup.md). */
 	int64_t backup_every_ms;  /* 0 = none */

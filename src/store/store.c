@@ -3348,6 +3348,23 @@ out:
 	return write_end(st, own, rc, err);
 }
 
+int kn_store_node_state_close(struct kn_store *st, const char *node,
+			      int64_t at, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_CLOSE];
+	const char *what = "closing a node state";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, node) || bind_i64(s, 2, at))
+		rc = bind_fail(st, s, what, err);
+	else
+		rc = run(st, s, what, err);
+	return write_end(st, own, rc, err);
+}
+
 int kn_store_node_state_close_all(struct kn_store *st, int64_t at,
 				  struct kn_error *err)
 {

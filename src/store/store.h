@@ -534,6 +534,10 @@ int kn_store_gateway_key_revoke(struct kn_store *st, const char *name,
 int kn_store_node_state_open(struct kn_store *st, const char *node,
 			     const char *state, int64_t at,
 			     struct kn_error *err);
+/* End the node's open interval at `at`: it is gone (a pool scaled it
+   down). One transaction (or the caller's). */
+int kn_store_node_state_close(struct kn_store *st, const char *node,
+			      int64_t at, struct kn_error *err);
 /* End every open interval at `at` (a clean stop). */
 int kn_store_node_state_close_all(struct kn_store *st, int64_t at,
 				  struct kn_error *err);

@@ -1299,13 +1299,16 @@ static void test_cost_record(void **state)
 	assert_int_equal(st[1].ended_at, 0);
 	assert_string_equal(st[2].node, "n2");
 	kn_node_state_list_free(st, n);
+	/* A node a pool scaled down: its interval alone ends. */
+	assert_int_equal(kn_store_node_state_close(fx->st, "n2", 300, &err), 0);
 	assert_int_equal(kn_store_node_state_close_all(fx->st, 400, &err), 0);
 	/* Ended at or before 250: left out of a window from 250. */
 	assert_int_equal(kn_store_node_state_list(fx->st, 250, &st, &n, &err),
 			 0);
 	assert_int_equal(n, 2);
 	assert_int_equal(st[0].ended_at, 400);
-	assert_int_equal(st[1].ended_at, 400);
+	assert_string_equal(st[1].node, "n2");
+	assert_int_equal(st[1].ended_at, 300);
 	kn_node_state_list_free(st, n);
 
 	assert_int_equal(kn_store_deployment_put(fx->st, &d, NULL, &err), 0);

@@ -1,0 +1,327 @@
+"""Node pools and the autoscaler with the sim provider (kiln server --pool):
+a burst grows a pool by what fits and its jobs run, preemptible work goes
+to the spot pool, idle nodes go after the pool's delay and min is kept."""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import requests
+
+from conftest import KILN, Server, job_yaml, wait_for
+
+POOLS = ["--pool", "gpu Standard_NC24ads_A100_v4 1xA100-80GB max=3 "
+                   "scale-down-delay=1s zones=a,b team=ml",
+         "--pool", "cheap Standard_NC24ads_A100_v4 1xA100-80GB spot min=0 "
+                   "max=2 scale-down-delay=1s"]
+
+
+@pytest.fixture
+def pooled(tmp_path):
+    s = Server(tmp_path / "home", gpus=None,
+               extra=POOLS + ["--health-interval", "0"])
+    s.home.mkdir()
+    s.start()
+    yield s
+    s.stop()
+    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                   check=False)
+
+
+def pools(server):
+    r = server.request("GET", "/v1/pools")
+    assert r.status_code == 200, r.text
+    return {p["name"]: p for p in r.json()["pools"]}
+
+
+def node_names(server):
+    r = server.request("GET", "/v1/nodes")
+    assert r.status_code == 200, r.text
+    return sorted(n["name"] for n in r.json()["nodes"])
+
+
+def waiting_job(name, flag, preemptible=False):
+    script = f'while [ ! -e {flag} ]; do sleep 0.1; done'
+    return job_yaml(name, ["/bin/sh", "-c", script],
+                    resources={"gpus": 1}, preemptible=preemptible)
+
+
+def test_burst_scales_up_spot_for_preemptible_idle_nodes_go(pooled, tmp_path):
+    start = pools(pooled)
+    # min 1 by default for a GPU pool; min=0 starts none.
+    assert start["gpu"]["current"] == 1 and start["cheap"]["current"] == 0
+    assert start["gpu"]["pricing"] == "on_demand"
+    assert start["cheap"]["pricing"] == "spot"
+    assert node_names(pooled) == ["gpu-1"]
+    labels = pooled.request("GET", "/v1/nodes").json()["nodes"][0]["labels"]
+    assert labels == {"pool": "gpu", "sku": "Standard_NC24ads_A100_v4",
+                      "pricing": "on_demand", "zone": "a", "team": "ml"}
+
+    flag = tmp_path / "done"
+    ids = [pooled.submit(waiting_job(f"burst{i}", flag)) for i in range(3)]
+    for job_id in ids:
+        pooled.wait_state(job_id, "running")
+    now = pools(pooled)
+    # Three 1-GPU jobs on 1-GPU nodes: the on-demand pool grew by two,
+    # not the cheaper spot pool (the jobs are not preemptible).
+    assert now["gpu"]["current"] == 3, now
+    assert now["cheap"]["current"] == 0, now
+    assert now["gpu"]["last_decision"]["why"].startswith("+"), now
+    nodes = {pooled.job(i)["attempts_detail"][-1]["tasks"][0]["node"]
+             for i in ids}
+    assert nodes == {"gpu-1", "gpu-2", "gpu-3"}
+
+    # A preemptible job goes to the spot pool.
+    spot_id = pooled.submit(waiting_job("spotty", flag, preemptible=True))
+    pooled.wait_state(spot_id, "running")
+    assert pooled.job(spot_id)["attempts_detail"][-1]["tasks"][0]["node"] \
+        == "cheap-1"
+    assert "preemptible" in pools(pooled)["cheap"]["last_decision"]["why"]
+
+    # A 2-GPU job fits no pool's node: it is named, nothing grows.
+    big = pooled.submit(job_yaml("big", ["/bin/true"],
+                                 resources={"gpus": 2}))
+    blocked = wait_for(
+        lambda: pooled.request("GET", "/v1/pools").json()["blocked"],
+        what="a blocked job")
+    assert f"job {big} " in blocked
+    pooled.request("POST", f"/v1/jobs/{big}/cancel")
+
+    out = pooled.cli("pools", check=True).stdout
+    assert "pool gpu: Standard_NC24ads_A100_v4 x 1xA100-80GB" in out
+    assert "3 up" in out and "gpu-3" in out
+
+    flag.write_text("")
+    for job_id in ids + [spot_id]:
+        pooled.wait_state(job_id, "succeeded")
+    # Idle longer than 1 s: gone, down to min (1 and 0).
+    wait_for(lambda: (lambda p: p["gpu"]["current"] == 1
+                      and p["cheap"]["current"] == 0)(pools(pooled)),
+             what="idle nodes to be removed")
+    after = pools(pooled)
+    assert "min 1" in after["gpu"]["last_decision"]["why"]
+    assert len(node_names(pooled)) == 1
+    audit = pooled.request("GET", "/v1/audit").json()
+    actions = {a["action"] for a in audit["audit"]}
+    assert {"pool.scale_up", "pool.scale_down", "node.remove"} <= actions
+
+    # The cost ledger still prices the removed nodes' time.
+    cost = pooled.request("GET", "/v1/cost", params={"by": "node"})
+    assert cost.status_code == 200, cost.text
+    assert "gpu-2" in cost.text
+
+
+@pytest.mark.parametrize("spec,words", [
+    ("gpu", "want \"NAME SKU GPUS"),
+    ("g@ SKU 1xA100-80GB", "name:"),
+    ("gpu SKU 1xA100-80GB min=3 max=2", "max:"),
+    ("gpu SKU 1xA100-80GB min=x", "min:"),
+    ("gpu SKU 1xA100-80GB scale-down-delay=soon", "scale-down-delay:"),
+    ("gpu SKU A100", "GPUS:"),
+    ("gpu SKU 1xA100-80GB pool=x", "label pool="),
+    ("gpu SKU 1xA100-80GB min=0", "no node"),
+])
+def test_bad_pool_is_refused_naming_the_field(tmp_path, spec, words):
+    home = tmp_path / "home"
+    res = subprocess.run([KILN, "server", "--listen", "127.0.0.1:0",
+                          "--home", str(home), "--pool", spec],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode != 0
+    assert words in res.stderr, res.stderr
+
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "pool_provider.sh"
+
+
+def test_command_provider_provisions_without_overshoot_and_deletes(tmp_path):
+    gate, protect = tmp_path / "gate", tmp_path / "protect"
+    log = tmp_path / "calls.log"
+    env = dict(os.environ, POOL_FIXTURE_LOG=str(log),
+               POOL_FIXTURE_GATE=str(gate), POOL_FIXTURE_PROTECT=str(protect))
+    s = Server(tmp_path / "home", gpus=None, env=env, extra=[
+        "--health-interval", "0", "--sim-node", "base 1xT4-16GB",
+        "--pool", f"cmd Standard_NC48ads_A100_v4 2xA100-80GB min=0 max=3 "
+                  f"provider=command command={FIXTURE} scale-down-delay=1s"])
+    s.home.mkdir()
+    s.start()
+    try:
+        flag = tmp_path / "done"
+        script = f'while [ ! -e {flag} ]; do sleep 0.1; done'
+        spec = job_yaml("a100", ["/bin/sh", "-c", script],
+                        resources={"gpus": 1, "gpu_model": ["A100"]})
+        first = s.submit(spec)
+        # The script runs and waits at the gate: one node provisioning.
+        wait_for(lambda: pools(s)["cmd"]["provisioning"] == 1,
+                 what="a node being provisioned")
+        p = pools(s)["cmd"]
+        assert p["provider"] == "command"
+        assert p["current"] == 0 and p["desired"] == 1
+        # A second job fits the node that is coming: nothing more asked.
+        second = s.submit(spec)
+        wait_for(lambda: s.job(second)["reason"], what="job 2 to wait")
+        gate.write_text("")
+        for job_id in (first, second):
+            s.wait_state(job_id, "running")
+            assert s.job(job_id)["attempts_detail"][-1]["tasks"][0]["node"] \
+                == "cmd-1"
+        calls = log.read_text().splitlines()
+        assert calls == ["scale-up cmd 1 cmd-1 sku=Standard_NC48ads_A100_v4 "
+                         "pricing=on_demand gpus=2xA100-80GB"], calls
+
+        # Idle: the provider is asked to delete it; a failure leaves the
+        # node in the pool, named in the decision and the audit log.
+        protect.write_text("")
+        flag.write_text("")
+        wait_for(lambda: "protected" in ((pools(s)["cmd"]["last_error"]
+                                          or {}).get("why", "")),
+                 what="the failed delete")
+        assert "-1: idle" in pools(s)["cmd"]["last_decision"]["why"]
+        assert [n["name"] for n in pools(s)["cmd"]["nodes"]] == ["cmd-1"]
+        audit = s.request("GET", "/v1/audit").json()["audit"]
+        assert any(a["action"] == "node.remove" and a["outcome"] == "failed"
+                   for a in audit)
+        protect.unlink()
+        wait_for(lambda: pools(s)["cmd"]["current"] == 0,
+                 what="the idle node deleted")
+        assert "delete cmd cmd-1" in log.read_text()
+        assert node_names(s) == ["base"]
+    finally:
+        s.stop()
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                       check=False)
+
+
+MODEL_SERVER = Path(__file__).resolve().parent / "fixtures" / "model_server.py"
+HEALTH_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def serving(server, name):
+    """Each ready replica's address, from the server."""
+    dep = server.request("GET", f"/v1/deployments/{name}").json()["deployment"]
+    return [rep["address"] for rep in dep["replicas"]
+            if rep.get("ready") and rep.get("address")]
+
+
+def test_rolling_drain_keeps_a_deployment_serving_and_stops_at_bad_health(
+        tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(HEALTH_FIXTURES / "node-basic", root)
+    log = tmp_path / "patched"
+    env = dict(os.environ, KILN_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
+    env.pop("KILN_SKU", None)
+    s = Server(tmp_path / "home", gpus=None, env=env, extra=[
+        "--health-interval", "0", "--health-root", str(root),
+        "--pool", "web Standard_NC24ads_A100_v4 1xA100-80GB min=3 max=3 "
+                  "scale-down-delay=1h"])
+    s.home.mkdir()
+    s.start()
+    try:
+        r = s.request("POST", "/v1/deployments", params={"file": "d.yaml"},
+                      data=(f"kind: Deployment\nname: chat\nmodel: /tmp\n"
+                            f"command: [\"/usr/bin/python3\", \"{MODEL_SERVER}\"]\n"
+                            "env: {READY_DELAY_S: \"0.1\"}\nreplicas: 2\n"
+                            "resources: {gpus: 1}\n"
+                            "readiness: {path: /health, period_s: 0.1}\n"))
+        assert r.status_code in (200, 201), r.text
+        wait_for(lambda: len(serving(s, "chat")) == 2, timeout=30,
+                 what="2 ready replicas")
+        # The replicas hold two nodes: the third is free for a move.
+        free = ({"web-1", "web-2", "web-3"} - {
+            rep["node"] for rep in s.request(
+                "GET", "/v1/deployments/chat").json()["deployment"]["replicas"]})
+        assert len(free) == 1
+        # web-2's patch breaks the machine: its health checks fail after.
+        patch = (f'echo "$KILN_POOL $KILN_NODE" >> {log}; '
+                 f'if [ "$KILN_NODE" = web-2 ]; then cp '
+                 f'{HEALTH_FIXTURES}/node-faulty/dev/kmsg {root}/dev/kmsg; fi')
+        res = s.cli("drain", "--rolling", "web", "--command", patch,
+                    "--no-wait", check=True)
+        assert "rolling maintenance of pool web started (3 nodes)" in res.stdout
+
+        # Throughout, some ready replica answers.
+        answered = 0
+        while True:
+            rolling = s.request("GET", "/v1/pools/web/rolling").json()["rolling"]
+            ok = 0
+            for addr in serving(s, "chat"):
+                try:
+                    if requests.get(f"http://{addr}/", timeout=2).ok:
+                        ok += 1
+                except requests.ConnectionError:
+                    pass
+            assert ok >= 1, rolling
+            answered += 1
+            if rolling["state"] != "running":
+                break
+        assert answered > 1
+        assert rolling["state"] == "failed", rolling
+        assert rolling["node"] == "web-2" and rolling["done"] == ["web-1"]
+        assert "web-2 failed its health checks" in rolling["error"]
+        assert "kernel_xid" in rolling["error"]
+        assert log.read_text().splitlines() == ["web web-1", "web web-2"]
+        nodes = {n["name"]: n for n in
+                 s.request("GET", "/v1/nodes").json()["nodes"]}
+        assert nodes["web-1"]["state"] == "ready"
+        assert nodes["web-2"]["state"] == "draining"
+        assert nodes["web-3"]["state"] == "ready"
+        # No replica is left on the broken node; both serve.
+        reps = s.request("GET", "/v1/deployments/chat").json()["deployment"][
+            "replicas"]
+        assert "web-2" not in {rep["node"] for rep in reps}
+        wait_for(lambda: len(serving(s, "chat")) == 2, timeout=30,
+                 what="2 ready replicas after the drain")
+        out = s.cli("pools", check=True).stdout
+        assert "rolling: failed" in out
+        audit = s.request("GET", "/v1/audit").json()["audit"]
+        assert any(a["action"] == "pool.rolling.end" and
+                   a["outcome"] == "failed" for a in audit)
+        # A second one may start once this one is over; a bad body is named.
+        bad = s.request("POST", "/v1/pools/web/rolling", json={})
+        assert bad.status_code == 400 and "command" in bad.text
+        s.request("DELETE", "/v1/deployments/chat")
+    finally:
+        s.stop()
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                       check=False)
+
+
+def test_pool_nodes_and_their_tasks_survive_a_restart(tmp_path):
+    s = Server(tmp_path / "home", gpus=None, extra=[
+        "--health-interval", "0", "--pool",
+        "gpu Standard_NC24ads_A100_v4 1xA100-80GB max=3 scale-down-delay=1h"])
+    s.home.mkdir()
+    s.start()
+    try:
+        flag = tmp_path / "done"
+        ids = [s.submit(waiting_job(f"long{i}", flag)) for i in range(2)]
+        where = {}
+        for job_id in ids:
+            s.wait_state(job_id, "running")
+            where[job_id] = s.job(job_id)["attempts_detail"][-1]["tasks"][0][
+                "node"]
+        assert sorted(where.values()) == ["gpu-1", "gpu-2"]
+        s.request("POST", "/v1/nodes/gpu-2/cordon")
+        s.kill9()
+        s.start()
+        # Both nodes come back (gpu-2 still cordoned), each task where it
+        # ran; the next node is gpu-3, not a second gpu-2.
+        p = pools(s)["gpu"]
+        assert {n["name"]: n["state"] for n in p["nodes"]} == {
+            "gpu-1": "ready", "gpu-2": "cordoned"}
+        for job_id in ids:
+            job = s.job(job_id)
+            assert job["state"] == "running"
+            assert job["attempts_detail"][-1]["tasks"][0]["node"] == \
+                where[job_id]
+        third = s.submit(waiting_job("third", flag))
+        s.wait_state(third, "running")
+        assert s.job(third)["attempts_detail"][-1]["tasks"][0]["node"] == \
+            "gpu-3"
+        flag.write_text("")
+        for job_id in ids + [third]:
+            s.wait_state(job_id, "succeeded")
+    finally:
+        s.stop()
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                       check=False)
