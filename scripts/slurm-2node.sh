@@ -55,6 +55,9 @@ down() {
   stop_daemon slurmctld "$dir/run/slurmctld.pid"
   for n in kn1 kn2; do
     ip netns del "$n" 2>/dev/null || true
+    # A namespace outlives its name while a process still runs in it, and
+    # keeps its veth pair: delete the host end, which takes both.
+    ip link del "$n-h" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
 }
@@ -141,6 +144,11 @@ EOF
     states=$(timeout 10 sinfo -h -N -o '%N=%T' 2>/dev/null | sort -u | tr '\n' ' ' || true)
     case "$states" in
       "kn1=idle kn2=idle ") break ;;
+      # A drain or down left in the saved state by an earlier run (a test
+      # that failed a health check, a killed slurmd): this cluster is the
+      # tests' own, so put its nodes back in service.
+      *drain*|*down*)
+        scontrol update nodename=kn1,kn2 state=resume >/dev/null 2>&1 || true ;;
     esac
     sleep 0.5
   done
