@@ -338,6 +338,12 @@ struct deployment;
 const struct deployment *deploy_of(struct server *s, int64_t job_id);
 /* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
 const char *deploy_model_dir(struct server *s, int64_t job_id);
+/*
+ * Alias `alias` of `model` moved (models.c): deployments following it roll
+ * to the version it names, or keep theirs and fire an alert saying why.
+ */
+void deploy_alias_moved(struct server *s, const char *model,
+			const char *alias);
 /* Route handlers (api.c's table). */
 void deploy_h_create(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param);

@@ -499,7 +499,10 @@ static int alias_move(struct server *s, const struct caller *c,
 	a.object = object;
 	a.outcome = "ok";
 	a.detail = detail;
-	return kn_store_model_alias_move(s->store, name, &ev, &a, err);
+	rc = kn_store_model_alias_move(s->store, name, &ev, &a, err);
+	if (rc == 0)
+		deploy_alias_moved(s, name, alias);
+	return rc;
 }
 
 void models_h_version_create(struct server *s, struct kn_http_req *req,
