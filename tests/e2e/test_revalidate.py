@@ -1,11 +1,14 @@
-"""Deployments that follow a registry alias, end to end: a real kiln
-server, versions pushed and signed with `kiln model`, replicas of the tiny
-HTTP model server that report the KILN_MODEL_DIR they were started with.
-Which version a replica serves is read from the replica itself, not only
-from kiln's own account of it."""
+"""Deployments that follow a registry alias, and scheduled re-validation,
+end to end: a real kiln server, versions pushed and signed with `kiln
+model`, replicas of the tiny HTTP model server that report the
+KILN_MODEL_DIR they were started with (which version a replica serves is
+read from the replica itself, not only from kiln's account of it), and an
+evaluation job (a sh script) whose loss the test controls."""
 import json
 import shutil
 from pathlib import Path
+
+import requests
 
 from conftest import wait_for
 
@@ -49,8 +52,7 @@ def detail(server, name):
 
 
 def served_versions(server, name):
-    """{replica: version} as the ready replicas themselves report it."""
-    import requests
+    """{replica: (version it reports, version kiln reports)}, ready ones."""
     out = {}
     for r in detail(server, name)["replicas"]:
         if not r["ready"]:
@@ -128,3 +130,88 @@ def test_deployment_follows_alias(server, tmp_path):
     # And back to 1: the replicas follow.
     server.cli("model", "rollback", "gpt", "prod", check=True)
     wait_serving(server, "chat", 1)
+
+
+EVAL_SH = """set -e
+mkdir -p "$KILN_OUTPUT_DIR"
+echo "$KILN_MODEL" >> "$SEEN"
+cat "$KILN_MODEL_DIR/weights" >> "$SEEN"
+printf '{"loss": %s, "note": "text is dropped"}' "$(cat "$LOSS")" \\
+  > "$KILN_OUTPUT_DIR/metrics.json"
+"""
+
+
+def evaluations(server, ref):
+    r = server.request("GET", f"/v1/models/{ref}/evaluations")
+    assert r.status_code == 200, r.text
+    return r.json()["evaluations"]
+
+
+def test_revalidation_alerts_and_rolls_back(server, tmp_path):
+    key = trusted_key(server, tmp_path)
+    for i in (1, 2):
+        push(server, tmp_path, "gpt", i)
+        sign(server, key, f"gpt@{i}")
+        server.cli("model", "promote", f"gpt@{i}", "prod", check=True)
+    r = server.request("POST", "/v1/deployments",
+                       data=deployment_yaml("chat", "gpt@prod", replicas=1))
+    assert r.status_code == 201, r.text
+    wait_serving(server, "chat", 2, replicas=1)
+
+    loss, seen = tmp_path / "loss", tmp_path / "seen"
+    loss.write_text("2.5")
+    script = tmp_path / "eval.sh"
+    script.write_text(EVAL_SH)
+    spec = tmp_path / "eval.yaml"
+    spec.write_text("kind: Job\nname: gpt-eval\n"
+                    f"command: [\"sh\", \"{script}\"]\n"
+                    f"env: {{LOSS: \"{loss}\", SEEN: \"{seen}\"}}\n")
+
+    # Bad flags are usage errors, named.
+    res = server.cli("model", "revalidate", "gpt", "--alias", "prod",
+                     "--job", str(spec), "--every", "1h", "--max", "loss")
+    assert res.returncode == 2 and "METRIC=NUMBER" in res.stderr
+    res = server.cli("model", "revalidate", "gpt", "--alias", "prod",
+                     "--job", str(spec), "--every", "1h")
+    assert res.returncode == 1 and "at least one threshold" in res.stderr
+    res = server.cli("model", "revalidate", "gpt", "--alias", "prod", "--now")
+    assert res.returncode == 1 and "has no re-validation" in res.stderr
+
+    server.cli("model", "revalidate", "gpt", "--alias", "prod", "--job",
+               str(spec), "--every", "1h", "--max", "loss=1.8", "--rollback",
+               check=True)
+    job = int(server.cli("model", "revalidate", "gpt", "--alias", "prod",
+                         "--now", check=True).stdout)
+    (alert,) = wait_for(lambda: firing(server, "model_revalidation_failed"),
+                        what="the model_revalidation_failed alert")
+    assert "loss 2.5 > max 1.8" in alert["summary"]
+    # The job saw the version under test, in a verified copy.
+    assert seen.read_text().splitlines() == ["gpt@2", "weights 2"]
+    (ev,) = evaluations(server, "gpt@2")
+    assert (ev["job"], ev["outcome"], ev["metrics"], ev["detail"]) == (
+        job, "failed", {"loss": 2.5}, "loss 2.5 > max 1.8")
+    # Rolled back: the alias, then the deployment that follows it.
+    history = json.loads(server.cli("model", "aliases", "gpt", "-o", "json",
+                                    check=True).stdout)
+    assert [(h["action"], h["from"], h["version"], h["by"])
+            for h in history][-1] == ("rollback", 2, 1, "system")
+    wait_serving(server, "chat", 1, replicas=1)
+
+    # A passing run (now of version 1) resolves the alert.
+    loss.write_text("1.25")
+    server.cli("model", "revalidate", "gpt", "--alias", "prod", "--now",
+               check=True)
+    wait_for(lambda: not firing(server, "model_revalidation_failed"),
+             what="the alert resolved")
+    (ev,) = evaluations(server, "gpt@prod")
+    assert (ev["version"], ev["outcome"], ev["metrics"]) == (
+        1, "passed", {"loss": 1.25})
+    shown = server.cli("model", "show", "gpt@2", check=True).stdout
+    assert "evaluations:" in shown and "loss 2.5 > max 1.8" in shown
+
+    # On a schedule: every second, with no --now.
+    server.cli("model", "revalidate", "gpt", "--alias", "prod", "--job",
+               str(spec), "--every", "1s", "--max", "loss=1.8", check=True)
+    wait_for(lambda: len(evaluations(server, "gpt@1")) >= 3,
+             what="scheduled runs")
+    assert all(e["outcome"] == "passed" for e in evaluations(server, "gpt@1"))
