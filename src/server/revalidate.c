@@ -8,7 +8,9 @@
  * as a job of the revalidation's owner with KILN_MODEL_DIR (the copy) and
  * KILN_MODEL (NAME@VERSION) added to its env. When the job ends for good
  * (jobs.c's hook), its metrics are checked and the outcome stored per
- * version. A failed or broken run fires model_revalidation_failed, which
+ * version, on this file's timer rather than inside jobs.c's handling of
+ * ended runs, since a rollback moves deployments, which cancel and submit
+ * jobs. A failed or broken run fires model_revalidation_failed, which
  * stays firing until a run passes; with rollback, a failed threshold also
  * rolls the alias back (when it still names the version tested), which
  * moves deployments that follow it (deploy.c).
@@ -39,6 +41,7 @@ struct reval {
 	bool rollback;
 	bool failing;    /* model_revalidation_failed is firing */
 	int64_t job_id;  /* the run in flight; 0 = none */
+	bool ended;      /* its job ended: judged on the next tick */
 	int64_t version; /* the version that run tests */
 	char *run_dir;   /* its verified copy: the job's KILN_MODEL_DIR */
 	char run_ref[KN_MODEL_NAME_MAX + 24]; /* KILN_MODEL: NAME@VERSION */
@@ -217,12 +220,17 @@ static void arm_next(struct server *s)
 		kn_timer_arm(rs->timer, due > now ? due - now : 0);
 }
 
+static void judge(struct server *s, struct reval *r);
+
 static void tick(void *arg)
 {
 	struct server *s = arg;
 	int64_t now = kn_now_ms();
 	struct kn_error err;
 
+	for (struct reval *r = s->reval->list; r; r = r->next)
+		if (r->ended)
+			judge(s, r);
 	for (struct reval *r = s->reval->list; r; r = r->next)
 		if (!r->job_id && r->next_at <= now &&
 		    run_now(s, r, &err) < 0 && r->job_id == 0)
@@ -246,20 +254,27 @@ const char *reval_model_dir(struct server *s, int64_t job_id,
 
 void reval_job_ended(struct server *s, int64_t job_id)
 {
+	if (!s->reval)
+		return;
+	for (struct reval *r = s->reval->list; r; r = r->next)
+		if (r->job_id == job_id) {
+			r->ended = true;
+			kn_timer_arm(s->reval->timer, 0);
+		}
+}
+
+/* Judge r's run, whose job has ended: store, alert, maybe roll back. */
+static void judge(struct server *s, struct reval *r)
+{
 	struct kn_job_row j;
 	struct kn_error err;
-	struct reval *r = NULL;
+	int64_t job_id = r->job_id;
 	char why[256], note[160];
 	char *metrics = NULL;
 	json_t *doc = NULL;
 
-	if (!s->reval)
-		return;
-	for (r = s->reval->list; r && r->job_id != job_id; r = r->next)
-		;
-	if (!r)
-		return;
 	r->job_id = 0;
+	r->ended = false;
 	memset(&j, 0, sizeof(j));
 	if (kn_store_job_get(s->store, job_id, &j, &err) < 0) {
 		record(s, r, job_id, "error", NULL, err.message);
@@ -301,7 +316,6 @@ out:
 	json_decref(doc);
 	free(metrics);
 	kn_job_row_release(&j);
-	arm_next(s);
 }
 
 static struct reval *reval_from_row(const struct kn_revalidation_row *row,
@@ -488,6 +502,7 @@ void reval_h_put(struct server *s, struct kn_http_req *req,
 		if (old) {
 			/* Keeps its run in flight and the alert's state. */
 			r->job_id = old->job_id;
+			r->ended = old->ended;
 			r->version = old->version;
 			r->run_dir = old->run_dir;
 			old->run_dir = NULL;
