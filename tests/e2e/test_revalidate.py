@@ -215,3 +215,14 @@ def test_revalidation_alerts_and_rolls_back(server, tmp_path):
     wait_for(lambda: len(evaluations(server, "gpt@1")) >= 3,
              what="scheduled runs")
     assert all(e["outcome"] == "passed" for e in evaluations(server, "gpt@1"))
+
+    # A restart keeps the re-validation and the stored outcomes.
+    server.request("POST", "/v1/deployments/chat/scale", json={"replicas": 0})
+    server.stop()
+    server.start()
+    r = server.request("GET", "/v1/models/gpt/revalidation")
+    assert r.status_code == 200, r.text
+    (kept,) = r.json()["revalidations"]
+    assert (kept["alias"], kept["every_ms"], kept["thresholds"],
+            kept["rollback"]) == ("prod", 1000, {"max": {"loss": 1.8}}, False)
+    assert [e["outcome"] for e in evaluations(server, "gpt@2")] == ["failed"]
