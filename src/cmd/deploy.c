@@ -117,7 +117,7 @@ static void print_kube_detail(json_t *d, json_t *k)
 static void print_detail(json_t *d)
 {
 	static const char *const headers[] = {
-		"REPLICA", "STATE", "ADDRESS", "NODE", "ZONE", "RESTARTS", "JOB",
+		"REPLICA", "STATE", "VERSION", "ADDRESS", "NODE", "ZONE", "RESTARTS", "JOB",
 		"REASON", NULL,
 	};
 	struct cli_table *t = cli_table_new(headers);
@@ -128,6 +128,10 @@ static void print_detail(json_t *d)
 	printf("owner:       %s\n", cli_json_str(d, "owner"));
 	printf("model:       %s (%s)\n", cli_json_str(d, "model"),
 	       cli_json_str(d, "model_dir"));
+	if (json_is_string(json_object_get(d, "follows")))
+		printf("follows:     alias %s (now version %lld)\n",
+		       cli_json_str(d, "follows"),
+		       (long long)cli_json_int(d, "model_version"));
 	printf("replicas:    %lld ready of %lld\n",
 	       (long long)cli_json_int(d, "replicas_ready"),
 	       (long long)cli_json_int(d, "replicas_wanted"));
@@ -144,6 +148,11 @@ static void print_detail(json_t *d)
 	json_array_foreach(json_object_get(d, "replicas"), i, r) {
 		cli_table_cellf(t, "%lld", (long long)cli_json_int(r, "replica"));
 		cli_table_cell(t, cli_json_str(r, "state"));
+		if (json_is_integer(json_object_get(r, "model_version")))
+			cli_table_cellf(t, "%lld", (long long)cli_json_int(
+							   r, "model_version"));
+		else
+			cli_table_cell(t, "-");
 		cli_table_cell(t, cli_json_str(r, "address"));
 		cli_table_cell(t, cli_json_str(r, "node"));
 		cli_table_cell(t, cli_json_str(r, "zone"));

@@ -513,6 +513,43 @@ static void print_model(json_t *m)
 	}
 }
 
+/* A version's re-validation runs, oldest first. */
+static void print_evaluations(json_t *list, int64_t now)
+{
+	static const char *const eh[] = {"WHEN", "ALIAS", "JOB", "OUTCOME",
+					 "METRICS", "DETAIL", NULL};
+	struct cli_table *t;
+	json_t *it;
+	size_t i;
+
+	if (!json_array_size(list))
+		return;
+	printf("\nevaluations:\n");
+	t = cli_table_new(eh);
+	json_array_foreach(list, i, it) {
+		char when[80], *metrics = NULL;
+		json_t *m = json_object_get(it, "metrics");
+
+		cli_format_when(cli_json_int(it, "time_ms"), now, when,
+				sizeof(when));
+		if (json_is_object(m))
+			metrics = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
+		cli_table_cell(t, when);
+		cli_table_cell(t, cli_json_str(it, "alias"));
+		if (json_is_integer(json_object_get(it, "job")))
+			cli_table_cellf(t, "%lld",
+					(long long)cli_json_int(it, "job"));
+		else
+			cli_table_cell(t, "-");
+		cli_table_cell(t, cli_json_str(it, "outcome"));
+		cli_table_cell(t, metrics ? metrics : "-");
+		cli_table_cell(t, cli_json_str(it, "detail"));
+		free(metrics);
+	}
+	cli_table_print(t, stdout, 2);
+	cli_table_free(t);
+}
+
 static void print_version(json_t *v)
 {
 	static const char *const fh[] = {"PATH", "SIZE", "SHA256", NULL};
@@ -561,6 +598,7 @@ static void print_version(json_t *v)
 	}
 	cli_table_print(t, stdout, 2);
 	cli_table_free(t);
+	print_evaluations(json_object_get(v, "evaluations"), now);
 }
 
 static int model_show(struct cli_ctx *ctx, int argc, char **argv)
@@ -1092,6 +1130,105 @@ out:
 	return rc == CLI_GO ? CLI_EXIT_OK : rc;
 }
 
+/*
+ * kiln model revalidate NAME --alias A --job FILE --every DUR --max M=N
+ * [--min M=N] [--rollback], or NAME --alias A --now. --max and --min may
+ * repeat, so this command reads its own flags.
+ */
+static int model_revalidate(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *alias = NULL, *job = NULL, *every = NULL, *name = NULL,
+		   *spec_name = NULL;
+	bool now = false, rollback = false;
+	const struct cli_flag flags[] = {
+		{"alias", 0, CLI_FLAG_STRING, &alias},
+		{"job", 0, CLI_FLAG_STRING, &job},
+		{"every", 0, CLI_FLAG_STRING, &every},
+		{"now", 0, CLI_FLAG_BOOL, &now},
+		{"rollback", 0, CLI_FLAG_BOOL, &rollback},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_client *c = NULL;
+	struct kn_error err;
+	json_t *thresholds = json_object(), *req = NULL, *answer = NULL;
+	char *path = NULL, *text = NULL, *abs = NULL;
+	size_t len;
+	int rc = CLI_GO;
+
+	for (int i = 1; rc == CLI_GO && i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(ctx->cmd->help, stdout);
+			rc = CLI_EXIT_OK;
+		} else if (!strcmp(argv[i], "--max") ||
+			   !strcmp(argv[i], "--min")) {
+			if (i + 1 >= argc)
+				rc = cli_usage_error(ctx, "%s needs METRIC=N",
+						     argv[i]);
+			else if (kn_model_threshold_add(thresholds, argv[i] + 2,
+							argv[i + 1], &err) < 0)
+				rc = cli_usage_error(ctx, "%s", err.message);
+			i++;
+		} else if (argv[i][0] == '-' && argv[i][1]) {
+			rc = cli_take_flag(ctx, flags, argc, argv, &i);
+		} else if (!name) {
+			name = argv[i];
+		} else {
+			rc = cli_usage_error(ctx, "too many arguments");
+		}
+	}
+	if (rc == CLI_GO && (!name || !alias))
+		rc = cli_usage_error(ctx, "usage: %s revalidate NAME --alias "
+				     "ALIAS (--job FILE --every DURATION --max "
+				     "METRIC=N ... | --now)", ctx->prog);
+	if (rc == CLI_GO && !kn_model_name_ok(name))
+		rc = cli_usage_error(ctx, "\"%s\" is not a model name", name);
+	if (rc == CLI_GO && !now && (!job || !every))
+		rc = cli_usage_error(ctx, "--job FILE and --every DURATION are "
+				     "needed (or --now to run it at once)");
+	if (rc == CLI_GO && now && (job || every || rollback ||
+				    json_object_size(thresholds)))
+		rc = cli_usage_error(ctx, "--now runs the re-validation already "
+				     "set; it takes no other flag but --alias");
+	if (rc == CLI_GO)
+		rc = cli_check_output(ctx);
+	if (rc == CLI_GO && job)
+		rc = cli_read_spec(ctx, job, &text, &len, &spec_name);
+	if (rc != CLI_GO)
+		goto out;
+	if (now) {
+		req = json_pack("{s:s}", "alias", alias);
+		path = model_path(name, "/revalidation/run");
+	} else {
+		/* The absolute path, so the spec's workdir resolves as for a
+		   job submitted from here. */
+		abs = strcmp(job, "-") ? realpath(job, NULL) : NULL;
+		req = json_pack("{s:s, s:s, s:s, s:s, s:O, s:b}", "alias", alias,
+				"job", text, "filename", abs ? abs : spec_name,
+				"every", every, "thresholds", thresholds,
+				"rollback", rollback);
+		path = model_path(name, "/revalidation");
+	}
+	rc = cli_client_open(ctx, &c);
+	if (!rc)
+		rc = post_json(c, path, req, &answer);
+	if (!rc && cli_want_json(ctx))
+		cli_print_json(answer);
+	else if (!rc && now)
+		printf("%lld\n", (long long)cli_json_int(answer, "job"));
+	else if (!rc)
+		fprintf(stderr, "%s@%s: re-validated every %s\n", name, alias,
+			every);
+out:
+	free(abs);
+	free(text);
+	free(path);
+	json_decref(thresholds);
+	json_decref(req);
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}
+
 int cmd_model(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct cli_verb verbs[] = {
@@ -1106,6 +1243,7 @@ int cmd_model(struct cli_ctx *ctx, int argc, char **argv)
 		{"keygen", model_keygen},
 		{"sign", model_sign},
 		{"verify", model_verify},
+		{"revalidate", model_revalidate},
 		{NULL, NULL},
 	};
 	return cli_run_verb(ctx, argc, argv, verbs);

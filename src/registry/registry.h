@@ -180,4 +180,28 @@ int kn_hash_threads_default(void);
 void kn_hash_files(struct kn_hash_item *items, size_t n, int threads,
 		   int64_t total, kn_hash_progress progress, void *arg);
 
+/* ---- re-validation thresholds (threshold.c) ---- */
+
+#define KN_MODEL_METRIC_MAX 64
+
+/*
+ * Check a thresholds document, {"max": {metric: number}, "min": {...}},
+ * with at least one threshold. -EINVAL naming the bad part.
+ */
+int kn_model_thresholds_validate(json_t *doc, struct kn_error *err);
+/*
+ * Add "METRIC=NUMBER" (the CLI's --max / --min) to doc under kind ("max"
+ * or "min"). -EINVAL naming the flag; doc unchanged then.
+ */
+int kn_model_threshold_add(json_t *doc, const char *kind, const char *text,
+			   struct kn_error *err);
+/*
+ * Whether metrics (metrics.json's object) meet every threshold: a max is
+ * broken by a larger value, a min by a smaller one, either by a missing or
+ * non-finite metric. When not, why names the first broken one ("loss 2.5 >
+ * max 1.8").
+ */
+bool kn_model_thresholds_pass(json_t *thresholds, json_t *metrics, char *why,
+			      size_t len);
+
 #endif

@@ -923,6 +923,15 @@ static const struct route routes[] = {
 	 "model.promote", models_h_promote},
 	{"POST", "/v1/models/{name}/rollback", KN_ROLE_OPERATOR, false,
 	 "model.rollback", models_h_rollback},
+	/* Re-validation (revalidate.c). */
+	{"POST", "/v1/models/{name}/revalidation", KN_ROLE_OPERATOR, false,
+	 "model.revalidate", reval_h_put},
+	{"GET", "/v1/models/{name}/revalidation", KN_ROLE_VIEWER, false, NULL,
+	 reval_h_list},
+	{"POST", "/v1/models/{name}/revalidation/run", KN_ROLE_OPERATOR, false,
+	 "model.revalidate.run", reval_h_run},
+	{"GET", "/v1/models/{name}/evaluations", KN_ROLE_VIEWER, false, NULL,
+	 reval_h_evaluations},
 	/* Workflow runs (workflows.c): a user runs and changes its own. */
 	{"POST", "/v1/workflows", KN_ROLE_USER, false, "workflow.run",
 	 workflows_h_run},

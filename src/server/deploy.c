@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "kube/kube.h"
+#include "registry/registry.h"
 
 /* The longest a probe waits for its answer, whatever its period. */
 #define PROBE_TIMEOUT_MAX_MS 5000
@@ -65,6 +66,8 @@ struct replica {
 	int64_t next_ready_at, next_live_at;
 	bool ready_in_flight, live_in_flight;
 	bool replacing;  /* a rollout's new job: wait for it to be ready */
+	char *model_dir; /* KILN_MODEL_DIR its job was given; NULL = not
+			    known (a rollout a server restart interrupted) */
 };
 
 struct deployment {
@@ -155,6 +158,8 @@ static void deployment_free(struct deployment *p)
 	free(p->spec_json);
 	free(p->model_dir);
 	kn_deployment_spec_free(p->spec);
+	for (int i = 0; i < p->n_reps; i++)
+		free(p->reps[i].model_dir);
 	free(p->reps);
 	free(p);
 }
@@ -313,8 +318,12 @@ static int start_replica(struct deploy_state *d, struct deployment *p, int i,
 		jobs_cancel(d->s, &c, id, &cerr);
 		return rc;
 	}
+	free(p->reps[i].model_dir);
 	memset(&p->reps[i], 0, sizeof(p->reps[i]));
 	p->reps[i].job_id = id;
+	/* Its own copy: a later rollout must not change what it serves
+	   when it restarts before its turn. */
+	p->reps[i].model_dir = kn_xstrdup(p->model_dir);
 	return 0;
 }
 
@@ -353,6 +362,10 @@ static void trim(struct deploy_state *d, struct deployment *p)
 		if (kn_store_replica_delete(d->s->store, p->name, i, &err) < 0)
 			kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name,
 			       err.message);
+	}
+	for (int i = p->replicas; i < p->n_reps; i++) {
+		free(p->reps[i].model_dir);
+		p->reps[i].model_dir = NULL;
 	}
 	if (p->n_reps > p->replicas)
 		p->n_reps = p->replicas;
@@ -725,6 +738,14 @@ int deploy_start(struct server *s, struct kn_error *err)
 					p->reps[reps[k].replica].replacing = true;
 				kn_job_row_release(&j);
 			}
+			/* Replicas a rollout has reached serve the current
+			   model; which one the others were given is not
+			   kept across a restart. */
+			if (p->rollout_next < 0 ||
+			    reps[k].replica < p->rollout_next ||
+			    p->reps[reps[k].replica].replacing)
+				p->reps[reps[k].replica].model_dir =
+					kn_xstrdup(p->model_dir);
 		}
 		p->next = d->list;
 		d->list = p;
@@ -813,7 +834,166 @@ const char *deploy_model_dir(struct server *s, int64_t job_id)
 {
 	const struct deployment *p = deploy_of(s, job_id);
 
-	return p ? p->model_dir : NULL;
+	if (!p)
+		return NULL;
+	for (int i = 0; i < p->n_reps; i++)
+		if (p->reps[i].job_id == job_id && p->reps[i].model_dir)
+			return p->reps[i].model_dir;
+	return p->model_dir;
+}
+
+/* ---- following an alias ---- */
+
+/* The alias a deployment follows (its model is NAME@ALIAS), or NULL. */
+static const char *followed_alias(const struct deployment *p,
+				  struct kn_model_ref *ref)
+{
+	struct kn_error err;
+
+	if (p->spec->model_job || strchr(p->spec->model, '/') ||
+	    kn_model_ref_parse(p->spec->model, true, "model", ref, &err) < 0)
+		return NULL;
+	return ref->alias[0] ? ref->alias : NULL;
+}
+
+/*
+ * The registry version a copy under $KILN_HOME/registry/models/N/V is
+ * (models_deploy_dir names them so); 0 for a model that is not one.
+ */
+static int64_t dir_version(const struct deployment *p, const char *dir)
+{
+	struct kn_model_ref ref;
+	struct kn_error err;
+	const char *slash = dir ? strrchr(dir, '/') : NULL;
+
+	if (!slash || p->spec->model_job || strchr(p->spec->model, '/') ||
+	    kn_model_ref_parse(p->spec->model, true, "model", &ref, &err) < 0)
+		return 0;
+	return strtoll(slash + 1, NULL, 10);
+}
+
+/*
+ * deployment_model_refused: the alias moved to a version that cannot be
+ * served. Fired again (with the new reason) on each refusal; resolved by
+ * the next version that is rolled out.
+ */
+static void follow_alert(struct server *s, const struct deployment *p,
+			 const char *why)
+{
+	char fingerprint[96];
+	struct kn_error err;
+	int64_t now = kn_now_ms();
+	int rc;
+
+	snprintf(fingerprint, sizeof(fingerprint), "deployment:%s:model",
+		 p->name);
+	rc = kn_store_alert_resolve(s->store, fingerprint, now, &err);
+	if (rc == 0 && why) {
+		json_t *label_doc = json_pack("{s:s, s:s}", "deployment",
+					      p->name, "model", p->spec->model);
+		char *labels = json_dumps(label_doc, JSON_COMPACT);
+		char *summary = kn_asprintf("deployment %s does not follow %s: "
+					    "%s", p->name, p->spec->model, why);
+		struct kn_alert_row row = {
+			.fingerprint = fingerprint,
+			.rule = "deployment_model_refused",
+			.severity = "critical",
+			.labels_json = labels,
+			.summary = summary,
+			.value = 1,
+			.active_at = now,
+			.fired_at = now,
+		};
+
+		rc = kn_store_alert_fire(s->store, &row, NULL, &err);
+		if (rc == 0)
+			feed_publish(s, "alert.firing",
+				     json_pack("{s:{s:s, s:s, s:s, s:s, s:s}}",
+					       "alert", "rule",
+					       "deployment_model_refused",
+					       "severity", "critical", "state",
+					       "firing", "fingerprint",
+					       fingerprint, "summary", summary));
+		free(summary);
+		free(labels);
+		json_decref(label_doc);
+	}
+	if (rc < 0)
+		kn_log(KN_LOG_ERROR, "deployment %s alert: %s", p->name,
+		       err.message);
+}
+
+/*
+ * The alias moved: roll the deployment to the version it now names, one
+ * replica at a time, once that version verifies (signature, trust, every
+ * file's digest, the copy replicas read); otherwise keep serving the
+ * current one, and say why in an alert and an event.
+ */
+static void follow(struct server *s, struct deployment *p)
+{
+	struct kn_audit a;
+	struct kn_error err;
+	char *dir = NULL, object[96], detail[160];
+	int64_t from = dir_version(p, p->model_dir), to;
+
+	if (models_deploy_dir(s, p->spec->model, &dir, &err) < 0) {
+		kn_log(KN_LOG_WARN, "deployment %s: not rolled to %s: %s",
+		       p->name, p->spec->model, err.message);
+		feed_publish(s, "deployment.rollout",
+			     json_pack("{s:s, s:s, s:s, s:I}", "deployment",
+				       p->name, "state", "refused", "reason",
+				       err.message, "version",
+				       (json_int_t)from));
+		follow_alert(s, p, err.message);
+		return;
+	}
+	follow_alert(s, p, NULL);
+	if (!strcmp(dir, p->model_dir)) {
+		free(dir);
+		return;
+	}
+	to = dir_version(p, dir);
+	snprintf(object, sizeof(object), "deployment/%s", p->name);
+	snprintf(detail, sizeof(detail), "%s: %lld -> %lld", p->spec->model,
+		 (long long)from, (long long)to);
+	memset(&a, 0, sizeof(a));
+	a.actor = "system";
+	a.role = "system";
+	a.action = "deployment.follow";
+	a.object = object;
+	a.outcome = "ok";
+	a.detail = detail;
+	free(p->model_dir);
+	p->model_dir = dir;
+	p->generation++;
+	p->updated_at = kn_now_ms();
+	for (int i = 0; i < p->n_reps; i++)
+		p->reps[i].replacing = false;
+	p->rollout_next = p->replicas > 0 ? 0 : -1;
+	if (save(s->deploy, p, &a, &err) < 0)
+		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
+	kn_log(KN_LOG_INFO, "deployment %s: rolling to %s (version %lld)",
+	       p->name, p->spec->model, (long long)to);
+	feed_publish(s, "deployment.rollout",
+		     json_pack("{s:s, s:s, s:I, s:I}", "deployment", p->name,
+			       "state", "started", "from", (json_int_t)from,
+			       "to", (json_int_t)to));
+	reconcile(s->deploy, p);
+	arm(s->deploy, 0);
+}
+
+void deploy_alias_moved(struct server *s, const char *model,
+			const char *alias)
+{
+	struct kn_model_ref ref;
+	const char *a;
+
+	if (!s->deploy)
+		return;
+	for (struct deployment *p = s->deploy->list; p; p = p->next)
+		if ((a = followed_alias(p, &ref)) && !strcmp(a, alias) &&
+		    !strcmp(ref.name, model))
+			follow(s, p);
 }
 
 /* ---- JSON ---- */
@@ -863,9 +1043,18 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 			if (!strcmp(state, "restarting"))
 				reason = j.reason;
 		}
-		o = json_pack("{s:i, s:I, s:s, s:b, s:i}", "replica", i, "job",
-			      (json_int_t)r->job_id, "state", state, "ready",
-			      replica_ready(r, run), "restarts", restarts);
+		o = json_pack("{s:i, s:I, s:s, s:b, s:i, s:o}", "replica", i,
+			      "job", (json_int_t)r->job_id, "state", state,
+			      "ready", replica_ready(r, run), "restarts",
+			      restarts, "model_dir",
+			      r->model_dir ? json_string(r->model_dir)
+					   : json_null());
+		if (dir_version(p, p->model_dir))
+			json_object_set_new(
+				o, "model_version",
+				r->model_dir
+					? json_integer(dir_version(p, r->model_dir))
+					: json_null());
 		if (run_serving(run)) {
 			char addr[32];
 			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
@@ -896,6 +1085,9 @@ static json_t *deployment_json(struct server *s, const struct deployment *p)
 {
 	int ready = 0;
 	json_t *reps, *st = NULL, *o;
+	struct kn_model_ref ref;
+	const char *alias = followed_alias(p, &ref);
+	int64_t version = dir_version(p, p->model_dir);
 
 	if (kube_places(s)) {
 		st = kn_kube_deploy_status(p->name);
@@ -926,6 +1118,10 @@ static json_t *deployment_json(struct server *s, const struct deployment *p)
 		json_object_del(st, "pods");
 		json_object_set_new(o, "kubernetes", st);
 	}
+	json_object_set_new(o, "follows",
+			    alias ? json_string(alias) : json_null());
+	json_object_set_new(o, "model_version",
+			    version ? json_integer(version) : json_null());
 	return o;
 }
 

@@ -153,6 +153,7 @@ struct server {
 	bool closing;               /* shutting down: late work is dropped */
 
 	struct backup_state *backup; /* backups (backup.c) */
+	struct reval_state *reval;   /* model re-validation (revalidate.c) */
 
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
@@ -363,6 +364,12 @@ int deploy_ready_off_node(struct server *s, const struct deployment *d,
 			  size_t node);
 /* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
 const char *deploy_model_dir(struct server *s, int64_t job_id);
+/*
+ * Alias `alias` of `model` moved (models.c): deployments following it roll
+ * to the version it names, or keep theirs and fire an alert saying why.
+ */
+void deploy_alias_moved(struct server *s, const char *model,
+			const char *alias);
 /* Route handlers (api.c's table). */
 void deploy_h_create(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param);
@@ -416,9 +423,47 @@ void models_h_rollback(struct server *s, struct kn_http_req *req,
  */
 int models_deploy_dir(struct server *s, const char *text, char **out,
 		      struct kn_error *err);
+/*
+ * Roll alias of model name back (as POST .../rollback does), acting as c;
+ * *to and *from the versions. -ECONFLICT when there is nothing earlier.
+ */
+int models_alias_rollback(struct server *s, const struct caller *c,
+			  const char *name, const char *alias, int64_t *to,
+			  int64_t *from, struct kn_error *err);
+/* revalidate.c: scheduled evaluation of a model alias (docs/registry.md) */
+/* Load the re-validations and schedule their runs. */
+int reval_start(struct server *s, struct kn_error *err);
+void reval_free(struct server *s);
+/*
+ * KILN_MODEL_DIR when job_id is a re-validation's evaluation job (and
+ * *ref its KILN_MODEL, NAME@VERSION), else NULL.
+ */
+const char *reval_model_dir(struct server *s, int64_t job_id,
+			    const char **ref);
+/* A job ended for good: a re-validation's run is judged. */
+void reval_job_ended(struct server *s, int64_t job_id);
+/* One version's stored evaluations, oldest first (a new array). */
+json_t *reval_evaluations_json(struct server *s, const char *name,
+			       int64_t version);
+/* Route handlers (api.c's table). */
+void reval_h_put(struct server *s, struct kn_http_req *req,
+		 const struct caller *c, const char *param);
+void reval_h_list(struct server *s, struct kn_http_req *req,
+		  const struct caller *c, const char *param);
+void reval_h_run(struct server *s, struct kn_http_req *req,
+		 const struct caller *c, const char *param);
+void reval_h_evaluations(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param);
 /* workflows.c: workflow runs, their steps as jobs (docs/workflows.md) */
 /* Advance every active run (after jobs_recover has re-adopted jobs). */
 int workflows_start(struct server *s, struct kn_error *err);
+/*
+ * The numbers job j left in KILN_OUTPUT_DIR/metrics.json, as JSON object
+ * text (malloc'd), or NULL (with a note in why when the file is there but
+ * not an object).
+ */
+char *metrics_read(struct server *s, const struct kn_job_row *j, char *why,
+		   size_t len);
 /* A job ended for good (not requeued): its run, if any, moves on. */
 void workflows_job_ended(struct server *s, int64_t job_id);
 /*

@@ -501,7 +501,7 @@ static void share_text(int milli, char *buf, size_t len)
 static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
-	const char *model_dir;
+	const char *model_dir, *model_ref;
 	char devs[256], **env = NULL;
 	json_t *step_env;
 	size_t n = 0;
@@ -585,6 +585,11 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	if ((model_dir = deploy_model_dir(s, r->job_id))) {
 		add_env(&env, &n, kn_asprintf("KILN_PORT=%d", r->master_port));
 		add_env(&env, &n, kn_asprintf("KILN_MODEL_DIR=%s", model_dir));
+	}
+	/* An evaluation job gets the version it tests (revalidate.c). */
+	if ((model_dir = reval_model_dir(s, r->job_id, &model_ref))) {
+		add_env(&env, &n, kn_asprintf("KILN_MODEL_DIR=%s", model_dir));
+		add_env(&env, &n, kn_asprintf("KILN_MODEL=%s", model_ref));
 	}
 
 	memset(&l, 0, sizeof(l));
@@ -1230,8 +1235,10 @@ static void settle(struct server *s, struct run **changed, size_t n)
 			r->spec = NULL;
 		}
 		run_free(r);
-		if (!requeue[i])
+		if (!requeue[i]) {
 			workflows_job_ended(s, job_id);
+			reval_job_ended(s, job_id);
+		}
 	}
 	free(done);
 	free(requeue);
@@ -1384,6 +1391,7 @@ int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 			queue_remove(s, id);
 			feed_job(s, id, "cancelled", j.reason);
 			workflows_job_ended(s, id);
+			reval_job_ended(s, id);
 		}
 		goto out;
 	}

@@ -499,7 +499,10 @@ static int alias_move(struct server *s, const struct caller *c,
 	a.object = object;
 	a.outcome = "ok";
 	a.detail = detail;
-	return kn_store_model_alias_move(s->store, name, &ev, &a, err);
+	rc = kn_store_model_alias_move(s->store, name, &ev, &a, err);
+	if (rc == 0)
+		deploy_alias_moved(s, name, alias);
+	return rc;
 }
 
 void models_h_version_create(struct server *s, struct kn_http_req *req,
@@ -756,6 +759,8 @@ static json_t *version_json(struct server *s,
 		      "manifest", json_loads(v->manifest, 0, NULL), "signatures",
 		      list, "trusted", trusted, "aliases", aliases, "store",
 		      s->blob_url);
+	json_object_set_new(o, "evaluations",
+			    reval_evaluations_json(s, v->name, v->version));
 out:
 	kn_model_signature_list_free(sigs, ns);
 	kn_model_alias_list_free(al, na);
@@ -966,16 +971,35 @@ static int64_t rollback_target(const struct kn_model_alias_row *hist,
 	return target;
 }
 
+int models_alias_rollback(struct server *s, const struct caller *c,
+			  const char *name, const char *alias, int64_t *to,
+			  int64_t *from, struct kn_error *err)
+{
+	struct kn_model_alias_row *hist = NULL;
+	size_t nh = 0;
+	int rc = kn_store_model_alias_history(s->store, name, &hist, &nh, err);
+
+	if (rc == 0) {
+		*to = rollback_target(hist, nh, alias);
+		if (!*to)
+			rc = kn_errorf(err, KN_ECONFLICT, "alias",
+				       "alias %s of model %s has no earlier "
+				       "version to roll back to", alias, name);
+	}
+	if (rc == 0)
+		rc = alias_move(s, c, name, alias, "rollback", *to, from, err);
+	kn_model_alias_list_free(hist, nh);
+	return rc;
+}
+
 void models_h_rollback(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
-	struct kn_model_alias_row *hist = NULL;
 	struct kn_error err;
 	json_t *body = NULL;
 	const char *alias = NULL;
 	char object[160];
 	int64_t target, from;
-	size_t nh = 0;
 
 	snprintf(object, sizeof(object), "model/%.64s", param);
 	if (!kn_model_name_ok(param)) {
@@ -987,16 +1011,7 @@ void models_h_rollback(struct server *s, struct kn_http_req *req,
 	if (!alias)
 		goto fail;
 	snprintf(object, sizeof(object), "model/%s@%s", param, alias);
-	if (kn_store_model_alias_history(s->store, param, &hist, &nh, &err) < 0)
-		goto fail;
-	target = rollback_target(hist, nh, alias);
-	if (!target) {
-		kn_errorf(&err, KN_ECONFLICT, "alias",
-			  "alias %s of model %s has no earlier version to roll "
-			  "back to", alias, param);
-		goto fail;
-	}
-	if (alias_move(s, c, param, alias, "rollback", target, &from, &err) < 0)
+	if (models_alias_rollback(s, c, param, alias, &target, &from, &err) < 0)
 		goto fail;
 	kn_http_reply_json(req, 200,
 			   json_pack("{s:s, s:s, s:I, s:I}", "name", param,
@@ -1007,7 +1022,6 @@ void models_h_rollback(struct server *s, struct kn_http_req *req,
 fail:
 	fail(s, req, c, "model.rollback", object, &err);
 out:
-	kn_model_alias_list_free(hist, nh);
 	json_decref(body);
 }
 

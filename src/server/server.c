@@ -343,6 +343,7 @@ static void server_release(struct server *s)
 	/* After the pool: a scrape or health run may still hold their state. */
 	monitor_free(s->monitor);
 	health_free(s->health);
+	reval_free(s);
 	deploy_free(s);
 	models_free(s);
 	jobs_free_all(s);
@@ -478,6 +479,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	if (rc < 0)
 		goto out;
 	rc = workflows_start(&s, err);
+	if (rc < 0)
+		goto out;
+	rc = reval_start(&s, err);
 	if (rc < 0)
 		goto out;
 	rc = monitor_start(&s, &s.monitor, err);

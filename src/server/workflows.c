@@ -185,8 +185,8 @@ static char *job_file_name(const char *workflow_file, const char *job_file)
  * attempt's task directory), as a JSON object text, or NULL with a note
  * in why when the file is there but not a JSON object.
  */
-static char *metrics_read(struct server *s, const struct kn_job_row *j,
-			  char *why, size_t len)
+char *metrics_read(struct server *s, const struct kn_job_row *j, char *why,
+		   size_t len)
 {
 	char *path = kn_asprintf("%s/tasks/%lld/%d/outputs/metrics.json",
 				 s->home, (long long)j->id, j->attempts);

@@ -352,6 +352,38 @@ static const char SQL_SCHEMA_V8[] =
 	" WHERE job_id != 0;";
 
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
+/*
+ * v9: model re-validation (server/revalidate.c). A revalidation row says
+ * which evaluation job spec runs against the version an alias names, how
+ * often, and the thresholds (JSON {"max": {metric: n}, "min": {...}}) on
+ * the metrics it writes; an evaluation row is one run's outcome, kept per
+ * model version.
+ */
+static const char SQL_SCHEMA_V9[] =
+	"CREATE TABLE model_revalidations ("
+	" name TEXT NOT NULL,"
+	" alias TEXT NOT NULL,"
+	" owner TEXT NOT NULL,"
+	" spec_yaml TEXT NOT NULL,"
+	" filename TEXT NOT NULL,"
+	" every_ms INTEGER NOT NULL,"
+	" thresholds_json TEXT NOT NULL,"
+	" rollback INTEGER NOT NULL,"
+	" created_at INTEGER NOT NULL,"
+	" PRIMARY KEY (name, alias)) WITHOUT ROWID;"
+	"CREATE TABLE model_evaluations ("
+	" id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" name TEXT NOT NULL,"
+	" version INTEGER NOT NULL,"
+	" alias TEXT NOT NULL,"
+	" job_id INTEGER NOT NULL,"
+	" outcome TEXT NOT NULL,"
+	" metrics_json TEXT,"
+	" detail TEXT,"
+	" time_ms INTEGER NOT NULL);"
+	"CREATE INDEX model_evaluations_version ON model_evaluations"
+	" (name, version, id);";
+
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
 	SQL_SCHEMA_V2,
@@ -361,6 +393,7 @@ static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V6,
 	SQL_SCHEMA_V7,
 	SQL_SCHEMA_V8,
+	SQL_SCHEMA_V9,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -781,6 +814,21 @@ static const char SQL_MODEL_VERSION_GET[] =
 static const char SQL_MODEL_VERSION_LIST[] =
 	"SELECT name, version, manifest, created_by, created_at"
 	" FROM model_versions WHERE name = ?1 ORDER BY version";
+static const char SQL_REVAL_PUT[] =
+	"INSERT OR REPLACE INTO model_revalidations (name, alias, owner,"
+	" spec_yaml, filename, every_ms, thresholds_json, rollback, created_at)"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+static const char SQL_REVAL_LIST[] =
+	"SELECT name, alias, owner, spec_yaml, filename, every_ms,"
+	" thresholds_json, rollback, created_at FROM model_revalidations"
+	" ORDER BY name, alias";
+static const char SQL_EVAL_INSERT[] =
+	"INSERT INTO model_evaluations (name, version, alias, job_id, outcome,"
+	" metrics_json, detail, time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+static const char SQL_EVAL_LIST[] =
+	"SELECT id, name, version, alias, job_id, outcome, metrics_json, detail,"
+	" time_ms FROM model_evaluations WHERE name = ?1 AND version = ?2"
+	" ORDER BY id";
 static const char SQL_MODEL_ALIAS_GET[] =
 	"SELECT version FROM model_aliases WHERE name = ?1 AND alias = ?2";
 static const char SQL_MODEL_ALIAS_PUT[] =
@@ -931,6 +979,10 @@ enum stmt_id {
 	STMT_WF_STEP_PUT,
 	STMT_WF_STEP_LIST,
 	STMT_WF_STEP_BY_JOB,
+	STMT_REVAL_PUT,
+	STMT_REVAL_LIST,
+	STMT_EVAL_INSERT,
+	STMT_EVAL_LIST,
 	STMT_COUNT,
 };
 
@@ -997,6 +1049,10 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_MODEL_VERSION_DELETE] = SQL_MODEL_VERSION_DELETE,
 	[STMT_MODEL_VERSION_GET] = SQL_MODEL_VERSION_GET,
 	[STMT_MODEL_VERSION_LIST] = SQL_MODEL_VERSION_LIST,
+	[STMT_REVAL_PUT] = SQL_REVAL_PUT,
+	[STMT_REVAL_LIST] = SQL_REVAL_LIST,
+	[STMT_EVAL_INSERT] = SQL_EVAL_INSERT,
+	[STMT_EVAL_LIST] = SQL_EVAL_LIST,
 	[STMT_MODEL_ALIAS_GET] = SQL_MODEL_ALIAS_GET,
 	[STMT_MODEL_ALIAS_PUT] = SQL_MODEL_ALIAS_PUT,
 	[STMT_MODEL_ALIAS_LIST] = SQL_MODEL_ALIAS_LIST,
@@ -3827,6 +3883,144 @@ void kn_model_signature_list_free(struct kn_model_signature_row *rows,
 		free(rows[i].public_key);
 		free(rows[i].signature);
 		free(rows[i].signed_by);
+	}
+	free(rows);
+}
+
+/* ---- model re-validation ---- */
+
+int kn_store_revalidation_put(struct kn_store *st,
+			      const struct kn_revalidation_row *r,
+			      const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_REVAL_PUT];
+	const char *what = "saving a model re-validation";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, r->name) || bind_text(s, 2, r->alias) ||
+	    bind_text(s, 3, r->owner) || bind_text(s, 4, r->spec_yaml) ||
+	    bind_text(s, 5, r->filename) || bind_i64(s, 6, r->every_ms) ||
+	    bind_text(s, 7, r->thresholds_json) ||
+	    bind_i64(s, 8, r->rollback) || bind_i64(s, 9, r->created_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc == 0 && a)
+		rc = audit_write(st, a, NULL, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_revalidation_list(struct kn_store *st,
+			       struct kn_revalidation_row **out, size_t *n,
+			       struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_REVAL_LIST];
+	const char *what = "listing model re-validations";
+	struct kn_revalidation_row *rows = NULL;
+	size_t used = 0, alloc = 0;
+	int rc;
+
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		struct kn_revalidation_row *r;
+		rows = grow(rows, &alloc, used, sizeof(*rows));
+		r = &rows[used++];
+		r->name = col_str(s, 0);
+		r->alias = col_str(s, 1);
+		r->owner = col_str(s, 2);
+		r->spec_yaml = col_str(s, 3);
+		r->filename = col_str(s, 4);
+		r->every_ms = col_i64(s, 5);
+		r->thresholds_json = col_str(s, 6);
+		r->rollback = col_bool(s, 7);
+		r->created_at = col_i64(s, 8);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_revalidation_list_free(rows, used);
+		return rc;
+	}
+	*out = rows;
+	*n = used;
+	return 0;
+}
+
+void kn_revalidation_list_free(struct kn_revalidation_row *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(rows[i].name);
+		free(rows[i].alias);
+		free(rows[i].owner);
+		free(rows[i].spec_yaml);
+		free(rows[i].filename);
+		free(rows[i].thresholds_json);
+	}
+	free(rows);
+}
+
+int kn_store_evaluation_add(struct kn_store *st,
+			    const struct kn_evaluation_row *e,
+			    struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_EVAL_INSERT];
+	const char *what = "recording a model evaluation";
+
+	if (bind_text(s, 1, e->name) || bind_i64(s, 2, e->version) ||
+	    bind_text(s, 3, e->alias) || bind_i64(s, 4, e->job_id) ||
+	    bind_text(s, 5, e->outcome) || bind_text(s, 6, e->metrics_json) ||
+	    bind_text(s, 7, e->detail) || bind_i64(s, 8, e->time_ms))
+		return bind_fail(st, s, what, err);
+	return run(st, s, what, err);
+}
+
+int kn_store_evaluation_list(struct kn_store *st, const char *name,
+			     int64_t version, struct kn_evaluation_row **out,
+			     size_t *n, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_EVAL_LIST];
+	const char *what = "listing model evaluations";
+	struct kn_evaluation_row *rows = NULL;
+	size_t used = 0, alloc = 0;
+	int rc;
+
+	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		struct kn_evaluation_row *r;
+		rows = grow(rows, &alloc, used, sizeof(*rows));
+		r = &rows[used++];
+		r->id = col_i64(s, 0);
+		r->name = col_str(s, 1);
+		r->version = col_i64(s, 2);
+		r->alias = col_str(s, 3);
+		r->job_id = col_i64(s, 4);
+		r->outcome = col_str(s, 5);
+		r->metrics_json = col_str(s, 6);
+		r->detail = col_str(s, 7);
+		r->time_ms = col_i64(s, 8);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_evaluation_list_free(rows, used);
+		return rc;
+	}
+	*out = rows;
+	*n = used;
+	return 0;
+}
+
+void kn_evaluation_list_free(struct kn_evaluation_row *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(rows[i].name);
+		free(rows[i].alias);
+		free(rows[i].outcome);
+		free(rows[i].metrics_json);
+		free(rows[i].detail);
 	}
 	free(rows);
 }

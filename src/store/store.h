@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 8
+#define KN_STORE_SCHEMA_VERSION 9
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -673,6 +673,48 @@ int kn_store_model_signature_list(struct kn_store *st, const char *name,
 				  size_t *n, struct kn_error *err);
 void kn_model_signature_list_free(struct kn_model_signature_row *rows,
 				  size_t n);
+
+/* ---- model re-validation (server/revalidate.c) ---- */
+
+struct kn_revalidation_row {
+	char *name, *alias; /* the key: the version alias names is tested */
+	char *owner;        /* its evaluation jobs run as this user */
+	char *spec_yaml;    /* the evaluation job spec, as sent */
+	char *filename;     /* the spec's name or absolute path */
+	int64_t every_ms;
+	char *thresholds_json; /* {"max": {metric: n}, "min": {metric: n}} */
+	bool rollback;      /* a failing run rolls the alias back */
+	int64_t created_at;
+};
+/* Insert or replace by (name, alias); a may be NULL. */
+int kn_store_revalidation_put(struct kn_store *st,
+			      const struct kn_revalidation_row *r,
+			      const struct kn_audit *a, struct kn_error *err);
+/* Ordered by name, alias. */
+int kn_store_revalidation_list(struct kn_store *st,
+			       struct kn_revalidation_row **out, size_t *n,
+			       struct kn_error *err);
+void kn_revalidation_list_free(struct kn_revalidation_row *rows, size_t n);
+
+struct kn_evaluation_row {
+	int64_t id; /* set by the store */
+	char *name;
+	int64_t version;
+	char *alias;   /* the alias that named the version */
+	int64_t job_id; /* 0 when no job ran (the version was refused) */
+	char *outcome; /* "passed", "failed" (a threshold), "error" */
+	char *metrics_json; /* the numbers of metrics.json; may be NULL */
+	char *detail;       /* why it failed; NULL when it passed */
+	int64_t time_ms;
+};
+int kn_store_evaluation_add(struct kn_store *st,
+			    const struct kn_evaluation_row *e,
+			    struct kn_error *err);
+/* One version's evaluations, oldest first. */
+int kn_store_evaluation_list(struct kn_store *st, const char *name,
+			     int64_t version, struct kn_evaluation_row **out,
+			     size_t *n, struct kn_error *err);
+void kn_evaluation_list_free(struct kn_evaluation_row *rows, size_t n);
 
 /* ---- workflow runs and their steps (server/workflows.c) ---- */
 

@@ -294,3 +294,29 @@ def test_spec_is_valid_and_preemptible():
     assert spec["tasks"] == 2 and spec["preemptible"] is True
     assert spec["checkpoint"]["signal"] == "SIGTERM"
     assert spec["checkpoint"]["keep"] == 3
+
+
+def test_eval_scores_the_held_out_loss_train_reported(runs, tmp_path):
+    """examples/train/eval.py on a run's outputs gives the held-out loss
+    train.py wrote, on the same windows; and the eval job spec is valid."""
+    run = finish(runs(tmp_path / "trained"))
+    want = json.loads((run.out / "metrics.json").read_text())["held_out_loss"]
+    out = tmp_path / "eval-out"
+    r = subprocess.run([PYTHON, str(TRAIN.parent / "eval.py"), "--batch", "4"],
+                       env=dict(os.environ, KILN_MODEL_DIR=str(run.out),
+                                KILN_OUTPUT_DIR=str(out),
+                                KILN_MODEL="tiny-gpt@1"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads((out / "metrics.json").read_text())
+    assert got["loss"] == pytest.approx(want, rel=1e-5)
+    assert "tiny-gpt@1: held-out loss" in r.stdout
+    fresh = tmp_path / "fresh.txt"
+    fresh.write_text("x" * 10)
+    r = subprocess.run([PYTHON, str(TRAIN.parent / "eval.py"), "--data",
+                        str(fresh), "--model-dir", str(run.out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "too short" in r.stderr
+    r = subprocess.run([KILN, "validate", str(TRAIN.parent / "eval.yaml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -298,6 +298,82 @@ static void test_hash_files(void **state)
 	free(dir);
 }
 
+/* Metrics as an evaluation writes them, checked against thresholds. */
+static bool passes(const char *thresholds, const char *metrics, char *why,
+		   size_t len)
+{
+	json_t *t = json_loads(thresholds, 0, NULL);
+	json_t *m = json_loads(metrics, JSON_DECODE_ANY, NULL);
+	bool ok = kn_model_thresholds_pass(t, m, why, len);
+
+	json_decref(t);
+	json_decref(m);
+	return ok;
+}
+
+static void test_thresholds(void **state)
+{
+	struct kn_error err;
+	char why[128];
+	json_t *doc = json_object();
+	const char *both = "{\"max\": {\"loss\": 1.8}, \"min\": {\"acc\": 0.9}}";
+
+	(void)state;
+	assert_true(passes(both, "{\"loss\": 1.2, \"acc\": 0.95}", why,
+			   sizeof(why)));
+	assert_string_equal(why, "");
+	/* A value equal to its limit holds. */
+	assert_true(passes(both, "{\"loss\": 1.8, \"acc\": 0.9}", why,
+			   sizeof(why)));
+	assert_false(passes(both, "{\"loss\": 2.5, \"acc\": 0.95}", why,
+			    sizeof(why)));
+	assert_string_equal(why, "loss 2.5 > max 1.8");
+	assert_false(passes(both, "{\"loss\": 1.0, \"acc\": 0.5}", why,
+			    sizeof(why)));
+	assert_string_equal(why, "acc 0.5 < min 0.9");
+	assert_false(passes(both, "{\"acc\": 0.95}", why, sizeof(why)));
+	assert_string_equal(why, "loss is missing from metrics.json or not a "
+				 "finite number");
+	assert_false(passes(both, "{\"loss\": \"low\", \"acc\": 1}", why,
+			    sizeof(why)));
+	assert_false(passes(both, "[1]", why, sizeof(why)));
+	assert_string_equal(why, "no metrics.json object");
+
+	/* The CLI's --max / --min, then the server's check of the whole. */
+	assert_int_equal(kn_model_thresholds_validate(doc, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "at least one threshold"));
+	assert_int_equal(kn_model_threshold_add(doc, "max", "loss=1.8", &err), 0);
+	assert_int_equal(kn_model_threshold_add(doc, "min", "acc=9e-1", &err), 0);
+	assert_int_equal(kn_model_thresholds_validate(doc, &err), 0);
+	assert_int_equal(kn_model_threshold_add(doc, "max", "loss", &err),
+			 -EINVAL);
+	assert_string_equal(err.field, "max");
+	assert_int_equal(kn_model_threshold_add(doc, "min", "acc=high", &err),
+			 -EINVAL);
+	assert_non_null(strstr(err.message, "\"high\" is not a finite number"));
+	assert_int_equal(kn_model_threshold_add(doc, "max", "=1", &err),
+			 -EINVAL);
+	assert_int_equal(kn_model_threshold_add(doc, "max", "loss=inf", &err),
+			 -EINVAL);
+	{
+		json_t *m = json_pack("{s:f, s:f}", "loss", 1.9, "acc", 1.0);
+		assert_false(kn_model_thresholds_pass(doc, m, why, sizeof(why)));
+		assert_string_equal(why, "loss 1.9 > max 1.8");
+		json_object_set_new(m, "loss", json_real(0.5));
+		assert_true(kn_model_thresholds_pass(doc, m, why, sizeof(why)));
+		json_decref(m);
+	}
+	json_object_set_new(doc, "between", json_object());
+	assert_int_equal(kn_model_thresholds_validate(doc, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "unknown key \"between\""));
+	json_object_del(doc, "between");
+	json_object_set_new(json_object_get(doc, "max"), "ppl",
+			    json_string("10"));
+	assert_int_equal(kn_model_thresholds_validate(doc, &err), -EINVAL);
+	assert_string_equal(err.message, "max.ppl must be a finite number");
+	json_decref(doc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -306,6 +382,7 @@ int main(void)
 		cmocka_unit_test(test_canonical_manifest),
 		cmocka_unit_test(test_sign_verify),
 		cmocka_unit_test(test_hash_files),
+		cmocka_unit_test(test_thresholds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

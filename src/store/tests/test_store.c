@@ -1371,6 +1371,69 @@ static void test_cost_record(void **state)
  * updates; the run a job belongs to; the active-only list; states the
  * schema refuses.
  */
+static void test_revalidations_and_evaluations(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_revalidation_row r = {
+		.name = (char *)"gpt", .alias = (char *)"prod",
+		.owner = (char *)"ops", .spec_yaml = (char *)"kind: Job",
+		.filename = (char *)"eval.yaml", .every_ms = 60000,
+		.thresholds_json = (char *)"{\"max\":{\"loss\":1.8}}",
+		.rollback = true, .created_at = 7,
+	};
+	struct kn_evaluation_row e = {
+		.name = (char *)"gpt", .version = 2, .alias = (char *)"prod",
+		.job_id = 9, .outcome = (char *)"failed",
+		.metrics_json = (char *)"{\"loss\":2.5}",
+		.detail = (char *)"loss 2.5 > max 1.8", .time_ms = 11,
+	};
+	struct kn_revalidation_row *rows = NULL;
+	struct kn_evaluation_row *evs = NULL;
+	struct kn_error err;
+	size_t n = 0;
+
+	assert_int_equal(kn_store_revalidation_put(fx->st, &r, NULL, &err), 0);
+	/* Same (name, alias): replaced, not added. */
+	r.every_ms = 1000;
+	r.rollback = false;
+	assert_int_equal(kn_store_revalidation_put(fx->st, &r, NULL, &err), 0);
+	assert_int_equal(kn_store_revalidation_list(fx->st, &rows, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(rows[0].alias, "prod");
+	assert_string_equal(rows[0].owner, "ops");
+	assert_int_equal(rows[0].every_ms, 1000);
+	assert_false(rows[0].rollback);
+	assert_string_equal(rows[0].thresholds_json, "{\"max\":{\"loss\":1.8}}");
+	kn_revalidation_list_free(rows, n);
+
+	assert_int_equal(kn_store_evaluation_add(fx->st, &e, &err), 0);
+	e.version = 1;
+	e.outcome = (char *)"passed";
+	e.detail = NULL;
+	e.metrics_json = NULL;
+	assert_int_equal(kn_store_evaluation_add(fx->st, &e, &err), 0);
+	/* Per version: version 2 has only its own run. */
+	assert_int_equal(kn_store_evaluation_list(fx->st, "gpt", 2, &evs, &n,
+						  &err), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(evs[0].outcome, "failed");
+	assert_string_equal(evs[0].metrics_json, "{\"loss\":2.5}");
+	assert_string_equal(evs[0].detail, "loss 2.5 > max 1.8");
+	assert_int_equal(evs[0].job_id, 9);
+	kn_evaluation_list_free(evs, n);
+	assert_int_equal(kn_store_evaluation_list(fx->st, "gpt", 1, &evs, &n,
+						  &err), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(evs[0].outcome, "passed");
+	assert_null(evs[0].detail);
+	assert_null(evs[0].metrics_json);
+	kn_evaluation_list_free(evs, n);
+	assert_int_equal(kn_store_evaluation_list(fx->st, "gpt", 3, &evs, &n,
+						  &err), 0);
+	assert_int_equal(n, 0);
+	kn_evaluation_list_free(evs, n);
+}
+
 static void test_workflow_runs(void **state)
 {
 	struct fixture *fx = *state;
@@ -1502,6 +1565,9 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_workflow_runs, setup_store,
 						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_revalidations_and_evaluations, setup_store,
+			teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,659 @@
+/*
+ * Re-validation: an evaluation job run on a schedule against the version a
+ * model's alias names, with thresholds on the numbers it writes to
+ * $KILN_OUTPUT_DIR/metrics.json (docs/registry.md).
+ *
+ * A run resolves the alias, checks that version as a deploy does and gets
+ * its verified copy (models_deploy_dir), then submits the evaluation spec
+ * as a job of the revalidation's owner with KILN_MODEL_DIR (the copy) and
+ * KILN_MODEL (NAME@VERSION) added to its env. When the job ends for good
+ * (jobs.c's hook), its metrics are checked and the outcome stored per
+ * version, on this file's timer rather than inside jobs.c's handling of
+ * ended runs, since a rollback moves deployments, which cancel and submit
+ * jobs. A failed or broken run fires model_revalidation_failed, which
+ * stays firing until a run passes; with rollback, a failed threshold also
+ * rolls the alias back (when it still names the version tested), which
+ * moves deployments that follow it (deploy.c).
+ *
+ * A run is timed from when the previous one started; one run at a time per
+ * (model, alias): a run due while one is in flight waits for it. A server
+ * restart forgets a run in flight (its job still ends, unjudged) and starts
+ * the schedule over from the restart.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "registry/registry.h"
+
+/* Shortest interval: a run also needs a job slot and an evaluation. */
+#define EVERY_MIN_MS 1000
+/* Longest: a year; longer is a typo. */
+#define EVERY_MAX_MS (366LL * 24 * 3600 * 1000)
+
+struct reval {
+	char *name, *alias, *owner, *spec_yaml, *filename;
+	json_t *thresholds;
+	int64_t every_ms, created_at, next_at;
+	bool rollback;
+	bool failing;    /* model_revalidation_failed is firing */
+	int64_t job_id;  /* the run in flight; 0 = none */
+	bool ended;      /* its job ended: judged on the next tick */
+	int64_t version; /* the version that run tests */
+	char *run_dir;   /* its verified copy: the job's KILN_MODEL_DIR */
+	char run_ref[KN_MODEL_NAME_MAX + 24]; /* KILN_MODEL: NAME@VERSION */
+	struct reval *next;
+};
+
+struct reval_state {
+	struct kn_timer *timer;
+	struct reval *list;
+};
+
+static void reval_free_one(struct reval *r)
+{
+	if (!r)
+		return;
+	free(r->name);
+	free(r->alias);
+	free(r->owner);
+	free(r->spec_yaml);
+	free(r->filename);
+	free(r->run_dir);
+	json_decref(r->thresholds);
+	free(r);
+}
+
+static struct reval *find(struct reval_state *rs, const char *name,
+			  const char *alias)
+{
+	for (struct reval *r = rs->list; r; r = r->next)
+		if (!strcmp(r->name, name) && !strcmp(r->alias, alias))
+			return r;
+	return NULL;
+}
+
+static void reval_alert(struct server *s, struct reval *r, const char *why)
+{
+	char fingerprint[160];
+	struct kn_error err;
+	int64_t now = kn_now_ms();
+	int rc = 0;
+
+	snprintf(fingerprint, sizeof(fingerprint), "revalidate:%s@%s", r->name,
+		 r->alias);
+	if (!why && r->failing) {
+		rc = kn_store_alert_resolve(s->store, fingerprint, now, &err);
+		if (rc == 0)
+			feed_publish(s, "alert.resolved",
+				     json_pack("{s:{s:s, s:s, s:s}}", "alert",
+					       "rule",
+					       "model_revalidation_failed",
+					       "state", "resolved",
+					       "fingerprint", fingerprint));
+	} else if (why && !r->failing) {
+		json_t *label_doc = json_pack("{s:s, s:s, s:I}", "model",
+					      r->name, "alias", r->alias,
+					      "version",
+					      (json_int_t)r->version);
+		char *labels = json_dumps(label_doc, JSON_COMPACT);
+		char *summary = kn_asprintf("re-validation of %s@%s (version "
+					    "%lld) failed: %s", r->name,
+					    r->alias, (long long)r->version,
+					    why);
+		struct kn_alert_row row = {
+			.fingerprint = fingerprint,
+			.rule = "model_revalidation_failed",
+			.severity = "critical",
+			.labels_json = labels,
+			.summary = summary,
+			.value = 1,
+			.active_at = now,
+			.fired_at = now,
+		};
+
+		rc = kn_store_alert_fire(s->store, &row, NULL, &err);
+		if (rc == 0)
+			feed_publish(s, "alert.firing",
+				     json_pack("{s:{s:s, s:s, s:s, s:s, s:s}}",
+					       "alert", "rule",
+					       "model_revalidation_failed",
+					       "severity", "critical", "state",
+					       "firing", "fingerprint",
+					       fingerprint, "summary", summary));
+		free(summary);
+		free(labels);
+		json_decref(label_doc);
+	}
+	if (rc < 0)
+		kn_log(KN_LOG_ERROR, "re-validation alert: %s", err.message);
+	else
+		r->failing = why != NULL;
+}
+
+/* Store one run's outcome, then fire or resolve the alert. */
+static void record(struct server *s, struct reval *r, int64_t job_id,
+		   const char *outcome, const char *metrics, const char *why)
+{
+	struct kn_evaluation_row e = {
+		.name = r->name,
+		.version = r->version,
+		.alias = r->alias,
+		.job_id = job_id,
+		.outcome = (char *)outcome,
+		.metrics_json = (char *)metrics,
+		.detail = (char *)why,
+		.time_ms = kn_now_ms(),
+	};
+	struct kn_error err;
+
+	if (kn_store_evaluation_add(s->store, &e, &err) < 0)
+		kn_log(KN_LOG_ERROR, "re-validation of %s@%s: %s", r->name,
+		       r->alias, err.message);
+	kn_log(strcmp(outcome, "passed") ? KN_LOG_WARN : KN_LOG_INFO,
+	       "re-validation of %s@%lld (%s): %s%s%s", r->name,
+	       (long long)r->version, r->alias, outcome, why ? ": " : "",
+	       why ? why : "");
+	feed_publish(s, "model.evaluation",
+		     json_pack("{s:s, s:I, s:s, s:I, s:s, s:o}", "model",
+			       r->name, "version", (json_int_t)r->version,
+			       "alias", r->alias, "job", (json_int_t)job_id,
+			       "outcome", outcome, "detail",
+			       why ? json_string(why) : json_null()));
+	reval_alert(s, r, strcmp(outcome, "passed") ? why : NULL);
+}
+
+/* Start one run of r now; a run that cannot start is recorded as such. */
+static int run_now(struct server *s, struct reval *r, struct kn_error *err)
+{
+	struct caller c;
+	char at[KN_MODEL_NAME_MAX + 24], *dir = NULL;
+	int64_t version = 0, id = 0;
+	int rc;
+
+	r->next_at = kn_now_ms() + r->every_ms;
+	rc = kn_store_model_alias_get(s->store, r->name, r->alias, &version,
+				      err);
+	if (rc < 0)
+		return rc;
+	r->version = version;
+	snprintf(at, sizeof(at), "%s@%lld", r->name, (long long)version);
+	rc = models_deploy_dir(s, at, &dir, err);
+	if (rc < 0) {
+		record(s, r, 0, "error", NULL, err->message);
+		goto out;
+	}
+	memset(&c, 0, sizeof(c));
+	kn_strlcpy(c.name, r->owner, sizeof(c.name));
+	c.role = KN_ROLE_USER;
+	rc = jobs_submit(s, &c, r->spec_yaml, strlen(r->spec_yaml),
+			 r->filename,
+			 r->filename[0] == '/' ? r->filename : NULL, &id, err);
+	if (rc < 0) {
+		record(s, r, 0, "error", NULL, err->message);
+		goto out;
+	}
+	r->job_id = id;
+	free(r->run_dir);
+	r->run_dir = dir;
+	dir = NULL;
+	snprintf(r->run_ref, sizeof(r->run_ref), "%s", at);
+	kn_log(KN_LOG_INFO, "re-validation of %s (%s@%s): job %lld", at,
+	       r->name, r->alias, (long long)id);
+out:
+	free(dir);
+	return rc;
+}
+
+static void arm_next(struct server *s)
+{
+	struct reval_state *rs = s->reval;
+	int64_t now = kn_now_ms(), due = -1;
+
+	for (struct reval *r = rs->list; r; r = r->next)
+		if (!r->job_id && (due < 0 || r->next_at < due))
+			due = r->next_at;
+	if (due >= 0)
+		kn_timer_arm(rs->timer, due > now ? due - now : 0);
+}
+
+static void judge(struct server *s, struct reval *r);
+
+static void tick(void *arg)
+{
+	struct server *s = arg;
+	int64_t now = kn_now_ms();
+	struct kn_error err;
+
+	for (struct reval *r = s->reval->list; r; r = r->next)
+		if (r->ended)
+			judge(s, r);
+	for (struct reval *r = s->reval->list; r; r = r->next)
+		if (!r->job_id && r->next_at <= now &&
+		    run_now(s, r, &err) < 0 && r->job_id == 0)
+			kn_log(KN_LOG_WARN, "re-validation of %s@%s: %s",
+			       r->name, r->alias, err.message);
+	arm_next(s);
+}
+
+const char *reval_model_dir(struct server *s, int64_t job_id,
+			    const char **ref)
+{
+	if (!s->reval)
+		return NULL;
+	for (struct reval *r = s->reval->list; r; r = r->next)
+		if (r->job_id == job_id) {
+			*ref = r->run_ref;
+			return r->run_dir;
+		}
+	return NULL;
+}
+
+void reval_job_ended(struct server *s, int64_t job_id)
+{
+	if (!s->reval)
+		return;
+	for (struct reval *r = s->reval->list; r; r = r->next)
+		if (r->job_id == job_id) {
+			r->ended = true;
+			kn_timer_arm(s->reval->timer, 0);
+		}
+}
+
+/* Judge r's run, whose job has ended: store, alert, maybe roll back. */
+static void judge(struct server *s, struct reval *r)
+{
+	struct kn_job_row j;
+	struct kn_error err;
+	int64_t job_id = r->job_id;
+	char why[256], note[160];
+	char *metrics = NULL;
+	json_t *doc = NULL;
+
+	r->job_id = 0;
+	r->ended = false;
+	memset(&j, 0, sizeof(j));
+	if (kn_store_job_get(s->store, job_id, &j, &err) < 0) {
+		record(s, r, job_id, "error", NULL, err.message);
+		goto out;
+	}
+	if (j.state != KN_JOB_SUCCEEDED) {
+		snprintf(why, sizeof(why), "evaluation job %lld %s: %s",
+			 (long long)job_id, kn_job_state_name(j.state),
+			 j.reason ? j.reason : "");
+		record(s, r, job_id, "error", NULL, why);
+		goto out;
+	}
+	metrics = metrics_read(s, &j, note, sizeof(note));
+	doc = metrics ? json_loads(metrics, 0, NULL) : NULL;
+	if (kn_model_thresholds_pass(r->thresholds, doc, why, sizeof(why))) {
+		record(s, r, job_id, "passed", metrics, NULL);
+		goto out;
+	}
+	record(s, r, job_id, "failed", metrics, why);
+	if (r->rollback) {
+		struct caller c = {.name = "system", .role = KN_ROLE_ADMIN};
+		int64_t now_at = 0, to, from;
+
+		/* Only the version tested is rolled back, not a newer one
+		   promoted while the evaluation ran. */
+		if (kn_store_model_alias_get(s->store, r->name, r->alias,
+					     &now_at, &err) == 0 &&
+		    now_at == r->version &&
+		    models_alias_rollback(s, &c, r->name, r->alias, &to, &from,
+					  &err) == 0)
+			kn_log(KN_LOG_WARN, "re-validation rolled %s@%s back: "
+			       "%lld -> %lld", r->name, r->alias,
+			       (long long)from, (long long)to);
+		else if (now_at == r->version)
+			kn_log(KN_LOG_ERROR, "re-validation of %s@%s: no "
+			       "rollback: %s", r->name, r->alias, err.message);
+	}
+out:
+	json_decref(doc);
+	free(metrics);
+	kn_job_row_release(&j);
+}
+
+static struct reval *reval_from_row(const struct kn_revalidation_row *row,
+				    int64_t now)
+{
+	struct reval *r = kn_xcalloc(1, sizeof(*r));
+
+	r->name = kn_xstrdup(row->name);
+	r->alias = kn_xstrdup(row->alias);
+	r->owner = kn_xstrdup(row->owner);
+	r->spec_yaml = kn_xstrdup(row->spec_yaml);
+	r->filename = kn_xstrdup(row->filename);
+	r->thresholds = json_loads(row->thresholds_json, 0, NULL);
+	r->every_ms = row->every_ms;
+	r->rollback = row->rollback;
+	r->created_at = row->created_at;
+	r->next_at = now + row->every_ms;
+	return r;
+}
+
+int reval_start(struct server *s, struct kn_error *err)
+{
+	struct reval_state *rs = kn_xcalloc(1, sizeof(*rs));
+	struct kn_revalidation_row *rows = NULL;
+	size_t n = 0;
+	int rc;
+
+	s->reval = rs;
+	rs->timer = kn_timer_new(s->loop, tick, s);
+	rc = kn_store_revalidation_list(s->store, &rows, &n, err);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct reval *r = reval_from_row(&rows[i], kn_now_ms());
+		r->next = rs->list;
+		rs->list = r;
+	}
+	kn_revalidation_list_free(rows, n);
+	if (rc == 0)
+		arm_next(s);
+	return rc;
+}
+
+void reval_free(struct server *s)
+{
+	struct reval_state *rs = s->reval;
+
+	if (!rs)
+		return;
+	while (rs->list) {
+		struct reval *r = rs->list;
+		rs->list = r->next;
+		reval_free_one(r);
+	}
+	kn_timer_free(rs->timer);
+	free(rs);
+	s->reval = NULL;
+}
+
+/* ---- the API ---- */
+
+static json_t *reval_json(const struct reval *r)
+{
+	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:O, s:b, s:I, s:b, s:o}",
+			 "name", r->name, "alias", r->alias, "owner", r->owner,
+			 "filename", r->filename, "every_ms",
+			 (json_int_t)r->every_ms, "thresholds", r->thresholds,
+			 "rollback", r->rollback, "next_at_ms",
+			 (json_int_t)r->next_at, "failing", r->failing, "job",
+			 r->job_id ? json_integer(r->job_id) : json_null());
+}
+
+static void audit_put(struct server *s, const struct caller *c,
+		      const char *action, const char *object,
+		      const char *outcome, const char *detail)
+{
+	struct kn_audit a = {
+		.actor = (char *)c->name,
+		.role = (char *)role_name(c->role),
+		.action = (char *)action,
+		.object = (char *)object,
+		.outcome = (char *)outcome,
+		.detail = (char *)detail,
+	};
+	struct kn_error err;
+
+	if (kn_store_audit_insert(s->store, &a, &err) < 0)
+		kn_log(KN_LOG_ERROR, "audit: %s", err.message);
+}
+
+/* The alias a request body names, checked. */
+static const char *body_alias(json_t *body, struct kn_error *err)
+{
+	const char *alias = json_string_value(json_object_get(body, "alias"));
+
+	if (!kn_model_alias_ok(alias)) {
+		kn_errorf(err, KN_EINVAL, "alias",
+			  "alias must be a name that is not all digits");
+		return NULL;
+	}
+	return alias;
+}
+
+/*
+ * POST /v1/models/{name}/revalidation: {"alias", "job" (spec text),
+ * "filename", "every" ("6h"), "thresholds", "rollback"}. Sets or replaces
+ * the re-validation of NAME@ALIAS; the first run is one interval away.
+ */
+void reval_h_put(struct server *s, struct kn_http_req *req,
+		 const struct caller *c, const char *param)
+{
+	struct kn_revalidation_row row;
+	struct kn_job_spec *spec = NULL;
+	struct kn_error err;
+	struct kn_audit a;
+	struct reval *r;
+	size_t len;
+	const char *text = kn_http_body(req, &len), *alias, *job, *every,
+		   *filename;
+	json_t *body = json_loadb(text, len, 0, NULL), *th;
+	char object[160], *th_text = NULL;
+	int64_t every_ms = 0, v;
+
+	snprintf(object, sizeof(object), "model/%.140s", param);
+	if (!json_is_object(body)) {
+		kn_errorf(&err, KN_EINVAL, NULL, "body must be a JSON object");
+		goto fail;
+	}
+	if (!kn_model_name_ok(param)) {
+		kn_errorf(&err, KN_EINVAL, "name", "\"%s\" is not a model name",
+			  param);
+		goto fail;
+	}
+	if (!(alias = body_alias(body, &err)))
+		goto fail;
+	snprintf(object, sizeof(object), "model/%s@%s", param, alias);
+	if (kn_store_model_alias_get(s->store, param, alias, &v, &err) < 0)
+		goto fail;
+	job = json_string_value(json_object_get(body, "job"));
+	filename = json_string_value(json_object_get(body, "filename"));
+	if (!filename)
+		filename = "eval.yaml";
+	if (!job) {
+		kn_errorf(&err, KN_EINVAL, "job",
+			  "job (the evaluation job spec's text) is required");
+		goto fail;
+	}
+	/* Checked now, so a bad spec is the caller's error, not a run's. */
+	if (kn_job_spec_parse(job, strlen(job), filename, &spec, &err) < 0)
+		goto fail;
+	kn_job_spec_free(spec);
+	every = json_string_value(json_object_get(body, "every"));
+	if (!every || kn_parse_duration(every, &every_ms) < 0 ||
+	    every_ms < EVERY_MIN_MS || every_ms > EVERY_MAX_MS) {
+		kn_errorf(&err, KN_EINVAL, "every",
+			  "every must be a duration from 1s to 366d (\"6h\")");
+		goto fail;
+	}
+	th = json_object_get(body, "thresholds");
+	if (kn_model_thresholds_validate(th, &err) < 0)
+		goto fail;
+	th_text = json_dumps(th, JSON_COMPACT | JSON_SORT_KEYS);
+	memset(&row, 0, sizeof(row));
+	row.name = (char *)param;
+	row.alias = (char *)alias;
+	row.owner = (char *)c->name;
+	row.spec_yaml = (char *)job;
+	row.filename = (char *)filename;
+	row.every_ms = every_ms;
+	row.thresholds_json = th_text;
+	row.rollback = json_is_true(json_object_get(body, "rollback"));
+	row.created_at = kn_now_ms();
+	memset(&a, 0, sizeof(a));
+	a.actor = (char *)c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = "model.revalidate";
+	a.object = object;
+	a.outcome = "ok";
+	a.detail = th_text;
+	if (kn_store_revalidation_put(s->store, &row, &a, &err) < 0)
+		goto fail;
+	r = reval_from_row(&row, kn_now_ms());
+	{
+		struct reval *old = find(s->reval, param, alias);
+
+		if (old) {
+			/* Keeps its run in flight and the alert's state. */
+			r->job_id = old->job_id;
+			r->ended = old->ended;
+			r->version = old->version;
+			r->run_dir = old->run_dir;
+			old->run_dir = NULL;
+			memcpy(r->run_ref, old->run_ref, sizeof(r->run_ref));
+			r->failing = old->failing;
+			for (struct reval **q = &s->reval->list; *q;
+			     q = &(*q)->next)
+				if (*q == old) {
+					*q = old->next;
+					break;
+				}
+			reval_free_one(old);
+		}
+	}
+	r->next = s->reval->list;
+	s->reval->list = r;
+	arm_next(s);
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "revalidation",
+					       reval_json(r)));
+	goto out;
+fail:
+	audit_put(s, c, "model.revalidate", object, "error", err.message);
+	kn_http_reply_error(req, &err);
+out:
+	free(th_text);
+	json_decref(body);
+}
+
+/* GET /v1/models/{name}/revalidation: this model's re-validations. */
+void reval_h_list(struct server *s, struct kn_http_req *req,
+		  const struct caller *c, const char *param)
+{
+	json_t *list = json_array();
+
+	(void)c;
+	for (struct reval *r = s->reval->list; r; r = r->next)
+		if (!strcmp(r->name, param))
+			json_array_append_new(list, reval_json(r));
+	kn_http_reply_json(req, 200, json_pack("{s:o}", "revalidations", list));
+}
+
+/* POST /v1/models/{name}/revalidation/run {"alias"}: one run at once. */
+void reval_h_run(struct server *s, struct kn_http_req *req,
+		 const struct caller *c, const char *param)
+{
+	struct kn_error err;
+	struct reval *r;
+	size_t len;
+	const char *text = kn_http_body(req, &len), *alias = NULL;
+	json_t *body = json_loadb(text, len, 0, NULL);
+	char object[160];
+
+	snprintf(object, sizeof(object), "model/%.140s", param);
+	if (!json_is_object(body)) {
+		kn_errorf(&err, KN_EINVAL, NULL, "body must be a JSON object");
+		goto fail;
+	}
+	if (!(alias = body_alias(body, &err)))
+		goto fail;
+	snprintf(object, sizeof(object), "model/%.64s@%.64s", param, alias);
+	r = find(s->reval, param, alias);
+	if (!r) {
+		kn_errorf(&err, KN_ENOTFOUND, "alias",
+			  "%s@%s has no re-validation: set one with kiln model "
+			  "revalidate %s --alias %s --job FILE --every DURATION "
+			  "--max METRIC=N", param, alias, param, alias);
+		goto fail;
+	}
+	if (r->job_id) {
+		kn_errorf(&err, KN_ECONFLICT, "alias",
+			  "a re-validation of %s@%s is running (job %lld)",
+			  param, alias, (long long)r->job_id);
+		goto fail;
+	}
+	if (run_now(s, r, &err) < 0 && !r->job_id) {
+		arm_next(s);
+		goto fail;
+	}
+	arm_next(s);
+	audit_put(s, c, "model.revalidate.run", object, "ok", NULL);
+	kn_http_reply_json(req, 202,
+			   json_pack("{s:I, s:I}", "job", (json_int_t)r->job_id,
+				     "version", (json_int_t)r->version));
+	goto out;
+fail:
+	audit_put(s, c, "model.revalidate.run", object, "error", err.message);
+	kn_http_reply_error(req, &err);
+out:
+	json_decref(body);
+}
+
+json_t *reval_evaluations_json(struct server *s, const char *name,
+			       int64_t version)
+{
+	struct kn_evaluation_row *rows = NULL;
+	struct kn_error err;
+	json_t *list = json_array();
+	size_t n = 0;
+
+	if (kn_store_evaluation_list(s->store, name, version, &rows, &n,
+				     &err) < 0) {
+		kn_log(KN_LOG_ERROR, "model %s@%lld: %s", name,
+		       (long long)version, err.message);
+		return list;
+	}
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(
+			list,
+			json_pack("{s:I, s:s, s:I, s:o, s:s, s:o, s:o, s:I}",
+				  "id", (json_int_t)rows[i].id, "alias",
+				  rows[i].alias, "version",
+				  (json_int_t)rows[i].version, "job",
+				  rows[i].job_id ? json_integer(rows[i].job_id)
+						 : json_null(),
+				  "outcome", rows[i].outcome, "metrics",
+				  rows[i].metrics_json
+					  ? json_loads(rows[i].metrics_json, 0,
+						       NULL)
+					  : json_null(),
+				  "detail",
+				  rows[i].detail ? json_string(rows[i].detail)
+						 : json_null(),
+				  "time_ms", (json_int_t)rows[i].time_ms));
+	kn_evaluation_list_free(rows, n);
+	return list;
+}
+
+/* GET /v1/models/{name}/evaluations, {name} being NAME@VERSION|@ALIAS. */
+void reval_h_evaluations(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, const char *param)
+{
+	struct kn_model_ref ref;
+	struct kn_error err;
+	int64_t version;
+
+	(void)c;
+	if (kn_model_ref_parse(param, true, "model", &ref, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	version = ref.version;
+	if (ref.alias[0] && kn_store_model_alias_get(s->store, ref.name,
+						     ref.alias, &version,
+						     &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:s, s:I, s:o}", "name", ref.name,
+				     "version", (json_int_t)version,
+				     "evaluations",
+				     reval_evaluations_json(s, ref.name,
+							    version)));
+}
