@@ -382,6 +382,20 @@ void models_h_promote(struct server *s, struct kn_http_req *req,
 		      const struct caller *c, const char *param);
 void models_h_rollback(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param);
+void models_h_from_job(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param);
+void models_h_lineage(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param);
+/*
+ * A new version of name from a succeeded job's outputs (their blobs put
+ * in the registry create-only, digests checked), its manifest's lineage
+ * the job's and its metrics the job's metrics.json; alias (may be NULL)
+ * moves to it. *reply is the version as POST .../versions answers it.
+ * Audits only success: callers audit their failures.
+ */
+int models_from_job(struct server *s, const struct caller *c,
+		    const char *name, int64_t job_id, const char *alias,
+		    json_t **reply, struct kn_error *err);
 /*
  * A deployment's `model: NAME@VERSION|NAME@ALIAS`: refuse (naming the
  * problem) a version that is unsigned, signed by no trusted key or whose
