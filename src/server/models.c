@@ -1532,3 +1532,63 @@ out:
 	kn_blob_store_free(store);
 	kn_model_version_row_release(&v);
 }
+
+int models_sign_file(struct server *s, const struct caller *c,
+		     const char *name, int64_t version, const char *key_path,
+		     char key_id[KN_SHA256_HEX + 1], bool *trusted,
+		     struct kn_error *err)
+{
+	struct kn_model_version_row v = {0};
+	struct kn_model_signature_row row;
+	struct kn_model_keyring ring = {0};
+	struct kn_audit a;
+	unsigned char pub[KN_ED25519_PUB_LEN], sig[KN_ED25519_SIG_LEN];
+	char *pub_b64 = NULL, *sig_b64 = NULL, object[160];
+	int rc;
+
+	snprintf(object, sizeof(object), "model/%s@%lld", name,
+		 (long long)version);
+	rc = kn_store_model_version_get(s->store, name, version, &v, err);
+	if (rc == 0)
+		rc = kn_model_sign(key_path, v.manifest, strlen(v.manifest),
+				   pub, sig, err);
+	if (rc < 0)
+		goto out;
+	kn_model_key_id(pub, key_id);
+	/* As a posted signature is: kept only when it verifies. */
+	if (kn_model_sig_check(pub, v.manifest, strlen(v.manifest), sig) < 0) {
+		rc = kn_errorf(err, KN_EINVAL, "sign_key",
+			       "%s: its signature of %s does not verify",
+			       key_path, object + 6);
+		goto out;
+	}
+	rc = kn_model_keyring_load(s->models->trusted_keys, &ring, err);
+	if (rc < 0)
+		goto out;
+	*trusted = kn_model_keyring_has(&ring, key_id);
+	pub_b64 = kn_base64_encode(pub, sizeof(pub));
+	sig_b64 = kn_base64_encode(sig, sizeof(sig));
+	memset(&row, 0, sizeof(row));
+	row.key_id = key_id;
+	row.public_key = pub_b64;
+	row.signature = sig_b64;
+	row.signed_by = (char *)c->name;
+	row.signed_at = kn_now_ms();
+	memset(&a, 0, sizeof(a));
+	a.actor = (char *)c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = "model.sign";
+	a.object = object;
+	a.outcome = "ok";
+	a.detail = key_id;
+	rc = kn_store_model_signature_insert(s->store, name, version, &row, &a,
+					     err);
+out:
+	if (rc < 0)
+		audit(s, c, "model.sign", object, "error", err->message);
+	free(pub_b64);
+	free(sig_b64);
+	kn_model_keyring_release(&ring);
+	kn_model_version_row_release(&v);
+	return rc;
+}

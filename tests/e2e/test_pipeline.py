@@ -93,3 +93,84 @@ def test_push_from_job_refusals(server, tmp_path):
     assert f"job {j} left no outputs" in res.stderr
     res = server.cli("model", "push", "--from-job", "x1", "--name", "tiny")
     assert res.returncode == 2 and "not a job id" in res.stderr
+
+
+def register_steps(key, threshold, deploy=False):
+    text = ("  - name: register\n    needs: [train]\n"
+            f"    when: \"train.metrics.loss < {threshold}\"\n"
+            "    register: {from: train, model: tiny, alias: prod, "
+            f"sign_key: {key}}}\n")
+    if deploy:
+        text += ("  - name: deploy\n    needs: [register]\n"
+                 "    deploy: {deployment: chat, from: register}\n")
+    return text
+
+
+def test_register_step_signs_with_lineage_and_deploy_rolls(server, tmp_path):
+    key = tmp_path / "ops"
+    keygen(server, key)
+    path = write_workflow(tmp_path, prepare_train(register_steps(key, 1.8)))
+    # A deploy step needs its deployment to exist already.
+    wf2 = write_workflow(tmp_path, prepare_train(
+        register_steps(key, 1.8, deploy=True)), name="wf2.yaml")
+    res = server.cli("workflow", "run", str(wf2))
+    assert res.returncode == 1
+    assert "deploy: no deployment named chat" in res.stderr
+
+    w = wait_run(server, run(server, path))
+    assert w["state"] == "succeeded", json.dumps(w["steps"])
+    st = steps(w)
+    assert st["register"]["state"] == "succeeded"
+    assert st["register"]["kind"] == "register"
+    assert st["register"]["model"] == "tiny@1"
+    assert st["register"]["reason"].startswith(
+        f"registered tiny@1 from job {st['train']['job']} of step train; "
+        "alias prod; signed by key ")
+    assert st["register"]["reason"].endswith("(trusted)")
+    # Signed by a trusted key: verify passes, and it leads to the data.
+    server.cli("model", "verify", "tiny@prod", check=True)
+    out = server.cli("model", "lineage", "tiny@1", check=True).stdout
+    assert f"input prepare/data.txt " in out
+    assert f"sha256:{sha256(DATA)}" in out
+    assert f"job {st['prepare']['job']} (" in out
+
+    spec = ("kind: Deployment\nname: chat\nmodel: tiny@1\n"
+            "command: [/bin/true]\nreplicas: 0\n")
+    r = server.request("POST", "/v1/deployments", data=spec)
+    assert r.status_code == 201, r.text
+    w = wait_run(server, run(server, wf2))
+    assert w["state"] == "succeeded", json.dumps(w["steps"])
+    st = steps(w)
+    assert st["register"]["model"] == "tiny@2"
+    assert st["deploy"]["reason"] == "deployment chat rolled to tiny@2"
+    d = server.request("GET", "/v1/deployments/chat").json()["deployment"]
+    assert d["spec"]["model"] == "tiny@2", d
+    assert d["model_dir"].endswith("/registry/models/tiny/2")
+    assert d["generation"] == 2
+    shown = server.cli("workflow", "show", str(w["id"]), check=True).stdout
+    assert "deployment chat rolled to tiny@2" in shown
+
+
+def test_when_skips_registration(server, tmp_path):
+    key = tmp_path / "ops"
+    keygen(server, key)
+    path = write_workflow(tmp_path, prepare_train(register_steps(key, 1.0)))
+    w = wait_run(server, run(server, path))
+    assert w["state"] == "succeeded", json.dumps(w["steps"])
+    reg = steps(w)["register"]
+    assert reg["state"] == "skipped" and reg["skipped_by_condition"]
+    assert "loss = 1.25" in reg["reason"]
+    assert "model" not in reg
+    r = server.request("GET", "/v1/models/tiny")
+    assert r.status_code == 404, r.text
+
+
+def test_register_step_with_a_bad_key_fails_naming_it(server, tmp_path):
+    key = tmp_path / "missing.pem"
+    path = write_workflow(tmp_path, prepare_train(register_steps(key, 1.8)))
+    w = wait_run(server, run(server, path))
+    assert w["state"] == "failed"
+    reg = steps(w)["register"]
+    assert reg["state"] == "failed"
+    assert reg["reason"].startswith("tiny@1 registered but not signed: ")
+    assert str(key) in reg["reason"]
