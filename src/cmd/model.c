@@ -1158,6 +1158,10 @@ static void print_lineage(json_t *job, int depth)
 	       cli_json_str(job, "job_name"), cli_json_str(job, "state"));
 	printf("%*s  spec sha256:%s\n", pad, "",
 	       cli_json_str(job, "spec_sha256"));
+	printf("%*s  code revision %s\n", pad, "",
+	       json_is_string(json_object_get(job, "code_revision"))
+		       ? cli_json_str(job, "code_revision")
+		       : "none (workdir not in a git repository)");
 	if (json_is_object(ckpt))
 		printf("%*s  checkpoint %s manifest sha256:%s\n", pad, "",
 		       cli_json_str(ckpt, "name"),

@@ -1289,7 +1289,7 @@ static int job_lineage(struct server *s, struct kn_blob_store *store,
 {
 	struct kn_job_row j = {0};
 	json_t *ckpt = NULL;
-	char spec[KN_SHA256_HEX + 1];
+	char spec[KN_SHA256_HEX + 1], *revision = NULL;
 	int rc;
 
 	rc = kn_store_job_get(s->store, job_id, &j, err);
@@ -1299,14 +1299,21 @@ static int job_lineage(struct server *s, struct kn_blob_store *store,
 	if (rc == 0)
 		rc = checkpoint_json(store, job_id, &ckpt, err);
 	if (rc == 0) {
+		rc = kn_store_job_revision_get(s->store, job_id, &revision, err);
+		if (rc == -ENOENT)
+			rc = 0;
+	}
+	if (rc == 0) {
 		sha256_bytes(j.spec_json, strlen(j.spec_json), spec);
-		*out = json_pack("{s:I, s:s, s:s, s:s, s:o, s:o}", "job",
+		*out = json_pack("{s:I, s:s, s:s, s:s, s:o, s:s?, s:o}", "job",
 				 (json_int_t)job_id, "job_name", j.name,
 				 "state", kn_job_state_name(j.state),
 				 "spec_sha256", spec, "checkpoint", ckpt,
-				 "inputs", job_inputs_json(s, job_id));
+				 "code_revision", revision, "inputs",
+				 job_inputs_json(s, job_id));
 		ckpt = NULL;
 	}
+	free(revision);
 	json_decref(ckpt);
 	kn_job_row_release(&j);
 	return rc;

@@ -3,6 +3,7 @@ the input data's digest, and the workflow's register and deploy steps."""
 import hashlib
 import json
 import shutil
+import subprocess
 
 from test_workflows import write_workflow, run, wait_run, steps, sh
 
@@ -34,8 +35,21 @@ def prepare_train(extra=""):
             f"    job: {{command: {sh(TRAIN)}}}\n" + extra)
 
 
+def git_commit(d):
+    git = ["git", "-C", str(d)]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["-c", "user.email=t@t", "-c", "user.name=t",
+                          "commit", "-q", "--allow-empty", "-m", "x"],
+                   check=True)
+    return subprocess.run(git + ["rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
 def test_push_from_job_records_lineage_to_the_data(server, tmp_path):
-    run_id = run(server, write_workflow(tmp_path, prepare_train()))
+    path = write_workflow(tmp_path, prepare_train())
+    # The jobs' workdir is the workflow's directory: its code revision.
+    revision = git_commit(path.parent)
+    run_id = run(server, path)
     w = wait_run(server, run_id)
     assert w["state"] == "succeeded", json.dumps(w["steps"])
     st = steps(w)
@@ -58,6 +72,8 @@ def test_push_from_job_records_lineage_to_the_data(server, tmp_path):
     spec = json.dumps(server.job(train_job)["spec"], sort_keys=True,
                       separators=(",", ":"), ensure_ascii=False)
     assert lin["spec_sha256"] == sha256(spec)
+    assert lin["code_revision"] == revision
+    assert lin["checkpoint"] is None
     assert lin["inputs"] == [{
         "name": "prepare/data.txt", "job": prep_job,
         "url": lin["inputs"][0]["url"], "sha256": sha256(DATA),
@@ -77,6 +93,7 @@ def test_push_from_job_records_lineage_to_the_data(server, tmp_path):
     assert "metrics loss=1.25" in out
     assert f"job {train_job} (" in out
     assert f"job {prep_job} (" in out
+    assert out.count(f"code revision {revision}") == 2
     assert f"input prepare/data.txt " in out
     assert f"sha256:{sha256(DATA)}" in out
     # prepare had no inputs: the chain ends at the data.
@@ -133,6 +150,7 @@ def test_register_step_signs_with_lineage_and_deploy_rolls(server, tmp_path):
     assert f"input prepare/data.txt " in out
     assert f"sha256:{sha256(DATA)}" in out
     assert f"job {st['prepare']['job']} (" in out
+    assert "code revision none (workdir not in a git repository)" in out
 
     spec = ("kind: Deployment\nname: chat\nmodel: tiny@1\n"
             "command: [/bin/true]\nreplicas: 0\n")
