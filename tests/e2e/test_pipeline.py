@@ -192,3 +192,50 @@ def test_register_step_with_a_bad_key_fails_naming_it(server, tmp_path):
     assert reg["state"] == "failed"
     assert reg["reason"].startswith("tiny@1 registered but not signed: ")
     assert str(key) in reg["reason"]
+
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def test_lineage_of_the_example_model_leads_to_its_data(server, tmp_path):
+    """examples/train/train.py, small, fed its corpus by a prepare step:
+    the registered model's lineage names the checkpoint, the corpus's
+    digest and the job that produced it."""
+    corpus = REPO / "examples" / "train" / "data" / "gpl-3.txt"
+    train = REPO / "examples" / "train" / "train.py"
+    prepare = f"mkdir -p $KILN_OUTPUT_DIR && cp {corpus} $KILN_OUTPUT_DIR/corpus.txt"
+    fit = (f"exec /usr/bin/python3 {train} --data $KILN_INPUT_DIR/prepare/corpus.txt "
+           "--steps 20 --checkpoint-every 10 --log-every 100 --batch 4 "
+           "--context 32 --dim 32 --layers 1 --heads 2")
+    key = tmp_path / "ops"
+    keygen(server, key)
+    text = ("kind: Workflow\nname: example\nsteps:\n"
+            f"  - name: prepare\n    job: {{command: {sh(prepare)}}}\n"
+            "  - name: train\n    needs: [prepare]\n"
+            "    inputs: [prepare.outputs/corpus.txt]\n"
+            f"    job: {{command: {sh(fit)}, checkpoint: {{every: 1s}},"
+            " env: {OMP_NUM_THREADS: \"1\"}}\n"
+            "  - name: register\n    needs: [train]\n"
+            "    register: {from: train, model: gpt, "
+            f"sign_key: {key}}}\n")
+    w = wait_run(server, run(server, write_workflow(tmp_path, text)),
+                 timeout=120)
+    assert w["state"] == "succeeded", json.dumps(w["steps"])
+    st = steps(w)
+    assert st["register"]["model"] == "gpt@1"
+    lin = server.request("GET", "/v1/models/gpt@1/lineage").json()
+    assert lin["metrics"]["steps"] == 20
+    job = lin["lineage"]
+    assert job["job"] == st["train"]["job"]
+    assert job["checkpoint"]["name"] == "step-000020"
+    manifest = (server.home / "blobs" / str(job["job"]) / "checkpoints" /
+                "step-000020" / "MANIFEST.json")
+    assert job["checkpoint"]["manifest_sha256"] == hashlib.sha256(
+        manifest.read_bytes()).hexdigest()
+    data = job["inputs"][0]
+    assert data["sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest()
+    assert data["produced_by"]["job"] == st["prepare"]["job"]
+    assert data["produced_by"]["inputs"] == []
+    out = server.cli("model", "lineage", "gpt@1", check=True).stdout
+    assert f"checkpoint step-000020 manifest sha256:{job['checkpoint']['manifest_sha256']}" in out
+    assert f"sha256:{data['sha256']}" in out
