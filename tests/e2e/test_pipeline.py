@@ -110,6 +110,16 @@ def test_push_from_job_refusals(server, tmp_path):
     assert f"job {j} left no outputs" in res.stderr
     res = server.cli("model", "push", "--from-job", "x1", "--name", "tiny")
     assert res.returncode == 2 and "not a job id" in res.stderr
+    # An output whose bytes no longer match its outputs manifest is refused.
+    w = wait_run(server, run(server, write_workflow(tmp_path, prepare_train())))
+    train_job = steps(w)["train"]["job"]
+    blob = server.home / "blobs" / str(train_job) / "outputs" / "weights.bin"
+    blob.write_text("tampered\n")
+    res = server.cli("model", "push", "--from-job", str(train_job),
+                     "--name", "tiny")
+    assert res.returncode == 1
+    assert f"output weights.bin of job {train_job} hashes to" in res.stderr
+    assert server.request("GET", "/v1/models/tiny").status_code == 404
 
 
 def register_steps(key, threshold, deploy=False):
