@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The demo behind `make demo`: a server on embedded defaults in a temporary
 # KILN_HOME with two simulated GPU nodes in two zones; the hello job; the
-# 2-task tiny GPT, evicted mid-run, resuming from its checkpoint and
-# finishing (its attempts and goodput shown); the trained model deployed
-# with 2 replicas spread over the zones and called through `kiln gateway`
+# pipeline of examples/pipeline (prepare data, train the 2-task tiny GPT,
+# evicted mid-run and resuming from its checkpoint, evaluate on held-out
+# text, register and sign the version with lineage, roll the "chat"
+# deployment to it); that version served with 2 replicas spread over the
+# zones and called through `kiln gateway`
 # with a key, a 429 and a fallback shown; a failing job that is retried;
 # the listings; then a clean stop. Usage: scripts/demo.sh KILN_BIN
 set -euo pipefail
@@ -70,9 +72,34 @@ wait_until() { # wait_until SECONDS DESCRIPTION COMMAND...
   echo "timed out waiting for $what"; return 1
 }
 
-step "kiln submit examples/train/tiny-gpt.yaml   (2 tasks, DDP over gloo, preemptible)"
-gpt=$("$kiln" submit "$root/examples/train/tiny-gpt.yaml")
-echo "job $gpt"
+# ---- the pipeline: prepare -> train (evicted once) -> evaluate -> register -> deploy ----
+ex="$KILN_HOME/examples"
+mkdir -p "$ex"
+cp -r "$root/examples/pipeline" "$root/examples/train" "$root/examples/serve" "$ex/"
+step "kiln model keygen --out release.pem   (the key the register step signs with; its public half trusted)"
+"$kiln" model keygen --out "$KILN_HOME/release.pem" >/dev/null
+mkdir -p "$KILN_HOME/keys/trusted"
+cp "$KILN_HOME/release.pem.pub" "$KILN_HOME/keys/trusted/"
+sed -i "s|/etc/kiln/release.pem|$KILN_HOME/release.pem|" "$ex/pipeline/pipeline.yaml"
+# chat is declared before any model exists: no replica, a model to come.
+serve="$ex/serve"
+sed -e "s|^model: job:1 .*|model: not-trained-yet|" -e "s/^replicas: 2$/replicas: 0/" \
+    "$root/examples/serve/chat.yaml" > "$serve/chat.yaml"
+step "kiln deploy chat.yaml   (no replica yet: the pipeline's deploy step gives it a model)"
+"$kiln" deploy "$serve/chat.yaml"
+
+step "kiln workflow run examples/pipeline/pipeline.yaml"
+run=$("$kiln" workflow run "$ex/pipeline/pipeline.yaml")
+echo "workflow run $run"
+# Prints a field of run $1's JSON.
+run_field() {
+  "$kiln" workflow show "$1" -o json | /usr/bin/python3 -c \
+    "import json,sys; w=json.load(sys.stdin)['workflow']; s={x['name']: x for x in w['steps']}; print($2)"
+}
+train_started() { [ "$(run_field "$run" "s['train']['job'] or ''")" != "" ]; }
+wait_until 60 "the train step's job" train_started
+gpt=$(run_field "$run" "s['train']['job']")
+echo "train step: job $gpt (2 tasks, DDP over gloo, preemptible)"
 synced() { ls "$KILN_HOME"/blobs/"$gpt"/checkpoints/*/MANIFEST.json; }
 wait_until 300 "a first checkpoint in the store" synced
 echo "checkpoints in the store: $(ls "$KILN_HOME/blobs/$gpt/checkpoints" | tr '\n' ' ')"
@@ -85,23 +112,23 @@ step "kiln logs $gpt --task 0 | head -3   (attempt 2)"
 sleep 2
 "$kiln" logs "$gpt" --task 0 | head -3
 
-done_state() { case "$(job_field "$gpt" "j['state']")" in succeeded|failed|cancelled) return 0;; esac; return 1; }
-wait_until 600 "the training to finish" done_state
+run_done() { case "$(run_field "$run" "w['state']")" in succeeded|failed|cancelled) return 0;; esac; return 1; }
+wait_until 600 "the pipeline to finish" run_done
 step "kiln show $gpt"
 "$kiln" show "$gpt"
+step "kiln workflow show $run"
+"$kiln" workflow show "$run"
+step "kiln model lineage tiny-gpt@prod"
+"$kiln" model lineage tiny-gpt@prod
 
-# ---- serving the model just trained ----
-serve="$KILN_HOME/serve"
-mkdir -p "$serve"
-cp "$root/examples/serve/serve.py" "$serve/"
-mkdir -p "$KILN_HOME/train" && cp "$root/examples/train/train.py" "$KILN_HOME/train/"
-sed "s/^model: job:1 .*/model: job:$gpt/" "$root/examples/serve/chat.yaml" > "$serve/chat.yaml"
-# The fallback: one replica of the same model under another name.
-sed -e "s/^name: chat$/name: chat-small/" -e "s/^replicas: 2$/replicas: 1/" \
+# ---- serving the model the pipeline registered and deployed ----
+# The fallback: one replica of the same version under another name.
+sed -e "s/^name: chat$/name: chat-small/" -e "s/^replicas: 0$/replicas: 1/" \
+    -e "s/^model: .*/model: tiny-gpt@prod/" \
     -e "/^fallback:/d" -e "/^spread:/d" "$serve/chat.yaml" > "$serve/chat-small.yaml"
-step "kiln deploy chat-small.yaml; kiln deploy chat.yaml   (model: job:$gpt, 2 replicas, spread: zone, fallback: chat-small)"
+step "kiln deploy chat-small.yaml; kiln scale chat 2   (chat: model tiny-gpt@1 from the pipeline, spread: zone, fallback: chat-small)"
 "$kiln" deploy "$serve/chat-small.yaml"
-"$kiln" deploy "$serve/chat.yaml"
+"$kiln" scale chat 2
 ready() { # ready NAME N: N replicas of NAME answer their readiness probe
   [ "$("$kiln" deployments "$1" -o json | /usr/bin/python3 -c \
     "import json,sys; d=json.load(sys.stdin)['deployment']; print(sum(r['ready'] for r in d['replicas']))")" = "$2" ]

@@ -621,3 +621,132 @@ int kn_csv_columns(char **p, const char *path, const char *field,
 	}
 	return 0;
 }
+
+/* ---- git revisions ---- */
+
+#define GIT_SMALL_FILE (64 * 1024)
+#define GIT_PACKED_REFS_MAX (64 * 1024 * 1024)
+
+static bool git_hex(const char *v, size_t n)
+{
+	if (n != 40 && n != 64)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!strchr("0123456789abcdef", v[i]) || !v[i])
+			return false;
+	return true;
+}
+
+/* The first line of path, trimmed, malloc'd; NULL when unreadable. */
+static char *git_line(const char *path)
+{
+	char *text = NULL;
+	size_t len = 0;
+
+	if (kn_read_file(path, GIT_SMALL_FILE, &text, &len) < 0)
+		return NULL;
+	text[strcspn(text, "\r\n")] = '\0';
+	return text;
+}
+
+/* The git directory of the repository holding dir, malloc'd, or NULL. */
+static char *git_dir_of(const char *dir)
+{
+	char *cur = realpath(dir, NULL);
+
+	while (cur) {
+		char *dot = kn_asprintf("%s/.git", cur), *slash, *line;
+		struct stat st;
+		bool found = stat(dot, &st) == 0;
+
+		if (found && S_ISDIR(st.st_mode)) {
+			free(cur);
+			return dot;
+		}
+		/* A worktree or submodule: ".git" says where the rest is. */
+		line = found && S_ISREG(st.st_mode) ? git_line(dot) : NULL;
+		free(dot);
+		if (line && !strncmp(line, "gitdir: ", 8)) {
+			char *gd = line[8] == '/'
+					   ? kn_xstrdup(line + 8)
+					   : kn_asprintf("%s/%s", cur, line + 8);
+			free(line);
+			free(cur);
+			return gd;
+		}
+		free(line);
+		slash = strrchr(cur, '/');
+		if (!slash || slash == cur) {
+			free(cur);
+			return NULL;
+		}
+		*slash = '\0';
+	}
+	return NULL;
+}
+
+/* ref (e.g. refs/heads/main) as a loose ref under gd, else packed-refs. */
+static int git_ref(const char *gd, const char *ref, char out[65])
+{
+	char *path = kn_asprintf("%s/%s", gd, ref), *line = git_line(path);
+	char *text = NULL, *save = NULL;
+	size_t len = 0;
+	int rc = -ENOENT;
+
+	free(path);
+	if (line && git_hex(line, strlen(line))) {
+		kn_strlcpy(out, line, 65);
+		free(line);
+		return 0;
+	}
+	free(line);
+	path = kn_asprintf("%s/packed-refs", gd);
+	if (kn_read_file(path, GIT_PACKED_REFS_MAX, &text, &len) == 0) {
+		for (char *l = strtok_r(text, "\n", &save); l;
+		     l = strtok_r(NULL, "\n", &save)) {
+			char *sp = strchr(l, ' ');
+			if (l[0] == '#' || l[0] == '^' || !sp ||
+			    strcmp(sp + 1, ref) != 0 || !git_hex(l, sp - l))
+				continue;
+			*sp = '\0';
+			kn_strlcpy(out, l, 65);
+			rc = 0;
+			break;
+		}
+	}
+	free(text);
+	free(path);
+	return rc;
+}
+
+int kn_git_revision(const char *dir, char out[65])
+{
+	char *gd = git_dir_of(dir), *head = NULL, *path, *common, *cd;
+	int rc = -ENOENT;
+
+	if (!gd)
+		return -ENOENT;
+	path = kn_asprintf("%s/HEAD", gd);
+	head = git_line(path);
+	free(path);
+	if (head && git_hex(head, strlen(head))) {
+		kn_strlcpy(out, head, 65);
+		rc = 0;
+	} else if (head && !strncmp(head, "ref: ", 5)) {
+		rc = git_ref(gd, head + 5, out);
+		/* A linked worktree keeps its branches in the common dir. */
+		path = kn_asprintf("%s/commondir", gd);
+		common = rc < 0 ? git_line(path) : NULL;
+		free(path);
+		if (common) {
+			cd = common[0] == '/' ? kn_xstrdup(common)
+					      : kn_asprintf("%s/%s", gd, common);
+			rc = git_ref(cd, head + 5, out);
+			free(cd);
+			free(common);
+		}
+	}
+	free(head);
+	free(gd);
+	return rc;
+}

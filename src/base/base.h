@@ -124,6 +124,14 @@ int kn_read_file(const char *path, size_t max, char **out, size_t *out_len);
 /* Remove a directory tree; missing is not an error. */
 int kn_rm_rf(const char *path);
 /*
+ * The git revision checked out in the repository holding dir (dir or a
+ * parent has .git, a directory or a "gitdir:" file), read from HEAD, the
+ * loose ref it names or packed-refs, into out (40 or 64 hex digits): 0,
+ * or -ENOENT when dir is in no repository or HEAD names no commit yet.
+ * Read directly, so a server needs neither git nor a child process.
+ */
+int kn_git_revision(const char *dir, char out[65]);
+/*
  * Make the calling thread yield to everything else: SCHED_IDLE CPU policy,
  * the lowest nice, idle I/O class. Threads it creates inherit this. For
  * work such as checkpoint uploads that must never slow the tasks down.

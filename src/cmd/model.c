@@ -1,6 +1,7 @@
 /*
  * kiln model push | ls | show | pull | diff | promote | rollback | aliases
- *            | keygen | sign | verify: the model registry (docs/registry.md).
+ *            | keygen | sign | verify | lineage: the model registry
+ *            (docs/registry.md).
  *
  * push hashes the directory's files here (one thread per CPU), asks the
  * server which blobs it lacks and uploads only those, in parts, through
@@ -35,7 +36,7 @@
 struct args {
 	const char *pos[MAX_POS];
 	int n;
-	const char *name, *alias, *out, *key;
+	const char *name, *alias, *out, *key, *from_job;
 };
 
 static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
@@ -46,6 +47,7 @@ static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
 		{"alias", 0, CLI_FLAG_STRING, &a->alias},
 		{"out", 0, CLI_FLAG_STRING, &a->out},
 		{"key", 0, CLI_FLAG_STRING, &a->key},
+		{"from-job", 0, CLI_FLAG_STRING, &a->from_job},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	memset(a, 0, sizeof(*a));
@@ -64,7 +66,8 @@ static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
 			return cli_usage_error(ctx, "too many arguments");
 		}
 	}
-	if (a->n != want)
+	/* want < 0: the caller checks the count. */
+	if (want >= 0 && a->n != want)
 		return cli_usage_error(ctx, "usage: %s %s", ctx->prog, usage);
 	return cli_check_output(ctx);
 }
@@ -259,6 +262,50 @@ static int upload(struct cli_ctx *ctx, struct cli_client *c, const char *path,
 	return rc;
 }
 
+/* push --from-job: the server makes the version from the job's outputs. */
+static int push_from_job(struct cli_ctx *ctx, const struct args *a)
+{
+	struct cli_client *c = NULL;
+	json_t *req = NULL, *answer = NULL;
+	char *end = NULL, *path = NULL, size_text[32];
+	long long job = strtoll(a->from_job, &end, 10);
+	int rc;
+
+	if (!*a->from_job || *end || job <= 0)
+		return cli_usage_error(ctx, "--from-job: \"%s\" is not a job id",
+				       a->from_job);
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		return rc;
+	req = json_pack("{s:I}", "job", (json_int_t)job);
+	if (a->alias)
+		json_object_set_new(req, "alias", json_string(a->alias));
+	path = model_path(a->name, "/from-job");
+	rc = post_json(c, path, req, &answer);
+	if (rc)
+		goto out;
+	if (cli_want_json(ctx)) {
+		cli_print_json(answer);
+	} else {
+		cli_format_bytes(cli_json_int(answer, "bytes"), size_text,
+				 sizeof(size_text));
+		printf("%s@%lld\n", a->name,
+		       (long long)cli_json_int(answer, "version"));
+		fprintf(stderr,
+			"pushed %s@%lld from job %lld: %lld files (%s), "
+			"nothing uploaded%s%s\n",
+			a->name, (long long)cli_json_int(answer, "version"), job,
+			(long long)cli_json_int(answer, "files"), size_text,
+			a->alias ? "; alias " : "", a->alias ? a->alias : "");
+	}
+out:
+	free(path);
+	json_decref(answer);
+	json_decref(req);
+	cli_client_free(c);
+	return rc;
+}
+
 static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a;
@@ -270,16 +317,22 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 	int64_t upload_bytes = 0, sent = 0;
 	size_t i, n_up = 0;
 	char size_text[32], up_text[32], upload_id[17];
-	int rc = parse(ctx, argc, argv, &a, 1, "DIR --name NAME [--alias A]");
+	int rc = parse(ctx, argc, argv, &a, -1, "");
 
 	if (rc != CLI_GO)
 		return rc;
+	if (a.n != (a.from_job ? 0 : 1))
+		return cli_usage_error(ctx, "usage: %s DIR --name NAME [--alias "
+				       "A] or --from-job JOB --name NAME "
+				       "[--alias A]", ctx->prog);
 	if (!a.name || !kn_model_name_ok(a.name))
 		return cli_usage_error(ctx, "--name NAME is required: 1-64 of "
 				       "letters, digits, '.', '_', '-'");
 	if (a.alias && !kn_model_alias_ok(a.alias))
 		return cli_usage_error(ctx, "--alias: \"%s\" is not an alias (a "
 				       "name that is not all digits)", a.alias);
+	if (a.from_job)
+		return push_from_job(ctx, &a);
 	rc = walk(ctx, a.pos[0], "", &f);
 	if (rc == CLI_GO && f.n == 0)
 		rc = cli_fail(ctx, "%s has no files", a.pos[0]);
@@ -1229,6 +1282,90 @@ out:
 	return rc;
 }
 
+/* ---- lineage ---- */
+
+static void print_lineage(json_t *job, int depth)
+{
+	json_t *ckpt = json_object_get(job, "checkpoint"), *in;
+	int pad = 2 * depth;
+	size_t i;
+
+	printf("%*sjob %lld (%s, %s)\n", pad, "",
+	       (long long)cli_json_int(job, "job"),
+	       cli_json_str(job, "job_name"), cli_json_str(job, "state"));
+	printf("%*s  spec sha256:%s\n", pad, "",
+	       cli_json_str(job, "spec_sha256"));
+	printf("%*s  code revision %s\n", pad, "",
+	       json_is_string(json_object_get(job, "code_revision"))
+		       ? cli_json_str(job, "code_revision")
+		       : "none (workdir not in a git repository)");
+	if (json_is_object(ckpt))
+		printf("%*s  checkpoint %s manifest sha256:%s\n", pad, "",
+		       cli_json_str(ckpt, "name"),
+		       cli_json_str(ckpt, "manifest_sha256"));
+	else
+		printf("%*s  checkpoint none\n", pad, "");
+	if (json_array_size(json_object_get(job, "inputs")) == 0)
+		printf("%*s  inputs none\n", pad, "");
+	json_array_foreach(json_object_get(job, "inputs"), i, in) {
+		const char *digest =
+			json_string_value(json_object_get(in, "sha256"));
+		printf("%*s  input %s %s%s%s\n", pad, "",
+		       cli_json_str(in, "name"), cli_json_str(in, "url"),
+		       digest ? " sha256:" : " (no digest)",
+		       digest ? digest : "");
+		if (json_is_object(json_object_get(in, "produced_by")))
+			print_lineage(json_object_get(in, "produced_by"),
+				      depth + 2);
+	}
+}
+
+static int model_lineage(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct args a;
+	struct kn_model_ref ref;
+	struct cli_client *c = NULL;
+	json_t *answer = NULL, *lineage, *metrics, *v;
+	char *path = NULL;
+	const char *key;
+	int rc = parse(ctx, argc, argv, &a, 1, "NAME@VERSION|NAME@ALIAS");
+
+	if (rc == CLI_GO)
+		rc = ref_arg(ctx, a.pos[0], true, &ref);
+	if (rc != CLI_GO)
+		return rc;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		return rc;
+	path = model_path(a.pos[0], "/lineage");
+	rc = cli_get(c, path, &answer);
+	if (rc)
+		goto out;
+	if (cli_want_json(ctx)) {
+		cli_print_json(answer);
+		goto out;
+	}
+	lineage = json_object_get(answer, "lineage");
+	metrics = json_object_get(answer, "metrics");
+	printf("model %s@%lld\n", cli_json_str(answer, "name"),
+	       (long long)cli_json_int(answer, "version"));
+	if (json_is_object(metrics)) {
+		printf("  metrics");
+		json_object_foreach(metrics, key, v)
+			printf(" %s=%g", key, json_number_value(v));
+		printf("\n");
+	}
+	if (json_is_object(lineage))
+		print_lineage(lineage, 1);
+	else
+		printf("  no lineage: pushed from a directory, not a job\n");
+out:
+	free(path);
+	json_decref(answer);
+	cli_client_free(c);
+	return rc == CLI_GO ? CLI_EXIT_OK : rc;
+}
+
 int cmd_model(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct cli_verb verbs[] = {
@@ -1243,6 +1380,7 @@ int cmd_model(struct cli_ctx *ctx, int argc, char **argv)
 		{"keygen", model_keygen},
 		{"sign", model_sign},
 		{"verify", model_verify},
+		{"lineage", model_lineage},
 		{"revalidate", model_revalidate},
 		{NULL, NULL},
 	};

@@ -923,6 +923,10 @@ static const struct route routes[] = {
 	 "model.promote", models_h_promote},
 	{"POST", "/v1/models/{name}/rollback", KN_ROLE_OPERATOR, false,
 	 "model.rollback", models_h_rollback},
+	{"POST", "/v1/models/{name}/from-job", KN_ROLE_USER, false,
+	 "model.push", models_h_from_job},
+	{"GET", "/v1/models/{name}/lineage", KN_ROLE_VIEWER, false,
+	 "model.read", models_h_lineage},
 	/* Re-validation (revalidate.c). */
 	{"POST", "/v1/models/{name}/revalidation", KN_ROLE_OPERATOR, false,
 	 "model.revalidate", reval_h_put},

@@ -1202,14 +1202,11 @@ static int resolve_model_dir(struct server *s,
 	return rc;
 }
 
-static int spec_from_body(struct server *s, struct kn_http_req *req,
+static int spec_from_body(struct server *s, const char *body, size_t len,
+			  const char *file, const char *path,
 			  struct kn_deployment_spec **spec, char **model_dir,
 			  const char **filename, struct kn_error *err)
 {
-	size_t len;
-	const char *body = kn_http_body(req, &len);
-	const char *file = kn_http_query(req, "file");
-	const char *path = kn_http_query(req, "path");
 	int rc;
 
 	if (path && path[0] != '/')
@@ -1242,43 +1239,38 @@ static char *spec_identity(const char *spec_json)
 	return text;
 }
 
-void deploy_h_create(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param)
+int deploy_apply(struct server *s, const struct caller *c, const char *body,
+		 size_t len, const char *file, const char *path,
+		 const struct deployment **out, struct kn_error *err)
 {
 	struct deploy_state *d = s->deploy;
 	struct kn_deployment_spec *spec = NULL;
 	struct kn_deployment_row row;
 	struct deployment *p;
-	struct kn_error err;
 	struct kn_audit a;
 	const char *filename = NULL;
 	char *model_dir = NULL, *json_text = NULL, *yaml = NULL, object[96];
-	size_t len;
-	const char *body = kn_http_body(req, &len);
 	json_t *norm;
 	bool changed = true;
 	int64_t now = kn_now_ms();
+	int rc;
 
-	(void)param;
-	if (spec_from_body(s, req, &spec, &model_dir, &filename, &err) < 0) {
-		kn_http_reply_error(req, &err);
-		return;
-	}
+	rc = spec_from_body(s, body, len, file, path, &spec, &model_dir,
+			    &filename, err);
+	if (rc < 0)
+		return rc;
 	/* What cannot render (no image, a GPU model without a product
 	   label) is refused before anything is stored. */
-	if (kube_places(s) && kn_kube_deploy_check(spec, &err) < 0) {
-		kn_http_reply_error(req, &err);
+	if (kube_places(s) && (rc = kn_kube_deploy_check(spec, err)) < 0)
 		goto out;
-	}
 	norm = kn_deployment_spec_to_json(spec);
 	json_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(norm);
 	yaml = kn_asprintf("%.*s", (int)len, body);
 	snprintf(object, sizeof(object), "deployment/%s", spec->job.name);
 	p = find(d, spec->job.name);
-	if (p && may_change(p, c, &err) < 0) {
-		audit_denied(s, c, "deployment.update", object, err.message);
-		kn_http_reply_error(req, &err);
+	if (p && (rc = may_change(p, c, err)) < 0) {
+		audit_denied(s, c, "deployment.update", object, err->message);
 		goto out;
 	}
 	if (p) {
@@ -1308,10 +1300,9 @@ void deploy_h_create(struct server *s, struct kn_http_req *req,
 	row.updated_at = now;
 	audit_fill(&a, c, p ? "deployment.update" : "deployment.create",
 		   object, changed ? NULL : "replicas only");
-	if (kn_store_deployment_put(s->store, &row, &a, &err) < 0) {
-		kn_http_reply_error(req, &err);
+	rc = kn_store_deployment_put(s->store, &row, &a, err);
+	if (rc < 0)
 		goto out;
-	}
 	if (!p) {
 		p = kn_xcalloc(1, sizeof(*p));
 		p->name = kn_xstrdup(row.name);
@@ -1353,12 +1344,31 @@ void deploy_h_create(struct server *s, struct kn_http_req *req,
 		reconcile(d, p);
 		arm(d, 0);
 	}
-	reply_deployment(s, req, p, row.generation == 1 ? 201 : 200);
+	*out = p;
 out:
 	free(yaml);
 	free(json_text);
 	free(model_dir);
 	kn_deployment_spec_free(spec);
+	return rc;
+}
+
+void deploy_h_create(struct server *s, struct kn_http_req *req,
+		     const struct caller *c, const char *param)
+{
+	const struct deployment *p = NULL;
+	struct kn_error err;
+	size_t len;
+	const char *body = kn_http_body(req, &len);
+
+	(void)param;
+	if (deploy_apply(s, c, body, len, kn_http_query(req, "file"),
+			 kn_http_query(req, "path"), &p, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	reply_deployment(s, req, p,
+			 p->generation == 1 ? 201 : 200);
 }
 
 void deploy_h_list(struct server *s, struct kn_http_req *req,

@@ -17,6 +17,7 @@
 #include "base/base.h"
 #include "exec/exec.h"
 #include "loop/loop.h"
+#include "registry/registry.h"
 #include "sched/sched.h"
 #include "server/server.h"
 #include "spec/spec.h"
@@ -370,6 +371,14 @@ const char *deploy_model_dir(struct server *s, int64_t job_id);
  */
 void deploy_alias_moved(struct server *s, const char *model,
 			const char *alias);
+/*
+ * Create or update a deployment from spec text, as POST /v1/deployments
+ * does (file names it in errors; path, absolute, is where it was read):
+ * a changed spec rolls out one replica at a time. *out is the deployment.
+ */
+int deploy_apply(struct server *s, const struct caller *c, const char *body,
+		 size_t len, const char *file, const char *path,
+		 const struct deployment **out, struct kn_error *err);
 /* Route handlers (api.c's table). */
 void deploy_h_create(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param);
@@ -414,6 +423,30 @@ void models_h_promote(struct server *s, struct kn_http_req *req,
 		      const struct caller *c, const char *param);
 void models_h_rollback(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param);
+void models_h_from_job(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param);
+void models_h_lineage(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param);
+/*
+ * A new version of name from a succeeded job's outputs (their blobs put
+ * in the registry create-only, digests checked), its manifest's lineage
+ * the job's and its metrics the job's metrics.json; alias (may be NULL)
+ * moves to it. *reply is the version as POST .../versions answers it.
+ * Audits only success: callers audit their failures.
+ */
+int models_from_job(struct server *s, const struct caller *c,
+		    const char *name, int64_t job_id, const char *alias,
+		    json_t **reply, struct kn_error *err);
+/*
+ * Sign name@version's canonical manifest with the private key file
+ * key_path (read by the server), kept as a posted signature is: only when
+ * it verifies. key_id gets the key's id, trusted whether the server's
+ * trusted keys hold it.
+ */
+int models_sign_file(struct server *s, const struct caller *c,
+		     const char *name, int64_t version, const char *key_path,
+		     char key_id[KN_SHA256_HEX + 1], bool *trusted,
+		     struct kn_error *err);
 /*
  * A deployment's `model: NAME@VERSION|NAME@ALIAS`: refuse (naming the
  * problem) a version that is unsigned, signed by no trusted key or whose

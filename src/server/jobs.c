@@ -289,6 +289,26 @@ static int parse_spec(const struct server *s, const char *text, size_t len,
 	return rc;
 }
 
+/*
+ * The code revision of a job whose workdir is in a git repository, for
+ * the lineage of models made from it (docs/registry.md). A pod's workdir
+ * is the container's: nothing to read here.
+ */
+static void record_revision(struct server *s, int64_t id,
+			    const struct kn_job_spec *spec)
+{
+	struct kn_error err;
+	char rev[65];
+
+	if (kube_places(s) || !spec->workdir || spec->workdir[0] != '/' ||
+	    kn_git_revision(spec->workdir, rev) < 0)
+		return;
+	/* The job runs without it; only its lineage will lack it. */
+	if (kn_store_job_revision_put(s->store, id, rev, &err) < 0)
+		kn_log(KN_LOG_ERROR, "job %lld: code revision %s not recorded: "
+		       "%s", (long long)id, rev, err.message);
+}
+
 int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		size_t len, const char *filename, const char *path,
 		int64_t *out_id, struct kn_error *err)
@@ -341,6 +361,8 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	a.detail = spec->name;
 	rc = kn_store_job_insert(s->store, &j, &a, &id, err);
 	free(norm_text);
+	if (rc == 0)
+		record_revision(s, id, spec);
 	if (rc < 0) {
 		kn_job_spec_free(spec);
 		return rc;

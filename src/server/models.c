@@ -505,64 +505,47 @@ static int alias_move(struct server *s, const struct caller *c,
 	return rc;
 }
 
-void models_h_version_create(struct server *s, struct kn_http_req *req,
-			     const struct caller *c, const char *param)
+/*
+ * Number, record and copy to the store a new version of name with these
+ * files (their blobs already checked), lineage and metrics (NULL: null),
+ * then move alias when given. *reply is what the API answers with.
+ */
+static int version_create(struct server *s, const struct caller *c,
+			  const char *name, const struct kn_model_files *files,
+			  json_t *lineage, json_t *metrics, const char *alias,
+			  json_t **reply, struct kn_error *err)
 {
-	struct kn_model_files files = {0};
 	struct kn_model_version_row v;
 	struct kn_blob_store *store = NULL;
-	struct kn_error err;
 	struct kn_audit a;
-	json_t *body = NULL, *manifest = NULL;
-	const char *alias = NULL;
+	json_t *manifest = NULL;
 	char *canonical = NULL, *blob = NULL, object[96], detail[64];
 	int64_t version = 0, now = kn_now_ms(), from;
 	int rc;
 
-	snprintf(object, sizeof(object), "model/%.64s", param);
-	if (!kn_model_name_ok(param)) {
-		kn_errorf(&err, KN_EINVAL, "name",
-			  "\"%s\" is not a model name: 1-64 of letters, digits, "
-			  "'.', '_', '-', starting with a letter or digit",
-			  param);
-		goto fail;
-	}
-	body = body_object(req, &err);
-	if (!body)
-		goto fail;
-	alias = json_string_value(json_object_get(body, "alias"));
-	if (json_object_get(body, "alias") && !kn_model_alias_ok(alias)) {
-		kn_errorf(&err, KN_EINVAL, "alias",
-			  "an alias is a name that is not all digits");
-		goto fail;
-	}
-	if (kn_model_files_from_json(json_object_get(body, "files"), "files",
-				     &files, &err) < 0)
-		goto fail;
-	if (files.n == 0) {
-		kn_errorf(&err, KN_EINVAL, "files", "a version needs a file");
-		goto fail;
-	}
-	if (check_blobs(s, &files, &err) < 0)
-		goto fail;
-
-	if (kn_store_begin(s->store, &err) < 0)
-		goto fail;
-	rc = kn_store_model_version_next(s->store, param, now, &version, &err);
+	rc = kn_store_begin(s->store, err);
+	if (rc < 0)
+		return rc;
+	rc = kn_store_model_version_next(s->store, name, now, &version, err);
 	if (rc == 0) {
-		manifest = kn_model_manifest_new(param, version, &files, c->name,
+		manifest = kn_model_manifest_new(name, version, files, c->name,
 						 now);
+		if (lineage)
+			json_object_set(manifest, "lineage", lineage);
+		if (metrics)
+			json_object_set(manifest, "metrics", metrics);
 		canonical = kn_model_manifest_canonical(manifest);
 		memset(&v, 0, sizeof(v));
-		v.name = (char *)param;
+		v.name = (char *)name;
 		v.version = version;
 		v.manifest = canonical;
 		v.created_by = (char *)c->name;
 		v.created_at = now;
-		snprintf(object, sizeof(object), "model/%s@%lld", param,
+		snprintf(object, sizeof(object), "model/%s@%lld", name,
 			 (long long)version);
-		snprintf(detail, sizeof(detail), "%zu files, %lld bytes",
-			 files.n, (long long)kn_model_files_bytes(&files));
+		snprintf(detail, sizeof(detail), "%zu files, %lld bytes%s",
+			 files->n, (long long)kn_model_files_bytes(files),
+			 lineage ? ", from a job" : "");
 		memset(&a, 0, sizeof(a));
 		a.actor = (char *)c->name;
 		a.role = (char *)role_name(c->role);
@@ -570,42 +553,95 @@ void models_h_version_create(struct server *s, struct kn_http_req *req,
 		a.object = object;
 		a.outcome = "ok";
 		a.detail = detail;
-		rc = kn_store_model_version_insert(s->store, &v, &a, &err);
+		rc = kn_store_model_version_insert(s->store, &v, &a, err);
 	}
 	if (rc == 0)
-		rc = kn_store_commit(s->store, &err);
+		rc = kn_store_commit(s->store, err);
 	else
 		kn_store_rollback(s->store);
 	if (rc < 0)
-		goto fail;
+		goto out;
 
 	/* The store's copy, for whoever reads the store without the DB. */
-	blob = kn_model_manifest_blob_name(param, version);
-	rc = open_store(s, &store, &err);
+	blob = kn_model_manifest_blob_name(name, version);
+	rc = open_store(s, &store, err);
 	if (rc == 0)
 		rc = kn_blob_put_bytes(store, blob, canonical, strlen(canonical),
-				       KN_BLOB_CREATE_ONLY, &err);
+				       KN_BLOB_CREATE_ONLY, err);
 	if (rc < 0) {
-		kn_store_model_version_delete(s->store, param, version, NULL);
-		goto fail;
+		kn_store_model_version_delete(s->store, name, version, NULL);
+		goto out;
 	}
-	if (alias && alias_move(s, c, param, alias, "promote", version, &from,
-				&err) < 0)
-		goto fail;
-	kn_http_reply_json(req, 201,
-			   json_pack("{s:s, s:I, s:I, s:I, s:s?, s:O}", "name",
-				     param, "version", (json_int_t)version,
-				     "files", (json_int_t)files.n, "bytes",
-				     (json_int_t)kn_model_files_bytes(&files),
-				     "alias", alias, "manifest", manifest));
-	goto out;
-fail:
-	fail(s, req, c, "model.push", object, &err);
+	if (alias)
+		rc = alias_move(s, c, name, alias, "promote", version, &from,
+				err);
+	if (rc == 0)
+		*reply = json_pack("{s:s, s:I, s:I, s:I, s:s?, s:O}", "name",
+				   name, "version", (json_int_t)version,
+				   "files", (json_int_t)files->n, "bytes",
+				   (json_int_t)kn_model_files_bytes(files),
+				   "alias", alias, "manifest", manifest);
 out:
 	kn_blob_store_free(store);
 	free(blob);
 	free(canonical);
 	json_decref(manifest);
+	return rc;
+}
+
+static bool name_checked(const char *name, struct kn_error *err)
+{
+	if (kn_model_name_ok(name))
+		return true;
+	kn_errorf(err, KN_EINVAL, "name",
+		  "\"%s\" is not a model name: 1-64 of letters, digits, '.', "
+		  "'_', '-', starting with a letter or digit", name);
+	return false;
+}
+
+static bool alias_checked(json_t *body, const char **alias,
+			  struct kn_error *err)
+{
+	*alias = json_string_value(json_object_get(body, "alias"));
+	if (json_object_get(body, "alias") && !kn_model_alias_ok(*alias)) {
+		kn_errorf(err, KN_EINVAL, "alias",
+			  "an alias is a name that is not all digits");
+		return false;
+	}
+	return true;
+}
+
+void models_h_version_create(struct server *s, struct kn_http_req *req,
+			     const struct caller *c, const char *param)
+{
+	struct kn_model_files files = {0};
+	struct kn_error err;
+	json_t *body = NULL, *reply = NULL;
+	const char *alias = NULL;
+	char object[96];
+
+	snprintf(object, sizeof(object), "model/%.64s", param);
+	if (!name_checked(param, &err))
+		goto fail;
+	body = body_object(req, &err);
+	if (!body || !alias_checked(body, &alias, &err))
+		goto fail;
+	if (kn_model_files_from_json(json_object_get(body, "files"), "files",
+				     &files, &err) < 0)
+		goto fail;
+	if (files.n == 0) {
+		kn_errorf(&err, KN_EINVAL, "files", "a version needs a file");
+		goto fail;
+	}
+	if (check_blobs(s, &files, &err) < 0 ||
+	    version_create(s, c, param, &files, NULL, NULL, alias, &reply,
+			   &err) < 0)
+		goto fail;
+	kn_http_reply_json(req, 201, reply);
+	goto out;
+fail:
+	fail(s, req, c, "model.push", object, &err);
+out:
 	json_decref(body);
 	kn_model_files_release(&files);
 }
@@ -1161,6 +1197,419 @@ out:
 	free(sigs);
 	kn_model_keyring_release(&ring);
 	kn_model_signature_list_free(rows, ns);
+	kn_model_version_row_release(&v);
+	return rc;
+}
+
+/* ---- versions from a job's outputs, with lineage ---- */
+
+/* metrics.json is a flat object of numbers; checkpoint manifests list
+   files. Both are small. */
+#define METRICS_MAX_BYTES (64 * 1024)
+#define CKPT_MANIFEST_MAX_BYTES (16 * 1024 * 1024)
+/* How many producing jobs back `lineage` follows an input. */
+#define LINEAGE_DEPTH_MAX 16
+
+static void sha256_bytes(const void *data, size_t len,
+			 char out[KN_SHA256_HEX + 1])
+{
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+
+	EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
+	for (unsigned int i = 0; i < mdlen; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+/* The job's newest complete checkpoint, {name, manifest_sha256}, or null. */
+static int checkpoint_json(struct kn_blob_store *store, int64_t job_id,
+			   json_t **out, struct kn_error *err)
+{
+	struct kn_ckpt_list list = {0};
+	char job[24], hex[KN_SHA256_HEX + 1];
+	int rc;
+
+	*out = json_null();
+	snprintf(job, sizeof(job), "%lld", (long long)job_id);
+	rc = kn_ckpt_list(store, job, &list, err);
+	for (size_t i = 0; rc == 0 && i < list.n; i++) {
+		char *name, *text = NULL;
+		size_t len = 0;
+
+		if (!list.items[i].complete)
+			continue;
+		name = kn_asprintf("%s/checkpoints/%s/%s", job,
+				   list.items[i].name, KN_CKPT_MANIFEST);
+		rc = kn_blob_get_bytes(store, name, CKPT_MANIFEST_MAX_BYTES,
+				       &text, &len, err);
+		if (rc == 0) {
+			sha256_bytes(text, len, hex);
+			*out = json_pack("{s:s, s:s}", "name",
+					 list.items[i].name, "manifest_sha256",
+					 hex);
+		}
+		free(text);
+		free(name);
+		break;
+	}
+	kn_ckpt_list_release(&list);
+	return rc;
+}
+
+/*
+ * The inputs a job got as a workflow step (KILN_INPUTS): {name, url} and,
+ * for another step's output, its sha256, size and the producing job.
+ */
+static json_t *job_inputs_json(struct server *s, int64_t job_id)
+{
+	json_t *env = workflows_task_env(s, job_id, NULL), *list, *in, *out;
+	const char *text = json_string_value(json_object_get(env, "KILN_INPUTS"));
+	size_t i;
+
+	out = json_array();
+	list = text ? json_loads(text, 0, NULL) : NULL;
+	json_array_foreach(list, i, in) {
+		const char *blob = json_string_value(json_object_get(in, "blob"));
+		json_t *o = json_pack("{s:O?, s:O?}", "name",
+				      json_object_get(in, "name"), "url",
+				      json_object_get(in, "url"));
+		long long producer;
+		int used = 0;
+
+		if (json_object_get(in, "sha256")) {
+			json_object_set(o, "sha256",
+					json_object_get(in, "sha256"));
+			json_object_set(o, "size", json_object_get(in, "size"));
+		}
+		/* Another job's output: "JOB/outputs/PATH". */
+		if (blob && sscanf(blob, "%lld/outputs/%n", &producer, &used) == 1 &&
+		    used > 0)
+			json_object_set_new(o, "job", json_integer(producer));
+		json_array_append_new(out, o);
+	}
+	json_decref(list);
+	json_decref(env);
+	return out;
+}
+
+/*
+ * What a job's lineage records: the job, its spec's digest (of the stored
+ * normalized spec), its newest checkpoint, its inputs with their digests
+ * and the code revision recorded at submit (null when its workdir was not
+ * a git repository).
+ */
+static int job_lineage(struct server *s, struct kn_blob_store *store,
+		       int64_t job_id, json_t **out, struct kn_error *err)
+{
+	struct kn_job_row j = {0};
+	json_t *ckpt = NULL;
+	char spec[KN_SHA256_HEX + 1], *revision = NULL;
+	int rc;
+
+	rc = kn_store_job_get(s->store, job_id, &j, err);
+	if (rc == -ENOENT)
+		rc = kn_errorf(err, KN_ENOTFOUND, "job", "no job %lld",
+			       (long long)job_id);
+	if (rc == 0)
+		rc = checkpoint_json(store, job_id, &ckpt, err);
+	if (rc == 0) {
+		rc = kn_store_job_revision_get(s->store, job_id, &revision, err);
+		if (rc == -ENOENT)
+			rc = 0;
+	}
+	if (rc == 0) {
+		sha256_bytes(j.spec_json, strlen(j.spec_json), spec);
+		*out = json_pack("{s:I, s:s, s:s, s:s, s:o, s:s?, s:o}", "job",
+				 (json_int_t)job_id, "job_name", j.name,
+				 "state", kn_job_state_name(j.state),
+				 "spec_sha256", spec, "checkpoint", ckpt,
+				 "code_revision", revision, "inputs",
+				 job_inputs_json(s, job_id));
+		ckpt = NULL;
+	}
+	free(revision);
+	json_decref(ckpt);
+	kn_job_row_release(&j);
+	return rc;
+}
+
+/* The numbers of the job's outputs/metrics.json, or NULL without one. */
+static json_t *job_metrics(struct kn_blob_store *store, int64_t job_id)
+{
+	char *name = kn_asprintf("%lld/outputs/metrics.json",
+				 (long long)job_id), *text = NULL;
+	json_t *doc = NULL, *nums = NULL, *v;
+	const char *key;
+	size_t len = 0;
+
+	if (kn_blob_get_bytes(store, name, METRICS_MAX_BYTES, &text, &len,
+			      NULL) == 0)
+		doc = json_loadb(text, len, 0, NULL);
+	if (json_is_object(doc)) {
+		nums = json_object();
+		json_object_foreach(doc, key, v)
+			if (json_is_number(v))
+				json_object_set(nums, key, v);
+	}
+	json_decref(doc);
+	free(text);
+	free(name);
+	return nums;
+}
+
+/*
+ * Put the job's output o into the registry as sha256/HEX, create-only,
+ * with its bytes checked against the digest its outputs manifest gave.
+ */
+static int output_adopt(struct server *s, struct kn_blob_store *store,
+			const struct kn_output_row *o, struct kn_error *err)
+{
+	struct kn_blob_info info = {0};
+	char *src = kn_asprintf("%lld/outputs/%s", (long long)o->job_id,
+				o->name);
+	char *dst = kn_model_blob_name(o->sha256);
+	char *tmp = kn_asprintf("%s/job-%lld.%s", s->models->staging,
+				(long long)o->job_id, o->sha256);
+	char *want = kn_asprintf("%s/%s", s->blob_url, src);
+	char got[KN_SHA256_HEX + 1];
+	int rc = 0;
+
+	if (strcmp(o->url, want) != 0) {
+		rc = kn_errorf(err, KN_ECONFLICT, "job",
+			       "output %s of job %lld is in %s, not in this "
+			       "server's store %s", o->name,
+			       (long long)o->job_id, o->url, s->blob_url);
+		goto out;
+	}
+	if (kn_blob_stat(store, dst, &info, NULL) == 0 && info.size == o->size)
+		goto out;
+	rc = kn_blob_get_file(store, src, tmp, 0, -1, got, err);
+	if (rc == 0 && strcmp(got, o->sha256) != 0)
+		rc = kn_errorf(err, KN_EPERM, "job",
+			       "refused: output %s of job %lld hashes to %s, "
+			       "not %s as its outputs manifest says", o->name,
+			       (long long)o->job_id, got, o->sha256);
+	if (rc == 0)
+		rc = kn_blob_put_file(store, dst, tmp, KN_BLOB_CREATE_ONLY, got,
+				      NULL, err);
+	if (rc == -EEXIST)
+		rc = 0;
+	unlink(tmp);
+out:
+	free(want);
+	free(tmp);
+	free(dst);
+	free(src);
+	return rc;
+}
+
+int models_from_job(struct server *s, const struct caller *c,
+		    const char *name, int64_t job_id, const char *alias,
+		    json_t **reply, struct kn_error *err)
+{
+	struct kn_model_files files = {0};
+	struct kn_blob_store *store = NULL;
+	struct kn_output_row *outs = NULL;
+	struct kn_job_row j = {0};
+	json_t *lineage = NULL, *metrics = NULL;
+	size_t n = 0;
+	int rc;
+
+	if (!name_checked(name, err))
+		return -EINVAL;
+	rc = kn_store_job_get(s->store, job_id, &j, err);
+	if (rc == -ENOENT)
+		rc = kn_errorf(err, KN_ENOTFOUND, "job", "no job %lld",
+			       (long long)job_id);
+	if (rc == 0 && j.state != KN_JOB_SUCCEEDED)
+		rc = kn_errorf(err, KN_ECONFLICT, "job",
+			       "job %lld is %s: only a succeeded job's outputs "
+			       "make a model version", (long long)job_id,
+			       kn_job_state_name(j.state));
+	if (rc == 0)
+		rc = kn_store_output_list(s->store, job_id, &outs, &n, err);
+	if (rc == 0 && n == 0)
+		rc = kn_errorf(err, KN_ECONFLICT, "job",
+			       "job %lld left no outputs (files in "
+			       "KILN_OUTPUT_DIR) to make a model of",
+			       (long long)job_id);
+	if (rc == 0)
+		rc = open_store(s, &store, err);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		rc = output_adopt(s, store, &outs[i], err);
+		kn_model_files_add(&files, outs[i].name, outs[i].size,
+				   outs[i].sha256);
+	}
+	if (rc == 0)
+		rc = kn_model_files_sort(&files, err);
+	if (rc == 0)
+		rc = check_blobs(s, &files, err);
+	if (rc == 0)
+		rc = job_lineage(s, store, job_id, &lineage, err);
+	if (rc == 0) {
+		metrics = job_metrics(store, job_id);
+		rc = version_create(s, c, name, &files, lineage, metrics,
+				    alias, reply, err);
+	}
+	json_decref(metrics);
+	json_decref(lineage);
+	kn_blob_store_free(store);
+	kn_output_list_free(outs, n);
+	kn_job_row_release(&j);
+	kn_model_files_release(&files);
+	return rc;
+}
+
+void models_h_from_job(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param)
+{
+	struct kn_error err;
+	json_t *body = NULL, *reply = NULL, *job;
+	const char *alias = NULL;
+	char object[96];
+
+	snprintf(object, sizeof(object), "model/%.64s", param);
+	body = body_object(req, &err);
+	if (!body || !alias_checked(body, &alias, &err))
+		goto fail;
+	job = json_object_get(body, "job");
+	if (!json_is_integer(job) || json_integer_value(job) <= 0) {
+		kn_errorf(&err, KN_EINVAL, "job", "job must be a job id");
+		goto fail;
+	}
+	if (models_from_job(s, c, param, json_integer_value(job), alias,
+			    &reply, &err) < 0)
+		goto fail;
+	kn_http_reply_json(req, 201, reply);
+	json_decref(body);
+	return;
+fail:
+	json_decref(body);
+	fail(s, req, c, "model.push", object, &err);
+}
+
+/* Each input that came from a job gets that job's lineage, recursively. */
+static int inputs_expand(struct server *s, struct kn_blob_store *store,
+			 json_t *lineage, int depth, struct kn_error *err)
+{
+	json_t *in;
+	size_t i;
+
+	json_array_foreach(json_object_get(lineage, "inputs"), i, in) {
+		json_t *producer = json_object_get(in, "job"), *up = NULL;
+		int rc;
+
+		if (!json_is_integer(producer) || depth >= LINEAGE_DEPTH_MAX)
+			continue;
+		rc = job_lineage(s, store, json_integer_value(producer), &up,
+				 err);
+		if (rc == 0)
+			rc = inputs_expand(s, store, up, depth + 1, err);
+		if (rc < 0) {
+			json_decref(up);
+			return rc;
+		}
+		json_object_set_new(in, "produced_by", up);
+	}
+	return 0;
+}
+
+void models_h_lineage(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param)
+{
+	struct kn_model_version_row v = {0};
+	struct kn_blob_store *store = NULL;
+	struct kn_model_ref ref;
+	struct kn_error err;
+	json_t *manifest = NULL, *lineage;
+	char object[160];
+
+	snprintf(object, sizeof(object), "model/%.140s", param);
+	if (kn_model_ref_parse(param, true, "model", &ref, &err) < 0 ||
+	    resolve(s, &ref, &v, &err) < 0 || open_store(s, &store, &err) < 0)
+		goto fail;
+	snprintf(object, sizeof(object), "model/%s@%lld", v.name,
+		 (long long)v.version);
+	manifest = json_loads(v.manifest, 0, NULL);
+	lineage = json_object_get(manifest, "lineage");
+	if (json_is_object(lineage) &&
+	    inputs_expand(s, store, lineage, 0, &err) < 0)
+		goto fail;
+	audit(s, c, "model.read", object, "ok", "lineage");
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:s, s:I, s:O, s:O}", "name", v.name,
+				     "version", (json_int_t)v.version,
+				     "lineage", lineage ? lineage : json_null(),
+				     "metrics",
+				     json_object_get(manifest, "metrics")
+					     ? json_object_get(manifest,
+							       "metrics")
+					     : json_null()));
+	goto out;
+fail:
+	fail(s, req, c, "model.read", object, &err);
+out:
+	json_decref(manifest);
+	kn_blob_store_free(store);
+	kn_model_version_row_release(&v);
+}
+
+int models_sign_file(struct server *s, const struct caller *c,
+		     const char *name, int64_t version, const char *key_path,
+		     char key_id[KN_SHA256_HEX + 1], bool *trusted,
+		     struct kn_error *err)
+{
+	struct kn_model_version_row v = {0};
+	struct kn_model_signature_row row;
+	struct kn_model_keyring ring = {0};
+	struct kn_audit a;
+	unsigned char pub[KN_ED25519_PUB_LEN], sig[KN_ED25519_SIG_LEN];
+	char *pub_b64 = NULL, *sig_b64 = NULL, object[160];
+	int rc;
+
+	snprintf(object, sizeof(object), "model/%s@%lld", name,
+		 (long long)version);
+	rc = kn_store_model_version_get(s->store, name, version, &v, err);
+	if (rc == 0)
+		rc = kn_model_sign(key_path, v.manifest, strlen(v.manifest),
+				   pub, sig, err);
+	if (rc < 0)
+		goto out;
+	kn_model_key_id(pub, key_id);
+	/* As a posted signature is: kept only when it verifies. */
+	if (kn_model_sig_check(pub, v.manifest, strlen(v.manifest), sig) < 0) {
+		rc = kn_errorf(err, KN_EINVAL, "sign_key",
+			       "%s: its signature of %s does not verify",
+			       key_path, object + 6);
+		goto out;
+	}
+	rc = kn_model_keyring_load(s->models->trusted_keys, &ring, err);
+	if (rc < 0)
+		goto out;
+	*trusted = kn_model_keyring_has(&ring, key_id);
+	pub_b64 = kn_base64_encode(pub, sizeof(pub));
+	sig_b64 = kn_base64_encode(sig, sizeof(sig));
+	memset(&row, 0, sizeof(row));
+	row.key_id = key_id;
+	row.public_key = pub_b64;
+	row.signature = sig_b64;
+	row.signed_by = (char *)c->name;
+	row.signed_at = kn_now_ms();
+	memset(&a, 0, sizeof(a));
+	a.actor = (char *)c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = "model.sign";
+	a.object = object;
+	a.outcome = "ok";
+	a.detail = key_id;
+	rc = kn_store_model_signature_insert(s->store, name, version, &row, &a,
+					     err);
+out:
+	if (rc < 0)
+		audit(s, c, "model.sign", object, "error", err->message);
+	free(pub_b64);
+	free(sig_b64);
+	kn_model_keyring_release(&ring);
 	kn_model_version_row_release(&v);
 	return rc;
 }

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libfyaml.h>
 #include <openssl/evp.h>
 
 /* metrics.json is a flat object of numbers: a few KiB at most. */
@@ -411,6 +412,197 @@ json_t *workflows_task_env(struct server *s, int64_t job_id,
 	return env;
 }
 
+/* ---- register and deploy steps ---- */
+
+/* The deployment named name, or -ENOENT (KN_ENOTFOUND) naming it. */
+static int deployment_get(struct server *s, const char *name,
+			  struct kn_deployment_row *out, struct kn_error *err)
+{
+	struct kn_deployment_row *rows = NULL;
+	size_t n = 0;
+	int rc = kn_store_deployment_list(s->store, &rows, &n, err);
+
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		if (strcmp(rows[i].name, name) != 0)
+			continue;
+		*out = rows[i];
+		memset(&rows[i], 0, sizeof(rows[i]));
+		kn_deployment_list_free(rows, n);
+		return 0;
+	}
+	kn_deployment_list_free(rows, n);
+	if (rc < 0)
+		return rc;
+	return kn_errorf(err, KN_ENOTFOUND, "deployment",
+			 "no deployment named %s: deploy it first (kiln deploy "
+			 "FILE)", name);
+}
+
+static bool deployment_exists(struct server *s, const char *name)
+{
+	struct kn_deployment_row row;
+	struct kn_error err;
+
+	memset(&row, 0, sizeof(row));
+	if (deployment_get(s, name, &row, &err) < 0)
+		return false;
+	kn_deployment_row_release(&row);
+	return true;
+}
+
+/*
+ * The deployment's spec text as deployed, with its top-level model: set
+ * to model (the rest as libfyaml writes it back), malloc'd; NULL when the
+ * text is not a YAML mapping.
+ */
+static char *spec_with_model(const char *text, const char *model)
+{
+	struct fy_document *fyd = fy_document_build_from_string(NULL, text,
+								 FY_NT);
+	struct fy_node *root = fyd ? fy_document_root(fyd) : NULL;
+	struct fy_node_pair *pair;
+	struct fy_node *value;
+	char *out = NULL;
+
+	if (!root || !fy_node_is_mapping(root))
+		goto out;
+	value = fy_node_create_scalar_copy(fyd, model, FY_NT);
+	pair = fy_node_mapping_lookup_pair_by_string(root, "model", FY_NT);
+	if (pair ? fy_node_pair_set_value(pair, value) != 0
+		 : fy_node_mapping_append(
+			   root, fy_node_create_scalar(fyd, "model", FY_NT),
+			   value) != 0)
+		goto out;
+	out = fy_emit_document_to_string(fyd, FYECF_MODE_BLOCK);
+out:
+	fy_document_destroy(fyd);
+	return out;
+}
+
+/*
+ * Register step i: a new version of its model from the outputs of its
+ * `from` step's job, with lineage, alias moved and signed with sign_key.
+ * The version is the step's metrics ({"version": K}), which a deploy step
+ * reads. Fails the step (returns < 0 with err) when any part fails.
+ */
+static int step_register(struct server *s, struct wf_run *r, size_t i,
+			 const struct caller *owner, struct kn_error *err)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	const struct kn_workflow_step *from =
+		kn_workflow_step_find(r->spec, st->from);
+	int64_t job_id = from ? r->steps[from - r->spec->steps].job_id : 0;
+	char key_id[KN_SHA256_HEX + 1], sign_note[160] = "";
+	json_t *reply = NULL;
+	bool trusted = false;
+	int64_t version;
+	int rc;
+
+	rc = models_from_job(s, owner, st->model, job_id, st->alias, &reply,
+			     err);
+	if (rc < 0)
+		return rc;
+	version = json_integer_value(json_object_get(reply, "version"));
+	json_decref(reply);
+	set_str(&r->steps[i].metrics_json,
+		kn_asprintf("{\"version\":%lld}", (long long)version));
+	if (st->sign_key) {
+		rc = models_sign_file(s, owner, st->model, version,
+				      st->sign_key, key_id, &trusted, err);
+		if (rc < 0) {
+			char *why = kn_asprintf("%s@%lld registered but not "
+						"signed: %s", st->model,
+						(long long)version,
+						err->message);
+			kn_errorf(err, KN_EINVAL, "sign_key", "%s", why);
+			free(why);
+			return rc;
+		}
+		snprintf(sign_note, sizeof(sign_note),
+			 "; signed by key %.16s... (%s)", key_id,
+			 trusted ? "trusted"
+				 : "not trusted: deploys will refuse it");
+	}
+	set_str(&r->steps[i].reason,
+		kn_asprintf("registered %s@%lld from job %lld of step %s%s%s%s",
+			    st->model, (long long)version, (long long)job_id,
+			    st->from, st->alias ? "; alias " : "",
+			    st->alias ? st->alias : "", sign_note));
+	return 0;
+}
+
+/* Deploy step i: its deployment rolled to the version `from` made. */
+static int step_deploy(struct server *s, struct wf_run *r, size_t i,
+		       const struct caller *owner, struct kn_error *err)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	const struct kn_workflow_step *reg =
+		kn_workflow_step_find(r->spec, st->from);
+	const struct deployment *p = NULL;
+	struct kn_deployment_row row;
+	json_t *version = NULL;
+	char *model = NULL, *text = NULL;
+	int rc;
+
+	memset(&row, 0, sizeof(row));
+	if (reg)
+		version = json_object_get(r->v[reg - r->spec->steps].metrics,
+					  "version");
+	if (!json_is_integer(version))
+		return kn_errorf(err, KN_EINVAL, "from",
+				 "step %s registered no version", st->from);
+	model = kn_asprintf("%s@%lld", reg->model,
+			    (long long)json_integer_value(version));
+	rc = deployment_get(s, st->deployment, &row, err);
+	if (rc < 0)
+		goto out;
+	text = spec_with_model(row.spec_yaml, model);
+	if (!text) {
+		rc = kn_errorf(err, KN_EIO, "deployment",
+			       "deployment %s: its spec is not a YAML mapping",
+			       st->deployment);
+		goto out;
+	}
+	/* Through the path `kiln deploy` takes, as the file it came from. */
+	rc = deploy_apply(s, owner, text, strlen(text), row.filename,
+			  row.filename[0] == '/' ? row.filename : NULL, &p,
+			  err);
+	if (rc == 0)
+		set_str(&r->steps[i].reason,
+			kn_asprintf("deployment %s rolled to %s",
+				    st->deployment, model));
+out:
+	free(text);
+	free(model);
+	kn_deployment_row_release(&row);
+	return rc;
+}
+
+/* A register or deploy step does its work at once; it ends here. */
+static int step_act(struct server *s, struct wf_run *r, size_t i,
+		    const struct caller *owner, struct kn_error *err)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	struct kn_wf_step_row *p = &r->steps[i];
+	struct kn_error why;
+	int rc;
+
+	p->attempts++;
+	p->started_at = kn_now_ms();
+	rc = st->kind == KN_STEP_REGISTER ? step_register(s, r, i, owner, &why)
+					  : step_deploy(s, r, i, owner, &why);
+	p->ended_at = kn_now_ms();
+	if (rc < 0)
+		set_str(&p->reason, kn_asprintf("%s", why.message));
+	kn_log(rc < 0 ? KN_LOG_ERROR : KN_LOG_INFO,
+	       "workflow run %lld: step %s: %s", (long long)r->row.id,
+	       st->name, p->reason);
+	rc = step_save(s, r, i, rc < 0 ? "failed" : "succeeded", err);
+	if (rc == 0)
+		publish(s, r, i);
+	return rc;
+}
+
 /*
  * Submit step i's job as the run's owner and record it on the step, in
  * one transaction. A job that cannot be submitted fails the step.
@@ -426,6 +618,8 @@ static int step_start(struct server *s, struct wf_run *r, size_t i,
 	int rc;
 
 	kn_strlcpy(owner.name, r->row.owner, sizeof(owner.name));
+	if (st->kind != KN_STEP_JOB)
+		return step_act(s, r, i, &owner, err);
 	if (st->job_file) {
 		name = job_file_name(r->row.filename, st->job_file);
 		if (st->job_file[0] == '/')
@@ -742,12 +936,13 @@ static json_t *step_json(const struct wf_run *r, size_t i, int64_t now)
 		[KN_ON_FAILURE_CONTINUE] = "continue",
 		[KN_ON_FAILURE_RETRY] = "retry",
 	};
-	json_t *needs = json_array();
+	json_t *needs = json_array(), *o;
 	int64_t end = p->ended_at ? p->ended_at : now;
+	json_t *version = json_object_get(r->v[i].metrics, "version");
 
 	for (size_t k = 0; k < st->n_needs; k++)
 		json_array_append_new(needs, json_string(st->needs[k]));
-	return json_pack(
+	o = json_pack(
 		"{s:s, s:s, s:o, s:o, s:i, s:i, s:s, s:I, s:I, s:I, s:o, s:o, "
 		"s:b}",
 		"name", p->name, "state", p->state, "needs", needs, "job",
@@ -761,6 +956,17 @@ static json_t *step_json(const struct wf_run *r, size_t i, int64_t now)
 		"reason", str_or_null(p->reason), "metrics",
 		r->v[i].metrics ? json_incref(r->v[i].metrics) : json_null(),
 		"skipped_by_condition", p->by_condition);
+	json_object_set_new(o, "kind",
+			    json_string(st->kind == KN_STEP_REGISTER ? "register"
+					: st->kind == KN_STEP_DEPLOY ? "deploy"
+								     : "job"));
+	/* What a register step made: NAME@VERSION. */
+	if (st->kind == KN_STEP_REGISTER && json_is_integer(version))
+		json_object_set_new(o, "model",
+				    json_sprintf("%s@%lld", st->model,
+						 (long long)json_integer_value(
+							 version)));
+	return o;
 }
 
 static json_t *run_json(const struct wf_run *r, bool detail)
@@ -848,7 +1054,7 @@ static bool hex_text(const char *v, size_t min, size_t max)
 /*
  * Check a run request the way `kiln validate` checks the files: the
  * workflow, then each step's job file as the client sent it, each error
- * naming its file. Register and deploy steps are refused here.
+ * naming its file. A deploy step's deployment must exist already.
  */
 static int check_request(struct server *s, const char *text,
 			 const char *filename, json_t *files,
@@ -858,7 +1064,6 @@ static int check_request(struct server *s, const char *text,
 	const char *kind = kn_spec_kind(text, strlen(text));
 	int rc;
 
-	(void)s;
 	if (!kind || strcmp(kind, "Workflow") != 0)
 		return kn_errorf(err, KN_EINVAL, "spec",
 				 "%s: kind: a workflow run needs a `kind: "
@@ -874,21 +1079,14 @@ static int check_request(struct server *s, const char *text,
 		const char *body;
 		char *name;
 
-		if (st->kind == KN_STEP_REGISTER) {
+		if (st->kind == KN_STEP_DEPLOY &&
+		    !deployment_exists(s, st->deployment)) {
 			rc = kn_errorf(err, KN_EINVAL, "spec",
-				       "%s: steps[%zu] (%s): register steps "
-				       "need the model registry, which this "
-				       "server does not have yet",
-				       filename, i, st->name);
-			break;
-		}
-		if (st->kind == KN_STEP_DEPLOY) {
-			rc = kn_errorf(err, KN_EINVAL, "spec",
-				       "%s: steps[%zu] (%s): deploy steps roll "
-				       "out a registered model version and "
-				       "need the model registry, which this "
-				       "server does not have yet",
-				       filename, i, st->name);
+				       "%s: steps[%zu] (%s): deploy: no "
+				       "deployment named %s: deploy it first "
+				       "(kiln deploy FILE); the step rolls an "
+				       "existing one to the registered version",
+				       filename, i, st->name, st->deployment);
 			break;
 		}
 		if (!st->job_file)

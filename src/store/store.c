@@ -351,7 +351,6 @@ static const char SQL_SCHEMA_V8[] =
 	"CREATE INDEX workflow_steps_job ON workflow_steps (job_id)"
 	" WHERE job_id != 0;";
 
-/* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 /*
  * v9: model re-validation (server/revalidate.c). A revalidation row says
  * which evaluation job spec runs against the version an alias names, how
@@ -384,6 +383,17 @@ static const char SQL_SCHEMA_V9[] =
 	"CREATE INDEX model_evaluations_version ON model_evaluations"
 	" (name, version, id);";
 
+/*
+ * v10: the git revision a job's workdir had checked out when it was
+ * submitted (only jobs whose workdir was a repository have one): the
+ * code part of a model's lineage.
+ */
+static const char SQL_SCHEMA_V10[] =
+	"CREATE TABLE job_revisions ("
+	" job_id INTEGER PRIMARY KEY REFERENCES jobs (id),"
+	" revision TEXT NOT NULL);";
+
+/* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
 	SQL_SCHEMA_V2,
@@ -394,6 +404,7 @@ static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V7,
 	SQL_SCHEMA_V8,
 	SQL_SCHEMA_V9,
+	SQL_SCHEMA_V10,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -901,6 +912,10 @@ static const char SQL_WF_STEP_LIST[] =
 	" ORDER BY idx";
 static const char SQL_WF_STEP_BY_JOB[] =
 	"SELECT run_id FROM workflow_steps WHERE job_id = ?1";
+static const char SQL_JOB_REVISION_PUT[] =
+	"INSERT OR REPLACE INTO job_revisions (job_id, revision) VALUES (?1, ?2)";
+static const char SQL_JOB_REVISION_GET[] =
+	"SELECT revision FROM job_revisions WHERE job_id = ?1";
 
 enum stmt_id {
 	STMT_BEGIN,
@@ -983,6 +998,8 @@ enum stmt_id {
 	STMT_REVAL_LIST,
 	STMT_EVAL_INSERT,
 	STMT_EVAL_LIST,
+	STMT_JOB_REVISION_PUT,
+	STMT_JOB_REVISION_GET,
 	STMT_COUNT,
 };
 
@@ -1067,6 +1084,8 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_WF_STEP_PUT] = SQL_WF_STEP_PUT,
 	[STMT_WF_STEP_LIST] = SQL_WF_STEP_LIST,
 	[STMT_WF_STEP_BY_JOB] = SQL_WF_STEP_BY_JOB,
+	[STMT_JOB_REVISION_PUT] = SQL_JOB_REVISION_PUT,
+	[STMT_JOB_REVISION_GET] = SQL_JOB_REVISION_GET,
 };
 
 struct kn_store {
@@ -4281,5 +4300,37 @@ int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
 				 "job %" PRId64 " is no workflow step", job_id);
+	return rc < 0 ? rc : 0;
+}
+
+/* ---- job code revisions ---- */
+
+int kn_store_job_revision_put(struct kn_store *st, int64_t job_id,
+			      const char *revision, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_REVISION_PUT];
+	const char *what = "recording a job's code revision";
+
+	if (bind_i64(s, 1, job_id) || bind_text(s, 2, revision))
+		return bind_fail(st, s, what, err);
+	return job_missing(run(st, s, what, err), job_id, err);
+}
+
+int kn_store_job_revision_get(struct kn_store *st, int64_t job_id,
+			      char **out, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_REVISION_GET];
+	const char *what = "reading a job's code revision";
+	int rc;
+
+	if (bind_i64(s, 1, job_id))
+		return bind_fail(st, s, what, err);
+	rc = step_row(st, s, what, err);
+	if (rc == 1)
+		*out = col_str(s, 0);
+	stmt_done(s);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, NULL,
+				 "job %" PRId64 " has no code revision", job_id);
 	return rc < 0 ? rc : 0;
 }

@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 9
+#define KN_STORE_SCHEMA_VERSION 10
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -776,5 +776,14 @@ void kn_wf_step_list_free(struct kn_wf_step_row *rows, size_t n);
 /* The run whose step runs as job_id; -ENOENT when none does. */
 int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
 			   int64_t *run_id, struct kn_error *err);
+
+/* ---- job code revisions (the git revision of a job's workdir) ---- */
+
+/* -ENOENT when the job is missing. */
+int kn_store_job_revision_put(struct kn_store *st, int64_t job_id,
+			      const char *revision, struct kn_error *err);
+/* *out malloc'd; -ENOENT (KN_ENOTFOUND) when none was recorded. */
+int kn_store_job_revision_get(struct kn_store *st, int64_t job_id,
+			      char **out, struct kn_error *err);
 
 #endif

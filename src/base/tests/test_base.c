@@ -199,6 +199,58 @@ static void test_csv(void **state)
 	assert_string_equal(err.field, "table");
 }
 
+static void put(const char *root, const char *rel, const char *text)
+{
+	char *path = kn_asprintf("%s/%s", root, rel), *slash = strrchr(path, '/');
+
+	*slash = '\0';
+	assert_int_equal(kn_mkdir_p(path, 0700), 0);
+	*slash = '/';
+	assert_int_equal(kn_write_file_replace(path, text, strlen(text), 0600),
+			 0);
+	free(path);
+}
+
+static void test_git_revision(void **state)
+{
+	char root[] = "/tmp/kn-git-XXXXXX", rev[65], *sub;
+	const char *a = "0123456789abcdef0123456789abcdef01234567";
+	const char *b = "89abcdef0123456789abcdef0123456789abcdef";
+
+	(void)state;
+	assert_non_null(mkdtemp(root));
+	sub = kn_asprintf("%s/src/deep", root);
+	assert_int_equal(kn_mkdir_p(sub, 0700), 0);
+	assert_int_equal(kn_git_revision(sub, rev), -ENOENT);
+	/* A branch with no commit yet has no revision. */
+	put(root, ".git/HEAD", "ref: refs/heads/main\n");
+	assert_int_equal(kn_git_revision(sub, rev), -ENOENT);
+	/* Packed, then loose (which wins), then detached. */
+	put(root, ".git/packed-refs",
+	    "# pack-refs with: peeled\n"
+	    "89abcdef0123456789abcdef0123456789abcdef refs/heads/other\n"
+	    "0123456789abcdef0123456789abcdef01234567 refs/heads/main\n");
+	assert_int_equal(kn_git_revision(sub, rev), 0);
+	assert_string_equal(rev, a);
+	put(root, ".git/refs/heads/main", b);
+	assert_int_equal(kn_git_revision(sub, rev), 0);
+	assert_string_equal(rev, b);
+	put(root, ".git/HEAD", a);
+	assert_int_equal(kn_git_revision(root, rev), 0);
+	assert_string_equal(rev, a);
+	put(root, ".git/HEAD", "not a revision\n");
+	assert_int_equal(kn_git_revision(root, rev), -ENOENT);
+	/* A linked worktree: .git is a file; its branch is in commondir. */
+	put(root, "wt/.git", "gitdir: ../.git/worktrees/wt\n");
+	put(root, ".git/worktrees/wt/HEAD", "ref: refs/heads/main\n");
+	put(root, ".git/worktrees/wt/commondir", "../..\n");
+	sub = (free(sub), kn_asprintf("%s/wt", root));
+	assert_int_equal(kn_git_revision(sub, rev), 0);
+	assert_string_equal(rev, b);
+	free(sub);
+	kn_rm_rf(root);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -211,6 +263,7 @@ int main(void)
 		cmocka_unit_test(test_thread_background),
 		cmocka_unit_test(test_yaml_text_check),
 		cmocka_unit_test(test_csv),
+		cmocka_unit_test(test_git_revision),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
