@@ -1000,10 +1000,40 @@ static void version_at(json_t *v, char *at, size_t len)
 		 (long long)cli_json_int(v, "version"));
 }
 
+/*
+ * The version verify and pull work on: fetched (the read is audited as
+ * verb), its signature checked against the trusted keys, its manifest
+ * read and its store opened. CLI_GO or the exit code, with what was
+ * already obtained left for the caller to free.
+ */
+static int open_trusted_version(struct cli_ctx *ctx, const char *text,
+				const char *verb, json_t **v, char *at,
+				size_t at_len, struct kn_model_files *f,
+				struct kn_blob_store **store)
+{
+	struct kn_model_ref ref;
+	struct kn_error err;
+	int rc = ref_arg(ctx, text, true, &ref);
+
+	if (rc != CLI_GO)
+		return rc;
+	rc = model_get(ctx, text, verb, v);
+	if (rc)
+		return rc;
+	version_at(*v, at, at_len);
+	rc = check_trust(ctx, *v, at);
+	if (rc == CLI_GO &&
+	    kn_model_manifest_read(json_object_get(*v, "manifest"), at, f, NULL,
+				   NULL, &err) < 0)
+		rc = cli_fail(ctx, "%s", err.message);
+	if (rc == CLI_GO)
+		rc = open_store(ctx, *v, store);
+	return rc;
+}
+
 static int model_verify(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a;
-	struct kn_model_ref ref;
 	struct kn_model_files f = {0};
 	struct kn_blob_store *store = NULL;
 	struct kn_hash_item *items = NULL;
@@ -1015,21 +1045,10 @@ static int model_verify(struct cli_ctx *ctx, int argc, char **argv)
 	size_t bad = 0;
 	int rc = parse(ctx, argc, argv, &a, 1, "NAME@VERSION|NAME@ALIAS");
 
-	if (rc == CLI_GO)
-		rc = ref_arg(ctx, a.pos[0], true, &ref);
 	if (rc != CLI_GO)
 		return rc;
-	rc = model_get(ctx, a.pos[0], "verify", &v);
-	if (rc)
-		return rc;
-	version_at(v, at, sizeof(at));
-	rc = check_trust(ctx, v, at);
-	if (rc == CLI_GO &&
-	    kn_model_manifest_read(json_object_get(v, "manifest"), at, &f, NULL,
-				   NULL, &err) < 0)
-		rc = cli_fail(ctx, "%s", err.message);
-	if (rc == CLI_GO)
-		rc = open_store(ctx, v, &store);
+	rc = open_trusted_version(ctx, a.pos[0], "verify", &v, at, sizeof(at),
+				  &f, &store);
 	if (rc != CLI_GO)
 		goto out;
 	items = kn_xcalloc(f.n + 1, sizeof(*items));
@@ -1116,7 +1135,6 @@ out:
 static int model_pull(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a;
-	struct kn_model_ref ref;
 	struct kn_model_files f = {0};
 	struct kn_blob_store *store = NULL;
 	struct kn_error err;
@@ -1125,21 +1143,10 @@ static int model_pull(struct cli_ctx *ctx, int argc, char **argv)
 	bool made = false;
 	int rc = parse(ctx, argc, argv, &a, 2, "NAME@VERSION|NAME@ALIAS DIR");
 
-	if (rc == CLI_GO)
-		rc = ref_arg(ctx, a.pos[0], true, &ref);
 	if (rc != CLI_GO)
 		return rc;
-	rc = model_get(ctx, a.pos[0], "pull", &v);
-	if (rc)
-		return rc;
-	version_at(v, at, sizeof(at));
-	rc = check_trust(ctx, v, at);
-	if (rc == CLI_GO &&
-	    kn_model_manifest_read(json_object_get(v, "manifest"), at, &f, NULL,
-				   NULL, &err) < 0)
-		rc = cli_fail(ctx, "%s", err.message);
-	if (rc == CLI_GO)
-		rc = open_store(ctx, v, &store);
+	rc = open_trusted_version(ctx, a.pos[0], "pull", &v, at, sizeof(at),
+				  &f, &store);
 	if (rc == CLI_GO && mkdir(a.pos[1], 0755) < 0)
 		rc = cli_fail(ctx, "%s: %s (pull into a new directory)",
 			      a.pos[1], strerror(errno));
