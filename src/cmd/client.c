@@ -518,6 +518,30 @@ int cli_post_spec(struct cli_client *c, const char *collection,
 	return rc;
 }
 
+int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
+		    const char *path, json_t **answer)
+{
+	struct cli_client *c = NULL;
+	int rc;
+
+	*answer = NULL;
+	rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
+	if (rc != CLI_GO)
+		return rc;
+	rc = cli_client_open(ctx, &c);
+	if (rc == 0)
+		rc = cli_get(c, path, answer);
+	cli_client_free(c);
+	if (rc)
+		return rc;
+	if (!cli_want_json(ctx))
+		return CLI_GO;
+	cli_print_json(*answer);
+	json_decref(*answer);
+	*answer = NULL;
+	return CLI_EXIT_OK;
+}
+
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 		     const char *collection, const char **name)
 {

@@ -102,6 +102,15 @@ int cli_post_spec(struct cli_client *c, const char *collection,
  * collection/NAME. *name is set for the caller's message. Returns as
  * cli_call (or a usage exit status).
  */
+/*
+ * A listing command with no arguments of its own: parse the global flags,
+ * GET path and, with -o json, print the answer as it is. Returns CLI_GO
+ * with *answer set when the caller is to print it for humans (the caller
+ * frees it), or the exit code once nothing is left to do.
+ */
+int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
+		    const char *path, json_t **answer);
+
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 		     const char *collection, const char **name);
 

@@ -125,27 +125,15 @@ static int key_ls(struct cli_ctx *ctx, int argc, char **argv)
 		"NAME", "DEPLOYMENTS", "RPM", "TPM", "QUOTA_DAY", "QUOTA_MONTH",
 		"CREATED_BY", "CREATED", NULL,
 	};
-	struct cli_client *c = NULL;
-	struct cli_table *t = NULL;
-	json_t *answer = NULL, *key, *dep;
+	struct cli_table *t;
+	json_t *answer, *key, *dep;
 	int64_t now = kn_now_ms();
 	char ago[32];
 	size_t i, k;
-	int rc;
+	int rc = cli_get_listing(ctx, argc, argv, "/v1/keys", &answer);
 
-	rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
-	rc = cli_get(c, "/v1/keys", &answer);
-	if (rc)
-		goto out;
-	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
-		goto out;
-	}
+		return rc;
 	t = cli_table_new(headers);
 	json_array_foreach(json_object_get(answer, "keys"), i, key) {
 		struct kn_buf deps;
@@ -167,11 +155,9 @@ static int key_ls(struct cli_ctx *ctx, int argc, char **argv)
 		cli_table_cell(t, ago);
 	}
 	cli_table_print(t, stdout, 0);
-out:
 	cli_table_free(t);
 	json_decref(answer);
-	cli_client_free(c);
-	return rc;
+	return CLI_EXIT_OK;
 }
 
 static int key_revoke(struct cli_ctx *ctx, int argc, char **argv)

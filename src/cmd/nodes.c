@@ -183,36 +183,20 @@ static void show_node(json_t *node)
 
 int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
 {
-	struct cli_client *c = NULL;
-	json_t *answer = NULL, *nodes, *node;
+	json_t *answer, *nodes, *node;
 	size_t i;
-	int rc;
+	int rc = cli_get_listing(ctx, argc, argv, "/v1/nodes", &answer);
 
-	rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
-	rc = cli_get(c, "/v1/nodes", &answer);
-	if (rc)
-		goto out;
-	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
-		goto out;
-	}
+		return rc;
 	nodes = json_object_get(answer, "nodes");
-	if (!json_array_size(nodes)) {
+	if (!json_array_size(nodes))
 		fputs("no nodes\n", stderr);
-		goto out;
-	}
 	json_array_foreach(nodes, i, node) {
 		if (i)
 			putchar('\n');
 		show_node(node);
 	}
-out:
 	json_decref(answer);
-	cli_client_free(c);
-	return rc;
+	return CLI_EXIT_OK;
 }

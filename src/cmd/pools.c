@@ -75,28 +75,17 @@ static void show_pool(json_t *pool)
 
 int cmd_pools(struct cli_ctx *ctx, int argc, char **argv)
 {
-	struct cli_client *c = NULL;
-	json_t *answer = NULL, *pools, *pool, *blocked;
+	json_t *answer, *pools, *pool, *blocked;
 	size_t i;
-	int rc;
+	int rc = cli_get_listing(ctx, argc, argv, "/v1/pools", &answer);
 
-	rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
-	rc = cli_get(c, "/v1/pools", &answer);
-	if (rc)
-		goto out;
-	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
-		goto out;
-	}
+		return rc;
 	pools = json_object_get(answer, "pools");
 	if (!json_array_size(pools)) {
 		fputs("no pools (kiln server --pool)\n", stderr);
-		goto out;
+		json_decref(answer);
+		return CLI_EXIT_OK;
 	}
 	json_array_foreach(pools, i, pool) {
 		if (i)
@@ -106,8 +95,6 @@ int cmd_pools(struct cli_ctx *ctx, int argc, char **argv)
 	blocked = json_object_get(answer, "blocked");
 	if (json_is_string(blocked))
 		printf("\nblocked: %s\n", json_string_value(blocked));
-out:
 	json_decref(answer);
-	cli_client_free(c);
-	return rc;
+	return CLI_EXIT_OK;
 }

@@ -99,30 +99,17 @@ static int token_ls(struct cli_ctx *ctx, int argc, char **argv)
 		"NAME", "ROLE", "CREATED_BY", "CREATED", "LAST_USED", "REVOKED",
 		NULL,
 	};
-	struct cli_client *c = NULL;
-	struct cli_table *t = NULL;
-	json_t *answer = NULL, *tokens, *token;
+	struct cli_table *t;
+	json_t *answer, *token;
 	int64_t now = kn_now_ms();
 	char ago[32];
 	size_t i;
-	int rc;
+	int rc = cli_get_listing(ctx, argc, argv, "/v1/tokens", &answer);
 
-	rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
-	rc = cli_get(c, "/v1/tokens", &answer);
-	if (rc)
-		goto out;
-	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
-		goto out;
-	}
-	tokens = json_object_get(answer, "tokens");
+		return rc;
 	t = cli_table_new(headers);
-	json_array_foreach(tokens, i, token) {
+	json_array_foreach(json_object_get(answer, "tokens"), i, token) {
 		cli_table_cell(t, cli_json_str(token, "name"));
 		cli_table_cell(t, cli_json_str(token, "role"));
 		cli_table_cell(t, cli_json_str(token, "created_by"));
@@ -137,11 +124,9 @@ static int token_ls(struct cli_ctx *ctx, int argc, char **argv)
 		cli_table_cell(t, ago);
 	}
 	cli_table_print(t, stdout, 0);
-out:
 	cli_table_free(t);
 	json_decref(answer);
-	cli_client_free(c);
-	return rc;
+	return CLI_EXIT_OK;
 }
 
 static int token_revoke(struct cli_ctx *ctx, int argc, char **argv)

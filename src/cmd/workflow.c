@@ -366,25 +366,14 @@ static void print_detail(json_t *r)
 
 static int wf_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
-	struct cli_client *c = NULL;
-	json_t *answer = NULL;
-	int rc;
+	json_t *answer;
+	int rc = cli_get_listing(ctx, argc, argv, "/v1/workflows", &answer);
 
-	rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
 	if (rc != CLI_GO)
 		return rc;
-	rc = cli_client_open(ctx, &c);
-	if (rc == 0)
-		rc = cli_get(c, "/v1/workflows", &answer);
-	if (rc == 0) {
-		if (cli_want_json(ctx))
-			cli_print_json(answer);
-		else
-			print_list(json_object_get(answer, "workflows"));
-	}
+	print_list(json_object_get(answer, "workflows"));
 	json_decref(answer);
-	cli_client_free(c);
-	return rc;
+	return CLI_EXIT_OK;
 }
 
 /* A run id argument: a whole number >= 1. */
