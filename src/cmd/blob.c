@@ -17,7 +17,7 @@
 
 struct args {
 	const char *pos[MAX_POS];
-	int n;
+	size_t n;
 	const char *parallel, *block_size, *single_put, *offset, *length, *keep;
 	const char *files;
 	bool create_only;
@@ -38,24 +38,15 @@ static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
 		{"create-only", 0, CLI_FLAG_BOOL, &a->create_only},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			fputs(ctx->cmd->help, stdout);
-			return CLI_EXIT_OK;
-		}
-		if (argv[i][0] == '-' && argv[i][1]) {
-			int rc = cli_take_flag(ctx, flags, argc, argv, &i);
-			if (rc != CLI_GO)
-				return rc;
-		} else if (a->n < MAX_POS) {
-			a->pos[a->n++] = argv[i];
-		} else {
-			return cli_usage_error(ctx, "too many arguments");
-		}
-	}
-	if (a->n < min || a->n > max)
+	int rc;
+
+	rc = cli_parse_positionals(ctx, argc, argv, flags, a->pos, MAX_POS,
+				   &a->n);
+	if (rc != CLI_GO)
+		return rc;
+	if (a->n < (size_t)min || a->n > (size_t)max)
 		return cli_usage_error(ctx, "usage: %s %s", ctx->prog, usage);
-	return cli_check_output(ctx);
+	return CLI_GO;
 }
 
 static int open_store(struct cli_ctx *ctx, const struct args *a,

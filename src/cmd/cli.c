@@ -201,23 +201,22 @@ bool cli_want_json(const struct cli_ctx *ctx)
 	return ctx->output && !strcmp(ctx->output, "json");
 }
 
-int cli_parse(struct cli_ctx *ctx, int argc, char **argv,
-	      const struct cli_flag *flags, const char *pos_name,
-	      const char **pos)
+int cli_parse_positionals(struct cli_ctx *ctx, int argc, char **argv,
+			  const struct cli_flag *flags, const char **pos,
+			  size_t max_pos, size_t *n_pos)
 {
 	bool flags_done = false;
-	int i, n_pos = 0;
 
-	for (i = 1; i < argc; i++) {
+	*n_pos = 0;
+	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
 		int rc;
 
 		if (flags_done || !is_flag(arg)) {
-			if (!pos_name || n_pos)
+			if (*n_pos == max_pos)
 				return cli_usage_error(
 					ctx, "unexpected argument '%s'", arg);
-			*pos = arg;
-			n_pos++;
+			pos[(*n_pos)++] = arg;
 			continue;
 		}
 		if (!strcmp(arg, "--")) {
@@ -232,10 +231,21 @@ int cli_parse(struct cli_ctx *ctx, int argc, char **argv,
 		if (rc != CLI_GO)
 			return rc;
 	}
-	if (pos_name && !n_pos)
+	return cli_check_output(ctx);
+}
+
+int cli_parse(struct cli_ctx *ctx, int argc, char **argv,
+	      const struct cli_flag *flags, const char *pos_name,
+	      const char **pos)
+{
+	size_t n_pos;
+	int rc = cli_parse_positionals(ctx, argc, argv, flags, pos,
+				       pos_name ? 1 : 0, &n_pos);
+
+	if (rc == CLI_GO && pos_name && !n_pos)
 		return cli_usage_error(ctx, "missing %s; see '%s --help'",
 				       pos_name, ctx->prog);
-	return cli_check_output(ctx);
+	return rc;
 }
 
 int cli_parse_job_id(const struct cli_ctx *ctx, const char *arg,

@@ -132,6 +132,15 @@ int cli_parse(struct cli_ctx *ctx, int argc, char **argv,
 	      const char **pos);
 
 /*
+ * As cli_parse, for commands with several positionals: up to max_pos of
+ * them are stored in pos[] and counted in *n_pos (the caller checks how
+ * many it wants); one more is a usage error.
+ */
+int cli_parse_positionals(struct cli_ctx *ctx, int argc, char **argv,
+			  const struct cli_flag *flags, const char **pos,
+			  size_t max_pos, size_t *n_pos);
+
+/*
  * Take the flag at argv[*i] (and its value, advancing *i) from flags (may
  * be NULL) or the global flags. Returns CLI_GO, or CLI_EXIT_USAGE after
  * printing an unknown flag (with a "did you mean") or a missing value.

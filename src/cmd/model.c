@@ -35,7 +35,7 @@
 
 struct args {
 	const char *pos[MAX_POS];
-	int n;
+	size_t n;
 	const char *name, *alias, *out, *key, *from_job;
 };
 
@@ -50,26 +50,17 @@ static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
 		{"from-job", 0, CLI_FLAG_STRING, &a->from_job},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
+	int rc;
+
 	memset(a, 0, sizeof(*a));
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			fputs(ctx->cmd->help, stdout);
-			return CLI_EXIT_OK;
-		}
-		if (argv[i][0] == '-' && argv[i][1]) {
-			int rc = cli_take_flag(ctx, flags, argc, argv, &i);
-			if (rc != CLI_GO)
-				return rc;
-		} else if (a->n < MAX_POS) {
-			a->pos[a->n++] = argv[i];
-		} else {
-			return cli_usage_error(ctx, "too many arguments");
-		}
-	}
+	rc = cli_parse_positionals(ctx, argc, argv, flags, a->pos, MAX_POS,
+				   &a->n);
+	if (rc != CLI_GO)
+		return rc;
 	/* want < 0: the caller checks the count. */
-	if (want >= 0 && a->n != want)
+	if (want >= 0 && a->n != (size_t)want)
 		return cli_usage_error(ctx, "usage: %s %s", ctx->prog, usage);
-	return cli_check_output(ctx);
+	return CLI_GO;
 }
 
 /* A reference argument, checked here so a typo costs no request. */
