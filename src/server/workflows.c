@@ -158,6 +158,7 @@ static int attempt_open(struct server *s, struct wf_run *r, size_t i,
 			struct kn_error *err)
 {
 	const struct kn_wf_attempt_row *last = attempt_last(r, i);
+	int number = last ? last->attempt + 1 : 1;
 	struct kn_wf_attempt_row *a;
 
 	r->att = kn_xrealloc(r->att, (r->n_att + 1) * sizeof(*r->att));
@@ -165,7 +166,7 @@ static int attempt_open(struct server *s, struct wf_run *r, size_t i,
 	memset(a, 0, sizeof(*a));
 	a->run_id = r->row.id;
 	a->index = (int)i;
-	a->attempt = last ? last->attempt + 1 : 1;
+	a->attempt = number;
 	a->job_id = job_id;
 	a->outcome = outcome ? kn_xstrdup(outcome) : NULL;
 	a->started_at = kn_now_ms();
