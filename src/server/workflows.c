@@ -6,15 +6,15 @@
  * The store is the engine's only state. A run row keeps the texts the
  * client sent (the workflow and its job files), each step row the job it
  * runs as now and each attempt row one job a step started (all of them,
- * across retries: a step's cost is theirs); advance() reads them, asks wfplan.c what each step
- * does next and writes the answer. It runs after a step's job ends (one
- * call from jobs.c), after an API call and for every active run at
- * start-up, so a server killed mid-DAG picks up where the store says it
- * was: the jobs themselves are re-adopted by jobs.c, and a step whose job
- * ended while the server was down is judged then. A step's job is
- * submitted in the same transaction that records it on the step, so a
- * crash never leaves a job the run does not know about (which a restart
- * would then start twice). The alternative, a run object in memory
+ * across retries: a step's cost is theirs); advance() reads them, asks
+ * wfplan.c what each step does next and writes the answer. It runs after
+ * a step's job ends (one call from jobs.c), after an API call and for
+ * every active run at start-up, so a server killed mid-DAG picks up where
+ * the store says it was: the jobs themselves are re-adopted by jobs.c,
+ * and a step whose job ended while the server was down is judged then. A
+ * step's job is submitted in the same transaction that records it on the
+ * step, so a crash never leaves a job the run does not know about (which
+ * a restart would then start twice). The alternative, a run object in memory
  * mirrored to the store, would have to be rebuilt at start-up from the
  * same rows anyway.
  *
@@ -1154,8 +1154,7 @@ static json_t *attempts_json(const struct wf_run *r, size_t i,
 
 			snprintf(key, sizeof(key), "%lld", (long long)a->job_id);
 			row = json_object_get(costs, key);
-			if (row)
-				cost_add(&one, row);
+			cost_add(&one, row);
 			cost_add(sum, row);
 			cost_set(o, &one, costs != NULL);
 		}
