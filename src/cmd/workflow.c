@@ -313,16 +313,34 @@ static void print_list(json_t *runs)
 	cli_table_free(t);
 }
 
+/*
+ * A cost as `kiln cost` writes it ("$1.25", "*" when some of it ran on a
+ * node without a price), or "-" when there is none to tell (a register
+ * or deploy step runs no job).
+ */
+static void cost_text(const json_t *o, char *buf, size_t len)
+{
+	const json_t *usd = json_object_get(o, "cost_usd");
+
+	if (!json_is_number(usd))
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "$%.2f%s", json_number_value(usd),
+			 json_is_true(json_object_get(o, "cost_unpriced")) ? "*"
+									   : "");
+}
+
 static void print_detail(json_t *r)
 {
 	static const char *const headers[] = {
-		"STEP", "STATE", "NEEDS", "DURATION", "ATTEMPTS", "JOB",
-		"REASON", NULL,
+		"STEP", "STATE", "NEEDS", "DURATION", "ATTEMPTS", "JOBS",
+		"COST", "REASON", NULL,
 	};
 	struct cli_table *t = cli_table_new(headers);
 	int64_t now = kn_now_ms();
 	json_t *st;
 	size_t i;
+	char cost[48];
 
 	printf("run:       %lld (%s)\n", (long long)cli_json_int(r, "id"),
 	       cli_json_str(r, "name"));
@@ -332,10 +350,16 @@ static void print_detail(json_t *r)
 	printf("file:      %s\n", cli_json_str(r, "filename"));
 	printf("digest:    sha256:%s\n", cli_json_str(r, "digest"));
 	printf("revision:  %s\n", cli_json_str(r, "revision"));
+	cost_text(r, cost, sizeof(cost));
+	printf("cost:      %s (GPU time of every step's jobs, lost work "
+	       "included%s)\n", cost,
+	       json_is_true(json_object_get(r, "cost_unpriced"))
+		       ? "; *: some ran on a node without a price"
+		       : "");
 	printf("\n");
 	json_array_foreach(json_object_get(r, "steps"), i, st) {
-		struct kn_buf needs;
-		json_t *n;
+		struct kn_buf needs, jobs;
+		json_t *n, *a;
 		size_t k;
 		char ran[32];
 
@@ -343,6 +367,13 @@ static void print_detail(json_t *r)
 		json_array_foreach(json_object_get(st, "needs"), k, n)
 			kn_buf_printf(&needs, "%s%s", k ? "," : "",
 				      json_string_value(n));
+		/* Every job the step ran, earlier attempts' too. */
+		kn_buf_init(&jobs, SIZE_MAX);
+		json_array_foreach(json_object_get(st, "attempt_history"), k, a)
+			if (json_is_integer(json_object_get(a, "job")))
+				kn_buf_printf(&jobs, "%s%lld",
+					      jobs.len ? "," : "",
+					      (long long)cli_json_int(a, "job"));
 		cli_table_cell(t, cli_json_str(st, "name"));
 		cli_table_cell(t, cli_json_str(st, "state"));
 		cli_table_cell(t, needs.len ? needs.data : "-");
@@ -352,12 +383,11 @@ static void print_detail(json_t *r)
 		cli_table_cell(t, ran);
 		cli_table_cellf(t, "%lld",
 				(long long)cli_json_int(st, "attempts"));
-		if (json_is_integer(json_object_get(st, "job")))
-			cli_table_cellf(t, "%lld",
-					(long long)cli_json_int(st, "job"));
-		else
-			cli_table_cell(t, "-");
+		cli_table_cell(t, jobs.len ? jobs.data : "-");
+		cost_text(st, cost, sizeof(cost));
+		cli_table_cell(t, cost);
 		cli_table_cell(t, cli_json_str(st, "reason"));
+		kn_buf_release(&jobs);
 		kn_buf_release(&needs);
 	}
 	cli_table_print(t, stdout, 0);

@@ -387,6 +387,31 @@ out:
 	record_release(&rec);
 }
 
+int cost_by_job(struct server *s, int64_t since_ms, json_t **out,
+		struct kn_error *err)
+{
+	struct kn_ledger_report *rep = NULL;
+	struct record rec;
+	int64_t now = kn_now_ms();
+	int rc;
+
+	if (since_ms >= now)
+		since_ms = now - 1;
+	rc = record_load(s, since_ms, &rec, err);
+	if (rc == 0)
+		rc = kn_ledger_report(rec.ledger, KN_LEDGER_BY_JOB, since_ms,
+				      now, &rep, err);
+	if (rc == 0) {
+		*out = json_object();
+		for (size_t i = 0; i < rep->n_rows; i++)
+			json_object_set_new(*out, rep->rows[i].key,
+					    row_json(&rep->rows[i]));
+	}
+	kn_ledger_report_free(rep);
+	record_release(&rec);
+	return rc;
+}
+
 /* ---- GET /v1/cost/reservations ---- */
 
 /* Busy and up GPU time per size, from the by-node report. */

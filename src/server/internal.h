@@ -437,6 +437,12 @@ void models_h_lineage(struct server *s, struct kn_http_req *req,
 int models_from_job(struct server *s, const struct caller *c,
 		    const char *name, int64_t job_id, const char *alias,
 		    json_t **reply, struct kn_error *err);
+/* Point alias of name at version (as a promote, by c) unless it does. */
+int models_alias_point(struct server *s, const struct caller *c,
+		       const char *name, const char *alias, int64_t version,
+		       struct kn_error *err);
+/* Whether the server's trusted keys hold key_id. */
+bool models_key_trusted(struct server *s, const char *key_id);
 /*
  * Sign name@version's canonical manifest with the private key file
  * key_path (read by the server), kept as a posted signature is: only when
@@ -562,6 +568,14 @@ void cost_h_report(struct server *s, struct kn_http_req *req,
 		   const struct caller *c, const char *param);
 void cost_h_reservations(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param);
+/*
+ * Each job's row of the by-job ledger from since_ms to now, as GET
+ * /v1/cost?by=job gives it (cost_usd counts lost work too), keyed by the
+ * job id as text; jobs without GPU time have none. For a workflow run's
+ * steps (workflows.c).
+ */
+int cost_by_job(struct server *s, int64_t since_ms, json_t **out,
+		struct kn_error *err);
 
 /* server.c: node set-up, shared with the pools that add nodes later */
 /* Node n's scheduler view of its devices, this machine's CPUs and memory. */

@@ -505,6 +505,32 @@ static int alias_move(struct server *s, const struct caller *c,
 	return rc;
 }
 
+int models_alias_point(struct server *s, const struct caller *c,
+		       const char *name, const char *alias, int64_t version,
+		       struct kn_error *err)
+{
+	int64_t now = 0, from;
+	int rc = kn_store_model_alias_get(s->store, name, alias, &now, err);
+
+	if (rc < 0 && rc != -ENOENT)
+		return rc;
+	if (rc == 0 && now == version)
+		return 0;
+	return alias_move(s, c, name, alias, "promote", version, &from, err);
+}
+
+bool models_key_trusted(struct server *s, const char *key_id)
+{
+	struct kn_model_keyring ring = {0};
+	struct kn_error err;
+	bool trusted = false;
+
+	if (kn_model_keyring_load(s->models->trusted_keys, &ring, &err) == 0)
+		trusted = kn_model_keyring_has(&ring, key_id);
+	kn_model_keyring_release(&ring);
+	return trusted;
+}
+
 /*
  * Number, record and copy to the store a new version of name with these
  * files (their blobs already checked), lineage and metrics (NULL: null),

@@ -4,16 +4,17 @@
  * (docs/workflows.md).
  *
  * The store is the engine's only state. A run row keeps the texts the
- * client sent (the workflow and its job files) and each step row the job
- * it runs as now; advance() reads them, asks wfplan.c what each step
- * does next and writes the answer. It runs after a step's job ends (one
- * call from jobs.c), after an API call and for every active run at
- * start-up, so a server killed mid-DAG picks up where the store says it
- * was: the jobs themselves are re-adopted by jobs.c, and a step whose job
- * ended while the server was down is judged then. A step's job is
- * submitted in the same transaction that records it on the step, so a
- * crash never leaves a job the run does not know about (which a restart
- * would then start twice). The alternative, a run object in memory
+ * client sent (the workflow and its job files), each step row the job it
+ * runs as now and each attempt row one job a step started (all of them,
+ * across retries: a step's cost is theirs); advance() reads them, asks
+ * wfplan.c what each step does next and writes the answer. It runs after
+ * a step's job ends (one call from jobs.c), after an API call and for
+ * every active run at start-up, so a server killed mid-DAG picks up where
+ * the store says it was: the jobs themselves are re-adopted by jobs.c,
+ * and a step whose job ended while the server was down is judged then. A
+ * step's job is submitted in the same transaction that records it on the
+ * step, so a crash never leaves a job the run does not know about (which
+ * a restart would then start twice). The alternative, a run object in memory
  * mirrored to the store, would have to be rebuilt at start-up from the
  * same rows anyway.
  *
@@ -52,6 +53,8 @@ struct wf_run {
 	struct kn_workflow_spec *spec;
 	json_t *files;           /* {relative path: text} */
 	struct wf_step_view *v;  /* the steps' states for wfplan */
+	struct kn_wf_attempt_row *att; /* every step's, oldest first */
+	size_t n_att;
 };
 
 static bool run_ended(const char *state)
@@ -64,6 +67,7 @@ static void wf_run_release(struct wf_run *r)
 	for (size_t i = 0; r->v && i < r->n; i++)
 		json_decref(r->v[i].metrics);
 	free(r->v);
+	kn_wf_attempt_list_free(r->att, r->n_att);
 	kn_wf_step_list_free(r->steps, r->n);
 	kn_workflow_spec_free(r->spec);
 	json_decref(r->files);
@@ -92,6 +96,9 @@ static int wf_run_load(struct server *s, int64_t id, struct wf_run *r,
 	rc = kn_store_wf_run_get(s->store, id, &r->row, err);
 	if (rc == 0)
 		rc = kn_store_wf_step_list(s->store, id, &r->steps, &r->n, err);
+	if (rc == 0)
+		rc = kn_store_wf_attempt_list(s->store, id, &r->att, &r->n_att,
+					      err);
 	if (rc == 0)
 		rc = kn_workflow_spec_parse(r->row.spec_yaml,
 					    strlen(r->row.spec_yaml),
@@ -127,6 +134,59 @@ static int step_save(struct server *s, struct wf_run *r, size_t i,
 	set_str(&r->steps[i].state, kn_xstrdup(state));
 	view_set(r, i);
 	return kn_store_wf_step_put(s->store, &r->steps[i], err);
+}
+
+/* Step i's newest attempt, or NULL before its first. */
+static struct kn_wf_attempt_row *attempt_last(struct wf_run *r, size_t i)
+{
+	struct kn_wf_attempt_row *last = NULL;
+
+	for (size_t k = 0; k < r->n_att; k++)
+		if (r->att[k].index == (int)i &&
+		    (!last || r->att[k].attempt > last->attempt))
+			last = &r->att[k];
+	return last;
+}
+
+/*
+ * Record a new attempt of step i: job_id (0: none), outcome NULL while it
+ * runs. Numbered after the step's newest, so `kiln workflow retry`, which
+ * resets the step's attempts count, keeps the older ones listed.
+ */
+static int attempt_open(struct server *s, struct wf_run *r, size_t i,
+			int64_t job_id, const char *outcome, int64_t ended_at,
+			struct kn_error *err)
+{
+	const struct kn_wf_attempt_row *last = attempt_last(r, i);
+	int number = last ? last->attempt + 1 : 1;
+	struct kn_wf_attempt_row *a;
+
+	r->att = kn_xrealloc(r->att, (r->n_att + 1) * sizeof(*r->att));
+	a = &r->att[r->n_att++];
+	memset(a, 0, sizeof(*a));
+	a->run_id = r->row.id;
+	a->index = (int)i;
+	a->attempt = number;
+	a->job_id = job_id;
+	a->outcome = outcome ? kn_xstrdup(outcome) : NULL;
+	a->started_at = kn_now_ms();
+	a->ended_at = ended_at;
+	return kn_store_wf_attempt_put(s->store, a, err);
+}
+
+/* Step i's newest attempt, when still open, ends with outcome. */
+static int attempt_close(struct server *s, struct wf_run *r, size_t i,
+			 const char *outcome, int64_t ended_at,
+			 struct kn_error *err)
+{
+	struct kn_wf_attempt_row *a = attempt_last(r, i);
+
+	/* None for a step started before attempts were recorded. */
+	if (!a || a->outcome)
+		return 0;
+	a->outcome = kn_xstrdup(outcome);
+	a->ended_at = ended_at;
+	return kn_store_wf_attempt_put(s->store, a, err);
 }
 
 static void publish(struct server *s, const struct wf_run *r, size_t i)
@@ -480,13 +540,73 @@ out:
 }
 
 /*
+ * The version of model that owner made from job_id's outputs at since_ms
+ * or later (its lineage names the job), newest first; 0 when none. What a
+ * register step interrupted by a crash may have left.
+ */
+static int64_t version_made_since(struct server *s, const char *model,
+				  const char *owner, int64_t job_id,
+				  int64_t since_ms)
+{
+	struct kn_model_version_row *rows = NULL;
+	struct kn_error err;
+	int64_t found = 0;
+	size_t n = 0;
+
+	if (kn_store_model_version_list(s->store, model, &rows, &n, &err) < 0)
+		return 0;
+	for (size_t k = n; k-- > 0 && !found;) {
+		json_t *m;
+
+		if (rows[k].created_at < since_ms ||
+		    strcmp(rows[k].created_by, owner) != 0)
+			continue;
+		m = json_loads(rows[k].manifest, 0, NULL);
+		if (json_integer_value(json_object_get(
+			    json_object_get(m, "lineage"), "job")) == job_id)
+			found = rows[k].version;
+		json_decref(m);
+	}
+	kn_model_version_list_free(rows, n);
+	return found;
+}
+
+/* The id of a key that owner signed model@version with since since_ms. */
+static bool signed_since(struct server *s, const char *model,
+			 int64_t version, const char *owner, int64_t since_ms,
+			 char key_id[KN_SHA256_HEX + 1])
+{
+	struct kn_model_signature_row *rows = NULL;
+	struct kn_error err;
+	bool found = false;
+	size_t n = 0;
+
+	if (kn_store_model_signature_list(s->store, model, version, &rows, &n,
+					  &err) < 0)
+		return false;
+	for (size_t k = 0; k < n && !found; k++)
+		if (rows[k].signed_at >= since_ms &&
+		    !strcmp(rows[k].signed_by, owner)) {
+			kn_strlcpy(key_id, rows[k].key_id, KN_SHA256_HEX + 1);
+			found = true;
+		}
+	kn_model_signature_list_free(rows, n);
+	return found;
+}
+
+/*
  * Register step i: a new version of its model from the outputs of its
  * `from` step's job, with lineage, alias moved and signed with sign_key.
  * The version is the step's metrics ({"version": K}), which a deploy step
  * reads. Fails the step (returns < 0 with err) when any part fails.
+ *
+ * resumed_since (0: a first go) is when a go the server did not live to
+ * record began: a version made since then from the same job is adopted,
+ * its alias and signature completed, so a crash never registers twice.
  */
 static int step_register(struct server *s, struct wf_run *r, size_t i,
-			 const struct caller *owner, struct kn_error *err)
+			 const struct caller *owner, int64_t resumed_since,
+			 struct kn_error *err)
 {
 	const struct kn_workflow_step *st = &r->spec->steps[i];
 	const struct kn_workflow_step *from =
@@ -494,19 +614,41 @@ static int step_register(struct server *s, struct wf_run *r, size_t i,
 	int64_t job_id = from ? r->steps[from - r->spec->steps].job_id : 0;
 	char key_id[KN_SHA256_HEX + 1], sign_note[160] = "";
 	json_t *reply = NULL;
-	bool trusted = false;
-	int64_t version;
-	int rc;
+	bool trusted = false, adopted = false;
+	int64_t version = 0;
+	int rc = 0;
 
-	rc = models_from_job(s, owner, st->model, job_id, st->alias, &reply,
-			     err);
+	if (resumed_since)
+		version = version_made_since(s, st->model, owner->name, job_id,
+					     resumed_since);
+	if (version > 0) {
+		adopted = true;
+		kn_log(KN_LOG_INFO, "workflow run %lld: step %s: adopting "
+		       "%s@%lld, made before the server restarted",
+		       (long long)r->row.id, st->name, st->model,
+		       (long long)version);
+		if (st->alias)
+			rc = models_alias_point(s, owner, st->model, st->alias,
+						version, err);
+	} else {
+		rc = models_from_job(s, owner, st->model, job_id, st->alias,
+				     &reply, err);
+		version = json_integer_value(json_object_get(reply, "version"));
+		json_decref(reply);
+	}
 	if (rc < 0)
 		return rc;
-	version = json_integer_value(json_object_get(reply, "version"));
-	json_decref(reply);
 	set_str(&r->steps[i].metrics_json,
 		kn_asprintf("{\"version\":%lld}", (long long)version));
-	if (st->sign_key) {
+	if (st->sign_key && adopted &&
+	    signed_since(s, st->model, version, owner->name, resumed_since,
+			 key_id)) {
+		snprintf(sign_note, sizeof(sign_note),
+			 "; signed by key %.16s... (%s)", key_id,
+			 models_key_trusted(s, key_id)
+				 ? "trusted"
+				 : "not trusted: deploys will refuse it");
+	} else if (st->sign_key) {
 		rc = models_sign_file(s, owner, st->model, version,
 				      st->sign_key, key_id, &trusted, err);
 		if (rc < 0) {
@@ -524,10 +666,11 @@ static int step_register(struct server *s, struct wf_run *r, size_t i,
 				 : "not trusted: deploys will refuse it");
 	}
 	set_str(&r->steps[i].reason,
-		kn_asprintf("registered %s@%lld from job %lld of step %s%s%s%s",
+		kn_asprintf("registered %s@%lld from job %lld of step %s%s%s%s%s",
 			    st->model, (long long)version, (long long)job_id,
 			    st->from, st->alias ? "; alias " : "",
-			    st->alias ? st->alias : "", sign_note));
+			    st->alias ? st->alias : "", sign_note,
+			    adopted ? "; adopted after a server restart" : ""));
 	return 0;
 }
 
@@ -578,29 +721,54 @@ out:
 	return rc;
 }
 
-/* A register or deploy step does its work at once; it ends here. */
+/*
+ * A register or deploy step does its work at once; it ends here. Its
+ * attempt is recorded first, open: if the server dies before the step's
+ * end is saved, the step is still pending at the next start and finds
+ * that attempt, which tells step_register to look for the version it may
+ * have made rather than make another.
+ */
 static int step_act(struct server *s, struct wf_run *r, size_t i,
 		    const struct caller *owner, struct kn_error *err)
 {
 	const struct kn_workflow_step *st = &r->spec->steps[i];
 	struct kn_wf_step_row *p = &r->steps[i];
+	const struct kn_wf_attempt_row *last = attempt_last(r, i);
+	int64_t resumed_since = 0;
+	const char *outcome;
 	struct kn_error why;
 	int rc;
 
+	if (last && !last->outcome && !last->job_id)
+		resumed_since = last->started_at;
+	else if ((rc = attempt_open(s, r, i, 0, NULL, 0, err)) < 0)
+		return rc;
 	p->attempts++;
 	p->started_at = kn_now_ms();
-	rc = st->kind == KN_STEP_REGISTER ? step_register(s, r, i, owner, &why)
-					  : step_deploy(s, r, i, owner, &why);
+	rc = st->kind == KN_STEP_REGISTER
+		     ? step_register(s, r, i, owner, resumed_since, &why)
+		     : step_deploy(s, r, i, owner, &why);
 	p->ended_at = kn_now_ms();
 	if (rc < 0)
 		set_str(&p->reason, kn_asprintf("%s", why.message));
 	kn_log(rc < 0 ? KN_LOG_ERROR : KN_LOG_INFO,
 	       "workflow run %lld: step %s: %s", (long long)r->row.id,
 	       st->name, p->reason);
-	rc = step_save(s, r, i, rc < 0 ? "failed" : "succeeded", err);
+	outcome = rc < 0 ? "failed" : "succeeded";
+	/* The attempt's end and the step's, in one transaction. */
+	rc = kn_store_begin(s->store, err);
 	if (rc == 0)
-		publish(s, r, i);
-	return rc;
+		rc = attempt_close(s, r, i, outcome, p->ended_at, err);
+	if (rc == 0)
+		rc = step_save(s, r, i, outcome, err);
+	if (rc == 0)
+		rc = kn_store_commit(s->store, err);
+	if (rc < 0) {
+		kn_store_rollback(s->store);
+		return rc;
+	}
+	publish(s, r, i);
+	return 0;
 }
 
 /*
@@ -661,7 +829,9 @@ static int step_start(struct server *s, struct wf_run *r, size_t i,
 		p->started_at = kn_now_ms();
 	p->ended_at = 0;
 	set_str(&p->reason, why ? kn_xstrdup(why) : NULL);
-	rc = step_save(s, r, i, "running", err);
+	rc = attempt_open(s, r, i, job_id, NULL, 0, err);
+	if (rc == 0)
+		rc = step_save(s, r, i, "running", err);
 	if (rc == 0)
 		rc = kn_store_commit(s->store, err);
 	if (rc < 0) {
@@ -679,7 +849,9 @@ fail:
 	p->started_at = p->started_at ? p->started_at : kn_now_ms();
 	p->ended_at = kn_now_ms();
 	set_str(&p->reason, kn_asprintf("cannot start: %s", err->message));
-	rc = step_save(s, r, i, "failed", err);
+	rc = attempt_open(s, r, i, 0, "failed", p->ended_at, err);
+	if (rc == 0)
+		rc = step_save(s, r, i, "failed", err);
 	if (rc == 0)
 		publish(s, r, i);
 out:
@@ -707,6 +879,10 @@ static int step_judge(struct server *s, struct wf_run *r, size_t i,
 	if (rc < 0)
 		return rc;
 	if (!kn_job_state_terminal(j.state))
+		goto out;
+	rc = attempt_close(s, r, i, kn_job_state_name(j.state),
+			   j.ended_at ? j.ended_at : kn_now_ms(), err);
+	if (rc < 0)
 		goto out;
 	if (j.state == KN_JOB_SUCCEEDED) {
 		state = "succeeded";
@@ -927,8 +1103,70 @@ static json_t *str_or_null(const char *v)
 	return v ? json_string(v) : json_null();
 }
 
-static json_t *step_json(const struct wf_run *r, size_t i, int64_t now)
+/* What a step's or run's jobs cost, summed from the ledger's rows. */
+struct cost_sum {
+	double usd, gpu_seconds;
+	bool unpriced;
+};
+
+static void cost_add(struct cost_sum *sum, const json_t *row)
 {
+	sum->usd += json_number_value(json_object_get(row, "cost_usd"));
+	sum->gpu_seconds +=
+		json_number_value(json_object_get(row, "gpu_seconds"));
+	sum->unpriced |= json_is_true(json_object_get(row, "unpriced"));
+}
+
+static void cost_set(json_t *o, const struct cost_sum *sum, bool known)
+{
+	json_object_set_new(o, "cost_usd",
+			    known ? json_real(sum->usd) : json_null());
+	json_object_set_new(o, "gpu_seconds",
+			    known ? json_real(sum->gpu_seconds) : json_null());
+	json_object_set_new(o, "cost_unpriced", json_boolean(sum->unpriced));
+}
+
+/*
+ * Step i's attempts, oldest first, each with its job's cost from costs
+ * (cost_by_job; NULL when the ledger could not be read), summed into
+ * *sum.
+ */
+static json_t *attempts_json(const struct wf_run *r, size_t i,
+			     const json_t *costs, struct cost_sum *sum)
+{
+	json_t *list = json_array();
+
+	for (size_t k = 0; k < r->n_att; k++) {
+		const struct kn_wf_attempt_row *a = &r->att[k];
+		json_t *o, *row;
+		char key[24];
+
+		if (a->index != (int)i)
+			continue;
+		o = json_pack("{s:i, s:o, s:o, s:I, s:I}", "attempt",
+			      a->attempt, "job",
+			      a->job_id ? json_integer(a->job_id) : json_null(),
+			      "outcome", str_or_null(a->outcome),
+			      "started_at_ms", (json_int_t)a->started_at,
+			      "ended_at_ms", (json_int_t)a->ended_at);
+		if (a->job_id) {
+			struct cost_sum one = {0};
+
+			snprintf(key, sizeof(key), "%lld", (long long)a->job_id);
+			row = json_object_get(costs, key);
+			cost_add(&one, row);
+			cost_add(sum, row);
+			cost_set(o, &one, costs != NULL);
+		}
+		json_array_append_new(list, o);
+	}
+	return list;
+}
+
+static json_t *step_json(const struct wf_run *r, size_t i, int64_t now,
+			 const json_t *costs, struct cost_sum *run_sum)
+{
+	struct cost_sum sum = {0};
 	const struct kn_workflow_step *st = &r->spec->steps[i];
 	const struct kn_wf_step_row *p = &r->steps[i];
 	static const char *const policies[] = {
@@ -960,6 +1198,19 @@ static json_t *step_json(const struct wf_run *r, size_t i, int64_t now)
 			    json_string(st->kind == KN_STEP_REGISTER ? "register"
 					: st->kind == KN_STEP_DEPLOY ? "deploy"
 								     : "job"));
+	json_object_set_new(o, "attempt_history",
+			    attempts_json(r, i, costs, &sum));
+	/* Register and deploy steps run in the server: no GPU time. */
+	if (st->kind == KN_STEP_JOB) {
+		cost_set(o, &sum, costs != NULL);
+		run_sum->usd += sum.usd;
+		run_sum->gpu_seconds += sum.gpu_seconds;
+		run_sum->unpriced |= sum.unpriced;
+	} else {
+		json_object_set_new(o, "cost_usd", json_null());
+		json_object_set_new(o, "gpu_seconds", json_null());
+		json_object_set_new(o, "cost_unpriced", json_false());
+	}
 	/* What a register step made: NAME@VERSION. */
 	if (st->kind == KN_STEP_REGISTER && json_is_integer(version))
 		json_object_set_new(o, "model",
@@ -969,9 +1220,12 @@ static json_t *step_json(const struct wf_run *r, size_t i, int64_t now)
 	return o;
 }
 
-static json_t *run_json(const struct wf_run *r, bool detail)
+/* costs: cost_by_job's rows, for the detail (NULL: not known). */
+static json_t *run_json(const struct wf_run *r, bool detail,
+			const json_t *costs)
 {
 	json_t *o, *counts = json_object(), *steps = json_array();
+	struct cost_sum sum = {0};
 	int64_t now = kn_now_ms();
 
 	for (size_t i = 0; i < r->n; i++) {
@@ -980,7 +1234,8 @@ static json_t *run_json(const struct wf_run *r, bool detail)
 				    json_integer(c ? json_integer_value(c) + 1
 						   : 1));
 		if (detail)
-			json_array_append_new(steps, step_json(r, i, now));
+			json_array_append_new(steps,
+					      step_json(r, i, now, costs, &sum));
 	}
 	o = json_pack("{s:I, s:s, s:s, s:s, s:o, s:s, s:s, s:o, s:I, s:I, "
 		      "s:I, s:i, s:o}",
@@ -1008,6 +1263,7 @@ static json_t *run_json(const struct wf_run *r, bool detail)
 		json_object_set_new(o, "steps", steps);
 		json_object_set_new(o, "order", order);
 		json_object_set_new(o, "files", files);
+		cost_set(o, &sum, costs != NULL);
 	} else {
 		json_decref(steps);
 	}
@@ -1019,13 +1275,20 @@ static void reply_run(struct server *s, struct kn_http_req *req, int64_t id,
 {
 	struct wf_run r;
 	struct kn_error err;
+	json_t *costs = NULL;
 
 	if (wf_run_load(s, id, &r, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
 	}
+	/* The run's jobs were all submitted after it was. */
+	if (cost_by_job(s, r.row.submitted_at, &costs, &err) < 0)
+		kn_log(KN_LOG_WARN, "workflow run %lld: its cost: %s",
+		       (long long)id, err.message);
 	kn_http_reply_json(req, status,
-			   json_pack("{s:o}", "workflow", run_json(&r, true)));
+			   json_pack("{s:o}", "workflow",
+				     run_json(&r, true, costs)));
+	json_decref(costs);
 	wf_run_release(&r);
 }
 
@@ -1255,7 +1518,7 @@ void workflows_h_list(struct server *s, struct kn_http_req *req,
 			       (long long)rows[i].id, err.message);
 			continue;
 		}
-		json_array_append_new(list, run_json(&r, false));
+		json_array_append_new(list, run_json(&r, false, NULL));
 		wf_run_release(&r);
 	}
 	kn_wf_run_list_free(rows, n);
@@ -1370,7 +1633,9 @@ void workflows_h_cancel(struct server *s, struct kn_http_req *req,
 		r.steps[i].ended_at = r.row.ended_at;
 		set_str(&r.steps[i].reason,
 			kn_asprintf("run cancelled by %s", c->name));
-		rc = step_save(s, &r, i, "cancelled", &err);
+		rc = attempt_close(s, &r, i, "cancelled", r.row.ended_at, &err);
+		if (rc == 0)
+			rc = step_save(s, &r, i, "cancelled", &err);
 	}
 	if (rc == 0)
 		rc = kn_store_commit(s->store, &err);

@@ -393,6 +393,25 @@ static const char SQL_SCHEMA_V10[] =
 	" job_id INTEGER PRIMARY KEY REFERENCES jobs (id),"
 	" revision TEXT NOT NULL);";
 
+/*
+ * v11: every attempt of a workflow step, kept across `kiln workflow
+ * retry`: the job it ran as (0 for a register or deploy step, or a start
+ * that queued nothing), its outcome (NULL while it runs) and its times,
+ * so a step's cost sums all its jobs. A register step's attempt is
+ * written before the version is made: one still open after a restart
+ * says the version may exist already (server/workflows.c adopts it).
+ */
+static const char SQL_SCHEMA_V11[] =
+	"CREATE TABLE workflow_attempts ("
+	" run_id INTEGER NOT NULL REFERENCES workflow_runs (id),"
+	" idx INTEGER NOT NULL,"
+	" attempt INTEGER NOT NULL,"
+	" job_id INTEGER NOT NULL DEFAULT 0,"
+	" outcome TEXT,"
+	" started_at INTEGER NOT NULL,"
+	" ended_at INTEGER NOT NULL DEFAULT 0,"
+	" PRIMARY KEY (run_id, idx, attempt)) WITHOUT ROWID;";
+
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
@@ -405,6 +424,7 @@ static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V8,
 	SQL_SCHEMA_V9,
 	SQL_SCHEMA_V10,
+	SQL_SCHEMA_V11,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -912,6 +932,14 @@ static const char SQL_WF_STEP_LIST[] =
 	" ORDER BY idx";
 static const char SQL_WF_STEP_BY_JOB[] =
 	"SELECT run_id FROM workflow_steps WHERE job_id = ?1";
+#define WF_ATTEMPT_COLUMNS \
+	"run_id, idx, attempt, job_id, outcome, started_at, ended_at"
+static const char SQL_WF_ATTEMPT_PUT[] =
+	"INSERT OR REPLACE INTO workflow_attempts (" WF_ATTEMPT_COLUMNS ")"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+static const char SQL_WF_ATTEMPT_LIST[] =
+	"SELECT " WF_ATTEMPT_COLUMNS " FROM workflow_attempts"
+	" WHERE run_id = ?1 ORDER BY idx, attempt";
 static const char SQL_JOB_REVISION_PUT[] =
 	"INSERT OR REPLACE INTO job_revisions (job_id, revision) VALUES (?1, ?2)";
 static const char SQL_JOB_REVISION_GET[] =
@@ -994,6 +1022,8 @@ enum stmt_id {
 	STMT_WF_STEP_PUT,
 	STMT_WF_STEP_LIST,
 	STMT_WF_STEP_BY_JOB,
+	STMT_WF_ATTEMPT_PUT,
+	STMT_WF_ATTEMPT_LIST,
 	STMT_REVAL_PUT,
 	STMT_REVAL_LIST,
 	STMT_EVAL_INSERT,
@@ -1084,6 +1114,8 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_WF_STEP_PUT] = SQL_WF_STEP_PUT,
 	[STMT_WF_STEP_LIST] = SQL_WF_STEP_LIST,
 	[STMT_WF_STEP_BY_JOB] = SQL_WF_STEP_BY_JOB,
+	[STMT_WF_ATTEMPT_PUT] = SQL_WF_ATTEMPT_PUT,
+	[STMT_WF_ATTEMPT_LIST] = SQL_WF_ATTEMPT_LIST,
 	[STMT_JOB_REVISION_PUT] = SQL_JOB_REVISION_PUT,
 	[STMT_JOB_REVISION_GET] = SQL_JOB_REVISION_GET,
 };
@@ -4301,6 +4333,65 @@ int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
 				 "job %" PRId64 " is no workflow step", job_id);
 	return rc < 0 ? rc : 0;
+}
+
+/* ---- workflow step attempts ---- */
+
+void kn_wf_attempt_list_free(struct kn_wf_attempt_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		free(rows[i].outcome);
+	free(rows);
+}
+
+int kn_store_wf_attempt_put(struct kn_store *st,
+			    const struct kn_wf_attempt_row *a,
+			    struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_ATTEMPT_PUT];
+	const char *what = "writing a workflow step attempt";
+
+	if (bind_i64(s, 1, a->run_id) || bind_i64(s, 2, a->index) ||
+	    bind_i64(s, 3, a->attempt) || bind_i64(s, 4, a->job_id) ||
+	    bind_text(s, 5, a->outcome) || bind_i64(s, 6, a->started_at) ||
+	    bind_i64(s, 7, a->ended_at))
+		return bind_fail(st, s, what, err);
+	return run(st, s, what, err);
+}
+
+int kn_store_wf_attempt_list(struct kn_store *st, int64_t run_id,
+			     struct kn_wf_attempt_row **out, size_t *n,
+			     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_ATTEMPT_LIST];
+	const char *what = "listing workflow step attempts";
+	struct kn_wf_attempt_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (bind_i64(s, 1, run_id))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		struct kn_wf_attempt_row *a;
+
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		a = &rows[count++];
+		a->run_id = col_i64(s, 0);
+		a->index = col_int(s, 1);
+		a->attempt = col_int(s, 2);
+		a->job_id = col_i64(s, 3);
+		a->outcome = col_str(s, 4);
+		a->started_at = col_i64(s, 5);
+		a->ended_at = col_i64(s, 6);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_wf_attempt_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
 }
 
 /* ---- job code revisions ---- */

@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 10
+#define KN_STORE_SCHEMA_VERSION 11
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -776,6 +776,31 @@ void kn_wf_step_list_free(struct kn_wf_step_row *rows, size_t n);
 /* The run whose step runs as job_id; -ENOENT when none does. */
 int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
 			   int64_t *run_id, struct kn_error *err);
+
+/*
+ * One attempt of a workflow step: a job it started, or one go of a
+ * register or deploy step (job_id 0, as for a start that queued nothing).
+ * Attempts count on across `kiln workflow retry`; outcome is NULL while
+ * the attempt runs, else the job's end state ("succeeded", "failed",
+ * "cancelled") or the step's.
+ */
+struct kn_wf_attempt_row {
+	int64_t run_id;
+	int index;       /* the step's */
+	int attempt;     /* 1, 2, ... per step */
+	int64_t job_id;
+	char *outcome;
+	int64_t started_at, ended_at; /* ended_at 0: not yet */
+};
+/* Insert or replace by (run_id, index, attempt). */
+int kn_store_wf_attempt_put(struct kn_store *st,
+			    const struct kn_wf_attempt_row *a,
+			    struct kn_error *err);
+/* The run's attempts, ordered by step index then attempt. */
+int kn_store_wf_attempt_list(struct kn_store *st, int64_t run_id,
+			     struct kn_wf_attempt_row **out, size_t *n,
+			     struct kn_error *err);
+void kn_wf_attempt_list_free(struct kn_wf_attempt_row *rows, size_t n);
 
 /* ---- job code revisions (the git revision of a job's workdir) ---- */
 

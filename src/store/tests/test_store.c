@@ -1507,6 +1507,74 @@ static void test_workflow_runs(void **state)
 	assert_int_equal(err.code, KN_ENOTFOUND);
 }
 
+static void test_workflow_attempts(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_wf_run_row r = {
+		.name = (char *)"pipe", .owner = (char *)"alice",
+		.filename = (char *)"w.yaml", .path = (char *)"",
+		.spec_yaml = (char *)"kind: Workflow", .files_json = (char *)"{}",
+		.digest = (char *)"ab", .state = (char *)"running",
+		.submitted_at = 5,
+	};
+	struct kn_wf_step_row steps[2] = {
+		{.index = 0, .name = (char *)"a", .state = (char *)"pending"},
+		{.index = 1, .name = (char *)"b", .state = (char *)"pending"},
+	};
+	struct kn_wf_attempt_row *rows = NULL;
+	struct kn_wf_attempt_row at = {.index = 1, .attempt = 1, .job_id = 7,
+				       .started_at = 10};
+	struct kn_error err = {0};
+	size_t n = 9;
+	int64_t id = 0;
+
+	assert_int_equal(kn_store_wf_run_insert(fx->st, &r, steps, 2, NULL, &id,
+						&err),
+			 0);
+	assert_int_equal(kn_store_wf_attempt_list(fx->st, id, &rows, &n, &err),
+			 0);
+	assert_int_equal(n, 0);
+	kn_wf_attempt_list_free(rows, n);
+
+	at.run_id = id;
+	assert_int_equal(kn_store_wf_attempt_put(fx->st, &at, &err), 0);
+	/* The same attempt again replaces it: its end is recorded. */
+	at.outcome = (char *)"failed";
+	at.ended_at = 20;
+	assert_int_equal(kn_store_wf_attempt_put(fx->st, &at, &err), 0);
+	at.attempt = 2;
+	at.job_id = 8;
+	at.outcome = NULL;
+	at.started_at = 21;
+	at.ended_at = 0;
+	assert_int_equal(kn_store_wf_attempt_put(fx->st, &at, &err), 0);
+	at.index = 0;
+	at.attempt = 1;
+	at.job_id = 0;
+	assert_int_equal(kn_store_wf_attempt_put(fx->st, &at, &err), 0);
+
+	assert_int_equal(kn_store_wf_attempt_list(fx->st, id, &rows, &n, &err),
+			 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(rows[0].index, 0);
+	assert_int_equal(rows[0].job_id, 0);
+	assert_int_equal(rows[1].index, 1);
+	assert_int_equal(rows[1].attempt, 1);
+	assert_int_equal(rows[1].job_id, 7);
+	assert_string_equal(rows[1].outcome, "failed");
+	assert_int_equal(rows[1].ended_at, 20);
+	assert_int_equal(rows[2].attempt, 2);
+	assert_int_equal(rows[2].job_id, 8);
+	assert_null(rows[2].outcome);
+	kn_wf_attempt_list_free(rows, n);
+	/* Another run's attempts are not listed. */
+	assert_int_equal(kn_store_wf_attempt_list(fx->st, id + 1, &rows, &n,
+						  &err),
+			 0);
+	assert_int_equal(n, 0);
+	kn_wf_attempt_list_free(rows, n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1565,6 +1633,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_workflow_runs, setup_store,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_workflow_attempts,
+						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_revalidations_and_evaluations, setup_store,
 			teardown),
