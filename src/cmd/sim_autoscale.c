@@ -268,7 +268,8 @@ int sim_autoscale_run(const struct cli_ctx *ctx,
 				     a->provision_delay);
 		goto out;
 	}
-	if (a->policy && !(opts.policy = kn_pack_policy_find(a->policy))) {
+	opts.policy = kn_pack_policy_find(a->policy ? a->policy : "kiln");
+	if (!opts.policy) {
 		rc = cli_usage_error(ctx,
 				     "--policy: unknown policy '%s' (one of "
 				     "random, dot-product, gpu-clustering, "
@@ -301,7 +302,7 @@ int sim_autoscale_run(const struct cli_ctx *ctx,
 	if (cli_want_json(ctx)) {
 		json_t *j = json_pack(
 			"{s:s, s:f, s:I, s:I, s:I, s:o, s:o}", "policy",
-			opts.policy ? opts.policy->name : "default",
+			opts.policy->name,
 			"provision_delay_s",
 			(double)opts.provision_delay_ms / 1000.0, "pods",
 			(json_int_t)kn_sim_trace_n_pods(trace), "unscheduled",

@@ -12,7 +12,7 @@
 struct sim_autoscale_args {
 	const char *pools;           /* "POOL; POOL" or "@FILE" */
 	const char *pods;            /* the timed pod CSV */
-	const char *policy;          /* one packing policy, or NULL */
+	const char *policy;          /* one packing policy, or NULL: kiln */
 	const char *provision_delay; /* a duration, or NULL = 0 */
 	uint64_t seed;
 };

@@ -463,7 +463,7 @@ static struct kn_sched_request request_of(const struct replay *r, size_t k)
 {
 	struct kn_sched_request req = r->t->pods[k].req;
 
-	req.packing = r->opts->policy ? &r->packing : NULL;
+	req.packing = &r->packing;
 	return req;
 }
 

@@ -117,7 +117,8 @@ size_t kn_sim_trace_n_pods(const struct kn_sim_trace *t);
 size_t kn_sim_trace_n_unscheduled(const struct kn_sim_trace *t);
 
 struct kn_sim_autoscale_opts {
-	const struct kn_pack_policy *policy; /* NULL: the server's best fit */
+	const struct kn_pack_policy *policy; /* as kiln server --policy; NULL:
+						kn_sched_place's best fit */
 	uint64_t seed;                       /* the random policy's draws */
 	int64_t provision_delay_ms;          /* asked for -> ready */
 	bool fixed;   /* every pool at max from the start, never scaled */
