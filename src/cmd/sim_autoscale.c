@@ -248,6 +248,18 @@ static void print_cost(const char *label, double usd)
 		printf("%s unknown", label);
 }
 
+static void print_wait(const char *label, double s)
+{
+	char buf[32];
+
+	if (isnan(s)) {
+		printf("%s -", label);
+		return;
+	}
+	kn_format_duration((int64_t)llround(s * 1000.0), buf, sizeof(buf));
+	printf("%s %s", label, buf);
+}
+
 int sim_autoscale_run(const struct cli_ctx *ctx,
 		      const struct sim_autoscale_args *a)
 {
@@ -326,22 +338,9 @@ int sim_autoscale_run(const struct cli_ctx *ctx,
 	printf("\n");
 	print_cost("Cost: autoscaled", scaled.total.cost_usd);
 	print_cost(", fixed", fixed.total.cost_usd);
-	printf(". Wait p95: autoscaled ");
-	{
-		char a95[32], f95[32];
-
-		kn_format_duration(isnan(scaled.total.wait_p95_s)
-					   ? 0
-					   : llround(scaled.total.wait_p95_s *
-						     1000.0),
-				   a95, sizeof(a95));
-		kn_format_duration(isnan(fixed.total.wait_p95_s)
-					   ? 0
-					   : llround(fixed.total.wait_p95_s *
-						     1000.0),
-				   f95, sizeof(f95));
-		printf("%s, fixed %s.\n", a95, f95);
-	}
+	print_wait(". Wait p95: autoscaled", scaled.total.wait_p95_s);
+	print_wait(", fixed", fixed.total.wait_p95_s);
+	printf(".\n");
 	rc = CLI_EXIT_OK;
 out:
 	kn_sim_autoscale_report_release(&scaled);

@@ -571,7 +571,11 @@ static struct running heap_pop(struct replay *r)
 
 static void wait_add(struct replay *r, size_t pool, double s)
 {
-	r->waits[pool] = kn_xrealloc(r->waits[pool], (r->n_waits[pool] + 1) *
+	size_t n = r->n_waits[pool];
+
+	/* Grown to the next power of two. */
+	if ((n & (n - 1)) == 0)
+		r->waits[pool] = kn_xrealloc(r->waits[pool], (n ? 2 * n : 1) *
 							     sizeof(**r->waits));
 	r->waits[pool][r->n_waits[pool]++] = s;
 }
