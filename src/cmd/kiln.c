@@ -570,7 +570,7 @@ static const struct cli_command commands[] = {
 	 "\n"
 	 "  -o json  print the normalized spec (defaults filled in) as JSON\n",
 	 false},
-	{"sim", cmd_sim, NULL, "replay a GPU trace through the packing policies or autoscaled pools",
+	{"sim", cmd_sim, NULL, "replay a GPU trace: packing policies, or autoscaled pools",
 	 "usage: kiln sim --nodes NODES.csv --pods PODS.csv [--policy P[,P...]]\n"
 	 "                [--seeds 42-51] [--csv FILE] [--plot FILE.png]\n"
 	 "       kiln sim --from-history [--nodes NODES.csv] [--save-trace DIR]\n"
