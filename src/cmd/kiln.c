@@ -572,11 +572,13 @@ static const struct cli_command commands[] = {
 	 "\n"
 	 "  -o json  print the normalized spec (defaults filled in) as JSON\n",
 	 false},
-	{"sim", cmd_sim, NULL, "replay a GPU trace through the packing policies",
+	{"sim", cmd_sim, NULL, "replay a GPU trace: packing policies, or autoscaled pools",
 	 "usage: kiln sim --nodes NODES.csv --pods PODS.csv [--policy P[,P...]]\n"
 	 "                [--seeds 42-51] [--csv FILE] [--plot FILE.png]\n"
 	 "       kiln sim --from-history [--nodes NODES.csv] [--save-trace DIR]\n"
 	 "                [--policy ...] [--seeds ...] [--csv ...] [--plot ...]\n"
+	 "       kiln sim --autoscale POOLS (--pods PODS.csv | --from-history)\n"
+	 "                [--provision-delay 3m] [--policy P] [-o json]\n"
 	 "\n"
 	 "Replay an openb-format trace (Alibaba cluster-trace-gpu-v2023) the\n"
 	 "way the FGD paper measures GPU packing: pods arrive in random order,\n"
@@ -598,7 +600,23 @@ static const struct cli_command commands[] = {
 	 "  --plot FILE.png  draw them with gnuplot, like the paper's Fig. 9a\n"
 	 "  --from-history   the pods are the server's ended jobs (MIG jobs\n"
 	 "                   left out: openb has no MIG slices)\n"
-	 "  --save-trace DIR keep the history's pods.csv (and nodes.csv) there\n",
+	 "  --save-trace DIR keep the history's pods.csv (and nodes.csv) there\n"
+	 "\n"
+	 "With --autoscale the pods arrive at creation_time and run until\n"
+	 "deletion_time (less scheduled_time's wait), through node pools that\n"
+	 "the server's autoscaler grows and shrinks, and again through the same\n"
+	 "pools fixed at their max; per pool and in total it prints node-hours,\n"
+	 "cost (the catalog's price for the SKU, spot or on demand), GPU\n"
+	 "utilisation, queue wait p50/p95/max and peak nodes.\n"
+	 "\n"
+	 "  --autoscale POOLS  pools as kiln server --pool writes them, joined\n"
+	 "                     by ';' (\"a100 Standard_NC24ads_A100_v4\n"
+	 "                     1xA100-80GB min=0 max=8; ...\"), or @FILE with one\n"
+	 "                     a line (# comments)\n"
+	 "  --provision-delay D  from asking for a node to its being up\n"
+	 "                     (default 0s)\n"
+	 "  --policy P         one packing policy (default: kiln, as the\n"
+	 "                     server's)\n",
 	 false},
 	{"render", cmd_render, NULL,
 	 "print the Kubernetes manifests of a job or deployment spec",

@@ -19,6 +19,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
+#include "cmd/sim_autoscale.h"
 #include "cmd/sim_history.h"
 #include "sim/sim.h"
 
@@ -306,11 +307,38 @@ static int write_plot(const struct cli_ctx *ctx, const char *path,
 	return CLI_GO;
 }
 
+/* --autoscale replays pods in time on its pools: the flags of the
+   packing experiment do not apply. */
+static int autoscale_checks(const struct cli_ctx *ctx, const char *nodes,
+			    const char *pods, bool from_history,
+			    const char *seed_list, const char *csv,
+			    const char *plot)
+{
+	const char *which = nodes	      ? "--nodes"
+			    : seed_list	      ? "--seeds"
+			    : csv	      ? "--csv"
+			    : plot	      ? "--plot"
+					      : NULL;
+
+	if (which)
+		return cli_usage_error(ctx,
+				       "%s: not with --autoscale (the pools "
+				       "are the cluster; one run, no curves)",
+				       which);
+	if (!pods && !from_history)
+		return cli_usage_error(ctx, "--autoscale: --pods is required "
+					    "(a pod CSV with creation_time and "
+					    "deletion_time), or --from-history");
+	return CLI_GO;
+}
+
 int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *nodes = NULL, *pods = NULL, *policies = DEFAULT_POLICIES;
-	const char *seed_list = "42-51", *csv = NULL, *plot = NULL;
-	const char *save_trace = NULL;
+	const char *const default_policies = DEFAULT_POLICIES;
+	const char *nodes = NULL, *pods = NULL, *policies = default_policies;
+	const char *seed_list = NULL, *csv = NULL, *plot = NULL;
+	const char *save_trace = NULL, *autoscale = NULL;
+	const char *provision_delay = NULL;
 	bool from_history = false;
 	const struct cli_flag flags[] = {
 		{"nodes", 0, CLI_FLAG_STRING, &nodes},
@@ -321,6 +349,8 @@ int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
 		{"plot", 0, CLI_FLAG_STRING, &plot},
 		{"from-history", 0, CLI_FLAG_BOOL, &from_history},
 		{"save-trace", 0, CLI_FLAG_STRING, &save_trace},
+		{"autoscale", 0, CLI_FLAG_STRING, &autoscale},
+		{"provision-delay", 0, CLI_FLAG_STRING, &provision_delay},
 		{NULL, 0, 0, NULL},
 	};
 	struct sim_history hist;
@@ -346,18 +376,31 @@ int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
 					  "--from-history");
 		goto out;
 	}
-	if (!from_history && (!nodes || !pods)) {
+	if (provision_delay && !autoscale) {
+		rc = cli_usage_error(ctx, "--provision-delay: only with "
+					  "--autoscale");
+		goto out;
+	}
+	if (autoscale) {
+		rc = autoscale_checks(ctx, nodes, pods, from_history, seed_list,
+				      csv, plot);
+		if (rc != CLI_GO)
+			goto out;
+	} else if (!from_history && (!nodes || !pods)) {
 		rc = cli_usage_error(ctx, "--nodes and --pods are required "
 					  "(openb CSVs; see docs/scheduling.md), "
 					  "or --from-history");
 		goto out;
 	}
-	rc = parse_policies(ctx, policies, res, &n_res);
-	if (rc != CLI_GO)
-		goto out;
-	rc = parse_seeds(ctx, seed_list, &seeds, &n_seeds);
-	if (rc != CLI_GO)
-		goto out;
+	if (!autoscale) {
+		rc = parse_policies(ctx, policies, res, &n_res);
+		if (rc != CLI_GO)
+			goto out;
+		rc = parse_seeds(ctx, seed_list ? seed_list : "42-51", &seeds,
+				 &n_seeds);
+		if (rc != CLI_GO)
+			goto out;
+	}
 	if (from_history) {
 		trace_dir = save_trace ? kn_xstrdup(save_trace)
 				       : kn_xstrdup("/tmp/kiln-sim.XXXXXX");
@@ -368,13 +411,14 @@ int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
 			goto out;
 		}
 		hist_pods = kn_asprintf("%s/pods.csv", trace_dir);
-		if (!nodes)
+		if (!nodes && !autoscale)
 			hist_nodes = kn_asprintf("%s/nodes.csv", trace_dir);
-		rc = sim_history_write(ctx, trace_dir, !nodes, &hist);
+		rc = sim_history_write(ctx, trace_dir, !nodes && !autoscale,
+				       &hist);
 		if (rc != CLI_GO)
 			goto out;
 		pods = hist_pods;
-		if (!nodes)
+		if (hist_nodes)
 			nodes = hist_nodes;
 		fprintf(stderr,
 			"%s: history: %zu ended job%s, %zu pod%s (one per "
@@ -383,6 +427,18 @@ int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
 			hist.pods, hist.pods == 1 ? "" : "s", hist.skipped_mig,
 			hist.skipped_mig == 1 ? "" : "s",
 			save_trace ? save_trace : "a temporary directory");
+	}
+	if (autoscale) {
+		struct sim_autoscale_args a = {
+			.pools = autoscale,
+			.pods = pods,
+			.policy = policies == default_policies ? NULL : policies,
+			.provision_delay = provision_delay,
+			.seed = 42,
+		};
+
+		rc = sim_autoscale_run(ctx, &a);
+		goto out;
 	}
 	if (kn_sim_load(nodes, pods, &sim, &err) < 0) {
 		rc = err.code == KN_EIO

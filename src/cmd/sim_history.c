@@ -10,6 +10,8 @@
  * node models of the trace that it accepts. MIG jobs are left out: openb
  * has no MIG slices. A node whose GPUs are of several models becomes one
  * node per model, its CPUs and memory split in proportion to the GPUs.
+ * Each pod also carries its job's times (submitted, started, ended) and
+ * preemptible flag, so `kiln sim --autoscale` can replay it in time.
  */
 #include <errno.h>
 #include <math.h>
@@ -158,6 +160,29 @@ static bool ended(const char *state)
 			 !strcmp(state, "cancelled"));
 }
 
+/* The time columns, in whole seconds as openb's: a job that never
+   started has no scheduled_time (kiln sim --autoscale leaves it out). */
+static void times(struct kn_buf *b, json_t *job)
+{
+	int64_t submitted = json_integer_value(
+		json_object_get(job, "submitted_at_ms"));
+	int64_t started = json_integer_value(
+		json_object_get(job, "started_at_ms"));
+	int64_t ended_at = json_integer_value(
+		json_object_get(job, "ended_at_ms"));
+	int64_t last = ended_at > started ? ended_at : started;
+
+	kn_buf_printf(b, ",%lld,%lld,", (long long)(submitted / 1000),
+		      (long long)((last > submitted ? last : submitted) /
+				  1000));
+	if (started > 0)
+		kn_buf_printf(b, "%lld", (long long)(started / 1000));
+	kn_buf_printf(b, ",%s\n",
+		      json_is_true(json_object_get(job, "preemptible"))
+			      ? "true"
+			      : "false");
+}
+
 /* Pod rows for one job (one per task); false when it cannot be one. */
 static bool pod_rows(struct kn_buf *b, json_t *job,
 		     const struct model_list *models, bool server_nodes,
@@ -186,7 +211,7 @@ static bool pod_rows(struct kn_buf *b, json_t *job,
 			       (long long)gpu_milli);
 		gpu_spec(b, json_object_get(res, "gpu_model"), models,
 			 server_nodes);
-		kn_buf_printf(b, "\n");
+		times(b, job);
 		(*n_pods)++;
 	}
 	return true;
@@ -228,7 +253,8 @@ int sim_history_write(const struct cli_ctx *ctx, const char *dir,
 	json_array_foreach(json_object_get(nodes, "nodes"), i, v)
 		node_rows(&nb, v, &models, &out->nodes);
 	kn_buf_printf(&pb, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,"
-			    "gpu_spec\n");
+			    "gpu_spec,creation_time,deletion_time,"
+			    "scheduled_time,preemptible\n");
 	json_array_foreach(json_object_get(jobs, "jobs"), i, v) {
 		if (!ended(json_string_value(json_object_get(v, "state"))))
 			continue;

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/sim.h"
+#include "sim/internal.h"
 
 struct sim_pod {
 	char *name;
@@ -34,21 +34,8 @@ struct kn_sim {
 	size_t *order;
 };
 
-/* One parsed row: fields point into the (modified) line. */
-#define MAX_FIELDS 32
-
-struct csv {
-	const char *path;
-	char *text;
-	char *next;   /* start of the next line */
-	int line;     /* 1-based number of the current line */
-	char *fields[MAX_FIELDS];
-	int cols[MAX_FIELDS]; /* 1-based column of each field */
-	int n_fields;
-};
-
 /* Split the next non-empty line; 0 at end of file, 1 with a row. */
-static int csv_row(struct csv *c, struct kn_error *err)
+int sim_csv_row(struct sim_csv *c, struct kn_error *err)
 {
 	char *p, *end;
 
@@ -74,11 +61,11 @@ static int csv_row(struct csv *c, struct kn_error *err)
 						 "supported",
 						 c->path, c->line,
 						 (int)(q - p) + 1);
-			if (c->n_fields == MAX_FIELDS)
+			if (c->n_fields == SIM_CSV_MAX_FIELDS)
 				return kn_errorf(err, KN_EINVAL, NULL,
 						 "%s:%d:%d: more than %d columns",
 						 c->path, c->line,
-						 (int)(f - p) + 1, MAX_FIELDS);
+						 (int)(f - p) + 1, SIM_CSV_MAX_FIELDS);
 			c->cols[c->n_fields] = (int)(f - p) + 1;
 			c->fields[c->n_fields++] = f;
 			if (!comma)
@@ -91,7 +78,7 @@ static int csv_row(struct csv *c, struct kn_error *err)
 	return 0;
 }
 
-static int find_column(struct csv *c, const char *name, struct kn_error *err)
+int sim_csv_column(struct sim_csv *c, const char *name, struct kn_error *err)
 {
 	for (int i = 0; i < c->n_fields; i++)
 		if (!strcmp(c->fields[i], name))
@@ -101,7 +88,7 @@ static int find_column(struct csv *c, const char *name, struct kn_error *err)
 			 c->line, name);
 }
 
-static int field(struct csv *c, int col, const char *name, const char **out,
+int sim_csv_field(struct sim_csv *c, int col, const char *name, const char **out,
 		 struct kn_error *err)
 {
 	if (col >= c->n_fields)
@@ -116,13 +103,13 @@ static int field(struct csv *c, int col, const char *name, const char **out,
 	return 0;
 }
 
-static int int_field(struct csv *c, int col, const char *name, int64_t max,
+int sim_csv_int(struct sim_csv *c, int col, const char *name, int64_t max,
 		     int64_t *out, struct kn_error *err)
 {
 	const char *s;
 	char *end;
 	long long v;
-	int rc = field(c, col, name, &s, err);
+	int rc = sim_csv_field(c, col, name, &s, err);
 
 	if (rc < 0)
 		return rc;
@@ -138,14 +125,14 @@ static int int_field(struct csv *c, int col, const char *name, int64_t max,
 	return 0;
 }
 
-static const char *text_field(struct csv *c, int col)
+const char *sim_csv_text(struct sim_csv *c, int col)
 {
 	const char *s = c->fields[col];
 
 	return !*s || !strcmp(s, "nan") ? NULL : s;
 }
 
-static int csv_open(struct csv *c, const char *path, struct kn_error *err)
+int sim_csv_open(struct sim_csv *c, const char *path, struct kn_error *err)
 {
 	size_t len;
 	int rc;
@@ -161,7 +148,7 @@ static int csv_open(struct csv *c, const char *path, struct kn_error *err)
 		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
 				 strerror(-rc));
 	c->next = c->text;
-	rc = csv_row(c, err);
+	rc = sim_csv_row(c, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_EINVAL, NULL, "%s:1:1: empty file",
 				 path);
@@ -193,36 +180,36 @@ static int spec_order(const void *pa, const void *pb)
 static int load_nodes(const char *path, struct node_list *l,
 		      struct kn_error *err)
 {
-	struct csv c;
+	struct sim_csv c;
 	int col[5], rc;
 	const char *names[5] = {"sn", "cpu_milli", "memory_mib", "gpu",
 				"model"};
 	size_t cap = 0;
 
 	memset(l, 0, sizeof(*l));
-	rc = csv_open(&c, path, err);
+	rc = sim_csv_open(&c, path, err);
 	if (rc < 0)
 		goto out;
 	for (int i = 0; i < 5; i++) {
-		col[i] = rc = find_column(&c, names[i], err);
+		col[i] = rc = sim_csv_column(&c, names[i], err);
 		if (rc < 0)
 			goto out;
 	}
-	while ((rc = csv_row(&c, err)) > 0) {
+	while ((rc = sim_csv_row(&c, err)) > 0) {
 		struct kn_pack_node_spec *s;
 		const char *name;
 		int64_t cpu, mem, gpus;
 
-		if ((rc = field(&c, col[0], "sn", &name, err)) < 0 ||
-		    (rc = int_field(&c, col[1], "cpu_milli", INT_MAX, &cpu,
+		if ((rc = sim_csv_field(&c, col[0], "sn", &name, err)) < 0 ||
+		    (rc = sim_csv_int(&c, col[1], "cpu_milli", INT_MAX, &cpu,
 				    err)) < 0 ||
-		    (rc = int_field(&c, col[2], "memory_mib", INT64_MAX / 2,
+		    (rc = sim_csv_int(&c, col[2], "memory_mib", INT64_MAX / 2,
 				    &mem, err)) < 0 ||
-		    (rc = int_field(&c, col[3], "gpu", KN_PACK_MAX_GPUS, &gpus,
+		    (rc = sim_csv_int(&c, col[3], "gpu", KN_PACK_MAX_GPUS, &gpus,
 				    err)) < 0)
 			goto out;
 		if (gpus > 0 && (col[4] >= c.n_fields ||
-				 !text_field(&c, col[4]))) {
+				 !sim_csv_text(&c, col[4]))) {
 			rc = kn_errorf(err, KN_EINVAL, "model",
 				       "%s:%d:%d: model: a node with GPUs needs "
 				       "a model",
@@ -240,7 +227,7 @@ static int load_nodes(const char *path, struct node_list *l,
 		memset(s, 0, sizeof(*s));
 		s->name = l->strings[2 * l->n] = kn_xstrdup(name);
 		s->model = l->strings[2 * l->n + 1] =
-			gpus > 0 ? kn_xstrdup(text_field(&c, col[4])) : NULL;
+			gpus > 0 ? kn_xstrdup(sim_csv_text(&c, col[4])) : NULL;
 		s->cpu_milli = (int)cpu;
 		s->memory_mib = mem;
 		s->n_gpus = (int)gpus;
@@ -274,34 +261,34 @@ static int load_pods(struct kn_sim *sim, const char *path,
 {
 	const char *names[6] = {"name",    "cpu_milli", "memory_mib",
 				"num_gpu", "gpu_milli", "gpu_spec"};
-	struct csv c;
+	struct sim_csv c;
 	int col[6], rc;
 	size_t cap = 0;
 
-	rc = csv_open(&c, path, err);
+	rc = sim_csv_open(&c, path, err);
 	if (rc < 0)
 		goto out;
 	for (int i = 0; i < 6; i++) {
-		col[i] = rc = find_column(&c, names[i], err);
+		col[i] = rc = sim_csv_column(&c, names[i], err);
 		if (rc < 0)
 			goto out;
 	}
-	while ((rc = csv_row(&c, err)) > 0) {
+	while ((rc = sim_csv_row(&c, err)) > 0) {
 		struct sim_pod *p;
 		struct kn_error why = {0};
 		const char *name, *spec;
 		int64_t cpu, mem, num, milli;
 
-		if ((rc = field(&c, col[0], "name", &name, err)) < 0 ||
-		    (rc = int_field(&c, col[1], "cpu_milli", INT_MAX, &cpu,
+		if ((rc = sim_csv_field(&c, col[0], "name", &name, err)) < 0 ||
+		    (rc = sim_csv_int(&c, col[1], "cpu_milli", INT_MAX, &cpu,
 				    err)) < 0 ||
-		    (rc = int_field(&c, col[2], "memory_mib", INT64_MAX / 2,
+		    (rc = sim_csv_int(&c, col[2], "memory_mib", INT64_MAX / 2,
 				    &mem, err)) < 0 ||
-		    (rc = int_field(&c, col[3], "num_gpu", KN_PACK_MAX_GPUS,
+		    (rc = sim_csv_int(&c, col[3], "num_gpu", KN_PACK_MAX_GPUS,
 				    &num, err)) < 0 ||
-		    (rc = int_field(&c, col[4], "gpu_milli", 1000, &milli,
+		    (rc = sim_csv_int(&c, col[4], "gpu_milli", 1000, &milli,
 				    err)) < 0 ||
-		    (rc = field(&c, col[5], "gpu_spec", &spec, err)) < 0)
+		    (rc = sim_csv_field(&c, col[5], "gpu_spec", &spec, err)) < 0)
 			goto out;
 		if (sim->n_pods == cap) {
 			cap = cap ? 2 * cap : 1024;
@@ -311,7 +298,7 @@ static int load_pods(struct kn_sim *sim, const char *path,
 		p = &sim->pods[sim->n_pods];
 		memset(p, 0, sizeof(*p));
 		p->name = kn_xstrdup(name);
-		spec = text_field(&c, col[5]);
+		spec = sim_csv_text(&c, col[5]);
 		p->gpu_spec = spec ? kn_xstrdup(spec) : NULL;
 		sim->n_pods++;
 		p->pod.cpu_milli = (int)cpu;

@@ -63,4 +63,101 @@ int kn_sim_run(struct kn_sim *sim, const struct kn_pack_policy *policy,
  */
 double kn_sim_quantile(double *v, size_t n, double q);
 
+/* ---- autoscaling replay: kiln sim --autoscale (docs/scheduling.md) ---- */
+
+/*
+ * A node pool, in the grammar of `kiln server --pool` (docs/capacity.md):
+ * "NAME SKU GPUS [min=N] [max=N] [spot] [zones=a,b]
+ * [scale-down-delay=DUR] [provider=sim] [K=V ...]". This is the sim's own
+ * parser (the server's lives in src/server/pools.c): zones and labels are
+ * checked and ignored, as no trace pod selects on them, and
+ * provider=command is refused, as a replay makes no real node.
+ */
+#define KN_SIM_POOL_NAME_MAX 40
+
+struct kn_sim_pool {
+	char name[KN_SIM_POOL_NAME_MAX + 1];
+	char *sku;
+	char *gpus;                  /* "1xA100-80GB", as given */
+	bool spot;
+	int min, max;
+	int64_t scale_down_delay_ms;
+	/* What one new node looks like; the caller may set its
+	   cpu_milli_total and memory_total (0 = not tracked). */
+	struct kn_sched_node shape;
+	char (*models)[64];          /* the shape's device models */
+	/* One node's price per hour in USD, < 0 unknown: the caller sets it
+	   (kn_sim_pool_parse leaves -1). */
+	double usd_hr;
+};
+
+/* Parse text (-EINVAL naming the pool text and the bad part). */
+int kn_sim_pool_parse(const char *text, struct kn_sim_pool *out,
+		      struct kn_error *err);
+void kn_sim_pool_release(struct kn_sim_pool *p);
+
+/*
+ * A timed trace: an openb pod list with creation_time and deletion_time
+ * (seconds). A pod arrives at creation_time and runs for deletion_time -
+ * scheduled_time (deletion_time - creation_time without a scheduled_time
+ * column); a row whose scheduled_time is empty never ran in the source
+ * cluster and is left out. A pod is preemptible when its preemptible
+ * column says true or 1, or, without that column, when its qos is BE.
+ * gpu_spec is ignored: it names the source cluster's GPU models, and
+ * the pools give the hardware. Errors as kn_sim_load's; a missing time
+ * column names the file and the column.
+ */
+struct kn_sim_trace;
+
+int kn_sim_trace_load(const char *pods_csv, struct kn_sim_trace **out,
+		      struct kn_error *err);
+void kn_sim_trace_free(struct kn_sim_trace *t);
+size_t kn_sim_trace_n_pods(const struct kn_sim_trace *t);
+/* Rows left out because they never ran (empty scheduled_time). */
+size_t kn_sim_trace_n_unscheduled(const struct kn_sim_trace *t);
+
+struct kn_sim_autoscale_opts {
+	const struct kn_pack_policy *policy; /* as kiln server --policy; NULL:
+						kn_sched_place's best fit */
+	uint64_t seed;                       /* the random policy's draws */
+	int64_t provision_delay_ms;          /* asked for -> ready */
+	bool fixed;   /* every pool at max from the start, never scaled */
+};
+
+/* A pool's (or all pools') account of one run. */
+struct kn_sim_pool_report {
+	double node_hours;       /* billed: from asked for to removed */
+	double cost_usd;         /* node_hours x usd_hr; < 0 unknown */
+	double gpu_hours;        /* provisioned: node_hours x its GPUs */
+	double gpu_hours_used;   /* allocated to pods */
+	int peak_nodes;          /* at once, ready or coming */
+	int nodes_added, nodes_removed; /* by the autoscaler */
+	size_t pods;             /* placed on this pool's nodes */
+	double wait_p50_s, wait_p95_s, wait_max_s; /* arrival -> placed;
+						      NAN without pods */
+};
+
+struct kn_sim_autoscale_report {
+	size_t n_pools;
+	struct kn_sim_pool_report *pools; /* per pool, in the given order */
+	struct kn_sim_pool_report total;
+	size_t never_fit;   /* pods no pool's empty node holds: left out */
+	double span_hours;  /* first arrival to the last pod's end */
+};
+
+/*
+ * Replay t on pools, event by event, with no clock but the trace's: pods
+ * arrive into a queue, the queue is placed (oldest first) on the nodes
+ * that are up, kn_autoscale_plan (the server's) decides after every
+ * event which pools grow and which idle nodes go, asked-for nodes join
+ * after the provisioning delay, pods leave at their end. Pools start at
+ * min nodes (max with opts->fixed). Returns 0 (a loaded trace cannot
+ * fail); free the report with kn_sim_autoscale_report_release.
+ */
+int kn_sim_autoscale(const struct kn_sim_trace *t,
+		     const struct kn_sim_pool *pools, size_t n_pools,
+		     const struct kn_sim_autoscale_opts *opts,
+		     struct kn_sim_autoscale_report *out);
+void kn_sim_autoscale_report_release(struct kn_sim_autoscale_report *r);
+
 #endif

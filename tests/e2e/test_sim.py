@@ -2,6 +2,7 @@
 out by hand, invariants on a small slice of the openb default trace
 (tests/fixtures/openb-small), determinism, and clear errors. No server."""
 import csv
+import json
 import math
 import shutil
 import subprocess
@@ -180,6 +181,21 @@ def test_from_history_replays_the_servers_ended_jobs(tmp_path):
         assert [(n["gpu"], n["model"]) for n in nodes] == [("2", "H100-80GB")]
         assert "1 nodes, 2 GPUs, 6 pods; 2 policies x 2 seeds" in r.stderr
         assert "best-fit" in r.stdout and "fgd" in r.stdout
+
+        # Each pod carries its job's times, so the history replays in
+        # time through autoscaled pools too.
+        with open(trace / "pods.csv", newline="") as f:
+            for p in csv.DictReader(f):
+                assert int(p["creation_time"]) <= int(p["scheduled_time"]) \
+                    <= int(p["deletion_time"])
+                assert p["preemptible"] == "false"
+        r = s.cli("sim", "--from-history", "--autoscale",
+                  "a Standard_NC96ads_A100_v4 4xA100-80GB min=0 max=2",
+                  "-o", "json")
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["pods"] == 6 and out["never_fit"] == 0
+        assert out["autoscaled"]["total"]["pods"] == 6
 
         r = s.cli("sim", "--from-history", "--pods", "x.csv")
         assert r.returncode == 2 and "--from-history and --pods" in r.stderr
