@@ -21,6 +21,8 @@
 #define BACKOFF_MAX_MS 30000
 /* Poll a long operation this often when Azure does not say. */
 #define POLL_DEFAULT_MS 5000
+/* ... and no more often than this, whatever it says. */
+#define POLL_MIN_MS 500
 #define OPERATION_MAX_MS (60LL * 60 * 1000)
 /* A token is renewed this long before it expires. */
 #define TOKEN_MARGIN_MS (5LL * 60 * 1000)
@@ -385,7 +387,9 @@ static int wait_operation(struct kn_vmss_client *c, struct reply *r,
 				       "%s: not done after an hour", what);
 			break;
 		}
-		if (!nap(c, wait < 0 ? POLL_DEFAULT_MS : wait)) {
+		if (wait < 0)
+			wait = POLL_DEFAULT_MS;
+		if (!nap(c, wait < POLL_MIN_MS ? POLL_MIN_MS : wait)) {
 			rc = kn_errorf(err, KN_EUNAVAIL, NULL, "%s: stopped",
 				       what);
 			break;

@@ -156,6 +156,20 @@ def test_service_principal_and_a_403_shown_as_the_last_error(tmp_path, api):
         stop(s)
 
 
+def test_stop_while_an_operation_runs(tmp_path, api):
+    api.hold = True
+    s = start(tmp_path, f"{POOL} vmss={ID} azure-arm-url={api.url} "
+                        f"azure-imds-url={api.url}")
+    try:
+        s.submit(a100_job("big", tmp_path / "never"))
+        wait_for(lambda: len(api.calls("GET", "operation")) >= 2,
+                 what="the scale-up's operation polled")
+        assert pools(s)["az"]["provisioning"] == 1
+    finally:
+        # The worker gives the call up: a clean, prompt exit 0.
+        stop(s)
+
+
 @pytest.mark.parametrize("options,env,words", [
     ("provider=azure", {}, "vmss: provider=azure needs vmss="),
     ("provider=azure vmss=/subscriptions/s/resourceGroups/r", {},

@@ -13,7 +13,8 @@ exactly what kiln sent:
   GET/PATCH the scale set, GET .../virtualMachines, POST .../delete.
   A PATCH answers 200 with an Azure-AsyncOperation header; the operation
   reads InProgress once, then Succeeded, when the new VMs turn from
-  Creating to Succeeded. A delete answers 202 with only a Location header
+  Creating to Succeeded (or InProgress for as long as `hold` is set).
+  A delete answers 202 with only a Location header
   (the other polling style): 202 once, then 200 when the VM is gone.
 
 `fail` queues answers to play instead of the real one, per (method,
@@ -55,6 +56,7 @@ class ScaleSetApi:
         self.requests = []
         self.fail = {}
         self.problems = []     # requests that broke a rule above
+        self.hold = False      # operations stay InProgress while set
         self.lock = threading.Lock()
         api = self
 
@@ -274,7 +276,7 @@ class ScaleSetApi:
             return 404, {"error": {"code": "NotFound",
                                    "message": path}}, []
         op["polls"] += 1
-        if op["polls"] == 1:
+        if op["polls"] == 1 or self.hold:
             if op["location"]:
                 return 202, None, [("Retry-After", "0")]
             return 200, {"startTime": "2026-12-03T07:00:00.0000000+00:00",
