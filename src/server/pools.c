@@ -1269,12 +1269,24 @@ static int pools_adopt(struct server *s, struct kn_error *err)
 
 	for (size_t k = 0; rc == 0 && k < n_rows; k++) {
 		struct pool *p = row_pool(s, &rows[k]);
+		json_t *labels = NULL;
 
 		if (!p || !strcmp(rows[k].state, "removed") ||
 		    nodes_find(s, rows[k].name) >= 0)
 			continue;
+		/* An azure node keeps its VM's zone, which only Azure knew. */
+		if (p->provider == &azure_provider) {
+			labels = json_loads(rows[k].labels_json
+						    ? rows[k].labels_json
+						    : "{}",
+					    0, NULL);
+			p->joining_zone = json_string_value(
+				json_object_get(labels, "zone"));
+		}
 		rc = pool_node_add(s, p, rows[k].name, rows[k].state,
 				   rows[k].reason, false, err);
+		p->joining_zone = NULL;
+		json_decref(labels);
 	}
 	kn_node_list_free(rows, n_rows);
 	for (size_t i = 0; rc == 0 && i < s->pools->n; i++) {

@@ -45,6 +45,11 @@ def pools(s):
     return {p["name"]: p for p in r.json()["pools"]}
 
 
+def zone_of(s, node):
+    nodes = s.request("GET", "/v1/nodes").json()["nodes"]
+    return next(n["labels"].get("zone") for n in nodes if n["name"] == node)
+
+
 def a100_job(name, flag):
     return job_yaml(name, ["/bin/sh", "-c",
                            f"while [ ! -e {flag} ]; do sleep 0.1; done"],
@@ -69,10 +74,7 @@ def test_managed_identity_scale_up_after_429_then_idle_delete(tmp_path, api):
         s.wait_state(job, "running")
         node = s.job(job)["attempts_detail"][-1]["tasks"][0]["node"]
         assert node == "kilnaz000000"
-        nodes = {n["name"]: n for n in s.request("GET", "/v1/nodes")
-                 .json()["nodes"]}
-        assert nodes[node]["labels"]["zone"] == "1"
-        assert nodes[node]["labels"]["pool"] == "az"
+        assert zone_of(s, node) == "1"
 
         assert api.problems == []
         tokens = api.calls("GET", "token")
@@ -152,6 +154,39 @@ def test_service_principal_and_a_403_shown_as_the_last_error(tmp_path, api):
                      s.request("GET", "/v1/audit").text):
             assert secret not in text
             assert api.token not in text
+    finally:
+        stop(s)
+
+
+def test_vms_already_there_join_first_and_survive_a_restart(tmp_path, api):
+    api.add_vm(zone="2")
+    pool = (f"{POOL.replace('min=0', 'min=1')} vmss={ID} "
+            f"azure-arm-url={api.url} azure-imds-url={api.url}")
+    s = start(tmp_path, pool)
+    try:
+        # min=1: the first round asks for one; the VM there is taken.
+        wait_for(lambda: pools(s)["az"]["current"] == 1,
+                 what="the scale set's VM to join")
+        assert [n["name"] for n in pools(s)["az"]["nodes"]] == \
+            ["kilnaz000000"]
+        assert api.calls("PATCH", "vmss") == []
+        assert zone_of(s, "kilnaz000000") == "2"
+        s.stop()
+        s.start()
+        # The node comes back from the store, as kiln's, with its VM's
+        # zone, and takes work: nothing is asked of Azure for it.
+        assert [n["name"] for n in pools(s)["az"]["nodes"]] == \
+            ["kilnaz000000"]
+        assert zone_of(s, "kilnaz000000") == "2"
+        flag = tmp_path / "done"
+        flag.write_text("")
+        job = s.submit(a100_job("after", flag))
+        s.wait_state(job, "succeeded")
+        assert s.job(job)["attempts_detail"][-1]["tasks"][0]["node"] == \
+            "kilnaz000000"
+        assert pools(s)["az"]["provisioning"] == 0
+        assert api.calls("PATCH", "vmss") == []
+        assert len(api.vms) == 1
     finally:
         stop(s)
 
