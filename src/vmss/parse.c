@@ -210,12 +210,14 @@ int kn_vmss_parse_vms(const char *body, size_t len, struct kn_vmss_vm **vms,
 			json_array_get(json_object_get(vm, "zones"), 0));
 		struct kn_vmss_vm *v;
 
-		if (!id || !name || !state) {
+		if (!id || !*id || strlen(id) >= sizeof((*vms)->instance_id) ||
+		    !name || !*name ||
+		    strlen(name) >= sizeof((*vms)->computer_name) || !state) {
 			json_decref(doc);
 			return kn_errorf(err, KN_EIO, NULL,
 					 "VM list: VM %zu lacks instanceId, "
-					 "osProfile.computerName or "
-					 "provisioningState",
+					 "osProfile.computerName (of at most "
+					 "63 characters) or provisioningState",
 					 i);
 		}
 		*vms = kn_xrealloc(*vms, (*n + 1) * sizeof(**vms));

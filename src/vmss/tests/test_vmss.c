@@ -180,6 +180,15 @@ static void test_capacity_and_vms(void **state)
 					       &n, &next, &err),
 			     0);
 	assert_non_null(strstr(err.message, "computerName"));
+	/* A node needs a name: an empty one is refused too. */
+	const char *unnamed =
+		"{\"value\":[{\"instanceId\":\"4\",\"properties\":{"
+		"\"osProfile\":{\"computerName\":\"\"},"
+		"\"provisioningState\":\"Succeeded\"}}]}";
+	assert_int_not_equal(kn_vmss_parse_vms(unnamed, strlen(unnamed), &vms,
+					       &n, &next, &err),
+			     0);
+	assert_int_equal(n, 2);
 	free(vms);
 }
 
