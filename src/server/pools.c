@@ -12,6 +12,7 @@
 
 #include "cost/cost.h"
 #include "health/health.h"
+#include "vmss/vmss.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -65,6 +66,13 @@ struct pool {
 	struct rolling *rolling;             /* maintenance, the last one */
 	struct kn_sched_node shape;          /* a new node, for the plan */
 	struct kn_device_set shape_devices;
+	/* provider=azure: the scale set and how to reach it. */
+	char *vmss;
+	char *azure_identity;                /* managed, service-principal */
+	char *azure_client_id;
+	char *azure_arm_url, *azure_imds_url, *azure_login_url;
+	struct azure_pool *azure;
+	const char *joining_zone; /* the zone label of a node joining now */
 };
 
 /* A command provider's call in flight (its files in dir). */
@@ -118,6 +126,8 @@ static int parse_count(const char *text, const char *key, const char *value,
 	return 0;
 }
 
+static void azure_pool_free(struct azure_pool *a);
+
 static void pool_release(struct pool *p)
 {
 	free(p->sku);
@@ -127,12 +137,44 @@ static void pool_release(struct pool *p)
 	free(p->zones);
 	free(p->labels);
 	free(p->command);
+	free(p->vmss);
+	free(p->azure_identity);
+	free(p->azure_client_id);
+	free(p->azure_arm_url);
+	free(p->azure_imds_url);
+	free(p->azure_login_url);
+	azure_pool_free(p->azure);
 	free(p->shape.devices);
 	kn_device_set_release(&p->shape_devices);
 }
 
 static const struct pool_provider_ops sim_provider, command_provider;
+static const struct pool_provider_ops azure_provider;
 static void rolling_free(struct rolling *r);
+
+/* provider=azure's options: vmss= and azure-* (docs/capacity.md). */
+static int azure_option(struct pool *p, const char *text, const char *key,
+			const char *value, struct kn_error *err)
+{
+	char **slot = !strcmp(key, "vmss")		    ? &p->vmss
+		      : !strcmp(key, "azure-identity")	    ? &p->azure_identity
+		      : !strcmp(key, "azure-client-id")	    ? &p->azure_client_id
+		      : !strcmp(key, "azure-arm-url")	    ? &p->azure_arm_url
+		      : !strcmp(key, "azure-imds-url")	    ? &p->azure_imds_url
+		      : !strcmp(key, "azure-login-url")	    ? &p->azure_login_url
+							    : NULL;
+
+	if (!slot)
+		return kn_errorf(err, KN_EINVAL, "pool",
+				 "--pool \"%s\": %s: not one of vmss, "
+				 "azure-identity, azure-client-id, "
+				 "azure-arm-url, azure-imds-url, "
+				 "azure-login-url",
+				 text, key);
+	free(*slot);
+	*slot = kn_xstrdup(value);
+	return 0;
+}
 
 /* One option after NAME SKU GPUS. */
 static int parse_option(struct pool *p, const char *text, char *item,
@@ -171,10 +213,12 @@ static int parse_option(struct pool *p, const char *text, char *item,
 			p->provider = &sim_provider;
 		else if (!strcmp(value, "command"))
 			p->provider = &command_provider;
+		else if (!strcmp(value, "azure"))
+			p->provider = &azure_provider;
 		else
 			return kn_errorf(err, KN_EINVAL, "pool",
 					 "--pool \"%s\": provider: \"%s\" is "
-					 "not one of sim, command",
+					 "not one of sim, command, azure",
 					 text, value);
 		return 0;
 	}
@@ -195,6 +239,8 @@ static int parse_option(struct pool *p, const char *text, char *item,
 		free(copy);
 		return 0;
 	}
+	if (!strcmp(item, "vmss") || !strncmp(item, "azure-", 6))
+		return azure_option(p, text, item, value, err);
 	if (!strcmp(item, "pool") || !strcmp(item, "sku") ||
 	    !strcmp(item, "pricing") || !strcmp(item, "zone"))
 		return kn_errorf(err, KN_EINVAL, "pool",
@@ -204,6 +250,8 @@ static int parse_option(struct pool *p, const char *text, char *item,
 	kn_buf_printf(labels, " %s=%s", item, value);
 	return 0;
 }
+
+static int azure_open(struct pool *p, const char *text, struct kn_error *err);
 
 /* "NAME SKU GPUS [min=N] [max=N] [spot] [zones=a,b]
    [scale-down-delay=DUR] [provider=sim] [K=V ...]" */
@@ -279,6 +327,9 @@ static int pool_parse(const char *text, struct pool *p, struct kn_error *err)
 			       p->command, strerror(errno));
 		goto out;
 	}
+	rc = azure_open(p, text, err);
+	if (rc < 0)
+		goto out;
 	p->labels = kn_xstrdup(labels.data ? labels.data : "");
 out:
 	kn_buf_release(&labels);
@@ -330,6 +381,7 @@ static int pool_node_add(struct server *s, struct pool *p, const char *name,
 	size_t n = s->cluster.n_nodes;
 	int index = p->next_index;
 	struct server_node *node;
+	const char *zone;
 	char *labels;
 	int rc;
 
@@ -350,14 +402,15 @@ static int pool_node_add(struct server *s, struct pool *p, const char *name,
 	s->cluster.n_nodes = n + 1;
 	setup_sched_node(s, n);
 	s->cluster.nodes[n].schedulable = strcmp(state, "ready") == 0;
-	sscanf(name + strlen(p->name), "-%d", &index);
+	/* Only POOL-N names are kiln's own (an azure node has its VM's). */
+	if (!strncmp(name, p->name, strlen(p->name)))
+		sscanf(name + strlen(p->name), "-%d", &index);
+	zone = p->joining_zone ? p->joining_zone
+	       : p->n_zones    ? p->zones[(size_t)(index - 1) % p->n_zones]
+			       : NULL;
 	labels = kn_asprintf("pool=%s sku=%s pricing=%s%s%s%s", p->name, p->sku,
 			     p->spot ? "spot" : "on_demand",
-			     p->n_zones ? " zone=" : "",
-			     p->n_zones ? p->zones[(size_t)(index - 1) %
-						   p->n_zones]
-					: "",
-			     p->labels);
+			     zone ? " zone=" : "", zone ? zone : "", p->labels);
 	rc = setup_labels(s, n, labels, " ", "--pool", err);
 	free(labels);
 	if (rc == 0 && running) {
@@ -673,14 +726,16 @@ static const struct pool_provider_ops command_provider = {
 	.delete_node = command_delete,
 };
 
-static void op_failed(struct server *s, struct pool_op *op, const char *why)
+/* A provider's call failed: the pool's last_error, the log, the audit. */
+static void pool_failed(struct server *s, struct pool *p, bool scale_up,
+			const char *why)
 {
 	char object[96];
 
-	snprintf(object, sizeof(object), "pool/%s", op->pool->name);
-	kn_log(KN_LOG_ERROR, "pool %s: %s", op->pool->name, why);
-	kn_strlcpy(op->pool->error, why, sizeof(op->pool->error));
-	op->pool->error_at = kn_now_ms();
+	snprintf(object, sizeof(object), "pool/%s", p->name);
+	kn_log(KN_LOG_ERROR, "pool %s: %s", p->name, why);
+	kn_strlcpy(p->error, why, sizeof(p->error));
+	p->error_at = kn_now_ms();
 	{
 		struct kn_audit a;
 		struct kn_error err;
@@ -688,13 +743,18 @@ static void op_failed(struct server *s, struct pool_op *op, const char *why)
 		memset(&a, 0, sizeof(a));
 		a.actor = "system";
 		a.role = "admin";
-		a.action = op->scale_up ? "pool.scale_up" : "node.remove";
+		a.action = scale_up ? "pool.scale_up" : "node.remove";
 		a.object = object;
 		a.outcome = "failed";
 		a.detail = (char *)why;
 		if (kn_store_audit_insert(s->store, &a, &err) < 0)
 			kn_log(KN_LOG_WARN, "auditing: %s", err.message);
 	}
+}
+
+static void op_failed(struct server *s, struct pool_op *op, const char *why)
+{
+	pool_failed(s, op->pool, op->scale_up, why);
 }
 
 /* The names a scale-up's script says are up: {"nodes": [NAME, ...]}. */
@@ -797,6 +857,373 @@ static bool ops_poll(struct server *s)
 	return added;
 }
 
+/* ---- the azure provider: a VM Scale Set ---- */
+
+/*
+ * Calls go to the pool's own worker thread, one at a time in order, so
+ * the event loop never waits on Azure and a delete never overtakes the
+ * scale-up before it. After a failed scale-up, its nodes stay counted
+ * as provisioning this long, so the autoscaler does not ask again at
+ * once (a 403 would otherwise be retried twice a second).
+ */
+#define AZURE_COOLDOWN_MS (30 * 1000)
+
+struct azure_pool {
+	struct kn_vmss_client *client;
+	struct kn_workers *worker;
+	volatile int stop;
+	/* The worker's alone: computer names handed to kiln as nodes. */
+	char (*known)[64];
+	size_t n_known;
+	struct kn_timer *cooldown;
+	struct pool *pool;
+	int held; /* provisioning kept by the cooldown */
+};
+
+struct azure_call {
+	struct server *s;
+	struct pool *pool;
+	bool scale_up;
+	int n;             /* scale-up: nodes asked for */
+	char node[64];     /* delete: the node */
+	/* What the worker found. */
+	struct kn_vmss_vm *joined;
+	size_t n_joined;
+	int rc;
+	struct kn_error err;
+};
+
+static void azure_pool_free(struct azure_pool *a)
+{
+	if (!a)
+		return;
+	/* Interrupts a call in flight; its done sees the server closing. */
+	a->stop = 1;
+	kn_workers_free(a->worker);
+	kn_timer_free(a->cooldown);
+	kn_vmss_client_free(a->client);
+	free(a->known);
+	free(a);
+}
+
+static const char *env_nonempty(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : NULL;
+}
+
+/* Check provider=azure's options and make its client. */
+static int azure_open(struct pool *p, const char *text, struct kn_error *err)
+{
+	struct kn_vmss_config cfg = {0};
+	const char *missing = NULL;
+	bool sp;
+	int rc;
+
+	if (p->provider != &azure_provider) {
+		if (p->vmss || p->azure_identity || p->azure_client_id ||
+		    p->azure_arm_url || p->azure_imds_url || p->azure_login_url)
+			return kn_errorf(err, KN_EINVAL, "pool",
+					 "--pool \"%s\": vmss and azure-* "
+					 "options need provider=azure",
+					 text);
+		return 0;
+	}
+	if (!p->vmss)
+		return kn_errorf(err, KN_EINVAL, "pool",
+				 "--pool \"%s\": vmss: provider=azure needs "
+				 "vmss=/subscriptions/SUB/resourceGroups/RG/"
+				 "providers/Microsoft.Compute/"
+				 "virtualMachineScaleSets/NAME",
+				 text);
+	if (p->n_zones)
+		return kn_errorf(err, KN_EINVAL, "pool",
+				 "--pool \"%s\": zones: an azure pool's zones "
+				 "are its scale set's (each node is labelled "
+				 "with its VM's)",
+				 text);
+	sp = p->azure_identity &&
+	     !strcmp(p->azure_identity, "service-principal");
+	if (p->azure_identity && !sp && strcmp(p->azure_identity, "managed"))
+		return kn_errorf(err, KN_EINVAL, "pool",
+				 "--pool \"%s\": azure-identity: \"%s\" is not "
+				 "managed or service-principal",
+				 text, p->azure_identity);
+	cfg.id = p->vmss;
+	cfg.arm_url = p->azure_arm_url;
+	cfg.imds_url = p->azure_imds_url;
+	cfg.login_url = p->azure_login_url;
+	cfg.identity = sp ? KN_VMSS_SERVICE_PRINCIPAL : KN_VMSS_MANAGED_IDENTITY;
+	cfg.client_id = p->azure_client_id;
+	if (sp) {
+		cfg.tenant_id = env_nonempty("AZURE_TENANT_ID");
+		if (!cfg.client_id)
+			cfg.client_id = env_nonempty("AZURE_CLIENT_ID");
+		cfg.client_secret = env_nonempty("AZURE_CLIENT_SECRET");
+		missing = !cfg.tenant_id	 ? "AZURE_TENANT_ID"
+			  : !cfg.client_id	 ? "AZURE_CLIENT_ID"
+			  : !cfg.client_secret ? "AZURE_CLIENT_SECRET"
+					       : NULL;
+		if (missing)
+			return kn_errorf(err, KN_EINVAL, "pool",
+					 "--pool \"%s\": azure-identity: "
+					 "service-principal needs $%s",
+					 text, missing);
+	}
+	p->azure = kn_xcalloc(1, sizeof(*p->azure));
+	p->azure->pool = p;
+	rc = kn_vmss_client_new(&cfg, &p->azure->stop, &p->azure->client, err);
+	if (rc < 0) {
+		char why[sizeof(err->message)];
+
+		kn_strlcpy(why, err->message, sizeof(why));
+		return kn_errorf(err, KN_EINVAL, "pool", "--pool \"%s\": %s",
+				 text, why);
+	}
+	return 0;
+}
+
+static bool azure_known(const struct azure_pool *a, const char *name)
+{
+	for (size_t i = 0; i < a->n_known; i++)
+		if (!strcmp(a->known[i], name))
+			return true;
+	return false;
+}
+
+static void azure_know(struct azure_pool *a, const char *name)
+{
+	a->known = kn_xrealloc(a->known, (a->n_known + 1) * sizeof(*a->known));
+	kn_strlcpy(a->known[a->n_known++], name, sizeof(a->known[0]));
+}
+
+static void azure_forget(struct azure_pool *a, const char *name)
+{
+	for (size_t i = 0; i < a->n_known; i++)
+		if (!strcmp(a->known[i], name)) {
+			a->known[i][0] = '\0';
+			memmove(a->known[i], a->known[a->n_known - 1],
+				sizeof(a->known[0]));
+			a->n_known--;
+			return;
+		}
+}
+
+/* Hand the VMs that are up and not kiln's yet to call; count in *coming
+   those Azure is still making. */
+static void azure_take_new(struct azure_call *call,
+			   const struct kn_vmss_vm *vms, size_t n, int *coming)
+{
+	struct azure_pool *a = call->pool->azure;
+
+	for (size_t i = 0; i < n; i++) {
+		if (azure_known(a, vms[i].computer_name))
+			continue;
+		if (!strcmp(vms[i].state, "Succeeded")) {
+			call->joined = kn_xrealloc(call->joined,
+						   (call->n_joined + 1) *
+							   sizeof(*call->joined));
+			call->joined[call->n_joined++] = vms[i];
+			azure_know(a, vms[i].computer_name);
+		} else if (coming && strcmp(vms[i].state, "Failed") != 0 &&
+			   strcmp(vms[i].state, "Deleting") != 0) {
+			(*coming)++;
+		}
+	}
+}
+
+/*
+ * Scale-up: VMs already there and not kiln's count first (a scale-up of
+ * an earlier run, or one made by hand); the capacity grows by the rest.
+ */
+static void azure_scale_up_work(struct azure_call *call)
+{
+	struct azure_pool *a = call->pool->azure;
+	struct kn_vmss_vm *vms = NULL;
+	size_t n = 0;
+	int coming = 0, need;
+	int64_t capacity = 0;
+
+	call->rc = kn_vmss_list(a->client, &vms, &n, &call->err);
+	if (call->rc < 0)
+		return;
+	azure_take_new(call, vms, n, &coming);
+	free(vms);
+	need = call->n - (int)call->n_joined - coming;
+	if (need <= 0)
+		return;
+	call->rc = kn_vmss_capacity(a->client, &capacity, &call->err);
+	if (call->rc == 0)
+		call->rc = kn_vmss_set_capacity(a->client, capacity + need,
+						&call->err);
+	if (call->rc == 0)
+		call->rc = kn_vmss_list(a->client, &vms, &n, &call->err);
+	if (call->rc == 0) {
+		azure_take_new(call, vms, n, NULL);
+		free(vms);
+	}
+}
+
+/* Delete: the instance whose computer name is the node's. */
+static void azure_delete_work(struct azure_call *call)
+{
+	struct azure_pool *a = call->pool->azure;
+	struct kn_vmss_vm *vms = NULL;
+	size_t n = 0;
+
+	call->rc = kn_vmss_list(a->client, &vms, &n, &call->err);
+	for (size_t i = 0; call->rc == 0 && i < n; i++)
+		if (!strcmp(vms[i].computer_name, call->node))
+			call->rc = kn_vmss_delete_instance(
+				a->client, vms[i].instance_id, &call->err);
+	/* Not listed: gone already, nothing to delete. */
+	if (call->rc == 0)
+		azure_forget(a, call->node);
+	free(vms);
+}
+
+static void azure_work(void *arg)
+{
+	struct azure_call *call = arg;
+
+	if (call->scale_up)
+		azure_scale_up_work(call);
+	else
+		azure_delete_work(call);
+}
+
+static void azure_cooldown_over(void *arg)
+{
+	struct azure_pool *a = arg;
+
+	a->pool->provisioning -= a->held;
+	a->held = 0;
+}
+
+static void azure_done(void *arg, bool ran)
+{
+	struct azure_call *call = arg;
+	struct server *s = call->s;
+	struct pool *p = call->pool;
+	/* Cut to the pool's last_error by pool_failed. */
+	char why[1024] = "";
+	struct kn_error err;
+
+	if (!ran || s->closing)
+		goto out;
+	if (call->scale_up) {
+		int held = call->rc < 0 ? call->n - (int)call->n_joined : 0;
+
+		p->provisioning -= call->n - (held > 0 ? held : 0);
+		if (held > 0) {
+			p->azure->held += held;
+			kn_timer_arm(p->azure->cooldown, AZURE_COOLDOWN_MS);
+		}
+		for (size_t i = 0; i < call->n_joined; i++) {
+			const char *name = call->joined[i].computer_name;
+
+			if (nodes_find(s, name) >= 0) {
+				snprintf(why, sizeof(why),
+					 "VM %s: a node has its name already",
+					 name);
+				continue;
+			}
+			p->joining_zone = call->joined[i].zone[0]
+						  ? call->joined[i].zone
+						  : NULL;
+			if (pool_node_add(s, p, name, "ready", NULL, true,
+					  &err) < 0)
+				snprintf(why, sizeof(why), "adding node %s: %.160s",
+					 name, err.message);
+			p->joining_zone = NULL;
+		}
+		if (call->n_joined)
+			jobs_wake(s);
+	} else {
+		int i = nodes_find(s, call->node);
+
+		if (call->rc == 0 && i >= 0 &&
+		    pool_node_remove(s, (size_t)i, &err) < 0)
+			snprintf(why, sizeof(why), "removing %s: %.160s",
+				 call->node, err.message);
+		if (call->rc < 0 && i >= 0) {
+			/* Back in service; the next try waits a whole delay. */
+			if (nodes_set_state(s, NULL, call->node, "ready", "",
+					    &err) < 0)
+				kn_log(KN_LOG_ERROR, "pool %s: %s", p->name,
+				       err.message);
+			s->nodes[i].idle_since = kn_now_ms();
+		}
+	}
+	if (call->rc < 0)
+		snprintf(why, sizeof(why), "%s %s: %s",
+			 call->scale_up ? "scale-up" : "delete",
+			 call->scale_up ? p->name : call->node,
+			 call->err.message);
+	if (why[0])
+		pool_failed(s, p, call->scale_up, why);
+out:
+	free(call->joined);
+	free(call);
+}
+
+static int azure_scale_up(struct server *s, struct pool *p, int n,
+			  struct kn_error *err)
+{
+	struct azure_call *call = kn_xcalloc(1, sizeof(*call));
+
+	(void)err;
+	call->s = s;
+	call->pool = p;
+	call->scale_up = true;
+	call->n = n;
+	p->provisioning += n;
+	kn_workers_submit(p->azure->worker, azure_work, azure_done, call);
+	return 0;
+}
+
+/* The node is cordoned until Azure answers. */
+static int azure_delete(struct server *s, struct pool *p, const char *node,
+			struct kn_error *err)
+{
+	struct azure_call *call;
+	int rc = nodes_set_state(s, NULL, node, "cordoned", "being deleted",
+				 err);
+
+	if (rc < 0)
+		return rc;
+	call = kn_xcalloc(1, sizeof(*call));
+	call->s = s;
+	call->pool = p;
+	kn_strlcpy(call->node, node, sizeof(call->node));
+	kn_workers_submit(p->azure->worker, azure_work, azure_done, call);
+	return 0;
+}
+
+static const struct pool_provider_ops azure_provider = {
+	.name = "azure",
+	.scale_up = azure_scale_up,
+	.delete_node = azure_delete,
+};
+
+/* Each azure pool's worker, knowing the nodes the pool has now. */
+static void azure_run(struct server *s)
+{
+	for (size_t i = 0; i < s->pools->n; i++) {
+		struct pool *p = &s->pools->pool[i];
+
+		if (!p->azure)
+			continue;
+		for (size_t n = 0; n < s->cluster.n_nodes; n++)
+			if (node_pool(s, n) == p)
+				azure_know(p->azure, s->nodes[n].name);
+		p->azure->worker = kn_workers_new(s->loop, 1);
+		p->azure->cooldown =
+			kn_timer_new(s->loop, azure_cooldown_over, p->azure);
+	}
+}
+
 /* ---- start-up ---- */
 
 /* The pool a stored node row belongs to (label pool=), or NULL. */
@@ -842,18 +1269,34 @@ static int pools_adopt(struct server *s, struct kn_error *err)
 
 	for (size_t k = 0; rc == 0 && k < n_rows; k++) {
 		struct pool *p = row_pool(s, &rows[k]);
+		json_t *labels = NULL;
 
 		if (!p || !strcmp(rows[k].state, "removed") ||
 		    nodes_find(s, rows[k].name) >= 0)
 			continue;
+		/* An azure node keeps its VM's zone, which only Azure knew. */
+		if (p->provider == &azure_provider) {
+			labels = json_loads(rows[k].labels_json
+						    ? rows[k].labels_json
+						    : "{}",
+					    0, NULL);
+			p->joining_zone = json_string_value(
+				json_object_get(labels, "zone"));
+		}
 		rc = pool_node_add(s, p, rows[k].name, rows[k].state,
 				   rows[k].reason, false, err);
+		p->joining_zone = NULL;
+		json_decref(labels);
 	}
 	kn_node_list_free(rows, n_rows);
 	for (size_t i = 0; rc == 0 && i < s->pools->n; i++) {
 		struct pool *p = &s->pools->pool[i];
 		int have = 0;
 
+		/* A scale set's VMs join when listed: the autoscaler asks
+		   for min. */
+		if (p->provider == &azure_provider)
+			continue;
 		for (size_t n = 0; n < s->cluster.n_nodes; n++)
 			have += node_pool(s, n) == p;
 		while (rc == 0 && have++ < p->min) {
@@ -912,9 +1355,10 @@ int pools_start(struct server *s, struct kn_error *err)
 		rc = pools_adopt(s, err);
 	if (rc == 0 && s->cluster.n_nodes == 0)
 		rc = kn_errorf(err, KN_EINVAL, "pool",
-			       "--pool: every pool has min=0, so the server "
-			       "would start with no node: give one min=1 or "
-			       "add a --sim-node");
+			       "--pool: every pool has min=0 or is an azure "
+			       "pool (whose VMs join once listed), so the "
+			       "server would start with no node: give one "
+			       "min=1 or add a --sim-node");
 	return rc;
 }
 
@@ -1069,11 +1513,14 @@ out_early:
 	free(add);
 }
 
+static void azure_run(struct server *s);
+
 void pools_run(struct server *s)
 {
 	if (!s->pools)
 		return;
 	s->pools->timer = kn_timer_new(s->loop, pools_tick, s);
+	azure_run(s);
 	kn_timer_arm(s->pools->timer, POOLS_TICK_MS);
 }
 
