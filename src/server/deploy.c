@@ -76,6 +76,7 @@ struct deployment {
 	int replicas; /* wanted */
 	int64_t generation, created_at, updated_at;
 	int rollout_next; /* -1 = no rollout */
+	bool model_refused; /* deployment_model_refused is firing */
 	struct replica *reps;
 	int n_reps; /* slots: at least replicas, more while scaling down */
 	struct deployment *next;
@@ -877,50 +878,43 @@ static int64_t dir_version(const struct deployment *p, const char *dir)
  * served. Fired again (with the new reason) on each refusal; resolved by
  * the next version that is rolled out.
  */
-static void follow_alert(struct server *s, const struct deployment *p,
+static void follow_alert(struct server *s, struct deployment *p,
 			 const char *why)
 {
 	char fingerprint[96];
 	struct kn_error err;
-	int64_t now = kn_now_ms();
-	int rc;
+	json_t *labels = json_pack("{s:s, s:s}", "deployment", p->name,
+				   "model", p->spec->model);
+	char *summary = why ? kn_asprintf("deployment %s does not follow %s: "
+					  "%s", p->name, p->spec->model, why)
+			    : kn_asprintf("deployment %s follows %s again",
+					  p->name, p->spec->model);
+	struct server_alert a = {
+		.rule = "deployment_model_refused",
+		.severity = "critical",
+		.fingerprint = fingerprint,
+		.summary = summary,
+		.labels = labels,
+		.value = 1,
+		.active_at_ms = kn_now_ms(),
+	};
+	int rc = 0;
 
 	snprintf(fingerprint, sizeof(fingerprint), "deployment:%s:model",
 		 p->name);
-	rc = kn_store_alert_resolve(s->store, fingerprint, now, &err);
-	if (rc == 0 && why) {
-		json_t *label_doc = json_pack("{s:s, s:s}", "deployment",
-					      p->name, "model", p->spec->model);
-		char *labels = json_dumps(label_doc, JSON_COMPACT);
-		char *summary = kn_asprintf("deployment %s does not follow %s: "
-					    "%s", p->name, p->spec->model, why);
-		struct kn_alert_row row = {
-			.fingerprint = fingerprint,
-			.rule = "deployment_model_refused",
-			.severity = "critical",
-			.labels_json = labels,
-			.summary = summary,
-			.value = 1,
-			.active_at = now,
-			.fired_at = now,
-		};
-
-		rc = kn_store_alert_fire(s->store, &row, NULL, &err);
-		if (rc == 0)
-			feed_publish(s, "alert.firing",
-				     json_pack("{s:{s:s, s:s, s:s, s:s, s:s}}",
-					       "alert", "rule",
-					       "deployment_model_refused",
-					       "severity", "critical", "state",
-					       "firing", "fingerprint",
-					       fingerprint, "summary", summary));
-		free(summary);
-		free(labels);
-		json_decref(label_doc);
-	}
+	if (p->model_refused)
+		rc = monitor_server_alert(s, &a, false, &err);
+	if (rc == 0)
+		p->model_refused = false;
+	if (rc == 0 && why)
+		rc = monitor_server_alert(s, &a, true, &err);
+	if (rc == 0 && why)
+		p->model_refused = true;
 	if (rc < 0)
 		kn_log(KN_LOG_ERROR, "deployment %s alert: %s", p->name,
 		       err.message);
+	free(summary);
+	json_decref(labels);
 }
 
 /*
@@ -1853,6 +1847,45 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 	kn_http_reply_json(req, 200, doc);
 }
 
+/*
+ * The gateway's anomaly report as an alert: rule gateway_anomaly_SIGNAL,
+ * one per deployment and signal, with the band and window in its body.
+ */
+static int gateway_alert(struct server *s, const char *source,
+			 const char *deployment, const char *signal,
+			 double value, double low, double high, double window_s,
+			 int64_t started_at_ms, bool firing,
+			 struct kn_error *err)
+{
+	char *fingerprint = kn_asprintf("gateway:%s:%s", deployment, signal);
+	char *rule = kn_asprintf("gateway_anomaly_%s", signal);
+	char *summary = kn_asprintf(
+		"%s of deployment %s is %g, outside its band %g..%g over %gs",
+		signal, deployment, value, low, high, window_s);
+	json_t *labels = json_pack("{s:s, s:s, s:s}", "deployment", deployment,
+				   "signal", signal, "source", source);
+	json_t *extra = json_pack("{s:f, s:f, s:f}", "low", low, "high", high,
+				  "window_s", window_s);
+	struct server_alert a = {
+		.rule = rule,
+		.severity = "warning",
+		.fingerprint = fingerprint,
+		.summary = summary,
+		.labels = labels,
+		.value = value,
+		.active_at_ms = started_at_ms,
+		.extra = extra,
+	};
+	int rc = monitor_server_alert(s, &a, firing, err);
+
+	json_decref(extra);
+	json_decref(labels);
+	free(summary);
+	free(rule);
+	free(fingerprint);
+	return rc;
+}
+
 void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 			    const struct caller *c, const char *param)
 {
@@ -1884,11 +1917,11 @@ void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 			  "\"resolved\"");
 		return;
 	}
-	if (monitor_external_alert(
-		    s, c->name, dep, signal, json_number_value(value),
-		    json_number_value(low), json_number_value(high),
-		    json_number_value(window), json_integer_value(started),
-		    !state || !strcmp(state, "firing"), &err) < 0) {
+	if (gateway_alert(s, c->name, dep, signal, json_number_value(value),
+			  json_number_value(low), json_number_value(high),
+			  json_number_value(window),
+			  json_integer_value(started),
+			  !state || !strcmp(state, "firing"), &err) < 0) {
 		json_decref(body);
 		kn_http_reply_error(req, &err);
 		return;

@@ -335,16 +335,24 @@ int monitor_start(struct server *s, struct monitor **out,
 void monitor_free(struct monitor *m);
 
 /*
- * monitor.c: an alert someone else detected (the gateway's anomaly
- * detector): recorded like a rule's (kiln alerts), published on the event
- * stream and sent to the webhook. firing false resolves the one firing
- * for the same deployment and signal.
+ * monitor.c: an alert the server raises itself, not by a rule (a failing
+ * scheduled backup, a refused model, a failed re-validation, the
+ * gateway's anomaly report): recorded like a rule's (kiln alerts), logged,
+ * published on the event stream and sent to --alert-webhook, with the
+ * body a rule's alert has. Firing records a new row; resolving ends the
+ * one firing with the fingerprint (the caller knows one is). Returns 0,
+ * or the store's error (nothing is announced then).
  */
-int monitor_external_alert(struct server *s, const char *source,
-			   const char *deployment, const char *signal,
-			   double value, double low, double high,
-			   double window_s, int64_t started_at_ms, bool firing,
-			   struct kn_error *err);
+struct server_alert {
+	const char *rule, *severity, *fingerprint;
+	const char *summary;  /* what happened, or (resolving) what ended it */
+	json_t *labels;       /* {"name": "value", ...}; borrowed */
+	double value;
+	int64_t active_at_ms;
+	json_t *extra;        /* more fields for the body, or NULL; borrowed */
+};
+int monitor_server_alert(struct server *s, const struct server_alert *a,
+			 bool firing, struct kn_error *err);
 
 /* deploy.c: deployments, probes, rollouts, gateway keys and config */
 /* Load the deployments; before jobs_recover, whose exits it judges. */
