@@ -364,13 +364,28 @@ void deploy_free(struct server *s);
  */
 struct deployment;
 const struct deployment *deploy_of(struct server *s, int64_t job_id);
-/* The deployment called name, or NULL; and a deployment's name. */
-const struct deployment *deploy_named(struct server *s, const char *name);
-const char *deploy_name(const struct deployment *d);
-/* The replicas of d that are ready on another node than node (pools.c's
-   rolling maintenance moves replicas before it evicts). */
-int deploy_ready_off_node(struct server *s, const struct deployment *d,
-			  size_t node);
+/*
+ * deploy.c: replace the replica whose job is job_id without a gap
+ * (rolling maintenance): a surge replica, a new job of its deployment, is
+ * submitted now and placed as any job is (the caller cordons the node
+ * first). Once it passes readiness and a gateway has fetched a config
+ * listing it (or none polls), job_id is cancelled and the new job takes
+ * its replica's place: the replica count is the spec's again. One surge
+ * per replica: asking again gives the one on its way. Returns 0 with
+ * *surge_job set, or -ENOENT (not a replica) or jobs_submit's error.
+ */
+int deploy_surge(struct server *s, int64_t job_id, int64_t *surge_job,
+		 struct kn_error *err);
+/*
+ * Where surge replica surge_job stands: 1 once it has taken its
+ * replica's place (or became one by a scale-up), 0 while it waits, -1
+ * when it is gone (its deployment deleted or scaled down, its job
+ * cancelled). why (len bytes) says on what it waits, or why it is gone.
+ */
+int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
+		       size_t len);
+/* Give a waiting surge up: its job is cancelled, the old replica stays. */
+void deploy_surge_cancel(struct server *s, int64_t surge_job);
 /* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
 const char *deploy_model_dir(struct server *s, int64_t job_id);
 /*
