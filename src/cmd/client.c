@@ -17,12 +17,16 @@
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
 
 /* server.url and admin.token hold one short line; anything bigger is not. */
 #define CONFIG_FILE_MAX 4096
+/* cli_wait_done's polls: prompt for short work, gentle for long. */
+#define WAIT_FIRST_POLL_MS 50
+#define WAIT_MAX_POLL_MS 1000
 
 struct cli_client {
 	CURL *curl;
@@ -563,5 +567,58 @@ int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 out:
 	kn_buf_release(&path);
 	cli_client_free(c);
+	return rc;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* The exit status for a terminal state, or CLI_GO while the work goes on. */
+static int exit_for_state(const char *state)
+{
+	if (!strcmp(state, "succeeded"))
+		return CLI_EXIT_OK;
+	if (!strcmp(state, "failed"))
+		return CLI_EXIT_JOB_FAILED;
+	if (!strcmp(state, "cancelled"))
+		return CLI_EXIT_JOB_CANCELLED;
+	return CLI_GO;
+}
+
+int cli_wait_done(struct cli_client *c, const char *path, const char *key,
+		  const char *noun, json_t *current, json_t **last)
+{
+	json_t *answer = NULL;
+	int delay = WAIT_FIRST_POLL_MS;
+	int rc;
+
+	for (;;) {
+		rc = exit_for_state(cli_json_str(current, "state"));
+		if (rc != CLI_GO)
+			break;
+		sleep_ms(delay);
+		delay = delay * 2 > WAIT_MAX_POLL_MS ? WAIT_MAX_POLL_MS
+						     : delay * 2;
+		json_decref(answer);
+		answer = NULL;
+		rc = cli_get(c, path, &answer);
+		if (rc)
+			goto out;
+		current = json_object_get(answer, key);
+		if (!json_is_object(current)) {
+			fprintf(stderr, "kiln: the server's answer has no %s\n",
+				noun);
+			rc = CLI_EXIT_FAIL;
+			goto out;
+		}
+	}
+	*last = json_incref(current);
+out:
+	json_decref(answer);
 	return rc;
 }

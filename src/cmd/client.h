@@ -114,4 +114,18 @@ int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 		     const char *collection, const char **name);
 
+/*
+ * `kiln submit --wait`, `kiln workflow run --wait`: poll path until the
+ * object under key in its answer ("job", "workflow") reaches a terminal
+ * state, starting from current as the caller already has it (borrowed).
+ * Polls rather than holding a connection open (the work may run for days
+ * and the server may restart meanwhile); they start at 50 ms, so short
+ * work returns promptly, and back off to one a second. Returns
+ * CLI_EXIT_OK (succeeded), CLI_EXIT_JOB_FAILED or CLI_EXIT_JOB_CANCELLED
+ * with *last set to the final object (a new reference), or another exit
+ * status after printing why (an answer without the object names noun).
+ */
+int cli_wait_done(struct cli_client *c, const char *path, const char *key,
+		  const char *noun, json_t *current, json_t **last);
+
 #endif

@@ -108,15 +108,18 @@ out:
 /* "node 2/3 web-2: draining" when it changes. */
 static void rolling_progress(json_t *r, char *last, size_t len)
 {
-	char line[512];
+	char line[640];
 	const char *node = json_string_value(json_object_get(r, "node"));
 	const char *step = json_string_value(json_object_get(r, "step"));
 
 	if (!node || !step)
 		return;
-	snprintf(line, sizeof(line), "node %zu/%lld %s: %s",
+	const char *waiting = json_string_value(json_object_get(r, "waiting"));
+
+	snprintf(line, sizeof(line), "node %zu/%lld %s: %s%s%.400s",
 		 json_array_size(json_object_get(r, "done")) + 1,
-		 (long long)cli_json_int(r, "nodes"), node, step);
+		 (long long)cli_json_int(r, "nodes"), node, step,
+		 waiting ? ": " : "", waiting ? waiting : "");
 	if (strcmp(line, last) != 0) {
 		printf("%s\n", line);
 		fflush(stdout);
@@ -130,18 +133,20 @@ static void rolling_progress(json_t *r, char *last, size_t len)
  */
 static int rolling_drain(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *pool = NULL, *command = NULL;
+	const char *pool = NULL, *command = NULL, *surge_timeout = NULL;
 	bool no_wait = false;
 	const struct cli_flag flags[] = {
 		{"rolling", 0, CLI_FLAG_STRING, &pool},
 		{"command", 0, CLI_FLAG_STRING, &command},
+		{"surge-timeout", 0, CLI_FLAG_STRING, &surge_timeout},
 		{"no-wait", 0, CLI_FLAG_BOOL, &no_wait},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct cli_client *c = NULL;
 	struct kn_buf path;
 	json_t *answer = NULL, *r;
-	char *body = NULL, last[512] = "";
+	char *body = NULL, last[640] = "";
+	int64_t surge_ms = 0;
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
@@ -152,6 +157,13 @@ static int rolling_drain(struct cli_ctx *ctx, int argc, char **argv)
 		rc = cli_usage_error(ctx, "drain --rolling: --command is required");
 		goto out;
 	}
+	if (surge_timeout && (kn_parse_duration(surge_timeout, &surge_ms) < 0 ||
+			      surge_ms <= 0)) {
+		rc = cli_usage_error(ctx, "drain --rolling: --surge-timeout: "
+				     "\"%s\" is not a duration such as 10m",
+				     surge_timeout);
+		goto out;
+	}
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
@@ -160,6 +172,10 @@ static int rolling_drain(struct cli_ctx *ctx, int argc, char **argv)
 	kn_buf_printf(&path, "/rolling");
 	{
 		json_t *doc = json_pack("{s:s}", "command", command);
+
+		if (surge_timeout)
+			json_object_set_new(doc, "surge_timeout_s",
+					    json_real((double)surge_ms / 1000.0));
 
 		body = json_dumps(doc, JSON_COMPACT);
 		json_decref(doc);

@@ -53,6 +53,8 @@ static void show_pool(json_t *pool)
 			       cli_json_str(r, "step"));
 		if (json_is_string(json_object_get(r, "error")))
 			printf(": %s", cli_json_str(r, "error"));
+		if (json_is_string(json_object_get(r, "waiting")))
+			printf(": waiting: %s", cli_json_str(r, "waiting"));
 		putchar('\n');
 	}
 	if (json_is_object(json_object_get(pool, "last_error")))

@@ -8,41 +8,14 @@
  * its workdir relative to it). Only the size is checked here, so a huge
  * file is refused before it is sent.
  *
- * --wait polls rather than holding a connection open: the job may run for
- * days and the server may restart meanwhile. Polls start at 50 ms, so a
- * short job returns promptly, and back off to one a second.
+ * --wait polls (cli_wait_done) until the job ends.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/client.h"
-
-#define WAIT_FIRST_POLL_MS 50
-#define WAIT_MAX_POLL_MS 1000
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
-/* The exit status for a terminal state, or CLI_GO while the job goes on. */
-static int exit_for_state(const char *state)
-{
-	if (!strcmp(state, "succeeded"))
-		return CLI_EXIT_OK;
-	if (!strcmp(state, "failed"))
-		return CLI_EXIT_JOB_FAILED;
-	if (!strcmp(state, "cancelled"))
-		return CLI_EXIT_JOB_CANCELLED;
-	return CLI_GO;
-}
 
 static void print_final(int64_t id, json_t *job)
 {
@@ -67,32 +40,12 @@ static void print_final(int64_t id, json_t *job)
 static int wait_for_job(struct cli_client *c, int64_t id, json_t *job)
 {
 	char *path = kn_asprintf("/v1/jobs/%lld", (long long)id);
-	json_t *answer = NULL;
-	int delay = WAIT_FIRST_POLL_MS;
-	int rc;
+	json_t *last = NULL;
+	int rc = cli_wait_done(c, path, "job", "job", job, &last);
 
-	for (;;) {
-		rc = exit_for_state(cli_json_str(job, "state"));
-		if (rc != CLI_GO)
-			break;
-		sleep_ms(delay);
-		delay = delay * 2 > WAIT_MAX_POLL_MS ? WAIT_MAX_POLL_MS
-						     : delay * 2;
-		json_decref(answer);
-		answer = NULL;
-		rc = cli_get(c, path, &answer);
-		if (rc)
-			goto out;
-		job = json_object_get(answer, "job");
-		if (!json_is_object(job)) {
-			fputs("kiln: the server's answer has no job\n", stderr);
-			rc = CLI_EXIT_FAIL;
-			goto out;
-		}
-	}
-	print_final(id, job);
-out:
-	json_decref(answer);
+	if (last)
+		print_final(id, last);
+	json_decref(last);
 	free(path);
 	return rc;
 }

@@ -27,18 +27,8 @@
 #include "cmd/client.h"
 #include "spec/spec.h"
 
-#define WAIT_FIRST_POLL_MS 100
-#define WAIT_MAX_POLL_MS 1000
 /* `git rev-parse HEAD` prints one revision: 40 or 64 hex digits. */
 #define REVISION_MAX 64
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
 
 static void sha256_hex(const char *text, size_t len, char out[65])
 {
@@ -177,52 +167,21 @@ out:
 	return rc;
 }
 
-static int exit_for_state(const char *state)
-{
-	if (!strcmp(state, "succeeded"))
-		return CLI_EXIT_OK;
-	if (!strcmp(state, "failed"))
-		return CLI_EXIT_JOB_FAILED;
-	if (!strcmp(state, "cancelled"))
-		return CLI_EXIT_JOB_CANCELLED;
-	return CLI_GO;
-}
-
 static int wait_for_run(struct cli_client *c, int64_t id, json_t *run)
 {
 	char *path = kn_asprintf("/v1/workflows/%lld", (long long)id);
-	json_t *answer = NULL;
-	int delay = WAIT_FIRST_POLL_MS;
+	json_t *last = NULL;
 	char line[1024], clean[1024];
-	int rc;
+	int rc = cli_wait_done(c, path, "workflow", "workflow run", run, &last);
 
-	for (;;) {
-		rc = exit_for_state(cli_json_str(run, "state"));
-		if (rc != CLI_GO)
-			break;
-		sleep_ms(delay);
-		delay = delay * 2 > WAIT_MAX_POLL_MS ? WAIT_MAX_POLL_MS
-						     : delay * 2;
-		json_decref(answer);
-		answer = NULL;
-		rc = cli_get(c, path, &answer);
-		if (rc)
-			goto out;
-		run = json_object_get(answer, "workflow");
-		if (!json_is_object(run)) {
-			fputs("kiln: the server's answer has no workflow run\n",
-			      stderr);
-			rc = CLI_EXIT_FAIL;
-			goto out;
-		}
+	if (last) {
+		snprintf(line, sizeof(line), "workflow run %lld: %s: %s",
+			 (long long)id, cli_json_str(last, "state"),
+			 cli_json_str(last, "reason"));
+		cli_clean(clean, line, sizeof(clean));
+		fprintf(stderr, "%s\n", clean);
 	}
-	snprintf(line, sizeof(line), "workflow run %lld: %s: %s",
-		 (long long)id, cli_json_str(run, "state"),
-		 cli_json_str(run, "reason"));
-	cli_clean(clean, line, sizeof(clean));
-	fprintf(stderr, "%s\n", clean);
-out:
-	json_decref(answer);
+	json_decref(last);
 	free(path);
 	return rc;
 }

@@ -289,53 +289,33 @@ static void audit_backup(struct server *s, const struct backup_run *run,
 static void backup_alert(struct server *s, const struct backup_run *run,
 			 bool firing)
 {
-	static const char fingerprint[] = "backup:failed";
 	struct kn_error err;
-	int64_t now = kn_now_ms();
-	int rc;
+	json_t *labels;
+	char *summary;
 
 	if (firing == s->backup->failing)
 		return;
-	if (firing) {
-		char *summary = kn_asprintf("scheduled backup %s to %s failed: %s",
-					    run->name, run->url, run->error);
-		json_t *label_doc = json_pack("{s:s}", "store", run->url);
-		char *labels = json_dumps(label_doc, JSON_COMPACT);
-		struct kn_alert_row row = {
-			.fingerprint = (char *)fingerprint,
-			.rule = "backup_failed",
-			.severity = "critical",
-			.labels_json = labels,
-			.summary = summary,
-			.value = 1,
-			.active_at = run->started_at,
-			.fired_at = now,
-		};
+	labels = json_pack("{s:s}", "store", run->url);
+	summary = firing ? kn_asprintf("scheduled backup %s to %s failed: %s",
+				       run->name, run->url, run->error)
+			 : kn_asprintf("scheduled backup %s to %s succeeded",
+				       run->name, run->url);
+	struct server_alert a = {
+		.rule = "backup_failed",
+		.severity = "critical",
+		.fingerprint = "backup:failed",
+		.summary = summary,
+		.labels = labels,
+		.value = 1,
+		.active_at_ms = run->started_at,
+	};
 
-		rc = kn_store_alert_fire(s->store, &row, NULL, &err);
-		if (rc == 0)
-			feed_publish(s, "alert.firing",
-				     json_pack("{s:{s:s, s:s, s:s, s:s, s:s}}",
-					       "alert", "rule", "backup_failed",
-					       "severity", "critical", "state",
-					       "firing", "fingerprint",
-					       fingerprint, "summary", summary));
-		free(summary);
-		free(labels);
-		json_decref(label_doc);
-	} else {
-		rc = kn_store_alert_resolve(s->store, fingerprint, now, &err);
-		if (rc == 0)
-			feed_publish(s, "alert.resolved",
-				     json_pack("{s:{s:s, s:s, s:s}}", "alert",
-					       "rule", "backup_failed", "state",
-					       "resolved", "fingerprint",
-					       fingerprint));
-	}
-	if (rc < 0)
+	if (monitor_server_alert(s, &a, firing, &err) < 0)
 		kn_log(KN_LOG_ERROR, "backup alert: %s", err.message);
 	else
 		s->backup->failing = firing;
+	free(summary);
+	json_decref(labels);
 }
 
 /* On the loop: record how it went. ran false: the server is stopping. */

@@ -56,6 +56,12 @@
 #define KEY_LIMIT_MAX 1000000000000LL
 #define KEY_MAX_DEPLOYMENTS 64
 #define KEY_PREFIX "kgw_"
+/*
+ * A surge replica retires the old one only once the gateway routes to it
+ * alone; a gateway that has not polled for this long is taken to be gone,
+ * not waited for.
+ */
+#define GATEWAY_GONE_MS 60000
 
 struct replica {
 	int64_t job_id;  /* 0 = none yet */
@@ -68,6 +74,15 @@ struct replica {
 	bool replacing;  /* a rollout's new job: wait for it to be ready */
 	char *model_dir; /* KILN_MODEL_DIR its job was given; NULL = not
 			    known (a rollout a server restart interrupted) */
+	/* A surge slot (index >= replicas, not kept across a restart: its
+	   row is trimmed then): a new job that takes replica surge_for's
+	   place once it is ready and the gateway has seen it. */
+	bool surge;
+	int surge_for;
+	/* Ready: the handover is under way (the old replica is listed not
+	   ready to the gateway), since the gateway's fetch number mark. */
+	bool surge_ready;
+	int64_t surge_mark;
 };
 
 struct deployment {
@@ -76,6 +91,7 @@ struct deployment {
 	int replicas; /* wanted */
 	int64_t generation, created_at, updated_at;
 	int rollout_next; /* -1 = no rollout */
+	bool model_refused; /* deployment_model_refused is firing */
 	struct replica *reps;
 	int n_reps; /* slots: at least replicas, more while scaling down */
 	struct deployment *next;
@@ -102,6 +118,8 @@ struct deploy_state {
 	struct probe *probes;
 	char config_hash[65];
 	int64_t config_generation;
+	int64_t config_fetched_at; /* a gateway's last GET of the config */
+	int64_t config_fetches;    /* how many there were */
 };
 
 /* ---- small helpers ---- */
@@ -350,25 +368,103 @@ static bool job_active(struct server *s, int64_t id)
 	return id && (find_run(s, id) || find_queued(s, id));
 }
 
-/* Replicas beyond the wanted count: stopped and forgotten. */
+/*
+ * Replicas beyond the wanted count: stopped and forgotten, but for surge
+ * slots still meant for a wanted replica.
+ */
 static void trim(struct deploy_state *d, struct deployment *p)
 {
 	struct kn_error err;
+	int keep = p->replicas;
 
 	for (int i = p->replicas; i < p->n_reps; i++) {
-		if (!p->reps[i].job_id)
+		struct replica *r = &p->reps[i];
+
+		if (r->surge && r->surge_for < p->replicas && r->job_id) {
+			keep = i + 1;
 			continue;
-		stop_replica(d, p, i);
-		if (kn_store_replica_delete(d->s->store, p->name, i, &err) < 0)
-			kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name,
-			       err.message);
+		}
+		if (r->job_id) {
+			stop_replica(d, p, i);
+			if (kn_store_replica_delete(d->s->store, p->name, i,
+						    &err) < 0)
+				kn_log(KN_LOG_ERROR, "deployment %s: %s",
+				       p->name, err.message);
+		}
+		free(r->model_dir);
+		memset(r, 0, sizeof(*r));
 	}
-	for (int i = p->replicas; i < p->n_reps; i++) {
-		free(p->reps[i].model_dir);
-		p->reps[i].model_dir = NULL;
+	if (p->n_reps > keep)
+		p->n_reps = keep;
+}
+
+/* Replica i has a ready surge replica taking its place. */
+static bool retiring(const struct deployment *p, int i)
+{
+	for (int k = p->replicas; k < p->n_reps; k++)
+		if (p->reps[k].surge && p->reps[k].surge_for == i &&
+		    p->reps[k].surge_ready)
+			return true;
+	return false;
+}
+
+/* Probes in flight for slot from are about slot to now. */
+static void probes_move(struct deploy_state *d, const struct deployment *p,
+			int from, int to)
+{
+	for (struct probe *pr = d->probes; pr; pr = pr->next)
+		if (pr->replica == from && !strcmp(pr->deployment, p->name))
+			pr->replica = to;
+}
+
+/*
+ * Surge slot k: once it is ready, the gateway config lists the replica it
+ * is for as not ready (retiring), so calls go to the surge replica alone;
+ * once a gateway has fetched that config and then fetched again (so it
+ * has taken the first in: it polls one at a time), or no gateway polls,
+ * the old replica is cancelled and slot k's job takes its place.
+ */
+static void surge_step(struct deploy_state *d, struct deployment *p, int k)
+{
+	struct replica *r = &p->reps[k];
+	int t = r->surge_for;
+	int64_t now = kn_now_ms(), old = p->reps[t].job_id;
+	struct kn_error err;
+
+	if (!replica_ready(r, find_run(d->s, r->job_id))) {
+		r->surge_ready = false;
+		return;
 	}
-	if (p->n_reps > p->replicas)
-		p->n_reps = p->replicas;
+	if (!r->surge_ready) {
+		r->surge_ready = true;
+		r->surge_mark = d->config_fetches;
+	}
+	if (d->config_fetches < r->surge_mark + 2 &&
+	    now - d->config_fetched_at < GATEWAY_GONE_MS)
+		return;
+	if (save_replica(d, p, t, r->job_id, &err) < 0) {
+		kn_log(KN_LOG_ERROR, "deployment %s replica %d: %s", p->name,
+		       t, err.message);
+		return;
+	}
+	stop_replica(d, p, t);
+	free(p->reps[t].model_dir);
+	p->reps[t] = *r;
+	p->reps[t].surge = p->reps[t].surge_ready = false;
+	memset(r, 0, sizeof(*r));
+	probes_move(d, p, k, t);
+	if (kn_store_replica_delete(d->s->store, p->name, k, &err) < 0)
+		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
+	while (p->n_reps > p->replicas && !p->reps[p->n_reps - 1].job_id)
+		p->n_reps--;
+	kn_log(KN_LOG_INFO, "deployment %s replica %d: job %lld took the "
+	       "place of job %lld", p->name, t, (long long)p->reps[t].job_id,
+	       (long long)old);
+	feed_publish(d->s, "deployment.replica",
+		     json_pack("{s:s, s:i, s:s, s:I, s:I}", "deployment",
+			       p->name, "replica", t, "state", "replaced",
+			       "job", (json_int_t)p->reps[t].job_id,
+			       "retired_job", (json_int_t)old));
 }
 
 /* Bring a deployment to its wanted replicas and move its rollout on. */
@@ -378,7 +474,12 @@ static void reconcile(struct deploy_state *d, struct deployment *p)
 
 	trim(d, p);
 	ensure_slots(p, p->replicas);
+	for (int i = p->replicas; i < p->n_reps; i++)
+		if (p->reps[i].surge)
+			surge_step(d, p, i);
 	for (int i = 0; i < p->replicas; i++) {
+		/* Scaled up over a surge slot: it is a replica now. */
+		p->reps[i].surge = false;
 		if (job_active(d->s, p->reps[i].job_id))
 			continue;
 		/* No job yet, or its job ended for good (cancelled by hand). */
@@ -801,33 +902,108 @@ const struct deployment *deploy_of(struct server *s, int64_t job_id)
 	return NULL;
 }
 
-const struct deployment *deploy_named(struct server *s, const char *name)
+/* The deployment and slot whose job is job_id, or NULL. */
+static struct deployment *slot_of(struct server *s, int64_t job_id, int *slot)
 {
 	for (struct deployment *p = s->deploy ? s->deploy->list : NULL; p;
 	     p = p->next)
-		if (!strcmp(p->name, name))
-			return p;
+		for (int i = 0; job_id && i < p->n_reps; i++)
+			if (p->reps[i].job_id == job_id) {
+				*slot = i;
+				return p;
+			}
 	return NULL;
 }
 
-const char *deploy_name(const struct deployment *d)
+int deploy_surge(struct server *s, int64_t job_id, int64_t *surge_job,
+		 struct kn_error *err)
 {
-	return d->name;
+	int t = -1, k;
+	struct deployment *p = slot_of(s, job_id, &t);
+	int rc;
+
+	if (!p || t >= p->replicas)
+		return kn_errorf(err, KN_ENOTFOUND, NULL,
+				 "job %lld is no deployment's replica",
+				 (long long)job_id);
+	for (k = p->replicas; k < p->n_reps; k++)
+		if (p->reps[k].surge && p->reps[k].surge_for == t) {
+			*surge_job = p->reps[k].job_id;
+			return 0; /* one is on its way already */
+		}
+	k = p->n_reps;
+	ensure_slots(p, k + 1);
+	rc = start_replica(s->deploy, p, k, err);
+	if (rc < 0) {
+		p->n_reps = k;
+		return rc;
+	}
+	p->reps[k].surge = true;
+	p->reps[k].surge_for = t;
+	*surge_job = p->reps[k].job_id;
+	kn_log(KN_LOG_INFO, "deployment %s replica %d: surge job %lld to take "
+	       "the place of job %lld", p->name, t, (long long)*surge_job,
+	       (long long)job_id);
+	arm(s->deploy, 0);
+	return 0;
 }
 
-int deploy_ready_off_node(struct server *s, const struct deployment *d,
-			  size_t node)
+int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
+		       size_t len)
 {
-	int n = 0;
+	int k = -1;
+	struct deployment *p = slot_of(s, surge_job, &k);
+	struct replica *r;
+	struct queued_job *q;
+	struct run *run;
 
-	for (int i = 0; i < d->n_reps; i++) {
-		const struct replica *r = &d->reps[i];
-		struct run *run = r->job_id ? find_run(s, r->job_id) : NULL;
-
-		if (run && replica_ready(r, run) && run->bindings[0].node != node)
-			n++;
+	if (!p || (k >= p->replicas && !p->reps[k].surge)) {
+		snprintf(why, len, "the surge replica (job %lld) is gone: its "
+			 "deployment was deleted or scaled down",
+			 (long long)surge_job);
+		return -1;
 	}
-	return n;
+	if (k < p->replicas)
+		return 1;
+	r = &p->reps[k];
+	run = find_run(s, surge_job);
+	q = find_queued(s, surge_job);
+	if (!run && !q) {
+		snprintf(why, len, "the surge replica of deployment %s (job "
+			 "%lld) ended", p->name, (long long)surge_job);
+		return -1;
+	}
+	if (q)
+		snprintf(why, len, "the surge replica of deployment %s (job "
+			 "%lld) is queued: %s", p->name, (long long)surge_job,
+			 q->reason[0] ? q->reason : "waiting to be placed");
+	else if (!replica_ready(r, run))
+		snprintf(why, len, "the surge replica of deployment %s (job "
+			 "%lld) is starting on %s: not ready yet", p->name,
+			 (long long)surge_job, run_node(s, run)->name);
+	else
+		snprintf(why, len, "the surge replica of deployment %s (job "
+			 "%lld) is ready on %s; waiting for the gateway to "
+			 "route to it", p->name, (long long)surge_job,
+			 run_node(s, run)->name);
+	return 0;
+}
+
+void deploy_surge_cancel(struct server *s, int64_t surge_job)
+{
+	int k = -1;
+	struct deployment *p = slot_of(s, surge_job, &k);
+	struct kn_error err;
+
+	if (!p || k < p->replicas || !p->reps[k].surge)
+		return;
+	stop_replica(s->deploy, p, k);
+	if (kn_store_replica_delete(s->store, p->name, k, &err) < 0)
+		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
+	free(p->reps[k].model_dir);
+	memset(&p->reps[k], 0, sizeof(p->reps[k]));
+	while (p->n_reps > p->replicas && !p->reps[p->n_reps - 1].job_id)
+		p->n_reps--;
 }
 
 const char *deploy_model_dir(struct server *s, int64_t job_id)
@@ -877,50 +1053,43 @@ static int64_t dir_version(const struct deployment *p, const char *dir)
  * served. Fired again (with the new reason) on each refusal; resolved by
  * the next version that is rolled out.
  */
-static void follow_alert(struct server *s, const struct deployment *p,
+static void follow_alert(struct server *s, struct deployment *p,
 			 const char *why)
 {
 	char fingerprint[96];
 	struct kn_error err;
-	int64_t now = kn_now_ms();
-	int rc;
+	json_t *labels = json_pack("{s:s, s:s}", "deployment", p->name,
+				   "model", p->spec->model);
+	char *summary = why ? kn_asprintf("deployment %s does not follow %s: "
+					  "%s", p->name, p->spec->model, why)
+			    : kn_asprintf("deployment %s follows %s again",
+					  p->name, p->spec->model);
+	struct server_alert a = {
+		.rule = "deployment_model_refused",
+		.severity = "critical",
+		.fingerprint = fingerprint,
+		.summary = summary,
+		.labels = labels,
+		.value = 1,
+		.active_at_ms = kn_now_ms(),
+	};
+	int rc = 0;
 
 	snprintf(fingerprint, sizeof(fingerprint), "deployment:%s:model",
 		 p->name);
-	rc = kn_store_alert_resolve(s->store, fingerprint, now, &err);
-	if (rc == 0 && why) {
-		json_t *label_doc = json_pack("{s:s, s:s}", "deployment",
-					      p->name, "model", p->spec->model);
-		char *labels = json_dumps(label_doc, JSON_COMPACT);
-		char *summary = kn_asprintf("deployment %s does not follow %s: "
-					    "%s", p->name, p->spec->model, why);
-		struct kn_alert_row row = {
-			.fingerprint = fingerprint,
-			.rule = "deployment_model_refused",
-			.severity = "critical",
-			.labels_json = labels,
-			.summary = summary,
-			.value = 1,
-			.active_at = now,
-			.fired_at = now,
-		};
-
-		rc = kn_store_alert_fire(s->store, &row, NULL, &err);
-		if (rc == 0)
-			feed_publish(s, "alert.firing",
-				     json_pack("{s:{s:s, s:s, s:s, s:s, s:s}}",
-					       "alert", "rule",
-					       "deployment_model_refused",
-					       "severity", "critical", "state",
-					       "firing", "fingerprint",
-					       fingerprint, "summary", summary));
-		free(summary);
-		free(labels);
-		json_decref(label_doc);
-	}
+	if (p->model_refused)
+		rc = monitor_server_alert(s, &a, false, &err);
+	if (rc == 0)
+		p->model_refused = false;
+	if (rc == 0 && why)
+		rc = monitor_server_alert(s, &a, true, &err);
+	if (rc == 0 && why)
+		p->model_refused = true;
 	if (rc < 0)
 		kn_log(KN_LOG_ERROR, "deployment %s alert: %s", p->name,
 		       err.message);
+	free(summary);
+	json_decref(labels);
 }
 
 /*
@@ -1806,14 +1975,16 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 
 		if (kube_places(s))
 			kube_gateway_replicas(p, reps);
-		for (int i = 0; !kube_places(s) && i < p->replicas &&
-				i < p->n_reps; i++) {
+		/* Surge slots too: a replica being replaced keeps serving
+		 * beside its replacement until the gateway knows both. */
+		for (int i = 0; !kube_places(s) && i < p->n_reps; i++) {
 			struct run *run = p->reps[i].job_id
 						  ? find_run(s, p->reps[i].job_id)
 						  : NULL;
 			char addr[32];
 
-			if (!run_serving(run))
+			if ((i >= p->replicas && !p->reps[i].surge) ||
+			    !run_serving(run))
 				continue;
 			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
 				 run->master_port);
@@ -1821,7 +1992,8 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 				reps, json_pack("{s:i, s:s, s:s, s:b}",
 						"replica", i, "address", addr,
 						"zone", node_zone(s, run), "ready",
-						replica_ready(&p->reps[i], run)));
+						replica_ready(&p->reps[i], run) &&
+							!retiring(p, i)));
 		}
 		json_array_append_new(
 			deps,
@@ -1850,7 +2022,48 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 	}
 	json_object_set_new(doc, "generation",
 			    json_integer(d->config_generation));
+	d->config_fetched_at = kn_now_ms();
+	d->config_fetches++;
 	kn_http_reply_json(req, 200, doc);
+}
+
+/*
+ * The gateway's anomaly report as an alert: rule gateway_anomaly_SIGNAL,
+ * one per deployment and signal, with the band and window in its body.
+ */
+static int gateway_alert(struct server *s, const char *source,
+			 const char *deployment, const char *signal,
+			 double value, double low, double high, double window_s,
+			 int64_t started_at_ms, bool firing,
+			 struct kn_error *err)
+{
+	char *fingerprint = kn_asprintf("gateway:%s:%s", deployment, signal);
+	char *rule = kn_asprintf("gateway_anomaly_%s", signal);
+	char *summary = kn_asprintf(
+		"%s of deployment %s is %g, outside its band %g..%g over %gs",
+		signal, deployment, value, low, high, window_s);
+	json_t *labels = json_pack("{s:s, s:s, s:s}", "deployment", deployment,
+				   "signal", signal, "source", source);
+	json_t *extra = json_pack("{s:f, s:f, s:f}", "low", low, "high", high,
+				  "window_s", window_s);
+	struct server_alert a = {
+		.rule = rule,
+		.severity = "warning",
+		.fingerprint = fingerprint,
+		.summary = summary,
+		.labels = labels,
+		.value = value,
+		.active_at_ms = started_at_ms,
+		.extra = extra,
+	};
+	int rc = monitor_server_alert(s, &a, firing, err);
+
+	json_decref(extra);
+	json_decref(labels);
+	free(summary);
+	free(rule);
+	free(fingerprint);
+	return rc;
 }
 
 void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
@@ -1884,11 +2097,11 @@ void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 			  "\"resolved\"");
 		return;
 	}
-	if (monitor_external_alert(
-		    s, c->name, dep, signal, json_number_value(value),
-		    json_number_value(low), json_number_value(high),
-		    json_number_value(window), json_integer_value(started),
-		    !state || !strcmp(state, "firing"), &err) < 0) {
+	if (gateway_alert(s, c->name, dep, signal, json_number_value(value),
+			  json_number_value(low), json_number_value(high),
+			  json_number_value(window),
+			  json_integer_value(started),
+			  !state || !strcmp(state, "firing"), &err) < 0) {
 		json_decref(body);
 		kn_http_reply_error(req, &err);
 		return;

@@ -335,16 +335,24 @@ int monitor_start(struct server *s, struct monitor **out,
 void monitor_free(struct monitor *m);
 
 /*
- * monitor.c: an alert someone else detected (the gateway's anomaly
- * detector): recorded like a rule's (kiln alerts), published on the event
- * stream and sent to the webhook. firing false resolves the one firing
- * for the same deployment and signal.
+ * monitor.c: an alert the server raises itself, not by a rule (a failing
+ * scheduled backup, a refused model, a failed re-validation, the
+ * gateway's anomaly report): recorded like a rule's (kiln alerts), logged,
+ * published on the event stream and sent to --alert-webhook, with the
+ * body a rule's alert has. Firing records a new row; resolving ends the
+ * one firing with the fingerprint (the caller knows one is). Returns 0,
+ * or the store's error (nothing is announced then).
  */
-int monitor_external_alert(struct server *s, const char *source,
-			   const char *deployment, const char *signal,
-			   double value, double low, double high,
-			   double window_s, int64_t started_at_ms, bool firing,
-			   struct kn_error *err);
+struct server_alert {
+	const char *rule, *severity, *fingerprint;
+	const char *summary;  /* what happened, or (resolving) what ended it */
+	json_t *labels;       /* {"name": "value", ...}; borrowed */
+	double value;
+	int64_t active_at_ms;
+	json_t *extra;        /* more fields for the body, or NULL; borrowed */
+};
+int monitor_server_alert(struct server *s, const struct server_alert *a,
+			 bool firing, struct kn_error *err);
 
 /* deploy.c: deployments, probes, rollouts, gateway keys and config */
 /* Load the deployments; before jobs_recover, whose exits it judges. */
@@ -356,13 +364,28 @@ void deploy_free(struct server *s);
  */
 struct deployment;
 const struct deployment *deploy_of(struct server *s, int64_t job_id);
-/* The deployment called name, or NULL; and a deployment's name. */
-const struct deployment *deploy_named(struct server *s, const char *name);
-const char *deploy_name(const struct deployment *d);
-/* The replicas of d that are ready on another node than node (pools.c's
-   rolling maintenance moves replicas before it evicts). */
-int deploy_ready_off_node(struct server *s, const struct deployment *d,
-			  size_t node);
+/*
+ * deploy.c: replace the replica whose job is job_id without a gap
+ * (rolling maintenance): a surge replica, a new job of its deployment, is
+ * submitted now and placed as any job is (the caller cordons the node
+ * first). Once it passes readiness and a gateway has fetched a config
+ * listing it (or none polls), job_id is cancelled and the new job takes
+ * its replica's place: the replica count is the spec's again. One surge
+ * per replica: asking again gives the one on its way. Returns 0 with
+ * *surge_job set, or -ENOENT (not a replica) or jobs_submit's error.
+ */
+int deploy_surge(struct server *s, int64_t job_id, int64_t *surge_job,
+		 struct kn_error *err);
+/*
+ * Where surge replica surge_job stands: 1 once it has taken its
+ * replica's place (or became one by a scale-up), 0 while it waits, -1
+ * when it is gone (its deployment deleted or scaled down, its job
+ * cancelled). why (len bytes) says on what it waits, or why it is gone.
+ */
+int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
+		       size_t len);
+/* Give a waiting surge up: its job is cancelled, the old replica stays. */
+void deploy_surge_cancel(struct server *s, int64_t surge_job);
 /* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
 const char *deploy_model_dir(struct server *s, int64_t job_id);
 /*

@@ -181,10 +181,27 @@ static json_t *labels_json(const struct kn_label *l, size_t n)
 	return o;
 }
 
+/*
+ * Send an alert body (its reference is taken) where every transition
+ * goes: the webhook, when one is set, and the event stream.
+ */
+static void alert_send(struct server *s, json_t *alert, bool firing)
+{
+	if (s->monitor) {
+		json_t *hook = json_pack("{s:s, s:O}", "status",
+					 firing ? "firing" : "resolved",
+					 "alert", alert);
+		hook_queue(s->monitor, hook);
+		json_decref(hook);
+	}
+	feed_publish(s, firing ? "alert.firing" : "alert.resolved",
+		     json_pack("{s:o}", "alert", alert));
+}
+
 static void announce(struct monitor *m, const struct kn_alert_transition *t)
 {
 	const char *state = kn_alert_state_name(t->state);
-	json_t *alert, *hook;
+	json_t *alert;
 	struct kn_error err;
 	char *labels_text;
 	int rc;
@@ -225,76 +242,50 @@ static void announce(struct monitor *m, const struct kn_alert_transition *t)
 		kn_log(KN_LOG_ERROR, "recording alert %s: %s", t->rule->name,
 		       err.message);
 	free(labels_text);
-	hook = json_pack("{s:s, s:O}", "status", state, "alert", alert);
-	hook_queue(m, hook);
-	json_decref(hook);
-	feed_publish(m->s, t->state == KN_ALERT_FIRING ? "alert.firing"
-						       : "alert.resolved",
-		     json_pack("{s:o}", "alert", alert));
+	alert_send(m->s, alert, t->state == KN_ALERT_FIRING);
 }
 
-int monitor_external_alert(struct server *s, const char *source,
-			   const char *deployment, const char *signal,
-			   double value, double low, double high,
-			   double window_s, int64_t started_at_ms, bool firing,
-			   struct kn_error *err)
+int monitor_server_alert(struct server *s, const struct server_alert *a,
+			 bool firing, struct kn_error *err)
 {
-	char *fingerprint = kn_asprintf("gateway:%s:%s", deployment, signal);
-	char *rule = kn_asprintf("gateway_anomaly_%s", signal);
-	char *summary = kn_asprintf(
-		"%s of deployment %s is %g, outside its band %g..%g over %gs",
-		signal, deployment, value, low, high, window_s);
-	json_t *labels = json_pack("{s:s, s:s, s:s}", "deployment", deployment,
-				   "signal", signal, "source", source);
-	char *labels_text = json_dumps(labels, JSON_COMPACT | JSON_SORT_KEYS);
+	char *labels_text = json_dumps(a->labels, JSON_COMPACT | JSON_SORT_KEYS);
 	int64_t now = kn_now_ms();
 	json_t *alert;
 	int rc;
 
 	if (firing) {
 		struct kn_alert_row row = {
-			.fingerprint = fingerprint,
-			.rule = rule,
-			.severity = "warning",
+			.fingerprint = (char *)a->fingerprint,
+			.rule = (char *)a->rule,
+			.severity = (char *)a->severity,
 			.labels_json = labels_text,
-			.summary = summary,
-			.value = value,
-			.active_at = started_at_ms,
+			.summary = (char *)a->summary,
+			.value = a->value,
+			.active_at = a->active_at_ms,
 			.fired_at = now,
 		};
 		rc = kn_store_alert_fire(s->store, &row, NULL, err);
 	} else {
-		rc = kn_store_alert_resolve(s->store, fingerprint, now, err);
+		rc = kn_store_alert_resolve(s->store, a->fingerprint, now, err);
 	}
-	if (rc == 0) {
-		alert = json_pack("{s:s, s:s, s:s, s:s, s:O, s:s, s:f, s:f, s:f,"
-				  " s:f, s:I, s:I}",
-				  "rule", rule, "severity", "warning", "state",
-				  firing ? "firing" : "resolved", "fingerprint",
-				  fingerprint, "labels", labels, "summary",
-				  summary, "value", value, "low", low, "high",
-				  high, "window_s", window_s, "active_at_ms",
-				  (json_int_t)started_at_ms,
-				  firing ? "fired_at_ms" : "resolved_at_ms",
-				  (json_int_t)now);
-		kn_log(KN_LOG_WARN, "alert %s %s: %s", rule,
-		       firing ? "firing" : "resolved", summary);
-		if (s->monitor) {
-			json_t *hook = json_pack("{s:s, s:O}", "status",
-						 firing ? "firing" : "resolved",
-						 "alert", alert);
-			hook_queue(s->monitor, hook);
-			json_decref(hook);
-		}
-		feed_publish(s, firing ? "alert.firing" : "alert.resolved",
-			     json_pack("{s:o}", "alert", alert));
-	}
-	json_decref(labels);
 	free(labels_text);
-	free(fingerprint);
-	free(rule);
-	free(summary);
-	return rc;
+	if (rc < 0)
+		return rc;
+	alert = json_pack("{s:s, s:s, s:s, s:s, s:O, s:s, s:o, s:I, s:I}",
+			  "rule", a->rule, "severity", a->severity, "state",
+			  firing ? "firing" : "resolved", "fingerprint",
+			  a->fingerprint, "labels", a->labels, "summary",
+			  a->summary, "value", num_or_null(a->value),
+			  "active_at_ms", (json_int_t)a->active_at_ms,
+			  firing ? "fired_at_ms" : "resolved_at_ms",
+			  (json_int_t)now);
+	if (a->extra)
+		json_object_update(alert, a->extra);
+	kn_log(firing ? KN_LOG_WARN : KN_LOG_INFO, "alert %s %s (%s): %s",
+	       a->rule, firing ? "firing" : "resolved", a->severity,
+	       a->summary);
+	alert_send(s, alert, firing);
+	return 0;
 }
 
 static void finish_round(struct monitor *m)

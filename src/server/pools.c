@@ -1549,6 +1549,10 @@ void pools_free(struct server *s)
 /* ---- rolling maintenance ---- */
 
 #define ROLLING_TICK_MS 200
+/* How long a surge replica may take to serve before the node fails. */
+#define SURGE_TIMEOUT_DEFAULT_MS (10 * 60 * 1000)
+/* A week: longer is a mistake, not a plan. */
+#define SURGE_TIMEOUT_MAX_S (7 * 24 * 3600)
 
 enum rolling_step {
 	STEP_CORDON,    /* next: cordon the node */
@@ -1573,11 +1577,12 @@ struct rolling {
 	char state[16];           /* running, succeeded, failed */
 	char error[512];
 	int64_t started_at, ended_at;
-	/* STEP_MOVE: the replica being moved and its deployment's ready
-	   replicas elsewhere before the move. */
-	char moving_deployment[64];
-	int64_t moving_job;
-	int moving_before;
+	/* STEP_MOVE: the surge replica taking the place of one on the
+	   node (deploy_surge), since when, and what it waits on. */
+	int64_t surge_job;
+	int64_t surge_started;
+	int64_t surge_timeout_ms;
+	char waiting[512];
 	char *dir;                /* the patch command's files */
 	/* STEP_HEALTH, run on a worker: copies of what it reads. */
 	bool health_busy;
@@ -1610,6 +1615,11 @@ static void rolling_end(struct rolling *r, const char *error)
 	struct kn_error err;
 	char object[96];
 
+	/* A surge still waiting is not needed: the old replica stays. */
+	if (r->surge_job)
+		deploy_surge_cancel(r->s, r->surge_job);
+	r->surge_job = 0;
+	r->waiting[0] = '\0';
 	kn_strlcpy(r->state, error ? "failed" : "succeeded", sizeof(r->state));
 	kn_strlcpy(r->error, error ? error : "", sizeof(r->error));
 	r->ended_at = kn_now_ms();
@@ -1700,32 +1710,52 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 			return false;
 		}
 		r->step = STEP_MOVE;
-		r->moving_job = 0;
+		r->surge_job = 0;
 		/* fall through */
 	case STEP_MOVE: {
-		const struct deployment *d;
 		const struct run *run;
 
-		if (r->moving_job) {
-			d = deploy_named(s, r->moving_deployment);
-			/* Wait for the replacement to be ready elsewhere. */
-			if (d && deploy_ready_off_node(s, d, (size_t)i) <
-					 r->moving_before + 1)
+		if (r->surge_job) {
+			int64_t now = kn_now_ms();
+			int rc = deploy_surge_state(s, r->surge_job, r->waiting,
+						    sizeof(r->waiting));
+
+			if (rc == 0 &&
+			    now - r->surge_started >= r->surge_timeout_ms) {
+				char limit[32];
+
+				kn_format_duration(r->surge_timeout_ms, limit,
+						   sizeof(limit));
+				snprintf(why, sizeof(why),
+					 "node %s: no surge replica served "
+					 "within --surge-timeout %s (%.300s); "
+					 "it stays cordoned and its replicas "
+					 "keep serving",
+					 name, limit, r->waiting);
+				rolling_end(r, why);
 				return false;
-			r->moving_job = 0;
+			}
+			if (rc == 0)
+				return false;
+			if (rc < 0) {
+				/* Its replica, if still there, gets another. */
+				kn_log(KN_LOG_WARN, "rolling maintenance of pool "
+				       "%s: %s", r->pool->name, r->waiting);
+				deploy_surge_cancel(s, r->surge_job);
+			}
+			r->surge_job = 0;
+			r->waiting[0] = '\0';
 		}
+		/* Each replica there gets a surge replica elsewhere first; it
+		 * retires the old one once it serves. */
 		run = replica_on(s, (size_t)i);
 		if (run) {
-			d = deploy_of(s, run->job_id);
-			kn_strlcpy(r->moving_deployment, deploy_name(d),
-				   sizeof(r->moving_deployment));
-			r->moving_job = run->job_id;
-			r->moving_before = deploy_ready_off_node(s, d, (size_t)i);
-			snprintf(why, sizeof(why),
-				 "moved off %s for rolling maintenance", name);
-			if (jobs_restart(s, run->job_id, why, &err) < 0) {
+			if (deploy_surge(s, run->job_id, &r->surge_job, &err) <
+			    0) {
 				rolling_end(r, err.message);
+				return false;
 			}
+			r->surge_started = kn_now_ms();
 			return false;
 		}
 		r->step = STEP_DRAIN;
@@ -1824,8 +1854,10 @@ static json_t *rolling_json(const struct rolling *r)
 	for (size_t k = 0; k < r->at && k < r->n_nodes; k++)
 		json_array_append_new(done, json_string(r->nodes[k]));
 	return json_pack(
-		"{s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:o}", "pool",
-		r->pool->name, "command", r->command, "state", r->state, "node",
+		"{s:f, s:o, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:o}",
+		"surge_timeout_s", (double)r->surge_timeout_ms / 1000.0,
+		"waiting", r->waiting[0] ? json_string(r->waiting) : json_null(),
+		"pool", r->pool->name, "command", r->command, "state", r->state, "node",
 		!strcmp(r->state, "succeeded") ? json_null()
 					       : json_string(r->nodes[r->at]),
 		"step",
@@ -1856,6 +1888,7 @@ void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
 	json_t *body = json_loadb(text, len, 0, &jerr);
 	const char *command =
 		json_string_value(json_object_get(body, "command"));
+	json_t *surge = json_object_get(body, "surge_timeout_s");
 	struct rolling *r;
 	struct kn_audit a;
 	char object[96];
@@ -1868,6 +1901,13 @@ void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
 	if (!command || !*command) {
 		kn_errorf(&err, KN_EINVAL, "command",
 			  "body must be {\"command\": \"PATCH COMMAND\"}");
+		goto fail;
+	}
+	if (surge && (!json_is_number(surge) || json_number_value(surge) <= 0 ||
+		      json_number_value(surge) > SURGE_TIMEOUT_MAX_S)) {
+		kn_errorf(&err, KN_EINVAL, "surge_timeout_s",
+			  "surge_timeout_s must be a number of seconds above 0 "
+			  "and at most %d", SURGE_TIMEOUT_MAX_S);
 		goto fail;
 	}
 	if (p->rolling && !strcmp(p->rolling->state, "running")) {
@@ -1890,6 +1930,9 @@ void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
 		r->have_sku = true;
 	}
 	r->command = kn_xstrdup(command);
+	r->surge_timeout_ms =
+		surge ? (int64_t)(json_number_value(surge) * 1000.0)
+		      : SURGE_TIMEOUT_DEFAULT_MS;
 	kn_strlcpy(r->actor, c->name, sizeof(r->actor));
 	r->health_root = kn_xstrdup(s->cfg.health_root ? s->cfg.health_root
 						       : "/");

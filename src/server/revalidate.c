@@ -76,62 +76,45 @@ static struct reval *find(struct reval_state *rs, const char *name,
 	return NULL;
 }
 
+/*
+ * model_revalidation_failed: fired when a run of the alias fails (once,
+ * until it passes again), resolved by the next run that passes.
+ */
 static void reval_alert(struct server *s, struct reval *r, const char *why)
 {
 	char fingerprint[160];
 	struct kn_error err;
-	int64_t now = kn_now_ms();
-	int rc = 0;
+	json_t *labels;
+	char *summary;
 
+	if ((why != NULL) == r->failing)
+		return;
 	snprintf(fingerprint, sizeof(fingerprint), "revalidate:%s@%s", r->name,
 		 r->alias);
-	if (!why && r->failing) {
-		rc = kn_store_alert_resolve(s->store, fingerprint, now, &err);
-		if (rc == 0)
-			feed_publish(s, "alert.resolved",
-				     json_pack("{s:{s:s, s:s, s:s}}", "alert",
-					       "rule",
-					       "model_revalidation_failed",
-					       "state", "resolved",
-					       "fingerprint", fingerprint));
-	} else if (why && !r->failing) {
-		json_t *label_doc = json_pack("{s:s, s:s, s:I}", "model",
-					      r->name, "alias", r->alias,
-					      "version",
-					      (json_int_t)r->version);
-		char *labels = json_dumps(label_doc, JSON_COMPACT);
-		char *summary = kn_asprintf("re-validation of %s@%s (version "
-					    "%lld) failed: %s", r->name,
-					    r->alias, (long long)r->version,
-					    why);
-		struct kn_alert_row row = {
-			.fingerprint = fingerprint,
-			.rule = "model_revalidation_failed",
-			.severity = "critical",
-			.labels_json = labels,
-			.summary = summary,
-			.value = 1,
-			.active_at = now,
-			.fired_at = now,
-		};
+	labels = json_pack("{s:s, s:s, s:I}", "model", r->name, "alias",
+			   r->alias, "version", (json_int_t)r->version);
+	summary = why ? kn_asprintf("re-validation of %s@%s (version %lld) "
+				    "failed: %s", r->name, r->alias,
+				    (long long)r->version, why)
+		      : kn_asprintf("re-validation of %s@%s (version %lld) "
+				    "passed", r->name, r->alias,
+				    (long long)r->version);
+	struct server_alert a = {
+		.rule = "model_revalidation_failed",
+		.severity = "critical",
+		.fingerprint = fingerprint,
+		.summary = summary,
+		.labels = labels,
+		.value = 1,
+		.active_at_ms = kn_now_ms(),
+	};
 
-		rc = kn_store_alert_fire(s->store, &row, NULL, &err);
-		if (rc == 0)
-			feed_publish(s, "alert.firing",
-				     json_pack("{s:{s:s, s:s, s:s, s:s, s:s}}",
-					       "alert", "rule",
-					       "model_revalidation_failed",
-					       "severity", "critical", "state",
-					       "firing", "fingerprint",
-					       fingerprint, "summary", summary));
-		free(summary);
-		free(labels);
-		json_decref(label_doc);
-	}
-	if (rc < 0)
+	if (monitor_server_alert(s, &a, why != NULL, &err) < 0)
 		kn_log(KN_LOG_ERROR, "re-validation alert: %s", err.message);
 	else
 		r->failing = why != NULL;
+	free(summary);
+	json_decref(labels);
 }
 
 /* Store one run's outcome, then fire or resolve the alert. */

@@ -280,3 +280,33 @@ def test_health_checks_gate_the_node(tmp_path):
             [("node.health", "system"), ("node.uncordon", "system")]
     finally:
         server.stop()
+
+
+def test_server_raised_alert_reaches_the_webhook(tmp_path, webhook):
+    """backup_failed is raised by the server, not by a rule: it goes to the
+    webhook as rule alerts do, firing and then resolved."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    server = start_server(tmp_path, [
+        "--backup-every", "200ms", "--backup-to", f"file://{blocker}/store",
+        "--alert-webhook", webhook.url + "/hook", "--health-interval", "0"])
+    try:
+        def hooks(status):
+            return [h for h in webhook.got if h["status"] == status
+                    and h["alert"]["rule"] == "backup_failed"]
+        (fired,) = wait_for(lambda: hooks("firing"),
+                            what="backup_failed at the webhook")
+        alert = fired["alert"]
+        assert alert["severity"] == "critical"
+        assert alert["labels"]["store"].startswith(f"file://{blocker}/store")
+        assert "failed" in alert["summary"] and alert["fired_at_ms"] > 0
+        # The store becomes writable: the next backup resolves it.
+        blocker.unlink()
+        blocker.mkdir()
+        (resolved,) = wait_for(lambda: hooks("resolved"),
+                               what="backup_failed resolved at the webhook")
+        assert resolved["alert"]["fingerprint"] == alert["fingerprint"]
+        assert "succeeded" in resolved["alert"]["summary"]
+        assert len(hooks("firing")) == 1
+    finally:
+        server.stop()

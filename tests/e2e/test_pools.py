@@ -4,12 +4,14 @@ to the spot pool, idle nodes go after the pool's delay and min is kept."""
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 import requests
 
 from conftest import KILN, Server, job_yaml, wait_for
+from test_gateway import Gateway
 
 POOLS = ["--pool", "gpu Standard_NC24ads_A100_v4 1xA100-80GB max=3 "
                    "scale-down-delay=1s zones=a,b team=ml",
@@ -279,6 +281,164 @@ def test_rolling_drain_keeps_a_deployment_serving_and_stops_at_bad_health(
         # A second one may start once this one is over; a bad body is named.
         bad = s.request("POST", "/v1/pools/web/rolling", json={})
         assert bad.status_code == 400 and "command" in bad.text
+        s.request("DELETE", "/v1/deployments/chat")
+    finally:
+        s.stop()
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                       check=False)
+
+
+def one_replica(name):
+    return (f"kind: Deployment\nname: {name}\nmodel: /tmp\n"
+            f"command: [\"/usr/bin/python3\", \"{MODEL_SERVER}\"]\n"
+            "env: {READY_DELAY_S: \"0.1\"}\nreplicas: 1\n"
+            "resources: {gpus: 1}\n"
+            "readiness: {path: /health, period_s: 0.1}\n")
+
+
+def replicas(server, name):
+    return server.request("GET", f"/v1/deployments/{name}").json()[
+        "deployment"]["replicas"]
+
+
+def active_jobs(server):
+    jobs = server.request("GET", "/v1/jobs").json()["jobs"]
+    return [j for j in jobs if j["state"] in ("queued", "running")]
+
+
+class Caller(threading.Thread):
+    """Calls the deployment through the gateway until told to stop,
+    keeping every answer's replica job and every failure."""
+
+    def __init__(self, gateway, secret, model):
+        super().__init__(daemon=True)
+        self.gateway, self.secret, self.model = gateway, secret, model
+        self.jobs, self.failures = [], []
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            try:
+                r = self.gateway.call(self.secret, self.model)
+                if r.status_code == 200:
+                    self.jobs.append(r.json()["kiln_replica"]["job"])
+                else:
+                    self.failures.append(f"{r.status_code} {r.text}")
+            except requests.RequestException as e:
+                self.failures.append(repr(e))
+
+
+def test_rolling_drain_surges_so_one_replica_never_stops_answering(tmp_path):
+    s = Server(tmp_path / "home", gpus=None, extra=[
+        "--health-interval", "0", "--pool",
+        "web Standard_NC24ads_A100_v4 1xA100-80GB min=2 max=2 "
+        "scale-down-delay=1h"])
+    s.home.mkdir()
+    s.start()
+    gateway = Gateway(s.home, ["--refresh", "200ms"])
+    caller = None
+    try:
+        r = s.request("POST", "/v1/deployments", params={"file": "d.yaml"},
+                      data=one_replica("chat"))
+        assert r.status_code in (200, 201), r.text
+        wait_for(lambda: len(serving(s, "chat")) == 1, timeout=30,
+                 what="the replica ready")
+        (first,) = replicas(s, "chat")
+        res = s.cli("key", "create", "--name", "app", "--deployments",
+                    "chat", check=True)
+        secret = res.stdout.strip().split()[-1]
+        gateway.start()
+        wait_for(lambda: gateway.call(secret, "chat").status_code == 200,
+                 what="the gateway to route chat")
+        caller = Caller(gateway, secret, "chat")
+        caller.start()
+        wait_for(lambda: caller.jobs, what="a first answer")
+
+        res = s.cli("drain", "--rolling", "web", "--command", "true",
+                    check=True, timeout=120)
+        assert "pool web: every node maintained" in res.stdout
+        caller.done.set()
+        caller.join(timeout=60)
+        # Every call was answered, first by the replica there was, last
+        # by the one that replaced it (twice: each node had its turn).
+        assert caller.failures == []
+        (last,) = replicas(s, "chat")
+        assert caller.jobs[0] == str(first["job"])
+        assert caller.jobs[-1] == str(last["job"])
+        assert last["job"] != first["job"] and last["ready"]
+        # The count is the spec's again: one replica, one job.
+        assert [j["id"] for j in active_jobs(s)] == [last["job"]]
+        rolling = s.request("GET", "/v1/pools/web/rolling").json()["rolling"]
+        assert rolling["state"] == "succeeded", rolling
+        assert rolling["waiting"] is None and rolling["surge_timeout_s"] == 600
+        s.request("DELETE", "/v1/deployments/chat")
+    finally:
+        if caller:
+            caller.done.set()
+        gateway.stop()
+        s.stop()
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                       check=False)
+
+
+def test_a_surge_with_no_room_waits_visibly_then_times_out(tmp_path):
+    s = Server(tmp_path / "home", gpus=None, extra=[
+        "--health-interval", "0", "--pool",
+        "solo Standard_NC24ads_A100_v4 1xA100-80GB min=1 max=1 "
+        "scale-down-delay=1h"])
+    s.home.mkdir()
+    s.start()
+    try:
+        r = s.request("POST", "/v1/deployments", params={"file": "d.yaml"},
+                      data=one_replica("chat"))
+        assert r.status_code in (200, 201), r.text
+        wait_for(lambda: len(serving(s, "chat")) == 1, timeout=30,
+                 what="the replica ready")
+        (first,) = replicas(s, "chat")
+        # No node and no pool can hold a second replica: the rolling waits
+        # and says on what, in its state and in `kiln pools`.
+        s.cli("drain", "--rolling", "solo", "--command", "true",
+              "--surge-timeout", "1h", "--no-wait", check=True)
+        rolling = wait_for(lambda: (lambda r: r if r["waiting"] else None)(
+            s.request("GET", "/v1/pools/solo/rolling").json()["rolling"]),
+            what="the rolling to wait on its surge replica")
+        assert rolling["state"] == "running" and rolling["node"] == "solo-1"
+        assert rolling["surge_timeout_s"] == 3600
+        assert "surge replica of deployment chat" in rolling["waiting"]
+        assert "queued" in rolling["waiting"], rolling
+        out = s.cli("pools", check=True).stdout
+        assert "waiting: the surge replica of deployment chat" in out
+        # Deleting the deployment ends the wait: nothing is left to move.
+        s.request("DELETE", "/v1/deployments/chat")
+        wait_for(lambda: s.request("GET", "/v1/pools/solo/rolling").json()[
+            "rolling"]["state"] == "succeeded", what="the rolling to end")
+        assert active_jobs(s) == []
+
+        # Again, with a short --surge-timeout: that node fails, it stays
+        # cordoned, the old replica serves on, and no surge job is left.
+        r = s.request("POST", "/v1/deployments", params={"file": "d.yaml"},
+                      data=one_replica("chat"))
+        assert r.status_code in (200, 201), r.text
+        wait_for(lambda: len(serving(s, "chat")) == 1, timeout=30,
+                 what="the replica ready again")
+        (first,) = replicas(s, "chat")
+        res = s.cli("drain", "--rolling", "solo", "--command", "true",
+                    "--surge-timeout", "1s", timeout=120)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "node solo-1: no surge replica served within " \
+               "--surge-timeout 1s" in res.stdout
+        assert "stays cordoned" in res.stdout
+        assert "solo-1: moving replicas: the surge replica of deployment " \
+               "chat" in res.stdout
+        nodes = {n["name"]: n["state"] for n in
+                 s.request("GET", "/v1/nodes").json()["nodes"]}
+        assert nodes["solo-1"] == "cordoned"
+        (still,) = replicas(s, "chat")
+        assert still["job"] == first["job"] and still["ready"]
+        assert [j["id"] for j in active_jobs(s)] == [first["job"]]
+        bad = s.request("POST", "/v1/pools/solo/rolling",
+                        json={"command": "true", "surge_timeout_s": 0})
+        assert bad.status_code == 400 and "surge_timeout_s" in bad.text
         s.request("DELETE", "/v1/deployments/chat")
     finally:
         s.stop()
