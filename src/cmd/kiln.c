@@ -838,6 +838,7 @@ static const struct cli_command commands[] = {
 	 "                 [--since DURATION|TIME] [--until DURATION|TIME]\n"
 	 "                 [-o table|json|csv] [--chart FILE.svg]\n"
 	 "       kiln cost --reservations [--since ...] [--until ...] [-o json]\n"
+	 "       kiln cost --rightsize [--since ...] [-o table|json|csv]\n"
 	 "\n"
 	 "The cost ledger (docs/cost.md): each node's GPU time, priced by its\n"
 	 "size and pricing model (labels sku= and pricing=, `kiln server\n"
@@ -847,7 +848,10 @@ static const struct cli_command commands[] = {
 	 "failed attempt after its last checkpoint (all of it without one).\n"
 	 "Columns: GPU-HOURS busy, COST busy, IDLE, UNHEALTHY, LOST (part of\n"
 	 "COST), TOTAL (busy + idle + unhealthy), GOODPUT (useful over busy)\n"
-	 "and EFFICIENCY (used over allocated; \"-\" without telemetry). The\n"
+	 "and EFFICIENCY (used over requested from per-task samples: GPU\n"
+	 "utilisation x share over GPU time held, CPU cores and resident\n"
+	 "memory over requested; the mean of those a row has, \"-\" when none\n"
+	 "was sampled; `kiln server --usage-interval`). The\n"
 	 "last row is the total; by job, user or deployment idle and\n"
 	 "unhealthy time belong to no row and are in the total only. A node\n"
 	 "whose size or price the catalog lacks is costed at $0 and marked *.\n"
@@ -867,7 +871,13 @@ static const struct cli_command commands[] = {
 	 "                        break-even (reserved / on-demand price), and\n"
 	 "                        which jobs could move to spot (preemptible,\n"
 	 "                        with checkpoints; the longest work an attempt\n"
-	 "                        had past its last checkpoint)\n",
+	 "                        had past its last checkpoint)\n"
+	 "  --rightsize           right-size advice instead: per job name\n"
+	 "                        (its runs in the window), the samples, p50,\n"
+	 "                        p95 and max of CPU, memory and GPU memory use\n"
+	 "                        against the request, and a suggested request\n"
+	 "                        (p95 x 1.15, rounded up) where that is below\n"
+	 "                        70% of it, from at least 10 samples\n",
 	 false},
 	{"tune", cmd_tune, NULL, "set GPU application clocks to their maximum",
 	 "usage: kiln tune gpu [--dry-run] [--reset]\n"
