@@ -543,9 +543,13 @@ int kn_nvml_processes(struct kn_nvml *nv, unsigned index,
 	if (!list)
 		return 0; /* a driver too old to say */
 	code = list(nv->devices[index], &count, infos);
+	if (code == NVML_ERROR_NOT_SUPPORTED)
+		return 0;
 	if (code == NVML_ERROR_INSUFFICIENT_SIZE)
-		count = KN_GPU_PROCS_MAX; /* more than we keep: the first ones */
-	else if (code != NVML_SUCCESS)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "GPU %u: %u compute processes, more than the "
+				 "%d read", index, count, KN_GPU_PROCS_MAX);
+	if (code != NVML_SUCCESS)
 		return kn_errorf(err, KN_EIO, NULL,
 				 "GPU %u: listing processes (NVML error %d)",
 				 index, code);
