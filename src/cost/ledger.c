@@ -10,6 +10,10 @@
  * the node's capacity (an allocation recorded on a node the ledger was told
  * has fewer GPUs) leaves no negative idle: idle is clamped at zero.
  *
+ * CPU and memory efficiency ride on the busy spans: each allocation's
+ * requests and mean use (from usage samples) times the span's length. A
+ * task without GPUs has busy spans of 0 milli that carry only those.
+ *
  * Time is integer milli-GPU-milliseconds, exact; dollars are the per-GPU
  * hourly price x that / 3.6e9, summed in double (a cent is far above the
  * rounding). Rejected: a per-second grid (inexact for share boundaries

@@ -107,12 +107,21 @@ static void batch_free(struct batch *b)
 	free(b);
 }
 
+static int session_cmp(const void *pa, const void *pb)
+{
+	const struct target *a = pa, *b = pb;
+
+	return (a->session > b->session) - (a->session < b->session);
+}
+
+/* Targets are sorted by session: one lookup per process in /proc. */
 static int target_by_session(const struct batch *b, int session)
 {
-	for (size_t i = 0; i < b->n; i++)
-		if (b->t[i].session == session)
-			return (int)i;
-	return -1;
+	struct target key = { .session = session };
+	const struct target *t = bsearch(&key, b->t, b->n, sizeof(*b->t),
+					 session_cmp);
+
+	return t ? (int)(t - b->t) : -1;
 }
 
 /* Fields of /proc/PID/stat after the command's closing parenthesis. */
@@ -444,6 +453,7 @@ static void usage_tick(void *arg)
 		arm(s);
 		return;
 	}
+	qsort(b->t, b->n, sizeof(*b->t), session_cmp);
 	s->usage->busy = true;
 	kn_workers_submit(s->workers, sample_work, sample_done, b);
 }
