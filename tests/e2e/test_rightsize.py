@@ -1,7 +1,7 @@
 """Per-task usage, efficiency and right-size advice end to end: a real
-process that holds ~200 MiB and spins one core while asking for 4 CPUs
-(or all of a smaller machine's: the node has this machine's cores) and
-4 GiB, and a task on a simulated GPU that declares 8 GiB of GPU
+process that holds ~200 MiB and spins one core half of the time (10 ms
+on, 10 ms off) while asking for 4 CPUs (or all of a smaller machine's:
+the node has this machine's cores) and 4 GiB, and a task on a simulated GPU that declares 8 GiB of GPU
 memory at 25% utilisation (the simulated device model's usage file).
 The server samples them every 500 ms; the tests stop the jobs once
 enough samples are in, then check GET /v1/cost and /v1/cost/rightsize
@@ -22,15 +22,18 @@ GIB = 1 << 30
 MIN_SAMPLES = 10  # KN_RIGHTSIZE_MIN_SAMPLES
 CPUS = min(4, os.cpu_count())
 
-# Hold 200 MiB (bytes written, so resident), spin one core until told to
-# stop, then say how much CPU it used.
+# Hold 200 MiB (bytes written, so resident), keep one core busy half of
+# the time until told to stop, then say how much CPU it used.
 SPIN = (
     "import os, time\n"
     "ballast = b'x' * (200 << 20)\n"
     "stop = os.environ['KILN_TASK_DIR'] + '/../stop'\n"
     "t0, c0 = time.time(), time.process_time()\n"
     "while not os.path.exists(stop):\n"
-    "    pass\n"
+    "    t = time.time() + 0.01\n"
+    "    while time.time() < t:\n"
+    "        pass\n"
+    "    time.sleep(0.01)\n"
     "print('cores', (time.process_time() - c0) / (time.time() - t0))\n")
 
 # Declare simulated GPU use, then wait to be told to stop.
@@ -106,12 +109,13 @@ def test_cpu_and_memory_rightsize(sampled):
     assert mem["over"] is True and mem["suggested"] == want
     assert 230 * MIB <= mem["suggested"] <= 512 * MIB
 
-    # CPU: one spinning thread is at most one core (give or take a clock
-    # tick over a sampling interval, and a sketch reads up to 5% high).
+    # CPU: one thread is at most one core (give or take clock ticks over
+    # a sampling interval, and a sketch reads up to 5% high); this one
+    # spins half of the time.
     cpu = res["cpu"]
     assert cpu["unit"] == "cores" and cpu["requested"] == CPUS
     assert cpu["samples"] >= 10
-    assert 0 < cpu["p95"] <= 1.03 * 1.05
+    assert 0 < cpu["p95"] <= 1.1 * 1.05
     want = max(0.1, math.ceil(round(cpu["p95"] * 1.15 / 0.1, 9)) * 0.1)
     assert cpu["over"] is True
     assert cpu["suggested"] == pytest.approx(want)
@@ -127,8 +131,8 @@ def test_cpu_and_memory_rightsize(sampled):
     eff = row["efficiency_by_resource"]
     assert eff["gpu"] is None
     said = float(s.logs(spin).split("cores")[1])
-    assert 0 < said <= 1.05
-    assert 0 < eff["cpu"] <= 1.03 / CPUS
+    assert 0 < said <= 1
+    assert 0 < eff["cpu"] <= 1.1 / CPUS
     assert eff["cpu"] == pytest.approx(said / CPUS, abs=0.1)
     assert 0 < eff["memory"] <= 400 * MIB / (4 * GIB)
     assert row["efficiency"] == pytest.approx((eff["cpu"] + eff["memory"]) / 2)
