@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from conftest import Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -185,3 +185,11 @@ def test_rightsize_cli(sampled):
     # Usage errors name the flag.
     bad = s.cli("cost", "--rightsize", "--by", "node")
     assert bad.returncode == 2 and "--rightsize" in bad.stderr
+
+
+def test_usage_interval_is_checked(tmp_path):
+    res = subprocess.run([KILN, "server", "--home", str(tmp_path),
+                          "--usage-interval", "5ms"],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2
+    assert "--usage-interval" in res.stderr and "100ms" in res.stderr
