@@ -4,7 +4,8 @@
  * goodput and efficiency — as a table, JSON or CSV, and --chart's SVG of
  * cost per day by category (a second request, by day, when --by is not
  * day). --reservations: reservation and spot advice from the same
- * history (GET /v1/cost/reservations).
+ * history (GET /v1/cost/reservations). --rightsize: per job name, use
+ * against requests and the suggested requests (GET /v1/cost/rightsize).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,16 +19,16 @@
 #include "cmd/client.h"
 #include "cmd/cost_report.h"
 
-/* GET /v1/cost by `by`, or /v1/cost/reservations when by is NULL. */
-static int fetch(struct cli_client *c, const char *by, int64_t since,
-		 int64_t until, json_t **out)
+/* GET base (/v1/cost with by, or one of its advice paths without). */
+static int fetch(struct cli_client *c, const char *base, const char *by,
+		 int64_t since, int64_t until, json_t **out)
 {
 	struct kn_buf path;
 	char number[24];
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
-	kn_buf_printf(&path, by ? "/v1/cost" : "/v1/cost/reservations");
+	kn_buf_printf(&path, "%s", base);
 	if (by)
 		cli_query_add(&path, "by", by);
 	snprintf(number, sizeof(number), "%" PRId64, since);
@@ -68,15 +69,16 @@ static const char *time_wanted(const char *got)
 
 int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *by = "job", *since_text = "30d", *until_text = NULL,
+	const char *by = NULL, *since_text = "30d", *until_text = NULL,
 		   *chart = NULL;
-	bool reservations = false;
+	bool reservations = false, rightsize = false;
 	const struct cli_flag flags[] = {
 		{"by", 0, CLI_FLAG_STRING, &by},
 		{"since", 0, CLI_FLAG_STRING, &since_text},
 		{"until", 0, CLI_FLAG_STRING, &until_text},
 		{"chart", 0, CLI_FLAG_STRING, &chart},
 		{"reservations", 0, CLI_FLAG_BOOL, &reservations},
+		{"rightsize", 0, CLI_FLAG_BOOL, &rightsize},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	static const char *const bys[] = {
@@ -92,6 +94,13 @@ int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 	if (rc != CLI_GO)
 		goto out;
+	if (rightsize && (reservations || chart || by)) {
+		rc = cli_usage_error(ctx, "--rightsize takes no --by, --chart "
+				     "or --reservations");
+		goto out;
+	}
+	if (!by)
+		by = "job";
 	for (size_t i = 0; bys[i]; i++)
 		known = known || !strcmp(by, bys[i]);
 	if (!known) {
@@ -119,13 +128,20 @@ int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	rc = fetch(c, reservations ? NULL : by, since, until, &answer);
+	if (rightsize)
+		rc = fetch(c, "/v1/cost/rightsize", NULL, since, until, &answer);
+	else if (reservations)
+		rc = fetch(c, "/v1/cost/reservations", NULL, since, until,
+			   &answer);
+	else
+		rc = fetch(c, "/v1/cost", by, since, until, &answer);
 	if (rc)
 		goto out;
 	if (chart) {
 		if (!strcmp(by, "day"))
 			days = json_incref(answer);
-		else if ((rc = fetch(c, "day", since, until, &days)))
+		else if ((rc = fetch(c, "/v1/cost", "day", since, until,
+				     &days)))
 			goto out;
 		rc = write_chart(ctx, chart, days);
 		if (rc)
@@ -133,6 +149,10 @@ int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	if (cli_want_json(ctx))
 		cli_print_json(answer);
+	else if (rightsize && !strcmp(ctx->output, "csv"))
+		cost_report_rightsize_csv(answer, stdout);
+	else if (rightsize)
+		cost_report_rightsize(answer, stdout);
 	else if (reservations)
 		cost_report_reservations(answer, stdout);
 	else if (!strcmp(ctx->output, "csv"))

@@ -9,6 +9,7 @@
 #include "cmd/cost_report.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -383,4 +384,129 @@ void cost_report_reservations(json_t *reply, FILE *out)
 	}
 	cli_table_print(t, out, 2);
 	cli_table_free(t);
+}
+
+/* An amount of a resource: cores, or bytes as MiB below a GiB. */
+static void amount(char *buf, size_t len, json_t *v, const char *unit)
+{
+	double x = json_number_value(v);
+
+	if (!json_is_number(v))
+		snprintf(buf, len, "-");
+	else if (strcmp(unit, "bytes"))
+		snprintf(buf, len, "%.2f", x);
+	else if (x >= 1024.0 * 1024 * 1024)
+		snprintf(buf, len, "%.1fGiB", x / (1024.0 * 1024 * 1024));
+	else
+		snprintf(buf, len, "%.0fMiB", x / (1024.0 * 1024));
+}
+
+static void rightsize_advice(char *buf, size_t len, json_t *r,
+			     int64_t min_samples)
+{
+	const char *unit = cli_json_str(r, "unit");
+	json_t *gpus = json_object_get(r, "suggested_gpus");
+	char to[32];
+
+	if (json_is_true(json_object_get(r, "over"))) {
+		amount(to, sizeof(to), json_object_get(r, "suggested"), unit);
+		if (json_is_number(gpus))
+			snprintf(buf, len, "lower to %s%s (gpus: %g)", to,
+				 strcmp(unit, "bytes") ? " cores" : "",
+				 json_number_value(gpus));
+		else
+			snprintf(buf, len, "lower to %s%s", to,
+				 strcmp(unit, "bytes") ? " cores" : "");
+	} else if (!json_is_number(json_object_get(r, "requested"))) {
+		snprintf(buf, len, "not requested");
+	} else if (json_integer_value(json_object_get(r, "samples")) <
+		   min_samples) {
+		snprintf(buf, len, "keep (too few samples)");
+	} else {
+		snprintf(buf, len, "keep");
+	}
+}
+
+void cost_report_rightsize(json_t *reply, FILE *out)
+{
+	static const char *const headers[] = {
+		"JOB", "RESOURCE", "SAMPLES", "P50", "P95", "MAX", "REQUESTED",
+		"ADVICE", NULL,
+	};
+	json_t *rule = json_object_get(reply, "rule");
+	int64_t min_samples =
+		json_integer_value(json_object_get(rule, "min_samples"));
+	json_t *jobs = json_object_get(reply, "jobs"), *j, *r;
+	struct cli_table *t;
+	size_t i, k;
+	char buf[96];
+
+	if (!json_array_size(jobs)) {
+		fputs("no task usage sampled in this window\n", out);
+		return;
+	}
+	t = cli_table_new(headers);
+	json_array_foreach(jobs, i, j)
+		json_array_foreach(json_object_get(j, "resources"), k, r) {
+			const char *unit = cli_json_str(r, "unit");
+
+			cli_table_cell(t, cli_json_str(j, "name"));
+			cli_table_cell(t, cli_json_str(r, "resource"));
+			cli_table_cellf(t, "%" JSON_INTEGER_FORMAT,
+					json_integer_value(
+						json_object_get(r, "samples")));
+			amount(buf, sizeof(buf), json_object_get(r, "p50"), unit);
+			cli_table_cell(t, buf);
+			amount(buf, sizeof(buf), json_object_get(r, "p95"), unit);
+			cli_table_cell(t, buf);
+			amount(buf, sizeof(buf), json_object_get(r, "max"), unit);
+			cli_table_cell(t, buf);
+			amount(buf, sizeof(buf), json_object_get(r, "requested"),
+			       unit);
+			cli_table_cell(t, buf);
+			rightsize_advice(buf, sizeof(buf), r, min_samples);
+			cli_table_cell(t, buf);
+		}
+	cli_table_print(t, out, 0);
+	cli_table_free(t);
+	fprintf(out, "rule: suggest p%.0f x %.2f (rounded up) where it is below "
+		"%.0f%% of the request, from at least %" PRId64 " samples of "
+		"the job name's runs; CPU in cores\n",
+		100 * num(rule, "percentile"), num(rule, "headroom"),
+		100 * num(rule, "margin"), min_samples);
+}
+
+void cost_report_rightsize_csv(json_t *reply, FILE *out)
+{
+	static const char *const numbers[] = {
+		"p50", "p95", "max", "requested", "suggested", "suggested_gpus",
+	};
+	json_t *j, *r;
+	size_t i, k;
+
+	fputs("job,resource,unit,samples,p50,p95,max,requested,suggested,"
+	      "suggested_gpus,over\n", out);
+	json_array_foreach(json_object_get(reply, "jobs"), i, j)
+		json_array_foreach(json_object_get(j, "resources"), k, r) {
+			csv_field(out, cli_json_str(j, "name"));
+			fprintf(out, ",%s,%s,%" JSON_INTEGER_FORMAT,
+				cli_json_str(r, "resource"),
+				cli_json_str(r, "unit"),
+				json_integer_value(
+					json_object_get(r, "samples")));
+			for (size_t n = 0; n < sizeof(numbers) / sizeof(*numbers);
+			     n++) {
+				json_t *v = json_object_get(r, numbers[n]);
+
+				if (json_is_number(v))
+					fprintf(out, ",%.6f",
+						json_number_value(v));
+				else
+					fputc(',', out);
+			}
+			fprintf(out, ",%s\n",
+				json_is_true(json_object_get(r, "over"))
+					? "true"
+					: "false");
+		}
 }

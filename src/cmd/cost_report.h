@@ -39,4 +39,14 @@ void cost_report_svg(json_t *day_reply, FILE *out);
  */
 void cost_report_reservations(json_t *reply, FILE *out);
 
+/*
+ * GET /v1/cost/rightsize's answer: per job name and resource the samples,
+ * p50, p95 and max of use, the request and the advice ("lower to X" when
+ * the rule suggests it, else "keep"), then the rule. CPU in cores, memory
+ * and GPU memory in MiB or GiB.
+ */
+void cost_report_rightsize(json_t *reply, FILE *out);
+/* The same as CSV: one line per job and resource, unrounded. */
+void cost_report_rightsize_csv(json_t *reply, FILE *out);
+
 #endif

@@ -77,6 +77,7 @@ int cmd_server(int argc, char **argv)
 		{"catalog", required_argument, NULL, 263},
 		{"trusted-keys", required_argument, NULL, 264},
 		{"pool", required_argument, NULL, 265},
+		{"usage-interval", required_argument, NULL, 272},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -291,6 +292,18 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 265:
 			pools[n_pools++] = optarg;
+			break;
+		case 272:
+			if (!strcmp(optarg, "0")) {
+				cfg.usage_interval_ms = 0;
+			} else if (kn_parse_duration(optarg,
+						     &cfg.usage_interval_ms) < 0 ||
+				   cfg.usage_interval_ms < 100) {
+				fprintf(stderr, "kiln server: --usage-interval: "
+					"\"%s\" is not 0 or a duration of at "
+					"least 100ms (e.g. 10s)\n", optarg);
+				goto out;
+			}
 			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);

@@ -291,6 +291,13 @@ struct kn_ledger_alloc {
 	bool lost;              /* the attempt was preempted or failed */
 	int64_t checkpoint_ms;  /* its last checkpoint, 0 = none */
 	double gpu_util;        /* mean GPU utilisation 0..1, < 0 unknown */
+	/* CPU and memory the task asked for (0: not requested) and its mean
+	   use from samples (< 0: never sampled). A task without GPUs
+	   (n_devices 0, milli_per_device 0) adds no GPU time, only these. */
+	int cpu_milli;          /* requested, thousandths of a core */
+	double cpu_milli_used;
+	int64_t memory_bytes;   /* requested */
+	double memory_bytes_used;
 };
 
 struct kn_ledger;
@@ -314,7 +321,8 @@ int kn_ledger_add_node(struct kn_ledger *l, const char *name,
 int kn_ledger_add_state(struct kn_ledger *l, const char *node,
 			enum kn_ledger_state state, int64_t start_ms,
 			int64_t end_ms, struct kn_error *err);
-/* -EINVAL naming "node", "milli_per_device", "n_devices" or "end". */
+/* -EINVAL naming "node", "milli_per_device", "n_devices" or "end"
+   (n_devices 0 with milli_per_device 0: a task without GPUs). */
 int kn_ledger_add_alloc(struct kn_ledger *l, const struct kn_ledger_alloc *a,
 			struct kn_error *err);
 
@@ -326,6 +334,10 @@ struct kn_ledger_row {
 	int64_t lost_mms;      /* part of busy */
 	int64_t sampled_mms;   /* busy time with a utilisation figure */
 	double used_mms;       /* sampled time x utilisation */
+	/* Over the sampled time of tasks that asked for them: CPU in
+	   milli-core-milliseconds, memory in byte-milliseconds. */
+	double cpu_requested, cpu_used;
+	double memory_requested, memory_used;
 	double busy_usd, idle_usd, unhealthy_usd, lost_usd;
 	bool unpriced;         /* some of it ran on a node without a price */
 };
@@ -333,7 +345,19 @@ struct kn_ledger_row {
 double kn_ledger_gpu_seconds(int64_t mms);
 /* Useful over allocated (1 when nothing was allocated). */
 double kn_ledger_goodput(const struct kn_ledger_row *r);
-/* Used over allocated where sampled; false when nothing was sampled. */
+/*
+ * Efficiency of one resource, used over requested where sampled: GPU as
+ * GPU-seconds used (utilisation x share) over GPU-seconds allocated, CPU
+ * as core-seconds used over requested, memory as resident byte-seconds
+ * over requested. false when the row has no sampled request of it.
+ */
+enum kn_efficiency_of { KN_EFF_GPU, KN_EFF_CPU, KN_EFF_MEMORY, KN_EFFS };
+/* "gpu", "cpu", "memory". */
+const char *kn_efficiency_name(enum kn_efficiency_of e);
+bool kn_ledger_resource_efficiency(const struct kn_ledger_row *r,
+				   enum kn_efficiency_of e, double *out);
+/* The row's efficiency: the mean of the resources' figures it has
+   (kn_ledger_resource_efficiency); false when it has none. */
 bool kn_ledger_efficiency(const struct kn_ledger_row *r, double *out);
 /* busy + idle + unhealthy dollars. */
 double kn_ledger_total_usd(const struct kn_ledger_row *r);
@@ -382,5 +406,82 @@ struct kn_reservation_advice {
 /* out for size s at utilisation u; u is clamped to 0..1. */
 void kn_reservation_advise(const struct kn_vm_size *s, double u,
 			   struct kn_reservation_advice *out);
+
+
+/* ---- usage sketches and right-size advice ---- */
+
+/*
+ * What a task used, as a fixed-size histogram per resource (the sketch
+ * the Kubernetes vertical pod autoscaler keeps): bucket 0 holds values
+ * below the resource's first edge, bucket i >= 1 [first x 1.05^(i-1),
+ * first x 1.05^i), the last everything above. A sketch's size is fixed
+ * however long the task runs, sketches of many tasks merge by adding
+ * counts, and a percentile read from one is at most 5% above the true
+ * value (the bucket's upper edge, never above the exact maximum).
+ */
+enum kn_usage_resource {
+	KN_USAGE_CPU,        /* thousandths of a core */
+	KN_USAGE_MEMORY,     /* resident bytes */
+	KN_USAGE_GPU_MEMORY, /* bytes of GPU memory */
+	KN_USAGE_GPU_UTIL,   /* thousandths of the GPU's time busy */
+	KN_USAGE_RESOURCES
+};
+#define KN_USAGE_BUCKETS 400
+#define KN_USAGE_GROWTH 1.05
+
+/* "cpu", "memory", "gpu_memory", "gpu_util". */
+const char *kn_usage_resource_name(enum kn_usage_resource r);
+/* The reverse; -EINVAL (err field "resource") for other text. */
+int kn_usage_resource_parse(const char *s, enum kn_usage_resource *out,
+			    struct kn_error *err);
+
+struct kn_usage_hist {
+	enum kn_usage_resource resource;
+	int64_t samples;
+	double sum, max;
+	uint32_t counts[KN_USAGE_BUCKETS];
+};
+void kn_usage_hist_init(struct kn_usage_hist *h, enum kn_usage_resource r);
+/* One sample (negative values count as 0). */
+void kn_usage_hist_add(struct kn_usage_hist *h, double value);
+/* Add from's samples to h (the same resource). */
+void kn_usage_hist_merge(struct kn_usage_hist *h,
+			 const struct kn_usage_hist *from);
+/* The q-quantile (0 < q <= 1): the upper edge of the bucket holding it,
+   at most the maximum; 0 when empty. */
+double kn_usage_hist_percentile(const struct kn_usage_hist *h, double q);
+/* The mean; 0 when empty. */
+double kn_usage_hist_mean(const struct kn_usage_hist *h);
+/* The counts as text, "INDEX:COUNT" of non-empty buckets joined by ","
+   (at most KN_USAGE_BUCKETS of them); freed by the caller. */
+char *kn_usage_hist_encode(const struct kn_usage_hist *h);
+/* The reverse, into h's counts (h initialised; its samples, sum and max
+   are the caller's). -EINVAL (field "histogram") on bad text, h then
+   unchanged. */
+int kn_usage_hist_decode(struct kn_usage_hist *h, const char *text,
+			 struct kn_error *err);
+
+/*
+ * The right-size rule: target = p95 x 1.15 (15% headroom above the 95th
+ * percentile), rounded up to a step (CPU 0.1 core, memory 64 MiB, GPU
+ * memory 1 GiB). A request is over-provisioned when there are at least
+ * KN_RIGHTSIZE_MIN_SAMPLES samples and the target is below 70% of it
+ * (the suggestion frees at least 30%); the suggested request is the
+ * target.
+ */
+#define KN_RIGHTSIZE_PERCENTILE 0.95
+#define KN_RIGHTSIZE_HEADROOM 1.15
+#define KN_RIGHTSIZE_MARGIN 0.70
+#define KN_RIGHTSIZE_MIN_SAMPLES 10
+
+struct kn_rightsize {
+	int64_t samples;
+	double p50, p95, max;  /* in the resource's unit */
+	double requested;      /* 0: not requested */
+	double target;         /* p95 x headroom, rounded up to the step */
+	bool over;             /* suggest target instead of requested */
+};
+void kn_rightsize(const struct kn_usage_hist *h, double requested,
+		  struct kn_rightsize *out);
 
 #endif

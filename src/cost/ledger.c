@@ -10,6 +10,10 @@
  * the node's capacity (an allocation recorded on a node the ledger was told
  * has fewer GPUs) leaves no negative idle: idle is clamped at zero.
  *
+ * CPU and memory efficiency ride on the busy spans: each allocation's
+ * requests and mean use (from usage samples) times the span's length. A
+ * task without GPUs has busy spans of 0 milli that carry only those.
+ *
  * Time is integer milli-GPU-milliseconds, exact; dollars are the per-GPU
  * hourly price x that / 3.6e9, summed in double (a cent is far above the
  * rounding). Rejected: a per-second grid (inexact for share boundaries
@@ -50,6 +54,10 @@ struct ledger_alloc {
 	bool lost;
 	int64_t checkpoint_ms;
 	double gpu_util;
+	int cpu_milli;
+	double cpu_milli_used;
+	int64_t memory_bytes;
+	double memory_bytes_used;
 };
 
 struct kn_ledger {
@@ -192,11 +200,13 @@ int kn_ledger_add_alloc(struct kn_ledger *l, const struct kn_ledger_alloc *a,
 	if (i < 0)
 		return kn_errorf(err, KN_EINVAL, "node", "node: unknown node %s",
 				 a->node ? a->node : "");
-	if (a->milli_per_device < 1 || a->milli_per_device > 1000)
+	if (a->n_devices == 0 && a->milli_per_device == 0)
+		; /* a task without GPUs: CPU and memory only */
+	else if (a->milli_per_device < 1 || a->milli_per_device > 1000)
 		return kn_errorf(err, KN_EINVAL, "milli_per_device",
 				 "milli_per_device: %d is outside 1..1000 (job "
 				 "%" PRId64 ")", a->milli_per_device, a->job_id);
-	if (a->n_devices < 1)
+	else if (a->n_devices < 1)
 		return kn_errorf(err, KN_EINVAL, "n_devices",
 				 "n_devices: %d is below 1 (job %" PRId64 ")",
 				 a->n_devices, a->job_id);
@@ -218,6 +228,10 @@ int kn_ledger_add_alloc(struct kn_ledger *l, const struct kn_ledger_alloc *a,
 	al->lost = a->lost;
 	al->checkpoint_ms = a->checkpoint_ms;
 	al->gpu_util = a->gpu_util;
+	al->cpu_milli = a->cpu_milli;
+	al->cpu_milli_used = a->cpu_milli_used;
+	al->memory_bytes = a->memory_bytes;
+	al->memory_bytes_used = a->memory_bytes_used;
 	return 0;
 }
 
@@ -235,11 +249,58 @@ double kn_ledger_goodput(const struct kn_ledger_row *r)
 	return (double)(r->busy_mms - r->lost_mms) / (double)r->busy_mms;
 }
 
+static const char *const EFF_NAMES[KN_EFFS] = {
+	[KN_EFF_GPU] = "gpu",
+	[KN_EFF_CPU] = "cpu",
+	[KN_EFF_MEMORY] = "memory",
+};
+
+const char *kn_efficiency_name(enum kn_efficiency_of e)
+{
+	return (unsigned)e < KN_EFFS ? EFF_NAMES[e] : "unknown";
+}
+
+bool kn_ledger_resource_efficiency(const struct kn_ledger_row *r,
+				   enum kn_efficiency_of e, double *out)
+{
+	double used, requested;
+
+	switch (e) {
+	case KN_EFF_GPU:
+		used = r->used_mms;
+		requested = (double)r->sampled_mms;
+		break;
+	case KN_EFF_CPU:
+		used = r->cpu_used;
+		requested = r->cpu_requested;
+		break;
+	case KN_EFF_MEMORY:
+		used = r->memory_used;
+		requested = r->memory_requested;
+		break;
+	default:
+		return false;
+	}
+	if (requested <= 0)
+		return false;
+	*out = used / requested;
+	return true;
+}
+
 bool kn_ledger_efficiency(const struct kn_ledger_row *r, double *out)
 {
-	if (r->sampled_mms <= 0)
+	double sum = 0, e;
+	int n = 0;
+
+	for (int i = 0; i < KN_EFFS; i++)
+		if (kn_ledger_resource_efficiency(r, (enum kn_efficiency_of)i,
+						  &e)) {
+			sum += e;
+			n++;
+		}
+	if (!n)
 		return false;
-	*out = r->used_mms / (double)r->sampled_mms;
+	*out = sum / n;
 	return true;
 }
 
@@ -328,9 +389,12 @@ static struct kn_ledger_row *row(struct builder *b, const char *full_key)
 
 enum part { PART_BUSY, PART_LOST, PART_IDLE, PART_UNHEALTHY };
 
-/* Add mms of part to a row and the total, priced at node's price. */
+/* Add mms of part to a row and the total, priced at node's price;
+   busy time of a (NULL for idle time) over ms also adds its CPU and
+   memory. */
 static void add_to(struct kn_ledger_row *r, const struct ledger_node *n,
-		   enum part part, int64_t mms, double util)
+		   const struct ledger_alloc *a, enum part part, int64_t mms,
+		   int64_t ms, double util)
 {
 	double usd = (double)mms * n->gpu_usd_hr / MMS_PER_GPU_HOUR;
 
@@ -343,6 +407,15 @@ static void add_to(struct kn_ledger_row *r, const struct ledger_node *n,
 		if (util >= 0) {
 			r->sampled_mms += mms;
 			r->used_mms += (double)mms * util;
+		}
+		if (a && a->cpu_milli > 0 && a->cpu_milli_used >= 0) {
+			r->cpu_requested += (double)a->cpu_milli * (double)ms;
+			r->cpu_used += a->cpu_milli_used * (double)ms;
+		}
+		if (a && a->memory_bytes > 0 && a->memory_bytes_used >= 0) {
+			r->memory_requested +=
+				(double)a->memory_bytes * (double)ms;
+			r->memory_used += a->memory_bytes_used * (double)ms;
 		}
 		break;
 	case PART_LOST:
@@ -377,7 +450,8 @@ static void add_span(struct builder *b, size_t node,
 		start = b->rep->since_ms;
 	if (end > b->rep->until_ms)
 		end = b->rep->until_ms;
-	while (start < end && milli > 0) {
+	/* A task without GPUs still has busy time for its CPU and memory. */
+	while (start < end && (milli > 0 || (a && part == PART_BUSY))) {
 		int64_t stop = end;
 		struct kn_ledger_row *r = NULL;
 
@@ -410,8 +484,10 @@ static void add_span(struct builder *b, size_t node,
 			break;
 		}
 		if (r)
-			add_to(r, n, part, milli * (stop - start), util);
-		add_to(&b->rep->total, n, part, milli * (stop - start), util);
+			add_to(r, n, a, part, milli * (stop - start),
+			       stop - start, util);
+		add_to(&b->rep->total, n, a, part, milli * (stop - start),
+		       stop - start, util);
 		start = stop;
 	}
 }

@@ -876,6 +876,8 @@ static const struct route routes[] = {
 	{"GET", "/v1/cost", KN_ROLE_VIEWER, false, NULL, cost_h_report},
 	{"GET", "/v1/cost/reservations", KN_ROLE_VIEWER, false, NULL,
 	 cost_h_reservations},
+	{"GET", "/v1/cost/rightsize", KN_ROLE_VIEWER, false, NULL,
+	 cost_h_rightsize},
 	{"GET", "/v1/tokens", KN_ROLE_ADMIN, false, "token.list", h_token_list},
 	{"POST", "/v1/tokens", KN_ROLE_ADMIN, false, "token.create",
 	 h_token_create},

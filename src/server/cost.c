@@ -21,10 +21,18 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* What a row's efficiency is, in the answer and under the table. */
+#define EFFICIENCY_SOURCE                                                  \
+	"used over requested from per-task samples: GPU utilisation x "    \
+	"share over GPU time held, CPU cores used over requested, "        \
+	"resident memory over requested; a row's figure is the mean of "   \
+	"those it has (- when none was sampled)"
 
 /* The default window of GET /v1/cost: 30 days. */
 #define COST_DEFAULT_WINDOW_MS (30LL * 24 * 60 * 60 * 1000)
@@ -142,6 +150,7 @@ static int task_milli(const struct server *s, const struct kn_node_row *node,
 
 static json_t *row_json(const struct kn_ledger_row *r)
 {
+	json_t *by_resource = json_object();
 	double eff;
 	json_t *o = json_pack(
 		"{s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
@@ -157,6 +166,14 @@ static json_t *row_json(const struct kn_ledger_row *r)
 	json_object_set_new(o, "efficiency",
 			    kn_ledger_efficiency(r, &eff) ? json_real(eff)
 							  : json_null());
+	for (int i = 0; i < KN_EFFS; i++)
+		json_object_set_new(
+			by_resource, kn_efficiency_name((enum kn_efficiency_of)i),
+			kn_ledger_resource_efficiency(
+				r, (enum kn_efficiency_of)i, &eff)
+				? json_real(eff)
+				: json_null());
+	json_object_set_new(o, "efficiency_by_resource", by_resource);
 	return o;
 }
 
@@ -180,6 +197,20 @@ static int query_window(struct kn_http_req *req, int64_t now, int64_t *since,
 	return 0;
 }
 
+/* One task's usage sketches (task_usage) and what it asked for. */
+struct task_usage {
+	int64_t job_id;
+	int attempt, rank;
+	const char *job_name;     /* into the record's usage rows */
+	int cpu_milli;            /* requested; 0: not */
+	int64_t memory_bytes;     /* requested; 0: not */
+	double gpu_memory_bytes;  /* held: its devices' memory x share; 0:
+				     none or unknown (MIG) */
+	double gpu_device_bytes;  /* one of its devices' memory */
+	bool has[KN_USAGE_RESOURCES];
+	struct kn_usage_hist h[KN_USAGE_RESOURCES];
+};
+
 /* What the store recorded for a window, and the ledger it fills. */
 struct record {
 	struct kn_node_row *nodes;
@@ -191,6 +222,12 @@ struct record {
 	struct kn_ledger *ledger;
 	json_t *node_list, *state_list, *alloc_list; /* for ?detail=1 */
 	int unresolved; /* tasks whose share could not be told */
+	struct kn_cost_task_row *cpu_tasks; /* tasks without devices */
+	size_t n_cpu_tasks;
+	struct kn_task_usage_row *usage_rows;
+	size_t n_usage_rows;
+	struct task_usage *usage; /* by job, attempt and rank */
+	size_t n_usage;
 };
 
 static void record_release(struct record *rec)
@@ -202,6 +239,9 @@ static void record_release(struct record *rec)
 	kn_node_list_free(rec->nodes, rec->n_nodes);
 	kn_node_state_list_free(rec->states, rec->n_states);
 	kn_cost_task_list_free(rec->tasks, rec->n_tasks);
+	kn_cost_task_list_free(rec->cpu_tasks, rec->n_cpu_tasks);
+	kn_task_usage_list_free(rec->usage_rows, rec->n_usage_rows);
+	free(rec->usage);
 }
 
 static const struct kn_node_row *record_node(const struct record *rec,
@@ -211,6 +251,129 @@ static const struct kn_node_row *record_node(const struct record *rec,
 		if (!strcmp(rec->nodes[k].name, name))
 			return &rec->nodes[k];
 	return NULL;
+}
+
+/* The memory of device index on node, 0 when unknown. */
+static double device_bytes(const struct kn_node_row *node, int index)
+{
+	for (size_t d = 0; node && d < node->n_devices; d++)
+		if (node->devices[d].index == index)
+			return (double)node->devices[d].memory_bytes;
+	return 0;
+}
+
+/* The requests of a task from its job's spec and its devices. */
+static void usage_requests(const struct record *rec,
+			   const struct kn_task_usage_row *row,
+			   struct task_usage *u)
+{
+	json_t *spec = json_loads(row->spec_json ? row->spec_json : "{}", 0,
+				  NULL);
+	json_t *res = json_object_get(spec, "resources");
+	const struct kn_node_row *node = record_node(rec, row->node);
+	const char *p = row->devices ? row->devices : "";
+
+	u->cpu_milli = (int)json_integer_value(json_object_get(res, "cpu_milli"));
+	u->memory_bytes = json_integer_value(json_object_get(res,
+							     "memory_bytes"));
+	json_decref(spec);
+	/* A MIG instance's memory is its profile's, not a share of the
+	   GPU's: left unknown. */
+	if (strstr(p, ":mig=") || row->gpu_milli <= 0)
+		return;
+	while (*p) {
+		char *end;
+		long index = strtol(p, &end, 10);
+		double bytes;
+
+		if (end == p)
+			break;
+		bytes = device_bytes(node, (int)index);
+		u->gpu_device_bytes = bytes;
+		u->gpu_memory_bytes += bytes * row->gpu_milli / 1000.0;
+		p = *end == ',' ? end + 1 : end;
+		if (*end && *end != ',')
+			break;
+	}
+}
+
+/* Group the usage rows by task: one sketch per resource. */
+static void usage_group(struct record *rec)
+{
+	rec->usage = kn_xcalloc(rec->n_usage_rows + 1, sizeof(*rec->usage));
+	for (size_t i = 0; i < rec->n_usage_rows; i++) {
+		const struct kn_task_usage_row *row = &rec->usage_rows[i];
+		struct task_usage *u = rec->n_usage ? &rec->usage[rec->n_usage - 1]
+						    : NULL;
+		enum kn_usage_resource r;
+		struct kn_error err;
+
+		if (!u || u->job_id != row->job_id ||
+		    u->attempt != row->attempt || u->rank != row->rank) {
+			u = &rec->usage[rec->n_usage++];
+			u->job_id = row->job_id;
+			u->attempt = row->attempt;
+			u->rank = row->rank;
+			u->job_name = row->job_name ? row->job_name : "";
+			usage_requests(rec, row, u);
+		}
+		if (kn_usage_resource_parse(row->resource, &r, &err) < 0)
+			continue;
+		kn_usage_hist_init(&u->h[r], r);
+		if (kn_usage_hist_decode(&u->h[r], row->histogram, &err) < 0)
+			continue;
+		u->h[r].samples = row->samples;
+		u->h[r].sum = row->sum;
+		u->h[r].max = row->max;
+		u->has[r] = row->samples > 0;
+	}
+}
+
+static int usage_cmp(const void *key, const void *elem)
+{
+	const struct kn_cost_task_row *t = key;
+	const struct task_usage *u = elem;
+
+	if (t->job_id != u->job_id)
+		return t->job_id < u->job_id ? -1 : 1;
+	if (t->attempt != u->attempt)
+		return t->attempt < u->attempt ? -1 : 1;
+	return t->rank - u->rank;
+}
+
+static const struct task_usage *usage_find(const struct record *rec,
+					   const struct kn_cost_task_row *t)
+{
+	return rec->n_usage ? bsearch(t, rec->usage, rec->n_usage,
+				      sizeof(*rec->usage), usage_cmp)
+			    : NULL;
+}
+
+/*
+ * A task's usage into its ledger allocation: requests, and the means of
+ * its samples. GPU utilisation is sampled as the fraction of the GPU's
+ * time its processes kept busy; over a share that is used / held.
+ */
+static void usage_fill(const struct task_usage *u, struct kn_ledger_alloc *a)
+{
+	a->gpu_util = -1;
+	a->cpu_milli_used = -1;
+	a->memory_bytes_used = -1;
+	if (!u)
+		return;
+	a->cpu_milli = u->cpu_milli;
+	a->memory_bytes = u->memory_bytes;
+	if (u->has[KN_USAGE_CPU])
+		a->cpu_milli_used = kn_usage_hist_mean(&u->h[KN_USAGE_CPU]);
+	if (u->has[KN_USAGE_MEMORY])
+		a->memory_bytes_used =
+			kn_usage_hist_mean(&u->h[KN_USAGE_MEMORY]);
+	if (u->has[KN_USAGE_GPU_UTIL] && a->milli_per_device > 0) {
+		double util = kn_usage_hist_mean(&u->h[KN_USAGE_GPU_UTIL]) /
+			      a->milli_per_device;
+
+		a->gpu_util = util > 1 ? 1 : util;
+	}
 }
 
 static int record_nodes(struct server *s, struct record *rec,
@@ -291,7 +454,7 @@ static int record_tasks(struct server *s, struct record *rec,
 		a.lost = t->attempt_state == KN_JOB_PREEMPTED ||
 			 t->attempt_state == KN_JOB_FAILED;
 		a.checkpoint_ms = t->checkpoint_at;
-		a.gpu_util = -1;
+		usage_fill(usage_find(rec, t), &a);
 		if (kn_ledger_add_alloc(rec->ledger, &a, err) < 0)
 			return -EINVAL;
 		json_array_append_new(
@@ -312,6 +475,32 @@ static int record_tasks(struct server *s, struct record *rec,
 	return 0;
 }
 
+/* Tasks without GPUs hold no GPU time; those with usage samples still
+   have an efficiency. */
+static int record_cpu_tasks(struct record *rec, struct kn_error *err)
+{
+	for (size_t i = 0; i < rec->n_cpu_tasks; i++) {
+		const struct kn_cost_task_row *t = &rec->cpu_tasks[i];
+		const struct task_usage *u = usage_find(rec, t);
+		struct kn_ledger_alloc a;
+
+		if (!u || !record_node(rec, t->node))
+			continue;
+		memset(&a, 0, sizeof(a));
+		a.node = t->node;
+		a.job_id = t->job_id;
+		a.attempt = t->attempt;
+		a.user = t->owner;
+		a.deployment = t->deployment;
+		a.start_ms = t->started_at;
+		a.end_ms = t->ended_at;
+		usage_fill(u, &a);
+		if (kn_ledger_add_alloc(rec->ledger, &a, err) < 0)
+			return -EINVAL;
+	}
+	return 0;
+}
+
 /* Read the record from since on and fill a ledger with it. */
 static int record_load(struct server *s, int64_t since, struct record *rec,
 		       struct kn_error *err)
@@ -326,8 +515,14 @@ static int record_load(struct server *s, int64_t since, struct record *rec,
 				     &rec->n_states, err) < 0 ||
 	    kn_store_cost_task_list(s->store, since, &rec->tasks, &rec->n_tasks,
 				    err) < 0 ||
-	    record_nodes(s, rec, err) < 0 || record_states(rec, err) < 0 ||
-	    record_tasks(s, rec, err) < 0)
+	    kn_store_cost_cpu_task_list(s->store, since, &rec->cpu_tasks,
+					&rec->n_cpu_tasks, err) < 0 ||
+	    kn_store_task_usage_list(s->store, since, &rec->usage_rows,
+				     &rec->n_usage_rows, err) < 0)
+		return -EINVAL;
+	usage_group(rec);
+	if (record_nodes(s, rec, err) < 0 || record_states(rec, err) < 0 ||
+	    record_tasks(s, rec, err) < 0 || record_cpu_tasks(rec, err) < 0)
 		return -EINVAL;
 	return 0;
 }
@@ -370,8 +565,7 @@ void cost_h_report(struct server *s, struct kn_http_req *req,
 			  "rows", rows, "total", row_json(&rep->total), "nodes",
 			  rec.node_list, "unpriced_nodes", unpriced,
 			  "unresolved_tasks", rec.unresolved,
-			  "efficiency_source",
-			  "none: no per-task GPU utilisation is recorded yet");
+			  "efficiency_source", EFFICIENCY_SOURCE);
 	rows = NULL;
 	if (detail) {
 		json_object_set(reply, "intervals", rec.state_list);
@@ -585,5 +779,165 @@ void cost_h_reservations(struct server *s, struct kn_http_req *req,
 				     spot));
 out:
 	kn_ledger_report_free(rep);
+	record_release(&rec);
+}
+
+/* ---- GET /v1/cost/rightsize ---- */
+
+/* The resources a job asks for by amount, and how the answer writes
+   them: CPU in cores (sketched in thousandths), the rest in bytes. */
+static const struct {
+	enum kn_usage_resource resource;
+	double scale; /* sketch unit -> answer unit */
+	const char *unit;
+} RIGHTSIZED[] = {
+	{ KN_USAGE_CPU, 1e-3, "cores" },
+	{ KN_USAGE_MEMORY, 1, "bytes" },
+	{ KN_USAGE_GPU_MEMORY, 1, "bytes" },
+};
+#define N_RIGHTSIZED (sizeof(RIGHTSIZED) / sizeof(RIGHTSIZED[0]))
+
+/* A job name's history: its tasks' sketches merged, the newest job's
+   requests. */
+struct name_usage {
+	const char *name;
+	json_t *jobs;
+	int tasks;
+	const struct task_usage *newest;
+	bool has[KN_USAGE_RESOURCES];
+	struct kn_usage_hist h[KN_USAGE_RESOURCES];
+};
+
+static double requested_of(const struct task_usage *u,
+			   enum kn_usage_resource r)
+{
+	switch (r) {
+	case KN_USAGE_CPU:
+		return u->cpu_milli;
+	case KN_USAGE_MEMORY:
+		return (double)u->memory_bytes;
+	case KN_USAGE_GPU_MEMORY:
+		return u->gpu_memory_bytes;
+	default:
+		return 0;
+	}
+}
+
+/* GPUs per task that would hold bytes of GPU memory: a share in eighths
+   below one GPU, whole GPUs above. */
+static double gpus_for(double bytes, double device_bytes)
+{
+	double gpus = bytes / device_bytes;
+
+	return gpus < 1 ? ceil(gpus * 8) / 8 : ceil(gpus);
+}
+
+static json_t *name_json(const struct name_usage *n, int *suggestions)
+{
+	json_t *resources = json_array();
+
+	for (size_t k = 0; k < N_RIGHTSIZED; k++) {
+		enum kn_usage_resource r = RIGHTSIZED[k].resource;
+		double scale = RIGHTSIZED[k].scale;
+		struct kn_rightsize rs;
+		json_t *o;
+
+		if (!n->has[r])
+			continue;
+		kn_rightsize(&n->h[r], requested_of(n->newest, r), &rs);
+		o = json_pack("{s:s, s:s, s:I, s:f, s:f, s:f, s:o, s:o, s:b}",
+			      "resource", kn_usage_resource_name(r), "unit",
+			      RIGHTSIZED[k].unit, "samples",
+			      (json_int_t)rs.samples, "p50", rs.p50 * scale,
+			      "p95", rs.p95 * scale, "max", rs.max * scale,
+			      "requested",
+			      rs.requested > 0 ? json_real(rs.requested * scale)
+					       : json_null(),
+			      "suggested",
+			      rs.over ? json_real(rs.target * scale)
+				      : json_null(),
+			      "over", rs.over);
+		if (rs.over && r == KN_USAGE_GPU_MEMORY &&
+		    n->newest->gpu_device_bytes > 0)
+			json_object_set_new(
+				o, "suggested_gpus",
+				json_real(gpus_for(rs.target,
+						   n->newest->gpu_device_bytes)));
+		*suggestions += rs.over;
+		json_array_append_new(resources, o);
+	}
+	return resources;
+}
+
+void cost_h_rightsize(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param)
+{
+	struct record rec;
+	struct name_usage *names = NULL;
+	size_t n_names = 0;
+	int64_t since, until;
+	json_t *list;
+	struct kn_error err;
+
+	(void)c;
+	(void)param;
+	memset(&rec, 0, sizeof(rec));
+	if (query_window(req, kn_now_ms(), &since, &until) < 0)
+		goto out;
+	if (record_load(s, since, &rec, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		goto out;
+	}
+	names = kn_xcalloc(rec.n_usage + 1, sizeof(*names));
+	for (size_t i = 0; i < rec.n_usage; i++) {
+		const struct task_usage *u = &rec.usage[i];
+		struct name_usage *n = NULL;
+
+		for (size_t k = 0; k < n_names && !n; k++)
+			if (!strcmp(names[k].name, u->job_name))
+				n = &names[k];
+		if (!n) {
+			n = &names[n_names++];
+			n->name = u->job_name;
+			n->jobs = json_array();
+			for (int r = 0; r < KN_USAGE_RESOURCES; r++)
+				kn_usage_hist_init(&n->h[r],
+						   (enum kn_usage_resource)r);
+		}
+		/* Usage comes by job id: the last one is the newest. */
+		if (!n->newest || n->newest->job_id != u->job_id)
+			json_array_append_new(n->jobs,
+					      json_integer(u->job_id));
+		n->newest = u;
+		n->tasks++;
+		for (int r = 0; r < KN_USAGE_RESOURCES; r++)
+			if (u->has[r]) {
+				kn_usage_hist_merge(&n->h[r], &u->h[r]);
+				n->has[r] = true;
+			}
+	}
+	list = json_array();
+	for (size_t k = 0; k < n_names; k++) {
+		int suggestions = 0;
+		json_t *resources = name_json(&names[k], &suggestions);
+
+		json_array_append_new(
+			list, json_pack("{s:s, s:O, s:i, s:o, s:i}", "name",
+					names[k].name, "jobs", names[k].jobs,
+					"tasks", names[k].tasks, "resources",
+					resources, "suggestions", suggestions));
+	}
+	kn_http_reply_json(
+		req, 200,
+		json_pack("{s:I, s:I, s:{s:f, s:f, s:f, s:i}, s:o}", "since_ms",
+			  (json_int_t)since, "until_ms", (json_int_t)until,
+			  "rule", "percentile", KN_RIGHTSIZE_PERCENTILE,
+			  "headroom", KN_RIGHTSIZE_HEADROOM, "margin",
+			  KN_RIGHTSIZE_MARGIN, "min_samples",
+			  KN_RIGHTSIZE_MIN_SAMPLES, "jobs", list));
+out:
+	for (size_t k = 0; k < n_names; k++)
+		json_decref(names[k].jobs);
+	free(names);
 	record_release(&rec);
 }

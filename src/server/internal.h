@@ -161,6 +161,7 @@ struct server {
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
 	struct kn_catalog *catalog; /* prices for the cost ledger (cost.c) */
 	struct pools *pools;        /* node pools and autoscaling (pools.c) */
+	struct usage_state *usage;  /* per-task usage sampling (usage.c) */
 };
 
 /* auth.c */
@@ -244,6 +245,13 @@ struct pending_job {
 };
 size_t jobs_pending(struct server *s, struct pending_job **out);
 void jobs_pending_free(struct pending_job *jobs, size_t n);
+
+/* usage.c: per-task usage sampling into the store's task_usage. */
+struct usage_state;
+int usage_start(struct server *s, struct kn_error *err);
+void usage_free(struct server *s);
+/* The simulated GPU usage file's name in a task directory. */
+const char *usage_sim_file(void);
 
 /* nodes.c */
 /* The index of the node called name, or -1. */
@@ -599,6 +607,10 @@ void cost_h_reservations(struct server *s, struct kn_http_req *req,
  */
 int cost_by_job(struct server *s, int64_t since_ms, json_t **out,
 		struct kn_error *err);
+/* GET /v1/cost/rightsize: per job name, usage percentiles against the
+   requests and the suggested request where it is far above use. */
+void cost_h_rightsize(struct server *s, struct kn_http_req *req,
+		      const struct caller *c, const char *param);
 
 /* server.c: node set-up, shared with the pools that add nodes later */
 /* Node n's scheduler view of its devices, this machine's CPUs and memory. */

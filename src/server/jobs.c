@@ -589,6 +589,11 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	if (b->mig_profile)
 		add_env(&env, &n, kn_asprintf("KILN_MIG_PROFILE=%s",
 					      b->mig_profile->name));
+	/* Simulated GPUs cannot be measured: the task may declare what it
+	   would use there (usage.c). */
+	if (b->n_devices > 0 && s->nodes[b->node].devices.simulated)
+		add_env(&env, &n, kn_asprintf("KILN_SIM_GPU_USAGE=%s/%s",
+					      t->task_dir, usage_sim_file()));
 	if (b->milli_per_device > 0 && b->milli_per_device < KN_MILLI) {
 		char share[16];
 

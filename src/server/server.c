@@ -29,6 +29,7 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->scrape_interval_ms = 15000;
 	cfg->scrape_local = true;
 	cfg->health_interval_ms = 5 * 60 * 1000;
+	cfg->usage_interval_ms = 10000;
 	cfg->health_root = "/";
 	cfg->executor = "local";
 	cfg->slurm_shards_per_gpu = 100;
@@ -339,6 +340,7 @@ static void server_release(struct server *s)
 	events_free(s->events);
 	/* Unfinished uploads are redone by the next start: they are idempotent. */
 	kn_workers_free(s->workers);
+	usage_free(s);
 	backup_free(s);
 	/* After the pool: a scrape or health run may still hold their state. */
 	monitor_free(s->monitor);
@@ -482,6 +484,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	if (rc < 0)
 		goto out;
 	rc = reval_start(&s, err);
+	if (rc < 0)
+		goto out;
+	rc = usage_start(&s, err);
 	if (rc < 0)
 		goto out;
 	rc = monitor_start(&s, &s.monitor, err);

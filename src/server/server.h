@@ -82,6 +82,8 @@ struct kn_server_config {
 				     NULL: health_sku, else unknown */
 	const char *node_pricing; /* its pricing model, label pricing= */
 	const char *cost_catalog; /* extra catalog rows, or NULL */
+	int64_t usage_interval_ms; /* per-task usage samples, default 10s;
+				      0 = none */
 	/* Model registry: the directory of trusted Ed25519 public keys
 	   (*.pub); NULL = $KILN_HOME/keys/trusted. */
 	const char *trusted_keys;

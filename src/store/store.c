@@ -412,6 +412,22 @@ static const char SQL_SCHEMA_V11[] =
 	" ended_at INTEGER NOT NULL DEFAULT 0,"
 	" PRIMARY KEY (run_id, idx, attempt)) WITHOUT ROWID;";
 
+/* V12: what each task used, one usage sketch (src/cost's histogram) per
+   task and resource, so a row's size is fixed however long the task
+   runs; efficiency and right-size advice read them. */
+static const char SQL_SCHEMA_V12[] =
+	"CREATE TABLE task_usage ("
+	" job_id INTEGER NOT NULL REFERENCES jobs (id),"
+	" attempt INTEGER NOT NULL,"
+	" rank INTEGER NOT NULL,"
+	" resource TEXT NOT NULL,"
+	" samples INTEGER NOT NULL,"
+	" sum REAL NOT NULL,"
+	" max REAL NOT NULL,"
+	" histogram TEXT NOT NULL,"
+	" updated_at INTEGER NOT NULL,"
+	" PRIMARY KEY (job_id, attempt, rank, resource));";
+
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
@@ -425,6 +441,7 @@ static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V9,
 	SQL_SCHEMA_V10,
 	SQL_SCHEMA_V11,
+	SQL_SCHEMA_V12,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -532,6 +549,37 @@ static const char SQL_COST_TASK_LIST[] =
 	" WHERE t.devices != '' AND t.started_at > 0"
 	" AND (t.ended_at = 0 OR t.ended_at > ?1)"
 	" ORDER BY t.job_id, t.attempt, t.rank";
+
+/* Tasks without devices, for the CPU and memory side of the ledger. */
+static const char SQL_COST_CPU_TASK_LIST[] =
+	"SELECT t.job_id, t.attempt, t.rank, t.node, t.devices, t.gpu_milli,"
+	" t.started_at, t.ended_at, a.state, a.checkpoint_at, j.owner,"
+	" d.deployment"
+	" FROM tasks t JOIN jobs j ON j.id = t.job_id"
+	" LEFT JOIN attempts a ON a.job_id = t.job_id AND a.number = t.attempt"
+	" LEFT JOIN job_deployments d ON d.job_id = t.job_id"
+	" WHERE t.devices = '' AND t.started_at > 0"
+	" AND (t.ended_at = 0 OR t.ended_at > ?1)"
+	" ORDER BY t.job_id, t.attempt, t.rank";
+
+static const char SQL_TASK_USAGE_GET[] =
+	"SELECT samples, sum, max, histogram FROM task_usage"
+	" WHERE job_id = ?1 AND attempt = ?2 AND rank = ?3 AND resource = ?4";
+
+static const char SQL_TASK_USAGE_PUT[] =
+	"INSERT OR REPLACE INTO task_usage (job_id, attempt, rank, resource,"
+	" samples, sum, max, histogram, updated_at)"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+static const char SQL_TASK_USAGE_LIST[] =
+	"SELECT u.job_id, u.attempt, u.rank, u.resource, u.samples, u.sum,"
+	" u.max, u.histogram, j.name, j.spec_json, t.node, t.devices,"
+	" t.gpu_milli"
+	" FROM task_usage u JOIN jobs j ON j.id = u.job_id"
+	" JOIN tasks t ON t.job_id = u.job_id AND t.attempt = u.attempt"
+	" AND t.rank = u.rank"
+	" WHERE t.started_at > 0 AND (t.ended_at = 0 OR t.ended_at > ?1)"
+	" ORDER BY u.job_id, u.attempt, u.rank, u.resource";
 
 #define JOB_COLUMNS                                                         \
 	"id, name, owner, state, priority, tasks, filename, submitted_at,"  \
@@ -1030,6 +1078,10 @@ enum stmt_id {
 	STMT_EVAL_LIST,
 	STMT_JOB_REVISION_PUT,
 	STMT_JOB_REVISION_GET,
+	STMT_COST_CPU_TASK_LIST,
+	STMT_TASK_USAGE_GET,
+	STMT_TASK_USAGE_PUT,
+	STMT_TASK_USAGE_LIST,
 	STMT_COUNT,
 };
 
@@ -1118,6 +1170,10 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_WF_ATTEMPT_LIST] = SQL_WF_ATTEMPT_LIST,
 	[STMT_JOB_REVISION_PUT] = SQL_JOB_REVISION_PUT,
 	[STMT_JOB_REVISION_GET] = SQL_JOB_REVISION_GET,
+	[STMT_COST_CPU_TASK_LIST] = SQL_COST_CPU_TASK_LIST,
+	[STMT_TASK_USAGE_GET] = SQL_TASK_USAGE_GET,
+	[STMT_TASK_USAGE_PUT] = SQL_TASK_USAGE_PUT,
+	[STMT_TASK_USAGE_LIST] = SQL_TASK_USAGE_LIST,
 };
 
 struct kn_store {
@@ -3521,11 +3577,10 @@ void kn_node_state_list_free(struct kn_node_state_row *rows, size_t n)
 	free(rows);
 }
 
-int kn_store_cost_task_list(struct kn_store *st, int64_t since,
-			    struct kn_cost_task_row **out, size_t *n,
-			    struct kn_error *err)
+static int cost_task_list(struct kn_store *st, sqlite3_stmt *s,
+			  int64_t since, struct kn_cost_task_row **out,
+			  size_t *n, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_COST_TASK_LIST];
 	const char *what = "listing tasks for the ledger";
 	struct kn_cost_task_row *rows = NULL;
 	size_t count = 0, alloc = 0;
@@ -3562,6 +3617,132 @@ int kn_store_cost_task_list(struct kn_store *st, int64_t since,
 	*out = rows;
 	*n = count;
 	return 0;
+}
+
+int kn_store_cost_task_list(struct kn_store *st, int64_t since,
+			    struct kn_cost_task_row **out, size_t *n,
+			    struct kn_error *err)
+{
+	return cost_task_list(st, st->stmt[STMT_COST_TASK_LIST], since, out, n,
+			      err);
+}
+
+int kn_store_cost_cpu_task_list(struct kn_store *st, int64_t since,
+				struct kn_cost_task_row **out, size_t *n,
+				struct kn_error *err)
+{
+	return cost_task_list(st, st->stmt[STMT_COST_CPU_TASK_LIST], since, out,
+			      n, err);
+}
+
+/* ---- task usage ---- */
+
+int kn_store_task_usage_get(struct kn_store *st, int64_t job_id, int attempt,
+			    int rank, const char *resource,
+			    struct kn_task_usage_row *out, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TASK_USAGE_GET];
+	const char *what = "reading a task's usage";
+	int rc;
+
+	if (bind_i64(s, 1, job_id) || bind_i64(s, 2, attempt) ||
+	    bind_i64(s, 3, rank) || bind_text(s, 4, resource))
+		return bind_fail(st, s, what, err);
+	rc = step_row(st, s, what, err);
+	if (rc == 1) {
+		memset(out, 0, sizeof(*out));
+		out->job_id = job_id;
+		out->attempt = attempt;
+		out->rank = rank;
+		out->resource = kn_xstrdup(resource);
+		out->samples = col_i64(s, 0);
+		out->sum = sqlite3_column_double(s, 1);
+		out->max = sqlite3_column_double(s, 2);
+		out->histogram = col_str(s, 3);
+	}
+	stmt_done(s);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, NULL,
+				 "no usage of job %" PRId64 " task %d %s",
+				 job_id, rank, resource);
+	return rc < 0 ? rc : 0;
+}
+
+int kn_store_task_usage_put(struct kn_store *st,
+			    const struct kn_task_usage_row *u, int64_t now_ms,
+			    struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TASK_USAGE_PUT];
+	const char *what = "recording a task's usage";
+
+	if (bind_i64(s, 1, u->job_id) || bind_i64(s, 2, u->attempt) ||
+	    bind_i64(s, 3, u->rank) || bind_text(s, 4, u->resource) ||
+	    bind_i64(s, 5, u->samples) || sqlite3_bind_double(s, 6, u->sum) ||
+	    sqlite3_bind_double(s, 7, u->max) ||
+	    bind_text(s, 8, u->histogram ? u->histogram : "") ||
+	    bind_i64(s, 9, now_ms))
+		return bind_fail(st, s, what, err);
+	return run(st, s, what, err);
+}
+
+int kn_store_task_usage_list(struct kn_store *st, int64_t since,
+			     struct kn_task_usage_row **out, size_t *n,
+			     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TASK_USAGE_LIST];
+	const char *what = "listing task usage";
+	struct kn_task_usage_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (bind_i64(s, 1, since))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		struct kn_task_usage_row *r;
+
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		r = &rows[count++];
+		memset(r, 0, sizeof(*r));
+		r->job_id = col_i64(s, 0);
+		r->attempt = col_int(s, 1);
+		r->rank = col_int(s, 2);
+		r->resource = col_str(s, 3);
+		r->samples = col_i64(s, 4);
+		r->sum = sqlite3_column_double(s, 5);
+		r->max = sqlite3_column_double(s, 6);
+		r->histogram = col_str(s, 7);
+		r->job_name = col_str(s, 8);
+		r->spec_json = col_str(s, 9);
+		r->node = col_str(s, 10);
+		r->devices = col_str(s, 11);
+		r->gpu_milli = col_int(s, 12);
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_task_usage_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_task_usage_row_release(struct kn_task_usage_row *u)
+{
+	free(u->resource);
+	free(u->histogram);
+	free(u->job_name);
+	free(u->spec_json);
+	free(u->node);
+	free(u->devices);
+	memset(u, 0, sizeof(*u));
+}
+
+void kn_task_usage_list_free(struct kn_task_usage_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_task_usage_row_release(&rows[i]);
+	free(rows);
 }
 
 void kn_cost_task_list_free(struct kn_cost_task_row *rows, size_t n)

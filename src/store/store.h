@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 11
+#define KN_STORE_SCHEMA_VERSION 12
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -576,6 +576,43 @@ int kn_store_cost_task_list(struct kn_store *st, int64_t since,
 			    struct kn_cost_task_row **out, size_t *n,
 			    struct kn_error *err);
 void kn_cost_task_list_free(struct kn_cost_task_row *rows, size_t n);
+/* The same for tasks without devices (CPU and memory only). */
+int kn_store_cost_cpu_task_list(struct kn_store *st, int64_t since,
+				struct kn_cost_task_row **out, size_t *n,
+				struct kn_error *err);
+
+/* ---- task usage: one sketch per task and resource (src/cost) ---- */
+
+struct kn_task_usage_row {
+	int64_t job_id;
+	int attempt;
+	int rank;
+	char *resource;   /* "cpu", "memory", "gpu_memory", "gpu_util" */
+	int64_t samples;
+	double sum, max;
+	char *histogram;  /* kn_usage_hist_encode's text */
+	/* Listed rows only (NULL / 0 from get): */
+	char *job_name;
+	char *spec_json;  /* the job's normalized spec */
+	char *node;
+	char *devices;    /* the task's, "" without GPUs */
+	int gpu_milli;
+};
+void kn_task_usage_row_release(struct kn_task_usage_row *u);
+/* One task's sketch of a resource; -ENOENT (KN_ENOTFOUND) when none yet. */
+int kn_store_task_usage_get(struct kn_store *st, int64_t job_id, int attempt,
+			    int rank, const char *resource,
+			    struct kn_task_usage_row *out, struct kn_error *err);
+/* Insert or replace the sketch (its identity and counts from u). */
+int kn_store_task_usage_put(struct kn_store *st,
+			    const struct kn_task_usage_row *u, int64_t now_ms,
+			    struct kn_error *err);
+/* The sketches of tasks started and running or ended after since, by
+   job, attempt, rank and resource, with their job and task. */
+int kn_store_task_usage_list(struct kn_store *st, int64_t since,
+			     struct kn_task_usage_row **out, size_t *n,
+			     struct kn_error *err);
+void kn_task_usage_list_free(struct kn_task_usage_row *rows, size_t n);
 
 /* ---- models (src/registry: versions, aliases, signatures) ---- */
 

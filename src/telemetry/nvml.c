@@ -23,6 +23,7 @@ enum {
 	NVML_SUCCESS = 0,
 	NVML_ERROR_NOT_SUPPORTED = 3,
 	NVML_ERROR_NO_PERMISSION = 4,
+	NVML_ERROR_INSUFFICIENT_SIZE = 7,
 	NVML_ERROR_TIMEOUT = 10,
 	NVML_TEMPERATURE_GPU = 0,
 	NVML_CLOCK_SM = 1,
@@ -51,6 +52,18 @@ struct nvml_pci_info {
 	char bus_id_legacy[16];
 	unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
 	char bus_id[32];
+};
+/* nvmlProcessInfo_t (the _v2 and _v3 calls take the same layout). */
+struct nvml_process_info {
+	unsigned int pid;
+	unsigned long long used_gpu_memory;
+	unsigned int gpu_instance_id, compute_instance_id;
+};
+/* nvmlProcessUtilizationSample_t. */
+struct nvml_process_util {
+	unsigned int pid;
+	unsigned long long timestamp;
+	unsigned int sm_util, mem_util, enc_util, dec_util;
 };
 struct nvml_event_data {
 	nvml_device device;
@@ -101,6 +114,12 @@ struct nvml_api {
 				   unsigned int *);
 	int (*set_app_clocks)(nvml_device, unsigned int, unsigned int);
 	int (*reset_app_clocks)(nvml_device);
+	int (*processes_v3)(nvml_device, unsigned int *,
+			    struct nvml_process_info *);
+	int (*processes_v2)(nvml_device, unsigned int *,
+			    struct nvml_process_info *);
+	int (*process_util)(nvml_device, struct nvml_process_util *,
+			    unsigned int *, unsigned long long);
 };
 
 /* Entry point names, in the order of struct nvml_api's members. */
@@ -148,6 +167,9 @@ static const struct {
 	    false),
 	SYM(set_app_clocks, "nvmlDeviceSetApplicationsClocks", false),
 	SYM(reset_app_clocks, "nvmlDeviceResetApplicationsClocks", false),
+	SYM(processes_v3, "nvmlDeviceGetComputeRunningProcesses_v3", false),
+	SYM(processes_v2, "nvmlDeviceGetComputeRunningProcesses_v2", false),
+	SYM(process_util, "nvmlDeviceGetProcessUtilization", false),
 #undef SYM
 };
 
@@ -493,5 +515,71 @@ int kn_nvml_reset_app_clocks(struct kn_nvml *nv, unsigned index,
 				 "GPU %u: resetting clocks failed (NVML error "
 				 "%d%s)", index, code,
 				 code == NVML_ERROR_NO_PERMISSION ? ": needs root" : "");
+	return 0;
+}
+
+/*
+ * Per-process usage: GPU memory from the running compute processes, SM
+ * utilisation from the driver's per-process samples since since_us
+ * (averaged per pid). A driver without the samples leaves sm_util < 0.
+ */
+int kn_nvml_processes(struct kn_nvml *nv, unsigned index,
+		      unsigned long long since_us,
+		      struct kn_gpu_proc_usage *out, size_t max, size_t *n,
+		      struct kn_error *err)
+{
+	int (*list)(nvml_device, unsigned int *, struct nvml_process_info *) =
+		nv->api.processes_v3 ? nv->api.processes_v3
+				     : nv->api.processes_v2;
+	struct nvml_process_info infos[KN_GPU_PROCS_MAX];
+	struct nvml_process_util samples[KN_GPU_PROCS_MAX * 4];
+	unsigned int count = KN_GPU_PROCS_MAX, ns = KN_GPU_PROCS_MAX * 4;
+	size_t used = 0;
+	int code;
+
+	*n = 0;
+	if (index >= nv->count)
+		return kn_errorf(err, KN_EINVAL, "index", "no GPU %u", index);
+	if (!list)
+		return 0; /* a driver too old to say */
+	code = list(nv->devices[index], &count, infos);
+	if (code == NVML_ERROR_NOT_SUPPORTED)
+		return 0;
+	if (code == NVML_ERROR_INSUFFICIENT_SIZE)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "GPU %u: %u compute processes, more than the "
+				 "%d read", index, count, KN_GPU_PROCS_MAX);
+	if (code != NVML_SUCCESS)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "GPU %u: listing processes (NVML error %d)",
+				 index, code);
+	for (unsigned i = 0; i < count && used < max; i++) {
+		out[used].pid = infos[i].pid;
+		/* NVML_VALUE_NOT_AVAILABLE is all ones (under some
+		   virtualisation). */
+		out[used].memory_bytes =
+			infos[i].used_gpu_memory == ~0ULL
+				? -1
+				: (int64_t)infos[i].used_gpu_memory;
+		out[used].sm_util = -1;
+		used++;
+	}
+	if (nv->api.process_util &&
+	    nv->api.process_util(nv->devices[index], samples, &ns, since_us) ==
+		    NVML_SUCCESS) {
+		for (size_t k = 0; k < used; k++) {
+			double sum = 0;
+			int got = 0;
+
+			for (unsigned i = 0; i < ns; i++)
+				if (samples[i].pid == out[k].pid) {
+					sum += samples[i].sm_util;
+					got++;
+				}
+			if (got)
+				out[k].sm_util = sum / got / 100.0;
+		}
+	}
+	*n = used;
 	return 0;
 }

@@ -179,6 +179,25 @@ int kn_nvml_set_app_clocks(struct kn_nvml *nv, unsigned index,
 int kn_nvml_reset_app_clocks(struct kn_nvml *nv, unsigned index,
 			     struct kn_error *err);
 
+/* One compute process on a GPU (kn_nvml_processes). */
+#define KN_GPU_PROCS_MAX 64 /* per GPU and call: a bound on the stack */
+struct kn_gpu_proc_usage {
+	unsigned pid;
+	int64_t memory_bytes; /* GPU memory it holds; -1 unknown */
+	double sm_util;       /* 0..1 of the GPU's time, < 0 unknown */
+};
+/*
+ * The compute processes on GPU index (nvmlDeviceGetComputeRunningProcesses)
+ * with their memory, and their SM utilisation averaged over the driver's
+ * samples since since_us (nvmlDeviceGetProcessUtilization; 0: all it
+ * kept). At most max into out, *n of them; a driver without the calls
+ * gives none. Untested on a real GPU here.
+ */
+int kn_nvml_processes(struct kn_nvml *nv, unsigned index,
+		      unsigned long long since_us,
+		      struct kn_gpu_proc_usage *out, size_t max, size_t *n,
+		      struct kn_error *err);
+
 /*
  * Append dcgm-exporter's families (DCGM_FI_DEV_*) for samples[0..n) with
  * labels gpu, UUID, pci_bus_id, device, modelName, Hostname.

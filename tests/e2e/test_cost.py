@@ -236,7 +236,8 @@ def test_cost_ledger_by_every_dimension(priced, tmp_path):
         assert same(sum(r["cost_usd"] for r in api["rows"]), t["cost_usd"])
         # Cents at these prices: a millisecond or a share wrong shows.
         assert t["cost_usd"] > 0.1 and t["lost_cost_usd"] > 0.01
-        assert t["efficiency"] is None  # no utilisation recorded
+        # No task asked for CPU or memory or declared simulated GPU use.
+        assert t["efficiency"] is None
 
         # The CLI: json is the server's answer, csv its numbers, table its
         # keys and total to the cent.

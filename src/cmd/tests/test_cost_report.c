@@ -174,6 +174,57 @@ static void test_reservations(void **state)
 	free(out);
 }
 
+static const char RIGHTSIZE[] =
+	"{\"rule\": {\"percentile\": 0.95, \"headroom\": 1.15,"
+	" \"margin\": 0.7, \"min_samples\": 10}, \"jobs\": ["
+	"{\"name\": \"train\", \"resources\": ["
+	"{\"resource\": \"cpu\", \"unit\": \"cores\", \"samples\": 40,"
+	" \"p50\": 0.9, \"p95\": 1.0, \"max\": 1.1, \"requested\": 4,"
+	" \"suggested\": 1.2, \"over\": true},"
+	"{\"resource\": \"memory\", \"unit\": \"bytes\", \"samples\": 40,"
+	" \"p50\": 209715200, \"p95\": 209715200, \"max\": 209715200,"
+	" \"requested\": 268435456, \"suggested\": null, \"over\": false},"
+	"{\"resource\": \"gpu_memory\", \"unit\": \"bytes\", \"samples\": 4,"
+	" \"p50\": 8589934592, \"p95\": 8589934592, \"max\": 8589934592,"
+	" \"requested\": 85899345920, \"suggested\": null, \"over\": false}]},"
+	"{\"name\": \"a,b\", \"resources\": ["
+	"{\"resource\": \"gpu_memory\", \"unit\": \"bytes\", \"samples\": 12,"
+	" \"p50\": 8589934592, \"p95\": 8589934592, \"max\": 8589934592,"
+	" \"requested\": 85899345920, \"suggested\": 10737418240,"
+	" \"suggested_gpus\": 0.125, \"over\": true},"
+	"{\"resource\": \"cpu\", \"unit\": \"cores\", \"samples\": 12,"
+	" \"p50\": 0.5, \"p95\": 0.5, \"max\": 0.5, \"requested\": null,"
+	" \"suggested\": null, \"over\": false}]}]}";
+
+static void test_rightsize(void **state)
+{
+	char *out = render(cost_report_rightsize, RIGHTSIZE);
+
+	(void)state;
+	assert_non_null(strstr(out, "train  cpu         40       0.90    1.00"
+				    "    1.10    4.00       lower to 1.20 cores\n"));
+	/* Within the margin; too few samples; not asked for. */
+	assert_non_null(strstr(out, "200MiB  200MiB  200MiB  256MiB     keep\n"));
+	assert_non_null(strstr(out, "80.0GiB    keep (too few samples)\n"));
+	assert_non_null(strstr(out, "lower to 10.0GiB (gpus: 0.125)\n"));
+	assert_non_null(strstr(out, "-          not requested\n"));
+	assert_non_null(strstr(out, "rule: suggest p95 x 1.15"));
+	free(out);
+	out = render(cost_report_rightsize_csv, RIGHTSIZE);
+	assert_non_null(strstr(out, "job,resource,unit,samples,p50,p95,max,"
+				    "requested,suggested,suggested_gpus,over\n"
+				    "train,cpu,cores,40,0.900000,1.000000,"
+				    "1.100000,4.000000,1.200000,,true\n"));
+	assert_non_null(strstr(out, "\"a,b\",gpu_memory,bytes,12,"));
+	assert_non_null(strstr(out, ",10737418240.000000,0.125000,true\n"));
+	assert_non_null(strstr(out, "\"a,b\",cpu,cores,12,0.500000,0.500000,"
+				    "0.500000,,,,false\n"));
+	free(out);
+	out = render(cost_report_rightsize, "{\"jobs\": []}");
+	assert_non_null(strstr(out, "no task usage sampled"));
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -182,6 +233,7 @@ int main(void)
 		cmocka_unit_test(test_svg),
 		cmocka_unit_test(test_since),
 		cmocka_unit_test(test_reservations),
+		cmocka_unit_test(test_rightsize),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,7 +11,9 @@
  * [...], "throttle_reasons", "ecc": [sbe_vol, dbe_vol, sbe_agg, dbe_agg],
  * "retired_pages": [sbe, dbe, pending], "remapped_rows": [corr, unc,
  * pending, failure], "pcie": [gen, max_gen, width, max_width], "nvlink":
- * [1, 0, ...], "xids": [...], "set_clocks_error"}]}. A missing key answers
+ * [1, 0, ...], "xids": [...], "set_clocks_error", "processes": [[pid,
+ * used_memory], ...], "process_util": [[pid, timestamp_us, sm], ...]}]}.
+ * A missing key answers
  * NVML_ERROR_NOT_SUPPORTED, as a device without the feature does.
  * Application clocks set through it hold for the life of the process.
  */
@@ -398,4 +400,67 @@ EXPORT int nvmlDeviceResetApplicationsClocks(dev_t_ d)
 	if (orig)
 		json_object_set(d, "app_clocks", orig);
 	return OK;
+}
+
+/* nvmlProcessInfo_t and nvmlProcessUtilizationSample_t. */
+struct fake_process_info {
+	unsigned pid;
+	unsigned long long used_memory;
+	unsigned gpu_instance, compute_instance;
+};
+struct fake_process_util {
+	unsigned pid;
+	unsigned long long timestamp;
+	unsigned sm, mem, enc, dec;
+};
+
+EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(
+	dev_t_ d, unsigned *count, struct fake_process_info *out)
+{
+	json_t *list = json_object_get(d, "processes"), *p;
+	size_t i;
+
+	if (!json_is_array(list))
+		return NOT_SUPPORTED;
+	if (*count < json_array_size(list)) {
+		*count = (unsigned)json_array_size(list);
+		return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+	}
+	json_array_foreach(list, i, p) {
+		memset(&out[i], 0, sizeof(out[i]));
+		out[i].pid = (unsigned)json_integer_value(json_array_get(p, 0));
+		out[i].used_memory =
+			(unsigned long long)json_integer_value(json_array_get(p, 1));
+	}
+	*count = (unsigned)json_array_size(list);
+	return OK;
+}
+
+EXPORT int nvmlDeviceGetProcessUtilization(dev_t_ d,
+					   struct fake_process_util *out,
+					   unsigned *count,
+					   unsigned long long since)
+{
+	json_t *list = json_object_get(d, "process_util"), *p;
+	unsigned n = 0;
+	size_t i;
+
+	if (!json_is_array(list))
+		return NOT_SUPPORTED;
+	json_array_foreach(list, i, p) {
+		unsigned long long ts =
+			(unsigned long long)json_integer_value(json_array_get(p, 1));
+
+		if (ts <= since)
+			continue;
+		if (n == *count)
+			return 7;
+		memset(&out[n], 0, sizeof(out[n]));
+		out[n].pid = (unsigned)json_integer_value(json_array_get(p, 0));
+		out[n].timestamp = ts;
+		out[n].sm = (unsigned)json_integer_value(json_array_get(p, 2));
+		n++;
+	}
+	*count = n;
+	return n ? OK : 6; /* NVML_ERROR_NOT_FOUND: no samples since */
 }

@@ -302,6 +302,45 @@ static void test_nvml_sample_and_write(void **state)
 	kn_nvml_close(nv);
 }
 
+/* Per-process usage: GPU 0 runs pids 4242 (20 GiB) and 4343 (1 GiB);
+   4242's SM samples after t=900us are 60 and 80 (mean 70%), the one at
+   500us is older. GPU 1 has no per-process calls in the fixture. */
+static void test_nvml_processes(void **state)
+{
+	struct kn_nvml *nv;
+	struct kn_gpu_proc_usage p[KN_GPU_PROCS_MAX];
+	struct kn_error err;
+	size_t n = 99;
+	(void)state;
+
+	use_nvml("nvml/h100x2.json");
+	assert_int_equal(kn_nvml_open(&nv, &err), 0);
+	assert_int_equal(kn_nvml_processes(nv, 0, 900, p, KN_GPU_PROCS_MAX, &n,
+					   &err), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(p[0].pid, 4242);
+	assert_int_equal(p[0].memory_bytes, 21474836480LL);
+	assert_float_equal(p[0].sm_util, 0.70, 1e-9);
+	assert_int_equal(p[1].pid, 4343);
+	assert_float_equal(p[1].sm_util, 0.10, 1e-9);
+	/* No samples since then: memory only. */
+	assert_int_equal(kn_nvml_processes(nv, 0, 5000, p, KN_GPU_PROCS_MAX, &n,
+					   &err), 0);
+	assert_int_equal(n, 2);
+	assert_true(p[0].sm_util < 0);
+	/* Room for one: the first. */
+	assert_int_equal(kn_nvml_processes(nv, 0, 0, p, 1, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(p[0].pid, 4242);
+	/* A device that does not list processes: none. */
+	assert_int_equal(kn_nvml_processes(nv, 1, 0, p, KN_GPU_PROCS_MAX, &n,
+					   &err), 0);
+	assert_int_equal(n, 0);
+	assert_int_not_equal(kn_nvml_processes(nv, 2, 0, p, KN_GPU_PROCS_MAX,
+					       &n, &err), 0);
+	kn_nvml_close(nv);
+}
+
 static void test_nvml_unsupported_fields(void **state)
 {
 	struct kn_nvml *nv;
@@ -383,6 +422,7 @@ int main(void)
 		cmocka_unit_test(test_node_errors),
 		cmocka_unit_test(test_mem_total_and_ib),
 		cmocka_unit_test(test_nvml_sample_and_write),
+		cmocka_unit_test(test_nvml_processes),
 		cmocka_unit_test(test_nvml_unsupported_fields),
 		cmocka_unit_test(test_nvml_absent),
 		cmocka_unit_test(test_nvml_app_clocks),
