@@ -212,6 +212,20 @@ struct kn_shim_prepare {
 int kn_shim_main_prepared(const char *task_dir,
 			  const struct kn_shim_prepare *prep,
 			  struct kn_error *err);
+/*
+ * `kiln shim --kube`, a Kubernetes pod's first process: writes
+ * TASK_DIR/launch.json for argv (NULL-terminated; run in the current
+ * directory, the container's workingDir, with the pod's environment and
+ * its output on stdout, the container's log) and runs
+ * kn_shim_main_prepared. stop_signal (0: none) is a stop: passed on to
+ * the task, then SIGKILL after grace_ms. *exit_code gets what the
+ * container should exit with: the task's exit code, or 128 + the signal
+ * that ended it. 0, or a negative errno with err when the shim failed.
+ */
+int kn_kube_shim_run(const char *task_dir, char *const *argv,
+		     int stop_signal, int64_t grace_ms,
+		     const struct kn_shim_prepare *prep, int *exit_code,
+		     struct kn_error *err);
 /* Write TASK_DIR/shim.pid ("PID START") for the calling process. */
 int kn_shim_record_pid(const char *task_dir);
 
