@@ -105,6 +105,13 @@ struct kn_task_status {
 	bool preempted;
 	int64_t started_at_ms;
 	int64_t ended_at_ms;
+	/* What a task that syncs its own checkpoints (a Kubernetes pod's
+	   shim) reported: the last one synced and when it was committed,
+	   the one it resumed from and the restore's time; "" and 0 else. */
+	char checkpoint[128];
+	int64_t checkpoint_at_ms;
+	char restored[128];
+	int64_t restore_ms;
 };
 
 struct kn_executor_ops {
