@@ -378,8 +378,10 @@ static const struct cli_command commands[] = {
 	 "\n"
 	 "Replace each replica of deployment NAME with a new one, in order,\n"
 	 "starting the next only once the new one is ready, so the others\n"
-	 "keep serving (a one-replica deployment has a gap). Refused under\n"
-	 "--executor kubernetes: use kubectl rollout restart there.\n",
+	 "keep serving (a one-replica deployment has a gap). Under\n"
+	 "--executor kubernetes it is what kubectl rollout restart does: the\n"
+	 "Deployment's pod template gets the annotation\n"
+	 "kubectl.kubernetes.io/restartedAt, and Kubernetes rolls it out.\n",
 	 false},
 	{"key", cmd_key, NULL, "create, list and revoke gateway keys",
 	 "usage: kiln key create --name NAME --deployments A[,B...] [--rpm N]\n"

@@ -475,6 +475,17 @@ int kn_kube_deploy_set(const struct kn_deployment_spec *spec, int replicas,
 /* Whether spec renders with the running executor's configuration. */
 int kn_kube_deploy_check(const struct kn_deployment_spec *spec,
 			 struct kn_error *err);
+/* The pod template annotation `kubectl rollout restart` sets. */
+#define KN_KUBE_RESTARTED_AT "kubectl.kubernetes.io/restartedAt"
+/*
+ * Restart deployment name's pods as `kubectl rollout restart` does: the
+ * worker's next turn merge-PATCHes the pod template's
+ * KN_KUBE_RESTARTED_AT annotation to at_ms (RFC 3339, UTC), and the
+ * Deployment controller rolls the change out. -ENOENT when name is not
+ * wanted. Loop thread.
+ */
+int kn_kube_deploy_restart(const char *name, int64_t at_ms,
+			   struct kn_error *err);
 /* Delete deployment name's Deployment and Service. Loop thread. */
 void kn_kube_deploy_remove(const char *name);
 /*
