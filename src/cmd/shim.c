@@ -520,6 +520,8 @@ static int open_store(const char *url, struct kn_blob_store **store,
 	struct kn_blob_store_config cfg = {.use_env = true};
 
 	cfg.url = url;
+	/* One file at a time, as the server's sync: beside the task. */
+	cfg.files_in_flight = 1;
 	return kn_blob_store_open(&cfg, store, err);
 }
 
@@ -560,6 +562,8 @@ static void *sync_main(void *arg)
 	int64_t pending_at = 0;
 	bool finishing = false;
 
+	/* The upload must never slow the task down: it gets what is left. */
+	kn_thread_background();
 	for (;;) {
 		struct pollfd fds[2] = {
 			{kn_ckpt_watch_fd(ps->watch), POLLIN, 0},
