@@ -971,9 +971,12 @@ static const struct cli_command commands[] = {
 	 "--min-busbw or the backend failed; 2 on a usage error.\n",
 	 false},
 	{"shim", NULL, cmd_shim, "run one task (internal: started by the server)",
-	 "usage: kiln shim ...\n"
+	 "usage: kiln shim --dir TASK_DIR | --slurm ATTEMPT_DIR |\n"
+	 "                 --kube -- CMD... | --install DIR\n"
 	 "\n"
-	 "Internal: the server starts one shim per task.\n",
+	 "Internal: the server starts one shim per task; in a Kubernetes pod\n"
+	 "the initContainer runs --install and the task container --kube\n"
+	 "(docs/kubernetes.md, \"The shim in the pod\").\n",
 	 true},
 };
 
