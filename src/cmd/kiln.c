@@ -36,6 +36,7 @@ static const struct cli_command commands[] = {
 	 "                   [--kube-namespace NS] [--kubeconfig FILE]\n"
 	 "                   [--kube-context NAME] [--image IMAGE]\n"
 	 "                   [--kube-scheduler-name NAME]\n"
+	 "                   [--kube-shim-image IMAGE]\n"
 	 "                   [--sim-node \"NAME GPUS [K=V ...]\"]... [--policy NAME]\n"
 	 "                   [--backup-every DURATION [--backup-keep N]\n"
 	 "                    [--backup-to URL] [--backup-with-audit-key]]\n"
@@ -187,6 +188,10 @@ static const struct cli_command commands[] = {
 	 "  --kube-scheduler-name NAME  schedulerName of every pod (kiln for\n"
 	 "                        kiln kube-scheduler; default: the cluster's,\n"
 	 "                        or kiln for GPU shares as kiln render)\n"
+	 "  --kube-shim-image IMAGE  the image whose kiln the pods' initContainer\n"
+	 "                        copies to run each task under `kiln shim\n"
+	 "                        --kube` (checkpoint restore and sync; default:\n"
+	 "                        the task's own image, which must have kiln)\n"
 	 "  --backup-every DURATION  take a backup (as `kiln backup create`)\n"
 	 "                        this often, e.g. 6h; each is audited, and a\n"
 	 "                        failure fires the backup_failed alert until\n"
@@ -388,8 +393,10 @@ static const struct cli_command commands[] = {
 	 "\n"
 	 "Replace each replica of deployment NAME with a new one, in order,\n"
 	 "starting the next only once the new one is ready, so the others\n"
-	 "keep serving (a one-replica deployment has a gap). Refused under\n"
-	 "--executor kubernetes: use kubectl rollout restart there.\n",
+	 "keep serving (a one-replica deployment has a gap). Under\n"
+	 "--executor kubernetes it is what kubectl rollout restart does: the\n"
+	 "Deployment's pod template gets the annotation\n"
+	 "kubectl.kubernetes.io/restartedAt, and Kubernetes rolls it out.\n",
 	 false},
 	{"key", cmd_key, NULL, "create, list and revoke gateway keys",
 	 "usage: kiln key create --name NAME --deployments A[,B...] [--rpm N]\n"
@@ -637,6 +644,7 @@ static const struct cli_command commands[] = {
 	 "print the Kubernetes manifests of a job or deployment spec",
 	 "usage: kiln render FILE --executor kubernetes [--image IMAGE]\n"
 	 "                   [-n NAMESPACE] [--scheduler-name NAME]\n"
+	 "                   [--shim-image IMAGE] [--store URL]\n"
 	 "                   [--gpu-products FILE] [-o yaml|json]\n"
 	 "\n"
 	 "Print what the job spec (kind: Job) or deployment spec (kind:\n"
@@ -647,6 +655,8 @@ static const struct cli_command commands[] = {
 	 "with the AKS GPU taint toleration, GPU models a node affinity on\n"
 	 "nvidia.com/gpu.product, preemptible the AKS spot toleration, the\n"
 	 "checkpoint grace a preStop hook and terminationGracePeriodSeconds.\n"
+	 "A job's task runs under `kiln shim --kube` (checkpoint restore and\n"
+	 "sync, the checkpoint signal), kiln copied in by an initContainer.\n"
 	 "A GPU share is an annotation that only `kiln kube-scheduler` reads.\n"
 	 "Needs no server and no cluster. See docs/kubernetes.md.\n"
 	 "\n"
@@ -657,6 +667,11 @@ static const struct cli_command commands[] = {
 	 "  --scheduler-name NAME  schedulerName of every pod (default: kiln\n"
 	 "                         for GPU shares only, else the default\n"
 	 "                         scheduler)\n"
+	 "  --shim-image IMAGE     the initContainer's image, which has kiln\n"
+	 "                         (default: the task's image)\n"
+	 "  --store URL            the checkpoint store (KILN_STORE) of jobs\n"
+	 "                         whose spec names none (preemptible, or with\n"
+	 "                         a checkpoint section)\n"
 	 "  --gpu-products FILE    GPU model to nvidia.com/gpu.product table\n"
 	 "                         (default the source tree's\n"
 	 "                         data/gpu-products.csv)\n"
@@ -1001,9 +1016,12 @@ static const struct cli_command commands[] = {
 	 "--min-busbw or the backend failed; 2 on a usage error.\n",
 	 false},
 	{"shim", NULL, cmd_shim, "run one task (internal: started by the server)",
-	 "usage: kiln shim ...\n"
+	 "usage: kiln shim --dir TASK_DIR | --slurm ATTEMPT_DIR |\n"
+	 "                 --kube -- CMD... | --install DIR\n"
 	 "\n"
-	 "Internal: the server starts one shim per task.\n",
+	 "Internal: the server starts one shim per task; in a Kubernetes pod\n"
+	 "the initContainer runs --install and the task container --kube\n"
+	 "(docs/kubernetes.md, \"The shim in the pod\").\n",
 	 true},
 };
 

@@ -32,6 +32,8 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 		{"image", 0, CLI_FLAG_STRING, &opts.image},
 		{"namespace", 'n', CLI_FLAG_STRING, &opts.namespace_},
 		{"scheduler-name", 0, CLI_FLAG_STRING, &opts.scheduler_name},
+		{"shim-image", 0, CLI_FLAG_STRING, &opts.shim_image},
+		{"store", 0, CLI_FLAG_STRING, &opts.store_url},
 		{"gpu-products", 0, CLI_FLAG_STRING, &products_file},
 		{"output", 'o', CLI_FLAG_STRING, &format},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
@@ -71,6 +73,9 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 		/* The spec's own image unless --image overrides it. */
 		if (!opts.image)
 			opts.image = job->image;
+		/* As the server's executor runs it: under the shim. */
+		if (!opts.shim_image)
+			opts.shim_image = opts.image;
 		r = kn_kube_render_job(job, &opts, &docs, &err);
 	}
 	if (r < 0)

@@ -77,6 +77,7 @@ int cmd_server(int argc, char **argv)
 		{"catalog", required_argument, NULL, 263},
 		{"trusted-keys", required_argument, NULL, 264},
 		{"pool", required_argument, NULL, 265},
+		{"kube-shim-image", required_argument, NULL, 268},
 		{"usage-interval", required_argument, NULL, 272},
 		{NULL, 0, NULL, 0},
 	};
@@ -272,6 +273,9 @@ int cmd_server(int argc, char **argv)
 		case 260:
 			cfg.kube_scheduler = optarg;
 			break;
+		case 268:
+			cfg.kube_shim_image = optarg;
+			break;
 		case 261:
 			cfg.node_sku = optarg;
 			break;
@@ -342,11 +346,11 @@ int cmd_server(int argc, char **argv)
 		goto out;
 	}
 	if ((cfg.kube_namespace || cfg.kubeconfig || cfg.kube_context ||
-	     cfg.kube_image || cfg.kube_scheduler) &&
+	     cfg.kube_image || cfg.kube_scheduler || cfg.kube_shim_image) &&
 	    strcmp(cfg.executor, "kubernetes") != 0) {
 		fprintf(stderr, "kiln server: --kube-namespace, --kubeconfig, "
-			"--kube-context, --image and --kube-scheduler-name need "
-			"--executor kubernetes\n");
+			"--kube-context, --image, --kube-scheduler-name and "
+			"--kube-shim-image need --executor kubernetes\n");
 		goto out;
 	}
 	if (cfg.kube_namespace && !*cfg.kube_namespace) {

@@ -1,8 +1,11 @@
 /*
  * kiln shim --dir TASK_DIR: internal, started by the local executor for
  * each task (see src/exec/shim.c); kiln shim --slurm ATTEMPT_DIR: the
- * same, started by srun inside a Slurm allocation (src/exec/slurm.c).
- * Not listed in `kiln --help`.
+ * same, started by srun inside a Slurm allocation (src/exec/slurm.c);
+ * kiln shim --kube -- CMD...: the same as a Kubernetes pod's first
+ * process, and kiln shim --install DIR, the pod's initContainer that
+ * puts kiln there (see "Checkpoints in pods" below). Not listed in
+ * `kiln --help`.
  *
  * Before a task starts, the shim fetches a workflow step's inputs
  * (KILN_INPUTS, set by the server from the producing jobs' outputs
@@ -15,10 +18,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,6 +39,7 @@
 #include "ckpt/ckpt.h"
 #include "exec/exec.h"
 #include "sched/sched.h"
+#include "spec/spec.h"
 
 static const char *env_get(char *const *env, const char *key)
 {
@@ -460,16 +471,424 @@ static int prepare_task(void *arg, char *const *env, int log_fd, char *why,
 	return rc;
 }
 
+/* ---- checkpoints in pods: kiln shim --kube ---- */
+
+/*
+ * In a pod nothing is shared with the server, so the shim does there
+ * what the server's sync (src/server/sync.c) does for local and Slurm
+ * tasks, talking to the store itself with the credentials the pod's
+ * environment carries (a Secret): before the task, the newest checkpoint
+ * that verifies is restored into KILN_CHECKPOINT_DIR (an emptyDir) and
+ * KILN_RESUME_FROM names it; while it runs, a thread uploads each newly
+ * committed checkpoint (the newest when several are waiting) and prunes
+ * the store to KILN_CHECKPOINT_KEEP; when it has ended, the last one
+ * committed is uploaded before the shim exits. Only rank 0 uploads (each
+ * pod has its own directory, and one manifest per checkpoint wins).
+ *
+ * What the server needs back for its accounting, the last checkpoint
+ * synced and when it was committed, the one restored and how long that
+ * took, goes in the container's termination message (KILN_TERMINATION_LOG,
+ * the container's terminationMessagePath): the API then carries it in
+ * the pod's status, which the executor already reads; no connection
+ * from the pod to the server is needed.
+ *
+ * The checkpoint signal (the pod's preStop hook sends it to PID 1, the
+ * shim) is a stop: the task gets it and three quarters of the grace
+ * (KILN_CHECKPOINT_GRACE_MS, the pod's terminationGracePeriodSeconds) to
+ * exit; the last quarter is the final upload's.
+ */
+
+#define NAME_MAX_LEN 128
+
+struct pod_sync {
+	const char *store_url;
+	const char *dir;
+	char job[32];
+	int keep;
+	char restored[NAME_MAX_LEN];
+	struct kn_ckpt_watch *watch;
+	int wake_fd;
+	pthread_t thread;
+	/* The thread's alone until it is joined. */
+	char synced[NAME_MAX_LEN];
+	int64_t synced_at;
+};
+
+static int open_store(const char *url, struct kn_blob_store **store,
+		      struct kn_error *err)
+{
+	struct kn_blob_store_config cfg = {.use_env = true};
+
+	cfg.url = url;
+	/* One file at a time, as the server's sync: beside the task. */
+	cfg.files_in_flight = 1;
+	return kn_blob_store_open(&cfg, store, err);
+}
+
+static void upload(struct pod_sync *ps, const char *name, int64_t at)
+{
+	struct kn_ckpt_manifest m = {0};
+	struct kn_blob_store *store = NULL;
+	struct kn_error err = {0};
+	char *dir = kn_asprintf("%s/%s", ps->dir, name);
+	int64_t start = kn_mono_ms();
+
+	if (open_store(ps->store_url, &store, &err) == 0 &&
+	    kn_ckpt_upload(store, ps->job, dir, &m, &err) == 0) {
+		struct kn_error perr;
+
+		kn_strlcpy(ps->synced, name, sizeof(ps->synced));
+		ps->synced_at = at;
+		fprintf(stderr, "kiln: checkpoint %s synced (%zu files, %lld "
+			"ms)\n", name, m.n, (long long)(kn_mono_ms() - start));
+		if (ps->keep > 0 &&
+		    kn_ckpt_prune(store, ps->job, (size_t)ps->keep, NULL,
+				  &perr) < 0)
+			fprintf(stderr, "kiln: pruning checkpoints: %s\n",
+				perr.message);
+	} else {
+		fprintf(stderr, "kiln: checkpoint %s: sync failed: %s\n", name,
+			err.message);
+	}
+	kn_ckpt_manifest_release(&m);
+	kn_blob_store_free(store);
+	free(dir);
+}
+
+static void *sync_main(void *arg)
+{
+	struct pod_sync *ps = arg;
+	char pending[NAME_MAX_LEN] = "";
+	int64_t pending_at = 0;
+	bool finishing = false;
+
+	/* The upload must never slow the task down: it gets what is left. */
+	kn_thread_background();
+	for (;;) {
+		struct pollfd fds[2] = {
+			{kn_ckpt_watch_fd(ps->watch), POLLIN, 0},
+			{ps->wake_fd, POLLIN, 0},
+		};
+		struct kn_error err;
+		char *name = NULL;
+		uint64_t n;
+		int rc;
+
+		if (poll(fds, 2, finishing ? 0 : -1) < 0 && errno != EINTR)
+			break;
+		if ((fds[1].revents & POLLIN) &&
+		    read(ps->wake_fd, &n, sizeof(n)) == sizeof(n))
+			finishing = true;
+		/* After the task's end, its last rename is queued already. */
+		while ((rc = kn_ckpt_watch_next(ps->watch, &name, &err)) == 1) {
+			if (strcmp(name, ps->restored) != 0) {
+				kn_strlcpy(pending, name, sizeof(pending));
+				pending_at = kn_now_ms();
+			}
+			free(name);
+			name = NULL;
+		}
+		if (rc < 0)
+			fprintf(stderr, "kiln: watching checkpoints: %s\n",
+				err.message);
+		if (pending[0]) {
+			upload(ps, pending, pending_at);
+			pending[0] = '\0';
+		} else if (finishing) {
+			break;
+		}
+	}
+	return NULL;
+}
+
+/* Restore into dir: 0 with name filled, -ENOENT when there is none. */
+static int pod_restore(const char *url, const char *job, const char *dir,
+		       char *name, size_t len)
+{
+	struct kn_blob_store *store = NULL;
+	struct kn_error err = {0};
+	char *got = NULL, *warnings = NULL;
+	int rc;
+
+	rc = kn_mkdir_p(dir, 0700);
+	if (rc < 0)
+		kn_errorf(&err, KN_EIO, NULL, "%s: %s", dir, strerror(-rc));
+	if (rc == 0)
+		rc = open_store(url, &store, &err);
+	if (rc == 0)
+		rc = kn_ckpt_restore(store, job, dir, &got, &warnings, &err);
+	if (warnings)
+		fputs(warnings, stderr);
+	if (rc == 0) {
+		kn_strlcpy(name, got, len);
+		printf("kiln: resuming from checkpoint %s\n", got);
+		fflush(stdout);
+	} else if (rc != -ENOENT) {
+		fprintf(stderr, "kiln: restoring a checkpoint failed, starting "
+			"without one: %s\n", err.message);
+	}
+	kn_blob_store_free(store);
+	free(got);
+	free(warnings);
+	return rc;
+}
+
+/* What the executor reads back from the pod's status (executor.c). */
+static void termination_message(const char *path, const struct pod_sync *ps,
+				const char *restored, int64_t restore_ms)
+{
+	json_t *doc = json_object();
+	char *text;
+
+	if (ps && ps->synced[0]) {
+		json_object_set_new(doc, "checkpoint", json_string(ps->synced));
+		json_object_set_new(doc, "checkpoint_at_ms",
+				    json_integer(ps->synced_at));
+	}
+	if (restored[0])
+		json_object_set_new(doc, "restored", json_string(restored));
+	json_object_set_new(doc, "restore_ms", json_integer(restore_ms));
+	text = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	if (kn_write_file_replace(path, text, strlen(text), 0644) < 0)
+		fprintf(stderr, "kiln: cannot write %s\n", path);
+	free(text);
+}
+
+static const char *env_or(const char *key, const char *fallback)
+{
+	const char *v = getenv(key);
+
+	return v && *v ? v : fallback;
+}
+
+static int shim_kube(char **argv)
+{
+	const struct kn_shim_prepare prep = {prepare_task, NULL};
+	const char *task_dir = env_or("KILN_TASK_DIR", NULL);
+	const char *ckpt_dir = env_or("KILN_CHECKPOINT_DIR", NULL);
+	const char *store = env_or("KILN_STORE", NULL);
+	const char *job = env_or("KILN_JOB_ID", env_or("KILN_JOB", NULL));
+	const char *end_log = env_or("KILN_TERMINATION_LOG", NULL);
+	int attempt = atoi(env_or("KILN_ATTEMPT", "0"));
+	int signo = kn_signal_from_name(env_or("KILN_CHECKPOINT_SIGNAL",
+					       "SIGTERM"));
+	int64_t grace = atoll(env_or("KILN_CHECKPOINT_GRACE_MS", "30000"));
+	struct pod_sync ps = {.wake_fd = -1};
+	bool syncing = false;
+	char restored[NAME_MAX_LEN] = "";
+	int64_t restore_ms = 0;
+	struct kn_error err = {0};
+	sigset_t mask;
+	int code = 1;
+
+	if (!task_dir || !*argv) {
+		fputs("kiln shim --kube: KILN_TASK_DIR and a command are "
+		      "needed\n", stderr);
+		return 2;
+	}
+	if (signo <= 0)
+		signo = SIGTERM;
+	/* Blocked before any thread starts, so only the shim's signalfd
+	   takes them (and PID 1 does not lose them). */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGUSR1);
+	sigaddset(&mask, SIGUSR2);
+	sigaddset(&mask, signo);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	if (store && ckpt_dir && job) {
+		/* Attempt 1 has nothing to resume; a Job applied by hand
+		   (no KILN_ATTEMPT) may have been restarted. */
+		if (attempt != 1) {
+			int64_t t0 = kn_mono_ms();
+
+			if (pod_restore(store, job, ckpt_dir, restored,
+					sizeof(restored)) == 0) {
+				char *path = kn_asprintf("%s/%s", ckpt_dir,
+							 restored);
+				setenv("KILN_RESUME_FROM", path, 1);
+				free(path);
+			}
+			restore_ms = kn_mono_ms() - t0;
+		}
+		ps.store_url = store;
+		ps.dir = ckpt_dir;
+		kn_strlcpy(ps.job, job, sizeof(ps.job));
+		ps.keep = atoi(env_or("KILN_CHECKPOINT_KEEP", "3"));
+		kn_strlcpy(ps.restored, restored, sizeof(ps.restored));
+		if (atoi(env_or("RANK", "0")) == 0 &&
+		    kn_mkdir_p(ckpt_dir, 0700) == 0 &&
+		    kn_ckpt_watch_new(ckpt_dir, 0, &ps.watch, &err) == 0 &&
+		    (ps.wake_fd = eventfd(0, EFD_CLOEXEC)) >= 0 &&
+		    pthread_create(&ps.thread, NULL, sync_main, &ps) == 0)
+			syncing = true;
+		else if (atoi(env_or("RANK", "0")) == 0)
+			fprintf(stderr, "kiln: checkpoints will not be synced: "
+				"cannot watch %s: %s\n", ckpt_dir,
+				err.message[0] ? err.message : strerror(errno));
+	} else if (ckpt_dir) {
+		kn_mkdir_p(ckpt_dir, 0700);
+	}
+	if (kn_kube_shim_run(task_dir, argv, signo, grace - grace / 4, &prep,
+			     &code, &err) < 0)
+		fprintf(stderr, "kiln shim: %s\n", err.message);
+	if (syncing) {
+		uint64_t one = 1;
+
+		if (write(ps.wake_fd, &one, sizeof(one)) == sizeof(one))
+			pthread_join(ps.thread, NULL);
+	}
+	if (end_log)
+		termination_message(end_log, syncing ? &ps : NULL, restored,
+				    restore_ms);
+	if (ps.wake_fd >= 0)
+		close(ps.wake_fd);
+	kn_ckpt_watch_free(ps.watch);
+	return code;
+}
+
+/* ---- kiln shim --install DIR ---- */
+
+static int copy_file(const char *from, const char *to, mode_t mode)
+{
+	char buf[65536], *tmp = kn_asprintf("%s.tmp", to);
+	int in = open(from, O_RDONLY | O_CLOEXEC), out = -1, rc = 0;
+	ssize_t n;
+
+	if (in >= 0)
+		out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (in < 0 || out < 0)
+		rc = -errno;
+	while (rc == 0 && (n = read(in, buf, sizeof(buf))) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || write(out, buf, (size_t)n) != n)
+			rc = n < 0 ? -errno : -EIO;
+	}
+	if (out >= 0 && (close(out) < 0 && rc == 0))
+		rc = -errno;
+	if (in >= 0)
+		close(in);
+	if (rc == 0 && (fchmodat(AT_FDCWD, tmp, mode, 0) < 0 ||
+			rename(tmp, to) < 0))
+		rc = -errno;
+	if (rc < 0)
+		unlink(tmp);
+	free(tmp);
+	return rc;
+}
+
+struct install {
+	const char *lib_dir;
+	const char *interp; /* the dynamic loader's path */
+	int rc;
+	char failed[512];
+};
+
+static int install_lib(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct install *in = arg;
+	const char *base;
+	char *dest;
+	int rc;
+
+	(void)size;
+	/* The executable itself has no name here; the vDSO no file. */
+	if (!info->dlpi_name || info->dlpi_name[0] != '/' || in->rc < 0)
+		return 0;
+	base = strrchr(info->dlpi_name, '/') + 1;
+	/* The loader under one fixed name: the pod's command names it. */
+	if (in->interp && !strcmp(info->dlpi_name, in->interp))
+		dest = kn_asprintf("%s/ld.so", in->lib_dir);
+	else
+		dest = kn_asprintf("%s/%s", in->lib_dir, base);
+	rc = copy_file(info->dlpi_name, dest, 0755);
+	if (rc < 0) {
+		in->rc = rc;
+		snprintf(in->failed, sizeof(in->failed), "%s: %s",
+			 info->dlpi_name, strerror(-rc));
+	}
+	free(dest);
+	return 0;
+}
+
+/* The PT_INTERP of the running executable, or NULL (static). */
+static const char *interpreter(void)
+{
+	const ElfW(Phdr) *ph = (const ElfW(Phdr) *)getauxval(AT_PHDR);
+	size_t n = getauxval(AT_PHNUM);
+	uintptr_t bias = 0;
+
+	for (size_t i = 0; ph && i < n; i++)
+		if (ph[i].p_type == PT_PHDR)
+			bias = (uintptr_t)ph - ph[i].p_vaddr;
+	for (size_t i = 0; ph && i < n; i++)
+		if (ph[i].p_type == PT_INTERP)
+			return (const char *)(bias + ph[i].p_vaddr);
+	return NULL;
+}
+
+/*
+ * kiln and every shared library it runs with into DIR/bin and DIR/lib,
+ * the loader as DIR/lib/ld.so: the task's image need not have kiln's
+ * libraries (nor the same C library), since the pod runs
+ * DIR/lib/ld.so --library-path DIR/lib DIR/bin/kiln.
+ */
+static int shim_install(const char *dir)
+{
+	struct install in = {0};
+	char *bin = kn_asprintf("%s/bin", dir), *lib = kn_asprintf("%s/lib", dir);
+	char *exe = kn_asprintf("%s/kiln", bin);
+	int rc;
+
+	rc = kn_mkdir_p(bin, 0755);
+	if (rc == 0)
+		rc = kn_mkdir_p(lib, 0755);
+	if (rc < 0) {
+		fprintf(stderr, "kiln shim --install: %s: %s\n", dir,
+			strerror(-rc));
+		goto out;
+	}
+	rc = copy_file("/proc/self/exe", exe, 0755);
+	if (rc < 0) {
+		fprintf(stderr, "kiln shim --install: %s: %s\n", exe,
+			strerror(-rc));
+		goto out;
+	}
+	in.lib_dir = lib;
+	in.interp = interpreter();
+	dl_iterate_phdr(install_lib, &in);
+	rc = in.rc;
+	if (rc < 0)
+		fprintf(stderr, "kiln shim --install: %s\n", in.failed);
+out:
+	free(exe);
+	free(lib);
+	free(bin);
+	return rc < 0 ? 1 : 0;
+}
+
 int cmd_shim(int argc, char **argv)
 {
 	const struct kn_shim_prepare prep = {prepare_task, NULL};
 	struct kn_error err;
 	int rc;
 
+	if (argc >= 2 && !strcmp(argv[1], "--kube"))
+		return shim_kube(argv + 2 + (argc > 2 &&
+					     !strcmp(argv[2], "--")));
+	if (argc == 3 && !strcmp(argv[1], "--install"))
+		return shim_install(argv[2]);
 	if (argc != 3 || (strcmp(argv[1], "--dir") != 0 &&
 			  strcmp(argv[1], "--slurm") != 0)) {
-		fputs("usage: kiln shim --dir TASK_DIR | --slurm ATTEMPT_DIR "
-		      "(internal: started by kiln server)\n", stderr);
+		fputs("usage: kiln shim --dir TASK_DIR | --slurm ATTEMPT_DIR | "
+		      "--kube -- CMD... | --install DIR\n"
+		      "(internal: started by kiln server and in its pods)\n",
+		      stderr);
 		return 2;
 	}
 	if (!strcmp(argv[1], "--slurm"))

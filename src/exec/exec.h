@@ -105,6 +105,13 @@ struct kn_task_status {
 	bool preempted;
 	int64_t started_at_ms;
 	int64_t ended_at_ms;
+	/* What a task that syncs its own checkpoints (a Kubernetes pod's
+	   shim) reported: the last one synced and when it was committed,
+	   the one it resumed from and the restore's time; "" and 0 else. */
+	char checkpoint[128];
+	int64_t checkpoint_at_ms;
+	char restored[128];
+	int64_t restore_ms;
 };
 
 struct kn_executor_ops {
@@ -212,6 +219,20 @@ struct kn_shim_prepare {
 int kn_shim_main_prepared(const char *task_dir,
 			  const struct kn_shim_prepare *prep,
 			  struct kn_error *err);
+/*
+ * `kiln shim --kube`, a Kubernetes pod's first process: writes
+ * TASK_DIR/launch.json for argv (NULL-terminated; run in the current
+ * directory, the container's workingDir, with the pod's environment and
+ * its output on stdout, the container's log) and runs
+ * kn_shim_main_prepared. stop_signal (0: none) is a stop: passed on to
+ * the task, then SIGKILL after grace_ms. *exit_code gets what the
+ * container should exit with: the task's exit code, or 128 + the signal
+ * that ended it. 0, or a negative errno with err when the shim failed.
+ */
+int kn_kube_shim_run(const char *task_dir, char *const *argv,
+		     int stop_signal, int64_t grace_ms,
+		     const struct kn_shim_prepare *prep, int *exit_code,
+		     struct kn_error *err);
 /* Write TASK_DIR/shim.pid ("PID START") for the calling process. */
 int kn_shim_record_pid(const char *task_dir);
 

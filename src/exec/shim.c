@@ -14,6 +14,7 @@
  * handlers, no races between them.
  */
 #include "exec.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +42,8 @@ struct shim {
 	int log_keep;
 	int timeout_signal; /* sent when the timeout runs out */
 	int stop_poll_ms;   /* look for stop.json this often; 0 = on SIGTERM */
+	int stop_signal;    /* also a stop, passed on as itself; 0 = none */
+	bool log_stdout;    /* output to our stdout, not TASK_DIR's log */
 
 	int log_fd;
 	int64_t log_size;
@@ -108,6 +111,11 @@ static int load_launch(struct shim *s, struct kn_error *err)
 		s->timeout_signal = SIGTERM;
 	s->stop_poll_ms =
 		(int)json_integer_value(json_object_get(doc, "stop_poll_ms"));
+	s->stop_signal =
+		(int)json_integer_value(json_object_get(doc, "stop_signal"));
+	if (s->stop_signal < 0 || s->stop_signal >= 65)
+		s->stop_signal = 0;
+	s->log_stdout = json_is_true(json_object_get(doc, "log_stdout"));
 	if (s->log_max_bytes <= 0)
 		s->log_max_bytes = KN_LOG_MAX_BYTES;
 	if (s->log_keep < 1)
@@ -118,8 +126,16 @@ static int load_launch(struct shim *s, struct kn_error *err)
 
 static int open_log(struct shim *s)
 {
-	char *path = kn_asprintf("%s/" KN_LOG_FILE, s->dir);
+	char *path;
 	off_t end;
+
+	if (s->log_stdout) {
+		/* The container runtime keeps and rotates this log. */
+		s->log_fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+		s->log_max_bytes = INT64_MAX;
+		return s->log_fd < 0 ? -errno : 0;
+	}
+	path = kn_asprintf("%s/" KN_LOG_FILE, s->dir);
 
 	s->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	free(path);
@@ -238,8 +254,12 @@ static void read_stop_request(struct shim *s, int *signo, int64_t *grace_ms)
 	free(path);
 }
 
-/* First stop: a signal to the group, SIGKILL when the grace runs out. */
-static void begin_stop(struct shim *s, int tfd, const char *reason)
+/*
+ * First stop: a signal to the group, SIGKILL when the grace runs out.
+ * signo 0: the timeout's signal with a reason, else stop.json's or SIGTERM.
+ */
+static void begin_stop(struct shim *s, int tfd, const char *reason,
+		       int signo_given)
 {
 	int signo = SIGTERM;
 	int64_t grace = s->grace_ms;
@@ -250,6 +270,8 @@ static void begin_stop(struct shim *s, int tfd, const char *reason)
 	if (reason) {
 		kn_strlcpy(s->reason, reason, sizeof(s->reason));
 		signo = s->timeout_signal;
+	} else if (signo_given) {
+		signo = signo_given;
 	} else {
 		read_stop_request(s, &signo, &grace);
 	}
@@ -315,6 +337,8 @@ int kn_shim_main_prepared(const char *task_dir,
 	/* Passed on to the task: Slurm's --signal before the time limit. */
 	sigaddset(&mask, SIGUSR1);
 	sigaddset(&mask, SIGUSR2);
+	if (s.stop_signal)
+		sigaddset(&mask, s.stop_signal);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
@@ -375,7 +399,7 @@ int kn_shim_main_prepared(const char *task_dir,
 			bool asked = access(stop, F_OK) == 0;
 			free(stop);
 			if (asked) {
-				begin_stop(&s, tfd, NULL);
+				begin_stop(&s, tfd, NULL, 0);
 				continue;
 			}
 			wait_ms = s.stop_poll_ms;
@@ -407,11 +431,15 @@ int kn_shim_main_prepared(const char *task_dir,
 					kill(-s.child, SIGKILL);
 					drain_deadline = kn_mono_ms() + DRAIN_MS;
 				}
+			} else if (s.stop_signal &&
+				   (int)si.ssi_signo == s.stop_signal &&
+				   !child_done) {
+				begin_stop(&s, tfd, NULL, s.stop_signal);
 			} else if ((si.ssi_signo == SIGUSR1 ||
 				    si.ssi_signo == SIGUSR2) && !child_done) {
 				kill(-s.child, (int)si.ssi_signo);
 			} else if (si.ssi_signo != SIGHUP && !child_done) {
-				begin_stop(&s, tfd, NULL);
+				begin_stop(&s, tfd, NULL, 0);
 			}
 		}
 		if (fds[2].revents & POLLIN) {
@@ -421,7 +449,7 @@ int kn_shim_main_prepared(const char *task_dir,
 			if (child_done)
 				continue;
 			if (!s.stopping)
-				begin_stop(&s, tfd, "timeout");
+				begin_stop(&s, tfd, "timeout", 0);
 			else
 				kill(-s.child, SIGKILL);
 		}
@@ -445,4 +473,48 @@ out:
 	free_strings(s.env);
 	free(s.workdir);
 	return rc < 0 ? 1 : 0;
+}
+
+int kn_kube_shim_run(const char *task_dir, char *const *argv,
+		     int stop_signal, int64_t grace_ms,
+		     const struct kn_shim_prepare *prep, int *exit_code,
+		     struct kn_error *err)
+{
+	char cwd[4096], *path = kn_asprintf("%s/launch.json", task_dir), *text;
+	struct kn_task_status st;
+	json_t *doc, *args = json_array();
+	int rc;
+
+	*exit_code = 1;
+	for (char *const *a = argv; a && *a; a++)
+		json_array_append_new(args, json_string(*a));
+	/* The container's workingDir, not the task directory. */
+	if (!getcwd(cwd, sizeof(cwd)))
+		kn_strlcpy(cwd, "/", sizeof(cwd));
+	doc = json_pack("{s:o, s:[], s:s, s:I, s:b, s:i}", "argv", args,
+			"env", "workdir", cwd, "grace_ms", (json_int_t)grace_ms,
+			"log_stdout", 1, "stop_signal", stop_signal);
+	text = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	rc = kn_mkdir_p(task_dir, 0700);
+	if (rc == 0)
+		rc = kn_write_file_replace(path, text, strlen(text), 0600);
+	free(text);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
+			       strerror(-rc));
+		free(path);
+		return rc;
+	}
+	free(path);
+	if (kn_shim_main_prepared(task_dir, prep, err) != 0)
+		return -EIO;
+	memset(&st, 0, sizeof(st));
+	rc = exec_read_status(task_dir, &st);
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "cannot read %s/status.json: "
+				 "%s", task_dir, strerror(-rc));
+	/* As a shell reports it, so the pod's exit code says the same. */
+	*exit_code = st.signal ? 128 + st.signal : st.exit_code;
+	return 0;
 }

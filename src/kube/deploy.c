@@ -13,6 +13,11 @@
  * a restarted server finds its Deployments by label and writes nothing
  * when the generation matches; a failed call is tried again next turn.
  *
+ * `kiln rollout restart` is what `kubectl rollout restart` does: a
+ * merge PATCH of the pod template's annotation
+ * kubectl.kubernetes.io/restartedAt, a template change that the
+ * Deployment controller rolls out as any other (maxUnavailable 0).
+ *
  * The worker works on copies taken under the lock, so the loop may
  * replace a deployment while a call about it is in flight; the results
  * it writes back (status, error) are about the name, whatever version.
@@ -22,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kube/internal.h"
 #include "kube/kube.h"
@@ -43,6 +49,7 @@ struct wanted {
 	int64_t generation, spec_generation;
 	bool removed;
 	uint64_t version; /* bumped by each change from the loop */
+	int64_t restart_at; /* a restart to send (ms since the epoch), or 0 */
 	/* Written by the worker. */
 	bool service_known;
 	bool synced;
@@ -181,6 +188,23 @@ int kn_kube_deploy_check(const struct kn_deployment_spec *spec,
 				      err);
 	json_decref(docs);
 	return rc;
+}
+
+int kn_kube_deploy_restart(const char *name, int64_t at_ms,
+			   struct kn_error *err)
+{
+	struct wanted *w;
+
+	pthread_mutex_lock(&lock);
+	w = find(name);
+	if (w && !w->removed)
+		w->restart_at = at_ms;
+	pthread_mutex_unlock(&lock);
+	if (!w)
+		return kn_errorf(err, KN_ENOTFOUND, "name", "deployment %s is "
+				 "not kept on Kubernetes", name);
+	kube_exec_wake();
+	return 0;
 }
 
 void kn_kube_deploy_remove(const char *name)
@@ -507,7 +531,9 @@ struct item {
 	int64_t generation, spec_generation;
 	bool removed, service_known;
 	uint64_t version;
+	int64_t restart_at;
 	/* Results. */
+	bool restarted;
 	bool done_removing, synced;
 	char error[ERROR_MAX];
 	json_t *view;
@@ -727,6 +753,34 @@ static void apply(struct kn_kube_client *c, const char *ns, struct item *it,
 			goto out;
 		it->service_known = true;
 	}
+	if (it->restart_at && *current) {
+		char at[32];
+		time_t secs = (time_t)(it->restart_at / 1000);
+		struct tm tm;
+
+		gmtime_r(&secs, &tm);
+		strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		free(path);
+		path = kn_asprintf(DEPLOYMENTS_PATH "/%s", ns, it->kname);
+		json_decref(answer);
+		answer = NULL;
+		body = json_pack("{s:{s:{s:{s:{s:s}}}}}", "spec", "template",
+				 "metadata", "annotations",
+				 KN_KUBE_RESTARTED_AT, at);
+		if (call(c, CALL_PATCH, path, body, created,
+			 "PATCH deployment (restart)", it, &answer) < 0) {
+			json_decref(body);
+			goto out;
+		}
+		json_decref(body);
+		it->restarted = true;
+		kn_log(KN_LOG_INFO, "kubernetes: restarted Deployment %s/%s "
+		       "(%s)", ns, it->kname, at);
+		json_decref(*current);
+		*current = json_incref(answer);
+	} else if (it->restart_at) {
+		it->restarted = true; /* created just now: new pods anyway */
+	}
 	it->synced = true;
 	it->error[0] = '\0';
 out:
@@ -787,6 +841,7 @@ void kube_deploy_turn(struct kn_kube_client *c, const char *ns,
 		it->removed = w->removed;
 		it->service_known = w->service_known;
 		it->version = w->version;
+		it->restart_at = w->restart_at;
 	}
 	pthread_mutex_unlock(&lock);
 	/* Nothing wanted and nothing left to sweep: no request. */
@@ -877,6 +932,9 @@ write_back:
 				w->service_known = it->service_known;
 				w->synced = it->synced;
 			}
+			/* Sent: unless another was asked for meanwhile. */
+			if (it->restarted && w->restart_at == it->restart_at)
+				w->restart_at = 0;
 		}
 		p = &w->next;
 	}

@@ -30,6 +30,12 @@
  * its own to let submits and deletes through, and a list is its own
  * resync, with no resourceVersion to lose. After each pass the same
  * worker keeps the deployments in step (deploy.c).
+ *
+ * Pods run their task under `kiln shim --kube` (render.c), which syncs
+ * the checkpoints itself and reports the last one in the container's
+ * termination message; the task's state carries it to the server. The
+ * store's credentials reach the pods through a Secret the worker writes
+ * before its first submit, never inline in a manifest.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -92,6 +98,7 @@ struct kube_exec {
 	struct attempt *attempts;   /* prepended under the lock */
 	char last_warning[256];
 	int64_t warned_at;
+	json_t *secret;             /* to write first; NULL once written */
 };
 
 /* The one executor of this process (the ops table carries no context). */
@@ -132,6 +139,8 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 	opts.namespace_ = cfg->namespace_;
 	opts.scheduler_name = cfg->scheduler_name;
 	opts.products = cfg->products;
+	opts.shim_image = cfg->shim_image ? cfg->shim_image : opts.image;
+	opts.store_url = cfg->store_url;
 	rc = kn_kube_render_job(&named, &opts, &docs, err);
 	if (rc < 0)
 		return rc;
@@ -270,6 +279,25 @@ static void ended(struct kn_kube_task_view *v, int exit_code, int sig,
 	snprintf(v->reason, sizeof(v->reason), "%s", reason ? reason : "");
 }
 
+/* The shim's termination message (shim.c) into v; others are ignored. */
+static void shim_report(json_t *term, struct kn_kube_task_view *v)
+{
+	json_t *doc = json_loads(str_at(term, "message", NULL) ?
+				 str_at(term, "message", NULL) : "", 0, NULL);
+	const char *ck = json_string_value(json_object_get(doc, "checkpoint"));
+	const char *re = json_string_value(json_object_get(doc, "restored"));
+
+	if (ck) {
+		kn_strlcpy(v->checkpoint, ck, sizeof(v->checkpoint));
+		v->checkpoint_at_ms = json_integer_value(
+			json_object_get(doc, "checkpoint_at_ms"));
+	}
+	if (re)
+		kn_strlcpy(v->restored, re, sizeof(v->restored));
+	v->restore_ms = json_integer_value(json_object_get(doc, "restore_ms"));
+	json_decref(doc);
+}
+
 /* From a pod that has ended (or is being disrupted): true when it has. */
 static bool pod_state(json_t *pod, struct kn_kube_task_view *v)
 {
@@ -293,6 +321,8 @@ static bool pod_state(json_t *pod, struct kn_kube_task_view *v)
 	if (!v->started_at_ms)
 		v->started_at_ms = time_ms(str_at(pod, "status", "startTime"));
 	v->ended_at_ms = time_ms(str_at(term, "finishedAt", NULL));
+	if (term)
+		shim_report(term, v);
 	if (disrupted) {
 		/* Taken away (spot eviction, preemption, node drain): not the
 		   task's failure; it may still be saving its checkpoint. */
@@ -383,12 +413,18 @@ static char *attempt_dir_of(const char *task_dir)
 static int write_view(const char *task_dir,
 		      const struct kn_kube_task_view *v)
 {
-	json_t *doc = json_pack("{s:b, s:i, s:i, s:s, s:b, s:I, s:I, s:s}",
+	json_t *doc = json_pack("{s:b, s:i, s:i, s:s, s:b, s:I, s:I, s:s, s:s, "
+				"s:I, s:s, s:I}",
 				"ended", v->ended, "exit_code", v->exit_code,
 				"signal", v->signal, "reason", v->reason,
 				"preempted", v->preempted, "started_at_ms",
 				(json_int_t)v->started_at_ms, "ended_at_ms",
-				(json_int_t)v->ended_at_ms, "pod", v->pod);
+				(json_int_t)v->ended_at_ms, "pod", v->pod,
+				"checkpoint", v->checkpoint,
+				"checkpoint_at_ms",
+				(json_int_t)v->checkpoint_at_ms, "restored",
+				v->restored, "restore_ms",
+				(json_int_t)v->restore_ms);
 	char *text = json_dumps(doc, JSON_COMPACT);
 	char *path = kn_asprintf("%s/" STATE_FILE, task_dir);
 	int rc;
@@ -426,6 +462,18 @@ static bool view_read(const char *task_dir, struct kn_task_status *st)
 			json_object_get(doc, "started_at_ms"));
 		st->ended_at_ms = json_integer_value(
 			json_object_get(doc, "ended_at_ms"));
+		st->checkpoint_at_ms = json_integer_value(
+			json_object_get(doc, "checkpoint_at_ms"));
+		st->restore_ms = json_integer_value(
+			json_object_get(doc, "restore_ms"));
+		if (json_is_string(json_object_get(doc, "checkpoint")))
+			kn_strlcpy(st->checkpoint, json_string_value(
+					   json_object_get(doc, "checkpoint")),
+				   sizeof(st->checkpoint));
+		if (json_is_string(json_object_get(doc, "restored")))
+			kn_strlcpy(st->restored, json_string_value(
+					   json_object_get(doc, "restored")),
+				   sizeof(st->restored));
 		kn_strlcpy(st->reason,
 			   json_string_value(json_object_get(doc, "reason")) ?
 				   json_string_value(json_object_get(doc,
@@ -512,6 +560,79 @@ static void ask_delete(struct kube_exec *ex, struct attempt *a,
 	}
 	ex->work = true;
 	pthread_cond_signal(&ex->wake);
+}
+
+/*
+ * Write the store's credentials to the pods' Secret: POST, and PUT over
+ * one that exists (credentials rotate). true once it is written.
+ */
+static bool write_secret(struct kube_exec *ex)
+{
+	const char *ns = ex->cfg.namespace_;
+	char *path = kn_asprintf("/api/v1/namespaces/%s/secrets", ns);
+	json_t *answer = NULL;
+	struct kn_error err;
+	long status = 0;
+	bool done = false;
+
+	if (kn_kube_post(ex->client, path, ex->secret, &status, &answer,
+			 &err) < 0) {
+		warn(ex, "cannot write Secret %s: %s", KN_KUBE_STORE_SECRET,
+		     err.message);
+		goto out;
+	}
+	if (status == 409) {
+		free(path);
+		path = kn_asprintf("/api/v1/namespaces/%s/secrets/%s", ns,
+				   KN_KUBE_STORE_SECRET);
+		json_decref(answer);
+		answer = NULL;
+		if (kn_kube_put(ex->client, path, ex->secret, &status, &answer,
+				&err) < 0) {
+			warn(ex, "cannot write Secret %s: %s",
+			     KN_KUBE_STORE_SECRET, err.message);
+			goto out;
+		}
+	}
+	if (status == 200 || status == 201) {
+		done = true;
+		kn_log(KN_LOG_INFO, "kubernetes: store credentials written to "
+		       "Secret %s/%s", ns, KN_KUBE_STORE_SECRET);
+	} else {
+		char detail[200];
+		http_error(status, answer, detail, sizeof(detail));
+		warn(ex, "cannot write Secret %s: %s", KN_KUBE_STORE_SECRET,
+		     detail);
+	}
+out:
+	json_decref(answer);
+	free(path);
+	return done;
+}
+
+/* The Secret of the store credentials in this environment, or NULL. */
+static json_t *secret_from_env(const char *ns)
+{
+	static const char *const keys[] = {
+		"AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT",
+		"AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN",
+	};
+	json_t *data = json_object();
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (getenv(keys[i]) && *getenv(keys[i]))
+			json_object_set_new(data, keys[i],
+					    json_string(getenv(keys[i])));
+	if (!json_object_size(data)) {
+		json_decref(data);
+		return NULL;
+	}
+	/* stringData: the API server encodes it into data. */
+	return json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:s, s:o}",
+			 "apiVersion", "v1", "kind", "Secret", "metadata",
+			 "name", KN_KUBE_STORE_SECRET, "namespace", ns,
+			 "labels", KN_KUBE_LABEL_MANAGED, "kiln", "type",
+			 "Opaque", "stringData", data);
 }
 
 static void submit(struct kube_exec *ex, struct attempt *a)
@@ -848,6 +969,11 @@ static void *worker(void *arg)
 		ex->work = false;
 		head = ex->attempts;
 		pthread_mutex_unlock(&ex->lock);
+		/* Before any pod could need it; tried again each turn. */
+		if (ex->secret && write_secret(ex)) {
+			json_decref(ex->secret);
+			ex->secret = NULL;
+		}
 		/* Only this thread frees attempts: the list is safe to walk. */
 		for (struct attempt *a = head; a && !ex->stop; a = a->next) {
 			bool sub, del;
@@ -1089,6 +1215,9 @@ int kn_kube_executor_start(const struct kn_kube_exec_config *cfg,
 	ex->cfg.image = dup_or_null(cfg->image);
 	ex->cfg.scheduler_name = dup_or_null(cfg->scheduler_name);
 	ex->cfg.products = cfg->products;
+	ex->cfg.shim_image = dup_or_null(cfg->shim_image);
+	ex->cfg.store_url = dup_or_null(cfg->store_url);
+	ex->secret = secret_from_env(cfg->namespace_);
 	pthread_mutex_init(&ex->lock, NULL);
 	pthread_cond_init(&ex->wake, NULL);
 	rc = pthread_create(&ex->thread, NULL, worker, ex);
@@ -1099,6 +1228,9 @@ int kn_kube_executor_start(const struct kn_kube_exec_config *cfg,
 		free((char *)ex->cfg.namespace_);
 		free((char *)ex->cfg.image);
 		free((char *)ex->cfg.scheduler_name);
+		free((char *)ex->cfg.shim_image);
+		free((char *)ex->cfg.store_url);
+		json_decref(ex->secret);
 		free(ex);
 		return kn_errorf(err, KN_EIO, NULL, "cannot start the "
 				 "Kubernetes worker: %s", strerror(rc));
@@ -1147,6 +1279,9 @@ void kn_kube_executor_stop(void)
 	free((char *)ex->cfg.namespace_);
 	free((char *)ex->cfg.image);
 	free((char *)ex->cfg.scheduler_name);
+	free((char *)ex->cfg.shim_image);
+	free((char *)ex->cfg.store_url);
+	json_decref(ex->secret);
 	free(ex);
 	the_exec = NULL;
 }

@@ -82,7 +82,27 @@ struct kn_kube_render_opts {
 	   place shares). */
 	const char *scheduler_name;
 	const struct kn_kube_products *products; /* may be NULL */
+	/*
+	 * Jobs only: run the task under `kiln shim --kube` (checkpoint
+	 * restore and sync, the checkpoint signal), kiln coming from this
+	 * image's initContainer; NULL renders the bare command.
+	 */
+	const char *shim_image;
+	/* The checkpoint store the shim syncs with when the spec names
+	   none (KILN_STORE), or NULL; only for preemptible jobs and jobs
+	   with a checkpoint section, as the server syncs. */
+	const char *store_url;
 };
+
+/*
+ * Under the shim, an emptyDir mounted here holds kiln (bin/, lib/ with
+ * the loader as lib/ld.so), the task directory (task/) and
+ * KILN_CHECKPOINT_DIR (checkpoints/); the store's credentials come from
+ * the Secret KN_KUBE_STORE_SECRET (optional: a store that needs none).
+ */
+#define KN_KUBE_SHIM_DIR "/kiln"
+#define KN_KUBE_STORE_SECRET "kiln-store-credentials"
+#define KN_KUBE_TERMINATION_LOG "/dev/termination-log"
 
 /*
  * A job spec as manifests: a JSON array of objects, a `batch/v1` Job and,
@@ -351,11 +371,17 @@ struct kn_kube_exec_config {
 	const char *image;                 /* for specs without one, or NULL */
 	const char *scheduler_name;        /* every pod's, or NULL */
 	const struct kn_kube_products *products; /* kept; may be NULL */
+	/* The image whose kiln the pods' initContainer copies (`kiln shim
+	   --install`); NULL: the task's image, which then has kiln. */
+	const char *shim_image;
+	/* The server's checkpoint store, for specs that name none. */
+	const char *store_url;
 };
 
 /*
  * The Job (and, for a gang, the headless Service) one attempt becomes:
- * kn_kube_render_job's documents renamed kiln-JOBID-ATTEMPT, with kiln's
+ * kn_kube_render_job's documents under the shim (cfg's shim image and
+ * store) renamed kiln-JOBID-ATTEMPT, with kiln's
  * labels, KILN_JOB_ID, KILN_ATTEMPT and KILN_JOB_NAME in the
  * environment, backoffLimit 0 (kiln retries whole attempts) and
  * ttlSecondsAfterFinished. Errors as kn_kube_render_job's.
@@ -375,6 +401,11 @@ struct kn_kube_task_view {
 	char pod[256];   /* the pod's name, "" when none is known */
 	int64_t started_at_ms;
 	int64_t ended_at_ms;
+	/* From the shim's termination message (the task's container). */
+	char checkpoint[128];
+	int64_t checkpoint_at_ms;
+	char restored[128];
+	int64_t restore_ms;
 };
 
 /*
@@ -385,6 +416,13 @@ struct kn_kube_task_view {
 void kn_kube_task_state(json_t *job, json_t *pods, int rank, bool stopping,
 			struct kn_kube_task_view *out);
 
+/*
+ * Start the worker. When the server's environment holds store
+ * credentials (AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT,
+ * AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN), the worker first writes
+ * them to the Secret KN_KUBE_STORE_SECRET (POST, or PUT when it exists),
+ * which the pods' shims read through envFrom.
+ */
 int kn_kube_executor_start(const struct kn_kube_exec_config *cfg,
 			   struct kn_error *err);
 /* Stop the worker (an API call in flight is cut within a second). */
@@ -437,6 +475,17 @@ int kn_kube_deploy_set(const struct kn_deployment_spec *spec, int replicas,
 /* Whether spec renders with the running executor's configuration. */
 int kn_kube_deploy_check(const struct kn_deployment_spec *spec,
 			 struct kn_error *err);
+/* The pod template annotation `kubectl rollout restart` sets. */
+#define KN_KUBE_RESTARTED_AT "kubectl.kubernetes.io/restartedAt"
+/*
+ * Restart deployment name's pods as `kubectl rollout restart` does: the
+ * worker's next turn merge-PATCHes the pod template's
+ * KN_KUBE_RESTARTED_AT annotation to at_ms (RFC 3339, UTC), and the
+ * Deployment controller rolls the change out. -ENOENT when name is not
+ * wanted. Loop thread.
+ */
+int kn_kube_deploy_restart(const char *name, int64_t at_ms,
+			   struct kn_error *err);
 /* Delete deployment name's Deployment and Service. Loop thread. */
 void kn_kube_deploy_remove(const char *name);
 /*

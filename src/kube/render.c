@@ -9,6 +9,14 @@
  * Both share the pod template: resources, GPU tolerations and product
  * affinity, placement, spot, the checkpoint grace.
  *
+ * With a shim image the task runs under `kiln shim --kube`: an
+ * initContainer from that image copies kiln with its libraries and
+ * loader into an emptyDir (`kiln shim --install`), and the task's
+ * container starts that copy through its own loader, so the task's image
+ * needs neither kiln nor kiln's libraries. Rejected: kiln as a sidecar
+ * (it could not be PID 1, the process the preStop hook signals, nor see
+ * the task's exit), and requiring kiln in every task image.
+ *
  * The output is the API's own JSON; kn_kube_yaml prints it. Everything is
  * derived from the normalized spec, so a spec kiln accepts renders the
  * same way every time.
@@ -415,6 +423,67 @@ static json_t *command(const struct kn_job_spec *spec)
 	return argv;
 }
 
+/*
+ * The task under the shim: kiln from the initContainer, its emptyDir,
+ * the checkpoint environment and the store's Secret.
+ */
+static void shim_wrap(const struct kn_job_spec *spec,
+		      const struct kn_kube_render_opts *opts, json_t *pod,
+		      json_t *container)
+{
+	const char *store = spec->checkpoint.store ? spec->checkpoint.store
+						   : opts->store_url;
+	json_t *env = json_object_get(container, "env");
+	json_t *argv = json_pack("[s, s, s, s, s, s, s]",
+				 KN_KUBE_SHIM_DIR "/lib/ld.so",
+				 "--library-path", KN_KUBE_SHIM_DIR "/lib",
+				 KN_KUBE_SHIM_DIR "/bin/kiln", "shim", "--kube",
+				 "--");
+	json_t *mounts = json_pack("[{s:s, s:s}]", "name", "kiln",
+				   "mountPath", KN_KUBE_SHIM_DIR);
+	const char *sig = sigabbrev_np(spec->checkpoint.signal);
+	char buf[32];
+
+	json_array_extend(argv, json_object_get(container, "command"));
+	json_object_set_new(container, "command", argv);
+	json_object_set(container, "volumeMounts", mounts);
+	json_array_append_new(env, env_value("KILN_TASK_DIR",
+					     KN_KUBE_SHIM_DIR "/task"));
+	json_array_append_new(env, env_value("KILN_CHECKPOINT_DIR",
+					     KN_KUBE_SHIM_DIR "/checkpoints"));
+	json_array_append_new(env, env_value("KILN_TERMINATION_LOG",
+					     KN_KUBE_TERMINATION_LOG));
+	snprintf(buf, sizeof(buf), "SIG%s", sig ? sig : "TERM");
+	json_array_append_new(env, env_value("KILN_CHECKPOINT_SIGNAL", buf));
+	/* The pod's terminationGracePeriodSeconds: Kubernetes' default
+	   (30 s) without a checkpoint section. */
+	snprintf(buf, sizeof(buf), "%lld",
+		 spec->checkpoint.set ?
+			 (long long)ceil_seconds(spec->checkpoint.grace_ms) *
+				 1000 : 30000LL);
+	json_array_append_new(env, env_value("KILN_CHECKPOINT_GRACE_MS", buf));
+	if (store && (spec->preemptible || spec->checkpoint.set)) {
+		json_array_append_new(env, env_value("KILN_STORE", store));
+		snprintf(buf, sizeof(buf), "%d",
+			 spec->checkpoint.set ? spec->checkpoint.keep : 3);
+		json_array_append_new(env,
+				      env_value("KILN_CHECKPOINT_KEEP", buf));
+		json_object_set_new(
+			container, "envFrom",
+			json_pack("[{s:{s:s, s:b}}]", "secretRef", "name",
+				  KN_KUBE_STORE_SECRET, "optional", 1));
+	}
+	json_object_set_new(
+		pod, "initContainers",
+		json_pack("[{s:s, s:s, s:[s, s, s, s], s:o}]", "name",
+			  "kiln-shim", "image", opts->shim_image, "command",
+			  "kiln", "shim", "--install", KN_KUBE_SHIM_DIR,
+			  "volumeMounts", mounts));
+	json_object_set_new(pod, "volumes",
+			    json_pack("[{s:s, s:{}}]", "name", "kiln",
+				      "emptyDir"));
+}
+
 static int check_opts(const struct kn_kube_render_opts *opts,
 		      struct kn_error *err)
 {
@@ -469,6 +538,8 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 	json_object_set_new(pod, "restartPolicy", json_string("Never"));
 	if (gang)
 		json_object_set_new(pod, "subdomain", json_string(kname));
+	if (opts->shim_image)
+		shim_wrap(spec, opts, pod, container);
 	if (gang) {
 		/* kiln's scheduler places the gang's pods all at once. */
 		snprintf(buf, sizeof(buf), "%d", spec->tasks);

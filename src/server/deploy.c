@@ -1665,10 +1665,18 @@ void deploy_h_restart(struct server *s, struct kn_http_req *req,
 	if (!p || !change_allowed(s, req, c, p, "deployment.restart"))
 		return;
 	if (kube_places(s)) {
-		reply_msg(req, KN_EINVAL, "executor",
-			  "under --executor kubernetes the Deployment's own "
-			  "rollout restarts pods: kubectl rollout restart "
-			  "deployment/NAME (a new spec rolls out by itself)");
+		/* The Deployment's own rollout replaces the pods. */
+		snprintf(object, sizeof(object), "deployment/%s", p->name);
+		audit_fill(&a, c, "deployment.restart", object, NULL);
+		if (save(s->deploy, p, &a, &err) < 0 ||
+		    kn_kube_deploy_restart(p->name, kn_now_ms(), &err) < 0) {
+			kn_http_reply_error(req, &err);
+			return;
+		}
+		feed_publish(s, "deployment.rollout",
+			     json_pack("{s:s, s:s}", "deployment", p->name,
+				       "state", "started"));
+		reply_deployment(s, req, p, 200);
 		return;
 	}
 	old = p->rollout_next;

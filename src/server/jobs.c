@@ -1302,6 +1302,16 @@ static bool check_task(struct server *s, struct run *r, struct run_task *t)
 		return false;
 	t->ended = true;
 	t->status = st;
+	/* A task that synced its own checkpoints (a Kubernetes pod's shim):
+	   the newest any rank reports counts, as the server's sync would. */
+	if (st.checkpoint[0] && st.checkpoint_at_ms > r->checkpoint_at) {
+		kn_strlcpy(r->checkpoint, st.checkpoint, sizeof(r->checkpoint));
+		r->checkpoint_at = st.checkpoint_at_ms;
+	}
+	if (st.restored[0] && !r->restored[0])
+		kn_strlcpy(r->restored, st.restored, sizeof(r->restored));
+	if (st.restore_ms > r->restore_ms)
+		r->restore_ms = st.restore_ms;
 	/* Taken away by the platform (a spot eviction): a preemptible job
 	   goes back to the queue as an eviction would send it. */
 	if (st.preempted && r->spec->preemptible && !r->stopping &&

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt.h"
 #include "kube/kube.h"
 
 #define SERVICE_ACCOUNT_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -27,7 +28,7 @@ int kube_start(struct server *s, struct kn_error *err)
 	const struct kn_server_config *cfg = &s->cfg;
 	struct kn_kube_auth auth = {0};
 	struct kn_kube_exec_config ec = {0};
-	char *env_config = NULL;
+	char *env_config = NULL, *store_url = NULL;
 	const char *kubeconfig = cfg->kubeconfig;
 	int rc;
 
@@ -52,6 +53,11 @@ int kube_start(struct server *s, struct kn_error *err)
 	ec.namespace_ = cfg->kube_namespace ? cfg->kube_namespace : "default";
 	ec.image = cfg->kube_image;
 	ec.scheduler_name = cfg->kube_scheduler;
+	ec.shim_image = cfg->kube_shim_image;
+	/* The pods' shims sync with the server's store (--blob-store). */
+	store_url = cfg->blob_store ? kn_xstrdup(cfg->blob_store)
+				    : kn_blob_default_url(s->home);
+	ec.store_url = store_url;
 	ec.products = s->kube_products;
 	rc = kn_kube_executor_start(&ec, err);
 	if (rc == 0)
@@ -60,6 +66,7 @@ int kube_start(struct server *s, struct kn_error *err)
 out:
 	kn_kube_auth_release(&auth);
 	free(env_config);
+	free(store_url);
 	return rc;
 }
 

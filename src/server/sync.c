@@ -248,7 +248,9 @@ void sync_run_started(struct server *s, struct run *r)
 	struct kn_error err;
 
 	r->server = s;
-	if (!sync_wanted(r))
+	/* A pod's shim syncs its own checkpoint directory (src/cmd/shim.c)
+	   and reports the last one in the task's status (jobs.c). */
+	if (!sync_wanted(r) || kube_places(s))
 		return;
 	if (kn_mkdir_p(r->checkpoint_dir, 0700) < 0 ||
 	    kn_mkdir_p(r->output_dir, 0700) < 0 ||
@@ -383,7 +385,8 @@ void sync_restore_then_launch(struct server *s, struct run *r)
 {
 	struct sync_work *w;
 
-	if (r->attempt <= 1) {
+	/* A pod's shim restores into the pod, not here. */
+	if (r->attempt <= 1 || kube_places(s)) {
 		jobs_launch_run(s, r);
 		return;
 	}

@@ -19,7 +19,11 @@ it; either bumps generation when the spec changed. The test plays the
 Deployment controller and kubelet with set_deployment (a recorded
 status) and set_deployment_pods (recorded pods). A node is read from
 tests/fixtures/kube/nodes.json. List GETs honour
-labelSelector's `key=value` and `key` terms, as the API server does."""
+labelSelector's `key=value` and `key` terms, as the API server does.
+
+Secrets: a POST stores one (409 when it exists), a PUT replaces it;
+stringData is kept as sent (the kubelet would hand its values to a pod's
+envFrom)."""
 import copy
 import json
 import threading
@@ -66,6 +70,7 @@ class JobApi:
         self.fail = {}      # (method, kind) -> HTTP status to answer
         self.deployments = {}  # name -> Deployment
         self.services = {}     # name -> Service
+        self.secrets = {}      # name -> Secret
         self.dpods = {}        # Deployment name -> [Pod]
         self.version = 51000   # resourceVersion counter
         self.lock = threading.Lock()
@@ -123,12 +128,14 @@ class JobApi:
         pods = f"/api/v1/namespaces/{self.ns}/pods"
         services = f"/api/v1/namespaces/{self.ns}/services"
         deployments = f"/apis/apps/v1/namespaces/{self.ns}/deployments"
+        secrets = f"/api/v1/namespaces/{self.ns}/secrets"
         kind = ("jobs" if path.startswith(jobs) else
                 "deployments" if path.startswith(deployments) else
                 "nodes" if path.startswith("/api/v1/nodes/") else
                 "log" if path.endswith("/log") else
                 "pods" if path.startswith(pods) else
-                "services" if path.startswith(services) else None)
+                "services" if path.startswith(services) else
+                "secrets" if path.startswith(secrets) else None)
         if (m, kind) in self.fail:
             # An HTTP status (its status-N.json), or (status, fixture).
             code = self.fail[(m, kind)]
@@ -147,6 +154,18 @@ class JobApi:
             return 404, recorded("status-404.json"), False
         if m == "POST" and path == jobs:
             return self.create_job(req["body"])
+        if m == "POST" and path == secrets:
+            name = req["body"]["metadata"]["name"]
+            if name in self.secrets:
+                return 409, recorded("status-409.json"), False
+            self.secrets[name] = copy.deepcopy(req["body"])
+            return 201, self.secrets[name], False
+        if m == "PUT" and path.startswith(secrets + "/"):
+            name = path.rsplit("/", 1)[1]
+            if name not in self.secrets:
+                return 404, recorded("status-404.json"), False
+            self.secrets[name] = copy.deepcopy(req["body"])
+            return 200, self.secrets[name], False
         if m == "POST" and path == services:
             name = req["body"]["metadata"]["name"]
             if name in self.services or any(
@@ -308,9 +327,14 @@ class JobApi:
         meta["ownerReferences"][0]["name"] = job
         return pod
 
-    def set_pod(self, job, index, fixture, log=None):
+    def set_pod(self, job, index, fixture, log=None, message=None):
+        """message: the task container's termination message, as the
+        kubelet copies it from its terminationMessagePath."""
         with self.lock:
             self.pods[job][index] = self.pod(job, index, fixture)
+            if message is not None:
+                (c,) = self.pods[job][index]["status"]["containerStatuses"]
+                c["state"]["terminated"]["message"] = message
             if log is not None:
                 self.logs[f"{job}-{index}-x7k2p"] = log
 

@@ -86,7 +86,17 @@ def test_render_gang_job():
     assert spread["labelSelector"] == {
         "matchLabels": {"kiln.dev/job": "train-big"}}
     (c,) = pod["containers"]
-    assert c["image"] == "img:1" and c["command"] == ["python", "train.py"]
+    # The task runs under the shim: kiln from the initContainer, through
+    # its own loader and libraries, so the task's image needs neither.
+    assert c["image"] == "img:1" and c["command"] == [
+        "/kiln/lib/ld.so", "--library-path", "/kiln/lib", "/kiln/bin/kiln",
+        "shim", "--kube", "--", "python", "train.py"]
+    assert pod["initContainers"] == [{
+        "name": "kiln-shim", "image": "img:1",
+        "command": ["kiln", "shim", "--install", "/kiln"],
+        "volumeMounts": [{"name": "kiln", "mountPath": "/kiln"}]}]
+    assert pod["volumes"] == [{"name": "kiln", "emptyDir": {}}]
+    assert c["volumeMounts"] == [{"name": "kiln", "mountPath": "/kiln"}]
     assert c["resources"] == {
         "requests": {"cpu": "16", "memory": "64Gi"},
         "limits": {"memory": "64Gi", "nvidia.com/gpu": "8"}}
@@ -99,7 +109,37 @@ def test_render_gang_job():
                                         "job-completion-index']"}}
     assert env["MASTER_ADDR"] == "train-big-0.train-big"
     assert env["MASTER_PORT"] == "29500"
+    assert {k: env[k] for k in env if k.startswith("KILN_") and
+            k not in ("KILN_JOB",)} == {
+        "KILN_TASK_DIR": "/kiln/task",
+        "KILN_CHECKPOINT_DIR": "/kiln/checkpoints",
+        "KILN_TERMINATION_LOG": "/dev/termination-log",
+        "KILN_CHECKPOINT_SIGNAL": "SIGUSR1",
+        "KILN_CHECKPOINT_GRACE_MS": "45000"}
+    # No store given: nothing to sync with, no Secret to read.
+    assert "envFrom" not in c
     assert (svc["kind"], svc["spec"]["clusterIP"]) == ("Service", "None")
+    # With a store and a kiln image: the store in env, its credentials
+    # from the Secret kiln writes (optional: a store that needs none).
+    job = render_docs(
+        "kind: Job\nname: spot\ncommand: [python, train.py]\n"
+        "preemptible: true\n", "--shim-image", "reg/kiln:0.1",
+        "--store", "https://acct.blob.core.windows.net/ckpt")[0]
+    pod = pod_spec(job)
+    assert pod["initContainers"][0]["image"] == "reg/kiln:0.1"
+    c = pod["containers"][0]
+    env = env_of(c)
+    assert env["KILN_STORE"] == "https://acct.blob.core.windows.net/ckpt"
+    assert env["KILN_CHECKPOINT_KEEP"] == "3"
+    # Kubernetes' own default grace without a checkpoint section.
+    assert env["KILN_CHECKPOINT_GRACE_MS"] == "30000"
+    assert env["KILN_CHECKPOINT_SIGNAL"] == "SIGTERM"
+    assert c["envFrom"] == [{"secretRef": {
+        "name": "kiln-store-credentials", "optional": True}}]
+    # A job that neither is preemptible nor checkpoints syncs nothing.
+    job = render_docs("kind: Job\nname: plain\ncommand: [x]\n",
+                      "--store", "file:///data/ckpt")[0]
+    assert "KILN_STORE" not in env_of(pod_spec(job)["containers"][0])
     assert svc["spec"]["selector"] == {"kiln.dev/job": "train-big"}
 
 

@@ -3,7 +3,10 @@
 tests/fixtures/kube/executor: the exact Deployment and Service kiln POSTs,
 status through a rollout (1/2 ready, then 2/2), the scale PATCH and its
 Content-Type, an update's PUT, the gateway's configuration, delete, a
-restart that finds the Deployment again by label, and API errors."""
+restart that finds the Deployment again by label, API errors, and
+`kiln rollout restart` as the restartedAt PATCH kubectl sends."""
+import re
+
 import pytest
 
 from conftest import wait_for
@@ -273,10 +276,32 @@ def test_api_errors(tmp_path, api):
         assert r.status_code == 400
         assert "no nvidia.com/gpu.product label is known for MI300X" in \
             r.json()["error"]["message"]
-        # The Deployment's own rollout restarts pods.
-        r = s.request("POST", "/v1/deployments/chat/restart")
-        assert r.status_code == 400
-        assert "kubectl rollout restart" in r.json()["error"]["message"]
+        # kiln rollout restart is kubectl's: the pod template's
+        # restartedAt annotation, merge-PATCHed; the Deployment rolls out.
+        before = api.deployments["chat"]["metadata"]["generation"]
+        r = s.cli("rollout", "restart", "chat")
+        assert r.returncode == 0, r.stderr
+        (patch,) = wait_for(lambda: [
+            q for q in api.sent("PATCH", "/deployments/chat")
+            if "template" in q["body"].get("spec", {})],
+            what="the restart's PATCH")
+        assert patch["content_type"] == "application/merge-patch+json"
+        at = patch["body"]["spec"]["template"]["metadata"]["annotations"][
+            "kubectl.kubernetes.io/restartedAt"]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", at), at
+        assert patch["body"] == {"spec": {"template": {"metadata": {
+            "annotations": {"kubectl.kubernetes.io/restartedAt": at}}}}}
+        d = api.deployments["chat"]
+        assert d["metadata"]["generation"] == before + 1
+        assert d["spec"]["template"]["metadata"]["annotations"][
+            "kubectl.kubernetes.io/restartedAt"] == at
+        # Sent once; the audit log has it.
+        wait_for(lambda: show(s)["kubernetes"]["synced"], what="a turn")
+        assert len([q for q in api.sent("PATCH", "/deployments/chat")
+                    if "template" in q["body"].get("spec", {})]) == 1
+        audit = s.request("GET", "/v1/audit", params={
+            "action": "deployment.restart"}).json()["audit"]
+        assert [a["object"] for a in audit] == ["deployment/chat"]
     finally:
         s.stop()
 

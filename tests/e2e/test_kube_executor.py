@@ -21,7 +21,7 @@ def api():
     a.close()
 
 
-def start_server(tmp_path, api_port, *extra, token=None):
+def start_server(tmp_path, api_port, *extra, token=None, env=None):
     config = tmp_path / "kubeconfig"
     if token:
         write_kubeconfig(config, api_port, token=token)
@@ -30,7 +30,7 @@ def start_server(tmp_path, api_port, *extra, token=None):
     s = Server(tmp_path / "home", gpus="8xH100-80GB",
                extra=["--executor", "kubernetes", "--kubeconfig", str(config),
                       "--kube-namespace", NS, "--image", "ghcr.io/me/train:1.4",
-                      *extra])
+                      *extra], env=env)
     s.home.mkdir(exist_ok=True)
     return s.start()
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -312,6 +313,63 @@ static void test_shim_polls_for_stop(void **state)
 	free(dir);
 }
 
+/* kn_kube_shim_run with stdout in DIR/stdout; returns what it wrote. */
+static char *kube_shim(const char *dir, const char *script, int signo,
+		       int64_t grace_ms, int *code)
+{
+	char *const argv[] = {"/bin/sh", "-c", (char *)script, NULL};
+	char *path = kn_asprintf("%s/stdout", dir), *text;
+	int saved = dup(STDOUT_FILENO);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	struct kn_error err;
+
+	assert_true(saved >= 0 && fd >= 0);
+	fflush(stdout);
+	dup2(fd, STDOUT_FILENO);
+	close(fd);
+	assert_int_equal(kn_kube_shim_run(dir, argv, signo, grace_ms, NULL, code,
+					  &err), 0);
+	dup2(saved, STDOUT_FILENO);
+	close(saved);
+	free(path);
+	text = read_log(dir, "stdout");
+	return text;
+}
+
+static void test_kube_shim(void **state)
+{
+	char *dir = make_task_dir(), *out, *log, cwd[4096];
+	int code = -1;
+	(void)state;
+
+	/* The stop signal reaches the task, which exits on its own; its
+	   output is the container's (stdout), in the container's workdir. */
+	out = kube_shim(dir, "pwd; trap 'echo checkpointed; exit 0' USR2; "
+			     "kill -USR2 $PPID; while :; do sleep 0.05; done",
+			SIGUSR2, 5000, &code);
+	assert_int_equal(code, 0);
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	assert_non_null(strstr(out, cwd));
+	assert_non_null(strstr(out, "checkpointed\n"));
+	free(out);
+	/* Nothing went to the task directory's log. */
+	log = kn_asprintf("%s/" KN_LOG_FILE, dir);
+	assert_int_not_equal(access(log, F_OK), 0);
+	free(log);
+	/* One that ignores it is killed when the grace runs out; the exit
+	   code is a shell's for that signal. */
+	out = kube_shim(dir, "trap '' USR2; kill -USR2 $PPID; "
+			     "while :; do sleep 0.05; done", SIGUSR2, 200,
+			&code);
+	assert_int_equal(code, 128 + SIGKILL);
+	free(out);
+	out = kube_shim(dir, "exit 5", SIGUSR2, 200, &code);
+	assert_int_equal(code, 5);
+	free(out);
+	kn_rm_rf(dir);
+	free(dir);
+}
+
 static bool has_arg(char **args, const char *want)
 {
 	for (char **p = args; *p; p++)
@@ -414,6 +472,7 @@ int main(void)
 		cmocka_unit_test(test_shim_missing_launch),
 		cmocka_unit_test(test_shim_timeout_signal_and_usr1),
 		cmocka_unit_test(test_shim_polls_for_stop),
+		cmocka_unit_test(test_kube_shim),
 		cmocka_unit_test(test_slurm_sbatch_args),
 		cmocka_unit_test(test_slurm_host_list_and_states),
 	};

@@ -165,6 +165,29 @@ static void test_disruption(void **state)
 	assert_false(v.ended);
 }
 
+/* The shim's termination message: the checkpoint report the server
+   accounts with; a pod without one (the task's own) reports nothing. */
+static void test_shim_report(void **state)
+{
+	struct kn_kube_task_view v;
+
+	(void)state;
+	state_of("job-active.json", false, 0, &v, "pod-disrupted-ended.json",
+		 NULL);
+	assert_true(v.ended);
+	assert_true(v.preempted);
+	assert_int_equal(v.exit_code, 0);
+	assert_string_equal(v.checkpoint, "step-000120");
+	assert_int_equal(v.checkpoint_at_ms, 1796270530000LL);
+	assert_string_equal(v.restored, "step-000060");
+	assert_int_equal(v.restore_ms, 850);
+	state_of("job-active.json", false, 0, &v, "pod-failed.json", NULL);
+	assert_true(v.ended);
+	assert_string_equal(v.checkpoint, "");
+	assert_int_equal(v.checkpoint_at_ms, 0);
+	assert_string_equal(v.restored, "");
+}
+
 static void test_gone_and_stopped(void **state)
 {
 	struct kn_kube_task_view v;
@@ -225,7 +248,8 @@ static void test_attempt_manifests(void **state)
 		"checkpoint: {every: 10m, grace: 45s}\n";
 	struct kn_job_spec *spec = NULL;
 	struct kn_kube_exec_config cfg = {.namespace_ = "ml",
-					  .image = "img:1"};
+					  .image = "img:1",
+					  .store_url = "file:///srv/kiln/blobs"};
 	struct kn_kube_task task = {.job_id = 12, .attempt = 2};
 	struct kn_error err = {0};
 	json_t *docs = NULL, *job, *tmpl, *c;
@@ -259,7 +283,30 @@ static void test_attempt_manifests(void **state)
 				      "KILN_JOB_NAME"), "train_big");
 	assert_string_equal(env_value(json_object_get(c, "env"), "MASTER_ADDR"),
 			    "kiln-12-2-0.kiln-12-2");
+	/* Under the shim, kiln from the task's image (no --kube-shim-image)
+	   and the server's store for a job with a checkpoint section. */
+	assert_string_equal(json_string_value(json_array_get(
+		json_object_get(c, "command"), 3)), "/kiln/bin/kiln");
+	assert_string_equal(json_string_value(json_array_get(
+		json_object_get(c, "command"), 7)), "python");
+	assert_string_equal(json_string_value(json_object_get(json_array_get(
+		json_object_get(json_object_get(tmpl, "spec"), "initContainers"),
+		0), "image")), "img:1");
+	assert_string_equal(env_value(json_object_get(c, "env"), "KILN_STORE"),
+			    "file:///srv/kiln/blobs");
+	assert_string_equal(env_value(json_object_get(c, "env"),
+				      "KILN_CHECKPOINT_GRACE_MS"), "45000");
 	json_decref(docs);
+	cfg.shim_image = "reg/kiln:0.1";
+	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
+			 0);
+	tmpl = json_object_get(json_object_get(json_array_get(docs, 0), "spec"),
+			       "template");
+	assert_string_equal(json_string_value(json_object_get(json_array_get(
+		json_object_get(json_object_get(tmpl, "spec"), "initContainers"),
+		0), "image")), "reg/kiln:0.1");
+	json_decref(docs);
+	cfg.shim_image = NULL;
 	/* No image anywhere: the error names the flag. */
 	cfg.image = NULL;
 	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
@@ -275,6 +322,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_failures),
 		cmocka_unit_test(test_timeout),
 		cmocka_unit_test(test_disruption),
+		cmocka_unit_test(test_shim_report),
 		cmocka_unit_test(test_gone_and_stopped),
 		cmocka_unit_test(test_single_task),
 		cmocka_unit_test(test_attempt_manifests),
