@@ -147,7 +147,7 @@ def test_database_from_before_the_chain(stopped_home, tmp_path):
                  " DROP TABLE models;"
                  " DROP TABLE workflow_steps; DROP TABLE workflow_runs;"
                  " DROP TABLE model_evaluations; DROP TABLE model_revalidations;"
-                 " DROP TABLE job_revisions;"
+                 " DROP TABLE job_revisions; DROP TABLE job_inputs;"
                  " PRAGMA user_version = 4;")
     (s.home / "audit.key").unlink()
     (s.home / "audit.head").unlink()
