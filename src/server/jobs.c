@@ -638,14 +638,17 @@ static char *inputs_for_shim(struct server *s, int64_t job_id,
 	list = inputs_with_digests(s, job_id, json_object_get(doc, "inputs"));
 	json_array_foreach(list, i, in) {
 		const char *url = json_string_value(json_object_get(in, "url"));
-		const char *slash = strrchr(url, '/');
-		size_t n = (size_t)(slash - url);
+		const char *slash = url ? strrchr(url, '/') : NULL;
+		size_t n;
 
+		/* Resolved at submit: every input has a URL with a '/'. */
+		if (!slash)
+			continue;
+		n = (size_t)(slash - url);
 		/* "file:///x" is the blob x of the store "file:///". */
-		if (n >= 3 && !strncmp(slash - 2, ":/", 2))
+		if (n >= 3 && !strncmp(slash - 3, "://", 3))
 			n++;
-		json_object_set_new(in, "store",
-				    json_stringn(url, n));
+		json_object_set_new(in, "store", json_stringn(url, n));
 		json_object_set_new(in, "blob", json_string(slash + 1));
 	}
 	text = json_dumps(list, JSON_COMPACT);

@@ -1,4 +1,4 @@
-"""A job spec's own `inputs:` (docs/workflows.md, "A job's inputs"): files
+"""A job spec's own `inputs:` (docs/registry.md, "A job's inputs"): files
 and file:// URLs fetched into $KILN_INPUT_DIR, their digests recorded by
 the first attempt, shown by `kiln show -o json`, carried into a model's
 lineage, and a later attempt refused when an input changed."""
