@@ -156,3 +156,22 @@ def test_bad_inputs_are_refused_naming_the_place(server, tmp_path):
     assert res.returncode == 1
     assert ("a.yaml:4:10: inputs: a step's inputs go in the step's inputs: "
             "list (steps[0] of") in res.stderr, res.stderr
+
+
+def test_inputs_survive_a_server_restart(server, tmp_path):
+    go = tmp_path / "go"
+    spec = project(tmp_path, f'while [ ! -e {go} ]; do sleep 0.05; done; '
+                             'cat "$KILN_INPUT_DIR/vocab.txt"')
+    jid = submit(server, spec)
+    wait_for(lambda: all("sha256" in i for i in
+                         server.job(jid).get("inputs", [{}])),
+             what="the digests")
+    server.kill9()
+    server.start()
+    go.touch()
+    job = server.wait_state(jid, ("succeeded", "failed"))
+    assert job["state"] == "succeeded", job["reason"]
+    assert VOCAB in server.logs(jid)
+    assert [i["sha256"] for i in job["inputs"]] == [sha256(TRAIN),
+                                                    sha256(VOCAB)]
+    assert job["inputs"][0]["url"] == f"file://{tmp_path}/proj/data/train.txt"
