@@ -6,6 +6,7 @@ import hashlib
 import json
 
 from conftest import wait_for
+from test_kube_executor import api, start_server  # noqa: F401 (a fixture)
 from test_workflows import write_workflow
 
 TRAIN = "0 1 2 3 4 5 6 7 8 9\n"
@@ -175,3 +176,18 @@ def test_inputs_survive_a_server_restart(server, tmp_path):
     assert [i["sha256"] for i in job["inputs"]] == [sha256(TRAIN),
                                                     sha256(VOCAB)]
     assert job["inputs"][0]["url"] == f"file://{tmp_path}/proj/data/train.txt"
+
+
+def test_pods_cannot_have_inputs(tmp_path, api):  # noqa: F811
+    s = start_server(tmp_path, api.port)
+    try:
+        r = s.request("POST", "/v1/jobs", params={"file": "j.yaml"},
+                      data="kind: Job\nname: x\ncommand: [x]\n"
+                           "inputs: [/data/a.bin]\n")
+        assert r.status_code == 400
+        assert r.json()["error"]["message"] == (
+            "j.yaml:4:10: inputs: the kubernetes executor does not fetch "
+            "inputs (the local and slurm ones do)")
+        assert not api.sent("POST", "/jobs")
+    finally:
+        s.stop()
