@@ -576,21 +576,19 @@ static void share_text(int milli, char *buf, size_t len)
 /*
  * The spec's inputs ({input, name, url} from kn_job_spec_to_json) with
  * what was recorded for each: sha256, size and the attempt that fetched
- * it. A new list; without a record an input is listed as it is.
+ * it. A new list (without a record an input is listed as it is), or
+ * NULL when the records cannot be read.
  */
 static json_t *inputs_with_digests(struct server *s, int64_t job_id,
-				   json_t *spec_inputs)
+				   json_t *spec_inputs, struct kn_error *err)
 {
 	struct kn_job_input_row *rows = NULL;
-	struct kn_error err;
-	json_t *out = json_array(), *in;
+	json_t *out, *in;
 	size_t n = 0, i;
 
-	if (kn_store_job_input_list(s->store, job_id, &rows, &n, &err) < 0) {
-		kn_log(KN_LOG_ERROR, "job %lld: %s", (long long)job_id,
-		       err.message);
-		n = 0;
-	}
+	if (kn_store_job_input_list(s->store, job_id, &rows, &n, err) < 0)
+		return NULL;
+	out = json_array();
 	json_array_foreach(spec_inputs, i, in) {
 		const char *name = json_string_value(json_object_get(in, "name"));
 		json_t *o = json_deep_copy(in);
@@ -616,9 +614,12 @@ json_t *jobs_inputs_json(struct server *s, int64_t job_id,
 {
 	json_t *spec = spec_json ? json_loads(spec_json, 0, NULL) : NULL;
 	json_t *inputs = json_object_get(spec, "inputs"), *out = NULL;
+	struct kn_error err;
 
-	if (json_array_size(inputs))
-		out = inputs_with_digests(s, job_id, inputs);
+	if (json_array_size(inputs) &&
+	    !(out = inputs_with_digests(s, job_id, inputs, &err)))
+		kn_log(KN_LOG_ERROR, "job %lld: %s", (long long)job_id,
+		       err.message);
 	json_decref(spec);
 	return out;
 }
@@ -627,15 +628,23 @@ json_t *jobs_inputs_json(struct server *s, int64_t job_id,
  * KILN_INPUTS of a job with `inputs:`, in a workflow step's format
  * (docs/workflows.md): each input's store (its URL up to the last '/')
  * and blob (the rest), with the recorded sha256 the shim checks, if any.
+ * NULL when the records cannot be read: the task must not start without
+ * the digests it is to be checked against.
  */
 static char *inputs_for_shim(struct server *s, int64_t job_id,
-			     const struct kn_job_spec *spec)
+			     const struct kn_job_spec *spec,
+			     struct kn_error *err)
 {
 	json_t *doc = kn_job_spec_to_json(spec), *list, *in;
 	char *text;
 	size_t i;
 
-	list = inputs_with_digests(s, job_id, json_object_get(doc, "inputs"));
+	list = inputs_with_digests(s, job_id, json_object_get(doc, "inputs"),
+				   err);
+	if (!list) {
+		json_decref(doc);
+		return NULL;
+	}
 	json_array_foreach(list, i, in) {
 		const char *url = json_string_value(json_object_get(in, "url"));
 		const char *slash = url ? strrchr(url, '/') : NULL;
@@ -731,7 +740,8 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	struct kn_slurm_task slurm;
 	struct kn_kube_task kube;
 	char partition[128];
-	struct kn_error err;
+	struct kn_error err, inputs_err;
+	bool inputs_ok = true;
 
 	const struct kn_sched_binding *b = &r->bindings[t->rank];
 
@@ -781,9 +791,11 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		json_decref(step_env);
 	}
 	if (spec->n_inputs) {
-		char *text = inputs_for_shim(s, r->job_id, spec);
+		char *text = inputs_for_shim(s, r->job_id, spec, &inputs_err);
 
-		add_env(&env, &n, kn_asprintf("KILN_INPUTS=%s", text));
+		if (text)
+			add_env(&env, &n, kn_asprintf("KILN_INPUTS=%s", text));
+		inputs_ok = text != NULL;
 		free(text);
 	}
 	if (r->resume_from[0])
@@ -847,6 +859,9 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	if (rc < 0)
 		kn_errorf(&err, KN_EIO, NULL, "cannot create %s: %s",
 			  t->task_dir, strerror(-rc));
+	else if (!inputs_ok)
+		rc = kn_errorf(&err, KN_EIO, NULL, "its inputs' digests: %s",
+			       inputs_err.message);
 	else
 		rc = s->exec->start(&l, &t->proc, &err);
 	t->launched = true;
