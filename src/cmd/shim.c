@@ -7,12 +7,15 @@
  * puts kiln there (see "Checkpoints in pods" below). Not listed in
  * `kiln --help`.
  *
- * Before a task starts, the shim fetches a workflow step's inputs
- * (KILN_INPUTS, set by the server from the producing jobs' outputs
- * manifests): each one is downloaded from its blob store into
- * $KILN_INPUT_DIR and its sha256 checked, so files pass from step to
- * step by store URL and digest, never through the server. This lives
- * here rather than in src/exec so the executors need no blob stores.
+ * Before a task starts, the shim fetches its inputs (KILN_INPUTS, set by
+ * the server): a workflow step's, from the producing jobs' outputs
+ * manifests, and a job spec's own `inputs:`. Each one is downloaded from
+ * its blob store into $KILN_INPUT_DIR and its sha256 checked when one is
+ * known (a step's output, or a job input its first attempt fetched), so
+ * files pass by store URL and digest, never through the server. What it
+ * fetched goes to $KILN_TASK_DIR/inputs.json, from which the server
+ * records a job input's digest the first time. This lives here rather
+ * than in src/exec so the executors need no blob stores.
  */
 #include "cmd/cli.h"
 
@@ -81,21 +84,29 @@ static bool name_safe(const char *name)
 	return true;
 }
 
-static int fetch_one(const char *dir, json_t *in, int log_fd, char *why,
-		     size_t len)
+/*
+ * Fetch one KILN_INPUTS entry that names a store and blob into dir/name
+ * and check it against its sha256 when the entry has one; what was
+ * fetched ({name, sha256, size}) is appended to fetched. An entry with
+ * neither (a workflow step's plain path or URL) is the task's to read.
+ */
+static int fetch_one(const char *dir, json_t *in, json_t *fetched, int log_fd,
+		     char *why, size_t len)
 {
 	const char *name = json_string_value(json_object_get(in, "name"));
 	const char *url = json_string_value(json_object_get(in, "store"));
 	const char *blob = json_string_value(json_object_get(in, "blob"));
 	const char *want = json_string_value(json_object_get(in, "sha256"));
+	json_t *first = json_object_get(in, "attempt");
 	struct kn_blob_store_config cfg = {.use_env = true};
 	struct kn_blob_store *store = NULL;
 	struct kn_error err = {0};
 	char got[KN_SHA256_HEX_LEN + 1] = "", *dest = NULL, *slash;
+	struct stat st;
 	int rc;
 
-	if (!want)
-		return 0; /* a plain path or URL: the task's to read */
+	if (!url && !blob && !want)
+		return 0;
 	if (!name || !url || !blob || !name_safe(name)) {
 		snprintf(why, len, "KILN_INPUTS: a malformed entry");
 		return -EINVAL;
@@ -116,14 +127,33 @@ static int fetch_one(const char *dir, json_t *in, int log_fd, char *why,
 		say(log_fd, "kiln: input %s: cannot fetch %s/%s: %s\n", name,
 		    url, blob, err.message);
 		snprintf(why, len, "input %s: cannot fetch it", name);
-	} else if (strcmp(got, want) != 0) {
+	} else if (want && strcmp(got, want) != 0 && first) {
+		/* A job's own input, recorded by its first fetch: the task
+		   would resume from a checkpoint made with other data. */
+		unlink(dest);
+		say(log_fd, "kiln: input %s (%s/%s) has sha256 %s now; attempt "
+		    "%lld fetched it with sha256 %s\n", name, url, blob, got,
+		    (long long)json_integer_value(first), want);
+		snprintf(why, len, KN_INPUT_CHANGED_PREFIX "%s is sha256:%.12s, "
+			 "attempt %lld had sha256:%.12s", name, got,
+			 (long long)json_integer_value(first), want);
+		rc = -EIO;
+	} else if (want && strcmp(got, want) != 0) {
 		unlink(dest);
 		say(log_fd, "kiln: input %s: its sha256 is %s, not %s as the "
 		    "outputs manifest says\n", name, got, want);
 		snprintf(why, len, "input %s: sha256 mismatch", name);
 		rc = -EIO;
+	} else if (stat(dest, &st) < 0) {
+		say(log_fd, "kiln: input %s: %s\n", name, strerror(errno));
+		snprintf(why, len, "input %s: cannot fetch it", name);
+		rc = -errno;
 	} else {
 		say(log_fd, "kiln: input %s fetched (sha256 %s)\n", name, got);
+		json_array_append_new(fetched,
+				      json_pack("{s:s, s:s, s:I}", "name", name,
+						"sha256", got, "size",
+						(json_int_t)st.st_size));
 	}
 	kn_blob_store_free(store);
 	free(dest);
@@ -447,7 +477,8 @@ static int prepare_task(void *arg, char *const *env, int log_fd, char *why,
 {
 	const char *list = env_get(env, "KILN_INPUTS");
 	const char *dir = env_get(env, "KILN_INPUT_DIR");
-	json_t *doc, *in;
+	const char *task_dir = env_get(env, "KILN_TASK_DIR");
+	json_t *doc, *in, *fetched;
 	size_t i;
 	int rc = 0;
 
@@ -462,11 +493,28 @@ static int prepare_task(void *arg, char *const *env, int log_fd, char *why,
 			 "KILN_INPUT_DIR is not set");
 		return -EINVAL;
 	}
+	fetched = json_array();
 	json_array_foreach(doc, i, in) {
-		rc = fetch_one(dir, in, log_fd, why, len);
+		rc = fetch_one(dir, in, fetched, log_fd, why, len);
 		if (rc < 0)
 			break;
 	}
+	/* The server records the digests from here (jobs.c, record_inputs):
+	   the task directory is how the shim tells it anything. */
+	if (rc == 0 && json_array_size(fetched) && task_dir) {
+		char *path = kn_asprintf("%s/inputs.json", task_dir);
+		char *text = json_dumps(fetched, JSON_COMPACT);
+
+		rc = kn_write_file_atomic(path, text, strlen(text), 0600);
+		if (rc < 0) {
+			say(log_fd, "kiln: cannot write %s: %s\n", path,
+			    strerror(-rc));
+			snprintf(why, len, "cannot record the inputs' digests");
+		}
+		free(text);
+		free(path);
+	}
+	json_decref(fetched);
 	json_decref(doc);
 	return rc;
 }

@@ -5,8 +5,9 @@
  * same parser as `kiln validate`, and the name given on the command line
  * travels as ?file= so its messages point at FILE:LINE:COLUMN; its absolute
  * path travels as ?path= so the task starts in the spec's directory (or
- * its workdir relative to it). Only the size is checked here, so a huge
- * file is refused before it is sent.
+ * its workdir relative to it) and the relative paths of its `inputs:`
+ * are found there. Only the size is checked here, so a huge file is
+ * refused before it is sent.
  *
  * --wait polls (cli_wait_done) until the job ends.
  */

@@ -191,6 +191,9 @@ static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 					(json_int_t)outs[i].size, "sha256",
 					outs[i].sha256, "url", outs[i].url));
 	json_object_set_new(o, "outputs", list);
+	/* A job spec's inputs: with their digests once fetched. */
+	if ((list = jobs_inputs_json(s, j->id, j->spec_json)))
+		json_object_set_new(o, "inputs", list);
 	kn_attempt_list_free(att, na);
 	kn_task_list_free(tasks, nt);
 	kn_output_list_free(outs, nout);

@@ -88,6 +88,7 @@ struct run {
 	bool outputs_done;
 	char end_state[16];    /* the job's state once this attempt ended */
 	char end_reason[256];  /* ... and why, for the event stream */
+	bool inputs_recorded;  /* rank 0's inputs.json was read (jobs.c) */
 	struct run *next;
 };
 
@@ -228,6 +229,14 @@ json_t *jobs_device_allocations(struct server *s, size_t node,
 /* Whether the job has a live run (for log follow). */
 bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank);
 void jobs_free_all(struct server *s);
+/*
+ * A job's `inputs:` (from its stored normalized spec) with the sha256,
+ * size and attempt recorded at their first fetch: [{input, name, url,
+ * sha256, size, attempt}], the last three only once recorded; NULL when
+ * the spec has no inputs.
+ */
+json_t *jobs_inputs_json(struct server *s, int64_t job_id,
+			 const char *spec_json);
 /* Start the tasks of a bound run (after its restore). */
 void jobs_launch_run(struct server *s, struct run *r);
 /* The final sync of a run whose tasks have ended is over. */

@@ -277,6 +277,27 @@ static void resolve_workdir(struct kn_job_spec *spec, const char *filename)
 	}
 }
 
+/*
+ * Paths in `inputs:` are relative to the spec file, like its workdir:
+ * file:///ABSOLUTE URLs from here on. shown names the file in messages.
+ */
+static int resolve_inputs(struct kn_job_spec *spec, const char *filename,
+			  const char *shown, struct kn_error *err)
+{
+	const char *slash = filename ? strrchr(filename, '/') : NULL;
+	char *dir = NULL;
+	int rc;
+
+	if (filename && filename[0] == '/')
+		dir = slash == filename ? kn_xstrdup("/")
+					: kn_asprintf("%.*s",
+						      (int)(slash - filename),
+						      filename);
+	rc = kn_job_spec_resolve_inputs(spec, dir, shown, err);
+	free(dir);
+	return rc;
+}
+
 static int parse_spec(const struct server *s, const char *text, size_t len,
 		      const char *filename, struct kn_job_spec **out,
 		      struct kn_error *err)
@@ -286,6 +307,10 @@ static int parse_spec(const struct server *s, const char *text, size_t len,
 	/* In a pod, a workdir is the container's, not the spec file's. */
 	if (rc == 0 && !kube_places(s))
 		resolve_workdir(*out, filename);
+	if (rc == 0 && (rc = resolve_inputs(*out, filename, filename, err)) < 0) {
+		kn_job_spec_free(*out);
+		*out = NULL;
+	}
 	return rc;
 }
 
@@ -332,7 +357,19 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 				 "--executor kubernetes)",
 				 filename, s->exec->name);
 	}
+	/* The shim fetches inputs; a pod runs no shim. */
+	if (spec->n_inputs && kube_places(s)) {
+		rc = kn_errorf(err, KN_EINVAL, "inputs",
+			       "%s:%d:%d: inputs: the %s executor does not "
+			       "fetch inputs (the local and slurm ones do)",
+			       filename, spec->inputs[0].line,
+			       spec->inputs[0].column, s->exec->name);
+		kn_job_spec_free(spec);
+		return rc;
+	}
 	rc = kube_check_spec(s, spec, filename, err);
+	if (rc == 0)
+		rc = resolve_inputs(spec, path ? path : filename, filename, err);
 	if (rc < 0) {
 		kn_job_spec_free(spec);
 		return rc;
@@ -520,6 +557,176 @@ static void share_text(int milli, char *buf, size_t len)
 	snprintf(buf, len, "0.%0*d", digits, milli);
 }
 
+/* ---- a job's inputs ---- */
+
+/*
+ * Where an input's digest comes from: the shim, which reads every byte
+ * of it anyway to fetch it into $KILN_INPUT_DIR, writes what it fetched
+ * to TASK_DIR/inputs.json before the task starts, and the server records
+ * the first one it finds (record_inputs). The task directory is the
+ * shim's only channel to the server, as status.json is: the shim never
+ * talks to the server, so this holds while the server is down, and the
+ * server never reads a dataset itself (on the event loop, or twice).
+ * Later attempts get the recorded digests in KILN_INPUTS, and the shim
+ * refuses to start the task when an input no longer matches.
+ */
+#define INPUTS_JSON "inputs.json"
+#define INPUTS_JSON_MAX (256 * 1024)
+
+/*
+ * The spec's inputs ({input, name, url} from kn_job_spec_to_json) with
+ * what was recorded for each: sha256, size and the attempt that fetched
+ * it. A new list (without a record an input is listed as it is), or
+ * NULL when the records cannot be read.
+ */
+static json_t *inputs_with_digests(struct server *s, int64_t job_id,
+				   json_t *spec_inputs, struct kn_error *err)
+{
+	struct kn_job_input_row *rows = NULL;
+	json_t *out, *in;
+	size_t n = 0, i;
+
+	if (kn_store_job_input_list(s->store, job_id, &rows, &n, err) < 0)
+		return NULL;
+	out = json_array();
+	json_array_foreach(spec_inputs, i, in) {
+		const char *name = json_string_value(json_object_get(in, "name"));
+		json_t *o = json_deep_copy(in);
+
+		for (size_t k = 0; name && k < n; k++) {
+			if (strcmp(rows[k].name, name) != 0)
+				continue;
+			json_object_set_new(o, "sha256",
+					    json_string(rows[k].sha256));
+			json_object_set_new(o, "size",
+					    json_integer(rows[k].size));
+			json_object_set_new(o, "attempt",
+					    json_integer(rows[k].attempt));
+		}
+		json_array_append_new(out, o);
+	}
+	kn_job_input_list_free(rows, n);
+	return out;
+}
+
+json_t *jobs_inputs_json(struct server *s, int64_t job_id,
+			 const char *spec_json)
+{
+	json_t *spec = spec_json ? json_loads(spec_json, 0, NULL) : NULL;
+	json_t *inputs = json_object_get(spec, "inputs"), *out = NULL;
+	struct kn_error err;
+
+	if (json_array_size(inputs) &&
+	    !(out = inputs_with_digests(s, job_id, inputs, &err)))
+		kn_log(KN_LOG_ERROR, "job %lld: %s", (long long)job_id,
+		       err.message);
+	json_decref(spec);
+	return out;
+}
+
+/*
+ * KILN_INPUTS of a job with `inputs:`, in a workflow step's format
+ * (docs/workflows.md): each input's store (its URL up to the last '/')
+ * and blob (the rest), with the recorded sha256 the shim checks, if any.
+ * NULL when the records cannot be read: the task must not start without
+ * the digests it is to be checked against.
+ */
+static char *inputs_for_shim(struct server *s, int64_t job_id,
+			     const struct kn_job_spec *spec,
+			     struct kn_error *err)
+{
+	json_t *doc = kn_job_spec_to_json(spec), *list, *in;
+	char *text;
+	size_t i;
+
+	list = inputs_with_digests(s, job_id, json_object_get(doc, "inputs"),
+				   err);
+	if (!list) {
+		json_decref(doc);
+		return NULL;
+	}
+	json_array_foreach(list, i, in) {
+		const char *url = json_string_value(json_object_get(in, "url"));
+		const char *slash = url ? strrchr(url, '/') : NULL;
+		size_t n;
+
+		/* Resolved at submit: every input has a URL with a '/'. */
+		if (!slash)
+			continue;
+		n = (size_t)(slash - url);
+		/* "file:///x" is the blob x of the store "file:///". */
+		if (n >= 3 && !strncmp(slash - 3, "://", 3))
+			n++;
+		json_object_set_new(in, "store", json_stringn(url, n));
+		json_object_set_new(in, "blob", json_string(slash + 1));
+	}
+	text = json_dumps(list, JSON_COMPACT);
+	json_decref(list);
+	json_decref(doc);
+	return text;
+}
+
+/*
+ * Record what the shim of rank 0 fetched (TASK_DIR/inputs.json), once
+ * per run: the first recording of an input stays (the store keeps it),
+ * so a later attempt only confirms what the first one found.
+ */
+static void record_inputs(struct server *s, struct run *r,
+			  const struct run_task *t)
+{
+	char *path = kn_asprintf("%s/" INPUTS_JSON, t->task_dir), *text = NULL;
+	struct kn_error err;
+	json_t *doc = NULL, *in;
+	size_t len, i;
+	int rc;
+
+	if (kn_read_file(path, INPUTS_JSON_MAX, &text, &len) < 0)
+		goto out; /* not fetched yet */
+	r->inputs_recorded = true;
+	doc = json_loadb(text, len, 0, NULL);
+	if (!json_is_array(doc)) {
+		kn_log(KN_LOG_WARN, "job %lld: %s is not a JSON list",
+		       (long long)r->job_id, path);
+		goto out;
+	}
+	rc = kn_store_begin(s->store, &err);
+	json_array_foreach(doc, i, in) {
+		const char *name = json_string_value(json_object_get(in, "name"));
+		const char *sha = json_string_value(json_object_get(in, "sha256"));
+		json_t *size = json_object_get(in, "size");
+		struct kn_job_input_row row = {0};
+
+		if (rc < 0)
+			break;
+		for (size_t k = 0; name && k < r->spec->n_inputs; k++)
+			if (!strcmp(r->spec->inputs[k].name, name))
+				row.url = r->spec->inputs[k].url;
+		if (!row.url || !sha || strlen(sha) != KN_SHA256_HEX ||
+		    strspn(sha, "0123456789abcdef") != KN_SHA256_HEX ||
+		    !json_is_integer(size) || json_integer_value(size) < 0)
+			continue;
+		row.job_id = r->job_id;
+		row.name = (char *)name;
+		row.sha256 = (char *)sha;
+		row.size = json_integer_value(size);
+		row.attempt = r->attempt;
+		row.recorded_at = kn_now_ms();
+		rc = kn_store_job_input_put(s->store, &row, &err);
+	}
+	if (rc == 0)
+		rc = kn_store_commit(s->store, &err);
+	if (rc < 0) {
+		kn_store_rollback(s->store);
+		kn_log(KN_LOG_ERROR, "job %lld: recording its inputs: %s",
+		       (long long)r->job_id, err.message);
+		r->inputs_recorded = false; /* the next poll tries again */
+	}
+out:
+	json_decref(doc);
+	free(text);
+	free(path);
+}
+
 static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
@@ -533,7 +740,8 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	struct kn_slurm_task slurm;
 	struct kn_kube_task kube;
 	char partition[128];
-	struct kn_error err;
+	struct kn_error err, inputs_err;
+	bool inputs_ok = true;
 
 	const struct kn_sched_binding *b = &r->bindings[t->rank];
 
@@ -581,6 +789,14 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 			add_env(&env, &n, kn_asprintf("%s=%s", key,
 						      json_string_value(v)));
 		json_decref(step_env);
+	}
+	if (spec->n_inputs) {
+		char *text = inputs_for_shim(s, r->job_id, spec, &inputs_err);
+
+		if (text)
+			add_env(&env, &n, kn_asprintf("KILN_INPUTS=%s", text));
+		inputs_ok = text != NULL;
+		free(text);
 	}
 	if (r->resume_from[0])
 		add_env(&env, &n, kn_asprintf("KILN_RESUME_FROM=%s", r->resume_from));
@@ -648,6 +864,9 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	if (rc < 0)
 		kn_errorf(&err, KN_EIO, NULL, "cannot create %s: %s",
 			  t->task_dir, strerror(-rc));
+	else if (!inputs_ok)
+		rc = kn_errorf(&err, KN_EIO, NULL, "its inputs' digests: %s",
+			       inputs_err.message);
 	else
 		rc = s->exec->start(&l, &t->proc, &err);
 	t->launched = true;
@@ -1104,9 +1323,11 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 			kn_format_duration(r->spec->timeout_ms, limit, sizeof(limit));
 			snprintf(why, sizeof(why), "timeout: ran past %s", limit);
 		}
-		/* A node without a step's prerequisites: retrying is no use. */
+		/* A node without a step's prerequisites, or an input that
+		   changed since the first attempt: retrying is no use. */
 		if (!timeout && j.retries_used < r->spec->retries &&
-		    !strstr(why, KN_PREREQUISITE_PREFIX)) {
+		    !strstr(why, KN_PREREQUISITE_PREFIX) &&
+		    !strstr(why, KN_INPUT_CHANGED_PREFIX)) {
 			j.retries_used++;
 			j.state = KN_JOB_QUEUED;
 			j.not_before = now + backoff_ms(r->spec, j.retries_used);
@@ -1293,6 +1514,8 @@ static bool check_task(struct server *s, struct run *r, struct run_task *t)
 	/* A task waiting for its restore has no process to look at yet. */
 	if (t->ended || !t->launched)
 		return false;
+	if (t->rank == 0 && r->spec->n_inputs && !r->inputs_recorded)
+		record_inputs(s, r, t);
 	if (s->exec->status(t->task_dir, &t->proc, &st, &err) < 0) {
 		kn_log(KN_LOG_WARN, "job %lld rank %d: %s", (long long)r->job_id,
 		       t->rank, err.message);

@@ -1283,15 +1283,29 @@ static int checkpoint_json(struct kn_blob_store *store, int64_t job_id,
 }
 
 /*
- * The inputs a job got as a workflow step (KILN_INPUTS): {name, url} and,
- * for another step's output, its sha256, size and the producing job.
+ * The inputs a job got: its spec's own `inputs:` ({name, url} and the
+ * sha256 and size its first fetch recorded), or as a workflow step
+ * (KILN_INPUTS): {name, url} and, for another step's output, its sha256,
+ * size and the producing job.
  */
-static json_t *job_inputs_json(struct server *s, int64_t job_id)
+static json_t *job_inputs_json(struct server *s, int64_t job_id,
+			       const char *spec_json)
 {
-	json_t *env = workflows_task_env(s, job_id, NULL), *list, *in, *out;
-	const char *text = json_string_value(json_object_get(env, "KILN_INPUTS"));
+	json_t *env, *list, *in, *out;
+	const char *text;
 	size_t i;
 
+	out = jobs_inputs_json(s, job_id, spec_json);
+	if (out) {
+		/* The same fields as a step's inputs. */
+		json_array_foreach(out, i, in) {
+			json_object_del(in, "input");
+			json_object_del(in, "attempt");
+		}
+		return out;
+	}
+	env = workflows_task_env(s, job_id, NULL);
+	text = json_string_value(json_object_get(env, "KILN_INPUTS"));
 	out = json_array();
 	list = text ? json_loads(text, 0, NULL) : NULL;
 	json_array_foreach(list, i, in) {
@@ -1350,7 +1364,7 @@ static int job_lineage(struct server *s, struct kn_blob_store *store,
 				 "state", kn_job_state_name(j.state),
 				 "spec_sha256", spec, "checkpoint", ckpt,
 				 "code_revision", revision, "inputs",
-				 job_inputs_json(s, job_id));
+				 job_inputs_json(s, job_id, j.spec_json));
 		ckpt = NULL;
 	}
 	free(revision);

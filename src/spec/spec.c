@@ -1791,6 +1791,137 @@ static int read_placement(struct walk *w, struct fy_node *node, void *target)
 			    NULL);
 }
 
+/* --- inputs -------------------------------------------------------------- */
+
+static void free_strv(char **v, size_t n);
+
+static const char INPUTS_ALLOWED[] =
+	"a non-empty list of file paths (relative to the spec's directory) "
+	"or file://, http:// or https:// store URLs";
+
+/*
+ * The problem with one input, or NULL; *name_at is where its file name
+ * (the last path segment) starts.
+ */
+static const char *input_problem(const char *t, const char **name_at)
+{
+	const char *scheme_end = strstr(t, "://"), *last;
+
+	if (scheme_end) {
+		size_t n = (size_t)(scheme_end - t);
+		const char *rest = scheme_end + 3;
+
+		if (n == 4 && !strncmp(t, "file", 4)) {
+			if (rest[0] != '/')
+				return "a file:// URL names an absolute path "
+				       "(file:///DIR/NAME)";
+		} else if ((n == 4 && !strncmp(t, "http", 4)) ||
+			   (n == 5 && !strncmp(t, "https", 5))) {
+			size_t host = strcspn(rest, "/");
+
+			if (host == 0 || !rest[host])
+				return "an http(s) URL names the store's host "
+				       "and a blob (https://HOST/CONTAINER/"
+				       "NAME)";
+		} else {
+			return "is neither a path nor a file://, http:// or "
+			       "https:// URL";
+		}
+		/* Credentials come from the server's store configuration,
+		   never from a URL that is shown and recorded. */
+		if (strpbrk(rest, "?#"))
+			return "a URL may not carry a query or fragment (the "
+			       "store's credentials come from the server's "
+			       "environment)";
+	}
+	last = strrchr(t, '/');
+	*name_at = last ? last + 1 : t;
+	if (!**name_at || !strcmp(*name_at, ".") || !strcmp(*name_at, ".."))
+		return "must name a file (its last path segment is its name "
+		       "in $KILN_INPUT_DIR)";
+	return NULL;
+}
+
+static int read_inputs(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_job_spec *spec = target;
+	struct fy_node *item;
+	void *iter = NULL;
+	char **texts = NULL;
+	size_t n = 0;
+	int rc = read_text_list(w, node, INPUTS_ALLOWED, false, &texts, &n);
+
+	if (rc == 0 && n > KN_SPEC_MAX_INPUTS)
+		rc = fail(w, node, "has %zu inputs; at most %d", n,
+			  KN_SPEC_MAX_INPUTS);
+	if (rc) {
+		free_strv(texts, n);
+		return rc;
+	}
+	spec->inputs = kn_xcalloc(n, sizeof(*spec->inputs));
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		struct kn_job_input *in = &spec->inputs[i];
+		const char *name = texts[i], *problem;
+		size_t mark = path_push_index(w, (int)i);
+
+		item = fy_node_sequence_iterate(node, &iter);
+		spec->n_inputs = i + 1;
+		in->text = texts[i];
+		texts[i] = NULL;
+		if (!scalar_position(item, &in->line, &in->column)) {
+			in->line = 1;
+			in->column = 1;
+		}
+		problem = input_problem(in->text, &name);
+		if (problem) {
+			rc = fail(w, item, "%s; got \"%s\"", problem, in->text);
+			break;
+		}
+		in->name = kn_xstrdup(name);
+		if (strstr(in->text, "://"))
+			in->url = kn_xstrdup(in->text);
+		for (size_t k = 0; k < i && rc == 0; k++)
+			if (!strcmp(spec->inputs[k].name, in->name))
+				rc = fail(w, item,
+					  "lands in $KILN_INPUT_DIR as %s, as "
+					  "inputs[%zu] does; inputs need "
+					  "different file names",
+					  in->name, k);
+		if (rc == 0)
+			path_pop(w, mark);
+	}
+	free_strv(texts, n);
+	return rc;
+}
+
+int kn_job_spec_resolve_inputs(struct kn_job_spec *spec, const char *dir,
+			       const char *filename, struct kn_error *err)
+{
+	for (size_t i = 0; i < spec->n_inputs; i++) {
+		struct kn_job_input *in = &spec->inputs[i];
+
+		if (in->url)
+			continue;
+		if (in->text[0] == '/')
+			in->url = kn_asprintf("file://%s", in->text);
+		else if (dir)
+			in->url = kn_asprintf("file://%s%s%s", dir,
+					      dir[strlen(dir) - 1] == '/' ? ""
+									 : "/",
+					      in->text);
+		else
+			return kn_errorf(err, KN_EINVAL, "inputs",
+					 "%s:%d:%d: inputs[%zu]: \"%s\" is "
+					 "relative, and the spec file's "
+					 "directory is unknown (submit it "
+					 "from a file, or give an absolute "
+					 "path)",
+					 filename ? filename : "<spec>",
+					 in->line, in->column, i, in->text);
+	}
+	return 0;
+}
+
 /* --- the job ------------------------------------------------------------- */
 
 enum {
@@ -1811,6 +1942,7 @@ enum {
 	JF_CHECKPOINT,
 	JF_PLACEMENT,
 	JF_IMAGE,
+	JF_INPUTS,
 	JF_COUNT
 };
 
@@ -1854,6 +1986,8 @@ static const struct field job_fields[JF_COUNT] = {
 			  .read = read_placement},
 	[JF_IMAGE] = {.name = "image", .type = FT_TEXT,
 		      .offset = offsetof(struct kn_job_spec, image)},
+	[JF_INPUTS] = {.name = "inputs", .type = FT_CUSTOM,
+		       .read = read_inputs},
 };
 
 _Static_assert(JF_COUNT <= MAX_FIELDS, "MAX_FIELDS");
@@ -2116,6 +2250,12 @@ void kn_job_spec_free(struct kn_job_spec *spec)
 	free_kvs(spec->env, spec->n_env);
 	free(spec->workdir);
 	free(spec->image);
+	for (i = 0; i < spec->n_inputs; i++) {
+		free(spec->inputs[i].text);
+		free(spec->inputs[i].name);
+		free(spec->inputs[i].url);
+	}
+	free(spec->inputs);
 	free(spec->resources.mig_profile);
 	free_strv(spec->resources.gpu_models, spec->resources.n_gpu_models);
 	free(spec->checkpoint.store);
@@ -2332,6 +2472,18 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 		terms_json(pl->preferred, pl->n_preferred, true));
 	if (spec->image)
 		json_object_set_new(doc, "image", json_string(spec->image));
+	if (spec->n_inputs) {
+		json_t *inputs = json_array();
+
+		for (i = 0; i < spec->n_inputs; i++)
+			json_array_append_new(
+				inputs,
+				json_pack("{s:s, s:s, s:o}", "input",
+					  spec->inputs[i].text, "name",
+					  spec->inputs[i].name, "url",
+					  string_or_null(spec->inputs[i].url)));
+		json_object_set_new(doc, "inputs", inputs);
+	}
 	return doc;
 }
 
@@ -2450,6 +2602,14 @@ char *kn_job_spec_to_input_text(const struct kn_job_spec *spec,
 		      "placement", input_placement(&spec->placement));
 	if (spec->workdir)
 		json_object_set_new(o, "workdir", json_string(spec->workdir));
+	if (spec->n_inputs) {
+		json_t *inputs = json_array();
+
+		for (size_t i = 0; i < spec->n_inputs; i++)
+			json_array_append_new(inputs,
+					      json_string(spec->inputs[i].text));
+		json_object_set_new(o, "inputs", inputs);
+	}
 	if (spec->checkpoint.set) {
 		const struct kn_checkpoint_policy *c = &spec->checkpoint;
 		json_t *ck = json_pack("{s:o, s:i, s:o, s:o}", "every",
@@ -3422,6 +3582,19 @@ static int read_step_inputs(struct walk *w, struct fy_node *node,
 	return 0;
 }
 
+/*
+ * A step's inputs are the step's own `inputs:`, which may name earlier
+ * steps' outputs; one list per step keeps what lands in $KILN_INPUT_DIR
+ * and what its lineage records in one place.
+ */
+static int refuse_step_job_inputs(struct walk *w, struct fy_node *node,
+				  void *target)
+{
+	(void)target;
+	return fail(w, node, "a step's inputs go in the step's inputs: list, "
+			     "not in its job");
+}
+
 /* An inline job: kind and name may be left out (name: the step's). */
 static int read_step_job(struct walk *w, struct fy_node *node, void *target)
 {
@@ -3449,6 +3622,7 @@ static int read_step_job(struct walk *w, struct fy_node *node, void *target)
 	memcpy(fields, job_fields, sizeof(fields));
 	fields[JF_KIND].required = false;
 	fields[JF_NAME].required = false;
+	fields[JF_INPUTS].read = refuse_step_job_inputs;
 	st->job = kn_xcalloc(1, sizeof(*st->job));
 	set_defaults(st->job);
 	rc = walk_mapping(w, node, fields, JF_COUNT, st->job, seen);

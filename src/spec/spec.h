@@ -98,6 +98,26 @@ struct kn_placement_spec {
 	size_t n_preferred;
 };
 
+/*
+ * One entry of a job's `inputs:`: a file path (relative to the spec
+ * file's directory) or a file://, http:// or https:// store URL, fetched
+ * by the shim into $KILN_INPUT_DIR/<name> before the task starts.
+ */
+struct kn_job_input {
+	char *text; /* as written */
+	char *name; /* its last path segment: unique within the job */
+	/* What the shim fetches: a URL as written; a path only once
+	   kn_job_spec_resolve_inputs made it file:///ABSOLUTE, else NULL. */
+	char *url;
+	int line, column; /* where it was written, for later messages */
+};
+
+#define KN_SPEC_MAX_INPUTS 64
+
+/* The start of a task's reason when an input's digest differs from the
+   one recorded for the job's first attempt (retrying is no use). */
+#define KN_INPUT_CHANGED_PREFIX "input changed: "
+
 struct kn_job_spec {
 	char *name;        /* required: [a-z0-9][a-z0-9-_.]{0,62} */
 	char **command;    /* required, argv, NULL-terminated, >= 1 element */
@@ -119,6 +139,8 @@ struct kn_job_spec {
 	   and the Kubernetes executor's pods'; not the local one's. NULL =
 	   none. */
 	char *image;
+	struct kn_job_input *inputs; /* `inputs:`, or NULL */
+	size_t n_inputs;
 };
 
 /*
@@ -133,6 +155,15 @@ int kn_job_spec_parse(const char *text, size_t len, const char *filename,
 
 /* Free a spec; NULL is fine. */
 void kn_job_spec_free(struct kn_job_spec *spec);
+
+/*
+ * Give every path in spec->inputs its file:///ABSOLUTE url: relative
+ * paths are joined to dir (the spec file's directory). With dir NULL a
+ * relative path is -EINVAL, the message "FILE:LINE:COL: inputs[I]: ..."
+ * (filename as given to kn_job_spec_parse).
+ */
+int kn_job_spec_resolve_inputs(struct kn_job_spec *spec, const char *dir,
+			       const char *filename, struct kn_error *err);
 
 /*
  * The normalized spec as JSON (every field, defaults filled in, durations in

@@ -412,9 +412,11 @@ static const char SQL_SCHEMA_V11[] =
 	" ended_at INTEGER NOT NULL DEFAULT 0,"
 	" PRIMARY KEY (run_id, idx, attempt)) WITHOUT ROWID;";
 
-/* V12: what each task used, one usage sketch (src/cost's histogram) per
-   task and resource, so a row's size is fixed however long the task
-   runs; efficiency and right-size advice read them. */
+/*
+ * v12: what each task used, one usage sketch (src/cost's histogram) per
+ * task and resource, so a row's size is fixed however long the task
+ * runs; efficiency and right-size advice read them.
+ */
 static const char SQL_SCHEMA_V12[] =
 	"CREATE TABLE task_usage ("
 	" job_id INTEGER NOT NULL REFERENCES jobs (id),"
@@ -427,6 +429,22 @@ static const char SQL_SCHEMA_V12[] =
 	" histogram TEXT NOT NULL,"
 	" updated_at INTEGER NOT NULL,"
 	" PRIMARY KEY (job_id, attempt, rank, resource));";
+
+/*
+ * v13: the digest and size of each of a job's `inputs:` as the shim
+ * fetched them the first time (later attempts are checked against it),
+ * for lineage and for refusing an input that changed under a retry.
+ */
+static const char SQL_SCHEMA_V13[] =
+	"CREATE TABLE job_inputs ("
+	" job_id INTEGER NOT NULL REFERENCES jobs (id),"
+	" name TEXT NOT NULL,"
+	" url TEXT NOT NULL,"
+	" sha256 TEXT NOT NULL,"
+	" size INTEGER NOT NULL,"
+	" attempt INTEGER NOT NULL,"
+	" recorded_at INTEGER NOT NULL,"
+	" PRIMARY KEY (job_id, name)) WITHOUT ROWID;";
 
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
@@ -442,6 +460,7 @@ static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V10,
 	SQL_SCHEMA_V11,
 	SQL_SCHEMA_V12,
+	SQL_SCHEMA_V13,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -992,6 +1011,14 @@ static const char SQL_JOB_REVISION_PUT[] =
 	"INSERT OR REPLACE INTO job_revisions (job_id, revision) VALUES (?1, ?2)";
 static const char SQL_JOB_REVISION_GET[] =
 	"SELECT revision FROM job_revisions WHERE job_id = ?1";
+/* The first recording of an input stays: later ones are checked against
+   it, never written over it. */
+static const char SQL_JOB_INPUT_PUT[] =
+	"INSERT OR IGNORE INTO job_inputs (job_id, name, url, sha256, size,"
+	" attempt, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+static const char SQL_JOB_INPUT_LIST[] =
+	"SELECT job_id, name, url, sha256, size, attempt, recorded_at"
+	" FROM job_inputs WHERE job_id = ?1 ORDER BY name";
 
 enum stmt_id {
 	STMT_BEGIN,
@@ -1082,6 +1109,8 @@ enum stmt_id {
 	STMT_TASK_USAGE_GET,
 	STMT_TASK_USAGE_PUT,
 	STMT_TASK_USAGE_LIST,
+	STMT_JOB_INPUT_PUT,
+	STMT_JOB_INPUT_LIST,
 	STMT_COUNT,
 };
 
@@ -1174,6 +1203,8 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_TASK_USAGE_GET] = SQL_TASK_USAGE_GET,
 	[STMT_TASK_USAGE_PUT] = SQL_TASK_USAGE_PUT,
 	[STMT_TASK_USAGE_LIST] = SQL_TASK_USAGE_LIST,
+	[STMT_JOB_INPUT_PUT] = SQL_JOB_INPUT_PUT,
+	[STMT_JOB_INPUT_LIST] = SQL_JOB_INPUT_LIST,
 };
 
 struct kn_store {
@@ -4605,4 +4636,69 @@ int kn_store_job_revision_get(struct kn_store *st, int64_t job_id,
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
 				 "job %" PRId64 " has no code revision", job_id);
 	return rc < 0 ? rc : 0;
+}
+
+/* ---- job inputs (digests recorded at the first fetch) ---- */
+
+void kn_job_input_row_release(struct kn_job_input_row *r)
+{
+	free(r->name);
+	free(r->url);
+	free(r->sha256);
+	memset(r, 0, sizeof(*r));
+}
+
+int kn_store_job_input_put(struct kn_store *st,
+			   const struct kn_job_input_row *r,
+			   struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_INPUT_PUT];
+	const char *what = "recording a job's input";
+
+	if (bind_i64(s, 1, r->job_id) || bind_text(s, 2, r->name) ||
+	    bind_text(s, 3, r->url) || bind_text(s, 4, r->sha256) ||
+	    bind_i64(s, 5, r->size) || bind_i64(s, 6, r->attempt) ||
+	    bind_i64(s, 7, r->recorded_at))
+		return bind_fail(st, s, what, err);
+	return job_missing(run(st, s, what, err), r->job_id, err);
+}
+
+int kn_store_job_input_list(struct kn_store *st, int64_t job_id,
+			    struct kn_job_input_row **out, size_t *n,
+			    struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_INPUT_LIST];
+	const char *what = "listing a job's inputs";
+	struct kn_job_input_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	if (bind_i64(s, 1, job_id))
+		return bind_fail(st, s, what, err);
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		rows = grow(rows, &alloc, count, sizeof(*rows));
+		rows[count].job_id = col_i64(s, 0);
+		rows[count].name = col_str(s, 1);
+		rows[count].url = col_str(s, 2);
+		rows[count].sha256 = col_str(s, 3);
+		rows[count].size = col_i64(s, 4);
+		rows[count].attempt = (int)col_i64(s, 5);
+		rows[count].recorded_at = col_i64(s, 6);
+		count++;
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_job_input_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_job_input_list_free(struct kn_job_input_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_job_input_row_release(&rows[i]);
+	free(rows);
 }

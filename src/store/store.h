@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 12
+#define KN_STORE_SCHEMA_VERSION 13
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -847,5 +847,28 @@ int kn_store_job_revision_put(struct kn_store *st, int64_t job_id,
 /* *out malloc'd; -ENOENT (KN_ENOTFOUND) when none was recorded. */
 int kn_store_job_revision_get(struct kn_store *st, int64_t job_id,
 			      char **out, struct kn_error *err);
+
+/* ---- job inputs: a job spec's inputs as its first fetch found them ---- */
+
+struct kn_job_input_row {
+	int64_t job_id;
+	char *name;   /* the file's name in $KILN_INPUT_DIR */
+	char *url;    /* where it was fetched from */
+	char *sha256; /* hex */
+	int64_t size;
+	int attempt;  /* the attempt whose fetch recorded it */
+	int64_t recorded_at;
+};
+void kn_job_input_row_release(struct kn_job_input_row *r);
+/* Recorded once per (job_id, name): a second put of the same name keeps
+   the first. -ENOENT when the job is missing. */
+int kn_store_job_input_put(struct kn_store *st,
+			   const struct kn_job_input_row *r,
+			   struct kn_error *err);
+/* Ordered by name. */
+int kn_store_job_input_list(struct kn_store *st, int64_t job_id,
+			    struct kn_job_input_row **out, size_t *n,
+			    struct kn_error *err);
+void kn_job_input_list_free(struct kn_job_input_row *rows, size_t n);
 
 #endif

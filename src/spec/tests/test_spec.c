@@ -353,7 +353,7 @@ static const struct bad_case bad_cases[] = {
 	 "job.yaml:1:1: a job spec must be a mapping with fields kind, "
 	 "apiVersion, name, command, env, workdir, resources, tasks, retries, "
 	 "backoff, backoff_max, priority, preemptible, timeout, checkpoint, "
-	 "placement, image; got a list"},
+	 "placement, image, inputs; got a list"},
 	{BASE "workdir: &w /data\nenv: {A: *w}\n", "env.A",
 	 "job.yaml:5:10: env.A: aliases (*name) are not supported; write the "
 	 "value out"},
@@ -365,6 +365,48 @@ static const struct bad_case bad_cases[] = {
 	 "job.yaml:4:10: workdir: value contains a NUL character"},
 	{BASE "workdir: \"\xc3\x28\"\n", "", "job.yaml:4:11: spec is not valid "
 					   "UTF-8"},
+	/* inputs. */
+	{BASE "inputs: data.txt\n", "inputs",
+	 "job.yaml:4:9: inputs: must be a non-empty list of file paths "
+	 "(relative to the spec's directory) or file://, http:// or https:// "
+	 "store URLs; got \"data.txt\""},
+	{BASE "inputs: []\n", "inputs",
+	 "job.yaml:4:9: inputs: must be a non-empty list of file paths "
+	 "(relative to the spec's directory) or file://, http:// or https:// "
+	 "store URLs; got an empty list"},
+	{BASE "inputs: [a.txt, \"\"]\n", "inputs[1]",
+	 "job.yaml:4:17: inputs[1]: must be a non-empty string; got an empty "
+	 "string"},
+	{BASE "inputs: [a.txt, {url: b}]\n", "inputs[1]",
+	 "job.yaml:4:17: inputs[1]: must be a non-empty string; got a "
+	 "mapping"},
+	{BASE "inputs:\n  - data/\n", "inputs[0]",
+	 "job.yaml:5:5: inputs[0]: must name a file (its last path segment "
+	 "is its name in $KILN_INPUT_DIR); got \"data/\""},
+	{BASE "inputs:\n  - a.txt\n  - ../up/..\n", "inputs[1]",
+	 "job.yaml:6:5: inputs[1]: must name a file (its last path segment "
+	 "is its name in $KILN_INPUT_DIR); got \"../up/..\""},
+	{BASE "inputs:\n  - a.txt\n  - b.txt\n  - s3://bucket/c.txt\n",
+	 "inputs[2]",
+	 "job.yaml:7:5: inputs[2]: is neither a path nor a file://, http:// "
+	 "or https:// URL; got \"s3://bucket/c.txt\""},
+	{BASE "inputs: [\"file://host/c.txt\"]\n", "inputs[0]",
+	 "job.yaml:4:10: inputs[0]: a file:// URL names an absolute path "
+	 "(file:///DIR/NAME); got \"file://host/c.txt\""},
+	{BASE "inputs: [\"https://acct.blob.core.windows.net\"]\n",
+	 "inputs[0]",
+	 "job.yaml:4:10: inputs[0]: an http(s) URL names the store's host and "
+	 "a blob (https://HOST/CONTAINER/NAME); got "
+	 "\"https://acct.blob.core.windows.net\""},
+	{BASE "inputs: [\"https://a.example/c/x.bin?sig=secret\"]\n",
+	 "inputs[0]",
+	 "job.yaml:4:10: inputs[0]: a URL may not carry a query or fragment "
+	 "(the store's credentials come from the server's environment); got "
+	 "\"https://a.example/c/x.bin?sig=secret\""},
+	{BASE "inputs:\n  - data/train.bin\n  - file:///srv/train.bin\n",
+	 "inputs[1]",
+	 "job.yaml:6:5: inputs[1]: lands in $KILN_INPUT_DIR as train.bin, as "
+	 "inputs[0] does; inputs need different file names"},
 	/* JSON input. */
 	{"{\"kind\": \"Job\", \"name\": \"x\", \"command\": [\"a\"], \"tasks\": "
 	 "\"2\"}",
@@ -905,6 +947,84 @@ static void test_signals(void **state)
 	assert_int_equal(kn_signal_from_name(NULL), -1);
 }
 
+/* Paths become file:// URLs against the spec's directory; URLs stay. */
+static void test_inputs(void **state)
+{
+	const char *yaml = BASE "inputs:\n  - data/a.txt\n  - /abs/b.txt\n"
+			   "  - file:///srv/c.txt\n"
+			   "  - https://acct.blob.core.windows.net/ds/v1/d.bin\n";
+	struct kn_job_spec *spec = NULL;
+	struct kn_error err;
+	json_t *doc, *in;
+	char *text;
+
+	(void)state;
+	assert_int_equal(kn_job_spec_parse(yaml, strlen(yaml), "job.yaml",
+					   &spec, &err),
+			 0);
+	assert_int_equal(spec->n_inputs, 4);
+	assert_string_equal(spec->inputs[0].name, "a.txt");
+	assert_null(spec->inputs[0].url);
+	assert_int_equal(spec->inputs[0].line, 5);
+	assert_int_equal(spec->inputs[0].column, 5);
+	assert_string_equal(spec->inputs[3].name, "d.bin");
+	assert_string_equal(spec->inputs[3].url,
+			    "https://acct.blob.core.windows.net/ds/v1/d.bin");
+
+	/* A relative path needs the directory. */
+	assert_int_equal(kn_job_spec_resolve_inputs(spec, NULL, "job.yaml",
+						    &err),
+			 kn_errcode_errno(KN_EINVAL));
+	assert_string_equal(err.message,
+			    "job.yaml:5:5: inputs[0]: \"data/a.txt\" is "
+			    "relative, and the spec file's directory is "
+			    "unknown (submit it from a file, or give an "
+			    "absolute path)");
+	assert_int_equal(kn_job_spec_resolve_inputs(spec, "/home/u/proj",
+						    "job.yaml", &err),
+			 0);
+	assert_string_equal(spec->inputs[0].url,
+			    "file:///home/u/proj/data/a.txt");
+	assert_string_equal(spec->inputs[1].url, "file:///abs/b.txt");
+	assert_string_equal(spec->inputs[2].url, "file:///srv/c.txt");
+
+	doc = kn_job_spec_to_json(spec);
+	in = json_array_get(json_object_get(doc, "inputs"), 0);
+	assert_string_equal(json_string_value(json_object_get(in, "input")),
+			    "data/a.txt");
+	assert_string_equal(json_string_value(json_object_get(in, "name")),
+			    "a.txt");
+	assert_string_equal(json_string_value(json_object_get(in, "url")),
+			    "file:///home/u/proj/data/a.txt");
+	json_decref(doc);
+
+	/* The input form keeps them as written. */
+	text = kn_job_spec_to_input_text(spec, NULL);
+	kn_job_spec_free(spec);
+	spec = NULL;
+	assert_int_equal(kn_job_spec_parse(text, strlen(text), "again.json",
+					   &spec, &err),
+			 0);
+	free(text);
+	assert_int_equal(spec->n_inputs, 4);
+	assert_string_equal(spec->inputs[0].text, "data/a.txt");
+	assert_string_equal(spec->inputs[3].text,
+			    "https://acct.blob.core.windows.net/ds/v1/d.bin");
+	kn_job_spec_free(spec);
+
+	/* No inputs: nothing in the normalized JSON. */
+	assert_int_equal(kn_job_spec_parse(BASE, strlen(BASE), "job.yaml",
+					   &spec, &err),
+			 0);
+	assert_int_equal(kn_job_spec_resolve_inputs(spec, NULL, "job.yaml",
+						    &err),
+			 0);
+	doc = kn_job_spec_to_json(spec);
+	assert_null(json_object_get(doc, "inputs"));
+	json_decref(doc);
+	kn_job_spec_free(spec);
+}
+
 static void test_free_null(void **state)
 {
 	(void)state;
@@ -928,6 +1048,7 @@ int main(void)
 		cmocka_unit_test(test_sharing),
 		cmocka_unit_test(test_many_env_duplicate_last),
 		cmocka_unit_test(test_signals),
+		cmocka_unit_test(test_inputs),
 		cmocka_unit_test(test_free_null),
 	};
 

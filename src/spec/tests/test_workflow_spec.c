@@ -272,6 +272,10 @@ static const struct bad_case bad_cases[] = {
 	 "steps[0].job.gpus",
 	 "w.yaml:4:35: unknown field \"gpus\" in steps[0].job; did you mean "
 	 "\"resources.gpus\"?"},
+	{HEAD "  - {name: a, job: {command: [x], inputs: [d.txt]}}\n",
+	 "steps[0].job.inputs",
+	 "w.yaml:4:43: steps[0].job.inputs: a step's inputs go in the step's "
+	 "inputs: list, not in its job"},
 	{"kind: Workflow\nname: w\nsteps: []\n", "steps",
 	 "w.yaml:3:8: steps: must be a list of 1 to 64 steps; got an empty "
 	 "list"},

@@ -575,6 +575,46 @@ static void test_outputs(void **state)
 	assert_int_equal(kn_store_output_put(fx->st, &o, &err), -ENOENT);
 }
 
+/* The first recording of an input stays; a later one does not replace it. */
+static void test_job_inputs(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_job_input_row r = {
+		.name = (char *)"train.bin", .url = (char *)"file:///d/train.bin",
+		.sha256 = (char *)"ab12", .size = 4096, .attempt = 1,
+		.recorded_at = 1000,
+	};
+	struct kn_job_input_row *rows = NULL;
+	struct kn_error err = {0};
+	size_t n = 0;
+
+	r.job_id = insert_job(fx->st, "in", "alice", KN_JOB_RUNNING);
+	assert_int_equal(kn_store_job_input_list(fx->st, r.job_id, &rows, &n,
+						 &err), 0);
+	assert_int_equal(n, 0);
+	kn_job_input_list_free(rows, n);
+	assert_int_equal(kn_store_job_input_put(fx->st, &r, &err), 0);
+	r.sha256 = (char *)"cd34";
+	r.attempt = 2;
+	assert_int_equal(kn_store_job_input_put(fx->st, &r, &err), 0);
+	r.name = (char *)"a.txt";
+	r.size = 3;
+	assert_int_equal(kn_store_job_input_put(fx->st, &r, &err), 0);
+	assert_int_equal(kn_store_job_input_list(fx->st, r.job_id, &rows, &n,
+						 &err), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(rows[0].name, "a.txt");
+	assert_int_equal(rows[0].size, 3);
+	assert_string_equal(rows[1].name, "train.bin");
+	assert_string_equal(rows[1].sha256, "ab12");
+	assert_int_equal(rows[1].size, 4096);
+	assert_int_equal(rows[1].attempt, 1);
+	assert_string_equal(rows[1].url, "file:///d/train.bin");
+	kn_job_input_list_free(rows, n);
+	r.job_id = 999;
+	assert_int_equal(kn_store_job_input_put(fx->st, &r, &err), -ENOENT);
+}
+
 static void put_task(struct kn_store *st, int64_t job, int attempt, int rank,
 		     enum kn_task_state s)
 {
@@ -1638,6 +1678,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_revalidations_and_evaluations, setup_store,
 			teardown),
+		cmocka_unit_test_setup_teardown(test_job_inputs, setup_store,
+						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
