@@ -144,6 +144,10 @@ struct server {
 	struct log_follower *followers;
 	struct kn_events *events; /* Azure scheduled events, or NULL */
 	struct kn_workers *workers; /* slow work: checkpoint sync */
+	/* Slow work an API request waits for (an upload's store copy, model
+	   checks and copies, audit verify): apart from checkpoint sync and
+	   health checks, so neither holds up the other. */
+	struct kn_workers *request_workers;
 	char *blob_url;             /* the default checkpoint store */
 	struct feed *feed;          /* the event stream (feed.c) */
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
