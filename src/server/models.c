@@ -53,7 +53,8 @@ struct model_state {
 	struct upload *uploads;
 };
 
-static void upload_drop(struct model_state *m, struct upload *u)
+/* Out of the list of uploads in progress: no later request finds it. */
+static void upload_detach(struct model_state *m, struct upload *u)
 {
 	for (struct upload **p = &m->uploads; *p; p = &(*p)->next) {
 		if (*p == u) {
@@ -61,12 +62,22 @@ static void upload_drop(struct model_state *m, struct upload *u)
 			break;
 		}
 	}
+}
+
+static void upload_release(struct upload *u)
+{
 	if (u->fd >= 0)
 		close(u->fd);
 	unlink(u->path);
 	free(u->path);
 	EVP_MD_CTX_free(u->ctx);
 	free(u);
+}
+
+static void upload_drop(struct model_state *m, struct upload *u)
+{
+	upload_detach(m, u);
+	upload_release(u);
 }
 
 int models_start(struct server *s, struct kn_error *err)
@@ -307,16 +318,92 @@ static int write_all(int fd, const char *data, size_t len)
 	return 0;
 }
 
-/* The staged file is whole and hashes to u->digest: put it in the store. */
-static int upload_commit(struct server *s, struct upload *u, bool *existed,
+/*
+ * A finished upload's copy into the store (every byte read and hashed
+ * again) runs on a worker; the request is answered when it ends. The
+ * upload is out of the list by then, so a restart of it stages apart.
+ */
+struct upload_commit {
+	struct server *s; /* used on the loop only */
+	struct kn_http_req *req;
+	struct caller caller;
+	struct upload *u;
+	char *store_url;
+	bool existed;
+	int rc;
+	struct kn_error err;
+};
+
+static void upload_commit_work(void *arg)
+{
+	struct upload_commit *w = arg;
+	struct kn_blob_store_config cfg = {.url = w->store_url,
+					   .use_env = true};
+	struct kn_blob_store *store = NULL;
+	char *name = kn_model_blob_name(w->u->digest);
+	char sent[KN_SHA256_HEX + 1];
+	int rc = kn_blob_store_open(&cfg, &store, &w->err);
+
+	if (rc == 0)
+		rc = kn_blob_put_file(store, name, w->u->path,
+				      KN_BLOB_CREATE_ONLY, sent, NULL, &w->err);
+	w->existed = rc == -EEXIST;
+	if (rc == -EEXIST)
+		rc = 0;
+	else if (rc == 0 && strcmp(sent, w->u->digest) != 0) {
+		/* The staging file changed under us: never keep a blob whose
+		   name lies about its bytes. */
+		kn_blob_delete(store, name, NULL);
+		rc = kn_errorf(&w->err, KN_EIO, NULL,
+			       "blob %s: staged bytes changed while stored",
+			       w->u->digest);
+	}
+	w->rc = rc;
+	free(name);
+	kn_blob_store_free(store);
+}
+
+static void upload_commit_done(void *arg, bool ran)
+{
+	struct upload_commit *w = arg;
+	char object[96], detail[64];
+
+	snprintf(object, sizeof(object), "blob/sha256/%s", w->u->digest);
+	if (!ran)
+		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
+				  "the server stopped before blob %s was "
+				  "stored; send it again", w->u->digest);
+	if (w->rc < 0) {
+		fail(w->s, w->req, &w->caller, "model.blob.put", object,
+		     &w->err);
+	} else {
+		snprintf(detail, sizeof(detail), "%lld bytes%s",
+			 (long long)w->u->offset,
+			 w->existed ? ", already stored" : "");
+		audit(w->s, &w->caller, "model.blob.put", object, "ok", detail);
+		kn_http_reply_json(w->req, 201,
+				   json_pack("{s:s, s:I, s:b, s:b}", "digest",
+					     w->u->digest, "received",
+					     (json_int_t)w->u->offset, "stored",
+					     1, "existed", w->existed));
+	}
+	upload_release(w->u);
+	free(w->store_url);
+	free(w);
+}
+
+/*
+ * The staged file is whole: check that it hashes to u->digest, then hand
+ * it (out of the list) to a worker that puts it in the store.
+ */
+static int upload_commit(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, struct upload *u,
 			 struct kn_error *err)
 {
 	unsigned char md[32];
 	unsigned int mdlen = 0;
-	char hex[KN_SHA256_HEX + 1], sent[KN_SHA256_HEX + 1];
-	struct kn_blob_store *store = NULL;
-	char *name = NULL;
-	int rc;
+	char hex[KN_SHA256_HEX + 1];
+	struct upload_commit *w;
 
 	EVP_DigestFinal_ex(u->ctx, md, &mdlen);
 	for (unsigned i = 0; i < mdlen; i++)
@@ -326,25 +413,18 @@ static int upload_commit(struct server *s, struct upload *u, bool *existed,
 				 "blob %s: the %lld bytes sent hash to %s; "
 				 "refused", u->digest, (long long)u->offset,
 				 hex);
-	name = kn_model_blob_name(u->digest);
-	rc = open_store(s, &store, err);
-	if (rc == 0)
-		rc = kn_blob_put_file(store, name, u->path, KN_BLOB_CREATE_ONLY,
-				      sent, NULL, err);
-	*existed = rc == -EEXIST;
-	if (rc == -EEXIST)
-		rc = 0;
-	else if (rc == 0 && strcmp(sent, u->digest) != 0) {
-		/* The staging file changed under us: never keep a blob whose
-		   name lies about its bytes. */
-		kn_blob_delete(store, name, NULL);
-		rc = kn_errorf(err, KN_EIO, NULL,
-			       "blob %s: staged bytes changed while stored",
-			       u->digest);
-	}
-	free(name);
-	kn_blob_store_free(store);
-	return rc;
+	upload_detach(s->models, u);
+	close(u->fd);
+	u->fd = -1;
+	w = kn_xcalloc(1, sizeof(*w));
+	w->s = s;
+	w->req = req;
+	w->caller = *c;
+	w->u = u;
+	w->store_url = kn_xstrdup(s->blob_url);
+	kn_workers_submit(s->request_workers, upload_commit_work,
+			  upload_commit_done, w);
+	return 0;
 }
 
 void models_h_blob_put(struct server *s, struct kn_http_req *req,
@@ -357,8 +437,7 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 	size_t len;
 	const char *data = kn_http_body(req, &len);
 	const char *id = kn_http_query(req, "upload");
-	char object[96], detail[64];
-	bool existed = false;
+	char object[96];
 	int rc;
 
 	snprintf(object, sizeof(object), "blob/sha256/%.64s", param);
@@ -418,19 +497,10 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 					     "stored", 0));
 		return;
 	}
-	rc = upload_commit(s, u, &existed, &err);
-	upload_drop(m, u);
-	if (rc < 0) {
+	if (upload_commit(s, req, c, u, &err) < 0) {
+		upload_drop(m, u);
 		fail(s, req, c, "model.blob.put", object, &err);
-		return;
 	}
-	snprintf(detail, sizeof(detail), "%lld bytes%s", (long long)offset,
-		 existed ? ", already stored" : "");
-	audit(s, c, "model.blob.put", object, "ok", detail);
-	kn_http_reply_json(req, 201,
-			   json_pack("{s:s, s:I, s:b, s:b}", "digest", param,
-				     "received", (json_int_t)offset, "stored", 1,
-				     "existed", existed));
 }
 
 /* ---- versions ---- */

@@ -18,6 +18,8 @@ import socket
 import sqlite3
 import urllib.parse
 
+import requests
+
 from conftest import Server, job_yaml, wait_for
 
 BIG = 200 * 1024 * 1024
@@ -56,6 +58,12 @@ def served_during(slow, fast, working):
         if working() and fast() and not slow.answered():
             return True
     return False
+
+
+def requests_session(server):
+    http = requests.Session()
+    http.headers["Authorization"] = f"Bearer {server.admin_token}"
+    return http
 
 
 def nodes_answer(server):
@@ -135,3 +143,29 @@ def test_audit_verify_runs_off_the_loop(tmp_path):
         assert ids and max(ids) > doc["head"]["id"], (ids, doc["head"])
     finally:
         s.stop()
+
+
+# ---- an upload's copy into the store ----
+
+def test_upload_is_stored_off_the_loop(server, tmp_path):
+    data = os.urandom(BIG)
+    digest = hashlib.sha256(data).hexdigest()
+    part = 1 << 20
+    path = f"/v1/model-blobs/{digest}"
+    with requests_session(server) as http:
+        for off in range(0, len(data) - part, part):
+            r = http.post(server.url + path, data=data[off:off + part],
+                          params={"offset": off, "upload": "u1"})
+            assert r.status_code == 200, r.text
+    last = len(data) - part
+    slow = OpenRequest(server, "POST",
+                       f"{path}?offset={last}&final=1&upload=u1",
+                       data[last:])
+    temporary = str(server.home / "blobs" / "sha256" / f"{digest}.kiln-tmp-*")
+    assert served_during(slow, lambda: nodes_answer(server),
+                         lambda: glob.glob(temporary))
+    status, doc = slow.response()
+    assert status == 201, doc
+    assert (doc["received"], doc["stored"]) == (BIG, True)
+    stored = server.home / "blobs" / "sha256" / digest
+    assert stored.stat().st_size == BIG
