@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,8 @@ int models_start(struct server *s, struct kn_error *err)
 {
 	struct model_state *m = kn_xcalloc(1, sizeof(*m));
 	struct kn_model_keyring ring;
+	glob_t partials = {0};
+	char *pattern;
 	int rc;
 
 	m->staging = kn_asprintf("%s/registry/uploads", s->home);
@@ -97,6 +100,13 @@ int models_start(struct server *s, struct kn_error *err)
 	if (rc < 0)
 		return kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s",
 				 m->staging, strerror(-rc));
+	/* Deployment copies cut short by a stop (see make_copy). */
+	pattern = kn_asprintf("%s/registry/models/*/*.partial*", s->home);
+	if (glob(pattern, 0, NULL, &partials) == 0)
+		for (size_t i = 0; i < partials.gl_pathc; i++)
+			kn_rm_rf(partials.gl_pathv[i]);
+	globfree(&partials);
+	free(pattern);
 	/* A bad key file is reported at start, not at the first pull. */
 	rc = kn_model_keyring_load(m->trusted_keys, &ring, err);
 	if (rc < 0)
@@ -509,11 +519,10 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
  * Every file's blob is in the store with the size the manifest says, and
  * durable: a version must never name a blob a crash can take away.
  */
-static int check_blobs(struct server *s, const struct kn_model_files *f,
-		       struct kn_error *err)
+static int check_blobs_in(struct kn_blob_store *store,
+			  const struct kn_model_files *f, struct kn_error *err)
 {
-	struct kn_blob_store *store = NULL;
-	int rc = open_store(s, &store, err);
+	int rc = 0;
 
 	for (size_t i = 0; rc == 0 && i < f->n; i++) {
 		struct kn_blob_info info = {0};
@@ -534,6 +543,17 @@ static int check_blobs(struct server *s, const struct kn_model_files *f,
 	}
 	if (rc == 0)
 		rc = kn_blob_sync(store, err);
+	return rc;
+}
+
+static int check_blobs(struct server *s, const struct kn_model_files *f,
+		       struct kn_error *err)
+{
+	struct kn_blob_store *store = NULL;
+	int rc = open_store(s, &store, err);
+
+	if (rc == 0)
+		rc = check_blobs_in(store, f, err);
 	kn_blob_store_free(store);
 	return rc;
 }
@@ -1165,22 +1185,32 @@ static int check_copy(const char *at, const char *dir,
 	return rc;
 }
 
-/* Copy the version's blobs from the store into dir, each digest checked
-   as it is written; dir is built as dir.partial and renamed. */
-static int make_copy(struct server *s, const char *at, const char *dir,
+/*
+ * Copy the version's blobs from the store into dir, each digest checked
+ * as it is written; dir is built as dir.partial-XXXXXX (one per copy: two
+ * deployments may copy one version at once) and renamed. When another
+ * copy got there first, that one is used.
+ */
+static int make_copy(const char *store_url, const char *at, const char *dir,
 		     const struct kn_model_files *f, struct kn_error *err)
 {
-	char *partial = kn_asprintf("%s.partial", dir);
+	struct kn_blob_store_config cfg = {.url = store_url, .use_env = true};
+	char *partial = kn_asprintf("%s.partial-XXXXXX", dir);
+	char *parent = kn_xstrdup(dir);
 	struct kn_blob_store *store = NULL;
 	int rc;
 
-	kn_rm_rf(partial);
-	rc = kn_mkdir_p(partial, 0755);
-	if (rc < 0)
+	*strrchr(parent, '/') = '\0';
+	rc = kn_mkdir_p(parent, 0755);
+	if (rc == 0 && !mkdtemp(partial))
+		rc = -errno;
+	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s",
 			       partial, strerror(-rc));
-	if (rc == 0)
-		rc = open_store(s, &store, err);
+		goto out;
+	}
+	chmod(partial, 0755);
+	rc = kn_blob_store_open(&cfg, &store, err);
 	for (size_t i = 0; rc == 0 && i < f->n; i++) {
 		char *path = kn_asprintf("%s/%s", partial, f->items[i].path);
 		char *blob = kn_model_blob_name(f->items[i].sha256);
@@ -1198,29 +1228,54 @@ static int make_copy(struct server *s, const char *at, const char *dir,
 		free(blob);
 		free(path);
 	}
-	if (rc == 0 && rename(partial, dir) < 0)
+	if (rc == 0 && rename(partial, dir) < 0 && errno != EEXIST &&
+	    errno != ENOTEMPTY)
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot rename %s: %s",
 			       partial, strerror(errno));
-	if (rc < 0)
-		kn_rm_rf(partial);
+	kn_rm_rf(partial); /* gone when renamed */
 	kn_blob_store_free(store);
+out:
+	free(parent);
 	free(partial);
 	return rc;
 }
 
-int models_deploy_dir(struct server *s, const char *text, char **out,
-		      struct kn_error *err)
+/*
+ * A deployment's model check: what the database says (the version, its
+ * signatures, the keys trusted) on the loop (model_copy_begin), the files
+ * hashed or copied on any thread with copies (model_copy_work).
+ */
+struct model_copy {
+	struct server *s; /* loop only */
+	models_dir_cb cb;
+	void *arg;
+	char at[KN_MODEL_NAME_MAX + 24];
+	int64_t version;
+	char *dir, *store_url;
+	struct kn_model_files files;
+	int rc;
+	struct kn_error err;
+};
+
+static void model_copy_free(struct model_copy *w)
+{
+	free(w->dir);
+	free(w->store_url);
+	kn_model_files_release(&w->files);
+	free(w);
+}
+
+static int model_copy_begin(struct server *s, const char *text,
+			    struct model_copy **out, struct kn_error *err)
 {
 	struct kn_model_version_row v = {0};
 	struct kn_model_signature_row *rows = NULL;
 	struct kn_model_keyring ring = {0};
 	struct kn_model_sig *sigs = NULL;
-	struct kn_model_files f = {0};
 	struct kn_model_ref ref;
+	struct model_copy *w = kn_xcalloc(1, sizeof(*w));
 	json_t *manifest = NULL;
-	char at[KN_MODEL_NAME_MAX + 24], *dir = NULL;
 	size_t ns = 0;
-	struct stat st;
 	int rc;
 
 	rc = kn_model_ref_parse(text, true, "model", &ref, err);
@@ -1228,7 +1283,8 @@ int models_deploy_dir(struct server *s, const char *text, char **out,
 		rc = resolve(s, &ref, &v, err);
 	if (rc < 0)
 		goto out;
-	snprintf(at, sizeof(at), "%s@%lld", v.name, (long long)v.version);
+	snprintf(w->at, sizeof(w->at), "%s@%lld", v.name,
+		 (long long)v.version);
 	rc = kn_store_model_signature_list(s->store, v.name, v.version, &rows,
 					   &ns, err);
 	if (rc == 0)
@@ -1242,33 +1298,92 @@ int models_deploy_dir(struct server *s, const char *text, char **out,
 		sigs[i].signature = rows[i].signature;
 		sigs[i].trusted = kn_model_keyring_has(&ring, rows[i].key_id);
 	}
-	rc = kn_model_trust_check(at, v.manifest, sigs, ns, err);
+	rc = kn_model_trust_check(w->at, v.manifest, sigs, ns, err);
 	if (rc < 0)
 		goto out;
 	manifest = json_loads(v.manifest, 0, NULL);
-	rc = kn_model_manifest_read(manifest, at, &f, NULL, NULL, err);
+	rc = kn_model_manifest_read(manifest, w->at, &w->files, NULL, NULL,
+				    err);
 	if (rc < 0)
 		goto out;
-	dir = kn_asprintf("%s/registry/models/%s/%lld", s->home, v.name,
-			  (long long)v.version);
-	/* A copy made earlier is checked again: replicas read it. */
-	if (stat(dir, &st) == 0)
-		rc = check_copy(at, dir, &f, err);
-	else
-		rc = make_copy(s, at, dir, &f, err);
-	if (rc == 0) {
-		*out = dir;
-		dir = NULL;
-	}
+	w->s = s;
+	w->version = v.version;
+	w->dir = kn_asprintf("%s/registry/models/%s/%lld", s->home, v.name,
+			     (long long)v.version);
+	w->store_url = kn_xstrdup(s->blob_url);
 out:
-	free(dir);
 	json_decref(manifest);
-	kn_model_files_release(&f);
 	free(sigs);
 	kn_model_keyring_release(&ring);
 	kn_model_signature_list_free(rows, ns);
 	kn_model_version_row_release(&v);
+	if (rc < 0) {
+		model_copy_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+static void model_copy_work(void *arg)
+{
+	struct model_copy *w = arg;
+	struct stat st;
+
+	/* A copy made earlier is checked again: replicas read it. */
+	if (stat(w->dir, &st) == 0)
+		w->rc = check_copy(w->at, w->dir, &w->files, &w->err);
+	else
+		w->rc = make_copy(w->store_url, w->at, w->dir, &w->files,
+				  &w->err);
+}
+
+int models_deploy_dir(struct server *s, const char *text, char **out,
+		      struct kn_error *err)
+{
+	struct model_copy *w = NULL;
+	int rc = model_copy_begin(s, text, &w, err);
+
+	if (rc < 0)
+		return rc;
+	model_copy_work(w);
+	rc = w->rc;
+	if (rc < 0) {
+		*err = w->err;
+	} else {
+		*out = w->dir;
+		w->dir = NULL;
+	}
+	model_copy_free(w);
 	return rc;
+}
+
+static void model_copy_done(void *arg, bool ran)
+{
+	struct model_copy *w = arg;
+
+	if (!ran)
+		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
+				  "the server stopped before %s was checked",
+				  w->at);
+	w->cb(w->s, w->rc, w->rc < 0 ? NULL : w->dir, w->version, &w->err,
+	      w->arg);
+	model_copy_free(w);
+}
+
+int models_deploy_dir_start(struct server *s, const char *text,
+			    models_dir_cb cb, void *arg, struct kn_error *err)
+{
+	struct model_copy *w = NULL;
+	int rc = model_copy_begin(s, text, &w, err);
+
+	if (rc < 0)
+		return rc;
+	w->cb = cb;
+	w->arg = arg;
+	kn_workers_submit(s->request_workers, model_copy_work, model_copy_done,
+			  w);
+	return 0;
 }
 
 /* ---- versions from a job's outputs, with lineage ---- */
@@ -1364,16 +1479,37 @@ static json_t *job_inputs_json(struct server *s, int64_t job_id)
 
 /*
  * What a job's lineage records: the job, its spec's digest (of the stored
- * normalized spec), its newest checkpoint, its inputs with their digests
- * and the code revision recorded at submit (null when its workdir was not
- * a git repository).
+ * normalized spec), its newest checkpoint (filled in by the caller: it
+ * reads the store), its inputs with their digests and the code revision
+ * recorded at submit (null when its workdir was not a git repository).
  */
+static int lineage_of_job(struct server *s, const struct kn_job_row *j,
+			  json_t **out, struct kn_error *err)
+{
+	char spec[KN_SHA256_HEX + 1], *revision = NULL;
+	int rc = kn_store_job_revision_get(s->store, j->id, &revision, err);
+
+	if (rc == -ENOENT)
+		rc = 0;
+	if (rc == 0) {
+		sha256_bytes(j->spec_json, strlen(j->spec_json), spec);
+		*out = json_pack("{s:I, s:s, s:s, s:s, s:n, s:s?, s:o}", "job",
+				 (json_int_t)j->id, "job_name", j->name,
+				 "state", kn_job_state_name(j->state),
+				 "spec_sha256", spec, "checkpoint",
+				 "code_revision", revision, "inputs",
+				 job_inputs_json(s, j->id));
+	}
+	free(revision);
+	return rc;
+}
+
+/* The lineage of job job_id, its checkpoint read from store. */
 static int job_lineage(struct server *s, struct kn_blob_store *store,
 		       int64_t job_id, json_t **out, struct kn_error *err)
 {
 	struct kn_job_row j = {0};
 	json_t *ckpt = NULL;
-	char spec[KN_SHA256_HEX + 1], *revision = NULL;
 	int rc;
 
 	rc = kn_store_job_get(s->store, job_id, &j, err);
@@ -1382,22 +1518,10 @@ static int job_lineage(struct server *s, struct kn_blob_store *store,
 			       (long long)job_id);
 	if (rc == 0)
 		rc = checkpoint_json(store, job_id, &ckpt, err);
-	if (rc == 0) {
-		rc = kn_store_job_revision_get(s->store, job_id, &revision, err);
-		if (rc == -ENOENT)
-			rc = 0;
-	}
-	if (rc == 0) {
-		sha256_bytes(j.spec_json, strlen(j.spec_json), spec);
-		*out = json_pack("{s:I, s:s, s:s, s:s, s:o, s:s?, s:o}", "job",
-				 (json_int_t)job_id, "job_name", j.name,
-				 "state", kn_job_state_name(j.state),
-				 "spec_sha256", spec, "checkpoint", ckpt,
-				 "code_revision", revision, "inputs",
-				 job_inputs_json(s, job_id));
-		ckpt = NULL;
-	}
-	free(revision);
+	if (rc == 0)
+		rc = lineage_of_job(s, &j, out, err);
+	if (rc == 0)
+		json_object_set(*out, "checkpoint", ckpt);
 	json_decref(ckpt);
 	kn_job_row_release(&j);
 	return rc;
@@ -1429,28 +1553,21 @@ static json_t *job_metrics(struct kn_blob_store *store, int64_t job_id)
 
 /*
  * Put the job's output o into the registry as sha256/HEX, create-only,
- * with its bytes checked against the digest its outputs manifest gave.
+ * with its bytes checked against the digest its outputs manifest gave
+ * (downloaded through staging first).
  */
-static int output_adopt(struct server *s, struct kn_blob_store *store,
+static int output_adopt(struct kn_blob_store *store, const char *staging,
 			const struct kn_output_row *o, struct kn_error *err)
 {
 	struct kn_blob_info info = {0};
 	char *src = kn_asprintf("%lld/outputs/%s", (long long)o->job_id,
 				o->name);
 	char *dst = kn_model_blob_name(o->sha256);
-	char *tmp = kn_asprintf("%s/job-%lld.%s", s->models->staging,
+	char *tmp = kn_asprintf("%s/job-%lld.%s", staging,
 				(long long)o->job_id, o->sha256);
-	char *want = kn_asprintf("%s/%s", s->blob_url, src);
 	char got[KN_SHA256_HEX + 1];
 	int rc = 0;
 
-	if (strcmp(o->url, want) != 0) {
-		rc = kn_errorf(err, KN_ECONFLICT, "job",
-			       "output %s of job %lld is in %s, not in this "
-			       "server's store %s", o->name,
-			       (long long)o->job_id, o->url, s->blob_url);
-		goto out;
-	}
 	if (kn_blob_stat(store, dst, &info, NULL) == 0 && info.size == o->size)
 		goto out;
 	rc = kn_blob_get_file(store, src, tmp, 0, -1, got, err);
@@ -1466,27 +1583,68 @@ static int output_adopt(struct server *s, struct kn_blob_store *store,
 		rc = 0;
 	unlink(tmp);
 out:
-	free(want);
 	free(tmp);
 	free(dst);
 	free(src);
 	return rc;
 }
 
-int models_from_job(struct server *s, const struct caller *c,
-		    const char *name, int64_t job_id, const char *alias,
-		    json_t **reply, struct kn_error *err)
+/*
+ * A version from a job's outputs, in three steps: what the database
+ * says, on the loop (from_job_begin); the copy of every output into the
+ * registry, the blobs' check and the reads of the newest checkpoint and
+ * metrics.json, on a worker with copies (from_job_work); the version's
+ * record, on the loop (from_job_finish).
+ */
+struct from_job {
+	struct server *s;        /* loop only */
+	struct kn_http_req *req; /* the request waiting, or NULL */
+	struct caller caller;
+	char *name, *alias;
+	int64_t job_id;
+	char *store_url, *staging;
+	struct kn_output_row *outs;
+	size_t n;
+	json_t *lineage; /* loop only; its checkpoint comes from the worker */
+	/* from the worker */
+	struct kn_model_files files;
+	json_t *checkpoint, *metrics;
+	int rc;
+	struct kn_error err;
+};
+
+static void from_job_free(struct from_job *w)
 {
-	struct kn_model_files files = {0};
-	struct kn_blob_store *store = NULL;
-	struct kn_output_row *outs = NULL;
+	free(w->name);
+	free(w->alias);
+	free(w->store_url);
+	free(w->staging);
+	kn_output_list_free(w->outs, w->n);
+	json_decref(w->lineage);
+	kn_model_files_release(&w->files);
+	json_decref(w->checkpoint);
+	json_decref(w->metrics);
+	free(w);
+}
+
+static int from_job_begin(struct server *s, const struct caller *c,
+			  const char *name, int64_t job_id, const char *alias,
+			  struct from_job **out, struct kn_error *err)
+{
+	struct from_job *w;
 	struct kn_job_row j = {0};
-	json_t *lineage = NULL, *metrics = NULL;
-	size_t n = 0;
 	int rc;
 
 	if (!name_checked(name, err))
 		return -EINVAL;
+	w = kn_xcalloc(1, sizeof(*w));
+	w->s = s;
+	w->caller = *c;
+	w->name = kn_xstrdup(name);
+	w->alias = alias ? kn_xstrdup(alias) : NULL;
+	w->job_id = job_id;
+	w->store_url = kn_xstrdup(s->blob_url);
+	w->staging = kn_xstrdup(s->models->staging);
 	rc = kn_store_job_get(s->store, job_id, &j, err);
 	if (rc == -ENOENT)
 		rc = kn_errorf(err, KN_ENOTFOUND, "job", "no job %lld",
@@ -1497,44 +1655,115 @@ int models_from_job(struct server *s, const struct caller *c,
 			       "make a model version", (long long)job_id,
 			       kn_job_state_name(j.state));
 	if (rc == 0)
-		rc = kn_store_output_list(s->store, job_id, &outs, &n, err);
-	if (rc == 0 && n == 0)
+		rc = kn_store_output_list(s->store, job_id, &w->outs, &w->n,
+					  err);
+	if (rc == 0 && w->n == 0)
 		rc = kn_errorf(err, KN_ECONFLICT, "job",
 			       "job %lld left no outputs (files in "
 			       "KILN_OUTPUT_DIR) to make a model of",
 			       (long long)job_id);
-	if (rc == 0)
-		rc = open_store(s, &store, err);
-	for (size_t i = 0; rc == 0 && i < n; i++) {
-		rc = output_adopt(s, store, &outs[i], err);
-		kn_model_files_add(&files, outs[i].name, outs[i].size,
-				   outs[i].sha256);
+	for (size_t i = 0; rc == 0 && i < w->n; i++) {
+		const struct kn_output_row *o = &w->outs[i];
+		char *want = kn_asprintf("%s/%lld/outputs/%s", s->blob_url,
+					 (long long)o->job_id, o->name);
+
+		if (strcmp(o->url, want) != 0)
+			rc = kn_errorf(err, KN_ECONFLICT, "job",
+				       "output %s of job %lld is in %s, not in "
+				       "this server's store %s", o->name,
+				       (long long)o->job_id, o->url,
+				       s->blob_url);
+		free(want);
 	}
 	if (rc == 0)
-		rc = kn_model_files_sort(&files, err);
-	if (rc == 0)
-		rc = check_blobs(s, &files, err);
-	if (rc == 0)
-		rc = job_lineage(s, store, job_id, &lineage, err);
-	if (rc == 0) {
-		metrics = job_metrics(store, job_id);
-		rc = version_create(s, c, name, &files, lineage, metrics,
-				    alias, reply, err);
-	}
-	json_decref(metrics);
-	json_decref(lineage);
-	kn_blob_store_free(store);
-	kn_output_list_free(outs, n);
+		rc = lineage_of_job(s, &j, &w->lineage, err);
 	kn_job_row_release(&j);
-	kn_model_files_release(&files);
+	if (rc < 0) {
+		from_job_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+static void from_job_work(void *arg)
+{
+	struct from_job *w = arg;
+	struct kn_blob_store_config cfg = {.url = w->store_url,
+					   .use_env = true};
+	struct kn_blob_store *store = NULL;
+	int rc = kn_blob_store_open(&cfg, &store, &w->err);
+
+	for (size_t i = 0; rc == 0 && i < w->n; i++) {
+		rc = output_adopt(store, w->staging, &w->outs[i], &w->err);
+		kn_model_files_add(&w->files, w->outs[i].name, w->outs[i].size,
+				   w->outs[i].sha256);
+	}
+	if (rc == 0)
+		rc = kn_model_files_sort(&w->files, &w->err);
+	if (rc == 0)
+		rc = check_blobs_in(store, &w->files, &w->err);
+	if (rc == 0)
+		rc = checkpoint_json(store, w->job_id, &w->checkpoint, &w->err);
+	if (rc == 0)
+		w->metrics = job_metrics(store, w->job_id);
+	w->rc = rc;
+	kn_blob_store_free(store);
+}
+
+static int from_job_finish(struct from_job *w, json_t **reply,
+			   struct kn_error *err)
+{
+	if (w->rc < 0) {
+		*err = w->err;
+		return w->rc;
+	}
+	json_object_set(w->lineage, "checkpoint", w->checkpoint);
+	return version_create(w->s, &w->caller, w->name, &w->files,
+			      w->lineage, w->metrics, w->alias, reply, err);
+}
+
+int models_from_job(struct server *s, const struct caller *c,
+		    const char *name, int64_t job_id, const char *alias,
+		    json_t **reply, struct kn_error *err)
+{
+	struct from_job *w = NULL;
+	int rc = from_job_begin(s, c, name, job_id, alias, &w, err);
+
+	if (rc < 0)
+		return rc;
+	from_job_work(w);
+	rc = from_job_finish(w, reply, err);
+	from_job_free(w);
 	return rc;
+}
+
+static void from_job_done(void *arg, bool ran)
+{
+	struct from_job *w = arg;
+	struct kn_error err;
+	json_t *reply = NULL;
+	char object[96];
+
+	snprintf(object, sizeof(object), "model/%s", w->name);
+	if (!ran)
+		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
+				  "the server stopped before job %lld's "
+				  "outputs were copied; push again",
+				  (long long)w->job_id);
+	if (from_job_finish(w, &reply, &err) < 0)
+		fail(w->s, w->req, &w->caller, "model.push", object, &err);
+	else
+		kn_http_reply_json(w->req, 201, reply);
+	from_job_free(w);
 }
 
 void models_h_from_job(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
+	struct from_job *w = NULL;
 	struct kn_error err;
-	json_t *body = NULL, *reply = NULL, *job;
+	json_t *body = NULL, *job;
 	const char *alias = NULL;
 	char object[96];
 
@@ -1547,10 +1776,12 @@ void models_h_from_job(struct server *s, struct kn_http_req *req,
 		kn_errorf(&err, KN_EINVAL, "job", "job must be a job id");
 		goto fail;
 	}
-	if (models_from_job(s, c, param, json_integer_value(job), alias,
-			    &reply, &err) < 0)
+	if (from_job_begin(s, c, param, json_integer_value(job), alias, &w,
+			   &err) < 0)
 		goto fail;
-	kn_http_reply_json(req, 201, reply);
+	w->req = req;
+	kn_workers_submit(s->request_workers, from_job_work, from_job_done,
+			  w);
 	json_decref(body);
 	return;
 fail:

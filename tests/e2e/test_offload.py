@@ -169,3 +169,78 @@ def test_upload_is_stored_off_the_loop(server, tmp_path):
     assert (doc["received"], doc["stored"]) == (BIG, True)
     stored = server.home / "blobs" / "sha256" / digest
     assert stored.stat().st_size == BIG
+
+
+# ---- push --from-job, a deploy's model check and copy, a followed alias ----
+
+def trusted_key(server, path):
+    server.cli("model", "keygen", "--out", str(path), check=True)
+    trusted = server.home / "keys" / "trusted"
+    trusted.mkdir(parents=True, exist_ok=True)
+    (trusted / f"{path.name}.pub").write_bytes(
+        path.with_name(f"{path.name}.pub").read_bytes())
+    return path
+
+
+def deployed_version(server, name):
+    r = server.request("GET", f"/v1/deployments/{name}")
+    assert r.status_code == 200, r.text
+    return r.json()["deployment"]["model_version"]
+
+
+def test_registry_copies_run_off_the_loop(server, tmp_path):
+    weights = tmp_path / "weights.bin"
+    digest = big_file(weights)
+    job = server.submit(job_yaml("train", [
+        "sh", "-c", f"mkdir -p $KILN_OUTPUT_DIR && cp {weights} "
+        "$KILN_OUTPUT_DIR/w.bin"]))
+    server.wait_state(job, "succeeded", timeout=120)
+    nodes = lambda: nodes_answer(server)  # noqa: E731
+
+    # push --from-job: the outputs' copy into the registry.
+    slow = OpenRequest(server, "POST", "/v1/models/big/from-job",
+                       json.dumps({"job": job, "alias": "prod"}).encode())
+    staged = str(server.home / "registry" / "uploads" / f"job-{job}.*")
+    assert served_during(slow, nodes, lambda: glob.glob(staged))
+    status, doc = slow.response()
+    assert status == 201, doc
+    assert doc["version"] == 1
+    assert [(f["path"], f["sha256"]) for f in doc["manifest"]["files"]] == [
+        ("w.bin", digest)]
+
+    key = trusted_key(server, tmp_path / "ops")
+    server.cli("model", "sign", "big@1", "--key", str(key), check=True)
+
+    # A deploy: the check of every file and the copy replicas read.
+    spec = "kind: Deployment\nname: chat\nmodel: big@prod\ncommand: [x]\n" \
+           "replicas: 0\n"
+    slow = OpenRequest(server, "POST", "/v1/deployments", spec.encode())
+    copies = server.home / "registry" / "models" / "big"
+    assert served_during(slow, nodes,
+                         lambda: glob.glob(str(copies / "1.partial-*")))
+    status, doc = slow.response()
+    assert status == 201, doc
+    assert doc["deployment"]["model_version"] == 1
+    assert hashlib.sha256((copies / "1" / "w.bin").read_bytes()
+                          ).hexdigest() == digest
+
+    # A promote moving the alias is answered at once; the deployment's
+    # check and copy of the new version run after it, while others are
+    # served; then it rolls.
+    r = server.request("POST", "/v1/models/big/from-job", json={"job": job})
+    assert r.status_code == 201 and r.json()["version"] == 2, r.text
+    server.cli("model", "sign", "big@2", "--key", str(key), check=True)
+    r = server.request("POST", "/v1/models/big@2/promote",
+                       json={"alias": "prod"})
+    assert r.status_code == 200, r.text
+    copying = lambda: glob.glob(str(copies / "2.partial-*"))  # noqa: E731
+    meanwhile = []
+
+    def rolled():
+        if copying() and nodes() and copying():
+            meanwhile.append(True)
+        return deployed_version(server, "chat") == 2
+    wait_for(rolled, timeout=120, interval=0.01, what="chat rolled to big@2")
+    assert meanwhile
+    assert hashlib.sha256((copies / "2" / "w.bin").read_bytes()
+                          ).hexdigest() == digest
