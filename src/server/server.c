@@ -339,7 +339,8 @@ static void server_release(struct server *s)
 	events_free(s->events);
 	/* Unfinished uploads are redone by the next start: they are idempotent. */
 	kn_workers_free(s->workers);
-	/* Requests still waiting are answered "unavailable" (503). */
+	/* Work in progress ends first; the requests waiting on it are
+	   closed with the server. */
 	kn_workers_free(s->request_workers);
 	backup_free(s);
 	/* After the pool: a scrape or health run may still hold their state. */
