@@ -1563,13 +1563,21 @@ static int output_adopt(struct kn_blob_store *store, const char *staging,
 	char *src = kn_asprintf("%lld/outputs/%s", (long long)o->job_id,
 				o->name);
 	char *dst = kn_model_blob_name(o->sha256);
-	char *tmp = kn_asprintf("%s/job-%lld.%s", staging,
+	/* One per copy: two pushes from one job may run at once. */
+	char *tmp = kn_asprintf("%s/job-%lld.%s.XXXXXX", staging,
 				(long long)o->job_id, o->sha256);
 	char got[KN_SHA256_HEX + 1];
-	int rc = 0;
+	int rc = 0, fd;
 
 	if (kn_blob_stat(store, dst, &info, NULL) == 0 && info.size == o->size)
 		goto out;
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s", tmp,
+			       strerror(errno));
+		goto out;
+	}
+	close(fd);
 	rc = kn_blob_get_file(store, src, tmp, 0, -1, got, err);
 	if (rc == 0 && strcmp(got, o->sha256) != 0)
 		rc = kn_errorf(err, KN_EPERM, "job",
@@ -1579,6 +1587,13 @@ static int output_adopt(struct kn_blob_store *store, const char *staging,
 	if (rc == 0)
 		rc = kn_blob_put_file(store, dst, tmp, KN_BLOB_CREATE_ONLY, got,
 				      NULL, err);
+	if (rc == 0 && strcmp(got, o->sha256) != 0) {
+		/* Never keep a blob whose name lies about its bytes. */
+		kn_blob_delete(store, dst, NULL);
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "output %s of job %lld changed while copied",
+			       o->name, (long long)o->job_id);
+	}
 	if (rc == -EEXIST)
 		rc = 0;
 	unlink(tmp);
