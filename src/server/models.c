@@ -519,8 +519,8 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
  * Every file's blob is in the store with the size the manifest says, and
  * durable: a version must never name a blob a crash can take away.
  */
-static int check_blobs_in(struct kn_blob_store *store,
-			  const struct kn_model_files *f, struct kn_error *err)
+static int check_blobs(struct kn_blob_store *store,
+		       const struct kn_model_files *f, struct kn_error *err)
 {
 	int rc = 0;
 
@@ -543,18 +543,6 @@ static int check_blobs_in(struct kn_blob_store *store,
 	}
 	if (rc == 0)
 		rc = kn_blob_sync(store, err);
-	return rc;
-}
-
-static int check_blobs(struct server *s, const struct kn_model_files *f,
-		       struct kn_error *err)
-{
-	struct kn_blob_store *store = NULL;
-	int rc = open_store(s, &store, err);
-
-	if (rc == 0)
-		rc = check_blobs_in(store, f, err);
-	kn_blob_store_free(store);
 	return rc;
 }
 
@@ -701,12 +689,66 @@ static bool alias_checked(json_t *body, const char **alias,
 	return true;
 }
 
+/*
+ * POST .../versions: the check that every blob is in the store and
+ * durable (a sync of the store's file system, which may flush a large
+ * upload) runs on a worker; the version is recorded on the loop after.
+ */
+struct version_push {
+	struct server *s; /* loop only */
+	struct kn_http_req *req;
+	struct caller caller;
+	char *name, *alias, *store_url;
+	struct kn_model_files files;
+	int rc;
+	struct kn_error err;
+};
+
+static void version_push_work(void *arg)
+{
+	struct version_push *w = arg;
+	struct kn_blob_store_config cfg = {.url = w->store_url,
+					   .use_env = true};
+	struct kn_blob_store *store = NULL;
+
+	w->rc = kn_blob_store_open(&cfg, &store, &w->err);
+	if (w->rc == 0)
+		w->rc = check_blobs(store, &w->files, &w->err);
+	kn_blob_store_free(store);
+}
+
+static void version_push_done(void *arg, bool ran)
+{
+	struct version_push *w = arg;
+	json_t *reply = NULL;
+	char object[96];
+
+	snprintf(object, sizeof(object), "model/%s", w->name);
+	if (!ran)
+		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
+				  "the server stopped before the blobs of %s "
+				  "were checked; push again", w->name);
+	if (w->rc == 0)
+		w->rc = version_create(w->s, &w->caller, w->name, &w->files,
+				       NULL, NULL, w->alias, &reply, &w->err);
+	if (w->rc < 0)
+		fail(w->s, w->req, &w->caller, "model.push", object, &w->err);
+	else
+		kn_http_reply_json(w->req, 201, reply);
+	free(w->name);
+	free(w->alias);
+	free(w->store_url);
+	kn_model_files_release(&w->files);
+	free(w);
+}
+
 void models_h_version_create(struct server *s, struct kn_http_req *req,
 			     const struct caller *c, const char *param)
 {
 	struct kn_model_files files = {0};
+	struct version_push *w;
 	struct kn_error err;
-	json_t *body = NULL, *reply = NULL;
+	json_t *body = NULL;
 	const char *alias = NULL;
 	char object[96];
 
@@ -723,15 +765,20 @@ void models_h_version_create(struct server *s, struct kn_http_req *req,
 		kn_errorf(&err, KN_EINVAL, "files", "a version needs a file");
 		goto fail;
 	}
-	if (check_blobs(s, &files, &err) < 0 ||
-	    version_create(s, c, param, &files, NULL, NULL, alias, &reply,
-			   &err) < 0)
-		goto fail;
-	kn_http_reply_json(req, 201, reply);
-	goto out;
+	w = kn_xcalloc(1, sizeof(*w));
+	w->s = s;
+	w->req = req;
+	w->caller = *c;
+	w->name = kn_xstrdup(param);
+	w->alias = alias ? kn_xstrdup(alias) : NULL;
+	w->store_url = kn_xstrdup(s->blob_url);
+	w->files = files;
+	kn_workers_submit(s->request_workers, version_push_work,
+			  version_push_done, w);
+	json_decref(body);
+	return;
 fail:
 	fail(s, req, c, "model.push", object, &err);
-out:
 	json_decref(body);
 	kn_model_files_release(&files);
 }
@@ -1717,7 +1764,7 @@ static void from_job_work(void *arg)
 	if (rc == 0)
 		rc = kn_model_files_sort(&w->files, &w->err);
 	if (rc == 0)
-		rc = check_blobs_in(store, &w->files, &w->err);
+		rc = check_blobs(store, &w->files, &w->err);
 	if (rc == 0)
 		rc = checkpoint_json(store, w->job_id, &w->checkpoint, &w->err);
 	if (rc == 0)
