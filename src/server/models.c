@@ -298,8 +298,10 @@ static int upload_begin(struct model_state *m, const char *digest,
 	u = kn_xcalloc(1, sizeof(*u));
 	kn_strlcpy(u->digest, digest, sizeof(u->digest));
 	kn_strlcpy(u->id, id, sizeof(u->id));
-	u->path = kn_asprintf("%s/%s.%s", m->staging, digest, id);
-	u->fd = open(u->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* A file of its own: one being stored by a worker may have the same
+	   digest and id (a client that sent the last part again). */
+	u->path = kn_asprintf("%s/%s.%s.XXXXXX", m->staging, digest, id);
+	u->fd = mkostemp(u->path, O_CLOEXEC);
 	u->ctx = EVP_MD_CTX_new();
 	u->touched_ms = now;
 	u->next = m->uploads;
