@@ -224,23 +224,68 @@ static json_t *verify_doc(const struct kn_audit_verify *v, int64_t anchor_id,
 	return doc;
 }
 
+/*
+ * A verify reads the whole log: it runs on a worker over its own
+ * read-only connection (WAL: it sees one moment while the loop writes),
+ * and the request is answered when it ends.
+ */
+struct verify_work {
+	struct kn_http_req *req;
+	char *db_path;
+	unsigned char key[KN_AUDIT_KEY_LEN];
+	int64_t anchor_id;
+	char anchor[KN_AUDIT_HASH_HEX_LEN + 1];
+	int rc;
+	struct kn_error err;
+	struct kn_audit_verify v;
+};
+
+static void verify_work(void *arg)
+{
+	struct verify_work *w = arg;
+	struct kn_store *reader = NULL;
+
+	w->rc = kn_store_open_reader(w->db_path, &reader, &w->err);
+	if (w->rc == 0)
+		w->rc = kn_store_audit_verify(reader, w->key, w->anchor_id,
+					      w->anchor_id ? w->anchor : NULL,
+					      &w->v, &w->err);
+	kn_store_free(reader);
+}
+
+static void verify_done(void *arg, bool ran)
+{
+	struct verify_work *w = arg;
+
+	if (!ran)
+		kn_errorf(&w->err, KN_EUNAVAIL, NULL,
+			  "the server stopped before the verify ran");
+	if (!ran || w->rc < 0)
+		kn_http_reply_error(w->req, &w->err);
+	else
+		kn_http_reply_json(w->req, 200,
+				   verify_doc(&w->v, w->anchor_id, w->anchor));
+	free(w->db_path);
+	free(w);
+}
+
 void audit_h_verify(struct server *s, struct kn_http_req *req,
 		    const struct caller *c, const char *param)
 {
-	struct kn_audit_verify v;
-	struct kn_error err;
-	char anchor[KN_AUDIT_HASH_HEX_LEN + 1];
-	int64_t anchor_id = 0;
+	struct verify_work *w = kn_xcalloc(1, sizeof(*w));
 
 	(void)c;
 	(void)param;
-	if (audit_anchor_read(s->home, &anchor_id, anchor, &err) < 0 ||
-	    kn_store_audit_verify(s->store, s->audit_key, anchor_id,
-				  anchor_id ? anchor : NULL, &v, &err) < 0) {
-		kn_http_reply_error(req, &err);
+	if (audit_anchor_read(s->home, &w->anchor_id, w->anchor, &w->err) <
+	    0) {
+		kn_http_reply_error(req, &w->err);
+		free(w);
 		return;
 	}
-	kn_http_reply_json(req, 200, verify_doc(&v, anchor_id, anchor));
+	w->req = req;
+	w->db_path = kn_asprintf("%s/kiln.db", s->home);
+	memcpy(w->key, s->audit_key, sizeof(w->key));
+	kn_workers_submit(s->request_workers, verify_work, verify_done, w);
 }
 
 int kn_server_audit_verify_home(const char *home, char **json_out,

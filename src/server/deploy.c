@@ -1092,35 +1092,45 @@ static void follow_alert(struct server *s, struct deployment *p,
 	json_decref(labels);
 }
 
-/*
- * The alias moved: roll the deployment to the version it now names, one
- * replica at a time, once that version verifies (signature, trust, every
- * file's digest, the copy replicas read); otherwise keep serving the
- * current one, and say why in an alert and an event.
- */
-static void follow(struct server *s, struct deployment *p)
+/* The version the alias p follows names now (0 when unknown). */
+static int64_t followed_version(struct server *s, const struct deployment *p)
+{
+	struct kn_model_ref ref;
+	struct kn_error err;
+	const char *alias = followed_alias(p, &ref);
+	int64_t version = 0;
+
+	if (!alias || kn_store_model_alias_get(s->store, ref.name, alias,
+					       &version, &err) < 0)
+		return 0;
+	return version;
+}
+
+static void follow_refused(struct server *s, const struct deployment *p,
+			   const struct kn_error *err)
+{
+	kn_log(KN_LOG_WARN, "deployment %s: not rolled to %s: %s", p->name,
+	       p->spec->model, err->message);
+	feed_publish(s, "deployment.rollout",
+		     json_pack("{s:s, s:s, s:s, s:I}", "deployment", p->name,
+			       "state", "refused", "reason", err->message,
+			       "version",
+			       (json_int_t)dir_version(p, p->model_dir)));
+	follow_alert(s, p, err->message);
+}
+
+/* The version the alias names verified, in dir: roll to it. */
+static void follow_to(struct server *s, struct deployment *p,
+		      const char *dir)
 {
 	struct kn_audit a;
 	struct kn_error err;
-	char *dir = NULL, object[96], detail[160];
+	char object[96], detail[160];
 	int64_t from = dir_version(p, p->model_dir), to;
 
-	if (models_deploy_dir(s, p->spec->model, &dir, &err) < 0) {
-		kn_log(KN_LOG_WARN, "deployment %s: not rolled to %s: %s",
-		       p->name, p->spec->model, err.message);
-		feed_publish(s, "deployment.rollout",
-			     json_pack("{s:s, s:s, s:s, s:I}", "deployment",
-				       p->name, "state", "refused", "reason",
-				       err.message, "version",
-				       (json_int_t)from));
-		follow_alert(s, p, err.message);
-		return;
-	}
 	follow_alert(s, p, NULL);
-	if (!strcmp(dir, p->model_dir)) {
-		free(dir);
+	if (!strcmp(dir, p->model_dir))
 		return;
-	}
 	to = dir_version(p, dir);
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	snprintf(detail, sizeof(detail), "%s: %lld -> %lld", p->spec->model,
@@ -1133,7 +1143,7 @@ static void follow(struct server *s, struct deployment *p)
 	a.outcome = "ok";
 	a.detail = detail;
 	free(p->model_dir);
-	p->model_dir = dir;
+	p->model_dir = kn_xstrdup(dir);
 	p->generation++;
 	p->updated_at = kn_now_ms();
 	for (int i = 0; i < p->n_reps; i++)
@@ -1149,6 +1159,56 @@ static void follow(struct server *s, struct deployment *p)
 			       "to", (json_int_t)to));
 	reconcile(s->deploy, p);
 	arm(s->deploy, 0);
+}
+
+/* A follow whose check runs on a worker: names, not pointers. */
+struct follow_check {
+	char *deployment, *model;
+};
+
+static void follow_checked(struct server *s, int rc, const char *dir,
+			   int64_t version, const struct kn_error *err,
+			   void *arg)
+{
+	struct follow_check *w = arg;
+	struct deployment *p = s->closing ? NULL : find(s->deploy,
+							 w->deployment);
+
+	/* Gone, given another model, or its alias moved again meanwhile
+	   (the check of that move decides). */
+	if (p && !strcmp(p->spec->model, w->model) &&
+	    followed_version(s, p) == version) {
+		if (rc < 0)
+			follow_refused(s, p, err);
+		else
+			follow_to(s, p, dir);
+	}
+	free(w->deployment);
+	free(w->model);
+	free(w);
+}
+
+/*
+ * The alias moved: roll the deployment to the version it now names, one
+ * replica at a time, once that version verifies (signature, trust, every
+ * file's digest, the copy replicas read: the files on a worker);
+ * otherwise keep serving the current one, and say why in an alert and an
+ * event.
+ */
+static void follow(struct server *s, struct deployment *p)
+{
+	struct follow_check *w = kn_xcalloc(1, sizeof(*w));
+	struct kn_error err;
+
+	w->deployment = kn_xstrdup(p->name);
+	w->model = kn_xstrdup(p->spec->model);
+	if (models_deploy_dir_start(s, p->spec->model, follow_checked, w,
+				    &err) < 0) {
+		follow_refused(s, p, &err);
+		free(w->deployment);
+		free(w->model);
+		free(w);
+	}
 }
 
 void deploy_alias_moved(struct server *s, const char *model,
@@ -1304,6 +1364,13 @@ static void reply_deployment(struct server *s, struct kn_http_req *req,
 
 /* ---- deploy, scale, restart, undeploy ---- */
 
+/* A registry version: NAME@VERSION or NAME@ALIAS (models.c). */
+static bool registry_model(const struct kn_deployment_spec *spec)
+{
+	return !spec->model_job && strchr(spec->model, '@') &&
+	       !strchr(spec->model, '/');
+}
+
 /*
  * KILN_MODEL_DIR: a path as given (relative to the spec file's directory
  * when that is known), or for job:<id> the directory its outputs were
@@ -1319,9 +1386,7 @@ static int resolve_model_dir(struct server *s,
 	size_t n = 0;
 	int rc;
 
-	/* A registry version: NAME@VERSION or NAME@ALIAS (models.c). */
-	if (!spec->model_job && strchr(spec->model, '@') &&
-	    !strchr(spec->model, '/'))
+	if (registry_model(spec))
 		return models_deploy_dir(s, spec->model, out, err);
 	if (!spec->model_job) {
 		if (spec->model[0] == '/') {
@@ -1371,8 +1436,10 @@ static int resolve_model_dir(struct server *s,
 	return rc;
 }
 
+/* checked_dir: the model's directory, already checked (NULL: check it). */
 static int spec_from_body(struct server *s, const char *body, size_t len,
 			  const char *file, const char *path,
+			  const char *checked_dir,
 			  struct kn_deployment_spec **spec, char **model_dir,
 			  const char **filename, struct kn_error *err)
 {
@@ -1385,7 +1452,10 @@ static int spec_from_body(struct server *s, const char *body, size_t len,
 				      s->deploy->presets, spec, err);
 	if (rc < 0)
 		return rc;
-	rc = resolve_model_dir(s, *spec, path, model_dir, err);
+	if (checked_dir)
+		*model_dir = kn_xstrdup(checked_dir);
+	else
+		rc = resolve_model_dir(s, *spec, path, model_dir, err);
 	if (rc < 0) {
 		kn_deployment_spec_free(*spec);
 		*spec = NULL;
@@ -1408,9 +1478,10 @@ static char *spec_identity(const char *spec_json)
 	return text;
 }
 
-int deploy_apply(struct server *s, const struct caller *c, const char *body,
+static int apply(struct server *s, const struct caller *c, const char *body,
 		 size_t len, const char *file, const char *path,
-		 const struct deployment **out, struct kn_error *err)
+		 const char *checked_dir, struct deployment **out,
+		 struct kn_error *err)
 {
 	struct deploy_state *d = s->deploy;
 	struct kn_deployment_spec *spec = NULL;
@@ -1424,8 +1495,8 @@ int deploy_apply(struct server *s, const struct caller *c, const char *body,
 	int64_t now = kn_now_ms();
 	int rc;
 
-	rc = spec_from_body(s, body, len, file, path, &spec, &model_dir,
-			    &filename, err);
+	rc = spec_from_body(s, body, len, file, path, checked_dir, &spec,
+			    &model_dir, &filename, err);
 	if (rc < 0)
 		return rc;
 	/* What cannot render (no image, a GPU model without a product
@@ -1522,22 +1593,101 @@ out:
 	return rc;
 }
 
+int deploy_apply(struct server *s, const struct caller *c, const char *body,
+		 size_t len, const char *file, const char *path,
+		 const struct deployment **out, struct kn_error *err)
+{
+	struct deployment *p = NULL;
+	int rc = apply(s, c, body, len, file, path, NULL, &p, err);
+
+	*out = p;
+	return rc;
+}
+
+/* A deploy of a registry version waits for its check, off the loop. */
+struct deploy_wait {
+	struct kn_http_req *req;
+	struct caller caller;
+	char *body, *file, *path;
+	size_t len;
+};
+
+static void deploy_wait_free(struct deploy_wait *w)
+{
+	free(w->body);
+	free(w->file);
+	free(w->path);
+	free(w);
+}
+
+static void deploy_checked(struct server *s, int rc, const char *dir,
+			   int64_t version, const struct kn_error *err,
+			   void *arg)
+{
+	struct deploy_wait *w = arg;
+	struct deployment *p = NULL;
+	struct kn_error e;
+
+	if (rc == 0 && s->closing)
+		rc = kn_errorf(&e, KN_EUNAVAIL, NULL,
+			       "the server is stopping; deploy again");
+	else if (rc < 0)
+		e = *err;
+	if (rc == 0)
+		rc = apply(s, &w->caller, w->body, w->len, w->file, w->path,
+			   dir, &p, &e);
+	if (rc < 0) {
+		kn_http_reply_error(w->req, &e);
+	} else {
+		/* The alias it follows moved while the check ran. */
+		int64_t now = followed_version(s, p);
+
+		if (now && now != version)
+			follow(s, p);
+		reply_deployment(s, w->req, p, p->generation == 1 ? 201 : 200);
+	}
+	deploy_wait_free(w);
+}
+
 void deploy_h_create(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param)
 {
 	const struct deployment *p = NULL;
+	struct kn_deployment_spec *spec = NULL;
+	struct deploy_wait *w;
 	struct kn_error err;
 	size_t len;
 	const char *body = kn_http_body(req, &len);
+	const char *file = kn_http_query(req, "file");
+	const char *path = kn_http_query(req, "path");
 
 	(void)param;
-	if (deploy_apply(s, c, body, len, kn_http_query(req, "file"),
-			 kn_http_query(req, "path"), &p, &err) < 0) {
-		kn_http_reply_error(req, &err);
+	/* A spec that does not parse is refused by deploy_apply below. */
+	if (kn_deployment_spec_parse(body, len, file ? file : "deployment",
+				     s->deploy->presets, &spec, &err) < 0 ||
+	    !registry_model(spec)) {
+		kn_deployment_spec_free(spec);
+		if (deploy_apply(s, c, body, len, file, path, &p, &err) < 0)
+			kn_http_reply_error(req, &err);
+		else
+			reply_deployment(s, req, p,
+					 p->generation == 1 ? 201 : 200);
 		return;
 	}
-	reply_deployment(s, req, p,
-			 p->generation == 1 ? 201 : 200);
+	w = kn_xcalloc(1, sizeof(*w));
+	w->req = req;
+	w->caller = *c;
+	w->body = kn_xmalloc(len + 1);
+	memcpy(w->body, body, len + 1);
+	w->len = len;
+	w->file = file ? kn_xstrdup(file) : NULL;
+	w->path = path ? kn_xstrdup(path) : NULL;
+	if (models_deploy_dir_start(s, spec->model, deploy_checked, w,
+				    &err) < 0) {
+		kn_http_reply_error(req, &err);
+		deploy_wait_free(w);
+	}
+	kn_deployment_spec_free(spec);
 }
 
 void deploy_h_list(struct server *s, struct kn_http_req *req,

@@ -145,6 +145,10 @@ struct server {
 	struct log_follower *followers;
 	struct kn_events *events; /* Azure scheduled events, or NULL */
 	struct kn_workers *workers; /* slow work: checkpoint sync */
+	/* Slow work an API request waits for (an upload's store copy, model
+	   checks and copies, audit verify): apart from checkpoint sync and
+	   health checks, so neither holds up the other. */
+	struct kn_workers *request_workers;
 	char *blob_url;             /* the default checkpoint store */
 	struct feed *feed;          /* the event stream (feed.c) */
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
@@ -502,6 +506,22 @@ int models_sign_file(struct server *s, const struct caller *c,
  */
 int models_deploy_dir(struct server *s, const char *text, char **out,
 		      struct kn_error *err);
+/*
+ * Called on the loop when models_deploy_dir_start's check ends: rc 0 and
+ * dir the copy of version (valid for the call only), or rc < 0 and err
+ * (KN_EUNAVAIL when the server stopped first).
+ */
+typedef void (*models_dir_cb)(struct server *s, int rc, const char *dir,
+			      int64_t version, const struct kn_error *err,
+			      void *arg);
+/*
+ * models_deploy_dir with its file work (hashing or copying every file) on
+ * a worker: what the database decides (the version, its signatures) is
+ * checked now, and a refusal there is returned with cb never called;
+ * otherwise cb is called once, later.
+ */
+int models_deploy_dir_start(struct server *s, const char *text,
+			    models_dir_cb cb, void *arg, struct kn_error *err);
 /*
  * Roll alias of model name back (as POST .../rollback does), acting as c;
  * *to and *from the versions. -ECONFLICT when there is nothing earlier.

@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,8 @@ struct model_state {
 	struct upload *uploads;
 };
 
-static void upload_drop(struct model_state *m, struct upload *u)
+/* Out of the list of uploads in progress: no later request finds it. */
+static void upload_detach(struct model_state *m, struct upload *u)
 {
 	for (struct upload **p = &m->uploads; *p; p = &(*p)->next) {
 		if (*p == u) {
@@ -61,6 +63,10 @@ static void upload_drop(struct model_state *m, struct upload *u)
 			break;
 		}
 	}
+}
+
+static void upload_release(struct upload *u)
+{
 	if (u->fd >= 0)
 		close(u->fd);
 	unlink(u->path);
@@ -69,10 +75,18 @@ static void upload_drop(struct model_state *m, struct upload *u)
 	free(u);
 }
 
+static void upload_drop(struct model_state *m, struct upload *u)
+{
+	upload_detach(m, u);
+	upload_release(u);
+}
+
 int models_start(struct server *s, struct kn_error *err)
 {
 	struct model_state *m = kn_xcalloc(1, sizeof(*m));
 	struct kn_model_keyring ring;
+	glob_t partials = {0};
+	char *pattern;
 	int rc;
 
 	m->staging = kn_asprintf("%s/registry/uploads", s->home);
@@ -86,6 +100,13 @@ int models_start(struct server *s, struct kn_error *err)
 	if (rc < 0)
 		return kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s",
 				 m->staging, strerror(-rc));
+	/* Deployment copies cut short by a stop (see make_copy). */
+	pattern = kn_asprintf("%s/registry/models/*/*.partial*", s->home);
+	if (glob(pattern, 0, NULL, &partials) == 0)
+		for (size_t i = 0; i < partials.gl_pathc; i++)
+			kn_rm_rf(partials.gl_pathv[i]);
+	globfree(&partials);
+	free(pattern);
 	/* A bad key file is reported at start, not at the first pull. */
 	rc = kn_model_keyring_load(m->trusted_keys, &ring, err);
 	if (rc < 0)
@@ -277,8 +298,10 @@ static int upload_begin(struct model_state *m, const char *digest,
 	u = kn_xcalloc(1, sizeof(*u));
 	kn_strlcpy(u->digest, digest, sizeof(u->digest));
 	kn_strlcpy(u->id, id, sizeof(u->id));
-	u->path = kn_asprintf("%s/%s.%s", m->staging, digest, id);
-	u->fd = open(u->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* A file of its own: one being stored by a worker may have the same
+	   digest and id (a client that sent the last part again). */
+	u->path = kn_asprintf("%s/%s.%s.XXXXXX", m->staging, digest, id);
+	u->fd = mkostemp(u->path, O_CLOEXEC);
 	u->ctx = EVP_MD_CTX_new();
 	u->touched_ms = now;
 	u->next = m->uploads;
@@ -307,16 +330,92 @@ static int write_all(int fd, const char *data, size_t len)
 	return 0;
 }
 
-/* The staged file is whole and hashes to u->digest: put it in the store. */
-static int upload_commit(struct server *s, struct upload *u, bool *existed,
+/*
+ * A finished upload's copy into the store (every byte read and hashed
+ * again) runs on a worker; the request is answered when it ends. The
+ * upload is out of the list by then, so a restart of it stages apart.
+ */
+struct upload_commit {
+	struct server *s; /* used on the loop only */
+	struct kn_http_req *req;
+	struct caller caller;
+	struct upload *u;
+	char *store_url;
+	bool existed;
+	int rc;
+	struct kn_error err;
+};
+
+static void upload_commit_work(void *arg)
+{
+	struct upload_commit *w = arg;
+	struct kn_blob_store_config cfg = {.url = w->store_url,
+					   .use_env = true};
+	struct kn_blob_store *store = NULL;
+	char *name = kn_model_blob_name(w->u->digest);
+	char sent[KN_SHA256_HEX + 1];
+	int rc = kn_blob_store_open(&cfg, &store, &w->err);
+
+	if (rc == 0)
+		rc = kn_blob_put_file(store, name, w->u->path,
+				      KN_BLOB_CREATE_ONLY, sent, NULL, &w->err);
+	w->existed = rc == -EEXIST;
+	if (rc == -EEXIST)
+		rc = 0;
+	else if (rc == 0 && strcmp(sent, w->u->digest) != 0) {
+		/* The staging file changed under us: never keep a blob whose
+		   name lies about its bytes. */
+		kn_blob_delete(store, name, NULL);
+		rc = kn_errorf(&w->err, KN_EIO, NULL,
+			       "blob %s: staged bytes changed while stored",
+			       w->u->digest);
+	}
+	w->rc = rc;
+	free(name);
+	kn_blob_store_free(store);
+}
+
+static void upload_commit_done(void *arg, bool ran)
+{
+	struct upload_commit *w = arg;
+	char object[96], detail[64];
+
+	snprintf(object, sizeof(object), "blob/sha256/%s", w->u->digest);
+	if (!ran)
+		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
+				  "the server stopped before blob %s was "
+				  "stored; send it again", w->u->digest);
+	if (w->rc < 0) {
+		fail(w->s, w->req, &w->caller, "model.blob.put", object,
+		     &w->err);
+	} else {
+		snprintf(detail, sizeof(detail), "%lld bytes%s",
+			 (long long)w->u->offset,
+			 w->existed ? ", already stored" : "");
+		audit(w->s, &w->caller, "model.blob.put", object, "ok", detail);
+		kn_http_reply_json(w->req, 201,
+				   json_pack("{s:s, s:I, s:b, s:b}", "digest",
+					     w->u->digest, "received",
+					     (json_int_t)w->u->offset, "stored",
+					     1, "existed", w->existed));
+	}
+	upload_release(w->u);
+	free(w->store_url);
+	free(w);
+}
+
+/*
+ * The staged file is whole: check that it hashes to u->digest, then hand
+ * it (out of the list) to a worker that puts it in the store.
+ */
+static int upload_commit(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, struct upload *u,
 			 struct kn_error *err)
 {
 	unsigned char md[32];
 	unsigned int mdlen = 0;
-	char hex[KN_SHA256_HEX + 1], sent[KN_SHA256_HEX + 1];
-	struct kn_blob_store *store = NULL;
-	char *name = NULL;
-	int rc;
+	char hex[KN_SHA256_HEX + 1];
+	struct upload_commit *w;
 
 	EVP_DigestFinal_ex(u->ctx, md, &mdlen);
 	for (unsigned i = 0; i < mdlen; i++)
@@ -326,25 +425,18 @@ static int upload_commit(struct server *s, struct upload *u, bool *existed,
 				 "blob %s: the %lld bytes sent hash to %s; "
 				 "refused", u->digest, (long long)u->offset,
 				 hex);
-	name = kn_model_blob_name(u->digest);
-	rc = open_store(s, &store, err);
-	if (rc == 0)
-		rc = kn_blob_put_file(store, name, u->path, KN_BLOB_CREATE_ONLY,
-				      sent, NULL, err);
-	*existed = rc == -EEXIST;
-	if (rc == -EEXIST)
-		rc = 0;
-	else if (rc == 0 && strcmp(sent, u->digest) != 0) {
-		/* The staging file changed under us: never keep a blob whose
-		   name lies about its bytes. */
-		kn_blob_delete(store, name, NULL);
-		rc = kn_errorf(err, KN_EIO, NULL,
-			       "blob %s: staged bytes changed while stored",
-			       u->digest);
-	}
-	free(name);
-	kn_blob_store_free(store);
-	return rc;
+	upload_detach(s->models, u);
+	close(u->fd);
+	u->fd = -1;
+	w = kn_xcalloc(1, sizeof(*w));
+	w->s = s;
+	w->req = req;
+	w->caller = *c;
+	w->u = u;
+	w->store_url = kn_xstrdup(s->blob_url);
+	kn_workers_submit(s->request_workers, upload_commit_work,
+			  upload_commit_done, w);
+	return 0;
 }
 
 void models_h_blob_put(struct server *s, struct kn_http_req *req,
@@ -357,8 +449,7 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 	size_t len;
 	const char *data = kn_http_body(req, &len);
 	const char *id = kn_http_query(req, "upload");
-	char object[96], detail[64];
-	bool existed = false;
+	char object[96];
 	int rc;
 
 	snprintf(object, sizeof(object), "blob/sha256/%.64s", param);
@@ -418,19 +509,10 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 					     "stored", 0));
 		return;
 	}
-	rc = upload_commit(s, u, &existed, &err);
-	upload_drop(m, u);
-	if (rc < 0) {
+	if (upload_commit(s, req, c, u, &err) < 0) {
+		upload_drop(m, u);
 		fail(s, req, c, "model.blob.put", object, &err);
-		return;
 	}
-	snprintf(detail, sizeof(detail), "%lld bytes%s", (long long)offset,
-		 existed ? ", already stored" : "");
-	audit(s, c, "model.blob.put", object, "ok", detail);
-	kn_http_reply_json(req, 201,
-			   json_pack("{s:s, s:I, s:b, s:b}", "digest", param,
-				     "received", (json_int_t)offset, "stored", 1,
-				     "existed", existed));
 }
 
 /* ---- versions ---- */
@@ -439,11 +521,10 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
  * Every file's blob is in the store with the size the manifest says, and
  * durable: a version must never name a blob a crash can take away.
  */
-static int check_blobs(struct server *s, const struct kn_model_files *f,
-		       struct kn_error *err)
+static int check_blobs(struct kn_blob_store *store,
+		       const struct kn_model_files *f, struct kn_error *err)
 {
-	struct kn_blob_store *store = NULL;
-	int rc = open_store(s, &store, err);
+	int rc = 0;
 
 	for (size_t i = 0; rc == 0 && i < f->n; i++) {
 		struct kn_blob_info info = {0};
@@ -464,7 +545,6 @@ static int check_blobs(struct server *s, const struct kn_model_files *f,
 	}
 	if (rc == 0)
 		rc = kn_blob_sync(store, err);
-	kn_blob_store_free(store);
 	return rc;
 }
 
@@ -637,12 +717,66 @@ static bool alias_checked(json_t *body, const char **alias,
 	return true;
 }
 
+/*
+ * POST .../versions: the check that every blob is in the store and
+ * durable (a sync of the store's file system, which may flush a large
+ * upload) runs on a worker; the version is recorded on the loop after.
+ */
+struct version_push {
+	struct server *s; /* loop only */
+	struct kn_http_req *req;
+	struct caller caller;
+	char *name, *alias, *store_url;
+	struct kn_model_files files;
+	int rc;
+	struct kn_error err;
+};
+
+static void version_push_work(void *arg)
+{
+	struct version_push *w = arg;
+	struct kn_blob_store_config cfg = {.url = w->store_url,
+					   .use_env = true};
+	struct kn_blob_store *store = NULL;
+
+	w->rc = kn_blob_store_open(&cfg, &store, &w->err);
+	if (w->rc == 0)
+		w->rc = check_blobs(store, &w->files, &w->err);
+	kn_blob_store_free(store);
+}
+
+static void version_push_done(void *arg, bool ran)
+{
+	struct version_push *w = arg;
+	json_t *reply = NULL;
+	char object[96];
+
+	snprintf(object, sizeof(object), "model/%s", w->name);
+	if (!ran)
+		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
+				  "the server stopped before the blobs of %s "
+				  "were checked; push again", w->name);
+	if (w->rc == 0)
+		w->rc = version_create(w->s, &w->caller, w->name, &w->files,
+				       NULL, NULL, w->alias, &reply, &w->err);
+	if (w->rc < 0)
+		fail(w->s, w->req, &w->caller, "model.push", object, &w->err);
+	else
+		kn_http_reply_json(w->req, 201, reply);
+	free(w->name);
+	free(w->alias);
+	free(w->store_url);
+	kn_model_files_release(&w->files);
+	free(w);
+}
+
 void models_h_version_create(struct server *s, struct kn_http_req *req,
 			     const struct caller *c, const char *param)
 {
 	struct kn_model_files files = {0};
+	struct version_push *w;
 	struct kn_error err;
-	json_t *body = NULL, *reply = NULL;
+	json_t *body = NULL;
 	const char *alias = NULL;
 	char object[96];
 
@@ -659,15 +793,20 @@ void models_h_version_create(struct server *s, struct kn_http_req *req,
 		kn_errorf(&err, KN_EINVAL, "files", "a version needs a file");
 		goto fail;
 	}
-	if (check_blobs(s, &files, &err) < 0 ||
-	    version_create(s, c, param, &files, NULL, NULL, alias, &reply,
-			   &err) < 0)
-		goto fail;
-	kn_http_reply_json(req, 201, reply);
-	goto out;
+	w = kn_xcalloc(1, sizeof(*w));
+	w->s = s;
+	w->req = req;
+	w->caller = *c;
+	w->name = kn_xstrdup(param);
+	w->alias = alias ? kn_xstrdup(alias) : NULL;
+	w->store_url = kn_xstrdup(s->blob_url);
+	w->files = files;
+	kn_workers_submit(s->request_workers, version_push_work,
+			  version_push_done, w);
+	json_decref(body);
+	return;
 fail:
 	fail(s, req, c, "model.push", object, &err);
-out:
 	json_decref(body);
 	kn_model_files_release(&files);
 }
@@ -1121,22 +1260,32 @@ static int check_copy(const char *at, const char *dir,
 	return rc;
 }
 
-/* Copy the version's blobs from the store into dir, each digest checked
-   as it is written; dir is built as dir.partial and renamed. */
-static int make_copy(struct server *s, const char *at, const char *dir,
+/*
+ * Copy the version's blobs from the store into dir, each digest checked
+ * as it is written; dir is built as dir.partial-XXXXXX (one per copy: two
+ * deployments may copy one version at once) and renamed. When another
+ * copy got there first, that one is used.
+ */
+static int make_copy(const char *store_url, const char *at, const char *dir,
 		     const struct kn_model_files *f, struct kn_error *err)
 {
-	char *partial = kn_asprintf("%s.partial", dir);
+	struct kn_blob_store_config cfg = {.url = store_url, .use_env = true};
+	char *partial = kn_asprintf("%s.partial-XXXXXX", dir);
+	char *parent = kn_xstrdup(dir);
 	struct kn_blob_store *store = NULL;
 	int rc;
 
-	kn_rm_rf(partial);
-	rc = kn_mkdir_p(partial, 0755);
-	if (rc < 0)
+	*strrchr(parent, '/') = '\0';
+	rc = kn_mkdir_p(parent, 0755);
+	if (rc == 0 && !mkdtemp(partial))
+		rc = -errno;
+	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s",
 			       partial, strerror(-rc));
-	if (rc == 0)
-		rc = open_store(s, &store, err);
+		goto out;
+	}
+	chmod(partial, 0755);
+	rc = kn_blob_store_open(&cfg, &store, err);
 	for (size_t i = 0; rc == 0 && i < f->n; i++) {
 		char *path = kn_asprintf("%s/%s", partial, f->items[i].path);
 		char *blob = kn_model_blob_name(f->items[i].sha256);
@@ -1154,29 +1303,54 @@ static int make_copy(struct server *s, const char *at, const char *dir,
 		free(blob);
 		free(path);
 	}
-	if (rc == 0 && rename(partial, dir) < 0)
+	if (rc == 0 && rename(partial, dir) < 0 && errno != EEXIST &&
+	    errno != ENOTEMPTY)
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot rename %s: %s",
 			       partial, strerror(errno));
-	if (rc < 0)
-		kn_rm_rf(partial);
+	kn_rm_rf(partial); /* gone when renamed */
 	kn_blob_store_free(store);
+out:
+	free(parent);
 	free(partial);
 	return rc;
 }
 
-int models_deploy_dir(struct server *s, const char *text, char **out,
-		      struct kn_error *err)
+/*
+ * A deployment's model check: what the database says (the version, its
+ * signatures, the keys trusted) on the loop (model_copy_begin), the files
+ * hashed or copied on any thread with copies (model_copy_work).
+ */
+struct model_copy {
+	struct server *s; /* loop only */
+	models_dir_cb cb;
+	void *arg;
+	char at[KN_MODEL_NAME_MAX + 24];
+	int64_t version;
+	char *dir, *store_url;
+	struct kn_model_files files;
+	int rc;
+	struct kn_error err;
+};
+
+static void model_copy_free(struct model_copy *w)
+{
+	free(w->dir);
+	free(w->store_url);
+	kn_model_files_release(&w->files);
+	free(w);
+}
+
+static int model_copy_begin(struct server *s, const char *text,
+			    struct model_copy **out, struct kn_error *err)
 {
 	struct kn_model_version_row v = {0};
 	struct kn_model_signature_row *rows = NULL;
 	struct kn_model_keyring ring = {0};
 	struct kn_model_sig *sigs = NULL;
-	struct kn_model_files f = {0};
 	struct kn_model_ref ref;
+	struct model_copy *w = kn_xcalloc(1, sizeof(*w));
 	json_t *manifest = NULL;
-	char at[KN_MODEL_NAME_MAX + 24], *dir = NULL;
 	size_t ns = 0;
-	struct stat st;
 	int rc;
 
 	rc = kn_model_ref_parse(text, true, "model", &ref, err);
@@ -1184,7 +1358,8 @@ int models_deploy_dir(struct server *s, const char *text, char **out,
 		rc = resolve(s, &ref, &v, err);
 	if (rc < 0)
 		goto out;
-	snprintf(at, sizeof(at), "%s@%lld", v.name, (long long)v.version);
+	snprintf(w->at, sizeof(w->at), "%s@%lld", v.name,
+		 (long long)v.version);
 	rc = kn_store_model_signature_list(s->store, v.name, v.version, &rows,
 					   &ns, err);
 	if (rc == 0)
@@ -1198,33 +1373,92 @@ int models_deploy_dir(struct server *s, const char *text, char **out,
 		sigs[i].signature = rows[i].signature;
 		sigs[i].trusted = kn_model_keyring_has(&ring, rows[i].key_id);
 	}
-	rc = kn_model_trust_check(at, v.manifest, sigs, ns, err);
+	rc = kn_model_trust_check(w->at, v.manifest, sigs, ns, err);
 	if (rc < 0)
 		goto out;
 	manifest = json_loads(v.manifest, 0, NULL);
-	rc = kn_model_manifest_read(manifest, at, &f, NULL, NULL, err);
+	rc = kn_model_manifest_read(manifest, w->at, &w->files, NULL, NULL,
+				    err);
 	if (rc < 0)
 		goto out;
-	dir = kn_asprintf("%s/registry/models/%s/%lld", s->home, v.name,
-			  (long long)v.version);
-	/* A copy made earlier is checked again: replicas read it. */
-	if (stat(dir, &st) == 0)
-		rc = check_copy(at, dir, &f, err);
-	else
-		rc = make_copy(s, at, dir, &f, err);
-	if (rc == 0) {
-		*out = dir;
-		dir = NULL;
-	}
+	w->s = s;
+	w->version = v.version;
+	w->dir = kn_asprintf("%s/registry/models/%s/%lld", s->home, v.name,
+			     (long long)v.version);
+	w->store_url = kn_xstrdup(s->blob_url);
 out:
-	free(dir);
 	json_decref(manifest);
-	kn_model_files_release(&f);
 	free(sigs);
 	kn_model_keyring_release(&ring);
 	kn_model_signature_list_free(rows, ns);
 	kn_model_version_row_release(&v);
+	if (rc < 0) {
+		model_copy_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+static void model_copy_work(void *arg)
+{
+	struct model_copy *w = arg;
+	struct stat st;
+
+	/* A copy made earlier is checked again: replicas read it. */
+	if (stat(w->dir, &st) == 0)
+		w->rc = check_copy(w->at, w->dir, &w->files, &w->err);
+	else
+		w->rc = make_copy(w->store_url, w->at, w->dir, &w->files,
+				  &w->err);
+}
+
+int models_deploy_dir(struct server *s, const char *text, char **out,
+		      struct kn_error *err)
+{
+	struct model_copy *w = NULL;
+	int rc = model_copy_begin(s, text, &w, err);
+
+	if (rc < 0)
+		return rc;
+	model_copy_work(w);
+	rc = w->rc;
+	if (rc < 0) {
+		*err = w->err;
+	} else {
+		*out = w->dir;
+		w->dir = NULL;
+	}
+	model_copy_free(w);
 	return rc;
+}
+
+static void model_copy_done(void *arg, bool ran)
+{
+	struct model_copy *w = arg;
+
+	if (!ran)
+		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
+				  "the server stopped before %s was checked",
+				  w->at);
+	w->cb(w->s, w->rc, w->rc < 0 ? NULL : w->dir, w->version, &w->err,
+	      w->arg);
+	model_copy_free(w);
+}
+
+int models_deploy_dir_start(struct server *s, const char *text,
+			    models_dir_cb cb, void *arg, struct kn_error *err)
+{
+	struct model_copy *w = NULL;
+	int rc = model_copy_begin(s, text, &w, err);
+
+	if (rc < 0)
+		return rc;
+	w->cb = cb;
+	w->arg = arg;
+	kn_workers_submit(s->request_workers, model_copy_work, model_copy_done,
+			  w);
+	return 0;
 }
 
 /* ---- versions from a job's outputs, with lineage ---- */
@@ -1334,16 +1568,37 @@ static json_t *job_inputs_json(struct server *s, int64_t job_id,
 
 /*
  * What a job's lineage records: the job, its spec's digest (of the stored
- * normalized spec), its newest checkpoint, its inputs with their digests
- * and the code revision recorded at submit (null when its workdir was not
- * a git repository).
+ * normalized spec), its newest checkpoint (filled in by the caller: it
+ * reads the store), its inputs with their digests and the code revision
+ * recorded at submit (null when its workdir was not a git repository).
  */
+static int lineage_of_job(struct server *s, const struct kn_job_row *j,
+			  json_t **out, struct kn_error *err)
+{
+	char spec[KN_SHA256_HEX + 1], *revision = NULL;
+	int rc = kn_store_job_revision_get(s->store, j->id, &revision, err);
+
+	if (rc == -ENOENT)
+		rc = 0;
+	if (rc == 0) {
+		sha256_bytes(j->spec_json, strlen(j->spec_json), spec);
+		*out = json_pack("{s:I, s:s, s:s, s:s, s:n, s:s?, s:o}", "job",
+				 (json_int_t)j->id, "job_name", j->name,
+				 "state", kn_job_state_name(j->state),
+				 "spec_sha256", spec, "checkpoint",
+				 "code_revision", revision, "inputs",
+				 job_inputs_json(s, j->id, j->spec_json));
+	}
+	free(revision);
+	return rc;
+}
+
+/* The lineage of job job_id, its checkpoint read from store. */
 static int job_lineage(struct server *s, struct kn_blob_store *store,
 		       int64_t job_id, json_t **out, struct kn_error *err)
 {
 	struct kn_job_row j = {0};
 	json_t *ckpt = NULL;
-	char spec[KN_SHA256_HEX + 1], *revision = NULL;
 	int rc;
 
 	rc = kn_store_job_get(s->store, job_id, &j, err);
@@ -1352,22 +1607,10 @@ static int job_lineage(struct server *s, struct kn_blob_store *store,
 			       (long long)job_id);
 	if (rc == 0)
 		rc = checkpoint_json(store, job_id, &ckpt, err);
-	if (rc == 0) {
-		rc = kn_store_job_revision_get(s->store, job_id, &revision, err);
-		if (rc == -ENOENT)
-			rc = 0;
-	}
-	if (rc == 0) {
-		sha256_bytes(j.spec_json, strlen(j.spec_json), spec);
-		*out = json_pack("{s:I, s:s, s:s, s:s, s:o, s:s?, s:o}", "job",
-				 (json_int_t)job_id, "job_name", j.name,
-				 "state", kn_job_state_name(j.state),
-				 "spec_sha256", spec, "checkpoint", ckpt,
-				 "code_revision", revision, "inputs",
-				 job_inputs_json(s, job_id, j.spec_json));
-		ckpt = NULL;
-	}
-	free(revision);
+	if (rc == 0)
+		rc = lineage_of_job(s, &j, out, err);
+	if (rc == 0)
+		json_object_set(*out, "checkpoint", ckpt);
 	json_decref(ckpt);
 	kn_job_row_release(&j);
 	return rc;
@@ -1399,30 +1642,31 @@ static json_t *job_metrics(struct kn_blob_store *store, int64_t job_id)
 
 /*
  * Put the job's output o into the registry as sha256/HEX, create-only,
- * with its bytes checked against the digest its outputs manifest gave.
+ * with its bytes checked against the digest its outputs manifest gave
+ * (downloaded through staging first).
  */
-static int output_adopt(struct server *s, struct kn_blob_store *store,
+static int output_adopt(struct kn_blob_store *store, const char *staging,
 			const struct kn_output_row *o, struct kn_error *err)
 {
 	struct kn_blob_info info = {0};
 	char *src = kn_asprintf("%lld/outputs/%s", (long long)o->job_id,
 				o->name);
 	char *dst = kn_model_blob_name(o->sha256);
-	char *tmp = kn_asprintf("%s/job-%lld.%s", s->models->staging,
+	/* One per copy: two pushes from one job may run at once. */
+	char *tmp = kn_asprintf("%s/job-%lld.%s.XXXXXX", staging,
 				(long long)o->job_id, o->sha256);
-	char *want = kn_asprintf("%s/%s", s->blob_url, src);
 	char got[KN_SHA256_HEX + 1];
-	int rc = 0;
+	int rc = 0, fd;
 
-	if (strcmp(o->url, want) != 0) {
-		rc = kn_errorf(err, KN_ECONFLICT, "job",
-			       "output %s of job %lld is in %s, not in this "
-			       "server's store %s", o->name,
-			       (long long)o->job_id, o->url, s->blob_url);
-		goto out;
-	}
 	if (kn_blob_stat(store, dst, &info, NULL) == 0 && info.size == o->size)
 		goto out;
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s", tmp,
+			       strerror(errno));
+		goto out;
+	}
+	close(fd);
 	rc = kn_blob_get_file(store, src, tmp, 0, -1, got, err);
 	if (rc == 0 && strcmp(got, o->sha256) != 0)
 		rc = kn_errorf(err, KN_EPERM, "job",
@@ -1432,31 +1676,79 @@ static int output_adopt(struct server *s, struct kn_blob_store *store,
 	if (rc == 0)
 		rc = kn_blob_put_file(store, dst, tmp, KN_BLOB_CREATE_ONLY, got,
 				      NULL, err);
+	if (rc == 0 && strcmp(got, o->sha256) != 0) {
+		/* Never keep a blob whose name lies about its bytes. */
+		kn_blob_delete(store, dst, NULL);
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "output %s of job %lld changed while copied",
+			       o->name, (long long)o->job_id);
+	}
 	if (rc == -EEXIST)
 		rc = 0;
 	unlink(tmp);
 out:
-	free(want);
 	free(tmp);
 	free(dst);
 	free(src);
 	return rc;
 }
 
-int models_from_job(struct server *s, const struct caller *c,
-		    const char *name, int64_t job_id, const char *alias,
-		    json_t **reply, struct kn_error *err)
+/*
+ * A version from a job's outputs, in three steps: what the database
+ * says, on the loop (from_job_begin); the copy of every output into the
+ * registry, the blobs' check and the reads of the newest checkpoint and
+ * metrics.json, on a worker with copies (from_job_work); the version's
+ * record, on the loop (from_job_finish).
+ */
+struct from_job {
+	struct server *s;        /* loop only */
+	struct kn_http_req *req; /* the request waiting, or NULL */
+	struct caller caller;
+	char *name, *alias;
+	int64_t job_id;
+	char *store_url, *staging;
+	struct kn_output_row *outs;
+	size_t n;
+	json_t *lineage; /* loop only; its checkpoint comes from the worker */
+	/* from the worker */
+	struct kn_model_files files;
+	json_t *checkpoint, *metrics;
+	int rc;
+	struct kn_error err;
+};
+
+static void from_job_free(struct from_job *w)
 {
-	struct kn_model_files files = {0};
-	struct kn_blob_store *store = NULL;
-	struct kn_output_row *outs = NULL;
+	free(w->name);
+	free(w->alias);
+	free(w->store_url);
+	free(w->staging);
+	kn_output_list_free(w->outs, w->n);
+	json_decref(w->lineage);
+	kn_model_files_release(&w->files);
+	json_decref(w->checkpoint);
+	json_decref(w->metrics);
+	free(w);
+}
+
+static int from_job_begin(struct server *s, const struct caller *c,
+			  const char *name, int64_t job_id, const char *alias,
+			  struct from_job **out, struct kn_error *err)
+{
+	struct from_job *w;
 	struct kn_job_row j = {0};
-	json_t *lineage = NULL, *metrics = NULL;
-	size_t n = 0;
 	int rc;
 
 	if (!name_checked(name, err))
 		return -EINVAL;
+	w = kn_xcalloc(1, sizeof(*w));
+	w->s = s;
+	w->caller = *c;
+	w->name = kn_xstrdup(name);
+	w->alias = alias ? kn_xstrdup(alias) : NULL;
+	w->job_id = job_id;
+	w->store_url = kn_xstrdup(s->blob_url);
+	w->staging = kn_xstrdup(s->models->staging);
 	rc = kn_store_job_get(s->store, job_id, &j, err);
 	if (rc == -ENOENT)
 		rc = kn_errorf(err, KN_ENOTFOUND, "job", "no job %lld",
@@ -1467,44 +1759,115 @@ int models_from_job(struct server *s, const struct caller *c,
 			       "make a model version", (long long)job_id,
 			       kn_job_state_name(j.state));
 	if (rc == 0)
-		rc = kn_store_output_list(s->store, job_id, &outs, &n, err);
-	if (rc == 0 && n == 0)
+		rc = kn_store_output_list(s->store, job_id, &w->outs, &w->n,
+					  err);
+	if (rc == 0 && w->n == 0)
 		rc = kn_errorf(err, KN_ECONFLICT, "job",
 			       "job %lld left no outputs (files in "
 			       "KILN_OUTPUT_DIR) to make a model of",
 			       (long long)job_id);
-	if (rc == 0)
-		rc = open_store(s, &store, err);
-	for (size_t i = 0; rc == 0 && i < n; i++) {
-		rc = output_adopt(s, store, &outs[i], err);
-		kn_model_files_add(&files, outs[i].name, outs[i].size,
-				   outs[i].sha256);
+	for (size_t i = 0; rc == 0 && i < w->n; i++) {
+		const struct kn_output_row *o = &w->outs[i];
+		char *want = kn_asprintf("%s/%lld/outputs/%s", s->blob_url,
+					 (long long)o->job_id, o->name);
+
+		if (strcmp(o->url, want) != 0)
+			rc = kn_errorf(err, KN_ECONFLICT, "job",
+				       "output %s of job %lld is in %s, not in "
+				       "this server's store %s", o->name,
+				       (long long)o->job_id, o->url,
+				       s->blob_url);
+		free(want);
 	}
 	if (rc == 0)
-		rc = kn_model_files_sort(&files, err);
-	if (rc == 0)
-		rc = check_blobs(s, &files, err);
-	if (rc == 0)
-		rc = job_lineage(s, store, job_id, &lineage, err);
-	if (rc == 0) {
-		metrics = job_metrics(store, job_id);
-		rc = version_create(s, c, name, &files, lineage, metrics,
-				    alias, reply, err);
-	}
-	json_decref(metrics);
-	json_decref(lineage);
-	kn_blob_store_free(store);
-	kn_output_list_free(outs, n);
+		rc = lineage_of_job(s, &j, &w->lineage, err);
 	kn_job_row_release(&j);
-	kn_model_files_release(&files);
+	if (rc < 0) {
+		from_job_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+static void from_job_work(void *arg)
+{
+	struct from_job *w = arg;
+	struct kn_blob_store_config cfg = {.url = w->store_url,
+					   .use_env = true};
+	struct kn_blob_store *store = NULL;
+	int rc = kn_blob_store_open(&cfg, &store, &w->err);
+
+	for (size_t i = 0; rc == 0 && i < w->n; i++) {
+		rc = output_adopt(store, w->staging, &w->outs[i], &w->err);
+		kn_model_files_add(&w->files, w->outs[i].name, w->outs[i].size,
+				   w->outs[i].sha256);
+	}
+	if (rc == 0)
+		rc = kn_model_files_sort(&w->files, &w->err);
+	if (rc == 0)
+		rc = check_blobs(store, &w->files, &w->err);
+	if (rc == 0)
+		rc = checkpoint_json(store, w->job_id, &w->checkpoint, &w->err);
+	if (rc == 0)
+		w->metrics = job_metrics(store, w->job_id);
+	w->rc = rc;
+	kn_blob_store_free(store);
+}
+
+static int from_job_finish(struct from_job *w, json_t **reply,
+			   struct kn_error *err)
+{
+	if (w->rc < 0) {
+		*err = w->err;
+		return w->rc;
+	}
+	json_object_set(w->lineage, "checkpoint", w->checkpoint);
+	return version_create(w->s, &w->caller, w->name, &w->files,
+			      w->lineage, w->metrics, w->alias, reply, err);
+}
+
+int models_from_job(struct server *s, const struct caller *c,
+		    const char *name, int64_t job_id, const char *alias,
+		    json_t **reply, struct kn_error *err)
+{
+	struct from_job *w = NULL;
+	int rc = from_job_begin(s, c, name, job_id, alias, &w, err);
+
+	if (rc < 0)
+		return rc;
+	from_job_work(w);
+	rc = from_job_finish(w, reply, err);
+	from_job_free(w);
 	return rc;
+}
+
+static void from_job_done(void *arg, bool ran)
+{
+	struct from_job *w = arg;
+	struct kn_error err;
+	json_t *reply = NULL;
+	char object[96];
+
+	snprintf(object, sizeof(object), "model/%s", w->name);
+	if (!ran)
+		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
+				  "the server stopped before job %lld's "
+				  "outputs were copied; push again",
+				  (long long)w->job_id);
+	if (from_job_finish(w, &reply, &err) < 0)
+		fail(w->s, w->req, &w->caller, "model.push", object, &err);
+	else
+		kn_http_reply_json(w->req, 201, reply);
+	from_job_free(w);
 }
 
 void models_h_from_job(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
+	struct from_job *w = NULL;
 	struct kn_error err;
-	json_t *body = NULL, *reply = NULL, *job;
+	json_t *body = NULL, *job;
 	const char *alias = NULL;
 	char object[96];
 
@@ -1517,10 +1880,12 @@ void models_h_from_job(struct server *s, struct kn_http_req *req,
 		kn_errorf(&err, KN_EINVAL, "job", "job must be a job id");
 		goto fail;
 	}
-	if (models_from_job(s, c, param, json_integer_value(job), alias,
-			    &reply, &err) < 0)
+	if (from_job_begin(s, c, param, json_integer_value(job), alias, &w,
+			   &err) < 0)
 		goto fail;
-	kn_http_reply_json(req, 201, reply);
+	w->req = req;
+	kn_workers_submit(s->request_workers, from_job_work, from_job_done,
+			  w);
 	json_decref(body);
 	return;
 fail:

@@ -341,6 +341,9 @@ static void server_release(struct server *s)
 	/* Unfinished uploads are redone by the next start: they are idempotent. */
 	kn_workers_free(s->workers);
 	usage_free(s);
+	/* Work in progress ends first; the requests waiting on it are
+	   closed with the server. */
+	kn_workers_free(s->request_workers);
 	backup_free(s);
 	/* After the pool: a scrape or health run may still hold their state. */
 	monitor_free(s->monitor);
@@ -444,6 +447,7 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		goto out;
 	}
 	s.workers = kn_workers_new(s.loop, 2);
+	s.request_workers = kn_workers_new(s.loop, 2);
 	s.blob_url = cfg->blob_store ? kn_xstrdup(cfg->blob_store)
 				     : kn_blob_default_url(s.home);
 	{

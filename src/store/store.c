@@ -1645,6 +1645,58 @@ out:
 	return 0;
 }
 
+/*
+ * Read-only: no WAL switch and no migration (both write), so opening it
+ * never takes the write lock the server's own connection may hold.
+ */
+int kn_store_open_reader(const char *path, struct kn_store **out,
+			 struct kn_error *err)
+{
+	struct kn_store *st = kn_xcalloc(1, sizeof(*st));
+	int version = 0;
+	int ret = 0;
+
+	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READONLY, NULL) !=
+	    SQLITE_OK) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				st->db ? sqlite3_errmsg(st->db)
+				       : "out of memory");
+		goto out;
+	}
+	sqlite3_extended_result_codes(st->db, 1);
+	sqlite3_busy_timeout(st->db, STORE_BUSY_TIMEOUT_MS);
+	if (pragma_int(st->db, "PRAGMA user_version", &version) !=
+	    SQLITE_OK) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				sqlite3_errmsg(st->db));
+		goto out;
+	}
+	if (version != KN_STORE_SCHEMA_VERSION) {
+		ret = kn_errorf(err, KN_EIO, NULL,
+				"%s: schema version %d, not %d: open it"
+				" with kn_store_open first",
+				path, version, KN_STORE_SCHEMA_VERSION);
+		goto out;
+	}
+	for (int i = 0; i < STMT_COUNT; i++) {
+		if (sqlite3_prepare_v3(st->db, STATEMENTS[i], -1,
+				       SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
+				       NULL) != SQLITE_OK) {
+			ret = kn_errorf(err, KN_EIO, NULL,
+					"%s: preparing \"%s\": %s", path,
+					STATEMENTS[i], sqlite3_errmsg(st->db));
+			goto out;
+		}
+	}
+out:
+	if (ret < 0) {
+		kn_store_free(st);
+		return ret;
+	}
+	*out = st;
+	return 0;
+}
+
 void kn_store_free(struct kn_store *st)
 {
 	if (!st)

@@ -40,6 +40,14 @@ struct kn_store;
 int kn_store_open(const char *path, struct kn_store **out,
 		  struct kn_error *err);
 void kn_store_free(struct kn_store *st);
+/*
+ * A second, read-only connection to a database kn_store_open already
+ * set up (same schema version, WAL): for reads on another thread, which
+ * see one consistent moment per statement while the first connection
+ * writes. Writes through it fail.
+ */
+int kn_store_open_reader(const char *path, struct kn_store **out,
+			 struct kn_error *err);
 
 /*
  * Group several writes into one transaction (the scheduler's tick binds

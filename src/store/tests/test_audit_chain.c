@@ -393,6 +393,40 @@ static void test_backup_copy(void **state)
 	free(path);
 }
 
+/*
+ * A reader connection verifies the log while the writer goes on: its walk
+ * sees the rows committed before it began, and it cannot write.
+ */
+static void test_reader_connection(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_audit_verify v;
+	struct kn_store *reader = NULL;
+	struct kn_error err = {0};
+	struct kn_audit a = {.time_ms = 1, .actor = "x", .action = "x",
+			     .object = "x", .outcome = "ok"};
+	char *old = kn_asprintf("%s/old.db", fx->dir);
+
+	start_chain(fx, 0);
+	insert_rows(fx, 3);
+	assert_int_equal(kn_store_open_reader(fx->path, &reader, &err), 0);
+	insert_rows(fx, 2);
+	assert_int_equal(kn_store_audit_verify(reader, fx->key, 0, NULL, &v,
+					       &err),
+			 0);
+	assert_int_equal(v.problem, KN_AUDIT_OK);
+	assert_int_equal(v.rows, 5);
+	assert_int_not_equal(kn_store_audit_insert(reader, &a, &err), 0);
+	kn_store_free(reader);
+	/* A file kn_store_open has not brought to this schema is refused. */
+	raw_exec(old, "CREATE TABLE t (x); PRAGMA user_version = 1");
+	reader = NULL;
+	assert_int_equal(kn_store_open_reader(old, &reader, &err), -EIO);
+	assert_non_null(strstr(err.message, "schema version 1"));
+	assert_null(reader);
+	free(old);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -415,6 +449,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_truncated_tail, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_backup_copy, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_reader_connection, setup,
 						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
