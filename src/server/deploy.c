@@ -1106,7 +1106,7 @@ static int64_t followed_version(struct server *s, const struct deployment *p)
 	return version;
 }
 
-static void follow_refused(struct server *s, const struct deployment *p,
+static void follow_refused(struct server *s, struct deployment *p,
 			   const struct kn_error *err)
 {
 	kn_log(KN_LOG_WARN, "deployment %s: not rolled to %s: %s", p->name,
