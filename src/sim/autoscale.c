@@ -768,8 +768,10 @@ static void summarize(struct replay *r)
 	for (size_t p = 0; p < r->n_pools; p++) {
 		struct kn_sim_pool_report *pr = &r->out->pools[p];
 
-		memcpy(all + n_all, r->waits[p],
-		       r->n_waits[p] * sizeof(*all));
+		/* A pool that placed nothing has no waits array. */
+		if (r->n_waits[p])
+			memcpy(all + n_all, r->waits[p],
+			       r->n_waits[p] * sizeof(*all));
 		n_all += r->n_waits[p];
 		pool_summary(pr, &r->pools[p], r->waits[p], r->n_waits[p]);
 		tot->node_hours += pr->node_hours;
