@@ -93,6 +93,11 @@ static void pool_release(struct pool *p)
 
 static const struct pool_provider_ops sim_provider, command_provider;
 static const struct pool_provider_ops azure_provider;
+static const struct pool_provider_ops *const providers[] = {
+	[KN_POOL_PROVIDER_SIM] = &sim_provider,
+	[KN_POOL_PROVIDER_COMMAND] = &command_provider,
+	[KN_POOL_PROVIDER_AZURE] = &azure_provider,
+};
 static void rolling_free(struct rolling *r);
 static int azure_open(struct pool *p, const char *text, struct kn_error *err);
 
@@ -109,11 +114,7 @@ static int pool_parse(const char *text, struct pool *p, struct kn_error *err)
 	rc = kn_pool_spec_parse(text, "--pool", &p->spec, err);
 	if (rc < 0)
 		return rc;
-	p->provider = p->spec.provider == KN_POOL_PROVIDER_COMMAND
-			      ? &command_provider
-		      : p->spec.provider == KN_POOL_PROVIDER_AZURE
-			      ? &azure_provider
-			      : &sim_provider;
+	p->provider = providers[p->spec.provider];
 	rc = kn_devices_simulated(p->spec.gpus, &p->shape_devices, err);
 	if (rc < 0) {
 		char why[sizeof(err->message)];
