@@ -239,9 +239,10 @@ static const struct cli_command commands[] = {
 	 "usage: kiln show ID [-o json|table]\n"
 	 "\n"
 	 "Show job ID: name, state, owner, priority, tasks, resources, when it\n"
-	 "was submitted, started and ended, retries, and the reason it is\n"
-	 "queued or ended; then each attempt with its tasks (rank, node,\n"
-	 "devices, exit).\n"
+	 "was submitted, started and ended, retries, the reason it is\n"
+	 "queued or ended, its inputs (short sha256 once fetched) and\n"
+	 "outputs; then each attempt with its tasks (rank, node, devices,\n"
+	 "exit).\n"
 	 "\n"
 	 "  -o json  print the server's JSON, including the spec\n",
 	 false},
@@ -590,7 +591,8 @@ static const struct cli_command commands[] = {
 	 "(- reads standard input) the way the server would, without one.\n"
 	 "Prints `FILE: ok (...)` (for a workflow, its steps in an order they\n"
 	 "can run in), or the problem as FILE:LINE:COLUMN: FIELD: message\n"
-	 "and exits 1.\n"
+	 "and exits 1 (a step's job with its own inputs: too, as the server\n"
+	 "refuses it).\n"
 	 "\n"
 	 "  -o json  print the normalized spec (defaults filled in) as JSON\n",
 	 false},
@@ -634,7 +636,8 @@ static const struct cli_command commands[] = {
 	 "  --autoscale POOLS  pools as kiln server --pool writes them, joined\n"
 	 "                     by ';' (\"a100 Standard_NC24ads_A100_v4\n"
 	 "                     1xA100-80GB min=0 max=8; ...\"), or @FILE with one\n"
-	 "                     a line (# comments)\n"
+	 "                     a line (# comments); provider=sim only, as a\n"
+	 "                     replay makes its nodes itself\n"
 	 "  --provision-delay D  from asking for a node to its being up\n"
 	 "                     (default 0s)\n"
 	 "  --policy P         one packing policy (default: kiln, as the\n"
@@ -658,6 +661,8 @@ static const struct cli_command commands[] = {
 	 "A job's task runs under `kiln shim --kube` (checkpoint restore and\n"
 	 "sync, the checkpoint signal), kiln copied in by an initContainer.\n"
 	 "A GPU share is an annotation that only `kiln kube-scheduler` reads.\n"
+	 "A job with inputs: is refused, as the server under --executor\n"
+	 "kubernetes refuses it (its pods fetch none).\n"
 	 "Needs no server and no cluster. See docs/kubernetes.md.\n"
 	 "\n"
 	 "  --executor kubernetes  the engine to render for (the only one)\n"

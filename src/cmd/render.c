@@ -68,7 +68,11 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 			goto fail;
 		r = kn_kube_render_deployment(deployment, &opts, &docs, &err);
 	} else {
-		if (kn_job_spec_parse(text, len, name, &job, &err) < 0)
+		/* Refused as the server refuses it: its pods fetch no
+		   inputs, and dropping them would start a job without its
+		   data. */
+		if (kn_job_spec_parse(text, len, name, &job, &err) < 0 ||
+		    kn_job_spec_refuse_inputs(job, name, executor, &err) < 0)
 			goto fail;
 		/* The spec's own image unless --image overrides it. */
 		if (!opts.image)

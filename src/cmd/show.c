@@ -61,6 +61,30 @@ static void show_outputs(json_t *outputs)
 	}
 }
 
+/* Each input as fetched, or "not fetched yet" before an attempt has. */
+static void show_inputs(json_t *inputs)
+{
+	size_t i;
+	json_t *in;
+
+	json_array_foreach(inputs, i, in) {
+		const char *digest =
+			json_string_value(json_object_get(in, "sha256"));
+		char size[32], name[256], text[1024];
+
+		cli_clean(name, cli_json_str(in, "name"), sizeof(name));
+		cli_clean(text, cli_json_str(in, "input"), sizeof(text));
+		if (digest) {
+			cli_format_bytes(cli_json_int(in, "size"), size,
+					 sizeof(size));
+			field(i == 0 ? "inputs" : "", "%s  %s  sha256:%.16s…  %s",
+			      name, size, digest, text);
+		} else {
+			field(i == 0 ? "inputs" : "", "%s  not fetched yet  %s",
+			      name, text);
+		}
+	}
+}
 
 static bool is_terminal(const char *state)
 {
@@ -156,6 +180,7 @@ static void show_job(json_t *job, int64_t now)
 	if (file && *file)
 		field("spec file", "%s", file);
 	show_goodput(json_object_get(job, "goodput"));
+	show_inputs(json_object_get(job, "inputs"));
 	show_outputs(json_object_get(job, "outputs"));
 }
 

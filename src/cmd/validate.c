@@ -34,6 +34,9 @@ static void summarize(const struct kn_job_spec *spec, struct kn_buf *out)
 			      spec->retries == 1 ? "y" : "ies");
 	if (spec->preemptible)
 		kn_buf_printf(out, ", preemptible");
+	if (spec->n_inputs)
+		kn_buf_printf(out, ", %zu input%s", spec->n_inputs,
+			      spec->n_inputs == 1 ? "" : "s");
 	if (spec->checkpoint.set) {
 		kn_format_duration(spec->checkpoint.every_ms, amount,
 				   sizeof(amount));
@@ -94,7 +97,8 @@ static int validate_deployment(struct cli_ctx *ctx, const char *text,
 
 /*
  * A `kind: Workflow` file: the workflow, then each step's job file (found
- * beside the workflow's file) as a job spec, each error naming its file.
+ * beside the workflow's file) as a job spec, refused as the server does
+ * (its inputs belong on the step), each error naming its file.
  */
 static int validate_workflow(struct cli_ctx *ctx, const char *text,
 			     size_t len, const char *name)
@@ -130,7 +134,9 @@ static int validate_workflow(struct cli_ctx *ctx, const char *text,
 			fprintf(stderr, "%s: steps[%zu].job: cannot read %s: "
 				"%s\n", name, i, path, strerror(-read_rc));
 		} else if (kn_job_spec_parse(job_text, job_len, path, &job,
-					     &err) < 0) {
+					     &err) < 0 ||
+			   kn_job_spec_check_step_job(job, path, i, name,
+						      &err) < 0) {
 			fprintf(stderr, "%s\n", err.message);
 		} else {
 			json_object_set_new(json_array_get(json_object_get(

@@ -553,4 +553,51 @@ void kn_autoscale_plan(const struct kn_autoscale_pool *pools, size_t n_pools,
 		       char (*why)[KN_AUTOSCALE_WHY_LEN],
 		       char blocked[KN_AUTOSCALE_WHY_LEN]);
 
+/* ---- a node pool's definition: `--pool "NAME SKU GPUS [OPTION ...]"` ---- */
+
+#define KN_POOL_NAME_MAX 40
+
+/* Where a pool's nodes come from (docs/capacity.md). */
+enum kn_pool_provider {
+	KN_POOL_PROVIDER_SIM,
+	KN_POOL_PROVIDER_COMMAND,
+	KN_POOL_PROVIDER_AZURE,
+};
+
+/*
+ * One pool as written, checked as far as text alone allows. What needs
+ * the world (GPUS against the device table, the command being
+ * executable, Azure's credentials) is the caller's to check.
+ */
+struct kn_pool_spec {
+	char name[KN_POOL_NAME_MAX + 1];
+	char *sku;
+	char *gpus;                /* "1xA100-80GB", as given */
+	char **zones;              /* zones=a,b; may be empty */
+	size_t n_zones;
+	char *labels;              /* the extra " K=V K=V", or "" */
+	bool spot;
+	int min, max;              /* default 1 and max(10, min) */
+	int64_t scale_down_delay_ms; /* default 10 minutes */
+	enum kn_pool_provider provider;
+	char *command;             /* provider=command's script */
+	/* provider=azure: the scale set's id and how to reach it; NULL when
+	   not given. azure_identity is "managed" or "service-principal". */
+	char *vmss;
+	char *azure_identity;
+	char *azure_client_id;
+	char *azure_arm_url, *azure_imds_url, *azure_login_url;
+};
+
+/*
+ * Parse text, the grammar of docs/capacity.md, into out. An error is
+ * -EINVAL with a message `FLAG "TEXT": OPTION: why` (flag is "--pool"
+ * for the server, "pool" for a file of them); out is left empty then.
+ */
+int kn_pool_spec_parse(const char *text, const char *flag,
+		       struct kn_pool_spec *out, struct kn_error *err);
+void kn_pool_spec_release(struct kn_pool_spec *p);
+/* "sim", "command" or "azure". */
+const char *kn_pool_provider_name(enum kn_pool_provider provider);
+
 #endif

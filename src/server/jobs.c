@@ -358,12 +358,9 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 				 filename, s->exec->name);
 	}
 	/* The shim fetches inputs; a pod runs no shim. */
-	if (spec->n_inputs && kube_places(s)) {
-		rc = kn_errorf(err, KN_EINVAL, "inputs",
-			       "%s:%d:%d: inputs: the %s executor does not "
-			       "fetch inputs (the local and slurm ones do)",
-			       filename, spec->inputs[0].line,
-			       spec->inputs[0].column, s->exec->name);
+	if (kube_places(s) &&
+	    (rc = kn_job_spec_refuse_inputs(spec, filename, s->exec->name,
+					    err)) < 0) {
 		kn_job_spec_free(spec);
 		return rc;
 	}

@@ -14,7 +14,6 @@
 #include "health/health.h"
 #include "vmss/vmss.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -28,7 +27,6 @@ extern char **environ;
 
 /* How often the autoscaler looks. */
 #define POOLS_TICK_MS 500
-#define POOL_NAME_MAX 40
 
 struct pool;
 
@@ -46,17 +44,8 @@ struct pool_provider_ops {
 };
 
 struct pool {
-	char name[POOL_NAME_MAX + 1];
-	char *sku;
-	char *gpus;          /* the simulated devices of each node */
-	char **zones;        /* round-robin over new nodes; may be empty */
-	size_t n_zones;
-	char *labels;        /* extra "K=V K=V", or "" */
-	bool spot;
-	int min, max;
-	int64_t scale_down_delay_ms;
+	struct kn_pool_spec spec;            /* as --pool gave it */
 	const struct pool_provider_ops *provider;
-	char *command;       /* the command provider's script */
 	int next_index;      /* the N of the next POOL-N */
 	int provisioning;
 	char decision[KN_AUTOSCALE_WHY_LEN]; /* the last change and why */
@@ -66,12 +55,7 @@ struct pool {
 	struct rolling *rolling;             /* maintenance, the last one */
 	struct kn_sched_node shape;          /* a new node, for the plan */
 	struct kn_device_set shape_devices;
-	/* provider=azure: the scale set and how to reach it. */
-	char *vmss;
-	char *azure_identity;                /* managed, service-principal */
-	char *azure_client_id;
-	char *azure_arm_url, *azure_imds_url, *azure_login_url;
-	struct azure_pool *azure;
+	struct azure_pool *azure;            /* provider=azure's client */
 	const char *joining_zone; /* the zone label of a node joining now */
 };
 
@@ -97,52 +81,11 @@ struct pools {
 
 /* ---- parsing --pool ---- */
 
-static bool pool_name_ok(const char *name)
-{
-	size_t len = strlen(name);
-
-	if (len == 0 || len > POOL_NAME_MAX)
-		return false;
-	for (const char *p = name; *p; p++)
-		if (!(isalnum((unsigned char)*p) || *p == '-' || *p == '_'))
-			return false;
-	return true;
-}
-
-static int parse_count(const char *text, const char *key, const char *value,
-		       int *out, struct kn_error *err)
-{
-	char *end;
-	long n;
-
-	errno = 0;
-	n = strtol(value, &end, 10);
-	if (errno || end == value || *end || n < 0 || n > 1000)
-		return kn_errorf(err, KN_EINVAL, "pool",
-				 "--pool \"%s\": %s: \"%s\" is not a number in "
-				 "0..1000",
-				 text, key, value);
-	*out = (int)n;
-	return 0;
-}
-
 static void azure_pool_free(struct azure_pool *a);
 
 static void pool_release(struct pool *p)
 {
-	free(p->sku);
-	free(p->gpus);
-	for (size_t i = 0; i < p->n_zones; i++)
-		free(p->zones[i]);
-	free(p->zones);
-	free(p->labels);
-	free(p->command);
-	free(p->vmss);
-	free(p->azure_identity);
-	free(p->azure_client_id);
-	free(p->azure_arm_url);
-	free(p->azure_imds_url);
-	free(p->azure_login_url);
+	kn_pool_spec_release(&p->spec);
 	azure_pool_free(p->azure);
 	free(p->shape.devices);
 	kn_device_set_release(&p->shape_devices);
@@ -150,191 +93,41 @@ static void pool_release(struct pool *p)
 
 static const struct pool_provider_ops sim_provider, command_provider;
 static const struct pool_provider_ops azure_provider;
+static const struct pool_provider_ops *const providers[] = {
+	[KN_POOL_PROVIDER_SIM] = &sim_provider,
+	[KN_POOL_PROVIDER_COMMAND] = &command_provider,
+	[KN_POOL_PROVIDER_AZURE] = &azure_provider,
+};
 static void rolling_free(struct rolling *r);
-
-/* provider=azure's options: vmss= and azure-* (docs/capacity.md). */
-static int azure_option(struct pool *p, const char *text, const char *key,
-			const char *value, struct kn_error *err)
-{
-	char **slot = !strcmp(key, "vmss")		    ? &p->vmss
-		      : !strcmp(key, "azure-identity")	    ? &p->azure_identity
-		      : !strcmp(key, "azure-client-id")	    ? &p->azure_client_id
-		      : !strcmp(key, "azure-arm-url")	    ? &p->azure_arm_url
-		      : !strcmp(key, "azure-imds-url")	    ? &p->azure_imds_url
-		      : !strcmp(key, "azure-login-url")	    ? &p->azure_login_url
-							    : NULL;
-
-	if (!slot)
-		return kn_errorf(err, KN_EINVAL, "pool",
-				 "--pool \"%s\": %s: not one of vmss, "
-				 "azure-identity, azure-client-id, "
-				 "azure-arm-url, azure-imds-url, "
-				 "azure-login-url",
-				 text, key);
-	free(*slot);
-	*slot = kn_xstrdup(value);
-	return 0;
-}
-
-/* One option after NAME SKU GPUS. */
-static int parse_option(struct pool *p, const char *text, char *item,
-			struct kn_buf *labels, bool *has_max,
-			struct kn_error *err)
-{
-	char *eq = strchr(item, '=');
-	const char *value = eq ? eq + 1 : NULL;
-
-	if (!strcmp(item, "spot")) {
-		p->spot = true;
-		return 0;
-	}
-	if (!eq || eq == item)
-		return kn_errorf(err, KN_EINVAL, "pool",
-				 "--pool \"%s\": \"%s\" is not KEY=VALUE or "
-				 "spot",
-				 text, item);
-	*eq = '\0';
-	if (!strcmp(item, "min"))
-		return parse_count(text, "min", value, &p->min, err);
-	if (!strcmp(item, "max")) {
-		*has_max = true;
-		return parse_count(text, "max", value, &p->max, err);
-	}
-	if (!strcmp(item, "scale-down-delay")) {
-		if (kn_parse_duration(value, &p->scale_down_delay_ms) < 0)
-			return kn_errorf(err, KN_EINVAL, "pool",
-					 "--pool \"%s\": scale-down-delay: "
-					 "\"%s\" is not a duration (e.g. 10m)",
-					 text, value);
-		return 0;
-	}
-	if (!strcmp(item, "provider")) {
-		if (!strcmp(value, "sim"))
-			p->provider = &sim_provider;
-		else if (!strcmp(value, "command"))
-			p->provider = &command_provider;
-		else if (!strcmp(value, "azure"))
-			p->provider = &azure_provider;
-		else
-			return kn_errorf(err, KN_EINVAL, "pool",
-					 "--pool \"%s\": provider: \"%s\" is "
-					 "not one of sim, command, azure",
-					 text, value);
-		return 0;
-	}
-	if (!strcmp(item, "command")) {
-		free(p->command);
-		p->command = kn_xstrdup(value);
-		return 0;
-	}
-	if (!strcmp(item, "zones")) {
-		char *copy = kn_xstrdup(value), *save = NULL;
-
-		for (char *z = strtok_r(copy, ",", &save); z;
-		     z = strtok_r(NULL, ",", &save)) {
-			p->zones = kn_xrealloc(p->zones, (p->n_zones + 1) *
-								 sizeof(*p->zones));
-			p->zones[p->n_zones++] = kn_xstrdup(z);
-		}
-		free(copy);
-		return 0;
-	}
-	if (!strcmp(item, "vmss") || !strncmp(item, "azure-", 6))
-		return azure_option(p, text, item, value, err);
-	if (!strcmp(item, "pool") || !strcmp(item, "sku") ||
-	    !strcmp(item, "pricing") || !strcmp(item, "zone"))
-		return kn_errorf(err, KN_EINVAL, "pool",
-				 "--pool \"%s\": label %s= is the pool's own "
-				 "(from its name, SKU, spot and zones)",
-				 text, item);
-	kn_buf_printf(labels, " %s=%s", item, value);
-	return 0;
-}
-
 static int azure_open(struct pool *p, const char *text, struct kn_error *err);
 
-/* "NAME SKU GPUS [min=N] [max=N] [spot] [zones=a,b]
-   [scale-down-delay=DUR] [provider=sim] [K=V ...]" */
+/*
+ * The grammar is kn_pool_spec_parse's (src/sched); here what needs the
+ * machine: the devices, the command, the provider's client.
+ */
 static int pool_parse(const char *text, struct pool *p, struct kn_error *err)
 {
-	char *copy = kn_xstrdup(text), *save = NULL, *name, *sku, *gpus;
-	struct kn_buf labels;
-	bool has_max = false;
-	int rc = 0;
+	int rc;
 
 	memset(p, 0, sizeof(*p));
-	kn_buf_init(&labels, 4096);
-	p->min = 1;
-	p->scale_down_delay_ms = 10 * 60 * 1000;
-	p->provider = &sim_provider;
 	p->next_index = 1;
-	name = strtok_r(copy, " \t", &save);
-	sku = name ? strtok_r(NULL, " \t", &save) : NULL;
-	gpus = sku ? strtok_r(NULL, " \t", &save) : NULL;
-	if (!gpus) {
-		rc = kn_errorf(err, KN_EINVAL, "pool",
-			       "--pool \"%s\": want \"NAME SKU GPUS [min=N] "
-			       "[max=N] [spot] [zones=a,b] "
-			       "[scale-down-delay=10m] [K=V ...]\", e.g. "
-			       "\"a100 Standard_NC24ads_A100_v4 1xA100-80GB "
-			       "max=4\"",
-			       text);
-		goto out;
-	}
-	if (!pool_name_ok(name)) {
-		rc = kn_errorf(err, KN_EINVAL, "pool",
-			       "--pool \"%s\": name: \"%s\" is not 1..%d of "
-			       "A-Z a-z 0-9 - _",
-			       text, name, POOL_NAME_MAX);
-		goto out;
-	}
-	kn_strlcpy(p->name, name, sizeof(p->name));
-	p->sku = kn_xstrdup(sku);
-	p->gpus = kn_xstrdup(gpus);
-	rc = kn_devices_simulated(gpus, &p->shape_devices, err);
+	rc = kn_pool_spec_parse(text, "--pool", &p->spec, err);
+	if (rc < 0)
+		return rc;
+	p->provider = providers[p->spec.provider];
+	rc = kn_devices_simulated(p->spec.gpus, &p->shape_devices, err);
 	if (rc < 0) {
 		char why[sizeof(err->message)];
 
 		kn_strlcpy(why, err->message, sizeof(why));
-		rc = kn_errorf(err, KN_EINVAL, "pool",
-			       "--pool \"%s\": GPUS: %s", text, why);
-		goto out;
+		return kn_errorf(err, KN_EINVAL, "pool",
+				 "--pool \"%s\": GPUS: %s", text, why);
 	}
-	for (char *item = strtok_r(NULL, " \t", &save); rc == 0 && item;
-	     item = strtok_r(NULL, " \t", &save))
-		rc = parse_option(p, text, item, &labels, &has_max, err);
-	if (rc < 0)
-		goto out;
-	if (!has_max)
-		p->max = p->min > 10 ? p->min : 10;
-	if (p->max < 1 || p->min > p->max) {
-		rc = kn_errorf(err, KN_EINVAL, "pool",
-			       "--pool \"%s\": max: %d is below min %d or 1",
-			       text, p->max, p->min);
-		goto out;
-	}
-	if ((p->provider == &command_provider) != (p->command != NULL)) {
-		rc = kn_errorf(err, KN_EINVAL, "pool",
-			       "--pool \"%s\": command: %s", text,
-			       p->command ? "needs provider=command"
-					  : "provider=command needs "
-					    "command=PATH");
-		goto out;
-	}
-	if (p->command && access(p->command, X_OK) < 0) {
-		rc = kn_errorf(err, KN_EINVAL, "pool",
-			       "--pool \"%s\": command: %s: %s", text,
-			       p->command, strerror(errno));
-		goto out;
-	}
-	rc = azure_open(p, text, err);
-	if (rc < 0)
-		goto out;
-	p->labels = kn_xstrdup(labels.data ? labels.data : "");
-out:
-	kn_buf_release(&labels);
-	free(copy);
-	return rc;
+	if (p->spec.command && access(p->spec.command, X_OK) < 0)
+		return kn_errorf(err, KN_EINVAL, "pool",
+				 "--pool \"%s\": command: %s: %s", text,
+				 p->spec.command, strerror(errno));
+	return azure_open(p, text, err);
 }
 
 /* ---- nodes ---- */
@@ -392,7 +185,7 @@ static int pool_node_add(struct server *s, struct pool *p, const char *name,
 	memset(node, 0, sizeof(*node));
 	memset(&s->cluster.nodes[n], 0, sizeof(s->cluster.nodes[n]));
 	nodes_repoint(s);
-	rc = kn_devices_simulated(p->gpus, &node->devices, err);
+	rc = kn_devices_simulated(p->spec.gpus, &node->devices, err);
 	if (rc < 0)
 		return rc;
 	kn_strlcpy(node->name, name, sizeof(node->name));
@@ -403,14 +196,16 @@ static int pool_node_add(struct server *s, struct pool *p, const char *name,
 	setup_sched_node(s, n);
 	s->cluster.nodes[n].schedulable = strcmp(state, "ready") == 0;
 	/* Only POOL-N names are kiln's own (an azure node has its VM's). */
-	if (!strncmp(name, p->name, strlen(p->name)))
-		sscanf(name + strlen(p->name), "-%d", &index);
+	if (!strncmp(name, p->spec.name, strlen(p->spec.name)))
+		sscanf(name + strlen(p->spec.name), "-%d", &index);
 	zone = p->joining_zone ? p->joining_zone
-	       : p->n_zones    ? p->zones[(size_t)(index - 1) % p->n_zones]
-			       : NULL;
-	labels = kn_asprintf("pool=%s sku=%s pricing=%s%s%s%s", p->name, p->sku,
-			     p->spot ? "spot" : "on_demand",
-			     zone ? " zone=" : "", zone ? zone : "", p->labels);
+	       : p->spec.n_zones
+		       ? p->spec.zones[(size_t)(index - 1) % p->spec.n_zones]
+		       : NULL;
+	labels = kn_asprintf("pool=%s sku=%s pricing=%s%s%s%s", p->spec.name,
+			     p->spec.sku, p->spec.spot ? "spot" : "on_demand",
+			     zone ? " zone=" : "", zone ? zone : "",
+			     p->spec.labels);
 	rc = setup_labels(s, n, labels, " ", "--pool", err);
 	free(labels);
 	if (rc == 0 && running) {
@@ -432,9 +227,9 @@ static int pool_node_add(struct server *s, struct pool *p, const char *name,
 	if (running)
 		feed_publish(s, "node.added",
 			     json_pack("{s:s, s:s}", "node", name, "pool",
-				       p->name));
-	kn_log(KN_LOG_INFO, "pool %s: node %s up (%s, %s)", p->name, name,
-	       p->gpus, p->spot ? "spot" : "on demand");
+				       p->spec.name));
+	kn_log(KN_LOG_INFO, "pool %s: node %s up (%s, %s)", p->spec.name, name,
+	       p->spec.gpus, p->spec.spot ? "spot" : "on demand");
 	return 0;
 }
 
@@ -504,7 +299,7 @@ static int sim_scale_up(struct server *s, struct pool *p, int n,
 		char name[64];
 		int rc;
 
-		snprintf(name, sizeof(name), "%s-%d", p->name, p->next_index);
+		snprintf(name, sizeof(name), "%s-%d", p->spec.name, p->next_index);
 		rc = pool_node_add(s, p, name, "ready", NULL, true, err);
 		if (rc < 0)
 			return rc;
@@ -637,16 +432,16 @@ static int command_start(struct server *s, struct pool_op *op,
 	size_t k = 0;
 	int rc;
 
-	op->dir = kn_asprintf("%s/pools/%s-%lld", s->home, p->name,
+	op->dir = kn_asprintf("%s/pools/%s-%lld", s->home, p->spec.name,
 			      (long long)s->pools->next_op++);
-	cmd[k++] = p->command;
+	cmd[k++] = p->spec.command;
 	for (size_t i = 0; args[i] && k < 15; i++)
 		cmd[k++] = args[i];
 	cmd[k] = NULL;
-	extra[0] = kn_asprintf("KILN_POOL_SKU=%s", p->sku);
+	extra[0] = kn_asprintf("KILN_POOL_SKU=%s", p->spec.sku);
 	extra[1] = kn_asprintf("KILN_POOL_PRICING=%s",
-			       p->spot ? "spot" : "on_demand");
-	extra[2] = kn_asprintf("KILN_POOL_GPUS=%s", p->gpus);
+			       p->spec.spot ? "spot" : "on_demand");
+	extra[2] = kn_asprintf("KILN_POOL_GPUS=%s", p->spec.gpus);
 	extra[3] = NULL;
 	rc = run_in_background(op->dir, cmd, extra, err);
 	for (size_t i = 0; extra[i]; i++)
@@ -679,11 +474,11 @@ static int command_scale_up(struct server *s, struct pool *p, int n,
 		n = 8;
 	snprintf(count, sizeof(count), "%d", n);
 	args[k++] = "scale-up";
-	args[k++] = p->name;
+	args[k++] = p->spec.name;
 	args[k++] = count;
 	op->first = p->next_index;
 	for (int i = 0; i < n; i++) {
-		snprintf(names[i], sizeof(names[i]), "%s-%d", p->name,
+		snprintf(names[i], sizeof(names[i]), "%s-%d", p->spec.name,
 			 p->next_index++);
 		args[k++] = names[i];
 	}
@@ -705,7 +500,7 @@ static int command_delete(struct server *s, struct pool *p, const char *node,
 			  struct kn_error *err)
 {
 	struct pool_op *op = kn_xcalloc(1, sizeof(*op));
-	char *args[4] = {"delete", p->name, (char *)node, NULL};
+	char *args[4] = {"delete", p->spec.name, (char *)node, NULL};
 	int rc;
 
 	op->pool = p;
@@ -732,8 +527,8 @@ static void pool_failed(struct server *s, struct pool *p, bool scale_up,
 {
 	char object[96];
 
-	snprintf(object, sizeof(object), "pool/%s", p->name);
-	kn_log(KN_LOG_ERROR, "pool %s: %s", p->name, why);
+	snprintf(object, sizeof(object), "pool/%s", p->spec.name);
+	kn_log(KN_LOG_ERROR, "pool %s: %s", p->spec.name, why);
 	kn_strlcpy(p->error, why, sizeof(p->error));
 	p->error_at = kn_now_ms();
 	{
@@ -769,7 +564,7 @@ static void scale_up_done(struct server *s, struct pool_op *op,
 	if (!json_is_array(nodes)) {
 		snprintf(why, why_len,
 			 "scale-up: %s printed no {\"nodes\": [...]}: %.80s",
-			 op->pool->command, doc ? "nodes missing" : jerr.text);
+			 op->pool->spec.command, doc ? "nodes missing" : jerr.text);
 		goto out;
 	}
 	json_array_foreach(nodes, i, name) {
@@ -782,7 +577,7 @@ static void scale_up_done(struct server *s, struct pool_op *op,
 		for (k = 0; text && k < op->n; k++) {
 			char want[64];
 
-			snprintf(want, sizeof(want), "%s-%d", op->pool->name,
+			snprintf(want, sizeof(want), "%s-%d", op->pool->spec.name,
 				 op->first + k);
 			asked |= !strcmp(want, text);
 		}
@@ -790,7 +585,7 @@ static void scale_up_done(struct server *s, struct pool_op *op,
 			snprintf(why, why_len,
 				 "scale-up: %s named node %.60s, which it was "
 				 "not asked for",
-				 op->pool->command, text ? text : "(not a string)");
+				 op->pool->spec.command, text ? text : "(not a string)");
 			continue;
 		}
 		if (pool_node_add(s, op->pool, text, "ready", NULL, true,
@@ -823,8 +618,8 @@ static bool ops_poll(struct server *s)
 		if (status != 0)
 			snprintf(why, sizeof(why), "%s %s: %s exited %d: %.120s",
 				 op->scale_up ? "scale-up" : "delete",
-				 op->scale_up ? op->pool->name : op->node,
-				 op->pool->command, status, errtext);
+				 op->scale_up ? op->pool->spec.name : op->node,
+				 op->pool->spec.command, status, errtext);
 		else if (op->scale_up) {
 			scale_up_done(s, op, out, why, sizeof(why));
 			added = true;
@@ -842,7 +637,7 @@ static bool ops_poll(struct server *s)
 			if (nodes_set_state(s, NULL, op->node, "ready", "",
 					    &err) < 0)
 				kn_log(KN_LOG_ERROR, "pool %s: %s",
-				       op->pool->name, err.message);
+				       op->pool->spec.name, err.message);
 			s->nodes[nodes_find(s, op->node)].idle_since =
 				kn_now_ms();
 		}
@@ -913,7 +708,7 @@ static const char *env_nonempty(const char *name)
 	return v && *v ? v : NULL;
 }
 
-/* Check provider=azure's options and make its client. */
+/* Make provider=azure's client (kn_pool_spec_parse checked its options). */
 static int azure_open(struct pool *p, const char *text, struct kn_error *err)
 {
 	struct kn_vmss_config cfg = {0};
@@ -921,41 +716,16 @@ static int azure_open(struct pool *p, const char *text, struct kn_error *err)
 	bool sp;
 	int rc;
 
-	if (p->provider != &azure_provider) {
-		if (p->vmss || p->azure_identity || p->azure_client_id ||
-		    p->azure_arm_url || p->azure_imds_url || p->azure_login_url)
-			return kn_errorf(err, KN_EINVAL, "pool",
-					 "--pool \"%s\": vmss and azure-* "
-					 "options need provider=azure",
-					 text);
+	if (p->provider != &azure_provider)
 		return 0;
-	}
-	if (!p->vmss)
-		return kn_errorf(err, KN_EINVAL, "pool",
-				 "--pool \"%s\": vmss: provider=azure needs "
-				 "vmss=/subscriptions/SUB/resourceGroups/RG/"
-				 "providers/Microsoft.Compute/"
-				 "virtualMachineScaleSets/NAME",
-				 text);
-	if (p->n_zones)
-		return kn_errorf(err, KN_EINVAL, "pool",
-				 "--pool \"%s\": zones: an azure pool's zones "
-				 "are its scale set's (each node is labelled "
-				 "with its VM's)",
-				 text);
-	sp = p->azure_identity &&
-	     !strcmp(p->azure_identity, "service-principal");
-	if (p->azure_identity && !sp && strcmp(p->azure_identity, "managed"))
-		return kn_errorf(err, KN_EINVAL, "pool",
-				 "--pool \"%s\": azure-identity: \"%s\" is not "
-				 "managed or service-principal",
-				 text, p->azure_identity);
-	cfg.id = p->vmss;
-	cfg.arm_url = p->azure_arm_url;
-	cfg.imds_url = p->azure_imds_url;
-	cfg.login_url = p->azure_login_url;
+	sp = p->spec.azure_identity &&
+	     !strcmp(p->spec.azure_identity, "service-principal");
+	cfg.id = p->spec.vmss;
+	cfg.arm_url = p->spec.azure_arm_url;
+	cfg.imds_url = p->spec.azure_imds_url;
+	cfg.login_url = p->spec.azure_login_url;
 	cfg.identity = sp ? KN_VMSS_SERVICE_PRINCIPAL : KN_VMSS_MANAGED_IDENTITY;
-	cfg.client_id = p->azure_client_id;
+	cfg.client_id = p->spec.azure_client_id;
 	if (sp) {
 		cfg.tenant_id = env_nonempty("AZURE_TENANT_ID");
 		if (!cfg.client_id)
@@ -1151,7 +921,7 @@ static void azure_done(void *arg, bool ran)
 			/* Back in service; the next try waits a whole delay. */
 			if (nodes_set_state(s, NULL, call->node, "ready", "",
 					    &err) < 0)
-				kn_log(KN_LOG_ERROR, "pool %s: %s", p->name,
+				kn_log(KN_LOG_ERROR, "pool %s: %s", p->spec.name,
 				       err.message);
 			s->nodes[i].idle_since = kn_now_ms();
 		}
@@ -1159,7 +929,7 @@ static void azure_done(void *arg, bool ran)
 	if (call->rc < 0)
 		snprintf(why, sizeof(why), "%s %s: %s",
 			 call->scale_up ? "scale-up" : "delete",
-			 call->scale_up ? p->name : call->node,
+			 call->scale_up ? p->spec.name : call->node,
 			 call->err.message);
 	if (why[0])
 		pool_failed(s, p, call->scale_up, why);
@@ -1235,7 +1005,7 @@ static struct pool *row_pool(struct server *s, const struct kn_node_row *row)
 	struct pool *found = NULL;
 
 	for (size_t i = 0; name && i < s->pools->n; i++)
-		if (!strcmp(s->pools->pool[i].name, name))
+		if (!strcmp(s->pools->pool[i].spec.name, name))
 			found = &s->pools->pool[i];
 	json_decref(labels);
 	return found;
@@ -1245,7 +1015,7 @@ static void shape_build(struct pool *p)
 {
 	struct kn_sched_node *sn = &p->shape;
 
-	sn->name = p->name;
+	sn->name = p->spec.name;
 	sn->schedulable = true;
 	sn->n_devices = p->shape_devices.n;
 	sn->devices = kn_xcalloc(sn->n_devices, sizeof(*sn->devices));
@@ -1299,10 +1069,10 @@ static int pools_adopt(struct server *s, struct kn_error *err)
 			continue;
 		for (size_t n = 0; n < s->cluster.n_nodes; n++)
 			have += node_pool(s, n) == p;
-		while (rc == 0 && have++ < p->min) {
+		while (rc == 0 && have++ < p->spec.min) {
 			char name[64];
 
-			snprintf(name, sizeof(name), "%s-%d", p->name,
+			snprintf(name, sizeof(name), "%s-%d", p->spec.name,
 				 p->next_index);
 			rc = pool_node_add(s, p, name, "ready", NULL, false, err);
 		}
@@ -1335,18 +1105,18 @@ int pools_start(struct server *s, struct kn_error *err)
 		rc = pool_parse(s->cfg.pools[i], &ps->pool[i], err);
 		ps->n = i + 1;
 		for (size_t k = 0; rc == 0 && k < i; k++)
-			if (!strcmp(ps->pool[k].name, ps->pool[i].name))
+			if (!strcmp(ps->pool[k].spec.name, ps->pool[i].spec.name))
 				rc = kn_errorf(err, KN_EINVAL, "pool",
 					       "--pool: pool %s is given twice",
-					       ps->pool[i].name);
+					       ps->pool[i].spec.name);
 		for (size_t k = 0; rc == 0 && k < s->cluster.n_nodes; k++)
-			if (!strncmp(s->nodes[k].name, ps->pool[i].name,
-				     strlen(ps->pool[i].name)) &&
-			    s->nodes[k].name[strlen(ps->pool[i].name)] == '-')
+			if (!strncmp(s->nodes[k].name, ps->pool[i].spec.name,
+				     strlen(ps->pool[i].spec.name)) &&
+			    s->nodes[k].name[strlen(ps->pool[i].spec.name)] == '-')
 				rc = kn_errorf(err, KN_EINVAL, "pool",
 					       "--pool %s: node %s would clash "
 					       "with its nodes' names",
-					       ps->pool[i].name,
+					       ps->pool[i].spec.name,
 					       s->nodes[k].name);
 		if (rc == 0)
 			shape_build(&ps->pool[i]);
@@ -1367,10 +1137,10 @@ int pools_start(struct server *s, struct kn_error *err)
 static double pool_gpu_price(struct server *s, const struct pool *p)
 {
 	const struct kn_vm_size *size =
-		s->catalog ? kn_catalog_find(s->catalog, p->sku) : NULL;
+		s->catalog ? kn_catalog_find(s->catalog, p->spec.sku) : NULL;
 	double usd;
 
-	if (!size || !kn_vm_size_price(size, p->spot ? KN_PRICING_SPOT
+	if (!size || !kn_vm_size_price(size, p->spec.spot ? KN_PRICING_SPOT
 						     : KN_PRICING_ON_DEMAND,
 				       &usd) ||
 	    p->shape_devices.n == 0)
@@ -1385,12 +1155,12 @@ static void decide(struct server *s, struct pool *p, const char *why,
 
 	kn_strlcpy(p->decision, why, sizeof(p->decision));
 	p->decision_at = now;
-	kn_log(KN_LOG_INFO, "pool %s: %s", p->name, why);
-	snprintf(object, sizeof(object), "pool/%s", p->name);
+	kn_log(KN_LOG_INFO, "pool %s: %s", p->spec.name, why);
+	snprintf(object, sizeof(object), "pool/%s", p->spec.name);
 	pool_audit(s, why[0] == '+' ? "pool.scale_up" : "pool.scale_down",
 		   object, why);
 	feed_publish(s, "pool.scale",
-		     json_pack("{s:s, s:s}", "pool", p->name, "why", why));
+		     json_pack("{s:s, s:s}", "pool", p->spec.name, "why", why));
 }
 
 static void pools_tick(void *arg)
@@ -1423,13 +1193,13 @@ static void pools_tick(void *arg)
 	remove = kn_xcalloc(n_nodes ? n_nodes : 1, sizeof(*remove));
 	doomed = kn_xcalloc(n_nodes ? n_nodes : 1, sizeof(*doomed));
 	for (size_t i = 0; i < ps->n; i++) {
-		ap[i].name = ps->pool[i].name;
-		ap[i].spot = ps->pool[i].spot;
+		ap[i].name = ps->pool[i].spec.name;
+		ap[i].spot = ps->pool[i].spec.spot;
 		ap[i].gpu_hour_price = pool_gpu_price(s, &ps->pool[i]);
-		ap[i].min = ps->pool[i].min;
-		ap[i].max = ps->pool[i].max;
+		ap[i].min = ps->pool[i].spec.min;
+		ap[i].max = ps->pool[i].spec.max;
 		ap[i].provisioning = ps->pool[i].provisioning;
-		ap[i].scale_down_delay_ms = ps->pool[i].scale_down_delay_ms;
+		ap[i].scale_down_delay_ms = ps->pool[i].spec.scale_down_delay_ms;
 		ap[i].shape = &ps->pool[i].shape;
 	}
 	for (size_t n = 0; n < n_nodes; n++) {
@@ -1477,7 +1247,7 @@ static void pools_tick(void *arg)
 		if (add[i] > 0) {
 			if (p->provider->scale_up(s, p, add[i], &err) < 0)
 				kn_log(KN_LOG_ERROR, "pool %s: scaling up: %s",
-				       p->name, err.message);
+				       p->spec.name, err.message);
 			added = true;
 		}
 	}
@@ -1491,7 +1261,7 @@ static void pools_tick(void *arg)
 		if (!p || s->cluster.n_nodes <= 1)
 			continue;
 		if (p->provider->delete_node(s, p, doomed[k], &err) < 0) {
-			kn_log(KN_LOG_ERROR, "pool %s: deleting %s: %s", p->name,
+			kn_log(KN_LOG_ERROR, "pool %s: deleting %s: %s", p->spec.name,
 			       doomed[k], err.message);
 			continue;
 		}
@@ -1624,9 +1394,9 @@ static void rolling_end(struct rolling *r, const char *error)
 	kn_strlcpy(r->error, error ? error : "", sizeof(r->error));
 	r->ended_at = kn_now_ms();
 	kn_log(error ? KN_LOG_ERROR : KN_LOG_INFO,
-	       "rolling maintenance of pool %s: %s", r->pool->name,
+	       "rolling maintenance of pool %s: %s", r->pool->spec.name,
 	       error ? error : "every node done");
-	snprintf(object, sizeof(object), "pool/%s", r->pool->name);
+	snprintf(object, sizeof(object), "pool/%s", r->pool->spec.name);
 	memset(&a, 0, sizeof(a));
 	a.actor = r->actor;
 	a.role = "operator";
@@ -1637,7 +1407,7 @@ static void rolling_end(struct rolling *r, const char *error)
 	if (kn_store_audit_insert(r->s->store, &a, &err) < 0)
 		kn_log(KN_LOG_WARN, "auditing: %s", err.message);
 	feed_publish(r->s, "pool.rolling",
-		     json_pack("{s:s, s:s, s:o}", "pool", r->pool->name,
+		     json_pack("{s:s, s:s, s:o}", "pool", r->pool->spec.name,
 			       "state", r->state, "error",
 			       error ? json_string(error) : json_null()));
 }
@@ -1701,7 +1471,7 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 	char why[512], reason[192];
 
 	snprintf(reason, sizeof(reason), "rolling maintenance of pool %s",
-		 r->pool->name);
+		 r->pool->spec.name);
 	switch (r->step) {
 	case STEP_CORDON:
 		if (nodes_set_state(s, NULL, name, "cordoned", reason, &err) <
@@ -1740,7 +1510,7 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 			if (rc < 0) {
 				/* Its replica, if still there, gets another. */
 				kn_log(KN_LOG_WARN, "rolling maintenance of pool "
-				       "%s: %s", r->pool->name, r->waiting);
+				       "%s: %s", r->pool->spec.name, r->waiting);
 				deploy_surge_cancel(s, r->surge_job);
 			}
 			r->surge_job = 0;
@@ -1779,7 +1549,7 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 		cmd[2] = r->command;
 		cmd[3] = NULL;
 		extra[0] = kn_asprintf("KILN_NODE=%s", name);
-		extra[1] = kn_asprintf("KILN_POOL=%s", r->pool->name);
+		extra[1] = kn_asprintf("KILN_POOL=%s", r->pool->spec.name);
 		extra[2] = NULL;
 		rc = run_in_background(r->dir, cmd, extra, &err);
 		free(extra[0]);
@@ -1857,7 +1627,7 @@ static json_t *rolling_json(const struct rolling *r)
 		"{s:f, s:o, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:o}",
 		"surge_timeout_s", (double)r->surge_timeout_ms / 1000.0,
 		"waiting", r->waiting[0] ? json_string(r->waiting) : json_null(),
-		"pool", r->pool->name, "command", r->command, "state", r->state, "node",
+		"pool", r->pool->spec.name, "command", r->command, "state", r->state, "node",
 		!strcmp(r->state, "succeeded") ? json_null()
 					       : json_string(r->nodes[r->at]),
 		"step",
@@ -1872,7 +1642,7 @@ static json_t *rolling_json(const struct rolling *r)
 static struct pool *pool_named(struct server *s, const char *name)
 {
 	for (size_t i = 0; s->pools && i < s->pools->n; i++)
-		if (!strcmp(s->pools->pool[i].name, name))
+		if (!strcmp(s->pools->pool[i].spec.name, name))
 			return &s->pools->pool[i];
 	return NULL;
 }
@@ -1914,7 +1684,7 @@ void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
 		kn_errorf(&err, KN_ECONFLICT, "pool",
 			  "pool %s: rolling maintenance is already running "
 			  "(node %s)",
-			  p->name, p->rolling->nodes[p->rolling->at]);
+			  p->spec.name, p->rolling->nodes[p->rolling->at]);
 		goto fail;
 	}
 	r = kn_xcalloc(1, sizeof(*r));
@@ -1951,7 +1721,7 @@ void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
 	r->timer = kn_timer_new(s->loop, rolling_tick, r);
 	rolling_free(p->rolling);
 	p->rolling = r;
-	snprintf(object, sizeof(object), "pool/%s", p->name);
+	snprintf(object, sizeof(object), "pool/%s", p->spec.name);
 	memset(&a, 0, sizeof(a));
 	a.actor = (char *)c->name;
 	a.role = (char *)role_name(c->role);
@@ -1962,7 +1732,7 @@ void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
 	if (kn_store_audit_insert(s->store, &a, &err) < 0)
 		kn_log(KN_LOG_WARN, "auditing: %s", err.message);
 	kn_log(KN_LOG_INFO, "rolling maintenance of pool %s (%zu nodes): %s",
-	       p->name, r->n_nodes, r->command);
+	       p->spec.name, r->n_nodes, r->command);
 	if (r->n_nodes)
 		kn_timer_arm(r->timer, 0);
 	json_decref(body);
@@ -2001,8 +1771,8 @@ static json_t *pool_json(struct server *s, const struct pool *p, int64_t now)
 	double price = pool_gpu_price(s, p);
 	int current = 0;
 
-	for (size_t i = 0; i < p->n_zones; i++)
-		json_array_append_new(zones, json_string(p->zones[i]));
+	for (size_t i = 0; i < p->spec.n_zones; i++)
+		json_array_append_new(zones, json_string(p->spec.zones[i]));
 	for (size_t n = 0; n < s->cluster.n_nodes; n++) {
 		const struct server_node *node = &s->nodes[n];
 
@@ -2022,12 +1792,12 @@ static json_t *pool_json(struct server *s, const struct pool *p, int64_t now)
 	return json_pack(
 		"{s:s, s:s, s:s, s:s, s:s, s:o, s:i, s:i, s:i, s:i, s:i, s:f, "
 		"s:o, s:o, s:o, s:o, s:o}",
-		"name", p->name, "provider", p->provider->name, "sku", p->sku,
-		"gpus", p->gpus, "pricing", p->spot ? "spot" : "on_demand",
-		"zones", zones, "min", p->min, "max", p->max, "current", current,
+		"name", p->spec.name, "provider", p->provider->name, "sku", p->spec.sku,
+		"gpus", p->spec.gpus, "pricing", p->spec.spot ? "spot" : "on_demand",
+		"zones", zones, "min", p->spec.min, "max", p->spec.max, "current", current,
 		"provisioning", p->provisioning, "desired",
 		current + p->provisioning, "scale_down_delay_s",
-		(double)p->scale_down_delay_ms / 1000.0, "gpu_hour_usd",
+		(double)p->spec.scale_down_delay_ms / 1000.0, "gpu_hour_usd",
 		price >= 0 ? json_real(price) : json_null(), "last_decision",
 		p->decision[0] ? json_pack("{s:s, s:I}", "why", p->decision,
 					   "at_ms", (json_int_t)p->decision_at)

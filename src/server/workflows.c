@@ -1364,14 +1364,9 @@ static int check_request(struct server *s, const char *text,
 		else
 			rc = kn_job_spec_parse(body, strlen(body), name, &job,
 					       err);
-		/* As an inline job's (spec.c): one list per step. */
-		if (rc == 0 && job->n_inputs)
-			rc = kn_errorf(err, KN_EINVAL, "inputs",
-				       "%s:%d:%d: inputs: a step's inputs go in "
-				       "the step's inputs: list (steps[%zu] of "
-				       "%s), not in its job",
-				       name, job->inputs[0].line,
-				       job->inputs[0].column, i, filename);
+		if (rc == 0)
+			rc = kn_job_spec_check_step_job(job, name, i, filename,
+							err);
 		kn_job_spec_free(job);
 		free(name);
 	}

@@ -10,7 +10,6 @@
  * the moment it is asked for until it is removed or the trace ends, as a
  * cloud bills a VM from its creation.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,89 +21,6 @@
 #define MS_PER_HOUR 3600000.0
 
 /* ---- pools ---- */
-
-static bool pool_name_ok(const char *name)
-{
-	size_t len = strlen(name);
-
-	if (len == 0 || len > KN_SIM_POOL_NAME_MAX)
-		return false;
-	for (const char *p = name; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		      (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
-			return false;
-	return true;
-}
-
-static int parse_count(const char *text, const char *key, const char *value,
-		       int *out, struct kn_error *err)
-{
-	char *end;
-	long n;
-
-	errno = 0;
-	n = strtol(value, &end, 10);
-	if (errno || end == value || *end || n < 0 || n > 1000)
-		return kn_errorf(err, KN_EINVAL, "pool",
-				 "pool \"%s\": %s: \"%s\" is not a number in "
-				 "0..1000",
-				 text, key, value);
-	*out = (int)n;
-	return 0;
-}
-
-/* One option after NAME SKU GPUS. */
-static int parse_option(struct kn_sim_pool *p, const char *text, char *item,
-			bool *has_max, struct kn_error *err)
-{
-	char *eq = strchr(item, '=');
-	const char *value = eq ? eq + 1 : NULL;
-
-	if (!strcmp(item, "spot")) {
-		p->spot = true;
-		return 0;
-	}
-	if (!eq || eq == item)
-		return kn_errorf(err, KN_EINVAL, "pool",
-				 "pool \"%s\": \"%s\" is not KEY=VALUE or spot",
-				 text, item);
-	*eq = '\0';
-	if (!strcmp(item, "min"))
-		return parse_count(text, "min", value, &p->min, err);
-	if (!strcmp(item, "max")) {
-		*has_max = true;
-		return parse_count(text, "max", value, &p->max, err);
-	}
-	if (!strcmp(item, "scale-down-delay")) {
-		if (kn_parse_duration(value, &p->scale_down_delay_ms) < 0)
-			return kn_errorf(err, KN_EINVAL, "pool",
-					 "pool \"%s\": scale-down-delay: \"%s\" "
-					 "is not a duration (e.g. 10m)",
-					 text, value);
-		return 0;
-	}
-	if (!strcmp(item, "provider")) {
-		if (strcmp(value, "sim") != 0)
-			return kn_errorf(err, KN_EINVAL, "pool",
-					 "pool \"%s\": provider: \"%s\": a "
-					 "replay makes its nodes itself (sim)",
-					 text, value);
-		return 0;
-	}
-	if (!strcmp(item, "command"))
-		return kn_errorf(err, KN_EINVAL, "pool",
-				 "pool \"%s\": command: a replay runs no "
-				 "provider command",
-				 text);
-	if (!strcmp(item, "pool") || !strcmp(item, "sku") ||
-	    !strcmp(item, "pricing") || !strcmp(item, "zone"))
-		return kn_errorf(err, KN_EINVAL, "pool",
-				 "pool \"%s\": label %s= is the pool's own "
-				 "(from its name, SKU, spot and zones)",
-				 text, item);
-	/* zones=a,b and labels K=V: no trace pod selects on them. */
-	return 0;
-}
 
 static int shape_from(struct kn_sim_pool *p, const char *text,
 		      struct kn_error *err)
@@ -139,52 +55,35 @@ static int shape_from(struct kn_sim_pool *p, const char *text,
 int kn_sim_pool_parse(const char *text, struct kn_sim_pool *p,
 		      struct kn_error *err)
 {
-	char *copy = kn_xstrdup(text), *save = NULL, *name, *sku, *gpus;
-	bool has_max = false;
-	int rc = 0;
+	struct kn_pool_spec spec;
+	int rc;
 
 	memset(p, 0, sizeof(*p));
-	p->min = 1;
-	p->scale_down_delay_ms = 10 * 60 * 1000;
-	p->usd_hr = -1;
-	name = strtok_r(copy, " \t", &save);
-	sku = name ? strtok_r(NULL, " \t", &save) : NULL;
-	gpus = sku ? strtok_r(NULL, " \t", &save) : NULL;
-	if (!gpus) {
-		rc = kn_errorf(err, KN_EINVAL, "pool",
-			       "pool \"%s\": want \"NAME SKU GPUS [min=N] "
-			       "[max=N] [spot] [scale-down-delay=10m]\", e.g. "
-			       "\"a100 Standard_NC24ads_A100_v4 1xA100-80GB "
-			       "max=4\"",
-			       text);
-		goto out;
-	}
-	if (!pool_name_ok(name)) {
-		rc = kn_errorf(err, KN_EINVAL, "pool",
-			       "pool \"%s\": name: \"%s\" is not 1..%d of "
-			       "A-Z a-z 0-9 - _",
-			       text, name, KN_SIM_POOL_NAME_MAX);
-		goto out;
-	}
-	kn_strlcpy(p->name, name, sizeof(p->name));
-	p->sku = kn_xstrdup(sku);
-	p->gpus = kn_xstrdup(gpus);
-	rc = shape_from(p, text, err);
-	for (char *item = strtok_r(NULL, " \t", &save); rc == 0 && item;
-	     item = strtok_r(NULL, " \t", &save))
-		rc = parse_option(p, text, item, &has_max, err);
+	rc = kn_pool_spec_parse(text, "pool", &spec, err);
 	if (rc < 0)
-		goto out;
-	if (!has_max)
-		p->max = p->min > 10 ? p->min : 10;
-	if (p->max < 1 || p->min > p->max)
+		return rc;
+	/* A replay's nodes are its own: no script, no scale set to ask. */
+	if (spec.provider != KN_POOL_PROVIDER_SIM) {
 		rc = kn_errorf(err, KN_EINVAL, "pool",
-			       "pool \"%s\": max: %d is below min %d or 1", text,
-			       p->max, p->min);
-out:
-	free(copy);
+			       "pool \"%s\": provider: \"%s\": a replay makes "
+			       "its nodes itself (sim)",
+			       text, kn_pool_provider_name(spec.provider));
+		goto out;
+	}
+	kn_strlcpy(p->name, spec.name, sizeof(p->name));
+	p->sku = spec.sku;
+	p->gpus = spec.gpus;
+	spec.sku = spec.gpus = NULL;
+	p->spot = spec.spot;
+	p->min = spec.min;
+	p->max = spec.max;
+	p->scale_down_delay_ms = spec.scale_down_delay_ms;
+	p->usd_hr = -1;
+	rc = shape_from(p, text, err);
 	if (rc < 0)
 		kn_sim_pool_release(p);
+out:
+	kn_pool_spec_release(&spec);
 	return rc;
 }
 

@@ -66,14 +66,12 @@ double kn_sim_quantile(double *v, size_t n, double q);
 /* ---- autoscaling replay: kiln sim --autoscale (docs/scheduling.md) ---- */
 
 /*
- * A node pool, in the grammar of `kiln server --pool` (docs/capacity.md):
- * "NAME SKU GPUS [min=N] [max=N] [spot] [zones=a,b]
- * [scale-down-delay=DUR] [provider=sim] [K=V ...]". This is the sim's own
- * parser (the server's lives in src/server/pools.c): zones and labels are
- * checked and ignored, as no trace pod selects on them, and
- * provider=command is refused, as a replay makes no real node.
+ * A node pool, in the grammar of `kiln server --pool` (docs/capacity.md),
+ * read by the server's own parser (kn_pool_spec_parse): zones and labels
+ * are checked and ignored, as no trace pod selects on them, and a
+ * provider other than sim is refused, as a replay makes no real node.
  */
-#define KN_SIM_POOL_NAME_MAX 40
+#define KN_SIM_POOL_NAME_MAX KN_POOL_NAME_MAX
 
 struct kn_sim_pool {
 	char name[KN_SIM_POOL_NAME_MAX + 1];

@@ -1922,6 +1922,33 @@ int kn_job_spec_resolve_inputs(struct kn_job_spec *spec, const char *dir,
 	return 0;
 }
 
+int kn_job_spec_refuse_inputs(const struct kn_job_spec *spec,
+			      const char *filename, const char *executor,
+			      struct kn_error *err)
+{
+	if (!spec->n_inputs)
+		return 0;
+	return kn_errorf(err, KN_EINVAL, "inputs",
+			 "%s:%d:%d: inputs: the %s executor does not fetch "
+			 "inputs (the local and slurm ones do)",
+			 filename ? filename : "<spec>", spec->inputs[0].line,
+			 spec->inputs[0].column, executor);
+}
+
+int kn_job_spec_check_step_job(const struct kn_job_spec *job,
+			       const char *filename, size_t step,
+			       const char *workflow, struct kn_error *err)
+{
+	/* As an inline job's (refuse_step_job_inputs): one list per step. */
+	if (!job->n_inputs)
+		return 0;
+	return kn_errorf(err, KN_EINVAL, "inputs",
+			 "%s:%d:%d: inputs: a step's inputs go in the step's "
+			 "inputs: list (steps[%zu] of %s), not in its job",
+			 filename, job->inputs[0].line, job->inputs[0].column,
+			 step, workflow);
+}
+
 /* --- the job ------------------------------------------------------------- */
 
 enum {

@@ -166,6 +166,25 @@ int kn_job_spec_resolve_inputs(struct kn_job_spec *spec, const char *dir,
 			       const char *filename, struct kn_error *err);
 
 /*
+ * -EINVAL naming the first of spec's inputs when it has any, for an
+ * executor (its name, for the message) that fetches none: Kubernetes'.
+ * 0 when the spec has no inputs.
+ */
+int kn_job_spec_refuse_inputs(const struct kn_job_spec *spec,
+			      const char *filename, const char *executor,
+			      struct kn_error *err);
+
+/*
+ * Whether job, read from its own file (filename) for step number step of
+ * the workflow file workflow, suits a step: its inputs belong on the step
+ * (an inline job's are refused while parsing). 0 or -EINVAL naming the
+ * first input.
+ */
+int kn_job_spec_check_step_job(const struct kn_job_spec *job,
+			       const char *filename, size_t step,
+			       const char *workflow, struct kn_error *err);
+
+/*
  * The normalized spec as JSON (every field, defaults filled in, durations in
  * milliseconds, gpus as a number or "mig:<profile>"). New reference.
  */

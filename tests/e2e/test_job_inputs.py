@@ -4,8 +4,9 @@ the first attempt, shown by `kiln show -o json`, carried into a model's
 lineage, and a later attempt refused when an input changed."""
 import hashlib
 import json
+import subprocess
 
-from conftest import wait_for
+from conftest import KILN, wait_for
 from test_kube_executor import api, start_server  # noqa: F401 (a fixture)
 from test_workflows import write_workflow
 
@@ -32,6 +33,12 @@ def project(tmp_path, command, **fields):
     spec = proj / "job.yaml"
     spec.write_text("\n".join(lines) + "\n")
     return spec
+
+
+def kiln(*args, cwd=None):
+    """A command that needs no server (validate, render)."""
+    return subprocess.run([KILN, *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=30)
 
 
 def submit(server, spec):
@@ -62,6 +69,14 @@ def test_inputs_are_fetched_recorded_and_in_the_lineage(server, tmp_path):
         {"input": f"file://{tmp_path}/shared/vocab.txt", "name": "vocab.txt",
          "url": f"file://{tmp_path}/shared/vocab.txt",
          "sha256": sha256(VOCAB), "size": len(VOCAB), "attempt": 1}]
+
+    # The table shows each input with a short digest and where it came from.
+    table = server.cli("show", str(jid), check=True).stdout
+    assert (f"  inputs:     train.txt  {len(TRAIN)} B  "
+            f"sha256:{sha256(TRAIN)[:16]}…  data/train.txt\n"
+            f"              vocab.txt  {len(VOCAB)} B  "
+            f"sha256:{sha256(VOCAB)[:16]}…  file://{tmp_path}/shared/vocab.txt\n"
+            ) in table, table
 
     res = server.cli("model", "push", "--from-job", str(jid), "--name", "m")
     assert res.returncode == 0, res.stderr
@@ -148,6 +163,9 @@ def test_bad_inputs_are_refused_naming_the_place(server, tmp_path):
     job = server.wait_state(jid, ("failed", "succeeded"))
     assert job["reason"] == "rank 0: input missing.bin: cannot fetch it"
     assert "inputs" in job and "sha256" not in job["inputs"][0]
+    table = server.cli("show", str(jid), check=True).stdout
+    assert "  inputs:     missing.bin  not fetched yet  missing.bin\n" \
+        in table, table
     # A workflow step's job file keeps its inputs on the step.
     wf = write_workflow(tmp_path, (
         "kind: Workflow\nname: w\nsteps:\n  - {name: a, job: a.yaml}\n"),
@@ -157,6 +175,11 @@ def test_bad_inputs_are_refused_naming_the_place(server, tmp_path):
     assert res.returncode == 1
     assert ("a.yaml:4:10: inputs: a step's inputs go in the step's inputs: "
             "list (steps[0] of") in res.stderr, res.stderr
+    # kiln validate refuses it with the server's own words.
+    checked = kiln("validate", str(wf))
+    assert checked.returncode == 1
+    assert checked.stderr.strip() and checked.stderr.strip() in res.stderr, \
+        (checked.stderr, res.stderr)
 
 
 def test_inputs_survive_a_server_restart(server, tmp_path):
@@ -191,3 +214,28 @@ def test_pods_cannot_have_inputs(tmp_path, api):  # noqa: F811
         assert not api.sent("POST", "/jobs")
     finally:
         s.stop()
+
+
+def test_validate_and_render_see_inputs(tmp_path):
+    spec = project(tmp_path, "true")
+    res = kiln("validate", str(spec))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (f"{spec}: ok (job trainer, 1 task, no GPU, "
+                          "priority 0, 2 inputs)\n")
+    # An inline step job's own inputs: as the server's parser says.
+    wf = write_workflow(tmp_path, (
+        "kind: Workflow\nname: w\nsteps:\n"
+        "  - name: a\n    job: {command: [x], inputs: [d.txt]}\n"))
+    res = kiln("validate", str(wf))
+    assert res.returncode == 1
+    assert res.stderr == (f"{wf}:5:33: steps[0].job.inputs: a step's inputs "
+                          "go in the step's inputs: list, not in its job\n")
+    # Pods fetch no inputs: render refuses as the kubernetes server does
+    # (test_pods_cannot_have_inputs), rather than drop them.
+    (tmp_path / "j.yaml").write_text(
+        "kind: Job\nname: x\ncommand: [x]\ninputs: [/data/a.bin]\n")
+    res = kiln("render", "j.yaml", "--executor", "kubernetes", "--image",
+               "img:1", cwd=tmp_path)
+    assert res.returncode == 1 and not res.stdout
+    assert ("j.yaml:4:10: inputs: the kubernetes executor does not fetch "
+            "inputs (the local and slurm ones do)") in res.stderr, res.stderr

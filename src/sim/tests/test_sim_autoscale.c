@@ -267,8 +267,8 @@ static void test_bad_pools(void **state)
 	expect_pool_error("a NC 1xA100-80GB scale-down-delay=5",
 			  "scale-down-delay: \"5\"");
 	expect_pool_error("a NC 1xA100-80GB bogus", "\"bogus\" is not KEY");
-	expect_pool_error("a NC 1xA100-80GB provider=command",
-			  "provider: \"command\"");
+	expect_pool_error("a NC 1xA100-80GB provider=command command=/bin/x",
+			  "provider: \"command\": a replay makes its nodes");
 	expect_pool_error("a NC 1xA100-80GB sku=x", "label sku=");
 }
 
