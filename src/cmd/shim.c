@@ -23,8 +23,8 @@
  */
 #include "cmd/cli.h"
 
-#include <errno.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <link.h>
 #include <poll.h>
@@ -844,7 +844,6 @@ static int shim_kube(char **argv)
 	const char *end_log = env_or("KILN_TERMINATION_LOG", NULL);
 	const char *out_dir = env_or("KILN_OUTPUT_DIR", NULL);
 	const char *out_store = env_or("KILN_OUTPUT_STORE", NULL);
-	const char *job_id = env_or("KILN_JOB_ID", NULL);
 	bool rank0 = atoi(env_or("RANK", "0")) == 0;
 	int attempt = atoi(env_or("KILN_ATTEMPT", "0"));
 	int signo = kn_signal_from_name(env_or("KILN_CHECKPOINT_SIGNAL",
@@ -924,9 +923,9 @@ static int shim_kube(char **argv)
 	/* Outputs are a succeeded job's, as locally; one manifest per job,
 	   so rank 0's. A failed upload fails the attempt: the job's result
 	   would be missing. */
-	if (code == 0 && rank0 && out_dir && out_store && job_id &&
+	if (code == 0 && rank0 && out_dir && out_store && job &&
 	    dir_has_files(out_dir) &&
-	    pod_upload_outputs(out_store, job_id, out_dir, &outputs, reason,
+	    pod_upload_outputs(out_store, job, out_dir, &outputs, reason,
 			       sizeof(reason)) < 0)
 		code = 1;
 	if (end_log)
