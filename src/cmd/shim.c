@@ -4,8 +4,8 @@
  * same, started by srun inside a Slurm allocation (src/exec/slurm.c);
  * kiln shim --kube -- CMD...: the same as a Kubernetes pod's first
  * process, and kiln shim --install DIR, the pod's initContainer that
- * puts kiln there (see "Checkpoints in pods" below). Not listed in
- * `kiln --help`.
+ * puts kiln there (see "Checkpoints, outputs and inputs in pods" below).
+ * Not listed in `kiln --help`.
  *
  * Before a task starts, the shim fetches its inputs (KILN_INPUTS, set by
  * the server): a workflow step's, from the producing jobs' outputs
@@ -16,9 +16,14 @@
  * fetched goes to $KILN_TASK_DIR/inputs.json, from which the server
  * records a job input's digest the first time. This lives here rather
  * than in src/exec so the executors need no blob stores.
+ *
+ * In a pod (--kube) the shim also uploads the task's outputs itself and
+ * tells the server what it fetched and uploaded through the container's
+ * termination message: see "Checkpoints, outputs and inputs in pods".
  */
 #include "cmd/cli.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
@@ -37,6 +42,7 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <openssl/evp.h>
 
 #include "base/base.h"
 #include "ckpt/ckpt.h"
@@ -519,7 +525,7 @@ static int prepare_task(void *arg, char *const *env, int log_fd, char *why,
 	return rc;
 }
 
-/* ---- checkpoints in pods: kiln shim --kube ---- */
+/* ---- checkpoints, outputs and inputs in pods: kiln shim --kube ---- */
 
 /*
  * In a pod nothing is shared with the server, so the shim does there
@@ -538,7 +544,12 @@ static int prepare_task(void *arg, char *const *env, int log_fd, char *why,
  * took, goes in the container's termination message (KILN_TERMINATION_LOG,
  * the container's terminationMessagePath): the API then carries it in
  * the pod's status, which the executor already reads; no connection
- * from the pod to the server is needed.
+ * from the pod to the server is needed. So does what the server records
+ * about the job's own inputs (their digests, fetched from the store into
+ * KILN_INPUT_DIR, an emptyDir path, before the task) and its outputs:
+ * when rank 0's task exits 0, the shim uploads KILN_OUTPUT_DIR to
+ * KILN_OUTPUT_STORE as the server's sync would, and reports the count and
+ * the manifest's sha256.
  *
  * The checkpoint signal (the pod's preStop hook sends it to PID 1, the
  * shim) is a stop: the task gets it and three quarters of the grace
@@ -681,11 +692,108 @@ static int pod_restore(const char *url, const char *job, const char *dir,
 	return rc;
 }
 
-/* What the executor reads back from the pod's status (executor.c). */
-static void termination_message(const char *path, const struct pod_sync *ps,
-				const char *restored, int64_t restore_ms)
+extern char **environ;
+
+/* In a pod the task's environment is the shim's own (launch.json has
+   none), KILN_INPUTS and KILN_INPUT_DIR included. */
+static int prepare_pod_task(void *arg, char *const *env, int log_fd,
+			    char *why, size_t len)
 {
-	json_t *doc = json_object();
+	(void)env;
+	return prepare_task(arg, environ, log_fd, why, len);
+}
+
+/* What the outputs' upload reports in the termination message. */
+struct pod_outputs {
+	int files;
+	int64_t bytes;
+	char manifest_sha256[KN_SHA256_HEX_LEN + 1];
+};
+
+static void sha256_hex(const char *text, size_t len,
+		       char hex[KN_SHA256_HEX_LEN + 1])
+{
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+
+	EVP_Digest(text, len, md, &mdlen, EVP_sha256(), NULL);
+	for (unsigned int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+static bool dir_has_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool any = false;
+
+	if (!d)
+		return false;
+	while (!any && (e = readdir(d)) != NULL)
+		any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return any;
+}
+
+/*
+ * After rank 0's task exited 0: every file under dir to JOB/outputs/ in
+ * the store, as the server's sync does for local tasks
+ * (kn_ckpt_upload_outputs, which writes JOB/outputs/MANIFEST.json last).
+ * The manifest itself is too big for a termination message, so only its
+ * sha256 goes there; the server reads it from the store and checks it.
+ */
+static int pod_upload_outputs(const char *url, const char *job,
+			      const char *dir, struct pod_outputs *out,
+			      char *why, size_t len)
+{
+	struct kn_ckpt_manifest m = {0};
+	struct kn_blob_store *store = NULL;
+	struct kn_error err = {0};
+	int64_t start = kn_mono_ms();
+	char *json;
+	int rc;
+
+	rc = open_store(url, &store, &err);
+	if (rc == 0)
+		rc = kn_ckpt_upload_outputs(store, job, dir, &m, &err);
+	if (rc < 0) {
+		fprintf(stderr, "kiln: uploading outputs to %s failed: %s\n",
+			url, err.message);
+		snprintf(why, len, "outputs: upload failed: %.60s", err.message);
+		goto out;
+	}
+	json = kn_ckpt_manifest_to_json(&m);
+	sha256_hex(json, strlen(json), out->manifest_sha256);
+	free(json);
+	out->files = (int)m.n;
+	for (size_t i = 0; i < m.n; i++)
+		out->bytes += m.files[i].size;
+	printf("kiln: %d output%s uploaded (%lld bytes, %lld ms)\n",
+	       out->files, out->files == 1 ? "" : "s", (long long)out->bytes,
+	       (long long)(kn_mono_ms() - start));
+	fflush(stdout);
+out:
+	kn_ckpt_manifest_release(&m);
+	kn_blob_store_free(store);
+	return rc;
+}
+
+/*
+ * What the executor reads back from the pod's status (executor.c): the
+ * checkpoints, the inputs fetched (TASK_DIR/inputs.json, as the server
+ * reads it locally), the outputs uploaded and the reason the task ended
+ * when the shim has one. The kubelet keeps 4096 bytes of it; a job
+ * under Kubernetes has few enough inputs for them to fit (jobs.c).
+ */
+static void termination_message(const char *path, const char *task_dir,
+				const struct pod_sync *ps,
+				const char *restored, int64_t restore_ms,
+				const struct pod_outputs *outputs,
+				const char *reason)
+{
+	char *inputs_path = kn_asprintf("%s/inputs.json", task_dir);
+	char *inputs_text = NULL;
+	json_t *doc = json_object(), *inputs;
 	char *text;
 
 	if (ps && ps->synced[0]) {
@@ -696,11 +804,27 @@ static void termination_message(const char *path, const struct pod_sync *ps,
 	if (restored[0])
 		json_object_set_new(doc, "restored", json_string(restored));
 	json_object_set_new(doc, "restore_ms", json_integer(restore_ms));
+	if (kn_read_file(inputs_path, 4096, &inputs_text, NULL) == 0) {
+		inputs = json_loads(inputs_text, 0, NULL);
+		if (json_is_array(inputs))
+			json_object_set(doc, "inputs", inputs);
+		json_decref(inputs);
+	}
+	if (outputs->manifest_sha256[0])
+		json_object_set_new(
+			doc, "outputs",
+			json_pack("{s:i, s:I, s:s}", "files", outputs->files,
+				  "bytes", (json_int_t)outputs->bytes,
+				  "manifest_sha256", outputs->manifest_sha256));
+	if (reason[0])
+		json_object_set_new(doc, "reason", json_string(reason));
 	text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	if (kn_write_file_replace(path, text, strlen(text), 0644) < 0)
 		fprintf(stderr, "kiln: cannot write %s\n", path);
 	free(text);
+	free(inputs_text);
+	free(inputs_path);
 }
 
 static const char *env_or(const char *key, const char *fallback)
@@ -712,19 +836,23 @@ static const char *env_or(const char *key, const char *fallback)
 
 static int shim_kube(char **argv)
 {
-	const struct kn_shim_prepare prep = {prepare_task, NULL};
+	const struct kn_shim_prepare prep = {prepare_pod_task, NULL};
 	const char *task_dir = env_or("KILN_TASK_DIR", NULL);
 	const char *ckpt_dir = env_or("KILN_CHECKPOINT_DIR", NULL);
 	const char *store = env_or("KILN_STORE", NULL);
 	const char *job = env_or("KILN_JOB_ID", env_or("KILN_JOB", NULL));
 	const char *end_log = env_or("KILN_TERMINATION_LOG", NULL);
+	const char *out_dir = env_or("KILN_OUTPUT_DIR", NULL);
+	const char *out_store = env_or("KILN_OUTPUT_STORE", NULL);
+	bool rank0 = atoi(env_or("RANK", "0")) == 0;
 	int attempt = atoi(env_or("KILN_ATTEMPT", "0"));
 	int signo = kn_signal_from_name(env_or("KILN_CHECKPOINT_SIGNAL",
 					       "SIGTERM"));
 	int64_t grace = atoll(env_or("KILN_CHECKPOINT_GRACE_MS", "30000"));
 	struct pod_sync ps = {.wake_fd = -1};
 	bool syncing = false;
-	char restored[NAME_MAX_LEN] = "";
+	char restored[NAME_MAX_LEN] = "", reason[160] = "";
+	struct pod_outputs outputs = {0};
 	int64_t restore_ms = 0;
 	struct kn_error err = {0};
 	sigset_t mask;
@@ -781,8 +909,10 @@ static int shim_kube(char **argv)
 	} else if (ckpt_dir) {
 		kn_mkdir_p(ckpt_dir, 0700);
 	}
+	if (out_dir)
+		kn_mkdir_p(out_dir, 0700);
 	if (kn_kube_shim_run(task_dir, argv, signo, grace - grace / 4, &prep,
-			     &code, &err) < 0)
+			     &code, reason, sizeof(reason), &err) < 0)
 		fprintf(stderr, "kiln shim: %s\n", err.message);
 	if (syncing) {
 		uint64_t one = 1;
@@ -790,9 +920,17 @@ static int shim_kube(char **argv)
 		if (write(ps.wake_fd, &one, sizeof(one)) == sizeof(one))
 			pthread_join(ps.thread, NULL);
 	}
+	/* Outputs are a succeeded job's, as locally; one manifest per job,
+	   so rank 0's. A failed upload fails the attempt: the job's result
+	   would be missing. */
+	if (code == 0 && rank0 && out_dir && out_store && job &&
+	    dir_has_files(out_dir) &&
+	    pod_upload_outputs(out_store, job, out_dir, &outputs, reason,
+			       sizeof(reason)) < 0)
+		code = 1;
 	if (end_log)
-		termination_message(end_log, syncing ? &ps : NULL, restored,
-				    restore_ms);
+		termination_message(end_log, task_dir, syncing ? &ps : NULL,
+				    restored, restore_ms, &outputs, reason);
 	if (ps.wake_fd >= 0)
 		close(ps.wake_fd);
 	kn_ckpt_watch_free(ps.watch);

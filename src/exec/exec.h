@@ -112,6 +112,11 @@ struct kn_task_status {
 	int64_t checkpoint_at_ms;
 	char restored[128];
 	int64_t restore_ms;
+	/* What such a task uploaded from KILN_OUTPUT_DIR itself: how many
+	   files and the sha256 of the JOB/outputs/MANIFEST.json it wrote
+	   (the server reads the manifest from the store); 0 and "" else. */
+	int outputs_files;
+	char outputs_manifest_sha256[65];
 };
 
 struct kn_executor_ops {
@@ -227,12 +232,14 @@ int kn_shim_main_prepared(const char *task_dir,
  * kn_shim_main_prepared. stop_signal (0: none) is a stop: passed on to
  * the task, then SIGKILL after grace_ms. *exit_code gets what the
  * container should exit with: the task's exit code, or 128 + the signal
- * that ended it. 0, or a negative errno with err when the shim failed.
+ * that ended it, and reason (len bytes) the shim's reason ("timeout",
+ * why prep failed, or ""). 0, or a negative errno with err when the
+ * shim failed.
  */
 int kn_kube_shim_run(const char *task_dir, char *const *argv,
 		     int stop_signal, int64_t grace_ms,
 		     const struct kn_shim_prepare *prep, int *exit_code,
-		     struct kn_error *err);
+		     char *reason, size_t len, struct kn_error *err);
 /* Write TASK_DIR/shim.pid ("PID START") for the calling process. */
 int kn_shim_record_pid(const char *task_dir);
 

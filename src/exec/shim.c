@@ -478,7 +478,7 @@ out:
 int kn_kube_shim_run(const char *task_dir, char *const *argv,
 		     int stop_signal, int64_t grace_ms,
 		     const struct kn_shim_prepare *prep, int *exit_code,
-		     struct kn_error *err)
+		     char *reason, size_t len, struct kn_error *err)
 {
 	char cwd[4096], *path = kn_asprintf("%s/launch.json", task_dir), *text;
 	struct kn_task_status st;
@@ -486,6 +486,7 @@ int kn_kube_shim_run(const char *task_dir, char *const *argv,
 	int rc;
 
 	*exit_code = 1;
+	reason[0] = '\0';
 	for (char *const *a = argv; a && *a; a++)
 		json_array_append_new(args, json_string(*a));
 	/* The container's workingDir, not the task directory. */
@@ -516,5 +517,6 @@ int kn_kube_shim_run(const char *task_dir, char *const *argv,
 				 "%s", task_dir, strerror(-rc));
 	/* As a shell reports it, so the pod's exit code says the same. */
 	*exit_code = st.signal ? 128 + st.signal : st.exit_code;
+	kn_strlcpy(reason, st.reason, len);
 	return 0;
 }

@@ -20,6 +20,9 @@
  *   TASK_DIR/kube.json          the task's end, written by the worker once
  *                               the Job and pods say it ended; status
  *                               reads nothing else
+ *   TASK_DIR/inputs.json        the inputs the pod's shim fetched (from
+ *                               its termination message), written just
+ *                               before kube.json
  *   TASK_DIR/output.log         the pod's log, fetched every few seconds
  *                               while it runs and once at its end
  *   TASK_DIR/stop.json          a stop asked for (as under Slurm)
@@ -32,8 +35,10 @@
  * worker keeps the deployments in step (deploy.c).
  *
  * Pods run their task under `kiln shim --kube` (render.c), which syncs
- * the checkpoints itself and reports the last one in the container's
- * termination message; the task's state carries it to the server. The
+ * the checkpoints, fetches the job's inputs (KILN_INPUTS here) and
+ * uploads its outputs itself, and reports the last checkpoint, the
+ * inputs' digests and the outputs' manifest digest in the container's
+ * termination message; the task's state carries them to the server. The
  * store's credentials reach the pods through a Secret the worker writes
  * before its first submit, never inline in a manifest.
  */
@@ -66,6 +71,7 @@
 #define STATE_FILE "kube.json"
 #define MANIFEST_FILE "kube-job.json"
 #define SUBMITTED_FILE "kube-submitted"
+#define INPUTS_FILE "inputs.json"
 #define STATE_MAX 4096
 #define MANIFEST_MAX (4 * 1024 * 1024)
 
@@ -179,6 +185,11 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 	json_array_append_new(env, json_pack("{s:s, s:s}", "name",
 					     "KILN_JOB_NAME", "value",
 					     task->spec->name));
+	/* The shim fetches them into KILN_INPUT_DIR (render.c). */
+	if (task->inputs)
+		json_array_append_new(env, json_pack("{s:s, s:s}", "name",
+						     "KILN_INPUTS", "value",
+						     task->inputs));
 	*out = docs;
 	return 0;
 }
@@ -279,13 +290,23 @@ static void ended(struct kn_kube_task_view *v, int exit_code, int sig,
 	snprintf(v->reason, sizeof(v->reason), "%s", reason ? reason : "");
 }
 
-/* The shim's termination message (shim.c) into v; others are ignored. */
-static void shim_report(json_t *term, struct kn_kube_task_view *v)
+/*
+ * The shim's termination message (shim.c) into v, and the reason it gave
+ * for the task's end (a refused input, a failed outputs' upload) into
+ * why; others are ignored.
+ */
+static void shim_report(json_t *term, struct kn_kube_task_view *v,
+			char *why, size_t len)
 {
 	json_t *doc = json_loads(str_at(term, "message", NULL) ?
 				 str_at(term, "message", NULL) : "", 0, NULL);
 	const char *ck = json_string_value(json_object_get(doc, "checkpoint"));
 	const char *re = json_string_value(json_object_get(doc, "restored"));
+	const char *reason = json_string_value(json_object_get(doc, "reason"));
+	json_t *inputs = json_object_get(doc, "inputs");
+	json_t *outputs = json_object_get(doc, "outputs");
+	const char *digest = json_string_value(
+		json_object_get(outputs, "manifest_sha256"));
 
 	if (ck) {
 		kn_strlcpy(v->checkpoint, ck, sizeof(v->checkpoint));
@@ -295,6 +316,20 @@ static void shim_report(json_t *term, struct kn_kube_task_view *v)
 	if (re)
 		kn_strlcpy(v->restored, re, sizeof(v->restored));
 	v->restore_ms = json_integer_value(json_object_get(doc, "restore_ms"));
+	if (json_is_array(inputs)) {
+		char *text = json_dumps(inputs, JSON_COMPACT);
+
+		if (text && strlen(text) < sizeof(v->inputs))
+			kn_strlcpy(v->inputs, text, sizeof(v->inputs));
+		free(text);
+	}
+	if (digest && strlen(digest) == 64) {
+		kn_strlcpy(v->outputs_manifest_sha256, digest,
+			   sizeof(v->outputs_manifest_sha256));
+		v->outputs_files = (int)json_integer_value(
+			json_object_get(outputs, "files"));
+	}
+	kn_strlcpy(why, reason ? reason : "", len);
 	json_decref(doc);
 }
 
@@ -315,14 +350,14 @@ static bool pod_state(json_t *pod, struct kn_kube_task_view *v)
 	int sig = term ? (int)json_integer_value(json_object_get(term,
 								 "signal"))
 		       : 0;
-	char why[96];
+	char why[96], shim_why[96] = "";
 
 	v->started_at_ms = time_ms(str_at(run ? run : term, "startedAt", NULL));
 	if (!v->started_at_ms)
 		v->started_at_ms = time_ms(str_at(pod, "status", "startTime"));
 	v->ended_at_ms = time_ms(str_at(term, "finishedAt", NULL));
 	if (term)
-		shim_report(term, v);
+		shim_report(term, v, shim_why, sizeof(shim_why));
 	if (disrupted) {
 		/* Taken away (spot eviction, preemption, node drain): not the
 		   task's failure; it may still be saving its checkpoint. */
@@ -353,7 +388,8 @@ static bool pod_state(json_t *pod, struct kn_kube_task_view *v)
 		snprintf(why, sizeof(why), "%s, exit code %d", term_reason, code);
 		ended(v, code, sig, why);
 	} else {
-		ended(v, code, sig, NULL);
+		/* The shim's own reason, as status.json carries it locally. */
+		ended(v, code, sig, shim_why);
 	}
 	return true;
 }
@@ -414,7 +450,7 @@ static int write_view(const char *task_dir,
 		      const struct kn_kube_task_view *v)
 {
 	json_t *doc = json_pack("{s:b, s:i, s:i, s:s, s:b, s:I, s:I, s:s, s:s, "
-				"s:I, s:s, s:I}",
+				"s:I, s:s, s:I, s:i, s:s}",
 				"ended", v->ended, "exit_code", v->exit_code,
 				"signal", v->signal, "reason", v->reason,
 				"preempted", v->preempted, "started_at_ms",
@@ -424,16 +460,25 @@ static int write_view(const char *task_dir,
 				"checkpoint_at_ms",
 				(json_int_t)v->checkpoint_at_ms, "restored",
 				v->restored, "restore_ms",
-				(json_int_t)v->restore_ms);
+				(json_int_t)v->restore_ms, "outputs_files",
+				v->outputs_files, "outputs_manifest_sha256",
+				v->outputs_manifest_sha256);
 	char *text = json_dumps(doc, JSON_COMPACT);
 	char *path = kn_asprintf("%s/" STATE_FILE, task_dir);
+	char *inputs = kn_asprintf("%s/" INPUTS_FILE, task_dir);
 	int rc;
 
 	/* The server creates the later ranks' directories just after rank
 	   0 submitted: a fast failure can come first. */
 	rc = kn_mkdir_p(task_dir, 0700);
+	/* Before the end: the server records the inputs the pod fetched
+	   from where a local task's shim leaves them (jobs.c). */
+	if (rc == 0 && v->inputs[0])
+		rc = kn_write_file_replace(inputs, v->inputs,
+					   strlen(v->inputs), 0600);
 	if (rc == 0)
 		rc = kn_write_file_replace(path, text, strlen(text), 0600);
+	free(inputs);
 
 	free(path);
 	free(text);
@@ -466,6 +511,14 @@ static bool view_read(const char *task_dir, struct kn_task_status *st)
 			json_object_get(doc, "checkpoint_at_ms"));
 		st->restore_ms = json_integer_value(
 			json_object_get(doc, "restore_ms"));
+		st->outputs_files = (int)json_integer_value(
+			json_object_get(doc, "outputs_files"));
+		if (json_is_string(json_object_get(doc,
+						   "outputs_manifest_sha256")))
+			kn_strlcpy(st->outputs_manifest_sha256,
+				   json_string_value(json_object_get(
+					   doc, "outputs_manifest_sha256")),
+				   sizeof(st->outputs_manifest_sha256));
 		if (json_is_string(json_object_get(doc, "checkpoint")))
 			kn_strlcpy(st->checkpoint, json_string_value(
 					   json_object_get(doc, "checkpoint")),

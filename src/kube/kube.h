@@ -103,6 +103,15 @@ struct kn_kube_render_opts {
 #define KN_KUBE_SHIM_DIR "/kiln"
 #define KN_KUBE_STORE_SECRET "kiln-store-credentials"
 #define KN_KUBE_TERMINATION_LOG "/dev/termination-log"
+/* The kubelet keeps this much of a termination message. */
+#define KN_KUBE_TERMINATION_MAX 4096
+/*
+ * A job under Kubernetes may have this many inputs, named in at most
+ * this many bytes each, so that what the shim reports about them fits
+ * in its termination message with the rest (cmd/shim.c).
+ */
+#define KN_KUBE_MAX_INPUTS 12
+#define KN_KUBE_INPUT_NAME_MAX 100
 
 /*
  * A job spec as manifests: a JSON array of objects, a `batch/v1` Job and,
@@ -363,6 +372,9 @@ struct kn_kube_task {
 	int64_t job_id;
 	int attempt;
 	int rank; /* rank 0 submits the attempt; the others ride along */
+	/* KILN_INPUTS for the shim (the job's inputs with their recorded
+	   digests, jobs.c), or NULL. */
+	const char *inputs;
 };
 
 struct kn_kube_exec_config {
@@ -406,6 +418,13 @@ struct kn_kube_task_view {
 	int64_t checkpoint_at_ms;
 	char restored[128];
 	int64_t restore_ms;
+	/* The inputs it fetched (a JSON list of {name, sha256, size}, as
+	   TASK_DIR/inputs.json locally) or "", and its outputs' upload: how
+	   many files and the sha256 of JOB/outputs/MANIFEST.json, or 0 and
+	   "". */
+	char inputs[KN_KUBE_TERMINATION_MAX + 1];
+	int outputs_files;
+	char outputs_manifest_sha256[65];
 };
 
 /*

@@ -425,7 +425,7 @@ static json_t *command(const struct kn_job_spec *spec)
 
 /*
  * The task under the shim: kiln from the initContainer, its emptyDir,
- * the checkpoint environment and the store's Secret.
+ * the checkpoint, input and output environment and the store's Secret.
  */
 static void shim_wrap(const struct kn_job_spec *spec,
 		      const struct kn_kube_render_opts *opts, json_t *pod,
@@ -462,12 +462,23 @@ static void shim_wrap(const struct kn_job_spec *spec,
 			 (long long)ceil_seconds(spec->checkpoint.grace_ms) *
 				 1000 : 30000LL);
 	json_array_append_new(env, env_value("KILN_CHECKPOINT_GRACE_MS", buf));
+	/* What the shim fetches the job's inputs into and uploads from
+	   when the task succeeds: the emptyDir, as the checkpoints. */
+	json_array_append_new(env, env_value("KILN_INPUT_DIR",
+					     KN_KUBE_SHIM_DIR "/inputs"));
+	json_array_append_new(env, env_value("KILN_OUTPUT_DIR",
+					     KN_KUBE_SHIM_DIR "/outputs"));
 	if (store && (spec->preemptible || spec->checkpoint.set)) {
 		json_array_append_new(env, env_value("KILN_STORE", store));
 		snprintf(buf, sizeof(buf), "%d",
 			 spec->checkpoint.set ? spec->checkpoint.keep : 3);
 		json_array_append_new(env,
 				      env_value("KILN_CHECKPOINT_KEEP", buf));
+	}
+	/* Every job's outputs go to the store; inputs come from stores. */
+	if (store) {
+		json_array_append_new(env, env_value("KILN_OUTPUT_STORE",
+						     store));
 		json_object_set_new(
 			container, "envFrom",
 			json_pack("[{s:{s:s, s:b}}]", "secretRef", "name",

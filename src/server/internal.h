@@ -337,6 +337,13 @@ bool kube_places(const struct server *s);
 /* Whether spec can be submitted (it renders); 0 without Kubernetes. */
 int kube_check_spec(const struct server *s, const struct kn_job_spec *spec,
 		    const char *filename, struct kn_error *err);
+/*
+ * Whether a pod's shim can fetch spec's inputs (resolved to URLs): few
+ * enough to report back, and none a file only the server sees. 0
+ * without Kubernetes.
+ */
+int kube_check_inputs(const struct server *s, const struct kn_job_spec *spec,
+		      const char *filename, struct kn_error *err);
 
 /* feed.c: recent server events, streamed to GET /v1/events followers */
 struct feed *feed_new(struct server *s);

@@ -357,16 +357,11 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 				 "--executor kubernetes)",
 				 filename, s->exec->name);
 	}
-	/* The shim fetches inputs; a pod runs no shim. */
-	if (kube_places(s) &&
-	    (rc = kn_job_spec_refuse_inputs(spec, filename, s->exec->name,
-					    err)) < 0) {
-		kn_job_spec_free(spec);
-		return rc;
-	}
 	rc = kube_check_spec(s, spec, filename, err);
 	if (rc == 0)
 		rc = resolve_inputs(spec, path ? path : filename, filename, err);
+	if (rc == 0)
+		rc = kube_check_inputs(s, spec, filename, err);
 	if (rc < 0) {
 		kn_job_spec_free(spec);
 		return rc;
@@ -728,7 +723,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
 	const char *model_dir, *model_ref;
-	char devs[256], **env = NULL;
+	char devs[256], **env = NULL, *inputs = NULL;
 	json_t *step_env;
 	size_t n = 0;
 	int local_rank = 0, rc;
@@ -788,12 +783,10 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		json_decref(step_env);
 	}
 	if (spec->n_inputs) {
-		char *text = inputs_for_shim(s, r->job_id, spec, &inputs_err);
-
-		if (text)
-			add_env(&env, &n, kn_asprintf("KILN_INPUTS=%s", text));
-		inputs_ok = text != NULL;
-		free(text);
+		inputs = inputs_for_shim(s, r->job_id, spec, &inputs_err);
+		if (inputs)
+			add_env(&env, &n, kn_asprintf("KILN_INPUTS=%s", inputs));
+		inputs_ok = inputs != NULL;
 	}
 	if (r->resume_from[0])
 		add_env(&env, &n, kn_asprintf("KILN_RESUME_FROM=%s", r->resume_from));
@@ -851,6 +844,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		kube.job_id = r->job_id;
 		kube.attempt = r->attempt;
 		kube.rank = t->rank;
+		kube.inputs = inputs;
 		l.kube = &kube;
 	}
 	rc = kn_mkdir_p(t->task_dir, 0700);
@@ -880,6 +874,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	for (size_t i = 0; i < n; i++)
 		free(env[i]);
 	free(env);
+	free(inputs);
 }
 
 struct placed {
@@ -1522,6 +1517,9 @@ static bool check_task(struct server *s, struct run *r, struct run_task *t)
 		return false;
 	t->ended = true;
 	t->status = st;
+	/* A pod's inputs are known with its end (kube/executor.c). */
+	if (t->rank == 0 && r->spec->n_inputs && !r->inputs_recorded)
+		record_inputs(s, r, t);
 	/* A task that synced its own checkpoints (a Kubernetes pod's shim):
 	   the newest any rank reports counts, as the server's sync would. */
 	if (st.checkpoint[0] && st.checkpoint_at_ms > r->checkpoint_at) {

@@ -18,7 +18,9 @@
  * skipped ones are reported in the tasks' logs. When every task has ended,
  * the attempt waits for a last sync (the checkpoint a preempted task wrote
  * on its way out) and, if it succeeded, for its outputs' upload, and only
- * then ends.
+ * then ends. A Kubernetes pod's shim uploads its outputs itself and
+ * reports the manifest's sha256: that manifest is read from the store,
+ * checked and recorded the same way.
  *
  * Worker threads get copies (URLs, paths, names) and find their run again
  * by job and attempt when they finish: a run may be gone by then.
@@ -33,11 +35,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "ckpt/ckpt.h"
 
 #define SYNC_THREADS 2
 
-enum work_kind { WORK_RESTORE, WORK_UPLOAD, WORK_OUTPUTS };
+enum work_kind { WORK_RESTORE, WORK_UPLOAD, WORK_OUTPUTS, WORK_OUTPUTS_READ };
+
+/* The most of an outputs manifest read back from the store. */
+#define OUTPUTS_MANIFEST_MAX (16u << 20)
 
 struct sync_work {
 	struct server *s;
@@ -48,6 +55,7 @@ struct sync_work {
 	char job[32];
 	char *dir;        /* restore: where to; upload: the checkpoint; outputs */
 	int keep;
+	char digest[65];  /* outputs read: the manifest's, as the pod said */
 	int64_t committed_at;
 	/* results */
 	int rc;
@@ -71,6 +79,40 @@ static const char *store_url(struct server *s, const struct run *r)
 	if (r->spec->checkpoint.store)
 		return r->spec->checkpoint.store;
 	return s->blob_url;
+}
+
+/*
+ * The outputs manifest a pod's shim wrote (JOB/outputs/MANIFEST.json),
+ * if it is the one the pod reported: its sha256 is in the termination
+ * message, the manifest itself too big for it.
+ */
+static int read_outputs_manifest(struct kn_blob_store *store,
+				 struct sync_work *w)
+{
+	char *blob = kn_asprintf("%s/outputs/" KN_CKPT_MANIFEST, w->job);
+	char *text = NULL, got[65];
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+	size_t len = 0;
+	int rc;
+
+	rc = kn_blob_get_bytes(store, blob, OUTPUTS_MANIFEST_MAX, &text, &len,
+			       &w->err);
+	if (rc < 0)
+		goto out;
+	EVP_Digest(text, len, md, &mdlen, EVP_sha256(), NULL);
+	for (unsigned int i = 0; i < 32; i++)
+		snprintf(got + 2 * i, 3, "%02x", md[i]);
+	if (strcmp(got, w->digest) != 0) {
+		rc = kn_errorf(&w->err, KN_EIO, NULL, "%s has sha256 %.12s, "
+			       "the pod reported %.12s", blob, got, w->digest);
+		goto out;
+	}
+	rc = kn_ckpt_manifest_parse(text, len, blob, &w->manifest, &w->err);
+out:
+	free(text);
+	free(blob);
+	return rc;
 }
 
 static void do_work(void *arg)
@@ -109,6 +151,9 @@ static void do_work(void *arg)
 	case WORK_OUTPUTS:
 		w->rc = kn_ckpt_upload_outputs(store, w->job, w->dir,
 					       &w->manifest, &w->err);
+		break;
+	case WORK_OUTPUTS_READ:
+		w->rc = read_outputs_manifest(store, w);
 		break;
 	}
 out:
@@ -287,8 +332,10 @@ static void outputs_done(void *arg, bool ran)
 	r->sync_busy = false;
 	r->outputs_done = true;
 	if (w->rc < 0) {
-		kn_log(KN_LOG_WARN, "job %lld: uploading outputs failed: %s",
-		       (long long)r->job_id, w->err.message);
+		kn_log(KN_LOG_WARN, "job %lld: %s outputs failed: %s",
+		       (long long)r->job_id,
+		       w->kind == WORK_OUTPUTS ? "uploading" : "reading the pod's",
+		       w->err.message);
 	} else if (kn_store_begin(s->store, &err) == 0) {
 		int rc = 0;
 		for (size_t i = 0; rc == 0 && i < w->manifest.n; i++) {
@@ -333,11 +380,21 @@ static bool has_files(const char *dir)
 
 bool sync_finish_ready(struct server *s, struct run *r, bool succeeded)
 {
+	const char *digest = r->tasks[0].status.outputs_manifest_sha256;
+
 	r->sync_waiting = true;
 	if (r->watch)
 		drain_watch(s, r);
 	if (r->sync_busy || r->sync_pending[0])
 		return false;
+	/* A pod's shim uploaded them: record them from the store. */
+	if (succeeded && !r->outputs_done && kube_places(s) && digest[0]) {
+		struct sync_work *w = work_new(s, r, WORK_OUTPUTS_READ, "");
+		kn_strlcpy(w->digest, digest, sizeof(w->digest));
+		r->sync_busy = true;
+		kn_workers_submit(s->workers, do_work, outputs_done, w);
+		return false;
+	}
 	if (succeeded && !r->outputs_done && has_files(r->output_dir)) {
 		struct sync_work *w = work_new(s, r, WORK_OUTPUTS, r->output_dir);
 		r->sync_busy = true;

@@ -201,7 +201,9 @@ def test_inputs_survive_a_server_restart(server, tmp_path):
     assert job["inputs"][0]["url"] == f"file://{tmp_path}/proj/data/train.txt"
 
 
-def test_pods_cannot_have_inputs(tmp_path, api):  # noqa: F811
+def test_pods_cannot_read_the_servers_files(tmp_path, api):  # noqa: F811
+    """Under Kubernetes an input is fetched by the pod's shim: a file the
+    server alone sees is refused (test_kube_checkpoints.py runs one)."""
     s = start_server(tmp_path, api.port)
     try:
         r = s.request("POST", "/v1/jobs", params={"file": "j.yaml"},
@@ -209,8 +211,10 @@ def test_pods_cannot_have_inputs(tmp_path, api):  # noqa: F811
                            "inputs: [/data/a.bin]\n")
         assert r.status_code == 400
         assert r.json()["error"]["message"] == (
-            "j.yaml:4:10: inputs: the kubernetes executor does not fetch "
-            "inputs (the local and slurm ones do)")
+            'j.yaml:4:10: inputs[0]: "/data/a.bin" is a file on the server, '
+            "which pods cannot read: give a store URL (https://, azure://) "
+            f"or a path under the store's directory {s.home}/blobs "
+            "(mounted in the pods)")
         assert not api.sent("POST", "/jobs")
     finally:
         s.stop()

@@ -113,6 +113,8 @@ def test_render_gang_job():
             k not in ("KILN_JOB",)} == {
         "KILN_TASK_DIR": "/kiln/task",
         "KILN_CHECKPOINT_DIR": "/kiln/checkpoints",
+        "KILN_INPUT_DIR": "/kiln/inputs",
+        "KILN_OUTPUT_DIR": "/kiln/outputs",
         "KILN_TERMINATION_LOG": "/dev/termination-log",
         "KILN_CHECKPOINT_SIGNAL": "SIGUSR1",
         "KILN_CHECKPOINT_GRACE_MS": "45000"}
@@ -130,16 +132,20 @@ def test_render_gang_job():
     c = pod["containers"][0]
     env = env_of(c)
     assert env["KILN_STORE"] == "https://acct.blob.core.windows.net/ckpt"
+    assert env["KILN_OUTPUT_STORE"] == env["KILN_STORE"]
     assert env["KILN_CHECKPOINT_KEEP"] == "3"
     # Kubernetes' own default grace without a checkpoint section.
     assert env["KILN_CHECKPOINT_GRACE_MS"] == "30000"
     assert env["KILN_CHECKPOINT_SIGNAL"] == "SIGTERM"
     assert c["envFrom"] == [{"secretRef": {
         "name": "kiln-store-credentials", "optional": True}}]
-    # A job that neither is preemptible nor checkpoints syncs nothing.
+    # A job that neither is preemptible nor checkpoints syncs no
+    # checkpoints; its outputs still go to the store.
     job = render_docs("kind: Job\nname: plain\ncommand: [x]\n",
                       "--store", "file:///data/ckpt")[0]
-    assert "KILN_STORE" not in env_of(pod_spec(job)["containers"][0])
+    env = env_of(pod_spec(job)["containers"][0])
+    assert "KILN_STORE" not in env and "KILN_CHECKPOINT_KEEP" not in env
+    assert env["KILN_OUTPUT_STORE"] == "file:///data/ckpt"
     assert svc["spec"]["selector"] == {"kiln.dev/job": "train-big"}
 
 

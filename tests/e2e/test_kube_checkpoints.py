@@ -10,7 +10,9 @@ the preStop hook sends PID 1) makes it write a last one, which the shim
 syncs before it exits; the shim's termination message goes back in the
 pod's status (as the kubelet would put it), so the attempt ends
 preempted with that checkpoint counted; the next attempt's pod resumes
-from it through KILN_RESUME_FROM."""
+from it through KILN_RESUME_FROM. The same pods fetch the job's inputs
+and upload its outputs, reported through the same message."""
+import hashlib
 import json
 import os
 import signal
@@ -95,7 +97,7 @@ class Pod:
                 return str(d) + path[len(mount):]
         return path
 
-    def start(self):
+    def start(self, **env_override):
         for d in self.mounts.values():
             d.mkdir(parents=True)
         # The initContainer: its image's kiln is this build.
@@ -111,6 +113,7 @@ class Pod:
                 env.update(self.secrets[name]["stringData"])
             else:
                 assert ref["secretRef"]["optional"]
+        env.update(env_override)
         self.env = env
         self.log = open(self.root / "container.log", "wb")
         self.proc = subprocess.Popen(
@@ -229,6 +232,142 @@ def test_pod_checkpoints_and_resume(tmp_path, api):
         done = s.wait_state(jid, ("succeeded", "failed"))
         assert done["state"] == "succeeded", done
         assert "resumed from" in s.logs(jid, task=0, attempt=2)
+    finally:
+        s.stop()
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+# Writes two outputs, one of them the input it was given.
+OUTPUTS = ('cp "$KILN_INPUT_DIR/train.txt" "$KILN_OUTPUT_DIR/weights.bin" && '
+           'mkdir "$KILN_OUTPUT_DIR/eval" && '
+           'echo \'{"loss": 0.5}\' > "$KILN_OUTPUT_DIR/eval/metrics.json"')
+
+
+def test_pod_fetches_inputs_and_uploads_outputs(tmp_path, api):
+    s = start_server(tmp_path, api.port, "--kube-shim-image", "reg/kiln:0.1")
+    store = s.home / "blobs"
+    # Under the file:// store's directory, which pods mount: readable.
+    data = store / "datasets" / "train.txt"
+    data.parent.mkdir(parents=True)
+    data.write_bytes(b"0 1 2 3\n")
+    try:
+        jid = s.submit(job_yaml("train", ["/bin/sh", "-c", OUTPUTS],
+                                inputs=[f"file://{data}"]))
+        name = f"kiln-{jid}-1"
+        job = wait_for(lambda: posted(api, name), what="the POST")
+        c = job["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in c["env"]}
+        assert env["KILN_INPUT_DIR"] == "/kiln/inputs"
+        assert env["KILN_OUTPUT_DIR"] == "/kiln/outputs"
+        assert env["KILN_OUTPUT_STORE"] == f"file://{store}"
+        # Not a checkpointing job: nothing of that.
+        assert "KILN_STORE" not in env
+        assert c["envFrom"] == [{"secretRef": {
+            "name": "kiln-store-credentials", "optional": True}}]
+        assert json.loads(env["KILN_INPUTS"]) == [{
+            "input": f"file://{data}", "name": "train.txt",
+            "url": f"file://{data}", "store": f"file://{data.parent}",
+            "blob": "train.txt"}]
+
+        pod = Pod(api, job, tmp_path / "pod").start()
+        assert pod.wait() == 0, pod.output()
+        out = pod.output()
+        assert "kiln: input train.txt fetched" in out, out
+        assert "kiln: 2 outputs uploaded" in out, out
+        report = json.loads(pod.end_log.read_text())
+        assert report["inputs"] == [{"name": "train.txt",
+                                     "sha256": sha256(data.read_bytes()),
+                                     "size": 8}]
+        manifest = store / str(jid) / "outputs" / "MANIFEST.json"
+        assert report["outputs"] == {
+            "files": 2, "bytes": 8 + 14,
+            "manifest_sha256": sha256(manifest.read_bytes())}
+        assert "reason" not in report
+
+        api.set_pod(name, 0, "pod-succeeded.json", log=out,
+                    message=pod.end_log.read_text())
+        api.set_job(name, "job-complete.json")
+        done = s.wait_state(jid, ("succeeded", "failed"))
+        assert done["state"] == "succeeded", done
+        shown = json.loads(s.cli("show", str(jid), "-o", "json",
+                                 check=True).stdout)["job"]
+        made = pod.root / "kiln" / "outputs"
+        assert [(o["name"], o["sha256"], o["size"], o["url"])
+                for o in shown["outputs"]] == [
+            (p, sha256((made / p).read_bytes()), (made / p).stat().st_size,
+             f"file://{store}/{jid}/outputs/{p}")
+            for p in ("eval/metrics.json", "weights.bin")]
+        assert shown["inputs"] == [{
+            "input": f"file://{data}", "name": "train.txt",
+            "url": f"file://{data}", "sha256": sha256(data.read_bytes()),
+            "size": 8, "attempt": 1}]
+    finally:
+        s.stop()
+
+
+def test_pod_upload_failure_and_changed_input(tmp_path, api):
+    """A failed outputs' upload fails the attempt, with its reason; the
+    inputs it fetched are recorded all the same, and the next attempt's
+    pod gets their digests and refuses one that has changed since (not
+    retried again)."""
+    s = start_server(tmp_path, api.port)
+    store = s.home / "blobs"
+    data = store / "datasets" / "train.txt"
+    data.parent.mkdir(parents=True)
+    data.write_bytes(b"0 1 2 3\n")
+    first_digest = sha256(data.read_bytes())
+    try:
+        jid = s.submit(job_yaml("train", ["/bin/sh", "-c", OUTPUTS],
+                                inputs=[f"file://{data}"], retries=3,
+                                backoff="1s"))
+        first = f"kiln-{jid}-1"
+        job = wait_for(lambda: posted(api, first), what="attempt 1's POST")
+        # A store the pod cannot write to.
+        pod = Pod(api, job, tmp_path / "pod1").start(
+            KILN_OUTPUT_STORE="file:///proc/kiln-no-store")
+        assert pod.wait() == 1, pod.output()
+        report = json.loads(pod.end_log.read_text())
+        assert report["reason"].startswith("outputs: upload failed: "), report
+        assert report["inputs"][0]["sha256"] == first_digest
+        assert "outputs" not in report
+        api.set_pod(first, 0, "pod-failed.json", log=pod.output(),
+                    message=pod.end_log.read_text())
+
+        second = f"kiln-{jid}-2"
+        job2 = wait_for(lambda: posted(api, second), what="attempt 2's POST")
+        (a1,) = [a for a in s.job(jid)["attempts_detail"]
+                 if a["number"] == 1]
+        assert a1["state"] == "failed"
+        assert "outputs: upload failed" in a1["reason"], a1
+        assert s.job(jid)["inputs"][0]["sha256"] == first_digest
+        env = {e["name"]: e["value"] for e in
+               job2["spec"]["template"]["spec"]["containers"][0]["env"]}
+        (given,) = json.loads(env["KILN_INPUTS"])
+        assert (given["sha256"], given["size"], given["attempt"]) == \
+            (first_digest, 8, 1)
+
+        data.write_bytes(b"4 5 6 7\n")
+        pod2 = Pod(api, job2, tmp_path / "pod2").start()
+        assert pod2.wait() == 1, pod2.output()
+        out2 = pod2.output()
+        assert f"attempt 1 fetched it with sha256 {first_digest}" in out2
+        report2 = json.loads(pod2.end_log.read_text())
+        assert report2["reason"] == (
+            f"input changed: train.txt is sha256:"
+            f"{sha256(data.read_bytes())[:12]}, attempt 1 had "
+            f"sha256:{first_digest[:12]}")
+        assert "inputs" not in report2 and "outputs" not in report2
+        api.set_pod(second, 0, "pod-failed.json", log=out2,
+                    message=pod2.end_log.read_text())
+        done = s.wait_state(jid, ("succeeded", "failed"))
+        assert done["state"] == "failed"
+        assert "input changed: train.txt" in done["reason"], done
+        assert not posted(api, f"kiln-{jid}-3")
+        # The first fetch's record stands.
+        assert s.job(jid)["inputs"][0]["sha256"] == first_digest
     finally:
         s.stop()
 

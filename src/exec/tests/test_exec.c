@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -314,8 +315,10 @@ static void test_shim_polls_for_stop(void **state)
 }
 
 /* kn_kube_shim_run with stdout in DIR/stdout; returns what it wrote. */
-static char *kube_shim(const char *dir, const char *script, int signo,
-		       int64_t grace_ms, int *code)
+static char *kube_shim_prepared(const char *dir, const char *script,
+				int signo, int64_t grace_ms,
+				const struct kn_shim_prepare *prep, int *code,
+				char *reason, size_t len)
 {
 	char *const argv[] = {"/bin/sh", "-c", (char *)script, NULL};
 	char *path = kn_asprintf("%s/stdout", dir), *text;
@@ -327,13 +330,32 @@ static char *kube_shim(const char *dir, const char *script, int signo,
 	fflush(stdout);
 	dup2(fd, STDOUT_FILENO);
 	close(fd);
-	assert_int_equal(kn_kube_shim_run(dir, argv, signo, grace_ms, NULL, code,
-					  &err), 0);
+	assert_int_equal(kn_kube_shim_run(dir, argv, signo, grace_ms, prep, code,
+					  reason, len, &err), 0);
 	dup2(saved, STDOUT_FILENO);
 	close(saved);
 	free(path);
 	text = read_log(dir, "stdout");
 	return text;
+}
+
+static char *kube_shim(const char *dir, const char *script, int signo,
+		       int64_t grace_ms, int *code)
+{
+	char reason[96];
+
+	return kube_shim_prepared(dir, script, signo, grace_ms, NULL, code,
+				  reason, sizeof(reason));
+}
+
+static int refuse_to_start(void *arg, char *const *env, int log_fd,
+			   char *why, size_t len)
+{
+	(void)arg;
+	(void)env;
+	(void)log_fd;
+	snprintf(why, len, "input changed: data.bin");
+	return -EIO;
 }
 
 static void test_kube_shim(void **state)
@@ -366,6 +388,19 @@ static void test_kube_shim(void **state)
 	out = kube_shim(dir, "exit 5", SIGUSR2, 200, &code);
 	assert_int_equal(code, 5);
 	free(out);
+	/* A task its preparation refused never runs; the reason comes back
+	   for the pod's termination message. */
+	{
+		const struct kn_shim_prepare prep = {refuse_to_start, NULL};
+		char reason[96];
+
+		out = kube_shim_prepared(dir, "echo ran", SIGUSR2, 200, &prep,
+					 &code, reason, sizeof(reason));
+		assert_int_equal(code, 1);
+		assert_string_equal(reason, "input changed: data.bin");
+		assert_null(strstr(out, "ran"));
+		free(out);
+	}
 	kn_rm_rf(dir);
 	free(dir);
 }

@@ -186,6 +186,41 @@ static void test_shim_report(void **state)
 	assert_string_equal(v.checkpoint, "");
 	assert_int_equal(v.checkpoint_at_ms, 0);
 	assert_string_equal(v.restored, "");
+	assert_string_equal(v.inputs, "");
+	assert_string_equal(v.outputs_manifest_sha256, "");
+}
+
+/* The inputs the shim fetched, its outputs' digest and its reason for a
+   failure (here a refused input) come back from the message too. */
+static void test_shim_inputs_outputs_reason(void **state)
+{
+	static const char digest[] = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b"
+				     "2b0b822cd15d6c15b0f00a08";
+	struct kn_kube_task_view v;
+	json_t *pods = json_array(), *pod = pod_at("pod-failed.json", 0);
+	json_t *term = json_object_get(json_object_get(json_array_get(
+		json_object_get(json_object_get(pod, "status"),
+				"containerStatuses"), 0), "state"),
+		"terminated");
+	char *message = kn_asprintf(
+		"{\"restore_ms\":0,\"inputs\":[{\"name\":\"a.bin\","
+		"\"sha256\":\"%s\",\"size\":4}],\"outputs\":{\"files\":2,"
+		"\"bytes\":9,\"manifest_sha256\":\"%s\"},\"reason\":"
+		"\"input changed: a.bin is sha256:0123\"}", digest, digest);
+
+	(void)state;
+	json_object_set_new(term, "message", json_string(message));
+	json_array_append_new(pods, pod);
+	kn_kube_task_state(NULL, pods, 0, false, &v);
+	assert_true(v.ended);
+	assert_int_equal(v.exit_code, 3);
+	assert_string_equal(v.reason, "input changed: a.bin is sha256:0123");
+	assert_non_null(strstr(v.inputs, "\"name\":\"a.bin\""));
+	assert_non_null(strstr(v.inputs, digest));
+	assert_int_equal(v.outputs_files, 2);
+	assert_string_equal(v.outputs_manifest_sha256, digest);
+	json_decref(pods);
+	free(message);
 }
 
 static void test_gone_and_stopped(void **state)
@@ -323,6 +358,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_timeout),
 		cmocka_unit_test(test_disruption),
 		cmocka_unit_test(test_shim_report),
+		cmocka_unit_test(test_shim_inputs_outputs_reason),
 		cmocka_unit_test(test_gone_and_stopped),
 		cmocka_unit_test(test_single_task),
 		cmocka_unit_test(test_attempt_manifests),
