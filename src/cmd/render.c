@@ -12,6 +12,42 @@
 #include "kube/kube.h"
 #include "spec/spec.h"
 
+/*
+ * A job's inputs as the server takes them under Kubernetes: resolved
+ * against the spec file's directory, checked as readable by the pods
+ * (with the checkpoint store, or --store, as theirs) and passed to the
+ * shim as KILN_INPUTS (*inputs, or NULL without any).
+ */
+static int render_inputs(const char *file, const char *name,
+			 struct kn_job_spec *job,
+			 struct kn_kube_render_opts *opts, char **inputs,
+			 struct kn_error *err)
+{
+	char *path = NULL, *slash;
+	json_t *doc;
+	int rc;
+
+	if (!job->n_inputs)
+		return 0;
+	if (strcmp(file, "-") != 0 && (path = realpath(file, NULL)) &&
+	    (slash = strrchr(path, '/')))
+		slash[slash == path ? 1 : 0] = '\0';
+	rc = kn_job_spec_resolve_inputs(job, path, name, err);
+	free(path);
+	if (rc == 0)
+		rc = kn_kube_check_inputs(job, job->checkpoint.store
+						       ? job->checkpoint.store
+						       : opts->store_url,
+					  name, err);
+	if (rc < 0)
+		return rc;
+	doc = kn_job_spec_to_json(job);
+	*inputs = kn_job_inputs_for_shim(json_object_get(doc, "inputs"));
+	json_decref(doc);
+	opts->inputs = *inputs;
+	return 0;
+}
+
 int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *file = NULL, *executor = NULL, *format = NULL;
@@ -24,7 +60,7 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 	struct kn_error err = {0};
 	json_t *docs = NULL;
 	const char *kind;
-	char *text = NULL, *out;
+	char *text = NULL, *out, *inputs = NULL;
 	size_t len;
 	int rc, r;
 	const struct cli_flag flags[] = {
@@ -68,11 +104,8 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 			goto fail;
 		r = kn_kube_render_deployment(deployment, &opts, &docs, &err);
 	} else {
-		/* Refused as the server refuses it: its pods fetch no
-		   inputs, and dropping them would start a job without its
-		   data. */
 		if (kn_job_spec_parse(text, len, name, &job, &err) < 0 ||
-		    kn_job_spec_refuse_inputs(job, name, executor, &err) < 0)
+		    render_inputs(file, name, job, &opts, &inputs, &err) < 0)
 			goto fail;
 		/* The spec's own image unless --image overrides it. */
 		if (!opts.image)
@@ -98,6 +131,7 @@ fail:
 					       : "cannot render");
 out:
 	json_decref(docs);
+	free(inputs);
 	kn_job_spec_free(job);
 	kn_deployment_spec_free(deployment);
 	kn_model_presets_free(presets);

@@ -147,6 +147,7 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 	opts.products = cfg->products;
 	opts.shim_image = cfg->shim_image ? cfg->shim_image : opts.image;
 	opts.store_url = cfg->store_url;
+	opts.inputs = task->inputs;
 	rc = kn_kube_render_job(&named, &opts, &docs, err);
 	if (rc < 0)
 		return rc;
@@ -185,11 +186,6 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 	json_array_append_new(env, json_pack("{s:s, s:s}", "name",
 					     "KILN_JOB_NAME", "value",
 					     task->spec->name));
-	/* The shim fetches them into KILN_INPUT_DIR (render.c). */
-	if (task->inputs)
-		json_array_append_new(env, json_pack("{s:s, s:s}", "name",
-						     "KILN_INPUTS", "value",
-						     task->inputs));
 	*out = docs;
 	return 0;
 }

@@ -92,6 +92,9 @@ struct kn_kube_render_opts {
 	   none (KILN_STORE), or NULL; only for preemptible jobs and jobs
 	   with a checkpoint section, as the server syncs. */
 	const char *store_url;
+	/* Jobs under the shim: KILN_INPUTS, what it fetches before the task
+	   (kn_job_inputs_for_shim), or NULL. */
+	const char *inputs;
 };
 
 /*
@@ -112,6 +115,18 @@ struct kn_kube_render_opts {
  */
 #define KN_KUBE_MAX_INPUTS 12
 #define KN_KUBE_INPUT_NAME_MAX 100
+
+/*
+ * Whether a pod's shim can fetch spec's inputs (resolved to URLs by
+ * kn_job_spec_resolve_inputs) when the pods' store is store (NULL:
+ * none): few enough, and named briefly enough, to report back in the
+ * termination message, and none a file only the server sees (a file://
+ * input counts as readable under a file:// store's directory, which pods
+ * must mount at the same path). -EINVAL naming the input as
+ * FILE:LINE:COLUMN.
+ */
+int kn_kube_check_inputs(const struct kn_job_spec *spec, const char *store,
+			 const char *filename, struct kn_error *err);
 
 /*
  * A job spec as manifests: a JSON array of objects, a `batch/v1` Job and,

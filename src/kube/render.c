@@ -468,6 +468,9 @@ static void shim_wrap(const struct kn_job_spec *spec,
 					     KN_KUBE_SHIM_DIR "/inputs"));
 	json_array_append_new(env, env_value("KILN_OUTPUT_DIR",
 					     KN_KUBE_SHIM_DIR "/outputs"));
+	if (opts->inputs)
+		json_array_append_new(env, env_value("KILN_INPUTS",
+						     opts->inputs));
 	if (store && (spec->preemptible || spec->checkpoint.set)) {
 		json_array_append_new(env, env_value("KILN_STORE", store));
 		snprintf(buf, sizeof(buf), "%d",
@@ -493,6 +496,74 @@ static void shim_wrap(const struct kn_job_spec *spec,
 	json_object_set_new(pod, "volumes",
 			    json_pack("[{s:s, s:{}}]", "name", "kiln",
 				      "emptyDir"));
+}
+
+/*
+ * A file:// input is a file on the server's machine, which pods do not
+ * see, with one exception: when the store the pods use is file:// too,
+ * its directory must be mounted in the pods at the same path (else
+ * neither checkpoints nor outputs would work), so an input under that
+ * directory is readable there. Anything else must come from a store.
+ */
+static bool pod_can_read(const char *input_url, const char *store_url)
+{
+	const char *dir;
+	size_t n;
+
+	if (strncmp(input_url, "file://", 7) != 0)
+		return true;
+	if (strncmp(store_url, "file://", 7) != 0)
+		return false;
+	dir = store_url + 7;
+	n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	return !strncmp(input_url + 7, dir, n) && input_url[7 + n] == '/';
+}
+
+int kn_kube_check_inputs(const struct kn_job_spec *spec, const char *store,
+			 const char *filename, struct kn_error *err)
+{
+	if (!spec->n_inputs)
+		return 0;
+	if (!store)
+		store = "";
+	if (spec->n_inputs > KN_KUBE_MAX_INPUTS)
+		return kn_errorf(err, KN_EINVAL, "inputs",
+				 "%s:%d:%d: inputs: %zu under the kubernetes "
+				 "executor, at most %d (their digests come "
+				 "back in the pod's termination message)",
+				 filename, spec->inputs[0].line,
+				 spec->inputs[0].column, spec->n_inputs,
+				 KN_KUBE_MAX_INPUTS);
+	for (size_t i = 0; i < spec->n_inputs; i++) {
+		const struct kn_job_input *in = &spec->inputs[i];
+
+		if (strlen(in->name) > KN_KUBE_INPUT_NAME_MAX)
+			return kn_errorf(err, KN_EINVAL, "inputs",
+					 "%s:%d:%d: inputs[%zu]: its name %.40s... "
+					 "is over %d bytes under the kubernetes "
+					 "executor", filename, in->line,
+					 in->column, i, in->name,
+					 KN_KUBE_INPUT_NAME_MAX);
+		if (in->url && pod_can_read(in->url, store))
+			continue;
+		if (!strncmp(store, "file://", 7))
+			return kn_errorf(err, KN_EINVAL, "inputs",
+					 "%s:%d:%d: inputs[%zu]: \"%s\" is a "
+					 "file on the server, which pods cannot "
+					 "read: give a store URL (https://, "
+					 "azure://) or a path under the store's "
+					 "directory %s (mounted in the pods)",
+					 filename, in->line, in->column, i,
+					 in->text, store + 7);
+		return kn_errorf(err, KN_EINVAL, "inputs",
+				 "%s:%d:%d: inputs[%zu]: \"%s\" is a file on "
+				 "the server, which pods cannot read: give a "
+				 "store URL (https://, azure://)", filename,
+				 in->line, in->column, i, in->text);
+	}
+	return 0;
 }
 
 static int check_opts(const struct kn_kube_render_opts *opts,

@@ -627,32 +627,14 @@ static char *inputs_for_shim(struct server *s, int64_t job_id,
 			     const struct kn_job_spec *spec,
 			     struct kn_error *err)
 {
-	json_t *doc = kn_job_spec_to_json(spec), *list, *in;
-	char *text;
-	size_t i;
+	json_t *doc = kn_job_spec_to_json(spec), *list;
+	char *text = NULL;
 
+	/* Resolved at submit: every input has a URL with a '/'. */
 	list = inputs_with_digests(s, job_id, json_object_get(doc, "inputs"),
 				   err);
-	if (!list) {
-		json_decref(doc);
-		return NULL;
-	}
-	json_array_foreach(list, i, in) {
-		const char *url = json_string_value(json_object_get(in, "url"));
-		const char *slash = url ? strrchr(url, '/') : NULL;
-		size_t n;
-
-		/* Resolved at submit: every input has a URL with a '/'. */
-		if (!slash)
-			continue;
-		n = (size_t)(slash - url);
-		/* "file:///x" is the blob x of the store "file:///". */
-		if (n >= 3 && !strncmp(slash - 3, "://", 3))
-			n++;
-		json_object_set_new(in, "store", json_stringn(url, n));
-		json_object_set_new(in, "blob", json_string(slash + 1));
-	}
-	text = json_dumps(list, JSON_COMPACT);
+	if (list)
+		text = kn_job_inputs_for_shim(list);
 	json_decref(list);
 	json_decref(doc);
 	return text;

@@ -90,71 +90,13 @@ int kube_check_spec(const struct server *s, const struct kn_job_spec *spec,
 	return 0;
 }
 
-/*
- * A file:// input is a file on the server's machine, which pods do not
- * see, with one exception: when the store the pods use is file:// too,
- * its directory must be mounted in the pods at the same path (else
- * neither checkpoints nor outputs would work), so an input under that
- * directory is readable there. Anything else must come from a store.
- */
-static bool pod_can_read(const char *input_url, const char *store_url)
-{
-	const char *dir;
-	size_t n;
-
-	if (strncmp(input_url, "file://", 7) != 0)
-		return true;
-	if (strncmp(store_url, "file://", 7) != 0)
-		return false;
-	dir = store_url + 7;
-	n = strlen(dir);
-	while (n > 1 && dir[n - 1] == '/')
-		n--;
-	return !strncmp(input_url + 7, dir, n) && input_url[7 + n] == '/';
-}
-
 int kube_check_inputs(const struct server *s, const struct kn_job_spec *spec,
 		      const char *filename, struct kn_error *err)
 {
-	const char *store = spec->checkpoint.store ? spec->checkpoint.store
-						   : s->blob_url;
-
-	if (!kube_places(s) || !spec->n_inputs)
+	if (!kube_places(s))
 		return 0;
-	if (spec->n_inputs > KN_KUBE_MAX_INPUTS)
-		return kn_errorf(err, KN_EINVAL, "inputs",
-				 "%s:%d:%d: inputs: %zu under the %s executor, "
-				 "at most %d (their digests come back in the "
-				 "pod's termination message)", filename,
-				 spec->inputs[0].line, spec->inputs[0].column,
-				 spec->n_inputs, s->exec->name,
-				 KN_KUBE_MAX_INPUTS);
-	for (size_t i = 0; i < spec->n_inputs; i++) {
-		const struct kn_job_input *in = &spec->inputs[i];
-
-		if (strlen(in->name) > KN_KUBE_INPUT_NAME_MAX)
-			return kn_errorf(err, KN_EINVAL, "inputs",
-					 "%s:%d:%d: inputs[%zu]: its name %.40s... "
-					 "is over %d bytes under the %s "
-					 "executor", filename, in->line,
-					 in->column, i, in->name,
-					 KN_KUBE_INPUT_NAME_MAX, s->exec->name);
-		if (pod_can_read(in->url, store))
-			continue;
-		if (!strncmp(store, "file://", 7))
-			return kn_errorf(err, KN_EINVAL, "inputs",
-					 "%s:%d:%d: inputs[%zu]: \"%s\" is a "
-					 "file on the server, which pods cannot "
-					 "read: give a store URL (https://, "
-					 "azure://) or a path under the store's "
-					 "directory %s (mounted in the pods)",
-					 filename, in->line, in->column, i,
-					 in->text, store + 7);
-		return kn_errorf(err, KN_EINVAL, "inputs",
-				 "%s:%d:%d: inputs[%zu]: \"%s\" is a file on "
-				 "the server, which pods cannot read: give a "
-				 "store URL (https://, azure://)", filename,
-				 in->line, in->column, i, in->text);
-	}
-	return 0;
+	return kn_kube_check_inputs(spec, spec->checkpoint.store
+					      ? spec->checkpoint.store
+					      : s->blob_url,
+				    filename, err);
 }

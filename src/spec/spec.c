@@ -1922,17 +1922,26 @@ int kn_job_spec_resolve_inputs(struct kn_job_spec *spec, const char *dir,
 	return 0;
 }
 
-int kn_job_spec_refuse_inputs(const struct kn_job_spec *spec,
-			      const char *filename, const char *executor,
-			      struct kn_error *err)
+char *kn_job_inputs_for_shim(json_t *inputs)
 {
-	if (!spec->n_inputs)
-		return 0;
-	return kn_errorf(err, KN_EINVAL, "inputs",
-			 "%s:%d:%d: inputs: the %s executor does not fetch "
-			 "inputs (the local and slurm ones do)",
-			 filename ? filename : "<spec>", spec->inputs[0].line,
-			 spec->inputs[0].column, executor);
+	json_t *in;
+	size_t i;
+
+	json_array_foreach(inputs, i, in) {
+		const char *url = json_string_value(json_object_get(in, "url"));
+		const char *slash = url ? strrchr(url, '/') : NULL;
+		size_t n;
+
+		if (!slash)
+			continue;
+		n = (size_t)(slash - url);
+		/* "file:///x" is the blob x of the store "file:///". */
+		if (n >= 3 && !strncmp(slash - 3, "://", 3))
+			n++;
+		json_object_set_new(in, "store", json_stringn(url, n));
+		json_object_set_new(in, "blob", json_string(slash + 1));
+	}
+	return json_dumps(inputs, JSON_COMPACT);
 }
 
 int kn_job_spec_check_step_job(const struct kn_job_spec *job,

@@ -166,13 +166,14 @@ int kn_job_spec_resolve_inputs(struct kn_job_spec *spec, const char *dir,
 			       const char *filename, struct kn_error *err);
 
 /*
- * -EINVAL naming the first of spec's inputs when it has any, for an
- * executor (its name, for the message) that fetches none: Kubernetes'.
- * 0 when the spec has no inputs.
+ * KILN_INPUTS, what the shim fetches (docs/workflows.md's format), from
+ * a list of inputs as kn_job_spec_to_json gives them ({input, name,
+ * url}, perhaps with recorded digests): each gains its store (its URL up
+ * to the last '/', "file:///" for a file at the root) and blob (the
+ * rest). Entries without such a URL are passed as they are. A new
+ * string; inputs is changed.
  */
-int kn_job_spec_refuse_inputs(const struct kn_job_spec *spec,
-			      const char *filename, const char *executor,
-			      struct kn_error *err);
+char *kn_job_inputs_for_shim(json_t *inputs);
 
 /*
  * Whether job, read from its own file (filename) for step number step of

@@ -234,12 +234,26 @@ def test_validate_and_render_see_inputs(tmp_path):
     assert res.returncode == 1
     assert res.stderr == (f"{wf}:5:33: steps[0].job.inputs: a step's inputs "
                           "go in the step's inputs: list, not in its job\n")
-    # Pods fetch no inputs: render refuses as the kubernetes server does
-    # (test_pods_cannot_have_inputs), rather than drop them.
+    # Under Kubernetes render takes inputs as the server does: a file only
+    # the server sees is refused (test_kube_checkpoints has the server's
+    # side), a store URL reaches the pod's shim as KILN_INPUTS.
     (tmp_path / "j.yaml").write_text(
         "kind: Job\nname: x\ncommand: [x]\ninputs: [/data/a.bin]\n")
     res = kiln("render", "j.yaml", "--executor", "kubernetes", "--image",
                "img:1", cwd=tmp_path)
     assert res.returncode == 1 and not res.stdout
-    assert ("j.yaml:4:10: inputs: the kubernetes executor does not fetch "
-            "inputs (the local and slurm ones do)") in res.stderr, res.stderr
+    assert ('j.yaml:4:10: inputs[0]: "/data/a.bin" is a file on the server, '
+            "which pods cannot read") in res.stderr, res.stderr
+    url = "https://acct.blob.core.windows.net/data/corpus/train.txt"
+    (tmp_path / "j.yaml").write_text(
+        f"kind: Job\nname: x\ncommand: [x]\ninputs: [{url}]\n")
+    res = kiln("render", "j.yaml", "--executor", "kubernetes", "--image",
+               "img:1", "-o", "json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    pod = json.loads(res.stdout)[0]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert json.loads(env["KILN_INPUTS"]) == [{
+        "input": url, "name": "train.txt", "url": url,
+        "store": "https://acct.blob.core.windows.net/data/corpus",
+        "blob": "train.txt"}]
+    assert env["KILN_INPUT_DIR"] == "/kiln/inputs"
