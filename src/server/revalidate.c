@@ -4,7 +4,8 @@
  * $KILN_OUTPUT_DIR/metrics.json (docs/registry.md).
  *
  * A run resolves the alias, checks that version as a deploy does and gets
- * its verified copy (models_deploy_dir), then submits the evaluation spec
+ * its verified copy (models_deploy_dir_start: the hashing and copying on a
+ * request worker, so the loop keeps serving), then submits the evaluation spec
  * as a job of the revalidation's owner with KILN_MODEL_DIR (the copy) and
  * KILN_MODEL (NAME@VERSION) added to its env. When the job ends for good
  * (jobs.c's hook), its metrics are checked and the outcome stored per
@@ -41,6 +42,9 @@ struct reval {
 	bool rollback;
 	bool failing;    /* model_revalidation_failed is firing */
 	int64_t job_id;  /* the run in flight; 0 = none */
+	/* A run's model check is on a worker: the check_done that ends it
+	   carries this number (0 = none in progress). */
+	uint64_t checking;
 	bool ended;      /* its job ended: judged on the next tick */
 	int64_t version; /* the version that run tests */
 	char *run_dir;   /* its verified copy: the job's KILN_MODEL_DIR */
@@ -51,6 +55,7 @@ struct reval {
 struct reval_state {
 	struct kn_timer *timer;
 	struct reval *list;
+	uint64_t checks; /* the last check number given */
 };
 
 static void reval_free_one(struct reval *r)
@@ -149,12 +154,107 @@ static void record(struct server *s, struct reval *r, int64_t job_id,
 	reval_alert(s, r, strcmp(outcome, "passed") ? why : NULL);
 }
 
-/* Start one run of r now; a run that cannot start is recorded as such. */
-static int run_now(struct server *s, struct reval *r, struct kn_error *err)
+/*
+ * A run whose model check is on a worker; req is a POST .../run waiting
+ * for the job's id, or NULL. The reval is found again by its key and
+ * check number: it may have been replaced or removed meanwhile.
+ */
+struct reval_check {
+	char *name, *alias;
+	uint64_t number;
+	struct kn_http_req *req;
+	struct caller caller;
+};
+
+static void reval_check_free(struct reval_check *k)
 {
+	free(k->name);
+	free(k->alias);
+	free(k);
+}
+
+static void arm_next(struct server *s);
+
+static void run_reply(struct server *s, const struct reval_check *k,
+		      const struct reval *r, int rc,
+		      const struct kn_error *err);
+
+/* The check of a run's version ended: submit its evaluation job. */
+static void check_done(struct server *s, int rc, const char *dir,
+		       int64_t version, const struct kn_error *check_err,
+		       void *arg)
+{
+	struct reval_check *k = arg;
+	struct reval *r = NULL;
+	struct kn_error err;
 	struct caller c;
-	char at[KN_MODEL_NAME_MAX + 24], *dir = NULL;
-	int64_t version = 0, id = 0;
+	char at[KN_MODEL_NAME_MAX + 24];
+	int64_t id = 0;
+
+	if (s->closing) {
+		/* Not judged: the schedule starts over at the next start. */
+		kn_errorf(&err, KN_EUNAVAIL, NULL,
+			  "the server is stopping; run it again");
+		rc = -1;
+		goto reply;
+	}
+	for (r = s->reval->list; r; r = r->next)
+		if (!strcmp(r->name, k->name) && !strcmp(r->alias, k->alias))
+			break;
+	if (!r || r->checking != k->number) {
+		r = NULL;
+		rc = kn_errorf(&err, KN_ECONFLICT, "alias",
+			       "the re-validation of %s@%s was replaced or "
+			       "removed while its run started", k->name,
+			       k->alias);
+		goto reply;
+	}
+	r->checking = 0;
+	r->version = version;
+	snprintf(at, sizeof(at), "%s@%lld", r->name, (long long)version);
+	if (rc < 0) {
+		err = *check_err;
+		record(s, r, 0, "error", NULL, err.message);
+		goto reply;
+	}
+	memset(&c, 0, sizeof(c));
+	kn_strlcpy(c.name, r->owner, sizeof(c.name));
+	c.role = KN_ROLE_USER;
+	rc = jobs_submit(s, &c, r->spec_yaml, strlen(r->spec_yaml),
+			 r->filename,
+			 r->filename[0] == '/' ? r->filename : NULL, &id, &err);
+	if (rc < 0) {
+		record(s, r, 0, "error", NULL, err.message);
+		goto reply;
+	}
+	r->job_id = id;
+	free(r->run_dir);
+	r->run_dir = kn_xstrdup(dir);
+	snprintf(r->run_ref, sizeof(r->run_ref), "%s", at);
+	kn_log(KN_LOG_INFO, "re-validation of %s (%s@%s): job %lld", at,
+	       r->name, r->alias, (long long)id);
+reply:
+	if (k->req)
+		run_reply(s, k, r, rc, &err);
+	else if (rc < 0 && !s->closing)
+		kn_log(KN_LOG_WARN, "re-validation of %s@%s: %s", k->name,
+		       k->alias, err.message);
+	if (!s->closing)
+		arm_next(s);
+	reval_check_free(k);
+}
+
+/*
+ * Start one run of r now: its model check goes to a worker and check_done
+ * submits the job. req (or NULL) is answered when that is known. A run
+ * that cannot start is recorded as such; < 0 when it ended here.
+ */
+static int run_now(struct server *s, struct reval *r, struct kn_http_req *req,
+		   const struct caller *c, struct kn_error *err)
+{
+	struct reval_check *k;
+	char at[KN_MODEL_NAME_MAX + 24];
+	int64_t version = 0;
 	int rc;
 
 	r->next_at = kn_now_ms() + r->every_ms;
@@ -164,31 +264,21 @@ static int run_now(struct server *s, struct reval *r, struct kn_error *err)
 		return rc;
 	r->version = version;
 	snprintf(at, sizeof(at), "%s@%lld", r->name, (long long)version);
-	rc = models_deploy_dir(s, at, &dir, err);
+	k = kn_xcalloc(1, sizeof(*k));
+	k->name = kn_xstrdup(r->name);
+	k->alias = kn_xstrdup(r->alias);
+	k->number = ++s->reval->checks;
+	k->req = req;
+	if (c)
+		k->caller = *c;
+	rc = models_deploy_dir_start(s, at, check_done, k, err);
 	if (rc < 0) {
+		reval_check_free(k);
 		record(s, r, 0, "error", NULL, err->message);
-		goto out;
+		return rc;
 	}
-	memset(&c, 0, sizeof(c));
-	kn_strlcpy(c.name, r->owner, sizeof(c.name));
-	c.role = KN_ROLE_USER;
-	rc = jobs_submit(s, &c, r->spec_yaml, strlen(r->spec_yaml),
-			 r->filename,
-			 r->filename[0] == '/' ? r->filename : NULL, &id, err);
-	if (rc < 0) {
-		record(s, r, 0, "error", NULL, err->message);
-		goto out;
-	}
-	r->job_id = id;
-	free(r->run_dir);
-	r->run_dir = dir;
-	dir = NULL;
-	snprintf(r->run_ref, sizeof(r->run_ref), "%s", at);
-	kn_log(KN_LOG_INFO, "re-validation of %s (%s@%s): job %lld", at,
-	       r->name, r->alias, (long long)id);
-out:
-	free(dir);
-	return rc;
+	r->checking = k->number;
+	return 0;
 }
 
 static void arm_next(struct server *s)
@@ -197,7 +287,8 @@ static void arm_next(struct server *s)
 	int64_t now = kn_now_ms(), due = -1;
 
 	for (struct reval *r = rs->list; r; r = r->next)
-		if (!r->job_id && (due < 0 || r->next_at < due))
+		if (!r->job_id && !r->checking &&
+		    (due < 0 || r->next_at < due))
 			due = r->next_at;
 	if (due >= 0)
 		kn_timer_arm(rs->timer, due > now ? due - now : 0);
@@ -215,8 +306,8 @@ static void tick(void *arg)
 		if (r->ended)
 			judge(s, r);
 	for (struct reval *r = s->reval->list; r; r = r->next)
-		if (!r->job_id && r->next_at <= now &&
-		    run_now(s, r, &err) < 0 && r->job_id == 0)
+		if (!r->job_id && !r->checking && r->next_at <= now &&
+		    run_now(s, r, NULL, NULL, &err) < 0)
 			kn_log(KN_LOG_WARN, "re-validation of %s@%s: %s",
 			       r->name, r->alias, err.message);
 	arm_next(s);
@@ -485,6 +576,7 @@ void reval_h_put(struct server *s, struct kn_http_req *req,
 		if (old) {
 			/* Keeps its run in flight and the alert's state. */
 			r->job_id = old->job_id;
+			r->checking = old->checking;
 			r->ended = old->ended;
 			r->version = old->version;
 			r->run_dir = old->run_dir;
@@ -554,27 +646,48 @@ void reval_h_run(struct server *s, struct kn_http_req *req,
 			  "--max METRIC=N", param, alias, param, alias);
 		goto fail;
 	}
-	if (r->job_id) {
-		kn_errorf(&err, KN_ECONFLICT, "alias",
-			  "a re-validation of %s@%s is running (job %lld)",
-			  param, alias, (long long)r->job_id);
+	if (r->job_id || r->checking) {
+		if (r->job_id)
+			kn_errorf(&err, KN_ECONFLICT, "alias",
+				  "a re-validation of %s@%s is running (job "
+				  "%lld)", param, alias, (long long)r->job_id);
+		else
+			kn_errorf(&err, KN_ECONFLICT, "alias",
+				  "a re-validation of %s@%s is starting (its "
+				  "model is being checked)", param, alias);
 		goto fail;
 	}
-	if (run_now(s, r, &err) < 0 && !r->job_id) {
+	/* Answered by check_done, once the job is submitted. */
+	if (run_now(s, r, req, c, &err) < 0) {
 		arm_next(s);
 		goto fail;
 	}
-	arm_next(s);
-	audit_put(s, c, "model.revalidate.run", object, "ok", NULL);
-	kn_http_reply_json(req, 202,
-			   json_pack("{s:I, s:I}", "job", (json_int_t)r->job_id,
-				     "version", (json_int_t)r->version));
 	goto out;
 fail:
 	audit_put(s, c, "model.revalidate.run", object, "error", err.message);
 	kn_http_reply_error(req, &err);
 out:
 	json_decref(body);
+}
+
+/* POST .../run's answer, once its run's job is submitted (or is not). */
+static void run_reply(struct server *s, const struct reval_check *k,
+		      const struct reval *r, int rc,
+		      const struct kn_error *err)
+{
+	char object[160];
+
+	snprintf(object, sizeof(object), "model/%.64s@%.64s", k->name,
+		 k->alias);
+	audit_put(s, &k->caller, "model.revalidate.run", object,
+		  rc < 0 ? "error" : "ok", rc < 0 ? err->message : NULL);
+	if (rc < 0) {
+		kn_http_reply_error(k->req, err);
+		return;
+	}
+	kn_http_reply_json(k->req, 202,
+			   json_pack("{s:I, s:I}", "job", (json_int_t)r->job_id,
+				     "version", (json_int_t)r->version));
 }
 
 json_t *reval_evaluations_json(struct server *s, const char *name,
