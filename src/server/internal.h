@@ -544,6 +544,29 @@ void reval_job_ended(struct server *s, int64_t job_id);
 /* One version's stored evaluations, oldest first (a new array). */
 json_t *reval_evaluations_json(struct server *s, const char *name,
 			       int64_t version);
+/*
+ * A deployment's revalidate: (docs/deployments.md). reval_for_deployment
+ * checks what the spec of deployment (owned by owner, stored under
+ * filename) asks for: *out the row to set (NULL when the spec has none),
+ * or an error naming the field: the alias is another deployment's, or
+ * its job does not parse. job_text is the shipped text of a job file,
+ * or NULL: then the text this deployment set before for the same file.
+ */
+int reval_for_deployment(struct server *s, const char *deployment,
+			 const char *owner,
+			 const struct kn_deployment_spec *spec,
+			 const char *filename, const char *job_text,
+			 struct kn_revalidation_row **out,
+			 struct kn_error *err);
+/*
+ * Once the deployment is stored: set row (taken; NULL for none) as
+ * deployment's re-validation, acting as c, and remove any other that
+ * deployment set. Ones set by hand are left alone.
+ */
+void reval_deployment_set(struct server *s, const char *deployment,
+			  const struct caller *c,
+			  struct kn_revalidation_row *row);
+void reval_row_free(struct kn_revalidation_row *row);
 /* Route handlers (api.c's table). */
 void reval_h_put(struct server *s, struct kn_http_req *req,
 		 const struct caller *c, const char *param);

@@ -37,6 +37,7 @@
 
 struct reval {
 	char *name, *alias, *owner, *spec_yaml, *filename;
+	char *deployment; /* the deployment whose spec set it; NULL: by hand */
 	json_t *thresholds;
 	int64_t every_ms, created_at, next_at;
 	bool rollback;
@@ -67,6 +68,7 @@ static void reval_free_one(struct reval *r)
 	free(r->owner);
 	free(r->spec_yaml);
 	free(r->filename);
+	free(r->deployment);
 	free(r->run_dir);
 	json_decref(r->thresholds);
 	free(r);
@@ -79,6 +81,16 @@ static struct reval *find(struct reval_state *rs, const char *name,
 		if (!strcmp(r->name, name) && !strcmp(r->alias, alias))
 			return r;
 	return NULL;
+}
+
+static void unlink_reval(struct server *s, struct reval *r)
+{
+	for (struct reval **q = &s->reval->list; *q; q = &(*q)->next)
+		if (*q == r) {
+			*q = r->next;
+			break;
+		}
+	reval_free_one(r);
 }
 
 /*
@@ -402,6 +414,7 @@ static struct reval *reval_from_row(const struct kn_revalidation_row *row,
 	r->owner = kn_xstrdup(row->owner);
 	r->spec_yaml = kn_xstrdup(row->spec_yaml);
 	r->filename = kn_xstrdup(row->filename);
+	r->deployment = row->deployment ? kn_xstrdup(row->deployment) : NULL;
 	r->thresholds = json_loads(row->thresholds_json, 0, NULL);
 	r->every_ms = row->every_ms;
 	r->rollback = row->rollback;
@@ -447,12 +460,212 @@ void reval_free(struct server *s)
 	s->reval = NULL;
 }
 
+/*
+ * Make row's the re-validation of its (name, alias) in memory, replacing
+ * the one there: a run in flight and the alert's state carry over.
+ */
+static struct reval *install(struct server *s,
+			     const struct kn_revalidation_row *row)
+{
+	struct reval *r = reval_from_row(row, kn_now_ms());
+	struct reval *old = find(s->reval, row->name, row->alias);
+
+	if (old) {
+		r->job_id = old->job_id;
+		r->checking = old->checking;
+		r->ended = old->ended;
+		r->version = old->version;
+		r->run_dir = old->run_dir;
+		old->run_dir = NULL;
+		memcpy(r->run_ref, old->run_ref, sizeof(r->run_ref));
+		r->failing = old->failing;
+		unlink_reval(s, old);
+	}
+	r->next = s->reval->list;
+	s->reval->list = r;
+	arm_next(s);
+	return r;
+}
+
+/* ---- set by a deployment's spec (deploy.c) ---- */
+
+/* A job file's name as messages give it, beside the deployment's file. */
+static char *job_file_name(const char *deployment_file, const char *job_file)
+{
+	const char *slash = strrchr(deployment_file, '/');
+
+	if (job_file[0] == '/' || !slash)
+		return kn_xstrdup(job_file);
+	return kn_asprintf("%.*s/%s", (int)(slash - deployment_file + 1) - 1,
+			   deployment_file, job_file);
+}
+
+/* The inline job as job text, with its image (which that form leaves out). */
+static char *inline_job_text(const struct kn_job_spec *job)
+{
+	char *text = kn_job_spec_to_input_text(job, NULL);
+	json_t *doc;
+
+	if (!job->image)
+		return text;
+	doc = json_loads(text, 0, NULL);
+	free(text);
+	json_object_set_new(doc, "image", json_string(job->image));
+	text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(doc);
+	return text;
+}
+
+void reval_row_free(struct kn_revalidation_row *row)
+{
+	if (row)
+		kn_revalidation_list_free(row, 1);
+}
+
+int reval_for_deployment(struct server *s, const char *deployment,
+			 const char *owner,
+			 const struct kn_deployment_spec *spec,
+			 const char *filename, const char *job_text,
+			 struct kn_revalidation_row **out,
+			 struct kn_error *err)
+{
+	const struct kn_deployment_revalidate *rv = spec->revalidate;
+	struct kn_revalidation_row *row;
+	struct kn_job_spec *job = NULL;
+	const char *at = strchr(spec->model, '@');
+	struct reval *cur;
+	int64_t version;
+	int rc;
+
+	*out = NULL;
+	if (!rv)
+		return 0;
+	row = kn_xcalloc(1, sizeof(*row));
+	row->name = kn_asprintf("%.*s", (int)(at - spec->model), spec->model);
+	row->alias = kn_xstrdup(at + 1);
+	cur = find(s->reval, row->name, row->alias);
+	if (cur && cur->deployment && strcmp(cur->deployment, deployment)) {
+		rc = kn_errorf(err, KN_ECONFLICT, "revalidate",
+			       "revalidate: %s is re-validated by deployment "
+			       "%s's spec; remove it there first", spec->model,
+			       cur->deployment);
+		goto out;
+	}
+	rc = kn_store_model_alias_get(s->store, row->name, row->alias,
+				      &version, err);
+	if (rc < 0)
+		goto out;
+	if (rv->job) {
+		row->filename = kn_xstrdup(filename[0] ? filename
+						       : "deployment");
+		row->spec_yaml = inline_job_text(rv->job);
+	} else {
+		row->filename = job_file_name(filename, rv->job_file);
+		/* Not sent (a workflow's deploy step re-applies the stored
+		   spec): the text this deployment set before for that file. */
+		if (job_text)
+			row->spec_yaml = kn_xstrdup(job_text);
+		else if (cur && cur->deployment &&
+			 !strcmp(cur->filename, row->filename))
+			row->spec_yaml = kn_xstrdup(cur->spec_yaml);
+		if (!row->spec_yaml) {
+			rc = kn_errorf(err, KN_EINVAL, "revalidate.job",
+				       "revalidate.job: %s was not sent with "
+				       "the deployment; kiln deploy sends the "
+				       "job file its spec names",
+				       rv->job_file);
+			goto out;
+		}
+	}
+	/* Checked now, so a bad job is the deployer's error, not a run's. */
+	rc = kn_job_spec_parse(row->spec_yaml, strlen(row->spec_yaml),
+			       row->filename, &job, err);
+	kn_job_spec_free(job);
+	if (rc < 0)
+		goto out;
+	row->owner = kn_xstrdup(owner);
+	row->every_ms = rv->every_ms;
+	row->thresholds_json = json_dumps(rv->thresholds,
+					  JSON_COMPACT | JSON_SORT_KEYS);
+	row->rollback = rv->rollback;
+	row->created_at = kn_now_ms();
+	row->deployment = kn_xstrdup(deployment);
+out:
+	if (rc < 0) {
+		reval_row_free(row);
+		return rc;
+	}
+	*out = row;
+	return 0;
+}
+
+void reval_deployment_set(struct server *s, const char *deployment,
+			  const struct caller *c,
+			  struct kn_revalidation_row *row)
+{
+	struct kn_error err;
+	struct reval *r, *next;
+	char object[160];
+
+	for (r = s->reval->list; r; r = next) {
+		next = r->next;
+		if (!r->deployment || strcmp(r->deployment, deployment) ||
+		    (row && !strcmp(r->name, row->name) &&
+		     !strcmp(r->alias, row->alias)))
+			continue;
+		snprintf(object, sizeof(object), "model/%.64s@%.64s", r->name,
+			 r->alias);
+		struct kn_audit a = {
+			.actor = (char *)c->name,
+			.role = (char *)role_name(c->role),
+			.action = "model.revalidate.remove",
+			.object = object,
+			.outcome = "ok",
+			.detail = (char *)deployment,
+		};
+		if (kn_store_revalidation_delete(s->store, r->name, r->alias,
+						 &a, &err) < 0) {
+			kn_log(KN_LOG_ERROR, "re-validation of %s@%s: %s",
+			       r->name, r->alias, err.message);
+			continue;
+		}
+		kn_log(KN_LOG_INFO, "re-validation of %s@%s removed with "
+		       "deployment %s's revalidate:", r->name, r->alias,
+		       deployment);
+		reval_alert(s, r, NULL);
+		unlink_reval(s, r);
+	}
+	if (!row)
+		return;
+	snprintf(object, sizeof(object), "model/%.64s@%.64s", row->name,
+		 row->alias);
+	struct kn_audit a = {
+		.actor = (char *)c->name,
+		.role = (char *)role_name(c->role),
+		.action = "model.revalidate",
+		.object = object,
+		.outcome = "ok",
+		.detail = row->thresholds_json,
+	};
+	if (kn_store_revalidation_put(s->store, row, &a, &err) < 0)
+		kn_log(KN_LOG_ERROR, "re-validation of %s@%s for deployment "
+		       "%s: %s", row->name, row->alias, deployment,
+		       err.message);
+	else
+		install(s, row);
+	reval_row_free(row);
+}
+
 /* ---- the API ---- */
 
 static json_t *reval_json(const struct reval *r)
 {
-	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:O, s:b, s:I, s:b, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:o, s:s, s:I, s:O, s:b, s:I, s:b, "
+			 "s:o}",
 			 "name", r->name, "alias", r->alias, "owner", r->owner,
+			 "deployment",
+			 r->deployment ? json_string(r->deployment)
+				       : json_null(),
 			 "filename", r->filename, "every_ms",
 			 (json_int_t)r->every_ms, "thresholds", r->thresholds,
 			 "rollback", r->rollback, "next_at_ms",
@@ -569,32 +782,7 @@ void reval_h_put(struct server *s, struct kn_http_req *req,
 	a.detail = th_text;
 	if (kn_store_revalidation_put(s->store, &row, &a, &err) < 0)
 		goto fail;
-	r = reval_from_row(&row, kn_now_ms());
-	{
-		struct reval *old = find(s->reval, param, alias);
-
-		if (old) {
-			/* Keeps its run in flight and the alert's state. */
-			r->job_id = old->job_id;
-			r->checking = old->checking;
-			r->ended = old->ended;
-			r->version = old->version;
-			r->run_dir = old->run_dir;
-			old->run_dir = NULL;
-			memcpy(r->run_ref, old->run_ref, sizeof(r->run_ref));
-			r->failing = old->failing;
-			for (struct reval **q = &s->reval->list; *q;
-			     q = &(*q)->next)
-				if (*q == old) {
-					*q = old->next;
-					break;
-				}
-			reval_free_one(old);
-		}
-	}
-	r->next = s->reval->list;
-	s->reval->list = r;
-	arm_next(s);
+	r = install(s, &row);
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "revalidation",
 					       reval_json(r)));
 	goto out;
