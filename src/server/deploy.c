@@ -1617,7 +1617,9 @@ int deploy_apply(struct server *s, const struct caller *c, const char *body,
 
 /* A deploy of a registry version waits for its check, off the loop. */
 struct deploy_wait {
-	struct kn_http_req *req;
+	struct kn_http_req *req; /* the request waiting, or NULL: */
+	deploy_applied_cb cb;    /* who waits (deploy_apply_start) */
+	void *arg;
 	struct caller caller;
 	char *body, *file, *path, *reval_job;
 	size_t len;
@@ -1648,17 +1650,56 @@ static void deploy_checked(struct server *s, int rc, const char *dir,
 	if (rc == 0)
 		rc = apply(s, &w->caller, w->body, w->len, w->file, w->path,
 			   dir, w->reval_job, &p, &e);
-	if (rc < 0) {
-		kn_http_reply_error(w->req, &e);
-	} else {
+	if (rc == 0) {
 		/* The alias it follows moved while the check ran. */
 		int64_t now = followed_version(s, p);
 
 		if (now && now != version)
 			follow(s, p);
+	}
+	if (w->cb) {
+		w->cb(s, rc, &e, w->arg);
+	} else if (rc < 0) {
+		kn_http_reply_error(w->req, &e);
+	} else {
 		reply_deployment(s, w->req, p, p->generation == 1 ? 201 : 200);
 	}
 	deploy_wait_free(w);
+}
+
+int deploy_apply_start(struct server *s, const struct caller *c,
+		       const char *body, size_t len, const char *file,
+		       const char *path, deploy_applied_cb cb, void *arg,
+		       struct kn_error *err)
+{
+	const struct deployment *p = NULL;
+	struct kn_deployment_spec *spec = NULL;
+	struct deploy_wait *w;
+	int rc;
+
+	if (kn_deployment_spec_parse(body, len, file ? file : "deployment",
+				     s->deploy->presets, &spec, err) < 0 ||
+	    !registry_model(spec)) {
+		kn_deployment_spec_free(spec);
+		return deploy_apply(s, c, body, len, file, path, &p, err);
+	}
+	w = kn_xcalloc(1, sizeof(*w));
+	w->cb = cb;
+	w->arg = arg;
+	w->caller = *c;
+	w->body = kn_xmalloc(len + 1);
+	memcpy(w->body, body, len);
+	w->body[len] = '\0';
+	w->len = len;
+	w->file = file ? kn_xstrdup(file) : NULL;
+	w->path = path ? kn_xstrdup(path) : NULL;
+	rc = models_deploy_dir_start(s, spec->model, deploy_checked, w, err);
+	kn_deployment_spec_free(spec);
+	if (rc < 0) {
+		deploy_wait_free(w);
+		return rc;
+	}
+	return 1;
 }
 
 /*
