@@ -122,6 +122,13 @@ def test_deployment_revalidate(server, tmp_path):
     assert f"{evals}/broken.yaml:1:1: missing required field \"command\"" \
         in res.stderr, res.stderr
 
+    # A restart keeps whose it is.
+    server.stop()
+    server.start()
+    got = revalidations(server, "gpt")
+    assert (got["prod"]["deployment"], got["stable"]["deployment"]) == (
+        "chat", None)
+
     # Deleting the deployment removes its re-validation, not the other.
     server.cli("undeploy", "chat", check=True)
     assert list(revalidations(server, "gpt")) == ["stable"]
