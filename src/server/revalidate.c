@@ -16,6 +16,13 @@
  * rolls the alias back (when it still names the version tested), which
  * moves deployments that follow it (deploy.c).
  *
+ * A re-validation is set by hand (POST .../revalidation) or by a
+ * deployment's revalidate: (deploy.c calls reval_for_deployment, then
+ * reval_deployment_set once the deployment is stored); the latter is
+ * marked with the deployment's name, which removes it when the deployment
+ * is deleted or stops asking for it. One set by hand is only ever
+ * replaced, by hand or by a deployment naming the same alias.
+ *
  * A run is timed from when the previous one started; one run at a time per
  * (model, alias): a run due while one is in flight waits for it. A server
  * restart forgets a run in flight (its job still ends, unjudged) and starts
@@ -496,7 +503,7 @@ static char *job_file_name(const char *deployment_file, const char *job_file)
 
 	if (job_file[0] == '/' || !slash)
 		return kn_xstrdup(job_file);
-	return kn_asprintf("%.*s/%s", (int)(slash - deployment_file + 1) - 1,
+	return kn_asprintf("%.*s/%s", (int)(slash - deployment_file),
 			   deployment_file, job_file);
 }
 
