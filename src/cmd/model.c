@@ -1219,8 +1219,7 @@ static int revalidations_print(struct cli_ctx *ctx, struct cli_client *c,
 					  ? "yes"
 					  : "no");
 		if (json_is_string(dep))
-			cli_table_cellf(t, "deployment %s",
-					json_string_value(dep));
+			cli_table_cell(t, cli_json_str(r, "source"));
 		else
 			cli_table_cellf(t, "by hand (%s)",
 					cli_json_str(r, "owner"));

@@ -667,12 +667,16 @@ void reval_deployment_set(struct server *s, const char *deployment,
 
 static json_t *reval_json(const struct reval *r)
 {
-	return json_pack("{s:s, s:s, s:s, s:o, s:s, s:I, s:O, s:b, s:I, s:b, "
-			 "s:o}",
+	return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:I, s:O, s:b, s:I, "
+			 "s:b, s:o}",
 			 "name", r->name, "alias", r->alias, "owner", r->owner,
 			 "deployment",
 			 r->deployment ? json_string(r->deployment)
 				       : json_null(),
+			 "source",
+			 r->deployment ? json_sprintf("deployment %s",
+						      r->deployment)
+				       : json_string("hand"),
 			 "filename", r->filename, "every_ms",
 			 (json_int_t)r->every_ms, "thresholds", r->thresholds,
 			 "rollback", r->rollback, "next_at_ms",

@@ -53,7 +53,9 @@ def test_deployment_revalidate(server, tmp_path):
             got["prod"]["filename"]) == (
         "chat", 3600_000, {"max": {"loss": 1.8}}, True,
         str(evals / "eval.yaml"))
-    assert got["stable"]["deployment"] is None
+    assert got["prod"]["source"] == "deployment chat"
+    assert (got["stable"]["deployment"], got["stable"]["source"]) == (
+        None, "hand")
     shown = server.cli("model", "revalidate", "gpt", check=True).stdout
     assert "deployment chat" in shown and "by hand" in shown
 
