@@ -165,11 +165,59 @@ static void print_detail(json_t *d)
 	cli_table_free(t);
 }
 
+/*
+ * When the spec's revalidate.job names a file, the request carries it:
+ * {"spec": text, "files": {name as written: its text}} (read beside the
+ * spec), as JSON. *body is NULL when there is nothing to carry; a spec
+ * that does not parse here is sent as written, for the server to refuse
+ * with the same message.
+ */
+static int reval_body(const struct cli_ctx *ctx, const char *file,
+		      const char *name, const char *text, size_t len,
+		      char **body)
+{
+	struct kn_model_presets *presets = NULL;
+	struct kn_deployment_spec *spec = NULL;
+	struct kn_error err;
+	const char *job, *slash;
+	char *path = NULL, *job_text = NULL;
+	size_t job_len = 0;
+	json_t *doc;
+	int rc = CLI_GO, read_rc;
+
+	*body = NULL;
+	if (kn_model_presets_load(KN_PRESET_FILE, &presets, &err) < 0 ||
+	    kn_deployment_spec_parse(text, len, name, presets, &spec, &err) < 0 ||
+	    !spec->revalidate || !spec->revalidate->job_file)
+		goto out;
+	job = spec->revalidate->job_file;
+	slash = strcmp(file, "-") ? strrchr(file, '/') : NULL;
+	path = job[0] == '/' || !slash
+		       ? kn_xstrdup(job)
+		       : kn_asprintf("%.*s/%s", (int)(slash - file), file, job);
+	read_rc = kn_read_file(path, KN_SPEC_MAX_BYTES, &job_text, &job_len);
+	if (read_rc < 0) {
+		rc = cli_fail(ctx, "%s: revalidate.job: cannot read %s: %s",
+			      name, path, strerror(-read_rc));
+		goto out;
+	}
+	doc = json_pack("{s:s%, s:{s:s%}}", "spec", text, len, "files", job,
+			job_text, job_len);
+	*body = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+out:
+	free(job_text);
+	free(path);
+	kn_deployment_spec_free(spec);
+	kn_model_presets_free(presets);
+	return rc;
+}
+
 int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct cli_client *c = NULL;
 	const char *file = NULL, *name;
-	char *text = NULL;
+	char *text = NULL, *body = NULL;
 	size_t len;
 	json_t *answer = NULL, *d;
 	int rc;
@@ -183,8 +231,26 @@ int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	rc = cli_post_spec(c, "/v1/deployments", file, name, text, len,
-			   &answer);
+	rc = reval_body(ctx, file, name, text, len, &body);
+	if (rc != CLI_GO)
+		goto out;
+	if (body) {
+		char *abs = strcmp(file, "-") ? realpath(file, NULL) : NULL;
+		struct kn_buf path;
+
+		kn_buf_init(&path, SIZE_MAX);
+		kn_buf_printf(&path, "/v1/deployments");
+		cli_query_add(&path, "file", name);
+		if (abs)
+			cli_query_add(&path, "path", abs);
+		rc = cli_call(c, "POST", path.data, "application/json", body,
+			      strlen(body), &answer);
+		kn_buf_release(&path);
+		free(abs);
+	} else {
+		rc = cli_post_spec(c, "/v1/deployments", file, name, text, len,
+				   &answer);
+	}
 	if (rc)
 		goto out;
 	d = json_object_get(answer, "deployment");
@@ -199,6 +265,7 @@ int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 out:
 	json_decref(answer);
 	cli_client_free(c);
+	free(body);
 	free(text);
 	return rc;
 }

@@ -1181,10 +1181,60 @@ out:
 	return rc == CLI_GO ? CLI_EXIT_OK : rc;
 }
 
+/* kiln model revalidate NAME: the model's re-validations and who set them. */
+static int revalidations_print(struct cli_ctx *ctx, struct cli_client *c,
+			       const char *name)
+{
+	static const char *const headers[] = {
+		"ALIAS", "EVERY", "THRESHOLDS", "ROLLBACK", "SOURCE", NULL,
+	};
+	char *path = model_path(name, "/revalidation");
+	json_t *answer = NULL, *list, *r;
+	struct cli_table *t;
+	size_t i;
+	int rc = cli_get(c, path, &answer);
+
+	free(path);
+	if (rc)
+		return rc;
+	list = json_object_get(answer, "revalidations");
+	if (cli_want_json(ctx)) {
+		cli_print_json(list);
+		json_decref(answer);
+		return 0;
+	}
+	t = cli_table_new(headers);
+	json_array_foreach(list, i, r) {
+		char every[32], *limits;
+		json_t *dep = json_object_get(r, "deployment");
+
+		kn_format_duration(cli_json_int(r, "every_ms"), every,
+				   sizeof(every));
+		limits = json_dumps(json_object_get(r, "thresholds"),
+				    JSON_COMPACT | JSON_SORT_KEYS);
+		cli_table_cell(t, cli_json_str(r, "alias"));
+		cli_table_cell(t, every);
+		cli_table_cell(t, limits);
+		cli_table_cell(t, json_is_true(json_object_get(r, "rollback"))
+					  ? "yes"
+					  : "no");
+		if (json_is_string(dep))
+			cli_table_cell(t, cli_json_str(r, "source"));
+		else
+			cli_table_cellf(t, "by hand (%s)",
+					cli_json_str(r, "owner"));
+		free(limits);
+	}
+	cli_table_print(t, stdout, 0);
+	cli_table_free(t);
+	json_decref(answer);
+	return 0;
+}
+
 /*
  * kiln model revalidate NAME --alias A --job FILE --every DUR --max M=N
- * [--min M=N] [--rollback], or NAME --alias A --now. --max and --min may
- * repeat, so this command reads its own flags.
+ * [--min M=N] [--rollback], or NAME --alias A --now, or NAME alone (the
+ * list). --max and --min may repeat, so this command reads its own flags.
  */
 static int model_revalidate(struct cli_ctx *ctx, int argc, char **argv)
 {
@@ -1227,10 +1277,22 @@ static int model_revalidate(struct cli_ctx *ctx, int argc, char **argv)
 			rc = cli_usage_error(ctx, "too many arguments");
 		}
 	}
+	if (rc == CLI_GO && name && !alias && !job && !every && !now &&
+	    !rollback && !json_object_size(thresholds)) {
+		rc = cli_check_output(ctx);
+		if (rc == CLI_GO && kn_model_name_ok(name))
+			rc = cli_client_open(ctx, &c);
+		else if (rc == CLI_GO)
+			rc = cli_usage_error(ctx, "\"%s\" is not a model name",
+					     name);
+		if (rc == 0)
+			rc = revalidations_print(ctx, c, name);
+		goto out;
+	}
 	if (rc == CLI_GO && (!name || !alias))
-		rc = cli_usage_error(ctx, "usage: %s revalidate NAME --alias "
+		rc = cli_usage_error(ctx, "usage: %s revalidate NAME [--alias "
 				     "ALIAS (--job FILE --every DURATION --max "
-				     "METRIC=N ... | --now)", ctx->prog);
+				     "METRIC=N ... | --now)]", ctx->prog);
 	if (rc == CLI_GO && !kn_model_name_ok(name))
 		rc = cli_usage_error(ctx, "\"%s\" is not a model name", name);
 	if (rc == CLI_GO && !now && (!job || !every))

@@ -1473,16 +1473,20 @@ static char *spec_identity(const char *spec_json)
 	char *text;
 
 	json_object_del(j, "replicas");
+	/* Re-validation is the registry's business, not the replicas'. */
+	json_object_del(j, "revalidate");
 	text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(j);
 	return text;
 }
 
+/* reval_job: the text of the job file revalidate: names, when sent. */
 static int apply(struct server *s, const struct caller *c, const char *body,
 		 size_t len, const char *file, const char *path,
-		 const char *checked_dir, struct deployment **out,
-		 struct kn_error *err)
+		 const char *checked_dir, const char *reval_job,
+		 struct deployment **out, struct kn_error *err)
 {
+	struct kn_revalidation_row *reval = NULL;
 	struct deploy_state *d = s->deploy;
 	struct kn_deployment_spec *spec = NULL;
 	struct kn_deployment_row row;
@@ -1523,6 +1527,10 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 		free(old);
 		free(now_id);
 	}
+	rc = reval_for_deployment(s, spec->job.name, p ? p->owner : c->name,
+				  spec, filename, reval_job, &reval, err);
+	if (rc < 0)
+		goto out;
 	memset(&row, 0, sizeof(row));
 	row.name = spec->job.name;
 	row.owner = p ? p->owner : (char *)c->name;
@@ -1573,6 +1581,8 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 			p->reps[i].replacing = false;
 		p->rollout_next = row.rollout_next;
 	}
+	reval_deployment_set(s, p->name, c, reval);
+	reval = NULL;
 	feed_publish(s, "deployment.state",
 		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
 			       "state", row.generation == 1 ? "created"
@@ -1586,6 +1596,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	}
 	*out = p;
 out:
+	reval_row_free(reval);
 	free(yaml);
 	free(json_text);
 	free(model_dir);
@@ -1598,7 +1609,7 @@ int deploy_apply(struct server *s, const struct caller *c, const char *body,
 		 const struct deployment **out, struct kn_error *err)
 {
 	struct deployment *p = NULL;
-	int rc = apply(s, c, body, len, file, path, NULL, &p, err);
+	int rc = apply(s, c, body, len, file, path, NULL, NULL, &p, err);
 
 	*out = p;
 	return rc;
@@ -1606,9 +1617,11 @@ int deploy_apply(struct server *s, const struct caller *c, const char *body,
 
 /* A deploy of a registry version waits for its check, off the loop. */
 struct deploy_wait {
-	struct kn_http_req *req;
+	struct kn_http_req *req; /* the request waiting, or NULL: */
+	deploy_applied_cb cb;    /* who waits (deploy_apply_start) */
+	void *arg;
 	struct caller caller;
-	char *body, *file, *path;
+	char *body, *file, *path, *reval_job;
 	size_t len;
 };
 
@@ -1617,6 +1630,7 @@ static void deploy_wait_free(struct deploy_wait *w)
 	free(w->body);
 	free(w->file);
 	free(w->path);
+	free(w->reval_job);
 	free(w);
 }
 
@@ -1635,18 +1649,107 @@ static void deploy_checked(struct server *s, int rc, const char *dir,
 		e = *err;
 	if (rc == 0)
 		rc = apply(s, &w->caller, w->body, w->len, w->file, w->path,
-			   dir, &p, &e);
-	if (rc < 0) {
-		kn_http_reply_error(w->req, &e);
-	} else {
+			   dir, w->reval_job, &p, &e);
+	if (rc == 0) {
 		/* The alias it follows moved while the check ran. */
 		int64_t now = followed_version(s, p);
 
 		if (now && now != version)
 			follow(s, p);
+	}
+	if (w->cb) {
+		w->cb(s, rc, &e, w->arg);
+	} else if (rc < 0) {
+		kn_http_reply_error(w->req, &e);
+	} else {
 		reply_deployment(s, w->req, p, p->generation == 1 ? 201 : 200);
 	}
 	deploy_wait_free(w);
+}
+
+int deploy_apply_start(struct server *s, const struct caller *c,
+		       const char *body, size_t len, const char *file,
+		       const char *path, deploy_applied_cb cb, void *arg,
+		       struct kn_error *err)
+{
+	const struct deployment *p = NULL;
+	struct kn_deployment_spec *spec = NULL;
+	struct deploy_wait *w;
+	int rc;
+
+	if (kn_deployment_spec_parse(body, len, file ? file : "deployment",
+				     s->deploy->presets, &spec, err) < 0 ||
+	    !registry_model(spec)) {
+		kn_deployment_spec_free(spec);
+		return deploy_apply(s, c, body, len, file, path, &p, err);
+	}
+	w = kn_xcalloc(1, sizeof(*w));
+	w->cb = cb;
+	w->arg = arg;
+	w->caller = *c;
+	w->body = kn_xmalloc(len + 1);
+	memcpy(w->body, body, len);
+	w->body[len] = '\0';
+	w->len = len;
+	w->file = file ? kn_xstrdup(file) : NULL;
+	w->path = path ? kn_xstrdup(path) : NULL;
+	rc = models_deploy_dir_start(s, spec->model, deploy_checked, w, err);
+	kn_deployment_spec_free(spec);
+	if (rc < 0) {
+		deploy_wait_free(w);
+		return rc;
+	}
+	return 1;
+}
+
+/*
+ * The body of POST /v1/deployments: the spec as written, or (Content-Type
+ * application/json, what kiln deploy sends when revalidate.job names a
+ * file) {"spec": text, "files": {name as written: text}}; *doc then
+ * holds the texts (else NULL).
+ */
+static int create_body(struct kn_http_req *req, json_t **doc,
+		       const char **body, size_t *len, struct kn_error *err)
+{
+	const char *type = kn_http_header(req, "content-type");
+	json_t *spec;
+
+	*doc = NULL;
+	*body = kn_http_body(req, len);
+	if (!type || strncmp(type, "application/json", 16) != 0)
+		return 0;
+	*doc = json_loadb(*body, *len, 0, NULL);
+	spec = json_object_get(*doc, "spec");
+	if (!json_is_string(spec))
+		return kn_errorf(err, KN_EINVAL, "spec",
+				 "a JSON body is {\"spec\": the deployment's "
+				 "text, \"files\": {name: text}}");
+	if (json_object_get(*doc, "files") &&
+	    !json_is_object(json_object_get(*doc, "files")))
+		return kn_errorf(err, KN_EINVAL, "files",
+				 "files must be an object {name: text}");
+	*body = json_string_value(spec);
+	*len = json_string_length(spec);
+	return 0;
+}
+
+/* The shipped text of the job file spec's revalidate: names, or NULL. */
+static const char *reval_job_sent(json_t *doc,
+				  const struct kn_deployment_spec *spec,
+				  struct kn_error *err, int *rc)
+{
+	json_t *v;
+
+	*rc = 0;
+	if (!spec->revalidate || !spec->revalidate->job_file || !doc)
+		return NULL;
+	v = json_object_get(json_object_get(doc, "files"),
+			    spec->revalidate->job_file);
+	if (v && !json_is_string(v))
+		*rc = kn_errorf(err, KN_EINVAL, "files",
+				"files[\"%s\"] must be the file's text",
+				spec->revalidate->job_file);
+	return json_string_value(v);
 }
 
 void deploy_h_create(struct server *s, struct kn_http_req *req,
@@ -1656,38 +1759,52 @@ void deploy_h_create(struct server *s, struct kn_http_req *req,
 	struct kn_deployment_spec *spec = NULL;
 	struct deploy_wait *w;
 	struct kn_error err;
+	json_t *doc = NULL;
 	size_t len;
-	const char *body = kn_http_body(req, &len);
+	const char *body, *reval_job;
 	const char *file = kn_http_query(req, "file");
 	const char *path = kn_http_query(req, "path");
+	int rc;
 
 	(void)param;
+	if (create_body(req, &doc, &body, &len, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		goto out;
+	}
 	/* A spec that does not parse is refused by deploy_apply below. */
 	if (kn_deployment_spec_parse(body, len, file ? file : "deployment",
 				     s->deploy->presets, &spec, &err) < 0 ||
 	    !registry_model(spec)) {
-		kn_deployment_spec_free(spec);
 		if (deploy_apply(s, c, body, len, file, path, &p, &err) < 0)
 			kn_http_reply_error(req, &err);
 		else
 			reply_deployment(s, req, p,
 					 p->generation == 1 ? 201 : 200);
-		return;
+		goto out;
+	}
+	reval_job = reval_job_sent(doc, spec, &err, &rc);
+	if (rc < 0) {
+		kn_http_reply_error(req, &err);
+		goto out;
 	}
 	w = kn_xcalloc(1, sizeof(*w));
 	w->req = req;
 	w->caller = *c;
 	w->body = kn_xmalloc(len + 1);
-	memcpy(w->body, body, len + 1);
+	memcpy(w->body, body, len);
+	w->body[len] = '\0';
 	w->len = len;
 	w->file = file ? kn_xstrdup(file) : NULL;
 	w->path = path ? kn_xstrdup(path) : NULL;
+	w->reval_job = reval_job ? kn_xstrdup(reval_job) : NULL;
 	if (models_deploy_dir_start(s, spec->model, deploy_checked, w,
 				    &err) < 0) {
 		kn_http_reply_error(req, &err);
 		deploy_wait_free(w);
 	}
+out:
 	kn_deployment_spec_free(spec);
+	json_decref(doc);
 }
 
 void deploy_h_list(struct server *s, struct kn_http_req *req,
@@ -1873,6 +1990,8 @@ void deploy_h_delete(struct server *s, struct kn_http_req *req,
 	}
 	if (kube_places(s))
 		kn_kube_deploy_remove(p->name);
+	/* The re-validation its revalidate: set goes with it. */
+	reval_deployment_set(s, p->name, c, NULL);
 	for (int i = 0; i < p->n_reps; i++)
 		stop_replica(s->deploy, p, i);
 	unlink_deployment(s->deploy, p);

@@ -100,6 +100,7 @@ struct node_health;
 struct deploy_state;
 struct kn_catalog;
 struct model_state;
+struct wf_acting;
 
 /* One node's own state, beside its scheduler view. */
 struct server_node {
@@ -156,6 +157,9 @@ struct server {
 	struct deploy_state *deploy; /* deployments and their replicas */
 	struct kn_kube_products *kube_products; /* --executor kubernetes */
 	struct model_state *models;  /* the model registry (models.c) */
+	/* Workflow register and deploy steps whose work is on a request
+	   worker (workflows.c); each leaves the list when it ends. */
+	struct wf_acting *wf_acting;
 	bool closing;               /* shutting down: late work is dropped */
 
 	struct backup_state *backup; /* backups (backup.c) */
@@ -427,6 +431,19 @@ void deploy_alias_moved(struct server *s, const char *model,
  * does (file names it in errors; path, absolute, is where it was read):
  * a changed spec rolls out one replica at a time. *out is the deployment.
  */
+/* Called on the loop when deploy_apply_start's apply ends (as rc, err). */
+typedef void (*deploy_applied_cb)(struct server *s, int rc,
+				  const struct kn_error *err, void *arg);
+/*
+ * deploy_apply with a registry model's check and copy on a worker:
+ * returns 1 when cb will be called once, later; 0 when applied now (a
+ * model that is not a registry version) and < 0 with err when refused
+ * now, cb never called then.
+ */
+int deploy_apply_start(struct server *s, const struct caller *c,
+		       const char *body, size_t len, const char *file,
+		       const char *path, deploy_applied_cb cb, void *arg,
+		       struct kn_error *err);
 int deploy_apply(struct server *s, const struct caller *c, const char *body,
 		 size_t len, const char *file, const char *path,
 		 const struct deployment **out, struct kn_error *err);
@@ -530,6 +547,21 @@ typedef void (*models_dir_cb)(struct server *s, int rc, const char *dir,
 int models_deploy_dir_start(struct server *s, const char *text,
 			    models_dir_cb cb, void *arg, struct kn_error *err);
 /*
+ * Called on the loop when models_from_job_start ends: rc 0 and reply (the
+ * version made, as POST .../from-job answers; valid for the call only),
+ * or rc < 0 and err (KN_EUNAVAIL when the server stopped first).
+ */
+typedef void (*models_made_cb)(struct server *s, int rc, json_t *reply,
+			       const struct kn_error *err, void *arg);
+/*
+ * models_from_job with its copies on a worker: what the database says
+ * (the job, its outputs) is checked now, and a refusal there is returned
+ * with cb never called; otherwise cb is called once, later.
+ */
+int models_from_job_start(struct server *s, const struct caller *c,
+			  const char *name, int64_t job_id, const char *alias,
+			  models_made_cb cb, void *arg, struct kn_error *err);
+/*
  * Roll alias of model name back (as POST .../rollback does), acting as c;
  * *to and *from the versions. -ECONFLICT when there is nothing earlier.
  */
@@ -551,6 +583,29 @@ void reval_job_ended(struct server *s, int64_t job_id);
 /* One version's stored evaluations, oldest first (a new array). */
 json_t *reval_evaluations_json(struct server *s, const char *name,
 			       int64_t version);
+/*
+ * A deployment's revalidate: (docs/deployments.md). reval_for_deployment
+ * checks what the spec of deployment (owned by owner, stored under
+ * filename) asks for: *out the row to set (NULL when the spec has none),
+ * or an error naming the field: the alias is another deployment's, or
+ * its job does not parse. job_text is the shipped text of a job file,
+ * or NULL: then the text this deployment set before for the same file.
+ */
+int reval_for_deployment(struct server *s, const char *deployment,
+			 const char *owner,
+			 const struct kn_deployment_spec *spec,
+			 const char *filename, const char *job_text,
+			 struct kn_revalidation_row **out,
+			 struct kn_error *err);
+/*
+ * Once the deployment is stored: set row (taken; NULL for none) as
+ * deployment's re-validation, acting as c, and remove any other that
+ * deployment set. Ones set by hand are left alone.
+ */
+void reval_deployment_set(struct server *s, const char *deployment,
+			  const struct caller *c,
+			  struct kn_revalidation_row *row);
+void reval_row_free(struct kn_revalidation_row *row);
 /* Route handlers (api.c's table). */
 void reval_h_put(struct server *s, struct kn_http_req *req,
 		 const struct caller *c, const char *param);

@@ -1703,6 +1703,8 @@ out:
 struct from_job {
 	struct server *s;        /* loop only */
 	struct kn_http_req *req; /* the request waiting, or NULL */
+	models_made_cb cb;       /* else who waits (models_from_job_start) */
+	void *arg;
 	struct caller caller;
 	char *name, *alias;
 	int64_t job_id;
@@ -1855,11 +1857,35 @@ static void from_job_done(void *arg, bool ran)
 				  "the server stopped before job %lld's "
 				  "outputs were copied; push again",
 				  (long long)w->job_id);
+	if (w->cb) {
+		int rc = from_job_finish(w, &reply, &err);
+
+		w->cb(w->s, rc, reply, &err, w->arg);
+		json_decref(reply);
+		from_job_free(w);
+		return;
+	}
 	if (from_job_finish(w, &reply, &err) < 0)
 		fail(w->s, w->req, &w->caller, "model.push", object, &err);
 	else
 		kn_http_reply_json(w->req, 201, reply);
 	from_job_free(w);
+}
+
+int models_from_job_start(struct server *s, const struct caller *c,
+			  const char *name, int64_t job_id, const char *alias,
+			  models_made_cb cb, void *arg, struct kn_error *err)
+{
+	struct from_job *w = NULL;
+	int rc = from_job_begin(s, c, name, job_id, alias, &w, err);
+
+	if (rc < 0)
+		return rc;
+	w->cb = cb;
+	w->arg = arg;
+	kn_workers_submit(s->request_workers, from_job_work, from_job_done,
+			  w);
+	return 0;
 }
 
 void models_h_from_job(struct server *s, struct kn_http_req *req,

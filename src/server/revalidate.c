@@ -4,7 +4,8 @@
  * $KILN_OUTPUT_DIR/metrics.json (docs/registry.md).
  *
  * A run resolves the alias, checks that version as a deploy does and gets
- * its verified copy (models_deploy_dir), then submits the evaluation spec
+ * its verified copy (models_deploy_dir_start: the hashing and copying on a
+ * request worker, so the loop keeps serving), then submits the evaluation spec
  * as a job of the revalidation's owner with KILN_MODEL_DIR (the copy) and
  * KILN_MODEL (NAME@VERSION) added to its env. When the job ends for good
  * (jobs.c's hook), its metrics are checked and the outcome stored per
@@ -14,6 +15,13 @@
  * stays firing until a run passes; with rollback, a failed threshold also
  * rolls the alias back (when it still names the version tested), which
  * moves deployments that follow it (deploy.c).
+ *
+ * A re-validation is set by hand (POST .../revalidation) or by a
+ * deployment's revalidate: (deploy.c calls reval_for_deployment, then
+ * reval_deployment_set once the deployment is stored); the latter is
+ * marked with the deployment's name, which removes it when the deployment
+ * is deleted or stops asking for it. One set by hand is only ever
+ * replaced, by hand or by a deployment naming the same alias.
  *
  * A run is timed from when the previous one started; one run at a time per
  * (model, alias): a run due while one is in flight waits for it. A server
@@ -36,11 +44,15 @@
 
 struct reval {
 	char *name, *alias, *owner, *spec_yaml, *filename;
+	char *deployment; /* the deployment whose spec set it; NULL: by hand */
 	json_t *thresholds;
 	int64_t every_ms, created_at, next_at;
 	bool rollback;
 	bool failing;    /* model_revalidation_failed is firing */
 	int64_t job_id;  /* the run in flight; 0 = none */
+	/* A run's model check is on a worker: the check_done that ends it
+	   carries this number (0 = none in progress). */
+	uint64_t checking;
 	bool ended;      /* its job ended: judged on the next tick */
 	int64_t version; /* the version that run tests */
 	char *run_dir;   /* its verified copy: the job's KILN_MODEL_DIR */
@@ -51,6 +63,7 @@ struct reval {
 struct reval_state {
 	struct kn_timer *timer;
 	struct reval *list;
+	uint64_t checks; /* the last check number given */
 };
 
 static void reval_free_one(struct reval *r)
@@ -62,6 +75,7 @@ static void reval_free_one(struct reval *r)
 	free(r->owner);
 	free(r->spec_yaml);
 	free(r->filename);
+	free(r->deployment);
 	free(r->run_dir);
 	json_decref(r->thresholds);
 	free(r);
@@ -74,6 +88,16 @@ static struct reval *find(struct reval_state *rs, const char *name,
 		if (!strcmp(r->name, name) && !strcmp(r->alias, alias))
 			return r;
 	return NULL;
+}
+
+static void unlink_reval(struct server *s, struct reval *r)
+{
+	for (struct reval **q = &s->reval->list; *q; q = &(*q)->next)
+		if (*q == r) {
+			*q = r->next;
+			break;
+		}
+	reval_free_one(r);
 }
 
 /*
@@ -149,12 +173,107 @@ static void record(struct server *s, struct reval *r, int64_t job_id,
 	reval_alert(s, r, strcmp(outcome, "passed") ? why : NULL);
 }
 
-/* Start one run of r now; a run that cannot start is recorded as such. */
-static int run_now(struct server *s, struct reval *r, struct kn_error *err)
+/*
+ * A run whose model check is on a worker; req is a POST .../run waiting
+ * for the job's id, or NULL. The reval is found again by its key and
+ * check number: it may have been replaced or removed meanwhile.
+ */
+struct reval_check {
+	char *name, *alias;
+	uint64_t number;
+	struct kn_http_req *req;
+	struct caller caller;
+};
+
+static void reval_check_free(struct reval_check *k)
 {
+	free(k->name);
+	free(k->alias);
+	free(k);
+}
+
+static void arm_next(struct server *s);
+
+static void run_reply(struct server *s, const struct reval_check *k,
+		      const struct reval *r, int rc,
+		      const struct kn_error *err);
+
+/* The check of a run's version ended: submit its evaluation job. */
+static void check_done(struct server *s, int rc, const char *dir,
+		       int64_t version, const struct kn_error *check_err,
+		       void *arg)
+{
+	struct reval_check *k = arg;
+	struct reval *r = NULL;
+	struct kn_error err;
 	struct caller c;
-	char at[KN_MODEL_NAME_MAX + 24], *dir = NULL;
-	int64_t version = 0, id = 0;
+	char at[KN_MODEL_NAME_MAX + 24];
+	int64_t id = 0;
+
+	if (s->closing) {
+		/* Not judged: the schedule starts over at the next start. */
+		kn_errorf(&err, KN_EUNAVAIL, NULL,
+			  "the server is stopping; run it again");
+		rc = -1;
+		goto reply;
+	}
+	for (r = s->reval->list; r; r = r->next)
+		if (!strcmp(r->name, k->name) && !strcmp(r->alias, k->alias))
+			break;
+	if (!r || r->checking != k->number) {
+		r = NULL;
+		rc = kn_errorf(&err, KN_ECONFLICT, "alias",
+			       "the re-validation of %s@%s was replaced or "
+			       "removed while its run started", k->name,
+			       k->alias);
+		goto reply;
+	}
+	r->checking = 0;
+	r->version = version;
+	snprintf(at, sizeof(at), "%s@%lld", r->name, (long long)version);
+	if (rc < 0) {
+		err = *check_err;
+		record(s, r, 0, "error", NULL, err.message);
+		goto reply;
+	}
+	memset(&c, 0, sizeof(c));
+	kn_strlcpy(c.name, r->owner, sizeof(c.name));
+	c.role = KN_ROLE_USER;
+	rc = jobs_submit(s, &c, r->spec_yaml, strlen(r->spec_yaml),
+			 r->filename,
+			 r->filename[0] == '/' ? r->filename : NULL, &id, &err);
+	if (rc < 0) {
+		record(s, r, 0, "error", NULL, err.message);
+		goto reply;
+	}
+	r->job_id = id;
+	free(r->run_dir);
+	r->run_dir = kn_xstrdup(dir);
+	snprintf(r->run_ref, sizeof(r->run_ref), "%s", at);
+	kn_log(KN_LOG_INFO, "re-validation of %s (%s@%s): job %lld", at,
+	       r->name, r->alias, (long long)id);
+reply:
+	if (k->req)
+		run_reply(s, k, r, rc, &err);
+	else if (rc < 0 && !s->closing)
+		kn_log(KN_LOG_WARN, "re-validation of %s@%s: %s", k->name,
+		       k->alias, err.message);
+	if (!s->closing)
+		arm_next(s);
+	reval_check_free(k);
+}
+
+/*
+ * Start one run of r now: its model check goes to a worker and check_done
+ * submits the job. req (or NULL) is answered when that is known. A run
+ * that cannot start is recorded as such; < 0 when it ended here.
+ */
+static int run_now(struct server *s, struct reval *r, struct kn_http_req *req,
+		   const struct caller *c, struct kn_error *err)
+{
+	struct reval_check *k;
+	char at[KN_MODEL_NAME_MAX + 24];
+	int64_t version = 0;
 	int rc;
 
 	r->next_at = kn_now_ms() + r->every_ms;
@@ -164,31 +283,21 @@ static int run_now(struct server *s, struct reval *r, struct kn_error *err)
 		return rc;
 	r->version = version;
 	snprintf(at, sizeof(at), "%s@%lld", r->name, (long long)version);
-	rc = models_deploy_dir(s, at, &dir, err);
+	k = kn_xcalloc(1, sizeof(*k));
+	k->name = kn_xstrdup(r->name);
+	k->alias = kn_xstrdup(r->alias);
+	k->number = ++s->reval->checks;
+	k->req = req;
+	if (c)
+		k->caller = *c;
+	rc = models_deploy_dir_start(s, at, check_done, k, err);
 	if (rc < 0) {
+		reval_check_free(k);
 		record(s, r, 0, "error", NULL, err->message);
-		goto out;
+		return rc;
 	}
-	memset(&c, 0, sizeof(c));
-	kn_strlcpy(c.name, r->owner, sizeof(c.name));
-	c.role = KN_ROLE_USER;
-	rc = jobs_submit(s, &c, r->spec_yaml, strlen(r->spec_yaml),
-			 r->filename,
-			 r->filename[0] == '/' ? r->filename : NULL, &id, err);
-	if (rc < 0) {
-		record(s, r, 0, "error", NULL, err->message);
-		goto out;
-	}
-	r->job_id = id;
-	free(r->run_dir);
-	r->run_dir = dir;
-	dir = NULL;
-	snprintf(r->run_ref, sizeof(r->run_ref), "%s", at);
-	kn_log(KN_LOG_INFO, "re-validation of %s (%s@%s): job %lld", at,
-	       r->name, r->alias, (long long)id);
-out:
-	free(dir);
-	return rc;
+	r->checking = k->number;
+	return 0;
 }
 
 static void arm_next(struct server *s)
@@ -197,7 +306,8 @@ static void arm_next(struct server *s)
 	int64_t now = kn_now_ms(), due = -1;
 
 	for (struct reval *r = rs->list; r; r = r->next)
-		if (!r->job_id && (due < 0 || r->next_at < due))
+		if (!r->job_id && !r->checking &&
+		    (due < 0 || r->next_at < due))
 			due = r->next_at;
 	if (due >= 0)
 		kn_timer_arm(rs->timer, due > now ? due - now : 0);
@@ -215,8 +325,8 @@ static void tick(void *arg)
 		if (r->ended)
 			judge(s, r);
 	for (struct reval *r = s->reval->list; r; r = r->next)
-		if (!r->job_id && r->next_at <= now &&
-		    run_now(s, r, &err) < 0 && r->job_id == 0)
+		if (!r->job_id && !r->checking && r->next_at <= now &&
+		    run_now(s, r, NULL, NULL, &err) < 0)
 			kn_log(KN_LOG_WARN, "re-validation of %s@%s: %s",
 			       r->name, r->alias, err.message);
 	arm_next(s);
@@ -311,6 +421,7 @@ static struct reval *reval_from_row(const struct kn_revalidation_row *row,
 	r->owner = kn_xstrdup(row->owner);
 	r->spec_yaml = kn_xstrdup(row->spec_yaml);
 	r->filename = kn_xstrdup(row->filename);
+	r->deployment = row->deployment ? kn_xstrdup(row->deployment) : NULL;
 	r->thresholds = json_loads(row->thresholds_json, 0, NULL);
 	r->every_ms = row->every_ms;
 	r->rollback = row->rollback;
@@ -356,12 +467,216 @@ void reval_free(struct server *s)
 	s->reval = NULL;
 }
 
+/*
+ * Make row's the re-validation of its (name, alias) in memory, replacing
+ * the one there: a run in flight and the alert's state carry over.
+ */
+static struct reval *install(struct server *s,
+			     const struct kn_revalidation_row *row)
+{
+	struct reval *r = reval_from_row(row, kn_now_ms());
+	struct reval *old = find(s->reval, row->name, row->alias);
+
+	if (old) {
+		r->job_id = old->job_id;
+		r->checking = old->checking;
+		r->ended = old->ended;
+		r->version = old->version;
+		r->run_dir = old->run_dir;
+		old->run_dir = NULL;
+		memcpy(r->run_ref, old->run_ref, sizeof(r->run_ref));
+		r->failing = old->failing;
+		unlink_reval(s, old);
+	}
+	r->next = s->reval->list;
+	s->reval->list = r;
+	arm_next(s);
+	return r;
+}
+
+/* ---- set by a deployment's spec (deploy.c) ---- */
+
+/* A job file's name as messages give it, beside the deployment's file. */
+static char *job_file_name(const char *deployment_file, const char *job_file)
+{
+	const char *slash = strrchr(deployment_file, '/');
+
+	if (job_file[0] == '/' || !slash)
+		return kn_xstrdup(job_file);
+	return kn_asprintf("%.*s/%s", (int)(slash - deployment_file),
+			   deployment_file, job_file);
+}
+
+/* The inline job as job text, with its image (which that form leaves out). */
+static char *inline_job_text(const struct kn_job_spec *job)
+{
+	char *text = kn_job_spec_to_input_text(job, NULL);
+	json_t *doc;
+
+	if (!job->image)
+		return text;
+	doc = json_loads(text, 0, NULL);
+	free(text);
+	json_object_set_new(doc, "image", json_string(job->image));
+	text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(doc);
+	return text;
+}
+
+void reval_row_free(struct kn_revalidation_row *row)
+{
+	if (row)
+		kn_revalidation_list_free(row, 1);
+}
+
+int reval_for_deployment(struct server *s, const char *deployment,
+			 const char *owner,
+			 const struct kn_deployment_spec *spec,
+			 const char *filename, const char *job_text,
+			 struct kn_revalidation_row **out,
+			 struct kn_error *err)
+{
+	const struct kn_deployment_revalidate *rv = spec->revalidate;
+	struct kn_revalidation_row *row;
+	struct kn_job_spec *job = NULL;
+	const char *at = strchr(spec->model, '@');
+	struct reval *cur;
+	int64_t version;
+	int rc;
+
+	*out = NULL;
+	if (!rv)
+		return 0;
+	row = kn_xcalloc(1, sizeof(*row));
+	row->name = kn_asprintf("%.*s", (int)(at - spec->model), spec->model);
+	row->alias = kn_xstrdup(at + 1);
+	cur = find(s->reval, row->name, row->alias);
+	if (cur && cur->deployment && strcmp(cur->deployment, deployment)) {
+		rc = kn_errorf(err, KN_ECONFLICT, "revalidate",
+			       "revalidate: %s is re-validated by deployment "
+			       "%s's spec; remove it there first", spec->model,
+			       cur->deployment);
+		goto out;
+	}
+	rc = kn_store_model_alias_get(s->store, row->name, row->alias,
+				      &version, err);
+	if (rc < 0)
+		goto out;
+	if (rv->job) {
+		row->filename = kn_xstrdup(filename[0] ? filename
+						       : "deployment");
+		row->spec_yaml = inline_job_text(rv->job);
+	} else {
+		row->filename = job_file_name(filename, rv->job_file);
+		/* Not sent (a workflow's deploy step re-applies the stored
+		   spec): the text this deployment set before for that file. */
+		if (job_text)
+			row->spec_yaml = kn_xstrdup(job_text);
+		else if (cur && cur->deployment &&
+			 !strcmp(cur->filename, row->filename))
+			row->spec_yaml = kn_xstrdup(cur->spec_yaml);
+		if (!row->spec_yaml) {
+			rc = kn_errorf(err, KN_EINVAL, "revalidate.job",
+				       "revalidate.job: %s was not sent with "
+				       "the deployment; kiln deploy sends the "
+				       "job file its spec names",
+				       rv->job_file);
+			goto out;
+		}
+	}
+	/* Checked now, so a bad job is the deployer's error, not a run's. */
+	rc = kn_job_spec_parse(row->spec_yaml, strlen(row->spec_yaml),
+			       row->filename, &job, err);
+	kn_job_spec_free(job);
+	if (rc < 0)
+		goto out;
+	row->owner = kn_xstrdup(owner);
+	row->every_ms = rv->every_ms;
+	row->thresholds_json = json_dumps(rv->thresholds,
+					  JSON_COMPACT | JSON_SORT_KEYS);
+	row->rollback = rv->rollback;
+	row->created_at = kn_now_ms();
+	row->deployment = kn_xstrdup(deployment);
+out:
+	if (rc < 0) {
+		reval_row_free(row);
+		return rc;
+	}
+	*out = row;
+	return 0;
+}
+
+void reval_deployment_set(struct server *s, const char *deployment,
+			  const struct caller *c,
+			  struct kn_revalidation_row *row)
+{
+	struct kn_error err;
+	struct reval *r, *next;
+	char object[160];
+
+	for (r = s->reval->list; r; r = next) {
+		next = r->next;
+		if (!r->deployment || strcmp(r->deployment, deployment) ||
+		    (row && !strcmp(r->name, row->name) &&
+		     !strcmp(r->alias, row->alias)))
+			continue;
+		snprintf(object, sizeof(object), "model/%.64s@%.64s", r->name,
+			 r->alias);
+		struct kn_audit a = {
+			.actor = (char *)c->name,
+			.role = (char *)role_name(c->role),
+			.action = "model.revalidate.remove",
+			.object = object,
+			.outcome = "ok",
+			.detail = (char *)deployment,
+		};
+		if (kn_store_revalidation_delete(s->store, r->name, r->alias,
+						 &a, &err) < 0) {
+			kn_log(KN_LOG_ERROR, "re-validation of %s@%s: %s",
+			       r->name, r->alias, err.message);
+			continue;
+		}
+		kn_log(KN_LOG_INFO, "re-validation of %s@%s removed with "
+		       "deployment %s's revalidate:", r->name, r->alias,
+		       deployment);
+		reval_alert(s, r, NULL);
+		unlink_reval(s, r);
+	}
+	if (!row)
+		return;
+	snprintf(object, sizeof(object), "model/%.64s@%.64s", row->name,
+		 row->alias);
+	struct kn_audit a = {
+		.actor = (char *)c->name,
+		.role = (char *)role_name(c->role),
+		.action = "model.revalidate",
+		.object = object,
+		.outcome = "ok",
+		.detail = row->thresholds_json,
+	};
+	if (kn_store_revalidation_put(s->store, row, &a, &err) < 0)
+		kn_log(KN_LOG_ERROR, "re-validation of %s@%s for deployment "
+		       "%s: %s", row->name, row->alias, deployment,
+		       err.message);
+	else
+		install(s, row);
+	reval_row_free(row);
+}
+
 /* ---- the API ---- */
 
 static json_t *reval_json(const struct reval *r)
 {
-	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:O, s:b, s:I, s:b, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:I, s:O, s:b, s:I, "
+			 "s:b, s:o}",
 			 "name", r->name, "alias", r->alias, "owner", r->owner,
+			 "deployment",
+			 r->deployment ? json_string(r->deployment)
+				       : json_null(),
+			 "source",
+			 r->deployment ? json_sprintf("deployment %s",
+						      r->deployment)
+				       : json_string("hand"),
 			 "filename", r->filename, "every_ms",
 			 (json_int_t)r->every_ms, "thresholds", r->thresholds,
 			 "rollback", r->rollback, "next_at_ms",
@@ -478,31 +793,7 @@ void reval_h_put(struct server *s, struct kn_http_req *req,
 	a.detail = th_text;
 	if (kn_store_revalidation_put(s->store, &row, &a, &err) < 0)
 		goto fail;
-	r = reval_from_row(&row, kn_now_ms());
-	{
-		struct reval *old = find(s->reval, param, alias);
-
-		if (old) {
-			/* Keeps its run in flight and the alert's state. */
-			r->job_id = old->job_id;
-			r->ended = old->ended;
-			r->version = old->version;
-			r->run_dir = old->run_dir;
-			old->run_dir = NULL;
-			memcpy(r->run_ref, old->run_ref, sizeof(r->run_ref));
-			r->failing = old->failing;
-			for (struct reval **q = &s->reval->list; *q;
-			     q = &(*q)->next)
-				if (*q == old) {
-					*q = old->next;
-					break;
-				}
-			reval_free_one(old);
-		}
-	}
-	r->next = s->reval->list;
-	s->reval->list = r;
-	arm_next(s);
+	r = install(s, &row);
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "revalidation",
 					       reval_json(r)));
 	goto out;
@@ -554,27 +845,48 @@ void reval_h_run(struct server *s, struct kn_http_req *req,
 			  "--max METRIC=N", param, alias, param, alias);
 		goto fail;
 	}
-	if (r->job_id) {
-		kn_errorf(&err, KN_ECONFLICT, "alias",
-			  "a re-validation of %s@%s is running (job %lld)",
-			  param, alias, (long long)r->job_id);
+	if (r->job_id || r->checking) {
+		if (r->job_id)
+			kn_errorf(&err, KN_ECONFLICT, "alias",
+				  "a re-validation of %s@%s is running (job "
+				  "%lld)", param, alias, (long long)r->job_id);
+		else
+			kn_errorf(&err, KN_ECONFLICT, "alias",
+				  "a re-validation of %s@%s is starting (its "
+				  "model is being checked)", param, alias);
 		goto fail;
 	}
-	if (run_now(s, r, &err) < 0 && !r->job_id) {
+	/* Answered by check_done, once the job is submitted. */
+	if (run_now(s, r, req, c, &err) < 0) {
 		arm_next(s);
 		goto fail;
 	}
-	arm_next(s);
-	audit_put(s, c, "model.revalidate.run", object, "ok", NULL);
-	kn_http_reply_json(req, 202,
-			   json_pack("{s:I, s:I}", "job", (json_int_t)r->job_id,
-				     "version", (json_int_t)r->version));
 	goto out;
 fail:
 	audit_put(s, c, "model.revalidate.run", object, "error", err.message);
 	kn_http_reply_error(req, &err);
 out:
 	json_decref(body);
+}
+
+/* POST .../run's answer, once its run's job is submitted (or is not). */
+static void run_reply(struct server *s, const struct reval_check *k,
+		      const struct reval *r, int rc,
+		      const struct kn_error *err)
+{
+	char object[160];
+
+	snprintf(object, sizeof(object), "model/%.64s@%.64s", k->name,
+		 k->alias);
+	audit_put(s, &k->caller, "model.revalidate.run", object,
+		  rc < 0 ? "error" : "ok", rc < 0 ? err->message : NULL);
+	if (rc < 0) {
+		kn_http_reply_error(k->req, err);
+		return;
+	}
+	kn_http_reply_json(k->req, 202,
+			   json_pack("{s:I, s:I}", "job", (json_int_t)r->job_id,
+				     "version", (json_int_t)r->version));
 }
 
 json_t *reval_evaluations_json(struct server *s, const char *name,

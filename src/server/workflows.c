@@ -595,47 +595,64 @@ static bool signed_since(struct server *s, const char *model,
 }
 
 /*
- * Register step i: a new version of its model from the outputs of its
- * `from` step's job, with lineage, alias moved and signed with sign_key.
- * The version is the step's metrics ({"version": K}), which a deploy step
- * reads. Fails the step (returns < 0 with err) when any part fails.
- *
- * resumed_since (0: a first go) is when a go the server did not live to
- * record began: a version made since then from the same job is adopted,
- * its alias and signature completed, so a crash never registers twice.
+ * A register or deploy step whose work (a from-job copy, a deployment's
+ * model check) is on a request worker: the step is "running" until
+ * act_done, which ends it if it still waits for that attempt. A server
+ * stopped first leaves it running; the next start finds it in no list
+ * and does it again (step_act), the register step adopting what the
+ * earlier go made.
  */
-static int step_register(struct server *s, struct wf_run *r, size_t i,
-			 const struct caller *owner, int64_t resumed_since,
-			 struct kn_error *err)
+struct wf_acting {
+	struct server *s;
+	int64_t run_id;
+	size_t index;
+	int attempt;          /* the attempt it ends */
+	struct caller owner;
+	char *detail;         /* deploy: the step's reason when it succeeds */
+	struct wf_acting *next;
+};
+
+static struct wf_acting *acting_find(struct server *s, int64_t run_id,
+				     size_t index)
+{
+	for (struct wf_acting *a = s->wf_acting; a; a = a->next)
+		if (a->run_id == run_id && a->index == index)
+			return a;
+	return NULL;
+}
+
+static void acting_free(struct server *s, struct wf_acting *a)
+{
+	for (struct wf_acting **q = &s->wf_acting; *q; q = &(*q)->next)
+		if (*q == a) {
+			*q = a->next;
+			break;
+		}
+	free(a->detail);
+	free(a);
+}
+
+/*
+ * The rest of register step i, once version exists: its alias (when
+ * adopted: the first go may have died before moving it), its signature,
+ * and the step's metrics ({"version": K}, which a deploy step reads) and
+ * reason.
+ */
+static int register_finish(struct server *s, struct wf_run *r, size_t i,
+			   const struct caller *owner, int64_t version,
+			   int64_t resumed_since, struct kn_error *err)
 {
 	const struct kn_workflow_step *st = &r->spec->steps[i];
 	const struct kn_workflow_step *from =
 		kn_workflow_step_find(r->spec, st->from);
 	int64_t job_id = from ? r->steps[from - r->spec->steps].job_id : 0;
 	char key_id[KN_SHA256_HEX + 1], sign_note[160] = "";
-	json_t *reply = NULL;
-	bool trusted = false, adopted = false;
-	int64_t version = 0;
+	bool trusted = false, adopted = resumed_since != 0;
 	int rc = 0;
 
-	if (resumed_since)
-		version = version_made_since(s, st->model, owner->name, job_id,
-					     resumed_since);
-	if (version > 0) {
-		adopted = true;
-		kn_log(KN_LOG_INFO, "workflow run %lld: step %s: adopting "
-		       "%s@%lld, made before the server restarted",
-		       (long long)r->row.id, st->name, st->model,
-		       (long long)version);
-		if (st->alias)
-			rc = models_alias_point(s, owner, st->model, st->alias,
-						version, err);
-	} else {
-		rc = models_from_job(s, owner, st->model, job_id, st->alias,
-				     &reply, err);
-		version = json_integer_value(json_object_get(reply, "version"));
-		json_decref(reply);
-	}
+	if (adopted && st->alias)
+		rc = models_alias_point(s, owner, st->model, st->alias,
+					version, err);
 	if (rc < 0)
 		return rc;
 	set_str(&r->steps[i].metrics_json,
@@ -674,14 +691,72 @@ static int step_register(struct server *s, struct wf_run *r, size_t i,
 	return 0;
 }
 
-/* Deploy step i: its deployment rolled to the version `from` made. */
+static void act_done(struct wf_acting *a, int rc, const struct kn_error *why,
+		     int64_t version);
+
+static void registered(struct server *s, int rc, json_t *reply,
+		       const struct kn_error *err, void *arg)
+{
+	(void)s;
+	act_done(arg, rc, err,
+		 json_integer_value(json_object_get(reply, "version")));
+}
+
+static void deployed(struct server *s, int rc, const struct kn_error *err,
+		     void *arg)
+{
+	(void)s;
+	act_done(arg, rc, err, 0);
+}
+
+/*
+ * Register step i: a new version of its model from the outputs of its
+ * `from` step's job, with lineage, alias moved and signed with sign_key.
+ * The copy runs on a worker (a returns 1; act_done ends the step). Fails
+ * the step (returns < 0 with err) when any part fails.
+ *
+ * resumed_since (0: a first go) is when a go the server did not live to
+ * record began: a version made since then from the same job is adopted,
+ * its alias and signature completed here (returns 0), so a crash never
+ * registers twice.
+ */
+static int step_register(struct server *s, struct wf_run *r, size_t i,
+			 struct wf_acting *a, int64_t resumed_since,
+			 struct kn_error *err)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	const struct kn_workflow_step *from =
+		kn_workflow_step_find(r->spec, st->from);
+	int64_t job_id = from ? r->steps[from - r->spec->steps].job_id : 0;
+	int64_t version = 0;
+	int rc;
+
+	if (resumed_since)
+		version = version_made_since(s, st->model, a->owner.name,
+					     job_id, resumed_since);
+	if (version > 0) {
+		kn_log(KN_LOG_INFO, "workflow run %lld: step %s: adopting "
+		       "%s@%lld, made before the server restarted",
+		       (long long)r->row.id, st->name, st->model,
+		       (long long)version);
+		return register_finish(s, r, i, &a->owner, version,
+				       resumed_since, err);
+	}
+	rc = models_from_job_start(s, &a->owner, st->model, job_id, st->alias,
+				   registered, a, err);
+	return rc < 0 ? rc : 1;
+}
+
+/*
+ * Deploy step i: its deployment rolled to the version `from` made, its
+ * check and copy on a worker (returns 1; act_done ends the step).
+ */
 static int step_deploy(struct server *s, struct wf_run *r, size_t i,
-		       const struct caller *owner, struct kn_error *err)
+		       struct wf_acting *a, struct kn_error *err)
 {
 	const struct kn_workflow_step *st = &r->spec->steps[i];
 	const struct kn_workflow_step *reg =
 		kn_workflow_step_find(r->spec, st->from);
-	const struct deployment *p = NULL;
 	struct kn_deployment_row row;
 	json_t *version = NULL;
 	char *model = NULL, *text = NULL;
@@ -706,14 +781,14 @@ static int step_deploy(struct server *s, struct wf_run *r, size_t i,
 			       st->deployment);
 		goto out;
 	}
+	a->detail = kn_asprintf("deployment %s rolled to %s", st->deployment,
+				model);
 	/* Through the path `kiln deploy` takes, as the file it came from. */
-	rc = deploy_apply(s, owner, text, strlen(text), row.filename,
-			  row.filename[0] == '/' ? row.filename : NULL, &p,
-			  err);
+	rc = deploy_apply_start(s, &a->owner, text, strlen(text), row.filename,
+				row.filename[0] == '/' ? row.filename : NULL,
+				deployed, a, err);
 	if (rc == 0)
-		set_str(&r->steps[i].reason,
-			kn_asprintf("deployment %s rolled to %s",
-				    st->deployment, model));
+		set_str(&r->steps[i].reason, kn_xstrdup(a->detail));
 out:
 	free(text);
 	free(model);
@@ -722,40 +797,22 @@ out:
 }
 
 /*
- * A register or deploy step does its work at once; it ends here. Its
- * attempt is recorded first, open: if the server dies before the step's
- * end is saved, the step is still pending at the next start and finds
- * that attempt, which tells step_register to look for the version it may
- * have made rather than make another.
+ * The end of register or deploy step i (rc < 0: failed with why): its
+ * attempt and the step's state, in one transaction.
  */
-static int step_act(struct server *s, struct wf_run *r, size_t i,
-		    const struct caller *owner, struct kn_error *err)
+static int act_end(struct server *s, struct wf_run *r, size_t i, int rc,
+		   const struct kn_error *why, struct kn_error *err)
 {
 	const struct kn_workflow_step *st = &r->spec->steps[i];
 	struct kn_wf_step_row *p = &r->steps[i];
-	const struct kn_wf_attempt_row *last = attempt_last(r, i);
-	int64_t resumed_since = 0;
-	const char *outcome;
-	struct kn_error why;
-	int rc;
+	const char *outcome = rc < 0 ? "failed" : "succeeded";
 
-	if (last && !last->outcome && !last->job_id)
-		resumed_since = last->started_at;
-	else if ((rc = attempt_open(s, r, i, 0, NULL, 0, err)) < 0)
-		return rc;
-	p->attempts++;
-	p->started_at = kn_now_ms();
-	rc = st->kind == KN_STEP_REGISTER
-		     ? step_register(s, r, i, owner, resumed_since, &why)
-		     : step_deploy(s, r, i, owner, &why);
 	p->ended_at = kn_now_ms();
 	if (rc < 0)
-		set_str(&p->reason, kn_asprintf("%s", why.message));
+		set_str(&p->reason, kn_asprintf("%s", why->message));
 	kn_log(rc < 0 ? KN_LOG_ERROR : KN_LOG_INFO,
 	       "workflow run %lld: step %s: %s", (long long)r->row.id,
 	       st->name, p->reason);
-	outcome = rc < 0 ? "failed" : "succeeded";
-	/* The attempt's end and the step's, in one transaction. */
 	rc = kn_store_begin(s->store, err);
 	if (rc == 0)
 		rc = attempt_close(s, r, i, outcome, p->ended_at, err);
@@ -769,6 +826,111 @@ static int step_act(struct server *s, struct wf_run *r, size_t i,
 	}
 	publish(s, r, i);
 	return 0;
+}
+
+static void advance_logged(struct server *s, int64_t id);
+
+/* A step's work on a worker ended: the step ends, the run moves on. */
+static void act_done(struct wf_acting *a, int rc, const struct kn_error *why,
+		     int64_t version)
+{
+	struct server *s = a->s;
+	const struct kn_wf_attempt_row *last;
+	struct kn_error err, failed;
+	struct wf_run r;
+	int64_t run_id = a->run_id;
+	size_t i = a->index;
+
+	/* Stopping: the step stays running, to be done again at start. */
+	if (s->closing) {
+		acting_free(s, a);
+		return;
+	}
+	if (wf_run_load(s, run_id, &r, &err) < 0) {
+		kn_log(KN_LOG_ERROR, "workflow run %lld: %s", (long long)run_id,
+		       err.message);
+		acting_free(s, a);
+		return;
+	}
+	last = attempt_last(&r, i);
+	if (run_ended(r.row.state) || r.v[i].state != WF_RUNNING || !last ||
+	    last->attempt != a->attempt || last->outcome) {
+		/* Cancelled while it ran: what it did stays, unrecorded. */
+		kn_log(KN_LOG_WARN, "workflow run %lld: step %s ended (%s) "
+		       "after the run stopped waiting for it",
+		       (long long)run_id, r.steps[i].name,
+		       rc < 0 ? why->message : "ok");
+		goto out;
+	}
+	if (rc < 0)
+		failed = *why;
+	if (rc == 0 && r.spec->steps[i].kind == KN_STEP_REGISTER)
+		rc = register_finish(s, &r, i, &a->owner, version, 0, &failed);
+	else if (rc == 0)
+		set_str(&r.steps[i].reason, kn_xstrdup(a->detail));
+	if (act_end(s, &r, i, rc, &failed, &err) < 0)
+		kn_log(KN_LOG_ERROR, "workflow run %lld: step %s: %s",
+		       (long long)run_id, r.steps[i].name, err.message);
+out:
+	wf_run_release(&r);
+	acting_free(s, a);
+	advance_logged(s, run_id);
+}
+
+/*
+ * A register or deploy step's work. Its attempt is recorded first, open,
+ * and the step saved running: if the server dies before the step's end
+ * is saved, the step is still running at the next start with that
+ * attempt open, which tells step_register to look for the version it may
+ * have made rather than make another. A step whose work is on a worker
+ * (in s->wf_acting) is left to it.
+ */
+static int step_act(struct server *s, struct wf_run *r, size_t i,
+		    const struct caller *owner, struct kn_error *err)
+{
+	const struct kn_workflow_step *st = &r->spec->steps[i];
+	struct kn_wf_step_row *p = &r->steps[i];
+	const struct kn_wf_attempt_row *last = attempt_last(r, i);
+	int64_t resumed_since = 0;
+	struct wf_acting *a;
+	struct kn_error why;
+	int rc;
+
+	if (acting_find(s, r->row.id, i))
+		return 0;
+	if (last && !last->outcome && !last->job_id)
+		resumed_since = last->started_at;
+	else if ((rc = attempt_open(s, r, i, 0, NULL, 0, err)) < 0)
+		return rc;
+	last = attempt_last(r, i);
+	p->attempts = last->attempt;
+	if (!resumed_since || !p->started_at)
+		p->started_at = kn_now_ms();
+	p->ended_at = 0;
+	set_str(&p->reason, NULL);
+	if (r->v[i].state != WF_RUNNING) {
+		rc = step_save(s, r, i, "running", err);
+		if (rc < 0)
+			return rc;
+		publish(s, r, i);
+	}
+	a = kn_xcalloc(1, sizeof(*a));
+	a->s = s;
+	a->run_id = r->row.id;
+	a->index = i;
+	a->attempt = last->attempt;
+	a->owner = *owner;
+	rc = st->kind == KN_STEP_REGISTER
+		     ? step_register(s, r, i, a, resumed_since, &why)
+		     : step_deploy(s, r, i, a, &why);
+	if (rc > 0) {
+		a->next = s->wf_acting;
+		s->wf_acting = a;
+		return 0;
+	}
+	free(a->detail);
+	free(a);
+	return act_end(s, r, i, rc, &why, err);
 }
 
 /*
@@ -989,9 +1151,13 @@ static int advance(struct server *s, int64_t id, struct kn_error *err)
 		return rc;
 	if (run_ended(r.row.state))
 		goto out;
+	/* A running register or deploy step is on a worker, or (after a
+	   restart) not yet done again. */
 	for (size_t i = 0; rc == 0 && i < r.n; i++)
 		if (r.v[i].state == WF_RUNNING)
-			rc = step_judge(s, &r, i, err);
+			rc = r.spec->steps[i].kind == KN_STEP_JOB
+				     ? step_judge(s, &r, i, err)
+				     : step_start(s, &r, i, NULL, err);
 	/* In the needs' order, so a skip reaches the steps after it now. */
 	for (size_t k = 0; rc == 0 && k < r.n; k++) {
 		size_t i = r.spec->order[k];
@@ -1625,7 +1791,7 @@ void workflows_h_cancel(struct server *s, struct kn_http_req *req,
 	for (size_t i = 0; rc == 0 && i < r.n; i++) {
 		struct kn_error jerr;
 
-		if (r.v[i].state == WF_RUNNING &&
+		if (r.v[i].state == WF_RUNNING && r.steps[i].job_id &&
 		    jobs_cancel(s, c, r.steps[i].job_id, &jerr) < 0 &&
 		    jerr.code != KN_ECONFLICT)
 			kn_log(KN_LOG_WARN, "workflow run %lld: cancelling job "

@@ -18,6 +18,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -2847,6 +2848,180 @@ static int read_limits(struct walk *w, struct fy_node *node, void *target)
 			    target, NULL);
 }
 
+/* Re-validation: every from 1s (a run needs a job slot) to 366 days. */
+#define REVALIDATE_EVERY_MIN_MS 1000
+#define REVALIDATE_EVERY_MAX_MS (366LL * 24 * 3600 * 1000)
+
+static int read_revalidate_job(struct walk *w, struct fy_node *node,
+			       void *target)
+{
+	struct kn_deployment_revalidate *r = target;
+	struct field fields[JF_COUNT];
+	struct fy_node_pair *seen[JF_COUNT];
+	struct value v;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind == V_STRING && v.len > 0) {
+		r->job_file = kn_xstrdup(v.text);
+		return 0;
+	}
+	if (v.kind != V_MAP)
+		return fail(w, node,
+			    "must be a job spec's file (relative to the "
+			    "deployment's) or an inline job mapping");
+	/* kind and name may be left out: the name is the deployment's. */
+	memcpy(fields, job_fields, sizeof(fields));
+	fields[JF_KIND].required = false;
+	fields[JF_NAME].required = false;
+	r->job = kn_xcalloc(1, sizeof(*r->job));
+	set_defaults(r->job);
+	rc = walk_mapping(w, node, fields, JF_COUNT, r->job, seen);
+	if (rc)
+		return rc;
+	return check_backoff(w, r->job, seen[JF_BACKOFF], seen[JF_BACKOFF_MAX]);
+}
+
+static int read_revalidate_every(struct walk *w, struct fy_node *node,
+				 void *target)
+{
+	struct kn_deployment_revalidate *r = target;
+	char got[GOT_BUF];
+	struct value v;
+	int rc = classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind != V_STRING || kn_parse_duration(v.text, &r->every_ms) < 0 ||
+	    r->every_ms < REVALIDATE_EVERY_MIN_MS ||
+	    r->every_ms > REVALIDATE_EVERY_MAX_MS)
+		return fail(w, node,
+			    "must be a duration from 1s to 366d (e.g. 6h); "
+			    "got %s",
+			    describe(&v, got, sizeof(got)));
+	return 0;
+}
+
+/* max: or min: a mapping of metric names to finite numbers. */
+static int read_thresholds(struct walk *w, struct fy_node *node,
+			   json_t *thresholds, const char *side_name)
+{
+	json_t *side = json_object();
+	struct fy_node_pair *pair;
+	char got[GOT_BUF];
+	struct value v;
+	void *iter = NULL;
+	int rc = classify(w, node, &v);
+
+	json_object_set_new(thresholds, side_name, side);
+	if (rc)
+		return rc;
+	if (v.kind != V_MAP)
+		return fail(w, node,
+			    "must be a mapping of metric names to numbers "
+			    "(loss: 1.8); got %s",
+			    describe(&v, got, sizeof(got)));
+	while ((pair = fy_node_mapping_iterate(node, &iter))) {
+		struct fy_node *key = fy_node_pair_key(pair);
+		struct fy_node *value = fy_node_pair_value(pair);
+		char metric[KN_REVALIDATE_METRIC_MAX + 1];
+		size_t mark;
+		double limit;
+
+		rc = read_key(w, key, &v);
+		if (rc)
+			return rc;
+		if (v.len == 0 || v.len > KN_REVALIDATE_METRIC_MAX) {
+			path_push_field(w, v.text);
+			return fail_bare(w, key,
+					 "a metric name is 1 to %d characters",
+					 KN_REVALIDATE_METRIC_MAX);
+		}
+		kn_strlcpy(metric, v.text, sizeof(metric));
+		mark = path_push_field(w, metric);
+		if (json_object_get(side, metric))
+			return fail_bare(w, key, "metric \"%s\" is given twice",
+					 metric);
+		rc = classify(w, value, &v);
+		if (rc)
+			return rc;
+		if ((v.kind != V_INT && v.kind != V_FLOAT) ||
+		    !isfinite(limit = strtod(v.text, NULL)))
+			return fail(w, value, "must be a finite number; got %s",
+				    describe(&v, got, sizeof(got)));
+		json_object_set_new(side, metric, json_real(limit));
+		path_pop(w, mark);
+	}
+	return 0;
+}
+
+static int read_revalidate_max(struct walk *w, struct fy_node *node,
+			       void *target)
+{
+	struct kn_deployment_revalidate *r = target;
+
+	return read_thresholds(w, node, r->thresholds, "max");
+}
+
+static int read_revalidate_min(struct walk *w, struct fy_node *node,
+			       void *target)
+{
+	struct kn_deployment_revalidate *r = target;
+
+	return read_thresholds(w, node, r->thresholds, "min");
+}
+
+enum { RV_JOB, RV_EVERY, RV_MAX, RV_MIN, RV_ROLLBACK, RV_COUNT };
+
+static const struct field revalidate_fields[RV_COUNT] = {
+	[RV_JOB] = {.name = "job", .type = FT_CUSTOM,
+		    .read = read_revalidate_job, .required = true},
+	[RV_EVERY] = {.name = "every", .type = FT_CUSTOM,
+		      .read = read_revalidate_every, .required = true},
+	[RV_MAX] = {.name = "max", .type = FT_CUSTOM,
+		    .read = read_revalidate_max},
+	[RV_MIN] = {.name = "min", .type = FT_CUSTOM,
+		    .read = read_revalidate_min},
+	[RV_ROLLBACK] = {.name = "rollback", .type = FT_BOOL,
+			 .offset = offsetof(struct kn_deployment_revalidate,
+					    rollback)},
+};
+
+static void revalidate_free(struct kn_deployment_revalidate *r)
+{
+	if (!r)
+		return;
+	free(r->job_file);
+	kn_job_spec_free(r->job);
+	json_decref(r->thresholds);
+	free(r);
+}
+
+static int read_revalidate(struct walk *w, struct fy_node *node, void *target)
+{
+	struct kn_deployment_spec *d = target;
+	struct kn_deployment_revalidate *r = kn_xcalloc(1, sizeof(*r));
+	struct fy_node_pair *seen[RV_COUNT];
+	size_t n = 0;
+	const char *side;
+	json_t *limits;
+	int rc;
+
+	r->thresholds = json_object();
+	d->revalidate = r;
+	rc = walk_mapping(w, node, revalidate_fields, RV_COUNT, r, seen);
+	if (rc)
+		return rc;
+	json_object_foreach(r->thresholds, side, limits)
+		n += json_object_size(limits);
+	if (n == 0)
+		return fail(w, node,
+			    "needs at least one threshold: max: {METRIC: N} "
+			    "or min: {METRIC: N}");
+	return 0;
+}
+
 struct deploy_ctx {
 	struct kn_deployment_spec *spec;
 	const struct kn_model_presets *presets;
@@ -2884,6 +3059,7 @@ enum {
 	DF_LIMITS,
 	DF_BACKOFF,
 	DF_BACKOFF_MAX,
+	DF_REVALIDATE,
 	DF_COUNT
 };
 
@@ -2934,6 +3110,8 @@ static const struct field deployment_fields[DF_COUNT] = {
 			    .offset = offsetof(struct kn_deployment_spec,
 					       job.backoff_max_ms),
 			    .min = 1},
+	[DF_REVALIDATE] = {.name = "revalidate", .type = FT_CUSTOM,
+			   .read = read_revalidate},
 };
 
 _Static_assert(DF_COUNT <= MAX_FIELDS, "MAX_FIELDS");
@@ -3007,6 +3185,33 @@ static int apply_preset(struct walk *w, struct deploy_ctx *ctx,
 	return 0;
 }
 
+/*
+ * revalidate: re-validates a registry alias, so model: must name one
+ * (NAME@ALIAS: not a path, not job:<id>, not a fixed version). An inline
+ * job without a name takes the deployment's, with -eval when it fits.
+ */
+static int check_revalidate(struct walk *w, struct kn_deployment_spec *d,
+			    struct fy_node_pair *pair)
+{
+	const char *at = strchr(d->model, '@');
+	struct kn_job_spec *job = d->revalidate->job;
+
+	if (!at || strchr(d->model, '/') || d->model_job || !at[1] ||
+	    all_digits(at + 1, "0123456789"))
+		return fail_at_pair(w, pair, "revalidate",
+				    "needs model: NAME@ALIAS (a registry "
+				    "alias to re-validate); model is \"%s\"",
+				    d->model);
+	if (job && !job->name) {
+		char *eval = kn_asprintf("%s-eval", d->job.name);
+
+		job->name = valid_name(eval) ? eval : kn_xstrdup(d->job.name);
+		if (job->name != eval)
+			free(eval);
+	}
+	return 0;
+}
+
 static int read_deployment(struct walk *w, struct fy_node *root, void *obj)
 {
 	struct deploy_ctx *ctx = obj;
@@ -3047,6 +3252,11 @@ static int read_deployment(struct walk *w, struct fy_node *root, void *obj)
 	rc = check_backoff(w, &d->job, seen[DF_BACKOFF], seen[DF_BACKOFF_MAX]);
 	if (rc)
 		return rc;
+	if (d->revalidate) {
+		rc = check_revalidate(w, d, seen[DF_REVALIDATE]);
+		if (rc)
+			return rc;
+	}
 	if (d->preset)
 		return apply_preset(w, ctx, seen);
 	return 0;
@@ -3087,6 +3297,7 @@ void kn_deployment_spec_free(struct kn_deployment_spec *spec)
 	free(spec->liveness.path);
 	free(spec->fallback);
 	free(spec->preset);
+	revalidate_free(spec->revalidate);
 	/* The job part last: it is the allocation itself. */
 	kn_job_spec_free(&spec->job);
 }
@@ -3099,6 +3310,17 @@ static json_t *probe_json(const struct kn_probe *p)
 			 (json_int_t)p->period_ms, "failure_threshold",
 			 p->failure_threshold, "initial_delay_ms",
 			 (json_int_t)p->initial_delay_ms);
+}
+
+static json_t *revalidate_json(const struct kn_deployment_revalidate *r)
+{
+	if (!r)
+		return json_null();
+	return json_pack("{s:o, s:o, s:I, s:O, s:b}", "job_file",
+			 string_or_null(r->job_file), "job",
+			 r->job ? kn_job_spec_to_json(r->job) : json_null(),
+			 "every_ms", (json_int_t)r->every_ms, "thresholds",
+			 r->thresholds, "rollback", r->rollback);
 }
 
 json_t *kn_deployment_spec_to_json(const struct kn_deployment_spec *spec)
@@ -3120,6 +3342,7 @@ json_t *kn_deployment_spec_to_json(const struct kn_deployment_spec *spec)
 			    json_pack("{s:i, s:i}", "rpm", spec->limit_rpm,
 				      "tpm", spec->limit_tpm));
 	json_object_set_new(o, "preset", string_or_null(spec->preset));
+	json_object_set_new(o, "revalidate", revalidate_json(spec->revalidate));
 	return o;
 }
 

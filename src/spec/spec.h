@@ -217,6 +217,21 @@ struct kn_probe {
 	int64_t initial_delay_ms; /* default 0 */
 };
 
+/*
+ * A deployment's `revalidate:` (docs/deployments.md): the model alias it
+ * serves re-validated on a schedule, as `kiln model revalidate` sets.
+ */
+#define KN_REVALIDATE_METRIC_MAX 64 /* as the registry's metric names */
+struct kn_deployment_revalidate {
+	/* The evaluation job: a file (as written, relative to the
+	   deployment's file) or an inline job; exactly one is set. */
+	char *job_file;
+	struct kn_job_spec *job;
+	int64_t every_ms;   /* 1s..366d */
+	json_t *thresholds; /* {"max": {metric: n}, "min": {metric: n}} */
+	bool rollback;
+};
+
 struct kn_deployment_spec {
 	/*
 	 * First, so the Job field readers fill it: name, command, env,
@@ -234,6 +249,8 @@ struct kn_deployment_spec {
 	int limit_rpm;    /* gateway limits per deployment, 0 = none */
 	int limit_tpm;
 	char *preset;     /* the preset's name, or NULL */
+	/* Only with model: NAME@ALIAS; NULL when not given. */
+	struct kn_deployment_revalidate *revalidate;
 };
 
 /* A model preset (data/model-presets.csv), with what it asks for. */

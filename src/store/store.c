@@ -446,6 +446,13 @@ static const char SQL_SCHEMA_V13[] =
 	" recorded_at INTEGER NOT NULL,"
 	" PRIMARY KEY (job_id, name)) WITHOUT ROWID;";
 
+/*
+ * v14: the deployment whose spec's revalidate: set a model re-validation
+ * (NULL: set by hand), so deleting that deployment removes it.
+ */
+static const char SQL_SCHEMA_V14[] =
+	"ALTER TABLE model_revalidations ADD COLUMN deployment TEXT;";
+
 /* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
 static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V1,
@@ -461,6 +468,7 @@ static const char *const MIGRATIONS[] = {
 	SQL_SCHEMA_V11,
 	SQL_SCHEMA_V12,
 	SQL_SCHEMA_V13,
+	SQL_SCHEMA_V14,
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) ==
 		       KN_STORE_SCHEMA_VERSION,
@@ -914,12 +922,14 @@ static const char SQL_MODEL_VERSION_LIST[] =
 	" FROM model_versions WHERE name = ?1 ORDER BY version";
 static const char SQL_REVAL_PUT[] =
 	"INSERT OR REPLACE INTO model_revalidations (name, alias, owner,"
-	" spec_yaml, filename, every_ms, thresholds_json, rollback, created_at)"
-	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+	" spec_yaml, filename, every_ms, thresholds_json, rollback, created_at,"
+	" deployment) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 static const char SQL_REVAL_LIST[] =
 	"SELECT name, alias, owner, spec_yaml, filename, every_ms,"
-	" thresholds_json, rollback, created_at FROM model_revalidations"
-	" ORDER BY name, alias";
+	" thresholds_json, rollback, created_at, deployment"
+	" FROM model_revalidations ORDER BY name, alias";
+static const char SQL_REVAL_DELETE[] =
+	"DELETE FROM model_revalidations WHERE name = ?1 AND alias = ?2";
 static const char SQL_EVAL_INSERT[] =
 	"INSERT INTO model_evaluations (name, version, alias, job_id, outcome,"
 	" metrics_json, detail, time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
@@ -1101,6 +1111,7 @@ enum stmt_id {
 	STMT_WF_ATTEMPT_LIST,
 	STMT_REVAL_PUT,
 	STMT_REVAL_LIST,
+	STMT_REVAL_DELETE,
 	STMT_EVAL_INSERT,
 	STMT_EVAL_LIST,
 	STMT_JOB_REVISION_PUT,
@@ -1179,6 +1190,7 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_MODEL_VERSION_LIST] = SQL_MODEL_VERSION_LIST,
 	[STMT_REVAL_PUT] = SQL_REVAL_PUT,
 	[STMT_REVAL_LIST] = SQL_REVAL_LIST,
+	[STMT_REVAL_DELETE] = SQL_REVAL_DELETE,
 	[STMT_EVAL_INSERT] = SQL_EVAL_INSERT,
 	[STMT_EVAL_LIST] = SQL_EVAL_LIST,
 	[STMT_MODEL_ALIAS_GET] = SQL_MODEL_ALIAS_GET,
@@ -4219,7 +4231,8 @@ int kn_store_revalidation_put(struct kn_store *st,
 	    bind_text(s, 3, r->owner) || bind_text(s, 4, r->spec_yaml) ||
 	    bind_text(s, 5, r->filename) || bind_i64(s, 6, r->every_ms) ||
 	    bind_text(s, 7, r->thresholds_json) ||
-	    bind_i64(s, 8, r->rollback) || bind_i64(s, 9, r->created_at)) {
+	    bind_i64(s, 8, r->rollback) || bind_i64(s, 9, r->created_at) ||
+	    bind_text(s, 10, r->deployment)) {
 		rc = bind_fail(st, s, what, err);
 		goto out;
 	}
@@ -4253,6 +4266,7 @@ int kn_store_revalidation_list(struct kn_store *st,
 		r->thresholds_json = col_str(s, 6);
 		r->rollback = col_bool(s, 7);
 		r->created_at = col_i64(s, 8);
+		r->deployment = col_str(s, 9);
 	}
 	stmt_done(s);
 	if (rc < 0) {
@@ -4273,8 +4287,31 @@ void kn_revalidation_list_free(struct kn_revalidation_row *rows, size_t n)
 		free(rows[i].spec_yaml);
 		free(rows[i].filename);
 		free(rows[i].thresholds_json);
+		free(rows[i].deployment);
 	}
 	free(rows);
+}
+
+int kn_store_revalidation_delete(struct kn_store *st, const char *name,
+				 const char *alias, const struct kn_audit *a,
+				 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_REVAL_DELETE];
+	const char *what = "removing a model re-validation";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, name) || bind_text(s, 2, alias)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = run(st, s, what, err);
+	if (rc == 0 && a)
+		rc = audit_write(st, a, NULL, err);
+out:
+	return write_end(st, own, rc, err);
 }
 
 int kn_store_evaluation_add(struct kn_store *st,

@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 13
+#define KN_STORE_SCHEMA_VERSION 14
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -730,6 +730,7 @@ struct kn_revalidation_row {
 	char *thresholds_json; /* {"max": {metric: n}, "min": {metric: n}} */
 	bool rollback;      /* a failing run rolls the alias back */
 	int64_t created_at;
+	char *deployment;   /* set by this deployment's spec; NULL: by hand */
 };
 /* Insert or replace by (name, alias); a may be NULL. */
 int kn_store_revalidation_put(struct kn_store *st,
@@ -740,6 +741,10 @@ int kn_store_revalidation_list(struct kn_store *st,
 			       struct kn_revalidation_row **out, size_t *n,
 			       struct kn_error *err);
 void kn_revalidation_list_free(struct kn_revalidation_row *rows, size_t n);
+/* Remove (name, alias)'s, if any; a may be NULL. */
+int kn_store_revalidation_delete(struct kn_store *st, const char *name,
+				 const char *alias, const struct kn_audit *a,
+				 struct kn_error *err);
 
 struct kn_evaluation_row {
 	int64_t id; /* set by the store */

@@ -244,3 +244,70 @@ def test_registry_copies_run_off_the_loop(server, tmp_path):
     assert meanwhile
     assert hashlib.sha256((copies / "2" / "w.bin").read_bytes()
                           ).hexdigest() == digest
+
+
+# ---- a re-validation run's model check and copy ----
+
+def test_revalidation_check_runs_off_the_loop(server, tmp_path):
+    weights = tmp_path / "weights.bin"
+    big_file(weights)
+    job = server.submit(job_yaml("train", [
+        "sh", "-c", f"mkdir -p $KILN_OUTPUT_DIR && cp {weights} "
+        "$KILN_OUTPUT_DIR/w.bin"]))
+    server.wait_state(job, "succeeded", timeout=120)
+    r = server.request("POST", "/v1/models/big/from-job",
+                       json={"job": job, "alias": "prod"})
+    assert r.status_code == 201, r.text
+    key = trusted_key(server, tmp_path / "ops")
+    server.cli("model", "sign", "big@1", "--key", str(key), check=True)
+    r = server.request("POST", "/v1/models/big/revalidation", json={
+        "alias": "prod", "every": "1h", "filename": "eval.yaml",
+        "job": "kind: Job\nname: big-eval\ncommand: [\"true\"]\n",
+        "thresholds": {"max": {"loss": 1}}})
+    assert r.status_code == 200, r.text
+
+    # The run's answer (its job) waits for the check and copy of big@1,
+    # which run on a worker while other calls are answered.
+    slow = OpenRequest(server, "POST", "/v1/models/big/revalidation/run",
+                       json.dumps({"alias": "prod"}).encode())
+    copies = server.home / "registry" / "models" / "big"
+    assert served_during(slow, lambda: nodes_answer(server),
+                         lambda: glob.glob(str(copies / "1.partial-*")))
+    status, doc = slow.response()
+    assert status == 202, doc
+    assert doc["version"] == 1
+    server.wait_state(doc["job"], "succeeded", timeout=60)
+
+
+# ---- a workflow's register step ----
+
+def test_register_step_copies_off_the_loop(server, tmp_path):
+    from test_workflows import get, run, sh, steps, wait_run, \
+        write_workflow
+    weights = tmp_path / "weights.bin"
+    digest = big_file(weights)
+    text = ("kind: Workflow\nname: big\nsteps:\n"
+            "  - name: train\n    job: {command: " +
+            sh(f"mkdir -p $KILN_OUTPUT_DIR && cp {weights} "
+               "$KILN_OUTPUT_DIR/w.bin") + "}\n"
+            "  - name: register\n    needs: [train]\n"
+            "    register: {from: train, model: big, alias: prod}\n")
+    rid = run(server, write_workflow(tmp_path, text))
+    staged = str(server.home / "registry" / "uploads" / "job-*")
+    copying = lambda: glob.glob(staged)  # noqa: E731
+    meanwhile = []
+
+    def done():
+        w = get(server, rid)
+        if copying() and steps(w)["register"]["state"] == "running" and \
+                copying():
+            meanwhile.append(True)
+        return w["state"] not in ("queued", "running")
+    wait_for(done, timeout=120, interval=0.01, what="the run ended")
+    # The step was seen running, answered while its copy was in progress.
+    assert meanwhile
+    w = wait_run(server, rid)
+    assert w["state"] == "succeeded", json.dumps(w["steps"])
+    assert steps(w)["register"]["metrics"] == {"version": 1}
+    r = server.request("GET", "/v1/models/big@1").json()
+    assert [f["sha256"] for f in r["manifest"]["files"]] == [digest]

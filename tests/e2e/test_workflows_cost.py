@@ -130,20 +130,23 @@ def test_attempts_and_cost_across_step_retry_run_retry_and_restart(
         st["gate"]["attempt_history"]
 
 
-def reopen_register(db_path, rid, forget_alias_and_signature):
+def reopen_register(db_path, rid, forget_alias_and_signature,
+                    step_state="running"):
     """The store as a server killed inside the register step leaves it:
     the version made (with its alias and signature, or not yet), the
-    step's attempt recorded as begun, its end not; the step after it not
-    started."""
+    step's attempt recorded as begun, its end not, the step running (or
+    pending, as a server that did the step on its event loop left it);
+    the step after it not started."""
     db = sqlite3.connect(db_path)
     idx = {name: i for i, name in db.execute(
         "SELECT idx, name FROM workflow_steps WHERE run_id = ?", (rid,))}
     db.execute("UPDATE workflow_runs SET state = 'running', reason = NULL,"
                " ended_at = 0 WHERE id = ?", (rid,))
-    db.execute("UPDATE workflow_steps SET state = 'pending', attempts = 0,"
-               " started_at = 0, ended_at = 0, reason = NULL,"
+    db.execute("UPDATE workflow_steps SET state = ?, attempts = ?,"
+               " ended_at = 0, reason = NULL,"
                " metrics_json = NULL WHERE run_id = ? AND idx = ?",
-               (rid, idx["register"]))
+               (step_state, int(step_state == "running"), rid,
+                idx["register"]))
     db.execute("UPDATE workflow_attempts SET outcome = NULL, ended_at = 0"
                " WHERE run_id = ? AND idx = ?", (rid, idx["register"]))
     db.execute("UPDATE workflow_steps SET state = 'pending', attempts = 0,"
@@ -158,9 +161,10 @@ def reopen_register(db_path, rid, forget_alias_and_signature):
     db.close()
 
 
-@pytest.mark.parametrize("forget_alias_and_signature", [False, True])
+@pytest.mark.parametrize("forget_alias_and_signature, step_state", [
+    (False, "running"), (True, "running"), (False, "pending")])
 def test_register_step_interrupted_adopts_its_version_on_restart(
-        server, tmp_path, forget_alias_and_signature):
+        server, tmp_path, forget_alias_and_signature, step_state):
     key = tmp_path / "ops"
     keygen(server, key)
     text = prepare_train(
@@ -179,7 +183,8 @@ def test_register_step_interrupted_adopts_its_version_on_restart(
     first_after = steps(w)["after"]["job"]
 
     server.stop()
-    reopen_register(server.home / "kiln.db", rid, forget_alias_and_signature)
+    reopen_register(server.home / "kiln.db", rid, forget_alias_and_signature,
+                    step_state)
     server.start()
     w = wait_run(server, rid)
     assert w["state"] == "succeeded", json.dumps(w["steps"])

@@ -21,6 +21,11 @@
 /* The smallest valid deployment; bad cases add lines from line 5 on. */
 #define BASE "kind: Deployment\nname: chat\nmodel: /m\ncommand: [srv]\n"
 
+/* A deployment of a registry alias, its revalidate: from line 6 on. */
+#define RV_BASE                                                        \
+	"kind: Deployment\nname: chat\nmodel: gpt@prod\ncommand: [srv]\n" \
+	"revalidate:\n"
+
 static struct kn_model_presets *presets;
 
 static int load_presets(void **state)
@@ -105,6 +110,29 @@ static const struct bad_case bad_cases[] = {
 	{"name: chat\nmodel: /m\ncommand: [srv]\n", "kind",
 	 "d.yaml:1:1: missing required field \"kind\" in deployment "
 	 "(kind: Deployment)"},
+	/* revalidate: only for a registry alias, with a job and a limit. */
+	{BASE "revalidate: {job: e.yaml, every: 1h, max: {loss: 2}}\n",
+	 "revalidate",
+	 "d.yaml:5:13: revalidate: needs model: NAME@ALIAS (a registry alias "
+	 "to re-validate); model is \"/m\""},
+	{RV_BASE "  job: e.yaml\n  every: 1h\n", "revalidate",
+	 "d.yaml:6:3: revalidate: needs at least one threshold: max: "
+	 "{METRIC: N} or min: {METRIC: N}"},
+	{RV_BASE "  job: e.yaml\n  every: 1h\n  max: {loss: high}\n",
+	 "revalidate.max.loss",
+	 "d.yaml:8:15: revalidate.max.loss: must be a finite number; got "
+	 "\"high\""},
+	{RV_BASE "  job: e.yaml\n  every: 500ms\n  min: {acc: 0.9}\n",
+	 "revalidate.every",
+	 "d.yaml:7:10: revalidate.every: must be a duration from 1s to 366d "
+	 "(e.g. 6h); got \"500ms\""},
+	{RV_BASE "  every: 1h\n  min: {acc: 0.9}\n", "revalidate.job",
+	 "d.yaml:6:3: missing required field \"job\" in revalidate"},
+	{RV_BASE "  job: {command: 7}\n  every: 1h\n  min: {acc: 0.9}\n",
+	 "revalidate.job.command",
+	 "d.yaml:6:18: revalidate.job.command: must be a non-empty list of "
+	 "strings (the program and its arguments), e.g. [\"python\", "
+	 "\"train.py\"]; got 7"},
 };
 
 static void test_bad(void **state)
@@ -200,6 +228,41 @@ static struct kn_deployment_spec *parse_ok(const char *yaml)
 				     &err) < 0)
 		fail_msg("%s", err.message);
 	return d;
+}
+
+static void test_revalidate(void **state)
+{
+	struct kn_deployment_spec *d;
+	char *text;
+
+	(void)state;
+	d = parse_ok(RV_BASE "  job: {command: [sh, e.sh], env: {A: b}}\n"
+			     "  every: 6h\n  max: {loss: 1.8}\n"
+			     "  min: {acc: 0.5, f1: 1}\n  rollback: true\n");
+	assert_non_null(d->revalidate);
+	assert_null(d->revalidate->job_file);
+	/* An inline job is named after the deployment. */
+	assert_string_equal(d->revalidate->job->name, "chat-eval");
+	assert_string_equal(d->revalidate->job->command[1], "e.sh");
+	assert_int_equal(d->revalidate->every_ms, 6 * 3600 * 1000);
+	assert_true(d->revalidate->rollback);
+	text = json_dumps(d->revalidate->thresholds,
+			  JSON_COMPACT | JSON_SORT_KEYS);
+	assert_string_equal(text, "{\"max\":{\"loss\":1.8},\"min\":"
+				  "{\"acc\":0.5,\"f1\":1.0}}");
+	free(text);
+	kn_deployment_spec_free(d);
+
+	d = parse_ok(RV_BASE "  job: eval/e.yaml\n  every: 1s\n"
+			     "  max: {loss: 2}\n");
+	assert_string_equal(d->revalidate->job_file, "eval/e.yaml");
+	assert_null(d->revalidate->job);
+	assert_false(d->revalidate->rollback);
+	kn_deployment_spec_free(d);
+
+	d = parse_ok(BASE);
+	assert_null(d->revalidate);
+	kn_deployment_spec_free(d);
 }
 
 static void test_presets_fill_resources(void **state)
@@ -371,6 +434,7 @@ int main(void)
 		cmocka_unit_test(test_bad),
 		cmocka_unit_test(test_good),
 		cmocka_unit_test(test_model_job),
+		cmocka_unit_test(test_revalidate),
 		cmocka_unit_test(test_presets_fill_resources),
 		cmocka_unit_test(test_preset_table),
 		cmocka_unit_test(test_preset_table_errors),

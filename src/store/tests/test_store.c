@@ -1444,7 +1444,27 @@ static void test_revalidations_and_evaluations(void **state)
 	assert_int_equal(rows[0].every_ms, 1000);
 	assert_false(rows[0].rollback);
 	assert_string_equal(rows[0].thresholds_json, "{\"max\":{\"loss\":1.8}}");
+	assert_null(rows[0].deployment);
 	kn_revalidation_list_free(rows, n);
+
+	/* One set by a deployment says which; a delete removes only its own
+	   (name, alias). */
+	r.alias = (char *)"stable";
+	r.deployment = (char *)"chat";
+	assert_int_equal(kn_store_revalidation_put(fx->st, &r, NULL, &err), 0);
+	assert_int_equal(kn_store_revalidation_list(fx->st, &rows, &n, &err), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(rows[1].alias, "stable");
+	assert_string_equal(rows[1].deployment, "chat");
+	kn_revalidation_list_free(rows, n);
+	assert_int_equal(kn_store_revalidation_delete(fx->st, "gpt", "stable",
+						      NULL, &err), 0);
+	assert_int_equal(kn_store_revalidation_list(fx->st, &rows, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(rows[0].alias, "prod");
+	kn_revalidation_list_free(rows, n);
+	r.alias = (char *)"prod";
+	r.deployment = NULL;
 
 	assert_int_equal(kn_store_evaluation_add(fx->st, &e, &err), 0);
 	e.version = 1;
