@@ -487,6 +487,20 @@ int kn_read_file(const char *path, size_t max, char **out, size_t *out_len)
 	return 0;
 }
 
+bool kn_dir_has_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool any = false;
+
+	if (!d)
+		return false;
+	while (!any && (e = readdir(d)) != NULL)
+		any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return any;
+}
+
 int kn_rm_rf(const char *path)
 {
 	struct stat st;

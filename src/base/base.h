@@ -123,6 +123,9 @@ int kn_write_file_replace(const char *path, const void *data, size_t len,
 int kn_read_file(const char *path, size_t max, char **out, size_t *out_len);
 /* Remove a directory tree; missing is not an error. */
 int kn_rm_rf(const char *path);
+
+/* Whether dir exists and holds anything besides . and .. */
+bool kn_dir_has_entries(const char *dir);
 /*
  * The git revision checked out in the repository holding dir (dir or a
  * parent has .git, a directory or a "gitdir:" file), read from HEAD, the

@@ -44,6 +44,15 @@ void kn_bufpool_release(struct kn_bufpool *pool)
 	pool->n = 0;
 }
 
+void kn_sha256_hex(const void *data, size_t len,
+		   char hex[KN_SHA256_HEX_LEN + 1])
+{
+	unsigned char md[32];
+
+	EVP_Digest(data, len, md, NULL, EVP_sha256(), NULL);
+	kn_hex(md, sizeof(md), hex);
+}
+
 void kn_hex(const unsigned char *in, size_t n, char *out)
 {
 	static const char digits[] = "0123456789abcdef";

@@ -33,6 +33,10 @@
 #define KN_SHA256_HEX_LEN 64
 #define KN_CKPT_MANIFEST "MANIFEST.json"
 
+/* The sha256 of len bytes at data, as lowercase hex. */
+void kn_sha256_hex(const void *data, size_t len,
+		   char hex[KN_SHA256_HEX_LEN + 1]);
+
 /* ---- blob stores ---- */
 
 struct kn_blob_store;

@@ -23,7 +23,6 @@
  */
 #include "cmd/cli.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
@@ -42,7 +41,6 @@
 #include <unistd.h>
 
 #include <jansson.h>
-#include <openssl/evp.h>
 
 #include "base/base.h"
 #include "ckpt/ckpt.h"
@@ -710,31 +708,6 @@ struct pod_outputs {
 	char manifest_sha256[KN_SHA256_HEX_LEN + 1];
 };
 
-static void sha256_hex(const char *text, size_t len,
-		       char hex[KN_SHA256_HEX_LEN + 1])
-{
-	unsigned char md[32];
-	unsigned int mdlen = 0;
-
-	EVP_Digest(text, len, md, &mdlen, EVP_sha256(), NULL);
-	for (unsigned int i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
-}
-
-static bool dir_has_files(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	bool any = false;
-
-	if (!d)
-		return false;
-	while (!any && (e = readdir(d)) != NULL)
-		any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-	closedir(d);
-	return any;
-}
-
 /*
  * After rank 0's task exited 0: every file under dir to JOB/outputs/ in
  * the store, as the server's sync does for local tasks
@@ -763,7 +736,7 @@ static int pod_upload_outputs(const char *url, const char *job,
 		goto out;
 	}
 	json = kn_ckpt_manifest_to_json(&m);
-	sha256_hex(json, strlen(json), out->manifest_sha256);
+	kn_sha256_hex(json, strlen(json), out->manifest_sha256);
 	free(json);
 	out->files = (int)m.n;
 	for (size_t i = 0; i < m.n; i++)
@@ -924,7 +897,7 @@ static int shim_kube(char **argv)
 	   so rank 0's. A failed upload fails the attempt: the job's result
 	   would be missing. */
 	if (code == 0 && rank0 && out_dir && out_store && job &&
-	    dir_has_files(out_dir) &&
+	    kn_dir_has_entries(out_dir) &&
 	    pod_upload_outputs(out_store, job, out_dir, &outputs, reason,
 			       sizeof(reason)) < 0)
 		code = 1;

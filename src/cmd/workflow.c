@@ -20,25 +20,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/client.h"
 #include "spec/spec.h"
+#include "ckpt/ckpt.h"
 
 /* `git rev-parse HEAD` prints one revision: 40 or 64 hex digits. */
 #define REVISION_MAX 64
-
-static void sha256_hex(const char *text, size_t len, char out[65])
-{
-	unsigned char md[32];
-	unsigned int mdlen = 0;
-
-	EVP_Digest(text, len, md, &mdlen, EVP_sha256(), NULL);
-	for (unsigned int i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", md[i]);
-}
 
 /*
  * The git revision checked out in dir, or NULL when dir is no repository
@@ -149,7 +139,7 @@ static int build_request(const struct cli_ctx *ctx, const char *file,
 		free(job_text);
 		free(path);
 	}
-	sha256_hex(text, len, digest);
+	kn_sha256_hex(text, len, digest);
 	revision = git_revision(dir);
 	if (strcmp(file, "-") != 0)
 		abs = realpath(file, NULL);

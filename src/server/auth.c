@@ -5,6 +5,7 @@
  * bits of entropy, so there is nothing for a slow KDF to protect.
  */
 #include "internal.h"
+#include "ckpt/ckpt.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,7 +13,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <openssl/evp.h>
 
 static const char *const role_names[] = {
 	[KN_ROLE_VIEWER] = "viewer",
@@ -40,12 +40,7 @@ int role_parse(const char *s, enum kn_role *out)
 
 void token_hash(const char *secret, char hash[65])
 {
-	unsigned char md[32];
-	unsigned int mdlen = 0;
-
-	EVP_Digest(secret, strlen(secret), md, &mdlen, EVP_sha256(), NULL);
-	for (unsigned int i = 0; i < 32; i++)
-		snprintf(hash + 2 * i, 3, "%02x", md[i]);
+	kn_sha256_hex(secret, strlen(secret), hash);
 }
 
 /* prefix + 43 base64url characters of 32 random bytes, and its hash. */

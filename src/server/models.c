@@ -1470,17 +1470,6 @@ int models_deploy_dir_start(struct server *s, const char *text,
 /* How many producing jobs back `lineage` follows an input. */
 #define LINEAGE_DEPTH_MAX 16
 
-static void sha256_bytes(const void *data, size_t len,
-			 char out[KN_SHA256_HEX + 1])
-{
-	unsigned char md[32];
-	unsigned int mdlen = 0;
-
-	EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
-	for (unsigned int i = 0; i < mdlen; i++)
-		snprintf(out + 2 * i, 3, "%02x", md[i]);
-}
-
 /* The job's newest complete checkpoint, {name, manifest_sha256}, or null. */
 static int checkpoint_json(struct kn_blob_store *store, int64_t job_id,
 			   json_t **out, struct kn_error *err)
@@ -1503,7 +1492,7 @@ static int checkpoint_json(struct kn_blob_store *store, int64_t job_id,
 		rc = kn_blob_get_bytes(store, name, CKPT_MANIFEST_MAX_BYTES,
 				       &text, &len, err);
 		if (rc == 0) {
-			sha256_bytes(text, len, hex);
+			kn_sha256_hex(text, len, hex);
 			*out = json_pack("{s:s, s:s}", "name",
 					 list.items[i].name, "manifest_sha256",
 					 hex);
@@ -1581,7 +1570,7 @@ static int lineage_of_job(struct server *s, const struct kn_job_row *j,
 	if (rc == -ENOENT)
 		rc = 0;
 	if (rc == 0) {
-		sha256_bytes(j->spec_json, strlen(j->spec_json), spec);
+		kn_sha256_hex(j->spec_json, strlen(j->spec_json), spec);
 		*out = json_pack("{s:I, s:s, s:s, s:s, s:n, s:s?, s:o}", "job",
 				 (json_int_t)j->id, "job_name", j->name,
 				 "state", kn_job_state_name(j->state),

@@ -27,7 +27,6 @@
  */
 #include "internal.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -35,7 +34,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
 
 #include "ckpt/ckpt.h"
 
@@ -91,8 +89,6 @@ static int read_outputs_manifest(struct kn_blob_store *store,
 {
 	char *blob = kn_asprintf("%s/outputs/" KN_CKPT_MANIFEST, w->job);
 	char *text = NULL, got[65];
-	unsigned char md[32];
-	unsigned int mdlen = 0;
 	size_t len = 0;
 	int rc;
 
@@ -100,9 +96,7 @@ static int read_outputs_manifest(struct kn_blob_store *store,
 			       &w->err);
 	if (rc < 0)
 		goto out;
-	EVP_Digest(text, len, md, &mdlen, EVP_sha256(), NULL);
-	for (unsigned int i = 0; i < 32; i++)
-		snprintf(got + 2 * i, 3, "%02x", md[i]);
+	kn_sha256_hex(text, len, got);
 	if (strcmp(got, w->digest) != 0) {
 		rc = kn_errorf(&w->err, KN_EIO, NULL, "%s has sha256 %.12s, "
 			       "the pod reported %.12s", blob, got, w->digest);
@@ -364,20 +358,6 @@ out:
 	work_free(w);
 }
 
-static bool has_files(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	bool any = false;
-
-	if (!d)
-		return false;
-	while (!any && (e = readdir(d)) != NULL)
-		any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-	closedir(d);
-	return any;
-}
-
 bool sync_finish_ready(struct server *s, struct run *r, bool succeeded)
 {
 	const char *digest = r->tasks[0].status.outputs_manifest_sha256;
@@ -395,7 +375,7 @@ bool sync_finish_ready(struct server *s, struct run *r, bool succeeded)
 		kn_workers_submit(s->workers, do_work, outputs_done, w);
 		return false;
 	}
-	if (succeeded && !r->outputs_done && has_files(r->output_dir)) {
+	if (succeeded && !r->outputs_done && kn_dir_has_entries(r->output_dir)) {
 		struct sync_work *w = work_new(s, r, WORK_OUTPUTS, r->output_dir);
 		r->sync_busy = true;
 		kn_workers_submit(s->workers, do_work, outputs_done, w);

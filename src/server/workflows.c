@@ -29,6 +29,7 @@
  */
 #include "internal.h"
 #include "server/wfplan.h"
+#include "ckpt/ckpt.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -36,7 +37,6 @@
 #include <string.h>
 
 #include <libfyaml.h>
-#include <openssl/evp.h>
 
 /* metrics.json is a flat object of numbers: a few KiB at most. */
 #define METRICS_MAX_BYTES (64 * 1024)
@@ -1458,16 +1458,6 @@ static void reply_run(struct server *s, struct kn_http_req *req, int64_t id,
 	wf_run_release(&r);
 }
 
-static void sha256_hex(const char *text, size_t len, char out[65])
-{
-	unsigned char md[32];
-	unsigned int mdlen = 0;
-
-	EVP_Digest(text, len, md, &mdlen, EVP_sha256(), NULL);
-	for (unsigned int i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", md[i]);
-}
-
 static bool hex_text(const char *v, size_t min, size_t max)
 {
 	size_t n = strlen(v);
@@ -1615,7 +1605,7 @@ void workflows_h_run(struct server *s, struct kn_http_req *req,
 			  REVISION_MAX);
 		goto fail;
 	}
-	sha256_hex(text, strlen(text), digest_now);
+	kn_sha256_hex(text, strlen(text), digest_now);
 	if (digest && strcmp(digest, digest_now) != 0) {
 		kn_errorf(&err, KN_EINVAL, "digest",
 			  "digest: the workflow text's sha256 is %s, not the "

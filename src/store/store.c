@@ -1613,6 +1613,20 @@ static int setup_connection(sqlite3 *db, const char *path,
 	return migrate(db, path, err);
 }
 
+/* Every statement the store runs, prepared once per connection. */
+static int prepare_statements(struct kn_store *st, const char *path,
+			      struct kn_error *err)
+{
+	for (int i = 0; i < STMT_COUNT; i++)
+		if (sqlite3_prepare_v3(st->db, STATEMENTS[i], -1,
+				       SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
+				       NULL) != SQLITE_OK)
+			return kn_errorf(err, KN_EIO, NULL,
+					 "%s: preparing \"%s\": %s", path,
+					 STATEMENTS[i], sqlite3_errmsg(st->db));
+	return 0;
+}
+
 int kn_store_open(const char *path, struct kn_store **out,
 		  struct kn_error *err)
 {
@@ -1638,16 +1652,7 @@ int kn_store_open(const char *path, struct kn_store **out,
 	ret = setup_connection(st->db, path, err);
 	if (ret < 0)
 		goto out;
-	for (int i = 0; i < STMT_COUNT; i++) {
-		if (sqlite3_prepare_v3(st->db, STATEMENTS[i], -1,
-				       SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
-				       NULL) != SQLITE_OK) {
-			ret = kn_errorf(err, KN_EIO, NULL,
-					"%s: preparing \"%s\": %s", path,
-					STATEMENTS[i], sqlite3_errmsg(st->db));
-			goto out;
-		}
-	}
+	ret = prepare_statements(st, path, err);
 out:
 	if (ret < 0) {
 		kn_store_free(st);
@@ -1690,16 +1695,7 @@ int kn_store_open_reader(const char *path, struct kn_store **out,
 				path, version, KN_STORE_SCHEMA_VERSION);
 		goto out;
 	}
-	for (int i = 0; i < STMT_COUNT; i++) {
-		if (sqlite3_prepare_v3(st->db, STATEMENTS[i], -1,
-				       SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
-				       NULL) != SQLITE_OK) {
-			ret = kn_errorf(err, KN_EIO, NULL,
-					"%s: preparing \"%s\": %s", path,
-					STATEMENTS[i], sqlite3_errmsg(st->db));
-			goto out;
-		}
-	}
+	ret = prepare_statements(st, path, err);
 out:
 	if (ret < 0) {
 		kn_store_free(st);
