@@ -148,6 +148,7 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 	opts.shim_image = cfg->shim_image ? cfg->shim_image : opts.image;
 	opts.store_url = cfg->store_url;
 	opts.inputs = task->inputs;
+	opts.requires = task->requires;
 	rc = kn_kube_render_job(&named, &opts, &docs, err);
 	if (rc < 0)
 		return rc;

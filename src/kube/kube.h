@@ -95,6 +95,9 @@ struct kn_kube_render_opts {
 	/* Jobs under the shim: KILN_INPUTS, what it fetches before the task
 	   (kn_job_inputs_for_shim), or NULL. */
 	const char *inputs;
+	/* Jobs under the shim: KILN_REQUIRES, the prerequisites it checks
+	   before the task (a workflow step's), or NULL. */
+	const char *requires;
 };
 
 /*
@@ -390,6 +393,9 @@ struct kn_kube_task {
 	/* KILN_INPUTS for the shim (the job's inputs with their recorded
 	   digests, jobs.c), or NULL. */
 	const char *inputs;
+	/* KILN_REQUIRES, a workflow step's prerequisites the shim checks
+	   before the task, or NULL. */
+	const char *requires;
 };
 
 struct kn_kube_exec_config {

@@ -471,6 +471,9 @@ static void shim_wrap(const struct kn_job_spec *spec,
 	if (opts->inputs)
 		json_array_append_new(env, env_value("KILN_INPUTS",
 						     opts->inputs));
+	if (opts->requires)
+		json_array_append_new(env, env_value("KILN_REQUIRES",
+						     opts->requires));
 	if (store && (spec->preemptible || spec->checkpoint.set)) {
 		json_array_append_new(env, env_value("KILN_STORE", store));
 		snprintf(buf, sizeof(buf), "%d",

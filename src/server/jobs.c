@@ -705,7 +705,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
 	const char *model_dir, *model_ref;
-	char devs[256], **env = NULL, *inputs = NULL;
+	char devs[256], **env = NULL, *inputs = NULL, *requires = NULL;
 	json_t *step_env;
 	size_t n = 0;
 	int local_rank = 0, rc;
@@ -762,9 +762,16 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		json_object_foreach(step_env, key, v)
 			add_env(&env, &n, kn_asprintf("%s=%s", key,
 						      json_string_value(v)));
+		/* A pod gets only what its manifest names: the step's inputs
+		   and prerequisites go to its shim there (render.c). */
+		if ((v = json_object_get(step_env, "KILN_INPUTS")))
+			inputs = kn_xstrdup(json_string_value(v));
+		if ((v = json_object_get(step_env, "KILN_REQUIRES")))
+			requires = kn_xstrdup(json_string_value(v));
 		json_decref(step_env);
 	}
 	if (spec->n_inputs) {
+		free(inputs); /* a step's job has none of its own */
 		inputs = inputs_for_shim(s, r->job_id, spec, &inputs_err);
 		if (inputs)
 			add_env(&env, &n, kn_asprintf("KILN_INPUTS=%s", inputs));
@@ -827,6 +834,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		kube.attempt = r->attempt;
 		kube.rank = t->rank;
 		kube.inputs = inputs;
+		kube.requires = requires;
 		l.kube = &kube;
 	}
 	rc = kn_mkdir_p(t->task_dir, 0700);
@@ -857,6 +865,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		free(env[i]);
 	free(env);
 	free(inputs);
+	free(requires);
 }
 
 struct placed {

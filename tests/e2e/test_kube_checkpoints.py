@@ -386,3 +386,55 @@ def test_secret_exists_is_replaced(tmp_path, api):
             SECRET_ENV
     finally:
         s.stop()
+
+
+def test_workflow_step_inputs_and_prerequisites_reach_the_pod(tmp_path, api):
+    """A workflow under the kubernetes executor: the second step's pod gets
+    the first step's output by store URL and digest (KILN_INPUTS) and its
+    prerequisites (KILN_REQUIRES), and its shim checks and fetches them
+    as a local task's would."""
+    from test_workflows import get, run, steps, write_workflow
+    s = start_server(tmp_path, api.port, "--kube-shim-image", "reg/kiln:0.1")
+    store = s.home / "blobs"
+    make = 'printf "0 1 2 3\\n" > "$KILN_OUTPUT_DIR/data.txt"'
+    use = 'cmp "$KILN_INPUT_DIR/make/data.txt" - <<EOF\n0 1 2 3\nEOF'
+    wf = write_workflow(tmp_path, (
+        "kind: Workflow\nname: w\nsteps:\n"
+        f"  - name: make\n    job: {{command: {json.dumps(['/bin/sh', '-c', make])}}}\n"
+        "  - name: use\n    needs: [make]\n"
+        "    inputs: [make.outputs/data.txt]\n"
+        "    requires: {commands: [cmp]}\n"
+        f"    job: {{command: {json.dumps(['/bin/sh', '-c', use])}}}\n"))
+    try:
+        rid = run(s, wf)
+
+        def play(step, n):
+            jid = wait_for(lambda: steps(get(s, rid))[step].get("job"),
+                           what=f"step {step}'s job")
+            name = f"kiln-{jid}-1"
+            job = wait_for(lambda: posted(api, name), what="the POST")
+            pod = Pod(api, job, tmp_path / f"pod{n}").start()
+            assert pod.wait() == 0, pod.output()
+            api.set_pod(name, 0, "pod-succeeded.json", log=pod.output(),
+                        message=pod.end_log.read_text())
+            api.set_job(name, "job-complete.json")
+            return job, pod
+
+        play("make", 1)
+        job, pod = play("use", 2)
+        env = {e["name"]: e["value"] for e in
+               job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        data = b"0 1 2 3\n"
+        (given,) = json.loads(env["KILN_INPUTS"])
+        assert given["name"] == "make/data.txt"
+        assert given["sha256"] == sha256(data) and given["size"] == len(data)
+        assert given["url"].startswith(f"file://{store}/")
+        assert json.loads(env["KILN_REQUIRES"])["commands"] == ["cmp"]
+        out = pod.output()
+        assert f"kiln: input make/data.txt fetched (sha256 {sha256(data)})" \
+            in out, out
+        w = wait_for(lambda: (lambda w: w if w["state"] != "running" else None)(
+            get(s, rid)), what="the run to end")
+        assert w["state"] == "succeeded", json.dumps(w["steps"])
+    finally:
+        s.stop()
