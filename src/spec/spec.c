@@ -3900,6 +3900,9 @@ static int read_step_from(struct walk *w, struct fy_node *node, void *target)
 
 	if (rc)
 		return rc;
+	/* Both register and deploy take one: a step with both is refused
+	   later, and keeps only the last. */
+	free(ctx->step->from);
 	ctx->step->from = kn_xstrdup(v.text);
 	ctx->cur->from = node;
 	return 0;

@@ -246,6 +246,13 @@ static const struct bad_case bad_cases[] = {
 	 "steps[0]",
 	 "w.yaml:4:28: steps[0]: step \"a\" must have exactly one of job, "
 	 "register or deploy"},
+	/* Both kinds name a from: the first one must not leak. */
+	{HEAD "  - {name: a, job: a.yaml}\n"
+	      "  - {name: b, needs: [a], register: {from: a, model: m},\n"
+	      "     deploy: {deployment: d, from: a}}\n",
+	 "steps[1]",
+	 "w.yaml:5:27: steps[1]: step \"b\" must have exactly one of job, "
+	 "register or deploy"},
 	{HEAD "  - {name: a}\n", "steps[0]",
 	 "w.yaml:4:5: steps[0]: step \"a\" must have exactly one of job, "
 	 "register or deploy"},
