@@ -103,7 +103,6 @@ void kn_alert_rules_free(struct kn_alert_rules *rules);
 bool kn_alert_rules_use(const struct kn_alert_rules *rules, const char *metric);
 
 const char *kn_alert_severity_name(enum kn_alert_severity s);
-const char *kn_alert_op_name(enum kn_alert_op op);
 
 /* ---- history ---- */
 

@@ -583,8 +583,3 @@ const char *kn_alert_severity_name(enum kn_alert_severity s)
 	       : s == KN_ALERT_CRITICAL ? "critical" : "warning";
 }
 
-const char *kn_alert_op_name(enum kn_alert_op op)
-{
-	static const char *const names[] = {">", ">=", "<", "<=", "==", "!="};
-	return (unsigned)op < 6 ? names[op] : "?";
-}

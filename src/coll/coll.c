@@ -190,16 +190,6 @@ int kn_coll_world_size(const struct kn_coll_world *w)
 	return w->size;
 }
 
-int kn_coll_world_local(const struct kn_coll_world *w)
-{
-	return w->local;
-}
-
-const char *kn_coll_world_backend(const struct kn_coll_world *w)
-{
-	return w->backend->name;
-}
-
 struct rank_thread {
 	pthread_t thread;
 	struct kn_coll_comm *comm;
@@ -417,52 +407,12 @@ int kn_coll_all_gather(struct kn_coll_comm *c, const void *send, void *recv,
 	return kn_coll_call(c, &a, err);
 }
 
-int kn_coll_reduce_scatter(struct kn_coll_comm *c, const void *send,
-			   void *recv, size_t count, enum kn_coll_type type,
-			   enum kn_coll_op op, struct kn_error *err)
-{
-	struct kn_coll_args a = {KN_COLL_REDUCE_SCATTER, send, recv, count,
-				 type, op, 0};
-
-	return kn_coll_call(c, &a, err);
-}
-
 int kn_coll_broadcast(struct kn_coll_comm *c, const void *send, void *recv,
 		      size_t count, enum kn_coll_type type, int root,
 		      struct kn_error *err)
 {
 	struct kn_coll_args a = {KN_COLL_BROADCAST, send, recv, count,
 				 type, KN_COLL_SUM, root};
-
-	return kn_coll_call(c, &a, err);
-}
-
-int kn_coll_reduce(struct kn_coll_comm *c, const void *send, void *recv,
-		   size_t count, enum kn_coll_type type, enum kn_coll_op op,
-		   int root, struct kn_error *err)
-{
-	struct kn_coll_args a = {KN_COLL_REDUCE, send, recv, count,
-				 type, op, root};
-
-	return kn_coll_call(c, &a, err);
-}
-
-int kn_coll_alltoall(struct kn_coll_comm *c, const void *send, void *recv,
-		     size_t count, enum kn_coll_type type,
-		     struct kn_error *err)
-{
-	struct kn_coll_args a = {KN_COLL_ALLTOALL, send, recv, count,
-				 type, KN_COLL_SUM, 0};
-
-	return kn_coll_call(c, &a, err);
-}
-
-int kn_coll_sendrecv(struct kn_coll_comm *c, const void *send, void *recv,
-		     size_t count, enum kn_coll_type type,
-		     struct kn_error *err)
-{
-	struct kn_coll_args a = {KN_COLL_SENDRECV, send, recv, count,
-				 type, KN_COLL_SUM, 0};
 
 	return kn_coll_call(c, &a, err);
 }

@@ -107,10 +107,8 @@ int kn_coll_world_new(const char *backend, int local_ranks,
 		      struct kn_coll_world **out, struct kn_error *err);
 /* Ends the backend (MPI_Finalize, NCCL communicators). NULL is fine. */
 void kn_coll_world_free(struct kn_coll_world *w);
-/* Ranks in the whole world, and in this process. */
+/* Ranks in the whole world. */
 int kn_coll_world_size(const struct kn_coll_world *w);
-int kn_coll_world_local(const struct kn_coll_world *w);
-const char *kn_coll_world_backend(const struct kn_coll_world *w);
 
 /*
  * Call fn(comm, arg) once for each rank of this process, each on its own
@@ -174,21 +172,9 @@ int kn_coll_all_reduce(struct kn_coll_comm *c, const void *send, void *recv,
 int kn_coll_all_gather(struct kn_coll_comm *c, const void *send, void *recv,
 		       size_t count, enum kn_coll_type type,
 		       struct kn_error *err);
-int kn_coll_reduce_scatter(struct kn_coll_comm *c, const void *send,
-			   void *recv, size_t count, enum kn_coll_type type,
-			   enum kn_coll_op op, struct kn_error *err);
 int kn_coll_broadcast(struct kn_coll_comm *c, const void *send, void *recv,
 		      size_t count, enum kn_coll_type type, int root,
 		      struct kn_error *err);
-int kn_coll_reduce(struct kn_coll_comm *c, const void *send, void *recv,
-		   size_t count, enum kn_coll_type type, enum kn_coll_op op,
-		   int root, struct kn_error *err);
-int kn_coll_alltoall(struct kn_coll_comm *c, const void *send, void *recv,
-		     size_t count, enum kn_coll_type type,
-		     struct kn_error *err);
-int kn_coll_sendrecv(struct kn_coll_comm *c, const void *send, void *recv,
-		     size_t count, enum kn_coll_type type,
-		     struct kn_error *err);
 
 /* ---- test data ---- */
 

@@ -136,11 +136,6 @@ void kn_timer_arm(struct kn_timer *t, int64_t ms)
 	evtimer_add(t->ev, &tv);
 }
 
-void kn_timer_cancel(struct kn_timer *t)
-{
-	evtimer_del(t->ev);
-}
-
 bool kn_timer_pending(const struct kn_timer *t)
 {
 	return evtimer_pending(t->ev, NULL) != 0;

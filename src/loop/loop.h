@@ -37,7 +37,6 @@ typedef void (*kn_loop_cb)(void *arg);
 struct kn_timer *kn_timer_new(struct kn_loop *loop, kn_loop_cb cb, void *arg);
 /* (Re)arm to fire once after ms milliseconds (0 = on the next turn). */
 void kn_timer_arm(struct kn_timer *t, int64_t ms);
-void kn_timer_cancel(struct kn_timer *t);
 bool kn_timer_pending(const struct kn_timer *t);
 void kn_timer_free(struct kn_timer *t);
 
