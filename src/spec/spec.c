@@ -2852,10 +2852,17 @@ static int read_limits(struct walk *w, struct fy_node *node, void *target)
 #define REVALIDATE_EVERY_MIN_MS 1000
 #define REVALIDATE_EVERY_MAX_MS (366LL * 24 * 3600 * 1000)
 
-static int read_revalidate_job(struct walk *w, struct fy_node *node,
-			       void *target)
+/*
+ * A job given by its file (relative to the owner's file, read by the
+ * client) or inline, where kind and name may be left out. inputs_reader,
+ * when set, replaces how an inline job's inputs: is read.
+ */
+static int read_job_or_file(struct walk *w, struct fy_node *node,
+			    const char *owner,
+			    int (*inputs_reader)(struct walk *, struct fy_node *,
+					       void *),
+			    char **job_file, struct kn_job_spec **job)
 {
-	struct kn_deployment_revalidate *r = target;
 	struct field fields[JF_COUNT];
 	struct fy_node_pair *seen[JF_COUNT];
 	struct value v;
@@ -2863,24 +2870,39 @@ static int read_revalidate_job(struct walk *w, struct fy_node *node,
 
 	if (rc)
 		return rc;
-	if (v.kind == V_STRING && v.len > 0) {
-		r->job_file = kn_xstrdup(v.text);
+	if (v.kind == V_STRING) {
+		if (v.len == 0)
+			return fail(w, node,
+				    "must be a job spec's file or an inline "
+				    "job; got an empty string");
+		*job_file = kn_xstrdup(v.text);
 		return 0;
 	}
 	if (v.kind != V_MAP)
 		return fail(w, node,
 			    "must be a job spec's file (relative to the "
-			    "deployment's) or an inline job mapping");
-	/* kind and name may be left out: the name is the deployment's. */
+			    "%s's) or an inline job mapping", owner);
 	memcpy(fields, job_fields, sizeof(fields));
 	fields[JF_KIND].required = false;
 	fields[JF_NAME].required = false;
-	r->job = kn_xcalloc(1, sizeof(*r->job));
-	set_defaults(r->job);
-	rc = walk_mapping(w, node, fields, JF_COUNT, r->job, seen);
+	if (inputs_reader)
+		fields[JF_INPUTS].read = inputs_reader;
+	*job = kn_xcalloc(1, sizeof(**job));
+	set_defaults(*job);
+	rc = walk_mapping(w, node, fields, JF_COUNT, *job, seen);
 	if (rc)
 		return rc;
-	return check_backoff(w, r->job, seen[JF_BACKOFF], seen[JF_BACKOFF_MAX]);
+	return check_backoff(w, *job, seen[JF_BACKOFF], seen[JF_BACKOFF_MAX]);
+}
+
+/* kind and name may be left out: the name is the deployment's. */
+static int read_revalidate_job(struct walk *w, struct fy_node *node,
+			       void *target)
+{
+	struct kn_deployment_revalidate *r = target;
+
+	return read_job_or_file(w, node, "deployment", NULL, &r->job_file,
+				&r->job);
 }
 
 static int read_revalidate_every(struct walk *w, struct fy_node *node,
@@ -3858,36 +3880,9 @@ static int refuse_step_job_inputs(struct walk *w, struct fy_node *node,
 static int read_step_job(struct walk *w, struct fy_node *node, void *target)
 {
 	struct workflow_ctx *ctx = target;
-	struct kn_workflow_step *st = ctx->step;
-	struct field fields[JF_COUNT];
-	struct fy_node_pair *seen[JF_COUNT];
-	struct value v;
-	int rc = classify(w, node, &v);
 
-	if (rc)
-		return rc;
-	if (v.kind == V_STRING) {
-		if (v.len == 0)
-			return fail(w, node,
-				    "must be a job spec's file or an inline "
-				    "job; got an empty string");
-		st->job_file = kn_xstrdup(v.text);
-		return 0;
-	}
-	if (v.kind != V_MAP)
-		return fail(w, node,
-			    "must be a job spec's file (relative to the "
-			    "workflow's) or an inline job mapping");
-	memcpy(fields, job_fields, sizeof(fields));
-	fields[JF_KIND].required = false;
-	fields[JF_NAME].required = false;
-	fields[JF_INPUTS].read = refuse_step_job_inputs;
-	st->job = kn_xcalloc(1, sizeof(*st->job));
-	set_defaults(st->job);
-	rc = walk_mapping(w, node, fields, JF_COUNT, st->job, seen);
-	if (rc)
-		return rc;
-	return check_backoff(w, st->job, seen[JF_BACKOFF], seen[JF_BACKOFF_MAX]);
+	return read_job_or_file(w, node, "workflow", refuse_step_job_inputs,
+				&ctx->step->job_file, &ctx->step->job);
 }
 
 static int read_step_from(struct walk *w, struct fy_node *node, void *target)
