@@ -287,15 +287,6 @@ void kube_deploy_clear(void)
 
 /* ---- the status view (pure) ---- */
 
-static const char *str_at(json_t *obj, const char *a, const char *b)
-{
-	json_t *v = json_object_get(obj, a);
-
-	if (b)
-		v = json_object_get(v, b);
-	return json_string_value(v);
-}
-
 static json_int_t int_at(json_t *obj, const char *a, const char *b)
 {
 	return json_integer_value(json_object_get(json_object_get(obj, a), b));
@@ -348,8 +339,8 @@ static json_t *pod_reason(json_t *pod, bool ready)
 	if (ready)
 		return json_null();
 	if (sched && !is_true(sched))
-		return why(str_at(sched, "reason", NULL),
-			   str_at(sched, "message", NULL));
+		return why(kube_str_at(sched, "reason", NULL),
+			   kube_str_at(sched, "message", NULL));
 	json_array_foreach(json_object_get(json_object_get(pod, "status"),
 					   "containerStatuses"), i, cs) {
 		json_t *waiting = json_object_get(json_object_get(cs, "state"),
@@ -357,22 +348,22 @@ static json_t *pod_reason(json_t *pod, bool ready)
 		json_t *term = json_object_get(json_object_get(cs, "state"),
 					       "terminated");
 		if (waiting)
-			return why(str_at(waiting, "reason", NULL),
-				   str_at(waiting, "message", NULL));
+			return why(kube_str_at(waiting, "reason", NULL),
+				   kube_str_at(waiting, "message", NULL));
 		if (term)
-			return why(str_at(term, "reason", NULL),
-				   str_at(term, "message", NULL));
+			return why(kube_str_at(term, "reason", NULL),
+				   kube_str_at(term, "message", NULL));
 	}
 	if (rc)
-		return why(str_at(rc, "reason", NULL),
-			   str_at(rc, "message", NULL));
-	return why(str_at(pod, "status", "phase"), NULL);
+		return why(kube_str_at(rc, "reason", NULL),
+			   kube_str_at(rc, "message", NULL));
+	return why(kube_str_at(pod, "status", "phase"), NULL);
 }
 
 static int pod_cmp(const void *a, const void *b)
 {
 	json_t *const *x = a, *const *y = b;
-	const char *nx = str_at(*x, "name", NULL), *ny = str_at(*y, "name", NULL);
+	const char *nx = kube_str_at(*x, "name", NULL), *ny = kube_str_at(*y, "name", NULL);
 
 	return strcmp(nx ? nx : "", ny ? ny : "");
 }
@@ -396,11 +387,11 @@ static json_t *pods_view(json_t *pods)
 			restarts += json_integer_value(
 				json_object_get(cs, "restartCount"));
 		v[i] = json_pack("{s:o, s:o, s:o, s:b, s:I, s:o}", "name",
-				 str_or_null(str_at(pod, "metadata", "name")),
+				 str_or_null(kube_str_at(pod, "metadata", "name")),
 				 "node",
-				 str_or_null(str_at(pod, "spec", "nodeName")),
+				 str_or_null(kube_str_at(pod, "spec", "nodeName")),
 				 "phase",
-				 str_or_null(str_at(pod, "status", "phase")),
+				 str_or_null(kube_str_at(pod, "status", "phase")),
 				 "ready", ready, "restarts", restarts,
 				 "reason", pod_reason(pod, ready));
 	}
@@ -422,7 +413,7 @@ json_t *kn_kube_deployment_view(json_t *d, json_t *pods)
 	json_int_t updated = int_at(d, "status", "updatedReplicas");
 	json_int_t avail = int_at(d, "status", "availableReplicas");
 	json_int_t total = int_at(d, "status", "replicas");
-	const char *preason = str_at(progressing, "reason", NULL);
+	const char *preason = kube_str_at(progressing, "reason", NULL);
 	const char *rollout;
 	json_t *reason = json_null(), *message = json_null();
 	size_t i;
@@ -431,13 +422,13 @@ json_t *kn_kube_deployment_view(json_t *d, json_t *pods)
 					   "conditions"), i, c)
 		json_array_append_new(
 			conds, json_pack("{s:o, s:o, s:o, s:o}", "type",
-					 str_or_null(str_at(c, "type", NULL)),
+					 str_or_null(kube_str_at(c, "type", NULL)),
 					 "status",
-					 str_or_null(str_at(c, "status", NULL)),
+					 str_or_null(kube_str_at(c, "status", NULL)),
 					 "reason",
-					 str_or_null(str_at(c, "reason", NULL)),
+					 str_or_null(kube_str_at(c, "reason", NULL)),
 					 "message",
-					 str_or_null(str_at(c, "message", NULL))));
+					 str_or_null(kube_str_at(c, "message", NULL))));
 	if (!d) {
 		rollout = "pending";
 	} else if (preason && !strcmp(preason, "ProgressDeadlineExceeded")) {
@@ -445,7 +436,7 @@ json_t *kn_kube_deployment_view(json_t *d, json_t *pods)
 		   the new pods never became available. */
 		rollout = "failed";
 		reason = json_string(preason);
-		message = str_or_null(str_at(progressing, "message", NULL));
+		message = str_or_null(kube_str_at(progressing, "message", NULL));
 	} else if (int_at(d, "status", "observedGeneration") <
 		   int_at(d, "metadata", "generation")) {
 		rollout = "pending"; /* the controller has not seen it yet */
@@ -456,11 +447,11 @@ json_t *kn_kube_deployment_view(json_t *d, json_t *pods)
 		rollout = "progressing";
 	}
 	if (d && json_is_null(reason) && available && !is_true(available)) {
-		reason = str_or_null(str_at(available, "reason", NULL));
-		message = str_or_null(str_at(available, "message", NULL));
+		reason = str_or_null(kube_str_at(available, "reason", NULL));
+		message = str_or_null(kube_str_at(available, "message", NULL));
 	} else if (d && json_is_null(reason) && preason) {
 		reason = json_string(preason);
-		message = str_or_null(str_at(progressing, "message", NULL));
+		message = str_or_null(kube_str_at(progressing, "message", NULL));
 	}
 	return json_pack("{s:I, s:I, s:I, s:I, s:s, s:o, s:o, s:o, s:o}",
 			 "desired", desired, "ready", ready, "updated", updated,
@@ -515,7 +506,7 @@ static void add_zones(struct kn_kube_client *c, json_t *view)
 	size_t i;
 
 	json_array_foreach(json_object_get(view, "pods"), i, pod) {
-		const char *node = str_at(pod, "node", NULL);
+		const char *node = kube_str_at(pod, "node", NULL);
 		const char *zone = node ? zone_of(c, node) : "";
 
 		json_object_set_new(pod, "zone",
@@ -543,8 +534,8 @@ struct item {
 static void api_error(char *out, const char *what, long status,
 		      json_t *answer, const struct kn_error *err)
 {
-	const char *reason = str_at(answer, "reason", NULL);
-	const char *msg = str_at(answer, "message", NULL);
+	const char *reason = kube_str_at(answer, "reason", NULL);
+	const char *msg = kube_str_at(answer, "message", NULL);
 
 	if (err)
 		snprintf(out, ERROR_MAX, "%s: %.200s", what, err->message);
@@ -603,19 +594,6 @@ static int call(struct kn_kube_client *c, enum call kind, const char *path,
 		kn_log(KN_LOG_WARN, "kubernetes: deployment %s: %s", it->name,
 		       it->error);
 	return rc;
-}
-
-static json_t *named(json_t *list, const char *name)
-{
-	json_t *item;
-	size_t i;
-
-	json_array_foreach(json_object_get(list, "items"), i, item) {
-		const char *n = str_at(item, "metadata", "name");
-		if (n && !strcmp(n, name))
-			return item;
-	}
-	return NULL;
 }
 
 /* The list's items labelled kiln.dev/deployment=kname. New array. */
@@ -801,8 +779,8 @@ static int list(struct kn_kube_client *c, const char *path, json_t **out,
 		return -1;
 	}
 	if (status != 200) {
-		const char *reason = str_at(*out, "reason", NULL);
-		const char *msg = str_at(*out, "message", NULL);
+		const char *reason = kube_str_at(*out, "reason", NULL);
+		const char *msg = kube_str_at(*out, "message", NULL);
 
 		snprintf(error, ERROR_MAX, "GET %s: HTTP %ld%s%s%s%s", path,
 			 status, reason ? " " : "", reason ? reason : "",
@@ -865,7 +843,7 @@ void kube_deploy_turn(struct kn_kube_client *c, const char *ns,
 			remove_both(c, ns, it->kname, it);
 			continue;
 		}
-		apply(c, ns, it, named(deps, it->kname), &current);
+		apply(c, ns, it, kube_item_named(deps, it->kname), &current);
 		mine = pods_of(pods, it->kname);
 		it->view = kn_kube_deployment_view(current, mine);
 		add_zones(c, it->view);
@@ -878,7 +856,7 @@ void kube_deploy_turn(struct kn_kube_client *c, const char *ns,
 
 		json_array_foreach(json_object_get(deps, "items"), i, d) {
 			struct item orphan = {0};
-			const char *kname = str_at(d, "metadata", "name");
+			const char *kname = kube_str_at(d, "metadata", "name");
 			const char *label = json_string_value(json_object_get(
 				json_object_get(json_object_get(d, "metadata"),
 						"labels"),

@@ -193,15 +193,6 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 
 /* ---- a task's state from the API's objects ---- */
 
-static const char *str_at(json_t *obj, const char *a, const char *b)
-{
-	json_t *v = json_object_get(obj, a);
-
-	if (b)
-		v = json_object_get(v, b);
-	return json_string_value(v);
-}
-
 /* RFC 3339 "2026-12-03T04:05:06Z" as ms since the epoch, 0 if not. */
 static int64_t time_ms(const char *s)
 {
@@ -249,7 +240,7 @@ static json_t *rank_pod(json_t *pods, int rank)
 			json_object_get(json_object_get(pod, "metadata"),
 					"annotations"),
 			INDEX_ANNOTATION));
-		const char *at = str_at(pod, "metadata", "creationTimestamp");
+		const char *at = kube_str_at(pod, "metadata", "creationTimestamp");
 
 		if (idx ? atoi(idx) != rank : rank != 0)
 			continue;
@@ -295,8 +286,8 @@ static void ended(struct kn_kube_task_view *v, int exit_code, int sig,
 static void shim_report(json_t *term, struct kn_kube_task_view *v,
 			char *why, size_t len)
 {
-	json_t *doc = json_loads(str_at(term, "message", NULL) ?
-				 str_at(term, "message", NULL) : "", 0, NULL);
+	json_t *doc = json_loads(kube_str_at(term, "message", NULL) ?
+				 kube_str_at(term, "message", NULL) : "", 0, NULL);
 	const char *ck = json_string_value(json_object_get(doc, "checkpoint"));
 	const char *re = json_string_value(json_object_get(doc, "restored"));
 	const char *reason = json_string_value(json_object_get(doc, "reason"));
@@ -338,9 +329,9 @@ static bool pod_state(json_t *pod, struct kn_kube_task_view *v)
 				       "terminated");
 	json_t *run = json_object_get(json_object_get(cs, "state"), "running");
 	json_t *disrupted = condition_true(pod, "DisruptionTarget");
-	const char *phase = str_at(pod, "status", "phase");
-	const char *pod_reason = str_at(pod, "status", "reason");
-	const char *term_reason = str_at(term, "reason", NULL);
+	const char *phase = kube_str_at(pod, "status", "phase");
+	const char *pod_reason = kube_str_at(pod, "status", "reason");
+	const char *term_reason = kube_str_at(term, "reason", NULL);
 	int code = term ? (int)json_integer_value(json_object_get(term,
 								  "exitCode"))
 			: -1;
@@ -349,18 +340,18 @@ static bool pod_state(json_t *pod, struct kn_kube_task_view *v)
 		       : 0;
 	char why[96], shim_why[96] = "";
 
-	v->started_at_ms = time_ms(str_at(run ? run : term, "startedAt", NULL));
+	v->started_at_ms = time_ms(kube_str_at(run ? run : term, "startedAt", NULL));
 	if (!v->started_at_ms)
-		v->started_at_ms = time_ms(str_at(pod, "status", "startTime"));
-	v->ended_at_ms = time_ms(str_at(term, "finishedAt", NULL));
+		v->started_at_ms = time_ms(kube_str_at(pod, "status", "startTime"));
+	v->ended_at_ms = time_ms(kube_str_at(term, "finishedAt", NULL));
 	if (term)
 		shim_report(term, v, shim_why, sizeof(shim_why));
 	if (disrupted) {
 		/* Taken away (spot eviction, preemption, node drain): not the
 		   task's failure; it may still be saving its checkpoint. */
 		snprintf(why, sizeof(why), "disrupted: %s",
-			 str_at(disrupted, "reason", NULL) ?
-				 str_at(disrupted, "reason", NULL) : "unknown");
+			 kube_str_at(disrupted, "reason", NULL) ?
+				 kube_str_at(disrupted, "reason", NULL) : "unknown");
 		ended(v, code, sig, why);
 		v->preempted = true;
 		return true;
@@ -377,8 +368,8 @@ static bool pod_state(json_t *pod, struct kn_kube_task_view *v)
 		ended(v, code, sig ? sig : SIGKILL, "timeout");
 	} else if (pod_reason) {
 		snprintf(why, sizeof(why), "%s: %s", pod_reason,
-			 str_at(pod, "status", "message") ?
-				 str_at(pod, "status", "message") : "");
+			 kube_str_at(pod, "status", "message") ?
+				 kube_str_at(pod, "status", "message") : "");
 		ended(v, code, sig, why);
 	} else if (term_reason && strcmp(term_reason, "Error") != 0 &&
 		   strcmp(term_reason, "Completed") != 0) {
@@ -401,8 +392,8 @@ void kn_kube_task_state(json_t *job, json_t *pods, int rank, bool stopping,
 	out->exit_code = -1;
 	if (pod) {
 		snprintf(out->pod, sizeof(out->pod), "%s",
-			 str_at(pod, "metadata", "name") ?
-				 str_at(pod, "metadata", "name") : "");
+			 kube_str_at(pod, "metadata", "name") ?
+				 kube_str_at(pod, "metadata", "name") : "");
 		if (pod_state(pod, out))
 			return;
 	}
@@ -414,7 +405,7 @@ void kn_kube_task_state(json_t *job, json_t *pods, int rank, bool stopping,
 		return;
 	}
 	if ((cond = condition_true(job, "Failed"))) {
-		const char *reason = str_at(cond, "reason", NULL);
+		const char *reason = kube_str_at(cond, "reason", NULL);
 
 		if (reason && !strcmp(reason, "DeadlineExceeded")) {
 			ended(out, -1, SIGKILL, "timeout");
@@ -723,7 +714,7 @@ static void submit(struct kube_exec *ex, struct attempt *a)
 			 detail);
 		goto failed;
 	}
-	uid = str_at(answer, "metadata", "uid");
+	uid = kube_str_at(answer, "metadata", "uid");
 	a->submitted = true;
 	if (svc) {
 		/* Deleted with its Job by the garbage collector. */
@@ -896,19 +887,6 @@ static json_t *items_of(json_t *list, const char *name)
 	return out;
 }
 
-static json_t *job_named(json_t *list, const char *name)
-{
-	json_t *item;
-	size_t i;
-
-	json_array_foreach(json_object_get(list, "items"), i, item) {
-		const char *n = str_at(item, "metadata", "name");
-		if (n && !strcmp(n, name))
-			return item;
-	}
-	return NULL;
-}
-
 static int list(struct kube_exec *ex, const char *path, json_t **out)
 {
 	struct kn_error err;
@@ -946,7 +924,7 @@ static void follow(struct kube_exec *ex, struct attempt *head)
 
 		if (!a->submitted)
 			continue;
-		job = job_named(jobs, a->name);
+		job = kube_item_named(jobs, a->name);
 		mine = items_of(pods, a->name);
 		for (int r = 0; r < a->ntasks; r++) {
 			struct kn_kube_task_view v;
@@ -1086,8 +1064,8 @@ static void attempt_add(struct kube_exec *ex, const char *dir,
 	struct kn_task_status st;
 
 	a->dir = kn_xstrdup(dir);
-	kn_strlcpy(a->name, str_at(job, "metadata", "name") ?
-			    str_at(job, "metadata", "name") : "",
+	kn_strlcpy(a->name, kube_str_at(job, "metadata", "name") ?
+			    kube_str_at(job, "metadata", "name") : "",
 		   sizeof(a->name));
 	a->ntasks = (int)json_integer_value(json_object_get(
 		json_object_get(job, "spec"), "completions"));

@@ -6,8 +6,36 @@
 #define KILN_KUBE_INTERNAL_H
 
 #include <stdbool.h>
+#include <string.h>
+
+#include <jansson.h>
 
 #include "kube/kube.h"
+
+/* obj.a.b (or obj.a when b is NULL) as a string, or NULL. */
+static inline const char *kube_str_at(json_t *obj, const char *a,
+				      const char *b)
+{
+	json_t *v = json_object_get(obj, a);
+
+	if (b)
+		v = json_object_get(v, b);
+	return json_string_value(v);
+}
+
+/* The item of an API list whose metadata.name is name, or NULL. */
+static inline json_t *kube_item_named(json_t *list, const char *name)
+{
+	json_t *item;
+	size_t i;
+
+	json_array_foreach(json_object_get(list, "items"), i, item) {
+		const char *n = kube_str_at(item, "metadata", "name");
+		if (n && !strcmp(n, name))
+			return item;
+	}
+	return NULL;
+}
 
 /* Wake the worker now (deployments changed); no-op when it is not up. */
 void kube_exec_wake(void);

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "kube/internal.h"
 #include "kube/kube.h"
 
 #define GPU_RESOURCE "nvidia.com/gpu"
@@ -54,15 +55,6 @@ void kn_kube_cluster_free(struct kn_kube_cluster *c)
 	free(c);
 }
 
-static const char *str_at(json_t *obj, const char *a, const char *b)
-{
-	json_t *v = json_object_get(obj, a);
-
-	if (b)
-		v = json_object_get(v, b);
-	return json_string_value(v);
-}
-
 /* obj's string member key, or dflt. */
 static const char *str_or(json_t *obj, const char *key, const char *dflt)
 {
@@ -81,7 +73,7 @@ static int check_items(json_t *list, const char *what, struct kn_error *err)
 		return kn_errorf(err, KN_EINVAL, "items",
 				 "%s list: items is not an array", what);
 	json_array_foreach(items, i, item)
-		if (!str_at(item, "metadata", "name"))
+		if (!kube_str_at(item, "metadata", "name"))
 			return kn_errorf(err, KN_EINVAL, "items",
 					 "%s list: items[%zu] has no "
 					 "metadata.name", what, i);
@@ -121,9 +113,9 @@ int kn_kube_cluster_set_pods(struct kn_kube_cluster *c, json_t *pod_list,
 
 static bool same_pod(json_t *pod, const char *ns, const char *name)
 {
-	const char *pns = str_at(pod, "metadata", "namespace");
+	const char *pns = kube_str_at(pod, "metadata", "namespace");
 
-	return !strcmp(str_at(pod, "metadata", "name"), name) &&
+	return !strcmp(kube_str_at(pod, "metadata", "name"), name) &&
 	       !strcmp(pns ? pns : "", ns ? ns : "");
 }
 
@@ -142,8 +134,8 @@ static ssize_t find_pod(const struct kn_kube_cluster *c, const char *ns,
 int kn_kube_cluster_pod_event(struct kn_kube_cluster *c, const char *type,
 			      json_t *pod, struct kn_error *err)
 {
-	const char *name = str_at(pod, "metadata", "name");
-	const char *ns = str_at(pod, "metadata", "namespace");
+	const char *name = kube_str_at(pod, "metadata", "name");
+	const char *ns = kube_str_at(pod, "metadata", "namespace");
 	bool deleted = !strcmp(type, "DELETED");
 	ssize_t at;
 
@@ -167,7 +159,7 @@ int kn_kube_cluster_pod_event(struct kn_kube_cluster *c, const char *type,
 
 static bool pod_ended(json_t *pod)
 {
-	const char *phase = str_at(pod, "status", "phase");
+	const char *phase = kube_str_at(pod, "status", "phase");
 
 	return phase && (!strcmp(phase, "Succeeded") ||
 			 !strcmp(phase, "Failed"));
@@ -175,9 +167,9 @@ static bool pod_ended(json_t *pod)
 
 static bool pod_pending_here(const struct kn_kube_cluster *c, json_t *pod)
 {
-	const char *sched = str_at(pod, "spec", "schedulerName");
-	const char *node = str_at(pod, "spec", "nodeName");
-	const char *phase = str_at(pod, "status", "phase");
+	const char *sched = kube_str_at(pod, "spec", "schedulerName");
+	const char *node = kube_str_at(pod, "spec", "nodeName");
+	const char *phase = kube_str_at(pod, "status", "phase");
 
 	return sched && !strcmp(sched, c->scheduler) && (!node || !*node) &&
 	       (!phase || !strcmp(phase, "Pending")) &&
@@ -188,10 +180,10 @@ static bool pod_pending_here(const struct kn_kube_cluster *c, json_t *pod)
 static int pending_cmp(const void *a, const void *b)
 {
 	json_t *const *pa = a, *const *pb = b;
-	const char *ta = str_at(*pa, "metadata", "creationTimestamp");
-	const char *tb = str_at(*pb, "metadata", "creationTimestamp");
-	const char *na = str_at(*pa, "metadata", "namespace");
-	const char *nb = str_at(*pb, "metadata", "namespace");
+	const char *ta = kube_str_at(*pa, "metadata", "creationTimestamp");
+	const char *tb = kube_str_at(*pb, "metadata", "creationTimestamp");
+	const char *na = kube_str_at(*pa, "metadata", "namespace");
+	const char *nb = kube_str_at(*pb, "metadata", "namespace");
 	int d;
 
 	/* RFC 3339 in UTC with whole seconds: text order is time order. */
@@ -199,8 +191,8 @@ static int pending_cmp(const void *a, const void *b)
 	if (d == 0)
 		d = strcmp(na ? na : "", nb ? nb : "");
 	if (d == 0)
-		d = strcmp(str_at(*pa, "metadata", "name"),
-			   str_at(*pb, "metadata", "name"));
+		d = strcmp(kube_str_at(*pa, "metadata", "name"),
+			   kube_str_at(*pb, "metadata", "name"));
 	return d;
 }
 
@@ -215,9 +207,9 @@ size_t kn_kube_cluster_pending(const struct kn_kube_cluster *c,
 			list[n++] = pod;
 	qsort(list, n, sizeof(*list), pending_cmp);
 	for (i = 0; i < n && i < max; i++) {
-		const char *ns = str_at(list[i], "metadata", "namespace");
+		const char *ns = kube_str_at(list[i], "metadata", "namespace");
 		out[i].namespace_ = ns ? ns : "";
-		out[i].name = str_at(list[i], "metadata", "name");
+		out[i].name = kube_str_at(list[i], "metadata", "name");
 	}
 	free(list);
 	return n;
@@ -261,7 +253,7 @@ static int pod_shape(json_t *pod, struct pod_shape *out,
 					     "containers"), *ctr;
 	json_t *ann = json_object_get(json_object_get(pod, "metadata"),
 				      "annotations");
-	const char *name = str_at(pod, "metadata", "name");
+	const char *name = kube_str_at(pod, "metadata", "name");
 	const char *share = json_string_value(
 		json_object_get(ann, KN_KUBE_ANN_GPU_MILLI));
 	const char *index = json_string_value(
@@ -361,7 +353,7 @@ static bool in_values(json_t *values, const char *v)
    such label or field). */
 static bool requirement(json_t *req, const char *v)
 {
-	const char *op = str_at(req, "operator", NULL);
+	const char *op = kube_str_at(req, "operator", NULL);
 	json_t *values = json_object_get(req, "values");
 	const char *first = json_string_value(json_array_get(values, 0));
 
@@ -395,7 +387,7 @@ static bool term_holds(json_t *term, json_t *node, json_t *labels)
 		if (!requirement(req,
 				 !strcmp(str_or(req, "key", ""),
 					 "metadata.name") ?
-					 str_at(node, "metadata", "name") :
+					 kube_str_at(node, "metadata", "name") :
 					 NULL))
 			return false;
 	return true;
@@ -489,7 +481,7 @@ static int node_amounts(const struct kn_kube_cluster *c, json_t *node,
 {
 	json_t *alloc = json_object_get(json_object_get(node, "status"),
 					"allocatable");
-	const char *name = str_at(node, "metadata", "name");
+	const char *name = kube_str_at(node, "metadata", "name");
 	const char *product = json_string_value(json_object_get(
 		json_object_get(json_object_get(node, "metadata"), "labels"),
 		KN_KUBE_LABEL_PRODUCT));
@@ -563,7 +555,7 @@ static void charge_bound(const struct kn_kube_cluster *c, struct view *v)
 		json_t *pod;
 
 		json_array_foreach(c->pods, i, pod) {
-			const char *node = str_at(pod, "spec", "nodeName");
+			const char *node = kube_str_at(pod, "spec", "nodeName");
 			struct pod_shape s;
 			bool share;
 
@@ -575,7 +567,7 @@ static void charge_bound(const struct kn_kube_cluster *c, struct view *v)
 			    (pass == 1 && share) || (pass == 2 && !share))
 				continue;
 			for (size_t k = 0; k < v->n; k++)
-				if (!strcmp(str_at(v->nodes[k], "metadata",
+				if (!strcmp(kube_str_at(v->nodes[k], "metadata",
 						   "name"), node))
 					charge(v, k, &s);
 		}
@@ -680,7 +672,7 @@ int kn_kube_place(struct kn_kube_cluster *c,
 		goto out;
 	}
 	memset(out, 0, sizeof(*out));
-	kn_strlcpy(out->node, str_at(v.nodes[placed.node], "metadata", "name"),
+	kn_strlcpy(out->node, kube_str_at(v.nodes[placed.node], "metadata", "name"),
 		   sizeof(out->node));
 	out->n_gpus = placed.n_gpus;
 	memcpy(out->gpus, placed.gpus, sizeof(out->gpus));
@@ -764,7 +756,7 @@ static void placement(struct kn_kube_placement *p, json_t *pod,
 	kn_strlcpy(p->namespace_, str_or(json_object_get(pod, "metadata"),
 					 "namespace", ""),
 		   sizeof(p->namespace_));
-	kn_strlcpy(p->name, str_at(pod, "metadata", "name"), sizeof(p->name));
+	kn_strlcpy(p->name, kube_str_at(pod, "metadata", "name"), sizeof(p->name));
 	p->d = *d;
 }
 
@@ -836,7 +828,7 @@ int kn_kube_place_gang(struct kn_kube_cluster *c,
 	   entries), nodes are shared and never changed. */
 	trial.pods = json_copy(c->pods);
 	json_array_foreach(members, i, other) {
-		const char *oname = str_at(other, "metadata", "name");
+		const char *oname = kube_str_at(other, "metadata", "name");
 
 		rc = kn_kube_place(&trial, policy, ns, oname, &d, err);
 		if (rc == -ENOSPC) {
