@@ -430,6 +430,19 @@ static int record_states(struct record *rec, struct kn_error *err)
 	return 0;
 }
 
+/* The ledger's record of task t: where, whose and when it ran. */
+static void task_alloc(const struct kn_cost_task_row *t,
+		       struct kn_ledger_alloc *a)
+{
+	a->node = t->node;
+	a->job_id = t->job_id;
+	a->attempt = t->attempt;
+	a->user = t->owner;
+	a->deployment = t->deployment;
+	a->start_ms = t->started_at;
+	a->end_ms = t->ended_at;
+}
+
 static int record_tasks(struct server *s, struct record *rec,
 			struct kn_error *err)
 {
@@ -444,13 +457,7 @@ static int record_tasks(struct server *s, struct record *rec,
 			rec->unresolved++;
 			continue;
 		}
-		a.node = t->node;
-		a.job_id = t->job_id;
-		a.attempt = t->attempt;
-		a.user = t->owner;
-		a.deployment = t->deployment;
-		a.start_ms = t->started_at;
-		a.end_ms = t->ended_at;
+		task_alloc(t, &a);
 		a.lost = t->attempt_state == KN_JOB_PREEMPTED ||
 			 t->attempt_state == KN_JOB_FAILED;
 		a.checkpoint_ms = t->checkpoint_at;
@@ -487,13 +494,7 @@ static int record_cpu_tasks(struct record *rec, struct kn_error *err)
 		if (!u || !record_node(rec, t->node))
 			continue;
 		memset(&a, 0, sizeof(a));
-		a.node = t->node;
-		a.job_id = t->job_id;
-		a.attempt = t->attempt;
-		a.user = t->owner;
-		a.deployment = t->deployment;
-		a.start_ms = t->started_at;
-		a.end_ms = t->ended_at;
+		task_alloc(t, &a);
 		usage_fill(u, &a);
 		if (kn_ledger_add_alloc(rec->ledger, &a, err) < 0)
 			return -EINVAL;
