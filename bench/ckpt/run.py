@@ -16,10 +16,34 @@ side). Then, each repeated --rounds times in alternating order, median kept:
             Azurite (in memory) for each measurement.
   restore   `kiln ckpt restore` (download + sha256 verify) from each store.
 
+The source files of these stay in the page cache throughout, for every
+side alike.
+
+Then save and upload, what a user waits for: from the moment the trainer
+starts saving until the checkpoint is complete in the store. save.py
+writes the same 1 GiB checkpoint into CKPT_DIR/step-000100.tmp/, file by
+file, and renames it to step-000100 (the commit). Each side writes fresh
+files into a fresh directory, deleted afterwards, so the first-touch cost
+is the same for all; in alternating order per round:
+
+  kiln      `kiln shim --kube -- python3 save.py ...`: the pod shim,
+            kiln's checkpoint sync beside a task, run standalone (no
+            Kubernetes). Timed until the shim exits, which it does only
+            once the task has exited and its last committed checkpoint is
+            uploaded (MANIFEST.json last, checked afterwards).
+  file://   against save.py, then the plain `dd bs=16M` copies as above.
+  Azurite   against save.py, then the one-after-another `curl -T` as
+            above; a fresh Azurite for each measurement.
+  save      save.py alone, once per round: the part of each that is the
+            save.
+
+--only-save-upload runs only these (after the one-off save, whose first
+file warms each Azurite); --no-azurite leaves Azurite out of both.
+
 Ratios are peer time / kiln time, the median of each round's ratio: above
-1.0 kiln is faster. The source files
-stay in the page cache throughout, for every side alike. Prints a table and
-writes JSON to --out.
+1.0 kiln is faster. Prints a table and writes JSON to --out: times_s and
+median_s per measurement, and under "shim" each kiln save + sync's task
+time (save.py under the shim) and the shim's "checkpoint ... synced" line.
 """
 import argparse
 import base64
@@ -36,12 +60,14 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from save import FILE_MIB, FILES, write_checkpoint
+
 ROOT = Path(__file__).resolve().parents[2]
+SAVE_PY = Path(__file__).resolve().parent / "save.py"
+NAME = "step-000100"
 ACCOUNT = "devstoreaccount1"
 KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
        "K1SZFPTOtr/KBHBeksoGMGw==")
-FILES = 16
-FILE_MIB = 64
 
 
 def timed(fn):
@@ -57,17 +83,6 @@ def run(args, env=None):
     return proc.stdout
 
 
-def save(ckpt):
-    """Write the checkpoint the way a trainer would: file by file."""
-    ckpt.mkdir(parents=True)
-    block = os.urandom(FILE_MIB << 20)
-    for i in range(FILES):
-        # each file distinct: a counter in its first bytes
-        with open(ckpt / f"shard-{i:02d}.bin", "wb") as f:
-            f.write(i.to_bytes(8, "little"))
-            f.write(memoryview(block)[8:])
-
-
 def sas(container):
     fields = ["racwdl", "", "2099-01-01T00:00:00Z", f"/blob/{ACCOUNT}/{container}",
               "", "", "", "2023-11-03", "c", "", "", "", "", "", "", ""]
@@ -77,23 +92,42 @@ def sas(container):
             + urllib.parse.quote(sig, safe=""))
 
 
+def curl_args(url, files, parallel):
+    """One curl process sending files as Put Blob with a SAS token."""
+    args = ["curl", "-sS", "--fail", "-H", "x-ms-blob-type: BlockBlob",
+            "-H", "x-ms-version: 2023-11-03", "-H", "Expect:"]
+    if parallel:
+        args += ["--parallel", "--parallel-max", "6"]
+    for f in files:
+        args += ["-T", str(f), f"{url}/curl/{f.name}?{sas('bench')}",
+                 "-o", "/dev/null"]
+    return args
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-azurite", action="store_true")
+    ap.add_argument("--only-save-upload", action="store_true",
+                    help="only the save + upload measurements")
     a = ap.parse_args()
     kiln = a.kiln
     work = Path(tempfile.mkdtemp(prefix="kiln-bench-ckpt-", dir="/var/tmp"))
     gib = FILES * FILE_MIB / 1024
     times = {k: [] for k in ("kiln_file", "dd", "dd_fsync", "restore_file",
                              "kiln_azurite", "curl_seq", "curl_par",
-                             "restore_azurite")}
+                             "restore_azurite", "save_alone",
+                             "kiln_save_sync_file", "save_dd",
+                             "kiln_save_sync_azurite", "save_curl")}
+    # per kiln measurement: the task's own run time (save.py, from the
+    # shim's status.json) and the shim's line for the upload it made
+    shim = {"file": [], "azurite": []}
     azurite_state = work / "azurite"
     try:
-        ckpt = work / "step-000100"
-        save_s = timed(lambda: save(ckpt))
+        save_s = timed(lambda: write_checkpoint(work, NAME))
+        ckpt = work / NAME
         files = sorted(ckpt.iterdir())
         store = work / "store"
         dd_dir = work / "dd"
@@ -121,7 +155,7 @@ def main():
             return timed(lambda: run([kiln, "ckpt", "restore", url, "1", str(dest)],
                                       env=env))
 
-        for r in range(a.rounds):
+        for r in range(0 if a.only_save_upload else a.rounds):
             order = [("kiln_file", kiln_file), ("dd", lambda: dd([])),
                      ("dd_fsync", lambda: dd(["conv=fsync"]))]
             if r % 2:
@@ -130,6 +164,91 @@ def main():
                 times[name].append(fn())
             times["restore_file"].append(restore(f"file://{store}"))
         shutil.rmtree(dd_dir, ignore_errors=True)
+        shutil.rmtree(store, ignore_errors=True)
+
+        save_dir = work / "save"
+        task_dir = work / "task"
+
+        def save_then(copy):
+            """save.py into a fresh save_dir, then copy(its files)."""
+            shutil.rmtree(save_dir, ignore_errors=True)
+            run(["sync"])
+            def both():
+                run(["/usr/bin/python3", str(SAVE_PY), str(save_dir), NAME])
+                copy(sorted((save_dir / NAME).iterdir()))
+            try:
+                return timed(both)
+            finally:
+                shutil.rmtree(save_dir, ignore_errors=True)
+
+        def save_sync(url, job, env, manifest_exists):
+            """The shim around save.py until it exits, then the manifest:
+            the time and what the shim said of its run."""
+            shutil.rmtree(save_dir, ignore_errors=True)
+            shutil.rmtree(task_dir, ignore_errors=True)
+            env = dict(env, KILN_TASK_DIR=str(task_dir),
+                       KILN_CHECKPOINT_DIR=str(save_dir), KILN_STORE=url,
+                       KILN_JOB_ID=str(job), KILN_ATTEMPT="1",
+                       KILN_CHECKPOINT_KEEP="3")
+            # nothing else of a pod's: no outputs, inputs or ranks
+            for k in ("KILN_OUTPUT_DIR", "KILN_OUTPUT_STORE", "KILN_INPUTS",
+                      "KILN_INPUT_DIR", "KILN_TERMINATION_LOG", "KILN_REQUIRES",
+                      "KILN_RESUME_FROM", "RANK"):
+                env.pop(k, None)
+            args = [kiln, "shim", "--kube", "--", "/usr/bin/python3",
+                    str(SAVE_PY), str(save_dir), NAME]
+            run(["sync"])
+            t0 = time.monotonic()
+            proc = subprocess.run(args, env=env, capture_output=True, text=True)
+            t = time.monotonic() - t0
+            try:
+                lines = [ln for ln in proc.stderr.splitlines()
+                         if ln.startswith(f"kiln: checkpoint {NAME} synced")]
+                if proc.returncode != 0 or not lines or not manifest_exists(job):
+                    sys.exit(f"bench/ckpt: kiln shim --kube (exit "
+                             f"{proc.returncode}) left no {job}/checkpoints/"
+                             f"{NAME}/MANIFEST.json in {url}: {proc.stderr}")
+                status = json.loads((task_dir / "status.json").read_text())
+                task_s = (status["ended_at_ms"] - status["started_at_ms"]) / 1000
+                return t, {"task_s": task_s, "synced": lines[-1]}
+            finally:
+                shutil.rmtree(save_dir, ignore_errors=True)
+                shutil.rmtree(task_dir, ignore_errors=True)
+
+        def save_alone():
+            return save_then(lambda saved: None)
+
+        def kiln_save_sync_file(job):
+            shutil.rmtree(store, ignore_errors=True)
+            try:
+                t, report = save_sync(
+                    f"file://{store}", job, os.environ,
+                    lambda job: (store / str(job) / "checkpoints" / NAME /
+                                 "MANIFEST.json").is_file())
+            finally:
+                shutil.rmtree(store, ignore_errors=True)
+            shim["file"].append(report)
+            return t
+
+        def save_dd():
+            shutil.rmtree(dd_dir, ignore_errors=True)
+            dd_dir.mkdir()
+            def copy(saved):
+                for f in saved:
+                    run(["dd", f"if={f}", f"of={dd_dir / f.name}", "bs=16M",
+                         "status=none"])
+            try:
+                return save_then(copy)
+            finally:
+                shutil.rmtree(dd_dir, ignore_errors=True)
+
+        for r in range(a.rounds):
+            order = [("kiln_save_sync_file", lambda: kiln_save_sync_file(100 + r)),
+                     ("save_dd", save_dd), ("save_alone", save_alone)]
+            if r % 2:
+                order.reverse()
+            for name, fn in order:
+                times[name].append(fn())
 
         if not a.no_azurite:
             # A fresh Azurite for each measurement: it keeps blobs (even
@@ -159,19 +278,35 @@ def main():
 
             def curl(parallel):
                 def measure(url, env):
-                    args = ["curl", "-sS", "--fail", "-H", "x-ms-blob-type: BlockBlob",
-                            "-H", "x-ms-version: 2023-11-03", "-H", "Expect:"]
-                    if parallel:
-                        args += ["--parallel", "--parallel-max", "6"]
-                    for f in files:
-                        args += ["-T", str(f), f"{url}/curl/{f.name}?{sas('bench')}",
-                                 "-o", "/dev/null"]
-                    return timed(lambda: run(args))
+                    return timed(lambda: run(curl_args(url, files, parallel)))
                 return measure
 
-            for r in range(a.rounds):
+            for r in range(0 if a.only_save_upload else a.rounds):
                 order = [("kiln_azurite", kiln_az), ("curl_seq", curl(False)),
                          ("curl_par", curl(True))]
+                if r % 2:
+                    order.reverse()
+                for name, fn in order:
+                    times[name].append(with_azurite(fn))
+
+            def kiln_save_sync_az(job):
+                def measure(url, env):
+                    def manifest_exists(job):
+                        return subprocess.run(
+                            [kiln, "blob", "stat", url,
+                             f"{job}/checkpoints/{NAME}/MANIFEST.json"],
+                            env=env, capture_output=True).returncode == 0
+                    t, report = save_sync(url, job, env, manifest_exists)
+                    shim["azurite"].append(report)
+                    return t
+                return measure
+
+            def save_curl(url, env):
+                return save_then(lambda saved: run(curl_args(url, saved, False)))
+
+            for r in range(a.rounds):
+                order = [("kiln_save_sync_azurite", kiln_save_sync_az(100 + r)),
+                         ("save_curl", save_curl)]
                 if r % 2:
                     order.reverse()
                 for name, fn in order:
@@ -184,7 +319,7 @@ def main():
 
     med = {k: statistics.median(v) for k, v in times.items() if v}
     result = {"gib": gib, "files": FILES, "save_s": save_s, "rounds": a.rounds,
-              "times_s": times, "median_s": med}
+              "times_s": times, "median_s": med, "shim": shim}
     print(f"checkpoint: {FILES} files, {gib:.2f} GiB; saved in {save_s:.2f} s")
     print(f"{'':34} {'median s':>9} {'GB/s':>7} {'peer/kiln':>10}")
 
@@ -205,6 +340,11 @@ def main():
     row("curl -T, one after another", "curl_seq", "kiln_azurite")
     row("curl -T --parallel 6", "curl_par", "kiln_azurite")
     row("kiln ckpt restore azurite", "restore_azurite")
+    row("save.py alone", "save_alone")
+    row("kiln save + sync file://", "kiln_save_sync_file")
+    row("save, then dd bs=16M", "save_dd", "kiln_save_sync_file")
+    row("kiln save + sync azurite", "kiln_save_sync_azurite")
+    row("save, then curl -T", "save_curl", "kiln_save_sync_azurite")
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
 
 
