@@ -23,8 +23,10 @@ Then save and upload, what a user waits for: from the moment the trainer
 starts saving until the checkpoint is complete in the store. save.py
 writes the same 1 GiB checkpoint into CKPT_DIR/step-000100.tmp/, file by
 file, and renames it to step-000100 (the commit). Each side writes fresh
-files into a fresh directory, deleted afterwards, so the first-touch cost
-is the same for all; in alternating order per round:
+files into a fresh directory; what a round wrote is deleted when the next
+round begins, before an untimed save, since on these VMs whatever runs
+right after a deletion of gigabytes runs 3-4x slower. In alternating
+order per round:
 
   kiln      `kiln shim --kube -- python3 save.py ...`: the pod shim,
             kiln's checkpoint sync beside a task, run standalone (no
@@ -36,6 +38,9 @@ is the same for all; in alternating order per round:
             above; a fresh Azurite for each measurement.
   save      save.py alone, once per round: the part of each that is the
             save.
+Each kiln and peer measurement also reports the part after the save: for
+the peers, from save.py's exit to the last copy's; for kiln, from the
+task's end (its status.json) to the shim's exit.
 
 --only-save-upload runs only these (after the one-off save, whose first
 file warms each Azurite); --no-azurite leaves Azurite out of both.
@@ -120,7 +125,9 @@ def main():
                              "kiln_azurite", "curl_seq", "curl_par",
                              "restore_azurite", "save_alone",
                              "kiln_save_sync_file", "save_dd",
-                             "kiln_save_sync_azurite", "save_curl")}
+                             "kiln_save_sync_azurite", "save_curl",
+                             "kiln_save_sync_file_after", "save_dd_after",
+                             "kiln_save_sync_azurite_after", "save_curl_after")}
     # per kiln measurement: the task's own run time (save.py, from the
     # shim's status.json) and the shim's line for the upload it made
     shim = {"file": [], "azurite": []}
@@ -166,26 +173,41 @@ def main():
         shutil.rmtree(dd_dir, ignore_errors=True)
         shutil.rmtree(store, ignore_errors=True)
 
-        save_dir = work / "save"
-        task_dir = work / "task"
+        rnd = work / "round"
 
-        def save_then(copy):
-            """save.py into a fresh save_dir, then copy(its files)."""
-            shutil.rmtree(save_dir, ignore_errors=True)
+        def new_round():
+            """A fresh directory for one round's measurements. What a round
+            wrote is deleted only when the next begins, and an untimed save
+            comes first: freeing gigabytes here slows whatever runs next
+            for a while (seen as whichever side followed a deletion taking
+            3-4x longer), so no timed side follows one."""
+            shutil.rmtree(rnd, ignore_errors=True)
             run(["sync"])
-            def both():
-                run(["/usr/bin/python3", str(SAVE_PY), str(save_dir), NAME])
-                copy(sorted((save_dir / NAME).iterdir()))
-            try:
-                return timed(both)
-            finally:
-                shutil.rmtree(save_dir, ignore_errors=True)
+            rnd.mkdir()
+            write_checkpoint(rnd / "warm-up", NAME)
+            run(["sync"])
 
-        def save_sync(url, job, env, manifest_exists):
+        def save_then(copy, label, after_key=None):
+            """save.py into a fresh directory, then copy(its files): the
+            whole time; the part after the save goes to times[after_key]."""
+            save_dir = rnd / f"save-{label}"
+            run(["sync"])
+            t0 = time.monotonic()
+            run(["/usr/bin/python3", str(SAVE_PY), str(save_dir), NAME])
+            saved = time.monotonic()
+            copy(sorted((save_dir / NAME).iterdir()))
+            end = time.monotonic()
+            if after_key:
+                times[after_key].append(end - saved)
+            return end - t0
+
+        def save_sync(url, job, env, manifest_exists, after_key):
             """The shim around save.py until it exits, then the manifest:
-            the time and what the shim said of its run."""
-            shutil.rmtree(save_dir, ignore_errors=True)
-            shutil.rmtree(task_dir, ignore_errors=True)
+            the time and what the shim said of its run. The part after the
+            save (the task's end, in its status.json, to the shim's exit)
+            goes to times[after_key]."""
+            save_dir = rnd / "save-kiln"
+            task_dir = rnd / "task"
             env = dict(env, KILN_TASK_DIR=str(task_dir),
                        KILN_CHECKPOINT_DIR=str(save_dir), KILN_STORE=url,
                        KILN_JOB_ID=str(job), KILN_ATTEMPT="1",
@@ -201,48 +223,41 @@ def main():
             t0 = time.monotonic()
             proc = subprocess.run(args, env=env, capture_output=True, text=True)
             t = time.monotonic() - t0
-            try:
-                lines = [ln for ln in proc.stderr.splitlines()
-                         if ln.startswith(f"kiln: checkpoint {NAME} synced")]
-                if proc.returncode != 0 or not lines or not manifest_exists(job):
-                    sys.exit(f"bench/ckpt: kiln shim --kube (exit "
-                             f"{proc.returncode}) left no {job}/checkpoints/"
-                             f"{NAME}/MANIFEST.json in {url}: {proc.stderr}")
-                status = json.loads((task_dir / "status.json").read_text())
-                task_s = (status["ended_at_ms"] - status["started_at_ms"]) / 1000
-                return t, {"task_s": task_s, "synced": lines[-1]}
-            finally:
-                shutil.rmtree(save_dir, ignore_errors=True)
-                shutil.rmtree(task_dir, ignore_errors=True)
+            exited = time.time()
+            lines = [ln for ln in proc.stderr.splitlines()
+                     if ln.startswith(f"kiln: checkpoint {NAME} synced")]
+            if proc.returncode != 0 or not lines or not manifest_exists(job):
+                sys.exit(f"bench/ckpt: kiln shim --kube (exit "
+                         f"{proc.returncode}) left no {job}/checkpoints/"
+                         f"{NAME}/MANIFEST.json in {url}: {proc.stderr}")
+            status = json.loads((task_dir / "status.json").read_text())
+            task_s = (status["ended_at_ms"] - status["started_at_ms"]) / 1000
+            times[after_key].append(exited - status["ended_at_ms"] / 1000)
+            return t, {"task_s": task_s, "synced": lines[-1]}
 
         def save_alone():
-            return save_then(lambda saved: None)
+            return save_then(lambda saved: None, "alone")
 
         def kiln_save_sync_file(job):
-            shutil.rmtree(store, ignore_errors=True)
-            try:
-                t, report = save_sync(
-                    f"file://{store}", job, os.environ,
-                    lambda job: (store / str(job) / "checkpoints" / NAME /
-                                 "MANIFEST.json").is_file())
-            finally:
-                shutil.rmtree(store, ignore_errors=True)
+            store = rnd / "store"
+            t, report = save_sync(
+                f"file://{store}", job, os.environ,
+                lambda job: (store / str(job) / "checkpoints" / NAME /
+                             "MANIFEST.json").is_file(), "kiln_save_sync_file_after")
             shim["file"].append(report)
             return t
 
         def save_dd():
-            shutil.rmtree(dd_dir, ignore_errors=True)
-            dd_dir.mkdir()
+            dd_out = rnd / "dd"
+            dd_out.mkdir()
             def copy(saved):
                 for f in saved:
-                    run(["dd", f"if={f}", f"of={dd_dir / f.name}", "bs=16M",
+                    run(["dd", f"if={f}", f"of={dd_out / f.name}", "bs=16M",
                          "status=none"])
-            try:
-                return save_then(copy)
-            finally:
-                shutil.rmtree(dd_dir, ignore_errors=True)
+            return save_then(copy, "dd", "save_dd_after")
 
         for r in range(a.rounds):
+            new_round()
             order = [("kiln_save_sync_file", lambda: kiln_save_sync_file(100 + r)),
                      ("save_dd", save_dd), ("save_alone", save_alone)]
             if r % 2:
@@ -296,15 +311,18 @@ def main():
                             [kiln, "blob", "stat", url,
                              f"{job}/checkpoints/{NAME}/MANIFEST.json"],
                             env=env, capture_output=True).returncode == 0
-                    t, report = save_sync(url, job, env, manifest_exists)
+                    t, report = save_sync(url, job, env, manifest_exists,
+                                          "kiln_save_sync_azurite_after")
                     shim["azurite"].append(report)
                     return t
                 return measure
 
             def save_curl(url, env):
-                return save_then(lambda saved: run(curl_args(url, saved, False)))
+                return save_then(lambda saved: run(curl_args(url, saved, False)),
+                                 "curl", "save_curl_after")
 
             for r in range(a.rounds):
+                new_round()
                 order = [("kiln_save_sync_azurite", kiln_save_sync_az(100 + r)),
                          ("save_curl", save_curl)]
                 if r % 2:
@@ -343,8 +361,13 @@ def main():
     row("save.py alone", "save_alone")
     row("kiln save + sync file://", "kiln_save_sync_file")
     row("save, then dd bs=16M", "save_dd", "kiln_save_sync_file")
+    row("  kiln: after the save", "kiln_save_sync_file_after")
+    row("  dd: after the save", "save_dd_after", "kiln_save_sync_file_after")
     row("kiln save + sync azurite", "kiln_save_sync_azurite")
     row("save, then curl -T", "save_curl", "kiln_save_sync_azurite")
+    row("  kiln: after the save", "kiln_save_sync_azurite_after")
+    row("  curl: after the save", "save_curl_after",
+        "kiln_save_sync_azurite_after")
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
 
 

@@ -169,20 +169,178 @@ static int for_each_file(struct kn_blob_store *s, size_t n,
 	return e.rc;
 }
 
+/* ---- files sent before the commit ---- */
+
+/* What identifies one version of a file without reading it. */
+struct file_id {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime, ctime;
+};
+
+struct sent_file {
+	char *name, *path;
+	struct file_id id;
+	char sha256[KN_SHA256_HEX_LEN + 1];
+};
+
+struct kn_ckpt_sent {
+	struct sent_file *files;
+	size_t n;
+	char **complete; /* names with a manifest in the store: not streamed */
+	size_t ncomplete;
+	char **checked;  /* names without one, when first streamed */
+	size_t nchecked;
+	size_t reused;
+};
+
+static int file_id_of(const char *path, struct file_id *id)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	*id = (struct file_id){st.st_dev, st.st_ino, st.st_size, st.st_mtim,
+			       st.st_ctim};
+	return 0;
+}
+
+static bool file_id_equal(const struct file_id *a, const struct file_id *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->mtime.tv_sec == b->mtime.tv_sec &&
+	       a->mtime.tv_nsec == b->mtime.tv_nsec &&
+	       a->ctime.tv_sec == b->ctime.tv_sec &&
+	       a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
+
+struct kn_ckpt_sent *kn_ckpt_sent_new(void)
+{
+	return kn_xcalloc(1, sizeof(struct kn_ckpt_sent));
+}
+
+static void free_names(char **names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+static bool has_name(char **names, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(names[i], name) == 0)
+			return true;
+	return false;
+}
+
+static void add_name(char ***names, size_t *n, const char *name)
+{
+	*names = kn_xrealloc(*names, (*n + 1) * sizeof(**names));
+	(*names)[(*n)++] = kn_xstrdup(name);
+}
+
+/* Forget a checkpoint once its upload is done. */
+static void sent_forget(struct kn_ckpt_sent *sent, const char *name)
+{
+	for (size_t i = sent->n; i-- > 0;)
+		if (strcmp(sent->files[i].name, name) == 0) {
+			free(sent->files[i].name);
+			free(sent->files[i].path);
+			sent->files[i] = sent->files[--sent->n];
+		}
+	for (size_t i = sent->nchecked; i-- > 0;)
+		if (strcmp(sent->checked[i], name) == 0) {
+			free(sent->checked[i]);
+			sent->checked[i] = sent->checked[--sent->nchecked];
+		}
+}
+
+void kn_ckpt_sent_free(struct kn_ckpt_sent *sent)
+{
+	if (!sent)
+		return;
+	for (size_t i = 0; i < sent->n; i++) {
+		free(sent->files[i].name);
+		free(sent->files[i].path);
+	}
+	free(sent->files);
+	free_names(sent->complete, sent->ncomplete);
+	free_names(sent->checked, sent->nchecked);
+	free(sent);
+}
+
+size_t kn_ckpt_sent_reused(const struct kn_ckpt_sent *sent)
+{
+	return sent->reused;
+}
+
+static const struct sent_file *sent_find(const struct kn_ckpt_sent *sent,
+					 const char *name, const char *path)
+{
+	for (size_t i = 0; sent && i < sent->n; i++)
+		if (strcmp(sent->files[i].name, name) == 0 &&
+		    strcmp(sent->files[i].path, path) == 0)
+			return &sent->files[i];
+	return NULL;
+}
+
 struct tree {
 	struct kn_blob_store *s;
 	const char *prefix, *dir; /* blob prefix, local directory */
 	struct kn_ckpt_manifest *m;
+	const struct kn_ckpt_sent *sent; /* NULL, or files sent already */
+	bool *reused;                     /* with sent: per file */
 };
+
+/*
+ * A file sent before the commit and unchanged since, whose blob is still
+ * there: its digest is the one taken as it went.
+ */
+static bool reuse_sent(struct tree *t, size_t i)
+{
+	struct kn_ckpt_file *f = &t->m->files[i];
+	const struct sent_file *sf = sent_find(t->sent, t->m->name, f->path);
+	char *local, *blob;
+	struct kn_blob_info info = {0};
+	struct kn_error ignored;
+	struct file_id now;
+	bool same;
+
+	if (!sf)
+		return false;
+	local = kn_asprintf("%s/%s", t->dir, f->path);
+	blob = kn_asprintf("%s%s", t->prefix, f->path);
+	same = file_id_of(local, &now) == 0 && file_id_equal(&now, &sf->id) &&
+	       kn_blob_stat(t->s, blob, &info, &ignored) == 0 &&
+	       info.size == (int64_t)sf->id.size;
+	free(info.name);
+	free(local);
+	free(blob);
+	if (same) {
+		memcpy(f->sha256, sf->sha256, sizeof(f->sha256));
+		f->size = (int64_t)sf->id.size;
+	}
+	return same;
+}
 
 static int put_one(void *ctx, size_t i, struct kn_error *err)
 {
 	struct tree *t = ctx;
 	struct kn_ckpt_file *f = &t->m->files[i];
-	char *local = kn_asprintf("%s/%s", t->dir, f->path);
-	char *blob = kn_asprintf("%s%s", t->prefix, f->path);
-	int rc = kn_blob_put_file(t->s, blob, local, 0, f->sha256, &f->size,
-				  err);
+	char *local, *blob;
+	int rc;
+
+	if (t->sent && reuse_sent(t, i)) {
+		t->reused[i] = true;
+		return 0;
+	}
+	local = kn_asprintf("%s/%s", t->dir, f->path);
+	blob = kn_asprintf("%s%s", t->prefix, f->path);
+	rc = kn_blob_put_file(t->s, blob, local, 0, f->sha256, &f->size, err);
 	free(local);
 	free(blob);
 	return rc;
@@ -223,10 +381,12 @@ static int get_one(void *ctx, size_t i, struct kn_error *err)
  */
 static int upload_tree(struct kn_blob_store *s, const char *prefix,
 		       const char *dir, const char *name,
+		       struct kn_ckpt_sent *sent,
 		       struct kn_ckpt_manifest *out, struct kn_error *err)
 {
 	struct kn_ckpt_manifest m = {0};
 	char *json = NULL, *blob = NULL;
+	bool *reused = NULL;
 	int rc;
 
 	m.name = kn_xstrdup(name);
@@ -236,10 +396,17 @@ static int upload_tree(struct kn_blob_store *s, const char *prefix,
 		goto out;
 	if (m.n > 1)
 		qsort(m.files, m.n, sizeof(m.files[0]), file_cmp);
+	if (sent) {
+		reused = kn_xcalloc(m.n + 1, sizeof(reused[0]));
+		sent->reused = 0;
+	}
 	rc = for_each_file(s, m.n, put_one,
 			   &(struct tree){.s = s, .prefix = prefix, .dir = dir,
-					  .m = &m},
+					  .m = &m, .sent = sent,
+					  .reused = reused},
 			   err);
+	for (size_t i = 0; reused && i < m.n; i++)
+		sent->reused += reused[i];
 	if (rc < 0)
 		goto out;
 	json = kn_ckpt_manifest_to_json(&m);
@@ -253,6 +420,7 @@ static int upload_tree(struct kn_blob_store *s, const char *prefix,
 		memset(&m, 0, sizeof(m));
 	}
 out:
+	free(reused);
 	free(json);
 	free(blob);
 	kn_ckpt_manifest_release(&m);
@@ -274,8 +442,8 @@ static int read_manifest(struct kn_blob_store *s, const char *blob,
 }
 
 int kn_ckpt_upload(struct kn_blob_store *store, const char *job,
-		   const char *dir, struct kn_ckpt_manifest *manifest_out,
-		   struct kn_error *err)
+		   const char *dir, struct kn_ckpt_sent *sent,
+		   struct kn_ckpt_manifest *manifest_out, struct kn_error *err)
 {
 	const char *slash;
 	char *name, *prefix, *mblob;
@@ -303,11 +471,86 @@ int kn_ckpt_upload(struct kn_blob_store *store, const char *job,
 	}
 	if (rc != -ENOENT)
 		goto out;
-	rc = upload_tree(store, prefix, dir, name, manifest_out, err);
+	rc = upload_tree(store, prefix, dir, name, sent, manifest_out, err);
 out:
+	if (rc == 0 && sent)
+		sent_forget(sent, name);
 	free(mblob);
 	free(prefix);
 	free(name);
+	return rc;
+}
+
+int kn_ckpt_upload_early(struct kn_blob_store *store, const char *job,
+			 const char *dir, const char *name, const char *path,
+			 struct kn_ckpt_sent *sent, struct kn_error *err)
+{
+	char *prefix = NULL, *local = NULL, *committed = NULL, *blob = NULL;
+	struct sent_file *sf;
+	struct file_id before, after;
+	char sha[KN_SHA256_HEX_LEN + 1];
+	int64_t size = 0;
+	int rc;
+
+	if ((rc = check_part(job, "job", err)) < 0 ||
+	    (rc = check_part(name, "name", err)) < 0 ||
+	    (rc = kn_blob_check_name(path, "path", err)) < 0)
+		return rc;
+	if (has_name(sent->complete, sent->ncomplete, name) ||
+	    strcmp(path, KN_CKPT_MANIFEST) == 0)
+		return 0;
+	prefix = kn_asprintf("%s/checkpoints/%s/", job, name);
+	local = kn_asprintf("%s/%s.tmp/%s", dir, name, path);
+	committed = kn_asprintf("%s/%s/%s", dir, name, path);
+	if (file_id_of(local, &before) < 0)
+		goto out; /* committed, dropped or not a file: the commit sends */
+	sf = (struct sent_file *)sent_find(sent, name, path);
+	if (sf && file_id_equal(&sf->id, &before))
+		goto out;
+	if (!has_name(sent->checked, sent->nchecked, name)) {
+		struct kn_blob_info info = {0};
+
+		/* A checkpoint of this name is complete in the store already
+		   (an earlier attempt's): its files are not to be replaced. */
+		blob = kn_asprintf("%s" KN_CKPT_MANIFEST, prefix);
+		rc = kn_blob_stat(store, blob, &info, err);
+		free(info.name);
+		free(blob);
+		if (rc == 0) {
+			add_name(&sent->complete, &sent->ncomplete, name);
+			goto out;
+		}
+		if (rc != -ENOENT)
+			goto out;
+		add_name(&sent->checked, &sent->nchecked, name);
+	}
+	blob = kn_asprintf("%s%s", prefix, path);
+	rc = kn_blob_put_file(store, blob, local, 0, sha, &size, err);
+	free(blob);
+	if (rc == -ENOENT) { /* committed or dropped while it went */
+		rc = 0;
+		goto out;
+	}
+	if (rc < 0)
+		goto out;
+	/* The commit may have renamed the directory meanwhile. */
+	if ((file_id_of(local, &after) < 0 &&
+	     file_id_of(committed, &after) < 0) ||
+	    !file_id_equal(&before, &after) || size != (int64_t)before.size)
+		goto out;
+	if (!sf) {
+		sent->files = kn_xrealloc(sent->files,
+					  (sent->n + 1) * sizeof(sent->files[0]));
+		sf = &sent->files[sent->n++];
+		sf->name = kn_xstrdup(name);
+		sf->path = kn_xstrdup(path);
+	}
+	sf->id = before;
+	memcpy(sf->sha256, sha, sizeof(sf->sha256));
+out:
+	free(prefix);
+	free(local);
+	free(committed);
 	return rc;
 }
 
@@ -325,7 +568,7 @@ int kn_ckpt_upload_outputs(struct kn_blob_store *store, const char *job,
 	 * server restarted mid-upload) replaces an earlier partial record. */
 	rc = kn_blob_delete(store, mblob, err);
 	if (rc == 0 || rc == -ENOENT)
-		rc = upload_tree(store, prefix, dir, "outputs", out, err);
+		rc = upload_tree(store, prefix, dir, "outputs", NULL, out, err);
 	free(mblob);
 	free(prefix);
 	return rc;
@@ -523,28 +766,32 @@ int kn_ckpt_prune(struct kn_blob_store *store, const char *job, size_t keep,
 		  size_t *deleted, struct kn_error *err)
 {
 	struct kn_ckpt_list list = {0};
-	size_t complete = 0, gone = 0;
+	size_t complete = 0, gone = 0, to_drop = 0;
+	bool *drop = NULL;
 	int rc = kn_ckpt_list(store, job, &list, err);
 
-	/* The kept checkpoints must be durable before older ones go. */
-	if (rc == 0)
-		rc = kn_blob_sync(store, err);
-	if (rc < 0) {
-		kn_ckpt_list_release(&list);
+	if (rc < 0)
 		return rc;
-	}
-	for (size_t i = 0; i < list.n && rc == 0; i++) {
-		bool drop;
+	drop = kn_xcalloc(list.n + 1, sizeof(drop[0]));
+	for (size_t i = 0; i < list.n; i++) {
 		if (list.items[i].complete)
-			drop = ++complete > keep;
+			drop[i] = ++complete > keep;
 		else /* an upload cut short, unless it is still going on */
-			drop = complete >= keep && complete > 0;
-		if (drop) {
+			drop[i] = complete >= keep && complete > 0;
+		to_drop += drop[i];
+	}
+	/* The kept checkpoints must be durable before older ones go (and
+	   when none goes, there is nothing to wait for). */
+	if (to_drop > 0)
+		rc = kn_blob_sync(store, err);
+	for (size_t i = 0; i < list.n && rc == 0; i++) {
+		if (drop[i]) {
 			rc = delete_checkpoint(store, job, list.items[i].name,
 					       err);
 			gone += rc == 0;
 		}
 	}
+	free(drop);
 	kn_ckpt_list_release(&list);
 	if (rc == 0 && deleted)
 		*deleted = gone;

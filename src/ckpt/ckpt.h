@@ -200,16 +200,45 @@ int kn_ckpt_manifest_parse(const char *text, size_t len, const char *source,
 
 /* ---- checkpoints ---- */
 
+struct kn_ckpt_sent;
+
 /*
  * Upload the completed checkpoint directory dir as JOB/checkpoints/NAME/
  * (NAME is dir's last component): every regular file, then MANIFEST.json
  * create-only. If the manifest is already there nothing is sent (a re-run
- * after a crash is idempotent; one cut short redoes the files).
- * manifest_out (may be NULL) receives what was (or had been) recorded.
+ * after a crash is idempotent; one cut short redoes the files). Files
+ * recorded in sent (may be NULL) are not sent again; the checkpoint's
+ * records go after a successful upload. manifest_out (may be NULL)
+ * receives what was (or had been) recorded.
  */
 int kn_ckpt_upload(struct kn_blob_store *store, const char *job,
-		   const char *dir, struct kn_ckpt_manifest *manifest_out,
-		   struct kn_error *err);
+		   const char *dir, struct kn_ckpt_sent *sent,
+		   struct kn_ckpt_manifest *manifest_out, struct kn_error *err);
+
+/*
+ * Files of a checkpoint sent before its commit (kn_ckpt_upload_early),
+ * for kn_ckpt_upload to skip: a file still the same (device, inode, size,
+ * modification and change times) as when it was sent, whose blob is there
+ * with its size, is not sent again and keeps the digest taken as it went.
+ * Used by one thread at a time.
+ */
+struct kn_ckpt_sent *kn_ckpt_sent_new(void);
+void kn_ckpt_sent_free(struct kn_ckpt_sent *sent);
+/* Files the last kn_ckpt_upload with this record took from it. */
+size_t kn_ckpt_sent_reused(const struct kn_ckpt_sent *sent);
+
+/*
+ * Send DIR/NAME.tmp/PATH, a file the task finished writing into a
+ * checkpoint it has not committed yet, to JOB/checkpoints/NAME/PATH, and
+ * record it in sent. Nothing is sent (0) when the file is gone (the
+ * checkpoint was committed or dropped meanwhile), is not a regular file,
+ * is recorded already, or when NAME has a manifest in the store already
+ * (its commit's upload will find it complete). A file that changed while
+ * it went is not recorded. The manifest is never written here.
+ */
+int kn_ckpt_upload_early(struct kn_blob_store *store, const char *job,
+			 const char *dir, const char *name, const char *path,
+			 struct kn_ckpt_sent *sent, struct kn_error *err);
 
 struct kn_ckpt_entry {
 	char *name;
@@ -239,7 +268,8 @@ int kn_ckpt_restore(struct kn_blob_store *store, const char *job,
 /*
  * Retention: keep the newest `keep` complete checkpoints; delete older
  * complete ones (manifest first) and incomplete ones older than the oldest
- * kept, after making the store durable (kn_blob_sync). *deleted (may be
+ * kept, after making the store durable (kn_blob_sync) if any is to go.
+ * *deleted (may be
  * NULL) receives how many checkpoints went.
  */
 int kn_ckpt_prune(struct kn_blob_store *store, const char *job, size_t keep,
@@ -258,12 +288,15 @@ int kn_ckpt_upload_outputs(struct kn_blob_store *store, const char *job,
 
 struct kn_ckpt_watch;
 
+/* Also report the files written into NAME.tmp before its commit. */
+#define KN_CKPT_WATCH_FILES 0x1
+
 /*
  * Watch dir for checkpoints committed by renaming NAME.tmp to NAME
  * (inotify), with a scan every scan_ms (0 = 2000) as a fallback for lost
  * events. Directories already there count as committed.
  */
-int kn_ckpt_watch_new(const char *dir, int64_t scan_ms,
+int kn_ckpt_watch_new(const char *dir, int64_t scan_ms, unsigned flags,
 		      struct kn_ckpt_watch **out, struct kn_error *err);
 void kn_ckpt_watch_free(struct kn_ckpt_watch *w);
 /* A descriptor that polls readable when kn_ckpt_watch_next may have news. */
@@ -276,5 +309,15 @@ int kn_ckpt_watch_fd(const struct kn_ckpt_watch *w);
  */
 int kn_ckpt_watch_next(struct kn_ckpt_watch *w, char **name,
 		       struct kn_error *err);
+/*
+ * With KN_CKPT_WATCH_FILES: 1 with the oldest file a task closed after
+ * writing (or moved) into an uncommitted checkpoint, not taken yet: *name
+ * the checkpoint's (without .tmp), *path relative to NAME.tmp (both
+ * malloc'd); 0 when there is none. A commit drops its checkpoint's files
+ * (its upload sends what is left). Events are read by kn_ckpt_watch_next:
+ * call it first.
+ */
+int kn_ckpt_watch_next_written(struct kn_ckpt_watch *w, char **name,
+			       char **path);
 
 #endif

@@ -9,9 +9,17 @@
  * both the inotify queue and the scan timer, so a caller polls one fd.
  * Names ending in .tmp or .partial (a restore in progress) and hidden
  * names are never checkpoints.
+ *
+ * With KN_CKPT_WATCH_FILES the watch also follows every NAME.tmp directory
+ * (and the directories made in it) and reports each file the task closes
+ * after writing, or moves in, so a caller may send it while the task writes
+ * the rest: the save and the upload overlap, and after the commit only what
+ * is left goes. Files written before their directory's watch began are not
+ * reported; the commit's upload sends them.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -22,14 +30,36 @@
 
 #include "ckpt/ckpt.h"
 
+/* Directories followed at most per watch: a bound, not a limit in practice. */
+#define MAX_TMP_WATCHES 1024
+
+/* A directory inside an uncommitted checkpoint. */
+struct tmp_dir {
+	int wd;
+	char *name; /* the checkpoint's, without .tmp */
+	char *rel;  /* "" or "sub/dir/" below NAME.tmp */
+};
+
+/* A file written in an uncommitted checkpoint, not yet taken. */
+struct written {
+	char *name;
+	char *path; /* relative to NAME.tmp */
+};
+
 struct kn_ckpt_watch {
 	char *dir;
 	int epfd, infd, tfd;
+	int root_wd;
+	bool files;
 	bool rescan;
 	char **seen;
 	size_t nseen;
 	char **pending;
 	size_t npending;
+	struct tmp_dir *tmps;
+	size_t ntmps;
+	struct written *written;
+	size_t nwritten;
 };
 
 static bool ends_with(const char *s, const char *suffix)
@@ -52,6 +82,35 @@ static bool contains(char **names, size_t n, const char *name)
 	return false;
 }
 
+static void forget_tmp(struct kn_ckpt_watch *w, size_t i)
+{
+	free(w->tmps[i].name);
+	free(w->tmps[i].rel);
+	w->tmps[i] = w->tmps[--w->ntmps];
+}
+
+static void forget_written(struct kn_ckpt_watch *w, size_t i)
+{
+	free(w->written[i].name);
+	free(w->written[i].path);
+	memmove(w->written + i, w->written + i + 1,
+		(w->nwritten - i - 1) * sizeof(w->written[0]));
+	w->nwritten--;
+}
+
+/* A committed checkpoint's files go with its commit: stop following it. */
+static void drop_checkpoint_files(struct kn_ckpt_watch *w, const char *name)
+{
+	for (size_t i = w->ntmps; i-- > 0;)
+		if (strcmp(w->tmps[i].name, name) == 0) {
+			inotify_rm_watch(w->infd, w->tmps[i].wd);
+			forget_tmp(w, i);
+		}
+	for (size_t i = w->nwritten; i-- > 0;)
+		if (strcmp(w->written[i].name, name) == 0)
+			forget_written(w, i);
+}
+
 static void note(struct kn_ckpt_watch *w, const char *name)
 {
 	if (!is_checkpoint_name(name) || contains(w->seen, w->nseen, name) ||
@@ -60,12 +119,139 @@ static void note(struct kn_ckpt_watch *w, const char *name)
 	w->pending = kn_xrealloc(w->pending,
 				 (w->npending + 1) * sizeof(w->pending[0]));
 	w->pending[w->npending++] = kn_xstrdup(name);
+	drop_checkpoint_files(w, name);
+}
+
+static struct tmp_dir *tmp_of(struct kn_ckpt_watch *w, int wd)
+{
+	for (size_t i = 0; i < w->ntmps; i++)
+		if (w->tmps[i].wd == wd)
+			return &w->tmps[i];
+	return NULL;
+}
+
+/*
+ * Follow DIR/NAME.tmp/REL (rel "" or ending in '/') and the directories
+ * made in it before the watch began.
+ */
+static void follow(struct kn_ckpt_watch *w, const char *name, const char *rel)
+{
+	char *path;
+	struct dirent *e;
+	DIR *d;
+	int wd;
+
+	if (w->ntmps >= MAX_TMP_WATCHES)
+		return;
+	path = kn_asprintf("%s/%s.tmp/%s", w->dir, name, rel);
+	wd = inotify_add_watch(w->infd, path, IN_CLOSE_WRITE | IN_MOVED_TO |
+					      IN_MOVED_FROM | IN_DELETE |
+					      IN_CREATE | IN_ONLYDIR);
+	if (wd < 0 || tmp_of(w, wd)) {
+		free(path);
+		return;
+	}
+	w->tmps = kn_xrealloc(w->tmps, (w->ntmps + 1) * sizeof(w->tmps[0]));
+	w->tmps[w->ntmps++] = (struct tmp_dir){
+		.wd = wd, .name = kn_xstrdup(name), .rel = kn_xstrdup(rel)};
+	d = opendir(path);
+	free(path);
+	while (d && (e = readdir(d))) {
+		struct stat st;
+		char *sub;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISDIR(st.st_mode))
+			continue;
+		sub = kn_asprintf("%s%s/", rel, e->d_name);
+		follow(w, name, sub);
+		free(sub);
+	}
+	if (d)
+		closedir(d);
+}
+
+static void note_written(struct kn_ckpt_watch *w, const char *name,
+			 const char *path)
+{
+	for (size_t i = 0; i < w->nwritten; i++)
+		if (strcmp(w->written[i].name, name) == 0 &&
+		    strcmp(w->written[i].path, path) == 0)
+			return;
+	w->written = kn_xrealloc(w->written,
+				 (w->nwritten + 1) * sizeof(w->written[0]));
+	w->written[w->nwritten++] = (struct written){
+		.name = kn_xstrdup(name), .path = kn_xstrdup(path)};
+}
+
+static void on_root_event(struct kn_ckpt_watch *w,
+			  const struct inotify_event *ev)
+{
+	size_t n;
+
+	if (!(ev->mask & IN_ISDIR) || ev->len == 0)
+		return;
+	n = strlen(ev->name);
+	if (w->files && n > 4 && ends_with(ev->name, ".tmp")) {
+		char *name = strndup(ev->name, n - 4);
+
+		if (!name)
+			abort();
+		if (is_checkpoint_name(name))
+			follow(w, name, "");
+		free(name);
+	} else if (ev->mask & IN_MOVED_TO) {
+		note(w, ev->name);
+	}
+}
+
+static void on_tmp_event(struct kn_ckpt_watch *w,
+			 const struct inotify_event *ev)
+{
+	struct tmp_dir *t = tmp_of(w, ev->wd);
+	char *rel;
+
+	if (!t)
+		return;
+	if (ev->mask & IN_IGNORED) {
+		forget_tmp(w, (size_t)(t - w->tmps));
+		return;
+	}
+	if (ev->len == 0)
+		return;
+	rel = kn_asprintf("%s%s", t->rel, ev->name);
+	if (ev->mask & IN_ISDIR) {
+		char *sub = kn_asprintf("%s/", rel);
+		char *name = kn_xstrdup(t->name); /* follow() may move t */
+
+		follow(w, name, sub);
+		free(name);
+		free(sub);
+	} else if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO)) {
+		note_written(w, t->name, rel);
+	} else if (ev->mask & (IN_MOVED_FROM | IN_DELETE)) {
+		/* written under a temporary name, say, then renamed */
+		for (size_t i = 0; i < w->nwritten; i++)
+			if (strcmp(w->written[i].name, t->name) == 0 &&
+			    strcmp(w->written[i].path, rel) == 0) {
+				forget_written(w, i);
+				break;
+			}
+	}
+	free(rel);
 }
 
 void kn_ckpt_watch_free(struct kn_ckpt_watch *w)
 {
 	if (!w)
 		return;
+	while (w->ntmps)
+		forget_tmp(w, w->ntmps - 1);
+	while (w->nwritten)
+		forget_written(w, w->nwritten - 1);
+	free(w->tmps);
+	free(w->written);
 	for (size_t i = 0; i < w->nseen; i++)
 		free(w->seen[i]);
 	for (size_t i = 0; i < w->npending; i++)
@@ -82,7 +268,7 @@ void kn_ckpt_watch_free(struct kn_ckpt_watch *w)
 	free(w);
 }
 
-int kn_ckpt_watch_new(const char *dir, int64_t scan_ms,
+int kn_ckpt_watch_new(const char *dir, int64_t scan_ms, unsigned flags,
 		      struct kn_ckpt_watch **out, struct kn_error *err)
 {
 	struct kn_ckpt_watch *w = kn_xcalloc(1, sizeof(*w));
@@ -93,6 +279,7 @@ int kn_ckpt_watch_new(const char *dir, int64_t scan_ms,
 	w->epfd = w->infd = w->tfd = -1;
 	w->dir = kn_xstrdup(dir);
 	w->rescan = true;
+	w->files = flags & KN_CKPT_WATCH_FILES;
 	if (scan_ms <= 0)
 		scan_ms = 2000;
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -103,7 +290,9 @@ int kn_ckpt_watch_new(const char *dir, int64_t scan_ms,
 			       strerror(errno));
 		goto out;
 	}
-	if (inotify_add_watch(w->infd, dir, IN_MOVED_TO | IN_ONLYDIR) < 0) {
+	w->root_wd = inotify_add_watch(w->infd, dir, IN_MOVED_TO | IN_ONLYDIR |
+						      (w->files ? IN_CREATE : 0));
+	if (w->root_wd < 0) {
 		rc = kn_errorf(err, errno == ENOENT ? KN_ENOTFOUND : KN_EIO,
 			       "dir", "checkpoint watch %s: %s", dir,
 			       strerror(errno));
@@ -141,9 +330,10 @@ static void drain_inotify(struct kn_ckpt_watch *w)
 			struct inotify_event *ev = (struct inotify_event *)p;
 			if (ev->mask & IN_Q_OVERFLOW)
 				w->rescan = true;
-			else if ((ev->mask & IN_MOVED_TO) &&
-				 (ev->mask & IN_ISDIR) && ev->len > 0)
-				note(w, ev->name);
+			else if (ev->wd == w->root_wd)
+				on_root_event(w, ev);
+			else
+				on_tmp_event(w, ev);
 			p += sizeof(*ev) + ev->len;
 		}
 	}
@@ -197,5 +387,18 @@ int kn_ckpt_watch_next(struct kn_ckpt_watch *w, char **name,
 	memmove(w->pending, w->pending + 1,
 		(w->npending - 1) * sizeof(w->pending[0]));
 	w->npending--;
+	return 1;
+}
+
+int kn_ckpt_watch_next_written(struct kn_ckpt_watch *w, char **name,
+			       char **path)
+{
+	if (w->nwritten == 0)
+		return 0;
+	*name = w->written[0].name;
+	*path = w->written[0].path;
+	memmove(w->written, w->written + 1,
+		(w->nwritten - 1) * sizeof(w->written[0]));
+	w->nwritten--;
 	return 1;
 }

@@ -240,7 +240,7 @@ int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv)
 	rc = CLI_EXIT_OK;
 	if (!strcmp(verb, "upload") || !strcmp(verb, "outputs")) {
 		int r = !strcmp(verb, "upload")
-				? kn_ckpt_upload(s, a.pos[1], a.pos[2], &m, &err)
+				? kn_ckpt_upload(s, a.pos[1], a.pos[2], NULL, &m, &err)
 				: kn_ckpt_upload_outputs(s, a.pos[1], a.pos[2],
 							 &m, &err);
 		if (r < 0)

@@ -564,6 +564,7 @@ struct pod_sync {
 	int keep;
 	char restored[NAME_MAX_LEN];
 	struct kn_ckpt_watch *watch;
+	struct kn_ckpt_sent *sent; /* files sent before their commit */
 	int wake_fd;
 	pthread_t thread;
 	/* The thread's alone until it is joined. */
@@ -591,13 +592,15 @@ static void upload(struct pod_sync *ps, const char *name, int64_t at)
 	int64_t start = kn_mono_ms();
 
 	if (open_store(ps->store_url, &store, &err) == 0 &&
-	    kn_ckpt_upload(store, ps->job, dir, &m, &err) == 0) {
+	    kn_ckpt_upload(store, ps->job, dir, ps->sent, &m, &err) == 0) {
 		struct kn_error perr;
 
 		kn_strlcpy(ps->synced, name, sizeof(ps->synced));
 		ps->synced_at = at;
-		fprintf(stderr, "kiln: checkpoint %s synced (%zu files, %lld "
-			"ms)\n", name, m.n, (long long)(kn_mono_ms() - start));
+		fprintf(stderr, "kiln: checkpoint %s synced (%zu files, %zu sent "
+			"before the commit, %lld ms)\n", name, m.n,
+			kn_ckpt_sent_reused(ps->sent),
+			(long long)(kn_mono_ms() - start));
 		if (ps->keep > 0 &&
 		    kn_ckpt_prune(store, ps->job, (size_t)ps->keep, NULL,
 				  &perr) < 0)
@@ -612,12 +615,27 @@ static void upload(struct pod_sync *ps, const char *name, int64_t at)
 	free(dir);
 }
 
+/* A file the task finished writing into a checkpoint not committed yet. */
+static void upload_early(struct pod_sync *ps, const char *name,
+			 const char *path)
+{
+	struct kn_blob_store *store = NULL;
+	struct kn_error err = {0};
+
+	if (open_store(ps->store_url, &store, &err) < 0 ||
+	    kn_ckpt_upload_early(store, ps->job, ps->dir, name, path, ps->sent,
+				 &err) < 0)
+		fprintf(stderr, "kiln: sending %s/%s before its commit: %s\n",
+			name, path, err.message);
+	kn_blob_store_free(store);
+}
+
 static void *sync_main(void *arg)
 {
 	struct pod_sync *ps = arg;
 	char pending[NAME_MAX_LEN] = "";
 	int64_t pending_at = 0;
-	bool finishing = false;
+	bool finishing = false, early = false;
 
 	/* The upload must never slow the task down: it gets what is left. */
 	kn_thread_background();
@@ -627,11 +645,13 @@ static void *sync_main(void *arg)
 			{ps->wake_fd, POLLIN, 0},
 		};
 		struct kn_error err;
-		char *name = NULL;
+		char *name = NULL, *path = NULL;
 		uint64_t n;
 		int rc;
 
-		if (poll(fds, 2, finishing ? 0 : -1) < 0 && errno != EINTR)
+		/* Files written ahead of a commit are sent between polls. */
+		if (poll(fds, 2, finishing || early ? 0 : -1) < 0 &&
+		    errno != EINTR)
 			break;
 		if ((fds[1].revents & POLLIN) &&
 		    read(ps->wake_fd, &n, sizeof(n)) == sizeof(n))
@@ -648,11 +668,18 @@ static void *sync_main(void *arg)
 		if (rc < 0)
 			fprintf(stderr, "kiln: watching checkpoints: %s\n",
 				err.message);
+		early = false;
 		if (pending[0]) {
 			upload(ps, pending, pending_at);
 			pending[0] = '\0';
 		} else if (finishing) {
 			break;
+		} else if (kn_ckpt_watch_next_written(ps->watch, &name,
+						      &path) == 1) {
+			upload_early(ps, name, path);
+			free(name);
+			free(path);
+			early = true;
 		}
 	}
 	return NULL;
@@ -871,7 +898,9 @@ static int shim_kube(char **argv)
 		kn_strlcpy(ps.restored, restored, sizeof(ps.restored));
 		if (atoi(env_or("RANK", "0")) == 0 &&
 		    kn_mkdir_p(ckpt_dir, 0700) == 0 &&
-		    kn_ckpt_watch_new(ckpt_dir, 0, &ps.watch, &err) == 0 &&
+		    kn_ckpt_watch_new(ckpt_dir, 0, KN_CKPT_WATCH_FILES,
+				      &ps.watch, &err) == 0 &&
+		    (ps.sent = kn_ckpt_sent_new()) &&
 		    (ps.wake_fd = eventfd(0, EFD_CLOEXEC)) >= 0 &&
 		    pthread_create(&ps.thread, NULL, sync_main, &ps) == 0)
 			syncing = true;
@@ -907,6 +936,7 @@ static int shim_kube(char **argv)
 	if (ps.wake_fd >= 0)
 		close(ps.wake_fd);
 	kn_ckpt_watch_free(ps.watch);
+	kn_ckpt_sent_free(ps.sent);
 	return code;
 }
 

@@ -81,9 +81,10 @@ struct run {
 	struct server *server;
 	struct kn_ckpt_watch *watch;
 	struct kn_fd_watch *watch_fd;
+	struct kn_ckpt_sent *sent; /* files sent before their commit */
 	char sync_pending[128];   /* committed, not yet uploaded */
 	int64_t sync_pending_at;
-	bool sync_busy;           /* an upload or outputs upload runs */
+	bool sync_busy;           /* an upload (early too) or outputs upload runs */
 	bool sync_waiting;        /* every task ended: finish when synced */
 	bool outputs_done;
 	char end_state[16];    /* the job's state once this attempt ended */

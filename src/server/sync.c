@@ -11,7 +11,10 @@
  * newest one not yet in the store is uploaded by a worker thread, never on
  * the loop and never by the task; retention then prunes the store to the
  * spec's `keep`. Intermediate checkpoints committed while an upload runs
- * are skipped for the newest, which is all a resume needs.
+ * are skipped for the newest, which is all a resume needs. While nothing
+ * committed waits, each file a task has finished writing into NAME.tmp is
+ * sent ahead, one at a time (kn_ckpt_upload_early), so the upload runs
+ * beside the save and the commit's upload sends only what is left.
  *
  * Before attempt 2 and later, the newest checkpoint that verifies is
  * restored into the new attempt's directory and KILN_RESUME_FROM names it;
@@ -39,7 +42,13 @@
 
 #define SYNC_THREADS 2
 
-enum work_kind { WORK_RESTORE, WORK_UPLOAD, WORK_OUTPUTS, WORK_OUTPUTS_READ };
+enum work_kind {
+	WORK_RESTORE,
+	WORK_UPLOAD,
+	WORK_EARLY,
+	WORK_OUTPUTS,
+	WORK_OUTPUTS_READ
+};
 
 /* The most of an outputs manifest read back from the store. */
 #define OUTPUTS_MANIFEST_MAX (16u << 20)
@@ -51,14 +60,17 @@ struct sync_work {
 	int attempt;
 	char *store_url;
 	char job[32];
-	char *dir;        /* restore: where to; upload: the checkpoint; outputs */
+	char *dir;        /* restore: where to; upload: the checkpoint; outputs;
+			     early: the checkpoint directory */
+	char *path;       /* early: the file, below dir/name.tmp */
 	int keep;
+	struct kn_ckpt_sent *sent; /* upload, early: the run's, while out */
 	char digest[65];  /* outputs read: the manifest's, as the pod said */
 	int64_t committed_at;
 	/* results */
 	int rc;
 	struct kn_error err;
-	char *name;       /* restored checkpoint */
+	char *name;       /* restored checkpoint; early: the checkpoint */
 	char *warnings;
 	struct kn_ckpt_manifest manifest;
 	int64_t took_ms;
@@ -132,8 +144,8 @@ static void do_work(void *arg)
 					&w->warnings, &w->err);
 		break;
 	case WORK_UPLOAD:
-		w->rc = kn_ckpt_upload(store, w->job, w->dir, &w->manifest,
-				       &w->err);
+		w->rc = kn_ckpt_upload(store, w->job, w->dir, w->sent,
+				       &w->manifest, &w->err);
 		if (w->rc == 0 && w->keep > 0) {
 			struct kn_error perr;
 			if (kn_ckpt_prune(store, w->job, (size_t)w->keep, NULL,
@@ -141,6 +153,10 @@ static void do_work(void *arg)
 				kn_log(KN_LOG_WARN, "job %s: pruning checkpoints: "
 				       "%s", w->job, perr.message);
 		}
+		break;
+	case WORK_EARLY:
+		w->rc = kn_ckpt_upload_early(store, w->job, w->dir, w->name,
+					     w->path, w->sent, &w->err);
 		break;
 	case WORK_OUTPUTS:
 		w->rc = kn_ckpt_upload_outputs(store, w->job, w->dir,
@@ -159,6 +175,8 @@ static void work_free(struct sync_work *w)
 {
 	free(w->store_url);
 	free(w->dir);
+	free(w->path);
+	kn_ckpt_sent_free(w->sent);
 	free(w->name);
 	free(w->warnings);
 	kn_ckpt_manifest_release(&w->manifest);
@@ -213,37 +231,62 @@ static void upload_done(void *arg, bool ran)
 	if (!r)
 		goto out;
 	r->sync_busy = false;
-	if (w->rc == 0) {
+	r->sent = w->sent;
+	w->sent = NULL;
+	if (w->kind == WORK_EARLY) {
+		if (w->rc < 0) /* the commit's upload sends it */
+			kn_log(KN_LOG_WARN, "job %lld: sending %s/%s before its "
+			       "commit: %s", (long long)r->job_id, w->name,
+			       w->path, w->err.message);
+	} else if (w->rc == 0) {
 		const char *name = strrchr(w->dir, '/') + 1;
 		kn_strlcpy(r->checkpoint, name, sizeof(r->checkpoint));
 		r->checkpoint_at = w->committed_at;
 		kn_log(KN_LOG_INFO, "job %lld: checkpoint %s synced (%zu files, "
-		       "%lld ms)", (long long)r->job_id, name, w->manifest.n,
-		       (long long)w->took_ms);
+		       "%zu sent before the commit, %lld ms)",
+		       (long long)r->job_id, name, w->manifest.n,
+		       kn_ckpt_sent_reused(r->sent), (long long)w->took_ms);
 	} else {
 		kn_log(KN_LOG_WARN, "job %lld: checkpoint sync failed: %s",
 		       (long long)r->job_id, w->err.message);
 	}
-	if (r->sync_pending[0])
-		start_upload(s, r);
-	else if (r->sync_waiting)
+	start_upload(s, r);
+	if (!r->sync_busy && r->sync_waiting)
 		jobs_sync_settled(s, r);
 out:
 	work_free(w);
 }
 
+/*
+ * The next upload: the newest commit, else (while the tasks run) a file
+ * written into a checkpoint not committed yet.
+ */
 static void start_upload(struct server *s, struct run *r)
 {
-	char *dir;
 	struct sync_work *w;
+	char *name, *path;
 
-	if (r->sync_busy || !r->sync_pending[0])
+	if (r->sync_busy)
 		return;
-	dir = kn_asprintf("%s/%s", r->checkpoint_dir, r->sync_pending);
-	w = work_new(s, r, WORK_UPLOAD, dir);
-	w->committed_at = r->sync_pending_at;
-	free(dir);
-	r->sync_pending[0] = '\0';
+	if (r->sync_pending[0]) {
+		char *dir = kn_asprintf("%s/%s", r->checkpoint_dir,
+					r->sync_pending);
+		w = work_new(s, r, WORK_UPLOAD, dir);
+		w->committed_at = r->sync_pending_at;
+		free(dir);
+		r->sync_pending[0] = '\0';
+	} else if (!r->sync_waiting && r->watch &&
+		   kn_ckpt_watch_next_written(r->watch, &name, &path) == 1) {
+		w = work_new(s, r, WORK_EARLY, r->checkpoint_dir);
+		w->name = name;
+		w->path = path;
+	} else {
+		return;
+	}
+	if (!r->sent)
+		r->sent = kn_ckpt_sent_new();
+	w->sent = r->sent;
+	r->sent = NULL;
 	r->sync_busy = true;
 	kn_workers_submit(s->workers, do_work, upload_done, w);
 }
@@ -293,7 +336,8 @@ void sync_run_started(struct server *s, struct run *r)
 		return;
 	if (kn_mkdir_p(r->checkpoint_dir, 0700) < 0 ||
 	    kn_mkdir_p(r->output_dir, 0700) < 0 ||
-	    kn_ckpt_watch_new(r->checkpoint_dir, 0, &r->watch, &err) < 0) {
+	    kn_ckpt_watch_new(r->checkpoint_dir, 0, KN_CKPT_WATCH_FILES,
+			      &r->watch, &err) < 0) {
 		kn_log(KN_LOG_WARN, "job %lld: checkpoints will not be synced: "
 		       "cannot watch %s", (long long)r->job_id, r->checkpoint_dir);
 		return;
@@ -308,8 +352,10 @@ void sync_run_gone(struct run *r)
 {
 	kn_fd_watch_free(r->watch_fd);
 	kn_ckpt_watch_free(r->watch);
+	kn_ckpt_sent_free(r->sent);
 	r->watch_fd = NULL;
 	r->watch = NULL;
+	r->sent = NULL;
 }
 
 /* ---- outputs ---- */

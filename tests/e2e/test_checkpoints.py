@@ -4,6 +4,7 @@ corrupt checkpoints skipped, outputs, and uploads cut by a crash."""
 import hashlib
 import json
 import os
+import re
 import time
 
 from conftest import job_yaml, wait_for
@@ -129,6 +130,42 @@ def test_kill9_during_upload_never_shows_half_a_checkpoint(server, tmp_path):
         assert (store / f["path"]).stat().st_size == f["size"] == 50331648
     gate.touch()
     server.wait_state(jid, "succeeded")
+
+
+def test_files_go_ahead_of_the_commit(server):
+    # Each file the task closes inside step-000001.tmp is sent while it
+    # writes the next; the task waits to see each one in the store before
+    # going on (closing it again meanwhile: a close before the server
+    # follows the new directory is not seen). The last file is rewritten
+    # after it went, so it goes again, ahead of the commit or with it.
+    blobs = server.home / "blobs"
+    script = (
+        'd="$KILN_CHECKPOINT_DIR/step-000001"; '
+        f's="{blobs}/$KILN_JOB_ID/checkpoints/step-000001"; '
+        'seen() { n=0; while [ ! -e "$s/$1" ]; do : >> "$d.tmp/$1"; '
+        '  n=$((n+1)); [ $n -gt 1200 ] && exit 3; sleep 0.05; done; }; '
+        'mkdir -p "$d.tmp/opt"; '
+        'head -c 1048576 /dev/urandom > "$d.tmp/a.bin"; seen a.bin; '
+        'echo moments > "$d.tmp/opt/b.bin"; seen opt/b.bin; '
+        'echo "moments, again" > "$d.tmp/opt/b.bin"; '
+        'mv "$d.tmp" "$d"; sleep 300 & wait')
+    jid = server.submit(job_yaml("ahead", ["/bin/sh", "-c", script],
+                                 preemptible=True))
+    m = wait_for(lambda: manifest(server.home, jid, "step-000001"),
+                 what="step-000001 synced")
+    files = {f["path"]: f for f in m["files"]}
+    assert set(files) == {"a.bin", "opt/b.bin"}
+    store = blobs / str(jid) / "checkpoints" / "step-000001"
+    assert files["a.bin"]["sha256"] == \
+        hashlib.sha256((store / "a.bin").read_bytes()).hexdigest()
+    assert files["opt/b.bin"]["sha256"] == \
+        hashlib.sha256(b"moments, again\n").hexdigest()
+    assert (store / "opt" / "b.bin").read_bytes() == b"moments, again\n"
+    wait_for(lambda: re.search(r"checkpoint step-000001 synced \(2 files, "
+                               r"[12] sent before the commit",
+                               (server.home / "server.log").read_text()),
+             what="the sync's log line")
+    server.request("POST", f"/v1/jobs/{jid}/cancel")
 
 
 def test_jobs_without_checkpoints_are_not_synced(server):

@@ -552,7 +552,7 @@ static void test_checkpoints(void **state)
 	make_checkpoint(local, "step-11", "eleven");
 	for (int i = 9; i <= 11; i++) {
 		char *d = kn_asprintf("%s/step-%d", local, i);
-		assert_int_equal(kn_ckpt_upload(s, "7", d, &m, &err), 0);
+		assert_int_equal(kn_ckpt_upload(s, "7", d, NULL, &m, &err), 0);
 		assert_int_equal(m.n, 2);
 		assert_string_equal(m.files[0].path, "model.bin");
 		assert_string_equal(m.files[1].path, "opt/state.bin");
@@ -561,7 +561,7 @@ static void test_checkpoints(void **state)
 	}
 	/* a re-run of a finished upload sends nothing and reports it */
 	path = kn_asprintf("%s/step-11", local);
-	assert_int_equal(kn_ckpt_upload(s, "7", path, &m, &err), 0);
+	assert_int_equal(kn_ckpt_upload(s, "7", path, NULL, &m, &err), 0);
 	assert_string_equal(m.name, "step-11");
 	kn_ckpt_manifest_release(&m);
 	free(path);
@@ -635,7 +635,7 @@ static void test_checkpoints(void **state)
 	write_text(path, "{}");
 	free(path);
 	path = kn_asprintf("%s/step-20", local);
-	assert_int_equal(kn_ckpt_upload(s, "7", path, NULL, &err), -EINVAL);
+	assert_int_equal(kn_ckpt_upload(s, "7", path, NULL, NULL, &err), -EINVAL);
 	assert_non_null(strstr(err.message, "reserved"));
 	free(path);
 
@@ -679,7 +679,7 @@ static void test_watch(void **state)
 	(void)state;
 
 	assert_int_equal(mkdir(pre, 0755), 0);
-	assert_int_equal(kn_ckpt_watch_new(dir, 50, &w, &err), 0);
+	assert_int_equal(kn_ckpt_watch_new(dir, 50, 0, &w, &err), 0);
 	name = wait_next(w);
 	assert_string_equal(name, "step-1");
 	free(name);
@@ -695,7 +695,7 @@ static void test_watch(void **state)
 	free(name);
 	assert_int_equal(kn_ckpt_watch_next(w, &name, &err), 0);
 	kn_ckpt_watch_free(w);
-	assert_int_equal(kn_ckpt_watch_new("/nonexistent/kiln", 0, &w, &err),
+	assert_int_equal(kn_ckpt_watch_new("/nonexistent/kiln", 0, 0, &w, &err),
 			 -ENOENT);
 	kn_rm_rf(dir);
 	free(dir);
@@ -703,6 +703,140 @@ static void test_watch(void **state)
 	free(a);
 	free(b);
 	free(pre);
+}
+
+/* The next file written ahead of a commit, after reading the events. */
+static bool next_written(struct kn_ckpt_watch *w, const char *name,
+			 const char *path)
+{
+	struct kn_error err;
+	char *committed = NULL, *got_name = NULL, *got_path = NULL;
+	bool match;
+
+	while (kn_ckpt_watch_next(w, &committed, &err) == 1)
+		free(committed);
+	if (kn_ckpt_watch_next_written(w, &got_name, &got_path) != 1)
+		return name == NULL;
+	match = name && strcmp(got_name, name) == 0 &&
+		strcmp(got_path, path) == 0;
+	free(got_name);
+	free(got_path);
+	return match;
+}
+
+static ino_t inode_of(const char *path)
+{
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	return st.st_ino;
+}
+
+static void test_early_upload(void **state)
+{
+	char *dir = make_tmpdir();
+	char *ck = kn_asprintf("%s/ck", dir);
+	char *root = kn_asprintf("%s/blobs", dir);
+	char *tmp = kn_asprintf("%s/step-5.tmp", ck);
+	char *final = kn_asprintf("%s/step-5", ck);
+	char *restore = kn_asprintf("%s/restore", dir);
+	char *path, *blob_model, *text, *name = NULL, *warnings = NULL;
+	char sha[KN_SHA256_HEX_LEN + 1];
+	struct kn_blob_store *s = open_file_store(root);
+	struct kn_ckpt_sent *sent = kn_ckpt_sent_new();
+	struct kn_ckpt_watch *w;
+	struct kn_ckpt_manifest m = {0};
+	struct kn_ckpt_list list;
+	struct kn_error err;
+	ino_t model_ino;
+	(void)state;
+
+	assert_int_equal(mkdir(ck, 0755), 0);
+	assert_int_equal(kn_ckpt_watch_new(ck, 50, KN_CKPT_WATCH_FILES, &w,
+					   &err), 0);
+	/* the task makes NAME.tmp and a directory in it (before the watch
+	   follows NAME.tmp), writes and closes files */
+	assert_int_equal(mkdir(tmp, 0755), 0);
+	path = kn_asprintf("%s/opt", tmp);
+	assert_int_equal(mkdir(path, 0755), 0);
+	free(path);
+	assert_true(next_written(w, NULL, NULL));
+	path = kn_asprintf("%s/model.bin", tmp);
+	write_text(path, "weights");
+	free(path);
+	assert_true(next_written(w, "step-5", "model.bin"));
+	path = kn_asprintf("%s/opt/state.bin", tmp);
+	write_text(path, "moments");
+	free(path);
+	assert_true(next_written(w, "step-5", "opt/state.bin"));
+
+	/* both go ahead of the commit; no manifest yet */
+	assert_int_equal(kn_ckpt_upload_early(s, "7", ck, "step-5", "model.bin",
+					      sent, &err), 0);
+	assert_int_equal(kn_ckpt_upload_early(s, "7", ck, "step-5",
+					      "opt/state.bin", sent, &err), 0);
+	blob_model = kn_asprintf("%s/7/checkpoints/step-5/model.bin", root);
+	text = read_text(blob_model);
+	assert_string_equal(text, "weights");
+	free(text);
+	model_ino = inode_of(blob_model);
+	assert_int_equal(kn_ckpt_list(s, "7", &list, &err), 0);
+	assert_int_equal(list.n, 1);
+	assert_false(list.items[0].complete);
+	kn_ckpt_list_release(&list);
+	/* a file that is gone (or not written) sends nothing */
+	assert_int_equal(kn_ckpt_upload_early(s, "7", ck, "step-5", "none.bin",
+					      sent, &err), 0);
+	assert_int_equal(kn_ckpt_upload_early(s, "7", ck, "step-5", "../x",
+					      sent, &err), -EINVAL);
+
+	/* the task rewrites one file after it went, then commits */
+	path = kn_asprintf("%s/opt/state.bin", tmp);
+	write_text(path, "moments, again");
+	free(path);
+	assert_int_equal(rename(tmp, final), 0);
+	/* the commit drops what was still to go: its upload sends it */
+	assert_true(next_written(w, NULL, NULL));
+
+	/* the commit sends only the changed file; the digests are right */
+	assert_int_equal(kn_ckpt_upload(s, "7", final, sent, &m, &err), 0);
+	assert_int_equal(kn_ckpt_sent_reused(sent), 1);
+	assert_int_equal(inode_of(blob_model), model_ino);
+	assert_int_equal(m.n, 2);
+	kn_sha256_hex("weights", 7, sha);
+	assert_string_equal(m.files[0].sha256, sha);
+	kn_sha256_hex("moments, again", 14, sha);
+	assert_string_equal(m.files[1].path, "opt/state.bin");
+	assert_string_equal(m.files[1].sha256, sha);
+	assert_int_equal(m.files[1].size, 14);
+	kn_ckpt_manifest_release(&m);
+	assert_int_equal(kn_ckpt_restore(s, "7", restore, &name, &warnings,
+					 &err), 0);
+	assert_string_equal(name, "step-5");
+	assert_null(warnings);
+	free(name);
+
+	/* a name complete in the store already is not streamed into */
+	assert_int_equal(mkdir(tmp, 0755), 0);
+	path = kn_asprintf("%s/model.bin", tmp);
+	write_text(path, "other weights");
+	free(path);
+	assert_int_equal(kn_ckpt_upload_early(s, "7", ck, "step-5", "model.bin",
+					      sent, &err), 0);
+	text = read_text(blob_model);
+	assert_string_equal(text, "weights");
+	free(text);
+
+	kn_ckpt_watch_free(w);
+	kn_ckpt_sent_free(sent);
+	kn_blob_store_free(s);
+	kn_rm_rf(dir);
+	free(dir);
+	free(ck);
+	free(root);
+	free(tmp);
+	free(final);
+	free(restore);
+	free(blob_model);
 }
 
 /* ---- Azure client against a scripted server ---- */
@@ -1029,6 +1163,7 @@ int main(void)
 		cmocka_unit_test(test_file_store_large),
 		cmocka_unit_test(test_checkpoints),
 		cmocka_unit_test(test_watch),
+		cmocka_unit_test(test_early_upload),
 		cmocka_unit_test(test_azure_retries_then_succeeds),
 		cmocka_unit_test(test_azure_blocks_retry),
 		cmocka_unit_test(test_azure_file_up_to_single_put_max_is_one_put_blob),
