@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (AZURITE_KEY, KILN, Server, azurite_env, wait_for)
+from conftest import (AZURITE_KEY, KILN, Server, azurite_env, job_yaml,
+                      wait_for)
 
 REPO = Path(__file__).resolve().parents[2]
 # Paced steps: each attempt must still be running when the test sees its
@@ -164,5 +165,55 @@ def test_bad_store_credentials_are_reported_without_the_secret(tmp_path, azurite
         assert "403" in log or "AuthenticationFailed" in log
         assert wrong not in log and wrong[:24] not in log
         assert AZURITE_KEY[:24] not in log
+    finally:
+        server.stop()
+
+
+def test_files_go_ahead_of_the_commit_on_azurite(azurite, tmp_path):
+    # The task closes a file in step-000001.tmp and waits until the test
+    # has seen its blob in Azurite (closing it again meanwhile, as a close
+    # before the server follows the new directory is not seen); only then
+    # does it commit. The commit's upload finds the blob (HEAD) with its
+    # size and sends only the manifest.
+    env = azurite_env(azurite)
+    url = f"{azurite}/kiln-ahead"
+    home = tmp_path / "home"
+    home.mkdir()
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    script = (
+        'd="$KILN_CHECKPOINT_DIR/step-000001"; mkdir -p "$d.tmp"; '
+        'head -c 3000000 /dev/urandom > "$d.tmp/a.bin"; '
+        f'touch {gate}/written; n=0; '
+        f'while [ ! -e {gate}/seen ]; do : >> "$d.tmp/a.bin"; '
+        '  n=$((n+1)); [ $n -gt 2400 ] && exit 3; sleep 0.05; done; '
+        'mv "$d.tmp" "$d"; sleep 300 & wait')
+    server = Server(home, extra=["--blob-store", url], env=env).start()
+    try:
+        jid = server.submit(job_yaml("ahead", ["/bin/sh", "-c", script],
+                                     preemptible=True))
+        wait_for(lambda: (gate / "written").exists(), what="the file written")
+        blob = f"{jid}/checkpoints/step-000001/a.bin"
+
+        def blob_size():
+            r = subprocess.run([KILN, "blob", "stat", url, blob], env=env,
+                               capture_output=True, text=True, timeout=60)
+            return r.returncode == 0 and r.stdout.strip() == "3000000"
+        wait_for(blob_size, timeout=120, what="a.bin in Azurite before the commit")
+        assert subprocess.run(
+            [KILN, "blob", "stat", url,
+             f"{jid}/checkpoints/step-000001/MANIFEST.json"],
+            env=env, capture_output=True, timeout=60).returncode != 0
+        (gate / "seen").touch()
+        wait_for(lambda: "checkpoint step-000001 synced (1 files, 1 sent "
+                 "before the commit" in (home / "server.log").read_text(),
+                 timeout=120, what="the commit's upload")
+        server.cli("cancel", str(jid))
+        restored = tmp_path / "restored"
+        r = subprocess.run([KILN, "ckpt", "restore", url, str(jid),
+                            str(restored)], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert (restored / "step-000001" / "a.bin").stat().st_size == 3000000
     finally:
         server.stop()
