@@ -565,6 +565,7 @@ struct pod_sync {
 	char restored[NAME_MAX_LEN];
 	struct kn_ckpt_watch *watch;
 	struct kn_ckpt_sent *sent; /* files sent before their commit */
+	struct kn_blob_store *store; /* the thread's, opened once */
 	int wake_fd;
 	pthread_t thread;
 	/* The thread's alone until it is joined. */
@@ -583,15 +584,24 @@ static int open_store(const char *url, struct kn_blob_store **store,
 	return kn_blob_store_open(&cfg, store, err);
 }
 
+/* The sync thread's store: one connection for a checkpoint's many files. */
+static struct kn_blob_store *sync_store(struct pod_sync *ps,
+					struct kn_error *err)
+{
+	if (!ps->store && open_store(ps->store_url, &ps->store, err) < 0)
+		return NULL;
+	return ps->store;
+}
+
 static void upload(struct pod_sync *ps, const char *name, int64_t at)
 {
 	struct kn_ckpt_manifest m = {0};
-	struct kn_blob_store *store = NULL;
+	struct kn_blob_store *store;
 	struct kn_error err = {0};
 	char *dir = kn_asprintf("%s/%s", ps->dir, name);
 	int64_t start = kn_mono_ms();
 
-	if (open_store(ps->store_url, &store, &err) == 0 &&
+	if ((store = sync_store(ps, &err)) &&
 	    kn_ckpt_upload(store, ps->job, dir, ps->sent, &m, &err) == 0) {
 		struct kn_error perr;
 
@@ -611,7 +621,6 @@ static void upload(struct pod_sync *ps, const char *name, int64_t at)
 			err.message);
 	}
 	kn_ckpt_manifest_release(&m);
-	kn_blob_store_free(store);
 	free(dir);
 }
 
@@ -619,15 +628,14 @@ static void upload(struct pod_sync *ps, const char *name, int64_t at)
 static void upload_early(struct pod_sync *ps, const char *name,
 			 const char *path)
 {
-	struct kn_blob_store *store = NULL;
+	struct kn_blob_store *store;
 	struct kn_error err = {0};
 
-	if (open_store(ps->store_url, &store, &err) < 0 ||
+	if (!(store = sync_store(ps, &err)) ||
 	    kn_ckpt_upload_early(store, ps->job, ps->dir, name, path, ps->sent,
 				 &err) < 0)
 		fprintf(stderr, "kiln: sending %s/%s before its commit: %s\n",
 			name, path, err.message);
-	kn_blob_store_free(store);
 }
 
 static void *sync_main(void *arg)
@@ -682,6 +690,8 @@ static void *sync_main(void *arg)
 			early = true;
 		}
 	}
+	kn_blob_store_free(ps->store);
+	ps->store = NULL;
 	return NULL;
 }
 

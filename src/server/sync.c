@@ -65,6 +65,9 @@ struct sync_work {
 	char *path;       /* early: the file, below dir/name.tmp */
 	int keep;
 	struct kn_ckpt_sent *sent; /* upload, early: the run's, while out */
+	/* upload, early: the run's open store, while out (one connection
+	   for a checkpoint's many files, not one each) */
+	struct kn_blob_store *store;
 	char digest[65];  /* outputs read: the manifest's, as the pod said */
 	int64_t committed_at;
 	/* results */
@@ -125,7 +128,7 @@ static void do_work(void *arg)
 {
 	struct sync_work *w = arg;
 	struct kn_blob_store_config cfg;
-	struct kn_blob_store *store = NULL;
+	struct kn_blob_store *store = w->store;
 	int64_t start = kn_mono_ms();
 
 	/* Sync must never slow the tasks down: it gets what they leave. */
@@ -135,9 +138,11 @@ static void do_work(void *arg)
 	cfg.use_env = true;
 	/* One file at a time: a background copy, not a race with the tasks. */
 	cfg.files_in_flight = 1;
-	w->rc = kn_blob_store_open(&cfg, &store, &w->err);
-	if (w->rc < 0)
-		goto out;
+	if (!store) {
+		w->rc = kn_blob_store_open(&cfg, &store, &w->err);
+		if (w->rc < 0)
+			goto out;
+	}
 	switch (w->kind) {
 	case WORK_RESTORE:
 		w->rc = kn_ckpt_restore(store, w->job, w->dir, &w->name,
@@ -167,7 +172,10 @@ static void do_work(void *arg)
 		break;
 	}
 out:
-	kn_blob_store_free(store);
+	if (w->kind == WORK_UPLOAD || w->kind == WORK_EARLY)
+		w->store = store; /* back to the run with the work */
+	else
+		kn_blob_store_free(store);
 	w->took_ms = kn_mono_ms() - start;
 }
 
@@ -177,6 +185,7 @@ static void work_free(struct sync_work *w)
 	free(w->dir);
 	free(w->path);
 	kn_ckpt_sent_free(w->sent);
+	kn_blob_store_free(w->store);
 	free(w->name);
 	free(w->warnings);
 	kn_ckpt_manifest_release(&w->manifest);
@@ -232,7 +241,9 @@ static void upload_done(void *arg, bool ran)
 		goto out;
 	r->sync_busy = false;
 	r->sent = w->sent;
+	r->sync_store = w->store;
 	w->sent = NULL;
+	w->store = NULL;
 	if (w->kind == WORK_EARLY) {
 		if (w->rc < 0) /* the commit's upload sends it */
 			kn_log(KN_LOG_WARN, "job %lld: sending %s/%s before its "
@@ -286,7 +297,9 @@ static void start_upload(struct server *s, struct run *r)
 	if (!r->sent)
 		r->sent = kn_ckpt_sent_new();
 	w->sent = r->sent;
+	w->store = r->sync_store;
 	r->sent = NULL;
+	r->sync_store = NULL;
 	r->sync_busy = true;
 	kn_workers_submit(s->workers, do_work, upload_done, w);
 }
@@ -353,9 +366,11 @@ void sync_run_gone(struct run *r)
 	kn_fd_watch_free(r->watch_fd);
 	kn_ckpt_watch_free(r->watch);
 	kn_ckpt_sent_free(r->sent);
+	kn_blob_store_free(r->sync_store);
 	r->watch_fd = NULL;
 	r->watch = NULL;
 	r->sent = NULL;
+	r->sync_store = NULL;
 }
 
 /* ---- outputs ---- */
