@@ -221,8 +221,14 @@ int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 		goto out;
 	} else {
 		unsigned n = kn_nvml_count(x.nvml);
+		const char *driver = kn_nvml_driver_version(x.nvml);
+
 		x.last_xid = kn_xcalloc(n ? n : 1, sizeof(*x.last_xid));
 		x.samples = kn_xcalloc(n ? n : 1, sizeof(*x.samples));
+		/* Which driver answered: the first thing to check when a
+		   GPU's metrics look wrong. */
+		fprintf(stderr, "%s: %u GPU%s, NVIDIA driver %s\n", ctx->prog,
+			n, n == 1 ? "" : "s", driver[0] ? driver : "unknown");
 	}
 
 	x.loop = kn_loop_new();

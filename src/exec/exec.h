@@ -203,9 +203,6 @@ int kn_slurm_shim_main(const char *attempt_dir,
 		       const struct kn_shim_prepare *prep,
 		       struct kn_error *err);
 
-/* The shim's body (`kiln shim --dir DIR`): returns the process exit code. */
-int kn_shim_main(const char *task_dir, struct kn_error *err);
-
 /*
  * Work the shim does before it starts the task (`kiln shim` fetches a
  * workflow step's inputs): fn gets the task's environment and the task
@@ -220,7 +217,10 @@ struct kn_shim_prepare {
 		  size_t len);
 	void *arg;
 };
-/* kn_shim_main with prep (may be NULL) run before the task starts. */
+/*
+ * The shim's body (`kiln shim --dir DIR`), with prep (may be NULL) run
+ * before the task starts: returns the process exit code.
+ */
 int kn_shim_main_prepared(const char *task_dir,
 			  const struct kn_shim_prepare *prep,
 			  struct kn_error *err);

@@ -301,11 +301,6 @@ static int write_status(struct shim *s, int wstatus, int64_t started,
 	return rc;
 }
 
-int kn_shim_main(const char *task_dir, struct kn_error *err)
-{
-	return kn_shim_main_prepared(task_dir, NULL, err);
-}
-
 int kn_shim_main_prepared(const char *task_dir,
 			  const struct kn_shim_prepare *prep,
 			  struct kn_error *err)

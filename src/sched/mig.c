@@ -233,11 +233,6 @@ void kn_mig_free(struct kn_mig_table *t)
 	free(t);
 }
 
-size_t kn_mig_n_models(const struct kn_mig_table *t)
-{
-	return t->n;
-}
-
 const struct kn_mig_model *kn_mig_find(const struct kn_mig_table *t,
 				       const char *name)
 {

@@ -97,7 +97,6 @@ struct kn_mig_table;
 int kn_mig_parse(const char *text, size_t len, const char *file,
 		 struct kn_mig_table **out, struct kn_error *err);
 void kn_mig_free(struct kn_mig_table *t);
-size_t kn_mig_n_models(const struct kn_mig_table *t);
 /* The model named name (exactly, ignoring case), or NULL. */
 const struct kn_mig_model *kn_mig_find(const struct kn_mig_table *t,
 				       const char *name);

@@ -736,9 +736,6 @@ static const char SQL_TASK_LIST[] =
 	"SELECT " TASK_COLUMNS " FROM tasks"
 	" WHERE job_id = ?1 AND (?2 = 0 OR attempt = ?2)"
 	" ORDER BY attempt, rank";
-static const char SQL_TASK_LIST_ACTIVE[] =
-	"SELECT " TASK_COLUMNS " FROM tasks WHERE state IN (?1, ?2)"
-	" ORDER BY job_id, attempt, rank";
 
 #define NODE_COLUMNS                                                     \
 	"name, state, labels_json, taints_json, cpu_milli, memory_bytes,"  \
@@ -1059,7 +1056,6 @@ enum stmt_id {
 	STMT_ATTEMPT_LIST,
 	STMT_TASK_PUT,
 	STMT_TASK_LIST,
-	STMT_TASK_LIST_ACTIVE,
 	STMT_NODE_PUT,
 	STMT_NODE_LIST,
 	STMT_DEVICE_DELETE_NODE,
@@ -1154,7 +1150,6 @@ static const char *const STATEMENTS[STMT_COUNT] = {
 	[STMT_ATTEMPT_LIST] = SQL_ATTEMPT_LIST,
 	[STMT_TASK_PUT] = SQL_TASK_PUT,
 	[STMT_TASK_LIST] = SQL_TASK_LIST,
-	[STMT_TASK_LIST_ACTIVE] = SQL_TASK_LIST_ACTIVE,
 	[STMT_NODE_PUT] = SQL_NODE_PUT,
 	[STMT_NODE_LIST] = SQL_NODE_LIST,
 	[STMT_OUTPUT_PUT] = SQL_OUTPUT_PUT,
@@ -3068,17 +3063,6 @@ int kn_store_task_list(struct kn_store *st, int64_t job_id, int attempt,
 	sqlite3_stmt *s = st->stmt[STMT_TASK_LIST];
 
 	if (bind_i64(s, 1, job_id) || bind_i64(s, 2, attempt))
-		return bind_fail(st, s, "listing tasks", err);
-	return read_tasks(st, s, out, n, err);
-}
-
-int kn_store_task_list_active(struct kn_store *st, struct kn_task_row **out,
-			      size_t *n, struct kn_error *err)
-{
-	sqlite3_stmt *s = st->stmt[STMT_TASK_LIST_ACTIVE];
-
-	if (bind_text(s, 1, TASK_STATE_NAMES[KN_TASK_STARTING]) ||
-	    bind_text(s, 2, TASK_STATE_NAMES[KN_TASK_RUNNING]))
 		return bind_fail(st, s, "listing tasks", err);
 	return read_tasks(st, s, out, n, err);
 }

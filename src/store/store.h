@@ -360,9 +360,6 @@ int kn_store_task_put(struct kn_store *st, const struct kn_task_row *t,
 int kn_store_task_list(struct kn_store *st, int64_t job_id, int attempt,
 		       struct kn_task_row **out, size_t *n,
 		       struct kn_error *err);
-/* Tasks not yet exited, over all jobs (restart re-adoption, snapshot). */
-int kn_store_task_list_active(struct kn_store *st, struct kn_task_row **out,
-			      size_t *n, struct kn_error *err);
 void kn_task_list_free(struct kn_task_row *rows, size_t n);
 
 /* ---- outputs: the files a succeeded job left in its store ---- */

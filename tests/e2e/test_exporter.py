@@ -110,6 +110,7 @@ def test_this_machine_scrape_is_valid(exporters):
 def test_gpu_metrics_from_recorded_nvml(exporters):
     e = exporters("--root", str(FIXTURES / "node-basic"), "--hostname", "node-a",
                   nvml="h100x2.json")
+    assert "2 GPUs, NVIDIA driver 550.54.15" in e.log.read_text()
     first = requests.get(e.url, timeout=10).text
     promtool_check(first)
     labels = ('{gpu="1",UUID="GPU-5a1c9e01-7b2d-4c3e-9f10-abcdef012341",'

@@ -160,7 +160,7 @@ static void test_shim_exit_code_and_output(void **state)
 
 	write_launch(dir, "echo out-$KN_TEST_VALUE; echo err >&2; exit 3", 0,
 		     1 << 20);
-	assert_int_equal(kn_shim_main(dir, &err), 0);
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
 	st = read_status(dir);
 	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 3);
 	assert_int_equal(json_integer_value(json_object_get(st, "signal")), 0);
@@ -182,7 +182,7 @@ static void test_shim_timeout_kills_group(void **state)
 
 	/* The shell ignores TERM, so only the SIGKILL after grace ends it. */
 	write_launch(dir, "trap '' TERM; sleep 30 & sleep 30", 100, 1 << 20);
-	assert_int_equal(kn_shim_main(dir, &err), 0);
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
 	st = read_status(dir);
 	assert_string_equal(json_string_value(json_object_get(st, "reason")),
 			    "timeout");
@@ -204,7 +204,7 @@ static void test_shim_rotates_log(void **state)
 
 	write_launch(dir, "i=0; while [ $i -lt 400 ]; do echo line-$i; i=$((i+1)); done",
 		     0, 1000);
-	assert_int_equal(kn_shim_main(dir, &err), 0);
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
 	log = read_log(dir, KN_LOG_FILE);
 	assert_true(strlen(log) <= 1000);
 	assert_non_null(strstr(log, "line-399\n"));
@@ -228,7 +228,7 @@ static void test_shim_bad_command(void **state)
 	(void)state;
 
 	write_launch(dir, "exec /nonexistent/program", 0, 1 << 20);
-	assert_int_equal(kn_shim_main(dir, &err), 0);
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
 	st = read_status(dir);
 	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 127);
 	json_decref(st);
@@ -244,7 +244,7 @@ static void test_shim_missing_launch(void **state)
 	char *dir = make_task_dir();
 	struct kn_error err;
 	(void)state;
-	assert_int_equal(kn_shim_main(dir, &err), 1);
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 1);
 	assert_non_null(strstr(err.message, "launch.json"));
 	kn_rm_rf(dir);
 	free(dir);
@@ -277,7 +277,7 @@ static void test_shim_timeout_signal_and_usr1(void **state)
 			  "exit 7' USR2; kill -USR1 $PPID; "
 			  "while :; do sleep 0.05; done", 1000, 1 << 20);
 	launch_set(dir, "timeout_signal", SIGUSR2);
-	assert_int_equal(kn_shim_main(dir, &err), 0);
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
 	st = read_status(dir);
 	assert_string_equal(json_string_value(json_object_get(st, "reason")),
 			    "timeout");
@@ -303,7 +303,7 @@ static void test_shim_polls_for_stop(void **state)
 			  "echo '{\"signal\":10,\"grace_ms\":5000}' > stop.json; "
 			  "while :; do sleep 0.05; done", 0, 1 << 20);
 	launch_set(dir, "stop_poll_ms", 50);
-	assert_int_equal(kn_shim_main(dir, &err), 0);
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
 	st = read_status(dir);
 	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 9);
 	json_decref(st);

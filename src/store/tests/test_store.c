@@ -691,38 +691,6 @@ static void test_task_put_and_list(void **state)
 	assert_string_equal(err.message, "job 555 not found");
 }
 
-static void test_task_list_active(void **state)
-{
-	struct fixture *fx = *state;
-	struct kn_task_row *rows = NULL;
-	struct kn_error err = {0};
-	size_t n = 0;
-	int64_t a = insert_job(fx->st, "a", "alice", KN_JOB_RUNNING);
-	int64_t b = insert_job(fx->st, "b", "alice", KN_JOB_RUNNING);
-
-	assert_int_equal(kn_store_task_list_active(fx->st, &rows, &n, &err),
-			 0);
-	assert_int_equal(n, 0);
-	assert_null(rows);
-
-	put_task(fx->st, b, 1, 1, KN_TASK_RUNNING);
-	put_task(fx->st, b, 1, 0, KN_TASK_STARTING);
-	put_task(fx->st, a, 1, 0, KN_TASK_EXITED);
-	put_task(fx->st, a, 2, 0, KN_TASK_RUNNING);
-
-	assert_int_equal(kn_store_task_list_active(fx->st, &rows, &n, &err),
-			 0);
-	assert_int_equal(n, 3);
-	assert_int_equal(rows[0].job_id, a);
-	assert_int_equal(rows[0].attempt, 2);
-	assert_int_equal(rows[1].job_id, b);
-	assert_int_equal(rows[1].rank, 0);
-	assert_int_equal(rows[1].state, KN_TASK_STARTING);
-	assert_int_equal(rows[2].job_id, b);
-	assert_int_equal(rows[2].rank, 1);
-	kn_task_list_free(rows, n);
-}
-
 /* ---- tokens ---- */
 
 static void test_tokens(void **state)
@@ -1666,8 +1634,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_outputs, setup_store,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_task_put_and_list,
-						setup_store, teardown),
-		cmocka_unit_test_setup_teardown(test_task_list_active,
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_tokens, setup_store,
 						teardown),
