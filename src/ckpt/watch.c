@@ -185,25 +185,30 @@ static void note_written(struct kn_ckpt_watch *w, const char *name,
 		.name = kn_xstrdup(name), .path = kn_xstrdup(path)};
 }
 
+/* A directory dir_name in the watched one: true if it is some NAME.tmp. */
+static bool follow_tmp(struct kn_ckpt_watch *w, const char *dir_name)
+{
+	size_t n = strlen(dir_name);
+	char *name;
+
+	if (!w->files || n <= 4 || !ends_with(dir_name, ".tmp"))
+		return false;
+	name = strndup(dir_name, n - 4);
+	if (!name)
+		abort();
+	if (is_checkpoint_name(name))
+		follow(w, name, "");
+	free(name);
+	return true;
+}
+
 static void on_root_event(struct kn_ckpt_watch *w,
 			  const struct inotify_event *ev)
 {
-	size_t n;
-
 	if (!(ev->mask & IN_ISDIR) || ev->len == 0)
 		return;
-	n = strlen(ev->name);
-	if (w->files && n > 4 && ends_with(ev->name, ".tmp")) {
-		char *name = strndup(ev->name, n - 4);
-
-		if (!name)
-			abort();
-		if (is_checkpoint_name(name))
-			follow(w, name, "");
-		free(name);
-	} else if (ev->mask & IN_MOVED_TO) {
+	if (!follow_tmp(w, ev->name) && (ev->mask & IN_MOVED_TO))
 		note(w, ev->name);
-	}
 }
 
 static void on_tmp_event(struct kn_ckpt_watch *w,
@@ -350,10 +355,16 @@ static int scan(struct kn_ckpt_watch *w, struct kn_error *err)
 				 strerror(errno));
 	while ((e = readdir(d))) {
 		struct stat st;
-		if (is_checkpoint_name(e->d_name) &&
-		    fstatat(dirfd(d), e->d_name, &st, 0) == 0 &&
-		    S_ISDIR(st.st_mode))
+
+		if (fstatat(dirfd(d), e->d_name, &st, 0) < 0 ||
+		    !S_ISDIR(st.st_mode))
+			continue;
+		/* A NAME.tmp begun before the watch (a restarted server) or
+		   whose creation an overflow lost is followed from now on. */
+		if (is_checkpoint_name(e->d_name))
 			note(w, e->d_name);
+		else
+			follow_tmp(w, e->d_name);
 	}
 	closedir(d);
 	return 0;

@@ -827,6 +827,21 @@ static void test_early_upload(void **state)
 	free(text);
 
 	kn_ckpt_watch_free(w);
+
+	/* a NAME.tmp begun before the watch (a restarted server) is
+	   followed from the first scan on */
+	path = kn_asprintf("%s/step-7.tmp", ck);
+	assert_int_equal(mkdir(path, 0755), 0);
+	free(path);
+	assert_int_equal(kn_ckpt_watch_new(ck, 50, KN_CKPT_WATCH_FILES, &w,
+					   &err), 0);
+	assert_true(next_written(w, NULL, NULL));
+	path = kn_asprintf("%s/step-7.tmp/late.bin", ck);
+	write_text(path, "late");
+	free(path);
+	assert_true(next_written(w, "step-7", "late.bin"));
+	kn_ckpt_watch_free(w);
+
 	kn_ckpt_sent_free(sent);
 	kn_blob_store_free(s);
 	kn_rm_rf(dir);
