@@ -278,8 +278,8 @@ size_t kn_ckpt_sent_reused(const struct kn_ckpt_sent *sent)
 	return sent->reused;
 }
 
-static const struct sent_file *sent_find(const struct kn_ckpt_sent *sent,
-					 const char *name, const char *path)
+static struct sent_file *sent_find(const struct kn_ckpt_sent *sent,
+				   const char *name, const char *path)
 {
 	for (size_t i = 0; sent && i < sent->n; i++)
 		if (strcmp(sent->files[i].name, name) == 0 &&
@@ -504,7 +504,7 @@ int kn_ckpt_upload_early(struct kn_blob_store *store, const char *job,
 	committed = kn_asprintf("%s/%s/%s", dir, name, path);
 	if (file_id_of(local, &before) < 0)
 		goto out; /* committed, dropped or not a file: the commit sends */
-	sf = (struct sent_file *)sent_find(sent, name, path);
+	sf = sent_find(sent, name, path);
 	if (sf && file_id_equal(&sf->id, &before))
 		goto out;
 	if (!has_name(sent->checked, sent->nchecked, name)) {

@@ -172,13 +172,23 @@ static void follow(struct kn_ckpt_watch *w, const char *name, const char *rel)
 		closedir(d);
 }
 
+/* Where (name, path) waits in w->written, or nwritten. */
+static size_t written_at(const struct kn_ckpt_watch *w, const char *name,
+			 const char *path)
+{
+	size_t i = 0;
+
+	while (i < w->nwritten && (strcmp(w->written[i].name, name) != 0 ||
+				   strcmp(w->written[i].path, path) != 0))
+		i++;
+	return i;
+}
+
 static void note_written(struct kn_ckpt_watch *w, const char *name,
 			 const char *path)
 {
-	for (size_t i = 0; i < w->nwritten; i++)
-		if (strcmp(w->written[i].name, name) == 0 &&
-		    strcmp(w->written[i].path, path) == 0)
-			return;
+	if (written_at(w, name, path) < w->nwritten)
+		return;
 	w->written = kn_xrealloc(w->written,
 				 (w->nwritten + 1) * sizeof(w->written[0]));
 	w->written[w->nwritten++] = (struct written){
@@ -237,12 +247,10 @@ static void on_tmp_event(struct kn_ckpt_watch *w,
 		note_written(w, t->name, rel);
 	} else if (ev->mask & (IN_MOVED_FROM | IN_DELETE)) {
 		/* written under a temporary name, say, then renamed */
-		for (size_t i = 0; i < w->nwritten; i++)
-			if (strcmp(w->written[i].name, t->name) == 0 &&
-			    strcmp(w->written[i].path, rel) == 0) {
-				forget_written(w, i);
-				break;
-			}
+		size_t i = written_at(w, t->name, rel);
+
+		if (i < w->nwritten)
+			forget_written(w, i);
 	}
 	free(rel);
 }

@@ -647,6 +647,54 @@ static void test_checkpoints(void **state)
 	free(restore);
 }
 
+/* The file store with its sync counted. */
+static int syncs;
+static const struct kn_blob_store_ops *file_ops;
+
+static int counted_sync(struct kn_blob_store *s, struct kn_error *err)
+{
+	syncs++;
+	return file_ops->sync(s, err);
+}
+
+static void test_prune_syncs_only_to_delete(void **state)
+{
+	char *dir = make_tmpdir();
+	char *root = kn_asprintf("%s/blobs", dir);
+	char *local = kn_asprintf("%s/local", dir);
+	struct kn_blob_store *s = open_file_store(root);
+	struct kn_blob_store_ops counted;
+	struct kn_error err;
+	size_t deleted = 9;
+	(void)state;
+
+	file_ops = s->ops;
+	counted = *s->ops;
+	counted.sync = counted_sync;
+	s->ops = &counted;
+	make_checkpoint(local, "step-1", "one");
+	make_checkpoint(local, "step-2", "two");
+	for (int i = 1; i <= 2; i++) {
+		char *d = kn_asprintf("%s/step-%d", local, i);
+		assert_int_equal(kn_ckpt_upload(s, "7", d, NULL, NULL, &err), 0);
+		free(d);
+	}
+	/* nothing to delete: nothing to make durable first */
+	assert_int_equal(kn_ckpt_prune(s, "7", 2, &deleted, &err), 0);
+	assert_int_equal(deleted, 0);
+	assert_int_equal(syncs, 0);
+	/* one to delete: the kept one is made durable before it goes */
+	assert_int_equal(kn_ckpt_prune(s, "7", 1, &deleted, &err), 0);
+	assert_int_equal(deleted, 1);
+	assert_int_equal(syncs, 1);
+	s->ops = file_ops;
+	kn_blob_store_free(s);
+	kn_rm_rf(dir);
+	free(dir);
+	free(root);
+	free(local);
+}
+
 /* ---- watcher ---- */
 
 static char *wait_next(struct kn_ckpt_watch *w)
@@ -1177,6 +1225,7 @@ int main(void)
 		cmocka_unit_test(test_file_store),
 		cmocka_unit_test(test_file_store_large),
 		cmocka_unit_test(test_checkpoints),
+		cmocka_unit_test(test_prune_syncs_only_to_delete),
 		cmocka_unit_test(test_watch),
 		cmocka_unit_test(test_early_upload),
 		cmocka_unit_test(test_azure_retries_then_succeeds),
