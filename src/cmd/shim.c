@@ -566,6 +566,7 @@ struct pod_sync {
 	struct kn_ckpt_watch *watch;
 	struct kn_ckpt_sent *sent; /* files sent before their commit */
 	struct kn_blob_store *store; /* the thread's, opened once */
+	bool early_paused; /* a file sent ahead failed: wait for a commit */
 	int wake_fd;
 	pthread_t thread;
 	/* The thread's alone until it is joined. */
@@ -607,6 +608,7 @@ static void upload(struct pod_sync *ps, const char *name, int64_t at)
 
 		kn_strlcpy(ps->synced, name, sizeof(ps->synced));
 		ps->synced_at = at;
+		ps->early_paused = false;
 		fprintf(stderr, "kiln: checkpoint %s synced (%zu files, %zu sent "
 			"before the commit, %lld ms)\n", name, m.n,
 			kn_ckpt_sent_reused(ps->sent),
@@ -633,9 +635,14 @@ static void upload_early(struct pod_sync *ps, const char *name,
 
 	if (!(store = sync_store(ps, &err)) ||
 	    kn_ckpt_upload_early(store, ps->job, ps->dir, name, path, ps->sent,
-				 &err) < 0)
+				 &err) < 0) {
+		/* The commit's upload sends it; until one succeeds no more go
+		   ahead (one message, not one per file, while the store is
+		   down). */
+		ps->early_paused = true;
 		fprintf(stderr, "kiln: sending %s/%s before its commit: %s\n",
 			name, path, err.message);
+	}
 }
 
 static void *sync_main(void *arg)
@@ -682,7 +689,8 @@ static void *sync_main(void *arg)
 			pending[0] = '\0';
 		} else if (finishing) {
 			break;
-		} else if (kn_ckpt_watch_next_written(ps->watch, &name,
+		} else if (!ps->early_paused &&
+			   kn_ckpt_watch_next_written(ps->watch, &name,
 						      &path) == 1) {
 			upload_early(ps, name, path);
 			free(name);

@@ -83,6 +83,8 @@ struct run {
 	struct kn_fd_watch *watch_fd;
 	struct kn_ckpt_sent *sent; /* files sent before their commit */
 	struct kn_blob_store *sync_store; /* kept open between uploads */
+	bool early_paused;        /* a file sent ahead failed: until an upload
+				     succeeds, files wait for their commit */
 	char sync_pending[128];   /* committed, not yet uploaded */
 	int64_t sync_pending_at;
 	bool sync_busy;           /* an upload (early too) or outputs upload runs */

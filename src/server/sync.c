@@ -245,11 +245,17 @@ static void upload_done(void *arg, bool ran)
 	w->sent = NULL;
 	w->store = NULL;
 	if (w->kind == WORK_EARLY) {
-		if (w->rc < 0) /* the commit's upload sends it */
+		/* The commit's upload sends it; no more go ahead until an
+		   upload succeeds (one warning, not one per file, while the
+		   store is down). */
+		if (w->rc < 0) {
+			r->early_paused = true;
 			kn_log(KN_LOG_WARN, "job %lld: sending %s/%s before its "
 			       "commit: %s", (long long)r->job_id, w->name,
 			       w->path, w->err.message);
+		}
 	} else if (w->rc == 0) {
+		r->early_paused = false;
 		const char *name = strrchr(w->dir, '/') + 1;
 		kn_strlcpy(r->checkpoint, name, sizeof(r->checkpoint));
 		r->checkpoint_at = w->committed_at;
@@ -286,7 +292,7 @@ static void start_upload(struct server *s, struct run *r)
 		w->committed_at = r->sync_pending_at;
 		free(dir);
 		r->sync_pending[0] = '\0';
-	} else if (!r->sync_waiting && r->watch &&
+	} else if (!r->sync_waiting && !r->early_paused && r->watch &&
 		   kn_ckpt_watch_next_written(r->watch, &name, &path) == 1) {
 		w = work_new(s, r, WORK_EARLY, r->checkpoint_dir);
 		w->name = name;

@@ -168,6 +168,30 @@ def test_files_go_ahead_of_the_commit(server):
     server.request("POST", f"/v1/jobs/{jid}/cancel")
 
 
+def test_a_failing_store_stops_files_going_ahead(server, tmp_path):
+    # The store cannot be written (its root is under a regular file): the
+    # first file sent ahead fails, and the others wait for the commit
+    # instead of failing one by one; the commit's upload then fails too.
+    (tmp_path / "not-a-dir").write_text("")
+    store = f"file://{tmp_path}/not-a-dir/blobs"
+    log = server.home / "server.log"
+    script = (
+        'd="$KILN_CHECKPOINT_DIR/step-000001"; mkdir -p "$d.tmp"; '
+        'echo a > "$d.tmp/a.bin"; n=0; '
+        f'while ! grep -q "before its commit" {log}; do : >> "$d.tmp/a.bin"; '
+        '  n=$((n+1)); [ $n -gt 1200 ] && exit 3; sleep 0.05; done; '
+        'for f in b c d; do echo $f > "$d.tmp/$f.bin"; sleep 0.3; done; '
+        'mv "$d.tmp" "$d"; sleep 300 & wait')
+    jid = server.submit(job_yaml("down", ["/bin/sh", "-c", script],
+                                 checkpoint={"store": store}))
+    wait_for(lambda: "checkpoint sync failed" in log.read_text(),
+             what="the commit's upload to fail")
+    text = log.read_text()
+    assert text.count("before its commit") == 1, text
+    assert f"job {jid}: sending step-000001/a.bin before its commit" in text
+    server.request("POST", f"/v1/jobs/{jid}/cancel")
+
+
 def test_jobs_without_checkpoints_are_not_synced(server):
     # Neither preemptible nor with a checkpoint section: the directories
     # are named in the environment but not made, and nothing is uploaded.

@@ -438,3 +438,33 @@ def test_workflow_step_inputs_and_prerequisites_reach_the_pod(tmp_path, api):
         assert w["state"] == "succeeded", json.dumps(w["steps"])
     finally:
         s.stop()
+
+
+def test_shim_stops_sending_ahead_while_the_store_fails(tmp_path):
+    # The shim alone, as in a pod, with a store that cannot be written:
+    # the first file sent ahead fails and the rest wait for the commit
+    # (one message, not one per file); the commit's upload fails too.
+    (tmp_path / "not-a-dir").write_text("")
+    err = tmp_path / "shim.err"
+    script = (
+        'd="$KILN_CHECKPOINT_DIR/step-000001"; mkdir -p "$d.tmp"; '
+        'echo a > "$d.tmp/a.bin"; n=0; '
+        f'while ! grep -q "before its commit" {err}; do : >> "$d.tmp/a.bin"; '
+        '  n=$((n+1)); [ $n -gt 1200 ] && exit 3; sleep 0.05; done; '
+        'for f in b c d; do echo $f > "$d.tmp/$f.bin"; sleep 0.3; done; '
+        'mv "$d.tmp" "$d"')
+    env = dict(os.environ, KILN_TASK_DIR=str(tmp_path / "task"),
+               KILN_CHECKPOINT_DIR=str(tmp_path / "ck"),
+               KILN_STORE=f"file://{tmp_path}/not-a-dir/blobs",
+               KILN_JOB_ID="5", KILN_ATTEMPT="1")
+    for k in ("KILN_OUTPUT_DIR", "KILN_OUTPUT_STORE", "KILN_INPUTS",
+              "KILN_TERMINATION_LOG", "RANK"):
+        env.pop(k, None)
+    with open(err, "w") as e:
+        rc = subprocess.run([KILN, "shim", "--kube", "--", "/bin/sh", "-c",
+                             script], env=env, stderr=e, timeout=120).returncode
+    text = err.read_text()
+    assert rc == 0, text
+    assert text.count("before its commit") == 1, text
+    assert "kiln: sending step-000001/a.bin before its commit" in text
+    assert "kiln: checkpoint step-000001: sync failed" in text
