@@ -1,0 +1,295 @@
+/*
+ * store/internal.h: what the store's files share and nothing outside
+ * src/store includes: the connection, the named statements, the
+ * transaction and bind helpers, and the column tables that read rows.
+ *
+ * Rows are read through a column table per row struct ({SQL name, type,
+ * offset, size}) driving one reader, store_read_row, rather than one
+ * hand-written loop per struct: column i of a statement lands in the
+ * field of entry i, and store_check_columns compares every statement's
+ * result columns (sqlite3_column_name) with its table, so a select list
+ * and its reader cannot drift apart unnoticed. The alternative, an enum
+ * of column numbers beside each select list, was kept in step by hand.
+ */
+#ifndef KN_STORE_INTERNAL_H
+#define KN_STORE_INTERNAL_H
+
+#include "store.h"
+
+#include <stddef.h>
+
+#include <openssl/evp.h>
+#include <sqlite3.h>
+
+/* Every statement the store prepares, by name. */
+enum stmt_id {
+	STMT_BEGIN,
+	STMT_COMMIT,
+	STMT_ROLLBACK,
+	STMT_AUDIT_INSERT,
+	STMT_AUDIT_LIST,
+	STMT_AUDIT_PREV,
+	STMT_AUDIT_SET_CHAIN,
+	STMT_AUDIT_UNCHAINED,
+	STMT_AUDIT_WALK,
+	STMT_AUDIT_HEAD,
+	STMT_AUDIT_HASH_OF,
+	STMT_AUDIT_MAX_ID,
+	STMT_TOKEN_INSERT,
+	STMT_TOKEN_BY_HASH,
+	STMT_TOKEN_TOUCH,
+	STMT_TOKEN_LIST,
+	STMT_TOKEN_REVOKE,
+	STMT_TOKEN_COUNT,
+	STMT_JOB_INSERT,
+	STMT_JOB_GET,
+	STMT_JOB_UPDATE,
+	STMT_JOB_LIST_ALL,
+	STMT_JOB_LIST_STATE,
+	STMT_JOB_LIST_ACTIVE,
+	STMT_ATTEMPT_PUT,
+	STMT_ATTEMPT_LIST,
+	STMT_TASK_PUT,
+	STMT_TASK_LIST,
+	STMT_NODE_PUT,
+	STMT_NODE_LIST,
+	STMT_DEVICE_DELETE_NODE,
+	STMT_DEVICE_INSERT,
+	STMT_DEVICE_LIST_NODE,
+	STMT_OUTPUT_PUT,
+	STMT_OUTPUT_LIST,
+	STMT_ALERT_INSERT,
+	STMT_ALERT_RESOLVE,
+	STMT_ALERT_RESOLVE_ALL,
+	STMT_ALERT_LIST,
+	STMT_DEPLOYMENT_PUT,
+	STMT_DEPLOYMENT_LIST,
+	STMT_DEPLOYMENT_DELETE,
+	STMT_REPLICA_PUT,
+	STMT_REPLICA_DELETE,
+	STMT_REPLICA_LIST,
+	STMT_GWKEY_INSERT,
+	STMT_GWKEY_LIST,
+	STMT_GWKEY_REVOKE,
+	STMT_NODE_STATE_CLOSE,
+	STMT_NODE_STATE_CLOSE_ALL,
+	STMT_NODE_STATE_OPEN,
+	STMT_NODE_STATE_LIST,
+	STMT_JOB_DEPLOYMENT_PUT,
+	STMT_COST_TASK_LIST,
+	STMT_MODEL_LIST,
+	STMT_MODEL_CREATE,
+	STMT_MODEL_NEXT,
+	STMT_MODEL_VERSION_INSERT,
+	STMT_MODEL_VERSION_DELETE,
+	STMT_MODEL_VERSION_GET,
+	STMT_MODEL_VERSION_LIST,
+	STMT_MODEL_ALIAS_GET,
+	STMT_MODEL_ALIAS_PUT,
+	STMT_MODEL_ALIAS_LIST,
+	STMT_MODEL_ALIAS_EVENT,
+	STMT_MODEL_ALIAS_HISTORY,
+	STMT_MODEL_SIGNATURE_INSERT,
+	STMT_MODEL_SIGNATURE_LIST,
+	STMT_WF_RUN_INSERT,
+	STMT_WF_RUN_GET,
+	STMT_WF_RUN_UPDATE,
+	STMT_WF_RUN_LIST,
+	STMT_WF_STEP_PUT,
+	STMT_WF_STEP_LIST,
+	STMT_WF_STEP_BY_JOB,
+	STMT_WF_ATTEMPT_PUT,
+	STMT_WF_ATTEMPT_LIST,
+	STMT_REVAL_PUT,
+	STMT_REVAL_LIST,
+	STMT_REVAL_DELETE,
+	STMT_EVAL_INSERT,
+	STMT_EVAL_LIST,
+	STMT_JOB_REVISION_PUT,
+	STMT_JOB_REVISION_GET,
+	STMT_COST_CPU_TASK_LIST,
+	STMT_TASK_USAGE_GET,
+	STMT_TASK_USAGE_PUT,
+	STMT_TASK_USAGE_LIST,
+	STMT_JOB_INPUT_PUT,
+	STMT_JOB_INPUT_LIST,
+	STMT_COUNT,
+};
+
+struct kn_store {
+	sqlite3 *db;
+	sqlite3_stmt *stmt[STMT_COUNT];
+
+	/* The audit chain (kn_store_audit_chain_start); unchained before. */
+	EVP_MAC_CTX *audit_mac; /* HMAC-SHA256 keyed, copied per row */
+	/* The newest row this transaction chained, reported on commit. */
+	bool head_dirty;
+	int64_t head_id;
+	char head_hash[KN_AUDIT_HASH_HEX_LEN + 1];
+	kn_store_audit_head_cb on_head;
+	void *on_head_arg;
+};
+
+/* ---- column tables ---- */
+
+enum store_col_type {
+	STORE_INT,      /* into an int64_t, int or bool, by the field's size */
+	STORE_REAL,     /* into a double */
+	STORE_TEXT,     /* a char * the row owns; NULL stays NULL */
+	STORE_JOB_STATE,  /* enum kn_job_state by name; unknown fails */
+	STORE_TASK_STATE, /* enum kn_task_state by name; unknown fails */
+	STORE_JOB_STATE_OR_NONE, /* int: a job state, -1 for NULL/unknown */
+};
+
+struct store_col {
+	const char *name; /* the result column's name, as SQLite reports it */
+	enum store_col_type type;
+	size_t offset;    /* of the field in the row struct */
+	size_t size;      /* of the field, checked against the type */
+};
+
+/* A row struct as a statement's result: column i fills cols[i]. */
+struct store_row {
+	const char *kind; /* names a row with a bad state: "job 12 has..." */
+	size_t size;      /* of the row struct */
+	const struct store_col *cols;
+	size_t n_cols;
+};
+
+#define STORE_COL_AS(row_type, field, sql_name, col_type)                 \
+	{ .name = sql_name, .type = col_type,                                  \
+	  .offset = offsetof(row_type, field),                                 \
+	  .size = sizeof(((row_type *)0)->field) }
+#define STORE_ROW(row_type, kind_, cols_)                                   \
+	{ .kind = kind_, .size = sizeof(row_type), .cols = cols_,              \
+	  .n_cols = sizeof(cols_) / sizeof(cols_[0]) }
+
+/* A named statement; row is its result's column table, NULL for none. */
+struct store_stmt {
+	enum stmt_id id;
+	const char *sql;
+	const struct store_row *row;
+};
+
+/*
+ * Each file's statements, ended by an entry whose sql is NULL; store_db.c
+ * prepares them all at open and refuses a gap or a double.
+ */
+extern const struct store_stmt store_db_stmts[];
+extern const struct store_stmt store_audit_stmts[];
+extern const struct store_stmt store_token_stmts[];
+extern const struct store_stmt store_job_stmts[];
+extern const struct store_stmt store_node_stmts[];
+extern const struct store_stmt store_deploy_stmts[];
+extern const struct store_stmt store_ledger_stmts[];
+extern const struct store_stmt store_model_stmts[];
+extern const struct store_stmt store_workflow_stmts[];
+extern const struct store_stmt store_alert_stmts[];
+
+/* The families above, NULL-terminated: what open prepares and tests walk. */
+extern const struct store_stmt *const store_families[];
+
+/* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
+extern const char *const store_migrations[KN_STORE_SCHEMA_VERSION];
+
+/*
+ * Every statement with a column table returns exactly those columns, by
+ * name and in order, and every field's size fits its type. -EIO naming
+ * the statement and column otherwise.
+ */
+int store_check_columns(struct kn_store *st, struct kn_error *err);
+
+/* One statement's result against one table (store_check_columns' step). */
+int store_check_row(sqlite3_stmt *s, const struct store_row *row,
+		    struct kn_error *err);
+
+/* ---- reading rows ---- */
+
+/*
+ * Read the current result row into row (zeroed first). A state column
+ * with an unknown name fails with -EIO naming the row by its first
+ * column (its id or job id); row then holds nothing.
+ */
+int store_read_row(sqlite3_stmt *s, const struct store_row *def, void *row,
+		   struct kn_error *err);
+
+/*
+ * Step a bound query to its end, reading each row; resets s. On success
+ * *(T **)out is the array (NULL when empty) and *n its length; on failure
+ * neither is written.
+ */
+int store_list(struct kn_store *st, sqlite3_stmt *s,
+	       const struct store_row *def, const char *what, void *out,
+	       size_t *n, struct kn_error *err);
+
+/* Room for one more element of elem bytes in a list being read. */
+void *store_grow(void *arr, size_t *alloc, size_t used, size_t elem);
+
+/* Free a row's text columns and zero it; NULL is fine. */
+void store_row_release(const struct store_row *def, void *row);
+
+/* Release n rows and free the array. */
+void store_rows_free(const struct store_row *def, void *rows, size_t n);
+
+/*
+ * Step a bound query once: 1 with its row read into row, 0 when there is
+ * none (row untouched), or a negative errno. Resets s.
+ */
+int store_get(struct kn_store *st, sqlite3_stmt *s,
+	      const struct store_row *def, const char *what, void *row,
+	      struct kn_error *err);
+
+/*
+ * A query whose answer is one value in its only column: 1 with *out set,
+ * 0 when no row, or a negative errno. Resets s.
+ */
+int store_one_i64(struct kn_store *st, sqlite3_stmt *s, const char *what,
+		  int64_t *out, struct kn_error *err);
+int store_one_text(struct kn_store *st, sqlite3_stmt *s, const char *what,
+		   char **out, struct kn_error *err);
+
+/* ---- statements ---- */
+
+int store_db_fail(struct kn_store *st, int rc, const char *what,
+		  struct kn_error *err);
+/* Reset a statement and clear its bindings. */
+void stmt_done(sqlite3_stmt *s);
+/* A bind failed (too big, out of memory): report it and reset. */
+int bind_fail(struct kn_store *st, sqlite3_stmt *s, const char *what,
+	      struct kn_error *err);
+/* Step a statement that returns no rows, then reset it. */
+int store_run(struct kn_store *st, sqlite3_stmt *s, const char *what,
+	      struct kn_error *err);
+/* Step a query: 1 with a row ready, 0 when done, or a negative errno. */
+int step_row(struct kn_store *st, sqlite3_stmt *s, const char *what,
+	     struct kn_error *err);
+/*
+ * Caller strings are bound SQLITE_STATIC: they outlive the step, and
+ * stmt_done clears the bindings before the call returns.
+ */
+int bind_text(sqlite3_stmt *s, int i, const char *v);
+int bind_i64(sqlite3_stmt *s, int i, int64_t v);
+
+/* ---- transactions ---- */
+
+/* Start a transaction for a write call unless the caller has one open. */
+int write_begin(struct kn_store *st, bool *own, struct kn_error *err);
+/* Finish what write_begin started: commit on success, else roll back. */
+int write_end(struct kn_store *st, bool own, int rc, struct kn_error *err);
+
+/*
+ * Insert a's audit row (nothing when a is NULL) and chain it; object
+ * stands in for a->object when that is NULL. Inside the caller's
+ * transaction.
+ */
+int audit_write(struct kn_store *st, const struct kn_audit *a,
+		const char *object, struct kn_error *err);
+
+/* ---- shared by the families ---- */
+
+bool store_job_state_valid(enum kn_job_state s);
+bool store_task_state_valid(enum kn_task_state s);
+/* A foreign-key failure on a job's rows can only mean the job. */
+int store_job_missing(int rc, int64_t job_id, struct kn_error *err);
+
+#endif

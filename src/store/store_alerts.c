@@ -1,0 +1,108 @@
+/*
+ * store alerts: alerts that fired and resolved (the server's alert rules).
+ */
+#include "internal.h"
+
+#define ALERT_COLUMNS                                                         \
+	"id, fingerprint, rule, severity, state, labels_json, summary, value,"\
+	" active_at, fired_at, resolved_at"
+#define A(field, type) STORE_COL_AS(struct kn_alert_row, field, #field, type)
+static const struct store_col ALERT_COLS[] = {
+	A(id, STORE_INT),           A(fingerprint, STORE_TEXT),
+	A(rule, STORE_TEXT),        A(severity, STORE_TEXT),
+	A(state, STORE_TEXT),       A(labels_json, STORE_TEXT),
+	A(summary, STORE_TEXT),     A(value, STORE_REAL),
+	A(active_at, STORE_INT),    A(fired_at, STORE_INT),
+	A(resolved_at, STORE_INT),
+};
+#undef A
+static const struct store_row ALERT_ROW =
+	STORE_ROW(struct kn_alert_row, "alert", ALERT_COLS);
+
+static const char SQL_ALERT_INSERT[] =
+	"INSERT INTO alerts (fingerprint, rule, severity, state, labels_json,"
+	" summary, value, active_at, fired_at) VALUES (?1, ?2, ?3, 'firing', ?4,"
+	" ?5, ?6, ?7, ?8)";
+static const char SQL_ALERT_RESOLVE[] =
+	"UPDATE alerts SET state = 'resolved', resolved_at = ?2"
+	" WHERE state = 'firing' AND fingerprint = ?1";
+static const char SQL_ALERT_RESOLVE_ALL[] =
+	"UPDATE alerts SET state = 'resolved', resolved_at = ?1"
+	" WHERE state = 'firing'";
+static const char SQL_ALERT_LIST[] =
+	"SELECT " ALERT_COLUMNS " FROM alerts WHERE state = 'firing'"
+	" OR resolved_at >= ?1"
+	" ORDER BY state = 'firing' DESC, max(fired_at, resolved_at) DESC, id DESC"
+	" LIMIT ?2";
+
+
+const struct store_stmt store_alert_stmts[] = {
+	{STMT_ALERT_INSERT, SQL_ALERT_INSERT, NULL},
+	{STMT_ALERT_RESOLVE, SQL_ALERT_RESOLVE, NULL},
+	{STMT_ALERT_RESOLVE_ALL, SQL_ALERT_RESOLVE_ALL, NULL},
+	{STMT_ALERT_LIST, SQL_ALERT_LIST, &ALERT_ROW},
+	{0},
+};
+
+void kn_alert_row_release(struct kn_alert_row *a)
+{
+	store_row_release(&ALERT_ROW, a);
+}
+
+int kn_store_alert_fire(struct kn_store *st, const struct kn_alert_row *a,
+			int64_t *out_id, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ALERT_INSERT];
+	const char *what = "recording an alert";
+	int rc;
+
+	if (bind_text(s, 1, a->fingerprint) || bind_text(s, 2, a->rule) ||
+	    bind_text(s, 3, a->severity) || bind_text(s, 4, a->labels_json) ||
+	    bind_text(s, 5, a->summary) ||
+	    sqlite3_bind_double(s, 6, a->value) ||
+	    bind_i64(s, 7, a->active_at) || bind_i64(s, 8, a->fired_at))
+		return bind_fail(st, s, what, err);
+	rc = store_run(st, s, what, err);
+	if (rc == 0 && out_id)
+		*out_id = sqlite3_last_insert_rowid(st->db);
+	return rc;
+}
+
+int kn_store_alert_resolve(struct kn_store *st, const char *fingerprint,
+			   int64_t at, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ALERT_RESOLVE];
+	const char *what = "resolving an alert";
+
+	if (bind_text(s, 1, fingerprint) || bind_i64(s, 2, at))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_alert_resolve_all(struct kn_store *st, int64_t at,
+			       struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ALERT_RESOLVE_ALL];
+	const char *what = "resolving alerts";
+
+	if (bind_i64(s, 1, at))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_alert_list(struct kn_store *st, int64_t resolved_since,
+			int limit, struct kn_alert_row **out, size_t *n,
+			struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ALERT_LIST];
+	const char *what = "listing alerts";
+
+	if (bind_i64(s, 1, resolved_since) || bind_i64(s, 2, limit))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &ALERT_ROW, what, out, n, err);
+}
+
+void kn_alert_list_free(struct kn_alert_row *rows, size_t n)
+{
+	store_rows_free(&ALERT_ROW, rows, n);
+}

@@ -1,0 +1,823 @@
+/*
+ * store: kiln's state in one SQLite file, and every SQL statement kiln runs.
+ * This file is the shared layer: opening and migrating the file, the named
+ * statements, transactions, bind helpers and the reader that turns result
+ * rows into structs through their column tables (internal.h). The tables
+ * themselves are served one family per file: store_jobs.c, store_nodes.c,
+ * store_deploy.c, store_ledger.c, store_models.c, store_workflows.c,
+ * store_alerts.c, store_tokens.c, store_audit.c.
+ *
+ * Shape (after flux's content-sqlite): each statement is a named constant,
+ * prepared once in kn_store_open into st->stmt[] and then only bound,
+ * stepped and reset, so the server's burst of a few thousand job inserts
+ * never pays for parsing SQL. The alternative, sqlite3_prepare per call,
+ * costs more than the insert itself for rows this small.
+ *
+ * Invariants:
+ * - Every statement is reset and its bindings cleared before the function
+ *   that used it returns, so no read transaction outlives a call and no
+ *   binding points at caller memory afterwards.
+ * - A write call that finds no transaction open runs in its own
+ *   BEGIN IMMEDIATE ... COMMIT, audit row included, and rolls back on any
+ *   error; inside kn_store_begin it only executes, and the caller owns the
+ *   rollback. A single-statement write without an audit row relies on
+ *   SQLite's own statement atomicity instead.
+ * - The schema moves forward only, through store_migrations[]
+ *   (store_schema.c), one entry per version, applied in one transaction;
+ *   user_version records where a file stands.
+ * - States are stored as their API names, not enum numbers, so the file
+ *   reads the same under sqlite3(1) and survives reordering of the enums.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+/*
+ * How long a write waits for another connection's lock (a CLI tool reading
+ * the file, a second server refused later) before failing with "database
+ * is locked".
+ */
+#define STORE_BUSY_TIMEOUT_MS 5000
+
+static const char SQL_BEGIN[] = "BEGIN IMMEDIATE";
+static const char SQL_COMMIT[] = "COMMIT";
+static const char SQL_ROLLBACK[] = "ROLLBACK";
+
+const struct store_stmt store_db_stmts[] = {
+	{STMT_BEGIN, SQL_BEGIN, NULL},
+	{STMT_COMMIT, SQL_COMMIT, NULL},
+	{STMT_ROLLBACK, SQL_ROLLBACK, NULL},
+	{0},
+};
+
+const struct store_stmt *const store_families[] = {
+	store_db_stmts,     store_audit_stmts,  store_token_stmts,
+	store_job_stmts,    store_node_stmts,   store_deploy_stmts,
+	store_ledger_stmts, store_model_stmts,  store_workflow_stmts,
+	store_alert_stmts,  NULL,
+};
+
+/* ---- state names ---- */
+
+static const char *const JOB_STATE_NAMES[] = {
+	[KN_JOB_QUEUED] = "queued",       [KN_JOB_RUNNING] = "running",
+	[KN_JOB_SUCCEEDED] = "succeeded", [KN_JOB_FAILED] = "failed",
+	[KN_JOB_CANCELLED] = "cancelled", [KN_JOB_PREEMPTED] = "preempted",
+};
+#define N_JOB_STATES (sizeof(JOB_STATE_NAMES) / sizeof(JOB_STATE_NAMES[0]))
+
+static const char *const TASK_STATE_NAMES[] = {
+	[KN_TASK_STARTING] = "starting",
+	[KN_TASK_RUNNING] = "running",
+	[KN_TASK_EXITED] = "exited",
+};
+#define N_TASK_STATES (sizeof(TASK_STATE_NAMES) / sizeof(TASK_STATE_NAMES[0]))
+
+bool store_job_state_valid(enum kn_job_state s)
+{
+	return (unsigned)s < N_JOB_STATES;
+}
+
+bool store_task_state_valid(enum kn_task_state s)
+{
+	return (unsigned)s < N_TASK_STATES;
+}
+
+const char *kn_job_state_name(enum kn_job_state s)
+{
+	return store_job_state_valid(s) ? JOB_STATE_NAMES[s] : "unknown";
+}
+
+int kn_job_state_parse(const char *name)
+{
+	for (size_t i = 0; name && i < N_JOB_STATES; i++)
+		if (strcmp(name, JOB_STATE_NAMES[i]) == 0)
+			return (int)i;
+	return -1;
+}
+
+bool kn_job_state_terminal(enum kn_job_state s)
+{
+	return s == KN_JOB_SUCCEEDED || s == KN_JOB_FAILED ||
+	       s == KN_JOB_CANCELLED;
+}
+
+const char *kn_task_state_name(enum kn_task_state s)
+{
+	return store_task_state_valid(s) ? TASK_STATE_NAMES[s] : "unknown";
+}
+
+int kn_task_state_parse(const char *name)
+{
+	for (size_t i = 0; name && i < N_TASK_STATES; i++)
+		if (strcmp(name, TASK_STATE_NAMES[i]) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* ---- statement helpers ---- */
+
+/*
+ * Fill err from the connection's last error. Constraint failures map to
+ * the API's codes so a caller that does not refine the message still
+ * answers 409/404/400 rather than 500.
+ */
+int store_db_fail(struct kn_store *st, int rc, const char *what,
+		   struct kn_error *err)
+{
+	enum kn_errcode code = KN_EIO;
+
+	switch (rc) {
+	case SQLITE_CONSTRAINT_UNIQUE:
+	case SQLITE_CONSTRAINT_PRIMARYKEY:
+		code = KN_ECONFLICT;
+		break;
+	case SQLITE_CONSTRAINT_FOREIGNKEY:
+		code = KN_ENOTFOUND;
+		break;
+	case SQLITE_CONSTRAINT_NOTNULL:
+	case SQLITE_CONSTRAINT_CHECK:
+		code = KN_EINVAL;
+		break;
+	default:
+		break;
+	}
+	return kn_errorf(err, code, NULL, "store: %s: %s", what,
+			 sqlite3_errmsg(st->db));
+}
+
+void stmt_done(sqlite3_stmt *s)
+{
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+}
+
+int bind_fail(struct kn_store *st, sqlite3_stmt *s, const char *what,
+		     struct kn_error *err)
+{
+	int rc = store_db_fail(st, sqlite3_extended_errcode(st->db), what, err);
+	stmt_done(s);
+	return rc;
+}
+
+int store_run(struct kn_store *st, sqlite3_stmt *s, const char *what,
+	       struct kn_error *err)
+{
+	int rc = sqlite3_step(s);
+	int ret = 0;
+
+	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+		ret = store_db_fail(st, rc, what, err);
+	stmt_done(s);
+	return ret;
+}
+
+/*
+ * Step a query: 1 with a row ready, 0 when done, or a negative errno with
+ * err filled. The caller resets the statement.
+ */
+int step_row(struct kn_store *st, sqlite3_stmt *s, const char *what,
+		    struct kn_error *err)
+{
+	int rc = sqlite3_step(s);
+
+	if (rc == SQLITE_ROW)
+		return 1;
+	if (rc == SQLITE_DONE)
+		return 0;
+	return store_db_fail(st, rc, what, err);
+}
+
+/*
+ * Caller strings are bound SQLITE_STATIC: they outlive the step, and
+ * stmt_done clears the bindings before the call returns.
+ */
+int bind_text(sqlite3_stmt *s, int i, const char *v)
+{
+	return v ? sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC)
+		 : sqlite3_bind_null(s, i);
+}
+
+int bind_i64(sqlite3_stmt *s, int i, int64_t v)
+{
+	return sqlite3_bind_int64(s, i, v);
+}
+
+
+/* ---- reading rows through column tables ---- */
+
+/* A row with a bad state is named by its first column: id or job id. */
+#define STORE_KEY_COLUMN 0
+/* A one-value query's answer is its only column. */
+#define STORE_ONLY_COLUMN 0
+
+static void put_int(void *field, size_t size, int64_t v)
+{
+	if (size == sizeof(int64_t)) {
+		int64_t w = v;
+		memcpy(field, &w, sizeof(w));
+	} else if (size == sizeof(int)) {
+		int w = (int)v;
+		memcpy(field, &w, sizeof(w));
+	} else {
+		bool w = v != 0;
+		memcpy(field, &w, sizeof(w));
+	}
+}
+
+/* A state column: its enum value, or -1 when the name is unknown. */
+static int state_value(enum store_col_type type, const char *name)
+{
+	if (type == STORE_TASK_STATE)
+		return kn_task_state_parse(name);
+	return kn_job_state_parse(name);
+}
+
+int store_read_row(sqlite3_stmt *s, const struct store_row *def, void *row,
+		   struct kn_error *err)
+{
+	memset(row, 0, def->size);
+	for (size_t i = 0; i < def->n_cols; i++) {
+		const struct store_col *c = &def->cols[i];
+		void *field = (char *)row + c->offset;
+		int col = (int)i;
+		const char *text = (const char *)sqlite3_column_text(s, col);
+		char *copy;
+		double real;
+		int state;
+
+		switch (c->type) {
+		case STORE_INT:
+			put_int(field, c->size, sqlite3_column_int64(s, col));
+			break;
+		case STORE_REAL:
+			real = sqlite3_column_double(s, col);
+			memcpy(field, &real, sizeof(real));
+			break;
+		case STORE_TEXT:
+			copy = text ? kn_xstrdup(text) : NULL;
+			memcpy(field, &copy, sizeof(copy));
+			break;
+		case STORE_JOB_STATE_OR_NONE:
+			put_int(field, c->size, text ? kn_job_state_parse(text) : -1);
+			break;
+		case STORE_JOB_STATE:
+		case STORE_TASK_STATE:
+			state = state_value(c->type, text);
+			if (state < 0) {
+				store_row_release(def, row);
+				return kn_errorf(
+					err, KN_EIO, "state",
+					"store: %s %" PRId64
+					" has unknown state '%s'",
+					def->kind,
+					(int64_t)sqlite3_column_int64(
+						s, STORE_KEY_COLUMN),
+					text ? text : "");
+			}
+			put_int(field, c->size, state);
+			break;
+		}
+	}
+	return 0;
+}
+
+void store_row_release(const struct store_row *def, void *row)
+{
+	if (!row)
+		return;
+	for (size_t i = 0; i < def->n_cols; i++) {
+		char *text;
+
+		if (def->cols[i].type != STORE_TEXT)
+			continue;
+		memcpy(&text, (char *)row + def->cols[i].offset, sizeof(text));
+		free(text);
+	}
+	memset(row, 0, def->size);
+}
+
+void store_rows_free(const struct store_row *def, void *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		store_row_release(def, (char *)rows + i * def->size);
+	free(rows);
+}
+
+void *store_grow(void *arr, size_t *alloc, size_t used, size_t elem)
+{
+	if (used < *alloc)
+		return arr;
+	*alloc = *alloc ? *alloc * 2 : 16;
+	return kn_xrealloc(arr, *alloc * elem);
+}
+
+int store_list(struct kn_store *st, sqlite3_stmt *s,
+	       const struct store_row *def, const char *what, void *out,
+	       size_t *n, struct kn_error *err)
+{
+	char *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		rows = store_grow(rows, &alloc, count, def->size);
+		rc = store_read_row(s, def, rows + count * def->size, err);
+		if (rc < 0)
+			break;
+		count++;
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		store_rows_free(def, rows, count);
+		return rc;
+	}
+	/* out is the caller's T **: store the array through it. */
+	memcpy(out, &rows, sizeof(rows));
+	*n = count;
+	return 0;
+}
+
+int store_get(struct kn_store *st, sqlite3_stmt *s,
+	      const struct store_row *def, const char *what, void *row,
+	      struct kn_error *err)
+{
+	int rc = step_row(st, s, what, err);
+	int read;
+
+	if (rc == 1) {
+		read = store_read_row(s, def, row, err);
+		if (read < 0)
+			rc = read;
+	}
+	stmt_done(s);
+	return rc;
+}
+
+int store_one_i64(struct kn_store *st, sqlite3_stmt *s, const char *what,
+		  int64_t *out, struct kn_error *err)
+{
+	int rc = step_row(st, s, what, err);
+
+	if (rc == 1)
+		*out = sqlite3_column_int64(s, STORE_ONLY_COLUMN);
+	stmt_done(s);
+	return rc;
+}
+
+int store_one_text(struct kn_store *st, sqlite3_stmt *s, const char *what,
+		   char **out, struct kn_error *err)
+{
+	int rc = step_row(st, s, what, err);
+
+	if (rc == 1) {
+		const char *t =
+			(const char *)sqlite3_column_text(s, STORE_ONLY_COLUMN);
+		*out = t ? kn_xstrdup(t) : NULL;
+	}
+	stmt_done(s);
+	return rc;
+}
+
+/* The field sizes each column type may fill. */
+static bool col_size_fits(const struct store_col *c)
+{
+	switch (c->type) {
+	case STORE_INT:
+		return c->size == sizeof(int64_t) || c->size == sizeof(int) ||
+		       c->size == sizeof(bool);
+	case STORE_REAL:
+		return c->size == sizeof(double);
+	case STORE_TEXT:
+		return c->size == sizeof(char *);
+	case STORE_JOB_STATE:
+	case STORE_TASK_STATE:
+	case STORE_JOB_STATE_OR_NONE:
+		return c->size == sizeof(int);
+	}
+	return false;
+}
+
+int store_check_row(sqlite3_stmt *s, const struct store_row *row,
+		    struct kn_error *err)
+{
+	int n = sqlite3_column_count(s);
+
+	if (n != (int)row->n_cols)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "store: \"%s\" returns %d columns, its %s"
+				 " table reads %zu",
+				 sqlite3_sql(s), n, row->kind, row->n_cols);
+	for (int i = 0; i < n; i++) {
+		const char *name = sqlite3_column_name(s, i);
+
+		if (!name || strcmp(name, row->cols[i].name) != 0)
+			return kn_errorf(err, KN_EIO, NULL,
+					 "store: \"%s\" column %d is %s, its"
+					 " %s table reads %s there",
+					 sqlite3_sql(s), i, name ? name : "?",
+					 row->kind, row->cols[i].name);
+		if (!col_size_fits(&row->cols[i]))
+			return kn_errorf(err, KN_EIO, NULL,
+					 "store: the %s table's %s has a field"
+					 " of %zu bytes, not its type's",
+					 row->kind, row->cols[i].name,
+					 row->cols[i].size);
+	}
+	return 0;
+}
+
+int store_check_columns(struct kn_store *st, struct kn_error *err)
+{
+	for (size_t f = 0; store_families[f]; f++) {
+		for (const struct store_stmt *d = store_families[f]; d->sql;
+		     d++) {
+			int rc = d->row ? store_check_row(st->stmt[d->id],
+							  d->row, err)
+					: 0;
+			if (rc < 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+/* ---- transactions ---- */
+
+static void rollback_open(struct kn_store *st)
+{
+	/* SQLite may already have rolled back on its own (disk full, I/O). */
+	if (!sqlite3_get_autocommit(st->db)) {
+		sqlite3_step(st->stmt[STMT_ROLLBACK]);
+		sqlite3_reset(st->stmt[STMT_ROLLBACK]);
+	}
+}
+
+/* Start a transaction for a write call unless the caller has one open. */
+int write_begin(struct kn_store *st, bool *own, struct kn_error *err)
+{
+	*own = sqlite3_get_autocommit(st->db) != 0;
+	if (!*own)
+		return 0;
+	return store_run(st, st->stmt[STMT_BEGIN], "starting a transaction", err);
+}
+
+/*
+ * A commit happened: tell the chain's watcher the new head. A rolled-back
+ * transaction's rows are gone, and so is its head.
+ */
+static void committed(struct kn_store *st, int rc)
+{
+	if (rc == 0 && st->head_dirty && st->on_head)
+		st->on_head(st->on_head_arg, st->head_id, st->head_hash);
+	st->head_dirty = false;
+}
+
+/* Finish what write_begin started: commit on success, else roll back. */
+int write_end(struct kn_store *st, bool own, int rc,
+		     struct kn_error *err)
+{
+	if (!own)
+		return rc;
+	if (rc == 0)
+		rc = store_run(st, st->stmt[STMT_COMMIT], "committing", err);
+	if (rc < 0)
+		rollback_open(st);
+	committed(st, rc);
+	return rc;
+}
+
+int kn_store_begin(struct kn_store *st, struct kn_error *err)
+{
+	if (!sqlite3_get_autocommit(st->db))
+		return kn_errorf(err, KN_EINVAL, NULL,
+				 "store: a transaction is already open");
+	return store_run(st, st->stmt[STMT_BEGIN], "starting a transaction", err);
+}
+
+int kn_store_commit(struct kn_store *st, struct kn_error *err)
+{
+	int rc;
+
+	if (sqlite3_get_autocommit(st->db))
+		return kn_errorf(err, KN_EINVAL, NULL,
+				 "store: no transaction is open");
+	rc = store_run(st, st->stmt[STMT_COMMIT], "committing", err);
+	if (rc < 0)
+		rollback_open(st);
+	committed(st, rc);
+	return rc;
+}
+
+void kn_store_rollback(struct kn_store *st)
+{
+	rollback_open(st);
+	st->head_dirty = false;
+}
+
+/* ---- open, migrate, free ---- */
+
+/* Read one integer from a one-off PRAGMA; returns the SQLite code. */
+static int pragma_int(sqlite3 *db, const char *sql, int *out)
+{
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW) {
+			*out = sqlite3_column_int(s, 0);
+			rc = SQLITE_OK;
+		}
+	}
+	sqlite3_finalize(s);
+	return rc;
+}
+
+static int set_wal(sqlite3 *db, const char *path, struct kn_error *err)
+{
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &s,
+				    NULL);
+	int ret = 0;
+
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(s);
+	if (rc != SQLITE_ROW) {
+		ret = kn_errorf(err, KN_EIO, NULL,
+				"%s: setting WAL journal mode: %s", path,
+				sqlite3_errmsg(db));
+	} else {
+		const char *mode = (const char *)sqlite3_column_text(s, 0);
+
+		if (!mode || strcasecmp(mode, "wal") != 0)
+			ret = kn_errorf(err, KN_EIO, NULL,
+					"%s: the file system refused WAL"
+					" journal mode (got %s)",
+					path, mode ? mode : "nothing");
+	}
+	sqlite3_finalize(s);
+	return ret;
+}
+
+/*
+ * Bring the file to KN_STORE_SCHEMA_VERSION in one transaction. The
+ * version is read again under the write lock: two processes opening a new
+ * file at once must not both create the tables.
+ */
+static int migrate(sqlite3 *db, const char *path, struct kn_error *err)
+{
+	int version = 0;
+	int ret = 0;
+	char *sql = NULL;
+
+	if (sqlite3_exec(db, SQL_BEGIN, NULL, NULL, NULL) != SQLITE_OK)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				 sqlite3_errmsg(db));
+	if (pragma_int(db, "PRAGMA user_version", &version) != SQLITE_OK) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				sqlite3_errmsg(db));
+		goto out;
+	}
+	if (version > KN_STORE_SCHEMA_VERSION) {
+		ret = kn_errorf(err, KN_EIO, NULL,
+				"%s: schema version %d is newer than this kiln"
+				" supports (%d); use a newer kiln",
+				path, version, KN_STORE_SCHEMA_VERSION);
+		goto out;
+	}
+	for (int v = version; v < KN_STORE_SCHEMA_VERSION; v++) {
+		if (sqlite3_exec(db, store_migrations[v], NULL, NULL, NULL) !=
+		    SQLITE_OK) {
+			ret = kn_errorf(err, KN_EIO, NULL,
+					"%s: migrating to schema version %d:"
+					" %s",
+					path, v + 1, sqlite3_errmsg(db));
+			goto out;
+		}
+	}
+	sql = kn_asprintf("PRAGMA user_version = %d; COMMIT",
+			  KN_STORE_SCHEMA_VERSION);
+	if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				sqlite3_errmsg(db));
+out:
+	free(sql);
+	if (ret < 0 && !sqlite3_get_autocommit(db))
+		sqlite3_exec(db, SQL_ROLLBACK, NULL, NULL, NULL);
+	return ret;
+}
+
+/*
+ * Everything on the connection before statements are prepared. Refuses
+ * what is not a kiln database before changing anything in it.
+ */
+static int setup_connection(sqlite3 *db, const char *path,
+			    struct kn_error *err)
+{
+	int version = 0;
+	int rc;
+
+	sqlite3_extended_result_codes(db, 1);
+	sqlite3_busy_timeout(db, STORE_BUSY_TIMEOUT_MS);
+	rc = pragma_int(db, "PRAGMA user_version", &version);
+	if ((rc & 0xff) == SQLITE_NOTADB)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "%s: not a SQLite database (%s)", path,
+				 sqlite3_errmsg(db));
+	if (rc != SQLITE_OK)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				 sqlite3_errmsg(db));
+	if (version > KN_STORE_SCHEMA_VERSION)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "%s: schema version %d is newer than this"
+				 " kiln supports (%d); use a newer kiln",
+				 path, version, KN_STORE_SCHEMA_VERSION);
+	rc = set_wal(db, path, err);
+	if (rc < 0)
+		return rc;
+	if (sqlite3_exec(db, "PRAGMA synchronous = FULL;"
+			     " PRAGMA foreign_keys = ON",
+			 NULL, NULL, NULL) != SQLITE_OK)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				 sqlite3_errmsg(db));
+	return migrate(db, path, err);
+}
+
+/* Prepare one statement into its slot; a slot named twice is a bug. */
+static int prepare_one(struct kn_store *st, const char *path,
+		       const struct store_stmt *d, struct kn_error *err)
+{
+	if (st->stmt[d->id])
+		return kn_errorf(err, KN_EIO, NULL,
+				 "%s: statement %d is defined twice", path,
+				 (int)d->id);
+	if (sqlite3_prepare_v3(st->db, d->sql, -1, SQLITE_PREPARE_PERSISTENT,
+			       &st->stmt[d->id], NULL) != SQLITE_OK)
+		return kn_errorf(err, KN_EIO, NULL, "%s: preparing \"%s\": %s",
+				 path, d->sql, sqlite3_errmsg(st->db));
+	return 0;
+}
+
+/* Every statement the store runs, prepared once per connection. */
+static int prepare_statements(struct kn_store *st, const char *path,
+			      struct kn_error *err)
+{
+	for (size_t f = 0; store_families[f]; f++) {
+		for (const struct store_stmt *d = store_families[f]; d->sql;
+		     d++) {
+			int rc = prepare_one(st, path, d, err);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	for (int i = 0; i < STMT_COUNT; i++)
+		if (!st->stmt[i])
+			return kn_errorf(err, KN_EIO, NULL,
+					 "%s: statement %d has no SQL", path,
+					 i);
+	return 0;
+}
+
+int kn_store_open(const char *path, struct kn_store **out,
+		  struct kn_error *err)
+{
+	struct kn_store *st = kn_xcalloc(1, sizeof(*st));
+	int ret = 0;
+	int fd;
+
+	/* Create it ourselves: SQLite would use 0644 less the umask. */
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				strerror(errno));
+		goto out;
+	}
+	close(fd);
+	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE, NULL) !=
+	    SQLITE_OK) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				st->db ? sqlite3_errmsg(st->db)
+				       : "out of memory");
+		goto out;
+	}
+	ret = setup_connection(st->db, path, err);
+	if (ret < 0)
+		goto out;
+	ret = prepare_statements(st, path, err);
+out:
+	if (ret < 0) {
+		kn_store_free(st);
+		return ret;
+	}
+	*out = st;
+	return 0;
+}
+
+/*
+ * Read-only: no WAL switch and no migration (both write), so opening it
+ * never takes the write lock the server's own connection may hold.
+ */
+int kn_store_open_reader(const char *path, struct kn_store **out,
+			 struct kn_error *err)
+{
+	struct kn_store *st = kn_xcalloc(1, sizeof(*st));
+	int version = 0;
+	int ret = 0;
+
+	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READONLY, NULL) !=
+	    SQLITE_OK) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				st->db ? sqlite3_errmsg(st->db)
+				       : "out of memory");
+		goto out;
+	}
+	sqlite3_extended_result_codes(st->db, 1);
+	sqlite3_busy_timeout(st->db, STORE_BUSY_TIMEOUT_MS);
+	if (pragma_int(st->db, "PRAGMA user_version", &version) !=
+	    SQLITE_OK) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				sqlite3_errmsg(st->db));
+		goto out;
+	}
+	if (version != KN_STORE_SCHEMA_VERSION) {
+		ret = kn_errorf(err, KN_EIO, NULL,
+				"%s: schema version %d, not %d: open it"
+				" with kn_store_open first",
+				path, version, KN_STORE_SCHEMA_VERSION);
+		goto out;
+	}
+	ret = prepare_statements(st, path, err);
+out:
+	if (ret < 0) {
+		kn_store_free(st);
+		return ret;
+	}
+	*out = st;
+	return 0;
+}
+
+void kn_store_free(struct kn_store *st)
+{
+	if (!st)
+		return;
+	for (int i = 0; i < STMT_COUNT; i++)
+		sqlite3_finalize(st->stmt[i]);
+	sqlite3_close(st->db);
+	EVP_MAC_CTX_free(st->audit_mac);
+	free(st);
+}
+
+/* ---- backup ---- */
+
+int kn_store_backup(struct kn_store *st, const char *path,
+		    struct kn_error *err)
+{
+	sqlite3 *dest = NULL;
+	sqlite3_backup *b;
+	int ret = 0, fd, rc;
+
+	/* Create it ourselves: 0600, and refuse to overwrite anything. */
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				 strerror(errno));
+	close(fd);
+	if (sqlite3_open_v2(path, &dest, SQLITE_OPEN_READWRITE, NULL) !=
+	    SQLITE_OK) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				dest ? sqlite3_errmsg(dest) : "out of memory");
+		goto out;
+	}
+	b = sqlite3_backup_init(dest, "main", st->db, "main");
+	if (!b) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: backup: %s", path,
+				sqlite3_errmsg(dest));
+		goto out;
+	}
+	/* -1: every page in one step, under one read transaction. */
+	rc = sqlite3_backup_step(b, -1);
+	sqlite3_backup_finish(b);
+	if (rc != SQLITE_DONE) {
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: backup: %s", path,
+				sqlite3_errstr(rc));
+		goto out;
+	}
+	/* A single file: the copy is read without its WAL. */
+	if (sqlite3_exec(dest, "PRAGMA journal_mode = DELETE", NULL, NULL,
+			 NULL) != SQLITE_OK)
+		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+				sqlite3_errmsg(dest));
+out:
+	sqlite3_close(dest);
+	if (ret < 0)
+		unlink(path);
+	return ret;
+}

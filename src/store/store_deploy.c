@@ -1,0 +1,337 @@
+/*
+ * store deployments: deployments, the job each replica runs as, and the
+ * gateway keys that may call them.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#define DEPLOYMENT_COLUMNS                                                    \
+	"name, owner, filename, spec_yaml, spec_json, model_dir, replicas,"   \
+	" generation, rollout_next, created_at, updated_at"
+#define D(field, type) \
+	STORE_COL_AS(struct kn_deployment_row, field, #field, type)
+static const struct store_col DEPLOYMENT_COLS[] = {
+	D(name, STORE_TEXT),       D(owner, STORE_TEXT),
+	D(filename, STORE_TEXT),   D(spec_yaml, STORE_TEXT),
+	D(spec_json, STORE_TEXT),  D(model_dir, STORE_TEXT),
+	D(replicas, STORE_INT),    D(generation, STORE_INT),
+	D(rollout_next, STORE_INT), D(created_at, STORE_INT),
+	D(updated_at, STORE_INT),
+};
+#undef D
+static const struct store_row DEPLOYMENT_ROW =
+	STORE_ROW(struct kn_deployment_row, "deployment", DEPLOYMENT_COLS);
+
+#define R(field, type) STORE_COL_AS(struct kn_replica_row, field, #field, type)
+static const struct store_col REPLICA_COLS[] = {
+	R(deployment, STORE_TEXT),
+	R(replica, STORE_INT),
+	R(job_id, STORE_INT),
+};
+#undef R
+static const struct store_row REPLICA_ROW =
+	STORE_ROW(struct kn_replica_row, "replica", REPLICA_COLS);
+
+static const char SQL_DEPLOYMENT_PUT[] =
+	"INSERT INTO deployments (" DEPLOYMENT_COLUMNS ") VALUES (?1, ?2, ?3,"
+	" ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (name) DO UPDATE SET"
+	" owner = excluded.owner, filename = excluded.filename,"
+	" spec_yaml = excluded.spec_yaml, spec_json = excluded.spec_json,"
+	" model_dir = excluded.model_dir, replicas = excluded.replicas,"
+	" generation = excluded.generation,"
+	" rollout_next = excluded.rollout_next,"
+	" updated_at = excluded.updated_at";
+static const char SQL_DEPLOYMENT_LIST[] =
+	"SELECT " DEPLOYMENT_COLUMNS " FROM deployments ORDER BY name";
+static const char SQL_DEPLOYMENT_DELETE[] =
+	"DELETE FROM deployments WHERE name = ?1";
+static const char SQL_REPLICA_PUT[] =
+	"INSERT INTO deployment_replicas (deployment, replica, job_id)"
+	" VALUES (?1, ?2, ?3) ON CONFLICT (deployment, replica) DO UPDATE SET"
+	" job_id = excluded.job_id";
+static const char SQL_REPLICA_DELETE[] =
+	"DELETE FROM deployment_replicas WHERE deployment = ?1 AND replica = ?2";
+static const char SQL_REPLICA_LIST[] =
+	"SELECT deployment, replica, job_id FROM deployment_replicas"
+	" ORDER BY deployment, replica";
+
+#define GWKEY_COLUMNS                                                         \
+	"id, name, hash, deployments_json, rpm, tpm, quota_day, quota_month," \
+	" created_by, created_at, revoked_at"
+#define K(field, type) \
+	STORE_COL_AS(struct kn_gateway_key_row, field, #field, type)
+static const struct store_col GWKEY_COLS[] = {
+	K(id, STORE_INT),          K(name, STORE_TEXT),
+	K(hash, STORE_TEXT),       K(deployments_json, STORE_TEXT),
+	K(rpm, STORE_INT),         K(tpm, STORE_INT),
+	K(quota_day, STORE_INT),   K(quota_month, STORE_INT),
+	K(created_by, STORE_TEXT), K(created_at, STORE_INT),
+	K(revoked_at, STORE_INT),
+};
+#undef K
+static const struct store_row GWKEY_ROW =
+	STORE_ROW(struct kn_gateway_key_row, "gateway key", GWKEY_COLS);
+static const char SQL_GWKEY_INSERT[] =
+	"INSERT INTO gateway_keys (name, hash, deployments_json, rpm, tpm,"
+	" quota_day, quota_month, created_by, created_at) VALUES (?1, ?2, ?3,"
+	" ?4, ?5, ?6, ?7, ?8, ?9)";
+static const char SQL_GWKEY_LIST[] =
+	"SELECT " GWKEY_COLUMNS " FROM gateway_keys"
+	" WHERE ?1 = 0 OR revoked_at = 0 ORDER BY id";
+static const char SQL_GWKEY_REVOKE[] =
+	"UPDATE gateway_keys SET revoked_at = ?1 WHERE name = ?2"
+	" AND revoked_at = 0";
+static const char SQL_JOB_DEPLOYMENT_PUT[] =
+	"INSERT OR IGNORE INTO job_deployments (job_id, deployment)"
+	" VALUES (?1, ?2)";
+
+const struct store_stmt store_deploy_stmts[] = {
+	{STMT_DEPLOYMENT_PUT, SQL_DEPLOYMENT_PUT, NULL},
+	{STMT_DEPLOYMENT_LIST, SQL_DEPLOYMENT_LIST, &DEPLOYMENT_ROW},
+	{STMT_DEPLOYMENT_DELETE, SQL_DEPLOYMENT_DELETE, NULL},
+	{STMT_REPLICA_PUT, SQL_REPLICA_PUT, NULL},
+	{STMT_REPLICA_DELETE, SQL_REPLICA_DELETE, NULL},
+	{STMT_REPLICA_LIST, SQL_REPLICA_LIST, &REPLICA_ROW},
+	{STMT_GWKEY_INSERT, SQL_GWKEY_INSERT, NULL},
+	{STMT_GWKEY_LIST, SQL_GWKEY_LIST, &GWKEY_ROW},
+	{STMT_GWKEY_REVOKE, SQL_GWKEY_REVOKE, NULL},
+	{STMT_JOB_DEPLOYMENT_PUT, SQL_JOB_DEPLOYMENT_PUT, NULL},
+	{0},
+};
+
+/* ---- deployments and their replicas ---- */
+
+void kn_deployment_row_release(struct kn_deployment_row *d)
+{
+	store_row_release(&DEPLOYMENT_ROW, d);
+}
+
+int kn_store_deployment_put(struct kn_store *st,
+			    const struct kn_deployment_row *d,
+			    const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_DEPLOYMENT_PUT];
+	const char *what = "writing a deployment";
+	char *object = NULL;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, d->name) || bind_text(s, 2, d->owner) ||
+	    bind_text(s, 3, d->filename ? d->filename : "") ||
+	    bind_text(s, 4, d->spec_yaml) || bind_text(s, 5, d->spec_json) ||
+	    bind_text(s, 6, d->model_dir) || bind_i64(s, 7, d->replicas) ||
+	    bind_i64(s, 8, d->generation) || bind_i64(s, 9, d->rollout_next) ||
+	    bind_i64(s, 10, d->created_at) || bind_i64(s, 11, d->updated_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	object = kn_asprintf("deployment/%s", d->name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_deployment_list(struct kn_store *st,
+			     struct kn_deployment_row **out, size_t *n,
+			     struct kn_error *err)
+{
+	return store_list(st, st->stmt[STMT_DEPLOYMENT_LIST], &DEPLOYMENT_ROW,
+			  "listing deployments", out, n, err);
+}
+
+void kn_deployment_list_free(struct kn_deployment_row *rows, size_t n)
+{
+	store_rows_free(&DEPLOYMENT_ROW, rows, n);
+}
+
+int kn_store_deployment_delete(struct kn_store *st, const char *name,
+			       const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_DEPLOYMENT_DELETE];
+	const char *what = "deleting a deployment";
+	char *object = NULL;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, name)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	if (sqlite3_changes(st->db) == 0) {
+		rc = kn_errorf(err, KN_ENOTFOUND, "name",
+			       "no deployment named %s", name ? name : "");
+		goto out;
+	}
+	object = kn_asprintf("deployment/%s", name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_replica_put(struct kn_store *st, const struct kn_replica_row *r,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_REPLICA_PUT];
+	const char *what = "writing a replica";
+
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, r->deployment) || bind_i64(s, 2, r->replica) ||
+	    bind_i64(s, 3, r->job_id)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	/* The ledger's: which deployment the job ran for, kept after the
+	   replica moves on to another job. */
+	s = st->stmt[STMT_JOB_DEPLOYMENT_PUT];
+	if (bind_i64(s, 1, r->job_id) || bind_text(s, 2, r->deployment)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_replica_delete(struct kn_store *st, const char *deployment,
+			    int replica, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_REPLICA_DELETE];
+	const char *what = "deleting a replica";
+
+	if (bind_text(s, 1, deployment) || bind_i64(s, 2, replica))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_replica_list(struct kn_store *st, struct kn_replica_row **out,
+			  size_t *n, struct kn_error *err)
+{
+	return store_list(st, st->stmt[STMT_REPLICA_LIST], &REPLICA_ROW,
+			  "listing replicas", out, n, err);
+}
+
+void kn_replica_list_free(struct kn_replica_row *rows, size_t n)
+{
+	store_rows_free(&REPLICA_ROW, rows, n);
+}
+
+/* ---- gateway keys ---- */
+
+void kn_gateway_key_row_release(struct kn_gateway_key_row *k)
+{
+	store_row_release(&GWKEY_ROW, k);
+}
+
+int kn_store_gateway_key_insert(struct kn_store *st,
+				const struct kn_gateway_key_row *k,
+				const struct kn_audit *a, int64_t *out_id,
+				struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_GWKEY_INSERT];
+	const char *what = "inserting a gateway key";
+	char *object = NULL;
+	int64_t id = 0;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, k->name) || bind_text(s, 2, k->hash) ||
+	    bind_text(s, 3, k->deployments_json) || bind_i64(s, 4, k->rpm) ||
+	    bind_i64(s, 5, k->tpm) || bind_i64(s, 6, k->quota_day) ||
+	    bind_i64(s, 7, k->quota_month) || bind_text(s, 8, k->created_by) ||
+	    bind_i64(s, 9, k->created_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	/* The only unique key is the active name. */
+	if (rc == -EEXIST)
+		rc = kn_errorf(err, KN_ECONFLICT, "name",
+			       "a gateway key named %s already exists",
+			       k->name);
+	if (rc < 0)
+		goto out;
+	id = sqlite3_last_insert_rowid(st->db);
+	object = kn_asprintf("key/%s", k->name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	rc = write_end(st, own, rc, err);
+	if (rc == 0 && out_id)
+		*out_id = id;
+	return rc;
+}
+
+int kn_store_gateway_key_list(struct kn_store *st, bool active_only,
+			      struct kn_gateway_key_row **out, size_t *n,
+			      struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_GWKEY_LIST];
+	const char *what = "listing gateway keys";
+
+	if (bind_i64(s, 1, active_only))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &GWKEY_ROW, what, out, n, err);
+}
+
+void kn_gateway_key_list_free(struct kn_gateway_key_row *rows, size_t n)
+{
+	store_rows_free(&GWKEY_ROW, rows, n);
+}
+
+int kn_store_gateway_key_revoke(struct kn_store *st, const char *name,
+				const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_GWKEY_REVOKE];
+	const char *what = "revoking a gateway key";
+	char *object = NULL;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_i64(s, 1, kn_now_ms()) || bind_text(s, 2, name)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	if (sqlite3_changes(st->db) == 0) {
+		rc = kn_errorf(err, KN_ENOTFOUND, "name",
+			       "no active gateway key named %s",
+			       name ? name : "");
+		goto out;
+	}
+	object = kn_asprintf("key/%s", name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	return write_end(st, own, rc, err);
+}

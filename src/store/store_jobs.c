@@ -1,0 +1,550 @@
+/*
+ * store jobs: jobs, their attempts and tasks, the outputs they left, the
+ * code revision they were submitted at and the inputs they fetched.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define JOB_COLUMNS                                                         \
+	"id, name, owner, state, priority, tasks, filename, submitted_at,"  \
+	" started_at, ended_at, not_before, attempts, retries_used,"        \
+	" cancel_requested, reason, exit_code"
+
+#define J(field, type) STORE_COL_AS(struct kn_job_row, field, #field, type)
+/* JOB_COLUMNS, then the two spec columns. */
+static const struct store_col JOB_COLS[] = {
+	J(id, STORE_INT),           J(name, STORE_TEXT),
+	J(owner, STORE_TEXT),       J(state, STORE_JOB_STATE),
+	J(priority, STORE_INT),     J(tasks, STORE_INT),
+	J(filename, STORE_TEXT),    J(submitted_at, STORE_INT),
+	J(started_at, STORE_INT),   J(ended_at, STORE_INT),
+	J(not_before, STORE_INT),   J(attempts, STORE_INT),
+	J(retries_used, STORE_INT), J(cancel_requested, STORE_INT),
+	J(reason, STORE_TEXT),      J(exit_code, STORE_INT),
+	J(spec_yaml, STORE_TEXT),   J(spec_json, STORE_TEXT),
+};
+#undef J
+static const struct store_row JOB_ROW =
+	STORE_ROW(struct kn_job_row, "job", JOB_COLS);
+
+static const char SQL_JOB_INSERT[] =
+	"INSERT INTO jobs (name, owner, state, priority, tasks, filename,"
+	" submitted_at, started_at, ended_at, not_before, attempts,"
+	" retries_used, cancel_requested, reason, exit_code, spec_yaml,"
+	" spec_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+	" ?12, ?13, ?14, ?15, ?16, ?17)";
+static const char SQL_JOB_GET[] =
+	"SELECT " JOB_COLUMNS ", spec_yaml, spec_json FROM jobs WHERE id = ?1";
+static const char SQL_JOB_UPDATE[] =
+	"UPDATE jobs SET state = ?1, started_at = ?2, ended_at = ?3,"
+	" not_before = ?4, attempts = ?5, retries_used = ?6,"
+	" cancel_requested = ?7, reason = ?8, exit_code = ?9 WHERE id = ?10";
+/*
+ * Three listings share their parameters so one binder serves them all:
+ * ?1 owner, ?2 name, ?3 with_spec, ?4 limit (-1 = none), and ?5 (?6) the
+ * state(s). Each leads with the condition its index serves: all jobs by
+ * id, one state through jobs_by_state, the active states through the same
+ * index. The CASE keeps the spec columns unread unless asked for.
+ */
+#define JOB_LIST_SELECT                                                  \
+	"SELECT " JOB_COLUMNS ", CASE WHEN ?3 THEN spec_yaml END"          \
+	" AS spec_yaml, CASE WHEN ?3 THEN spec_json END AS spec_json"     \
+	" FROM jobs"
+#define JOB_LIST_TAIL                                                    \
+	" AND (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR name = ?2)"  \
+	" ORDER BY id LIMIT ?4"
+static const char SQL_JOB_LIST_ALL[] =
+	JOB_LIST_SELECT " WHERE 1" JOB_LIST_TAIL;
+static const char SQL_JOB_LIST_STATE[] =
+	JOB_LIST_SELECT " WHERE state = ?5" JOB_LIST_TAIL;
+static const char SQL_JOB_LIST_ACTIVE[] =
+	JOB_LIST_SELECT " WHERE state IN (?5, ?6)" JOB_LIST_TAIL;
+
+#define ATTEMPT_COLUMNS                                                    \
+	"job_id, number, state, started_at, ended_at, exit_code, signal,"     \
+	" reason, checkpoint, checkpoint_at, restore_ms, useful_ms, lost_ms"
+#define A(field, type) STORE_COL_AS(struct kn_attempt_row, field, #field, type)
+static const struct store_col ATTEMPT_COLS[] = {
+	A(job_id, STORE_INT),        A(number, STORE_INT),
+	A(state, STORE_JOB_STATE),   A(started_at, STORE_INT),
+	A(ended_at, STORE_INT),      A(exit_code, STORE_INT),
+	A(signal, STORE_INT),        A(reason, STORE_TEXT),
+	A(checkpoint, STORE_TEXT),   A(checkpoint_at, STORE_INT),
+	A(restore_ms, STORE_INT),    A(useful_ms, STORE_INT),
+	A(lost_ms, STORE_INT),
+};
+#undef A
+static const struct store_row ATTEMPT_ROW =
+	STORE_ROW(struct kn_attempt_row, "attempt of job", ATTEMPT_COLS);
+
+
+/* An upsert, not INSERT OR REPLACE: REPLACE deletes the old row first. */
+static const char SQL_ATTEMPT_PUT[] =
+	"INSERT INTO attempts (" ATTEMPT_COLUMNS ")"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+	" ON CONFLICT (job_id, number) DO UPDATE SET state = excluded.state,"
+	" started_at = excluded.started_at, ended_at = excluded.ended_at,"
+	" exit_code = excluded.exit_code, signal = excluded.signal,"
+	" reason = excluded.reason, checkpoint = excluded.checkpoint,"
+	" checkpoint_at = excluded.checkpoint_at,"
+	" restore_ms = excluded.restore_ms, useful_ms = excluded.useful_ms,"
+	" lost_ms = excluded.lost_ms";
+static const char SQL_ATTEMPT_LIST[] =
+	"SELECT " ATTEMPT_COLUMNS " FROM attempts WHERE job_id = ?1"
+	" ORDER BY number";
+
+#define TASK_COLUMNS                                                       \
+	"job_id, attempt, rank, node, devices, gpu_milli, task_dir, state,"  \
+	" shim_pid, shim_start, started_at, ended_at, exit_code, signal,"    \
+	" master_port"
+#define T(field, type) STORE_COL_AS(struct kn_task_row, field, #field, type)
+static const struct store_col TASK_COLS[] = {
+	T(job_id, STORE_INT),      T(attempt, STORE_INT),
+	T(rank, STORE_INT),        T(node, STORE_TEXT),
+	T(devices, STORE_TEXT),    T(gpu_milli, STORE_INT),
+	T(task_dir, STORE_TEXT),   T(state, STORE_TASK_STATE),
+	T(shim_pid, STORE_INT),    T(shim_start, STORE_INT),
+	T(started_at, STORE_INT),  T(ended_at, STORE_INT),
+	T(exit_code, STORE_INT),   T(signal, STORE_INT),
+	T(master_port, STORE_INT),
+};
+#undef T
+static const struct store_row TASK_ROW =
+	STORE_ROW(struct kn_task_row, "task of job", TASK_COLS);
+
+static const char SQL_TASK_PUT[] =
+	"INSERT INTO tasks (" TASK_COLUMNS ")"
+	" VALUES (?1, ?2, ?3, ?4, coalesce(?5, ''), ?6, ?7, ?8, ?9, ?10, ?11,"
+	" ?12, ?13, ?14, ?15)"
+	" ON CONFLICT (job_id, attempt, rank) DO UPDATE SET"
+	" node = excluded.node, devices = excluded.devices,"
+	" gpu_milli = excluded.gpu_milli, task_dir = excluded.task_dir,"
+	" state = excluded.state, shim_pid = excluded.shim_pid,"
+	" shim_start = excluded.shim_start, started_at = excluded.started_at,"
+	" ended_at = excluded.ended_at, exit_code = excluded.exit_code,"
+	" signal = excluded.signal, master_port = excluded.master_port";
+static const char SQL_TASK_LIST[] =
+	"SELECT " TASK_COLUMNS " FROM tasks"
+	" WHERE job_id = ?1 AND (?2 = 0 OR attempt = ?2)"
+	" ORDER BY attempt, rank";
+
+#define OUTPUT_COLUMNS "job_id, name, size, sha256, url"
+#define O(field, type) STORE_COL_AS(struct kn_output_row, field, #field, type)
+static const struct store_col OUTPUT_COLS[] = {
+	O(job_id, STORE_INT), O(name, STORE_TEXT),   O(size, STORE_INT),
+	O(sha256, STORE_TEXT), O(url, STORE_TEXT),
+};
+#undef O
+static const struct store_row OUTPUT_ROW =
+	STORE_ROW(struct kn_output_row, "output of job", OUTPUT_COLS);
+
+static const char SQL_OUTPUT_PUT[] =
+	"INSERT INTO outputs (" OUTPUT_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5)"
+	" ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size,"
+	" sha256 = excluded.sha256, url = excluded.url";
+static const char SQL_OUTPUT_LIST[] =
+	"SELECT " OUTPUT_COLUMNS " FROM outputs WHERE job_id = ?1 ORDER BY name";
+
+#define I(field, type) STORE_COL_AS(struct kn_job_input_row, field, #field, type)
+static const struct store_col JOB_INPUT_COLS[] = {
+	I(job_id, STORE_INT),  I(name, STORE_TEXT), I(url, STORE_TEXT),
+	I(sha256, STORE_TEXT), I(size, STORE_INT),  I(attempt, STORE_INT),
+	I(recorded_at, STORE_INT),
+};
+#undef I
+static const struct store_row JOB_INPUT_ROW =
+	STORE_ROW(struct kn_job_input_row, "input of job", JOB_INPUT_COLS);
+
+static const char SQL_JOB_REVISION_PUT[] =
+	"INSERT OR REPLACE INTO job_revisions (job_id, revision) VALUES (?1, ?2)";
+static const char SQL_JOB_REVISION_GET[] =
+	"SELECT revision FROM job_revisions WHERE job_id = ?1";
+/* The first recording of an input stays: later ones are checked against
+   it, never written over it. */
+static const char SQL_JOB_INPUT_PUT[] =
+	"INSERT OR IGNORE INTO job_inputs (job_id, name, url, sha256, size,"
+	" attempt, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+static const char SQL_JOB_INPUT_LIST[] =
+	"SELECT job_id, name, url, sha256, size, attempt, recorded_at"
+	" FROM job_inputs WHERE job_id = ?1 ORDER BY name";
+
+const struct store_stmt store_job_stmts[] = {
+	{STMT_JOB_INSERT, SQL_JOB_INSERT, NULL},
+	{STMT_JOB_GET, SQL_JOB_GET, &JOB_ROW},
+	{STMT_JOB_UPDATE, SQL_JOB_UPDATE, NULL},
+	{STMT_JOB_LIST_ALL, SQL_JOB_LIST_ALL, &JOB_ROW},
+	{STMT_JOB_LIST_STATE, SQL_JOB_LIST_STATE, &JOB_ROW},
+	{STMT_JOB_LIST_ACTIVE, SQL_JOB_LIST_ACTIVE, &JOB_ROW},
+	{STMT_ATTEMPT_PUT, SQL_ATTEMPT_PUT, NULL},
+	{STMT_ATTEMPT_LIST, SQL_ATTEMPT_LIST, &ATTEMPT_ROW},
+	{STMT_TASK_PUT, SQL_TASK_PUT, NULL},
+	{STMT_TASK_LIST, SQL_TASK_LIST, &TASK_ROW},
+	{STMT_OUTPUT_PUT, SQL_OUTPUT_PUT, NULL},
+	{STMT_OUTPUT_LIST, SQL_OUTPUT_LIST, &OUTPUT_ROW},
+	{STMT_JOB_REVISION_PUT, SQL_JOB_REVISION_PUT, NULL},
+	{STMT_JOB_REVISION_GET, SQL_JOB_REVISION_GET, NULL},
+	{STMT_JOB_INPUT_PUT, SQL_JOB_INPUT_PUT, NULL},
+	{STMT_JOB_INPUT_LIST, SQL_JOB_INPUT_LIST, &JOB_INPUT_ROW},
+	{0},
+};
+
+/* ---- jobs ---- */
+
+void kn_job_row_release(struct kn_job_row *j)
+{
+	store_row_release(&JOB_ROW, j);
+}
+
+int kn_store_job_insert(struct kn_store *st, const struct kn_job_row *j,
+			const struct kn_audit *a, int64_t *out_id,
+			struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_INSERT];
+	const char *what = "inserting a job";
+	char object[32];
+	int64_t id = 0;
+	bool own;
+	int rc;
+
+	if (!store_job_state_valid(j->state))
+		return kn_errorf(err, KN_EINVAL, "state",
+				 "unknown job state %d", (int)j->state);
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, j->name) || bind_text(s, 2, j->owner) ||
+	    bind_text(s, 3, kn_job_state_name(j->state)) ||
+	    bind_i64(s, 4, j->priority) || bind_i64(s, 5, j->tasks) ||
+	    bind_text(s, 6, j->filename) || bind_i64(s, 7, j->submitted_at) ||
+	    bind_i64(s, 8, j->started_at) || bind_i64(s, 9, j->ended_at) ||
+	    bind_i64(s, 10, j->not_before) || bind_i64(s, 11, j->attempts) ||
+	    bind_i64(s, 12, j->retries_used) ||
+	    bind_i64(s, 13, j->cancel_requested) ||
+	    bind_text(s, 14, j->reason) || bind_i64(s, 15, j->exit_code) ||
+	    bind_text(s, 16, j->spec_yaml) || bind_text(s, 17, j->spec_json)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	id = sqlite3_last_insert_rowid(st->db);
+	snprintf(object, sizeof(object), "job/%" PRId64, id);
+	rc = audit_write(st, a, object, err);
+out:
+	rc = write_end(st, own, rc, err);
+	if (rc == 0 && out_id)
+		*out_id = id;
+	return rc;
+}
+
+int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
+		     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_GET];
+	const char *what = "reading a job";
+	struct kn_job_row j;
+	int rc;
+
+	if (bind_i64(s, 1, id))
+		return bind_fail(st, s, what, err);
+	rc = store_get(st, s, &JOB_ROW, what, &j, err);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, "id",
+				 "job %" PRId64 " not found", id);
+	if (rc < 0)
+		return rc;
+	*out = j;
+	return 0;
+}
+
+int kn_store_job_update(struct kn_store *st, const struct kn_job_row *j,
+			const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_UPDATE];
+	const char *what = "updating a job";
+	char object[32];
+	bool own;
+	int rc;
+
+	if (!store_job_state_valid(j->state))
+		return kn_errorf(err, KN_EINVAL, "state",
+				 "unknown job state %d", (int)j->state);
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, kn_job_state_name(j->state)) ||
+	    bind_i64(s, 2, j->started_at) || bind_i64(s, 3, j->ended_at) ||
+	    bind_i64(s, 4, j->not_before) || bind_i64(s, 5, j->attempts) ||
+	    bind_i64(s, 6, j->retries_used) ||
+	    bind_i64(s, 7, j->cancel_requested) || bind_text(s, 8, j->reason) ||
+	    bind_i64(s, 9, j->exit_code) || bind_i64(s, 10, j->id)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	if (sqlite3_changes(st->db) == 0) {
+		rc = kn_errorf(err, KN_ENOTFOUND, "id",
+			       "job %" PRId64 " not found", j->id);
+		goto out;
+	}
+	snprintf(object, sizeof(object), "job/%" PRId64, j->id);
+	rc = audit_write(st, a, object, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
+		      struct kn_job_row **out, size_t *n,
+		      struct kn_error *err)
+{
+	static const struct kn_job_filter none = {.state = -1};
+	const char *what = "listing jobs";
+	sqlite3_stmt *s;
+	int brc;
+
+	if (!f)
+		f = &none;
+	if (f->state >= 0 && !store_job_state_valid((enum kn_job_state)f->state))
+		return kn_errorf(err, KN_EINVAL, "state",
+				 "unknown job state %d", f->state);
+	if (f->state >= 0 && f->active_only && f->state != KN_JOB_QUEUED &&
+	    f->state != KN_JOB_RUNNING)
+		goto none; /* no job is both */
+
+	if (f->state >= 0) {
+		s = st->stmt[STMT_JOB_LIST_STATE];
+		brc = bind_text(s, 5, kn_job_state_name(f->state));
+	} else if (f->active_only) {
+		s = st->stmt[STMT_JOB_LIST_ACTIVE];
+		brc = bind_text(s, 5, kn_job_state_name(KN_JOB_QUEUED)) ||
+		      bind_text(s, 6, kn_job_state_name(KN_JOB_RUNNING));
+	} else {
+		s = st->stmt[STMT_JOB_LIST_ALL];
+		brc = SQLITE_OK;
+	}
+	if (brc || bind_text(s, 1, f->owner) || bind_text(s, 2, f->name) ||
+	    bind_i64(s, 3, f->with_spec) ||
+	    bind_i64(s, 4, f->limit > 0 ? f->limit : -1))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &JOB_ROW, what, out, n, err);
+none:
+	*out = NULL;
+	*n = 0;
+	return 0;
+}
+
+void kn_job_list_free(struct kn_job_row *rows, size_t n)
+{
+	store_rows_free(&JOB_ROW, rows, n);
+}
+
+/* ---- attempts ---- */
+
+void kn_attempt_row_release(struct kn_attempt_row *a)
+{
+	store_row_release(&ATTEMPT_ROW, a);
+}
+
+int store_job_missing(int rc, int64_t job_id, struct kn_error *err)
+{
+	if (rc == -ENOENT)
+		return kn_errorf(err, KN_ENOTFOUND, "job_id",
+				 "job %" PRId64 " not found", job_id);
+	return rc;
+}
+
+int kn_store_attempt_put(struct kn_store *st, const struct kn_attempt_row *a,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ATTEMPT_PUT];
+	const char *what = "writing an attempt";
+
+	if (!store_job_state_valid(a->state))
+		return kn_errorf(err, KN_EINVAL, "state",
+				 "unknown attempt state %d", (int)a->state);
+	if (bind_i64(s, 1, a->job_id) || bind_i64(s, 2, a->number) ||
+	    bind_text(s, 3, kn_job_state_name(a->state)) ||
+	    bind_i64(s, 4, a->started_at) || bind_i64(s, 5, a->ended_at) ||
+	    bind_i64(s, 6, a->exit_code) || bind_i64(s, 7, a->signal) ||
+	    bind_text(s, 8, a->reason) || bind_text(s, 9, a->checkpoint) ||
+	    bind_i64(s, 10, a->checkpoint_at) ||
+	    bind_i64(s, 11, a->restore_ms) || bind_i64(s, 12, a->useful_ms) ||
+	    bind_i64(s, 13, a->lost_ms))
+		return bind_fail(st, s, what, err);
+	return store_job_missing(store_run(st, s, what, err), a->job_id, err);
+}
+
+int kn_store_attempt_list(struct kn_store *st, int64_t job_id,
+			  struct kn_attempt_row **out, size_t *n,
+			  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_ATTEMPT_LIST];
+	const char *what = "listing attempts";
+
+	if (bind_i64(s, 1, job_id))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &ATTEMPT_ROW, what, out, n, err);
+}
+
+void kn_attempt_list_free(struct kn_attempt_row *rows, size_t n)
+{
+	store_rows_free(&ATTEMPT_ROW, rows, n);
+}
+
+/* ---- tasks ---- */
+
+void kn_task_row_release(struct kn_task_row *t)
+{
+	store_row_release(&TASK_ROW, t);
+}
+
+int kn_store_task_put(struct kn_store *st, const struct kn_task_row *t,
+		      struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TASK_PUT];
+	const char *what = "writing a task";
+
+	if (!store_task_state_valid(t->state))
+		return kn_errorf(err, KN_EINVAL, "state",
+				 "unknown task state %d", (int)t->state);
+	if (bind_i64(s, 1, t->job_id) || bind_i64(s, 2, t->attempt) ||
+	    bind_i64(s, 3, t->rank) || bind_text(s, 4, t->node) ||
+	    bind_text(s, 5, t->devices) || bind_i64(s, 6, t->gpu_milli) ||
+	    bind_text(s, 7, t->task_dir) ||
+	    bind_text(s, 8, kn_task_state_name(t->state)) ||
+	    bind_i64(s, 9, t->shim_pid) || bind_i64(s, 10, t->shim_start) ||
+	    bind_i64(s, 11, t->started_at) || bind_i64(s, 12, t->ended_at) ||
+	    bind_i64(s, 13, t->exit_code) || bind_i64(s, 14, t->signal) ||
+	    bind_i64(s, 15, t->master_port))
+		return bind_fail(st, s, what, err);
+	return store_job_missing(store_run(st, s, what, err), t->job_id, err);
+}
+
+int kn_store_task_list(struct kn_store *st, int64_t job_id, int attempt,
+		       struct kn_task_row **out, size_t *n,
+		       struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TASK_LIST];
+	const char *what = "listing tasks";
+
+	if (bind_i64(s, 1, job_id) || bind_i64(s, 2, attempt))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &TASK_ROW, what, out, n, err);
+}
+
+void kn_task_list_free(struct kn_task_row *rows, size_t n)
+{
+	store_rows_free(&TASK_ROW, rows, n);
+}
+
+/* ---- outputs ---- */
+
+void kn_output_row_release(struct kn_output_row *o)
+{
+	store_row_release(&OUTPUT_ROW, o);
+}
+
+int kn_store_output_put(struct kn_store *st, const struct kn_output_row *o,
+			struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_OUTPUT_PUT];
+	const char *what = "writing an output";
+
+	if (bind_i64(s, 1, o->job_id) || bind_text(s, 2, o->name) ||
+	    bind_i64(s, 3, o->size) || bind_text(s, 4, o->sha256) ||
+	    bind_text(s, 5, o->url))
+		return bind_fail(st, s, what, err);
+	return store_job_missing(store_run(st, s, what, err), o->job_id, err);
+}
+
+int kn_store_output_list(struct kn_store *st, int64_t job_id,
+			 struct kn_output_row **out, size_t *n,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_OUTPUT_LIST];
+	const char *what = "listing outputs";
+
+	if (bind_i64(s, 1, job_id))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &OUTPUT_ROW, what, out, n, err);
+}
+
+void kn_output_list_free(struct kn_output_row *rows, size_t n)
+{
+	store_rows_free(&OUTPUT_ROW, rows, n);
+}
+
+/* ---- job code revisions ---- */
+
+int kn_store_job_revision_put(struct kn_store *st, int64_t job_id,
+			      const char *revision, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_REVISION_PUT];
+	const char *what = "recording a job's code revision";
+
+	if (bind_i64(s, 1, job_id) || bind_text(s, 2, revision))
+		return bind_fail(st, s, what, err);
+	return store_job_missing(store_run(st, s, what, err), job_id, err);
+}
+
+int kn_store_job_revision_get(struct kn_store *st, int64_t job_id,
+			      char **out, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_REVISION_GET];
+	const char *what = "reading a job's code revision";
+	int rc;
+
+	if (bind_i64(s, 1, job_id))
+		return bind_fail(st, s, what, err);
+	rc = store_one_text(st, s, what, out, err);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, NULL,
+				 "job %" PRId64 " has no code revision", job_id);
+	return rc < 0 ? rc : 0;
+}
+
+/* ---- job inputs (digests recorded at the first fetch) ---- */
+
+void kn_job_input_row_release(struct kn_job_input_row *r)
+{
+	store_row_release(&JOB_INPUT_ROW, r);
+}
+
+int kn_store_job_input_put(struct kn_store *st,
+			   const struct kn_job_input_row *r,
+			   struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_INPUT_PUT];
+	const char *what = "recording a job's input";
+
+	if (bind_i64(s, 1, r->job_id) || bind_text(s, 2, r->name) ||
+	    bind_text(s, 3, r->url) || bind_text(s, 4, r->sha256) ||
+	    bind_i64(s, 5, r->size) || bind_i64(s, 6, r->attempt) ||
+	    bind_i64(s, 7, r->recorded_at))
+		return bind_fail(st, s, what, err);
+	return store_job_missing(store_run(st, s, what, err), r->job_id, err);
+}
+
+int kn_store_job_input_list(struct kn_store *st, int64_t job_id,
+			    struct kn_job_input_row **out, size_t *n,
+			    struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_INPUT_LIST];
+	const char *what = "listing a job's inputs";
+
+	if (bind_i64(s, 1, job_id))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &JOB_INPUT_ROW, what, out, n, err);
+}
+
+void kn_job_input_list_free(struct kn_job_input_row *rows, size_t n)
+{
+	store_rows_free(&JOB_INPUT_ROW, rows, n);
+}

@@ -1,0 +1,210 @@
+/*
+ * store ledger: what the cost ledger and right-size advice read: the
+ * tasks that held devices (or only CPU and memory) with their attempt's
+ * end, and each task's usage sketches.
+ */
+#include "internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define C(field, name, type) \
+	STORE_COL_AS(struct kn_cost_task_row, field, name, type)
+static const struct store_col COST_TASK_COLS[] = {
+	C(job_id, "job_id", STORE_INT),
+	C(attempt, "attempt", STORE_INT),
+	C(rank, "rank", STORE_INT),
+	C(node, "node", STORE_TEXT),
+	C(devices, "devices", STORE_TEXT),
+	C(gpu_milli, "gpu_milli", STORE_INT),
+	C(started_at, "started_at", STORE_INT),
+	C(ended_at, "ended_at", STORE_INT),
+	C(attempt_state, "state", STORE_JOB_STATE_OR_NONE),
+	C(checkpoint_at, "checkpoint_at", STORE_INT),
+	C(owner, "owner", STORE_TEXT),
+	C(deployment, "deployment", STORE_TEXT),
+};
+#undef C
+static const struct store_row COST_TASK_ROW =
+	STORE_ROW(struct kn_cost_task_row, "ledger task", COST_TASK_COLS);
+
+#define U(field, name, type) \
+	STORE_COL_AS(struct kn_task_usage_row, field, name, type)
+static const struct store_col USAGE_COLS[] = {
+	U(job_id, "job_id", STORE_INT),
+	U(attempt, "attempt", STORE_INT),
+	U(rank, "rank", STORE_INT),
+	U(resource, "resource", STORE_TEXT),
+	U(samples, "samples", STORE_INT),
+	U(sum, "sum", STORE_REAL),
+	U(max, "max", STORE_REAL),
+	U(histogram, "histogram", STORE_TEXT),
+	U(job_name, "name", STORE_TEXT),
+	U(spec_json, "spec_json", STORE_TEXT),
+	U(node, "node", STORE_TEXT),
+	U(devices, "devices", STORE_TEXT),
+	U(gpu_milli, "gpu_milli", STORE_INT),
+};
+static const struct store_row USAGE_ROW =
+	STORE_ROW(struct kn_task_usage_row, "task usage", USAGE_COLS);
+
+/* One task's sketch of one resource, its key given by the caller. */
+static const struct store_col USAGE_SKETCH_COLS[] = {
+	U(samples, "samples", STORE_INT),
+	U(sum, "sum", STORE_REAL),
+	U(max, "max", STORE_REAL),
+	U(histogram, "histogram", STORE_TEXT),
+};
+#undef U
+static const struct store_row USAGE_SKETCH_ROW =
+	STORE_ROW(struct kn_task_usage_row, "task usage", USAGE_SKETCH_COLS);
+
+/*
+ * Tasks that ran since ?1 with their attempt's end, their job's owner and
+ * the deployment they ran for: those that held a device, and those
+ * without (the CPU and memory side of the ledger).
+ */
+#define COST_TASK_SELECT                                                    \
+	"SELECT t.job_id, t.attempt, t.rank, t.node, t.devices, t.gpu_milli," \
+	" t.started_at, t.ended_at, a.state, a.checkpoint_at, j.owner,"      \
+	" d.deployment"                                                      \
+	" FROM tasks t JOIN jobs j ON j.id = t.job_id"                       \
+	" LEFT JOIN attempts a ON a.job_id = t.job_id"                       \
+	" AND a.number = t.attempt"                                          \
+	" LEFT JOIN job_deployments d ON d.job_id = t.job_id"
+#define COST_TASK_TAIL                                                      \
+	" AND t.started_at > 0 AND (t.ended_at = 0 OR t.ended_at > ?1)"      \
+	" ORDER BY t.job_id, t.attempt, t.rank"
+static const char SQL_COST_TASK_LIST[] =
+	COST_TASK_SELECT " WHERE t.devices != ''" COST_TASK_TAIL;
+static const char SQL_COST_CPU_TASK_LIST[] =
+	COST_TASK_SELECT " WHERE t.devices = ''" COST_TASK_TAIL;
+
+static const char SQL_TASK_USAGE_GET[] =
+	"SELECT samples, sum, max, histogram FROM task_usage"
+	" WHERE job_id = ?1 AND attempt = ?2 AND rank = ?3 AND resource = ?4";
+
+static const char SQL_TASK_USAGE_PUT[] =
+	"INSERT OR REPLACE INTO task_usage (job_id, attempt, rank, resource,"
+	" samples, sum, max, histogram, updated_at)"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+static const char SQL_TASK_USAGE_LIST[] =
+	"SELECT u.job_id, u.attempt, u.rank, u.resource, u.samples, u.sum,"
+	" u.max, u.histogram, j.name, j.spec_json, t.node, t.devices,"
+	" t.gpu_milli"
+	" FROM task_usage u JOIN jobs j ON j.id = u.job_id"
+	" JOIN tasks t ON t.job_id = u.job_id AND t.attempt = u.attempt"
+	" AND t.rank = u.rank"
+	" WHERE t.started_at > 0 AND (t.ended_at = 0 OR t.ended_at > ?1)"
+	" ORDER BY u.job_id, u.attempt, u.rank, u.resource";
+
+const struct store_stmt store_ledger_stmts[] = {
+	{STMT_COST_TASK_LIST, SQL_COST_TASK_LIST, &COST_TASK_ROW},
+	{STMT_COST_CPU_TASK_LIST, SQL_COST_CPU_TASK_LIST, &COST_TASK_ROW},
+	{STMT_TASK_USAGE_GET, SQL_TASK_USAGE_GET, &USAGE_SKETCH_ROW},
+	{STMT_TASK_USAGE_PUT, SQL_TASK_USAGE_PUT, NULL},
+	{STMT_TASK_USAGE_LIST, SQL_TASK_USAGE_LIST, &USAGE_ROW},
+	{0},
+};
+
+/* ---- tasks for the ledger ---- */
+
+static int cost_task_list(struct kn_store *st, sqlite3_stmt *s,
+			  int64_t since, struct kn_cost_task_row **out,
+			  size_t *n, struct kn_error *err)
+{
+	const char *what = "listing tasks for the ledger";
+
+	if (bind_i64(s, 1, since))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &COST_TASK_ROW, what, out, n, err);
+}
+
+int kn_store_cost_task_list(struct kn_store *st, int64_t since,
+			    struct kn_cost_task_row **out, size_t *n,
+			    struct kn_error *err)
+{
+	return cost_task_list(st, st->stmt[STMT_COST_TASK_LIST], since, out, n,
+			      err);
+}
+
+int kn_store_cost_cpu_task_list(struct kn_store *st, int64_t since,
+				struct kn_cost_task_row **out, size_t *n,
+				struct kn_error *err)
+{
+	return cost_task_list(st, st->stmt[STMT_COST_CPU_TASK_LIST], since, out,
+			      n, err);
+}
+
+void kn_cost_task_list_free(struct kn_cost_task_row *rows, size_t n)
+{
+	store_rows_free(&COST_TASK_ROW, rows, n);
+}
+
+/* ---- task usage ---- */
+
+int kn_store_task_usage_get(struct kn_store *st, int64_t job_id, int attempt,
+			    int rank, const char *resource,
+			    struct kn_task_usage_row *out, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TASK_USAGE_GET];
+	const char *what = "reading a task's usage";
+	int rc;
+
+	if (bind_i64(s, 1, job_id) || bind_i64(s, 2, attempt) ||
+	    bind_i64(s, 3, rank) || bind_text(s, 4, resource))
+		return bind_fail(st, s, what, err);
+	rc = store_get(st, s, &USAGE_SKETCH_ROW, what, out, err);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, NULL,
+				 "no usage of job %" PRId64 " task %d %s",
+				 job_id, rank, resource);
+	if (rc < 0)
+		return rc;
+	out->job_id = job_id;
+	out->attempt = attempt;
+	out->rank = rank;
+	out->resource = kn_xstrdup(resource);
+	return 0;
+}
+
+int kn_store_task_usage_put(struct kn_store *st,
+			    const struct kn_task_usage_row *u, int64_t now_ms,
+			    struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TASK_USAGE_PUT];
+	const char *what = "recording a task's usage";
+
+	if (bind_i64(s, 1, u->job_id) || bind_i64(s, 2, u->attempt) ||
+	    bind_i64(s, 3, u->rank) || bind_text(s, 4, u->resource) ||
+	    bind_i64(s, 5, u->samples) || sqlite3_bind_double(s, 6, u->sum) ||
+	    sqlite3_bind_double(s, 7, u->max) ||
+	    bind_text(s, 8, u->histogram ? u->histogram : "") ||
+	    bind_i64(s, 9, now_ms))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_task_usage_list(struct kn_store *st, int64_t since,
+			     struct kn_task_usage_row **out, size_t *n,
+			     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TASK_USAGE_LIST];
+	const char *what = "listing task usage";
+
+	if (bind_i64(s, 1, since))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &USAGE_ROW, what, out, n, err);
+}
+
+void kn_task_usage_row_release(struct kn_task_usage_row *u)
+{
+	store_row_release(&USAGE_ROW, u);
+}
+
+void kn_task_usage_list_free(struct kn_task_usage_row *rows, size_t n)
+{
+	store_rows_free(&USAGE_ROW, rows, n);
+}

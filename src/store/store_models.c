@@ -1,0 +1,515 @@
+/*
+ * store models: the model registry (models, their immutable versions,
+ * aliases with every move kept, signatures) and model re-validation
+ * (what evaluation runs against an alias, and each run's outcome).
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define M(field, type) STORE_COL_AS(struct kn_model_row, field, #field, type)
+static const struct store_col MODEL_COLS[] = {
+	M(name, STORE_TEXT),      M(versions, STORE_INT), M(latest, STORE_INT),
+	M(created_at, STORE_INT), M(updated_at, STORE_INT),
+};
+#undef M
+static const struct store_row MODEL_ROW =
+	STORE_ROW(struct kn_model_row, "model", MODEL_COLS);
+
+#define V(field, type) \
+	STORE_COL_AS(struct kn_model_version_row, field, #field, type)
+static const struct store_col VERSION_COLS[] = {
+	V(name, STORE_TEXT),       V(version, STORE_INT),
+	V(manifest, STORE_TEXT),   V(created_by, STORE_TEXT),
+	V(created_at, STORE_INT),
+};
+#undef V
+static const struct store_row VERSION_ROW =
+	STORE_ROW(struct kn_model_version_row, "model version", VERSION_COLS);
+
+/* An alias where it points now, or one move of it in its history. */
+#define L(field, type) \
+	STORE_COL_AS(struct kn_model_alias_row, field, #field, type)
+static const struct store_col ALIAS_COLS[] = {
+	L(alias, STORE_TEXT),        L(version, STORE_INT),
+	L(action, STORE_TEXT),       L(from_version, STORE_INT),
+	L(actor, STORE_TEXT),        L(time_ms, STORE_INT),
+};
+#undef L
+static const struct store_row ALIAS_ROW =
+	STORE_ROW(struct kn_model_alias_row, "model alias", ALIAS_COLS);
+
+#define G(field, type) \
+	STORE_COL_AS(struct kn_model_signature_row, field, #field, type)
+static const struct store_col SIGNATURE_COLS[] = {
+	G(key_id, STORE_TEXT),    G(public_key, STORE_TEXT),
+	G(signature, STORE_TEXT), G(signed_by, STORE_TEXT),
+	G(signed_at, STORE_INT),
+};
+#undef G
+static const struct store_row SIGNATURE_ROW = STORE_ROW(
+	struct kn_model_signature_row, "model signature", SIGNATURE_COLS);
+
+#define R(field, type) \
+	STORE_COL_AS(struct kn_revalidation_row, field, #field, type)
+static const struct store_col REVAL_COLS[] = {
+	R(name, STORE_TEXT),       R(alias, STORE_TEXT),
+	R(owner, STORE_TEXT),      R(spec_yaml, STORE_TEXT),
+	R(filename, STORE_TEXT),   R(every_ms, STORE_INT),
+	R(thresholds_json, STORE_TEXT), R(rollback, STORE_INT),
+	R(created_at, STORE_INT),  R(deployment, STORE_TEXT),
+};
+#undef R
+static const struct store_row REVAL_ROW =
+	STORE_ROW(struct kn_revalidation_row, "model re-validation", REVAL_COLS);
+
+#define E(field, type) \
+	STORE_COL_AS(struct kn_evaluation_row, field, #field, type)
+static const struct store_col EVAL_COLS[] = {
+	E(id, STORE_INT),            E(name, STORE_TEXT),
+	E(version, STORE_INT),       E(alias, STORE_TEXT),
+	E(job_id, STORE_INT),        E(outcome, STORE_TEXT),
+	E(metrics_json, STORE_TEXT), E(detail, STORE_TEXT),
+	E(time_ms, STORE_INT),
+};
+#undef E
+static const struct store_row EVAL_ROW =
+	STORE_ROW(struct kn_evaluation_row, "model evaluation", EVAL_COLS);
+
+static const char SQL_MODEL_LIST[] =
+	"SELECT m.name AS name, count(v.version) AS versions,"
+	" coalesce(max(v.version), 0) AS latest, m.created_at AS created_at,"
+	" coalesce(max(v.created_at), m.created_at) AS updated_at"
+	" FROM models m LEFT JOIN model_versions v ON v.name = m.name"
+	" GROUP BY m.name ORDER BY m.name";
+static const char SQL_MODEL_CREATE[] =
+	"INSERT OR IGNORE INTO models (name, next_version, created_at)"
+	" VALUES (?1, 1, ?2)";
+static const char SQL_MODEL_NEXT[] =
+	"UPDATE models SET next_version = next_version + 1 WHERE name = ?1"
+	" RETURNING next_version - 1";
+#define VERSION_COLUMNS "name, version, manifest, created_by, created_at"
+static const char SQL_MODEL_VERSION_INSERT[] =
+	"INSERT INTO model_versions (name, version, manifest, created_by,"
+	" created_at) VALUES (?1, ?2, ?3, ?4, ?5)";
+static const char SQL_MODEL_VERSION_DELETE[] =
+	"DELETE FROM model_versions WHERE name = ?1 AND version = ?2";
+static const char SQL_MODEL_VERSION_GET[] =
+	"SELECT " VERSION_COLUMNS " FROM model_versions"
+	" WHERE name = ?1 AND version = ?2";
+static const char SQL_MODEL_VERSION_LIST[] =
+	"SELECT " VERSION_COLUMNS " FROM model_versions WHERE name = ?1"
+	" ORDER BY version";
+static const char SQL_REVAL_PUT[] =
+	"INSERT OR REPLACE INTO model_revalidations (name, alias, owner,"
+	" spec_yaml, filename, every_ms, thresholds_json, rollback, created_at,"
+	" deployment) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+static const char SQL_REVAL_LIST[] =
+	"SELECT name, alias, owner, spec_yaml, filename, every_ms,"
+	" thresholds_json, rollback, created_at, deployment"
+	" FROM model_revalidations ORDER BY name, alias";
+static const char SQL_REVAL_DELETE[] =
+	"DELETE FROM model_revalidations WHERE name = ?1 AND alias = ?2";
+static const char SQL_EVAL_INSERT[] =
+	"INSERT INTO model_evaluations (name, version, alias, job_id, outcome,"
+	" metrics_json, detail, time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+static const char SQL_EVAL_LIST[] =
+	"SELECT id, name, version, alias, job_id, outcome, metrics_json, detail,"
+	" time_ms FROM model_evaluations WHERE name = ?1 AND version = ?2"
+	" ORDER BY id";
+static const char SQL_MODEL_ALIAS_GET[] =
+	"SELECT version FROM model_aliases WHERE name = ?1 AND alias = ?2";
+static const char SQL_MODEL_ALIAS_PUT[] =
+	"INSERT INTO model_aliases (name, alias, version, updated_by,"
+	" updated_at) VALUES (?1, ?2, ?3, ?4, ?5)"
+	" ON CONFLICT (name, alias) DO UPDATE SET version = ?3,"
+	" updated_by = ?4, updated_at = ?5";
+static const char SQL_MODEL_ALIAS_LIST[] =
+	"SELECT alias, version, 'current' AS action, 0 AS from_version,"
+	" updated_by AS actor, updated_at AS time_ms"
+	" FROM model_aliases WHERE name = ?1 ORDER BY alias";
+static const char SQL_MODEL_ALIAS_EVENT[] =
+	"INSERT INTO model_alias_history (name, alias, action, from_version,"
+	" to_version, actor, time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+static const char SQL_MODEL_ALIAS_HISTORY[] =
+	"SELECT alias, to_version AS version, action, from_version, actor,"
+	" time_ms"
+	" FROM model_alias_history WHERE name = ?1 ORDER BY id";
+static const char SQL_MODEL_SIGNATURE_INSERT[] =
+	"INSERT INTO model_signatures (name, version, key_id, public_key,"
+	" signature, signed_by, signed_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+static const char SQL_MODEL_SIGNATURE_LIST[] =
+	"SELECT key_id, public_key, signature, signed_by, signed_at"
+	" FROM model_signatures WHERE name = ?1 AND version = ?2"
+	" ORDER BY signed_at, key_id";
+
+const struct store_stmt store_model_stmts[] = {
+	{STMT_MODEL_LIST, SQL_MODEL_LIST, &MODEL_ROW},
+	{STMT_MODEL_CREATE, SQL_MODEL_CREATE, NULL},
+	{STMT_MODEL_NEXT, SQL_MODEL_NEXT, NULL},
+	{STMT_MODEL_VERSION_INSERT, SQL_MODEL_VERSION_INSERT, NULL},
+	{STMT_MODEL_VERSION_DELETE, SQL_MODEL_VERSION_DELETE, NULL},
+	{STMT_MODEL_VERSION_GET, SQL_MODEL_VERSION_GET, &VERSION_ROW},
+	{STMT_MODEL_VERSION_LIST, SQL_MODEL_VERSION_LIST, &VERSION_ROW},
+	{STMT_MODEL_ALIAS_GET, SQL_MODEL_ALIAS_GET, NULL},
+	{STMT_MODEL_ALIAS_PUT, SQL_MODEL_ALIAS_PUT, NULL},
+	{STMT_MODEL_ALIAS_LIST, SQL_MODEL_ALIAS_LIST, &ALIAS_ROW},
+	{STMT_MODEL_ALIAS_EVENT, SQL_MODEL_ALIAS_EVENT, NULL},
+	{STMT_MODEL_ALIAS_HISTORY, SQL_MODEL_ALIAS_HISTORY, &ALIAS_ROW},
+	{STMT_MODEL_SIGNATURE_INSERT, SQL_MODEL_SIGNATURE_INSERT, NULL},
+	{STMT_MODEL_SIGNATURE_LIST, SQL_MODEL_SIGNATURE_LIST, &SIGNATURE_ROW},
+	{STMT_REVAL_PUT, SQL_REVAL_PUT, NULL},
+	{STMT_REVAL_LIST, SQL_REVAL_LIST, &REVAL_ROW},
+	{STMT_REVAL_DELETE, SQL_REVAL_DELETE, NULL},
+	{STMT_EVAL_INSERT, SQL_EVAL_INSERT, NULL},
+	{STMT_EVAL_LIST, SQL_EVAL_LIST, &EVAL_ROW},
+	{0},
+};
+
+/* ---- models ---- */
+
+int kn_store_model_list(struct kn_store *st, struct kn_model_row **out,
+			size_t *n, struct kn_error *err)
+{
+	return store_list(st, st->stmt[STMT_MODEL_LIST], &MODEL_ROW,
+			  "listing models", out, n, err);
+}
+
+void kn_model_list_free(struct kn_model_row *rows, size_t n)
+{
+	store_rows_free(&MODEL_ROW, rows, n);
+}
+
+void kn_model_version_row_release(struct kn_model_version_row *v)
+{
+	store_row_release(&VERSION_ROW, v);
+}
+
+int kn_store_model_version_next(struct kn_store *st, const char *name,
+				int64_t now_ms, int64_t *out,
+				struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_CREATE];
+	const char *what = "numbering a model version";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, name) || bind_i64(s, 2, now_ms)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	s = st->stmt[STMT_MODEL_NEXT];
+	if (bind_text(s, 1, name)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_one_i64(st, s, what, out, err);
+	if (rc == 1)
+		rc = 0;
+	else if (rc == 0)
+		rc = kn_errorf(err, KN_EIO, NULL, "store: %s: no row", what);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_model_version_insert(struct kn_store *st,
+				  const struct kn_model_version_row *v,
+				  const struct kn_audit *a,
+				  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_INSERT];
+	const char *what = "inserting a model version";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, v->name) || bind_i64(s, 2, v->version) ||
+	    bind_text(s, 3, v->manifest) || bind_text(s, 4, v->created_by) ||
+	    bind_i64(s, 5, v->created_at))
+		rc = bind_fail(st, s, what, err);
+	else
+		rc = store_run(st, s, what, err);
+	if (rc == 0)
+		rc = audit_write(st, a, NULL, err);
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_model_version_delete(struct kn_store *st, const char *name,
+				  int64_t version, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_DELETE];
+	const char *what = "deleting a model version";
+
+	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_model_version_get(struct kn_store *st, const char *name,
+			       int64_t version,
+			       struct kn_model_version_row *out,
+			       struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_GET];
+	const char *what = "reading a model version";
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
+		return bind_fail(st, s, what, err);
+	rc = store_get(st, s, &VERSION_ROW, what, out, err);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, NULL,
+				 "model %s has no version %lld", name,
+				 (long long)version);
+	return rc < 0 ? rc : 0;
+}
+
+int kn_store_model_version_list(struct kn_store *st, const char *name,
+				struct kn_model_version_row **out, size_t *n,
+				struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_LIST];
+	const char *what = "listing model versions";
+
+	if (bind_text(s, 1, name))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &VERSION_ROW, what, out, n, err);
+}
+
+void kn_model_version_list_free(struct kn_model_version_row *rows, size_t n)
+{
+	store_rows_free(&VERSION_ROW, rows, n);
+}
+
+int kn_store_model_alias_get(struct kn_store *st, const char *name,
+			     const char *alias, int64_t *version,
+			     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_ALIAS_GET];
+	const char *what = "reading a model alias";
+	int rc;
+
+	if (bind_text(s, 1, name) || bind_text(s, 2, alias))
+		return bind_fail(st, s, what, err);
+	rc = store_one_i64(st, s, what, version, err);
+	if (rc == 1)
+		rc = 0;
+	else if (rc == 0)
+		rc = kn_errorf(err, KN_ENOTFOUND, NULL, "model %s has no alias %s",
+			       name, alias);
+	return rc;
+}
+
+int kn_store_model_alias_move(struct kn_store *st, const char *name,
+			      const struct kn_model_alias_row *ev,
+			      const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_ALIAS_PUT];
+	const char *what = "moving a model alias";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, name) || bind_text(s, 2, ev->alias) ||
+	    bind_i64(s, 3, ev->version) || bind_text(s, 4, ev->actor) ||
+	    bind_i64(s, 5, ev->time_ms)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	s = st->stmt[STMT_MODEL_ALIAS_EVENT];
+	if (bind_text(s, 1, name) || bind_text(s, 2, ev->alias) ||
+	    bind_text(s, 3, ev->action) || bind_i64(s, 4, ev->from_version) ||
+	    bind_i64(s, 5, ev->version) || bind_text(s, 6, ev->actor) ||
+	    bind_i64(s, 7, ev->time_ms)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc == 0)
+		rc = audit_write(st, a, NULL, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+static int alias_rows(struct kn_store *st, enum stmt_id id, const char *name,
+		      struct kn_model_alias_row **out, size_t *n,
+		      struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[id];
+	const char *what = "listing model aliases";
+
+	if (bind_text(s, 1, name))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &ALIAS_ROW, what, out, n, err);
+}
+
+int kn_store_model_alias_list(struct kn_store *st, const char *name,
+			      struct kn_model_alias_row **out, size_t *n,
+			      struct kn_error *err)
+{
+	return alias_rows(st, STMT_MODEL_ALIAS_LIST, name, out, n, err);
+}
+
+int kn_store_model_alias_history(struct kn_store *st, const char *name,
+				 struct kn_model_alias_row **out, size_t *n,
+				 struct kn_error *err)
+{
+	return alias_rows(st, STMT_MODEL_ALIAS_HISTORY, name, out, n, err);
+}
+
+void kn_model_alias_list_free(struct kn_model_alias_row *rows, size_t n)
+{
+	store_rows_free(&ALIAS_ROW, rows, n);
+}
+
+int kn_store_model_signature_insert(struct kn_store *st, const char *name,
+				    int64_t version,
+				    const struct kn_model_signature_row *sig,
+				    const struct kn_audit *a,
+				    struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_SIGNATURE_INSERT];
+	const char *what = "inserting a model signature";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, name) || bind_i64(s, 2, version) ||
+	    bind_text(s, 3, sig->key_id) || bind_text(s, 4, sig->public_key) ||
+	    bind_text(s, 5, sig->signature) || bind_text(s, 6, sig->signed_by) ||
+	    bind_i64(s, 7, sig->signed_at))
+		rc = bind_fail(st, s, what, err);
+	else
+		rc = store_run(st, s, what, err);
+	if (rc == 0)
+		rc = audit_write(st, a, NULL, err);
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_model_signature_list(struct kn_store *st, const char *name,
+				  int64_t version,
+				  struct kn_model_signature_row **out,
+				  size_t *n, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_MODEL_SIGNATURE_LIST];
+	const char *what = "listing model signatures";
+
+	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &SIGNATURE_ROW, what, out, n, err);
+}
+
+void kn_model_signature_list_free(struct kn_model_signature_row *rows,
+				  size_t n)
+{
+	store_rows_free(&SIGNATURE_ROW, rows, n);
+}
+
+/* ---- model re-validation ---- */
+
+int kn_store_revalidation_put(struct kn_store *st,
+			      const struct kn_revalidation_row *r,
+			      const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_REVAL_PUT];
+	const char *what = "saving a model re-validation";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, r->name) || bind_text(s, 2, r->alias) ||
+	    bind_text(s, 3, r->owner) || bind_text(s, 4, r->spec_yaml) ||
+	    bind_text(s, 5, r->filename) || bind_i64(s, 6, r->every_ms) ||
+	    bind_text(s, 7, r->thresholds_json) ||
+	    bind_i64(s, 8, r->rollback) || bind_i64(s, 9, r->created_at) ||
+	    bind_text(s, 10, r->deployment)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc == 0 && a)
+		rc = audit_write(st, a, NULL, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_revalidation_list(struct kn_store *st,
+			       struct kn_revalidation_row **out, size_t *n,
+			       struct kn_error *err)
+{
+	return store_list(st, st->stmt[STMT_REVAL_LIST], &REVAL_ROW,
+			  "listing model re-validations", out, n, err);
+}
+
+void kn_revalidation_list_free(struct kn_revalidation_row *rows, size_t n)
+{
+	store_rows_free(&REVAL_ROW, rows, n);
+}
+
+int kn_store_revalidation_delete(struct kn_store *st, const char *name,
+				 const char *alias, const struct kn_audit *a,
+				 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_REVAL_DELETE];
+	const char *what = "removing a model re-validation";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, name) || bind_text(s, 2, alias)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc == 0 && a)
+		rc = audit_write(st, a, NULL, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_evaluation_add(struct kn_store *st,
+			    const struct kn_evaluation_row *e,
+			    struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_EVAL_INSERT];
+	const char *what = "recording a model evaluation";
+
+	if (bind_text(s, 1, e->name) || bind_i64(s, 2, e->version) ||
+	    bind_text(s, 3, e->alias) || bind_i64(s, 4, e->job_id) ||
+	    bind_text(s, 5, e->outcome) || bind_text(s, 6, e->metrics_json) ||
+	    bind_text(s, 7, e->detail) || bind_i64(s, 8, e->time_ms))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_evaluation_list(struct kn_store *st, const char *name,
+			     int64_t version, struct kn_evaluation_row **out,
+			     size_t *n, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_EVAL_LIST];
+	const char *what = "listing model evaluations";
+
+	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &EVAL_ROW, what, out, n, err);
+}
+
+void kn_evaluation_list_free(struct kn_evaluation_row *rows, size_t n)
+{
+	store_rows_free(&EVAL_ROW, rows, n);
+}

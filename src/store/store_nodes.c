@@ -1,0 +1,289 @@
+/*
+ * store nodes: the nodes the server schedules on, their devices, and each
+ * node's state over time (the cost ledger's record of what was paid for).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NODE_COLUMNS                                                     \
+	"name, state, labels_json, taints_json, cpu_milli, memory_bytes,"  \
+	" simulated, updated_at, reason"
+#define N(field, type) STORE_COL_AS(struct kn_node_row, field, #field, type)
+static const struct store_col NODE_COLS[] = {
+	N(name, STORE_TEXT),        N(state, STORE_TEXT),
+	N(labels_json, STORE_TEXT), N(taints_json, STORE_TEXT),
+	N(cpu_milli, STORE_INT),    N(memory_bytes, STORE_INT),
+	N(simulated, STORE_INT),    N(updated_at, STORE_INT),
+	N(reason, STORE_TEXT),
+};
+#undef N
+static const struct store_row NODE_ROW =
+	STORE_ROW(struct kn_node_row, "node", NODE_COLS);
+
+static const char SQL_NODE_PUT[] =
+	"INSERT INTO nodes (" NODE_COLUMNS ")"
+	" VALUES (?1, ?2, coalesce(?3, '{}'), coalesce(?4, '[]'), ?5, ?6, ?7,"
+	" ?8, ?9) ON CONFLICT (name) DO UPDATE SET state = excluded.state,"
+	" labels_json = excluded.labels_json,"
+	" taints_json = excluded.taints_json, cpu_milli = excluded.cpu_milli,"
+	" memory_bytes = excluded.memory_bytes,"
+	" simulated = excluded.simulated, updated_at = excluded.updated_at,"
+	" reason = excluded.reason";
+static const char SQL_NODE_LIST[] =
+	"SELECT " NODE_COLUMNS " FROM nodes ORDER BY name";
+
+
+/* idx is struct kn_device_row's index ("index" is an SQL keyword). */
+#define DEVICE_COLUMNS "node, idx, uuid, model, memory_bytes, simulated"
+#define D(field, name, type) \
+	STORE_COL_AS(struct kn_device_row, field, name, type)
+static const struct store_col DEVICE_COLS[] = {
+	D(node, "node", STORE_TEXT),
+	D(index, "idx", STORE_INT),
+	D(uuid, "uuid", STORE_TEXT),
+	D(model, "model", STORE_TEXT),
+	D(memory_bytes, "memory_bytes", STORE_INT),
+	D(simulated, "simulated", STORE_INT),
+};
+#undef D
+static const struct store_row DEVICE_ROW =
+	STORE_ROW(struct kn_device_row, "device", DEVICE_COLS);
+
+static const char SQL_DEVICE_DELETE_NODE[] =
+	"DELETE FROM devices WHERE node = ?1";
+static const char SQL_DEVICE_INSERT[] =
+	"INSERT INTO devices (" DEVICE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5,"
+	" ?6)";
+static const char SQL_DEVICE_LIST_NODE[] =
+	"SELECT " DEVICE_COLUMNS " FROM devices WHERE node = ?1 ORDER BY idx";
+
+
+#define S(field, type) \
+	STORE_COL_AS(struct kn_node_state_row, field, #field, type)
+static const struct store_col NODE_STATE_COLS[] = {
+	S(node, STORE_TEXT),
+	S(state, STORE_TEXT),
+	S(started_at, STORE_INT),
+	S(ended_at, STORE_INT),
+};
+#undef S
+static const struct store_row NODE_STATE_ROW =
+	STORE_ROW(struct kn_node_state_row, "node state", NODE_STATE_COLS);
+
+/* The cost ledger's record (v5). */
+static const char SQL_NODE_STATE_CLOSE[] =
+	"UPDATE node_states SET ended_at = max(started_at, ?2)"
+	" WHERE node = ?1 AND ended_at = 0";
+static const char SQL_NODE_STATE_CLOSE_ALL[] =
+	"UPDATE node_states SET ended_at = max(started_at, ?1)"
+	" WHERE ended_at = 0";
+static const char SQL_NODE_STATE_OPEN[] =
+	"INSERT INTO node_states (node, state, started_at) VALUES (?1, ?2, ?3)";
+static const char SQL_NODE_STATE_LIST[] =
+	"SELECT node, state, started_at, ended_at FROM node_states"
+	" WHERE ended_at = 0 OR ended_at > ?1 ORDER BY node, started_at";
+
+const struct store_stmt store_node_stmts[] = {
+	{STMT_NODE_PUT, SQL_NODE_PUT, NULL},
+	{STMT_NODE_LIST, SQL_NODE_LIST, &NODE_ROW},
+	{STMT_DEVICE_DELETE_NODE, SQL_DEVICE_DELETE_NODE, NULL},
+	{STMT_DEVICE_INSERT, SQL_DEVICE_INSERT, NULL},
+	{STMT_DEVICE_LIST_NODE, SQL_DEVICE_LIST_NODE, &DEVICE_ROW},
+	{STMT_NODE_STATE_CLOSE, SQL_NODE_STATE_CLOSE, NULL},
+	{STMT_NODE_STATE_CLOSE_ALL, SQL_NODE_STATE_CLOSE_ALL, NULL},
+	{STMT_NODE_STATE_OPEN, SQL_NODE_STATE_OPEN, NULL},
+	{STMT_NODE_STATE_LIST, SQL_NODE_STATE_LIST, &NODE_STATE_ROW},
+	{0},
+};
+
+/* ---- nodes and devices ---- */
+
+void kn_node_row_release(struct kn_node_row *n)
+{
+	if (!n)
+		return;
+	store_rows_free(&DEVICE_ROW, n->devices, n->n_devices);
+	store_row_release(&NODE_ROW, n);
+}
+
+int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
+		      struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_PUT];
+	sqlite3_stmt *del = st->stmt[STMT_DEVICE_DELETE_NODE];
+	sqlite3_stmt *ins = st->stmt[STMT_DEVICE_INSERT];
+	const char *what = "writing a node";
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, n->name) || bind_text(s, 2, n->state) ||
+	    bind_text(s, 3, n->labels_json) || bind_text(s, 4, n->taints_json) ||
+	    bind_i64(s, 5, n->cpu_milli) || bind_i64(s, 6, n->memory_bytes) ||
+	    bind_i64(s, 7, n->simulated) || bind_i64(s, 8, n->updated_at) ||
+	    bind_text(s, 9, n->reason)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	if (bind_text(del, 1, n->name)) {
+		rc = bind_fail(st, del, what, err);
+		goto out;
+	}
+	rc = store_run(st, del, what, err);
+	for (size_t i = 0; rc == 0 && i < n->n_devices; i++) {
+		const struct kn_device_row *d = &n->devices[i];
+
+		/* The device belongs to the node it is put with. */
+		if (bind_text(ins, 1, n->name) || bind_i64(ins, 2, d->index) ||
+		    bind_text(ins, 3, d->uuid) || bind_text(ins, 4, d->model) ||
+		    bind_i64(ins, 5, d->memory_bytes) ||
+		    bind_i64(ins, 6, d->simulated)) {
+			rc = bind_fail(st, ins, what, err);
+			goto out;
+		}
+		rc = store_run(st, ins, what, err);
+		if (rc == -EEXIST)
+			rc = kn_errorf(err, KN_ECONFLICT, "devices",
+				       "node %s lists device %d twice",
+				       n->name, d->index);
+	}
+out:
+	return write_end(st, own, rc, err);
+}
+
+/* The node's devices, by index, into n->devices. */
+static int read_devices(struct kn_store *st, struct kn_node_row *n,
+			struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_DEVICE_LIST_NODE];
+	const char *what = "listing devices";
+
+	if (bind_text(s, 1, n->name))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &DEVICE_ROW, what, &n->devices, &n->n_devices,
+			  err);
+}
+
+/*
+ * The node query stays open while each node's devices are read, which
+ * keeps one read transaction (one snapshot) across all of them.
+ */
+int kn_store_node_list(struct kn_store *st, struct kn_node_row **out,
+		       size_t *n, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_LIST];
+	const char *what = "listing nodes";
+	struct kn_node_row *rows = NULL;
+	size_t count = 0, alloc = 0;
+	int rc;
+
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		rows = store_grow(rows, &alloc, count, sizeof(*rows));
+		rc = store_read_row(s, &NODE_ROW, &rows[count], err);
+		if (rc < 0)
+			break;
+		count++;
+		rc = read_devices(st, &rows[count - 1], err);
+		if (rc < 0)
+			break;
+	}
+	stmt_done(s);
+	if (rc < 0) {
+		kn_node_list_free(rows, count);
+		return rc;
+	}
+	*out = rows;
+	*n = count;
+	return 0;
+}
+
+void kn_node_list_free(struct kn_node_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		kn_node_row_release(&rows[i]);
+	free(rows);
+}
+
+/* ---- the cost ledger's record of node states ---- */
+
+int kn_store_node_state_open(struct kn_store *st, const char *node,
+			     const char *state, int64_t at,
+			     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_CLOSE];
+	const char *what = "recording a node state";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, node) || bind_i64(s, 2, at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	s = st->stmt[STMT_NODE_STATE_OPEN];
+	if (bind_text(s, 1, node) || bind_text(s, 2, state) ||
+	    bind_i64(s, 3, at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_node_state_close(struct kn_store *st, const char *node,
+			      int64_t at, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_CLOSE];
+	const char *what = "closing a node state";
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, node) || bind_i64(s, 2, at))
+		rc = bind_fail(st, s, what, err);
+	else
+		rc = store_run(st, s, what, err);
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_node_state_close_all(struct kn_store *st, int64_t at,
+				  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_CLOSE_ALL];
+	const char *what = "closing node states";
+
+	if (bind_i64(s, 1, at))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_node_state_list(struct kn_store *st, int64_t since,
+			     struct kn_node_state_row **out, size_t *n,
+			     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_LIST];
+	const char *what = "listing node states";
+
+	if (bind_i64(s, 1, since))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &NODE_STATE_ROW, what, out, n, err);
+}
+
+void kn_node_state_list_free(struct kn_node_state_row *rows, size_t n)
+{
+	store_rows_free(&NODE_STATE_ROW, rows, n);
+}

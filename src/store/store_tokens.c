@@ -1,0 +1,191 @@
+/*
+ * store tokens: API tokens, kept as the hash of their secret.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+/*
+ * last_used_at is informational ("used 3m ago"); writing it on every API
+ * request would turn each read into an fsync'd write, so it is refreshed
+ * only when older than this.
+ */
+#define TOKEN_LAST_USED_GRANULARITY_MS 60000
+
+#define TOKEN_COLUMNS \
+	"id, name, role, hash, created_by, created_at, revoked_at, last_used_at"
+#define T(field, type) STORE_COL_AS(struct kn_token_row, field, #field, type)
+static const struct store_col TOKEN_COLS[] = {
+	T(id, STORE_INT),          T(name, STORE_TEXT),
+	T(role, STORE_TEXT),       T(hash, STORE_TEXT),
+	T(created_by, STORE_TEXT), T(created_at, STORE_INT),
+	T(revoked_at, STORE_INT),  T(last_used_at, STORE_INT),
+};
+#undef T
+static const struct store_row TOKEN_ROW =
+	STORE_ROW(struct kn_token_row, "token", TOKEN_COLS);
+
+static const char SQL_TOKEN_INSERT[] =
+	"INSERT INTO tokens (name, role, hash, created_by, created_at,"
+	" revoked_at, last_used_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+static const char SQL_TOKEN_BY_HASH[] =
+	"SELECT " TOKEN_COLUMNS " FROM tokens"
+	" WHERE hash = ?1 AND revoked_at = 0";
+static const char SQL_TOKEN_TOUCH[] =
+	"UPDATE tokens SET last_used_at = ?1 WHERE id = ?2";
+static const char SQL_TOKEN_LIST[] =
+	"SELECT " TOKEN_COLUMNS " FROM tokens ORDER BY id";
+static const char SQL_TOKEN_REVOKE[] =
+	"UPDATE tokens SET revoked_at = ?1 WHERE name = ?2 AND revoked_at = 0";
+static const char SQL_TOKEN_COUNT[] =
+	"SELECT count(*) FROM tokens WHERE revoked_at = 0";
+
+const struct store_stmt store_token_stmts[] = {
+	{STMT_TOKEN_INSERT, SQL_TOKEN_INSERT, NULL},
+	{STMT_TOKEN_BY_HASH, SQL_TOKEN_BY_HASH, &TOKEN_ROW},
+	{STMT_TOKEN_TOUCH, SQL_TOKEN_TOUCH, NULL},
+	{STMT_TOKEN_LIST, SQL_TOKEN_LIST, &TOKEN_ROW},
+	{STMT_TOKEN_REVOKE, SQL_TOKEN_REVOKE, NULL},
+	{STMT_TOKEN_COUNT, SQL_TOKEN_COUNT, NULL},
+	{0},
+};
+
+void kn_token_row_release(struct kn_token_row *t)
+{
+	store_row_release(&TOKEN_ROW, t);
+}
+
+int kn_store_token_insert(struct kn_store *st, const struct kn_token_row *t,
+			  const struct kn_audit *a, int64_t *out_id,
+			  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TOKEN_INSERT];
+	const char *what = "inserting a token";
+	char *object = NULL;
+	int64_t id = 0;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, t->name) || bind_text(s, 2, t->role) ||
+	    bind_text(s, 3, t->hash) || bind_text(s, 4, t->created_by) ||
+	    bind_i64(s, 5, t->created_at) || bind_i64(s, 6, t->revoked_at) ||
+	    bind_i64(s, 7, t->last_used_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	/* The only unique key on tokens is the active name. */
+	if (rc == -EEXIST)
+		rc = kn_errorf(err, KN_ECONFLICT, "name",
+			       "a token named %s already exists", t->name);
+	if (rc < 0)
+		goto out;
+	id = sqlite3_last_insert_rowid(st->db);
+	object = kn_asprintf("token/%s", t->name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	rc = write_end(st, own, rc, err);
+	if (rc == 0 && out_id)
+		*out_id = id;
+	return rc;
+}
+
+int kn_store_token_by_hash(struct kn_store *st, const char *hash,
+			   struct kn_token_row *out, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TOKEN_BY_HASH];
+	sqlite3_stmt *touch = st->stmt[STMT_TOKEN_TOUCH];
+	const char *what = "looking up a token";
+	struct kn_token_row t = {0};
+	int64_t now;
+	int rc;
+
+	if (bind_text(s, 1, hash))
+		return bind_fail(st, s, what, err);
+	rc = store_get(st, s, &TOKEN_ROW, what, &t, err);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, "token",
+				 "no active token matches");
+	if (rc < 0)
+		return rc;
+
+	now = kn_now_ms();
+	if (now - t.last_used_at >= TOKEN_LAST_USED_GRANULARITY_MS) {
+		what = "recording a token's use";
+		if (bind_i64(touch, 1, now) || bind_i64(touch, 2, t.id)) {
+			rc = bind_fail(st, touch, what, err);
+			goto out;
+		}
+		rc = store_run(st, touch, what, err);
+		if (rc < 0)
+			goto out;
+		t.last_used_at = now;
+	}
+out:
+	if (rc < 0) {
+		kn_token_row_release(&t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+int kn_store_token_list(struct kn_store *st, struct kn_token_row **out,
+			size_t *n, struct kn_error *err)
+{
+	return store_list(st, st->stmt[STMT_TOKEN_LIST], &TOKEN_ROW,
+			  "listing tokens", out, n, err);
+}
+
+void kn_token_list_free(struct kn_token_row *rows, size_t n)
+{
+	store_rows_free(&TOKEN_ROW, rows, n);
+}
+
+int kn_store_token_revoke(struct kn_store *st, const char *name,
+			  const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_TOKEN_REVOKE];
+	const char *what = "revoking a token";
+	char *object = NULL;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_i64(s, 1, kn_now_ms()) || bind_text(s, 2, name)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	if (sqlite3_changes(st->db) == 0) {
+		rc = kn_errorf(err, KN_ENOTFOUND, "name",
+			       "no active token named %s", name ? name : "");
+		goto out;
+	}
+	object = kn_asprintf("token/%s", name);
+	rc = audit_write(st, a, object, err);
+out:
+	free(object);
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_token_count(struct kn_store *st, int *out, struct kn_error *err)
+{
+	int64_t count = 0;
+	int rc = store_one_i64(st, st->stmt[STMT_TOKEN_COUNT], "counting tokens",
+			       &count, err);
+
+	if (rc < 0)
+		return rc;
+	*out = (int)count;
+	return 0;
+}

@@ -1,0 +1,318 @@
+/*
+ * store workflows: workflow runs, their steps, and every attempt of a
+ * step kept across retries.
+ */
+#include "internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define WF_RUN_COLUMNS                                                      \
+	"id, name, owner, filename, path, spec_yaml, files_json, digest,"   \
+	" revision, state, reason, submitted_at, started_at, ended_at"
+#define R(field, type) STORE_COL_AS(struct kn_wf_run_row, field, #field, type)
+static const struct store_col WF_RUN_COLS[] = {
+	R(id, STORE_INT),           R(name, STORE_TEXT),
+	R(owner, STORE_TEXT),       R(filename, STORE_TEXT),
+	R(path, STORE_TEXT),        R(spec_yaml, STORE_TEXT),
+	R(files_json, STORE_TEXT),  R(digest, STORE_TEXT),
+	R(revision, STORE_TEXT),    R(state, STORE_TEXT),
+	R(reason, STORE_TEXT),      R(submitted_at, STORE_INT),
+	R(started_at, STORE_INT),   R(ended_at, STORE_INT),
+};
+#undef R
+static const struct store_row WF_RUN_ROW =
+	STORE_ROW(struct kn_wf_run_row, "workflow run", WF_RUN_COLS);
+
+#define P(field, name, type) \
+	STORE_COL_AS(struct kn_wf_step_row, field, name, type)
+static const struct store_col WF_STEP_COLS[] = {
+	P(run_id, "run_id", STORE_INT),
+	P(index, "idx", STORE_INT),
+	P(name, "name", STORE_TEXT),
+	P(state, "state", STORE_TEXT),
+	P(by_condition, "by_condition", STORE_INT),
+	P(job_id, "job_id", STORE_INT),
+	P(attempts, "attempts", STORE_INT),
+	P(started_at, "started_at", STORE_INT),
+	P(ended_at, "ended_at", STORE_INT),
+	P(reason, "reason", STORE_TEXT),
+	P(metrics_json, "metrics_json", STORE_TEXT),
+};
+#undef P
+static const struct store_row WF_STEP_ROW =
+	STORE_ROW(struct kn_wf_step_row, "workflow step", WF_STEP_COLS);
+
+#define A(field, name, type) \
+	STORE_COL_AS(struct kn_wf_attempt_row, field, name, type)
+static const struct store_col WF_ATTEMPT_COLS[] = {
+	A(run_id, "run_id", STORE_INT),
+	A(index, "idx", STORE_INT),
+	A(attempt, "attempt", STORE_INT),
+	A(job_id, "job_id", STORE_INT),
+	A(outcome, "outcome", STORE_TEXT),
+	A(started_at, "started_at", STORE_INT),
+	A(ended_at, "ended_at", STORE_INT),
+};
+#undef A
+static const struct store_row WF_ATTEMPT_ROW = STORE_ROW(
+	struct kn_wf_attempt_row, "workflow step attempt", WF_ATTEMPT_COLS);
+
+static const char SQL_WF_RUN_INSERT[] =
+	"INSERT INTO workflow_runs (name, owner, filename, path, spec_yaml,"
+	" files_json, digest, revision, state, reason, submitted_at,"
+	" started_at, ended_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+	" ?10, ?11, ?12, ?13)";
+static const char SQL_WF_RUN_GET[] =
+	"SELECT " WF_RUN_COLUMNS " FROM workflow_runs WHERE id = ?1";
+static const char SQL_WF_RUN_UPDATE[] =
+	"UPDATE workflow_runs SET state = ?2, reason = ?3, started_at = ?4,"
+	" ended_at = ?5 WHERE id = ?1";
+static const char SQL_WF_RUN_LIST[] =
+	"SELECT " WF_RUN_COLUMNS " FROM workflow_runs"
+	" WHERE ?1 = 0 OR state IN ('queued', 'running') ORDER BY id";
+#define WF_STEP_COLUMNS                                                    \
+	"run_id, idx, name, state, by_condition, job_id, attempts,"        \
+	" started_at, ended_at, reason, metrics_json"
+static const char SQL_WF_STEP_PUT[] =
+	"INSERT INTO workflow_steps (" WF_STEP_COLUMNS ") VALUES (?1, ?2, ?3,"
+	" ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (run_id, idx) DO"
+	" UPDATE SET state = excluded.state,"
+	" by_condition = excluded.by_condition, job_id = excluded.job_id,"
+	" attempts = excluded.attempts, started_at = excluded.started_at,"
+	" ended_at = excluded.ended_at, reason = excluded.reason,"
+	" metrics_json = excluded.metrics_json";
+static const char SQL_WF_STEP_LIST[] =
+	"SELECT " WF_STEP_COLUMNS " FROM workflow_steps WHERE run_id = ?1"
+	" ORDER BY idx";
+static const char SQL_WF_STEP_BY_JOB[] =
+	"SELECT run_id FROM workflow_steps WHERE job_id = ?1";
+#define WF_ATTEMPT_COLUMNS \
+	"run_id, idx, attempt, job_id, outcome, started_at, ended_at"
+static const char SQL_WF_ATTEMPT_PUT[] =
+	"INSERT OR REPLACE INTO workflow_attempts (" WF_ATTEMPT_COLUMNS ")"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+static const char SQL_WF_ATTEMPT_LIST[] =
+	"SELECT " WF_ATTEMPT_COLUMNS " FROM workflow_attempts"
+	" WHERE run_id = ?1 ORDER BY idx, attempt";
+
+const struct store_stmt store_workflow_stmts[] = {
+	{STMT_WF_RUN_INSERT, SQL_WF_RUN_INSERT, NULL},
+	{STMT_WF_RUN_GET, SQL_WF_RUN_GET, &WF_RUN_ROW},
+	{STMT_WF_RUN_UPDATE, SQL_WF_RUN_UPDATE, NULL},
+	{STMT_WF_RUN_LIST, SQL_WF_RUN_LIST, &WF_RUN_ROW},
+	{STMT_WF_STEP_PUT, SQL_WF_STEP_PUT, NULL},
+	{STMT_WF_STEP_LIST, SQL_WF_STEP_LIST, &WF_STEP_ROW},
+	{STMT_WF_STEP_BY_JOB, SQL_WF_STEP_BY_JOB, NULL},
+	{STMT_WF_ATTEMPT_PUT, SQL_WF_ATTEMPT_PUT, NULL},
+	{STMT_WF_ATTEMPT_LIST, SQL_WF_ATTEMPT_LIST, &WF_ATTEMPT_ROW},
+	{0},
+};
+
+/* ---- workflow runs and their steps ---- */
+
+void kn_wf_run_row_release(struct kn_wf_run_row *r)
+{
+	store_row_release(&WF_RUN_ROW, r);
+}
+
+void kn_wf_step_row_release(struct kn_wf_step_row *p)
+{
+	store_row_release(&WF_STEP_ROW, p);
+}
+
+static int wf_step_write(struct kn_store *st, const struct kn_wf_step_row *p,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_STEP_PUT];
+	const char *what = "writing a workflow step";
+
+	if (bind_i64(s, 1, p->run_id) || bind_i64(s, 2, p->index) ||
+	    bind_text(s, 3, p->name) || bind_text(s, 4, p->state) ||
+	    bind_i64(s, 5, p->by_condition) || bind_i64(s, 6, p->job_id) ||
+	    bind_i64(s, 7, p->attempts) || bind_i64(s, 8, p->started_at) ||
+	    bind_i64(s, 9, p->ended_at) || bind_text(s, 10, p->reason) ||
+	    bind_text(s, 11, p->metrics_json))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_wf_run_insert(struct kn_store *st, const struct kn_wf_run_row *r,
+			   const struct kn_wf_step_row *steps, size_t n,
+			   const struct kn_audit *a, int64_t *out_id,
+			   struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_INSERT];
+	const char *what = "inserting a workflow run";
+	char object[40];
+	int64_t id = 0;
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_text(s, 1, r->name) || bind_text(s, 2, r->owner) ||
+	    bind_text(s, 3, r->filename) || bind_text(s, 4, r->path) ||
+	    bind_text(s, 5, r->spec_yaml) || bind_text(s, 6, r->files_json) ||
+	    bind_text(s, 7, r->digest) || bind_text(s, 8, r->revision) ||
+	    bind_text(s, 9, r->state) || bind_text(s, 10, r->reason) ||
+	    bind_i64(s, 11, r->submitted_at) || bind_i64(s, 12, r->started_at) ||
+	    bind_i64(s, 13, r->ended_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	id = sqlite3_last_insert_rowid(st->db);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct kn_wf_step_row p = steps[i];
+
+		p.run_id = id;
+		rc = wf_step_write(st, &p, err);
+	}
+	if (rc < 0)
+		goto out;
+	snprintf(object, sizeof(object), "workflow/%" PRId64, id);
+	rc = audit_write(st, a, object, err);
+out:
+	rc = write_end(st, own, rc, err);
+	if (rc == 0 && out_id)
+		*out_id = id;
+	return rc;
+}
+
+int kn_store_wf_run_get(struct kn_store *st, int64_t id,
+			struct kn_wf_run_row *out, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_GET];
+	const char *what = "reading a workflow run";
+	int rc;
+
+	if (bind_i64(s, 1, id))
+		return bind_fail(st, s, what, err);
+	rc = store_get(st, s, &WF_RUN_ROW, what, out, err);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, NULL,
+				 "workflow run %" PRId64 " not found", id);
+	return rc < 0 ? rc : 0;
+}
+
+int kn_store_wf_run_update(struct kn_store *st, const struct kn_wf_run_row *r,
+			   const struct kn_audit *a, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_UPDATE];
+	const char *what = "updating a workflow run";
+	char object[40];
+	bool own;
+	int rc;
+
+	rc = write_begin(st, &own, err);
+	if (rc < 0)
+		return rc;
+	if (bind_i64(s, 1, r->id) || bind_text(s, 2, r->state) ||
+	    bind_text(s, 3, r->reason) || bind_i64(s, 4, r->started_at) ||
+	    bind_i64(s, 5, r->ended_at)) {
+		rc = bind_fail(st, s, what, err);
+		goto out;
+	}
+	rc = store_run(st, s, what, err);
+	if (rc < 0)
+		goto out;
+	snprintf(object, sizeof(object), "workflow/%" PRId64, r->id);
+	rc = audit_write(st, a, object, err);
+out:
+	return write_end(st, own, rc, err);
+}
+
+int kn_store_wf_run_list(struct kn_store *st, bool active_only,
+			 struct kn_wf_run_row **out, size_t *n,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_LIST];
+	const char *what = "listing workflow runs";
+
+	if (bind_i64(s, 1, active_only))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &WF_RUN_ROW, what, out, n, err);
+}
+
+void kn_wf_run_list_free(struct kn_wf_run_row *rows, size_t n)
+{
+	store_rows_free(&WF_RUN_ROW, rows, n);
+}
+
+int kn_store_wf_step_put(struct kn_store *st, const struct kn_wf_step_row *p,
+			 struct kn_error *err)
+{
+	return wf_step_write(st, p, err);
+}
+
+int kn_store_wf_step_list(struct kn_store *st, int64_t run_id,
+			  struct kn_wf_step_row **out, size_t *n,
+			  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_STEP_LIST];
+	const char *what = "listing workflow steps";
+
+	if (bind_i64(s, 1, run_id))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &WF_STEP_ROW, what, out, n, err);
+}
+
+void kn_wf_step_list_free(struct kn_wf_step_row *rows, size_t n)
+{
+	store_rows_free(&WF_STEP_ROW, rows, n);
+}
+
+int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
+			   int64_t *run_id, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_STEP_BY_JOB];
+	const char *what = "finding a job's workflow run";
+	int rc;
+
+	if (bind_i64(s, 1, job_id))
+		return bind_fail(st, s, what, err);
+	rc = store_one_i64(st, s, what, run_id, err);
+	if (rc == 0)
+		return kn_errorf(err, KN_ENOTFOUND, NULL,
+				 "job %" PRId64 " is no workflow step", job_id);
+	return rc < 0 ? rc : 0;
+}
+
+/* ---- workflow step attempts ---- */
+
+void kn_wf_attempt_list_free(struct kn_wf_attempt_row *rows, size_t n)
+{
+	store_rows_free(&WF_ATTEMPT_ROW, rows, n);
+}
+
+int kn_store_wf_attempt_put(struct kn_store *st,
+			    const struct kn_wf_attempt_row *a,
+			    struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_ATTEMPT_PUT];
+	const char *what = "writing a workflow step attempt";
+
+	if (bind_i64(s, 1, a->run_id) || bind_i64(s, 2, a->index) ||
+	    bind_i64(s, 3, a->attempt) || bind_i64(s, 4, a->job_id) ||
+	    bind_text(s, 5, a->outcome) || bind_i64(s, 6, a->started_at) ||
+	    bind_i64(s, 7, a->ended_at))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_wf_attempt_list(struct kn_store *st, int64_t run_id,
+			     struct kn_wf_attempt_row **out, size_t *n,
+			     struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_WF_ATTEMPT_LIST];
+	const char *what = "listing workflow step attempts";
+
+	if (bind_i64(s, 1, run_id))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &WF_ATTEMPT_ROW, what, out, n, err);
+}
