@@ -1,0 +1,276 @@
+/*
+ * Unit tests for the store's shared layer: every statement's result
+ * columns match the column table its rows are read through (by name and
+ * order), a drifted table is caught, and a file at any older schema
+ * version upgrades on open with its rows intact.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "base/base.h"
+#include "store/internal.h"
+
+struct fixture {
+	char dir[64];
+	char path[128];
+};
+
+static int setup(void **state)
+{
+	struct fixture *fx = calloc(1, sizeof(*fx));
+
+	if (!fx)
+		return -1;
+	snprintf(fx->dir, sizeof(fx->dir), "/tmp/kn-store-schema-XXXXXX");
+	if (!mkdtemp(fx->dir)) {
+		free(fx);
+		return -1;
+	}
+	snprintf(fx->path, sizeof(fx->path), "%s/kiln.db", fx->dir);
+	*state = fx;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+
+	kn_rm_rf(fx->dir);
+	free(fx);
+	return 0;
+}
+
+/* ---- column tables ---- */
+
+static void test_every_statement_matches_its_table(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_store *st = NULL;
+	struct kn_error err = {0};
+	size_t checked = 0;
+
+	assert_int_equal(kn_store_open(fx->path, &st, &err), 0);
+	assert_int_equal(store_check_columns(st, &err), 0);
+	/* The same, spelled out: each result column is its table's entry. */
+	for (size_t f = 0; store_families[f]; f++) {
+		for (const struct store_stmt *d = store_families[f]; d->sql;
+		     d++) {
+			sqlite3_stmt *s = st->stmt[d->id];
+
+			if (!d->row)
+				continue;
+			assert_int_equal(sqlite3_column_count(s),
+					 (int)d->row->n_cols);
+			for (size_t i = 0; i < d->row->n_cols; i++)
+				assert_string_equal(
+					sqlite3_column_name(s, (int)i),
+					d->row->cols[i].name);
+			checked++;
+		}
+	}
+	/* Every list and get reads through a table: about 35 of them. */
+	assert_true(checked >= 30);
+	kn_store_free(st);
+}
+
+struct pair {
+	int64_t id;
+	char *name;
+	int small;
+};
+
+static void check_table(const char *sql, const struct store_row *row,
+			int want, const char *want_message)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *s = NULL;
+	struct kn_error err = {0};
+
+	assert_int_equal(sqlite3_open(":memory:", &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, "CREATE TABLE t (id, name)", NULL,
+				      NULL, NULL),
+			 SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+	assert_int_equal(store_check_row(s, row, &err), want);
+	if (want_message)
+		assert_non_null(strstr(err.message, want_message));
+	sqlite3_finalize(s);
+	sqlite3_close(db);
+}
+
+static void test_drifted_table_caught(void **state)
+{
+	static const struct store_col good[] = {
+		STORE_COL_AS(struct pair, id, "id", STORE_INT),
+		STORE_COL_AS(struct pair, name, "name", STORE_TEXT),
+	};
+	static const struct store_col swapped[] = {
+		STORE_COL_AS(struct pair, name, "name", STORE_TEXT),
+		STORE_COL_AS(struct pair, id, "id", STORE_INT),
+	};
+	static const struct store_col short_of_one[] = {
+		STORE_COL_AS(struct pair, id, "id", STORE_INT),
+	};
+	static const struct store_col wrong_size[] = {
+		STORE_COL_AS(struct pair, id, "id", STORE_INT),
+		STORE_COL_AS(struct pair, small, "name", STORE_TEXT),
+	};
+	static const struct store_row good_row =
+		STORE_ROW(struct pair, "pair", good);
+	static const struct store_row swapped_row =
+		STORE_ROW(struct pair, "pair", swapped);
+	static const struct store_row short_row =
+		STORE_ROW(struct pair, "pair", short_of_one);
+	static const struct store_row size_row =
+		STORE_ROW(struct pair, "pair", wrong_size);
+
+	(void)state;
+	check_table("SELECT id, name FROM t", &good_row, 0, NULL);
+	/* A select list reordered under its table. */
+	check_table("SELECT name, id FROM t", &good_row, -EIO,
+		    "column 0 is name, its pair table reads id there");
+	check_table("SELECT id, name FROM t", &swapped_row, -EIO,
+		    "column 0 is id");
+	/* A column added to the select list and not to the table. */
+	check_table("SELECT id, name FROM t", &short_row, -EIO,
+		    "returns 2 columns, its pair table reads 1");
+	/* An expression without a name. */
+	check_table("SELECT id, upper(name) FROM t", &good_row, -EIO,
+		    "column 1 is upper(name)");
+	/* A field whose size is not its type's (text into an int). */
+	check_table("SELECT id, name FROM t", &size_row, -EIO,
+		    "name has a field of 4 bytes");
+}
+
+/* An unknown state names the row by its key and leaves nothing behind. */
+static void test_bad_state_names_row(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_store *st = NULL;
+	struct kn_error err = {0};
+	struct kn_job_row j = {0};
+	sqlite3 *db = NULL;
+
+	assert_int_equal(kn_store_open(fx->path, &st, &err), 0);
+	assert_int_equal(sqlite3_open(fx->path, &db), SQLITE_OK);
+	assert_int_equal(
+		sqlite3_exec(db,
+			     "INSERT INTO jobs (id, name, owner, state,"
+			     " priority, tasks, submitted_at, started_at,"
+			     " ended_at, not_before, attempts, retries_used,"
+			     " cancel_requested, exit_code) VALUES (7, 'x',"
+			     " 'alice', 'bogus', 0, 1, 0, 0, 0, 0, 0, 0, 0,"
+			     " -1)",
+			     NULL, NULL, NULL),
+		SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(kn_store_job_get(st, 7, &j, &err), -EIO);
+	assert_string_equal(err.message,
+			    "store: job 7 has unknown state 'bogus'");
+	assert_null(j.name);
+	kn_store_free(st);
+}
+
+/* ---- migrations ---- */
+
+/* A file as a kiln of schema version v left it, with one job in it. */
+static void write_old_file(const char *path, int v)
+{
+	sqlite3 *db = NULL;
+	char *sql;
+
+	unlink(path);
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	for (int i = 0; i < v; i++)
+		assert_int_equal(sqlite3_exec(db, store_migrations[i], NULL,
+					      NULL, NULL),
+				 SQLITE_OK);
+	sql = kn_asprintf(
+		"INSERT INTO jobs (name, owner, state, priority, tasks,"
+		" filename, submitted_at, started_at, ended_at, not_before,"
+		" attempts, retries_used, cancel_requested, reason,"
+		" exit_code, spec_yaml, spec_json) VALUES ('old-%d', 'alice',"
+		" 'succeeded', 5, 1, 'a.yaml', 100, 110, 120, 0, 1, 0, 0,"
+		" NULL, 0, 'kind: Job', '{}');"
+		"INSERT INTO attempts (job_id, number, state, started_at,"
+		" ended_at, exit_code, signal, reason) VALUES (1, 1,"
+		" 'succeeded', 110, 120, 0, 0, NULL);"
+		"PRAGMA user_version = %d",
+		v, v);
+	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	free(sql);
+	sqlite3_close(db);
+}
+
+static void test_old_files_upgrade(void **state)
+{
+	struct fixture *fx = *state;
+
+	for (int v = 1; v < KN_STORE_SCHEMA_VERSION; v++) {
+		struct kn_store *st = NULL;
+		struct kn_error err = {0};
+		struct kn_job_row j = {0};
+		struct kn_attempt_row *attempts = NULL;
+		struct kn_job_input_row in = {
+			.job_id = 1, .name = "data", .url = "file:///d",
+			.sha256 = "00", .size = 1, .attempt = 1,
+		};
+		struct kn_revalidation_row *revals = NULL;
+		size_t n = 0;
+		char want[16];
+
+		write_old_file(fx->path, v);
+		assert_int_equal(kn_store_open(fx->path, &st, &err), 0);
+		/* The job written at version v reads the same now. */
+		assert_int_equal(kn_store_job_get(st, 1, &j, &err), 0);
+		snprintf(want, sizeof(want), "old-%d", v);
+		assert_string_equal(j.name, want);
+		assert_int_equal(j.state, KN_JOB_SUCCEEDED);
+		assert_int_equal(j.priority, 5);
+		assert_string_equal(j.spec_yaml, "kind: Job");
+		kn_job_row_release(&j);
+		/* Columns added later read as their defaults. */
+		assert_int_equal(kn_store_attempt_list(st, 1, &attempts, &n,
+						       &err),
+				 0);
+		assert_int_equal(n, 1);
+		assert_null(attempts[0].checkpoint);
+		assert_int_equal(attempts[0].useful_ms, 0);
+		kn_attempt_list_free(attempts, n);
+		/* The newest tables are there and every statement prepared. */
+		assert_int_equal(kn_store_job_input_put(st, &in, &err), 0);
+		assert_int_equal(kn_store_revalidation_list(st, &revals, &n,
+							    &err),
+				 0);
+		assert_int_equal(n, 0);
+		kn_revalidation_list_free(revals, n);
+		assert_int_equal(store_check_columns(st, &err), 0);
+		kn_store_free(st);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(
+			test_every_statement_matches_its_table, setup,
+			teardown),
+		cmocka_unit_test(test_drifted_table_caught),
+		cmocka_unit_test_setup_teardown(test_bad_state_names_row,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_old_files_upgrade, setup,
+						teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
