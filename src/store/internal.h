@@ -277,6 +277,36 @@ int write_begin(struct kn_store *st, bool *own, struct kn_error *err);
 /* Finish what write_begin started: commit on success, else roll back. */
 int write_end(struct kn_store *st, bool own, int rc, struct kn_error *err);
 
+/* One write statement as the API sees it: its audit object and errors. */
+struct store_write {
+	const char *what;        /* "revoking a token": names a failure */
+	const char *object;      /* the audit object; NULL: a->object */
+	const char *object_kind; /* instead of object: "job" audits the
+				    inserted row as "job/<its id>" */
+	const char *missing_field; /* with missing: the field a */
+	const char *missing;     /* no row changed: KN_ENOTFOUND, this text */
+	const char *conflict;    /* a unique key hit: KN_ECONFLICT on "name" */
+};
+
+/*
+ * Run s, bound by the caller, and write a's audit row in one transaction,
+ * the caller's or its own; *out_id (may be NULL) is the row inserted.
+ * Resets s.
+ */
+int store_write(struct kn_store *st, sqlite3_stmt *s,
+		const struct store_write *w, const struct kn_audit *a,
+		int64_t *out_id, struct kn_error *err);
+
+/*
+ * store_write for a statement on the row called name: audited as
+ * "<object_kind>/<name>", and KN_ENOTFOUND "<missing> <name>" on field
+ * "name" when it changed nothing.
+ */
+int store_write_named(struct kn_store *st, sqlite3_stmt *s,
+		      const char *what, const char *object_kind,
+		      const char *missing, const char *name,
+		      const struct kn_audit *a, struct kn_error *err);
+
 /*
  * Insert a's audit row (nothing when a is NULL) and chain it; object
  * stands in for a->object when that is NULL. Inside the caller's

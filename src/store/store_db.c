@@ -95,12 +95,18 @@ const char *kn_job_state_name(enum kn_job_state s)
 	return store_job_state_valid(s) ? JOB_STATE_NAMES[s] : "unknown";
 }
 
-int kn_job_state_parse(const char *name)
+/* The index of name in names[n], or -1. */
+static int state_parse(const char *const *names, size_t n, const char *name)
 {
-	for (size_t i = 0; name && i < N_JOB_STATES; i++)
-		if (strcmp(name, JOB_STATE_NAMES[i]) == 0)
+	for (size_t i = 0; name && i < n; i++)
+		if (strcmp(name, names[i]) == 0)
 			return (int)i;
 	return -1;
+}
+
+int kn_job_state_parse(const char *name)
+{
+	return state_parse(JOB_STATE_NAMES, N_JOB_STATES, name);
 }
 
 bool kn_job_state_terminal(enum kn_job_state s)
@@ -116,10 +122,7 @@ const char *kn_task_state_name(enum kn_task_state s)
 
 int kn_task_state_parse(const char *name)
 {
-	for (size_t i = 0; name && i < N_TASK_STATES; i++)
-		if (strcmp(name, TASK_STATE_NAMES[i]) == 0)
-			return (int)i;
-	return -1;
+	return state_parse(TASK_STATE_NAMES, N_TASK_STATES, name);
 }
 
 /* ---- statement helpers ---- */
@@ -494,6 +497,56 @@ int write_end(struct kn_store *st, bool own, int rc,
 	return rc;
 }
 
+int store_write(struct kn_store *st, sqlite3_stmt *s,
+		const struct store_write *w, const struct kn_audit *a,
+		int64_t *out_id, struct kn_error *err)
+{
+	char object[64];
+	int64_t id = 0;
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	if (rc < 0) {
+		stmt_done(s);
+		return rc;
+	}
+	rc = store_run(st, s, w->what, err);
+	if (rc == -EEXIST && w->conflict)
+		rc = kn_errorf(err, KN_ECONFLICT, "name", "%s", w->conflict);
+	if (rc == 0 && w->missing && sqlite3_changes(st->db) == 0)
+		rc = kn_errorf(err, KN_ENOTFOUND, w->missing_field, "%s",
+			       w->missing);
+	if (rc < 0)
+		goto out;
+	id = sqlite3_last_insert_rowid(st->db);
+	if (w->object_kind)
+		snprintf(object, sizeof(object), "%s/%" PRId64, w->object_kind,
+			 id);
+	rc = audit_write(st, a, w->object_kind ? object : w->object, err);
+out:
+	rc = write_end(st, own, rc, err);
+	if (rc == 0 && out_id)
+		*out_id = id;
+	return rc;
+}
+
+int store_write_named(struct kn_store *st, sqlite3_stmt *s,
+		      const char *what, const char *object_kind,
+		      const char *missing, const char *name,
+		      const struct kn_audit *a, struct kn_error *err)
+{
+	const char *shown = name ? name : "";
+	struct store_write w = {.what = what, .missing_field = "name"};
+	int rc;
+
+	w.object = kn_asprintf("%s/%s", object_kind, shown);
+	w.missing = kn_asprintf("%s %s", missing, shown);
+	rc = store_write(st, s, &w, a, NULL, err);
+	free((char *)w.object);
+	free((char *)w.missing);
+	return rc;
+}
+
 int kn_store_begin(struct kn_store *st, struct kn_error *err)
 {
 	if (!sqlite3_get_autocommit(st->db))
@@ -686,6 +739,26 @@ static int prepare_statements(struct kn_store *st, const char *path,
 	return 0;
 }
 
+static int open_db(const char *path, int flags, struct kn_store *st,
+		   struct kn_error *err)
+{
+	if (sqlite3_open_v2(path, &st->db, flags, NULL) == SQLITE_OK)
+		return 0;
+	return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+			 st->db ? sqlite3_errmsg(st->db) : "out of memory");
+}
+
+/* The end of an open: *out set on success, st freed on failure. */
+static int opened(struct kn_store *st, int ret, struct kn_store **out)
+{
+	if (ret < 0) {
+		kn_store_free(st);
+		return ret;
+	}
+	*out = st;
+	return 0;
+}
+
 int kn_store_open(const char *path, struct kn_store **out,
 		  struct kn_error *err)
 {
@@ -701,24 +774,15 @@ int kn_store_open(const char *path, struct kn_store **out,
 		goto out;
 	}
 	close(fd);
-	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE, NULL) !=
-	    SQLITE_OK) {
-		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
-				st->db ? sqlite3_errmsg(st->db)
-				       : "out of memory");
+	ret = open_db(path, SQLITE_OPEN_READWRITE, st, err);
+	if (ret < 0)
 		goto out;
-	}
 	ret = setup_connection(st->db, path, err);
 	if (ret < 0)
 		goto out;
 	ret = prepare_statements(st, path, err);
 out:
-	if (ret < 0) {
-		kn_store_free(st);
-		return ret;
-	}
-	*out = st;
-	return 0;
+	return opened(st, ret, out);
 }
 
 /*
@@ -732,13 +796,9 @@ int kn_store_open_reader(const char *path, struct kn_store **out,
 	int version = 0;
 	int ret = 0;
 
-	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READONLY, NULL) !=
-	    SQLITE_OK) {
-		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
-				st->db ? sqlite3_errmsg(st->db)
-				       : "out of memory");
+	ret = open_db(path, SQLITE_OPEN_READONLY, st, err);
+	if (ret < 0)
 		goto out;
-	}
 	sqlite3_extended_result_codes(st->db, 1);
 	sqlite3_busy_timeout(st->db, STORE_BUSY_TIMEOUT_MS);
 	if (pragma_int(st->db, "PRAGMA user_version", &version) !=
@@ -756,12 +816,7 @@ int kn_store_open_reader(const char *path, struct kn_store **out,
 	}
 	ret = prepare_statements(st, path, err);
 out:
-	if (ret < 0) {
-		kn_store_free(st);
-		return ret;
-	}
-	*out = st;
-	return 0;
+	return opened(st, ret, out);
 }
 
 void kn_store_free(struct kn_store *st)

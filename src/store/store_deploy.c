@@ -114,30 +114,22 @@ int kn_store_deployment_put(struct kn_store *st,
 {
 	sqlite3_stmt *s = st->stmt[STMT_DEPLOYMENT_PUT];
 	const char *what = "writing a deployment";
-	char *object = NULL;
-	bool own;
+	char *object;
 	int rc;
 
-	rc = write_begin(st, &own, err);
-	if (rc < 0)
-		return rc;
 	if (bind_text(s, 1, d->name) || bind_text(s, 2, d->owner) ||
 	    bind_text(s, 3, d->filename ? d->filename : "") ||
 	    bind_text(s, 4, d->spec_yaml) || bind_text(s, 5, d->spec_json) ||
 	    bind_text(s, 6, d->model_dir) || bind_i64(s, 7, d->replicas) ||
 	    bind_i64(s, 8, d->generation) || bind_i64(s, 9, d->rollout_next) ||
-	    bind_i64(s, 10, d->created_at) || bind_i64(s, 11, d->updated_at)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc < 0)
-		goto out;
+	    bind_i64(s, 10, d->created_at) || bind_i64(s, 11, d->updated_at))
+		return bind_fail(st, s, what, err);
 	object = kn_asprintf("deployment/%s", d->name);
-	rc = audit_write(st, a, object, err);
-out:
+	rc = store_write(st, s,
+			 &(struct store_write){.what = what, .object = object},
+			 a, NULL, err);
 	free(object);
-	return write_end(st, own, rc, err);
+	return rc;
 }
 
 int kn_store_deployment_list(struct kn_store *st,
@@ -158,30 +150,11 @@ int kn_store_deployment_delete(struct kn_store *st, const char *name,
 {
 	sqlite3_stmt *s = st->stmt[STMT_DEPLOYMENT_DELETE];
 	const char *what = "deleting a deployment";
-	char *object = NULL;
-	bool own;
-	int rc;
 
-	rc = write_begin(st, &own, err);
-	if (rc < 0)
-		return rc;
-	if (bind_text(s, 1, name)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc < 0)
-		goto out;
-	if (sqlite3_changes(st->db) == 0) {
-		rc = kn_errorf(err, KN_ENOTFOUND, "name",
-			       "no deployment named %s", name ? name : "");
-		goto out;
-	}
-	object = kn_asprintf("deployment/%s", name);
-	rc = audit_write(st, a, object, err);
-out:
-	free(object);
-	return write_end(st, own, rc, err);
+	if (bind_text(s, 1, name))
+		return bind_fail(st, s, what, err);
+	return store_write_named(st, s, what, "deployment",
+				 "no deployment named", name, a, err);
 }
 
 int kn_store_replica_put(struct kn_store *st, const struct kn_replica_row *r,
@@ -251,39 +224,22 @@ int kn_store_gateway_key_insert(struct kn_store *st,
 				struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_GWKEY_INSERT];
-	const char *what = "inserting a gateway key";
-	char *object = NULL;
-	int64_t id = 0;
-	bool own;
+	struct store_write w = {.what = "inserting a gateway key"};
 	int rc;
 
-	rc = write_begin(st, &own, err);
-	if (rc < 0)
-		return rc;
 	if (bind_text(s, 1, k->name) || bind_text(s, 2, k->hash) ||
 	    bind_text(s, 3, k->deployments_json) || bind_i64(s, 4, k->rpm) ||
 	    bind_i64(s, 5, k->tpm) || bind_i64(s, 6, k->quota_day) ||
 	    bind_i64(s, 7, k->quota_month) || bind_text(s, 8, k->created_by) ||
-	    bind_i64(s, 9, k->created_at)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
+	    bind_i64(s, 9, k->created_at))
+		return bind_fail(st, s, w.what, err);
+	w.object = kn_asprintf("key/%s", k->name);
 	/* The only unique key is the active name. */
-	if (rc == -EEXIST)
-		rc = kn_errorf(err, KN_ECONFLICT, "name",
-			       "a gateway key named %s already exists",
-			       k->name);
-	if (rc < 0)
-		goto out;
-	id = sqlite3_last_insert_rowid(st->db);
-	object = kn_asprintf("key/%s", k->name);
-	rc = audit_write(st, a, object, err);
-out:
-	free(object);
-	rc = write_end(st, own, rc, err);
-	if (rc == 0 && out_id)
-		*out_id = id;
+	w.conflict = kn_asprintf("a gateway key named %s already exists",
+				 k->name);
+	rc = store_write(st, s, &w, a, out_id, err);
+	free((char *)w.object);
+	free((char *)w.conflict);
 	return rc;
 }
 
@@ -309,29 +265,9 @@ int kn_store_gateway_key_revoke(struct kn_store *st, const char *name,
 {
 	sqlite3_stmt *s = st->stmt[STMT_GWKEY_REVOKE];
 	const char *what = "revoking a gateway key";
-	char *object = NULL;
-	bool own;
-	int rc;
 
-	rc = write_begin(st, &own, err);
-	if (rc < 0)
-		return rc;
-	if (bind_i64(s, 1, kn_now_ms()) || bind_text(s, 2, name)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc < 0)
-		goto out;
-	if (sqlite3_changes(st->db) == 0) {
-		rc = kn_errorf(err, KN_ENOTFOUND, "name",
-			       "no active gateway key named %s",
-			       name ? name : "");
-		goto out;
-	}
-	object = kn_asprintf("key/%s", name);
-	rc = audit_write(st, a, object, err);
-out:
-	free(object);
-	return write_end(st, own, rc, err);
+	if (bind_i64(s, 1, kn_now_ms()) || bind_text(s, 2, name))
+		return bind_fail(st, s, what, err);
+	return store_write_named(st, s, what, "key",
+				 "no active gateway key named", name, a, err);
 }

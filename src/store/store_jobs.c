@@ -204,18 +204,12 @@ int kn_store_job_insert(struct kn_store *st, const struct kn_job_row *j,
 			struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_JOB_INSERT];
-	const char *what = "inserting a job";
-	char object[32];
-	int64_t id = 0;
-	bool own;
-	int rc;
+	static const struct store_write w = {.what = "inserting a job",
+					     .object_kind = "job"};
 
 	if (!store_job_state_valid(j->state))
 		return kn_errorf(err, KN_EINVAL, "state",
 				 "unknown job state %d", (int)j->state);
-	rc = write_begin(st, &own, err);
-	if (rc < 0)
-		return rc;
 	if (bind_text(s, 1, j->name) || bind_text(s, 2, j->owner) ||
 	    bind_text(s, 3, kn_job_state_name(j->state)) ||
 	    bind_i64(s, 4, j->priority) || bind_i64(s, 5, j->tasks) ||
@@ -225,21 +219,9 @@ int kn_store_job_insert(struct kn_store *st, const struct kn_job_row *j,
 	    bind_i64(s, 12, j->retries_used) ||
 	    bind_i64(s, 13, j->cancel_requested) ||
 	    bind_text(s, 14, j->reason) || bind_i64(s, 15, j->exit_code) ||
-	    bind_text(s, 16, j->spec_yaml) || bind_text(s, 17, j->spec_json)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc < 0)
-		goto out;
-	id = sqlite3_last_insert_rowid(st->db);
-	snprintf(object, sizeof(object), "job/%" PRId64, id);
-	rc = audit_write(st, a, object, err);
-out:
-	rc = write_end(st, own, rc, err);
-	if (rc == 0 && out_id)
-		*out_id = id;
-	return rc;
+	    bind_text(s, 16, j->spec_yaml) || bind_text(s, 17, j->spec_json))
+		return bind_fail(st, s, w.what, err);
+	return store_write(st, s, &w, a, out_id, err);
 }
 
 int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
@@ -267,37 +249,25 @@ int kn_store_job_update(struct kn_store *st, const struct kn_job_row *j,
 {
 	sqlite3_stmt *s = st->stmt[STMT_JOB_UPDATE];
 	const char *what = "updating a job";
-	char object[32];
-	bool own;
-	int rc;
+	char object[32], missing[48];
 
 	if (!store_job_state_valid(j->state))
 		return kn_errorf(err, KN_EINVAL, "state",
 				 "unknown job state %d", (int)j->state);
-	rc = write_begin(st, &own, err);
-	if (rc < 0)
-		return rc;
 	if (bind_text(s, 1, kn_job_state_name(j->state)) ||
 	    bind_i64(s, 2, j->started_at) || bind_i64(s, 3, j->ended_at) ||
 	    bind_i64(s, 4, j->not_before) || bind_i64(s, 5, j->attempts) ||
 	    bind_i64(s, 6, j->retries_used) ||
 	    bind_i64(s, 7, j->cancel_requested) || bind_text(s, 8, j->reason) ||
-	    bind_i64(s, 9, j->exit_code) || bind_i64(s, 10, j->id)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc < 0)
-		goto out;
-	if (sqlite3_changes(st->db) == 0) {
-		rc = kn_errorf(err, KN_ENOTFOUND, "id",
-			       "job %" PRId64 " not found", j->id);
-		goto out;
-	}
+	    bind_i64(s, 9, j->exit_code) || bind_i64(s, 10, j->id))
+		return bind_fail(st, s, what, err);
 	snprintf(object, sizeof(object), "job/%" PRId64, j->id);
-	rc = audit_write(st, a, object, err);
-out:
-	return write_end(st, own, rc, err);
+	snprintf(missing, sizeof(missing), "job %" PRId64 " not found", j->id);
+	return store_write(st, s,
+			   &(struct store_write){.what = what, .object = object,
+						  .missing_field = "id",
+						  .missing = missing},
+			   a, NULL, err);
 }
 
 int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,

@@ -225,20 +225,13 @@ int kn_store_model_version_insert(struct kn_store *st,
 {
 	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_INSERT];
 	const char *what = "inserting a model version";
-	bool own;
-	int rc = write_begin(st, &own, err);
 
-	if (rc < 0)
-		return rc;
 	if (bind_text(s, 1, v->name) || bind_i64(s, 2, v->version) ||
 	    bind_text(s, 3, v->manifest) || bind_text(s, 4, v->created_by) ||
 	    bind_i64(s, 5, v->created_at))
-		rc = bind_fail(st, s, what, err);
-	else
-		rc = store_run(st, s, what, err);
-	if (rc == 0)
-		rc = audit_write(st, a, NULL, err);
-	return write_end(st, own, rc, err);
+		return bind_fail(st, s, what, err);
+	return store_write(st, s, &(struct store_write){.what = what}, a, NULL,
+			   err);
 }
 
 int kn_store_model_version_delete(struct kn_store *st, const char *name,
@@ -382,21 +375,14 @@ int kn_store_model_signature_insert(struct kn_store *st, const char *name,
 {
 	sqlite3_stmt *s = st->stmt[STMT_MODEL_SIGNATURE_INSERT];
 	const char *what = "inserting a model signature";
-	bool own;
-	int rc = write_begin(st, &own, err);
 
-	if (rc < 0)
-		return rc;
 	if (bind_text(s, 1, name) || bind_i64(s, 2, version) ||
 	    bind_text(s, 3, sig->key_id) || bind_text(s, 4, sig->public_key) ||
 	    bind_text(s, 5, sig->signature) || bind_text(s, 6, sig->signed_by) ||
 	    bind_i64(s, 7, sig->signed_at))
-		rc = bind_fail(st, s, what, err);
-	else
-		rc = store_run(st, s, what, err);
-	if (rc == 0)
-		rc = audit_write(st, a, NULL, err);
-	return write_end(st, own, rc, err);
+		return bind_fail(st, s, what, err);
+	return store_write(st, s, &(struct store_write){.what = what}, a, NULL,
+			   err);
 }
 
 int kn_store_model_signature_list(struct kn_store *st, const char *name,
@@ -426,25 +412,16 @@ int kn_store_revalidation_put(struct kn_store *st,
 {
 	sqlite3_stmt *s = st->stmt[STMT_REVAL_PUT];
 	const char *what = "saving a model re-validation";
-	bool own;
-	int rc = write_begin(st, &own, err);
 
-	if (rc < 0)
-		return rc;
 	if (bind_text(s, 1, r->name) || bind_text(s, 2, r->alias) ||
 	    bind_text(s, 3, r->owner) || bind_text(s, 4, r->spec_yaml) ||
 	    bind_text(s, 5, r->filename) || bind_i64(s, 6, r->every_ms) ||
 	    bind_text(s, 7, r->thresholds_json) ||
 	    bind_i64(s, 8, r->rollback) || bind_i64(s, 9, r->created_at) ||
-	    bind_text(s, 10, r->deployment)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc == 0 && a)
-		rc = audit_write(st, a, NULL, err);
-out:
-	return write_end(st, own, rc, err);
+	    bind_text(s, 10, r->deployment))
+		return bind_fail(st, s, what, err);
+	return store_write(st, s, &(struct store_write){.what = what}, a, NULL,
+			   err);
 }
 
 int kn_store_revalidation_list(struct kn_store *st,
@@ -466,20 +443,11 @@ int kn_store_revalidation_delete(struct kn_store *st, const char *name,
 {
 	sqlite3_stmt *s = st->stmt[STMT_REVAL_DELETE];
 	const char *what = "removing a model re-validation";
-	bool own;
-	int rc = write_begin(st, &own, err);
 
-	if (rc < 0)
-		return rc;
-	if (bind_text(s, 1, name) || bind_text(s, 2, alias)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc == 0 && a)
-		rc = audit_write(st, a, NULL, err);
-out:
-	return write_end(st, own, rc, err);
+	if (bind_text(s, 1, name) || bind_text(s, 2, alias))
+		return bind_fail(st, s, what, err);
+	return store_write(st, s, &(struct store_write){.what = what}, a, NULL,
+			   err);
 }
 
 int kn_store_evaluation_add(struct kn_store *st,

@@ -61,37 +61,20 @@ int kn_store_token_insert(struct kn_store *st, const struct kn_token_row *t,
 			  struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_TOKEN_INSERT];
-	const char *what = "inserting a token";
-	char *object = NULL;
-	int64_t id = 0;
-	bool own;
+	struct store_write w = {.what = "inserting a token"};
 	int rc;
 
-	rc = write_begin(st, &own, err);
-	if (rc < 0)
-		return rc;
 	if (bind_text(s, 1, t->name) || bind_text(s, 2, t->role) ||
 	    bind_text(s, 3, t->hash) || bind_text(s, 4, t->created_by) ||
 	    bind_i64(s, 5, t->created_at) || bind_i64(s, 6, t->revoked_at) ||
-	    bind_i64(s, 7, t->last_used_at)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
+	    bind_i64(s, 7, t->last_used_at))
+		return bind_fail(st, s, w.what, err);
+	w.object = kn_asprintf("token/%s", t->name);
 	/* The only unique key on tokens is the active name. */
-	if (rc == -EEXIST)
-		rc = kn_errorf(err, KN_ECONFLICT, "name",
-			       "a token named %s already exists", t->name);
-	if (rc < 0)
-		goto out;
-	id = sqlite3_last_insert_rowid(st->db);
-	object = kn_asprintf("token/%s", t->name);
-	rc = audit_write(st, a, object, err);
-out:
-	free(object);
-	rc = write_end(st, own, rc, err);
-	if (rc == 0 && out_id)
-		*out_id = id;
+	w.conflict = kn_asprintf("a token named %s already exists", t->name);
+	rc = store_write(st, s, &w, a, out_id, err);
+	free((char *)w.object);
+	free((char *)w.conflict);
 	return rc;
 }
 
@@ -152,30 +135,11 @@ int kn_store_token_revoke(struct kn_store *st, const char *name,
 {
 	sqlite3_stmt *s = st->stmt[STMT_TOKEN_REVOKE];
 	const char *what = "revoking a token";
-	char *object = NULL;
-	bool own;
-	int rc;
 
-	rc = write_begin(st, &own, err);
-	if (rc < 0)
-		return rc;
-	if (bind_i64(s, 1, kn_now_ms()) || bind_text(s, 2, name)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc < 0)
-		goto out;
-	if (sqlite3_changes(st->db) == 0) {
-		rc = kn_errorf(err, KN_ENOTFOUND, "name",
-			       "no active token named %s", name ? name : "");
-		goto out;
-	}
-	object = kn_asprintf("token/%s", name);
-	rc = audit_write(st, a, object, err);
-out:
-	free(object);
-	return write_end(st, own, rc, err);
+	if (bind_i64(s, 1, kn_now_ms()) || bind_text(s, 2, name))
+		return bind_fail(st, s, what, err);
+	return store_write_named(st, s, what, "token",
+				 "no active token named", name, a, err);
 }
 
 int kn_store_token_count(struct kn_store *st, int *out, struct kn_error *err)

@@ -206,25 +206,15 @@ int kn_store_wf_run_update(struct kn_store *st, const struct kn_wf_run_row *r,
 	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_UPDATE];
 	const char *what = "updating a workflow run";
 	char object[40];
-	bool own;
-	int rc;
 
-	rc = write_begin(st, &own, err);
-	if (rc < 0)
-		return rc;
 	if (bind_i64(s, 1, r->id) || bind_text(s, 2, r->state) ||
 	    bind_text(s, 3, r->reason) || bind_i64(s, 4, r->started_at) ||
-	    bind_i64(s, 5, r->ended_at)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc < 0)
-		goto out;
+	    bind_i64(s, 5, r->ended_at))
+		return bind_fail(st, s, what, err);
 	snprintf(object, sizeof(object), "workflow/%" PRId64, r->id);
-	rc = audit_write(st, a, object, err);
-out:
-	return write_end(st, own, rc, err);
+	return store_write(st, s,
+			   &(struct store_write){.what = what, .object = object},
+			   a, NULL, err);
 }
 
 int kn_store_wf_run_list(struct kn_store *st, bool active_only,
