@@ -46,6 +46,9 @@
  */
 #define STORE_BUSY_TIMEOUT_MS 5000
 
+/* A one-value query's (or PRAGMA's) answer is its only column. */
+#define STORE_ONLY_COLUMN 0
+
 static const char SQL_BEGIN[] = "BEGIN IMMEDIATE";
 static const char SQL_COMMIT[] = "COMMIT";
 static const char SQL_ROLLBACK[] = "ROLLBACK";
@@ -218,8 +221,6 @@ int bind_i64(sqlite3_stmt *s, int i, int64_t v)
 
 /* A row with a bad state is named by its first column: id or job id. */
 #define STORE_KEY_COLUMN 0
-/* A one-value query's answer is its only column. */
-#define STORE_ONLY_COLUMN 0
 
 static void put_int(void *field, size_t size, int64_t v)
 {
@@ -586,7 +587,7 @@ static int pragma_int(sqlite3 *db, const char *sql, int *out)
 	if (rc == SQLITE_OK) {
 		rc = sqlite3_step(s);
 		if (rc == SQLITE_ROW) {
-			*out = sqlite3_column_int(s, 0);
+			*out = sqlite3_column_int(s, STORE_ONLY_COLUMN);
 			rc = SQLITE_OK;
 		}
 	}
@@ -608,7 +609,8 @@ static int set_wal(sqlite3 *db, const char *path, struct kn_error *err)
 				"%s: setting WAL journal mode: %s", path,
 				sqlite3_errmsg(db));
 	} else {
-		const char *mode = (const char *)sqlite3_column_text(s, 0);
+		const char *mode =
+			(const char *)sqlite3_column_text(s, STORE_ONLY_COLUMN);
 
 		if (!mode || strcasecmp(mode, "wal") != 0)
 			ret = kn_errorf(err, KN_EIO, NULL,
