@@ -20,36 +20,7 @@
 
 #include "base/base.h"
 #include "store/internal.h"
-
-struct fixture {
-	char dir[64];
-	char path[128];
-};
-
-static int setup(void **state)
-{
-	struct fixture *fx = calloc(1, sizeof(*fx));
-
-	if (!fx)
-		return -1;
-	snprintf(fx->dir, sizeof(fx->dir), "/tmp/kn-store-schema-XXXXXX");
-	if (!mkdtemp(fx->dir)) {
-		free(fx);
-		return -1;
-	}
-	snprintf(fx->path, sizeof(fx->path), "%s/kiln.db", fx->dir);
-	*state = fx;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct fixture *fx = *state;
-
-	kn_rm_rf(fx->dir);
-	free(fx);
-	return 0;
-}
+#include "store_fixture.h"
 
 /* ---- column tables ---- */
 
@@ -264,13 +235,13 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(
-			test_every_statement_matches_its_table, setup,
+			test_every_statement_matches_its_table, setup_dir,
 			teardown),
 		cmocka_unit_test(test_drifted_table_caught),
 		cmocka_unit_test_setup_teardown(test_bad_state_names_row,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_old_files_upgrade, setup,
-						teardown),
+						setup_dir, teardown),
+		cmocka_unit_test_setup_teardown(test_old_files_upgrade,
+						setup_dir, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
