@@ -6,9 +6,10 @@
  * Rows are read through a column table per row struct ({SQL name, type,
  * offset, size}) driving one reader, store_read_row, rather than one
  * hand-written loop per struct: column i of a statement lands in the
- * field of entry i, and store_check_columns compares every statement's
- * result columns (sqlite3_column_name) with its table, so a select list
- * and its reader cannot drift apart unnoticed. The alternative, an enum
+ * field of entry i, and store_check_columns (run over every statement by
+ * the unit tests) compares each statement's result columns, by
+ * sqlite3_column_name, with its table, so a select list and its reader
+ * cannot drift apart unnoticed. The alternative, an enum
  * of column numbers beside each select list, was kept in step by hand.
  */
 #ifndef KN_STORE_INTERNAL_H
@@ -189,7 +190,7 @@ extern const struct store_stmt store_alert_stmts[];
 /* The families above, NULL-terminated: what open prepares and tests walk. */
 extern const struct store_stmt *const store_families[];
 
-/* MIGRATIONS[v - 1] takes a file from version v - 1 to version v. */
+/* store_migrations[v - 1] takes a file from version v - 1 to version v. */
 extern const char *const store_migrations[KN_STORE_SCHEMA_VERSION];
 
 /*
