@@ -252,11 +252,14 @@ int store_read_row(sqlite3_stmt *s, const struct store_row *def, void *row,
 		const struct store_col *c = &def->cols[i];
 		void *field = (char *)row + c->offset;
 		int col = (int)i;
-		const char *text = (const char *)sqlite3_column_text(s, col);
+		const char *text = NULL;
 		char *copy;
 		double real;
 		int state;
 
+		/* Text only where it is wanted: it would format every number. */
+		if (c->type != STORE_INT && c->type != STORE_REAL)
+			text = (const char *)sqlite3_column_text(s, col);
 		switch (c->type) {
 		case STORE_INT:
 			put_int(field, c->size, sqlite3_column_int64(s, col));
