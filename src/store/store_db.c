@@ -257,7 +257,7 @@ int store_read_row(sqlite3_stmt *s, const struct store_row *def, void *row,
 		double real;
 		int state;
 
-		/* Text only where it is wanted: it would format every number. */
+		/* Text only where wanted: it would format every number. */
 		if (c->type != STORE_INT && c->type != STORE_REAL)
 			text = (const char *)sqlite3_column_text(s, col);
 		switch (c->type) {
@@ -273,7 +273,8 @@ int store_read_row(sqlite3_stmt *s, const struct store_row *def, void *row,
 			memcpy(field, &copy, sizeof(copy));
 			break;
 		case STORE_JOB_STATE_OR_NONE:
-			put_int(field, c->size, text ? kn_job_state_parse(text) : -1);
+			put_int(field, c->size,
+				text ? kn_job_state_parse(text) : -1);
 			break;
 		case STORE_JOB_STATE:
 		case STORE_TASK_STATE:

@@ -113,8 +113,7 @@ int kn_store_deployment_put(struct kn_store *st,
 			    const struct kn_audit *a, struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_DEPLOYMENT_PUT];
-	const char *what = "writing a deployment";
-	char *object;
+	struct store_write w = {.what = "writing a deployment"};
 	int rc;
 
 	if (bind_text(s, 1, d->name) || bind_text(s, 2, d->owner) ||
@@ -123,12 +122,10 @@ int kn_store_deployment_put(struct kn_store *st,
 	    bind_text(s, 6, d->model_dir) || bind_i64(s, 7, d->replicas) ||
 	    bind_i64(s, 8, d->generation) || bind_i64(s, 9, d->rollout_next) ||
 	    bind_i64(s, 10, d->created_at) || bind_i64(s, 11, d->updated_at))
-		return bind_fail(st, s, what, err);
-	object = kn_asprintf("deployment/%s", d->name);
-	rc = store_write(st, s,
-			 &(struct store_write){.what = what, .object = object},
-			 a, NULL, err);
-	free(object);
+		return bind_fail(st, s, w.what, err);
+	w.object = kn_asprintf("deployment/%s", d->name);
+	rc = store_write(st, s, &w, a, NULL, err);
+	free((char *)w.object);
 	return rc;
 }
 

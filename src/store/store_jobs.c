@@ -149,7 +149,8 @@ static const char SQL_OUTPUT_PUT[] =
 static const char SQL_OUTPUT_LIST[] =
 	"SELECT " OUTPUT_COLUMNS " FROM outputs WHERE job_id = ?1 ORDER BY name";
 
-#define I(field, type) STORE_COL_AS(struct kn_job_input_row, field, #field, type)
+#define I(field, type) \
+	STORE_COL_AS(struct kn_job_input_row, field, #field, type)
 static const struct store_col JOB_INPUT_COLS[] = {
 	I(job_id, STORE_INT),  I(name, STORE_TEXT), I(url, STORE_TEXT),
 	I(sha256, STORE_TEXT), I(size, STORE_INT),  I(attempt, STORE_INT),
@@ -248,8 +249,9 @@ int kn_store_job_update(struct kn_store *st, const struct kn_job_row *j,
 			const struct kn_audit *a, struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_JOB_UPDATE];
-	const char *what = "updating a job";
 	char object[32], missing[48];
+	struct store_write w = {.what = "updating a job", .object = object,
+				.missing_field = "id", .missing = missing};
 
 	if (!store_job_state_valid(j->state))
 		return kn_errorf(err, KN_EINVAL, "state",
@@ -260,14 +262,10 @@ int kn_store_job_update(struct kn_store *st, const struct kn_job_row *j,
 	    bind_i64(s, 6, j->retries_used) ||
 	    bind_i64(s, 7, j->cancel_requested) || bind_text(s, 8, j->reason) ||
 	    bind_i64(s, 9, j->exit_code) || bind_i64(s, 10, j->id))
-		return bind_fail(st, s, what, err);
+		return bind_fail(st, s, w.what, err);
 	snprintf(object, sizeof(object), "job/%" PRId64, j->id);
 	snprintf(missing, sizeof(missing), "job %" PRId64 " not found", j->id);
-	return store_write(st, s,
-			   &(struct store_write){.what = what, .object = object,
-						  .missing_field = "id",
-						  .missing = missing},
-			   a, NULL, err);
+	return store_write(st, s, &w, a, NULL, err);
 }
 
 int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
@@ -281,7 +279,8 @@ int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 
 	if (!f)
 		f = &none;
-	if (f->state >= 0 && !store_job_state_valid((enum kn_job_state)f->state))
+	if (f->state >= 0 &&
+	    !store_job_state_valid((enum kn_job_state)f->state))
 		return kn_errorf(err, KN_EINVAL, "state",
 				 "unknown job state %d", f->state);
 	if (f->state >= 0 && f->active_only && f->state != KN_JOB_QUEUED &&

@@ -61,8 +61,8 @@ static const struct store_col REVAL_COLS[] = {
 	R(created_at, STORE_INT),  R(deployment, STORE_TEXT),
 };
 #undef R
-static const struct store_row REVAL_ROW =
-	STORE_ROW(struct kn_revalidation_row, "model re-validation", REVAL_COLS);
+static const struct store_row REVAL_ROW = STORE_ROW(
+	struct kn_revalidation_row, "model re-validation", REVAL_COLS);
 
 #define E(field, type) \
 	STORE_COL_AS(struct kn_evaluation_row, field, #field, type)
@@ -224,14 +224,13 @@ int kn_store_model_version_insert(struct kn_store *st,
 				  struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_INSERT];
-	const char *what = "inserting a model version";
+	static const struct store_write w = {.what = "inserting a model version"};
 
 	if (bind_text(s, 1, v->name) || bind_i64(s, 2, v->version) ||
 	    bind_text(s, 3, v->manifest) || bind_text(s, 4, v->created_by) ||
 	    bind_i64(s, 5, v->created_at))
-		return bind_fail(st, s, what, err);
-	return store_write(st, s, &(struct store_write){.what = what}, a, NULL,
-			   err);
+		return bind_fail(st, s, w.what, err);
+	return store_write(st, s, &w, a, NULL, err);
 }
 
 int kn_store_model_version_delete(struct kn_store *st, const char *name,
@@ -296,8 +295,8 @@ int kn_store_model_alias_get(struct kn_store *st, const char *name,
 	if (rc == 1)
 		rc = 0;
 	else if (rc == 0)
-		rc = kn_errorf(err, KN_ENOTFOUND, NULL, "model %s has no alias %s",
-			       name, alias);
+		rc = kn_errorf(err, KN_ENOTFOUND, NULL,
+			       "model %s has no alias %s", name, alias);
 	return rc;
 }
 
@@ -374,15 +373,14 @@ int kn_store_model_signature_insert(struct kn_store *st, const char *name,
 				    struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_MODEL_SIGNATURE_INSERT];
-	const char *what = "inserting a model signature";
+	static const struct store_write w = {.what = "inserting a model signature"};
 
 	if (bind_text(s, 1, name) || bind_i64(s, 2, version) ||
 	    bind_text(s, 3, sig->key_id) || bind_text(s, 4, sig->public_key) ||
 	    bind_text(s, 5, sig->signature) || bind_text(s, 6, sig->signed_by) ||
 	    bind_i64(s, 7, sig->signed_at))
-		return bind_fail(st, s, what, err);
-	return store_write(st, s, &(struct store_write){.what = what}, a, NULL,
-			   err);
+		return bind_fail(st, s, w.what, err);
+	return store_write(st, s, &w, a, NULL, err);
 }
 
 int kn_store_model_signature_list(struct kn_store *st, const char *name,
@@ -411,7 +409,7 @@ int kn_store_revalidation_put(struct kn_store *st,
 			      const struct kn_audit *a, struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_REVAL_PUT];
-	const char *what = "saving a model re-validation";
+	static const struct store_write w = {.what = "saving a model re-validation"};
 
 	if (bind_text(s, 1, r->name) || bind_text(s, 2, r->alias) ||
 	    bind_text(s, 3, r->owner) || bind_text(s, 4, r->spec_yaml) ||
@@ -419,9 +417,8 @@ int kn_store_revalidation_put(struct kn_store *st,
 	    bind_text(s, 7, r->thresholds_json) ||
 	    bind_i64(s, 8, r->rollback) || bind_i64(s, 9, r->created_at) ||
 	    bind_text(s, 10, r->deployment))
-		return bind_fail(st, s, what, err);
-	return store_write(st, s, &(struct store_write){.what = what}, a, NULL,
-			   err);
+		return bind_fail(st, s, w.what, err);
+	return store_write(st, s, &w, a, NULL, err);
 }
 
 int kn_store_revalidation_list(struct kn_store *st,
@@ -442,12 +439,11 @@ int kn_store_revalidation_delete(struct kn_store *st, const char *name,
 				 struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_REVAL_DELETE];
-	const char *what = "removing a model re-validation";
+	static const struct store_write w = {.what = "removing a model re-validation"};
 
 	if (bind_text(s, 1, name) || bind_text(s, 2, alias))
-		return bind_fail(st, s, what, err);
-	return store_write(st, s, &(struct store_write){.what = what}, a, NULL,
-			   err);
+		return bind_fail(st, s, w.what, err);
+	return store_write(st, s, &w, a, NULL, err);
 }
 
 int kn_store_evaluation_add(struct kn_store *st,

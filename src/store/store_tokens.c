@@ -145,8 +145,8 @@ int kn_store_token_revoke(struct kn_store *st, const char *name,
 int kn_store_token_count(struct kn_store *st, int *out, struct kn_error *err)
 {
 	int64_t count = 0;
-	int rc = store_one_i64(st, st->stmt[STMT_TOKEN_COUNT], "counting tokens",
-			       &count, err);
+	int rc = store_one_i64(st, st->stmt[STMT_TOKEN_COUNT],
+			       "counting tokens", &count, err);
 
 	if (rc < 0)
 		return rc;

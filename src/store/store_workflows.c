@@ -204,17 +204,16 @@ int kn_store_wf_run_update(struct kn_store *st, const struct kn_wf_run_row *r,
 			   const struct kn_audit *a, struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_UPDATE];
-	const char *what = "updating a workflow run";
 	char object[40];
+	struct store_write w = {.what = "updating a workflow run",
+				.object = object};
 
 	if (bind_i64(s, 1, r->id) || bind_text(s, 2, r->state) ||
 	    bind_text(s, 3, r->reason) || bind_i64(s, 4, r->started_at) ||
 	    bind_i64(s, 5, r->ended_at))
-		return bind_fail(st, s, what, err);
+		return bind_fail(st, s, w.what, err);
 	snprintf(object, sizeof(object), "workflow/%" PRId64, r->id);
-	return store_write(st, s,
-			   &(struct store_write){.what = what, .object = object},
-			   a, NULL, err);
+	return store_write(st, s, &w, a, NULL, err);
 }
 
 int kn_store_wf_run_list(struct kn_store *st, bool active_only,
