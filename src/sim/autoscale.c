@@ -151,7 +151,8 @@ static int preemptible_of(struct sim_csv *c, int col_pre, int col_qos,
 			return kn_errorf(err, KN_EINVAL, "preemptible",
 					 "%s:%d:%d: preemptible: '%s' is not "
 					 "true, false, 1 or 0",
-					 c->csv.path, c->csv.line, c->csv.cols[col_pre], v);
+					 c->csv.path, c->csv.line,
+					 c->csv.cols[col_pre], v);
 		return 0;
 	}
 	if (col_qos >= 0 && col_qos < c->csv.n_fields)
@@ -182,7 +183,8 @@ static int trace_row(struct kn_sim_trace *t, struct sim_csv *c,
 	start = v[COL_CREATION];
 	*ran = true;
 	if (col_sched >= 0) {
-		sched = col_sched < c->csv.n_fields ? c->csv.fields[col_sched] : "";
+		sched = col_sched < c->csv.n_fields ? c->csv.fields[col_sched]
+						    : "";
 		if (!*sched) {
 			*ran = false;
 			return 0;
@@ -196,7 +198,8 @@ static int trace_row(struct kn_sim_trace *t, struct sim_csv *c,
 		return kn_errorf(err, KN_EINVAL, "deletion_time",
 				 "%s:%d:%d: deletion_time: %lld is before the "
 				 "pod started (%lld)",
-				 c->csv.path, c->csv.line, c->csv.cols[col[COL_DELETION]],
+				 c->csv.path, c->csv.line,
+				 c->csv.cols[col[COL_DELETION]],
 				 (long long)v[COL_DELETION], (long long)start);
 	if ((v[COL_NUM_GPU] == 0) != (v[COL_GPU_MILLI] == 0) ||
 	    (v[COL_NUM_GPU] > 1 && v[COL_GPU_MILLI] != 1000))
@@ -204,7 +207,8 @@ static int trace_row(struct kn_sim_trace *t, struct sim_csv *c,
 				 "%s:%d:%d: gpu_milli: %lld does not suit "
 				 "num_gpu %lld (1..1000 with one GPU, 1000 "
 				 "with more, 0 without)",
-				 c->csv.path, c->csv.line, c->csv.cols[col[COL_GPU_MILLI]],
+				 c->csv.path, c->csv.line,
+				 c->csv.cols[col[COL_GPU_MILLI]],
 				 (long long)v[COL_GPU_MILLI],
 				 (long long)v[COL_NUM_GPU]);
 	rc = preemptible_of(c, col_pre, col_qos, &p->preemptible, err);
@@ -240,7 +244,8 @@ int kn_sim_trace_load(const char *pods_csv, struct kn_sim_trace **out,
 				       "(--autoscale replays pods in time: it "
 				       "needs creation_time and deletion_time, "
 				       "in seconds)",
-				       pods_csv, c.csv.line, required_columns[i]);
+				       pods_csv, c.csv.line,
+				       required_columns[i]);
 			goto out;
 		}
 	}

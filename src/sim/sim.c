@@ -167,11 +167,13 @@ static int load_nodes(const char *path, struct node_list *l,
 			goto out;
 		if (gpus > 0 && (col[4] >= c.csv.n_fields ||
 				 !sim_csv_text(&c, col[4]))) {
-			rc = kn_errorf(err, KN_EINVAL, "model",
-				       "%s:%d:%d: model: a node with GPUs needs "
-				       "a model",
-				       path, c.csv.line,
-				       col[4] < c.csv.n_fields ? c.csv.cols[col[4]] : 1);
+			rc = kn_errorf(
+				err, KN_EINVAL, "model",
+				"%s:%d:%d: model: a node with GPUs needs "
+				"a model",
+				path, c.csv.line,
+				col[4] < c.csv.n_fields ? c.csv.cols[col[4]]
+							: 1);
 			goto out;
 		}
 		if (l->n == cap) {

@@ -180,6 +180,12 @@ int spec_read_string_map(struct walk *w, struct fy_node *node,
 int spec_read_text_list(struct walk *w, struct fy_node *node,
 			const char *allowed, bool rest_may_be_empty,
 			char ***out, size_t *n_out);
+/* Reads item i of a list into what ctx holds. */
+typedef int (*spec_item_fn)(struct walk *w, struct fy_node *item, size_t i,
+			    void *ctx);
+/* The first count items of a list through read_item, "[i]" on the path. */
+int spec_walk_items(struct walk *w, struct fy_node *node, size_t count,
+		    spec_item_fn read_item, void *ctx);
 /* Read text that must be one of choices (a NULL-terminated list). */
 int spec_read_choice(struct walk *w, struct fy_node *node,
 		     const char *const *choices, const char *allowed,

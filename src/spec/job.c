@@ -505,15 +505,37 @@ static const struct field toleration_fields[TF_COUNT] = {
 
 _Static_assert(TF_COUNT <= MAX_FIELDS, "MAX_FIELDS");
 
+static int read_toleration(struct walk *w, struct fy_node *item, size_t i,
+			   void *target)
+{
+	struct kn_placement_spec *placement = target;
+	struct kn_toleration *tol = &placement->tolerations[i];
+	struct fy_node_pair *seen[TF_COUNT];
+	int rc;
+
+	placement->n_tolerations = i + 1;
+	rc = spec_walk_mapping(w, item, toleration_fields, TF_COUNT, tol,
+			       seen);
+	if (rc)
+		return rc;
+	if (!tol->operator_)
+		tol->operator_ = kn_xstrdup("Equal");
+	if (strcmp(tol->operator_, "Exists") == 0 && tol->value)
+		return spec_fail_at_pair(w, seen[TF_VALUE], "value",
+					 "must be absent when operator is "
+					 "Exists");
+	/* Equal without a value matches taints with an empty one. */
+	if (!tol->value && strcmp(tol->operator_, "Equal") == 0)
+		tol->value = kn_xstrdup("");
+	return 0;
+}
+
 static int read_tolerations(struct walk *w, struct fy_node *node,
 			    void *target)
 {
 	struct kn_placement_spec *placement = target;
-	struct fy_node *item;
 	char got[GOT_BUF];
 	struct value v;
-	void *iter = NULL;
-	size_t n = 0, count;
 	int rc = spec_classify(w, node, &v);
 
 	if (rc)
@@ -524,31 +546,10 @@ static int read_tolerations(struct walk *w, struct fy_node *node,
 			"must be a list of {key, operator, value, effect} "
 			"mappings; got %s",
 			spec_describe(&v, got, sizeof(got)));
-	count = (size_t)v.count;
 	placement->tolerations =
-		kn_xcalloc(count + 1, sizeof(struct kn_toleration));
-	while (n < count && (item = fy_node_sequence_iterate(node, &iter))) {
-		struct kn_toleration *tol = &placement->tolerations[n];
-		struct fy_node_pair *seen[TF_COUNT];
-		size_t mark = spec_path_push_index(w, (int)n);
-
-		placement->n_tolerations = ++n;
-		rc = spec_walk_mapping(w, item, toleration_fields, TF_COUNT,
-				       tol, seen);
-		if (rc)
-			return rc;
-		if (!tol->operator_)
-			tol->operator_ = kn_xstrdup("Equal");
-		if (strcmp(tol->operator_, "Exists") == 0 && tol->value)
-			return spec_fail_at_pair(w, seen[TF_VALUE], "value",
-						 "must be absent when operator "
-						 "is Exists");
-		/* Equal without a value matches taints with an empty one. */
-		if (!tol->value && strcmp(tol->operator_, "Equal") == 0)
-			tol->value = kn_xstrdup("");
-		spec_path_pop(w, mark);
-	}
-	return 0;
+		kn_xcalloc((size_t)v.count + 1, sizeof(struct kn_toleration));
+	return spec_walk_items(w, node, (size_t)v.count, read_toleration,
+			       placement);
 }
 
 int spec_read_spread(struct walk *w, struct fy_node *node, void *target)
@@ -657,14 +658,33 @@ static int check_term(struct walk *w, struct fy_node *item,
 				 spec_affinity_ops[term->op]);
 }
 
+/* Where read_terms' items go: required or preferred terms. */
+struct term_list {
+	struct kn_affinity_term *terms;
+	size_t *n;
+	size_t n_fields;
+};
+
+static int read_term(struct walk *w, struct fy_node *item, size_t i,
+		     void *target)
+{
+	struct term_list *list = target;
+	struct kn_affinity_term *term = &list->terms[i];
+	struct fy_node_pair *seen[AF_COUNT] = {0};
+	int rc;
+
+	*list->n = i + 1;
+	rc = spec_walk_mapping(w, item, preferred_fields, list->n_fields, term,
+			       seen);
+	return rc ? rc : check_term(w, item, term, seen);
+}
+
 static int read_terms(struct walk *w, struct fy_node *node, size_t n_fields,
 		      struct kn_affinity_term **out, size_t *n_out)
 {
-	struct fy_node *item;
+	struct term_list list = {.n = n_out, .n_fields = n_fields};
 	char got[GOT_BUF];
 	struct value v;
-	void *iter = NULL;
-	size_t n = 0, count;
 	int rc = spec_classify(w, node, &v);
 
 	if (rc)
@@ -675,23 +695,10 @@ static int read_terms(struct walk *w, struct fy_node *node, size_t n_fields,
 				 "mappings; got %s",
 				 n_fields == AF_COUNT ? ", weight" : "",
 				 spec_describe(&v, got, sizeof(got)));
-	count = (size_t)v.count;
-	*out = kn_xcalloc(count + 1, sizeof(struct kn_affinity_term));
-	while (n < count && (item = fy_node_sequence_iterate(node, &iter))) {
-		struct kn_affinity_term *term = &(*out)[n];
-		struct fy_node_pair *seen[AF_COUNT] = {0};
-		size_t mark = spec_path_push_index(w, (int)n);
-
-		*n_out = ++n;
-		rc = spec_walk_mapping(w, item, preferred_fields, n_fields,
-				       term, seen);
-		if (rc == 0)
-			rc = check_term(w, item, term, seen);
-		if (rc)
-			return rc;
-		spec_path_pop(w, mark);
-	}
-	return 0;
+	list.terms = kn_xcalloc((size_t)v.count + 1,
+				sizeof(struct kn_affinity_term));
+	*out = list.terms;
+	return spec_walk_items(w, node, (size_t)v.count, read_term, &list);
 }
 
 static int read_required(struct walk *w, struct fy_node *node, void *target)

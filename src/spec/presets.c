@@ -145,9 +145,10 @@ static int find_columns(const struct kn_csv *csv, const char *path, int *col,
 	for (int c = 0; c < COL_COUNT; c++) {
 		col[c] = kn_csv_find(csv, COLUMNS[c]);
 		if (col[c] < 0)
-			return kn_errorf(err, KN_EINVAL, COLUMNS[c],
-					 "%s:1: the header has no column \"%s\"",
-					 path, COLUMNS[c]);
+			return kn_errorf(
+				err, KN_EINVAL, COLUMNS[c],
+				"%s:1: the header has no column \"%s\"", path,
+				COLUMNS[c]);
 	}
 	return 0;
 }

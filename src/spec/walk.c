@@ -969,16 +969,57 @@ int spec_read_name(struct walk *w, struct fy_node *node, void *target)
  * A non-empty list of text into a NULL-terminated array. Items must not be
  * empty, except after the first when rest_may_be_empty (argv).
  */
-int spec_read_text_list(struct walk *w, struct fy_node *node,
-			  const char *allowed, bool rest_may_be_empty,
-			  char ***out, size_t *n_out)
+int spec_walk_items(struct walk *w, struct fy_node *node, size_t count,
+		    spec_item_fn read_item, void *ctx)
 {
 	struct fy_node *item;
+	void *iter = NULL;
+
+	for (size_t i = 0;
+	     i < count && (item = fy_node_sequence_iterate(node, &iter)); i++) {
+		size_t mark = spec_path_push_index(w, (int)i);
+		int rc = read_item(w, item, i, ctx);
+
+		if (rc)
+			return rc;
+		spec_path_pop(w, mark);
+	}
+	return 0;
+}
+
+/* Where spec_read_text_list's items go. */
+struct text_list {
+	char **items;
+	size_t *n;
+	bool rest_may_be_empty;
+};
+
+static int read_text_item(struct walk *w, struct fy_node *item, size_t i,
+			  void *target)
+{
+	struct text_list *list = target;
+	struct value v;
+	int rc;
+
+	if (i > 0 && list->rest_may_be_empty)
+		rc = spec_want_text(w, item, false, "a string", &v);
+	else
+		rc = spec_want_nonempty_text(w, item, "a non-empty string", &v);
+	if (rc)
+		return rc;
+	list->items[i] = kn_xstrdup(v.text);
+	*list->n = i + 1;
+	return 0;
+}
+
+int spec_read_text_list(struct walk *w, struct fy_node *node,
+			const char *allowed, bool rest_may_be_empty,
+			char ***out, size_t *n_out)
+{
+	struct text_list list = {.n = n_out,
+				 .rest_may_be_empty = rest_may_be_empty};
 	char got[GOT_BUF];
 	struct value v;
-	void *iter = NULL;
-	char **list;
-	size_t n = 0, count;
 	int rc = spec_classify(w, node, &v);
 
 	if (rc)
@@ -986,25 +1027,11 @@ int spec_read_text_list(struct walk *w, struct fy_node *node,
 	if (v.kind != V_LIST || v.count <= 0)
 		return spec_fail(w, node, "must be %s; got %s", allowed,
 				 spec_describe(&v, got, sizeof(got)));
-	count = (size_t)v.count;
-	list = kn_xcalloc(count + 1, sizeof(*list));
-	*out = list;
+	list.items = kn_xcalloc((size_t)v.count + 1, sizeof(*list.items));
+	*out = list.items;
 	*n_out = 0;
-	while (n < count && (item = fy_node_sequence_iterate(node, &iter))) {
-		size_t mark = spec_path_push_index(w, (int)n);
-
-		if (n > 0 && rest_may_be_empty)
-			rc = spec_want_text(w, item, false, "a string", &v);
-		else
-			rc = spec_want_nonempty_text(w, item,
-						     "a non-empty string", &v);
-		if (rc)
-			return rc;
-		list[n] = kn_xstrdup(v.text);
-		*n_out = ++n;
-		spec_path_pop(w, mark);
-	}
-	return 0;
+	return spec_walk_items(w, node, (size_t)v.count, read_text_item,
+			       &list);
 }
 
 /* Read text that must be one of choices (a NULL-terminated list). */

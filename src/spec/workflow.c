@@ -691,13 +691,21 @@ static int read_step(struct walk *w, struct fy_node *node,
 	return 0;
 }
 
+static int read_step_item(struct walk *w, struct fy_node *item, size_t i,
+			  void *target)
+{
+	struct workflow_ctx *ctx = target;
+
+	ctx->step = &ctx->spec->steps[i];
+	ctx->cur = &ctx->nodes[i];
+	ctx->spec->n_steps = i + 1;
+	return read_step(w, item, ctx);
+}
+
 static int read_wf_steps(struct walk *w, struct fy_node *node, void *target)
 {
 	struct workflow_ctx *ctx = target;
-	struct kn_workflow_spec *spec = ctx->spec;
-	struct fy_node *item;
 	char got[GOT_BUF];
-	void *iter = NULL;
 	struct value v;
 	int rc = spec_classify(w, node, &v);
 
@@ -711,20 +719,10 @@ static int read_wf_steps(struct walk *w, struct fy_node *node, void *target)
 		return spec_fail(
 			w, node, "must be a list of 1 to %d steps; got %s",
 			KN_SPEC_MAX_STEPS, spec_describe(&v, got, sizeof(got)));
-	spec->steps = kn_xcalloc((size_t)v.count, sizeof(*spec->steps));
+	ctx->spec->steps =
+		kn_xcalloc((size_t)v.count, sizeof(*ctx->spec->steps));
 	ctx->nodes = kn_xcalloc((size_t)v.count, sizeof(*ctx->nodes));
-	while ((item = fy_node_sequence_iterate(node, &iter))) {
-		size_t mark = spec_path_push_index(w, (int)spec->n_steps);
-
-		ctx->step = &spec->steps[spec->n_steps];
-		ctx->cur = &ctx->nodes[spec->n_steps];
-		spec->n_steps++;
-		rc = read_step(w, item, ctx);
-		if (rc)
-			return rc;
-		spec_path_pop(w, mark);
-	}
-	return 0;
+	return spec_walk_items(w, node, (size_t)v.count, read_step_item, ctx);
 }
 
 enum {

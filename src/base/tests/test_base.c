@@ -249,7 +249,8 @@ static void test_csv_reader_errors(void **state)
 				  "(quote the whole field, and double the "
 				  "quotes in it)"},
 		{"a,\"b\"c\n", "t.csv:1:6: text after a closing quote"},
-		{"x\n\"multi\nline\" x\n", "t.csv:3:6: text after a closing quote"},
+		{"x\n\"multi\nline\" x\n",
+		 "t.csv:3:6: text after a closing quote"},
 	};
 	char wide[KN_CSV_FIELDS_MAX * 2 + 2], *longest;
 	struct kn_csv c;

@@ -435,8 +435,9 @@ static void test_yaml_long_and_control(void **state)
 	docs = json_pack("[{s:s, s:s}]", "long", long_text, "ctl",
 			 "tab\there\x01\"q\"");
 	text = kn_kube_yaml(docs);
-	want = kn_asprintf("---\nlong: \"%s\"\nctl: \"tab\\there\\x01\\\"q\\\"\"\n",
-			   long_text);
+	want = kn_asprintf(
+		"---\nlong: \"%s\"\nctl: \"tab\\there\\x01\\\"q\\\"\"\n",
+		long_text);
 	assert_string_equal(text, want);
 	free(want);
 	free(text);
