@@ -792,10 +792,12 @@ int kn_csv_find(const struct kn_csv *c, const char *name)
 
 #define GIT_SMALL_FILE (64 * 1024)
 #define GIT_PACKED_REFS_MAX (64 * 1024 * 1024)
+/* A SHA-1 object id in hex; SHA-256 repositories use KN_SHA256_HEX. */
+#define GIT_SHA1_HEX 40
 
 static bool git_hex(const char *v, size_t n)
 {
-	if (n != 40 && n != 64)
+	if (n != GIT_SHA1_HEX && n != KN_SHA256_HEX)
 		return false;
 	for (size_t i = 0; i < n; i++)
 		if (!strchr("0123456789abcdef", v[i]) || !v[i])
@@ -852,7 +854,8 @@ static char *git_dir_of(const char *dir)
 }
 
 /* ref (e.g. refs/heads/main) as a loose ref under gd, else packed-refs. */
-static int git_ref(const char *gd, const char *ref, char out[65])
+static int git_ref(const char *gd, const char *ref,
+		   char out[KN_SHA256_HEX + 1])
 {
 	char *path = kn_asprintf("%s/%s", gd, ref), *line = git_line(path);
 	char *text = NULL, *save = NULL;
@@ -885,7 +888,7 @@ static int git_ref(const char *gd, const char *ref, char out[65])
 	return rc;
 }
 
-int kn_git_revision(const char *dir, char out[65])
+int kn_git_revision(const char *dir, char out[KN_SHA256_HEX + 1])
 {
 	char *gd = git_dir_of(dir), *head = NULL, *path, *common, *cd;
 	int rc = -ENOENT;

@@ -126,6 +126,10 @@ int kn_rm_rf(const char *path);
 
 /* Whether dir exists and holds anything besides . and .. */
 bool kn_dir_has_entries(const char *dir);
+/* A SHA-256 digest in hex, without its NUL: blob and manifest digests,
+   token hashes, and the longest git object id (SHA-256 repositories). */
+#define KN_SHA256_HEX 64
+
 /*
  * The git revision checked out in the repository holding dir (dir or a
  * parent has .git, a directory or a "gitdir:" file), read from HEAD, the
@@ -133,7 +137,7 @@ bool kn_dir_has_entries(const char *dir);
  * or -ENOENT when dir is in no repository or HEAD names no commit yet.
  * Read directly, so a server needs neither git nor a child process.
  */
-int kn_git_revision(const char *dir, char out[65]);
+int kn_git_revision(const char *dir, char out[KN_SHA256_HEX + 1]);
 /*
  * Make the calling thread yield to everything else: SCHED_IDLE CPU policy,
  * the lowest nice, idle I/O class. Threads it creates inherit this. For
