@@ -568,46 +568,148 @@ int kn_random_bytes(void *buf, size_t n)
 
 /* ---- CSV ---- */
 
-int kn_csv_record_at(char **p, char **fields, size_t *offsets, int max)
+#define CSV_STR_(x) #x
+#define CSV_STR(x) CSV_STR_(x)
+
+/* What is wrong with a record: the first problem met while splitting it. */
+enum csv_problem {
+	CSV_OK,
+	CSV_QUOTE_INSIDE, /* a '"' in a field that did not start with one */
+	CSV_AFTER_QUOTE,  /* text between a closing '"' and the next ',' */
+	CSV_UNCLOSED,     /* a quoted field still open at the end */
+	CSV_TOO_MANY,     /* more than KN_CSV_FIELDS_MAX fields */
+};
+
+static const char *const CSV_PROBLEMS[] = {
+	[CSV_QUOTE_INSIDE] = "a quote inside an unquoted field (quote the "
+			     "whole field, and double the quotes in it)",
+	[CSV_AFTER_QUOTE] = "text after a closing quote",
+	[CSV_UNCLOSED] = "a quoted field is not closed",
+	[CSV_TOO_MANY] = "more than " CSV_STR(KN_CSV_FIELDS_MAX) " fields",
+};
+
+/* One record as it is split: each field's start, and the first problem. */
+struct csv_split {
+	char *fields[KN_CSV_FIELDS_MAX];
+	size_t offsets[KN_CSV_FIELDS_MAX]; /* from the record's first byte */
+	int lines[KN_CSV_FIELDS_MAX], cols[KN_CSV_FIELDS_MAX];
+	int n;
+	int line;     /* on entry the record's first line; then the next's */
+	char *line_start;
+	enum csv_problem problem;
+	int problem_line, problem_col;
+};
+
+static void csv_note(struct csv_split *s, enum csv_problem problem,
+		     const char *at)
+{
+	if (s->problem != CSV_OK)
+		return;
+	s->problem = problem;
+	s->problem_line = s->line;
+	s->problem_col = (int)(at - s->line_start) + 1;
+}
+
+static void csv_field(struct csv_split *s, char *start, char *r, char *w)
+{
+	if (s->n == KN_CSV_FIELDS_MAX) {
+		csv_note(s, CSV_TOO_MANY, r);
+		return;
+	}
+	s->offsets[s->n] = (size_t)(r - start);
+	s->lines[s->n] = s->line;
+	s->cols[s->n] = (int)(r - s->line_start) + 1;
+	s->fields[s->n++] = w;
+}
+
+/* A quoted field from the '"' at r; returns where it ends. */
+static char *csv_quoted(struct csv_split *s, char *r, char **w)
+{
+	char *open = r;
+	int open_line = s->line;
+	char *open_line_start = s->line_start;
+
+	for (r++; *r; r++) {
+		if (*r == '"' && r[1] == '"') {
+			*(*w)++ = *r++;
+		} else if (*r == '"') {
+			break;
+		} else {
+			if (*r == '\n') {
+				s->line++;
+				s->line_start = r + 1;
+			}
+			*(*w)++ = *r;
+		}
+	}
+	if (*r)
+		return r + 1;
+	if (s->problem == CSV_OK) {
+		s->line = open_line;
+		s->line_start = open_line_start;
+		csv_note(s, CSV_UNCLOSED, open);
+	}
+	return r;
+}
+
+/*
+ * Split the record at *p in place (RFC 4180: a field in '"' may hold ',',
+ * newlines and "" for a quote; CR before a newline is dropped) and move *p
+ * past it. Returns the field count, 0 at the end of the text. A malformed
+ * record is still split as best it can be: the problem is noted in s.
+ */
+static int csv_split(char **p, struct csv_split *s)
 {
 	char *start = *p, *r = *p, *w = *p;
-	int n = 0;
+	bool field_start = true;
 
+	s->n = 0;
+	s->problem = CSV_OK;
+	s->line_start = start;
 	if (!*r)
 		return 0;
-	if (offsets)
-		offsets[n] = 0;
-	fields[n++] = w;
+	csv_field(s, start, r, w);
 	while (*r && *r != '\n') {
 		if (*r == '"') {
-			for (r++; *r; r++) {
-				if (*r == '"' && r[1] == '"')
-					*w++ = *r++;
-				else if (*r == '"')
-					break;
-				else
-					*w++ = *r;
-			}
-			if (*r)
-				r++;
+			if (!field_start)
+				csv_note(s, CSV_QUOTE_INSIDE, r);
+			r = csv_quoted(s, r, &w);
+			if (*r && *r != ',' && *r != '\n' && *r != '\r')
+				csv_note(s, CSV_AFTER_QUOTE, r);
+			field_start = false;
 		} else if (*r == ',') {
 			*w++ = '\0';
 			r++;
-			if (n < max) {
-				if (offsets)
-					offsets[n] = (size_t)(r - start);
-				fields[n++] = w;
-			}
+			csv_field(s, start, r, w);
+			field_start = true;
 		} else if (*r == '\r') {
 			r++;
 		} else {
 			*w++ = *r++;
+			field_start = false;
 		}
 	}
 	/* w may sit on the '\n' (nothing was unquoted): step past it before
 	   the terminator overwrites it. */
 	*p = *r ? r + 1 : r;
+	if (*r)
+		s->line++;
 	*w = '\0';
+	return s->n;
+}
+
+int kn_csv_record_at(char **p, char **fields, size_t *offsets, int max)
+{
+	struct csv_split s = {.line = 1};
+	int n = csv_split(p, &s);
+
+	if (n > max)
+		n = max;
+	for (int i = 0; i < n; i++) {
+		fields[i] = s.fields[i];
+		if (offsets)
+			offsets[i] = s.offsets[i];
+	}
 	return n;
 }
 
@@ -636,14 +738,66 @@ int kn_csv_columns(char **p, const char *path, const char *field,
 	return 0;
 }
 
+void kn_csv_init(struct kn_csv *c, char *text, const char *path)
+{
+	memset(c, 0, sizeof(*c));
+	c->path = path;
+	c->next = text;
+	c->next_line = 1;
+}
+
+int kn_csv_next(struct kn_csv *c, struct kn_error *err)
+{
+	struct csv_split s;
+
+	for (;;) {
+		char *start = c->next;
+		int n;
+
+		s.line = c->next_line;
+		n = csv_split(&c->next, &s);
+		if (n == 0)
+			return 0;
+		c->line = c->next_line;
+		c->next_line = s.line;
+		if (s.problem != CSV_OK)
+			return kn_errorf(err, KN_EINVAL, NULL, "%s:%d:%d: %s",
+					 c->path, s.problem_line,
+					 s.problem_col,
+					 CSV_PROBLEMS[s.problem]);
+		if ((size_t)(c->next - start) > KN_CSV_RECORD_MAX)
+			return kn_errorf(err, KN_EINVAL, NULL,
+					 "%s:%d:1: a record longer than %d "
+					 "bytes",
+					 c->path, c->line, KN_CSV_RECORD_MAX);
+		if (n == 1 && !s.fields[0][0])
+			continue; /* a blank line */
+		c->n_fields = n;
+		memcpy(c->fields, s.fields, (size_t)n * sizeof(c->fields[0]));
+		memcpy(c->lines, s.lines, (size_t)n * sizeof(c->lines[0]));
+		memcpy(c->cols, s.cols, (size_t)n * sizeof(c->cols[0]));
+		return 1;
+	}
+}
+
+int kn_csv_find(const struct kn_csv *c, const char *name)
+{
+	for (int i = 0; i < c->n_fields; i++)
+		if (!strcmp(c->fields[i], name))
+			return i;
+	return -1;
+}
+
 /* ---- git revisions ---- */
 
 #define GIT_SMALL_FILE (64 * 1024)
 #define GIT_PACKED_REFS_MAX (64 * 1024 * 1024)
+/* A SHA-1 object id in hex; SHA-256 repositories use KN_SHA256_HEX. */
+#define GIT_SHA1_HEX 40
 
 static bool git_hex(const char *v, size_t n)
 {
-	if (n != 40 && n != 64)
+	if (n != GIT_SHA1_HEX && n != KN_SHA256_HEX)
 		return false;
 	for (size_t i = 0; i < n; i++)
 		if (!strchr("0123456789abcdef", v[i]) || !v[i])
@@ -700,7 +854,8 @@ static char *git_dir_of(const char *dir)
 }
 
 /* ref (e.g. refs/heads/main) as a loose ref under gd, else packed-refs. */
-static int git_ref(const char *gd, const char *ref, char out[65])
+static int git_ref(const char *gd, const char *ref,
+		   char out[KN_SHA256_HEX + 1])
 {
 	char *path = kn_asprintf("%s/%s", gd, ref), *line = git_line(path);
 	char *text = NULL, *save = NULL;
@@ -733,7 +888,7 @@ static int git_ref(const char *gd, const char *ref, char out[65])
 	return rc;
 }
 
-int kn_git_revision(const char *dir, char out[65])
+int kn_git_revision(const char *dir, char out[KN_SHA256_HEX + 1])
 {
 	char *gd = git_dir_of(dir), *head = NULL, *path, *common, *cd;
 	int rc = -ENOENT;

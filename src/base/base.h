@@ -126,6 +126,10 @@ int kn_rm_rf(const char *path);
 
 /* Whether dir exists and holds anything besides . and .. */
 bool kn_dir_has_entries(const char *dir);
+/* A SHA-256 digest in hex, without its NUL: blob and manifest digests,
+   token hashes, and the longest git object id (SHA-256 repositories). */
+#define KN_SHA256_HEX 64
+
 /*
  * The git revision checked out in the repository holding dir (dir or a
  * parent has .git, a directory or a "gitdir:" file), read from HEAD, the
@@ -133,7 +137,7 @@ bool kn_dir_has_entries(const char *dir);
  * or -ENOENT when dir is in no repository or HEAD names no commit yet.
  * Read directly, so a server needs neither git nor a child process.
  */
-int kn_git_revision(const char *dir, char out[65]);
+int kn_git_revision(const char *dir, char out[KN_SHA256_HEX + 1]);
 /*
  * Make the calling thread yield to everything else: SCHED_IDLE CPU policy,
  * the lowest nice, idle I/O class. Threads it creates inherit this. For
@@ -169,14 +173,55 @@ size_t kn_text_bad_byte(const char *text, size_t len, bool *is_nul);
 void kn_text_position(const char *text, size_t offset, int *line, int *col);
 
 /*
- * CSV (RFC 4180 quoting), for the tables under data/. A record is split
- * in place at *p into at most max fields; returns the field count (0 at
- * the end of the text) and moves *p past the record, which may span lines
- * inside quotes. kn_csv_record_at also gives, when offsets is not NULL,
- * each field's byte offset from where the record began, for the column of
- * an error.
+ * CSV (RFC 4180), for every table kiln reads (the CSV files under data/,
+ * cloud catalogs, openb traces). A field in double quotes may hold commas,
+ * newlines and "" for a quote; CR before a newline is dropped (CRLF files
+ * read as LF).
  */
+/* The widest table kiln reads (a cloud catalog) has about 20 columns. */
 #define KN_CSV_FIELDS_MAX 64
+/* A real row is under 1 KiB; a longer record is a garbled file (an
+   unclosed quote swallowing the rest) and is refused, not read as one
+   huge field. */
+#define KN_CSV_RECORD_MAX (64 * 1024)
+
+/*
+ * A reader over text the caller owns (NUL-terminated, split in place):
+ * kn_csv_init, then kn_csv_next for each record, header first. Nothing to
+ * release. Each field is unquoted and NUL-terminated, with the 1-based
+ * line and column (in bytes) where it starts, for messages.
+ */
+struct kn_csv {
+	const char *path; /* for messages */
+	char *next;       /* where the next record starts */
+	int next_line;
+	int line; /* line where the current record starts */
+	int n_fields;
+	char *fields[KN_CSV_FIELDS_MAX];
+	int lines[KN_CSV_FIELDS_MAX];
+	int cols[KN_CSV_FIELDS_MAX];
+};
+
+void kn_csv_init(struct kn_csv *c, char *text, const char *path);
+/*
+ * The next record, blank lines skipped: 1 with c->fields filled, 0 at the
+ * end of the text, or -EINVAL with "PATH:LINE:COLUMN: reason" (err field
+ * NULL) for a quote inside an unquoted field, text after a closing quote,
+ * an unclosed quote, more than KN_CSV_FIELDS_MAX fields or a record over
+ * KN_CSV_RECORD_MAX bytes.
+ */
+int kn_csv_next(struct kn_csv *c, struct kn_error *err);
+/* The index of the current record's field equal to name, or -1. */
+int kn_csv_find(const struct kn_csv *c, const char *name);
+
+/*
+ * The same splitting without errors, for readers that take tables as they
+ * come: a record at *p is split in place into at most max fields; returns
+ * the field count (0 at the end of the text) and moves *p past it. Blank
+ * lines come back as one empty field. kn_csv_record_at also gives, when
+ * offsets is not NULL, each field's byte offset from where the record
+ * began, for the column of an error.
+ */
 int kn_csv_record(char **p, char **fields, int max);
 int kn_csv_record_at(char **p, char **fields, size_t *offsets, int max);
 /*

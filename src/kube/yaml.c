@@ -2,25 +2,22 @@
  * JSON values as block-style YAML, for `kiln render`.
  *
  * kubectl reads JSON too, but people read and diff manifests as YAML. The
- * writer is small because it only has to print what render.c builds:
- * every string is double-quoted with JSON's escapes (a subset of YAML's
- * double-quoted style), so "1", "true" or "on" stay strings and nothing
- * depends on YAML's plain-scalar rules; keys are plain when they are made
- * of characters that cannot start or change a YAML construct, quoted
- * otherwise. libfyaml's emitter was the alternative; it would need a
- * document built node by node for the same output.
+ * documents are built as libfyaml trees and written by its emitter, which
+ * owns indentation and escaping. Every string is double-quoted (built from
+ * its JSON text, whose escapes are a subset of YAML's double-quoted
+ * style), so "1", "true" or "on" stay strings and nothing depends on
+ * YAML's plain-scalar rules; keys are plain when they are made of
+ * characters that cannot start or change a YAML construct, quoted
+ * otherwise; numbers, booleans and null are written as JSON writes them.
+ * The emitter's width is unbounded, so no string is folded across lines.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "kube/kube.h"
+#include <libfyaml.h>
 
-static void pad(struct kn_buf *b, int indent)
-{
-	for (int i = 0; i < indent; i++)
-		kn_buf_append(b, " ", 1);
-}
+#include "kube/kube.h"
 
 /* Plain scalars YAML 1.1 readers (PyYAML, older Go yaml) take for
    booleans or null, so a key spelled so must be quoted. */
@@ -43,103 +40,93 @@ static bool plain_key(const char *k)
 	return true;
 }
 
-static void scalar(struct kn_buf *b, json_t *v)
+/*
+ * A scalar node from v's JSON text: a string comes out double-quoted,
+ * anything else plain. The document owns the text. Allocation failure
+ * aborts, as kn_x* does.
+ */
+static struct fy_node *scalar(struct fy_document *d, json_t *v)
 {
 	char *text = json_dumps(v, JSON_ENCODE_ANY);
+	struct fy_node *n;
 
 	if (!text)
 		abort();
-	kn_buf_append(b, text, strlen(text));
-	free(text);
+	n = fy_node_build_from_malloc_string(d, text, strlen(text));
+	if (!n)
+		abort();
+	return n;
 }
 
-static bool is_block(json_t *v)
+static struct fy_node *key_node(struct fy_document *d, const char *key)
 {
-	return (json_is_object(v) && json_object_size(v)) ||
-	       (json_is_array(v) && json_array_size(v));
+	struct fy_node *n;
+	json_t *k;
+
+	if (plain_key(key)) {
+		n = fy_node_create_scalar_copy(d, key, strlen(key));
+		if (!n)
+			abort();
+		return n;
+	}
+	k = json_string(key);
+	n = scalar(d, k);
+	json_decref(k);
+	return n;
 }
 
-static void value(struct kn_buf *b, json_t *v, int indent, bool inline_first);
-
-/* A mapping's entries at indent; the first one's padding already written
-   when inline_first. */
-static void mapping(struct kn_buf *b, json_t *obj, int indent,
-		    bool inline_first)
+static struct fy_node *node(struct fy_document *d, json_t *v)
 {
+	struct fy_node *n;
 	const char *key;
-	json_t *v;
-	bool first = true;
-
-	json_object_foreach(obj, key, v) {
-		if (!(first && inline_first))
-			pad(b, indent);
-		first = false;
-		if (plain_key(key)) {
-			kn_buf_append(b, key, strlen(key));
-		} else {
-			json_t *k = json_string(key);
-			scalar(b, k);
-			json_decref(k);
-		}
-		kn_buf_append(b, ":", 1);
-		if (json_is_object(v) && json_object_size(v)) {
-			kn_buf_append(b, "\n", 1);
-			mapping(b, v, indent + 2, false);
-		} else if (json_is_array(v) && json_array_size(v)) {
-			kn_buf_append(b, "\n", 1);
-			value(b, v, indent, false);
-		} else {
-			kn_buf_append(b, " ", 1);
-			value(b, v, indent, true);
-		}
-	}
-}
-
-static void value(struct kn_buf *b, json_t *v, int indent, bool inline_first)
-{
-	size_t i;
 	json_t *item;
+	size_t i;
 
-	if (json_is_object(v) && json_object_size(v)) {
-		mapping(b, v, indent, inline_first);
-		return;
+	if (json_is_object(v)) {
+		n = fy_node_create_mapping(d);
+		if (!n)
+			abort();
+		json_object_foreach(v, key, item)
+			if (fy_node_mapping_append(n, key_node(d, key),
+						   node(d, item)) != 0)
+				abort();
+		return n;
 	}
-	if (json_is_array(v) && json_array_size(v)) {
-		json_array_foreach(v, i, item) {
-			if (!(i == 0 && inline_first))
-				pad(b, indent);
-			kn_buf_append(b, "-", 1);
-			if (is_block(item) && json_is_array(item)) {
-				kn_buf_append(b, "\n", 1);
-				value(b, item, indent + 2, false);
-			} else {
-				kn_buf_append(b, " ", 1);
-				value(b, item, indent + 2, true);
-			}
-		}
-		return;
+	if (json_is_array(v)) {
+		n = fy_node_create_sequence(d);
+		if (!n)
+			abort();
+		json_array_foreach(v, i, item)
+			if (fy_node_sequence_append(n, node(d, item)) != 0)
+				abort();
+		return n;
 	}
-	if (json_is_object(v))
-		kn_buf_append(b, "{}", 2);
-	else if (json_is_array(v))
-		kn_buf_append(b, "[]", 2);
-	else
-		scalar(b, v);
-	kn_buf_append(b, "\n", 1);
+	return scalar(d, v);
 }
 
 char *kn_kube_yaml(json_t *docs)
 {
+	const enum fy_emitter_cfg_flags flags =
+		FYECF_MODE_BLOCK | FYECF_INDENT_2 | FYECF_WIDTH_INF |
+		FYECF_DOC_START_MARK_ON | FYECF_DOC_END_MARK_OFF |
+		FYECF_VERSION_DIR_OFF | FYECF_TAG_DIR_OFF;
 	struct kn_buf b;
-	size_t i;
 	json_t *doc;
-	char *text;
+	size_t i;
 
 	kn_buf_init(&b, SIZE_MAX);
 	json_array_foreach(docs, i, doc) {
-		kn_buf_append(&b, "---\n", 4);
-		value(&b, doc, 0, false);
+		struct fy_document *d = fy_document_create(NULL);
+		char *text;
+
+		if (!d || fy_document_set_root(d, node(d, doc)) != 0)
+			abort();
+		text = fy_emit_document_to_string(d, flags);
+		if (!text)
+			abort();
+		kn_buf_append(&b, text, strlen(text));
+		free(text);
+		fy_document_destroy(d);
 	}
-	text = b.data ? b.data : kn_xstrdup("");
-	return text;
+	return b.data ? b.data : kn_xstrdup("");
 }

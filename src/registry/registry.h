@@ -29,7 +29,6 @@
 #include "base/base.h"
 
 #define KN_MODEL_NAME_MAX 64
-#define KN_SHA256_HEX 64
 #define KN_ED25519_PUB_LEN 32
 #define KN_ED25519_SIG_LEN 64
 

@@ -36,7 +36,7 @@ static const char *const columns[] = {
 };
 #define N_COLUMNS (sizeof(columns) / sizeof(columns[0]))
 
-/* One CSV field: its text (no quoting: the table never needs it). */
+/* One CSV field: its text, and its column for errors. */
 struct field {
 	const char *p;
 	size_t len;
@@ -94,24 +94,6 @@ static bool field_starts(const struct field *f, int memory, int gpu_memory,
 		*out |= 1u << s;
 	}
 	return *out != 0;
-}
-
-static int split(const char *line, size_t len, struct field *f, size_t max)
-{
-	size_t n = 0, start = 0;
-
-	for (size_t i = 0; i <= len; i++) {
-		if (i < len && line[i] != ',')
-			continue;
-		if (n == max)
-			return -1;
-		f[n].p = line + start;
-		f[n].len = i - start;
-		f[n].column = start + 1;
-		n++;
-		start = i + 1;
-	}
-	return (int)n;
 }
 
 static int parse_row(struct kn_mig_table *t, const struct field *f,
@@ -176,50 +158,70 @@ static int parse_row(struct kn_mig_table *t, const struct field *f,
 	return 0;
 }
 
+/* The header record: exactly the columns, in order. */
+static int check_header(const struct field *f, const char *file,
+			size_t line, struct kn_error *err)
+{
+	for (size_t c = 0; c < N_COLUMNS; c++)
+		if (f[c].len != strlen(columns[c]) ||
+		    strncmp(f[c].p, columns[c], f[c].len))
+			return fail(err, file, line, f[c].column, columns[c],
+				    "header column expected here");
+	return 0;
+}
+
+static int parse_records(struct kn_mig_table *t, struct kn_csv *csv,
+			 struct kn_error *err)
+{
+	const char *file = csv->path;
+	bool header = true;
+	int rc;
+
+	while ((rc = kn_csv_next(csv, err)) > 0) {
+		size_t line = (size_t)csv->line;
+		struct field f[N_COLUMNS];
+
+		if (csv->n_fields != (int)N_COLUMNS)
+			return fail(err, file, line, 1, "row",
+				    "expected 9 comma-separated columns");
+		for (size_t c = 0; c < N_COLUMNS; c++)
+			f[c] = (struct field){csv->fields[c],
+					      strlen(csv->fields[c]),
+					      (size_t)csv->cols[c]};
+		rc = header ? check_header(f, file, line, err)
+			    : parse_row(t, f, file, line, err);
+		if (rc < 0)
+			return rc;
+		header = false;
+	}
+	if (rc == 0 && t->n == 0)
+		rc = fail(err, file, csv->line ? (size_t)csv->line : 1, 1,
+			  "row", "no profiles");
+	return rc;
+}
+
 int kn_mig_parse(const char *text, size_t len, const char *file,
 		 struct kn_mig_table **out, struct kn_error *err)
 {
 	struct kn_mig_table *t = kn_xcalloc(1, sizeof(*t));
-	size_t pos = 0, line = 0;
-	int rc = 0;
+	const char *nul = memchr(text, '\0', len);
+	char *copy = NULL;
+	struct kn_csv csv;
+	int rc, line, col;
 
-	while (pos < len) {
-		const char *eol = memchr(text + pos, '\n', len - pos);
-		size_t raw = eol ? (size_t)(eol - (text + pos)) : len - pos;
-		size_t n = raw;
-		struct field f[N_COLUMNS];
-		int nf;
-
-		line++;
-		if (n > 0 && text[pos + n - 1] == '\r')
-			n--;
-		nf = n ? split(text + pos, n, f, N_COLUMNS) : 0;
-		pos += raw + (eol ? 1 : 0);
-		if (n == 0)
-			continue;
-		if (nf != (int)N_COLUMNS) {
-			rc = fail(err, file, line, 1, "row",
-				  "expected 9 comma-separated columns");
-			goto out;
-		}
-		if (line == 1) {
-			for (size_t c = 0; c < N_COLUMNS; c++)
-				if (f[c].len != strlen(columns[c]) ||
-				    strncmp(f[c].p, columns[c], f[c].len)) {
-					rc = fail(err, file, line, f[c].column,
-						  columns[c],
-						  "header column expected here");
-					goto out;
-				}
-			continue;
-		}
-		rc = parse_row(t, f, file, line, err);
-		if (rc < 0)
-			goto out;
+	if (nul) {
+		kn_text_position(text, (size_t)(nul - text), &line, &col);
+		rc = fail(err, file, (size_t)line, (size_t)col, "row",
+			  "a NUL byte");
+		goto out;
 	}
-	if (t->n == 0)
-		rc = fail(err, file, line ? line : 1, 1, "row", "no profiles");
+	copy = kn_xmalloc(len + 1);
+	memcpy(copy, text, len);
+	copy[len] = '\0';
+	kn_csv_init(&csv, copy, file);
+	rc = parse_records(t, &csv, err);
 out:
+	free(copy);
 	if (rc < 0) {
 		free(t);
 		return rc;

@@ -112,15 +112,6 @@ struct kn_sim_trace {
 	size_t unscheduled;
 };
 
-/* The column's index, or -1 when the header lacks it. */
-static int optional_column(const struct sim_csv *c, const char *name)
-{
-	for (int i = 0; i < c->n_fields; i++)
-		if (!strcmp(c->fields[i], name))
-			return i;
-	return -1;
-}
-
 static int arrival_order(const void *pa, const void *pb)
 {
 	const struct trace_pod *a = pa, *b = pb;
@@ -153,18 +144,19 @@ static int preemptible_of(struct sim_csv *c, int col_pre, int col_qos,
 
 	*out = false;
 	if (col_pre >= 0) {
-		v = col_pre < c->n_fields ? c->fields[col_pre] : "";
+		v = col_pre < c->csv.n_fields ? c->csv.fields[col_pre] : "";
 		if (!strcmp(v, "true") || !strcmp(v, "1"))
 			*out = true;
 		else if (*v && strcmp(v, "false") != 0 && strcmp(v, "0") != 0)
 			return kn_errorf(err, KN_EINVAL, "preemptible",
 					 "%s:%d:%d: preemptible: '%s' is not "
 					 "true, false, 1 or 0",
-					 c->path, c->line, c->cols[col_pre], v);
+					 c->csv.path, c->csv.line,
+					 c->csv.cols[col_pre], v);
 		return 0;
 	}
-	if (col_qos >= 0 && col_qos < c->n_fields)
-		*out = !strcmp(c->fields[col_qos], "BE");
+	if (col_qos >= 0 && col_qos < c->csv.n_fields)
+		*out = !strcmp(c->csv.fields[col_qos], "BE");
 	return 0;
 }
 
@@ -191,7 +183,8 @@ static int trace_row(struct kn_sim_trace *t, struct sim_csv *c,
 	start = v[COL_CREATION];
 	*ran = true;
 	if (col_sched >= 0) {
-		sched = col_sched < c->n_fields ? c->fields[col_sched] : "";
+		sched = col_sched < c->csv.n_fields ? c->csv.fields[col_sched]
+						    : "";
 		if (!*sched) {
 			*ran = false;
 			return 0;
@@ -205,7 +198,8 @@ static int trace_row(struct kn_sim_trace *t, struct sim_csv *c,
 		return kn_errorf(err, KN_EINVAL, "deletion_time",
 				 "%s:%d:%d: deletion_time: %lld is before the "
 				 "pod started (%lld)",
-				 c->path, c->line, c->cols[col[COL_DELETION]],
+				 c->csv.path, c->csv.line,
+				 c->csv.cols[col[COL_DELETION]],
 				 (long long)v[COL_DELETION], (long long)start);
 	if ((v[COL_NUM_GPU] == 0) != (v[COL_GPU_MILLI] == 0) ||
 	    (v[COL_NUM_GPU] > 1 && v[COL_GPU_MILLI] != 1000))
@@ -213,7 +207,8 @@ static int trace_row(struct kn_sim_trace *t, struct sim_csv *c,
 				 "%s:%d:%d: gpu_milli: %lld does not suit "
 				 "num_gpu %lld (1..1000 with one GPU, 1000 "
 				 "with more, 0 without)",
-				 c->path, c->line, c->cols[col[COL_GPU_MILLI]],
+				 c->csv.path, c->csv.line,
+				 c->csv.cols[col[COL_GPU_MILLI]],
 				 (long long)v[COL_GPU_MILLI],
 				 (long long)v[COL_NUM_GPU]);
 	rc = preemptible_of(c, col_pre, col_qos, &p->preemptible, err);
@@ -242,21 +237,22 @@ int kn_sim_trace_load(const char *pods_csv, struct kn_sim_trace **out,
 	if (rc < 0)
 		goto out;
 	for (int i = 0; i < N_REQUIRED; i++) {
-		col[i] = optional_column(&c, required_columns[i]);
+		col[i] = kn_csv_find(&c.csv, required_columns[i]);
 		if (col[i] < 0) {
 			rc = kn_errorf(err, KN_EINVAL, required_columns[i],
 				       "%s:%d:1: no column '%s' in the header "
 				       "(--autoscale replays pods in time: it "
 				       "needs creation_time and deletion_time, "
 				       "in seconds)",
-				       pods_csv, c.line, required_columns[i]);
+				       pods_csv, c.csv.line,
+				       required_columns[i]);
 			goto out;
 		}
 	}
-	col_sched = optional_column(&c, "scheduled_time");
-	col_pre = optional_column(&c, "preemptible");
-	col_qos = optional_column(&c, "qos");
-	while ((rc = sim_csv_row(&c, err)) > 0) {
+	col_sched = kn_csv_find(&c.csv, "scheduled_time");
+	col_pre = kn_csv_find(&c.csv, "preemptible");
+	col_qos = kn_csv_find(&c.csv, "qos");
+	while ((rc = kn_csv_next(&c.csv, err)) > 0) {
 		struct trace_pod p = {0};
 		bool ran;
 

@@ -1,9 +1,8 @@
 /*
  * sim: openb CSV loading and the paper's one-shot packing experiment.
  *
- * The CSV reader is deliberately small: openb files are plain
- * comma-separated values without quoting, so a quote is an error rather
- * than a half-supported feature, and every error names FILE:LINE:COLUMN.
+ * The CSV files are read with base's reader (kn_csv): every error names
+ * FILE:LINE:COLUMN.
  *
  * The resampling rule follows the paper's code, quirk included: a sample
  * is appended while total + its per-GPU milli <= 1.3 x capacity, but the
@@ -34,77 +33,36 @@ struct kn_sim {
 	size_t *order;
 };
 
-/* Split the next non-empty line; 0 at end of file, 1 with a row. */
-int sim_csv_row(struct sim_csv *c, struct kn_error *err)
-{
-	char *p, *end;
-
-	while (*c->next) {
-		p = c->next;
-		end = strchr(p, '\n');
-		c->next = end ? end + 1 : p + strlen(p);
-		if (end)
-			*end = '\0';
-		c->line++;
-		if (end && end > p && end[-1] == '\r')
-			end[-1] = '\0';
-		if (!*p)
-			continue;
-		c->n_fields = 0;
-		for (char *f = p;;) {
-			char *comma = strchr(f, ',');
-			char *q = strchr(f, '"');
-
-			if (q && (!comma || q < comma))
-				return kn_errorf(err, KN_EINVAL, NULL,
-						 "%s:%d:%d: quoted fields are not "
-						 "supported",
-						 c->path, c->line,
-						 (int)(q - p) + 1);
-			if (c->n_fields == SIM_CSV_MAX_FIELDS)
-				return kn_errorf(err, KN_EINVAL, NULL,
-						 "%s:%d:%d: more than %d columns",
-						 c->path, c->line,
-						 (int)(f - p) + 1, SIM_CSV_MAX_FIELDS);
-			c->cols[c->n_fields] = (int)(f - p) + 1;
-			c->fields[c->n_fields++] = f;
-			if (!comma)
-				break;
-			*comma = '\0';
-			f = comma + 1;
-		}
-		return 1;
-	}
-	return 0;
-}
-
 int sim_csv_column(struct sim_csv *c, const char *name, struct kn_error *err)
 {
-	for (int i = 0; i < c->n_fields; i++)
-		if (!strcmp(c->fields[i], name))
-			return i;
+	int i = kn_csv_find(&c->csv, name);
+
+	if (i >= 0)
+		return i;
 	return kn_errorf(err, KN_EINVAL, name,
-			 "%s:%d:1: no column '%s' in the header", c->path,
-			 c->line, name);
+			 "%s:%d:1: no column '%s' in the header", c->csv.path,
+			 c->csv.line, name);
 }
 
-int sim_csv_field(struct sim_csv *c, int col, const char *name, const char **out,
-		 struct kn_error *err)
+int sim_csv_field(struct sim_csv *c, int col, const char *name,
+		  const char **out, struct kn_error *err)
 {
-	if (col >= c->n_fields)
+	const struct kn_csv *r = &c->csv;
+	int last = r->n_fields - 1;
+
+	if (col >= r->n_fields)
 		return kn_errorf(err, KN_EINVAL, name,
 				 "%s:%d:%d: %s: missing (only %d columns)",
-				 c->path, c->line,
-				 c->cols[c->n_fields - 1] +
-					 (int)strlen(c->fields[c->n_fields - 1]) +
+				 r->path, r->lines[last],
+				 r->cols[last] + (int)strlen(r->fields[last]) +
 					 1,
-				 name, c->n_fields);
-	*out = c->fields[col];
+				 name, r->n_fields);
+	*out = r->fields[col];
 	return 0;
 }
 
 int sim_csv_int(struct sim_csv *c, int col, const char *name, int64_t max,
-		     int64_t *out, struct kn_error *err)
+		int64_t *out, struct kn_error *err)
 {
 	const char *s;
 	char *end;
@@ -119,15 +77,15 @@ int sim_csv_int(struct sim_csv *c, int col, const char *name, int64_t max,
 		return kn_errorf(err, KN_EINVAL, name,
 				 "%s:%d:%d: %s: '%s' is not a whole number "
 				 "0..%lld",
-				 c->path, c->line, c->cols[col], name, s,
-				 (long long)max);
+				 c->csv.path, c->csv.lines[col],
+				 c->csv.cols[col], name, s, (long long)max);
 	*out = v;
 	return 0;
 }
 
 const char *sim_csv_text(struct sim_csv *c, int col)
 {
-	const char *s = c->fields[col];
+	const char *s = c->csv.fields[col];
 
 	return !*s || !strcmp(s, "nan") ? NULL : s;
 }
@@ -138,7 +96,6 @@ int sim_csv_open(struct sim_csv *c, const char *path, struct kn_error *err)
 	int rc;
 
 	memset(c, 0, sizeof(*c));
-	c->path = path;
 	rc = kn_read_file(path, KN_SIM_MAX_FILE, &c->text, &len);
 	if (rc == -EFBIG)
 		return kn_errorf(err, KN_EINVAL, NULL,
@@ -147,8 +104,8 @@ int sim_csv_open(struct sim_csv *c, const char *path, struct kn_error *err)
 	if (rc < 0)
 		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
 				 strerror(-rc));
-	c->next = c->text;
-	rc = sim_csv_row(c, err);
+	kn_csv_init(&c->csv, c->text, path);
+	rc = kn_csv_next(&c->csv, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_EINVAL, NULL, "%s:1:1: empty file",
 				 path);
@@ -195,7 +152,7 @@ static int load_nodes(const char *path, struct node_list *l,
 		if (rc < 0)
 			goto out;
 	}
-	while ((rc = sim_csv_row(&c, err)) > 0) {
+	while ((rc = kn_csv_next(&c.csv, err)) > 0) {
 		struct kn_pack_node_spec *s;
 		const char *name;
 		int64_t cpu, mem, gpus;
@@ -208,13 +165,15 @@ static int load_nodes(const char *path, struct node_list *l,
 		    (rc = sim_csv_int(&c, col[3], "gpu", KN_PACK_MAX_GPUS, &gpus,
 				    err)) < 0)
 			goto out;
-		if (gpus > 0 && (col[4] >= c.n_fields ||
+		if (gpus > 0 && (col[4] >= c.csv.n_fields ||
 				 !sim_csv_text(&c, col[4]))) {
-			rc = kn_errorf(err, KN_EINVAL, "model",
-				       "%s:%d:%d: model: a node with GPUs needs "
-				       "a model",
-				       path, c.line,
-				       col[4] < c.n_fields ? c.cols[col[4]] : 1);
+			rc = kn_errorf(
+				err, KN_EINVAL, "model",
+				"%s:%d:%d: model: a node with GPUs needs "
+				"a model",
+				path, c.csv.line,
+				col[4] < c.csv.n_fields ? c.csv.cols[col[4]]
+							: 1);
 			goto out;
 		}
 		if (l->n == cap) {
@@ -273,7 +232,7 @@ static int load_pods(struct kn_sim *sim, const char *path,
 		if (rc < 0)
 			goto out;
 	}
-	while ((rc = sim_csv_row(&c, err)) > 0) {
+	while ((rc = kn_csv_next(&c.csv, err)) > 0) {
 		struct sim_pod *p;
 		struct kn_error why = {0};
 		const char *name, *spec;
@@ -315,8 +274,8 @@ static int load_pods(struct kn_sim *sim, const char *path,
 								    : col[4];
 
 			rc = kn_errorf(err, KN_EINVAL, why.field,
-				       "%s:%d:%d: %s", path, c.line,
-				       c.cols[at], why.message);
+				       "%s:%d:%d: %s", path, c.csv.line,
+				       c.csv.cols[at], why.message);
 			goto out;
 		}
 	}

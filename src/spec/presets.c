@@ -29,7 +29,6 @@
 #define CPU_RUNTIME_BYTES (512LL * 1024 * 1024)
 /* The table is a few dozen rows; anything far larger is not it. */
 #define PRESETS_MAX_BYTES (1024 * 1024)
-#define PRESETS_MAX_FIELDS 16
 /* Far above any model there is; keeps the byte counts inside int64. */
 #define PARAMETERS_MAX_B 100000
 
@@ -51,54 +50,6 @@ static const struct {
 	{"fp32", 4}, {"fp16", 2}, {"bf16", 2}, {"fp8", 1}, {"int8", 1},
 	{"int4", 0.5},
 };
-
-/*
- * One CSV record at *p (RFC 4180 quoting), fields written in place and
- * NUL-terminated. Returns the field count, or -1 past max fields or on an
- * unterminated quote; *p moves past the record.
- */
-static int csv_record(char **p, char **fields, int max)
-{
-	char *s = *p, *out;
-	int n = 0;
-
-	for (;;) {
-		if (n == max)
-			return -1;
-		fields[n++] = out = s;
-		if (*s == '"') {
-			s++;
-			for (;;) {
-				if (*s == '\0')
-					return -1;
-				if (*s == '"' && s[1] == '"') {
-					*out++ = '"';
-					s += 2;
-				} else if (*s == '"') {
-					s++;
-					break;
-				} else {
-					*out++ = *s++;
-				}
-			}
-		}
-		while (*s && *s != ',' && *s != '\n' && *s != '\r')
-			*out++ = *s++;
-		if (*s == ',') {
-			*out = '\0';
-			s++;
-			continue;
-		}
-		if (*s == '\r')
-			*s++ = '\0';
-		if (*s == '\n')
-			s++;
-		*out = '\0';
-		break;
-	}
-	*p = s;
-	return n;
-}
 
 /* GPU memory in GB from "H100-80GB"; 0 when the name does not say. */
 static double gpu_memory_gb(const char *model)
@@ -187,62 +138,66 @@ static int fill_row(char **f, const char *path, int line,
 	return 0;
 }
 
+/* Each wanted column's index in the header record. */
+static int find_columns(const struct kn_csv *csv, const char *path, int *col,
+			struct kn_error *err)
+{
+	for (int c = 0; c < COL_COUNT; c++) {
+		col[c] = kn_csv_find(csv, COLUMNS[c]);
+		if (col[c] < 0)
+			return kn_errorf(
+				err, KN_EINVAL, COLUMNS[c],
+				"%s:1: the header has no column \"%s\"", path,
+				COLUMNS[c]);
+	}
+	return 0;
+}
+
+static int read_row(struct kn_model_presets *p, const struct kn_csv *csv,
+		    const int *col, struct kn_error *err)
+{
+	char *f[COL_COUNT];
+	struct kn_model_preset row = {0};
+	int rc;
+
+	for (int c = 0; c < COL_COUNT; c++) {
+		if (col[c] >= csv->n_fields)
+			return kn_errorf(err, KN_EINVAL, COLUMNS[c],
+					 "%s:%d: the row has no \"%s\" column",
+					 csv->path, csv->line, COLUMNS[c]);
+		f[c] = csv->fields[col[c]];
+	}
+	rc = fill_row(f, csv->path, csv->line, &row, err);
+	if (rc == 0 && kn_model_preset_find(p, row.name))
+		rc = row_fail(err, csv->path, csv->line, "name",
+			      "appears twice", row.name);
+	if (rc < 0) {
+		free(row.name);
+		free(row.dtype);
+		free(row.gpu_model);
+		return rc;
+	}
+	p->rows = kn_xrealloc(p->rows, (p->n + 1) * sizeof(*p->rows));
+	p->rows[p->n++] = row;
+	return 0;
+}
+
 int kn_model_presets_parse(const char *text, size_t len, const char *path,
 			   struct kn_model_presets **out, struct kn_error *err)
 {
 	struct kn_model_presets *p = kn_xcalloc(1, sizeof(*p));
-	char *copy = kn_xmalloc(len + 1), *cur = copy;
-	char *f[PRESETS_MAX_FIELDS];
-	int col[COL_COUNT], n, line = 1, rc = 0;
+	char *copy = kn_xmalloc(len + 1);
+	struct kn_csv csv;
+	int col[COL_COUNT], rc;
 
 	memcpy(copy, text, len);
 	copy[len] = '\0';
-	n = csv_record(&cur, f, PRESETS_MAX_FIELDS);
-	for (int c = 0; c < COL_COUNT; c++) {
-		col[c] = -1;
-		for (int i = 0; i < n; i++)
-			if (!strcmp(f[i], COLUMNS[c]))
-				col[c] = i;
-		if (col[c] < 0) {
-			rc = kn_errorf(err, KN_EINVAL, COLUMNS[c],
-				       "%s:1: the header has no column \"%s\"",
-				       path, COLUMNS[c]);
-			goto out;
-		}
-	}
-	while (*cur) {
-		char *row_f[COL_COUNT];
-		struct kn_model_preset row;
-
-		line++;
-		n = csv_record(&cur, f, PRESETS_MAX_FIELDS);
-		if (n == 1 && !f[0][0])
-			continue; /* a blank line */
-		for (int c = 0; c < COL_COUNT; c++) {
-			if (n < 0 || col[c] >= n) {
-				rc = kn_errorf(err, KN_EINVAL, COLUMNS[c],
-					       "%s:%d: the row has no \"%s\" "
-					       "column",
-					       path, line, COLUMNS[c]);
-				goto out;
-			}
-			row_f[c] = f[col[c]];
-		}
-		memset(&row, 0, sizeof(row));
-		rc = fill_row(row_f, path, line, &row, err);
-		if (rc == 0 && kn_model_preset_find(p, row.name))
-			rc = row_fail(err, path, line, "name",
-				      "appears twice", row.name);
-		if (rc < 0) {
-			free(row.name);
-			free(row.dtype);
-			free(row.gpu_model);
-			goto out;
-		}
-		p->rows = kn_xrealloc(p->rows, (p->n + 1) * sizeof(*p->rows));
-		p->rows[p->n++] = row;
-	}
-out:
+	kn_csv_init(&csv, copy, path);
+	rc = kn_csv_next(&csv, err);
+	if (rc >= 0)
+		rc = find_columns(&csv, path, col, err);
+	while (rc >= 0 && (rc = kn_csv_next(&csv, err)) > 0)
+		rc = read_row(p, &csv, col, err);
 	free(copy);
 	if (rc < 0) {
 		kn_model_presets_free(p);

@@ -199,6 +199,99 @@ static void test_csv(void **state)
 	assert_string_equal(err.field, "table");
 }
 
+/* kn_csv: records with each field's line and column, blank lines skipped. */
+static void test_csv_reader(void **state)
+{
+	char text[] = "name,\"note, quoted\"\r\n"
+		      "\r\n"
+		      "a,\"two\nlines \"\"x\"\"\",b\n"
+		      "\n"
+		      "\"\",last";
+	struct kn_csv c;
+	struct kn_error err = {0};
+
+	(void)state;
+	kn_csv_init(&c, text, "t.csv");
+	assert_int_equal(kn_csv_next(&c, &err), 1);
+	assert_int_equal(c.line, 1);
+	assert_int_equal(c.n_fields, 2);
+	assert_string_equal(c.fields[1], "note, quoted");
+	assert_int_equal(c.cols[1], 6);
+	assert_int_equal(kn_csv_find(&c, "note, quoted"), 1);
+	assert_int_equal(kn_csv_find(&c, "nope"), -1);
+	assert_int_equal(kn_csv_next(&c, &err), 1);
+	assert_int_equal(c.line, 3);
+	assert_int_equal(c.n_fields, 3);
+	assert_string_equal(c.fields[0], "a");
+	assert_string_equal(c.fields[1], "two\nlines \"x\"");
+	assert_string_equal(c.fields[2], "b");
+	/* b stands on the quoted field's second line. */
+	assert_int_equal(c.lines[2], 4);
+	assert_int_equal(c.cols[2], 14);
+	assert_int_equal(kn_csv_next(&c, &err), 1);
+	assert_int_equal(c.line, 6);
+	assert_string_equal(c.fields[0], "");
+	assert_string_equal(c.fields[1], "last");
+	assert_int_equal(c.cols[1], 4);
+	assert_int_equal(kn_csv_next(&c, &err), 0);
+	assert_int_equal(kn_csv_next(&c, &err), 0);
+}
+
+/* Malformed records: an error at the line and column of the problem. */
+static void test_csv_reader_errors(void **state)
+{
+	static const struct {
+		const char *text, *message;
+	} cases[] = {
+		{"a,b\nc,\"open\nstill open",
+		 "t.csv:2:3: a quoted field is not closed"},
+		{"a,b\nc,d\"e\n", "t.csv:2:4: a quote inside an unquoted field "
+				  "(quote the whole field, and double the "
+				  "quotes in it)"},
+		{"a,\"b\"c\n", "t.csv:1:6: text after a closing quote"},
+		{"x\n\"multi\nline\" x\n",
+		 "t.csv:3:6: text after a closing quote"},
+	};
+	char wide[KN_CSV_FIELDS_MAX * 2 + 2], *longest;
+	struct kn_csv c;
+	struct kn_error err = {0};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *text = kn_xstrdup(cases[i].text);
+		int rc;
+
+		kn_csv_init(&c, text, "t.csv");
+		while ((rc = kn_csv_next(&c, &err)) > 0)
+			;
+		assert_int_equal(rc, -EINVAL);
+		if (strcmp(err.message, cases[i].message) != 0)
+			fail_msg("case %zu: got %s", i, err.message);
+		free(text);
+	}
+	/* One field more than the reader holds. */
+	for (int i = 0; i <= KN_CSV_FIELDS_MAX; i++) {
+		wide[2 * i] = 'x';
+		wide[2 * i + 1] = ',';
+	}
+	wide[2 * KN_CSV_FIELDS_MAX + 1] = '\0';
+	kn_csv_init(&c, wide, "t.csv");
+	assert_int_equal(kn_csv_next(&c, &err), -EINVAL);
+	assert_string_equal(err.message, "t.csv:1:129: more than 64 fields");
+	/* A record past the size bound: a quote never closed swallows the
+	   file, so the rest of the text is one record. */
+	longest = kn_xmalloc(KN_CSV_RECORD_MAX + 8);
+	memset(longest, 'y', KN_CSV_RECORD_MAX + 7);
+	memcpy(longest, "a\n", 2);
+	longest[KN_CSV_RECORD_MAX + 7] = '\0';
+	kn_csv_init(&c, longest, "t.csv");
+	assert_int_equal(kn_csv_next(&c, &err), 1);
+	assert_int_equal(kn_csv_next(&c, &err), -EINVAL);
+	assert_string_equal(err.message,
+			    "t.csv:2:1: a record longer than 65536 bytes");
+	free(longest);
+}
+
 static void put(const char *root, const char *rel, const char *text)
 {
 	char *path = kn_asprintf("%s/%s", root, rel), *slash = strrchr(path, '/');
@@ -263,6 +356,8 @@ int main(void)
 		cmocka_unit_test(test_thread_background),
 		cmocka_unit_test(test_yaml_text_check),
 		cmocka_unit_test(test_csv),
+		cmocka_unit_test(test_csv_reader),
+		cmocka_unit_test(test_csv_reader_errors),
 		cmocka_unit_test(test_git_revision),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

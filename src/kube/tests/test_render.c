@@ -417,8 +417,29 @@ static void test_yaml(void **state)
 				  "\"On\": \"no\"\n"
 				  "---\n"
 				  "k:\n"
-				  "-\n"
-				  "  - 2\n");
+				  "- - 2\n");
+	free(text);
+	json_decref(docs);
+}
+
+/* A long string stays on one line; control characters are escaped. */
+static void test_yaml_long_and_control(void **state)
+{
+	char long_text[400], *want, *text;
+	json_t *docs;
+
+	(void)state;
+	memset(long_text, 'w', sizeof(long_text) - 1);
+	memcpy(long_text + 100, " two  spaces ", 13);
+	long_text[sizeof(long_text) - 1] = '\0';
+	docs = json_pack("[{s:s, s:s}]", "long", long_text, "ctl",
+			 "tab\there\x01\"q\"");
+	text = kn_kube_yaml(docs);
+	want = kn_asprintf(
+		"---\nlong: \"%s\"\nctl: \"tab\\there\\x01\\\"q\\\"\"\n",
+		long_text);
+	assert_string_equal(text, want);
+	free(want);
 	free(text);
 	json_decref(docs);
 }
@@ -435,6 +456,7 @@ int main(void)
 		cmocka_unit_test(test_deployment),
 		cmocka_unit_test(test_products),
 		cmocka_unit_test(test_yaml),
+		cmocka_unit_test(test_yaml_long_and_control),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -188,6 +188,23 @@ static void test_parse_errors(void **state)
 		     "m.csv:3:3: gpu_compute_slices: differs from an earlier "
 		     "row of this model");
 	expect_error(HEADER, "m.csv:1:1: row: no profiles");
+	/* A quoted field is the same text: "1g" repeats 1g. */
+	expect_error(HEADER "X,7,8,\"1g\",19,1,1,7,0\nX,7,8,1g,19,1,1,7,1\n",
+		     "m.csv:3:7: profile: listed twice for this model");
+	expect_error(HEADER "X,7,8,1g,19,\"1,1,7,0\n",
+		     "m.csv:2:13: a quoted field is not closed");
+	{
+		static const char nul[] = HEADER "X,7,8,1g\0,19,1,1,7,0\n";
+		struct kn_mig_table *t = NULL;
+		struct kn_error err = {0};
+
+		assert_int_equal(kn_mig_parse(nul, sizeof(nul) - 1, "m.csv",
+					      &t, &err),
+				 -EINVAL);
+		assert_null(t);
+		assert_string_equal(err.message,
+				    "m.csv:2:9: row: a NUL byte");
+	}
 }
 
 /* kn_sched_place: MIG devices take MIG requests only, packed. */

@@ -307,6 +307,11 @@ static void test_bad_traces(void **state)
 			   ":2:18: preemptible: 'maybe'");
 	expect_trace_error(HEADER "p,0,0,1,1000,,LS,Pending,0,5,\n",
 			   "no pod that ran");
+	/* Quoted fields and CRLF: columns count the quotes as written. */
+	expect_trace_error(HEADER "\"p,1\",0,0,1,1000,,LS,Running,x,50,0\r\n",
+			   ":2:30: creation_time: 'x'");
+	expect_trace_error(HEADER "p,0,0,1,1000,\"x,LS\r\n",
+			   ":2:14: a quoted field is not closed");
 }
 
 int main(void)

@@ -349,6 +349,9 @@ static void test_preset_table_errors(void **state)
 		 "p.csv:3: name: appears twice; got \"a\""},
 		{"name,parameters_b,dtype,kv_headroom,gpu_model\na,7,fp16\n",
 		 "p.csv:2: the row has no \"kv_headroom\" column"},
+		{"name,parameters_b,dtype,kv_headroom,gpu_model\n"
+		 "\"a, quoted\",7,fp16,0.2,A10-24GB\nb,\"7,fp16\n",
+		 "p.csv:3:3: a quoted field is not closed"},
 	};
 
 	(void)state;
