@@ -891,7 +891,8 @@ void deploy_free(struct server *s)
 	s->deploy = NULL;
 }
 
-const struct deployment *deploy_of(struct server *s, int64_t job_id)
+/* The deployment whose replica job_id is, or NULL. */
+static const struct deployment *deploy_of(struct server *s, int64_t job_id)
 {
 	if (!s->deploy)
 		return NULL;
@@ -1006,7 +1007,8 @@ void deploy_surge_cancel(struct server *s, int64_t surge_job)
 		p->n_reps--;
 }
 
-const char *deploy_model_dir(struct server *s, int64_t job_id)
+/* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
+static const char *deploy_model_dir(struct server *s, int64_t job_id)
 {
 	const struct deployment *p = deploy_of(s, job_id);
 
@@ -1017,6 +1019,30 @@ const char *deploy_model_dir(struct server *s, int64_t job_id)
 			return p->reps[i].model_dir;
 	return p->model_dir;
 }
+
+/* A replica serves on its attempt's port and comes back after any exit. */
+static bool hook_model(void *arg, int64_t job_id, struct job_model *out)
+{
+	const char *dir = deploy_model_dir(arg, job_id);
+
+	if (!dir)
+		return false;
+	out->dir = dir;
+	out->serves = true;
+	return true;
+}
+
+/* Replicas of one deployment are one spread group. */
+static const void *hook_spread_group(void *arg, int64_t job_id)
+{
+	return deploy_of(arg, job_id);
+}
+
+const struct job_hook_ops deploy_job_hooks = {
+	.name = "deployments",
+	.model = hook_model,
+	.spread_group = hook_spread_group,
+};
 
 /* ---- following an alias ---- */
 

@@ -19,6 +19,7 @@
 #include "loop/loop.h"
 #include "registry/registry.h"
 #include "sched/sched.h"
+#include "server/jobhooks.h"
 #include "server/server.h"
 #include "spec/spec.h"
 #include "store/store.h"
@@ -127,6 +128,8 @@ struct server {
 	struct kn_store *store;
 	struct kn_http_server *http;
 	const struct kn_executor_ops *exec;
+	/* What the services that own jobs tell the job core (jobhooks.h). */
+	struct job_hooks *hooks;
 	struct kn_timer *tick_timer;
 	struct kn_timer *poll_timer;
 
@@ -395,11 +398,11 @@ int monitor_server_alert(struct server *s, const struct server_alert *a,
 int deploy_start(struct server *s, struct kn_error *err);
 void deploy_free(struct server *s);
 /*
- * The deployment whose replica job_id is, or NULL: replicas of one
- * deployment are one spread group (jobs.c).
+ * The job hooks (argument: the server): a replica's model and port, and
+ * replicas of one deployment as one spread group.
  */
+extern const struct job_hook_ops deploy_job_hooks;
 struct deployment;
-const struct deployment *deploy_of(struct server *s, int64_t job_id);
 /*
  * deploy.c: replace the replica whose job is job_id without a gap
  * (rolling maintenance): a surge replica, a new job of its deployment, is
@@ -422,8 +425,6 @@ int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
 		       size_t len);
 /* Give a waiting surge up: its job is cancelled, the old replica stays. */
 void deploy_surge_cancel(struct server *s, int64_t surge_job);
-/* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
-const char *deploy_model_dir(struct server *s, int64_t job_id);
 /*
  * Alias `alias` of `model` moved (models.c): deployments following it roll
  * to the version it names, or keep theirs and fire an alert saying why.
@@ -577,13 +578,10 @@ int models_alias_rollback(struct server *s, const struct caller *c,
 int reval_start(struct server *s, struct kn_error *err);
 void reval_free(struct server *s);
 /*
- * KILN_MODEL_DIR when job_id is a re-validation's evaluation job (and
- * *ref its KILN_MODEL, NAME@VERSION), else NULL.
+ * The job hooks (argument: the server): an evaluation job's model
+ * (KILN_MODEL_DIR, KILN_MODEL) and, once it ended, its judgement.
  */
-const char *reval_model_dir(struct server *s, int64_t job_id,
-			    const char **ref);
-/* A job ended for good: a re-validation's run is judged. */
-void reval_job_ended(struct server *s, int64_t job_id);
+extern const struct job_hook_ops reval_job_hooks;
 /* One version's stored evaluations, oldest first (a new array). */
 json_t *reval_evaluations_json(struct server *s, const char *name,
 			       int64_t version);
@@ -629,16 +627,12 @@ int workflows_start(struct server *s, struct kn_error *err);
  */
 char *metrics_read(struct server *s, const struct kn_job_row *j, char *why,
 		   size_t len);
-/* A job ended for good (not requeued): its run, if any, moves on. */
-void workflows_job_ended(struct server *s, int64_t job_id);
 /*
- * The variables a task of job_id, bound as b, gets when the job is a
- * workflow step (docs/workflows.md): {"KILN_INPUTS": JSON text,
- * "KILN_REQUIRES": JSON text}, each only when the step has some; NULL for
- * any other job.
+ * The job hooks (argument: the server). A step's tasks get
+ * (docs/workflows.md) KILN_INPUTS and KILN_REQUIRES, JSON text, each only
+ * when the step has some; a step's job ending moves its run on.
  */
-json_t *workflows_task_env(struct server *s, int64_t job_id,
-			   const struct kn_sched_binding *b);
+extern const struct job_hook_ops workflows_job_hooks;
 /* Route handlers (api.c's table). */
 void workflows_h_run(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param);

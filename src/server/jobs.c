@@ -704,7 +704,8 @@ out:
 static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
-	const char *model_dir, *model_ref;
+	struct job_task task;
+	struct job_model model;
 	char devs[256], **env = NULL, *inputs = NULL, *requires = NULL;
 	json_t *step_env;
 	size_t n = 0;
@@ -755,7 +756,11 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	add_env(&env, &n, kn_asprintf("KILN_INPUT_DIR=%s/tasks/%lld/%d/inputs",
 				      s->home, (long long)r->job_id,
 				      r->attempt));
-	if ((step_env = workflows_task_env(s, r->job_id, b))) {
+	task.job_id = r->job_id;
+	task.attempt = r->attempt;
+	task.rank = t->rank;
+	task.binding = b;
+	if ((step_env = job_hooks_task_env(s->hooks, &task))) {
 		const char *key;
 		json_t *v;
 
@@ -803,15 +808,16 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 						      : 1));
 	if (s->nodes[b->node].devices.simulated)
 		add_env(&env, &n, kn_xstrdup("KILN_SIMULATED_GPUS=1"));
-	/* A deployment's replica serves on its attempt's port (deploy.c). */
-	if ((model_dir = deploy_model_dir(s, r->job_id))) {
-		add_env(&env, &n, kn_asprintf("KILN_PORT=%d", r->master_port));
-		add_env(&env, &n, kn_asprintf("KILN_MODEL_DIR=%s", model_dir));
-	}
-	/* An evaluation job gets the version it tests (revalidate.c). */
-	if ((model_dir = reval_model_dir(s, r->job_id, &model_ref))) {
-		add_env(&env, &n, kn_asprintf("KILN_MODEL_DIR=%s", model_dir));
-		add_env(&env, &n, kn_asprintf("KILN_MODEL=%s", model_ref));
+	/* A service replica serves on its attempt's port (deploy.c); an
+	   evaluation job gets the version it tests (revalidate.c). */
+	if (job_hooks_model(s->hooks, r->job_id, &model)) {
+		if (model.serves)
+			add_env(&env, &n, kn_asprintf("KILN_PORT=%d",
+						      r->master_port));
+		add_env(&env, &n, kn_asprintf("KILN_MODEL_DIR=%s", model.dir));
+		if (model.ref)
+			add_env(&env, &n, kn_asprintf("KILN_MODEL=%s",
+						      model.ref));
 	}
 
 	memset(&l, 0, sizeof(l));
@@ -885,22 +891,22 @@ static int *spread_group_placed(struct server *s, const struct queued_job *q,
 				const struct kn_sched_request *req,
 				const struct placed *pl, size_t np)
 {
-	const struct deployment *group;
+	const void *group;
 	int *counts;
 
 	if (!req->spread_key)
 		return NULL;
-	group = deploy_of(s, q->id);
+	group = job_hooks_spread_group(s->hooks, q->id);
 	if (!group)
 		return NULL;
 	counts = kn_xcalloc(s->cluster.n_nodes, sizeof(*counts));
 	for (const struct run *r = s->runs; r; r = r->next)
 		if (r->job_id != q->id && !r->stopping &&
-		    deploy_of(s, r->job_id) == group)
+		    job_hooks_spread_group(s->hooks, r->job_id) == group)
 			for (int t = 0; t < r->n_tasks; t++)
 				counts[r->bindings[t].node]++;
 	for (size_t k = 0; k < np; k++)
-		if (deploy_of(s, pl[k].q->id) == group)
+		if (job_hooks_spread_group(s->hooks, pl[k].q->id) == group)
 			for (int t = 0; t < pl[k].q->spec->tasks; t++)
 				counts[pl[k].bindings[t].node]++;
 	return counts;
@@ -1230,6 +1236,7 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 	struct kn_job_row j;
 	struct kn_attempt_row a;
 	const struct run_task *failed = NULL;
+	struct job_model model;
 	bool timeout = false, restart = false;
 	char why[256] = "";
 	int rc;
@@ -1276,7 +1283,8 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 		j.state = KN_JOB_QUEUED;
 		j.not_before = now;
 		*requeue = true;
-	} else if (deploy_model_dir(s, r->job_id)) {
+	} else if (job_hooks_model(s->hooks, r->job_id, &model) &&
+		   model.serves) {
 		/* A replica serves until it is undeployed: whatever the exit,
 		 * it comes back after backoff. One that had been up longer
 		 * than backoff_max starts its crash count over. */
@@ -1466,10 +1474,8 @@ static void settle(struct server *s, struct run **changed, size_t n)
 			r->spec = NULL;
 		}
 		run_free(r);
-		if (!requeue[i]) {
-			workflows_job_ended(s, job_id);
-			reval_job_ended(s, job_id);
-		}
+		if (!requeue[i])
+			job_hooks_job_ended(s->hooks, job_id);
 	}
 	free(done);
 	free(requeue);
@@ -1636,8 +1642,7 @@ int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		if (rc == 0) {
 			queue_remove(s, id);
 			feed_job(s, id, "cancelled", j.reason);
-			workflows_job_ended(s, id);
-			reval_job_ended(s, id);
+			job_hooks_job_ended(s->hooks, id);
 		}
 		goto out;
 	}

@@ -1527,7 +1527,9 @@ static json_t *job_inputs_json(struct server *s, int64_t job_id,
 		}
 		return out;
 	}
-	env = workflows_task_env(s, job_id, NULL);
+	/* A step's inputs are what its tasks are given (workflows.c). */
+	env = job_hooks_task_env(s->hooks,
+				 &(struct job_task){ .job_id = job_id });
 	text = json_string_value(json_object_get(env, "KILN_INPUTS"));
 	out = json_array();
 	list = text ? json_loads(text, 0, NULL) : NULL;

@@ -1415,9 +1415,12 @@ static void rolling_end(struct rolling *r, const char *error)
 /* The first deployment replica still running on node i, or NULL. */
 static const struct run *replica_on(struct server *s, size_t i)
 {
+	struct job_model model;
+
 	for (const struct run *run = s->runs; run; run = run->next)
 		if (!run->stopping && run->bindings[0].node == i &&
-		    deploy_of(s, run->job_id))
+		    job_hooks_model(s->hooks, run->job_id, &model) &&
+		    model.serves)
 			return run;
 	return NULL;
 }

@@ -332,21 +332,30 @@ static void tick(void *arg)
 	arm_next(s);
 }
 
-const char *reval_model_dir(struct server *s, int64_t job_id,
-			    const char **ref)
+/* An evaluation job gets the version it tests: its directory and
+   NAME@VERSION. */
+static bool hook_model(void *arg, int64_t job_id, struct job_model *out)
 {
+	struct server *s = arg;
+
 	if (!s->reval)
-		return NULL;
+		return false;
 	for (struct reval *r = s->reval->list; r; r = r->next)
 		if (r->job_id == job_id) {
-			*ref = r->run_ref;
-			return r->run_dir;
+			if (!r->run_dir)
+				return false;
+			out->dir = r->run_dir;
+			out->ref = r->run_ref;
+			return true;
 		}
-	return NULL;
+	return false;
 }
 
-void reval_job_ended(struct server *s, int64_t job_id)
+/* A job ended for good: a re-validation's run is judged. */
+static void hook_job_ended(void *arg, int64_t job_id)
 {
+	struct server *s = arg;
+
 	if (!s->reval)
 		return;
 	for (struct reval *r = s->reval->list; r; r = r->next)
@@ -355,6 +364,12 @@ void reval_job_ended(struct server *s, int64_t job_id)
 			kn_timer_arm(s->reval->timer, 0);
 		}
 }
+
+const struct job_hook_ops reval_job_hooks = {
+	.name = "re-validation",
+	.job_ended = hook_job_ended,
+	.model = hook_model,
+};
 
 /* Judge r's run, whose job has ended: store, alert, maybe roll back. */
 static void judge(struct server *s, struct reval *r)

@@ -371,6 +371,7 @@ static void server_release(struct server *s)
 	free(s->nodes);
 	kn_mig_free(s->mig);
 	workload_release(s);
+	job_hooks_free(s->hooks);
 	free(s->home);
 }
 
@@ -403,6 +404,16 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		kn_buf_release(&names);
 		goto out;
 	}
+	/*
+	 * The services that own jobs answer the job core through hooks;
+	 * first, as a pool's health checks
+	 * and jobs_recover ask them. A job's end is told
+	 * in this order.
+	 */
+	s.hooks = job_hooks_new();
+	job_hooks_add(s.hooks, &deploy_job_hooks, &s);
+	job_hooks_add(s.hooks, &workflows_job_hooks, &s);
+	job_hooks_add(s.hooks, &reval_job_hooks, &s);
 	rc = kube_start(&s, err);
 	if (rc < 0)
 		goto out;

@@ -22,7 +22,7 @@
  * retries of the job itself, checkpoints and outputs are the jobs' own;
  * the step's on_failure retry submits a new job each time. What makes a
  * job a step, besides its row here, is what its tasks get at launch
- * (workflows_task_env): KILN_INPUTS, the earlier steps' outputs by store
+ * (its task_env hook): KILN_INPUTS, the earlier steps' outputs by store
  * URL and sha256, and KILN_REQUIRES, its prerequisites; the shim fetches
  * and checks them on the node (cmd/shim.c), so no file passes through
  * the server.
@@ -430,8 +430,11 @@ static char *requires_text(struct server *s, const struct wf_run *r,
 	return text;
 }
 
-json_t *workflows_task_env(struct server *s, int64_t job_id,
-			   const struct kn_sched_binding *b)
+/* {"KILN_INPUTS", "KILN_REQUIRES"} for a task of step job_id bound as b
+   (NULL: not in a launch), each only when the step has some; NULL for a
+   job that is no step. */
+static json_t *step_env(struct server *s, int64_t job_id,
+			const struct kn_sched_binding *b)
 {
 	struct kn_error err;
 	struct wf_run r;
@@ -470,6 +473,15 @@ json_t *workflows_task_env(struct server *s, int64_t job_id,
 	}
 	wf_run_release(&r);
 	return env;
+}
+
+static void hook_task_env(void *arg, const struct job_task *t, json_t *env)
+{
+	json_t *vars = step_env(arg, t->job_id, t->binding);
+
+	if (vars)
+		json_object_update(env, vars);
+	json_decref(vars);
 }
 
 /* ---- register and deploy steps ---- */
@@ -1224,14 +1236,22 @@ static void advance_logged(struct server *s, int64_t id)
 		       err.message);
 }
 
-void workflows_job_ended(struct server *s, int64_t job_id)
+/* A step's job ended for good (not requeued): its run moves on. */
+static void hook_job_ended(void *arg, int64_t job_id)
 {
+	struct server *s = arg;
 	struct kn_error err;
 	int64_t run_id;
 
 	if (kn_store_wf_run_of_job(s->store, job_id, &run_id, &err) == 0)
 		advance_logged(s, run_id);
 }
+
+const struct job_hook_ops workflows_job_hooks = {
+	.name = "workflows",
+	.job_ended = hook_job_ended,
+	.task_env = hook_task_env,
+};
 
 int workflows_start(struct server *s, struct kn_error *err)
 {
