@@ -6,12 +6,12 @@
  * Job spec (kn_job_spec_to_input_text) and submitted like any other, so
  * the queue, placement, devices, the shim, logs and re-adoption after a
  * server restart are the jobs' own. What makes it a replica is the row
- * tying (deployment, index) to its current job, and two hooks in jobs.c:
+ * tying (deployment, index) to its current job, and its job hooks:
  * a replica's tasks get KILN_PORT (the attempt's port, chosen free on
  * loopback when it is bound) and KILN_MODEL_DIR, and an attempt that ends
  * for any reason but a cancel is queued again after backoff. The
  * alternative, a second supervisor beside the job machinery, would have
- * had to re-learn everything jobs.c knows about crashes and restarts.
+ * had to re-learn everything the job core knows about crashes and restarts.
  *
  * Probes run on the loop's HTTP client, at most one of each kind in
  * flight per replica; an answer about an attempt that is no longer the
@@ -766,7 +766,7 @@ static void tick(void *arg)
 								: TICK_MIN_MS);
 }
 
-/* ---- start, stop, the jobs.c hook ---- */
+/* ---- start, stop, the job hooks ---- */
 
 static struct deployment *deployment_from_row(const struct kn_deployment_row *row,
 					      struct kn_model_presets *presets,

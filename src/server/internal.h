@@ -78,7 +78,7 @@ struct run {
 	int64_t restore_ms;    /* time spent restoring before the start */
 	char restored[128];    /* the checkpoint it resumed from, or "" */
 
-	/* Checkpoint sync (sync.c). */
+	/* Checkpoint sync (core_sync.c). */
 	struct server *server;
 	struct kn_ckpt_watch *watch;
 	struct kn_fd_watch *watch_fd;
@@ -93,7 +93,7 @@ struct run {
 	bool outputs_done;
 	char end_state[16];    /* the job's state once this attempt ended */
 	char end_reason[256];  /* ... and why, for the event stream */
-	bool inputs_recorded;  /* rank 0's inputs.json was read (jobs.c) */
+	bool inputs_recorded;  /* rank 0's inputs.json was read (core_launch.c) */
 	struct run *next;
 };
 
@@ -200,75 +200,13 @@ int auth_check(struct server *s, const char *header, struct caller *out,
 void api_handle(struct kn_http_req *req, void *arg);
 json_t *job_to_json(struct server *s, const struct kn_job_row *j);
 
-/* jobs.c */
-int jobs_recover(struct server *s, struct kn_error *err);
-
 /* workload.c: the jobs' GPU shapes, for packing and fragmentation. */
 int workload_load(struct server *s, struct kn_error *err);
 void workload_add(struct server *s, const struct kn_job_spec *spec);
 void workload_release(struct server *s);
-/*
- * filename names the spec in messages; path, when given, is where the
- * spec file lives (absolute), which a relative workdir starts from.
- */
-int jobs_submit(struct server *s, const struct caller *c, const char *text,
-		size_t len, const char *filename, const char *path,
-		int64_t *out_id, struct kn_error *err);
-int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
-		struct kn_error *err);
-/*
- * Evict a running preemptible job: its checkpoint signal, then SIGKILL
- * after grace_ms (< 0: the spec's checkpoint grace); the attempt ends
- * preempted and the job goes back to the queue without using a retry.
- * c may be NULL for the system (scheduled events, drains).
- */
-int jobs_evict(struct server *s, const struct caller *c, int64_t id,
-	       int64_t grace_ms, const char *why, struct kn_error *err);
-/*
- * Stop the running attempt of job id (c NULL: the system): SIGTERM, then
- * SIGKILL after the kill grace. The attempt ends as failed with why; a
- * deployment's replica then restarts. -ENOENT when nothing runs.
- */
-int jobs_restart(struct server *s, int64_t id, const char *why,
-		 struct kn_error *err);
-void jobs_tick(void *arg);
-/* Run the scheduler on the next turn (capacity came back). */
-void jobs_wake(struct server *s);
-void jobs_on_sigchld(void *arg);
-void jobs_poll(void *arg);
-/* The queue reason of a queued job, or NULL. */
-const char *jobs_queue_reason(struct server *s, int64_t id);
-/* Allocations on a device of node i, as JSON [{job,rank,milli}]. */
-json_t *jobs_device_allocations(struct server *s, size_t node,
-				int device_index);
-/* Whether the job has a live run (for log follow). */
-bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank);
-void jobs_free_all(struct server *s);
-/*
- * A job's `inputs:` (from its stored normalized spec) with the sha256,
- * size and attempt recorded at their first fetch: [{input, name, url,
- * sha256, size, attempt}], the last three only once recorded; NULL when
- * the spec has no inputs.
- */
-json_t *jobs_inputs_json(struct server *s, int64_t job_id,
-			 const char *spec_json);
-/* Start the tasks of a bound run (after its restore). */
-void jobs_launch_run(struct server *s, struct run *r);
-/* The final sync of a run whose tasks have ended is over. */
-void jobs_sync_settled(struct server *s, struct run *r);
 
-/*
- * The queued jobs that found no room on the last scheduler turn (past
- * their backoff, not waiting for preemptions), in queue order, each with
- * its scheduler request: what the autoscaler grows pools for.
- */
-struct pending_job {
-	int64_t id;
-	bool preemptible;
-	struct kn_sched_request *req; /* owned by the list */
-};
-size_t jobs_pending(struct server *s, struct pending_job **out);
-void jobs_pending_free(struct pending_job *jobs, size_t n);
+/* The job core (core.h) */
+#include "server/core.h"
 
 /* usage.c: per-task usage sampling into the store's task_usage. */
 struct usage_state;
@@ -304,21 +242,6 @@ json_t *nodes_fragmentation(struct server *s, size_t i);
 int events_start(struct server *s, const char *url, const char *vm_name,
 		 struct kn_events **out, struct kn_error *err);
 void events_free(struct kn_events *ev);
-
-/* sync.c */
-/* Restore the newest checkpoint (attempt 2 on), then jobs_launch_run. */
-void sync_restore_then_launch(struct server *s, struct run *r);
-/* Whether the run's checkpoints are synced (preemptible or checkpoint:). */
-bool sync_wanted(const struct run *r);
-/* Start watching the run's checkpoint directory. */
-void sync_run_started(struct server *s, struct run *r);
-void sync_run_gone(struct run *r);
-/*
- * Every task has ended: true when nothing is left to sync; otherwise the
- * last sync (and, when succeeded, the outputs' upload) starts and
- * jobs_sync_settled is called when it is over.
- */
-bool sync_finish_ready(struct server *s, struct run *r, bool succeeded);
 
 /* slurm.c: the executor choice and the per-task Slurm options */
 /* Check --executor, --slurm-partitions and --slurm-shards-per-gpu. */

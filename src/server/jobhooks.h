@@ -8,9 +8,9 @@
  * has nothing to say). The core keeps no service state: a hook answers
  * from its own service's memory or the store.
  *
- * Rejected: the core calling each service by name, which tied jobs.c to
- * every service that starts jobs and made start-up order a matter of
- * comments. Hooks run on the loop, in registration order.
+ * Rejected: the core calling each service by name, which tied the jobs
+ * code to every service that starts jobs and made start-up order a
+ * matter of comments. Hooks run on the loop, in registration order.
  */
 #ifndef KILN_SERVER_JOBHOOKS_H
 #define KILN_SERVER_JOBHOOKS_H

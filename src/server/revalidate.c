@@ -8,8 +8,8 @@
  * request worker, so the loop keeps serving), then submits the evaluation spec
  * as a job of the revalidation's owner with KILN_MODEL_DIR (the copy) and
  * KILN_MODEL (NAME@VERSION) added to its env. When the job ends for good
- * (jobs.c's hook), its metrics are checked and the outcome stored per
- * version, on this file's timer rather than inside jobs.c's handling of
+ * (its job_ended hook), its metrics are checked and the outcome stored per
+ * version, on this file's timer rather than inside the job core's handling of
  * ended runs, since a rollback moves deployments, which cancel and submit
  * jobs. A failed or broken run fires model_revalidation_failed, which
  * stays firing until a run passes; with rollback, a failed threshold also

@@ -8,9 +8,9 @@
  * runs as now and each attempt row one job a step started (all of them,
  * across retries: a step's cost is theirs); advance() reads them, asks
  * wfplan.c what each step does next and writes the answer. It runs after
- * a step's job ends (one call from jobs.c), after an API call and for
+ * a step's job ends (its job_ended hook), after an API call and for
  * every active run at start-up, so a server killed mid-DAG picks up where
- * the store says it was: the jobs themselves are re-adopted by jobs.c,
+ * the store says it was: the jobs themselves are re-adopted by the job core,
  * and a step whose job ended while the server was down is judged then. A
  * step's job is submitted in the same transaction that records it on the
  * step, so a crash never leaves a job the run does not know about (which
