@@ -32,6 +32,7 @@
 
 #include "base/base.h"
 #include "sched/sched.h"
+#include "store/store.h"
 #include "server/jobhooks.h"
 
 struct server;
@@ -94,6 +95,14 @@ bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank);
  */
 json_t *jobs_inputs_json(struct server *s, int64_t job_id,
 			 const char *spec_json);
+
+/*
+ * The numbers job j left in KILN_OUTPUT_DIR/metrics.json (its last
+ * attempt's), as JSON object text (malloc'd), or NULL (with a note in why
+ * when the file is there but not an object).
+ */
+char *jobs_metrics_read(struct server *s, const struct kn_job_row *j,
+			char *why, size_t len);
 
 /*
  * The queued jobs that found no room on the last scheduler turn (past

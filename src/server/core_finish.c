@@ -606,3 +606,47 @@ void jobs_sync_settled(struct server *s, struct run *r)
 {
 	settle(s, &r, 1);
 }
+
+/* ---- a job's metrics ---- */
+
+/* metrics.json is a few numbers; more is a task's mistake. */
+#define METRICS_MAX_BYTES (64 * 1024)
+
+/*
+ * The numbers the job left in KILN_OUTPUT_DIR/metrics.json (its last
+ * attempt's task directory), as a JSON object text, or NULL with a note
+ * in why when the file is there but not a JSON object.
+ */
+char *jobs_metrics_read(struct server *s, const struct kn_job_row *j,
+			char *why, size_t len)
+{
+	char *path = kn_asprintf("%s/tasks/%lld/%d/outputs/metrics.json",
+				 s->home, (long long)j->id, j->attempts);
+	char *text = NULL, *out = NULL;
+	size_t n = 0;
+	json_t *doc, *nums, *v;
+	json_error_t jerr;
+	const char *key;
+
+	why[0] = '\0';
+	if (kn_read_file(path, METRICS_MAX_BYTES, &text, &n) < 0)
+		goto out;
+	doc = json_loadb(text, n, 0, &jerr);
+	if (!json_is_object(doc)) {
+		snprintf(why, len, "; metrics.json is not a JSON object: %.80s",
+			 doc ? "another value" : jerr.text);
+		json_decref(doc);
+		goto out;
+	}
+	nums = json_object();
+	json_object_foreach(doc, key, v)
+		if (json_is_number(v))
+			json_object_set(nums, key, v);
+	out = json_dumps(nums, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(nums);
+	json_decref(doc);
+out:
+	free(text);
+	free(path);
+	return out;
+}

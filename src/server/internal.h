@@ -317,14 +317,6 @@ int monitor_server_alert(struct server *s, const struct server_alert *a,
 			 bool firing, struct kn_error *err);
 
 /* deploy.c: deployments, probes, rollouts, gateway keys and config */
-/* Load the deployments; before jobs_recover, whose exits it judges. */
-int deploy_start(struct server *s, struct kn_error *err);
-void deploy_free(struct server *s);
-/*
- * The job hooks (argument: the server): a replica's model and port, and
- * replicas of one deployment as one spread group.
- */
-extern const struct job_hook_ops deploy_job_hooks;
 struct deployment;
 /*
  * deploy.c: replace the replica whose job is job_id without a gap
@@ -349,12 +341,6 @@ int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
 /* Give a waiting surge up: its job is cancelled, the old replica stays. */
 void deploy_surge_cancel(struct server *s, int64_t surge_job);
 /*
- * Alias `alias` of `model` moved (models.c): deployments following it roll
- * to the version it names, or keep theirs and fire an alert saying why.
- */
-void deploy_alias_moved(struct server *s, const char *model,
-			const char *alias);
-/*
  * Create or update a deployment from spec text, as POST /v1/deployments
  * does (file names it in errors; path, absolute, is where it was read):
  * a changed spec rolls out one replica at a time. *out is the deployment.
@@ -375,54 +361,8 @@ int deploy_apply_start(struct server *s, const struct caller *c,
 int deploy_apply(struct server *s, const struct caller *c, const char *body,
 		 size_t len, const char *file, const char *path,
 		 const struct deployment **out, struct kn_error *err);
-/* Route handlers (api.c's table). */
-void deploy_h_create(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param);
-void deploy_h_list(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
-void deploy_h_get(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param);
-void deploy_h_scale(struct server *s, struct kn_http_req *req,
-		    const struct caller *c, const char *param);
-void deploy_h_restart(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param);
-void deploy_h_delete(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param);
-void deploy_h_key_create(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param);
-void deploy_h_key_list(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param);
-void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param);
-void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
-			     const struct caller *c, const char *param);
-void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
-			    const struct caller *c, const char *param);
 
 /* models.c: the model registry's API (docs/registry.md) */
-int models_start(struct server *s, struct kn_error *err);
-void models_free(struct server *s);
-/* Route handlers (api.c's table). */
-void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
-			    const struct caller *c, const char *param);
-void models_h_blob_put(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param);
-void models_h_version_create(struct server *s, struct kn_http_req *req,
-			     const struct caller *c, const char *param);
-void models_h_list(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
-void models_h_get(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param);
-void models_h_sign(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
-void models_h_promote(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param);
-void models_h_rollback(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param);
-void models_h_from_job(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param);
-void models_h_lineage(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param);
 /*
  * A new version of name from a succeeded job's outputs (their blobs put
  * in the registry create-only, digests checked), its manifest's lineage
@@ -496,18 +436,11 @@ int models_from_job_start(struct server *s, const struct caller *c,
 int models_alias_rollback(struct server *s, const struct caller *c,
 			  const char *name, const char *alias, int64_t *to,
 			  int64_t *from, struct kn_error *err);
+/* One version's stored evaluations (revalidate.c records them), oldest
+   first (a new array). */
+json_t *models_evaluations_json(struct server *s, const char *name,
+				int64_t version);
 /* revalidate.c: scheduled evaluation of a model alias (docs/registry.md) */
-/* Load the re-validations and schedule their runs. */
-int reval_start(struct server *s, struct kn_error *err);
-void reval_free(struct server *s);
-/*
- * The job hooks (argument: the server): an evaluation job's model
- * (KILN_MODEL_DIR, KILN_MODEL) and, once it ended, its judgement.
- */
-extern const struct job_hook_ops reval_job_hooks;
-/* One version's stored evaluations, oldest first (a new array). */
-json_t *reval_evaluations_json(struct server *s, const char *name,
-			       int64_t version);
 /*
  * A deployment's revalidate: (docs/deployments.md). reval_for_deployment
  * checks what the spec of deployment (owned by owner, stored under
@@ -531,43 +464,6 @@ void reval_deployment_set(struct server *s, const char *deployment,
 			  const struct caller *c,
 			  struct kn_revalidation_row *row);
 void reval_row_free(struct kn_revalidation_row *row);
-/* Route handlers (api.c's table). */
-void reval_h_put(struct server *s, struct kn_http_req *req,
-		 const struct caller *c, const char *param);
-void reval_h_list(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param);
-void reval_h_run(struct server *s, struct kn_http_req *req,
-		 const struct caller *c, const char *param);
-void reval_h_evaluations(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param);
-/* workflows.c: workflow runs, their steps as jobs (docs/workflows.md) */
-/* Advance every active run (after jobs_recover has re-adopted jobs). */
-int workflows_start(struct server *s, struct kn_error *err);
-/*
- * The numbers job j left in KILN_OUTPUT_DIR/metrics.json, as JSON object
- * text (malloc'd), or NULL (with a note in why when the file is there but
- * not an object).
- */
-char *metrics_read(struct server *s, const struct kn_job_row *j, char *why,
-		   size_t len);
-/*
- * The job hooks (argument: the server). A step's tasks get
- * (docs/workflows.md) KILN_INPUTS and KILN_REQUIRES, JSON text, each only
- * when the step has some; a step's job ending moves its run on.
- */
-extern const struct job_hook_ops workflows_job_hooks;
-/* Route handlers (api.c's table). */
-void workflows_h_run(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param);
-void workflows_h_list(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param);
-void workflows_h_get(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param);
-void workflows_h_cancel(struct server *s, struct kn_http_req *req,
-			const struct caller *c, const char *param);
-void workflows_h_retry(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param);
-
 /* health.c: the node checks at start and periodically */
 int health_start(struct server *s, struct node_health **out,
 		 struct kn_error *err);
@@ -590,27 +486,7 @@ void audit_h_verify(struct server *s, struct kn_http_req *req,
 /* Check --backup-every, --backup-keep and --backup-to. */
 int backup_config_check(const struct kn_server_config *cfg,
 			struct kn_error *err);
-/* Set up (and with --backup-every, arm) the backups. */
-void backup_setup(struct server *s);
-/* After the worker pool is freed: its done callbacks use the state. */
-void backup_free(struct server *s);
-/* POST /v1/backups, GET /v1/backups, GET /v1/backups/{name} */
-void backup_h_create(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param);
-void backup_h_list(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
-void backup_h_get(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param);
-/* cost.c: the cost ledger's record and GET /v1/cost */
-/* Load the catalogs, check each node's pricing label and open each node's
-   state interval; after setup_nodes. */
-int cost_start(struct server *s, struct kn_error *err);
-/* Close the open state intervals (a clean stop) and free the catalog. */
-void cost_stop(struct server *s);
-void cost_h_report(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
-void cost_h_reservations(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param);
+/* cost.c: the cost ledger */
 /*
  * Each job's row of the by-job ledger from since_ms to now, as GET
  * /v1/cost?by=job gives it (cost_usd counts lost work too), keyed by the
@@ -619,10 +495,6 @@ void cost_h_reservations(struct server *s, struct kn_http_req *req,
  */
 int cost_by_job(struct server *s, int64_t since_ms, json_t **out,
 		struct kn_error *err);
-/* GET /v1/cost/rightsize: per job name, usage percentiles against the
-   requests and the suggested request where it is far above use. */
-void cost_h_rightsize(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param);
 
 /* server.c: node set-up, shared with the pools that add nodes later */
 /* Node n's scheduler view of its devices, this machine's CPUs and memory. */
@@ -631,21 +503,6 @@ void setup_sched_node(struct server *s, size_t n);
    option in errors. */
 int setup_labels(struct server *s, size_t n, const char *text,
 		 const char *sep, const char *flag, struct kn_error *err);
-
-/* pools.c: node pools, their providers and the autoscaler */
-/* Parse --pool, create or adopt each pool's nodes; after setup_nodes. */
-int pools_start(struct server *s, struct kn_error *err);
-/* Arm the autoscaler's timer once the loop exists. */
-void pools_run(struct server *s);
-void pools_free(struct server *s);
-/* GET /v1/pools */
-void pools_h_list(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param);
-/* POST and GET /v1/pools/{name}/rolling: rolling maintenance */
-void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
-			   const struct caller *c, const char *param);
-void pools_h_rolling_get(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,
