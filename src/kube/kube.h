@@ -391,7 +391,7 @@ struct kn_kube_task {
 	int attempt;
 	int rank; /* rank 0 submits the attempt; the others ride along */
 	/* KILN_INPUTS for the shim (the job's inputs with their recorded
-	   digests, jobs.c), or NULL. */
+	   digests, server/core_launch.c), or NULL. */
 	const char *inputs;
 	/* KILN_REQUIRES, a workflow step's prerequisites the shim checks
 	   before the task, or NULL. */

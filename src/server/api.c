@@ -4,22 +4,13 @@
  * synchronously except the log stream; anything a handler wrote to the
  * store is committed before the reply is sent.
  */
-#include "internal.h"
+#include "service.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct route {
-	const char *method;
-	const char *pattern; /* "{id}" and "{name}" match one path segment */
-	enum kn_role least;  /* the lowest role allowed */
-	bool public_route;   /* no token needed */
-	const char *action;  /* audit action of a refused write, or NULL */
-	void (*fn)(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
-};
 
 static void reply_err(struct kn_http_req *req, enum kn_errcode code,
 		      const char *field, const char *fmt, const char *arg)
@@ -840,6 +831,8 @@ static void h_events(struct server *s, struct kn_http_req *req,
 	feed_serve(s, req, since, follow != 0);
 }
 
+/* The job core's routes and the server's own; each service has its own
+   table (service.h). */
 static const struct route routes[] = {
 	{"GET", "/healthz", KN_ROLE_VIEWER, true, NULL, h_healthz},
 	{"GET", "/v1/whoami", KN_ROLE_VIEWER, false, NULL, h_whoami},
@@ -863,94 +856,13 @@ static const struct route routes[] = {
 	{"GET", "/v1/audit", KN_ROLE_VIEWER, false, NULL, h_audit},
 	{"GET", "/v1/audit/verify", KN_ROLE_ADMIN, false, "audit.verify",
 	 audit_h_verify},
-	{"POST", "/v1/backups", KN_ROLE_ADMIN, false, "backup.create",
-	 backup_h_create},
-	{"GET", "/v1/backups", KN_ROLE_ADMIN, false, "backup.list",
-	 backup_h_list},
-	{"GET", "/v1/backups/{name}", KN_ROLE_ADMIN, false, "backup.list",
-	 backup_h_get},
 	{"GET", "/v1/alerts", KN_ROLE_VIEWER, false, NULL, h_alerts},
 	{"GET", "/v1/events", KN_ROLE_VIEWER, false, NULL, h_events},
-	{"GET", "/v1/pools", KN_ROLE_VIEWER, false, NULL, pools_h_list},
-	{"POST", "/v1/pools/{name}/rolling", KN_ROLE_OPERATOR, false, NULL,
-	 pools_h_rolling_start},
-	{"GET", "/v1/pools/{name}/rolling", KN_ROLE_VIEWER, false, NULL,
-	 pools_h_rolling_get},
-	{"GET", "/v1/cost", KN_ROLE_VIEWER, false, NULL, cost_h_report},
-	{"GET", "/v1/cost/reservations", KN_ROLE_VIEWER, false, NULL,
-	 cost_h_reservations},
-	{"GET", "/v1/cost/rightsize", KN_ROLE_VIEWER, false, NULL,
-	 cost_h_rightsize},
 	{"GET", "/v1/tokens", KN_ROLE_ADMIN, false, "token.list", h_token_list},
 	{"POST", "/v1/tokens", KN_ROLE_ADMIN, false, "token.create",
 	 h_token_create},
 	{"DELETE", "/v1/tokens/{name}", KN_ROLE_ADMIN, false, "token.revoke",
 	 h_token_revoke},
-	/* Deployments (deploy.c): users deploy; operators hold the keys. */
-	{"POST", "/v1/deployments", KN_ROLE_USER, false, "deployment.create",
-	 deploy_h_create},
-	{"GET", "/v1/deployments", KN_ROLE_VIEWER, false, NULL, deploy_h_list},
-	{"GET", "/v1/deployments/{name}", KN_ROLE_VIEWER, false, NULL,
-	 deploy_h_get},
-	{"POST", "/v1/deployments/{name}/scale", KN_ROLE_USER, false,
-	 "deployment.scale", deploy_h_scale},
-	{"POST", "/v1/deployments/{name}/restart", KN_ROLE_USER, false,
-	 "deployment.restart", deploy_h_restart},
-	{"DELETE", "/v1/deployments/{name}", KN_ROLE_USER, false,
-	 "deployment.delete", deploy_h_delete},
-	{"POST", "/v1/keys", KN_ROLE_OPERATOR, false, "key.create",
-	 deploy_h_key_create},
-	{"GET", "/v1/keys", KN_ROLE_OPERATOR, false, "key.list",
-	 deploy_h_key_list},
-	{"DELETE", "/v1/keys/{name}", KN_ROLE_OPERATOR, false, "key.revoke",
-	 deploy_h_key_revoke},
-	/* Key hashes and every replica's address: the gateway's operator
-	 * token, not a viewer's. */
-	{"GET", "/v1/gateway/config", KN_ROLE_OPERATOR, false,
-	 "gateway.config", deploy_h_gateway_config},
-	{"POST", "/v1/gateway/alerts", KN_ROLE_OPERATOR, false,
-	 "gateway.alert", deploy_h_gateway_alert},
-	/* The model registry (models.c); {name} is NAME, NAME@VERSION or
-	   NAME@ALIAS. "missing" comes before the digest it would match. */
-	{"POST", "/v1/model-blobs/missing", KN_ROLE_USER, false,
-	 "model.blob.check", models_h_blobs_missing},
-	{"POST", "/v1/model-blobs/{name}", KN_ROLE_USER, false,
-	 "model.blob.put", models_h_blob_put},
-	{"GET", "/v1/models", KN_ROLE_VIEWER, false, "model.list",
-	 models_h_list},
-	{"GET", "/v1/models/{name}", KN_ROLE_VIEWER, false, "model.read",
-	 models_h_get},
-	{"POST", "/v1/models/{name}/versions", KN_ROLE_USER, false,
-	 "model.push", models_h_version_create},
-	{"POST", "/v1/models/{name}/signatures", KN_ROLE_USER, false,
-	 "model.sign", models_h_sign},
-	{"POST", "/v1/models/{name}/promote", KN_ROLE_OPERATOR, false,
-	 "model.promote", models_h_promote},
-	{"POST", "/v1/models/{name}/rollback", KN_ROLE_OPERATOR, false,
-	 "model.rollback", models_h_rollback},
-	{"POST", "/v1/models/{name}/from-job", KN_ROLE_USER, false,
-	 "model.push", models_h_from_job},
-	{"GET", "/v1/models/{name}/lineage", KN_ROLE_VIEWER, false,
-	 "model.read", models_h_lineage},
-	/* Re-validation (revalidate.c). */
-	{"POST", "/v1/models/{name}/revalidation", KN_ROLE_OPERATOR, false,
-	 "model.revalidate", reval_h_put},
-	{"GET", "/v1/models/{name}/revalidation", KN_ROLE_VIEWER, false, NULL,
-	 reval_h_list},
-	{"POST", "/v1/models/{name}/revalidation/run", KN_ROLE_OPERATOR, false,
-	 "model.revalidate.run", reval_h_run},
-	{"GET", "/v1/models/{name}/evaluations", KN_ROLE_VIEWER, false, NULL,
-	 reval_h_evaluations},
-	/* Workflow runs (workflows.c): a user runs and changes its own. */
-	{"POST", "/v1/workflows", KN_ROLE_USER, false, "workflow.run",
-	 workflows_h_run},
-	{"GET", "/v1/workflows", KN_ROLE_VIEWER, false, NULL, workflows_h_list},
-	{"GET", "/v1/workflows/{id}", KN_ROLE_VIEWER, false, NULL,
-	 workflows_h_get},
-	{"POST", "/v1/workflows/{id}/cancel", KN_ROLE_USER, false,
-	 "workflow.cancel", workflows_h_cancel},
-	{"POST", "/v1/workflows/{id}/retry", KN_ROLE_USER, false,
-	 "workflow.retry", workflows_h_retry},
 };
 
 /*
@@ -982,55 +894,68 @@ static bool match(const char *pattern, const char *path, char *param,
 	return *pattern == '\0' && *path == '\0';
 }
 
+/*
+ * Serve req with route r when its path matches; *path_known is set on a
+ * match of the path alone. True when the request was answered.
+ */
+static bool route_try(struct server *s, struct kn_http_req *req,
+		      const struct route *r, bool *path_known)
+{
+	const char *method = kn_http_method(req), *path = kn_http_path(req);
+	char param[256];
+	struct caller c;
+	struct kn_error err;
+
+	if (!match(r->pattern, path, param, sizeof(param)))
+		return false;
+	*path_known = true;
+	if (strcmp(r->method, method) != 0)
+		return false;
+	memset(&c, 0, sizeof(c));
+	if (!r->public_route) {
+		if (auth_check(s, kn_http_header(req, "Authorization"), &c,
+			       &err) < 0) {
+			kn_http_reply_error(req, &err);
+			return true;
+		}
+		if (c.role < r->least) {
+			struct kn_audit a;
+			char object[96];
+			kn_errorf(&err, KN_EPERM, NULL,
+				  "role %s may not %s %s (needs %s)",
+				  role_name(c.role), method, path,
+				  role_name(r->least));
+			snprintf(object, sizeof(object), "%s %s", method, path);
+			memset(&a, 0, sizeof(a));
+			a.actor = c.name;
+			a.role = (char *)role_name(c.role);
+			a.action = (char *)(r->action ? r->action : "request");
+			a.object = object;
+			a.outcome = "denied";
+			a.detail = err.message;
+			kn_store_audit_insert(s->store, &a, NULL);
+			kn_http_reply_error(req, &err);
+			return true;
+		}
+	}
+	r->fn(s, req, &c, param);
+	return true;
+}
+
 void api_handle(struct kn_http_req *req, void *arg)
 {
 	struct server *s = arg;
-	const char *method = kn_http_method(req), *path = kn_http_path(req);
+	const char *path = kn_http_path(req);
 	bool path_known = false;
-	char param[256];
 
-	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-		const struct route *r = &routes[i];
-		struct caller c;
-		struct kn_error err;
-
-		if (!match(r->pattern, path, param, sizeof(param)))
-			continue;
-		path_known = true;
-		if (strcmp(r->method, method) != 0)
-			continue;
-		memset(&c, 0, sizeof(c));
-		if (!r->public_route) {
-			if (auth_check(s, kn_http_header(req, "Authorization"),
-				       &c, &err) < 0) {
-				kn_http_reply_error(req, &err);
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+		if (route_try(s, req, &routes[i], &path_known))
+			return;
+	for (size_t k = 0; kn_services[k]; k++)
+		for (size_t i = 0; i < kn_services[k]->n_routes; i++)
+			if (route_try(s, req, &kn_services[k]->routes[i],
+				      &path_known))
 				return;
-			}
-			if (c.role < r->least) {
-				struct kn_audit a;
-				char object[96];
-				kn_errorf(&err, KN_EPERM, NULL,
-					  "role %s may not %s %s (needs %s)",
-					  role_name(c.role), method, path,
-					  role_name(r->least));
-				snprintf(object, sizeof(object), "%s %s", method,
-					 path);
-				memset(&a, 0, sizeof(a));
-				a.actor = c.name;
-				a.role = (char *)role_name(c.role);
-				a.action = (char *)(r->action ? r->action
-							      : "request");
-				a.object = object;
-				a.outcome = "denied";
-				a.detail = err.message;
-				kn_store_audit_insert(s->store, &a, NULL);
-				kn_http_reply_error(req, &err);
-				return;
-			}
-		}
-		r->fn(s, req, &c, param);
-		return;
-	}
 	if (path_known)
 		reply_err(req, KN_EINVAL, NULL, "method not allowed on %s", path);
 	else

@@ -15,7 +15,7 @@
  * --backup-keep, so a completed scheduled backup has always been pruned
  * after.
  */
-#include "internal.h"
+#include "service.h"
 
 #include "ckpt/ckpt.h"
 
@@ -520,7 +520,8 @@ int backup_config_check(const struct kn_server_config *cfg,
 	return 0;
 }
 
-void backup_setup(struct server *s)
+/* Set up (and with --backup-every, arm) the backups. */
+static int backups_start(struct server *s, struct kn_error *err)
 {
 	s->backup = kn_xcalloc(1, sizeof(*s->backup));
 	if (s->cfg.backup_every_ms > 0) {
@@ -531,9 +532,11 @@ void backup_setup(struct server *s)
 		       s->cfg.backup_to ? s->cfg.backup_to : s->blob_url,
 		       s->cfg.backup_keep);
 	}
+	return 0;
 }
 
-void backup_free(struct server *s)
+/* After the worker pool is freed: its done callbacks use the state. */
+static void backup_free(struct server *s)
 {
 	if (!s->backup)
 		return;
@@ -565,7 +568,7 @@ static json_t *run_json(const struct backup_run *run)
 	return o;
 }
 
-void backup_h_create(struct server *s, struct kn_http_req *req,
+static void backup_h_create(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param)
 {
 	struct backup_run *run = NULL;
@@ -607,7 +610,7 @@ void backup_h_create(struct server *s, struct kn_http_req *req,
 	json_decref(body);
 }
 
-void backup_h_list(struct server *s, struct kn_http_req *req,
+static void backup_h_list(struct server *s, struct kn_http_req *req,
 		   const struct caller *c, const char *param)
 {
 	struct backup_state *b = s->backup;
@@ -636,7 +639,7 @@ void backup_h_list(struct server *s, struct kn_http_req *req,
 			  "runs", list));
 }
 
-void backup_h_get(struct server *s, struct kn_http_req *req,
+static void backup_h_get(struct server *s, struct kn_http_req *req,
 		  const struct caller *c, const char *param)
 {
 	struct backup_state *b = s->backup;
@@ -656,3 +659,21 @@ void backup_h_get(struct server *s, struct kn_http_req *req,
 		  param, BACKUP_RUNS_KEPT);
 	kn_http_reply_error(req, &err);
 }
+
+static const struct route routes[] = {
+	{"POST", "/v1/backups", KN_ROLE_ADMIN, false, "backup.create",
+	 backup_h_create},
+	{"GET", "/v1/backups", KN_ROLE_ADMIN, false, "backup.list",
+	 backup_h_list},
+	{"GET", "/v1/backups/{name}", KN_ROLE_ADMIN, false, "backup.list",
+	 backup_h_get},
+};
+
+const struct service backup_service = {
+	.name = "backups",
+	.phase = SERVICE_PHASE_LOOP,
+	.start = backups_start,
+	.stop = backup_free,
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
+};

@@ -15,7 +15,7 @@
  * --catalog's rows. A node without a known size or price is costed at 0
  * and reported unpriced; its size is never guessed.
  */
-#include "internal.h"
+#include "service.h"
 
 #include "cost/cost.h"
 
@@ -48,7 +48,9 @@ static const char *node_label(const struct server *s, size_t i,
 	return NULL;
 }
 
-int cost_start(struct server *s, struct kn_error *err)
+/* Load the catalogs, check each node's pricing label and open each node's
+   state interval (the nodes, pools' too, exist by then). */
+static int cost_start(struct server *s, struct kn_error *err)
 {
 	const char *shipped[] = { KN_GPU_SKU_FILE, KN_CPU_SKU_FILE };
 	int64_t now = kn_now_ms();
@@ -88,7 +90,8 @@ int cost_start(struct server *s, struct kn_error *err)
 	return rc;
 }
 
-void cost_stop(struct server *s)
+/* Close the open state intervals (a clean stop) and free the catalog. */
+static void cost_stop(struct server *s)
 {
 	struct kn_error err;
 
@@ -528,7 +531,7 @@ static int record_load(struct server *s, int64_t since, struct record *rec,
 	return 0;
 }
 
-void cost_h_report(struct server *s, struct kn_http_req *req,
+static void cost_h_report(struct server *s, struct kn_http_req *req,
 		   const struct caller *c, const char *param)
 {
 	const char *by_text = kn_http_query(req, "by");
@@ -751,7 +754,7 @@ static int spot_candidates(struct server *s, const struct record *rec,
 	return 0;
 }
 
-void cost_h_reservations(struct server *s, struct kn_http_req *req,
+static void cost_h_reservations(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param)
 {
 	struct record rec;
@@ -870,7 +873,7 @@ static json_t *name_json(const struct name_usage *n, int *suggestions)
 	return resources;
 }
 
-void cost_h_rightsize(struct server *s, struct kn_http_req *req,
+static void cost_h_rightsize(struct server *s, struct kn_http_req *req,
 		      const struct caller *c, const char *param)
 {
 	struct record rec;
@@ -942,3 +945,20 @@ out:
 	free(names);
 	record_release(&rec);
 }
+
+static const struct route routes[] = {
+	{"GET", "/v1/cost", KN_ROLE_VIEWER, false, NULL, cost_h_report},
+	{"GET", "/v1/cost/reservations", KN_ROLE_VIEWER, false, NULL,
+	 cost_h_reservations},
+	{"GET", "/v1/cost/rightsize", KN_ROLE_VIEWER, false, NULL,
+	 cost_h_rightsize},
+};
+
+const struct service cost_service = {
+	.name = "cost",
+	.phase = SERVICE_PHASE_NODES,
+	.start = cost_start,
+	.stop = cost_stop,
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
+};

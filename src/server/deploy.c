@@ -6,12 +6,12 @@
  * Job spec (kn_job_spec_to_input_text) and submitted like any other, so
  * the queue, placement, devices, the shim, logs and re-adoption after a
  * server restart are the jobs' own. What makes it a replica is the row
- * tying (deployment, index) to its current job, and two hooks in jobs.c:
+ * tying (deployment, index) to its current job, and its job hooks:
  * a replica's tasks get KILN_PORT (the attempt's port, chosen free on
  * loopback when it is bound) and KILN_MODEL_DIR, and an attempt that ends
  * for any reason but a cancel is queued again after backoff. The
  * alternative, a second supervisor beside the job machinery, would have
- * had to re-learn everything jobs.c knows about crashes and restarts.
+ * had to re-learn everything the job core knows about crashes and restarts.
  *
  * Probes run on the loop's HTTP client, at most one of each kind in
  * flight per replica; an answer about an attempt that is no longer the
@@ -36,7 +36,7 @@
  * before the answer); a replica's job belongs to its deployment's owner;
  * only this file knows which jobs are replicas.
  */
-#include "internal.h"
+#include "service.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -766,7 +766,7 @@ static void tick(void *arg)
 								: TICK_MIN_MS);
 }
 
-/* ---- start, stop, the jobs.c hook ---- */
+/* ---- start, stop, the job hooks ---- */
 
 static struct deployment *deployment_from_row(const struct kn_deployment_row *row,
 					      struct kn_model_presets *presets,
@@ -794,7 +794,8 @@ static struct deployment *deployment_from_row(const struct kn_deployment_row *ro
 	return p;
 }
 
-int deploy_start(struct server *s, struct kn_error *err)
+/* Load the deployments and arm their reconcile. */
+static int deploy_start(struct server *s, struct kn_error *err)
 {
 	struct deploy_state *d = kn_xcalloc(1, sizeof(*d));
 	struct kn_deployment_row *rows = NULL;
@@ -868,7 +869,7 @@ int deploy_start(struct server *s, struct kn_error *err)
 	return rc;
 }
 
-void deploy_free(struct server *s)
+static void deploy_free(struct server *s)
 {
 	struct deploy_state *d = s->deploy;
 
@@ -891,7 +892,8 @@ void deploy_free(struct server *s)
 	s->deploy = NULL;
 }
 
-const struct deployment *deploy_of(struct server *s, int64_t job_id)
+/* The deployment whose replica job_id is, or NULL. */
+static const struct deployment *deploy_of(struct server *s, int64_t job_id)
 {
 	if (!s->deploy)
 		return NULL;
@@ -1006,7 +1008,8 @@ void deploy_surge_cancel(struct server *s, int64_t surge_job)
 		p->n_reps--;
 }
 
-const char *deploy_model_dir(struct server *s, int64_t job_id)
+/* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
+static const char *deploy_model_dir(struct server *s, int64_t job_id)
 {
 	const struct deployment *p = deploy_of(s, job_id);
 
@@ -1017,6 +1020,30 @@ const char *deploy_model_dir(struct server *s, int64_t job_id)
 			return p->reps[i].model_dir;
 	return p->model_dir;
 }
+
+/* A replica serves on its attempt's port and comes back after any exit. */
+static bool hook_model(void *arg, int64_t job_id, struct job_model *out)
+{
+	const char *dir = deploy_model_dir(arg, job_id);
+
+	if (!dir)
+		return false;
+	out->dir = dir;
+	out->serves = true;
+	return true;
+}
+
+/* Replicas of one deployment are one spread group. */
+static const void *hook_spread_group(void *arg, int64_t job_id)
+{
+	return deploy_of(arg, job_id);
+}
+
+static const struct job_hook_ops deploy_job_hooks = {
+	.name = "deployments",
+	.model = hook_model,
+	.spread_group = hook_spread_group,
+};
 
 /* ---- following an alias ---- */
 
@@ -1211,8 +1238,12 @@ static void follow(struct server *s, struct deployment *p)
 	}
 }
 
-void deploy_alias_moved(struct server *s, const char *model,
-			const char *alias)
+/*
+ * Alias `alias` of `model` moved: deployments following it roll to the
+ * version it names, or keep theirs and fire an alert saying why.
+ */
+static void deploy_alias_moved(struct server *s, const char *model,
+			       const char *alias)
 {
 	struct kn_model_ref ref;
 	const char *a;
@@ -1752,7 +1783,7 @@ static const char *reval_job_sent(json_t *doc,
 	return json_string_value(v);
 }
 
-void deploy_h_create(struct server *s, struct kn_http_req *req,
+static void deploy_h_create(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param)
 {
 	const struct deployment *p = NULL;
@@ -1807,7 +1838,7 @@ out:
 	json_decref(doc);
 }
 
-void deploy_h_list(struct server *s, struct kn_http_req *req,
+static void deploy_h_list(struct server *s, struct kn_http_req *req,
 		   const struct caller *c, const char *param)
 {
 	json_t *list = json_array();
@@ -1835,7 +1866,7 @@ static struct deployment *lookup(struct server *s, struct kn_http_req *req,
 	return p;
 }
 
-void deploy_h_get(struct server *s, struct kn_http_req *req,
+static void deploy_h_get(struct server *s, struct kn_http_req *req,
 		  const struct caller *c, const char *param)
 {
 	struct deployment *p = lookup(s, req, param);
@@ -1861,7 +1892,7 @@ static bool change_allowed(struct server *s, struct kn_http_req *req,
 	return false;
 }
 
-void deploy_h_scale(struct server *s, struct kn_http_req *req,
+static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 		    const struct caller *c, const char *param)
 {
 	struct deployment *p = lookup(s, req, param);
@@ -1919,7 +1950,7 @@ void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	reply_deployment(s, req, p, 200);
 }
 
-void deploy_h_restart(struct server *s, struct kn_http_req *req,
+static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 		      const struct caller *c, const char *param)
 {
 	struct deployment *p = lookup(s, req, param);
@@ -1972,7 +2003,7 @@ void deploy_h_restart(struct server *s, struct kn_http_req *req,
 	reply_deployment(s, req, p, 200);
 }
 
-void deploy_h_delete(struct server *s, struct kn_http_req *req,
+static void deploy_h_delete(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param)
 {
 	struct deployment *p = lookup(s, req, param);
@@ -2043,7 +2074,7 @@ static int limit_field(json_t *body, const char *field, int64_t *out,
 	return 0;
 }
 
-void deploy_h_key_create(struct server *s, struct kn_http_req *req,
+static void deploy_h_key_create(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param)
 {
 	struct kn_gateway_key_row k;
@@ -2119,7 +2150,7 @@ out:
 	json_decref(body);
 }
 
-void deploy_h_key_list(struct server *s, struct kn_http_req *req,
+static void deploy_h_key_list(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
 	struct kn_gateway_key_row *rows = NULL;
@@ -2140,7 +2171,7 @@ void deploy_h_key_list(struct server *s, struct kn_http_req *req,
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "keys", list));
 }
 
-void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
+static void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param)
 {
 	struct kn_error err;
@@ -2208,7 +2239,7 @@ static void kube_gateway_replicas(const struct deployment *p, json_t *reps)
 	json_decref(st);
 }
 
-void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
+static void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 			     const struct caller *c, const char *param)
 {
 	struct deploy_state *d = s->deploy;
@@ -2343,7 +2374,7 @@ static int gateway_alert(struct server *s, const char *source,
 	return rc;
 }
 
-void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
+static void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 			    const struct caller *c, const char *param)
 {
 	struct kn_error err;
@@ -2396,3 +2427,41 @@ void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 	json_decref(body);
 	kn_http_reply_json(req, 202, json_pack("{s:b}", "accepted", 1));
 }
+
+static const struct route routes[] = {
+	/* Deployments (deploy.c): users deploy; operators hold the keys. */
+	{"POST", "/v1/deployments", KN_ROLE_USER, false, "deployment.create",
+	 deploy_h_create},
+	{"GET", "/v1/deployments", KN_ROLE_VIEWER, false, NULL, deploy_h_list},
+	{"GET", "/v1/deployments/{name}", KN_ROLE_VIEWER, false, NULL,
+	 deploy_h_get},
+	{"POST", "/v1/deployments/{name}/scale", KN_ROLE_USER, false,
+	 "deployment.scale", deploy_h_scale},
+	{"POST", "/v1/deployments/{name}/restart", KN_ROLE_USER, false,
+	 "deployment.restart", deploy_h_restart},
+	{"DELETE", "/v1/deployments/{name}", KN_ROLE_USER, false,
+	 "deployment.delete", deploy_h_delete},
+	{"POST", "/v1/keys", KN_ROLE_OPERATOR, false, "key.create",
+	 deploy_h_key_create},
+	{"GET", "/v1/keys", KN_ROLE_OPERATOR, false, "key.list",
+	 deploy_h_key_list},
+	{"DELETE", "/v1/keys/{name}", KN_ROLE_OPERATOR, false, "key.revoke",
+	 deploy_h_key_revoke},
+	/* Key hashes and every replica's address: the gateway's operator
+	 * token, not a viewer's. */
+	{"GET", "/v1/gateway/config", KN_ROLE_OPERATOR, false,
+	 "gateway.config", deploy_h_gateway_config},
+	{"POST", "/v1/gateway/alerts", KN_ROLE_OPERATOR, false,
+	 "gateway.alert", deploy_h_gateway_alert},
+};
+
+const struct service deploy_service = {
+	.name = "deployments",
+	.phase = SERVICE_PHASE_LOOP,
+	.start = deploy_start,
+	.stop = deploy_free,
+	.hooks = &deploy_job_hooks,
+	.alias_moved = deploy_alias_moved,
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
+};

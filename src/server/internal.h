@@ -19,6 +19,7 @@
 #include "loop/loop.h"
 #include "registry/registry.h"
 #include "sched/sched.h"
+#include "server/jobhooks.h"
 #include "server/server.h"
 #include "spec/spec.h"
 #include "store/store.h"
@@ -77,7 +78,7 @@ struct run {
 	int64_t restore_ms;    /* time spent restoring before the start */
 	char restored[128];    /* the checkpoint it resumed from, or "" */
 
-	/* Checkpoint sync (sync.c). */
+	/* Checkpoint sync (core_sync.c). */
 	struct server *server;
 	struct kn_ckpt_watch *watch;
 	struct kn_fd_watch *watch_fd;
@@ -92,7 +93,7 @@ struct run {
 	bool outputs_done;
 	char end_state[16];    /* the job's state once this attempt ended */
 	char end_reason[256];  /* ... and why, for the event stream */
-	bool inputs_recorded;  /* rank 0's inputs.json was read (jobs.c) */
+	bool inputs_recorded;  /* rank 0's inputs.json was read (core_launch.c) */
 	struct run *next;
 };
 
@@ -127,6 +128,8 @@ struct server {
 	struct kn_store *store;
 	struct kn_http_server *http;
 	const struct kn_executor_ops *exec;
+	/* What the services that own jobs tell the job core (jobhooks.h). */
+	struct job_hooks *hooks;
 	struct kn_timer *tick_timer;
 	struct kn_timer *poll_timer;
 
@@ -197,75 +200,13 @@ int auth_check(struct server *s, const char *header, struct caller *out,
 void api_handle(struct kn_http_req *req, void *arg);
 json_t *job_to_json(struct server *s, const struct kn_job_row *j);
 
-/* jobs.c */
-int jobs_recover(struct server *s, struct kn_error *err);
-
 /* workload.c: the jobs' GPU shapes, for packing and fragmentation. */
 int workload_load(struct server *s, struct kn_error *err);
 void workload_add(struct server *s, const struct kn_job_spec *spec);
 void workload_release(struct server *s);
-/*
- * filename names the spec in messages; path, when given, is where the
- * spec file lives (absolute), which a relative workdir starts from.
- */
-int jobs_submit(struct server *s, const struct caller *c, const char *text,
-		size_t len, const char *filename, const char *path,
-		int64_t *out_id, struct kn_error *err);
-int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
-		struct kn_error *err);
-/*
- * Evict a running preemptible job: its checkpoint signal, then SIGKILL
- * after grace_ms (< 0: the spec's checkpoint grace); the attempt ends
- * preempted and the job goes back to the queue without using a retry.
- * c may be NULL for the system (scheduled events, drains).
- */
-int jobs_evict(struct server *s, const struct caller *c, int64_t id,
-	       int64_t grace_ms, const char *why, struct kn_error *err);
-/*
- * Stop the running attempt of job id (c NULL: the system): SIGTERM, then
- * SIGKILL after the kill grace. The attempt ends as failed with why; a
- * deployment's replica then restarts. -ENOENT when nothing runs.
- */
-int jobs_restart(struct server *s, int64_t id, const char *why,
-		 struct kn_error *err);
-void jobs_tick(void *arg);
-/* Run the scheduler on the next turn (capacity came back). */
-void jobs_wake(struct server *s);
-void jobs_on_sigchld(void *arg);
-void jobs_poll(void *arg);
-/* The queue reason of a queued job, or NULL. */
-const char *jobs_queue_reason(struct server *s, int64_t id);
-/* Allocations on a device of node i, as JSON [{job,rank,milli}]. */
-json_t *jobs_device_allocations(struct server *s, size_t node,
-				int device_index);
-/* Whether the job has a live run (for log follow). */
-bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank);
-void jobs_free_all(struct server *s);
-/*
- * A job's `inputs:` (from its stored normalized spec) with the sha256,
- * size and attempt recorded at their first fetch: [{input, name, url,
- * sha256, size, attempt}], the last three only once recorded; NULL when
- * the spec has no inputs.
- */
-json_t *jobs_inputs_json(struct server *s, int64_t job_id,
-			 const char *spec_json);
-/* Start the tasks of a bound run (after its restore). */
-void jobs_launch_run(struct server *s, struct run *r);
-/* The final sync of a run whose tasks have ended is over. */
-void jobs_sync_settled(struct server *s, struct run *r);
 
-/*
- * The queued jobs that found no room on the last scheduler turn (past
- * their backoff, not waiting for preemptions), in queue order, each with
- * its scheduler request: what the autoscaler grows pools for.
- */
-struct pending_job {
-	int64_t id;
-	bool preemptible;
-	struct kn_sched_request *req; /* owned by the list */
-};
-size_t jobs_pending(struct server *s, struct pending_job **out);
-void jobs_pending_free(struct pending_job *jobs, size_t n);
+/* The job core (core.h) */
+#include "server/core.h"
 
 /* usage.c: per-task usage sampling into the store's task_usage. */
 struct usage_state;
@@ -301,21 +242,6 @@ json_t *nodes_fragmentation(struct server *s, size_t i);
 int events_start(struct server *s, const char *url, const char *vm_name,
 		 struct kn_events **out, struct kn_error *err);
 void events_free(struct kn_events *ev);
-
-/* sync.c */
-/* Restore the newest checkpoint (attempt 2 on), then jobs_launch_run. */
-void sync_restore_then_launch(struct server *s, struct run *r);
-/* Whether the run's checkpoints are synced (preemptible or checkpoint:). */
-bool sync_wanted(const struct run *r);
-/* Start watching the run's checkpoint directory. */
-void sync_run_started(struct server *s, struct run *r);
-void sync_run_gone(struct run *r);
-/*
- * Every task has ended: true when nothing is left to sync; otherwise the
- * last sync (and, when succeeded, the outputs' upload) starts and
- * jobs_sync_settled is called when it is over.
- */
-bool sync_finish_ready(struct server *s, struct run *r, bool succeeded);
 
 /* slurm.c: the executor choice and the per-task Slurm options */
 /* Check --executor, --slurm-partitions and --slurm-shards-per-gpu. */
@@ -391,15 +317,7 @@ int monitor_server_alert(struct server *s, const struct server_alert *a,
 			 bool firing, struct kn_error *err);
 
 /* deploy.c: deployments, probes, rollouts, gateway keys and config */
-/* Load the deployments; before jobs_recover, whose exits it judges. */
-int deploy_start(struct server *s, struct kn_error *err);
-void deploy_free(struct server *s);
-/*
- * The deployment whose replica job_id is, or NULL: replicas of one
- * deployment are one spread group (jobs.c).
- */
 struct deployment;
-const struct deployment *deploy_of(struct server *s, int64_t job_id);
 /*
  * deploy.c: replace the replica whose job is job_id without a gap
  * (rolling maintenance): a surge replica, a new job of its deployment, is
@@ -422,14 +340,6 @@ int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
 		       size_t len);
 /* Give a waiting surge up: its job is cancelled, the old replica stays. */
 void deploy_surge_cancel(struct server *s, int64_t surge_job);
-/* KILN_MODEL_DIR when job_id is a deployment's replica, else NULL. */
-const char *deploy_model_dir(struct server *s, int64_t job_id);
-/*
- * Alias `alias` of `model` moved (models.c): deployments following it roll
- * to the version it names, or keep theirs and fire an alert saying why.
- */
-void deploy_alias_moved(struct server *s, const char *model,
-			const char *alias);
 /*
  * Create or update a deployment from spec text, as POST /v1/deployments
  * does (file names it in errors; path, absolute, is where it was read):
@@ -451,54 +361,8 @@ int deploy_apply_start(struct server *s, const struct caller *c,
 int deploy_apply(struct server *s, const struct caller *c, const char *body,
 		 size_t len, const char *file, const char *path,
 		 const struct deployment **out, struct kn_error *err);
-/* Route handlers (api.c's table). */
-void deploy_h_create(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param);
-void deploy_h_list(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
-void deploy_h_get(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param);
-void deploy_h_scale(struct server *s, struct kn_http_req *req,
-		    const struct caller *c, const char *param);
-void deploy_h_restart(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param);
-void deploy_h_delete(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param);
-void deploy_h_key_create(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param);
-void deploy_h_key_list(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param);
-void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param);
-void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
-			     const struct caller *c, const char *param);
-void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
-			    const struct caller *c, const char *param);
 
 /* models.c: the model registry's API (docs/registry.md) */
-int models_start(struct server *s, struct kn_error *err);
-void models_free(struct server *s);
-/* Route handlers (api.c's table). */
-void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
-			    const struct caller *c, const char *param);
-void models_h_blob_put(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param);
-void models_h_version_create(struct server *s, struct kn_http_req *req,
-			     const struct caller *c, const char *param);
-void models_h_list(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
-void models_h_get(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param);
-void models_h_sign(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
-void models_h_promote(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param);
-void models_h_rollback(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param);
-void models_h_from_job(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param);
-void models_h_lineage(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param);
 /*
  * A new version of name from a succeeded job's outputs (their blobs put
  * in the registry create-only, digests checked), its manifest's lineage
@@ -572,21 +436,11 @@ int models_from_job_start(struct server *s, const struct caller *c,
 int models_alias_rollback(struct server *s, const struct caller *c,
 			  const char *name, const char *alias, int64_t *to,
 			  int64_t *from, struct kn_error *err);
+/* One version's stored evaluations (revalidate.c records them), oldest
+   first (a new array). */
+json_t *models_evaluations_json(struct server *s, const char *name,
+				int64_t version);
 /* revalidate.c: scheduled evaluation of a model alias (docs/registry.md) */
-/* Load the re-validations and schedule their runs. */
-int reval_start(struct server *s, struct kn_error *err);
-void reval_free(struct server *s);
-/*
- * KILN_MODEL_DIR when job_id is a re-validation's evaluation job (and
- * *ref its KILN_MODEL, NAME@VERSION), else NULL.
- */
-const char *reval_model_dir(struct server *s, int64_t job_id,
-			    const char **ref);
-/* A job ended for good: a re-validation's run is judged. */
-void reval_job_ended(struct server *s, int64_t job_id);
-/* One version's stored evaluations, oldest first (a new array). */
-json_t *reval_evaluations_json(struct server *s, const char *name,
-			       int64_t version);
 /*
  * A deployment's revalidate: (docs/deployments.md). reval_for_deployment
  * checks what the spec of deployment (owned by owner, stored under
@@ -610,47 +464,6 @@ void reval_deployment_set(struct server *s, const char *deployment,
 			  const struct caller *c,
 			  struct kn_revalidation_row *row);
 void reval_row_free(struct kn_revalidation_row *row);
-/* Route handlers (api.c's table). */
-void reval_h_put(struct server *s, struct kn_http_req *req,
-		 const struct caller *c, const char *param);
-void reval_h_list(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param);
-void reval_h_run(struct server *s, struct kn_http_req *req,
-		 const struct caller *c, const char *param);
-void reval_h_evaluations(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param);
-/* workflows.c: workflow runs, their steps as jobs (docs/workflows.md) */
-/* Advance every active run (after jobs_recover has re-adopted jobs). */
-int workflows_start(struct server *s, struct kn_error *err);
-/*
- * The numbers job j left in KILN_OUTPUT_DIR/metrics.json, as JSON object
- * text (malloc'd), or NULL (with a note in why when the file is there but
- * not an object).
- */
-char *metrics_read(struct server *s, const struct kn_job_row *j, char *why,
-		   size_t len);
-/* A job ended for good (not requeued): its run, if any, moves on. */
-void workflows_job_ended(struct server *s, int64_t job_id);
-/*
- * The variables a task of job_id, bound as b, gets when the job is a
- * workflow step (docs/workflows.md): {"KILN_INPUTS": JSON text,
- * "KILN_REQUIRES": JSON text}, each only when the step has some; NULL for
- * any other job.
- */
-json_t *workflows_task_env(struct server *s, int64_t job_id,
-			   const struct kn_sched_binding *b);
-/* Route handlers (api.c's table). */
-void workflows_h_run(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param);
-void workflows_h_list(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param);
-void workflows_h_get(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param);
-void workflows_h_cancel(struct server *s, struct kn_http_req *req,
-			const struct caller *c, const char *param);
-void workflows_h_retry(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param);
-
 /* health.c: the node checks at start and periodically */
 int health_start(struct server *s, struct node_health **out,
 		 struct kn_error *err);
@@ -673,27 +486,7 @@ void audit_h_verify(struct server *s, struct kn_http_req *req,
 /* Check --backup-every, --backup-keep and --backup-to. */
 int backup_config_check(const struct kn_server_config *cfg,
 			struct kn_error *err);
-/* Set up (and with --backup-every, arm) the backups. */
-void backup_setup(struct server *s);
-/* After the worker pool is freed: its done callbacks use the state. */
-void backup_free(struct server *s);
-/* POST /v1/backups, GET /v1/backups, GET /v1/backups/{name} */
-void backup_h_create(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param);
-void backup_h_list(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
-void backup_h_get(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param);
-/* cost.c: the cost ledger's record and GET /v1/cost */
-/* Load the catalogs, check each node's pricing label and open each node's
-   state interval; after setup_nodes. */
-int cost_start(struct server *s, struct kn_error *err);
-/* Close the open state intervals (a clean stop) and free the catalog. */
-void cost_stop(struct server *s);
-void cost_h_report(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
-void cost_h_reservations(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param);
+/* cost.c: the cost ledger */
 /*
  * Each job's row of the by-job ledger from since_ms to now, as GET
  * /v1/cost?by=job gives it (cost_usd counts lost work too), keyed by the
@@ -702,10 +495,6 @@ void cost_h_reservations(struct server *s, struct kn_http_req *req,
  */
 int cost_by_job(struct server *s, int64_t since_ms, json_t **out,
 		struct kn_error *err);
-/* GET /v1/cost/rightsize: per job name, usage percentiles against the
-   requests and the suggested request where it is far above use. */
-void cost_h_rightsize(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param);
 
 /* server.c: node set-up, shared with the pools that add nodes later */
 /* Node n's scheduler view of its devices, this machine's CPUs and memory. */
@@ -714,21 +503,6 @@ void setup_sched_node(struct server *s, size_t n);
    option in errors. */
 int setup_labels(struct server *s, size_t n, const char *text,
 		 const char *sep, const char *flag, struct kn_error *err);
-
-/* pools.c: node pools, their providers and the autoscaler */
-/* Parse --pool, create or adopt each pool's nodes; after setup_nodes. */
-int pools_start(struct server *s, struct kn_error *err);
-/* Arm the autoscaler's timer once the loop exists. */
-void pools_run(struct server *s);
-void pools_free(struct server *s);
-/* GET /v1/pools */
-void pools_h_list(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param);
-/* POST and GET /v1/pools/{name}/rolling: rolling maintenance */
-void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
-			   const struct caller *c, const char *param);
-void pools_h_rolling_get(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param);
 
 /* logs.c */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,

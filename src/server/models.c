@@ -17,7 +17,7 @@
  * Every call is audited, reads included (model.read, model.pull,
  * model.verify), refusals and failures with outcome "error".
  */
-#include "internal.h"
+#include "service.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -81,7 +81,7 @@ static void upload_drop(struct model_state *m, struct upload *u)
 	upload_release(u);
 }
 
-int models_start(struct server *s, struct kn_error *err)
+static int models_start(struct server *s, struct kn_error *err)
 {
 	struct model_state *m = kn_xcalloc(1, sizeof(*m));
 	struct kn_model_keyring ring;
@@ -117,7 +117,7 @@ int models_start(struct server *s, struct kn_error *err)
 	return 0;
 }
 
-void models_free(struct server *s)
+static void models_free(struct server *s)
 {
 	struct model_state *m = s->models;
 
@@ -199,7 +199,7 @@ static int resolve(struct server *s, const struct kn_model_ref *ref,
 
 /* ---- blobs ---- */
 
-void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
+static void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
 			    const struct caller *c, const char *param)
 {
 	struct kn_blob_store *store = NULL;
@@ -439,7 +439,7 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 	return 0;
 }
 
-void models_h_blob_put(struct server *s, struct kn_http_req *req,
+static void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
 	struct model_state *m = s->models;
@@ -581,7 +581,7 @@ static int alias_move(struct server *s, const struct caller *c,
 	a.detail = detail;
 	rc = kn_store_model_alias_move(s->store, name, &ev, &a, err);
 	if (rc == 0)
-		deploy_alias_moved(s, name, alias);
+		services_alias_moved(s, name, alias);
 	return rc;
 }
 
@@ -770,7 +770,7 @@ static void version_push_done(void *arg, bool ran)
 	free(w);
 }
 
-void models_h_version_create(struct server *s, struct kn_http_req *req,
+static void models_h_version_create(struct server *s, struct kn_http_req *req,
 			     const struct caller *c, const char *param)
 {
 	struct kn_model_files files = {0};
@@ -838,7 +838,7 @@ static json_t *aliases_json(struct kn_model_alias_row *rows, size_t n,
 	return a;
 }
 
-void models_h_list(struct server *s, struct kn_http_req *req,
+static void models_h_list(struct server *s, struct kn_http_req *req,
 		   const struct caller *c, const char *param)
 {
 	struct kn_model_row *rows = NULL;
@@ -961,7 +961,7 @@ static json_t *version_json(struct server *s,
 		      list, "trusted", trusted, "aliases", aliases, "store",
 		      s->blob_url);
 	json_object_set_new(o, "evaluations",
-			    reval_evaluations_json(s, v->name, v->version));
+			    models_evaluations_json(s, v->name, v->version));
 out:
 	kn_model_signature_list_free(sigs, ns);
 	kn_model_alias_list_free(al, na);
@@ -969,7 +969,7 @@ out:
 	return o;
 }
 
-void models_h_get(struct server *s, struct kn_http_req *req,
+static void models_h_get(struct server *s, struct kn_http_req *req,
 		  const struct caller *c, const char *param)
 {
 	const char *purpose = kn_http_query(req, "purpose");
@@ -1013,7 +1013,7 @@ fail:
 
 /* ---- signatures ---- */
 
-void models_h_sign(struct server *s, struct kn_http_req *req,
+static void models_h_sign(struct server *s, struct kn_http_req *req,
 		   const struct caller *c, const char *param)
 {
 	struct kn_model_version_row v = {0};
@@ -1113,7 +1113,7 @@ static const char *body_alias(struct kn_http_req *req, json_t **body,
 	return alias;
 }
 
-void models_h_promote(struct server *s, struct kn_http_req *req,
+static void models_h_promote(struct server *s, struct kn_http_req *req,
 		      const struct caller *c, const char *param)
 {
 	struct kn_model_version_row v = {0};
@@ -1193,7 +1193,7 @@ int models_alias_rollback(struct server *s, const struct caller *c,
 	return rc;
 }
 
-void models_h_rollback(struct server *s, struct kn_http_req *req,
+static void models_h_rollback(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
 	struct kn_error err;
@@ -1527,7 +1527,9 @@ static json_t *job_inputs_json(struct server *s, int64_t job_id,
 		}
 		return out;
 	}
-	env = workflows_task_env(s, job_id, NULL);
+	/* A step's inputs are what its tasks are given (workflows.c). */
+	env = job_hooks_task_env(s->hooks,
+				 &(struct job_task){ .job_id = job_id });
 	text = json_string_value(json_object_get(env, "KILN_INPUTS"));
 	out = json_array();
 	list = text ? json_loads(text, 0, NULL) : NULL;
@@ -1877,7 +1879,7 @@ int models_from_job_start(struct server *s, const struct caller *c,
 	return 0;
 }
 
-void models_h_from_job(struct server *s, struct kn_http_req *req,
+static void models_h_from_job(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
 	struct from_job *w = NULL;
@@ -1934,7 +1936,7 @@ static int inputs_expand(struct server *s, struct kn_blob_store *store,
 	return 0;
 }
 
-void models_h_lineage(struct server *s, struct kn_http_req *req,
+static void models_h_lineage(struct server *s, struct kn_http_req *req,
 		      const struct caller *c, const char *param)
 {
 	struct kn_model_version_row v = {0};
@@ -2033,3 +2035,75 @@ out:
 	kn_model_version_row_release(&v);
 	return rc;
 }
+
+/* ---- evaluations (re-validation's results per version) ---- */
+
+json_t *models_evaluations_json(struct server *s, const char *name,
+				int64_t version)
+{
+	struct kn_evaluation_row *rows = NULL;
+	struct kn_error err;
+	json_t *list = json_array();
+	size_t n = 0;
+
+	if (kn_store_evaluation_list(s->store, name, version, &rows, &n,
+				     &err) < 0) {
+		kn_log(KN_LOG_ERROR, "model %s@%lld: %s", name,
+		       (long long)version, err.message);
+		return list;
+	}
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(
+			list,
+			json_pack("{s:I, s:s, s:I, s:o, s:s, s:o, s:o, s:I}",
+				  "id", (json_int_t)rows[i].id, "alias",
+				  rows[i].alias, "version",
+				  (json_int_t)rows[i].version, "job",
+				  rows[i].job_id ? json_integer(rows[i].job_id)
+						 : json_null(),
+				  "outcome", rows[i].outcome, "metrics",
+				  rows[i].metrics_json
+					  ? json_loads(rows[i].metrics_json, 0,
+						       NULL)
+					  : json_null(),
+				  "detail",
+				  rows[i].detail ? json_string(rows[i].detail)
+						 : json_null(),
+				  "time_ms", (json_int_t)rows[i].time_ms));
+	kn_evaluation_list_free(rows, n);
+	return list;
+}
+
+static const struct route routes[] = {
+	/* The model registry (models.c); {name} is NAME, NAME@VERSION or
+	   NAME@ALIAS. "missing" comes before the digest it would match. */
+	{"POST", "/v1/model-blobs/missing", KN_ROLE_USER, false,
+	 "model.blob.check", models_h_blobs_missing},
+	{"POST", "/v1/model-blobs/{name}", KN_ROLE_USER, false,
+	 "model.blob.put", models_h_blob_put},
+	{"GET", "/v1/models", KN_ROLE_VIEWER, false, "model.list",
+	 models_h_list},
+	{"GET", "/v1/models/{name}", KN_ROLE_VIEWER, false, "model.read",
+	 models_h_get},
+	{"POST", "/v1/models/{name}/versions", KN_ROLE_USER, false,
+	 "model.push", models_h_version_create},
+	{"POST", "/v1/models/{name}/signatures", KN_ROLE_USER, false,
+	 "model.sign", models_h_sign},
+	{"POST", "/v1/models/{name}/promote", KN_ROLE_OPERATOR, false,
+	 "model.promote", models_h_promote},
+	{"POST", "/v1/models/{name}/rollback", KN_ROLE_OPERATOR, false,
+	 "model.rollback", models_h_rollback},
+	{"POST", "/v1/models/{name}/from-job", KN_ROLE_USER, false,
+	 "model.push", models_h_from_job},
+	{"GET", "/v1/models/{name}/lineage", KN_ROLE_VIEWER, false,
+	 "model.read", models_h_lineage},
+};
+
+const struct service models_service = {
+	.name = "models",
+	.phase = SERVICE_PHASE_LOOP,
+	.start = models_start,
+	.stop = models_free,
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
+};

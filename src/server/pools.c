@@ -8,7 +8,7 @@
  * here. A node is removed only when no run is bound to it, and every
  * binding's node index past it moves down one, so no index dangles.
  */
-#include "internal.h"
+#include "service.h"
 
 #include "cost/cost.h"
 #include "health/health.h"
@@ -1083,7 +1083,8 @@ static int pools_adopt(struct server *s, struct kn_error *err)
 	return rc;
 }
 
-int pools_start(struct server *s, struct kn_error *err)
+/* Parse --pool, create or adopt each pool's nodes. */
+static int pools_start(struct server *s, struct kn_error *err)
 {
 	struct pools *ps;
 	int rc = 0;
@@ -1285,7 +1286,8 @@ out_early:
 
 static void azure_run(struct server *s);
 
-void pools_run(struct server *s)
+/* Arm the autoscaler's timer once the loop exists. */
+static void pools_run(struct server *s)
 {
 	if (!s->pools)
 		return;
@@ -1294,7 +1296,7 @@ void pools_run(struct server *s)
 	kn_timer_arm(s->pools->timer, POOLS_TICK_MS);
 }
 
-void pools_free(struct server *s)
+static void pools_free(struct server *s)
 {
 	if (!s->pools)
 		return;
@@ -1415,9 +1417,12 @@ static void rolling_end(struct rolling *r, const char *error)
 /* The first deployment replica still running on node i, or NULL. */
 static const struct run *replica_on(struct server *s, size_t i)
 {
+	struct job_model model;
+
 	for (const struct run *run = s->runs; run; run = run->next)
 		if (!run->stopping && run->bindings[0].node == i &&
-		    deploy_of(s, run->job_id))
+		    job_hooks_model(s->hooks, run->job_id, &model) &&
+		    model.serves)
 			return run;
 	return NULL;
 }
@@ -1463,6 +1468,44 @@ static void health_done(void *arg, bool ran)
 	kn_timer_arm(r->timer, 0);
 }
 
+/*
+ * The surge replica r waits on for node name: true while it is on its way
+ * (or the rolling ended: it did not serve in time); false once it took
+ * its replica's place or is gone, r->surge_job then 0.
+ */
+static bool surge_pending(struct rolling *r, const char *name)
+{
+	struct server *s = r->s;
+	int64_t now = kn_now_ms();
+	int rc = deploy_surge_state(s, r->surge_job, r->waiting,
+				    sizeof(r->waiting));
+	char why[512];
+
+	if (rc == 0 && now - r->surge_started >= r->surge_timeout_ms) {
+		char limit[32];
+
+		kn_format_duration(r->surge_timeout_ms, limit, sizeof(limit));
+		snprintf(why, sizeof(why),
+			 "node %s: no surge replica served within "
+			 "--surge-timeout %s (%.300s); it stays cordoned and "
+			 "its replicas keep serving",
+			 name, limit, r->waiting);
+		rolling_end(r, why);
+		return true;
+	}
+	if (rc == 0)
+		return true;
+	if (rc < 0) {
+		/* Its replica, if still there, gets another. */
+		kn_log(KN_LOG_WARN, "rolling maintenance of pool %s: %s",
+		       r->pool->spec.name, r->waiting);
+		deploy_surge_cancel(s, r->surge_job);
+	}
+	r->surge_job = 0;
+	r->waiting[0] = '\0';
+	return false;
+}
+
 /* One node's steps; true when it is done (uncordoned) or gone. */
 static bool rolling_node(struct rolling *r, const char *name, int i)
 {
@@ -1485,37 +1528,8 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 	case STEP_MOVE: {
 		const struct run *run;
 
-		if (r->surge_job) {
-			int64_t now = kn_now_ms();
-			int rc = deploy_surge_state(s, r->surge_job, r->waiting,
-						    sizeof(r->waiting));
-
-			if (rc == 0 &&
-			    now - r->surge_started >= r->surge_timeout_ms) {
-				char limit[32];
-
-				kn_format_duration(r->surge_timeout_ms, limit,
-						   sizeof(limit));
-				snprintf(why, sizeof(why),
-					 "node %s: no surge replica served "
-					 "within --surge-timeout %s (%.300s); "
-					 "it stays cordoned and its replicas "
-					 "keep serving",
-					 name, limit, r->waiting);
-				rolling_end(r, why);
-				return false;
-			}
-			if (rc == 0)
-				return false;
-			if (rc < 0) {
-				/* Its replica, if still there, gets another. */
-				kn_log(KN_LOG_WARN, "rolling maintenance of pool "
-				       "%s: %s", r->pool->spec.name, r->waiting);
-				deploy_surge_cancel(s, r->surge_job);
-			}
-			r->surge_job = 0;
-			r->waiting[0] = '\0';
-		}
+		if (r->surge_job && surge_pending(r, name))
+			return false;
 		/* Each replica there gets a surge replica elsewhere first; it
 		 * retires the old one once it serves. */
 		run = replica_on(s, (size_t)i);
@@ -1647,7 +1661,7 @@ static struct pool *pool_named(struct server *s, const char *name)
 	return NULL;
 }
 
-void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
+static void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
 			   const struct caller *c, const char *param)
 {
 	struct pool *p = pool_named(s, param);
@@ -1744,7 +1758,7 @@ fail:
 	kn_http_reply_error(req, &err);
 }
 
-void pools_h_rolling_get(struct server *s, struct kn_http_req *req,
+static void pools_h_rolling_get(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param)
 {
 	struct pool *p = pool_named(s, param);
@@ -1810,7 +1824,7 @@ static json_t *pool_json(struct server *s, const struct pool *p, int64_t now)
 		"nodes", nodes);
 }
 
-void pools_h_list(struct server *s, struct kn_http_req *req,
+static void pools_h_list(struct server *s, struct kn_http_req *req,
 		  const struct caller *c, const char *param)
 {
 	json_t *list = json_array();
@@ -1828,3 +1842,21 @@ void pools_h_list(struct server *s, struct kn_http_req *req,
 				  ? json_string(s->pools->blocked)
 				  : json_null()));
 }
+
+static const struct route routes[] = {
+	{"GET", "/v1/pools", KN_ROLE_VIEWER, false, NULL, pools_h_list},
+	{"POST", "/v1/pools/{name}/rolling", KN_ROLE_OPERATOR, false, NULL,
+	 pools_h_rolling_start},
+	{"GET", "/v1/pools/{name}/rolling", KN_ROLE_VIEWER, false, NULL,
+	 pools_h_rolling_get},
+};
+
+const struct service pools_service = {
+	.name = "pools",
+	.phase = SERVICE_PHASE_NODES,
+	.start = pools_start,
+	.run = pools_run,
+	.stop = pools_free,
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
+};

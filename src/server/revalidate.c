@@ -8,8 +8,8 @@
  * request worker, so the loop keeps serving), then submits the evaluation spec
  * as a job of the revalidation's owner with KILN_MODEL_DIR (the copy) and
  * KILN_MODEL (NAME@VERSION) added to its env. When the job ends for good
- * (jobs.c's hook), its metrics are checked and the outcome stored per
- * version, on this file's timer rather than inside jobs.c's handling of
+ * (its job_ended hook), its metrics are checked and the outcome stored per
+ * version, on this file's timer rather than inside the job core's handling of
  * ended runs, since a rollback moves deployments, which cancel and submit
  * jobs. A failed or broken run fires model_revalidation_failed, which
  * stays firing until a run passes; with rollback, a failed threshold also
@@ -28,7 +28,7 @@
  * restart forgets a run in flight (its job still ends, unjudged) and starts
  * the schedule over from the restart.
  */
-#include "internal.h"
+#include "service.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -332,21 +332,30 @@ static void tick(void *arg)
 	arm_next(s);
 }
 
-const char *reval_model_dir(struct server *s, int64_t job_id,
-			    const char **ref)
+/* An evaluation job gets the version it tests: its directory and
+   NAME@VERSION. */
+static bool hook_model(void *arg, int64_t job_id, struct job_model *out)
 {
+	struct server *s = arg;
+
 	if (!s->reval)
-		return NULL;
+		return false;
 	for (struct reval *r = s->reval->list; r; r = r->next)
 		if (r->job_id == job_id) {
-			*ref = r->run_ref;
-			return r->run_dir;
+			if (!r->run_dir)
+				return false;
+			out->dir = r->run_dir;
+			out->ref = r->run_ref;
+			return true;
 		}
-	return NULL;
+	return false;
 }
 
-void reval_job_ended(struct server *s, int64_t job_id)
+/* A job ended for good: a re-validation's run is judged. */
+static void hook_job_ended(void *arg, int64_t job_id)
 {
+	struct server *s = arg;
+
 	if (!s->reval)
 		return;
 	for (struct reval *r = s->reval->list; r; r = r->next)
@@ -355,6 +364,12 @@ void reval_job_ended(struct server *s, int64_t job_id)
 			kn_timer_arm(s->reval->timer, 0);
 		}
 }
+
+static const struct job_hook_ops reval_job_hooks = {
+	.name = "re-validation",
+	.job_ended = hook_job_ended,
+	.model = hook_model,
+};
 
 /* Judge r's run, whose job has ended: store, alert, maybe roll back. */
 static void judge(struct server *s, struct reval *r)
@@ -380,7 +395,7 @@ static void judge(struct server *s, struct reval *r)
 		record(s, r, job_id, "error", NULL, why);
 		goto out;
 	}
-	metrics = metrics_read(s, &j, note, sizeof(note));
+	metrics = jobs_metrics_read(s, &j, note, sizeof(note));
 	doc = metrics ? json_loads(metrics, 0, NULL) : NULL;
 	if (kn_model_thresholds_pass(r->thresholds, doc, why, sizeof(why))) {
 		record(s, r, job_id, "passed", metrics, NULL);
@@ -430,7 +445,8 @@ static struct reval *reval_from_row(const struct kn_revalidation_row *row,
 	return r;
 }
 
-int reval_start(struct server *s, struct kn_error *err)
+/* Load the re-validations and schedule their runs. */
+static int reval_start(struct server *s, struct kn_error *err)
 {
 	struct reval_state *rs = kn_xcalloc(1, sizeof(*rs));
 	struct kn_revalidation_row *rows = NULL;
@@ -451,7 +467,7 @@ int reval_start(struct server *s, struct kn_error *err)
 	return rc;
 }
 
-void reval_free(struct server *s)
+static void reval_free(struct server *s)
 {
 	struct reval_state *rs = s->reval;
 
@@ -720,7 +736,7 @@ static const char *body_alias(json_t *body, struct kn_error *err)
  * "filename", "every" ("6h"), "thresholds", "rollback"}. Sets or replaces
  * the re-validation of NAME@ALIAS; the first run is one interval away.
  */
-void reval_h_put(struct server *s, struct kn_http_req *req,
+static void reval_h_put(struct server *s, struct kn_http_req *req,
 		 const struct caller *c, const char *param)
 {
 	struct kn_revalidation_row row;
@@ -806,7 +822,7 @@ out:
 }
 
 /* GET /v1/models/{name}/revalidation: this model's re-validations. */
-void reval_h_list(struct server *s, struct kn_http_req *req,
+static void reval_h_list(struct server *s, struct kn_http_req *req,
 		  const struct caller *c, const char *param)
 {
 	json_t *list = json_array();
@@ -819,7 +835,7 @@ void reval_h_list(struct server *s, struct kn_http_req *req,
 }
 
 /* POST /v1/models/{name}/revalidation/run {"alias"}: one run at once. */
-void reval_h_run(struct server *s, struct kn_http_req *req,
+static void reval_h_run(struct server *s, struct kn_http_req *req,
 		 const struct caller *c, const char *param)
 {
 	struct kn_error err;
@@ -889,44 +905,8 @@ static void run_reply(struct server *s, const struct reval_check *k,
 				     "version", (json_int_t)r->version));
 }
 
-json_t *reval_evaluations_json(struct server *s, const char *name,
-			       int64_t version)
-{
-	struct kn_evaluation_row *rows = NULL;
-	struct kn_error err;
-	json_t *list = json_array();
-	size_t n = 0;
-
-	if (kn_store_evaluation_list(s->store, name, version, &rows, &n,
-				     &err) < 0) {
-		kn_log(KN_LOG_ERROR, "model %s@%lld: %s", name,
-		       (long long)version, err.message);
-		return list;
-	}
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(
-			list,
-			json_pack("{s:I, s:s, s:I, s:o, s:s, s:o, s:o, s:I}",
-				  "id", (json_int_t)rows[i].id, "alias",
-				  rows[i].alias, "version",
-				  (json_int_t)rows[i].version, "job",
-				  rows[i].job_id ? json_integer(rows[i].job_id)
-						 : json_null(),
-				  "outcome", rows[i].outcome, "metrics",
-				  rows[i].metrics_json
-					  ? json_loads(rows[i].metrics_json, 0,
-						       NULL)
-					  : json_null(),
-				  "detail",
-				  rows[i].detail ? json_string(rows[i].detail)
-						 : json_null(),
-				  "time_ms", (json_int_t)rows[i].time_ms));
-	kn_evaluation_list_free(rows, n);
-	return list;
-}
-
 /* GET /v1/models/{name}/evaluations, {name} being NAME@VERSION|@ALIAS. */
-void reval_h_evaluations(struct server *s, struct kn_http_req *req,
+static void reval_h_evaluations(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param)
 {
 	struct kn_model_ref ref;
@@ -949,6 +929,28 @@ void reval_h_evaluations(struct server *s, struct kn_http_req *req,
 			   json_pack("{s:s, s:I, s:o}", "name", ref.name,
 				     "version", (json_int_t)version,
 				     "evaluations",
-				     reval_evaluations_json(s, ref.name,
+				     models_evaluations_json(s, ref.name,
 							    version)));
 }
+
+static const struct route routes[] = {
+	/* Re-validation (revalidate.c). */
+	{"POST", "/v1/models/{name}/revalidation", KN_ROLE_OPERATOR, false,
+	 "model.revalidate", reval_h_put},
+	{"GET", "/v1/models/{name}/revalidation", KN_ROLE_VIEWER, false, NULL,
+	 reval_h_list},
+	{"POST", "/v1/models/{name}/revalidation/run", KN_ROLE_OPERATOR, false,
+	 "model.revalidate.run", reval_h_run},
+	{"GET", "/v1/models/{name}/evaluations", KN_ROLE_VIEWER, false, NULL,
+	 reval_h_evaluations},
+};
+
+const struct service reval_service = {
+	.name = "re-validation",
+	.phase = SERVICE_PHASE_RECOVERED,
+	.start = reval_start,
+	.stop = reval_free,
+	.hooks = &reval_job_hooks,
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
+};

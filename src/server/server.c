@@ -7,7 +7,7 @@
  * and only then the listener and server.url — so a client that can see the
  * URL talks to a server that already knows every job it knew before.
  */
-#include "internal.h"
+#include "service.h"
 
 #include "ckpt/ckpt.h"
 
@@ -331,6 +331,67 @@ static int setup_nodes(struct server *s, struct kn_error *err)
 	return rc;
 }
 
+/*
+ * The services in start order: within a phase, each after those it
+ * needs (cost prices the pools' nodes; on a job's end, workflows hear it
+ * before re-validation).
+ */
+const struct service *const kn_services[] = {
+	&pools_service,    &cost_service,      &backup_service, &deploy_service,
+	&models_service,   &workflows_service, &reval_service,  NULL,
+};
+
+/* Register every service's job hooks, in table order. */
+static void services_hook(struct server *s)
+{
+	for (size_t i = 0; kn_services[i]; i++)
+		if (kn_services[i]->hooks)
+			job_hooks_add(s->hooks, kn_services[i]->hooks, s);
+}
+
+static int services_start(struct server *s, enum service_phase phase,
+			  struct kn_error *err)
+{
+	for (size_t i = 0; kn_services[i]; i++) {
+		const struct service *v = kn_services[i];
+		int rc;
+
+		if (v->phase != phase || !v->start)
+			continue;
+		rc = v->start(s, err);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static void services_run(struct server *s)
+{
+	for (size_t i = 0; kn_services[i]; i++)
+		if (kn_services[i]->run)
+			kn_services[i]->run(s);
+}
+
+void services_alias_moved(struct server *s, const char *model,
+			  const char *alias)
+{
+	for (size_t i = 0; kn_services[i]; i++)
+		if (kn_services[i]->alias_moved)
+			kn_services[i]->alias_moved(s, model, alias);
+}
+
+/* In reverse order; every service's, started or not. */
+static void services_stop(struct server *s)
+{
+	size_t n = 0;
+
+	while (kn_services[n])
+		n++;
+	while (n-- > 0)
+		if (kn_services[n]->stop)
+			kn_services[n]->stop(s);
+}
+
 static void server_release(struct server *s)
 {
 	s->closing = true;
@@ -344,21 +405,16 @@ static void server_release(struct server *s)
 	/* Work in progress ends first; the requests waiting on it are
 	   closed with the server. */
 	kn_workers_free(s->request_workers);
-	backup_free(s);
 	/* After the pool: a scrape or health run may still hold their state. */
 	monitor_free(s->monitor);
 	health_free(s->health);
-	reval_free(s);
-	deploy_free(s);
-	models_free(s);
+	services_stop(s);
 	jobs_free_all(s);
-	pools_free(s);
 	kube_stop(s);
 	free(s->blob_url);
 	kn_http_server_free(s->http);
 	kn_timer_free(s->tick_timer);
 	kn_timer_free(s->poll_timer);
-	cost_stop(s);
 	kn_store_free(s->store);
 	kn_loop_free(s->loop);
 	for (size_t i = 0; i < s->cluster.n_nodes; i++) {
@@ -371,7 +427,68 @@ static void server_release(struct server *s)
 	free(s->nodes);
 	kn_mig_free(s->mig);
 	workload_release(s);
+	job_hooks_free(s->hooks);
 	free(s->home);
+}
+
+/* Create $KILN_HOME (ours alone) and its tasks folder, open the store. */
+static int home_open(struct server *s, struct kn_error *err)
+{
+	char *path;
+	int rc;
+
+	rc = kn_mkdir_p(s->home, 0700);
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, "home", "cannot create %s: %s",
+				 s->home, strerror(-rc));
+	/* It holds the token and every task's files: ours alone. */
+	if (chmod(s->home, 0700) < 0)
+		return kn_errorf(err, KN_EIO, "home",
+				 "cannot restrict %s to 0700: %s", s->home,
+				 strerror(errno));
+	path = kn_asprintf("%s/tasks", s->home);
+	kn_mkdir_p(path, 0700);
+	free(path);
+	path = kn_asprintf("%s/kiln.db", s->home);
+	rc = kn_store_open(path, &s->store, err);
+	free(path);
+	return rc;
+}
+
+/*
+ * The loop and what runs on it: the worker pools, the default checkpoint
+ * store (probed), the job core's timers and signals, the event feed.
+ */
+static int loop_setup(struct server *s, struct kn_error *err)
+{
+	struct kn_blob_store_config bc = {.use_env = true};
+	struct kn_blob_store *probe = NULL;
+	int rc;
+
+	s->loop = kn_loop_new();
+	if (!s->loop)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "cannot create the event loop");
+	s->workers = kn_workers_new(s->loop, 2);
+	s->request_workers = kn_workers_new(s->loop, 2);
+	s->blob_url = s->cfg.blob_store ? kn_xstrdup(s->cfg.blob_store)
+					: kn_blob_default_url(s->home);
+	/* A bad URL or missing credentials: say so now, not per job. */
+	bc.url = s->blob_url;
+	rc = kn_blob_store_open(&bc, &probe, err);
+	kn_blob_store_free(probe);
+	if (rc < 0)
+		return rc;
+	s->tick_timer = kn_timer_new(s->loop, jobs_tick, s);
+	s->poll_timer = kn_timer_new(s->loop, jobs_poll, s);
+	/* Writes to a client that went away must not kill the server. */
+	signal(SIGPIPE, SIG_IGN);
+	if (kn_loop_on_signal(s->loop, SIGCHLD, jobs_on_sigchld, s) < 0 ||
+	    kn_loop_on_signal(s->loop, SIGTERM, on_stop, s) < 0 ||
+	    kn_loop_on_signal(s->loop, SIGINT, on_stop, s) < 0)
+		return kn_errorf(err, KN_EIO, NULL, "cannot watch signals");
+	s->feed = feed_new(s);
+	return 0;
 }
 
 int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
@@ -403,26 +520,14 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		kn_buf_release(&names);
 		goto out;
 	}
+	/* Before any service starts: the services that own jobs answer
+	   the job core through their hooks from the first job's end on. */
+	s.hooks = job_hooks_new();
+	services_hook(&s);
 	rc = kube_start(&s, err);
 	if (rc < 0)
 		goto out;
-	rc = kn_mkdir_p(s.home, 0700);
-	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, "home", "cannot create %s: %s",
-			       s.home, strerror(-rc));
-		goto out;
-	}
-	/* It holds the token and every task's files: ours alone. */
-	if (chmod(s.home, 0700) < 0) {
-		rc = kn_errorf(err, KN_EIO, "home", "cannot restrict %s to 0700: %s",
-			       s.home, strerror(errno));
-		goto out;
-	}
-	path = kn_asprintf("%s/tasks", s.home);
-	kn_mkdir_p(path, 0700);
-	free(path);
-	path = kn_asprintf("%s/kiln.db", s.home);
-	rc = kn_store_open(path, &s.store, err);
+	rc = home_open(&s, err);
 	if (rc < 0)
 		goto out;
 	rc = audit_start(&s, err);
@@ -434,60 +539,23 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	rc = setup_nodes(&s, err);
 	if (rc < 0)
 		goto out;
-	rc = pools_start(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = cost_start(&s, err);
+	rc = services_start(&s, SERVICE_PHASE_NODES, err);
 	if (rc < 0)
 		goto out;
 
-	s.loop = kn_loop_new();
-	if (!s.loop) {
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot create the event loop");
-		goto out;
-	}
-	s.workers = kn_workers_new(s.loop, 2);
-	s.request_workers = kn_workers_new(s.loop, 2);
-	s.blob_url = cfg->blob_store ? kn_xstrdup(cfg->blob_store)
-				     : kn_blob_default_url(s.home);
-	{
-		/* A bad URL or missing credentials: say so now, not per job. */
-		struct kn_blob_store_config bc = {.url = s.blob_url,
-						  .use_env = true};
-		struct kn_blob_store *probe = NULL;
-		rc = kn_blob_store_open(&bc, &probe, err);
-		kn_blob_store_free(probe);
-		if (rc < 0)
-			goto out;
-	}
-	s.tick_timer = kn_timer_new(s.loop, jobs_tick, &s);
-	s.poll_timer = kn_timer_new(s.loop, jobs_poll, &s);
-	/* Writes to a client that went away must not kill the server. */
-	signal(SIGPIPE, SIG_IGN);
-	if (kn_loop_on_signal(s.loop, SIGCHLD, jobs_on_sigchld, &s) < 0 ||
-	    kn_loop_on_signal(s.loop, SIGTERM, on_stop, &s) < 0 ||
-	    kn_loop_on_signal(s.loop, SIGINT, on_stop, &s) < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot watch signals");
-		goto out;
-	}
-	s.feed = feed_new(&s);
-	backup_setup(&s);
-	rc = deploy_start(&s, err);
+	rc = loop_setup(&s, err);
 	if (rc < 0)
 		goto out;
 	rc = workload_load(&s, err);
 	if (rc < 0)
 		goto out;
-	rc = models_start(&s, err);
+	rc = services_start(&s, SERVICE_PHASE_LOOP, err);
 	if (rc < 0)
 		goto out;
 	rc = jobs_recover(&s, err);
 	if (rc < 0)
 		goto out;
-	rc = workflows_start(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = reval_start(&s, err);
+	rc = services_start(&s, SERVICE_PHASE_RECOVERED, err);
 	if (rc < 0)
 		goto out;
 	rc = usage_start(&s, err);
@@ -499,7 +567,7 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	rc = health_start(&s, &s.health, err);
 	if (rc < 0)
 		goto out;
-	pools_run(&s);
+	services_run(&s);
 	if (cfg->azure_events_url) {
 		rc = events_start(&s, cfg->azure_events_url,
 				  cfg->azure_vm_name ? cfg->azure_vm_name

@@ -8,9 +8,9 @@
  * runs as now and each attempt row one job a step started (all of them,
  * across retries: a step's cost is theirs); advance() reads them, asks
  * wfplan.c what each step does next and writes the answer. It runs after
- * a step's job ends (one call from jobs.c), after an API call and for
+ * a step's job ends (its job_ended hook), after an API call and for
  * every active run at start-up, so a server killed mid-DAG picks up where
- * the store says it was: the jobs themselves are re-adopted by jobs.c,
+ * the store says it was: the jobs themselves are re-adopted by the job core,
  * and a step whose job ended while the server was down is judged then. A
  * step's job is submitted in the same transaction that records it on the
  * step, so a crash never leaves a job the run does not know about (which
@@ -22,12 +22,12 @@
  * retries of the job itself, checkpoints and outputs are the jobs' own;
  * the step's on_failure retry submits a new job each time. What makes a
  * job a step, besides its row here, is what its tasks get at launch
- * (workflows_task_env): KILN_INPUTS, the earlier steps' outputs by store
+ * (its task_env hook): KILN_INPUTS, the earlier steps' outputs by store
  * URL and sha256, and KILN_REQUIRES, its prerequisites; the shim fetches
  * and checks them on the node (cmd/shim.c), so no file passes through
  * the server.
  */
-#include "internal.h"
+#include "service.h"
 #include "server/wfplan.h"
 #include "ckpt/ckpt.h"
 
@@ -39,7 +39,6 @@
 #include <libfyaml.h>
 
 /* metrics.json is a flat object of numbers: a few KiB at most. */
-#define METRICS_MAX_BYTES (64 * 1024)
 /* Job files sent with one workflow: one per step at most. */
 #define FILES_MAX KN_SPEC_MAX_STEPS
 /* A git revision: 40 (SHA-1) or 64 (SHA-256) hex digits. */
@@ -239,47 +238,6 @@ static char *job_file_name(const char *workflow_file, const char *job_file)
 	return out;
 }
 
-/* ---- metrics ---- */
-
-/*
- * The numbers the job left in KILN_OUTPUT_DIR/metrics.json (its last
- * attempt's task directory), as a JSON object text, or NULL with a note
- * in why when the file is there but not a JSON object.
- */
-char *metrics_read(struct server *s, const struct kn_job_row *j, char *why,
-		   size_t len)
-{
-	char *path = kn_asprintf("%s/tasks/%lld/%d/outputs/metrics.json",
-				 s->home, (long long)j->id, j->attempts);
-	char *text = NULL, *out = NULL;
-	size_t n = 0;
-	json_t *doc, *nums, *v;
-	json_error_t jerr;
-	const char *key;
-
-	why[0] = '\0';
-	if (kn_read_file(path, METRICS_MAX_BYTES, &text, &n) < 0)
-		goto out;
-	doc = json_loadb(text, n, 0, &jerr);
-	if (!json_is_object(doc)) {
-		snprintf(why, len, "; metrics.json is not a JSON object: %.80s",
-			 doc ? "another value" : jerr.text);
-		json_decref(doc);
-		goto out;
-	}
-	nums = json_object();
-	json_object_foreach(doc, key, v)
-		if (json_is_number(v))
-			json_object_set(nums, key, v);
-	out = json_dumps(nums, JSON_COMPACT | JSON_SORT_KEYS);
-	json_decref(nums);
-	json_decref(doc);
-out:
-	free(text);
-	free(path);
-	return out;
-}
-
 /* ---- starting a step ---- */
 
 /*
@@ -430,8 +388,11 @@ static char *requires_text(struct server *s, const struct wf_run *r,
 	return text;
 }
 
-json_t *workflows_task_env(struct server *s, int64_t job_id,
-			   const struct kn_sched_binding *b)
+/* {"KILN_INPUTS", "KILN_REQUIRES"} for a task of step job_id bound as b
+   (NULL: not in a launch), each only when the step has some; NULL for a
+   job that is no step. */
+static json_t *step_env(struct server *s, int64_t job_id,
+			const struct kn_sched_binding *b)
 {
 	struct kn_error err;
 	struct wf_run r;
@@ -470,6 +431,15 @@ json_t *workflows_task_env(struct server *s, int64_t job_id,
 	}
 	wf_run_release(&r);
 	return env;
+}
+
+static void hook_task_env(void *arg, const struct job_task *t, json_t *env)
+{
+	json_t *vars = step_env(arg, t->job_id, t->binding);
+
+	if (vars)
+		json_object_update(env, vars);
+	json_decref(vars);
 }
 
 /* ---- register and deploy steps ---- */
@@ -1048,7 +1018,7 @@ static int step_judge(struct server *s, struct wf_run *r, size_t i,
 		goto out;
 	if (j.state == KN_JOB_SUCCEEDED) {
 		state = "succeeded";
-		set_str(&p->metrics_json, metrics_read(s, &j, note,
+		set_str(&p->metrics_json, jobs_metrics_read(s, &j, note,
 						       sizeof(note)));
 		set_str(&p->reason, kn_asprintf("job %lld succeeded%s",
 						(long long)j.id, note));
@@ -1224,8 +1194,10 @@ static void advance_logged(struct server *s, int64_t id)
 		       err.message);
 }
 
-void workflows_job_ended(struct server *s, int64_t job_id)
+/* A step's job ended for good (not requeued): its run moves on. */
+static void hook_job_ended(void *arg, int64_t job_id)
 {
+	struct server *s = arg;
 	struct kn_error err;
 	int64_t run_id;
 
@@ -1233,7 +1205,14 @@ void workflows_job_ended(struct server *s, int64_t job_id)
 		advance_logged(s, run_id);
 }
 
-int workflows_start(struct server *s, struct kn_error *err)
+static const struct job_hook_ops workflows_job_hooks = {
+	.name = "workflows",
+	.job_ended = hook_job_ended,
+	.task_env = hook_task_env,
+};
+
+/* Advance every active run (its steps' jobs are recovered by then). */
+static int workflows_start(struct server *s, struct kn_error *err)
 {
 	struct kn_wf_run_row *rows = NULL;
 	size_t n = 0;
@@ -1534,7 +1513,7 @@ static int check_request(struct server *s, const char *text,
 	return 0;
 }
 
-void workflows_h_run(struct server *s, struct kn_http_req *req,
+static void workflows_h_run(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param)
 {
 	struct kn_workflow_spec *w = NULL;
@@ -1654,7 +1633,7 @@ out:
 	json_decref(doc);
 }
 
-void workflows_h_list(struct server *s, struct kn_http_req *req,
+static void workflows_h_list(struct server *s, struct kn_http_req *req,
 		      const struct caller *c, const char *param)
 {
 	struct kn_wf_run_row *rows = NULL;
@@ -1701,7 +1680,7 @@ static int parse_run_id(struct kn_http_req *req, const char *param,
 	return 0;
 }
 
-void workflows_h_get(struct server *s, struct kn_http_req *req,
+static void workflows_h_get(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param)
 {
 	int64_t id = 0;
@@ -1749,7 +1728,7 @@ static int load_for_change(struct server *s, struct kn_http_req *req,
 	return 0;
 }
 
-void workflows_h_cancel(struct server *s, struct kn_http_req *req,
+static void workflows_h_cancel(struct server *s, struct kn_http_req *req,
 			const struct caller *c, const char *param)
 {
 	struct wf_run r;
@@ -1815,7 +1794,7 @@ fail:
 	wf_run_release(&r);
 }
 
-void workflows_h_retry(struct server *s, struct kn_http_req *req,
+static void workflows_h_retry(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
 	struct wf_run r;
@@ -1878,3 +1857,25 @@ fail:
 	kn_http_reply_error(req, &err);
 	wf_run_release(&r);
 }
+
+static const struct route routes[] = {
+	/* Workflow runs (workflows.c): a user runs and changes its own. */
+	{"POST", "/v1/workflows", KN_ROLE_USER, false, "workflow.run",
+	 workflows_h_run},
+	{"GET", "/v1/workflows", KN_ROLE_VIEWER, false, NULL, workflows_h_list},
+	{"GET", "/v1/workflows/{id}", KN_ROLE_VIEWER, false, NULL,
+	 workflows_h_get},
+	{"POST", "/v1/workflows/{id}/cancel", KN_ROLE_USER, false,
+	 "workflow.cancel", workflows_h_cancel},
+	{"POST", "/v1/workflows/{id}/retry", KN_ROLE_USER, false,
+	 "workflow.retry", workflows_h_retry},
+};
+
+const struct service workflows_service = {
+	.name = "workflows",
+	.phase = SERVICE_PHASE_RECOVERED,
+	.start = workflows_start,
+	.hooks = &workflows_job_hooks,
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
+};

@@ -28,7 +28,7 @@
  * Worker threads get copies (URLs, paths, names) and find their run again
  * by job and attempt when they finish: a run may be gone by then.
  */
-#include "internal.h"
+#include "core_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -350,7 +350,7 @@ void sync_run_started(struct server *s, struct run *r)
 
 	r->server = s;
 	/* A pod's shim syncs its own checkpoint directory (src/cmd/shim.c)
-	   and reports the last one in the task's status (jobs.c). */
+	   and reports the last one in the task's status (core_finish.c). */
 	if (!sync_wanted(r) || kube_places(s))
 		return;
 	if (kn_mkdir_p(r->checkpoint_dir, 0700) < 0 ||

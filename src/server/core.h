@@ -1,0 +1,120 @@
+/*
+ * The job core: the queue, the scheduler's turn, attempts and their
+ * tasks, retries, cancel, eviction, and recovery after a restart. The
+ * services that own jobs (deployments, workflows, re-validation) talk to
+ * it through its verbs below and answer it through the job hooks
+ * (jobhooks.h); it never names them.
+ *
+ * Each state change is written to the store before anything acts on it:
+ * a tick commits every binding of the turn in one transaction and only
+ * then starts shims; task exits found in one turn are committed together.
+ * On start-up the store says which attempts were running and the task
+ * directories say what became of them (status.json from the shim, or a
+ * live shim to re-adopt), so a crash loses neither jobs nor outcomes.
+ *
+ * The alternative, the server waiting on its tasks as plain children, is
+ * what makes most single-node launchers lose running work on a restart.
+ *
+ * Files: core_queue.c (submit, the queue, the scheduler's turn),
+ * core_launch.c (a run's tasks started), core_finish.c (exits, outcomes,
+ * cancel, evict, restart), core_recover.c (start-up), core_sync.c
+ * (checkpoint sync of running attempts). Not a public header of the
+ * server module: included through internal.h.
+ */
+#ifndef KILN_SERVER_CORE_H
+#define KILN_SERVER_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "base/base.h"
+#include "sched/sched.h"
+#include "store/store.h"
+#include "server/jobhooks.h"
+
+struct server;
+struct caller;
+
+/* ---- verbs ---- */
+
+/*
+ * filename names the spec in messages; path, when given, is where the
+ * spec file lives (absolute), which a relative workdir starts from.
+ */
+int jobs_submit(struct server *s, const struct caller *c, const char *text,
+		size_t len, const char *filename, const char *path,
+		int64_t *out_id, struct kn_error *err);
+int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
+		struct kn_error *err);
+/*
+ * Evict a running preemptible job: its checkpoint signal, then SIGKILL
+ * after grace_ms (< 0: the spec's checkpoint grace); the attempt ends
+ * preempted and the job goes back to the queue without using a retry.
+ * c may be NULL for the system (scheduled events, drains).
+ */
+int jobs_evict(struct server *s, const struct caller *c, int64_t id,
+	       int64_t grace_ms, const char *why, struct kn_error *err);
+/*
+ * Stop the running attempt of job id (c NULL: the system): SIGTERM, then
+ * SIGKILL after the kill grace. The attempt ends as failed with why; a
+ * deployment's replica then restarts. -ENOENT when nothing runs.
+ */
+int jobs_restart(struct server *s, int64_t id, const char *why,
+		 struct kn_error *err);
+/* Run the scheduler on the next turn (capacity came back). */
+void jobs_wake(struct server *s);
+
+/* ---- life cycle (server.c) ---- */
+
+/* Rebuild the queue and the running attempts from the store. */
+int jobs_recover(struct server *s, struct kn_error *err);
+/* The loop's callbacks (argument: the server): the scheduler's turn, the
+   poll of adopted tasks, a child's exit. */
+void jobs_tick(void *arg);
+void jobs_poll(void *arg);
+void jobs_on_sigchld(void *arg);
+void jobs_free_all(struct server *s);
+
+/* ---- questions ---- */
+
+/* The queue reason of a queued job, or NULL. */
+const char *jobs_queue_reason(struct server *s, int64_t id);
+/* Allocations on a device of node i, as JSON [{job,rank,milli}]. */
+json_t *jobs_device_allocations(struct server *s, size_t node,
+				int device_index);
+/* Whether the job has a live run (for log follow). */
+bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank);
+/*
+ * A job's `inputs:` (from its stored normalized spec) with the sha256,
+ * size and attempt recorded at their first fetch: [{input, name, url,
+ * sha256, size, attempt}], the last three only once recorded; NULL when
+ * the spec has no inputs.
+ */
+json_t *jobs_inputs_json(struct server *s, int64_t job_id,
+			 const char *spec_json);
+
+/*
+ * The numbers job j left in KILN_OUTPUT_DIR/metrics.json (its last
+ * attempt's), as JSON object text (malloc'd), or NULL (with a note in why
+ * when the file is there but not an object).
+ */
+char *jobs_metrics_read(struct server *s, const struct kn_job_row *j,
+			char *why, size_t len);
+
+/*
+ * The queued jobs that found no room on the last scheduler turn (past
+ * their backoff, not waiting for preemptions), in queue order, each with
+ * its scheduler request: what the autoscaler grows pools for.
+ */
+struct pending_job {
+	int64_t id;
+	bool preemptible;
+	struct kn_sched_request *req; /* owned by the list */
+};
+size_t jobs_pending(struct server *s, struct pending_job **out);
+void jobs_pending_free(struct pending_job *jobs, size_t n);
+
+#endif

@@ -1,0 +1,652 @@
+/*
+ * The job core's finish path: task exits found (SIGCHLD, or a poll for
+ * adopted tasks), committed together, and each attempt's outcome:
+ * success, a retry after backoff, a requeue after an eviction, a
+ * replica's restart, or the end, which the job hooks hear. Also the
+ * verbs that stop a run: cancel, evict, restart.
+ */
+#include "core_internal.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- task exits and attempt outcomes ---- */
+
+static const char *signal_label(int sig)
+{
+	const char *d = sigabbrev_np(sig);
+	return d ? d : "?";
+}
+
+/* "rank 1: exit code 3", "rank 0: killed by SIGKILL", "rank 0: timeout". */
+static void describe_failure(const struct run_task *t, char *buf, size_t len)
+{
+	const struct kn_task_status *st = &t->status;
+
+	if (st->reason[0] && strcmp(st->reason, "timeout") != 0)
+		snprintf(buf, len, "rank %d: %s", t->rank, st->reason);
+	else if (st->signal)
+		snprintf(buf, len, "rank %d: killed by SIG%s%s", t->rank,
+			 signal_label(st->signal),
+			 !strcmp(st->reason, "timeout") ? " after timeout" : "");
+	else
+		snprintf(buf, len, "rank %d: exit code %d", t->rank,
+			 st->exit_code);
+}
+
+static bool task_failed(const struct run_task *t)
+{
+	return t->status.exit_code != 0 || t->status.signal != 0;
+}
+
+static int64_t backoff_ms(const struct kn_job_spec *spec, int retry)
+{
+	int64_t ms = spec->backoff_ms;
+
+	for (int i = 1; i < retry && ms < spec->backoff_max_ms; i++)
+		ms *= 2;
+	return ms < spec->backoff_max_ms ? ms : spec->backoff_max_ms;
+}
+
+/*
+ * Goodput of an attempt in task-milliseconds. A succeeded attempt kept all
+ * its work but its restore; a failed, preempted or cancelled one kept only
+ * what its last synced checkpoint holds, and the rest — with the restore —
+ * is lost and will be done again.
+ */
+static void account_goodput(const struct run *r, struct kn_attempt_row *a)
+{
+	int64_t ran = a->ended_at - a->started_at, kept;
+
+	if (ran < 0)
+		ran = 0;
+	a->checkpoint = r->checkpoint[0] ? (char *)r->checkpoint : NULL;
+	a->checkpoint_at = r->checkpoint_at;
+	a->restore_ms = r->restore_ms;
+	if (a->state == KN_JOB_SUCCEEDED)
+		kept = ran - r->restore_ms;
+	else if (r->checkpoint_at > a->started_at + r->restore_ms)
+		kept = r->checkpoint_at - a->started_at - r->restore_ms;
+	else
+		kept = 0;
+	if (kept < 0)
+		kept = 0;
+	if (kept > ran)
+		kept = ran;
+	a->useful_ms = kept * r->n_tasks;
+	a->lost_ms = (ran - kept) * r->n_tasks;
+}
+
+/*
+ * The job's reason once attempt a ended as a.reason says: when it
+ * restarts or retries (a failure that was no timeout: retried), or how
+ * many retries it used (malloc'd).
+ */
+static char *job_reason(const struct run *r, const struct kn_job_row *j,
+			const struct kn_attempt_row *a, bool restart,
+			bool retried, int64_t now)
+{
+	const char *why = a->reason;
+	char in[32];
+
+	if (restart) {
+		kn_format_duration(j->not_before - now, in, sizeof(in));
+		return kn_asprintf("restart in %s after %s", in, why);
+	}
+	if (a->state == KN_JOB_PREEMPTED)
+		return kn_asprintf("%s; back in the queue", why);
+	if (j->state == KN_JOB_QUEUED && j->retries_used && retried) {
+		kn_format_duration(j->not_before - now, in, sizeof(in));
+		return kn_asprintf("retry %d of %d in %s after %s",
+				   j->retries_used, r->spec->retries, in, why);
+	}
+	if (j->state == KN_JOB_FAILED && j->retries_used)
+		return kn_asprintf("%s (after %d retr%s)", why, j->retries_used,
+				   j->retries_used == 1 ? "y" : "ies");
+	return kn_xstrdup(why);
+}
+
+/*
+ * Write an attempt's end and the job's next state; requeues go back into
+ * the queue once the transaction has committed (the caller's).
+ */
+static int finish_run(struct server *s, struct run *r, int64_t now,
+		      bool *requeue, struct kn_error *err)
+{
+	struct kn_job_row j;
+	struct kn_attempt_row a;
+	const struct run_task *failed = NULL;
+	struct job_model model;
+	bool timeout = false, restart = false;
+	char why[256] = "";
+	int rc;
+
+	*requeue = false;
+	for (int i = 0; i < r->n_tasks; i++) {
+		const struct run_task *t = &r->tasks[i];
+		if (!strcmp(t->status.reason, "timeout"))
+			timeout = true;
+		/* The first rank to fail is the cause; the rest were stopped. */
+		if (task_failed(t) && (!failed || t->status.ended_at_ms <
+							  failed->status.ended_at_ms))
+			failed = t;
+	}
+	memset(&j, 0, sizeof(j));
+	rc = kn_store_job_get(s->store, r->job_id, &j, err);
+	if (rc < 0)
+		return rc;
+	memset(&a, 0, sizeof(a));
+	a.job_id = r->job_id;
+	a.number = r->attempt;
+	a.started_at = r->started_at;
+	a.ended_at = now;
+	a.exit_code = failed ? failed->status.exit_code : 0;
+	a.signal = failed ? failed->status.signal : 0;
+	j.exit_code = a.exit_code;
+
+	if (j.cancel_requested) {
+		a.state = KN_JOB_CANCELLED;
+		snprintf(why, sizeof(why), "%s", j.reason ? j.reason : "cancelled");
+		j.state = KN_JOB_CANCELLED;
+		j.ended_at = now;
+	} else if (r->evicting) {
+		/* Preemption is not the job's failure: no retry is used. */
+		a.state = KN_JOB_PREEMPTED;
+		snprintf(why, sizeof(why), "%s", r->stop_reason);
+		j.state = KN_JOB_QUEUED;
+		j.not_before = now;
+		*requeue = true;
+	} else if (r->stop_reason[0] && !strncmp(r->stop_reason, "interrupted", 11)) {
+		/* Lost to a server crash before it started: not the job's fault. */
+		a.state = KN_JOB_FAILED;
+		snprintf(why, sizeof(why), "%s", r->stop_reason);
+		j.state = KN_JOB_QUEUED;
+		j.not_before = now;
+		*requeue = true;
+	} else if (job_hooks_model(s->hooks, r->job_id, &model) &&
+		   model.serves) {
+		/* A replica serves until it is undeployed: whatever the exit,
+		 * it comes back after backoff. One that had been up longer
+		 * than backoff_max starts its crash count over. */
+		if (failed)
+			describe_failure(failed, why, sizeof(why));
+		else
+			snprintf(why, sizeof(why), "exited 0");
+		a.state = failed ? KN_JOB_FAILED : KN_JOB_SUCCEEDED;
+		if (now - r->started_at >= r->spec->backoff_max_ms)
+			j.retries_used = 0;
+		j.retries_used++;
+		j.state = KN_JOB_QUEUED;
+		j.not_before = now + backoff_ms(r->spec, j.retries_used);
+		*requeue = true;
+		restart = true;
+	} else if (!failed) {
+		a.state = KN_JOB_SUCCEEDED;
+		j.state = KN_JOB_SUCCEEDED;
+		j.ended_at = now;
+		snprintf(why, sizeof(why), "all %d task%s exited 0", r->n_tasks,
+			 r->n_tasks == 1 ? "" : "s");
+	} else {
+		describe_failure(failed, why, sizeof(why));
+		a.state = KN_JOB_FAILED;
+		if (timeout) {
+			char limit[32];
+			kn_format_duration(r->spec->timeout_ms, limit, sizeof(limit));
+			snprintf(why, sizeof(why), "timeout: ran past %s", limit);
+		}
+		/* A node without a step's prerequisites, or an input that
+		   changed since the first attempt: retrying is no use. */
+		if (!timeout && j.retries_used < r->spec->retries &&
+		    !strstr(why, KN_PREREQUISITE_PREFIX) &&
+		    !strstr(why, KN_INPUT_CHANGED_PREFIX)) {
+			j.retries_used++;
+			j.state = KN_JOB_QUEUED;
+			j.not_before = now + backoff_ms(r->spec, j.retries_used);
+			*requeue = true;
+		} else {
+			j.state = KN_JOB_FAILED;
+			j.ended_at = now;
+		}
+	}
+	a.reason = why;
+	account_goodput(r, &a);
+	free(j.reason);
+	j.reason = job_reason(r, &j, &a, restart, failed && !timeout, now);
+	rc = kn_store_attempt_put(s->store, &a, err);
+	if (rc == 0)
+		rc = kn_store_job_update(s->store, &j, NULL, err);
+	if (rc == 0) { /* announced by settle once committed */
+		kn_strlcpy(r->end_state, kn_job_state_name(j.state),
+			   sizeof(r->end_state));
+		kn_strlcpy(r->end_reason, j.reason ? j.reason : "",
+			   sizeof(r->end_reason));
+	}
+	if (rc == 0 && *requeue)
+		r->requeue_at = j.not_before;
+	kn_job_row_release(&j);
+	return rc;
+}
+
+void stop_run(struct server *s, struct run *r, const char *reason)
+{
+	struct kn_error err;
+
+	if (r->stopping)
+		return;
+	r->stopping = true;
+	if (reason && !r->stop_reason[0])
+		kn_strlcpy(r->stop_reason, reason, sizeof(r->stop_reason));
+	for (int i = 0; i < r->n_tasks; i++) {
+		struct run_task *t = &r->tasks[i];
+		if (t->ended)
+			continue;
+		if (s->exec->stop(t->task_dir, &t->proc, r->stop_signal,
+				  r->stop_grace_ms, &err) < 0)
+			kn_log(KN_LOG_WARN, "job %lld rank %d: %s",
+			       (long long)r->job_id, t->rank, err.message);
+	}
+}
+
+/*
+ * Write the tasks that ended since the last call, end the attempts whose
+ * tasks have all ended, and release their devices. One transaction.
+ */
+void settle(struct server *s, struct run **changed, size_t n)
+{
+	struct kn_error err;
+	struct run **done = kn_xcalloc(n ? n : 1, sizeof(*done));
+	bool *requeue = kn_xcalloc(n ? n : 1, sizeof(*requeue));
+	size_t nd = 0;
+	int64_t now = kn_now_ms();
+	int rc;
+
+	rc = kn_store_begin(s->store, &err);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct run *r = changed[i];
+		int ended = 0;
+
+		for (int k = 0; rc == 0 && k < r->n_tasks; k++) {
+			struct run_task *t = &r->tasks[k];
+			struct kn_task_row tr;
+			char devs[256];
+
+			if (!t->ended)
+				continue;
+			ended++;
+			if (t->recorded)
+				continue;
+			devices_text(&r->bindings[k], devs, sizeof(devs));
+			memset(&tr, 0, sizeof(tr));
+			tr.job_id = r->job_id;
+			tr.attempt = r->attempt;
+			tr.rank = t->rank;
+			tr.node = s->nodes[r->bindings[k].node].name;
+			tr.devices = devs;
+			tr.gpu_milli = r->bindings[k].milli_per_device;
+			tr.task_dir = t->task_dir;
+			tr.state = KN_TASK_EXITED;
+			tr.shim_pid = t->proc.pid;
+			tr.shim_start = t->proc.start;
+			tr.started_at = t->status.started_at_ms
+						? t->status.started_at_ms
+						: r->started_at;
+			tr.ended_at = t->status.ended_at_ms ? t->status.ended_at_ms
+							    : now;
+			tr.exit_code = t->status.exit_code;
+			tr.signal = t->status.signal;
+			tr.master_port = r->master_port;
+			rc = kn_store_task_put(s->store, &tr, &err);
+		}
+		if (rc == 0 && ended == r->n_tasks) {
+			bool ok = !r->evicting;
+			for (int k = 0; k < r->n_tasks; k++)
+				if (task_failed(&r->tasks[k]))
+					ok = false;
+			if (!sync_finish_ready(s, r, ok))
+				continue;
+			rc = finish_run(s, r, now, &requeue[nd], &err);
+			done[nd++] = r;
+		}
+	}
+	if (rc == 0)
+		rc = kn_store_commit(s->store, &err);
+	if (rc < 0) {
+		/* Nothing is lost: the next poll finds the same exits again. */
+		kn_store_rollback(s->store);
+		kn_log(KN_LOG_ERROR, "recording task exits failed: %s",
+		       err.message);
+		free(done);
+		free(requeue);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		for (int k = 0; k < changed[i]->n_tasks; k++)
+			if (changed[i]->tasks[k].ended)
+				changed[i]->tasks[k].recorded = true;
+	for (size_t i = 0; i < nd; i++) {
+		struct run *r = done[i];
+		int64_t job_id = r->job_id;
+
+		feed_job(s, r->job_id, r->end_state, r->end_reason);
+		kn_sched_release(&s->cluster, &r->req, r->bindings);
+		run_unlink(s, r);
+		if (requeue[i]) {
+			queue_push(s, r->job_id, r->spec->priority,
+				   r->submitted_at, r->requeue_at, r->spec);
+			r->spec = NULL;
+		}
+		run_free(r);
+		if (!requeue[i])
+			job_hooks_job_ended(s->hooks, job_id);
+	}
+	free(done);
+	free(requeue);
+	if (nd)
+		wake_scheduler(s);
+}
+
+static struct run *run_find_pid(struct server *s, int pid, int *rank)
+{
+	for (struct run *r = s->runs; r; r = r->next)
+		for (int i = 0; i < r->n_tasks; i++)
+			if (r->tasks[i].proc.pid == pid && !r->tasks[i].ended) {
+				*rank = i;
+				return r;
+			}
+	return NULL;
+}
+
+/* Read one task's state; true when it has just been found ended. */
+bool check_task(struct server *s, struct run *r, struct run_task *t)
+{
+	struct kn_task_status st;
+	struct kn_error err;
+
+	/* A task waiting for its restore has no process to look at yet. */
+	if (t->ended || !t->launched)
+		return false;
+	if (t->rank == 0 && r->spec->n_inputs && !r->inputs_recorded)
+		record_inputs(s, r, t);
+	if (s->exec->status(t->task_dir, &t->proc, &st, &err) < 0) {
+		kn_log(KN_LOG_WARN, "job %lld rank %d: %s", (long long)r->job_id,
+		       t->rank, err.message);
+		return false;
+	}
+	if (!st.ended)
+		return false;
+	t->ended = true;
+	t->status = st;
+	/* A pod's inputs are known with its end (kube/executor.c). */
+	if (t->rank == 0 && r->spec->n_inputs && !r->inputs_recorded)
+		record_inputs(s, r, t);
+	/* A task that synced its own checkpoints (a Kubernetes pod's shim):
+	   the newest any rank reports counts, as the server's sync would. */
+	if (st.checkpoint[0] && st.checkpoint_at_ms > r->checkpoint_at) {
+		kn_strlcpy(r->checkpoint, st.checkpoint, sizeof(r->checkpoint));
+		r->checkpoint_at = st.checkpoint_at_ms;
+	}
+	if (st.restored[0] && !r->restored[0])
+		kn_strlcpy(r->restored, st.restored, sizeof(r->restored));
+	if (st.restore_ms > r->restore_ms)
+		r->restore_ms = st.restore_ms;
+	/* Taken away by the platform (a spot eviction): a preemptible job
+	   goes back to the queue as an eviction would send it. */
+	if (st.preempted && r->spec->preemptible && !r->stopping &&
+	    !r->evicting) {
+		r->evicting = true;
+		snprintf(r->stop_reason, sizeof(r->stop_reason),
+			 "preempted: rank %d %s", t->rank, st.reason);
+	}
+	return true;
+}
+
+/* After exits: stop the rest of a gang whose member failed, then settle. */
+void after_exits(struct server *s, struct run **changed, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct run *r = changed[i];
+		for (int k = 0; k < r->n_tasks; k++) {
+			char why[160];
+			if (!r->tasks[k].ended || !task_failed(&r->tasks[k]) ||
+			    r->stopping)
+				continue;
+			describe_failure(&r->tasks[k], why, sizeof(why));
+			stop_run(s, r, why);
+		}
+	}
+	if (n)
+		settle(s, changed, n);
+}
+
+void changed_add(struct run ***v, size_t *n, struct run *r)
+{
+	for (size_t i = 0; i < *n; i++)
+		if ((*v)[i] == r)
+			return;
+	*v = kn_xrealloc(*v, (*n + 1) * sizeof(**v));
+	(*v)[(*n)++] = r;
+}
+
+void jobs_on_sigchld(void *arg)
+{
+	struct server *s = arg;
+	struct run **changed = NULL;
+	size_t n = 0;
+	int status, pid, rank;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		struct run *r = run_find_pid(s, pid, &rank);
+		if (r && check_task(s, r, &r->tasks[rank]))
+			changed_add(&changed, &n, r);
+	}
+	after_exits(s, changed, n);
+	free(changed);
+}
+
+void jobs_poll(void *arg)
+{
+	struct server *s = arg;
+	struct run **changed = NULL;
+	size_t n = 0;
+
+	/* Children are reaped here too, in case a SIGCHLD was coalesced. */
+	jobs_on_sigchld(s);
+	for (struct run *r = s->runs; r; r = r->next)
+		for (int k = 0; k < r->n_tasks; k++) {
+			struct run_task *t = &r->tasks[k];
+			/* An exit whose write failed earlier is tried again. */
+			if (check_task(s, r, t) || (t->ended && !t->recorded))
+				changed_add(&changed, &n, r);
+		}
+	after_exits(s, changed, n);
+	free(changed);
+	kn_timer_arm(s->poll_timer, POLL_MS);
+}
+
+/* ---- cancel ---- */
+
+int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
+		struct kn_error *err)
+{
+	struct kn_job_row j;
+	struct kn_audit a;
+	char object[48];
+	int rc;
+
+	memset(&j, 0, sizeof(j));
+	rc = kn_store_job_get(s->store, id, &j, err);
+	if (rc < 0)
+		return rc;
+	if (c->role < KN_ROLE_OPERATOR && strcmp(j.owner, c->name) != 0) {
+		rc = kn_errorf(err, KN_EPERM, NULL,
+			       "job %lld belongs to %s; a user may cancel only "
+			       "its own jobs",
+			       (long long)id, j.owner);
+		goto out;
+	}
+	if (kn_job_state_terminal(j.state)) {
+		rc = kn_errorf(err, KN_ECONFLICT, "state",
+			       "job %lld has already %s", (long long)id,
+			       kn_job_state_name(j.state));
+		goto out;
+	}
+	if (j.cancel_requested)
+		goto out; /* asked twice: the first request stands */
+	snprintf(object, sizeof(object), "job/%lld", (long long)id);
+	audit_init(&a, c, "job.cancel", object);
+	free(j.reason);
+	if (j.state == KN_JOB_QUEUED) {
+		j.state = KN_JOB_CANCELLED;
+		j.ended_at = kn_now_ms();
+		j.cancel_requested = true;
+		j.reason = kn_asprintf("cancelled by %s while queued", c->name);
+		rc = kn_store_job_update(s->store, &j, &a, err);
+		if (rc == 0) {
+			queue_remove(s, id);
+			feed_job(s, id, "cancelled", j.reason);
+			job_hooks_job_ended(s->hooks, id);
+		}
+		goto out;
+	}
+	j.cancel_requested = true;
+	j.reason = kn_asprintf("cancelled by %s", c->name);
+	rc = kn_store_job_update(s->store, &j, &a, err);
+	if (rc < 0)
+		goto out;
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->job_id == id)
+			stop_run(s, r, j.reason);
+out:
+	kn_job_row_release(&j);
+	return rc;
+}
+
+int jobs_evict(struct server *s, const struct caller *c, int64_t id,
+	       int64_t grace_ms, const char *why, struct kn_error *err)
+{
+	struct kn_job_row j;
+	struct kn_audit a;
+	struct run *r = NULL;
+	char object[48];
+	int rc;
+
+	memset(&j, 0, sizeof(j));
+	rc = kn_store_job_get(s->store, id, &j, err);
+	if (rc < 0)
+		return rc;
+	if (c && c->role < KN_ROLE_OPERATOR && strcmp(j.owner, c->name) != 0) {
+		rc = kn_errorf(err, KN_EPERM, NULL,
+			       "job %lld belongs to %s; a user may evict only "
+			       "its own jobs",
+			       (long long)id, j.owner);
+		goto out;
+	}
+	for (struct run *p = s->runs; p; p = p->next)
+		if (p->job_id == id)
+			r = p;
+	if (!r || j.state != KN_JOB_RUNNING) {
+		rc = kn_errorf(err, KN_ECONFLICT, "state",
+			       "job %lld is %s, not running: nothing to evict",
+			       (long long)id, kn_job_state_name(j.state));
+		goto out;
+	}
+	if (!r->spec->preemptible) {
+		rc = kn_errorf(err, KN_ECONFLICT, "preemptible",
+			       "job %lld is not preemptible (its spec does not "
+			       "say preemptible: true)",
+			       (long long)id);
+		goto out;
+	}
+	if (r->stopping)
+		goto out; /* already on its way out */
+	if (c) {
+		snprintf(object, sizeof(object), "job/%lld", (long long)id);
+		audit_init(&a, c, "job.evict", object);
+		a.detail = (char *)why;
+		rc = kn_store_audit_insert(s->store, &a, err);
+		if (rc < 0)
+			goto out;
+	}
+	r->evicting = true;
+	if (r->spec->checkpoint.set) {
+		r->stop_signal = r->spec->checkpoint.signal;
+		r->stop_grace_ms = r->spec->checkpoint.grace_ms;
+	}
+	if (grace_ms >= 0)
+		r->stop_grace_ms = grace_ms;
+	{
+		char reason[128];
+		snprintf(reason, sizeof(reason), "preempted: %s", why);
+		stop_run(s, r, reason);
+	}
+out:
+	kn_job_row_release(&j);
+	return rc;
+}
+
+int jobs_restart(struct server *s, int64_t id, const char *why,
+		 struct kn_error *err)
+{
+	for (struct run *r = s->runs; r; r = r->next) {
+		if (r->job_id != id)
+			continue;
+		stop_run(s, r, why);
+		return 0;
+	}
+	return kn_errorf(err, KN_ENOTFOUND, NULL, "job %lld is not running",
+			 (long long)id);
+}
+
+void jobs_sync_settled(struct server *s, struct run *r)
+{
+	settle(s, &r, 1);
+}
+
+/* ---- a job's metrics ---- */
+
+/* metrics.json is a few numbers; more is a task's mistake. */
+#define METRICS_MAX_BYTES (64 * 1024)
+
+/*
+ * The numbers the job left in KILN_OUTPUT_DIR/metrics.json (its last
+ * attempt's task directory), as a JSON object text, or NULL with a note
+ * in why when the file is there but not a JSON object.
+ */
+char *jobs_metrics_read(struct server *s, const struct kn_job_row *j,
+			char *why, size_t len)
+{
+	char *path = kn_asprintf("%s/tasks/%lld/%d/outputs/metrics.json",
+				 s->home, (long long)j->id, j->attempts);
+	char *text = NULL, *out = NULL;
+	size_t n = 0;
+	json_t *doc, *nums, *v;
+	json_error_t jerr;
+	const char *key;
+
+	why[0] = '\0';
+	if (kn_read_file(path, METRICS_MAX_BYTES, &text, &n) < 0)
+		goto out;
+	doc = json_loadb(text, n, 0, &jerr);
+	if (!json_is_object(doc)) {
+		snprintf(why, len, "; metrics.json is not a JSON object: %.80s",
+			 doc ? "another value" : jerr.text);
+		json_decref(doc);
+		goto out;
+	}
+	nums = json_object();
+	json_object_foreach(doc, key, v)
+		if (json_is_number(v))
+			json_object_set(nums, key, v);
+	out = json_dumps(nums, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(nums);
+	json_decref(doc);
+out:
+	free(text);
+	free(path);
+	return out;
+}

@@ -1,0 +1,663 @@
+/*
+ * The job core's queue: submitting a job (its spec parsed, resolved and
+ * stored), the queue in memory, and the scheduler's turn (jobs_tick):
+ * placement, preemption for a higher priority, and binding a turn's
+ * placements in one transaction before any shim starts (core_launch.c).
+ */
+#include "core_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The spec's terms for the scheduler; the strings stay the spec's. */
+static struct kn_sched_affinity_term *
+affinity_build(const struct kn_affinity_term *terms, size_t n)
+{
+	struct kn_sched_affinity_term *out;
+
+	if (n == 0)
+		return NULL;
+	out = kn_xcalloc(n, sizeof(*out));
+	for (size_t i = 0; i < n; i++) {
+		out[i].key = terms[i].key;
+		out[i].op = terms[i].op == KN_AFFINITY_IN ? KN_SCHED_IN
+			    : terms[i].op == KN_AFFINITY_NOT_IN
+				    ? KN_SCHED_NOT_IN
+			    : terms[i].op == KN_AFFINITY_EXISTS
+				    ? KN_SCHED_EXISTS
+				    : KN_SCHED_DOES_NOT_EXIST;
+		out[i].values = (const char *const *)terms[i].values;
+		out[i].n_values = terms[i].n_values;
+		out[i].weight = terms[i].weight;
+	}
+	return out;
+}
+
+void sreq_build(const struct server *s, const struct kn_job_spec *spec,
+		       struct sreq *r)
+{
+	const struct kn_placement_spec *p = &spec->placement;
+	size_t n_selector = 0;
+
+	memset(r, 0, sizeof(*r));
+	r->req.tasks = spec->tasks;
+	r->req.gpu_milli = spec->resources.gpu_milli;
+	r->req.mig_profile = spec->resources.mig_profile;
+	r->req.gpu_models = (const char *const *)spec->resources.gpu_models;
+	r->req.n_gpu_models = spec->resources.n_gpu_models;
+	r->req.cpu_milli = spec->resources.cpu_milli;
+	r->req.memory_bytes = spec->resources.memory_bytes;
+	/* The cluster matches models and placement terms (kube.c). */
+	if (kube_places(s)) {
+		r->req.gpu_models = NULL;
+		r->req.n_gpu_models = 0;
+		return;
+	}
+	if (p->n_selector) {
+		r->selector = kn_xcalloc(p->n_selector, sizeof(*r->selector));
+		for (size_t i = 0; i < p->n_selector; i++) {
+			if (slurm_selects(s, p->selector[i].key))
+				continue;
+			r->selector[n_selector].key = p->selector[i].key;
+			r->selector[n_selector++].value = p->selector[i].value;
+		}
+	}
+	if (p->n_tolerations) {
+		r->tolerations =
+			kn_xcalloc(p->n_tolerations, sizeof(*r->tolerations));
+		for (size_t i = 0; i < p->n_tolerations; i++) {
+			const struct kn_toleration *t = &p->tolerations[i];
+			r->tolerations[i].key = t->key;
+			r->tolerations[i].exists =
+				t->operator_ && !strcmp(t->operator_, "Exists");
+			r->tolerations[i].value = t->value;
+			r->tolerations[i].effect = t->effect;
+		}
+	}
+	r->req.selector = r->selector;
+	r->req.n_selector = n_selector;
+	r->req.tolerations = r->tolerations;
+	r->req.n_tolerations = p->n_tolerations;
+	r->required = affinity_build(p->required, p->n_required);
+	r->preferred = affinity_build(p->preferred, p->n_preferred);
+	r->req.required = r->required;
+	r->req.n_required = p->n_required;
+	r->req.preferred = r->preferred;
+	r->req.n_preferred = p->n_preferred;
+	/* The node label names spread reads (docs/scheduling.md). */
+	r->req.spread_key = p->spread == KN_SPREAD_ZONE ? "zone"
+			    : p->spread == KN_SPREAD_FAULT_DOMAIN
+				    ? "fault_domain"
+				    : NULL;
+}
+
+static void sreq_release(struct sreq *r)
+{
+	free(r->selector);
+	free(r->tolerations);
+	free(r->required);
+	free(r->preferred);
+}
+
+/* ---- audit helpers ---- */
+
+void audit_init(struct kn_audit *a, const struct caller *c,
+		       const char *action, const char *object)
+{
+	memset(a, 0, sizeof(*a));
+	a->actor = (char *)c->name;
+	a->role = (char *)role_name(c->role);
+	a->action = (char *)action;
+	a->object = (char *)object;
+	a->outcome = "ok";
+}
+
+/* ---- queue ---- */
+
+static struct queued_job *queue_find(struct server *s, int64_t id,
+				     struct queued_job ***link)
+{
+	for (struct queued_job **p = &s->queue; *p; p = &(*p)->next) {
+		if ((*p)->id == id) {
+			if (link)
+				*link = p;
+			return *p;
+		}
+	}
+	return NULL;
+}
+
+void queue_push(struct server *s, int64_t id, int priority,
+		       int64_t submitted_at, int64_t not_before,
+		       struct kn_job_spec *spec)
+{
+	struct queued_job *q = kn_xcalloc(1, sizeof(*q));
+
+	q->id = id;
+	q->priority = priority;
+	q->submitted_at = submitted_at;
+	q->not_before = not_before;
+	q->spec = spec;
+	q->next = s->queue;
+	s->queue = q;
+	s->queue_len++;
+}
+
+void queued_free(struct queued_job *q)
+{
+	kn_job_spec_free(q->spec);
+	free(q);
+}
+
+void queue_remove(struct server *s, int64_t id)
+{
+	struct queued_job **link, *q = queue_find(s, id, &link);
+
+	if (!q)
+		return;
+	*link = q->next;
+	s->queue_len--;
+	queued_free(q);
+}
+
+const char *jobs_queue_reason(struct server *s, int64_t id)
+{
+	struct queued_job *q = queue_find(s, id, NULL);
+	return q && q->reason[0] ? q->reason : NULL;
+}
+
+size_t jobs_pending(struct server *s, struct pending_job **out)
+{
+	int64_t now = kn_now_ms();
+	struct kn_sched_queue_entry *order =
+		kn_xcalloc(s->queue_len ? s->queue_len : 1, sizeof(*order));
+	size_t n = 0, k = 0;
+
+	for (struct queued_job *q = s->queue; q; q = q->next)
+		if (q->reason[0] && q->not_before <= now && !q->preempting) {
+			order[n].job_id = q->id;
+			order[n].priority = q->priority;
+			order[n++].submitted_at = q->submitted_at;
+		}
+	kn_sched_sort_queue(order, n);
+	*out = kn_xcalloc(n ? n : 1, sizeof(**out));
+	for (size_t i = 0; i < n; i++) {
+		struct queued_job *q = queue_find(s, order[i].job_id, NULL);
+		struct sreq *r = kn_xcalloc(1, sizeof(*r));
+
+		sreq_build(s, q->spec, r);
+		(*out)[k].id = q->id;
+		(*out)[k].preemptible = q->spec->preemptible;
+		(*out)[k++].req = &r->req;
+	}
+	free(order);
+	return k;
+}
+
+void jobs_pending_free(struct pending_job *jobs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		/* req is the first member of the sreq it was built in. */
+		struct sreq *r = (struct sreq *)jobs[i].req;
+
+		sreq_release(r);
+		free(r);
+	}
+	free(jobs);
+}
+
+void wake_scheduler(struct server *s)
+{
+	if (!kn_timer_pending(s->tick_timer))
+		kn_timer_arm(s->tick_timer, 0);
+}
+
+void jobs_wake(struct server *s)
+{
+	wake_scheduler(s);
+}
+
+/* ---- submit ---- */
+
+/*
+ * Tasks start in the spec's `workdir`, which may be relative to the spec
+ * file; with none, in the spec file's directory (as `sbatch` starts in the
+ * directory it was called from). Only an absolute file name tells where
+ * that is; otherwise a task starts in its task directory.
+ */
+static void resolve_workdir(struct kn_job_spec *spec, const char *filename)
+{
+	const char *slash;
+	char *dir;
+
+	if (spec->workdir && spec->workdir[0] == '/')
+		return;
+	if (!filename || filename[0] != '/')
+		return;
+	slash = strrchr(filename, '/');
+	dir = slash == filename ? kn_xstrdup("/")
+				: kn_asprintf("%.*s", (int)(slash - filename),
+					      filename);
+	if (spec->workdir) {
+		char *abs = kn_asprintf("%s/%s", dir, spec->workdir);
+		free(spec->workdir);
+		free(dir);
+		spec->workdir = abs;
+	} else {
+		spec->workdir = dir;
+	}
+}
+
+/*
+ * Paths in `inputs:` are relative to the spec file, like its workdir:
+ * file:///ABSOLUTE URLs from here on. shown names the file in messages.
+ */
+static int resolve_inputs(struct kn_job_spec *spec, const char *filename,
+			  const char *shown, struct kn_error *err)
+{
+	const char *slash = filename ? strrchr(filename, '/') : NULL;
+	char *dir = NULL;
+	int rc;
+
+	if (filename && filename[0] == '/')
+		dir = slash == filename ? kn_xstrdup("/")
+					: kn_asprintf("%.*s",
+						      (int)(slash - filename),
+						      filename);
+	rc = kn_job_spec_resolve_inputs(spec, dir, shown, err);
+	free(dir);
+	return rc;
+}
+
+int parse_spec(const struct server *s, const char *text, size_t len,
+		      const char *filename, struct kn_job_spec **out,
+		      struct kn_error *err)
+{
+	int rc = kn_job_spec_parse(text, len, filename, out, err);
+
+	/* In a pod, a workdir is the container's, not the spec file's. */
+	if (rc == 0 && !kube_places(s))
+		resolve_workdir(*out, filename);
+	if (rc == 0 && (rc = resolve_inputs(*out, filename, filename, err)) < 0) {
+		kn_job_spec_free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+/*
+ * The code revision of a job whose workdir is in a git repository, for
+ * the lineage of models made from it (docs/registry.md). A pod's workdir
+ * is the container's: nothing to read here.
+ */
+static void record_revision(struct server *s, int64_t id,
+			    const struct kn_job_spec *spec)
+{
+	struct kn_error err;
+	char rev[65];
+
+	if (kube_places(s) || !spec->workdir || spec->workdir[0] != '/' ||
+	    kn_git_revision(spec->workdir, rev) < 0)
+		return;
+	/* The job runs without it; only its lineage will lack it. */
+	if (kn_store_job_revision_put(s->store, id, rev, &err) < 0)
+		kn_log(KN_LOG_ERROR, "job %lld: code revision %s not recorded: "
+		       "%s", (long long)id, rev, err.message);
+}
+
+int jobs_submit(struct server *s, const struct caller *c, const char *text,
+		size_t len, const char *filename, const char *path,
+		int64_t *out_id, struct kn_error *err)
+{
+	struct kn_job_spec *spec = NULL;
+	struct kn_job_row j;
+	struct kn_audit a;
+	json_t *norm;
+	char *norm_text;
+	int64_t id = 0;
+	int rc;
+
+	rc = kn_job_spec_parse(text, len, filename, &spec, err);
+	if (rc < 0)
+		return rc;
+	if (spec->image && s->exec == &kn_local_executor) {
+		kn_job_spec_free(spec);
+		return kn_errorf(err, KN_EINVAL, "image",
+				 "%s: image: the %s executor runs no containers "
+				 "(--executor slurm does, with pyxis, and "
+				 "--executor kubernetes)",
+				 filename, s->exec->name);
+	}
+	rc = kube_check_spec(s, spec, filename, err);
+	if (rc == 0)
+		rc = resolve_inputs(spec, path ? path : filename, filename, err);
+	if (rc == 0)
+		rc = kube_check_inputs(s, spec, filename, err);
+	if (rc < 0) {
+		kn_job_spec_free(spec);
+		return rc;
+	}
+	/* Stored as the file name, so a restart resolves it the same way. */
+	if (path)
+		filename = path;
+	if (!kube_places(s))
+		resolve_workdir(spec, filename);
+	norm = kn_job_spec_to_json(spec);
+	norm_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(norm);
+
+	memset(&j, 0, sizeof(j));
+	j.name = spec->name;
+	j.owner = (char *)c->name;
+	j.state = KN_JOB_QUEUED;
+	j.priority = spec->priority;
+	j.tasks = spec->tasks;
+	j.filename = (char *)(filename ? filename : "");
+	j.spec_yaml = (char *)text;
+	j.spec_json = norm_text;
+	j.submitted_at = kn_now_ms();
+	j.exit_code = -1;
+	audit_init(&a, c, "job.submit", NULL); /* the store names job/ID */
+	a.detail = spec->name;
+	rc = kn_store_job_insert(s->store, &j, &a, &id, err);
+	free(norm_text);
+	if (rc == 0)
+		record_revision(s, id, spec);
+	if (rc < 0) {
+		kn_job_spec_free(spec);
+		return rc;
+	}
+	workload_add(s, spec);
+	queue_push(s, id, spec->priority, j.submitted_at, 0, spec);
+	feed_job(s, id, "queued", NULL);
+	wake_scheduler(s);
+	*out_id = id;
+	return 0;
+}
+
+struct placed {
+	struct queued_job *q;
+	struct kn_sched_binding *bindings;
+	struct sreq sr;
+	int attempt; /* the number the bind gives the new attempt */
+};
+
+/*
+ * For a replica of a deployment with spread: per node, the tasks of its
+ * other replicas, running or placed earlier this turn (pl[0..np)), so the
+ * scheduler spreads replicas and not only one gang's tasks. NULL for any
+ * other job.
+ */
+static int *spread_group_placed(struct server *s, const struct queued_job *q,
+				const struct kn_sched_request *req,
+				const struct placed *pl, size_t np)
+{
+	const void *group;
+	int *counts;
+
+	if (!req->spread_key)
+		return NULL;
+	group = job_hooks_spread_group(s->hooks, q->id);
+	if (!group)
+		return NULL;
+	counts = kn_xcalloc(s->cluster.n_nodes, sizeof(*counts));
+	for (const struct run *r = s->runs; r; r = r->next)
+		if (r->job_id != q->id && !r->stopping &&
+		    job_hooks_spread_group(s->hooks, r->job_id) == group)
+			for (int t = 0; t < r->n_tasks; t++)
+				counts[r->bindings[t].node]++;
+	for (size_t k = 0; k < np; k++)
+		if (job_hooks_spread_group(s->hooks, pl[k].q->id) == group)
+			for (int t = 0; t < pl[k].q->spec->tasks; t++)
+				counts[pl[k].bindings[t].node]++;
+	return counts;
+}
+
+/* Commit the bindings of one turn, then start the shims. */
+static int bind_placed(struct server *s, struct placed *pl, size_t n,
+		       int64_t now)
+{
+	struct kn_error err;
+	int *ports = kn_xcalloc(n ? n : 1, sizeof(int));
+	int rc;
+
+	rc = kn_store_begin(s->store, &err);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct queued_job *q = pl[i].q;
+		struct kn_job_row j;
+		struct kn_attempt_row a;
+
+		memset(&j, 0, sizeof(j));
+		rc = kn_store_job_get(s->store, q->id, &j, &err);
+		if (rc < 0)
+			break;
+		j.state = KN_JOB_RUNNING;
+		j.attempts++;
+		if (!j.started_at)
+			j.started_at = now;
+		free(j.reason);
+		j.reason = NULL;
+		rc = kn_store_job_update(s->store, &j, NULL, &err);
+		memset(&a, 0, sizeof(a));
+		a.job_id = q->id;
+		a.number = j.attempts;
+		a.state = KN_JOB_RUNNING;
+		a.started_at = now;
+		a.exit_code = -1;
+		if (rc == 0)
+			rc = kn_store_attempt_put(s->store, &a, &err);
+		ports[i] = free_port();
+		for (int t = 0; rc == 0 && t < q->spec->tasks; t++) {
+			struct kn_task_row tr;
+			char devs[256];
+			char *dir = task_dir_path(s, q->id, j.attempts, t);
+
+			devices_text(&pl[i].bindings[t], devs, sizeof(devs));
+			memset(&tr, 0, sizeof(tr));
+			tr.job_id = q->id;
+			tr.attempt = j.attempts;
+			tr.rank = t;
+			tr.node = s->nodes[pl[i].bindings[t].node].name;
+			tr.devices = devs;
+			tr.gpu_milli = pl[i].bindings[t].milli_per_device;
+			tr.task_dir = dir;
+			tr.state = KN_TASK_RUNNING;
+			tr.started_at = now;
+			tr.exit_code = -1;
+			tr.master_port = ports[i];
+			rc = kn_store_task_put(s->store, &tr, &err);
+			free(dir);
+		}
+		pl[i].attempt = j.attempts;
+		kn_job_row_release(&j);
+	}
+	if (rc == 0)
+		rc = kn_store_commit(s->store, &err);
+	if (rc < 0) {
+		kn_store_rollback(s->store);
+		kn_log(KN_LOG_ERROR, "binding jobs failed: %s", err.message);
+		for (size_t i = 0; i < n; i++)
+			kn_sched_release(&s->cluster, &pl[i].sr.req,
+					 pl[i].bindings);
+		free(ports);
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct queued_job *q = pl[i].q, **link = NULL;
+		struct run *r;
+		/* The run takes over the spec from the queue entry. */
+		r = run_new(s, q->id, pl[i].attempt, q->spec);
+		q->spec = NULL;
+		r->submitted_at = q->submitted_at;
+		r->started_at = now;
+		r->master_port = ports[i];
+		feed_job(s, q->id, "running", NULL);
+		memcpy(r->bindings, pl[i].bindings,
+		       (size_t)r->n_tasks * sizeof(*r->bindings));
+		sync_restore_then_launch(s, r);
+		queue_find(s, q->id, &link);
+		*link = q->next;
+		s->queue_len--;
+		queued_free(q);
+	}
+	free(ports);
+	return 0;
+}
+
+static bool evictions_in_flight(struct server *s)
+{
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->evicting)
+			return true;
+	return false;
+}
+
+/*
+ * q does not fit: evict the cheapest set of lower-priority preemptible
+ * jobs that makes room, if there is one. Returns true when it did.
+ */
+static bool preempt_for(struct server *s, struct queued_job *q,
+			const struct kn_sched_request *req)
+{
+	struct kn_sched_victim *cands;
+	size_t n = 0, *victims, n_victims = 0;
+	bool done = false;
+
+	for (struct run *r = s->runs; r; r = r->next)
+		n++;
+	cands = kn_xcalloc(n ? n : 1, sizeof(*cands));
+	victims = kn_xcalloc(n ? n : 1, sizeof(*victims));
+	n = 0;
+	for (struct run *r = s->runs; r; r = r->next) {
+		if (r->stopping)
+			continue;
+		cands[n].job_id = r->job_id;
+		cands[n].priority = r->spec->priority;
+		cands[n].preemptible = r->spec->preemptible;
+		cands[n].started_at = r->started_at;
+		cands[n].req = &r->req;
+		cands[n].bindings = r->bindings;
+		n++;
+	}
+	if (kn_sched_find_victims(&s->cluster, req, q->priority, cands, n,
+				  victims, &n_victims) == 0) {
+		char why[128];
+		snprintf(why, sizeof(why),
+			 "preempted for job %lld (priority %d)", (long long)q->id,
+			 q->priority);
+		for (size_t i = 0; i < n_victims; i++) {
+			struct kn_error err;
+			if (jobs_evict(s, NULL, cands[victims[i]].job_id, -1, why,
+				       &err) < 0)
+				kn_log(KN_LOG_WARN, "%s", err.message);
+		}
+		snprintf(q->reason, sizeof(q->reason),
+			 "waiting for %zu lower-priority job%s to be preempted",
+			 n_victims, n_victims == 1 ? "" : "s");
+		done = true;
+	}
+	free(cands);
+	free(victims);
+	return done;
+}
+
+void jobs_tick(void *arg)
+{
+	struct server *s = arg;
+	int64_t now = kn_now_ms(), next_wake = 0;
+	struct kn_sched_queue_entry *order;
+	struct kn_sched_packing packing = {
+		.policy = s->policy,
+		.workload = s->workload,
+		.n_workload = s->n_workload,
+	};
+	struct placed *pl;
+	size_t n = 0, np = 0;
+	bool hold = false;
+
+	if (!s->queue)
+		return;
+	order = kn_xcalloc(s->queue_len, sizeof(*order));
+	pl = kn_xcalloc(s->queue_len, sizeof(*pl));
+	for (struct queued_job *q = s->queue; q; q = q->next) {
+		order[n].job_id = q->id;
+		order[n].priority = q->priority;
+		order[n].submitted_at = q->submitted_at;
+		n++;
+	}
+	kn_sched_sort_queue(order, n);
+	for (size_t i = 0; i < n; i++) {
+		struct queued_job *q = queue_find(s, order[i].job_id, NULL);
+		struct placed *p = &pl[np];
+		int *spread_placed;
+		int rc;
+
+		if (q->not_before > now) {
+			char in[32];
+			kn_format_duration(q->not_before - now, in, sizeof(in));
+			snprintf(q->reason, sizeof(q->reason),
+				 "waiting for retry backoff (%s left)", in);
+			if (!next_wake || q->not_before < next_wake)
+				next_wake = q->not_before;
+			continue;
+		}
+		sreq_build(s, q->spec, &p->sr);
+		p->bindings = kn_xcalloc((size_t)q->spec->tasks,
+					 sizeof(*p->bindings));
+		spread_placed = spread_group_placed(s, q, &p->sr.req, pl, np);
+		p->sr.req.spread_placed = spread_placed;
+		packing.seed = (uint64_t)q->id;
+		p->sr.req.packing = &packing;
+		rc = kn_sched_place(&s->cluster, &p->sr.req, p->bindings,
+				    q->reason, sizeof(q->reason));
+		/* Of this turn only: the run keeps no pointer to them. */
+		p->sr.req.spread_placed = NULL;
+		p->sr.req.packing = NULL;
+		free(spread_placed);
+		if (rc == 0) {
+			p->q = q;
+			q->reason[0] = '\0';
+			q->preempting = false;
+			np++;
+			continue;
+		}
+		if (strncmp(q->reason, KN_SCHED_NEVER,
+			    strlen(KN_SCHED_NEVER)) != 0) {
+			if (q->preempting && evictions_in_flight(s)) {
+				snprintf(q->reason, sizeof(q->reason),
+					 "waiting for preempted jobs to stop");
+				hold = true;
+			} else {
+				q->preempting = preempt_for(s, q, &p->sr.req);
+				hold = q->preempting;
+			}
+		}
+		free(p->bindings);
+		sreq_release(&p->sr);
+		memset(p, 0, sizeof(*p));
+		/* What the victims free is for q: nothing behind it jumps in. */
+		if (hold) {
+			for (size_t k = i + 1; k < n; k++) {
+				struct queued_job *w =
+					queue_find(s, order[k].job_id, NULL);
+				snprintf(w->reason, sizeof(w->reason),
+					 "waiting behind job %lld, for which "
+					 "lower-priority jobs are being preempted",
+					 (long long)q->id);
+			}
+			break;
+		}
+	}
+	if (np)
+		bind_placed(s, pl, np, now);
+	for (size_t i = 0; i < np; i++) {
+		free(pl[i].bindings);
+		sreq_release(&pl[i].sr);
+	}
+	free(pl);
+	free(order);
+	if (next_wake)
+		kn_timer_arm(s->tick_timer, next_wake - now);
+}

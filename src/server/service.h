@@ -1,0 +1,73 @@
+/*
+ * The server's services: each one a table entry with its start phase,
+ * its start and stop, its job hooks and its HTTP routes. server.c starts
+ * them phase by phase in the order of its table and stops them in the
+ * reverse order; api.c serves the job core's routes, then each
+ * service's. A service's handlers stay private to its file.
+ *
+ * Rejected: a start-up sequence written out in kn_server_run with its
+ * order kept by comments ("before jobs_recover"), and one route table in
+ * api.c naming every service's handlers.
+ */
+#ifndef KILN_SERVER_SERVICE_H
+#define KILN_SERVER_SERVICE_H
+
+#include "internal.h"
+
+/* One HTTP route: method, path pattern, least role, handler. */
+struct route {
+	const char *method;
+	const char *pattern; /* "{id}" and "{name}" match one path segment */
+	enum kn_role least;  /* the lowest role allowed */
+	bool public_route;   /* no token needed */
+	const char *action;  /* audit action of a refused write, or NULL */
+	void (*fn)(struct server *s, struct kn_http_req *req,
+		   const struct caller *c, const char *param);
+};
+
+/* When a service starts, after what the server has set up by then. */
+enum service_phase {
+	/* The store and the nodes exist; no loop yet (node pools, cost). */
+	SERVICE_PHASE_NODES,
+	/* The loop, the workers and the event feed exist; jobs are not yet
+	   recovered, so whatever a recovered job's end asks of a service
+	   (through its hooks) is there. */
+	SERVICE_PHASE_LOOP,
+	/* The jobs are recovered: a service may act on them. */
+	SERVICE_PHASE_RECOVERED,
+};
+
+struct service {
+	const char *name;
+	enum service_phase phase;
+	/* Returns 0, or a negative errno with err: the server does not
+	   start. NULL: nothing to start. */
+	int (*start)(struct server *s, struct kn_error *err);
+	/* Once every service has started, before the first request (arm
+	   timers that may act on any service). NULL: none. */
+	void (*run)(struct server *s);
+	/* Free the service's state; after the worker pools are gone, so no
+	   work of its is in flight. Called even when start was not (the
+	   state is then absent). NULL: nothing to free. */
+	void (*stop)(struct server *s);
+	/* A model's alias moved (a promote or a rollback), or NULL. */
+	void (*alias_moved)(struct server *s, const char *model,
+			    const char *alias);
+	/* Registered with the job core before any phase starts, or NULL. */
+	const struct job_hook_ops *hooks;
+	const struct route *routes;
+	size_t n_routes;
+};
+
+/* The services, in server.c's table order. */
+extern const struct service pools_service, cost_service, backup_service,
+	deploy_service, models_service, workflows_service, reval_service;
+
+/* server.c's table: NULL-terminated. */
+extern const struct service *const kn_services[];
+
+/* Tell every service, in table order, that alias of model moved. */
+void services_alias_moved(struct server *s, const char *model,
+			  const char *alias);
+
+#endif

@@ -1,0 +1,157 @@
+/*
+ * Unit tests for the service table (server/service.h): every service is
+ * named once, starts in a known phase and has handlers for all its
+ * routes; api.c tries routes in order and the first match answers, so no
+ * two services' routes may answer the same request, and within one
+ * service no route may be hidden by an earlier one (a literal segment
+ * before a capture that would match it is how a table says which wins).
+ * The services that own jobs register job hooks.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "server/service.h"
+
+/* The next segment of a path pattern: its length, from *p. */
+static size_t segment(const char *p)
+{
+	const char *end = strchr(p, '/');
+
+	return end ? (size_t)(end - p) : strlen(p);
+}
+
+/*
+ * Whether the patterns agree segment by segment: equal, or a "{...}"
+ * capture in a, or (with b_captures) in b.
+ */
+static bool segments_agree(const char *a, const char *b, bool b_captures)
+{
+	while (*a && *b) {
+		size_t na = segment(a), nb = segment(b);
+
+		if (a[0] != '{' && !(b_captures && b[0] == '{') &&
+		    (b[0] == '{' || na != nb || memcmp(a, b, na) != 0))
+			return false;
+		a += na;
+		b += nb;
+		if (*a != *b)
+			return false;
+		if (*a == '/') {
+			a++;
+			b++;
+		}
+	}
+	return *a == '\0' && *b == '\0';
+}
+
+/* Whether some path matches both patterns. */
+static bool overlap(const char *a, const char *b)
+{
+	return segments_agree(a, b, true);
+}
+
+/* Whether every path that matches b matches a too (a hides b). */
+static bool covers(const char *a, const char *b)
+{
+	return segments_agree(a, b, false);
+}
+
+static void test_overlap_matcher(void **state)
+{
+	(void)state;
+	assert_true(overlap("/v1/models/{name}", "/v1/models/x"));
+	assert_true(overlap("/v1/pools/{name}/rolling", "/v1/pools/a/rolling"));
+	assert_false(overlap("/v1/models/{name}",
+			     "/v1/models/{name}/revalidation"));
+	assert_false(overlap("/v1/keys", "/v1/keys/{name}"));
+	assert_false(overlap("/v1/deployments", "/v1/workflows"));
+	assert_true(covers("/v1/model-blobs/{name}", "/v1/model-blobs/missing"));
+	assert_false(covers("/v1/model-blobs/missing", "/v1/model-blobs/{name}"));
+	assert_true(covers("/v1/models/{name}", "/v1/models/{name}"));
+}
+
+static void test_services_named_once(void **state)
+{
+	(void)state;
+	for (size_t i = 0; kn_services[i]; i++) {
+		const struct service *v = kn_services[i];
+
+		assert_non_null(v->name);
+		assert_true(v->phase == SERVICE_PHASE_NODES ||
+			    v->phase == SERVICE_PHASE_LOOP ||
+			    v->phase == SERVICE_PHASE_RECOVERED);
+		for (size_t k = 0; k < i; k++)
+			assert_string_not_equal(kn_services[k]->name, v->name);
+		for (size_t r = 0; r < v->n_routes; r++) {
+			assert_non_null(v->routes[r].fn);
+			assert_true(v->routes[r].pattern[0] == '/');
+		}
+	}
+}
+
+static void test_routes_do_not_shadow(void **state)
+{
+	(void)state;
+	for (size_t i = 0; kn_services[i]; i++)
+		for (size_t r = 0; r < kn_services[i]->n_routes; r++)
+			for (size_t j = i; kn_services[j]; j++)
+				for (size_t q = j == i ? r + 1 : 0;
+				     q < kn_services[j]->n_routes; q++) {
+					const struct route *a =
+						&kn_services[i]->routes[r];
+					const struct route *b =
+						&kn_services[j]->routes[q];
+
+					if (strcmp(a->method, b->method) ||
+					    !(i == j ? covers(a->pattern,
+							      b->pattern)
+						     : overlap(a->pattern,
+							       b->pattern)))
+						continue;
+					fail_msg("%s %s (%s) and %s (%s) answer "
+						 "the same requests",
+						 a->method, a->pattern,
+						 kn_services[i]->name,
+						 b->pattern,
+						 kn_services[j]->name);
+				}
+}
+
+/* Deployments, workflows and re-validation own jobs: the core asks them. */
+static void test_job_owners_hooked(void **state)
+{
+	(void)state;
+	assert_non_null(deploy_service.hooks);
+	assert_non_null(deploy_service.hooks->model);
+	assert_non_null(deploy_service.hooks->spread_group);
+	assert_non_null(workflows_service.hooks);
+	assert_non_null(workflows_service.hooks->job_ended);
+	assert_non_null(workflows_service.hooks->task_env);
+	assert_non_null(reval_service.hooks);
+	assert_non_null(reval_service.hooks->job_ended);
+	assert_non_null(reval_service.hooks->model);
+	/* Workflows hear a job's end before re-validation. */
+	for (size_t i = 0; kn_services[i]; i++) {
+		if (kn_services[i] == &reval_service)
+			fail_msg("re-validation comes before workflows");
+		if (kn_services[i] == &workflows_service)
+			break;
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_overlap_matcher),
+		cmocka_unit_test(test_services_named_once),
+		cmocka_unit_test(test_routes_do_not_shadow),
+		cmocka_unit_test(test_job_owners_hooked),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
