@@ -716,6 +716,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	char partition[128];
 	struct kn_error err, inputs_err;
 	bool inputs_ok = true;
+	char run_as[64];
 
 	const struct kn_sched_binding *b = &r->bindings[t->rank];
 
@@ -848,7 +849,8 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	else if (!inputs_ok)
 		rc = kn_errorf(&err, KN_EIO, NULL, "its inputs' digests: %s",
 			       inputs_err.message);
-	else
+	else if ((rc = isolation_launch(s, r->job_id, &l, run_as,
+					sizeof(run_as), &err)) == 0)
 		rc = s->exec->start(&l, &t->proc, &err);
 	t->launched = true;
 	if (rc < 0) {

@@ -371,6 +371,7 @@ static void server_release(struct server *s)
 	free(s->nodes);
 	kn_mig_free(s->mig);
 	workload_release(s);
+	isolation_stop(s);
 	free(s->home);
 }
 
@@ -432,6 +433,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	if (rc < 0)
 		goto out;
 	rc = setup_nodes(&s, err);
+	if (rc < 0)
+		goto out;
+	rc = isolation_start(&s, err);
 	if (rc < 0)
 		goto out;
 	rc = pools_start(&s, err);
