@@ -252,8 +252,11 @@ static int prepare_sandbox(struct shim *s, struct kn_error *err)
 		visible[nv++] = real[0];
 	if ((real[1] = realpath(mps ? mps : "/tmp/nvidia-mps", NULL)))
 		visible[nv++] = real[1];
-	for (size_t i = 0; shim_files[i]; i++)
-		read_only[i] = kn_asprintf("%s/%s", s->dir, shim_files[i]);
+	for (n = 0; shim_files[n]; n++)
+		read_only[n] = kn_asprintf("%s/%s", s->dir, shim_files[n]);
+	/* A deployment's or an evaluation's verified model copy. */
+	if (env_value(s->env, "KILN_MODEL_DIR"))
+		read_only[n] = kn_xstrdup(env_value(s->env, "KILN_MODEL_DIR"));
 	cfg.run_as = s->run_as;
 	cfg.hide = s->home;
 	cfg.task_dir = s->dir;
@@ -420,6 +423,21 @@ static int write_status(struct shim *s, int wstatus, int64_t started,
 	return rc;
 }
 
+/* Recorded like any exit, so the server judges it the same. */
+static int end_unstarted(struct shim *s, int code, const char *why,
+			 int64_t started, struct kn_error *err)
+{
+	int rc;
+
+	kn_strlcpy(s->reason, why, sizeof(s->reason));
+	rc = write_status(s, W_EXITCODE(code, 0), started, kn_now_ms());
+	if (rc < 0)
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "cannot write %s/status.json: %s", s->dir,
+			       strerror(-rc));
+	return rc;
+}
+
 int kn_shim_main_prepared(const char *task_dir,
 			  const struct kn_shim_prepare *prep,
 			  struct kn_error *err)
@@ -478,28 +496,16 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 	started = kn_now_ms();
 	if (prep && prep->fn &&
 	    prep->fn(prep->arg, s.env, s.log_fd, why, sizeof(why)) < 0) {
-		/* Recorded like any exit, so the server judges it the same. */
-		kn_strlcpy(s.reason, why, sizeof(s.reason));
-		rc = write_status(&s, W_EXITCODE(1, 0), started, kn_now_ms());
-		if (rc < 0)
-			rc = kn_errorf(err, KN_EIO, NULL,
-				       "cannot write %s/status.json: %s",
-				       task_dir, strerror(-rc));
+		rc = end_unstarted(&s, 1, why, started, err);
 		goto out;
 	}
-	rc = prepare_sandbox(&s, err);
-	if (rc < 0) {
+	if (prepare_sandbox(&s, err) < 0) {
 		/* Never run unisolated by mistake: the task ends unstarted. */
-		char *line = kn_asprintf("kiln: %s\n", err->message);
-		write_log(&s, line, strlen(line));
-		free(line);
-		snprintf(s.reason, sizeof(s.reason), "sandbox: %.80s",
-			 err->message);
-		rc = write_status(&s, W_EXITCODE(127, 0), started, kn_now_ms());
-		if (rc < 0)
-			rc = kn_errorf(err, KN_EIO, NULL,
-				       "cannot write %s/status.json: %s",
-				       task_dir, strerror(-rc));
+		snprintf(why, sizeof(why), "sandbox: %.200s", err->message);
+		write_log(&s, "kiln: ", 6);
+		write_log(&s, why, strlen(why));
+		write_log(&s, "\n", 1);
+		rc = end_unstarted(&s, 127, why, started, err);
 		goto out;
 	}
 	start_child(&s, pipefd[1]);

@@ -18,7 +18,7 @@ static const char *const allowed[] = {
 };
 /* Under srun the Slurm shim sets the ranks in its own environment. */
 static const char *const allowed_slurm[] = {
-	"SLURM_*", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "RANK",
+	"SLURM_*", "SLURMD_NODENAME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "RANK",
 	"WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "MASTER_ADDR", NULL,
 };
 /* A pod's credentials for its store and anything that names a token. */

@@ -91,8 +91,9 @@ static int show(struct kn_sandbox *sb, const char *path, bool read_only,
 	if (path[0] != '/')
 		return kn_errorf(err, KN_EINVAL, NULL,
 				 "sandbox: %s is not an absolute path", path);
-	if (stat(path, &st) < 0)
-		return 0; /* nothing to show */
+	/* The root stays; showing it again would bring back /dev. */
+	if (stat(path, &st) < 0 || !strcmp(path, "/"))
+		return 0;
 	if (sb->n_shown == MAX_SHOWN)
 		return kn_errorf(err, KN_EINVAL, NULL,
 				 "sandbox: more than %d paths to show", MAX_SHOWN);
@@ -158,6 +159,8 @@ static int give(const char *path, const struct stat *st, int flag,
 static int prepare_writable(struct kn_sandbox *sb, const char *dir,
 			    bool recursive, struct kn_error *err)
 {
+	/* Made here when the server did not (no checkpoint sync): hidden
+	   in its home, the task could not make it itself. */
 	int rc = kn_mkdir_p(dir, 0700);
 
 	if (rc < 0)
@@ -179,6 +182,52 @@ static void add_hide(struct kn_sandbox *sb, const char *path)
 {
 	sb->hide = kn_xrealloc(sb->hide, (sb->n_hide + 1) * sizeof(char *));
 	sb->hide[sb->n_hide++] = kn_xstrdup(path);
+}
+
+static bool in_groups(const struct kn_sandbox *sb, gid_t gid)
+{
+	for (int i = 0; i < sb->n_groups; i++)
+		if (sb->groups[i] == gid)
+			return true;
+	return gid == sb->gid;
+}
+
+/* Whether the task's user may enter dir (search permission). */
+static bool enterable(const struct kn_sandbox *sb, const struct stat *st)
+{
+	if (st->st_uid == sb->uid)
+		return st->st_mode & S_IXUSR;
+	if (in_groups(sb, st->st_gid))
+		return st->st_mode & S_IXGRP;
+	return st->st_mode & S_IXOTH;
+}
+
+/*
+ * A directory the task's user cannot enter on the way to one it is shown
+ * (the default home ~/.kiln of root is under /root, 0700) is hidden by a
+ * tmpfs instead: the task could not see into it anyway, and what it is
+ * shown there is mounted again with enterable directories above it.
+ */
+static void hide_unenterable(struct kn_sandbox *sb)
+{
+	char buf[4096];
+	struct stat st;
+
+	for (size_t i = 0; i < sb->n_shown; i++) {
+		if (strlen(sb->shown[i].path) >= sizeof(buf) ||
+		    !strncmp(sb->shown[i].path, "/dev/", 5))
+			continue;
+		strcpy(buf, sb->shown[i].path);
+		for (char *p = strchr(buf + 1, '/'); p; p = strchr(p + 1, '/')) {
+			*p = '\0';
+			if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) &&
+			    !enterable(sb, &st)) {
+				add_hide(sb, buf);
+				break;
+			}
+			*p = '/';
+		}
+	}
 }
 
 /* Shorter paths first: a directory is shown before what lies in it. */
@@ -231,6 +280,8 @@ static int sandbox_fill(struct kn_sandbox *sb,
 	for (const char *const *f = cfg->read_only; rc == 0 && f && *f; f++)
 		rc = show(sb, *f, true, err);
 	qsort(sb->shown, sb->n_shown, sizeof(sb->shown[0]), by_length);
+	if (rc == 0 && sb->mode == KN_SANDBOX_UID)
+		hide_unenterable(sb);
 	return rc;
 }
 
@@ -381,10 +432,38 @@ static int show_again(const struct shown *sh, char *why, size_t len)
 	return 0;
 }
 
+/*
+ * A tmpfs over each hidden directory under prefix ("" for all) that is
+ * there to hide: one under a directory hidden before is gone already.
+ */
+static int hide_under(const struct kn_sandbox *sb, const char *prefix,
+		      char *why, size_t len)
+{
+	size_t n = strlen(prefix);
+	struct stat st;
+
+	for (size_t i = 0; i < sb->n_hide; i++) {
+		const char *h = sb->hide[i];
+
+		if (n && (strncmp(h, prefix, n) != 0 || h[n] != '/'))
+			continue;
+		if (stat(h, &st) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		if (mount_tmpfs(h, !strcmp(h, "/tmp") ? "mode=1777"
+						      : "mode=0755") < 0)
+			return fail(why, len, "cannot hide", h);
+	}
+	return 0;
+}
+
+/*
+ * Clones first, while everything is in view; then the tmpfs's; then each
+ * clone back, shorter paths first, hiding again what a shown directory
+ * holds (a workdir that contains $KILN_HOME must not bring it back).
+ */
 static int build_view(const struct kn_sandbox *sb, char *why, size_t len)
 {
 	struct shown shown[MAX_SHOWN];
-	struct stat st;
 	mode_t old = umask(0);
 	int rc = 0;
 
@@ -394,18 +473,13 @@ static int build_view(const struct kn_sandbox *sb, char *why, size_t len)
 	for (size_t i = 0; i < sb->n_shown; i++)
 		if ((shown[i].fd = clone_tree(shown[i].path)) < 0)
 			return fail(why, len, "cannot clone", shown[i].path);
-	for (size_t i = 0; i < sb->n_hide; i++) {
-		if (stat(sb->hide[i], &st) < 0 || !S_ISDIR(st.st_mode))
-			continue; /* already under one hidden before */
-		if (mount_tmpfs(sb->hide[i], !strcmp(sb->hide[i], "/tmp")
-						     ? "mode=1777"
-						     : "mode=0755") < 0)
-			return fail(why, len, "cannot hide", sb->hide[i]);
-	}
-	if (make_dev(why, len) < 0)
+	if (hide_under(sb, "", why, len) < 0 || make_dev(why, len) < 0)
 		return -1;
-	for (size_t i = 0; rc == 0 && i < sb->n_shown; i++)
+	for (size_t i = 0; rc == 0 && i < sb->n_shown; i++) {
 		rc = show_again(&shown[i], why, len);
+		if (rc == 0 && shown[i].dir)
+			rc = hide_under(sb, shown[i].path, why, len);
+	}
 	for (size_t i = 0; i < sb->n_shown; i++)
 		close(shown[i].fd);
 	umask(old);

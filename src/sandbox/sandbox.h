@@ -46,7 +46,8 @@ enum kn_sandbox_host {
 /*
  * The environment a task gets, NULL-terminated and malloc'd (free with
  * kn_sandbox_strings_free): from the shim's environment only PATH, LANG,
- * LC_*, TZ and TERM (under Slurm also SLURM_*, CUDA_VISIBLE_DEVICES,
+ * LC_*, TZ and TERM (under Slurm also SLURM_*, SLURMD_NODENAME,
+ * CUDA_VISIBLE_DEVICES,
  * NVIDIA_VISIBLE_DEVICES and the rank variables the Slurm shim sets;
  * in a pod, whose environment the server rendered for the task, all but
  * the store's and the server's credentials: AZURE_* and KILN_TOKEN), then

@@ -7,6 +7,7 @@ namespace)."""
 import json
 import os
 import pwd
+import re
 import subprocess
 import uuid
 
@@ -106,7 +107,15 @@ def test_task_cannot_read_the_servers_files(iso):
                home / "server.log", *a_files]
     script = "; ".join(f'cat "{p}"' for p in targets) + "; ls " + str(home)
     script += '; echo mine > "$KILN_TASK_DIR/mine" && cat "$KILN_TASK_DIR/mine"'
-    jid, job, log = run_job(iso, "thief", script, token)
+    # Submitted from a file beside the home: the workdir (the spec's
+    # directory) holds $KILN_HOME, which must stay hidden in it.
+    spec = home.parent / "thief.yaml"
+    spec.write_text(job_yaml("thief", ["/bin/sh", "-c", script]))
+    res = iso.cli("submit", str(spec), token=token, check=True)
+    jid = int(re.search(r"\d+", res.stdout).group())
+    job = iso.wait_state(jid, ("succeeded", "failed"), timeout=60)
+    log = iso.logs(jid)
+    assert "mine" in log, log
     for p in targets:
         assert f"{p}: No such file or directory" in log or \
             f"{p}: Permission denied" in log, log

@@ -38,6 +38,7 @@ static char *const server_env[] = {
 	"HOME=/root",
 	"LD_PRELOAD=/evil.so",
 	"SLURM_PROCID=3",
+	"SLURMD_NODENAME=kn1",
 	"CUDA_VISIBLE_DEVICES=0,1",
 	"RANK=3",
 	"LCX=not-a-locale-var-but-prefix",
@@ -103,6 +104,7 @@ static void test_env_slurm_keeps_its_variables(void **state)
 	env = kn_sandbox_env_build(KN_SANDBOX_SLURM, NULL, server_env, "/t",
 				   NULL);
 	assert_string_equal(get(env, "SLURM_PROCID"), "3");
+	assert_string_equal(get(env, "SLURMD_NODENAME"), "kn1");
 	assert_string_equal(get(env, "CUDA_VISIBLE_DEVICES"), "0,1");
 	assert_string_equal(get(env, "RANK"), "3");
 	assert_null(get(env, "AZURE_STORAGE_KEY"));
