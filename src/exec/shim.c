@@ -39,6 +39,7 @@ struct shim {
 	char **argv;
 	char **env;
 	char *workdir;
+	char **devices;     /* nodes the task may open (launch "devices") */
 	int64_t timeout_ms, grace_ms, log_max_bytes;
 	int log_keep;
 	int timeout_signal; /* sent when the timeout runs out */
@@ -48,7 +49,6 @@ struct shim {
 	char *run_as;       /* the task's Unix user (as root), or NULL */
 	char *home;         /* hidden from the task, or NULL */
 	bool unisolated;    /* launch.json's "isolation": "none" */
-	char **devices;     /* device nodes the task may see */
 	enum kn_sandbox_host host;
 
 	char **task_env;    /* built before the fork */
@@ -106,6 +106,7 @@ static int load_launch(struct shim *s, struct kn_error *err)
 	free(path);
 	s->argv = json_strings(json_object_get(doc, "argv"));
 	s->env = json_strings(json_object_get(doc, "env"));
+	s->devices = json_strings(json_object_get(doc, "devices"));
 	if (json_is_string(json_object_get(doc, "workdir")))
 		s->workdir = kn_xstrdup(
 			json_string_value(json_object_get(doc, "workdir")));
@@ -134,7 +135,6 @@ static int load_launch(struct shim *s, struct kn_error *err)
 	s->unisolated = json_is_string(json_object_get(doc, "isolation")) &&
 			!strcmp(json_string_value(json_object_get(doc, "isolation")),
 				"none");
-	s->devices = json_strings(json_object_get(doc, "devices"));
 	if (s->log_max_bytes <= 0)
 		s->log_max_bytes = KN_LOG_MAX_BYTES;
 	if (s->log_keep < 1)
