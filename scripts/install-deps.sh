@@ -19,7 +19,24 @@ packages=(
   # tests/e2e/test_kube.py: PyYAML reads rendered manifests back; the
   # openssl tool makes the replayed API server's certificate
   python3-yaml openssl
+  # running: useradd makes the task user below; tests/e2e/test_isolation.py
+  # starts an unprivileged server with setpriv (util-linux)
+  passwd util-linux
 )
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  sudo="sudo"
+fi
+
+# Running: tasks of a server started as root run as this user
+# (docs/security.md). No home, no login shell, no password.
+ensure_task_user() {
+  if ! getent passwd kiln-task >/dev/null; then
+    echo "install-deps: creating the task user kiln-task"
+    $sudo useradd --system --no-create-home --shell /usr/sbin/nologin kiln-task
+  fi
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -29,13 +46,11 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
+  ensure_task_user
   exit 0
 fi
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  sudo="sudo"
-fi
 echo "install-deps: installing ${missing[*]}"
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+ensure_task_user

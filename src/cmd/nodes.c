@@ -128,6 +128,12 @@ static void show_node(json_t *node)
 	}
 	if (simulated)
 		line("  simulated devices: tasks run on the CPU; no GPU is used");
+	if (json_is_string(json_object_get(node, "isolation"))) {
+		b.len = 0;
+		kn_buf_printf(&b, "  isolation: %s",
+			      cli_json_str(node, "isolation"));
+		line(b.data);
+	}
 	b.len = 0;
 	kn_buf_printf(&b, "  labels: ");
 	describe_labels(json_object_get(node, "labels"), &b);

@@ -79,6 +79,9 @@ int cmd_server(int argc, char **argv)
 		{"pool", required_argument, NULL, 265},
 		{"kube-shim-image", required_argument, NULL, 268},
 		{"usage-interval", required_argument, NULL, 272},
+		{"task-user", required_argument, NULL, 273},
+		{"task-user-map", required_argument, NULL, 274},
+		{"unisolated", no_argument, NULL, 275},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -308,6 +311,15 @@ int cmd_server(int argc, char **argv)
 					"least 100ms (e.g. 10s)\n", optarg);
 				goto out;
 			}
+			break;
+		case 273:
+			cfg.task_user = optarg;
+			break;
+		case 274:
+			cfg.task_user_map = optarg;
+			break;
+		case 275:
+			cfg.unisolated = true;
 			break;
 		default:
 			fputs("see 'kiln server --help'\n", stderr);

@@ -87,6 +87,12 @@ struct kn_task_launch {
 	const struct kn_slurm_task *slurm;
 	/* The Kubernetes executor's: the spec and attempt; NULL otherwise. */
 	const struct kn_kube_task *kube;
+	const char *run_as; /* Unix user the task runs as, or NULL for the server's choice */
+	/* The sandbox (src/sandbox): the directory it hides ($KILN_HOME,
+	   or NULL), and true when the operator chose to run tasks without
+	   one (`kiln server --unisolated`). */
+	const char *home;
+	bool unisolated;
 };
 
 /* Enough to find a running task again after a restart. */

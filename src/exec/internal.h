@@ -6,6 +6,14 @@
 #include <stdint.h>
 
 #include "exec.h"
+#include "sandbox/sandbox.h"
+
+/*
+ * The shim's body for each executor: kn_shim_main_prepared (local),
+ * kn_slurm_shim_main and kn_kube_shim_run differ only in host.
+ */
+int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
+		   enum kn_sandbox_host host, struct kn_error *err);
 
 /*
  * Write TASK_DIR/launch.json, what the shim runs. Environment entries

@@ -102,6 +102,12 @@ int exec_write_launch(const struct kn_task_launch *l,
 	if (stop_poll_ms > 0)
 		json_object_set_new(doc, "stop_poll_ms",
 				    json_integer(stop_poll_ms));
+	if (l->run_as)
+		json_object_set_new(doc, "run_as", json_string(l->run_as));
+	if (l->home)
+		json_object_set_new(doc, "home", json_string(l->home));
+	if (l->unisolated)
+		json_object_set_new(doc, "isolation", json_string("none"));
 	text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	rc = kn_write_file_replace(launch_path, text, strlen(text), 0600);

@@ -15,6 +15,7 @@
  */
 #include "exec.h"
 #include "internal.h"
+#include "sandbox/sandbox.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,12 +39,20 @@ struct shim {
 	char **argv;
 	char **env;
 	char *workdir;
+	char **devices;     /* nodes the task may open (launch "devices") */
 	int64_t timeout_ms, grace_ms, log_max_bytes;
 	int log_keep;
 	int timeout_signal; /* sent when the timeout runs out */
 	int stop_poll_ms;   /* look for stop.json this often; 0 = on SIGTERM */
 	int stop_signal;    /* also a stop, passed on as itself; 0 = none */
 	bool log_stdout;    /* output to our stdout, not TASK_DIR's log */
+	char *run_as;       /* the task's Unix user (as root), or NULL */
+	char *home;         /* hidden from the task, or NULL */
+	bool unisolated;    /* launch.json's "isolation": "none" */
+	enum kn_sandbox_host host;
+
+	char **task_env;    /* built before the fork */
+	struct kn_sandbox *sandbox;
 
 	int log_fd;
 	int64_t log_size;
@@ -97,6 +106,7 @@ static int load_launch(struct shim *s, struct kn_error *err)
 	free(path);
 	s->argv = json_strings(json_object_get(doc, "argv"));
 	s->env = json_strings(json_object_get(doc, "env"));
+	s->devices = json_strings(json_object_get(doc, "devices"));
 	if (json_is_string(json_object_get(doc, "workdir")))
 		s->workdir = kn_xstrdup(
 			json_string_value(json_object_get(doc, "workdir")));
@@ -116,6 +126,15 @@ static int load_launch(struct shim *s, struct kn_error *err)
 	if (s->stop_signal < 0 || s->stop_signal >= 65)
 		s->stop_signal = 0;
 	s->log_stdout = json_is_true(json_object_get(doc, "log_stdout"));
+	if (json_is_string(json_object_get(doc, "run_as")))
+		s->run_as = kn_xstrdup(
+			json_string_value(json_object_get(doc, "run_as")));
+	if (json_is_string(json_object_get(doc, "home")))
+		s->home = kn_xstrdup(
+			json_string_value(json_object_get(doc, "home")));
+	s->unisolated = json_is_string(json_object_get(doc, "isolation")) &&
+			!strcmp(json_string_value(json_object_get(doc, "isolation")),
+				"none");
 	if (s->log_max_bytes <= 0)
 		s->log_max_bytes = KN_LOG_MAX_BYTES;
 	if (s->log_keep < 1)
@@ -185,17 +204,114 @@ static void write_log(struct shim *s, const char *buf, size_t len)
 	}
 }
 
+extern char **environ;
+
+static const char *env_value(char *const *env, const char *key)
+{
+	size_t n = strlen(key);
+
+	for (char *const *e = env; e && *e; e++)
+		if (!strncmp(*e, key, n) && (*e)[n] == '=')
+			return *e + n + 1;
+	return NULL;
+}
+
+/* The shim's own files: the task may read them, not write or replace. */
+static const char *const shim_files[] = {
+	"launch.json", "shim.pid", "shim.log", KN_LOG_FILE, NULL,
+};
+
+#define MAX_SHIM_PATHS 8
+
+/*
+ * The task's environment and sandbox, built before the fork. Only the
+ * local executor's shim isolates the task itself: under Slurm the
+ * allocation places it, in a pod the pod does; all three build its
+ * environment.
+ */
+static int prepare_sandbox(struct shim *s, struct kn_error *err)
+{
+	static const char *const dir_vars[] = {
+		"KILN_INPUT_DIR", "KILN_OUTPUT_DIR", "KILN_CHECKPOINT_DIR", NULL,
+	};
+	const char *writable[MAX_SHIM_PATHS] = {NULL}, *visible[3] = {NULL};
+	char *read_only[MAX_SHIM_PATHS] = {NULL}, *real[2] = {NULL};
+	const char *mps = env_value(s->env, "CUDA_MPS_PIPE_DIRECTORY");
+	struct kn_sandbox_config cfg;
+	size_t n = 0, nv = 0;
+	int rc;
+
+	memset(&cfg, 0, sizeof(cfg));
+	if (s->host == KN_SANDBOX_LOCAL && !s->unisolated)
+		cfg.mode = geteuid() == 0 ? KN_SANDBOX_UID : KN_SANDBOX_USERNS;
+	for (const char *const *v = dir_vars; *v; v++)
+		if (env_value(s->env, *v))
+			writable[n++] = env_value(s->env, *v);
+	/* Relative names resolve against the shim's directory, as chdir's. */
+	if ((real[0] = realpath(s->workdir ? s->workdir : s->dir, NULL)))
+		visible[nv++] = real[0];
+	if ((real[1] = realpath(mps ? mps : "/tmp/nvidia-mps", NULL)))
+		visible[nv++] = real[1];
+	for (n = 0; shim_files[n]; n++)
+		read_only[n] = kn_asprintf("%s/%s", s->dir, shim_files[n]);
+	/* A deployment's or an evaluation's verified model copy. */
+	if (env_value(s->env, "KILN_MODEL_DIR"))
+		read_only[n] = kn_xstrdup(env_value(s->env, "KILN_MODEL_DIR"));
+	cfg.run_as = s->run_as;
+	cfg.hide = s->home;
+	cfg.task_dir = s->dir;
+	cfg.writable = writable;
+	cfg.visible = visible;
+	cfg.devices = (const char *const *)s->devices;
+	cfg.read_only = (const char *const *)read_only;
+	rc = kn_sandbox_new(&cfg, &s->sandbox, err);
+	for (size_t i = 0; read_only[i]; i++)
+		free(read_only[i]);
+	free(real[0]);
+	free(real[1]);
+	if (rc < 0)
+		return rc;
+	s->task_env = kn_sandbox_env_build(
+		s->host, s->env, environ,
+		s->host == KN_SANDBOX_POD ? NULL : s->dir,
+		kn_sandbox_user(s->sandbox));
+	return 0;
+}
+
+/*
+ * The child waits on go until the parent has it in its process group.
+ * This is where anything that must hold before the task runs is applied
+ * to s->child from the parent (a cgroup to join): the child's sandbox,
+ * its namespaces' processes and the task all come after the byte.
+ */
+static void release_child(struct shim *s, int go)
+{
+	setpgid(s->child, s->child); /* also done by the child: no race */
+	if (write(go, "g", 1) != 1)
+		kill(s->child, SIGKILL); /* it would wait forever */
+}
+
 static void start_child(struct shim *s, int out_fd)
 {
-	pid_t pid = fork();
+	char why[256], b;
+	int go[2];
+	pid_t pid;
 
+	if (pipe2(go, O_CLOEXEC) < 0) {
+		s->child = -1;
+		return;
+	}
+	pid = fork();
 	if (pid != 0) {
 		s->child = pid;
+		close(go[0]);
 		if (pid > 0)
-			setpgid(pid, pid); /* also done by the child: no race */
+			release_child(s, go[1]);
+		close(go[1]);
 		return;
 	}
 	/* Child: its own process group, so a stop reaches all it starts. */
+	close(go[1]);
 	setpgid(0, 0);
 	{
 		sigset_t none;
@@ -209,13 +325,19 @@ static void start_child(struct shim *s, int out_fd)
 	}
 	dup2(out_fd, 1);
 	dup2(out_fd, 2);
+	if (read(go[0], &b, 1) != 1)
+		_exit(127);
+	close(go[0]);
+	if (kn_sandbox_enter(s->sandbox, why, sizeof(why)) < 0) {
+		dprintf(2, "kiln: %s\n", why);
+		_exit(127);
+	}
 	if (chdir(s->workdir ? s->workdir : s->dir) < 0) {
 		fprintf(stderr, "kiln: cannot enter workdir %s: %s\n",
 			s->workdir ? s->workdir : s->dir, strerror(errno));
 		_exit(127);
 	}
-	for (char **e = s->env; *e; e++)
-		putenv(*e);
+	environ = s->task_env;
 	execvp(s->argv[0], s->argv);
 	fprintf(stderr, "kiln: cannot run %s: %s\n", s->argv[0],
 		strerror(errno));
@@ -301,9 +423,30 @@ static int write_status(struct shim *s, int wstatus, int64_t started,
 	return rc;
 }
 
+/* Recorded like any exit, so the server judges it the same. */
+static int end_unstarted(struct shim *s, int code, const char *why,
+			 int64_t started, struct kn_error *err)
+{
+	int rc;
+
+	kn_strlcpy(s->reason, why, sizeof(s->reason));
+	rc = write_status(s, W_EXITCODE(code, 0), started, kn_now_ms());
+	if (rc < 0)
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "cannot write %s/status.json: %s", s->dir,
+			       strerror(-rc));
+	return rc;
+}
+
 int kn_shim_main_prepared(const char *task_dir,
 			  const struct kn_shim_prepare *prep,
 			  struct kn_error *err)
+{
+	return exec_shim_main(task_dir, prep, KN_SANDBOX_LOCAL, err);
+}
+
+int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
+		   enum kn_sandbox_host host, struct kn_error *err)
 {
 	char why[256];
 	struct shim s;
@@ -316,6 +459,7 @@ int kn_shim_main_prepared(const char *task_dir,
 	memset(&s, 0, sizeof(s));
 	s.dir = task_dir;
 	s.log_fd = -1;
+	s.host = host;
 	rc = load_launch(&s, err);
 	if (rc < 0)
 		goto out;
@@ -352,13 +496,16 @@ int kn_shim_main_prepared(const char *task_dir,
 	started = kn_now_ms();
 	if (prep && prep->fn &&
 	    prep->fn(prep->arg, s.env, s.log_fd, why, sizeof(why)) < 0) {
-		/* Recorded like any exit, so the server judges it the same. */
-		kn_strlcpy(s.reason, why, sizeof(s.reason));
-		rc = write_status(&s, W_EXITCODE(1, 0), started, kn_now_ms());
-		if (rc < 0)
-			rc = kn_errorf(err, KN_EIO, NULL,
-				       "cannot write %s/status.json: %s",
-				       task_dir, strerror(-rc));
+		rc = end_unstarted(&s, 1, why, started, err);
+		goto out;
+	}
+	if (prepare_sandbox(&s, err) < 0) {
+		/* Never run unisolated by mistake: the task ends unstarted. */
+		snprintf(why, sizeof(why), "sandbox: %.200s", err->message);
+		write_log(&s, "kiln: ", 6);
+		write_log(&s, why, strlen(why));
+		write_log(&s, "\n", 1);
+		rc = end_unstarted(&s, 127, why, started, err);
 		goto out;
 	}
 	start_child(&s, pipefd[1]);
@@ -466,6 +613,11 @@ out:
 		close(s.log_fd);
 	free_strings(s.argv);
 	free_strings(s.env);
+	free_strings(s.devices);
+	kn_sandbox_strings_free(s.task_env);
+	kn_sandbox_free(s.sandbox);
+	free(s.run_as);
+	free(s.home);
 	free(s.workdir);
 	return rc < 0 ? 1 : 0;
 }
@@ -503,7 +655,7 @@ int kn_kube_shim_run(const char *task_dir, char *const *argv,
 		return rc;
 	}
 	free(path);
-	if (kn_shim_main_prepared(task_dir, prep, err) != 0)
+	if (exec_shim_main(task_dir, prep, KN_SANDBOX_POD, err) != 0)
 		return -EIO;
 	memset(&st, 0, sizeof(st));
 	rc = exec_read_status(task_dir, &st);

@@ -750,7 +750,7 @@ int kn_slurm_shim_main(const char *attempt_dir,
 	/* No GPU in the allocation: hide them all, as the local executor. */
 	setenv("CUDA_VISIBLE_DEVICES", cuda ? cuda : "", 1);
 	setenv("NVIDIA_VISIBLE_DEVICES", cuda && *cuda ? cuda : "void", 1);
-	rc = kn_shim_main_prepared(task_dir, prep, err);
+	rc = exec_shim_main(task_dir, prep, KN_SANDBOX_SLURM, err);
 	free(status);
 	free(task_dir);
 	return rc;

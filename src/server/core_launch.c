@@ -456,7 +456,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	struct kn_task_launch l;
 	struct kn_slurm_task slurm;
 	struct kn_kube_task kube;
-	char partition[128];
+	char partition[128], run_as[64];
 	struct kn_error err;
 
 	task_env_build(s, r, t, &e);
@@ -494,7 +494,8 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	else if (!e.inputs_ok)
 		rc = kn_errorf(&err, KN_EIO, NULL, "its inputs' digests: %s",
 			       e.inputs_err.message);
-	else
+	else if ((rc = isolation_launch(s, r->job_id, &l, run_as,
+					sizeof(run_as), &err)) == 0)
 		rc = s->exec->start(&l, &t->proc, &err);
 	t->launched = true;
 	if (rc < 0) {

@@ -178,7 +178,26 @@ struct server {
 	struct kn_catalog *catalog; /* prices for the cost ledger (cost.c) */
 	struct pools *pools;        /* node pools and autoscaling (pools.c) */
 	struct usage_state *usage;  /* per-task usage sampling (usage.c) */
+	/* Task isolation (isolation.c): what nodes report, whether tasks
+	   may start, and the --task-user-map. */
+	char isolation[192];
+	bool isolation_ok;
+	struct kn_user_map *user_map;
 };
+
+/* isolation.c */
+
+/* Probe the sandbox, load the user map; an unusable one fails start-up. */
+int isolation_start(struct server *s, struct kn_error *err);
+void isolation_stop(struct server *s);
+/*
+ * Fill l's sandbox fields for a task of job_id (user, len bytes, holds
+ * the run_as text l points to), or refuse it: -EIO and err when tasks
+ * run only isolated and this machine cannot isolate them.
+ */
+int isolation_launch(struct server *s, int64_t job_id,
+		     struct kn_task_launch *l, char *user, size_t len,
+		     struct kn_error *err);
 
 /* auth.c */
 const char *role_name(enum kn_role r);

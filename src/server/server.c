@@ -427,6 +427,7 @@ static void server_release(struct server *s)
 	free(s->nodes);
 	kn_mig_free(s->mig);
 	workload_release(s);
+	isolation_stop(s);
 	job_hooks_free(s->hooks);
 	free(s->home);
 }
@@ -537,6 +538,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	if (rc < 0)
 		goto out;
 	rc = setup_nodes(&s, err);
+	if (rc < 0)
+		goto out;
+	rc = isolation_start(&s, err);
 	if (rc < 0)
 		goto out;
 	rc = services_start(&s, SERVICE_PHASE_NODES, err);

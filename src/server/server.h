@@ -88,6 +88,11 @@ struct kn_server_config {
 	/* Model registry: the directory of trusted Ed25519 public keys
 	   (*.pub); NULL = $KILN_HOME/keys/trusted. */
 	const char *trusted_keys;
+	/* Task isolation (docs/security.md). */
+	const char *task_user;     /* as root: tasks' Unix user, NULL =
+				      kiln-task */
+	const char *task_user_map; /* "TOKEN-NAME: UNIX-USER" lines, or NULL */
+	bool unisolated;           /* run tasks without a sandbox */
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */

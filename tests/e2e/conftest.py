@@ -5,11 +5,18 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import requests
+
+# Tasks run sandboxed (docs/security.md): as the user kiln-task when the
+# server is root, with a private /tmp. Tests share files with their tasks
+# through tmp_path, so it lives outside /tmp, where a task sees it, as a
+# user's data directory would; see task_readable_tmp_path below.
+tempfile.tempdir = os.environ.get("KILN_E2E_TMPDIR", "/var/tmp")
 
 KILN = os.environ.get("KILN_BIN") or str(
     Path(__file__).resolve().parents[2] / "build" / "src" / "cmd" / "kiln")
@@ -122,6 +129,17 @@ class Server:
         r = self.request("POST", "/v1/tokens", json={"name": name, "role": role})
         assert r.status_code == 201, r.text
         return r.json()["secret"]
+
+
+@pytest.fixture(autouse=True)
+def task_readable_tmp_path(tmp_path):
+    """pytest makes its directories 0700; the task user must be able to
+    reach a test's tmp_path (its specs' workdir) and write there, as any
+    user's tasks must reach their workdir."""
+    for parent in (tmp_path.parent, tmp_path.parent.parent):
+        parent.chmod(parent.stat().st_mode | 0o711)
+    tmp_path.chmod(0o777)
+    return tmp_path
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 
 from conftest import job_yaml, wait_for
@@ -132,16 +133,35 @@ def test_kill9_during_upload_never_shows_half_a_checkpoint(server, tmp_path):
     server.wait_state(jid, "succeeded")
 
 
-def test_files_go_ahead_of_the_commit(server):
+def open_gates(gates, conditions):
+    """The task waits on files under gates, since its sandbox hides the
+    server's store and log: a thread makes each (name, condition) gate
+    once its condition holds, in order."""
+    def run():
+        deadline = time.monotonic() + 60
+        for name, condition in conditions:
+            while not condition() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            (gates / name).parent.mkdir(parents=True, exist_ok=True)
+            (gates / name).touch()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_files_go_ahead_of_the_commit(server, tmp_path):
     # Each file the task closes inside step-000001.tmp is sent while it
     # writes the next; the task waits to see each one in the store before
     # going on (closing it again meanwhile: a close before the server
     # follows the new directory is not seen). The last file is rewritten
     # after it went, so it goes again, ahead of the commit or with it.
     blobs = server.home / "blobs"
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    gates.chmod(0o777)
     script = (
         'd="$KILN_CHECKPOINT_DIR/step-000001"; '
-        f's="{blobs}/$KILN_JOB_ID/checkpoints/step-000001"; '
+        f's="{gates}"; '
         'seen() { n=0; while [ ! -e "$s/$1" ]; do : >> "$d.tmp/$1"; '
         '  n=$((n+1)); [ $n -gt 1200 ] && exit 3; sleep 0.05; done; }; '
         'mkdir -p "$d.tmp/opt"; '
@@ -151,6 +171,9 @@ def test_files_go_ahead_of_the_commit(server):
         'mv "$d.tmp" "$d"; sleep 300 & wait')
     jid = server.submit(job_yaml("ahead", ["/bin/sh", "-c", script],
                                  preemptible=True))
+    store = blobs / str(jid) / "checkpoints" / "step-000001"
+    open_gates(gates, [(n, lambda n=n: (store / n).exists())
+                       for n in ("a.bin", "opt/b.bin")])
     m = wait_for(lambda: manifest(server.home, jid, "step-000001"),
                  what="step-000001 synced")
     files = {f["path"]: f for f in m["files"]}
@@ -175,10 +198,14 @@ def test_a_failing_store_stops_files_going_ahead(server, tmp_path):
     (tmp_path / "not-a-dir").write_text("")
     store = f"file://{tmp_path}/not-a-dir/blobs"
     log = server.home / "server.log"
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    gates.chmod(0o777)
+    open_gates(gates, [("sent", lambda: "before its commit" in log.read_text())])
     script = (
         'd="$KILN_CHECKPOINT_DIR/step-000001"; mkdir -p "$d.tmp"; '
         'echo a > "$d.tmp/a.bin"; n=0; '
-        f'while ! grep -q "before its commit" {log}; do : >> "$d.tmp/a.bin"; '
+        f'while [ ! -e {gates}/sent ]; do : >> "$d.tmp/a.bin"; '
         '  n=$((n+1)); [ $n -gt 1200 ] && exit 3; sleep 0.05; done; '
         'for f in b c d; do echo $f > "$d.tmp/$f.bin"; sleep 0.3; done; '
         'mv "$d.tmp" "$d"; sleep 300 & wait')
@@ -194,9 +221,11 @@ def test_a_failing_store_stops_files_going_ahead(server, tmp_path):
 
 def test_jobs_without_checkpoints_are_not_synced(server):
     # Neither preemptible nor with a checkpoint section: the directories
-    # are named in the environment but not made, and nothing is uploaded.
+    # are there for the task (its sandbox hides where they live), empty,
+    # and nothing is uploaded.
     script = ('echo "$KILN_CHECKPOINT_DIR $KILN_OUTPUT_DIR"; '
-              'test ! -e "$KILN_CHECKPOINT_DIR" && test ! -e "$KILN_OUTPUT_DIR"')
+              'test -z "$(ls -A "$KILN_CHECKPOINT_DIR")" && '
+              'test -z "$(ls -A "$KILN_OUTPUT_DIR")"')
     jid = server.submit(job_yaml("plain", ["/bin/sh", "-c", script]))
     job = server.wait_state(jid, ("succeeded", "failed"))
     assert job["state"] == "succeeded", server.logs(jid)

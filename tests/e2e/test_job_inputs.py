@@ -130,6 +130,7 @@ def test_a_changed_input_is_not_retried(server, tmp_path):
     spec = project(tmp_path,
                    f'if [ "$KILN_ATTEMPT" = 1 ]; then echo more >> {train}; '
                    f'exit 3; fi', retries=3, backoff="100ms")
+    train.chmod(0o666)  # the task's user changes it
     jid = submit(server, spec)
     job = server.wait_state(jid, ("failed", "succeeded"))
     assert job["state"] == "failed"

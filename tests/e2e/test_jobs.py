@@ -107,16 +107,34 @@ def pgid_alive(pgid):
         return False
 
 
+def host_pids(*cmdlines):
+    """Host pids of the processes running exactly these command lines
+    (a task's own pids are its pid namespace's)."""
+    wanted = {"\0".join(c) + "\0" for c in cmdlines}
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if open(f"/proc/{entry}/cmdline").read() in wanted:
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
 def test_cancel_ends_whole_process_group(server, tmp_path):
     pids = tmp_path / "pids"
-    script = (f"sleep 300 & echo $! >> {pids}; "
-              f"(sleep 301 & echo $! >> {pids}; wait) & "
+    # Durations no other test uses, to find these sleeps from outside.
+    script = (f"sleep 300.417 & echo $! >> {pids}; "
+              f"(sleep 301.417 & echo $! >> {pids}; wait) & "
               f"echo $$ >> {pids}; wait")
     jid = server.submit(job_yaml("sleepers", ["/bin/sh", "-c", script]))
     server.wait_state(jid, "running")
     wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 3,
              what="the task's children")
-    procs = [int(p) for p in pids.read_text().split()]
+    procs = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(
+        host_pids(["sleep", "300.417"], ["sleep", "301.417"])),
+        what="the sleeps")
     pgid = os.getpgid(procs[-1])
     assert all(os.getpgid(p) == pgid for p in procs)
     r = server.request("POST", f"/v1/jobs/{jid}/cancel")

@@ -11,7 +11,7 @@ from conftest import Server, job_yaml, wait_for
 HOLD = ["/bin/sh", "-c",
         "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; "
         "echo KILN_MIG_PROFILE=$KILN_MIG_PROFILE; i=0; "
-        "while [ ! -e \"$KILN_TASK_DIR/../../../go\" ] && [ $i -lt 600 ]; "
+        "while [ ! -e \"$KILN_TASK_DIR/../../../../../go\" ] && [ $i -lt 600 ]; "
         "do sleep 0.1; i=$((i+1)); done"]
 
 
@@ -21,7 +21,7 @@ def mig_server(tmp_path):
     s.home.mkdir()
     s.start()
     yield s
-    (s.home / "tasks" / "go").write_text("")
+    (s.home.parent / "go").write_text("")
     if s.proc.poll() is None:
         for j in s.request("GET", "/v1/jobs").json()["jobs"]:
             if j["state"] in ("queued", "running"):

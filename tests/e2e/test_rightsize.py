@@ -11,7 +11,10 @@ import io
 import json
 import math
 import os
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +30,7 @@ CPUS = min(4, os.cpu_count())
 SPIN = (
     "import os, time\n"
     "ballast = b'x' * (200 << 20)\n"
-    "stop = os.environ['KILN_TASK_DIR'] + '/../stop'\n"
+    "stop = os.environ['STOP']\n"
     "t0, c0 = time.time(), time.process_time()\n"
     "while not os.path.exists(stop):\n"
     "    t = time.time() + 0.01\n"
@@ -43,7 +46,7 @@ SIM_GPU = (
     "with open(p + '.tmp', 'w') as f:\n"
     "    f.write('memory_bytes %d\\nutilization 0.25\\n' % (8 << 30))\n"
     "os.rename(p + '.tmp', p)\n"
-    "stop = os.environ['KILN_TASK_DIR'] + '/../stop'\n"
+    "stop = os.environ['STOP']\n"
     "while not os.path.exists(stop):\n"
     "    time.sleep(0.05)\n")
 
@@ -68,25 +71,29 @@ def sampled(tmp_path_factory):
     home.mkdir()
     s = Server(home, gpus="1xH100-80GB",
                extra=["--usage-interval", "500ms"]).start()
+    # Where the tasks look for their stop: one their user can reach.
+    gate = Path(tempfile.mkdtemp(prefix="kiln-rightsize-"))
+    gate.chmod(0o755)
     try:
         spin = s.submit(job_yaml("spin", ["/usr/bin/python3", "-c", SPIN],
-                                 resources={"cpus": CPUS, "memory": "4Gi"}))
+                                 resources={"cpus": CPUS, "memory": "4Gi"},
+                                 env={"STOP": str(gate / "stop")}))
         gpu = s.submit(job_yaml("simgpu", ["/usr/bin/python3", "-c", SIM_GPU],
-                                resources={"gpus": 1}))
+                                resources={"gpus": 1},
+                                env={"STOP": str(gate / "stop")}))
         # A CPU sample needs two ticks; wait for enough of each.
         wait_for(lambda: samples_of(s, "spin", "cpu") >= MIN_SAMPLES + 2,
                  timeout=60, what="CPU samples of the spinning job")
         wait_for(lambda: samples_of(s, "simgpu", "gpu_memory")
                  >= MIN_SAMPLES + 2, timeout=60, what="simulated GPU samples")
-        # KILN_TASK_DIR is tasks/JOB/ATTEMPT/RANK.
-        for job in (spin, gpu):
-            (home / "tasks" / str(job) / "1" / "stop").write_text("")
+        (gate / "stop").write_text("")
         s.wait_state(spin, "succeeded", timeout=30)
         s.wait_state(gpu, "succeeded", timeout=30)
         yield s, spin, gpu
     finally:
         s.stop()
         subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"])
+        shutil.rmtree(gate)
 
 
 def test_cpu_and_memory_rightsize(sampled):

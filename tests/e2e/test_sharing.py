@@ -8,7 +8,7 @@ from conftest import Server, job_yaml, wait_for
 HOLD = ["/bin/sh", "-c",
         "for v in CUDA_VISIBLE_DEVICES KILN_GPU_SHARE "
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; do eval echo $v=\\$$v; done; "
-        "i=0; while [ ! -e \"$KILN_TASK_DIR/../../../go\" ] && "
+        "i=0; while [ ! -e \"$KILN_TASK_DIR/../../../../../go\" ] && "
         "[ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done"]
 
 
@@ -41,7 +41,7 @@ def test_two_halves_share_one_gpu(server):
     third = server.submit(job_yaml("half2", HOLD, resources={"gpus": 0.5}))
     assert env_line(running_log(server, third),
                     "CUDA_VISIBLE_DEVICES") != devs[0]
-    (server.home / "tasks" / "go").write_text("")
+    (server.home.parent / "go").write_text("")
     for j in jobs + [third]:
         server.wait_state(j, "succeeded")
 
@@ -57,14 +57,14 @@ def test_mps_gets_thread_percentage(server):
         "tiny", HOLD, resources={"gpus": 0.001, "sharing": "mps"}))
     assert env_line(running_log(server, tiny),
                     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "1"
-    (server.home / "tasks" / "go").write_text("")
+    (server.home.parent / "go").write_text("")
     for j in (jid, tiny):
         server.wait_state(j, "succeeded")
 
 
 def test_whole_gpu_has_no_share(server):
     jid = server.submit(job_yaml("whole", HOLD, resources={"gpus": 1}))
-    (server.home / "tasks" / "go").write_text("")
+    (server.home.parent / "go").write_text("")
     server.wait_state(jid, "succeeded")
     log = server.logs(jid)
     assert env_line(log, "KILN_GPU_SHARE") == ""

@@ -181,6 +181,7 @@ def test_files_go_ahead_of_the_commit_on_azurite(azurite, tmp_path):
     home.mkdir()
     gate = tmp_path / "gate"
     gate.mkdir()
+    gate.chmod(0o777)  # the task's user writes there
     script = (
         'd="$KILN_CHECKPOINT_DIR/step-000001"; mkdir -p "$d.tmp"; '
         'head -c 3000000 /dev/urandom > "$d.tmp/a.bin"; '

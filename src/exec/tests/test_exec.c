@@ -251,15 +251,20 @@ static void test_shim_missing_launch(void **state)
 }
 
 /* Rewrite a launch.json field, as the Slurm executor's writer adds them. */
-static void launch_set(const char *dir, const char *key, json_int_t value)
+static void launch_set_json(const char *dir, const char *key, json_t *value)
 {
 	char *path = kn_asprintf("%s/launch.json", dir);
 	json_t *doc = json_load_file(path, 0, NULL);
 	assert_non_null(doc);
-	json_object_set_new(doc, key, json_integer(value));
+	json_object_set_new(doc, key, value);
 	assert_int_equal(json_dump_file(doc, path, 0), 0);
 	json_decref(doc);
 	free(path);
+}
+
+static void launch_set(const char *dir, const char *key, json_int_t value)
+{
+	launch_set_json(dir, key, json_integer(value));
 }
 
 static void test_shim_timeout_signal_and_usr1(void **state)
@@ -272,11 +277,14 @@ static void test_shim_timeout_signal_and_usr1(void **state)
 	/*
 	 * USR1 sent to the shim itself reaches the task (Slurm's --signal
 	 * lands on the shim); the timeout then sends USR2, not SIGTERM.
+	 * Without the sandbox, whose pid namespace would hide the shim
+	 * from the task.
 	 */
 	write_launch(dir, "trap 'echo got-usr1' USR1; trap 'echo got-usr2; "
 			  "exit 7' USR2; kill -USR1 $PPID; "
 			  "while :; do sleep 0.05; done", 1000, 1 << 20);
 	launch_set(dir, "timeout_signal", SIGUSR2);
+	launch_set_json(dir, "isolation", json_string("none"));
 	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
 	st = read_status(dir);
 	assert_string_equal(json_string_value(json_object_get(st, "reason")),

@@ -1,0 +1,672 @@
+/*
+ * Entering the sandbox: namespaces, mounts and the user, between the
+ * shim's fork and the task's exec (see sandbox.h for what each gives).
+ *
+ * Processes: the shim's child unshares the namespaces and forks the
+ * namespace's pid 1, a small init that mounts the fresh /proc and forks
+ * the task (pid 2). The task is not pid 1 itself because pid 1 ignores
+ * every signal it has no handler for: a `sleep` there would not stop on
+ * SIGTERM. All three stay in the shim's process group, so the shim's
+ * group signals reach the task directly; the two in between ignore them
+ * (the first child explicitly, pid 1 because the kernel drops them). When
+ * the task exits, init passes its wait status up a pipe and exits, which
+ * kills whatever the task left in the namespace, and the first child
+ * exits the same way (or dies of the same signal), so the shim's waitpid
+ * sees what it always saw.
+ *
+ * Files: mounts to show again are cloned (open_tree) before anything is
+ * hidden, then moved onto the same paths in the fresh tmpfs's, so no
+ * staging directory is needed and nothing hidden stays reachable.
+ *
+ * After fork only system calls and the prepared sandbox are used: the
+ * parent may have had threads, so the child must not allocate.
+ */
+#include "sandbox.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* What the minimal /dev holds, from the host's. */
+static const char *const dev_nodes[] = {
+	"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
+	"/dev/tty", NULL,
+};
+
+#define MAX_SHOWN 64
+#define MAX_GROUPS 256
+
+struct shown {
+	const char *path;
+	int fd;     /* its clone, from open_tree, in the child */
+	bool dir;
+	bool read_only;
+};
+
+struct kn_sandbox {
+	enum kn_sandbox_mode mode;
+	char *user;
+	uid_t uid, outer_uid;
+	gid_t gid, outer_gid;
+	gid_t groups[MAX_GROUPS];
+	int n_groups;
+	char **hide;       /* tmpfs over each, in this order, if present */
+	size_t n_hide;
+	char **paths;      /* owned copies of every path below */
+	size_t n_paths;
+	struct shown shown[MAX_SHOWN];
+	size_t n_shown;
+	char uid_map[64], gid_map[64];
+};
+
+/* ---- the parent: preparing ---- */
+
+static const char *keep(struct kn_sandbox *sb, const char *path)
+{
+	sb->paths = kn_xrealloc(sb->paths, (sb->n_paths + 1) * sizeof(char *));
+	sb->paths[sb->n_paths] = kn_xstrdup(path);
+	return sb->paths[sb->n_paths++];
+}
+
+static int show(struct kn_sandbox *sb, const char *path, bool read_only,
+		struct kn_error *err)
+{
+	struct stat st;
+
+	if (path[0] != '/')
+		return kn_errorf(err, KN_EINVAL, NULL,
+				 "sandbox: %s is not an absolute path", path);
+	/* The root stays; showing it again would bring back /dev. */
+	if (stat(path, &st) < 0 || !strcmp(path, "/"))
+		return 0;
+	if (sb->n_shown == MAX_SHOWN)
+		return kn_errorf(err, KN_EINVAL, NULL,
+				 "sandbox: more than %d paths to show", MAX_SHOWN);
+	sb->shown[sb->n_shown++] = (struct shown){keep(sb, path), -1,
+						  S_ISDIR(st.st_mode),
+						  read_only};
+	return 0;
+}
+
+static int resolve_user(struct kn_sandbox *sb, const char *name,
+			struct kn_error *err)
+{
+	struct passwd *pw;
+	int n = MAX_GROUPS;
+
+	errno = 0;
+	pw = getpwnam(name);
+	if (!pw)
+		return kn_errorf(err, KN_EINVAL, "run_as",
+				 "no Unix user %s (create it: useradd --system "
+				 "--no-create-home --shell /usr/sbin/nologin %s)",
+				 name, name);
+	if (pw->pw_uid == 0 || pw->pw_gid == 0)
+		return kn_errorf(err, KN_EINVAL, "run_as",
+				 "tasks may not run as %s: uid or gid 0", name);
+	sb->user = kn_xstrdup(name);
+	sb->uid = pw->pw_uid;
+	sb->gid = pw->pw_gid;
+	if (getgrouplist(name, pw->pw_gid, sb->groups, &n) < 0)
+		return kn_errorf(err, KN_EINVAL, "run_as",
+				 "%s is in more than %d groups", name, MAX_GROUPS);
+	for (int i = 0; i < n; i++)
+		if (sb->groups[i] == 0)
+			return kn_errorf(err, KN_EINVAL, "run_as",
+					 "tasks may not run as %s: in group 0",
+					 name);
+	sb->n_groups = n;
+	return 0;
+}
+
+static uid_t chown_uid;
+static gid_t chown_gid;
+
+/*
+ * What the shim or the server made in a directory the task writes goes to
+ * the task's user; a hard link to someone else's file (nlink > 1) or a
+ * file of another owner is left alone.
+ */
+static int give(const char *path, const struct stat *st, int flag,
+		struct FTW *ftw)
+{
+	(void)flag;
+	(void)ftw;
+	if (st->st_uid != 0 && st->st_uid != chown_uid)
+		return 0;
+	if (!S_ISDIR(st->st_mode) && st->st_nlink > 1)
+		return 0;
+	if (lchown(path, chown_uid, chown_gid) < 0)
+		return -1;
+	return 0;
+}
+
+static int prepare_writable(struct kn_sandbox *sb, const char *dir,
+			    bool recursive, struct kn_error *err)
+{
+	/* Made here when the server did not (no checkpoint sync): hidden
+	   in its home, the task could not make it itself. */
+	int rc = kn_mkdir_p(dir, 0700);
+
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s", dir,
+				 strerror(-rc));
+	if (sb->mode == KN_SANDBOX_UID) {
+		chown_uid = sb->uid;
+		chown_gid = sb->gid;
+		if (recursive ? nftw(dir, give, 16, FTW_PHYS | FTW_MOUNT) != 0
+			      : lchown(dir, sb->uid, sb->gid) < 0)
+			return kn_errorf(err, KN_EIO, NULL,
+					 "cannot give %s to %s: %s", dir,
+					 sb->user, strerror(errno));
+	}
+	return show(sb, dir, false, err);
+}
+
+static void add_hide(struct kn_sandbox *sb, const char *path)
+{
+	sb->hide = kn_xrealloc(sb->hide, (sb->n_hide + 1) * sizeof(char *));
+	sb->hide[sb->n_hide++] = kn_xstrdup(path);
+}
+
+static bool in_groups(const struct kn_sandbox *sb, gid_t gid)
+{
+	for (int i = 0; i < sb->n_groups; i++)
+		if (sb->groups[i] == gid)
+			return true;
+	return gid == sb->gid;
+}
+
+/* Whether the task's user may enter dir (search permission). */
+static bool enterable(const struct kn_sandbox *sb, const struct stat *st)
+{
+	if (st->st_uid == sb->uid)
+		return st->st_mode & S_IXUSR;
+	if (in_groups(sb, st->st_gid))
+		return st->st_mode & S_IXGRP;
+	return st->st_mode & S_IXOTH;
+}
+
+/*
+ * A directory the task's user cannot enter on the way to one it is shown
+ * (the default home ~/.kiln of root is under /root, 0700) is hidden by a
+ * tmpfs instead: the task could not see into it anyway, and what it is
+ * shown there is mounted again with enterable directories above it.
+ */
+static void hide_unenterable(struct kn_sandbox *sb)
+{
+	char buf[4096];
+	struct stat st;
+
+	for (size_t i = 0; i < sb->n_shown; i++) {
+		if (strlen(sb->shown[i].path) >= sizeof(buf) ||
+		    !strncmp(sb->shown[i].path, "/dev/", 5))
+			continue;
+		strcpy(buf, sb->shown[i].path);
+		for (char *p = strchr(buf + 1, '/'); p; p = strchr(p + 1, '/')) {
+			*p = '\0';
+			if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) &&
+			    !enterable(sb, &st)) {
+				add_hide(sb, buf);
+				break;
+			}
+			*p = '/';
+		}
+	}
+}
+
+/* Shorter paths first: a directory is shown before what lies in it. */
+static int by_length(const void *a, const void *b)
+{
+	size_t la = strlen(((const struct shown *)a)->path);
+	size_t lb = strlen(((const struct shown *)b)->path);
+
+	return la < lb ? -1 : la > lb;
+}
+
+static int sandbox_fill(struct kn_sandbox *sb,
+			const struct kn_sandbox_config *cfg,
+			struct kn_error *err)
+{
+	struct passwd *pw;
+	int rc = 0;
+
+	if (sb->mode == KN_SANDBOX_UID) {
+		rc = resolve_user(sb, cfg->run_as ? cfg->run_as : KN_TASK_USER,
+				  err);
+	} else {
+		pw = getpwuid(getuid());
+		sb->user = kn_xstrdup(pw ? pw->pw_name : "");
+		/* The shim's own home holds its user's credentials. */
+		if (pw && pw->pw_dir[0] == '/' && pw->pw_dir[1])
+			add_hide(sb, pw->pw_dir);
+	}
+	sb->outer_uid = getuid();
+	sb->outer_gid = getgid();
+	snprintf(sb->uid_map, sizeof(sb->uid_map), "%u %u 1\n",
+		 (unsigned)sb->outer_uid, (unsigned)sb->outer_uid);
+	snprintf(sb->gid_map, sizeof(sb->gid_map), "%u %u 1\n",
+		 (unsigned)sb->outer_gid, (unsigned)sb->outer_gid);
+	add_hide(sb, "/tmp");
+	if (cfg->hide)
+		add_hide(sb, cfg->hide);
+	if (cfg->task_dir)
+		rc = prepare_writable(sb, cfg->task_dir, false, err);
+	for (const char *const *w = cfg->writable; rc == 0 && w && *w; w++)
+		rc = prepare_writable(sb, *w, true, err);
+	for (const char *const *v = cfg->visible; rc == 0 && v && *v; v++)
+		rc = show(sb, *v, false, err);
+	for (const char *const *d = dev_nodes; rc == 0 && *d; d++)
+		rc = show(sb, *d, false, err);
+	if (rc == 0)
+		rc = show(sb, "/dev/pts", false, err);
+	for (const char *const *d = cfg->devices; rc == 0 && d && *d; d++)
+		rc = show(sb, *d, false, err);
+	for (const char *const *f = cfg->read_only; rc == 0 && f && *f; f++)
+		rc = show(sb, *f, true, err);
+	qsort(sb->shown, sb->n_shown, sizeof(sb->shown[0]), by_length);
+	if (rc == 0 && sb->mode == KN_SANDBOX_UID)
+		hide_unenterable(sb);
+	return rc;
+}
+
+int kn_sandbox_new(const struct kn_sandbox_config *cfg,
+		   struct kn_sandbox **out, struct kn_error *err)
+{
+	struct kn_sandbox *sb = kn_xcalloc(1, sizeof(*sb));
+	int rc = 0;
+
+	sb->mode = cfg->mode;
+	if (sb->mode != KN_SANDBOX_NONE)
+		rc = sandbox_fill(sb, cfg, err);
+	if (rc < 0) {
+		kn_sandbox_free(sb);
+		return rc;
+	}
+	*out = sb;
+	return 0;
+}
+
+const char *kn_sandbox_user(const struct kn_sandbox *sb)
+{
+	return sb && sb->mode != KN_SANDBOX_NONE ? sb->user : NULL;
+}
+
+void kn_sandbox_free(struct kn_sandbox *sb)
+{
+	if (!sb)
+		return;
+	for (size_t i = 0; i < sb->n_hide; i++)
+		free(sb->hide[i]);
+	for (size_t i = 0; i < sb->n_paths; i++)
+		free(sb->paths[i]);
+	free(sb->hide);
+	free(sb->paths);
+	free(sb->user);
+	free(sb);
+}
+
+/* ---- the child: entering ---- */
+
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#ifndef OPEN_TREE_CLOEXEC
+#define OPEN_TREE_CLOEXEC O_CLOEXEC
+#endif
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
+
+static int clone_tree(const char *path)
+{
+	return (int)syscall(SYS_open_tree, AT_FDCWD, path,
+			    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+}
+
+static int move_tree(int fd, const char *to)
+{
+	return (int)syscall(SYS_move_mount, fd, "", AT_FDCWD, to,
+			    MOVE_MOUNT_F_EMPTY_PATH);
+}
+
+static int fail(char *why, size_t len, const char *what, const char *path)
+{
+	snprintf(why, len, "sandbox: %s %s: %s", what, path ? path : "",
+		 strerror(errno));
+	return -1;
+}
+
+static int write_text(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = write(fd, text, strlen(text));
+	close(fd);
+	return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* mkdir -p in the new tmpfs's, and the file a non-directory moves onto. */
+static int make_target(const char *path, bool dir)
+{
+	char buf[4096];
+	size_t len = strlen(path);
+
+	if (len >= sizeof(buf))
+		return -1;
+	memcpy(buf, path, len + 1);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (dir)
+		return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
+	{
+		int fd = open(buf, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+		if (fd < 0)
+			return errno == EEXIST ? 0 : -1;
+		close(fd);
+	}
+	return 0;
+}
+
+static int mount_tmpfs(const char *path, const char *opts)
+{
+	return mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts);
+}
+
+/* /dev: a tmpfs with only the nodes shown, a private /dev/shm. */
+static int make_dev(char *why, size_t len)
+{
+	static const char *const links[][2] = {
+		{"/dev/ptmx", "pts/ptmx"}, {"/dev/fd", "/proc/self/fd"},
+		{"/dev/stdin", "/proc/self/fd/0"},
+		{"/dev/stdout", "/proc/self/fd/1"},
+		{"/dev/stderr", "/proc/self/fd/2"},
+	};
+
+	if (mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "mode=0755") < 0)
+		return fail(why, len, "cannot mount a tmpfs on", "/dev");
+	if (mkdir("/dev/shm", 01777) < 0 ||
+	    mount_tmpfs("/dev/shm", "mode=1777") < 0)
+		return fail(why, len, "cannot mount", "/dev/shm");
+	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+		if (symlink(links[i][1], links[i][0]) < 0)
+			return fail(why, len, "cannot link", links[i][0]);
+	return 0;
+}
+
+/* Bind the clone back on its own path, read-only when asked. */
+static int show_again(const struct shown *sh, char *why, size_t len)
+{
+	if (make_target(sh->path, sh->dir) < 0)
+		return fail(why, len, "cannot make", sh->path);
+	if (move_tree(sh->fd, sh->path) < 0)
+		return fail(why, len, "cannot show", sh->path);
+	if (sh->read_only &&
+	    mount(NULL, sh->path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY,
+		  NULL) < 0)
+		return fail(why, len, "cannot make read-only", sh->path);
+	return 0;
+}
+
+/*
+ * A tmpfs over each hidden directory under prefix ("" for all) that is
+ * there to hide: one under a directory hidden before is gone already.
+ */
+static int hide_under(const struct kn_sandbox *sb, const char *prefix,
+		      char *why, size_t len)
+{
+	size_t n = strlen(prefix);
+	struct stat st;
+
+	for (size_t i = 0; i < sb->n_hide; i++) {
+		const char *h = sb->hide[i];
+
+		if (n && (strncmp(h, prefix, n) != 0 || h[n] != '/'))
+			continue;
+		if (stat(h, &st) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		if (mount_tmpfs(h, !strcmp(h, "/tmp") ? "mode=1777"
+						      : "mode=0755") < 0)
+			return fail(why, len, "cannot hide", h);
+	}
+	return 0;
+}
+
+/*
+ * Clones first, while everything is in view; then the tmpfs's; then each
+ * clone back, shorter paths first, hiding again what a shown directory
+ * holds (a workdir that contains $KILN_HOME must not bring it back).
+ */
+static int build_view(const struct kn_sandbox *sb, char *why, size_t len)
+{
+	struct shown shown[MAX_SHOWN];
+	mode_t old = umask(0);
+	int rc = 0;
+
+	memcpy(shown, sb->shown, sizeof(shown));
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return fail(why, len, "cannot make mounts private", "/");
+	for (size_t i = 0; i < sb->n_shown; i++)
+		if ((shown[i].fd = clone_tree(shown[i].path)) < 0)
+			return fail(why, len, "cannot clone", shown[i].path);
+	if (hide_under(sb, "", why, len) < 0 || make_dev(why, len) < 0)
+		return -1;
+	for (size_t i = 0; rc == 0 && i < sb->n_shown; i++) {
+		rc = show_again(&shown[i], why, len);
+		if (rc == 0 && shown[i].dir)
+			rc = hide_under(sb, shown[i].path, why, len);
+	}
+	for (size_t i = 0; i < sb->n_shown; i++)
+		close(shown[i].fd);
+	umask(old);
+	return rc;
+}
+
+static int enter_namespaces(const struct kn_sandbox *sb, char *why,
+			    size_t len)
+{
+	int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC;
+
+	if (sb->mode == KN_SANDBOX_USERNS)
+		flags |= CLONE_NEWUSER;
+	if (unshare(flags) < 0)
+		return fail(why, len, "cannot unshare namespaces", NULL);
+	if (sb->mode != KN_SANDBOX_USERNS)
+		return 0;
+	/* The shim's ids map to themselves: inside, the task is no root. */
+	if (write_text("/proc/self/uid_map", sb->uid_map) < 0 ||
+	    write_text("/proc/self/setgroups", "deny") < 0 ||
+	    write_text("/proc/self/gid_map", sb->gid_map) < 0)
+		return fail(why, len, "cannot map ids in the user namespace",
+			    NULL);
+	return 0;
+}
+
+/* No capability survives: the bounding and ambient sets go first. */
+static int drop_privileges(const struct kn_sandbox *sb, char *why, size_t len)
+{
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	for (int cap = 0; cap <= 63; cap++)
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno == EINVAL)
+			break;
+	if (sb->mode == KN_SANDBOX_UID) {
+		if (setgroups((size_t)sb->n_groups, sb->groups) < 0 ||
+		    setresgid(sb->gid, sb->gid, sb->gid) < 0 ||
+		    setresuid(sb->uid, sb->uid, sb->uid) < 0)
+			return fail(why, len, "cannot become", sb->user);
+		if (geteuid() == 0 || getuid() == 0)
+			return fail(why, len, "still root after becoming",
+				    sb->user);
+	}
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return fail(why, len, "cannot set no_new_privs", NULL);
+	return 0;
+}
+
+/* Exit as the task did: its code, or death by its signal. */
+_Noreturn static void exit_like(int wstatus)
+{
+	if (WIFSIGNALED(wstatus)) {
+		int sig = WTERMSIG(wstatus);
+		struct rlimit none = {0, 0};
+		sigset_t one;
+
+		setrlimit(RLIMIT_CORE, &none);
+		signal(sig, SIG_DFL);
+		sigemptyset(&one);
+		sigaddset(&one, sig);
+		sigprocmask(SIG_UNBLOCK, &one, NULL);
+		kill(getpid(), sig);
+		_exit(128 + sig);
+	}
+	_exit(WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1);
+}
+
+/* The first child: ignores the group's signals, waits for pid 1. */
+_Noreturn static void wait_for_init(pid_t init, int status_fd)
+{
+	int wstatus = 0, task_status;
+	sigset_t none;
+
+	for (int sig = 1; sig < 65; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD)
+			signal(sig, SIG_IGN);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	while (waitpid(init, &wstatus, 0) < 0 && errno == EINTR)
+		;
+	if (read(status_fd, &task_status, sizeof(task_status)) ==
+	    sizeof(task_status))
+		exit_like(task_status);
+	exit_like(wstatus); /* pid 1 itself was killed */
+}
+
+/* pid 1: reaps everything, ends the namespace when the task ends. */
+_Noreturn static void init_wait(pid_t task, int status_fd)
+{
+	int wstatus;
+	pid_t pid;
+
+	for (;;) {
+		pid = waitpid(-1, &wstatus, 0);
+		if (pid == task) {
+			if (write(status_fd, &wstatus, sizeof(wstatus)) < 0)
+				_exit(1);
+			_exit(0);
+		}
+		if (pid < 0 && errno != EINTR)
+			_exit(1);
+	}
+}
+
+int kn_sandbox_enter(const struct kn_sandbox *sb, char *why, size_t len)
+{
+	sigset_t all, none;
+	int status[2];
+	pid_t pid;
+
+	if (sb->mode == KN_SANDBOX_NONE)
+		return 0;
+	if (enter_namespaces(sb, why, len) < 0 || build_view(sb, why, len) < 0)
+		return -1;
+	if (pipe2(status, O_CLOEXEC) < 0)
+		return fail(why, len, "cannot make a pipe", NULL);
+	sigfillset(&all);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	pid = fork();
+	if (pid < 0)
+		return fail(why, len, "cannot fork the namespace's init", NULL);
+	if (pid > 0) {
+		close(status[1]);
+		wait_for_init(pid, status[0]);
+	}
+	close(status[0]);
+	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		  NULL) < 0) {
+		fail(why, len, "cannot mount", "/proc");
+		dprintf(2, "kiln: %s\n", why);
+		_exit(127);
+	}
+	pid = fork();
+	if (pid < 0) {
+		fail(why, len, "cannot fork the task", NULL);
+		dprintf(2, "kiln: %s\n", why);
+		_exit(127);
+	}
+	if (pid > 0)
+		init_wait(pid, status[1]);
+	close(status[1]);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	return drop_privileges(sb, why, len);
+}
+
+/* ---- what this machine allows ---- */
+
+int kn_sandbox_probe(const char *run_as, enum kn_sandbox_mode *mode,
+		     char *desc, size_t len, struct kn_error *err)
+{
+	enum kn_sandbox_mode m = geteuid() == 0 ? KN_SANDBOX_UID
+						: KN_SANDBOX_USERNS;
+	struct kn_sandbox sb;
+	int wstatus = 0;
+	pid_t pid;
+
+	memset(&sb, 0, sizeof(sb));
+	sb.mode = m;
+	if (m == KN_SANDBOX_UID) {
+		int rc = resolve_user(&sb, run_as ? run_as : KN_TASK_USER, err);
+		free(sb.user);
+		if (rc < 0)
+			return rc;
+	}
+	snprintf(sb.uid_map, sizeof(sb.uid_map), "%u %u 1\n",
+		 (unsigned)getuid(), (unsigned)getuid());
+	snprintf(sb.gid_map, sizeof(sb.gid_map), "%u %u 1\n",
+		 (unsigned)getgid(), (unsigned)getgid());
+	pid = fork();
+	if (pid < 0)
+		return kn_errorf(err, KN_EIO, NULL, "cannot fork: %s",
+				 strerror(errno));
+	if (pid == 0) {
+		char why[256];
+		_exit(enter_namespaces(&sb, why, sizeof(why)) < 0 ? 1 : 0);
+	}
+	while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
+		;
+	if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
+		return kn_errorf(err, KN_EIO, NULL,
+				 "this machine refuses new %snamespaces",
+				 m == KN_SANDBOX_USERNS ? "user " : "");
+	if (m == KN_SANDBOX_UID)
+		snprintf(desc, len, "uid %s, namespaces",
+			 run_as ? run_as : KN_TASK_USER);
+	else
+		snprintf(desc, len, "user namespace");
+	*mode = m;
+	return 0;
+}

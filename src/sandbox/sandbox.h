@@ -1,0 +1,145 @@
+/*
+ * sandbox: what keeps a task away from the server, the shim and other
+ * jobs (docs/security.md). The shim prepares a sandbox before it forks
+ * (everything that allocates or reads files: the user, the environment,
+ * the directories to show) and enters it in the forked child, between
+ * fork and exec:
+ *
+ * - identity: as root, the task runs as an unprivileged Unix user
+ *   (KN_TASK_USER or the owner's mapped user) with no capabilities and
+ *   no_new_privs; unprivileged, it runs in a new user namespace that maps
+ *   the shim's uid to itself, so its capabilities end at exec;
+ * - files: a private mount namespace hides $KILN_HOME, /tmp (a fresh
+ *   tmpfs) and /dev (a minimal one), then shows again only the task's own
+ *   directories, its workdir and the device nodes it was given;
+ * - processes: a new pid namespace with a fresh /proc, so no other
+ *   process can be seen, signalled or traced; when the task exits the
+ *   namespace and all it left behind die with it;
+ * - environment: built from the launch's entries and a short allow-list
+ *   of the shim's own (kn_sandbox_env_build), never inherited whole.
+ *
+ * Rejected: running tasks under bubblewrap or a container runtime. Either
+ * is one more program to install on every node, and the shim must keep
+ * its process group, exit status and signal semantics, which a wrapper
+ * process in between would have to relay anyway.
+ */
+#ifndef KILN_SANDBOX_H
+#define KILN_SANDBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/base.h"
+
+/* The Unix user tasks run as when the server runs as root. */
+#define KN_TASK_USER "kiln-task"
+
+/* Where the shim runs: it decides what the sandbox does. */
+enum kn_sandbox_host {
+	KN_SANDBOX_LOCAL, /* `kiln shim --dir`: the whole sandbox */
+	KN_SANDBOX_SLURM, /* under srun: environment only (Slurm places it) */
+	KN_SANDBOX_POD,   /* a pod's shim: environment only (the pod isolates) */
+};
+
+/* ---- the task's environment ---- */
+
+/*
+ * The environment a task gets, NULL-terminated and malloc'd (free with
+ * kn_sandbox_strings_free): from the shim's environment only PATH, LANG,
+ * LC_*, TZ and TERM (under Slurm also SLURM_*, SLURMD_NODENAME,
+ * CUDA_VISIBLE_DEVICES,
+ * NVIDIA_VISIBLE_DEVICES and the rank variables the Slurm shim sets;
+ * in a pod, whose environment the server rendered for the task, all but
+ * the store's and the server's credentials: AZURE_* and KILN_TOKEN), then
+ * every launch entry, which wins over one of the same name. HOME is home
+ * and USER and LOGNAME are user (either may be NULL: left out) unless
+ * the launch sets them; PATH gets a default when neither has one.
+ */
+char **kn_sandbox_env_build(enum kn_sandbox_host host,
+			    char *const *launch_env, char *const *shim_env,
+			    const char *home, const char *user);
+void kn_sandbox_strings_free(char **v);
+
+/* ---- owners to Unix users ---- */
+
+/*
+ * The --task-user-map file: one "TOKEN-NAME: UNIX-USER" per line, blank
+ * lines and '#' comments ignored; names are 1..64 of [A-Za-z0-9._-] (a
+ * Unix user may not start with '-'), a token name at most once. A bad
+ * line is an error "FILE:LINE:COLUMN: why".
+ */
+struct kn_user_map;
+int kn_user_map_parse(const char *text, const char *file,
+		      struct kn_user_map **out, struct kn_error *err);
+int kn_user_map_load(const char *path, struct kn_user_map **out,
+		     struct kn_error *err);
+/* The Unix user for a token's name, or NULL when the map has none. */
+const char *kn_user_map_lookup(const struct kn_user_map *map,
+			       const char *token_name);
+size_t kn_user_map_count(const struct kn_user_map *map);
+/* The i-th entry's Unix user (i < kn_user_map_count), in file order. */
+const char *kn_user_map_user_at(const struct kn_user_map *map, size_t i);
+void kn_user_map_free(struct kn_user_map *map);
+
+/* ---- the sandbox ---- */
+
+enum kn_sandbox_mode {
+	KN_SANDBOX_NONE,   /* the operator's --unisolated */
+	KN_SANDBOX_UID,    /* root: another user, plus namespaces */
+	KN_SANDBOX_USERNS, /* unprivileged: a user namespace, plus the rest */
+};
+
+/*
+ * Which sandbox this process can give tasks: KN_SANDBOX_UID as root
+ * (run_as, NULL = KN_TASK_USER, must exist and not be root), else
+ * KN_SANDBOX_USERNS; a child process tries the namespaces first. 0 and
+ * *mode, with what nodes report in desc (e.g. "uid kiln-task,
+ * namespaces"), or a negative errno and err saying why not.
+ */
+int kn_sandbox_probe(const char *run_as, enum kn_sandbox_mode *mode,
+		     char *desc, size_t len, struct kn_error *err);
+
+struct kn_sandbox_config {
+	enum kn_sandbox_mode mode;
+	const char *run_as;        /* KN_SANDBOX_UID: NULL = KN_TASK_USER */
+	const char *hide;          /* $KILN_HOME, or NULL */
+	/* The task's directory: it writes there, but only the directory
+	   itself is given to its user; the shim's files in it stay the
+	   shim's (and are read_only below). */
+	const char *task_dir;
+	/* Other directories the task reads and writes (KILN_INPUT_DIR,
+	   KILN_OUTPUT_DIR, ...): created if missing and, as root, given to
+	   the task's user with what they hold; NULL-terminated. */
+	const char *const *writable;
+	/* Shown as they are (the workdir, the MPS pipe directory);
+	   NULL-terminated. */
+	const char *const *visible;
+	const char *const *devices;/* device nodes to show; NULL-terminated */
+	/* Files the task may read but not write or replace (the shim's own
+	   in its task directory); NULL-terminated. */
+	const char *const *read_only;
+};
+
+struct kn_sandbox;
+/*
+ * Everything the child will need, in the parent (it allocates, looks the
+ * user up and changes owners): 0 and *out, or a negative errno and err.
+ */
+int kn_sandbox_new(const struct kn_sandbox_config *cfg,
+		   struct kn_sandbox **out, struct kn_error *err);
+/* The user the task runs as, or NULL (KN_SANDBOX_NONE). */
+const char *kn_sandbox_user(const struct kn_sandbox *sb);
+void kn_sandbox_free(struct kn_sandbox *sb);
+
+/*
+ * In the forked child, before exec: enter the sandbox. It returns only in
+ * the task's own process (pid 2 of a new pid namespace, all signals
+ * unblocked, its user dropped): 0, or -1 with why (len bytes) when the
+ * sandbox could not be made, and the caller must then _exit without
+ * running the task. The processes in between (the first child, which
+ * waits and exits as the task did, and the namespace's pid 1) never
+ * return.
+ */
+int kn_sandbox_enter(const struct kn_sandbox *sb, char *why, size_t len);
+
+#endif

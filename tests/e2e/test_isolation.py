@@ -1,0 +1,276 @@
+"""The task sandbox (docs/security.md), end to end: hostile jobs submitted
+with a `user` token try to read the server's secrets and other jobs'
+files, look at the environment, signal the server, share /tmp and keep
+privileges. Each runs against a server started as root (tasks become
+kiln-task) and one started as an unprivileged user (tasks get a user
+namespace)."""
+import json
+import os
+import pwd
+import re
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import KILN, Server, job_yaml, wait_for
+
+NOBODY = pwd.getpwnam("nobody")
+TASK_USER = "kiln-task"
+
+# What an operator's environment might hold; none of it may reach a task.
+SECRETS = {
+    "AZURE_STORAGE_KEY": "fake-azure-storage-key-5f1c",
+    "AZURE_STORAGE_SAS_TOKEN": "sv=fake-sas-token-77ab",
+    "AZURE_CLIENT_SECRET": "fake-client-secret-0d9e",
+    "KILN_TOKEN": "kiln_fake_operator_token_3c2b",
+    "OPERATOR_DB_PASSWORD": "fake-db-password-91aa",
+}
+
+
+class IsolatedServer(Server):
+    """A server with secrets in its environment, run as root or, with
+    as_user, as that unprivileged user through setpriv."""
+
+    def __init__(self, home, as_user=None, extra=()):
+        super().__init__(home, gpus="2xH100-80GB", extra=extra)
+        self.as_user = as_user
+
+    def start(self):
+        url_file = self.home / "server.url"
+        if url_file.exists():
+            url_file.unlink()
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("KILN_SERVER", "KILN_TOKEN")}
+        env.update(SECRETS, KILN_HOME=str(self.home))
+        args = [KILN, "server", "--listen", "127.0.0.1:0", "--gpus",
+                self.gpus, *self.extra]
+        if self.as_user:
+            args = ["setpriv", f"--reuid={self.as_user.pw_uid}",
+                    f"--regid={self.as_user.pw_gid}", "--clear-groups",
+                    "--inh-caps=-all", "--", *args]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=log)
+        wait_for(lambda: url_file.exists() and url_file.read_text().strip()
+                 or self.proc.poll() is not None, what="server.url")
+        assert self.proc.poll() is None, self.log.read_text()
+        self.url = url_file.read_text().strip()
+        return self
+
+
+def make_home(tmp_path, as_user):
+    home = tmp_path / "home"
+    home.mkdir()
+    if as_user:
+        os.chown(home, as_user.pw_uid, as_user.pw_gid)
+    return home
+
+
+@pytest.fixture(params=["root", "unprivileged"])
+def iso(request, tmp_path):
+    as_user = NOBODY if request.param == "unprivileged" else None
+    s = IsolatedServer(make_home(tmp_path, as_user), as_user=as_user)
+    s.start()
+    s.mode = request.param
+    yield s
+    s.stop()
+    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                   check=False)
+
+
+def run_job(server, name, script, token, **fields):
+    jid = server.submit(job_yaml(name, ["/bin/sh", "-c", script], **fields),
+                        token=token)
+    job = server.wait_state(jid, ("succeeded", "failed"), timeout=60)
+    return jid, job, server.logs(jid)
+
+
+def user_token(server, name="mallory"):
+    return server.create_token(name, "user")
+
+
+def test_task_cannot_read_the_servers_files(iso):
+    token = user_token(iso)
+    home = iso.home
+    secret = uuid.uuid4().hex
+    # Another job leaves a secret in its task and output directories.
+    jid_a, job, log = run_job(
+        iso, "victim",
+        f'echo {secret} > "$KILN_TASK_DIR/secret"; '
+        f'echo {secret} > "$KILN_OUTPUT_DIR/secret"; echo wrote', token,
+        checkpoint={"keep": 1})
+    assert job["state"] == "succeeded", log
+    victim = json.dumps(iso.job(jid_a))
+    a_files = [p for p in home.rglob("secret")]
+    assert a_files, victim
+    targets = [home / "admin.token", home / "audit.key", home / "kiln.db",
+               home / "server.log", *a_files]
+    script = "; ".join(f'cat "{p}"' for p in targets) + "; ls " + str(home)
+    script += '; echo mine > "$KILN_TASK_DIR/mine" && cat "$KILN_TASK_DIR/mine"'
+    # Submitted from a file beside the home: the workdir (the spec's
+    # directory) holds $KILN_HOME, which must stay hidden in it.
+    spec = home.parent / "thief.yaml"
+    spec.write_text(job_yaml("thief", ["/bin/sh", "-c", script]))
+    res = iso.cli("submit", str(spec), token=token, check=True)
+    jid = int(re.search(r"\d+", res.stdout).group())
+    job = iso.wait_state(jid, ("succeeded", "failed"), timeout=60)
+    log = iso.logs(jid)
+    assert "mine" in log, log
+    for p in targets:
+        assert f"{p}: No such file or directory" in log or \
+            f"{p}: Permission denied" in log, log
+    assert iso.admin_token not in log
+    assert (home / "audit.key").read_text().strip() not in log
+    assert secret not in log
+    assert "SQLite format" not in log
+    assert "mine" in log  # its own directory still works
+    # Nor does the API hand the bytes out through the job.
+    assert iso.admin_token not in json.dumps(iso.job(jid))
+
+
+def test_secret_files_are_private(iso):
+    """A home whose secrets were left readable (copied, restored) is
+    made private again when the server starts."""
+    iso.stop()
+    for name in ("admin.token", "audit.key", "kiln.db"):
+        os.chmod(iso.home / name, 0o644)
+    iso.start()
+    assert oct(os.stat(iso.home).st_mode & 0o777) == "0o700"
+    for name in ("admin.token", "audit.key", "kiln.db"):
+        assert oct(os.stat(iso.home / name).st_mode & 0o777) == "0o600", name
+
+
+def test_environment_is_built_not_inherited(iso):
+    jid, job, log = run_job(iso, "env", "env", user_token(iso),
+                            env={"MY_SETTING": "kept"})
+    assert job["state"] == "succeeded", log
+    for name, value in SECRETS.items():
+        assert value not in log, name
+    assert "KILN_HOME=" not in log
+    assert "MY_SETTING=kept" in log
+    assert f"KILN_JOB_ID={jid}" in log
+    assert "PATH=" in log
+
+
+def test_task_cannot_signal_or_inspect_the_server(iso):
+    pid = iso.proc.pid
+    script = (f"kill -STOP {pid}; echo kill=$?; "
+              f"cat /proc/{pid}/environ; echo cat=$?; "
+              "ls /proc | grep -c '^[0-9]' ")
+    jid, job, log = run_job(iso, "stopper", script, user_token(iso))
+    assert "kill=0" not in log, log
+    assert "cat=0" not in log, log
+    assert SECRETS["AZURE_STORAGE_KEY"] not in log
+    with open(f"/proc/{pid}/stat") as f:
+        state = f.read().rsplit(")", 1)[1].split()[0]
+    assert state != "T"
+    assert iso.request("GET", "/v1/nodes").status_code == 200
+    # Only its own few processes are in its /proc.
+    assert int(log.strip().splitlines()[-1]) < 10, log
+
+
+def test_tmp_is_private(iso):
+    token = user_token(iso)
+    name = f"kiln-iso-{uuid.uuid4().hex}"
+    jid, job, log = run_job(iso, "writer", f"echo a > /tmp/{name} && "
+                            f"ls /tmp/{name}", token)
+    assert job["state"] == "succeeded", log
+    assert not os.path.exists(f"/tmp/{name}")
+    jid, job, log = run_job(iso, "reader", f"cat /tmp/{name}", token)
+    assert job["state"] == "failed"
+    assert "No such file or directory" in log
+
+
+def test_task_runs_unprivileged(iso):
+    jid, job, log = run_job(iso, "whoami", "id -u; id -un; grep Cap /proc/self/status",
+                            user_token(iso))
+    assert job["state"] == "succeeded", log
+    lines = log.splitlines()
+    if iso.mode == "root":
+        assert lines[0] == str(pwd.getpwnam(TASK_USER).pw_uid)
+        assert lines[1] == TASK_USER
+    else:
+        assert lines[0] == str(NOBODY.pw_uid)
+    for cap in ("CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert f"{cap}:\t0000000000000000" in log, log
+
+
+def test_nodes_report_isolation(iso):
+    nodes = iso.request("GET", "/v1/nodes").json()["nodes"]
+    want = ("uid kiln-task, namespaces" if iso.mode == "root"
+            else "user namespace")
+    assert nodes[0]["isolation"] == want
+    out = iso.cli("nodes", check=True, token=iso.admin_token).stdout
+    assert f"isolation: {want}" in out
+
+
+def test_owner_maps_to_unix_user(tmp_path):
+    user_map = tmp_path / "users.map"
+    user_map.write_text("# token name: Unix user\nalice: nobody\n")
+    s = IsolatedServer(make_home(tmp_path, None),
+                       extra=["--task-user-map", str(user_map)]).start()
+    try:
+        alice = s.create_token("alice", "user")
+        bob = s.create_token("bob", "user")
+        _, job, log = run_job(s, "alice", "id -un", alice)
+        assert log.strip() == "nobody", log
+        _, job, log = run_job(s, "bob", "id -un", bob)
+        assert log.strip() == TASK_USER, log
+    finally:
+        s.stop()
+
+
+def test_bad_user_map_and_user_stop_the_server(tmp_path):
+    user_map = tmp_path / "users.map"
+    user_map.write_text("alice: nobody\nbob nobody\n")
+    home = make_home(tmp_path, None)
+    env = dict(os.environ, KILN_HOME=str(home))
+    res = subprocess.run([KILN, "server", "--listen", "127.0.0.1:0",
+                          "--task-user-map", str(user_map)], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode != 0
+    assert f"{user_map}:2:5: expected ':' after the token name" in res.stderr
+    res = subprocess.run([KILN, "server", "--listen", "127.0.0.1:0",
+                          "--task-user", "no-such-kiln-user"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode != 0
+    assert "no Unix user no-such-kiln-user" in res.stderr
+
+
+def test_unisolated_is_reported_and_runs_as_the_server(tmp_path):
+    s = IsolatedServer(make_home(tmp_path, None),
+                       extra=["--unisolated"]).start()
+    try:
+        nodes = s.request("GET", "/v1/nodes").json()["nodes"]
+        assert nodes[0]["isolation"] == "none: --unisolated"
+        _, job, log = run_job(s, "root", "id -u", s.admin_token)
+        assert log.strip() == "0"
+    finally:
+        s.stop()
+
+
+def test_dev_shows_only_the_launch_devices(tmp_path):
+    """The shim alone, with a launch.json naming one device node: the
+    task sees it and the basic nodes, and no other host device."""
+    task = tmp_path / "home" / "tasks" / "1" / "1" / "0"
+    task.mkdir(parents=True)
+    gpu = tmp_path / "dev" / "nvidia0"
+    gpu.parent.mkdir()
+    subprocess.run(["mknod", "-m", "0666", str(gpu), "c", "1", "3"],
+                   check=True)
+    script = (f"ls /dev; echo x > {gpu} && echo wrote-gpu; "
+              "ls /dev/vda /dev/kmsg /dev/mem")
+    launch = {"argv": ["/bin/sh", "-c", script], "env": [],
+              "home": str(tmp_path / "home"), "devices": [str(gpu)],
+              "timeout_ms": 30000, "grace_ms": 1000}
+    (task / "launch.json").write_text(json.dumps(launch))
+    res = subprocess.run([KILN, "shim", "--dir", str(task)], timeout=60,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    log = (task / "output.log").read_text()
+    listed = log.split(str(gpu))[0].split()
+    for name in ("null", "zero", "urandom", "shm", "pts"):
+        assert name in listed, log
+    assert "wrote-gpu" in log
+    for name in ("/dev/vda", "/dev/kmsg", "/dev/mem"):
+        assert f"'{name}': No such file or directory" in log, log
