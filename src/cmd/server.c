@@ -79,6 +79,7 @@ int cmd_server(int argc, char **argv)
 		{"pool", required_argument, NULL, 265},
 		{"kube-shim-image", required_argument, NULL, 268},
 		{"usage-interval", required_argument, NULL, 272},
+		{"gpu-dev-dir", required_argument, NULL, 290},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -106,6 +107,14 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'g':
 			cfg.gpus = optarg;
+			break;
+		case 290:
+			if (optarg[0] != '/') {
+				fprintf(stderr, "kiln server: --gpu-dev-dir: \"%s\" "
+					"is not an absolute path\n", optarg);
+				goto out;
+			}
+			cfg.gpu_dev_dir = optarg;
 			break;
 		case 'H':
 			cfg.home = optarg;

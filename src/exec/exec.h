@@ -62,6 +62,16 @@ void kn_device_set_release(struct kn_device_set *set);
  */
 void kn_device_model_name(const char *name, int64_t memory_bytes, char *out,
 			  size_t len);
+/*
+ * The device nodes a task with GPUs indexes[0..n) may open: DIR/nvidiaN
+ * for each (whether or not it exists yet: the driver may create it on
+ * first use), then those of NVIDIA's shared control nodes that exist in
+ * DIR (nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset). DIR is
+ * "/dev" for real GPUs. n 0: no nodes at all. NULL-terminated, freed with
+ * kn_device_nodes_free; never NULL.
+ */
+char **kn_device_nodes(const char *dir, const int *indexes, int n);
+void kn_device_nodes_free(char **nodes);
 
 /* ---- tasks ---- */
 
@@ -79,6 +89,8 @@ struct kn_task_launch {
 	char *const *env;        /* "NAME=value", NULL-terminated: added to the
 				    server's environment */
 	const char *workdir;     /* NULL = task_dir */
+	char *const *devices;    /* device nodes the task may open,
+				    NULL-terminated; NULL = none */
 	int64_t timeout_ms;      /* 0 = none */
 	int64_t grace_ms;        /* SIGTERM to SIGKILL */
 	int64_t log_max_bytes;

@@ -96,6 +96,8 @@ int exec_write_launch(const struct kn_task_launch *l,
 			(json_int_t)l->timeout_ms, "grace_ms",
 			(json_int_t)l->grace_ms, "log_max_bytes",
 			(json_int_t)l->log_max_bytes, "log_keep", l->log_keep);
+	if (l->devices)
+		json_object_set_new(doc, "devices", string_array(l->devices));
 	if (timeout_signal > 0)
 		json_object_set_new(doc, "timeout_signal",
 				    json_integer(timeout_signal));

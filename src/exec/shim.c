@@ -38,6 +38,7 @@ struct shim {
 	char **argv;
 	char **env;
 	char *workdir;
+	char **devices;     /* nodes the task may open (launch "devices") */
 	int64_t timeout_ms, grace_ms, log_max_bytes;
 	int log_keep;
 	int timeout_signal; /* sent when the timeout runs out */
@@ -97,6 +98,7 @@ static int load_launch(struct shim *s, struct kn_error *err)
 	free(path);
 	s->argv = json_strings(json_object_get(doc, "argv"));
 	s->env = json_strings(json_object_get(doc, "env"));
+	s->devices = json_strings(json_object_get(doc, "devices"));
 	if (json_is_string(json_object_get(doc, "workdir")))
 		s->workdir = kn_xstrdup(
 			json_string_value(json_object_get(doc, "workdir")));
@@ -466,6 +468,7 @@ out:
 		close(s.log_fd);
 	free_strings(s.argv);
 	free_strings(s.env);
+	free_strings(s.devices);
 	free(s.workdir);
 	return rc < 0 ? 1 : 0;
 }

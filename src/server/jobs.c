@@ -706,6 +706,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	const struct kn_job_spec *spec = r->spec;
 	const char *model_dir, *model_ref;
 	char devs[256], **env = NULL, *inputs = NULL, *requires = NULL;
+	char **dev_nodes;
 	json_t *step_env;
 	size_t n = 0;
 	int local_rank = 0, rc;
@@ -814,8 +815,18 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		add_env(&env, &n, kn_asprintf("KILN_MODEL=%s", model_ref));
 	}
 
+	/* The nodes of its GPUs (a MIG slice: its parent GPU's); simulated
+	   GPUs have nodes only in --gpu-dev-dir. */
+	if (!s->nodes[b->node].devices.simulated)
+		dev_nodes = kn_device_nodes("/dev", b->devices, b->n_devices);
+	else
+		dev_nodes = kn_device_nodes(s->cfg.gpu_dev_dir, b->devices,
+					    s->cfg.gpu_dev_dir ? b->n_devices
+							       : 0);
+
 	memset(&l, 0, sizeof(l));
 	l.task_dir = t->task_dir;
+	l.devices = dev_nodes;
 	l.argv = spec->command;
 	l.env = env;
 	l.workdir = spec->workdir;
@@ -864,6 +875,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	for (size_t i = 0; i < n; i++)
 		free(env[i]);
 	free(env);
+	kn_device_nodes_free(dev_nodes);
 	free(inputs);
 	free(requires);
 }

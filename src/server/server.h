@@ -21,6 +21,8 @@ struct kn_server_config {
 	const char *gpus;         /* simulated devices ("4xH100-80GB"), or
 				     NULL to discover real ones with NVML */
 	const char *node_name;    /* default: the short host name */
+	const char *gpu_dev_dir;  /* simulated GPUs' device nodes
+				     (DIR/nvidiaN), or NULL: none */
 	int64_t kill_grace_ms;    /* cancel: SIGTERM to SIGKILL, default 10s */
 	int64_t log_max_bytes;    /* per task log file before rotation */
 	const char *blob_store;   /* checkpoint and output store URL; NULL =

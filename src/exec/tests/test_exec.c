@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "exec/exec.h"
+#include "exec/internal.h"
 
 static void test_simulated_devices(void **state)
 {
@@ -51,6 +52,32 @@ static void test_simulated_devices(void **state)
 	assert_false(set.devices[2].mig);
 	assert_null(strchr(set.devices[0].uuid, ':'));
 	kn_device_set_release(&set);
+}
+
+static void test_device_nodes(void **state)
+{
+	char dir[] = "/tmp/kiln-devnodes-XXXXXX", *ctl;
+	int gpus[] = {3, 1};
+	char **nodes;
+	(void)state;
+
+	assert_non_null(mkdtemp(dir));
+	ctl = kn_asprintf("%s/nvidiactl", dir);
+	assert_int_equal(kn_write_file_replace(ctl, "", 0, 0600), 0);
+	nodes = kn_device_nodes(dir, gpus, 2);
+	/* Its own GPUs first, then only the control nodes that exist. */
+	assert_string_equal(strrchr(nodes[0], '/'), "/nvidia3");
+	assert_string_equal(strrchr(nodes[1], '/'), "/nvidia1");
+	assert_string_equal(nodes[2], ctl);
+	assert_null(nodes[3]);
+	kn_device_nodes_free(nodes);
+	/* No GPU: nothing, not even the control nodes. */
+	nodes = kn_device_nodes(dir, gpus, 0);
+	assert_null(nodes[0]);
+	kn_device_nodes_free(nodes);
+	unlink(ctl);
+	free(ctl);
+	rmdir(dir);
 }
 
 static void test_simulated_devices_bad(void **state)
@@ -149,6 +176,32 @@ static char *read_log(const char *dir, const char *name)
 	assert_int_equal(kn_read_file(path, 1 << 20, &text, &len), 0);
 	free(path);
 	return text;
+}
+
+/* The device nodes travel to the shim in launch.json's "devices". */
+static void test_launch_carries_devices(void **state)
+{
+	char *dir = make_task_dir(), *path = kn_asprintf("%s/launch.json", dir);
+	char *argv[] = {"/bin/true", NULL};
+	char *devices[] = {"/dev/nvidia2", "/dev/nvidiactl", NULL};
+	struct kn_task_launch l = {.task_dir = dir, .argv = argv,
+				   .devices = devices};
+	struct kn_error err;
+	json_t *doc, *got;
+	(void)state;
+
+	assert_int_equal(exec_write_launch(&l, NULL, 0, 0, &err), 0);
+	doc = json_load_file(path, 0, NULL);
+	got = json_object_get(doc, "devices");
+	assert_int_equal(json_array_size(got), 2);
+	assert_string_equal(json_string_value(json_array_get(got, 0)),
+			    "/dev/nvidia2");
+	assert_string_equal(json_string_value(json_array_get(got, 1)),
+			    "/dev/nvidiactl");
+	json_decref(doc);
+	free(path);
+	kn_rm_rf(dir);
+	free(dir);
 }
 
 static void test_shim_exit_code_and_output(void **state)
@@ -498,6 +551,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_simulated_devices),
 		cmocka_unit_test(test_simulated_devices_bad),
+		cmocka_unit_test(test_device_nodes),
+		cmocka_unit_test(test_launch_carries_devices),
 		cmocka_unit_test(test_model_names),
 		cmocka_unit_test(test_discover_without_nvml),
 		cmocka_unit_test(test_shim_exit_code_and_output),
