@@ -65,9 +65,9 @@ enum kn_cgroup_version kn_cgroup_detect(const char *root);
 
 /*
  * The cgroup NAME (one path component) under place; nothing is created
- * yet. -ENODEV when no cgroup hierarchy is mounted at place->root,
- * -EINVAL for a name or parent with "..", -errno when place->self cannot
- * be read. *out is written only on success.
+ * yet. Errors: no cgroup hierarchy mounted at place->root (KN_EUNAVAIL),
+ * a name with '/' or a name or parent with ".." (KN_EINVAL), place->self
+ * unreadable (KN_EIO). *out is written only on success.
  */
 int kn_cgroup_new(const struct kn_cgroup_place *place, const char *name,
 		  struct kn_cgroup **out, struct kn_error *err);
@@ -97,9 +97,9 @@ const char *kn_cgroup_path(const struct kn_cgroup *cg);
 
 /*
  * What limits a task under place would get: creates and removes a probe
- * cgroup. Always fills *out; returns 0 when something is enforced, else
- * -EPERM/-ENODEV with out->why and err saying why (not root, no writable
- * delegated cgroup, nothing mounted).
+ * cgroup. Always fills *out; returns 0 when the limits can be enforced,
+ * else a negative errno with out->why and err saying why (not root, no
+ * writable delegated cgroup, nothing mounted, a controller missing).
  */
 int kn_cgroup_probe(const struct kn_cgroup_place *place,
 		    struct kn_cgroup_support *out, struct kn_error *err);
