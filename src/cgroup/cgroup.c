@@ -159,16 +159,14 @@ int kn_cgroup_new(const struct kn_cgroup_place *place, const char *name,
 		return kn_errorf(err, KN_EINVAL, NULL, "cgroup: \"%s/%s\" is not "
 				 "a cgroup path below the parent",
 				 place->parent, name);
-	if (place->parent[0] != '/') {
-		rc = kn_read_file(place->self, SELF_MAX, &self, NULL);
-		if (rc < 0)
-			return kn_errorf(err, KN_EIO, NULL, "cannot read %s: %s",
-					 place->self, strerror(-rc));
-	}
+	rc = kn_read_file(place->self, SELF_MAX, &self, NULL);
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "cannot read %s: %s",
+				 place->self, strerror(-rc));
 	cg = kn_xcalloc(1, sizeof(*cg));
 	cg->ops = v == KN_CGROUP_V2 ? &cg_v2_ops : &cg_v1_ops;
 	cg->root = kn_xstrdup(place->root);
-	rc = cg->ops->locate(cg, place, self ? self : "", name, err);
+	rc = cg->ops->locate(cg, place, self, name, err);
 	free(self);
 	if (rc < 0) {
 		kn_cgroup_free(cg);
@@ -182,8 +180,10 @@ void kn_cgroup_free(struct kn_cgroup *cg)
 {
 	if (!cg)
 		return;
-	for (int i = 0; i < CG_N; i++)
+	for (int i = 0; i < CG_N; i++) {
 		free(cg->dirs[i]);
+		free(cg->home[i]);
+	}
 	free(cg->root);
 	free(cg);
 }
@@ -202,20 +202,31 @@ int kn_cgroup_create(struct kn_cgroup *cg, const struct kn_cgroup_limits *lim,
 	return cg->ops->create(cg, lim, err);
 }
 
-int kn_cgroup_enter(struct kn_cgroup *cg, int pid, struct kn_error *err)
+/* Write pid into each of dirs' cgroup.procs. */
+static int move_to(char *const *dirs, int pid, struct kn_error *err)
 {
 	char text[32];
 
 	snprintf(text, sizeof(text), "%d\n", pid);
 	for (int i = 0; i < CG_N; i++) {
 		int rc;
-		if (!cg->dirs[i])
+		if (!dirs[i])
 			continue;
-		rc = cg_set(cg->dirs[i], "cgroup.procs", text, err);
+		rc = cg_set(dirs[i], "cgroup.procs", text, err);
 		if (rc < 0)
 			return rc;
 	}
 	return 0;
+}
+
+int kn_cgroup_enter(struct kn_cgroup *cg, int pid, struct kn_error *err)
+{
+	return move_to(cg->dirs, pid, err);
+}
+
+int kn_cgroup_leave(struct kn_cgroup *cg, int pid, struct kn_error *err)
+{
+	return move_to(cg->home, pid, err);
 }
 
 /* The value of "key N" among a flat-keyed file's lines; 0 if absent. */

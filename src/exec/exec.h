@@ -83,6 +83,19 @@ void kn_device_nodes_free(char **nodes);
 struct kn_slurm_task;
 struct kn_kube_task; /* kube/kube.h */
 
+/*
+ * What the local shim enforces on a task through a cgroup (src/cgroup):
+ * its memory (no swap beyond it), CPUs, processes and devices (only the
+ * launch's devices and the standard nodes). Zero = not limited.
+ */
+struct kn_task_limits {
+	const char *cgroup_root;   /* where the hierarchies are mounted */
+	const char *cgroup_parent; /* the tasks' parent cgroup */
+	int64_t memory_bytes;
+	int cpu_milli;
+	int64_t pids_max;
+};
+
 struct kn_task_launch {
 	const char *task_dir;    /* exists; the shim's files go here */
 	char *const *argv;       /* NULL-terminated */
@@ -95,6 +108,8 @@ struct kn_task_launch {
 	int64_t grace_ms;        /* SIGTERM to SIGKILL */
 	int64_t log_max_bytes;
 	int log_keep;
+	/* The local executor's cgroup limits, or NULL: none. */
+	const struct kn_task_limits *limits;
 	/* The Slurm executor's submission options; NULL for the local one. */
 	const struct kn_slurm_task *slurm;
 	/* The Kubernetes executor's: the spec and attempt; NULL otherwise. */

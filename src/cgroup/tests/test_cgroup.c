@@ -81,6 +81,7 @@ static char *fake_v1(const char *root)
 {
 	static const char *const files[] = {
 		"memory/cgroup.procs",
+		"memory/srv/cgroup.procs",
 		"memory/srv/kiln/t1/memory.limit_in_bytes",
 		"memory/srv/kiln/t1/memory.memsw.limit_in_bytes",
 		"memory/srv/kiln/t1/cgroup.procs",
@@ -153,6 +154,10 @@ static void test_v1_files(void **state)
 	/* Entering writes the pid into every hierarchy. */
 	assert_int_equal(kn_cgroup_enter(cg, 4242, &err), 0);
 	assert_file(dev, "cgroup.procs", "4242\n");
+	/* Leaving goes back to our own cgroup in each hierarchy. */
+	assert_int_equal(kn_cgroup_leave(cg, 4343, &err), 0);
+	assert_file(root, "memory/srv/cgroup.procs", "4343\n");
+	assert_file(root, "pids/cgroup.procs", "4343\n");
 	free(dev);
 	kn_cgroup_free(cg);
 	free(node);
@@ -229,7 +234,8 @@ static void test_v2_files(void **state)
 	touch(root, "kiln.slice/tasks/t1/pids.max", "");
 	touch(root, "kiln.slice/tasks/t1/memory.events",
 	      "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n");
-	/* An absolute parent does not read /proc/self/cgroup. */
+	touch(root, "self", "0::/\n");
+	/* An absolute parent is not below our own cgroup. */
 	assert_int_equal(kn_cgroup_new(&place, "t1", &cg, &err), 0);
 	assert_int_equal(kn_cgroup_create(cg, &lim, &err), 0);
 	/* Only what was not already on; each controller its own write. */
@@ -333,6 +339,22 @@ static int hog(const void *arg)
 	return 0;
 }
 
+/* Remove the parent cgroup a test made, in each hierarchy. */
+static void remove_parent(const char *root, enum kn_cgroup_version v,
+			  const char *parent)
+{
+	const char *each = v == KN_CGROUP_V1 ? "/memory\0/cpu\0/pids\0/devices\0"
+					     : "\0";
+
+	for (const char *c = each;; c += strlen(c) + 1) {
+		char *p = kn_asprintf("%s%s%s", root, c, parent);
+		assert_int_equal(rmdir(p), 0);
+		free(p);
+		if (!*c || !c[strlen(c) + 1])
+			break;
+	}
+}
+
 /*
  * Under the real hierarchy at root (skipped unless root and version v):
  * two GPU nodes without a driver, the first allowed. Opening the allowed
@@ -366,21 +388,26 @@ static void device_case(const char *root, enum kn_cgroup_version v,
 			fail_msg("%s", err.message);
 		lim->devices = NULL;
 	}
+	/* We can enter to fork inside, and leave as we were. */
+	{
+		char *before = NULL, *after = NULL;
+		assert_int_equal(kn_read_file("/proc/self/cgroup", 65536,
+					      &before, NULL), 0);
+		assert_int_equal(kn_cgroup_enter(cg, getpid(), &err), 0);
+		assert_int_equal(kn_cgroup_leave(cg, getpid(), &err), 0);
+		assert_int_equal(kn_read_file("/proc/self/cgroup", 65536,
+					      &after, NULL), 0);
+		assert_string_equal(before, after);
+		free(before);
+		free(after);
+	}
 	wstatus = run_in(cg, open_both, nodes);
 	assert_true(WIFEXITED(wstatus));
 	assert_int_equal(WEXITSTATUS(wstatus), 3);
 	path = kn_xstrdup(kn_cgroup_path(cg));
 	assert_int_equal(kn_cgroup_destroy(cg, &err), 0);
 	assert_int_equal(access(path, F_OK), -1);
-	/* The parent this test made, in each hierarchy. */
-	*strrchr(path, '/') = '\0';
-	assert_int_equal(rmdir(path), 0);
-	for (const char *c = "cpu\0pids\0devices\0"; v == KN_CGROUP_V1 && *c;
-	     c += strlen(c) + 1) {
-		char *p = kn_asprintf("%s/%s%s", root, c, parent);
-		assert_int_equal(rmdir(p), 0);
-		free(p);
-	}
+	remove_parent(root, v, parent);
 	free(path);
 	kn_cgroup_free(cg);
 	for (int i = 0; i < 2; i++) {
@@ -433,11 +460,7 @@ static void test_real_v1_oom(void **state)
 	assert_true(kn_cgroup_oom_kills(cg) >= 1);
 	assert_int_equal(kn_cgroup_destroy(cg, &err), 0);
 	kn_cgroup_free(cg);
-	{
-		char *p = kn_asprintf("%s/memory%s", root, parent);
-		assert_int_equal(rmdir(p), 0);
-		free(p);
-	}
+	remove_parent(root, KN_CGROUP_V1, parent);
 	free(parent);
 }
 
