@@ -407,6 +407,18 @@ static int write_status(struct shim *s, int wstatus, int64_t started,
 	return rc;
 }
 
+/* A task that could not start, recorded like any exit (code 1, the
+   reason set) so the server judges it the same. */
+static int not_started(struct shim *s, int64_t started, struct kn_error *err)
+{
+	int rc = write_status(s, W_EXITCODE(1, 0), started, kn_now_ms());
+
+	if (rc < 0)
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s/status.json: "
+			       "%s", s->dir, strerror(-rc));
+	return rc;
+}
+
 int kn_shim_main_prepared(const char *task_dir,
 			  const struct kn_shim_prepare *prep,
 			  struct kn_error *err)
@@ -459,13 +471,8 @@ int kn_shim_main_prepared(const char *task_dir,
 	started = kn_now_ms();
 	if (prep && prep->fn &&
 	    prep->fn(prep->arg, s.env, s.log_fd, why, sizeof(why)) < 0) {
-		/* Recorded like any exit, so the server judges it the same. */
 		kn_strlcpy(s.reason, why, sizeof(s.reason));
-		rc = write_status(&s, W_EXITCODE(1, 0), started, kn_now_ms());
-		if (rc < 0)
-			rc = kn_errorf(err, KN_EIO, NULL,
-				       "cannot write %s/status.json: %s",
-				       task_dir, strerror(-rc));
+		rc = not_started(&s, started, err);
 		goto out;
 	}
 	if (s.limited && ((rc = limits_begin(&s, &limit_err)) < 0 ||
@@ -474,11 +481,7 @@ int kn_shim_main_prepared(const char *task_dir,
 		snprintf(s.reason, sizeof(s.reason), "cannot set limits: %.70s",
 			 limit_err.message);
 		limits_end(&s, W_EXITCODE(1, 0));
-		rc = write_status(&s, W_EXITCODE(1, 0), started, kn_now_ms());
-		if (rc < 0)
-			rc = kn_errorf(err, KN_EIO, NULL,
-				       "cannot write %s/status.json: %s",
-				       task_dir, strerror(-rc));
+		rc = not_started(&s, started, err);
 		goto out;
 	}
 	if (!s.limited)
