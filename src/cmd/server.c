@@ -80,6 +80,9 @@ int cmd_server(int argc, char **argv)
 		{"kube-shim-image", required_argument, NULL, 268},
 		{"usage-interval", required_argument, NULL, 272},
 		{"gpu-dev-dir", required_argument, NULL, 290},
+		{"cgroup-parent", required_argument, NULL, 291},
+		{"pids-max", required_argument, NULL, 292},
+		{"no-limits", no_argument, NULL, 293},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -115,6 +118,30 @@ int cmd_server(int argc, char **argv)
 				goto out;
 			}
 			cfg.gpu_dev_dir = optarg;
+			break;
+		case 291:
+			if (!optarg[0] || strstr(optarg, "..")) {
+				fprintf(stderr, "kiln server: --cgroup-parent: "
+					"\"%s\" is not a cgroup path (e.g. kiln "
+					"or /kiln.slice)\n", optarg);
+				goto out;
+			}
+			cfg.cgroup_parent = optarg;
+			break;
+		case 292: {
+			char *end;
+			long long n = strtoll(optarg, &end, 10);
+			if (*end || end == optarg || n < 16 || n > 4194304) {
+				fprintf(stderr, "kiln server: --pids-max: \"%s\" "
+					"is not a number of processes from 16 "
+					"to 4194304\n", optarg);
+				goto out;
+			}
+			cfg.pids_max = n;
+			break;
+		}
+		case 293:
+			cfg.no_limits = true;
 			break;
 		case 'H':
 			cfg.home = optarg;

@@ -604,6 +604,7 @@ static json_t *node_json(struct server *s, size_t n)
 			 "memory_allocated_bytes",
 			 (json_int_t)sn->memory_used, "devices", devs);
 	json_object_set_new(node, "fragmentation", nodes_fragmentation(s, n));
+	json_object_set_new(node, "limits", limits_json(s));
 	return node;
 }
 

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "base/base.h"
+#include "cgroup/cgroup.h"
 #include "exec/exec.h"
 #include "loop/loop.h"
 #include "registry/registry.h"
@@ -175,6 +176,7 @@ struct server {
 	struct kn_catalog *catalog; /* prices for the cost ledger (cost.c) */
 	struct pools *pools;        /* node pools and autoscaling (pools.c) */
 	struct usage_state *usage;  /* per-task usage sampling (usage.c) */
+	struct kn_cgroup_support limits; /* what local tasks get (limits.c) */
 };
 
 /* auth.c */
@@ -196,6 +198,19 @@ int auth_check(struct server *s, const char *header, struct caller *out,
 /* api.c */
 void api_handle(struct kn_http_req *req, void *arg);
 json_t *job_to_json(struct server *s, const struct kn_job_row *j);
+
+/* limits.c */
+/*
+ * Which limits local tasks will get: probes the cgroup place once. Fails
+ * when none can be enforced, unless --no-limits allows running without.
+ */
+int limits_start(struct server *s, struct kn_error *err);
+/* The limits for a task of spec, in out; NULL when none are enforced. */
+const struct kn_task_limits *limits_for(const struct server *s,
+					const struct kn_job_spec *spec,
+					struct kn_task_limits *out);
+/* What GET /v1/nodes says each node enforces. */
+json_t *limits_json(const struct server *s);
 
 /* jobs.c */
 int jobs_recover(struct server *s, struct kn_error *err);

@@ -712,6 +712,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	int local_rank = 0, rc;
 	bool mps;
 	struct kn_task_launch l;
+	struct kn_task_limits limits;
 	struct kn_slurm_task slurm;
 	struct kn_kube_task kube;
 	char partition[128];
@@ -834,6 +835,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	l.grace_ms = s->cfg.kill_grace_ms;
 	l.log_max_bytes = s->cfg.log_max_bytes;
 	l.log_keep = KN_LOG_KEEP;
+	l.limits = limits_for(s, spec, &limits);
 	if (s->exec == &kn_slurm_executor) {
 		slurm_task_fill(s, r, t->rank, &slurm, partition,
 				sizeof(partition));
