@@ -228,3 +228,29 @@ def test_without_writable_cgroups_the_server_refuses(nobody_home):
         proc.terminate()
         proc.wait(timeout=10)
         log.close()
+
+
+def test_adopted_task_keeps_its_limits_and_cgroup_goes(limited, tmp_path):
+    """A server killed and restarted adopts the running task: it is still
+    in its cgroup, and the cgroup is gone once the task ends."""
+    start, parent = limited
+    s = start()
+    go = tmp_path / "go"
+    script = (f"cat /proc/self/cgroup; while [ ! -e {go} ]; do sleep 0.05; "
+              "done; echo finished")
+    jid = s.submit(job_yaml("adopted", ["/bin/sh", "-c", script],
+                            resources={"memory": "256Mi"}))
+    s.wait_state(jid, "running")
+    wait_for(lambda: ":memory:" in s.logs(jid), what="the task's cgroups")
+    paths = own_cgroups(s.logs(jid))
+    mem = V1 / "memory" / paths["memory"].lstrip("/")
+    assert paths["memory"].startswith(parent + "/task-"), paths
+    s.kill9()
+    s.start()
+    assert s.job(jid)["state"] == "running"
+    assert (mem / "memory.limit_in_bytes").read_text().strip() == \
+        str(256 << 20)
+    go.touch()
+    s.wait_state(jid, "succeeded")
+    for c in CONTROLLERS:
+        assert not (V1 / c / paths[c].lstrip("/")).exists(), paths[c]
