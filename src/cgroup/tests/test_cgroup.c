@@ -343,15 +343,14 @@ static int hog(const void *arg)
 static void remove_parent(const char *root, enum kn_cgroup_version v,
 			  const char *parent)
 {
-	const char *each = v == KN_CGROUP_V1 ? "/memory\0/cpu\0/pids\0/devices\0"
-					     : "\0";
+	static const char *const v1[] = {"/memory", "/cpu", "/pids",
+					 "/devices", NULL};
+	static const char *const v2[] = {"", NULL};
 
-	for (const char *c = each;; c += strlen(c) + 1) {
-		char *p = kn_asprintf("%s%s%s", root, c, parent);
+	for (const char *const *c = v == KN_CGROUP_V1 ? v1 : v2; *c; c++) {
+		char *p = kn_asprintf("%s%s%s", root, *c, parent);
 		assert_int_equal(rmdir(p), 0);
 		free(p);
-		if (!*c || !c[strlen(c) + 1])
-			break;
 	}
 }
 
