@@ -463,6 +463,47 @@ static void test_real_v1_oom(void **state)
 	free(parent);
 }
 
+/*
+ * Where /sys/fs/cgroup is itself a cgroup2 with its controllers (current
+ * Ubuntu and Azure HPC images; not this project's test machines): the
+ * limits land in memory.max, cpu.max and pids.max, the OOM killer is
+ * counted in memory.events, and devices are fenced as on the hybrid.
+ */
+static void test_real_v2_limits(void **state)
+{
+	const char *root = KN_CGROUP_ROOT;
+	char *parent = kn_asprintf("/kiln-unit-v2-%d", (int)getpid());
+	struct kn_cgroup_place place = {root, parent, "/proc/self/cgroup"};
+	struct kn_cgroup_limits lim = {.memory_bytes = 16LL << 20,
+				       .cpu_milli = 500, .pids_max = 16};
+	struct kn_cgroup *cg = NULL;
+	struct kn_error err;
+	int wstatus;
+	(void)state;
+
+	if (geteuid() != 0 || kn_cgroup_detect(root) != KN_CGROUP_V2) {
+		free(parent);
+		skip();
+	}
+	assert_int_equal(kn_cgroup_new(&place, "t1", &cg, &err), 0);
+	if (kn_cgroup_create(cg, &lim, &err) < 0)
+		fail_msg("%s", err.message);
+	assert_file(kn_cgroup_path(cg), "memory.max", "16777216\n");
+	assert_file(kn_cgroup_path(cg), "cpu.max", "50000 100000\n");
+	assert_file(kn_cgroup_path(cg), "pids.max", "16\n");
+	wstatus = run_in(cg, hog, NULL);
+	assert_true(WIFSIGNALED(wstatus));
+	assert_int_equal(WTERMSIG(wstatus), SIGKILL);
+	assert_true(kn_cgroup_oom_kills(cg) >= 1);
+	assert_int_equal(kn_cgroup_destroy(cg, &err), 0);
+	kn_cgroup_free(cg);
+	remove_parent(root, KN_CGROUP_V2, parent);
+	free(parent);
+	/* The device program on the unified root itself. */
+	memset(&lim, 0, sizeof(lim));
+	device_case(root, KN_CGROUP_V2, &lim);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -475,6 +516,7 @@ int main(void)
 		cmocka_unit_test(test_real_v1),
 		cmocka_unit_test(test_real_v2_devices),
 		cmocka_unit_test(test_real_v1_oom),
+		cmocka_unit_test(test_real_v2_limits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
