@@ -55,7 +55,8 @@ const struct kn_task_limits *limits_for(const struct server *s,
 	out->cgroup_parent = s->cfg.cgroup_parent;
 	out->memory_bytes = spec->resources.memory_bytes;
 	out->cpu_milli = spec->resources.cpu_milli;
-	out->pids_max = s->cfg.pids_max;
+	out->pids_max = spec->resources.pids ? spec->resources.pids
+					     : s->cfg.pids_max;
 	return out;
 }
 

@@ -1302,7 +1302,8 @@ static int read_sharing(struct walk *w, struct fy_node *node, void *target)
 	return 0;
 }
 
-enum { RF_GPUS, RF_GPU_MODEL, RF_CPUS, RF_MEMORY, RF_SHARING, RF_COUNT };
+enum { RF_GPUS, RF_GPU_MODEL, RF_CPUS, RF_MEMORY, RF_SHARING, RF_PIDS,
+       RF_COUNT };
 
 static const struct field resource_fields[RF_COUNT] = {
 	[RF_GPUS] = {.name = "gpus", .type = FT_CUSTOM, .read = read_gpus},
@@ -1313,6 +1314,10 @@ static const struct field resource_fields[RF_COUNT] = {
 		       .read = read_memory},
 	[RF_SHARING] = {.name = "sharing", .type = FT_CUSTOM,
 			.read = read_sharing},
+	/* Fewer than 16 and an ordinary shell pipeline cannot start. */
+	[RF_PIDS] = {.name = "pids", .type = FT_INT,
+		     .offset = offsetof(struct kn_resources, pids), .min = 16,
+		     .max = KN_SPEC_MAX_PIDS},
 };
 
 _Static_assert(RF_COUNT <= MAX_FIELDS, "MAX_FIELDS");
@@ -2509,6 +2514,9 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 		terms_json(pl->preferred, pl->n_preferred, true));
 	if (spec->image)
 		json_object_set_new(doc, "image", json_string(spec->image));
+	if (res->pids)
+		json_object_set_new(json_object_get(doc, "resources"), "pids",
+				    json_integer(res->pids));
 	if (spec->n_inputs) {
 		json_t *inputs = json_array();
 
@@ -2570,6 +2578,8 @@ static json_t *input_resources(const struct kn_resources *res)
 	if (res->memory_bytes)
 		json_object_set_new(o, "memory",
 				    json_integer(res->memory_bytes));
+	if (res->pids)
+		json_object_set_new(o, "pids", json_integer(res->pids));
 	if (json_is_null(sharing))
 		json_decref(sharing);
 	else

@@ -124,14 +124,18 @@ def test_cpu_quota_and_cgroup_removed(limited):
         "    for c in ctl.split(','):\n"
         "        paths[c] = path\n"
         "cpu = '/sys/fs/cgroup/cpu' + paths['cpu']\n"
+        "pids = '/sys/fs/cgroup/pids' + paths['pids']\n"
         "print(json.dumps({'paths': paths,\n"
         "    'quota': open(cpu + '/cpu.cfs_quota_us').read().strip(),\n"
-        "    'period': open(cpu + '/cpu.cfs_period_us').read().strip()}))\n")
+        "    'period': open(cpu + '/cpu.cfs_period_us').read().strip(),\n"
+        "    'pids': open(pids + '/pids.max').read().strip()}))\n")
+    # The spec's own process cap wins over the server's default.
     jid = s.submit(job_yaml("quota", [PY, "-c", script],
-                            resources={"cpus": 0.5}))
+                            resources={"cpus": 0.5, "pids": 100}))
     s.wait_state(jid, "succeeded", timeout=60)
     got = json.loads(s.logs(jid).strip().splitlines()[-1])
     assert got["quota"] == "50000" and got["period"] == "100000", got
+    assert got["pids"] == "100", got
     paths = own_cgroups("\n".join(f"0:{c}:{p}" for c, p in
                                   got["paths"].items()))
     for c in CONTROLLERS:
