@@ -24,6 +24,8 @@
 
 /* /proc/self/cgroup is a few lines per hierarchy. */
 #define SELF_MAX 65536
+/* A cgroup.procs of pid_max (4194304) pids of 8 bytes each. */
+#define PROCS_MAX (32 * 1024 * 1024)
 /* Killing what is left and removing the directories: 100 rounds of 20 ms. */
 #define DESTROY_ROUNDS 100
 #define DESTROY_PAUSE_NS (20 * 1000 * 1000)
@@ -260,20 +262,20 @@ int64_t kn_cgroup_oom_kills(struct kn_cgroup *cg)
 	return n;
 }
 
-/* SIGKILL to each pid in DIR/cgroup.procs; how many there were. */
-static int kill_listed(const char *dir)
+/* SIGKILL to each pid in DIR/cgroup.procs. */
+static void kill_listed(const char *dir)
 {
 	char *path = kn_asprintf("%s/cgroup.procs", dir), *text = NULL;
-	int n = 0;
 
-	if (kn_read_file(path, 4 * 1024 * 1024, &text, NULL) == 0) {
+	if (kn_read_file(path, PROCS_MAX, &text, NULL) == 0) {
 		for (char *p = text; *p;) {
 			char *end;
 			long pid = strtol(p, &end, 10);
 			if (end == p)
 				break;
-			if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0)
-				n++;
+			/* Never ourselves: a caller that could not leave. */
+			if (pid > 0 && pid != getpid())
+				kill((pid_t)pid, SIGKILL);
 			p = end;
 			while (*p == '\n')
 				p++;
@@ -281,7 +283,6 @@ static int kill_listed(const char *dir)
 	}
 	free(text);
 	free(path);
-	return n;
 }
 
 int kn_cgroup_destroy(struct kn_cgroup *cg, struct kn_error *err)

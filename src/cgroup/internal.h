@@ -22,8 +22,6 @@ struct cg_dev_rule {
 #define CG_MAX_DEV_RULES 256
 
 struct cg_ops {
-	const char *name;
-	enum kn_cgroup_version version;
 	/* Fill cg->dirs from the place and /proc/self/cgroup's text. */
 	int (*locate)(struct kn_cgroup *cg, const struct kn_cgroup_place *place,
 		      const char *self, const char *name, struct kn_error *err);

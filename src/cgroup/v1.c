@@ -121,8 +121,6 @@ static int v1_create(struct kn_cgroup *cg, const struct kn_cgroup_limits *lim,
 }
 
 const struct cg_ops cg_v1_ops = {
-	.name = "v1",
-	.version = KN_CGROUP_V1,
 	.locate = v1_locate,
 	.create = v1_create,
 	.oom_file = "memory.oom_control",

@@ -150,8 +150,6 @@ static int v2_create(struct kn_cgroup *cg, const struct kn_cgroup_limits *lim,
 }
 
 const struct cg_ops cg_v2_ops = {
-	.name = "v2",
-	.version = KN_CGROUP_V2,
 	.locate = v2_locate,
 	.create = v2_create,
 	.oom_file = "memory.events",

@@ -280,13 +280,8 @@ static int limits_begin(struct shim *s, struct kn_error *err)
  */
 static int start_limited(struct shim *s, int out_fd, struct kn_error *err)
 {
-	int rc;
+	int rc = kn_cgroup_enter(s->cgroup, (int)getpid(), err);
 
-	if (!s->cgroup) {
-		start_child(s, out_fd);
-		return 0;
-	}
-	rc = kn_cgroup_enter(s->cgroup, (int)getpid(), err);
 	if (rc < 0)
 		return rc;
 	start_child(s, out_fd);
