@@ -199,17 +199,32 @@ int kn_parse_duration(const char *s, int64_t *out_ms)
 	return 0;
 }
 
+static const struct {
+	const char *suffix;
+	int64_t mult;
+} size_suffixes[] = {
+	{"Ti", 1LL << 40}, {"Gi", 1LL << 30}, {"Mi", 1LL << 20},
+	{"Ki", 1LL << 10}, {"T", 1000000000000LL}, {"G", 1000000000LL},
+	{"M", 1000000LL},  {"k", 1000LL},       {"K", 1000LL},
+	{"", 1},
+};
+#define N_SIZE_SUFFIXES (sizeof(size_suffixes) / sizeof(size_suffixes[0]))
+
+void kn_format_size(int64_t bytes, char *buf, size_t len)
+{
+	for (size_t i = 0; i < N_SIZE_SUFFIXES; i++) {
+		if (bytes > 0 && bytes % size_suffixes[i].mult == 0) {
+			snprintf(buf, len, "%lld%s",
+				 (long long)(bytes / size_suffixes[i].mult),
+				 size_suffixes[i].suffix);
+			return;
+		}
+	}
+	snprintf(buf, len, "%lld", (long long)bytes);
+}
+
 int kn_parse_size(const char *s, int64_t *out_bytes)
 {
-	static const struct {
-		const char *suffix;
-		int64_t mult;
-	} suffixes[] = {
-		{"Ki", 1LL << 10}, {"Mi", 1LL << 20}, {"Gi", 1LL << 30},
-		{"Ti", 1LL << 40}, {"k", 1000LL},     {"K", 1000LL},
-		{"M", 1000000LL},  {"G", 1000000000LL}, {"T", 1000000000000LL},
-		{"", 1},
-	};
 	char *end;
 	unsigned long long v;
 	size_t i;
@@ -220,11 +235,12 @@ int kn_parse_size(const char *s, int64_t *out_bytes)
 	v = strtoull(s, &end, 10);
 	if (errno || end == s)
 		return -EINVAL;
-	for (i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
-		if (strcmp(end, suffixes[i].suffix) == 0) {
-			if (v > (unsigned long long)(INT64_MAX / suffixes[i].mult))
+	for (i = 0; i < N_SIZE_SUFFIXES; i++) {
+		if (strcmp(end, size_suffixes[i].suffix) == 0) {
+			if (v > (unsigned long long)(INT64_MAX /
+						     size_suffixes[i].mult))
 				return -EINVAL;
-			*out_bytes = (int64_t)v * suffixes[i].mult;
+			*out_bytes = (int64_t)v * size_suffixes[i].mult;
 			return 0;
 		}
 	}

@@ -77,6 +77,11 @@ int kn_parse_duration(const char *s, int64_t *out_ms);
  * Ki Mi Gi Ti, decimal k M G T. Returns 0 or -EINVAL (also on overflow).
  */
 int kn_parse_size(const char *s, int64_t *out_bytes);
+/*
+ * bytes as kn_parse_size reads it back, in the largest unit that divides
+ * it exactly, binary before decimal: "64Mi", "16Gi", "1G", "1000".
+ */
+void kn_format_size(int64_t bytes, char *buf, size_t len);
 
 /* Bounded string helpers. kn_strlcpy returns strlen(src). */
 size_t kn_strlcpy(char *dst, const char *src, size_t size);

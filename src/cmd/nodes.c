@@ -96,6 +96,35 @@ static void line(const char *text)
 	printf("%s\n", clean);
 }
 
+/* "  limits: cgroup v1: memory, cpu, 4096 pids, devices" or why none. */
+static void describe_limits(json_t *limits, struct kn_buf *b)
+{
+	if (!json_is_object(limits))
+		return;
+	b->len = 0;
+	if (!json_is_true(json_object_get(limits, "enforced"))) {
+		kn_buf_printf(b, "  limits: none enforced (%s)",
+			      cli_json_str(limits, "why"));
+	} else {
+		kn_buf_printf(b, "  limits: cgroup %s:%s%s", 
+			      cli_json_str(limits, "cgroup"),
+			      json_is_true(json_object_get(limits, "memory"))
+				      ? " memory," : "",
+			      json_is_true(json_object_get(limits, "cpu"))
+				      ? " cpu," : "");
+		if (cli_json_int(limits, "pids_max") > 0)
+			kn_buf_printf(b, " %lld processes,",
+				      (long long)cli_json_int(limits, "pids_max"));
+		kn_buf_printf(b, "%s", json_is_true(json_object_get(limits,
+								    "devices"))
+					       ? " devices"
+					       : "");
+		if (b->data[b->len - 1] == ',')
+			b->data[--b->len] = '\0';
+	}
+	line(b->data);
+}
+
 static void show_node(json_t *node)
 {
 	static const char *const headers[] = {
@@ -134,6 +163,7 @@ static void show_node(json_t *node)
 			      cli_json_str(node, "isolation"));
 		line(b.data);
 	}
+	describe_limits(json_object_get(node, "limits"), &b);
 	b.len = 0;
 	kn_buf_printf(&b, "  labels: ");
 	describe_labels(json_object_get(node, "labels"), &b);

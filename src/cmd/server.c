@@ -32,6 +32,22 @@ static int split_listen(const char *arg, char *host, size_t hlen, int *port)
 	return 0;
 }
 
+/* A whole number in lo..hi for flag, or -1 after saying what is wrong. */
+static int parse_count(const char *flag, const char *arg, long long lo,
+		       long long hi, int64_t *out)
+{
+	char *end;
+	long long n = strtoll(arg, &end, 10);
+
+	if (*end || end == arg || n < lo || n > hi) {
+		fprintf(stderr, "kiln server: %s: \"%s\" is not a number in "
+			"%lld..%lld\n", flag, arg, lo, hi);
+		return -1;
+	}
+	*out = n;
+	return 0;
+}
+
 int cmd_server(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -82,6 +98,10 @@ int cmd_server(int argc, char **argv)
 		{"task-user", required_argument, NULL, 273},
 		{"task-user-map", required_argument, NULL, 274},
 		{"unisolated", no_argument, NULL, 275},
+		{"gpu-dev-dir", required_argument, NULL, 290},
+		{"cgroup-parent", required_argument, NULL, 291},
+		{"pids-max", required_argument, NULL, 292},
+		{"no-limits", no_argument, NULL, 293},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -109,6 +129,32 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 'g':
 			cfg.gpus = optarg;
+			break;
+		case 290:
+			if (optarg[0] != '/') {
+				fprintf(stderr, "kiln server: --gpu-dev-dir: \"%s\" "
+					"is not an absolute path\n", optarg);
+				goto out;
+			}
+			cfg.gpu_dev_dir = optarg;
+			break;
+		case 291:
+			if (!optarg[0] || strstr(optarg, "..")) {
+				fprintf(stderr, "kiln server: --cgroup-parent: "
+					"\"%s\" is not a cgroup path (e.g. kiln "
+					"or /kiln.slice)\n", optarg);
+				goto out;
+			}
+			cfg.cgroup_parent = optarg;
+			break;
+		case 292:
+			/* The kernel's own ceiling is 4194304 (pid_max). */
+			if (parse_count("--pids-max", optarg, 16, 4194304,
+					&cfg.pids_max) < 0)
+				goto out;
+			break;
+		case 293:
+			cfg.no_limits = true;
 			break;
 		case 'H':
 			cfg.home = optarg;
@@ -214,14 +260,10 @@ int cmd_server(int argc, char **argv)
 			cfg.slurm_partitions = optarg;
 			break;
 		case 'X': {
-			char *end;
-			long n = strtol(optarg, &end, 10);
-			if (*end || end == optarg || n < 1 || n > 1000) {
-				fprintf(stderr, "kiln server: "
-					"--slurm-shards-per-gpu: \"%s\" is not "
-					"a number in 1..1000\n", optarg);
+			int64_t n;
+			if (parse_count("--slurm-shards-per-gpu", optarg, 1, 1000,
+					&n) < 0)
 				goto out;
-			}
 			cfg.slurm_shards_per_gpu = (int)n;
 			break;
 		}
@@ -244,14 +286,9 @@ int cmd_server(int argc, char **argv)
 			}
 			break;
 		case 'Y': {
-			char *end;
-			long n = strtol(optarg, &end, 10);
-			if (*end || end == optarg || n < 1 || n > 10000) {
-				fprintf(stderr, "kiln server: --backup-keep: "
-					"\"%s\" is not a number in "
-					"1..10000\n", optarg);
+			int64_t n;
+			if (parse_count("--backup-keep", optarg, 1, 10000, &n) < 0)
 				goto out;
-			}
 			cfg.backup_keep = (int)n;
 			break;
 		}

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 void kn_device_set_release(struct kn_device_set *set)
 {
@@ -246,4 +247,34 @@ out:
 	free(devs);
 	dlclose(lib);
 	return rc;
+}
+
+char **kn_device_nodes(const char *dir, const int *indexes, int n)
+{
+	/* Every CUDA process opens these besides its GPUs' own nodes. */
+	static const char *const control[] = {"nvidiactl", "nvidia-uvm",
+					      "nvidia-uvm-tools",
+					      "nvidia-modeset"};
+	size_t cap = (size_t)(n > 0 ? n : 0) + 5, k = 0;
+	char **nodes = kn_xcalloc(cap, sizeof(char *));
+
+	if (n <= 0)
+		return nodes;
+	for (int i = 0; i < n; i++)
+		nodes[k++] = kn_asprintf("%s/nvidia%d", dir, indexes[i]);
+	for (size_t i = 0; i < sizeof(control) / sizeof(control[0]); i++) {
+		char *path = kn_asprintf("%s/%s", dir, control[i]);
+		if (access(path, F_OK) == 0)
+			nodes[k++] = path;
+		else
+			free(path);
+	}
+	return nodes;
+}
+
+void kn_device_nodes_free(char **nodes)
+{
+	for (char **p = nodes; p && *p; p++)
+		free(*p);
+	free(nodes);
 }

@@ -62,6 +62,16 @@ void kn_device_set_release(struct kn_device_set *set);
  */
 void kn_device_model_name(const char *name, int64_t memory_bytes, char *out,
 			  size_t len);
+/*
+ * The device nodes a task with GPUs indexes[0..n) may open: DIR/nvidiaN
+ * for each (whether or not it exists yet: the driver may create it on
+ * first use), then those of NVIDIA's shared control nodes that exist in
+ * DIR (nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset). DIR is
+ * "/dev" for real GPUs. n 0: no nodes at all. NULL-terminated, freed with
+ * kn_device_nodes_free; never NULL.
+ */
+char **kn_device_nodes(const char *dir, const int *indexes, int n);
+void kn_device_nodes_free(char **nodes);
 
 /* ---- tasks ---- */
 
@@ -73,16 +83,33 @@ void kn_device_model_name(const char *name, int64_t memory_bytes, char *out,
 struct kn_slurm_task;
 struct kn_kube_task; /* kube/kube.h */
 
+/*
+ * What the local shim enforces on a task through a cgroup (src/cgroup):
+ * its memory (no swap beyond it), CPUs, processes and devices (only the
+ * launch's devices and the standard nodes). Zero = not limited.
+ */
+struct kn_task_limits {
+	const char *cgroup_root;   /* where the hierarchies are mounted */
+	const char *cgroup_parent; /* the tasks' parent cgroup */
+	int64_t memory_bytes;
+	int cpu_milli;
+	int64_t pids_max;
+};
+
 struct kn_task_launch {
 	const char *task_dir;    /* exists; the shim's files go here */
 	char *const *argv;       /* NULL-terminated */
 	char *const *env;        /* "NAME=value", NULL-terminated: added to the
 				    server's environment */
 	const char *workdir;     /* NULL = task_dir */
+	char *const *devices;    /* device nodes the task may open,
+				    NULL-terminated; NULL = none */
 	int64_t timeout_ms;      /* 0 = none */
 	int64_t grace_ms;        /* SIGTERM to SIGKILL */
 	int64_t log_max_bytes;
 	int log_keep;
+	/* The local executor's cgroup limits, or NULL: none. */
+	const struct kn_task_limits *limits;
 	/* The Slurm executor's submission options; NULL for the local one. */
 	const struct kn_slurm_task *slurm;
 	/* The Kubernetes executor's: the spec and attempt; NULL otherwise. */

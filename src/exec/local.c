@@ -96,6 +96,17 @@ int exec_write_launch(const struct kn_task_launch *l,
 			(json_int_t)l->timeout_ms, "grace_ms",
 			(json_int_t)l->grace_ms, "log_max_bytes",
 			(json_int_t)l->log_max_bytes, "log_keep", l->log_keep);
+	if (l->devices)
+		json_object_set_new(doc, "devices", string_array(l->devices));
+	if (l->limits)
+		json_object_set_new(
+			doc, "limits",
+			json_pack("{s:s, s:s, s:I, s:i, s:I}", "cgroup_root",
+				  l->limits->cgroup_root, "cgroup_parent",
+				  l->limits->cgroup_parent, "memory_bytes",
+				  (json_int_t)l->limits->memory_bytes,
+				  "cpu_milli", l->limits->cpu_milli, "pids_max",
+				  (json_int_t)l->limits->pids_max));
 	if (timeout_signal > 0)
 		json_object_set_new(doc, "timeout_signal",
 				    json_integer(timeout_signal));

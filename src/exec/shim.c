@@ -17,6 +17,8 @@
 #include "internal.h"
 #include "sandbox/sandbox.h"
 
+#include "cgroup/cgroup.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -40,6 +42,11 @@ struct shim {
 	char **env;
 	char *workdir;
 	char **devices;     /* nodes the task may open (launch "devices") */
+	/* launch "limits": the task's cgroup, or limited false */
+	bool limited;
+	struct kn_cgroup_limits limits;
+	char *cgroup_root, *cgroup_parent;
+	struct kn_cgroup *cgroup;
 	int64_t timeout_ms, grace_ms, log_max_bytes;
 	int log_keep;
 	int timeout_signal; /* sent when the timeout runs out */
@@ -78,6 +85,26 @@ static void free_strings(char **v)
 	for (char **p = v; p && *p; p++)
 		free(*p);
 	free(v);
+}
+
+static void load_limits(struct shim *s, json_t *o)
+{
+	const char *root = json_string_value(json_object_get(o, "cgroup_root"));
+	const char *parent =
+		json_string_value(json_object_get(o, "cgroup_parent"));
+
+	if (!json_is_object(o) || !root || !parent)
+		return;
+	s->limited = true;
+	s->cgroup_root = kn_xstrdup(root);
+	s->cgroup_parent = kn_xstrdup(parent);
+	s->limits.memory_bytes =
+		json_integer_value(json_object_get(o, "memory_bytes"));
+	s->limits.cpu_milli =
+		(int)json_integer_value(json_object_get(o, "cpu_milli"));
+	s->limits.pids_max = json_integer_value(json_object_get(o, "pids_max"));
+	/* Limited: only the launch's devices (none without "devices"). */
+	s->limits.devices = s->devices;
 }
 
 static int load_launch(struct shim *s, struct kn_error *err)
@@ -135,6 +162,7 @@ static int load_launch(struct shim *s, struct kn_error *err)
 	s->unisolated = json_is_string(json_object_get(doc, "isolation")) &&
 			!strcmp(json_string_value(json_object_get(doc, "isolation")),
 				"none");
+	load_limits(s, json_object_get(doc, "limits"));
 	if (s->log_max_bytes <= 0)
 		s->log_max_bytes = KN_LOG_MAX_BYTES;
 	if (s->log_keep < 1)
@@ -344,6 +372,77 @@ static void start_child(struct shim *s, int out_fd)
 	_exit(127);
 }
 
+/*
+ * The task's cgroup, named after its directory (FNV-1a of the path) so a
+ * shim run again for the same task finds the same one.
+ */
+static int limits_begin(struct shim *s, struct kn_error *err)
+{
+	struct kn_cgroup_place place = {s->cgroup_root, s->cgroup_parent,
+					"/proc/self/cgroup"};
+	uint64_t h = 14695981039346656037ULL;
+	char name[32];
+	int rc;
+
+	for (const char *p = s->dir; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+	snprintf(name, sizeof(name), "task-%016llx", (unsigned long long)h);
+	rc = kn_cgroup_new(&place, name, &s->cgroup, err);
+	if (rc == 0)
+		rc = kn_cgroup_create(s->cgroup, &s->limits, err);
+	return rc;
+}
+
+/*
+ * Start the task inside its cgroup: the shim enters it just before the
+ * fork and leaves right after, so the child is born inside, with no
+ * moment outside before its exec and no handshake in its set-up.
+ */
+static int start_limited(struct shim *s, int out_fd, struct kn_error *err)
+{
+	int rc = kn_cgroup_enter(s->cgroup, (int)getpid(), err);
+
+	if (rc < 0)
+		return rc;
+	start_child(s, out_fd);
+	rc = kn_cgroup_leave(s->cgroup, (int)getpid(), err);
+	if (rc < 0 && s->child > 0) {
+		/* The shim must not stay where the task's limits hold. */
+		kill(-s->child, SIGKILL);
+		kill(s->child, SIGKILL);
+		waitpid(s->child, NULL, 0);
+		s->child = 0;
+	}
+	return rc;
+}
+
+/*
+ * After the task: the OOM killer's work becomes the reason, then what
+ * is left in the cgroup is killed and the cgroup removed.
+ */
+static void limits_end(struct shim *s, int wstatus)
+{
+	struct kn_error err;
+	bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+
+	if (!s->cgroup)
+		return;
+	if (!ok && !s->reason[0] && kn_cgroup_oom_kills(s->cgroup) > 0) {
+		char limit[32];
+
+		kn_format_size(s->limits.memory_bytes, limit, sizeof(limit));
+		if (s->limits.memory_bytes > 0)
+			snprintf(s->reason, sizeof(s->reason),
+				 "out of memory (limit %s)", limit);
+		else
+			kn_strlcpy(s->reason, "out of memory", sizeof(s->reason));
+	}
+	if (kn_cgroup_destroy(s->cgroup, &err) < 0)
+		kn_log(KN_LOG_WARN, "%s", err.message);
+	kn_cgroup_free(s->cgroup);
+	s->cgroup = NULL;
+}
+
 static void arm_timer(int tfd, int64_t ms)
 {
 	struct itimerspec its;
@@ -429,7 +528,8 @@ static int end_unstarted(struct shim *s, int code, const char *why,
 {
 	int rc;
 
-	kn_strlcpy(s->reason, why, sizeof(s->reason));
+	if (why != s->reason)
+		kn_strlcpy(s->reason, why, sizeof(s->reason));
 	rc = write_status(s, W_EXITCODE(code, 0), started, kn_now_ms());
 	if (rc < 0)
 		rc = kn_errorf(err, KN_EIO, NULL,
@@ -449,6 +549,7 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		   enum kn_sandbox_host host, struct kn_error *err)
 {
 	char why[256];
+	struct kn_error limit_err;
 	struct shim s;
 	sigset_t mask;
 	int pipefd[2] = {-1, -1}, sfd = -1, tfd = -1, rc, wstatus = 0;
@@ -508,7 +609,17 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		rc = end_unstarted(&s, 127, why, started, err);
 		goto out;
 	}
-	start_child(&s, pipefd[1]);
+	if (s.limited && ((rc = limits_begin(&s, &limit_err)) < 0 ||
+			  (rc = start_limited(&s, pipefd[1], &limit_err)) < 0)) {
+		/* Never run unlimited what was meant to be limited. */
+		snprintf(s.reason, sizeof(s.reason), "cannot set limits: %.70s",
+			 limit_err.message);
+		limits_end(&s, W_EXITCODE(1, 0));
+		rc = end_unstarted(&s, 1, s.reason, started, err);
+		goto out;
+	}
+	if (!s.limited)
+		start_child(&s, pipefd[1]);
 	close(pipefd[1]);
 	pipefd[1] = -1;
 	if (s.child < 0) {
@@ -596,11 +707,13 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 				kill(-s.child, SIGKILL);
 		}
 	}
+	limits_end(&s, wstatus);
 	rc = write_status(&s, wstatus, started, kn_now_ms());
 	if (rc < 0)
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s/status.json: %s",
 			       task_dir, strerror(-rc));
 out:
+	limits_end(&s, wstatus);
 	if (pipefd[0] >= 0)
 		close(pipefd[0]);
 	if (pipefd[1] >= 0)
@@ -618,6 +731,8 @@ out:
 	kn_sandbox_free(s.sandbox);
 	free(s.run_as);
 	free(s.home);
+	free(s.cgroup_root);
+	free(s.cgroup_parent);
 	free(s.workdir);
 	return rc < 0 ? 1 : 0;
 }

@@ -596,6 +596,7 @@ static json_t *node_json(struct server *s, size_t n)
 			 (json_int_t)sn->memory_used, "devices", devs);
 	json_object_set_new(node, "fragmentation", nodes_fragmentation(s, n));
 	json_object_set_new(node, "isolation", json_string(s->isolation));
+	json_object_set_new(node, "limits", limits_json(s));
 	return node;
 }
 

@@ -448,12 +448,27 @@ static void task_env_build(struct server *s, struct run *r,
 	out->inputs_ok = inputs_ok;
 }
 
+/* The nodes of a task's GPUs (a MIG slice: its parent GPU's); simulated
+   GPUs have nodes only in --gpu-dev-dir. */
+static char **task_device_nodes(struct server *s, const struct run *r,
+				const struct run_task *t)
+{
+	const struct kn_sched_binding *b = &r->bindings[t->rank];
+
+	if (!s->nodes[b->node].devices.simulated)
+		return kn_device_nodes("/dev", b->devices, b->n_devices);
+	return kn_device_nodes(s->cfg.gpu_dev_dir, b->devices,
+			       s->cfg.gpu_dev_dir ? b->n_devices : 0);
+}
+
 static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
 	struct task_env e;
 	int rc;
 	struct kn_task_launch l;
+	struct kn_task_limits limits;
+	char **dev_nodes = task_device_nodes(s, r, t);
 	struct kn_slurm_task slurm;
 	struct kn_kube_task kube;
 	char partition[128], run_as[64];
@@ -462,6 +477,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	task_env_build(s, r, t, &e);
 	memset(&l, 0, sizeof(l));
 	l.task_dir = t->task_dir;
+	l.devices = dev_nodes;
 	l.argv = spec->command;
 	l.env = e.env;
 	l.workdir = spec->workdir;
@@ -469,6 +485,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	l.grace_ms = s->cfg.kill_grace_ms;
 	l.log_max_bytes = s->cfg.log_max_bytes;
 	l.log_keep = KN_LOG_KEEP;
+	l.limits = limits_for(s, spec, &limits);
 	if (s->exec == &kn_slurm_executor) {
 		slurm_task_fill(s, r, t->rank, &slurm, partition,
 				sizeof(partition));
@@ -511,6 +528,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	for (size_t i = 0; i < e.n; i++)
 		free(e.env[i]);
 	free(e.env);
+	kn_device_nodes_free(dev_nodes);
 	free(e.inputs);
 	free(e.requires);
 }

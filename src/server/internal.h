@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "base/base.h"
+#include "cgroup/cgroup.h"
 #include "exec/exec.h"
 #include "loop/loop.h"
 #include "registry/registry.h"
@@ -183,6 +184,7 @@ struct server {
 	char isolation[192];
 	bool isolation_ok;
 	struct kn_user_map *user_map;
+	struct kn_cgroup_support limits; /* what local tasks get (limits.c) */
 };
 
 /* isolation.c */
@@ -218,6 +220,19 @@ int auth_check(struct server *s, const char *header, struct caller *out,
 /* api.c */
 void api_handle(struct kn_http_req *req, void *arg);
 json_t *job_to_json(struct server *s, const struct kn_job_row *j);
+
+/* limits.c */
+/*
+ * Which limits local tasks will get: probes the cgroup place once. Fails
+ * when none can be enforced, unless --no-limits allows running without.
+ */
+int limits_start(struct server *s, struct kn_error *err);
+/* The limits for a task of spec, in out; NULL when none are enforced. */
+const struct kn_task_limits *limits_for(const struct server *s,
+					const struct kn_job_spec *spec,
+					struct kn_task_limits *out);
+/* What GET /v1/nodes says each node enforces. */
+json_t *limits_json(const struct server *s);
 
 /* workload.c: the jobs' GPU shapes, for packing and fragmentation. */
 int workload_load(struct server *s, struct kn_error *err);

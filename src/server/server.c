@@ -35,6 +35,9 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->slurm_shards_per_gpu = 100;
 	cfg->policy = "kiln";
 	cfg->backup_keep = 7;
+	cfg->cgroup_root = KN_CGROUP_ROOT;
+	cfg->cgroup_parent = "kiln";
+	cfg->pids_max = KN_CGROUP_PIDS_DEFAULT;
 }
 
 static void on_stop(void *arg)
@@ -507,6 +510,9 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	if (rc < 0)
 		goto out;
 	s.exec = slurm_executor_chosen(cfg);
+	rc = limits_start(&s, err);
+	if (rc < 0)
+		goto out;
 	s.policy = kn_pack_policy_find(cfg->policy ? cfg->policy : "");
 	if (!s.policy) {
 		struct kn_buf names;

@@ -21,6 +21,14 @@ struct kn_server_config {
 	const char *gpus;         /* simulated devices ("4xH100-80GB"), or
 				     NULL to discover real ones with NVML */
 	const char *node_name;    /* default: the short host name */
+	const char *gpu_dev_dir;  /* simulated GPUs' device nodes
+				     (DIR/nvidiaN), or NULL: none */
+	/* Local tasks' limits through cgroups (docs/security.md). */
+	const char *cgroup_root;   /* default KN_CGROUP_ROOT */
+	const char *cgroup_parent; /* default "kiln": below our own cgroup */
+	int64_t pids_max;          /* per task, default 4096 */
+	bool no_limits;            /* run tasks unlimited where cgroups
+				      cannot be written (--no-limits) */
 	int64_t kill_grace_ms;    /* cancel: SIGTERM to SIGKILL, default 10s */
 	int64_t log_max_bytes;    /* per task log file before rotation */
 	const char *blob_store;   /* checkpoint and output store URL; NULL =

@@ -286,7 +286,8 @@ static int read_sharing(struct walk *w, struct fy_node *node, void *target)
 	return 0;
 }
 
-enum { RF_GPUS, RF_GPU_MODEL, RF_CPUS, RF_MEMORY, RF_SHARING, RF_COUNT };
+enum { RF_GPUS, RF_GPU_MODEL, RF_CPUS, RF_MEMORY, RF_SHARING, RF_PIDS,
+       RF_COUNT };
 
 static const struct field resource_fields[RF_COUNT] = {
 	[RF_GPUS] = {.name = "gpus", .type = FT_CUSTOM, .read = read_gpus},
@@ -297,6 +298,10 @@ static const struct field resource_fields[RF_COUNT] = {
 		       .read = spec_read_memory},
 	[RF_SHARING] = {.name = "sharing", .type = FT_CUSTOM,
 			.read = read_sharing},
+	/* Fewer than 16 and an ordinary shell pipeline cannot start. */
+	[RF_PIDS] = {.name = "pids", .type = FT_INT,
+		     .offset = offsetof(struct kn_resources, pids), .min = 16,
+		     .max = KN_SPEC_MAX_PIDS},
 };
 
 _Static_assert(RF_COUNT <= MAX_FIELDS, "MAX_FIELDS");

@@ -212,6 +212,9 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 		terms_json(pl->preferred, pl->n_preferred, true));
 	if (spec->image)
 		json_object_set_new(doc, "image", json_string(spec->image));
+	if (res->pids)
+		json_object_set_new(json_object_get(doc, "resources"), "pids",
+				    json_integer(res->pids));
 	if (spec->n_inputs) {
 		json_t *inputs = json_array();
 
@@ -253,6 +256,8 @@ static json_t *input_resources(const struct kn_resources *res)
 	if (res->memory_bytes)
 		json_object_set_new(o, "memory",
 				    json_integer(res->memory_bytes));
+	if (res->pids)
+		json_object_set_new(o, "pids", json_integer(res->pids));
 	if (json_is_null(sharing))
 		json_decref(sharing);
 	else

@@ -28,6 +28,8 @@
 /* CPUs per task: above any machine kiln schedules onto, and keeps
  * cpu_milli well inside an int. */
 #define KN_SPEC_MAX_CPUS 1024
+/* The kernel's own ceiling on processes (pid_max). */
+#define KN_SPEC_MAX_PIDS 4194304
 
 struct kn_kv {
 	char *key;
@@ -57,6 +59,9 @@ struct kn_resources {
 	int cpu_milli;        /* 0 = not requested */
 	int64_t memory_bytes; /* 0 = not requested */
 	enum kn_sharing sharing; /* with a share only; default time-slicing */
+	/* Processes the task may have at once, 16..KN_SPEC_MAX_PIDS;
+	   0 = the server's --pids-max. */
+	int pids;
 };
 
 struct kn_checkpoint_policy {

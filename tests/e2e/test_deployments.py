@@ -161,6 +161,8 @@ def test_replicas_ready_answer_and_restart(zoned, tmp_path):
     wait_for(lambda: not any(Path(f"/proc/{p}").exists() for p in pids),
              what="replicas stopped")
     assert zoned.request("GET", "/v1/deployments/chat").status_code == 404
+    # Each shim records the end once its task's cgroup is gone, which can
+    # be a moment after the processes themselves.
     for job_id in (1, 2):
         zoned.wait_state(job_id, "cancelled")
 

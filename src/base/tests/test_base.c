@@ -59,6 +59,29 @@ static void test_sizes(void **state)
 	assert_int_equal(kn_parse_size("99999999999Ti", &b), -EINVAL);
 }
 
+static void test_format_size(void **state)
+{
+	static const struct {
+		int64_t bytes;
+		const char *text;
+	} cases[] = {
+		{64LL << 20, "64Mi"}, {16LL << 30, "16Gi"}, {1536LL << 20, "1536Mi"},
+		{1000000000LL, "1G"}, {1500000LL, "1500k"}, {4097, "4097"},
+		{2LL << 40, "2Ti"},
+	};
+	char buf[32];
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int64_t back = 0;
+		kn_format_size(cases[i].bytes, buf, sizeof(buf));
+		assert_string_equal(buf, cases[i].text);
+		/* What it writes reads back as the same size. */
+		assert_int_equal(kn_parse_size(buf, &back), 0);
+		assert_int_equal(back, cases[i].bytes);
+	}
+}
+
 static void test_buf_cap(void **state)
 {
 	struct kn_buf b;
@@ -349,6 +372,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_durations),
 		cmocka_unit_test(test_sizes),
+		cmocka_unit_test(test_format_size),
 		cmocka_unit_test(test_buf_cap),
 		cmocka_unit_test(test_errorf),
 		cmocka_unit_test(test_files),

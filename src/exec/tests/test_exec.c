@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "exec/exec.h"
+#include "exec/internal.h"
 
 static void test_simulated_devices(void **state)
 {
@@ -51,6 +52,32 @@ static void test_simulated_devices(void **state)
 	assert_false(set.devices[2].mig);
 	assert_null(strchr(set.devices[0].uuid, ':'));
 	kn_device_set_release(&set);
+}
+
+static void test_device_nodes(void **state)
+{
+	char dir[] = "/tmp/kiln-devnodes-XXXXXX", *ctl;
+	int gpus[] = {3, 1};
+	char **nodes;
+	(void)state;
+
+	assert_non_null(mkdtemp(dir));
+	ctl = kn_asprintf("%s/nvidiactl", dir);
+	assert_int_equal(kn_write_file_replace(ctl, "", 0, 0600), 0);
+	nodes = kn_device_nodes(dir, gpus, 2);
+	/* Its own GPUs first, then only the control nodes that exist. */
+	assert_string_equal(strrchr(nodes[0], '/'), "/nvidia3");
+	assert_string_equal(strrchr(nodes[1], '/'), "/nvidia1");
+	assert_string_equal(nodes[2], ctl);
+	assert_null(nodes[3]);
+	kn_device_nodes_free(nodes);
+	/* No GPU: nothing, not even the control nodes. */
+	nodes = kn_device_nodes(dir, gpus, 0);
+	assert_null(nodes[0]);
+	kn_device_nodes_free(nodes);
+	unlink(ctl);
+	free(ctl);
+	rmdir(dir);
 }
 
 static void test_simulated_devices_bad(void **state)
@@ -149,6 +176,32 @@ static char *read_log(const char *dir, const char *name)
 	assert_int_equal(kn_read_file(path, 1 << 20, &text, &len), 0);
 	free(path);
 	return text;
+}
+
+/* The device nodes travel to the shim in launch.json's "devices". */
+static void test_launch_carries_devices(void **state)
+{
+	char *dir = make_task_dir(), *path = kn_asprintf("%s/launch.json", dir);
+	char *argv[] = {"/bin/true", NULL};
+	char *devices[] = {"/dev/nvidia2", "/dev/nvidiactl", NULL};
+	struct kn_task_launch l = {.task_dir = dir, .argv = argv,
+				   .devices = devices};
+	struct kn_error err;
+	json_t *doc, *got;
+	(void)state;
+
+	assert_int_equal(exec_write_launch(&l, NULL, 0, 0, &err), 0);
+	doc = json_load_file(path, 0, NULL);
+	got = json_object_get(doc, "devices");
+	assert_int_equal(json_array_size(got), 2);
+	assert_string_equal(json_string_value(json_array_get(got, 0)),
+			    "/dev/nvidia2");
+	assert_string_equal(json_string_value(json_array_get(got, 1)),
+			    "/dev/nvidiactl");
+	json_decref(doc);
+	free(path);
+	kn_rm_rf(dir);
+	free(dir);
 }
 
 static void test_shim_exit_code_and_output(void **state)
@@ -250,7 +303,8 @@ static void test_shim_missing_launch(void **state)
 	free(dir);
 }
 
-/* Rewrite a launch.json field, as the Slurm executor's writer adds them. */
+/* Rewrite a launch.json field (value is taken), as the executors' writer
+   adds them. */
 static void launch_set_json(const char *dir, const char *key, json_t *value)
 {
 	char *path = kn_asprintf("%s/launch.json", dir);
@@ -265,6 +319,85 @@ static void launch_set_json(const char *dir, const char *key, json_t *value)
 static void launch_set(const char *dir, const char *key, json_int_t value)
 {
 	launch_set_json(dir, key, json_integer(value));
+}
+
+/* Limits that cannot be set stop the task before it runs, with a reason. */
+static void test_shim_limits_refused(void **state)
+{
+	char *dir = make_task_dir(), *marker = kn_asprintf("%s/ran", dir);
+	char *script = kn_asprintf("touch %s", marker);
+	struct kn_error err;
+	json_t *st;
+	(void)state;
+
+	write_launch(dir, script, 0, 1 << 20);
+	launch_set_json(dir, "limits",
+			json_pack("{s:s, s:s, s:I}", "cgroup_root",
+				  "/nonexistent-cgroup-root", "cgroup_parent",
+				  "kiln", "memory_bytes", (json_int_t)1 << 30));
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
+	st = read_status(dir);
+	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 1);
+	assert_non_null(strstr(json_string_value(json_object_get(st, "reason")),
+			       "cannot set limits: no cgroup hierarchy"));
+	assert_int_equal(access(marker, F_OK), -1);
+	json_decref(st);
+	free(script);
+	free(marker);
+	kn_rm_rf(dir);
+	free(dir);
+}
+
+/*
+ * As root on cgroup v1: a task over its memory limit ends with the OOM
+ * reason in the limit's own units, and its cgroup is gone afterwards.
+ */
+static void test_shim_oom_reason(void **state)
+{
+	char *dir = make_task_dir(), *log, *parent, *mem;
+	struct kn_error err;
+	json_t *st;
+	(void)state;
+
+	if (geteuid() != 0 || access("/sys/fs/cgroup/memory/cgroup.procs",
+				     F_OK) != 0) {
+		kn_rm_rf(dir);
+		free(dir);
+		skip();
+	}
+	parent = kn_asprintf("/kiln-unit-shim-%d", (int)getpid());
+	/* The task prints its memory cgroup, then touches 256 MiB. */
+	write_launch(dir,
+		     "grep :memory: /proc/self/cgroup; "
+		     "exec /usr/bin/python3 -c \"b = b'a' * (256 << 20)\"",
+		     0, 1 << 20);
+	launch_set_json(dir, "limits",
+			json_pack("{s:s, s:s, s:I, s:I}", "cgroup_root",
+				  "/sys/fs/cgroup", "cgroup_parent", parent,
+				  "memory_bytes", (json_int_t)32 << 20,
+				  "pids_max", (json_int_t)64));
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
+	st = read_status(dir);
+	assert_int_equal(json_integer_value(json_object_get(st, "signal")),
+			 SIGKILL);
+	assert_string_equal(json_string_value(json_object_get(st, "reason")),
+			    "out of memory (limit 32Mi)");
+	json_decref(st);
+	log = read_log(dir, KN_LOG_FILE);
+	assert_non_null(strstr(log, parent));
+	/* The task's cgroup is gone; only the parent this test made is left. */
+	mem = kn_asprintf("/sys/fs/cgroup/memory%s", parent);
+	assert_int_equal(rmdir(mem), 0);
+	free(mem);
+	for (const char *c = "cpu\0pids\0devices\0"; *c; c += strlen(c) + 1) {
+		mem = kn_asprintf("/sys/fs/cgroup/%s%s", c, parent);
+		rmdir(mem);
+		free(mem);
+	}
+	free(log);
+	free(parent);
+	kn_rm_rf(dir);
+	free(dir);
 }
 
 static void test_shim_timeout_signal_and_usr1(void **state)
@@ -506,6 +639,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_simulated_devices),
 		cmocka_unit_test(test_simulated_devices_bad),
+		cmocka_unit_test(test_device_nodes),
+		cmocka_unit_test(test_launch_carries_devices),
+		cmocka_unit_test(test_shim_limits_refused),
+		cmocka_unit_test(test_shim_oom_reason),
 		cmocka_unit_test(test_model_names),
 		cmocka_unit_test(test_discover_without_nvml),
 		cmocka_unit_test(test_shim_exit_code_and_output),

@@ -180,7 +180,7 @@ static const struct bad_case bad_cases[] = {
 	/* resources. */
 	{BASE "resources: 2\n", "resources",
 	 "job.yaml:4:12: resources: must be a mapping with fields gpus, "
-	 "gpu_model, cpus, memory, sharing; got 2"},
+	 "gpu_model, cpus, memory, sharing, pids; got 2"},
 	{"kind: Job\nname: x\ncommand: [a]\ntasks: 1\nretries: 0\n"
 	 "resources:\n  gpus: lots\n",
 	 "resources.gpus",
@@ -219,6 +219,8 @@ static const struct bad_case bad_cases[] = {
 	{BASE "resources:\n  memory: 0\n", "resources.memory",
 	 "job.yaml:5:11: resources.memory: must be a size greater than 0 such "
 	 "as 512Mi, 2Gi or 1G; got 0"},
+	{BASE "resources:\n  pids: 8\n", "resources.pids",
+	 "job.yaml:5:9: resources.pids: must be an integer 16..4194304; got 8"},
 	{BASE "resources:\n  gpu_model: {a: b}\n", "resources.gpu_model",
 	 "job.yaml:5:14: resources.gpu_model: must be a GPU model name or a "
 	 "non-empty list of names, e.g. [\"H100\", \"A100\"]; got a mapping"},
@@ -769,9 +771,10 @@ static void test_single_gpu_model_and_cpus(void **state)
 {
 	struct kn_job_spec *spec =
 		parse_ok(BASE "resources:\n  gpus: 1\n  gpu_model: A100\n"
-			      "  cpus: 16\n  memory: 512Mi\n");
+			      "  cpus: 16\n  memory: 512Mi\n  pids: 256\n");
 
 	(void)state;
+	assert_int_equal(spec->resources.pids, 256);
 	assert_int_equal(spec->resources.n_gpu_models, 1);
 	assert_string_equal(spec->resources.gpu_models[0], "A100");
 	assert_null(spec->resources.gpu_models[1]);

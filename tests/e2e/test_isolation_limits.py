@@ -1,0 +1,260 @@
+"""Local tasks under cgroup limits: memory (and the OOM reason), the pid
+cap, the CPU quota, device nodes of the task's own GPUs only, and the
+cgroup removed when the task ends. Needs root and cgroup v1 (this
+machine); cgroup v2 is covered by unit tests on a fake tree only."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from conftest import KILN, Server, job_yaml, wait_for
+
+V1 = Path("/sys/fs/cgroup")
+CONTROLLERS = ("memory", "cpu", "pids", "devices")
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not (V1 / "memory" / "cgroup.procs").exists()
+    or (V1 / "cgroup.controllers").exists(),
+    reason="needs root and cgroup v1 hierarchies at /sys/fs/cgroup")
+
+PY = "/usr/bin/python3"
+
+
+def own_cgroups(text):
+    """{controller: path} from a task's /proc/self/cgroup lines."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for c in parts[1].split(","):
+                if c in CONTROLLERS:
+                    out[c] = parts[2]
+    return out
+
+
+@pytest.fixture
+def limited(tmp_path):
+    """Servers whose tasks' cgroups go under a parent of this test's own;
+    the parent is removed (and must be empty) at the end."""
+    parent = f"/kiln-e2e-{uuid.uuid4().hex[:12]}"
+    servers = []
+
+    def start(*extra, gpus="4xH100-80GB"):
+        s = Server(tmp_path / f"home{len(servers)}", gpus=gpus,
+                   extra=["--cgroup-parent", parent, *extra])
+        s.home.mkdir()
+        servers.append(s)
+        return s.start()
+
+    yield start, parent
+    for s in servers:
+        s.stop()
+        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                       check=False)
+    for c in CONTROLLERS:
+        d = V1 / c / parent.lstrip("/")
+        if d.exists():
+            leftovers = [p.name for p in d.iterdir() if p.is_dir()]
+            os.rmdir(d)
+            assert not leftovers, f"{d} still holds {leftovers}"
+
+
+def test_memory_hog_ends_out_of_memory(limited):
+    start, _ = limited
+    s = start()
+    jid = s.submit(job_yaml("hog", [PY, "-c", "b = b'a' * (512 << 20)"],
+                            resources={"memory": "64Mi"}))
+    job = s.wait_state(jid, "failed", timeout=60)
+    assert job["reason"].endswith("out of memory (limit 64Mi)"), job
+    shown = s.cli("show", str(jid), check=True).stdout
+    assert "out of memory (limit 64Mi)" in shown
+    listed = s.cli("ls", "--all", check=True).stdout
+    assert "out of memory" in listed, listed
+
+
+def test_fork_bomb_stops_at_the_pid_cap(limited):
+    start, _ = limited
+    s = start("--pids-max", "64")
+    # Forks sleeping children until the kernel refuses (or 2000 of them,
+    # so that without a cap the test ends too), then reports how many.
+    bomb = (
+        "import os, time\n"
+        "kids = []\n"
+        "why = 'none'\n"
+        "for i in range(2000):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError as e:\n"
+        "        why = e.strerror\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "print('forked', len(kids), why, flush=True)\n"
+        "time.sleep(1)\n")
+    jid = s.submit(job_yaml("bomb", [PY, "-c", bomb]))
+    s.wait_state(jid, "running", timeout=30)
+    # The server keeps answering while the bomb runs.
+    for _ in range(10):
+        assert s.request("GET", "/healthz", token=None).status_code == 200
+    s.wait_state(jid, "succeeded", timeout=60)
+    words = s.logs(jid).split()
+    n = int(words[words.index("forked") + 1])
+    assert n < 64, words
+    assert "Resource temporarily unavailable" in " ".join(words)
+
+
+def test_cpu_quota_and_cgroup_removed(limited):
+    start, parent = limited
+    s = start()
+    # The task reads its own cgroup: the quota for 0.5 CPU is 50 ms of
+    # every 100 ms.
+    script = (
+        "import json\n"
+        "paths = {}\n"
+        "for line in open('/proc/self/cgroup'):\n"
+        "    n, ctl, path = line.rstrip('\\n').split(':', 2)\n"
+        "    for c in ctl.split(','):\n"
+        "        paths[c] = path\n"
+        "cpu = '/sys/fs/cgroup/cpu' + paths['cpu']\n"
+        "pids = '/sys/fs/cgroup/pids' + paths['pids']\n"
+        "print(json.dumps({'paths': paths,\n"
+        "    'quota': open(cpu + '/cpu.cfs_quota_us').read().strip(),\n"
+        "    'period': open(cpu + '/cpu.cfs_period_us').read().strip(),\n"
+        "    'pids': open(pids + '/pids.max').read().strip()}))\n")
+    # The spec's own process cap wins over the server's default.
+    jid = s.submit(job_yaml("quota", [PY, "-c", script],
+                            resources={"cpus": 0.5, "pids": 100}))
+    s.wait_state(jid, "succeeded", timeout=60)
+    got = json.loads(s.logs(jid).strip().splitlines()[-1])
+    assert got["quota"] == "50000" and got["period"] == "100000", got
+    assert got["pids"] == "100", got
+    paths = own_cgroups("\n".join(f"0:{c}:{p}" for c, p in
+                                  got["paths"].items()))
+    for c in CONTROLLERS:
+        assert paths[c].startswith(parent + "/task-"), paths
+        assert not (V1 / c / paths[c].lstrip("/")).exists(), paths[c]
+
+
+def test_task_opens_only_its_own_gpu_node(limited, tmp_path):
+    start, _ = limited
+    devdir = tmp_path / "dev"
+    devdir.mkdir()
+    try:
+        for n in range(4):
+            subprocess.run(["mknod", str(devdir / f"nvidia{n}"), "c", "195",
+                            str(n)], check=True)
+        s = start("--gpu-dev-dir", str(devdir))
+        # Opening a node reaches the driver (none here: ENXIO) only when
+        # the cgroup allows it; otherwise EPERM.
+        script = (
+            "import errno, json, os, sys\n"
+            "out = {'visible': os.environ['CUDA_VISIBLE_DEVICES']}\n"
+            "for n in range(4):\n"
+            "    try:\n"
+            "        os.close(os.open(sys.argv[1] + '/nvidia%d' % n, os.O_RDWR))\n"
+            "        out[n] = 'opened'\n"
+            "    except OSError as e:\n"
+            "        out[n] = errno.errorcode[e.errno]\n"
+            "print(json.dumps(out))\n")
+        jid = s.submit(job_yaml("gpu", [PY, "-c", script, str(devdir)],
+                                resources={"gpus": 1}))
+        s.wait_state(jid, "succeeded", timeout=60)
+        got = json.loads(s.logs(jid).strip().splitlines()[-1])
+        own = got.pop("visible")
+        assert got == {str(n): "ENXIO" if str(n) == own else "EPERM"
+                       for n in range(4)}, got
+    finally:
+        for n in range(4):
+            (devdir / f"nvidia{n}").unlink(missing_ok=True)
+        devdir.rmdir()
+
+
+def test_nodes_report_the_limits(limited):
+    start, _ = limited
+    s = start("--pids-max", "512")
+    node = s.request("GET", "/v1/nodes").json()["nodes"][0]
+    assert node["limits"] == {"enforced": True, "cgroup": "v1",
+                              "memory": True, "cpu": True, "pids_max": 512,
+                              "devices": True}
+    out = s.cli("nodes", check=True).stdout
+    assert "limits: cgroup v1: memory, cpu, 512 processes, devices" in out
+
+
+@pytest.fixture
+def nobody_home():
+    """A home the user nobody can reach (pytest's tmp_path is root's)."""
+    top = Path(tempfile.mkdtemp(prefix="kiln-e2e-"))
+    os.chmod(top, 0o755)
+    home = top / "home"
+    home.mkdir()
+    os.chown(home, 65534, 65534)
+    yield home
+    shutil.rmtree(top)
+
+
+def test_without_writable_cgroups_the_server_refuses(nobody_home):
+    """As an unprivileged user with no delegated cgroup: refuse to start,
+    saying why and how, unless --no-limits; then say nothing is enforced."""
+    home = nobody_home
+    env = dict(os.environ, KILN_HOME=str(home))
+    env.pop("KILN_SERVER", None)
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+           KILN, "server", "--listen", "127.0.0.1:0", "--gpus", "1xT4-16GB"]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                         timeout=30)
+    assert res.returncode != 0
+    assert "cannot enforce task limits" in res.stderr, res.stderr
+    assert "--no-limits" in res.stderr
+    log = open(home / "server.log", "ab")
+    proc = subprocess.Popen(cmd + ["--no-limits"], env=env, stdout=log,
+                            stderr=log)
+    try:
+        url_file = home / "server.url"
+        wait_for(lambda: url_file.exists() and url_file.read_text().strip()
+                 or proc.poll() is not None, what="server.url")
+        assert proc.poll() is None, (home / "server.log").read_text()
+        token = (home / "admin.token").read_text().strip()
+        r = requests.get(url_file.read_text().strip() + "/v1/nodes",
+                         headers={"Authorization": f"Bearer {token}"},
+                         timeout=10)
+        limits = r.json()["nodes"][0]["limits"]
+        assert limits["enforced"] is False
+        assert limits["why"].startswith("--no-limits: "), limits
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+def test_adopted_task_keeps_its_limits_and_cgroup_goes(limited, tmp_path):
+    """A server killed and restarted adopts the running task: it is still
+    in its cgroup, and the cgroup is gone once the task ends."""
+    start, parent = limited
+    s = start()
+    go = tmp_path / "go"
+    script = (f"cat /proc/self/cgroup; while [ ! -e {go} ]; do sleep 0.05; "
+              "done; echo finished")
+    jid = s.submit(job_yaml("adopted", ["/bin/sh", "-c", script],
+                            resources={"memory": "256Mi"}))
+    s.wait_state(jid, "running")
+    wait_for(lambda: ":memory:" in s.logs(jid), what="the task's cgroups")
+    paths = own_cgroups(s.logs(jid))
+    mem = V1 / "memory" / paths["memory"].lstrip("/")
+    assert paths["memory"].startswith(parent + "/task-"), paths
+    s.kill9()
+    s.start()
+    assert s.job(jid)["state"] == "running"
+    assert (mem / "memory.limit_in_bytes").read_text().strip() == \
+        str(256 << 20)
+    go.touch()
+    s.wait_state(jid, "succeeded")
+    for c in CONTROLLERS:
+        assert not (V1 / c / paths[c].lstrip("/")).exists(), paths[c]
