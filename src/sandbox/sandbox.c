@@ -384,7 +384,8 @@ static int make_target(const char *path, bool dir)
 	if (dir)
 		return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
 	{
-		int fd = open(buf, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+		int fd = open(buf, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+			      0644);
 		if (fd < 0)
 			return errno == EEXIST ? 0 : -1;
 		close(fd);

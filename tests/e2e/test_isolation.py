@@ -46,6 +46,9 @@ class IsolatedServer(Server):
         args = [KILN, "server", "--listen", "127.0.0.1:0", "--gpus",
                 self.gpus, *self.extra]
         if self.as_user:
+            # No cgroup is delegated to it here: its limits are tested in
+            # test_isolation_limits.py; this suite is about the sandbox.
+            args.append("--no-limits")
             args = ["setpriv", f"--reuid={self.as_user.pw_uid}",
                     f"--regid={self.as_user.pw_gid}", "--clear-groups",
                     "--inh-caps=-all", "--", *args]

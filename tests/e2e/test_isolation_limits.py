@@ -149,8 +149,10 @@ def test_task_opens_only_its_own_gpu_node(limited, tmp_path):
     devdir.mkdir()
     try:
         for n in range(4):
-            subprocess.run(["mknod", str(devdir / f"nvidia{n}"), "c", "195",
-                            str(n)], check=True)
+            # 0666, as the NVIDIA driver makes them: tasks run as another
+            # user, and only the cgroup is to decide.
+            subprocess.run(["mknod", "-m", "0666", str(devdir / f"nvidia{n}"),
+                            "c", "195", str(n)], check=True)
         s = start("--gpu-dev-dir", str(devdir))
         # Opening a node reaches the driver (none here: ENXIO) only when
         # the cgroup allows it; otherwise EPERM.
