@@ -463,15 +463,12 @@ static int read_status_json(const char *task_dir, struct kn_task_status *st,
 	int rc;
 
 	memset(&s, 0, sizeof(s));
-	rc = exec_read_status(task_dir, &s);
+	rc = exec_read_status(task_dir, &s, err);
 	if (rc == 0) {
 		*st = s;
 		return 1;
 	}
-	if (rc == -ENOENT)
-		return 0;
-	return kn_errorf(err, KN_EIO, NULL, "cannot read %s/status.json: %s",
-			 task_dir, strerror(-rc));
+	return rc == -ENOENT ? 0 : rc;
 }
 
 /* "JobState=RUNNING Reason=None ..." -> "RUNNING"; "" when absent. */

@@ -1500,8 +1500,13 @@ static bool check_task(struct server *s, struct run *r, struct run_task *t)
 	if (t->rank == 0 && r->spec->n_inputs && !r->inputs_recorded)
 		record_inputs(s, r, t);
 	if (s->exec->status(t->task_dir, &t->proc, &st, &err) < 0) {
-		kn_log(KN_LOG_WARN, "job %lld rank %d: %s", (long long)r->job_id,
-		       t->rank, err.message);
+		if (err.code == KN_EPERM) { /* the task made it a link, ... */
+			char *path = kn_asprintf("%s/status.json", t->task_dir);
+			server_task_file_refused(s, r->job_id, path, &err);
+			free(path);
+		} else
+			kn_log(KN_LOG_WARN, "job %lld rank %d: %s",
+			       (long long)r->job_id, t->rank, err.message);
 		return false;
 	}
 	if (!st.ended)
