@@ -148,6 +148,12 @@ int kn_task_file_open(const char *dir, const char *name, int flags,
  */
 int kn_task_file_read(const char *dir, const char *name, size_t max,
 		      char **out, size_t *out_len, struct kn_error *err);
+/*
+ * The field of a refusal (-EPERM): whether err says a task file was not
+ * read for being a link, a FIFO, a device or another's.
+ */
+#define KN_TASK_FILE_REFUSED "task_file"
+bool kn_task_file_refused(const struct kn_error *err);
 /* "a regular file", "a FIFO", "a symbolic link", ... for messages. */
 const char *kn_file_kind(mode_t mode);
 /* Remove a directory tree; missing is not an error. */

@@ -30,6 +30,12 @@
 /* Deeper paths than any task file the server reads. */
 #define MAX_COMPONENTS 32
 
+bool kn_task_file_refused(const struct kn_error *err)
+{
+	return err->code == KN_EPERM &&
+	       strcmp(err->field, KN_TASK_FILE_REFUSED) == 0;
+}
+
 const char *kn_file_kind(mode_t mode)
 {
 	switch (mode & S_IFMT) {
@@ -90,7 +96,7 @@ static int open_walk(int dirfd, const char *name, struct kn_error *err)
 			close(cur);
 		cur = next;
 		if (fstat(cur, &st) < 0 || S_ISLNK(st.st_mode)) {
-			rc = kn_errorf(err, KN_EPERM, NULL,
+			rc = kn_errorf(err, KN_EPERM, KN_TASK_FILE_REFUSED,
 				       "%.*s is a symbolic link, and links in "
 				       "task files are never followed",
 				       (int)(part - copy + strlen(part)), name);
@@ -142,11 +148,12 @@ static int check_kind(int pathfd, const char *name, int flags, uid_t owner,
 		return kn_errorf(err, KN_EIO, NULL, "%s: %s", name,
 				 strerror(errno));
 	if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
-		return kn_errorf(err, KN_EPERM, NULL, "%s is %s, not %s", name,
+		return kn_errorf(err, KN_EPERM, KN_TASK_FILE_REFUSED,
+				 "%s is %s, not %s", name,
 				 kn_file_kind(st.st_mode),
 				 want_dir ? "a directory" : "a regular file");
 	if (owner != KN_ANY_OWNER && st.st_uid != owner)
-		return kn_errorf(err, KN_EPERM, NULL,
+		return kn_errorf(err, KN_EPERM, KN_TASK_FILE_REFUSED,
 				 "%s belongs to uid %u, not the expected %u",
 				 name, (unsigned)st.st_uid, (unsigned)owner);
 	return 0;
@@ -189,9 +196,14 @@ out:
 int kn_task_file_open(const char *dir, const char *name, int flags,
 		      uid_t owner, struct kn_error *err)
 {
-	int dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	/* Its last component may be the task's doing too (a checkpoint). */
+	int dirfd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	int rc;
 
+	if (dirfd < 0 && (errno == ELOOP || errno == ENOTDIR))
+		return kn_errorf(err, KN_EPERM, KN_TASK_FILE_REFUSED,
+				 "%s is not a directory (a symbolic link?)",
+				 dir);
 	if (dirfd < 0)
 		return errno == ENOENT
 			       ? kn_errorf(err, KN_ENOTFOUND, NULL,

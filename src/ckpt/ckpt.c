@@ -47,15 +47,17 @@ static int walk_local(const char *root, const char *rel,
 		      struct kn_ckpt_manifest *m, struct kn_error *err)
 {
 	char *dir = *rel ? kn_asprintf("%s/%s", root, rel) : kn_xstrdup(root);
-	DIR *d = opendir(dir);
+	int fd = kn_task_file_open(root, *rel ? rel : ".",
+				   O_RDONLY | O_DIRECTORY, KN_ANY_OWNER, err);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
 	struct dirent *e;
 	int rc = 0;
 
 	if (!d) {
-		rc = kn_errorf(err, errno == ENOENT ? KN_ENOTFOUND : KN_EIO,
-			       "dir", "%s: %s", dir, strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		free(dir);
-		return rc;
+		return fd < 0 ? fd : -ENOMEM;
 	}
 	while (rc == 0 && (e = readdir(d))) {
 		struct stat st;
@@ -74,7 +76,7 @@ static int walk_local(const char *root, const char *rel,
 		else if (S_ISDIR(st.st_mode))
 			rc = walk_local(root, name, m, err);
 		else if (!S_ISREG(st.st_mode))
-			rc = kn_errorf(err, KN_EPERM, "dir",
+			rc = kn_errorf(err, KN_EPERM, KN_TASK_FILE_REFUSED,
 				       "%s/%s is %s: a checkpoint holds only "
 				       "regular files and directories",
 				       root, name, kn_file_kind(st.st_mode));

@@ -204,7 +204,7 @@ int exec_read_status(const char *task_dir, struct kn_task_status *st,
 			       &why);
 	if (rc < 0) {
 		/* -ENOENT (no exit recorded yet) is kept for the caller. */
-		kn_errorf(err, why.code, NULL, "cannot read %s/status.json: %s",
+		kn_errorf(err, why.code, why.field, "cannot read %s/status.json: %s",
 			  task_dir, why.message);
 		return rc;
 	}

@@ -1500,7 +1500,7 @@ static bool check_task(struct server *s, struct run *r, struct run_task *t)
 	if (t->rank == 0 && r->spec->n_inputs && !r->inputs_recorded)
 		record_inputs(s, r, t);
 	if (s->exec->status(t->task_dir, &t->proc, &st, &err) < 0) {
-		if (err.code == KN_EPERM) { /* the task made it a link, ... */
+		if (kn_task_file_refused(&err)) {
 			char *path = kn_asprintf("%s/status.json", t->task_dir);
 			server_task_file_refused(s, r->job_id, path, &err);
 			free(path);
