@@ -249,8 +249,8 @@ static char *job_file_name(const char *workflow_file, const char *job_file)
 char *metrics_read(struct server *s, const struct kn_job_row *j, char *why,
 		   size_t len)
 {
-	char *path = kn_asprintf("%s/tasks/%lld/%d/outputs/metrics.json",
-				 s->home, (long long)j->id, j->attempts);
+	char *path = kn_asprintf("%s/tasks/%lld/%d/outputs", s->home,
+				 (long long)j->id, j->attempts);
 	char *text = NULL, *out = NULL;
 	size_t n = 0;
 	json_t *doc, *nums, *v;
@@ -258,7 +258,8 @@ char *metrics_read(struct server *s, const struct kn_job_row *j, char *why,
 	const char *key;
 
 	why[0] = '\0';
-	if (kn_read_file(path, METRICS_MAX_BYTES, &text, &n) < 0)
+	if (kn_task_file_read(path, "metrics.json", METRICS_MAX_BYTES, &text, &n,
+			      NULL) < 0)
 		goto out;
 	doc = json_loadb(text, n, 0, &jerr);
 	if (!json_is_object(doc)) {
