@@ -407,7 +407,13 @@ static int write_file(const char *path, const void *data, size_t len,
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, getpid()) >=
 	    sizeof(tmp))
 		return -ENAMETOOLONG;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	/*
+	 * The directory may be a task's: a link planted under the temporary
+	 * name must not be followed, nor a file already there written.
+	 */
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		  mode);
 	if (fd < 0)
 		return -errno;
 	/* open() honours the umask; the caller's mode is what it asked for. */

@@ -377,6 +377,7 @@ static void server_release(struct server *s)
 int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 {
 	struct server s;
+	struct stat home_st;
 	char *path = NULL, *url = NULL;
 	int rc, port = 0;
 
@@ -412,8 +413,11 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 			       s.home, strerror(-rc));
 		goto out;
 	}
-	/* It holds the token and every task's files: ours alone. */
-	if (chmod(s.home, 0700) < 0) {
+	/* It holds the token and every task's files: ours alone, but for
+	   the search permission (o+x) a Slurm task's user is given to reach
+	   its own directory (exec/slurm.c), which a restart keeps. */
+	if (stat(s.home, &home_st) < 0 ||
+	    chmod(s.home, 0700 | (home_st.st_mode & S_IXOTH)) < 0) {
 		rc = kn_errorf(err, KN_EIO, "home", "cannot restrict %s to 0700: %s",
 			       s.home, strerror(errno));
 		goto out;

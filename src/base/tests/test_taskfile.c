@@ -213,6 +213,27 @@ static void test_owner(void **state)
 	free(dir);
 }
 
+/* A link planted under a writer's temporary name is not written through. */
+static void test_write_does_not_follow_a_planted_link(void **state)
+{
+	char *secret = at("secret"), *tmp, *path = at("task/stop.json");
+	char *text = NULL;
+
+	(void)state;
+	tmp = kn_asprintf("%s.tmp.%d", path, getpid());
+	assert_int_equal(symlink(secret, tmp), 0);
+	assert_int_equal(kn_write_file_replace(path, "{}", 2, 0600), 0);
+	assert_int_equal(kn_read_file(secret, 64, &text, NULL), 0);
+	assert_string_equal(text, "admin-token-bytes");
+	free(text);
+	assert_int_equal(kn_read_file(path, 64, &text, NULL), 0);
+	assert_string_equal(text, "{}");
+	free(text);
+	free(tmp);
+	free(path);
+	free(secret);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -223,6 +244,7 @@ int main(void)
 		cmocka_unit_test(test_device_and_socket),
 		cmocka_unit_test(test_directories),
 		cmocka_unit_test(test_owner),
+		cmocka_unit_test(test_write_does_not_follow_a_planted_link),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
