@@ -104,6 +104,7 @@ static void read_work(void *arg)
 	int fd = kn_task_file_open(rd->dir, KN_LOG_FILE, O_RDONLY,
 				   KN_ANY_OWNER, &rd->err);
 	ssize_t n = 0;
+	size_t want = 0;
 
 	rd->rc = fd < 0 ? fd : 0;
 	rd->at_end = true;
@@ -117,12 +118,17 @@ static void read_work(void *arg)
 		if (st.st_size < rd->offset)
 			rd->offset = 0;
 	}
-	rd->data = kn_xmalloc(TURN_BYTES);
-	while (rd->len < TURN_BYTES &&
-	       (n = pread(fd, rd->data + rd->len, TURN_BYTES - rd->len,
+	/* Sized to what is there: an idle follower's poll allocates nothing. */
+	if (st.st_size > rd->offset)
+		want = st.st_size - rd->offset < TURN_BYTES
+			       ? (size_t)(st.st_size - rd->offset)
+			       : TURN_BYTES;
+	rd->data = want ? kn_xmalloc(want) : NULL;
+	while (rd->len < want &&
+	       (n = pread(fd, rd->data + rd->len, want - rd->len,
 			  (off_t)(rd->offset + (int64_t)rd->len))) > 0)
 		rd->len += (size_t)n;
-	rd->at_end = n <= 0 || rd->offset + (int64_t)rd->len >= st.st_size;
+	rd->at_end = n < 0 || rd->offset + (int64_t)rd->len >= st.st_size;
 	close(fd);
 }
 

@@ -414,10 +414,13 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		goto out;
 	}
 	/* It holds the token and every task's files: ours alone, but for
-	   the search permission (o+x) a Slurm task's user is given to reach
-	   its own directory (exec/slurm.c), which a restart keeps. */
+	   the search permission (o+x) the Slurm executor gives a task's
+	   user to reach its own directory (exec/slurm.c), which a restart
+	   under Slurm keeps. */
 	if (stat(s.home, &home_st) < 0 ||
-	    chmod(s.home, 0700 | (home_st.st_mode & S_IXOTH)) < 0) {
+	    chmod(s.home, 0700 | (s.exec == &kn_slurm_executor
+					  ? home_st.st_mode & S_IXOTH
+					  : 0)) < 0) {
 		rc = kn_errorf(err, KN_EIO, "home", "cannot restrict %s to 0700: %s",
 			       s.home, strerror(errno));
 		goto out;

@@ -298,9 +298,9 @@ def slurm2_env(slurm_env):
 
 
 def test_two_node_gang_evicted_and_resumed(tmp_path, slurm2_env):
-    shared_gate_dir(tmp_path)
     """The walk-through of docs/scale-out.md, small: a gang of two, one rank
     per node, checkpoints, is evicted and resumes on both nodes."""
+    shared_gate_dir(tmp_path)
     s = Server(tmp_path / "home", extra=["--executor", "slurm"],
                env=slurm2_env)
     s.home.mkdir()
