@@ -423,7 +423,13 @@ static int write_file(const char *path, const void *data, size_t len,
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, getpid()) >=
 	    sizeof(tmp))
 		return -ENAMETOOLONG;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	/*
+	 * The directory may be a task's: a link planted under the temporary
+	 * name must not be followed, nor a file already there written.
+	 */
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		  mode);
 	if (fd < 0)
 		return -errno;
 	/* open() honours the umask; the caller's mode is what it asked for. */
@@ -465,15 +471,12 @@ int kn_write_file_replace(const char *path, const void *data, size_t len,
 	return write_file(path, data, len, mode, false);
 }
 
-int kn_read_file(const char *path, size_t max, char **out, size_t *out_len)
+int kn_read_fd(int fd, size_t max, char **out, size_t *out_len)
 {
 	struct kn_buf b;
 	char chunk[65536];
-	int fd, rc = 0;
+	int rc = 0;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
 	kn_buf_init(&b, max);
 	for (;;) {
 		ssize_t n = read(fd, chunk, sizeof(chunk));
@@ -490,7 +493,6 @@ int kn_read_file(const char *path, size_t max, char **out, size_t *out_len)
 			break;
 		}
 	}
-	close(fd);
 	if (rc < 0) {
 		kn_buf_release(&b);
 		return rc;
@@ -501,6 +503,17 @@ int kn_read_file(const char *path, size_t max, char **out, size_t *out_len)
 	if (out_len)
 		*out_len = b.len;
 	return 0;
+}
+
+int kn_read_file(const char *path, size_t max, char **out, size_t *out_len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+
+	if (fd < 0)
+		return -errno;
+	rc = kn_read_fd(fd, max, out, out_len);
+	close(fd);
+	return rc;
 }
 
 bool kn_dir_has_entries(const char *dir)

@@ -126,6 +126,41 @@ int kn_write_file_replace(const char *path, const void *data, size_t len,
  * buffer. -EFBIG when larger, -errno otherwise.
  */
 int kn_read_file(const char *path, size_t max, char **out, size_t *out_len);
+/* The same from an open descriptor, read to its end. */
+int kn_read_fd(int fd, size_t max, char **out, size_t *out_len);
+/*
+ * Task files: anything under a directory a task can write (its task,
+ * checkpoint and output directories) may be a symbolic link to a server
+ * secret, a FIFO or a device. Open those only through these.
+ *
+ * kn_task_file_openat opens name, a relative path without "..", beneath
+ * dirfd without following a symbolic link in any component and without
+ * blocking, and only if it is a regular file (a directory when flags hold
+ * O_DIRECTORY) owned by owner (KN_ANY_OWNER: any). Returns the descriptor
+ * (O_CLOEXEC | O_NONBLOCK), or a negative errno with err saying why in
+ * words, such as "output.log is a FIFO, not a regular file": -ENOENT when
+ * missing, -EPERM when refused, -EINVAL for a bad name, -EIO otherwise.
+ */
+#define KN_ANY_OWNER ((uid_t)-1)
+int kn_task_file_openat(int dirfd, const char *name, int flags, uid_t owner,
+			struct kn_error *err);
+/* The same beneath the trusted directory dir (itself followed). */
+int kn_task_file_open(const char *dir, const char *name, int flags,
+		      uid_t owner, struct kn_error *err);
+/*
+ * kn_read_file for a task file dir/name of any owner: -EFBIG when larger
+ * than max, or the errors of kn_task_file_open.
+ */
+int kn_task_file_read(const char *dir, const char *name, size_t max,
+		      char **out, size_t *out_len, struct kn_error *err);
+/*
+ * The field of a refusal (-EPERM): whether err says a task file was not
+ * read for being a link, a FIFO, a device or another's.
+ */
+#define KN_TASK_FILE_REFUSED "task_file"
+bool kn_task_file_refused(const struct kn_error *err);
+/* "a regular file", "a FIFO", "a symbolic link", ... for messages. */
+const char *kn_file_kind(mode_t mode);
 /* Remove a directory tree; missing is not an error. */
 int kn_rm_rf(const char *path);
 

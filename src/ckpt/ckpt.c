@@ -15,6 +15,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -46,15 +47,17 @@ static int walk_local(const char *root, const char *rel,
 		      struct kn_ckpt_manifest *m, struct kn_error *err)
 {
 	char *dir = *rel ? kn_asprintf("%s/%s", root, rel) : kn_xstrdup(root);
-	DIR *d = opendir(dir);
+	int fd = kn_task_file_open(root, *rel ? rel : ".",
+				   O_RDONLY | O_DIRECTORY, KN_ANY_OWNER, err);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
 	struct dirent *e;
 	int rc = 0;
 
 	if (!d) {
-		rc = kn_errorf(err, errno == ENOENT ? KN_ENOTFOUND : KN_EIO,
-			       "dir", "%s: %s", dir, strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		free(dir);
-		return rc;
+		return fd < 0 ? fd : -ENOMEM;
 	}
 	while (rc == 0 && (e = readdir(d))) {
 		struct stat st;
@@ -64,15 +67,19 @@ static int walk_local(const char *root, const char *rel,
 			continue;
 		name = *rel ? kn_asprintf("%s/%s", rel, e->d_name)
 			    : kn_xstrdup(e->d_name);
-		if (fstatat(dirfd(d), e->d_name, &st, 0) < 0)
+		/* Never followed: a link could reach any file the server can
+		   read. Such a checkpoint is refused whole, since one without
+		   the file would restore as something the task never wrote. */
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			rc = kn_errorf(err, KN_EIO, "dir", "%s/%s: %s", root,
 				       name, strerror(errno));
 		else if (S_ISDIR(st.st_mode))
 			rc = walk_local(root, name, m, err);
 		else if (!S_ISREG(st.st_mode))
-			rc = kn_errorf(err, KN_EINVAL, "dir",
-				       "%s/%s: not a regular file or directory",
-				       root, name);
+			rc = kn_errorf(err, KN_EPERM, KN_TASK_FILE_REFUSED,
+				       "%s/%s is %s: a checkpoint holds only "
+				       "regular files and directories",
+				       root, name, kn_file_kind(st.st_mode));
 		else if (strcmp(name, KN_CKPT_MANIFEST) == 0)
 			rc = kn_errorf(err, KN_EINVAL, "dir",
 				       "%s/%s: the name is reserved for kiln's "
@@ -327,21 +334,41 @@ static bool reuse_sent(struct tree *t, size_t i)
 	return same;
 }
 
+/*
+ * Upload root/rel, a file the task wrote: opened beneath root without
+ * following links and handed to the store as /proc/self/fd/N, so the
+ * store reads the very file checked, whatever is renamed meanwhile.
+ */
+static int put_task_file(struct kn_blob_store *s, const char *blob,
+			 const char *root, const char *rel, char *sha256_hex,
+			 int64_t *size, struct kn_error *err)
+{
+	char proc[64];
+	int fd = kn_task_file_open(root, rel, O_RDONLY, KN_ANY_OWNER, err);
+	int rc;
+
+	if (fd < 0)
+		return fd;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	rc = kn_blob_put_file(s, blob, proc, 0, sha256_hex, size, err);
+	close(fd);
+	return rc;
+}
+
 static int put_one(void *ctx, size_t i, struct kn_error *err)
 {
 	struct tree *t = ctx;
 	struct kn_ckpt_file *f = &t->m->files[i];
-	char *local, *blob;
+	char *blob;
 	int rc;
 
 	if (t->sent && reuse_sent(t, i)) {
 		t->reused[i] = true;
 		return 0;
 	}
-	local = kn_asprintf("%s/%s", t->dir, f->path);
 	blob = kn_asprintf("%s%s", t->prefix, f->path);
-	rc = kn_blob_put_file(t->s, blob, local, 0, f->sha256, &f->size, err);
-	free(local);
+	rc = put_task_file(t->s, blob, t->dir, f->path, f->sha256, &f->size,
+			   err);
 	free(blob);
 	return rc;
 }
@@ -486,6 +513,7 @@ int kn_ckpt_upload_early(struct kn_blob_store *store, const char *job,
 			 struct kn_ckpt_sent *sent, struct kn_error *err)
 {
 	char *prefix = NULL, *local = NULL, *committed = NULL, *blob = NULL;
+	char *tmp_rel = NULL;
 	struct sent_file *sf;
 	struct file_id before, after;
 	char sha[KN_SHA256_HEX_LEN + 1];
@@ -525,7 +553,8 @@ int kn_ckpt_upload_early(struct kn_blob_store *store, const char *job,
 		add_name(&sent->checked, &sent->nchecked, name);
 	}
 	blob = kn_asprintf("%s%s", prefix, path);
-	rc = kn_blob_put_file(store, blob, local, 0, sha, &size, err);
+	tmp_rel = kn_asprintf("%s.tmp/%s", name, path);
+	rc = put_task_file(store, blob, dir, tmp_rel, sha, &size, err);
 	free(blob);
 	if (rc == -ENOENT) { /* committed or dropped while it went */
 		rc = 0;
@@ -550,6 +579,7 @@ int kn_ckpt_upload_early(struct kn_blob_store *store, const char *job,
 out:
 	free(prefix);
 	free(local);
+	free(tmp_rel);
 	free(committed);
 	return rc;
 }

@@ -144,9 +144,11 @@ static void follow(struct kn_ckpt_watch *w, const char *name, const char *rel)
 	if (w->ntmps >= MAX_TMP_WATCHES)
 		return;
 	path = kn_asprintf("%s/%s.tmp/%s", w->dir, name, rel);
+	/* A link the task put there is not watched; uploads refuse it. */
 	wd = inotify_add_watch(w->infd, path, IN_CLOSE_WRITE | IN_MOVED_TO |
 					      IN_MOVED_FROM | IN_DELETE |
-					      IN_CREATE | IN_ONLYDIR);
+					      IN_CREATE | IN_ONLYDIR |
+					      IN_DONT_FOLLOW);
 	if (wd < 0 || tmp_of(w, wd)) {
 		free(path);
 		return;

@@ -809,7 +809,6 @@ static void termination_message(const char *path, const char *task_dir,
 				const struct pod_outputs *outputs,
 				const char *reason)
 {
-	char *inputs_path = kn_asprintf("%s/inputs.json", task_dir);
 	char *inputs_text = NULL;
 	json_t *doc = json_object(), *inputs;
 	char *text;
@@ -822,7 +821,9 @@ static void termination_message(const char *path, const char *task_dir,
 	if (restored[0])
 		json_object_set_new(doc, "restored", json_string(restored));
 	json_object_set_new(doc, "restore_ms", json_integer(restore_ms));
-	if (kn_read_file(inputs_path, 4096, &inputs_text, NULL) == 0) {
+	/* The task can write its directory: no links, FIFOs or devices. */
+	if (kn_task_file_read(task_dir, "inputs.json", 4096, &inputs_text, NULL,
+			      NULL) == 0) {
 		inputs = json_loads(inputs_text, 0, NULL);
 		if (json_is_array(inputs))
 			json_object_set(doc, "inputs", inputs);
@@ -842,7 +843,6 @@ static void termination_message(const char *path, const char *task_dir,
 		fprintf(stderr, "kiln: cannot write %s\n", path);
 	free(text);
 	free(inputs_text);
-	free(inputs_path);
 }
 
 static const char *env_or(const char *key, const char *fallback)

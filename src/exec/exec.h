@@ -202,6 +202,11 @@ struct kn_slurm_task {
 	int64_t checkpoint_grace_ms;
 	const char *image;       /* --container-image (pyxis), or NULL */
 	const char *job_name;    /* --job-name */
+	/* --uid and --gid (a root server submitting for the task's user);
+	   ignored unless run_as_set */
+	bool run_as_set;
+	uid_t uid;
+	gid_t gid;
 };
 
 /* Slurm job states that are over (scontrol's JobState=). */
@@ -214,7 +219,9 @@ void kn_slurm_first_host(const char *nodelist, char *out, size_t len);
 /*
  * sbatch's command line for a gang, "sbatch" first, the batch script
  * (ATTEMPT_DIR/slurm.sh) last; NULL-terminated, freed with
- * kn_slurm_args_free. timeout_ms 0 = no --time.
+ * kn_slurm_args_free. timeout_ms 0 = no --time. The job gets only the
+ * variables named in --export (PATH, the locale and kiln's own), never
+ * the server's environment.
  */
 char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 			    int64_t timeout_ms, const char *attempt_dir);

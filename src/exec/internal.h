@@ -29,9 +29,11 @@ int exec_write_launch(const struct kn_task_launch *l,
 
 /*
  * TASK_DIR/status.json, the shim's record of the exit: 0 and *st (ended),
- * -ENOENT while there is none, another -errno when unreadable.
+ * -ENOENT while there is none, another -errno when unreadable or not a
+ * regular file (err says why; the task can write its directory).
  */
-int exec_read_status(const char *task_dir, struct kn_task_status *st);
+int exec_read_status(const char *task_dir, struct kn_task_status *st,
+		     struct kn_error *err);
 
 /* Whether pid is alive and still the process that started at start. */
 bool exec_proc_alive(const struct kn_task_proc *proc);

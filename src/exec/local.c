@@ -208,21 +208,29 @@ static int local_stop(const char *task_dir, const struct kn_task_proc *proc,
 	return 0;
 }
 
-int exec_read_status(const char *task_dir, struct kn_task_status *st)
+int exec_read_status(const char *task_dir, struct kn_task_status *st,
+		     struct kn_error *err)
 {
-	char *path = kn_asprintf("%s/status.json", task_dir), *text = NULL;
+	struct kn_error why;
+	char *text = NULL;
 	json_t *doc = NULL, *v;
 	int rc;
 
-	rc = kn_read_file(path, 65536, &text, NULL);
-	free(path);
-	if (rc < 0)
+	/* The task can write its directory: no links, FIFOs or devices. */
+	rc = kn_task_file_read(task_dir, "status.json", 65536, &text, NULL,
+			       &why);
+	if (rc < 0) {
+		/* -ENOENT (no exit recorded yet) is kept for the caller. */
+		kn_errorf(err, why.code, why.field, "cannot read %s/status.json: %s",
+			  task_dir, why.message);
 		return rc;
+	}
 	doc = json_loads(text, 0, NULL);
 	free(text);
 	if (!json_is_object(doc)) {
 		json_decref(doc);
-		return -EINVAL;
+		return kn_errorf(err, KN_EIO, NULL,
+				 "%s/status.json is not a JSON object", task_dir);
 	}
 	st->ended = true;
 	st->exit_code = (int)json_integer_value(json_object_get(doc, "exit_code"));
@@ -243,16 +251,14 @@ static int local_status(const char *task_dir, const struct kn_task_proc *proc,
 	int rc;
 
 	memset(&st, 0, sizeof(st));
-	rc = exec_read_status(task_dir, &st);
+	rc = exec_read_status(task_dir, &st, err);
 	if (rc == 0) {
 		*out = st;
 		return 0;
 	}
-	if (rc != -ENOENT)
-		return kn_errorf(err, KN_EIO, NULL,
-				 "cannot read %s/status.json: %s", task_dir,
-				 strerror(-rc));
 	if (exec_proc_alive(proc)) {
+		if (rc != -ENOENT)
+			return rc; /* the shim replaces it when the task ends */
 		*out = st; /* running */
 		return 0;
 	}
@@ -260,7 +266,7 @@ static int local_status(const char *task_dir, const struct kn_task_proc *proc,
 	 * The shim writes status.json before it exits, so a dead shim without
 	 * one was killed itself; read once more in case it just finished.
 	 */
-	if (exec_read_status(task_dir, &st) == 0) {
+	if (exec_read_status(task_dir, &st, NULL) == 0) {
 		*out = st;
 		return 0;
 	}
@@ -276,12 +282,12 @@ static int local_status(const char *task_dir, const struct kn_task_proc *proc,
 static int local_adopt(const char *task_dir, struct kn_task_proc *out,
 		       struct kn_error *err)
 {
-	char *path = kn_asprintf("%s/shim.pid", task_dir), *text = NULL;
+	struct kn_error why;
+	char *path, *text = NULL;
 	long long pid = 0, start = 0;
 	int rc;
 
-	rc = kn_read_file(path, 256, &text, NULL);
-	free(path);
+	rc = kn_task_file_read(task_dir, "shim.pid", 256, &text, NULL, &why);
 	if (rc == -ENOENT) {
 		/* Spawned but not yet recorded, or never spawned. */
 		path = kn_asprintf("%s/launch.json", task_dir);
@@ -295,7 +301,7 @@ static int local_adopt(const char *task_dir, struct kn_task_proc *out,
 	}
 	if (rc < 0)
 		return kn_errorf(err, KN_EIO, NULL, "cannot read %s/shim.pid: %s",
-				 task_dir, strerror(-rc));
+				 task_dir, why.message);
 	if (sscanf(text, "%lld %lld", &pid, &start) != 2 || pid <= 0) {
 		free(text);
 		return kn_errorf(err, KN_EIO, NULL, "%s/shim.pid is malformed",

@@ -773,10 +773,9 @@ int kn_kube_shim_run(const char *task_dir, char *const *argv,
 	if (exec_shim_main(task_dir, prep, KN_SANDBOX_POD, err) != 0)
 		return -EIO;
 	memset(&st, 0, sizeof(st));
-	rc = exec_read_status(task_dir, &st);
+	rc = exec_read_status(task_dir, &st, err);
 	if (rc < 0)
-		return kn_errorf(err, KN_EIO, NULL, "cannot read %s/status.json: "
-				 "%s", task_dir, strerror(-rc));
+		return rc;
 	/* As a shell reports it, so the pod's exit code says the same. */
 	*exit_code = st.signal ? 128 + st.signal : st.exit_code;
 	kn_strlcpy(reason, st.reason, len);

@@ -44,8 +44,10 @@
 #include "exec.h"
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -67,6 +69,17 @@ extern char **environ;
 #define STOP_POLL_MS 250
 /* After a stop's grace, how long the shim has to end the task itself. */
 #define STOP_BACKSTOP_MS 10000
+
+/*
+ * All a Slurm job gets of its submitter's environment (--export): a path
+ * to find srun, the locale and what the batch script needs. Anything else
+ * the server holds (store keys, tokens) stays with the server.
+ */
+#define SLURM_EXPORT                                                       \
+	"--export=PATH,LANG,LC_ALL,TZ,KILN_SLURM_BIN,KILN_SLURM_ATTEMPT_DIR," \
+	"KILN_SLURM_STOP_SIGNAL,KILN_SLURM_STOP"
+/* The account a root server runs Slurm tasks as when none is named. */
+#define SLURM_DEFAULT_USER "kiln-task"
 
 /* Set from Slurm inside the allocation, never from the server's launch. */
 static const char *const slurm_owned_env[] = {
@@ -214,6 +227,11 @@ char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 					     grace_s > 65535 ? 65535 : grace_s));
 	}
 	args_add(&v, &n, kn_xstrdup(t->requeue ? "--requeue" : "--no-requeue"));
+	args_add(&v, &n, kn_xstrdup(SLURM_EXPORT));
+	if (t->run_as_set) {
+		args_add(&v, &n, kn_asprintf("--uid=%u", (unsigned)t->uid));
+		args_add(&v, &n, kn_asprintf("--gid=%u", (unsigned)t->gid));
+	}
 	if (t->image && *t->image)
 		args_add(&v, &n, kn_asprintf("--container-image=%s", t->image));
 	args_add(&v, &n, kn_asprintf("--output=%s/slurm-%%j.out", attempt_dir));
@@ -227,8 +245,22 @@ char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 /*
  * Start argv[0] from PATH in its own session, stdin from /dev/null,
  * stdout to out_path, stderr to err_path (either may be NULL: /dev/null;
- * the same path: one file for both), with extra "NAME=value" entries added to the server's environment.
+ * the same path: one file for both). Its environment is extra_env
+ * ("NAME=value") and, of the server's, only what the Slurm commands need
+ * (PATH, the locale, SLURM_*): nothing else of the server's reaches them
+ * or, through sbatch, a job.
  */
+static bool slurm_command_env(const char *entry)
+{
+	static const char *const names[] = {"PATH=", "LANG=", "LC_ALL=",
+					    "TZ=", "SLURM_", NULL};
+
+	for (const char *const *p = names; *p; p++)
+		if (!strncmp(entry, *p, strlen(*p)))
+			return true;
+	return false;
+}
+
 static int spawn_child(char *const *argv, char *const *extra_env,
 		       const char *out_path, const char *err_path,
 		       struct kn_task_proc *out, struct kn_error *err)
@@ -241,24 +273,26 @@ static int spawn_child(char *const *argv, char *const *extra_env,
 	pid_t pid;
 	int rc;
 
-	for (char **e = environ; *e; e++) {
-		/* Ours replace any the server inherited. */
-		if (!strncmp(*e, "KILN_SLURM_", 11))
-			continue;
-		args_add(&env, &n, *e);
-	}
+	for (char **e = environ; *e; e++)
+		if (slurm_command_env(*e))
+			args_add(&env, &n, *e);
 	for (char *const *e = extra_env; e && *e; e++)
 		args_add(&env, &n, *e);
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	/* O_NOFOLLOW: the attempt directory may be the task user's. */
 	posix_spawn_file_actions_addopen(&fa, 1, out_path ? out_path : "/dev/null",
-					 O_WRONLY | O_CREAT | O_TRUNC, 0600);
+					 O_WRONLY | O_CREAT | O_TRUNC |
+						 (out_path ? O_NOFOLLOW : 0),
+					 0600);
 	if (err_path && out_path && !strcmp(err_path, out_path))
 		posix_spawn_file_actions_adddup2(&fa, 1, 2);
 	else
 		posix_spawn_file_actions_addopen(&fa, 2,
 						 err_path ? err_path : "/dev/null",
-						 O_WRONLY | O_CREAT | O_TRUNC,
+						 O_WRONLY | O_CREAT | O_TRUNC |
+							 (err_path ? O_NOFOLLOW
+								   : 0),
 						 0600);
 	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 	posix_spawnattr_init(&attr);
@@ -290,12 +324,31 @@ static int write_proc(const char *path, const struct kn_task_proc *p)
 	return kn_write_file_replace(path, line, strlen(line), 0600);
 }
 
+/*
+ * kn_read_file for the attempt's files: the task's user may own the
+ * attempt directory, so none is read through a link, FIFO or device.
+ */
+static int read_attempt_file(const char *path, size_t max, char **out)
+{
+	char *dir = kn_xstrdup(path), *slash = strrchr(dir, '/');
+	int rc;
+
+	if (!slash) {
+		free(dir);
+		return -EINVAL;
+	}
+	*slash = '\0';
+	rc = kn_task_file_read(dir, slash + 1, max, out, NULL, NULL);
+	free(dir);
+	return rc;
+}
+
 /* 0 and *out from a "PID START" file, or -errno. */
 static int read_proc(const char *path, struct kn_task_proc *out)
 {
 	char *text = NULL;
 	long long pid, start;
-	int rc = kn_read_file(path, 256, &text, NULL);
+	int rc = read_attempt_file(path, 256, &text);
 
 	if (rc < 0)
 		return rc;
@@ -315,7 +368,7 @@ static long long read_job_id(const char *attempt_dir)
 	char *path = kn_asprintf("%s/sbatch.out", attempt_dir), *text = NULL;
 	long long id = 0;
 
-	if (kn_read_file(path, SBATCH_OUT_MAX, &text, NULL) == 0 &&
+	if (read_attempt_file(path, SBATCH_OUT_MAX, &text) == 0 &&
 	    sscanf(text, "%lld", &id) != 1)
 		id = 0;
 	free(text);
@@ -340,12 +393,127 @@ static int run_scancel(long long job_id, const char *state,
 	return spawn_child(argv, NULL, NULL, NULL, &p, err);
 }
 
+/* ---- the task's Unix user ---- */
+
+/*
+ * The user a root server submits as (--uid/--gid), into t: the launch's
+ * run_as, else SLURM_DEFAULT_USER when that account exists. A server not
+ * running as root submits as itself, as Slurm does for any user.
+ */
+static int resolve_run_as(const char *run_as, struct kn_slurm_task *t,
+			  struct kn_error *err)
+{
+	const char *name = run_as ? run_as : SLURM_DEFAULT_USER;
+	struct passwd pw, *found = NULL;
+	char buf[4096];
+
+	if (geteuid() != 0)
+		return 0;
+	if (getpwnam_r(name, &pw, buf, sizeof(buf), &found) != 0 || !found) {
+		if (!run_as)
+			return 0; /* no such account here: as the server */
+		return kn_errorf(err, KN_EINVAL, "run_as",
+				 "run_as: there is no Unix user \"%s\" to run "
+				 "the task as", name);
+	}
+	if (pw.pw_uid == 0)
+		return 0;
+	t->run_as_set = true;
+	t->uid = pw.pw_uid;
+	t->gid = pw.pw_gid;
+	return 0;
+}
+
+/* chown -R without following links: the tree is about to be the task's. */
+static int chown_tree(int dirfd, uid_t uid, gid_t gid)
+{
+	int fd = dup(dirfd), rc = 0;
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	struct dirent *e;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return -errno;
+	}
+	if (fchown(dirfd, uid, gid) < 0)
+		rc = -errno;
+	while (rc == 0 && (e = readdir(d))) {
+		int sub;
+
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		sub = openat(dirfd, e->d_name,
+			     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub >= 0) {
+			rc = chown_tree(sub, uid, gid);
+			close(sub);
+		} else if (fchownat(dirfd, e->d_name, uid, gid,
+				    AT_SYMLINK_NOFOLLOW) < 0) {
+			rc = -errno;
+		}
+	}
+	closedir(d);
+	return rc;
+}
+
+/*
+ * Hand the attempt directory (task directories, launch.json, checkpoints,
+ * outputs) to the task's user, and let that user pass through the
+ * directories above it: search permission (o+x) only, never listing or
+ * reading, on each one the server owns that lacks it.
+ */
+static int give_attempt_dir(const char *attempt_dir,
+			    const struct kn_slurm_task *t,
+			    struct kn_error *err)
+{
+	int fd = open(attempt_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+					   O_CLOEXEC);
+	char *up = kn_xstrdup(attempt_dir), *slash;
+	int rc = fd < 0 ? -errno : chown_tree(fd, t->uid, t->gid);
+
+	if (fd >= 0)
+		close(fd);
+	while (rc == 0 && (slash = strrchr(up, '/')) && slash != up) {
+		struct stat st;
+
+		*slash = '\0';
+		if (stat(up, &st) < 0)
+			break;
+		if (st.st_uid == geteuid() && !(st.st_mode & S_IXOTH) &&
+		    chmod(up, (st.st_mode & 07777) | S_IXOTH) < 0)
+			rc = -errno;
+	}
+	if (rc < 0)
+		kn_errorf(err, KN_EIO, NULL,
+			  "cannot give %s to uid %u: %s", attempt_dir,
+			  (unsigned)t->uid, strerror(-rc));
+	free(up);
+	return rc;
+}
+
+/*
+ * A file the server wrote into a task directory goes to the directory's
+ * owner, the task's user, whose shim reads it.
+ */
+static int give_like_dir(const char *dir, const char *path)
+{
+	struct stat st;
+
+	if (stat(dir, &st) < 0)
+		return -errno;
+	if (st.st_uid == geteuid())
+		return 0;
+	return lchown(path, st.st_uid, st.st_gid) < 0 ? -errno : 0;
+}
+
 /* ---- ops ---- */
 
 static int slurm_start(const struct kn_task_launch *l,
 		       struct kn_task_proc *out, struct kn_error *err)
 {
-	const struct kn_slurm_task *t = l->slurm;
+	struct kn_slurm_task tu;
+	const struct kn_slurm_task *t = &tu;
 	struct kn_task_launch own;
 	char *attempt_dir = NULL, *script = NULL, *pid_path = NULL,
 	     *out_path = NULL, *err_path = NULL, *bin = NULL;
@@ -353,10 +521,14 @@ static int slurm_start(const struct kn_task_launch *l,
 	struct kn_task_proc p = {0, 0};
 	int rc;
 
-	if (!t)
+	if (!l->slurm)
 		return kn_errorf(err, KN_EINVAL, NULL,
 				 "the Slurm executor needs the job's Slurm "
 				 "options");
+	tu = *l->slurm;
+	rc = resolve_run_as(l->run_as, &tu, err);
+	if (rc < 0)
+		return rc;
 	/* A timeout is the checkpoint signal with the checkpoint's grace. */
 	own = *l;
 	if (t->checkpoint_grace_ms > 0)
@@ -379,6 +551,11 @@ static int slurm_start(const struct kn_task_launch *l,
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", script,
 			       strerror(-rc));
 		goto out;
+	}
+	if (t->run_as_set) {
+		rc = give_attempt_dir(attempt_dir, t, err);
+		if (rc < 0)
+			goto out;
 	}
 	/* The shim on the nodes is this same binary at the same path. */
 	bin = realpath("/proc/self/exe", NULL);
@@ -440,6 +617,8 @@ static int slurm_stop(const char *task_dir, const struct kn_task_proc *proc,
 	(void)proc;
 	/* Always written: it also marks the stop for a resend. */
 	rc = kn_write_file_replace(path, text, strlen(text), 0600);
+	if (rc == 0)
+		rc = give_like_dir(task_dir, path);
 	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
 			       strerror(-rc));
@@ -463,15 +642,12 @@ static int read_status_json(const char *task_dir, struct kn_task_status *st,
 	int rc;
 
 	memset(&s, 0, sizeof(s));
-	rc = exec_read_status(task_dir, &s);
+	rc = exec_read_status(task_dir, &s, err);
 	if (rc == 0) {
 		*st = s;
 		return 1;
 	}
-	if (rc == -ENOENT)
-		return 0;
-	return kn_errorf(err, KN_EIO, NULL, "cannot read %s/status.json: %s",
-			 task_dir, strerror(-rc));
+	return rc == -ENOENT ? 0 : rc;
 }
 
 /* "JobState=RUNNING Reason=None ..." -> "RUNNING"; "" when absent. */
@@ -523,7 +699,7 @@ static void slurm_state(const char *attempt_dir, long long job_id,
 			*fresh = true;
 		}
 	}
-	if (kn_read_file(final, STATE_MAX, &text, NULL) == 0) {
+	if (read_attempt_file(final, STATE_MAX, &text) == 0) {
 		field(text, "JobState", state, len);
 		field(text, "Reason", reason, rlen);
 		if (!state[0] && strstr(text, "Invalid job id"))
@@ -580,7 +756,7 @@ static void stop_backstop(const char *task_dir, long long job_id,
 		(void)run_scancel(job_id, "PENDING", &err);
 		goto out;
 	}
-	if (kn_read_file(path, 4096, &text, NULL) == 0 &&
+	if (read_attempt_file(path, 4096, &text) == 0 &&
 	    (doc = json_loads(text, 0, NULL)) != NULL) {
 		grace = json_integer_value(json_object_get(doc, "grace_ms"));
 		json_decref(doc);
@@ -591,7 +767,7 @@ static void stop_backstop(const char *task_dir, long long job_id,
 		text = NULL;
 		free(path);
 		path = kn_asprintf("%s/launch.json", task_dir);
-		if (kn_read_file(path, 4 * 1024 * 1024, &text, NULL) == 0 &&
+		if (read_attempt_file(path, 4 * 1024 * 1024, &text) == 0 &&
 		    (doc = json_loads(text, 0, NULL)) != NULL) {
 			grace = json_integer_value(
 				json_object_get(doc, "grace_ms"));
@@ -641,7 +817,7 @@ static int slurm_status(const char *task_dir, const struct kn_task_proc *proc,
 		if (job_id == 0) {
 			free(path);
 			path = kn_asprintf("%s/sbatch.err", attempt_dir);
-			kn_read_file(path, SBATCH_OUT_MAX, &text, NULL);
+			read_attempt_file(path, SBATCH_OUT_MAX, &text);
 			if (text)
 				text[strcspn(text, "\n")] = '\0';
 			snprintf(why, sizeof(why), "cannot submit: %s",

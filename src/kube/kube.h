@@ -98,7 +98,13 @@ struct kn_kube_render_opts {
 	/* Jobs under the shim: KILN_REQUIRES, the prerequisites it checks
 	   before the task (a workflow step's), or NULL. */
 	const char *requires;
+	/* runAsUser and runAsGroup of every container; 0 (never root):
+	   KN_KUBE_DEFAULT_UID. */
+	int64_t run_as_user;
 };
+
+/* The uid kiln's pods run as unless told otherwise: not root. */
+#define KN_KUBE_DEFAULT_UID 1000
 
 /*
  * Under the shim, an emptyDir mounted here holds kiln (bin/, lib/ with

@@ -233,9 +233,14 @@ static json_t *resources(const struct kn_resources *res)
 	json_t *out = json_object();
 	char key[96];
 
-	if (res->cpu_milli)
+	/* Limits equal to requests: a task gets what it asked for, no more,
+	   and the kubelet's accounting matches the scheduler's. */
+	if (res->cpu_milli) {
 		json_object_set_new(requests, "cpu",
 				    cpu_quantity(res->cpu_milli));
+		json_object_set_new(limits, "cpu",
+				    cpu_quantity(res->cpu_milli));
+	}
 	if (res->memory_bytes) {
 		json_object_set_new(requests, "memory",
 				    memory_quantity(res->memory_bytes));
@@ -245,11 +250,13 @@ static json_t *resources(const struct kn_resources *res)
 	if (res->mig_profile) {
 		snprintf(key, sizeof(key), "nvidia.com/mig-%s",
 			 res->mig_profile);
+		json_object_set_new(requests, key, json_string("1"));
 		json_object_set_new(limits, key, json_string("1"));
 	} else if (res->gpu_milli >= KN_MILLI) {
-		snprintf(key, sizeof(key), "%d", res->gpu_milli / KN_MILLI);
-		json_object_set_new(limits, "nvidia.com/gpu",
-				    json_string(key));
+		char n[16];
+		snprintf(n, sizeof(n), "%d", res->gpu_milli / KN_MILLI);
+		json_object_set_new(requests, "nvidia.com/gpu", json_string(n));
+		json_object_set_new(limits, "nvidia.com/gpu", json_string(n));
 	}
 	if (json_object_size(requests))
 		json_object_set_new(out, "requests", requests);
@@ -260,6 +267,25 @@ static json_t *resources(const struct kn_resources *res)
 	else
 		json_decref(limits);
 	return out;
+}
+
+/*
+ * How every container kiln renders runs: never as root, no privilege to
+ * gain, no capabilities, the runtime's seccomp profile; the root file
+ * system read-only where kiln gives the task writable directories.
+ */
+static json_t *security_context(const struct kn_kube_render_opts *opts,
+				bool read_only_root)
+{
+	json_int_t uid = opts->run_as_user > 0 ? (json_int_t)opts->run_as_user
+					       : KN_KUBE_DEFAULT_UID;
+
+	return json_pack("{s:b, s:I, s:I, s:b, s:b, s:{s:[s]}, s:{s:s}}",
+			 "runAsNonRoot", 1, "runAsUser", uid, "runAsGroup", uid,
+			 "allowPrivilegeEscalation", 0,
+			 "readOnlyRootFilesystem", read_only_root,
+			 "capabilities", "drop", "ALL", "seccompProfile",
+			 "type", "RuntimeDefault");
 }
 
 static json_t *env_value(const char *name, const char *value)
@@ -348,6 +374,8 @@ static int pod_spec(const struct kn_job_spec *spec,
 		json_object_set_new(container, "workingDir",
 				    json_string(spec->workdir));
 	json_object_set_new(container, "resources", resources(res));
+	json_object_set_new(container, "securityContext",
+			    security_context(opts, false));
 	if (spec->checkpoint.set) {
 		json_object_set_new(container, "lifecycle",
 				    pre_stop(spec->checkpoint.signal));
@@ -446,7 +474,14 @@ static void shim_wrap(const struct kn_job_spec *spec,
 
 	json_array_extend(argv, json_object_get(container, "command"));
 	json_object_set_new(container, "command", argv);
-	json_object_set(container, "volumeMounts", mounts);
+	/* Under the shim the task writes only kiln's directories and /tmp,
+	   so its root file system can be read-only. */
+	json_object_set_new(container, "volumeMounts",
+			    json_pack("[O, {s:s, s:s}]",
+				      json_array_get(mounts, 0), "name", "tmp",
+				      "mountPath", "/tmp"));
+	json_object_set_new(container, "securityContext",
+			    security_context(opts, true));
 	json_array_append_new(env, env_value("KILN_TASK_DIR",
 					     KN_KUBE_SHIM_DIR "/task"));
 	json_array_append_new(env, env_value("KILN_CHECKPOINT_DIR",
@@ -492,12 +527,14 @@ static void shim_wrap(const struct kn_job_spec *spec,
 	}
 	json_object_set_new(
 		pod, "initContainers",
-		json_pack("[{s:s, s:s, s:[s, s, s, s], s:o}]", "name",
+		json_pack("[{s:s, s:s, s:[s, s, s, s], s:o, s:o}]", "name",
 			  "kiln-shim", "image", opts->shim_image, "command",
 			  "kiln", "shim", "--install", KN_KUBE_SHIM_DIR,
-			  "volumeMounts", mounts));
+			  "volumeMounts", mounts, "securityContext",
+			  security_context(opts, true)));
 	json_object_set_new(pod, "volumes",
-			    json_pack("[{s:s, s:{}}]", "name", "kiln",
+			    json_pack("[{s:s, s:{}}, {s:s, s:{}}]", "name",
+				      "kiln", "emptyDir", "name", "tmp",
 				      "emptyDir"));
 }
 

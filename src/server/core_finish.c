@@ -373,8 +373,13 @@ bool check_task(struct server *s, struct run *r, struct run_task *t)
 	if (t->rank == 0 && r->spec->n_inputs && !r->inputs_recorded)
 		record_inputs(s, r, t);
 	if (s->exec->status(t->task_dir, &t->proc, &st, &err) < 0) {
-		kn_log(KN_LOG_WARN, "job %lld rank %d: %s", (long long)r->job_id,
-		       t->rank, err.message);
+		if (kn_task_file_refused(&err)) {
+			char *path = kn_asprintf("%s/status.json", t->task_dir);
+			server_task_file_refused(s, r->job_id, path, &err);
+			free(path);
+		} else
+			kn_log(KN_LOG_WARN, "job %lld rank %d: %s",
+			       (long long)r->job_id, t->rank, err.message);
 		return false;
 	}
 	if (!st.ended)
@@ -620,8 +625,8 @@ void jobs_sync_settled(struct server *s, struct run *r)
 char *jobs_metrics_read(struct server *s, const struct kn_job_row *j,
 			char *why, size_t len)
 {
-	char *path = kn_asprintf("%s/tasks/%lld/%d/outputs/metrics.json",
-				 s->home, (long long)j->id, j->attempts);
+	char *path = kn_asprintf("%s/tasks/%lld/%d/outputs", s->home,
+				 (long long)j->id, j->attempts);
 	char *text = NULL, *out = NULL;
 	size_t n = 0;
 	json_t *doc, *nums, *v;
@@ -629,7 +634,8 @@ char *jobs_metrics_read(struct server *s, const struct kn_job_row *j,
 	const char *key;
 
 	why[0] = '\0';
-	if (kn_read_file(path, METRICS_MAX_BYTES, &text, &n) < 0)
+	if (kn_task_file_read(path, "metrics.json", METRICS_MAX_BYTES, &text,
+			      &n, NULL) < 0)
 		goto out;
 	doc = json_loadb(text, n, 0, &jerr);
 	if (!json_is_object(doc)) {

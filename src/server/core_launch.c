@@ -261,12 +261,18 @@ void record_inputs(struct server *s, struct run *r,
 		   const struct run_task *t)
 {
 	char *path = kn_asprintf("%s/" INPUTS_JSON, t->task_dir), *text = NULL;
-	struct kn_error err;
+	struct kn_error err, why;
 	json_t *doc = NULL, *in;
 	size_t len, i;
 	int rc;
 
-	if (kn_read_file(path, INPUTS_JSON_MAX, &text, &len) < 0)
+	rc = kn_task_file_read(t->task_dir, INPUTS_JSON, INPUTS_JSON_MAX, &text,
+			       &len, &why);
+	if (rc < 0 && kn_task_file_refused(&why)) {
+		r->inputs_recorded = true; /* not to be tried again */
+		server_task_file_refused(s, r->job_id, path, &why);
+	}
+	if (rc < 0)
 		goto out; /* not fetched yet */
 	r->inputs_recorded = true;
 	doc = json_loadb(text, len, 0, NULL);

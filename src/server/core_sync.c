@@ -263,6 +263,8 @@ static void upload_done(void *arg, bool ran)
 		       "%zu sent before the commit, %lld ms)",
 		       (long long)r->job_id, name, w->manifest.n,
 		       kn_ckpt_sent_reused(r->sent), (long long)w->took_ms);
+	} else if (kn_task_file_refused(&w->err)) {
+		server_task_file_refused(s, r->job_id, w->dir, &w->err);
 	} else {
 		kn_log(KN_LOG_WARN, "job %lld: checkpoint sync failed: %s",
 		       (long long)r->job_id, w->err.message);
@@ -392,7 +394,9 @@ static void outputs_done(void *arg, bool ran)
 		goto out;
 	r->sync_busy = false;
 	r->outputs_done = true;
-	if (w->rc < 0) {
+	if (w->rc < 0 && kn_task_file_refused(&w->err)) {
+		server_task_file_refused(s, r->job_id, w->dir, &w->err);
+	} else if (w->rc < 0) {
 		kn_log(KN_LOG_WARN, "job %lld: %s outputs failed: %s",
 		       (long long)r->job_id,
 		       w->kind == WORK_OUTPUTS ? "uploading" : "reading the pod's",

@@ -19,6 +19,11 @@
 #define FEED_RING 1024
 /* Followers at once: each is an open connection. */
 #define FEED_MAX_FOLLOWERS 64
+/*
+ * Refused task files remembered, so a log polled every 200 ms is reported
+ * once rather than on every poll; the oldest is forgotten first.
+ */
+#define FEED_REFUSED_REMEMBERED 256
 
 struct follower {
 	struct feed *f;
@@ -34,6 +39,8 @@ struct feed {
 	int64_t next_seq;
 	struct follower *followers;
 	size_t n_followers;
+	char *refused[FEED_REFUSED_REMEMBERED]; /* paths already reported */
+	size_t next_refused;
 };
 
 struct feed *feed_new(struct server *s)
@@ -75,6 +82,8 @@ void feed_free(struct feed *f)
 	}
 	for (size_t i = 0; i < f->count; i++)
 		free(f->lines[(f->start + i) % FEED_RING]);
+	for (size_t i = 0; i < FEED_REFUSED_REMEMBERED; i++)
+		free(f->refused[i]);
 	free(f);
 }
 
@@ -118,6 +127,26 @@ void feed_job(struct server *s, int64_t job_id, const char *state,
 			       "state", state, "reason",
 			       reason && *reason ? json_string(reason)
 						 : json_null()));
+}
+
+void server_task_file_refused(struct server *s, int64_t job_id,
+			      const char *path, const struct kn_error *why)
+{
+	struct feed *f = s->feed;
+
+	if (!f)
+		return;
+	for (size_t i = 0; i < FEED_REFUSED_REMEMBERED; i++)
+		if (f->refused[i] && !strcmp(f->refused[i], path))
+			return;
+	free(f->refused[f->next_refused]);
+	f->refused[f->next_refused] = kn_xstrdup(path);
+	f->next_refused = (f->next_refused + 1) % FEED_REFUSED_REMEMBERED;
+	kn_log(KN_LOG_WARN, "job %lld: refused to read %s: %s",
+	       (long long)job_id, path, why->message);
+	feed_publish(s, "task.file_refused",
+		     json_pack("{s:I, s:s, s:s}", "job", (json_int_t)job_id,
+			       "file", path, "reason", why->message));
 }
 
 void feed_serve(struct server *s, struct kn_http_req *req, int64_t since,

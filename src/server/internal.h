@@ -321,6 +321,12 @@ void feed_free(struct feed *f);
 void feed_publish(struct server *s, const char *type, json_t *doc);
 void feed_job(struct server *s, int64_t job_id, const char *state,
 	      const char *reason);
+/*
+ * A file a task wrote was refused (a link, a FIFO, a device): a warning
+ * and a "task.file_refused" event, once per path.
+ */
+void server_task_file_refused(struct server *s, int64_t job_id,
+			      const char *path, const struct kn_error *why);
 /* GET /v1/events[?follow=1][&since=SEQ]: JSON lines. */
 void feed_serve(struct server *s, struct kn_http_req *req, int64_t since,
 		bool follow);

@@ -5,34 +5,58 @@
  * is left. Polling (every 200 ms) rather than inotify keeps one code path
  * for local files now and for logs fetched from elsewhere later; the cost
  * is a stat per follower per tick.
+ *
+ * The log is the task's file: it may be a FIFO, a device or a link to a
+ * server secret. Every read opens it afresh with kn_task_file_open on a
+ * request worker, never on the loop, and a refusal answers with why (or
+ * ends a stream already under way) and goes to the event feed once.
  */
 #include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define FOLLOW_POLL_MS 200
-/* Bytes sent per turn, so one big log cannot hog the loop. */
-#define CHUNK_BYTES (256 * 1024)
+/* Bytes read per turn, so one big log cannot hog a worker or the socket. */
+#define TURN_BYTES (1024 * 1024)
+
+/*
+ * One read of the log on a worker thread: the file is the task's, so it is
+ * opened with kn_task_file_open (no links, no FIFOs, no devices) and never
+ * on the loop. Only the worker touches this while the follower is busy.
+ */
+struct log_read {
+	char *dir;
+	int64_t offset;
+	ino_t inode;
+	char *data;
+	size_t len;
+	bool at_end;
+	int rc;
+	struct kn_error err;
+};
 
 struct log_follower {
 	struct server *s;
-	struct kn_http_req *req;
+	struct kn_http_req *req; /* NULL once the client or server is gone */
 	struct kn_timer *timer;
-	char *path;
+	struct log_read rd;
 	int64_t job_id;
 	int attempt, rank;
-	int64_t offset;
-	ino_t inode;
 	bool follow;
+	bool started;    /* the 200 and headers are out */
+	bool busy;       /* a read is on a worker */
+	bool last_read;  /* the read after the task ended is under way */
+	bool gone;       /* unlinked: free when the read comes back */
 	struct log_follower *next;
 };
 
-static void follower_free(struct log_follower *f)
+static void follower_unlink(struct log_follower *f)
 {
 	struct server *s = f->s;
 
@@ -42,65 +66,143 @@ static void follower_free(struct log_follower *f)
 			break;
 		}
 	}
+}
+
+static void follower_free(struct log_follower *f)
+{
+	follower_unlink(f);
 	kn_timer_free(f->timer);
-	free(f->path);
+	free(f->rd.dir);
+	free(f->rd.data);
 	free(f);
+}
+
+/* Free now, or when the read in flight comes back. */
+static void follower_release(struct log_follower *f)
+{
+	f->req = NULL;
+	if (!f->busy) {
+		follower_free(f);
+		return;
+	}
+	follower_unlink(f);
+	kn_timer_free(f->timer);
+	f->timer = NULL;
+	f->gone = true;
 }
 
 /* The client went away: the request is already gone. */
 static void follower_closed(void *arg)
 {
-	follower_free(arg);
+	follower_release(arg);
 }
 
-/* Send what is new; returns true when everything was sent (EOF reached). */
-static bool pump(struct log_follower *f)
+static void read_work(void *arg)
 {
-	char *buf;
+	struct log_read *rd = arg;
 	struct stat st = {0};
-	int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-	bool at_end = true;
+	int fd = kn_task_file_open(rd->dir, KN_LOG_FILE, O_RDONLY,
+				   KN_ANY_OWNER, &rd->err);
+	ssize_t n = 0;
+	size_t want = 0;
 
+	rd->rc = fd < 0 ? fd : 0;
+	rd->at_end = true;
 	if (fd < 0)
-		return true; /* not created yet */
+		return;
 	if (fstat(fd, &st) == 0) {
 		/* Rotated underneath us: start on the new file. */
-		if (f->inode && st.st_ino != f->inode)
-			f->offset = 0;
-		f->inode = st.st_ino;
-		if (st.st_size < f->offset)
-			f->offset = 0;
+		if (rd->inode && st.st_ino != rd->inode)
+			rd->offset = 0;
+		rd->inode = st.st_ino;
+		if (st.st_size < rd->offset)
+			rd->offset = 0;
 	}
-	buf = kn_xmalloc(CHUNK_BYTES);
-	for (int turns = 0; turns < 4; turns++) {
-		ssize_t n = pread(fd, buf, CHUNK_BYTES, (off_t)f->offset);
-		if (n <= 0)
-			break;
-		kn_http_stream_chunk(f->req, buf, (size_t)n);
-		f->offset += n;
-		if (n < CHUNK_BYTES)
-			break;
-		at_end = false;
-	}
-	if (!at_end && (off_t)f->offset >= st.st_size)
-		at_end = true;
-	free(buf);
+	/* Sized to what is there: an idle follower's poll allocates nothing. */
+	if (st.st_size > rd->offset)
+		want = st.st_size - rd->offset < TURN_BYTES
+			       ? (size_t)(st.st_size - rd->offset)
+			       : TURN_BYTES;
+	rd->data = want ? kn_xmalloc(want) : NULL;
+	while (rd->len < want &&
+	       (n = pread(fd, rd->data + rd->len, want - rd->len,
+			  (off_t)(rd->offset + (int64_t)rd->len))) > 0)
+		rd->len += (size_t)n;
+	rd->at_end = n < 0 || rd->offset + (int64_t)rd->len >= st.st_size;
 	close(fd);
-	return at_end;
+}
+
+static void read_done(void *arg, bool ran);
+
+static void read_submit(struct log_follower *f)
+{
+	f->busy = true;
+	kn_workers_submit(f->s->request_workers, read_work, read_done, &f->rd);
 }
 
 static void follower_tick(void *arg)
 {
 	struct log_follower *f = arg;
-	bool drained = pump(f);
-	bool active = f->follow && jobs_task_active(f->s, f->job_id, f->attempt,
-						    f->rank);
 
+	if (!f->busy)
+		read_submit(f);
+}
+
+/* A log that is not a plain file: say so once, and answer with why. */
+static void read_refused(struct log_follower *f)
+{
+	char *path = kn_asprintf("%s/" KN_LOG_FILE, f->rd.dir);
+
+	server_task_file_refused(f->s, f->job_id, path, &f->rd.err);
+	free(path);
+	if (f->started)
+		kn_http_stream_end(f->req);
+	else
+		kn_http_reply_error(f->req, &f->rd.err);
+	follower_release(f);
+}
+
+static void read_done(void *arg, bool ran)
+{
+	struct log_follower *f =
+		(struct log_follower *)((char *)arg -
+					offsetof(struct log_follower, rd));
+	struct log_read *rd = &f->rd;
+	bool drained, active;
+
+	f->busy = false;
+	if (f->gone || !ran) {
+		if (f->gone)
+			follower_free(f);
+		return;
+	}
+	if (rd->rc < 0 && rd->rc != -ENOENT) { /* missing: not created yet */
+		read_refused(f);
+		return;
+	}
+	if (!f->started) {
+		kn_http_stream_start(f->req, 200, "text/plain; charset=utf-8",
+				     follower_closed, f);
+		f->started = true;
+	}
+	if (rd->len)
+		kn_http_stream_chunk(f->req, rd->data, rd->len);
+	rd->offset += (int64_t)rd->len;
+	drained = rd->at_end;
+	free(rd->data);
+	rd->data = NULL;
+	rd->len = 0;
+	active = f->follow &&
+		 jobs_task_active(f->s, f->job_id, f->attempt, f->rank);
 	if (drained && !active) {
 		/* One last read: the task may have written just before ending. */
-		pump(f);
+		if (!f->last_read) {
+			f->last_read = true;
+			read_submit(f);
+			return;
+		}
 		kn_http_stream_end(f->req);
-		follower_free(f);
+		follower_release(f);
 		return;
 	}
 	kn_timer_arm(f->timer, drained ? FOLLOW_POLL_MS : 0);
@@ -114,25 +216,31 @@ void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,
 
 	f->s = s;
 	f->req = req;
-	f->path = kn_asprintf("%s/" KN_LOG_FILE, task_dir);
+	f->rd.dir = kn_xstrdup(task_dir);
+	f->rd.offset = offset;
 	f->job_id = job_id;
 	f->attempt = attempt;
 	f->rank = rank;
-	f->offset = offset;
 	f->follow = follow;
 	f->timer = kn_timer_new(s->loop, follower_tick, f);
 	f->next = s->followers;
 	s->followers = f;
-	kn_http_stream_start(req, 200, "text/plain; charset=utf-8",
-			     follower_closed, f);
-	follower_tick(f);
+	read_submit(f);
 }
 
 void logs_free_all(struct server *s)
 {
 	while (s->followers) {
 		struct log_follower *f = s->followers;
-		kn_http_stream_end(f->req);
-		follower_free(f);
+		struct kn_error err;
+
+		if (f->started) {
+			kn_http_stream_end(f->req);
+		} else {
+			kn_errorf(&err, KN_EUNAVAIL, NULL,
+				  "the server is stopping");
+			kn_http_reply_error(f->req, &err);
+		}
+		follower_release(f);
 	}
 }

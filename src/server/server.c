@@ -438,6 +438,7 @@ static void server_release(struct server *s)
 /* Create $KILN_HOME (ours alone) and its tasks folder, open the store. */
 static int home_open(struct server *s, struct kn_error *err)
 {
+	struct stat home_st;
 	char *path;
 	int rc;
 
@@ -445,8 +446,14 @@ static int home_open(struct server *s, struct kn_error *err)
 	if (rc < 0)
 		return kn_errorf(err, KN_EIO, "home", "cannot create %s: %s",
 				 s->home, strerror(-rc));
-	/* It holds the token and every task's files: ours alone. */
-	if (chmod(s->home, 0700) < 0)
+	/* It holds the token and every task's files: ours alone, but for
+	   the search permission (o+x) the Slurm executor gives a task's
+	   user to reach its own directory (exec/slurm.c), which a restart
+	   under Slurm keeps. */
+	if (stat(s->home, &home_st) < 0 ||
+	    chmod(s->home, 0700 | (s->exec == &kn_slurm_executor
+					   ? home_st.st_mode & S_IXOTH
+					   : 0)) < 0)
 		return kn_errorf(err, KN_EIO, "home",
 				 "cannot restrict %s to 0700: %s", s->home,
 				 strerror(errno));

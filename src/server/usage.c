@@ -53,7 +53,8 @@ struct target {
 	int64_t job_id;
 	int attempt, rank;
 	int session;          /* the shim's pid */
-	char *sim_file;       /* simulated GPUs: the declared usage, or NULL */
+	char *sim_dir;        /* simulated GPUs: the task dir holding the
+				 declared usage, or NULL */
 	int n_gpus;           /* real GPUs: NVML indexes */
 	int gpus[KN_SCHED_MAX_GPUS_PER_TASK];
 	/* Filled by the worker. */
@@ -101,7 +102,7 @@ const char *usage_sim_file(void)
 static void batch_free(struct batch *b)
 {
 	for (size_t i = 0; b && i < b->n; i++)
-		free(b->t[i].sim_file);
+		free(b->t[i].sim_dir);
 	if (b)
 		free(b->t);
 	free(b);
@@ -198,7 +199,9 @@ static bool read_sim_usage(struct target *t)
 	size_t len;
 	bool any = false;
 
-	if (kn_read_file(t->sim_file, SIM_USAGE_MAX, &text, &len) < 0)
+	/* The task writes it: never through a link, a FIFO or a device. */
+	if (kn_task_file_read(t->sim_dir, SIM_USAGE_FILE, SIM_USAGE_MAX, &text,
+			      &len, NULL) < 0)
 		return false;
 	t->gpu_memory = 0;
 	t->gpu_util = -1;
@@ -287,7 +290,7 @@ static void sample_work(void *arg)
 
 		if (!t->seen)
 			continue;
-		if (t->sim_file)
+		if (t->sim_dir)
 			t->gpu_seen = read_sim_usage(t);
 		else if (b->nvml && t->n_gpus)
 			read_nvml_usage(b->nvml, t, b->gpu_since_ms);
@@ -440,8 +443,7 @@ static void usage_tick(void *arg)
 			t->gpu_util = -1;
 			if (bd->n_devices > 0 &&
 			    s->nodes[bd->node].devices.simulated)
-				t->sim_file = kn_asprintf("%s/%s", rt->task_dir,
-							  SIM_USAGE_FILE);
+				t->sim_dir = kn_xstrdup(rt->task_dir);
 			else
 				for (int d = 0; d < bd->n_devices &&
 						d < KN_SCHED_MAX_GPUS_PER_TASK;

@@ -91,15 +91,27 @@ def test_render_gang_job():
     assert c["image"] == "img:1" and c["command"] == [
         "/kiln/lib/ld.so", "--library-path", "/kiln/lib", "/kiln/bin/kiln",
         "shim", "--kube", "--", "python", "train.py"]
+    # Never root, nothing to gain, no capabilities; under the shim the
+    # root file system is read-only, with kiln's directories and /tmp.
+    locked = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+              "allowPrivilegeEscalation": False,
+              "readOnlyRootFilesystem": True,
+              "capabilities": {"drop": ["ALL"]},
+              "seccompProfile": {"type": "RuntimeDefault"}}
     assert pod["initContainers"] == [{
         "name": "kiln-shim", "image": "img:1",
         "command": ["kiln", "shim", "--install", "/kiln"],
-        "volumeMounts": [{"name": "kiln", "mountPath": "/kiln"}]}]
-    assert pod["volumes"] == [{"name": "kiln", "emptyDir": {}}]
-    assert c["volumeMounts"] == [{"name": "kiln", "mountPath": "/kiln"}]
+        "volumeMounts": [{"name": "kiln", "mountPath": "/kiln"}],
+        "securityContext": locked}]
+    assert c["securityContext"] == locked
+    assert pod["volumes"] == [{"name": "kiln", "emptyDir": {}},
+                              {"name": "tmp", "emptyDir": {}}]
+    assert c["volumeMounts"] == [{"name": "kiln", "mountPath": "/kiln"},
+                                 {"name": "tmp", "mountPath": "/tmp"}]
+    # Limits equal to requests: what the spec asked for, no more.
     assert c["resources"] == {
-        "requests": {"cpu": "16", "memory": "64Gi"},
-        "limits": {"memory": "64Gi", "nvidia.com/gpu": "8"}}
+        "requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"},
+        "limits": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"}}
     assert c["lifecycle"]["preStop"]["exec"]["command"][2].startswith(
         "kill -s USR1 1;")
     env = env_of(c)
@@ -532,3 +544,35 @@ def test_scheduler_errors(tmp_path):
                         "--policy", "nope"], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 2 and "--policy" in r.stderr
+
+
+def test_render_locks_pods_down_and_holds_no_secret(monkeypatch):
+    """Every rendered container runs as a fixed non-root uid without
+    privileges; the server's store key never appears as a literal (the
+    pod shim gets it from the Secret kiln writes)."""
+    monkeypatch.setenv("AZURE_STORAGE_KEY", "c2VydmVyLXNlY3JldC1rZXk=")
+    monkeypatch.setenv("KILN_TOKEN", "kiln_server_token_not_for_pods")
+    job = "kind: Job\nname: j\ncommand: [x]\npreemptible: true\n"
+    text = render("-", "--executor", "kubernetes", "--image", "img:1",
+                  "--shim-image", "reg/kiln:0.1", "--store",
+                  "https://acct.blob.core.windows.net/ckpt", "-o", "json",
+                  input=job).stdout
+    assert "c2VydmVyLXNlY3JldC1rZXk=" not in text
+    assert "kiln_server_token_not_for_pods" not in text
+    pod = pod_spec(json.loads(text)[0])
+    for c in pod["containers"] + pod["initContainers"]:
+        sc = c["securityContext"]
+        assert sc["runAsNonRoot"] is True and sc["runAsUser"] > 0
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["containers"][0]["securityContext"][
+        "readOnlyRootFilesystem"] is True
+    # A deployment's server writes where its image says: root stays
+    # writable, the rest is as locked down.
+    dep = render_docs("kind: Deployment\nname: chat\nmodel: /models/llama\n"
+                      "command: [serve]\n")
+    sc = pod_spec(dep[0])["containers"][0]["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is False
+    assert sc["runAsNonRoot"] is True and sc["capabilities"] == {
+        "drop": ["ALL"]}

@@ -83,9 +83,15 @@ class Pod:
         (self.c,) = spec["containers"]
         self.mounts = {m["mountPath"]: root / m["name"]
                        for m in self.c["volumeMounts"]}
-        assert self.mounts == {m["mountPath"]: root / m["name"]
-                               for m in self.init["volumeMounts"]}
-        assert [v["name"] for v in spec["volumes"]] == ["kiln"]
+        # The initContainer fills kiln's emptyDir; the task also gets
+        # /tmp, its root file system being read-only.
+        assert {m["mountPath"]: root / m["name"]
+                for m in self.init["volumeMounts"]} == {
+                    "/kiln": self.mounts["/kiln"]}
+        assert set(self.mounts) == {"/kiln", "/tmp"}
+        assert [v["name"] for v in spec["volumes"]] == ["kiln", "tmp"]
+        # Run here, the pod's /tmp is this machine's (the test's files).
+        del self.mounts["/tmp"]
         self.end_log = root / "termination-log"
         self.secrets = api.secrets
 

@@ -41,8 +41,15 @@ def squeue_ids(env, name):
     return out.stdout.split()
 
 
+def shared_gate_dir(tmp_path):
+    """A root server runs Slurm tasks as the unprivileged kiln-task user:
+    the gates tasks touch go where that user may write."""
+    tmp_path.chmod(0o1777)
+
+
 @pytest.fixture
 def sserver(tmp_path, slurm_env):
+    shared_gate_dir(tmp_path)
     s = Server(tmp_path / "slurm-home", gpus="8xH100-80GB",
                extra=["--executor", "slurm"], env=slurm_env)
     s.home.mkdir()
@@ -293,6 +300,7 @@ def slurm2_env(slurm_env):
 def test_two_node_gang_evicted_and_resumed(tmp_path, slurm2_env):
     """The walk-through of docs/scale-out.md, small: a gang of two, one rank
     per node, checkpoints, is evicted and resumes on both nodes."""
+    shared_gate_dir(tmp_path)
     s = Server(tmp_path / "home", extra=["--executor", "slurm"],
                env=slurm2_env)
     s.home.mkdir()

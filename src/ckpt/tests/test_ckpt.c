@@ -639,6 +639,33 @@ static void test_checkpoints(void **state)
 	assert_non_null(strstr(err.message, "reserved"));
 	free(path);
 
+	/* A link in a checkpoint (to a server secret, say) refuses it whole:
+	   nothing of it, least of all the secret, reaches the store. */
+	path = kn_asprintf("%s/secret", dir);
+	write_text(path, "server-secret-bytes");
+	text = kn_asprintf("%s/step-21/state", local);
+	write_text(text, "ok");
+	free(text);
+	text = kn_asprintf("%s/step-21/weights", local);
+	assert_int_equal(symlink(path, text), 0);
+	free(text);
+	free(path);
+	path = kn_asprintf("%s/step-21", local);
+	assert_int_equal(kn_ckpt_upload(s, "7", path, NULL, NULL, &err), -EPERM);
+	assert_non_null(strstr(err.message, "weights is a symbolic link"));
+	assert_true(kn_task_file_refused(&err));
+	free(path);
+	path = kn_asprintf("%s/7/checkpoints/step-21", root);
+	assert_int_equal(access(path, F_OK), -1);
+	free(path);
+	/* So does a checkpoint that is itself a link. */
+	path = kn_asprintf("%s/step-22", local);
+	text = kn_asprintf("%s/step-10", local);
+	assert_int_equal(symlink(text, path), 0);
+	assert_int_equal(kn_ckpt_upload(s, "7", path, NULL, NULL, &err), -EPERM);
+	free(text);
+	free(path);
+
 	kn_blob_store_free(s);
 	kn_rm_rf(dir);
 	free(dir);

@@ -584,6 +584,19 @@ static void test_slurm_sbatch_args(void **state)
 	assert_true(has_arg(a, "--requeue"));
 	assert_true(has_arg(a, "--container-image=nvcr.io/nvidia/pytorch:24.01-py3"));
 	assert_true(has_arg(a, "--output=/k/tasks/7/1/slurm-%j.out"));
+	/* Only named variables reach the job; the submitter's user. */
+	assert_true(has_arg(a, "--export=PATH,LANG,LC_ALL,TZ,KILN_SLURM_BIN,"
+			       "KILN_SLURM_ATTEMPT_DIR,KILN_SLURM_STOP_SIGNAL,"
+			       "KILN_SLURM_STOP"));
+	for (char **p = a; *p; p++)
+		assert_null(strstr(*p, "--uid"));
+	kn_slurm_args_free(a);
+	t.run_as_set = true;
+	t.uid = 999;
+	t.gid = 995;
+	a = kn_slurm_sbatch_args(&t, 90000, "/k/tasks/7/1");
+	assert_true(has_arg(a, "--uid=999"));
+	assert_true(has_arg(a, "--gid=995"));
 	kn_slurm_args_free(a);
 
 	/* A share, no limits, not preemptible, no checkpoint. */
