@@ -5,16 +5,21 @@ keeps answering while the logs are asked for, the answer is a clear error
 or empty, nothing the server answers or stores holds the token, and the
 event feed records the refusal.
 
-The task may run as an unprivileged user that cannot make some of these
+These servers run --unisolated: the sandbox mounts the shim's own files
+read-only, so a sandboxed task cannot replace output.log at all, and the
+point here is the second line of defence, the server's own reading (which
+is all there is for task directories the server shares with Slurm nodes or
+reads back from pods). The task may still be unable to make some of these
 (a device node, say); it then leaves what it could, and the test still
 asserts that nothing leaked."""
+import subprocess
 import threading
 import time
 
 import pytest
 import requests
 
-from conftest import job_yaml, wait_for
+from conftest import Server, job_yaml, wait_for
 
 # Replace $KILN_TASK_DIR/$1 with what $2 names, then tell the test.
 REPLACE = (
@@ -23,6 +28,17 @@ REPLACE = (
     'token) ln -s "$SERVER_HOME/admin.token" "$f" ;; '
     'device) mknod "$f" c 1 5 2>/dev/null || ln -s /dev/zero "$f" ;; '
     'esac; }; ')
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path / "home", extra=["--unisolated"])
+    s.home.mkdir()
+    s.start()
+    yield s
+    s.stop()
+    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+                   check=False)
 
 
 def spec(name, script, **fields):
