@@ -42,6 +42,7 @@ demo: build
 
 bench: build
 	$(PYTHON) bench/dispatch/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-dispatch.json
+	$(PYTHON) bench/dispatch/run.py --isolation --jobs 1000 --rounds 5 --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-isolation.json
 	$(PYTHON) bench/sim/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-sim.json
 	$(PYTHON) bench/ckpt/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-ckpt.json
 	$(PYTHON) bench/ckpt/step.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-ckpt-step.json

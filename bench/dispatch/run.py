@@ -16,6 +16,12 @@ munge, 64 advertised CPUs, 8 fake GPUs, batch_sched_delay=0) and
 bench/slurm/dispatch.py. Pass --no-slurm to measure kiln alone.
 
 Prints a table and writes the JSON of both sides to --out.
+
+--isolation compares kiln with itself instead: the same binary with tasks
+sandboxed and under cgroup limits (the default) and with both off
+(`--unisolated --no-limits`), in alternating rounds of one run, and
+reports each round's ratio with the mean and spread of the paired
+differences. Needs root (the sandbox drops to the kiln-task user).
 """
 import argparse
 import json
@@ -53,13 +59,15 @@ def read_records(path):
     return out
 
 
-def run_kiln(kiln, jobs, gpus_per_job):
+def run_kiln(kiln, jobs, gpus_per_job, extra=()):
     home = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
-    records = home / "records"
-    records.mkdir()
+    # Outside the home, which tasks cannot see, and writable for the
+    # task's user.
+    records = Path(tempfile.mkdtemp(prefix="kiln-bench-records-"))
+    records.chmod(0o777)
     env = dict(os.environ, KILN_HOME=str(home))
     server = subprocess.Popen([kiln, "server", "--listen", "127.0.0.1:0",
-                               "--gpus", "8xH100-80GB"], env=env,
+                               "--gpus", "8xH100-80GB", *extra], env=env,
                               stdout=subprocess.DEVNULL,
                               stderr=open(home / "server.log", "wb"))
     try:
@@ -121,6 +129,7 @@ def run_kiln(kiln, jobs, gpus_per_job):
         server.wait(timeout=30)
         subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"])
         shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(records, ignore_errors=True)
 
 
 def run_slurm(jobs, mode, gpus_per_job):
@@ -143,6 +152,50 @@ def run_slurm(jobs, mode, gpus_per_job):
                        capture_output=True)
 
 
+def spread(values):
+    """Mean and sample standard deviation, as text."""
+    if len(values) < 2:
+        return f"{values[0]:.3f}" if values else "-"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def compare_isolation(kiln, jobs, gpus_per_job, rounds, out):
+    """Isolated vs unisolated kiln, alternating, one round at a time."""
+    sides = {"isolated": (), "unisolated": ("--unisolated", "--no-limits")}
+    runs = {name: [] for name in sides}
+    for i in range(rounds):
+        order = list(sides) if i % 2 == 0 else list(reversed(sides))
+        for name in order:
+            runs[name].append(run_kiln(kiln, jobs, gpus_per_job, sides[name]))
+    iso, uni = runs["isolated"], runs["unisolated"]
+    thr = [a["jobs_per_s"] / b["jobs_per_s"] for a, b in zip(iso, uni)]
+    p50 = [a["submit_to_start_p50_ms"] / b["submit_to_start_p50_ms"]
+           for a, b in zip(iso, uni)]
+    mean_d = [a["submit_to_start_mean_ms"] - b["submit_to_start_mean_ms"]
+              for a, b in zip(iso, uni)]
+    summary = {"throughput_ratio": thr, "p50_ratio": p50,
+               "mean_start_diff_ms": mean_d}
+    Path(out).write_text(json.dumps({"rounds": runs, "summary": summary},
+                                    indent=2) + "\n")
+    print("round  side        jobs/s   p50 ms   mean ms  p99 ms  completed")
+    for i in range(rounds):
+        for name in sides:
+            r = runs[name][i]
+            print(f"{i + 1:<6} {name:<11} {r['jobs_per_s']:<8} "
+                  f"{r['submit_to_start_p50_ms']:<8} "
+                  f"{r['submit_to_start_mean_ms']:<8} "
+                  f"{r['submit_to_start_p99_ms']:<7} "
+                  f"{r['completed']}/{r['jobs']}")
+    print(f"throughput isolated/unisolated: {spread(thr)} "
+          f"(per round: {', '.join(f'{x:.3f}' for x in thr)})")
+    print(f"p50 start latency isolated/unisolated: {spread(p50)} "
+          f"(per round: {', '.join(f'{x:.3f}' for x in p50)})")
+    print(f"mean start latency, isolated minus unisolated: "
+          f"{spread(mean_d)} ms")
+    print(f"results: {out}")
+    return 0 if all(r["completed"] == jobs for r in iso + uni) else 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kiln", required=True, help="path to the kiln binary")
@@ -152,7 +205,14 @@ def main():
     p.add_argument("--slurm-gpus-per-job", type=int, default=0)
     p.add_argument("--no-slurm", action="store_true")
     p.add_argument("--out", default="bench-dispatch.json")
+    p.add_argument("--isolation", action="store_true",
+                   help="compare sandboxed and limited tasks with neither")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="with --isolation: rounds of each side")
     a = p.parse_args()
+    if a.isolation:
+        return compare_isolation(a.kiln, a.jobs, a.gpus_per_job, a.rounds,
+                                 a.out)
 
     kiln = run_kiln(a.kiln, a.jobs, a.gpus_per_job)
     results = {"kiln": kiln}
