@@ -467,23 +467,32 @@ static bool bare_lf(const struct front_conn *c)
 }
 
 /*
- * The body of r is still coming: let the admit callback refuse it before
- * any of it is kept, say go on if asked, and bound the wait between its
- * bytes.
+ * The body of r is still coming: the admit callback may refuse it before
+ * any of it is kept (and before its size is judged: a caller without a
+ * key learns nothing of the limits). false when it did (c may be gone).
  */
+static bool admit(struct front_conn *c, struct gw_req *r)
+{
+	struct gw_front *f = c->f;
+
+	if (c->admitted || !f->o.admit)
+		return true;
+	c->keep_alive = false; /* a refusal closes */
+	c->req = r;
+	if (!f->o.admit(r, f->o.arg))
+		return false;
+	c->req = NULL;
+	c->admitted = true;
+	return true;
+}
+
+/* Wait for the rest of r's body: say go on if asked, and bound the wait
+   between its bytes. */
 static void wait_body(struct front_conn *c, struct gw_req *r,
 		      size_t head_len)
 {
 	struct gw_front *f = c->f;
 
-	if (!c->admitted && f->o.admit) {
-		c->keep_alive = false; /* a refusal closes */
-		c->req = r;
-		if (!f->o.admit(r, f->o.arg))
-			return; /* answered, and c may be gone */
-		c->req = NULL;
-	}
-	c->admitted = true;
 	if (!c->body_wait) {
 		event_add(c->rev, &f->body_idle);
 		c->body_wait = true;
@@ -537,11 +546,6 @@ static void process(struct front_conn *c)
 		refuse_framing(c, status);
 		return;
 	}
-	if (fr.body_len > c->f->o.max_body) {
-		refuse(c, 413, "request_too_large",
-		       "The request body is over the gateway's limit.");
-		return;
-	}
 	body_len = (size_t)fr.body_len;
 	r = &c->slot;
 	if (head_len + 1 > r->head_cap) {
@@ -553,6 +557,13 @@ static void process(struct front_conn *c)
 	if (split_head(r, head_len, &http10) < 0) {
 		refuse(c, 431, "headers_too_large",
 		       "The request has too many header fields.");
+		return;
+	}
+	if (c->in_len < head_len + body_len && !admit(c, r))
+		return; /* answered, and c may be gone */
+	if (body_len > c->f->o.max_body) {
+		refuse(c, 413, "request_too_large",
+		       "The request body is over the gateway's limit.");
 		return;
 	}
 	if (c->in_len < head_len + body_len) {
