@@ -19,6 +19,9 @@ packages=(
   # tests/e2e/test_kube.py: PyYAML reads rendered manifests back; the
   # openssl tool makes the replayed API server's certificate
   python3-yaml openssl
+  # tests/e2e/test_gateway_framing.py: an independent HTTP/1.1 parser to
+  # compare the gateway's framing with
+  python3-h11
 )
 
 missing=()
