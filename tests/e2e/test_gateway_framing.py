@@ -14,7 +14,9 @@ import pytest
 from test_gateway import (deployment, gateways, home, key, routes,  # noqa
                           upstreams)
 
-CORPUS = Path(__file__).resolve().parents[1] / "fuzz" / "corpus" / "gateway"
+# The gateway's fuzz corpora: its parsers' inputs and request heads.
+CORPORA = [Path(__file__).resolve().parents[1] / "fuzz" / "corpus" / name
+           for name in ("gateway", "gateway_head")]
 AUTH = b"Authorization: Bearer sk-one\r\n"
 POST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + AUTH
 GET = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + AUTH
@@ -207,7 +209,7 @@ def test_framing_agrees_with_h11(gateway):
 
 
 def test_fuzz_corpus_agrees_with_h11(gateway):
-    files = sorted(p for p in CORPUS.iterdir() if p.is_file())
+    files = sorted(p for d in CORPORA for p in d.iterdir() if p.is_file())
     assert files
     for path in files:
         data = path.read_bytes()
