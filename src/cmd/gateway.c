@@ -41,7 +41,8 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		   *upstream_timeout = "300s", *cooldown = "5s",
 		   *anomaly_window = "10s", *head_timeout = "10s",
 		   *body_timeout = "30s";
-	int workers = 1, breaker_failures = 3;
+	int workers = 1, breaker_failures = 3, max_conns = 4096,
+	    max_conns_per_client = 256;
 	struct cli_flag flags[] = {
 		{"listen", 0, CLI_FLAG_STRING, &listen},
 		{"workers", 0, CLI_FLAG_COUNT, &workers},
@@ -58,6 +59,9 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		{"anomaly-window", 0, CLI_FLAG_STRING, &anomaly_window},
 		{"head-timeout", 0, CLI_FLAG_STRING, &head_timeout},
 		{"body-timeout", 0, CLI_FLAG_STRING, &body_timeout},
+		{"max-connections", 0, CLI_FLAG_COUNT, &max_conns},
+		{"max-connections-per-client", 0, CLI_FLAG_COUNT,
+		 &max_conns_per_client},
 		{NULL, 0, 0, NULL},
 	};
 	struct kn_gateway_options o = {0};
@@ -101,6 +105,10 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	if (workers < 1 || workers > 256)
 		return cli_usage_error(ctx, "--workers: must be 1..256");
+	if (max_conns < 1 || max_conns_per_client < 1)
+		return cli_usage_error(ctx, "--max-connections and "
+					    "--max-connections-per-client: "
+					    "must be >= 1");
 	if (breaker_failures < 1)
 		return cli_usage_error(ctx, "--breaker-failures: must be >= 1");
 	for (size_t i = 0; i < sizeof(durations) / sizeof(durations[0]); i++)
@@ -133,6 +141,8 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 	o.host = host;
 	o.port = (int)port;
 	o.workers = workers;
+	o.max_conns = max_conns;
+	o.max_conns_per_client = max_conns_per_client;
 	o.zone = zone;
 	o.home = home;
 	o.routes_file = routes;

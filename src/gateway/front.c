@@ -28,11 +28,13 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -59,6 +61,14 @@ struct gw_front {
 	struct gw_front_options o;
 	struct timeval head_timeout, body_idle;
 	struct front_conn *conns; /* open connections, for the shutdown */
+	int n_conns;
+	/* Out of descriptors, this one is closed to make room to take a
+	   waiting connection off the queue (and close it); accepting pauses
+	   a while, and the failures are logged at most once a second. */
+	int reserve_fd;
+	struct event *resume;
+	long long accept_failures;
+	time_t failures_logged_s;
 };
 
 /*
@@ -86,6 +96,7 @@ struct front_conn {
 	struct gw_front *f;
 	struct front_conn *prev, *next;
 	int fd;
+	struct sockaddr_storage peer; /* for the per-client cap */
 	struct event *rev, *wev;
 	struct event *head_timer; /* armed while a head is partly in */
 	/* What the client sent and is not taken yet: one flat buffer read
@@ -663,22 +674,69 @@ static void conn_free(struct front_conn *c)
 	event_free(c->rev);
 	event_free(c->wev);
 	event_free(c->head_timer);
+	c->f->n_conns--;
 	close(c->fd);
 	free(c->in);
 	evbuffer_free(c->out);
 	free(c);
 }
 
+static bool same_client(const struct sockaddr_storage *a,
+			const struct sockaddr *b)
+{
+	if (a->ss_family != b->sa_family)
+		return false;
+	if (b->sa_family == AF_INET)
+		return !memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+			       &((const struct sockaddr_in *)b)->sin_addr,
+			       sizeof(struct in_addr));
+	if (b->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			       &((const struct sockaddr_in6 *)b)->sin6_addr,
+			       sizeof(struct in6_addr));
+	return true;
+}
+
+/* Whether a connection from sa is over a cap (the scan is short: at
+   most max_conns, and accepting is rare next to requests). */
+static bool over_cap(const struct gw_front *f, const struct sockaddr *sa)
+{
+	int same = 0;
+
+	if (f->n_conns >= f->o.max_conns)
+		return true;
+	for (const struct front_conn *c = f->conns; c; c = c->next)
+		if (same_client(&c->peer, sa) &&
+		    ++same >= f->o.max_conns_per_client)
+			return true;
+	return false;
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 		      struct sockaddr *sa, int socklen, void *arg)
 {
+	static const char busy[] =
+		"HTTP/1.1 503 Service Unavailable\r\n"
+		"Content-Type: application/json\r\nContent-Length: 116\r\n"
+		"Connection: close\r\n\r\n"
+		"{\"error\":{\"message\":\"Too many open connections.\","
+		"\"type\":\"server_error\",\"param\":null,\"code\":"
+		"\"too_many_connections\"}}\n";
 	struct gw_front *f = arg;
-	struct front_conn *c = kn_xcalloc(1, sizeof(*c));
+	struct front_conn *c;
 	int one = 1;
 
 	(void)l;
-	(void)sa;
-	(void)socklen;
+	if (over_cap(f, sa)) {
+		ssize_t n = send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL);
+		(void)n; /* best effort: the connection is closed either way */
+		close(fd);
+		return;
+	}
+	c = kn_xcalloc(1, sizeof(*c));
+	if (socklen > 0 && (size_t)socklen <= sizeof(c->peer))
+		memcpy(&c->peer, sa, (size_t)socklen);
+	f->n_conns++;
 	/* An answer is one writev: never held back waiting for an ACK. */
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->f = f;
@@ -696,6 +754,45 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	event_add(c->rev, &IDLE);
 	/* The first head is due within the head timeout too. */
 	evtimer_add(c->head_timer, &f->head_timeout);
+}
+
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+	struct gw_front *f = arg;
+	int err = EVUTIL_SOCKET_ERROR();
+	struct timeval pause = {0, 100 * 1000};
+	time_t now = time(NULL);
+
+	f->accept_failures++;
+	if ((err == EMFILE || err == ENFILE) && f->reserve_fd >= 0) {
+		int fd;
+		close(f->reserve_fd);
+		fd = accept(evconnlistener_get_fd(l), NULL, NULL);
+		if (fd >= 0)
+			close(fd);
+		f->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	/* Level-triggered: left enabled, the listener would fail again at
+	   once and spin. */
+	evconnlistener_disable(l);
+	evtimer_add(f->resume, &pause);
+	if (now != f->failures_logged_s) {
+		kn_log(KN_LOG_WARN,
+		       "gateway: cannot accept connections: %s (%lld times "
+		       "since the last report)",
+		       strerror(err), f->accept_failures);
+		f->accept_failures = 0;
+		f->failures_logged_s = now;
+	}
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+	struct gw_front *f = arg;
+
+	(void)fd;
+	(void)what;
+	evconnlistener_enable(f->listener);
 }
 
 static struct timeval ms_timeval(int64_t ms)
@@ -722,6 +819,9 @@ struct gw_front *gw_front_new(struct event_base *base, int fd,
 		free(f);
 		return NULL;
 	}
+	evconnlistener_set_error_cb(f->listener, on_accept_error);
+	f->resume = evtimer_new(base, on_resume, f);
+	f->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	return f;
 }
 
@@ -732,5 +832,9 @@ void gw_front_free(struct gw_front *f)
 	evconnlistener_free(f->listener);
 	while (f->conns)
 		conn_free(f->conns);
+	if (f->resume)
+		event_free(f->resume);
+	if (f->reserve_fd >= 0)
+		close(f->reserve_fd);
 	free(f);
 }

@@ -140,6 +140,8 @@ struct gw_front_options {
 	size_t max_head, max_body; /* else 431, 413 */
 	int64_t head_timeout_ms;   /* a whole head must come within this */
 	int64_t body_idle_ms;      /* the most time between body bytes */
+	int max_conns;             /* open connections, else 503 */
+	int max_conns_per_client;  /* of one client address, else 503 */
 	gw_front_handler handler;
 	gw_front_admit admit;      /* or NULL */
 	void *arg;                 /* for handler and admit */

@@ -1,6 +1,7 @@
 """kiln gateway's HTTP front under hostile clients: a caller without a key
 cannot make it read or keep a body, slow heads and bodies are cut off, and
 /metrics tells a caller without a key nothing."""
+import resource
 import socket
 import subprocess
 import time
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import requests
 
-from conftest import KILN
+from conftest import KILN, wait_for
 from test_gateway import (METRICS_KEY, deployment, gateways, home,  # noqa
                           key, routes, upstreams)
 
@@ -176,3 +177,74 @@ def test_metrics_need_a_key(home, gateways, upstreams):
     r = requests.get(g.url + "/metrics", timeout=10,
                      headers={"Authorization": f"Bearer {METRICS_KEY}"})
     assert r.status_code == 200 and 'deployment="chat"' in r.text
+
+
+def connect_from(url, source):
+    host, port = url[len("http://"):].rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10,
+                                    source_address=(source, 0))
+
+
+def test_connection_caps(home, gateways, upstreams):
+    g = one_chat(home, gateways, upstreams,
+                 args=["--max-connections", "6",
+                       "--max-connections-per-client", "3"])
+    held = []
+    try:
+        for source in ("127.0.0.1", "127.0.0.2"):
+            held += [connect_from(g.url, source) for _ in range(3)]
+        # A fourth from one address: over the per-client cap.
+        with connect_from(g.url, "127.0.0.1") as s:
+            got = read_until_closed(s)
+        assert got.startswith(b"HTTP/1.1 503 "), got
+        assert b"too_many_connections" in got
+        # A first from a third address: over the global cap.
+        with connect_from(g.url, "127.0.0.3") as s:
+            assert read_until_closed(s).startswith(b"HTTP/1.1 503 ")
+        # The held ones are served.
+        s = held.pop()
+        s.sendall(f"GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+                  "Authorization: Bearer sk-one\r\n"
+                  "Connection: close\r\n\r\n".encode())
+        assert read_until_closed(s).startswith(b"HTTP/1.1 200 ")
+        s.close()
+    finally:
+        for s in held:
+            s.close()
+    # Closed ones make room again.
+    wait_for(lambda: requests.get(
+        g.url + "/v1/models", timeout=10,
+        headers={"Authorization": "Bearer sk-one"}).status_code == 200,
+        what="a connection slot")
+
+
+def test_out_of_descriptors_does_not_spin(home, gateways, upstreams):
+    g = one_chat(home, gateways, upstreams)
+    resource.prlimit(g.proc.pid, resource.RLIMIT_NOFILE, (64, 64))
+
+    def log_lines():
+        return [line for line in g.log.read_text().splitlines()
+                if not line.startswith("{")]
+    before = len(log_lines())
+    conns = []
+    try:
+        for _ in range(100):
+            conns.append(connect(g.url, timeout=5))
+        time.sleep(1.5)  # past the limit all the while
+        cpu_before = Path(f"/proc/{g.proc.pid}/stat").read_text().split()
+        time.sleep(1.0)
+        cpu_after = Path(f"/proc/{g.proc.pid}/stat").read_text().split()
+    finally:
+        for s in conns:
+            s.close()
+    # utime + stime in clock ticks (100 a second): well under a busy loop.
+    ticks = (int(cpu_after[13]) + int(cpu_after[14]) -
+             int(cpu_before[13]) - int(cpu_before[14]))
+    assert ticks < 50, ticks
+    added = log_lines()[before:]
+    assert 1 <= len(added) <= 6, added
+    assert any("cannot accept connections" in line for line in added)
+    wait_for(lambda: requests.get(
+        g.url + "/v1/models", timeout=10,
+        headers={"Authorization": "Bearer sk-one"}).status_code == 200,
+        what="the gateway answering again")
