@@ -1054,13 +1054,13 @@ static void handle(struct gw_req *req, void *arg)
 static bool admit(struct gw_req *req, void *arg)
 {
 	struct gw_worker *w = arg;
-	char target[256];
+	char target[256]; /* for the log: the request is freed by its answer */
 	int64_t t0 = now_us();
 
+	kn_strlcpy(target, gw_req_target(req), sizeof(target));
 	refresh_config(w);
 	if (authenticate(w, req))
 		return true;
-	kn_strlcpy(target, gw_req_target(req), sizeof(target));
 	log_front(w, target, NULL, NULL, 401, t0);
 	return false;
 }
