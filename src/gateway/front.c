@@ -99,6 +99,7 @@ struct front_conn {
 	struct sockaddr_storage peer; /* for the per-client cap */
 	struct event *rev, *wev;
 	struct event *head_timer; /* armed while a head is partly in */
+	bool head_timing;         /* head_timer is armed */
 	/* What the client sent and is not taken yet: one flat buffer read
 	   into directly, searched from where the last search stopped. */
 	char *in;
@@ -541,11 +542,15 @@ static void process(struct front_conn *c)
 		if (c->in_len > c->f->o.max_head)
 			refuse(c, 431, "headers_too_large",
 			       "The request head is too large.");
-		else if (!evtimer_pending(c->head_timer, NULL))
-			evtimer_add(c->head_timer, &c->f->head_timeout);
+		else if (!c->head_timing)
+			c->head_timing =
+				!evtimer_add(c->head_timer, &c->f->head_timeout);
 		return;
 	}
-	evtimer_del(c->head_timer);
+	if (c->head_timing) {
+		evtimer_del(c->head_timer);
+		c->head_timing = false;
+	}
 	c->scanned = (size_t)(eoh - c->in);
 	head_len = c->scanned + 4;
 	if (head_len > c->f->o.max_head) {
@@ -608,6 +613,7 @@ static void on_head_timeout(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	c->head_timing = false;
 	if (!c->req)
 		conn_free(c);
 }
@@ -753,7 +759,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	f->conns = c;
 	event_add(c->rev, &IDLE);
 	/* The first head is due within the head timeout too. */
-	evtimer_add(c->head_timer, &f->head_timeout);
+	c->head_timing = !evtimer_add(c->head_timer, &f->head_timeout);
 }
 
 static void on_accept_error(struct evconnlistener *l, void *arg)
