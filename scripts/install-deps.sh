@@ -22,6 +22,9 @@ packages=(
   # running: useradd makes the task user below; tests/e2e/test_isolation.py
   # starts an unprivileged server with setpriv (util-linux)
   passwd util-linux
+  # tests/e2e/test_gateway_framing.py: an independent HTTP/1.1 parser to
+  # compare the gateway's framing with
+  python3-h11
 )
 
 sudo=""

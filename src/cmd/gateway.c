@@ -39,8 +39,10 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		   *refresh = "1s", *access_log = NULL, *home_flag = NULL,
 		   *max_body = "1Mi", *max_headers = "16Ki",
 		   *upstream_timeout = "300s", *cooldown = "5s",
-		   *anomaly_window = "10s";
-	int workers = 1, breaker_failures = 3;
+		   *anomaly_window = "10s", *head_timeout = "10s",
+		   *body_timeout = "30s";
+	int workers = 1, breaker_failures = 3, max_conns = 4096,
+	    max_conns_per_client = 256;
 	struct cli_flag flags[] = {
 		{"listen", 0, CLI_FLAG_STRING, &listen},
 		{"workers", 0, CLI_FLAG_COUNT, &workers},
@@ -55,9 +57,29 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		{"breaker-failures", 0, CLI_FLAG_COUNT, &breaker_failures},
 		{"breaker-cooldown", 0, CLI_FLAG_STRING, &cooldown},
 		{"anomaly-window", 0, CLI_FLAG_STRING, &anomaly_window},
+		{"head-timeout", 0, CLI_FLAG_STRING, &head_timeout},
+		{"body-timeout", 0, CLI_FLAG_STRING, &body_timeout},
+		{"max-connections", 0, CLI_FLAG_COUNT, &max_conns},
+		{"max-connections-per-client", 0, CLI_FLAG_COUNT,
+		 &max_conns_per_client},
 		{NULL, 0, 0, NULL},
 	};
 	struct kn_gateway_options o = {0};
+	const struct {
+		const char *flag, *const *value, *example;
+		int64_t *out;
+	} durations[] = {
+		{"refresh", &refresh, "1s, 500ms, or seconds", &o.refresh_ms},
+		{"upstream-timeout", &upstream_timeout, "300s, 5m",
+		 &o.upstream_timeout_ms},
+		{"breaker-cooldown", &cooldown, "5s, 500ms",
+		 &o.breaker_cooldown_ms},
+		{"anomaly-window", &anomaly_window, "10s, 500ms",
+		 &o.anomaly_window_ms},
+		{"head-timeout", &head_timeout, "10s, 500ms",
+		 &o.head_timeout_ms},
+		{"body-timeout", &body_timeout, "30s, 500ms", &o.body_idle_ms},
+	};
 	struct kn_gateway *gw = NULL;
 	struct kn_error err;
 	char host[256], *colon, *home = NULL, *server = NULL, *token = NULL;
@@ -83,25 +105,20 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	if (workers < 1 || workers > 256)
 		return cli_usage_error(ctx, "--workers: must be 1..256");
+	if (max_conns < 1 || max_conns_per_client < 1)
+		return cli_usage_error(ctx, "--max-connections and "
+					    "--max-connections-per-client: "
+					    "must be >= 1");
 	if (breaker_failures < 1)
 		return cli_usage_error(ctx, "--breaker-failures: must be >= 1");
-	if (parse_secs_or_duration(refresh, &o.refresh_ms) < 0)
-		return cli_usage_error(ctx, "--refresh: \"%s\" is not a "
-					    "duration (1s, 500ms, or seconds)",
-				       refresh);
-	if (parse_secs_or_duration(upstream_timeout, &o.upstream_timeout_ms) <
-	    0)
-		return cli_usage_error(ctx, "--upstream-timeout: \"%s\" is not "
-					    "a duration (300s, 5m)",
-				       upstream_timeout);
-	if (parse_secs_or_duration(cooldown, &o.breaker_cooldown_ms) < 0)
-		return cli_usage_error(ctx, "--breaker-cooldown: \"%s\" is not "
-					    "a duration (5s, 500ms)",
-				       cooldown);
-	if (parse_secs_or_duration(anomaly_window, &o.anomaly_window_ms) < 0)
-		return cli_usage_error(ctx, "--anomaly-window: \"%s\" is not a "
-					    "duration (10s, 500ms)",
-				       anomaly_window);
+	for (size_t i = 0; i < sizeof(durations) / sizeof(durations[0]); i++)
+		if (parse_secs_or_duration(*durations[i].value,
+					   durations[i].out) < 0)
+			return cli_usage_error(ctx, "--%s: \"%s\" is not a "
+						    "duration (%s)",
+					       durations[i].flag,
+					       *durations[i].value,
+					       durations[i].example);
 	if (kn_parse_size(max_body, &o.max_body) < 0 || o.max_body < 1 ||
 	    o.max_body > 1024LL * 1024 * 1024)
 		return cli_usage_error(ctx, "--max-body: \"%s\" is not a size "
@@ -124,6 +141,8 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 	o.host = host;
 	o.port = (int)port;
 	o.workers = workers;
+	o.max_conns = max_conns;
+	o.max_conns_per_client = max_conns_per_client;
 	o.zone = zone;
 	o.home = home;
 	o.routes_file = routes;

@@ -14,20 +14,27 @@
  * body it hands on.
  *
  * What it takes: requests with a Content-Length body (or none); chunked
- * request bodies get 411 (OpenAI clients send lengths). Expect:
- * 100-continue is answered. Caps: the head (request line and headers,
- * else 431) and the body (else 413), both given at creation; a
+ * request bodies get 411 (OpenAI clients send lengths). A head must meet
+ * the strict framing rules of framing.c, else 400 (or 505) and close.
+ * Expect: 100-continue is answered. A request whose body is not all in
+ * is first shown to the admit callback (the key check), so a caller
+ * without a key cannot make the gateway buffer bodies. Caps: the head
+ * (request line and headers, else 431) and the body (else 413); a head
+ * must come whole within the head timeout (from the connection's start
+ * or its first byte), a body's bytes at most the body idle time apart; a
  * connection quiet for IDLE_TIMEOUT_S is closed. One request at a time
  * per connection: pipelined requests wait in the buffer until the answer
  * before them is out. Answers: whole (Content-Length) or chunked streams.
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -51,10 +58,17 @@
 struct gw_front {
 	struct event_base *base;
 	struct evconnlistener *listener;
-	gw_front_handler handler;
-	void *arg;
-	size_t max_head, max_body;
+	struct gw_front_options o;
+	struct timeval head_timeout, body_idle;
 	struct front_conn *conns; /* open connections, for the shutdown */
+	int n_conns;
+	/* Out of descriptors, this one is closed to make room to take a
+	   waiting connection off the queue (and close it); accepting pauses
+	   a while, and the failures are logged at most once a second. */
+	int reserve_fd;
+	struct event *resume;
+	long long accept_failures;
+	time_t failures_logged_s;
 };
 
 /*
@@ -70,7 +84,7 @@ struct gw_req {
 	const char *names[HEADERS_MAX], *values[HEADERS_MAX];
 	size_t n_headers;
 	/* The fields front.c itself reads, found while splitting. */
-	const char *content_length, *transfer_encoding, *connection, *expect;
+	const char *connection, *expect;
 	char *body;
 	size_t body_len;
 	struct kn_buf headers; /* "Name: value\r\n" lines to send */
@@ -82,7 +96,10 @@ struct front_conn {
 	struct gw_front *f;
 	struct front_conn *prev, *next;
 	int fd;
+	struct sockaddr_storage peer; /* for the per-client cap */
 	struct event *rev, *wev;
+	struct event *head_timer; /* armed while a head is partly in */
+	bool head_timing;         /* head_timer is armed */
 	/* What the client sent and is not taken yet: one flat buffer read
 	   into directly, searched from where the last search stopped. */
 	char *in;
@@ -93,6 +110,8 @@ struct front_conn {
 	bool closing;         /* close once out is written */
 	bool lingering;       /* written and shut: reading until the end */
 	bool keep_alive;      /* of the request being answered */
+	bool admitted;        /* the request at hand may send its body */
+	bool body_wait;       /* rev's timeout is the body's idle bound */
 };
 
 static void conn_free(struct front_conn *c);
@@ -214,8 +233,13 @@ static void req_done(struct gw_req *r)
 	r->body = NULL;
 	r->on_gone = NULL;
 	r->headers.len = 0;
-	if (!c->keep_alive)
+	if (!c->keep_alive) {
+		/* Nothing more is taken: what waits is let go now. */
 		c->closing = true;
+		free(c->in);
+		c->in = NULL;
+		c->in_len = c->in_cap = c->scanned = 0;
+	}
 	if (flush(c))
 		process(c); /* a pipelined request may be waiting */
 }
@@ -322,10 +346,6 @@ static void note_field(struct gw_req *r, const char *name, size_t len,
 		field = &r->expect;
 	else if (len == 10 && !strcasecmp(name, "Connection"))
 		field = &r->connection;
-	else if (len == 14 && !strcasecmp(name, "Content-Length"))
-		field = &r->content_length;
-	else if (len == 17 && !strcasecmp(name, "Transfer-Encoding"))
-		field = &r->transfer_encoding;
 	if (field && !*field)
 		*field = value;
 }
@@ -376,8 +396,7 @@ static int split_head(struct gw_req *r, size_t len, bool *http10)
 	char *p = r->head, *end = r->head + len, *line, *sp;
 
 	r->n_headers = 0;
-	r->content_length = r->transfer_encoding = r->connection = NULL;
-	r->expect = NULL;
+	r->connection = r->expect = NULL;
 	line = p;
 	p = memchr(p, '\n', (size_t)(end - p));
 	if (!p)
@@ -435,35 +454,115 @@ static void consume(struct front_conn *c, size_t n)
 	}
 }
 
+/* Refuse a head that breaks the framing rules (framing.c). */
+static void refuse_framing(struct front_conn *c, int status)
+{
+	if (status == 505)
+		refuse(c, 505, "http_version_not_supported",
+		       "The gateway speaks HTTP/1.0 and HTTP/1.1.");
+	else if (status == 411)
+		refuse(c, 411, "length_required",
+		       "Send the body with a Content-Length.");
+	else
+		refuse(c, 400, "invalid_request",
+		       "The request head breaks HTTP/1.1 framing.");
+}
+
+/* A bare LF in the part of a head not searched yet: refused at once
+   rather than waited on (the head's end is searched as CRLF CRLF). */
+static bool bare_lf(const struct front_conn *c)
+{
+	for (size_t i = c->scanned; i < c->in_len; i++)
+		if (c->in[i] == '\n' && (!i || c->in[i - 1] != '\r'))
+			return true;
+	return false;
+}
+
+/*
+ * The body of r is still coming: the admit callback may refuse it before
+ * any of it is kept (and before its size is judged: a caller without a
+ * key learns nothing of the limits). false when it did (c may be gone).
+ */
+static bool admit(struct front_conn *c, struct gw_req *r)
+{
+	struct gw_front *f = c->f;
+
+	if (c->admitted || !f->o.admit)
+		return true;
+	c->keep_alive = false; /* a refusal closes */
+	c->req = r;
+	if (!f->o.admit(r, f->o.arg))
+		return false;
+	c->req = NULL;
+	c->admitted = true;
+	return true;
+}
+
+/* Wait for the rest of r's body: say go on if asked, and bound the wait
+   between its bytes. */
+static void wait_body(struct front_conn *c, struct gw_req *r,
+		      size_t head_len)
+{
+	struct gw_front *f = c->f;
+
+	if (!c->body_wait) {
+		event_add(c->rev, &f->body_idle);
+		c->body_wait = true;
+	}
+	if (r->expect && !strcasecmp(r->expect, "100-continue") &&
+	    c->in_len == head_len) {
+		evbuffer_add(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+		flush(c);
+	}
+}
+
+static const struct timeval IDLE = {IDLE_TIMEOUT_S, 0};
+
 /* Take the next request off the buffer if it is all there. */
 static void process(struct front_conn *c)
 {
 	const char *eoh;
 	struct gw_req *r;
-	const char *cl, *te, *conn_h, *expect;
-	size_t head_len, body_len = 0;
+	struct gw_framing fr;
+	size_t head_len, body_len;
 	bool http10 = false;
-	char *end;
+	int status;
 
 	if (c->req || c->closing || !c->in_len)
 		return;
 	eoh = memmem(c->in + c->scanned, c->in_len - c->scanned, "\r\n\r\n",
 		     4);
 	if (!eoh) {
+		if (bare_lf(c)) {
+			refuse_framing(c, 400);
+			return;
+		}
 		/* The next search starts where this one could not match. */
 		c->scanned = c->in_len > 3 ? c->in_len - 3 : 0;
-		if (c->in_len > c->f->max_head)
+		if (c->in_len > c->f->o.max_head)
 			refuse(c, 431, "headers_too_large",
 			       "The request head is too large.");
+		else if (!c->head_timing)
+			c->head_timing =
+				!evtimer_add(c->head_timer, &c->f->head_timeout);
 		return;
+	}
+	if (c->head_timing) {
+		evtimer_del(c->head_timer);
+		c->head_timing = false;
 	}
 	c->scanned = (size_t)(eoh - c->in);
 	head_len = c->scanned + 4;
-	if (head_len > c->f->max_head) {
+	if (head_len > c->f->o.max_head) {
 		refuse(c, 431, "headers_too_large",
 			       "The request head is too large.");
 		return;
 	}
+	if ((status = gw_framing_check(c->in, head_len, &fr))) {
+		refuse_framing(c, status);
+		return;
+	}
+	body_len = (size_t)fr.body_len;
 	r = &c->slot;
 	if (head_len + 1 > r->head_cap) {
 		r->head_cap = head_len + 1 > 1024 ? head_len + 1 : 1024;
@@ -472,53 +571,51 @@ static void process(struct front_conn *c)
 	memcpy(r->head, c->in, head_len);
 	r->head[head_len] = '\0';
 	if (split_head(r, head_len, &http10) < 0) {
-		refuse(c, 400, "invalid_request", "The request is not HTTP/1.x.");
+		refuse(c, 431, "headers_too_large",
+		       "The request has too many header fields.");
 		return;
 	}
-	cl = r->content_length;
-	te = r->transfer_encoding;
-	conn_h = r->connection;
-	expect = r->expect;
-	if (te && strcasecmp(te, "identity")) {
-		refuse(c, 411, "length_required",
-		       "Send the body with a Content-Length.");
+	if (c->in_len < head_len + body_len && !admit(c, r))
+		return; /* answered, and c may be gone */
+	if (body_len > c->f->o.max_body) {
+		refuse(c, 413, "request_too_large",
+		       "The request body is over the gateway's limit.");
 		return;
-	}
-	if (cl) {
-		errno = 0;
-		unsigned long long v = strtoull(cl, &end, 10);
-		if (errno || end == cl || *end || cl[0] == '-') {
-			refuse(c, 400, "invalid_request",
-			       "Malformed Content-Length.");
-			return;
-		}
-		if (v > c->f->max_body) {
-			refuse(c, 413, "request_too_large",
-			       "The request body is over the gateway's limit.");
-			return;
-		}
-		body_len = (size_t)v;
 	}
 	if (c->in_len < head_len + body_len) {
-		/* The body is still coming; say go on if asked. */
-		if (expect && !strcasecmp(expect, "100-continue") &&
-		    c->in_len == head_len) {
-			evbuffer_add(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-			flush(c);
-		}
+		wait_body(c, r, head_len);
 		return;
 	}
+	if (c->body_wait) {
+		event_add(c->rev, &IDLE);
+		c->body_wait = false;
+	}
+	c->admitted = false;
 	r->body = kn_xmalloc(body_len + 1);
 	memcpy(r->body, c->in + head_len, body_len);
 	r->body[body_len] = '\0';
 	consume(c, head_len + body_len);
 	r->body_len = body_len;
-	c->keep_alive = http10 ? (conn_h && !strcasecmp(conn_h, "keep-alive"))
-			       : !(conn_h && !strcasecmp(conn_h, "close"));
+	c->keep_alive = http10 ? (r->connection &&
+				  !strcasecmp(r->connection, "keep-alive"))
+			       : !(r->connection &&
+				   !strcasecmp(r->connection, "close"));
 	if (http10 && c->keep_alive)
 		gw_req_add_header(r, "Connection", "keep-alive");
 	c->req = r;
-	c->f->handler(r, c->f->arg);
+	c->f->o.handler(r, c->f->o.arg);
+}
+
+/* A head did not come whole in time: drop the connection. */
+static void on_head_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct front_conn *c = arg;
+
+	(void)fd;
+	(void)what;
+	c->head_timing = false;
+	if (!c->req)
+		conn_free(c);
 }
 
 static void on_read(evutil_socket_t fd, short what, void *arg)
@@ -555,7 +652,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	}
 	c->in_len += (size_t)n;
 	/* Do not hoard a client's pipeline beyond one request's worth. */
-	if (c->req && c->in_len > c->f->max_head + c->f->max_body) {
+	if (c->req && c->in_len > c->f->o.max_head + c->f->o.max_body) {
 		c->closing = true;
 		return;
 	}
@@ -582,23 +679,70 @@ static void conn_free(struct front_conn *c)
 		c->next->prev = c->prev;
 	event_free(c->rev);
 	event_free(c->wev);
+	event_free(c->head_timer);
+	c->f->n_conns--;
 	close(c->fd);
 	free(c->in);
 	evbuffer_free(c->out);
 	free(c);
 }
 
+static bool same_client(const struct sockaddr_storage *a,
+			const struct sockaddr *b)
+{
+	if (a->ss_family != b->sa_family)
+		return false;
+	if (b->sa_family == AF_INET)
+		return !memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+			       &((const struct sockaddr_in *)b)->sin_addr,
+			       sizeof(struct in_addr));
+	if (b->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			       &((const struct sockaddr_in6 *)b)->sin6_addr,
+			       sizeof(struct in6_addr));
+	return true;
+}
+
+/* Whether a connection from sa is over a cap (the scan is short: at
+   most max_conns, and accepting is rare next to requests). */
+static bool over_cap(const struct gw_front *f, const struct sockaddr *sa)
+{
+	int same = 0;
+
+	if (f->n_conns >= f->o.max_conns)
+		return true;
+	for (const struct front_conn *c = f->conns; c; c = c->next)
+		if (same_client(&c->peer, sa) &&
+		    ++same >= f->o.max_conns_per_client)
+			return true;
+	return false;
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 		      struct sockaddr *sa, int socklen, void *arg)
 {
+	static const char busy[] =
+		"HTTP/1.1 503 Service Unavailable\r\n"
+		"Content-Type: application/json\r\nContent-Length: 116\r\n"
+		"Connection: close\r\n\r\n"
+		"{\"error\":{\"message\":\"Too many open connections.\","
+		"\"type\":\"server_error\",\"param\":null,\"code\":"
+		"\"too_many_connections\"}}\n";
 	struct gw_front *f = arg;
-	struct front_conn *c = kn_xcalloc(1, sizeof(*c));
-	struct timeval idle = {IDLE_TIMEOUT_S, 0};
+	struct front_conn *c;
 	int one = 1;
 
 	(void)l;
-	(void)sa;
-	(void)socklen;
+	if (over_cap(f, sa)) {
+		ssize_t n = send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL);
+		(void)n; /* best effort: the connection is closed either way */
+		close(fd);
+		return;
+	}
+	c = kn_xcalloc(1, sizeof(*c));
+	if (socklen > 0 && (size_t)socklen <= sizeof(c->peer))
+		memcpy(&c->peer, sa, (size_t)socklen);
+	f->n_conns++;
 	/* An answer is one writev: never held back waiting for an ACK. */
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->f = f;
@@ -608,24 +752,70 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	kn_buf_init(&c->slot.headers, HEADERS_BYTES_MAX);
 	c->rev = event_new(f->base, fd, EV_READ | EV_PERSIST, on_read, c);
 	c->wev = event_new(f->base, fd, EV_WRITE, on_write, c);
+	c->head_timer = evtimer_new(f->base, on_head_timeout, c);
 	c->next = f->conns;
 	if (f->conns)
 		f->conns->prev = c;
 	f->conns = c;
-	event_add(c->rev, &idle);
+	event_add(c->rev, &IDLE);
+	/* The first head is due within the head timeout too. */
+	c->head_timing = !evtimer_add(c->head_timer, &f->head_timeout);
+}
+
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+	struct gw_front *f = arg;
+	int err = EVUTIL_SOCKET_ERROR();
+	struct timeval pause = {0, 100 * 1000};
+	time_t now = time(NULL);
+
+	f->accept_failures++;
+	if ((err == EMFILE || err == ENFILE) && f->reserve_fd >= 0) {
+		int fd;
+		close(f->reserve_fd);
+		fd = accept(evconnlistener_get_fd(l), NULL, NULL);
+		if (fd >= 0)
+			close(fd);
+		f->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	/* Level-triggered: left enabled, the listener would fail again at
+	   once and spin. */
+	evconnlistener_disable(l);
+	evtimer_add(f->resume, &pause);
+	if (now != f->failures_logged_s) {
+		kn_log(KN_LOG_WARN,
+		       "gateway: cannot accept connections: %s (%lld times "
+		       "since the last report)",
+		       strerror(err), f->accept_failures);
+		f->accept_failures = 0;
+		f->failures_logged_s = now;
+	}
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+	struct gw_front *f = arg;
+
+	(void)fd;
+	(void)what;
+	evconnlistener_enable(f->listener);
+}
+
+static struct timeval ms_timeval(int64_t ms)
+{
+	return (struct timeval){(time_t)(ms / 1000),
+				(suseconds_t)(ms % 1000 * 1000)};
 }
 
 struct gw_front *gw_front_new(struct event_base *base, int fd,
-			      size_t max_head, size_t max_body,
-			      gw_front_handler handler, void *arg)
+			      const struct gw_front_options *opts)
 {
 	struct gw_front *f = kn_xcalloc(1, sizeof(*f));
 
 	f->base = base;
-	f->handler = handler;
-	f->arg = arg;
-	f->max_head = max_head;
-	f->max_body = max_body;
+	f->o = *opts;
+	f->head_timeout = ms_timeval(opts->head_timeout_ms);
+	f->body_idle = ms_timeval(opts->body_idle_ms);
 	f->listener = evconnlistener_new(base, on_accept, f,
 					 LEV_OPT_CLOSE_ON_FREE |
 						 LEV_OPT_CLOSE_ON_EXEC,
@@ -635,6 +825,9 @@ struct gw_front *gw_front_new(struct event_base *base, int fd,
 		free(f);
 		return NULL;
 	}
+	evconnlistener_set_error_cb(f->listener, on_accept_error);
+	f->resume = evtimer_new(base, on_resume, f);
+	f->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	return f;
 }
 
@@ -645,5 +838,9 @@ void gw_front_free(struct gw_front *f)
 	evconnlistener_free(f->listener);
 	while (f->conns)
 		conn_free(f->conns);
+	if (f->resume)
+		event_free(f->resume);
+	if (f->reserve_fd >= 0)
+		close(f->reserve_fd);
 	free(f);
 }

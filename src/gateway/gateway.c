@@ -431,6 +431,14 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 	gw->server = dup_or_null(opts->server);
 	gw->token = dup_or_null(opts->token);
 	gw->opts.zone = gw->zone;
+	if (gw->opts.head_timeout_ms <= 0)
+		gw->opts.head_timeout_ms = 10000;
+	if (gw->opts.body_idle_ms <= 0)
+		gw->opts.body_idle_ms = 30000;
+	if (gw->opts.max_conns <= 0)
+		gw->opts.max_conns = 4096;
+	if (gw->opts.max_conns_per_client <= 0)
+		gw->opts.max_conns_per_client = 256;
 	gw->log_fd = STDERR_FILENO;
 	gw->dir = kn_asprintf("%s/gateway", opts->home);
 	gw->routes_path = kn_asprintf("%s/routes.json", gw->dir);

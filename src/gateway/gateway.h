@@ -228,6 +228,10 @@ struct kn_gateway_options {
 	const char *access_log;  /* file, or NULL for stderr */
 	int64_t max_body;        /* request body cap, bytes */
 	int64_t max_headers;     /* request header cap, bytes */
+	int64_t head_timeout_ms; /* a request head's whole time; 0 = 10 s */
+	int64_t body_idle_ms;    /* most time between body bytes; 0 = 30 s */
+	int max_conns;           /* open connections a worker holds; 0 = 4096 */
+	int max_conns_per_client; /* of one address, a worker; 0 = 256 */
 	int64_t upstream_timeout_ms;
 	int breaker_failures;    /* consecutive failures that open a breaker */
 	int64_t breaker_cooldown_ms;

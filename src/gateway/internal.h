@@ -127,16 +127,32 @@ struct gw_req;
 
 /* Called once per request; the request lives until it is answered. */
 typedef void (*gw_front_handler)(struct gw_req *r, void *arg);
+/*
+ * Called when a request with a body has its head in and its body is not
+ * all read yet: true to read the body, false when it answered r itself
+ * (then the connection closes and the body is never buffered).
+ */
+typedef bool (*gw_front_admit)(struct gw_req *r, void *arg);
 /* The client went away before its answer was done; r is gone. */
 typedef void (*gw_front_gone)(void *arg);
 
+struct gw_front_options {
+	size_t max_head, max_body; /* else 431, 413 */
+	int64_t head_timeout_ms;   /* a whole head must come within this */
+	int64_t body_idle_ms;      /* the most time between body bytes */
+	int max_conns;             /* open connections, else 503 */
+	int max_conns_per_client;  /* of one client address, else 503 */
+	gw_front_handler handler;
+	gw_front_admit admit;      /* or NULL */
+	void *arg;                 /* for handler and admit */
+};
+
 /*
- * Serve the listening socket fd (taken over) on base. Heads over max_head
- * bytes get 431, bodies over max_body 413. NULL when libevent refuses.
+ * Serve the listening socket fd (taken over) on base. NULL when libevent
+ * refuses.
  */
 struct gw_front *gw_front_new(struct event_base *base, int fd,
-			      size_t max_head, size_t max_body,
-			      gw_front_handler handler, void *arg);
+			      const struct gw_front_options *opts);
 /* Close every connection (calling their gone callbacks) and the socket. */
 void gw_front_free(struct gw_front *f);
 
@@ -165,6 +181,22 @@ void gw_req_stream_abort(struct gw_req *r);
 
 /* The digits of v at p (no NUL); returns the end. No printf per call. */
 char *gw_put_uint(char *p, uint64_t v);
+
+/* ---- request framing (framing.c) ---- */
+
+/* What a request head says of its body. */
+struct gw_framing {
+	bool has_length;   /* Content-Length was given */
+	bool chunked;      /* Transfer-Encoding was given */
+	uint64_t body_len; /* Content-Length, or 0 */
+};
+
+/*
+ * Check a whole request head (request line to the empty line, CRLF CRLF
+ * included) against the framing rules at the top of framing.c: 0 with
+ * *out filled, or the status to refuse it with (400, 411, 505).
+ */
+int gw_framing_check(const char *head, size_t len, struct gw_framing *out);
 
 /* ---- workers (proxy.c) ---- */
 

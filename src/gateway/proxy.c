@@ -938,7 +938,9 @@ static void handle(struct gw_req *req, void *arg)
 	qlen = strcspn(target, "?#");
 	refresh_config(w);
 	if (qlen == 8 && !strncmp(target, "/metrics", 8) && get) {
-		serve_metrics(w, req);
+		/* The metrics name deployments: only for a caller with a key. */
+		if (authenticate(w, req))
+			serve_metrics(w, req);
 		return;
 	}
 	if (qlen == 10 && !strncmp(target, "/v1/models", 10) && get) {
@@ -1047,6 +1049,22 @@ static void handle(struct gw_req *req, void *arg)
 	attempt(c);
 }
 
+/* A request with a body still coming: without a valid key it gets 401
+   now, before the gateway keeps any of the body. */
+static bool admit(struct gw_req *req, void *arg)
+{
+	struct gw_worker *w = arg;
+	char target[256]; /* for the log: the request is freed by its answer */
+	int64_t t0 = now_us();
+
+	kn_strlcpy(target, gw_req_target(req), sizeof(target));
+	refresh_config(w);
+	if (authenticate(w, req))
+		return true;
+	log_front(w, target, NULL, NULL, 401, t0);
+	return false;
+}
+
 /* ---- lifecycle ---- */
 
 static void *worker_main(void *arg)
@@ -1061,6 +1079,17 @@ struct gw_worker *gw_worker_new(struct kn_gateway *gw, int index, int fd,
 				struct kn_error *err)
 {
 	struct gw_worker *w = kn_xcalloc(1, sizeof(*w));
+	struct gw_front_options fo = {
+		.max_head = (size_t)gw->opts.max_headers,
+		.max_body = (size_t)gw->opts.max_body,
+		.head_timeout_ms = gw->opts.head_timeout_ms,
+		.body_idle_ms = gw->opts.body_idle_ms,
+		.max_conns = gw->opts.max_conns,
+		.max_conns_per_client = gw->opts.max_conns_per_client,
+		.handler = handle,
+		.admit = admit,
+		.arg = w,
+	};
 
 	w->gw = gw;
 	w->base = event_base_new();
@@ -1074,8 +1103,7 @@ struct gw_worker *gw_worker_new(struct kn_gateway *gw, int index, int fd,
 			event_priority_set(w->log_event, 2);
 	}
 	if (!w->log_event ||
-	    !(w->front = gw_front_new(w->base, fd, (size_t)gw->opts.max_headers,
-				      (size_t)gw->opts.max_body, handle, w))) {
+	    !(w->front = gw_front_new(w->base, fd, &fo))) {
 		if (!w->log_event)
 			close(fd);
 		gw_worker_free(w);

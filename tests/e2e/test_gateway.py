@@ -129,8 +129,14 @@ def key_hash(secret):
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+# Every route table here has a key for reading /metrics, which the
+# gateway shows only to a caller with a key; it reaches no deployment.
+METRICS_KEY = "sk-metrics"
+
+
 def routes(deployments, keys, generation=1):
-    return {"generation": generation, "deployments": deployments, "keys": keys}
+    return {"generation": generation, "deployments": deployments,
+            "keys": keys + [key("metrics", METRICS_KEY, [])]}
 
 
 def deployment(name, upstreams, fallback=None, rpm=0, tpm=0):
@@ -154,6 +160,7 @@ class Gateway:
         self.proc = None
         self.url = None
         self.log = self.home / "gateway.log"
+        self.metrics_key = METRICS_KEY
 
     def start(self):
         url_file = self.home / "gateway" / "gateway.url"
@@ -189,7 +196,10 @@ class Gateway:
                              timeout=30, **kw)
 
     def metric(self, name, **labels):
-        text = requests.get(self.url + "/metrics", timeout=10).text
+        r = requests.get(self.url + "/metrics", timeout=10, headers={
+            "Authorization": f"Bearer {self.metrics_key}"})
+        assert r.status_code == 200, r.text
+        text = r.text
         want = ",".join(f'{k}="{v}"' for k, v in labels.items())
         for line in text.splitlines():
             if line.startswith(f"{name}{{{want}}} "):
