@@ -69,21 +69,32 @@ int kn_errorf(struct kn_error *err, enum kn_errcode code, const char *field,
 	return kn_errcode_errno(code);
 }
 
+/*
+ * The whole message is escaped (kn_text_escape), not only the arguments
+ * that came from outside: a caller cannot forget to, and nothing kiln
+ * logs on purpose spans lines. One log record is then always one line,
+ * whatever a checkpoint, file or token name holds.
+ */
 void kn_log(enum kn_log_level level, const char *fmt, ...)
 {
 	static const char *names[] = {"debug", "info", "warn", "error"};
-	char ts[40];
+	char ts[40], raw[KN_LOG_LINE_MAX], line[KN_LOG_LINE_MAX];
+	size_t raw_len, shown;
 	va_list ap;
+	int n;
 
 	if (level < kn_log_level)
 		return;
 	kn_format_time(kn_now_ms(), ts, sizeof(ts));
-	flockfile(stderr);
-	fprintf(stderr, "%s %-5s ", ts, names[level]);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	n = vsnprintf(raw, sizeof(raw), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	raw_len = n < 0 ? 0 : (size_t)n < sizeof(raw) ? (size_t)n
+						      : sizeof(raw) - 1;
+	shown = kn_text_escape(line, sizeof(line), raw, raw_len, 0);
+	flockfile(stderr);
+	fprintf(stderr, "%s %-5s %s%s\n", ts, names[level], line,
+		shown < (size_t)(n < 0 ? 0 : n) ? " [cut]" : "");
 	funlockfile(stderr);
 }
 
@@ -947,4 +958,133 @@ int kn_git_revision(const char *dir, char out[KN_SHA256_HEX + 1])
 	free(head);
 	free(gd);
 	return rc;
+}
+
+/* Length of the valid UTF-8 sequence at s, or 0 if it is not valid. */
+size_t kn_utf8_seq_len(const unsigned char *s, size_t avail)
+{
+	size_t n, i;
+	uint32_t cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+		n = 2;
+		cp = s[0] & 0x1f;
+	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		n = 3;
+		cp = s[0] & 0x0f;
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		n = 4;
+		cp = s[0] & 0x07;
+	} else {
+		return 0;
+	}
+	if (avail < n)
+		return 0;
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	/* Overlong forms, UTF-16 surrogates, beyond U+10FFFF. */
+	if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return n;
+}
+
+/* Whether the avail bytes at s start a UTF-8 sequence that more bytes
+   could complete. */
+static bool utf8_incomplete(const unsigned char *s, size_t avail)
+{
+	size_t need = s[0] >= 0xc2 && s[0] <= 0xdf   ? 2
+		      : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+		      : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+						     : 0;
+
+	if (avail >= need)
+		return false;
+	for (size_t i = 1; i < avail; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return false;
+	return true;
+}
+
+/*
+ * The escape for the character of n bytes at s into esc, or 0 when it is
+ * shown as it is. n is 0 for a byte that is not UTF-8.
+ */
+static size_t escape_of(const unsigned char *s, size_t n, unsigned flags,
+			char esc[8])
+{
+	bool terminal = flags & KN_TEXT_TERMINAL;
+
+	if (n == 0)
+		return (size_t)snprintf(esc, 8, "\\x%02x", s[0]);
+	if (n == 2 && s[0] == 0xc2 && s[1] < 0xa0)
+		return (size_t)snprintf(esc, 8, "\\u%04x", s[1]);
+	if (n > 1)
+		return 0;
+	if (terminal && (s[0] == '\n' || s[0] == '\t'))
+		return 0;
+	switch (s[0]) {
+	case '\n': return (size_t)snprintf(esc, 8, "\\n");
+	case '\r': return (size_t)snprintf(esc, 8, "\\r");
+	case '\t': return (size_t)snprintf(esc, 8, "\\t");
+	case '\\': return terminal ? 0 : (size_t)snprintf(esc, 8, "\\\\");
+	}
+	if (s[0] < 0x20 || s[0] == 0x7f)
+		return (size_t)snprintf(esc, 8, "\\x%02x", s[0]);
+	return 0;
+}
+
+size_t kn_text_escape(char *dst, size_t size, const char *src, size_t len,
+		      unsigned flags)
+{
+	const unsigned char *s = (const unsigned char *)src;
+	size_t i = 0, used = 0, n, piece_len;
+	const char *piece;
+	char esc[8];
+
+	if (!size)
+		return 0;
+	while (i < len) {
+		n = s[i] < 0x80 ? 1 : kn_utf8_seq_len(s + i, len - i);
+		if (n == 0 && (flags & KN_TEXT_MORE) &&
+		    utf8_incomplete(s + i, len - i))
+			break;
+		piece_len = escape_of(s + i, n, flags, esc);
+		piece = piece_len ? esc : src + i;
+		if (!piece_len)
+			piece_len = n;
+		if (used + piece_len >= size)
+			break;
+		memcpy(dst + used, piece, piece_len);
+		used += piece_len;
+		i += n ? n : 1;
+	}
+	dst[used] = '\0';
+	return i;
+}
+
+char *kn_csv_cell(const char *text)
+{
+	bool formula = text[0] && strchr("=+-@\t\r", text[0]);
+	bool quote = formula || strpbrk(text, ",\"\r\n") != NULL;
+	char *out = kn_xmalloc(2 * strlen(text) + 4), *p = out;
+
+	if (quote)
+		*p++ = '"';
+	if (formula)
+		*p++ = '\'';
+	for (const char *s = text; *s; s++) {
+		if (*s == '"')
+			*p++ = '"';
+		*p++ = *s;
+	}
+	if (quote)
+		*p++ = '"';
+	*p = '\0';
+	return out;
 }

@@ -51,7 +51,13 @@ int kn_errcode_http(enum kn_errcode code);
 /* The negative errno kn_errorf returns for a code. */
 int kn_errcode_errno(enum kn_errcode code);
 
-/* Logging to stderr with a UTC timestamp; level filtered by kn_log_level. */
+/*
+ * Logging to stderr with a UTC timestamp; level filtered by kn_log_level.
+ * The formatted message is escaped as kn_text_escape does (one record is
+ * one line, whatever names it quotes) and cut at KN_LOG_LINE_MAX bytes,
+ * marked " [cut]".
+ */
+#define KN_LOG_LINE_MAX 8192
 enum kn_log_level { KN_LOG_DEBUG, KN_LOG_INFO, KN_LOG_WARN, KN_LOG_ERROR };
 extern enum kn_log_level kn_log_level;
 void kn_log(enum kn_log_level level, const char *fmt, ...)
@@ -204,6 +210,33 @@ bool kn_yaml_node_position(struct fy_diag *diag, struct fy_node *node,
  */
 int kn_yaml_text_check(const char *text, size_t len, const char *file,
 		       const char *what, struct kn_error *err);
+/*
+ * Untrusted text (a name, a path, a task's output) rendered so that it
+ * cannot act on where it is written: a log line, a terminal. Shown as
+ * escapes: each C0 control character and DEL (\n, \r, \t, else \xHH),
+ * each C1 control character U+0080..U+009F (\u00HH) and each byte that
+ * is not part of valid UTF-8 (\xHH); a backslash is doubled, so the
+ * rendering reads back to exactly the input. Everything else, valid UTF-8
+ * included, is copied as it is.
+ */
+enum kn_text_flags {
+	/* For a person's terminal: \n and \t are kept, a backslash is not
+	   doubled. */
+	KN_TEXT_TERMINAL = 1 << 0,
+	/* More input follows: an incomplete UTF-8 sequence at the end is
+	   left unread, for the caller to pass again with the next bytes. */
+	KN_TEXT_MORE = 1 << 1,
+};
+/*
+ * Render len bytes of src into dst: at most size - 1 bytes and a NUL,
+ * never half an escape or a character. The output is valid UTF-8 and
+ * holds no control character (but \n and \t with KN_TEXT_TERMINAL). Returns how many bytes of src
+ * were rendered: len unless dst was too small (4 * len + 1 always
+ * suffices) or KN_TEXT_MORE held back a sequence's start.
+ */
+size_t kn_text_escape(char *dst, size_t size, const char *src, size_t len,
+		      unsigned flags);
+
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is not. */
 size_t kn_utf8_seq_len(const unsigned char *s, size_t avail);
 /* Offset of the first NUL byte or invalid UTF-8 sequence, or len when
@@ -272,6 +305,16 @@ int kn_csv_record_at(char **p, char **fields, size_t *offsets, int max);
 int kn_csv_columns(char **p, const char *path, const char *field,
 		   const char *const *wanted, int n, int *col,
 		   struct kn_error *err);
+
+/*
+ * One text cell of a CSV that kiln writes, malloc'd: in double quotes
+ * (with "" for a quote) when it holds a comma, quote, CR or LF, and
+ * behind a single quote when it starts with '=', '+', '-', '@', a tab or
+ * a CR, which a spreadsheet would run as a formula. Only for text: the
+ * numbers a writer formats itself go out as they are, so -3.5 stays a
+ * number.
+ */
+char *kn_csv_cell(const char *text);
 
 /* Fill buf with n cryptographically random bytes (getrandom). */
 int kn_random_bytes(void *buf, size_t n);

@@ -367,6 +367,75 @@ static void test_git_revision(void **state)
 	kn_rm_rf(root);
 }
 
+static void test_text_escape(void **state)
+{
+	static const struct {
+		const char *in;
+		size_t len;
+		unsigned flags;
+		const char *out;
+	} cases[] = {
+		{"plain é 日本", 0, 0, "plain é 日本"},
+		{"x\n2026-12-03T00:00:00Z kiln: forged", 0, 0,
+		 "x\\n2026-12-03T00:00:00Z kiln: forged"},
+		{"a\r\tb\\n", 0, 0, "a\\r\\tb\\\\n"},
+		{"\x1b[2J\x1b]0;pwned\x07", 0, 0,
+		 "\\x1b[2J\\x1b]0;pwned\\x07"},
+		{"del\x7f c1\xc2\x9b[0m nbsp\xc2\xa0", 0, 0,
+		 "del\\x7f c1\\u009b[0m nbsp\xc2\xa0"},
+		{"bad\xff\xc3(\xed\xa0\x80", 0, 0,
+		 "bad\\xff\\xc3(\\xed\\xa0\\x80"},
+		{"nul\0x", 5, 0, "nul\\x00x"},
+		{"line\n\ttab\x1b\\", 0, KN_TEXT_TERMINAL,
+		 "line\n\ttab\\x1b\\"},
+		/* An unfinished sequence waits for more, or is shown. */
+		{"ok\xe6\x97", 0, KN_TEXT_MORE, "ok"},
+		{"ok\xe6\x97", 0, 0, "ok\\xe6\\x97"},
+	};
+	char out[128];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = cases[i].len ? cases[i].len : strlen(cases[i].in);
+		size_t used = kn_text_escape(out, sizeof(out), cases[i].in, len,
+					     cases[i].flags);
+
+		assert_string_equal(out, cases[i].out);
+		assert_int_equal(used, cases[i].flags & KN_TEXT_MORE ? 2 : len);
+	}
+	/* Bounded, never half an escape: 3 bytes leave room for one. */
+	assert_int_equal(kn_text_escape(out, 7, "\n\n\n", 3, 0), 3);
+	assert_string_equal(out, "\\n\\n\\n");
+	assert_int_equal(kn_text_escape(out, 6, "\n\n\n", 3, 0), 2);
+	assert_string_equal(out, "\\n\\n");
+	assert_int_equal(kn_text_escape(out, 4, "\x1b", 1, 0), 0);
+	assert_string_equal(out, "");
+}
+
+static void test_csv_cell(void **state)
+{
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{"train-7", "train-7"},
+		{"=HYPERLINK(\"http://x\",\"y\")",
+		 "\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\""},
+		{"+1", "\"'+1\""},   {"-3.5", "\"'-3.5\""},
+		{"@SUM(A1)", "\"'@SUM(A1)\""},
+		{"\tx", "\"'\tx\""}, {"\rx", "\"'\rx\""},
+		{"a,b", "\"a,b\""},   {"two\nlines", "\"two\nlines\""},
+		{"a=b", "a=b"},       {"", ""},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *cell = kn_csv_cell(cases[i].in);
+
+		assert_string_equal(cell, cases[i].out);
+		free(cell);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -383,6 +452,8 @@ int main(void)
 		cmocka_unit_test(test_csv_reader),
 		cmocka_unit_test(test_csv_reader_errors),
 		cmocka_unit_test(test_git_revision),
+		cmocka_unit_test(test_text_escape),
+		cmocka_unit_test(test_csv_cell),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
