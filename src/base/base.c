@@ -1068,9 +1068,14 @@ size_t kn_text_escape(char *dst, size_t size, const char *src, size_t len,
 	return i;
 }
 
+bool kn_csv_formula_start(const char *text)
+{
+	return text[0] && strchr("=+-@\t\r", text[0]);
+}
+
 char *kn_csv_cell(const char *text)
 {
-	bool formula = text[0] && strchr("=+-@\t\r", text[0]);
+	bool formula = kn_csv_formula_start(text);
 	bool quote = formula || strpbrk(text, ",\"\r\n") != NULL;
 	char *out = kn_xmalloc(2 * strlen(text) + 4), *p = out;
 

@@ -315,6 +315,8 @@ int kn_csv_columns(char **p, const char *path, const char *field,
  * number.
  */
 char *kn_csv_cell(const char *text);
+/* Whether a cell starting with text would be read as a formula. */
+bool kn_csv_formula_start(const char *text);
 
 /* Fill buf with n cryptographically random bytes (getrandom). */
 int kn_random_bytes(void *buf, size_t n);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -120,20 +121,13 @@ void cost_report_table(json_t *reply, FILE *out)
 			cli_json_str(reply, "efficiency_source"));
 }
 
-/* A CSV field: quoted when it holds a comma, quote or line break. */
+/* A text cell (kn_csv_cell): quoted when it must be, never a formula. */
 static void csv_field(FILE *out, const char *s)
 {
-	if (!strpbrk(s, ",\"\r\n")) {
-		fputs(s, out);
-		return;
-	}
-	fputc('"', out);
-	for (; *s; s++) {
-		if (*s == '"')
-			fputc('"', out);
-		fputc(*s, out);
-	}
-	fputc('"', out);
+	char *cell = kn_csv_cell(s);
+
+	fputs(cell, out);
+	free(cell);
 }
 
 static const char *const CSV_NUMBERS[] = {
@@ -162,7 +156,7 @@ void cost_report_csv(json_t *reply, FILE *out)
 	json_t *r;
 	size_t i;
 
-	fputs(cli_json_str(reply, "by"), out);
+	csv_field(out, cli_json_str(reply, "by"));
 	for (size_t k = 0; k < sizeof(CSV_NUMBERS) / sizeof(CSV_NUMBERS[0]); k++)
 		fprintf(out, ",%s", CSV_NUMBERS[k]);
 	fputs(",efficiency,unpriced\n", out);
@@ -489,9 +483,11 @@ void cost_report_rightsize_csv(json_t *reply, FILE *out)
 	json_array_foreach(json_object_get(reply, "jobs"), i, j)
 		json_array_foreach(json_object_get(j, "resources"), k, r) {
 			csv_field(out, cli_json_str(j, "name"));
-			fprintf(out, ",%s,%s,%" JSON_INTEGER_FORMAT,
-				cli_json_str(r, "resource"),
-				cli_json_str(r, "unit"),
+			fputc(',', out);
+			csv_field(out, cli_json_str(r, "resource"));
+			fputc(',', out);
+			csv_field(out, cli_json_str(r, "unit"));
+			fprintf(out, ",%" JSON_INTEGER_FORMAT,
 				json_integer_value(
 					json_object_get(r, "samples")));
 			for (size_t n = 0; n < sizeof(numbers) / sizeof(*numbers);

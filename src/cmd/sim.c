@@ -241,8 +241,10 @@ static int write_csv(const struct cli_ctx *ctx, const char *path,
 	      "unallocated_p75,unallocated_min,unallocated_max,frag_median\n",
 	      f);
 	for (size_t p = 0; p < n; p++) {
+		char *policy = kn_csv_cell(res[p].policy->name);
+
 		for (int x = 0; x < KN_SIM_BINS; x++) {
-			fprintf(f, "%s,%d", res[p].policy->name, x);
+			fprintf(f, "%s,%d", policy, x);
 			print_number(f, res[p].median[x]);
 			print_number(f, res[p].p25[x]);
 			print_number(f, res[p].p75[x]);
@@ -251,6 +253,7 @@ static int write_csv(const struct cli_ctx *ctx, const char *path,
 			print_number(f, res[p].frag[x]);
 			fputc('\n', f);
 		}
+		free(policy);
 	}
 	if (fclose(f) != 0)
 		return cli_fail(ctx, "--csv %s: %s", path, strerror(errno));

@@ -47,9 +47,19 @@ static void model_list_release(struct model_list *m)
 	m->n = 0;
 }
 
-/* A CSV field without commas, quotes or line breaks (names are ours). */
+/*
+ * A CSV field without commas, quotes or line breaks, so the trace reads
+ * as openb's; at the start of a cell, one a spreadsheet would run as a
+ * formula gets a single quote first (node and GPU model names come from
+ * the nodes).
+ */
 static void put_field(struct kn_buf *b, const char *s)
 {
+	bool cell_start = !b->len || b->data[b->len - 1] == ',' ||
+			  b->data[b->len - 1] == '\n';
+
+	if (cell_start && kn_csv_formula_start(s))
+		kn_buf_append(b, "'", 1);
 	for (; *s; s++) {
 		char c = strchr(",\"\r\n", *s) ? '_' : *s;
 

@@ -100,6 +100,24 @@ static void test_csv(void **state)
 	free(out);
 }
 
+/* A key a spreadsheet would run is neutralised; numbers stay numbers. */
+static void test_csv_formula_key(void **state)
+{
+	char *out = render(cost_report_csv,
+			   "{\"by\": \"job\", \"rows\": [{\"key\": "
+			   "\"=HYPERLINK(\\\"http://x\\\")\", "
+			   "\"gpu_seconds\": 60, \"cost_usd\": -3.5}],"
+			   " \"total\": {\"key\": \"total\"}}");
+	char *line2 = strchr(out, '\n') + 1;
+
+	(void)state;
+	assert_true(!strncmp(line2,
+			     "\"'=HYPERLINK(\"\"http://x\"\")\",60.000000,"
+			     "-3.500000,",
+			     42));
+	free(out);
+}
+
 static void test_svg(void **state)
 {
 	char *out = render(cost_report_svg, DAYS);
@@ -230,6 +248,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_table),
 		cmocka_unit_test(test_csv),
+		cmocka_unit_test(test_csv_formula_key),
 		cmocka_unit_test(test_svg),
 		cmocka_unit_test(test_since),
 		cmocka_unit_test(test_reservations),
