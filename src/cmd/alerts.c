@@ -5,6 +5,7 @@
  * line so it pipes into jq; -f keeps following.
  */
 #include <stdio.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
@@ -98,7 +99,10 @@ int cmd_events(struct cli_ctx *ctx, int argc, char **argv)
 	cli_query_add(&path, "since", number);
 	if (follow)
 		cli_query_add(&path, "follow", "1");
-	rc = cli_stream(c, path.data, stdout, follow);
+	/* Events quote names users chose: inert on a terminal, as logs. */
+	rc = cli_stream(c, path.data, stdout,
+			(follow ? CLI_STREAM_UNBOUNDED : 0) |
+				(isatty(STDOUT_FILENO) ? CLI_STREAM_INERT : 0));
 out:
 	kn_buf_release(&path);
 	cli_client_free(c);

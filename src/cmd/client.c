@@ -253,8 +253,47 @@ struct answer {
 	bool streaming;
 	bool too_big;
 	int sink_errno;   /* writing to sink failed with this */
+	bool inert;       /* a terminal's: control characters shown escaped */
+	char held[4];     /* the start of a UTF-8 sequence cut by a piece */
+	size_t n_held;
 	struct kn_buf body;
 };
+
+/* The bytes a streamed piece is escaped in at most (held ones first). */
+#define INERT_PIECE 4096
+
+/*
+ * Write len bytes to the sink as kn_text_escape shows them on a terminal;
+ * more says whether more pieces follow (a sequence cut at the end then
+ * waits in held). 0, or -1 with sink_errno set.
+ */
+static int write_inert(struct answer *a, const char *data, size_t len,
+		       bool more)
+{
+	char in[INERT_PIECE + sizeof(a->held)], out[4 * sizeof(in) + 1];
+	size_t take, n, used;
+
+	do {
+		take = len < INERT_PIECE ? len : INERT_PIECE;
+		memcpy(in, a->held, a->n_held);
+		memcpy(in + a->n_held, data, take);
+		n = a->n_held + take;
+		used = kn_text_escape(out, sizeof(out), in, n,
+				      KN_TEXT_TERMINAL |
+					      (more || take < len ? KN_TEXT_MORE
+								  : 0));
+		a->n_held = n - used;
+		memcpy(a->held, in + used, a->n_held);
+		data += take;
+		len -= take;
+		errno = 0;
+		if (fputs(out, a->sink) == EOF) {
+			a->sink_errno = errno ? errno : EIO;
+			return -1;
+		}
+	} while (len);
+	return 0;
+}
 
 static size_t on_data(char *data, size_t size, size_t n, void *arg)
 {
@@ -268,8 +307,10 @@ static size_t on_data(char *data, size_t size, size_t n, void *arg)
 		a->decided = true;
 	}
 	if (a->streaming) {
+		if (a->inert && write_inert(a, data, len, true) < 0)
+			return 0;
 		errno = 0;
-		if (fwrite(data, 1, len, a->sink) != len ||
+		if ((!a->inert && fwrite(data, 1, len, a->sink) != len) ||
 		    fflush(a->sink) != 0) {
 			a->sink_errno = errno ? errno : EIO;
 			return 0;
@@ -381,9 +422,11 @@ static void set_method(CURL *curl, const char *method, const char *body,
 static int perform(struct cli_client *c, const char *method,
 		   const char *path, const char *content_type,
 		   const char *body, size_t body_len, FILE *sink,
-		   bool unbounded, json_t **out)
+		   unsigned stream_flags, json_t **out)
 {
-	struct answer a = {.curl = c->curl, .sink = sink};
+	struct answer a = {.curl = c->curl, .sink = sink,
+			   .inert = stream_flags & CLI_STREAM_INERT};
+	bool unbounded = stream_flags & CLI_STREAM_UNBOUNDED;
 	struct curl_slist *headers;
 	char *url = kn_asprintf("%s%s", c->base_url, path);
 	long status = 0;
@@ -416,6 +459,9 @@ static int perform(struct cli_client *c, const char *method,
 
 	cc = curl_easy_perform(c->curl);
 	curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
+	/* A sequence the stream ended in the middle of is shown escaped. */
+	if (a.streaming && a.n_held && !a.sink_errno)
+		write_inert(&a, "", 0, false);
 	if (a.sink_errno) {
 		fprintf(stderr, "kiln: cannot write the output: %s\n",
 			strerror(a.sink_errno));
@@ -455,19 +501,19 @@ int cli_call(struct cli_client *c, const char *method, const char *path,
 	     const char *content_type, const char *body, size_t body_len,
 	     json_t **out)
 {
-	return perform(c, method, path, content_type, body, body_len, NULL,
-		       false, out);
+	return perform(c, method, path, content_type, body, body_len, NULL, 0,
+		       out);
 }
 
 int cli_get(struct cli_client *c, const char *path, json_t **out)
 {
-	return perform(c, "GET", path, NULL, NULL, 0, NULL, false, out);
+	return perform(c, "GET", path, NULL, NULL, 0, NULL, 0, out);
 }
 
 int cli_stream(struct cli_client *c, const char *path, FILE *sink,
-	       bool unbounded)
+	       unsigned flags)
 {
-	return perform(c, "GET", path, NULL, NULL, 0, sink, unbounded, NULL);
+	return perform(c, "GET", path, NULL, NULL, 0, sink, flags, NULL);
 }
 
 static void add_escaped(struct kn_buf *b, const char *s)

@@ -72,12 +72,18 @@ int cli_call(struct cli_client *c, const char *method, const char *path,
 /* cli_call for a GET without a body. */
 int cli_get(struct cli_client *c, const char *path, json_t **out);
 
+enum cli_stream_flags {
+	CLI_STREAM_UNBOUNDED = 1 << 0, /* no time limit (a followed stream) */
+	/* For a person's terminal: control characters but \n and \t, and
+	   bytes that are not UTF-8, shown escaped (kn_text_escape). */
+	CLI_STREAM_INERT = 1 << 1,
+};
 /*
  * GET path and write a 2xx answer to sink as it arrives (flushed after
- * each piece), with no time limit when unbounded. Same returns as cli_call.
+ * each piece), as flags say. Same returns as cli_call.
  */
 int cli_stream(struct cli_client *c, const char *path, FILE *sink,
-	       bool unbounded);
+	       unsigned flags);
 
 /*
  * Append "?key=value" or "&key=value" to a URL path, percent-encoding

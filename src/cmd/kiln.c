@@ -272,14 +272,18 @@ static const struct cli_command commands[] = {
 	 "  -o json  print the server's JSON, including the spec\n",
 	 false},
 	{"logs", cmd_logs, NULL, "print or follow a task's output",
-	 "usage: kiln logs ID [--task N] [--attempt K] [-f]\n"
+	 "usage: kiln logs ID [--task N] [--attempt K] [-f] [--raw]\n"
 	 "\n"
 	 "Print the output (stdout and stderr) of one task of job ID as it\n"
-	 "arrives.\n"
+	 "arrives. On a terminal, escape sequences and other control\n"
+	 "characters but newline and tab are shown escaped (\\x1b, \\r,\n"
+	 "\\u009b), so a task cannot drive the terminal; into a pipe or a\n"
+	 "file the bytes pass unchanged.\n"
 	 "\n"
 	 "  --task N     the task's rank (default 0)\n"
 	 "  --attempt K  the attempt (default the latest)\n"
-	 "  -f, --follow keep printing until the task has ended\n",
+	 "  -f, --follow keep printing until the task has ended\n"
+	 "  --raw        the bytes as they are, on a terminal too\n",
 	 false},
 	{"cancel", cmd_cancel, NULL, "cancel a job",
 	 "usage: kiln cancel ID\n"
@@ -559,7 +563,8 @@ static const struct cli_command commands[] = {
 	 "jq): job state changes (job.state), node state changes (node.state)\n"
 	 "and alerts (alert.firing, alert.resolved). Each has seq, time_ms and\n"
 	 "type. The server keeps the last 1024 in memory; seq starts over when\n"
-	 "it restarts.\n"
+	 "it restarts. On a terminal, control characters in names are shown\n"
+	 "escaped as `kiln logs` does; a pipe gets the JSON unchanged.\n"
 	 "\n"
 	 "  -f, --follow  keep printing new events as they happen\n"
 	 "  --since SEQ   only events after sequence number SEQ\n",

@@ -712,6 +712,13 @@ static void h_token_create(struct server *s, struct kn_http_req *req,
 			  "'-', '_', '.' or '@'%s", "");
 		return;
 	}
+	if (credential_name_reserved(name)) {
+		reply_err(req, KN_EINVAL, "name",
+			  "name \"%s\" is reserved: the audit log uses it for "
+			  "the server's own actions", name);
+		json_decref(body);
+		return;
+	}
 	if (!role || role_parse(role, &r) < 0) {
 		reply_err(req, KN_EINVAL, "role",
 			  "role must be viewer, user, operator or admin; got "

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 
@@ -151,6 +152,19 @@ int auth_check(struct server *s, const char *header, struct caller *out,
 	out->role = role;
 	kn_token_row_release(&t);
 	return 0;
+}
+
+/* Actors the server writes into the audit log itself: no token may
+   pass for them. */
+static const char *const reserved_actors[] = {"system"};
+
+bool credential_name_reserved(const char *name)
+{
+	for (size_t i = 0;
+	     i < sizeof(reserved_actors) / sizeof(reserved_actors[0]); i++)
+		if (!strcasecmp(name, reserved_actors[i]))
+			return true;
+	return false;
 }
 
 bool credential_name_ok(const char *name)

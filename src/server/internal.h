@@ -209,6 +209,9 @@ void token_generate(char secret[64], char hash[65]);
 void token_hash(const char *secret, char hash[65]);
 /* A token's or gateway key's name: 1..64 of A-Z a-z 0-9 - _ . @. */
 bool credential_name_ok(const char *name);
+/* Whether name is one the audit log uses for the server itself
+   ("system", in any case), which no token may take. */
+bool credential_name_reserved(const char *name);
 /* A new gateway key "kgw_<43 base64url chars>" and its hex sha256. */
 void key_generate(char secret[64], char hash[65]);
 /* Create the admin token on the first start; writes admin.token 0600. */
