@@ -315,31 +315,7 @@ void cli_print_json(json_t *value)
 
 void cli_clean(char *dst, const char *src, size_t size)
 {
-	size_t i;
-
-	if (!size)
-		return;
-	for (i = 0; src[i] && i + 1 < size; i++) {
-		unsigned char c = (unsigned char)src[i];
-		dst[i] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
-	}
-	/* Do not leave half a UTF-8 sequence behind when src was cut. */
-	if (src[i]) {
-		size_t start = i;
-		unsigned char lead;
-		size_t need;
-
-		while (start > 0 && ((unsigned char)dst[start - 1] & 0xc0) == 0x80)
-			start--;
-		if (start > 0 && ((unsigned char)dst[start - 1] & 0x80)) {
-			start--;
-			lead = (unsigned char)dst[start];
-			need = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
-			if (i - start < need)
-				i = start;
-		}
-	}
-	dst[i] = '\0';
+	kn_text_escape(dst, size, src, strlen(src), 0);
 }
 
 /* Characters in UTF-8 text: every byte that does not continue one. */
@@ -494,7 +470,8 @@ void cli_table_free(struct cli_table *t)
 
 void cli_table_cell(struct cli_table *t, const char *text)
 {
-	size_t size = strlen(text) + 1;
+	/* Room for every byte's escape: a cell is never cut. */
+	size_t size = 4 * strlen(text) + 1;
 	char *copy = kn_xmalloc(size);
 
 	cli_clean(copy, text, size);

@@ -202,8 +202,10 @@ int cli_read_spec(const struct cli_ctx *ctx, const char *path, char **text,
 void cli_print_json(json_t *value);
 
 /*
- * Copy text for a terminal: control characters (newlines, escapes) from
- * the server become spaces so they cannot garble or drive the terminal.
+ * Copy text for a terminal, at most size - 1 bytes and a NUL: control
+ * characters (newlines, escapes) and bytes that are not UTF-8 from the
+ * server are shown escaped (kn_text_escape: "\n", "\x1b", "\u009b") so
+ * they cannot garble or drive the terminal. Never cuts a character.
  */
 void cli_clean(char *dst, const char *src, size_t size);
 

@@ -164,8 +164,8 @@ static void test_clean_and_truncate(void **state)
 	char small[5];
 
 	(void)state;
-	cli_clean(buf, "a\nb\x1b[31mc\x7f", sizeof(buf));
-	assert_string_equal(buf, "a b [31mc ");
+	cli_clean(buf, "a\nb\x1b[31mc\x7f\xc2\x9b\xff\\", sizeof(buf));
+	assert_string_equal(buf, "a\\nb\\x1b[31mc\\x7f\\u009b\\xff\\\\");
 	/* "aé" is 3 bytes; a 4-byte buffer must not keep half of "é". */
 	cli_clean(small, "abé", 4);
 	assert_string_equal(small, "ab");
@@ -267,7 +267,7 @@ static void test_table(void **state)
 	fclose(f);
 	assert_string_equal(out, "  ID  NAME   REASON\n"
 				 "  7   héllo\n"
-				 "  12  a b    why\n");
+				 "  12  a\\tb   why\n");
 	free(out);
 	cli_table_free(t);
 }
