@@ -152,30 +152,69 @@ struct kn_task_status {
 	char outputs_manifest_sha256[65];
 };
 
+struct kn_executor;
+
 struct kn_executor_ops {
 	const char *name;
+	/*
+	 * What the engine does itself, where the server otherwise would:
+	 * places tasks and runs deployments (Kubernetes); syncs checkpoints
+	 * and outputs from inside the task (a pod's shim); runs a spec's
+	 * image; honours this placement.selector key (Slurm's "pool", a
+	 * partition) or NULL; needs the home searchable (o+x) for a task's
+	 * user to reach its directory (Slurm).
+	 */
+	bool places_tasks;
+	bool syncs_checkpoints;
+	bool runs_containers;
+	const char *selector_key;
+	bool home_searchable;
+	/*
+	 * When tasks are not processes of this machine: the nodes answer's
+	 * isolation (the engine's) and why the server sets no resource
+	 * limits; NULL for tasks the server isolates, limits and samples.
+	 */
+	const char *isolation;
+	const char *limits;
 	/* Start one task; on success *out identifies it. */
-	int (*start)(const struct kn_task_launch *launch,
+	int (*start)(struct kn_executor *ex,
+		     const struct kn_task_launch *launch,
 		     struct kn_task_proc *out, struct kn_error *err);
 	/*
 	 * Ask a task to stop: its process group gets signo, then SIGKILL
 	 * after grace_ms (signo 0 and grace_ms < 0: SIGTERM and the launch's
 	 * grace). A task already gone is not an error.
 	 */
-	int (*stop)(const char *task_dir, const struct kn_task_proc *proc,
-		    int signo, int64_t grace_ms, struct kn_error *err);
+	int (*stop)(struct kn_executor *ex, const char *task_dir,
+		    const struct kn_task_proc *proc, int signo,
+		    int64_t grace_ms, struct kn_error *err);
 	/* Read a task's state from its directory and process. */
-	int (*status)(const char *task_dir, const struct kn_task_proc *proc,
+	int (*status)(struct kn_executor *ex, const char *task_dir,
+		      const struct kn_task_proc *proc,
 		      struct kn_task_status *out, struct kn_error *err);
 	/*
 	 * Find a task again from its directory after a server restart:
 	 * 0 and *out, or -ENOENT when it was never started there.
 	 */
-	int (*adopt)(const char *task_dir, struct kn_task_proc *out,
-		     struct kn_error *err);
+	int (*adopt)(struct kn_executor *ex, const char *task_dir,
+		     struct kn_task_proc *out, struct kn_error *err);
+	/* Release impl (NULL: nothing to release). */
+	void (*release)(struct kn_executor *ex);
 };
 
-extern const struct kn_executor_ops kn_local_executor;
+/* One executor: its engine's ops and that engine's own state. */
+struct kn_executor {
+	const struct kn_executor_ops *ops;
+	void *impl;
+};
+
+/* An instance of ops with impl, the engine's state (may be NULL). */
+struct kn_executor *kn_executor_new(const struct kn_executor_ops *ops,
+				    void *impl);
+/* Releases the engine's state (ops->release) and ex; NULL is a no-op. */
+void kn_executor_free(struct kn_executor *ex);
+/* Tasks as processes of this machine, each under its shim. */
+struct kn_executor *kn_local_executor_new(void);
 
 /*
  * The Slurm executor (src/exec/slurm.c): one sbatch per attempt carries the
@@ -227,7 +266,7 @@ char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 			    int64_t timeout_ms, const char *attempt_dir);
 void kn_slurm_args_free(char **args);
 
-extern const struct kn_executor_ops kn_slurm_executor;
+struct kn_executor *kn_slurm_executor_new(void);
 
 /*
  * `kiln shim --slurm ATTEMPT_DIR`, run by srun once per task: picks the

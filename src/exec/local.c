@@ -130,7 +130,7 @@ int exec_write_launch(const struct kn_task_launch *l,
 	return rc;
 }
 
-static int local_start(const struct kn_task_launch *l,
+static int local_start(struct kn_executor *ex, const struct kn_task_launch *l,
 		       struct kn_task_proc *out, struct kn_error *err)
 {
 	char *shim_log = kn_asprintf("%s/shim.log", l->task_dir);
@@ -140,6 +140,7 @@ static int local_start(const struct kn_task_launch *l,
 	pid_t pid;
 	int rc;
 
+	(void)ex;
 	rc = exec_write_launch(l, NULL, 0, 0, err);
 	if (rc < 0)
 		goto out;
@@ -185,9 +186,12 @@ out:
  * second signal keeps the request whole if the shim is busy, and it stays
  * there for a shim that has not yet blocked its signals.
  */
-static int local_stop(const char *task_dir, const struct kn_task_proc *proc,
-		      int signo, int64_t grace_ms, struct kn_error *err)
+static int local_stop(struct kn_executor *ex, const char *task_dir,
+		      const struct kn_task_proc *proc, int signo,
+		      int64_t grace_ms, struct kn_error *err)
 {
+	(void)ex;
+
 	if (!exec_proc_alive(proc))
 		return 0;
 	if (signo > 0 || grace_ms >= 0) {
@@ -244,12 +248,14 @@ int exec_read_status(const char *task_dir, struct kn_task_status *st,
 	return 0;
 }
 
-static int local_status(const char *task_dir, const struct kn_task_proc *proc,
+static int local_status(struct kn_executor *ex, const char *task_dir,
+			const struct kn_task_proc *proc,
 			struct kn_task_status *out, struct kn_error *err)
 {
 	struct kn_task_status st;
 	int rc;
 
+	(void)ex;
 	memset(&st, 0, sizeof(st));
 	rc = exec_read_status(task_dir, &st, err);
 	if (rc == 0) {
@@ -279,14 +285,15 @@ static int local_status(const char *task_dir, const struct kn_task_proc *proc,
 	return 0;
 }
 
-static int local_adopt(const char *task_dir, struct kn_task_proc *out,
-		       struct kn_error *err)
+static int local_adopt(struct kn_executor *ex, const char *task_dir,
+		       struct kn_task_proc *out, struct kn_error *err)
 {
 	struct kn_error why;
 	char *path, *text = NULL;
 	long long pid = 0, start = 0;
 	int rc;
 
+	(void)ex;
 	rc = kn_task_file_read(task_dir, "shim.pid", 256, &text, NULL, &why);
 	if (rc == -ENOENT) {
 		/* Spawned but not yet recorded, or never spawned. */
@@ -330,10 +337,15 @@ int kn_shim_record_pid(const char *task_dir)
 	return rc;
 }
 
-const struct kn_executor_ops kn_local_executor = {
+static const struct kn_executor_ops local_ops = {
 	.name = "local",
 	.start = local_start,
 	.stop = local_stop,
 	.status = local_status,
 	.adopt = local_adopt,
 };
+
+struct kn_executor *kn_local_executor_new(void)
+{
+	return kn_executor_new(&local_ops, NULL);
+}

@@ -509,7 +509,7 @@ static int give_like_dir(const char *dir, const char *path)
 
 /* ---- ops ---- */
 
-static int slurm_start(const struct kn_task_launch *l,
+static int slurm_start(struct kn_executor *ex, const struct kn_task_launch *l,
 		       struct kn_task_proc *out, struct kn_error *err)
 {
 	struct kn_slurm_task tu;
@@ -521,6 +521,7 @@ static int slurm_start(const struct kn_task_launch *l,
 	struct kn_task_proc p = {0, 0};
 	int rc;
 
+	(void)ex;
 	if (!l->slurm)
 		return kn_errorf(err, KN_EINVAL, NULL,
 				 "the Slurm executor needs the job's Slurm "
@@ -604,8 +605,9 @@ out:
 	return rc;
 }
 
-static int slurm_stop(const char *task_dir, const struct kn_task_proc *proc,
-		      int signo, int64_t grace_ms, struct kn_error *err)
+static int slurm_stop(struct kn_executor *ex, const char *task_dir,
+		      const struct kn_task_proc *proc, int signo,
+		      int64_t grace_ms, struct kn_error *err)
 {
 	char *path = kn_asprintf("%s/stop.json", task_dir);
 	char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}", signo,
@@ -614,6 +616,7 @@ static int slurm_stop(const char *task_dir, const struct kn_task_proc *proc,
 	long long job_id;
 	int rc;
 
+	(void)ex;
 	(void)proc;
 	/* Always written: it also marks the stop for a resend. */
 	rc = kn_write_file_replace(path, text, strlen(text), 0600);
@@ -792,7 +795,8 @@ static void ended_lost(struct kn_task_status *st, const char *why)
 	kn_strlcpy(st->reason, why, sizeof(st->reason));
 }
 
-static int slurm_status(const char *task_dir, const struct kn_task_proc *proc,
+static int slurm_status(struct kn_executor *ex, const char *task_dir,
+			const struct kn_task_proc *proc,
 			struct kn_task_status *out, struct kn_error *err)
 {
 	char *attempt_dir = attempt_dir_of(task_dir), *path = NULL,
@@ -803,6 +807,7 @@ static int slurm_status(const char *task_dir, const struct kn_task_proc *proc,
 	bool fresh;
 	int rc;
 
+	(void)ex;
 	(void)proc;
 	memset(&st, 0, sizeof(st));
 	rc = read_status_json(task_dir, &st, err);
@@ -858,14 +863,15 @@ done:
 	return rc < 0 ? rc : 0;
 }
 
-static int slurm_adopt(const char *task_dir, struct kn_task_proc *out,
-		       struct kn_error *err)
+static int slurm_adopt(struct kn_executor *ex, const char *task_dir,
+		       struct kn_task_proc *out, struct kn_error *err)
 {
 	char *path = kn_asprintf("%s/launch.json", task_dir);
 	char *attempt_dir = attempt_dir_of(task_dir);
 	struct kn_task_proc p = {0, 0};
 	int rc = access(path, F_OK) == 0 ? 0 : -ENOENT;
 
+	(void)ex;
 	(void)err;
 	free(path);
 	if (rc == 0) {
@@ -879,13 +885,23 @@ static int slurm_adopt(const char *task_dir, struct kn_task_proc *out,
 	return rc;
 }
 
-const struct kn_executor_ops kn_slurm_executor = {
+static const struct kn_executor_ops slurm_ops = {
 	.name = "slurm",
+	.runs_containers = true,
+	.selector_key = "pool",
+	.home_searchable = true,
+	.isolation = "slurm executor: its own; environment built",
+	.limits = "tasks run under the slurm executor",
 	.start = slurm_start,
 	.stop = slurm_stop,
 	.status = slurm_status,
 	.adopt = slurm_adopt,
 };
+
+struct kn_executor *kn_slurm_executor_new(void)
+{
+	return kn_executor_new(&slurm_ops, NULL);
+}
 
 /* ---- inside the allocation ---- */
 

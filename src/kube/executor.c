@@ -107,7 +107,8 @@ struct kube_exec {
 	json_t *secret;             /* to write first; NULL once written */
 };
 
-/* The one executor of this process (the ops table carries no context). */
+/* The one worker of this process: the executor's ops and the
+   deployments' reconciler (deploy.c) share it. */
 static struct kube_exec *the_exec;
 
 /* ---- the manifests ---- */
@@ -1090,14 +1091,15 @@ static void attempt_add(struct kube_exec *ex, const char *dir,
 	pthread_mutex_unlock(&ex->lock);
 }
 
-static int kube_start(const struct kn_task_launch *l, struct kn_task_proc *out,
-		      struct kn_error *err)
+static int kube_start(struct kn_executor *self, const struct kn_task_launch *l,
+		      struct kn_task_proc *out, struct kn_error *err)
 {
 	struct kube_exec *ex = the_exec;
 	json_t *docs = NULL;
 	char *dir = NULL, *path = NULL, *text = NULL;
 	int rc;
 
+	(void)self;
 	if (!ex || !l->kube)
 		return kn_errorf(err, KN_EINVAL, NULL, "the Kubernetes executor "
 				 "is not running or has no job to submit");
@@ -1127,8 +1129,9 @@ out:
 	return rc;
 }
 
-static int kube_stop(const char *task_dir, const struct kn_task_proc *proc,
-		     int signo, int64_t grace_ms, struct kn_error *err)
+static int kube_stop(struct kn_executor *self, const char *task_dir,
+		     const struct kn_task_proc *proc, int signo,
+		     int64_t grace_ms, struct kn_error *err)
 {
 	struct kube_exec *ex = the_exec;
 	char *path = kn_asprintf("%s/stop.json", task_dir);
@@ -1138,6 +1141,7 @@ static int kube_stop(const char *task_dir, const struct kn_task_proc *proc,
 	struct attempt *a;
 	int rc;
 
+	(void)self;
 	(void)proc;
 	rc = kn_write_file_replace(path, text, strlen(text), 0600);
 	if (rc < 0)
@@ -1160,9 +1164,11 @@ static int kube_stop(const char *task_dir, const struct kn_task_proc *proc,
 	return rc;
 }
 
-static int kube_status(const char *task_dir, const struct kn_task_proc *proc,
+static int kube_status(struct kn_executor *self, const char *task_dir,
+		       const struct kn_task_proc *proc,
 		       struct kn_task_status *out, struct kn_error *err)
 {
+	(void)self;
 	(void)proc;
 	(void)err;
 	if (!view_read(task_dir, out))
@@ -1170,8 +1176,8 @@ static int kube_status(const char *task_dir, const struct kn_task_proc *proc,
 	return 0;
 }
 
-static int kube_adopt(const char *task_dir, struct kn_task_proc *out,
-		      struct kn_error *err)
+static int kube_adopt(struct kn_executor *self, const char *task_dir,
+		      struct kn_task_proc *out, struct kn_error *err)
 {
 	struct kube_exec *ex = the_exec;
 	char *dir = attempt_dir_of(task_dir);
@@ -1180,6 +1186,7 @@ static int kube_adopt(const char *task_dir, struct kn_task_proc *out,
 	struct attempt *a;
 	int rc = 0;
 
+	(void)self;
 	out->pid = 0;
 	out->start = 0;
 	if (kn_read_file(path, MANIFEST_MAX, &text, NULL) < 0 ||
@@ -1207,13 +1214,23 @@ out:
 	return rc < 0 ? -ENOENT : 0;
 }
 
-const struct kn_executor_ops kn_kube_executor = {
+static const struct kn_executor_ops kube_ops = {
 	.name = "kubernetes",
+	.places_tasks = true,
+	.syncs_checkpoints = true,
+	.runs_containers = true,
+	.isolation = "kubernetes executor: its own; environment built",
+	.limits = "tasks run under the kubernetes executor",
 	.start = kube_start,
 	.stop = kube_stop,
 	.status = kube_status,
 	.adopt = kube_adopt,
 };
+
+struct kn_executor *kn_kube_executor_new(void)
+{
+	return kn_executor_new(&kube_ops, NULL);
+}
 
 static char *dup_or_null(const char *s)
 {

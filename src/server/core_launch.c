@@ -492,12 +492,12 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	l.log_max_bytes = s->cfg.log_max_bytes;
 	l.log_keep = KN_LOG_KEEP;
 	l.limits = limits_for(s, spec, &limits);
-	if (s->exec == &kn_slurm_executor) {
+	if (!strcmp(s->exec->ops->name, "slurm")) {
 		slurm_task_fill(s, r, t->rank, &slurm, partition,
 				sizeof(partition));
 		l.slurm = &slurm;
 	}
-	if (kube_places(s)) {
+	if (s->exec->ops->places_tasks) {
 		kube.spec = spec;
 		kube.job_id = r->job_id;
 		kube.attempt = r->attempt;
@@ -519,7 +519,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 			       e.inputs_err.message);
 	else if ((rc = isolation_launch(s, r->job_id, &l, run_as,
 					sizeof(run_as), &err)) == 0)
-		rc = s->exec->start(&l, &t->proc, &err);
+		rc = s->exec->ops->start(s->exec, &l, &t->proc, &err);
 	t->launched = true;
 	if (rc < 0) {
 		kn_log(KN_LOG_ERROR, "job %lld rank %d: %s",

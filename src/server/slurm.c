@@ -80,19 +80,13 @@ int slurm_config_check(const struct kn_server_config *cfg,
 	return 0;
 }
 
-const struct kn_executor_ops *slurm_executor_chosen(
-	const struct kn_server_config *cfg)
+struct kn_executor *slurm_executor_chosen(const struct kn_server_config *cfg)
 {
 	if (cfg->executor && !strcmp(cfg->executor, "kubernetes"))
-		return &kn_kube_executor;
+		return kn_kube_executor_new();
 	return cfg->executor && !strcmp(cfg->executor, "slurm")
-		       ? &kn_slurm_executor
-		       : &kn_local_executor;
-}
-
-bool slurm_selects(const struct server *s, const char *key)
-{
-	return s->exec == &kn_slurm_executor && !strcmp(key, "pool");
+		       ? kn_slurm_executor_new()
+		       : kn_local_executor_new();
 }
 
 void slurm_task_fill(const struct server *s, const struct run *r, int rank,

@@ -622,6 +622,36 @@ static void test_slurm_sbatch_args(void **state)
 	kn_slurm_args_free(a);
 }
 
+/* What each engine does itself, which the server asks instead of which
+   executor it has. */
+static void test_executor_instances(void **state)
+{
+	struct kn_executor *local = kn_local_executor_new();
+	struct kn_executor *slurm = kn_slurm_executor_new();
+
+	(void)state;
+	assert_string_equal(local->ops->name, "local");
+	assert_false(local->ops->runs_containers);
+	assert_null(local->ops->selector_key);
+	assert_null(local->ops->isolation);
+	assert_null(local->ops->limits);
+	assert_false(local->ops->home_searchable);
+	assert_string_equal(slurm->ops->name, "slurm");
+	assert_true(slurm->ops->runs_containers);
+	assert_string_equal(slurm->ops->selector_key, "pool");
+	assert_string_equal(slurm->ops->isolation,
+			    "slurm executor: its own; environment built");
+	assert_string_equal(slurm->ops->limits,
+			    "tasks run under the slurm executor");
+	assert_true(slurm->ops->home_searchable);
+	assert_false(slurm->ops->places_tasks || local->ops->places_tasks);
+	assert_false(slurm->ops->syncs_checkpoints ||
+		     local->ops->syncs_checkpoints);
+	kn_executor_free(local);
+	kn_executor_free(slurm);
+	kn_executor_free(NULL);
+}
+
 static void test_slurm_host_list_and_states(void **state)
 {
 	char host[16];
@@ -668,6 +698,7 @@ int main(void)
 		cmocka_unit_test(test_kube_shim),
 		cmocka_unit_test(test_slurm_sbatch_args),
 		cmocka_unit_test(test_slurm_host_list_and_states),
+		cmocka_unit_test(test_executor_instances),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
