@@ -80,8 +80,7 @@ void kn_device_nodes_free(char **nodes);
 #define KN_LOG_KEEP 3
 #define KN_LOG_FILE "output.log"
 
-struct kn_slurm_task;
-struct kn_kube_task; /* kube/kube.h */
+struct kn_job_spec; /* spec/spec.h */
 
 /*
  * What the local shim enforces on a task through a cgroup (src/cgroup):
@@ -110,10 +109,17 @@ struct kn_task_launch {
 	int log_keep;
 	/* The local executor's cgroup limits, or NULL: none. */
 	const struct kn_task_limits *limits;
-	/* The Slurm executor's submission options; NULL for the local one. */
-	const struct kn_slurm_task *slurm;
-	/* The Kubernetes executor's: the spec and attempt; NULL otherwise. */
-	const struct kn_kube_task *kube;
+	/* The task's job, for an engine that reads it itself (Slurm's
+	   sbatch options, Kubernetes' manifests): its spec, the job and
+	   attempt, this task's rank in a gang of ntasks, and KILN_INPUTS
+	   and KILN_REQUIRES for the shim (or NULL). */
+	const struct kn_job_spec *spec;
+	int64_t job_id;
+	int attempt;
+	int rank;
+	int ntasks;
+	const char *inputs;
+	const char *requires;
 	const char *run_as; /* Unix user the task runs as, or NULL for the server's choice */
 	/* The sandbox (src/sandbox): the directory it hides ($KILN_HOME,
 	   or NULL), and true when the operator chose to run tasks without
@@ -248,6 +254,30 @@ struct kn_slurm_task {
 	gid_t gid;
 };
 
+/*
+ * What the Slurm executor takes from the server's options: gres.conf's
+ * shards per GPU (a share of a GPU asks for that many), and the partition
+ * map "KEY=PARTITION,..." with keys "default", "spot" (preemptible jobs)
+ * and "pool:NAME" (jobs whose placement.selector has pool: NAME), or NULL.
+ */
+#define KN_SLURM_PARTITION_KEY_MAX 128 /* a map key's bytes, and one more */
+struct kn_slurm_config {
+	int shards_per_gpu;
+	const char *partitions;
+};
+
+/*
+ * sbatch options for the task l launches (its spec, rank and ntasks):
+ * GPUs, a share as shards or a MIG profile, CPUs, memory, requeue, image,
+ * checkpoint signal, and the partition of the first of pool, spot and
+ * default that the map has (none: Slurm's default). out->partition
+ * points into partition (len bytes), which must outlive out.
+ */
+void kn_slurm_task_fill(const struct kn_slurm_config *cfg,
+			const struct kn_task_launch *l,
+			struct kn_slurm_task *out, char *partition,
+			size_t len);
+
 /* Slurm job states that are over (scontrol's JobState=). */
 bool kn_slurm_state_final(const char *state);
 /*
@@ -266,7 +296,8 @@ char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 			    int64_t timeout_ms, const char *attempt_dir);
 void kn_slurm_args_free(char **args);
 
-struct kn_executor *kn_slurm_executor_new(void);
+/* cfg is copied. */
+struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg);
 
 /*
  * `kiln shim --slurm ATTEMPT_DIR`, run by srun once per task: picks the

@@ -140,7 +140,6 @@ static int local_start(struct kn_executor *ex, const struct kn_task_launch *l,
 	pid_t pid;
 	int rc;
 
-	(void)ex;
 	rc = exec_write_launch(l, NULL, 0, 0, err);
 	if (rc < 0)
 		goto out;
@@ -190,8 +189,6 @@ static int local_stop(struct kn_executor *ex, const char *task_dir,
 		      const struct kn_task_proc *proc, int signo,
 		      int64_t grace_ms, struct kn_error *err)
 {
-	(void)ex;
-
 	if (!exec_proc_alive(proc))
 		return 0;
 	if (signo > 0 || grace_ms >= 0) {
@@ -255,7 +252,6 @@ static int local_status(struct kn_executor *ex, const char *task_dir,
 	struct kn_task_status st;
 	int rc;
 
-	(void)ex;
 	memset(&st, 0, sizeof(st));
 	rc = exec_read_status(task_dir, &st, err);
 	if (rc == 0) {
@@ -293,7 +289,6 @@ static int local_adopt(struct kn_executor *ex, const char *task_dir,
 	long long pid = 0, start = 0;
 	int rc;
 
-	(void)ex;
 	rc = kn_task_file_read(task_dir, "shim.pid", 256, &text, NULL, &why);
 	if (rc == -ENOENT) {
 		/* Spawned but not yet recorded, or never spawned. */

@@ -1095,19 +1095,26 @@ static int kube_start(struct kn_executor *self, const struct kn_task_launch *l,
 		      struct kn_task_proc *out, struct kn_error *err)
 {
 	struct kube_exec *ex = the_exec;
+	struct kn_kube_task task = {
+		.spec = l->spec,
+		.job_id = l->job_id,
+		.attempt = l->attempt,
+		.rank = l->rank,
+		.inputs = l->inputs,
+		.requires = l->requires,
+	};
 	json_t *docs = NULL;
 	char *dir = NULL, *path = NULL, *text = NULL;
 	int rc;
 
-	(void)self;
-	if (!ex || !l->kube)
+	if (!ex || !l->spec)
 		return kn_errorf(err, KN_EINVAL, NULL, "the Kubernetes executor "
 				 "is not running or has no job to submit");
 	out->pid = 0;
 	out->start = 0;
-	if (l->kube->rank != 0)
+	if (l->rank != 0)
 		return 0; /* rank 0 submits the whole attempt */
-	rc = kn_kube_attempt_manifests(&ex->cfg, l->kube, &docs, err);
+	rc = kn_kube_attempt_manifests(&ex->cfg, &task, &docs, err);
 	if (rc < 0)
 		return rc;
 	dir = attempt_dir_of(l->task_dir);
@@ -1141,7 +1148,6 @@ static int kube_stop(struct kn_executor *self, const char *task_dir,
 	struct attempt *a;
 	int rc;
 
-	(void)self;
 	(void)proc;
 	rc = kn_write_file_replace(path, text, strlen(text), 0600);
 	if (rc < 0)
@@ -1168,7 +1174,6 @@ static int kube_status(struct kn_executor *self, const char *task_dir,
 		       const struct kn_task_proc *proc,
 		       struct kn_task_status *out, struct kn_error *err)
 {
-	(void)self;
 	(void)proc;
 	(void)err;
 	if (!view_read(task_dir, out))
@@ -1186,7 +1191,6 @@ static int kube_adopt(struct kn_executor *self, const char *task_dir,
 	struct attempt *a;
 	int rc = 0;
 
-	(void)self;
 	out->pid = 0;
 	out->start = 0;
 	if (kn_read_file(path, MANIFEST_MAX, &text, NULL) < 0 ||

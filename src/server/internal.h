@@ -283,12 +283,6 @@ int slurm_config_check(const struct kn_server_config *cfg,
 		       struct kn_error *err);
 struct kn_executor *slurm_executor_chosen(
 	const struct kn_server_config *cfg);
-/*
- * sbatch options for one task of a run; out->partition points into
- * partition (len bytes), which must outlive out.
- */
-void slurm_task_fill(const struct server *s, const struct run *r, int rank,
-		     struct kn_slurm_task *out, char *partition, size_t len);
 
 /* kube.c: the Kubernetes executor's start, stop and per-task options */
 /* Credentials, GPU products, the worker: with --executor kubernetes. */
