@@ -165,14 +165,13 @@ struct kn_executor_ops {
 	/*
 	 * What the engine does itself, where the server otherwise would:
 	 * places tasks and runs deployments (Kubernetes); syncs checkpoints
-	 * and outputs from inside the task (a pod's shim); runs a spec's
-	 * image; honours this placement.selector key (Slurm's "pool", a
-	 * partition) or NULL; needs the home searchable (o+x) for a task's
-	 * user to reach its directory (Slurm).
+	 * and outputs from inside the task (a pod's shim); honours this
+	 * placement.selector key (Slurm's "pool", a partition) or NULL;
+	 * needs the home searchable (o+x) for a task's user to reach its
+	 * directory (Slurm).
 	 */
 	bool places_tasks;
 	bool syncs_checkpoints;
-	bool runs_containers;
 	const char *selector_key;
 	bool home_searchable;
 	/*
@@ -204,6 +203,13 @@ struct kn_executor_ops {
 	 */
 	int (*adopt)(struct kn_executor *ex, const char *task_dir,
 		     struct kn_task_proc *out, struct kn_error *err);
+	/*
+	 * Whether the engine can run spec: 0, or -EINVAL with err naming
+	 * the field it refuses (the local executor runs no image; a
+	 * Kubernetes spec must render). NULL: it runs any valid spec.
+	 */
+	int (*check)(struct kn_executor *ex, const struct kn_job_spec *spec,
+		     struct kn_error *err);
 	/* Release impl (NULL: nothing to release). */
 	void (*release)(struct kn_executor *ex);
 };

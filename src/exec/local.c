@@ -7,6 +7,7 @@
  */
 #include "exec.h"
 #include "internal.h"
+#include "spec/spec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -332,12 +333,25 @@ int kn_shim_record_pid(const char *task_dir)
 	return rc;
 }
 
+/* A spec's image needs an engine that runs containers. */
+static int local_check(struct kn_executor *ex, const struct kn_job_spec *spec,
+		       struct kn_error *err)
+{
+	if (!spec->image)
+		return 0;
+	return kn_errorf(err, KN_EINVAL, "image",
+			 "image: the local executor runs no containers "
+			 "(--executor slurm does, with pyxis, and "
+			 "--executor kubernetes)");
+}
+
 static const struct kn_executor_ops local_ops = {
 	.name = "local",
 	.start = local_start,
 	.stop = local_stop,
 	.status = local_status,
 	.adopt = local_adopt,
+	.check = local_check,
 };
 
 struct kn_executor *kn_local_executor_new(void)

@@ -961,7 +961,6 @@ static void slurm_release(struct kn_executor *ex)
 
 static const struct kn_executor_ops slurm_ops = {
 	.name = "slurm",
-	.runs_containers = true,
 	.selector_key = "pool",
 	.home_searchable = true,
 	.isolation = "slurm executor: its own; environment built",

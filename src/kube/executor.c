@@ -1218,17 +1218,24 @@ out:
 	return rc < 0 ? -ENOENT : 0;
 }
 
+/* The spec renders into manifests (image, name, GPU model). */
+static int kube_check(struct kn_executor *self, const struct kn_job_spec *spec,
+		      struct kn_error *err)
+{
+	return kn_kube_executor_check(spec, err);
+}
+
 static const struct kn_executor_ops kube_ops = {
 	.name = "kubernetes",
 	.places_tasks = true,
 	.syncs_checkpoints = true,
-	.runs_containers = true,
 	.isolation = "kubernetes executor: its own; environment built",
 	.limits = "tasks run under the kubernetes executor",
 	.start = kube_start,
 	.stop = kube_stop,
 	.status = kube_status,
 	.adopt = kube_adopt,
+	.check = kube_check,
 };
 
 struct kn_executor *kn_kube_executor_new(void)

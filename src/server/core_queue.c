@@ -309,6 +309,19 @@ static void record_revision(struct server *s, int64_t id,
 		       "%s", (long long)id, rev, err.message);
 }
 
+/* Whether the executor can run spec: its refusal names the file. */
+static int executor_check(struct server *s, const struct kn_job_spec *spec,
+			  const char *filename, struct kn_error *err)
+{
+	struct kn_error why;
+
+	if (!s->exec->ops->check ||
+	    s->exec->ops->check(s->exec, spec, &why) == 0)
+		return 0;
+	return kn_errorf(err, KN_EINVAL, why.field, "%s: %s", filename,
+			 why.message);
+}
+
 int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		size_t len, const char *filename, const char *path,
 		int64_t *out_id, struct kn_error *err)
@@ -324,15 +337,7 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	rc = kn_job_spec_parse(text, len, filename, &spec, err);
 	if (rc < 0)
 		return rc;
-	if (spec->image && !s->exec->ops->runs_containers) {
-		kn_job_spec_free(spec);
-		return kn_errorf(err, KN_EINVAL, "image",
-				 "%s: image: the %s executor runs no containers "
-				 "(--executor slurm does, with pyxis, and "
-				 "--executor kubernetes)",
-				 filename, s->exec->ops->name);
-	}
-	rc = kube_check_spec(s, spec, filename, err);
+	rc = executor_check(s, spec, filename, err);
 	if (rc == 0)
 		rc = resolve_inputs(spec, path ? path : filename, filename, err);
 	if (rc == 0)

@@ -288,9 +288,6 @@ struct kn_executor *slurm_executor_chosen(
 /* Credentials, GPU products, the worker: with --executor kubernetes. */
 int kube_start(struct server *s, struct kn_error *err);
 void kube_stop(struct server *s);
-/* Whether spec can be submitted (it renders); 0 without Kubernetes. */
-int kube_check_spec(const struct server *s, const struct kn_job_spec *spec,
-		    const char *filename, struct kn_error *err);
 /*
  * Whether a pod's shim can fetch spec's inputs (resolved to URLs): few
  * enough to report back, and none a file only the server sees. 0

@@ -72,19 +72,6 @@ void kube_stop(struct server *s)
 	s->kube_products = NULL;
 }
 
-int kube_check_spec(const struct server *s, const struct kn_job_spec *spec,
-		    const char *filename, struct kn_error *err)
-{
-	struct kn_error rerr;
-
-	if (!s->exec->ops->places_tasks)
-		return 0;
-	if (kn_kube_executor_check(spec, &rerr) < 0)
-		return kn_errorf(err, KN_EINVAL, rerr.field, "%s: %s", filename,
-				 rerr.message);
-	return 0;
-}
-
 int kube_check_inputs(const struct server *s, const struct kn_job_spec *spec,
 		      const char *filename, struct kn_error *err)
 {

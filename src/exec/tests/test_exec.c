@@ -633,13 +633,12 @@ static void test_executor_instances(void **state)
 
 	(void)state;
 	assert_string_equal(local->ops->name, "local");
-	assert_false(local->ops->runs_containers);
 	assert_null(local->ops->selector_key);
 	assert_null(local->ops->isolation);
 	assert_null(local->ops->limits);
 	assert_false(local->ops->home_searchable);
 	assert_string_equal(slurm->ops->name, "slurm");
-	assert_true(slurm->ops->runs_containers);
+	assert_null(slurm->ops->check);
 	assert_string_equal(slurm->ops->selector_key, "pool");
 	assert_string_equal(slurm->ops->isolation,
 			    "slurm executor: its own; environment built");
@@ -662,6 +661,25 @@ static struct kn_job_spec *slurm_spec(const char *text)
 	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
 					   &err), 0);
 	return spec;
+}
+
+/* The local executor refuses an image it cannot run, naming the field. */
+static void test_local_check(void **state)
+{
+	struct kn_executor *local = kn_local_executor_new();
+	struct kn_job_spec *spec;
+	struct kn_error err = {0};
+
+	(void)state;
+	spec = slurm_spec("kind: Job\nname: tr\ncommand: [x]\n");
+	assert_int_equal(local->ops->check(local, spec, &err), 0);
+	kn_job_spec_free(spec);
+	spec = slurm_spec("kind: Job\nname: tr\ncommand: [x]\nimage: a:1\n");
+	assert_int_equal(local->ops->check(local, spec, &err), -EINVAL);
+	assert_string_equal(err.field, "image");
+	assert_non_null(strstr(err.message, "runs no containers"));
+	kn_job_spec_free(spec);
+	kn_executor_free(local);
 }
 
 /* sbatch options come from the task's spec and the partition map. */
@@ -757,6 +775,7 @@ int main(void)
 		cmocka_unit_test(test_slurm_host_list_and_states),
 		cmocka_unit_test(test_executor_instances),
 		cmocka_unit_test(test_slurm_task_fill),
+		cmocka_unit_test(test_local_check),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

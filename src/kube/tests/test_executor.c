@@ -360,7 +360,7 @@ static void test_executor_instance(void **state)
 	assert_string_equal(ex->ops->name, "kubernetes");
 	assert_true(ex->ops->places_tasks);
 	assert_true(ex->ops->syncs_checkpoints);
-	assert_true(ex->ops->runs_containers);
+	assert_non_null(ex->ops->check);
 	assert_null(ex->ops->selector_key);
 	assert_string_equal(ex->ops->isolation,
 			    "kubernetes executor: its own; environment built");
