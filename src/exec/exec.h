@@ -80,8 +80,7 @@ void kn_device_nodes_free(char **nodes);
 #define KN_LOG_KEEP 3
 #define KN_LOG_FILE "output.log"
 
-struct kn_slurm_task;
-struct kn_kube_task; /* kube/kube.h */
+struct kn_job_spec; /* spec/spec.h */
 
 /*
  * What the local shim enforces on a task through a cgroup (src/cgroup):
@@ -110,10 +109,17 @@ struct kn_task_launch {
 	int log_keep;
 	/* The local executor's cgroup limits, or NULL: none. */
 	const struct kn_task_limits *limits;
-	/* The Slurm executor's submission options; NULL for the local one. */
-	const struct kn_slurm_task *slurm;
-	/* The Kubernetes executor's: the spec and attempt; NULL otherwise. */
-	const struct kn_kube_task *kube;
+	/* The task's job, for an engine that reads it itself (Slurm's
+	   sbatch options, Kubernetes' manifests): its spec, the job and
+	   attempt, this task's rank in a gang of ntasks, and KILN_INPUTS
+	   and KILN_REQUIRES for the shim (or NULL). */
+	const struct kn_job_spec *spec;
+	int64_t job_id;
+	int attempt;
+	int rank;
+	int ntasks;
+	const char *inputs;
+	const char *requires;
 	const char *run_as; /* Unix user the task runs as, or NULL for the server's choice */
 	/* The sandbox (src/sandbox): the directory it hides ($KILN_HOME,
 	   or NULL), and true when the operator chose to run tasks without
@@ -152,30 +158,75 @@ struct kn_task_status {
 	char outputs_manifest_sha256[65];
 };
 
+struct kn_executor;
+
 struct kn_executor_ops {
 	const char *name;
+	/*
+	 * What the engine does itself, where the server otherwise would:
+	 * places tasks and runs deployments (Kubernetes); syncs checkpoints
+	 * and outputs from inside the task (a pod's shim); honours this
+	 * placement.selector key (Slurm's "pool", a partition) or NULL;
+	 * needs the home searchable (o+x) for a task's user to reach its
+	 * directory (Slurm).
+	 */
+	bool places_tasks;
+	bool syncs_checkpoints;
+	const char *selector_key;
+	bool home_searchable;
+	/*
+	 * When tasks are not processes of this machine: the nodes answer's
+	 * isolation (the engine's) and why the server sets no resource
+	 * limits; NULL for tasks the server isolates, limits and samples.
+	 */
+	const char *isolation;
+	const char *limits;
 	/* Start one task; on success *out identifies it. */
-	int (*start)(const struct kn_task_launch *launch,
+	int (*start)(struct kn_executor *ex,
+		     const struct kn_task_launch *launch,
 		     struct kn_task_proc *out, struct kn_error *err);
 	/*
 	 * Ask a task to stop: its process group gets signo, then SIGKILL
 	 * after grace_ms (signo 0 and grace_ms < 0: SIGTERM and the launch's
 	 * grace). A task already gone is not an error.
 	 */
-	int (*stop)(const char *task_dir, const struct kn_task_proc *proc,
-		    int signo, int64_t grace_ms, struct kn_error *err);
+	int (*stop)(struct kn_executor *ex, const char *task_dir,
+		    const struct kn_task_proc *proc, int signo,
+		    int64_t grace_ms, struct kn_error *err);
 	/* Read a task's state from its directory and process. */
-	int (*status)(const char *task_dir, const struct kn_task_proc *proc,
+	int (*status)(struct kn_executor *ex, const char *task_dir,
+		      const struct kn_task_proc *proc,
 		      struct kn_task_status *out, struct kn_error *err);
 	/*
 	 * Find a task again from its directory after a server restart:
 	 * 0 and *out, or -ENOENT when it was never started there.
 	 */
-	int (*adopt)(const char *task_dir, struct kn_task_proc *out,
+	int (*adopt)(struct kn_executor *ex, const char *task_dir,
+		     struct kn_task_proc *out, struct kn_error *err);
+	/*
+	 * Whether the engine can run spec: 0, or -EINVAL with err naming
+	 * the field it refuses (the local executor runs no image; a
+	 * Kubernetes spec must render). NULL: it runs any valid spec.
+	 */
+	int (*check)(struct kn_executor *ex, const struct kn_job_spec *spec,
 		     struct kn_error *err);
+	/* Release impl (NULL: nothing to release). */
+	void (*release)(struct kn_executor *ex);
 };
 
-extern const struct kn_executor_ops kn_local_executor;
+/* One executor: its engine's ops and that engine's own state. */
+struct kn_executor {
+	const struct kn_executor_ops *ops;
+	void *impl;
+};
+
+/* An instance of ops with impl, the engine's state (may be NULL). */
+struct kn_executor *kn_executor_new(const struct kn_executor_ops *ops,
+				    void *impl);
+/* Releases the engine's state (ops->release) and ex; NULL is a no-op. */
+void kn_executor_free(struct kn_executor *ex);
+/* Tasks as processes of this machine, each under its shim. */
+struct kn_executor *kn_local_executor_new(void);
 
 /*
  * The Slurm executor (src/exec/slurm.c): one sbatch per attempt carries the
@@ -209,6 +260,30 @@ struct kn_slurm_task {
 	gid_t gid;
 };
 
+/*
+ * What the Slurm executor takes from the server's options: gres.conf's
+ * shards per GPU (a share of a GPU asks for that many), and the partition
+ * map "KEY=PARTITION,..." with keys "default", "spot" (preemptible jobs)
+ * and "pool:NAME" (jobs whose placement.selector has pool: NAME), or NULL.
+ */
+#define KN_SLURM_PARTITION_KEY_MAX 128 /* a map key's bytes, and one more */
+struct kn_slurm_config {
+	int shards_per_gpu;
+	const char *partitions;
+};
+
+/*
+ * sbatch options for the task l launches (its spec, rank and ntasks):
+ * GPUs, a share as shards or a MIG profile, CPUs, memory, requeue, image,
+ * checkpoint signal, and the partition of the first of pool, spot and
+ * default that the map has (none: Slurm's default). out->partition
+ * points into partition (len bytes), which must outlive out.
+ */
+void kn_slurm_task_fill(const struct kn_slurm_config *cfg,
+			const struct kn_task_launch *l,
+			struct kn_slurm_task *out, char *partition,
+			size_t len);
+
 /* Slurm job states that are over (scontrol's JobState=). */
 bool kn_slurm_state_final(const char *state);
 /*
@@ -227,7 +302,8 @@ char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 			    int64_t timeout_ms, const char *attempt_dir);
 void kn_slurm_args_free(char **args);
 
-extern const struct kn_executor_ops kn_slurm_executor;
+/* cfg is copied. */
+struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg);
 
 /*
  * `kiln shim --slurm ATTEMPT_DIR`, run by srun once per task: picks the

@@ -7,6 +7,7 @@
  */
 #include "exec.h"
 #include "internal.h"
+#include "spec/spec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -130,7 +131,7 @@ int exec_write_launch(const struct kn_task_launch *l,
 	return rc;
 }
 
-static int local_start(const struct kn_task_launch *l,
+static int local_start(struct kn_executor *ex, const struct kn_task_launch *l,
 		       struct kn_task_proc *out, struct kn_error *err)
 {
 	char *shim_log = kn_asprintf("%s/shim.log", l->task_dir);
@@ -185,8 +186,9 @@ out:
  * second signal keeps the request whole if the shim is busy, and it stays
  * there for a shim that has not yet blocked its signals.
  */
-static int local_stop(const char *task_dir, const struct kn_task_proc *proc,
-		      int signo, int64_t grace_ms, struct kn_error *err)
+static int local_stop(struct kn_executor *ex, const char *task_dir,
+		      const struct kn_task_proc *proc, int signo,
+		      int64_t grace_ms, struct kn_error *err)
 {
 	if (!exec_proc_alive(proc))
 		return 0;
@@ -244,7 +246,8 @@ int exec_read_status(const char *task_dir, struct kn_task_status *st,
 	return 0;
 }
 
-static int local_status(const char *task_dir, const struct kn_task_proc *proc,
+static int local_status(struct kn_executor *ex, const char *task_dir,
+			const struct kn_task_proc *proc,
 			struct kn_task_status *out, struct kn_error *err)
 {
 	struct kn_task_status st;
@@ -279,8 +282,8 @@ static int local_status(const char *task_dir, const struct kn_task_proc *proc,
 	return 0;
 }
 
-static int local_adopt(const char *task_dir, struct kn_task_proc *out,
-		       struct kn_error *err)
+static int local_adopt(struct kn_executor *ex, const char *task_dir,
+		       struct kn_task_proc *out, struct kn_error *err)
 {
 	struct kn_error why;
 	char *path, *text = NULL;
@@ -330,10 +333,28 @@ int kn_shim_record_pid(const char *task_dir)
 	return rc;
 }
 
-const struct kn_executor_ops kn_local_executor = {
+/* A spec's image needs an engine that runs containers. */
+static int local_check(struct kn_executor *ex, const struct kn_job_spec *spec,
+		       struct kn_error *err)
+{
+	if (!spec->image)
+		return 0;
+	return kn_errorf(err, KN_EINVAL, "image",
+			 "image: the local executor runs no containers "
+			 "(--executor slurm does, with pyxis, and "
+			 "--executor kubernetes)");
+}
+
+static const struct kn_executor_ops local_ops = {
 	.name = "local",
 	.start = local_start,
 	.stop = local_stop,
 	.status = local_status,
 	.adopt = local_adopt,
+	.check = local_check,
 };
+
+struct kn_executor *kn_local_executor_new(void)
+{
+	return kn_executor_new(&local_ops, NULL);
+}

@@ -43,6 +43,7 @@
  */
 #include "exec.h"
 #include "internal.h"
+#include "spec/spec.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -507,25 +508,94 @@ static int give_like_dir(const char *dir, const char *path)
 	return lchown(path, st.st_uid, st.st_gid) < 0 ? -errno : 0;
 }
 
+/* ---- the task's sbatch options ---- */
+
+/* The partition for key from the map, copied into out; false if absent. */
+static bool partition_lookup(const char *map, const char *key, char *out,
+			     size_t len)
+{
+	size_t klen = strlen(key);
+	const char *p = map;
+
+	while (p && *p) {
+		size_t n = strcspn(p, ",");
+		const char *eq = memchr(p, '=', n);
+
+		if (eq && (size_t)(eq - p) == klen && !strncmp(p, key, klen)) {
+			size_t v = n - klen - 1;
+			if (v >= len)
+				v = len - 1;
+			memcpy(out, eq + 1, v);
+			out[v] = '\0';
+			return true;
+		}
+		p += n;
+		if (*p == ',')
+			p++;
+	}
+	return false;
+}
+
+void kn_slurm_task_fill(const struct kn_slurm_config *cfg,
+			const struct kn_task_launch *l,
+			struct kn_slurm_task *out, char *partition, size_t len)
+{
+	const struct kn_job_spec *spec = l->spec;
+	const struct kn_resources *res = &spec->resources;
+	const char *pool = NULL;
+	char key[KN_SLURM_PARTITION_KEY_MAX];
+
+	memset(out, 0, sizeof(*out));
+	out->rank = l->rank;
+	out->ntasks = l->ntasks;
+	out->job_name = spec->name;
+	if (res->mig_profile)
+		out->mig_profile = res->mig_profile;
+	else if (res->gpu_milli >= KN_MILLI)
+		out->gpus = res->gpu_milli / KN_MILLI;
+	else if (res->gpu_milli > 0)
+		out->shards = (res->gpu_milli * cfg->shards_per_gpu + KN_MILLI -
+			       1) / KN_MILLI;
+	out->cpus = (res->cpu_milli + KN_MILLI - 1) / KN_MILLI;
+	out->memory_mb = (res->memory_bytes + (1 << 20) - 1) >> 20;
+	out->requeue = spec->preemptible;
+	out->image = spec->image;
+	if (spec->checkpoint.set) {
+		out->checkpoint_signal = spec->checkpoint.signal;
+		out->checkpoint_grace_ms = spec->checkpoint.grace_ms;
+	}
+	for (size_t i = 0; i < spec->placement.n_selector; i++)
+		if (!strcmp(spec->placement.selector[i].key, "pool"))
+			pool = spec->placement.selector[i].value;
+	partition[0] = '\0';
+	snprintf(key, sizeof(key), "pool:%s", pool ? pool : "");
+	if ((pool && partition_lookup(cfg->partitions, key, partition, len)) ||
+	    (spec->preemptible &&
+	     partition_lookup(cfg->partitions, "spot", partition, len)) ||
+	    partition_lookup(cfg->partitions, "default", partition, len))
+		out->partition = partition;
+}
+
 /* ---- ops ---- */
 
-static int slurm_start(const struct kn_task_launch *l,
+static int slurm_start(struct kn_executor *ex, const struct kn_task_launch *l,
 		       struct kn_task_proc *out, struct kn_error *err)
 {
 	struct kn_slurm_task tu;
 	const struct kn_slurm_task *t = &tu;
 	struct kn_task_launch own;
+	char partition[128];
 	char *attempt_dir = NULL, *script = NULL, *pid_path = NULL,
 	     *out_path = NULL, *err_path = NULL, *bin = NULL;
 	char **args = NULL, *env[5] = {NULL, NULL, NULL, NULL, NULL};
 	struct kn_task_proc p = {0, 0};
 	int rc;
 
-	if (!l->slurm)
+	if (!l->spec)
 		return kn_errorf(err, KN_EINVAL, NULL,
-				 "the Slurm executor needs the job's Slurm "
-				 "options");
-	tu = *l->slurm;
+				 "the Slurm executor needs the task's job "
+				 "spec");
+	kn_slurm_task_fill(ex->impl, l, &tu, partition, sizeof(partition));
 	rc = resolve_run_as(l->run_as, &tu, err);
 	if (rc < 0)
 		return rc;
@@ -604,8 +674,9 @@ out:
 	return rc;
 }
 
-static int slurm_stop(const char *task_dir, const struct kn_task_proc *proc,
-		      int signo, int64_t grace_ms, struct kn_error *err)
+static int slurm_stop(struct kn_executor *ex, const char *task_dir,
+		      const struct kn_task_proc *proc, int signo,
+		      int64_t grace_ms, struct kn_error *err)
 {
 	char *path = kn_asprintf("%s/stop.json", task_dir);
 	char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}", signo,
@@ -792,7 +863,8 @@ static void ended_lost(struct kn_task_status *st, const char *why)
 	kn_strlcpy(st->reason, why, sizeof(st->reason));
 }
 
-static int slurm_status(const char *task_dir, const struct kn_task_proc *proc,
+static int slurm_status(struct kn_executor *ex, const char *task_dir,
+			const struct kn_task_proc *proc,
 			struct kn_task_status *out, struct kn_error *err)
 {
 	char *attempt_dir = attempt_dir_of(task_dir), *path = NULL,
@@ -858,8 +930,8 @@ done:
 	return rc < 0 ? rc : 0;
 }
 
-static int slurm_adopt(const char *task_dir, struct kn_task_proc *out,
-		       struct kn_error *err)
+static int slurm_adopt(struct kn_executor *ex, const char *task_dir,
+		       struct kn_task_proc *out, struct kn_error *err)
 {
 	char *path = kn_asprintf("%s/launch.json", task_dir);
 	char *attempt_dir = attempt_dir_of(task_dir);
@@ -879,13 +951,36 @@ static int slurm_adopt(const char *task_dir, struct kn_task_proc *out,
 	return rc;
 }
 
-const struct kn_executor_ops kn_slurm_executor = {
+static void slurm_release(struct kn_executor *ex)
+{
+	struct kn_slurm_config *cfg = ex->impl;
+
+	free((char *)cfg->partitions);
+	free(cfg);
+}
+
+static const struct kn_executor_ops slurm_ops = {
 	.name = "slurm",
+	.selector_key = "pool",
+	.home_searchable = true,
+	.isolation = "slurm executor: its own; environment built",
+	.limits = "tasks run under the slurm executor",
 	.start = slurm_start,
 	.stop = slurm_stop,
 	.status = slurm_status,
 	.adopt = slurm_adopt,
+	.release = slurm_release,
 };
+
+struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg)
+{
+	struct kn_slurm_config *own = kn_xcalloc(1, sizeof(*own));
+
+	own->shards_per_gpu = cfg->shards_per_gpu;
+	own->partitions = cfg->partitions ? kn_xstrdup(cfg->partitions)
+					  : NULL;
+	return kn_executor_new(&slurm_ops, own);
+}
 
 /* ---- inside the allocation ---- */
 

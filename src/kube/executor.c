@@ -107,7 +107,8 @@ struct kube_exec {
 	json_t *secret;             /* to write first; NULL once written */
 };
 
-/* The one executor of this process (the ops table carries no context). */
+/* The one worker of this process: the executor's ops and the
+   deployments' reconciler (deploy.c) share it. */
 static struct kube_exec *the_exec;
 
 /* ---- the manifests ---- */
@@ -1090,22 +1091,30 @@ static void attempt_add(struct kube_exec *ex, const char *dir,
 	pthread_mutex_unlock(&ex->lock);
 }
 
-static int kube_start(const struct kn_task_launch *l, struct kn_task_proc *out,
-		      struct kn_error *err)
+static int kube_start(struct kn_executor *self, const struct kn_task_launch *l,
+		      struct kn_task_proc *out, struct kn_error *err)
 {
 	struct kube_exec *ex = the_exec;
+	struct kn_kube_task task = {
+		.spec = l->spec,
+		.job_id = l->job_id,
+		.attempt = l->attempt,
+		.rank = l->rank,
+		.inputs = l->inputs,
+		.requires = l->requires,
+	};
 	json_t *docs = NULL;
 	char *dir = NULL, *path = NULL, *text = NULL;
 	int rc;
 
-	if (!ex || !l->kube)
+	if (!ex || !l->spec)
 		return kn_errorf(err, KN_EINVAL, NULL, "the Kubernetes executor "
 				 "is not running or has no job to submit");
 	out->pid = 0;
 	out->start = 0;
-	if (l->kube->rank != 0)
+	if (l->rank != 0)
 		return 0; /* rank 0 submits the whole attempt */
-	rc = kn_kube_attempt_manifests(&ex->cfg, l->kube, &docs, err);
+	rc = kn_kube_attempt_manifests(&ex->cfg, &task, &docs, err);
 	if (rc < 0)
 		return rc;
 	dir = attempt_dir_of(l->task_dir);
@@ -1127,8 +1136,9 @@ out:
 	return rc;
 }
 
-static int kube_stop(const char *task_dir, const struct kn_task_proc *proc,
-		     int signo, int64_t grace_ms, struct kn_error *err)
+static int kube_stop(struct kn_executor *self, const char *task_dir,
+		     const struct kn_task_proc *proc, int signo,
+		     int64_t grace_ms, struct kn_error *err)
 {
 	struct kube_exec *ex = the_exec;
 	char *path = kn_asprintf("%s/stop.json", task_dir);
@@ -1160,7 +1170,8 @@ static int kube_stop(const char *task_dir, const struct kn_task_proc *proc,
 	return rc;
 }
 
-static int kube_status(const char *task_dir, const struct kn_task_proc *proc,
+static int kube_status(struct kn_executor *self, const char *task_dir,
+		       const struct kn_task_proc *proc,
 		       struct kn_task_status *out, struct kn_error *err)
 {
 	(void)proc;
@@ -1170,8 +1181,8 @@ static int kube_status(const char *task_dir, const struct kn_task_proc *proc,
 	return 0;
 }
 
-static int kube_adopt(const char *task_dir, struct kn_task_proc *out,
-		      struct kn_error *err)
+static int kube_adopt(struct kn_executor *self, const char *task_dir,
+		      struct kn_task_proc *out, struct kn_error *err)
 {
 	struct kube_exec *ex = the_exec;
 	char *dir = attempt_dir_of(task_dir);
@@ -1207,13 +1218,30 @@ out:
 	return rc < 0 ? -ENOENT : 0;
 }
 
-const struct kn_executor_ops kn_kube_executor = {
+/* The spec renders into manifests (image, name, GPU model). */
+static int kube_check(struct kn_executor *self, const struct kn_job_spec *spec,
+		      struct kn_error *err)
+{
+	return kn_kube_executor_check(spec, err);
+}
+
+static const struct kn_executor_ops kube_ops = {
 	.name = "kubernetes",
+	.places_tasks = true,
+	.syncs_checkpoints = true,
+	.isolation = "kubernetes executor: its own; environment built",
+	.limits = "tasks run under the kubernetes executor",
 	.start = kube_start,
 	.stop = kube_stop,
 	.status = kube_status,
 	.adopt = kube_adopt,
+	.check = kube_check,
 };
+
+struct kn_executor *kn_kube_executor_new(void)
+{
+	return kn_executor_new(&kube_ops, NULL);
+}
 
 static char *dup_or_null(const char *s)
 {

@@ -477,7 +477,11 @@ void kn_kube_executor_stop(void);
 int kn_kube_executor_check(const struct kn_job_spec *spec,
 			   struct kn_error *err);
 
-extern const struct kn_executor_ops kn_kube_executor;
+/*
+ * The executor the server drives; its ops use the worker started by
+ * kn_kube_executor_start (one per process: deployments share it).
+ */
+struct kn_executor *kn_kube_executor_new(void);
 
 /* ---- deployments under the Kubernetes executor (deploy.c) ---- */
 

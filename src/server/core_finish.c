@@ -245,8 +245,9 @@ void stop_run(struct server *s, struct run *r, const char *reason)
 		struct run_task *t = &r->tasks[i];
 		if (t->ended)
 			continue;
-		if (s->exec->stop(t->task_dir, &t->proc, r->stop_signal,
-				  r->stop_grace_ms, &err) < 0)
+		if (s->exec->ops->stop(s->exec, t->task_dir, &t->proc,
+				       r->stop_signal, r->stop_grace_ms,
+				       &err) < 0)
 			kn_log(KN_LOG_WARN, "job %lld rank %d: %s",
 			       (long long)r->job_id, t->rank, err.message);
 	}
@@ -372,7 +373,8 @@ bool check_task(struct server *s, struct run *r, struct run_task *t)
 		return false;
 	if (t->rank == 0 && r->spec->n_inputs && !r->inputs_recorded)
 		record_inputs(s, r, t);
-	if (s->exec->status(t->task_dir, &t->proc, &st, &err) < 0) {
+	if (s->exec->ops->status(s->exec, t->task_dir, &t->proc, &st,
+				 &err) < 0) {
 		if (kn_task_file_refused(&err)) {
 			char *path = kn_asprintf("%s/status.json", t->task_dir);
 			server_task_file_refused(s, r->job_id, path, &err);

@@ -475,9 +475,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	struct kn_task_launch l;
 	struct kn_task_limits limits;
 	char **dev_nodes = task_device_nodes(s, r, t);
-	struct kn_slurm_task slurm;
-	struct kn_kube_task kube;
-	char partition[128], run_as[64];
+	char run_as[64];
 	struct kn_error err;
 
 	task_env_build(s, r, t, &e);
@@ -492,20 +490,13 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	l.log_max_bytes = s->cfg.log_max_bytes;
 	l.log_keep = KN_LOG_KEEP;
 	l.limits = limits_for(s, spec, &limits);
-	if (s->exec == &kn_slurm_executor) {
-		slurm_task_fill(s, r, t->rank, &slurm, partition,
-				sizeof(partition));
-		l.slurm = &slurm;
-	}
-	if (kube_places(s)) {
-		kube.spec = spec;
-		kube.job_id = r->job_id;
-		kube.attempt = r->attempt;
-		kube.rank = t->rank;
-		kube.inputs = e.inputs;
-		kube.requires = e.requires;
-		l.kube = &kube;
-	}
+	l.spec = spec;
+	l.job_id = r->job_id;
+	l.attempt = r->attempt;
+	l.rank = t->rank;
+	l.ntasks = r->n_tasks;
+	l.inputs = e.inputs;
+	l.requires = e.requires;
 	rc = kn_mkdir_p(t->task_dir, 0700);
 	if (rc == 0 && sync_wanted(r))
 		rc = kn_mkdir_p(r->checkpoint_dir, 0700);
@@ -519,7 +510,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 			       e.inputs_err.message);
 	else if ((rc = isolation_launch(s, r->job_id, &l, run_as,
 					sizeof(run_as), &err)) == 0)
-		rc = s->exec->start(&l, &t->proc, &err);
+		rc = s->exec->ops->start(s->exec, &l, &t->proc, &err);
 	t->launched = true;
 	if (rc < 0) {
 		kn_log(KN_LOG_ERROR, "job %lld rank %d: %s",

@@ -39,6 +39,7 @@ void sreq_build(const struct server *s, const struct kn_job_spec *spec,
 		       struct sreq *r)
 {
 	const struct kn_placement_spec *p = &spec->placement;
+	const char *own_key = s->exec->ops->selector_key;
 	size_t n_selector = 0;
 
 	memset(r, 0, sizeof(*r));
@@ -50,7 +51,7 @@ void sreq_build(const struct server *s, const struct kn_job_spec *spec,
 	r->req.cpu_milli = spec->resources.cpu_milli;
 	r->req.memory_bytes = spec->resources.memory_bytes;
 	/* The cluster matches models and placement terms (kube.c). */
-	if (kube_places(s)) {
+	if (s->exec->ops->places_tasks) {
 		r->req.gpu_models = NULL;
 		r->req.n_gpu_models = 0;
 		return;
@@ -58,7 +59,8 @@ void sreq_build(const struct server *s, const struct kn_job_spec *spec,
 	if (p->n_selector) {
 		r->selector = kn_xcalloc(p->n_selector, sizeof(*r->selector));
 		for (size_t i = 0; i < p->n_selector; i++) {
-			if (slurm_selects(s, p->selector[i].key))
+			/* The engine's own key (Slurm's pool) is not ours. */
+			if (own_key && !strcmp(own_key, p->selector[i].key))
 				continue;
 			r->selector[n_selector].key = p->selector[i].key;
 			r->selector[n_selector++].value = p->selector[i].value;
@@ -278,7 +280,7 @@ int parse_spec(const struct server *s, const char *text, size_t len,
 	int rc = kn_job_spec_parse(text, len, filename, out, err);
 
 	/* In a pod, a workdir is the container's, not the spec file's. */
-	if (rc == 0 && !kube_places(s))
+	if (rc == 0 && !s->exec->ops->places_tasks)
 		resolve_workdir(*out, filename);
 	if (rc == 0 && (rc = resolve_inputs(*out, filename, filename, err)) < 0) {
 		kn_job_spec_free(*out);
@@ -298,13 +300,26 @@ static void record_revision(struct server *s, int64_t id,
 	struct kn_error err;
 	char rev[65];
 
-	if (kube_places(s) || !spec->workdir || spec->workdir[0] != '/' ||
-	    kn_git_revision(spec->workdir, rev) < 0)
+	if (s->exec->ops->places_tasks || !spec->workdir ||
+	    spec->workdir[0] != '/' || kn_git_revision(spec->workdir, rev) < 0)
 		return;
 	/* The job runs without it; only its lineage will lack it. */
 	if (kn_store_job_revision_put(s->store, id, rev, &err) < 0)
 		kn_log(KN_LOG_ERROR, "job %lld: code revision %s not recorded: "
 		       "%s", (long long)id, rev, err.message);
+}
+
+/* Whether the executor can run spec: its refusal names the file. */
+static int executor_check(struct server *s, const struct kn_job_spec *spec,
+			  const char *filename, struct kn_error *err)
+{
+	struct kn_error why;
+
+	if (!s->exec->ops->check ||
+	    s->exec->ops->check(s->exec, spec, &why) == 0)
+		return 0;
+	return kn_errorf(err, KN_EINVAL, why.field, "%s: %s", filename,
+			 why.message);
 }
 
 int jobs_submit(struct server *s, const struct caller *c, const char *text,
@@ -322,15 +337,7 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	rc = kn_job_spec_parse(text, len, filename, &spec, err);
 	if (rc < 0)
 		return rc;
-	if (spec->image && s->exec == &kn_local_executor) {
-		kn_job_spec_free(spec);
-		return kn_errorf(err, KN_EINVAL, "image",
-				 "%s: image: the %s executor runs no containers "
-				 "(--executor slurm does, with pyxis, and "
-				 "--executor kubernetes)",
-				 filename, s->exec->name);
-	}
-	rc = kube_check_spec(s, spec, filename, err);
+	rc = executor_check(s, spec, filename, err);
 	if (rc == 0)
 		rc = resolve_inputs(spec, path ? path : filename, filename, err);
 	if (rc == 0)
@@ -342,7 +349,7 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	/* Stored as the file name, so a restart resolves it the same way. */
 	if (path)
 		filename = path;
-	if (!kube_places(s))
+	if (!s->exec->ops->places_tasks)
 		resolve_workdir(spec, filename);
 	norm = kn_job_spec_to_json(spec);
 	norm_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);

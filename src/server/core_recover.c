@@ -139,7 +139,8 @@ static int recover_running(struct server *s, const struct kn_job_row *j,
 			t->status.ended_at_ms = tasks[i].ended_at;
 			continue;
 		}
-		if (s->exec->adopt(t->task_dir, &t->proc, &aerr) < 0) {
+		if (s->exec->ops->adopt(s->exec, t->task_dir, &t->proc,
+					&aerr) < 0) {
 			/* Bound but never started: the crash came first. */
 			t->ended = true;
 			t->status.ended = true;

@@ -353,7 +353,7 @@ void sync_run_started(struct server *s, struct run *r)
 	r->server = s;
 	/* A pod's shim syncs its own checkpoint directory (src/cmd/shim.c)
 	   and reports the last one in the task's status (core_finish.c). */
-	if (!sync_wanted(r) || kube_places(s))
+	if (!sync_wanted(r) || s->exec->ops->syncs_checkpoints)
 		return;
 	if (kn_mkdir_p(r->checkpoint_dir, 0700) < 0 ||
 	    kn_mkdir_p(r->output_dir, 0700) < 0 ||
@@ -439,7 +439,8 @@ bool sync_finish_ready(struct server *s, struct run *r, bool succeeded)
 	if (r->sync_busy || r->sync_pending[0])
 		return false;
 	/* A pod's shim uploaded them: record them from the store. */
-	if (succeeded && !r->outputs_done && kube_places(s) && digest[0]) {
+	if (succeeded && !r->outputs_done &&
+	    s->exec->ops->syncs_checkpoints && digest[0]) {
 		struct sync_work *w = work_new(s, r, WORK_OUTPUTS_READ, "");
 		kn_strlcpy(w->digest, digest, sizeof(w->digest));
 		r->sync_busy = true;
@@ -494,7 +495,7 @@ void sync_restore_then_launch(struct server *s, struct run *r)
 	struct sync_work *w;
 
 	/* A pod's shim restores into the pod, not here. */
-	if (r->attempt <= 1 || kube_places(s)) {
+	if (r->attempt <= 1 || s->exec->ops->syncs_checkpoints) {
 		jobs_launch_run(s, r);
 		return;
 	}

@@ -751,7 +751,7 @@ static void tick(void *arg)
 	struct deploy_state *d = arg;
 	int64_t now = kn_now_ms(), next = now + RECONCILE_MS;
 
-	if (d->s->closing || kube_places(d->s))
+	if (d->s->closing || d->s->exec->ops->places_tasks)
 		return;
 	for (struct deployment *p = d->list; p; p = p->next) {
 		int64_t due;
@@ -854,7 +854,7 @@ static int deploy_start(struct server *s, struct kn_error *err)
 	}
 	kn_deployment_list_free(rows, n);
 	kn_replica_list_free(reps, nr);
-	if (rc == 0 && kube_places(s)) {
+	if (rc == 0 && s->exec->ops->places_tasks) {
 		/* Found again by label: only what differs is written. */
 		for (struct deployment *p = d->list; p; p = p->next)
 			kube_want(p, true);
@@ -1349,7 +1349,7 @@ static json_t *deployment_json(struct server *s, const struct deployment *p)
 	const char *alias = followed_alias(p, &ref);
 	int64_t version = dir_version(p, p->model_dir);
 
-	if (kube_places(s)) {
+	if (s->exec->ops->places_tasks) {
 		st = kn_kube_deploy_status(p->name);
 		reps = kube_replicas_json(st);
 		ready = (int)json_integer_value(json_object_get(st, "ready"));
@@ -1536,7 +1536,8 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 		return rc;
 	/* What cannot render (no image, a GPU model without a product
 	   label) is refused before anything is stored. */
-	if (kube_places(s) && (rc = kn_kube_deploy_check(spec, err)) < 0)
+	if (s->exec->ops->places_tasks &&
+	    (rc = kn_kube_deploy_check(spec, err)) < 0)
 		goto out;
 	norm = kn_deployment_spec_to_json(spec);
 	json_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
@@ -1572,9 +1573,12 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	row.replicas = spec->replicas;
 	row.generation = p ? p->generation + 1 : 1;
 	/* A new spec reaches running replicas one at a time. */
-	row.rollout_next = !p || kube_places(s)		  ? -1
-			   : changed && spec->replicas > 0 ? 0
-							   : p->rollout_next;
+	if (!p || s->exec->ops->places_tasks)
+		row.rollout_next = -1;
+	else
+		row.rollout_next = changed && spec->replicas > 0
+					   ? 0
+					   : p->rollout_next;
 	row.created_at = p ? p->created_at : now;
 	row.updated_at = now;
 	audit_fill(&a, c, p ? "deployment.update" : "deployment.create",
@@ -1619,7 +1623,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 			       "state", row.generation == 1 ? "created"
 							    : "updated",
 			       "replicas", p->replicas));
-	if (kube_places(s)) {
+	if (s->exec->ops->places_tasks) {
 		kube_want(p, changed || row.generation == 1);
 	} else {
 		reconcile(d, p);
@@ -1941,7 +1945,7 @@ static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	feed_publish(s, "deployment.state",
 		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
 			       "state", "scaled", "replicas", p->replicas));
-	if (kube_places(s)) {
+	if (s->exec->ops->places_tasks) {
 		kube_want(p, false);
 	} else {
 		reconcile(s->deploy, p);
@@ -1962,7 +1966,7 @@ static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 
 	if (!p || !change_allowed(s, req, c, p, "deployment.restart"))
 		return;
-	if (kube_places(s)) {
+	if (s->exec->ops->places_tasks) {
 		/* The Deployment's own rollout replaces the pods. */
 		snprintf(object, sizeof(object), "deployment/%s", p->name);
 		audit_fill(&a, c, "deployment.restart", object, NULL);
@@ -2019,7 +2023,7 @@ static void deploy_h_delete(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	if (kube_places(s))
+	if (s->exec->ops->places_tasks)
 		kn_kube_deploy_remove(p->name);
 	/* The re-validation its revalidate: set goes with it. */
 	reval_deployment_set(s, p->name, c, NULL);
@@ -2281,11 +2285,12 @@ static void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 		const struct deployment *p = sorted[k];
 		json_t *reps = json_array();
 
-		if (kube_places(s))
+		if (s->exec->ops->places_tasks)
 			kube_gateway_replicas(p, reps);
 		/* Surge slots too: a replica being replaced keeps serving
 		 * beside its replacement until the gateway knows both. */
-		for (int i = 0; !kube_places(s) && i < p->n_reps; i++) {
+		for (int i = 0; !s->exec->ops->places_tasks && i < p->n_reps;
+		     i++) {
 			struct run *run = p->reps[i].job_id
 						  ? find_run(s, p->reps[i].job_id)
 						  : NULL;

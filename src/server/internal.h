@@ -128,7 +128,7 @@ struct server {
 	struct kn_loop *loop;
 	struct kn_store *store;
 	struct kn_http_server *http;
-	const struct kn_executor_ops *exec;
+	struct kn_executor *exec;
 	/* What the services that own jobs tell the job core (jobhooks.h). */
 	struct job_hooks *hooks;
 	struct kn_timer *tick_timer;
@@ -284,30 +284,13 @@ void events_free(struct kn_events *ev);
 /* Check --executor, --slurm-partitions and --slurm-shards-per-gpu. */
 int slurm_config_check(const struct kn_server_config *cfg,
 		       struct kn_error *err);
-const struct kn_executor_ops *slurm_executor_chosen(
+struct kn_executor *slurm_executor_chosen(
 	const struct kn_server_config *cfg);
-/*
- * Whether a placement.selector key is Slurm's to honour rather than the
- * kiln scheduler's: "pool" under the Slurm executor picks the partition.
- */
-bool slurm_selects(const struct server *s, const char *key);
-/*
- * sbatch options for one task of a run; out->partition points into
- * partition (len bytes), which must outlive out.
- */
-void slurm_task_fill(const struct server *s, const struct run *r, int rank,
-		     struct kn_slurm_task *out, char *partition, size_t len);
 
 /* kube.c: the Kubernetes executor's start, stop and per-task options */
 /* Credentials, GPU products, the worker: with --executor kubernetes. */
 int kube_start(struct server *s, struct kn_error *err);
 void kube_stop(struct server *s);
-/* Whether the cluster places tasks (Kubernetes): kiln's placement terms
-   are then the cluster's to honour, not the one-node scheduler's. */
-bool kube_places(const struct server *s);
-/* Whether spec can be submitted (it renders); 0 without Kubernetes. */
-int kube_check_spec(const struct server *s, const struct kn_job_spec *spec,
-		    const char *filename, struct kn_error *err);
 /*
  * Whether a pod's shim can fetch spec's inputs (resolved to URLs): few
  * enough to report back, and none a file only the server sees. 0

@@ -62,10 +62,10 @@ int isolation_start(struct server *s, struct kn_error *err)
 		if (geteuid() == 0 && (rc = check_map_users(s, err)) < 0)
 			return rc;
 	}
-	if (s->exec != &kn_local_executor) {
+	if (s->exec->ops->isolation) {
 		/* Slurm and pods place the task; the shim builds its env. */
-		snprintf(s->isolation, sizeof(s->isolation),
-			 "%s executor: its own; environment built", s->exec->name);
+		snprintf(s->isolation, sizeof(s->isolation), "%s",
+			 s->exec->ops->isolation);
 		s->isolation_ok = true;
 		return 0;
 	}

@@ -18,11 +18,6 @@
 
 #define SERVICE_ACCOUNT_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
-bool kube_places(const struct server *s)
-{
-	return s->exec == &kn_kube_executor;
-}
-
 int kube_start(struct server *s, struct kn_error *err)
 {
 	const struct kn_server_config *cfg = &s->cfg;
@@ -32,7 +27,7 @@ int kube_start(struct server *s, struct kn_error *err)
 	const char *kubeconfig = cfg->kubeconfig;
 	int rc;
 
-	if (!kube_places(s))
+	if (!s->exec->ops->places_tasks)
 		return 0;
 	/* $KUBECONFIG may list several files; kubectl merges them, kiln
 	   reads the first (as kiln kube-scheduler). */
@@ -77,23 +72,10 @@ void kube_stop(struct server *s)
 	s->kube_products = NULL;
 }
 
-int kube_check_spec(const struct server *s, const struct kn_job_spec *spec,
-		    const char *filename, struct kn_error *err)
-{
-	struct kn_error rerr;
-
-	if (!kube_places(s))
-		return 0;
-	if (kn_kube_executor_check(spec, &rerr) < 0)
-		return kn_errorf(err, KN_EINVAL, rerr.field, "%s: %s", filename,
-				 rerr.message);
-	return 0;
-}
-
 int kube_check_inputs(const struct server *s, const struct kn_job_spec *spec,
 		      const char *filename, struct kn_error *err)
 {
-	if (!kube_places(s))
+	if (!s->exec->ops->places_tasks)
 		return 0;
 	return kn_kube_check_inputs(spec, spec->checkpoint.store
 					      ? spec->checkpoint.store

@@ -20,9 +20,9 @@ int limits_start(struct server *s, struct kn_error *err)
 	int rc;
 
 	memset(&s->limits, 0, sizeof(s->limits));
-	if (s->exec != &kn_local_executor) {
-		snprintf(s->limits.why, sizeof(s->limits.why),
-			 "tasks run under the %s executor", s->exec->name);
+	if (s->exec->ops->limits) {
+		snprintf(s->limits.why, sizeof(s->limits.why), "%s",
+			 s->exec->ops->limits);
 		return 0;
 	}
 	rc = kn_cgroup_probe(&place, &s->limits, &why);

@@ -414,6 +414,7 @@ static void server_release(struct server *s)
 	services_stop(s);
 	jobs_free_all(s);
 	kube_stop(s);
+	kn_executor_free(s->exec);
 	free(s->blob_url);
 	kn_http_server_free(s->http);
 	kn_timer_free(s->tick_timer);
@@ -451,7 +452,7 @@ static int home_open(struct server *s, struct kn_error *err)
 	   user to reach its own directory (exec/slurm.c), which a restart
 	   under Slurm keeps. */
 	if (stat(s->home, &home_st) < 0 ||
-	    chmod(s->home, 0700 | (s->exec == &kn_slurm_executor
+	    chmod(s->home, 0700 | (s->exec->ops->home_searchable
 					   ? home_st.st_mode & S_IXOTH
 					   : 0)) < 0)
 		return kn_errorf(err, KN_EIO, "home",

@@ -466,7 +466,7 @@ int usage_start(struct server *s, struct kn_error *err)
 	bool real_gpus = false;
 
 	(void)err;
-	if (s->cfg.usage_interval_ms <= 0 || s->exec != &kn_local_executor)
+	if (s->cfg.usage_interval_ms <= 0 || s->exec->ops->limits)
 		return 0;
 	u = kn_xcalloc(1, sizeof(*u));
 	for (size_t i = 0; i < s->cluster.n_nodes; i++)

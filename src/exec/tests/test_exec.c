@@ -23,6 +23,7 @@
 
 #include "exec/exec.h"
 #include "exec/internal.h"
+#include "spec/spec.h"
 
 static void test_simulated_devices(void **state)
 {
@@ -622,6 +623,110 @@ static void test_slurm_sbatch_args(void **state)
 	kn_slurm_args_free(a);
 }
 
+/* What each engine does itself, which the server asks instead of which
+   executor it has. */
+static void test_executor_instances(void **state)
+{
+	struct kn_slurm_config cfg = {100, "default=batch"};
+	struct kn_executor *local = kn_local_executor_new();
+	struct kn_executor *slurm = kn_slurm_executor_new(&cfg);
+
+	(void)state;
+	assert_string_equal(local->ops->name, "local");
+	assert_null(local->ops->selector_key);
+	assert_null(local->ops->isolation);
+	assert_null(local->ops->limits);
+	assert_false(local->ops->home_searchable);
+	assert_string_equal(slurm->ops->name, "slurm");
+	assert_null(slurm->ops->check);
+	assert_string_equal(slurm->ops->selector_key, "pool");
+	assert_string_equal(slurm->ops->isolation,
+			    "slurm executor: its own; environment built");
+	assert_string_equal(slurm->ops->limits,
+			    "tasks run under the slurm executor");
+	assert_true(slurm->ops->home_searchable);
+	assert_false(slurm->ops->places_tasks || local->ops->places_tasks);
+	assert_false(slurm->ops->syncs_checkpoints ||
+		     local->ops->syncs_checkpoints);
+	kn_executor_free(local);
+	kn_executor_free(slurm);
+	kn_executor_free(NULL);
+}
+
+static struct kn_job_spec *slurm_spec(const char *text)
+{
+	struct kn_job_spec *spec = NULL;
+	struct kn_error err = {0};
+
+	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
+					   &err), 0);
+	return spec;
+}
+
+/* The local executor refuses an image it cannot run, naming the field. */
+static void test_local_check(void **state)
+{
+	struct kn_executor *local = kn_local_executor_new();
+	struct kn_job_spec *spec;
+	struct kn_error err = {0};
+
+	(void)state;
+	spec = slurm_spec("kind: Job\nname: tr\ncommand: [x]\n");
+	assert_int_equal(local->ops->check(local, spec, &err), 0);
+	kn_job_spec_free(spec);
+	spec = slurm_spec("kind: Job\nname: tr\ncommand: [x]\nimage: a:1\n");
+	assert_int_equal(local->ops->check(local, spec, &err), -EINVAL);
+	assert_string_equal(err.field, "image");
+	assert_non_null(strstr(err.message, "runs no containers"));
+	kn_job_spec_free(spec);
+	kn_executor_free(local);
+}
+
+/* sbatch options come from the task's spec and the partition map. */
+static void test_slurm_task_fill(void **state)
+{
+	struct kn_slurm_config cfg = {
+		100, "default=batch,spot=cheap,pool:a100=big"};
+	struct kn_task_launch l = {.rank = 1, .ntasks = 2};
+	struct kn_slurm_task t;
+	char partition[16];
+
+	(void)state;
+	l.spec = slurm_spec("kind: Job\nname: tr\ncommand: [x]\n"
+			    "resources: {gpus: 0.25, cpus: 1.5, memory: 3Gi}\n"
+			    "preemptible: true\n"
+			    "checkpoint: {every: 10m, grace: 45s}\n");
+	kn_slurm_task_fill(&cfg, &l, &t, partition, sizeof(partition));
+	assert_int_equal(t.rank, 1);
+	assert_int_equal(t.ntasks, 2);
+	assert_string_equal(t.job_name, "tr");
+	assert_int_equal(t.gpus, 0);
+	assert_int_equal(t.shards, 25); /* a quarter of 100 shards */
+	assert_int_equal(t.cpus, 2);    /* rounded up */
+	assert_int_equal(t.memory_mb, 3072);
+	assert_true(t.requeue);
+	assert_int_equal(t.checkpoint_grace_ms, 45000);
+	assert_string_equal(t.partition, "cheap"); /* spot before default */
+	kn_job_spec_free((struct kn_job_spec *)l.spec);
+
+	l.spec = slurm_spec("kind: Job\nname: tr\ncommand: [x]\n"
+			    "resources: {gpus: 2}\npreemptible: true\n"
+			    "placement: {selector: {pool: a100}}\n");
+	kn_slurm_task_fill(&cfg, &l, &t, partition, sizeof(partition));
+	assert_int_equal(t.gpus, 2);
+	assert_int_equal(t.shards, 0);
+	assert_string_equal(t.partition, "big"); /* pool before spot */
+	kn_job_spec_free((struct kn_job_spec *)l.spec);
+
+	/* No key the map has: Slurm's default partition. */
+	cfg.partitions = NULL;
+	l.spec = slurm_spec("kind: Job\nname: tr\ncommand: [x]\n");
+	kn_slurm_task_fill(&cfg, &l, &t, partition, sizeof(partition));
+	assert_null(t.partition);
+	assert_false(t.requeue);
+	kn_job_spec_free((struct kn_job_spec *)l.spec);
+}
+
 static void test_slurm_host_list_and_states(void **state)
 {
 	char host[16];
@@ -668,6 +773,9 @@ int main(void)
 		cmocka_unit_test(test_kube_shim),
 		cmocka_unit_test(test_slurm_sbatch_args),
 		cmocka_unit_test(test_slurm_host_list_and_states),
+		cmocka_unit_test(test_executor_instances),
+		cmocka_unit_test(test_slurm_task_fill),
+		cmocka_unit_test(test_local_check),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

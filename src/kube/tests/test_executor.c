@@ -350,9 +350,28 @@ static void test_attempt_manifests(void **state)
 	kn_job_spec_free(spec);
 }
 
+/* A pod places itself and its shim syncs checkpoints: the server's own
+   placement and sync step aside for them. */
+static void test_executor_instance(void **state)
+{
+	struct kn_executor *ex = kn_kube_executor_new();
+
+	(void)state;
+	assert_string_equal(ex->ops->name, "kubernetes");
+	assert_true(ex->ops->places_tasks);
+	assert_true(ex->ops->syncs_checkpoints);
+	assert_non_null(ex->ops->check);
+	assert_null(ex->ops->selector_key);
+	assert_string_equal(ex->ops->isolation,
+			    "kubernetes executor: its own; environment built");
+	assert_non_null(ex->ops->limits);
+	kn_executor_free(ex);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_executor_instance),
 		cmocka_unit_test(test_running_and_succeeded),
 		cmocka_unit_test(test_failures),
 		cmocka_unit_test(test_timeout),
