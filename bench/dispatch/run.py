@@ -61,9 +61,10 @@ def read_records(path):
 
 def run_kiln(kiln, jobs, gpus_per_job, extra=()):
     home = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
-    # Outside the home, which tasks cannot see, and writable for the
-    # task's user.
-    records = Path(tempfile.mkdtemp(prefix="kiln-bench-records-"))
+    # Outside the home and /tmp, which tasks do not see, and writable for
+    # the task's user.
+    records = Path(tempfile.mkdtemp(prefix="kiln-bench-records-",
+                                    dir="/var/tmp"))
     records.chmod(0o777)
     env = dict(os.environ, KILN_HOME=str(home))
     server = subprocess.Popen([kiln, "server", "--listen", "127.0.0.1:0",
@@ -95,9 +96,13 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=()):
             submitted[str(r.json()["job"]["id"])] = t
         submit_phase = time.time() - t0
         deadline = time.monotonic() + WAIT_LIMIT_S
+        next_ask = time.monotonic() + 1.0
         while True:
+            # Done when nothing runs or waits: asked once every ended job
+            # has its record, or once a second (failed jobs leave none).
             ends = read_records(records / "ends")
-            if len(ends) >= jobs:
+            if len(ends) >= jobs or time.monotonic() > next_ask:
+                next_ask = time.monotonic() + 1.0
                 active = session.get(url + "/v1/jobs", params={"state": "running"}).json()["jobs"]
                 queued = session.get(url + "/v1/jobs", params={"state": "queued"}).json()["jobs"]
                 if not active and not queued:
