@@ -6,9 +6,9 @@
  *
  * The server's node arrays (s->nodes, s->cluster.nodes) grow and shrink
  * here; the providers that make and delete the nodes are in
- * pool_providers.c. A node is removed only when no run is bound to it,
- * and every binding's node index past it moves down one, so no index
- * dangles.
+ * pool_providers.c, the HTTP handlers in pools_http.c. A node is removed
+ * only when no run is bound to it, and every binding's node index past
+ * it moves down one, so no index dangles.
  */
 #include "poolsvc.h"
 
@@ -318,7 +318,7 @@ static int pools_adopt(struct server *s, struct kn_error *err)
 }
 
 /* Parse --pool, create or adopt each pool's nodes. */
-static int pools_start(struct server *s, struct kn_error *err)
+int pools_start(struct server *s, struct kn_error *err)
 {
 	struct pools *ps;
 	int rc = 0;
@@ -369,7 +369,7 @@ static int pools_start(struct server *s, struct kn_error *err)
 
 /* ---- the autoscaler ---- */
 
-static double pool_gpu_price(struct server *s, const struct pool *p)
+double pools_gpu_price(struct server *s, const struct pool *p)
 {
 	const struct kn_vm_size *size =
 		s->catalog ? kn_catalog_find(s->catalog, p->spec.sku) : NULL;
@@ -430,7 +430,7 @@ static void pools_tick(void *arg)
 	for (size_t i = 0; i < ps->n; i++) {
 		ap[i].name = ps->pool[i].spec.name;
 		ap[i].spot = ps->pool[i].spec.spot;
-		ap[i].gpu_hour_price = pool_gpu_price(s, &ps->pool[i]);
+		ap[i].gpu_hour_price = pools_gpu_price(s, &ps->pool[i]);
 		ap[i].min = ps->pool[i].spec.min;
 		ap[i].max = ps->pool[i].spec.max;
 		ap[i].provisioning = ps->pool[i].provisioning;
@@ -519,7 +519,7 @@ out_early:
 }
 
 /* Arm the autoscaler's timer once the loop exists. */
-static void pools_run(struct server *s)
+void pools_run(struct server *s)
 {
 	if (!s->pools)
 		return;
@@ -528,7 +528,7 @@ static void pools_run(struct server *s)
 	kn_timer_arm(s->pools->timer, POOLS_TICK_MS);
 }
 
-static void pools_free(struct server *s)
+void pools_stop(struct server *s)
 {
 	if (!s->pools)
 		return;
@@ -553,10 +553,6 @@ static void pools_free(struct server *s)
 /* ---- rolling maintenance ---- */
 
 #define ROLLING_TICK_MS 200
-/* How long a surge replica may take to serve before the node fails. */
-#define SURGE_TIMEOUT_DEFAULT_MS (10 * 60 * 1000)
-/* A week: longer is a mistake, not a plan. */
-#define SURGE_TIMEOUT_MAX_S (7 * 24 * 3600)
 
 enum rolling_step {
 	STEP_CORDON,    /* next: cordon the node */
@@ -863,92 +859,42 @@ static void rolling_tick(void *arg)
 	}
 }
 
-static json_t *rolling_json(const struct rolling *r)
+/*
+ * Start rolling maintenance of pool p as c: command on each node in
+ * turn, surge_timeout_ms the wait for a surge node. -ECONFLICT while one
+ * is running.
+ */
+int pools_rolling_start(struct server *s, struct pool *p,
+			const struct caller *c, const char *command,
+			int64_t surge_timeout_ms, struct kn_error *err)
 {
-	json_t *done = json_array();
-
-	for (size_t k = 0; k < r->at && k < r->n_nodes; k++)
-		json_array_append_new(done, json_string(r->nodes[k]));
-	return json_pack(
-		"{s:f, s:o, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:o}",
-		"surge_timeout_s", (double)r->surge_timeout_ms / 1000.0,
-		"waiting", r->waiting[0] ? json_string(r->waiting) : json_null(),
-		"pool", r->pool->spec.name, "command", r->command, "state", r->state, "node",
-		!strcmp(r->state, "succeeded") ? json_null()
-					       : json_string(r->nodes[r->at]),
-		"step",
-		!strcmp(r->state, "succeeded") ? json_null()
-					       : json_string(STEP_NAMES[r->step]),
-		"done", done, "nodes", (json_int_t)r->n_nodes, "started_at_ms",
-		(json_int_t)r->started_at, "ended_at_ms",
-		(json_int_t)r->ended_at, "error",
-		r->error[0] ? json_string(r->error) : json_null());
-}
-
-static struct pool *pool_named(struct server *s, const char *name)
-{
-	for (size_t i = 0; s->pools && i < s->pools->n; i++)
-		if (!strcmp(s->pools->pool[i].spec.name, name))
-			return &s->pools->pool[i];
-	return NULL;
-}
-
-static void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
-			   const struct caller *c, const char *param)
-{
-	struct pool *p = pool_named(s, param);
-	struct kn_error err;
-	json_error_t jerr;
-	size_t len;
-	const char *text = kn_http_body(req, &len);
-	json_t *body = json_loadb(text, len, 0, &jerr);
-	const char *command =
-		json_string_value(json_object_get(body, "command"));
-	json_t *surge = json_object_get(body, "surge_timeout_s");
 	struct rolling *r;
 	struct kn_audit a;
+	struct kn_error audit_err;
 	char object[96];
+	int rc;
 
-	if (!p) {
-		kn_errorf(&err, KN_ENOTFOUND, "pool", "pool %s not found",
-			  param);
-		goto fail;
-	}
-	if (!command || !*command) {
-		kn_errorf(&err, KN_EINVAL, "command",
-			  "body must be {\"command\": \"PATCH COMMAND\"}");
-		goto fail;
-	}
-	if (surge && (!json_is_number(surge) || json_number_value(surge) <= 0 ||
-		      json_number_value(surge) > SURGE_TIMEOUT_MAX_S)) {
-		kn_errorf(&err, KN_EINVAL, "surge_timeout_s",
-			  "surge_timeout_s must be a number of seconds above 0 "
-			  "and at most %d", SURGE_TIMEOUT_MAX_S);
-		goto fail;
-	}
 	if (p->rolling && !strcmp(p->rolling->state, "running")) {
-		kn_errorf(&err, KN_ECONFLICT, "pool",
-			  "pool %s: rolling maintenance is already running "
-			  "(node %s)",
-			  p->spec.name, p->rolling->nodes[p->rolling->at]);
-		goto fail;
+		return kn_errorf(err, KN_ECONFLICT, "pool",
+				 "pool %s: rolling maintenance is already "
+				 "running (node %s)", p->spec.name,
+				 p->rolling->nodes[p->rolling->at]);
 	}
 	r = kn_xcalloc(1, sizeof(*r));
 	r->s = s;
 	r->pool = p;
 	if (s->cfg.health_sku && *s->cfg.health_sku) {
-		if (kn_sku_load(s->cfg.health_sku_file ? s->cfg.health_sku_file
-							: KN_SKU_FILE,
-				s->cfg.health_sku, &r->sku, &err) < 0) {
+		rc = kn_sku_load(s->cfg.health_sku_file ? s->cfg.health_sku_file
+							 : KN_SKU_FILE,
+				 s->cfg.health_sku, &r->sku, err);
+		if (rc < 0) {
 			free(r);
-			goto fail;
+			return rc;
 		}
 		r->have_sku = true;
 	}
 	r->command = kn_xstrdup(command);
-	r->surge_timeout_ms =
-		surge ? (int64_t)(json_number_value(surge) * 1000.0)
-		      : SURGE_TIMEOUT_DEFAULT_MS;
+	r->surge_timeout_ms = surge_timeout_ms;
 	kn_strlcpy(r->actor, c->name, sizeof(r->actor));
 	r->health_root = kn_xstrdup(s->cfg.health_root ? s->cfg.health_root
 						       : "/");
@@ -975,121 +921,43 @@ static void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
 	a.object = object;
 	a.outcome = "ok";
 	a.detail = r->command;
-	if (kn_store_audit_insert(s->store, &a, &err) < 0)
-		kn_log(KN_LOG_WARN, "auditing: %s", err.message);
+	if (kn_store_audit_insert(s->store, &a, &audit_err) < 0)
+		kn_log(KN_LOG_WARN, "auditing: %s", audit_err.message);
 	kn_log(KN_LOG_INFO, "rolling maintenance of pool %s (%zu nodes): %s",
 	       p->spec.name, r->n_nodes, r->command);
 	if (r->n_nodes)
 		kn_timer_arm(r->timer, 0);
-	json_decref(body);
-	kn_http_reply_json(req, 202, json_pack("{s:o}", "rolling",
-						rolling_json(r)));
-	return;
-fail:
-	json_decref(body);
-	kn_http_reply_error(req, &err);
+	return 0;
 }
 
-static void pools_h_rolling_get(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param)
+json_t *pools_rolling_json(const struct rolling *r)
 {
-	struct pool *p = pool_named(s, param);
-	struct kn_error err;
+	json_t *done = json_array();
 
-	(void)c;
-	if (!p || !p->rolling) {
-		kn_errorf(&err, KN_ENOTFOUND, "pool",
-			  p ? "pool %s has had no rolling maintenance"
-			    : "pool %s not found",
-			  param);
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	kn_http_reply_json(req, 200, json_pack("{s:o}", "rolling",
-					       rolling_json(p->rolling)));
-}
-
-/* ---- GET /v1/pools ---- */
-
-static json_t *pool_json(struct server *s, const struct pool *p, int64_t now)
-{
-	json_t *nodes = json_array(), *zones = json_array();
-	double price = pool_gpu_price(s, p);
-	int current = 0;
-
-	for (size_t i = 0; i < p->spec.n_zones; i++)
-		json_array_append_new(zones, json_string(p->spec.zones[i]));
-	for (size_t n = 0; n < s->cluster.n_nodes; n++) {
-		const struct server_node *node = &s->nodes[n];
-
-		if (pool_of_node(s, n) != p)
-			continue;
-		current++;
-		json_array_append_new(
-			nodes,
-			json_pack("{s:s, s:s, s:o}", "name", node->name, "state",
-				  node->state, "idle_s",
-				  node->idle_since
-					  ? json_real((double)(now -
-							       node->idle_since) /
-						      1000.0)
-					  : json_null()));
-	}
+	for (size_t k = 0; k < r->at && k < r->n_nodes; k++)
+		json_array_append_new(done, json_string(r->nodes[k]));
 	return json_pack(
-		"{s:s, s:s, s:s, s:s, s:s, s:o, s:i, s:i, s:i, s:i, s:i, s:f, "
-		"s:o, s:o, s:o, s:o, s:o}",
-		"name", p->spec.name, "provider", p->provider->name, "sku", p->spec.sku,
-		"gpus", p->spec.gpus, "pricing", p->spec.spot ? "spot" : "on_demand",
-		"zones", zones, "min", p->spec.min, "max", p->spec.max, "current", current,
-		"provisioning", p->provisioning, "desired",
-		current + p->provisioning, "scale_down_delay_s",
-		(double)p->spec.scale_down_delay_ms / 1000.0, "gpu_hour_usd",
-		price >= 0 ? json_real(price) : json_null(), "last_decision",
-		p->decision[0] ? json_pack("{s:s, s:I}", "why", p->decision,
-					   "at_ms", (json_int_t)p->decision_at)
-			       : json_null(),
-		"rolling", p->rolling ? rolling_json(p->rolling) : json_null(),
-		"last_error",
-		p->error[0] ? json_pack("{s:s, s:I}", "why", p->error, "at_ms",
-					(json_int_t)p->error_at)
-			    : json_null(),
-		"nodes", nodes);
+		"{s:f, s:o, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:o}",
+		"surge_timeout_s", (double)r->surge_timeout_ms / 1000.0,
+		"waiting", r->waiting[0] ? json_string(r->waiting) : json_null(),
+		"pool", r->pool->spec.name, "command", r->command, "state", r->state, "node",
+		!strcmp(r->state, "succeeded") ? json_null()
+					       : json_string(r->nodes[r->at]),
+		"step",
+		!strcmp(r->state, "succeeded") ? json_null()
+					       : json_string(STEP_NAMES[r->step]),
+		"done", done, "nodes", (json_int_t)r->n_nodes, "started_at_ms",
+		(json_int_t)r->started_at, "ended_at_ms",
+		(json_int_t)r->ended_at, "error",
+		r->error[0] ? json_string(r->error) : json_null());
 }
 
-static void pools_h_list(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param)
+struct pool *pools_pool_named(struct server *s, const char *name)
 {
-	json_t *list = json_array();
-	int64_t now = kn_now_ms();
-
-	(void)c;
-	(void)param;
 	for (size_t i = 0; s->pools && i < s->pools->n; i++)
-		json_array_append_new(list,
-				      pool_json(s, &s->pools->pool[i], now));
-	kn_http_reply_json(
-		req, 200,
-		json_pack("{s:o, s:o}", "pools", list, "blocked",
-			  s->pools && s->pools->blocked[0]
-				  ? json_string(s->pools->blocked)
-				  : json_null()));
+		if (!strcmp(s->pools->pool[i].spec.name, name))
+			return &s->pools->pool[i];
+	return NULL;
 }
 
-static const struct route routes[] = {
-	{"GET", "/v1/pools", KN_ROLE_VIEWER, false, NULL, pools_h_list},
-	{"POST", "/v1/pools/{name}/rolling", KN_ROLE_OPERATOR, false, NULL,
-	 pools_h_rolling_start},
-	{"GET", "/v1/pools/{name}/rolling", KN_ROLE_VIEWER, false, NULL,
-	 pools_h_rolling_get},
-};
-
-const struct service pools_service = {
-	.name = "pools",
-	.phase = SERVICE_PHASE_NODES,
-	.start = pools_start,
-	.run = pools_run,
-	.stop = pools_free,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
-};
 

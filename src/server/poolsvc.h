@@ -69,7 +69,31 @@ struct pools {
 extern const struct pool_provider_ops sim_provider, command_provider,
 	azure_provider;
 
+/* How long a surge replica may take to serve before the node fails. */
+#define SURGE_TIMEOUT_DEFAULT_MS (10 * 60 * 1000)
+/* A week: longer is a mistake, not a plan. */
+#define SURGE_TIMEOUT_MAX_S (7 * 24 * 3600)
+
 /* pools.c */
+/* Parse --pool, create or adopt each pool's nodes. */
+int pools_start(struct server *s, struct kn_error *err);
+/* Arm the autoscaler's timer once the loop exists. */
+void pools_run(struct server *s);
+void pools_stop(struct server *s);
+/* The pool named name, or NULL. */
+struct pool *pools_pool_named(struct server *s, const char *name);
+/* A GPU-hour of pool p's nodes in USD, or < 0 when not priced. */
+double pools_gpu_price(struct server *s, const struct pool *p);
+/*
+ * Start rolling maintenance of pool p as c: command on each node in
+ * turn, surge_timeout_ms the wait for a surge node. -ECONFLICT while one
+ * is running.
+ */
+int pools_rolling_start(struct server *s, struct pool *p,
+			const struct caller *c, const char *command,
+			int64_t surge_timeout_ms, struct kn_error *err);
+/* A rolling maintenance as the API shows it. */
+json_t *pools_rolling_json(const struct rolling *r);
 /* The pool node i belongs to, or NULL. */
 struct pool *pool_of_node(struct server *s, size_t i);
 /*
