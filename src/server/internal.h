@@ -106,7 +106,7 @@ struct node_health;
 struct deploy_state;
 struct kn_catalog;
 struct model_state;
-struct wf_acting;
+struct wf_state;
 
 /* One node's own state, beside its scheduler view. */
 struct server_node {
@@ -165,9 +165,7 @@ struct server {
 	struct deploy_state *deploy; /* deployments and their replicas */
 	struct kn_kube_products *kube_products; /* --executor kubernetes */
 	struct model_state *models;  /* the model registry (models.c) */
-	/* Workflow register and deploy steps whose work is on a request
-	   worker (workflows.c); each leaves the list when it ends. */
-	struct wf_acting *wf_acting;
+	struct wf_state *workflows; /* workflow runs (workflows.c) */
 	bool closing;               /* shutting down: late work is dropped */
 
 	struct backup_state *backup; /* backups (backup.c) */

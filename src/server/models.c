@@ -1,23 +1,17 @@
 /*
- * The model registry's API (docs/registry.md): content-addressed blob
- * uploads checked against their sha256 as the bytes arrive, immutable
- * numbered versions whose manifest lives in SQLite (the truth) and, as a
- * copy, in the blob store as models/NAME/VERSION.json, signatures that are
- * kept only when they verify, and aliases with their history.
- *
- * A blob arrives in parts of at most KN_HTTP_MAX_BODY bytes, in order,
- * appended to a staging file under $KILN_HOME/registry/uploads while an
- * EVP context hashes them; the last part's digest must be the one the
- * upload is named by, and only then is the file put in the store
- * (create-only, so a blob is never overwritten). Uploads in progress live
- * in memory, one per digest and client-chosen upload id (two pushes of one
- * new blob stage apart; the second to finish finds it stored): after a
- * server restart a client starts them again.
+ * The model registry (docs/registry.md), its domain: immutable numbered
+ * versions whose manifest lives in SQLite (the truth) and, as a copy, in
+ * the blob store as models/NAME/VERSION.json, signatures that are kept
+ * only when they verify, aliases with their history, versions made from
+ * a job's outputs with their lineage, and the checked copies a
+ * deployment runs from. Its HTTP handlers and the blob uploads in
+ * progress are in models_http.c; the rules that need no server, in
+ * modelrules.c.
  *
  * Every call is audited, reads included (model.read, model.pull,
  * model.verify), refusals and failures with outcome "error".
  */
-#include "service.h"
+#include "modelsvc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,60 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "ckpt/ckpt.h"
-#include "registry/registry.h"
 
-/* Uploads idle this long are dropped when a new one starts. */
-#define UPLOAD_IDLE_MS (10 * 60 * 1000)
-#define UPLOAD_ID_MAX 32
-
-struct upload {
-	char digest[KN_SHA256_HEX + 1];
-	char id[UPLOAD_ID_MAX + 1]; /* the client's name for this upload */
-	char *path; /* the staging file */
-	int fd;
-	EVP_MD_CTX *ctx;
-	int64_t offset;
-	int64_t touched_ms;
-	struct upload *next;
-};
-
-struct model_state {
-	char *staging;      /* $KILN_HOME/registry/uploads */
-	char *trusted_keys; /* directory of *.pub files */
-	struct upload *uploads;
-};
-
-/* Out of the list of uploads in progress: no later request finds it. */
-static void upload_detach(struct model_state *m, struct upload *u)
-{
-	for (struct upload **p = &m->uploads; *p; p = &(*p)->next) {
-		if (*p == u) {
-			*p = u->next;
-			break;
-		}
-	}
-}
-
-static void upload_release(struct upload *u)
-{
-	if (u->fd >= 0)
-		close(u->fd);
-	unlink(u->path);
-	free(u->path);
-	EVP_MD_CTX_free(u->ctx);
-	free(u);
-}
-
-static void upload_drop(struct model_state *m, struct upload *u)
-{
-	upload_detach(m, u);
-	upload_release(u);
-}
-
-static int models_start(struct server *s, struct kn_error *err)
+int models_start(struct server *s, struct kn_error *err)
 {
 	struct model_state *m = kn_xcalloc(1, sizeof(*m));
 	struct kn_model_keyring ring;
@@ -117,14 +60,13 @@ static int models_start(struct server *s, struct kn_error *err)
 	return 0;
 }
 
-static void models_free(struct server *s)
+void models_stop(struct server *s)
 {
 	struct model_state *m = s->models;
 
 	if (!m)
 		return;
-	while (m->uploads)
-		upload_drop(m, m->uploads);
+	models_uploads_drop(m);
 	free(m->staging);
 	free(m->trusted_keys);
 	free(m);
@@ -133,7 +75,7 @@ static void models_free(struct server *s)
 
 /* ---- helpers ---- */
 
-static void audit(struct server *s, const struct caller *c,
+void models_audit(struct server *s, const struct caller *c,
 		  const char *action, const char *object, const char *outcome,
 		  const char *detail)
 {
@@ -149,30 +91,7 @@ static void audit(struct server *s, const struct caller *c,
 	kn_store_audit_insert(s->store, &a, NULL);
 }
 
-/* Audit the failure, then answer with it. */
-static void fail(struct server *s, struct kn_http_req *req,
-		 const struct caller *c, const char *action, const char *object,
-		 const struct kn_error *err)
-{
-	audit(s, c, action, object, "error", err->message);
-	kn_http_reply_error(req, err);
-}
-
-static json_t *body_object(struct kn_http_req *req, struct kn_error *err)
-{
-	size_t len;
-	const char *text = kn_http_body(req, &len);
-	json_t *body = json_loadb(text, len, 0, NULL);
-
-	if (!json_is_object(body)) {
-		json_decref(body);
-		kn_errorf(err, KN_EINVAL, NULL, "body must be a JSON object");
-		return NULL;
-	}
-	return body;
-}
-
-static int open_store(struct server *s, struct kn_blob_store **out,
+int models_open_store(struct server *s, struct kn_blob_store **out,
 		      struct kn_error *err)
 {
 	struct kn_blob_store_config cfg = {.url = s->blob_url, .use_env = true};
@@ -180,8 +99,7 @@ static int open_store(struct server *s, struct kn_blob_store **out,
 	return kn_blob_store_open(&cfg, out, err);
 }
 
-/* The version a reference names (N@V or N@alias). */
-static int resolve(struct server *s, const struct kn_model_ref *ref,
+int models_resolve(struct server *s, const struct kn_model_ref *ref,
 		   struct kn_model_version_row *out, struct kn_error *err)
 {
 	int64_t version = ref->version;
@@ -197,331 +115,9 @@ static int resolve(struct server *s, const struct kn_model_ref *ref,
 					  err);
 }
 
-/* ---- blobs ---- */
-
-static void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
-			    const struct caller *c, const char *param)
-{
-	struct kn_blob_store *store = NULL;
-	struct kn_error err;
-	json_t *body = body_object(req, &err), *digests, *missing = NULL, *d;
-	size_t i, present = 0;
-	char detail[96];
-
-	(void)param;
-	if (!body)
-		goto fail;
-	digests = json_object_get(body, "digests");
-	if (!json_is_array(digests)) {
-		kn_errorf(&err, KN_EINVAL, "digests",
-			  "must be an array of sha256 hex digests");
-		goto fail;
-	}
-	if (open_store(s, &store, &err) < 0)
-		goto fail;
-	missing = json_array();
-	json_array_foreach(digests, i, d) {
-		const char *hex = json_string_value(d);
-		struct kn_blob_info info = {0};
-		char *name;
-		int rc;
-
-		if (!kn_sha256_hex_ok(hex)) {
-			kn_errorf(&err, KN_EINVAL, "digests",
-				  "digests[%zu] is not 64 lowercase hex digits",
-				  i);
-			goto fail;
-		}
-		name = kn_model_blob_name(hex);
-		rc = kn_blob_stat(store, name, &info, &err);
-		free(name);
-		if (rc == -ENOENT)
-			json_array_append_new(missing, json_string(hex));
-		else if (rc < 0)
-			goto fail;
-		else
-			present++;
-	}
-	snprintf(detail, sizeof(detail), "%zu present, %zu missing", present,
-		 json_array_size(missing));
-	audit(s, c, "model.blob.check", "blobs", "ok", detail);
-	kn_http_reply_json(req, 200,
-			   json_pack("{s:o, s:I}", "missing", missing, "present",
-				     (json_int_t)present));
-	missing = NULL;
-	goto out;
-fail:
-	fail(s, req, c, "model.blob.check", "blobs", &err);
-out:
-	json_decref(missing);
-	json_decref(body);
-	kn_blob_store_free(store);
-}
-
-static struct upload *upload_find(struct model_state *m, const char *digest,
-				  const char *id)
-{
-	for (struct upload *u = m->uploads; u; u = u->next)
-		if (!strcmp(u->digest, digest) && !strcmp(u->id, id))
-			return u;
-	return NULL;
-}
-
-/* 1..UPLOAD_ID_MAX letters and digits. */
-static bool upload_id_ok(const char *id)
-{
-	size_t n = id ? strlen(id) : 0;
-
-	if (n == 0 || n > UPLOAD_ID_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((id[i] >= 'a' && id[i] <= 'z') ||
-		      (id[i] >= 'A' && id[i] <= 'Z') ||
-		      (id[i] >= '0' && id[i] <= '9')))
-			return false;
-	return true;
-}
-
-static int upload_begin(struct model_state *m, const char *digest,
-			const char *id, struct upload **out,
-			struct kn_error *err)
-{
-	int64_t now = kn_mono_ms();
-	struct upload *u, *next;
-
-	for (u = m->uploads; u; u = next) {
-		next = u->next;
-		if ((!strcmp(u->digest, digest) && !strcmp(u->id, id)) ||
-		    now - u->touched_ms > UPLOAD_IDLE_MS)
-			upload_drop(m, u);
-	}
-	u = kn_xcalloc(1, sizeof(*u));
-	kn_strlcpy(u->digest, digest, sizeof(u->digest));
-	kn_strlcpy(u->id, id, sizeof(u->id));
-	/* A file of its own: one being stored by a worker may have the same
-	   digest and id (a client that sent the last part again). */
-	u->path = kn_asprintf("%s/%s.%s.XXXXXX", m->staging, digest, id);
-	u->fd = mkostemp(u->path, O_CLOEXEC);
-	u->ctx = EVP_MD_CTX_new();
-	u->touched_ms = now;
-	u->next = m->uploads;
-	m->uploads = u;
-	if (u->fd < 0 || EVP_DigestInit_ex(u->ctx, EVP_sha256(), NULL) != 1) {
-		int e = errno;
-		upload_drop(m, u);
-		return kn_errorf(err, KN_EIO, NULL, "cannot stage an upload: %s",
-				 strerror(e));
-	}
-	*out = u;
-	return 0;
-}
-
-static int write_all(int fd, const char *data, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, data, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		data += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-/*
- * A finished upload's copy into the store (every byte read and hashed
- * again) runs on a worker; the request is answered when it ends. The
- * upload is out of the list by then, so a restart of it stages apart.
- */
-struct upload_commit {
-	struct server *s; /* used on the loop only */
-	struct kn_http_req *req;
-	struct caller caller;
-	struct upload *u;
-	char *store_url;
-	bool existed;
-	int rc;
-	struct kn_error err;
-};
-
-static void upload_commit_work(void *arg)
-{
-	struct upload_commit *w = arg;
-	struct kn_blob_store_config cfg = {.url = w->store_url,
-					   .use_env = true};
-	struct kn_blob_store *store = NULL;
-	char *name = kn_model_blob_name(w->u->digest);
-	char sent[KN_SHA256_HEX + 1];
-	int rc = kn_blob_store_open(&cfg, &store, &w->err);
-
-	if (rc == 0)
-		rc = kn_blob_put_file(store, name, w->u->path,
-				      KN_BLOB_CREATE_ONLY, sent, NULL, &w->err);
-	w->existed = rc == -EEXIST;
-	if (rc == -EEXIST)
-		rc = 0;
-	else if (rc == 0 && strcmp(sent, w->u->digest) != 0) {
-		/* The staging file changed under us: never keep a blob whose
-		   name lies about its bytes. */
-		kn_blob_delete(store, name, NULL);
-		rc = kn_errorf(&w->err, KN_EIO, NULL,
-			       "blob %s: staged bytes changed while stored",
-			       w->u->digest);
-	}
-	w->rc = rc;
-	free(name);
-	kn_blob_store_free(store);
-}
-
-static void upload_commit_done(void *arg, bool ran)
-{
-	struct upload_commit *w = arg;
-	char object[96], detail[64];
-
-	snprintf(object, sizeof(object), "blob/sha256/%s", w->u->digest);
-	if (!ran)
-		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
-				  "the server stopped before blob %s was "
-				  "stored; send it again", w->u->digest);
-	if (w->rc < 0) {
-		fail(w->s, w->req, &w->caller, "model.blob.put", object,
-		     &w->err);
-	} else {
-		snprintf(detail, sizeof(detail), "%lld bytes%s",
-			 (long long)w->u->offset,
-			 w->existed ? ", already stored" : "");
-		audit(w->s, &w->caller, "model.blob.put", object, "ok", detail);
-		kn_http_reply_json(w->req, 201,
-				   json_pack("{s:s, s:I, s:b, s:b}", "digest",
-					     w->u->digest, "received",
-					     (json_int_t)w->u->offset, "stored",
-					     1, "existed", w->existed));
-	}
-	upload_release(w->u);
-	free(w->store_url);
-	free(w);
-}
-
-/*
- * The staged file is whole: check that it hashes to u->digest, then hand
- * it (out of the list) to a worker that puts it in the store.
- */
-static int upload_commit(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, struct upload *u,
-			 struct kn_error *err)
-{
-	unsigned char md[32];
-	unsigned int mdlen = 0;
-	char hex[KN_SHA256_HEX + 1];
-	struct upload_commit *w;
-
-	EVP_DigestFinal_ex(u->ctx, md, &mdlen);
-	for (unsigned i = 0; i < mdlen; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
-	if (strcmp(hex, u->digest) != 0)
-		return kn_errorf(err, KN_EINVAL, "sha256",
-				 "blob %s: the %lld bytes sent hash to %s; "
-				 "refused", u->digest, (long long)u->offset,
-				 hex);
-	upload_detach(s->models, u);
-	close(u->fd);
-	u->fd = -1;
-	w = kn_xcalloc(1, sizeof(*w));
-	w->s = s;
-	w->req = req;
-	w->caller = *c;
-	w->u = u;
-	w->store_url = kn_xstrdup(s->blob_url);
-	kn_workers_submit(s->request_workers, upload_commit_work,
-			  upload_commit_done, w);
-	return 0;
-}
-
-static void models_h_blob_put(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param)
-{
-	struct model_state *m = s->models;
-	struct upload *u;
-	struct kn_error err;
-	int64_t offset = -1, final = 0;
-	size_t len;
-	const char *data = kn_http_body(req, &len);
-	const char *id = kn_http_query(req, "upload");
-	char object[96];
-	int rc;
-
-	snprintf(object, sizeof(object), "blob/sha256/%.64s", param);
-	if (!kn_sha256_hex_ok(param)) {
-		kn_errorf(&err, KN_EINVAL, "digest",
-			  "\"%s\" is not 64 lowercase hex digits", param);
-		fail(s, req, c, "model.blob.put", object, &err);
-		return;
-	}
-	if (kn_http_query_int(req, "offset", 0, INT64_MAX, &offset) != 0 ||
-	    kn_http_query_int(req, "final", 0, 1, &final) < 0) {
-		kn_errorf(&err, KN_EINVAL, "offset",
-			  "offset (bytes already sent) is required, final is "
-			  "0 or 1");
-		fail(s, req, c, "model.blob.put", object, &err);
-		return;
-	}
-	if (!upload_id_ok(id)) {
-		kn_errorf(&err, KN_EINVAL, "upload",
-			  "upload (the client's id for this upload) must be "
-			  "1-%d letters and digits", UPLOAD_ID_MAX);
-		fail(s, req, c, "model.blob.put", object, &err);
-		return;
-	}
-	u = upload_find(m, param, id);
-	if (offset == 0) {
-		if (upload_begin(m, param, id, &u, &err) < 0) {
-			fail(s, req, c, "model.blob.put", object, &err);
-			return;
-		}
-	} else if (!u || u->offset != offset) {
-		kn_errorf(&err, KN_ECONFLICT, "offset",
-			  "upload of %s is at byte %lld, not %lld: start again "
-			  "from offset 0", param, u ? (long long)u->offset : 0LL,
-			  (long long)offset);
-		if (u)
-			upload_drop(m, u);
-		fail(s, req, c, "model.blob.put", object, &err);
-		return;
-	}
-	rc = write_all(u->fd, data, len);
-	if (rc < 0) {
-		kn_errorf(&err, KN_EIO, NULL, "staging %s: %s", param,
-			  strerror(-rc));
-		upload_drop(m, u);
-		fail(s, req, c, "model.blob.put", object, &err);
-		return;
-	}
-	EVP_DigestUpdate(u->ctx, data, len);
-	u->offset += (int64_t)len;
-	u->touched_ms = kn_mono_ms();
-	offset = u->offset;
-	if (!final) {
-		kn_http_reply_json(req, 200,
-				   json_pack("{s:s, s:I, s:b}", "digest", param,
-					     "received", (json_int_t)offset,
-					     "stored", 0));
-		return;
-	}
-	if (upload_commit(s, req, c, u, &err) < 0) {
-		upload_drop(m, u);
-		fail(s, req, c, "model.blob.put", object, &err);
-	}
-}
-
 /* ---- versions ---- */
 
-/*
- * Every file's blob is in the store with the size the manifest says, and
- * durable: a version must never name a blob a crash can take away.
- */
-static int check_blobs(struct kn_blob_store *store,
+int models_check_blobs(struct kn_blob_store *store,
 		       const struct kn_model_files *f, struct kn_error *err)
 {
 	int rc = 0;
@@ -548,7 +144,7 @@ static int check_blobs(struct kn_blob_store *store,
 	return rc;
 }
 
-static int alias_move(struct server *s, const struct caller *c,
+int models_alias_move(struct server *s, const struct caller *c,
 		      const char *name, const char *alias, const char *action,
 		      int64_t to, int64_t *from, struct kn_error *err)
 {
@@ -596,7 +192,7 @@ int models_alias_point(struct server *s, const struct caller *c,
 		return rc;
 	if (rc == 0 && now == version)
 		return 0;
-	return alias_move(s, c, name, alias, "promote", version, &from, err);
+	return models_alias_move(s, c, name, alias, "promote", version, &from, err);
 }
 
 bool models_key_trusted(struct server *s, const char *key_id)
@@ -611,12 +207,7 @@ bool models_key_trusted(struct server *s, const char *key_id)
 	return trusted;
 }
 
-/*
- * Number, record and copy to the store a new version of name with these
- * files (their blobs already checked), lineage and metrics (NULL: null),
- * then move alias when given. *reply is what the API answers with.
- */
-static int version_create(struct server *s, const struct caller *c,
+int models_version_create(struct server *s, const struct caller *c,
 			  const char *name, const struct kn_model_files *files,
 			  json_t *lineage, json_t *metrics, const char *alias,
 			  json_t **reply, struct kn_error *err)
@@ -670,7 +261,7 @@ static int version_create(struct server *s, const struct caller *c,
 
 	/* The store's copy, for whoever reads the store without the DB. */
 	blob = kn_model_manifest_blob_name(name, version);
-	rc = open_store(s, &store, err);
+	rc = models_open_store(s, &store, err);
 	if (rc == 0)
 		rc = kn_blob_put_bytes(store, blob, canonical, strlen(canonical),
 				       KN_BLOB_CREATE_ONLY, err);
@@ -679,7 +270,7 @@ static int version_create(struct server *s, const struct caller *c,
 		goto out;
 	}
 	if (alias)
-		rc = alias_move(s, c, name, alias, "promote", version, &from,
+		rc = models_alias_move(s, c, name, alias, "promote", version, &from,
 				err);
 	if (rc == 0)
 		*reply = json_pack("{s:s, s:I, s:I, s:I, s:s?, s:O}", "name",
@@ -695,7 +286,7 @@ out:
 	return rc;
 }
 
-static bool name_checked(const char *name, struct kn_error *err)
+bool models_name_checked(const char *name, struct kn_error *err)
 {
 	if (kn_model_name_ok(name))
 		return true;
@@ -705,472 +296,6 @@ static bool name_checked(const char *name, struct kn_error *err)
 	return false;
 }
 
-static bool alias_checked(json_t *body, const char **alias,
-			  struct kn_error *err)
-{
-	*alias = json_string_value(json_object_get(body, "alias"));
-	if (json_object_get(body, "alias") && !kn_model_alias_ok(*alias)) {
-		kn_errorf(err, KN_EINVAL, "alias",
-			  "an alias is a name that is not all digits");
-		return false;
-	}
-	return true;
-}
-
-/*
- * POST .../versions: the check that every blob is in the store and
- * durable (a sync of the store's file system, which may flush a large
- * upload) runs on a worker; the version is recorded on the loop after.
- */
-struct version_push {
-	struct server *s; /* loop only */
-	struct kn_http_req *req;
-	struct caller caller;
-	char *name, *alias, *store_url;
-	struct kn_model_files files;
-	int rc;
-	struct kn_error err;
-};
-
-static void version_push_work(void *arg)
-{
-	struct version_push *w = arg;
-	struct kn_blob_store_config cfg = {.url = w->store_url,
-					   .use_env = true};
-	struct kn_blob_store *store = NULL;
-
-	w->rc = kn_blob_store_open(&cfg, &store, &w->err);
-	if (w->rc == 0)
-		w->rc = check_blobs(store, &w->files, &w->err);
-	kn_blob_store_free(store);
-}
-
-static void version_push_done(void *arg, bool ran)
-{
-	struct version_push *w = arg;
-	json_t *reply = NULL;
-	char object[96];
-
-	snprintf(object, sizeof(object), "model/%s", w->name);
-	if (!ran)
-		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
-				  "the server stopped before the blobs of %s "
-				  "were checked; push again", w->name);
-	if (w->rc == 0)
-		w->rc = version_create(w->s, &w->caller, w->name, &w->files,
-				       NULL, NULL, w->alias, &reply, &w->err);
-	if (w->rc < 0)
-		fail(w->s, w->req, &w->caller, "model.push", object, &w->err);
-	else
-		kn_http_reply_json(w->req, 201, reply);
-	free(w->name);
-	free(w->alias);
-	free(w->store_url);
-	kn_model_files_release(&w->files);
-	free(w);
-}
-
-static void models_h_version_create(struct server *s, struct kn_http_req *req,
-			     const struct caller *c, const char *param)
-{
-	struct kn_model_files files = {0};
-	struct version_push *w;
-	struct kn_error err;
-	json_t *body = NULL;
-	const char *alias = NULL;
-	char object[96];
-
-	snprintf(object, sizeof(object), "model/%.64s", param);
-	if (!name_checked(param, &err))
-		goto fail;
-	body = body_object(req, &err);
-	if (!body || !alias_checked(body, &alias, &err))
-		goto fail;
-	if (kn_model_files_from_json(json_object_get(body, "files"), "files",
-				     &files, &err) < 0)
-		goto fail;
-	if (files.n == 0) {
-		kn_errorf(&err, KN_EINVAL, "files", "a version needs a file");
-		goto fail;
-	}
-	w = kn_xcalloc(1, sizeof(*w));
-	w->s = s;
-	w->req = req;
-	w->caller = *c;
-	w->name = kn_xstrdup(param);
-	w->alias = alias ? kn_xstrdup(alias) : NULL;
-	w->store_url = kn_xstrdup(s->blob_url);
-	w->files = files;
-	kn_workers_submit(s->request_workers, version_push_work,
-			  version_push_done, w);
-	json_decref(body);
-	return;
-fail:
-	fail(s, req, c, "model.push", object, &err);
-	json_decref(body);
-	kn_model_files_release(&files);
-}
-
-/* ---- reads ---- */
-
-static json_t *aliases_json(struct kn_model_alias_row *rows, size_t n,
-			    bool history)
-{
-	json_t *a = json_array();
-
-	for (size_t i = 0; i < n; i++) {
-		json_t *o = json_pack("{s:s, s:I, s:s, s:I}", "alias",
-				      rows[i].alias, "version",
-				      (json_int_t)rows[i].version, "by",
-				      rows[i].actor, "time_ms",
-				      (json_int_t)rows[i].time_ms);
-		if (history) {
-			json_object_set_new(o, "action",
-					    json_string(rows[i].action));
-			json_object_set_new(
-				o, "from",
-				rows[i].from_version
-					? json_integer(rows[i].from_version)
-					: json_null());
-		}
-		json_array_append_new(a, o);
-	}
-	return a;
-}
-
-static void models_h_list(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param)
-{
-	struct kn_model_row *rows = NULL;
-	struct kn_error err;
-	size_t n = 0;
-	json_t *list;
-
-	(void)param;
-	if (kn_store_model_list(s->store, &rows, &n, &err) < 0) {
-		fail(s, req, c, "model.list", "models", &err);
-		return;
-	}
-	list = json_array();
-	for (size_t i = 0; i < n; i++) {
-		struct kn_model_alias_row *al = NULL;
-		size_t na = 0;
-		json_t *aliases = json_object();
-		if (kn_store_model_alias_list(s->store, rows[i].name, &al, &na,
-					      &err) == 0)
-			for (size_t k = 0; k < na; k++)
-				json_object_set_new(aliases, al[k].alias,
-						    json_integer(al[k].version));
-		kn_model_alias_list_free(al, na);
-		json_array_append_new(
-			list,
-			json_pack("{s:s, s:I, s:I, s:o, s:I, s:I}", "name",
-				  rows[i].name, "versions",
-				  (json_int_t)rows[i].versions, "latest",
-				  (json_int_t)rows[i].latest, "aliases", aliases,
-				  "created_at_ms", (json_int_t)rows[i].created_at,
-				  "updated_at_ms",
-				  (json_int_t)rows[i].updated_at));
-	}
-	kn_model_list_free(rows, n);
-	audit(s, c, "model.list", "models", "ok", NULL);
-	kn_http_reply_json(req, 200, json_pack("{s:o}", "models", list));
-}
-
-static json_t *model_json(struct server *s, const char *name,
-			  struct kn_error *err)
-{
-	struct kn_model_version_row *vs = NULL;
-	struct kn_model_alias_row *al = NULL, *hist = NULL;
-	size_t nv = 0, na = 0, nh = 0;
-	json_t *o = NULL, *versions;
-
-	if (kn_store_model_version_list(s->store, name, &vs, &nv, err) < 0 ||
-	    kn_store_model_alias_list(s->store, name, &al, &na, err) < 0 ||
-	    kn_store_model_alias_history(s->store, name, &hist, &nh, err) < 0)
-		goto out;
-	if (nv == 0 && nh == 0) {
-		kn_errorf(err, KN_ENOTFOUND, NULL, "no model named %s", name);
-		goto out;
-	}
-	versions = json_array();
-	for (size_t i = 0; i < nv; i++) {
-		json_t *m = json_loads(vs[i].manifest, 0, NULL);
-		json_t *files = json_object_get(m, "files"), *f;
-		int64_t bytes = 0;
-		size_t k;
-		json_array_foreach(files, k, f)
-			bytes += json_integer_value(json_object_get(f, "size"));
-		json_array_append_new(
-			versions,
-			json_pack("{s:I, s:s, s:I, s:I, s:I}", "version",
-				  (json_int_t)vs[i].version, "created_by",
-				  vs[i].created_by, "created_at_ms",
-				  (json_int_t)vs[i].created_at, "files",
-				  (json_int_t)json_array_size(files), "bytes",
-				  (json_int_t)bytes));
-		json_decref(m);
-	}
-	o = json_pack("{s:s, s:o, s:o, s:o}", "name", name, "versions",
-		      versions, "aliases", aliases_json(al, na, false),
-		      "alias_history", aliases_json(hist, nh, true));
-out:
-	kn_model_version_list_free(vs, nv);
-	kn_model_alias_list_free(al, na);
-	kn_model_alias_list_free(hist, nh);
-	return o;
-}
-
-static json_t *version_json(struct server *s,
-			    const struct kn_model_version_row *v,
-			    struct kn_error *err)
-{
-	struct kn_model_signature_row *sigs = NULL;
-	struct kn_model_alias_row *al = NULL;
-	struct kn_model_keyring ring = {0};
-	size_t ns = 0, na = 0;
-	json_t *o = NULL, *list, *aliases;
-	bool trusted = false;
-
-	if (kn_store_model_signature_list(s->store, v->name, v->version, &sigs,
-					  &ns, err) < 0 ||
-	    kn_store_model_alias_list(s->store, v->name, &al, &na, err) < 0 ||
-	    kn_model_keyring_load(s->models->trusted_keys, &ring, err) < 0)
-		goto out;
-	list = json_array();
-	for (size_t i = 0; i < ns; i++) {
-		bool t = kn_model_keyring_has(&ring, sigs[i].key_id);
-		trusted |= t;
-		json_array_append_new(
-			list,
-			json_pack("{s:s, s:s, s:s, s:s, s:I, s:b}", "key_id",
-				  sigs[i].key_id, "public_key",
-				  sigs[i].public_key, "signature",
-				  sigs[i].signature, "signed_by",
-				  sigs[i].signed_by, "signed_at_ms",
-				  (json_int_t)sigs[i].signed_at, "trusted", t));
-	}
-	aliases = json_array();
-	for (size_t i = 0; i < na; i++)
-		if (al[i].version == v->version)
-			json_array_append_new(aliases, json_string(al[i].alias));
-	o = json_pack("{s:s, s:I, s:s, s:I, s:o, s:o, s:b, s:o, s:s}", "name",
-		      v->name, "version", (json_int_t)v->version, "created_by",
-		      v->created_by, "created_at_ms", (json_int_t)v->created_at,
-		      "manifest", json_loads(v->manifest, 0, NULL), "signatures",
-		      list, "trusted", trusted, "aliases", aliases, "store",
-		      s->blob_url);
-	json_object_set_new(o, "evaluations",
-			    models_evaluations_json(s, v->name, v->version));
-out:
-	kn_model_signature_list_free(sigs, ns);
-	kn_model_alias_list_free(al, na);
-	kn_model_keyring_release(&ring);
-	return o;
-}
-
-static void models_h_get(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param)
-{
-	const char *purpose = kn_http_query(req, "purpose");
-	const char *action = "model.read";
-	struct kn_model_version_row v = {0};
-	struct kn_model_ref ref;
-	struct kn_error err;
-	char object[160];
-	json_t *o = NULL;
-
-	if (purpose && !strcmp(purpose, "pull"))
-		action = "model.pull";
-	else if (purpose && !strcmp(purpose, "verify"))
-		action = "model.verify";
-	else if (purpose && strcmp(purpose, "read") != 0) {
-		kn_errorf(&err, KN_EINVAL, "purpose",
-			  "purpose must be read, pull or verify");
-		fail(s, req, c, action, "model", &err);
-		return;
-	}
-	snprintf(object, sizeof(object), "model/%.140s", param);
-	if (kn_model_ref_parse(param, false, "model", &ref, &err) < 0)
-		goto fail;
-	if (!kn_model_ref_has_at(&ref)) {
-		o = model_json(s, ref.name, &err);
-	} else if (resolve(s, &ref, &v, &err) == 0) {
-		snprintf(object, sizeof(object), "model/%s@%lld", v.name,
-			 (long long)v.version);
-		o = version_json(s, &v, &err);
-	}
-	if (!o)
-		goto fail;
-	audit(s, c, action, object, "ok", NULL);
-	kn_http_reply_json(req, 200, o);
-	kn_model_version_row_release(&v);
-	return;
-fail:
-	kn_model_version_row_release(&v);
-	fail(s, req, c, action, object, &err);
-}
-
-/* ---- signatures ---- */
-
-static void models_h_sign(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param)
-{
-	struct kn_model_version_row v = {0};
-	struct kn_model_signature_row row;
-	struct kn_model_keyring ring = {0};
-	struct kn_model_ref ref;
-	struct kn_error err;
-	struct kn_audit a;
-	unsigned char pub[KN_ED25519_PUB_LEN], sig[KN_ED25519_SIG_LEN];
-	char key_id[KN_SHA256_HEX + 1], object[160];
-	const char *pub_b64, *sig_b64;
-	json_t *body = NULL;
-	int rc;
-
-	snprintf(object, sizeof(object), "model/%.140s", param);
-	if (kn_model_ref_parse(param, true, "model", &ref, &err) < 0 ||
-	    resolve(s, &ref, &v, &err) < 0)
-		goto fail;
-	snprintf(object, sizeof(object), "model/%s@%lld", v.name,
-		 (long long)v.version);
-	body = body_object(req, &err);
-	if (!body)
-		goto fail;
-	pub_b64 = json_string_value(json_object_get(body, "public_key"));
-	sig_b64 = json_string_value(json_object_get(body, "signature"));
-	if (kn_base64_decode(pub_b64, pub, sizeof(pub)) != KN_ED25519_PUB_LEN) {
-		kn_errorf(&err, KN_EINVAL, "public_key",
-			  "must be the base64 of a raw 32-byte Ed25519 key");
-		goto fail;
-	}
-	if (kn_base64_decode(sig_b64, sig, sizeof(sig)) != KN_ED25519_SIG_LEN) {
-		kn_errorf(&err, KN_EINVAL, "signature",
-			  "must be the base64 of a 64-byte Ed25519 signature");
-		goto fail;
-	}
-	kn_model_key_id(pub, key_id);
-	if (kn_model_sig_check(pub, v.manifest, strlen(v.manifest), sig) < 0) {
-		kn_errorf(&err, KN_EINVAL, "signature",
-			  "does not verify: not key %.16s...'s signature of the "
-			  "canonical manifest of %s@%lld", key_id, v.name,
-			  (long long)v.version);
-		goto fail;
-	}
-	if (kn_model_keyring_load(s->models->trusted_keys, &ring, &err) < 0)
-		goto fail;
-	memset(&row, 0, sizeof(row));
-	row.key_id = key_id;
-	row.public_key = (char *)pub_b64;
-	row.signature = (char *)sig_b64;
-	row.signed_by = (char *)c->name;
-	row.signed_at = kn_now_ms();
-	memset(&a, 0, sizeof(a));
-	a.actor = (char *)c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = "model.sign";
-	a.object = object;
-	a.outcome = "ok";
-	a.detail = key_id;
-	rc = kn_store_model_signature_insert(s->store, v.name, v.version, &row,
-					     &a, &err);
-	if (rc == -EEXIST)
-		kn_errorf(&err, KN_ECONFLICT, "public_key",
-			  "key %s has already signed %s@%lld", key_id, v.name,
-			  (long long)v.version);
-	if (rc < 0)
-		goto fail;
-	kn_http_reply_json(req, 201,
-			   json_pack("{s:s, s:I, s:s, s:b}", "name", v.name,
-				     "version", (json_int_t)v.version, "key_id",
-				     key_id, "trusted",
-				     kn_model_keyring_has(&ring, key_id)));
-	goto out;
-fail:
-	fail(s, req, c, "model.sign", object, &err);
-out:
-	kn_model_keyring_release(&ring);
-	kn_model_version_row_release(&v);
-	json_decref(body);
-}
-
-/* ---- aliases ---- */
-
-static const char *body_alias(struct kn_http_req *req, json_t **body,
-			      struct kn_error *err)
-{
-	const char *alias;
-
-	*body = body_object(req, err);
-	if (!*body)
-		return NULL;
-	alias = json_string_value(json_object_get(*body, "alias"));
-	if (!kn_model_alias_ok(alias)) {
-		kn_errorf(err, KN_EINVAL, "alias",
-			  "alias must be a name that is not all digits");
-		return NULL;
-	}
-	return alias;
-}
-
-static void models_h_promote(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param)
-{
-	struct kn_model_version_row v = {0};
-	struct kn_model_ref ref;
-	struct kn_error err;
-	json_t *body = NULL;
-	const char *alias = NULL;
-	char object[160];
-	int64_t from;
-
-	snprintf(object, sizeof(object), "model/%.140s", param);
-	if (kn_model_ref_parse(param, true, "model", &ref, &err) < 0 ||
-	    resolve(s, &ref, &v, &err) < 0)
-		goto fail;
-	alias = body_alias(req, &body, &err);
-	if (!alias)
-		goto fail;
-	if (alias_move(s, c, v.name, alias, "promote", v.version, &from,
-		       &err) < 0)
-		goto fail;
-	kn_http_reply_json(req, 200,
-			   json_pack("{s:s, s:s, s:I, s:o}", "name", v.name,
-				     "alias", alias, "version",
-				     (json_int_t)v.version, "from",
-				     from ? json_integer(from) : json_null()));
-	goto out;
-fail:
-	fail(s, req, c, "model.promote", object, &err);
-out:
-	kn_model_version_row_release(&v);
-	json_decref(body);
-}
-
-/*
- * Where a rollback takes alias: replaying its history as a stack (a
- * promote pushes, a rollback pops), the version under the top. 0 when
- * there is none.
- */
-static int64_t rollback_target(const struct kn_model_alias_row *hist,
-			       size_t n, const char *alias)
-{
-	int64_t *stack = kn_xcalloc(n + 1, sizeof(*stack)), target = 0;
-	size_t depth = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		if (strcmp(hist[i].alias, alias) != 0)
-			continue;
-		if (!strcmp(hist[i].action, "promote"))
-			stack[depth++] = hist[i].version;
-		else if (depth > 0)
-			depth--;
-	}
-	if (depth >= 2)
-		target = stack[depth - 2];
-	free(stack);
-	return target;
-}
 
 int models_alias_rollback(struct server *s, const struct caller *c,
 			  const char *name, const char *alias, int64_t *to,
@@ -1181,49 +306,16 @@ int models_alias_rollback(struct server *s, const struct caller *c,
 	int rc = kn_store_model_alias_history(s->store, name, &hist, &nh, err);
 
 	if (rc == 0) {
-		*to = rollback_target(hist, nh, alias);
+		*to = model_rollback_target(hist, nh, alias);
 		if (!*to)
 			rc = kn_errorf(err, KN_ECONFLICT, "alias",
 				       "alias %s of model %s has no earlier "
 				       "version to roll back to", alias, name);
 	}
 	if (rc == 0)
-		rc = alias_move(s, c, name, alias, "rollback", *to, from, err);
+		rc = models_alias_move(s, c, name, alias, "rollback", *to, from, err);
 	kn_model_alias_list_free(hist, nh);
 	return rc;
-}
-
-static void models_h_rollback(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param)
-{
-	struct kn_error err;
-	json_t *body = NULL;
-	const char *alias = NULL;
-	char object[160];
-	int64_t target, from;
-
-	snprintf(object, sizeof(object), "model/%.64s", param);
-	if (!kn_model_name_ok(param)) {
-		kn_errorf(&err, KN_EINVAL, "name", "\"%s\" is not a model name",
-			  param);
-		goto fail;
-	}
-	alias = body_alias(req, &body, &err);
-	if (!alias)
-		goto fail;
-	snprintf(object, sizeof(object), "model/%s@%s", param, alias);
-	if (models_alias_rollback(s, c, param, alias, &target, &from, &err) < 0)
-		goto fail;
-	kn_http_reply_json(req, 200,
-			   json_pack("{s:s, s:s, s:I, s:I}", "name", param,
-				     "alias", alias, "version",
-				     (json_int_t)target, "from",
-				     (json_int_t)from));
-	goto out;
-fail:
-	fail(s, req, c, "model.rollback", object, &err);
-out:
-	json_decref(body);
 }
 
 /* ---- deployments ---- */
@@ -1355,7 +447,7 @@ static int model_copy_begin(struct server *s, const char *text,
 
 	rc = kn_model_ref_parse(text, true, "model", &ref, err);
 	if (rc == 0)
-		rc = resolve(s, &ref, &v, err);
+		rc = models_resolve(s, &ref, &v, err);
 	if (rc < 0)
 		goto out;
 	snprintf(w->at, sizeof(w->at), "%s@%lld", v.name,
@@ -1692,9 +784,8 @@ out:
  * record, on the loop (from_job_finish).
  */
 struct from_job {
-	struct server *s;        /* loop only */
-	struct kn_http_req *req; /* the request waiting, or NULL */
-	models_made_cb cb;       /* else who waits (models_from_job_start) */
+	struct server *s;  /* loop only */
+	models_made_cb cb; /* who waits (models_from_job_start) */
 	void *arg;
 	struct caller caller;
 	char *name, *alias;
@@ -1732,7 +823,7 @@ static int from_job_begin(struct server *s, const struct caller *c,
 	struct kn_job_row j = {0};
 	int rc;
 
-	if (!name_checked(name, err))
+	if (!models_name_checked(name, err))
 		return -EINVAL;
 	w = kn_xcalloc(1, sizeof(*w));
 	w->s = s;
@@ -1799,7 +890,7 @@ static void from_job_work(void *arg)
 	if (rc == 0)
 		rc = kn_model_files_sort(&w->files, &w->err);
 	if (rc == 0)
-		rc = check_blobs(store, &w->files, &w->err);
+		rc = models_check_blobs(store, &w->files, &w->err);
 	if (rc == 0)
 		rc = checkpoint_json(store, w->job_id, &w->checkpoint, &w->err);
 	if (rc == 0)
@@ -1816,7 +907,7 @@ static int from_job_finish(struct from_job *w, json_t **reply,
 		return w->rc;
 	}
 	json_object_set(w->lineage, "checkpoint", w->checkpoint);
-	return version_create(w->s, &w->caller, w->name, &w->files,
+	return models_version_create(w->s, &w->caller, w->name, &w->files,
 			      w->lineage, w->metrics, w->alias, reply, err);
 }
 
@@ -1840,26 +931,16 @@ static void from_job_done(void *arg, bool ran)
 	struct from_job *w = arg;
 	struct kn_error err;
 	json_t *reply = NULL;
-	char object[96];
+	int rc;
 
-	snprintf(object, sizeof(object), "model/%s", w->name);
 	if (!ran)
 		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
 				  "the server stopped before job %lld's "
 				  "outputs were copied; push again",
 				  (long long)w->job_id);
-	if (w->cb) {
-		int rc = from_job_finish(w, &reply, &err);
-
-		w->cb(w->s, rc, reply, &err, w->arg);
-		json_decref(reply);
-		from_job_free(w);
-		return;
-	}
-	if (from_job_finish(w, &reply, &err) < 0)
-		fail(w->s, w->req, &w->caller, "model.push", object, &err);
-	else
-		kn_http_reply_json(w->req, 201, reply);
+	rc = from_job_finish(w, &reply, &err);
+	w->cb(w->s, rc, reply, &err, w->arg);
+	json_decref(reply);
 	from_job_free(w);
 }
 
@@ -1879,40 +960,8 @@ int models_from_job_start(struct server *s, const struct caller *c,
 	return 0;
 }
 
-static void models_h_from_job(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param)
-{
-	struct from_job *w = NULL;
-	struct kn_error err;
-	json_t *body = NULL, *job;
-	const char *alias = NULL;
-	char object[96];
-
-	snprintf(object, sizeof(object), "model/%.64s", param);
-	body = body_object(req, &err);
-	if (!body || !alias_checked(body, &alias, &err))
-		goto fail;
-	job = json_object_get(body, "job");
-	if (!json_is_integer(job) || json_integer_value(job) <= 0) {
-		kn_errorf(&err, KN_EINVAL, "job", "job must be a job id");
-		goto fail;
-	}
-	if (from_job_begin(s, c, param, json_integer_value(job), alias, &w,
-			   &err) < 0)
-		goto fail;
-	w->req = req;
-	kn_workers_submit(s->request_workers, from_job_work, from_job_done,
-			  w);
-	json_decref(body);
-	return;
-fail:
-	json_decref(body);
-	fail(s, req, c, "model.push", object, &err);
-}
-
-/* Each input that came from a job gets that job's lineage, recursively. */
-static int inputs_expand(struct server *s, struct kn_blob_store *store,
-			 json_t *lineage, int depth, struct kn_error *err)
+int models_lineage_expand(struct server *s, struct kn_blob_store *store,
+			  json_t *lineage, int depth, struct kn_error *err)
 {
 	json_t *in;
 	size_t i;
@@ -1926,7 +975,7 @@ static int inputs_expand(struct server *s, struct kn_blob_store *store,
 		rc = job_lineage(s, store, json_integer_value(producer), &up,
 				 err);
 		if (rc == 0)
-			rc = inputs_expand(s, store, up, depth + 1, err);
+			rc = models_lineage_expand(s, store, up, depth + 1, err);
 		if (rc < 0) {
 			json_decref(up);
 			return rc;
@@ -1934,46 +983,6 @@ static int inputs_expand(struct server *s, struct kn_blob_store *store,
 		json_object_set_new(in, "produced_by", up);
 	}
 	return 0;
-}
-
-static void models_h_lineage(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param)
-{
-	struct kn_model_version_row v = {0};
-	struct kn_blob_store *store = NULL;
-	struct kn_model_ref ref;
-	struct kn_error err;
-	json_t *manifest = NULL, *lineage;
-	char object[160];
-
-	snprintf(object, sizeof(object), "model/%.140s", param);
-	if (kn_model_ref_parse(param, true, "model", &ref, &err) < 0 ||
-	    resolve(s, &ref, &v, &err) < 0 || open_store(s, &store, &err) < 0)
-		goto fail;
-	snprintf(object, sizeof(object), "model/%s@%lld", v.name,
-		 (long long)v.version);
-	manifest = json_loads(v.manifest, 0, NULL);
-	lineage = json_object_get(manifest, "lineage");
-	if (json_is_object(lineage) &&
-	    inputs_expand(s, store, lineage, 0, &err) < 0)
-		goto fail;
-	audit(s, c, "model.read", object, "ok", "lineage");
-	kn_http_reply_json(req, 200,
-			   json_pack("{s:s, s:I, s:O, s:O}", "name", v.name,
-				     "version", (json_int_t)v.version,
-				     "lineage", lineage ? lineage : json_null(),
-				     "metrics",
-				     json_object_get(manifest, "metrics")
-					     ? json_object_get(manifest,
-							       "metrics")
-					     : json_null()));
-	goto out;
-fail:
-	fail(s, req, c, "model.read", object, &err);
-out:
-	json_decref(manifest);
-	kn_blob_store_free(store);
-	kn_model_version_row_release(&v);
 }
 
 int models_sign_file(struct server *s, const struct caller *c,
@@ -2028,7 +1037,7 @@ int models_sign_file(struct server *s, const struct caller *c,
 					     err);
 out:
 	if (rc < 0)
-		audit(s, c, "model.sign", object, "error", err->message);
+		models_audit(s, c, "model.sign", object, "error", err->message);
 	free(pub_b64);
 	free(sig_b64);
 	kn_model_keyring_release(&ring);
@@ -2074,36 +1083,3 @@ json_t *models_evaluations_json(struct server *s, const char *name,
 	return list;
 }
 
-static const struct route routes[] = {
-	/* The model registry (models.c); {name} is NAME, NAME@VERSION or
-	   NAME@ALIAS. "missing" comes before the digest it would match. */
-	{"POST", "/v1/model-blobs/missing", KN_ROLE_USER, false,
-	 "model.blob.check", models_h_blobs_missing},
-	{"POST", "/v1/model-blobs/{name}", KN_ROLE_USER, false,
-	 "model.blob.put", models_h_blob_put},
-	{"GET", "/v1/models", KN_ROLE_VIEWER, false, "model.list",
-	 models_h_list},
-	{"GET", "/v1/models/{name}", KN_ROLE_VIEWER, false, "model.read",
-	 models_h_get},
-	{"POST", "/v1/models/{name}/versions", KN_ROLE_USER, false,
-	 "model.push", models_h_version_create},
-	{"POST", "/v1/models/{name}/signatures", KN_ROLE_USER, false,
-	 "model.sign", models_h_sign},
-	{"POST", "/v1/models/{name}/promote", KN_ROLE_OPERATOR, false,
-	 "model.promote", models_h_promote},
-	{"POST", "/v1/models/{name}/rollback", KN_ROLE_OPERATOR, false,
-	 "model.rollback", models_h_rollback},
-	{"POST", "/v1/models/{name}/from-job", KN_ROLE_USER, false,
-	 "model.push", models_h_from_job},
-	{"GET", "/v1/models/{name}/lineage", KN_ROLE_VIEWER, false,
-	 "model.read", models_h_lineage},
-};
-
-const struct service models_service = {
-	.name = "models",
-	.phase = SERVICE_PHASE_LOOP,
-	.start = models_start,
-	.stop = models_free,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
-};

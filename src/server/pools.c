@@ -5,101 +5,39 @@
  * the decision is kn_autoscale_plan's (src/sched), taken on a timer.
  *
  * The server's node arrays (s->nodes, s->cluster.nodes) grow and shrink
- * here. A node is removed only when no run is bound to it, and every
- * binding's node index past it moves down one, so no index dangles.
+ * here; the providers that make and delete the nodes are in
+ * pool_providers.c, the HTTP handlers in pools_http.c. A node is removed
+ * only when no run is bound to it, and every binding's node index past
+ * it moves down one, so no index dangles.
  */
-#include "service.h"
+#include "poolsvc.h"
 
 #include "cost/cost.h"
 #include "health/health.h"
-#include "vmss/vmss.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-extern char **environ;
-
-/* How often the autoscaler looks. */
-#define POOLS_TICK_MS 500
-
-struct pool;
-
-/*
- * A provider: where a pool's nodes come from. scale_up asks for n more
- * nodes (they join through pool_node_add, now or later; the pool counts
- * them as provisioning until then); delete takes one empty node away.
- */
-struct pool_provider_ops {
-	const char *name;
-	int (*scale_up)(struct server *s, struct pool *p, int n,
-			struct kn_error *err);
-	int (*delete_node)(struct server *s, struct pool *p, const char *node,
-			   struct kn_error *err);
-};
-
-struct pool {
-	struct kn_pool_spec spec;            /* as --pool gave it */
-	const struct pool_provider_ops *provider;
-	int next_index;      /* the N of the next POOL-N */
-	int provisioning;
-	char decision[KN_AUTOSCALE_WHY_LEN]; /* the last change and why */
-	int64_t decision_at;
-	char error[KN_AUTOSCALE_WHY_LEN];    /* the provider's last failure */
-	int64_t error_at;
-	struct rolling *rolling;             /* maintenance, the last one */
-	struct kn_sched_node shape;          /* a new node, for the plan */
-	struct kn_device_set shape_devices;
-	struct azure_pool *azure;            /* provider=azure's client */
-	const char *joining_zone; /* the zone label of a node joining now */
-};
-
-/* A command provider's call in flight (its files in dir). */
-struct pool_op {
-	struct pool *pool;
-	bool scale_up;       /* else a delete of node */
-	int n;               /* nodes asked for */
-	int first;           /* ... named POOL-first, POOL-first+1, ... */
-	char node[64];
-	char *dir;
-	struct pool_op *next;
-};
-
-struct pools {
-	struct pool *pool;
-	size_t n;
-	struct pool_op *ops;
-	int64_t next_op;
-	struct kn_timer *timer;
-	char blocked[KN_AUTOSCALE_WHY_LEN]; /* work no pool can hold */
-};
 
 /* ---- parsing --pool ---- */
-
-static void azure_pool_free(struct azure_pool *a);
 
 static void pool_release(struct pool *p)
 {
 	kn_pool_spec_release(&p->spec);
-	azure_pool_free(p->azure);
+	pool_azure_free(p->azure);
 	free(p->shape.devices);
 	kn_device_set_release(&p->shape_devices);
 }
 
-static const struct pool_provider_ops sim_provider, command_provider;
-static const struct pool_provider_ops azure_provider;
 static const struct pool_provider_ops *const providers[] = {
 	[KN_POOL_PROVIDER_SIM] = &sim_provider,
 	[KN_POOL_PROVIDER_COMMAND] = &command_provider,
 	[KN_POOL_PROVIDER_AZURE] = &azure_provider,
 };
 static void rolling_free(struct rolling *r);
-static int azure_open(struct pool *p, const char *text, struct kn_error *err);
 
 /*
  * The grammar is kn_pool_spec_parse's (src/sched); here what needs the
@@ -127,7 +65,7 @@ static int pool_parse(const char *text, struct pool *p, struct kn_error *err)
 		return kn_errorf(err, KN_EINVAL, "pool",
 				 "--pool \"%s\": command: %s: %s", text,
 				 p->spec.command, strerror(errno));
-	return azure_open(p, text, err);
+	return pool_azure_open(p, text, err);
 }
 
 /* ---- nodes ---- */
@@ -139,7 +77,7 @@ static void nodes_repoint(struct server *s)
 		s->cluster.nodes[i].name = s->nodes[i].name;
 }
 
-static struct pool *node_pool(struct server *s, size_t i)
+struct pool *pool_of_node(struct server *s, size_t i)
 {
 	return s->nodes[i].pool ? &s->pools->pool[s->nodes[i].pool - 1]
 				: NULL;
@@ -167,9 +105,9 @@ static void pool_audit(struct server *s, const char *action,
  * running marks a node made after start-up, whose ledger interval opens
  * here rather than in cost_start.
  */
-static int pool_node_add(struct server *s, struct pool *p, const char *name,
-			 const char *state, const char *reason, bool running,
-			 struct kn_error *err)
+int pool_node_add(struct server *s, struct pool *p, const char *name,
+		  const char *state, const char *reason, bool running,
+		  struct kn_error *err)
 {
 	size_t n = s->cluster.n_nodes;
 	int index = p->next_index;
@@ -247,7 +185,7 @@ static bool node_busy(const struct server *s, size_t i)
  * store as "removed" (the ledger prices its past by its labels), its
  * state interval ends, and bindings past it move down one.
  */
-static int pool_node_remove(struct server *s, size_t i, struct kn_error *err)
+int pool_node_remove(struct server *s, size_t i, struct kn_error *err)
 {
 	struct server_node *node = &s->nodes[i];
 	char name[sizeof(node->name)];
@@ -288,710 +226,6 @@ static int pool_node_remove(struct server *s, size_t i, struct kn_error *err)
 				r->bindings[t].node--;
 	feed_publish(s, "node.removed", json_pack("{s:s}", "node", name));
 	return 0;
-}
-
-/* ---- the sim provider: nodes in this process ---- */
-
-static int sim_scale_up(struct server *s, struct pool *p, int n,
-			struct kn_error *err)
-{
-	for (int k = 0; k < n; k++) {
-		char name[64];
-		int rc;
-
-		snprintf(name, sizeof(name), "%s-%d", p->spec.name, p->next_index);
-		rc = pool_node_add(s, p, name, "ready", NULL, true, err);
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
-}
-
-static int sim_delete(struct server *s, struct pool *p, const char *node,
-		      struct kn_error *err)
-{
-	int i = nodes_find(s, node);
-
-	(void)p;
-	if (i < 0)
-		return kn_errorf(err, KN_ENOTFOUND, "node", "node %s not found",
-				 node);
-	return pool_node_remove(s, (size_t)i, err);
-}
-
-static const struct pool_provider_ops sim_provider = {
-	.name = "sim",
-	.scale_up = sim_scale_up,
-	.delete_node = sim_delete,
-};
-
-/* ---- the command provider: a user's script ---- */
-
-/*
- * Run cmd[0] with cmd[1..] in its own session, stdin from /dev/null, its
- * stdout, stderr and exit status going to files in dir (out, err, rc),
- * which the caller reads once rc is there: the loop never waits. extra
- * ("NAME=value", NULL-ended) is added to the server's environment.
- */
-static int run_in_background(const char *dir, char *const *cmd,
-			     char *const *extra, struct kn_error *err)
-{
-	static const char wrapper[] =
-		"\"$0\" \"$@\" >\"$KILN_POOL_DIR/out\" 2>\"$KILN_POOL_DIR/err\"; "
-		"echo $? >\"$KILN_POOL_DIR/rc.tmp\" && "
-		"mv \"$KILN_POOL_DIR/rc.tmp\" \"$KILN_POOL_DIR/rc\"";
-	char *argv[20], **env, *dir_env = kn_asprintf("KILN_POOL_DIR=%s", dir);
-	size_t n = 0, k = 0;
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	sigset_t none, all;
-	pid_t pid;
-	int rc;
-
-	kn_rm_rf(dir);
-	rc = kn_mkdir_p(dir, 0700);
-	if (rc < 0) {
-		free(dir_env);
-		return kn_errorf(err, KN_EIO, "pool", "cannot create %s: %s",
-				 dir, strerror(-rc));
-	}
-	argv[k++] = "/bin/sh";
-	argv[k++] = "-c";
-	argv[k++] = (char *)wrapper;
-	for (size_t i = 0; cmd[i] && k < 19; i++)
-		argv[k++] = cmd[i];
-	argv[k] = NULL;
-	for (char **e = environ; *e; e++)
-		n++;
-	for (char *const *e = extra; *e; e++)
-		n++;
-	env = kn_xcalloc(n + 2, sizeof(*env));
-	n = 0;
-	for (char **e = environ; *e; e++)
-		if (strncmp(*e, "KILN_POOL_", 10) != 0 &&
-		    strncmp(*e, "KILN_NODE=", 10) != 0)
-			env[n++] = *e;
-	for (char *const *e = extra; *e; e++)
-		env[n++] = *e;
-	env[n++] = dir_env;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-	posix_spawnattr_init(&attr);
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
-						POSIX_SPAWN_SETSIGMASK |
-						POSIX_SPAWN_SETSIGDEF);
-	sigemptyset(&none);
-	sigfillset(&all);
-	posix_spawnattr_setsigmask(&attr, &none);
-	posix_spawnattr_setsigdefault(&attr, &all);
-	rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, env);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&attr);
-	free(env);
-	free(dir_env);
-	if (rc != 0)
-		return kn_errorf(err, KN_EIO, "pool", "cannot run %s: %s",
-				 cmd[0], strerror(rc));
-	return 0;
-}
-
-/* A background run's status, out and err's first line once rc is there:
-   true then (out and errline malloc'd). */
-static bool background_done(const char *dir, int *status, char **out,
-			    char **errline)
-{
-	char *path = kn_asprintf("%s/rc", dir), *text = NULL;
-
-	if (kn_read_file(path, 64, &text, NULL) < 0) {
-		free(path);
-		return false;
-	}
-	*status = -1;
-	sscanf(text, "%d", status);
-	free(text);
-	free(path);
-	path = kn_asprintf("%s/out", dir);
-	if (kn_read_file(path, 1 << 20, out, NULL) < 0)
-		*out = kn_xstrdup("");
-	free(path);
-	path = kn_asprintf("%s/err", dir);
-	if (kn_read_file(path, 1 << 16, errline, NULL) < 0)
-		*errline = kn_xstrdup("");
-	free(path);
-	*strchrnul(*errline, '\n') = '\0';
-	return true;
-}
-
-/* Run the pool's script as SCRIPT VERB POOL ARGS... for op. */
-static int command_start(struct server *s, struct pool_op *op,
-			 char *const *args, struct kn_error *err)
-{
-	struct pool *p = op->pool;
-	char *cmd[16], *extra[4];
-	size_t k = 0;
-	int rc;
-
-	op->dir = kn_asprintf("%s/pools/%s-%lld", s->home, p->spec.name,
-			      (long long)s->pools->next_op++);
-	cmd[k++] = p->spec.command;
-	for (size_t i = 0; args[i] && k < 15; i++)
-		cmd[k++] = args[i];
-	cmd[k] = NULL;
-	extra[0] = kn_asprintf("KILN_POOL_SKU=%s", p->spec.sku);
-	extra[1] = kn_asprintf("KILN_POOL_PRICING=%s",
-			       p->spec.spot ? "spot" : "on_demand");
-	extra[2] = kn_asprintf("KILN_POOL_GPUS=%s", p->spec.gpus);
-	extra[3] = NULL;
-	rc = run_in_background(op->dir, cmd, extra, err);
-	for (size_t i = 0; extra[i]; i++)
-		free(extra[i]);
-	if (rc < 0)
-		return rc;
-	op->next = s->pools->ops;
-	s->pools->ops = op;
-	return 0;
-}
-
-static void op_free(struct pool_op *op, bool remove)
-{
-	if (op->dir && remove)
-		kn_rm_rf(op->dir);
-	free(op->dir);
-	free(op);
-}
-
-/* SCRIPT scale-up POOL N NAME...: the names kiln will give the nodes. */
-static int command_scale_up(struct server *s, struct pool *p, int n,
-			    struct kn_error *err)
-{
-	struct pool_op *op = kn_xcalloc(1, sizeof(*op));
-	char count[16], *args[16], names[8][64];
-	int k = 0, rc;
-
-	/* At most 8 a call: the rest comes next round. */
-	if (n > 8)
-		n = 8;
-	snprintf(count, sizeof(count), "%d", n);
-	args[k++] = "scale-up";
-	args[k++] = p->spec.name;
-	args[k++] = count;
-	op->first = p->next_index;
-	for (int i = 0; i < n; i++) {
-		snprintf(names[i], sizeof(names[i]), "%s-%d", p->spec.name,
-			 p->next_index++);
-		args[k++] = names[i];
-	}
-	args[k] = NULL;
-	op->pool = p;
-	op->scale_up = true;
-	op->n = n;
-	rc = command_start(s, op, args, err);
-	if (rc < 0) {
-		op_free(op, true);
-		return rc;
-	}
-	p->provisioning += n;
-	return 0;
-}
-
-/* SCRIPT delete POOL NODE; the node is cordoned until it answers. */
-static int command_delete(struct server *s, struct pool *p, const char *node,
-			  struct kn_error *err)
-{
-	struct pool_op *op = kn_xcalloc(1, sizeof(*op));
-	char *args[4] = {"delete", p->spec.name, (char *)node, NULL};
-	int rc;
-
-	op->pool = p;
-	kn_strlcpy(op->node, node, sizeof(op->node));
-	rc = nodes_set_state(s, NULL, node, "cordoned", "being deleted", err);
-	if (rc == 0)
-		rc = command_start(s, op, args, err);
-	if (rc < 0) {
-		op_free(op, true);
-		return rc;
-	}
-	return 0;
-}
-
-static const struct pool_provider_ops command_provider = {
-	.name = "command",
-	.scale_up = command_scale_up,
-	.delete_node = command_delete,
-};
-
-/* A provider's call failed: the pool's last_error, the log, the audit. */
-static void pool_failed(struct server *s, struct pool *p, bool scale_up,
-			const char *why)
-{
-	char object[96];
-
-	snprintf(object, sizeof(object), "pool/%s", p->spec.name);
-	kn_log(KN_LOG_ERROR, "pool %s: %s", p->spec.name, why);
-	kn_strlcpy(p->error, why, sizeof(p->error));
-	p->error_at = kn_now_ms();
-	{
-		struct kn_audit a;
-		struct kn_error err;
-
-		memset(&a, 0, sizeof(a));
-		a.actor = "system";
-		a.role = "admin";
-		a.action = scale_up ? "pool.scale_up" : "node.remove";
-		a.object = object;
-		a.outcome = "failed";
-		a.detail = (char *)why;
-		if (kn_store_audit_insert(s->store, &a, &err) < 0)
-			kn_log(KN_LOG_WARN, "auditing: %s", err.message);
-	}
-}
-
-static void op_failed(struct server *s, struct pool_op *op, const char *why)
-{
-	pool_failed(s, op->pool, op->scale_up, why);
-}
-
-/* The names a scale-up's script says are up: {"nodes": [NAME, ...]}. */
-static void scale_up_done(struct server *s, struct pool_op *op,
-			  const char *out, char *why, size_t why_len)
-{
-	json_error_t jerr;
-	json_t *doc = json_loads(out, 0, &jerr), *nodes, *name;
-	size_t i;
-
-	nodes = json_object_get(doc, "nodes");
-	if (!json_is_array(nodes)) {
-		snprintf(why, why_len,
-			 "scale-up: %s printed no {\"nodes\": [...]}: %.80s",
-			 op->pool->spec.command, doc ? "nodes missing" : jerr.text);
-		goto out;
-	}
-	json_array_foreach(nodes, i, name) {
-		const char *text = json_string_value(name);
-		struct kn_error err;
-		bool asked = false;
-		int k;
-
-		/* Only the names it was given: kiln owns its nodes' names. */
-		for (k = 0; text && k < op->n; k++) {
-			char want[64];
-
-			snprintf(want, sizeof(want), "%s-%d", op->pool->spec.name,
-				 op->first + k);
-			asked |= !strcmp(want, text);
-		}
-		if (!asked || nodes_find(s, text) >= 0) {
-			snprintf(why, why_len,
-				 "scale-up: %s named node %.60s, which it was "
-				 "not asked for",
-				 op->pool->spec.command, text ? text : "(not a string)");
-			continue;
-		}
-		if (pool_node_add(s, op->pool, text, "ready", NULL, true,
-				  &err) < 0)
-			snprintf(why, why_len, "adding node %s: %.160s", text,
-				 err.message);
-	}
-out:
-	json_decref(doc);
-}
-
-/* Settle the command provider's calls whose status is in; true when
-   nodes came up. */
-static bool ops_poll(struct server *s)
-{
-	struct pool_op **link = &s->pools->ops;
-	bool added = false;
-
-	while (*link) {
-		struct pool_op *op = *link;
-		char *out = NULL, *errtext = NULL, why[KN_AUTOSCALE_WHY_LEN] = "";
-		struct kn_error err;
-		int status = -1;
-
-		if (!background_done(op->dir, &status, &out, &errtext)) {
-			link = &op->next;
-			continue;
-		}
-		*link = op->next;
-		if (status != 0)
-			snprintf(why, sizeof(why), "%s %s: %s exited %d: %.120s",
-				 op->scale_up ? "scale-up" : "delete",
-				 op->scale_up ? op->pool->spec.name : op->node,
-				 op->pool->spec.command, status, errtext);
-		else if (op->scale_up) {
-			scale_up_done(s, op, out, why, sizeof(why));
-			added = true;
-		} else {
-			int i = nodes_find(s, op->node);
-
-			if (i >= 0 && pool_node_remove(s, (size_t)i, &err) < 0)
-				snprintf(why, sizeof(why), "removing %s: %.160s",
-					 op->node, err.message);
-		}
-		if (op->scale_up)
-			op->pool->provisioning -= op->n;
-		else if (status != 0 && nodes_find(s, op->node) >= 0) {
-			/* Back in service; the next try waits a whole delay. */
-			if (nodes_set_state(s, NULL, op->node, "ready", "",
-					    &err) < 0)
-				kn_log(KN_LOG_ERROR, "pool %s: %s",
-				       op->pool->spec.name, err.message);
-			s->nodes[nodes_find(s, op->node)].idle_since =
-				kn_now_ms();
-		}
-		if (why[0])
-			op_failed(s, op, why);
-		free(out);
-		free(errtext);
-		op_free(op, true);
-	}
-	if (added)
-		jobs_wake(s);
-	return added;
-}
-
-/* ---- the azure provider: a VM Scale Set ---- */
-
-/*
- * Calls go to the pool's own worker thread, one at a time in order, so
- * the event loop never waits on Azure and a delete never overtakes the
- * scale-up before it. After a failed scale-up, its nodes stay counted
- * as provisioning this long, so the autoscaler does not ask again at
- * once (a 403 would otherwise be retried twice a second).
- */
-#define AZURE_COOLDOWN_MS (30 * 1000)
-
-struct azure_pool {
-	struct kn_vmss_client *client;
-	struct kn_workers *worker;
-	volatile int stop;
-	/* The worker's alone: computer names handed to kiln as nodes. */
-	char (*known)[64];
-	size_t n_known;
-	struct kn_timer *cooldown;
-	struct pool *pool;
-	int held; /* provisioning kept by the cooldown */
-};
-
-struct azure_call {
-	struct server *s;
-	struct pool *pool;
-	bool scale_up;
-	int n;             /* scale-up: nodes asked for */
-	char node[64];     /* delete: the node */
-	/* What the worker found. */
-	struct kn_vmss_vm *joined;
-	size_t n_joined;
-	int rc;
-	struct kn_error err;
-};
-
-static void azure_pool_free(struct azure_pool *a)
-{
-	if (!a)
-		return;
-	/* Interrupts a call in flight; its done sees the server closing. */
-	a->stop = 1;
-	kn_workers_free(a->worker);
-	kn_timer_free(a->cooldown);
-	kn_vmss_client_free(a->client);
-	free(a->known);
-	free(a);
-}
-
-static const char *env_nonempty(const char *name)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? v : NULL;
-}
-
-/* Make provider=azure's client (kn_pool_spec_parse checked its options). */
-static int azure_open(struct pool *p, const char *text, struct kn_error *err)
-{
-	struct kn_vmss_config cfg = {0};
-	const char *missing = NULL;
-	bool sp;
-	int rc;
-
-	if (p->provider != &azure_provider)
-		return 0;
-	sp = p->spec.azure_identity &&
-	     !strcmp(p->spec.azure_identity, "service-principal");
-	cfg.id = p->spec.vmss;
-	cfg.arm_url = p->spec.azure_arm_url;
-	cfg.imds_url = p->spec.azure_imds_url;
-	cfg.login_url = p->spec.azure_login_url;
-	cfg.identity = sp ? KN_VMSS_SERVICE_PRINCIPAL : KN_VMSS_MANAGED_IDENTITY;
-	cfg.client_id = p->spec.azure_client_id;
-	if (sp) {
-		cfg.tenant_id = env_nonempty("AZURE_TENANT_ID");
-		if (!cfg.client_id)
-			cfg.client_id = env_nonempty("AZURE_CLIENT_ID");
-		cfg.client_secret = env_nonempty("AZURE_CLIENT_SECRET");
-		missing = !cfg.tenant_id	 ? "AZURE_TENANT_ID"
-			  : !cfg.client_id	 ? "AZURE_CLIENT_ID"
-			  : !cfg.client_secret ? "AZURE_CLIENT_SECRET"
-					       : NULL;
-		if (missing)
-			return kn_errorf(err, KN_EINVAL, "pool",
-					 "--pool \"%s\": azure-identity: "
-					 "service-principal needs $%s",
-					 text, missing);
-	}
-	p->azure = kn_xcalloc(1, sizeof(*p->azure));
-	p->azure->pool = p;
-	rc = kn_vmss_client_new(&cfg, &p->azure->stop, &p->azure->client, err);
-	if (rc < 0) {
-		char why[sizeof(err->message)];
-
-		kn_strlcpy(why, err->message, sizeof(why));
-		return kn_errorf(err, KN_EINVAL, "pool", "--pool \"%s\": %s",
-				 text, why);
-	}
-	return 0;
-}
-
-static bool azure_known(const struct azure_pool *a, const char *name)
-{
-	for (size_t i = 0; i < a->n_known; i++)
-		if (!strcmp(a->known[i], name))
-			return true;
-	return false;
-}
-
-static void azure_know(struct azure_pool *a, const char *name)
-{
-	a->known = kn_xrealloc(a->known, (a->n_known + 1) * sizeof(*a->known));
-	kn_strlcpy(a->known[a->n_known++], name, sizeof(a->known[0]));
-}
-
-static void azure_forget(struct azure_pool *a, const char *name)
-{
-	for (size_t i = 0; i < a->n_known; i++)
-		if (!strcmp(a->known[i], name)) {
-			a->known[i][0] = '\0';
-			memmove(a->known[i], a->known[a->n_known - 1],
-				sizeof(a->known[0]));
-			a->n_known--;
-			return;
-		}
-}
-
-/* Hand the VMs that are up and not kiln's yet to call; count in *coming
-   those Azure is still making. */
-static void azure_take_new(struct azure_call *call,
-			   const struct kn_vmss_vm *vms, size_t n, int *coming)
-{
-	struct azure_pool *a = call->pool->azure;
-
-	for (size_t i = 0; i < n; i++) {
-		if (azure_known(a, vms[i].computer_name))
-			continue;
-		if (!strcmp(vms[i].state, "Succeeded")) {
-			call->joined = kn_xrealloc(call->joined,
-						   (call->n_joined + 1) *
-							   sizeof(*call->joined));
-			call->joined[call->n_joined++] = vms[i];
-			azure_know(a, vms[i].computer_name);
-		} else if (coming && strcmp(vms[i].state, "Failed") != 0 &&
-			   strcmp(vms[i].state, "Deleting") != 0) {
-			(*coming)++;
-		}
-	}
-}
-
-/*
- * Scale-up: VMs already there and not kiln's count first (a scale-up of
- * an earlier run, or one made by hand); the capacity grows by the rest.
- */
-static void azure_scale_up_work(struct azure_call *call)
-{
-	struct azure_pool *a = call->pool->azure;
-	struct kn_vmss_vm *vms = NULL;
-	size_t n = 0;
-	int coming = 0, need;
-	int64_t capacity = 0;
-
-	call->rc = kn_vmss_list(a->client, &vms, &n, &call->err);
-	if (call->rc < 0)
-		return;
-	azure_take_new(call, vms, n, &coming);
-	free(vms);
-	need = call->n - (int)call->n_joined - coming;
-	if (need <= 0)
-		return;
-	call->rc = kn_vmss_capacity(a->client, &capacity, &call->err);
-	if (call->rc == 0)
-		call->rc = kn_vmss_set_capacity(a->client, capacity + need,
-						&call->err);
-	if (call->rc == 0)
-		call->rc = kn_vmss_list(a->client, &vms, &n, &call->err);
-	if (call->rc == 0) {
-		azure_take_new(call, vms, n, NULL);
-		free(vms);
-	}
-}
-
-/* Delete: the instance whose computer name is the node's. */
-static void azure_delete_work(struct azure_call *call)
-{
-	struct azure_pool *a = call->pool->azure;
-	struct kn_vmss_vm *vms = NULL;
-	size_t n = 0;
-
-	call->rc = kn_vmss_list(a->client, &vms, &n, &call->err);
-	for (size_t i = 0; call->rc == 0 && i < n; i++)
-		if (!strcmp(vms[i].computer_name, call->node))
-			call->rc = kn_vmss_delete_instance(
-				a->client, vms[i].instance_id, &call->err);
-	/* Not listed: gone already, nothing to delete. */
-	if (call->rc == 0)
-		azure_forget(a, call->node);
-	free(vms);
-}
-
-static void azure_work(void *arg)
-{
-	struct azure_call *call = arg;
-
-	if (call->scale_up)
-		azure_scale_up_work(call);
-	else
-		azure_delete_work(call);
-}
-
-static void azure_cooldown_over(void *arg)
-{
-	struct azure_pool *a = arg;
-
-	a->pool->provisioning -= a->held;
-	a->held = 0;
-}
-
-static void azure_done(void *arg, bool ran)
-{
-	struct azure_call *call = arg;
-	struct server *s = call->s;
-	struct pool *p = call->pool;
-	/* Cut to the pool's last_error by pool_failed. */
-	char why[1024] = "";
-	struct kn_error err;
-
-	if (!ran || s->closing)
-		goto out;
-	if (call->scale_up) {
-		int held = call->rc < 0 ? call->n - (int)call->n_joined : 0;
-
-		p->provisioning -= call->n - (held > 0 ? held : 0);
-		if (held > 0) {
-			p->azure->held += held;
-			kn_timer_arm(p->azure->cooldown, AZURE_COOLDOWN_MS);
-		}
-		for (size_t i = 0; i < call->n_joined; i++) {
-			const char *name = call->joined[i].computer_name;
-
-			if (nodes_find(s, name) >= 0) {
-				snprintf(why, sizeof(why),
-					 "VM %s: a node has its name already",
-					 name);
-				continue;
-			}
-			p->joining_zone = call->joined[i].zone[0]
-						  ? call->joined[i].zone
-						  : NULL;
-			if (pool_node_add(s, p, name, "ready", NULL, true,
-					  &err) < 0)
-				snprintf(why, sizeof(why), "adding node %s: %.160s",
-					 name, err.message);
-			p->joining_zone = NULL;
-		}
-		if (call->n_joined)
-			jobs_wake(s);
-	} else {
-		int i = nodes_find(s, call->node);
-
-		if (call->rc == 0 && i >= 0 &&
-		    pool_node_remove(s, (size_t)i, &err) < 0)
-			snprintf(why, sizeof(why), "removing %s: %.160s",
-				 call->node, err.message);
-		if (call->rc < 0 && i >= 0) {
-			/* Back in service; the next try waits a whole delay. */
-			if (nodes_set_state(s, NULL, call->node, "ready", "",
-					    &err) < 0)
-				kn_log(KN_LOG_ERROR, "pool %s: %s", p->spec.name,
-				       err.message);
-			s->nodes[i].idle_since = kn_now_ms();
-		}
-	}
-	if (call->rc < 0)
-		snprintf(why, sizeof(why), "%s %s: %s",
-			 call->scale_up ? "scale-up" : "delete",
-			 call->scale_up ? p->spec.name : call->node,
-			 call->err.message);
-	if (why[0])
-		pool_failed(s, p, call->scale_up, why);
-out:
-	free(call->joined);
-	free(call);
-}
-
-static int azure_scale_up(struct server *s, struct pool *p, int n,
-			  struct kn_error *err)
-{
-	struct azure_call *call = kn_xcalloc(1, sizeof(*call));
-
-	(void)err;
-	call->s = s;
-	call->pool = p;
-	call->scale_up = true;
-	call->n = n;
-	p->provisioning += n;
-	kn_workers_submit(p->azure->worker, azure_work, azure_done, call);
-	return 0;
-}
-
-/* The node is cordoned until Azure answers. */
-static int azure_delete(struct server *s, struct pool *p, const char *node,
-			struct kn_error *err)
-{
-	struct azure_call *call;
-	int rc = nodes_set_state(s, NULL, node, "cordoned", "being deleted",
-				 err);
-
-	if (rc < 0)
-		return rc;
-	call = kn_xcalloc(1, sizeof(*call));
-	call->s = s;
-	call->pool = p;
-	kn_strlcpy(call->node, node, sizeof(call->node));
-	kn_workers_submit(p->azure->worker, azure_work, azure_done, call);
-	return 0;
-}
-
-static const struct pool_provider_ops azure_provider = {
-	.name = "azure",
-	.scale_up = azure_scale_up,
-	.delete_node = azure_delete,
-};
-
-/* Each azure pool's worker, knowing the nodes the pool has now. */
-static void azure_run(struct server *s)
-{
-	for (size_t i = 0; i < s->pools->n; i++) {
-		struct pool *p = &s->pools->pool[i];
-
-		if (!p->azure)
-			continue;
-		for (size_t n = 0; n < s->cluster.n_nodes; n++)
-			if (node_pool(s, n) == p)
-				azure_know(p->azure, s->nodes[n].name);
-		p->azure->worker = kn_workers_new(s->loop, 1);
-		p->azure->cooldown =
-			kn_timer_new(s->loop, azure_cooldown_over, p->azure);
-	}
 }
 
 /* ---- start-up ---- */
@@ -1068,7 +302,7 @@ static int pools_adopt(struct server *s, struct kn_error *err)
 		if (p->provider == &azure_provider)
 			continue;
 		for (size_t n = 0; n < s->cluster.n_nodes; n++)
-			have += node_pool(s, n) == p;
+			have += pool_of_node(s, n) == p;
 		while (rc == 0 && have++ < p->spec.min) {
 			char name[64];
 
@@ -1084,7 +318,7 @@ static int pools_adopt(struct server *s, struct kn_error *err)
 }
 
 /* Parse --pool, create or adopt each pool's nodes. */
-static int pools_start(struct server *s, struct kn_error *err)
+int pools_start(struct server *s, struct kn_error *err)
 {
 	struct pools *ps;
 	int rc = 0;
@@ -1135,7 +369,7 @@ static int pools_start(struct server *s, struct kn_error *err)
 
 /* ---- the autoscaler ---- */
 
-static double pool_gpu_price(struct server *s, const struct pool *p)
+double pools_gpu_price(struct server *s, const struct pool *p)
 {
 	const struct kn_vm_size *size =
 		s->catalog ? kn_catalog_find(s->catalog, p->spec.sku) : NULL;
@@ -1185,7 +419,7 @@ static void pools_tick(void *arg)
 		goto out_early;
 	/* New nodes: the scheduler places the queue on them first, or the
 	   jobs they will take would look unplaced and ask again. */
-	if (ops_poll(s)) {
+	if (pool_ops_poll(s)) {
 		kn_timer_arm(ps->timer, POOLS_TICK_MS);
 		goto out_early;
 	}
@@ -1196,7 +430,7 @@ static void pools_tick(void *arg)
 	for (size_t i = 0; i < ps->n; i++) {
 		ap[i].name = ps->pool[i].spec.name;
 		ap[i].spot = ps->pool[i].spec.spot;
-		ap[i].gpu_hour_price = pool_gpu_price(s, &ps->pool[i]);
+		ap[i].gpu_hour_price = pools_gpu_price(s, &ps->pool[i]);
 		ap[i].min = ps->pool[i].spec.min;
 		ap[i].max = ps->pool[i].spec.max;
 		ap[i].provisioning = ps->pool[i].provisioning;
@@ -1254,7 +488,7 @@ static void pools_tick(void *arg)
 	}
 	for (size_t k = 0; k < n_doomed; k++) {
 		int n = nodes_find(s, doomed[k]);
-		struct pool *p = n >= 0 ? node_pool(s, (size_t)n) : NULL;
+		struct pool *p = n >= 0 ? pool_of_node(s, (size_t)n) : NULL;
 		struct kn_error err;
 		char object[96];
 
@@ -1284,19 +518,17 @@ out_early:
 	free(add);
 }
 
-static void azure_run(struct server *s);
-
 /* Arm the autoscaler's timer once the loop exists. */
-static void pools_run(struct server *s)
+void pools_run(struct server *s)
 {
 	if (!s->pools)
 		return;
 	s->pools->timer = kn_timer_new(s->loop, pools_tick, s);
-	azure_run(s);
+	pool_azure_run(s);
 	kn_timer_arm(s->pools->timer, POOLS_TICK_MS);
 }
 
-static void pools_free(struct server *s)
+void pools_stop(struct server *s)
 {
 	if (!s->pools)
 		return;
@@ -1307,7 +539,7 @@ static void pools_free(struct server *s)
 		struct pool_op *op = s->pools->ops;
 
 		s->pools->ops = op->next;
-		op_free(op, false);
+		pool_op_free(op, false);
 	}
 	for (size_t i = 0; i < s->pools->n; i++) {
 		rolling_free(s->pools->pool[i].rolling);
@@ -1321,10 +553,6 @@ static void pools_free(struct server *s)
 /* ---- rolling maintenance ---- */
 
 #define ROLLING_TICK_MS 200
-/* How long a surge replica may take to serve before the node fails. */
-#define SURGE_TIMEOUT_DEFAULT_MS (10 * 60 * 1000)
-/* A week: longer is a mistake, not a plan. */
-#define SURGE_TIMEOUT_MAX_S (7 * 24 * 3600)
 
 enum rolling_step {
 	STEP_CORDON,    /* next: cordon the node */
@@ -1565,7 +793,7 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 		extra[0] = kn_asprintf("KILN_NODE=%s", name);
 		extra[1] = kn_asprintf("KILN_POOL=%s", r->pool->spec.name);
 		extra[2] = NULL;
-		rc = run_in_background(r->dir, cmd, extra, &err);
+		rc = pool_run_in_background(r->dir, cmd, extra, &err);
 		free(extra[0]);
 		free(extra[1]);
 		if (rc < 0) {
@@ -1579,7 +807,7 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 		char *out = NULL, *errline = NULL;
 		int status;
 
-		if (!background_done(r->dir, &status, &out, &errline))
+		if (!pool_background_done(r->dir, &status, &out, &errline))
 			return false;
 		if (status != 0)
 			snprintf(why, sizeof(why),
@@ -1631,7 +859,78 @@ static void rolling_tick(void *arg)
 	}
 }
 
-static json_t *rolling_json(const struct rolling *r)
+/*
+ * Start rolling maintenance of pool p as c: command on each node in
+ * turn, surge_timeout_ms the wait for a surge node. -ECONFLICT while one
+ * is running.
+ */
+int pools_rolling_start(struct server *s, struct pool *p,
+			const struct caller *c, const char *command,
+			int64_t surge_timeout_ms, struct kn_error *err)
+{
+	struct rolling *r;
+	struct kn_audit a;
+	struct kn_error audit_err;
+	char object[96];
+	int rc;
+
+	if (p->rolling && !strcmp(p->rolling->state, "running")) {
+		return kn_errorf(err, KN_ECONFLICT, "pool",
+				 "pool %s: rolling maintenance is already "
+				 "running (node %s)", p->spec.name,
+				 p->rolling->nodes[p->rolling->at]);
+	}
+	r = kn_xcalloc(1, sizeof(*r));
+	r->s = s;
+	r->pool = p;
+	if (s->cfg.health_sku && *s->cfg.health_sku) {
+		rc = kn_sku_load(s->cfg.health_sku_file ? s->cfg.health_sku_file
+							 : KN_SKU_FILE,
+				 s->cfg.health_sku, &r->sku, err);
+		if (rc < 0) {
+			free(r);
+			return rc;
+		}
+		r->have_sku = true;
+	}
+	r->command = kn_xstrdup(command);
+	r->surge_timeout_ms = surge_timeout_ms;
+	kn_strlcpy(r->actor, c->name, sizeof(r->actor));
+	r->health_root = kn_xstrdup(s->cfg.health_root ? s->cfg.health_root
+						       : "/");
+	r->health_kernel_log = s->cfg.health_kernel_log
+				       ? kn_xstrdup(s->cfg.health_kernel_log)
+				       : NULL;
+	r->nodes = kn_xcalloc(s->cluster.n_nodes, sizeof(*r->nodes));
+	for (size_t n = 0; n < s->cluster.n_nodes; n++)
+		if (pool_of_node(s, n) == p)
+			kn_strlcpy(r->nodes[r->n_nodes++], s->nodes[n].name,
+				   sizeof(r->nodes[0]));
+	kn_strlcpy(r->state, r->n_nodes ? "running" : "succeeded",
+		   sizeof(r->state));
+	r->started_at = kn_now_ms();
+	r->ended_at = r->n_nodes ? 0 : r->started_at;
+	r->timer = kn_timer_new(s->loop, rolling_tick, r);
+	rolling_free(p->rolling);
+	p->rolling = r;
+	snprintf(object, sizeof(object), "pool/%s", p->spec.name);
+	memset(&a, 0, sizeof(a));
+	a.actor = (char *)c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = "pool.rolling";
+	a.object = object;
+	a.outcome = "ok";
+	a.detail = r->command;
+	if (kn_store_audit_insert(s->store, &a, &audit_err) < 0)
+		kn_log(KN_LOG_WARN, "auditing: %s", audit_err.message);
+	kn_log(KN_LOG_INFO, "rolling maintenance of pool %s (%zu nodes): %s",
+	       p->spec.name, r->n_nodes, r->command);
+	if (r->n_nodes)
+		kn_timer_arm(r->timer, 0);
+	return 0;
+}
+
+json_t *pools_rolling_json(const struct rolling *r)
 {
 	json_t *done = json_array();
 
@@ -1653,7 +952,7 @@ static json_t *rolling_json(const struct rolling *r)
 		r->error[0] ? json_string(r->error) : json_null());
 }
 
-static struct pool *pool_named(struct server *s, const char *name)
+struct pool *pools_pool_named(struct server *s, const char *name)
 {
 	for (size_t i = 0; s->pools && i < s->pools->n; i++)
 		if (!strcmp(s->pools->pool[i].spec.name, name))
@@ -1661,202 +960,4 @@ static struct pool *pool_named(struct server *s, const char *name)
 	return NULL;
 }
 
-static void pools_h_rolling_start(struct server *s, struct kn_http_req *req,
-			   const struct caller *c, const char *param)
-{
-	struct pool *p = pool_named(s, param);
-	struct kn_error err;
-	json_error_t jerr;
-	size_t len;
-	const char *text = kn_http_body(req, &len);
-	json_t *body = json_loadb(text, len, 0, &jerr);
-	const char *command =
-		json_string_value(json_object_get(body, "command"));
-	json_t *surge = json_object_get(body, "surge_timeout_s");
-	struct rolling *r;
-	struct kn_audit a;
-	char object[96];
 
-	if (!p) {
-		kn_errorf(&err, KN_ENOTFOUND, "pool", "pool %s not found",
-			  param);
-		goto fail;
-	}
-	if (!command || !*command) {
-		kn_errorf(&err, KN_EINVAL, "command",
-			  "body must be {\"command\": \"PATCH COMMAND\"}");
-		goto fail;
-	}
-	if (surge && (!json_is_number(surge) || json_number_value(surge) <= 0 ||
-		      json_number_value(surge) > SURGE_TIMEOUT_MAX_S)) {
-		kn_errorf(&err, KN_EINVAL, "surge_timeout_s",
-			  "surge_timeout_s must be a number of seconds above 0 "
-			  "and at most %d", SURGE_TIMEOUT_MAX_S);
-		goto fail;
-	}
-	if (p->rolling && !strcmp(p->rolling->state, "running")) {
-		kn_errorf(&err, KN_ECONFLICT, "pool",
-			  "pool %s: rolling maintenance is already running "
-			  "(node %s)",
-			  p->spec.name, p->rolling->nodes[p->rolling->at]);
-		goto fail;
-	}
-	r = kn_xcalloc(1, sizeof(*r));
-	r->s = s;
-	r->pool = p;
-	if (s->cfg.health_sku && *s->cfg.health_sku) {
-		if (kn_sku_load(s->cfg.health_sku_file ? s->cfg.health_sku_file
-							: KN_SKU_FILE,
-				s->cfg.health_sku, &r->sku, &err) < 0) {
-			free(r);
-			goto fail;
-		}
-		r->have_sku = true;
-	}
-	r->command = kn_xstrdup(command);
-	r->surge_timeout_ms =
-		surge ? (int64_t)(json_number_value(surge) * 1000.0)
-		      : SURGE_TIMEOUT_DEFAULT_MS;
-	kn_strlcpy(r->actor, c->name, sizeof(r->actor));
-	r->health_root = kn_xstrdup(s->cfg.health_root ? s->cfg.health_root
-						       : "/");
-	r->health_kernel_log = s->cfg.health_kernel_log
-				       ? kn_xstrdup(s->cfg.health_kernel_log)
-				       : NULL;
-	r->nodes = kn_xcalloc(s->cluster.n_nodes, sizeof(*r->nodes));
-	for (size_t n = 0; n < s->cluster.n_nodes; n++)
-		if (node_pool(s, n) == p)
-			kn_strlcpy(r->nodes[r->n_nodes++], s->nodes[n].name,
-				   sizeof(r->nodes[0]));
-	kn_strlcpy(r->state, r->n_nodes ? "running" : "succeeded",
-		   sizeof(r->state));
-	r->started_at = kn_now_ms();
-	r->ended_at = r->n_nodes ? 0 : r->started_at;
-	r->timer = kn_timer_new(s->loop, rolling_tick, r);
-	rolling_free(p->rolling);
-	p->rolling = r;
-	snprintf(object, sizeof(object), "pool/%s", p->spec.name);
-	memset(&a, 0, sizeof(a));
-	a.actor = (char *)c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = "pool.rolling";
-	a.object = object;
-	a.outcome = "ok";
-	a.detail = r->command;
-	if (kn_store_audit_insert(s->store, &a, &err) < 0)
-		kn_log(KN_LOG_WARN, "auditing: %s", err.message);
-	kn_log(KN_LOG_INFO, "rolling maintenance of pool %s (%zu nodes): %s",
-	       p->spec.name, r->n_nodes, r->command);
-	if (r->n_nodes)
-		kn_timer_arm(r->timer, 0);
-	json_decref(body);
-	kn_http_reply_json(req, 202, json_pack("{s:o}", "rolling",
-						rolling_json(r)));
-	return;
-fail:
-	json_decref(body);
-	kn_http_reply_error(req, &err);
-}
-
-static void pools_h_rolling_get(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param)
-{
-	struct pool *p = pool_named(s, param);
-	struct kn_error err;
-
-	(void)c;
-	if (!p || !p->rolling) {
-		kn_errorf(&err, KN_ENOTFOUND, "pool",
-			  p ? "pool %s has had no rolling maintenance"
-			    : "pool %s not found",
-			  param);
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	kn_http_reply_json(req, 200, json_pack("{s:o}", "rolling",
-					       rolling_json(p->rolling)));
-}
-
-/* ---- GET /v1/pools ---- */
-
-static json_t *pool_json(struct server *s, const struct pool *p, int64_t now)
-{
-	json_t *nodes = json_array(), *zones = json_array();
-	double price = pool_gpu_price(s, p);
-	int current = 0;
-
-	for (size_t i = 0; i < p->spec.n_zones; i++)
-		json_array_append_new(zones, json_string(p->spec.zones[i]));
-	for (size_t n = 0; n < s->cluster.n_nodes; n++) {
-		const struct server_node *node = &s->nodes[n];
-
-		if (node_pool(s, n) != p)
-			continue;
-		current++;
-		json_array_append_new(
-			nodes,
-			json_pack("{s:s, s:s, s:o}", "name", node->name, "state",
-				  node->state, "idle_s",
-				  node->idle_since
-					  ? json_real((double)(now -
-							       node->idle_since) /
-						      1000.0)
-					  : json_null()));
-	}
-	return json_pack(
-		"{s:s, s:s, s:s, s:s, s:s, s:o, s:i, s:i, s:i, s:i, s:i, s:f, "
-		"s:o, s:o, s:o, s:o, s:o}",
-		"name", p->spec.name, "provider", p->provider->name, "sku", p->spec.sku,
-		"gpus", p->spec.gpus, "pricing", p->spec.spot ? "spot" : "on_demand",
-		"zones", zones, "min", p->spec.min, "max", p->spec.max, "current", current,
-		"provisioning", p->provisioning, "desired",
-		current + p->provisioning, "scale_down_delay_s",
-		(double)p->spec.scale_down_delay_ms / 1000.0, "gpu_hour_usd",
-		price >= 0 ? json_real(price) : json_null(), "last_decision",
-		p->decision[0] ? json_pack("{s:s, s:I}", "why", p->decision,
-					   "at_ms", (json_int_t)p->decision_at)
-			       : json_null(),
-		"rolling", p->rolling ? rolling_json(p->rolling) : json_null(),
-		"last_error",
-		p->error[0] ? json_pack("{s:s, s:I}", "why", p->error, "at_ms",
-					(json_int_t)p->error_at)
-			    : json_null(),
-		"nodes", nodes);
-}
-
-static void pools_h_list(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param)
-{
-	json_t *list = json_array();
-	int64_t now = kn_now_ms();
-
-	(void)c;
-	(void)param;
-	for (size_t i = 0; s->pools && i < s->pools->n; i++)
-		json_array_append_new(list,
-				      pool_json(s, &s->pools->pool[i], now));
-	kn_http_reply_json(
-		req, 200,
-		json_pack("{s:o, s:o}", "pools", list, "blocked",
-			  s->pools && s->pools->blocked[0]
-				  ? json_string(s->pools->blocked)
-				  : json_null()));
-}
-
-static const struct route routes[] = {
-	{"GET", "/v1/pools", KN_ROLE_VIEWER, false, NULL, pools_h_list},
-	{"POST", "/v1/pools/{name}/rolling", KN_ROLE_OPERATOR, false, NULL,
-	 pools_h_rolling_start},
-	{"GET", "/v1/pools/{name}/rolling", KN_ROLE_VIEWER, false, NULL,
-	 pools_h_rolling_get},
-};
-
-const struct service pools_service = {
-	.name = "pools",
-	.phase = SERVICE_PHASE_NODES,
-	.start = pools_start,
-	.run = pools_run,
-	.stop = pools_free,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
-};

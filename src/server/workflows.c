@@ -6,7 +6,7 @@
  * The store is the engine's only state. A run row keeps the texts the
  * client sent (the workflow and its job files), each step row the job it
  * runs as now and each attempt row one job a step started (all of them,
- * across retries: a step's cost is theirs); advance() reads them, asks
+ * across retries: a step's cost is theirs); wf_advance() reads them, asks
  * wfplan.c what each step does next and writes the answer. It runs after
  * a step's job ends (its job_ended hook), after an API call and for
  * every active run at start-up, so a server killed mid-DAG picks up where
@@ -27,8 +27,7 @@
  * and checks them on the node (cmd/shim.c), so no file passes through
  * the server.
  */
-#include "service.h"
-#include "server/wfplan.h"
+#include "wfsvc.h"
 #include "ckpt/ckpt.h"
 
 #include <errno.h>
@@ -38,30 +37,12 @@
 
 #include <libfyaml.h>
 
-/* metrics.json is a flat object of numbers: a few KiB at most. */
-/* Job files sent with one workflow: one per step at most. */
-#define FILES_MAX KN_SPEC_MAX_STEPS
-/* A git revision: 40 (SHA-1) or 64 (SHA-256) hex digits. */
-#define REVISION_MAX 64
-
-/* A run read from the store, with its parsed workflow. */
-struct wf_run {
-	struct kn_wf_run_row row;
-	struct kn_wf_step_row *steps; /* as spec->steps */
-	size_t n;
-	struct kn_workflow_spec *spec;
-	json_t *files;           /* {relative path: text} */
-	struct wf_step_view *v;  /* the steps' states for wfplan */
-	struct kn_wf_attempt_row *att; /* every step's, oldest first */
-	size_t n_att;
-};
-
-static bool run_ended(const char *state)
+bool wf_run_ended(const char *state)
 {
 	return strcmp(state, "queued") != 0 && strcmp(state, "running") != 0;
 }
 
-static void wf_run_release(struct wf_run *r)
+void wf_run_release(struct wf_run *r)
 {
 	for (size_t i = 0; r->v && i < r->n; i++)
 		json_decref(r->v[i].metrics);
@@ -86,7 +67,7 @@ static void view_set(struct wf_run *r, size_t i)
 					  : NULL;
 }
 
-static int wf_run_load(struct server *s, int64_t id, struct wf_run *r,
+int wf_run_load(struct server *s, int64_t id, struct wf_run *r,
 		       struct kn_error *err)
 {
 	int rc;
@@ -121,16 +102,16 @@ static int wf_run_load(struct server *s, int64_t id, struct wf_run *r,
 	return 0;
 }
 
-static void set_str(char **field, char *value)
+void wf_set_str(char **field, char *value)
 {
 	free(*field);
 	*field = value;
 }
 
-static int step_save(struct server *s, struct wf_run *r, size_t i,
+int wf_step_save(struct server *s, struct wf_run *r, size_t i,
 		     const char *state, struct kn_error *err)
 {
-	set_str(&r->steps[i].state, kn_xstrdup(state));
+	wf_set_str(&r->steps[i].state, kn_xstrdup(state));
 	view_set(r, i);
 	return kn_store_wf_step_put(s->store, &r->steps[i], err);
 }
@@ -174,7 +155,7 @@ static int attempt_open(struct server *s, struct wf_run *r, size_t i,
 }
 
 /* Step i's newest attempt, when still open, ends with outcome. */
-static int attempt_close(struct server *s, struct wf_run *r, size_t i,
+int wf_attempt_close(struct server *s, struct wf_run *r, size_t i,
 			 const char *outcome, int64_t ended_at,
 			 struct kn_error *err)
 {
@@ -188,7 +169,7 @@ static int attempt_close(struct server *s, struct wf_run *r, size_t i,
 	return kn_store_wf_attempt_put(s->store, a, err);
 }
 
-static void publish(struct server *s, const struct wf_run *r, size_t i)
+void wf_publish(struct server *s, const struct wf_run *r, size_t i)
 {
 	if (i < r->n)
 		feed_publish(s, "workflow.step",
@@ -224,7 +205,7 @@ static char *dir_of(const char *path)
 }
 
 /* A job file's name as messages give it, beside the workflow's file. */
-static char *job_file_name(const char *workflow_file, const char *job_file)
+char *wf_job_file_name(const char *workflow_file, const char *job_file)
 {
 	char *dir;
 	char *out;
@@ -468,7 +449,7 @@ static int deployment_get(struct server *s, const char *name,
 			 "FILE)", name);
 }
 
-static bool deployment_exists(struct server *s, const char *name)
+bool wf_deployment_exists(struct server *s, const char *name)
 {
 	struct kn_deployment_row row;
 	struct kn_error err;
@@ -582,10 +563,18 @@ struct wf_acting {
 	struct wf_acting *next;
 };
 
+/* The service's state, s->workflows: from workflows_start to
+   workflows_stop. */
+struct wf_state {
+	/* Register and deploy steps whose work is on a request worker;
+	   each leaves the list when it ends. */
+	struct wf_acting *acting;
+};
+
 static struct wf_acting *acting_find(struct server *s, int64_t run_id,
 				     size_t index)
 {
-	for (struct wf_acting *a = s->wf_acting; a; a = a->next)
+	for (struct wf_acting *a = s->workflows->acting; a; a = a->next)
 		if (a->run_id == run_id && a->index == index)
 			return a;
 	return NULL;
@@ -593,7 +582,7 @@ static struct wf_acting *acting_find(struct server *s, int64_t run_id,
 
 static void acting_free(struct server *s, struct wf_acting *a)
 {
-	for (struct wf_acting **q = &s->wf_acting; *q; q = &(*q)->next)
+	for (struct wf_acting **q = &s->workflows->acting; *q; q = &(*q)->next)
 		if (*q == a) {
 			*q = a->next;
 			break;
@@ -625,7 +614,7 @@ static int register_finish(struct server *s, struct wf_run *r, size_t i,
 					version, err);
 	if (rc < 0)
 		return rc;
-	set_str(&r->steps[i].metrics_json,
+	wf_set_str(&r->steps[i].metrics_json,
 		kn_asprintf("{\"version\":%lld}", (long long)version));
 	if (st->sign_key && adopted &&
 	    signed_since(s, st->model, version, owner->name, resumed_since,
@@ -652,7 +641,7 @@ static int register_finish(struct server *s, struct wf_run *r, size_t i,
 			 trusted ? "trusted"
 				 : "not trusted: deploys will refuse it");
 	}
-	set_str(&r->steps[i].reason,
+	wf_set_str(&r->steps[i].reason,
 		kn_asprintf("registered %s@%lld from job %lld of step %s%s%s%s%s",
 			    st->model, (long long)version, (long long)job_id,
 			    st->from, st->alias ? "; alias " : "",
@@ -758,7 +747,7 @@ static int step_deploy(struct server *s, struct wf_run *r, size_t i,
 				row.filename[0] == '/' ? row.filename : NULL,
 				deployed, a, err);
 	if (rc == 0)
-		set_str(&r->steps[i].reason, kn_xstrdup(a->detail));
+		wf_set_str(&r->steps[i].reason, kn_xstrdup(a->detail));
 out:
 	free(text);
 	free(model);
@@ -779,26 +768,24 @@ static int act_end(struct server *s, struct wf_run *r, size_t i, int rc,
 
 	p->ended_at = kn_now_ms();
 	if (rc < 0)
-		set_str(&p->reason, kn_asprintf("%s", why->message));
+		wf_set_str(&p->reason, kn_asprintf("%s", why->message));
 	kn_log(rc < 0 ? KN_LOG_ERROR : KN_LOG_INFO,
 	       "workflow run %lld: step %s: %s", (long long)r->row.id,
 	       st->name, p->reason);
 	rc = kn_store_begin(s->store, err);
 	if (rc == 0)
-		rc = attempt_close(s, r, i, outcome, p->ended_at, err);
+		rc = wf_attempt_close(s, r, i, outcome, p->ended_at, err);
 	if (rc == 0)
-		rc = step_save(s, r, i, outcome, err);
+		rc = wf_step_save(s, r, i, outcome, err);
 	if (rc == 0)
 		rc = kn_store_commit(s->store, err);
 	if (rc < 0) {
 		kn_store_rollback(s->store);
 		return rc;
 	}
-	publish(s, r, i);
+	wf_publish(s, r, i);
 	return 0;
 }
-
-static void advance_logged(struct server *s, int64_t id);
 
 /* A step's work on a worker ended: the step ends, the run moves on. */
 static void act_done(struct wf_acting *a, int rc, const struct kn_error *why,
@@ -823,7 +810,7 @@ static void act_done(struct wf_acting *a, int rc, const struct kn_error *why,
 		return;
 	}
 	last = attempt_last(&r, i);
-	if (run_ended(r.row.state) || r.v[i].state != WF_RUNNING || !last ||
+	if (wf_run_ended(r.row.state) || r.v[i].state != WF_RUNNING || !last ||
 	    last->attempt != a->attempt || last->outcome) {
 		/* Cancelled while it ran: what it did stays, unrecorded. */
 		kn_log(KN_LOG_WARN, "workflow run %lld: step %s ended (%s) "
@@ -837,14 +824,14 @@ static void act_done(struct wf_acting *a, int rc, const struct kn_error *why,
 	if (rc == 0 && r.spec->steps[i].kind == KN_STEP_REGISTER)
 		rc = register_finish(s, &r, i, &a->owner, version, 0, &failed);
 	else if (rc == 0)
-		set_str(&r.steps[i].reason, kn_xstrdup(a->detail));
+		wf_set_str(&r.steps[i].reason, kn_xstrdup(a->detail));
 	if (act_end(s, &r, i, rc, &failed, &err) < 0)
 		kn_log(KN_LOG_ERROR, "workflow run %lld: step %s: %s",
 		       (long long)run_id, r.steps[i].name, err.message);
 out:
 	wf_run_release(&r);
 	acting_free(s, a);
-	advance_logged(s, run_id);
+	wf_advance_logged(s, run_id);
 }
 
 /*
@@ -853,7 +840,7 @@ out:
  * is saved, the step is still running at the next start with that
  * attempt open, which tells step_register to look for the version it may
  * have made rather than make another. A step whose work is on a worker
- * (in s->wf_acting) is left to it.
+ * (in s->workflows->acting) is left to it.
  */
 static int step_act(struct server *s, struct wf_run *r, size_t i,
 		    const struct caller *owner, struct kn_error *err)
@@ -877,12 +864,12 @@ static int step_act(struct server *s, struct wf_run *r, size_t i,
 	if (!resumed_since || !p->started_at)
 		p->started_at = kn_now_ms();
 	p->ended_at = 0;
-	set_str(&p->reason, NULL);
+	wf_set_str(&p->reason, NULL);
 	if (r->v[i].state != WF_RUNNING) {
-		rc = step_save(s, r, i, "running", err);
+		rc = wf_step_save(s, r, i, "running", err);
 		if (rc < 0)
 			return rc;
-		publish(s, r, i);
+		wf_publish(s, r, i);
 	}
 	a = kn_xcalloc(1, sizeof(*a));
 	a->s = s;
@@ -894,8 +881,8 @@ static int step_act(struct server *s, struct wf_run *r, size_t i,
 		     ? step_register(s, r, i, a, resumed_since, &why)
 		     : step_deploy(s, r, i, a, &why);
 	if (rc > 0) {
-		a->next = s->wf_acting;
-		s->wf_acting = a;
+		a->next = s->workflows->acting;
+		s->workflows->acting = a;
 		return 0;
 	}
 	free(a->detail);
@@ -921,11 +908,11 @@ static int step_start(struct server *s, struct wf_run *r, size_t i,
 	if (st->kind != KN_STEP_JOB)
 		return step_act(s, r, i, &owner, err);
 	if (st->job_file) {
-		name = job_file_name(r->row.filename, st->job_file);
+		name = wf_job_file_name(r->row.filename, st->job_file);
 		if (st->job_file[0] == '/')
 			path = kn_xstrdup(st->job_file);
 		else if (r->row.path[0])
-			path = job_file_name(r->row.path, st->job_file);
+			path = wf_job_file_name(r->row.path, st->job_file);
 	} else {
 		name = kn_xstrdup(r->row.filename);
 		if (r->row.path[0])
@@ -960,10 +947,10 @@ static int step_start(struct server *s, struct wf_run *r, size_t i,
 	if (!p->started_at)
 		p->started_at = kn_now_ms();
 	p->ended_at = 0;
-	set_str(&p->reason, why ? kn_xstrdup(why) : NULL);
+	wf_set_str(&p->reason, why ? kn_xstrdup(why) : NULL);
 	rc = attempt_open(s, r, i, job_id, NULL, 0, err);
 	if (rc == 0)
-		rc = step_save(s, r, i, "running", err);
+		rc = wf_step_save(s, r, i, "running", err);
 	if (rc == 0)
 		rc = kn_store_commit(s->store, err);
 	if (rc < 0) {
@@ -973,19 +960,19 @@ static int step_start(struct server *s, struct wf_run *r, size_t i,
 		       st->name, (long long)job_id, err->message);
 		goto out;
 	}
-	publish(s, r, i);
+	wf_publish(s, r, i);
 	goto out;
 fail:
 	/* Nothing was queued: the step fails with the reason. */
 	p->attempts++;
 	p->started_at = p->started_at ? p->started_at : kn_now_ms();
 	p->ended_at = kn_now_ms();
-	set_str(&p->reason, kn_asprintf("cannot start: %s", err->message));
+	wf_set_str(&p->reason, kn_asprintf("cannot start: %s", err->message));
 	rc = attempt_open(s, r, i, 0, "failed", p->ended_at, err);
 	if (rc == 0)
-		rc = step_save(s, r, i, "failed", err);
+		rc = wf_step_save(s, r, i, "failed", err);
 	if (rc == 0)
-		publish(s, r, i);
+		wf_publish(s, r, i);
 out:
 	free(text);
 	free(name);
@@ -1012,19 +999,19 @@ static int step_judge(struct server *s, struct wf_run *r, size_t i,
 		return rc;
 	if (!kn_job_state_terminal(j.state))
 		goto out;
-	rc = attempt_close(s, r, i, kn_job_state_name(j.state),
+	rc = wf_attempt_close(s, r, i, kn_job_state_name(j.state),
 			   j.ended_at ? j.ended_at : kn_now_ms(), err);
 	if (rc < 0)
 		goto out;
 	if (j.state == KN_JOB_SUCCEEDED) {
 		state = "succeeded";
-		set_str(&p->metrics_json, jobs_metrics_read(s, &j, note,
+		wf_set_str(&p->metrics_json, jobs_metrics_read(s, &j, note,
 						       sizeof(note)));
-		set_str(&p->reason, kn_asprintf("job %lld succeeded%s",
+		wf_set_str(&p->reason, kn_asprintf("job %lld succeeded%s",
 						(long long)j.id, note));
 	} else if (j.state == KN_JOB_CANCELLED) {
 		state = "cancelled";
-		set_str(&p->reason, kn_asprintf("job %lld: %s", (long long)j.id,
+		wf_set_str(&p->reason, kn_asprintf("job %lld: %s", (long long)j.id,
 						j.reason ? j.reason
 							 : "cancelled"));
 	} else if (st->on_failure == KN_ON_FAILURE_RETRY &&
@@ -1039,16 +1026,16 @@ static int step_judge(struct server *s, struct wf_run *r, size_t i,
 		goto out;
 	} else {
 		state = "failed";
-		set_str(&p->reason,
+		wf_set_str(&p->reason,
 			kn_asprintf("job %lld failed: %s%s", (long long)j.id,
 				    j.reason ? j.reason : "failed",
 				    p->attempts > 1 ? " (last of its attempts)"
 						    : ""));
 	}
 	p->ended_at = j.ended_at ? j.ended_at : kn_now_ms();
-	rc = step_save(s, r, i, state, err);
+	rc = wf_step_save(s, r, i, state, err);
 	if (rc == 0)
-		publish(s, r, i);
+		wf_publish(s, r, i);
 out:
 	kn_job_row_release(&j);
 	return rc;
@@ -1065,10 +1052,10 @@ static int stopper(const struct wf_run *r)
 	return -1;
 }
 
-static int run_save(struct server *s, struct wf_run *r, const char *state,
+int wf_run_save(struct server *s, struct wf_run *r, const char *state,
 		    const struct kn_audit *a, struct kn_error *err)
 {
-	set_str(&r->row.state, kn_xstrdup(state));
+	wf_set_str(&r->row.state, kn_xstrdup(state));
 	return kn_store_wf_run_update(s->store, &r->row, a, err);
 }
 
@@ -1083,25 +1070,25 @@ static int run_finish(struct server *s, struct wf_run *r,
 		skipped += r->v[i].state == WF_SKIPPED;
 	r->row.ended_at = kn_now_ms();
 	if (ok)
-		set_str(&r->row.reason,
+		wf_set_str(&r->row.reason,
 			kn_asprintf("%zu of %zu steps succeeded, %d skipped by "
 				    "a condition", r->n - (size_t)skipped, r->n,
 				    skipped));
 	else if (culprit >= 0)
-		set_str(&r->row.reason,
+		wf_set_str(&r->row.reason,
 			kn_asprintf("step %s %s: %s", r->steps[culprit].name,
 				    r->steps[culprit].state,
 				    r->steps[culprit].reason
 					    ? r->steps[culprit].reason
 					    : ""));
 	else
-		set_str(&r->row.reason, kn_xstrdup("a step was skipped"));
-	rc = run_save(s, r, ok ? "succeeded" : "failed", NULL, err);
+		wf_set_str(&r->row.reason, kn_xstrdup("a step was skipped"));
+	rc = wf_run_save(s, r, ok ? "succeeded" : "failed", NULL, err);
 	if (rc == 0) {
 		kn_log(KN_LOG_INFO, "workflow run %lld (%s) %s: %s",
 		       (long long)r->row.id, r->row.name, r->row.state,
 		       r->row.reason);
-		publish(s, r, r->n);
+		wf_publish(s, r, r->n);
 	}
 	return rc;
 }
@@ -1110,7 +1097,7 @@ static int run_finish(struct server *s, struct wf_run *r,
  * Move run id forward as far as its steps allow: judge ended jobs, skip
  * or start pending steps, and end the run when nothing is left to run.
  */
-static int advance(struct server *s, int64_t id, struct kn_error *err)
+int wf_advance(struct server *s, int64_t id, struct kn_error *err)
 {
 	struct wf_run r;
 	bool running = false, pending = false;
@@ -1119,7 +1106,7 @@ static int advance(struct server *s, int64_t id, struct kn_error *err)
 	rc = wf_run_load(s, id, &r, err);
 	if (rc < 0)
 		return rc;
-	if (run_ended(r.row.state))
+	if (wf_run_ended(r.row.state))
 		goto out;
 	/* A running register or deploy step is on a worker, or (after a
 	   restart) not yet done again. */
@@ -1144,10 +1131,10 @@ static int advance(struct server *s, int64_t id, struct kn_error *err)
 		} else if (d == WF_SKIP) {
 			r.steps[i].by_condition = by_condition;
 			r.steps[i].ended_at = kn_now_ms();
-			set_str(&r.steps[i].reason, kn_xstrdup(why));
-			rc = step_save(s, &r, i, "skipped", err);
+			wf_set_str(&r.steps[i].reason, kn_xstrdup(why));
+			rc = wf_step_save(s, &r, i, "skipped", err);
 			if (rc == 0)
-				publish(s, &r, i);
+				wf_publish(s, &r, i);
 		}
 	}
 	if (rc < 0)
@@ -1159,7 +1146,7 @@ static int advance(struct server *s, int64_t id, struct kn_error *err)
 	if (running) {
 		if (!strcmp(r.row.state, "queued")) {
 			r.row.started_at = kn_now_ms();
-			rc = run_save(s, &r, "running", NULL, err);
+			rc = wf_run_save(s, &r, "running", NULL, err);
 		}
 		goto out;
 	}
@@ -1170,13 +1157,13 @@ static int advance(struct server *s, int64_t id, struct kn_error *err)
 			continue;
 		r.steps[i].by_condition = false;
 		r.steps[i].ended_at = kn_now_ms();
-		set_str(&r.steps[i].reason,
+		wf_set_str(&r.steps[i].reason,
 			kn_asprintf("not started: step %s %s and its "
 				    "on_failure stops the run",
 				    r.steps[stop].name, r.steps[stop].state));
-		rc = step_save(s, &r, i, "skipped", err);
+		rc = wf_step_save(s, &r, i, "skipped", err);
 		if (rc == 0)
-			publish(s, &r, i);
+			wf_publish(s, &r, i);
 	}
 	if (rc == 0)
 		rc = run_finish(s, &r, err);
@@ -1185,11 +1172,11 @@ out:
 	return rc;
 }
 
-static void advance_logged(struct server *s, int64_t id)
+void wf_advance_logged(struct server *s, int64_t id)
 {
 	struct kn_error err;
 
-	if (advance(s, id, &err) < 0)
+	if (wf_advance(s, id, &err) < 0)
 		kn_log(KN_LOG_ERROR, "workflow run %lld: %s", (long long)id,
 		       err.message);
 }
@@ -1201,28 +1188,33 @@ static void hook_job_ended(void *arg, int64_t job_id)
 	struct kn_error err;
 	int64_t run_id;
 
+	/* A job that ends while jobs are recovered, before the service
+	   starts: workflows_start advances every active run. */
+	if (!s->workflows)
+		return;
 	if (kn_store_wf_run_of_job(s->store, job_id, &run_id, &err) == 0)
-		advance_logged(s, run_id);
+		wf_advance_logged(s, run_id);
 }
 
-static const struct job_hook_ops workflows_job_hooks = {
+const struct job_hook_ops workflows_job_hooks = {
 	.name = "workflows",
 	.job_ended = hook_job_ended,
 	.task_env = hook_task_env,
 };
 
 /* Advance every active run (its steps' jobs are recovered by then). */
-static int workflows_start(struct server *s, struct kn_error *err)
+int workflows_start(struct server *s, struct kn_error *err)
 {
 	struct kn_wf_run_row *rows = NULL;
 	size_t n = 0;
 	int rc;
 
+	s->workflows = kn_xcalloc(1, sizeof(*s->workflows));
 	rc = kn_store_wf_run_list(s->store, true, &rows, &n, err);
 	if (rc < 0)
 		return rc;
 	for (size_t i = 0; i < n; i++)
-		advance_logged(s, rows[i].id);
+		wf_advance_logged(s, rows[i].id);
 	if (n)
 		kn_log(KN_LOG_INFO, "workflows: %zu run%s resumed", n,
 		       n == 1 ? "" : "s");
@@ -1230,652 +1222,14 @@ static int workflows_start(struct server *s, struct kn_error *err)
 	return 0;
 }
 
-/* ---- API ---- */
-
-static void audit_fill(struct kn_audit *a, const struct caller *c,
-		       const char *action, const char *detail)
+/* After the worker pools: every step's work has ended (a stop leaves the
+   step running, done again at the next start). */
+void workflows_stop(struct server *s)
 {
-	memset(a, 0, sizeof(*a));
-	a->actor = (char *)c->name;
-	a->role = (char *)role_name(c->role);
-	a->action = (char *)action;
-	a->outcome = "ok";
-	a->detail = (char *)detail;
-}
-
-static json_t *str_or_null(const char *v)
-{
-	return v ? json_string(v) : json_null();
-}
-
-/* What a step's or run's jobs cost, summed from the ledger's rows. */
-struct cost_sum {
-	double usd, gpu_seconds;
-	bool unpriced;
-};
-
-static void cost_add(struct cost_sum *sum, const json_t *row)
-{
-	sum->usd += json_number_value(json_object_get(row, "cost_usd"));
-	sum->gpu_seconds +=
-		json_number_value(json_object_get(row, "gpu_seconds"));
-	sum->unpriced |= json_is_true(json_object_get(row, "unpriced"));
-}
-
-static void cost_set(json_t *o, const struct cost_sum *sum, bool known)
-{
-	json_object_set_new(o, "cost_usd",
-			    known ? json_real(sum->usd) : json_null());
-	json_object_set_new(o, "gpu_seconds",
-			    known ? json_real(sum->gpu_seconds) : json_null());
-	json_object_set_new(o, "cost_unpriced", json_boolean(sum->unpriced));
-}
-
-/*
- * Step i's attempts, oldest first, each with its job's cost from costs
- * (cost_by_job; NULL when the ledger could not be read), summed into
- * *sum.
- */
-static json_t *attempts_json(const struct wf_run *r, size_t i,
-			     const json_t *costs, struct cost_sum *sum)
-{
-	json_t *list = json_array();
-
-	for (size_t k = 0; k < r->n_att; k++) {
-		const struct kn_wf_attempt_row *a = &r->att[k];
-		json_t *o, *row;
-		char key[24];
-
-		if (a->index != (int)i)
-			continue;
-		o = json_pack("{s:i, s:o, s:o, s:I, s:I}", "attempt",
-			      a->attempt, "job",
-			      a->job_id ? json_integer(a->job_id) : json_null(),
-			      "outcome", str_or_null(a->outcome),
-			      "started_at_ms", (json_int_t)a->started_at,
-			      "ended_at_ms", (json_int_t)a->ended_at);
-		if (a->job_id) {
-			struct cost_sum one = {0};
-
-			snprintf(key, sizeof(key), "%lld", (long long)a->job_id);
-			row = json_object_get(costs, key);
-			cost_add(&one, row);
-			cost_add(sum, row);
-			cost_set(o, &one, costs != NULL);
-		}
-		json_array_append_new(list, o);
-	}
-	return list;
-}
-
-static json_t *step_json(const struct wf_run *r, size_t i, int64_t now,
-			 const json_t *costs, struct cost_sum *run_sum)
-{
-	struct cost_sum sum = {0};
-	const struct kn_workflow_step *st = &r->spec->steps[i];
-	const struct kn_wf_step_row *p = &r->steps[i];
-	static const char *const policies[] = {
-		[KN_ON_FAILURE_STOP] = "stop",
-		[KN_ON_FAILURE_CONTINUE] = "continue",
-		[KN_ON_FAILURE_RETRY] = "retry",
-	};
-	json_t *needs = json_array(), *o;
-	int64_t end = p->ended_at ? p->ended_at : now;
-	json_t *version = json_object_get(r->v[i].metrics, "version");
-
-	for (size_t k = 0; k < st->n_needs; k++)
-		json_array_append_new(needs, json_string(st->needs[k]));
-	o = json_pack(
-		"{s:s, s:s, s:o, s:o, s:i, s:i, s:s, s:I, s:I, s:I, s:o, s:o, "
-		"s:b}",
-		"name", p->name, "state", p->state, "needs", needs, "job",
-		p->job_id ? json_integer(p->job_id) : json_null(), "attempts",
-		p->attempts, "retries",
-		st->on_failure == KN_ON_FAILURE_RETRY ? st->retries : 0,
-		"on_failure", policies[st->on_failure], "started_at_ms",
-		(json_int_t)p->started_at, "ended_at_ms",
-		(json_int_t)p->ended_at, "duration_ms",
-		(json_int_t)(p->started_at ? end - p->started_at : 0),
-		"reason", str_or_null(p->reason), "metrics",
-		r->v[i].metrics ? json_incref(r->v[i].metrics) : json_null(),
-		"skipped_by_condition", p->by_condition);
-	json_object_set_new(o, "kind",
-			    json_string(st->kind == KN_STEP_REGISTER ? "register"
-					: st->kind == KN_STEP_DEPLOY ? "deploy"
-								     : "job"));
-	json_object_set_new(o, "attempt_history",
-			    attempts_json(r, i, costs, &sum));
-	/* Register and deploy steps run in the server: no GPU time. */
-	if (st->kind == KN_STEP_JOB) {
-		cost_set(o, &sum, costs != NULL);
-		run_sum->usd += sum.usd;
-		run_sum->gpu_seconds += sum.gpu_seconds;
-		run_sum->unpriced |= sum.unpriced;
-	} else {
-		json_object_set_new(o, "cost_usd", json_null());
-		json_object_set_new(o, "gpu_seconds", json_null());
-		json_object_set_new(o, "cost_unpriced", json_false());
-	}
-	/* What a register step made: NAME@VERSION. */
-	if (st->kind == KN_STEP_REGISTER && json_is_integer(version))
-		json_object_set_new(o, "model",
-				    json_sprintf("%s@%lld", st->model,
-						 (long long)json_integer_value(
-							 version)));
-	return o;
-}
-
-/* costs: cost_by_job's rows, for the detail (NULL: not known). */
-static json_t *run_json(const struct wf_run *r, bool detail,
-			const json_t *costs)
-{
-	json_t *o, *counts = json_object(), *steps = json_array();
-	struct cost_sum sum = {0};
-	int64_t now = kn_now_ms();
-
-	for (size_t i = 0; i < r->n; i++) {
-		json_t *c = json_object_get(counts, r->steps[i].state);
-		json_object_set_new(counts, r->steps[i].state,
-				    json_integer(c ? json_integer_value(c) + 1
-						   : 1));
-		if (detail)
-			json_array_append_new(steps,
-					      step_json(r, i, now, costs, &sum));
-	}
-	o = json_pack("{s:I, s:s, s:s, s:s, s:o, s:s, s:s, s:o, s:I, s:I, "
-		      "s:I, s:i, s:o}",
-		      "id", (json_int_t)r->row.id, "name", r->row.name,
-		      "owner", r->row.owner, "state", r->row.state, "reason",
-		      str_or_null(r->row.reason), "filename", r->row.filename,
-		      "digest", r->row.digest, "revision",
-		      str_or_null(r->row.revision), "submitted_at_ms",
-		      (json_int_t)r->row.submitted_at, "started_at_ms",
-		      (json_int_t)r->row.started_at, "ended_at_ms",
-		      (json_int_t)r->row.ended_at, "steps_total", (int)r->n,
-		      "steps_by_state", counts);
-	if (detail) {
-		json_t *order = json_array(), *files = json_array();
-		const char *key;
-		json_t *v;
-
-		for (size_t k = 0; k < r->n; k++)
-			json_array_append_new(
-				order,
-				json_string(r->spec->steps[r->spec->order[k]]
-						    .name));
-		json_object_foreach(r->files, key, v)
-			json_array_append_new(files, json_string(key));
-		json_object_set_new(o, "steps", steps);
-		json_object_set_new(o, "order", order);
-		json_object_set_new(o, "files", files);
-		cost_set(o, &sum, costs != NULL);
-	} else {
-		json_decref(steps);
-	}
-	return o;
-}
-
-static void reply_run(struct server *s, struct kn_http_req *req, int64_t id,
-		      int status)
-{
-	struct wf_run r;
-	struct kn_error err;
-	json_t *costs = NULL;
-
-	if (wf_run_load(s, id, &r, &err) < 0) {
-		kn_http_reply_error(req, &err);
+	if (!s->workflows)
 		return;
-	}
-	/* The run's jobs were all submitted after it was. */
-	if (cost_by_job(s, r.row.submitted_at, &costs, &err) < 0)
-		kn_log(KN_LOG_WARN, "workflow run %lld: its cost: %s",
-		       (long long)id, err.message);
-	kn_http_reply_json(req, status,
-			   json_pack("{s:o}", "workflow",
-				     run_json(&r, true, costs)));
-	json_decref(costs);
-	wf_run_release(&r);
+	while (s->workflows->acting)
+		acting_free(s, s->workflows->acting);
+	free(s->workflows);
+	s->workflows = NULL;
 }
-
-static bool hex_text(const char *v, size_t min, size_t max)
-{
-	size_t n = strlen(v);
-
-	if (n < min || n > max)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!strchr("0123456789abcdef", v[i]))
-			return false;
-	return true;
-}
-
-/*
- * Check a run request the way `kiln validate` checks the files: the
- * workflow, then each step's job file as the client sent it, each error
- * naming its file. A deploy step's deployment must exist already.
- */
-static int check_request(struct server *s, const char *text,
-			 const char *filename, json_t *files,
-			 struct kn_workflow_spec **out, struct kn_error *err)
-{
-	struct kn_workflow_spec *w = NULL;
-	const char *kind = kn_spec_kind(text, strlen(text));
-	int rc;
-
-	if (!kind || strcmp(kind, "Workflow") != 0)
-		return kn_errorf(err, KN_EINVAL, "spec",
-				 "%s: kind: a workflow run needs a `kind: "
-				 "Workflow` file%s%s",
-				 filename, kind ? "; this one is a " : "",
-				 kind ? kind : "");
-	rc = kn_workflow_spec_parse(text, strlen(text), filename, &w, err);
-	if (rc < 0)
-		return rc;
-	for (size_t i = 0; rc == 0 && i < w->n_steps; i++) {
-		const struct kn_workflow_step *st = &w->steps[i];
-		struct kn_job_spec *job = NULL;
-		const char *body;
-		char *name;
-
-		if (st->kind == KN_STEP_DEPLOY &&
-		    !deployment_exists(s, st->deployment)) {
-			rc = kn_errorf(err, KN_EINVAL, "spec",
-				       "%s: steps[%zu] (%s): deploy: no "
-				       "deployment named %s: deploy it first "
-				       "(kiln deploy FILE); the step rolls an "
-				       "existing one to the registered version",
-				       filename, i, st->name, st->deployment);
-			break;
-		}
-		if (!st->job_file)
-			continue;
-		body = json_string_value(json_object_get(files, st->job_file));
-		name = job_file_name(filename, st->job_file);
-		if (!body)
-			rc = kn_errorf(err, KN_EINVAL, "files",
-				       "%s: steps[%zu].job: %s was not sent "
-				       "with the workflow (files[\"%s\"])",
-				       filename, i, name, st->job_file);
-		else
-			rc = kn_job_spec_parse(body, strlen(body), name, &job,
-					       err);
-		if (rc == 0)
-			rc = kn_job_spec_check_step_job(job, name, i, filename,
-							err);
-		kn_job_spec_free(job);
-		free(name);
-	}
-	if (rc < 0) {
-		kn_workflow_spec_free(w);
-		return rc;
-	}
-	*out = w;
-	return 0;
-}
-
-static void workflows_h_run(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param)
-{
-	struct kn_workflow_spec *w = NULL;
-	struct kn_wf_step_row *steps = NULL;
-	struct kn_wf_run_row row;
-	struct kn_audit a;
-	struct kn_error err;
-	json_error_t jerr;
-	size_t len;
-	const char *body = kn_http_body(req, &len);
-	const char *text, *filename, *path, *digest, *revision, *key;
-	json_t *doc, *files, *v;
-	char digest_now[65], *files_text = NULL;
-	int64_t id = 0;
-	int rc;
-
-	(void)param;
-	doc = json_loadb(body, len, 0, &jerr);
-	if (!json_is_object(doc)) {
-		kn_errorf(&err, KN_EINVAL, NULL,
-			  "the body must be a JSON object {spec, filename, "
-			  "files, digest, revision}%s%s",
-			  doc ? "" : ": ", doc ? "" : jerr.text);
-		goto fail;
-	}
-	text = json_string_value(json_object_get(doc, "spec"));
-	v = json_object_get(doc, "filename");
-	filename = json_is_string(v) ? json_string_value(v) : "workflow";
-	v = json_object_get(doc, "path");
-	path = json_is_string(v) ? json_string_value(v) : "";
-	v = json_object_get(doc, "digest");
-	digest = json_is_string(v) ? json_string_value(v) : NULL;
-	v = json_object_get(doc, "revision");
-	revision = json_is_string(v) ? json_string_value(v) : NULL;
-	files = json_object_get(doc, "files");
-	if (!text) {
-		kn_errorf(&err, KN_EINVAL, "spec",
-			  "spec: the workflow file's text is required");
-		goto fail;
-	}
-	if (path[0] && path[0] != '/') {
-		kn_errorf(&err, KN_EINVAL, "path",
-			  "path must be absolute; got \"%s\"", path);
-		goto fail;
-	}
-	if (files && !json_is_object(files)) {
-		kn_errorf(&err, KN_EINVAL, "files",
-			  "files must be an object {relative path: text}");
-		goto fail;
-	}
-	if (json_object_size(files) > FILES_MAX) {
-		kn_errorf(&err, KN_EINVAL, "files",
-			  "files: at most %d job files per workflow; got %zu",
-			  FILES_MAX, json_object_size(files));
-		goto fail;
-	}
-	json_object_foreach(files, key, v) {
-		if (!json_is_string(v)) {
-			kn_errorf(&err, KN_EINVAL, "files",
-				  "files[\"%s\"] must be the file's text", key);
-			goto fail;
-		}
-	}
-	if (revision && !hex_text(revision, 7, REVISION_MAX)) {
-		kn_errorf(&err, KN_EINVAL, "revision",
-			  "revision must be a git revision (7 to %d hex "
-			  "digits) or null",
-			  REVISION_MAX);
-		goto fail;
-	}
-	kn_sha256_hex(text, strlen(text), digest_now);
-	if (digest && strcmp(digest, digest_now) != 0) {
-		kn_errorf(&err, KN_EINVAL, "digest",
-			  "digest: the workflow text's sha256 is %s, not the "
-			  "digest sent (%.64s)",
-			  digest_now, digest);
-		goto fail;
-	}
-	if (check_request(s, text, filename, files, &w, &err) < 0)
-		goto fail;
-
-	files_text = json_dumps(files ? files : json_object(),
-				JSON_COMPACT | JSON_SORT_KEYS);
-	memset(&row, 0, sizeof(row));
-	row.name = w->name;
-	row.owner = (char *)c->name;
-	row.filename = (char *)filename;
-	row.path = (char *)path;
-	row.spec_yaml = (char *)text;
-	row.files_json = files_text;
-	row.digest = digest_now;
-	row.revision = (char *)revision;
-	row.state = "queued";
-	row.submitted_at = kn_now_ms();
-	steps = kn_xcalloc(w->n_steps, sizeof(*steps));
-	for (size_t i = 0; i < w->n_steps; i++) {
-		steps[i].index = (int)i;
-		steps[i].name = w->steps[i].name;
-		steps[i].state = "pending";
-	}
-	audit_fill(&a, c, "workflow.run", w->name);
-	rc = kn_store_wf_run_insert(s->store, &row, steps, w->n_steps, &a, &id,
-				    &err);
-	if (rc < 0)
-		goto fail;
-	kn_log(KN_LOG_INFO, "workflow run %lld (%s, %zu steps) by %s",
-	       (long long)id, w->name, w->n_steps, c->name);
-	advance_logged(s, id);
-	reply_run(s, req, id, 201);
-	goto out;
-fail:
-	kn_http_reply_error(req, &err);
-out:
-	free(steps);
-	free(files_text);
-	kn_workflow_spec_free(w);
-	json_decref(doc);
-}
-
-static void workflows_h_list(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param)
-{
-	struct kn_wf_run_row *rows = NULL;
-	struct kn_error err;
-	size_t n = 0;
-	json_t *list = json_array();
-
-	(void)c;
-	(void)param;
-	if (kn_store_wf_run_list(s->store, false, &rows, &n, &err) < 0) {
-		json_decref(list);
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	for (size_t i = 0; i < n; i++) {
-		struct wf_run r;
-
-		if (wf_run_load(s, rows[i].id, &r, &err) < 0) {
-			kn_log(KN_LOG_WARN, "workflow run %lld: %s",
-			       (long long)rows[i].id, err.message);
-			continue;
-		}
-		json_array_append_new(list, run_json(&r, false, NULL));
-		wf_run_release(&r);
-	}
-	kn_wf_run_list_free(rows, n);
-	kn_http_reply_json(req, 200, json_pack("{s:o}", "workflows", list));
-}
-
-static int parse_run_id(struct kn_http_req *req, const char *param,
-			int64_t *id)
-{
-	struct kn_error err;
-	char *end;
-	long long v = strtoll(param, &end, 10);
-
-	if (*end || v <= 0) {
-		kn_errorf(&err, KN_EINVAL, "id", "not a workflow run id: \"%s\"",
-			  param);
-		kn_http_reply_error(req, &err);
-		return -EINVAL;
-	}
-	*id = v;
-	return 0;
-}
-
-static void workflows_h_get(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param)
-{
-	int64_t id = 0;
-
-	(void)c;
-	if (parse_run_id(req, param, &id) == 0)
-		reply_run(s, req, id, 200);
-}
-
-/*
- * Load run id for a change by c: a user changes only its own runs. On
- * refusal the answer is sent (and audited) and -1 returned.
- */
-static int load_for_change(struct server *s, struct kn_http_req *req,
-			   const struct caller *c, const char *param,
-			   const char *action, struct wf_run *r)
-{
-	struct kn_error err;
-	int64_t id = 0;
-
-	if (parse_run_id(req, param, &id) < 0)
-		return -1;
-	if (wf_run_load(s, id, r, &err) < 0) {
-		kn_http_reply_error(req, &err);
-		return -1;
-	}
-	if (c->role < KN_ROLE_OPERATOR && strcmp(r->row.owner, c->name)) {
-		struct kn_audit a;
-		char object[40];
-
-		kn_errorf(&err, KN_EPERM, NULL,
-			  "workflow run %lld belongs to %s; a user may change "
-			  "only its own runs",
-			  (long long)id, r->row.owner);
-		snprintf(object, sizeof(object), "workflow/%lld",
-			 (long long)id);
-		audit_fill(&a, c, action, err.message);
-		a.object = object;
-		a.outcome = "denied";
-		kn_store_audit_insert(s->store, &a, NULL);
-		kn_http_reply_error(req, &err);
-		wf_run_release(r);
-		return -1;
-	}
-	return 0;
-}
-
-static void workflows_h_cancel(struct server *s, struct kn_http_req *req,
-			const struct caller *c, const char *param)
-{
-	struct wf_run r;
-	struct kn_audit a;
-	struct kn_error err;
-	int64_t id = 0;
-	int rc;
-
-	if (load_for_change(s, req, c, param, "workflow.cancel", &r) < 0)
-		return;
-	id = r.row.id;
-	if (run_ended(r.row.state)) {
-		kn_errorf(&err, KN_ECONFLICT, "state",
-			  "workflow run %lld has already %s",
-			  (long long)r.row.id, r.row.state);
-		goto fail;
-	}
-	/*
-	 * One transaction: the run ends first, so the ends of its jobs (a
-	 * queued one ends inside jobs_cancel) find nothing to advance, and a
-	 * crash leaves either the whole cancel or none of it.
-	 */
-	r.row.ended_at = kn_now_ms();
-	set_str(&r.row.reason, kn_asprintf("cancelled by %s", c->name));
-	audit_fill(&a, c, "workflow.cancel", NULL);
-	rc = kn_store_begin(s->store, &err);
-	if (rc == 0)
-		rc = run_save(s, &r, "cancelled", &a, &err);
-	for (size_t i = 0; rc == 0 && i < r.n; i++) {
-		struct kn_error jerr;
-
-		if (r.v[i].state == WF_RUNNING && r.steps[i].job_id &&
-		    jobs_cancel(s, c, r.steps[i].job_id, &jerr) < 0 &&
-		    jerr.code != KN_ECONFLICT)
-			kn_log(KN_LOG_WARN, "workflow run %lld: cancelling job "
-			       "%lld: %s", (long long)r.row.id,
-			       (long long)r.steps[i].job_id, jerr.message);
-		if (r.v[i].state != WF_RUNNING && r.v[i].state != WF_PENDING)
-			continue;
-		r.steps[i].ended_at = r.row.ended_at;
-		set_str(&r.steps[i].reason,
-			kn_asprintf("run cancelled by %s", c->name));
-		rc = attempt_close(s, &r, i, "cancelled", r.row.ended_at, &err);
-		if (rc == 0)
-			rc = step_save(s, &r, i, "cancelled", &err);
-	}
-	if (rc == 0)
-		rc = kn_store_commit(s->store, &err);
-	if (rc < 0) {
-		kn_store_rollback(s->store);
-		goto fail;
-	}
-	for (size_t i = 0; i < r.n; i++)
-		if (r.steps[i].ended_at == r.row.ended_at &&
-		    r.v[i].state == WF_CANCELLED)
-			publish(s, &r, i);
-	publish(s, &r, r.n);
-	wf_run_release(&r);
-	reply_run(s, req, id, 200);
-	return;
-fail:
-	kn_http_reply_error(req, &err);
-	wf_run_release(&r);
-}
-
-static void workflows_h_retry(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param)
-{
-	struct wf_run r;
-	struct kn_audit a;
-	struct kn_error err;
-	bool *again = NULL;
-	char detail[64];
-	size_t n_again;
-	int64_t id;
-	int rc;
-
-	if (load_for_change(s, req, c, param, "workflow.retry", &r) < 0)
-		return;
-	id = r.row.id;
-	if (strcmp(r.row.state, "failed") != 0 &&
-	    strcmp(r.row.state, "cancelled") != 0) {
-		kn_errorf(&err, KN_ECONFLICT, "state",
-			  "workflow run %lld is %s; only a failed or cancelled "
-			  "run is retried",
-			  (long long)id, r.row.state);
-		goto fail;
-	}
-	again = kn_xcalloc(r.n ? r.n : 1, sizeof(*again));
-	n_again = wf_retry_plan(r.spec, r.v, again);
-	rc = kn_store_begin(s->store, &err);
-	for (size_t i = 0; rc == 0 && i < r.n; i++) {
-		struct kn_wf_step_row *p = &r.steps[i];
-
-		if (!again[i])
-			continue;
-		p->by_condition = false;
-		p->attempts = 0;
-		p->started_at = p->ended_at = 0;
-		set_str(&p->reason, NULL);
-		set_str(&p->metrics_json, NULL);
-		rc = step_save(s, &r, i, "pending", &err);
-	}
-	if (rc == 0) {
-		snprintf(detail, sizeof(detail), "%zu step%s again", n_again,
-			 n_again == 1 ? "" : "s");
-		audit_fill(&a, c, "workflow.retry", detail);
-		r.row.ended_at = 0;
-		set_str(&r.row.reason, NULL);
-		rc = run_save(s, &r, "running", &a, &err);
-	}
-	if (rc == 0)
-		rc = kn_store_commit(s->store, &err);
-	if (rc < 0) {
-		kn_store_rollback(s->store);
-		goto fail;
-	}
-	publish(s, &r, r.n);
-	wf_run_release(&r);
-	free(again);
-	advance_logged(s, id);
-	reply_run(s, req, id, 200);
-	return;
-fail:
-	free(again);
-	kn_http_reply_error(req, &err);
-	wf_run_release(&r);
-}
-
-static const struct route routes[] = {
-	/* Workflow runs (workflows.c): a user runs and changes its own. */
-	{"POST", "/v1/workflows", KN_ROLE_USER, false, "workflow.run",
-	 workflows_h_run},
-	{"GET", "/v1/workflows", KN_ROLE_VIEWER, false, NULL, workflows_h_list},
-	{"GET", "/v1/workflows/{id}", KN_ROLE_VIEWER, false, NULL,
-	 workflows_h_get},
-	{"POST", "/v1/workflows/{id}/cancel", KN_ROLE_USER, false,
-	 "workflow.cancel", workflows_h_cancel},
-	{"POST", "/v1/workflows/{id}/retry", KN_ROLE_USER, false,
-	 "workflow.retry", workflows_h_retry},
-};
-
-const struct service workflows_service = {
-	.name = "workflows",
-	.phase = SERVICE_PHASE_RECOVERED,
-	.start = workflows_start,
-	.hooks = &workflows_job_hooks,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
-};

@@ -2,8 +2,9 @@
  * An Azure Virtual Machine Scale Sets client (ARM REST): read and set a
  * scale set's capacity, list its VMs, delete one instance, with tokens
  * from a managed identity (IMDS) or a service principal (client
- * credentials). The node pools' `azure` provider (src/server/pools.c)
- * runs it on a worker thread: every call blocks.
+ * credentials). The node pools' `azure` provider
+ * (src/server/pool_providers.c) runs it on a worker thread: every call
+ * blocks.
  *
  * The pure half (URLs, bodies, parsing of Azure's answers) is separate so
  * unit tests reach it without a network. Formats follow Azure's REST

@@ -1,0 +1,67 @@
+/*
+ * The model registry service's own header: its domain (models.c) and its
+ * HTTP handlers with the blob uploads in progress (models_http.c). Nothing
+ * outside these two files includes it or touches struct model_state.
+ */
+#ifndef KILN_SERVER_MODELSVC_H
+#define KILN_SERVER_MODELSVC_H
+
+#include "service.h"
+
+#include "registry/registry.h"
+#include "server/modelrules.h"
+
+struct upload;
+
+/* The registry's state, s->models: made by models_start, freed by
+   models_stop. */
+struct model_state {
+	char *staging;          /* $KILN_HOME/registry/uploads */
+	char *trusted_keys;     /* directory of *.pub files */
+	struct upload *uploads; /* in progress (models_http.c) */
+};
+
+/* models.c */
+int models_start(struct server *s, struct kn_error *err);
+void models_stop(struct server *s);
+/* Record a model.* call in the audit log as c. */
+void models_audit(struct server *s, const struct caller *c,
+		  const char *action, const char *object, const char *outcome,
+		  const char *detail);
+/* Open the server's default blob store. */
+int models_open_store(struct server *s, struct kn_blob_store **out,
+		      struct kn_error *err);
+/* The version a reference names (N@V or N@alias). */
+int models_resolve(struct server *s, const struct kn_model_ref *ref,
+		   struct kn_model_version_row *out, struct kn_error *err);
+/*
+ * Every file's blob is in the store with the size the manifest says, and
+ * durable: a version must never name a blob a crash can take away.
+ */
+int models_check_blobs(struct kn_blob_store *store,
+		       const struct kn_model_files *f, struct kn_error *err);
+/* Move alias of name to version to (action "promote" or "rollback"),
+   audited; *from is where it pointed (0: nowhere). */
+int models_alias_move(struct server *s, const struct caller *c,
+		      const char *name, const char *alias, const char *action,
+		      int64_t to, int64_t *from, struct kn_error *err);
+/*
+ * Number, record and copy to the store a new version of name with these
+ * files (their blobs already checked), lineage and metrics (NULL: null),
+ * then move alias when given. *reply is what the API answers with.
+ */
+int models_version_create(struct server *s, const struct caller *c,
+			  const char *name, const struct kn_model_files *files,
+			  json_t *lineage, json_t *metrics, const char *alias,
+			  json_t **reply, struct kn_error *err);
+/* Whether name is a model name; err names the field when not. */
+bool models_name_checked(const char *name, struct kn_error *err);
+/* Each input of lineage that came from a job gets that job's lineage,
+   recursively. */
+int models_lineage_expand(struct server *s, struct kn_blob_store *store,
+			  json_t *lineage, int depth, struct kn_error *err);
+
+/* models_http.c: drop every upload in progress (the service stops). */
+void models_uploads_drop(struct model_state *m);
+
+#endif
