@@ -14,6 +14,13 @@ kiln=${1:?usage: scripts/demo.sh PATH/TO/kiln}
 root=$(cd "$(dirname "$0")/.." && pwd)
 export KILN_HOME
 KILN_HOME=$(mktemp -d /tmp/kiln-demo.XXXXXX)
+# The examples run from a copy that the tasks' user (kiln-task when the
+# server runs as root) can read, outside the home (hidden from tasks) and
+# outside /tmp (private to each task): wherever this checkout lies.
+ex=$(mktemp -d /var/tmp/kiln-demo-examples.XXXXXX)
+chmod 0755 "$ex"
+cp -r "$root/examples/hello" "$root/examples/pipeline" "$root/examples/train" \
+  "$root/examples/serve" "$root/examples/retry" "$ex/"
 unset KILN_SERVER KILN_TOKEN
 server_pid=
 gateway_pid=
@@ -27,7 +34,7 @@ stop() {
   done
   # Tasks outlive a server by design; the demo's must not outlive it.
   pkill -KILL -f "kiln shim --dir $KILN_HOME" 2>/dev/null || true
-  rm -rf "$KILN_HOME"
+  rm -rf "$KILN_HOME" "$ex"
 }
 trap stop EXIT
 
@@ -50,7 +57,7 @@ step "kiln nodes"
 "$kiln" nodes
 
 step "kiln submit examples/hello/job.yaml --wait"
-hello=$("$kiln" submit "$root/examples/hello/job.yaml" --wait)
+hello=$("$kiln" submit "$ex/hello/job.yaml" --wait)
 echo "job $hello"
 for rank in 0 1; do
   step "kiln logs $hello --task $rank"
@@ -73,9 +80,6 @@ wait_until() { # wait_until SECONDS DESCRIPTION COMMAND...
 }
 
 # ---- the pipeline: prepare -> train (evicted once) -> evaluate -> register -> deploy ----
-ex="$KILN_HOME/examples"
-mkdir -p "$ex"
-cp -r "$root/examples/pipeline" "$root/examples/train" "$root/examples/serve" "$ex/"
 step "kiln model keygen --out release.pem   (the key the register step signs with; its public half trusted)"
 "$kiln" model keygen --out "$KILN_HOME/release.pem" >/dev/null
 mkdir -p "$KILN_HOME/keys/trusted"
@@ -182,7 +186,7 @@ gateway_pid=
 
 step "kiln submit examples/retry/job.yaml --wait   (fails on purpose; retried twice)"
 set +e
-failing=$("$kiln" submit "$root/examples/retry/job.yaml" --wait)
+failing=$("$kiln" submit "$ex/retry/job.yaml" --wait)
 status=$?
 set -e
 echo "job $failing: exit status $status (4 = the job failed)"

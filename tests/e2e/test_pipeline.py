@@ -211,8 +211,11 @@ def test_lineage_of_the_example_model_leads_to_its_data(server, tmp_path):
     """examples/train/train.py, small, fed its corpus by a prepare step:
     the registered model's lineage names the checkpoint, the corpus's
     digest and the job that produced it."""
-    corpus = REPO / "examples" / "train" / "data" / "gpl-3.txt"
-    train = REPO / "examples" / "train" / "train.py"
+    # A copy the task's user can read wherever the checkout lies.
+    work = tmp_path / "train"
+    __import__("shutil").copytree(REPO / "examples" / "train", work)
+    corpus = work / "data" / "gpl-3.txt"
+    train = work / "train.py"
     prepare = f"mkdir -p $KILN_OUTPUT_DIR && cp {corpus} $KILN_OUTPUT_DIR/corpus.txt"
     fit = (f"exec /usr/bin/python3 {train} --data $KILN_INPUT_DIR/prepare/corpus.txt "
            "--steps 20 --checkpoint-every 10 --log-every 100 --batch 4 "
