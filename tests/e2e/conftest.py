@@ -22,6 +22,22 @@ KILN = os.environ.get("KILN_BIN") or str(
     Path(__file__).resolve().parents[2] / "build" / "src" / "cmd" / "kiln")
 
 
+def _searchable_for_tasks(path):
+    """Under Slurm the task's user runs `kiln shim` itself, so the binary
+    must be reachable by it, as an installed kiln in /usr/bin is. A
+    checkout under a private directory (root's home, 0700) gets the search
+    bit (o+x, not read) on the way to the binary."""
+    if os.geteuid() != 0:
+        return
+    for d in Path(path).resolve().parents:
+        mode = d.stat().st_mode
+        if not mode & 0o001:
+            d.chmod(mode | 0o001)
+
+
+_searchable_for_tasks(KILN)
+
+
 def wait_for(predicate, timeout=20.0, interval=0.05, what="condition"):
     """Poll predicate until it returns a truthy value; fail after timeout."""
     deadline = time.monotonic() + timeout
