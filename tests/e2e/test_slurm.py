@@ -32,6 +32,11 @@ def slurm_env():
     # Undrain, whatever a failed test left behind.
     subprocess.run(["scontrol", "update", f"NodeName={NODE}", "State=RESUME"],
                    env=env, capture_output=True, timeout=30)
+    # Tests leave no daemon behind; the state directory stays, so the
+    # next start is quick.
+    down = subprocess.run(["bash", str(REPO / "scripts/slurm-down.sh")],
+                          capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
 
 
 def squeue_ids(env, name):
