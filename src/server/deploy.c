@@ -36,6 +36,7 @@
  * before the answer); a replica's job belongs to its deployment's owner;
  * only this file knows which jobs are replicas.
  */
+#include "deploysvc.h"
 #include "service.h"
 
 #include <errno.h>
@@ -52,10 +53,6 @@
 #define RECONCILE_MS 1000
 /* The tick's shortest sleep: probes are due at most this precisely. */
 #define TICK_MIN_MS 20
-/* Gateway key caps: a minute's requests or tokens, a quota's tokens. */
-#define KEY_LIMIT_MAX 1000000000000LL
-#define KEY_MAX_DEPLOYMENTS 64
-#define KEY_PREFIX "kgw_"
 /*
  * A surge replica retires the old one only once the gateway routes to it
  * alone; a gateway that has not polled for this long is taken to be gone,
@@ -63,68 +60,10 @@
  */
 #define GATEWAY_GONE_MS 60000
 
-struct replica {
-	int64_t job_id;  /* 0 = none yet */
-	int attempt;     /* the attempt the probe state is about */
-	bool ready;
-	bool was_ready;  /* this attempt has passed readiness once */
-	int ready_failures, live_failures;
-	int64_t next_ready_at, next_live_at;
-	bool ready_in_flight, live_in_flight;
-	bool replacing;  /* a rollout's new job: wait for it to be ready */
-	char *model_dir; /* KILN_MODEL_DIR its job was given; NULL = not
-			    known (a rollout a server restart interrupted) */
-	/* A surge slot (index >= replicas, not kept across a restart: its
-	   row is trimmed then): a new job that takes replica surge_for's
-	   place once it is ready and the gateway has seen it. */
-	bool surge;
-	int surge_for;
-	/* Ready: the handover is under way (the old replica is listed not
-	   ready to the gateway), since the gateway's fetch number mark. */
-	bool surge_ready;
-	int64_t surge_mark;
-};
-
-struct deployment {
-	char *name, *owner, *filename, *spec_yaml, *spec_json, *model_dir;
-	struct kn_deployment_spec *spec;
-	int replicas; /* wanted */
-	int64_t generation, created_at, updated_at;
-	int rollout_next; /* -1 = no rollout */
-	bool model_refused; /* deployment_model_refused is firing */
-	struct replica *reps;
-	int n_reps; /* slots: at least replicas, more while scaling down */
-	struct deployment *next;
-};
-
-enum probe_kind { PROBE_READY, PROBE_LIVE };
-
-/* A probe in flight; its answer finds the replica again by name. */
-struct probe {
-	struct deploy_state *d;
-	char deployment[64];
-	int replica;
-	int64_t job_id;
-	int attempt;
-	enum probe_kind kind;
-	struct probe *next;
-};
-
-struct deploy_state {
-	struct server *s;
-	struct kn_model_presets *presets;
-	struct deployment *list;
-	struct kn_timer *timer;
-	struct probe *probes;
-	char config_hash[65];
-	int64_t config_generation;
-	int64_t config_fetched_at; /* a gateway's last GET of the config */
-	int64_t config_fetches;    /* how many there were */
-};
 
 /* ---- small helpers ---- */
 
-static void reply_msg(struct kn_http_req *req, enum kn_errcode code,
+void deploy_reply_msg(struct kn_http_req *req, enum kn_errcode code,
 		      const char *field, const char *msg)
 {
 	struct kn_error err;
@@ -133,7 +72,7 @@ static void reply_msg(struct kn_http_req *req, enum kn_errcode code,
 	kn_http_reply_error(req, &err);
 }
 
-static void audit_fill(struct kn_audit *a, const struct caller *c,
+void deploy_audit_fill(struct kn_audit *a, const struct caller *c,
 		       const char *action, const char *object,
 		       const char *detail)
 {
@@ -152,12 +91,12 @@ static void audit_denied(struct server *s, const struct caller *c,
 {
 	struct kn_audit a;
 
-	audit_fill(&a, c, action, object, why);
+	deploy_audit_fill(&a, c, action, object, why);
 	a.outcome = "denied";
 	kn_store_audit_insert(s->store, &a, NULL);
 }
 
-static struct deployment *find(struct deploy_state *d, const char *name)
+struct deployment *deploy_find(struct deploy_state *d, const char *name)
 {
 	for (struct deployment *p = d->list; p; p = p->next)
 		if (!strcmp(p->name, name))
@@ -201,7 +140,7 @@ static void ensure_slots(struct deployment *p, int n)
 	p->n_reps = n;
 }
 
-static struct run *find_run(struct server *s, int64_t job_id)
+struct run *deploy_find_run(struct server *s, int64_t job_id)
 {
 	for (struct run *r = s->runs; r; r = r->next)
 		if (r->job_id == job_id)
@@ -218,7 +157,7 @@ static struct queued_job *find_queued(struct server *s, int64_t job_id)
 }
 
 /* A run whose task is up: launched, not ended, not being stopped. */
-static bool run_serving(const struct run *r)
+bool deploy_run_serving(const struct run *r)
 {
 	return r && !r->stopping && r->n_tasks > 0 && r->tasks[0].launched &&
 	       !r->tasks[0].ended;
@@ -229,9 +168,9 @@ static bool run_serving(const struct run *r)
  * verdict is about that very attempt (a new attempt starts not ready even
  * before the tick has noticed it).
  */
-static bool replica_ready(const struct replica *r, const struct run *run)
+bool deploy_replica_ready(const struct replica *r, const struct run *run)
 {
-	return run_serving(run) && r->ready && r->attempt == run->attempt;
+	return deploy_run_serving(run) && r->ready && r->attempt == run->attempt;
 }
 
 /* The node a replica's run is bound to (its only task's). */
@@ -242,7 +181,7 @@ static const struct kn_sched_node *run_node(struct server *s,
 }
 
 /* The zone label of the node the run is bound to, or "". */
-static const char *node_zone(struct server *s, const struct run *run)
+const char *deploy_node_zone(struct server *s, const struct run *run)
 {
 	const struct kn_sched_node *n = run_node(s, run);
 
@@ -357,7 +296,7 @@ static void stop_replica(struct deploy_state *d, struct deployment *p, int i)
 	owner_caller(p, &c);
 	p->reps[i].job_id = 0;
 	p->reps[i].ready = false;
-	if ((find_run(d->s, id) || find_queued(d->s, id)) &&
+	if ((deploy_find_run(d->s, id) || find_queued(d->s, id)) &&
 	    jobs_cancel(d->s, &c, id, &err) < 0)
 		kn_log(KN_LOG_WARN, "deployment %s replica %d: %s", p->name, i,
 		       err.message);
@@ -365,7 +304,7 @@ static void stop_replica(struct deploy_state *d, struct deployment *p, int i)
 
 static bool job_active(struct server *s, int64_t id)
 {
-	return id && (find_run(s, id) || find_queued(s, id));
+	return id && (deploy_find_run(s, id) || find_queued(s, id));
 }
 
 /*
@@ -399,7 +338,7 @@ static void trim(struct deploy_state *d, struct deployment *p)
 }
 
 /* Replica i has a ready surge replica taking its place. */
-static bool retiring(const struct deployment *p, int i)
+bool deploy_retiring(const struct deployment *p, int i)
 {
 	for (int k = p->replicas; k < p->n_reps; k++)
 		if (p->reps[k].surge && p->reps[k].surge_for == i &&
@@ -431,7 +370,7 @@ static void surge_step(struct deploy_state *d, struct deployment *p, int k)
 	int64_t now = kn_now_ms(), old = p->reps[t].job_id;
 	struct kn_error err;
 
-	if (!replica_ready(r, find_run(d->s, r->job_id))) {
+	if (!deploy_replica_ready(r, deploy_find_run(d->s, r->job_id))) {
 		r->surge_ready = false;
 		return;
 	}
@@ -496,15 +435,15 @@ static void reconcile(struct deploy_state *d, struct deployment *p)
 		} else {
 			r = &p->reps[i];
 			if (r->replacing &&
-			    !replica_ready(r, find_run(d->s, r->job_id)))
+			    !deploy_replica_ready(r, deploy_find_run(d->s, r->job_id)))
 				return; /* the new one is not serving yet */
 			if (!r->replacing) {
 				/* One unavailable at a time: the others must
 				 * be serving before this one stops. */
 				for (int k = 0; k < p->replicas; k++)
 					if (k != i &&
-					    !replica_ready(&p->reps[k],
-							   find_run(d->s,
+					    !deploy_replica_ready(&p->reps[k],
+							   deploy_find_run(d->s,
 								    p->reps[k].job_id)))
 						return;
 				stop_replica(d, p, i);
@@ -599,7 +538,7 @@ static struct replica *probe_target(struct deploy_state *d,
 				    const struct probe *pr,
 				    struct deployment **out)
 {
-	struct deployment *p = find(d, pr->deployment);
+	struct deployment *p = deploy_find(d, pr->deployment);
 	struct replica *r;
 
 	if (!p || pr->replica >= p->n_reps)
@@ -705,9 +644,9 @@ static int64_t probe_replicas(struct deploy_state *d, struct deployment *p,
 
 	for (int i = 0; i < p->n_reps; i++) {
 		struct replica *r = &p->reps[i];
-		struct run *run = r->job_id ? find_run(d->s, r->job_id) : NULL;
+		struct run *run = r->job_id ? deploy_find_run(d->s, r->job_id) : NULL;
 
-		if (!run_serving(run)) {
+		if (!deploy_run_serving(run)) {
 			r->ready = false;
 			continue;
 		}
@@ -968,7 +907,7 @@ int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
 	if (k < p->replicas)
 		return 1;
 	r = &p->reps[k];
-	run = find_run(s, surge_job);
+	run = deploy_find_run(s, surge_job);
 	q = find_queued(s, surge_job);
 	if (!run && !q) {
 		snprintf(why, len, "the surge replica of deployment %s (job "
@@ -979,7 +918,7 @@ int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
 		snprintf(why, len, "the surge replica of deployment %s (job "
 			 "%lld) is queued: %s", p->name, (long long)surge_job,
 			 q->reason[0] ? q->reason : "waiting to be placed");
-	else if (!replica_ready(r, run))
+	else if (!deploy_replica_ready(r, run))
 		snprintf(why, len, "the surge replica of deployment %s (job "
 			 "%lld) is starting on %s: not ready yet", p->name,
 			 (long long)surge_job, run_node(s, run)->name);
@@ -1198,7 +1137,7 @@ static void follow_checked(struct server *s, int rc, const char *dir,
 			   void *arg)
 {
 	struct follow_check *w = arg;
-	struct deployment *p = s->closing ? NULL : find(s->deploy,
+	struct deployment *p = s->closing ? NULL : deploy_find(s->deploy,
 							 w->deployment);
 
 	/* Gone, given another model, or its alias moved again meanwhile
@@ -1267,10 +1206,10 @@ static const char *replica_state(struct server *s, const struct replica *r,
 	*reason = NULL;
 	if (!r->job_id)
 		return "pending";
-	run = find_run(s, r->job_id);
+	run = deploy_find_run(s, r->job_id);
 	if (run)
 		return run->stopping            ? "stopping"
-		       : replica_ready(r, run)  ? "ready"
+		       : deploy_replica_ready(r, run)  ? "ready"
 						: "starting";
 	q = find_queued(s, r->job_id);
 	if (!q)
@@ -1287,7 +1226,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 	*ready_count = 0;
 	for (int i = 0; i < p->replicas && i < p->n_reps; i++) {
 		const struct replica *r = &p->reps[i];
-		struct run *run = r->job_id ? find_run(s, r->job_id) : NULL;
+		struct run *run = r->job_id ? deploy_find_run(s, r->job_id) : NULL;
 		struct kn_job_row j;
 		struct kn_error err;
 		const char *reason;
@@ -1305,7 +1244,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 		}
 		o = json_pack("{s:i, s:I, s:s, s:b, s:i, s:o}", "replica", i,
 			      "job", (json_int_t)r->job_id, "state", state,
-			      "ready", replica_ready(r, run), "restarts",
+			      "ready", deploy_replica_ready(r, run), "restarts",
 			      restarts, "model_dir",
 			      r->model_dir ? json_string(r->model_dir)
 					   : json_null());
@@ -1315,7 +1254,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 				r->model_dir
 					? json_integer(dir_version(p, r->model_dir))
 					: json_null());
-		if (run_serving(run)) {
+		if (deploy_run_serving(run)) {
 			char addr[32];
 			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
 				 run->master_port);
@@ -1323,7 +1262,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 			json_object_set_new(o, "node",
 					    json_string(run_node(s, run)->name));
 			json_object_set_new(o, "zone",
-					    json_string(node_zone(s, run)));
+					    json_string(deploy_node_zone(s, run)));
 			json_object_set_new(o, "attempt",
 					    json_integer(run->attempt));
 		} else {
@@ -1334,7 +1273,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 		json_object_set_new(o, "reason",
 				    reason ? json_string(reason) : json_null());
 		kn_job_row_release(&j);
-		if (replica_ready(r, run))
+		if (deploy_replica_ready(r, run))
 			(*ready_count)++;
 		json_array_append_new(list, o);
 	}
@@ -1544,7 +1483,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	json_decref(norm);
 	yaml = kn_asprintf("%.*s", (int)len, body);
 	snprintf(object, sizeof(object), "deployment/%s", spec->job.name);
-	p = find(d, spec->job.name);
+	p = deploy_find(d, spec->job.name);
 	if (p && (rc = may_change(p, c, err)) < 0) {
 		audit_denied(s, c, "deployment.update", object, err->message);
 		goto out;
@@ -1581,7 +1520,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 					   : p->rollout_next;
 	row.created_at = p ? p->created_at : now;
 	row.updated_at = now;
-	audit_fill(&a, c, p ? "deployment.update" : "deployment.create",
+	deploy_audit_fill(&a, c, p ? "deployment.update" : "deployment.create",
 		   object, changed ? NULL : "replicas only");
 	rc = kn_store_deployment_put(s->store, &row, &a, err);
 	if (rc < 0)
@@ -1860,12 +1799,12 @@ static void deploy_h_list(struct server *s, struct kn_http_req *req,
 static struct deployment *lookup(struct server *s, struct kn_http_req *req,
 				 const char *name)
 {
-	struct deployment *p = find(s->deploy, name);
+	struct deployment *p = deploy_find(s->deploy, name);
 	char msg[160];
 
 	if (!p) {
 		snprintf(msg, sizeof(msg), "no deployment named %s", name);
-		reply_msg(req, KN_ENOTFOUND, "name", msg);
+		deploy_reply_msg(req, KN_ENOTFOUND, "name", msg);
 	}
 	return p;
 }
@@ -1922,7 +1861,7 @@ static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 			 "body must be {\"replicas\": N} with N 0..%d",
 			 KN_SPEC_MAX_REPLICAS);
 		json_decref(body);
-		reply_msg(req, KN_EINVAL, "replicas", msg);
+		deploy_reply_msg(req, KN_EINVAL, "replicas", msg);
 		return;
 	}
 	old = p->replicas;
@@ -1933,7 +1872,7 @@ static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	p->updated_at = kn_now_ms();
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	snprintf(detail, sizeof(detail), "%d -> %d replicas", old, p->replicas);
-	audit_fill(&a, c, "deployment.scale", object, detail);
+	deploy_audit_fill(&a, c, "deployment.scale", object, detail);
 	/* Written with the new count; put back if the store refused it. */
 	if (save(s->deploy, p, &a, &err) < 0) {
 		p->replicas = old;
@@ -1969,7 +1908,7 @@ static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 	if (s->exec->ops->places_tasks) {
 		/* The Deployment's own rollout replaces the pods. */
 		snprintf(object, sizeof(object), "deployment/%s", p->name);
-		audit_fill(&a, c, "deployment.restart", object, NULL);
+		deploy_audit_fill(&a, c, "deployment.restart", object, NULL);
 		if (save(s->deploy, p, &a, &err) < 0 ||
 		    kn_kube_deploy_restart(p->name, kn_now_ms(), &err) < 0) {
 			kn_http_reply_error(req, &err);
@@ -1988,7 +1927,7 @@ static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 	/* Jobs submitted from now on are the rollout's (see deploy_start). */
 	p->updated_at = kn_now_ms();
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
-	audit_fill(&a, c, "deployment.restart", object, NULL);
+	deploy_audit_fill(&a, c, "deployment.restart", object, NULL);
 	/* Written with the new position; put back if the store refused. */
 	if (save(s->deploy, p, &a, &err) < 0) {
 		p->rollout_next = old;
@@ -2018,7 +1957,7 @@ static void deploy_h_delete(struct server *s, struct kn_http_req *req,
 	if (!p || !change_allowed(s, req, c, p, "deployment.delete"))
 		return;
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
-	audit_fill(&a, c, "deployment.delete", object, NULL);
+	deploy_audit_fill(&a, c, "deployment.delete", object, NULL);
 	if (kn_store_deployment_delete(s->store, p->name, &a, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
@@ -2037,400 +1976,6 @@ static void deploy_h_delete(struct server *s, struct kn_http_req *req,
 			   json_pack("{s:{s:s, s:b}}", "deployment", "name",
 				     p->name, "deleted", 1));
 	deployment_free(p);
-}
-
-/* ---- gateway keys ---- */
-
-static json_t *key_json(const struct kn_gateway_key_row *k, bool with_hash)
-{
-	json_t *deps = json_loads(k->deployments_json, 0, NULL);
-	json_t *o = json_pack("{s:s, s:o, s:I, s:I, s:I, s:I}", "name",
-			      k->name, "deployments",
-			      deps ? deps : json_array(), "rpm",
-			      (json_int_t)k->rpm, "tpm", (json_int_t)k->tpm,
-			      "quota_day", (json_int_t)k->quota_day,
-			      "quota_month", (json_int_t)k->quota_month);
-
-	if (with_hash) {
-		json_object_set_new(o, "hash", json_string(k->hash));
-		return o;
-	}
-	json_object_set_new(o, "created_by", json_string(k->created_by));
-	json_object_set_new(o, "created_at_ms", json_integer(k->created_at));
-	return o;
-}
-
-/* body[field]: absent = 0, else an integer 0..KEY_LIMIT_MAX. */
-static int limit_field(json_t *body, const char *field, int64_t *out,
-		       struct kn_error *err)
-{
-	json_t *v = json_object_get(body, field);
-
-	*out = 0;
-	if (!v || json_is_null(v))
-		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-	    json_integer_value(v) > KEY_LIMIT_MAX)
-		return kn_errorf(err, KN_EINVAL, field,
-				 "%s must be an integer 0..%lld (0 = no limit)",
-				 field, KEY_LIMIT_MAX);
-	*out = json_integer_value(v);
-	return 0;
-}
-
-static void deploy_h_key_create(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param)
-{
-	struct kn_gateway_key_row k;
-	struct kn_error err;
-	struct kn_audit a;
-	json_error_t jerr;
-	size_t len, i;
-	const char *text = kn_http_body(req, &len);
-	json_t *body = json_loadb(text, len, 0, &jerr), *deps, *item;
-	char secret[64], hash[65], object[96];
-	const char *name;
-	int rc = 0;
-
-	(void)param;
-	memset(&k, 0, sizeof(k));
-	name = json_string_value(json_object_get(body, "name"));
-	deps = json_object_get(body, "deployments");
-	if (!json_is_object(body))
-		rc = kn_errorf(&err, KN_EINVAL, NULL,
-			       "body must be a JSON object {\"name\": ..., "
-			       "\"deployments\": [...], \"rpm\": ..., ...}");
-	else if (!credential_name_ok(name))
-		rc = kn_errorf(&err, KN_EINVAL, "name",
-			       "name must be 1-64 characters of letters, "
-			       "digits, '-', '_', '.' or '@'");
-	else if (!json_is_array(deps) || json_array_size(deps) == 0 ||
-		 json_array_size(deps) > KEY_MAX_DEPLOYMENTS)
-		rc = kn_errorf(&err, KN_EINVAL, "deployments",
-			       "deployments must be a list of 1..%d "
-			       "deployment names",
-			       KEY_MAX_DEPLOYMENTS);
-	json_array_foreach(rc == 0 ? deps : NULL, i, item) {
-		/* A key may name a deployment before it exists. */
-		if (!kn_spec_name_valid(json_string_value(item))) {
-			rc = kn_errorf(&err, KN_EINVAL, "deployments",
-				       "deployments[%zu] must be a deployment "
-				       "name (lowercase letters, digits, '.', "
-				       "'_' and '-')",
-				       i);
-			break;
-		}
-	}
-	if (rc == 0)
-		rc = limit_field(body, "rpm", &k.rpm, &err);
-	if (rc == 0)
-		rc = limit_field(body, "tpm", &k.tpm, &err);
-	if (rc == 0)
-		rc = limit_field(body, "quota_day", &k.quota_day, &err);
-	if (rc == 0)
-		rc = limit_field(body, "quota_month", &k.quota_month, &err);
-	if (rc < 0) {
-		kn_http_reply_error(req, &err);
-		goto out;
-	}
-	key_generate(secret, hash);
-	k.name = (char *)name;
-	k.hash = hash;
-	k.deployments_json = json_dumps(deps, JSON_COMPACT);
-	k.created_by = (char *)c->name;
-	k.created_at = kn_now_ms();
-	snprintf(object, sizeof(object), "key/%s", name);
-	audit_fill(&a, c, "key.create", object, k.deployments_json);
-	if (kn_store_gateway_key_insert(s->store, &k, &a, &k.id, &err) < 0) {
-		kn_http_reply_error(req, &err);
-		free(k.deployments_json);
-		goto out;
-	}
-	kn_http_reply_json(req, 201,
-			   json_pack("{s:o, s:s}", "key", key_json(&k, false),
-				     "secret", secret));
-	free(k.deployments_json);
-out:
-	json_decref(body);
-}
-
-static void deploy_h_key_list(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param)
-{
-	struct kn_gateway_key_row *rows = NULL;
-	struct kn_error err;
-	size_t n = 0;
-	json_t *list;
-
-	(void)c;
-	(void)param;
-	if (kn_store_gateway_key_list(s->store, true, &rows, &n, &err) < 0) {
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	list = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(list, key_json(&rows[i], false));
-	kn_gateway_key_list_free(rows, n);
-	kn_http_reply_json(req, 200, json_pack("{s:o}", "keys", list));
-}
-
-static void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param)
-{
-	struct kn_error err;
-	struct kn_audit a;
-	char object[96];
-
-	snprintf(object, sizeof(object), "key/%s", param);
-	audit_fill(&a, c, "key.revoke", object, NULL);
-	if (kn_store_gateway_key_revoke(s->store, param, &a, &err) < 0) {
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	kn_http_reply_json(req, 200,
-			   json_pack("{s:{s:s, s:b}}", "key", "name", param,
-				     "revoked", 1));
-}
-
-/* ---- what the gateway reads ---- */
-
-static int name_cmp(const void *a, const void *b)
-{
-	const struct deployment *const *x = a, *const *y = b;
-
-	return strcmp((*x)->name, (*y)->name);
-}
-
-/* The deployments ordered by name (an array the caller frees). */
-static struct deployment **by_name(struct deploy_state *d, size_t *n)
-{
-	struct deployment **v;
-	size_t count = 0;
-
-	for (struct deployment *p = d->list; p; p = p->next)
-		count++;
-	v = kn_xcalloc(count ? count : 1, sizeof(*v));
-	count = 0;
-	for (struct deployment *p = d->list; p; p = p->next)
-		v[count++] = p;
-	qsort(v, count, sizeof(*v), name_cmp);
-	*n = count;
-	return v;
-}
-
-/*
- * Under Kubernetes every ready pod is a replica at the Service's cluster
- * DNS name: kube-proxy spreads connections over the ready pods, and pod
- * addresses are only routable inside the cluster anyway. A gateway must
- * therefore run in the cluster (or reach it through an ingress that
- * resolves that name); nothing here pretends to reach the pods.
- */
-static void kube_gateway_replicas(const struct deployment *p, json_t *reps)
-{
-	json_t *st = kn_kube_deploy_status(p->name), *pod;
-	const char *svc = json_string_value(json_object_get(st, "service"));
-	size_t i;
-
-	json_array_foreach(json_object_get(st, "pods"), i, pod) {
-		if (!svc || !json_is_true(json_object_get(pod, "ready")))
-			continue;
-		json_array_append_new(reps,
-				      json_pack("{s:i, s:s, s:s, s:b}",
-						"replica", (int)i, "address",
-						svc, "zone", "", "ready", 1));
-	}
-	json_decref(st);
-}
-
-static void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
-			     const struct caller *c, const char *param)
-{
-	struct deploy_state *d = s->deploy;
-	struct kn_gateway_key_row *rows = NULL;
-	struct kn_error err;
-	json_t *deps = json_array(), *keys = json_array(), *doc;
-	struct deployment **sorted;
-	char *text, hash[65];
-	size_t n = 0, n_sorted;
-
-	(void)c;
-	(void)param;
-	if (kn_store_gateway_key_list(s->store, true, &rows, &n, &err) < 0) {
-		json_decref(deps);
-		json_decref(keys);
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	/* By name, so the document is the same whenever nothing changed. */
-	sorted = by_name(d, &n_sorted);
-	/* The document names only deployments it lists (the gateway refuses
-	 * one that does not): a key's deployments or a fallback not deployed
-	 * (yet, or any more) are left out until they are. */
-	for (size_t i = 0; i < n; i++) {
-		json_t *key = key_json(&rows[i], true), *all, *v, *listed;
-		size_t j;
-
-		all = json_object_get(key, "deployments");
-		listed = json_array();
-		json_array_foreach(all, j, v)
-			if (json_string_value(v) &&
-			    find(d, json_string_value(v)))
-				json_array_append(listed, v);
-		json_object_set_new(key, "deployments", listed);
-		json_array_append_new(keys, key);
-	}
-	kn_gateway_key_list_free(rows, n);
-	for (size_t k = 0; k < n_sorted; k++) {
-		const struct deployment *p = sorted[k];
-		json_t *reps = json_array();
-
-		if (s->exec->ops->places_tasks)
-			kube_gateway_replicas(p, reps);
-		/* Surge slots too: a replica being replaced keeps serving
-		 * beside its replacement until the gateway knows both. */
-		for (int i = 0; !s->exec->ops->places_tasks && i < p->n_reps;
-		     i++) {
-			struct run *run = p->reps[i].job_id
-						  ? find_run(s, p->reps[i].job_id)
-						  : NULL;
-			char addr[32];
-
-			if ((i >= p->replicas && !p->reps[i].surge) ||
-			    !run_serving(run))
-				continue;
-			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
-				 run->master_port);
-			json_array_append_new(
-				reps, json_pack("{s:i, s:s, s:s, s:b}",
-						"replica", i, "address", addr,
-						"zone", node_zone(s, run), "ready",
-						replica_ready(&p->reps[i], run) &&
-							!retiring(p, i)));
-		}
-		json_array_append_new(
-			deps,
-			json_pack("{s:s, s:s, s:o, s:{s:i, s:i}, s:o}", "name",
-				  p->name, "model", p->spec->model, "fallback",
-				  p->spec->fallback &&
-						  find(d, p->spec->fallback)
-					  ? json_string(p->spec->fallback)
-					  : json_null(),
-				  "limits", "rpm", p->spec->limit_rpm, "tpm",
-				  p->spec->limit_tpm, "replicas", reps));
-	}
-	free(sorted);
-	doc = json_pack("{s:o, s:o}", "deployments", deps, "keys", keys);
-	text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
-	token_hash(text, hash);
-	free(text);
-	/* The generation moves whenever the document does; a clock reading
-	 * keeps it increasing across server restarts too. */
-	if (strcmp(hash, d->config_hash) != 0) {
-		int64_t now = kn_now_ms();
-		d->config_generation = now > d->config_generation
-					       ? now
-					       : d->config_generation + 1;
-		memcpy(d->config_hash, hash, sizeof(hash));
-	}
-	json_object_set_new(doc, "generation",
-			    json_integer(d->config_generation));
-	d->config_fetched_at = kn_now_ms();
-	d->config_fetches++;
-	kn_http_reply_json(req, 200, doc);
-}
-
-/*
- * The gateway's anomaly report as an alert: rule gateway_anomaly_SIGNAL,
- * one per deployment and signal, with the band and window in its body.
- */
-static int gateway_alert(struct server *s, const char *source,
-			 const char *deployment, const char *signal,
-			 double value, double low, double high, double window_s,
-			 int64_t started_at_ms, bool firing,
-			 struct kn_error *err)
-{
-	char *fingerprint = kn_asprintf("gateway:%s:%s", deployment, signal);
-	char *rule = kn_asprintf("gateway_anomaly_%s", signal);
-	char *summary = kn_asprintf(
-		"%s of deployment %s is %g, outside its band %g..%g over %gs",
-		signal, deployment, value, low, high, window_s);
-	json_t *labels = json_pack("{s:s, s:s, s:s}", "deployment", deployment,
-				   "signal", signal, "source", source);
-	json_t *extra = json_pack("{s:f, s:f, s:f}", "low", low, "high", high,
-				  "window_s", window_s);
-	struct server_alert a = {
-		.rule = rule,
-		.severity = "warning",
-		.fingerprint = fingerprint,
-		.summary = summary,
-		.labels = labels,
-		.value = value,
-		.active_at_ms = started_at_ms,
-		.extra = extra,
-	};
-	int rc = monitor_server_alert(s, &a, firing, err);
-
-	json_decref(extra);
-	json_decref(labels);
-	free(summary);
-	free(rule);
-	free(fingerprint);
-	return rc;
-}
-
-static void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
-			    const struct caller *c, const char *param)
-{
-	struct kn_error err;
-	json_error_t jerr;
-	size_t len;
-	const char *text = kn_http_body(req, &len);
-	json_t *body = json_loadb(text, len, 0, &jerr);
-	const char *dep = json_string_value(json_object_get(body, "deployment"));
-	const char *signal = json_string_value(json_object_get(body, "signal"));
-	const char *state = json_string_value(json_object_get(body, "state"));
-	json_t *value = json_object_get(body, "value");
-	json_t *low = json_object_get(body, "low");
-	json_t *high = json_object_get(body, "high");
-	json_t *window = json_object_get(body, "window_s");
-	json_t *started = json_object_get(body, "started_at_ms");
-
-	(void)param;
-	if (!dep || !*dep || !signal || !*signal || !json_is_number(value) ||
-	    !json_is_number(low) || !json_is_number(high) ||
-	    !json_is_number(window) || !json_is_integer(started) ||
-	    (state && strcmp(state, "firing") && strcmp(state, "resolved")) ||
-	    strlen(dep) > 63 || strlen(signal) > 63) {
-		json_decref(body);
-		reply_msg(req, KN_EINVAL, NULL,
-			  "body must be {\"deployment\", \"signal\", \"value\", "
-			  "\"low\", \"high\", \"window_s\", \"started_at_ms\"} "
-			  "with an optional \"state\": \"firing\" | "
-			  "\"resolved\"");
-		return;
-	}
-	if (gateway_alert(s, c->name, dep, signal, json_number_value(value),
-			  json_number_value(low), json_number_value(high),
-			  json_number_value(window),
-			  json_integer_value(started),
-			  !state || !strcmp(state, "firing"), &err) < 0) {
-		json_decref(body);
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	{
-		struct kn_audit a;
-		char object[160];
-
-		snprintf(object, sizeof(object), "deployment/%s", dep);
-		audit_fill(&a, c, "gateway.alert", object, signal);
-		if (kn_store_audit_insert(s->store, &a, &err) < 0)
-			kn_log(KN_LOG_ERROR, "auditing a gateway alert: %s",
-			       err.message);
-	}
-	json_decref(body);
-	kn_http_reply_json(req, 202, json_pack("{s:b}", "accepted", 1));
 }
 
 static const struct route routes[] = {

@@ -1,0 +1,96 @@
+/*
+ * The deployments service's own header: its state and the helpers its
+ * files share (deploy.c: replicas, probes, rollouts, following an
+ * alias, the deployments' routes; deploy_gateway.c: gateway keys and
+ * what the gateway reads). Nothing outside the service includes it.
+ */
+#ifndef KILN_SERVER_DEPLOYSVC_H
+#define KILN_SERVER_DEPLOYSVC_H
+
+#include "internal.h"
+
+struct replica {
+	int64_t job_id;  /* 0 = none yet */
+	int attempt;     /* the attempt the probe state is about */
+	bool ready;
+	bool was_ready;  /* this attempt has passed readiness once */
+	int ready_failures, live_failures;
+	int64_t next_ready_at, next_live_at;
+	bool ready_in_flight, live_in_flight;
+	bool replacing;  /* a rollout's new job: wait for it to be ready */
+	char *model_dir; /* KILN_MODEL_DIR its job was given; NULL = not
+			    known (a rollout a server restart interrupted) */
+	/* A surge slot (index >= replicas, not kept across a restart: its
+	   row is trimmed then): a new job that takes replica surge_for's
+	   place once it is ready and the gateway has seen it. */
+	bool surge;
+	int surge_for;
+	/* Ready: the handover is under way (the old replica is listed not
+	   ready to the gateway), since the gateway's fetch number mark. */
+	bool surge_ready;
+	int64_t surge_mark;
+};
+
+struct deployment {
+	char *name, *owner, *filename, *spec_yaml, *spec_json, *model_dir;
+	struct kn_deployment_spec *spec;
+	int replicas; /* wanted */
+	int64_t generation, created_at, updated_at;
+	int rollout_next; /* -1 = no rollout */
+	bool model_refused; /* deployment_model_refused is firing */
+	struct replica *reps;
+	int n_reps; /* slots: at least replicas, more while scaling down */
+	struct deployment *next;
+};
+
+enum probe_kind { PROBE_READY, PROBE_LIVE };
+
+/* A probe in flight; its answer finds the replica again by name. */
+struct probe {
+	struct deploy_state *d;
+	char deployment[64];
+	int replica;
+	int64_t job_id;
+	int attempt;
+	enum probe_kind kind;
+	struct probe *next;
+};
+
+struct deploy_state {
+	struct server *s;
+	struct kn_model_presets *presets;
+	struct deployment *list;
+	struct kn_timer *timer;
+	struct probe *probes;
+	char config_hash[65];
+	int64_t config_generation;
+	int64_t config_fetched_at; /* a gateway's last GET of the config */
+	int64_t config_fetches;    /* how many there were */
+};
+
+/* deploy.c */
+void deploy_reply_msg(struct kn_http_req *req, enum kn_errcode code,
+		      const char *field, const char *msg);
+void deploy_audit_fill(struct kn_audit *a, const struct caller *c,
+		       const char *action, const char *object,
+		       const char *detail);
+struct deployment *deploy_find(struct deploy_state *d, const char *name);
+struct run *deploy_find_run(struct server *s, int64_t job_id);
+bool deploy_run_serving(const struct run *r);
+bool deploy_replica_ready(const struct replica *r, const struct run *run);
+const char *deploy_node_zone(struct server *s, const struct run *run);
+bool deploy_retiring(const struct deployment *p, int i);
+
+/* deploy_gateway.c: the routes of keys and of the gateway's view */
+void deploy_h_key_create(struct server *s, struct kn_http_req *req,
+		const struct caller *c, const char *param);
+void deploy_h_key_list(struct server *s, struct kn_http_req *req,
+		const struct caller *c, const char *param);
+void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
+		const struct caller *c, const char *param);
+void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
+		const struct caller *c, const char *param);
+void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
+		const struct caller *c, const char *param);
+
+#endif
