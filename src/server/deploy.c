@@ -47,12 +47,6 @@
 #include "kube/kube.h"
 #include "registry/registry.h"
 
-/* The longest a probe waits for its answer, whatever its period. */
-#define PROBE_TIMEOUT_MAX_MS 5000
-/* Reconcile (missing replicas, rollouts) at least this often. */
-#define RECONCILE_MS 1000
-/* The tick's shortest sleep: probes are due at most this precisely. */
-#define TICK_MIN_MS 20
 /*
  * A surge replica retires the old one only once the gateway routes to it
  * alone; a gateway that has not polled for this long is taken to be gone,
@@ -148,7 +142,7 @@ struct run *deploy_find_run(struct server *s, int64_t job_id)
 	return NULL;
 }
 
-static struct queued_job *find_queued(struct server *s, int64_t job_id)
+struct queued_job *deploy_find_queued(struct server *s, int64_t job_id)
 {
 	for (struct queued_job *q = s->queue; q; q = q->next)
 		if (q->id == job_id)
@@ -166,7 +160,7 @@ bool deploy_run_serving(const struct run *r)
 /*
  * Ready as far as anyone outside is told: its run is up and the probe
  * verdict is about that very attempt (a new attempt starts not ready even
- * before the tick has noticed it).
+ * before the deploy_tick has noticed it).
  */
 bool deploy_replica_ready(const struct replica *r, const struct run *run)
 {
@@ -174,7 +168,7 @@ bool deploy_replica_ready(const struct replica *r, const struct run *run)
 }
 
 /* The node a replica's run is bound to (its only task's). */
-static const struct kn_sched_node *run_node(struct server *s,
+const struct kn_sched_node *deploy_run_node(struct server *s,
 					    const struct run *run)
 {
 	return &s->cluster.nodes[run->bindings[0].node];
@@ -183,7 +177,7 @@ static const struct kn_sched_node *run_node(struct server *s,
 /* The zone label of the node the run is bound to, or "". */
 const char *deploy_node_zone(struct server *s, const struct run *run)
 {
-	const struct kn_sched_node *n = run_node(s, run);
+	const struct kn_sched_node *n = deploy_run_node(s, run);
 
 	for (size_t i = 0; i < n->n_labels; i++)
 		if (!strcmp(n->labels[i].key, "zone"))
@@ -211,7 +205,7 @@ static int may_change(const struct deployment *p, const struct caller *c,
 			 p->name, p->owner);
 }
 
-static void arm(struct deploy_state *d, int64_t ms)
+void deploy_arm(struct deploy_state *d, int64_t ms)
 {
 	if (!kn_timer_pending(d->timer))
 		kn_timer_arm(d->timer, ms);
@@ -219,7 +213,7 @@ static void arm(struct deploy_state *d, int64_t ms)
 
 /* ---- the store ---- */
 
-static int save(struct deploy_state *d, struct deployment *p,
+int deploy_save(struct deploy_state *d, struct deployment *p,
 		const struct kn_audit *a, struct kn_error *err)
 {
 	struct kn_deployment_row row = {
@@ -296,7 +290,7 @@ static void stop_replica(struct deploy_state *d, struct deployment *p, int i)
 	owner_caller(p, &c);
 	p->reps[i].job_id = 0;
 	p->reps[i].ready = false;
-	if ((deploy_find_run(d->s, id) || find_queued(d->s, id)) &&
+	if ((deploy_find_run(d->s, id) || deploy_find_queued(d->s, id)) &&
 	    jobs_cancel(d->s, &c, id, &err) < 0)
 		kn_log(KN_LOG_WARN, "deployment %s replica %d: %s", p->name, i,
 		       err.message);
@@ -304,7 +298,7 @@ static void stop_replica(struct deploy_state *d, struct deployment *p, int i)
 
 static bool job_active(struct server *s, int64_t id)
 {
-	return id && (deploy_find_run(s, id) || find_queued(s, id));
+	return id && (deploy_find_run(s, id) || deploy_find_queued(s, id));
 }
 
 /*
@@ -407,7 +401,7 @@ static void surge_step(struct deploy_state *d, struct deployment *p, int k)
 }
 
 /* Bring a deployment to its wanted replicas and move its rollout on. */
-static void reconcile(struct deploy_state *d, struct deployment *p)
+void deploy_reconcile(struct deploy_state *d, struct deployment *p)
 {
 	struct kn_error err;
 
@@ -462,7 +456,7 @@ static void reconcile(struct deploy_state *d, struct deployment *p)
 			r->replacing = false;
 			p->rollout_next = i + 1 < p->replicas ? i + 1 : -1;
 		}
-		if (save(d, p, NULL, &err) < 0)
+		if (deploy_save(d, p, NULL, &err) < 0)
 			kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name,
 			       err.message);
 		if (p->rollout_next < 0)
@@ -509,7 +503,7 @@ static json_t *ref_or_null(json_t *v)
 }
 
 /* kiln's replica view of the Deployment's pods (st: its status). */
-static json_t *kube_replicas_json(json_t *st)
+json_t *deploy_kube_replicas_json(json_t *st)
 {
 	json_t *list = json_array(), *pod;
 	size_t i;
@@ -530,179 +524,6 @@ static json_t *kube_replicas_json(json_t *st)
 				  "address", "reason",
 				  json_object_get(pod, "reason")));
 	return list;
-}
-
-/* ---- probes ---- */
-
-static struct replica *probe_target(struct deploy_state *d,
-				    const struct probe *pr,
-				    struct deployment **out)
-{
-	struct deployment *p = deploy_find(d, pr->deployment);
-	struct replica *r;
-
-	if (!p || pr->replica >= p->n_reps)
-		return NULL;
-	r = &p->reps[pr->replica];
-	if (r->job_id != pr->job_id || r->attempt != pr->attempt)
-		return NULL;
-	*out = p;
-	return r;
-}
-
-static void probe_done(int status, const char *body, size_t len,
-		       const char *error, void *arg)
-{
-	struct probe *pr = arg;
-	struct deploy_state *d = pr->d;
-	struct deployment *p = NULL;
-	struct replica *r;
-	bool ok = status >= 200 && status < 400;
-
-	(void)body;
-	(void)len;
-	(void)error;
-	for (struct probe **q = &d->probes; *q; q = &(*q)->next)
-		if (*q == pr) {
-			*q = pr->next;
-			break;
-		}
-	r = probe_target(d, pr, &p);
-	if (r && pr->kind == PROBE_READY) {
-		r->ready_in_flight = false;
-		if (ok) {
-			r->ready_failures = 0;
-			r->ready = r->was_ready = true;
-		} else if (++r->ready_failures >=
-			   p->spec->readiness.failure_threshold) {
-			r->ready = false;
-		}
-	} else if (r) {
-		r->live_in_flight = false;
-		if (ok) {
-			r->live_failures = 0;
-		} else if (++r->live_failures >=
-			   p->spec->liveness.failure_threshold) {
-			char why[160];
-			struct kn_error err;
-
-			snprintf(why, sizeof(why),
-				 "liveness probe %s failed %d times in a row",
-				 p->spec->liveness.path, r->live_failures);
-			kn_log(KN_LOG_WARN, "deployment %s replica %d: %s; "
-			       "restarting it", p->name, pr->replica, why);
-			r->live_failures = 0;
-			r->ready = false;
-			if (jobs_restart(d->s, r->job_id, why, &err) < 0)
-				kn_log(KN_LOG_WARN, "%s", err.message);
-			feed_publish(d->s, "deployment.replica",
-				     json_pack("{s:s, s:i, s:s, s:s}",
-					       "deployment", p->name, "replica",
-					       pr->replica, "state",
-					       "restarting", "reason", why));
-		}
-	}
-	free(pr);
-}
-
-static void probe_send(struct deploy_state *d, struct deployment *p, int i,
-		       const struct run *run, enum probe_kind kind)
-{
-	const struct kn_probe *spec =
-		kind == PROBE_READY ? &p->spec->readiness : &p->spec->liveness;
-	struct probe *pr = kn_xcalloc(1, sizeof(*pr));
-	int64_t timeout = spec->period_ms < PROBE_TIMEOUT_MAX_MS
-				  ? spec->period_ms
-				  : PROBE_TIMEOUT_MAX_MS;
-	char *url = kn_asprintf("http://127.0.0.1:%d%s", run->master_port,
-				spec->path);
-
-	pr->d = d;
-	kn_strlcpy(pr->deployment, p->name, sizeof(pr->deployment));
-	pr->replica = i;
-	pr->job_id = run->job_id;
-	pr->attempt = run->attempt;
-	pr->kind = kind;
-	pr->next = d->probes;
-	d->probes = pr;
-	if (kind == PROBE_READY)
-		p->reps[i].ready_in_flight = true;
-	else
-		p->reps[i].live_in_flight = true;
-	if (kn_http_fetch(d->s->loop, "GET", url, NULL, NULL, timeout,
-			  probe_done, pr) < 0)
-		probe_done(0, NULL, 0, "bad URL", pr);
-	free(url);
-}
-
-/* Probe what is due; returns the next time something is due. */
-static int64_t probe_replicas(struct deploy_state *d, struct deployment *p,
-			      int64_t now)
-{
-	const struct kn_deployment_spec *spec = p->spec;
-	int64_t next = now + RECONCILE_MS;
-
-	for (int i = 0; i < p->n_reps; i++) {
-		struct replica *r = &p->reps[i];
-		struct run *run = r->job_id ? deploy_find_run(d->s, r->job_id) : NULL;
-
-		if (!deploy_run_serving(run)) {
-			r->ready = false;
-			continue;
-		}
-		if (run->attempt != r->attempt) {
-			/* A new attempt: its probes start over. */
-			r->attempt = run->attempt;
-			r->ready = r->was_ready = false;
-			r->ready_failures = r->live_failures = 0;
-			r->next_ready_at =
-				run->started_at + spec->readiness.initial_delay_ms;
-			r->next_live_at =
-				run->started_at + spec->liveness.initial_delay_ms;
-		}
-		if (!spec->readiness.set)
-			r->ready = true;
-		if (spec->readiness.set && !r->ready_in_flight) {
-			if (r->next_ready_at <= now) {
-				r->next_ready_at = now + spec->readiness.period_ms;
-				probe_send(d, p, i, run, PROBE_READY);
-			}
-			if (r->next_ready_at < next)
-				next = r->next_ready_at;
-		}
-		/* A model still loading is not dead: liveness counts from the
-		 * first time the attempt is ready (when it is probed for that). */
-		if (spec->liveness.set && !r->live_in_flight &&
-		    (r->was_ready || !spec->readiness.set)) {
-			if (r->next_live_at <= now) {
-				r->next_live_at = now + spec->liveness.period_ms;
-				probe_send(d, p, i, run, PROBE_LIVE);
-			}
-			if (r->next_live_at < next)
-				next = r->next_live_at;
-		}
-	}
-	return next;
-}
-
-static void tick(void *arg)
-{
-	struct deploy_state *d = arg;
-	int64_t now = kn_now_ms(), next = now + RECONCILE_MS;
-
-	if (d->s->closing || d->s->exec->ops->places_tasks)
-		return;
-	for (struct deployment *p = d->list; p; p = p->next) {
-		int64_t due;
-
-		reconcile(d, p);
-		due = probe_replicas(d, p, now);
-		if (due < next)
-			next = due;
-	}
-	if (d->list)
-		kn_timer_arm(d->timer, next - now > TICK_MIN_MS ? next - now
-								: TICK_MIN_MS);
 }
 
 /* ---- start, stop, the job hooks ---- */
@@ -733,7 +554,7 @@ static struct deployment *deployment_from_row(const struct kn_deployment_row *ro
 	return p;
 }
 
-/* Load the deployments and arm their reconcile. */
+/* Load the deployments and deploy_arm their deploy_reconcile. */
 static int deploy_start(struct server *s, struct kn_error *err)
 {
 	struct deploy_state *d = kn_xcalloc(1, sizeof(*d));
@@ -744,7 +565,7 @@ static int deploy_start(struct server *s, struct kn_error *err)
 
 	d->s = s;
 	s->deploy = d;
-	d->timer = kn_timer_new(s->loop, tick, d);
+	d->timer = kn_timer_new(s->loop, deploy_tick, d);
 	rc = kn_model_presets_load(KN_PRESET_FILE, &d->presets, err);
 	if (rc == 0)
 		rc = kn_store_deployment_list(s->store, &rows, &n, err);
@@ -803,7 +624,7 @@ static int deploy_start(struct server *s, struct kn_error *err)
 	if (rc == 0 && d->list) {
 		kn_log(KN_LOG_INFO, "%zu deployment%s to keep running", n,
 		       n == 1 ? "" : "s");
-		arm(d, 0);
+		deploy_arm(d, 0);
 	}
 	return rc;
 }
@@ -885,7 +706,7 @@ int deploy_surge(struct server *s, int64_t job_id, int64_t *surge_job,
 	kn_log(KN_LOG_INFO, "deployment %s replica %d: surge job %lld to take "
 	       "the place of job %lld", p->name, t, (long long)*surge_job,
 	       (long long)job_id);
-	arm(s->deploy, 0);
+	deploy_arm(s->deploy, 0);
 	return 0;
 }
 
@@ -908,7 +729,7 @@ int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
 		return 1;
 	r = &p->reps[k];
 	run = deploy_find_run(s, surge_job);
-	q = find_queued(s, surge_job);
+	q = deploy_find_queued(s, surge_job);
 	if (!run && !q) {
 		snprintf(why, len, "the surge replica of deployment %s (job "
 			 "%lld) ended", p->name, (long long)surge_job);
@@ -921,12 +742,12 @@ int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
 	else if (!deploy_replica_ready(r, run))
 		snprintf(why, len, "the surge replica of deployment %s (job "
 			 "%lld) is starting on %s: not ready yet", p->name,
-			 (long long)surge_job, run_node(s, run)->name);
+			 (long long)surge_job, deploy_run_node(s, run)->name);
 	else
 		snprintf(why, len, "the surge replica of deployment %s (job "
 			 "%lld) is ready on %s; waiting for the gateway to "
 			 "route to it", p->name, (long long)surge_job,
-			 run_node(s, run)->name);
+			 deploy_run_node(s, run)->name);
 	return 0;
 }
 
@@ -983,354 +804,6 @@ static const struct job_hook_ops deploy_job_hooks = {
 	.model = hook_model,
 	.spread_group = hook_spread_group,
 };
-
-/* ---- following an alias ---- */
-
-/* The alias a deployment follows (its model is NAME@ALIAS), or NULL. */
-static const char *followed_alias(const struct deployment *p,
-				  struct kn_model_ref *ref)
-{
-	struct kn_error err;
-
-	if (p->spec->model_job || strchr(p->spec->model, '/') ||
-	    kn_model_ref_parse(p->spec->model, true, "model", ref, &err) < 0)
-		return NULL;
-	return ref->alias[0] ? ref->alias : NULL;
-}
-
-/*
- * The registry version a copy under $KILN_HOME/registry/models/N/V is
- * (models_deploy_dir names them so); 0 for a model that is not one.
- */
-static int64_t dir_version(const struct deployment *p, const char *dir)
-{
-	struct kn_model_ref ref;
-	struct kn_error err;
-	const char *slash = dir ? strrchr(dir, '/') : NULL;
-
-	if (!slash || p->spec->model_job || strchr(p->spec->model, '/') ||
-	    kn_model_ref_parse(p->spec->model, true, "model", &ref, &err) < 0)
-		return 0;
-	return strtoll(slash + 1, NULL, 10);
-}
-
-/*
- * deployment_model_refused: the alias moved to a version that cannot be
- * served. Fired again (with the new reason) on each refusal; resolved by
- * the next version that is rolled out.
- */
-static void follow_alert(struct server *s, struct deployment *p,
-			 const char *why)
-{
-	char fingerprint[96];
-	struct kn_error err;
-	json_t *labels = json_pack("{s:s, s:s}", "deployment", p->name,
-				   "model", p->spec->model);
-	char *summary = why ? kn_asprintf("deployment %s does not follow %s: "
-					  "%s", p->name, p->spec->model, why)
-			    : kn_asprintf("deployment %s follows %s again",
-					  p->name, p->spec->model);
-	struct server_alert a = {
-		.rule = "deployment_model_refused",
-		.severity = "critical",
-		.fingerprint = fingerprint,
-		.summary = summary,
-		.labels = labels,
-		.value = 1,
-		.active_at_ms = kn_now_ms(),
-	};
-	int rc = 0;
-
-	snprintf(fingerprint, sizeof(fingerprint), "deployment:%s:model",
-		 p->name);
-	if (p->model_refused)
-		rc = monitor_server_alert(s, &a, false, &err);
-	if (rc == 0)
-		p->model_refused = false;
-	if (rc == 0 && why)
-		rc = monitor_server_alert(s, &a, true, &err);
-	if (rc == 0 && why)
-		p->model_refused = true;
-	if (rc < 0)
-		kn_log(KN_LOG_ERROR, "deployment %s alert: %s", p->name,
-		       err.message);
-	free(summary);
-	json_decref(labels);
-}
-
-/* The version the alias p follows names now (0 when unknown). */
-static int64_t followed_version(struct server *s, const struct deployment *p)
-{
-	struct kn_model_ref ref;
-	struct kn_error err;
-	const char *alias = followed_alias(p, &ref);
-	int64_t version = 0;
-
-	if (!alias || kn_store_model_alias_get(s->store, ref.name, alias,
-					       &version, &err) < 0)
-		return 0;
-	return version;
-}
-
-static void follow_refused(struct server *s, struct deployment *p,
-			   const struct kn_error *err)
-{
-	kn_log(KN_LOG_WARN, "deployment %s: not rolled to %s: %s", p->name,
-	       p->spec->model, err->message);
-	feed_publish(s, "deployment.rollout",
-		     json_pack("{s:s, s:s, s:s, s:I}", "deployment", p->name,
-			       "state", "refused", "reason", err->message,
-			       "version",
-			       (json_int_t)dir_version(p, p->model_dir)));
-	follow_alert(s, p, err->message);
-}
-
-/* The version the alias names verified, in dir: roll to it. */
-static void follow_to(struct server *s, struct deployment *p,
-		      const char *dir)
-{
-	struct kn_audit a;
-	struct kn_error err;
-	char object[96], detail[160];
-	int64_t from = dir_version(p, p->model_dir), to;
-
-	follow_alert(s, p, NULL);
-	if (!strcmp(dir, p->model_dir))
-		return;
-	to = dir_version(p, dir);
-	snprintf(object, sizeof(object), "deployment/%s", p->name);
-	snprintf(detail, sizeof(detail), "%s: %lld -> %lld", p->spec->model,
-		 (long long)from, (long long)to);
-	memset(&a, 0, sizeof(a));
-	a.actor = "system";
-	a.role = "system";
-	a.action = "deployment.follow";
-	a.object = object;
-	a.outcome = "ok";
-	a.detail = detail;
-	free(p->model_dir);
-	p->model_dir = kn_xstrdup(dir);
-	p->generation++;
-	p->updated_at = kn_now_ms();
-	for (int i = 0; i < p->n_reps; i++)
-		p->reps[i].replacing = false;
-	p->rollout_next = p->replicas > 0 ? 0 : -1;
-	if (save(s->deploy, p, &a, &err) < 0)
-		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
-	kn_log(KN_LOG_INFO, "deployment %s: rolling to %s (version %lld)",
-	       p->name, p->spec->model, (long long)to);
-	feed_publish(s, "deployment.rollout",
-		     json_pack("{s:s, s:s, s:I, s:I}", "deployment", p->name,
-			       "state", "started", "from", (json_int_t)from,
-			       "to", (json_int_t)to));
-	reconcile(s->deploy, p);
-	arm(s->deploy, 0);
-}
-
-/* A follow whose check runs on a worker: names, not pointers. */
-struct follow_check {
-	char *deployment, *model;
-};
-
-static void follow_checked(struct server *s, int rc, const char *dir,
-			   int64_t version, const struct kn_error *err,
-			   void *arg)
-{
-	struct follow_check *w = arg;
-	struct deployment *p = s->closing ? NULL : deploy_find(s->deploy,
-							 w->deployment);
-
-	/* Gone, given another model, or its alias moved again meanwhile
-	   (the check of that move decides). */
-	if (p && !strcmp(p->spec->model, w->model) &&
-	    followed_version(s, p) == version) {
-		if (rc < 0)
-			follow_refused(s, p, err);
-		else
-			follow_to(s, p, dir);
-	}
-	free(w->deployment);
-	free(w->model);
-	free(w);
-}
-
-/*
- * The alias moved: roll the deployment to the version it now names, one
- * replica at a time, once that version verifies (signature, trust, every
- * file's digest, the copy replicas read: the files on a worker);
- * otherwise keep serving the current one, and say why in an alert and an
- * event.
- */
-static void follow(struct server *s, struct deployment *p)
-{
-	struct follow_check *w = kn_xcalloc(1, sizeof(*w));
-	struct kn_error err;
-
-	w->deployment = kn_xstrdup(p->name);
-	w->model = kn_xstrdup(p->spec->model);
-	if (models_deploy_dir_start(s, p->spec->model, follow_checked, w,
-				    &err) < 0) {
-		follow_refused(s, p, &err);
-		free(w->deployment);
-		free(w->model);
-		free(w);
-	}
-}
-
-/*
- * Alias `alias` of `model` moved: deployments following it roll to the
- * version it names, or keep theirs and fire an alert saying why.
- */
-static void deploy_alias_moved(struct server *s, const char *model,
-			       const char *alias)
-{
-	struct kn_model_ref ref;
-	const char *a;
-
-	if (!s->deploy)
-		return;
-	for (struct deployment *p = s->deploy->list; p; p = p->next)
-		if ((a = followed_alias(p, &ref)) && !strcmp(a, alias) &&
-		    !strcmp(ref.name, model))
-			follow(s, p);
-}
-
-/* ---- JSON ---- */
-
-static const char *replica_state(struct server *s, const struct replica *r,
-				 const char **reason)
-{
-	struct queued_job *q;
-	struct run *run;
-
-	*reason = NULL;
-	if (!r->job_id)
-		return "pending";
-	run = deploy_find_run(s, r->job_id);
-	if (run)
-		return run->stopping            ? "stopping"
-		       : deploy_replica_ready(r, run)  ? "ready"
-						: "starting";
-	q = find_queued(s, r->job_id);
-	if (!q)
-		return "pending";
-	*reason = q->reason[0] ? q->reason : NULL;
-	return q->not_before > kn_now_ms() ? "restarting" : "queued";
-}
-
-static json_t *replicas_json(struct server *s, const struct deployment *p,
-			     int *ready_count)
-{
-	json_t *list = json_array();
-
-	*ready_count = 0;
-	for (int i = 0; i < p->replicas && i < p->n_reps; i++) {
-		const struct replica *r = &p->reps[i];
-		struct run *run = r->job_id ? deploy_find_run(s, r->job_id) : NULL;
-		struct kn_job_row j;
-		struct kn_error err;
-		const char *reason;
-		const char *state = replica_state(s, r, &reason);
-		int restarts = 0;
-		json_t *o;
-
-		memset(&j, 0, sizeof(j));
-		if (r->job_id &&
-		    kn_store_job_get(s->store, r->job_id, &j, &err) == 0) {
-			restarts = j.attempts > 1 ? j.attempts - 1 : 0;
-			/* Why it is waiting to come back: its last exit. */
-			if (!strcmp(state, "restarting"))
-				reason = j.reason;
-		}
-		o = json_pack("{s:i, s:I, s:s, s:b, s:i, s:o}", "replica", i,
-			      "job", (json_int_t)r->job_id, "state", state,
-			      "ready", deploy_replica_ready(r, run), "restarts",
-			      restarts, "model_dir",
-			      r->model_dir ? json_string(r->model_dir)
-					   : json_null());
-		if (dir_version(p, p->model_dir))
-			json_object_set_new(
-				o, "model_version",
-				r->model_dir
-					? json_integer(dir_version(p, r->model_dir))
-					: json_null());
-		if (deploy_run_serving(run)) {
-			char addr[32];
-			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
-				 run->master_port);
-			json_object_set_new(o, "address", json_string(addr));
-			json_object_set_new(o, "node",
-					    json_string(run_node(s, run)->name));
-			json_object_set_new(o, "zone",
-					    json_string(deploy_node_zone(s, run)));
-			json_object_set_new(o, "attempt",
-					    json_integer(run->attempt));
-		} else {
-			json_object_set_new(o, "address", json_null());
-			json_object_set_new(o, "node", json_null());
-			json_object_set_new(o, "zone", json_null());
-		}
-		json_object_set_new(o, "reason",
-				    reason ? json_string(reason) : json_null());
-		kn_job_row_release(&j);
-		if (deploy_replica_ready(r, run))
-			(*ready_count)++;
-		json_array_append_new(list, o);
-	}
-	return list;
-}
-
-static json_t *deployment_json(struct server *s, const struct deployment *p)
-{
-	int ready = 0;
-	json_t *reps, *st = NULL, *o;
-	struct kn_model_ref ref;
-	const char *alias = followed_alias(p, &ref);
-	int64_t version = dir_version(p, p->model_dir);
-
-	if (s->exec->ops->places_tasks) {
-		st = kn_kube_deploy_status(p->name);
-		reps = kube_replicas_json(st);
-		ready = (int)json_integer_value(json_object_get(st, "ready"));
-	} else {
-		reps = replicas_json(s, p, &ready);
-	}
-	o = json_pack(
-		"{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:I, s:o, s:{s:i, s:i}, "
-		"s:o, s:I, s:I, s:o, s:o}",
-		"name", p->name, "owner", p->owner, "model", p->spec->model,
-		"model_dir", p->model_dir, "replicas_wanted", p->replicas,
-		"replicas_ready", ready, "replicas", reps, "generation",
-		(json_int_t)p->generation, "fallback",
-		p->spec->fallback ? json_string(p->spec->fallback)
-				  : json_null(),
-		"limits", "rpm", p->spec->limit_rpm, "tpm", p->spec->limit_tpm,
-		"preset",
-		p->spec->preset ? json_string(p->spec->preset) : json_null(),
-		"created_at_ms", (json_int_t)p->created_at, "updated_at_ms",
-		(json_int_t)p->updated_at, "rollout",
-		p->rollout_next >= 0
-			? json_pack("{s:i}", "next_replica", p->rollout_next)
-			: json_null(),
-		"spec", json_loads(p->spec_json, 0, NULL));
-	if (st) {
-		json_object_del(st, "pods");
-		json_object_set_new(o, "kubernetes", st);
-	}
-	json_object_set_new(o, "follows",
-			    alias ? json_string(alias) : json_null());
-	json_object_set_new(o, "model_version",
-			    version ? json_integer(version) : json_null());
-	return o;
-}
-
-static void reply_deployment(struct server *s, struct kn_http_req *req,
-			     const struct deployment *p, int status)
-{
-	kn_http_reply_json(req, status,
-			   json_pack("{s:o}", "deployment",
-				     deployment_json(s, p)));
-}
 
 /* ---- deploy, scale, restart, undeploy ---- */
 
@@ -1565,8 +1038,8 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	if (s->exec->ops->places_tasks) {
 		kube_want(p, changed || row.generation == 1);
 	} else {
-		reconcile(d, p);
-		arm(d, 0);
+		deploy_reconcile(d, p);
+		deploy_arm(d, 0);
 	}
 	*out = p;
 out:
@@ -1626,17 +1099,17 @@ static void deploy_checked(struct server *s, int rc, const char *dir,
 			   dir, w->reval_job, &p, &e);
 	if (rc == 0) {
 		/* The alias it follows moved while the check ran. */
-		int64_t now = followed_version(s, p);
+		int64_t now = deploy_followed_version(s, p);
 
 		if (now && now != version)
-			follow(s, p);
+			deploy_follow(s, p);
 	}
 	if (w->cb) {
 		w->cb(s, rc, &e, w->arg);
 	} else if (rc < 0) {
 		kn_http_reply_error(w->req, &e);
 	} else {
-		reply_deployment(s, w->req, p, p->generation == 1 ? 201 : 200);
+		deploy_reply_deployment(s, w->req, p, p->generation == 1 ? 201 : 200);
 	}
 	deploy_wait_free(w);
 }
@@ -1752,7 +1225,7 @@ static void deploy_h_create(struct server *s, struct kn_http_req *req,
 		if (deploy_apply(s, c, body, len, file, path, &p, &err) < 0)
 			kn_http_reply_error(req, &err);
 		else
-			reply_deployment(s, req, p,
+			deploy_reply_deployment(s, req, p,
 					 p->generation == 1 ? 201 : 200);
 		goto out;
 	}
@@ -1789,7 +1262,7 @@ static void deploy_h_list(struct server *s, struct kn_http_req *req,
 	(void)c;
 	(void)param;
 	for (struct deployment *p = s->deploy->list; p; p = p->next) {
-		json_t *o = deployment_json(s, p);
+		json_t *o = deploy_deployment_json(s, p);
 		json_object_del(o, "spec");
 		json_array_append_new(list, o);
 	}
@@ -1816,7 +1289,7 @@ static void deploy_h_get(struct server *s, struct kn_http_req *req,
 
 	(void)c;
 	if (p)
-		reply_deployment(s, req, p, 200);
+		deploy_reply_deployment(s, req, p, 200);
 }
 
 /* Check the caller may change p; on refusal answer and audit. */
@@ -1874,7 +1347,7 @@ static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	snprintf(detail, sizeof(detail), "%d -> %d replicas", old, p->replicas);
 	deploy_audit_fill(&a, c, "deployment.scale", object, detail);
 	/* Written with the new count; put back if the store refused it. */
-	if (save(s->deploy, p, &a, &err) < 0) {
+	if (deploy_save(s->deploy, p, &a, &err) < 0) {
 		p->replicas = old;
 		p->generation--;
 		p->updated_at = old_updated;
@@ -1887,10 +1360,10 @@ static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	if (s->exec->ops->places_tasks) {
 		kube_want(p, false);
 	} else {
-		reconcile(s->deploy, p);
-		arm(s->deploy, 0);
+		deploy_reconcile(s->deploy, p);
+		deploy_arm(s->deploy, 0);
 	}
-	reply_deployment(s, req, p, 200);
+	deploy_reply_deployment(s, req, p, 200);
 }
 
 static void deploy_h_restart(struct server *s, struct kn_http_req *req,
@@ -1909,7 +1382,7 @@ static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 		/* The Deployment's own rollout replaces the pods. */
 		snprintf(object, sizeof(object), "deployment/%s", p->name);
 		deploy_audit_fill(&a, c, "deployment.restart", object, NULL);
-		if (save(s->deploy, p, &a, &err) < 0 ||
+		if (deploy_save(s->deploy, p, &a, &err) < 0 ||
 		    kn_kube_deploy_restart(p->name, kn_now_ms(), &err) < 0) {
 			kn_http_reply_error(req, &err);
 			return;
@@ -1917,7 +1390,7 @@ static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 		feed_publish(s, "deployment.rollout",
 			     json_pack("{s:s, s:s}", "deployment", p->name,
 				       "state", "started"));
-		reply_deployment(s, req, p, 200);
+		deploy_reply_deployment(s, req, p, 200);
 		return;
 	}
 	old = p->rollout_next;
@@ -1929,7 +1402,7 @@ static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	deploy_audit_fill(&a, c, "deployment.restart", object, NULL);
 	/* Written with the new position; put back if the store refused. */
-	if (save(s->deploy, p, &a, &err) < 0) {
+	if (deploy_save(s->deploy, p, &a, &err) < 0) {
 		p->rollout_next = old;
 		p->generation--;
 		p->updated_at = old_updated;
@@ -1941,9 +1414,9 @@ static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 	feed_publish(s, "deployment.rollout",
 		     json_pack("{s:s, s:s}", "deployment", p->name, "state",
 			       "started"));
-	reconcile(s->deploy, p);
-	arm(s->deploy, 0);
-	reply_deployment(s, req, p, 200);
+	deploy_reconcile(s->deploy, p);
+	deploy_arm(s->deploy, 0);
+	deploy_reply_deployment(s, req, p, 200);
 }
 
 static void deploy_h_delete(struct server *s, struct kn_http_req *req,

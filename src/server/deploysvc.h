@@ -1,13 +1,22 @@
 /*
  * The deployments service's own header: its state and the helpers its
- * files share (deploy.c: replicas, probes, rollouts, following an
- * alias, the deployments' routes; deploy_gateway.c: gateway keys and
- * what the gateway reads). Nothing outside the service includes it.
+ * files share: deploy.c (replicas as jobs, rollouts, start and stop,
+ * the deployments' routes), deploy_probes.c, deploy_follow.c (following
+ * a registry alias), deploy_json.c (the API's view) and deploy_gateway.c
+ * (gateway keys and what the gateway reads). Nothing outside the
+ * service includes it.
  */
 #ifndef KILN_SERVER_DEPLOYSVC_H
 #define KILN_SERVER_DEPLOYSVC_H
 
 #include "internal.h"
+
+/* The longest a probe waits for its answer, whatever its period. */
+#define PROBE_TIMEOUT_MAX_MS 5000
+/* Reconcile (missing replicas, rollouts) at least this often. */
+#define RECONCILE_MS 1000
+/* The tick's shortest sleep: probes are due at most this precisely. */
+#define TICK_MIN_MS 20
 
 struct replica {
 	int64_t job_id;  /* 0 = none yet */
@@ -92,5 +101,27 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 		const struct caller *c, const char *param);
 void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 		const struct caller *c, const char *param);
+
+/* deploy.c */
+void deploy_arm(struct deploy_state *d, int64_t ms);
+void deploy_reconcile(struct deploy_state *d, struct deployment *p);
+const struct kn_sched_node *deploy_run_node(struct server *s, const struct run *run);
+struct queued_job *deploy_find_queued(struct server *s, int64_t job_id);
+int deploy_save(struct deploy_state *d, struct deployment *p, const struct kn_audit *a, struct kn_error *err);
+json_t *deploy_kube_replicas_json(json_t *st);
+
+/* deploy_probes.c */
+void deploy_tick(void *arg);
+
+/* deploy_follow.c */
+void deploy_follow(struct server *s, struct deployment *p);
+int64_t deploy_dir_version(const struct deployment *p, const char *dir);
+void deploy_alias_moved(struct server *s, const char *model, const char *alias);
+int64_t deploy_followed_version(struct server *s, const struct deployment *p);
+const char *deploy_followed_alias(const struct deployment *p, struct kn_model_ref *ref);
+
+/* deploy_json.c */
+json_t *deploy_deployment_json(struct server *s, const struct deployment *p);
+void deploy_reply_deployment(struct server *s, struct kn_http_req *req, const struct deployment *p, int status);
 
 #endif

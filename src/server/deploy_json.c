@@ -1,0 +1,149 @@
+/*
+ * Deployments and their replicas as the API shows them.
+ */
+#include "deploysvc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kube/kube.h"
+#include "registry/registry.h"
+
+/* ---- JSON ---- */
+
+static const char *replica_state(struct server *s, const struct replica *r,
+				 const char **reason)
+{
+	struct queued_job *q;
+	struct run *run;
+
+	*reason = NULL;
+	if (!r->job_id)
+		return "pending";
+	run = deploy_find_run(s, r->job_id);
+	if (run)
+		return run->stopping            ? "stopping"
+		       : deploy_replica_ready(r, run)  ? "ready"
+						: "starting";
+	q = deploy_find_queued(s, r->job_id);
+	if (!q)
+		return "pending";
+	*reason = q->reason[0] ? q->reason : NULL;
+	return q->not_before > kn_now_ms() ? "restarting" : "queued";
+}
+
+static json_t *replicas_json(struct server *s, const struct deployment *p,
+			     int *ready_count)
+{
+	json_t *list = json_array();
+
+	*ready_count = 0;
+	for (int i = 0; i < p->replicas && i < p->n_reps; i++) {
+		const struct replica *r = &p->reps[i];
+		struct run *run = r->job_id ? deploy_find_run(s, r->job_id) : NULL;
+		struct kn_job_row j;
+		struct kn_error err;
+		const char *reason;
+		const char *state = replica_state(s, r, &reason);
+		int restarts = 0;
+		json_t *o;
+
+		memset(&j, 0, sizeof(j));
+		if (r->job_id &&
+		    kn_store_job_get(s->store, r->job_id, &j, &err) == 0) {
+			restarts = j.attempts > 1 ? j.attempts - 1 : 0;
+			/* Why it is waiting to come back: its last exit. */
+			if (!strcmp(state, "restarting"))
+				reason = j.reason;
+		}
+		o = json_pack("{s:i, s:I, s:s, s:b, s:i, s:o}", "replica", i,
+			      "job", (json_int_t)r->job_id, "state", state,
+			      "ready", deploy_replica_ready(r, run), "restarts",
+			      restarts, "model_dir",
+			      r->model_dir ? json_string(r->model_dir)
+					   : json_null());
+		if (deploy_dir_version(p, p->model_dir))
+			json_object_set_new(
+				o, "model_version",
+				r->model_dir
+					? json_integer(deploy_dir_version(p, r->model_dir))
+					: json_null());
+		if (deploy_run_serving(run)) {
+			char addr[32];
+			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
+				 run->master_port);
+			json_object_set_new(o, "address", json_string(addr));
+			json_object_set_new(o, "node",
+					    json_string(deploy_run_node(s, run)->name));
+			json_object_set_new(o, "zone",
+					    json_string(deploy_node_zone(s, run)));
+			json_object_set_new(o, "attempt",
+					    json_integer(run->attempt));
+		} else {
+			json_object_set_new(o, "address", json_null());
+			json_object_set_new(o, "node", json_null());
+			json_object_set_new(o, "zone", json_null());
+		}
+		json_object_set_new(o, "reason",
+				    reason ? json_string(reason) : json_null());
+		kn_job_row_release(&j);
+		if (deploy_replica_ready(r, run))
+			(*ready_count)++;
+		json_array_append_new(list, o);
+	}
+	return list;
+}
+
+json_t *deploy_deployment_json(struct server *s, const struct deployment *p)
+{
+	int ready = 0;
+	json_t *reps, *st = NULL, *o;
+	struct kn_model_ref ref;
+	const char *alias = deploy_followed_alias(p, &ref);
+	int64_t version = deploy_dir_version(p, p->model_dir);
+
+	if (s->exec->ops->places_tasks) {
+		st = kn_kube_deploy_status(p->name);
+		reps = deploy_kube_replicas_json(st);
+		ready = (int)json_integer_value(json_object_get(st, "ready"));
+	} else {
+		reps = replicas_json(s, p, &ready);
+	}
+	o = json_pack(
+		"{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:I, s:o, s:{s:i, s:i}, "
+		"s:o, s:I, s:I, s:o, s:o}",
+		"name", p->name, "owner", p->owner, "model", p->spec->model,
+		"model_dir", p->model_dir, "replicas_wanted", p->replicas,
+		"replicas_ready", ready, "replicas", reps, "generation",
+		(json_int_t)p->generation, "fallback",
+		p->spec->fallback ? json_string(p->spec->fallback)
+				  : json_null(),
+		"limits", "rpm", p->spec->limit_rpm, "tpm", p->spec->limit_tpm,
+		"preset",
+		p->spec->preset ? json_string(p->spec->preset) : json_null(),
+		"created_at_ms", (json_int_t)p->created_at, "updated_at_ms",
+		(json_int_t)p->updated_at, "rollout",
+		p->rollout_next >= 0
+			? json_pack("{s:i}", "next_replica", p->rollout_next)
+			: json_null(),
+		"spec", json_loads(p->spec_json, 0, NULL));
+	if (st) {
+		json_object_del(st, "pods");
+		json_object_set_new(o, "kubernetes", st);
+	}
+	json_object_set_new(o, "follows",
+			    alias ? json_string(alias) : json_null());
+	json_object_set_new(o, "model_version",
+			    version ? json_integer(version) : json_null());
+	return o;
+}
+
+void deploy_reply_deployment(struct server *s, struct kn_http_req *req,
+			     const struct deployment *p, int status)
+{
+	kn_http_reply_json(req, status,
+			   json_pack("{s:o}", "deployment",
+				     deploy_deployment_json(s, p)));
+}
