@@ -292,8 +292,11 @@ static int local_adopt(struct kn_executor *ex, const char *task_dir,
 
 	rc = kn_task_file_read(task_dir, "shim.pid", 256, &text, NULL, &why);
 	if (rc == -ENOENT) {
-		/* Spawned but not yet recorded, or never spawned. */
-		path = kn_asprintf("%s/launch.json", task_dir);
+		/* Spawned but not yet recorded, or never spawned: shim.log is
+		   made by the spawn itself, after launch.json was written and
+		   the sandbox and limits were prepared, so only it says the
+		   shim was started. */
+		path = kn_asprintf("%s/shim.log", task_dir);
 		rc = access(path, F_OK) == 0 ? 0 : -ENOENT;
 		free(path);
 		if (rc < 0)
