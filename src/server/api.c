@@ -475,7 +475,9 @@ static void h_node_health(struct server *s, struct kn_http_req *req,
 			  "\"...\"}%s", "");
 		return;
 	}
-	snprintf(reason, sizeof(reason), "health check failed: %s",
+	/* Not the prefix of the server's own checks: theirs passing must
+	   not clear what someone else saw (checks.c). */
+	snprintf(reason, sizeof(reason), "reported by %s: %s", c->name,
 		 why && *why ? why : "(no reason given)");
 	if (json_is_true(healthy)) {
 		/* A repaired node comes back only from unhealthy, not from a

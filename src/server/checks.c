@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The reason a failing check gives; a passing one clears only these. */
+#define HEALTH_REASON "health check failed: "
+
 struct health_job {
 	struct node_health *nh;
 	int failed;
@@ -67,13 +70,16 @@ static void health_done(void *arg, bool ran)
 	nh->busy = false;
 	if (s->closing || !ran)
 		return;
-	/* The checks describe this machine, which every node runs on. */
+	/* The checks describe this machine, which every node runs on. A
+	   passing check clears only what a failing check set: a node an
+	   operator or an outside agent reported unhealthy stays so until
+	   they report it healthy. */
 	for (size_t i = 0; i < s->cluster.n_nodes; i++) {
 		const char *name = s->nodes[i].name;
 
 		if (j->failed && !strcmp(s->nodes[i].state, "ready")) {
 			snprintf(reason, sizeof(reason),
-				 "health check failed: %.160s", j->first);
+				 HEALTH_REASON "%.160s", j->first);
 			kn_log(KN_LOG_WARN, "node %s is unhealthy: %s", name,
 			       j->first);
 			if (nodes_set_state(s, NULL, name, "unhealthy", reason,
@@ -82,7 +88,9 @@ static void health_done(void *arg, bool ran)
 				       "marking the node unhealthy: %s",
 				       err.message);
 		} else if (!j->failed &&
-			   !strcmp(s->nodes[i].state, "unhealthy")) {
+			   !strcmp(s->nodes[i].state, "unhealthy") &&
+			   !strncmp(s->nodes[i].reason, HEALTH_REASON,
+				    strlen(HEALTH_REASON))) {
 			kn_log(KN_LOG_INFO,
 			       "node %s passes its health checks again", name);
 			if (nodes_set_state(s, NULL, name, "ready", "", &err) < 0)

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -278,6 +279,33 @@ def test_health_checks_gate_the_node(tmp_path):
                                params={"action": "node."}).json()["audit"]
         assert [(a["action"], a["actor"]) for a in reversed(audit)] == \
             [("node.health", "system"), ("node.uncordon", "system")]
+    finally:
+        server.stop()
+
+
+def test_passing_checks_keep_an_outside_report(tmp_path):
+    """A node reported unhealthy from outside stays so while the server's own
+    checks pass: only a report that it is healthy brings it back."""
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / "node-basic", root)
+    env = dict(os.environ, KILN_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
+    env.pop("KILN_SKU", None)
+    server = start_server(tmp_path, [
+        "--alert-rules", "", "--health-interval", "1s",
+        "--health-root", str(root)], env=env)
+    try:
+        node = server.request("GET", "/v1/nodes").json()["nodes"][0]["name"]
+        r = server.request("POST", f"/v1/nodes/{node}/health",
+                           json={"healthy": False, "reason": "nccl: bus 3 slow"})
+        assert r.status_code == 200, r.text
+        # Three passing runs go by.
+        time.sleep(3.5)
+        n = server.request("GET", "/v1/nodes").json()["nodes"][0]
+        assert (n["state"], n["reason"]) == ("unhealthy",
+                                             "reported by admin: nccl: bus 3 slow")
+        r = server.request("POST", f"/v1/nodes/{node}/health",
+                           json={"healthy": True})
+        assert r.json()["node"]["state"] == "ready"
     finally:
         server.stop()
 
