@@ -48,6 +48,57 @@ static int parse_count(const char *flag, const char *arg, long long lo,
 	return 0;
 }
 
+/*
+ * The capacity flags (300..304): what a task that names no CPUs or memory
+ * counts, fair share's half-life and the per-user caps. -1 after saying
+ * what is wrong.
+ */
+static int parse_capacity_flag(int c, const char *arg,
+			       struct kn_server_config *cfg)
+{
+	char *end;
+	double cpus;
+
+	switch (c) {
+	case 300:
+		/* A whole machine's worth at most; milli-CPU resolution. */
+		cpus = strtod(arg, &end);
+		if (*end || end == arg || !(cpus >= 0 && cpus <= 1024)) {
+			fprintf(stderr, "kiln server: --default-task-cpus: "
+				"\"%s\" is not a number of CPUs in 0..1024 "
+				"(e.g. 0.5)\n", arg);
+			return -1;
+		}
+		cfg->default_task_cpu_milli = (int64_t)(cpus * 1000 + 0.5);
+		return 0;
+	case 301:
+		if (kn_parse_size(arg, &cfg->default_task_memory) < 0) {
+			fprintf(stderr, "kiln server: --default-task-memory: "
+				"\"%s\" is not a size (e.g. 1Gi, or 0)\n", arg);
+			return -1;
+		}
+		return 0;
+	case 302:
+		if (strcmp(arg, "0") != 0 &&
+		    (kn_parse_duration(arg, &cfg->fair_share_half_life_ms) < 0 ||
+		     cfg->fair_share_half_life_ms < 1000)) {
+			fprintf(stderr, "kiln server: --fair-share-half-life: "
+				"\"%s\" is not 0 or a duration of at least 1s "
+				"(e.g. 1d)\n", arg);
+			return -1;
+		}
+		if (!strcmp(arg, "0"))
+			cfg->fair_share_half_life_ms = 0;
+		return 0;
+	case 303:
+		return parse_count("--max-queued-jobs-per-user", arg, 1,
+				   1000000, &cfg->max_queued_jobs);
+	default:
+		return parse_count("--max-tasks-per-user", arg, 1, 10000000,
+				   &cfg->max_tasks);
+	}
+}
+
 int cmd_server(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -102,6 +153,12 @@ int cmd_server(int argc, char **argv)
 		{"cgroup-parent", required_argument, NULL, 291},
 		{"pids-max", required_argument, NULL, 292},
 		{"no-limits", no_argument, NULL, 293},
+		/* Capacity (docs/scheduling.md). */
+		{"default-task-cpus", required_argument, NULL, 300},
+		{"default-task-memory", required_argument, NULL, 301},
+		{"fair-share-half-life", required_argument, NULL, 302},
+		{"max-queued-jobs-per-user", required_argument, NULL, 303},
+		{"max-tasks-per-user", required_argument, NULL, 304},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -155,6 +212,14 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 293:
 			cfg.no_limits = true;
+			break;
+		case 300:
+		case 301:
+		case 302:
+		case 303:
+		case 304:
+			if (parse_capacity_flag(c, optarg, &cfg) < 0)
+				goto out;
 			break;
 		case 'H':
 			cfg.home = optarg;

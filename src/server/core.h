@@ -77,6 +77,8 @@ void jobs_tick(void *arg);
 void jobs_poll(void *arg);
 void jobs_on_sigchld(void *arg);
 void jobs_free_all(struct server *s);
+/* Forget every owner's fair-share usage (after jobs_free_all). */
+void fair_release(struct server *s);
 
 /* ---- questions ---- */
 

@@ -38,6 +38,7 @@ struct queued_job {
 	int64_t submitted_at;
 	int64_t not_before;
 	struct kn_job_spec *spec;
+	char *owner;      /* the submitting token's name, or NULL: unknown */
 	char reason[256]; /* why it waits; memory only, recomputed each tick */
 	bool preempting;  /* lower-priority jobs are being evicted for it */
 	struct queued_job *next;
@@ -60,6 +61,7 @@ struct run {
 	int64_t submitted_at;
 	int64_t started_at;
 	struct kn_job_spec *spec;
+	char *owner;                   /* the job's owner, or NULL: unknown */
 	struct kn_sched_request req;   /* arrays owned by the run */
 	struct kn_sched_binding *bindings; /* one per task */
 	int n_tasks;
@@ -95,6 +97,10 @@ struct run {
 	char end_state[16];    /* the job's state once this attempt ended */
 	char end_reason[256];  /* ... and why, for the event stream */
 	bool inputs_recorded;  /* rank 0's inputs.json was read (core_launch.c) */
+	/* Tasks start in batches, one per loop turn (core_launch.c): the
+	   next rank to start, and the timer of the next batch. */
+	int launch_next;
+	struct kn_timer *launch_timer;
 	struct run *next;
 };
 
@@ -151,6 +157,11 @@ struct server {
 	struct queued_job *queue;
 	size_t queue_len;
 	struct run *runs;
+	/* Fair share (core_queue.c): each owner's decayed usage, charged up
+	   to usage_at (0: not yet) whenever the set of runs changes. */
+	struct owner_usage *owner_usage;
+	size_t n_owner_usage;
+	int64_t usage_at;
 	struct log_follower *followers;
 	struct kn_events *events; /* Azure scheduled events, or NULL */
 	struct kn_workers *workers; /* slow work: checkpoint sync */
@@ -183,6 +194,9 @@ struct server {
 	bool isolation_ok;
 	struct kn_user_map *user_map;
 	struct kn_cgroup_support limits; /* what local tasks get (limits.c) */
+	/* What a local task whose spec names no CPUs or memory counts
+	   (--default-task-cpus, --default-task-memory). */
+	struct kn_sched_defaults defaults;
 };
 
 /* isolation.c */
@@ -234,6 +248,15 @@ const struct kn_task_limits *limits_for(const struct server *s,
 					struct kn_task_limits *out);
 /* What GET /v1/nodes says each node enforces. */
 json_t *limits_json(const struct server *s);
+
+/* caps.c */
+/*
+ * Whether c may submit a job of tasks tasks: -EDQUOT (KN_ELIMIT, 429) with
+ * the cap and its flag named when c would go over the queued jobs or the
+ * tasks in flight one owner may have.
+ */
+int caps_check_job(struct server *s, const struct caller *c, int tasks,
+		   struct kn_error *err);
 
 /* workload.c: the jobs' GPU shapes, for packing and fragmentation. */
 int workload_load(struct server *s, struct kn_error *err);

@@ -38,6 +38,11 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->cgroup_root = KN_CGROUP_ROOT;
 	cfg->cgroup_parent = "kiln";
 	cfg->pids_max = KN_CGROUP_PIDS_DEFAULT;
+	cfg->default_task_cpu_milli = 100;
+	cfg->default_task_memory = (int64_t)1 << 30;
+	cfg->fair_share_half_life_ms = 24LL * 3600 * 1000;
+	cfg->max_queued_jobs = 1000;
+	cfg->max_tasks = 10000;
 }
 
 static void on_stop(void *arg)
@@ -413,6 +418,7 @@ static void server_release(struct server *s)
 	health_free(s->health);
 	services_stop(s);
 	jobs_free_all(s);
+	fair_release(s);
 	kube_stop(s);
 	kn_executor_free(s->exec);
 	free(s->blob_url);
@@ -521,6 +527,8 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	rc = limits_start(&s, err);
 	if (rc < 0)
 		goto out;
+	s.defaults.cpu_milli = (int)cfg->default_task_cpu_milli;
+	s.defaults.memory_bytes = cfg->default_task_memory;
 	s.policy = kn_pack_policy_find(cfg->policy ? cfg->policy : "");
 	if (!s.policy) {
 		struct kn_buf names;

@@ -30,6 +30,15 @@ struct kn_server_config {
 	bool no_limits;            /* run tasks unlimited where cgroups
 				      cannot be written (--no-limits) */
 	int64_t kill_grace_ms;    /* cancel: SIGTERM to SIGKILL, default 10s */
+	/* Capacity (docs/scheduling.md): what a task whose spec names no
+	   CPUs or memory counts against its node (and, memory, gets as its
+	   limit); fair share's half-life; per-owner caps. */
+	int64_t default_task_cpu_milli; /* default 100: 0.1 CPU */
+	int64_t default_task_memory;    /* default 1Gi */
+	int64_t fair_share_half_life_ms; /* default 1 day */
+	int64_t max_queued_jobs;  /* per owner, default 1000 */
+	int64_t max_tasks;        /* queued or running, per owner, default
+				     10000 */
 	int64_t log_max_bytes;    /* per task log file before rotation */
 	const char *blob_store;   /* checkpoint and output store URL; NULL =
 				     file://$KILN_HOME/blobs */
