@@ -49,7 +49,7 @@ static int parse_count(const char *flag, const char *arg, long long lo,
 }
 
 /*
- * The capacity flags (300..304): what a task that names no CPUs or memory
+ * The capacity flags (300..306): what a task that names no CPUs or memory
  * counts, fair share's half-life and the per-user caps. -1 after saying
  * what is wrong.
  */
@@ -93,9 +93,15 @@ static int parse_capacity_flag(int c, const char *arg,
 	case 303:
 		return parse_count("--max-queued-jobs-per-user", arg, 1,
 				   1000000, &cfg->max_queued_jobs);
-	default:
+	case 304:
 		return parse_count("--max-tasks-per-user", arg, 1, 10000000,
 				   &cfg->max_tasks);
+	case 305:
+		return parse_count("--max-deployments-per-user", arg, 1,
+				   1000000, &cfg->max_deployments);
+	default:
+		return parse_count("--max-keys-per-user", arg, 1, 1000000,
+				   &cfg->max_gateway_keys);
 	}
 }
 
@@ -159,6 +165,8 @@ int cmd_server(int argc, char **argv)
 		{"fair-share-half-life", required_argument, NULL, 302},
 		{"max-queued-jobs-per-user", required_argument, NULL, 303},
 		{"max-tasks-per-user", required_argument, NULL, 304},
+		{"max-deployments-per-user", required_argument, NULL, 305},
+		{"max-keys-per-user", required_argument, NULL, 306},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -218,6 +226,8 @@ int cmd_server(int argc, char **argv)
 		case 302:
 		case 303:
 		case 304:
+		case 305:
+		case 306:
 			if (parse_capacity_flag(c, optarg, &cfg) < 0)
 				goto out;
 			break;

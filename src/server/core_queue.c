@@ -428,7 +428,7 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		return rc;
 	rc = executor_check(s, spec, filename, err);
 	if (rc == 0)
-		rc = caps_check_job(s, c, spec->tasks, err);
+		rc = caps_check(s, c, CAP_JOB, spec->tasks, err);
 	if (rc == 0)
 		rc = resolve_inputs(spec, path ? path : filename, filename, err);
 	if (rc == 0)

@@ -249,14 +249,22 @@ const struct kn_task_limits *limits_for(const struct server *s,
 /* What GET /v1/nodes says each node enforces. */
 json_t *limits_json(const struct server *s);
 
-/* caps.c */
+/* caps.c: per-owner caps (kiln server --max-*-per-user) */
+enum cap {
+	CAP_JOB,         /* queued jobs, and tasks queued or running */
+	CAP_DEPLOYMENT,  /* deployments owned */
+	CAP_GATEWAY_KEY, /* active gateway keys created */
+};
 /*
- * Whether c may submit a job of tasks tasks: -EDQUOT (KN_ELIMIT, 429) with
- * the cap and its flag named when c would go over the queued jobs or the
- * tasks in flight one owner may have.
+ * Whether c may add one more of what (a job of tasks tasks; tasks is
+ * ignored otherwise): 0, or -EDQUOT (KN_ELIMIT: 429) with a message
+ * naming the cap and the flag that sets it; -EIO when the store cannot
+ * count.
  */
-int caps_check_job(struct server *s, const struct caller *c, int tasks,
-		   struct kn_error *err);
+int caps_check(struct server *s, const struct caller *c, enum cap what,
+	       int tasks, struct kn_error *err);
+/* deploy.c: how many deployments owner owns. */
+int64_t deploy_count_owned(struct server *s, const char *owner);
 
 /* workload.c: the jobs' GPU shapes, for packing and fragmentation. */
 int workload_load(struct server *s, struct kn_error *err);

@@ -43,6 +43,8 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->fair_share_half_life_ms = 24LL * 3600 * 1000;
 	cfg->max_queued_jobs = 1000;
 	cfg->max_tasks = 10000;
+	cfg->max_deployments = 100;
+	cfg->max_gateway_keys = 1000;
 }
 
 static void on_stop(void *arg)

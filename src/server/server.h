@@ -39,6 +39,8 @@ struct kn_server_config {
 	int64_t max_queued_jobs;  /* per owner, default 1000 */
 	int64_t max_tasks;        /* queued or running, per owner, default
 				     10000 */
+	int64_t max_deployments;  /* per owner, default 100 */
+	int64_t max_gateway_keys; /* active, per creator, default 1000 */
 	int64_t log_max_bytes;    /* per task log file before rotation */
 	const char *blob_store;   /* checkpoint and output store URL; NULL =
 				     file://$KILN_HOME/blobs */

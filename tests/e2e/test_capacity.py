@@ -145,3 +145,38 @@ def test_fair_share_runs_the_light_user_first(make_server):
     assert len(after) >= 3, (started, [s.job(j) for j in flood])
     for j in flood:
         s.request("POST", f"/v1/jobs/{j}/cancel")
+
+
+def test_deployment_and_key_caps(make_server):
+    s = make_server("--max-deployments-per-user", "1",
+                    "--max-keys-per-user", "1")
+    gina = s.create_token("gina", "user")
+    olga = s.create_token("olga", "operator")
+
+    def deployment(name):
+        return (f"kind: Deployment\nname: {name}\nmodel: /tmp\n"
+                "command: [\"/bin/true\"]\nreplicas: 0\n")
+
+    def deploy(name):
+        return s.request("POST", "/v1/deployments", token=gina,
+                         data=deployment(name), params={"file": "d.yaml"})
+
+    assert deploy("first").status_code == 201
+    r = deploy("second")
+    assert r.status_code == 429, r.text
+    assert "gina has 1 deployments" in r.json()["error"]["message"]
+    assert "--max-deployments-per-user 1" in r.json()["error"]["message"]
+    # Changing the one she has is not adding one.
+    assert deploy("first").status_code == 200
+
+    def key(name):
+        return s.request("POST", "/v1/keys", token=olga,
+                         json={"name": name, "deployments": ["first"]})
+
+    assert key("app").status_code == 201
+    r = key("other")
+    assert r.status_code == 429, r.text
+    assert "--max-keys-per-user 1" in r.json()["error"]["message"]
+    # A revoked key no longer counts.
+    assert s.request("DELETE", "/v1/keys/app", token=olga).status_code == 200
+    assert key("other").status_code == 201
