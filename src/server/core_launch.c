@@ -582,14 +582,17 @@ bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank)
 }
 
 /*
- * Tasks started per loop turn. Each start spawns a shim (the whole kiln
- * binary, ~20 ms here and more under load), so a gang of hundreds started
- * in one turn would hold every API request for seconds; between batches
- * the loop answers what came in. A worker thread cannot do the starts: a
- * launch reads and writes the server's state (the store, the job hooks,
- * the task's run), which only the loop thread may touch.
+ * How long one loop turn may spend starting a gang's tasks. Each start
+ * spawns a shim (the whole kiln binary, ~20 ms here and several times
+ * that under load), so a gang of hundreds started in one turn would hold
+ * every API request for seconds; a batch ends once this much time has
+ * passed (after at least one task), and the loop answers what came in
+ * before the next. Bounding time rather than a count of tasks keeps the
+ * stall the same on a loaded machine. A worker thread cannot do the
+ * starts: a launch reads and writes the server's state (the store, the
+ * job hooks, the task's run), which only the loop thread may touch.
  */
-#define LAUNCH_BATCH 8
+#define LAUNCH_TURN_MS 50
 
 /*
  * The run was cancelled, evicted or lost a member before its tasks
@@ -615,15 +618,15 @@ static void launch_batch(void *arg)
 {
 	struct run *r = arg;
 	struct server *s = r->server;
-	int end = r->launch_next + LAUNCH_BATCH;
+	int64_t until = kn_mono_ms() + LAUNCH_TURN_MS;
 
 	if (r->stopping) {
 		end_unlaunched(s, r);
 		return;
 	}
-	for (; r->launch_next < r->n_tasks && r->launch_next < end;
-	     r->launch_next++)
-		launch_task(s, r, &r->tasks[r->launch_next]);
+	do
+		launch_task(s, r, &r->tasks[r->launch_next++]);
+	while (r->launch_next < r->n_tasks && kn_mono_ms() < until);
 	if (r->launch_next < r->n_tasks) {
 		if (!r->launch_timer)
 			r->launch_timer = kn_timer_new(s->loop, launch_batch, r);

@@ -83,21 +83,26 @@ def test_cpu_gang_larger_than_the_node_is_held_back(make_server):
 def test_large_gang_launch_keeps_api_answering(make_server):
     """With counting off (defaults 0) a gang of many CPU-only tasks fits,
     and its shims start in batches between which the API answers. The
-    bound is a loose, functional one (1 s, against the several seconds a
-    gang this size held the loop for when it started in one turn) because
-    this machine's two shared cores make any tighter latency a
-    measurement of the load, not of kiln."""
+    bound is a loose, functional one because this machine's two shared
+    cores make any tight latency a measurement of the load, not of kiln:
+    no /healthz may wait more than 1 s, or a fifth of the whole run on
+    a machine so loaded that the run itself takes far longer. Started in
+    one loop turn, the gang held requests for a third of the run or more
+    (3.3 s of 9.7 s, 3.9 s of about 5 s here)."""
     s = make_server("--default-task-cpus", "0", "--default-task-memory", "0")
     bob = s.create_token("bob", "user")
     tasks = 160
+    t0 = time.monotonic()
     with HealthPoller(s.url) as health:
         jid = s.submit(job_yaml("wide", ["/bin/true"], tasks=tasks),
                        token=bob)
         job = s.wait_state(jid, ("succeeded", "failed"), timeout=180)
+    elapsed = time.monotonic() - t0
     assert job["state"] == "succeeded", job
     assert len(job["attempts_detail"][0]["tasks"]) == tasks
     assert health.answers > 5 and not health.failures, health.failures
-    assert health.worst < 1.0, f"/healthz took {health.worst:.2f}s"
+    assert health.worst < max(1.0, elapsed / 5), \
+        f"/healthz took {health.worst:.2f}s of a {elapsed:.2f}s run"
 
 
 def test_user_over_the_queue_cap_gets_429(make_server):
