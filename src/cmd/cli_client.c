@@ -10,7 +10,7 @@
  * The token goes only into the Authorization header; it is checked for
  * characters that could break out of the header, and no message quotes it.
  */
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 #include "httpc/httpc.h"
 
 #include <ctype.h>
