@@ -111,9 +111,9 @@ bool kn_sim_timed(const struct kn_sim *sim);
  * oldest first after every arrival and departure (a pod that does not
  * fit does not block those behind it). A placed pod runs for
  * deletion_time - scheduled_time (deletion_time - creation_time without
- * a scheduled_time) and leaves; one still waiting when its own run would
- * have ended in the source (deletion_time / load) gives up and is never
- * placed. Rows with an empty scheduled_time never ran in the source and
+ * a scheduled_time) and leaves; one that has waited its whole recorded
+ * life (deletion_time - creation_time, not scaled by load) gives up and
+ * is never placed. Rows with an empty scheduled_time never ran in the source and
  * are left out. The seed draws the node order that breaks ties, as in
  * kn_sim_run.
  */
