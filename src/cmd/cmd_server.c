@@ -7,7 +7,7 @@
  * command line replaces the file's whole list rather than adding to it.
  */
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 #include <errno.h>
 #include <getopt.h>
