@@ -48,6 +48,40 @@ static int parse_count(const char *flag, const char *arg, long long lo,
 	return 0;
 }
 
+/* --max-connections, --max-connections-per-client, --max-follows-per-token */
+static int front_count(int opt, const char *arg, struct kn_server_config *cfg)
+{
+	const char *flag = opt == 300   ? "--max-connections"
+			   : opt == 301 ? "--max-connections-per-client"
+					: "--max-follows-per-token";
+	int *field = opt == 300	  ? &cfg->max_conns
+		     : opt == 301 ? &cfg->max_conns_per_client
+				  : &cfg->max_follows_per_token;
+	int64_t n;
+
+	if (parse_count(flag, arg, 1, 1000000, &n) < 0)
+		return -1;
+	*field = (int)n;
+	return 0;
+}
+
+/* --head-timeout, --body-timeout: 100ms..1h */
+static int front_timeout(int opt, const char *arg,
+			 struct kn_server_config *cfg)
+{
+	const char *flag = opt == 302 ? "--head-timeout" : "--body-timeout";
+	int64_t *field = opt == 302 ? &cfg->head_timeout_ms
+				    : &cfg->body_idle_ms;
+
+	if (kn_parse_duration(arg, field) < 0 || *field < 100 ||
+	    *field > 3600 * 1000) {
+		fprintf(stderr, "kiln server: %s: \"%s\" is not a duration "
+			"from 100ms to 1h (e.g. 10s)\n", flag, arg);
+		return -1;
+	}
+	return 0;
+}
+
 int cmd_server(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -102,6 +136,12 @@ int cmd_server(int argc, char **argv)
 		{"cgroup-parent", required_argument, NULL, 291},
 		{"pids-max", required_argument, NULL, 292},
 		{"no-limits", no_argument, NULL, 293},
+		/* The API's front (docs/security.md). */
+		{"max-connections", required_argument, NULL, 300},
+		{"max-connections-per-client", required_argument, NULL, 301},
+		{"head-timeout", required_argument, NULL, 302},
+		{"body-timeout", required_argument, NULL, 303},
+		{"max-follows-per-token", required_argument, NULL, 304},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -155,6 +195,17 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 293:
 			cfg.no_limits = true;
+			break;
+		case 300:
+		case 301:
+		case 304:
+			if (front_count(c, optarg, &cfg) < 0)
+				goto out;
+			break;
+		case 302:
+		case 303:
+			if (front_timeout(c, optarg, &cfg) < 0)
+				goto out;
 			break;
 		case 'H':
 			cfg.home = optarg;
