@@ -50,6 +50,7 @@ struct kn_http_server {
 	kn_http_admit admit; /* or NULL */
 	void *arg;
 	struct kn_http_req *streams; /* open, for the caps per owner */
+	struct kn_http_req *gone;    /* streams whose client went */
 };
 
 struct kn_http_req {
@@ -63,7 +64,8 @@ struct kn_http_req {
 	bool ended; /* the handler ended a stream whose client was gone */
 	kn_loop_cb on_close;
 	void *close_arg;
-	struct kn_http_req *next_stream;
+	struct kn_http_req *next_stream; /* in streams or gone */
+	struct event *gone_ev;           /* calls on_close on a later turn */
 };
 
 struct signal_cb {
@@ -411,17 +413,36 @@ static void stream_unlink(struct kn_http_req *req)
 		}
 }
 
-static void stream_gone_later(evutil_socket_t fd, short what, void *arg)
+static void gone_unlink(struct kn_http_req *req)
 {
-	struct kn_http_req *req = arg;
+	struct kn_http_req **p = &req->srv->gone;
+
+	for (; *p; p = &(*p)->next_stream)
+		if (*p == req) {
+			*p = req->next_stream;
+			break;
+		}
+	event_free(req->gone_ev);
+}
+
+/* A stream whose client went: on_close (unless the handler ended it
+   first), then the request is freed. */
+static void stream_gone(struct kn_http_req *req)
+{
 	kn_loop_cb cb = req->ended ? NULL : req->on_close;
 	void *cb_arg = req->close_arg;
 
-	(void)fd;
-	(void)what;
+	gone_unlink(req);
 	req_free(req);
 	if (cb)
 		cb(cb_arg);
+}
+
+static void stream_gone_later(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	stream_gone(arg);
 }
 
 static void req_gone(void *arg)
@@ -433,8 +454,10 @@ static void req_gone(void *arg)
 	if (!req->streaming)
 		return; /* the handler's answer frees it */
 	stream_unlink(req);
-	event_base_once(req->srv->base, -1, EV_TIMEOUT, stream_gone_later, req,
-			&now);
+	req->gone_ev = evtimer_new(req->srv->base, stream_gone_later, req);
+	req->next_stream = req->srv->gone;
+	req->srv->gone = req;
+	evtimer_add(req->gone_ev, &now);
 }
 
 static struct kn_http_req *req_new(struct kn_http_server *srv,
@@ -554,6 +577,8 @@ void kn_http_server_free(struct kn_http_server *srv)
 	if (!srv)
 		return;
 	kn_front_free(srv->front);
+	while (srv->gone)
+		stream_gone(srv->gone);
 	free(srv);
 }
 
