@@ -513,8 +513,15 @@ out:
 	json_decref(manifest);
 	kn_blob_store_free(store);
 	free(url);
-	if (lock_fd >= 0)
+	if (lock_fd >= 0) {
+		/* A failed restore leaves DIR as empty as it found it. */
+		if (rc) {
+			char *lock = kn_asprintf("%s/%s", home, KN_SERVER_LOCK);
+			unlink(lock);
+			free(lock);
+		}
 		close(lock_fd);
+	}
 	return rc;
 }
 
