@@ -1,6 +1,7 @@
 /*
  * loop: the event loop (libevent underneath), timers, signals and the HTTP
- * server the API is served from.
+ * server the API is served from; its HTTP/1.1 front (front.c, framing.c)
+ * serves the gateway's workers too, each on its own event base.
  *
  * Everything here runs on the one loop thread: callbacks must not block.
  * The HTTP layer hands the server a request it can answer at once with a
