@@ -234,6 +234,12 @@ int auth_check(struct server *s, const char *header, struct caller *out,
 
 /* api.c */
 void api_handle(struct kn_http_req *req, void *arg);
+/* A request whose body is still coming: read it only for a caller the
+   route would serve (kn_http_admit). */
+bool api_admit(struct kn_http_req *req, void *arg);
+/* Under the caller's cap on open streams (event and log follows), or
+   answered 429. */
+bool api_follow_admitted(struct server *s, struct kn_http_req *req);
 json_t *job_to_json(struct server *s, const struct kn_job_row *j);
 
 /* task_limits.c */

@@ -121,6 +121,14 @@ struct kn_server_config {
 				      kiln-task */
 	const char *task_user_map; /* "TOKEN-NAME: UNIX-USER" lines, or NULL */
 	bool unisolated;           /* run tasks without a sandbox */
+	/* The API's front (docs/security.md): connections in all and per
+	   client address, the time a request head and the gaps between body
+	   bytes may take, and streams (event and log follows) per token. */
+	int max_conns;             /* default 4096 */
+	int max_conns_per_client;  /* default 256 */
+	int64_t head_timeout_ms;   /* default 10s */
+	int64_t body_idle_ms;      /* default 30s */
+	int max_follows_per_token; /* default 32 */
 
 	/* What the config file names beyond options: signing keys and
 	   stores (parsed and checked; stores are not used yet). */

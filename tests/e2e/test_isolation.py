@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from conftest import KILN, Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for, kill_processes_under
 
 NOBODY = pwd.getpwnam("nobody")
 TASK_USER = "kiln-task"
@@ -77,8 +77,7 @@ def iso(request, tmp_path):
     s.mode = request.param
     yield s
     s.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                   check=False)
+    kill_processes_under(s.home)
 
 
 def run_job(server, name, script, token, **fields):

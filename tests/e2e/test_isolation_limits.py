@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import KILN, Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for, kill_processes_under
 
 V1 = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "cpu", "pids", "devices")
@@ -55,8 +55,7 @@ def limited(tmp_path):
     yield start, parent
     for s in servers:
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                       check=False)
+        kill_processes_under(s.home)
     for c in CONTROLLERS:
         d = V1 / c / parent.lstrip("/")
         if d.exists():

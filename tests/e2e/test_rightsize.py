@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KILN, Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for, kill_processes_under
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -96,7 +96,7 @@ def sampled(tmp_path_factory):
         yield s, spin, gpu
     finally:
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"])
+        kill_processes_under(home)
         shutil.rmtree(gate)
 
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import Server
+from conftest import Server, kill_processes_under
 from test_cost import CATALOG, same
 from test_pipeline import add_signer, prepare_train
 from test_workflows import get, run, sh, steps, wait_run, write_workflow
@@ -28,8 +28,7 @@ def priced(tmp_path):
     s.start()
     yield s
     s.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                   check=False)
+    kill_processes_under(s.home)
 
 
 def ledger_by_job(server):
