@@ -69,6 +69,9 @@ def test_full_disk_keeps_the_exit_and_the_outputs(small_home, tmp_path):
         err = r.json()["error"]
         assert err["code"] == "insufficient_storage"
         assert "no space left" in err["message"]
+        r = server.request("POST", "/v1/tokens",
+                           json={"name": "late", "role": "user"})
+        assert r.status_code == 507, r.text
         assert server.job(jid)["state"] == "running"
 
         filler.unlink()
