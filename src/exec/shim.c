@@ -8,8 +8,9 @@
  * SIGTERM unless set), takes TASK_DIR/stop.json appearing as a stop when
  * the launch sets stop_poll_ms (the Slurm executor), and last records
  * the exit: in place in TASK_DIR/exit.rec, written before the task
- * started so a full disk cannot refuse it, and in TASK_DIR/status.json. It never talks to the server, so
- * it behaves the same whether the server is up, down or restarted.
+ * started so a full disk cannot refuse it, and in TASK_DIR/status.json.
+ * It never talks to the server, so it behaves the same whether the
+ * server is up, down or restarted.
  *
  * One poll loop over the output pipe, a signalfd and a timerfd: no signal
  * handlers, no races between them.
