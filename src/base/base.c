@@ -40,6 +40,7 @@ static const struct {
 	[KN_EIO] = {"internal", 500, EIO},
 	[KN_EUNAVAIL] = {"unavailable", 503, EAGAIN},
 	[KN_ELIMIT] = {"limit_exceeded", 429, EDQUOT},
+	[KN_ENOSPACE] = {"insufficient_storage", 507, ENOSPC},
 };
 
 const char *kn_errcode_name(enum kn_errcode code)
@@ -55,6 +56,12 @@ int kn_errcode_http(enum kn_errcode code)
 int kn_errcode_errno(enum kn_errcode code)
 {
 	return -errcode_table[code].err;
+}
+
+enum kn_errcode kn_errcode_for_write(int neg_errno)
+{
+	return neg_errno == -ENOSPC || neg_errno == -EDQUOT ? KN_ENOSPACE
+							     : KN_EIO;
 }
 
 int kn_errorf(struct kn_error *err, enum kn_errcode code, const char *field,

@@ -30,6 +30,7 @@ enum kn_errcode {
 	KN_EIO,        /* 500 internal (I/O, database) */
 	KN_EUNAVAIL,   /* 503 unavailable */
 	KN_ELIMIT,     /* 429 limit_exceeded: a per-user or per-token cap */
+	KN_ENOSPACE,   /* 507 insufficient_storage (a full disk) */
 };
 
 struct kn_error {
@@ -51,6 +52,11 @@ const char *kn_errcode_name(enum kn_errcode code);
 int kn_errcode_http(enum kn_errcode code);
 /* The negative errno kn_errorf returns for a code. */
 int kn_errcode_errno(enum kn_errcode code);
+/*
+ * The code for a failed write's negative errno: KN_ENOSPACE when the disk
+ * (or the user's quota) is full, so the API answers 507, else KN_EIO.
+ */
+enum kn_errcode kn_errcode_for_write(int neg_errno);
 
 /*
  * Logging to stderr with a UTC timestamp; level filtered by kn_log_level.

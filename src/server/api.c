@@ -47,6 +47,8 @@ json_t *job_to_json(struct server *s, const struct kn_job_row *j)
 		spec = json_loads(j->spec_json, 0, NULL);
 	if (j->state == KN_JOB_QUEUED)
 		queue_reason = jobs_queue_reason(s, j->id);
+	else if (j->state == KN_JOB_RUNNING)
+		queue_reason = jobs_run_reason(s, j->id);
 	res = spec ? json_object_get(spec, "resources") : NULL;
 	o = json_pack("{s:I, s:s, s:s, s:s, s:i, s:i, s:b, s:I, s:I, s:I, s:I, "
 		      "s:i, s:i, s:i, s:b, s:o, s:i}",

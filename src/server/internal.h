@@ -94,6 +94,11 @@ struct run {
 	bool sync_busy;           /* an upload (early too) or outputs upload runs */
 	bool sync_waiting;        /* every task ended: finish when synced */
 	bool outputs_done;
+	/* A full disk refused what this attempt's end needs (the store's
+	   commit, the outputs' upload): why, the job's reason while it stays
+	   running, and when to try again (kn_mono_ms); "" and 0 else. */
+	char disk_wait[160];
+	int64_t disk_retry_at;
 	char end_state[16];    /* the job's state once this attempt ended */
 	char end_reason[256];  /* ... and why, for the event stream */
 	bool inputs_recorded;  /* rank 0's inputs.json was read (core_launch.c) */
