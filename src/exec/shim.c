@@ -329,7 +329,7 @@ static void start_child(struct shim *s, int out_fd)
 		s->child = -1;
 		return;
 	}
-	pid = fork();
+	pid = kn_sandbox_fork(s->sandbox);
 	if (pid != 0) {
 		s->child = pid;
 		close(go[0]);
@@ -356,19 +356,9 @@ static void start_child(struct shim *s, int out_fd)
 	if (read(go[0], &b, 1) != 1)
 		_exit(127);
 	close(go[0]);
-	if (kn_sandbox_enter(s->sandbox, why, sizeof(why)) < 0) {
-		dprintf(2, "kiln: %s\n", why);
-		_exit(127);
-	}
-	if (chdir(s->workdir ? s->workdir : s->dir) < 0) {
-		fprintf(stderr, "kiln: cannot enter workdir %s: %s\n",
-			s->workdir ? s->workdir : s->dir, strerror(errno));
-		_exit(127);
-	}
-	environ = s->task_env;
-	execvp(s->argv[0], s->argv);
-	fprintf(stderr, "kiln: cannot run %s: %s\n", s->argv[0],
-		strerror(errno));
+	kn_sandbox_exec(s->sandbox, s->workdir ? s->workdir : s->dir, s->argv,
+			s->task_env, why, sizeof(why));
+	dprintf(2, "kiln: %s\n", why);
 	_exit(127);
 }
 
@@ -680,6 +670,8 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 				    waitpid(s.child, &wstatus, WNOHANG) ==
 					    s.child) {
 					child_done = true;
+					kn_sandbox_task_status(s.sandbox,
+							       &wstatus);
 					/* Leftovers of the group go with it. */
 					kill(-s.child, SIGKILL);
 					drain_deadline = kn_mono_ms() + DRAIN_MS;
