@@ -21,7 +21,11 @@ Prints a table and writes the JSON of both sides to --out.
 sandboxed and under cgroup limits (the default) and with both off
 (`--unisolated --no-limits`), in alternating rounds of one run, and
 reports each round's ratio with the mean and spread of the paired
-differences. Needs root (the sandbox drops to the kiln-task user).
+ratios and the load average around each round. `--no-limits` alone
+still enforces limits where cgroups can be written, so the unisolated
+server runs in its own mount namespace with an empty tmpfs over
+/sys/fs/cgroup: it finds no hierarchy and runs its tasks unlimited.
+Needs root (the sandbox drops to the kiln-task user) and unshare(1).
 """
 import argparse
 import json
@@ -59,7 +63,17 @@ def read_records(path):
     return out
 
 
-def run_kiln(kiln, jobs, gpus_per_job, extra=()):
+# Run a command with no cgroup hierarchy in sight (see --isolation).
+WITHOUT_CGROUPS = ["unshare", "--mount", "--propagation", "private", "sh",
+                   "-c", 'mount -t tmpfs none /sys/fs/cgroup && exec "$@"',
+                   "sh"]
+
+
+def load1():
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=()):
     home = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     # Outside the home and /tmp, which tasks do not see, and writable for
     # the task's user.
@@ -67,7 +81,8 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=()):
                                     dir="/var/tmp"))
     records.chmod(0o777)
     env = dict(os.environ, KILN_HOME=str(home))
-    server = subprocess.Popen([kiln, "server", "--listen", "127.0.0.1:0",
+    load_before = load1()
+    server = subprocess.Popen([*wrap, kiln, "server", "--listen", "127.0.0.1:0",
                                "--gpus", "8xH100-80GB", *extra], env=env,
                               stdout=subprocess.DEVNULL,
                               stderr=open(home / "server.log", "wb"))
@@ -82,6 +97,7 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=()):
         token = (home / "admin.token").read_text().strip()
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {token}"
+        node = session.get(url + "/v1/nodes").json()["nodes"][0]
         script = (f'echo "$KILN_JOB_ID $(date +%s%N)" >>{records}/starts; true; '
                   f'echo "$KILN_JOB_ID $(date +%s%N)" >>{records}/ends')
         spec = json.dumps({"kind": "Job", "name": "true",
@@ -128,6 +144,9 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=()):
             "submit_to_start_p50_ms": round(percentile(lat, 50), 2),
             "submit_to_start_p99_ms": round(percentile(lat, 99), 2),
             "submit_to_start_mean_ms": round(statistics.mean(lat), 2),
+            "isolation": node.get("isolation"),
+            "limits_enforced": node.get("limits", {}).get("enforced"),
+            "load1_before": load_before, "load1_after": load1(),
         }
     finally:
         server.send_signal(signal.SIGTERM)
@@ -166,13 +185,20 @@ def spread(values):
 
 def compare_isolation(kiln, jobs, gpus_per_job, rounds, out):
     """Isolated vs unisolated kiln, alternating, one round at a time."""
-    sides = {"isolated": (), "unisolated": ("--unisolated", "--no-limits")}
+    sides = {"isolated": ((), ()),
+             "unisolated": (("--unisolated", "--no-limits"), WITHOUT_CGROUPS)}
     runs = {name: [] for name in sides}
     for i in range(rounds):
         order = list(sides) if i % 2 == 0 else list(reversed(sides))
         for name in order:
-            runs[name].append(run_kiln(kiln, jobs, gpus_per_job, sides[name]))
+            extra, wrap = sides[name]
+            runs[name].append(run_kiln(kiln, jobs, gpus_per_job, extra, wrap))
     iso, uni = runs["isolated"], runs["unisolated"]
+    # A side that did not get what it is named after measures nothing.
+    for r in iso:
+        assert r["limits_enforced"] and r["isolation"].startswith("uid"), r
+    for r in uni:
+        assert not r["limits_enforced"] and r["isolation"].startswith("none"), r
     thr = [a["jobs_per_s"] / b["jobs_per_s"] for a, b in zip(iso, uni)]
     p50 = [a["submit_to_start_p50_ms"] / b["submit_to_start_p50_ms"]
            for a, b in zip(iso, uni)]
@@ -182,7 +208,7 @@ def compare_isolation(kiln, jobs, gpus_per_job, rounds, out):
                "mean_start_diff_ms": mean_d}
     Path(out).write_text(json.dumps({"rounds": runs, "summary": summary},
                                     indent=2) + "\n")
-    print("round  side        jobs/s   p50 ms   mean ms  p99 ms  completed")
+    print("round  side        jobs/s   p50 ms   mean ms  p99 ms  completed  load")
     for i in range(rounds):
         for name in sides:
             r = runs[name][i]
@@ -190,7 +216,8 @@ def compare_isolation(kiln, jobs, gpus_per_job, rounds, out):
                   f"{r['submit_to_start_p50_ms']:<8} "
                   f"{r['submit_to_start_mean_ms']:<8} "
                   f"{r['submit_to_start_p99_ms']:<7} "
-                  f"{r['completed']}/{r['jobs']}")
+                  f"{r['completed']}/{r['jobs']:<6} "
+                  f"{r['load1_before']:.1f}-{r['load1_after']:.1f}")
     print(f"throughput isolated/unisolated: {spread(thr)} "
           f"(per round: {', '.join(f'{x:.3f}' for x in thr)})")
     print(f"p50 start latency isolated/unisolated: {spread(p50)} "
