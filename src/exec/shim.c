@@ -26,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -319,25 +321,46 @@ static void release_child(struct shim *s, int go)
 		kill(s->child, SIGKILL); /* it would wait forever */
 }
 
+/*
+ * In the child: die with the shim (a shim killed outright must not leave
+ * its task running, holding its GPUs unseen). In a sandbox the child is
+ * the namespace's init, whose end ends the namespace. shim_fd (a pidfd,
+ * or -1 where the kernel has none) catches a shim gone before the prctl.
+ */
+static void die_with_shim(int shim_fd)
+{
+	struct pollfd gone = {shim_fd, POLLIN, 0};
+
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ||
+	    (shim_fd >= 0 && poll(&gone, 1, 0) != 0))
+		_exit(127);
+	if (shim_fd >= 0)
+		close(shim_fd);
+}
+
 static void start_child(struct shim *s, int out_fd)
 {
 	char why[256], b;
-	int go[2];
+	int go[2], shim_fd;
 	pid_t pid;
 
 	if (pipe2(go, O_CLOEXEC) < 0) {
 		s->child = -1;
 		return;
 	}
+	shim_fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
 	pid = kn_sandbox_fork(s->sandbox);
 	if (pid != 0) {
 		s->child = pid;
 		close(go[0]);
+		if (shim_fd >= 0)
+			close(shim_fd);
 		if (pid > 0)
 			release_child(s, go[1]);
 		close(go[1]);
 		return;
 	}
+	die_with_shim(shim_fd);
 	/* Child: its own process group, so a stop reaches all it starts. */
 	close(go[1]);
 	setpgid(0, 0);

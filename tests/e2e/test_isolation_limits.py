@@ -5,6 +5,7 @@ machine); cgroup v2 is covered by unit tests on a fake tree only."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import uuid
@@ -260,3 +261,62 @@ def test_adopted_task_keeps_its_limits_and_cgroup_goes(limited, tmp_path):
     s.wait_state(jid, "succeeded")
     for c in CONTROLLERS:
         assert not (V1 / c / paths[c].lstrip("/")).exists(), paths[c]
+
+
+def descendants(pid):
+    """The pids below pid, from /proc's parent links."""
+    parents = {}
+    for d in Path("/proc").iterdir():
+        try:
+            stat = (d / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if d.name.isdigit():
+            parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, todo = [], [pid]
+    while todo:
+        kids = [p for p, pp in parents.items() if pp == todo[-1]]
+        todo.pop()
+        out += kids
+        todo += kids
+    return out
+
+
+def running(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1] \
+            .split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_task_dies_with_a_killed_shim(limited):
+    """A shim killed outright takes its task with it: the namespace's init
+    dies with the shim, and everything in the namespace with it."""
+    start, parent = limited
+    s = start()
+    jid = s.submit(job_yaml("orphan", ["/bin/sh", "-c",
+                                       "echo ready; sleep 300 & sleep 300"]))
+    s.wait_state(jid, "running")
+    wait_for(lambda: "ready" in s.logs(jid), what="the task")
+    shim_pid = int(next(s.home.glob(f"tasks/{jid}/*/0/shim.pid"))
+                   .read_text().split()[0])
+    below = descendants(shim_pid)
+    assert len(below) >= 4, below  # init, sh and two sleeps
+    os.kill(shim_pid, signal.SIGKILL)
+    try:
+        wait_for(lambda: not any(running(p) for p in below), timeout=10,
+                 what="the task to die with its shim")
+        assert "lost" in (s.wait_state(jid, "failed")["reason"] or "")
+    finally:
+        for p in below:
+            if running(p):
+                os.kill(p, signal.SIGKILL)
+        # The dead shim could not remove the task's cgroup (the server
+        # does not yet either): empty now, it goes here so the fixture's
+        # check of the parent holds.
+        for c in CONTROLLERS:
+            for d in (V1 / c / parent.lstrip("/")).glob("task-*"):
+                wait_for(lambda: not (d / "cgroup.procs").read_text().strip(),
+                         what=f"{d} to empty")
+                os.rmdir(d)
