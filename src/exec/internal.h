@@ -3,6 +3,7 @@
 #define KILN_EXEC_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "exec.h"
@@ -34,6 +35,13 @@ int exec_write_launch(const struct kn_task_launch *l,
  */
 int exec_read_status(const char *task_dir, struct kn_task_status *st,
 		     struct kn_error *err);
+
+/*
+ * The name of a task's cgroup, "task-" and FNV-1a of its directory, so a
+ * shim run again for the same task, or a server cleaning up after a shim
+ * that died, finds the same one.
+ */
+void exec_task_cgroup_name(const char *task_dir, char *name, size_t len);
 
 /* Whether pid is alive and still the process that started at start. */
 bool exec_proc_alive(const struct kn_task_proc *proc);

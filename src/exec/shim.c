@@ -385,21 +385,15 @@ static void start_child(struct shim *s, int out_fd)
 	_exit(127);
 }
 
-/*
- * The task's cgroup, named after its directory (FNV-1a of the path) so a
- * shim run again for the same task finds the same one.
- */
+/* The task's cgroup (exec_task_cgroup_name). */
 static int limits_begin(struct shim *s, struct kn_error *err)
 {
 	struct kn_cgroup_place place = {s->cgroup_root, s->cgroup_parent,
 					"/proc/self/cgroup"};
-	uint64_t h = 14695981039346656037ULL;
 	char name[32];
 	int rc;
 
-	for (const char *p = s->dir; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-	snprintf(name, sizeof(name), "task-%016llx", (unsigned long long)h);
+	exec_task_cgroup_name(s->dir, name, sizeof(name));
 	rc = kn_cgroup_new(&place, name, &s->cgroup, err);
 	if (rc == 0)
 		rc = kn_cgroup_create(s->cgroup, &s->limits, err);

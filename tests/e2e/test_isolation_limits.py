@@ -291,14 +291,17 @@ def running(pid):
 
 
 def test_task_dies_with_a_killed_shim(limited):
-    """A shim killed outright takes its task with it: the namespace's init
-    dies with the shim, and everything in the namespace with it."""
+    """A shim killed outright takes its task with it (the namespace's init
+    dies with the shim, and everything in the namespace with it), and the
+    server, finding the task lost, removes the cgroup the shim left."""
     start, parent = limited
     s = start()
     jid = s.submit(job_yaml("orphan", ["/bin/sh", "-c",
-                                       "echo ready; sleep 300 & sleep 300"]))
+                                       "cat /proc/self/cgroup; echo ready; "
+                                       "sleep 300 & sleep 300"]))
     s.wait_state(jid, "running")
     wait_for(lambda: "ready" in s.logs(jid), what="the task")
+    paths = own_cgroups(s.logs(jid))
     shim_pid = int(next(s.home.glob(f"tasks/{jid}/*/0/shim.pid"))
                    .read_text().split()[0])
     below = descendants(shim_pid)
@@ -308,15 +311,10 @@ def test_task_dies_with_a_killed_shim(limited):
         wait_for(lambda: not any(running(p) for p in below), timeout=10,
                  what="the task to die with its shim")
         assert "lost" in (s.wait_state(jid, "failed")["reason"] or "")
+        for c in CONTROLLERS:
+            d = V1 / c / paths[c].lstrip("/")
+            wait_for(lambda: not d.exists(), what=f"{d} to go")
     finally:
         for p in below:
             if running(p):
                 os.kill(p, signal.SIGKILL)
-        # The dead shim could not remove the task's cgroup (the server
-        # does not yet either): empty now, it goes here so the fixture's
-        # check of the parent holds.
-        for c in CONTROLLERS:
-            for d in (V1 / c / parent.lstrip("/")).glob("task-*"):
-                wait_for(lambda: not (d / "cgroup.procs").read_text().strip(),
-                         what=f"{d} to empty")
-                os.rmdir(d)
