@@ -25,6 +25,11 @@ ratios and the load average around each round. `--no-limits` alone
 still enforces limits where cgroups can be written, so the unisolated
 server runs in its own mount namespace with an empty tmpfs over
 /sys/fs/cgroup: it finds no hierarchy and runs its tasks unlimited.
+And since a task's cgroup makes all tasks one scheduling group, which
+on a machine busy with other work gets the CPU of one process where
+unlimited tasks get one share each, both servers run in a cpu cgroup of
+their own (cgroup v1), as on a node that runs nothing else: each side's
+server, shims and tasks then share the same weight against the rest.
 Needs root (the sandbox drops to the kiln-task user) and unshare(1).
 """
 import argparse
@@ -67,6 +72,14 @@ def read_records(path):
 WITHOUT_CGROUPS = ["unshare", "--mount", "--propagation", "private", "sh",
                    "-c", 'mount -t tmpfs none /sys/fs/cgroup && exec "$@"',
                    "sh"]
+
+
+CPU_V1 = Path("/sys/fs/cgroup/cpu")
+
+
+def into_cgroup(cg):
+    """A wrapper that starts a command in cgroup cg (a directory)."""
+    return ["sh", "-c", 'echo $$ >"$0/cgroup.procs" && exec "$@"', str(cg)]
 
 
 def load1():
@@ -185,14 +198,27 @@ def spread(values):
 
 def compare_isolation(kiln, jobs, gpus_per_job, rounds, out):
     """Isolated vs unisolated kiln, alternating, one round at a time."""
-    sides = {"isolated": ((), ()),
-             "unisolated": (("--unisolated", "--no-limits"), WITHOUT_CGROUPS)}
+    cg = CPU_V1 / f"kiln-bench-{os.getpid()}"
+    wrap = []
+    if (CPU_V1 / "cgroup.procs").exists():
+        cg.mkdir()
+        wrap = into_cgroup(cg)
+    sides = {"isolated": ((), wrap),
+             "unisolated": (("--unisolated", "--no-limits"),
+                            wrap + WITHOUT_CGROUPS)}
     runs = {name: [] for name in sides}
-    for i in range(rounds):
-        order = list(sides) if i % 2 == 0 else list(reversed(sides))
-        for name in order:
-            extra, wrap = sides[name]
-            runs[name].append(run_kiln(kiln, jobs, gpus_per_job, extra, wrap))
+    try:
+        for i in range(rounds):
+            order = list(sides) if i % 2 == 0 else list(reversed(sides))
+            for name in order:
+                extra, side_wrap = sides[name]
+                runs[name].append(run_kiln(kiln, jobs, gpus_per_job, extra,
+                                           side_wrap))
+    finally:
+        # The isolated server's tasks' parent, then the side's own.
+        for d in (cg / "kiln", cg):
+            if d.exists():
+                d.rmdir()
     iso, uni = runs["isolated"], runs["unisolated"]
     # A side that did not get what it is named after measures nothing.
     for r in iso:
@@ -205,7 +231,8 @@ def compare_isolation(kiln, jobs, gpus_per_job, rounds, out):
     mean_d = [a["submit_to_start_mean_ms"] - b["submit_to_start_mean_ms"]
               for a, b in zip(iso, uni)]
     summary = {"throughput_ratio": thr, "p50_ratio": p50,
-               "mean_start_diff_ms": mean_d}
+               "mean_start_diff_ms": mean_d,
+               "own_cpu_cgroup": bool(wrap)}
     Path(out).write_text(json.dumps({"rounds": runs, "summary": summary},
                                     indent=2) + "\n")
     print("round  side        jobs/s   p50 ms   mean ms  p99 ms  completed  load")
