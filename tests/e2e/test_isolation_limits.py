@@ -297,8 +297,8 @@ def test_task_dies_with_a_killed_shim(limited):
     start, parent = limited
     s = start()
     jid = s.submit(job_yaml("orphan", ["/bin/sh", "-c",
-                                       "cat /proc/self/cgroup; echo ready; "
-                                       "sleep 300 & sleep 300"]))
+                                       "cat /proc/self/cgroup; sleep 300 & "
+                                       "sleep 300 & echo ready; wait"]))
     s.wait_state(jid, "running")
     wait_for(lambda: "ready" in s.logs(jid), what="the task")
     paths = own_cgroups(s.logs(jid))
