@@ -3,6 +3,7 @@
 #define KILN_EXEC_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "exec.h"
@@ -52,6 +53,13 @@ int exec_exit_record_prepare(const char *task_dir, int *fd_out);
 int exec_exit_record_write(int fd, const char *payload, size_t len);
 int exec_exit_record_read(const char *task_dir, char **payload,
 			  struct kn_error *err);
+
+/*
+ * The name of a task's cgroup, "task-" and FNV-1a of its directory, so a
+ * shim run again for the same task, or a server cleaning up after a shim
+ * that died, finds the same one.
+ */
+void exec_task_cgroup_name(const char *task_dir, char *name, size_t len);
 
 /* Whether pid is alive and still the process that started at start. */
 bool exec_proc_alive(const struct kn_task_proc *proc);

@@ -9,6 +9,8 @@
 #include "internal.h"
 #include "spec/spec.h"
 
+#include "cgroup/cgroup.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -248,6 +250,45 @@ int exec_read_status(const char *task_dir, struct kn_task_status *st,
 	return 0;
 }
 
+void exec_task_cgroup_name(const char *task_dir, char *name, size_t len)
+{
+	uint64_t h = 14695981039346656037ULL;
+
+	for (const char *p = task_dir; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+	snprintf(name, len, "task-%016llx", (unsigned long long)h);
+}
+
+/*
+ * A shim killed outright took its task with it but left the task's
+ * cgroup: removed here. Only the parent comes from launch.json, which
+ * the task may have touched when unsandboxed: the hierarchies are always
+ * the real ones, and the name is this task directory's own.
+ */
+static void remove_lost_cgroup(const char *task_dir)
+{
+	struct kn_cgroup_place place = {KN_CGROUP_ROOT, NULL,
+					"/proc/self/cgroup"};
+	struct kn_cgroup *cg = NULL;
+	struct kn_error why;
+	char *text = NULL, name[32];
+	json_t *doc;
+
+	if (kn_task_file_read(task_dir, "launch.json", 4 * 1024 * 1024, &text,
+			      NULL, &why) < 0)
+		return;
+	doc = json_loads(text, 0, NULL);
+	free(text);
+	place.parent = json_string_value(json_object_get(
+		json_object_get(doc, "limits"), "cgroup_parent"));
+	exec_task_cgroup_name(task_dir, name, sizeof(name));
+	if (place.parent && kn_cgroup_new(&place, name, &cg, &why) == 0 &&
+	    kn_cgroup_destroy(cg, &why) < 0)
+		kn_log(KN_LOG_WARN, "%s", why.message);
+	kn_cgroup_free(cg);
+	json_decref(doc);
+}
+
 static int local_status(struct kn_executor *ex, const char *task_dir,
 			const struct kn_task_proc *proc,
 			struct kn_task_status *out, struct kn_error *err)
@@ -276,6 +317,7 @@ static int local_status(struct kn_executor *ex, const char *task_dir,
 		*out = st;
 		return 0;
 	}
+	remove_lost_cgroup(task_dir);
 	st.ended = true;
 	st.exit_code = -1;
 	st.ended_at_ms = kn_now_ms();

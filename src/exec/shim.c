@@ -28,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -323,25 +325,46 @@ static void release_child(struct shim *s, int go)
 		kill(s->child, SIGKILL); /* it would wait forever */
 }
 
+/*
+ * In the child: die with the shim (a shim killed outright must not leave
+ * its task running, holding its GPUs unseen). In a sandbox the child is
+ * the namespace's init, whose end ends the namespace. shim_fd (a pidfd,
+ * or -1 where the kernel has none) catches a shim gone before the prctl.
+ */
+static void die_with_shim(int shim_fd)
+{
+	struct pollfd gone = {shim_fd, POLLIN, 0};
+
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ||
+	    (shim_fd >= 0 && poll(&gone, 1, 0) != 0))
+		_exit(127);
+	if (shim_fd >= 0)
+		close(shim_fd);
+}
+
 static void start_child(struct shim *s, int out_fd)
 {
 	char why[256], b;
-	int go[2];
+	int go[2], shim_fd;
 	pid_t pid;
 
 	if (pipe2(go, O_CLOEXEC) < 0) {
 		s->child = -1;
 		return;
 	}
-	pid = fork();
+	shim_fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	pid = kn_sandbox_fork(s->sandbox);
 	if (pid != 0) {
 		s->child = pid;
 		close(go[0]);
+		if (shim_fd >= 0)
+			close(shim_fd);
 		if (pid > 0)
 			release_child(s, go[1]);
 		close(go[1]);
 		return;
 	}
+	die_with_shim(shim_fd);
 	/* Child: its own process group, so a stop reaches all it starts. */
 	close(go[1]);
 	setpgid(0, 0);
@@ -360,37 +383,21 @@ static void start_child(struct shim *s, int out_fd)
 	if (read(go[0], &b, 1) != 1)
 		_exit(127);
 	close(go[0]);
-	if (kn_sandbox_enter(s->sandbox, why, sizeof(why)) < 0) {
-		dprintf(2, "kiln: %s\n", why);
-		_exit(127);
-	}
-	if (chdir(s->workdir ? s->workdir : s->dir) < 0) {
-		fprintf(stderr, "kiln: cannot enter workdir %s: %s\n",
-			s->workdir ? s->workdir : s->dir, strerror(errno));
-		_exit(127);
-	}
-	environ = s->task_env;
-	execvp(s->argv[0], s->argv);
-	fprintf(stderr, "kiln: cannot run %s: %s\n", s->argv[0],
-		strerror(errno));
+	kn_sandbox_exec(s->sandbox, s->workdir ? s->workdir : s->dir, s->argv,
+			s->task_env, why, sizeof(why));
+	dprintf(2, "kiln: %s\n", why);
 	_exit(127);
 }
 
-/*
- * The task's cgroup, named after its directory (FNV-1a of the path) so a
- * shim run again for the same task finds the same one.
- */
+/* The task's cgroup (exec_task_cgroup_name). */
 static int limits_begin(struct shim *s, struct kn_error *err)
 {
 	struct kn_cgroup_place place = {s->cgroup_root, s->cgroup_parent,
 					"/proc/self/cgroup"};
-	uint64_t h = 14695981039346656037ULL;
 	char name[32];
 	int rc;
 
-	for (const char *p = s->dir; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-	snprintf(name, sizeof(name), "task-%016llx", (unsigned long long)h);
+	exec_task_cgroup_name(s->dir, name, sizeof(name));
 	rc = kn_cgroup_new(&place, name, &s->cgroup, err);
 	if (rc == 0)
 		rc = kn_cgroup_create(s->cgroup, &s->limits, err);
@@ -731,6 +738,8 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 				    waitpid(s.child, &wstatus, WNOHANG) ==
 					    s.child) {
 					child_done = true;
+					kn_sandbox_task_status(s.sandbox,
+							       &wstatus);
 					/* Leftovers of the group go with it. */
 					kill(-s.child, SIGKILL);
 					drain_deadline = kn_mono_ms() + DRAIN_MS;
