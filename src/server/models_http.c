@@ -448,13 +448,18 @@ static void version_push_done(void *arg, bool ran)
 		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
 				  "the server stopped before the blobs of %s "
 				  "were checked; push again", w->name);
+	if (w->rc == 0 && idem_begin(w->s, w->req, &w->caller))
+		goto out;
 	if (w->rc == 0)
 		w->rc = models_version_create(w->s, &w->caller, w->name, &w->files,
 				       NULL, NULL, w->alias, &reply, &w->err);
-	if (w->rc < 0)
+	if (w->rc < 0) {
+		idem_abort(w->s, w->req);
 		fail(w->s, w->req, &w->caller, "model.push", object, &w->err);
-	else
-		kn_http_reply_json(w->req, 201, reply);
+	} else {
+		idem_reply(w->s, w->req, &w->caller, 201, reply);
+	}
+out:
 	free(w->name);
 	free(w->alias);
 	free(w->store_url);
@@ -473,6 +478,8 @@ static void models_h_version_create(struct server *s, struct kn_http_req *req,
 	char object[96];
 
 	snprintf(object, sizeof(object), "model/%.64s", param);
+	if (idem_replayed(s, req, c))
+		return;
 	if (!models_name_checked(param, &err))
 		goto fail;
 	body = body_object(req, &err);
