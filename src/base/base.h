@@ -115,6 +115,26 @@ int kn_buf_append(struct kn_buf *b, const void *data, size_t len);
 int kn_buf_printf(struct kn_buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/*
+ * Start a program that outlives its caller's terminal: its own session,
+ * no blocked or caught signals, stdin from /dev/null, stdout and stderr
+ * to files (NULL: /dev/null; the same path: one file for both), nothing
+ * else open. Output files are created 0600; with no_follow, not through
+ * a symbolic link (the directory may be someone else's). search: look
+ * path up in PATH. Returns 0 and the pid, or the errno of posix_spawn.
+ */
+struct kn_spawn {
+	const char *path;
+	char *const *argv;
+	char *const *envp;
+	const char *out_path;
+	const char *err_path;
+	bool append;    /* keep what the files hold */
+	bool no_follow;
+	bool search;
+};
+int kn_spawn_detached(const struct kn_spawn *sp, pid_t *pid);
+
 /* Files. */
 /* mkdir -p with mode for each created directory. */
 int kn_mkdir_p(const char *path, mode_t mode);

@@ -38,6 +38,7 @@
 #include <openssl/evp.h>
 
 #include "ckpt/internal.h"
+#include "httpc/httpc.h"
 
 /* Replies read into memory (errors, lists) are capped: List Blobs pages
  * are at most 5000 entries, far below this. */
@@ -330,10 +331,9 @@ static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 	free(enc_blob);
 
 	curl_easy_reset(h);
+	kn_httpc_defaults(h, 10000);
 	curl_easy_setopt(h, CURLOPT_URL, c->url);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, c->headers);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
 	/* A transfer that moves nothing for 30 s is stalled: retry it. */
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 30L);

@@ -57,7 +57,7 @@ struct cli_ctx {
 	char prog[64];      /* "kiln ls", "kiln token create": message prefix */
 };
 
-/* The lead's subcommands (server.c, shim.c). */
+/* The long-running subcommands (cmd_server.c, cmd_shim.c). */
 int cmd_server(int argc, char **argv);
 int cmd_shim(int argc, char **argv);
 
@@ -87,21 +87,21 @@ int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_bench(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_events(struct cli_ctx *ctx, int argc, char **argv);
-/* deploy.c and key.c: deployments and gateway keys. */
+/* cmd_deploy.c and cmd_key.c: deployments and gateway keys. */
 int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_scale(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_undeploy(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_rollout(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_key(struct cli_ctx *ctx, int argc, char **argv);
-/* model.c: the model registry. */
+/* cmd_model.c: the model registry. */
 int cmd_model(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_render(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv);
-/* advise.c: which VM to rent, and its cost. */
+/* cmd_advise.c: which VM to rent, and its cost. */
 int cmd_advise(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_cost(struct cli_ctx *ctx, int argc, char **argv);
-/* workflow.c: workflow runs. */
+/* cmd_workflow.c: workflow runs. */
 int cmd_workflow(struct cli_ctx *ctx, int argc, char **argv);
 
 /* Flags. */

@@ -2,7 +2,7 @@
  * kiln sim --autoscale: replay a timed trace through autoscaled node
  * pools and, for comparison, through the same pools held at their max,
  * and print what each costs and how long pods waited
- * (docs/scheduling.md). The replay is src/sim/autoscale.c; this file
+ * (docs/scheduling.md). The replay is src/sim/autoscale_replay.c; this file
  * reads the pools, prices them from the catalog and prints.
  */
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
  * sim_autoscale: `kiln sim --autoscale` (src/cmd only; the replay itself
- * is src/sim/autoscale.c).
+ * is src/sim/autoscale_replay.c).
  */
 #ifndef KILN_CMD_SIM_AUTOSCALE_H
 #define KILN_CMD_SIM_AUTOSCALE_H

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 #include "cmd/sim_history.h"
 #include "sim/sim.h"
 

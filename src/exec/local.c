@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,8 +134,6 @@ static int local_start(struct kn_executor *ex, const struct kn_task_launch *l,
 		       struct kn_task_proc *out, struct kn_error *err)
 {
 	char *shim_log = kn_asprintf("%s/shim.log", l->task_dir);
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
 	char *argv[] = {"kiln", "shim", "--dir", (char *)l->task_dir, NULL};
 	pid_t pid;
 	int rc;
@@ -145,27 +142,14 @@ static int local_start(struct kn_executor *ex, const struct kn_task_launch *l,
 	if (rc < 0)
 		goto out;
 
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, shim_log,
-					 O_WRONLY | O_CREAT | O_APPEND, 0600);
-	posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-	posix_spawnattr_init(&attr);
-	/* A new session: the shim outlives the server and its terminal. */
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
-						POSIX_SPAWN_SETSIGMASK |
-						POSIX_SPAWN_SETSIGDEF);
-	{
-		sigset_t none, all;
-		sigemptyset(&none);
-		sigfillset(&all);
-		posix_spawnattr_setsigmask(&attr, &none);
-		posix_spawnattr_setsigdefault(&attr, &all);
-	}
-	rc = posix_spawn(&pid, "/proc/self/exe", &fa, &attr, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&attr);
+	/* Detached: the shim outlives the server and its terminal. */
+	rc = kn_spawn_detached(&(struct kn_spawn){.path = "/proc/self/exe",
+						  .argv = argv,
+						  .envp = environ,
+						  .out_path = shim_log,
+						  .err_path = shim_log,
+						  .append = true},
+			       &pid);
 	if (rc != 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot start the task shim: %s",
 			       strerror(rc));

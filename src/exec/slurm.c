@@ -50,7 +50,6 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,9 +265,6 @@ static int spawn_child(char *const *argv, char *const *extra_env,
 		       const char *out_path, const char *err_path,
 		       struct kn_task_proc *out, struct kn_error *err)
 {
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	sigset_t none, all;
 	char **env = NULL;
 	size_t n = 0;
 	pid_t pid;
@@ -279,34 +275,15 @@ static int spawn_child(char *const *argv, char *const *extra_env,
 			args_add(&env, &n, *e);
 	for (char *const *e = extra_env; e && *e; e++)
 		args_add(&env, &n, *e);
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	/* O_NOFOLLOW: the attempt directory may be the task user's. */
-	posix_spawn_file_actions_addopen(&fa, 1, out_path ? out_path : "/dev/null",
-					 O_WRONLY | O_CREAT | O_TRUNC |
-						 (out_path ? O_NOFOLLOW : 0),
-					 0600);
-	if (err_path && out_path && !strcmp(err_path, out_path))
-		posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	else
-		posix_spawn_file_actions_addopen(&fa, 2,
-						 err_path ? err_path : "/dev/null",
-						 O_WRONLY | O_CREAT | O_TRUNC |
-							 (err_path ? O_NOFOLLOW
-								   : 0),
-						 0600);
-	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-	posix_spawnattr_init(&attr);
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
-						POSIX_SPAWN_SETSIGMASK |
-						POSIX_SPAWN_SETSIGDEF);
-	sigemptyset(&none);
-	sigfillset(&all);
-	posix_spawnattr_setsigmask(&attr, &none);
-	posix_spawnattr_setsigdefault(&attr, &all);
-	rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, env);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&attr);
+	/* no_follow: the attempt directory may be the task user's. */
+	rc = kn_spawn_detached(&(struct kn_spawn){.path = argv[0],
+						  .argv = argv,
+						  .envp = env,
+						  .out_path = out_path,
+						  .err_path = err_path,
+						  .no_follow = true,
+						  .search = true},
+			       &pid);
 	free(env);
 	if (rc != 0)
 		return kn_errorf(err, KN_EIO, NULL, "cannot run %s: %s", argv[0],

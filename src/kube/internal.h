@@ -1,6 +1,6 @@
 /*
- * Between the executor's worker (executor.c) and the deployments it
- * keeps in step (deploy.c): one thread makes every API call.
+ * Between the executor's worker (batchjobs.c) and the deployments it
+ * keeps in step (deployments.c): one thread makes every API call.
  */
 #ifndef KILN_KUBE_INTERNAL_H
 #define KILN_KUBE_INTERNAL_H

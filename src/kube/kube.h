@@ -120,7 +120,7 @@ struct kn_kube_render_opts {
 /*
  * A job under Kubernetes may have this many inputs, named in at most
  * this many bytes each, so that what the shim reports about them fits
- * in its termination message with the rest (cmd/shim.c).
+ * in its termination message with the rest (cmd/cmd_shim.c).
  */
 #define KN_KUBE_MAX_INPUTS 12
 #define KN_KUBE_INPUT_NAME_MAX 100
@@ -375,7 +375,7 @@ int kn_kube_cluster_assume(struct kn_kube_cluster *c, const char *ns,
 int kn_kube_quantity_milli(const char *s, int64_t *out);
 int kn_kube_quantity_bytes(const char *s, int64_t *out);
 
-/* ---- the server's Kubernetes executor (executor.c) ---- */
+/* ---- the server's Kubernetes executor (batchjobs.c) ---- */
 
 /*
  * `kiln server --executor kubernetes`: each attempt is one batch/v1 Job
@@ -483,7 +483,7 @@ int kn_kube_executor_check(const struct kn_job_spec *spec,
  */
 struct kn_executor *kn_kube_executor_new(void);
 
-/* ---- deployments under the Kubernetes executor (deploy.c) ---- */
+/* ---- deployments under the Kubernetes executor (deployments.c) ---- */
 
 /*
  * A deployment is an apps/v1 Deployment and a Service, both named as

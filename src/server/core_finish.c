@@ -388,7 +388,7 @@ bool check_task(struct server *s, struct run *r, struct run_task *t)
 		return false;
 	t->ended = true;
 	t->status = st;
-	/* A pod's inputs are known with its end (kube/executor.c). */
+	/* A pod's inputs are known with its end (kube/batchjobs.c). */
 	if (t->rank == 0 && r->spec->n_inputs && !r->inputs_recorded)
 		record_inputs(s, r, t);
 	/* A task that synced its own checkpoints (a Kubernetes pod's shim):

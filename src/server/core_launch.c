@@ -417,7 +417,7 @@ static void task_env_build(struct server *s, struct run *r,
 		add_env(&env, &n, kn_asprintf("KILN_MIG_PROFILE=%s",
 					      b->mig_profile->name));
 	/* Simulated GPUs cannot be measured: the task may declare what it
-	   would use there (usage.c). */
+	   would use there (usage_sampling.c). */
 	if (b->n_devices > 0 && s->nodes[b->node].devices.simulated)
 		add_env(&env, &n, kn_asprintf("KILN_SIM_GPU_USAGE=%s/%s",
 					      t->task_dir, usage_sim_file()));

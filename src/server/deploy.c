@@ -29,7 +29,7 @@
  *
  * Under --executor kubernetes none of this runs: a deployment is an
  * apps/v1 Deployment and a Service that the cluster runs, rolls out and
- * probes (src/kube/deploy.c); the store, the owner checks, the audit and
+ * probes (src/kube/deployments.c); the store, the owner checks, the audit and
  * the gateway's keys are the same.
  *
  * Invariants: an API change is in the store before memory has it (and
@@ -469,7 +469,7 @@ void deploy_reconcile(struct deploy_state *d, struct deployment *p)
 /* ---- under --executor kubernetes ---- */
 
 /*
- * The Deployment and Service are the API's to run (src/kube/deploy.c):
+ * The Deployment and Service are the API's to run (src/kube/deployments.c):
  * no jobs, no probes, no rollout of kiln's; the executor's worker writes
  * what differs and reads the status back.
  */

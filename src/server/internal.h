@@ -176,17 +176,17 @@ struct server {
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
 	struct kn_catalog *catalog; /* prices for the cost ledger (cost.c) */
 	struct pools *pools;        /* node pools and autoscaling (pools.c) */
-	struct usage_state *usage;  /* per-task usage sampling (usage.c) */
+	struct usage_state *usage;  /* per-task usage sampling (usage_sampling.c) */
 	/* Task isolation (isolation.c): what nodes report, whether tasks
 	   may start, and the --task-user-map. */
 	char isolation[192];
 	bool isolation_ok;
 	struct kn_user_map *user_map;
-	struct kn_cgroup_support limits; /* what local tasks get (limits.c) */
-	int64_t idem_swept_at; /* when expired idempotency keys went (idem.c) */
+	struct kn_cgroup_support limits; /* what local tasks get (task_limits.c) */
+	int64_t idem_swept_at; /* when expired idempotency keys went (idempotency.c) */
 };
 
-/* idem.c: creates that a retry with the same Idempotency-Key repeats */
+/* idempotency.c: creates that a retry with the same Idempotency-Key repeats */
 
 /*
  * A create request whose key was seen: 1 when req was answered (the
@@ -251,7 +251,7 @@ int auth_check(struct server *s, const char *header, struct caller *out,
 void api_handle(struct kn_http_req *req, void *arg);
 json_t *job_to_json(struct server *s, const struct kn_job_row *j);
 
-/* limits.c */
+/* task_limits.c */
 /*
  * Which limits local tasks will get: probes the cgroup place once. Fails
  * when none can be enforced, unless --no-limits allows running without.
@@ -272,7 +272,7 @@ void workload_release(struct server *s);
 /* The job core (core.h) */
 #include "server/core.h"
 
-/* usage.c: per-task usage sampling into the store's task_usage. */
+/* usage_sampling.c: per-task usage sampling into the store's task_usage. */
 struct usage_state;
 int usage_start(struct server *s, struct kn_error *err);
 void usage_free(struct server *s);
@@ -302,12 +302,12 @@ void nodes_evict_preemptible(struct server *s, size_t i, const char *why);
  */
 json_t *nodes_fragmentation(struct server *s, size_t i);
 
-/* events.c */
+/* scheduled_events.c */
 int events_start(struct server *s, const char *url, const char *vm_name,
 		 struct kn_events **out, struct kn_error *err);
 void events_free(struct kn_events *ev);
 
-/* slurm.c: the executor choice and the per-task Slurm options */
+/* slurm_partitions.c: the executor choice and the per-task Slurm options */
 /* Check --executor, --slurm-partitions and --slurm-shards-per-gpu. */
 int slurm_config_check(const struct kn_server_config *cfg,
 		       struct kn_error *err);

@@ -1,6 +1,6 @@
 /*
  * The Kubernetes side of the server: credentials and the executor's
- * worker (src/kube/executor.c) for --executor kubernetes.
+ * worker (src/kube/batchjobs.c) for --executor kubernetes.
  *
  * As under Slurm, the server's one node stands for the capacity it may
  * hand the cluster (--gpus), so the queue, priorities and preemption work

@@ -11,8 +11,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +70,6 @@ int pool_run_in_background(const char *dir, char *const *cmd,
 		"mv \"$KILN_POOL_DIR/rc.tmp\" \"$KILN_POOL_DIR/rc\"";
 	char *argv[20], **env, *dir_env = kn_asprintf("KILN_POOL_DIR=%s", dir);
 	size_t n = 0, k = 0;
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	sigset_t none, all;
 	pid_t pid;
 	int rc;
 
@@ -104,20 +99,10 @@ int pool_run_in_background(const char *dir, char *const *cmd,
 	for (char *const *e = extra; *e; e++)
 		env[n++] = *e;
 	env[n++] = dir_env;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-	posix_spawnattr_init(&attr);
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID |
-						POSIX_SPAWN_SETSIGMASK |
-						POSIX_SPAWN_SETSIGDEF);
-	sigemptyset(&none);
-	sigfillset(&all);
-	posix_spawnattr_setsigmask(&attr, &none);
-	posix_spawnattr_setsigdefault(&attr, &all);
-	rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, env);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&attr);
+	rc = kn_spawn_detached(&(struct kn_spawn){.path = "/bin/sh",
+						  .argv = argv,
+						  .envp = env},
+			       &pid);
 	free(env);
 	free(dir_env);
 	if (rc != 0)

@@ -15,7 +15,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 static const struct cli_command test_cmd = {
 	"ls", NULL, NULL, "list", "usage: kiln ls\n", false,

@@ -9,7 +9,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 /* "  label:     value", the value cleaned of control characters. */
 static void field(const char *label, const char *fmt, ...)

@@ -23,7 +23,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 #include "spec/spec.h"
 #include "ckpt/ckpt.h"
 

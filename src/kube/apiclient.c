@@ -17,6 +17,7 @@
 #include <curl/curl.h>
 
 #include "kube/kube.h"
+#include "httpc/httpc.h"
 
 #define TOKEN_MAX_BYTES (64 * 1024)
 /* A request that is not a watch gets this long, connecting included. */
@@ -180,6 +181,7 @@ static int perform(struct kn_kube_client *c, const char *method,
 		headers = curl_slist_append(headers, ct);
 		free(ct);
 	}
+	kn_httpc_defaults(curl, CONNECT_TIMEOUT_S * 1000L);
 	curl_easy_setopt(curl, CURLOPT_URL, url);
 	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
 	curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
@@ -190,12 +192,9 @@ static int perform(struct kn_kube_client *c, const char *method,
 	curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, progress);
 	curl_easy_setopt(curl, CURLOPT_XFERINFODATA, t);
-	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
 	curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
 	if (!t->fn)
 		curl_easy_setopt(curl, CURLOPT_TIMEOUT, REQUEST_TIMEOUT_S);
-	curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
 	if (c->auth.insecure) {
 		curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 0L);
 		curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 0L);

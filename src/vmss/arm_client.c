@@ -16,6 +16,7 @@
 #include <curl/curl.h>
 
 #include "vmss/vmss.h"
+#include "httpc/httpc.h"
 
 #define ATTEMPTS 6
 #define BACKOFF_MAX_MS 30000
@@ -135,13 +136,6 @@ static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut,
 	return stopped(arg);
 }
 
-static size_t on_data(char *data, size_t size, size_t n, void *arg)
-{
-	struct reply *r = arg;
-
-	return kn_buf_append(&r->body, data, size * n) < 0 ? 0 : size * n;
-}
-
 /* Keep header name's value (trimmed) in out when line is that header. */
 static void header_value(const char *line, size_t len, const char *name,
 			 char *out, size_t out_len)
@@ -201,22 +195,20 @@ static int perform(struct kn_vmss_client *c, const char *method,
 	if (!h)
 		abort();
 	reply_reset(r);
+	kn_httpc_defaults(h, 10000);
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
 	if (body)
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, kn_httpc_collect);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &r->body);
 	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
 	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
-	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 	cc = curl_easy_perform(h);
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
 	curl_easy_cleanup(h);

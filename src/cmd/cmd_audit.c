@@ -10,7 +10,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 #include "server/server.h"
 
 /*

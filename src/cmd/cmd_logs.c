@@ -14,7 +14,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 int cmd_logs(struct cli_ctx *ctx, int argc, char **argv)
 {

@@ -11,7 +11,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 #include "gateway/gateway.h"
 
 /* "1s", "500ms", or a bare number of seconds; > 0. */

@@ -7,7 +7,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 /* Long enough to say why a job waits; the whole text is in `kiln show`. */
 #define REASON_WIDTH 50

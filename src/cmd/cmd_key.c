@@ -11,7 +11,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 /* A limit flag: absent = 0 (none); else a whole number. */
 static int limit_value(const struct cli_ctx *ctx, const char *flag,

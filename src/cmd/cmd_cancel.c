@@ -4,7 +4,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv)
 {

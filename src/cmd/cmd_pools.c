@@ -7,7 +7,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 static void show_pool(json_t *pool)
 {

@@ -10,7 +10,8 @@
  * The token goes only into the Authorization header; it is checked for
  * characters that could break out of the header, and no message quotes it.
  */
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
+#include "httpc/httpc.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -461,20 +462,15 @@ static int perform(struct cli_client *c, const char *method,
 	}
 	curl_easy_reset(c->curl);
 	c->errbuf[0] = '\0';
+	kn_httpc_defaults(c->curl, (long)CLI_CONNECT_TIMEOUT_MS);
 	curl_easy_setopt(c->curl, CURLOPT_URL, url);
-	curl_easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c->curl, CURLOPT_HTTP_VERSION,
 			 (long)CURL_HTTP_VERSION_1_1);
-	curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c->curl, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS,
-			 (long)CLI_CONNECT_TIMEOUT_MS);
 	curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS,
 			 unbounded ? 0L : (long)CLI_REQUEST_TIMEOUT_MS);
 	if (!sink)
 		curl_easy_setopt(c->curl, CURLOPT_MAXFILESIZE_LARGE,
 				 (curl_off_t)CLI_MAX_RESPONSE_BYTES);
-	curl_easy_setopt(c->curl, CURLOPT_USERAGENT, "kiln/" KN_VERSION);
 	curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, headers);
 	curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, c->errbuf);
 	curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_data);

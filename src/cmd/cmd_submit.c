@@ -16,7 +16,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 static void print_final(int64_t id, json_t *job)
 {

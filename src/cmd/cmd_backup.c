@@ -23,7 +23,7 @@
 #include "base/base.h"
 #include "ckpt/ckpt.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 #define BACKUP_PREFIX "backups/"
 /* A manifest lists a few files: a megabyte is far beyond any real one. */

@@ -16,8 +16,8 @@
  * limit (following logs); buffered answers at most 64 MiB. Redirects are
  * not followed: the API never sends one.
  */
-#ifndef KILN_CMD_CLIENT_H
-#define KILN_CMD_CLIENT_H
+#ifndef KILN_CMD_CLI_CLIENT_H
+#define KILN_CMD_CLI_CLIENT_H
 
 #include <stdbool.h>
 #include <stddef.h>

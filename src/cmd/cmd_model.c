@@ -25,7 +25,7 @@
 #include "base/base.h"
 #include "ckpt/ckpt.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 #include "loop/loop.h"
 #include "registry/registry.h"
 

@@ -9,7 +9,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv)
 {

@@ -32,7 +32,7 @@
  * rather than keeping watches: a watch per kind would need a thread of
  * its own to let submits and deletes through, and a list is its own
  * resync, with no resourceVersion to lose. After each pass the same
- * worker keeps the deployments in step (deploy.c).
+ * worker keeps the deployments in step (deployments.c).
  *
  * Pods run their task under `kiln shim --kube` (render.c), which syncs
  * the checkpoints, fetches the job's inputs (KILN_INPUTS here) and
@@ -108,7 +108,7 @@ struct kube_exec {
 };
 
 /* The one worker of this process: the executor's ops and the
-   deployments' reconciler (deploy.c) share it. */
+   deployments' reconciler (deployments.c) share it. */
 static struct kube_exec *the_exec;
 
 /* ---- the manifests ---- */

@@ -23,7 +23,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 #include "health/health.h"
 
 extern char **environ;

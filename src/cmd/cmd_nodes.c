@@ -8,7 +8,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 /* "k=v, k=v" or "none". */
 static void describe_labels(json_t *labels, struct kn_buf *out)

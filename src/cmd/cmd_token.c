@@ -11,7 +11,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 static const char *const roles[] = {
 	"viewer", "user", "operator", "admin", NULL,

@@ -1,6 +1,6 @@
 /* kiln server: flags in, kn_server_run, exit code out. */
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 
 int cmd_evict(struct cli_ctx *ctx, int argc, char **argv)
 {

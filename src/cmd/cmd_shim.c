@@ -797,7 +797,7 @@ out:
 }
 
 /*
- * What the executor reads back from the pod's status (executor.c): the
+ * What the executor reads back from the pod's status (kube/batchjobs.c): the
  * checkpoints, the inputs fetched (TASK_DIR/inputs.json, as the server
  * reads it locally), the outputs uploaded and the reason the task ended
  * when the shim has one. The kubelet keeps 4096 bytes of it; a job

@@ -16,7 +16,7 @@
 
 #include "base/base.h"
 #include "cmd/cli.h"
-#include "cmd/client.h"
+#include "cmd/cli_client.h"
 #include "cmd/cost_report.h"
 
 /* GET base (/v1/cost with by, or one of its advice paths without). */

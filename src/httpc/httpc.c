@@ -1,0 +1,18 @@
+/* The settings every outgoing request shares. */
+#include "httpc/httpc.h"
+
+#include "base/base.h"
+
+void kn_httpc_defaults(CURL *h, long connect_timeout_ms)
+{
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout_ms);
+	curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" KN_VERSION);
+}
+
+size_t kn_httpc_collect(char *data, size_t size, size_t n, void *buf)
+{
+	return kn_buf_append(buf, data, size * n) < 0 ? 0 : size * n;
+}

@@ -1,0 +1,27 @@
+/*
+ * Outgoing HTTP through libcurl: the settings every request kiln makes
+ * shares, whoever makes it (the CLI, the blob store, the Kubernetes and
+ * Azure clients).
+ */
+#ifndef KN_HTTPC_H
+#define KN_HTTPC_H
+
+#include <curl/curl.h>
+#include <stddef.h>
+
+/*
+ * http and https only; no redirect followed, so a credential set on a
+ * request never reaches a host its caller did not name; no signals (the
+ * callers run on threads); a connect timeout; kiln's user agent. Call
+ * after curl_easy_reset, before the request's own options.
+ */
+void kn_httpc_defaults(CURL *h, long connect_timeout_ms);
+
+/*
+ * A CURLOPT_WRITEFUNCTION appending to the struct kn_buf given as
+ * CURLOPT_WRITEDATA; past the buffer's cap it fails the transfer
+ * (CURLE_WRITE_ERROR) rather than hold an unbounded answer.
+ */
+size_t kn_httpc_collect(char *data, size_t size, size_t n, void *buf);
+
+#endif
