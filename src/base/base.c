@@ -38,6 +38,7 @@ static const struct {
 	[KN_ETOOBIG] = {"too_large", 413, E2BIG},
 	[KN_EIO] = {"internal", 500, EIO},
 	[KN_EUNAVAIL] = {"unavailable", 503, EAGAIN},
+	[KN_ELIMIT] = {"limit_exceeded", 429, EDQUOT},
 	[KN_ENOSPACE] = {"insufficient_storage", 507, ENOSPC},
 };
 

@@ -29,6 +29,7 @@ enum kn_errcode {
 	KN_ETOOBIG,    /* 413 too_large */
 	KN_EIO,        /* 500 internal (I/O, database) */
 	KN_EUNAVAIL,   /* 503 unavailable */
+	KN_ELIMIT,     /* 429 limit_exceeded: a per-user cap */
 	KN_ENOSPACE,   /* 507 insufficient_storage */
 };
 

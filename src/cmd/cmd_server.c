@@ -102,6 +102,10 @@ int cmd_server(int argc, char **argv)
 		{"cgroup-parent", required_argument, NULL, 291},
 		{"pids-max", required_argument, NULL, 292},
 		{"no-limits", no_argument, NULL, 293},
+		{"upload-max-open", required_argument, NULL, 300},
+		{"upload-max-staged", required_argument, NULL, 301},
+		{"upload-idle", required_argument, NULL, 302},
+		{"staging-reserve", required_argument, NULL, 303},
 		{NULL, 0, NULL, 0},
 	};
 	struct kn_server_config cfg;
@@ -155,6 +159,34 @@ int cmd_server(int argc, char **argv)
 			break;
 		case 293:
 			cfg.no_limits = true;
+			break;
+		case 300:
+			if (parse_count("--upload-max-open", optarg, 1, 100000,
+					&cfg.upload_max_open) < 0)
+				goto out;
+			break;
+		case 301:
+			if (kn_parse_size(optarg, &cfg.upload_max_staged) < 0 ||
+			    cfg.upload_max_staged < (1 << 20)) {
+				fprintf(stderr, "kiln server: --upload-max-staged: "
+					"\"%s\" is not a size of at least 1Mi "
+					"(e.g. 16Gi)\n", optarg);
+				goto out;
+			}
+			break;
+		case 302:
+			if (kn_parse_duration(optarg, &cfg.upload_idle_ms) < 0 ||
+			    cfg.upload_idle_ms < 1000) {
+				fprintf(stderr, "kiln server: --upload-idle: \"%s\" "
+					"is not a duration of at least 1s "
+					"(e.g. 5m)\n", optarg);
+				goto out;
+			}
+			break;
+		case 303:
+			if (parse_count("--staging-reserve", optarg, 0, 90,
+					&cfg.staging_reserve_pct) < 0)
+				goto out;
 			break;
 		case 'H':
 			cfg.home = optarg;

@@ -24,6 +24,20 @@
 
 #include "ckpt/ckpt.h"
 
+static int64_t upload_sweep_ms(const struct server *s)
+{
+	return s->cfg.upload_idle_ms / 2 > 500 ? s->cfg.upload_idle_ms / 2
+					       : 500;
+}
+
+static void upload_sweep(void *arg)
+{
+	struct server *s = arg;
+
+	models_uploads_expire(s);
+	kn_timer_arm(s->models->idle_timer, upload_sweep_ms(s));
+}
+
 int models_start(struct server *s, struct kn_error *err)
 {
 	struct model_state *m = kn_xcalloc(1, sizeof(*m));
@@ -50,6 +64,9 @@ int models_start(struct server *s, struct kn_error *err)
 			kn_rm_rf(partials.gl_pathv[i]);
 	globfree(&partials);
 	free(pattern);
+	/* Idle uploads go within half the idle time past it. */
+	m->idle_timer = kn_timer_new(s->loop, upload_sweep, s);
+	kn_timer_arm(m->idle_timer, upload_sweep_ms(s));
 	/* A bad key file is reported at start, not at the first pull. */
 	rc = kn_model_keyring_load(m->trusted_keys, &ring, err);
 	if (rc < 0)
@@ -67,6 +84,7 @@ void models_stop(struct server *s)
 	if (!m)
 		return;
 	models_uploads_drop(m);
+	kn_timer_free(m->idle_timer);
 	free(m->staging);
 	free(m->trusted_keys);
 	free(m);

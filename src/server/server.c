@@ -38,6 +38,10 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->cgroup_root = KN_CGROUP_ROOT;
 	cfg->cgroup_parent = "kiln";
 	cfg->pids_max = KN_CGROUP_PIDS_DEFAULT;
+	cfg->upload_max_open = 8;
+	cfg->upload_max_staged = 16LL << 30;
+	cfg->upload_idle_ms = 5 * 60 * 1000;
+	cfg->staging_reserve_pct = 5;
 }
 
 static void on_stop(void *arg)
