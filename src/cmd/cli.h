@@ -59,6 +59,8 @@ struct cli_ctx {
 
 /* The long-running subcommands (cmd_server.c, cmd_shim.c). */
 int cmd_server(int argc, char **argv);
+/* `kiln server --help`: usage, every option, exit codes. */
+extern const char cmd_server_help[];
 int cmd_shim(int argc, char **argv);
 
 int cmd_submit(struct cli_ctx *ctx, int argc, char **argv);

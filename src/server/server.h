@@ -13,7 +13,13 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "spec/spec.h"
 
+/*
+ * Every option of `kiln server`: its flags and its config file's keys both
+ * come from kn_server_options(), so a field here that a user may set has
+ * exactly one entry there.
+ */
 struct kn_server_config {
 	const char *home;         /* $KILN_HOME: created 0700 if missing */
 	const char *listen_host;  /* default 127.0.0.1 */
@@ -33,6 +39,9 @@ struct kn_server_config {
 	int64_t log_max_bytes;    /* per task log file before rotation */
 	const char *blob_store;   /* checkpoint and output store URL; NULL =
 				     file://$KILN_HOME/blobs */
+	bool debug;               /* log debug messages */
+	bool azure_events;        /* watch Azure Scheduled Events at the
+				     default URL unless one is given */
 	const char *azure_events_url; /* poll Azure Scheduled Events, or NULL */
 	const char *azure_vm_name;    /* this VM's name in events (default:
 					 the node name) */
@@ -74,11 +83,11 @@ struct kn_server_config {
 	const char *node_labels;  /* "zone=1,fault_domain=0", or NULL */
 	/* Simulated nodes run on this machine instead of the local node
 	   (docs/scheduling.md): each "NAME GPUS [KEY=VALUE ...]". */
-	const char *const *sim_nodes;
+	const char **sim_nodes;
 	size_t n_sim_nodes;
 	/* Node pools (docs/capacity.md): each --pool "NAME SKU GPUS
 	   [KEY=VALUE ...]"; their nodes run on this machine too. */
-	const char *const *pools;
+	const char **pools;
 	size_t n_pools;
 
 	/* Scheduled backups (docs/backup.md). */
@@ -108,6 +117,13 @@ struct kn_server_config {
 				      kiln-task */
 	const char *task_user_map; /* "TOKEN-NAME: UNIX-USER" lines, or NULL */
 	bool unisolated;           /* run tasks without a sandbox */
+
+	/* What the config file names beyond options: signing keys and
+	   stores (parsed and checked; stores are not used yet). */
+	struct kn_server_conf sections;
+	/* The copies of strings the fields above point at when they came
+	   from kn_option_set (the command line's point into argv). */
+	struct kn_strpool strings;
 };
 
 /* Where Azure's metadata service serves Scheduled Events. */
@@ -116,6 +132,30 @@ struct kn_server_config {
 
 /* Defaults for every field. */
 void kn_server_config_init(struct kn_server_config *cfg);
+/* Frees what the config holds (strings, sections); NULL-safe fields. */
+void kn_server_config_release(struct kn_server_config *cfg);
+
+/* The options table: every flag and config file key, in help order. */
+const struct kn_option *kn_server_options(size_t *n);
+
+/*
+ * Read the config file at path into cfg (options and sections). The file
+ * must be a regular file owned by this user or root and writable by no
+ * one else: it may hold secrets and says which keys sign. Returns
+ * -ENOENT (err filled) when there is no such file, -EPERM for a file
+ * others could have written, -EINVAL with "FILE:LINE:COLUMN: KEY: ..."
+ * for what is wrong inside.
+ */
+int kn_server_config_load(struct kn_server_config *cfg, const char *path,
+			  struct kn_error *err);
+
+/*
+ * The checks that span options (--sim-node with --gpus, kube flags
+ * without --executor kubernetes, ...), after flags and file are both in;
+ * fills the values that follow from others (--azure-events' URL). 0 or
+ * -EINVAL naming the options.
+ */
+int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err);
 
 /*
  * Run until SIGTERM or SIGINT. Returns 0 after a clean stop, or a negative

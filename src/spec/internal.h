@@ -216,7 +216,8 @@ int spec_read_root(struct walk *w, struct fy_node *root,
  * Check the text, load its one YAML document and hand the root to read.
  * Errors (too big, not UTF-8, bad YAML, two documents, empty) carry
  * file:line:column; what is wrong inside the mapping is read's to say.
- * empty_hint completes "spec is empty; expected ...".
+ * empty_hint completes "spec is empty; expected ..."; NULL: an empty
+ * document is allowed and read gets a NULL root.
  */
 int spec_parse_document(const char *text, size_t len, const char *filename,
 			const char *empty_hint, spec_read_root_fn read,

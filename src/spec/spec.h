@@ -424,4 +424,118 @@ bool kn_spec_name_valid(const char *s);
    them (or no kind). */
 const char *kn_spec_kind(const char *text, size_t len);
 
+/* --- options: one table for a program's flags and its config file ------- */
+
+/* Strings (and lists) an options target holds, freed together. */
+struct kn_strpool {
+	void **v;
+	size_t n, cap;
+};
+/* A copy of s that lives until the pool is released. */
+char *kn_strpool_keep(struct kn_strpool *pool, const char *s);
+void kn_strpool_release(struct kn_strpool *pool);
+
+enum kn_option_kind {
+	KN_OPT_STRING,   /* const char * at offset (choices: one of them) */
+	KN_OPT_PATH,     /* const char *, a file or directory */
+	KN_OPT_DURATION, /* int64_t milliseconds, min..max */
+	KN_OPT_SIZE,     /* int64_t bytes, min..max */
+	KN_OPT_COUNT,    /* int64_t, min..max */
+	KN_OPT_BOOL,     /* bool; as a flag it takes no argument */
+	KN_OPT_LIST,     /* const char ** at offset, size_t at count_offset;
+			    a repeatable flag, a list of strings in a file */
+};
+
+/* DURATION: a bare 0 is accepted and means none. */
+#define KN_OPT_ZERO_IS_NONE 0x1u
+/* BOOL: the option sets the field to false (--no-local-metrics). */
+#define KN_OPT_CLEARS 0x2u
+/* PATH: must be absolute. */
+#define KN_OPT_ABSOLUTE 0x4u
+/* STRING, PATH: the empty string is allowed (and means "none"). */
+#define KN_OPT_EMPTY_OK 0x8u
+/* COUNT: the field is an int (bounds must fit one), not an int64_t. */
+#define KN_OPT_INT 0x10u
+
+struct kn_option;
+/* Reads text into target in place of the kind's own reading. */
+typedef int (*kn_option_set_fn)(const struct kn_option *o, void *target,
+				const char *text, struct kn_strpool *pool,
+				struct kn_error *err);
+
+/*
+ * One option: its flag is --NAME, its config file key NAME. Bounds of 0
+ * are none (max) or 0 (min). Messages from reading a value name neither the
+ * flag nor the file: the caller puts "--NAME: " or "FILE:L:C: NAME: "
+ * before them.
+ */
+struct kn_option {
+	const char *name;
+	enum kn_option_kind kind;
+	const char *arg;     /* the value's name in help: "HOST:PORT" */
+	size_t offset;       /* the field in the target struct */
+	size_t count_offset; /* LIST: its size_t count */
+	int64_t min, max;
+	unsigned flags;
+	const char *const *choices; /* STRING: NULL-terminated, or NULL */
+	const char *example;        /* shown after a bad value: "5m" */
+	kn_option_set_fn set;       /* custom reading, or NULL */
+	const char *help;           /* one line */
+};
+
+/*
+ * Read text as o says into target; strings are copied into pool. LIST
+ * appends. Returns 0, or -EINVAL with err saying what the value must be.
+ * target is untouched on failure.
+ */
+int kn_option_set(const struct kn_option *o, void *target, const char *text,
+		  struct kn_strpool *pool, struct kn_error *err);
+/* Empty a LIST option's list (the command line replaces the file's). */
+void kn_option_clear(const struct kn_option *o, void *target);
+/* The option named name, or NULL. */
+const struct kn_option *kn_option_find(const struct kn_option *opts,
+				       size_t n, const char *name);
+
+/* --- the server's config file: options plus named sections -------------- */
+
+/* A signing key the server holds by name, and who may sign with it. */
+struct kn_signer_conf {
+	char *name;
+	char *key_file;
+	char **roles;  /* token roles allowed to sign with it */
+	size_t n_roles;
+	char **tokens; /* token names allowed to sign with it */
+	size_t n_tokens;
+};
+
+/* A named blob store and where its credential comes from. */
+struct kn_store_conf {
+	char *name;
+	char *url;
+	char *credential_env;  /* an environment variable's name, or NULL */
+	char *credential_file; /* a file holding the secret, or NULL */
+};
+
+/* What a config file holds besides options. */
+struct kn_server_conf {
+	struct kn_signer_conf *signers;
+	size_t n_signers;
+	struct kn_store_conf *stores;
+	size_t n_stores;
+};
+
+/*
+ * Parse a server config file: a mapping whose keys are the options'
+ * names, read with kn_option_set into target, and the sections signers:
+ * and stores: into *out. An empty file is no options.
+ * Errors are "FILE:LINE:COLUMN: KEY: message". *out is written only on
+ * success; target may be half-set on failure.
+ */
+int kn_server_conf_parse(const char *text, size_t len, const char *filename,
+			 const struct kn_option *opts, size_t n_opts,
+			 void *target,
+			 struct kn_strpool *pool, struct kn_server_conf *out,
+			 struct kn_error *err);
+void kn_server_conf_release(struct kn_server_conf *conf);
+
 #endif

@@ -1097,7 +1097,8 @@ static int check_text(struct walk *w, const char *text, size_t len)
  * Check the text, load its one YAML document and hand the root to read.
  * Errors (too big, not UTF-8, bad YAML, two documents, empty) carry
  * file:line:column; what is wrong inside the mapping is read's to say.
- * empty_hint completes "spec is empty; expected ...".
+ * empty_hint completes "spec is empty; expected ..."; NULL: an empty
+ * document is allowed and read gets a NULL root.
  */
 int spec_parse_document(const char *text, size_t len, const char *filename,
 			const char *empty_hint, spec_read_root_fn read,
@@ -1161,6 +1162,10 @@ int spec_parse_document(const char *text, size_t len, const char *filename,
 		goto out;
 	}
 	root = doc ? fy_document_root(doc) : NULL;
+	if (!root && !empty_hint) {
+		rc = read(&w, NULL, obj);
+		goto out;
+	}
 	if (!root) {
 		rc = kn_errorf(err, KN_EINVAL, NULL,
 			       "%s:1:1: spec is empty; expected %s", w.file,

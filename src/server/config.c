@@ -1,0 +1,326 @@
+/*
+ * server/config.c: the server's options as one table, its config file
+ * and the checks that span options.
+ *
+ * `kiln server`'s getopt options, the values each accepts and the keys of
+ * its config file all come from the table below: adding a field to
+ * struct kn_server_config that users set means adding one row here (and
+ * its line in the help and docs/cli.md, which a unit test holds to the
+ * table). The file is refused when another user could have written it:
+ * it names the keys the server signs with.
+ */
+#include "server/server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cost/cost.h"
+
+/* A config file is a page or two of text. */
+#define CONFIG_MAX_BYTES (256 * 1024)
+
+#define F(field) offsetof(struct kn_server_config, field)
+
+/* HOST:PORT, or [V6]:PORT; port 0 picks a free one. */
+static int set_listen(const struct kn_option *o, void *target,
+		      const char *text, struct kn_strpool *pool,
+		      struct kn_error *err)
+{
+	struct kn_server_config *cfg = target;
+	const char *colon = strrchr(text, ':');
+	char host[256], *end;
+	long port;
+
+	if (!colon || colon == text || (size_t)(colon - text) >= sizeof(host))
+		goto bad;
+	port = strtol(colon + 1, &end, 10);
+	if (*end || end == colon + 1 || port < 0 || port > 65535)
+		goto bad;
+	memcpy(host, text, (size_t)(colon - text));
+	host[colon - text] = '\0';
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	if (!host[0])
+		goto bad;
+	cfg->listen_host = kn_strpool_keep(pool, host);
+	cfg->listen_port = (int)port;
+	return 0;
+bad:
+	return kn_errorf(err, KN_EINVAL, o->name, "\"%s\" is not HOST:PORT "
+			 "(e.g. 127.0.0.1:7070)", text);
+}
+
+static int set_pricing(const struct kn_option *o, void *target,
+		       const char *text, struct kn_strpool *pool,
+		       struct kn_error *err)
+{
+	struct kn_server_config *cfg = target;
+	enum kn_pricing pricing;
+
+	if (kn_pricing_parse(text, &pricing, err) < 0)
+		return kn_errorf(err, KN_EINVAL, o->name, "\"%s\" is not "
+				 "on_demand, spot, reserved_1y or reserved_3y",
+				 text);
+	cfg->node_pricing = kn_strpool_keep(pool, text);
+	return 0;
+}
+
+static int set_cgroup_parent(const struct kn_option *o, void *target,
+			     const char *text, struct kn_strpool *pool,
+			     struct kn_error *err)
+{
+	struct kn_server_config *cfg = target;
+
+	if (!text[0] || strstr(text, ".."))
+		return kn_errorf(err, KN_EINVAL, o->name, "\"%s\" is not a "
+				 "cgroup path (e.g. kiln or /kiln.slice)",
+				 text);
+	cfg->cgroup_parent = kn_strpool_keep(pool, text);
+	return 0;
+}
+
+static const char *const executors[] = {"local", "slurm", "kubernetes",
+					NULL};
+
+/* Rows in the order of `kiln server --help`. */
+static const struct kn_option server_options[] = {
+	{"listen", KN_OPT_STRING, "HOST:PORT", .set = set_listen,
+	 .help = "address of the API"},
+	{"gpus", KN_OPT_STRING, "SPEC", F(gpus),
+	 .help = "simulate devices instead of using NVML"},
+	{"gpu-dev-dir", KN_OPT_PATH, "DIR", F(gpu_dev_dir),
+	 .flags = KN_OPT_ABSOLUTE, .help = "device nodes of simulated GPUs"},
+	{"cgroup-parent", KN_OPT_STRING, "PATH", .set = set_cgroup_parent,
+	 .help = "the cgroup local tasks run under"},
+	/* The kernel's own ceiling on processes is 4194304 (pid_max). */
+	{"pids-max", KN_OPT_COUNT, "N", F(pids_max), .min = 16,
+	 .max = 4194304, .help = "processes per task"},
+	{"no-limits", KN_OPT_BOOL, NULL, F(no_limits),
+	 .help = "run tasks unlimited where cgroups cannot be written"},
+	{"upload-max-open", KN_OPT_COUNT, "N", F(upload_max_open), .min = 1,
+	 .max = 100000, .help = "model-blob uploads one token may have open"},
+	{"upload-max-staged", KN_OPT_SIZE, "SIZE", F(upload_max_staged),
+	 .min = 1 << 20, .example = "16Gi",
+	 .help = "bytes one token's open uploads may stage"},
+	{"upload-idle", KN_OPT_DURATION, "DURATION", F(upload_idle_ms),
+	 .min = 1000, .example = "5m",
+	 .help = "drop an upload with no part for this long"},
+	{"staging-reserve", KN_OPT_COUNT, "PCT", F(staging_reserve_pct),
+	 .min = 0, .max = 90,
+	 .help = "percent of the upload file system kept free"},
+	{"mig-profiles", KN_OPT_PATH, "FILE", F(mig_profiles),
+	 .help = "MIG profile table"},
+	{"home", KN_OPT_PATH, "DIR", F(home), .help = "state directory"},
+	{"node-name", KN_OPT_STRING, "NAME", F(node_name),
+	 .help = "name of this node"},
+	{"node-labels", KN_OPT_STRING, "K=V,...", F(node_labels),
+	 .help = "labels of this node"},
+	{"sim-node", KN_OPT_LIST, "\"NAME GPUS [K=V ...]\"", F(sim_nodes),
+	 F(n_sim_nodes), .help = "run a simulated node (repeatable)"},
+	{"pool", KN_OPT_LIST, "\"NAME SKU GPUS [K=V ...]\"", F(pools),
+	 F(n_pools), .help = "a node pool (repeatable)"},
+	{"node-sku", KN_OPT_STRING, "SIZE", F(node_sku),
+	 .help = "this node's VM size in the catalog"},
+	{"node-pricing", KN_OPT_STRING, "MODEL", .set = set_pricing,
+	 .help = "this node's pricing model"},
+	{"catalog", KN_OPT_PATH, "FILE", F(cost_catalog),
+	 .help = "extra VM size rows for the cost ledger"},
+	{"usage-interval", KN_OPT_DURATION, "DURATION", F(usage_interval_ms),
+	 .min = 100, .flags = KN_OPT_ZERO_IS_NONE, .example = "10s",
+	 .help = "sample each local task's use this often"},
+	{"task-user", KN_OPT_STRING, "USER", F(task_user),
+	 .help = "as root, the Unix user tasks run as"},
+	{"task-user-map", KN_OPT_PATH, "FILE", F(task_user_map),
+	 .help = "as root, token names to Unix users"},
+	{"unisolated", KN_OPT_BOOL, NULL, F(unisolated),
+	 .help = "run tasks without the sandbox"},
+	{"policy", KN_OPT_STRING, "NAME", F(policy),
+	 .help = "how a GPU job's node is chosen"},
+	{"kill-grace", KN_OPT_DURATION, "DURATION", F(kill_grace_ms),
+	 .example = "10s", .help = "time between SIGTERM and SIGKILL"},
+	{"log-max-size", KN_OPT_SIZE, "SIZE", F(log_max_bytes), .min = 4096,
+	 .example = "64Mi", .help = "rotate a task's log at this size"},
+	{"debug", KN_OPT_BOOL, NULL, F(debug), .help = "log debug messages"},
+	{"azure-events", KN_OPT_BOOL, NULL, F(azure_events),
+	 .help = "watch Azure Scheduled Events"},
+	{"azure-events-url", KN_OPT_STRING, "URL", F(azure_events_url),
+	 .help = "where to poll Scheduled Events"},
+	{"azure-vm-name", KN_OPT_STRING, "NAME", F(azure_vm_name),
+	 .help = "this VM's name in events"},
+	{"blob-store", KN_OPT_STRING, "URL", F(blob_store),
+	 .help = "where checkpoints and outputs go"},
+	{"trusted-keys", KN_OPT_PATH, "DIR", F(trusted_keys),
+	 .help = "the model registry's trusted public keys"},
+	{"alert-rules", KN_OPT_PATH, "FILE", F(alert_rules),
+	 .flags = KN_OPT_EMPTY_OK, .help = "alert rules (\"\": none)"},
+	{"scrape", KN_OPT_STRING, "URL,...", F(scrape_urls),
+	 .help = "Prometheus exporters to scrape"},
+	{"scrape-interval", KN_OPT_DURATION, "DURATION", F(scrape_interval_ms),
+	 .min = 100, .example = "15s", .help = "how often to scrape"},
+	{"no-local-metrics", KN_OPT_BOOL, NULL, F(scrape_local),
+	 .flags = KN_OPT_CLEARS,
+	 .help = "do not read this node's metrics in-process"},
+	{"alert-webhook", KN_OPT_STRING, "URL", F(alert_webhook),
+	 .help = "POST each firing and resolved alert"},
+	{"health-interval", KN_OPT_DURATION, "DURATION", F(health_interval_ms),
+	 .min = 1000, .flags = KN_OPT_ZERO_IS_NONE, .example = "5m",
+	 .help = "run the node health checks this often"},
+	{"health-root", KN_OPT_PATH, "DIR", F(health_root),
+	 .help = "read /proc, /sys and /dev/kmsg under DIR"},
+	{"health-sku", KN_OPT_STRING, "SIZE", F(health_sku),
+	 .help = "the VM size to check the inventory against"},
+	{"health-sku-file", KN_OPT_PATH, "FILE", F(health_sku_file),
+	 .help = "the size catalogue"},
+	{"health-kernel-log", KN_OPT_PATH, "FILE", F(health_kernel_log),
+	 .help = "the kernel log to read for XIDs"},
+	{"executor", KN_OPT_STRING, "local|slurm|kubernetes", F(executor),
+	 .choices = executors, .help = "where tasks run"},
+	{"slurm-partitions", KN_OPT_STRING, "MAP", F(slurm_partitions),
+	 .help = "Slurm partition by job"},
+	{"slurm-shards-per-gpu", KN_OPT_COUNT, "N", F(slurm_shards_per_gpu),
+	 .min = 1, .max = 1000, .flags = KN_OPT_INT,
+	 .help = "shards per GPU in the cluster's gres.conf"},
+	{"kube-namespace", KN_OPT_STRING, "NS", F(kube_namespace),
+	 .help = "where Jobs and Deployments go"},
+	{"kubeconfig", KN_OPT_PATH, "FILE", F(kubeconfig),
+	 .help = "Kubernetes credentials"},
+	{"kube-context", KN_OPT_STRING, "NAME", F(kube_context),
+	 .help = "the kubeconfig context"},
+	{"image", KN_OPT_STRING, "IMAGE", F(kube_image),
+	 .help = "the container image of specs without one"},
+	{"kube-scheduler-name", KN_OPT_STRING, "NAME", F(kube_scheduler),
+	 .help = "schedulerName of every pod"},
+	{"kube-shim-image", KN_OPT_STRING, "IMAGE", F(kube_shim_image),
+	 .help = "the image whose kiln the pods run tasks under"},
+	{"backup-every", KN_OPT_DURATION, "DURATION", F(backup_every_ms),
+	 .min = 100, .example = "6h", .help = "take a backup this often"},
+	{"backup-keep", KN_OPT_COUNT, "N", F(backup_keep), .min = 1,
+	 .max = 10000, .flags = KN_OPT_INT,
+	 .help = "keep the newest N complete backups"},
+	{"backup-to", KN_OPT_STRING, "URL", F(backup_to),
+	 .help = "where backups go"},
+	{"backup-with-audit-key", KN_OPT_BOOL, NULL, F(backup_with_audit_key),
+	 .help = "scheduled backups include audit.key"},
+};
+
+#define N_SERVER_OPTIONS (sizeof(server_options) / sizeof(server_options[0]))
+
+const struct kn_option *kn_server_options(size_t *n)
+{
+	*n = N_SERVER_OPTIONS;
+	return server_options;
+}
+
+void kn_server_config_release(struct kn_server_config *cfg)
+{
+	kn_server_conf_release(&cfg->sections);
+	kn_strpool_release(&cfg->strings);
+}
+
+/* Who may have written the file: only this user or root. */
+static int check_file_owner(const char *path, const struct stat *st,
+			    struct kn_error *err)
+{
+	if (!S_ISREG(st->st_mode))
+		return kn_errorf(err, KN_EINVAL, path, "%s: is %s, not a file",
+				 path, kn_file_kind(st->st_mode));
+	if (st->st_uid != geteuid() && st->st_uid != 0)
+		return kn_errorf(err, KN_EPERM, path, "%s: owned by uid %u; a "
+				 "config file must be owned by the server's "
+				 "user (uid %u) or root", path,
+				 (unsigned)st->st_uid, (unsigned)geteuid());
+	if (st->st_mode & (S_IWGRP | S_IWOTH))
+		return kn_errorf(err, KN_EPERM, path, "%s: mode %04o lets "
+				 "others write it; a config file names the keys "
+				 "the server signs with: chmod go-w %s", path,
+				 (unsigned)(st->st_mode & 07777), path);
+	return 0;
+}
+
+int kn_server_config_load(struct kn_server_config *cfg, const char *path,
+			  struct kn_error *err)
+{
+	struct kn_server_conf sections = {0};
+	size_t len = 0;
+	char *text = NULL;
+	struct stat st;
+	int fd, rc;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
+		int e = errno;
+
+		return kn_errorf(err, e == ENOENT ? KN_ENOTFOUND : KN_EIO, path,
+				 "%s: %s", path, strerror(e));
+	}
+	rc = fstat(fd, &st) < 0 ? kn_errorf(err, KN_EIO, path, "%s: %s", path,
+					    strerror(errno)) :
+				  check_file_owner(path, &st, err);
+	if (rc == 0 && kn_read_fd(fd, CONFIG_MAX_BYTES, &text, &len) < 0)
+		rc = kn_errorf(err, KN_EIO, path, "%s: cannot read it (at most "
+			       "%d bytes)", path, CONFIG_MAX_BYTES);
+	close(fd);
+	if (rc)
+		return rc;
+	rc = kn_server_conf_parse(text, len, path, server_options,
+				  N_SERVER_OPTIONS, cfg,
+				  &cfg->strings, &sections, err);
+	free(text);
+	if (rc)
+		return rc;
+	kn_server_conf_release(&cfg->sections);
+	cfg->sections = sections;
+	return 0;
+}
+
+/* Nodes that bring their own devices and labels exclude the local one's. */
+static int check_nodes(const struct kn_server_config *cfg,
+		       struct kn_error *err)
+{
+	bool local_node = cfg->gpus || cfg->node_labels || cfg->node_name ||
+			  cfg->node_sku || cfg->node_pricing;
+	bool local_exec = !strcmp(cfg->executor, "local");
+
+	if (cfg->n_sim_nodes && local_node)
+		return kn_errorf(err, KN_EINVAL, "sim-node", "--sim-node "
+				 "cannot be combined with --gpus, "
+				 "--node-labels, --node-name, --node-sku or "
+				 "--node-pricing: give each node's GPUs and "
+				 "labels (sku=, pricing=) in its --sim-node");
+	/* Under Slurm the one node stands for the partitions' GPUs. */
+	if (cfg->n_sim_nodes && !local_exec)
+		return kn_errorf(err, KN_EINVAL, "sim-node", "--sim-node runs "
+				 "its nodes on this machine: it needs "
+				 "--executor local");
+	if (cfg->n_pools && (local_node || !local_exec))
+		return kn_errorf(err, KN_EINVAL, "pool", "--pool cannot be "
+				 "combined with --gpus, --node-labels, "
+				 "--node-name, --node-sku, --node-pricing or "
+				 "another executor than local: its nodes bring "
+				 "their GPUs and labels");
+	return 0;
+}
+
+int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err)
+{
+	int rc = check_nodes(cfg, err);
+
+	if (rc)
+		return rc;
+	if ((cfg->kube_namespace || cfg->kubeconfig || cfg->kube_context ||
+	     cfg->kube_image || cfg->kube_scheduler || cfg->kube_shim_image) &&
+	    strcmp(cfg->executor, "kubernetes") != 0)
+		return kn_errorf(err, KN_EINVAL, "executor", "--kube-namespace, "
+				 "--kubeconfig, --kube-context, --image, "
+				 "--kube-scheduler-name and --kube-shim-image "
+				 "need --executor kubernetes");
+	if (cfg->azure_events && !cfg->azure_events_url)
+		cfg->azure_events_url = KN_AZURE_EVENTS_URL;
+	return 0;
+}
