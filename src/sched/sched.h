@@ -472,6 +472,14 @@ int kn_pack_place(struct kn_pack *c, const struct kn_pack_policy *policy,
 int kn_pack_bind(struct kn_pack *c, size_t node,
 		 const struct kn_pack_pod *pod, const int *gpus, int n_gpus);
 
+/*
+ * Give back what a placement of pod took (a pod leaving): -EINVAL, the
+ * cluster untouched, when the node could not be holding it (more free
+ * than its capacity afterwards, or no pod of its kind there).
+ */
+int kn_pack_unbind(struct kn_pack *c, const struct kn_pack_placement *where,
+		   const struct kn_pack_pod *pod);
+
 /* Node state, for reports, tests and policies. */
 struct kn_pack_node_state {
 	int cpu_free;

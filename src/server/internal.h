@@ -433,15 +433,25 @@ int models_alias_point(struct server *s, const struct caller *c,
 /* Whether the server's trusted keys hold key_id. */
 bool models_key_trusted(struct server *s, const char *key_id);
 /*
- * Sign name@version's canonical manifest with the private key file
- * key_path (read by the server), kept as a posted signature is: only when
- * it verifies. key_id gets the key's id, trusted whether the server's
- * trusted keys hold it.
+ * The one check before the server signs anything: signer is a signer of
+ * the server's config and c may sign with it (its role or token name is
+ * granted). 0 with *out the signer, or -EPERM with err naming the signer;
+ * a refusal is audited as model.sign_refused on object.
  */
-int models_sign_file(struct server *s, const struct caller *c,
-		     const char *name, int64_t version, const char *key_path,
-		     char key_id[KN_SHA256_HEX + 1], bool *trusted,
-		     struct kn_error *err);
+int models_signer_check(struct server *s, const struct caller *c,
+			const char *signer, const char *object,
+			const struct kn_signer_conf **out, struct kn_error *err);
+/*
+ * Sign name@version's canonical manifest with signer's key, for c (after
+ * models_signer_check; the key file is checked again), kept as a posted
+ * signature is: only when it verifies. Audited as model.sign (ok or
+ * error). key_id gets the key's id, trusted whether the server's trusted
+ * keys hold it.
+ */
+int models_sign(struct server *s, const struct caller *c, const char *name,
+		int64_t version, const char *signer,
+		char key_id[KN_SHA256_HEX + 1], bool *trusted,
+		struct kn_error *err);
 /*
  * A deployment's `model: NAME@VERSION|NAME@ALIAS`: refuse (naming the
  * problem) a version that is unsigned, signed by no trusted key or whose

@@ -1,5 +1,5 @@
 /*
- * server/config.c: the server's options as one table, its config file
+ * server/server_config.c: the server's options as one table, its config file
  * and the checks that span options.
  *
  * `kiln server`'s getopt options, the values each accepts and the keys of
