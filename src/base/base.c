@@ -206,8 +206,8 @@ int kn_parse_duration(const char *s, int64_t *out_ms)
 		}
 		if (best == SIZE_MAX)
 			return -EINVAL;
-		if (v > (unsigned long long)(INT64_MAX / units[best].ms) ||
-		    total > INT64_MAX - (int64_t)v * units[best].ms)
+		if (v > (unsigned long long)(KN_DURATION_MAX_MS / units[best].ms) ||
+		    total > KN_DURATION_MAX_MS - (int64_t)v * units[best].ms)
 			return -EINVAL;
 		total += (int64_t)v * units[best].ms;
 		p += strlen(units[best].unit);

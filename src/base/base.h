@@ -81,8 +81,14 @@ void kn_format_ago(int64_t epoch_ms, int64_t now_ms, char *buf, size_t len);
 void kn_format_duration(int64_t ms, char *buf, size_t len);
 
 /*
+ * Durations are at most ten years: any longer one is a mistake, and a
+ * bound keeps now + duration (and a doubled back-off) far from overflow.
+ */
+#define KN_DURATION_MAX_MS (3650LL * 86400 * 1000)
+/*
  * "90s", "5m", "1h30m", "250ms", "2d" -> milliseconds. A bare number is
- * rejected (units are required). Returns 0 or -EINVAL.
+ * rejected (units are required), and so is one over KN_DURATION_MAX_MS
+ * ("3650d"). Returns 0 or -EINVAL.
  */
 int kn_parse_duration(const char *s, int64_t *out_ms);
 /*

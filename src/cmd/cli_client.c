@@ -35,6 +35,7 @@ struct cli_client {
 	char *token;      /* NULL when none was found */
 	char *token_note; /* for 401 messages: the token's source, or why none */
 	char errbuf[CURL_ERROR_SIZE];
+	char idem_key[33]; /* cli_create's, hex: one per create and its retry */
 };
 
 char *cli_kiln_home(void)
@@ -420,6 +421,24 @@ static void set_method(CURL *curl, const char *method, const char *body,
 		curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
 }
 
+/*
+ * A request that may have reached the server without its answer coming
+ * back: the connection broke (reset, closed with nothing) or went
+ * silent. Not a refused connect: then nothing was sent.
+ */
+static bool lost_answer(CURLcode cc)
+{
+	return cc == CURLE_SEND_ERROR || cc == CURLE_RECV_ERROR ||
+	       cc == CURLE_GOT_NOTHING || cc == CURLE_PARTIAL_FILE ||
+	       cc == CURLE_OPERATION_TIMEDOUT;
+}
+
+/* Internal to perform: the request carries c->idem_key. */
+#define PERFORM_KEYED (1u << 8)
+/* Internal to perform: a lost answer returns PERFORM_LOST unprinted. */
+#define PERFORM_QUIET_LOST (1u << 9)
+#define PERFORM_LOST (-1)
+
 static int perform(struct cli_client *c, const char *method,
 		   const char *path, const char *content_type,
 		   const char *body, size_t body_len, FILE *sink,
@@ -436,6 +455,11 @@ static int perform(struct cli_client *c, const char *method,
 
 	kn_buf_init(&a.body, CLI_MAX_RESPONSE_BYTES);
 	headers = request_headers(c, body ? content_type : NULL, !sink);
+	if (stream_flags & PERFORM_KEYED) {
+		char *line = kn_asprintf("Idempotency-Key: %s", c->idem_key);
+		headers = add_header(headers, line);
+		free(line);
+	}
 	curl_easy_reset(c->curl);
 	c->errbuf[0] = '\0';
 	kn_httpc_defaults(c->curl, (long)CLI_CONNECT_TIMEOUT_MS);
@@ -467,6 +491,9 @@ static int perform(struct cli_client *c, const char *method,
 			"kiln: the server's answer is larger than %d MiB\n",
 			CLI_MAX_RESPONSE_BYTES >> 20);
 		rc = CLI_EXIT_FAIL;
+	} else if (cc != CURLE_OK && lost_answer(cc) &&
+		   (stream_flags & PERFORM_QUIET_LOST)) {
+		rc = PERFORM_LOST;
 	} else if (cc != CURLE_OK) {
 		fprintf(stderr, "kiln: %s the server at %s: %s\n",
 			status ? "lost the connection to" : "cannot reach",
@@ -499,6 +526,31 @@ int cli_call(struct cli_client *c, const char *method, const char *path,
 {
 	return perform(c, method, path, content_type, body, body_len, NULL, 0,
 		       out);
+}
+
+int cli_create(struct cli_client *c, const char *path,
+	       const char *content_type, const char *body, size_t body_len,
+	       json_t **out)
+{
+	unsigned char raw[16];
+	int rc;
+
+	if (kn_random_bytes(raw, sizeof(raw)) < 0) {
+		fprintf(stderr, "kiln: no random bytes for an Idempotency-Key: "
+				"%s\n",
+			strerror(errno));
+		return CLI_EXIT_FAIL;
+	}
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(c->idem_key + 2 * i, 3, "%02x", raw[i]);
+	rc = perform(c, "POST", path, content_type, body, body_len, NULL,
+		     PERFORM_KEYED | PERFORM_QUIET_LOST, out);
+	if (rc != PERFORM_LOST)
+		return rc;
+	/* Under the same key: a create that did happen is answered, not
+	   made twice. */
+	return perform(c, "POST", path, content_type, body, body_len, NULL,
+		       PERFORM_KEYED, out);
 }
 
 int cli_get(struct cli_client *c, const char *path, json_t **out)
@@ -558,8 +610,7 @@ int cli_post_spec(struct cli_client *c, const char *collection,
 			cli_query_add(&path, "path", abs);
 		free(abs);
 	}
-	rc = cli_call(c, "POST", path.data, "application/yaml", text, len,
-		      answer);
+	rc = cli_create(c, path.data, "application/yaml", text, len, answer);
 	kn_buf_release(&path);
 	return rc;
 }

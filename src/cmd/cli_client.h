@@ -69,6 +69,16 @@ int cli_call(struct cli_client *c, const char *method, const char *path,
 	     const char *content_type, const char *body, size_t body_len,
 	     json_t **out);
 
+/*
+ * POST a create (a job, a deployment, a workflow run, a model version)
+ * with a fresh random Idempotency-Key; when the connection is lost
+ * before the answer (reset, closed, silent), send it once more with the
+ * same key, so a create that reached the server is answered and not
+ * made twice. Returns as cli_call.
+ */
+int cli_create(struct cli_client *c, const char *path,
+	       const char *content_type, const char *body, size_t body_len,
+	       json_t **out);
 /* cli_call for a GET without a body. */
 int cli_get(struct cli_client *c, const char *path, json_t **out);
 

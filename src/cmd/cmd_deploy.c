@@ -243,8 +243,8 @@ int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 		cli_query_add(&path, "file", name);
 		if (abs)
 			cli_query_add(&path, "path", abs);
-		rc = cli_call(c, "POST", path.data, "application/json", body,
-			      strlen(body), &answer);
+		rc = cli_create(c, path.data, "application/json", body,
+				strlen(body), &answer);
 		kn_buf_release(&path);
 		free(abs);
 	} else {

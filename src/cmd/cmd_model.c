@@ -389,7 +389,10 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 	answer = NULL;
 	{
 		char *path = model_path(a.name, "/versions");
-		rc = post_json(c, path, req, &answer);
+		char *body = json_dumps(req, JSON_COMPACT);
+		rc = cli_create(c, path, "application/json", body,
+				strlen(body), &answer);
+		free(body);
 		free(path);
 	}
 	if (rc)

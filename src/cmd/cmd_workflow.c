@@ -204,8 +204,8 @@ static int wf_run(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc)
 		goto out;
 	body = json_dumps(req, JSON_COMPACT);
-	rc = cli_call(c, "POST", "/v1/workflows", "application/json", body,
-		      strlen(body), &answer);
+	rc = cli_create(c, "/v1/workflows", "application/json", body,
+			strlen(body), &answer);
 	if (rc)
 		goto out;
 	run = json_object_get(answer, "workflow");

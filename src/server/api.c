@@ -240,19 +240,29 @@ static void h_whoami(struct server *s, struct kn_http_req *req,
 }
 
 /* Answer with job id as the store has it now. */
+/* {"job": ...} for job id, or NULL and err. */
+static json_t *job_answer(struct server *s, int64_t id, struct kn_error *err)
+{
+	struct kn_job_row j;
+	json_t *o;
+
+	if (kn_store_job_get(s->store, id, &j, err) < 0)
+		return NULL;
+	o = json_pack("{s:o}", "job", job_to_json(s, &j));
+	kn_job_row_release(&j);
+	return o;
+}
+
 static void reply_job(struct server *s, struct kn_http_req *req, int64_t id,
 		      int status)
 {
-	struct kn_job_row j;
 	struct kn_error err;
+	json_t *o = job_answer(s, id, &err);
 
-	if (kn_store_job_get(s->store, id, &j, &err) < 0) {
+	if (!o)
 		kn_http_reply_error(req, &err);
-		return;
-	}
-	kn_http_reply_json(req, status,
-			   json_pack("{s:o}", "job", job_to_json(s, &j)));
-	kn_job_row_release(&j);
+	else
+		kn_http_reply_json(req, status, o);
 }
 
 /* A user acting on another user's job: refused, and on the record. */
@@ -282,6 +292,7 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 	const char *body = kn_http_body(req, &len);
 	const char *file = kn_http_query(req, "file");
 	const char *path = kn_http_query(req, "path");
+	json_t *answer;
 	int64_t id;
 
 	(void)param;
@@ -290,11 +301,15 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 			  "path must be absolute; got \"%s\"", path);
 		return;
 	}
-	if (jobs_submit(s, c, body, len, file, path, &id, &err) < 0) {
+	if (idem_begin(s, req, c))
+		return;
+	if (jobs_submit(s, c, body, len, file, path, &id, &err) < 0 ||
+	    !(answer = job_answer(s, id, &err))) {
+		idem_abort(s, req);
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	reply_job(s, req, id, 201);
+	idem_reply(s, req, c, 201, answer);
 }
 
 static void h_job_list(struct server *s, struct kn_http_req *req,

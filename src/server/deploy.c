@@ -1105,6 +1105,11 @@ static void deploy_checked(struct server *s, int rc, const char *dir,
 			       "the server is stopping; deploy again");
 	else if (rc < 0)
 		e = *err;
+	/* An HTTP create (no cb) joins its Idempotency-Key's transaction. */
+	if (rc == 0 && !w->cb && idem_begin(s, w->req, &w->caller)) {
+		deploy_wait_free(w);
+		return;
+	}
 	if (rc == 0)
 		rc = apply(s, &w->caller, w->body, w->len, w->file, w->path,
 			   dir, w->reval_job, &p, &e);
@@ -1118,9 +1123,11 @@ static void deploy_checked(struct server *s, int rc, const char *dir,
 	if (w->cb) {
 		w->cb(s, rc, &e, w->arg);
 	} else if (rc < 0) {
+		idem_abort(s, w->req);
 		kn_http_reply_error(w->req, &e);
 	} else {
-		deploy_reply_deployment(s, w->req, p, p->generation == 1 ? 201 : 200);
+		idem_reply(s, w->req, &w->caller, p->generation == 1 ? 201 : 200,
+			   deploy_answer(s, p));
 	}
 	deploy_wait_free(w);
 }
@@ -1225,6 +1232,8 @@ static void deploy_h_create(struct server *s, struct kn_http_req *req,
 	int rc;
 
 	(void)param;
+	if (idem_replayed(s, req, c))
+		goto out;
 	if (create_body(req, &doc, &body, &len, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		goto out;
@@ -1233,11 +1242,15 @@ static void deploy_h_create(struct server *s, struct kn_http_req *req,
 	if (kn_deployment_spec_parse(body, len, file ? file : "deployment",
 				     s->deploy->presets, &spec, &err) < 0 ||
 	    !registry_model(spec)) {
-		if (deploy_apply(s, c, body, len, file, path, &p, &err) < 0)
+		if (idem_begin(s, req, c))
+			goto out;
+		if (deploy_apply(s, c, body, len, file, path, &p, &err) < 0) {
+			idem_abort(s, req);
 			kn_http_reply_error(req, &err);
-		else
-			deploy_reply_deployment(s, req, p,
-					 p->generation == 1 ? 201 : 200);
+		} else {
+			idem_reply(s, req, c, p->generation == 1 ? 201 : 200,
+				   deploy_answer(s, p));
+		}
 		goto out;
 	}
 	reval_job = reval_job_sent(doc, spec, &err, &rc);

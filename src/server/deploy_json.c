@@ -140,10 +140,13 @@ json_t *deploy_deployment_json(struct server *s, const struct deployment *p)
 	return o;
 }
 
+json_t *deploy_answer(struct server *s, const struct deployment *p)
+{
+	return json_pack("{s:o}", "deployment", deploy_deployment_json(s, p));
+}
+
 void deploy_reply_deployment(struct server *s, struct kn_http_req *req,
 			     const struct deployment *p, int status)
 {
-	kn_http_reply_json(req, status,
-			   json_pack("{s:o}", "deployment",
-				     deploy_deployment_json(s, p)));
+	kn_http_reply_json(req, status, deploy_answer(s, p));
 }

@@ -122,6 +122,8 @@ const char *deploy_followed_alias(const struct deployment *p, struct kn_model_re
 
 /* deploy_json.c */
 json_t *deploy_deployment_json(struct server *s, const struct deployment *p);
+/* {"deployment": ...}: the answer to a create or a read. */
+json_t *deploy_answer(struct server *s, const struct deployment *p);
 void deploy_reply_deployment(struct server *s, struct kn_http_req *req, const struct deployment *p, int status);
 
 #endif

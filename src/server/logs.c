@@ -111,12 +111,16 @@ static void read_work(void *arg)
 	if (fd < 0)
 		return;
 	if (fstat(fd, &st) == 0) {
+		bool first = rd->inode == 0;
+
 		/* Rotated underneath us: start on the new file. */
-		if (rd->inode && st.st_ino != rd->inode)
+		if (!first && st.st_ino != rd->inode)
 			rd->offset = 0;
 		rd->inode = st.st_ino;
+		/* An offset= past the end asks for nothing (a follower goes
+		   on from the end); later, a shorter file was truncated. */
 		if (st.st_size < rd->offset)
-			rd->offset = 0;
+			rd->offset = first ? st.st_size : 0;
 	}
 	/* Sized to what is there: an idle follower's poll allocates nothing. */
 	if (st.st_size > rd->offset)

@@ -24,6 +24,20 @@
 
 #include "ckpt/ckpt.h"
 
+static int64_t upload_sweep_ms(const struct server *s)
+{
+	return s->cfg.upload_idle_ms / 2 > 500 ? s->cfg.upload_idle_ms / 2
+					       : 500;
+}
+
+static void upload_sweep(void *arg)
+{
+	struct server *s = arg;
+
+	models_uploads_expire(s);
+	kn_timer_arm(s->models->idle_timer, upload_sweep_ms(s));
+}
+
 static int signers_start(struct server *s, struct kn_error *err);
 
 int models_start(struct server *s, struct kn_error *err)
@@ -52,6 +66,9 @@ int models_start(struct server *s, struct kn_error *err)
 			kn_rm_rf(partials.gl_pathv[i]);
 	globfree(&partials);
 	free(pattern);
+	/* Idle uploads go within half the idle time past it. */
+	m->idle_timer = kn_timer_new(s->loop, upload_sweep, s);
+	kn_timer_arm(m->idle_timer, upload_sweep_ms(s));
 	/* A bad key file is reported at start, not at the first pull. */
 	rc = kn_model_keyring_load(m->trusted_keys, &ring, err);
 	if (rc < 0)
@@ -69,6 +86,7 @@ void models_stop(struct server *s)
 	if (!m)
 		return;
 	models_uploads_drop(m);
+	kn_timer_free(m->idle_timer);
 	free(m->staging);
 	free(m->trusted_keys);
 	free(m);
@@ -209,6 +227,37 @@ bool models_key_trusted(struct server *s, const char *key_id)
 	return trusted;
 }
 
+/*
+ * A push that moves an alias is a promote: below operator (promote's
+ * role), a caller may set a new alias or move one it moved last, never
+ * one another token set.
+ */
+static int alias_push_allowed(struct server *s, const struct caller *c,
+			      const char *name, const char *alias,
+			      struct kn_error *err)
+{
+	struct kn_model_alias_row *hist = NULL;
+	const char *owner = NULL;
+	size_t n = 0;
+	int rc;
+
+	if (!alias || c->role >= KN_ROLE_OPERATOR)
+		return 0;
+	rc = kn_store_model_alias_history(s->store, name, &hist, &n, err);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++) /* oldest first: the last one holds */
+		if (!strcmp(hist[i].alias, alias))
+			owner = hist[i].actor;
+	if (owner && strcmp(owner, c->name) != 0)
+		rc = kn_errorf(err, KN_EPERM, "alias",
+			       "role %s may not move alias %s of model %s, "
+			       "set by %s (needs operator, as promote does)",
+			       role_name(c->role), alias, name, owner);
+	kn_model_alias_list_free(hist, n);
+	return rc;
+}
+
 int models_version_create(struct server *s, const struct caller *c,
 			  const char *name, const struct kn_model_files *files,
 			  json_t *lineage, json_t *metrics, const char *alias,
@@ -222,6 +271,9 @@ int models_version_create(struct server *s, const struct caller *c,
 	int64_t version = 0, now = kn_now_ms(), from;
 	int rc;
 
+	rc = alias_push_allowed(s, c, name, alias, err);
+	if (rc < 0)
+		return rc;
 	rc = kn_store_begin(s->store, err);
 	if (rc < 0)
 		return rc;

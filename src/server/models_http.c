@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +25,10 @@
 
 #include "ckpt/ckpt.h"
 
-/* Uploads idle this long are dropped when a new one starts. */
-#define UPLOAD_IDLE_MS (10 * 60 * 1000)
-
 struct upload {
 	char digest[KN_SHA256_HEX + 1];
 	char id[MODEL_UPLOAD_ID_MAX + 1]; /* the client's name for this upload */
+	char owner[128]; /* the token that started it: its caps count it */
 	char *path; /* the staging file */
 	int fd;
 	EVP_MD_CTX *ctx;
@@ -154,32 +153,112 @@ out:
 	kn_blob_store_free(store);
 }
 
+/* An upload is its owner's: another token's same digest and id is not. */
 static struct upload *upload_find(struct model_state *m, const char *digest,
-				  const char *id)
+				  const char *id, const char *owner)
 {
 	for (struct upload *u = m->uploads; u; u = u->next)
-		if (!strcmp(u->digest, digest) && !strcmp(u->id, id))
+		if (!strcmp(u->digest, digest) && !strcmp(u->id, id) &&
+		    !strcmp(u->owner, owner))
 			return u;
 	return NULL;
 }
 
-
-static int upload_begin(struct model_state *m, const char *digest,
-			const char *id, struct upload **out,
-			struct kn_error *err)
+void models_uploads_expire(struct server *s)
 {
+	struct model_state *m = s->models;
 	int64_t now = kn_mono_ms();
 	struct upload *u, *next;
 
 	for (u = m->uploads; u; u = next) {
 		next = u->next;
-		if ((!strcmp(u->digest, digest) && !strcmp(u->id, id)) ||
-		    now - u->touched_ms > UPLOAD_IDLE_MS)
-			upload_drop(m, u);
+		if (now - u->touched_ms <= s->cfg.upload_idle_ms)
+			continue;
+		kn_log(KN_LOG_INFO, "dropping %s's upload of %s: idle for %llds",
+		       u->owner, u->digest,
+		       (long long)((now - u->touched_ms) / 1000));
+		upload_drop(m, u);
 	}
+}
+
+/* How many uploads owner has open, and the bytes they staged. */
+static void owner_usage(const struct model_state *m, const char *owner,
+			int64_t *open, int64_t *staged)
+{
+	*open = 0;
+	*staged = 0;
+	for (const struct upload *u = m->uploads; u; u = u->next) {
+		if (strcmp(u->owner, owner) != 0)
+			continue;
+		(*open)++;
+		*staged += u->offset;
+	}
+}
+
+/*
+ * Room to stage len more bytes: the owner's cap on bytes staged (429)
+ * and the free-space reserve of the staging file system (507), checked
+ * before the bytes are written, so a full disk is never reached through
+ * uploads.
+ */
+static int staging_room(struct server *s, const char *owner, int64_t len,
+			struct kn_error *err)
+{
+	struct model_state *m = s->models;
+	int64_t open, staged;
+	struct statvfs fs;
+
+	owner_usage(m, owner, &open, &staged);
+	if (staged + len > s->cfg.upload_max_staged)
+		return kn_errorf(err, KN_ELIMIT, "upload",
+				 "%s's uploads would stage %lld bytes, over the "
+				 "cap of %lld (--upload-max-staged): finish or "
+				 "abandon one first",
+				 owner, (long long)(staged + len),
+				 (long long)s->cfg.upload_max_staged);
+	if (statvfs(m->staging, &fs) < 0)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", m->staging,
+				 strerror(errno));
+	/* In 1/100ths of a block, so a large file system cannot overflow. */
+	if (((long double)fs.f_bavail * fs.f_frsize - (long double)len) * 100 <
+	    (long double)fs.f_blocks * fs.f_frsize * s->cfg.staging_reserve_pct)
+		return kn_errorf(err, KN_ENOSPACE, NULL,
+				 "insufficient storage: staging %lld more bytes "
+				 "would leave less than %lld%% of the upload "
+				 "file system free (--staging-reserve)",
+				 (long long)len,
+				 (long long)s->cfg.staging_reserve_pct);
+	return 0;
+}
+
+static int upload_begin(struct server *s, const char *digest,
+			const char *id, const char *owner, struct upload **out,
+			struct kn_error *err)
+{
+	struct model_state *m = s->models;
+	int64_t now = kn_mono_ms(), open, staged;
+	struct upload *u;
+	int rc;
+
+	/* Starting over from 0 replaces the owner's upload of that id. */
+	u = upload_find(m, digest, id, owner);
+	if (u)
+		upload_drop(m, u);
+	models_uploads_expire(s);
+	owner_usage(m, owner, &open, &staged);
+	if (open >= s->cfg.upload_max_open)
+		return kn_errorf(err, KN_ELIMIT, "upload",
+				 "%s has %lld uploads open, the cap "
+				 "(--upload-max-open): finish one, or wait "
+				 "for an idle one to expire",
+				 owner, (long long)open);
+	rc = staging_room(s, owner, 0, err);
+	if (rc < 0)
+		return rc;
 	u = kn_xcalloc(1, sizeof(*u));
 	kn_strlcpy(u->digest, digest, sizeof(u->digest));
 	kn_strlcpy(u->id, id, sizeof(u->id));
+	kn_strlcpy(u->owner, owner, sizeof(u->owner));
 	/* A file of its own: one being stored by a worker may have the same
 	   digest and id (a client that sent the last part again). */
 	u->path = kn_asprintf("%s/%s.%s.XXXXXX", m->staging, digest, id);
@@ -356,9 +435,9 @@ static void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		fail(s, req, c, "model.blob.put", object, &err);
 		return;
 	}
-	u = upload_find(m, param, id);
+	u = upload_find(m, param, id, c->name);
 	if (offset == 0) {
-		if (upload_begin(m, param, id, &u, &err) < 0) {
+		if (upload_begin(s, param, id, c->name, &u, &err) < 0) {
 			fail(s, req, c, "model.blob.put", object, &err);
 			return;
 		}
@@ -372,10 +451,15 @@ static void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		fail(s, req, c, "model.blob.put", object, &err);
 		return;
 	}
+	if (staging_room(s, c->name, (int64_t)len, &err) < 0) {
+		upload_drop(m, u);
+		fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
 	rc = write_all(u->fd, data, len);
 	if (rc < 0) {
-		kn_errorf(&err, KN_EIO, NULL, "staging %s: %s", param,
-			  strerror(-rc));
+		kn_errorf(&err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO, NULL,
+			  "staging %s: %s", param, strerror(-rc));
 		upload_drop(m, u);
 		fail(s, req, c, "model.blob.put", object, &err);
 		return;
@@ -448,13 +532,18 @@ static void version_push_done(void *arg, bool ran)
 		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
 				  "the server stopped before the blobs of %s "
 				  "were checked; push again", w->name);
+	if (w->rc == 0 && idem_begin(w->s, w->req, &w->caller))
+		goto out;
 	if (w->rc == 0)
 		w->rc = models_version_create(w->s, &w->caller, w->name, &w->files,
 				       NULL, NULL, w->alias, &reply, &w->err);
-	if (w->rc < 0)
+	if (w->rc < 0) {
+		idem_abort(w->s, w->req);
 		fail(w->s, w->req, &w->caller, "model.push", object, &w->err);
-	else
-		kn_http_reply_json(w->req, 201, reply);
+	} else {
+		idem_reply(w->s, w->req, &w->caller, 201, reply);
+	}
+out:
 	free(w->name);
 	free(w->alias);
 	free(w->store_url);
@@ -473,6 +562,8 @@ static void models_h_version_create(struct server *s, struct kn_http_req *req,
 	char object[96];
 
 	snprintf(object, sizeof(object), "model/%.64s", param);
+	if (idem_replayed(s, req, c))
+		return;
 	if (!models_name_checked(param, &err))
 		goto fail;
 	body = body_object(req, &err);

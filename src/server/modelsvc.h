@@ -19,7 +19,11 @@ struct model_state {
 	char *staging;          /* $KILN_HOME/registry/uploads */
 	char *trusted_keys;     /* directory of *.pub files */
 	struct upload *uploads; /* in progress (models_http.c) */
+	struct kn_timer *idle_timer; /* drops uploads idle too long */
 };
+
+/* Drop the uploads idle longer than --upload-idle (models_http.c). */
+void models_uploads_expire(struct server *s);
 
 /* models.c */
 int models_start(struct server *s, struct kn_error *err);

@@ -50,6 +50,10 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->head_timeout_ms = KN_HTTP_HEAD_TIMEOUT_MS;
 	cfg->body_idle_ms = KN_HTTP_BODY_IDLE_MS;
 	cfg->max_follows_per_token = 32;
+	cfg->upload_max_open = 8;
+	cfg->upload_max_staged = 16LL << 30;
+	cfg->upload_idle_ms = 5 * 60 * 1000;
+	cfg->staging_reserve_pct = 5;
 }
 
 static void on_stop(void *arg)

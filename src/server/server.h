@@ -116,6 +116,13 @@ struct kn_server_config {
 	/* Model registry: the directory of trusted Ed25519 public keys
 	   (*.pub); NULL = $KILN_HOME/keys/trusted. */
 	const char *trusted_keys;
+	/* Model-blob uploads (docs/security.md, "Upload caps"): per token,
+	   uploads open at once and bytes staged; how long one may sit idle;
+	   the share of the staging file system kept free. */
+	int64_t upload_max_open;     /* default 8 */
+	int64_t upload_max_staged;   /* bytes, default 16 GiB */
+	int64_t upload_idle_ms;      /* default 5 minutes */
+	int64_t staging_reserve_pct; /* default 5 */
 	/* Task isolation (docs/security.md). */
 	const char *task_user;     /* as root: tasks' Unix user, NULL =
 				      kiln-task */

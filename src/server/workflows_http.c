@@ -198,26 +198,35 @@ static json_t *run_json(const struct wf_run *r, bool detail,
 	return o;
 }
 
+/* {"workflow": ...} for run id, or NULL and err. */
+static json_t *run_answer(struct server *s, int64_t id, struct kn_error *err)
+{
+	struct wf_run r;
+	struct kn_error cerr;
+	json_t *costs = NULL, *o;
+
+	if (wf_run_load(s, id, &r, err) < 0)
+		return NULL;
+	/* The run's jobs were all submitted after it was. */
+	if (cost_by_job(s, r.row.submitted_at, &costs, &cerr) < 0)
+		kn_log(KN_LOG_WARN, "workflow run %lld: its cost: %s",
+		       (long long)id, cerr.message);
+	o = json_pack("{s:o}", "workflow", run_json(&r, true, costs));
+	json_decref(costs);
+	wf_run_release(&r);
+	return o;
+}
+
 static void reply_run(struct server *s, struct kn_http_req *req, int64_t id,
 		      int status)
 {
-	struct wf_run r;
 	struct kn_error err;
-	json_t *costs = NULL;
+	json_t *o = run_answer(s, id, &err);
 
-	if (wf_run_load(s, id, &r, &err) < 0) {
+	if (!o)
 		kn_http_reply_error(req, &err);
-		return;
-	}
-	/* The run's jobs were all submitted after it was. */
-	if (cost_by_job(s, r.row.submitted_at, &costs, &err) < 0)
-		kn_log(KN_LOG_WARN, "workflow run %lld: its cost: %s",
-		       (long long)id, err.message);
-	kn_http_reply_json(req, status,
-			   json_pack("{s:o}", "workflow",
-				     run_json(&r, true, costs)));
-	json_decref(costs);
-	wf_run_release(&r);
+	else
+		kn_http_reply_json(req, status, o);
 }
 
 static bool hex_text(const char *v, size_t min, size_t max)
@@ -321,7 +330,7 @@ static void workflows_h_run(struct server *s, struct kn_http_req *req,
 	size_t len;
 	const char *body = kn_http_body(req, &len);
 	const char *text, *filename, *path, *digest, *revision, *key;
-	json_t *doc, *files, *v;
+	json_t *doc, *files, *v, *answer;
 	char digest_now[65], *files_text = NULL;
 	int64_t id = 0;
 	int rc;
@@ -411,6 +420,8 @@ static void workflows_h_run(struct server *s, struct kn_http_req *req,
 		steps[i].state = "pending";
 	}
 	audit_fill(&a, c, "workflow.run", w->name);
+	if (idem_begin(s, req, c))
+		goto out;
 	rc = kn_store_wf_run_insert(s->store, &row, steps, w->n_steps, &a, &id,
 				    &err);
 	if (rc < 0)
@@ -418,9 +429,13 @@ static void workflows_h_run(struct server *s, struct kn_http_req *req,
 	kn_log(KN_LOG_INFO, "workflow run %lld (%s, %zu steps) by %s",
 	       (long long)id, w->name, w->n_steps, c->name);
 	wf_advance_logged(s, id);
-	reply_run(s, req, id, 201);
+	answer = run_answer(s, id, &err);
+	if (!answer)
+		goto fail;
+	idem_reply(s, req, c, 201, answer);
 	goto out;
 fail:
+	idem_abort(s, req);
 	kn_http_reply_error(req, &err);
 out:
 	free(steps);

@@ -26,7 +26,7 @@
 #define SUGGEST_MAX_DISTANCE 2
 
 static const char DURATION_ALLOWED[] =
-	"a duration such as 90s, 5m or 1h30m";
+	"a duration such as 90s, 5m or 1h30m, at most 3650d";
 
 /* --- text checks ------------------------------------------------------ */
 

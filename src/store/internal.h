@@ -27,6 +27,9 @@ enum stmt_id {
 	STMT_BEGIN,
 	STMT_COMMIT,
 	STMT_ROLLBACK,
+	STMT_SAVEPOINT,
+	STMT_RELEASE,
+	STMT_ROLLBACK_TO,
 	STMT_AUDIT_INSERT,
 	STMT_AUDIT_LIST,
 	STMT_AUDIT_PREV,
@@ -114,12 +117,16 @@ enum stmt_id {
 	STMT_TASK_USAGE_LIST,
 	STMT_JOB_INPUT_PUT,
 	STMT_JOB_INPUT_LIST,
+	STMT_IDEM_GET,
+	STMT_IDEM_PUT,
+	STMT_IDEM_EXPIRE,
 	STMT_COUNT,
 };
 
 struct kn_store {
 	sqlite3 *db;
 	sqlite3_stmt *stmt[STMT_COUNT];
+	int nested; /* savepoints open inside the transaction */
 
 	/* The audit chain (kn_store_audit_chain_start); unchained before. */
 	EVP_MAC_CTX *audit_mac; /* HMAC-SHA256 keyed, copied per row */
@@ -186,6 +193,7 @@ extern const struct store_stmt store_ledger_stmts[];
 extern const struct store_stmt store_model_stmts[];
 extern const struct store_stmt store_workflow_stmts[];
 extern const struct store_stmt store_alert_stmts[];
+extern const struct store_stmt store_idem_stmts[];
 
 /* The families above, NULL-terminated: what open prepares and tests walk. */
 extern const struct store_stmt *const store_families[];

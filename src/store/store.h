@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 14
+#define KN_STORE_SCHEMA_VERSION 15
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -51,8 +51,11 @@ int kn_store_open_reader(const char *path, struct kn_store **out,
 
 /*
  * Group several writes into one transaction (the scheduler's tick binds
- * many jobs at once). Nested begin is an error. The write calls below
- * start and commit their own transaction when none is open.
+ * many jobs at once). A begin inside an open transaction opens a
+ * savepoint: its commit folds what it did into the outer transaction
+ * (nothing is durable before the outer commit) and its rollback undoes
+ * only that. The write calls below start and commit their own
+ * transaction when none is open.
  * Inside kn_store_begin a failing write call leaves what it did so far in
  * the open transaction: the caller rolls back. Commit on no open
  * transaction is an error; a failed commit rolls the transaction back.
@@ -417,6 +420,35 @@ int kn_store_alert_list(struct kn_store *st, int64_t resolved_since,
 			int limit, struct kn_alert_row **out, size_t *n,
 			struct kn_error *err);
 void kn_alert_list_free(struct kn_alert_row *rows, size_t n);
+
+/* ---- idempotency keys: a create's answer, by caller and key ---- */
+
+struct kn_idem_row {
+	char *owner;       /* the caller's token name */
+	char *key;         /* the Idempotency-Key header as sent */
+	char *route;       /* "POST /v1/jobs": a key names one kind of create */
+	char *body_sha256; /* hex, of the request body */
+	int status;        /* the answer's HTTP status */
+	char *answer;      /* the answer's JSON body */
+	int64_t created_at;
+};
+void kn_idem_row_release(struct kn_idem_row *r);
+/*
+ * The row for (owner, key) created at or after since: 1 with *out
+ * filled, 0 when there is none (*out untouched).
+ */
+int kn_store_idem_get(struct kn_store *st, const char *owner, const char *key,
+		      int64_t since, struct kn_idem_row *out,
+		      struct kn_error *err);
+/*
+ * Record r, replacing an expired row with its owner and key; inside
+ * kn_store_begin it commits with the object the answer names.
+ */
+int kn_store_idem_put(struct kn_store *st, const struct kn_idem_row *r,
+		      struct kn_error *err);
+/* Delete the rows created before `before`. */
+int kn_store_idem_expire(struct kn_store *st, int64_t before,
+			 struct kn_error *err);
 
 /* ---- nodes and devices ---- */
 

@@ -52,11 +52,18 @@
 static const char SQL_BEGIN[] = "BEGIN IMMEDIATE";
 static const char SQL_COMMIT[] = "COMMIT";
 static const char SQL_ROLLBACK[] = "ROLLBACK";
+/* A begin inside an open transaction: one name, as savepoints stack. */
+static const char SQL_SAVEPOINT[] = "SAVEPOINT nested";
+static const char SQL_RELEASE[] = "RELEASE nested";
+static const char SQL_ROLLBACK_TO[] = "ROLLBACK TO nested";
 
 const struct store_stmt store_db_stmts[] = {
 	{STMT_BEGIN, SQL_BEGIN, NULL},
 	{STMT_COMMIT, SQL_COMMIT, NULL},
 	{STMT_ROLLBACK, SQL_ROLLBACK, NULL},
+	{STMT_SAVEPOINT, SQL_SAVEPOINT, NULL},
+	{STMT_RELEASE, SQL_RELEASE, NULL},
+	{STMT_ROLLBACK_TO, SQL_ROLLBACK_TO, NULL},
 	{0},
 };
 
@@ -64,7 +71,7 @@ const struct store_stmt *const store_families[] = {
 	store_db_stmts,     store_audit_stmts,  store_token_stmts,
 	store_job_stmts,    store_node_stmts,   store_deploy_stmts,
 	store_ledger_stmts, store_model_stmts,  store_workflow_stmts,
-	store_alert_stmts,  NULL,
+	store_alert_stmts,  store_idem_stmts,   NULL,
 };
 
 /* ---- state names ---- */
@@ -564,10 +571,30 @@ int store_write_named(struct kn_store *st, sqlite3_stmt *s,
 
 int kn_store_begin(struct kn_store *st, struct kn_error *err)
 {
-	if (!sqlite3_get_autocommit(st->db))
-		return kn_errorf(err, KN_EINVAL, NULL,
-				 "store: a transaction is already open");
-	return store_run(st, st->stmt[STMT_BEGIN], "starting a transaction", err);
+	int rc;
+
+	if (sqlite3_get_autocommit(st->db)) {
+		st->nested = 0;
+		return store_run(st, st->stmt[STMT_BEGIN],
+				 "starting a transaction", err);
+	}
+	rc = store_run(st, st->stmt[STMT_SAVEPOINT], "starting a savepoint",
+		       err);
+	if (rc == 0)
+		st->nested++;
+	return rc;
+}
+
+/* Undo and close the innermost savepoint (SQLite may have dropped it). */
+static void rollback_nested(struct kn_store *st)
+{
+	st->nested--;
+	if (sqlite3_get_autocommit(st->db))
+		return;
+	sqlite3_step(st->stmt[STMT_ROLLBACK_TO]);
+	sqlite3_reset(st->stmt[STMT_ROLLBACK_TO]);
+	sqlite3_step(st->stmt[STMT_RELEASE]);
+	sqlite3_reset(st->stmt[STMT_RELEASE]);
 }
 
 int kn_store_commit(struct kn_store *st, struct kn_error *err)
@@ -577,6 +604,15 @@ int kn_store_commit(struct kn_store *st, struct kn_error *err)
 	if (sqlite3_get_autocommit(st->db))
 		return kn_errorf(err, KN_EINVAL, NULL,
 				 "store: no transaction is open");
+	if (st->nested > 0) {
+		rc = store_run(st, st->stmt[STMT_RELEASE],
+			       "releasing a savepoint", err);
+		if (rc < 0)
+			rollback_nested(st);
+		else
+			st->nested--;
+		return rc;
+	}
 	rc = store_run(st, st->stmt[STMT_COMMIT], "committing", err);
 	if (rc < 0)
 		rollback_open(st);
@@ -586,6 +622,10 @@ int kn_store_commit(struct kn_store *st, struct kn_error *err)
 
 void kn_store_rollback(struct kn_store *st)
 {
+	if (st->nested > 0) {
+		rollback_nested(st);
+		return;
+	}
 	rollback_open(st);
 	st->head_dirty = false;
 }

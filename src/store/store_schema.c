@@ -403,6 +403,23 @@ static const char SQL_SCHEMA_V13[] =
 static const char SQL_SCHEMA_V14[] =
 	"ALTER TABLE model_revalidations ADD COLUMN deployment TEXT;";
 
+/*
+ * v15: the answer each create request with an Idempotency-Key got, by
+ * caller and key, kept a day so a retry gets it again (store_idem.c).
+ */
+static const char SQL_SCHEMA_V15[] =
+	"CREATE TABLE idempotency_keys ("
+	" owner TEXT NOT NULL,"
+	" key TEXT NOT NULL,"
+	" route TEXT NOT NULL,"
+	" body_sha256 TEXT NOT NULL,"
+	" status INTEGER NOT NULL,"
+	" answer TEXT NOT NULL,"
+	" created_at INTEGER NOT NULL,"
+	" PRIMARY KEY (owner, key)) WITHOUT ROWID;"
+	"CREATE INDEX idempotency_keys_created ON idempotency_keys"
+	" (created_at);";
+
 const char *const store_migrations[] = {
 	SQL_SCHEMA_V1,
 	SQL_SCHEMA_V2,
@@ -418,6 +435,7 @@ const char *const store_migrations[] = {
 	SQL_SCHEMA_V12,
 	SQL_SCHEMA_V13,
 	SQL_SCHEMA_V14,
+	SQL_SCHEMA_V15,
 };
 _Static_assert(sizeof(store_migrations) / sizeof(store_migrations[0]) ==
 		       KN_STORE_SCHEMA_VERSION,

@@ -149,7 +149,7 @@ def test_database_from_before_the_chain(stopped_home, tmp_path):
                  " DROP TABLE model_evaluations; DROP TABLE model_revalidations;"
                  " DROP TABLE job_revisions; DROP TABLE workflow_attempts;"
                  " DROP TABLE task_usage;"
-                 " DROP TABLE job_inputs;"
+                 " DROP TABLE job_inputs; DROP TABLE idempotency_keys;"
                  " PRAGMA user_version = 4;")
     (s.home / "audit.key").unlink()
     (s.home / "audit.head").unlink()

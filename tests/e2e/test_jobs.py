@@ -200,6 +200,11 @@ def test_logs_follow_streams_until_the_task_ends(server):
     assert body == "line 1\nline 2\nline 3\n"
     r = server.request("GET", f"/v1/jobs/{jid}/logs", params={"offset": 7})
     assert r.text == "line 2\nline 3\n"
+    # Past the end there is nothing, not the log from its start again.
+    for offset in (21, 22, 10**9):
+        r = server.request("GET", f"/v1/jobs/{jid}/logs",
+                           params={"offset": offset})
+        assert r.status_code == 200 and r.text == "", offset
 
 
 def test_bad_command_fails_with_127(server):

@@ -238,6 +238,21 @@ def test_promote_and_rollback_history_is_exact(server, tmp_path):
     user = server.create_token("user1", "user")
     res = server.cli("model", "promote", "gpt@3", "prod", token=user)
     assert res.returncode == 1 and "needs operator" in res.stderr
+    # push --alias moves an alias as promote does: a user may set a new
+    # one and move its own, never one another token set.
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "w").write_text("user's weights\n")
+    res = server.cli("model", "push", str(d), "--name", "gpt", "--alias",
+                     "prod", token=user)
+    assert res.returncode == 1 and "needs operator" in res.stderr, res.stderr
+    shown = json.loads(server.cli("model", "show", "gpt@prod", "-o", "json",
+                                  check=True).stdout)
+    assert shown["version"] == 1
+    for _ in range(2):
+        res = server.cli("model", "push", str(d), "--name", "gpt",
+                         "--alias", "mine", token=user)
+        assert res.returncode == 0, res.stderr
 
 
 def test_push_sign_verify_on_azurite(azurite, tmp_path):

@@ -28,6 +28,8 @@ static void test_durations(void **state)
 		{"10", -EINVAL, 0},    {"", -EINVAL, 0},
 		{"5x", -EINVAL, 0},    {"-5s", -EINVAL, 0},
 		{"s", -EINVAL, 0},     {"99999999999999999999s", -EINVAL, 0},
+		{"3650d", 0, KN_DURATION_MAX_MS},
+		{"3650d1ms", -EINVAL, 0}, {"106751991167d", -EINVAL, 0},
 	};
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -146,10 +146,13 @@ static const struct bad_case bad_cases[] = {
 	/* Durations. */
 	{BASE "timeout: soon\n", "timeout",
 	 "job.yaml:4:10: timeout: must be a duration such as 90s, 5m or "
-	 "1h30m (0 for none); got \"soon\""},
+	 "1h30m, at most 3650d (0 for none); got \"soon\""},
 	{BASE "backoff: 10\n", "backoff",
 	 "job.yaml:4:10: backoff: must be a duration such as 90s, 5m or "
-	 "1h30m; got 10"},
+	 "1h30m, at most 3650d; got 10"},
+	{BASE "backoff: 106751991167d\n", "backoff",
+	 "job.yaml:4:10: backoff: must be a duration such as 90s, 5m or "
+	 "1h30m, at most 3650d; got \"106751991167d\""},
 	{BASE "backoff: 20m\n", "backoff",
 	 "job.yaml:4:10: backoff: must be at most backoff_max (10m0s); got "
 	 "20m0s"},
@@ -165,7 +168,7 @@ static const struct bad_case bad_cases[] = {
 	 "(e.g. 90s or 5m); got \"0s\""},
 	{BASE "checkpoint:\n  grace: 30\n", "checkpoint.grace",
 	 "job.yaml:5:10: checkpoint.grace: must be a duration such as 90s, 5m "
-	 "or 1h30m; got 30"},
+	 "or 1h30m, at most 3650d; got 30"},
 	{BASE "checkpoint:\n  keep: 0\n", "checkpoint.keep",
 	 "job.yaml:5:9: checkpoint.keep: must be an integer 1..1000; got 0"},
 	{BASE "checkpoint:\n  store: s3://bucket/ckpt\n", "checkpoint.store",

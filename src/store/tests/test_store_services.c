@@ -461,6 +461,66 @@ static void test_workflow_attempts(void **state)
 	kn_wf_attempt_list_free(rows, n);
 }
 
+/*
+ * An idempotency key is found by its owner and key within the window,
+ * committed or rolled back with its transaction (or savepoint), replaced
+ * once expired, and expired by age.
+ */
+static void test_idempotency_keys(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_idem_row r = {
+		.owner = (char *)"alice", .key = (char *)"k1",
+		.route = (char *)"POST /v1/jobs", .body_sha256 = (char *)"ab",
+		.status = 201, .answer = (char *)"{\"id\":1}",
+		.created_at = 1000,
+	};
+	struct kn_idem_row got;
+	struct kn_error err = {0};
+
+	assert_int_equal(kn_store_begin(fx->st, &err), 0);
+	assert_int_equal(kn_store_idem_put(fx->st, &r, &err), 0);
+	kn_store_rollback(fx->st);
+	assert_int_equal(kn_store_idem_get(fx->st, "alice", "k1", 0, &got,
+					   &err), 0);
+
+	/* A savepoint rolled back undoes its rows, not the outer ones'. */
+	assert_int_equal(kn_store_begin(fx->st, &err), 0);
+	assert_int_equal(kn_store_begin(fx->st, &err), 0);
+	assert_int_equal(kn_store_idem_put(fx->st, &r, &err), 0);
+	kn_store_rollback(fx->st);
+	assert_int_equal(kn_store_commit(fx->st, &err), 0);
+	assert_int_equal(kn_store_idem_get(fx->st, "alice", "k1", 0, &got,
+					   &err), 0);
+	/* A savepoint released commits with the outer transaction. */
+	assert_int_equal(kn_store_begin(fx->st, &err), 0);
+	assert_int_equal(kn_store_begin(fx->st, &err), 0);
+	assert_int_equal(kn_store_idem_put(fx->st, &r, &err), 0);
+	assert_int_equal(kn_store_commit(fx->st, &err), 0);
+	assert_int_equal(kn_store_commit(fx->st, &err), 0);
+	assert_int_equal(kn_store_idem_get(fx->st, "alice", "k1", 500, &got,
+					   &err), 1);
+	assert_string_equal(got.answer, "{\"id\":1}");
+	assert_int_equal(got.status, 201);
+	kn_idem_row_release(&got);
+	/* Another caller's key of the same text is another key. */
+	assert_int_equal(kn_store_idem_get(fx->st, "bob", "k1", 0, &got, &err),
+			 0);
+	/* Past the window it is not found, and may be reused. */
+	assert_int_equal(kn_store_idem_get(fx->st, "alice", "k1", 1001, &got,
+					   &err), 0);
+	r.created_at = 2000;
+	r.status = 200;
+	assert_int_equal(kn_store_idem_put(fx->st, &r, &err), 0);
+	assert_int_equal(kn_store_idem_get(fx->st, "alice", "k1", 1500, &got,
+					   &err), 1);
+	assert_int_equal(got.status, 200);
+	kn_idem_row_release(&got);
+	assert_int_equal(kn_store_idem_expire(fx->st, 2001, &err), 0);
+	assert_int_equal(kn_store_idem_get(fx->st, "alice", "k1", 0, &got,
+					   &err), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -477,6 +537,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_revalidations_and_evaluations, setup_store,
 			teardown),
+		cmocka_unit_test_setup_teardown(test_idempotency_keys,
+						setup_store, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

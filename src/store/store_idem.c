@@ -1,0 +1,82 @@
+/*
+ * store idempotency keys: the answer a create request got, by its
+ * caller and Idempotency-Key, so a retry gets that answer again instead
+ * of a second object. The row is written in the transaction that wrote
+ * the object (the caller holds kn_store_begin around both), so a crash
+ * leaves either both or neither: a retry after it never finds a key
+ * without its object, nor an object without its key. Rows expire after
+ * a day (kn_store_idem_expire), the window clients are told to retry in.
+ */
+#include "internal.h"
+
+#define IDEM_COLUMNS "owner, key, route, body_sha256, status, answer, created_at"
+#define I(field, type) STORE_COL_AS(struct kn_idem_row, field, #field, type)
+static const struct store_col IDEM_COLS[] = {
+	I(owner, STORE_TEXT),       I(key, STORE_TEXT),
+	I(route, STORE_TEXT),       I(body_sha256, STORE_TEXT),
+	I(status, STORE_INT),       I(answer, STORE_TEXT),
+	I(created_at, STORE_INT),
+};
+#undef I
+static const struct store_row IDEM_ROW =
+	STORE_ROW(struct kn_idem_row, "idempotency key", IDEM_COLS);
+
+static const char SQL_IDEM_GET[] =
+	"SELECT " IDEM_COLUMNS " FROM idempotency_keys"
+	" WHERE owner = ?1 AND key = ?2 AND created_at >= ?3";
+/* A row past its day may still be there: a reuse of the key replaces it. */
+static const char SQL_IDEM_PUT[] =
+	"INSERT OR REPLACE INTO idempotency_keys (" IDEM_COLUMNS ")"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+static const char SQL_IDEM_EXPIRE[] =
+	"DELETE FROM idempotency_keys WHERE created_at < ?1";
+
+const struct store_stmt store_idem_stmts[] = {
+	{STMT_IDEM_GET, SQL_IDEM_GET, &IDEM_ROW},
+	{STMT_IDEM_PUT, SQL_IDEM_PUT, NULL},
+	{STMT_IDEM_EXPIRE, SQL_IDEM_EXPIRE, NULL},
+	{0},
+};
+
+void kn_idem_row_release(struct kn_idem_row *r)
+{
+	store_row_release(&IDEM_ROW, r);
+}
+
+int kn_store_idem_get(struct kn_store *st, const char *owner, const char *key,
+		      int64_t since, struct kn_idem_row *out,
+		      struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_IDEM_GET];
+	const char *what = "reading an idempotency key";
+
+	if (bind_text(s, 1, owner) || bind_text(s, 2, key) ||
+	    bind_i64(s, 3, since))
+		return bind_fail(st, s, what, err);
+	return store_get(st, s, &IDEM_ROW, what, out, err);
+}
+
+int kn_store_idem_put(struct kn_store *st, const struct kn_idem_row *r,
+		      struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_IDEM_PUT];
+	const char *what = "recording an idempotency key";
+
+	if (bind_text(s, 1, r->owner) || bind_text(s, 2, r->key) ||
+	    bind_text(s, 3, r->route) || bind_text(s, 4, r->body_sha256) ||
+	    bind_i64(s, 5, r->status) || bind_text(s, 6, r->answer) ||
+	    bind_i64(s, 7, r->created_at))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_idem_expire(struct kn_store *st, int64_t before,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_IDEM_EXPIRE];
+	const char *what = "expiring idempotency keys";
+
+	if (bind_i64(s, 1, before))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
