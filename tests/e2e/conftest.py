@@ -92,6 +92,30 @@ def kill_processes_under(root):
              what=f"the processes of {root} to end")
 
 
+# (test id, processes) of tests that left processes under their tmp_path.
+LEAKS = []
+
+
+@pytest.fixture(autouse=True)
+def end_what_the_test_started(request, tmp_path):
+    """After each test and its fixtures: end every process still running
+    under its tmp_path (a task it did not stop, a replica), so one test's
+    leftovers never load or confuse the next. They are listed at the end of
+    the run, naming the test, to be fixed there."""
+    yield
+    left = processes_under(tmp_path)
+    if left:
+        LEAKS.append((request.node.nodeid, left))
+        kill_processes_under(tmp_path)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for nodeid, left in LEAKS:
+        terminalreporter.write_line(
+            f"left running by {nodeid} (ended by the fixture): " +
+            ", ".join(f"{pid} {cmd[:60]}" for pid, cmd in left))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_behind(tmp_path_factory):
     """Fail the run when a process the tests started outlives them: any

@@ -7,7 +7,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from conftest import Server, job_yaml, wait_for
+from conftest import Server, job_yaml, kill_processes_under, wait_for
 
 RECORDED = json.loads((Path(__file__).parent / "fixtures" /
                        "scheduledevents-preempt.json").read_text())
@@ -120,6 +120,7 @@ def test_preempt_event_evicts_and_acks_before_not_before(tmp_path):
         assert s.job(steady)["state"] == "running"
     finally:
         s.stop()
+        kill_processes_under(home)
         imds.close()
 
 
@@ -141,4 +142,5 @@ def test_event_for_another_vm_is_ignored(tmp_path):
         s.request("POST", f"/v1/jobs/{jid}/cancel")
     finally:
         s.stop()
+        kill_processes_under(home)
         imds.close()
