@@ -196,6 +196,10 @@ bool kn_store_url_covers(const char *store_url, const char *url);
  * start, then only read: threads may share it.
  */
 struct kn_stores;
+/* The server's --blob-store among its stores. */
+#define KN_DEFAULT_STORE "default"
+/* The stores' scopes, for the shims (kn_stores_scopes_json). */
+#define KN_STORE_SCOPES_ENV "KILN_STORE_SCOPES"
 struct kn_stores *kn_stores_new(void);
 void kn_stores_free(struct kn_stores *stores);
 /*

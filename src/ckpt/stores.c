@@ -423,7 +423,7 @@ static bool file_in_roots(const struct kn_stores *stores, const char *path)
 	/* The deepest part that exists is what links could redirect. */
 	while (!(real = realpath(probe, NULL))) {
 		char *slash = strrchr(probe, '/');
-		if (errno != ENOENT || !slash)
+		if ((errno != ENOENT && errno != ENOTDIR) || !slash)
 			break;
 		if (slash == probe)
 			slash[1] = '\0';
@@ -547,8 +547,8 @@ int kn_stores_from_scopes_json(const char *text, struct kn_stores **out,
 	int rc = 0;
 
 	if (!json_is_array(list))
-		rc = kn_errorf(err, KN_EINVAL, "KILN_STORE_SCOPES",
-			       "KILN_STORE_SCOPES: not a JSON list");
+		rc = kn_errorf(err, KN_EINVAL, KN_STORE_SCOPES_ENV,
+			       KN_STORE_SCOPES_ENV ": not a JSON list");
 	json_array_foreach(list, i, o) {
 		const char *name = json_string_value(json_object_get(o, "name"));
 		const char *url = json_string_value(json_object_get(o, "url"));
@@ -556,9 +556,9 @@ int kn_stores_from_scopes_json(const char *text, struct kn_stores **out,
 		if (rc < 0)
 			break;
 		if (!name || !url) {
-			rc = kn_errorf(err, KN_EINVAL, "KILN_STORE_SCOPES",
-				       "KILN_STORE_SCOPES: an entry without "
-				       "name or url");
+			rc = kn_errorf(err, KN_EINVAL, KN_STORE_SCOPES_ENV,
+				       KN_STORE_SCOPES_ENV ": an entry "
+				       "without name or url");
 			break;
 		}
 		rc = kn_stores_add(
