@@ -89,22 +89,34 @@ static bool name_safe(const char *name)
 }
 
 /*
- * A store a local task's input or prerequisite names, opened with the
+ * A store a task's input or prerequisite names, opened with the
  * credential of the server's store it lies in (KILN_STORE_SCOPES, which
- * the shim inherits from the server and the task never sees) and none
- * otherwise. A shim without it (in a pod) has only its pod's store.
+ * a local shim inherits from the server and the task never sees) and
+ * none otherwise. In a pod the one store is the pod's (KILN_OUTPUT_STORE,
+ * its credential the Secret's AZURE_STORAGE_* variables).
  */
 static int open_named_store(const char *url, struct kn_blob_store **out,
 			    struct kn_error *err)
 {
 	const char *scopes = getenv(KN_STORE_SCOPES_ENV);
-	struct kn_blob_store_config cfg = {.url = url, .use_env = true};
+	const char *pod_store = getenv("KILN_OUTPUT_STORE");
 	struct kn_stores *stores = NULL;
+	char *text = NULL;
 	int rc;
 
-	if (!scopes)
-		return kn_blob_store_open(&cfg, out, err);
+	if (!scopes) {
+		json_t *list = json_array();
+
+		if (pod_store)
+			json_array_append_new(
+				list, json_pack("{s:s, s:s, s:b}", "name",
+						KN_DEFAULT_STORE, "url",
+						pod_store, "environment", 1));
+		scopes = text = json_dumps(list, JSON_COMPACT);
+		json_decref(list);
+	}
 	rc = kn_stores_from_scopes_json(scopes, &stores, err);
+	free(text);
 	if (rc == 0)
 		rc = kn_stores_open(stores, url, "store", NULL, out, err);
 	kn_stores_free(stores);

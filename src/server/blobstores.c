@@ -106,7 +106,15 @@ int blobstores_check_job(const struct server *s,
 	char *url = NULL;
 	int rc = 0;
 
-	if (spec->checkpoint.store)
+	/* A pod reaches one store, with the kiln-store-credentials Secret. */
+	if (spec->checkpoint.store && s->exec->ops->places_tasks &&
+	    !strstr(spec->checkpoint.store, "://"))
+		rc = kn_errorf(&why, KN_EINVAL, "checkpoint.store",
+			       "checkpoint.store: pods reach their store by "
+			       "URL with the kiln-store-credentials Secret; "
+			       "give the URL, not the name \"%s\"",
+			       spec->checkpoint.store);
+	else if (spec->checkpoint.store)
 		rc = kn_stores_resolve(s->stores, spec->checkpoint.store,
 				       "checkpoint.store", &url, &why);
 	free(url);
