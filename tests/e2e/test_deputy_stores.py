@@ -220,6 +220,12 @@ def test_file_urls_outside_the_allowed_roots_are_refused(server, tmp_path):
                            data=job_yaml("f", ["true"], **fields))
         assert r.status_code in (400, 403), (fields, r.text)
         assert r.json()["error"]["field"] == field, r.text
+    # A backup's target is the same: a store, or an allowed directory.
+    r = server.request("POST", "/v1/backups", json={"to": f"file://{outside}"})
+    assert r.status_code == 403 and r.json()["error"]["field"] == "to", r.text
+    r = server.request("POST", "/v1/backups",
+                       json={"to": "http://127.0.0.1:9/acct/backups"})
+    assert r.status_code == 403 and r.json()["error"]["field"] == "to", r.text
     assert not os.path.exists(outside)
     # Inside the allowed directory it is taken.
     (tmp_path / "in.txt").write_text("x\n")
