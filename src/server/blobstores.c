@@ -93,8 +93,12 @@ char *blobstores_url(const struct server *s, const char *ref)
 {
 	char *url = NULL;
 
-	if (!ref || kn_stores_resolve(s->stores, ref, "store", &url, NULL) < 0)
+	if (!ref)
 		return kn_xstrdup(s->blob_url);
+	/* One the stores refuse stays as it is, for the open to refuse
+	   with its reason: never the default store instead. */
+	if (kn_stores_resolve(s->stores, ref, "store", &url, NULL) < 0)
+		return kn_xstrdup(ref);
 	return url;
 }
 

@@ -312,7 +312,8 @@ void blobstores_free(struct server *s);
 int blobstores_open(const struct server *s, const char *ref,
 		    const char *field, const struct kn_blob_store_config *tuning,
 		    struct kn_blob_store **out, struct kn_error *err);
-/* The URL of ref (a store's name or a URL; NULL = the default); malloc'd. */
+/* The URL of ref (a store's name or a URL; NULL = the default); ref
+   itself when the stores refuse it. malloc'd. */
 char *blobstores_url(const struct server *s, const char *ref);
 /*
  * A job's checkpoint.store and inputs, as the stores allow them: 0, or

@@ -241,6 +241,37 @@ static void test_resolve(void **state)
 	free(dir);
 }
 
+static void test_scopes_carry_no_secret(void **state)
+{
+	struct kn_stores *stores = kn_stores_new(), *back = NULL;
+	struct kn_error err;
+	char *text, *url = NULL;
+	(void)state;
+
+	setenv("KILN_TEST_STORE_SAS", SAS, 1);
+	assert_int_equal(kn_stores_add(stores, "ckpt", STORE,
+				       "KILN_TEST_STORE_SAS", NULL, false, &err),
+			 0);
+	assert_int_equal(kn_stores_add(stores, "default", "file:///srv/blobs",
+				       NULL, NULL, true, &err), 0);
+	text = kn_stores_scopes_json(stores);
+	assert_null(strstr(text, "SeCrEt"));
+	assert_non_null(strstr(text, "\"env\":\"KILN_TEST_STORE_SAS\""));
+	assert_non_null(strstr(text, "\"environment\":true"));
+	/* the shim's copy reads the credential again, and lets URLs through:
+	   the server checked them */
+	assert_int_equal(kn_stores_from_scopes_json(text, &back, &err), 0);
+	assert_int_equal(kn_stores_resolve(back, "file:///etc/x", "inputs[0]",
+					   &url, &err), 0);
+	free(url);
+	unsetenv("KILN_TEST_STORE_SAS");
+	kn_stores_free(back);
+	assert_true(kn_stores_from_scopes_json(text, &back, &err) < 0);
+	assert_true(kn_stores_from_scopes_json("{}", &back, &err) < 0);
+	free(text);
+	kn_stores_free(stores);
+}
+
 /* ---- requests on the wire ---- */
 
 struct listener {
@@ -421,6 +452,7 @@ int main(void)
 		cmocka_unit_test(test_covers_hostile_urls),
 		cmocka_unit_test(test_credentials),
 		cmocka_unit_test(test_resolve),
+		cmocka_unit_test(test_scopes_carry_no_secret),
 		cmocka_unit_test(test_credential_stays_with_its_store),
 		cmocka_unit_test(test_redirect_is_not_followed),
 	};
