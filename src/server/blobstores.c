@@ -45,9 +45,24 @@ int blobstores_init(struct server *s, struct kn_error *err)
 			rc = kn_stores_add(stores, st->name, st->url,
 					   st->credential_env,
 					   st->credential_file, false, err);
+		/* A bad URL or credential: said now, naming the store. */
+		if (rc == 0) {
+			struct kn_blob_store *probe = NULL;
+			char *field = kn_asprintf("stores[%s]", st->name);
+			struct kn_error why;
+
+			rc = kn_stores_open(stores, st->name, field, NULL,
+					    &probe, &why);
+			if (rc < 0)
+				rc = kn_errorf(err, why.code, field, "%s: %s",
+					       field, why.message);
+			kn_blob_store_free(probe);
+			free(field);
+		}
 	}
-	/* $KILN_HOME/blobs is always a root, made now so it resolves. */
-	if (rc == 0 && kn_mkdir_p(blobs, 0700) < 0)
+	/* $KILN_HOME/blobs is always a root, made now (as the file store
+	   makes its directories) so it resolves. */
+	if (rc == 0 && kn_mkdir_p(blobs, 0755) < 0)
 		rc = kn_errorf(err, KN_EIO, NULL, "%s: cannot create it",
 			       blobs);
 	if (rc == 0)
