@@ -40,6 +40,15 @@ trap stop EXIT
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 
+step "kiln model keygen --out release.pem   (the key the register step signs with, held by the server as the signer release; its public half trusted)"
+"$kiln" model keygen --out "$KILN_HOME/release.pem" >/dev/null
+mkdir -p "$KILN_HOME/keys/trusted"
+cp "$KILN_HOME/release.pem.pub" "$KILN_HOME/keys/trusted/"
+# The server reads server.yaml in its home: the signer the pipeline names.
+printf 'signers:\n  - name: release\n    key-file: %s\n    roles: [admin]\n' \
+  "$KILN_HOME/release.pem" > "$KILN_HOME/server.yaml"
+chmod 0600 "$KILN_HOME/server.yaml"
+
 step "kiln server --sim-node \"gpu-a 2xH100-80GB zone=zone-1\" --sim-node \"gpu-b 2xH100-80GB zone=zone-2\" --listen 127.0.0.1:0   (KILN_HOME=$KILN_HOME)"
 "$kiln" server --sim-node "gpu-a 2xH100-80GB zone=zone-1" \
   --sim-node "gpu-b 2xH100-80GB zone=zone-2" --listen 127.0.0.1:0 \
@@ -80,11 +89,6 @@ wait_until() { # wait_until SECONDS DESCRIPTION COMMAND...
 }
 
 # ---- the pipeline: prepare -> train (evicted once) -> evaluate -> register -> deploy ----
-step "kiln model keygen --out release.pem   (the key the register step signs with; its public half trusted)"
-"$kiln" model keygen --out "$KILN_HOME/release.pem" >/dev/null
-mkdir -p "$KILN_HOME/keys/trusted"
-cp "$KILN_HOME/release.pem.pub" "$KILN_HOME/keys/trusted/"
-sed -i "s|/etc/kiln/release.pem|$KILN_HOME/release.pem|" "$ex/pipeline/pipeline.yaml"
 # chat is declared before any model exists: no replica, a model to come.
 serve="$ex/serve"
 sed -e "s|^model: job:1 .*|model: not-trained-yet|" -e "s/^replicas: 2$/replicas: 0/" \

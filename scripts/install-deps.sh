@@ -25,6 +25,9 @@ packages=(
   # tests/e2e/test_gateway_framing.py: an independent HTTP/1.1 parser to
   # compare the gateway's framing with
   python3-h11
+  # benchmarks (bench/sim/bound.py): glpsol solves the packing bound's
+  # linear program
+  glpk-utils
 )
 
 sudo=""

@@ -21,7 +21,19 @@ Prints a table and writes the JSON of both sides to --out.
 sandboxed and under cgroup limits (the default) and with both off
 (`--unisolated --no-limits`), in alternating rounds of one run, and
 reports each round's ratio with the mean and spread of the paired
-differences. Needs root (the sandbox drops to the kiln-task user).
+ratios and the load average around each round. With a client that
+submits faster than either side dispatches, the batch's start latency
+is mostly queue wait; after each batch, --lone jobs are sent one at a
+time (each after the last ended) for the start path's own latency. `--no-limits` alone
+still enforces limits where cgroups can be written, so the unisolated
+server runs in its own mount namespace with an empty tmpfs over
+/sys/fs/cgroup: it finds no hierarchy and runs its tasks unlimited.
+And since a task's cgroup makes all tasks one scheduling group, which
+on a machine busy with other work gets the CPU of one process where
+unlimited tasks get one share each, both servers run in a cpu cgroup of
+their own (cgroup v1), as on a node that runs nothing else: each side's
+server, shims and tasks then share the same weight against the rest.
+Needs root (the sandbox drops to the kiln-task user) and unshare(1).
 """
 import argparse
 import json
@@ -59,7 +71,44 @@ def read_records(path):
     return out
 
 
-def run_kiln(kiln, jobs, gpus_per_job, extra=()):
+# Run a command with no cgroup hierarchy in sight (see --isolation).
+WITHOUT_CGROUPS = ["unshare", "--mount", "--propagation", "private", "sh",
+                   "-c", 'mount -t tmpfs none /sys/fs/cgroup && exec "$@"',
+                   "sh"]
+
+
+CPU_V1 = Path("/sys/fs/cgroup/cpu")
+
+
+def into_cgroup(cg):
+    """A wrapper that starts a command in cgroup cg (a directory)."""
+    return ["sh", "-c", 'echo $$ >"$0/cgroup.procs" && exec "$@"', str(cg)]
+
+
+def load1():
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def lone_starts(session, url, spec, records, count):
+    """submit -> start of jobs sent one at a time, each after the last
+    ended: the start path itself, with no queue in front of it."""
+    out = []
+    for _ in range(count):
+        t = time.time_ns()
+        r = session.post(url + "/v1/jobs", data=spec)
+        r.raise_for_status()
+        job = str(r.json()["job"]["id"])
+        deadline = time.monotonic() + 30
+        while (job not in read_records(records / "ends")
+               and time.monotonic() < deadline):
+            time.sleep(0.005)
+        start = read_records(records / "starts").get(job)
+        if start:
+            out.append((start - t) / 1e6)
+    return out
+
+
+def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0):
     home = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     # Outside the home and /tmp, which tasks do not see, and writable for
     # the task's user.
@@ -67,7 +116,8 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=()):
                                     dir="/var/tmp"))
     records.chmod(0o777)
     env = dict(os.environ, KILN_HOME=str(home))
-    server = subprocess.Popen([kiln, "server", "--listen", "127.0.0.1:0",
+    load_before = load1()
+    server = subprocess.Popen([*wrap, kiln, "server", "--listen", "127.0.0.1:0",
                                "--gpus", "8xH100-80GB", *extra], env=env,
                               stdout=subprocess.DEVNULL,
                               stderr=open(home / "server.log", "wb"))
@@ -82,6 +132,7 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=()):
         token = (home / "admin.token").read_text().strip()
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {token}"
+        node = session.get(url + "/v1/nodes").json()["nodes"][0]
         script = (f'echo "$KILN_JOB_ID $(date +%s%N)" >>{records}/starts; true; '
                   f'echo "$KILN_JOB_ID $(date +%s%N)" >>{records}/ends')
         spec = json.dumps({"kind": "Job", "name": "true",
@@ -113,6 +164,7 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=()):
         done_ns = time.time_ns()
         starts = read_records(records / "starts")
         ends = read_records(records / "ends")
+        lone_ms = lone_starts(session, url, spec, records, lone)
         failed = session.get(url + "/v1/jobs", params={"state": "failed"}).json()["jobs"]
         lat = [(starts[i] - submitted[i]) / 1e6 for i in submitted if i in starts]
         first = min(submitted.values())
@@ -128,6 +180,11 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=()):
             "submit_to_start_p50_ms": round(percentile(lat, 50), 2),
             "submit_to_start_p99_ms": round(percentile(lat, 99), 2),
             "submit_to_start_mean_ms": round(statistics.mean(lat), 2),
+            "lone_start_p50_ms": (round(statistics.median(lone_ms), 2)
+                                  if lone_ms else None),
+            "isolation": node.get("isolation"),
+            "limits_enforced": node.get("limits", {}).get("enforced"),
+            "load1_before": load_before, "load1_after": load1(),
         }
     finally:
         server.send_signal(signal.SIGTERM)
@@ -164,25 +221,51 @@ def spread(values):
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
-def compare_isolation(kiln, jobs, gpus_per_job, rounds, out):
+def compare_isolation(kiln, jobs, gpus_per_job, rounds, lone, out):
     """Isolated vs unisolated kiln, alternating, one round at a time."""
-    sides = {"isolated": (), "unisolated": ("--unisolated", "--no-limits")}
+    cg = CPU_V1 / f"kiln-bench-{os.getpid()}"
+    wrap = []
+    if (CPU_V1 / "cgroup.procs").exists():
+        cg.mkdir()
+        wrap = into_cgroup(cg)
+    sides = {"isolated": ((), wrap),
+             "unisolated": (("--unisolated", "--no-limits"),
+                            wrap + WITHOUT_CGROUPS)}
     runs = {name: [] for name in sides}
-    for i in range(rounds):
-        order = list(sides) if i % 2 == 0 else list(reversed(sides))
-        for name in order:
-            runs[name].append(run_kiln(kiln, jobs, gpus_per_job, sides[name]))
+    try:
+        for i in range(rounds):
+            order = list(sides) if i % 2 == 0 else list(reversed(sides))
+            for name in order:
+                extra, side_wrap = sides[name]
+                runs[name].append(run_kiln(kiln, jobs, gpus_per_job, extra,
+                                           side_wrap, lone))
+    finally:
+        # The isolated server's tasks' parent, then the side's own.
+        for d in (cg / "kiln", cg):
+            if d.exists():
+                d.rmdir()
     iso, uni = runs["isolated"], runs["unisolated"]
+    # A side that did not get what it is named after measures nothing.
+    for r in iso:
+        assert r["limits_enforced"] and r["isolation"].startswith("uid"), r
+    for r in uni:
+        assert not r["limits_enforced"] and r["isolation"].startswith("none"), r
     thr = [a["jobs_per_s"] / b["jobs_per_s"] for a, b in zip(iso, uni)]
     p50 = [a["submit_to_start_p50_ms"] / b["submit_to_start_p50_ms"]
            for a, b in zip(iso, uni)]
     mean_d = [a["submit_to_start_mean_ms"] - b["submit_to_start_mean_ms"]
               for a, b in zip(iso, uni)]
+    lone_r = [a["lone_start_p50_ms"] / b["lone_start_p50_ms"]
+              for a, b in zip(iso, uni)
+              if a["lone_start_p50_ms"] and b["lone_start_p50_ms"]]
     summary = {"throughput_ratio": thr, "p50_ratio": p50,
-               "mean_start_diff_ms": mean_d}
+               "lone_start_p50_ratio": lone_r,
+               "mean_start_diff_ms": mean_d,
+               "own_cpu_cgroup": bool(wrap)}
     Path(out).write_text(json.dumps({"rounds": runs, "summary": summary},
                                     indent=2) + "\n")
-    print("round  side        jobs/s   p50 ms   mean ms  p99 ms  completed")
+    print("round  side        jobs/s   p50 ms   mean ms  p99 ms  "
+          "lone p50 ms  completed  load")
     for i in range(rounds):
         for name in sides:
             r = runs[name][i]
@@ -190,11 +273,16 @@ def compare_isolation(kiln, jobs, gpus_per_job, rounds, out):
                   f"{r['submit_to_start_p50_ms']:<8} "
                   f"{r['submit_to_start_mean_ms']:<8} "
                   f"{r['submit_to_start_p99_ms']:<7} "
-                  f"{r['completed']}/{r['jobs']}")
+                  f"{r['lone_start_p50_ms']!s:<12} "
+                  f"{r['completed']}/{r['jobs']:<6} "
+                  f"{r['load1_before']:.1f}-{r['load1_after']:.1f}")
     print(f"throughput isolated/unisolated: {spread(thr)} "
           f"(per round: {', '.join(f'{x:.3f}' for x in thr)})")
     print(f"p50 start latency isolated/unisolated: {spread(p50)} "
           f"(per round: {', '.join(f'{x:.3f}' for x in p50)})")
+    print(f"p50 start latency of lone jobs isolated/unisolated: "
+          f"{spread(lone_r)} "
+          f"(per round: {', '.join(f'{x:.3f}' for x in lone_r)})")
     print(f"mean start latency, isolated minus unisolated: "
           f"{spread(mean_d)} ms")
     print(f"results: {out}")
@@ -214,10 +302,13 @@ def main():
                    help="compare sandboxed and limited tasks with neither")
     p.add_argument("--rounds", type=int, default=3,
                    help="with --isolation: rounds of each side")
+    p.add_argument("--lone", type=int, default=20,
+                   help="with --isolation: jobs sent one at a time after "
+                   "each side's batch, for the start latency without a queue")
     a = p.parse_args()
     if a.isolation:
         return compare_isolation(a.kiln, a.jobs, a.gpus_per_job, a.rounds,
-                                 a.out)
+                                 a.lone, a.out)
 
     kiln = run_kiln(a.kiln, a.jobs, a.gpus_per_job)
     results = {"kiln": kiln}

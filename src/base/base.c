@@ -15,6 +15,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -38,6 +39,8 @@ static const struct {
 	[KN_ETOOBIG] = {"too_large", 413, E2BIG},
 	[KN_EIO] = {"internal", 500, EIO},
 	[KN_EUNAVAIL] = {"unavailable", 503, EAGAIN},
+	[KN_ELIMIT] = {"limit_exceeded", 429, EDQUOT},
+	[KN_ENOSPACE] = {"insufficient_storage", 507, ENOSPC},
 };
 
 const char *kn_errcode_name(enum kn_errcode code)
@@ -53,6 +56,12 @@ int kn_errcode_http(enum kn_errcode code)
 int kn_errcode_errno(enum kn_errcode code)
 {
 	return -errcode_table[code].err;
+}
+
+enum kn_errcode kn_errcode_for_write(int neg_errno)
+{
+	return neg_errno == -ENOSPC || neg_errno == -EDQUOT ? KN_ENOSPACE
+							     : KN_EIO;
 }
 
 int kn_errorf(struct kn_error *err, enum kn_errcode code, const char *field,
@@ -1092,4 +1101,52 @@ char *kn_csv_cell(const char *text)
 		*p++ = '"';
 	*p = '\0';
 	return out;
+}
+
+int kn_dir_lock(const char *dir, const char *file, const char *holder,
+		const char *label, struct kn_error *err)
+{
+	char *path = kn_asprintf("%s/%s", dir, file);
+	char *text = NULL, line[96];
+	int fd, rc, n, pid = 0;
+	size_t len;
+
+	rc = kn_mkdir_p(dir, 0700);
+	fd = rc < 0 ? rc
+		    : open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+			   0600);
+	if (fd < 0) {
+		rc = kn_errorf(err, KN_EIO, "home", "cannot open %s: %s", path,
+			       strerror(rc < 0 ? -rc : errno));
+		goto out;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int e = errno;
+		char who[32] = "";
+		if (kn_read_fd(fd, 256, &text, &len) == 0)
+			sscanf(text, "%d %31s", &pid, who);
+		close(fd);
+		if (e != EWOULDBLOCK) {
+			rc = kn_errorf(err, KN_EIO, "home", "cannot lock %s: %s",
+				       path, strerror(e));
+			goto out;
+		}
+		kn_errorf(err, KN_ECONFLICT, "home",
+			  "another kiln %s (pid %d) holds %s (%s)",
+			  who[0] ? who : "process", pid, label, dir);
+		rc = -EBUSY;
+		goto out;
+	}
+	n = snprintf(line, sizeof(line), "%d %s\n", (int)getpid(), holder);
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, line, (size_t)n, 0) != n) {
+		rc = kn_errorf(err, KN_EIO, "home", "cannot write %s: %s", path,
+			       strerror(errno));
+		close(fd);
+		goto out;
+	}
+	rc = fd;
+out:
+	free(text);
+	free(path);
+	return rc;
 }

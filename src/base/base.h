@@ -29,6 +29,8 @@ enum kn_errcode {
 	KN_ETOOBIG,    /* 413 too_large */
 	KN_EIO,        /* 500 internal (I/O, database) */
 	KN_EUNAVAIL,   /* 503 unavailable */
+	KN_ELIMIT,     /* 429 limit_exceeded: a per-user or per-token cap */
+	KN_ENOSPACE,   /* 507 insufficient_storage (a full disk) */
 };
 
 struct kn_error {
@@ -50,6 +52,11 @@ const char *kn_errcode_name(enum kn_errcode code);
 int kn_errcode_http(enum kn_errcode code);
 /* The negative errno kn_errorf returns for a code. */
 int kn_errcode_errno(enum kn_errcode code);
+/*
+ * The code for a failed write's negative errno: KN_ENOSPACE when the disk
+ * (or the user's quota) is full, so the API answers 507, else KN_EIO.
+ */
+enum kn_errcode kn_errcode_for_write(int neg_errno);
 
 /*
  * Logging to stderr with a UTC timestamp; level filtered by kn_log_level.
@@ -154,6 +161,16 @@ int kn_write_file_replace(const char *path, const void *data, size_t len,
 int kn_read_file(const char *path, size_t max, char **out, size_t *out_len);
 /* The same from an open descriptor, read to its end. */
 int kn_read_fd(int fd, size_t max, char **out, size_t *out_len);
+/*
+ * One process per state directory: an exclusive flock on dir/file (dir is
+ * made 0700 if missing), held until the returned descriptor is closed or
+ * the process exits (close-on-exec: children do not keep it). The file
+ * says "PID HOLDER". Returns the fd, or -EBUSY with err saying "another
+ * kiln HOLDER (pid N) holds LABEL (dir)" when another process holds it.
+ */
+#define KN_SERVER_LOCK "server.lock"
+int kn_dir_lock(const char *dir, const char *file, const char *holder,
+		const char *label, struct kn_error *err);
 /*
  * Task files: anything under a directory a task can write (its task,
  * checkpoint and output directories) may be a symbolic link to a server

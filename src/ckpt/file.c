@@ -178,8 +178,9 @@ static int commit_temp(const char *tmp, const char *target, unsigned flags,
 				return kn_errorf(err, KN_ECONFLICT, "name",
 						 "blob %s: already exists",
 						 name);
-			return kn_errorf(err, KN_EIO, NULL, "blob %s: link: %s",
-					 name, strerror(e));
+			return kn_errorf(err, kn_errcode_for_write(-e), NULL,
+					 "blob %s: link: %s", name,
+					 strerror(e));
 		}
 		unlink(tmp);
 		return 0;
@@ -187,8 +188,8 @@ static int commit_temp(const char *tmp, const char *target, unsigned flags,
 	if (rename(tmp, target) < 0) {
 		int e = errno;
 		unlink(tmp);
-		return kn_errorf(err, KN_EIO, NULL, "blob %s: rename: %s", name,
-				 strerror(e));
+		return kn_errorf(err, kn_errcode_for_write(-e), NULL,
+				 "blob %s: rename: %s", name, strerror(e));
 	}
 	return 0;
 }
@@ -214,8 +215,8 @@ static int fs_put_file(struct kn_blob_store *s, const char *name,
 	if (rc == 0)
 		rc = open_temp(target, &tmp);
 	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "blob %s: %s", name,
-			       strerror(-rc));
+		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
+			       "blob %s: %s", name, strerror(-rc));
 		goto out;
 	}
 	out = rc;
@@ -223,8 +224,9 @@ static int fs_put_file(struct kn_blob_store *s, const char *name,
 	close(out);
 	if (rc < 0) {
 		unlink(tmp);
-		rc = kn_errorf(err, KN_EIO, NULL, "blob %s from %s: %s: %s",
-			       name, path, op, strerror(-rc));
+		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
+			       "blob %s from %s: %s: %s", name, path, op,
+			       strerror(-rc));
 		goto out;
 	}
 	rc = commit_temp(tmp, target, flags, name, err);
@@ -253,8 +255,8 @@ static int fs_put_bytes(struct kn_blob_store *s, const char *name,
 	if (rc == 0)
 		rc = open_temp(target, &tmp);
 	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "blob %s: %s", name,
-			       strerror(-rc));
+		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
+			       "blob %s: %s", name, strerror(-rc));
 		goto out;
 	}
 	fd = rc;
@@ -262,8 +264,8 @@ static int fs_put_bytes(struct kn_blob_store *s, const char *name,
 	close(fd);
 	if (rc < 0) {
 		unlink(tmp);
-		rc = kn_errorf(err, KN_EIO, NULL, "blob %s: write: %s", name,
-			       strerror(-rc));
+		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
+			       "blob %s: write: %s", name, strerror(-rc));
 		goto out;
 	}
 	rc = commit_temp(tmp, target, flags, name, err);

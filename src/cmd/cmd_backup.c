@@ -311,7 +311,8 @@ static int empty_home(struct cli_ctx *ctx, const char *dir)
 	if (!d)
 		return cli_fail(ctx, "%s: %s", dir, strerror(errno));
 	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		    strcmp(e->d_name, KN_SERVER_LOCK)) {
 			closedir(d);
 			return cli_fail(ctx, "%s is not empty: a backup is"
 					" restored only into an empty"
@@ -334,7 +335,8 @@ static void clear_dir(const char *dir)
 	while (d && (e = readdir(d))) {
 		char *path;
 
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+		    !strcmp(e->d_name, KN_SERVER_LOCK))
 			continue;
 		path = kn_asprintf("%s/%s", dir, e->d_name);
 		kn_rm_rf(path);
@@ -436,9 +438,10 @@ static int backup_restore(struct cli_ctx *ctx, int argc, char **argv)
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct kn_blob_store *store = NULL;
+	struct kn_error err;
 	json_t *manifest = NULL, *parts, *head;
 	char *url = NULL, *staging = NULL, *path = NULL, *line = NULL;
-	int rc;
+	int rc, lock_fd = -1;
 
 	rc = cli_parse(ctx, argc, argv, flags, "BACKUP", &name);
 	if (rc != CLI_GO)
@@ -450,6 +453,15 @@ static int backup_restore(struct cli_ctx *ctx, int argc, char **argv)
 		return cli_usage_error(ctx, "\"%s\" is not a backup name (kiln"
 				       " backup ls lists them)",
 				       name);
+	/* The server's own lock: no server starts on a home half restored,
+	   and none running on it sees its files replaced. */
+	rc = empty_home(ctx, home);
+	if (rc)
+		return rc;
+	lock_fd = kn_dir_lock(home, KN_SERVER_LOCK, "restore", "the home",
+			      &err);
+	if (lock_fd < 0)
+		return cli_fail(ctx, "%s", err.message);
 	rc = store_url(ctx, from, &url);
 	if (rc == 0)
 		rc = open_store(ctx, url, &store);
@@ -501,6 +513,15 @@ out:
 	json_decref(manifest);
 	kn_blob_store_free(store);
 	free(url);
+	if (lock_fd >= 0) {
+		/* A failed restore leaves DIR as empty as it found it. */
+		if (rc) {
+			char *lock = kn_asprintf("%s/%s", home, KN_SERVER_LOCK);
+			unlink(lock);
+			free(lock);
+		}
+		close(lock_fd);
+	}
 	return rc;
 }
 

@@ -232,7 +232,7 @@ int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 	}
 
 	x.loop = kn_loop_new();
-	if (kn_http_server_new(x.loop, host, port, handle, &x, &srv, &bound,
+	if (kn_http_server_new(x.loop, host, port, NULL, handle, &x, &srv, &bound,
 			       &err) < 0) {
 		rc = cli_fail(ctx, "%s", err.message);
 		goto out;

@@ -1,7 +1,8 @@
 /*
  * kiln sim: replay an openb-format trace through the packing policies and
- * report, per policy, the median over seeds of the unallocated GPU and the
- * fragmentation at a few arrived-workload points (docs/scheduling.md).
+ * report, per policy, the mean and spread over seeds of the unallocated
+ * GPU and the fragmentation at a few arrived-workload points, and each
+ * policy against a baseline seed by seed (docs/scheduling.md).
  *
  * The experiment itself lives in src/sim/ and src/sched/; this file reads
  * flags, times the runs, prints the tables and writes the CSV and the
@@ -20,6 +21,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/sim_autoscale.h"
+#include "cmd/sim_departures.h"
 #include "cmd/sim_history.h"
 #include "sim/sim.h"
 
@@ -32,14 +34,13 @@
 static const int report_points[] = {90, 95, 100, 110, 130};
 #define N_POINTS (sizeof(report_points) / sizeof(report_points[0]))
 
-/* Per policy: every seed's curves, and the per-bin summaries. */
+/* Per policy: every seed's curves, and the per-bin figures over seeds. */
 struct result {
 	const struct kn_pack_policy *policy;
 	struct kn_sim_curve *runs;
-	double median[KN_SIM_BINS], p25[KN_SIM_BINS], p75[KN_SIM_BINS];
-	double lo[KN_SIM_BINS], hi[KN_SIM_BINS], frag[KN_SIM_BINS];
-	size_t offered, placed;
-	int64_t ms;
+	struct kn_sim_stats unalloc[KN_SIM_BINS], frag[KN_SIM_BINS];
+	double lo[KN_SIM_BINS], hi[KN_SIM_BINS];
+	struct kn_sim_speed speed;
 };
 
 static int parse_seeds(const struct cli_ctx *ctx, const char *s,
@@ -91,7 +92,7 @@ bad:
 }
 
 static int parse_policies(const struct cli_ctx *ctx, const char *list,
-			  struct result *res, size_t *n)
+			  const struct kn_pack_policy **out, size_t *n)
 {
 	char *copy = kn_xstrdup(list), *save = NULL, *name;
 	const char *names[MAX_POLICIES + 1];
@@ -124,7 +125,7 @@ static int parse_policies(const struct cli_ctx *ctx, const char *list,
 					     MAX_POLICIES);
 			goto out;
 		}
-		res[k++].policy = p;
+		out[k++] = p;
 	}
 	if (k == 0)
 		rc = cli_usage_error(ctx, "--policy: no policy named");
@@ -134,92 +135,171 @@ out:
 	return rc;
 }
 
+/* The policy the others are compared with, seed by seed: --baseline, or
+   fgd when it runs; -1 for none. */
+static int pick_baseline(const struct cli_ctx *ctx, const char *name,
+			 const struct kn_pack_policy *const *policies,
+			 size_t n, int *out)
+{
+	*out = -1;
+	for (size_t p = 0; p < n; p++)
+		if (!strcmp(policies[p]->name, name ? name : "fgd"))
+			*out = (int)p;
+	if (name && *out < 0)
+		return cli_usage_error(ctx,
+				       "--baseline: '%s' is not among the "
+				       "--policy list",
+				       name);
+	return CLI_GO;
+}
+
+/* Every seed's value at bin x: unallocated, or fragmentation. */
+static void seed_values(const struct result *r, size_t n_seeds, int x,
+			bool frag, double *v)
+{
+	for (size_t s = 0; s < n_seeds; s++)
+		v[s] = frag ? r->runs[s].frag[x] : r->runs[s].unallocated[x];
+}
+
 static void summarize(struct result *r, size_t n_seeds)
 {
 	double *v = kn_xcalloc(n_seeds, sizeof(*v));
 
 	for (int x = 0; x < KN_SIM_BINS; x++) {
-		double q[5] = {0.0, 0.25, 0.5, 0.75, 1.0};
-		double *dst[5] = {r->lo, r->p25, r->median, r->p75, r->hi};
-
-		for (int i = 0; i < 5; i++) {
-			for (size_t s = 0; s < n_seeds; s++)
-				v[s] = r->runs[s].unallocated[x];
-			dst[i][x] = kn_sim_quantile(v, n_seeds, q[i]);
-		}
-		for (size_t s = 0; s < n_seeds; s++)
-			v[s] = r->runs[s].frag[x];
-		r->frag[x] = kn_sim_quantile(v, n_seeds, 0.5);
+		seed_values(r, n_seeds, x, false, v);
+		kn_sim_stats(v, n_seeds, &r->unalloc[x]);
+		r->lo[x] = kn_sim_quantile(v, n_seeds, 0.0);
+		seed_values(r, n_seeds, x, false, v);
+		r->hi[x] = kn_sim_quantile(v, n_seeds, 1.0);
+		seed_values(r, n_seeds, x, true, v);
+		kn_sim_stats(v, n_seeds, &r->frag[x]);
 	}
 	free(v);
 }
 
-static void print_tables(const struct result *res, size_t n, size_t n_seeds)
+/* b against a at bin x (unallocated GPU), seed by seed. */
+static void compare(const struct result *a, const struct result *b,
+		    size_t n_seeds, int x, struct kn_sim_paired *out)
 {
-	const char *headers[N_POINTS + 4];
-	struct cli_table *t;
-	char label[32];
+	double *va = kn_xcalloc(n_seeds, sizeof(*va));
+	double *vb = kn_xcalloc(n_seeds, sizeof(*vb));
+
+	seed_values(a, n_seeds, x, false, va);
+	seed_values(b, n_seeds, x, false, vb);
+	kn_sim_paired(va, vb, n_seeds, out);
+	free(va);
+	free(vb);
+}
+
+static void point_headers(const char **headers)
+{
+	static char names[N_POINTS][16];
 
 	headers[0] = "POLICY";
 	for (size_t i = 0; i < N_POINTS; i++) {
-		static char names[N_POINTS][16];
-
 		snprintf(names[i], sizeof(names[i]), "%d%%", report_points[i]);
 		headers[i + 1] = names[i];
 	}
-	headers[N_POINTS + 1] = "100% MIN-MAX";
-	headers[N_POINTS + 2] = "FRAG@100%";
-	headers[N_POINTS + 3] = NULL;
-	printf("Unallocated GPU (%% of capacity) by arrived workload, median "
-	       "of %zu seed%s:\n",
+}
+
+static void print_paired(const struct result *res, size_t n, size_t n_seeds,
+			 int baseline)
+{
+	const char *headers[] = {"POLICY", "ARRIVED", "MEAN DIFF", "SD",
+				 "T",      "BETTER",  "WORSE",     "EQUAL",
+				 NULL};
+	struct cli_table *t;
+
+	printf("\nAgainst %s, paired by seed (policy minus %s, unallocated "
+	       "GPU %%; better = less unallocated):\n",
+	       res[baseline].policy->name, res[baseline].policy->name);
+	t = cli_table_new(headers);
+	for (size_t p = 0; p < n; p++) {
+		if ((int)p == baseline)
+			continue;
+		for (size_t i = 0; i < N_POINTS; i++) {
+			struct kn_sim_paired d;
+
+			compare(&res[baseline], &res[p], n_seeds,
+				report_points[i], &d);
+			cli_table_cell(t, res[p].policy->name);
+			cli_table_cellf(t, "%d%%", report_points[i]);
+			sim_paired_cells(t, &d);
+		}
+	}
+	cli_table_print(t, stdout, 2);
+	cli_table_free(t);
+}
+
+static void print_speed(const struct result *res, size_t n)
+{
+	const char *headers[] = {"POLICY",	   "OFFERED", "PLACED",
+				 "SECONDS",	   "PLACED/S",
+				 "OFFERED/S", NULL};
+	struct cli_table *t;
+
+	printf("\nSpeed (pods placed per second of wall time; offered "
+	       "includes the pods that fit nowhere):\n");
+	t = cli_table_new(headers);
+	for (size_t p = 0; p < n; p++) {
+		const struct kn_sim_speed *s = &res[p].speed;
+
+		cli_table_cell(t, res[p].policy->name);
+		cli_table_cellf(t, "%zu", s->offered);
+		cli_table_cellf(t, "%zu", s->placed);
+		cli_table_cellf(t, "%.2f", s->seconds);
+		cli_table_cellf(t, "%.0f", s->placed_per_s);
+		cli_table_cellf(t, "%.0f", s->offered_per_s);
+	}
+	cli_table_print(t, stdout, 2);
+	cli_table_free(t);
+}
+
+static void print_tables(const struct result *res, size_t n, size_t n_seeds,
+			 int baseline)
+{
+	const char *headers[N_POINTS + 5];
+	struct cli_table *t;
+
+	point_headers(headers);
+	headers[N_POINTS + 1] = "100% MEDIAN";
+	headers[N_POINTS + 2] = "100% MIN-MAX";
+	headers[N_POINTS + 3] = "FRAG@100%";
+	headers[N_POINTS + 4] = NULL;
+	printf("Unallocated GPU (%% of capacity) by arrived workload, mean "
+	       "±sd over %zu seed%s:\n",
 	       n_seeds, n_seeds == 1 ? "" : "s");
 	t = cli_table_new(headers);
 	for (size_t p = 0; p < n; p++) {
 		cli_table_cell(t, res[p].policy->name);
 		for (size_t i = 0; i < N_POINTS; i++)
-			cli_table_cellf(t, "%.2f",
-					res[p].median[report_points[i]]);
+			cli_table_cellf(t, "%.2f±%.2f",
+					res[p].unalloc[report_points[i]].mean,
+					res[p].unalloc[report_points[i]].sd);
+		cli_table_cellf(t, "%.2f", res[p].unalloc[100].median);
 		cli_table_cellf(t, "%.2f-%.2f", res[p].lo[100],
 				res[p].hi[100]);
-		cli_table_cellf(t, "%.2f", res[p].frag[100]);
+		cli_table_cellf(t, "%.2f", res[p].frag[100].mean);
 	}
 	cli_table_print(t, stdout, 2);
 	cli_table_free(t);
 
 	printf("\nFragmentation (%% of capacity) by arrived workload, "
-	       "median:\n");
+	       "mean ±sd:\n");
 	headers[N_POINTS + 1] = NULL;
 	t = cli_table_new(headers);
 	for (size_t p = 0; p < n; p++) {
 		cli_table_cell(t, res[p].policy->name);
 		for (size_t i = 0; i < N_POINTS; i++)
-			cli_table_cellf(t, "%.2f",
-					res[p].frag[report_points[i]]);
+			cli_table_cellf(t, "%.2f±%.2f",
+					res[p].frag[report_points[i]].mean,
+					res[p].frag[report_points[i]].sd);
 	}
 	cli_table_print(t, stdout, 2);
 	cli_table_free(t);
-
-	printf("\nSpeed:\n");
-	headers[0] = "POLICY";
-	headers[1] = "PODS";
-	headers[2] = "PLACED";
-	headers[3] = "SECONDS";
-	headers[4] = "PODS/S";
-	headers[5] = NULL;
-	t = cli_table_new(headers);
-	for (size_t p = 0; p < n; p++) {
-		double s = (double)res[p].ms / 1000.0;
-
-		cli_table_cell(t, res[p].policy->name);
-		cli_table_cellf(t, "%zu", res[p].offered);
-		cli_table_cellf(t, "%zu", res[p].placed);
-		cli_table_cellf(t, "%.2f", s);
-		snprintf(label, sizeof(label), "%.0f",
-			 s > 0 ? (double)res[p].offered / s : 0.0);
-		cli_table_cell(t, s > 0 ? label : "-");
-	}
-	cli_table_print(t, stdout, 2);
-	cli_table_free(t);
+	if (baseline >= 0 && n > 1 && n_seeds > 1)
+		print_paired(res, n, n_seeds, baseline);
+	print_speed(res, n);
 }
 
 static void print_number(FILE *f, double v)
@@ -231,27 +311,43 @@ static void print_number(FILE *f, double v)
 }
 
 static int write_csv(const struct cli_ctx *ctx, const char *path,
-		     const struct result *res, size_t n)
+		     const struct result *res, size_t n, size_t n_seeds,
+		     int baseline)
 {
 	FILE *f = fopen(path, "w");
 
 	if (!f)
 		return cli_fail(ctx, "--csv %s: %s", path, strerror(errno));
-	fputs("policy,arrived_pct,unallocated_median,unallocated_p25,"
-	      "unallocated_p75,unallocated_min,unallocated_max,frag_median\n",
+	fputs("policy,arrived_pct,seeds,unallocated_mean,unallocated_sd,"
+	      "unallocated_median,unallocated_min,unallocated_max,frag_mean,"
+	      "frag_sd,baseline,diff_mean,diff_sd,diff_t,seeds_better,"
+	      "seeds_worse\n",
 	      f);
 	for (size_t p = 0; p < n; p++) {
 		char *policy = kn_csv_cell(res[p].policy->name);
+		bool paired = baseline >= 0 && (int)p != baseline;
 
 		for (int x = 0; x < KN_SIM_BINS; x++) {
-			fprintf(f, "%s,%d", policy, x);
-			print_number(f, res[p].median[x]);
-			print_number(f, res[p].p25[x]);
-			print_number(f, res[p].p75[x]);
+			struct kn_sim_paired d;
+
+			fprintf(f, "%s,%d,%zu", policy, x, res[p].unalloc[x].n);
+			print_number(f, res[p].unalloc[x].mean);
+			print_number(f, res[p].unalloc[x].sd);
+			print_number(f, res[p].unalloc[x].median);
 			print_number(f, res[p].lo[x]);
 			print_number(f, res[p].hi[x]);
-			print_number(f, res[p].frag[x]);
-			fputc('\n', f);
+			print_number(f, res[p].frag[x].mean);
+			print_number(f, res[p].frag[x].sd);
+			if (!paired) {
+				fputs(",,,,,,\n", f);
+				continue;
+			}
+			compare(&res[baseline], &res[p], n_seeds, x, &d);
+			fprintf(f, ",%s", res[baseline].policy->name);
+			print_number(f, d.mean);
+			print_number(f, d.sd);
+			print_number(f, isfinite(d.t) ? d.t : NAN);
+			fprintf(f, ",%zu,%zu\n", d.lower, d.higher);
 		}
 		free(policy);
 	}
@@ -260,8 +356,8 @@ static int write_csv(const struct cli_ctx *ctx, const char *path,
 	return CLI_GO;
 }
 
-/* A PNG like the paper's Figure 9a: median lines, 25-75 % bands, and
-   the ideal y = 100 - x. */
+/* A PNG like the paper's Figure 9a, with means: mean lines, ±1 sd
+   bands, and the ideal y = 100 - x. */
 static int write_plot(const struct cli_ctx *ctx, const char *path,
 		      const struct result *res, size_t n, size_t n_seeds)
 {
@@ -277,11 +373,13 @@ static int write_plot(const struct cli_ctx *ctx, const char *path,
 				strerror(errno));
 	for (size_t p = 0; p < n; p++) {
 		fprintf(g, "$d%zu << EOD\n", p);
-		for (int x = 75; x <= KN_SIM_MAX_ARRIVED; x++)
-			if (!isnan(res[p].median[x]))
-				fprintf(g, "%d %.4f %.4f %.4f\n", x,
-					res[p].median[x], res[p].p25[x],
-					res[p].p75[x]);
+		for (int x = 75; x <= KN_SIM_MAX_ARRIVED; x++) {
+			const struct kn_sim_stats *u = &res[p].unalloc[x];
+
+			if (!isnan(u->mean))
+				fprintf(g, "%d %.4f %.4f %.4f\n", x, u->mean,
+					u->mean - u->sd, u->mean + u->sd);
+		}
 		fputs("EOD\n", g);
 	}
 	fprintf(g,
@@ -289,8 +387,8 @@ static int write_plot(const struct cli_ctx *ctx, const char *path,
 		"set output '%s'\n"
 		"set xlabel 'Arrived workload (%% of GPU capacity)'\n"
 		"set ylabel 'Unallocated GPU (%%)'\n"
-		"set title 'Unallocated GPU, median of %zu seeds "
-		"(band: 25-75 %%)'\n"
+		"set title 'Unallocated GPU, mean of %zu seeds "
+		"(band: ±1 sd)'\n"
 		"set xrange [75:%d]\nset yrange [0:30]\nset grid\n"
 		"set key top right\nset style fill transparent solid 0.2\n"
 		"plot 100-x with lines dashtype 2 lc rgb 'black' title 'Ideal'",
@@ -335,115 +433,97 @@ static int autoscale_checks(const struct cli_ctx *ctx, const char *nodes,
 	return CLI_GO;
 }
 
-int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
+/* The flags of one `kiln sim`. */
+struct sim_flags {
+	const char *nodes, *pods, *policies, *seed_list, *csv, *plot;
+	const char *save_trace, *autoscale, *provision_delay, *baseline;
+	const char *load;
+	bool from_history, departures;
+};
+
+/* Combinations that make no sense, before anything is read. */
+static int check_flags(const struct cli_ctx *ctx, const struct sim_flags *f)
 {
-	const char *const default_policies = DEFAULT_POLICIES;
-	const char *nodes = NULL, *pods = NULL, *policies = default_policies;
-	const char *seed_list = NULL, *csv = NULL, *plot = NULL;
-	const char *save_trace = NULL, *autoscale = NULL;
-	const char *provision_delay = NULL;
-	bool from_history = false;
-	const struct cli_flag flags[] = {
-		{"nodes", 0, CLI_FLAG_STRING, &nodes},
-		{"pods", 0, CLI_FLAG_STRING, &pods},
-		{"policy", 0, CLI_FLAG_STRING, &policies},
-		{"seeds", 0, CLI_FLAG_STRING, &seed_list},
-		{"csv", 0, CLI_FLAG_STRING, &csv},
-		{"plot", 0, CLI_FLAG_STRING, &plot},
-		{"from-history", 0, CLI_FLAG_BOOL, &from_history},
-		{"save-trace", 0, CLI_FLAG_STRING, &save_trace},
-		{"autoscale", 0, CLI_FLAG_STRING, &autoscale},
-		{"provision-delay", 0, CLI_FLAG_STRING, &provision_delay},
-		{NULL, 0, 0, NULL},
-	};
-	struct sim_history hist;
-	char *trace_dir = NULL, *hist_nodes = NULL, *hist_pods = NULL;
-	struct result res[MAX_POLICIES];
+	if (f->from_history && f->pods)
+		return cli_usage_error(ctx, "--from-history and --pods: give "
+					    "one (the history is the pod list)");
+	if (f->save_trace && !f->from_history)
+		return cli_usage_error(ctx, "--save-trace: only with "
+					    "--from-history");
+	if (f->provision_delay && !f->autoscale)
+		return cli_usage_error(ctx, "--provision-delay: only with "
+					    "--autoscale");
+	if (f->load && !f->departures)
+		return cli_usage_error(ctx, "--load: only with --departures");
+	if (f->departures && (f->plot || f->autoscale))
+		return cli_usage_error(ctx, "--departures: not with %s (a "
+					    "replay in time has no curves)",
+				       f->plot ? "--plot" : "--autoscale");
+	if (f->autoscale)
+		return autoscale_checks(ctx, f->nodes, f->pods,
+					f->from_history, f->seed_list, f->csv,
+					f->plot);
+	if (!f->from_history && (!f->nodes || !f->pods))
+		return cli_usage_error(ctx, "--nodes and --pods are required "
+					    "(openb CSVs; see docs/scheduling.md), "
+					    "or --from-history");
+	return CLI_GO;
+}
+
+/* The paper's experiment: every policy with every seed, then tables. */
+static int run_packing(const struct cli_ctx *ctx, struct kn_sim *sim,
+		       const struct kn_pack_policy *const *policies, size_t n,
+		       const uint64_t *seeds, size_t n_seeds, int baseline,
+		       const struct sim_flags *f)
+{
+	struct result *res = kn_xcalloc(n, sizeof(*res));
+	int rc = CLI_EXIT_OK;
+
+	for (size_t p = 0; p < n; p++) {
+		int64_t start = kn_mono_ms();
+
+		res[p].policy = policies[p];
+		res[p].runs = kn_xcalloc(n_seeds, sizeof(*res[p].runs));
+		for (size_t s = 0; s < n_seeds; s++)
+			kn_sim_run(sim, policies[p], seeds[s], &res[p].runs[s]);
+		kn_sim_speed(res[p].runs, n_seeds,
+			     (double)(kn_mono_ms() - start) / 1000.0,
+			     &res[p].speed);
+		summarize(&res[p], n_seeds);
+	}
+	print_tables(res, n, n_seeds, baseline);
+	if (f->csv)
+		rc = write_csv(ctx, f->csv, res, n, n_seeds, baseline);
+	if (rc == CLI_GO)
+		rc = CLI_EXIT_OK;
+	if (rc == CLI_EXIT_OK && f->plot &&
+	    (rc = write_plot(ctx, f->plot, res, n, n_seeds)) == CLI_GO)
+		rc = CLI_EXIT_OK;
+	for (size_t p = 0; p < n; p++)
+		free(res[p].runs);
+	free(res);
+	return rc;
+}
+
+/* Load the trace and run the experiment or the replay the flags ask. */
+static int run_trace(const struct cli_ctx *ctx, const struct sim_flags *f)
+{
+	const struct kn_pack_policy *policies[MAX_POLICIES];
 	struct kn_error err = {0};
 	struct kn_sim *sim = NULL;
 	uint64_t *seeds = NULL;
-	size_t n_seeds = 0, n_res = 0;
-	int rc;
+	size_t n_seeds = 0, n = 0;
+	int baseline, rc;
 
-	memset(res, 0, sizeof(res));
-	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	rc = parse_policies(ctx, f->policies, policies, &n);
+	if (rc == CLI_GO)
+		rc = parse_seeds(ctx, f->seed_list ? f->seed_list : "42-51",
+				 &seeds, &n_seeds);
+	if (rc == CLI_GO)
+		rc = pick_baseline(ctx, f->baseline, policies, n, &baseline);
 	if (rc != CLI_GO)
 		goto out;
-	if (from_history && pods) {
-		rc = cli_usage_error(ctx, "--from-history and --pods: give one "
-					  "(the history is the pod list)");
-		goto out;
-	}
-	if (save_trace && !from_history) {
-		rc = cli_usage_error(ctx, "--save-trace: only with "
-					  "--from-history");
-		goto out;
-	}
-	if (provision_delay && !autoscale) {
-		rc = cli_usage_error(ctx, "--provision-delay: only with "
-					  "--autoscale");
-		goto out;
-	}
-	if (autoscale) {
-		rc = autoscale_checks(ctx, nodes, pods, from_history, seed_list,
-				      csv, plot);
-		if (rc != CLI_GO)
-			goto out;
-	} else if (!from_history && (!nodes || !pods)) {
-		rc = cli_usage_error(ctx, "--nodes and --pods are required "
-					  "(openb CSVs; see docs/scheduling.md), "
-					  "or --from-history");
-		goto out;
-	}
-	if (!autoscale) {
-		rc = parse_policies(ctx, policies, res, &n_res);
-		if (rc != CLI_GO)
-			goto out;
-		rc = parse_seeds(ctx, seed_list ? seed_list : "42-51", &seeds,
-				 &n_seeds);
-		if (rc != CLI_GO)
-			goto out;
-	}
-	if (from_history) {
-		trace_dir = save_trace ? kn_xstrdup(save_trace)
-				       : kn_xstrdup("/tmp/kiln-sim.XXXXXX");
-		if (save_trace ? kn_mkdir_p(trace_dir, 0755) < 0
-			       : !mkdtemp(trace_dir)) {
-			rc = cli_fail(ctx, "%s: %s", trace_dir,
-				      strerror(errno));
-			goto out;
-		}
-		hist_pods = kn_asprintf("%s/pods.csv", trace_dir);
-		if (!nodes && !autoscale)
-			hist_nodes = kn_asprintf("%s/nodes.csv", trace_dir);
-		rc = sim_history_write(ctx, trace_dir, !nodes && !autoscale,
-				       &hist);
-		if (rc != CLI_GO)
-			goto out;
-		pods = hist_pods;
-		if (hist_nodes)
-			nodes = hist_nodes;
-		fprintf(stderr,
-			"%s: history: %zu ended job%s, %zu pod%s (one per "
-			"task), %zu MIG job%s left out; trace in %s\n",
-			ctx->prog, hist.jobs, hist.jobs == 1 ? "" : "s",
-			hist.pods, hist.pods == 1 ? "" : "s", hist.skipped_mig,
-			hist.skipped_mig == 1 ? "" : "s",
-			save_trace ? save_trace : "a temporary directory");
-	}
-	if (autoscale) {
-		struct sim_autoscale_args a = {
-			.pools = autoscale,
-			.pods = pods,
-			.policy = policies == default_policies ? NULL : policies,
-			.provision_delay = provision_delay,
-			.seed = 42,
-		};
-
-		rc = sim_autoscale_run(ctx, &a);
-		goto out;
-	}
-	if (kn_sim_load(nodes, pods, &sim, &err) < 0) {
+	if (kn_sim_load(f->nodes, f->pods, &sim, &err) < 0) {
 		rc = err.code == KN_EIO
 			     ? cli_fail(ctx,
 					"%s (the openb traces come from "
@@ -456,34 +536,104 @@ int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
 	fprintf(stderr, "%s: %zu nodes, %.0f GPUs, %zu pods; %zu polic%s x "
 			"%zu seed%s\n",
 		ctx->prog, kn_sim_n_nodes(sim),
-		(double)kn_sim_capacity(sim) / 1000.0, kn_sim_n_pods(sim),
-		n_res, n_res == 1 ? "y" : "ies", n_seeds,
-		n_seeds == 1 ? "" : "s");
-	for (size_t p = 0; p < n_res; p++) {
-		int64_t start = kn_mono_ms();
+		(double)kn_sim_capacity(sim) / 1000.0, kn_sim_n_pods(sim), n,
+		n == 1 ? "y" : "ies", n_seeds, n_seeds == 1 ? "" : "s");
+	if (f->departures) {
+		struct sim_departures_args a = {
+			.sim = sim,
+			.policies = policies,
+			.n_policies = n,
+			.seeds = seeds,
+			.n_seeds = n_seeds,
+			.baseline = baseline,
+			.load = f->load,
+			.csv = f->csv,
+		};
 
-		res[p].runs = kn_xcalloc(n_seeds, sizeof(*res[p].runs));
-		for (size_t s = 0; s < n_seeds; s++) {
-			kn_sim_run(sim, res[p].policy, seeds[s],
-				   &res[p].runs[s]);
-			res[p].offered += res[p].runs[s].offered;
-			res[p].placed += res[p].runs[s].placed;
-		}
-		res[p].ms = kn_mono_ms() - start;
-		summarize(&res[p], n_seeds);
+		rc = sim_departures_run(ctx, &a);
+	} else {
+		rc = run_packing(ctx, sim, policies, n, seeds, n_seeds,
+				 baseline, f);
 	}
-	print_tables(res, n_res, n_seeds);
-	if (csv && (rc = write_csv(ctx, csv, res, n_res)) != CLI_GO)
-		goto out;
-	if (plot && (rc = write_plot(ctx, plot, res, n_res, n_seeds)) != CLI_GO)
-		goto out;
-	rc = CLI_EXIT_OK;
 out:
-	for (size_t p = 0; p < n_res; p++)
-		free(res[p].runs);
 	free(seeds);
 	kn_sim_free(sim);
-	if (trace_dir && !save_trace) {
+	return rc;
+}
+
+int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *const default_policies = DEFAULT_POLICIES;
+	struct sim_flags f = {.policies = default_policies};
+	const struct cli_flag flags[] = {
+		{"nodes", 0, CLI_FLAG_STRING, &f.nodes},
+		{"pods", 0, CLI_FLAG_STRING, &f.pods},
+		{"policy", 0, CLI_FLAG_STRING, &f.policies},
+		{"seeds", 0, CLI_FLAG_STRING, &f.seed_list},
+		{"baseline", 0, CLI_FLAG_STRING, &f.baseline},
+		{"csv", 0, CLI_FLAG_STRING, &f.csv},
+		{"plot", 0, CLI_FLAG_STRING, &f.plot},
+		{"departures", 0, CLI_FLAG_BOOL, &f.departures},
+		{"load", 0, CLI_FLAG_STRING, &f.load},
+		{"from-history", 0, CLI_FLAG_BOOL, &f.from_history},
+		{"save-trace", 0, CLI_FLAG_STRING, &f.save_trace},
+		{"autoscale", 0, CLI_FLAG_STRING, &f.autoscale},
+		{"provision-delay", 0, CLI_FLAG_STRING, &f.provision_delay},
+		{NULL, 0, 0, NULL},
+	};
+	struct sim_history hist;
+	char *trace_dir = NULL, *hist_nodes = NULL, *hist_pods = NULL;
+	int rc;
+
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc != CLI_GO)
+		goto out;
+	rc = check_flags(ctx, &f);
+	if (rc != CLI_GO)
+		goto out;
+	if (f.from_history) {
+		trace_dir = f.save_trace ? kn_xstrdup(f.save_trace)
+					 : kn_xstrdup("/tmp/kiln-sim.XXXXXX");
+		if (f.save_trace ? kn_mkdir_p(trace_dir, 0755) < 0
+				 : !mkdtemp(trace_dir)) {
+			rc = cli_fail(ctx, "%s: %s", trace_dir,
+				      strerror(errno));
+			goto out;
+		}
+		hist_pods = kn_asprintf("%s/pods.csv", trace_dir);
+		if (!f.nodes && !f.autoscale)
+			hist_nodes = kn_asprintf("%s/nodes.csv", trace_dir);
+		rc = sim_history_write(ctx, trace_dir,
+				       !f.nodes && !f.autoscale, &hist);
+		if (rc != CLI_GO)
+			goto out;
+		f.pods = hist_pods;
+		if (hist_nodes)
+			f.nodes = hist_nodes;
+		fprintf(stderr,
+			"%s: history: %zu ended job%s, %zu pod%s (one per "
+			"task), %zu MIG job%s left out; trace in %s\n",
+			ctx->prog, hist.jobs, hist.jobs == 1 ? "" : "s",
+			hist.pods, hist.pods == 1 ? "" : "s", hist.skipped_mig,
+			hist.skipped_mig == 1 ? "" : "s",
+			f.save_trace ? f.save_trace : "a temporary directory");
+	}
+	if (f.autoscale) {
+		struct sim_autoscale_args a = {
+			.pools = f.autoscale,
+			.pods = f.pods,
+			.policy = f.policies == default_policies ? NULL
+								 : f.policies,
+			.provision_delay = f.provision_delay,
+			.seed = 42,
+		};
+
+		rc = sim_autoscale_run(ctx, &a);
+	} else {
+		rc = run_trace(ctx, &f);
+	}
+out:
+	if (trace_dir && !f.save_trace) {
 		if (hist_pods)
 			unlink(hist_pods);
 		if (hist_nodes)

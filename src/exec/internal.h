@@ -3,6 +3,7 @@
 #define KILN_EXEC_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "exec.h"
@@ -34,6 +35,31 @@ int exec_write_launch(const struct kn_task_launch *l,
  */
 int exec_read_status(const char *task_dir, struct kn_task_status *st,
 		     struct kn_error *err);
+
+/*
+ * TASK_DIR/exit.rec (exitrec.c), the shim's exit record of a fixed size,
+ * written whole before the task starts and overwritten in place when it
+ * ends, so a full disk cannot keep the exit from being recorded.
+ *
+ * prepare creates it saying "no exit yet", synced, and gives its open
+ * descriptor; write overwrites it with payload (the status JSON, not
+ * empty) and syncs; read gives the payload (malloc'd): -ENOENT while
+ * there is none or no record, -EBADMSG when torn or not a record, or the
+ * errors of kn_task_file_read.
+ */
+#define EXEC_EXIT_RECORD "exit.rec"
+#define EXEC_EXIT_RECORD_SIZE 4096
+int exec_exit_record_prepare(const char *task_dir, int *fd_out);
+int exec_exit_record_write(int fd, const char *payload, size_t len);
+int exec_exit_record_read(const char *task_dir, char **payload,
+			  struct kn_error *err);
+
+/*
+ * The name of a task's cgroup, "task-" and FNV-1a of its directory, so a
+ * shim run again for the same task, or a server cleaning up after a shim
+ * that died, finds the same one.
+ */
+void exec_task_cgroup_name(const char *task_dir, char *name, size_t len);
 
 /* Whether pid is alive and still the process that started at start. */
 bool exec_proc_alive(const struct kn_task_proc *proc);

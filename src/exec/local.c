@@ -9,6 +9,8 @@
 #include "internal.h"
 #include "spec/spec.h"
 
+#include "cgroup/cgroup.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -194,29 +196,47 @@ static int local_stop(struct kn_executor *ex, const char *task_dir,
 	return 0;
 }
 
+/*
+ * status.json, or when the shim could not write it (a full disk) the
+ * exit record it wrote in place: the text of the exit, or -ENOENT.
+ */
+static int read_exit_text(const char *task_dir, char **text,
+			  struct kn_error *err)
+{
+	struct kn_error why;
+	int rc;
+
+	/* The task can write its directory: no links, FIFOs or devices. */
+	rc = kn_task_file_read(task_dir, "status.json", 65536, text, NULL,
+			       &why);
+	if (rc == -ENOENT) {
+		rc = exec_exit_record_read(task_dir, text, &why);
+		/* Torn: the shim is still writing it, or died doing so. */
+		if (rc == -EBADMSG)
+			rc = -ENOENT;
+	}
+	if (rc < 0)
+		kn_errorf(err, why.code, why.field, "cannot read the exit in "
+			  "%s: %s", task_dir, why.message);
+	return rc;
+}
+
 int exec_read_status(const char *task_dir, struct kn_task_status *st,
 		     struct kn_error *err)
 {
-	struct kn_error why;
 	char *text = NULL;
 	json_t *doc = NULL, *v;
 	int rc;
 
-	/* The task can write its directory: no links, FIFOs or devices. */
-	rc = kn_task_file_read(task_dir, "status.json", 65536, &text, NULL,
-			       &why);
-	if (rc < 0) {
-		/* -ENOENT (no exit recorded yet) is kept for the caller. */
-		kn_errorf(err, why.code, why.field, "cannot read %s/status.json: %s",
-			  task_dir, why.message);
-		return rc;
-	}
+	rc = read_exit_text(task_dir, &text, err);
+	if (rc < 0)
+		return rc; /* -ENOENT (no exit recorded yet) is the caller's */
 	doc = json_loads(text, 0, NULL);
 	free(text);
 	if (!json_is_object(doc)) {
 		json_decref(doc);
 		return kn_errorf(err, KN_EIO, NULL,
-				 "%s/status.json is not a JSON object", task_dir);
+				 "the exit in %s is not a JSON object", task_dir);
 	}
 	st->ended = true;
 	st->exit_code = (int)json_integer_value(json_object_get(doc, "exit_code"));
@@ -228,6 +248,45 @@ int exec_read_status(const char *task_dir, struct kn_task_status *st,
 		   sizeof(st->reason));
 	json_decref(doc);
 	return 0;
+}
+
+void exec_task_cgroup_name(const char *task_dir, char *name, size_t len)
+{
+	uint64_t h = 14695981039346656037ULL;
+
+	for (const char *p = task_dir; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+	snprintf(name, len, "task-%016llx", (unsigned long long)h);
+}
+
+/*
+ * A shim killed outright took its task with it but left the task's
+ * cgroup: removed here. Only the parent comes from launch.json, which
+ * the task may have touched when unsandboxed: the hierarchies are always
+ * the real ones, and the name is this task directory's own.
+ */
+static void remove_lost_cgroup(const char *task_dir)
+{
+	struct kn_cgroup_place place = {KN_CGROUP_ROOT, NULL,
+					"/proc/self/cgroup"};
+	struct kn_cgroup *cg = NULL;
+	struct kn_error why;
+	char *text = NULL, name[32];
+	json_t *doc;
+
+	if (kn_task_file_read(task_dir, "launch.json", 4 * 1024 * 1024, &text,
+			      NULL, &why) < 0)
+		return;
+	doc = json_loads(text, 0, NULL);
+	free(text);
+	place.parent = json_string_value(json_object_get(
+		json_object_get(doc, "limits"), "cgroup_parent"));
+	exec_task_cgroup_name(task_dir, name, sizeof(name));
+	if (place.parent && kn_cgroup_new(&place, name, &cg, &why) == 0 &&
+	    kn_cgroup_destroy(cg, &why) < 0)
+		kn_log(KN_LOG_WARN, "%s", why.message);
+	kn_cgroup_free(cg);
+	json_decref(doc);
 }
 
 static int local_status(struct kn_executor *ex, const char *task_dir,
@@ -250,13 +309,15 @@ static int local_status(struct kn_executor *ex, const char *task_dir,
 		return 0;
 	}
 	/*
-	 * The shim writes status.json before it exits, so a dead shim without
-	 * one was killed itself; read once more in case it just finished.
+	 * The shim records the exit before it exits (and stays alive until
+	 * it can), so a dead shim without one was killed itself; read once
+	 * more in case it just finished.
 	 */
 	if (exec_read_status(task_dir, &st, NULL) == 0) {
 		*out = st;
 		return 0;
 	}
+	remove_lost_cgroup(task_dir);
 	st.ended = true;
 	st.exit_code = -1;
 	st.ended_at_ms = kn_now_ms();

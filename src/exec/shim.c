@@ -6,9 +6,11 @@
  * or what TASK_DIR/stop.json asks for), passes SIGUSR1 and SIGUSR2 on to
  * the group, enforces the timeout (with the launch's timeout_signal,
  * SIGTERM unless set), takes TASK_DIR/stop.json appearing as a stop when
- * the launch sets stop_poll_ms (the Slurm executor), and last
- * writes TASK_DIR/status.json atomically. It never talks to the server, so
- * it behaves the same whether the server is up, down or restarted.
+ * the launch sets stop_poll_ms (the Slurm executor), and last records
+ * the exit: in place in TASK_DIR/exit.rec, written before the task
+ * started so a full disk cannot refuse it, and in TASK_DIR/status.json.
+ * It never talks to the server, so it behaves the same whether the
+ * server is up, down or restarted.
  *
  * One poll loop over the output pipe, a signalfd and a timerfd: no signal
  * handlers, no races between them.
@@ -26,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,6 +67,7 @@ struct shim {
 
 	int log_fd;
 	int64_t log_size;
+	int record_fd;      /* the exit record, written before the task */
 	pid_t child;
 	bool stopping;
 	char reason[96];
@@ -246,7 +251,8 @@ static const char *env_value(char *const *env, const char *key)
 
 /* The shim's own files: the task may read them, not write or replace. */
 static const char *const shim_files[] = {
-	"launch.json", "shim.pid", "shim.log", KN_LOG_FILE, NULL,
+	"launch.json", "shim.pid", "shim.log", KN_LOG_FILE, EXEC_EXIT_RECORD,
+	NULL,
 };
 
 #define MAX_SHIM_PATHS 8
@@ -319,25 +325,46 @@ static void release_child(struct shim *s, int go)
 		kill(s->child, SIGKILL); /* it would wait forever */
 }
 
+/*
+ * In the child: die with the shim (a shim killed outright must not leave
+ * its task running, holding its GPUs unseen). In a sandbox the child is
+ * the namespace's init, whose end ends the namespace. shim_fd (a pidfd,
+ * or -1 where the kernel has none) catches a shim gone before the prctl.
+ */
+static void die_with_shim(int shim_fd)
+{
+	struct pollfd gone = {shim_fd, POLLIN, 0};
+
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ||
+	    (shim_fd >= 0 && poll(&gone, 1, 0) != 0))
+		_exit(127);
+	if (shim_fd >= 0)
+		close(shim_fd);
+}
+
 static void start_child(struct shim *s, int out_fd)
 {
 	char why[256], b;
-	int go[2];
+	int go[2], shim_fd;
 	pid_t pid;
 
 	if (pipe2(go, O_CLOEXEC) < 0) {
 		s->child = -1;
 		return;
 	}
-	pid = fork();
+	shim_fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	pid = kn_sandbox_fork(s->sandbox);
 	if (pid != 0) {
 		s->child = pid;
 		close(go[0]);
+		if (shim_fd >= 0)
+			close(shim_fd);
 		if (pid > 0)
 			release_child(s, go[1]);
 		close(go[1]);
 		return;
 	}
+	die_with_shim(shim_fd);
 	/* Child: its own process group, so a stop reaches all it starts. */
 	close(go[1]);
 	setpgid(0, 0);
@@ -356,37 +383,21 @@ static void start_child(struct shim *s, int out_fd)
 	if (read(go[0], &b, 1) != 1)
 		_exit(127);
 	close(go[0]);
-	if (kn_sandbox_enter(s->sandbox, why, sizeof(why)) < 0) {
-		dprintf(2, "kiln: %s\n", why);
-		_exit(127);
-	}
-	if (chdir(s->workdir ? s->workdir : s->dir) < 0) {
-		fprintf(stderr, "kiln: cannot enter workdir %s: %s\n",
-			s->workdir ? s->workdir : s->dir, strerror(errno));
-		_exit(127);
-	}
-	environ = s->task_env;
-	execvp(s->argv[0], s->argv);
-	fprintf(stderr, "kiln: cannot run %s: %s\n", s->argv[0],
-		strerror(errno));
+	kn_sandbox_exec(s->sandbox, s->workdir ? s->workdir : s->dir, s->argv,
+			s->task_env, why, sizeof(why));
+	dprintf(2, "kiln: %s\n", why);
 	_exit(127);
 }
 
-/*
- * The task's cgroup, named after its directory (FNV-1a of the path) so a
- * shim run again for the same task finds the same one.
- */
+/* The task's cgroup (exec_task_cgroup_name). */
 static int limits_begin(struct shim *s, struct kn_error *err)
 {
 	struct kn_cgroup_place place = {s->cgroup_root, s->cgroup_parent,
 					"/proc/self/cgroup"};
-	uint64_t h = 14695981039346656037ULL;
 	char name[32];
 	int rc;
 
-	for (const char *p = s->dir; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-	snprintf(name, sizeof(name), "task-%016llx", (unsigned long long)h);
+	exec_task_cgroup_name(s->dir, name, sizeof(name));
 	rc = kn_cgroup_new(&place, name, &s->cgroup, err);
 	if (rc == 0)
 		rc = kn_cgroup_create(s->cgroup, &s->limits, err);
@@ -500,12 +511,13 @@ static void begin_stop(struct shim *s, int tfd, const char *reason,
 	arm_timer(tfd, grace > 0 ? grace : 1);
 }
 
-static int write_status(struct shim *s, int wstatus, int64_t started,
-			int64_t ended)
+/* The exit as status.json and the exit record hold it (malloc'd). */
+static char *status_text(const struct shim *s, int wstatus, int64_t started,
+			 int64_t ended)
 {
-	char *path = kn_asprintf("%s/status.json", s->dir), *text;
 	json_t *doc;
-	int exit_code = -1, sig = 0, rc;
+	char *text;
+	int exit_code = -1, sig = 0;
 
 	if (WIFEXITED(wstatus))
 		exit_code = WEXITSTATUS(wstatus);
@@ -516,10 +528,47 @@ static int write_status(struct shim *s, int wstatus, int64_t started,
 			(json_int_t)started, "ended_at_ms", (json_int_t)ended);
 	text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
-	rc = kn_write_file_atomic(path, text, strlen(text), 0600);
+	return text;
+}
+
+/* How long a shim that cannot record the exit waits before trying again. */
+#define RECORD_RETRY_S 1
+
+/*
+ * The exit, in the record written in place (which a full disk cannot
+ * refuse) and in status.json. A shim that can write neither for lack of
+ * space stays alive and tries again: while it lives its task counts as
+ * running, so the exit is recorded late but never lost or invented.
+ */
+static int write_status(struct shim *s, int wstatus, int64_t started,
+			int64_t ended)
+{
+	char *path = kn_asprintf("%s/status.json", s->dir);
+	char *text = status_text(s, wstatus, started, ended);
+	bool told = false;
+	int rc, rc_rec;
+
+	for (;;) {
+		if (s->record_fd < 0)
+			exec_exit_record_prepare(s->dir, &s->record_fd);
+		rc_rec = s->record_fd < 0 ? -ENOSPC
+					  : exec_exit_record_write(
+						    s->record_fd, text,
+						    strlen(text));
+		rc = kn_write_file_atomic(path, text, strlen(text), 0600);
+		if (rc == 0 || rc_rec == 0 ||
+		    kn_errcode_for_write(rc) != KN_ENOSPACE)
+			break;
+		if (!told)
+			kn_log(KN_LOG_WARN, "no space to record the task's "
+			       "exit in %s; trying again every %ds",
+			       s->dir, RECORD_RETRY_S);
+		told = true;
+		sleep(RECORD_RETRY_S);
+	}
 	free(text);
 	free(path);
-	return rc;
+	return rc_rec == 0 ? 0 : rc;
 }
 
 /* Recorded like any exit, so the server judges it the same. */
@@ -560,6 +609,7 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 	memset(&s, 0, sizeof(s));
 	s.dir = task_dir;
 	s.log_fd = -1;
+	s.record_fd = -1;
 	s.host = host;
 	rc = load_launch(&s, err);
 	if (rc < 0)
@@ -595,6 +645,14 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		goto out;
 	}
 	started = kn_now_ms();
+	/* Room for the exit is taken now; a task is not started without. */
+	rc = exec_exit_record_prepare(task_dir, &s.record_fd);
+	if (rc < 0) {
+		snprintf(why, sizeof(why), "cannot write the exit record: %s",
+			 strerror(-rc));
+		rc = end_unstarted(&s, 1, why, started, err);
+		goto out;
+	}
 	if (prep && prep->fn &&
 	    prep->fn(prep->arg, s.env, s.log_fd, why, sizeof(why)) < 0) {
 		rc = end_unstarted(&s, 1, why, started, err);
@@ -680,6 +738,8 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 				    waitpid(s.child, &wstatus, WNOHANG) ==
 					    s.child) {
 					child_done = true;
+					kn_sandbox_task_status(s.sandbox,
+							       &wstatus);
 					/* Leftovers of the group go with it. */
 					kill(-s.child, SIGKILL);
 					drain_deadline = kn_mono_ms() + DRAIN_MS;
@@ -724,6 +784,8 @@ out:
 		close(tfd);
 	if (s.log_fd >= 0)
 		close(s.log_fd);
+	if (s.record_fd >= 0)
+		close(s.record_fd);
 	free_strings(s.argv);
 	free_strings(s.env);
 	free_strings(s.devices);

@@ -970,7 +970,7 @@ int kn_slurm_shim_main(const char *attempt_dir,
 	const char *nodeid = getenv("SLURM_NODEID");
 	const char *nodelist = getenv("SLURM_JOB_NODELIST");
 	const char *cuda = getenv("CUDA_VISIBLE_DEVICES");
-	char master[256], *task_dir, *status;
+	char master[256], *task_dir, *status, *recorded = NULL;
 	int rc;
 
 	if (!procid || !ntasks || !nodelist) {
@@ -981,10 +981,12 @@ int kn_slurm_shim_main(const char *attempt_dir,
 	}
 	task_dir = kn_asprintf("%s/%s", attempt_dir, procid);
 	status = kn_asprintf("%s/status.json", task_dir);
-	if (access(status, F_OK) == 0) {
+	if (access(status, F_OK) == 0 ||
+	    exec_exit_record_read(task_dir, &recorded, NULL) == 0) {
 		/* Slurm restarted an attempt that kiln has already seen end. */
 		fprintf(stderr, "kiln shim: %s has already ended; not run "
 			"again\n", task_dir);
+		free(recorded);
 		free(status);
 		free(task_dir);
 		return 0;

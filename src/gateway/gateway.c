@@ -33,7 +33,6 @@
 #define FETCH_TIMEOUT_MS 5000
 #define SAVE_INTERVAL_MS 1000
 #define COUNTERS_MAX_BYTES (64 * 1024 * 1024)
-#define LISTEN_BACKLOG 4096
 
 struct kn_gw_config *gw_current_config(struct kn_gateway *gw)
 {
@@ -361,49 +360,6 @@ static int first_config(struct kn_gateway *gw, struct kn_error *err)
 	return 0;
 }
 
-/* One listening socket per worker on the same address (SO_REUSEPORT). */
-static int listen_socket(struct kn_gateway *gw, int *port,
-			 struct kn_error *err)
-{
-	struct addrinfo hints = {.ai_family = AF_UNSPEC,
-				 .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-	struct addrinfo *ai = NULL;
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	char service[16];
-	int fd = -1, one = 1, rc;
-
-	snprintf(service, sizeof(service), "%d", *port);
-	if ((rc = getaddrinfo(gw->host, service, &hints, &ai)) != 0)
-		return kn_errorf(err, KN_EINVAL, "listen", "listen: %s: %s",
-				 gw->host, gai_strerror(rc));
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-		    0);
-	if (fd < 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
-	    /* Accepted sockets inherit it: answers go out whole, without
-	     * waiting for a delayed ACK (~40 ms on kept-alive connections). */
-	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
-	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
-	    listen(fd, LISTEN_BACKLOG) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
-		rc = kn_errorf(err, KN_EUNAVAIL, "listen",
-			       "cannot listen on %s:%d: %s", gw->host, *port,
-			       strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		freeaddrinfo(ai);
-		return rc;
-	}
-	freeaddrinfo(ai);
-	*port = ntohs(ss.ss_family == AF_INET6
-			      ? ((struct sockaddr_in6 *)&ss)->sin6_port
-			      : ((struct sockaddr_in *)&ss)->sin_port);
-	return fd;
-}
-
 static void on_stop(void *arg)
 {
 	kn_loop_stop(arg);
@@ -425,6 +381,7 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 	 * EPIPE, not the process. */
 	signal(SIGPIPE, SIG_IGN);
 	gw->opts = *opts;
+	gw->lock_fd = -1;
 	gw->host = kn_xstrdup(opts->host);
 	gw->zone = dup_or_null(opts->zone);
 	gw->routes_file = dup_or_null(opts->routes_file);
@@ -469,9 +426,11 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 			       "server to poll");
 		goto fail;
 	}
-	if ((rc = kn_mkdir_p(gw->dir, 0700)) < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "%s: %s", gw->dir,
-			       strerror(-rc));
+	/* Before its counters and routes are read: two gateways on one
+	   home would overwrite each other's. */
+	if ((gw->lock_fd = kn_dir_lock(gw->dir, "gateway.lock", "gateway",
+				       "the gateway's --home", err)) < 0) {
+		rc = gw->lock_fd;
 		goto fail;
 	}
 	if (opts->access_log) {
@@ -492,7 +451,8 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 	port = opts->port;
 	gw->workers = kn_xcalloc((size_t)opts->workers, sizeof(*gw->workers));
 	for (int i = 0; i < opts->workers; i++) {
-		if ((fd = listen_socket(gw, &port, err)) < 0) {
+		/* One listening socket per worker on the same address. */
+		if ((fd = kn_http_listen(gw->host, &port, true, err)) < 0) {
 			rc = fd;
 			goto fail;
 		}
@@ -592,5 +552,7 @@ void kn_gateway_free(struct kn_gateway *gw)
 	free(gw->routes_path);
 	free(gw->counters_path);
 	free(gw->url_path);
+	if (gw->lock_fd >= 0)
+		close(gw->lock_fd);
 	free(gw);
 }

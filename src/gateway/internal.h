@@ -39,6 +39,7 @@ struct kn_gateway {
 	struct kn_gateway_options opts; /* strings point into owned copies */
 	char *host, *zone, *routes_file, *server, *token;
 	char *dir;          /* $KILN_HOME/gateway */
+	int lock_fd;        /* dir/gateway.lock, held while it runs */
 	char *routes_path;  /* dir/routes.json */
 	char *counters_path;
 	char *url_path;
@@ -119,84 +120,6 @@ int gw_conn_request(struct gw_conn *c, const char *path,
 		    const char *host_header, const char *accept,
 		    const char *body, size_t len,
 		    const struct gw_up_handler *h, void *arg);
-
-/* ---- the HTTP server side (front.c) ---- */
-
-struct gw_front;
-struct gw_req;
-
-/* Called once per request; the request lives until it is answered. */
-typedef void (*gw_front_handler)(struct gw_req *r, void *arg);
-/*
- * Called when a request with a body has its head in and its body is not
- * all read yet: true to read the body, false when it answered r itself
- * (then the connection closes and the body is never buffered).
- */
-typedef bool (*gw_front_admit)(struct gw_req *r, void *arg);
-/* The client went away before its answer was done; r is gone. */
-typedef void (*gw_front_gone)(void *arg);
-
-struct gw_front_options {
-	size_t max_head, max_body; /* else 431, 413 */
-	int64_t head_timeout_ms;   /* a whole head must come within this */
-	int64_t body_idle_ms;      /* the most time between body bytes */
-	int max_conns;             /* open connections, else 503 */
-	int max_conns_per_client;  /* of one client address, else 503 */
-	gw_front_handler handler;
-	gw_front_admit admit;      /* or NULL */
-	void *arg;                 /* for handler and admit */
-};
-
-/*
- * Serve the listening socket fd (taken over) on base. NULL when libevent
- * refuses.
- */
-struct gw_front *gw_front_new(struct event_base *base, int fd,
-			      const struct gw_front_options *opts);
-/* Close every connection (calling their gone callbacks) and the socket. */
-void gw_front_free(struct gw_front *f);
-
-const char *gw_req_method(const struct gw_req *r);
-const char *gw_req_target(const struct gw_req *r); /* path and query */
-/* A request header (case-insensitive name), or NULL. */
-const char *gw_req_header(const struct gw_req *r, const char *name);
-/* The body, NUL-terminated (may hold NULs within len). */
-const char *gw_req_body(const struct gw_req *r, size_t *len);
-/* The body, malloc'd, for the caller to keep; the request has none after. */
-char *gw_req_take_body(struct gw_req *r, size_t *len);
-/* A header for the answer; one with a line break is dropped. */
-void gw_req_add_header(struct gw_req *r, const char *name, const char *value);
-/* When the client goes before the answer is done, call cb(arg) once. */
-void gw_req_on_gone(struct gw_req *r, gw_front_gone cb, void *arg);
-/* Answer whole; r is freed. */
-void gw_req_reply(struct gw_req *r, int status, const void *body, size_t len);
-void gw_req_reply_buffer(struct gw_req *r, int status, struct evbuffer *body);
-/* Answer as a chunked stream: start, chunks (data is taken), end frees r. */
-void gw_req_stream_start(struct gw_req *r, int status);
-void gw_req_stream_chunk(struct gw_req *r, struct evbuffer *data);
-void gw_req_stream_end(struct gw_req *r);
-/* A stream whose source broke off: no last chunk, and the connection is
-   closed, so the client sees a cut answer, never a complete one. */
-void gw_req_stream_abort(struct gw_req *r);
-
-/* The digits of v at p (no NUL); returns the end. No printf per call. */
-char *gw_put_uint(char *p, uint64_t v);
-
-/* ---- request framing (framing.c) ---- */
-
-/* What a request head says of its body. */
-struct gw_framing {
-	bool has_length;   /* Content-Length was given */
-	bool chunked;      /* Transfer-Encoding was given */
-	uint64_t body_len; /* Content-Length, or 0 */
-};
-
-/*
- * Check a whole request head (request line to the empty line, CRLF CRLF
- * included) against the framing rules at the top of framing.c: 0 with
- * *out filled, or the status to refuse it with (400, 411, 505).
- */
-int gw_framing_check(const char *head, size_t len, struct gw_framing *out);
 
 /* ---- workers (proxy.c) ---- */
 

@@ -62,7 +62,7 @@ struct gw_call;
 struct gw_worker {
 	struct kn_gateway *gw;
 	struct event_base *base;
-	struct gw_front *front;
+	struct kn_front *front;
 	pthread_t thread;
 	bool started;
 	struct kn_gw_config *cfg;
@@ -81,7 +81,7 @@ struct gw_worker {
 struct gw_call {
 	struct gw_worker *w;
 	struct gw_call *prev, *next;
-	struct gw_req *req; /* the client's; NULL once answered or gone */
+	struct kn_front_req *req; /* the client's; NULL once answered or gone */
 	struct kn_gw_config *cfg;   /* a reference for the call's life */
 	const struct kn_gw_key *key;
 	const struct kn_gw_deployment *dep;    /* asked for */
@@ -126,7 +126,7 @@ static void put_int(char **p, int64_t v)
 {
 	if (v < 0)
 		*(*p)++ = '-';
-	*p = gw_put_uint(*p, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+	*p = kn_put_uint(*p, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
 }
 
 /* Milliseconds with three decimals, as "%.3f" would put them. */
@@ -141,13 +141,13 @@ static void put_ms(char **p, double ms)
 	*(*p)++ = (char)('0' + us % 10);
 }
 
-static void add_header(struct gw_req *req, const char *name,
+static void add_header(struct kn_front_req *req, const char *name,
 		       const char *value)
 {
-	gw_req_add_header(req, name, value);
+	kn_front_req_add_header(req, name, value);
 }
 
-static void add_limit_headers(struct gw_req *req,
+static void add_limit_headers(struct kn_front_req *req,
 			      const struct kn_gw_verdict *v)
 {
 	char num[32], *p;
@@ -173,11 +173,11 @@ static void add_limit_headers(struct gw_req *req,
 }
 
 /* Send an OpenAI-shaped error: {"error":{"message","type","param","code"}}. */
-static void send_error(struct gw_req *req, int status,
+static void send_error(struct kn_front_req *req, int status,
 		       const char *type, const char *code, const char *param,
 		       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
-static void send_error(struct gw_req *req, int status,
+static void send_error(struct kn_front_req *req, int status,
 		       const char *type, const char *code, const char *param,
 		       const char *fmt, ...)
 {
@@ -196,7 +196,7 @@ static void send_error(struct gw_req *req, int status,
 	text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	add_header(req, "Content-Type", "application/json");
-	gw_req_reply(req, status, text, strlen(text));
+	kn_front_req_reply(req, status, text, strlen(text));
 	free(text);
 }
 
@@ -454,7 +454,7 @@ static void call_free(struct gw_call *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	if (c->req)
-		gw_req_on_gone(c->req, NULL, NULL);
+		kn_front_req_on_gone(c->req, NULL, NULL);
 	kn_gw_config_unref(c->cfg);
 	free(c->body);
 	if (c->held)
@@ -517,7 +517,7 @@ static void call_finish(struct gw_call *c)
 	call_free(c);
 }
 
-static void decorate_req(struct gw_call *c, struct gw_req *req)
+static void decorate_req(struct gw_call *c, struct kn_front_req *req)
 {
 	add_limit_headers(req, &c->verdict);
 	if (c->target != c->dep)
@@ -530,7 +530,7 @@ static void call_fail(struct gw_call *c, int status, const char *type,
 {
 	c->status = status;
 	if (c->req) {
-		struct gw_req *req = c->req;
+		struct kn_front_req *req = c->req;
 		c->req = NULL;
 		decorate_req(c, req);
 		send_error(req, status, type, code, NULL, "%s", message);
@@ -713,7 +713,7 @@ static void up_headers(void *arg, int status, const struct gw_headers *h)
 		if (c->req) {
 			copy_headers(c);
 			decorate_req(c, c->req);
-			gw_req_stream_start(c->req, c->status);
+			kn_front_req_stream_start(c->req, c->status);
 		}
 	} else {
 		c->held = evbuffer_new();
@@ -759,7 +759,7 @@ static void up_body(void *arg, struct evbuffer *piece)
 	if (c->streaming) {
 		sse_scan(c, (const char *)evbuffer_pullup(piece, -1), len);
 		if (c->req)
-			gw_req_stream_chunk(c->req, piece);
+			kn_front_req_stream_chunk(c->req, piece);
 	} else if (c->held && !c->held_too_big) {
 		if (evbuffer_get_length(c->held) + len > HELD_ANSWER_MAX)
 			c->held_too_big = true;
@@ -811,12 +811,12 @@ static void up_done(void *arg, enum gw_up_result result)
 	}
 	if (c->streaming) {
 		if (c->req) {
-			struct gw_req *req = c->req;
+			struct kn_front_req *req = c->req;
 			c->req = NULL;
 			if (failed)
-				gw_req_stream_abort(req);
+				kn_front_req_stream_abort(req);
 			else
-				gw_req_stream_end(req);
+				kn_front_req_stream_end(req);
 		}
 		call_finish(c);
 		return;
@@ -832,12 +832,12 @@ static void up_done(void *arg, enum gw_up_result result)
 		return;
 	}
 	if (c->req) {
-		struct gw_req *req = c->req;
+		struct kn_front_req *req = c->req;
 		/* The connection's headers last until its next request. */
 		copy_headers(c);
 		decorate_req(c, req);
 		c->req = NULL;
-		gw_req_reply_buffer(req, c->status, c->held);
+		kn_front_req_reply_buffer(req, c->status, c->held);
 	}
 	call_finish(c);
 }
@@ -846,9 +846,9 @@ static void up_done(void *arg, enum gw_up_result result)
 
 /* The bearer key's entry, or NULL after answering 401. */
 static const struct kn_gw_key *authenticate(struct gw_worker *w,
-					    struct gw_req *req)
+					    struct kn_front_req *req)
 {
-	const char *h = gw_req_header(req, "Authorization");
+	const char *h = kn_front_req_header(req, "Authorization");
 	const struct kn_gw_key *key = NULL;
 
 	if (h && !strncasecmp(h, "Bearer ", 7)) {
@@ -865,7 +865,7 @@ static const struct kn_gw_key *authenticate(struct gw_worker *w,
 	return key;
 }
 
-static void serve_models(struct gw_worker *w, struct gw_req *req,
+static void serve_models(struct gw_worker *w, struct kn_front_req *req,
 			 const struct kn_gw_key *key)
 {
 	json_t *data = json_array(), *doc;
@@ -884,18 +884,18 @@ static void serve_models(struct gw_worker *w, struct gw_req *req,
 	text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	add_header(req, "Content-Type", "application/json");
-	gw_req_reply(req, 200, text, strlen(text));
+	kn_front_req_reply(req, 200, text, strlen(text));
 	free(text);
 }
 
-static void serve_metrics(struct gw_worker *w, struct gw_req *req)
+static void serve_metrics(struct gw_worker *w, struct kn_front_req *req)
 {
 	struct kn_buf text;
 
 	kn_buf_init(&text, 64 * 1024 * 1024);
 	gw_metrics_write(w->gw->metrics, &text);
 	add_header(req, "Content-Type", "text/plain; version=0.0.4");
-	gw_req_reply(req, 200, text.data ? text.data : "", text.len);
+	kn_front_req_reply(req, 200, text.data ? text.data : "", text.len);
 	kn_buf_release(&text);
 }
 
@@ -919,11 +919,11 @@ static void log_front(struct gw_worker *w, const char *target,
 static const char *const MODEL_PATHS[] = {"/v1/chat/completions",
 					  "/v1/completions", "/v1/embeddings"};
 
-static void handle(struct gw_req *req, void *arg)
+static void handle(struct kn_front_req *req, void *arg)
 {
 	struct gw_worker *w = arg;
 	struct kn_gateway *gw = w->gw;
-	const char *method = gw_req_method(req), *accept;
+	const char *method = kn_front_req_method(req), *accept;
 	char target[256]; /* for the log: the request is freed by its answer */
 	size_t qlen, len;
 	const char *path = NULL, *body;
@@ -934,7 +934,7 @@ static void handle(struct gw_req *req, void *arg)
 	int64_t t0 = now_us();
 	bool get = !strcmp(method, "GET");
 
-	kn_strlcpy(target, gw_req_target(req), sizeof(target));
+	kn_strlcpy(target, kn_front_req_target(req), sizeof(target));
 	qlen = strcspn(target, "?#");
 	refresh_config(w);
 	if (qlen == 8 && !strncmp(target, "/metrics", 8) && get) {
@@ -974,7 +974,7 @@ static void handle(struct gw_req *req, void *arg)
 		return;
 	}
 	/* front.c refused bodies over gw->opts.max_body with 413 already. */
-	body = gw_req_body(req, &len);
+	body = kn_front_req_body(req, &len);
 	if (kn_gw_body_scan(body, len, &fields) < 0 || !fields.object) {
 		if (fields.error[0])
 			send_error(req, 400, "invalid_request_error",
@@ -1020,7 +1020,7 @@ static void handle(struct gw_req *req, void *arg)
 	c->stream_asked = fields.stream;
 	c->score = NAN;
 	c->t0_us = t0;
-	accept = gw_req_header(req, "Accept");
+	accept = kn_front_req_header(req, "Accept");
 	if (accept)
 		kn_strlcpy(c->accept, accept, sizeof(c->accept));
 	c->next = w->calls;
@@ -1044,20 +1044,20 @@ static void handle(struct gw_req *req, void *arg)
 			  msg);
 		return;
 	}
-	c->body = gw_req_take_body(req, &c->body_len);
-	gw_req_on_gone(req, client_gone, c);
+	c->body = kn_front_req_take_body(req, &c->body_len);
+	kn_front_req_on_gone(req, client_gone, c);
 	attempt(c);
 }
 
 /* A request with a body still coming: without a valid key it gets 401
    now, before the gateway keeps any of the body. */
-static bool admit(struct gw_req *req, void *arg)
+static bool admit(struct kn_front_req *req, void *arg)
 {
 	struct gw_worker *w = arg;
 	char target[256]; /* for the log: the request is freed by its answer */
 	int64_t t0 = now_us();
 
-	kn_strlcpy(target, gw_req_target(req), sizeof(target));
+	kn_strlcpy(target, kn_front_req_target(req), sizeof(target));
 	refresh_config(w);
 	if (authenticate(w, req))
 		return true;
@@ -1079,7 +1079,8 @@ struct gw_worker *gw_worker_new(struct kn_gateway *gw, int index, int fd,
 				struct kn_error *err)
 {
 	struct gw_worker *w = kn_xcalloc(1, sizeof(*w));
-	struct gw_front_options fo = {
+	struct kn_front_options fo = {
+		.name = "gateway",
 		.max_head = (size_t)gw->opts.max_headers,
 		.max_body = (size_t)gw->opts.max_body,
 		.head_timeout_ms = gw->opts.head_timeout_ms,
@@ -1103,7 +1104,7 @@ struct gw_worker *gw_worker_new(struct kn_gateway *gw, int index, int fd,
 			event_priority_set(w->log_event, 2);
 	}
 	if (!w->log_event ||
-	    !(w->front = gw_front_new(w->base, fd, &fo))) {
+	    !(w->front = kn_front_new(w->base, fd, &fo))) {
 		if (!w->log_event)
 			close(fd);
 		gw_worker_free(w);
@@ -1134,7 +1135,7 @@ void gw_worker_free(struct gw_worker *w)
 		pthread_join(w->thread, NULL);
 	}
 	/* Clients first: their gone callbacks let go of the calls. */
-	gw_front_free(w->front);
+	kn_front_free(w->front);
 	for (size_t i = 0; i < w->n_pools; i++)
 		pool_free(w->pools[i]);
 	free(w->pools);

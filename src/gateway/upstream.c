@@ -237,7 +237,7 @@ static int put_request_head(struct gw_conn *c)
 	p = PUT_LIT(p, LINE_END);
 	p = put(p, c->host_header, host_len);
 	p = PUT_LIT(p, TYPE);
-	p = gw_put_uint(p, c->body_len);
+	p = kn_put_uint(p, c->body_len);
 	if (c->accept) {
 		p = PUT_LIT(p, "\r\nAccept: ");
 		p = put(p, c->accept, accept_len);

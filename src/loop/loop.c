@@ -44,20 +44,28 @@ struct kn_timer {
 };
 
 struct kn_http_server {
-	struct evhttp *http;
+	struct event_base *base;
+	struct kn_front *front;
 	kn_http_handler handler;
+	kn_http_admit admit; /* or NULL */
 	void *arg;
+	struct kn_http_req *streams; /* open, for the caps per owner */
+	struct kn_http_req *gone;    /* streams whose client went */
 };
 
 struct kn_http_req {
-	struct evhttp_request *ev;
+	struct kn_http_server *srv;
+	struct kn_front_req *fr; /* NULL once the client is gone */
 	char *path;
 	struct evkeyvalq query;
-	char *body;
-	size_t body_len;
+	bool bad_query;
+	char owner[KN_HTTP_OWNER_MAX]; /* who the streams are counted for */
 	bool streaming;
+	bool ended; /* the handler ended a stream whose client was gone */
 	kn_loop_cb on_close;
 	void *close_arg;
+	struct kn_http_req *next_stream; /* in streams or gone */
+	struct event *gone_ev;           /* calls on_close on a later turn */
 };
 
 struct signal_cb {
@@ -379,138 +387,204 @@ void kn_workers_free(struct kn_workers *w)
 
 /* ---- HTTP ---- */
 
+/*
+ * The server is front.c underneath; a kn_http_req wraps one of its
+ * requests for as long as a handler holds it. When the client goes first,
+ * the wrapper stays (fr NULL) until the handler answers into nothing or,
+ * for a stream, until on_close has run on a later turn: a handler may be
+ * inside a chunk write when the connection drops, and must not have its
+ * state freed under it.
+ */
 static void req_free(struct kn_http_req *req)
 {
 	evhttp_clear_headers(&req->query);
 	free(req->path);
-	free(req->body);
 	free(req);
 }
 
-static void http_dispatch(struct evhttp_request *ev, void *arg)
+static void stream_unlink(struct kn_http_req *req)
 {
-	struct kn_http_server *srv = arg;
+	struct kn_http_req **p = &req->srv->streams;
+
+	for (; *p; p = &(*p)->next_stream)
+		if (*p == req) {
+			*p = req->next_stream;
+			return;
+		}
+}
+
+static void gone_unlink(struct kn_http_req *req)
+{
+	struct kn_http_req **p = &req->srv->gone;
+
+	for (; *p; p = &(*p)->next_stream)
+		if (*p == req) {
+			*p = req->next_stream;
+			break;
+		}
+	event_free(req->gone_ev);
+}
+
+/* A stream whose client went: on_close (unless the handler ended it
+   first), then the request is freed. */
+static void stream_gone(struct kn_http_req *req)
+{
+	kn_loop_cb cb = req->ended ? NULL : req->on_close;
+	void *cb_arg = req->close_arg;
+
+	gone_unlink(req);
+	req_free(req);
+	if (cb)
+		cb(cb_arg);
+}
+
+static void stream_gone_later(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	stream_gone(arg);
+}
+
+static void req_gone(void *arg)
+{
+	struct kn_http_req *req = arg;
+	struct timeval now = {0, 0};
+
+	req->fr = NULL;
+	if (!req->streaming)
+		return; /* the handler's answer frees it */
+	stream_unlink(req);
+	req->gone_ev = evtimer_new(req->srv->base, stream_gone_later, req);
+	req->next_stream = req->srv->gone;
+	req->srv->gone = req;
+	evtimer_add(req->gone_ev, &now);
+}
+
+static struct kn_http_req *req_new(struct kn_http_server *srv,
+				   struct kn_front_req *fr)
+{
 	struct kn_http_req *req = kn_xcalloc(1, sizeof(*req));
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(ev);
+	struct evhttp_uri *uri = evhttp_uri_parse(kn_front_req_target(fr));
 	const char *raw_path = uri ? evhttp_uri_get_path(uri) : NULL;
 	const char *raw_query = uri ? evhttp_uri_get_query(uri) : NULL;
-	struct evbuffer *in = evhttp_request_get_input_buffer(ev);
-	size_t len = evbuffer_get_length(in);
 
-	req->ev = ev;
-	{
-		/* Answers go out whole: with Nagle on, a kept-alive client's
-		 * delayed ACK holds the tail of each answer for ~40 ms. */
-		struct bufferevent *bev = evhttp_connection_get_bufferevent(
-			evhttp_request_get_connection(ev));
-		int one = 1;
-		if (bev)
-			setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY,
-				   &one, sizeof(one));
-	}
+	req->srv = srv;
+	req->fr = fr;
 	req->query.tqh_first = NULL;
 	req->query.tqh_last = &req->query.tqh_first;
 	req->path = evhttp_uridecode(raw_path && *raw_path ? raw_path : "/", 0,
 				     NULL);
 	if (!req->path)
 		req->path = kn_xstrdup("/");
-	if (raw_query && evhttp_parse_query_str(raw_query, &req->query) < 0) {
-		struct kn_error err;
-		kn_errorf(&err, KN_EINVAL, NULL, "malformed query string");
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	req->body = kn_xmalloc(len + 1);
-	evbuffer_remove(in, req->body, len);
-	req->body[len] = '\0';
-	req->body_len = len;
-	if (len > KN_HTTP_MAX_BODY) {
-		struct kn_error err;
-		kn_errorf(&err, KN_ETOOBIG, NULL,
-			  "request body of %zu bytes is over the %d-byte limit",
-			  len, KN_HTTP_MAX_BODY);
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	srv->handler(req, srv->arg);
+	if (!uri || (raw_query &&
+		     evhttp_parse_query_str(raw_query, &req->query) < 0))
+		req->bad_query = true;
+	if (uri)
+		evhttp_uri_free(uri);
+	kn_front_req_on_gone(fr, req_gone, req);
+	return req;
+}
+
+/* A request the loop itself refuses: a target it cannot read. */
+static bool req_target_ok(struct kn_http_req *req)
+{
+	struct kn_error err;
+
+	if (!req->bad_query)
+		return true;
+	kn_errorf(&err, KN_EINVAL, NULL, "malformed request target or query");
+	kn_http_reply_error(req, &err);
+	return false;
+}
+
+static void http_dispatch(struct kn_front_req *fr, void *arg)
+{
+	struct kn_http_server *srv = arg;
+	struct kn_http_req *req = req_new(srv, fr);
+
+	if (req_target_ok(req))
+		srv->handler(req, srv->arg);
+}
+
+static bool http_admit(struct kn_front_req *fr, void *arg)
+{
+	struct kn_http_server *srv = arg;
+	struct kn_http_req *req;
+
+	if (!srv->admit)
+		return true;
+	req = req_new(srv, fr);
+	if (!req_target_ok(req) || !srv->admit(req, srv->arg))
+		return false; /* answered */
+	kn_front_req_on_gone(fr, NULL, NULL);
+	req_free(req);
+	return true;
 }
 
 int kn_http_server_new(struct kn_loop *loop, const char *host, int port,
+		       const struct kn_http_limits *limits,
 		       kn_http_handler handler, void *arg,
 		       struct kn_http_server **out, int *out_port,
 		       struct kn_error *err)
 {
-	struct kn_http_server *srv = kn_xcalloc(1, sizeof(*srv));
-	struct evhttp_bound_socket *sock;
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	int bound = 0;
+	struct kn_http_server *srv;
+	struct kn_front_options fo = {
+		.name = "server",
+		.kiln_errors = true,
+		.max_head = KN_HTTP_MAX_HEADERS,
+		.max_body = KN_HTTP_MAX_BODY,
+		.head_timeout_ms = KN_HTTP_HEAD_TIMEOUT_MS,
+		.body_idle_ms = KN_HTTP_BODY_IDLE_MS,
+		.max_conns = KN_HTTP_MAX_CONNS,
+		.max_conns_per_client = KN_HTTP_MAX_CONNS_PER_CLIENT,
+		.handler = http_dispatch,
+		.admit = http_admit,
+	};
+	int fd = kn_http_listen(host, &port, false, err);
 
+	if (fd < 0)
+		return fd;
+	if (limits) {
+		fo.head_timeout_ms = limits->head_timeout_ms;
+		fo.body_idle_ms = limits->body_idle_ms;
+		fo.max_conns = limits->max_conns;
+		fo.max_conns_per_client = limits->max_conns_per_client;
+	}
+	srv = kn_xcalloc(1, sizeof(*srv));
+	srv->base = loop->base;
 	srv->handler = handler;
 	srv->arg = arg;
-	srv->http = evhttp_new(loop->base);
-	if (!srv->http) {
+	fo.arg = srv;
+	srv->front = kn_front_new(loop->base, fd, &fo);
+	if (!srv->front) {
 		free(srv);
-		return kn_errorf(err, KN_EIO, NULL, "cannot create HTTP server");
-	}
-	/*
-	 * libevent answers bodies over its own cap with an HTML 413; ours is
-	 * larger so that the JSON 413 in http_dispatch is what clients
-	 * normally see, while memory per request stays bounded.
-	 */
-	evhttp_set_max_body_size(srv->http, 4 * KN_HTTP_MAX_BODY);
-	evhttp_set_max_headers_size(srv->http, KN_HTTP_MAX_HEADERS);
-	evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
-						      EVHTTP_REQ_DELETE |
-						      EVHTTP_REQ_PUT |
-						      EVHTTP_REQ_HEAD);
-	evhttp_set_timeout(srv->http, 120);
-	evhttp_set_gencb(srv->http, http_dispatch, srv);
-	sock = evhttp_bind_socket_with_handle(srv->http, host, (ev_uint16_t)port);
-	if (!sock) {
-		int e = errno;
-		evhttp_free(srv->http);
-		free(srv);
-		return kn_errorf(err, KN_EUNAVAIL, "listen",
-				 "cannot listen on %s:%d: %s", host, port,
-				 strerror(e ? e : EADDRINUSE));
-	}
-	if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss,
-			&sl) == 0) {
-		if (ss.ss_family == AF_INET)
-			bound = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-		else if (ss.ss_family == AF_INET6)
-			bound = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+		return kn_errorf(err, KN_EIO, NULL, "cannot serve %s:%d", host,
+				 port);
 	}
 	*out = srv;
-	*out_port = bound;
+	*out_port = port;
 	return 0;
+}
+
+void kn_http_server_set_admit(struct kn_http_server *srv,
+			      kn_http_admit admit)
+{
+	srv->admit = admit;
 }
 
 void kn_http_server_free(struct kn_http_server *srv)
 {
 	if (!srv)
 		return;
-	evhttp_free(srv->http);
+	kn_front_free(srv->front);
+	while (srv->gone)
+		stream_gone(srv->gone);
 	free(srv);
 }
 
 const char *kn_http_method(const struct kn_http_req *req)
 {
-	switch (evhttp_request_get_command(req->ev)) {
-	case EVHTTP_REQ_GET:
-		return "GET";
-	case EVHTTP_REQ_POST:
-		return "POST";
-	case EVHTTP_REQ_DELETE:
-		return "DELETE";
-	case EVHTTP_REQ_PUT:
-		return "PUT";
-	case EVHTTP_REQ_HEAD:
-		return "HEAD";
-	default:
-		return "OTHER";
-	}
+	return req->fr ? kn_front_req_method(req->fr) : "";
 }
 
 const char *kn_http_path(const struct kn_http_req *req)
@@ -525,15 +599,17 @@ const char *kn_http_query(const struct kn_http_req *req, const char *name)
 
 const char *kn_http_header(const struct kn_http_req *req, const char *name)
 {
-	return evhttp_find_header(evhttp_request_get_input_headers(req->ev),
-				  name);
+	return req->fr ? kn_front_req_header(req->fr, name) : NULL;
 }
 
 const char *kn_http_body(const struct kn_http_req *req, size_t *len)
 {
+	size_t n = 0;
+	const char *body = req->fr ? kn_front_req_body(req->fr, &n) : "";
+
 	if (len)
-		*len = req->body_len;
-	return req->body;
+		*len = n;
+	return body;
 }
 
 int kn_http_query_int(const struct kn_http_req *req, const char *name,
@@ -555,34 +631,32 @@ int kn_http_query_int(const struct kn_http_req *req, const char *name,
 
 void kn_http_reply_json(struct kn_http_req *req, int status, json_t *doc)
 {
-	struct evbuffer *out = evbuffer_new();
 	char *text = json_dumps(doc, JSON_COMPACT);
-	struct evkeyvalq *h = evhttp_request_get_output_headers(req->ev);
+	size_t len = text ? strlen(text) : 0;
 
 	json_decref(doc);
-	evhttp_add_header(h, "Content-Type", "application/json");
 	if (text) {
-		evbuffer_add(out, text, strlen(text));
-		evbuffer_add(out, "\n", 1);
+		text = kn_xrealloc(text, len + 2);
+		text[len++] = '\n';
+		text[len] = '\0';
 	}
+	kn_http_reply_text(req, status, "application/json", text ? text : "",
+			   len);
 	free(text);
-	evhttp_send_reply(req->ev, status, NULL, out);
-	evbuffer_free(out);
-	req_free(req);
 }
 
 void kn_http_reply_text(struct kn_http_req *req, int status,
 			const char *content_type, const void *data,
 			size_t len)
 {
-	struct evbuffer *out = evbuffer_new();
+	struct kn_front_req *fr = req->fr;
 
-	evhttp_add_header(evhttp_request_get_output_headers(req->ev),
-			  "Content-Type", content_type);
-	evbuffer_add(out, data, len);
-	evhttp_send_reply(req->ev, status, NULL, out);
-	evbuffer_free(out);
 	req_free(req);
+	if (!fr)
+		return; /* the client is gone */
+	kn_front_req_on_gone(fr, NULL, NULL);
+	kn_front_req_add_header(fr, "Content-Type", content_type);
+	kn_front_req_reply(fr, status, data, len);
 }
 
 void kn_http_reply_error(struct kn_http_req *req, const struct kn_error *err)
@@ -596,31 +670,37 @@ void kn_http_reply_error(struct kn_http_req *req, const struct kn_error *err)
 			   json_pack("{s:o}", "error", e));
 }
 
-static void stream_closed(struct evhttp_connection *evcon, void *arg)
+void kn_http_set_owner(struct kn_http_req *req, const char *owner)
 {
-	struct kn_http_req *req = arg;
-	kn_loop_cb cb = req->on_close;
-	void *cb_arg = req->close_arg;
+	kn_strlcpy(req->owner, owner, sizeof(req->owner));
+}
 
-	(void)evcon;
-	req_free(req);
-	if (cb)
-		cb(cb_arg);
+size_t kn_http_streams_of(const struct kn_http_req *req)
+{
+	size_t n = 0;
+
+	for (const struct kn_http_req *s = req->srv->streams; s;
+	     s = s->next_stream)
+		n += !strcmp(s->owner, req->owner);
+	return n;
 }
 
 void kn_http_stream_start(struct kn_http_req *req, int status,
 			  const char *content_type, kn_loop_cb on_close,
 			  void *arg)
 {
-	struct evkeyvalq *h = evhttp_request_get_output_headers(req->ev);
-
 	req->streaming = true;
 	req->on_close = on_close;
 	req->close_arg = arg;
-	evhttp_add_header(h, "Content-Type", content_type);
-	evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev),
-				      stream_closed, req);
-	evhttp_send_reply_start(req->ev, status, NULL);
+	if (!req->fr) {
+		/* Gone before it started: on_close on the next turn. */
+		req_gone(req);
+		return;
+	}
+	req->next_stream = req->srv->streams;
+	req->srv->streams = req;
+	kn_front_req_add_header(req->fr, "Content-Type", content_type);
+	kn_front_req_stream_start(req->fr, status);
 }
 
 void kn_http_stream_chunk(struct kn_http_req *req, const void *data,
@@ -628,20 +708,26 @@ void kn_http_stream_chunk(struct kn_http_req *req, const void *data,
 {
 	struct evbuffer *out;
 
-	if (len == 0)
+	if (len == 0 || !req->fr)
 		return;
 	out = evbuffer_new();
 	evbuffer_add(out, data, len);
-	evhttp_send_reply_chunk(req->ev, out);
+	kn_front_req_stream_chunk(req->fr, out);
 	evbuffer_free(out);
 }
 
 void kn_http_stream_end(struct kn_http_req *req)
 {
-	evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev),
-				      NULL, NULL);
-	evhttp_send_reply_end(req->ev);
+	struct kn_front_req *fr = req->fr;
+
+	if (!fr) {
+		req->ended = true; /* stream_gone_later frees it */
+		return;
+	}
+	stream_unlink(req);
 	req_free(req);
+	kn_front_req_on_gone(fr, NULL, NULL);
+	kn_front_req_stream_end(fr);
 }
 
 /* ---- HTTP client ---- */

@@ -1,6 +1,7 @@
 /*
  * loop: the event loop (libevent underneath), timers, signals and the HTTP
- * server the API is served from.
+ * server the API is served from; its HTTP/1.1 front (front.c, framing.c)
+ * serves the gateway's workers too, each on its own event base.
  *
  * Everything here runs on the one loop thread: callbacks must not block.
  * The HTTP layer hands the server a request it can answer at once with a
@@ -22,6 +23,8 @@ struct kn_loop;
 struct kn_timer;
 struct kn_http_server;
 struct kn_http_req;
+struct event_base;
+struct evbuffer;
 
 /* ---- loop ---- */
 
@@ -84,23 +87,144 @@ size_t kn_workers_pending(const struct kn_workers *w);
  */
 void kn_workers_free(struct kn_workers *w);
 
+/* ---- HTTP/1.1 server on raw sockets (front.c) ---- */
+
+struct kn_front;
+struct kn_front_req;
+
+/* Called once per request; the request lives until it is answered. */
+typedef void (*kn_front_handler)(struct kn_front_req *r, void *arg);
+/*
+ * Called when a request with a body has its head in and its body is not
+ * all read yet: true to read the body, false when it answered r itself
+ * (then the connection closes and the body is never buffered).
+ */
+typedef bool (*kn_front_admit)(struct kn_front_req *r, void *arg);
+/* The client went away before its answer was done; r is gone. */
+typedef void (*kn_front_gone)(void *arg);
+
+struct kn_front_options {
+	const char *name;          /* for the log: "gateway", "server" */
+	/* The front's own refusals as {"error":{"code","message","field"}}
+	   (the API's shape) instead of OpenAI's. */
+	bool kiln_errors;
+	size_t max_head, max_body; /* else 431, 413 */
+	int64_t head_timeout_ms;   /* a whole head must come within this */
+	int64_t body_idle_ms;      /* the most time between body bytes */
+	int max_conns;             /* open connections, else 503 */
+	int max_conns_per_client;  /* of one client address, else 503 */
+	kn_front_handler handler;
+	kn_front_admit admit;      /* or NULL */
+	void *arg;                 /* for handler and admit */
+};
+
+/*
+ * A listening TCP socket on host:port (port 0 picks a free one; *port gets
+ * the bound port), non-blocking. reuse_port lets several sockets share the
+ * address (one per worker thread). The fd, or a negative errno with err
+ * naming the address.
+ */
+int kn_http_listen(const char *host, int *port, bool reuse_port,
+		   struct kn_error *err);
+/*
+ * Serve the listening socket fd (taken over) on base. NULL when libevent
+ * refuses.
+ */
+struct kn_front *kn_front_new(struct event_base *base, int fd,
+			      const struct kn_front_options *opts);
+/* Close every connection (calling their gone callbacks) and the socket. */
+void kn_front_free(struct kn_front *f);
+
+const char *kn_front_req_method(const struct kn_front_req *r);
+const char *kn_front_req_target(const struct kn_front_req *r); /* path and query */
+/* A request header (case-insensitive name), or NULL. */
+const char *kn_front_req_header(const struct kn_front_req *r, const char *name);
+/* The body, NUL-terminated (may hold NULs within len). */
+const char *kn_front_req_body(const struct kn_front_req *r, size_t *len);
+/* The body, malloc'd, for the caller to keep; the request has none after. */
+char *kn_front_req_take_body(struct kn_front_req *r, size_t *len);
+/* A header for the answer; one with a line break is dropped. */
+void kn_front_req_add_header(struct kn_front_req *r, const char *name, const char *value);
+/* When the client goes before the answer is done, call cb(arg) once. */
+void kn_front_req_on_gone(struct kn_front_req *r, kn_front_gone cb, void *arg);
+/* Answer whole; r is freed. */
+void kn_front_req_reply(struct kn_front_req *r, int status, const void *body, size_t len);
+void kn_front_req_reply_buffer(struct kn_front_req *r, int status, struct evbuffer *body);
+/* Answer as a chunked stream: start, chunks (data is taken), end frees r. */
+void kn_front_req_stream_start(struct kn_front_req *r, int status);
+void kn_front_req_stream_chunk(struct kn_front_req *r, struct evbuffer *data);
+void kn_front_req_stream_end(struct kn_front_req *r);
+/* A stream whose source broke off: no last chunk, and the connection is
+   closed, so the client sees a cut answer, never a complete one. */
+void kn_front_req_stream_abort(struct kn_front_req *r);
+
+/* The digits of v at p (no NUL); returns the end. No printf per call. */
+char *kn_put_uint(char *p, uint64_t v);
+
+/* ---- request framing (framing.c) ---- */
+
+/* What a request head says of its body. */
+struct kn_http_framing {
+	bool has_length;   /* Content-Length was given */
+	bool chunked;      /* Transfer-Encoding was given */
+	uint64_t body_len; /* Content-Length, or 0 */
+};
+
+/*
+ * Check a whole request head (request line to the empty line, CRLF CRLF
+ * included) against the framing rules at the top of framing.c: 0 with
+ * *out filled, or the status to refuse it with (400, 411, 505).
+ */
+int kn_http_framing_check(const char *head, size_t len, struct kn_http_framing *out);
+
 /* ---- HTTP server ---- */
 
-/* Caps with their reasons: bodies are specs and small JSON documents. */
+/*
+ * Caps with their reasons. Bodies are specs, small JSON documents and
+ * model-blob parts (a blob is sent in parts of at most this size). A head
+ * is a request line and a few fields. The rest bound what a client that
+ * never finishes can hold: a head must come whole within the head
+ * timeout, a body's bytes at most the body timeout apart, and open
+ * connections are capped in all and per client address (503).
+ */
 #define KN_HTTP_MAX_BODY (1024 * 1024)
 #define KN_HTTP_MAX_HEADERS (16 * 1024)
+#define KN_HTTP_HEAD_TIMEOUT_MS 10000
+#define KN_HTTP_BODY_IDLE_MS 30000
+#define KN_HTTP_MAX_CONNS 4096
+#define KN_HTTP_MAX_CONNS_PER_CLIENT 256
+/* The longest owner name streams are counted under (a token's name). */
+#define KN_HTTP_OWNER_MAX 80
+
+struct kn_http_limits {
+	int64_t head_timeout_ms; /* a whole request head within this */
+	int64_t body_idle_ms;    /* the most time between body bytes */
+	int max_conns;           /* open connections in all */
+	int max_conns_per_client; /* from one client address */
+};
 
 typedef void (*kn_http_handler)(struct kn_http_req *req, void *arg);
+/*
+ * Called when a request's head is in and its body is not all read yet:
+ * true to read the body, false when it answered req itself (the body is
+ * then never read and the connection closes). Headers, method, path and
+ * query are there; the body is not.
+ */
+typedef bool (*kn_http_admit)(struct kn_http_req *req, void *arg);
 
 /*
  * Listen on host:port (port 0 picks a free one) and call handler for every
- * request. *out_port gets the bound port. Returns 0 or a negative errno
- * with err naming the address.
+ * request. limits NULL takes the defaults above. *out_port gets the bound
+ * port. Returns 0 or a negative errno with err naming the address.
  */
 int kn_http_server_new(struct kn_loop *loop, const char *host, int port,
+		       const struct kn_http_limits *limits,
 		       kn_http_handler handler, void *arg,
 		       struct kn_http_server **out, int *out_port,
 		       struct kn_error *err);
+/* Check requests whose bodies are still coming with admit (same arg). */
+void kn_http_server_set_admit(struct kn_http_server *srv,
+			      kn_http_admit admit);
 void kn_http_server_free(struct kn_http_server *srv);
 
 /* Request accessors; strings live as long as the request. */
@@ -129,11 +253,19 @@ void kn_http_reply_text(struct kn_http_req *req, int status,
 void kn_http_reply_error(struct kn_http_req *req, const struct kn_error *err);
 
 /*
+ * Who the request is for (a token's name), and how many streams of that
+ * owner are open on the server: the caps on followers are per owner.
+ */
+void kn_http_set_owner(struct kn_http_req *req, const char *owner);
+size_t kn_http_streams_of(const struct kn_http_req *req);
+
+/*
  * Streams. start sends the status line and headers with chunked encoding;
  * chunk sends bytes; end finishes and frees the request. on_close (may be
- * NULL) is called at most once if the client goes away before end, and then
- * the request is freed after on_close returns: the caller must stop using
- * it (chunk and end are then never to be called for it).
+ * NULL) is called at most once, on a later turn of the loop, if the client
+ * goes away before end; the request is freed after on_close returns, and
+ * the caller must stop using it then (chunk and end before it are
+ * harmless).
  */
 void kn_http_stream_start(struct kn_http_req *req, int status,
 			  const char *content_type, kn_loop_cb on_close,

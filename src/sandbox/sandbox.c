@@ -2,17 +2,18 @@
  * Entering the sandbox: namespaces, mounts and the user, between the
  * shim's fork and the task's exec (see sandbox.h for what each gives).
  *
- * Processes: the shim's child unshares the namespaces and forks the
- * namespace's pid 1, a small init that mounts the fresh /proc and forks
- * the task (pid 2). The task is not pid 1 itself because pid 1 ignores
- * every signal it has no handler for: a `sleep` there would not stop on
- * SIGTERM. All three stay in the shim's process group, so the shim's
- * group signals reach the task directly; the two in between ignore them
- * (the first child explicitly, pid 1 because the kernel drops them). When
- * the task exits, init passes its wait status up a pipe and exits, which
- * kills whatever the task left in the namespace, and the first child
- * exits the same way (or dies of the same signal), so the shim's waitpid
- * sees what it always saw.
+ * Processes: the shim's child is born in the new namespaces
+ * (kn_sandbox_fork: one clone, not a fork that unshares and forks again)
+ * as their pid 1, a small init that mounts the fresh /proc and forks the
+ * task (pid 2). The task is not pid 1 itself because pid 1 ignores every
+ * signal it has no handler for: a `sleep` there would not stop on
+ * SIGTERM. Both stay in the shim's process group, so the shim's group
+ * signals reach the task directly, and init, which has no handlers, is
+ * spared them by the kernel (SIGKILL still takes it). When the task exits,
+ * init passes its wait status up a pipe to the shim and exits, which
+ * kills whatever the task left in the namespace; the shim reaps init and
+ * takes the task's status from the pipe (kn_sandbox_task_status), so it
+ * records what it always recorded.
  *
  * Files: mounts to show again are cloned (open_tree) before anything is
  * hidden, then moved onto the same paths in the fresh tmpfs's, so no
@@ -36,7 +37,6 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -72,6 +72,7 @@ struct kn_sandbox {
 	struct shown shown[MAX_SHOWN];
 	size_t n_shown;
 	char uid_map[64], gid_map[64];
+	int status_fd[2]; /* init -> shim: the task's wait status */
 };
 
 /* ---- the parent: preparing ---- */
@@ -292,6 +293,7 @@ int kn_sandbox_new(const struct kn_sandbox_config *cfg,
 	int rc = 0;
 
 	sb->mode = cfg->mode;
+	sb->status_fd[0] = sb->status_fd[1] = -1;
 	if (sb->mode != KN_SANDBOX_NONE)
 		rc = sandbox_fill(sb, cfg, err);
 	if (rc < 0) {
@@ -315,6 +317,9 @@ void kn_sandbox_free(struct kn_sandbox *sb)
 		free(sb->hide[i]);
 	for (size_t i = 0; i < sb->n_paths; i++)
 		free(sb->paths[i]);
+	for (int i = 0; i < 2; i++)
+		if (sb->status_fd[i] >= 0)
+			close(sb->status_fd[i]);
 	free(sb->hide);
 	free(sb->paths);
 	free(sb->user);
@@ -487,24 +492,33 @@ static int build_view(const struct kn_sandbox *sb, char *why, size_t len)
 	return rc;
 }
 
-static int enter_namespaces(const struct kn_sandbox *sb, char *why,
-			    size_t len)
+static int namespace_flags(const struct kn_sandbox *sb)
 {
 	int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC;
 
-	if (sb->mode == KN_SANDBOX_USERNS)
-		flags |= CLONE_NEWUSER;
-	if (unshare(flags) < 0)
-		return fail(why, len, "cannot unshare namespaces", NULL);
+	return sb->mode == KN_SANDBOX_USERNS ? flags | CLONE_NEWUSER : flags;
+}
+
+/* The shim's ids map to themselves: inside, the task is no root. */
+static int map_ids(const struct kn_sandbox *sb, char *why, size_t len)
+{
 	if (sb->mode != KN_SANDBOX_USERNS)
 		return 0;
-	/* The shim's ids map to themselves: inside, the task is no root. */
 	if (write_text("/proc/self/uid_map", sb->uid_map) < 0 ||
 	    write_text("/proc/self/setgroups", "deny") < 0 ||
 	    write_text("/proc/self/gid_map", sb->gid_map) < 0)
 		return fail(why, len, "cannot map ids in the user namespace",
 			    NULL);
 	return 0;
+}
+
+/* What the probe tries: the same namespaces, unshared. */
+static int enter_namespaces(const struct kn_sandbox *sb, char *why,
+			    size_t len)
+{
+	if (unshare(namespace_flags(sb)) < 0)
+		return fail(why, len, "cannot unshare namespaces", NULL);
+	return map_ids(sb, why, len);
 }
 
 /* No capability survives: the bounding and ambient sets go first. */
@@ -528,44 +542,6 @@ static int drop_privileges(const struct kn_sandbox *sb, char *why, size_t len)
 	return 0;
 }
 
-/* Exit as the task did: its code, or death by its signal. */
-_Noreturn static void exit_like(int wstatus)
-{
-	if (WIFSIGNALED(wstatus)) {
-		int sig = WTERMSIG(wstatus);
-		struct rlimit none = {0, 0};
-		sigset_t one;
-
-		setrlimit(RLIMIT_CORE, &none);
-		signal(sig, SIG_DFL);
-		sigemptyset(&one);
-		sigaddset(&one, sig);
-		sigprocmask(SIG_UNBLOCK, &one, NULL);
-		kill(getpid(), sig);
-		_exit(128 + sig);
-	}
-	_exit(WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1);
-}
-
-/* The first child: ignores the group's signals, waits for pid 1. */
-_Noreturn static void wait_for_init(pid_t init, int status_fd)
-{
-	int wstatus = 0, task_status;
-	sigset_t none;
-
-	for (int sig = 1; sig < 65; sig++)
-		if (sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD)
-			signal(sig, SIG_IGN);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	while (waitpid(init, &wstatus, 0) < 0 && errno == EINTR)
-		;
-	if (read(status_fd, &task_status, sizeof(task_status)) ==
-	    sizeof(task_status))
-		exit_like(task_status);
-	exit_like(wstatus); /* pid 1 itself was killed */
-}
-
 /* pid 1: reaps everything, ends the namespace when the task ends. */
 _Noreturn static void init_wait(pid_t task, int status_fd)
 {
@@ -584,46 +560,105 @@ _Noreturn static void init_wait(pid_t task, int status_fd)
 	}
 }
 
-int kn_sandbox_enter(const struct kn_sandbox *sb, char *why, size_t len)
+pid_t kn_sandbox_fork(struct kn_sandbox *sb)
 {
-	sigset_t all, none;
-	int status[2];
 	pid_t pid;
 
 	if (sb->mode == KN_SANDBOX_NONE)
-		return 0;
-	if (enter_namespaces(sb, why, len) < 0 || build_view(sb, why, len) < 0)
+		return fork();
+	if (pipe2(sb->status_fd, O_CLOEXEC) < 0)
 		return -1;
-	if (pipe2(status, O_CLOEXEC) < 0)
-		return fail(why, len, "cannot make a pipe", NULL);
-	sigfillset(&all);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &all, NULL);
-	pid = fork();
-	if (pid < 0)
-		return fail(why, len, "cannot fork the namespace's init", NULL);
-	if (pid > 0) {
-		close(status[1]);
-		wait_for_init(pid, status[0]);
+	/* fork(), but into the new namespaces, as their pid 1. */
+	pid = (pid_t)syscall(SYS_clone, namespace_flags(sb) | SIGCHLD, NULL,
+			     NULL, NULL, NULL);
+	if (pid == 0) {
+		close(sb->status_fd[0]);
+		sb->status_fd[0] = -1;
+		return 0;
 	}
-	close(status[0]);
-	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-		  NULL) < 0) {
-		fail(why, len, "cannot mount", "/proc");
-		dprintf(2, "kiln: %s\n", why);
-		_exit(127);
-	}
-	pid = fork();
+	close(sb->status_fd[1]);
+	sb->status_fd[1] = -1;
 	if (pid < 0) {
-		fail(why, len, "cannot fork the task", NULL);
-		dprintf(2, "kiln: %s\n", why);
-		_exit(127);
+		close(sb->status_fd[0]);
+		sb->status_fd[0] = -1;
 	}
-	if (pid > 0)
-		init_wait(pid, status[1]);
-	close(status[1]);
+	return pid;
+}
+
+void kn_sandbox_task_status(struct kn_sandbox *sb, int *wstatus)
+{
+	int task_status;
+
+	if (!sb || sb->status_fd[0] < 0)
+		return;
+	/* init wrote it before exiting, or died first: no wait either way. */
+	if (read(sb->status_fd[0], &task_status, sizeof(task_status)) ==
+	    sizeof(task_status))
+		*wstatus = task_status;
+	close(sb->status_fd[0]);
+	sb->status_fd[0] = -1;
+}
+
+extern char **environ;
+
+/* chdir and exec: returns only when either failed, with why. */
+static int exec_task(const char *workdir, char *const *argv, char **envp,
+		     char *why, size_t len)
+{
+	if (chdir(workdir) < 0) {
+		snprintf(why, len, "cannot enter workdir %s: %s", workdir,
+			 strerror(errno));
+		return -1;
+	}
+	/* execvp searches the task's PATH, not the shim's. */
+	environ = envp;
+	execvp(argv[0], argv);
+	snprintf(why, len, "cannot run %s: %s", argv[0], strerror(errno));
+	return -1;
+}
+
+/*
+ * The task, vforked by init: until its exec it shares init's memory (init
+ * waits), so it only makes system calls and writes on its own stack.
+ */
+_Noreturn static void run_task(const struct kn_sandbox *sb,
+			       const char *workdir, char *const *argv,
+			       char **envp)
+{
+	char why[256];
+	sigset_t none;
+
+	close(sb->status_fd[1]);
+	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	return drop_privileges(sb, why, len);
+	if (drop_privileges(sb, why, sizeof(why)) == 0)
+		exec_task(workdir, argv, envp, why, sizeof(why));
+	dprintf(2, "kiln: %s\n", why);
+	_exit(127);
+}
+
+int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
+		    char *const *argv, char **envp, char *why, size_t len)
+{
+	sigset_t all;
+	pid_t pid;
+
+	if (sb->mode == KN_SANDBOX_NONE)
+		return exec_task(workdir, argv, envp, why, len);
+	if (map_ids(sb, why, len) < 0 || build_view(sb, why, len) < 0)
+		return -1;
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		  NULL) < 0)
+		return fail(why, len, "cannot mount", "/proc");
+	/* No copy of this address space: the task only needs its exec. */
+	pid = vfork();
+	if (pid == 0)
+		run_task(sb, workdir, argv, envp);
+	if (pid < 0)
+		return fail(why, len, "cannot start the task", NULL);
+	init_wait(pid, sb->status_fd[1]);
 }
 
 /* ---- what this machine allows ---- */

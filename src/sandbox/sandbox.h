@@ -2,8 +2,8 @@
  * sandbox: what keeps a task away from the server, the shim and other
  * jobs (docs/security.md). The shim prepares a sandbox before it forks
  * (everything that allocates or reads files: the user, the environment,
- * the directories to show) and enters it in the forked child, between
- * fork and exec:
+ * the directories to show), forks into it (kn_sandbox_fork) and runs the
+ * task there (kn_sandbox_exec):
  *
  * - identity: as root, the task runs as an unprivileged Unix user
  *   (KN_TASK_USER or the owner's mapped user) with no capabilities and
@@ -28,6 +28,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "base/base.h"
 
@@ -132,14 +133,32 @@ const char *kn_sandbox_user(const struct kn_sandbox *sb);
 void kn_sandbox_free(struct kn_sandbox *sb);
 
 /*
- * In the forked child, before exec: enter the sandbox. It returns only in
- * the task's own process (pid 2 of a new pid namespace, all signals
- * unblocked, its user dropped): 0, or -1 with why (len bytes) when the
- * sandbox could not be made, and the caller must then _exit without
- * running the task. The processes in between (the first child, which
- * waits and exits as the task did, and the namespace's pid 1) never
- * return.
+ * fork() for the task's first process: with a sandbox, a clone straight
+ * into its new namespaces (mount, pid, IPC; user when unprivileged),
+ * where the child is pid 1. As fork: the child's pid, 0 in the child, -1
+ * and errno.
  */
-int kn_sandbox_enter(const struct kn_sandbox *sb, char *why, size_t len);
+pid_t kn_sandbox_fork(struct kn_sandbox *sb);
+
+/*
+ * In that child: enter the sandbox and run the task there, argv (found
+ * on envp's PATH) with the environment envp, in workdir; without a
+ * sandbox, only the latter. With one, this process becomes the
+ * namespace's init (it reaps, exits when the task does, and never
+ * returns) and the task is pid 2, with all signals unblocked and its user
+ * dropped; a task that cannot start there says why on its stderr and
+ * exits 127. Returns only when nothing was started: -1 and why (len
+ * bytes), and the caller must _exit without running the task.
+ */
+int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
+		    char *const *argv, char **envp, char *why, size_t len);
+
+/*
+ * After waitpid reaped kn_sandbox_fork's child with *wstatus: the task's
+ * own wait status, which init passed on, replaces init's (an exit code or
+ * the signal that killed the task); left as it is when init died before
+ * (killed itself) or without a sandbox.
+ */
+void kn_sandbox_task_status(struct kn_sandbox *sb, int *wstatus);
 
 #endif

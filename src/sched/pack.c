@@ -300,6 +300,7 @@ void kn_pack_reset(struct kn_pack *c)
 		for (int g = 0; g < n->n_gpus; g++)
 			n->gpu_free[g] = PACK_MILLI;
 		n->tags = 0;
+		memset(n->kinds, 0, sizeof(n->kinds));
 		summarize(n);
 		touch(c, n);
 	}
@@ -472,16 +473,30 @@ static int choose_gpus(const struct pack_node *n,
 	return 1;
 }
 
-static void charge(struct kn_pack *c, struct pack_node *n,
-		   const struct kn_pack_pod *pod, const int *gpus, int n_gpus)
+/* The pod's kind as a tag bit: 0 for a share, k for k whole GPUs. */
+static int kind(const struct kn_pack_pod *pod)
 {
-	n->cpu_free -= pod->cpu_milli;
-	n->mem_free -= pod->memory_mib;
+	return pod->gpu_milli < PACK_MILLI ? 0 : pod->num_gpu;
+}
+
+/* Charge the pod (sign 1) or give its resources back (sign -1). */
+static void charge(struct kn_pack *c, struct pack_node *n,
+		   const struct kn_pack_pod *pod, const int *gpus, int n_gpus,
+		   int sign)
+{
+	n->cpu_free -= sign * pod->cpu_milli;
+	n->mem_free -= sign * pod->memory_mib;
 	for (int g = 0; g < n_gpus; g++)
-		n->gpu_free[gpus[g]] -= pod->gpu_milli;
-	if (pod->num_gpu > 0)
-		n->tags |= pod->gpu_milli < PACK_MILLI ? 1u
-						       : 1u << pod->num_gpu;
+		n->gpu_free[gpus[g]] -= sign * pod->gpu_milli;
+	if (pod->num_gpu > 0) {
+		int k = kind(pod);
+
+		n->kinds[k] += sign;
+		if (n->kinds[k] > 0)
+			n->tags |= 1u << k;
+		else
+			n->tags &= ~(1u << k);
+	}
 	summarize(n);
 	touch(c, n);
 }
@@ -539,7 +554,7 @@ int kn_pack_place(struct kn_pack *c, const struct kn_pack_policy *policy,
 	out->n_gpus = choose_gpus(n, pod, policy->gpu_choice, best_gpu, rng,
 				  out->gpus);
 	out->milli_per_gpu = pod->gpu_milli;
-	charge(c, n, pod, out->gpus, out->n_gpus);
+	charge(c, n, pod, out->gpus, out->n_gpus, 1);
 	return 0;
 }
 
@@ -565,6 +580,29 @@ int kn_pack_bind(struct kn_pack *c, size_t node,
 	}
 	if (!feasible(n, pod))
 		return -ENOSPC;
-	charge(c, n, pod, gpus, n_gpus);
+	charge(c, n, pod, gpus, n_gpus, 1);
+	return 0;
+}
+
+int kn_pack_unbind(struct kn_pack *c, const struct kn_pack_placement *where,
+		   const struct kn_pack_pod *pod)
+{
+	struct pack_node *n;
+
+	if (where->node >= c->n || where->n_gpus != pod->num_gpu)
+		return -EINVAL;
+	n = &c->nodes[where->node];
+	if (n->cpu_free + pod->cpu_milli > n->cpu_total ||
+	    n->mem_free + pod->memory_mib > n->mem_total ||
+	    (pod->num_gpu > 0 && n->kinds[kind(pod)] == 0))
+		return -EINVAL;
+	for (int i = 0; i < where->n_gpus; i++) {
+		int g = where->gpus[i];
+
+		if (g < 0 || g >= n->n_gpus ||
+		    n->gpu_free[g] + pod->gpu_milli > PACK_MILLI)
+			return -EINVAL;
+	}
+	charge(c, n, pod, where->gpus, where->n_gpus, -1);
 	return 0;
 }

@@ -20,6 +20,9 @@ struct pack_node {
 	int n_full;      /* GPUs with all 1000 milli free */
 	int max_free;    /* largest gpu_free */
 	unsigned tags;   /* bit 0: a sharing pod; bit k: a k-GPU pod */
+	/* Pods of each kind (index as the tag bits), so a departure knows
+	   when a tag goes. */
+	int kinds[KN_PACK_MAX_GPUS + 1];
 	uint32_t version;/* changes whenever the node does */
 	uint32_t frag_version;
 	double frag;     /* valid when frag_version == version */

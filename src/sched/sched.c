@@ -906,6 +906,30 @@ static bool explain_filters(const struct kn_sched_cluster *cluster,
 	return false;
 }
 
+/*
+ * A gang that CPUs or memory hold back: what it asks for in all against
+ * the largest node ("; 1024 CPUs in all, the largest node has 2 CPUs
+ * (local)"), which says at once how far off it is.
+ */
+static void say_gang_total(struct reason *r, const struct kn_sched_request *req,
+			   const struct kn_sched_node *most_cpu,
+			   const struct kn_sched_node *most_mem)
+{
+	if (most_cpu) {
+		say(r, "; ");
+		say_cpus(r, (int64_t)req->tasks * req->cpu_milli);
+		say(r, " in all, the largest node has ");
+		say_cpus(r, most_cpu->cpu_milli_total);
+		say(r, " (%s)", most_cpu->name);
+	} else if (most_mem) {
+		say(r, "; ");
+		say_memory(r, (int64_t)req->tasks * req->memory_bytes);
+		say(r, " memory in all, the largest node has ");
+		say_memory(r, most_mem->memory_total);
+		say(r, " (%s)", most_mem->name);
+	}
+}
+
 /* One task, or the whole gang, does not fit even the empty cluster. */
 static bool explain_never(const struct kn_sched_cluster *cluster,
 			  const struct kn_sched_request *req, struct reason *r)
@@ -914,7 +938,7 @@ static bool explain_never(const struct kn_sched_cluster *cluster,
 				   *most_mem = NULL;
 	bool gpu_fits = false, cpu_fits = false, mem_fits = false;
 	int max_gpus = 0;
-	int64_t holds = 0;
+	int64_t holds = 0, cpu_holds = 0, mem_holds = 0;
 
 	for (size_t i = 0; i < cluster->n_nodes; i++) {
 		const struct kn_sched_node *node = &cluster->nodes[i];
@@ -926,6 +950,8 @@ static bool explain_never(const struct kn_sched_cluster *cluster,
 		room = node_room(node, req, true);
 		holds += room_total(&room) < req->tasks ? room_total(&room)
 							: req->tasks;
+		cpu_holds += room.cpu < req->tasks ? room.cpu : req->tasks;
+		mem_holds += room.mem < req->tasks ? room.mem : req->tasks;
 		gpu_fits |= room.gpu > 0;
 		cpu_fits |= room.cpu > 0;
 		mem_fits |= room.mem > 0;
@@ -949,6 +975,8 @@ static bool explain_never(const struct kn_sched_cluster *cluster,
 		say_needs(r, req, RES_ALL);
 		say(r, " but the cluster holds at most %lld such task%s",
 		    (long long)holds, holds == 1 ? "" : "s");
+		say_gang_total(r, req, cpu_holds < req->tasks ? most_cpu : NULL,
+			       mem_holds < req->tasks ? most_mem : NULL);
 	} else if (!gpu_fits && req->mig_profile) {
 		say(r, "no MIG GPU has a placement for %s", req->mig_profile);
 	} else if (!gpu_fits) {
@@ -1197,6 +1225,8 @@ static int compare_queue(const void *a, const void *b)
 
 	if (x->priority != y->priority)
 		return x->priority > y->priority ? -1 : 1;
+	if (x->usage != y->usage)
+		return x->usage < y->usage ? -1 : 1;
 	if (x->submitted_at != y->submitted_at)
 		return x->submitted_at < y->submitted_at ? -1 : 1;
 	if (x->job_id != y->job_id)

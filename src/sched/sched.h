@@ -281,15 +281,59 @@ void kn_sched_release(struct kn_sched_cluster *cluster,
 		      const struct kn_sched_binding *bindings);
 
 /*
- * Queue order: higher priority first, then earlier submission, then lower
- * id. A total order, so the result does not depend on the input order.
+ * What a task that names no CPUs or memory counts: the server's
+ * --default-task-cpus and --default-task-memory. Every task then counts
+ * against its node, so a gang of tasks that ask for nothing cannot be
+ * placed beyond the node's CPUs and memory.
+ */
+struct kn_sched_defaults {
+	int cpu_milli;        /* 0 = count nothing */
+	int64_t memory_bytes; /* 0 = count nothing */
+};
+
+/* Give req's unset (zero) CPU and memory the defaults. */
+void kn_sched_request_defaults(struct kn_sched_request *req,
+			       const struct kn_sched_defaults *defaults);
+
+/*
+ * Queue order: higher priority first, then (fair share) the owner with
+ * the least decayed usage, then earlier submission, then lower id. A
+ * total order, so the result does not depend on the input order.
  */
 struct kn_sched_queue_entry {
 	int64_t job_id;
 	int priority;
 	int64_t submitted_at;
+	double usage; /* the owner's decayed usage (kn_fair_usage_advance);
+			 0 for an owner with none, or without fair share */
 };
 void kn_sched_sort_queue(struct kn_sched_queue_entry *entries, size_t n);
+
+/*
+ * Fair share (docs/scheduling.md): an owner's usage is the charge of its
+ * running tasks, in CPU-seconds plus KN_FAIR_GPU_WEIGHT per GPU-second,
+ * decayed with a half-life, so an hour of use counts half as much one
+ * half-life later. A GPU weighs as the CPUs a GPU machine has per GPU
+ * (96 vCPUs for 8 GPUs on an ND H100 v5), so a GPU-hour is not buried
+ * under cheap CPU-hours.
+ */
+#define KN_FAIR_GPU_WEIGHT 12.0
+
+/*
+ * What one running gang charges per second: tasks x (CPUs +
+ * KN_FAIR_GPU_WEIGHT x GPUs), with a MIG instance counted as its compute
+ * slices over the GPU's seven.
+ */
+double kn_fair_rate(const struct kn_sched_request *req);
+
+/*
+ * usage after elapsed_ms more, charged rate per second meanwhile: usage
+ * decays by 2^(-elapsed/half_life) and the charge accrues decaying too
+ * (the exact integral, so the result does not depend on how often it is
+ * called). half_life_ms <= 0: no decay. Negative elapsed counts as 0.
+ */
+double kn_fair_usage_advance(double usage, double rate, int64_t elapsed_ms,
+			     int64_t half_life_ms);
 
 /* ---- preemption ---- */
 
@@ -471,6 +515,14 @@ int kn_pack_place(struct kn_pack *c, const struct kn_pack_policy *policy,
  */
 int kn_pack_bind(struct kn_pack *c, size_t node,
 		 const struct kn_pack_pod *pod, const int *gpus, int n_gpus);
+
+/*
+ * Give back what a placement of pod took (a pod leaving): -EINVAL, the
+ * cluster untouched, when the node could not be holding it (more free
+ * than its capacity afterwards, or no pod of its kind there).
+ */
+int kn_pack_unbind(struct kn_pack *c, const struct kn_pack_placement *where,
+		   const struct kn_pack_pod *pod);
 
 /* Node state, for reports, tests and policies. */
 struct kn_pack_node_state {

@@ -47,6 +47,8 @@ json_t *job_to_json(struct server *s, const struct kn_job_row *j)
 		spec = json_loads(j->spec_json, 0, NULL);
 	if (j->state == KN_JOB_QUEUED)
 		queue_reason = jobs_queue_reason(s, j->id);
+	else if (j->state == KN_JOB_RUNNING)
+		queue_reason = jobs_run_reason(s, j->id);
 	res = spec ? json_object_get(spec, "resources") : NULL;
 	o = json_pack("{s:I, s:s, s:s, s:s, s:i, s:i, s:b, s:I, s:I, s:I, s:I, "
 		      "s:i, s:i, s:i, s:b, s:o, s:i}",
@@ -521,6 +523,8 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 			  "non-negative integers (follow 0 or 1)%s", "");
 		return;
 	}
+	if (follow && !api_follow_admitted(s, req))
+		return;
 	if (kn_store_job_get(s->store, id, &j, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
@@ -839,6 +843,8 @@ static void h_events(struct server *s, struct kn_http_req *req,
 			  "");
 		return;
 	}
+	if (follow && !api_follow_admitted(s, req))
+		return;
 	feed_serve(s, req, since, follow != 0);
 }
 
@@ -906,69 +912,119 @@ static bool match(const char *pattern, const char *path, char *param,
 }
 
 /*
- * Serve req with route r when its path matches; *path_known is set on a
- * match of the path alone. True when the request was answered.
+ * Who may call route r: the token from the headers, and the route's least
+ * role. true with *c filled, or false when req was answered (401, or 403
+ * on the audit record).
  */
-static bool route_try(struct server *s, struct kn_http_req *req,
-		      const struct route *r, bool *path_known)
+static bool authorize(struct server *s, struct kn_http_req *req,
+		      const struct route *r, struct caller *c)
 {
 	const char *method = kn_http_method(req), *path = kn_http_path(req);
-	char param[256];
-	struct caller c;
 	struct kn_error err;
+	struct kn_audit a;
+	char object[96];
 
-	if (!match(r->pattern, path, param, sizeof(param)))
+	memset(c, 0, sizeof(*c));
+	if (r && r->public_route)
+		return true;
+	if (auth_check(s, kn_http_header(req, "Authorization"), c, &err) < 0) {
+		kn_http_reply_error(req, &err);
 		return false;
-	*path_known = true;
-	if (strcmp(r->method, method) != 0)
-		return false;
-	memset(&c, 0, sizeof(c));
-	if (!r->public_route) {
-		if (auth_check(s, kn_http_header(req, "Authorization"), &c,
-			       &err) < 0) {
-			kn_http_reply_error(req, &err);
-			return true;
-		}
-		if (c.role < r->least) {
-			struct kn_audit a;
-			char object[96];
-			kn_errorf(&err, KN_EPERM, NULL,
-				  "role %s may not %s %s (needs %s)",
-				  role_name(c.role), method, path,
-				  role_name(r->least));
-			snprintf(object, sizeof(object), "%s %s", method, path);
-			memset(&a, 0, sizeof(a));
-			a.actor = c.name;
-			a.role = (char *)role_name(c.role);
-			a.action = (char *)(r->action ? r->action : "request");
-			a.object = object;
-			a.outcome = "denied";
-			a.detail = err.message;
-			kn_store_audit_insert(s->store, &a, NULL);
-			kn_http_reply_error(req, &err);
-			return true;
+	}
+	kn_http_set_owner(req, c->name);
+	if (!r || c->role >= r->least)
+		return true;
+	kn_errorf(&err, KN_EPERM, NULL, "role %s may not %s %s (needs %s)",
+		  role_name(c->role), method, path, role_name(r->least));
+	snprintf(object, sizeof(object), "%s %s", method, path);
+	memset(&a, 0, sizeof(a));
+	a.actor = c->name;
+	a.role = (char *)role_name(c->role);
+	a.action = (char *)(r->action ? r->action : "request");
+	a.object = object;
+	a.outcome = "denied";
+	a.detail = err.message;
+	kn_store_audit_insert(s->store, &a, NULL);
+	kn_http_reply_error(req, &err);
+	return false;
+}
+
+/*
+ * The route for req, with its path parameter; NULL when none has its
+ * method and path (*path_known says whether one has the path).
+ */
+static const struct route *route_find(struct kn_http_req *req, char *param,
+				      size_t plen, bool *path_known)
+{
+	const char *method = kn_http_method(req), *path = kn_http_path(req);
+	const struct route *r;
+
+	*path_known = false;
+	for (size_t k = 0; k == 0 || kn_services[k - 1]; k++) {
+		const struct route *table = k ? kn_services[k - 1]->routes
+					      : routes;
+		size_t n = k ? kn_services[k - 1]->n_routes
+			     : sizeof(routes) / sizeof(routes[0]);
+		for (size_t i = 0; i < n; i++) {
+			r = &table[i];
+			if (!match(r->pattern, path, param, plen))
+				continue;
+			*path_known = true;
+			if (!strcmp(r->method, method))
+				return r;
 		}
 	}
-	r->fn(s, req, &c, param);
-	return true;
+	return NULL;
+}
+
+bool api_admit(struct kn_http_req *req, void *arg)
+{
+	struct server *s = arg;
+	char param[256];
+	bool path_known;
+	struct caller c;
+
+	/* A body is read only for a caller the route would serve: checked
+	   from the headers alone, before any of it is kept. */
+	return authorize(s, req, route_find(req, param, sizeof(param),
+					     &path_known),
+			 &c);
+}
+
+bool api_follow_admitted(struct server *s, struct kn_http_req *req)
+{
+	struct kn_error err;
+	size_t open = kn_http_streams_of(req);
+
+	if (open < (size_t)s->cfg.max_follows_per_token)
+		return true;
+	kn_errorf(&err, KN_ELIMIT, "follow",
+		  "this token already has %zu streams open (events and log "
+		  "follows, at most %d per token): close one first",
+		  open, s->cfg.max_follows_per_token);
+	kn_http_reply_error(req, &err);
+	return false;
 }
 
 void api_handle(struct kn_http_req *req, void *arg)
 {
 	struct server *s = arg;
 	const char *path = kn_http_path(req);
-	bool path_known = false;
+	char param[256];
+	bool path_known;
+	const struct route *r = route_find(req, param, sizeof(param),
+					   &path_known);
+	struct caller c;
 
-	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-		if (route_try(s, req, &routes[i], &path_known))
-			return;
-	for (size_t k = 0; kn_services[k]; k++)
-		for (size_t i = 0; i < kn_services[k]->n_routes; i++)
-			if (route_try(s, req, &kn_services[k]->routes[i],
-				      &path_known))
-				return;
-	if (path_known)
-		reply_err(req, KN_EINVAL, NULL, "method not allowed on %s", path);
-	else
-		reply_err(req, KN_ENOTFOUND, NULL, "no such route: %s", path);
+	if (!r) {
+		if (path_known)
+			reply_err(req, KN_EINVAL, NULL,
+				  "method not allowed on %s", path);
+		else
+			reply_err(req, KN_ENOTFOUND, NULL, "no such route: %s",
+				  path);
+		return;
+	}
+	if (authorize(s, req, r, &c))
+		r->fn(s, req, &c, param);
 }

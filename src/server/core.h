@@ -77,11 +77,16 @@ void jobs_tick(void *arg);
 void jobs_poll(void *arg);
 void jobs_on_sigchld(void *arg);
 void jobs_free_all(struct server *s);
+/* Forget every owner's fair-share usage (after jobs_free_all). */
+void fair_release(struct server *s);
 
 /* ---- questions ---- */
 
 /* The queue reason of a queued job, or NULL. */
 const char *jobs_queue_reason(struct server *s, int64_t id);
+/* Why a running job has not ended yet though its tasks have (a full
+   disk), or NULL. */
+const char *jobs_run_reason(struct server *s, int64_t id);
 /* Allocations on a device of node i, as JSON [{job,rank,milli}]. */
 json_t *jobs_device_allocations(struct server *s, size_t node,
 				int device_index);

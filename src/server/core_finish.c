@@ -254,6 +254,38 @@ void stop_run(struct server *s, struct run *r, const char *reason)
 }
 
 /*
+ * The store refused the exits. A full disk keeps each job running with
+ * the reason until the poll stores them (jobs_poll tries again); the
+ * log says so once, not on every try.
+ */
+static void settle_failed(struct run **changed, size_t n,
+			  const struct kn_error *err)
+{
+	bool told = false;
+
+	if (err->code != KN_ENOSPACE) {
+		kn_log(KN_LOG_ERROR, "recording task exits failed: %s",
+		       err->message);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct run *r = changed[i];
+		int rank = 0;
+
+		told = told || r->disk_wait[0];
+		while (rank < r->n_tasks - 1 && !r->tasks[rank].ended)
+			rank++;
+		snprintf(r->disk_wait, sizeof(r->disk_wait),
+			 "exit of rank %d recorded on the node; waiting for "
+			 "disk space to store it", rank);
+		r->disk_retry_at = kn_mono_ms() + POLL_MS;
+	}
+	if (!told)
+		kn_log(KN_LOG_ERROR, "recording task exits waits for disk "
+		       "space: %s", err->message);
+}
+
+/*
  * Write the tasks that ended since the last call, end the attempts whose
  * tasks have all ended, and release their devices. One transaction.
  */
@@ -319,16 +351,23 @@ void settle(struct server *s, struct run **changed, size_t n)
 	if (rc < 0) {
 		/* Nothing is lost: the next poll finds the same exits again. */
 		kn_store_rollback(s->store);
-		kn_log(KN_LOG_ERROR, "recording task exits failed: %s",
-		       err.message);
+		settle_failed(changed, n, &err);
 		free(done);
 		free(requeue);
 		return;
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		/* An outputs upload tried again keeps its reason until done. */
+		if (changed[i]->disk_wait[0] && !changed[i]->sync_busy) {
+			kn_log(KN_LOG_INFO, "job %lld: disk space is back; its "
+			       "attempt's end is stored",
+			       (long long)changed[i]->job_id);
+			changed[i]->disk_wait[0] = '\0';
+		}
 		for (int k = 0; k < changed[i]->n_tasks; k++)
 			if (changed[i]->tasks[k].ended)
 				changed[i]->tasks[k].recorded = true;
+	}
 	for (size_t i = 0; i < nd; i++) {
 		struct run *r = done[i];
 		int64_t job_id = r->job_id;
@@ -470,6 +509,10 @@ void jobs_poll(void *arg)
 			if (check_task(s, r, t) || (t->ended && !t->recorded))
 				changed_add(&changed, &n, r);
 		}
+	/* ... and an end that waits for disk space, when its time comes. */
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->disk_wait[0] && kn_mono_ms() >= r->disk_retry_at)
+			changed_add(&changed, &n, r);
 	after_exits(s, changed, n);
 	free(changed);
 	kn_timer_arm(s->poll_timer, POLL_MS);
@@ -607,6 +650,14 @@ int jobs_restart(struct server *s, int64_t id, const char *why,
 	}
 	return kn_errorf(err, KN_ENOTFOUND, NULL, "job %lld is not running",
 			 (long long)id);
+}
+
+const char *jobs_run_reason(struct server *s, int64_t id)
+{
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->job_id == id && r->disk_wait[0])
+			return r->disk_wait;
+	return NULL;
 }
 
 void jobs_sync_settled(struct server *s, struct run *r)

@@ -34,6 +34,14 @@ void queued_free(struct queued_job *q);
 void queue_remove(struct server *s, int64_t id);
 /* Run the scheduler on the next turn. */
 void wake_scheduler(struct server *s);
+/* The owner job id was stored with (malloc'd), or NULL. */
+char *job_owner(struct server *s, int64_t id);
+/*
+ * Fair share: charge every owner's running tasks up to now. Called
+ * whenever the set of runs changes and before the queue is ordered, so
+ * each stretch is charged at the rate it had.
+ */
+void fair_advance(struct server *s, int64_t now);
 /* Parse a stored or submitted spec as jobs_submit does. */
 int parse_spec(const struct server *s, const char *text, size_t len,
 	       const char *filename, struct kn_job_spec **out,

@@ -89,7 +89,10 @@ struct run *run_new(struct server *s, int64_t job_id, int attempt,
 	struct run *r = kn_xcalloc(1, sizeof(*r));
 	struct sreq sr;
 
+	/* Charge owners up to now at the rates before this run. */
+	fair_advance(s, kn_now_ms());
 	r->job_id = job_id;
+	r->owner = job_owner(s, job_id);
 	r->attempt = attempt;
 	r->spec = spec;
 	r->stop_grace_ms = -1;
@@ -116,6 +119,7 @@ struct run *run_new(struct server *s, int64_t job_id, int attempt,
 void run_free(struct run *r)
 {
 	sync_run_gone(r);
+	kn_timer_free(r->launch_timer);
 	for (int i = 0; i < r->n_tasks; i++)
 		free(r->tasks[i].task_dir);
 	free(r->checkpoint_dir);
@@ -127,11 +131,14 @@ void run_free(struct run *r)
 	free((void *)r->req.required);
 	free((void *)r->req.preferred);
 	kn_job_spec_free(r->spec);
+	free(r->owner);
 	free(r);
 }
 
 void run_unlink(struct server *s, struct run *r)
 {
+	/* Charge owners up to now, this run included. */
+	fair_advance(s, kn_now_ms());
 	for (struct run **p = &s->runs; *p; p = &(*p)->next) {
 		if (*p == r) {
 			*p = r->next;
@@ -574,23 +581,64 @@ bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank)
 	return false;
 }
 
-void jobs_launch_run(struct server *s, struct run *r)
+/*
+ * How long one loop turn may spend starting a gang's tasks. Each start
+ * spawns a shim (the whole kiln binary, ~20 ms here and several times
+ * that under load), so a gang of hundreds started in one turn would hold
+ * every API request for seconds; a batch ends once this much time has
+ * passed (after at least one task), and the loop answers what came in
+ * before the next. Bounding time rather than a count of tasks keeps the
+ * stall the same on a loaded machine. A worker thread cannot do the
+ * starts: a launch reads and writes the server's state (the store, the
+ * job hooks, the task's run), which only the loop thread may touch.
+ */
+#define LAUNCH_TURN_MS 50
+
+/*
+ * The run was cancelled, evicted or lost a member before its tasks
+ * from launch_next on started: they end unstarted, and the run settles.
+ */
+static void end_unlaunched(struct server *s, struct run *r)
 {
+	for (int i = r->launch_next; i < r->n_tasks; i++) {
+		struct run_task *t = &r->tasks[i];
+		t->ended = true;
+		t->status.ended = true;
+		t->status.exit_code = -1;
+		t->status.ended_at_ms = kn_now_ms();
+		kn_strlcpy(t->status.reason, "stopped before it started",
+			   sizeof(t->status.reason));
+	}
+	r->launch_next = r->n_tasks;
+	settle(s, &r, 1); /* may free r */
+}
+
+/* Start the next batch of r's tasks; the loop calls again for the rest. */
+static void launch_batch(void *arg)
+{
+	struct run *r = arg;
+	struct server *s = r->server;
+	int64_t until = kn_mono_ms() + LAUNCH_TURN_MS;
+
 	if (r->stopping) {
-		/* Cancelled or evicted while its checkpoint was restored. */
-		for (int i = 0; i < r->n_tasks; i++) {
-			struct run_task *t = &r->tasks[i];
-			t->ended = true;
-			t->status.ended = true;
-			t->status.exit_code = -1;
-			t->status.ended_at_ms = kn_now_ms();
-			kn_strlcpy(t->status.reason, "stopped before it started",
-				   sizeof(t->status.reason));
-		}
-		settle(s, &r, 1);
+		end_unlaunched(s, r);
 		return;
 	}
-	for (int i = 0; i < r->n_tasks; i++)
-		launch_task(s, r, &r->tasks[i]);
+	do
+		launch_task(s, r, &r->tasks[r->launch_next++]);
+	while (r->launch_next < r->n_tasks && kn_mono_ms() < until);
+	if (r->launch_next < r->n_tasks) {
+		if (!r->launch_timer)
+			r->launch_timer = kn_timer_new(s->loop, launch_batch, r);
+		kn_timer_arm(r->launch_timer, 0);
+		return;
+	}
 	sync_run_started(s, r);
+}
+
+void jobs_launch_run(struct server *s, struct run *r)
+{
+	r->server = s;
+	r->launch_next = 0;
+	launch_batch(r);
 }

@@ -50,6 +50,10 @@ void sreq_build(const struct server *s, const struct kn_job_spec *spec,
 	r->req.n_gpu_models = spec->resources.n_gpu_models;
 	r->req.cpu_milli = spec->resources.cpu_milli;
 	r->req.memory_bytes = spec->resources.memory_bytes;
+	/* Tasks the server runs count a default (limits.c gives them the
+	   same memory limit); an engine with its own limits counts its own. */
+	if (!s->exec->ops->limits)
+		kn_sched_request_defaults(&r->req, &s->defaults);
 	/* The cluster matches models and placement terms (kube.c). */
 	if (s->exec->ops->places_tasks) {
 		r->req.gpu_models = NULL;
@@ -116,7 +120,88 @@ void audit_init(struct kn_audit *a, const struct caller *c,
 	a->outcome = "ok";
 }
 
+/* ---- fair share ---- */
+
+struct owner_usage {
+	char *owner;
+	double usage;
+};
+
+/* Below this an owner's usage is forgotten: a few CPU-milliseconds. */
+#define USAGE_NEGLIGIBLE 1e-3
+
+static struct owner_usage *usage_find(struct server *s, const char *owner)
+{
+	for (size_t i = 0; i < s->n_owner_usage; i++)
+		if (!strcmp(s->owner_usage[i].owner, owner))
+			return &s->owner_usage[i];
+	return NULL;
+}
+
+void fair_advance(struct server *s, int64_t now)
+{
+	int64_t elapsed = s->usage_at ? now - s->usage_at : 0;
+	size_t k = 0;
+
+	for (struct run *r = s->runs; r; r = r->next) {
+		if (!r->owner || usage_find(s, r->owner))
+			continue;
+		s->owner_usage = kn_xrealloc(s->owner_usage,
+					     (s->n_owner_usage + 1) *
+						     sizeof(*s->owner_usage));
+		s->owner_usage[s->n_owner_usage].owner = kn_xstrdup(r->owner);
+		s->owner_usage[s->n_owner_usage++].usage = 0;
+	}
+	for (size_t i = 0; i < s->n_owner_usage; i++) {
+		struct owner_usage *u = &s->owner_usage[i];
+		double rate = 0;
+
+		for (struct run *r = s->runs; r; r = r->next)
+			if (r->owner && !strcmp(r->owner, u->owner))
+				rate += kn_fair_rate(&r->req);
+		u->usage = kn_fair_usage_advance(
+			u->usage, rate, elapsed, s->cfg.fair_share_half_life_ms);
+		/* Owners long idle leave the table, which stays as small as
+		   the set of recent users. */
+		if (rate == 0 && u->usage < USAGE_NEGLIGIBLE)
+			free(u->owner);
+		else
+			s->owner_usage[k++] = *u;
+	}
+	s->n_owner_usage = k;
+	s->usage_at = now;
+}
+
+/* An owner's usage as of the last fair_advance; 0 for none. */
+static double owner_usage(struct server *s, const char *owner)
+{
+	const struct owner_usage *u = owner ? usage_find(s, owner) : NULL;
+	return u ? u->usage : 0;
+}
+
+void fair_release(struct server *s)
+{
+	for (size_t i = 0; i < s->n_owner_usage; i++)
+		free(s->owner_usage[i].owner);
+	free(s->owner_usage);
+	s->owner_usage = NULL;
+	s->n_owner_usage = 0;
+}
+
 /* ---- queue ---- */
+
+char *job_owner(struct server *s, int64_t id)
+{
+	struct kn_job_row j;
+	struct kn_error err;
+	char *owner = NULL;
+
+	memset(&j, 0, sizeof(j));
+	if (kn_store_job_get(s->store, id, &j, &err) == 0 && j.owner)
+		owner = kn_xstrdup(j.owner);
+	kn_job_row_release(&j);
+	return owner;
+}
 
 static struct queued_job *queue_find(struct server *s, int64_t id,
 				     struct queued_job ***link)
@@ -142,6 +227,7 @@ void queue_push(struct server *s, int64_t id, int priority,
 	q->submitted_at = submitted_at;
 	q->not_before = not_before;
 	q->spec = spec;
+	q->owner = job_owner(s, id);
 	q->next = s->queue;
 	s->queue = q;
 	s->queue_len++;
@@ -150,6 +236,7 @@ void queue_push(struct server *s, int64_t id, int priority,
 void queued_free(struct queued_job *q)
 {
 	kn_job_spec_free(q->spec);
+	free(q->owner);
 	free(q);
 }
 
@@ -177,10 +264,12 @@ size_t jobs_pending(struct server *s, struct pending_job **out)
 		kn_xcalloc(s->queue_len ? s->queue_len : 1, sizeof(*order));
 	size_t n = 0, k = 0;
 
+	fair_advance(s, now);
 	for (struct queued_job *q = s->queue; q; q = q->next)
 		if (q->reason[0] && q->not_before <= now && !q->preempting) {
 			order[n].job_id = q->id;
 			order[n].priority = q->priority;
+			order[n].usage = owner_usage(s, q->owner);
 			order[n++].submitted_at = q->submitted_at;
 		}
 	kn_sched_sort_queue(order, n);
@@ -338,6 +427,8 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	if (rc < 0)
 		return rc;
 	rc = executor_check(s, spec, filename, err);
+	if (rc == 0)
+		rc = caps_check(s, c, CAP_JOB, spec->tasks, err);
 	if (rc == 0)
 		rc = resolve_inputs(spec, path ? path : filename, filename, err);
 	if (rc == 0)
@@ -590,9 +681,11 @@ void jobs_tick(void *arg)
 		return;
 	order = kn_xcalloc(s->queue_len, sizeof(*order));
 	pl = kn_xcalloc(s->queue_len, sizeof(*pl));
+	fair_advance(s, now);
 	for (struct queued_job *q = s->queue; q; q = q->next) {
 		order[n].job_id = q->id;
 		order[n].priority = q->priority;
+		order[n].usage = owner_usage(s, q->owner);
 		order[n].submitted_at = q->submitted_at;
 		n++;
 	}

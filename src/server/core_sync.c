@@ -375,6 +375,31 @@ void sync_run_gone(struct run *r)
 
 /* ---- outputs ---- */
 
+/* How often outputs that a full disk refused are tried again. */
+#define OUTPUTS_RETRY_MS 2000
+
+/*
+ * A full disk refused the outputs (their upload, or their rows): they
+ * stay in the task directory and the job stays running until the poll
+ * tries again (jobs_poll), never ending without them.
+ */
+static void outputs_wait_for_space(struct run *r, const struct kn_error *err,
+				   const char *what)
+{
+	if (!r->disk_wait[0])
+		kn_log(KN_LOG_ERROR, "job %lld: outputs wait for disk space: %s",
+		       (long long)r->job_id, err->message);
+	r->outputs_done = false;
+	/* Exits not yet stored say more: they come first. */
+	for (int k = 0; k < r->n_tasks; k++)
+		if (r->tasks[k].ended && !r->tasks[k].recorded)
+			return;
+	snprintf(r->disk_wait, sizeof(r->disk_wait),
+		 "outputs kept on the node; waiting for disk space to %s them",
+		 what);
+	r->disk_retry_at = kn_mono_ms() + OUTPUTS_RETRY_MS;
+}
+
 static void outputs_done(void *arg, bool ran)
 {
 	struct sync_work *w = arg;
@@ -386,6 +411,10 @@ static void outputs_done(void *arg, bool ran)
 		goto out;
 	r->sync_busy = false;
 	r->outputs_done = true;
+	if (w->rc < 0 && w->err.code == KN_ENOSPACE) {
+		outputs_wait_for_space(r, &w->err, "upload");
+		goto out;
+	}
 	if (w->rc < 0 && kn_task_file_refused(&w->err)) {
 		server_task_file_refused(s, r->job_id, w->dir, &w->err);
 	} else if (w->rc < 0) {
@@ -409,11 +438,15 @@ static void outputs_done(void *arg, bool ran)
 		}
 		if (rc == 0)
 			rc = kn_store_commit(s->store, &err);
-		if (rc < 0) {
+		if (rc < 0)
 			kn_store_rollback(s->store);
+		if (rc < 0 && err.code == KN_ENOSPACE) {
+			outputs_wait_for_space(r, &err, "store");
+			goto out;
+		}
+		if (rc < 0)
 			kn_log(KN_LOG_ERROR, "job %lld: recording outputs: %s",
 			       (long long)r->job_id, err.message);
-		}
 	}
 	if (r->sync_waiting)
 		jobs_sync_settled(s, r);

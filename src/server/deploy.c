@@ -98,6 +98,15 @@ struct deployment *deploy_find(struct deploy_state *d, const char *name)
 	return NULL;
 }
 
+int64_t deploy_count_owned(struct server *s, const char *owner)
+{
+	int64_t n = 0;
+
+	for (struct deployment *p = s->deploy->list; p; p = p->next)
+		n += !strcmp(p->owner, owner);
+	return n;
+}
+
 static void deployment_free(struct deployment *p)
 {
 	if (!p)
@@ -957,6 +966,8 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	yaml = kn_asprintf("%.*s", (int)len, body);
 	snprintf(object, sizeof(object), "deployment/%s", spec->job.name);
 	p = deploy_find(d, spec->job.name);
+	if (!p && (rc = caps_check(s, c, CAP_DEPLOYMENT, 0, err)) < 0)
+		goto out;
 	if (p && (rc = may_change(p, c, err)) < 0) {
 		audit_denied(s, c, "deployment.update", object, err->message);
 		goto out;

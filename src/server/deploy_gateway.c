@@ -106,6 +106,8 @@ void deploy_h_key_create(struct server *s, struct kn_http_req *req,
 		rc = limit_field(body, "quota_day", &k.quota_day, &err);
 	if (rc == 0)
 		rc = limit_field(body, "quota_month", &k.quota_month, &err);
+	if (rc == 0)
+		rc = caps_check(s, c, CAP_GATEWAY_KEY, 0, &err);
 	if (rc < 0) {
 		kn_http_reply_error(req, &err);
 		goto out;

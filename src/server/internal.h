@@ -38,6 +38,7 @@ struct queued_job {
 	int64_t submitted_at;
 	int64_t not_before;
 	struct kn_job_spec *spec;
+	char *owner;      /* the submitting token's name, or NULL: unknown */
 	char reason[256]; /* why it waits; memory only, recomputed each tick */
 	bool preempting;  /* lower-priority jobs are being evicted for it */
 	struct queued_job *next;
@@ -60,6 +61,7 @@ struct run {
 	int64_t submitted_at;
 	int64_t started_at;
 	struct kn_job_spec *spec;
+	char *owner;                   /* the job's owner, or NULL: unknown */
 	struct kn_sched_request req;   /* arrays owned by the run */
 	struct kn_sched_binding *bindings; /* one per task */
 	int n_tasks;
@@ -92,9 +94,18 @@ struct run {
 	bool sync_busy;           /* an upload (early too) or outputs upload runs */
 	bool sync_waiting;        /* every task ended: finish when synced */
 	bool outputs_done;
+	/* A full disk refused what this attempt's end needs (the store's
+	   commit, the outputs' upload): why, the job's reason while it stays
+	   running, and when to try again (kn_mono_ms); "" and 0 else. */
+	char disk_wait[160];
+	int64_t disk_retry_at;
 	char end_state[16];    /* the job's state once this attempt ended */
 	char end_reason[256];  /* ... and why, for the event stream */
 	bool inputs_recorded;  /* rank 0's inputs.json was read (core_launch.c) */
+	/* Tasks start in batches, one per loop turn (core_launch.c): the
+	   next rank to start, and the timer of the next batch. */
+	int launch_next;
+	struct kn_timer *launch_timer;
 	struct run *next;
 };
 
@@ -151,6 +162,11 @@ struct server {
 	struct queued_job *queue;
 	size_t queue_len;
 	struct run *runs;
+	/* Fair share (core_queue.c): each owner's decayed usage, charged up
+	   to usage_at (0: not yet) whenever the set of runs changes. */
+	struct owner_usage *owner_usage;
+	size_t n_owner_usage;
+	int64_t usage_at;
 	struct log_follower *followers;
 	struct kn_events *events; /* Azure scheduled events, or NULL */
 	struct kn_workers *workers; /* slow work: checkpoint sync */
@@ -184,6 +200,9 @@ struct server {
 	bool isolation_ok;
 	struct kn_user_map *user_map;
 	struct kn_cgroup_support limits; /* what local tasks get (task_limits.c) */
+	/* What a local task whose spec names no CPUs or memory counts
+	   (--default-task-cpus, --default-task-memory). */
+	struct kn_sched_defaults defaults;
 };
 
 /* isolation.c */
@@ -221,6 +240,12 @@ int auth_check(struct server *s, const char *header, struct caller *out,
 
 /* api.c */
 void api_handle(struct kn_http_req *req, void *arg);
+/* A request whose body is still coming: read it only for a caller the
+   route would serve (kn_http_admit). */
+bool api_admit(struct kn_http_req *req, void *arg);
+/* Under the caller's cap on open streams (event and log follows), or
+   answered 429. */
+bool api_follow_admitted(struct server *s, struct kn_http_req *req);
 json_t *job_to_json(struct server *s, const struct kn_job_row *j);
 
 /* task_limits.c */
@@ -235,6 +260,23 @@ const struct kn_task_limits *limits_for(const struct server *s,
 					struct kn_task_limits *out);
 /* What GET /v1/nodes says each node enforces. */
 json_t *limits_json(const struct server *s);
+
+/* user_caps.c: per-owner caps (kiln server --max-*-per-user) */
+enum cap {
+	CAP_JOB,         /* queued jobs, and tasks queued or running */
+	CAP_DEPLOYMENT,  /* deployments owned */
+	CAP_GATEWAY_KEY, /* active gateway keys created */
+};
+/*
+ * Whether c may add one more of what (a job of tasks tasks; tasks is
+ * ignored otherwise): 0, or -EDQUOT (KN_ELIMIT: 429) with a message
+ * naming the cap and the flag that sets it; -EIO when the store cannot
+ * count.
+ */
+int caps_check(struct server *s, const struct caller *c, enum cap what,
+	       int tasks, struct kn_error *err);
+/* deploy.c: how many deployments owner owns. */
+int64_t deploy_count_owned(struct server *s, const char *owner);
 
 /* workload.c: the jobs' GPU shapes, for packing and fragmentation. */
 int workload_load(struct server *s, struct kn_error *err);
@@ -430,15 +472,25 @@ int models_alias_point(struct server *s, const struct caller *c,
 /* Whether the server's trusted keys hold key_id. */
 bool models_key_trusted(struct server *s, const char *key_id);
 /*
- * Sign name@version's canonical manifest with the private key file
- * key_path (read by the server), kept as a posted signature is: only when
- * it verifies. key_id gets the key's id, trusted whether the server's
- * trusted keys hold it.
+ * The one check before the server signs anything: signer is a signer of
+ * the server's config and c may sign with it (its role or token name is
+ * granted). 0 with *out the signer, or -EPERM with err naming the signer;
+ * a refusal is audited as model.sign_refused on object.
  */
-int models_sign_file(struct server *s, const struct caller *c,
-		     const char *name, int64_t version, const char *key_path,
-		     char key_id[KN_SHA256_HEX + 1], bool *trusted,
-		     struct kn_error *err);
+int models_signer_check(struct server *s, const struct caller *c,
+			const char *signer, const char *object,
+			const struct kn_signer_conf **out, struct kn_error *err);
+/*
+ * Sign name@version's canonical manifest with signer's key, for c (after
+ * models_signer_check; the key file is checked again), kept as a posted
+ * signature is: only when it verifies. Audited as model.sign (ok or
+ * error). key_id gets the key's id, trusted whether the server's trusted
+ * keys hold it.
+ */
+int models_sign(struct server *s, const struct caller *c, const char *name,
+		int64_t version, const char *signer,
+		char key_id[KN_SHA256_HEX + 1], bool *trusted,
+		struct kn_error *err);
 /*
  * A deployment's `model: NAME@VERSION|NAME@ALIAS`: refuse (naming the
  * problem) a version that is unsigned, signed by no trusted key or whose

@@ -24,6 +24,8 @@
 
 #include "ckpt/ckpt.h"
 
+static int signers_start(struct server *s, struct kn_error *err);
+
 int models_start(struct server *s, struct kn_error *err)
 {
 	struct model_state *m = kn_xcalloc(1, sizeof(*m));
@@ -57,7 +59,7 @@ int models_start(struct server *s, struct kn_error *err)
 	kn_log(KN_LOG_INFO, "model registry: %zu trusted key%s in %s", ring.n,
 	       ring.n == 1 ? "" : "s", m->trusted_keys);
 	kn_model_keyring_release(&ring);
-	return 0;
+	return signers_start(s, err);
 }
 
 void models_stop(struct server *s)
@@ -985,33 +987,145 @@ int models_lineage_expand(struct server *s, struct kn_blob_store *store,
 	return 0;
 }
 
-int models_sign_file(struct server *s, const struct caller *c,
-		     const char *name, int64_t version, const char *key_path,
-		     char key_id[KN_SHA256_HEX + 1], bool *trusted,
-		     struct kn_error *err)
+/* ---- signing: keys the server holds by name ---- */
+
+/*
+ * A signer's key is the server's own secret: a regular file owned by the
+ * server's user, readable by no one else (0600 or 0400).
+ */
+static int signer_key_check(const struct kn_signer_conf *sg,
+			    struct kn_error *err)
 {
+	struct stat st;
+	mode_t mode;
+
+	if (stat(sg->key_file, &st) < 0)
+		return kn_errorf(err, KN_EIO, "signers", "signer %s: %s: %s",
+				 sg->name, sg->key_file, strerror(errno));
+	mode = st.st_mode & 07777;
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    (mode != 0600 && mode != 0400))
+		return kn_errorf(err, KN_EPERM, "signers",
+				 "signer %s: %s is %s owned by uid %u with mode "
+				 "%04o; a signer's key must be a file owned by "
+				 "the server's user (uid %u) with mode 0600 or "
+				 "0400",
+				 sg->name, sg->key_file,
+				 kn_file_kind(st.st_mode), (unsigned)st.st_uid,
+				 (unsigned)mode, (unsigned)geteuid());
+	return 0;
+}
+
+/* Every signer's key, checked and tried once before the server serves. */
+static int signers_start(struct server *s, struct kn_error *err)
+{
+	const struct kn_server_conf *conf = &s->cfg.sections;
+
+	for (size_t i = 0; i < conf->n_signers; i++) {
+		const struct kn_signer_conf *sg = &conf->signers[i];
+		unsigned char pub[KN_ED25519_PUB_LEN], sig[KN_ED25519_SIG_LEN];
+		char key_id[KN_SHA256_HEX + 1];
+		int rc = signer_key_check(sg, err);
+
+		if (rc < 0)
+			return rc;
+		rc = kn_model_sign(sg->key_file, "kiln", 4, pub, sig, err);
+		if (rc < 0) {
+			char *why = kn_xstrdup(err->message);
+
+			rc = kn_errorf(err, err->code, "signers", "signer %s: "
+				       "%s", sg->name, why);
+			free(why);
+			return rc;
+		}
+		kn_model_key_id(pub, key_id);
+		kn_log(KN_LOG_INFO, "signer %s: key %.16s... (%s)", sg->name,
+		       key_id, models_key_trusted(s, key_id) ?
+		       "trusted" : "not among the trusted keys");
+	}
+	return 0;
+}
+
+static bool signer_grants(const struct kn_signer_conf *sg,
+			  const struct caller *c)
+{
+	for (size_t i = 0; i < sg->n_roles; i++)
+		if (!strcmp(sg->roles[i], role_name(c->role)))
+			return true;
+	for (size_t i = 0; i < sg->n_tokens; i++)
+		if (!strcmp(sg->tokens[i], c->name))
+			return true;
+	return false;
+}
+
+int models_signer_check(struct server *s, const struct caller *c,
+			const char *signer, const char *object,
+			const struct kn_signer_conf **out, struct kn_error *err)
+{
+	const struct kn_server_conf *conf = &s->cfg.sections;
+	const struct kn_signer_conf *sg = NULL;
+	char *detail;
+	int rc;
+
+	for (size_t i = 0; !sg && i < conf->n_signers; i++)
+		if (!strcmp(conf->signers[i].name, signer))
+			sg = &conf->signers[i];
+	if (!sg)
+		rc = kn_errorf(err, KN_EPERM, "signer", "no signer named %s: "
+			       "the server signs only with the signers its "
+			       "config file holds", signer);
+	else if (!signer_grants(sg, c))
+		rc = kn_errorf(err, KN_EPERM, "signer", "signer %s is not "
+			       "granted to %s (role %s): its roles and tokens "
+			       "in the server's config say who may sign with "
+			       "it", signer, c->name, role_name(c->role));
+	else
+		rc = 0;
+	if (rc < 0) {
+		detail = kn_asprintf("signer %s: %s", signer, err->message);
+		models_audit(s, c, "model.sign_refused", object, "denied",
+			     detail);
+		free(detail);
+		return rc;
+	}
+	*out = sg;
+	return 0;
+}
+
+int models_sign(struct server *s, const struct caller *c, const char *name,
+		int64_t version, const char *signer,
+		char key_id[KN_SHA256_HEX + 1], bool *trusted,
+		struct kn_error *err)
+{
+	const struct kn_signer_conf *sg;
 	struct kn_model_version_row v = {0};
 	struct kn_model_signature_row row;
 	struct kn_model_keyring ring = {0};
 	struct kn_audit a;
 	unsigned char pub[KN_ED25519_PUB_LEN], sig[KN_ED25519_SIG_LEN];
-	char *pub_b64 = NULL, *sig_b64 = NULL, object[160];
+	char *pub_b64 = NULL, *sig_b64 = NULL, *detail = NULL, object[160];
 	int rc;
 
 	snprintf(object, sizeof(object), "model/%s@%lld", name,
 		 (long long)version);
-	rc = kn_store_model_version_get(s->store, name, version, &v, err);
+	rc = models_signer_check(s, c, signer, object, &sg, err);
+	if (rc < 0)
+		return rc;
+	rc = signer_key_check(sg, err);
 	if (rc == 0)
-		rc = kn_model_sign(key_path, v.manifest, strlen(v.manifest),
-				   pub, sig, err);
+		rc = kn_store_model_version_get(s->store, name, version, &v,
+						err);
+	if (rc == 0)
+		rc = kn_model_sign(sg->key_file, v.manifest,
+				   strlen(v.manifest), pub, sig, err);
 	if (rc < 0)
 		goto out;
 	kn_model_key_id(pub, key_id);
 	/* As a posted signature is: kept only when it verifies. */
 	if (kn_model_sig_check(pub, v.manifest, strlen(v.manifest), sig) < 0) {
-		rc = kn_errorf(err, KN_EINVAL, "sign_key",
-			       "%s: its signature of %s does not verify",
-			       key_path, object + 6);
+		rc = kn_errorf(err, KN_EINVAL, "signer",
+			       "signer %s: its signature of %s does not verify",
+			       signer, object + 6);
 		goto out;
 	}
 	rc = kn_model_keyring_load(s->models->trusted_keys, &ring, err);
@@ -1020,6 +1134,7 @@ int models_sign_file(struct server *s, const struct caller *c,
 	*trusted = kn_model_keyring_has(&ring, key_id);
 	pub_b64 = kn_base64_encode(pub, sizeof(pub));
 	sig_b64 = kn_base64_encode(sig, sizeof(sig));
+	detail = kn_asprintf("signer %s key %s", signer, key_id);
 	memset(&row, 0, sizeof(row));
 	row.key_id = key_id;
 	row.public_key = pub_b64;
@@ -1032,12 +1147,13 @@ int models_sign_file(struct server *s, const struct caller *c,
 	a.action = "model.sign";
 	a.object = object;
 	a.outcome = "ok";
-	a.detail = key_id;
+	a.detail = detail;
 	rc = kn_store_model_signature_insert(s->store, name, version, &row, &a,
 					     err);
 out:
 	if (rc < 0)
 		models_audit(s, c, "model.sign", object, "error", err->message);
+	free(detail);
 	free(pub_b64);
 	free(sig_b64);
 	kn_model_keyring_release(&ring);

@@ -38,6 +38,18 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->cgroup_root = KN_CGROUP_ROOT;
 	cfg->cgroup_parent = "kiln";
 	cfg->pids_max = KN_CGROUP_PIDS_DEFAULT;
+	cfg->default_task_cpu_milli = 100;
+	cfg->default_task_memory = (int64_t)1 << 30;
+	cfg->fair_share_half_life_ms = 24LL * 3600 * 1000;
+	cfg->max_queued_jobs = 1000;
+	cfg->max_tasks = 10000;
+	cfg->max_deployments = 100;
+	cfg->max_gateway_keys = 1000;
+	cfg->max_conns = KN_HTTP_MAX_CONNS;
+	cfg->max_conns_per_client = KN_HTTP_MAX_CONNS_PER_CLIENT;
+	cfg->head_timeout_ms = KN_HTTP_HEAD_TIMEOUT_MS;
+	cfg->body_idle_ms = KN_HTTP_BODY_IDLE_MS;
+	cfg->max_follows_per_token = 32;
 }
 
 static void on_stop(void *arg)
@@ -413,6 +425,7 @@ static void server_release(struct server *s)
 	health_free(s->health);
 	services_stop(s);
 	jobs_free_all(s);
+	fair_release(s);
 	kube_stop(s);
 	kn_executor_free(s->exec);
 	free(s->blob_url);
@@ -506,12 +519,27 @@ static int loop_setup(struct server *s, struct kn_error *err)
 int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 {
 	struct server s;
+	struct kn_http_limits limits = {
+		.head_timeout_ms = cfg->head_timeout_ms,
+		.body_idle_ms = cfg->body_idle_ms,
+		.max_conns = cfg->max_conns,
+		.max_conns_per_client = cfg->max_conns_per_client,
+	};
 	char *path = NULL, *url = NULL;
-	int rc, port = 0;
+	int rc, port = 0, lock_fd;
 
 	memset(&s, 0, sizeof(s));
 	s.cfg = *cfg;
 	s.home = kn_xstrdup(cfg->home);
+	/* Before anything in the home is read or changed: two servers on
+	   one home would run each queued job twice and clear each other's
+	   staged uploads. */
+	lock_fd = kn_dir_lock(s.home, KN_SERVER_LOCK, "server", "KILN_HOME",
+			      err);
+	if (lock_fd < 0) {
+		free(s.home);
+		return lock_fd;
+	}
 	rc = slurm_config_check(cfg, err);
 	if (rc == 0)
 		rc = backup_config_check(cfg, err);
@@ -521,6 +549,8 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	rc = limits_start(&s, err);
 	if (rc < 0)
 		goto out;
+	s.defaults.cpu_milli = (int)cfg->default_task_cpu_milli;
+	s.defaults.memory_bytes = cfg->default_task_memory;
 	s.policy = kn_pack_policy_find(cfg->policy ? cfg->policy : "");
 	if (!s.policy) {
 		struct kn_buf names;
@@ -595,9 +625,10 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 			goto out;
 	}
 	rc = kn_http_server_new(s.loop, cfg->listen_host, cfg->listen_port,
-				api_handle, &s, &s.http, &port, err);
+				&limits, api_handle, &s, &s.http, &port, err);
 	if (rc < 0)
 		goto out;
+	kn_http_server_set_admit(s.http, api_admit);
 	url = kn_asprintf("http://%s:%d\n", cfg->listen_host, port);
 	free(path);
 	path = kn_asprintf("%s/server.url", s.home);
@@ -618,5 +649,6 @@ out:
 	free(path);
 	free(url);
 	server_release(&s);
+	close(lock_fd);
 	return rc;
 }

@@ -36,6 +36,17 @@ struct kn_server_config {
 	bool no_limits;            /* run tasks unlimited where cgroups
 				      cannot be written (--no-limits) */
 	int64_t kill_grace_ms;    /* cancel: SIGTERM to SIGKILL, default 10s */
+	/* Capacity (docs/scheduling.md): what a task whose spec names no
+	   CPUs or memory counts against its node (and, memory, gets as its
+	   limit); fair share's half-life; per-owner caps. */
+	int64_t default_task_cpu_milli; /* default 100: 0.1 CPU */
+	int64_t default_task_memory;    /* default 1Gi */
+	int64_t fair_share_half_life_ms; /* default 1 day */
+	int64_t max_queued_jobs;  /* per owner, default 1000 */
+	int64_t max_tasks;        /* queued or running, per owner, default
+				     10000 */
+	int64_t max_deployments;  /* per owner, default 100 */
+	int64_t max_gateway_keys; /* active, per creator, default 1000 */
 	int64_t log_max_bytes;    /* per task log file before rotation */
 	const char *blob_store;   /* checkpoint and output store URL; NULL =
 				     file://$KILN_HOME/blobs */
@@ -116,6 +127,14 @@ struct kn_server_config {
 				      kiln-task */
 	const char *task_user_map; /* "TOKEN-NAME: UNIX-USER" lines, or NULL */
 	bool unisolated;           /* run tasks without a sandbox */
+	/* The API's front (docs/security.md): connections in all and per
+	   client address, the time a request head and the gaps between body
+	   bytes may take, and streams (event and log follows) per token. */
+	int max_conns;             /* default 4096 */
+	int max_conns_per_client;  /* default 256 */
+	int64_t head_timeout_ms;   /* default 10s */
+	int64_t body_idle_ms;      /* default 30s */
+	int max_follows_per_token; /* default 32 */
 
 	/* What the config file names beyond options: signing keys and
 	   named blob stores. */

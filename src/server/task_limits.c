@@ -53,7 +53,12 @@ const struct kn_task_limits *limits_for(const struct server *s,
 	memset(out, 0, sizeof(*out));
 	out->cgroup_root = s->cfg.cgroup_root;
 	out->cgroup_parent = s->cfg.cgroup_parent;
-	out->memory_bytes = spec->resources.memory_bytes;
+	/* The memory a task was counted at is its limit; a CPU default is
+	   counted but not a quota, which at a fraction of a CPU would
+	   starve a task that named none on an otherwise idle node. */
+	out->memory_bytes = spec->resources.memory_bytes
+				    ? spec->resources.memory_bytes
+				    : s->defaults.memory_bytes;
 	out->cpu_milli = spec->resources.cpu_milli;
 	out->pids_max = spec->resources.pids ? spec->resources.pids
 					     : s->cfg.pids_max;

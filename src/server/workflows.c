@@ -592,6 +592,33 @@ static void acting_free(struct server *s, struct wf_acting *a)
 }
 
 /*
+ * The run's owner as they are now, for signing: steps act with role user,
+ * but a signer may be granted to a role, so the owner's active token says
+ * which. A revoked owner signs with nothing (-EPERM).
+ */
+static int owner_now(struct server *s, const struct caller *owner,
+		     struct caller *out, struct kn_error *err)
+{
+	struct kn_token_row *rows = NULL;
+	size_t n = 0;
+	int rc = kn_store_token_list(s->store, &rows, &n, err);
+
+	if (rc < 0)
+		return rc;
+	rc = kn_errorf(err, KN_EPERM, "signer", "the run's owner %s has no "
+		       "active token", owner->name);
+	for (size_t i = 0; i < n; i++)
+		if (!rows[i].revoked_at && !strcmp(rows[i].name, owner->name) &&
+		    role_parse(rows[i].role, &out->role) == 0) {
+			kn_strlcpy(out->name, owner->name, sizeof(out->name));
+			rc = 0;
+			break;
+		}
+	kn_token_list_free(rows, n);
+	return rc;
+}
+
+/*
  * The rest of register step i, once version exists: its alias (when
  * adopted: the first go may have died before moving it), its signature,
  * and the step's metrics ({"version": K}, which a deploy step reads) and
@@ -616,29 +643,33 @@ static int register_finish(struct server *s, struct wf_run *r, size_t i,
 		return rc;
 	wf_set_str(&r->steps[i].metrics_json,
 		kn_asprintf("{\"version\":%lld}", (long long)version));
-	if (st->sign_key && adopted &&
+	if (st->signer && adopted &&
 	    signed_since(s, st->model, version, owner->name, resumed_since,
 			 key_id)) {
 		snprintf(sign_note, sizeof(sign_note),
-			 "; signed by key %.16s... (%s)", key_id,
-			 models_key_trusted(s, key_id)
+			 "; signed by %s, key %.16s... (%s)", st->signer,
+			 key_id, models_key_trusted(s, key_id)
 				 ? "trusted"
 				 : "not trusted: deploys will refuse it");
-	} else if (st->sign_key) {
-		rc = models_sign_file(s, owner, st->model, version,
-				      st->sign_key, key_id, &trusted, err);
+	} else if (st->signer) {
+		struct caller signer_caller;
+
+		rc = owner_now(s, owner, &signer_caller, err);
+		if (rc == 0)
+			rc = models_sign(s, &signer_caller, st->model, version,
+					 st->signer, key_id, &trusted, err);
 		if (rc < 0) {
 			char *why = kn_asprintf("%s@%lld registered but not "
 						"signed: %s", st->model,
 						(long long)version,
 						err->message);
-			kn_errorf(err, KN_EINVAL, "sign_key", "%s", why);
+			kn_errorf(err, err->code, "signer", "%s", why);
 			free(why);
 			return rc;
 		}
 		snprintf(sign_note, sizeof(sign_note),
-			 "; signed by key %.16s... (%s)", key_id,
-			 trusted ? "trusted"
+			 "; signed by %s, key %.16s... (%s)", st->signer,
+			 key_id, trusted ? "trusted"
 				 : "not trusted: deploys will refuse it");
 	}
 	wf_set_str(&r->steps[i].reason,
@@ -670,7 +701,7 @@ static void deployed(struct server *s, int rc, const struct kn_error *err,
 
 /*
  * Register step i: a new version of its model from the outputs of its
- * `from` step's job, with lineage, alias moved and signed with sign_key.
+ * `from` step's job, with lineage, alias moved and signed by its signer.
  * The copy runs on a worker (a returns 1; act_done ends the step). Fails
  * the step (returns < 0 with err) when any part fails.
  *

@@ -235,9 +235,12 @@ static bool hex_text(const char *v, size_t min, size_t max)
 /*
  * Check a run request the way `kiln validate` checks the files: the
  * workflow, then each step's job file as the client sent it, each error
- * naming its file. A deploy step's deployment must exist already.
+ * naming its file. A deploy step's deployment must exist already, and a
+ * register step's signer must be granted to the caller (refused and
+ * audited here, before any job runs; checked again when it signs).
  */
-static int check_request(struct server *s, const char *text,
+static int check_request(struct server *s, const struct caller *c,
+			 const char *text,
 			 const char *filename, json_t *files,
 			 struct kn_workflow_spec **out, struct kn_error *err)
 {
@@ -269,6 +272,16 @@ static int check_request(struct server *s, const char *text,
 				       "existing one to the registered version",
 				       filename, i, st->name, st->deployment);
 			break;
+		}
+		if (st->kind == KN_STEP_REGISTER && st->signer) {
+			const struct kn_signer_conf *sg;
+			char *object = kn_asprintf("workflow/%s", w->name);
+
+			rc = models_signer_check(s, c, st->signer, object, &sg,
+						 err);
+			free(object);
+			if (rc < 0)
+				break;
 		}
 		if (!st->job_file)
 			continue;
@@ -375,7 +388,7 @@ static void workflows_h_run(struct server *s, struct kn_http_req *req,
 			  digest_now, digest);
 		goto fail;
 	}
-	if (check_request(s, text, filename, files, &w, &err) < 0)
+	if (check_request(s, c, text, filename, files, &w, &err) < 0)
 		goto fail;
 
 	files_text = json_dumps(files ? files : json_object(),

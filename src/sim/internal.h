@@ -27,4 +27,26 @@ int sim_csv_int(struct sim_csv *c, int col, const char *name, int64_t max,
 /* The row's field col, or NULL when empty or "nan". */
 const char *sim_csv_text(struct sim_csv *c, int col);
 
+/* One row of a pod list; times are seconds, -1 when absent or empty. */
+struct sim_pod {
+	char *name;
+	char *gpu_spec; /* NULL when unconstrained */
+	struct kn_pack_pod pod;
+	int64_t created, deleted, scheduled;
+};
+
+struct kn_sim {
+	struct kn_pack *cluster;
+	struct sim_pod *pods; /* sorted by name */
+	size_t n_pods;
+	bool timed;           /* creation_time and deletion_time given */
+	struct kn_pack_pod *stream; /* scratch for one run */
+	size_t cap_stream;
+	size_t *order;
+};
+
+/* Draw the per-seed node order that breaks ties into sim->order and set
+   it on the (reset) cluster. */
+void sim_node_order(struct kn_sim *sim, struct kn_rng *rng);
+
 #endif

@@ -8,7 +8,8 @@
  * is appended while total + its per-GPU milli <= 1.3 x capacity, but the
  * total grows by num_gpu x milli (METHOD.md §2.1), so arrivals end just
  * past 130 %. Our own RNG replaces Go's, so streams differ from the
- * paper's seed by seed; medians over 10 seeds are what compare.
+ * paper's seed by seed; means over seeds (with their spread) are what
+ * compare, and two policies compare seed by seed on the same streams.
  */
 #include <errno.h>
 #include <limits.h>
@@ -17,21 +18,6 @@
 #include <string.h>
 
 #include "sim/internal.h"
-
-struct sim_pod {
-	char *name;
-	char *gpu_spec; /* NULL when unconstrained */
-	struct kn_pack_pod pod;
-};
-
-struct kn_sim {
-	struct kn_pack *cluster;
-	struct sim_pod *pods; /* sorted by name */
-	size_t n_pods;
-	struct kn_pack_pod *stream; /* scratch for one run */
-	size_t cap_stream;
-	size_t *order;
-};
 
 int sim_csv_column(struct sim_csv *c, const char *name, struct kn_error *err)
 {
@@ -215,69 +201,160 @@ static int pod_order(const void *pa, const void *pb)
 	return strcmp(a->name, b->name);
 }
 
+/* The pod list's columns: the first five required, the rest optional. */
+enum {
+	POD_NAME,
+	POD_CPU,
+	POD_MEM,
+	POD_NUM,
+	POD_MILLI,
+	POD_REQUIRED,
+	POD_SPEC = POD_REQUIRED,
+	POD_CREATED,
+	POD_DELETED,
+	POD_SCHEDULED,
+	POD_COLUMNS
+};
+static const char *const pod_columns[POD_COLUMNS] = {
+	"name",	    "cpu_milli",     "memory_mib",    "num_gpu",
+	"gpu_milli", "gpu_spec",      "creation_time", "deletion_time",
+	"scheduled_time",
+};
+
+/* An optional whole number: *out = -1 when the column is absent or the
+   field empty. */
+static int optional_int(struct sim_csv *c, int col, const char *name,
+			int64_t *out, struct kn_error *err)
+{
+	const char *s;
+	int rc;
+
+	*out = -1;
+	if (col < 0)
+		return 0;
+	rc = sim_csv_field(c, col, name, &s, err);
+	if (rc < 0 || !*s)
+		return rc;
+	return sim_csv_int(c, col, name, INT64_MAX / 4, out, err);
+}
+
+/* The row's times: deletion_time and scheduled_time may not come before
+   creation_time, nor deletion_time before scheduled_time. */
+static int read_times(struct sim_csv *c, const int *col, struct sim_pod *p,
+		      struct kn_error *err)
+{
+	int rc;
+
+	/* Without a scheduled_time column a pod started when created. */
+	if ((rc = optional_int(c, col[POD_CREATED], "creation_time",
+			       &p->created, err)) < 0 ||
+	    (rc = optional_int(c, col[POD_DELETED], "deletion_time",
+			       &p->deleted, err)) < 0 ||
+	    (rc = optional_int(c, col[POD_SCHEDULED], "scheduled_time",
+			       &p->scheduled, err)) < 0)
+		return rc;
+	if (col[POD_SCHEDULED] < 0)
+		p->scheduled = p->created;
+	if (p->created >= 0 && p->deleted >= 0 &&
+	    (p->deleted < p->created ||
+	     (p->scheduled >= 0 &&
+	      (p->scheduled < p->created || p->deleted < p->scheduled)))) {
+		int at = p->scheduled >= 0 && p->scheduled < p->created
+				 ? col[POD_SCHEDULED]
+				 : col[POD_DELETED];
+
+		return kn_errorf(err, KN_EINVAL, pod_columns[POD_DELETED],
+				 "%s:%d:%d: %s: before the pod was created "
+				 "or scheduled",
+				 c->csv.path, c->csv.line, c->csv.cols[at],
+				 at == col[POD_DELETED] ? "deletion_time"
+							: "scheduled_time");
+	}
+	if ((p->created < 0) != (p->deleted < 0) && col[POD_CREATED] >= 0 &&
+	    col[POD_DELETED] >= 0)
+		return kn_errorf(err, KN_EINVAL, "creation_time",
+				 "%s:%d:1: creation_time and deletion_time: "
+				 "one is empty",
+				 c->csv.path, c->csv.line);
+	return 0;
+}
+
+static int read_pod(struct kn_sim *sim, struct sim_csv *c, const int *col,
+		    struct sim_pod *p, struct kn_error *err)
+{
+	struct kn_error why = {0};
+	const char *name, *spec;
+	int64_t cpu, mem, num, milli;
+	int rc;
+
+	if ((rc = sim_csv_field(c, col[POD_NAME], "name", &name, err)) < 0 ||
+	    (rc = sim_csv_int(c, col[POD_CPU], "cpu_milli", INT_MAX, &cpu,
+			      err)) < 0 ||
+	    (rc = sim_csv_int(c, col[POD_MEM], "memory_mib", INT64_MAX / 2,
+			      &mem, err)) < 0 ||
+	    (rc = sim_csv_int(c, col[POD_NUM], "num_gpu", KN_PACK_MAX_GPUS,
+			      &num, err)) < 0 ||
+	    (rc = sim_csv_int(c, col[POD_MILLI], "gpu_milli", 1000, &milli,
+			      err)) < 0)
+		return rc;
+	spec = NULL;
+	if (col[POD_SPEC] >= 0) {
+		if ((rc = sim_csv_field(c, col[POD_SPEC], "gpu_spec", &spec,
+					err)) < 0)
+			return rc;
+		spec = sim_csv_text(c, col[POD_SPEC]);
+	}
+	p->name = kn_xstrdup(name);
+	p->gpu_spec = spec ? kn_xstrdup(spec) : NULL;
+	p->pod.cpu_milli = (int)cpu;
+	p->pod.memory_mib = mem;
+	p->pod.num_gpu = (int)num;
+	p->pod.gpu_milli = (int)milli;
+	p->pod.gpu_spec = p->gpu_spec;
+	p->pod.models = kn_pack_models(sim->cluster, p->gpu_spec,
+				       &p->pod.constrained);
+	if (kn_pack_check_pod(&p->pod, &why) < 0) {
+		int at = !strcmp(why.field, "cpu_milli")    ? col[POD_CPU]
+			 : !strcmp(why.field, "memory_mib") ? col[POD_MEM]
+			 : !strcmp(why.field, "num_gpu")    ? col[POD_NUM]
+							    : col[POD_MILLI];
+
+		return kn_errorf(err, KN_EINVAL, why.field, "%s:%d:%d: %s",
+				 c->csv.path, c->csv.line, c->csv.cols[at],
+				 why.message);
+	}
+	return read_times(c, col, p, err);
+}
+
 static int load_pods(struct kn_sim *sim, const char *path,
 		     struct kn_error *err)
 {
-	const char *names[6] = {"name",    "cpu_milli", "memory_mib",
-				"num_gpu", "gpu_milli", "gpu_spec"};
 	struct sim_csv c;
-	int col[6], rc;
+	int col[POD_COLUMNS], rc;
 	size_t cap = 0;
 
 	rc = sim_csv_open(&c, path, err);
 	if (rc < 0)
 		goto out;
-	for (int i = 0; i < 6; i++) {
-		col[i] = rc = sim_csv_column(&c, names[i], err);
-		if (rc < 0)
+	for (int i = 0; i < POD_COLUMNS; i++) {
+		col[i] = i < POD_REQUIRED
+				 ? sim_csv_column(&c, pod_columns[i], err)
+				 : kn_csv_find(&c.csv, pod_columns[i]);
+		if (i < POD_REQUIRED && (rc = col[i]) < 0)
 			goto out;
 	}
+	sim->timed = col[POD_CREATED] >= 0 && col[POD_DELETED] >= 0;
 	while ((rc = kn_csv_next(&c.csv, err)) > 0) {
-		struct sim_pod *p;
-		struct kn_error why = {0};
-		const char *name, *spec;
-		int64_t cpu, mem, num, milli;
-
-		if ((rc = sim_csv_field(&c, col[0], "name", &name, err)) < 0 ||
-		    (rc = sim_csv_int(&c, col[1], "cpu_milli", INT_MAX, &cpu,
-				    err)) < 0 ||
-		    (rc = sim_csv_int(&c, col[2], "memory_mib", INT64_MAX / 2,
-				    &mem, err)) < 0 ||
-		    (rc = sim_csv_int(&c, col[3], "num_gpu", KN_PACK_MAX_GPUS,
-				    &num, err)) < 0 ||
-		    (rc = sim_csv_int(&c, col[4], "gpu_milli", 1000, &milli,
-				    err)) < 0 ||
-		    (rc = sim_csv_field(&c, col[5], "gpu_spec", &spec, err)) < 0)
-			goto out;
 		if (sim->n_pods == cap) {
 			cap = cap ? 2 * cap : 1024;
 			sim->pods = kn_xrealloc(sim->pods,
 						cap * sizeof(*sim->pods));
 		}
-		p = &sim->pods[sim->n_pods];
-		memset(p, 0, sizeof(*p));
-		p->name = kn_xstrdup(name);
-		spec = sim_csv_text(&c, col[5]);
-		p->gpu_spec = spec ? kn_xstrdup(spec) : NULL;
-		sim->n_pods++;
-		p->pod.cpu_milli = (int)cpu;
-		p->pod.memory_mib = mem;
-		p->pod.num_gpu = (int)num;
-		p->pod.gpu_milli = (int)milli;
-		p->pod.gpu_spec = p->gpu_spec;
-		p->pod.models = kn_pack_models(sim->cluster, p->gpu_spec,
-					       &p->pod.constrained);
-		if (kn_pack_check_pod(&p->pod, &why) < 0) {
-			int at = !strcmp(why.field, "cpu_milli")    ? col[1]
-				 : !strcmp(why.field, "memory_mib") ? col[2]
-				 : !strcmp(why.field, "num_gpu")    ? col[3]
-								    : col[4];
-
-			rc = kn_errorf(err, KN_EINVAL, why.field,
-				       "%s:%d:%d: %s", path, c.csv.line,
-				       c.csv.cols[at], why.message);
+		memset(&sim->pods[sim->n_pods], 0, sizeof(*sim->pods));
+		/* Counted first so a half-read pod is freed with the rest. */
+		rc = read_pod(sim, &c, col, &sim->pods[sim->n_pods++], err);
+		if (rc < 0)
 			goto out;
-		}
 	}
 	if (rc < 0)
 		goto out;
@@ -355,6 +432,11 @@ size_t kn_sim_n_pods(const struct kn_sim *sim)
 	return sim->n_pods;
 }
 
+bool kn_sim_timed(const struct kn_sim *sim)
+{
+	return sim->timed;
+}
+
 int64_t kn_sim_capacity(const struct kn_sim *sim)
 {
 	return kn_pack_gpu_capacity(sim->cluster);
@@ -401,12 +483,29 @@ static size_t build_stream(struct kn_sim *sim, struct kn_rng *rng)
 	return n;
 }
 
+void sim_node_order(struct kn_sim *sim, struct kn_rng *rng)
+{
+	size_t n_nodes = kn_pack_n_nodes(sim->cluster);
+
+	for (size_t i = 0; i < n_nodes; i++)
+		sim->order[i] = i;
+	for (size_t i = n_nodes; i > 1; i--) {
+		size_t j = (size_t)kn_rng_below(rng, i);
+		size_t t = sim->order[i - 1];
+
+		sim->order[i - 1] = sim->order[j];
+		sim->order[j] = t;
+	}
+	kn_pack_reset(sim->cluster);
+	kn_pack_set_order(sim->cluster, sim->order, n_nodes);
+}
+
 int kn_sim_run(struct kn_sim *sim, const struct kn_pack_policy *policy,
 	       uint64_t seed, struct kn_sim_curve *out)
 {
 	double alloc_sum[KN_SIM_BINS] = {0}, frag_sum[KN_SIM_BINS] = {0};
 	size_t count[KN_SIM_BINS] = {0};
-	size_t n_nodes = kn_pack_n_nodes(sim->cluster), n;
+	size_t n;
 	double capacity = (double)kn_pack_gpu_capacity(sim->cluster);
 	struct kn_rng rng, policy_rng;
 	int64_t arrived = 0;
@@ -416,17 +515,7 @@ int kn_sim_run(struct kn_sim *sim, const struct kn_pack_policy *policy,
 	   the node order of a seed are the same for every policy. */
 	kn_rng_seed(&policy_rng, seed ^ 0x6b696c6e2d73696dULL);
 	n = build_stream(sim, &rng);
-	for (size_t i = 0; i < n_nodes; i++)
-		sim->order[i] = i;
-	for (size_t i = n_nodes; i > 1; i--) {
-		size_t j = (size_t)kn_rng_below(&rng, i);
-		size_t t = sim->order[i - 1];
-
-		sim->order[i - 1] = sim->order[j];
-		sim->order[j] = t;
-	}
-	kn_pack_reset(sim->cluster);
-	kn_pack_set_order(sim->cluster, sim->order, n_nodes);
+	sim_node_order(sim, &rng);
 	memset(out, 0, sizeof(*out));
 	out->offered = n;
 	for (size_t i = 0; i < n; i++) {
@@ -468,30 +557,4 @@ int kn_sim_run(struct kn_sim *sim, const struct kn_pack_policy *policy,
 		out->frag[x] = k ? f / (double)k : NAN;
 	}
 	return 0;
-}
-
-static int cmp_double(const void *pa, const void *pb)
-{
-	double a = *(const double *)pa, b = *(const double *)pb;
-
-	return a < b ? -1 : a > b;
-}
-
-double kn_sim_quantile(double *v, size_t n, double q)
-{
-	size_t k = 0;
-	double pos;
-	size_t lo;
-
-	for (size_t i = 0; i < n; i++)
-		if (!isnan(v[i]))
-			v[k++] = v[i];
-	if (k == 0)
-		return NAN;
-	qsort(v, k, sizeof(*v), cmp_double);
-	pos = q * (double)(k - 1);
-	lo = (size_t)pos;
-	if (lo + 1 >= k)
-		return v[k - 1];
-	return v[lo] + (pos - (double)lo) * (v[lo + 1] - v[lo]);
 }

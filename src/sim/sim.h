@@ -31,9 +31,12 @@ struct kn_sim;
 
 /*
  * Load a node list (columns sn, cpu_milli, memory_mib, gpu, model) and a
- * pod list (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec;
- * other columns ignored). Empty values and "nan" in model and gpu_spec
- * mean none. Errors: -ENOENT etc. when a file cannot be read, -EINVAL with
+ * pod list. A pod list needs name, cpu_milli, memory_mib, num_gpu and
+ * gpu_milli; every other column is optional: gpu_spec (default: any GPU
+ * model), creation_time, deletion_time and scheduled_time (seconds; only
+ * the replay with departures reads them, and needs the first two). Other
+ * columns are ignored. Empty values and "nan" in model and gpu_spec mean
+ * none. Errors: -ENOENT etc. when a file cannot be read, -EINVAL with
  * "FILE:LINE:COLUMN: column: message" for bad content.
  */
 int kn_sim_load(const char *nodes_csv, const char *pods_csv,
@@ -62,6 +65,79 @@ int kn_sim_run(struct kn_sim *sim, const struct kn_pack_policy *policy,
  * NAN when none. Reorders v.
  */
 double kn_sim_quantile(double *v, size_t n, double q);
+
+/* ---- figures over seeds (stats.c) ---- */
+
+/* Mean, sample standard deviation and median of the values that are not
+   NaN; n counts them. sd is 0 for one value; all NAN for none. */
+struct kn_sim_stats {
+	size_t n;
+	double mean, sd, median;
+};
+void kn_sim_stats(const double *v, size_t n, struct kn_sim_stats *out);
+
+/*
+ * Two policies compared seed by seed: d = b[i] - a[i] over the seeds
+ * where both are numbers. mean and sd of d, t = mean / (sd / sqrt(n))
+ * (NAN with fewer than 2 pairs; +-INFINITY when every d is the same
+ * non-zero value, 0 when all are 0), and how many seeds have b below,
+ * above and equal to a.
+ */
+struct kn_sim_paired {
+	size_t n;
+	double mean, sd, t;
+	size_t lower, higher, equal;
+};
+void kn_sim_paired(const double *a, const double *b, size_t n,
+		   struct kn_sim_paired *out);
+
+/* Speed of a policy's runs: pods offered and placed over all runs, and
+   each per second of the given wall time (0 when seconds <= 0). */
+struct kn_sim_speed {
+	size_t offered, placed;
+	double seconds, offered_per_s, placed_per_s;
+};
+void kn_sim_speed(const struct kn_sim_curve *runs, size_t n, double seconds,
+		  struct kn_sim_speed *out);
+
+/* ---- replay with departures: kiln sim --departures (replay.c) ---- */
+
+/* True when the pod list has creation_time and deletion_time. */
+bool kn_sim_timed(const struct kn_sim *sim);
+
+/*
+ * One replay in time. A pod arrives at creation_time / load (load 1: as
+ * recorded; 2: arrivals twice as dense) and queues; the queue is tried
+ * oldest first after every arrival and departure (a pod that does not
+ * fit does not block those behind it). A placed pod runs for
+ * deletion_time - scheduled_time (deletion_time - creation_time without
+ * a scheduled_time) and leaves; one that has waited its whole recorded
+ * life (deletion_time - creation_time, not scaled by load) gives up and
+ * is never placed. Rows with an empty scheduled_time never ran in the source and
+ * are left out. The seed draws the node order that breaks ties, as in
+ * kn_sim_run.
+ */
+struct kn_sim_replay {
+	size_t pods, left_out;       /* replayed; without a scheduled_time */
+	size_t gpu_pods;             /* of the replayed, asking for GPU */
+	size_t never_placed, gpu_never_placed;
+	double wait_p50_s, wait_p99_s; /* GPU pods placed: arrival -> start,
+					  in source seconds; NAN without */
+	double wait_mean_s;
+	/* GPU-hours idle while GPU pods waited, up to the GPU they asked
+	   for (at every moment min(idle GPU, GPU asked by the queue)). */
+	double stranded_gpu_hours;
+	/* The cluster's fragmentation (FGD's measure) integrated in time. */
+	double frag_gpu_hours;
+	double used_gpu_hours;       /* allocated to pods */
+	double span_hours;           /* first arrival to last event */
+};
+
+/* -EINVAL (err naming the column) when the pod list lacks the times or a
+   row ends before it starts, else 0. */
+int kn_sim_replay_run(struct kn_sim *sim, const struct kn_pack_policy *policy,
+		      uint64_t seed, double load, struct kn_sim_replay *out,
+		      struct kn_error *err);
 
 /* ---- autoscaling replay: kiln sim --autoscale (docs/scheduling.md) ---- */
 

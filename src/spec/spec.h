@@ -379,11 +379,12 @@ struct kn_workflow_step {
 	/* KN_STEP_JOB: job_file (relative to the workflow's file) or job. */
 	char *job_file;
 	struct kn_job_spec *job;
-	/* KN_STEP_REGISTER: from (a job step), model name, alias, key. */
+	/* KN_STEP_REGISTER: from (a job step), model name, alias, signer. */
 	char *from;
 	char *model;
 	char *alias;
-	char *sign_key; /* a private key's path, or NULL: unsigned */
+	char *signer; /* a signer the server holds by name, or NULL:
+			 unsigned */
 	/* KN_STEP_DEPLOY: the deployment, rolled to from's version. */
 	char *deployment;
 };

@@ -565,18 +565,24 @@ static int read_register_alias(struct walk *w, struct fy_node *node,
 	return spec_read_name_into(w, node, NULL, &ctx->step->alias);
 }
 
-static int read_register_key(struct walk *w, struct fy_node *node,
-			     void *target)
+static int read_register_signer(struct walk *w, struct fy_node *node,
+				void *target)
 {
 	struct workflow_ctx *ctx = target;
-	struct value v;
-	int rc = spec_want_nonempty_text(w, node, "a private key file's path",
-					 &v);
 
-	if (rc)
-		return rc;
-	ctx->step->sign_key = kn_xstrdup(v.text);
-	return 0;
+	return spec_read_name_into(w, node, "a signer's name, as the server's "
+				   "config file names it under signers:",
+				   &ctx->step->signer);
+}
+
+/* A key's path was once accepted here: say what replaced it. */
+static int read_register_sign_key(struct walk *w, struct fy_node *node,
+				  void *target)
+{
+	(void)target;
+	return spec_fail(w, node, "the server no longer signs with a key file "
+			 "a spec names: use signer: NAME, a signer the "
+			 "server's config holds (signers:)");
 }
 
 static const struct field register_fields[] = {
@@ -585,7 +591,9 @@ static const struct field register_fields[] = {
 	{.name = "model", .type = FT_CUSTOM, .read = read_register_model,
 	 .required = true},
 	{.name = "alias", .type = FT_CUSTOM, .read = read_register_alias},
-	{.name = "sign_key", .type = FT_CUSTOM, .read = read_register_key},
+	{.name = "signer", .type = FT_CUSTOM, .read = read_register_signer},
+	{.name = "sign_key", .type = FT_CUSTOM,
+	 .read = read_register_sign_key},
 };
 
 static int read_step_register(struct walk *w, struct fy_node *node,
@@ -1063,7 +1071,7 @@ void kn_workflow_spec_free(struct kn_workflow_spec *spec)
 		free(st->from);
 		free(st->model);
 		free(st->alias);
-		free(st->sign_key);
+		free(st->signer);
 		free(st->deployment);
 	}
 	free(spec->steps);
@@ -1167,9 +1175,9 @@ json_t *kn_workflow_spec_to_json(const struct kn_workflow_spec *spec)
 				json_pack("{s:s, s:s, s:o, s:o}", "from",
 					  st->from, "model", st->model, "alias",
 					  spec_json_string_or_null(st->alias),
-					  "sign_key",
+					  "signer",
 					  spec_json_string_or_null(
-						  st->sign_key)));
+						  st->signer)));
 		if (st->kind == KN_STEP_DEPLOY)
 			json_object_set_new(o, "deploy",
 					    json_pack("{s:s, s:s}",

@@ -133,7 +133,7 @@ int kn_task_state_parse(const char *name)
 /*
  * Fill err from the connection's last error. Constraint failures map to
  * the API's codes so a caller that does not refine the message still
- * answers 409/404/400 rather than 500.
+ * answers 409/404/400 rather than 500, and a full disk to 507.
  */
 int store_db_fail(struct kn_store *st, int rc, const char *what,
 		   struct kn_error *err)
@@ -155,6 +155,16 @@ int store_db_fail(struct kn_store *st, int rc, const char *what,
 	default:
 		break;
 	}
+	/* A full disk is the operator's to fix, not kiln's fault: 507, and
+	   the write succeeds again by itself once there is room. */
+	if ((rc & 0xff) == SQLITE_FULL ||
+	    ((rc & 0xff) == SQLITE_IOERR &&
+	     kn_errcode_for_write(-sqlite3_system_errno(st->db)) ==
+		     KN_ENOSPACE))
+		return kn_errorf(err, KN_ENOSPACE, NULL,
+				 "store: %s: no space left on the disk that "
+				 "holds the database (%s); free some and retry",
+				 what, sqlite3_errmsg(st->db));
 	return kn_errorf(err, code, NULL, "store: %s: %s", what,
 			 sqlite3_errmsg(st->db));
 }

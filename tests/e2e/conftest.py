@@ -38,6 +38,84 @@ def _searchable_for_tasks(path):
 _searchable_for_tasks(KILN)
 
 
+def _ancestors():
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return pids
+
+
+def processes_under(root):
+    """Live processes that belong to the directory root: its path is in
+    their command line or environment (KILN_HOME, a task's directory), or
+    their working directory is below it. Servers, shims, tasks and model
+    replicas started for a test's home all match one of these, whatever
+    became of their parents; pytest itself and its ancestors are left
+    out. [(pid, command line)]."""
+    root = str(root)
+    skip = _ancestors()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            if not cmdline:
+                continue  # a zombie or a kernel thread
+            cwd = os.readlink(entry / "cwd")
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if (root.encode() in cmdline or root.encode() in environ or
+                cwd == root or cwd.startswith(root + "/")):
+            found.append((int(entry.name),
+                          cmdline.replace(b"\0", b" ").decode(
+                              errors="replace").strip()))
+    return found
+
+
+def kill_processes_under(root):
+    """SIGKILL everything processes_under(root) finds (tasks outlive the
+    server by design, so a test ends them itself), and wait until they
+    are gone."""
+    for pid, _ in processes_under(root):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    wait_for(lambda: not processes_under(root), timeout=10,
+             what=f"the processes of {root} to end")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind(tmp_path_factory):
+    """Fail the run when a process the tests started outlives them: any
+    process processes_under() finds for this run's temporary directory
+    (every home, workdir and fixture state lives there) after every
+    other fixture is torn down. They are listed, then killed."""
+    root = tmp_path_factory.getbasetemp()
+    yield
+    try:
+        wait_for(lambda: not processes_under(root), timeout=10,
+                 what="processes to end")
+    except AssertionError:
+        left = processes_under(root)
+        for pid, _ in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if left:
+            raise AssertionError(
+                "processes the tests started are still running:\n" +
+                "\n".join(f"  {pid} {cmd}" for pid, cmd in left))
+
+
 def wait_for(predicate, timeout=20.0, interval=0.05, what="condition"):
     """Poll predicate until it returns a truthy value; fail after timeout."""
     deadline = time.monotonic() + timeout
@@ -170,8 +248,7 @@ def server(tmp_path):
     yield s
     s.stop()
     # Tasks outlive the server by design; a test must not leave any behind.
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                   check=False)
+    kill_processes_under(s.home)
 
 
 AZURITE_ACCOUNT = "devstoreaccount1"

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conftest import KILN, Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for, kill_processes_under
 
 # Prices scaled so that the test's second or so of GPU time is dollars and
 # a millisecond is cents. Test_G2: 2 GPUs, $72,000/h on demand ($10 per
@@ -51,8 +51,7 @@ def priced(tmp_path):
     s.start()
     yield s
     s.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                   check=False)
+    kill_processes_under(s.home)
 
 
 def on(node):
@@ -415,5 +414,4 @@ def test_deployment_replicas_keep_their_deployment(tmp_path):
         assert s.request("DELETE", "/v1/deployments/chat").status_code == 200
     finally:
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                       check=False)
+        kill_processes_under(s.home)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import Server, wait_for
+from conftest import Server, wait_for, kill_processes_under
 
 MODEL_SERVER = Path(__file__).resolve().parent / "fixtures" / "model_server.py"
 
@@ -36,8 +36,7 @@ def zoned(tmp_path):
     s.start()
     yield s
     s.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                   check=False)
+    kill_processes_under(s.home)
 
 
 def deploy(server, text, token="admin", status=(200, 201)):

@@ -43,6 +43,31 @@ def vm_rss_kib(pid):
     raise AssertionError("no VmRSS")
 
 
+def rss_with_bodies_held(url, pid, head, body, n):
+    """pid's VmRSS (KiB) before and at most while n connections at once
+    each send head and body, with one byte of the body still owed, so a
+    server that kept bodies would hold them all."""
+    before = vm_rss_kib(pid)
+    conns = []
+    try:
+        for _ in range(n):
+            s = connect(url, timeout=5)
+            conns.append(s)
+            try:
+                s.sendall(head + body)
+            except OSError:
+                pass  # refused and closed before all of it went
+        # What the kernel still buffers may be read yet: watch a while.
+        after = 0
+        for _ in range(20):
+            after = max(after, vm_rss_kib(pid))
+            time.sleep(0.1)
+    finally:
+        for s in conns:
+            s.close()
+    return before, after
+
+
 def one_chat(home, gateways, upstreams, args=()):
     chat = upstreams("chat")
     return gateways(home, routes([deployment("chat", [chat])],
@@ -85,27 +110,7 @@ def test_keyless_bodies_do_not_grow_memory(home, gateways, upstreams):
     head = (f"POST {CHAT} HTTP/1.1\r\nHost: x\r\n"
             f"Content-Length: {len(body) + 1}\r\n\r\n").encode()
     assert g.call("sk-one", "chat").status_code == 200
-    before = vm_rss_kib(g.proc.pid)
-    conns = []
-    try:
-        # 300 connections at once, each with a whole MiB of body sent and
-        # one byte still owed, so a gateway that kept bodies would hold
-        # them all now.
-        for _ in range(300):
-            s = connect(g.url, timeout=5)
-            conns.append(s)
-            try:
-                s.sendall(head + body)
-            except OSError:
-                pass  # refused and closed before all of it went
-        # What the kernel still buffers may be read yet: watch a while.
-        after = 0
-        for _ in range(20):
-            after = max(after, vm_rss_kib(g.proc.pid))
-            time.sleep(0.1)
-    finally:
-        for s in conns:
-            s.close()
+    before, after = rss_with_bodies_held(g.url, g.proc.pid, head, body, 300)
     assert after - before < 64 * 1024, (before, after)
     assert g.call("sk-one", "chat").status_code == 200
 

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from conftest import KILN, Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for, kill_processes_under
 
 NOBODY = pwd.getpwnam("nobody")
 TASK_USER = "kiln-task"
@@ -77,8 +77,7 @@ def iso(request, tmp_path):
     s.mode = request.param
     yield s
     s.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                   check=False)
+    kill_processes_under(s.home)
 
 
 def run_job(server, name, script, token, **fields):
@@ -284,13 +283,13 @@ def test_task_cannot_replace_the_shims_files(iso):
     for the task: it cannot swap output.log for a link to the admin
     token, and its log keeps coming through."""
     token = user_token(iso)
-    script = ('for f in output.log launch.json shim.pid; do '
+    script = ('for f in output.log launch.json shim.pid exit.rec; do '
               'rm -f "$KILN_TASK_DIR/$f" || echo "kept $f"; '
               f'ln -sf "{iso.home}/admin.token" "$KILN_TASK_DIR/$f" '
               '2>/dev/null || echo "not linked $f"; done; echo end')
     jid, job, log = run_job(iso, "swap", script, token)
     assert job["state"] == "succeeded", log
-    for f in ("output.log", "launch.json", "shim.pid"):
+    for f in ("output.log", "launch.json", "shim.pid", "exit.rec"):
         assert f"kept {f}" in log and f"not linked {f}" in log, log
     assert "end" in log
     assert iso.admin_token not in log

@@ -19,7 +19,7 @@ import time
 import pytest
 import requests
 
-from conftest import Server, job_yaml, wait_for
+from conftest import Server, job_yaml, wait_for, kill_processes_under
 
 # Replace $KILN_TASK_DIR/$1 with what $2 names, then tell the test.
 REPLACE = (
@@ -37,8 +37,7 @@ def server(tmp_path):
     s.start()
     yield s
     s.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                   check=False)
+    kill_processes_under(s.home)
 
 
 def spec(name, script, **fields):

@@ -5,6 +5,7 @@ machine); cgroup v2 is covered by unit tests on a fake tree only."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import uuid
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import KILN, Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for, kill_processes_under
 
 V1 = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "cpu", "pids", "devices")
@@ -55,8 +56,7 @@ def limited(tmp_path):
     yield start, parent
     for s in servers:
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                       check=False)
+        kill_processes_under(s.home)
     for c in CONTROLLERS:
         d = V1 / c / parent.lstrip("/")
         if d.exists():
@@ -260,3 +260,60 @@ def test_adopted_task_keeps_its_limits_and_cgroup_goes(limited, tmp_path):
     s.wait_state(jid, "succeeded")
     for c in CONTROLLERS:
         assert not (V1 / c / paths[c].lstrip("/")).exists(), paths[c]
+
+
+def descendants(pid):
+    """The pids below pid, from /proc's parent links."""
+    parents = {}
+    for d in Path("/proc").iterdir():
+        try:
+            stat = (d / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if d.name.isdigit():
+            parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, todo = [], [pid]
+    while todo:
+        kids = [p for p, pp in parents.items() if pp == todo[-1]]
+        todo.pop()
+        out += kids
+        todo += kids
+    return out
+
+
+def running(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1] \
+            .split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_task_dies_with_a_killed_shim(limited):
+    """A shim killed outright takes its task with it (the namespace's init
+    dies with the shim, and everything in the namespace with it), and the
+    server, finding the task lost, removes the cgroup the shim left."""
+    start, parent = limited
+    s = start()
+    jid = s.submit(job_yaml("orphan", ["/bin/sh", "-c",
+                                       "cat /proc/self/cgroup; sleep 300 & "
+                                       "sleep 300 & echo ready; wait"]))
+    s.wait_state(jid, "running")
+    wait_for(lambda: "ready" in s.logs(jid), what="the task")
+    paths = own_cgroups(s.logs(jid))
+    shim_pid = int(next(s.home.glob(f"tasks/{jid}/*/0/shim.pid"))
+                   .read_text().split()[0])
+    below = descendants(shim_pid)
+    assert len(below) >= 4, below  # init, sh and two sleeps
+    os.kill(shim_pid, signal.SIGKILL)
+    try:
+        wait_for(lambda: not any(running(p) for p in below), timeout=10,
+                 what="the task to die with its shim")
+        assert "lost" in (s.wait_state(jid, "failed")["reason"] or "")
+        for c in CONTROLLERS:
+            d = V1 / c / paths[c].lstrip("/")
+            wait_for(lambda: not d.exists(), what=f"{d} to go")
+    finally:
+        for p in below:
+            if running(p):
+                os.kill(p, signal.SIGKILL)

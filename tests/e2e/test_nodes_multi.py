@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KILN, Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for, kill_processes_under
 from test_scheduled_events import Imds
 
 MODEL_SERVER = Path(__file__).resolve().parent / "fixtures" / "model_server.py"
@@ -23,8 +23,7 @@ def multi(tmp_path):
     s.start()
     yield s
     s.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                   check=False)
+    kill_processes_under(s.home)
 
 
 def nodes(server):
@@ -237,8 +236,7 @@ def test_server_policy_picks_the_node(tmp_path, policy, node):
         s.cli("cancel", str(job), check=True)
     finally:
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                       check=False)
+        kill_processes_under(s.home)
 
 
 def test_server_refuses_an_unknown_policy(tmp_path):

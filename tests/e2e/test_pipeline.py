@@ -27,6 +27,20 @@ def keygen(server, path):
     shutil.copy(f"{path}.pub", d / f"{path.name}.pub")
 
 
+def add_signer(server, key, name="ops", grant="roles: [admin]"):
+    """A fresh key, trusted, as the server's signer NAME (granted as
+    given) through server.yaml in its home; the server restarts to read
+    it."""
+    keygen(server, key)
+    conf = server.home / "server.yaml"
+    conf.write_text(f"signers:\n  - name: {name}\n    key-file: {key}\n"
+                    f"    {grant}\n")
+    conf.chmod(0o600)
+    server.stop()
+    server.start()
+    return name
+
+
 def prepare_train(extra=""):
     return ("kind: Workflow\nname: pipe\nsteps:\n"
             f"  - name: prepare\n    job: {{command: {sh(PREPARE)}}}\n"
@@ -122,11 +136,11 @@ def test_push_from_job_refusals(server, tmp_path):
     assert server.request("GET", "/v1/models/tiny").status_code == 404
 
 
-def register_steps(key, threshold, deploy=False):
+def register_steps(signer, threshold, deploy=False):
     text = ("  - name: register\n    needs: [train]\n"
             f"    when: \"train.metrics.loss < {threshold}\"\n"
             "    register: {from: train, model: tiny, alias: prod, "
-            f"sign_key: {key}}}\n")
+            f"signer: {signer}}}\n")
     if deploy:
         text += ("  - name: deploy\n    needs: [register]\n"
                  "    deploy: {deployment: chat, from: register}\n")
@@ -134,8 +148,7 @@ def register_steps(key, threshold, deploy=False):
 
 
 def test_register_step_signs_with_lineage_and_deploy_rolls(server, tmp_path):
-    key = tmp_path / "ops"
-    keygen(server, key)
+    key = add_signer(server, tmp_path / "ops")
     path = write_workflow(tmp_path, prepare_train(register_steps(key, 1.8)))
     # A deploy step needs its deployment to exist already.
     wf2 = write_workflow(tmp_path, prepare_train(
@@ -152,7 +165,7 @@ def test_register_step_signs_with_lineage_and_deploy_rolls(server, tmp_path):
     assert st["register"]["model"] == "tiny@1"
     assert st["register"]["reason"].startswith(
         f"registered tiny@1 from job {st['train']['job']} of step train; "
-        "alias prod; signed by key ")
+        "alias prod; signed by ops, key ")
     assert st["register"]["reason"].endswith("(trusted)")
     # Signed by a trusted key: verify passes, and it leads to the data.
     server.cli("model", "verify", "tiny@prod", check=True)
@@ -180,8 +193,7 @@ def test_register_step_signs_with_lineage_and_deploy_rolls(server, tmp_path):
 
 
 def test_when_skips_registration(server, tmp_path):
-    key = tmp_path / "ops"
-    keygen(server, key)
+    key = add_signer(server, tmp_path / "ops")
     path = write_workflow(tmp_path, prepare_train(register_steps(key, 1.0)))
     w = wait_run(server, run(server, path))
     assert w["state"] == "succeeded", json.dumps(w["steps"])
@@ -194,13 +206,23 @@ def test_when_skips_registration(server, tmp_path):
 
 
 def test_register_step_with_a_bad_key_fails_naming_it(server, tmp_path):
-    key = tmp_path / "missing.pem"
-    path = write_workflow(tmp_path, prepare_train(register_steps(key, 1.8)))
+    key = tmp_path / "ops"
+    add_signer(server, key)
+    # Unknown signers are refused before any job runs.
+    other = write_workflow(tmp_path, prepare_train(register_steps("nope", 1.8)),
+                           name="other.yaml")
+    res = server.cli("workflow", "run", str(other))
+    assert res.returncode == 1
+    assert "no signer named nope" in res.stderr
+    # A key gone since the start fails the step, naming signer and file.
+    key.unlink()
+    path = write_workflow(tmp_path, prepare_train(register_steps("ops", 1.8)))
     w = wait_run(server, run(server, path))
     assert w["state"] == "failed"
     reg = steps(w)["register"]
     assert reg["state"] == "failed"
-    assert reg["reason"].startswith("tiny@1 registered but not signed: ")
+    assert reg["reason"].startswith("tiny@1 registered but not signed: "
+                                    "signer ops: ")
     assert str(key) in reg["reason"]
 
 
@@ -220,8 +242,7 @@ def test_lineage_of_the_example_model_leads_to_its_data(server, tmp_path):
     fit = (f"exec /usr/bin/python3 {train} --data $KILN_INPUT_DIR/prepare/corpus.txt "
            "--steps 20 --checkpoint-every 10 --log-every 100 --batch 4 "
            "--context 32 --dim 32 --layers 1 --heads 2")
-    key = tmp_path / "ops"
-    keygen(server, key)
+    key = add_signer(server, tmp_path / "ops")
     text = ("kind: Workflow\nname: example\nsteps:\n"
             f"  - name: prepare\n    job: {{command: {sh(prepare)}}}\n"
             "  - name: train\n    needs: [prepare]\n"
@@ -230,7 +251,7 @@ def test_lineage_of_the_example_model_leads_to_its_data(server, tmp_path):
             " env: {OMP_NUM_THREADS: \"1\"}}\n"
             "  - name: register\n    needs: [train]\n"
             "    register: {from: train, model: gpt, "
-            f"sign_key: {key}}}\n")
+            f"signer: {key}}}\n")
     w = wait_run(server, run(server, write_workflow(tmp_path, text)),
                  timeout=120)
     assert w["state"] == "succeeded", json.dumps(w["steps"])

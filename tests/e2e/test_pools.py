@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import KILN, Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for, kill_processes_under
 from test_gateway import Gateway
 
 POOLS = ["--pool", "gpu Standard_NC24ads_A100_v4 1xA100-80GB max=3 "
@@ -27,8 +27,7 @@ def pooled(tmp_path):
     s.start()
     yield s
     s.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                   check=False)
+    kill_processes_under(s.home)
 
 
 def pools(server):
@@ -190,8 +189,7 @@ def test_command_provider_provisions_without_overshoot_and_deletes(tmp_path):
         assert node_names(s) == ["base"]
     finally:
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                       check=False)
+        kill_processes_under(s.home)
 
 
 MODEL_SERVER = Path(__file__).resolve().parent / "fixtures" / "model_server.py"
@@ -284,8 +282,7 @@ def test_rolling_drain_keeps_a_deployment_serving_and_stops_at_bad_health(
         s.request("DELETE", "/v1/deployments/chat")
     finally:
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                       check=False)
+        kill_processes_under(s.home)
 
 
 def one_replica(name):
@@ -377,8 +374,7 @@ def test_rolling_drain_surges_so_one_replica_never_stops_answering(tmp_path):
             caller.done.set()
         gateway.stop()
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                       check=False)
+        kill_processes_under(s.home)
 
 
 def test_a_surge_with_no_room_waits_visibly_then_times_out(tmp_path):
@@ -442,8 +438,7 @@ def test_a_surge_with_no_room_waits_visibly_then_times_out(tmp_path):
         s.request("DELETE", "/v1/deployments/chat")
     finally:
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                       check=False)
+        kill_processes_under(s.home)
 
 
 def test_pool_nodes_and_their_tasks_survive_a_restart(tmp_path):
@@ -483,5 +478,4 @@ def test_pool_nodes_and_their_tasks_survive_a_restart(tmp_path):
             s.wait_state(job_id, "succeeded")
     finally:
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                       check=False)
+        kill_processes_under(s.home)

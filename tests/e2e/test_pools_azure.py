@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import KILN, Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for, kill_processes_under
 from vmss_replay import API, ID, ScaleSetApi
 
 POOL = "az Standard_NC48ads_A100_v4 2xA100-80GB min=0 max=2 provider=azure"
@@ -35,8 +35,7 @@ def start(tmp_path, pool, env=None):
 
 def stop(s):
     s.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                   check=False)
+    kill_processes_under(s.home)
 
 
 def pools(s):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KILN, Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for, kill_processes_under
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -69,8 +69,12 @@ def samples_of(s, name, resource):
 def sampled(tmp_path_factory):
     home = tmp_path_factory.mktemp("rightsize") / "home"
     home.mkdir()
+    # spin takes all of this machine's CPUs (on a 2-core machine); the
+    # GPU task beside it names none, which would count the default CPU
+    # and wait for spin to end: it counts nothing here.
     s = Server(home, gpus="1xH100-80GB",
-               extra=["--usage-interval", "500ms"]).start()
+               extra=["--usage-interval", "500ms",
+                      "--default-task-cpus", "0"]).start()
     # Where the tasks look for their stop: one their user can reach.
     gate = Path(tempfile.mkdtemp(prefix="kiln-rightsize-"))
     gate.chmod(0o755)
@@ -92,7 +96,7 @@ def sampled(tmp_path_factory):
         yield s, spin, gpu
     finally:
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"])
+        kill_processes_under(home)
         shutil.rmtree(gate)
 
 

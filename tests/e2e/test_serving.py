@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import Server, wait_for
+from conftest import Server, wait_for, kill_processes_under
 from test_deployments import deploy, deployment_yaml, wait_ready
 from test_gateway import Gateway
 
@@ -24,8 +24,7 @@ def stack(tmp_path):
     yield server, gateway
     gateway.stop()
     server.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"],
-                   check=False)
+    kill_processes_under(home)
 
 
 def key(server, name, *args):

@@ -60,16 +60,29 @@ def test_tiny_trace_by_hand(tmp_path):
     assert sorted(curves) == sorted(POLICIES)
     for policy, curve in curves.items():
         for x in (90, 95, 100, 110, 130):
-            assert float(curve[x]["unallocated_median"]) == \
+            assert float(curve[x]["unallocated_mean"]) == \
                 pytest.approx(25.0), (policy, x)
-            assert float(curve[x]["frag_median"]) == \
+            assert float(curve[x]["unallocated_sd"]) == 0.0
+            assert float(curve[x]["frag_mean"]) == \
                 pytest.approx(25.0), (policy, x)
         # Before the CPU runs out everything fits: pod 20 is 50 % arrived.
-        assert float(curve[50]["unallocated_median"]) == pytest.approx(50.0)
+        assert float(curve[50]["unallocated_mean"]) == pytest.approx(50.0)
+        if policy != "fgd":
+            # Paired against fgd: the same every seed.
+            assert curve[100]["baseline"] == "fgd"
+            assert float(curve[100]["diff_mean"]) == 0.0
     for policy in POLICIES:
         line = next(l for l in r.stdout.splitlines()
                     if l.split() and l.split()[0] == policy)
-        assert line.split()[1:6] == ["25.00"] * 5
+        assert line.split()[1:6] == ["25.00±0.00"] * 5
+    # Speed: 30 of the 52 pods are placed per seed, and the rate says so.
+    speed = r.stdout.split("Speed")[1]
+    line = next(l for l in speed.splitlines()
+                if l.split() and l.split()[0] == "kiln")
+    offered, placed, seconds, placed_s, offered_s = line.split()[1:6]
+    assert (offered, placed) == ("156", "90")
+    if float(seconds) > 0:
+        assert float(placed_s) < float(offered_s)
 
 
 def test_small_openb_invariants_and_determinism(tmp_path):
@@ -88,20 +101,91 @@ def test_small_openb_invariants_and_determinism(tmp_path):
     for policy, curve in curves.items():
         assert len(curve) == 131
         for x, row in curve.items():
-            if not row["unallocated_median"]:
+            if not row["unallocated_mean"]:
                 continue
-            u = float(row["unallocated_median"])
+            u = float(row["unallocated_mean"])
             lo, hi = float(row["unallocated_min"]), float(row["unallocated_max"])
             # Nothing can be allocated beyond what has arrived, nor beyond
             # capacity. Bins are rounded, and an empty bin borrows its
             # neighbours' events, hence the 1.5-point slack.
             assert max(0.0, 100.0 - x - 1.5) - 1e-9 <= lo <= u <= hi <= 100
-            assert float(row["frag_median"]) <= u + 1e-9
+            assert float(row["frag_mean"]) <= u + 1e-9
+            assert 1 <= int(row["seeds"]) <= 10
     # Below 50 % arrived every pod of this slice fits, for every policy.
     for policy in POLICIES:
         for x in (10, 25, 40):
-            assert float(curves[policy][x]["unallocated_median"]) == \
+            assert float(curves[policy][x]["unallocated_mean"]) == \
                 pytest.approx(100.0 - x, abs=0.6)
+
+
+def test_five_column_pod_list(tmp_path):
+    """A pod list with only name, cpu_milli, memory_mib, num_gpu and
+    gpu_milli replays as one with every column whose gpu_spec is empty."""
+    rows = list(csv.DictReader(open(FIXTURE / "pods.csv", newline="")))
+    five = tmp_path / "five.csv"
+    spec_free = tmp_path / "full.csv"
+    cols = ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"]
+    with open(five, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        w.writerows([[r[c] for c in cols] for r in rows])
+    with open(spec_free, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols + ["gpu_spec", "qos"])
+        w.writerows([[r[c] for c in cols] + ["", r["qos"]] for r in rows])
+    outs = []
+    for pods in (five, spec_free):
+        out = tmp_path / (pods.stem + ".out.csv")
+        r = sim("--nodes", str(FIXTURE / "nodes.csv"), "--pods", str(pods),
+                "--seeds", "1-3", "--policy", "fgd,kiln", "--csv", str(out))
+        assert r.returncode == 0, r.stderr
+        outs.append(out.read_text())
+    assert outs[0] == outs[1]
+    r = sim("--nodes", str(FIXTURE / "nodes.csv"), "--pods", str(five),
+            "--departures")
+    assert r.returncode == 1
+    assert "creation_time and deletion_time" in r.stderr
+
+
+def test_departures(tmp_path):
+    """The replay in time on the small slice: the same figures twice,
+    one CSV row per policy and seed, and kiln paired against fgd."""
+    args = ["--nodes", str(FIXTURE / "nodes.csv"),
+            "--pods", str(FIXTURE / "pods.csv"), "--departures",
+            "--load", "200", "--policy", "fgd,kiln,best-fit",
+            "--seeds", "1-3"]
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    r = sim(*args, "--csv", str(first))
+    assert r.returncode == 0, r.stderr
+    assert "arrivals x200 as dense as recorded" in r.stdout
+    assert "Against fgd, paired by seed" in r.stdout
+    assert sim(*args, "--csv", str(second)).returncode == 0
+    assert first.read_text() == second.read_text()
+    rows = list(csv.DictReader(open(first, newline="")))
+    assert [(x["policy"], x["seed"]) for x in rows] == \
+        [(p, s) for p in ("fgd", "kiln", "best-fit") for s in "123"]
+    for x in rows:
+        assert float(x["gpu_never_placed"]) <= float(x["never_placed"])
+        assert float(x["stranded_gpu_hours"]) >= 0
+        assert float(x["gpu_wait_p50_s"]) <= float(x["gpu_wait_p99_s"])
+
+
+def test_flag_errors(tmp_path):
+    nodes, pods = tiny_trace(tmp_path)
+    base = ["--nodes", str(nodes), "--pods", str(pods)]
+    r = sim(*base, "--load", "2")
+    assert r.returncode == 2 and "--load: only with --departures" in r.stderr
+    r = sim(*base, "--departures", "--plot", str(tmp_path / "x.png"))
+    assert r.returncode == 2 and "--departures" in r.stderr
+    r = sim("--nodes", str(FIXTURE / "nodes.csv"),
+            "--pods", str(FIXTURE / "pods.csv"), "--departures",
+            "--load", "-1")
+    assert r.returncode == 2 and "--load" in r.stderr
+    r = sim(*base, "--policy", "fgd,kiln", "--baseline", "best-fit")
+    assert r.returncode == 2 and "--baseline" in r.stderr
+    r = sim(*base, "--policy", "fgd,kiln", "--baseline", "kiln",
+            "--seeds", "1-2")
+    assert r.returncode == 0 and "Against kiln, paired by seed" in r.stdout
 
 
 def test_plot(tmp_path):

@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from conftest import Server
+from conftest import Server, kill_processes_under
 from test_cost import CATALOG, same
-from test_pipeline import keygen, prepare_train
+from test_pipeline import add_signer, prepare_train
 from test_workflows import get, run, sh, steps, wait_run, write_workflow
 
 
@@ -28,8 +28,7 @@ def priced(tmp_path):
     s.start()
     yield s
     s.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
-                   check=False)
+    kill_processes_under(s.home)
 
 
 def ledger_by_job(server):
@@ -165,12 +164,11 @@ def reopen_register(db_path, rid, forget_alias_and_signature,
     (False, "running"), (True, "running"), (False, "pending")])
 def test_register_step_interrupted_adopts_its_version_on_restart(
         server, tmp_path, forget_alias_and_signature, step_state):
-    key = tmp_path / "ops"
-    keygen(server, key)
+    signer = add_signer(server, tmp_path / "ops")
     text = prepare_train(
         "  - name: register\n    needs: [train]\n"
         f"    register: {{from: train, model: tiny, alias: prod, "
-        f"sign_key: {key}}}\n"
+        f"signer: {signer}}}\n"
         "  - name: after\n    needs: [register]\n"
         "    job: {command: [/bin/true]}\n")
     rid = run(server, write_workflow(tmp_path, text))
@@ -193,7 +191,7 @@ def test_register_step_interrupted_adopts_its_version_on_restart(
     assert reg["model"] == "tiny@1", reg
     assert reg["reason"].startswith(
         f"registered tiny@1 from job {steps(w)['train']['job']} of step "
-        "train; alias prod; signed by key ")
+        "train; alias prod; signed by ops, key ")
     assert reg["reason"].endswith(
         "(trusted); adopted after a server restart"), reg["reason"]
     assert reg["metrics"] == {"version": 1}

@@ -9,20 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway/internal.h"
+#include "loop/loop.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	const char *head = (const char *)data;
-	struct gw_framing fr;
+	struct kn_http_framing fr;
 	int status;
 	const char *eoh;
 
 	if (size > 65536)
 		return 0;
-	status = gw_framing_check(head, size, &fr);
+	status = kn_http_framing_check(head, size, &fr);
 	if (status) {
 		if (status != 400 && status != 411 && status != 505)
 			abort();

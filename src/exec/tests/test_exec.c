@@ -227,6 +227,74 @@ static void test_shim_exit_code_and_output(void **state)
 	free(dir);
 }
 
+/*
+ * The exit record: written whole before the task, overwritten in the same
+ * blocks of the same file at its end, read back; a torn one is refused.
+ */
+static void test_exit_record_in_place(void **state)
+{
+	static const char exit_json[] = "{\"exit_code\":0,\"signal\":0}";
+	char *dir = make_task_dir(), *path, *text = NULL;
+	struct kn_error err;
+	struct stat before, after;
+	int fd = -1, rw;
+	(void)state;
+
+	path = kn_asprintf("%s/" EXEC_EXIT_RECORD, dir);
+	assert_int_equal(exec_exit_record_read(dir, &text, &err), -ENOENT);
+	assert_int_equal(exec_exit_record_prepare(dir, &fd), 0);
+	assert_int_equal(exec_exit_record_read(dir, &text, &err), -ENOENT);
+	assert_int_equal(stat(path, &before), 0);
+	assert_int_equal(before.st_size, EXEC_EXIT_RECORD_SIZE);
+	assert_int_equal(exec_exit_record_write(fd, exit_json,
+						strlen(exit_json)), 0);
+	assert_int_equal(stat(path, &after), 0);
+	assert_int_equal(after.st_ino, before.st_ino);
+	assert_int_equal(after.st_size, before.st_size);
+	assert_int_equal(after.st_blocks, before.st_blocks);
+	assert_int_equal(exec_exit_record_read(dir, &text, &err), 0);
+	assert_string_equal(text, exit_json);
+	free(text);
+	text = NULL;
+	/* One byte of the payload changed: the checksum no longer holds. */
+	rw = open(path, O_WRONLY);
+	assert_true(rw >= 0);
+	assert_int_equal(pwrite(rw, "1", 1, 24 + 13), 1);
+	assert_int_equal(exec_exit_record_read(dir, &text, &err), -EBADMSG);
+	assert_non_null(strstr(err.message, "torn"));
+	/* Cut short: the length is wrong. */
+	assert_int_equal(ftruncate(rw, 100), 0);
+	assert_int_equal(exec_exit_record_read(dir, &text, &err), -EBADMSG);
+	assert_null(text);
+	close(rw);
+	close(fd);
+	free(path);
+	kn_rm_rf(dir);
+	free(dir);
+}
+
+/* Without status.json (a full disk refused it) the record says the exit. */
+static void test_shim_exit_read_from_record(void **state)
+{
+	char *dir = make_task_dir(), *path;
+	struct kn_task_status st;
+	struct kn_error err;
+	(void)state;
+
+	write_launch(dir, "exit 5", 0, 1 << 20);
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
+	path = kn_asprintf("%s/status.json", dir);
+	assert_int_equal(unlink(path), 0);
+	memset(&st, 0, sizeof(st));
+	assert_int_equal(exec_read_status(dir, &st, &err), 0);
+	assert_true(st.ended);
+	assert_int_equal(st.exit_code, 5);
+	assert_true(st.ended_at_ms > 0);
+	free(path);
+	kn_rm_rf(dir);
+	free(dir);
+}
+
 static void test_shim_timeout_kills_group(void **state)
 {
 	char *dir = make_task_dir();
@@ -776,6 +844,8 @@ int main(void)
 		cmocka_unit_test(test_executor_instances),
 		cmocka_unit_test(test_slurm_task_fill),
 		cmocka_unit_test(test_local_check),
+		cmocka_unit_test(test_exit_record_in_place),
+		cmocka_unit_test(test_shim_exit_read_from_record),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

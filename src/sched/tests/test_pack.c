@@ -197,6 +197,46 @@ static void test_kiln_ties(void **state)
 	kn_pack_free(c);
 }
 
+/* A pod leaving gives back exactly what it took, tags included, and a
+   departure the node could not hold is refused without a change. */
+static void test_unbind(void **state)
+{
+	struct kn_pack *c = two_nodes();
+	struct kn_pack_pod s1 = share(300, 4000), s2 = share(200, 2000);
+	struct kn_pack_pod w2 = whole(2, 8000);
+	struct kn_pack_placement a, b, d;
+	struct kn_pack_node_state st;
+	struct kn_rng rng;
+
+	(void)state;
+	kn_rng_seed(&rng, 1);
+	assert_int_equal(kn_pack_place(c, kn_pack_policy_find("best-fit"),
+				       &s1, &rng, &a), 0);
+	assert_int_equal(kn_pack_place(c, kn_pack_policy_find("best-fit"),
+				       &s2, &rng, &b), 0);
+	assert_int_equal(kn_pack_place(c, kn_pack_policy_find("best-fit"),
+				       &w2, &rng, &d), 0);
+	kn_pack_node_state(c, a.node, &st);
+	assert_true(st.tags & 1u);
+	assert_int_equal(kn_pack_unbind(c, &a, &s1), 0);
+	kn_pack_node_state(c, a.node, &st);
+	/* b's share still holds the sharing tag. */
+	assert_true(st.tags & 1u);
+	assert_int_equal(kn_pack_unbind(c, &b, &s2), 0);
+	assert_int_equal(kn_pack_unbind(c, &d, &w2), 0);
+	for (size_t i = 0; i < 2; i++) {
+		kn_pack_node_state(c, i, &st);
+		assert_int_equal(st.tags, 0);
+		for (int g = 0; g < st.n_gpus; g++)
+			assert_int_equal(st.gpu_free[g], 1000);
+	}
+	assert_int_equal(kn_pack_idle_milli(c), kn_pack_gpu_capacity(c));
+	/* Leaving twice would free more than the node has. */
+	assert_int_equal(kn_pack_unbind(c, &d, &w2), -EINVAL);
+	assert_int_equal(kn_pack_idle_milli(c), kn_pack_gpu_capacity(c));
+	kn_pack_free(c);
+}
+
 /* The paper's cut: shapes by count until 95 % of pods are covered. */
 static void test_typical_cut(void **state)
 {
@@ -415,6 +455,7 @@ int main(void)
 		cmocka_unit_test(test_best_fit),
 		cmocka_unit_test(test_fgd_and_kiln),
 		cmocka_unit_test(test_kiln_ties),
+		cmocka_unit_test(test_unbind),
 		cmocka_unit_test(test_typical_cut),
 		cmocka_unit_test(test_tie_order),
 		cmocka_unit_test(test_gpu_choice),

@@ -22,20 +22,7 @@
 
 static char dir[] = "/tmp/kiln-test-sim-autoscale.XXXXXX";
 
-static int setup(void **state)
-{
-	(void)state;
-	return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	char cmd[128];
-
-	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
-}
+#include "tests/tmpdir.h"
 
 static const char *write_trace(const char *name, const char *text)
 {

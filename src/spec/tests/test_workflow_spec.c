@@ -54,7 +54,7 @@ static const char PIPELINE[] =
 	"    when: [\"evaluate.metrics.loss < 1.8\", \"train.outcome == "
 	"succeeded\"]\n"
 	"    register: {from: train, model: gpt-tiny, alias: staging,\n"
-	"               sign_key: /keys/release.pem}\n"
+	"               signer: release}\n"
 	"  - name: deploy\n"
 	"    needs: [register]\n"
 	"    deploy: {deployment: chat, from: register}\n";
@@ -122,7 +122,7 @@ static void test_pipeline(void **state)
 	assert_string_equal(st->from, "train");
 	assert_string_equal(st->model, "gpt-tiny");
 	assert_string_equal(st->alias, "staging");
-	assert_string_equal(st->sign_key, "/keys/release.pem");
+	assert_string_equal(st->signer, "release");
 	assert_int_equal(st->n_when, 2);
 	assert_string_equal(st->when[0].step, "evaluate");
 	assert_string_equal(st->when[0].metric, "loss");
@@ -262,6 +262,21 @@ static const struct bad_case bad_cases[] = {
 	 "steps[2].register.from",
 	 "w.yaml:6:44: steps[2].register.from: register.from reads step "
 	 "\"b\", which is not a job step"},
+	/* The server signs only with keys it holds by name. */
+	{HEAD "  - {name: a, job: a.yaml}\n"
+	      "  - {name: b, needs: [a], register: {from: a, model: m,\n"
+	      "     sign_key: /etc/kiln/release.pem}}\n",
+	 "steps[1].register.sign_key",
+	 "w.yaml:6:16: steps[1].register.sign_key: the server no longer "
+	 "signs with a key file a spec names: use signer: NAME, a signer the "
+	 "server's config holds (signers:)"},
+	{HEAD "  - {name: a, job: a.yaml}\n"
+	      "  - {name: b, needs: [a], register: {from: a, model: m,\n"
+	      "     signer: /etc/kiln/release.pem}}\n",
+	 "steps[1].register.signer",
+	 "w.yaml:6:14: steps[1].register.signer: must be a signer's name, as "
+	 "the server's config file names it under signers:; got "
+	 "\"/etc/kiln/release.pem\""},
 	{HEAD "  - {name: a, job: a.yaml}\n"
 	      "  - {name: b, needs: [a], deploy: {deployment: d, from: a}}\n",
 	 "steps[1].deploy.from",

@@ -231,6 +231,41 @@ static void test_old_files_upgrade(void **state)
 	}
 }
 
+/* ---- a full disk ---- */
+
+/*
+ * SQLITE_FULL (here from max_page_count, as from a full disk) is a 507
+ * insufficient_storage naming the cause, and writes go on once there is
+ * room, on the same connection.
+ */
+static void test_full_database_is_insufficient_storage(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_job_row j = sample_job("filler", "alice");
+	struct kn_error err = {0};
+	char *big = kn_xcalloc(64 * 1024 + 1, 1);
+	int64_t id = 0;
+	int rc = 0;
+
+	memset(big, 'x', 64 * 1024);
+	j.spec_yaml = big;
+	/* No more pages than it has now (SQLite keeps at least those). */
+	assert_int_equal(sqlite3_exec(fx->st->db, "PRAGMA max_page_count = 1",
+				      NULL, NULL, NULL), SQLITE_OK);
+	for (int i = 0; i < 4 && rc == 0; i++)
+		rc = kn_store_job_insert(fx->st, &j, NULL, &id, &err);
+	assert_int_equal(rc, -ENOSPC);
+	assert_int_equal(err.code, KN_ENOSPACE);
+	assert_int_equal(kn_errcode_http(err.code), 507);
+	assert_string_equal(kn_errcode_name(err.code), "insufficient_storage");
+	assert_non_null(strstr(err.message, "no space left"));
+	assert_int_equal(sqlite3_exec(fx->st->db,
+				      "PRAGMA max_page_count = 1000000", NULL,
+				      NULL, NULL), SQLITE_OK);
+	assert_int_equal(kn_store_job_insert(fx->st, &j, NULL, &id, &err), 0);
+	free(big);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -242,6 +277,9 @@ int main(void)
 						setup_dir, teardown),
 		cmocka_unit_test_setup_teardown(test_old_files_upgrade,
 						setup_dir, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_full_database_is_insufficient_storage,
+			setup_store, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
 /*
- * server/config.c: the server's options as one table, its config file
+ * server/server_config.c: the server's options as one table, its config file
  * and the checks that span options.
  *
  * `kiln server`'s getopt options, the values each accepts and the keys of
@@ -85,6 +85,23 @@ static int set_cgroup_parent(const struct kn_option *o, void *target,
 	return 0;
 }
 
+/* A number of CPUs, kept in thousandths: a whole machine's worth at most. */
+static int set_default_cpus(const struct kn_option *o, void *target,
+			    const char *text, struct kn_strpool *pool,
+			    struct kn_error *err)
+{
+	struct kn_server_config *cfg = target;
+	char *end;
+	double cpus = strtod(text, &end);
+
+	(void)pool;
+	if (*end || end == text || !(cpus >= 0 && cpus <= 1024))
+		return kn_errorf(err, KN_EINVAL, o->name, "\"%s\" is not a "
+				 "number of CPUs in 0..1024 (e.g. 0.5)", text);
+	cfg->default_task_cpu_milli = (int64_t)(cpus * 1000 + 0.5);
+	return 0;
+}
+
 static const char *const executors[] = {"local", "slurm", "kubernetes",
 					NULL};
 
@@ -103,6 +120,39 @@ static const struct kn_option server_options[] = {
 	 .max = 4194304, .help = "processes per task"},
 	{"no-limits", KN_OPT_BOOL, NULL, F(no_limits),
 	 .help = "run tasks unlimited where cgroups cannot be written"},
+	/* Capacity (docs/scheduling.md). */
+	{"default-task-cpus", KN_OPT_STRING, "N", .set = set_default_cpus,
+	 .help = "CPUs a local task that names none counts"},
+	{"default-task-memory", KN_OPT_SIZE, "SIZE", F(default_task_memory),
+	 .example = "1Gi", .help = "memory such a task counts and gets"},
+	{"fair-share-half-life", KN_OPT_DURATION, "DURATION",
+	 F(fair_share_half_life_ms), .min = 1000,
+	 .flags = KN_OPT_ZERO_IS_NONE, .example = "1d",
+	 .help = "half-life of each owner's usage"},
+	{"max-queued-jobs-per-user", KN_OPT_COUNT, "N", F(max_queued_jobs),
+	 .min = 1, .max = 1000000, .help = "queued jobs one owner may have"},
+	{"max-tasks-per-user", KN_OPT_COUNT, "N", F(max_tasks), .min = 1,
+	 .max = 10000000, .help = "tasks queued or running per owner"},
+	{"max-deployments-per-user", KN_OPT_COUNT, "N", F(max_deployments),
+	 .min = 1, .max = 1000000, .help = "deployments per owner"},
+	{"max-keys-per-user", KN_OPT_COUNT, "N", F(max_gateway_keys),
+	 .min = 1, .max = 1000000, .help = "active gateway keys per creator"},
+	/* The API's front (docs/security.md). */
+	{"max-connections", KN_OPT_COUNT, "N", F(max_conns), .min = 1,
+	 .max = 1000000, .flags = KN_OPT_INT,
+	 .help = "open API connections in all"},
+	{"max-connections-per-client", KN_OPT_COUNT, "N",
+	 F(max_conns_per_client), .min = 1, .max = 1000000,
+	 .flags = KN_OPT_INT, .help = "open API connections from one address"},
+	{"head-timeout", KN_OPT_DURATION, "DURATION", F(head_timeout_ms),
+	 .min = 100, .max = 3600 * 1000, .example = "10s",
+	 .help = "the time a whole request head may take"},
+	{"body-timeout", KN_OPT_DURATION, "DURATION", F(body_idle_ms),
+	 .min = 100, .max = 3600 * 1000, .example = "30s",
+	 .help = "the most time between a body's bytes"},
+	{"max-follows-per-token", KN_OPT_COUNT, "N", F(max_follows_per_token),
+	 .min = 1, .max = 1000000, .flags = KN_OPT_INT,
+	 .help = "event and log streams one token may hold open"},
 	{"mig-profiles", KN_OPT_PATH, "FILE", F(mig_profiles),
 	 .help = "MIG profile table"},
 	{"home", KN_OPT_PATH, "DIR", F(home), .help = "state directory"},

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "gateway/internal.h"
+#include "loop/loop.h"
 
 /* RFC 9110 tchar. */
 static bool is_tchar(unsigned char ch)
@@ -73,7 +73,7 @@ static int check_request_line(const char *p, const char *end, bool *http11)
 
 /* One field line [p, end): 0 or 400; notes the fields framing reads. */
 static int check_field(const char *p, const char *end,
-		       struct gw_framing *out, int *n_host)
+		       struct kn_http_framing *out, int *n_host)
 {
 	const char *name = p, *v;
 	size_t name_len;
@@ -109,7 +109,7 @@ static int check_field(const char *p, const char *end,
 	return 0;
 }
 
-int gw_framing_check(const char *head, size_t len, struct gw_framing *out)
+int kn_http_framing_check(const char *head, size_t len, struct kn_http_framing *out)
 {
 	const char *p = head, *end = head + len, *eol = NULL;
 	bool http11 = false, first = true;

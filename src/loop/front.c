@@ -1,5 +1,6 @@
 /*
- * The gateway's HTTP/1.1 server side, on raw non-blocking sockets.
+ * The HTTP/1.1 server side of the gateway and of the API, on raw
+ * non-blocking sockets.
  *
  * libevent's evhttp served the first version; per request it turned the
  * connection's reading off and on and deferred each answer to the next
@@ -29,6 +30,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
@@ -41,9 +44,10 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
-#include "gateway/internal.h"
+#include "loop/loop.h"
 
 #define IDLE_TIMEOUT_S 600
+#define LISTEN_BACKLOG 4096
 /* How long a closed-for-writing connection is read before it is dropped. */
 #define LINGER_S 2
 /* The input buffer: its first size, the least room a read is given, and
@@ -55,10 +59,10 @@
 /* An answer's fields: the model server's (at most 64 KiB) and ours. */
 #define HEADERS_BYTES_MAX (256 * 1024)
 
-struct gw_front {
+struct kn_front {
 	struct event_base *base;
 	struct evconnlistener *listener;
-	struct gw_front_options o;
+	struct kn_front_options o;
 	struct timeval head_timeout, body_idle;
 	struct front_conn *conns; /* open connections, for the shutdown */
 	int n_conns;
@@ -66,6 +70,8 @@ struct gw_front {
 	   waiting connection off the queue (and close it); accepting pauses
 	   a while, and the failures are logged at most once a second. */
 	int reserve_fd;
+	char busy[512]; /* the 503 a connection over a cap gets */
+	int busy_len;
 	struct event *resume;
 	long long accept_failures;
 	time_t failures_logged_s;
@@ -76,7 +82,7 @@ struct gw_front {
  * to request with its buffers (one request at a time), so a kept-alive
  * request allocates nothing here but its body, which the call takes.
  */
-struct gw_req {
+struct kn_front_req {
 	struct front_conn *conn;
 	char *head;          /* the request head, NUL-split in place */
 	size_t head_cap;
@@ -88,12 +94,12 @@ struct gw_req {
 	char *body;
 	size_t body_len;
 	struct kn_buf headers; /* "Name: value\r\n" lines to send */
-	gw_front_gone on_gone;
+	kn_front_gone on_gone;
 	void *gone_arg;
 };
 
 struct front_conn {
-	struct gw_front *f;
+	struct kn_front *f;
 	struct front_conn *prev, *next;
 	int fd;
 	struct sockaddr_storage peer; /* for the per-client cap */
@@ -105,8 +111,8 @@ struct front_conn {
 	char *in;
 	size_t in_len, in_cap, scanned;
 	struct evbuffer *out;
-	struct gw_req *req;   /* &slot while a request is answered, or NULL */
-	struct gw_req slot;
+	struct kn_front_req *req;   /* &slot while a request is answered, or NULL */
+	struct kn_front_req slot;
 	bool closing;         /* close once out is written */
 	bool lingering;       /* written and shut: reading until the end */
 	bool keep_alive;      /* of the request being answered */
@@ -177,7 +183,7 @@ static const char *reason(int status)
 	}
 }
 
-char *gw_put_uint(char *p, uint64_t v)
+char *kn_put_uint(char *p, uint64_t v)
 {
 	char digits[20];
 	size_t n = 0;
@@ -195,7 +201,7 @@ char *gw_put_uint(char *p, uint64_t v)
 
 /* The answer's head: built whole, then two copies into the output (no
    printf, no evbuffer chain handed from buffer to buffer). */
-static void put_head(struct gw_req *r, int status, bool chunked,
+static void put_head(struct kn_front_req *r, int status, bool chunked,
 		     size_t length)
 {
 	struct front_conn *c = r->conn;
@@ -204,7 +210,7 @@ static void put_head(struct gw_req *r, int status, bool chunked,
 	char line[128], *p = line;
 
 	p = PUT_LIT(p, "HTTP/1.1 ");
-	p = gw_put_uint(p, (uint64_t)status);
+	p = kn_put_uint(p, (uint64_t)status);
 	*p++ = ' ';
 	memcpy(p, why, why_len);
 	p += why_len;
@@ -212,7 +218,7 @@ static void put_head(struct gw_req *r, int status, bool chunked,
 		p = PUT_LIT(p, "\r\nTransfer-Encoding: chunked\r\n");
 	} else {
 		p = PUT_LIT(p, "\r\nContent-Length: ");
-		p = gw_put_uint(p, length);
+		p = kn_put_uint(p, length);
 		p = PUT_LIT(p, "\r\n");
 	}
 	evbuffer_add(c->out, line, (size_t)(p - line));
@@ -224,7 +230,7 @@ static void put_head(struct gw_req *r, int status, bool chunked,
 }
 
 /* The request is answered: free it, then go on with the connection. */
-static void req_done(struct gw_req *r)
+static void req_done(struct kn_front_req *r)
 {
 	struct front_conn *c = r->conn;
 
@@ -244,27 +250,27 @@ static void req_done(struct gw_req *r)
 		process(c); /* a pipelined request may be waiting */
 }
 
-void gw_req_reply(struct gw_req *r, int status, const void *body, size_t len)
+void kn_front_req_reply(struct kn_front_req *r, int status, const void *body, size_t len)
 {
 	put_head(r, status, false, len);
 	evbuffer_add(r->conn->out, body, len);
 	req_done(r);
 }
 
-void gw_req_reply_buffer(struct gw_req *r, int status, struct evbuffer *body)
+void kn_front_req_reply_buffer(struct kn_front_req *r, int status, struct evbuffer *body)
 {
 	put_head(r, status, false, evbuffer_get_length(body));
 	evbuffer_add_buffer(r->conn->out, body);
 	req_done(r);
 }
 
-void gw_req_stream_start(struct gw_req *r, int status)
+void kn_front_req_stream_start(struct kn_front_req *r, int status)
 {
 	put_head(r, status, true, 0);
 	flush(r->conn);
 }
 
-void gw_req_stream_chunk(struct gw_req *r, struct evbuffer *data)
+void kn_front_req_stream_chunk(struct kn_front_req *r, struct evbuffer *data)
 {
 	size_t len = evbuffer_get_length(data);
 
@@ -276,19 +282,19 @@ void gw_req_stream_chunk(struct gw_req *r, struct evbuffer *data)
 	flush(r->conn);
 }
 
-void gw_req_stream_end(struct gw_req *r)
+void kn_front_req_stream_end(struct kn_front_req *r)
 {
 	evbuffer_add(r->conn->out, "0\r\n\r\n", 5);
 	req_done(r);
 }
 
-void gw_req_stream_abort(struct gw_req *r)
+void kn_front_req_stream_abort(struct kn_front_req *r)
 {
 	r->conn->keep_alive = false;
 	req_done(r);
 }
 
-void gw_req_add_header(struct gw_req *r, const char *name, const char *value)
+void kn_front_req_add_header(struct kn_front_req *r, const char *name, const char *value)
 {
 	/* Values come from model servers too: no line breaks get through. */
 	size_t name_len = strcspn(name, "\r\n:"),
@@ -306,7 +312,7 @@ void gw_req_add_header(struct gw_req *r, const char *name, const char *value)
 	kn_buf_append(&r->headers, "\r\n", 2);
 }
 
-void gw_req_on_gone(struct gw_req *r, gw_front_gone cb, void *arg)
+void kn_front_req_on_gone(struct kn_front_req *r, kn_front_gone cb, void *arg)
 {
 	r->on_gone = cb;
 	r->gone_arg = arg;
@@ -314,17 +320,17 @@ void gw_req_on_gone(struct gw_req *r, gw_front_gone cb, void *arg)
 
 /* ---- reading ---- */
 
-const char *gw_req_method(const struct gw_req *r)
+const char *kn_front_req_method(const struct kn_front_req *r)
 {
 	return r->method;
 }
 
-const char *gw_req_target(const struct gw_req *r)
+const char *kn_front_req_target(const struct kn_front_req *r)
 {
 	return r->target;
 }
 
-const char *gw_req_header(const struct gw_req *r, const char *name)
+const char *kn_front_req_header(const struct kn_front_req *r, const char *name)
 {
 	int first = tolower((unsigned char)name[0]);
 
@@ -336,8 +342,8 @@ const char *gw_req_header(const struct gw_req *r, const char *name)
 }
 
 /* Note a field front.c reads itself (the first of a repeated one, as
-   gw_req_header finds). */
-static void note_field(struct gw_req *r, const char *name, size_t len,
+   kn_front_req_header finds). */
+static void note_field(struct kn_front_req *r, const char *name, size_t len,
 		       const char *value)
 {
 	const char **field = NULL;
@@ -350,13 +356,13 @@ static void note_field(struct gw_req *r, const char *name, size_t len,
 		*field = value;
 }
 
-const char *gw_req_body(const struct gw_req *r, size_t *len)
+const char *kn_front_req_body(const struct kn_front_req *r, size_t *len)
 {
 	*len = r->body_len;
 	return r->body ? r->body : "";
 }
 
-char *gw_req_take_body(struct gw_req *r, size_t *len)
+char *kn_front_req_take_body(struct kn_front_req *r, size_t *len)
 {
 	char *body = r->body ? r->body : kn_xstrdup("");
 
@@ -366,22 +372,52 @@ char *gw_req_take_body(struct gw_req *r, size_t *len)
 	return body;
 }
 
+/* An error document in the shape the server's clients read: OpenAI's
+   (the gateway) or kiln's own (the API). */
+static int error_doc(const struct kn_front *f, char *buf, size_t cap,
+		     int status, const char *type, const char *code,
+		     const char *message)
+{
+	/* kiln's codes (docs/api.md) go by the status alone. */
+	if (f->o.kiln_errors)
+		return snprintf(buf, cap,
+				"{\"error\":{\"code\":\"%s\",\"message\":"
+				"\"%s\",\"field\":null}}\n",
+				status == 503	? "unavailable"
+				: status == 413 || status == 431
+					? "too_large"
+					: "invalid_argument",
+				message);
+	return snprintf(buf, cap,
+			"{\"error\":{\"message\":\"%s\",\"type\":\"%s\","
+			"\"param\":null,\"code\":\"%s\"}}\n",
+			message, type, code);
+}
+
+/* The whole answer to a request refused before it was parsed. */
+static int refusal(const struct kn_front *f, char *buf, size_t cap,
+		   int status, const char *type, const char *code,
+		   const char *message)
+{
+	char body[256];
+	int n = error_doc(f, body, sizeof(body), status, type, code, message);
+
+	return snprintf(buf, cap,
+			"HTTP/1.1 %d %s\r\nContent-Type: application/json"
+			"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+			"%s",
+			status, reason(status), n, body);
+}
+
 /* Refuse the request at hand before it was parsed whole, and close. */
 static void refuse(struct front_conn *c, int status, const char *code,
 		   const char *message)
 {
-	char body[256];
-	int n = snprintf(body, sizeof(body),
-			 "{\"error\":{\"message\":\"%s\",\"type\":"
-			 "\"invalid_request_error\",\"param\":null,\"code\":"
-			 "\"%s\"}}\n",
-			 message, code);
+	char answer[512];
+	int n = refusal(c->f, answer, sizeof(answer), status,
+			"invalid_request_error", code, message);
 
-	evbuffer_add_printf(c->out,
-			    "HTTP/1.1 %d %s\r\nContent-Type: application/json"
-			    "\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
-			    "%s",
-			    status, reason(status), n, body);
+	evbuffer_add(c->out, answer, (size_t)n);
 	c->in_len = c->scanned = 0;
 	c->closing = true;
 	flush(c);
@@ -391,7 +427,7 @@ static void refuse(struct front_conn *c, int status, const char *code,
  * Split the head in place: request line, then "Name: value" fields.
  * 0, or -1 when it is not HTTP/1.x.
  */
-static int split_head(struct gw_req *r, size_t len, bool *http10)
+static int split_head(struct kn_front_req *r, size_t len, bool *http10)
 {
 	char *p = r->head, *end = r->head + len, *line, *sp;
 
@@ -459,7 +495,7 @@ static void refuse_framing(struct front_conn *c, int status)
 {
 	if (status == 505)
 		refuse(c, 505, "http_version_not_supported",
-		       "The gateway speaks HTTP/1.0 and HTTP/1.1.");
+		       "This server speaks HTTP/1.0 and HTTP/1.1.");
 	else if (status == 411)
 		refuse(c, 411, "length_required",
 		       "Send the body with a Content-Length.");
@@ -483,9 +519,9 @@ static bool bare_lf(const struct front_conn *c)
  * any of it is kept (and before its size is judged: a caller without a
  * key learns nothing of the limits). false when it did (c may be gone).
  */
-static bool admit(struct front_conn *c, struct gw_req *r)
+static bool admit(struct front_conn *c, struct kn_front_req *r)
 {
-	struct gw_front *f = c->f;
+	struct kn_front *f = c->f;
 
 	if (c->admitted || !f->o.admit)
 		return true;
@@ -500,10 +536,10 @@ static bool admit(struct front_conn *c, struct gw_req *r)
 
 /* Wait for the rest of r's body: say go on if asked, and bound the wait
    between its bytes. */
-static void wait_body(struct front_conn *c, struct gw_req *r,
+static void wait_body(struct front_conn *c, struct kn_front_req *r,
 		      size_t head_len)
 {
-	struct gw_front *f = c->f;
+	struct kn_front *f = c->f;
 
 	if (!c->body_wait) {
 		event_add(c->rev, &f->body_idle);
@@ -522,8 +558,8 @@ static const struct timeval IDLE = {IDLE_TIMEOUT_S, 0};
 static void process(struct front_conn *c)
 {
 	const char *eoh;
-	struct gw_req *r;
-	struct gw_framing fr;
+	struct kn_front_req *r;
+	struct kn_http_framing fr;
 	size_t head_len, body_len;
 	bool http10 = false;
 	int status;
@@ -558,7 +594,7 @@ static void process(struct front_conn *c)
 			       "The request head is too large.");
 		return;
 	}
-	if ((status = gw_framing_check(c->in, head_len, &fr))) {
+	if ((status = kn_http_framing_check(c->in, head_len, &fr))) {
 		refuse_framing(c, status);
 		return;
 	}
@@ -579,7 +615,7 @@ static void process(struct front_conn *c)
 		return; /* answered, and c may be gone */
 	if (body_len > c->f->o.max_body) {
 		refuse(c, 413, "request_too_large",
-		       "The request body is over the gateway's limit.");
+		       "The request body is over this server's limit.");
 		return;
 	}
 	if (c->in_len < head_len + body_len) {
@@ -601,7 +637,7 @@ static void process(struct front_conn *c)
 			       : !(r->connection &&
 				   !strcasecmp(r->connection, "close"));
 	if (http10 && c->keep_alive)
-		gw_req_add_header(r, "Connection", "keep-alive");
+		kn_front_req_add_header(r, "Connection", "keep-alive");
 	c->req = r;
 	c->f->o.handler(r, c->f->o.arg);
 }
@@ -661,7 +697,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 
 static void conn_free(struct front_conn *c)
 {
-	struct gw_req *r = c->req;
+	struct kn_front_req *r = c->req;
 
 	if (r) {
 		c->req = NULL;
@@ -705,7 +741,7 @@ static bool same_client(const struct sockaddr_storage *a,
 
 /* Whether a connection from sa is over a cap (the scan is short: at
    most max_conns, and accepting is rare next to requests). */
-static bool over_cap(const struct gw_front *f, const struct sockaddr *sa)
+static bool over_cap(const struct kn_front *f, const struct sockaddr *sa)
 {
 	int same = 0;
 
@@ -721,20 +757,13 @@ static bool over_cap(const struct gw_front *f, const struct sockaddr *sa)
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 		      struct sockaddr *sa, int socklen, void *arg)
 {
-	static const char busy[] =
-		"HTTP/1.1 503 Service Unavailable\r\n"
-		"Content-Type: application/json\r\nContent-Length: 116\r\n"
-		"Connection: close\r\n\r\n"
-		"{\"error\":{\"message\":\"Too many open connections.\","
-		"\"type\":\"server_error\",\"param\":null,\"code\":"
-		"\"too_many_connections\"}}\n";
-	struct gw_front *f = arg;
+	struct kn_front *f = arg;
 	struct front_conn *c;
 	int one = 1;
 
 	(void)l;
 	if (over_cap(f, sa)) {
-		ssize_t n = send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL);
+		ssize_t n = send(fd, f->busy, (size_t)f->busy_len, MSG_NOSIGNAL);
 		(void)n; /* best effort: the connection is closed either way */
 		close(fd);
 		return;
@@ -764,7 +793,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 
 static void on_accept_error(struct evconnlistener *l, void *arg)
 {
-	struct gw_front *f = arg;
+	struct kn_front *f = arg;
 	int err = EVUTIL_SOCKET_ERROR();
 	struct timeval pause = {0, 100 * 1000};
 	time_t now = time(NULL);
@@ -784,9 +813,9 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
 	evtimer_add(f->resume, &pause);
 	if (now != f->failures_logged_s) {
 		kn_log(KN_LOG_WARN,
-		       "gateway: cannot accept connections: %s (%lld times "
+		       "%s: cannot accept connections: %s (%lld times "
 		       "since the last report)",
-		       strerror(err), f->accept_failures);
+		       f->o.name, strerror(err), f->accept_failures);
 		f->accept_failures = 0;
 		f->failures_logged_s = now;
 	}
@@ -794,7 +823,7 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
 
 static void on_resume(evutil_socket_t fd, short what, void *arg)
 {
-	struct gw_front *f = arg;
+	struct kn_front *f = arg;
 
 	(void)fd;
 	(void)what;
@@ -807,14 +836,60 @@ static struct timeval ms_timeval(int64_t ms)
 				(suseconds_t)(ms % 1000 * 1000)};
 }
 
-struct gw_front *gw_front_new(struct event_base *base, int fd,
-			      const struct gw_front_options *opts)
+int kn_http_listen(const char *host, int *port, bool reuse_port,
+		   struct kn_error *err)
 {
-	struct gw_front *f = kn_xcalloc(1, sizeof(*f));
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct addrinfo *ai = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char service[16];
+	int fd = -1, one = 1, rc;
+
+	snprintf(service, sizeof(service), "%d", *port);
+	if ((rc = getaddrinfo(host, service, &hints, &ai)) != 0)
+		return kn_errorf(err, KN_EINVAL, "listen", "listen: %s: %s",
+				 host, gai_strerror(rc));
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    (reuse_port && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one,
+				      sizeof(one)) < 0) ||
+	    /* Accepted sockets inherit it: answers go out whole, without
+	     * waiting for a delayed ACK (~40 ms on kept-alive connections). */
+	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
+	    listen(fd, LISTEN_BACKLOG) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+		rc = kn_errorf(err, KN_EUNAVAIL, "listen",
+			       "cannot listen on %s:%d: %s", host, *port,
+			       strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(ai);
+		return rc;
+	}
+	freeaddrinfo(ai);
+	*port = ntohs(ss.ss_family == AF_INET6
+			      ? ((struct sockaddr_in6 *)&ss)->sin6_port
+			      : ((struct sockaddr_in *)&ss)->sin_port);
+	return fd;
+}
+
+struct kn_front *kn_front_new(struct event_base *base, int fd,
+			      const struct kn_front_options *opts)
+{
+	struct kn_front *f = kn_xcalloc(1, sizeof(*f));
 
 	f->base = base;
 	f->o = *opts;
 	f->head_timeout = ms_timeval(opts->head_timeout_ms);
+	f->busy_len = refusal(f, f->busy, sizeof(f->busy), 503, "server_error",
+			      "too_many_connections",
+			      "Too many open connections.");
 	f->body_idle = ms_timeval(opts->body_idle_ms);
 	f->listener = evconnlistener_new(base, on_accept, f,
 					 LEV_OPT_CLOSE_ON_FREE |
@@ -831,7 +906,7 @@ struct gw_front *gw_front_new(struct event_base *base, int fd,
 	return f;
 }
 
-void gw_front_free(struct gw_front *f)
+void kn_front_free(struct kn_front *f)
 {
 	if (!f)
 		return;

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gateway/internal.h"
+#include "loop/loop.h"
 
 #define RL "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
 
@@ -107,8 +107,8 @@ static void test_framing_cases(void **state)
 	for (size_t i = 0; i < sizeof(CASES) / sizeof(CASES[0]); i++) {
 		const struct framing_case *c = &CASES[i];
 		size_t len = c->len ? c->len : strlen(c->head);
-		struct gw_framing fr;
-		int status = gw_framing_check(c->head, len, &fr);
+		struct kn_http_framing fr;
+		int status = kn_http_framing_check(c->head, len, &fr);
 
 		if (status != c->status ||
 		    (!status && fr.body_len != c->body_len)) {
