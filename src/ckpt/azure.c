@@ -1164,7 +1164,7 @@ int kn_azure_store_open(const struct kn_blob_store_config *cfg,
 		sas = env_or(NULL, cfg->use_env, "AZURE_STORAGE_SAS_TOKEN");
 	if (!sas)
 		sas = u.sas;
-	if (!key && !sas) {
+	if (!key && !sas && !cfg->anonymous) {
 		rc = kn_errorf(err, KN_EINVAL, "credentials",
 			       "azure store %s: no credentials (account key, "
 			       "SAS token or connection string; or "

@@ -54,6 +54,9 @@ struct kn_blob_store_config {
 	const char *connection_string; /* AccountName=...;AccountKey=...;... */
 	const char *api_version;       /* x-ms-version; NULL = 2023-11-03 */
 	bool use_env;
+	/* No credential at all is fine: requests go unsigned (a public
+	   container, or a SAS the URL itself carries). */
+	bool anonymous;
 	size_t block_size;   /* Put Block size; 0 = 8 MiB */
 	/* Files up to this size go in one Put Blob, larger ones in blocks;
 	   0 = 64 MiB, the Azure SDKs' max_single_put_size. */
@@ -173,6 +176,81 @@ struct kn_blob_store_ops {
 
 extern const struct kn_blob_store_ops kn_file_store_ops;
 extern const struct kn_blob_store_ops kn_azure_store_ops;
+
+/* ---- which store a URL is in, and whose credential it gets ---- */
+
+/*
+ * Whether url lies inside the store at store_url: the same scheme, host
+ * (case aside) and port (80 and 443 implied), and a path equal to the
+ * store's or below it at a '/' (for Azure: the same account, container
+ * and prefix). Never for URLs with user@, a fragment, a backslash, any
+ * %-escape, control characters, or empty, "." or ".." path parts, nor
+ * for file:// URLs with a host. The store's own query (a SAS) is ignored.
+ */
+bool kn_store_url_covers(const char *store_url, const char *url);
+
+/*
+ * A set of named stores, each with its own credential, the directories
+ * file:// URLs outside them may point into, and whether http(s) URLs in
+ * no store may be used at all (without credentials). Built once at
+ * start, then only read: threads may share it.
+ */
+struct kn_stores;
+/* The server's --blob-store among its stores. */
+#define KN_DEFAULT_STORE "default"
+/* The stores' scopes, for the shims (kn_stores_scopes_json). */
+#define KN_STORE_SCOPES_ENV "KILN_STORE_SCOPES"
+struct kn_stores *kn_stores_new(void);
+void kn_stores_free(struct kn_stores *stores);
+/*
+ * Add store name at url. Its credential is read now, from the variable
+ * cred_env or the file cred_file (owned by this user, mode 0600 or
+ * stricter: -EPERM otherwise); with neither, from_environment lends it
+ * the AZURE_STORAGE_* environment (the server's default store), or it
+ * has none. A key, a SAS or a connection string, told apart by its look.
+ */
+int kn_stores_add(struct kn_stores *stores, const char *name,
+		  const char *url, const char *cred_env, const char *cred_file,
+		  bool from_environment, struct kn_error *err);
+/* Allow file:// URLs below dir (resolved now; must exist). */
+int kn_stores_add_root(struct kn_stores *stores, const char *dir,
+		       struct kn_error *err);
+/* Let http(s) URLs in no store through, without credentials. */
+void kn_stores_allow_unconfigured(struct kn_stores *stores, bool allow);
+/*
+ * What ref (a store's name, or a URL) may be used as: *url_out
+ * (malloc'd) is the store's URL for a name, the URL itself otherwise.
+ * -EINVAL for an unknown name or a URL that is not plain, -EPERM for a
+ * file:// URL outside the stores and roots or (unless allowed) an
+ * http(s) URL in no store; err names field.
+ */
+int kn_stores_resolve(const struct kn_stores *stores, const char *ref,
+		      const char *field, char **url_out, struct kn_error *err);
+/*
+ * Open ref as kn_stores_resolve allows it, with the credential of the
+ * store that covers it (the most specific) and none otherwise. tuning
+ * (may be NULL) gives the rest of the config; its url and credential
+ * fields are ignored.
+ */
+int kn_stores_open(const struct kn_stores *stores, const char *ref,
+		   const char *field, const struct kn_blob_store_config *tuning,
+		   struct kn_blob_store **out, struct kn_error *err);
+/*
+ * A credential's text from the variable env or else the file (as
+ * kn_stores_add reads them), trailing white space cut; malloc'd.
+ */
+int kn_store_credential_read(const char *env, const char *file,
+			     const char *field, char **out,
+			     struct kn_error *err);
+/*
+ * The stores' names, URLs and where each credential comes from (never
+ * the secrets) as JSON, for a shim to rebuild the set with
+ * kn_stores_from_scopes_json, which reads the credentials again and lets
+ * every URL through (the server checked them).
+ */
+char *kn_stores_scopes_json(const struct kn_stores *stores);
+int kn_stores_from_scopes_json(const char *text, struct kn_stores **out,
+			       struct kn_error *err);
 
 /* ---- manifests ---- */
 

@@ -89,6 +89,41 @@ static bool name_safe(const char *name)
 }
 
 /*
+ * A store a task's input or prerequisite names, opened with the
+ * credential of the server's store it lies in (KILN_STORE_SCOPES, which
+ * a local shim inherits from the server and the task never sees) and
+ * none otherwise. In a pod the one store is the pod's (KILN_OUTPUT_STORE,
+ * its credential the Secret's AZURE_STORAGE_* variables).
+ */
+static int open_named_store(const char *url, struct kn_blob_store **out,
+			    struct kn_error *err)
+{
+	const char *scopes = getenv(KN_STORE_SCOPES_ENV);
+	const char *pod_store = getenv("KILN_OUTPUT_STORE");
+	struct kn_stores *stores = NULL;
+	char *text = NULL;
+	int rc;
+
+	if (!scopes) {
+		json_t *list = json_array();
+
+		if (pod_store)
+			json_array_append_new(
+				list, json_pack("{s:s, s:s, s:b}", "name",
+						KN_DEFAULT_STORE, "url",
+						pod_store, "environment", 1));
+		scopes = text = json_dumps(list, JSON_COMPACT);
+		json_decref(list);
+	}
+	rc = kn_stores_from_scopes_json(scopes, &stores, err);
+	free(text);
+	if (rc == 0)
+		rc = kn_stores_open(stores, url, "store", NULL, out, err);
+	kn_stores_free(stores);
+	return rc;
+}
+
+/*
  * Fetch one KILN_INPUTS entry that names a store and blob into dir/name
  * and check it against its sha256 when the entry has one; what was
  * fetched ({name, sha256, size}) is appended to fetched. An entry with
@@ -102,7 +137,6 @@ static int fetch_one(const char *dir, json_t *in, json_t *fetched, int log_fd,
 	const char *blob = json_string_value(json_object_get(in, "blob"));
 	const char *want = json_string_value(json_object_get(in, "sha256"));
 	json_t *first = json_object_get(in, "attempt");
-	struct kn_blob_store_config cfg = {.use_env = true};
 	struct kn_blob_store *store = NULL;
 	struct kn_error err = {0};
 	char got[KN_SHA256_HEX_LEN + 1] = "", *dest = NULL, *slash;
@@ -120,9 +154,8 @@ static int fetch_one(const char *dir, json_t *in, json_t *fetched, int log_fd,
 	*slash = '\0';
 	rc = kn_mkdir_p(dest, 0700);
 	*slash = '/';
-	cfg.url = url;
 	if (rc == 0)
-		rc = kn_blob_store_open(&cfg, &store, &err);
+		rc = open_named_store(url, &store, &err);
 	else
 		kn_errorf(&err, KN_EIO, NULL, "%s", strerror(-rc));
 	if (rc == 0)
@@ -447,13 +480,13 @@ static int check_requires(char *const *env, int log_fd, char *why,
 				why, len)) < 0)
 		goto out;
 	if (json_is_string(json_object_get(req, "store"))) {
-		struct kn_blob_store_config cfg = {.use_env = true};
+		const char *url =
+			json_string_value(json_object_get(req, "store"));
 		struct kn_blob_store *store = NULL;
 		struct kn_blob_info info = {0};
 		struct kn_error err = {0};
 
-		cfg.url = json_string_value(json_object_get(req, "store"));
-		rc = kn_blob_store_open(&cfg, &store, &err);
+		rc = open_named_store(url, &store, &err);
 		/* A name no one writes: "not found" is the store answering. */
 		if (rc == 0)
 			rc = kn_blob_stat(store, "kiln-prerequisite-check",
@@ -461,7 +494,7 @@ static int check_requires(char *const *env, int log_fd, char *why,
 		kn_blob_store_free(store);
 		if (rc < 0 && rc != -ENOENT) {
 			say(log_fd, "kiln: the store %s does not answer: %s\n",
-			    cfg.url, err.message);
+			    url, err.message);
 			snprintf(why, len, KN_PREREQUISITE_PREFIX "the store "
 				 "does not answer");
 			goto out;

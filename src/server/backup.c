@@ -411,8 +411,16 @@ static int backup_start(struct server *s, const char *actor, const char *to,
 	char *path = NULL;
 	int rc;
 
-	bc.url = to ? to : s->cfg.backup_to ? s->cfg.backup_to : s->blob_url;
-	rc = kn_blob_store_open(&bc, &j->store, err);
+	/* A request's target is a user's: only what the stores allow. The
+	   operator's --backup-to URL keeps the AZURE_STORAGE_* credential. */
+	if (to || !s->cfg.backup_to || !strstr(s->cfg.backup_to, "://")) {
+		rc = blobstores_open(s, to ? to : s->cfg.backup_to,
+				     to ? "to" : "backup-to", NULL, &j->store,
+				     err);
+	} else {
+		bc.url = s->cfg.backup_to;
+		rc = kn_blob_store_open(&bc, &j->store, err);
+	}
 	if (rc < 0)
 		goto fail;
 	j->s = s;
@@ -507,7 +515,8 @@ int backup_config_check(const struct kn_server_config *cfg,
 	if (cfg->backup_every_ms > 0 && cfg->backup_keep < 1)
 		return kn_errorf(err, KN_EINVAL, "backup-keep",
 				 "--backup-keep must be at least 1");
-	if (cfg->backup_to) {
+	/* A store's name is checked with the stores, at start. */
+	if (cfg->backup_to && strstr(cfg->backup_to, "://")) {
 		struct kn_blob_store_config bc = {.url = cfg->backup_to,
 						  .use_env = true};
 		struct kn_blob_store *probe = NULL;

@@ -433,6 +433,8 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		rc = resolve_inputs(spec, path ? path : filename, filename, err);
 	if (rc == 0)
 		rc = kube_check_inputs(s, spec, filename, err);
+	if (rc == 0)
+		rc = blobstores_check_job(s, spec, filename, err);
 	if (rc < 0) {
 		kn_job_spec_free(spec);
 		return rc;

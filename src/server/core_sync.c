@@ -87,13 +87,6 @@ static struct run *find_run(struct server *s, int64_t job_id, int attempt)
 	return NULL;
 }
 
-static const char *store_url(struct server *s, const struct run *r)
-{
-	if (r->spec->checkpoint.store)
-		return r->spec->checkpoint.store;
-	return s->blob_url;
-}
-
 /*
  * The outputs manifest a pod's shim wrote (JOB/outputs/MANIFEST.json),
  * if it is the one the pod reported: its sha256 is in the termination
@@ -134,12 +127,11 @@ static void do_work(void *arg)
 	/* Sync must never slow the tasks down: it gets what they leave. */
 	kn_thread_background();
 	memset(&cfg, 0, sizeof(cfg));
-	cfg.url = w->store_url;
-	cfg.use_env = true;
 	/* One file at a time: a background copy, not a race with the tasks. */
 	cfg.files_in_flight = 1;
 	if (!store) {
-		w->rc = kn_blob_store_open(&cfg, &store, &w->err);
+		w->rc = blobstores_open(w->s, w->store_url, "checkpoint.store",
+					&cfg, &store, &w->err);
 		if (w->rc < 0)
 			goto out;
 	}
@@ -201,7 +193,7 @@ static struct sync_work *work_new(struct server *s, struct run *r,
 	w->kind = kind;
 	w->job_id = r->job_id;
 	w->attempt = r->attempt;
-	w->store_url = kn_xstrdup(store_url(s, r));
+	w->store_url = blobstores_url(s, r->spec->checkpoint.store);
 	snprintf(w->job, sizeof(w->job), "%lld", (long long)r->job_id);
 	w->dir = kn_xstrdup(dir);
 	w->keep = r->spec->checkpoint.set ? r->spec->checkpoint.keep : 3;

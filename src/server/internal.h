@@ -175,6 +175,7 @@ struct server {
 	   health checks, so neither holds up the other. */
 	struct kn_workers *request_workers;
 	char *blob_url;             /* the default checkpoint store */
+	struct kn_stores *stores;   /* every store jobs may use (blobstores.c) */
 	struct feed *feed;          /* the event stream (feed.c) */
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
 	struct node_health *health; /* periodic health checks, or NULL */
@@ -367,6 +368,31 @@ void kube_stop(struct server *s);
  */
 int kube_check_inputs(const struct server *s, const struct kn_job_spec *spec,
 		      const char *filename, struct kn_error *err);
+
+/* blobstores.c: the stores jobs may name, and whose credential goes where */
+struct kn_blob_store;
+struct kn_blob_store_config;
+/* s->stores and s->blob_url from the config; exports the shims' scopes. */
+int blobstores_init(struct server *s, struct kn_error *err);
+void blobstores_free(struct server *s);
+/*
+ * Open ref (a store's name or a URL; NULL = the default store) with the
+ * credential of the store it is in, none otherwise; what no store or
+ * root allows is refused, err naming field. tuning may be NULL.
+ */
+int blobstores_open(const struct server *s, const char *ref,
+		    const char *field, const struct kn_blob_store_config *tuning,
+		    struct kn_blob_store **out, struct kn_error *err);
+/* The URL of ref (a store's name or a URL; NULL = the default); ref
+   itself when the stores refuse it. malloc'd. */
+char *blobstores_url(const struct server *s, const char *ref);
+/*
+ * A job's checkpoint.store and inputs, as the stores allow them: 0, or
+ * the refusal naming the field after "FILENAME: ".
+ */
+int blobstores_check_job(const struct server *s,
+			 const struct kn_job_spec *spec, const char *filename,
+			 struct kn_error *err);
 
 /* feed.c: recent server events, streamed to GET /v1/events followers */
 struct feed *feed_new(struct server *s);

@@ -75,10 +75,13 @@ void kube_stop(struct server *s)
 int kube_check_inputs(const struct server *s, const struct kn_job_spec *spec,
 		      const char *filename, struct kn_error *err)
 {
+	char *store;
+	int rc;
+
 	if (!s->exec->ops->places_tasks)
 		return 0;
-	return kn_kube_check_inputs(spec, spec->checkpoint.store
-					      ? spec->checkpoint.store
-					      : s->blob_url,
-				    filename, err);
+	store = blobstores_url(s, spec->checkpoint.store);
+	rc = kn_kube_check_inputs(spec, store, filename, err);
+	free(store);
+	return rc;
 }

@@ -433,6 +433,7 @@ static void server_release(struct server *s)
 	kube_stop(s);
 	kn_executor_free(s->exec);
 	free(s->blob_url);
+	blobstores_free(s);
 	kn_http_server_free(s->http);
 	kn_timer_free(s->tick_timer);
 	kn_timer_free(s->poll_timer);
@@ -490,24 +491,23 @@ static int home_open(struct server *s, struct kn_error *err)
  */
 static int loop_setup(struct server *s, struct kn_error *err)
 {
-	struct kn_blob_store_config bc = {.use_env = true};
 	struct kn_blob_store *probe = NULL;
 	int rc;
 
+	/* Before any thread: it sets the environment shims inherit. */
+	rc = blobstores_init(s, err);
+	/* A bad URL or missing credentials: say so now, not per job. */
+	if (rc == 0)
+		rc = blobstores_open(s, NULL, "blob-store", NULL, &probe, err);
+	kn_blob_store_free(probe);
+	if (rc < 0)
+		return rc;
 	s->loop = kn_loop_new();
 	if (!s->loop)
 		return kn_errorf(err, KN_EIO, NULL,
 				 "cannot create the event loop");
 	s->workers = kn_workers_new(s->loop, 2);
 	s->request_workers = kn_workers_new(s->loop, 2);
-	s->blob_url = s->cfg.blob_store ? kn_xstrdup(s->cfg.blob_store)
-					: kn_blob_default_url(s->home);
-	/* A bad URL or missing credentials: say so now, not per job. */
-	bc.url = s->blob_url;
-	rc = kn_blob_store_open(&bc, &probe, err);
-	kn_blob_store_free(probe);
-	if (rc < 0)
-		return rc;
 	s->tick_timer = kn_timer_new(s->loop, jobs_tick, s);
 	s->poll_timer = kn_timer_new(s->loop, jobs_poll, s);
 	/* Writes to a client that went away must not kill the server. */

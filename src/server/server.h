@@ -50,6 +50,12 @@ struct kn_server_config {
 	int64_t log_max_bytes;    /* per task log file before rotation */
 	const char *blob_store;   /* checkpoint and output store URL; NULL =
 				     file://$KILN_HOME/blobs */
+	/* Directories file:// URLs a user names may point into, besides
+	   the stores' (docs/security.md, "Stores and credentials"). */
+	const char **file_roots;
+	size_t n_file_roots;
+	bool allow_unconfigured_stores; /* http(s) URLs in no store, with
+					   no credential */
 	bool debug;               /* log debug messages */
 	bool azure_events;        /* watch Azure Scheduled Events at the
 				     default URL unless one is given */
@@ -138,7 +144,7 @@ struct kn_server_config {
 	int max_follows_per_token; /* default 32 */
 
 	/* What the config file names beyond options: signing keys and
-	   stores (parsed and checked; stores are not used yet). */
+	   named blob stores. */
 	struct kn_server_conf sections;
 	/* The copies of strings the fields above point at when they came
 	   from kn_option_set (the command line's point into argv). */

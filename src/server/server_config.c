@@ -205,6 +205,12 @@ static const struct kn_option server_options[] = {
 	 .help = "this VM's name in events"},
 	{"blob-store", KN_OPT_STRING, "URL", F(blob_store),
 	 .help = "where checkpoints and outputs go"},
+	{"file-root", KN_OPT_LIST, "DIR", F(file_roots), F(n_file_roots),
+	 .help = "file:// URLs may point below DIR (repeatable)"},
+	{"allow-unconfigured-stores", KN_OPT_BOOL, NULL,
+	 F(allow_unconfigured_stores),
+	 .help = "let jobs name http(s) stores not configured (no "
+		 "credentials)"},
 	{"trusted-keys", KN_OPT_PATH, "DIR", F(trusted_keys),
 	 .help = "the model registry's trusted public keys"},
 	{"alert-rules", KN_OPT_PATH, "FILE", F(alert_rules),

@@ -340,10 +340,17 @@ static int read_store(struct walk *w, struct fy_node *node, void *target)
 	char got[GOT_BUF];
 	struct value v;
 	size_t i;
-	int rc = spec_want_text(w, node, false, "a URL", &v);
+	int rc = spec_want_text(w, node, false, "a store's name or a URL",
+				&v);
 
 	if (rc)
 		return rc;
+	/* A store the server's configuration names; which ones exist is
+	   the server's to say when the job arrives. */
+	if (spec_valid_name(v.text)) {
+		ckpt->store = kn_xstrdup(v.text);
+		return 0;
+	}
 	for (i = 0; i < ARRAY_SIZE(schemes); i++) {
 		size_t n = strlen(schemes[i]);
 		if (strncmp(v.text, schemes[i], n) == 0 && v.text[n]) {
@@ -352,8 +359,9 @@ static int read_store(struct walk *w, struct fy_node *node, void *target)
 		}
 	}
 	return spec_fail(w, node,
-			 "must be a URL starting with file://, https:// or "
-			 "http://; got %s",
+			 "must be a store's name (as the server's stores: "
+			 "name it) or a URL starting with file://, https:// "
+			 "or http://; got %s",
 			 spec_describe(&v, got, sizeof(got)));
 }
 

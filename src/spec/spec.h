@@ -68,7 +68,8 @@ struct kn_checkpoint_policy {
 	bool set;          /* the spec had a checkpoint: section */
 	int64_t every_ms;  /* default 10m */
 	int keep;          /* default 3 */
-	char *store;       /* URL, or NULL for the server's default */
+	char *store;       /* a configured store's name or a URL; NULL =
+			      the server's default */
 	int64_t grace_ms;  /* default 30s */
 	int signal;        /* default SIGTERM; names like "SIGUSR1" or "USR1" */
 };

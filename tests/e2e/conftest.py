@@ -172,6 +172,10 @@ class Server:
         args = [KILN, "server", "--listen", "127.0.0.1:0"]
         if self.gpus:
             args += ["--gpus", self.gpus]
+        # file:// inputs and stores must lie in a directory the server
+        # allows: the test's own, as a user's data directory would be.
+        if "--file-root" not in self.extra:
+            args += ["--file-root", str(self.home.parent)]
         args += self.extra
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=log)

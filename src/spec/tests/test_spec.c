@@ -172,8 +172,13 @@ static const struct bad_case bad_cases[] = {
 	{BASE "checkpoint:\n  keep: 0\n", "checkpoint.keep",
 	 "job.yaml:5:9: checkpoint.keep: must be an integer 1..1000; got 0"},
 	{BASE "checkpoint:\n  store: s3://bucket/ckpt\n", "checkpoint.store",
-	 "job.yaml:5:10: checkpoint.store: must be a URL starting with "
-	 "file://, https:// or http://; got \"s3://bucket/ckpt\""},
+	 "job.yaml:5:10: checkpoint.store: must be a store's name (as the "
+	 "server's stores: name it) or a URL starting with file://, https:// "
+	 "or http://; got \"s3://bucket/ckpt\""},
+	{BASE "checkpoint:\n  store: Ckpt West\n", "checkpoint.store",
+	 "job.yaml:5:10: checkpoint.store: must be a store's name (as the "
+	 "server's stores: name it) or a URL starting with file://, https:// "
+	 "or http://; got \"Ckpt West\""},
 	{BASE "checkpoint:\n  signal: SIGFOO\n", "checkpoint.signal",
 	 "job.yaml:5:11: checkpoint.signal: must be a signal name such as "
 	 "SIGTERM, SIGUSR1 or INT; got \"SIGFOO\""},
