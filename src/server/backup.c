@@ -405,7 +405,8 @@ static int backup_start(struct server *s, const char *actor, const char *to,
 			bool with_audit_key, size_t keep,
 			struct backup_run **out, struct kn_error *err)
 {
-	struct kn_blob_store_config bc = {.use_env = true};
+	struct kn_blob_store_config bc = {.use_env = true,
+					  .private_files = true};
 	struct backup_job *j = kn_xcalloc(1, sizeof(*j));
 	struct backup_run *run;
 	char *path = NULL;
