@@ -175,9 +175,9 @@ out:
 /*
  * Remove the temporaries of target that writers killed mid-write left:
  * a redone write leaves no trace of the one before it. A temporary is
- * dead when no one holds its lock (the writer's lock goes with the
- * process) and it has not changed for a minute (a live writer closes it
- * just before its rename).
+ * dead when no one holds its lock (a writer holds it until its rename,
+ * and the lock goes with the process) and it is older than the moment
+ * between a writer creating it and locking it.
  */
 static void sweep_dead_temps(const char *target)
 {
@@ -199,7 +199,7 @@ static void sweep_dead_temps(const char *target)
 		if (fd < 0)
 			continue;
 		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-		    now - st.st_mtime >= 60 &&
+		    now - st.st_mtime >= 5 &&
 		    flock(fd, LOCK_EX | LOCK_NB) == 0)
 			unlinkat(dirfd(dir), e->d_name, 0);
 		close(fd);
@@ -211,8 +211,9 @@ static void sweep_dead_temps(const char *target)
 }
 
 /* Put the finished temporary in place: rename, or link for create-only. */
-static int commit_temp(const char *tmp, const char *target, unsigned flags,
-		       const char *name, struct kn_error *err)
+static int commit_temp_locked(const char *tmp, const char *target,
+			      unsigned flags, const char *name,
+			      struct kn_error *err)
 {
 	if (flags & KN_BLOB_CREATE_ONLY) {
 		if (link(tmp, target) < 0) {
@@ -227,7 +228,6 @@ static int commit_temp(const char *tmp, const char *target, unsigned flags,
 					 strerror(e));
 		}
 		unlink(tmp);
-		sweep_dead_temps(target);
 		return 0;
 	}
 	if (rename(tmp, target) < 0) {
@@ -236,8 +236,20 @@ static int commit_temp(const char *tmp, const char *target, unsigned flags,
 		return kn_errorf(err, kn_errcode_for_write(-e), NULL,
 				 "blob %s: rename: %s", name, strerror(e));
 	}
-	sweep_dead_temps(target);
 	return 0;
+}
+
+/* The same, then close fd, the temporary's descriptor: its lock held
+   till then keeps sweep_dead_temps off it. */
+static int commit_temp(int fd, const char *tmp, const char *target,
+		       unsigned flags, const char *name, struct kn_error *err)
+{
+	int rc = commit_temp_locked(tmp, target, flags, name, err);
+
+	close(fd);
+	if (rc == 0)
+		sweep_dead_temps(target);
+	return rc;
 }
 
 static int fs_put_file(struct kn_blob_store *s, const char *name,
@@ -267,15 +279,15 @@ static int fs_put_file(struct kn_blob_store *s, const char *name,
 	}
 	out = rc;
 	rc = copy_hashed(in, 0, out, -1, hex, &copied, &op);
-	close(out);
 	if (rc < 0) {
+		close(out);
 		unlink(tmp);
 		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
 			       "blob %s from %s: %s: %s", name, path, op,
 			       strerror(-rc));
 		goto out;
 	}
-	rc = commit_temp(tmp, target, flags, name, err);
+	rc = commit_temp(out, tmp, target, flags, name, err);
 	if (rc == 0) {
 		if (sha256_hex)
 			memcpy(sha256_hex, hex, sizeof(hex));
@@ -307,14 +319,14 @@ static int fs_put_bytes(struct kn_blob_store *s, const char *name,
 	}
 	fd = rc;
 	rc = write_full(fd, data, len);
-	close(fd);
 	if (rc < 0) {
+		close(fd);
 		unlink(tmp);
 		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
 			       "blob %s: write: %s", name, strerror(-rc));
 		goto out;
 	}
-	rc = commit_temp(tmp, target, flags, name, err);
+	rc = commit_temp(fd, tmp, target, flags, name, err);
 out:
 	free(tmp);
 	free(target);

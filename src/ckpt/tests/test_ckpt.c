@@ -516,7 +516,7 @@ static void test_file_store_sweeps_dead_temps(void **state)
 	assert_int_equal(kn_blob_put_bytes(s, "j/v", "v", 1, 0, &err), 0);
 	plant_temp(dead, 3600, false);
 	live_fd = plant_temp(live, 3600, true);
-	plant_temp(fresh, 0, false);
+	plant_temp(fresh, 0, false); /* just made: not locked yet */
 	plant_temp(other, 3600, false);
 	assert_int_equal(kn_blob_put_bytes(s, "j/w", "whole", 5, 0, &err), 0);
 	assert_int_equal(access(dead, F_OK), -1);
