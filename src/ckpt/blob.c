@@ -233,7 +233,7 @@ int kn_blob_store_open(const struct kn_blob_store_config *cfg,
 		return kn_errorf(err, KN_EINVAL, "url", "store url: empty");
 	s = kn_xcalloc(1, sizeof(*s));
 	if (strncmp(cfg->url, "file://", 7) == 0)
-		rc = kn_file_store_open(cfg->url, s, err);
+		rc = kn_file_store_open(cfg->url, cfg->private_files, s, err);
 	else if (strncmp(cfg->url, "https://", 8) == 0 ||
 		 strncmp(cfg->url, "http://", 7) == 0 ||
 		 strncmp(cfg->url, "azure://", 8) == 0)

@@ -66,6 +66,9 @@ struct kn_blob_store_config {
 	int files_in_flight; /* files copied at once by checkpoint calls;
 				0 = the backend's default (file: up to 4) */
 	int64_t retry_base_ms; /* first backoff, doubled each time; 0 = 200 */
+	/* file://: what it writes is for the server's user alone (files
+	   0600 in 0700 directories), as backups holding the database are. */
+	bool private_files;
 };
 
 #define KN_BLOB_DEFAULT_API_VERSION "2023-11-03"

@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -34,6 +36,7 @@
 
 struct file_store {
 	char *root;
+	mode_t dir_mode, file_mode; /* 0700/0600 for a private store */
 };
 
 static struct file_store *fs_of(struct kn_blob_store *s)
@@ -46,20 +49,21 @@ static char *full_path(struct kn_blob_store *s, const char *name)
 	return kn_asprintf("%s/%s", fs_of(s)->root, name);
 }
 
-static int make_parent(const char *path)
+static int make_parent(struct kn_blob_store *s, const char *path)
 {
 	char *dir = kn_xstrdup(path);
 	char *slash = strrchr(dir, '/');
 	int rc = 0;
 	if (slash && slash != dir) {
 		*slash = '\0';
-		rc = kn_mkdir_p(dir, 0755);
+		rc = kn_mkdir_p(dir, fs_of(s)->dir_mode);
 	}
 	free(dir);
 	return rc;
 }
 
-static int open_temp(const char *target, char **tmp_out)
+static int open_temp(struct kn_blob_store *s, const char *target,
+		     char **tmp_out)
 {
 	char *tmp = kn_asprintf("%s" TMP_MARK "XXXXXX", target);
 	int fd = mkostemp(tmp, O_CLOEXEC);
@@ -68,7 +72,9 @@ static int open_temp(const char *target, char **tmp_out)
 		free(tmp);
 		return -e;
 	}
-	fchmod(fd, 0644);
+	fchmod(fd, fs_of(s)->file_mode);
+	/* Held while it is written: sweep_dead_temps spares it. */
+	flock(fd, LOCK_EX);
 	*tmp_out = tmp;
 	return fd;
 }
@@ -166,9 +172,48 @@ out:
 	return rc;
 }
 
+/*
+ * Remove the temporaries of target that writers killed mid-write left:
+ * a redone write leaves no trace of the one before it. A temporary is
+ * dead when no one holds its lock (a writer holds it until its rename,
+ * and the lock goes with the process) and it is older than the moment
+ * between a writer creating it and locking it.
+ */
+static void sweep_dead_temps(const char *target)
+{
+	const char *slash = strrchr(target, '/');
+	char *dir_path = kn_asprintf("%.*s", (int)(slash - target), target);
+	char *prefix = kn_asprintf("%s" TMP_MARK, slash + 1);
+	DIR *dir = opendir(dir_path);
+	struct dirent *e;
+	time_t now = time(NULL);
+
+	while (dir && (e = readdir(dir))) {
+		struct stat st;
+		int fd;
+
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		fd = openat(dirfd(dir), e->d_name,
+			    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+		    now - st.st_mtime >= 5 &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0)
+			unlinkat(dirfd(dir), e->d_name, 0);
+		close(fd);
+	}
+	if (dir)
+		closedir(dir);
+	free(prefix);
+	free(dir_path);
+}
+
 /* Put the finished temporary in place: rename, or link for create-only. */
-static int commit_temp(const char *tmp, const char *target, unsigned flags,
-		       const char *name, struct kn_error *err)
+static int commit_temp_locked(const char *tmp, const char *target,
+			      unsigned flags, const char *name,
+			      struct kn_error *err)
 {
 	if (flags & KN_BLOB_CREATE_ONLY) {
 		if (link(tmp, target) < 0) {
@@ -194,6 +239,19 @@ static int commit_temp(const char *tmp, const char *target, unsigned flags,
 	return 0;
 }
 
+/* The same, then close fd, the temporary's descriptor: its lock held
+   till then keeps sweep_dead_temps off it. */
+static int commit_temp(int fd, const char *tmp, const char *target,
+		       unsigned flags, const char *name, struct kn_error *err)
+{
+	int rc = commit_temp_locked(tmp, target, flags, name, err);
+
+	close(fd);
+	if (rc == 0)
+		sweep_dead_temps(target);
+	return rc;
+}
+
 static int fs_put_file(struct kn_blob_store *s, const char *name,
 		       const char *path, unsigned flags, char *sha256_hex,
 		       int64_t *size_out, struct kn_error *err)
@@ -211,9 +269,9 @@ static int fs_put_file(struct kn_blob_store *s, const char *name,
 		goto out;
 	}
 	posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
-	rc = make_parent(target);
+	rc = make_parent(s, target);
 	if (rc == 0)
-		rc = open_temp(target, &tmp);
+		rc = open_temp(s, target, &tmp);
 	if (rc < 0) {
 		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
 			       "blob %s: %s", name, strerror(-rc));
@@ -221,15 +279,15 @@ static int fs_put_file(struct kn_blob_store *s, const char *name,
 	}
 	out = rc;
 	rc = copy_hashed(in, 0, out, -1, hex, &copied, &op);
-	close(out);
 	if (rc < 0) {
+		close(out);
 		unlink(tmp);
 		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
 			       "blob %s from %s: %s: %s", name, path, op,
 			       strerror(-rc));
 		goto out;
 	}
-	rc = commit_temp(tmp, target, flags, name, err);
+	rc = commit_temp(out, tmp, target, flags, name, err);
 	if (rc == 0) {
 		if (sha256_hex)
 			memcpy(sha256_hex, hex, sizeof(hex));
@@ -251,9 +309,9 @@ static int fs_put_bytes(struct kn_blob_store *s, const char *name,
 	char *target = full_path(s, name), *tmp = NULL;
 	int fd, rc;
 
-	rc = make_parent(target);
+	rc = make_parent(s, target);
 	if (rc == 0)
-		rc = open_temp(target, &tmp);
+		rc = open_temp(s, target, &tmp);
 	if (rc < 0) {
 		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
 			       "blob %s: %s", name, strerror(-rc));
@@ -261,14 +319,14 @@ static int fs_put_bytes(struct kn_blob_store *s, const char *name,
 	}
 	fd = rc;
 	rc = write_full(fd, data, len);
-	close(fd);
 	if (rc < 0) {
+		close(fd);
 		unlink(tmp);
 		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
 			       "blob %s: write: %s", name, strerror(-rc));
 		goto out;
 	}
-	rc = commit_temp(tmp, target, flags, name, err);
+	rc = commit_temp(fd, tmp, target, flags, name, err);
 out:
 	free(tmp);
 	free(target);
@@ -301,9 +359,9 @@ static int fs_get_file(struct kn_blob_store *s, const char *name,
 		goto out;
 	}
 	posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
-	rc = make_parent(path);
+	rc = make_parent(s, path);
 	if (rc == 0)
-		rc = open_temp(path, &tmp);
+		rc = open_temp(s, path, &tmp);
 	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, "path", "%s: %s", path,
 			       strerror(-rc));
@@ -467,8 +525,8 @@ const struct kn_blob_store_ops kn_file_store_ops = {
 	.free = fs_free,
 };
 
-int kn_file_store_open(const char *url, struct kn_blob_store *store,
-		       struct kn_error *err)
+int kn_file_store_open(const char *url, bool private_files,
+		       struct kn_blob_store *store, struct kn_error *err)
 {
 	const char *path = url + strlen("file://");
 	struct file_store *fs;
@@ -485,6 +543,8 @@ int kn_file_store_open(const char *url, struct kn_blob_store *store,
 	fs->root = strndup(path, len);
 	if (!fs->root)
 		abort();
+	fs->dir_mode = private_files ? 0700 : 0755;
+	fs->file_mode = private_files ? 0600 : 0644;
 	store->ops = &kn_file_store_ops;
 	store->impl = fs;
 	store->url = kn_asprintf("file://%s", fs->root);

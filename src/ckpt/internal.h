@@ -61,8 +61,9 @@ void kn_hex(const unsigned char *in, size_t n, char *out);
 int kn_blob_check_name(const char *name, const char *field,
 		       struct kn_error *err);
 
-int kn_file_store_open(const char *url, struct kn_blob_store *store,
-		       struct kn_error *err);
+/* private_files: files 0600 in 0700 directories, else 0644 in 0755. */
+int kn_file_store_open(const char *url, bool private_files,
+		       struct kn_blob_store *store, struct kn_error *err);
 
 /* ---- Azure, pure parts ---- */
 

@@ -405,7 +405,8 @@ static int backup_start(struct server *s, const char *actor, const char *to,
 			bool with_audit_key, size_t keep,
 			struct backup_run **out, struct kn_error *err)
 {
-	struct kn_blob_store_config bc = {.use_env = true};
+	struct kn_blob_store_config bc = {.use_env = true,
+					  .private_files = true};
 	struct backup_job *j = kn_xcalloc(1, sizeof(*j));
 	struct backup_run *run;
 	char *path = NULL;
@@ -415,7 +416,7 @@ static int backup_start(struct server *s, const char *actor, const char *to,
 	   operator's --backup-to URL keeps the AZURE_STORAGE_* credential. */
 	if (to || !s->cfg.backup_to || !strstr(s->cfg.backup_to, "://")) {
 		rc = blobstores_open(s, to ? to : s->cfg.backup_to,
-				     to ? "to" : "backup-to", NULL, &j->store,
+				     to ? "to" : "backup-to", &bc, &j->store,
 				     err);
 	} else {
 		bc.url = s->cfg.backup_to;

@@ -215,6 +215,11 @@ def test_backup_and_restore(server, tmp_path):
     res = server.cli("backup", "create", "--with-audit-key", check=True)
     name = res.stdout.strip()
     assert "with audit.key" in res.stderr
+    # The copy holds the database and the audit key: the server's alone.
+    top = server.home / "blobs" / "backups"
+    for p in [top, *top.rglob("*")]:
+        want = 0o700 if p.is_dir() else 0o600
+        assert p.stat().st_mode & 0o777 == want, (p, oct(p.stat().st_mode))
     listed = json.loads(server.cli("backup", "ls", "-o", "json",
                                    check=True).stdout)
     assert listed["store"] == store

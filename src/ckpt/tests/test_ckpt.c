@@ -20,8 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/internal.h"
@@ -475,6 +477,62 @@ static void test_file_store(void **state)
 	free(root);
 	free(src);
 	free(dst);
+}
+
+/* A temporary at path, its mtime age_s in the past; locked: an open,
+   locked descriptor to it (else -1), as a live writer holds. */
+static int plant_temp(const char *path, int age_s, bool locked)
+{
+	struct timespec t[2];
+	int fd;
+
+	write_text(path, "half");
+	clock_gettime(CLOCK_REALTIME, &t[0]);
+	t[0].tv_sec -= age_s;
+	t[1] = t[0];
+	assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
+	if (!locked)
+		return -1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(flock(fd, LOCK_EX), 0);
+	return fd;
+}
+
+static void test_file_store_sweeps_dead_temps(void **state)
+{
+	char *dir = make_tmpdir();
+	char *root = kn_asprintf("%s/blobs", dir);
+	char *dead = kn_asprintf("%s/j/w.kiln-tmp-AAAAAA", root);
+	char *live = kn_asprintf("%s/j/w.kiln-tmp-BBBBBB", root);
+	char *fresh = kn_asprintf("%s/j/w.kiln-tmp-CCCCCC", root);
+	char *other = kn_asprintf("%s/j/v.kiln-tmp-DDDDDD", root);
+	struct kn_blob_store *s = open_file_store(root);
+	struct kn_error err;
+	int live_fd;
+	(void)state;
+
+	/* A write killed mid-way left the first; the second's writer lives. */
+	assert_int_equal(kn_blob_put_bytes(s, "j/v", "v", 1, 0, &err), 0);
+	plant_temp(dead, 3600, false);
+	live_fd = plant_temp(live, 3600, true);
+	plant_temp(fresh, 0, false); /* just made: not locked yet */
+	plant_temp(other, 3600, false);
+	assert_int_equal(kn_blob_put_bytes(s, "j/w", "whole", 5, 0, &err), 0);
+	assert_int_equal(access(dead, F_OK), -1);
+	assert_int_equal(access(live, F_OK), 0);
+	assert_int_equal(access(fresh, F_OK), 0);
+	/* Another blob's temporaries wait for that blob's next write. */
+	assert_int_equal(access(other, F_OK), 0);
+	close(live_fd);
+	kn_blob_store_free(s);
+	kn_rm_rf(dir);
+	free(other);
+	free(fresh);
+	free(live);
+	free(dead);
+	free(root);
+	free(dir);
 }
 
 static void test_file_store_large(void **state)
@@ -1250,6 +1308,7 @@ int main(void)
 		cmocka_unit_test(test_parse_list),
 		cmocka_unit_test(test_manifest_round_trip),
 		cmocka_unit_test(test_file_store),
+		cmocka_unit_test(test_file_store_sweeps_dead_temps),
 		cmocka_unit_test(test_file_store_large),
 		cmocka_unit_test(test_checkpoints),
 		cmocka_unit_test(test_prune_syncs_only_to_delete),
