@@ -824,6 +824,39 @@ static bool registry_model(const struct kn_deployment_spec *spec)
 }
 
 /*
+ * A model directory a spec names by path is shown to the replicas
+ * read-only, even inside the server's home, which their sandbox hides
+ * otherwise: so it is resolved (links followed once, here) and refused
+ * inside the home, where other jobs' files and the server's secrets are.
+ * The server's own copies (registry, job:ID) are made by it, not named.
+ */
+static int model_path_outside_home(struct server *s, const char *given,
+				   char **out, struct kn_error *err)
+{
+	char *real = realpath(given, NULL), *home;
+	int why = errno, rc = 0;
+	size_t n;
+
+	home = realpath(s->home, NULL);
+	n = home ? strlen(home) : 0;
+	if (!real)
+		rc = kn_errorf(err, KN_EINVAL, "model", "model: %s: %s", given,
+			       strerror(why));
+	else if (!home || (!strncmp(real, home, n) &&
+			   (real[n] == '/' || real[n] == '\0')))
+		rc = kn_errorf(err, KN_EPERM, "model",
+			       "model: %s is inside the server's home; push "
+			       "the model to the registry and deploy "
+			       "NAME@VERSION", given);
+	if (rc == 0)
+		*out = real;
+	else
+		free(real);
+	free(home);
+	return rc;
+}
+
+/*
  * KILN_MODEL_DIR: a path as given (relative to the spec file's directory
  * when that is known), or for job:<id> the directory its outputs were
  * uploaded to, when the store is a local file:// one.
@@ -841,20 +874,22 @@ static int resolve_model_dir(struct server *s,
 	if (registry_model(spec))
 		return models_deploy_dir(s, spec->model, out, err);
 	if (!spec->model_job) {
-		if (spec->model[0] == '/') {
-			*out = kn_xstrdup(spec->model);
-			return 0;
-		}
-		if (!path)
+		char *given;
+
+		if (spec->model[0] != '/' && !path)
 			return kn_errorf(err, KN_EINVAL, "model",
 					 "model: a relative path (%s) needs the "
 					 "spec file's absolute path (?path=); "
 					 "or give an absolute one",
 					 spec->model);
-		*out = kn_asprintf("%.*s/%s",
-				   (int)(strrchr(path, '/') - path), path,
-				   spec->model);
-		return 0;
+		given = spec->model[0] == '/'
+				? kn_xstrdup(spec->model)
+				: kn_asprintf("%.*s/%s",
+					      (int)(strrchr(path, '/') - path),
+					      path, spec->model);
+		rc = model_path_outside_home(s, given, out, err);
+		free(given);
+		return rc;
 	}
 	memset(&j, 0, sizeof(j));
 	rc = kn_store_job_get(s->store, spec->model_job, &j, err);

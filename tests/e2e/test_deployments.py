@@ -338,6 +338,27 @@ def test_bad_spec_and_model_job(server):
     assert (Path(model_dir) / "weights.bin").read_text() == "w\n"
 
 
+def test_model_path_inside_the_home_is_refused(server, tmp_path):
+    """A replica's model directory is shown to it read-only through the
+    sandbox, so a path into the server's home (other jobs' blobs, the
+    tokens) is refused, also when reached through a link."""
+    user = server.create_token("dep-user", "user")
+    link = tmp_path / "innocent"
+    link.symlink_to(server.home / "blobs")
+    for model in (str(server.home), str(server.home / "blobs"), str(link)):
+        r = server.request("POST", "/v1/deployments", token=user, data=(
+            f"kind: Deployment\nname: peek\nmodel: {model}\n"
+            "command: [x]\nreplicas: 0\n"))
+        assert r.status_code == 403, r.text
+        err = r.json()["error"]
+        assert err["field"] == "model" and "inside the server's home" in \
+            err["message"]
+    r = server.request("POST", "/v1/deployments", token=user, data=(
+        "kind: Deployment\nname: peek\nmodel: /nonexistent/m\n"
+        "command: [x]\nreplicas: 0\n"))
+    assert r.status_code == 400 and "No such file" in r.text
+
+
 def test_cli(server, tmp_path):
     spec = tmp_path / "chat.yaml"
     spec.write_text(deployment_yaml("chat", replicas=1))
