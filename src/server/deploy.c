@@ -829,6 +829,7 @@ static bool registry_model(const struct kn_deployment_spec *spec)
  * otherwise: so it is resolved (links followed once, here) and refused
  * inside the home, where other jobs' files and the server's secrets are.
  * The server's own copies (registry, job:ID) are made by it, not named.
+ * For the local executor: the others' tasks read the path on their nodes.
  */
 static int model_path_outside_home(struct server *s, const char *given,
 				   char **out, struct kn_error *err)
@@ -887,6 +888,12 @@ static int resolve_model_dir(struct server *s,
 				: kn_asprintf("%.*s/%s",
 					      (int)(strrchr(path, '/') - path),
 					      path, spec->model);
+		/* An engine that places tasks itself reads the path on its
+		   nodes, where this home is not. */
+		if (s->exec->ops->places_tasks) {
+			*out = given;
+			return 0;
+		}
 		rc = model_path_outside_home(s, given, out, err);
 		free(given);
 		return rc;
