@@ -816,120 +816,6 @@ static const struct job_hook_ops deploy_job_hooks = {
 
 /* ---- deploy, scale, restart, undeploy ---- */
 
-/* A registry version: NAME@VERSION or NAME@ALIAS (models.c). */
-static bool registry_model(const struct kn_deployment_spec *spec)
-{
-	return !spec->model_job && strchr(spec->model, '@') &&
-	       !strchr(spec->model, '/');
-}
-
-/*
- * A model directory a spec names by path is shown to the replicas
- * read-only, even inside the server's home, which their sandbox hides
- * otherwise: so it is resolved (links followed once, here) and refused
- * inside the home, where other jobs' files and the server's secrets are.
- * The server's own copies (registry, job:ID) are made by it, not named.
- * For the local executor: the others' tasks read the path on their nodes.
- */
-static int model_path_outside_home(struct server *s, const char *given,
-				   char **out, struct kn_error *err)
-{
-	char *real = realpath(given, NULL), *home;
-	int why = errno, rc = 0;
-	size_t n;
-
-	home = realpath(s->home, NULL);
-	n = home ? strlen(home) : 0;
-	if (!real)
-		rc = kn_errorf(err, KN_EINVAL, "model", "model: %s: %s", given,
-			       strerror(why));
-	else if (!home || (!strncmp(real, home, n) &&
-			   (real[n] == '/' || real[n] == '\0')))
-		rc = kn_errorf(err, KN_EPERM, "model",
-			       "model: %s is inside the server's home; push "
-			       "the model to the registry and deploy "
-			       "NAME@VERSION", given);
-	if (rc == 0)
-		*out = real;
-	else
-		free(real);
-	free(home);
-	return rc;
-}
-
-/*
- * KILN_MODEL_DIR: a path as given (relative to the spec file's directory
- * when that is known), or for job:<id> the directory its outputs were
- * uploaded to, when the store is a local file:// one.
- */
-static int resolve_model_dir(struct server *s,
-			     const struct kn_deployment_spec *spec,
-			     const char *path, char **out,
-			     struct kn_error *err)
-{
-	struct kn_output_row *outs = NULL;
-	struct kn_job_row j;
-	size_t n = 0;
-	int rc;
-
-	if (registry_model(spec))
-		return models_deploy_dir(s, spec->model, out, err);
-	if (!spec->model_job) {
-		char *given;
-
-		if (spec->model[0] != '/' && !path)
-			return kn_errorf(err, KN_EINVAL, "model",
-					 "model: a relative path (%s) needs the "
-					 "spec file's absolute path (?path=); "
-					 "or give an absolute one",
-					 spec->model);
-		given = spec->model[0] == '/'
-				? kn_xstrdup(spec->model)
-				: kn_asprintf("%.*s/%s",
-					      (int)(strrchr(path, '/') - path),
-					      path, spec->model);
-		/* An engine that places tasks itself reads the path on its
-		   nodes, where this home is not. */
-		if (s->exec->ops->places_tasks) {
-			*out = given;
-			return 0;
-		}
-		rc = model_path_outside_home(s, given, out, err);
-		free(given);
-		return rc;
-	}
-	memset(&j, 0, sizeof(j));
-	rc = kn_store_job_get(s->store, spec->model_job, &j, err);
-	if (rc < 0)
-		return kn_errorf(err, KN_EINVAL, "model",
-				 "model: job %lld not found",
-				 (long long)spec->model_job);
-	rc = kn_store_output_list(s->store, j.id, &outs, &n, err);
-	if (rc == 0 && (j.state != KN_JOB_SUCCEEDED || n == 0))
-		rc = kn_errorf(err, KN_ECONFLICT, "model",
-			       "model: job %lld is %s with %zu output file%s; "
-			       "a model comes from a succeeded job's outputs",
-			       (long long)j.id, kn_job_state_name(j.state), n,
-			       n == 1 ? "" : "s");
-	if (rc == 0) {
-		const char *url = outs[0].url;
-		size_t keep = strlen(url) - strlen(outs[0].name) - 1;
-
-		if (strncmp(url, "file://", 7) != 0 || keep <= 7)
-			rc = kn_errorf(err, KN_EINVAL, "model",
-				       "model: job %lld's outputs are in a "
-				       "remote store (%.60s); serving from "
-				       "there needs a local copy, which kiln "
-				       "does not make yet",
-				       (long long)j.id, url);
-		else
-			*out = kn_asprintf("%.*s", (int)(keep - 7), url + 7);
-	}
-	kn_output_list_free(outs, n);
-	kn_job_row_release(&j);
-	return rc;
-}
-
 /* checked_dir: the model's directory, already checked (NULL: check it). */
 static int spec_from_body(struct server *s, const char *body, size_t len,
 			  const char *file, const char *path,
@@ -949,7 +835,7 @@ static int spec_from_body(struct server *s, const char *body, size_t len,
 	if (checked_dir)
 		*model_dir = kn_xstrdup(checked_dir);
 	else
-		rc = resolve_model_dir(s, *spec, path, model_dir, err);
+		rc = deploy_resolve_model_dir(s, *spec, path, model_dir, err);
 	if (rc < 0) {
 		kn_deployment_spec_free(*spec);
 		*spec = NULL;
@@ -1186,7 +1072,7 @@ int deploy_apply_start(struct server *s, const struct caller *c,
 
 	if (kn_deployment_spec_parse(body, len, file ? file : "deployment",
 				     s->deploy->presets, &spec, err) < 0 ||
-	    !registry_model(spec)) {
+	    !deploy_registry_model(spec)) {
 		kn_deployment_spec_free(spec);
 		return deploy_apply(s, c, body, len, file, path, &p, err);
 	}
@@ -1283,7 +1169,7 @@ static void deploy_h_create(struct server *s, struct kn_http_req *req,
 	/* A spec that does not parse is refused by deploy_apply below. */
 	if (kn_deployment_spec_parse(body, len, file ? file : "deployment",
 				     s->deploy->presets, &spec, &err) < 0 ||
-	    !registry_model(spec)) {
+	    !deploy_registry_model(spec)) {
 		if (idem_begin(s, req, c))
 			goto out;
 		if (deploy_apply(s, c, body, len, file, path, &p, &err) < 0) {

@@ -110,6 +110,14 @@ struct queued_job *deploy_find_queued(struct server *s, int64_t job_id);
 int deploy_save(struct deploy_state *d, struct deployment *p, const struct kn_audit *a, struct kn_error *err);
 json_t *deploy_kube_replicas_json(json_t *st);
 
+/* deploy_model.c */
+bool deploy_registry_model(const struct kn_deployment_spec *spec);
+/* KILN_MODEL_DIR for spec (path: the spec file's, for relative ones). */
+int deploy_resolve_model_dir(struct server *s,
+			     const struct kn_deployment_spec *spec,
+			     const char *path, char **out,
+			     struct kn_error *err);
+
 /* deploy_probes.c */
 void deploy_tick(void *arg);
 
