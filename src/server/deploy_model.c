@@ -24,10 +24,29 @@ bool deploy_registry_model(const struct kn_deployment_spec *spec)
  * The server's own copies (registry, job:ID) are made by it, not named.
  * For the local executor: the others' tasks read the path on their nodes.
  */
+/* realpath of path, or for one not made yet (a model still to be
+   trained) that of its nearest existing ancestor with the rest after. */
+static char *resolve_as_far_as_exists(const char *path)
+{
+	char *head = kn_xstrdup(path), *real = NULL, *slash;
+
+	while (!(real = realpath(head, NULL)) && errno == ENOENT &&
+	       (slash = strrchr(head, '/')) && slash != head)
+		*slash = '\0';
+	if (real && strlen(head) < strlen(path)) {
+		char *whole = kn_asprintf("%s%s", strcmp(real, "/") ? real : "",
+					  path + strlen(head));
+		free(real);
+		real = whole;
+	}
+	free(head);
+	return real;
+}
+
 static int model_path_outside_home(struct server *s, const char *given,
 				   char **out, struct kn_error *err)
 {
-	char *real = realpath(given, NULL), *home;
+	char *real = resolve_as_far_as_exists(given), *home;
 	int why = errno, rc = 0;
 	size_t n;
 

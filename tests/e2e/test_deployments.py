@@ -353,10 +353,18 @@ def test_model_path_inside_the_home_is_refused(server, tmp_path):
         err = r.json()["error"]
         assert err["field"] == "model" and "inside the server's home" in \
             err["message"]
+    # Not made yet, it is checked as far as it exists.
+    later = link / "not-trained-yet" / "model"
     r = server.request("POST", "/v1/deployments", token=user, data=(
-        "kind: Deployment\nname: peek\nmodel: /nonexistent/m\n"
+        f"kind: Deployment\nname: peek\nmodel: {later}\n"
         "command: [x]\nreplicas: 0\n"))
-    assert r.status_code == 400 and "No such file" in r.text
+    assert r.status_code == 403, r.text
+    fine = tmp_path / "to-be-trained"
+    r = server.request("POST", "/v1/deployments", token=user, data=(
+        f"kind: Deployment\nname: later\nmodel: {fine}\n"
+        "command: [x]\nreplicas: 0\n"))
+    assert r.status_code in (200, 201), r.text
+    assert r.json()["deployment"]["model_dir"] == str(fine.resolve())
 
 
 def test_cli(server, tmp_path):
