@@ -71,6 +71,7 @@ struct kn_sandbox {
 	size_t n_paths;
 	struct shown shown[MAX_SHOWN];
 	size_t n_shown;
+	bool userns;      /* a user namespace: the ids below are mapped */
 	char uid_map[64], gid_map[64];
 	int status_fd[2]; /* init -> shim: the task's wait status */
 };
@@ -240,6 +241,17 @@ static int by_length(const void *a, const void *b)
 	return la < lb ? -1 : la > lb;
 }
 
+/* This process's ids map to themselves in the task's user namespace. */
+static void identity_maps(struct kn_sandbox *sb)
+{
+	sb->outer_uid = getuid();
+	sb->outer_gid = getgid();
+	snprintf(sb->uid_map, sizeof(sb->uid_map), "%u %u 1\n",
+		 (unsigned)sb->outer_uid, (unsigned)sb->outer_uid);
+	snprintf(sb->gid_map, sizeof(sb->gid_map), "%u %u 1\n",
+		 (unsigned)sb->outer_gid, (unsigned)sb->outer_gid);
+}
+
 static int sandbox_fill(struct kn_sandbox *sb,
 			const struct kn_sandbox_config *cfg,
 			struct kn_error *err)
@@ -257,12 +269,7 @@ static int sandbox_fill(struct kn_sandbox *sb,
 		if (pw && pw->pw_dir[0] == '/' && pw->pw_dir[1])
 			add_hide(sb, pw->pw_dir);
 	}
-	sb->outer_uid = getuid();
-	sb->outer_gid = getgid();
-	snprintf(sb->uid_map, sizeof(sb->uid_map), "%u %u 1\n",
-		 (unsigned)sb->outer_uid, (unsigned)sb->outer_uid);
-	snprintf(sb->gid_map, sizeof(sb->gid_map), "%u %u 1\n",
-		 (unsigned)sb->outer_gid, (unsigned)sb->outer_gid);
+	identity_maps(sb);
 	add_hide(sb, "/tmp");
 	if (cfg->hide)
 		add_hide(sb, cfg->hide);
@@ -294,7 +301,12 @@ int kn_sandbox_new(const struct kn_sandbox_config *cfg,
 
 	sb->mode = cfg->mode;
 	sb->status_fd[0] = sb->status_fd[1] = -1;
-	if (sb->mode != KN_SANDBOX_NONE)
+	/* Without root, only a user namespace lets it make the others. */
+	sb->userns = sb->mode == KN_SANDBOX_USERNS ||
+		     (sb->mode == KN_SANDBOX_PROCS && geteuid() != 0);
+	if (sb->mode == KN_SANDBOX_PROCS)
+		identity_maps(sb);
+	else if (sb->mode != KN_SANDBOX_NONE)
 		rc = sandbox_fill(sb, cfg, err);
 	if (rc < 0) {
 		kn_sandbox_free(sb);
@@ -492,17 +504,23 @@ static int build_view(const struct kn_sandbox *sb, char *why, size_t len)
 	return rc;
 }
 
+/*
+ * Under Slurm the IPC namespace stays the host's: ranks of a job that
+ * share a node may use System V shared memory with each other.
+ */
 static int namespace_flags(const struct kn_sandbox *sb)
 {
-	int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC;
+	int flags = CLONE_NEWNS | CLONE_NEWPID;
 
-	return sb->mode == KN_SANDBOX_USERNS ? flags | CLONE_NEWUSER : flags;
+	if (sb->mode != KN_SANDBOX_PROCS)
+		flags |= CLONE_NEWIPC;
+	return sb->userns ? flags | CLONE_NEWUSER : flags;
 }
 
 /* The shim's ids map to themselves: inside, the task is no root. */
 static int map_ids(const struct kn_sandbox *sb, char *why, size_t len)
 {
-	if (sb->mode != KN_SANDBOX_USERNS)
+	if (!sb->userns)
 		return 0;
 	if (write_text("/proc/self/uid_map", sb->uid_map) < 0 ||
 	    write_text("/proc/self/setgroups", "deny") < 0 ||
@@ -645,8 +663,15 @@ int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
 
 	if (sb->mode == KN_SANDBOX_NONE)
 		return exec_task(workdir, argv, envp, why, len);
-	if (map_ids(sb, why, len) < 0 || build_view(sb, why, len) < 0)
+	if (map_ids(sb, why, len) < 0)
 		return -1;
+	if (sb->mode == KN_SANDBOX_PROCS) {
+		/* Only the fresh /proc below: it must not reach the host. */
+		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+			return fail(why, len, "cannot make mounts private", "/");
+	} else if (build_view(sb, why, len) < 0) {
+		return -1;
+	}
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, NULL);
 	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
@@ -674,16 +699,14 @@ int kn_sandbox_probe(const char *run_as, enum kn_sandbox_mode *mode,
 
 	memset(&sb, 0, sizeof(sb));
 	sb.mode = m;
+	sb.userns = m == KN_SANDBOX_USERNS;
 	if (m == KN_SANDBOX_UID) {
 		int rc = resolve_user(&sb, run_as ? run_as : KN_TASK_USER, err);
 		free(sb.user);
 		if (rc < 0)
 			return rc;
 	}
-	snprintf(sb.uid_map, sizeof(sb.uid_map), "%u %u 1\n",
-		 (unsigned)getuid(), (unsigned)getuid());
-	snprintf(sb.gid_map, sizeof(sb.gid_map), "%u %u 1\n",
-		 (unsigned)getgid(), (unsigned)getgid());
+	identity_maps(&sb);
 	pid = fork();
 	if (pid < 0)
 		return kn_errorf(err, KN_EIO, NULL, "cannot fork: %s",
