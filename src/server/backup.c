@@ -457,7 +457,8 @@ static int backup_start(struct server *s, const char *actor, const char *to,
 	}
 	run = run_new(s->backup);
 	kn_strlcpy(run->name, j->name, sizeof(run->name));
-	run->url = kn_asprintf("%s/" BACKUP_PREFIX "%s/",
+	run->url = kn_asprintf("%.*s/" BACKUP_PREFIX "%s/",
+			       (int)kn_url_base_len(kn_blob_store_url(j->store)),
 			       kn_blob_store_url(j->store), j->name);
 	run->actor = kn_xstrdup(actor);
 	run->state = RUN_RUNNING;
