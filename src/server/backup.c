@@ -434,8 +434,9 @@ static int backup_start(struct server *s, const char *actor, const char *to,
 	j->staging = kn_asprintf("%s/%s", path, j->name);
 	rc = kn_mkdir_p(j->staging, 0700);
 	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s",
-			       j->staging, strerror(-rc));
+		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
+			       "cannot create %s: %s", j->staging,
+			       strerror(-rc));
 		goto fail;
 	}
 	free(path);
