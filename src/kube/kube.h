@@ -463,25 +463,20 @@ void kn_kube_task_state(json_t *job, json_t *pods, int rank, bool stopping,
 			struct kn_kube_task_view *out);
 
 /*
- * Start the worker. When the server's environment holds store
- * credentials (AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT,
- * AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN), the worker first writes
- * them to the Secret KN_KUBE_STORE_SECRET (POST, or PUT when it exists),
- * which the pods' shims read through envFrom.
+ * The executor the server drives, with its worker started: *out's
+ * instance owns the worker, which the deployments below share (one per
+ * process), and its release stops it (an API call in flight is cut
+ * within a second). cfg is copied, but cfg->products is taken, freed with
+ * the executor (or here on failure). When the server's environment holds
+ * store credentials (AZURE_STORAGE_CONNECTION_STRING,
+ * AZURE_STORAGE_ACCOUNT, AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN), the
+ * worker first writes them to the Secret KN_KUBE_STORE_SECRET (POST, or
+ * PUT when it exists), which the pods' shims read through envFrom. Its
+ * check op: whether a spec can run there, that is renders (image, name,
+ * GPU model).
  */
-int kn_kube_executor_start(const struct kn_kube_exec_config *cfg,
-			   struct kn_error *err);
-/* Stop the worker (an API call in flight is cut within a second). */
-void kn_kube_executor_stop(void);
-/* Whether spec can run there: it renders (image, name, GPU model). */
-int kn_kube_executor_check(const struct kn_job_spec *spec,
-			   struct kn_error *err);
-
-/*
- * The executor the server drives; its ops use the worker started by
- * kn_kube_executor_start (one per process: deployments share it).
- */
-struct kn_executor *kn_kube_executor_new(void);
+int kn_kube_executor_new(const struct kn_kube_exec_config *cfg,
+			 struct kn_executor **out, struct kn_error *err);
 
 /* ---- deployments under the Kubernetes executor (deployments.c) ---- */
 
