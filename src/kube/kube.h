@@ -196,6 +196,14 @@ int kn_kube_kubeconfig_load(const char *path, const char *context,
  */
 int kn_kube_in_cluster(const char *sa_dir, struct kn_kube_auth *out,
 		       struct kn_error *err);
+/*
+ * Credentials as kubectl finds them: the kubeconfig file (NULL: the
+ * first file $KUBECONFIG lists, which kubectl would merge with the
+ * others) with context, else in-cluster from sa_dir.
+ */
+int kn_kube_auth_load(const char *kubeconfig, const char *context,
+		      const char *sa_dir, struct kn_kube_auth *out,
+		      struct kn_error *err);
 void kn_kube_auth_release(struct kn_kube_auth *auth);
 
 /* ---- the API client (blocking; the scheduler has no event loop) ---- */
@@ -273,6 +281,24 @@ int kn_kube_watch(struct kn_kube_client *c, const char *path,
 		  struct kn_error *err);
 
 /* ---- the secondary scheduler's state and decisions ---- */
+
+/*
+ * The secondary scheduler's loop (scheduler.c): list, watch and bind the
+ * pods whose spec.schedulerName is scheduler_name, placed with policy,
+ * until *stop; *binds gets how many pods it bound. API failures are
+ * logged and retried with a back-off; an error only when the client
+ * cannot be made.
+ */
+struct kn_kube_scheduler_config {
+	const struct kn_kube_auth *auth;
+	const char *scheduler_name;
+	const struct kn_pack_policy *policy;
+	const struct kn_kube_products *products;
+	int watch_seconds; /* each watch's timeoutSeconds, at least 1 */
+};
+int kn_kube_scheduler_run(const struct kn_kube_scheduler_config *cfg,
+			  volatile int *stop, long *binds,
+			  struct kn_error *err);
 
 /* Pods and nodes as the scheduler last saw them. */
 struct kn_kube_cluster;

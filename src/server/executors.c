@@ -71,21 +71,12 @@ static int kube_create(const struct server *s, struct kn_executor **out,
 	struct kn_kube_auth auth = {0};
 	struct kn_kube_exec_config ec = {0};
 	struct kn_kube_products *products = NULL;
-	char *env_config = NULL, *store_url = NULL;
-	const char *kubeconfig = cfg->kubeconfig;
+	char *store_url = NULL;
 	int rc;
 
 	*out = NULL;
-	/* $KUBECONFIG may list several files; kubectl merges them, kiln
-	   reads the first (as kiln kube-scheduler). */
-	if (!kubeconfig && getenv("KUBECONFIG") && *getenv("KUBECONFIG")) {
-		env_config = kn_xstrdup(getenv("KUBECONFIG"));
-		env_config[strcspn(env_config, ":")] = '\0';
-		kubeconfig = env_config;
-	}
-	rc = kubeconfig ? kn_kube_kubeconfig_load(kubeconfig, cfg->kube_context,
-						  &auth, err)
-			: kn_kube_in_cluster(SERVICE_ACCOUNT_DIR, &auth, err);
+	rc = kn_kube_auth_load(cfg->kubeconfig, cfg->kube_context,
+			       SERVICE_ACCOUNT_DIR, &auth, err);
 	if (rc == 0)
 		rc = kn_kube_products_load(KN_GPU_PRODUCTS_FILE, &products, err);
 	if (rc < 0)
@@ -106,7 +97,6 @@ static int kube_create(const struct server *s, struct kn_executor **out,
 		       auth.server, ec.namespace_);
 out:
 	kn_kube_auth_release(&auth);
-	free(env_config);
 	free(store_url);
 	return rc;
 }
