@@ -316,7 +316,7 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *kubeconfig = NULL, *context = NULL, *policy_name = "kiln";
 	const char *scheduler_name = KN_KUBE_DEFAULT_SCHEDULER;
-	const char *products_file = KN_GPU_PRODUCTS_FILE;
+	const char *products_file = NULL;
 	const char *sa_dir = DEFAULT_SA_DIR;
 	struct kn_kube_products *products = NULL;
 	struct kn_kube_auth auth = {0};
@@ -327,7 +327,7 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 	int64_t retry_ms = RETRY_FIRST_MS;
 	bool debug = false, need_list = true;
 	enum watch_end end;
-	char *env_config = NULL;
+	char *env_config = NULL, *shipped = NULL;
 	const struct cli_flag flags[] = {
 		{"kubeconfig", 0, CLI_FLAG_STRING, &kubeconfig},
 		{"context", 0, CLI_FLAG_STRING, &context},
@@ -371,6 +371,8 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 	rc = kubeconfig ? kn_kube_kubeconfig_load(kubeconfig, context, &auth,
 						  &err) :
 			  kn_kube_in_cluster(sa_dir, &auth, &err);
+	if (rc == 0 && !products_file)
+		products_file = shipped = kn_data_path("gpu-products.csv");
 	if (rc == 0)
 		rc = kn_kube_products_load(products_file, &products, &err);
 	if (rc == 0)
@@ -425,5 +427,6 @@ out:
 	kn_kube_products_free(products);
 	kn_kube_auth_release(&auth);
 	free(env_config);
+	free(shipped);
 	return rc;
 }

@@ -39,9 +39,12 @@ int kube_start(struct server *s, struct kn_error *err)
 	rc = kubeconfig ? kn_kube_kubeconfig_load(kubeconfig, cfg->kube_context,
 						  &auth, err)
 			: kn_kube_in_cluster(SERVICE_ACCOUNT_DIR, &auth, err);
-	if (rc == 0)
-		rc = kn_kube_products_load(KN_GPU_PRODUCTS_FILE,
-					   &s->kube_products, err);
+	if (rc == 0) {
+		char *products = kn_data_path("gpu-products.csv");
+
+		rc = kn_kube_products_load(products, &s->kube_products, err);
+		free(products);
+	}
 	if (rc < 0)
 		goto out;
 	ec.auth = &auth;

@@ -84,8 +84,7 @@ static int64_t mem_total_bytes(void)
  */
 static int load_mig(struct server *s, struct kn_error *err)
 {
-	const char *file = s->cfg.mig_profiles ? s->cfg.mig_profiles
-					       : KN_MIG_FILE;
+	const char *file = s->cfg.mig_profiles;
 	char *text = NULL;
 	size_t len = 0;
 	int rc;
@@ -128,9 +127,7 @@ static int setup_mig(struct server *s, struct kn_error *err)
 					       "GPU %d (%s) is in MIG mode but "
 					       "%s has no MIG profiles for %s",
 					       d->index, d->model,
-					       s->cfg.mig_profiles
-						       ? s->cfg.mig_profiles
-						       : KN_MIG_FILE,
+					       s->cfg.mig_profiles,
 					       d->model);
 		}
 	}
