@@ -642,7 +642,10 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	kn_log(KN_LOG_INFO, "kiln %s listening on %.*s (home %s)", KN_VERSION,
 	       (int)strlen(url) - 1, url, s.home);
 	kn_timer_arm(s.poll_timer, 500);
+	/* Under systemd (Type=notify): started once the API answers. */
+	kn_notify("READY=1");
 	rc = kn_loop_run(s.loop);
+	kn_notify("STOPPING=1");
 	if (rc < 0)
 		kn_errorf(err, KN_EIO, NULL, "event loop failed");
 	unlink(path);
