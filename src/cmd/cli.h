@@ -105,6 +105,12 @@ int cmd_advise(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_cost(struct cli_ctx *ctx, int argc, char **argv);
 /* cmd_workflow.c: workflow runs. */
 int cmd_workflow(struct cli_ctx *ctx, int argc, char **argv);
+/* cmd_man.c: manual pages and shell completion from the command table. */
+int cmd_man(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_completion(struct cli_ctx *ctx, int argc, char **argv);
+/* kiln.c: the command table, and `kiln --help`. */
+const struct cli_command *cli_commands(size_t *n);
+void cli_print_help(FILE *f);
 
 /* Flags. */
 

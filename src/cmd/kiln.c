@@ -839,6 +839,20 @@ static const struct cli_command commands[] = {
 	 "\n"
 	 "Print `kiln VERSION`.\n",
 	 false},
+	{"man", cmd_man, NULL, "print a manual page (roff)",
+	 "usage: kiln man [COMMAND]\n"
+	 "\n"
+	 "Print kiln(1), or kiln-COMMAND(1), as roff made from the help texts:\n"
+	 "kiln man ls | man -l -. Installed pages come from this command.\n",
+	 false},
+	{"completion", cmd_completion, NULL,
+	 "print the shell completion script",
+	 "usage: kiln completion bash|zsh\n"
+	 "\n"
+	 "Print completion for bash or zsh: command names, each command's\n"
+	 "flags and subcommands (from their help), files otherwise. The\n"
+	 "package installs both; by hand: source <(kiln completion bash).\n",
+	 false},
 	{"bench", cmd_bench, NULL, "measure collectives the way nccl-tests does",
 	 "usage: kiln bench COLLECTIVE [-b MIN] [-e MAX] [-i STEP | -f FACTOR]\n"
 	 "                  [-g N] [-t N] [-o OP] [-d TYPE] [-r ROOT] [-n ITERS]\n"
@@ -887,7 +901,13 @@ static const struct cli_command commands[] = {
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
-static void print_help(FILE *f)
+const struct cli_command *cli_commands(size_t *n)
+{
+	*n = N_COMMANDS;
+	return commands;
+}
+
+void cli_print_help(FILE *f)
 {
 	size_t i;
 	int width = 0;
@@ -964,7 +984,7 @@ static int help_command(struct cli_ctx *ctx, int argc, char **argv)
 	const struct cli_command *cmd;
 
 	if (argc < 2) {
-		print_help(stdout);
+		cli_print_help(stdout);
 		return CLI_EXIT_OK;
 	}
 	cmd = find_command(argv[1]);
@@ -982,7 +1002,7 @@ int main(int argc, char **argv)
 
 	for (i = 1; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			print_help(stdout);
+			cli_print_help(stdout);
 			return CLI_EXIT_OK;
 		}
 		if (!strcmp(argv[i], "--version")) {
@@ -997,7 +1017,7 @@ int main(int argc, char **argv)
 	if (rc != CLI_GO)
 		return rc;
 	if (i == argc) {
-		print_help(stderr);
+		cli_print_help(stderr);
 		return CLI_EXIT_USAGE;
 	}
 	if (!strcmp(argv[i], "help"))

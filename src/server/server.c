@@ -85,8 +85,7 @@ static int64_t mem_total_bytes(void)
  */
 static int load_mig(struct server *s, struct kn_error *err)
 {
-	const char *file = s->cfg.mig_profiles ? s->cfg.mig_profiles
-					       : KN_MIG_FILE;
+	const char *file = s->cfg.mig_profiles;
 	char *text = NULL;
 	size_t len = 0;
 	int rc;
@@ -129,9 +128,7 @@ static int setup_mig(struct server *s, struct kn_error *err)
 					       "GPU %d (%s) is in MIG mode but "
 					       "%s has no MIG profiles for %s",
 					       d->index, d->model,
-					       s->cfg.mig_profiles
-						       ? s->cfg.mig_profiles
-						       : KN_MIG_FILE,
+					       s->cfg.mig_profiles,
 					       d->model);
 		}
 	}
@@ -641,7 +638,10 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	kn_log(KN_LOG_INFO, "kiln %s listening on %.*s (home %s)", KN_VERSION,
 	       (int)strlen(url) - 1, url, s.home);
 	kn_timer_arm(s.poll_timer, 500);
+	/* Under systemd (Type=notify): started once the API answers. */
+	kn_notify("READY=1");
 	rc = kn_loop_run(s.loop);
+	kn_notify("STOPPING=1");
 	if (rc < 0)
 		kn_errorf(err, KN_EIO, NULL, "event loop failed");
 	unlink(path);

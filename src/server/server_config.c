@@ -364,6 +364,20 @@ static int check_nodes(const struct kn_server_config *cfg,
 	return 0;
 }
 
+/* An option naming a data file defaults to the one shipped with kiln,
+   found where kiln is installed (kn_data_path). */
+static void shipped_default(struct kn_server_config *cfg, const char **field,
+			    const char *name)
+{
+	char *path;
+
+	if (*field)
+		return;
+	path = kn_data_path(name);
+	*field = kn_strpool_keep(&cfg->strings, path);
+	free(path);
+}
+
 int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err)
 {
 	int rc = check_nodes(cfg, err);
@@ -375,5 +389,8 @@ int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err)
 		return rc;
 	if (cfg->azure_events && !cfg->azure_events_url)
 		cfg->azure_events_url = KN_AZURE_EVENTS_URL;
+	shipped_default(cfg, &cfg->alert_rules, "alert-rules.yaml");
+	shipped_default(cfg, &cfg->health_sku_file, "azure-gpu-skus.csv");
+	shipped_default(cfg, &cfg->mig_profiles, "mig-profiles.csv");
 	return 0;
 }
