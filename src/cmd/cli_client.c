@@ -633,7 +633,7 @@ int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 		return rc;
 	if (!cli_want_json(ctx))
 		return CLI_GO;
-	cli_print_json(*answer);
+	cli_print_data(ctx, *answer);
 	json_decref(*answer);
 	*answer = NULL;
 	return CLI_EXIT_OK;

@@ -35,17 +35,22 @@ static const struct cli_command commands[] = {
 	 "          was cancelled\n",
 	 false},
 	{"ls", cmd_ls, NULL, "list jobs",
-	 "usage: kiln ls [--state S] [--owner O] [--all] [-o json|table]\n"
+	 "usage: kiln ls [--state S] [--owner O] [--all]\n"
+	 "               [-o table|wide|json|yaml|name] [--no-headers]\n"
 	 "\n"
 	 "List jobs, oldest first: ID NAME STATE TASKS GPUS (per task) OWNER\n"
 	 "AGE (since submission) DURATION (running so far, or in total)\n"
-	 "REASON (why queued, or why it ended).\n"
+	 "REASON (why queued, or why it ended). Names and reasons are cut,\n"
+	 "ending in \u2026, so that rows fit 80 columns.\n"
 	 "\n"
-	 "  --state S  only jobs in state S: queued, running, succeeded,\n"
-	 "             failed, cancelled or preempted\n"
-	 "  --owner O  only jobs submitted with the token named O\n"
-	 "  --all      every job; this is the default, spelled out\n"
-	 "  -o json    print the server's JSON instead of a table\n",
+	 "  --state S     only jobs in state S: queued, running, succeeded,\n"
+	 "                failed, cancelled or preempted\n"
+	 "  --owner O     only jobs submitted with the token named O\n"
+	 "  --all         every job; this is the default, spelled out\n"
+	 "  -o wide       the table with nothing cut\n"
+	 "  -o json|yaml  print the server's answer instead of a table\n"
+	 "  -o name       the job ids alone, one a line\n"
+	 "  --no-headers  the table without its header row\n",
 	 false},
 	{"show", cmd_show, NULL, "show a job, its attempts and their tasks",
 	 "usage: kiln show ID [-o json|table]\n"
@@ -914,8 +919,11 @@ static void print_help(FILE *f)
 	      "                   ~/.kiln)\n"
 	      "  --token TOKEN    the API token; else $KILN_TOKEN, else the one in\n"
 	      "                   $KILN_HOME/admin.token\n"
-	      "  -o, --output json|table\n"
-	      "                   how listings are printed (default: table)\n"
+	      "  -o, --output table|wide|json|yaml|name\n"
+	      "                   how listings are printed (default: table, cut\n"
+	      "                   to 80 columns; wide: nothing cut; name: ids\n"
+	      "                   or names alone, where a command lists them)\n"
+	      "  --no-headers     tables without their header row\n"
 	      "  -h, --help       this help\n"
 	      "  --version        print kiln's version\n"
 	      "\n"
