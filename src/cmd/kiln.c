@@ -77,23 +77,41 @@ static const struct cli_command commands[] = {
 	 "  -f, --follow keep printing until the task has ended\n"
 	 "  --raw        the bytes as they are, on a terminal too\n",
 	 false},
-	{"cancel", cmd_cancel, NULL, "cancel a job",
-	 "usage: kiln cancel ID\n"
+	{"cancel", cmd_cancel, NULL, "cancel jobs",
+	 "usage: kiln cancel ID...\n"
+	 "       kiln cancel [--state S] [--name N] [--owner O] | --all [--yes]\n"
 	 "\n"
-	 "Ask the server to cancel job ID. A queued job is cancelled at once;\n"
-	 "a running job's tasks are signalled and the job ends `cancelled`.\n"
-	 "Users may cancel their own jobs; operators and admins any job.\n",
+	 "Ask the server to cancel the jobs named, or the queued and running\n"
+	 "jobs the filters match (the filters combine). A queued job is\n"
+	 "cancelled at once; a running job's tasks are signalled and the job\n"
+	 "ends `cancelled`. One line per job; a job that cannot be cancelled\n"
+	 "is said on standard error and the others still are (exit 1).\n"
+	 "Users may cancel their own jobs; operators and admins any job.\n"
+	 "\n"
+	 "  --state S   the jobs in state S\n"
+	 "  --name N    the jobs named N\n"
+	 "  --owner O   the jobs submitted with the token named O\n"
+	 "  --all       every job not ended (asks first, at a terminal)\n"
+	 "  -y, --yes   no question for --all\n",
 	 false},
-	{"evict", cmd_evict, NULL, "preempt a running job; it resumes later",
-	 "usage: kiln evict ID [--grace DURATION] [--reason TEXT]\n"
+	{"evict", cmd_evict, NULL, "preempt running jobs; they resume later",
+	 "usage: kiln evict ID... [--grace DURATION] [--reason TEXT]\n"
+	 "       kiln evict [--state S] [--name N] [--owner O] | --all [--yes]\n"
 	 "\n"
-	 "Evict running job ID the way a spot eviction would: each task gets\n"
+	 "Evict each running job named (or the running jobs the filters\n"
+	 "match) the way a spot eviction would: each task gets\n"
 	 "the job's checkpoint.signal (default SIGTERM), then SIGKILL after\n"
 	 "--grace (default: the job's checkpoint.grace, else the server's kill\n"
 	 "grace). The attempt ends `preempted` and the job goes back to the\n"
 	 "queue ahead of newer jobs of its priority, without using a retry.\n"
 	 "Only jobs whose spec says `preemptible: true` can be evicted. Users\n"
-	 "may evict their own jobs; operators and admins any job.\n",
+	 "may evict their own jobs; operators and admins any job.\n"
+	 "\n"
+	 "  --state S   the jobs in state S\n"
+	 "  --name N    the jobs named N\n"
+	 "  --owner O   the jobs submitted with the token named O\n"
+	 "  --all       every job running (asks first, at a terminal)\n"
+	 "  -y, --yes   no question for --all\n",
 	 false},
 	{"drain", cmd_drain, NULL, "stop new work on a node and evict its preemptible jobs",
 	 "usage: kiln drain NODE [--reason TEXT]\n"
