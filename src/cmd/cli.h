@@ -71,6 +71,23 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_ls(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_show(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_logs(struct cli_ctx *ctx, int argc, char **argv);
+struct cli_client;
+/*
+ * cmd_logs.c, also for `kiln submit --follow`: wait until job id runs an
+ * attempt numbered above after (saying so on stderr while it is queued).
+ * Returns 0 once it does, CLI_EXIT_FAIL when it ended first, with *job
+ * (a new reference) as last seen; or another exit status after printing
+ * why, *job NULL.
+ */
+int cli_wait_started(struct cli_client *c, int64_t id, int after,
+		     json_t **job);
+/*
+ * Follow every rank of attempt (0: the latest) of job id, which has tasks
+ * ranks, each line prefixed "[rank N] ", until all have ended. Returns 0
+ * or the exit status of a stream that failed.
+ */
+int cli_logs_follow(const struct cli_ctx *ctx, struct cli_client *c,
+		    int64_t id, int attempt, int tasks, unsigned stream);
 int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_evict(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_drain(struct cli_ctx *ctx, int argc, char **argv);

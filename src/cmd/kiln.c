@@ -23,7 +23,7 @@ static const struct cli_command commands[] = {
 	 cmd_server_help,
 	 false},
 	{"submit", cmd_submit, NULL, "submit a job spec and print its id",
-	 "usage: kiln submit FILE [--wait]\n"
+	 "usage: kiln submit FILE [--wait | -f]\n"
 	 "\n"
 	 "Submit the job spec in FILE (YAML or JSON; - reads standard input)\n"
 	 "and print the new job's id alone on standard output, so scripts can\n"
@@ -32,7 +32,11 @@ static const struct cli_command commands[] = {
 	 "\n"
 	 "  --wait  wait for the job to end, print its final state on standard\n"
 	 "          error, and exit 0 if it succeeded, 4 if it failed, 5 if it\n"
-	 "          was cancelled\n",
+	 "          was cancelled\n"
+	 "  -f, --follow\n"
+	 "          as --wait, printing every rank's output meanwhile (lines\n"
+	 "          prefixed [rank N]); exit with the job's exit code when it\n"
+	 "          failed with one\n",
 	 false},
 	{"ls", cmd_ls, NULL, "list jobs",
 	 "usage: kiln ls [--state S] [--owner O] [--all]\n"
@@ -64,7 +68,8 @@ static const struct cli_command commands[] = {
 	 "  -o json  print the server's JSON, including the spec\n",
 	 false},
 	{"logs", cmd_logs, NULL, "print or follow a task's output",
-	 "usage: kiln logs ID [--task N] [--attempt K] [-f] [--raw]\n"
+	 "usage: kiln logs ID [--task N | --all] [--attempt K] [--tail N] [-f]\n"
+	 "                 [--raw]\n"
 	 "\n"
 	 "Print the output (stdout and stderr) of one task of job ID as it\n"
 	 "arrives. On a terminal, escape sequences and other control\n"
@@ -73,8 +78,11 @@ static const struct cli_command commands[] = {
 	 "file the bytes pass unchanged.\n"
 	 "\n"
 	 "  --task N     the task's rank (default 0)\n"
+	 "  --all        every rank, each line prefixed [rank N]\n"
 	 "  --attempt K  the attempt (default the latest)\n"
-	 "  -f, --follow keep printing until the task has ended\n"
+	 "  --tail N     only the last N lines (then, with -f, what follows)\n"
+	 "  -f, --follow keep printing until the task has ended; a queued job\n"
+	 "               is waited for\n"
 	 "  --raw        the bytes as they are, on a terminal too\n",
 	 false},
 	{"cancel", cmd_cancel, NULL, "cancel jobs",

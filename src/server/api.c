@@ -522,7 +522,7 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 	struct kn_job_row j;
 	struct kn_task_row *tasks = NULL;
 	struct kn_error err;
-	int64_t id, rank = 0, attempt = 0, offset = 0, follow = 0;
+	int64_t id, rank = 0, attempt = 0, offset = 0, follow = 0, tail = -1;
 	size_t nt = 0;
 	const struct kn_task_row *t = NULL;
 
@@ -536,6 +536,11 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 		reply_err(req, KN_EINVAL, NULL,
 			  "task, attempt, offset and follow must be "
 			  "non-negative integers (follow 0 or 1)%s", "");
+		return;
+	}
+	if (kn_http_query_int(req, "tail", 0, LOGS_TAIL_MAX, &tail) < 0) {
+		reply_err(req, KN_EINVAL, "tail",
+			  "tail must be a number of lines, 0..1000000%s", "");
 		return;
 	}
 	if (follow && !api_follow_admitted(s, req))
@@ -566,7 +571,7 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 		return;
 	}
 	logs_serve(s, req, id, t->task_dir, (int)attempt, (int)rank, offset,
-		   follow != 0);
+		   tail, follow != 0);
 	kn_task_list_free(tasks, nt);
 }
 
