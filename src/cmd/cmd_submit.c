@@ -97,10 +97,11 @@ out:
 
 int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 {
-	bool wait = false, follow = false;
+	bool wait = false, follow = false, hold = false;
 	const struct cli_flag flags[] = {
 		{"wait", 0, CLI_FLAG_BOOL, &wait},
 		{"follow", 'f', CLI_FLAG_BOOL, &follow},
+		{"hold", 0, CLI_FLAG_BOOL, &hold},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct cli_client *c = NULL;
@@ -120,7 +121,8 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	rc = cli_post_spec(c, "/v1/jobs", file, name, text, len, &answer);
+	rc = cli_post_spec(c, hold ? "/v1/jobs?hold=1" : "/v1/jobs", file,
+			   name, text, len, &answer);
 	if (rc)
 		goto out;
 	job = json_object_get(answer, "job");

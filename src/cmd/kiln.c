@@ -23,13 +23,15 @@ static const struct cli_command commands[] = {
 	 cmd_server_help,
 	 false},
 	{"submit", cmd_submit, NULL, "submit a job spec and print its id",
-	 "usage: kiln submit FILE [--wait | -f]\n"
+	 "usage: kiln submit FILE [--wait | -f] [--hold]\n"
 	 "\n"
 	 "Submit the job spec in FILE (YAML or JSON; - reads standard input)\n"
 	 "and print the new job's id alone on standard output, so scripts can\n"
 	 "capture it: id=$(kiln submit job.yaml). Specs larger than 256 KiB\n"
-	 "are refused before anything is sent.\n"
+	 "are refused before anything is sent. A job no node could ever hold\n"
+	 "(more GPUs per task than the largest node has) is refused, with why.\n"
 	 "\n"
+	 "  --hold  queue it anyway, for a node that may join\n"
 	 "  --wait  wait for the job to end, print its final state on standard\n"
 	 "          error, and exit 0 if it succeeded, 4 if it failed, 5 if it\n"
 	 "          was cancelled\n"

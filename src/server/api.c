@@ -293,7 +293,7 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 	const char *file = kn_http_query(req, "file");
 	const char *path = kn_http_query(req, "path");
 	json_t *answer;
-	int64_t id;
+	int64_t id, hold = 0;
 
 	(void)param;
 	if (path && path[0] != '/') {
@@ -301,9 +301,14 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 			  "path must be absolute; got \"%s\"", path);
 		return;
 	}
+	if (kn_http_query_int(req, "hold", 0, 1, &hold) < 0) {
+		reply_err(req, KN_EINVAL, "hold", "hold must be 0 or 1%s", "");
+		return;
+	}
 	if (idem_begin(s, req, c))
 		return;
-	if (jobs_submit(s, c, body, len, file, path, &id, &err) < 0 ||
+	if (jobs_submit_fit(s, c, body, len, file, path, hold != 0, &id,
+			    &err) < 0 ||
 	    !(answer = job_answer(s, id, &err))) {
 		idem_abort(s, req);
 		kn_http_reply_error(req, &err);

@@ -13,7 +13,7 @@ def submit_queued(server, tmp_path, name=LONG_NAME):
     """A job that waits: it wants more GPUs than the node has."""
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(job_yaml(name, ["/bin/true"], resources={"gpus": 8}))
-    r = server.cli("submit", str(spec))
+    r = server.cli("submit", "--hold", str(spec))
     assert r.returncode == 0, r.stderr
     return int(r.stdout)
 
