@@ -170,7 +170,8 @@ def test_concurrent_submits_survive_kill9_exactly_once(tmp_path):
     """Submits from 8 client threads, each retried with its key until
     answered, while the server is killed -9 twice and restarted on the
     same home and port: every job is stored exactly once. The jobs ask
-    for a GPU model no node has, so none runs. Scaled down from 2,000
+    for a GPU model no node has, held (hold=1) so they queue, and none
+    runs. Scaled down from 2,000
     submits to 600: on a shared 2-core machine each submit into a long
     queue costs more (the scheduler's pass grows with the queue), and
     600 keeps the test within a minute; the kills still land while
@@ -199,7 +200,7 @@ def test_concurrent_submits_survive_kill9_exactly_once(tmp_path):
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    r = session.post(url + "/v1/jobs", data=spec,
+                    r = session.post(url + "/v1/jobs?hold=1", data=spec,
                                      headers={"Authorization":
                                               f"Bearer {token}",
                                               "Idempotency-Key": key},
