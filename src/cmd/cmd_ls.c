@@ -10,6 +10,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/watch.h"
 
 static const char *const job_states[] = {
 	"queued", "running", "succeeded", "failed", "cancelled", "preempted",
@@ -58,26 +59,56 @@ static void add_job_row(struct cli_table *t, json_t *job, int64_t now)
 	cli_table_cell(t, reason ? reason : "");
 }
 
-int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
+static int draw_jobs(struct cli_ctx *ctx, struct cli_client *c, void *arg)
 {
 	static const char *const headers[] = {
 		"ID", "NAME", "STATE", "TASKS", "GPUS", "OWNER", "AGE",
 		"DURATION", "REASON", NULL,
 	};
+	const char *path = arg;
+	struct cli_table *t = NULL;
+	json_t *answer = NULL, *jobs, *job;
+	int64_t now = kn_now_ms();
+	size_t i;
+	int rc = cli_get(c, path, &answer);
+
+	if (rc)
+		return rc;
+	jobs = json_object_get(answer, "jobs");
+	if (cli_want_json(ctx)) {
+		cli_print_data(ctx, answer);
+	} else if (cli_want_name(ctx)) {
+		json_array_foreach(jobs, i, job)
+			printf("%lld\n", (long long)cli_json_int(job, "id"));
+	} else if (!json_array_size(jobs)) {
+		fputs(strchr(path, '?') ? "no jobs match\n" : "no jobs\n",
+		      stderr);
+	} else {
+		t = cli_table_new(headers);
+		cli_table_cuttable(t, 1);
+		cli_table_cuttable(t, 8);
+		json_array_foreach(jobs, i, job)
+			add_job_row(t, job, now);
+		cli_table_show(ctx, t, stdout, 0);
+		cli_table_free(t);
+	}
+	json_decref(answer);
+	return 0;
+}
+
+int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
 	const char *state = NULL, *owner = NULL;
-	bool all = false;
+	bool all = false, watch = false;
 	const struct cli_flag flags[] = {
 		{"state", 0, CLI_FLAG_STRING, &state},
 		{"owner", 0, CLI_FLAG_STRING, &owner},
 		{"all", 0, CLI_FLAG_BOOL, &all},
+		{"watch", 'w', CLI_FLAG_BOOL, &watch},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct cli_client *c = NULL;
-	struct cli_table *t = NULL;
 	struct kn_buf path;
-	json_t *answer = NULL, *jobs, *job;
-	int64_t now = kn_now_ms();
-	size_t i;
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
@@ -90,38 +121,17 @@ int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
 		if (rc != CLI_GO)
 			goto out;
 	}
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
 	kn_buf_printf(&path, "/v1/jobs");
 	cli_query_add(&path, "state", state);
 	cli_query_add(&path, "owner", owner);
-	rc = cli_get(c, path.data, &answer);
-	if (rc)
-		goto out;
-	if (cli_want_json(ctx)) {
-		cli_print_data(ctx, answer);
+	if (watch) {
+		rc = watch_run(ctx, draw_jobs, path.data);
 		goto out;
 	}
-	jobs = json_object_get(answer, "jobs");
-	if (cli_want_name(ctx)) {
-		json_array_foreach(jobs, i, job)
-			printf("%lld\n", (long long)cli_json_int(job, "id"));
-		goto out;
-	}
-	if (!json_array_size(jobs)) {
-		fputs(state || owner ? "no jobs match\n" : "no jobs\n", stderr);
-		goto out;
-	}
-	t = cli_table_new(headers);
-	cli_table_cuttable(t, 1);
-	cli_table_cuttable(t, 8);
-	json_array_foreach(jobs, i, job)
-		add_job_row(t, job, now);
-	cli_table_show(ctx, t, stdout, 0);
+	rc = cli_client_open(ctx, &c);
+	if (!rc)
+		rc = draw_jobs(ctx, c, path.data);
 out:
-	cli_table_free(t);
-	json_decref(answer);
 	kn_buf_release(&path);
 	cli_client_free(c);
 	return rc;

@@ -41,7 +41,7 @@ static const struct cli_command commands[] = {
 	 "          failed with one\n",
 	 false},
 	{"ls", cmd_ls, NULL, "list jobs",
-	 "usage: kiln ls [--state S] [--owner O] [--all]\n"
+	 "usage: kiln ls [--state S] [--owner O] [--all] [-w]\n"
 	 "               [-o table|wide|json|yaml|name] [--no-headers]\n"
 	 "\n"
 	 "List jobs, oldest first: ID NAME STATE TASKS GPUS (per task) OWNER\n"
@@ -53,6 +53,9 @@ static const struct cli_command commands[] = {
 	 "                failed, cancelled or preempted\n"
 	 "  --owner O     only jobs submitted with the token named O\n"
 	 "  --all         every job; this is the default, spelled out\n"
+	 "  -w, --watch   draw again whenever the server's event stream says\n"
+	 "                a job or node changed (no polling); until\n"
+	 "                interrupted\n"
 	 "  -o wide       the table with nothing cut\n"
 	 "  -o json|yaml  print the server's answer instead of a table\n"
 	 "  -o name       the job ids alone, one a line\n"
@@ -161,14 +164,16 @@ static const struct cli_command commands[] = {
 	 "Mark NODE ready for new work again. Operators and admins.\n",
 	 false},
 	{"nodes", cmd_nodes, NULL, "list nodes and their devices",
-	 "usage: kiln nodes [-o json|table]\n"
+	 "usage: kiln nodes [-w] [-o json|yaml|table]\n"
 	 "\n"
 	 "List each node (name, state, CPUs, memory, labels, taints; whether\n"
 	 "its devices are simulated; its GPU fragmentation, FGD's measure\n"
 	 "against the server's GPU jobs) and its devices: INDEX MODEL MEMORY\n"
 	 "and what is ALLOCATED on each (\"1.0 GPU: job 7 rank 0\").\n"
 	 "\n"
-	 "  -o json  print the server's JSON instead\n",
+	 "  -w, --watch   draw again whenever the server's event stream says\n"
+	 "                something changed (no polling); until interrupted\n"
+	 "  -o json|yaml  print the server's answer instead\n",
 	 false},
 	{"pools", cmd_pools, NULL, "list node pools and autoscaling decisions",
 	 "usage: kiln pools [-o json|table]\n"
