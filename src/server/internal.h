@@ -618,10 +618,13 @@ void setup_sched_node(struct server *s, size_t n);
 int setup_labels(struct server *s, size_t n, const char *text,
 		 const char *sep, const char *flag, struct kn_error *err);
 
-/* logs.c */
+/* logs.c: the most lines ?tail= may ask for. */
+#define LOGS_TAIL_MAX 1000000
+/* The log from offset, or its last tail_lines lines when that is
+   not negative. */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,
 		const char *task_dir, int attempt, int rank, int64_t offset,
-		bool follow);
+		int64_t tail_lines, bool follow);
 void logs_free_all(struct server *s);
 
 #endif
