@@ -8,7 +8,7 @@ FUZZ_BUILD ?= build-fuzz
 PYTHON := /usr/bin/python3
 NINJA_JOBS ?= 2
 
-.PHONY: all deps build test unit e2e asan demo bench fuzz clean
+.PHONY: all deps build test unit e2e asan demo bench fuzz clean openapi
 
 all: build
 
@@ -20,6 +20,10 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD) -j $(NINJA_JOBS)
+
+# The API's OpenAPI document, as the built server describes it.
+openapi: build
+	$(BUILD)/src/cmd/kiln openapi > docs/openapi.json
 
 unit: build
 	meson test -C $(BUILD) --suite unit --print-errorlogs

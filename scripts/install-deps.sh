@@ -25,6 +25,9 @@ packages=(
   # tests/e2e/test_gateway_framing.py: an independent HTTP/1.1 parser to
   # compare the gateway's framing with
   python3-h11
+  # tests/e2e/test_openapi.py and the contract check: JSON Schema 2020-12;
+  # tests/e2e/test_python_client.py type-checks python/kiln with mypy
+  python3-jsonschema python3-mypy
   # benchmarks (bench/sim/bound.py): glpsol solves the packing bound's
   # linear program
   glpk-utils

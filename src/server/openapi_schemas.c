@@ -1,0 +1,138 @@
+/*
+ * The objects the API answers with, in openapi.h's field notation; the
+ * shapes docs/api.md shows. Fields an answer adds only in some cases (a
+ * job's detail, a deployment under Kubernetes) are optional ('~').
+ */
+#include "openapi.h"
+
+const struct oa_object oa_objects[] = {
+	{"Error", "Every error answer: the code, a message, and the field to "
+	 "blame (null when no single one is)",
+	 "error:ErrorBody"},
+	{"ErrorBody", NULL, "code:ErrorCode message:string field:string?"},
+	{"ErrorCode", NULL,
+	 "enum invalid_argument unauthenticated permission_denied not_found "
+	 "conflict too_large limit_exceeded internal unavailable "
+	 "insufficient_storage"},
+	{"Role", NULL, "enum viewer user operator admin"},
+	{"JobState", NULL,
+	 "enum queued running succeeded failed cancelled preempted"},
+	{"Job", "A batch job; GET /v1/jobs/{id} adds the detail fields",
+	 "id:integer name:string owner:string state:JobState "
+	 "priority:integer tasks:integer preemptible:boolean "
+	 "submitted_at_ms:integer started_at_ms:integer ended_at_ms:integer "
+	 "not_before_ms:integer attempts:integer retries:integer "
+	 "retries_used:integer cancel_requested:boolean reason:string? "
+	 "exit_code:integer ~resources:JobResources ~spec:object "
+	 "~spec_yaml:string? ~filename:string? ~goodput:Goodput "
+	 "~outputs:[Output] ~inputs:[Input] ~attempts_detail:[Attempt]"},
+	{"JobResources", NULL,
+	 "gpus:number|string cpus:number|string memory_bytes:integer|string "
+	 "~gpu_model:[string]|string"},
+	{"Goodput", NULL,
+	 "useful_task_seconds:number lost_task_seconds:number "
+	 "percent:number?"},
+	{"Output", "A file a succeeded job left in KILN_OUTPUT_DIR",
+	 "name:string size:integer sha256:string url:string"},
+	{"Input", "An input a job's attempts fetched",
+	 "input:string name:string url:string? ~sha256:string? "
+	 "~size:integer? ~attempt:integer?"},
+	{"Attempt", "One run of a job's tasks",
+	 "number:integer state:string started_at_ms:integer "
+	 "ended_at_ms:integer exit_code:integer signal:integer "
+	 "reason:string? ~checkpoint:string? ~checkpoint_at_ms:integer "
+	 "~restore_ms:integer ~useful_task_ms:integer ~lost_task_ms:integer "
+	 "tasks:[Task]"},
+	{"Task", "One rank of an attempt",
+	 "rank:integer node:string? devices:[integer] ~gpu_milli:integer "
+	 "state:string exit_code:integer signal:integer "
+	 "started_at_ms:integer ended_at_ms:integer ~task_dir:string?"},
+	{"Node", "A machine the scheduler places tasks on",
+	 "name:string state:string reason:string? simulated:boolean "
+	 "device_source:string labels:{string} taints:[any] cpus:number "
+	 "memory_bytes:integer cpus_allocated:number "
+	 "memory_allocated_bytes:integer devices:[Device] "
+	 "~fragmentation:object? ~isolation:string ~limits:object"},
+	{"Device", NULL,
+	 "index:integer uuid:string model:string memory_bytes:integer "
+	 "simulated:boolean allocated_milli:integer allocations:[object] "
+	 "mig:boolean"},
+	{"NodeState", "A node after an operation",
+	 "name:string state:string reason:string?"},
+	{"Token", "An API token (never its secret)",
+	 "id:integer name:string role:Role created_by:string? "
+	 "created_at_ms:integer revoked_at_ms:integer "
+	 "last_used_at_ms:integer"},
+	{"AuditRow", NULL,
+	 "id:integer time_ms:integer actor:string role:string? "
+	 "action:string object:string? outcome:string detail:string? "
+	 "hash:string?"},
+	{"Alert", NULL,
+	 "id:integer rule:string severity:string state:string "
+	 "fingerprint:string labels:{string} summary:string? value:number? "
+	 "active_at_ms:integer fired_at_ms:integer resolved_at_ms:integer"},
+	{"Event", "One line of the event stream; the other fields depend on "
+	 "type (job.state, node.state, alert.firing, deployment.state, ...)",
+	 "seq:integer time_ms:integer type:string"},
+	{"BackupRun", NULL,
+	 "name:string url:string? actor:string? state:string "
+	 "with_audit_key:boolean parts:integer bytes:integer "
+	 "started_at_ms:integer ended_at_ms:integer error:string?"},
+	{"Deployment", "A served model: its replicas are jobs",
+	 "name:string owner:string model:string "
+	 "replicas_wanted:integer replicas_ready:integer generation:integer "
+	 "fallback:string? limits:object created_at_ms:integer "
+	 "updated_at_ms:integer rollout:object? ~spec:object "
+	 "replicas:[Replica] ~follows:string? ~model_version:integer? "
+	 "~kubernetes:object"},
+	{"Replica", NULL,
+	 "replica:integer job:integer? state:string ready:boolean "
+	 "restarts:integer address:string? node:string? zone:string?"},
+	{"Key", "A gateway key (never its secret or hash)",
+	 "name:string deployments:[string] rpm:integer tpm:integer "
+	 "quota_day:integer quota_month:integer created_by:string? "
+	 "created_at_ms:integer"},
+	{"GatewayConfig", "What the gateway serves: deployments and keys",
+	 "generation:integer deployments:[object] keys:[object]"},
+	{"ModelSummary", NULL,
+	 "name:string versions:integer latest:integer? aliases:{integer} "
+	 "created_at_ms:integer updated_at_ms:integer"},
+	{"Model", "A model (NAME) or one of its versions (NAME@VERSION, "
+	 "NAME@ALIAS)",
+	 "name:string ~versions:[object] ~aliases:[object]|[string] "
+	 "~version:integer ~manifest:object ~signatures:[object] "
+	 "~trusted:boolean ~store:string ~evaluations:[object]"},
+	{"ModelVersion", "A version just registered",
+	 "name:string version:integer files:integer bytes:integer "
+	 "alias:string? manifest:object"},
+	{"AliasMove", "An alias moved by promote or rollback",
+	 "name:string alias:string version:integer from:integer?"},
+	{"Revalidation", NULL,
+	 "name:string alias:string every_ms:integer thresholds:object "
+	 "rollback:boolean next_at_ms:integer"},
+	{"WorkflowRun", "A workflow run; the list leaves out steps, order "
+	 "and files",
+	 "id:integer name:string owner:string state:string reason:string? "
+	 "filename:string? digest:string? revision:string? "
+	 "submitted_at_ms:integer started_at_ms:integer "
+	 "ended_at_ms:integer steps_total:integer steps_by_state:{integer} "
+	 "~steps:[Step] ~order:[string] ~files:[string] ~cost_usd:number? "
+	 "~gpu_seconds:number ~cost_unpriced:boolean"},
+	{"Step", NULL,
+	 "name:string state:string needs:[string] job:integer? "
+	 "attempts:integer retries:integer started_at_ms:integer "
+	 "ended_at_ms:integer reason:string? metrics:object? "
+	 "~attempt_history:[object]"},
+	{"Pool", NULL,
+	 "name:string provider:string sku:string? gpus:integer min:integer "
+	 "max:integer current:integer nodes:[object]"},
+	{"Rolling", "Rolling maintenance of a pool",
+	 "pool:string command:string state:string node:string? step:string? "
+	 "done:[string] nodes:integer started_at_ms:integer "
+	 "ended_at_ms:integer error:string?"},
+	{"CostRow", NULL,
+	 "key:string gpu_seconds:number cost_usd:number? "
+	 "total_cost_usd:number? unpriced:boolean|integer"},
+};
+
+const size_t oa_n_objects = sizeof(oa_objects) / sizeof(oa_objects[0]);
