@@ -27,7 +27,8 @@ packages=(
   python3-h11
   # tests/e2e/test_openapi.py and the contract check: JSON Schema 2020-12;
   # tests/e2e/test_python_client.py type-checks python/kiln with mypy
-  python3-jsonschema python3-mypy
+  # (typeshed has the stubs of requests)
+  python3-jsonschema python3-mypy python3-typeshed
   # benchmarks (bench/sim/bound.py): glpsol solves the packing bound's
   # linear program
   glpk-utils

@@ -63,13 +63,16 @@ const struct oa_object oa_objects[] = {
 	 "id:integer name:string role:Role created_by:string? "
 	 "created_at_ms:integer revoked_at_ms:integer "
 	 "last_used_at_ms:integer"},
+	{"Removed", "What a revoke or delete answers: the name, and "
+	 "revoked or deleted",
+	 "name:string ~revoked:boolean ~deleted:boolean"},
 	{"AuditRow", NULL,
 	 "id:integer time_ms:integer actor:string role:string? "
 	 "action:string object:string? outcome:string detail:string? "
 	 "hash:string?"},
 	{"Alert", NULL,
 	 "id:integer rule:string severity:string state:string "
-	 "fingerprint:string labels:{string} summary:string? value:number? "
+	 "fingerprint:string labels:object summary:string? value:number? "
 	 "active_at_ms:integer fired_at_ms:integer resolved_at_ms:integer"},
 	{"Event", "One line of the event stream; the other fields depend on "
 	 "type (job.state, node.state, alert.firing, deployment.state, ...)",
@@ -124,7 +127,8 @@ const struct oa_object oa_objects[] = {
 	 "ended_at_ms:integer reason:string? metrics:object? "
 	 "~attempt_history:[object]"},
 	{"Pool", NULL,
-	 "name:string provider:string sku:string? gpus:integer min:integer "
+	 "name:string provider:string sku:string? gpus:integer|string "
+	 "min:integer "
 	 "max:integer current:integer nodes:[object]"},
 	{"Rolling", "Rolling maintenance of a pool",
 	 "pool:string command:string state:string node:string? step:string? "
