@@ -300,10 +300,19 @@ class Jobs:
     def logs(self, job_id: int, task: int = 0, attempt: Optional[int] = None,
              follow: bool = False) -> Iterator[str]:
         """A task's output, line by line; with follow, until the task has
-        ended and its log is drained."""
+        ended and its log is drained, waiting first for a queued job to
+        start (nothing when it ends without starting)."""
         params: Dict[str, Any] = {"task": task, "follow": int(follow)}
         if attempt is not None:
             params["attempt"] = attempt
+        if follow:
+            while True:
+                job = self.get(job_id)
+                if job.attempts or job.done:
+                    break
+                time.sleep(0.2)
+            if not job.attempts:
+                return iter(())
         return self.c._lines(f"/v1/jobs/{job_id}/logs", params, follow)
 
     def outputs(self, job_id: int) -> List[Output]:
