@@ -189,6 +189,17 @@ static json_t *object_schema(const struct oa_object *o,
 	if (s && o->description)
 		json_object_set_new(s, "description",
 				    json_string(o->description));
+	if (s && o->example) {
+		json_t *example = json_loads(o->example, 0, NULL);
+
+		if (!example) {
+			json_decref(s);
+			kn_errorf(err, KN_EIO, "example",
+				  "the example of %s is not JSON", o->name);
+			return NULL;
+		}
+		json_object_set_new(s, "examples", json_pack("[o]", example));
+	}
 	return s;
 }
 

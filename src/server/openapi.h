@@ -14,6 +14,7 @@
  *            ($ref), [TYPE] (array), {TYPE} (map), A|B (either), and a
  *            trailing '?' for "or null"
  *   enum     an object whose fields start with "enum " lists its values
+ * An object's example, JSON text, becomes its schema's "examples".
  *
  * Rejected: a hand-written docs/openapi.json (it drifts from the code on
  * the first new route), and JSON Schema text in C string literals (hard
@@ -26,11 +27,13 @@
 
 #include "internal.h"
 
-/* One object of the API: its component name and its fields. */
+/* One object of the API: its component name, its fields, and an example
+   answer (JSON text) or NULL. */
 struct oa_object {
 	const char *name;
 	const char *description;
 	const char *fields;
+	const char *example;
 };
 
 /*

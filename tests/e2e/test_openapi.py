@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import requests
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, RefResolver
 
 from conftest import KILN
 
@@ -99,8 +99,12 @@ def test_document_is_valid_openapi_31():
     doc = json.loads(subprocess.run(
         [KILN, "openapi"], capture_output=True, text=True, check=True).stdout)
     Draft202012Validator(OPENAPI_31).validate(doc)
+    resolver = RefResolver("", doc)
     for name, schema in doc["components"]["schemas"].items():
         Draft202012Validator.check_schema(schema)
+        # An object's examples are answers its schema accepts.
+        for example in schema.get("examples", []):
+            Draft202012Validator(schema, resolver=resolver).validate(example)
     op_ids = set()
     schemes = doc["components"]["securitySchemes"]
     for template, method, op in operations(doc):
