@@ -13,7 +13,7 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 
 .PHONY: all deps test-deps demo-deps bench-deps deb-deps fuzz-deps build \
-	test unit e2e asan demo bench fuzz install deb clean
+	test unit e2e asan demo bench fuzz install deb clean openapi
 
 all: build
 
@@ -35,6 +35,10 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD) -j $(NINJA_JOBS)
+
+# The API's OpenAPI document, as the built server describes it.
+openapi: build
+	$(BUILD)/src/cmd/kiln openapi > docs/openapi.json
 
 unit: build
 	meson test -C $(BUILD) --suite unit --print-errorlogs
