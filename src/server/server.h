@@ -64,8 +64,9 @@ struct kn_server_config {
 					 the node name) */
 
 	/* Alerts (docs/alerts.md). */
-	const char *alert_rules;  /* rules file; NULL = the shipped defaults,
-				     "" = no rules (nothing is scraped) */
+	const char *alert_rules;  /* rules file (kn_server_config_check fills
+				     in the shipped one), "" = no rules
+				     (nothing is scraped) */
 	const char *scrape_urls;  /* exporters to scrape, comma-separated
 				     http:// URLs, or NULL */
 	int64_t scrape_interval_ms; /* default 15s */
@@ -76,9 +77,9 @@ struct kn_server_config {
 	int64_t health_interval_ms; /* default 5m; 0 = never */
 	const char *health_root;    /* "/" or a fixture tree */
 	const char *health_sku;     /* VM size for the inventory checks */
-	const char *health_sku_file;/* NULL = the shipped catalogue */
+	const char *health_sku_file;/* default the shipped catalogue */
 	const char *health_kernel_log; /* NULL = ROOT/dev/kmsg */
-	const char *mig_profiles;     /* MIG table; NULL = KN_MIG_FILE */
+	const char *mig_profiles;     /* MIG table; default the shipped one */
 
 	/* Where tasks run (docs/scale-out.md). */
 	const char *executor;         /* "local" (default), "slurm" or
@@ -188,6 +189,13 @@ int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err);
  * use, database refused, bad --gpus).
  */
 int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err);
+
+/*
+ * The API's OpenAPI 3.1 document (GET /v1/openapi.json), as indented JSON
+ * text to free, built from the route tables without a server. NULL with
+ * err naming a route that has no description.
+ */
+char *kn_server_openapi(struct kn_error *err);
 
 /*
  * `kiln audit verify --home DIR`: the check GET /v1/audit/verify makes,
