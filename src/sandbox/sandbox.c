@@ -210,9 +210,19 @@ static bool enterable(const struct kn_sandbox *sb, const struct stat *st)
  * tmpfs instead: the task could not see into it anyway, and what it is
  * shown there is mounted again with enterable directories above it.
  */
+static bool in_list(char *const *list, size_t n, const char *path)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(list[i], path))
+			return true;
+	return false;
+}
+
+/* The shown paths share most of their directories: each is looked at once. */
 static void hide_unenterable(struct kn_sandbox *sb)
 {
-	char buf[4096];
+	char buf[4096], **seen = NULL;
+	size_t n_seen = 0;
 	struct stat st;
 
 	for (size_t i = 0; i < sb->n_shown; i++) {
@@ -222,14 +232,24 @@ static void hide_unenterable(struct kn_sandbox *sb)
 		strcpy(buf, sb->shown[i].path);
 		for (char *p = strchr(buf + 1, '/'); p; p = strchr(p + 1, '/')) {
 			*p = '\0';
-			if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) &&
-			    !enterable(sb, &st)) {
-				add_hide(sb, buf);
+			if (in_list(sb->hide, sb->n_hide, buf))
 				break;
+			if (!in_list(seen, n_seen, buf)) {
+				if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) &&
+				    !enterable(sb, &st)) {
+					add_hide(sb, buf);
+					break;
+				}
+				seen = kn_xrealloc(seen, (n_seen + 1) *
+								 sizeof(char *));
+				seen[n_seen++] = kn_xstrdup(buf);
 			}
 			*p = '/';
 		}
 	}
+	for (size_t i = 0; i < n_seen; i++)
+		free(seen[i]);
+	free(seen);
 }
 
 /* Shorter paths first: a directory is shown before what lies in it. */
@@ -381,25 +401,45 @@ static int write_text(const char *path, const char *text)
 	return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
+/*
+ * mkdir -p, from the end: most of a path exists already, and each
+ * directory that does then costs no call (one for the deepest).
+ */
+static int make_dirs(char *path)
+{
+	char *slash;
+	int rc;
+
+	if (mkdir(path, 0755) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT || !(slash = strrchr(path, '/')) || slash == path)
+		return -1;
+	*slash = '\0';
+	rc = make_dirs(path);
+	*slash = '/';
+	if (rc < 0)
+		return -1;
+	return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* mkdir -p in the new tmpfs's, and the file a non-directory moves onto. */
 static int make_target(const char *path, bool dir)
 {
-	char buf[4096];
+	char buf[4096], *slash;
 	size_t len = strlen(path);
 
 	if (len >= sizeof(buf))
 		return -1;
 	memcpy(buf, path, len + 1);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
 	if (dir)
-		return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
+		return make_dirs(buf);
+	slash = strrchr(buf, '/');
+	if (slash != buf) {
+		*slash = '\0';
+		if (make_dirs(buf) < 0)
+			return -1;
+		*slash = '/';
+	}
 	{
 		int fd = open(buf, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
 			      0644);
