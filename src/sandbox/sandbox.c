@@ -728,6 +728,27 @@ int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
 
 /* ---- what this machine allows ---- */
 
+/*
+ * A user namespace cannot drop supplementary groups (setgroups is denied
+ * there so that none escapes a group-denied file): the server's reach
+ * its tasks, and nodes say which.
+ */
+static void kept_groups(char *desc, size_t len)
+{
+	gid_t groups[MAX_GROUPS];
+	int n = getgroups(MAX_GROUPS, groups);
+	size_t o = (size_t)snprintf(desc, len, "user namespace");
+
+	for (int i = 0, k = 0; i < n && o < len; i++) {
+		if (groups[i] == getgid())
+			continue;
+		o += (size_t)snprintf(desc + o, len - o, "%s%u",
+				      k++ ? "," : "; supplementary groups "
+						  "kept: ",
+				      (unsigned)groups[i]);
+	}
+}
+
 int kn_sandbox_probe(const char *run_as, enum kn_sandbox_mode *mode,
 		     char *desc, size_t len, struct kn_error *err)
 {
@@ -765,7 +786,7 @@ int kn_sandbox_probe(const char *run_as, enum kn_sandbox_mode *mode,
 		snprintf(desc, len, "uid %s, namespaces",
 			 run_as ? run_as : KN_TASK_USER);
 	else
-		snprintf(desc, len, "user namespace");
+		kept_groups(desc, len);
 	*mode = m;
 	return 0;
 }

@@ -32,9 +32,10 @@ class IsolatedServer(Server):
     """A server with secrets in its environment, run as root or, with
     as_user, as that unprivileged user through setpriv."""
 
-    def __init__(self, home, as_user=None, extra=()):
+    def __init__(self, home, as_user=None, extra=(), groups=()):
         super().__init__(home, gpus="2xH100-80GB", extra=extra)
         self.as_user = as_user
+        self.groups = groups  # supplementary groups of an unprivileged one
 
     def start(self):
         url_file = self.home / "server.url"
@@ -50,7 +51,9 @@ class IsolatedServer(Server):
             # test_isolation_limits.py; this suite is about the sandbox.
             args.append("--no-limits")
             args = ["setpriv", f"--reuid={self.as_user.pw_uid}",
-                    f"--regid={self.as_user.pw_gid}", "--clear-groups",
+                    f"--regid={self.as_user.pw_gid}",
+                    (f"--groups={','.join(map(str, self.groups))}"
+                     if self.groups else "--clear-groups"),
                     "--inh-caps=-all", "--", *args]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=log)
@@ -250,6 +253,20 @@ def test_nodes_report_isolation(iso):
     assert nodes[0]["isolation"] == want
     out = iso.cli("nodes", check=True, token=iso.admin_token).stdout
     assert f"isolation: {want}" in out
+
+
+def test_unprivileged_server_says_which_groups_its_tasks_keep(tmp_path):
+    """A user namespace cannot drop the server's supplementary groups:
+    the task has them, and nodes say so."""
+    s = IsolatedServer(make_home(tmp_path, NOBODY), as_user=NOBODY,
+                       groups=(100, 4242)).start()
+    try:
+        nodes = s.request("GET", "/v1/nodes").json()["nodes"]
+        assert nodes[0]["isolation"] == \
+            "user namespace; supplementary groups kept: 100,4242"
+    finally:
+        s.stop()
+        kill_processes_under(s.home)
 
 
 def test_owner_maps_to_unix_user(tmp_path):
