@@ -564,6 +564,8 @@ static const struct cli_command commands[] = {
 	 "usage: kiln exporter [--listen HOST:PORT] [--root DIR]\n"
 	 "                     [--token-file FILE] [--mount LIST]\n"
 	 "                     [--hostname NAME]\n"
+	 "                     [--tls-cert FILE --tls-key FILE\n"
+	 "                      [--tls-client-ca FILE]] [--insecure]\n"
 	 "\n"
 	 "Serve GET /metrics in Prometheus text format: CPU, memory, network,\n"
 	 "disk and filesystem metrics under node_exporter's names, and per-GPU\n"
@@ -580,7 +582,13 @@ static const struct cli_command commands[] = {
 	 "  --mount LIST        only these mount points, comma-separated\n"
 	 "                      (default: every real filesystem)\n"
 	 "  --hostname NAME     the Hostname label of GPU series (default:\n"
-	 "                      this host's name)\n",
+	 "                      this host's name)\n"
+	 "  --tls-cert FILE     serve HTTPS with this certificate chain (PEM),\n"
+	 "  --tls-key FILE      and its key; both reloaded on SIGHUP and when\n"
+	 "                      the files change (docs/tls.md)\n"
+	 "  --tls-client-ca FILE  scrapers must show a client certificate\n"
+	 "                      that chains to a CA in FILE\n"
+	 "  --insecure          allow plain HTTP on a non-loopback address\n",
 	 false},
 	{"gateway", cmd_gateway, NULL,
 	 "serve deployments behind one OpenAI-compatible endpoint",
@@ -914,6 +922,9 @@ static void print_help(FILE *f)
 	      "                   ~/.kiln)\n"
 	      "  --token TOKEN    the API token; else $KILN_TOKEN, else the one in\n"
 	      "                   $KILN_HOME/admin.token\n"
+	      "  An https:// server's certificate is verified against the\n"
+	      "  system's CAs, or $KILN_CA (a PEM file); $KILN_CLIENT_CERT and\n"
+	      "  $KILN_CLIENT_KEY give a client certificate (docs/tls.md)\n"
 	      "  -o, --output json|table\n"
 	      "                   how listings are printed (default: table)\n"
 	      "  -h, --help       this help\n"

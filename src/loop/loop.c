@@ -4,6 +4,7 @@
  * a request, when a connection's close callback runs) over the codebase;
  * here they are kept in one file.
  */
+#include "loop/internal.h"
 #include "loop.h"
 
 #include <errno.h>
@@ -99,6 +100,11 @@ void kn_loop_free(struct kn_loop *loop)
 	free(loop->signals);
 	event_base_free(loop->base);
 	free(loop);
+}
+
+struct event_base *loop_base(struct kn_loop *loop)
+{
+	return loop->base;
 }
 
 int kn_loop_run(struct kn_loop *loop)
@@ -522,7 +528,7 @@ static bool http_admit(struct kn_front_req *fr, void *arg)
 }
 
 int kn_http_server_new(struct kn_loop *loop, const char *host, int port,
-		       const struct kn_http_limits *limits,
+		       const struct kn_http_limits *limits, struct kn_tls *tls,
 		       kn_http_handler handler, void *arg,
 		       struct kn_http_server **out, int *out_port,
 		       struct kn_error *err)
@@ -537,6 +543,7 @@ int kn_http_server_new(struct kn_loop *loop, const char *host, int port,
 		.body_idle_ms = KN_HTTP_BODY_IDLE_MS,
 		.max_conns = KN_HTTP_MAX_CONNS,
 		.max_conns_per_client = KN_HTTP_MAX_CONNS_PER_CLIENT,
+		.tls = tls,
 		.handler = http_dispatch,
 		.admit = http_admit,
 	};
@@ -600,6 +607,11 @@ const char *kn_http_query(const struct kn_http_req *req, const char *name)
 const char *kn_http_header(const struct kn_http_req *req, const char *name)
 {
 	return req->fr ? kn_front_req_header(req->fr, name) : NULL;
+}
+
+const char *kn_http_client_cert(const struct kn_http_req *req)
+{
+	return req->fr ? kn_front_req_client_cert(req->fr) : NULL;
 }
 
 const char *kn_http_body(const struct kn_http_req *req, size_t *len)
