@@ -28,4 +28,14 @@ SSL *tls_session_new(struct kn_tls *t, int fd);
  */
 bool tls_peer_name(SSL *ssl, char *name, size_t cap);
 
+/* The loop's client context for https fetches (NULL until made), which
+   the loop frees (loop.c). */
+SSL_CTX **loop_client_ctx(struct kn_loop *loop);
+/* A client session to host on loop's context, verifying the host name
+   (or IP address); NULL when OpenSSL refuses. */
+SSL *tls_client_session(struct kn_loop *loop, const char *host);
+/* Why a client session failed, in buf ("" when TLS is not to blame). */
+void tls_client_failure(SSL *ssl, unsigned long ssl_error, char *buf,
+			size_t cap);
+
 #endif

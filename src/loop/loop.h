@@ -353,8 +353,18 @@ typedef void (*kn_http_fetch_cb)(int status, const char *body, size_t len,
 				 const char *error, void *arg);
 
 /*
- * One HTTP/1.1 request on the loop (plain http:// only: it talks to
- * services on the machine or its link-local metadata endpoint). headers
+ * The CAs https:// fetches on loop trust (a PEM file; NULL: the system's)
+ * and the client certificate they show (cert and key PEM files; key NULL
+ * when it is in cert's file; cert NULL: none). 0, or -EINVAL with err
+ * naming the file.
+ */
+int kn_loop_client_tls(struct kn_loop *loop, const char *ca_file,
+		       const char *cert, const char *key,
+		       struct kn_error *err);
+
+/*
+ * One HTTP/1.1 request on the loop, http:// or https:// (the server's
+ * certificate and host name verified, see kn_loop_client_tls). headers
  * is a NULL-terminated list of "Name: value" strings, body may be NULL.
  * Answers over 1 MiB are refused. Returns 0, or -EINVAL for a URL it
  * cannot use (cb is then never called).

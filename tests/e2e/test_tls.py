@@ -429,3 +429,77 @@ def test_exporter_over_https_with_client_certificates(tmp_path, pki):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, log.read_text()
+
+
+def test_gateway_front_over_https_and_reload(tmp_path, pki):
+    from test_gateway import (Gateway, Upstream, deployment, key,
+                              routes)
+    home = tmp_path / "gw"
+    home.mkdir()
+    up = Upstream("chat").start()
+    (home / "routes.json").write_text(__import__("json").dumps(routes(
+        [deployment("chat", [up])], [key("app", "sk-app", ["chat"])])))
+    for ext in ("pem", "key"):
+        (home / f"tls.{ext}").write_bytes((pki / f"server.{ext}").read_bytes())
+    g = Gateway(home, ["--routes", str(home / "routes.json"), "--workers",
+                       "2", "--tls-cert", str(home / "tls.pem"),
+                       "--tls-key", str(home / "tls.key")]).start()
+    try:
+        assert g.url.startswith("https://127.0.0.1:")
+        r = g.call("sk-app", "chat", verify=str(pki / "ca.pem"))
+        assert r.status_code == 200 and r.json()["served_by"] == "chat"
+        with pytest.raises(requests.exceptions.SSLError):
+            g.call("sk-app", "chat")
+        port = port_of(g.url)
+        first = new_serial(g, pki)
+        replace_files(home, pki, "server2")
+        g.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: new_serial(g, pki) != first,
+                 what="the gateway's new certificate")
+        assert "gateway: TLS certificate reloaded" in g.log.read_text()
+        res = run("curl", "-sS", "--cacert", str(pki / "ca.pem"), "-H",
+                  "Authorization: Bearer sk-app", "-d",
+                  '{"model":"chat","messages":[]}',
+                  f"https://localhost:{port}/v1/chat/completions")
+        assert res.returncode == 0 and "chat" in res.stdout, res.stderr
+    finally:
+        g.stop()
+        up.kill()
+
+
+def test_gateway_polls_a_tls_server_it_trusts(tmp_path):
+    from test_gateway import Gateway
+    shome = tmp_path / "srv"
+    shome.mkdir()
+    s = Server(shome, extra=["--tls-self-signed"]).start()
+    ca = shome / "tls" / "ca.pem"
+    ghome = tmp_path / "gw"
+    ghome.mkdir()
+    args = ["--server", s.url, "--token", s.admin_token]
+    old = os.environ.get("KILN_CA")
+    try:
+        g = Gateway(ghome, args).start()
+        g.stop()
+        assert "not trusted" in g.log.read_text(), g.log.read_text()
+        assert not (ghome / "gateway" / "routes.json").exists()
+        os.environ["KILN_CA"] = str(ca)
+        g = Gateway(ghome, args).start()
+        wait_for(lambda: (ghome / "gateway" / "routes.json").exists(),
+                 what="the routes from the server")
+        g.stop()
+    finally:
+        if old is None:
+            os.environ.pop("KILN_CA", None)
+        else:
+            os.environ["KILN_CA"] = old
+        s.stop()
+        kill_processes_under(shome)
+
+
+def test_gateway_plain_off_loopback_is_refused(tmp_path):
+    (tmp_path / "routes.json").write_text(
+        '{"generation":1,"deployments":[],"keys":[]}')
+    res = run(KILN, "gateway", "--home", str(tmp_path), "--routes",
+              str(tmp_path / "routes.json"), "--listen", "0.0.0.0:0")
+    assert res.returncode == 2 and "--listen" in res.stderr and \
+        "insecure" in res.stderr, res.stderr

@@ -1,8 +1,10 @@
 /*
  * Unit tests for the loop's TLS pieces: the self-signed CA and
  * certificate, loading and the errors that name the setting, seeing the
- * files change and reloading, and the loopback rule for plain listeners.
- * Handshakes and connections are the e2e tests' (tests/e2e/test_tls.py).
+ * files change and reloading, the loopback rule for plain listeners, and
+ * an https fetch against the TLS front on one loop. Client certificates,
+ * reloads under open connections and other clients are the e2e tests'
+ * (tests/e2e/test_tls.py).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "loop/loop.h"
 
@@ -153,12 +157,108 @@ static void test_plain_listeners_stay_on_loopback(void **state)
 	assert_non_null(strstr(err.message, "insecure"));
 }
 
+struct fetch_case {
+	struct kn_loop *loop;
+	int status;
+	char error[512];
+	char client[128];
+};
+
+static void whoami(struct kn_http_req *req, void *arg)
+{
+	struct fetch_case *fc = arg;
+	const char *cn = kn_http_client_cert(req);
+
+	kn_strlcpy(fc->client, cn ? cn : "", sizeof(fc->client));
+	kn_http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+}
+
+static void fetched(int status, const char *body, size_t len,
+		    const char *error, void *arg)
+{
+	struct fetch_case *fc = arg;
+
+	(void)body;
+	(void)len;
+	fc->status = status;
+	kn_strlcpy(fc->error, error ? error : "", sizeof(fc->error));
+	kn_loop_stop(fc->loop);
+}
+
+static void fetch(struct fetch_case *fc, const char *url)
+{
+	fc->status = -1;
+	fc->error[0] = '\0';
+	assert_int_equal(kn_http_fetch(fc->loop, "GET", url, NULL, NULL, 5000,
+				       fetched, fc), 0);
+	assert_int_equal(kn_loop_run(fc->loop), 0);
+}
+
+/* A server on the front with TLS and a fetch over https on one loop:
+   the handshake, the host name check and the CA both ways. */
+static void test_https_fetch_verifies_the_server(void **state)
+{
+	char *dir = temp_dir(), *tls = kn_asprintf("%s/tls", dir);
+	char *ca = kn_asprintf("%s/ca.pem", tls),
+	     *cert = kn_asprintf("%s/server.pem", tls),
+	     *key = kn_asprintf("%s/server.key", tls);
+	struct kn_tls_files files = {.cert = cert, .key = key, .client_ca = ca};
+	struct fetch_case fc = {0};
+	struct kn_http_server *srv = NULL;
+	struct kn_tls *t = NULL;
+	struct kn_error err;
+	char url[128];
+	int port = 0;
+	(void)state;
+
+	assert_int_equal(kn_tls_self_signed(tls, "localhost", &err), 0);
+	assert_int_equal(kn_tls_new(&files, &t, &err), 0);
+	assert_true(kn_tls_verifies_clients(t));
+	fc.loop = kn_loop_new();
+	/* On every address, so that 127.0.0.2 reaches it below. */
+	assert_int_equal(kn_http_server_new(fc.loop, "0.0.0.0", 0, NULL, t,
+					    whoami, &fc, &srv, &port, &err), 0);
+	/* The system's CAs do not know this one. */
+	snprintf(url, sizeof(url), "https://127.0.0.1:%d/", port);
+	fetch(&fc, url);
+	assert_int_equal(fc.status, 0);
+	if (!strstr(fc.error, "not trusted"))
+		fail_msg("error: %s", fc.error);
+	assert_int_equal(kn_loop_client_tls(fc.loop, ca, NULL, NULL, &err), 0);
+	fetch(&fc, url);
+	assert_int_equal(fc.status, 200);
+	assert_string_equal(fc.client, "");
+	snprintf(url, sizeof(url), "https://localhost:%d/", port);
+	fetch(&fc, url);
+	assert_int_equal(fc.status, 200);
+	/* A name the certificate does not hold. */
+	snprintf(url, sizeof(url), "https://127.0.0.2:%d/", port);
+	fetch(&fc, url);
+	assert_int_equal(fc.status, 0);
+	if (!strstr(fc.error, "not trusted"))
+		fail_msg("error: %s", fc.error);
+	/* A client certificate file that is none. */
+	assert_int_equal(kn_loop_client_tls(fc.loop, ca, ca, NULL, &err),
+			 -EINVAL);
+	assert_string_equal(err.field, "client-cert");
+	kn_http_server_free(srv);
+	kn_loop_free(fc.loop);
+	kn_tls_free(t);
+	free(ca);
+	free(cert);
+	free(key);
+	free(tls);
+	remove_dir(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_self_signed_loads_and_keeps_its_ca),
 		cmocka_unit_test(test_errors_name_the_setting),
 		cmocka_unit_test(test_plain_listeners_stay_on_loopback),
+		cmocka_unit_test(test_https_fetch_verifies_the_server),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
