@@ -602,6 +602,8 @@ static const struct cli_command commands[] = {
 	 "usage: kiln exporter [--listen HOST:PORT] [--root DIR]\n"
 	 "                     [--token-file FILE] [--mount LIST]\n"
 	 "                     [--hostname NAME]\n"
+	 "                     [--tls-cert FILE --tls-key FILE\n"
+	 "                      [--tls-client-ca FILE]] [--insecure]\n"
 	 "\n"
 	 "Serve GET /metrics in Prometheus text format: CPU, memory, network,\n"
 	 "disk and filesystem metrics under node_exporter's names, and per-GPU\n"
@@ -618,7 +620,13 @@ static const struct cli_command commands[] = {
 	 "  --mount LIST        only these mount points, comma-separated\n"
 	 "                      (default: every real filesystem)\n"
 	 "  --hostname NAME     the Hostname label of GPU series (default:\n"
-	 "                      this host's name)\n",
+	 "                      this host's name)\n"
+	 "  --tls-cert FILE     serve HTTPS with this certificate chain (PEM),\n"
+	 "  --tls-key FILE      and its key; both reloaded on SIGHUP and when\n"
+	 "                      the files change (docs/tls.md)\n"
+	 "  --tls-client-ca FILE  scrapers must show a client certificate\n"
+	 "                      that chains to a CA in FILE\n"
+	 "  --insecure          allow plain HTTP on a non-loopback address\n",
 	 false},
 	{"gateway", cmd_gateway, NULL,
 	 "serve deployments behind one OpenAI-compatible endpoint",
@@ -632,6 +640,7 @@ static const struct cli_command commands[] = {
 	 "                    [--upstream-timeout DURATION]\n"
 	 "                    [--breaker-failures N] [--breaker-cooldown DURATION]\n"
 	 "                    [--anomaly-window DURATION]\n"
+	 "                    [--tls-cert FILE --tls-key FILE] [--insecure]\n"
 	 "\n"
 	 "Serve /v1/chat/completions, /v1/completions and /v1/embeddings,\n"
 	 "routed by the body's \"model\" (a deployment's name), and /v1/models,\n"
@@ -689,6 +698,15 @@ static const struct cli_command commands[] = {
 	 "  --anomaly-window DURATION  the window a deployment's signals are\n"
 	 "                       averaged over for anomaly detection; the band\n"
 	 "                       is learned from the first 10 (default 10s)\n"
+	 "  --tls-cert FILE, --tls-key FILE  serve HTTPS with this certificate\n"
+	 "                       chain and key (PEM), reloaded on SIGHUP and\n"
+	 "                       when the files change\n"
+	 "  --insecure           allow plain HTTP on a non-loopback address\n"
+	 "                       (refused by default: keys and prompts would\n"
+	 "                       cross in clear)\n"
+	 "An https:// server is verified against the system's CAs or $KILN_CA;\n"
+	 "$KILN_CLIENT_CERT and $KILN_CLIENT_KEY give the gateway a client\n"
+	 "certificate for it (docs/tls.md).\n"
 	 "\n"
 	 "Exit status: 0 after a clean stop, 1 when start-up failed, 2 on a\n"
 	 "usage error, 3 when no server is given or found (and no --routes).\n",
@@ -979,6 +997,9 @@ void cli_print_help(FILE *f)
 	      "                   ~/.kiln)\n"
 	      "  --token TOKEN    the API token; else $KILN_TOKEN, else the one in\n"
 	      "                   $KILN_HOME/admin.token\n"
+	      "  An https:// server's certificate is verified against the\n"
+	      "  system's CAs, or $KILN_CA (a PEM file); $KILN_CLIENT_CERT and\n"
+	      "  $KILN_CLIENT_KEY give a client certificate (docs/tls.md)\n"
 	      "  -o, --output table|wide|json|yaml|name\n"
 	      "                   how listings are printed (default: table, cut\n"
 	      "                   to 80 columns; wide: nothing cut; name: ids\n"

@@ -941,7 +941,8 @@ static bool match(const char *pattern, const char *path, char *param,
 }
 
 /*
- * Who may call route r: the token from the headers, and the route's least
+ * Who may call route r: the token from the headers (else the client
+ * certificate's name, api_tls.c), and the route's least
  * role. true with *c filled, or false when req was answered (401, or 403
  * on the audit record).
  */
@@ -949,6 +950,7 @@ static bool authorize(struct server *s, struct kn_http_req *req,
 		      const struct route *r, struct caller *c)
 {
 	const char *method = kn_http_method(req), *path = kn_http_path(req);
+	const char *authz, *cert;
 	struct kn_error err;
 	struct kn_audit a;
 	char object[96];
@@ -956,7 +958,10 @@ static bool authorize(struct server *s, struct kn_http_req *req,
 	memset(c, 0, sizeof(*c));
 	if (r && r->public_route)
 		return true;
-	if (auth_check(s, kn_http_header(req, "Authorization"), c, &err) < 0) {
+	authz = kn_http_header(req, "Authorization");
+	cert = authz ? NULL : kn_http_client_cert(req);
+	if ((cert ? api_tls_caller(s, cert, c, &err)
+		  : auth_check(s, authz, c, &err)) < 0) {
 		kn_http_reply_error(req, &err);
 		return false;
 	}

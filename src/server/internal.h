@@ -142,6 +142,9 @@ struct server {
 	struct kn_loop *loop;
 	struct kn_store *store;
 	struct kn_http_server *http;
+	struct kn_tls *tls;             /* the API's certificate, or NULL */
+	struct kn_tls_watch *tls_watch; /* reloads it */
+	char *tls_cert_path, *tls_key_path; /* --tls-self-signed's files */
 	struct kn_executor *exec;
 	/* What the services that own jobs tell the job core (jobhooks.h). */
 	struct job_hooks *hooks;
@@ -277,6 +280,18 @@ int auth_bootstrap(struct server *s, struct kn_error *err);
 /* From the Authorization header: 0 and *out, or a negative errno + err. */
 int auth_check(struct server *s, const char *header, struct caller *out,
 	       struct kn_error *err);
+
+/* api_tls.c */
+/* Load the API's certificate when TLS is asked for, and watch it. */
+int api_tls_start(struct server *s, struct kn_error *err);
+void api_tls_stop(struct server *s);
+/*
+ * The caller a verified client certificate's common name stands for:
+ * 0 and *out (the name, the role --tls-client-role gives it), or -EACCES
+ * and err (401) when no line names it.
+ */
+int api_tls_caller(struct server *s, const char *name, struct caller *out,
+		   struct kn_error *err);
 
 /* api.c */
 void api_handle(struct kn_http_req *req, void *arg);
