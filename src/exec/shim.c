@@ -260,9 +260,10 @@ static const char *const shim_files[] = {
 /*
  * The task's environment and sandbox, built before the fork. The local
  * executor's shim isolates the task wholly; under Slurm, whose allocation
- * sets the user and the files, only its processes (a pid namespace, so
- * the task dies with the shim and sees no other process); in a pod the
- * pod isolates it. All three build its environment.
+ * sets the user, /tmp and the devices, it gives the task a pid namespace
+ * (so the task dies with the shim and sees no other process) and hides
+ * $KILN_HOME but the task's own directories; in a pod the pod isolates
+ * it. All three build its environment.
  */
 static int prepare_sandbox(struct shim *s, struct kn_error *err)
 {

@@ -282,7 +282,7 @@ static int sandbox_fill(struct kn_sandbox *sb,
 	if (sb->mode == KN_SANDBOX_UID) {
 		rc = resolve_user(sb, cfg->run_as ? cfg->run_as : KN_TASK_USER,
 				  err);
-	} else {
+	} else if (sb->mode == KN_SANDBOX_USERNS) {
 		pw = getpwuid(getuid());
 		sb->user = kn_xstrdup(pw ? pw->pw_name : "");
 		/* The shim's own home holds its user's credentials. */
@@ -290,7 +290,9 @@ static int sandbox_fill(struct kn_sandbox *sb,
 			add_hide(sb, pw->pw_dir);
 	}
 	identity_maps(sb);
-	add_hide(sb, "/tmp");
+	/* Under Slurm, /tmp and /dev are the allocation's to give. */
+	if (sb->mode != KN_SANDBOX_PROCS)
+		add_hide(sb, "/tmp");
 	if (cfg->hide)
 		add_hide(sb, cfg->hide);
 	if (cfg->task_dir)
@@ -299,11 +301,13 @@ static int sandbox_fill(struct kn_sandbox *sb,
 		rc = prepare_writable(sb, *w, true, err);
 	for (const char *const *v = cfg->visible; rc == 0 && v && *v; v++)
 		rc = show(sb, *v, false, err);
-	for (const char *const *d = dev_nodes; rc == 0 && *d; d++)
+	for (const char *const *d = dev_nodes;
+	     rc == 0 && sb->mode != KN_SANDBOX_PROCS && *d; d++)
 		rc = show(sb, *d, false, err);
-	if (rc == 0)
+	if (rc == 0 && sb->mode != KN_SANDBOX_PROCS)
 		rc = show(sb, "/dev/pts", false, err);
-	for (const char *const *d = cfg->devices; rc == 0 && d && *d; d++)
+	for (const char *const *d = cfg->devices;
+	     rc == 0 && sb->mode != KN_SANDBOX_PROCS && d && *d; d++)
 		rc = show(sb, *d, false, err);
 	for (const char *const *f = cfg->read_only; rc == 0 && f && *f; f++)
 		rc = show(sb, *f, true, err);
@@ -324,9 +328,7 @@ int kn_sandbox_new(const struct kn_sandbox_config *cfg,
 	/* Without root, only a user namespace lets it make the others. */
 	sb->userns = sb->mode == KN_SANDBOX_USERNS ||
 		     (sb->mode == KN_SANDBOX_PROCS && geteuid() != 0);
-	if (sb->mode == KN_SANDBOX_PROCS)
-		identity_maps(sb);
-	else if (sb->mode != KN_SANDBOX_NONE)
+	if (sb->mode != KN_SANDBOX_NONE)
 		rc = sandbox_fill(sb, cfg, err);
 	if (rc < 0) {
 		kn_sandbox_free(sb);
@@ -531,7 +533,8 @@ static int build_view(const struct kn_sandbox *sb, char *why, size_t len)
 	for (size_t i = 0; i < sb->n_shown; i++)
 		if ((shown[i].fd = clone_tree(shown[i].path)) < 0)
 			return fail(why, len, "cannot clone", shown[i].path);
-	if (hide_under(sb, "", why, len) < 0 || make_dev(why, len) < 0)
+	if (hide_under(sb, "", why, len) < 0 ||
+	    (sb->mode != KN_SANDBOX_PROCS && make_dev(why, len) < 0))
 		return -1;
 	for (size_t i = 0; rc == 0 && i < sb->n_shown; i++) {
 		rc = show_again(&shown[i], why, len);
@@ -703,15 +706,8 @@ int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
 
 	if (sb->mode == KN_SANDBOX_NONE)
 		return exec_task(workdir, argv, envp, why, len);
-	if (map_ids(sb, why, len) < 0)
+	if (map_ids(sb, why, len) < 0 || build_view(sb, why, len) < 0)
 		return -1;
-	if (sb->mode == KN_SANDBOX_PROCS) {
-		/* Only the fresh /proc below: it must not reach the host. */
-		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-			return fail(why, len, "cannot make mounts private", "/");
-	} else if (build_view(sb, why, len) < 0) {
-		return -1;
-	}
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, NULL);
 	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,

@@ -18,10 +18,12 @@
  * - environment: built from the launch's entries and a short allow-list
  *   of the shim's own (kn_sandbox_env_build), never inherited whole.
  *
- * Under Slurm (KN_SANDBOX_PROCS) Slurm decides the user and the files;
- * the shim adds only the process boundary: the pid namespace with its
+ * Under Slurm (KN_SANDBOX_PROCS) Slurm decides the user, /tmp and the
+ * devices; the shim adds the process boundary (the pid namespace with its
  * fresh /proc and init, so the task neither outlives its shim nor sees
- * the shim or any other process of the job's user.
+ * the shim or any other process of the job's user) and hides $KILN_HOME
+ * but the task's own directories, which other jobs run as the same Unix
+ * user could otherwise read.
  *
  * Rejected: running tasks under bubblewrap or a container runtime. Either
  * is one more program to install on every node, and the shim must keep
@@ -93,8 +95,9 @@ enum kn_sandbox_mode {
 	KN_SANDBOX_NONE,   /* the operator's --unisolated */
 	KN_SANDBOX_UID,    /* root: another user, plus namespaces */
 	KN_SANDBOX_USERNS, /* unprivileged: a user namespace, plus the rest */
-	/* Under Slurm: a pid namespace (in a user namespace when not root)
-	   and no_new_privs; the user and the files stay Slurm's. */
+	/* Under Slurm: a pid namespace (in a user namespace when not root),
+	   $KILN_HOME hidden but the task's own directories, no_new_privs;
+	   the user, /tmp and /dev stay Slurm's. */
 	KN_SANDBOX_PROCS,
 };
 

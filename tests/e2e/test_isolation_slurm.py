@@ -167,3 +167,47 @@ def test_slurm_owner_map_picks_the_unix_user(tmp_path, slurm_env,
         for name in names:
             wait_for(lambda: not squeue_ids(slurm_env, name), timeout=30,
                      what="the Slurm job to leave the queue")
+
+
+def test_slurm_task_sees_none_of_the_home_but_its_own_directories(
+        tmp_path, slurm_env, task_user):  # noqa: F811
+    """Two owners' Slurm jobs run as the same task user: the second can
+    read neither the first's files nor the server's, only its own."""
+    tmp_path.chmod(0o1777)
+    s = Server(tmp_path / "home", gpus="8xH100-80GB",
+               extra=["--executor", "slurm"], env=slurm_env)
+    s.home.mkdir()
+    s.start()
+    names = ["kiln-iso-victim", "kiln-iso-thief"]
+    secret = uuid.uuid4().hex
+    try:
+        victim = s.submit(job_yaml(
+            names[0], ["/bin/sh", "-c",
+                       f'echo {secret} > "$KILN_TASK_DIR/secret"; '
+                       f'echo {secret} > "$KILN_OUTPUT_DIR/secret"'],
+            resources={"cpus": 1, "memory": "64Mi"}, checkpoint={"keep": 1}),
+            token=s.create_token("alice", "user"))
+        job = s.wait_state(victim, ("succeeded", "failed"), timeout=60)
+        assert job["state"] == "succeeded", (job, s.logs(victim))
+        planted = [p for p in s.home.rglob("secret")]
+        assert planted
+        targets = [s.home / "admin.token", s.home / "kiln.db", *planted]
+        script = "; ".join(f'cat "{p}"' for p in targets)
+        script += '; echo mine > "$KILN_TASK_DIR/mine" && cat "$KILN_TASK_DIR/mine"'
+        thief = s.submit(job_yaml(names[1], ["/bin/sh", "-c", script],
+                                  resources={"cpus": 1, "memory": "64Mi"}),
+                         token=s.create_token("bob", "user"))
+        s.wait_state(thief, ("succeeded", "failed"), timeout=60)
+        log = s.logs(thief)
+        assert "mine" in log, log
+        for p in targets:
+            assert f"{p}: No such file or directory" in log, log
+        assert secret not in log and s.admin_token not in log
+    finally:
+        s.stop()
+        for name in names:
+            subprocess.run(["scancel", "-n", name], env=slurm_env,
+                           timeout=30)
+        for name in names:
+            wait_for(lambda: not squeue_ids(slurm_env, name), timeout=30,
+                     what="the Slurm job to leave the queue")
