@@ -21,6 +21,15 @@ SECRETS = {
 }
 
 
+def cancel_all(slurm_env, names):
+    """Leave the cluster as found: the named jobs cancelled and gone."""
+    for name in names:
+        subprocess.run(["scancel", "-n", name], env=slurm_env, timeout=30)
+    for name in names:
+        wait_for(lambda: not squeue_ids(slurm_env, name), timeout=30,
+                 what=f"Slurm job {name} to leave the queue")
+
+
 @pytest.fixture(scope="module")
 def task_user():
     """The account a root server runs Slurm tasks as when none is named."""
@@ -67,9 +76,7 @@ def test_slurm_job_runs_as_the_task_user_without_server_secrets(
         assert owner == pwd.getpwnam(task_user).pw_uid
     finally:
         s.stop()
-        subprocess.run(["scancel", "-n", name], env=slurm_env, timeout=30)
-        wait_for(lambda: not squeue_ids(slurm_env, name), timeout=30,
-                 what="the Slurm job to leave the queue")
+        cancel_all(slurm_env, [name])
 
 
 def live_marked(mark):
@@ -130,9 +137,7 @@ def test_slurm_task_dies_with_its_shim_and_sees_no_other_process(
         for pid in live_marked(mark):
             os.kill(pid, signal.SIGKILL)
         s.stop()
-        subprocess.run(["scancel", "-n", name], env=slurm_env, timeout=30)
-        wait_for(lambda: not squeue_ids(slurm_env, name), timeout=30,
-                 what="the Slurm job to leave the queue")
+        cancel_all(slurm_env, [name])
 
 
 def test_slurm_owner_map_picks_the_unix_user(tmp_path, slurm_env,
@@ -161,12 +166,7 @@ def test_slurm_owner_map_picks_the_unix_user(tmp_path, slurm_env,
             assert s.logs(jid).strip() == want
     finally:
         s.stop()
-        for name in names:
-            subprocess.run(["scancel", "-n", name], env=slurm_env,
-                           timeout=30)
-        for name in names:
-            wait_for(lambda: not squeue_ids(slurm_env, name), timeout=30,
-                     what="the Slurm job to leave the queue")
+        cancel_all(slurm_env, names)
 
 
 def test_slurm_task_sees_none_of_the_home_but_its_own_directories(
@@ -205,9 +205,4 @@ def test_slurm_task_sees_none_of_the_home_but_its_own_directories(
         assert secret not in log and s.admin_token not in log
     finally:
         s.stop()
-        for name in names:
-            subprocess.run(["scancel", "-n", name], env=slurm_env,
-                           timeout=30)
-        for name in names:
-            wait_for(lambda: not squeue_ids(slurm_env, name), timeout=30,
-                     what="the Slurm job to leave the queue")
+        cancel_all(slurm_env, names)
