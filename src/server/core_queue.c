@@ -5,6 +5,7 @@
  * placements in one transaction before any shim starts (core_launch.c).
  */
 #include "core_internal.h"
+#include "executors.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -465,7 +466,7 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	if (rc == 0)
 		rc = resolve_inputs(spec, path ? path : filename, filename, err);
 	if (rc == 0)
-		rc = kube_check_inputs(s, spec, filename, err);
+		rc = executor_check_inputs(s, spec, filename, err);
 	if (rc == 0)
 		rc = blobstores_check_job(s, spec, filename, err);
 	if (rc < 0) {
