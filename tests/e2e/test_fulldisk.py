@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for
 
 WAITING = "exit of rank 0 recorded on the node; waiting for disk space to store it"
 
@@ -217,6 +217,28 @@ def test_a_keyed_submit_the_disk_refuses_leaves_nothing(small_home,
         queued = [e["job"] for e in job_events(server)
                   if e["state"] == "queued"]
         assert sorted(queued) == sorted({jid, other})
+        server.stop()
+    finally:
+        end_all(server, small_home)
+
+
+def test_a_server_that_cannot_open_its_store_says_why(small_home, tmp_path):
+    """A home whose disk is full when the server starts: it exits 1 with a
+    message naming the full disk, and starts once there is room."""
+    server = Server(small_home)
+    server.log = tmp_path / "server.log"
+    filler = small_home / "filler"
+    try:
+        server.start()
+        server.stop()
+        fill(filler)
+        res = subprocess.run([KILN, "server", "--listen", "127.0.0.1:0"],
+                             env=dict(os.environ, KILN_HOME=str(small_home)),
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 1, res.stderr
+        assert "kiln.db: no space left on its disk" in res.stderr, res.stderr
+        filler.unlink()
+        server.start()
         server.stop()
     finally:
         end_all(server, small_home)
