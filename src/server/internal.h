@@ -209,6 +209,10 @@ struct server {
 	   (--default-task-cpus, --default-task-memory). */
 	struct kn_sched_defaults defaults;
 	int64_t idem_swept_at; /* when expired idempotency keys went (idempotency.c) */
+	/* A keyed create's transaction is open: the jobs it submits wait
+	   in idem_queued and join the queue only once it commits. */
+	bool idem_open;
+	struct queued_job *idem_queued;
 };
 
 /* idempotency.c: creates that a retry with the same Idempotency-Key repeats */
