@@ -701,7 +701,10 @@ void jobs_tick(void *arg)
 			char in[32];
 			kn_format_duration(q->not_before - now, in, sizeof(in));
 			snprintf(q->reason, sizeof(q->reason),
-				 "waiting for retry backoff (%s left)", in);
+				 q->disk_wait ? "waiting for disk space to start "
+						"(next try in %s)"
+					      : "waiting for retry backoff (%s "
+						"left)", in);
 			if (!next_wake || q->not_before < next_wake)
 				next_wake = q->not_before;
 			continue;

@@ -41,6 +41,7 @@ struct queued_job {
 	char *owner;      /* the submitting token's name, or NULL: unknown */
 	char reason[256]; /* why it waits; memory only, recomputed each tick */
 	bool preempting;  /* lower-priority jobs are being evicted for it */
+	bool disk_wait;   /* back because a full disk refused its start */
 	struct queued_job *next;
 };
 
@@ -72,6 +73,8 @@ struct run {
 	int stop_signal;       /* 0 = SIGTERM */
 	int64_t stop_grace_ms; /* -1 = the server's kill grace */
 	char stop_reason[128]; /* why: cancel, a failed gang member, a crash */
+	bool launch_no_space;  /* a task could not start for a full disk:
+				  the job goes back to the queue, not failed */
 	int64_t requeue_at;    /* set by finish_run when the job goes back */
 	char *checkpoint_dir;  /* KILN_CHECKPOINT_DIR of every task */
 	char *output_dir;      /* KILN_OUTPUT_DIR of every task */
