@@ -8,6 +8,7 @@
  * URL talks to a server that already knows every job it knew before.
  */
 #include "service.h"
+#include "executors.h"
 
 #include "ckpt/ckpt.h"
 
@@ -427,7 +428,6 @@ static void server_release(struct server *s)
 	services_stop(s);
 	jobs_free_all(s);
 	fair_release(s);
-	kube_stop(s);
 	kn_executor_free(s->exec);
 	free(s->blob_url);
 	blobstores_free(s);
@@ -541,12 +541,11 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		free(s.home);
 		return lock_fd;
 	}
-	rc = slurm_config_check(cfg, err);
+	rc = backup_config_check(cfg, err);
 	if (rc == 0)
-		rc = backup_config_check(cfg, err);
+		rc = executors_create(&s, err);
 	if (rc < 0)
 		goto out;
-	s.exec = slurm_executor_chosen(cfg);
 	rc = limits_start(&s, err);
 	if (rc < 0)
 		goto out;
@@ -570,9 +569,6 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	   the job core through their hooks from the first job's end on. */
 	s.hooks = job_hooks_new();
 	services_hook(&s);
-	rc = kube_start(&s, err);
-	if (rc < 0)
-		goto out;
 	rc = home_open(&s, err);
 	if (rc < 0)
 		goto out;

@@ -10,6 +10,7 @@
  * it names the keys the server signs with.
  */
 #include "server/server.h"
+#include "server/executors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -383,13 +384,9 @@ int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err)
 
 	if (rc)
 		return rc;
-	if ((cfg->kube_namespace || cfg->kubeconfig || cfg->kube_context ||
-	     cfg->kube_image || cfg->kube_scheduler || cfg->kube_shim_image) &&
-	    strcmp(cfg->executor, "kubernetes") != 0)
-		return kn_errorf(err, KN_EINVAL, "executor", "--kube-namespace, "
-				 "--kubeconfig, --kube-context, --image, "
-				 "--kube-scheduler-name and --kube-shim-image "
-				 "need --executor kubernetes");
+	rc = executors_config_check(cfg, err);
+	if (rc)
+		return rc;
 	if (cfg->azure_events && !cfg->azure_events_url)
 		cfg->azure_events_url = KN_AZURE_EVENTS_URL;
 	shipped_default(cfg, &cfg->alert_rules, "alert-rules.yaml");
