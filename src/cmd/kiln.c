@@ -23,7 +23,9 @@ static const struct cli_command commands[] = {
 	 cmd_server_help,
 	 false},
 	{"submit", cmd_submit, NULL, "submit a job spec and print its id",
-	 "usage: kiln submit FILE [--wait | -f] [--hold]\n"
+	 "usage: kiln submit FILE [--wait | -f] [--hold] [--name N]\n"
+	 "                   [--env K=V]... [--gpus G] [--tasks N]\n"
+	 "                   [--priority P] [--preemptible]\n"
 	 "\n"
 	 "Submit the job spec in FILE (YAML or JSON; - reads standard input)\n"
 	 "and print the new job's id alone on standard output, so scripts can\n"
@@ -32,6 +34,10 @@ static const struct cli_command commands[] = {
 	 "(more GPUs per task than the largest node has) is refused, with why.\n"
 	 "\n"
 	 "  --hold  queue it anyway, for a node that may join\n"
+	 "  --name N, --env K=V (repeatable), --gpus G, --tasks N,\n"
+	 "  --priority P, --preemptible\n"
+	 "          override the file's field for this job; checked as the\n"
+	 "          file is, and listed by `kiln show` as overrides\n"
 	 "  --wait  wait for the job to end, print its final state on standard\n"
 	 "          error, and exit 0 if it succeeded, 4 if it failed, 5 if it\n"
 	 "          was cancelled\n"
