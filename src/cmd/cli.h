@@ -100,6 +100,7 @@ int cmd_audit(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_backup(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_validate(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_version(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_openapi(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_sim(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv);
@@ -126,6 +127,12 @@ int cmd_advise(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_cost(struct cli_ctx *ctx, int argc, char **argv);
 /* cmd_workflow.c: workflow runs. */
 int cmd_workflow(struct cli_ctx *ctx, int argc, char **argv);
+/* cmd_man.c: manual pages and shell completion from the command table. */
+int cmd_man(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_completion(struct cli_ctx *ctx, int argc, char **argv);
+/* kiln.c: the command table, and `kiln --help`. */
+const struct cli_command *cli_commands(size_t *n);
+void cli_print_help(FILE *f);
 
 /* Flags. */
 

@@ -195,7 +195,7 @@ static int reval_body(const struct cli_ctx *ctx, const char *file,
 	int rc = CLI_GO, read_rc;
 
 	*body = NULL;
-	if (kn_model_presets_load(KN_PRESET_FILE, &presets, &err) < 0 ||
+	if (kn_model_presets_load_shipped(&presets, &err) < 0 ||
 	    kn_deployment_spec_parse(text, len, name, presets, &spec, &err) < 0 ||
 	    !spec->revalidate || !spec->revalidate->job_file)
 		goto out;

@@ -73,7 +73,7 @@ static int validate_deployment(struct cli_ctx *ctx, const char *text,
 	struct kn_buf summary;
 	json_t *normalized;
 
-	if (kn_model_presets_load(KN_PRESET_FILE, &presets, &err) < 0 ||
+	if (kn_model_presets_load_shipped(&presets, &err) < 0 ||
 	    kn_deployment_spec_parse(text, len, name, presets, &d, &err) < 0) {
 		fprintf(stderr, "%s\n",
 			err.message[0] ? err.message : "invalid deployment spec");

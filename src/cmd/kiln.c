@@ -616,6 +616,8 @@ static const struct cli_command commands[] = {
 	 "usage: kiln exporter [--listen HOST:PORT] [--root DIR]\n"
 	 "                     [--token-file FILE] [--mount LIST]\n"
 	 "                     [--hostname NAME]\n"
+	 "                     [--tls-cert FILE --tls-key FILE\n"
+	 "                      [--tls-client-ca FILE]] [--insecure]\n"
 	 "\n"
 	 "Serve GET /metrics in Prometheus text format: CPU, memory, network,\n"
 	 "disk and filesystem metrics under node_exporter's names, and per-GPU\n"
@@ -632,7 +634,13 @@ static const struct cli_command commands[] = {
 	 "  --mount LIST        only these mount points, comma-separated\n"
 	 "                      (default: every real filesystem)\n"
 	 "  --hostname NAME     the Hostname label of GPU series (default:\n"
-	 "                      this host's name)\n",
+	 "                      this host's name)\n"
+	 "  --tls-cert FILE     serve HTTPS with this certificate chain (PEM),\n"
+	 "  --tls-key FILE      and its key; both reloaded on SIGHUP and when\n"
+	 "                      the files change (docs/tls.md)\n"
+	 "  --tls-client-ca FILE  scrapers must show a client certificate\n"
+	 "                      that chains to a CA in FILE\n"
+	 "  --insecure          allow plain HTTP on a non-loopback address\n",
 	 false},
 	{"gateway", cmd_gateway, NULL,
 	 "serve deployments behind one OpenAI-compatible endpoint",
@@ -646,6 +654,7 @@ static const struct cli_command commands[] = {
 	 "                    [--upstream-timeout DURATION]\n"
 	 "                    [--breaker-failures N] [--breaker-cooldown DURATION]\n"
 	 "                    [--anomaly-window DURATION]\n"
+	 "                    [--tls-cert FILE --tls-key FILE] [--insecure]\n"
 	 "\n"
 	 "Serve /v1/chat/completions, /v1/completions and /v1/embeddings,\n"
 	 "routed by the body's \"model\" (a deployment's name), and /v1/models,\n"
@@ -703,6 +712,15 @@ static const struct cli_command commands[] = {
 	 "  --anomaly-window DURATION  the window a deployment's signals are\n"
 	 "                       averaged over for anomaly detection; the band\n"
 	 "                       is learned from the first 10 (default 10s)\n"
+	 "  --tls-cert FILE, --tls-key FILE  serve HTTPS with this certificate\n"
+	 "                       chain and key (PEM), reloaded on SIGHUP and\n"
+	 "                       when the files change\n"
+	 "  --insecure           allow plain HTTP on a non-loopback address\n"
+	 "                       (refused by default: keys and prompts would\n"
+	 "                       cross in clear)\n"
+	 "An https:// server is verified against the system's CAs or $KILN_CA;\n"
+	 "$KILN_CLIENT_CERT and $KILN_CLIENT_KEY give the gateway a client\n"
+	 "certificate for it (docs/tls.md).\n"
 	 "\n"
 	 "Exit status: 0 after a clean stop, 1 when start-up failed, 2 on a\n"
 	 "usage error, 3 when no server is given or found (and no --routes).\n",
@@ -886,10 +904,31 @@ static const struct cli_command commands[] = {
 	 "                    4 for file://; the server's sync uses 1)\n"
 	 "  --single-put S, --parallel N, --block-size S  as for kiln blob\n",
 	 false},
+	{"openapi", cmd_openapi, NULL, "print the API's OpenAPI 3.1 document",
+	 "usage: kiln openapi\n"
+	 "\n"
+	 "Print the OpenAPI 3.1 description of the HTTP API (JSON), the same\n"
+	 "document a server answers at GET /v1/openapi.json; needs no server.\n"
+	 "`make openapi` writes it to docs/openapi.json.\n",
+	 false},
 	{"version", cmd_version, NULL, "print kiln's version",
 	 "usage: kiln version\n"
 	 "\n"
 	 "Print `kiln VERSION`.\n",
+	 false},
+	{"man", cmd_man, NULL, "print a manual page (roff)",
+	 "usage: kiln man [COMMAND]\n"
+	 "\n"
+	 "Print kiln(1), or kiln-COMMAND(1), as roff made from the help texts:\n"
+	 "kiln man ls | man -l -. Installed pages come from this command.\n",
+	 false},
+	{"completion", cmd_completion, NULL,
+	 "print the shell completion script",
+	 "usage: kiln completion bash|zsh\n"
+	 "\n"
+	 "Print completion for bash or zsh: command names, each command's\n"
+	 "flags and subcommands (from their help), files otherwise. The\n"
+	 "package installs both; by hand: source <(kiln completion bash).\n",
 	 false},
 	{"bench", cmd_bench, NULL, "measure collectives the way nccl-tests does",
 	 "usage: kiln bench COLLECTIVE [-b MIN] [-e MAX] [-i STEP | -f FACTOR]\n"
@@ -939,7 +978,13 @@ static const struct cli_command commands[] = {
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
-static void print_help(FILE *f)
+const struct cli_command *cli_commands(size_t *n)
+{
+	*n = N_COMMANDS;
+	return commands;
+}
+
+void cli_print_help(FILE *f)
 {
 	size_t i;
 	int width = 0;
@@ -966,6 +1011,9 @@ static void print_help(FILE *f)
 	      "                   ~/.kiln)\n"
 	      "  --token TOKEN    the API token; else $KILN_TOKEN, else the one in\n"
 	      "                   $KILN_HOME/admin.token\n"
+	      "  An https:// server's certificate is verified against the\n"
+	      "  system's CAs, or $KILN_CA (a PEM file); $KILN_CLIENT_CERT and\n"
+	      "  $KILN_CLIENT_KEY give a client certificate (docs/tls.md)\n"
 	      "  -o, --output table|wide|json|yaml|name\n"
 	      "                   how listings are printed (default: table, cut\n"
 	      "                   to 80 columns; wide: nothing cut; name: ids\n"
@@ -1019,7 +1067,7 @@ static int help_command(struct cli_ctx *ctx, int argc, char **argv)
 	const struct cli_command *cmd;
 
 	if (argc < 2) {
-		print_help(stdout);
+		cli_print_help(stdout);
 		return CLI_EXIT_OK;
 	}
 	cmd = find_command(argv[1]);
@@ -1037,7 +1085,7 @@ int main(int argc, char **argv)
 
 	for (i = 1; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			print_help(stdout);
+			cli_print_help(stdout);
 			return CLI_EXIT_OK;
 		}
 		if (!strcmp(argv[i], "--version")) {
@@ -1052,7 +1100,7 @@ int main(int argc, char **argv)
 	if (rc != CLI_GO)
 		return rc;
 	if (i == argc) {
-		print_help(stderr);
+		cli_print_help(stderr);
 		return CLI_EXIT_USAGE;
 	}
 	if (!strcmp(argv[i], "help"))

@@ -109,8 +109,7 @@ static int pools_price(const struct cli_ctx *ctx, struct pool_list *l)
 	struct kn_error err = {0};
 	int rc = CLI_GO;
 
-	if (kn_catalog_load(cat, KN_GPU_SKU_FILE, &err) < 0 ||
-	    kn_catalog_load(cat, KN_CPU_SKU_FILE, &err) < 0) {
+	if (kn_catalog_load_shipped(cat, &err) < 0) {
 		rc = cli_fail(ctx, "%s", err.message);
 		goto out;
 	}

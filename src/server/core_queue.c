@@ -5,6 +5,7 @@
  * placements in one transaction before any shim starts (core_launch.c).
  */
 #include "core_internal.h"
+#include "executors.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -477,7 +478,7 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 	if (rc == 0)
 		rc = resolve_inputs(spec, path ? path : filename, filename, err);
 	if (rc == 0)
-		rc = kube_check_inputs(s, spec, filename, err);
+		rc = executor_check_inputs(s, spec, filename, err);
 	if (rc == 0)
 		rc = blobstores_check_job(s, spec, filename, err);
 	if (rc == 0 && !hold)
@@ -754,7 +755,10 @@ void jobs_tick(void *arg)
 			char in[32];
 			kn_format_duration(q->not_before - now, in, sizeof(in));
 			snprintf(q->reason, sizeof(q->reason),
-				 "waiting for retry backoff (%s left)", in);
+				 q->disk_wait ? "waiting for disk space to start "
+						"(next try in %s)"
+					      : "waiting for retry backoff (%s "
+						"left)", in);
 			if (!next_wake || q->not_before < next_wake)
 				next_wake = q->not_before;
 			continue;
