@@ -23,7 +23,9 @@ static const struct cli_command commands[] = {
 	 cmd_server_help,
 	 false},
 	{"submit", cmd_submit, NULL, "submit a job spec and print its id",
-	 "usage: kiln submit FILE [--wait | -f] [--hold]\n"
+	 "usage: kiln submit FILE [--wait | -f] [--hold] [--name N]\n"
+	 "                   [--env K=V]... [--gpus G] [--tasks N]\n"
+	 "                   [--priority P] [--preemptible]\n"
 	 "\n"
 	 "Submit the job spec in FILE (YAML or JSON; - reads standard input)\n"
 	 "and print the new job's id alone on standard output, so scripts can\n"
@@ -32,6 +34,10 @@ static const struct cli_command commands[] = {
 	 "(more GPUs per task than the largest node has) is refused, with why.\n"
 	 "\n"
 	 "  --hold  queue it anyway, for a node that may join\n"
+	 "  --name N, --env K=V (repeatable), --gpus G, --tasks N,\n"
+	 "  --priority P, --preemptible\n"
+	 "          override the file's field for this job; checked as the\n"
+	 "          file is, and listed by `kiln show` as overrides\n"
 	 "  --wait  wait for the job to end, print its final state on standard\n"
 	 "          error, and exit 0 if it succeeded, 4 if it failed, 5 if it\n"
 	 "          was cancelled\n"
@@ -176,7 +182,7 @@ static const struct cli_command commands[] = {
 	 "  -o json|yaml  print the server's answer instead\n",
 	 false},
 	{"pools", cmd_pools, NULL, "list node pools and autoscaling decisions",
-	 "usage: kiln pools [-o json|table]\n"
+	 "usage: kiln pools [-w] [-o json|yaml|table]\n"
 	 "\n"
 	 "List each node pool (kiln server --pool): its VM size, GPUs, pricing,\n"
 	 "zones and price per GPU-hour from the catalog; nodes up, provisioning\n"
@@ -185,7 +191,9 @@ static const struct cli_command commands[] = {
 	 "how long it has been idle. A queued job that no pool can hold is\n"
 	 "named under blocked.\n"
 	 "\n"
-	 "  -o json  print the server's JSON instead\n",
+	 "  -w, --watch   draw again whenever the server's event stream says\n"
+	 "                something changed (no polling); until interrupted\n"
+	 "  -o json|yaml  print the server's answer instead\n",
 	 false},
 	{"token", cmd_token, NULL, "create, list and revoke API tokens",
 	 "usage: kiln token create --name NAME --role ROLE\n"
@@ -221,7 +229,7 @@ static const struct cli_command commands[] = {
 	 false},
 	{"deployments", cmd_deployments, NULL,
 	 "list deployments, or show one with its replicas",
-	 "usage: kiln deployments [NAME] [-o json|table]\n"
+	 "usage: kiln deployments [NAME] [-w] [-o table|wide|json|yaml|name]\n"
 	 "\n"
 	 "Without NAME: NAME READY (ready/wanted) MODEL OWNER FALLBACK\n"
 	 "GENERATION. With NAME: the deployment and each replica's STATE\n"
@@ -230,7 +238,11 @@ static const struct cli_command commands[] = {
 	 "--executor kubernetes: the Deployment, its Service's cluster DNS\n"
 	 "name, its ready/updated/available counts and rollout state (pending,\n"
 	 "progressing, complete, failed) with the API's reason, the last API\n"
-	 "error, and each pod's STATE, POD, NODE, ZONE, RESTARTS and REASON.\n",
+	 "error, and each pod's STATE, POD, NODE, ZONE, RESTARTS and REASON.\n"
+	 "\n"
+	 "  -w, --watch   draw again whenever the server's event stream says\n"
+	 "                something changed (no polling); until interrupted\n"
+	 "  -o name       the names alone\n",
 	 false},
 	{"scale", cmd_scale, NULL, "set a deployment's number of replicas",
 	 "usage: kiln scale NAME N\n"
@@ -370,7 +382,7 @@ static const struct cli_command commands[] = {
 	 "  cancel  cancel a run: its running step jobs are cancelled\n",
 	 false},
 	{"alerts", cmd_alerts, NULL, "list firing and recently resolved alerts",
-	 "usage: kiln alerts [--all] [-o json|table]\n"
+	 "usage: kiln alerts [--all] [-w] [-o table|wide|json|yaml]\n"
 	 "\n"
 	 "List the alerts the server's rules raised: those firing now, then\n"
 	 "those resolved in the last day, newest first: STATE SEVERITY RULE\n"
@@ -378,8 +390,10 @@ static const struct cli_command commands[] = {
 	 "set on `kiln server` (--alert-rules, --scrape, --alert-webhook); see\n"
 	 "docs/alerts.md.\n"
 	 "\n"
-	 "  --all    every alert recorded, however long ago it resolved\n"
-	 "  -o json  print the server's JSON instead\n",
+	 "  --all         every alert recorded, however long ago it resolved\n"
+	 "  -w, --watch   draw again whenever the server's event stream says\n"
+	 "                something changed (no polling); until interrupted\n"
+	 "  -o json|yaml  print the server's answer instead\n",
 	 false},
 	{"events", cmd_events, NULL, "print or follow the server's event stream",
 	 "usage: kiln events [-f] [--since SEQ]\n"
