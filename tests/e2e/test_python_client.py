@@ -6,6 +6,7 @@ The package is type-checked with mypy --strict."""
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,25 @@ def test_mypy_strict_is_clean():
                          cwd=REPO / "python", capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_installs_with_pip(tmp_path):
+    """pip install ./python: the package, typed (py.typed), importable.
+    Built from a copy, so the checkout gets no build directories."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "python", src,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-build-isolation",
+         "--no-deps", "--no-index", "--target", str(tmp_path / "site"),
+         str(src)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "site" / "kiln" / "py.typed").exists()
+    res = subprocess.run(
+        [sys.executable, "-c", "import kiln; print(kiln.__file__)"],
+        env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")),
+        capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert res.stdout.startswith(str(tmp_path / "site")), res.stderr
 
 
 def test_finds_server_and_token_as_the_cli_does(server, client, monkeypatch):
