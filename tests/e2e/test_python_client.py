@@ -99,6 +99,7 @@ def test_jobs_submit_follow_wait_outputs_and_events(client, tmp_path):
     assert done.state == "succeeded" and done.exit_code == 0
     assert done.attempts_detail[0].tasks[0].state == "exited"
     assert list(client.jobs.logs(job.id)) == ["one", "two"]
+    assert list(client.jobs.logs(job.id, tail=1)) == ["two"]
     wait_for(lambda: client.jobs.outputs(job.id), what="outputs recorded")
     [out] = client.jobs.outputs(job.id)
     assert out.name == "w.bin"
@@ -169,6 +170,13 @@ def test_errors_are_exceptions_naming_code_and_field(server, client):
              what="running")
     with pytest.raises(kiln.Conflict):
         client.jobs.evict(running.id)
+    huge = sh("true", name="huge", tasks=1024)
+    with pytest.raises(kiln.Conflict) as e:
+        client.jobs.submit(huge)
+    assert e.value.field == "resources"
+    held = client.jobs.submit(huge, hold=True)
+    assert held.state == "queued"
+    client.jobs.cancel(held.id)
     client.jobs.cancel(running.id)
     viewer = kiln.Client(token=server.create_token("peek", "viewer"))
     with pytest.raises(kiln.PermissionDenied) as e:
