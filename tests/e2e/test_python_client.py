@@ -7,8 +7,11 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+from urllib.parse import urlsplit
 from pathlib import Path
 
 import pytest
@@ -156,6 +159,80 @@ def test_eviction_and_resume_through_the_client(client):
                                                        "succeeded"]
     assert "make room" in done.attempts_detail[0].reason
     assert list(client.jobs.logs(job.id, attempt=2)) == ["resumed"]
+
+
+class AnswerDropper:
+    """A loopback proxy to the server that passes its first request on
+    but closes the client's connection once the answer starts, without
+    passing it: the server did the work, the client saw the connection
+    break. Later connections are relayed whole."""
+
+    def __init__(self, url):
+        target = urlsplit(url)
+        self.upstream = (target.hostname, target.port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            server = socket.create_connection(self.upstream)
+            drop = self.connections == 1
+            threading.Thread(target=self.pipe, args=(client, server, False),
+                             daemon=True).start()
+            threading.Thread(target=self.pipe, args=(server, client, drop),
+                             daemon=True).start()
+
+    @staticmethod
+    def pipe(src, dst, drop):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data or drop:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.listener.close()
+
+
+def test_a_create_is_sent_again_with_its_idempotency_key(server, client):
+    """The first answer is lost to a broken connection: the client sends
+    the submit again with the same Idempotency-Key and gets the job the
+    first one made; no second job exists."""
+    proxy = AnswerDropper(server.url)
+    try:
+        through = kiln.Client(server=proxy.url, token=server.admin_token,
+                              timeout=10)
+        job = through.jobs.submit(sh("true", name="once"))
+    finally:
+        proxy.close()
+    assert proxy.connections == 2
+    assert [j.id for j in client.jobs.list(name="once")] == [job.id]
+    proxy = AnswerDropper(server.url)
+    try:
+        no_retry = kiln.Client(server=proxy.url, token=server.admin_token,
+                               timeout=10, retries=0)
+        with pytest.raises(kiln.Unavailable) as e:
+            no_retry.jobs.submit(sh("true", name="twice"))
+    finally:
+        proxy.close()
+    assert e.value.field == "server"
+    # That one was made, its answer lost: retries=0 did not send it again.
+    assert len(client.jobs.list(name="twice")) == 1
 
 
 def test_errors_are_exceptions_naming_code_and_field(server, client):
