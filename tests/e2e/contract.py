@@ -6,8 +6,8 @@ its operation and status, else the Error shape. Violations are collected
 and reported at the end of the session, which then fails.
 
 Streams (stream=True) are not read here: that would take their bytes
-from the test. Bodies that are not JSON are checked for their documented
-content type only."""
+from the test. An ndjson answer is checked line by line; other bodies
+that are not JSON are checked for their documented content type only."""
 import json
 import re
 import subprocess
@@ -58,20 +58,23 @@ def _problem(content, response):
         return None
     if ctype not in content:
         return f"content type {ctype!r}, documented {sorted(content)}"
-    if ctype != "application/json":
+    if ctype not in ("application/json", "application/x-ndjson"):
         return None
     try:
-        body = json.loads(response.content)
+        bodies = ([json.loads(response.content)] if ctype == "application/json"
+                  else [json.loads(line) for line in
+                        response.content.splitlines() if line.strip()])
     except ValueError as e:
         return f"not JSON: {e}"
     validator = Draft202012Validator(content[ctype]["schema"],
                                      resolver=RefResolver("", _state["doc"]))
-    error = next(iter(sorted(validator.iter_errors(body),
-                             key=lambda e: list(e.path))), None)
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path) or "(the body)"
-    return f"{where}: {error.message[:200]}"
+    for body in bodies:  # an ndjson answer's schema is each line's
+        error = next(iter(sorted(validator.iter_errors(body),
+                                 key=lambda e: list(e.path))), None)
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path)
+            return f"{where or '(the body)'}: {error.message[:200]}"
+    return None
 
 
 def check(kiln, method, response):
