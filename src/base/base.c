@@ -82,13 +82,14 @@ int kn_errorf(struct kn_error *err, enum kn_errcode code, const char *field,
  * The whole message is escaped (kn_text_escape), not only the arguments
  * that came from outside: a caller cannot forget to, and nothing kiln
  * logs on purpose spans lines. One log record is then always one line,
- * whatever a checkpoint, file or token name holds.
+ * whatever a checkpoint, file or token name holds. URLs lose their query
+ * (kn_url_queries_cut) the same way: no caller can log a store's SAS.
  */
 void kn_log(enum kn_log_level level, const char *fmt, ...)
 {
 	static const char *names[] = {"debug", "info", "warn", "error"};
-	char ts[40], raw[KN_LOG_LINE_MAX], line[KN_LOG_LINE_MAX];
-	size_t raw_len, shown;
+	char ts[40], raw[KN_LOG_LINE_MAX], line[KN_LOG_LINE_MAX], *cut;
+	size_t raw_len, shown, cut_len;
 	va_list ap;
 	int n;
 
@@ -100,10 +101,15 @@ void kn_log(enum kn_log_level level, const char *fmt, ...)
 	va_end(ap);
 	raw_len = n < 0 ? 0 : (size_t)n < sizeof(raw) ? (size_t)n
 						      : sizeof(raw) - 1;
-	shown = kn_text_escape(line, sizeof(line), raw, raw_len, 0);
+	cut = kn_url_queries_cut(raw, raw_len, &cut_len);
+	if (!cut)
+		cut_len = raw_len;
+	shown = kn_text_escape(line, sizeof(line), cut ? cut : raw, cut_len, 0);
+	free(cut);
 	flockfile(stderr);
 	fprintf(stderr, "%s %-5s %s%s\n", ts, names[level], line,
-		shown < (size_t)(n < 0 ? 0 : n) ? " [cut]" : "");
+		shown < cut_len || (n > 0 && (size_t)n > raw_len) ? " [cut]"
+								   : "");
 	funlockfile(stderr);
 }
 

@@ -61,14 +61,26 @@ enum kn_errcode kn_errcode_for_write(int neg_errno);
 /*
  * Logging to stderr with a UTC timestamp; level filtered by kn_log_level.
  * The formatted message is escaped as kn_text_escape does (one record is
- * one line, whatever names it quotes) and cut at KN_LOG_LINE_MAX bytes,
- * marked " [cut]".
+ * one line, whatever names it quotes), URLs lose their query
+ * (kn_url_queries_cut), and it is cut at KN_LOG_LINE_MAX bytes, marked
+ * " [cut]".
  */
 #define KN_LOG_LINE_MAX 8192
 enum kn_log_level { KN_LOG_DEBUG, KN_LOG_INFO, KN_LOG_WARN, KN_LOG_ERROR };
 extern enum kn_log_level kn_log_level;
 void kn_log(enum kn_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/*
+ * Store URLs are shown without their query, which may hold a credential
+ * (an Azure SAS's sig=). kn_url_queries_cut: text with the query ('?' or
+ * '#' to the URL's end) cut from every scheme:// URL in it; NULL when it
+ * has none to cut, else a new string of *out_len bytes. Answers, event
+ * streams and log lines pass through it. kn_url_base_len: the length of
+ * url without its query or fragment, to build URLs below a store's.
+ */
+char *kn_url_queries_cut(const char *text, size_t len, size_t *out_len);
+size_t kn_url_base_len(const char *url);
 
 /* Clocks in milliseconds: wall time since the epoch, and monotonic. */
 int64_t kn_now_ms(void);
@@ -234,6 +246,23 @@ int kn_git_revision(const char *dir, char out[KN_SHA256_HEX + 1]);
  * Best effort: returns 0, or -errno of the first step refused.
  */
 int kn_thread_background(void);
+
+/*
+ * Where kiln's shipped data files are (GPU and VM catalogs, MIG profiles,
+ * model presets, alert rules): $KILN_DATA_DIR when set; the source tree's
+ * data/ for a binary inside its build tree; EXE/../share/kiln beside an
+ * installed binary (a relocated prefix); else the data directory of the
+ * prefix it was built for. Malloc'd; the caller frees.
+ */
+char *kn_data_dir(void);
+/* kn_data_dir()/name, malloc'd. */
+char *kn_data_path(const char *name);
+/*
+ * Tell the service manager (systemd's $NOTIFY_SOCKET) the state, e.g.
+ * "READY=1" or "STOPPING=1". 0 when sent or when no manager listens;
+ * a negative errno when the socket is refused.
+ */
+int kn_notify(const char *state);
 
 /* YAML (libfyaml), for parsers that report file:line:column. */
 struct fy_diag;

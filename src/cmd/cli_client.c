@@ -685,7 +685,7 @@ int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 		return rc;
 	if (!cli_want_json(ctx))
 		return CLI_GO;
-	cli_print_json(*answer);
+	cli_print_data(ctx, *answer);
 	json_decref(*answer);
 	*answer = NULL;
 	return CLI_EXIT_OK;
@@ -735,15 +735,29 @@ static int exit_for_state(const char *state)
 	return CLI_GO;
 }
 
+static int ended(json_t *obj, void *arg)
+{
+	(void)arg;
+	return exit_for_state(cli_json_str(obj, "state"));
+}
+
 int cli_wait_done(struct cli_client *c, const char *path, const char *key,
 		  const char *noun, json_t *current, json_t **last)
+{
+	return cli_wait_until(c, path, key, noun, current, ended, NULL, last);
+}
+
+int cli_wait_until(struct cli_client *c, const char *path, const char *key,
+		   const char *noun, json_t *current,
+		   int (*done)(json_t *obj, void *arg), void *arg,
+		   json_t **last)
 {
 	json_t *answer = NULL;
 	int delay = WAIT_FIRST_POLL_MS;
 	int rc;
 
 	for (;;) {
-		rc = exit_for_state(cli_json_str(current, "state"));
+		rc = done(current, arg);
 		if (rc != CLI_GO)
 			break;
 		sleep_ms(delay);

@@ -293,7 +293,9 @@ int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 		strchr(host, ':') ? "]" : "",
 		bound, x.token ? " (bearer token required)" : "");
 	fflush(stderr);
+	kn_notify("READY=1");
 	rc = kn_loop_run(x.loop) < 0 ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	kn_notify("STOPPING=1");
 out:
 	kn_http_server_free(srv);
 	kn_tls_watch_free(x.tls_watch);

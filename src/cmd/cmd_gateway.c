@@ -192,7 +192,9 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		zone ? ", zone " : "", zone ? zone : "",
 		routes ? routes : server);
 	fflush(stderr);
+	kn_notify("READY=1");
 	rc = kn_gateway_run(gw) < 0 ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	kn_notify("STOPPING=1");
 out:
 	kn_gateway_free(gw);
 	free(home);

@@ -302,7 +302,13 @@ char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 			    int64_t timeout_ms, const char *attempt_dir);
 void kn_slurm_args_free(char **args);
 
-/* cfg is copied. */
+/*
+ * Whether cfg is one the executor can use: shards per GPU in 1..1000, and
+ * every map entry KEY=PARTITION with a key above; err names the field.
+ */
+int kn_slurm_config_check(const struct kn_slurm_config *cfg,
+			  struct kn_error *err);
+/* cfg is copied (checked first with kn_slurm_config_check). */
 struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg);
 
 /*

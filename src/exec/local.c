@@ -125,8 +125,9 @@ int exec_write_launch(const struct kn_task_launch *l,
 	json_decref(doc);
 	rc = kn_write_file_replace(launch_path, text, strlen(text), 0600);
 	if (rc < 0)
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s",
-			       launch_path, strerror(-rc));
+		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
+			       "cannot write %s: %s", launch_path,
+			       strerror(-rc));
 	free(text);
 	free(launch_path);
 	return rc;

@@ -949,6 +949,36 @@ static const struct kn_executor_ops slurm_ops = {
 	.release = slurm_release,
 };
 
+int kn_slurm_config_check(const struct kn_slurm_config *cfg,
+			  struct kn_error *err)
+{
+	const char *p = cfg->partitions;
+
+	if (cfg->shards_per_gpu < 1 || cfg->shards_per_gpu > 1000)
+		return kn_errorf(err, KN_EINVAL, "slurm_shards_per_gpu",
+				 "--slurm-shards-per-gpu: %d is not in 1..1000",
+				 cfg->shards_per_gpu);
+	while (p && *p) {
+		size_t n = strcspn(p, ",");
+		const char *eq = memchr(p, '=', n);
+		size_t klen = eq ? (size_t)(eq - p) : 0;
+
+		if (!eq || klen == 0 || klen + 1 == n ||
+		    klen >= KN_SLURM_PARTITION_KEY_MAX ||
+		    !((klen == 7 && !strncmp(p, "default", 7)) ||
+		      (klen == 4 && !strncmp(p, "spot", 4)) ||
+		      (klen > 5 && !strncmp(p, "pool:", 5))))
+			return kn_errorf(err, KN_EINVAL, "slurm_partitions",
+					 "--slurm-partitions: \"%.*s\" is not "
+					 "default=P, spot=P or pool:NAME=P",
+					 (int)n, p);
+		p += n;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}
+
 struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg)
 {
 	struct kn_slurm_config *own = kn_xcalloc(1, sizeof(*own));

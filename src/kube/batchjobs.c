@@ -107,8 +107,8 @@ struct kube_exec {
 	json_t *secret;             /* to write first; NULL once written */
 };
 
-/* The one worker of this process: the executor's ops and the
-   deployments' reconciler (deployments.c) share it. */
+/* The worker of this process's executor instance, which the
+   deployments' reconciler (deployments.c) shares: one per process. */
 static struct kube_exec *the_exec;
 
 /* ---- the manifests ---- */
@@ -1094,7 +1094,7 @@ static void attempt_add(struct kube_exec *ex, const char *dir,
 static int kube_start(struct kn_executor *self, const struct kn_task_launch *l,
 		      struct kn_task_proc *out, struct kn_error *err)
 {
-	struct kube_exec *ex = the_exec;
+	struct kube_exec *ex = self->impl;
 	struct kn_kube_task task = {
 		.spec = l->spec,
 		.job_id = l->job_id,
@@ -1107,9 +1107,9 @@ static int kube_start(struct kn_executor *self, const struct kn_task_launch *l,
 	char *dir = NULL, *path = NULL, *text = NULL;
 	int rc;
 
-	if (!ex || !l->spec)
+	if (!l->spec)
 		return kn_errorf(err, KN_EINVAL, NULL, "the Kubernetes executor "
-				 "is not running or has no job to submit");
+				 "has no job to submit");
 	out->pid = 0;
 	out->start = 0;
 	if (l->rank != 0)
@@ -1140,7 +1140,7 @@ static int kube_stop(struct kn_executor *self, const char *task_dir,
 		     const struct kn_task_proc *proc, int signo,
 		     int64_t grace_ms, struct kn_error *err)
 {
-	struct kube_exec *ex = the_exec;
+	struct kube_exec *ex = self->impl;
 	char *path = kn_asprintf("%s/stop.json", task_dir);
 	char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}", signo,
 				 (long long)grace_ms);
@@ -1153,17 +1153,15 @@ static int kube_stop(struct kn_executor *self, const char *task_dir,
 	if (rc < 0)
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
 			       strerror(-rc));
-	if (ex) {
-		/* Found and marked under one lock: the worker frees attempts
-		   that are over. The kubelet sends SIGTERM (the preStop hook
-		   the checkpoint signal) and kills after the grace. */
-		pthread_mutex_lock(&ex->lock);
-		a = attempt_find(ex, dir);
-		if (a)
-			ask_delete(ex, a, grace_ms >= 0 ? (grace_ms + 999) / 1000
-							: a->grace_s);
-		pthread_mutex_unlock(&ex->lock);
-	}
+	/* Found and marked under one lock: the worker frees attempts that
+	   are over. The kubelet sends SIGTERM (the preStop hook the
+	   checkpoint signal) and kills after the grace. */
+	pthread_mutex_lock(&ex->lock);
+	a = attempt_find(ex, dir);
+	if (a)
+		ask_delete(ex, a, grace_ms >= 0 ? (grace_ms + 999) / 1000
+						: a->grace_s);
+	pthread_mutex_unlock(&ex->lock);
 	free(dir);
 	free(text);
 	free(path);
@@ -1184,7 +1182,7 @@ static int kube_status(struct kn_executor *self, const char *task_dir,
 static int kube_adopt(struct kn_executor *self, const char *task_dir,
 		      struct kn_task_proc *out, struct kn_error *err)
 {
-	struct kube_exec *ex = the_exec;
+	struct kube_exec *ex = self->impl;
 	char *dir = attempt_dir_of(task_dir);
 	char *path = kn_asprintf("%s/" MANIFEST_FILE, dir), *text = NULL;
 	json_t *docs = NULL;
@@ -1199,8 +1197,6 @@ static int kube_adopt(struct kn_executor *self, const char *task_dir,
 			       dir);
 		goto out;
 	}
-	if (!ex)
-		goto out;
 	pthread_mutex_lock(&ex->lock);
 	a = attempt_find(ex, dir);
 	pthread_mutex_unlock(&ex->lock);
@@ -1222,7 +1218,56 @@ out:
 static int kube_check(struct kn_executor *self, const struct kn_job_spec *spec,
 		      struct kn_error *err)
 {
-	return kn_kube_executor_check(spec, err);
+	struct kube_exec *ex = self->impl;
+	struct kn_kube_task task = {.spec = spec, .job_id = 1, .attempt = 1};
+	json_t *docs = NULL;
+	int rc;
+
+	rc = kn_kube_attempt_manifests(&ex->cfg, &task, &docs, err);
+	json_decref(docs);
+	return rc;
+}
+
+static void config_release(struct kn_kube_exec_config *cfg)
+{
+	free((char *)cfg->namespace_);
+	free((char *)cfg->image);
+	free((char *)cfg->scheduler_name);
+	free((char *)cfg->shim_image);
+	free((char *)cfg->store_url);
+	kn_kube_products_free((struct kn_kube_products *)cfg->products);
+}
+
+/* What a worker not running (any more) leaves to free. */
+static void exec_free(struct kube_exec *ex)
+{
+	pthread_mutex_destroy(&ex->lock);
+	pthread_cond_destroy(&ex->wake);
+	kn_kube_client_free(ex->client);
+	config_release(&ex->cfg);
+	json_decref(ex->secret);
+	free(ex);
+}
+
+/* Stop the worker (an API call in flight is cut within a second), then
+   forget the attempts and the deployments. */
+static void kube_release(struct kn_executor *self)
+{
+	struct kube_exec *ex = self->impl;
+
+	pthread_mutex_lock(&ex->lock);
+	ex->stop = 1;
+	pthread_cond_signal(&ex->wake);
+	pthread_mutex_unlock(&ex->lock);
+	pthread_join(ex->thread, NULL);
+	the_exec = NULL;
+	kube_deploy_clear();
+	while (ex->attempts) {
+		struct attempt *a = ex->attempts;
+		ex->attempts = a->next;
+		attempt_free(a);
+	}
+	exec_free(ex);
 }
 
 static const struct kn_executor_ops kube_ops = {
@@ -1236,33 +1281,36 @@ static const struct kn_executor_ops kube_ops = {
 	.status = kube_status,
 	.adopt = kube_adopt,
 	.check = kube_check,
+	.release = kube_release,
 };
-
-struct kn_executor *kn_kube_executor_new(void)
-{
-	return kn_executor_new(&kube_ops, NULL);
-}
 
 static char *dup_or_null(const char *s)
 {
 	return s ? kn_xstrdup(s) : NULL;
 }
 
-int kn_kube_executor_start(const struct kn_kube_exec_config *cfg,
-			   struct kn_error *err)
+int kn_kube_executor_new(const struct kn_kube_exec_config *cfg,
+			 struct kn_executor **out, struct kn_error *err)
 {
 	struct kube_exec *ex;
 	int rc;
 
-	if (the_exec)
+	*out = NULL;
+	if (the_exec) {
+		kn_kube_products_free((struct kn_kube_products *)cfg->products);
 		return kn_errorf(err, KN_EINVAL, NULL, "the Kubernetes "
 				 "executor is already running");
-	if (!cfg->namespace_ || !*cfg->namespace_)
+	}
+	if (!cfg->namespace_ || !*cfg->namespace_) {
+		kn_kube_products_free((struct kn_kube_products *)cfg->products);
 		return kn_errorf(err, KN_EINVAL, "namespace",
 				 "--kube-namespace: empty");
+	}
 	ex = kn_xcalloc(1, sizeof(*ex));
+	ex->cfg.products = cfg->products;
 	rc = kn_kube_client_new(cfg->auth, &ex->client, err);
 	if (rc < 0) {
+		config_release(&ex->cfg);
 		free(ex);
 		return rc;
 	}
@@ -1270,7 +1318,6 @@ int kn_kube_executor_start(const struct kn_kube_exec_config *cfg,
 	ex->cfg.namespace_ = kn_xstrdup(cfg->namespace_);
 	ex->cfg.image = dup_or_null(cfg->image);
 	ex->cfg.scheduler_name = dup_or_null(cfg->scheduler_name);
-	ex->cfg.products = cfg->products;
 	ex->cfg.shim_image = dup_or_null(cfg->shim_image);
 	ex->cfg.store_url = dup_or_null(cfg->store_url);
 	ex->secret = secret_from_env(cfg->namespace_);
@@ -1278,20 +1325,12 @@ int kn_kube_executor_start(const struct kn_kube_exec_config *cfg,
 	pthread_cond_init(&ex->wake, NULL);
 	rc = pthread_create(&ex->thread, NULL, worker, ex);
 	if (rc != 0) {
-		pthread_mutex_destroy(&ex->lock);
-		pthread_cond_destroy(&ex->wake);
-		kn_kube_client_free(ex->client);
-		free((char *)ex->cfg.namespace_);
-		free((char *)ex->cfg.image);
-		free((char *)ex->cfg.scheduler_name);
-		free((char *)ex->cfg.shim_image);
-		free((char *)ex->cfg.store_url);
-		json_decref(ex->secret);
-		free(ex);
+		exec_free(ex);
 		return kn_errorf(err, KN_EIO, NULL, "cannot start the "
 				 "Kubernetes worker: %s", strerror(rc));
 	}
 	the_exec = ex;
+	*out = kn_executor_new(&kube_ops, ex);
 	return 0;
 }
 
@@ -1310,49 +1349,4 @@ void kube_exec_wake(void)
 const struct kn_kube_exec_config *kube_exec_config(void)
 {
 	return the_exec ? &the_exec->cfg : NULL;
-}
-
-void kn_kube_executor_stop(void)
-{
-	struct kube_exec *ex = the_exec;
-
-	if (!ex)
-		return;
-	pthread_mutex_lock(&ex->lock);
-	ex->stop = 1;
-	pthread_cond_signal(&ex->wake);
-	pthread_mutex_unlock(&ex->lock);
-	pthread_join(ex->thread, NULL);
-	kube_deploy_clear();
-	while (ex->attempts) {
-		struct attempt *a = ex->attempts;
-		ex->attempts = a->next;
-		attempt_free(a);
-	}
-	pthread_mutex_destroy(&ex->lock);
-	pthread_cond_destroy(&ex->wake);
-	kn_kube_client_free(ex->client);
-	free((char *)ex->cfg.namespace_);
-	free((char *)ex->cfg.image);
-	free((char *)ex->cfg.scheduler_name);
-	free((char *)ex->cfg.shim_image);
-	free((char *)ex->cfg.store_url);
-	json_decref(ex->secret);
-	free(ex);
-	the_exec = NULL;
-}
-
-int kn_kube_executor_check(const struct kn_job_spec *spec,
-			   struct kn_error *err)
-{
-	struct kn_kube_task task = {.spec = spec, .job_id = 1, .attempt = 1};
-	json_t *docs = NULL;
-	int rc;
-
-	if (!the_exec)
-		return kn_errorf(err, KN_EINVAL, NULL, "the Kubernetes executor "
-				 "is not running");
-	rc = kn_kube_attempt_manifests(&the_exec->cfg, &task, &docs, err);
-	json_decref(docs);
-	return rc;
 }

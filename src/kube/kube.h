@@ -196,6 +196,14 @@ int kn_kube_kubeconfig_load(const char *path, const char *context,
  */
 int kn_kube_in_cluster(const char *sa_dir, struct kn_kube_auth *out,
 		       struct kn_error *err);
+/*
+ * Credentials as kubectl finds them: the kubeconfig file (NULL: the
+ * first file $KUBECONFIG lists, which kubectl would merge with the
+ * others) with context, else in-cluster from sa_dir.
+ */
+int kn_kube_auth_load(const char *kubeconfig, const char *context,
+		      const char *sa_dir, struct kn_kube_auth *out,
+		      struct kn_error *err);
 void kn_kube_auth_release(struct kn_kube_auth *auth);
 
 /* ---- the API client (blocking; the scheduler has no event loop) ---- */
@@ -273,6 +281,24 @@ int kn_kube_watch(struct kn_kube_client *c, const char *path,
 		  struct kn_error *err);
 
 /* ---- the secondary scheduler's state and decisions ---- */
+
+/*
+ * The secondary scheduler's loop (scheduler.c): list, watch and bind the
+ * pods whose spec.schedulerName is scheduler_name, placed with policy,
+ * until *stop; *binds gets how many pods it bound. API failures are
+ * logged and retried with a back-off; an error only when the client
+ * cannot be made.
+ */
+struct kn_kube_scheduler_config {
+	const struct kn_kube_auth *auth;
+	const char *scheduler_name;
+	const struct kn_pack_policy *policy;
+	const struct kn_kube_products *products;
+	int watch_seconds; /* each watch's timeoutSeconds, at least 1 */
+};
+int kn_kube_scheduler_run(const struct kn_kube_scheduler_config *cfg,
+			  volatile int *stop, long *binds,
+			  struct kn_error *err);
 
 /* Pods and nodes as the scheduler last saw them. */
 struct kn_kube_cluster;
@@ -463,25 +489,20 @@ void kn_kube_task_state(json_t *job, json_t *pods, int rank, bool stopping,
 			struct kn_kube_task_view *out);
 
 /*
- * Start the worker. When the server's environment holds store
- * credentials (AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT,
- * AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN), the worker first writes
- * them to the Secret KN_KUBE_STORE_SECRET (POST, or PUT when it exists),
- * which the pods' shims read through envFrom.
+ * The executor the server drives, with its worker started: *out's
+ * instance owns the worker, which the deployments below share (one per
+ * process), and its release stops it (an API call in flight is cut
+ * within a second). cfg is copied, but cfg->products is taken, freed with
+ * the executor (or here on failure). When the server's environment holds
+ * store credentials (AZURE_STORAGE_CONNECTION_STRING,
+ * AZURE_STORAGE_ACCOUNT, AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN), the
+ * worker first writes them to the Secret KN_KUBE_STORE_SECRET (POST, or
+ * PUT when it exists), which the pods' shims read through envFrom. Its
+ * check op: whether a spec can run there, that is renders (image, name,
+ * GPU model).
  */
-int kn_kube_executor_start(const struct kn_kube_exec_config *cfg,
-			   struct kn_error *err);
-/* Stop the worker (an API call in flight is cut within a second). */
-void kn_kube_executor_stop(void);
-/* Whether spec can run there: it renders (image, name, GPU model). */
-int kn_kube_executor_check(const struct kn_job_spec *spec,
-			   struct kn_error *err);
-
-/*
- * The executor the server drives; its ops use the worker started by
- * kn_kube_executor_start (one per process: deployments share it).
- */
-struct kn_executor *kn_kube_executor_new(void);
+int kn_kube_executor_new(const struct kn_kube_exec_config *cfg,
+			 struct kn_executor **out, struct kn_error *err);
 
 /* ---- deployments under the Kubernetes executor (deployments.c) ---- */
 

@@ -337,3 +337,22 @@ int kn_kube_in_cluster(const char *sa_dir, struct kn_kube_auth *out,
 	*out = a;
 	return 0;
 }
+
+int kn_kube_auth_load(const char *kubeconfig, const char *context,
+		      const char *sa_dir, struct kn_kube_auth *out,
+		      struct kn_error *err)
+{
+	const char *env = getenv("KUBECONFIG");
+	char *first = NULL;
+	int rc;
+
+	if (!kubeconfig && env && *env) {
+		first = kn_xstrdup(env);
+		first[strcspn(first, ":")] = '\0';
+		kubeconfig = first;
+	}
+	rc = kubeconfig ? kn_kube_kubeconfig_load(kubeconfig, context, out, err)
+			: kn_kube_in_cluster(sa_dir, out, err);
+	free(first);
+	return rc;
+}

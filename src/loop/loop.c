@@ -65,6 +65,7 @@ struct kn_http_req {
 	char owner[KN_HTTP_OWNER_MAX]; /* who the streams are counted for */
 	bool streaming;
 	bool ended; /* the handler ended a stream whose client was gone */
+	bool cut_queries; /* a JSON stream: its URLs lose their query */
 	kn_loop_cb on_close;
 	void *close_arg;
 	struct kn_http_req *next_stream; /* in streams or gone */
@@ -665,18 +666,33 @@ void kn_http_reply_json(struct kn_http_req *req, int status, json_t *doc)
 	free(text);
 }
 
+/*
+ * JSON answers and streams name store URLs (outputs, backups, events);
+ * their queries, which may carry a SAS, are cut here, where every one
+ * passes. Plain text is a task's own output, passed as it is.
+ */
+static bool shows_urls(const char *content_type)
+{
+	return !strncmp(content_type, "application/json", 16) ||
+	       !strncmp(content_type, "application/x-ndjson", 20);
+}
+
 void kn_http_reply_text(struct kn_http_req *req, int status,
 			const char *content_type, const void *data,
 			size_t len)
 {
 	struct kn_front_req *fr = req->fr;
+	char *cut = NULL;
 
 	req_free(req);
 	if (!fr)
 		return; /* the client is gone */
+	if (shows_urls(content_type))
+		cut = kn_url_queries_cut(data, len, &len);
 	kn_front_req_on_gone(fr, NULL, NULL);
 	kn_front_req_add_header(fr, "Content-Type", content_type);
-	kn_front_req_reply(fr, status, data, len);
+	kn_front_req_reply(fr, status, cut ? cut : data, len);
+	free(cut);
 }
 
 void kn_http_reply_error(struct kn_http_req *req, const struct kn_error *err)
@@ -710,6 +726,7 @@ void kn_http_stream_start(struct kn_http_req *req, int status,
 			  void *arg)
 {
 	req->streaming = true;
+	req->cut_queries = shows_urls(content_type);
 	req->on_close = on_close;
 	req->close_arg = arg;
 	if (!req->fr) {
@@ -727,13 +744,16 @@ void kn_http_stream_chunk(struct kn_http_req *req, const void *data,
 			  size_t len)
 {
 	struct evbuffer *out;
+	char *cut;
 
 	if (len == 0 || !req->fr)
 		return;
+	cut = req->cut_queries ? kn_url_queries_cut(data, len, &len) : NULL;
 	out = evbuffer_new();
-	evbuffer_add(out, data, len);
+	evbuffer_add(out, cut ? cut : data, len);
 	kn_front_req_stream_chunk(req->fr, out);
 	evbuffer_free(out);
+	free(cut);
 }
 
 void kn_http_stream_end(struct kn_http_req *req)

@@ -293,7 +293,7 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 	const char *file = kn_http_query(req, "file");
 	const char *path = kn_http_query(req, "path");
 	json_t *answer;
-	int64_t id;
+	int64_t id, hold = 0;
 
 	(void)param;
 	if (path && path[0] != '/') {
@@ -301,9 +301,14 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 			  "path must be absolute; got \"%s\"", path);
 		return;
 	}
+	if (kn_http_query_int(req, "hold", 0, 1, &hold) < 0) {
+		reply_err(req, KN_EINVAL, "hold", "hold must be 0 or 1%s", "");
+		return;
+	}
 	if (idem_begin(s, req, c))
 		return;
-	if (jobs_submit(s, c, body, len, file, path, &id, &err) < 0 ||
+	if (jobs_submit_fit(s, c, body, len, file, path, hold != 0, &id,
+			    &err) < 0 ||
 	    !(answer = job_answer(s, id, &err))) {
 		idem_abort(s, req);
 		kn_http_reply_error(req, &err);
@@ -522,7 +527,7 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 	struct kn_job_row j;
 	struct kn_task_row *tasks = NULL;
 	struct kn_error err;
-	int64_t id, rank = 0, attempt = 0, offset = 0, follow = 0;
+	int64_t id, rank = 0, attempt = 0, offset = 0, follow = 0, tail = -1;
 	size_t nt = 0;
 	const struct kn_task_row *t = NULL;
 
@@ -536,6 +541,11 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 		reply_err(req, KN_EINVAL, NULL,
 			  "task, attempt, offset and follow must be "
 			  "non-negative integers (follow 0 or 1)%s", "");
+		return;
+	}
+	if (kn_http_query_int(req, "tail", 0, LOGS_TAIL_MAX, &tail) < 0) {
+		reply_err(req, KN_EINVAL, "tail",
+			  "tail must be a number of lines, 0..1000000%s", "");
 		return;
 	}
 	if (follow && !api_follow_admitted(s, req))
@@ -566,7 +576,7 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 		return;
 	}
 	logs_serve(s, req, id, t->task_dir, (int)attempt, (int)rank, offset,
-		   follow != 0);
+		   tail, follow != 0);
 	kn_task_list_free(tasks, nt);
 }
 

@@ -434,8 +434,9 @@ static int backup_start(struct server *s, const char *actor, const char *to,
 	j->staging = kn_asprintf("%s/%s", path, j->name);
 	rc = kn_mkdir_p(j->staging, 0700);
 	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s",
-			       j->staging, strerror(-rc));
+		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
+			       "cannot create %s: %s", j->staging,
+			       strerror(-rc));
 		goto fail;
 	}
 	free(path);
@@ -457,7 +458,8 @@ static int backup_start(struct server *s, const char *actor, const char *to,
 	}
 	run = run_new(s->backup);
 	kn_strlcpy(run->name, j->name, sizeof(run->name));
-	run->url = kn_asprintf("%s/" BACKUP_PREFIX "%s/",
+	run->url = kn_asprintf("%.*s/" BACKUP_PREFIX "%s/",
+			       (int)kn_url_base_len(kn_blob_store_url(j->store)),
 			       kn_blob_store_url(j->store), j->name);
 	run->actor = kn_xstrdup(actor);
 	run->state = RUN_RUNNING;

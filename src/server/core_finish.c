@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A job whose start a full disk refused tries again after this long. */
+#define LAUNCH_DISK_RETRY_MS 2000
+
 /* ---- task exits and attempt outcomes ---- */
 
 static const char *signal_label(int sig)
@@ -168,6 +171,14 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 		j.state = KN_JOB_QUEUED;
 		j.not_before = now;
 		*requeue = true;
+	} else if (r->launch_no_space) {
+		/* The disk, not the job: back in the queue, no retry used. */
+		a.state = KN_JOB_FAILED;
+		snprintf(why, sizeof(why), "waiting for disk space (%s)",
+			 failed ? failed->status.reason : "cannot start");
+		j.state = KN_JOB_QUEUED;
+		j.not_before = now + LAUNCH_DISK_RETRY_MS;
+		*requeue = true;
 	} else if (job_hooks_model(s->hooks, r->job_id, &model) &&
 		   model.serves) {
 		/* A replica serves until it is undeployed: whatever the exit,
@@ -216,7 +227,8 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 	a.reason = why;
 	account_goodput(r, &a);
 	free(j.reason);
-	j.reason = job_reason(r, &j, &a, restart, failed && !timeout, now);
+	j.reason = job_reason(r, &j, &a, restart,
+			      failed && !timeout && !r->launch_no_space, now);
 	rc = kn_store_attempt_put(s->store, &a, err);
 	if (rc == 0)
 		rc = kn_store_job_update(s->store, &j, NULL, err);
@@ -378,6 +390,7 @@ void settle(struct server *s, struct run **changed, size_t n)
 		if (requeue[i]) {
 			queue_push(s, r->job_id, r->spec->priority,
 				   r->submitted_at, r->requeue_at, r->spec);
+			s->queue->disk_wait = r->launch_no_space; /* pushed first */
 			r->spec = NULL;
 		}
 		run_free(r);

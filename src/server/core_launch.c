@@ -510,8 +510,8 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	if (rc == 0 && sync_wanted(r))
 		rc = kn_mkdir_p(r->output_dir, 0700);
 	if (rc < 0)
-		kn_errorf(&err, KN_EIO, NULL, "cannot create %s: %s",
-			  t->task_dir, strerror(-rc));
+		kn_errorf(&err, kn_errcode_for_write(rc), NULL,
+			  "cannot create %s: %s", t->task_dir, strerror(-rc));
 	else if (!e.inputs_ok)
 		rc = kn_errorf(&err, KN_EIO, NULL, "its inputs' digests: %s",
 			       e.inputs_err.message);
@@ -528,6 +528,8 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		t->status.ended_at_ms = kn_now_ms();
 		snprintf(t->status.reason, sizeof(t->status.reason),
 			 "cannot start: %.80s", err.message);
+		if (err.code == KN_ENOSPACE)
+			r->launch_no_space = true;
 	}
 	for (size_t i = 0; i < e.n; i++)
 		free(e.env[i]);

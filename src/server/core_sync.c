@@ -426,8 +426,12 @@ static void outputs_done(void *arg, bool ran)
 		int rc = 0;
 		for (size_t i = 0; rc == 0 && i < w->manifest.n; i++) {
 			struct kn_output_row o;
-			char *url = kn_asprintf("%s/%s/outputs/%s", w->store_url,
-						w->job, w->manifest.files[i].path);
+			/* Below the store's URL less its query (its SAS). */
+			char *url = kn_asprintf(
+				"%.*s/%s/outputs/%s",
+				(int)kn_url_base_len(w->store_url),
+				w->store_url, w->job,
+				w->manifest.files[i].path);
 			o.job_id = r->job_id;
 			o.name = w->manifest.files[i].path;
 			o.size = w->manifest.files[i].size;

@@ -41,6 +41,7 @@ struct queued_job {
 	char *owner;      /* the submitting token's name, or NULL: unknown */
 	char reason[256]; /* why it waits; memory only, recomputed each tick */
 	bool preempting;  /* lower-priority jobs are being evicted for it */
+	bool disk_wait;   /* back because a full disk refused its start */
 	struct queued_job *next;
 };
 
@@ -72,6 +73,8 @@ struct run {
 	int stop_signal;       /* 0 = SIGTERM */
 	int64_t stop_grace_ms; /* -1 = the server's kill grace */
 	char stop_reason[128]; /* why: cancel, a failed gang member, a crash */
+	bool launch_no_space;  /* a task could not start for a full disk:
+				  the job goes back to the queue, not failed */
 	int64_t requeue_at;    /* set by finish_run when the job goes back */
 	char *checkpoint_dir;  /* KILN_CHECKPOINT_DIR of every task */
 	char *output_dir;      /* KILN_OUTPUT_DIR of every task */
@@ -183,7 +186,6 @@ struct server {
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
 	struct node_health *health; /* periodic health checks, or NULL */
 	struct deploy_state *deploy; /* deployments and their replicas */
-	struct kn_kube_products *kube_products; /* --executor kubernetes */
 	struct model_state *models;  /* the model registry (models.c) */
 	struct wf_state *workflows; /* workflow runs (workflows.c) */
 	bool closing;               /* shutting down: late work is dropped */
@@ -364,25 +366,6 @@ json_t *nodes_fragmentation(struct server *s, size_t i);
 int events_start(struct server *s, const char *url, const char *vm_name,
 		 struct kn_events **out, struct kn_error *err);
 void events_free(struct kn_events *ev);
-
-/* slurm_partitions.c: the executor choice and the per-task Slurm options */
-/* Check --executor, --slurm-partitions and --slurm-shards-per-gpu. */
-int slurm_config_check(const struct kn_server_config *cfg,
-		       struct kn_error *err);
-struct kn_executor *slurm_executor_chosen(
-	const struct kn_server_config *cfg);
-
-/* kube.c: the Kubernetes executor's start, stop and per-task options */
-/* Credentials, GPU products, the worker: with --executor kubernetes. */
-int kube_start(struct server *s, struct kn_error *err);
-void kube_stop(struct server *s);
-/*
- * Whether a pod's shim can fetch spec's inputs (resolved to URLs): few
- * enough to report back, and none a file only the server sees. 0
- * without Kubernetes.
- */
-int kube_check_inputs(const struct server *s, const struct kn_job_spec *spec,
-		      const char *filename, struct kn_error *err);
 
 /* blobstores.c: the stores jobs may name, and whose credential goes where */
 struct kn_blob_store;
@@ -650,10 +633,13 @@ void setup_sched_node(struct server *s, size_t n);
 int setup_labels(struct server *s, size_t n, const char *text,
 		 const char *sep, const char *flag, struct kn_error *err);
 
-/* logs.c */
+/* logs.c: the most lines ?tail= may ask for. */
+#define LOGS_TAIL_MAX 1000000
+/* The log from offset, or its last tail_lines lines when that is
+   not negative. */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,
 		const char *task_dir, int attempt, int rank, int64_t offset,
-		bool follow);
+		int64_t tail_lines, bool follow);
 void logs_free_all(struct server *s);
 
 #endif

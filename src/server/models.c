@@ -906,8 +906,10 @@ static int from_job_begin(struct server *s, const struct caller *c,
 			       (long long)job_id);
 	for (size_t i = 0; rc == 0 && i < w->n; i++) {
 		const struct kn_output_row *o = &w->outs[i];
-		char *want = kn_asprintf("%s/%lld/outputs/%s", s->blob_url,
-					 (long long)o->job_id, o->name);
+		char *want = kn_asprintf("%.*s/%lld/outputs/%s",
+					 (int)kn_url_base_len(s->blob_url),
+					 s->blob_url, (long long)o->job_id,
+					 o->name);
 
 		if (strcmp(o->url, want) != 0)
 			rc = kn_errorf(err, KN_ECONFLICT, "job",

@@ -471,8 +471,7 @@ static int add_targets(struct monitor *m, const char *list,
 int monitor_start(struct server *s, struct monitor **out,
 		  struct kn_error *err)
 {
-	const char *path = s->cfg.alert_rules ? s->cfg.alert_rules
-					      : KN_ALERT_RULES_FILE;
+	const char *path = s->cfg.alert_rules;
 	struct monitor *m;
 	int rc;
 

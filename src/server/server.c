@@ -8,6 +8,7 @@
  * URL talks to a server that already knows every job it knew before.
  */
 #include "service.h"
+#include "executors.h"
 
 #include "ckpt/ckpt.h"
 
@@ -84,8 +85,7 @@ static int64_t mem_total_bytes(void)
  */
 static int load_mig(struct server *s, struct kn_error *err)
 {
-	const char *file = s->cfg.mig_profiles ? s->cfg.mig_profiles
-					       : KN_MIG_FILE;
+	const char *file = s->cfg.mig_profiles;
 	char *text = NULL;
 	size_t len = 0;
 	int rc;
@@ -128,9 +128,7 @@ static int setup_mig(struct server *s, struct kn_error *err)
 					       "GPU %d (%s) is in MIG mode but "
 					       "%s has no MIG profiles for %s",
 					       d->index, d->model,
-					       s->cfg.mig_profiles
-						       ? s->cfg.mig_profiles
-						       : KN_MIG_FILE,
+					       s->cfg.mig_profiles,
 					       d->model);
 		}
 	}
@@ -430,7 +428,6 @@ static void server_release(struct server *s)
 	services_stop(s);
 	jobs_free_all(s);
 	fair_release(s);
-	kube_stop(s);
 	kn_executor_free(s->exec);
 	free(s->blob_url);
 	blobstores_free(s);
@@ -545,12 +542,11 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		free(s.home);
 		return lock_fd;
 	}
-	rc = slurm_config_check(cfg, err);
+	rc = backup_config_check(cfg, err);
 	if (rc == 0)
-		rc = backup_config_check(cfg, err);
+		rc = executors_create(&s, err);
 	if (rc < 0)
 		goto out;
-	s.exec = slurm_executor_chosen(cfg);
 	rc = limits_start(&s, err);
 	if (rc < 0)
 		goto out;
@@ -574,9 +570,6 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	   the job core through their hooks from the first job's end on. */
 	s.hooks = job_hooks_new();
 	services_hook(&s);
-	rc = kube_start(&s, err);
-	if (rc < 0)
-		goto out;
 	rc = home_open(&s, err);
 	if (rc < 0)
 		goto out;
@@ -650,7 +643,10 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	kn_log(KN_LOG_INFO, "kiln %s listening on %.*s (home %s)", KN_VERSION,
 	       (int)strlen(url) - 1, url, s.home);
 	kn_timer_arm(s.poll_timer, 500);
+	/* Under systemd (Type=notify): started once the API answers. */
+	kn_notify("READY=1");
 	rc = kn_loop_run(s.loop);
+	kn_notify("STOPPING=1");
 	if (rc < 0)
 		kn_errorf(err, KN_EIO, NULL, "event loop failed");
 	unlink(path);

@@ -75,8 +75,9 @@ struct kn_server_config {
 					 the node name) */
 
 	/* Alerts (docs/alerts.md). */
-	const char *alert_rules;  /* rules file; NULL = the shipped defaults,
-				     "" = no rules (nothing is scraped) */
+	const char *alert_rules;  /* rules file (kn_server_config_check fills
+				     in the shipped one), "" = no rules
+				     (nothing is scraped) */
 	const char *scrape_urls;  /* exporters to scrape, comma-separated
 				     http:// URLs, or NULL */
 	int64_t scrape_interval_ms; /* default 15s */
@@ -87,9 +88,9 @@ struct kn_server_config {
 	int64_t health_interval_ms; /* default 5m; 0 = never */
 	const char *health_root;    /* "/" or a fixture tree */
 	const char *health_sku;     /* VM size for the inventory checks */
-	const char *health_sku_file;/* NULL = the shipped catalogue */
+	const char *health_sku_file;/* default the shipped catalogue */
 	const char *health_kernel_log; /* NULL = ROOT/dev/kmsg */
-	const char *mig_profiles;     /* MIG table; NULL = KN_MIG_FILE */
+	const char *mig_profiles;     /* MIG table; default the shipped one */
 
 	/* Where tasks run (docs/scale-out.md). */
 	const char *executor;         /* "local" (default), "slurm" or

@@ -10,6 +10,7 @@
  * it names the keys the server signs with.
  */
 #include "server/server.h"
+#include "server/executors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -428,23 +429,36 @@ static int check_tls(const struct kn_server_config *cfg, struct kn_error *err)
 	return check_client_roles(cfg, err);
 }
 
+/* An option naming a data file defaults to the one shipped with kiln,
+   found where kiln is installed (kn_data_path). */
+static void shipped_default(struct kn_server_config *cfg, const char **field,
+			    const char *name)
+{
+	char *path;
+
+	if (*field)
+		return;
+	path = kn_data_path(name);
+	*field = kn_strpool_keep(&cfg->strings, path);
+	free(path);
+}
+
 int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err)
 {
 	int rc = check_nodes(cfg, err);
 
 	if (rc)
 		return rc;
-	if ((cfg->kube_namespace || cfg->kubeconfig || cfg->kube_context ||
-	     cfg->kube_image || cfg->kube_scheduler || cfg->kube_shim_image) &&
-	    strcmp(cfg->executor, "kubernetes") != 0)
-		return kn_errorf(err, KN_EINVAL, "executor", "--kube-namespace, "
-				 "--kubeconfig, --kube-context, --image, "
-				 "--kube-scheduler-name and --kube-shim-image "
-				 "need --executor kubernetes");
+	rc = executors_config_check(cfg, err);
+	if (rc)
+		return rc;
 	rc = check_tls(cfg, err);
 	if (rc)
 		return rc;
 	if (cfg->azure_events && !cfg->azure_events_url)
 		cfg->azure_events_url = KN_AZURE_EVENTS_URL;
+	shipped_default(cfg, &cfg->alert_rules, "alert-rules.yaml");
+	shipped_default(cfg, &cfg->health_sku_file, "azure-gpu-skus.csv");
+	shipped_default(cfg, &cfg->mig_profiles, "mig-profiles.csv");
 	return 0;
 }

@@ -888,6 +888,16 @@ void kn_store_free(struct kn_store *st)
 
 /* ---- backup ---- */
 
+/* A copy the disk refused is a 507 (no space), anything else a 500. */
+static enum kn_errcode copy_code(sqlite3 *dest, int rc)
+{
+	if ((rc & 0xff) == SQLITE_FULL ||
+	    ((rc & 0xff) == SQLITE_IOERR &&
+	     kn_errcode_for_write(-sqlite3_system_errno(dest)) == KN_ENOSPACE))
+		return KN_ENOSPACE;
+	return KN_EIO;
+}
+
 int kn_store_backup(struct kn_store *st, const char *path,
 		    struct kn_error *err)
 {
@@ -898,8 +908,8 @@ int kn_store_backup(struct kn_store *st, const char *path,
 	/* Create it ourselves: 0600, and refuse to overwrite anything. */
 	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
-				 strerror(errno));
+		return kn_errorf(err, kn_errcode_for_write(-errno), NULL,
+				 "%s: %s", path, strerror(errno));
 	close(fd);
 	if (sqlite3_open_v2(path, &dest, SQLITE_OPEN_READWRITE, NULL) !=
 	    SQLITE_OK) {
@@ -917,14 +927,15 @@ int kn_store_backup(struct kn_store *st, const char *path,
 	rc = sqlite3_backup_step(b, -1);
 	sqlite3_backup_finish(b);
 	if (rc != SQLITE_DONE) {
-		ret = kn_errorf(err, KN_EIO, NULL, "%s: backup: %s", path,
-				sqlite3_errstr(rc));
+		ret = kn_errorf(err, copy_code(dest, rc), NULL,
+				"%s: backup: %s", path, sqlite3_errstr(rc));
 		goto out;
 	}
 	/* A single file: the copy is read without its WAL. */
-	if (sqlite3_exec(dest, "PRAGMA journal_mode = DELETE", NULL, NULL,
-			 NULL) != SQLITE_OK)
-		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+	rc = sqlite3_exec(dest, "PRAGMA journal_mode = DELETE", NULL, NULL,
+			  NULL);
+	if (rc != SQLITE_OK)
+		ret = kn_errorf(err, copy_code(dest, rc), NULL, "%s: %s", path,
 				sqlite3_errmsg(dest));
 out:
 	sqlite3_close(dest);

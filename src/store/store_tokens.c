@@ -85,6 +85,7 @@ int kn_store_token_by_hash(struct kn_store *st, const char *hash,
 	sqlite3_stmt *touch = st->stmt[STMT_TOKEN_TOUCH];
 	const char *what = "looking up a token";
 	struct kn_token_row t = {0};
+	struct kn_error touch_err;
 	int64_t now;
 	int rc;
 
@@ -104,10 +105,17 @@ int kn_store_token_by_hash(struct kn_store *st, const char *hash,
 			rc = bind_fail(st, touch, what, err);
 			goto out;
 		}
-		rc = store_run(st, touch, what, err);
+		rc = store_run(st, touch, what, &touch_err);
+		/* Informational: a full disk must not refuse every caller,
+		   reads included; the next use past the minute retries. */
+		if (rc < 0 && touch_err.code == KN_ENOSPACE)
+			rc = 0;
+		else if (rc == 0)
+			t.last_used_at = now;
+		if (rc < 0 && err)
+			*err = touch_err;
 		if (rc < 0)
 			goto out;
-		t.last_used_at = now;
 	}
 out:
 	if (rc < 0) {

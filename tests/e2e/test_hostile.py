@@ -245,3 +245,54 @@ def test_second_gateway_on_a_home_is_refused(tmp_path):
     finally:
         first.terminate()
         first.wait(timeout=10)
+
+
+
+def test_store_sas_is_never_shown(azurite, tmp_path):
+    """A job names its checkpoint store by a URL that carries a SAS: the
+    job's answer (first and replayed for its Idempotency-Key), its
+    outputs, the event feed (listed and followed), the audit log and the
+    server's log show the store without the query, and outputs[].url is
+    the store's URL less the query, then the blob's path."""
+    from conftest import azurite_env, job_yaml
+
+    sig = "SeCrEtSiGnAtUrE"
+    store = f"{azurite}/hostile-sas"
+    s = Server(tmp_path / "home", gpus="1xH100-80GB", env=azurite_env(azurite),
+               extra=["--blob-store", store])
+    s.home.mkdir()
+    s.start()
+    try:
+        script = 'echo done > "$KILN_OUTPUT_DIR/result.txt"'
+        spec = job_yaml("sas", ["/bin/sh", "-c", script],
+                        checkpoint={"store": f"{store}?sv=2023&sig={sig}"})
+        answers = []
+        for _ in range(2):  # the second is the stored answer, replayed
+            r = s.request("POST", "/v1/jobs", data=spec,
+                          params={"file": "job.yaml"},
+                          headers={"Idempotency-Key": "sas-1"})
+            assert r.status_code == 201, r.text
+            answers.append(r.text)
+        jid = r.json()["job"]["id"]
+        job = s.wait_state(jid, ("succeeded", "failed"), timeout=60)
+        assert job["state"] == "succeeded", job["reason"]
+        [out] = job["outputs"]
+        assert out["url"] == f"{store}/{jid}/outputs/result.txt"
+        for path in ("/v1/jobs", f"/v1/jobs/{jid}", "/v1/events",
+                     "/v1/audit"):
+            r = s.request("GET", path)
+            answers.append(path + " " + r.text)
+        with s.request("GET", "/v1/events", params={"follow": 1},
+                       stream=True) as r:
+            got = b""
+            for chunk in r.iter_content(None):
+                got += chunk
+                if b"succeeded" in got:
+                    break
+            answers.append(got.decode())
+        answers.append(s.log.read_text())
+        shown = "\n".join(answers)
+        assert "hostile-sas" in shown
+        assert "sig=" not in shown and sig not in shown
+    finally:
+        s.stop()

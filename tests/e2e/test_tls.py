@@ -354,7 +354,9 @@ def test_client_certificates_map_to_roles(tmp_path, pki):
         assert res.returncode == 0, res.stderr
         res = run(KILN, "ls", env=dict(env, KILN_CLIENT_CERT=cert("forged")[0],
                                        KILN_CLIENT_KEY=cert("forged")[1]))
-        assert res.returncode == 3 and "KILN_CLIENT_CERT" in res.stderr, \
+        # Refused in the handshake; how curl words it depends on when the
+        # server's alert and close reach it.
+        assert res.returncode == 3 and "cannot reach" in res.stderr, \
             res.stderr
     finally:
         s.stop()

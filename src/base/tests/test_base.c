@@ -438,6 +438,36 @@ static void test_csv_cell(void **state)
 	}
 }
 
+static void expect_cut(const char *in, const char *want)
+{
+	size_t len;
+	char *out = kn_url_queries_cut(in, strlen(in), &len);
+
+	if (!want) {
+		assert_null(out);
+		return;
+	}
+	assert_non_null(out);
+	assert_int_equal(len, strlen(want));
+	assert_string_equal(out, want);
+	free(out);
+}
+
+static void test_url_queries_cut(void **state)
+{
+	(void)state;
+	expect_cut("no url here, a ? and a =", NULL);
+	expect_cut("http://h/c/x.bin and https://h/c/", NULL);
+	expect_cut("{\"url\":\"https://a.blob.core.windows.net/c?sv=1&sig=S%3D\"}",
+		   "{\"url\":\"https://a.blob.core.windows.net/c\"}");
+	expect_cut("to http://h:1/c?sig=a/backup-1/ and file:///x?y#z, then",
+		   "to http://h:1/c and file:///x, then");
+	expect_cut("'http://h/c#frag' (https://h/d?t=1)", "'http://h/c' (https://h/d)");
+	expect_cut("://?", "://");
+	assert_int_equal(kn_url_base_len("http://h/c?sig=x"), 10);
+	assert_int_equal(kn_url_base_len("http://h/c"), 10);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -456,6 +486,7 @@ int main(void)
 		cmocka_unit_test(test_git_revision),
 		cmocka_unit_test(test_text_escape),
 		cmocka_unit_test(test_csv_cell),
+		cmocka_unit_test(test_url_queries_cut),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

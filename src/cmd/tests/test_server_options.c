@@ -193,11 +193,34 @@ static void test_checks_span_file_and_flags(void **state)
 	remove_config(path);
 }
 
+/* Another executor's options are refused naming the one they need; an
+   unknown executor names the option. */
+static void test_executor_options_checked(void **state)
+{
+	struct kn_server_config cfg;
+	struct kn_error err;
+
+	(void)state;
+	kn_server_config_init(&cfg);
+	cfg.executor = "slurm";
+	assert_int_equal(kn_server_config_check(&cfg, &err), 0);
+	cfg.kube_namespace = "ns";
+	assert_int_equal(kn_server_config_check(&cfg, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "need --executor kubernetes"));
+	cfg.executor = "kubernetes";
+	assert_int_equal(kn_server_config_check(&cfg, &err), 0);
+	cfg.executor = "nomad";
+	assert_int_equal(kn_server_config_check(&cfg, &err), -EINVAL);
+	assert_string_equal(err.field, "executor");
+	kn_server_config_release(&cfg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rows_are_distinct_and_well_formed),
 		cmocka_unit_test(test_help_documents_every_option),
+		cmocka_unit_test(test_executor_options_checked),
 		cmocka_unit_test(test_cli_md_documents_every_option),
 		cmocka_unit_test(test_file_sets_the_flags_fields),
 		cmocka_unit_test(test_file_others_may_write_is_refused),

@@ -795,6 +795,34 @@ static void test_slurm_task_fill(void **state)
 	kn_job_spec_free((struct kn_job_spec *)l.spec);
 }
 
+/* The partition map's entries and the shard count, each refused by
+   name; a good map and no map pass. */
+static void test_slurm_config_check(void **state)
+{
+	static const char *const bad[] = {
+		"batch", "=batch", "default=", "gpu=batch", "pool:=batch",
+		"default=batch,,spot", NULL,
+	};
+	struct kn_slurm_config cfg = {100, "default=batch,spot=c,pool:a=b"};
+	struct kn_error err;
+
+	(void)state;
+	assert_int_equal(kn_slurm_config_check(&cfg, &err), 0);
+	cfg.partitions = NULL;
+	assert_int_equal(kn_slurm_config_check(&cfg, &err), 0);
+	for (size_t i = 0; bad[i]; i++) {
+		cfg.partitions = bad[i];
+		assert_int_equal(kn_slurm_config_check(&cfg, &err), -EINVAL);
+		assert_string_equal(err.field, "slurm_partitions");
+	}
+	cfg.partitions = NULL;
+	cfg.shards_per_gpu = 0;
+	assert_int_equal(kn_slurm_config_check(&cfg, &err), -EINVAL);
+	assert_string_equal(err.field, "slurm_shards_per_gpu");
+	cfg.shards_per_gpu = 1001;
+	assert_int_equal(kn_slurm_config_check(&cfg, &err), -EINVAL);
+}
+
 static void test_slurm_host_list_and_states(void **state)
 {
 	char host[16];
@@ -844,6 +872,7 @@ int main(void)
 		cmocka_unit_test(test_executor_instances),
 		cmocka_unit_test(test_slurm_task_fill),
 		cmocka_unit_test(test_local_check),
+		cmocka_unit_test(test_slurm_config_check),
 		cmocka_unit_test(test_exit_record_in_place),
 		cmocka_unit_test(test_shim_exit_read_from_record),
 	};

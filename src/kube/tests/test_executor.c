@@ -351,21 +351,45 @@ static void test_attempt_manifests(void **state)
 }
 
 /* A pod places itself and its shim syncs checkpoints: the server's own
-   placement and sync step aside for them. */
+   placement and sync step aside for them. The instance carries its
+   configuration (its check renders with its default image) and owns the
+   process's one worker. No attempt and no deployment: the worker makes
+   no request, so the API server's address is never dialled. */
 static void test_executor_instance(void **state)
 {
-	struct kn_executor *ex = kn_kube_executor_new();
+	struct kn_kube_auth auth = {.server = "https://127.0.0.1:1"};
+	struct kn_kube_exec_config cfg = {.auth = &auth, .namespace_ = "ns"};
+	struct kn_executor *ex = NULL, *second = NULL;
+	struct kn_job_spec *spec = NULL;
+	struct kn_error err = {0};
+	const char *text = "kind: Job\nname: x\ncommand: [\"true\"]\n";
 
 	(void)state;
+	assert_int_equal(kn_job_spec_parse(text, strlen(text), "x.yaml", &spec,
+					   &err), 0);
+	assert_int_equal(kn_kube_executor_new(&cfg, &ex, &err), 0);
 	assert_string_equal(ex->ops->name, "kubernetes");
 	assert_true(ex->ops->places_tasks);
 	assert_true(ex->ops->syncs_checkpoints);
-	assert_non_null(ex->ops->check);
 	assert_null(ex->ops->selector_key);
 	assert_string_equal(ex->ops->isolation,
 			    "kubernetes executor: its own; environment built");
 	assert_non_null(ex->ops->limits);
+	/* No image in the spec nor the instance's configuration. */
+	assert_int_equal(ex->ops->check(ex, spec, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "--image"));
+	assert_int_equal(kn_kube_executor_new(&cfg, &second, &err), -EINVAL);
+	assert_null(second);
+	assert_non_null(strstr(err.message, "already running"));
 	kn_executor_free(ex);
+	cfg.image = "img:1";
+	assert_int_equal(kn_kube_executor_new(&cfg, &ex, &err), 0);
+	assert_int_equal(ex->ops->check(ex, spec, &err), 0);
+	kn_executor_free(ex);
+	cfg.namespace_ = "";
+	assert_int_equal(kn_kube_executor_new(&cfg, &ex, &err), -EINVAL);
+	assert_string_equal(err.field, "namespace");
+	kn_job_spec_free(spec);
 }
 
 int main(int argc, char **argv)
