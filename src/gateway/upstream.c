@@ -45,8 +45,6 @@
 #define HEAD_MAX (64 * 1024)
 /* One read(2); larger answers take more turns of the loop. */
 #define READ_CHUNK (64 * 1024)
-/* The most one SSL_write is given: one TLS record. */
-#define TLS_WRITE_MAX (16 * 1024)
 
 enum parse_state {
 	P_HEAD,        /* status line and headers */
@@ -232,22 +230,14 @@ static int tls_failure(struct gw_conn *c, int n, bool writing)
 /* Write from the output: bytes, or a negative errno (-EAGAIN to wait). */
 static int up_write(struct gw_conn *c)
 {
-	size_t len = evbuffer_get_length(c->out);
 	int n;
 
 	if (!c->ssl) {
 		n = evbuffer_write(c->out, c->fd);
 		return n < 0 ? (errno == EINTR ? -EAGAIN : -errno) : n;
 	}
-	/* A retry is given at least what the last try was (OpenSSL's
-	   rule): the buffer only grows at its end. */
-	if (len > TLS_WRITE_MAX)
-		len = TLS_WRITE_MAX;
-	n = SSL_write(c->ssl, evbuffer_pullup(c->out, (ssize_t)len), (int)len);
-	if (n > 0) {
-		evbuffer_drain(c->out, (size_t)n);
+	if ((n = kn_tls_write_buffer(c->ssl, c->out)) > 0)
 		return n;
-	}
 	n = tls_failure(c, n, true);
 	return n ? n : -ECONNRESET;
 }

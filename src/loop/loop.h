@@ -378,6 +378,14 @@ struct ssl_st *kn_tls_client_session(struct ssl_ctx_st *ctx,
 				     const char *host);
 
 /*
+ * Write the start of out (at most one TLS record) on ssl, draining what
+ * went: SSL_write's return, for SSL_get_error when it is not above 0.
+ * Safe to call again after WANT_WRITE or WANT_READ as OpenSSL wants,
+ * as long as out only grows at its end meanwhile.
+ */
+int kn_tls_write_buffer(struct ssl_st *ssl, struct evbuffer *out);
+
+/*
  * One HTTP/1.1 request on the loop, http:// or https:// (the server's
  * certificate and host name verified, see kn_loop_client_tls). headers
  * is a NULL-terminated list of "Name: value" strings, body may be NULL.
