@@ -940,7 +940,8 @@ static const struct kn_executor_ops slurm_ops = {
 	.name = "slurm",
 	.selector_key = "pool",
 	.home_searchable = true,
-	.isolation = "slurm executor: its own; pid namespace, environment built",
+	.isolation = "slurm executor: its own; pid namespace, home hidden, "
+		     "environment built",
 	.limits = "tasks run under the slurm executor",
 	.start = slurm_start,
 	.stop = slurm_stop,

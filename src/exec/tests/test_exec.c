@@ -762,7 +762,8 @@ static void test_executor_instances(void **state)
 	assert_null(slurm->ops->check);
 	assert_string_equal(slurm->ops->selector_key, "pool");
 	assert_string_equal(slurm->ops->isolation,
-			    "slurm executor: its own; pid namespace, environment built");
+			    "slurm executor: its own; pid namespace, home "
+			    "hidden, environment built");
 	assert_string_equal(slurm->ops->limits,
 			    "tasks run under the slurm executor");
 	assert_true(slurm->ops->home_searchable);
