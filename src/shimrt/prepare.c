@@ -138,24 +138,25 @@ static int fetch_one(const char *dir, json_t *in, json_t *fetched, int log_fd,
 	if (rc == 0)
 		rc = kn_blob_get_file(store, blob, dest, 0, -1, got, &err);
 	if (rc < 0) {
-		shimrt_say(log_fd, "kiln: input %s: cannot fetch %s/%s: %s\n", name,
-		    url, blob, err.message);
+		shimrt_say(log_fd, "kiln: input %s: cannot fetch %s/%s: %s\n",
+			   name, url, blob, err.message);
 		snprintf(why, len, "input %s: cannot fetch it", name);
 	} else if (want && strcmp(got, want) != 0 && first) {
 		/* A job's own input, recorded by its first fetch: the task
 		   would resume from a checkpoint made with other data. */
 		unlink(dest);
-		shimrt_say(log_fd, "kiln: input %s (%s/%s) has sha256 %s now; attempt "
-		    "%lld fetched it with sha256 %s\n", name, url, blob, got,
-		    (long long)json_integer_value(first), want);
+		shimrt_say(log_fd, "kiln: input %s (%s/%s) has sha256 %s now; "
+			   "attempt %lld fetched it with sha256 %s\n", name,
+			   url, blob, got,
+			   (long long)json_integer_value(first), want);
 		snprintf(why, len, KN_INPUT_CHANGED_PREFIX "%s is sha256:%.12s, "
 			 "attempt %lld had sha256:%.12s", name, got,
 			 (long long)json_integer_value(first), want);
 		rc = -EIO;
 	} else if (want && strcmp(got, want) != 0) {
 		unlink(dest);
-		shimrt_say(log_fd, "kiln: input %s: its sha256 is %s, not %s as the "
-		    "outputs manifest says\n", name, got, want);
+		shimrt_say(log_fd, "kiln: input %s: its sha256 is %s, not %s as "
+			   "the outputs manifest says\n", name, got, want);
 		snprintf(why, len, "input %s: sha256 mismatch", name);
 		rc = -EIO;
 	} else if (stat(dest, &st) < 0) {
@@ -163,7 +164,8 @@ static int fetch_one(const char *dir, json_t *in, json_t *fetched, int log_fd,
 		snprintf(why, len, "input %s: cannot fetch it", name);
 		rc = -errno;
 	} else {
-		shimrt_say(log_fd, "kiln: input %s fetched (sha256 %s)\n", name, got);
+		shimrt_say(log_fd, "kiln: input %s fetched (sha256 %s)\n", name,
+			   got);
 		json_array_append_new(fetched,
 				      json_pack("{s:s, s:s, s:I}", "name", name,
 						"sha256", got, "size",
@@ -348,6 +350,85 @@ static bool module_name_ok(const char *m)
  * task was given and the blob store answering. The first one missing
  * fails the task with a reason naming it.
  */
+/* requires.scratch: {path, free_bytes} free there. */
+static int check_scratch(json_t *scratch, char *why, size_t len)
+{
+	const char *dir = json_string_value(json_object_get(scratch, "path"));
+	int64_t want = json_integer_value(json_object_get(scratch,
+							  "free_bytes"));
+	struct statvfs st;
+	char have_text[32], want_text[32];
+	int64_t have;
+
+	if (!dir || statvfs(dir, &st) < 0) {
+		snprintf(why, len, KN_PREREQUISITE_PREFIX "scratch %s: %s", dir,
+			 strerror(errno));
+		return -errno;
+	}
+	have = (int64_t)st.f_bavail * (int64_t)st.f_frsize;
+	if (have >= want)
+		return 0;
+	kn_format_bytes(have, have_text, sizeof(have_text));
+	kn_format_bytes(want, want_text, sizeof(want_text));
+	snprintf(why, len, KN_PREREQUISITE_PREFIX "scratch %s has %s free, "
+		 "needs %s", dir, have_text, want_text);
+	return -ENOSPC;
+}
+
+/* requires.gpus: {count, model, task_models} against the task's
+   CUDA_VISIBLE_DEVICES and the models it was given. */
+static int check_gpus(char *const *env, json_t *gpus, char *why, size_t len)
+{
+	const char *devs = kn_env_get(env, "CUDA_VISIBLE_DEVICES");
+	const char *model = json_string_value(json_object_get(gpus, "model"));
+	int want = (int)json_integer_value(json_object_get(gpus, "count"));
+	int have = 0;
+	json_t *v;
+	size_t i;
+
+	for (const char *p = devs; p && *p; p += strcspn(p, ","),
+			p += *p == ',')
+		have++;
+	if (have < want) {
+		snprintf(why, len, KN_PREREQUISITE_PREFIX "%d GPU%s needed, "
+			 "the task has %d", want, want == 1 ? "" : "s", have);
+		return -ENODEV;
+	}
+	json_array_foreach(json_object_get(gpus, "task_models"), i, v) {
+		if (model && !kn_sched_model_accepts(model,
+						     json_string_value(v))) {
+			snprintf(why, len, KN_PREREQUISITE_PREFIX "GPU model "
+				 "%s needed, the task has %s", model,
+				 json_string_value(v));
+			return -ENODEV;
+		}
+	}
+	return 0;
+}
+
+/* requires.store: the store answers (a name no one writes: "not found"
+   is the store answering). */
+static int check_store(const char *url, int log_fd, char *why, size_t len)
+{
+	struct kn_blob_store *store = NULL;
+	struct kn_blob_info info = {0};
+	struct kn_error err = {0};
+	int rc = open_named_store(url, &store, &err);
+
+	if (rc == 0)
+		rc = kn_blob_stat(store, "kiln-prerequisite-check", &info,
+				  &err);
+	kn_blob_store_free(store);
+	if (rc < 0 && rc != -ENOENT) {
+		shimrt_say(log_fd, "kiln: the store %s does not answer: %s\n",
+			   url, err.message);
+		snprintf(why, len, KN_PREREQUISITE_PREFIX "the store does not "
+			 "answer");
+		return rc;
+	}
+	return 0;
+}
+
 static int check_requires(char *const *env, int log_fd, char *why,
 			  size_t len)
 {
@@ -387,64 +468,12 @@ static int check_requires(char *const *env, int log_fd, char *why,
 		}
 	}
 	scratch = json_object_get(req, "scratch");
-	if (json_is_object(scratch)) {
-		const char *dir = json_string_value(
-			json_object_get(scratch, "path"));
-		int64_t want = json_integer_value(
-			json_object_get(scratch, "free_bytes"));
-		struct statvfs st;
-		char have_text[32], want_text[32];
-		int64_t have;
-
-		if (!dir || statvfs(dir, &st) < 0) {
-			snprintf(why, len, KN_PREREQUISITE_PREFIX "scratch "
-				 "%s: %s", dir, strerror(errno));
-			rc = -errno;
-			goto out;
-		}
-		have = (int64_t)st.f_bavail * (int64_t)st.f_frsize;
-		if (have < want) {
-			kn_format_bytes(have, have_text, sizeof(have_text));
-			kn_format_bytes(want, want_text, sizeof(want_text));
-			snprintf(why, len, KN_PREREQUISITE_PREFIX "scratch %s "
-				 "has %s free, needs %s", dir, have_text,
-				 want_text);
-			rc = -ENOSPC;
-			goto out;
-		}
-	}
+	if (json_is_object(scratch) &&
+	    (rc = check_scratch(scratch, why, len)) < 0)
+		goto out;
 	gpus = json_object_get(req, "gpus");
-	if (json_is_object(gpus)) {
-		const char *devs = kn_env_get(env, "CUDA_VISIBLE_DEVICES");
-		int want = (int)json_integer_value(
-			json_object_get(gpus, "count"));
-		int have = 0;
-
-		for (const char *p = devs; p && *p; p += strcspn(p, ","),
-				p += *p == ',')
-			have++;
-		const char *model = json_string_value(
-			json_object_get(gpus, "model"));
-		json_t *given = json_object_get(gpus, "task_models");
-
-		if (have < want) {
-			snprintf(why, len, KN_PREREQUISITE_PREFIX "%d GPU%s "
-				 "needed, the task has %d", want,
-				 want == 1 ? "" : "s", have);
-			rc = -ENODEV;
-			goto out;
-		}
-		json_array_foreach(given, i, v) {
-			if (model && !kn_sched_model_accepts(
-					     model, json_string_value(v))) {
-				snprintf(why, len, KN_PREREQUISITE_PREFIX
-					 "GPU model %s needed, the task has "
-					 "%s", model, json_string_value(v));
-				rc = -ENODEV;
-				goto out;
-			}
-		}
-	}
+	if (json_is_object(gpus) && (rc = check_gpus(env, gpus, why, len)) < 0)
+		goto out;
 	if (json_is_string(json_object_get(req, "driver")) &&
 	    (rc = check_version("driver",
 				json_string_value(json_object_get(req,
@@ -456,28 +485,10 @@ static int check_requires(char *const *env, int log_fd, char *why,
 				json_string_value(json_object_get(req, "cuda")),
 				why, len)) < 0)
 		goto out;
-	if (json_is_string(json_object_get(req, "store"))) {
-		const char *url =
-			json_string_value(json_object_get(req, "store"));
-		struct kn_blob_store *store = NULL;
-		struct kn_blob_info info = {0};
-		struct kn_error err = {0};
-
-		rc = open_named_store(url, &store, &err);
-		/* A name no one writes: "not found" is the store answering. */
-		if (rc == 0)
-			rc = kn_blob_stat(store, "kiln-prerequisite-check",
-					  &info, &err);
-		kn_blob_store_free(store);
-		if (rc < 0 && rc != -ENOENT) {
-			shimrt_say(log_fd, "kiln: the store %s does not answer: %s\n",
-			    url, err.message);
-			snprintf(why, len, KN_PREREQUISITE_PREFIX "the store "
-				 "does not answer");
-			goto out;
-		}
-		rc = 0;
-	}
+	if (json_is_string(json_object_get(req, "store")))
+		rc = check_store(json_string_value(json_object_get(req,
+								   "store")),
+				 log_fd, why, len);
 out:
 	if (rc < 0)
 		shimrt_say(log_fd, "kiln: %s\n", why);
@@ -520,8 +531,8 @@ int kn_shimrt_prepare(void *arg, char *const *env, int log_fd, char *why,
 
 		rc = kn_write_file_atomic(path, text, strlen(text), 0600);
 		if (rc < 0) {
-			shimrt_say(log_fd, "kiln: cannot write %s: %s\n", path,
-			    strerror(-rc));
+			shimrt_say(log_fd, "kiln: cannot write %s: %s\n",
+				   path, strerror(-rc));
 			snprintf(why, len, "cannot record the inputs' digests");
 		}
 		free(text);
