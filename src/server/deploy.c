@@ -37,6 +37,7 @@
  * only this file knows which jobs are replicas.
  */
 #include "deploysvc.h"
+#include "internal.h"
 #include "service.h"
 
 #include <errno.h>

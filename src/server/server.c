@@ -7,6 +7,7 @@
  * and only then the listener and server.url — so a client that can see the
  * URL talks to a server that already knows every job it knew before.
  */
+#include "internal.h"
 #include "service.h"
 #include "executors.h"
 
