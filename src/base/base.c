@@ -249,6 +249,24 @@ void kn_format_size(int64_t bytes, char *buf, size_t len)
 	snprintf(buf, len, "%lld", (long long)bytes);
 }
 
+void kn_format_bytes(int64_t bytes, char *buf, size_t len)
+{
+	static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+	double v = (double)bytes;
+	size_t u = 0;
+
+	if (bytes < 1024) {
+		snprintf(buf, len, "%lld B", (long long)bytes);
+		return;
+	}
+	v /= 1024;
+	while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%.1f %s", v, units[u]);
+}
+
 int kn_parse_size(const char *s, int64_t *out_bytes)
 {
 	char *end;
@@ -271,6 +289,16 @@ int kn_parse_size(const char *s, int64_t *out_bytes)
 		}
 	}
 	return -EINVAL;
+}
+
+const char *kn_env_get(char *const *env, const char *key)
+{
+	size_t n = strlen(key);
+
+	for (char *const *e = env; e && *e; e++)
+		if (!strncmp(*e, key, n) && (*e)[n] == '=')
+			return *e + n + 1;
+	return NULL;
 }
 
 size_t kn_strlcpy(char *dst, const char *src, size_t size)

@@ -113,6 +113,13 @@ int kn_parse_size(const char *s, int64_t *out_bytes);
  * it exactly, binary before decimal: "64Mi", "16Gi", "1G", "1000".
  */
 void kn_format_size(int64_t bytes, char *buf, size_t len);
+/* bytes for a reader, to one decimal in binary units: "80.0 GiB",
+   "512 B". */
+void kn_format_bytes(int64_t bytes, char *buf, size_t len);
+
+/* The value of key in env ("NAME=value" strings, NULL-terminated; NULL
+   is empty), or NULL. */
+const char *kn_env_get(char *const *env, const char *key);
 
 /* Bounded string helpers. kn_strlcpy returns strlen(src). */
 size_t kn_strlcpy(char *dst, const char *src, size_t size);

@@ -405,24 +405,6 @@ void cli_format_when(int64_t ms, int64_t now_ms, char *buf, size_t len)
 	snprintf(buf, len, "%s (%s)", abs, rel);
 }
 
-void cli_format_bytes(int64_t bytes, char *buf, size_t len)
-{
-	static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-	double v = (double)bytes;
-	size_t u = 0;
-
-	if (bytes < 1024) {
-		snprintf(buf, len, "%lld B", (long long)bytes);
-		return;
-	}
-	v /= 1024;
-	while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
-		v /= 1024;
-		u++;
-	}
-	snprintf(buf, len, "%.1f %s", v, units[u]);
-}
-
 void cli_format_milli(int64_t milli, char *buf, size_t len)
 {
 	char frac[8];

@@ -254,8 +254,6 @@ void cli_clean(char *dst, const char *src, size_t size);
 
 /* "2026-12-02T15:46:06.123Z (5m ago)", or "-" for 0. */
 void cli_format_when(int64_t ms, int64_t now_ms, char *buf, size_t len);
-/* "80.0 GiB", "512 B". */
-void cli_format_bytes(int64_t bytes, char *buf, size_t len);
 /* Thousandths of a GPU as "1.0", "0.5", "0.125", "2.0". */
 void cli_format_milli(int64_t milli, char *buf, size_t len);
 /*

@@ -96,7 +96,7 @@ static int backup_create(struct cli_ctx *ctx, int argc, char **argv)
 			      cli_json_str(run, "error"));
 		goto out;
 	}
-	cli_format_bytes(cli_json_int(run, "bytes"), size, sizeof(size));
+	kn_format_bytes(cli_json_int(run, "bytes"), size, sizeof(size));
 	fprintf(stderr, "backup %s: %lld parts, %s in %s%s\n",
 		cli_json_str(run, "name"),
 		(long long)cli_json_int(run, "parts"), size,
@@ -253,7 +253,7 @@ static int backup_ls(struct cli_ctx *ctx, int argc, char **argv)
 			bytes += cli_json_int(p, "size");
 		kn_format_time(cli_json_int(m, "created_ms"), when,
 			       sizeof(when));
-		cli_format_bytes(bytes, size, sizeof(size));
+		kn_format_bytes(bytes, size, sizeof(size));
 		cli_table_cell(t, cli_json_str(m, "name"));
 		cli_table_cell(t, when);
 		cli_table_cell(t, cli_json_str(m, "kiln_version"));

@@ -111,8 +111,8 @@ static void progress_print(int64_t done, int64_t total, void *arg)
 
 	if (!p->on)
 		return;
-	cli_format_bytes(done, d, sizeof(d));
-	cli_format_bytes(total, t, sizeof(t));
+	kn_format_bytes(done, d, sizeof(d));
+	kn_format_bytes(total, t, sizeof(t));
 	fprintf(stderr, "\r%s %s / %s (%d%%)   ", p->what, d, t,
 		total ? (int)(100 * done / total) : 100);
 	if (done >= total)
@@ -278,7 +278,7 @@ static int push_from_job(struct cli_ctx *ctx, const struct args *a)
 	if (cli_want_json(ctx)) {
 		cli_print_data(ctx, answer);
 	} else {
-		cli_format_bytes(cli_json_int(answer, "bytes"), size_text,
+		kn_format_bytes(cli_json_int(answer, "bytes"), size_text,
 				 sizeof(size_text));
 		printf("%s@%lld\n", a->name,
 		       (long long)cli_json_int(answer, "version"));
@@ -397,8 +397,8 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	if (rc)
 		goto out;
-	cli_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));
-	cli_format_bytes(sent, up_text, sizeof(up_text));
+	kn_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));
+	kn_format_bytes(sent, up_text, sizeof(up_text));
 	if (cli_want_json(ctx)) {
 		json_t *o = json_pack("{s:s, s:O, s:I, s:I, s:I, s:I}", "name",
 				      a.name, "version",
@@ -538,7 +538,7 @@ static void print_model(json_t *m)
 	printf("model %s\n\n", cli_json_str(m, "name"));
 	json_array_foreach(json_object_get(m, "versions"), i, v) {
 		char size[32], when[80];
-		cli_format_bytes(cli_json_int(v, "bytes"), size, sizeof(size));
+		kn_format_bytes(cli_json_int(v, "bytes"), size, sizeof(size));
 		cli_format_when(cli_json_int(v, "created_at_ms"), now, when,
 				sizeof(when));
 		cli_table_cellf(t, "%lld", (long long)cli_json_int(v, "version"));
@@ -638,7 +638,7 @@ static void print_version(json_t *v)
 	t = cli_table_new(fh);
 	json_array_foreach(json_object_get(manifest, "files"), i, it) {
 		char size[32];
-		cli_format_bytes(cli_json_int(it, "size"), size, sizeof(size));
+		kn_format_bytes(cli_json_int(it, "size"), size, sizeof(size));
 		cli_table_cell(t, cli_json_str(it, "path"));
 		cli_table_cell(t, size);
 		cli_table_cell(t, cli_json_str(it, "sha256"));
@@ -754,10 +754,10 @@ static int model_diff(struct cli_ctx *ctx, int argc, char **argv)
 			printf("removed  %s\n", json_string_value(p));
 		json_array_foreach(changed, i, p) {
 			char s1[32], s2[32];
-			cli_format_bytes(cli_json_int(json_object_get(
+			kn_format_bytes(cli_json_int(json_object_get(
 					     f1, json_string_value(p)), "size"),
 					 s1, sizeof(s1));
-			cli_format_bytes(cli_json_int(json_object_get(
+			kn_format_bytes(cli_json_int(json_object_get(
 					     f2, json_string_value(p)), "size"),
 					 s2, sizeof(s2));
 			printf("changed  %s (%s -> %s)\n", json_string_value(p),
@@ -1097,7 +1097,7 @@ static int model_verify(struct cli_ctx *ctx, int argc, char **argv)
 		rc = CLI_EXIT_FAIL;
 		goto out;
 	}
-	cli_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));
+	kn_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));
 	if (cli_want_json(ctx)) {
 		json_t *o = json_pack("{s:s, s:b, s:I, s:I}", "model", at,
 				      "verified", 1, "files", (json_int_t)f.n,
@@ -1170,7 +1170,7 @@ static int model_pull(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	if (rc != CLI_GO)
 		goto out;
-	cli_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));
+	kn_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));
 	fprintf(stderr, "pulled %s into %s: %zu files (%s), every digest "
 		"checked\n", at, a.pos[1], f.n, size_text);
 	rc = CLI_EXIT_OK;

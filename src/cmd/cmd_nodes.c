@@ -146,7 +146,7 @@ static void show_node(json_t *node)
 		kn_buf_printf(&b, ", %lld CPUs",
 			      (long long)cli_json_int(node, "cpus"));
 	if (cli_json_int(node, "memory_bytes") > 0) {
-		cli_format_bytes(cli_json_int(node, "memory_bytes"), size,
+		kn_format_bytes(cli_json_int(node, "memory_bytes"), size,
 				 sizeof(size));
 		kn_buf_printf(&b, ", %s memory", size);
 	}
@@ -206,7 +206,7 @@ static void show_node(json_t *node)
 				json_is_true(json_object_get(dev, "mig"))
 					? " (MIG)"
 					: "");
-		cli_format_bytes(cli_json_int(dev, "memory_bytes"), size,
+		kn_format_bytes(cli_json_int(dev, "memory_bytes"), size,
 				 sizeof(size));
 		cli_table_cell(t, size);
 		kn_buf_init(&b, SIZE_MAX);

@@ -54,7 +54,7 @@ static void show_outputs(json_t *outputs)
 
 	json_array_foreach(outputs, i, o) {
 		char size[32], name[256];
-		cli_format_bytes(cli_json_int(o, "size"), size, sizeof(size));
+		kn_format_bytes(cli_json_int(o, "size"), size, sizeof(size));
 		cli_clean(name, cli_json_str(o, "name"), sizeof(name));
 		field(i == 0 ? "outputs" : "", "%s  %s  sha256:%.16s…", name,
 		      size, cli_json_str(o, "sha256"));
@@ -109,7 +109,7 @@ static void show_inputs(json_t *inputs)
 		cli_clean(name, cli_json_str(in, "name"), sizeof(name));
 		cli_clean(text, cli_json_str(in, "input"), sizeof(text));
 		if (digest) {
-			cli_format_bytes(cli_json_int(in, "size"), size,
+			kn_format_bytes(cli_json_int(in, "size"), size,
 					 sizeof(size));
 			field(i == 0 ? "inputs" : "", "%s  %s  sha256:%.16s…  %s",
 			      name, size, digest, text);
@@ -159,7 +159,7 @@ static void describe_resources(json_t *res, struct kn_buf *out)
 			      cpus == 1 ? "" : "s");
 	}
 	if (memory > 0) {
-		cli_format_bytes(memory, buf, sizeof(buf));
+		kn_format_bytes(memory, buf, sizeof(buf));
 		kn_buf_printf(out, ", %s memory", buf);
 	}
 }

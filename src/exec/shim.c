@@ -239,16 +239,6 @@ static void write_log(struct shim *s, const char *buf, size_t len)
 
 extern char **environ;
 
-static const char *env_value(char *const *env, const char *key)
-{
-	size_t n = strlen(key);
-
-	for (char *const *e = env; e && *e; e++)
-		if (!strncmp(*e, key, n) && (*e)[n] == '=')
-			return *e + n + 1;
-	return NULL;
-}
-
 /* The shim's own files: the task may read them, not write or replace. */
 static const char *const shim_files[] = {
 	"launch.json", "shim.pid", "shim.log", KN_LOG_FILE, EXEC_EXIT_RECORD,
@@ -272,7 +262,7 @@ static int prepare_sandbox(struct shim *s, struct kn_error *err)
 	};
 	const char *writable[MAX_SHIM_PATHS] = {NULL}, *visible[3] = {NULL};
 	char *read_only[MAX_SHIM_PATHS] = {NULL}, *real[2] = {NULL};
-	const char *mps = env_value(s->env, "CUDA_MPS_PIPE_DIRECTORY");
+	const char *mps = kn_env_get(s->env, "CUDA_MPS_PIPE_DIRECTORY");
 	struct kn_sandbox_config cfg;
 	size_t n = 0, nv = 0;
 	int rc;
@@ -283,8 +273,8 @@ static int prepare_sandbox(struct shim *s, struct kn_error *err)
 	else if (s->host == KN_SANDBOX_SLURM)
 		cfg.mode = KN_SANDBOX_PROCS;
 	for (const char *const *v = dir_vars; *v; v++)
-		if (env_value(s->env, *v))
-			writable[n++] = env_value(s->env, *v);
+		if (kn_env_get(s->env, *v))
+			writable[n++] = kn_env_get(s->env, *v);
 	/* Relative names resolve against the shim's directory, as chdir's. */
 	if ((real[0] = realpath(s->workdir ? s->workdir : s->dir, NULL)))
 		visible[nv++] = real[0];
@@ -293,8 +283,8 @@ static int prepare_sandbox(struct shim *s, struct kn_error *err)
 	for (n = 0; shim_files[n]; n++)
 		read_only[n] = kn_asprintf("%s/%s", s->dir, shim_files[n]);
 	/* A deployment's or an evaluation's verified model copy. */
-	if (env_value(s->env, "KILN_MODEL_DIR"))
-		read_only[n] = kn_xstrdup(env_value(s->env, "KILN_MODEL_DIR"));
+	if (kn_env_get(s->env, "KILN_MODEL_DIR"))
+		read_only[n] = kn_xstrdup(kn_env_get(s->env, "KILN_MODEL_DIR"));
 	cfg.run_as = s->run_as;
 	cfg.hide = s->home;
 	cfg.task_dir = s->dir;

@@ -198,8 +198,8 @@ int kn_kube_deploy_check(struct kn_executor *ex,
 
 	if (!ke)
 		return -EINVAL;
-	rc = kn_kube_deploy_manifests(kube_exec_config(ke), spec, spec->replicas, 1, &docs,
-				      err);
+	rc = kn_kube_deploy_manifests(kube_exec_config(ke), spec,
+				      spec->replicas, 1, &docs, err);
 	json_decref(docs);
 	return rc;
 }
@@ -836,21 +836,20 @@ static int list(struct kn_kube_client *c, const char *path, json_t **out,
 	return 0;
 }
 
-void kube_deploy_turn(struct kube_deploys *deploys, struct kn_kube_client *c,
-		      const char *ns, volatile const int *stop)
+/* Copies of the wanted deployments, taken under the lock; *sweep: the
+   Deployments no kept one claims are to go. */
+static struct item *items_take(struct kube_deploys *deploys, size_t *n,
+			       bool *sweep)
 {
-	struct item *items = NULL;
-	size_t n = 0, k;
-	bool sweep;
-	char *dpath = NULL, *ppath = NULL, error[ERROR_MAX] = "";
-	json_t *deps = NULL, *pods = NULL, *d;
+	struct item *items;
+	size_t k = 0;
 
 	pthread_mutex_lock(&deploys->lock);
-	sweep = deploys->sweep_pending;
+	*sweep = deploys->sweep_pending;
+	*n = 0;
 	for (struct wanted *w = deploys->wanted_list; w; w = w->next)
-		n++;
-	items = kn_xcalloc(n ? n : 1, sizeof(*items));
-	k = 0;
+		(*n)++;
+	items = kn_xcalloc(*n ? *n : 1, sizeof(*items));
 	for (struct wanted *w = deploys->wanted_list; w; w = w->next, k++) {
 		struct item *it = &items[k];
 		memcpy(it->name, w->name, sizeof(it->name));
@@ -866,6 +865,95 @@ void kube_deploy_turn(struct kube_deploys *deploys, struct kn_kube_client *c,
 		it->restart_at = w->restart_at;
 	}
 	pthread_mutex_unlock(&deploys->lock);
+	return items;
+}
+
+/* Delete the Deployments labelled as kiln's deployments that no item
+   claims; true when every one went (or none was left). */
+static bool sweep_orphans(struct kn_kube_client *c, const char *ns,
+			  json_t *deps, const struct item *items, size_t n,
+			  volatile const int *stop)
+{
+	bool swept = !*stop;
+	json_t *d;
+	size_t i;
+
+	json_array_foreach(json_object_get(deps, "items"), i, d) {
+		struct item orphan = {0};
+		const char *kname = kube_str_at(d, "metadata", "name");
+		const char *label = json_string_value(json_object_get(
+			json_object_get(json_object_get(d, "metadata"),
+					"labels"),
+			KN_KUBE_LABEL_DEPLOYMENT));
+		bool kept = false;
+
+		/* kiln's Jobs share the managed-by label; only deployments
+		   carry kiln.dev/deployment. */
+		if (!label || !kname || *stop)
+			continue;
+		for (size_t k = 0; k < n; k++)
+			if (!strcmp(items[k].kname, kname))
+				kept = true;
+		if (kept)
+			continue;
+		kn_strlcpy(orphan.name, kname, sizeof(orphan.name));
+		kn_log(KN_LOG_INFO, "kubernetes: Deployment %s/%s is no kiln "
+		       "deployment's any more", ns, kname);
+		remove_both(c, ns, kname, &orphan);
+		swept = swept && orphan.done_removing;
+	}
+	return swept;
+}
+
+/* What the turn found, back into the wanted list under the lock: a
+   removal done and not asked again forgets the deployment. */
+static void items_write_back(struct kube_deploys *deploys,
+			     struct item *items, size_t n)
+{
+	pthread_mutex_lock(&deploys->lock);
+	for (struct wanted **p = &deploys->wanted_list; *p;) {
+		struct wanted *w = *p;
+		struct item *it = NULL;
+
+		for (size_t k = 0; k < n; k++)
+			if (!strcmp(items[k].name, w->name))
+				it = &items[k];
+		if (it && it->removed && it->done_removing &&
+		    w->version == it->version) {
+			*p = w->next;
+			wanted_free(w);
+			continue;
+		}
+		if (it) {
+			memcpy(w->error, it->error, sizeof(w->error));
+			if (it->view) {
+				json_decref(w->view);
+				w->view = it->view;
+				it->view = NULL;
+			}
+			if (w->version == it->version) {
+				w->service_known = it->service_known;
+				w->synced = it->synced;
+			}
+			/* Sent: unless another was asked for meanwhile. */
+			if (it->restarted && w->restart_at == it->restart_at)
+				w->restart_at = 0;
+		}
+		p = &w->next;
+	}
+	pthread_mutex_unlock(&deploys->lock);
+}
+
+void kube_deploy_turn(struct kube_deploys *deploys, struct kn_kube_client *c,
+		      const char *ns, volatile const int *stop)
+{
+	struct item *items = NULL;
+	size_t n = 0, k;
+	bool sweep;
+	char *dpath = NULL, *ppath = NULL, error[ERROR_MAX] = "";
+	json_t *deps = NULL, *pods = NULL;
+
+	items = items_take(deploys, &n, &sweep);
 	/* Nothing wanted and nothing left to sweep: no request. */
 	if (n == 0 && !sweep)
 		goto out;
@@ -894,73 +982,13 @@ void kube_deploy_turn(struct kube_deploys *deploys, struct kn_kube_client *c,
 		json_decref(mine);
 		json_decref(current);
 	}
-	if (sweep) {
-		bool swept = !*stop;
-		size_t i;
-
-		json_array_foreach(json_object_get(deps, "items"), i, d) {
-			struct item orphan = {0};
-			const char *kname = kube_str_at(d, "metadata", "name");
-			const char *label = json_string_value(json_object_get(
-				json_object_get(json_object_get(d, "metadata"),
-						"labels"),
-				KN_KUBE_LABEL_DEPLOYMENT));
-			bool kept = false;
-
-			/* kiln's Jobs share the managed-by label; only
-			   deployments carry kiln.dev/deployment. */
-			if (!label || !kname || *stop)
-				continue;
-			for (k = 0; k < n; k++)
-				if (!strcmp(items[k].kname, kname))
-					kept = true;
-			if (kept)
-				continue;
-			kn_strlcpy(orphan.name, kname, sizeof(orphan.name));
-			kn_log(KN_LOG_INFO, "kubernetes: Deployment %s/%s is no "
-			       "kiln deployment's any more", ns, kname);
-			remove_both(c, ns, kname, &orphan);
-			swept = swept && orphan.done_removing;
-		}
-		if (swept) {
-			pthread_mutex_lock(&deploys->lock);
-			deploys->sweep_pending = false;
-			pthread_mutex_unlock(&deploys->lock);
-		}
+	if (sweep && sweep_orphans(c, ns, deps, items, n, stop)) {
+		pthread_mutex_lock(&deploys->lock);
+		deploys->sweep_pending = false;
+		pthread_mutex_unlock(&deploys->lock);
 	}
 write_back:
-	pthread_mutex_lock(&deploys->lock);
-	for (struct wanted **p = &deploys->wanted_list; *p;) {
-		struct wanted *w = *p;
-		struct item *it = NULL;
-
-		for (k = 0; k < n; k++)
-			if (!strcmp(items[k].name, w->name))
-				it = &items[k];
-		if (it && it->removed && it->done_removing &&
-		    w->version == it->version) {
-			*p = w->next;
-			wanted_free(w);
-			continue;
-		}
-		if (it) {
-			memcpy(w->error, it->error, sizeof(w->error));
-			if (it->view) {
-				json_decref(w->view);
-				w->view = it->view;
-				it->view = NULL;
-			}
-			if (w->version == it->version) {
-				w->service_known = it->service_known;
-				w->synced = it->synced;
-			}
-			/* Sent: unless another was asked for meanwhile. */
-			if (it->restarted && w->restart_at == it->restart_at)
-				w->restart_at = 0;
-		}
-		p = &w->next;
-	}
-	pthread_mutex_unlock(&deploys->lock);
+	items_write_back(deploys, items, n);
 out:
 	for (k = 0; k < n; k++) {
 		json_decref(items[k].deployment);

@@ -120,7 +120,7 @@ struct kn_kube_render_opts {
 /*
  * A job under Kubernetes may have this many inputs, named in at most
  * this many bytes each, so that what the shim reports about them fits
- * in its termination message with the rest (cmd/cmd_shim.c).
+ * in its termination message with the rest (src/shimrt/pod.c).
  */
 #define KN_KUBE_MAX_INPUTS 12
 #define KN_KUBE_INPUT_NAME_MAX 100

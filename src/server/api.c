@@ -5,6 +5,7 @@
  * store is committed before the reply is sent.
  */
 #include "openapi.h"
+#include "internal.h"
 #include "service.h"
 
 #include <errno.h>

@@ -15,6 +15,7 @@
  * --backup-keep, so a completed scheduled backup has always been pruned
  * after.
  */
+#include "internal.h"
 #include "service.h"
 
 #include "ckpt/ckpt.h"

@@ -343,7 +343,7 @@ void sync_run_started(struct server *s, struct run *r)
 	struct kn_error err;
 
 	r->server = s;
-	/* A pod's shim syncs its own checkpoint directory (src/cmd/cmd_shim.c)
+	/* A pod's shim syncs its own checkpoint directory (src/shimrt/pod.c)
 	   and reports the last one in the task's status (core_finish.c). */
 	if (!sync_wanted(r) || s->exec->ops->syncs_checkpoints)
 		return;

@@ -15,6 +15,7 @@
  * --catalog's rows. A node without a known size or price is costed at 0
  * and reported unpriced; its size is never guessed.
  */
+#include "internal.h"
 #include "service.h"
 
 #include "cost/cost.h"

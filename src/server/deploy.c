@@ -37,6 +37,7 @@
  * only this file knows which jobs are replicas.
  */
 #include "deploysvc.h"
+#include "internal.h"
 #include "service.h"
 
 #include <errno.h>
@@ -861,6 +862,43 @@ static char *spec_identity(const char *spec_json)
 	return text;
 }
 
+/* Whether a spec (normalized JSON) and model differ from p's in more
+   than the replica count. */
+static bool spec_changed(const struct deployment *p, const char *json_text,
+			 const char *model_dir)
+{
+	char *old = spec_identity(p->spec_json);
+	char *now_id = spec_identity(json_text);
+	bool changed = strcmp(old, now_id) != 0 ||
+		       strcmp(p->model_dir, model_dir) != 0;
+
+	free(old);
+	free(now_id);
+	return changed;
+}
+
+/* The stored spec becomes p's: its texts, model and parsed spec move
+   into p (the pointers are left NULL). */
+static void deploy_take_spec(struct deployment *p, const char *filename,
+			     char **yaml, char **json_text, char **model_dir,
+			     struct kn_deployment_spec **spec)
+{
+	free(p->filename);
+	p->filename = kn_xstrdup(filename);
+	free(p->spec_yaml);
+	p->spec_yaml = *yaml;
+	*yaml = NULL;
+	free(p->spec_json);
+	p->spec_json = *json_text;
+	*json_text = NULL;
+	free(p->model_dir);
+	p->model_dir = *model_dir;
+	*model_dir = NULL;
+	kn_deployment_spec_free(p->spec);
+	p->spec = *spec;
+	*spec = NULL;
+}
+
 /* reval_job: the text of the job file revalidate: names, when sent. */
 static int apply(struct server *s, const struct caller *c, const char *body,
 		 size_t len, const char *file, const char *path,
@@ -901,16 +939,8 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 		audit_denied(s, c, "deployment.update", object, err->message);
 		goto out;
 	}
-	if (p) {
-		/* Same spec and model: only the replica count may differ. */
-		char *old = spec_identity(p->spec_json);
-		char *now_id = spec_identity(json_text);
-
-		changed = strcmp(old, now_id) != 0 ||
-			  strcmp(p->model_dir, model_dir) != 0;
-		free(old);
-		free(now_id);
-	}
+	if (p)
+		changed = spec_changed(p, json_text, model_dir);
 	rc = reval_for_deployment(s, spec->job.name, p ? p->owner : c->name,
 				  spec, filename, reval_job, &reval, err);
 	if (rc < 0)
@@ -946,20 +976,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 		p->next = d->list;
 		d->list = p;
 	}
-	free(p->filename);
-	p->filename = kn_xstrdup(filename);
-	free(p->spec_yaml);
-	p->spec_yaml = yaml;
-	yaml = NULL;
-	free(p->spec_json);
-	p->spec_json = json_text;
-	json_text = NULL;
-	free(p->model_dir);
-	p->model_dir = model_dir;
-	model_dir = NULL;
-	kn_deployment_spec_free(p->spec);
-	p->spec = spec;
-	spec = NULL;
+	deploy_take_spec(p, filename, &yaml, &json_text, &model_dir, &spec);
 	p->replicas = row.replicas;
 	p->generation = row.generation;
 	p->updated_at = now;

@@ -25,6 +25,10 @@
 
 struct executor_kind {
 	const char *name;
+	/* Its tasks are processes of this machine, so the server's nodes
+	   (--sim-node, --pool) are where they run; elsewhere the one node
+	   stands for the capacity the engine is handed. */
+	bool runs_here;
 	/* Its options given although another executor is chosen: the
 	   flags' names for the error, or NULL when none was given. */
 	const char *(*options_given)(const struct kn_server_config *cfg);
@@ -106,9 +110,9 @@ out:
 }
 
 static const struct executor_kind kinds[] = {
-	{"local", NULL, local_create},
-	{"slurm", NULL, slurm_create},
-	{"kubernetes", kube_options_given, kube_create},
+	{"local", true, NULL, local_create},
+	{"slurm", false, NULL, slurm_create},
+	{"kubernetes", false, kube_options_given, kube_create},
 };
 
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
@@ -149,6 +153,13 @@ int executors_config_check(const struct kn_server_config *cfg,
 				 "--executor %s", given, kinds[i].name);
 	}
 	return 0;
+}
+
+bool executor_runs_here(const struct kn_server_config *cfg)
+{
+	const struct executor_kind *kind = kind_of(cfg);
+
+	return kind && kind->runs_here;
 }
 
 int executors_create(struct server *s, struct kn_error *err)

@@ -5,6 +5,8 @@
 #ifndef KILN_SERVER_EXECUTORS_H
 #define KILN_SERVER_EXECUTORS_H
 
+#include <stdbool.h>
+
 #include "base/base.h"
 #include "server/server.h"
 
@@ -15,6 +17,9 @@ struct kn_job_spec;
    err names the option. */
 int executors_config_check(const struct kn_server_config *cfg,
 			   struct kn_error *err);
+/* Whether the executor --executor names runs tasks as processes of this
+   machine, on the nodes the server describes (--sim-node, --pool). */
+bool executor_runs_here(const struct kn_server_config *cfg);
 /* s->exec: the instance of the executor --executor names, once its own
    options pass its check (Slurm's partition map). */
 int executors_create(struct server *s, struct kn_error *err);

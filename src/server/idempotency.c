@@ -19,6 +19,7 @@
  * clients retry), and storing the key after the answer was sent (a crash
  * between the two creates the object twice).
  */
+#include "internal.h"
 #include "service.h"
 
 #include "ckpt/ckpt.h"

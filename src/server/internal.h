@@ -20,17 +20,11 @@
 #include "loop/loop.h"
 #include "registry/registry.h"
 #include "sched/sched.h"
+#include "server/caller.h"
 #include "server/jobhooks.h"
 #include "server/server.h"
 #include "spec/spec.h"
 #include "store/store.h"
-
-enum kn_role { KN_ROLE_VIEWER, KN_ROLE_USER, KN_ROLE_OPERATOR, KN_ROLE_ADMIN };
-
-struct caller {
-	char name[128];
-	enum kn_role role;
-};
 
 struct queued_job {
 	int64_t id;

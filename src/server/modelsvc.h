@@ -6,6 +6,7 @@
 #ifndef KILN_SERVER_MODELSVC_H
 #define KILN_SERVER_MODELSVC_H
 
+#include "internal.h"
 #include "service.h"
 
 #include "registry/registry.h"

@@ -6,6 +6,7 @@
 #ifndef KILN_SERVER_POOLSVC_H
 #define KILN_SERVER_POOLSVC_H
 
+#include "internal.h"
 #include "service.h"
 
 struct azure_pool;

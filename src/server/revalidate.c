@@ -28,6 +28,7 @@
  * restart forgets a run in flight (its job still ends, unjudged) and starts
  * the schedule over from the restart.
  */
+#include "internal.h"
 #include "service.h"
 
 #include <errno.h>

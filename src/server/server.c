@@ -7,6 +7,7 @@
  * and only then the listener and server.url — so a client that can see the
  * URL talks to a server that already knows every job it knew before.
  */
+#include "internal.h"
 #include "service.h"
 #include "executors.h"
 
@@ -518,17 +519,165 @@ static int loop_setup(struct server *s, struct kn_error *err)
 	return 0;
 }
 
-int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
+/* --policy, and the defaults every local task is counted with. */
+static int policy_choose(struct server *s, struct kn_error *err)
 {
-	struct server s;
+	const struct kn_server_config *cfg = &s->cfg;
+	struct kn_buf names;
+	int rc;
+
+	s->defaults.cpu_milli = (int)cfg->default_task_cpu_milli;
+	s->defaults.memory_bytes = cfg->default_task_memory;
+	s->policy = kn_pack_policy_find(cfg->policy ? cfg->policy : "");
+	if (s->policy)
+		return 0;
+	kn_buf_init(&names, SIZE_MAX);
+	for (size_t i = 0; kn_pack_policies[i]; i++)
+		kn_buf_printf(&names, "%s%s", i ? ", " : "",
+			      kn_pack_policies[i]->name);
+	rc = kn_errorf(err, KN_EINVAL, "policy",
+		       "--policy: \"%s\" is not one of %s",
+		       cfg->policy ? cfg->policy : "", names.data);
+	kn_buf_release(&names);
+	return rc;
+}
+
+static int backup_check_step(struct server *s, struct kn_error *err)
+{
+	return backup_config_check(&s->cfg, err);
+}
+
+/* Before any service starts: the services that own jobs answer the job
+   core through their hooks from the first job's end on. */
+static int hooks_step(struct server *s, struct kn_error *err)
+{
+	(void)err;
+	s->hooks = job_hooks_new();
+	services_hook(s);
+	return 0;
+}
+
+static int nodes_phase(struct server *s, struct kn_error *err)
+{
+	return services_start(s, SERVICE_PHASE_NODES, err);
+}
+
+static int loop_phase(struct server *s, struct kn_error *err)
+{
+	return services_start(s, SERVICE_PHASE_LOOP, err);
+}
+
+static int recovered_phase(struct server *s, struct kn_error *err)
+{
+	return services_start(s, SERVICE_PHASE_RECOVERED, err);
+}
+
+static int monitor_step(struct server *s, struct kn_error *err)
+{
+	return monitor_start(s, &s->monitor, err);
+}
+
+static int health_step(struct server *s, struct kn_error *err)
+{
+	return health_start(s, &s->health, err);
+}
+
+/* Once every service has started, before the first request. */
+static int run_step(struct server *s, struct kn_error *err)
+{
+	(void)err;
+	services_run(s);
+	return 0;
+}
+
+static int events_step(struct server *s, struct kn_error *err)
+{
+	const struct kn_server_config *cfg = &s->cfg;
+
+	if (!cfg->azure_events_url)
+		return 0;
+	return events_start(s, cfg->azure_events_url,
+			    cfg->azure_vm_name ? cfg->azure_vm_name
+					       : s->nodes[0].name,
+			    &s->events, err);
+}
+
+/*
+ * Start-up, in order (after the home's lock): each step may use what the
+ * steps above it set up, and server_release undoes whatever ran. The
+ * services start in their phases (service.h) between the steps their
+ * phase names.
+ */
+static int (*const start_steps[])(struct server *s, struct kn_error *err) = {
+	backup_check_step,
+	executors_create, /* s->exec, chosen by --executor */
+	limits_start,
+	policy_choose,
+	hooks_step,
+	home_open,        /* the store */
+	audit_start,
+	auth_bootstrap,
+	setup_nodes,
+	isolation_start,
+	nodes_phase,
+	loop_setup,       /* the loop, the workers, the event feed */
+	workload_load,
+	loop_phase,
+	jobs_recover,
+	recovered_phase,
+	usage_start,
+	monitor_step,
+	health_step,
+	run_step,
+	events_step,
+	api_tls_start,
+};
+
+/* The API on --listen, its URL in HOME/server.url; then the loop runs
+   until a signal stops it. */
+static int serve(struct server *s, char **path, char **url,
+		 struct kn_error *err)
+{
+	const struct kn_server_config *cfg = &s->cfg;
 	struct kn_http_limits limits = {
 		.head_timeout_ms = cfg->head_timeout_ms,
 		.body_idle_ms = cfg->body_idle_ms,
 		.max_conns = cfg->max_conns,
 		.max_conns_per_client = cfg->max_conns_per_client,
 	};
+	int rc, port = 0;
+
+	rc = kn_http_server_new(s->loop, cfg->listen_host, cfg->listen_port,
+				&limits, s->tls, api_handle, s, &s->http, &port,
+				err);
+	if (rc < 0)
+		return rc;
+	kn_http_server_set_admit(s->http, api_admit);
+	*url = kn_asprintf("%s://%s:%d\n", s->tls ? "https" : "http",
+			   cfg->listen_host, port);
+	*path = kn_asprintf("%s/server.url", s->home);
+	rc = kn_write_file_atomic(*path, *url, strlen(*url), 0644);
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s",
+				 *path, strerror(-rc));
+	kn_log(KN_LOG_INFO, "kiln %s listening on %.*s (home %s)", KN_VERSION,
+	       (int)strlen(*url) - 1, *url, s->home);
+	kn_timer_arm(s->poll_timer, 500);
+	/* Under systemd (Type=notify): started once the API answers. */
+	kn_notify("READY=1");
+	rc = kn_loop_run(s->loop);
+	kn_notify("STOPPING=1");
+	if (rc < 0)
+		kn_errorf(err, KN_EIO, NULL, "event loop failed");
+	unlink(*path);
+	return rc;
+}
+
+int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
+{
+	struct server s;
 	char *path = NULL, *url = NULL;
-	int rc, port = 0, lock_fd;
+	int rc = 0, lock_fd;
 
 	memset(&s, 0, sizeof(s));
 	s.cfg = *cfg;
@@ -542,115 +691,12 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		free(s.home);
 		return lock_fd;
 	}
-	rc = backup_config_check(cfg, err);
+	for (size_t i = 0; rc == 0 && i < sizeof(start_steps) /
+						  sizeof(start_steps[0]);
+	     i++)
+		rc = start_steps[i](&s, err);
 	if (rc == 0)
-		rc = executors_create(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = limits_start(&s, err);
-	if (rc < 0)
-		goto out;
-	s.defaults.cpu_milli = (int)cfg->default_task_cpu_milli;
-	s.defaults.memory_bytes = cfg->default_task_memory;
-	s.policy = kn_pack_policy_find(cfg->policy ? cfg->policy : "");
-	if (!s.policy) {
-		struct kn_buf names;
-
-		kn_buf_init(&names, SIZE_MAX);
-		for (size_t i = 0; kn_pack_policies[i]; i++)
-			kn_buf_printf(&names, "%s%s", i ? ", " : "",
-				      kn_pack_policies[i]->name);
-		rc = kn_errorf(err, KN_EINVAL, "policy",
-			       "--policy: \"%s\" is not one of %s",
-			       cfg->policy ? cfg->policy : "", names.data);
-		kn_buf_release(&names);
-		goto out;
-	}
-	/* Before any service starts: the services that own jobs answer
-	   the job core through their hooks from the first job's end on. */
-	s.hooks = job_hooks_new();
-	services_hook(&s);
-	rc = home_open(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = audit_start(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = auth_bootstrap(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = setup_nodes(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = isolation_start(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = services_start(&s, SERVICE_PHASE_NODES, err);
-	if (rc < 0)
-		goto out;
-
-	rc = loop_setup(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = workload_load(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = services_start(&s, SERVICE_PHASE_LOOP, err);
-	if (rc < 0)
-		goto out;
-	rc = jobs_recover(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = services_start(&s, SERVICE_PHASE_RECOVERED, err);
-	if (rc < 0)
-		goto out;
-	rc = usage_start(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = monitor_start(&s, &s.monitor, err);
-	if (rc < 0)
-		goto out;
-	rc = health_start(&s, &s.health, err);
-	if (rc < 0)
-		goto out;
-	services_run(&s);
-	if (cfg->azure_events_url) {
-		rc = events_start(&s, cfg->azure_events_url,
-				  cfg->azure_vm_name ? cfg->azure_vm_name
-						     : s.nodes[0].name,
-				  &s.events, err);
-		if (rc < 0)
-			goto out;
-	}
-	rc = api_tls_start(&s, err);
-	if (rc < 0)
-		goto out;
-	rc = kn_http_server_new(s.loop, cfg->listen_host, cfg->listen_port,
-				&limits, s.tls, api_handle, &s, &s.http, &port, err);
-	if (rc < 0)
-		goto out;
-	kn_http_server_set_admit(s.http, api_admit);
-	url = kn_asprintf("%s://%s:%d\n", s.tls ? "https" : "http",
-			  cfg->listen_host, port);
-	free(path);
-	path = kn_asprintf("%s/server.url", s.home);
-	rc = kn_write_file_atomic(path, url, strlen(url), 0644);
-	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
-			       strerror(-rc));
-		goto out;
-	}
-	kn_log(KN_LOG_INFO, "kiln %s listening on %.*s (home %s)", KN_VERSION,
-	       (int)strlen(url) - 1, url, s.home);
-	kn_timer_arm(s.poll_timer, 500);
-	/* Under systemd (Type=notify): started once the API answers. */
-	kn_notify("READY=1");
-	rc = kn_loop_run(s.loop);
-	kn_notify("STOPPING=1");
-	if (rc < 0)
-		kn_errorf(err, KN_EIO, NULL, "event loop failed");
-	unlink(path);
-out:
+		rc = serve(&s, &path, &url, err);
 	free(path);
 	free(url);
 	server_release(&s);

@@ -357,7 +357,7 @@ static int check_nodes(const struct kn_server_config *cfg,
 {
 	bool local_node = cfg->gpus || cfg->node_labels || cfg->node_name ||
 			  cfg->node_sku || cfg->node_pricing;
-	bool local_exec = !strcmp(cfg->executor, "local");
+	bool local_exec = executor_runs_here(cfg);
 
 	if (cfg->n_sim_nodes && local_node)
 		return kn_errorf(err, KN_EINVAL, "sim-node", "--sim-node "
@@ -365,7 +365,7 @@ static int check_nodes(const struct kn_server_config *cfg,
 				 "--node-labels, --node-name, --node-sku or "
 				 "--node-pricing: give each node's GPUs and "
 				 "labels (sku=, pricing=) in its --sim-node");
-	/* Under Slurm the one node stands for the partitions' GPUs. */
+	/* Elsewhere the one node stands for the engine's GPUs. */
 	if (cfg->n_sim_nodes && !local_exec)
 		return kn_errorf(err, KN_EINVAL, "sim-node", "--sim-node runs "
 				 "its nodes on this machine: it needs "

@@ -12,7 +12,15 @@
 #ifndef KILN_SERVER_SERVICE_H
 #define KILN_SERVER_SERVICE_H
 
-#include "internal.h"
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/base.h"
+#include "server/caller.h"
+#include "server/jobhooks.h"
+
+struct server;
+struct kn_http_req;
 
 /* One HTTP route: method, path pattern, least role, handler. */
 struct route {

@@ -6,6 +6,7 @@
 #ifndef KILN_SERVER_WFSVC_H
 #define KILN_SERVER_WFSVC_H
 
+#include "internal.h"
 #include "service.h"
 
 #include "ckpt/ckpt.h"

@@ -24,7 +24,7 @@
  * job a step, besides its row here, is what its tasks get at launch
  * (its task_env hook): KILN_INPUTS, the earlier steps' outputs by store
  * URL and sha256, and KILN_REQUIRES, its prerequisites; the shim fetches
- * and checks them on the node (cmd/cmd_shim.c), so no file passes through
+ * and checks them on the node (src/shimrt/prepare.c), so no file passes through
  * the server.
  */
 #include "wfsvc.h"

@@ -82,6 +82,26 @@ static void test_format_size(void **state)
 		assert_int_equal(kn_parse_size(buf, &back), 0);
 		assert_int_equal(back, cases[i].bytes);
 	}
+	/* For a reader: one decimal, binary units. */
+	kn_format_bytes(512, buf, sizeof(buf));
+	assert_string_equal(buf, "512 B");
+	kn_format_bytes(85899345920LL, buf, sizeof(buf));
+	assert_string_equal(buf, "80.0 GiB");
+	kn_format_bytes(25000000000LL, buf, sizeof(buf));
+	assert_string_equal(buf, "23.3 GiB");
+}
+
+/* A whole name matches, not a prefix; no list is an empty one. */
+static void test_env_get(void **state)
+{
+	char *const env[] = {"KILN_X=1", "KILN_XY=2", "EMPTY=", NULL};
+
+	(void)state;
+	assert_string_equal(kn_env_get(env, "KILN_XY"), "2");
+	assert_string_equal(kn_env_get(env, "KILN_X"), "1");
+	assert_string_equal(kn_env_get(env, "EMPTY"), "");
+	assert_null(kn_env_get(env, "KILN"));
+	assert_null(kn_env_get(NULL, "KILN_X"));
 }
 
 static void test_buf_cap(void **state)
@@ -474,6 +494,7 @@ int main(void)
 		cmocka_unit_test(test_durations),
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_format_size),
+		cmocka_unit_test(test_env_get),
 		cmocka_unit_test(test_buf_cap),
 		cmocka_unit_test(test_errorf),
 		cmocka_unit_test(test_files),

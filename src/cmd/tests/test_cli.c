@@ -209,13 +209,6 @@ static void test_formats(void **state)
 	cli_format_milli(2250, buf, sizeof(buf));
 	assert_string_equal(buf, "2.25");
 
-	cli_format_bytes(512, buf, sizeof(buf));
-	assert_string_equal(buf, "512 B");
-	cli_format_bytes(85899345920LL, buf, sizeof(buf));
-	assert_string_equal(buf, "80.0 GiB");
-	cli_format_bytes(25000000000LL, buf, sizeof(buf));
-	assert_string_equal(buf, "23.3 GiB");
-
 	v = json_integer(2);
 	cli_format_gpus(v, buf, sizeof(buf));
 	assert_string_equal(buf, "2");

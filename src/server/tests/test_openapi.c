@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/internal.h"
 #include "server/service.h"
 
 static json_t *load_document(void)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/internal.h"
 #include "server/service.h"
 
 /* The next segment of a path pattern: its length, from *p. */
