@@ -62,9 +62,14 @@ char *kn_data_dir(void)
 	if (dir[0] && under(dir, KN_BUILD_ROOT) && is_dir(KN_SOURCE_DATA_DIR))
 		return kn_xstrdup(KN_SOURCE_DATA_DIR);
 	if (dir[0]) {
+		char resolved[PATH_MAX];
+
 		share = kn_asprintf("%s/../share/kiln", dir);
-		if (is_dir(share))
-			return share;
+		/* Named without the "bin/..", as a person would write it. */
+		if (is_dir(share) && realpath(share, resolved)) {
+			free(share);
+			return kn_xstrdup(resolved);
+		}
 		free(share);
 	}
 	return kn_xstrdup(KN_INSTALL_DATA_DIR);

@@ -103,19 +103,39 @@ static int set_default_cpus(const struct kn_option *o, void *target,
 	return 0;
 }
 
+static void show_listen(const struct kn_option *o, const void *target,
+			struct kn_buf *out)
+{
+	const struct kn_server_config *cfg = target;
+
+	(void)o;
+	kn_buf_printf(out, strchr(cfg->listen_host, ':') ? "\"[%s]:%d\"" :
+							    "\"%s:%d\"",
+		      cfg->listen_host, cfg->listen_port);
+}
+
+static void show_default_cpus(const struct kn_option *o, const void *target,
+			      struct kn_buf *out)
+{
+	const struct kn_server_config *cfg = target;
+
+	(void)o;
+	kn_buf_printf(out, "%g", (double)cfg->default_task_cpu_milli / 1000);
+}
+
 static const char *const executors[] = {"local", "slurm", "kubernetes",
 					NULL};
 
 /* Rows in the order of `kiln server --help`. */
 static const struct kn_option server_options[] = {
 	{"listen", KN_OPT_STRING, "HOST:PORT", .set = set_listen,
-	 .help = "address of the API"},
+	 .show = show_listen, .help = "address of the API"},
 	{"gpus", KN_OPT_STRING, "SPEC", F(gpus),
 	 .help = "simulate devices instead of using NVML"},
 	{"gpu-dev-dir", KN_OPT_PATH, "DIR", F(gpu_dev_dir),
 	 .flags = KN_OPT_ABSOLUTE, .help = "device nodes of simulated GPUs"},
-	{"cgroup-parent", KN_OPT_STRING, "PATH", .set = set_cgroup_parent,
-	 .help = "the cgroup local tasks run under"},
+	{"cgroup-parent", KN_OPT_STRING, "PATH", F(cgroup_parent),
+	 .set = set_cgroup_parent, .help = "the cgroup local tasks run under"},
 	/* The kernel's own ceiling on processes is 4194304 (pid_max). */
 	{"pids-max", KN_OPT_COUNT, "N", F(pids_max), .min = 16,
 	 .max = 4194304, .help = "processes per task"},
@@ -123,7 +143,7 @@ static const struct kn_option server_options[] = {
 	 .help = "run tasks unlimited where cgroups cannot be written"},
 	/* Capacity (docs/scheduling.md). */
 	{"default-task-cpus", KN_OPT_STRING, "N", .set = set_default_cpus,
-	 .help = "CPUs a local task that names none counts"},
+	 .show = show_default_cpus, .help = "CPUs a local task that names none counts"},
 	{"default-task-memory", KN_OPT_SIZE, "SIZE", F(default_task_memory),
 	 .example = "1Gi", .help = "memory such a task counts and gets"},
 	{"fair-share-half-life", KN_OPT_DURATION, "DURATION",
@@ -178,8 +198,8 @@ static const struct kn_option server_options[] = {
 	 F(n_pools), .help = "a node pool (repeatable)"},
 	{"node-sku", KN_OPT_STRING, "SIZE", F(node_sku),
 	 .help = "this node's VM size in the catalog"},
-	{"node-pricing", KN_OPT_STRING, "MODEL", .set = set_pricing,
-	 .help = "this node's pricing model"},
+	{"node-pricing", KN_OPT_STRING, "MODEL", F(node_pricing),
+	 .set = set_pricing, .help = "this node's pricing model"},
 	{"catalog", KN_OPT_PATH, "FILE", F(cost_catalog),
 	 .help = "extra VM size rows for the cost ledger"},
 	{"usage-interval", KN_OPT_DURATION, "DURATION", F(usage_interval_ms),

@@ -210,6 +210,84 @@ int kn_option_set(const struct kn_option *o, void *target, const char *text,
 	return kn_errorf(err, KN_EINVAL, o->name, "unknown option kind");
 }
 
+/* A string as YAML reads it back: JSON's quoting is YAML's too. */
+static void show_string(const char *text, struct kn_buf *out)
+{
+	json_t *j = json_string(text);
+	char *quoted = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+
+	kn_buf_printf(out, "%s", quoted ? quoted : "~");
+	free(quoted);
+	json_decref(j);
+}
+
+/* The largest unit that keeps the value whole: 90s, 5m, 6h, 250ms. */
+static void show_duration(int64_t ms, struct kn_buf *out)
+{
+	static const struct { int64_t ms; const char *unit; } units[] = {
+		{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"},
+	};
+
+	for (size_t i = 0; ms && i < sizeof(units) / sizeof(units[0]); i++)
+		if (ms % units[i].ms == 0) {
+			kn_buf_printf(out, "%lld%s",
+				      (long long)(ms / units[i].ms),
+				      units[i].unit);
+			return;
+		}
+	kn_buf_printf(out, ms ? "%lldms" : "0", (long long)ms);
+}
+
+void kn_option_show(const struct kn_option *o, const void *target,
+		    struct kn_buf *out)
+{
+	void *t = (void *)target;
+	char size[32];
+
+	if (o->show) {
+		o->show(o, target, out);
+		return;
+	}
+	switch (o->kind) {
+	case KN_OPT_STRING:
+	case KN_OPT_PATH:
+		if (*FIELD(t, o, const char *))
+			show_string(*FIELD(t, o, const char *), out);
+		else
+			kn_buf_printf(out, "~");
+		break;
+	case KN_OPT_DURATION:
+		show_duration(*FIELD(t, o, int64_t), out);
+		break;
+	case KN_OPT_SIZE:
+		kn_format_size(*FIELD(t, o, int64_t), size, sizeof(size));
+		kn_buf_printf(out, "%s", size);
+		break;
+	case KN_OPT_COUNT:
+		kn_buf_printf(out, "%lld", (o->flags & KN_OPT_INT) ?
+				   (long long)*FIELD(t, o, int) :
+				   (long long)*FIELD(t, o, int64_t));
+		break;
+	case KN_OPT_BOOL:
+		kn_buf_printf(out, "%s", *FIELD(t, o, bool) !=
+				   !!(o->flags & KN_OPT_CLEARS) ? "true" :
+								  "false");
+		break;
+	case KN_OPT_LIST: {
+		const char **items = *FIELD(t, o, const char **);
+		size_t n = *(size_t *)((char *)t + o->count_offset);
+
+		kn_buf_printf(out, "[");
+		for (size_t i = 0; i < n; i++) {
+			kn_buf_printf(out, i ? ", " : "");
+			show_string(items[i], out);
+		}
+		kn_buf_printf(out, "]");
+		break;
+	}
+	}
+}
+
 void kn_option_clear(const struct kn_option *o, void *target)
 {
 	if (o->kind != KN_OPT_LIST)

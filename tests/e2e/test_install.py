@@ -190,6 +190,29 @@ def test_config_file_errors_name_file_line_and_column(prefix, tmp_path):
         res.stderr
 
 
+def test_print_config_says_where_each_value_came_from(prefix, tmp_path):
+    """Flags over the file over the defaults, each value with its source;
+    the installed defaults name the installed data, not the checkout."""
+    kiln = prefix / "bin" / "kiln"
+    cfg = installed_config(prefix, tmp_path / "server.yaml",
+                           "health-interval: 90s\npids-max: 64\n")
+    lines = cfg.read_text().splitlines()
+    res = run(kiln, "server", "--config", cfg, "--pids-max", "100",
+              "--home", tmp_path / "h", "--print-config", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = dict(line.split(": ", 1) for line in res.stdout.splitlines()
+               if not line.startswith("#"))
+    assert out["pids-max"] == "100  # --pids-max"
+    assert out["health-interval"] == \
+        f"90s  # {cfg}:{lines.index('health-interval: 90s') + 1}:1"
+    listen_line = lines.index("listen: 127.0.0.1:0") + 1
+    assert out["listen"] == f'"127.0.0.1:0"  # {cfg}:{listen_line}:1'
+    assert out["max-connections"] == "4096  # default"
+    assert out["mig-profiles"] == \
+        f'"{prefix}/share/kiln/mig-profiles.csv"  # default'
+    assert not (tmp_path / "h").exists(), "--print-config started a server"
+
+
 def verify_units(root, unit_dir):
     """systemd-analyze verify with root as the file system: the host's own
     units (targets, slices) copied in, man pages checked separately."""
