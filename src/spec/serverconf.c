@@ -508,6 +508,7 @@ struct conf_read {
 	size_t n_opts;
 	void *target;
 	struct kn_strpool *pool;
+	bool sections; /* signers: and stores: are keys too */
 	struct kn_server_conf conf;
 	struct fy_node *seen[MAX_OPTIONS + 2];
 };
@@ -590,9 +591,9 @@ static int read_pair(struct walk *w, struct conf_read *c,
 	o = kn_option_find(c->opts, c->n_opts, v.text);
 	if (o)
 		slot = (size_t)(o - c->opts);
-	else if (!strcmp(v.text, "signers"))
+	else if (c->sections && !strcmp(v.text, "signers"))
 		slot = c->n_opts;
-	else if (!strcmp(v.text, "stores"))
+	else if (c->sections && !strcmp(v.text, "stores"))
 		slot = c->n_opts + 1;
 	else
 		return unknown_key(w, c, key, v.text);
@@ -655,10 +656,11 @@ static int read_conf_root(struct walk *w, struct fy_node *root, void *obj)
 	return 0;
 }
 
-int kn_server_conf_parse(const char *text, size_t len, const char *filename,
-			 const struct kn_option *opts, size_t n_opts,
-			 void *target, struct kn_strpool *pool,
-			 struct kn_server_conf *out, struct kn_error *err)
+/* The options, and with out the sections signers: and stores:. */
+static int conf_parse(const char *text, size_t len, const char *filename,
+		      const struct kn_option *opts, size_t n_opts,
+		      void *target, struct kn_strpool *pool,
+		      struct kn_server_conf *out, struct kn_error *err)
 {
 	struct conf_read *c;
 	int rc;
@@ -671,12 +673,31 @@ int kn_server_conf_parse(const char *text, size_t len, const char *filename,
 	c->n_opts = n_opts;
 	c->target = target;
 	c->pool = pool;
+	c->sections = out != NULL;
 	rc = spec_parse_document(text, len, filename, NULL, read_conf_root, c,
 				 err);
-	if (rc == 0)
+	if (rc == 0 && out)
 		*out = c->conf;
 	else
 		kn_server_conf_release(&c->conf);
 	free(c);
 	return rc;
+}
+
+int kn_server_conf_parse(const char *text, size_t len, const char *filename,
+			 const struct kn_option *opts, size_t n_opts,
+			 void *target, struct kn_strpool *pool,
+			 struct kn_server_conf *out, struct kn_error *err)
+{
+	return conf_parse(text, len, filename, opts, n_opts, target, pool,
+			  out, err);
+}
+
+int kn_option_conf_parse(const char *text, size_t len, const char *filename,
+			 const struct kn_option *opts, size_t n_opts,
+			 void *target, struct kn_strpool *pool,
+			 struct kn_error *err)
+{
+	return conf_parse(text, len, filename, opts, n_opts, target, pool,
+			  NULL, err);
 }

@@ -554,5 +554,10 @@ int kn_server_conf_parse(const char *text, size_t len, const char *filename,
 			 struct kn_strpool *pool, struct kn_server_conf *out,
 			 struct kn_error *err);
 void kn_server_conf_release(struct kn_server_conf *conf);
+/* The same for a file of options alone (no sections). */
+int kn_option_conf_parse(const char *text, size_t len, const char *filename,
+			 const struct kn_option *opts, size_t n_opts,
+			 void *target, struct kn_strpool *pool,
+			 struct kn_error *err);
 
 #endif
