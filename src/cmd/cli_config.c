@@ -57,6 +57,8 @@ static int set_flag(const struct kn_option *o, void *target, const char *text,
 					 "not a whole number", text);
 		*(int *)f->dest = (int)n;
 		return 0;
+	case CLI_FLAG_LIST:
+		break; /* not offered as a key: see cli_config_load */
 	}
 	return kn_errorf(err, KN_EINVAL, o->name, "unknown flag type");
 }
@@ -95,7 +97,9 @@ int cli_config_load(struct cli_ctx *ctx, const struct cli_flag *flags,
 	opts = kn_xcalloc(n, sizeof(*opts));
 	n = 0;
 	for (const struct cli_flag *f = flags; f->name; f++) {
-		if (!strcmp(f->name, "config"))
+		/* No command with a config file takes a repeatable flag;
+		   one would need the command line to replace its list. */
+		if (!strcmp(f->name, "config") || f->type == CLI_FLAG_LIST)
 			continue;
 		opts[n].name = f->name;
 		opts[n].kind = f->type == CLI_FLAG_BOOL ? KN_OPT_BOOL :

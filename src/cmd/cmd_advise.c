@@ -372,7 +372,7 @@ int cmd_advise(struct cli_ctx *ctx, int argc, char **argv)
 	if (cli_want_json(ctx)) {
 		json_t *j = advice_json(&req, advice, f.preset);
 
-		cli_print_json(j);
+		cli_print_data(ctx, j);
 		json_decref(j);
 	} else {
 		print_advice(&req, advice);

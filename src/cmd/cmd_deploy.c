@@ -13,6 +13,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/watch.h"
 #include "spec/spec.h"
 
 /*
@@ -48,7 +49,7 @@ static int positionals(struct cli_ctx *ctx, int argc, char **argv,
 }
 
 /* "2/3" ready of wanted, for the list. */
-static void print_list(json_t *deps)
+static void print_list(const struct cli_ctx *ctx, json_t *deps)
 {
 	static const char *const headers[] = {
 		"NAME", "READY", "MODEL", "OWNER", "FALLBACK", "GENERATION",
@@ -58,6 +59,14 @@ static void print_list(json_t *deps)
 	json_t *d;
 	size_t i;
 
+	if (cli_want_name(ctx)) {
+		json_array_foreach(deps, i, d)
+			printf("%s\n", cli_json_str(d, "name"));
+		cli_table_free(t);
+		return;
+	}
+	cli_table_cuttable(t, 0);
+	cli_table_cuttable(t, 2);
 	json_array_foreach(deps, i, d) {
 		cli_table_cell(t, cli_json_str(d, "name"));
 		cli_table_cellf(t, "%lld/%lld",
@@ -69,7 +78,7 @@ static void print_list(json_t *deps)
 		cli_table_cellf(t, "%lld",
 				(long long)cli_json_int(d, "generation"));
 	}
-	cli_table_print(t, stdout, 0);
+	cli_table_show(ctx, t, stdout, 0);
 	cli_table_free(t);
 }
 
@@ -255,7 +264,7 @@ int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 		goto out;
 	d = json_object_get(answer, "deployment");
 	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 		goto out;
 	}
 	printf("deployment %s: generation %lld, %lld replica%s wanted\n",
@@ -270,37 +279,45 @@ out:
 	return rc;
 }
 
+static void print_deployments(const struct cli_ctx *ctx, json_t *answer,
+			      void *arg)
+{
+	json_t *one = json_object_get(answer, "deployment");
+
+	(void)arg;
+	if (one && cli_want_name(ctx))
+		printf("%s\n", cli_json_str(one, "name"));
+	else if (one)
+		print_detail(one);
+	else
+		print_list(ctx, json_object_get(answer, "deployments"));
+}
+
 int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv)
 {
-	struct cli_client *c = NULL;
-	json_t *answer = NULL;
+	bool watch = false;
+	const struct cli_flag flags[] = {
+		{"watch", 'w', CLI_FLAG_BOOL, &watch},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct watch_listing deployments = {NULL, print_deployments, NULL};
 	struct kn_buf path;
 	const char *name = NULL;
+	size_t n = 0;
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
-	rc = positionals(ctx, argc, argv, &name, 0, 1, "NAME");
+	ctx->name_ok = true;
+	rc = cli_parse_positionals(ctx, argc, argv, flags, &name, 1, &n);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
 		goto out;
 	kn_buf_printf(&path, "/v1/deployments");
 	if (name)
 		cli_path_add(&path, name);
-	rc = cli_get(c, path.data, &answer);
-	if (rc)
-		goto out;
-	if (cli_want_json(ctx))
-		cli_print_json(answer);
-	else if (name)
-		print_detail(json_object_get(answer, "deployment"));
-	else
-		print_list(json_object_get(answer, "deployments"));
+	deployments.path = path.data;
+	rc = watch_listing(ctx, watch, &deployments);
 out:
-	json_decref(answer);
 	kn_buf_release(&path);
-	cli_client_free(c);
 	return rc;
 }
 

@@ -194,7 +194,7 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 						  "message", r[i].message));
 		json_t *doc = json_pack("{s:b,s:i,s:o}", "healthy", failed == 0,
 					"failed", failed, "checks", checks);
-		cli_print_json(doc);
+		cli_print_data(ctx, doc);
 		json_decref(doc);
 	} else {
 		for (int i = 0; i < nchecks; i++)

@@ -9,6 +9,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/watch.h"
 
 /* "k=v, k=v" or "none". */
 static void describe_labels(json_t *labels, struct kn_buf *out)
@@ -217,15 +218,14 @@ static void show_node(json_t *node)
 	cli_table_free(t);
 }
 
-int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
+static void print_nodes(const struct cli_ctx *ctx, json_t *answer,
+			void *arg)
 {
-	json_t *answer, *nodes, *node;
+	json_t *nodes = json_object_get(answer, "nodes"), *node;
 	size_t i;
-	int rc = cli_get_listing(ctx, argc, argv, "/v1/nodes", &answer);
 
-	if (rc != CLI_GO)
-		return rc;
-	nodes = json_object_get(answer, "nodes");
+	(void)ctx;
+	(void)arg;
 	if (!json_array_size(nodes))
 		fputs("no nodes\n", stderr);
 	json_array_foreach(nodes, i, node) {
@@ -233,6 +233,12 @@ int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
 			putchar('\n');
 		show_node(node);
 	}
-	json_decref(answer);
-	return CLI_EXIT_OK;
+}
+
+int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct watch_listing nodes = {"/v1/nodes", print_nodes,
+						   NULL};
+
+	return watch_listing_command(ctx, argc, argv, &nodes);
 }

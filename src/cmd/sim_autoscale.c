@@ -322,7 +322,7 @@ int sim_autoscale_run(const struct cli_ctx *ctx,
 			run_json(&pools, &scaled), "fixed",
 			run_json(&pools, &fixed));
 
-		cli_print_json(j);
+		cli_print_data(ctx, j);
 		json_decref(j);
 		rc = CLI_EXIT_OK;
 		goto out;

@@ -29,12 +29,17 @@
 #define KN_GW_NAME_MAX 128
 #define KN_GW_ADDRESS_MAX 280 /* host (up to 255) ':' port */
 #define KN_GW_CONFIG_MAX_BYTES (16 * 1024 * 1024)
+#define KN_GW_CA_MAX 1024 /* a CA file's path */
 
 struct kn_gw_replica {
 	int64_t replica;
-	char address[KN_GW_ADDRESS_MAX]; /* "host:port" as given */
+	char address[KN_GW_ADDRESS_MAX]; /* "host:port" or
+					    "https://host:port" as given */
 	char host[256];
 	int port;
+	bool tls;            /* https://: verified against the deployment's
+				ca, else the system's CAs */
+	const char *ca;      /* the deployment's ca, or NULL */
 	char zone[KN_GW_NAME_MAX]; /* "" when none */
 	bool ready;
 };
@@ -43,6 +48,8 @@ struct kn_gw_deployment {
 	char name[KN_GW_NAME_MAX];
 	char *model;                /* as given; may be "" */
 	char fallback[KN_GW_NAME_MAX]; /* "" when none */
+	char ca[KN_GW_CA_MAX];      /* PEM file its https replicas' certificates
+				       chain to; "" for the system's CAs */
 	int64_t rpm, tpm;           /* 0 = no limit */
 	struct kn_gw_replica *replicas;
 	size_t n_replicas;
@@ -236,6 +243,14 @@ struct kn_gateway_options {
 	int breaker_failures;    /* consecutive failures that open a breaker */
 	int64_t breaker_cooldown_ms;
 	int64_t anomaly_window_ms; /* anomaly detection window; 0 = 10 s */
+	/* TLS (docs/tls.md): the front's certificate chain and key (NULL:
+	   plain HTTP, refused off loopback unless insecure), reloaded on
+	   SIGHUP and when they change; the CAs the server's certificate is
+	   checked against (NULL: the system's) and the client certificate
+	   and key shown to the server (NULL: none). */
+	const char *tls_cert, *tls_key;
+	bool insecure;
+	const char *server_ca, *client_cert, *client_key;
 };
 
 /*
@@ -246,7 +261,7 @@ struct kn_gateway_options {
  */
 int kn_gateway_new(const struct kn_gateway_options *opts,
 		   struct kn_gateway **out, struct kn_error *err);
-/* The bound URL, "http://127.0.0.1:7080". */
+/* The bound URL, "http://127.0.0.1:7080" (https:// with TLS). */
 const char *kn_gateway_url(const struct kn_gateway *gw);
 /*
  * Serve until SIGTERM or SIGINT; then stop the workers and save the

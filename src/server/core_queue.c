@@ -217,9 +217,10 @@ static struct queued_job *queue_find(struct server *s, int64_t id,
 	return NULL;
 }
 
-void queue_push(struct server *s, int64_t id, int priority,
-		       int64_t submitted_at, int64_t not_before,
-		       struct kn_job_spec *spec)
+static struct queued_job *queued_new(struct server *s, int64_t id,
+				      int priority, int64_t submitted_at,
+				      int64_t not_before,
+				      struct kn_job_spec *spec)
 {
 	struct queued_job *q = kn_xcalloc(1, sizeof(*q));
 
@@ -229,9 +230,40 @@ void queue_push(struct server *s, int64_t id, int priority,
 	q->not_before = not_before;
 	q->spec = spec;
 	q->owner = job_owner(s, id);
+	return q;
+}
+
+static void queue_link(struct server *s, struct queued_job *q)
+{
 	q->next = s->queue;
 	s->queue = q;
 	s->queue_len++;
+}
+
+void queue_push(struct server *s, int64_t id, int priority,
+		       int64_t submitted_at, int64_t not_before,
+		       struct kn_job_spec *spec)
+{
+	queue_link(s, queued_new(s, id, priority, submitted_at, not_before,
+				 spec));
+}
+
+void jobs_idem_settle(struct server *s, bool committed)
+{
+	struct queued_job *q = s->idem_queued, *next;
+
+	s->idem_open = false;
+	s->idem_queued = NULL;
+	for (; q; q = next) {
+		next = q->next;
+		if (!committed) {
+			queued_free(q);
+			continue;
+		}
+		queue_link(s, q);
+		feed_job(s, q->id, "queued", NULL);
+		wake_scheduler(s);
+	}
 }
 
 void queued_free(struct queued_job *q)
@@ -412,21 +444,67 @@ static int executor_check(struct server *s, const struct kn_job_spec *spec,
 			 why.message);
 }
 
+/*
+ * A job the cluster could not hold even empty is refused (409) rather
+ * than queued for ever, as sbatch refuses it. Not where the engine places
+ * tasks itself, nor while a pool may add nodes: the autoscaler judges
+ * those.
+ */
+static int fit_check(struct server *s, const struct kn_job_spec *spec,
+		     const char *filename, struct kn_error *err)
+{
+	struct kn_sched_binding *bindings;
+	struct sreq sr;
+	char reason[512];
+	int rc;
+
+	if (s->exec->ops->places_tasks || s->pools)
+		return 0;
+	sreq_build(s, spec, &sr);
+	bindings = kn_xcalloc((size_t)spec->tasks, sizeof(*bindings));
+	rc = kn_sched_place(&s->cluster, &sr.req, bindings, reason,
+			    sizeof(reason));
+	if (rc == 0)
+		kn_sched_release(&s->cluster, &sr.req, bindings);
+	free(bindings);
+	sreq_release(&sr);
+	if (rc == 0 || strncmp(reason, KN_SCHED_NEVER, strlen(KN_SCHED_NEVER)))
+		return 0;
+	return kn_errorf(err, KN_ECONFLICT, "resources",
+			 "%s: %s (hold=1 queues it anyway, for nodes to come)",
+			 filename ? filename : "job", reason);
+}
+
 int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		size_t len, const char *filename, const char *path,
 		int64_t *out_id, struct kn_error *err)
 {
+	return jobs_submit_fit(s, c, text, len, filename, path, true, NULL,
+			       out_id, err);
+}
+
+int jobs_submit_fit(struct server *s, const struct caller *c,
+		    const char *text, size_t len, const char *filename,
+		    const char *path, bool hold, const char *overrides,
+		    int64_t *out_id, struct kn_error *err)
+{
 	struct kn_job_spec *spec = NULL;
+	struct queued_job *q;
 	struct kn_job_row j;
 	struct kn_audit a;
-	json_t *norm;
-	char *norm_text;
+	json_t *norm, *applied = NULL;
+	char *norm_text, *effective = NULL;
 	int64_t id = 0;
 	int rc;
 
 	rc = kn_job_spec_parse(text, len, filename, &spec, err);
-	if (rc < 0)
+	if (rc == 0 && overrides)
+		rc = job_overrides_apply(&spec, overrides, filename,
+					 &effective, &applied, err);
+	if (rc < 0) {
+		kn_job_spec_free(spec);
 		return rc;
+	}
 	rc = executor_check(s, spec, filename, err);
 	if (rc == 0)
 		rc = caps_check(s, c, CAP_JOB, spec->tasks, err);
@@ -436,8 +514,12 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		rc = executor_check_inputs(s, spec, filename, err);
 	if (rc == 0)
 		rc = blobstores_check_job(s, spec, filename, err);
+	if (rc == 0 && !hold)
+		rc = fit_check(s, spec, filename, err);
 	if (rc < 0) {
 		kn_job_spec_free(spec);
+		free(effective);
+		json_decref(applied);
 		return rc;
 	}
 	/* Stored as the file name, so a restart resolves it the same way. */
@@ -446,6 +528,9 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	if (!s->exec->ops->places_tasks)
 		resolve_workdir(spec, filename);
 	norm = kn_job_spec_to_json(spec);
+	/* What the submitter changed from the file, for `kiln show`. */
+	if (applied)
+		json_object_set_new(norm, "overrides", applied);
 	norm_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(norm);
 
@@ -456,7 +541,8 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	j.priority = spec->priority;
 	j.tasks = spec->tasks;
 	j.filename = (char *)(filename ? filename : "");
-	j.spec_yaml = (char *)text;
+	/* Recovery parses this again: with overrides, the spec as applied. */
+	j.spec_yaml = effective ? effective : (char *)text;
 	j.spec_json = norm_text;
 	j.submitted_at = kn_now_ms();
 	j.exit_code = -1;
@@ -464,6 +550,7 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 	a.detail = spec->name;
 	rc = kn_store_job_insert(s->store, &j, &a, &id, err);
 	free(norm_text);
+	free(effective);
 	if (rc == 0)
 		record_revision(s, id, spec);
 	if (rc < 0) {
@@ -471,9 +558,17 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		return rc;
 	}
 	workload_add(s, spec);
-	queue_push(s, id, spec->priority, j.submitted_at, 0, spec);
-	feed_job(s, id, "queued", NULL);
-	wake_scheduler(s);
+	q = queued_new(s, id, spec->priority, j.submitted_at, 0, spec);
+	if (s->idem_open) {
+		/* Queued only if the key's transaction commits: its rollback
+		   must leave no job behind, nor an id the next one reuses. */
+		q->next = s->idem_queued;
+		s->idem_queued = q;
+	} else {
+		queue_link(s, q);
+		feed_job(s, id, "queued", NULL);
+		wake_scheduler(s);
+	}
 	*out_id = id;
 	return 0;
 }

@@ -78,10 +78,10 @@ static int kube_create(const struct server *s, struct kn_executor **out,
 	rc = kn_kube_auth_load(cfg->kubeconfig, cfg->kube_context,
 			       SERVICE_ACCOUNT_DIR, &auth, err);
 	if (rc == 0) {
-		char *shipped = kn_data_path("gpu-products.csv");
+		char *products_file = kn_data_path("gpu-products.csv");
 
-		rc = kn_kube_products_load(shipped, &products, err);
-		free(shipped);
+		rc = kn_kube_products_load(products_file, &products, err);
+		free(products_file);
 	}
 	if (rc < 0)
 		goto out;

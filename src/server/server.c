@@ -432,6 +432,7 @@ static void server_release(struct server *s)
 	free(s->blob_url);
 	blobstores_free(s);
 	kn_http_server_free(s->http);
+	api_tls_stop(s);
 	kn_timer_free(s->tick_timer);
 	kn_timer_free(s->poll_timer);
 	kn_store_free(s->store);
@@ -621,12 +622,16 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		if (rc < 0)
 			goto out;
 	}
+	rc = api_tls_start(&s, err);
+	if (rc < 0)
+		goto out;
 	rc = kn_http_server_new(s.loop, cfg->listen_host, cfg->listen_port,
-				&limits, api_handle, &s, &s.http, &port, err);
+				&limits, s.tls, api_handle, &s, &s.http, &port, err);
 	if (rc < 0)
 		goto out;
 	kn_http_server_set_admit(s.http, api_admit);
-	url = kn_asprintf("http://%s:%d\n", cfg->listen_host, port);
+	url = kn_asprintf("%s://%s:%d\n", s.tls ? "https" : "http",
+			  cfg->listen_host, port);
 	free(path);
 	path = kn_asprintf("%s/server.url", s.home);
 	rc = kn_write_file_atomic(path, url, strlen(url), 0644);

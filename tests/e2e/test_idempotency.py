@@ -171,7 +171,8 @@ def test_concurrent_submits_survive_kill9_exactly_once(tmp_path):
     """Submits from 8 client threads, each retried with its key until
     answered, while the server is killed -9 twice and restarted on the
     same home and port: every job is stored exactly once. The jobs ask
-    for a GPU model no node has, so none runs. KILN_IDEMPOTENCY_SUBMITS
+    for a GPU model no node has, held (hold=1) so they queue, and none
+    runs. KILN_IDEMPOTENCY_SUBMITS
     sets the number of submits (default 600, run at 2,000 for
     docs/benchmarks.md): on a shared 2-core machine each submit into a
     long queue costs more (the scheduler's pass grows with the queue),
@@ -180,17 +181,19 @@ def test_concurrent_submits_survive_kill9_exactly_once(tmp_path):
     after 0.3 s and send again, as a client behind a flaky network does:
     the first request is often still in the server's hands, so without
     the key it would make a second job."""
-    port = free_port()
-    srv = Server(tmp_path / "home", extra=["--listen", f"127.0.0.1:{port}"])
-    srv.home.mkdir()
-    srv.start()
-    url = srv.url
-    token = srv.admin_token
     n_threads = 8
     per_thread = -(-int(os.environ.get("KILN_IDEMPOTENCY_SUBMITS", "600"))
                    // n_threads)
     total = n_threads * per_thread
     slack = max(1.0, total / 600)  # deadlines grow with the count
+    port = free_port()
+    srv = Server(tmp_path / "home",
+                 extra=["--listen", f"127.0.0.1:{port}",
+                        "--max-queued-jobs-per-user", str(total)])
+    srv.home.mkdir()
+    srv.start()
+    url = srv.url
+    token = srv.admin_token
     acked = {}
     lock = threading.Lock()
     errors = []
@@ -205,7 +208,7 @@ def test_concurrent_submits_survive_kill9_exactly_once(tmp_path):
             deadline = time.monotonic() + 60 * slack
             while True:
                 try:
-                    r = session.post(url + "/v1/jobs", data=spec,
+                    r = session.post(url + "/v1/jobs?hold=1", data=spec,
                                      headers={"Authorization":
                                               f"Bearer {token}",
                                               "Idempotency-Key": key},
