@@ -87,11 +87,11 @@ int cli_config_load(struct cli_ctx *ctx, const struct cli_flag *flags,
 
 	if (!path)
 		return CLI_GO;
-	rc = kn_read_file(path, CONFIG_MAX_BYTES, &text, &len);
+	rc = kn_config_file_read(path, CONFIG_MAX_BYTES,
+				 "says which server, token and files to trust",
+				 &text, &len, &err);
 	if (rc < 0)
-		return cli_usage_error(ctx, "--config: %s: %s", path,
-				       rc == -EFBIG ? "larger than 256 KiB" :
-						      strerror(-rc));
+		return cli_usage_error(ctx, "--config: %s", err.message);
 	for (const struct cli_flag *f = flags; f->name; f++)
 		n++;
 	opts = kn_xcalloc(n, sizeof(*opts));

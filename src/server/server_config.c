@@ -315,49 +315,16 @@ void kn_server_config_release(struct kn_server_config *cfg)
 	kn_strpool_release(&cfg->strings);
 }
 
-/* Who may have written the file: only this user or root. */
-static int check_file_owner(const char *path, const struct stat *st,
-			    struct kn_error *err)
-{
-	if (!S_ISREG(st->st_mode))
-		return kn_errorf(err, KN_EINVAL, path, "%s: is %s, not a file",
-				 path, kn_file_kind(st->st_mode));
-	if (st->st_uid != geteuid() && st->st_uid != 0)
-		return kn_errorf(err, KN_EPERM, path, "%s: owned by uid %u; a "
-				 "config file must be owned by the server's "
-				 "user (uid %u) or root", path,
-				 (unsigned)st->st_uid, (unsigned)geteuid());
-	if (st->st_mode & (S_IWGRP | S_IWOTH))
-		return kn_errorf(err, KN_EPERM, path, "%s: mode %04o lets "
-				 "others write it; a config file names the keys "
-				 "the server signs with: chmod go-w %s", path,
-				 (unsigned)(st->st_mode & 07777), path);
-	return 0;
-}
-
 int kn_server_config_load(struct kn_server_config *cfg, const char *path,
 			  struct kn_error *err)
 {
 	struct kn_server_conf sections = {0};
 	size_t len = 0;
 	char *text = NULL;
-	struct stat st;
-	int fd, rc;
+	int rc = kn_config_file_read(path, CONFIG_MAX_BYTES,
+				     "names the keys the server signs with",
+				     &text, &len, err);
 
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0) {
-		int e = errno;
-
-		return kn_errorf(err, e == ENOENT ? KN_ENOTFOUND : KN_EIO, path,
-				 "%s: %s", path, strerror(e));
-	}
-	rc = fstat(fd, &st) < 0 ? kn_errorf(err, KN_EIO, path, "%s: %s", path,
-					    strerror(errno)) :
-				  check_file_owner(path, &st, err);
-	if (rc == 0 && kn_read_fd(fd, CONFIG_MAX_BYTES, &text, &len) < 0)
-		rc = kn_errorf(err, KN_EIO, path, "%s: cannot read it (at most "
-			       "%d bytes)", path, CONFIG_MAX_BYTES);
-	close(fd);
 	if (rc)
 		return rc;
 	rc = kn_server_conf_parse(text, len, path, server_options,

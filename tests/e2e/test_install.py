@@ -248,6 +248,13 @@ def test_gateway_and_exporter_config_files(prefix, tmp_path):
     res = run(kiln, "gateway", "--config", gw, cwd=tmp_path)
     assert res.returncode == 2
     assert f'{gw}:2:10: workers: "many" is not a whole number' in res.stderr
+    # It says which server and token to trust: refused when another user
+    # could have written it, before anything in it is used.
+    gw.write_text(f"server: http://127.0.0.1:1\nroutes: {gw}\n")
+    gw.chmod(0o666)
+    res = run(kiln, "gateway", "--config", gw, cwd=tmp_path)
+    assert res.returncode == 2
+    assert f"{gw}: mode 0666 lets others write it" in res.stderr, res.stderr
 
 
 def verify_units(root, unit_dir):
