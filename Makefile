@@ -6,6 +6,7 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
+DEB_OUT ?= build-deb
 PYTHON := /usr/bin/python3
 NINJA_JOBS ?= 2
 # make install PREFIX=/opt/kiln DESTDIR=/tmp/stage
@@ -55,7 +56,7 @@ install: build
 	meson install -C $(BUILD) $(if $(DESTDIR),--destdir $(abspath $(DESTDIR)))
 
 deb: deb-deps
-	bash scripts/deb.sh $(abspath $(BUILD))/deb
+	bash scripts/deb.sh $(abspath $(DEB_OUT))
 
 $(ASAN_BUILD)/build.ninja:
 	meson setup $(ASAN_BUILD) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
@@ -91,4 +92,4 @@ fuzz: fuzz-deps $(FUZZ_BUILD)/build.ninja
 	bash scripts/fuzz.sh $(FUZZ_BUILD) $${FUZZ_SECONDS:-60}
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(DEB_OUT)

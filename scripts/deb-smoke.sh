@@ -3,7 +3,7 @@
 # installed files only: from an empty directory, with a clean environment
 # (no KILN_DATA_DIR, no path into the checkout), the units verified, a
 # server started from /etc/kiln/server.yaml and a job run through it.
-# Needs root. Usage: scripts/deb-smoke.sh build/deb/kiln_VERSION_ARCH.deb
+# Needs root. Usage: scripts/deb-smoke.sh build-deb/kiln_VERSION_ARCH.deb
 set -euo pipefail
 
 deb=$(realpath "$1")

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds kiln_<version>_<arch>.deb from the committed and working-tree
 # files (not build outputs) in a scratch copy, so the source tree stays
-# clean; the package and its build log land in OUT (default build/deb).
+# clean; the package and its build log land in OUT (default build-deb).
 # Needs the packages of `scripts/install-deps.sh deb`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-out=$(realpath -m "${1:-build/deb}")
+out=$(realpath -m "${1:-build-deb}")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -19,7 +19,7 @@ set -euo pipefail
 
 # The shared libraries the binary links; keep in step with debian/control.
 run_packages=(
-  libevent-2.1-7 libevent-pthreads-2.1-7 libjansson4 libfyaml0
+  libevent-2.1-7 libevent-pthreads-2.1-7 libevent-openssl-2.1-7 libjansson4 libfyaml0
   libsqlite3-0 libssl3 libcurl4
   # useradd makes the task user below
   passwd

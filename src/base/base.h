@@ -234,6 +234,15 @@ int kn_rm_rf(const char *path);
 
 /* Whether dir exists and holds anything besides . and .. */
 bool kn_dir_has_entries(const char *dir);
+/*
+ * Read a config file of at most max bytes that only this user or root
+ * may have written: a regular file, owned by the effective user or root,
+ * without group or other write. -ENOENT when missing; else -EPERM or
+ * -EINVAL with "PATH: mode 0664 lets others write it; a config file WHY:
+ * chmod go-w PATH" (or the owner, or what it is instead of a file).
+ */
+int kn_config_file_read(const char *path, size_t max, const char *why,
+			char **text, size_t *len, struct kn_error *err);
 /* A SHA-256 digest in hex, without its NUL: blob and manifest digests,
    token hashes, and the longest git object id (SHA-256 repositories). */
 #define KN_SHA256_HEX 64

@@ -1,5 +1,6 @@
 /*
- * base/datapath.c: where the shipped data files are, found at run time.
+ * base/datapath.c: where the shipped data files are, found at run time,
+ * and reading the config files an installation keeps beside them.
  *
  * A binary must work wherever it is installed and wherever its source tree
  * went, so no source path is compiled into a lookup that an installed
@@ -9,6 +10,7 @@
 #include "base/base.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,9 +64,14 @@ char *kn_data_dir(void)
 	if (dir[0] && under(dir, KN_BUILD_ROOT) && is_dir(KN_SOURCE_DATA_DIR))
 		return kn_xstrdup(KN_SOURCE_DATA_DIR);
 	if (dir[0]) {
+		char resolved[PATH_MAX];
+
 		share = kn_asprintf("%s/../share/kiln", dir);
-		if (is_dir(share))
-			return share;
+		/* Named without the "bin/..", as a person would write it. */
+		if (is_dir(share) && realpath(share, resolved)) {
+			free(share);
+			return kn_xstrdup(resolved);
+		}
 		free(share);
 	}
 	return kn_xstrdup(KN_INSTALL_DATA_DIR);
@@ -77,4 +84,47 @@ char *kn_data_path(const char *name)
 
 	free(dir);
 	return path;
+}
+
+/* Who may have written the file: only this user or root. */
+static int check_file_owner(const char *path, const struct stat *st,
+			    const char *why, struct kn_error *err)
+{
+	if (!S_ISREG(st->st_mode))
+		return kn_errorf(err, KN_EINVAL, path, "%s: is %s, not a file",
+				 path, kn_file_kind(st->st_mode));
+	if (st->st_uid != geteuid() && st->st_uid != 0)
+		return kn_errorf(err, KN_EPERM, path, "%s: owned by uid %u; a "
+				 "config file must be owned by the user that "
+				 "reads it (uid %u) or root", path,
+				 (unsigned)st->st_uid, (unsigned)geteuid());
+	if (st->st_mode & (S_IWGRP | S_IWOTH))
+		return kn_errorf(err, KN_EPERM, path, "%s: mode %04o lets "
+				 "others write it; a config file %s: chmod "
+				 "go-w %s", path,
+				 (unsigned)(st->st_mode & 07777), why, path);
+	return 0;
+}
+
+int kn_config_file_read(const char *path, size_t max, const char *why,
+			char **text, size_t *len, struct kn_error *err)
+{
+	struct stat st;
+	int fd, rc;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
+		int e = errno;
+
+		return kn_errorf(err, e == ENOENT ? KN_ENOTFOUND : KN_EIO, path,
+				 "%s: %s", path, strerror(e));
+	}
+	rc = fstat(fd, &st) < 0 ? kn_errorf(err, KN_EIO, path, "%s: %s", path,
+					    strerror(errno)) :
+				  check_file_owner(path, &st, why, err);
+	if (rc == 0 && kn_read_fd(fd, max, text, len) < 0)
+		rc = kn_errorf(err, KN_EIO, path, "%s: cannot read it (at most "
+			       "%zu bytes)", path, max);
+	close(fd);
+	return rc;
 }

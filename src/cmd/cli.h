@@ -185,6 +185,17 @@ int cli_parse_positionals(struct cli_ctx *ctx, int argc, char **argv,
 int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
 		  int argc, char **argv, int *i);
 
+/*
+ * Before cli_parse, for commands whose table has a "config" flag: read
+ * `--config FILE` (YAML, each key a long flag of flags, each value what
+ * it takes: a string, a number, or true/false for a flag without one)
+ * into the flags' destinations, so the command line then wins. CLI_GO,
+ * or CLI_EXIT_USAGE after printing "FILE:LINE:COLUMN: KEY: what is
+ * wrong" (an unknown key, a key given twice, a bad value).
+ */
+int cli_config_load(struct cli_ctx *ctx, const struct cli_flag *flags,
+		    int argc, char **argv);
+
 /* After parsing: CLI_GO, or CLI_EXIT_USAGE when -o is not table, wide,
    json or yaml (or csv, name where the command set csv_ok, name_ok). */
 int cli_check_output(struct cli_ctx *ctx);

@@ -193,10 +193,11 @@ static int exporter_tls(struct cli_ctx *ctx, struct exporter *x,
 int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *listen = "127.0.0.1:9470", *root = "/", *token_file = NULL,
-		   *mount_arg = NULL, *hostname = NULL;
+		   *mount_arg = NULL, *hostname = NULL, *config = NULL;
 	struct kn_tls_files tls = {0};
 	bool insecure = false;
 	struct cli_flag flags[] = {
+		{"config", 0, CLI_FLAG_STRING, &config},
 		{"listen", 0, CLI_FLAG_STRING, &listen},
 		{"root", 0, CLI_FLAG_STRING, &root},
 		{"token-file", 0, CLI_FLAG_STRING, &token_file},
@@ -216,7 +217,9 @@ int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 	int rc, port, bound;
 	long p;
 
-	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	rc = cli_config_load(ctx, flags, argc, argv);
+	if (rc == CLI_GO)
+		rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 	if (rc != CLI_GO)
 		return rc;
 	colon = strrchr(listen, ':');

@@ -74,11 +74,12 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		   *max_body = "1Mi", *max_headers = "16Ki",
 		   *upstream_timeout = "300s", *cooldown = "5s",
 		   *anomaly_window = "10s", *head_timeout = "10s",
-		   *body_timeout = "30s";
+		   *body_timeout = "30s", *config = NULL;
 	int workers = 1, breaker_failures = 3, max_conns = 4096,
 	    max_conns_per_client = 256;
 	struct kn_gateway_options o = {0};
 	struct cli_flag flags[] = {
+		{"config", 0, CLI_FLAG_STRING, &config},
 		{"listen", 0, CLI_FLAG_STRING, &listen},
 		{"workers", 0, CLI_FLAG_COUNT, &workers},
 		{"zone", 0, CLI_FLAG_STRING, &zone},
@@ -123,7 +124,9 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 	long port;
 	int rc;
 
-	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	rc = cli_config_load(ctx, flags, argc, argv);
+	if (rc == CLI_GO)
+		rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 	if (rc != CLI_GO)
 		return rc;
 	if (parse_listen(ctx, listen, host, sizeof(host), &port) != CLI_GO)

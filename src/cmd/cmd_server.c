@@ -1,8 +1,8 @@
 /*
  * kiln server: flags and config file in, kn_server_run, exit code out.
  *
- * Every flag but --config is a row of kn_server_options(); getopt's table
- * is built from it. The config file is read first and the command line
+ * Every flag but --config and --print-config is a row of
+ * kn_server_options(); getopt's table is built from it. The config file is read first and the command line
  * applied over it, so a flag always wins; a repeatable flag given on the
  * command line replaces the file's whole list rather than adding to it.
  */
@@ -15,16 +15,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libfyaml.h>
+
 #include "server/server.h"
 
-/* getopt's value for option i of the table; --config sits below them. */
+/* getopt's value for option i of the table; --config and --print-config
+   sit below them. */
 #define OPTION_VAL_BASE 256
 #define CONFIG_VAL (OPTION_VAL_BASE - 1)
+#define PRINT_CONFIG_VAL (OPTION_VAL_BASE - 2)
 
-/* getopt's options: the table's rows, then --config. */
+/* getopt's options: the table's rows, then --config and --print-config. */
 static struct option *getopt_options(const struct kn_option *opts, size_t n)
 {
-	struct option *longopts = kn_xcalloc(n + 2, sizeof(*longopts));
+	struct option *longopts = kn_xcalloc(n + 3, sizeof(*longopts));
 
 	for (size_t i = 0; i < n; i++) {
 		longopts[i].name = opts[i].name;
@@ -36,6 +40,9 @@ static struct option *getopt_options(const struct kn_option *opts, size_t n)
 	longopts[n].name = "config";
 	longopts[n].has_arg = required_argument;
 	longopts[n].val = CONFIG_VAL;
+	longopts[n + 1].name = "print-config";
+	longopts[n + 1].has_arg = no_argument;
+	longopts[n + 1].val = PRINT_CONFIG_VAL;
 	return longopts;
 }
 
@@ -44,7 +51,7 @@ static struct option *getopt_options(const struct kn_option *opts, size_t n)
  * the home the command line or environment names, when it is there.
  */
 static int load_config(struct kn_server_config *cfg, const char *explicit,
-		       const char *home_flag)
+		       const char *home_flag, char **read_path)
 {
 	char *home = home_flag ? NULL : cli_kiln_home();
 	char *path = explicit ? kn_xstrdup(explicit) :
@@ -53,8 +60,12 @@ static int load_config(struct kn_server_config *cfg, const char *explicit,
 	struct kn_error err;
 	int rc = kn_server_config_load(cfg, path, &err);
 
-	if (rc == -ENOENT && !explicit)
+	if (rc == 0) {
+		*read_path = path;
+		path = NULL;
+	} else if (rc == -ENOENT && !explicit) {
 		rc = 0;
+	}
 	if (rc < 0)
 		fprintf(stderr, "kiln server: %s\n", err.message);
 	free(path);
@@ -62,10 +73,11 @@ static int load_config(struct kn_server_config *cfg, const char *explicit,
 	return rc;
 }
 
-/* Apply the command line over what the file set. */
+/* Apply the command line over what the file set; given[i]: option i
+   was on it. */
 static int apply_flags(struct kn_server_config *cfg, int argc, char **argv,
 		       const struct option *longopts,
-		       const struct kn_option *opts, size_t n)
+		       const struct kn_option *opts, size_t n, bool *given)
 {
 	bool *replaced = kn_xcalloc(n, sizeof(*replaced));
 	struct kn_error err;
@@ -78,10 +90,11 @@ static int apply_flags(struct kn_server_config *cfg, int argc, char **argv,
 		const struct kn_option *o;
 		size_t i;
 
-		if (c == CONFIG_VAL)
+		if (c == CONFIG_VAL || c == PRINT_CONFIG_VAL)
 			continue;
 		i = (size_t)(c - OPTION_VAL_BASE);
 		o = &opts[i];
+		given[i] = true;
 		if (o->kind == KN_OPT_LIST && !replaced[i]) {
 			kn_option_clear(o, cfg);
 			replaced[i] = true;
@@ -96,6 +109,63 @@ static int apply_flags(struct kn_server_config *cfg, int argc, char **argv,
 	return rc;
 }
 
+/* Where the file set each option: its key's line and column, or 0. */
+static void file_positions(const char *path, const struct kn_option *opts,
+			   size_t n, int *line, int *col)
+{
+	struct fy_document *fyd = path ? fy_document_build_from_file(NULL, path)
+				       : NULL;
+	struct fy_node *root = fyd ? fy_document_root(fyd) : NULL;
+	struct fy_node_pair *pair;
+	void *iter = NULL;
+
+	while (root && fy_node_is_mapping(root) &&
+	       (pair = fy_node_mapping_iterate(root, &iter))) {
+		struct fy_node *key = fy_node_pair_key(pair);
+		const char *name = key ? fy_node_get_scalar0(key) : NULL;
+		struct fy_token *tok = key ? fy_node_get_scalar_token(key)
+					   : NULL;
+		const struct fy_mark *at = tok ? fy_token_start_mark(tok)
+					       : NULL;
+
+		for (size_t i = 0; name && at && i < n; i++)
+			if (!strcmp(opts[i].name, name)) {
+				line[i] = at->line + 1;
+				col[i] = at->column + 1;
+			}
+	}
+	fy_document_destroy(fyd);
+}
+
+/* --print-config: every option's value in effect, as the config file
+   would give it, and where it came from. */
+static void print_config(const struct kn_server_config *cfg,
+			 const struct kn_option *opts, size_t n,
+			 const char *path, const bool *given)
+{
+	int *line = kn_xcalloc(n, sizeof(*line));
+	int *col = kn_xcalloc(n, sizeof(*col));
+	struct kn_buf value;
+
+	file_positions(path, opts, n, line, col);
+	printf("# kiln server's effective configuration (%s)\n",
+	       path ? path : "no config file");
+	for (size_t i = 0; i < n; i++) {
+		kn_buf_init(&value, SIZE_MAX);
+		kn_option_show(&opts[i], cfg, &value);
+		printf("%s: %s  # ", opts[i].name, value.data ? value.data : "~");
+		if (given[i])
+			printf("--%s\n", opts[i].name);
+		else if (line[i])
+			printf("%s:%d:%d\n", path, line[i], col[i]);
+		else
+			printf("default\n");
+		kn_buf_release(&value);
+	}
+	free(line);
+	free(col);
+}
+
 int cmd_server(int argc, char **argv)
 {
 	size_t n_opts;
@@ -104,7 +174,8 @@ int cmd_server(int argc, char **argv)
 	const char *config = NULL, *home_flag = NULL;
 	struct kn_server_config cfg;
 	struct kn_error err;
-	char *home = NULL;
+	char *home = NULL, *read_path = NULL;
+	bool *given = kn_xcalloc(n_opts, sizeof(*given)), print = false;
 	int c, rc = 2;
 
 	kn_server_config_init(&cfg);
@@ -118,6 +189,8 @@ int cmd_server(int argc, char **argv)
 		}
 		if (c == CONFIG_VAL)
 			config = optarg;
+		else if (c == PRINT_CONFIG_VAL)
+			print = true;
 		else if (!strcmp(opts[c - OPTION_VAL_BASE].name, "home"))
 			home_flag = optarg;
 	}
@@ -126,8 +199,8 @@ int cmd_server(int argc, char **argv)
 			argv[optind]);
 		goto out;
 	}
-	if (load_config(&cfg, config, home_flag) < 0 ||
-	    apply_flags(&cfg, argc, argv, longopts, opts, n_opts) < 0)
+	if (load_config(&cfg, config, home_flag, &read_path) < 0 ||
+	    apply_flags(&cfg, argc, argv, longopts, opts, n_opts, given) < 0)
 		goto out;
 	if (kn_server_config_check(&cfg, &err) < 0) {
 		fprintf(stderr, "kiln server: %s\n", err.message);
@@ -141,12 +214,19 @@ int cmd_server(int argc, char **argv)
 		home = cli_kiln_home();
 		cfg.home = home;
 	}
+	if (print) {
+		print_config(&cfg, opts, n_opts, read_path, given);
+		rc = 0;
+		goto out;
+	}
 	rc = kn_server_run(&cfg, &err);
 	if (rc < 0)
 		fprintf(stderr, "kiln server: %s\n", err.message);
 	rc = rc < 0 ? 1 : 0;
 out:
 	free(home);
+	free(read_path);
+	free(given);
 	free(longopts);
 	kn_server_config_release(&cfg);
 	return rc;

@@ -5,7 +5,8 @@
 #include "cmd/cli.h"
 
 const char cmd_server_help[] =
-	"usage: kiln server [--config FILE] [--listen HOST:PORT] [--gpus SPEC]\n"
+	"usage: kiln server [--config FILE] [--print-config]\n"
+	"                   [--listen HOST:PORT] [--gpus SPEC]\n"
 	"                   [--tls-cert FILE --tls-key FILE | --tls-self-signed]\n"
 	"                   [--tls-client-ca FILE] [--tls-client-role NAME=ROLE]...\n"
 	"                   [--insecure]\n"
@@ -66,6 +67,11 @@ const char cmd_server_help[] =
 	"                        ~/.kiln) when it exists. The file must be\n"
 	"                        owned by the server's user or root and\n"
 	"                        writable by no one else\n"
+	"  --print-config        print every option's value in effect (after\n"
+	"                        the file and the flags) as the file would\n"
+	"                        give it, each with where it came from (a\n"
+	"                        flag, FILE:LINE:COLUMN, or default), and\n"
+	"                        exit without starting\n"
 	"  --listen HOST:PORT    address of the API (default 127.0.0.1:7070);\n"
 	"                        port 0 picks a free port. The URL is written\n"
 	"                        to $KILN_HOME/server.url once listening.\n"

@@ -613,7 +613,7 @@ static const struct cli_command commands[] = {
 	 false},
 	{"exporter", cmd_exporter, NULL,
 	 "serve this node's metrics for Prometheus",
-	 "usage: kiln exporter [--listen HOST:PORT] [--root DIR]\n"
+	 "usage: kiln exporter [--config FILE] [--listen HOST:PORT] [--root DIR]\n"
 	 "                     [--token-file FILE] [--mount LIST]\n"
 	 "                     [--hostname NAME]\n"
 	 "                     [--tls-cert FILE --tls-key FILE\n"
@@ -624,6 +624,9 @@ static const struct cli_command commands[] = {
 	 "metrics from NVML under dcgm-exporter's names (DCGM_FI_DEV_*), so\n"
 	 "their Grafana dashboards work unchanged. Stops on SIGTERM or SIGINT.\n"
 	 "\n"
+	 "  --config FILE       read flags from FILE (YAML): each key a long\n"
+	 "                      flag's name (mount: /,/data); flags on the\n"
+	 "                      command line win\n"
 	 "  --listen HOST:PORT  address (default 127.0.0.1:9470; port 0 picks\n"
 	 "                      a free one, printed on standard error)\n"
 	 "  --root DIR          read proc/ and sys/ under DIR (default /)\n"
@@ -644,7 +647,8 @@ static const struct cli_command commands[] = {
 	 false},
 	{"gateway", cmd_gateway, NULL,
 	 "serve deployments behind one OpenAI-compatible endpoint",
-	 "usage: kiln gateway [--listen HOST:PORT] [--workers N] [--zone Z]\n"
+	 "usage: kiln gateway [--config FILE] [--listen HOST:PORT] [--workers N]\n"
+	 "                    [--zone Z]\n"
 	 "                    [--routes FILE | --server URL --token TOKEN]\n"
 	 "                    [--refresh DURATION] [--access-log FILE]\n"
 	 "                    [--home DIR] [--max-body SIZE]\n"
@@ -671,6 +675,9 @@ static const struct cli_command commands[] = {
 	 "windows raise one alert, resolved when the signal is back: logged,\n"
 	 "and sent to the server (kiln alerts, its event stream and webhook).\n"
 	 "\n"
+	 "  --config FILE        read flags from FILE (YAML): each key a long\n"
+	 "                       flag's name (workers: 4, zone: a); flags on\n"
+	 "                       the command line win\n"
 	 "  --listen HOST:PORT   address (default 127.0.0.1:7080; port 0 picks\n"
 	 "                       a free one); the URL is written to\n"
 	 "                       $KILN_HOME/gateway/gateway.url once listening\n"

@@ -105,13 +105,33 @@ static int set_default_cpus(const struct kn_option *o, void *target,
 	return 0;
 }
 
+static void show_listen(const struct kn_option *o, const void *target,
+			struct kn_buf *out)
+{
+	const struct kn_server_config *cfg = target;
+
+	(void)o;
+	kn_buf_printf(out, strchr(cfg->listen_host, ':') ? "\"[%s]:%d\"" :
+							    "\"%s:%d\"",
+		      cfg->listen_host, cfg->listen_port);
+}
+
+static void show_default_cpus(const struct kn_option *o, const void *target,
+			      struct kn_buf *out)
+{
+	const struct kn_server_config *cfg = target;
+
+	(void)o;
+	kn_buf_printf(out, "%g", (double)cfg->default_task_cpu_milli / 1000);
+}
+
 static const char *const executors[] = {"local", "slurm", "kubernetes",
 					NULL};
 
 /* Rows in the order of `kiln server --help`. */
 static const struct kn_option server_options[] = {
 	{"listen", KN_OPT_STRING, "HOST:PORT", .set = set_listen,
-	 .help = "address of the API"},
+	 .show = show_listen, .help = "address of the API"},
 	{"tls-cert", KN_OPT_PATH, "FILE", F(tls_cert),
 	 .help = "the API's certificate chain (PEM): serve HTTPS"},
 	{"tls-key", KN_OPT_PATH, "FILE", F(tls_key),
@@ -129,8 +149,8 @@ static const struct kn_option server_options[] = {
 	 .help = "simulate devices instead of using NVML"},
 	{"gpu-dev-dir", KN_OPT_PATH, "DIR", F(gpu_dev_dir),
 	 .flags = KN_OPT_ABSOLUTE, .help = "device nodes of simulated GPUs"},
-	{"cgroup-parent", KN_OPT_STRING, "PATH", .set = set_cgroup_parent,
-	 .help = "the cgroup local tasks run under"},
+	{"cgroup-parent", KN_OPT_STRING, "PATH", F(cgroup_parent),
+	 .set = set_cgroup_parent, .help = "the cgroup local tasks run under"},
 	/* The kernel's own ceiling on processes is 4194304 (pid_max). */
 	{"pids-max", KN_OPT_COUNT, "N", F(pids_max), .min = 16,
 	 .max = 4194304, .help = "processes per task"},
@@ -138,7 +158,7 @@ static const struct kn_option server_options[] = {
 	 .help = "run tasks unlimited where cgroups cannot be written"},
 	/* Capacity (docs/scheduling.md). */
 	{"default-task-cpus", KN_OPT_STRING, "N", .set = set_default_cpus,
-	 .help = "CPUs a local task that names none counts"},
+	 .show = show_default_cpus, .help = "CPUs a local task that names none counts"},
 	{"default-task-memory", KN_OPT_SIZE, "SIZE", F(default_task_memory),
 	 .example = "1Gi", .help = "memory such a task counts and gets"},
 	{"fair-share-half-life", KN_OPT_DURATION, "DURATION",
@@ -193,8 +213,8 @@ static const struct kn_option server_options[] = {
 	 F(n_pools), .help = "a node pool (repeatable)"},
 	{"node-sku", KN_OPT_STRING, "SIZE", F(node_sku),
 	 .help = "this node's VM size in the catalog"},
-	{"node-pricing", KN_OPT_STRING, "MODEL", .set = set_pricing,
-	 .help = "this node's pricing model"},
+	{"node-pricing", KN_OPT_STRING, "MODEL", F(node_pricing),
+	 .set = set_pricing, .help = "this node's pricing model"},
 	{"catalog", KN_OPT_PATH, "FILE", F(cost_catalog),
 	 .help = "extra VM size rows for the cost ledger"},
 	{"usage-interval", KN_OPT_DURATION, "DURATION", F(usage_interval_ms),
@@ -295,49 +315,16 @@ void kn_server_config_release(struct kn_server_config *cfg)
 	kn_strpool_release(&cfg->strings);
 }
 
-/* Who may have written the file: only this user or root. */
-static int check_file_owner(const char *path, const struct stat *st,
-			    struct kn_error *err)
-{
-	if (!S_ISREG(st->st_mode))
-		return kn_errorf(err, KN_EINVAL, path, "%s: is %s, not a file",
-				 path, kn_file_kind(st->st_mode));
-	if (st->st_uid != geteuid() && st->st_uid != 0)
-		return kn_errorf(err, KN_EPERM, path, "%s: owned by uid %u; a "
-				 "config file must be owned by the server's "
-				 "user (uid %u) or root", path,
-				 (unsigned)st->st_uid, (unsigned)geteuid());
-	if (st->st_mode & (S_IWGRP | S_IWOTH))
-		return kn_errorf(err, KN_EPERM, path, "%s: mode %04o lets "
-				 "others write it; a config file names the keys "
-				 "the server signs with: chmod go-w %s", path,
-				 (unsigned)(st->st_mode & 07777), path);
-	return 0;
-}
-
 int kn_server_config_load(struct kn_server_config *cfg, const char *path,
 			  struct kn_error *err)
 {
 	struct kn_server_conf sections = {0};
 	size_t len = 0;
 	char *text = NULL;
-	struct stat st;
-	int fd, rc;
+	int rc = kn_config_file_read(path, CONFIG_MAX_BYTES,
+				     "names the keys the server signs with",
+				     &text, &len, err);
 
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0) {
-		int e = errno;
-
-		return kn_errorf(err, e == ENOENT ? KN_ENOTFOUND : KN_EIO, path,
-				 "%s: %s", path, strerror(e));
-	}
-	rc = fstat(fd, &st) < 0 ? kn_errorf(err, KN_EIO, path, "%s: %s", path,
-					    strerror(errno)) :
-				  check_file_owner(path, &st, err);
-	if (rc == 0 && kn_read_fd(fd, CONFIG_MAX_BYTES, &text, &len) < 0)
-		rc = kn_errorf(err, KN_EIO, path, "%s: cannot read it (at most "
-			       "%d bytes)", path, CONFIG_MAX_BYTES);
-	close(fd);
 	if (rc)
 		return rc;
 	rc = kn_server_conf_parse(text, len, path, server_options,

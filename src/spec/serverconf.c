@@ -210,6 +210,84 @@ int kn_option_set(const struct kn_option *o, void *target, const char *text,
 	return kn_errorf(err, KN_EINVAL, o->name, "unknown option kind");
 }
 
+/* A string as YAML reads it back: JSON's quoting is YAML's too. */
+static void show_string(const char *text, struct kn_buf *out)
+{
+	json_t *j = json_string(text);
+	char *quoted = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+
+	kn_buf_printf(out, "%s", quoted ? quoted : "~");
+	free(quoted);
+	json_decref(j);
+}
+
+/* The largest unit that keeps the value whole: 90s, 5m, 6h, 250ms. */
+static void show_duration(int64_t ms, struct kn_buf *out)
+{
+	static const struct { int64_t ms; const char *unit; } units[] = {
+		{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"},
+	};
+
+	for (size_t i = 0; ms && i < sizeof(units) / sizeof(units[0]); i++)
+		if (ms % units[i].ms == 0) {
+			kn_buf_printf(out, "%lld%s",
+				      (long long)(ms / units[i].ms),
+				      units[i].unit);
+			return;
+		}
+	kn_buf_printf(out, ms ? "%lldms" : "0", (long long)ms);
+}
+
+void kn_option_show(const struct kn_option *o, const void *target,
+		    struct kn_buf *out)
+{
+	void *t = (void *)target;
+	char size[32];
+
+	if (o->show) {
+		o->show(o, target, out);
+		return;
+	}
+	switch (o->kind) {
+	case KN_OPT_STRING:
+	case KN_OPT_PATH:
+		if (*FIELD(t, o, const char *))
+			show_string(*FIELD(t, o, const char *), out);
+		else
+			kn_buf_printf(out, "~");
+		break;
+	case KN_OPT_DURATION:
+		show_duration(*FIELD(t, o, int64_t), out);
+		break;
+	case KN_OPT_SIZE:
+		kn_format_size(*FIELD(t, o, int64_t), size, sizeof(size));
+		kn_buf_printf(out, "%s", size);
+		break;
+	case KN_OPT_COUNT:
+		kn_buf_printf(out, "%lld", (o->flags & KN_OPT_INT) ?
+				   (long long)*FIELD(t, o, int) :
+				   (long long)*FIELD(t, o, int64_t));
+		break;
+	case KN_OPT_BOOL:
+		kn_buf_printf(out, "%s", *FIELD(t, o, bool) !=
+				   !!(o->flags & KN_OPT_CLEARS) ? "true" :
+								  "false");
+		break;
+	case KN_OPT_LIST: {
+		const char **items = *FIELD(t, o, const char **);
+		size_t n = *(size_t *)((char *)t + o->count_offset);
+
+		kn_buf_printf(out, "[");
+		for (size_t i = 0; i < n; i++) {
+			kn_buf_printf(out, i ? ", " : "");
+			show_string(items[i], out);
+		}
+		kn_buf_printf(out, "]");
+		break;
+	}
+	}
+}
+
 void kn_option_clear(const struct kn_option *o, void *target)
 {
 	if (o->kind != KN_OPT_LIST)
@@ -430,6 +508,7 @@ struct conf_read {
 	size_t n_opts;
 	void *target;
 	struct kn_strpool *pool;
+	bool sections; /* signers: and stores: are keys too */
 	struct kn_server_conf conf;
 	struct fy_node *seen[MAX_OPTIONS + 2];
 };
@@ -512,9 +591,9 @@ static int read_pair(struct walk *w, struct conf_read *c,
 	o = kn_option_find(c->opts, c->n_opts, v.text);
 	if (o)
 		slot = (size_t)(o - c->opts);
-	else if (!strcmp(v.text, "signers"))
+	else if (c->sections && !strcmp(v.text, "signers"))
 		slot = c->n_opts;
-	else if (!strcmp(v.text, "stores"))
+	else if (c->sections && !strcmp(v.text, "stores"))
 		slot = c->n_opts + 1;
 	else
 		return unknown_key(w, c, key, v.text);
@@ -577,10 +656,11 @@ static int read_conf_root(struct walk *w, struct fy_node *root, void *obj)
 	return 0;
 }
 
-int kn_server_conf_parse(const char *text, size_t len, const char *filename,
-			 const struct kn_option *opts, size_t n_opts,
-			 void *target, struct kn_strpool *pool,
-			 struct kn_server_conf *out, struct kn_error *err)
+/* The options, and with out the sections signers: and stores:. */
+static int conf_parse(const char *text, size_t len, const char *filename,
+		      const struct kn_option *opts, size_t n_opts,
+		      void *target, struct kn_strpool *pool,
+		      struct kn_server_conf *out, struct kn_error *err)
 {
 	struct conf_read *c;
 	int rc;
@@ -593,12 +673,31 @@ int kn_server_conf_parse(const char *text, size_t len, const char *filename,
 	c->n_opts = n_opts;
 	c->target = target;
 	c->pool = pool;
+	c->sections = out != NULL;
 	rc = spec_parse_document(text, len, filename, NULL, read_conf_root, c,
 				 err);
-	if (rc == 0)
+	if (rc == 0 && out)
 		*out = c->conf;
 	else
 		kn_server_conf_release(&c->conf);
 	free(c);
 	return rc;
+}
+
+int kn_server_conf_parse(const char *text, size_t len, const char *filename,
+			 const struct kn_option *opts, size_t n_opts,
+			 void *target, struct kn_strpool *pool,
+			 struct kn_server_conf *out, struct kn_error *err)
+{
+	return conf_parse(text, len, filename, opts, n_opts, target, pool,
+			  out, err);
+}
+
+int kn_option_conf_parse(const char *text, size_t len, const char *filename,
+			 const struct kn_option *opts, size_t n_opts,
+			 void *target, struct kn_strpool *pool,
+			 struct kn_error *err)
+{
+	return conf_parse(text, len, filename, opts, n_opts, target, pool,
+			  NULL, err);
 }

@@ -463,10 +463,14 @@ enum kn_option_kind {
 #define KN_OPT_INT 0x10u
 
 struct kn_option;
+struct kn_buf;
 /* Reads text into target in place of the kind's own reading. */
 typedef int (*kn_option_set_fn)(const struct kn_option *o, void *target,
 				const char *text, struct kn_strpool *pool,
 				struct kn_error *err);
+/* Writes the value in target as the config file would give it. */
+typedef void (*kn_option_show_fn)(const struct kn_option *o,
+				  const void *target, struct kn_buf *out);
 
 /*
  * One option: its flag is --NAME, its config file key NAME. Bounds of 0
@@ -486,6 +490,7 @@ struct kn_option {
 	const char *example;        /* shown after a bad value: "5m" */
 	kn_option_set_fn set;       /* custom reading, or NULL */
 	const char *help;           /* one line */
+	kn_option_show_fn show;     /* custom showing, or NULL */
 };
 
 /*
@@ -495,6 +500,13 @@ struct kn_option {
  */
 int kn_option_set(const struct kn_option *o, void *target, const char *text,
 		  struct kn_strpool *pool, struct kn_error *err);
+/*
+ * Append o's value in target to out as YAML that kn_option_set reads
+ * back: a string quoted, ~ when unset, a duration such as 90s or 5m, a
+ * size such as 16Gi, true or false, a list as [..].
+ */
+void kn_option_show(const struct kn_option *o, const void *target,
+		    struct kn_buf *out);
 /* Empty a LIST option's list (the command line replaces the file's). */
 void kn_option_clear(const struct kn_option *o, void *target);
 /* The option named name, or NULL. */
@@ -542,5 +554,10 @@ int kn_server_conf_parse(const char *text, size_t len, const char *filename,
 			 struct kn_strpool *pool, struct kn_server_conf *out,
 			 struct kn_error *err);
 void kn_server_conf_release(struct kn_server_conf *conf);
+/* The same for a file of options alone (no sections). */
+int kn_option_conf_parse(const char *text, size_t len, const char *filename,
+			 const struct kn_option *opts, size_t n_opts,
+			 void *target, struct kn_strpool *pool,
+			 struct kn_error *err);
 
 #endif

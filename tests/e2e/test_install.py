@@ -190,6 +190,73 @@ def test_config_file_errors_name_file_line_and_column(prefix, tmp_path):
         res.stderr
 
 
+def test_print_config_says_where_each_value_came_from(prefix, tmp_path):
+    """Flags over the file over the defaults, each value with its source;
+    the installed defaults name the installed data, not the checkout."""
+    kiln = prefix / "bin" / "kiln"
+    cfg = installed_config(prefix, tmp_path / "server.yaml",
+                           "health-interval: 90s\npids-max: 64\n")
+    lines = cfg.read_text().splitlines()
+    res = run(kiln, "server", "--config", cfg, "--pids-max", "100",
+              "--home", tmp_path / "h", "--print-config", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = dict(line.split(": ", 1) for line in res.stdout.splitlines()
+               if not line.startswith("#"))
+    assert out["pids-max"] == "100  # --pids-max"
+    assert out["health-interval"] == \
+        f"90s  # {cfg}:{lines.index('health-interval: 90s') + 1}:1"
+    listen_line = lines.index("listen: 127.0.0.1:0") + 1
+    assert out["listen"] == f'"127.0.0.1:0"  # {cfg}:{listen_line}:1'
+    assert out["max-connections"] == "4096  # default"
+    assert out["mig-profiles"] == \
+        f'"{prefix}/share/kiln/mig-profiles.csv"  # default'
+    assert not (tmp_path / "h").exists(), "--print-config started a server"
+
+
+def test_gateway_and_exporter_config_files(prefix, tmp_path):
+    """The shipped gateway.yaml and exporter.yaml are read as they are;
+    their keys are the commands' flags, the command line wins, and a
+    wrong key or value is FILE:LINE:COLUMN with exit status 2."""
+    kiln = prefix / "bin" / "kiln"
+    for cmd in ("gateway", "exporter"):
+        assert (prefix / "etc" / "kiln" / f"{cmd}.yaml").is_file()
+    cfg = tmp_path / "exporter.yaml"
+    cfg.write_text((prefix / "etc" / "kiln" / "exporter.yaml").read_text() +
+                   "listen: 127.0.0.1:1\nhostname: from-file\n")
+    proc = subprocess.Popen([str(kiln), "exporter", "--config", str(cfg),
+                             "--listen", "127.0.0.1:0"], cwd=tmp_path,
+                            env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while "serving" not in line:
+            line = proc.stderr.readline()
+            assert line, "the exporter exited"
+        assert "127.0.0.1:1/" not in line, line  # the flag won
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+        proc.stderr.close()
+        proc.stdout.close()
+    cfg.write_text("listen: 127.0.0.1:0\nhostnam: x\n")
+    res = run(kiln, "exporter", "--config", cfg, cwd=tmp_path)
+    assert res.returncode == 2
+    assert f'{cfg}:2:1: unknown key "hostnam"; did you mean "hostname"?' \
+        in res.stderr, res.stderr
+    gw = tmp_path / "gateway.yaml"
+    gw.write_text("zone: a\nworkers: many\n")
+    res = run(kiln, "gateway", "--config", gw, cwd=tmp_path)
+    assert res.returncode == 2
+    assert f'{gw}:2:10: workers: "many" is not a whole number' in res.stderr
+    # It says which server and token to trust: refused when another user
+    # could have written it, before anything in it is used.
+    gw.write_text(f"server: http://127.0.0.1:1\nroutes: {gw}\n")
+    gw.chmod(0o666)
+    res = run(kiln, "gateway", "--config", gw, cwd=tmp_path)
+    assert res.returncode == 2
+    assert f"{gw}: mode 0666 lets others write it" in res.stderr, res.stderr
+
+
 def verify_units(root, unit_dir):
     """systemd-analyze verify with root as the file system: the host's own
     units (targets, slices) copied in, man pages checked separately."""
@@ -277,9 +344,11 @@ def test_deb_depends_only_on_what_the_binary_links(deb):
     depends = {d.split()[0] for d in dpkg_field(deb, "Depends").split(", ")}
     assert {"libevent-2.1-7", "libevent-pthreads-2.1-7", "libjansson4",
             "libfyaml0", "libsqlite3-0", "libssl3", "libcurl4"} <= depends
+    # libevent's OpenSSL layer serves the TLS listeners.
     assert depends <= {"libc6", "libevent-2.1-7", "libevent-pthreads-2.1-7",
-                       "libjansson4", "libfyaml0", "libsqlite3-0", "libssl3",
-                       "libcurl4", "passwd"}, depends
+                       "libevent-openssl-2.1-7", "libjansson4", "libfyaml0",
+                       "libsqlite3-0", "libssl3", "libcurl4",
+                       "passwd"}, depends
 
 
 def test_deb_contents_and_maintainer_scripts(deb, tmp_path):
@@ -291,11 +360,14 @@ def test_deb_contents_and_maintainer_scripts(deb, tmp_path):
                  "./usr/share/bash-completion/completions/kiln",
                  "./usr/share/zsh/vendor-completions/_kiln",
                  "./lib/systemd/system/kiln-server.service",
-                 "./etc/kiln/server.yaml", "./usr/share/doc/kiln/copyright"):
+                 "./etc/kiln/server.yaml", "./etc/kiln/gateway.yaml",
+                 "./etc/kiln/exporter.yaml", "./usr/share/doc/kiln/copyright"):
         assert path in listing, path
     control = tmp_path / "control"
     subprocess.run(["dpkg-deb", "-e", str(deb), str(control)], check=True)
-    assert "/etc/kiln/server.yaml" in (control / "conffiles").read_text()
+    conffiles = (control / "conffiles").read_text().split()
+    assert {"/etc/kiln/server.yaml", "/etc/kiln/gateway.yaml",
+            "/etc/kiln/exporter.yaml"} <= set(conffiles)
     postinst = (control / "postinst").read_text()
     assert "useradd --system" in postinst and "kiln-task" in postinst
     assert "install -d -m 0700" in postinst and "/var/lib/kiln" in postinst

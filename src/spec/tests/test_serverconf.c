@@ -291,6 +291,81 @@ static void test_stores(void **state)
 		     "absolute path");
 }
 
+/* o's value shown, as text. */
+static void expect_shown(const struct target *t, const char *name,
+			 const char *want)
+{
+	struct kn_buf out;
+
+	kn_buf_init(&out, SIZE_MAX);
+	kn_option_show(opt(name), t, &out);
+	assert_string_equal(out.data, want);
+	kn_buf_release(&out);
+}
+
+/* What --print-config shows reads back to the same value. */
+static void test_show_reads_back(void **state)
+{
+	struct target t = {.local = true}, back = {0};
+	struct kn_strpool pool = {0};
+	struct kn_server_conf conf = {0};
+	struct kn_error err;
+	struct kn_buf file;
+	const char *const names[] = {"name", "every", "size", "count", "small",
+				     "on", "no-local", "item"};
+
+	(void)state;
+	expect_shown(&t, "name", "~");
+	expect_shown(&t, "every", "0");
+	expect_shown(&t, "no-local", "false");
+	expect_shown(&t, "item", "[]");
+	assert_int_equal(parse("name: 'say \"hi\"'\nevery: 90s\nsize: 2Mi\n"
+			       "count: 3\nsmall: 7\non: true\nno-local: true\n"
+			       "item: [a, 'b c']\n", &t, &conf, &pool, &err), 0);
+	expect_shown(&t, "name", "\"say \\\"hi\\\"\"");
+	expect_shown(&t, "every", "90s");
+	expect_shown(&t, "size", "2Mi");
+	expect_shown(&t, "small", "7");
+	expect_shown(&t, "no-local", "true");
+	expect_shown(&t, "item", "[\"a\", \"b c\"]");
+	kn_buf_init(&file, SIZE_MAX);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		kn_buf_printf(&file, "%s: ", names[i]);
+		kn_option_show(opt(names[i]), &t, &file);
+		kn_buf_printf(&file, "\n");
+	}
+	back.local = true;
+	assert_int_equal(parse(file.data, &back, &conf, &pool, &err), 0);
+	assert_string_equal(back.name, t.name);
+	assert_int_equal(back.every_ms, 90000);
+	assert_int_equal(back.size, t.size);
+	assert_int_equal(back.small, 7);
+	assert_true(back.on);
+	assert_false(back.local);
+	assert_int_equal(back.n_items, 2);
+	assert_string_equal(back.items[1], "b c");
+	kn_buf_release(&file);
+	kn_server_conf_release(&conf);
+	kn_strpool_release(&pool);
+}
+
+/* A file of options alone has no sections: signers: is an unknown key. */
+static void test_options_file_has_no_sections(void **state)
+{
+	struct target t = {0};
+	struct kn_strpool pool = {0};
+	struct kn_error err;
+	const char *text = "count: 2\nsigners: []\n";
+
+	(void)state;
+	assert_int_equal(kn_option_conf_parse(text, strlen(text), "g.yaml",
+					      opts, N_OPTS, &t, &pool, &err),
+			 -EINVAL);
+	assert_non_null(strstr(err.message, "g.yaml:2:1: unknown key "
+					    "\"signers\""));
+	kn_strpool_release(&pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -300,6 +375,8 @@ int main(void)
 		cmocka_unit_test(test_file_errors_name_the_key),
 		cmocka_unit_test(test_signers),
 		cmocka_unit_test(test_stores),
+		cmocka_unit_test(test_show_reads_back),
+		cmocka_unit_test(test_options_file_has_no_sections),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
