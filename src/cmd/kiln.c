@@ -68,7 +68,7 @@ static const struct cli_command commands[] = {
 	 "  --no-headers  the table without its header row\n",
 	 false},
 	{"show", cmd_show, NULL, "show a job, its attempts and their tasks",
-	 "usage: kiln show ID [-o json|table]\n"
+	 "usage: kiln show ID [-o table|json|yaml|name]\n"
 	 "\n"
 	 "Show job ID: name, state, owner, priority, tasks, resources, when it\n"
 	 "was submitted, started and ended, retries, the reason it is\n"
@@ -170,7 +170,7 @@ static const struct cli_command commands[] = {
 	 "Mark NODE ready for new work again. Operators and admins.\n",
 	 false},
 	{"nodes", cmd_nodes, NULL, "list nodes and their devices",
-	 "usage: kiln nodes [-w] [-o json|yaml|table]\n"
+	 "usage: kiln nodes [-w] [-o table|json|yaml|name]\n"
 	 "\n"
 	 "List each node (name, state, CPUs, memory, labels, taints; whether\n"
 	 "its devices are simulated; its GPU fragmentation, FGD's measure\n"
@@ -182,7 +182,7 @@ static const struct cli_command commands[] = {
 	 "  -o json|yaml  print the server's answer instead\n",
 	 false},
 	{"pools", cmd_pools, NULL, "list node pools and autoscaling decisions",
-	 "usage: kiln pools [-w] [-o json|yaml|table]\n"
+	 "usage: kiln pools [-w] [-o table|json|yaml|name]\n"
 	 "\n"
 	 "List each node pool (kiln server --pool): its VM size, GPUs, pricing,\n"
 	 "zones and price per GPU-hour from the catalog; nodes up, provisioning\n"
