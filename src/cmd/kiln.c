@@ -1028,7 +1028,9 @@ void cli_print_help(FILE *f)
 	      "  2  usage error\n"
 	      "  3  server unreachable, or no server configured\n"
 	      "  4  submit --wait: the job failed\n"
-	      "  5  submit --wait: the job was cancelled\n",
+	      "  5  submit --wait: the job was cancelled\n"
+	      "  submit --follow exits with the job's own exit code when it\n"
+	      "  failed with one\n",
 	      f);
 }
 
