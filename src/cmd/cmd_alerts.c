@@ -60,7 +60,7 @@ int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv)
 		{"watch", 'w', CLI_FLAG_BOOL, &watch},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
-	struct watch_listing alerts = {NULL, print_alerts, &all};
+	struct watch_listing alerts = {NULL, print_alerts, &all, NULL, NULL};
 	int rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 
 	if (rc != CLI_GO)

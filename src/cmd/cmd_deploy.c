@@ -300,7 +300,8 @@ int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv)
 		{"watch", 'w', CLI_FLAG_BOOL, &watch},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
-	struct watch_listing deployments = {NULL, print_deployments, NULL};
+	struct watch_listing deployments = {NULL, print_deployments, NULL,
+					    NULL, NULL};
 	struct kn_buf path;
 	const char *name = NULL;
 	size_t n = 0;

@@ -71,11 +71,6 @@ static void print_jobs(const struct cli_ctx *ctx, json_t *answer,
 	struct cli_table *t;
 	size_t i;
 
-	if (cli_want_name(ctx)) {
-		json_array_foreach(jobs, i, job)
-			printf("%lld\n", (long long)cli_json_int(job, "id"));
-		return;
-	}
 	if (!json_array_size(jobs)) {
 		fputs(*(bool *)filtered ? "no jobs match\n" : "no jobs\n",
 		      stderr);
@@ -101,7 +96,7 @@ int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
 		{"watch", 'w', CLI_FLAG_BOOL, &watch},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
-	struct watch_listing jobs = {NULL, print_jobs, &filtered};
+	struct watch_listing jobs = {NULL, print_jobs, &filtered, "jobs", "id"};
 	struct kn_buf path;
 	int rc;
 

@@ -238,7 +238,7 @@ static void print_nodes(const struct cli_ctx *ctx, json_t *answer,
 int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct watch_listing nodes = {"/v1/nodes", print_nodes,
-						   NULL};
+						   NULL, "nodes", "name"};
 
 	return watch_listing_command(ctx, argc, argv, &nodes);
 }

@@ -101,7 +101,7 @@ static void print_pools(const struct cli_ctx *ctx, json_t *answer,
 int cmd_pools(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct watch_listing pools = {"/v1/pools", print_pools,
-						   NULL};
+						   NULL, "pools", "name"};
 
 	return watch_listing_command(ctx, argc, argv, &pools);
 }

@@ -319,6 +319,7 @@ int cmd_show(struct cli_ctx *ctx, int argc, char **argv)
 	size_t i;
 	int rc;
 
+	ctx->name_ok = true;
 	rc = cli_parse(ctx, argc, argv, NULL, "ID", &id_arg);
 	if (rc != CLI_GO)
 		goto out;
@@ -340,6 +341,10 @@ int cmd_show(struct cli_ctx *ctx, int argc, char **argv)
 	if (!json_is_object(job)) {
 		fputs("kiln: the server's answer has no job\n", stderr);
 		rc = CLI_EXIT_FAIL;
+		goto out;
+	}
+	if (cli_want_name(ctx)) { /* the job exists: its id, for scripts */
+		printf("%lld\n", (long long)cli_json_int(job, "id"));
 		goto out;
 	}
 	show_job(job, now);

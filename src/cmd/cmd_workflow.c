@@ -24,6 +24,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/watch.h"
 #include "spec/spec.h"
 #include "ckpt/ckpt.h"
 
@@ -369,34 +370,35 @@ static int run_id_arg(const struct cli_ctx *ctx, const char *arg,
 	return CLI_GO;
 }
 
+static void print_run(const struct cli_ctx *ctx, json_t *answer, void *arg)
+{
+	(void)ctx;
+	(void)arg;
+	print_detail(json_object_get(answer, "workflow"));
+}
+
 static int wf_show(struct cli_ctx *ctx, int argc, char **argv)
 {
-	struct cli_client *c = NULL;
+	bool watch = false;
+	const struct cli_flag flags[] = {
+		{"watch", 'w', CLI_FLAG_BOOL, &watch},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct watch_listing run = {NULL, print_run, NULL, NULL, NULL};
 	const char *arg = NULL;
-	json_t *answer = NULL;
 	char path[64];
 	int64_t id = 0;
 	int rc;
 
-	rc = cli_parse(ctx, argc, argv, NULL, "RUN", &arg);
+	rc = cli_parse(ctx, argc, argv, flags, "RUN", &arg);
 	if (rc != CLI_GO)
 		return rc;
 	rc = run_id_arg(ctx, arg, &id);
 	if (rc != CLI_GO)
 		return rc;
 	snprintf(path, sizeof(path), "/v1/workflows/%lld", (long long)id);
-	rc = cli_client_open(ctx, &c);
-	if (rc == 0)
-		rc = cli_get(c, path, &answer);
-	if (rc == 0) {
-		if (cli_want_json(ctx))
-			cli_print_data(ctx, answer);
-		else
-			print_detail(json_object_get(answer, "workflow"));
-	}
-	json_decref(answer);
-	cli_client_free(c);
-	return rc;
+	run.path = path;
+	return watch_listing(ctx, watch, &run);
 }
 
 /* POST /v1/workflows/RUN/<action> and say what happened. */

@@ -68,7 +68,7 @@ static const struct cli_command commands[] = {
 	 "  --no-headers  the table without its header row\n",
 	 false},
 	{"show", cmd_show, NULL, "show a job, its attempts and their tasks",
-	 "usage: kiln show ID [-o json|table]\n"
+	 "usage: kiln show ID [-o table|json|yaml|name]\n"
 	 "\n"
 	 "Show job ID: name, state, owner, priority, tasks, resources, when it\n"
 	 "was submitted, started and ended, retries, the reason it is\n"
@@ -170,7 +170,7 @@ static const struct cli_command commands[] = {
 	 "Mark NODE ready for new work again. Operators and admins.\n",
 	 false},
 	{"nodes", cmd_nodes, NULL, "list nodes and their devices",
-	 "usage: kiln nodes [-w] [-o json|yaml|table]\n"
+	 "usage: kiln nodes [-w] [-o table|json|yaml|name]\n"
 	 "\n"
 	 "List each node (name, state, CPUs, memory, labels, taints; whether\n"
 	 "its devices are simulated; its GPU fragmentation, FGD's measure\n"
@@ -182,7 +182,7 @@ static const struct cli_command commands[] = {
 	 "  -o json|yaml  print the server's answer instead\n",
 	 false},
 	{"pools", cmd_pools, NULL, "list node pools and autoscaling decisions",
-	 "usage: kiln pools [-w] [-o json|yaml|table]\n"
+	 "usage: kiln pools [-w] [-o table|json|yaml|name]\n"
 	 "\n"
 	 "List each node pool (kiln server --pool): its VM size, GPUs, pricing,\n"
 	 "zones and price per GPU-hour from the catalog; nodes up, provisioning\n"
@@ -357,7 +357,7 @@ static const struct cli_command commands[] = {
 	 "run a workflow file's steps as jobs; list, show, retry, cancel runs",
 	 "usage: kiln workflow run FILE [--wait]\n"
 	 "       kiln workflow ls [-o json|table]\n"
-	 "       kiln workflow show RUN [-o json|table]\n"
+	 "       kiln workflow show RUN [-w] [-o json|yaml|table]\n"
 	 "       kiln workflow retry RUN\n"
 	 "       kiln workflow cancel RUN\n"
 	 "\n"
@@ -375,7 +375,9 @@ static const struct cli_command commands[] = {
 	 "  show    a run, its cost and its steps: STEP STATE NEEDS DURATION\n"
 	 "          ATTEMPTS JOBS (every job it ran, retries' too) COST (of\n"
 	 "          those jobs' GPU time as `kiln cost --by job` prices it,\n"
-	 "          lost work included; - for register and deploy) REASON\n"
+	 "          lost work included; - for register and deploy) REASON;\n"
+	 "          -w, --watch draws it again on each change (the server's\n"
+	 "          event stream, no polling)\n"
 	 "  retry   run a failed or cancelled run again: its failed,\n"
 	 "          cancelled and thereby skipped steps only; succeeded\n"
 	 "          steps and their outputs are kept\n"
@@ -1036,7 +1038,9 @@ void cli_print_help(FILE *f)
 	      "  2  usage error\n"
 	      "  3  server unreachable, or no server configured\n"
 	      "  4  submit --wait: the job failed\n"
-	      "  5  submit --wait: the job was cancelled\n",
+	      "  5  submit --wait: the job was cancelled\n"
+	      "  submit --follow exits with the job's own exit code when it\n"
+	      "  failed with one\n",
 	      f);
 }
 

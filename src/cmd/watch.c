@@ -130,6 +130,26 @@ out:
 	return rc;
 }
 
+/* -o name: each item's id member alone, a line each, cleaned. */
+static void print_names(json_t *items, const char *id)
+{
+	json_t *item;
+	size_t i;
+
+	json_array_foreach(items, i, item) {
+		json_t *v = json_object_get(item, id);
+		char clean[512];
+
+		if (json_is_integer(v)) {
+			printf("%lld\n", (long long)json_integer_value(v));
+			continue;
+		}
+		cli_clean(clean, json_string_value(v) ? json_string_value(v) : "",
+			  sizeof(clean));
+		printf("%s\n", clean);
+	}
+}
+
 int watch_listing_draw(struct cli_ctx *ctx, struct cli_client *c, void *l)
 {
 	const struct watch_listing *listing = l;
@@ -140,6 +160,9 @@ int watch_listing_draw(struct cli_ctx *ctx, struct cli_client *c, void *l)
 		return rc;
 	if (cli_want_json(ctx))
 		cli_print_data(ctx, answer);
+	else if (cli_want_name(ctx) && listing->list)
+		print_names(json_object_get(answer, listing->list),
+			    listing->id);
 	else
 		listing->print(ctx, answer, listing->arg);
 	json_decref(answer);
@@ -169,7 +192,9 @@ int watch_listing_command(struct cli_ctx *ctx, int argc, char **argv,
 		{"watch", 'w', CLI_FLAG_BOOL, &watch},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
-	int rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	int rc;
 
+	ctx->name_ok = l->list != NULL;
+	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 	return rc != CLI_GO ? rc : watch_listing(ctx, watch, l);
 }

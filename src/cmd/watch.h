@@ -24,11 +24,13 @@ typedef int (*watch_draw_fn)(struct cli_ctx *ctx, struct cli_client *c,
 int watch_run(struct cli_ctx *ctx, watch_draw_fn draw, void *arg);
 
 /* A listing that is one GET: path's answer, printed for a person by
-   print (-o json and yaml are printed for it). */
+   print (-o json and yaml are printed for it; -o name too, when list
+   names the answer's array and id the member that names each item). */
 struct watch_listing {
 	const char *path;
 	void (*print)(const struct cli_ctx *ctx, json_t *answer, void *arg);
 	void *arg;
+	const char *list, *id;
 };
 
 /* watch_draw_fn for a struct watch_listing. */

@@ -15,8 +15,11 @@ def write(tmp_path, name, text):
 
 def test_submit_follow_streams_every_rank_and_exits_with_the_job(server,
                                                                  tmp_path):
-    spec = write(tmp_path, "j.yaml",
-                 job_yaml("j", ["/bin/sh", "-c", COUNT + "; exit 3"], tasks=3))
+    # Only the last rank fails, once the others have ended: a failing
+    # rank would stop the gang's others mid-way.
+    spec = write(tmp_path, "j.yaml", job_yaml("j", [
+        "/bin/sh", "-c",
+        COUNT + '; if [ "$RANK" = 2 ]; then sleep 2; exit 3; fi'], tasks=3))
     r = server.cli("submit", "--follow", spec)
     assert r.returncode == 3, r.stderr
     lines = r.stdout.splitlines()

@@ -44,6 +44,11 @@ def test_ls_name_json_yaml(server, tmp_path):
     assert as_yaml["jobs"][0]["name"] == as_json["jobs"][0]["name"] == "a"
     r = server.cli("show", str(a), "-o", "yaml", check=True)
     assert yaml.safe_load(r.stdout)["job"]["id"] == a
+    assert server.cli("show", str(a), "-o", "name", check=True).stdout == \
+        f"{a}\n"
+    node = server.request("GET", "/v1/nodes").json()["nodes"][0]["name"]
+    assert server.cli("nodes", "-o", "name", check=True).stdout == \
+        f"{node}\n"
 
 
 def test_output_format_is_checked(server):
@@ -51,5 +56,5 @@ def test_output_format_is_checked(server):
     assert r.returncode == 2
     assert "table, wide, json, yaml, name" in r.stderr
     # name is for listings of things with ids or names, not every command.
-    r = server.cli("nodes", "-o", "name")
+    r = server.cli("alerts", "-o", "name")
     assert r.returncode == 2

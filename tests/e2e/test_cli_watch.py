@@ -79,3 +79,25 @@ def test_deployments_watch_and_name(server, tmp_path):
         w.stop()
     r = server.cli("deployments", "nope", "-o", "name")
     assert r.returncode == 1 and "no deployment named nope" in r.stderr
+
+
+def test_workflow_show_watch_follows_the_run(server, tmp_path):
+    gate = tmp_path / "go"
+    wf = tmp_path / "w.yaml"
+    wf.write_text(
+        "kind: Workflow\nname: watched\nsteps:\n"
+        "  - name: wait\n    job: {command: [\"/bin/sh\", \"-c\", "
+        f"\"while [ ! -e {gate} ]; do sleep 0.05; done\"]}}\n"
+        "  - name: after\n    needs: [wait]\n"
+        "    job: {command: [\"/bin/true\"]}\n")
+    rid = server.cli("workflow", "run", str(wf), check=True).stdout.strip()
+    w = Watcher(server, "workflow", "show", rid, "-w")
+    try:
+        wait_for(lambda: any("wait   running" in d or "wait  running" in d
+                             for d in w.drawings()), what="the step running")
+        gate.write_text("")
+        # (A run's drawing has a blank line of its own: look at them all.)
+        wait_for(lambda: any("state:     succeeded" in d
+                             for d in w.drawings()), what="the run succeeded")
+    finally:
+        w.stop()
