@@ -190,13 +190,18 @@ class Client:
                 yield Event.from_json(json.loads(line))
 
     def cost(self, by: str = "job", since_ms: Optional[int] = None,
-             until_ms: Optional[int] = None) -> Dict[str, Any]:
-        params: Dict[str, Any] = {"by": by}
+             until_ms: Optional[int] = None,
+             report: Optional[str] = None) -> Dict[str, Any]:
+        """What GPU time cost by job, user, deployment, node or day; or
+        with report="reservations" or "rightsize" that report
+        (docs/cost.md)."""
+        params: Dict[str, Any] = {} if report else {"by": by}
         if since_ms is not None:
             params["since"] = since_ms
         if until_ms is not None:
             params["until"] = until_ms
-        return dict(self.call("GET", "/v1/cost", params=params))
+        path = f"/v1/cost/{quote(report)}" if report else "/v1/cost"
+        return dict(self.call("GET", path, params=params))
 
 
 def _spec_body(spec: Spec, overrides: Mapping[str, Any]

@@ -386,5 +386,10 @@ def test_nodes_alerts_cost_and_the_document(client):
     assert isinstance(client.alerts(), list)
     assert client.alerts(all=True) == client.alerts(all=True)
     assert client.cost(by="user")["by"] == "user"
+    assert "skus" in client.cost(report="reservations")
+    assert "jobs" in client.cost(report="rightsize")
+    with pytest.raises(kiln.InvalidArgument) as e:
+        client.cost(by="planet")
+    assert e.value.field == "by"
     doc = client.openapi()
     assert doc["openapi"] == "3.1.0" and "/v1/jobs" in doc["paths"]
