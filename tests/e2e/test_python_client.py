@@ -3,6 +3,7 @@ every method at least once, logs followed while a job runs, waiting on a
 job that fails, an eviction and its resume, a model pushed and pulled
 with its digests checked, and error answers as the right exceptions.
 The package is type-checked with mypy --strict."""
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import KILN, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
@@ -70,6 +71,22 @@ def test_installs_with_pip(tmp_path):
         env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")),
         capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert res.stdout.startswith(str(tmp_path / "site")), res.stderr
+
+
+def test_dataclasses_name_only_fields_the_document_has():
+    """Each typed result's fields are properties of its schema in the
+    OpenAPI document, so the client and the API cannot drift apart."""
+    doc = json.loads(subprocess.run([KILN, "openapi"], capture_output=True,
+                                    text=True, check=True).stdout)
+    schemas = doc["components"]["schemas"]
+    schema_of = {kiln.ModelVersion: "Model"}
+    for cls in (kiln.Job, kiln.Attempt, kiln.Task, kiln.Output, kiln.Node,
+                kiln.Alert, kiln.Event, kiln.Deployment, kiln.Replica,
+                kiln.Key, kiln.ModelSummary, kiln.ModelVersion,
+                kiln.AliasMove, kiln.WorkflowRun, kiln.Step):
+        props = schemas[schema_of.get(cls, cls.__name__)]["properties"]
+        for f in dataclasses.fields(cls):
+            assert f.name == "raw" or f.name in props, (cls.__name__, f.name)
 
 
 def test_finds_server_and_token_as_the_cli_does(server, client, monkeypatch):
