@@ -128,8 +128,13 @@ def test_jobs_submit_follow_wait_outputs_and_events(client, tmp_path):
 
     spec = tmp_path / "spec.yaml"
     spec.write_text("kind: Job\nname: from-file\ncommand: [/bin/true]\n")
-    other = client.jobs.submit(spec, name="renamed", priority=3)
+    other = client.jobs.submit(spec, name="renamed", priority=3,
+                               env={"K": "v"})
     assert (other.name, other.priority) == ("renamed", 3)
+    assert client.jobs.get(other.id).spec["env"]["K"] == "v"
+    with pytest.raises(kiln.InvalidArgument) as e:
+        client.jobs.submit(spec, command=["/bin/false"])
+    assert e.value.field.startswith("overrides")
     client.jobs.wait(other.id, timeout=30)
     assert [j.id for j in client.jobs.list(name="renamed")] == [other.id]
     assert job.id in [j.id for j in client.jobs.list(state="succeeded")]
@@ -168,8 +173,9 @@ def test_eviction_and_resume_through_the_client(client):
     job = client.jobs.submit(sh(script, name="evictee", preemptible=True,
                                 checkpoint={"signal": "SIGUSR1",
                                             "grace": "5s"}))
-    wait_for(lambda: "first" in list(client.jobs.logs(job.id)),
-             what="the first attempt")
+    lines = client.jobs.logs(job.id, follow=True)  # waits for the start
+    assert next(lines) == "first"
+    lines.close()
     client.jobs.evict(job.id, reason="make room")
     done = client.jobs.wait(job.id, timeout=60)
     assert [a.state for a in done.attempts_detail] == ["preempted",
