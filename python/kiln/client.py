@@ -190,47 +190,30 @@ class Client:
                 yield Event.from_json(json.loads(line))
 
     def cost(self, by: str = "job", since_ms: Optional[int] = None,
-             until_ms: Optional[int] = None) -> Dict[str, Any]:
-        params: Dict[str, Any] = {"by": by}
+             until_ms: Optional[int] = None,
+             report: Optional[str] = None) -> Dict[str, Any]:
+        """What GPU time cost by job, user, deployment, node or day; or
+        with report="reservations" or "rightsize" that report
+        (docs/cost.md)."""
+        params: Dict[str, Any] = {} if report else {"by": by}
         if since_ms is not None:
             params["since"] = since_ms
         if until_ms is not None:
             params["until"] = until_ms
-        return dict(self.call("GET", "/v1/cost", params=params))
+        path = f"/v1/cost/{quote(report)}" if report else "/v1/cost"
+        return dict(self.call("GET", path, params=params))
 
 
-def _spec_body(spec: Spec, overrides: Mapping[str, Any]
-               ) -> Tuple[bytes, Dict[str, str]]:
+def _spec_body(spec: Spec) -> Tuple[bytes, Dict[str, str]]:
     """A spec (text, a file's path or a dict) as the body and query of a
     create: file= names it in messages, path= anchors relative paths."""
-    params: Dict[str, str] = {}
     if isinstance(spec, Mapping):
-        doc: Any = dict(spec)
-        text = None
-    else:
-        if isinstance(spec, os.PathLike) or (
-                "\n" not in spec and os.path.isfile(spec)):
-            path = Path(spec).resolve()
-            params = {"file": path.name, "path": str(path)}
-            text = path.read_text()
-        else:
-            text = str(spec)
-        doc = None
-    if overrides:
-        if doc is None:
-            try:
-                import yaml
-            except ImportError:
-                raise InvalidArgument("overrides of a YAML spec need PyYAML;"
-                                      " pass the spec as a dict",
-                                      field="overrides") from None
-            doc = yaml.safe_load(text or "")
-            if not isinstance(doc, dict):
-                raise InvalidArgument("the spec is not a mapping",
-                                      field="spec")
-        doc.update(overrides)
-    body = json.dumps(doc) if doc is not None else str(text)
-    return body.encode(), params
+        return json.dumps(dict(spec)).encode(), {}
+    if isinstance(spec, os.PathLike) or (
+            "\n" not in spec and os.path.isfile(spec)):
+        path = Path(spec).resolve()
+        return path.read_bytes(), {"file": path.name, "path": str(path)}
+    return str(spec).encode(), {}
 
 
 Ended = TypeVar("Ended", Job, WorkflowRun)
@@ -257,9 +240,13 @@ class Jobs:
     def submit(self, spec: Spec, hold: bool = False,
                **overrides: Any) -> Job:
         """Submit a job: YAML or JSON text, a spec file's path, or a
-        dict; overrides replace top-level fields (priority=, name=).
-        hold queues a job no node could ever hold (else Conflict)."""
-        data, params = _spec_body(spec, overrides)
+        dict. overrides are the server's submit-time ones (name=, env=,
+        gpus=, tasks=, priority=, preemptible=), checked as the same
+        fields of the file. hold queues a job no node could ever hold
+        (else Conflict)."""
+        data, params = _spec_body(spec)
+        if overrides:
+            params["overrides"] = json.dumps(overrides)
         if hold:
             params["hold"] = "1"
         answer = self.c.call("POST", "/v1/jobs", data=data, params=params,
@@ -345,7 +332,7 @@ class Deployments:
 
     def create(self, spec: Spec) -> Deployment:
         """Create a deployment, or update the one of the same name."""
-        data, params = _spec_body(spec, {})
+        data, params = _spec_body(spec)
         answer = self.c.call("POST", "/v1/deployments", data=data,
                              params=params, idempotent=True)
         return Deployment.from_json(answer["deployment"])

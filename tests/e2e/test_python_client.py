@@ -3,6 +3,7 @@ every method at least once, logs followed while a job runs, waiting on a
 job that fails, an eviction and its resume, a model pushed and pulled
 with its digests checked, and error answers as the right exceptions.
 The package is type-checked with mypy --strict."""
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import KILN, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
@@ -31,7 +32,7 @@ def client(server, monkeypatch):
     monkeypatch.setenv("KILN_HOME", str(server.home))
     monkeypatch.delenv("KILN_SERVER", raising=False)
     monkeypatch.delenv("KILN_TOKEN", raising=False)
-    return kiln.Client(timeout=10)
+    return kiln.Client(timeout=30)
 
 
 def sh(script, **fields):
@@ -72,6 +73,22 @@ def test_installs_with_pip(tmp_path):
     assert res.stdout.startswith(str(tmp_path / "site")), res.stderr
 
 
+def test_dataclasses_name_only_fields_the_document_has():
+    """Each typed result's fields are properties of its schema in the
+    OpenAPI document, so the client and the API cannot drift apart."""
+    doc = json.loads(subprocess.run([KILN, "openapi"], capture_output=True,
+                                    text=True, check=True).stdout)
+    schemas = doc["components"]["schemas"]
+    schema_of = {kiln.ModelVersion: "Model"}
+    for cls in (kiln.Job, kiln.Attempt, kiln.Task, kiln.Output, kiln.Node,
+                kiln.Alert, kiln.Event, kiln.Deployment, kiln.Replica,
+                kiln.Key, kiln.ModelSummary, kiln.ModelVersion,
+                kiln.AliasMove, kiln.WorkflowRun, kiln.Step):
+        props = schemas[schema_of.get(cls, cls.__name__)]["properties"]
+        for f in dataclasses.fields(cls):
+            assert f.name == "raw" or f.name in props, (cls.__name__, f.name)
+
+
 def test_finds_server_and_token_as_the_cli_does(server, client, monkeypatch):
     assert client.whoami() == {"name": "admin", "role": "admin"}
     assert client.health()["ok"] is True
@@ -98,7 +115,7 @@ def test_jobs_submit_follow_wait_outputs_and_events(client, tmp_path):
     assert client.jobs.get(job.id).state == "running"
     gate.touch()
     assert list(lines) == ["two"]
-    done = client.jobs.wait(job.id, timeout=30)
+    done = client.jobs.wait(job.id, timeout=120)
     assert done.state == "succeeded" and done.exit_code == 0
     assert done.attempts_detail[0].tasks[0].state == "exited"
     assert list(client.jobs.logs(job.id)) == ["one", "two"]
@@ -111,9 +128,14 @@ def test_jobs_submit_follow_wait_outputs_and_events(client, tmp_path):
 
     spec = tmp_path / "spec.yaml"
     spec.write_text("kind: Job\nname: from-file\ncommand: [/bin/true]\n")
-    other = client.jobs.submit(spec, name="renamed", priority=3)
+    other = client.jobs.submit(spec, name="renamed", priority=3,
+                               env={"K": "v"})
     assert (other.name, other.priority) == ("renamed", 3)
-    client.jobs.wait(other.id, timeout=30)
+    assert client.jobs.get(other.id).spec["env"]["K"] == "v"
+    with pytest.raises(kiln.InvalidArgument) as e:
+        client.jobs.submit(spec, command=["/bin/false"])
+    assert e.value.field.startswith("overrides")
+    client.jobs.wait(other.id, timeout=120)
     assert [j.id for j in client.jobs.list(name="renamed")] == [other.id]
     assert job.id in [j.id for j in client.jobs.list(state="succeeded")]
     states = [e.raw.get("state") for e in client.events()
@@ -126,14 +148,15 @@ def test_events_follow_sees_a_new_job(client):
     job = client.jobs.submit(sh("true", name="seen"))
     event = next(e for e in stream if e.type == "job.state"
                  and e.raw.get("job") == job.id)
+    stream.close()
     assert event.seq > 0
-    client.jobs.wait(job.id, timeout=30)
+    client.jobs.wait(job.id, timeout=120)
 
 
 def test_wait_on_a_failing_job_raises_with_the_reason(client):
     job = client.jobs.submit(sh("echo bad >&2; exit 3", name="doomed"))
     with pytest.raises(kiln.JobFailed) as e:
-        client.jobs.wait(job.id, timeout=30)
+        client.jobs.wait(job.id, timeout=120)
     assert e.value.job.state == "failed"
     assert "exit code 3" in str(e.value)
     slow = client.jobs.submit(sh("sleep 300", name="slow"))
@@ -141,7 +164,7 @@ def test_wait_on_a_failing_job_raises_with_the_reason(client):
         client.jobs.wait(slow.id, timeout=0.3)
     assert client.jobs.cancel(slow.id).cancel_requested
     with pytest.raises(kiln.JobFailed):
-        client.jobs.wait(slow.id, timeout=30)
+        client.jobs.wait(slow.id, timeout=120)
 
 
 def test_eviction_and_resume_through_the_client(client):
@@ -151,10 +174,11 @@ def test_eviction_and_resume_through_the_client(client):
     job = client.jobs.submit(sh(script, name="evictee", preemptible=True,
                                 checkpoint={"signal": "SIGUSR1",
                                             "grace": "5s"}))
-    wait_for(lambda: "first" in list(client.jobs.logs(job.id)),
-             what="the first attempt")
+    lines = client.jobs.logs(job.id, follow=True)  # waits for the start
+    assert next(lines) == "first"
+    lines.close()
     client.jobs.evict(job.id, reason="make room")
-    done = client.jobs.wait(job.id, timeout=60)
+    done = client.jobs.wait(job.id, timeout=120)
     assert [a.state for a in done.attempts_detail] == ["preempted",
                                                        "succeeded"]
     assert "make room" in done.attempts_detail[0].reason
@@ -317,7 +341,7 @@ def test_model_push_pull_sign_promote(server, client, tmp_path):
 def test_model_from_a_job(client):
     job = client.jobs.submit(sh("echo w > $KILN_OUTPUT_DIR/w.bin",
                                 name="train"))
-    client.jobs.wait(job.id, timeout=30)
+    client.jobs.wait(job.id, timeout=120)
     wait_for(lambda: client.jobs.outputs(job.id), what="outputs")
     v = client.models.from_job("tiny", job.id, alias="prod")
     assert v.version == 1 and v.manifest["lineage"]["job"] == job.id
@@ -329,7 +353,7 @@ def test_deployments_and_keys(client, tmp_path):
             "replicas: 1\nreadiness: {path: /health, period_s: 0.1}\n")
     d = client.deployments.create(spec)
     assert (d.name, d.replicas_wanted) == ("chat", 1)
-    ready = client.deployments.wait_ready("chat", timeout=60)
+    ready = client.deployments.wait_ready("chat", timeout=120)
     assert ready.replicas[0].ready and ready.replicas[0].address
     assert [x.name for x in client.deployments.list()] == ["chat"]
     assert client.deployments.scale("chat", 2).replicas_wanted == 2
@@ -354,7 +378,7 @@ def test_workflows_run_wait_cancel_retry(client, tmp_path):
                   "  - name: after\n    needs: [prep]\n"
                   "    job: {command: [/bin/true]}\n")
     run = client.workflows.run(wf)
-    done = client.workflows.wait(run.id, timeout=60)
+    done = client.workflows.wait(run.id, timeout=120)
     assert [s.state for s in done.steps] == ["succeeded", "succeeded"]
     assert [r.id for r in client.workflows.list()] == [run.id]
 
@@ -365,11 +389,11 @@ def test_workflows_run_wait_cancel_retry(client, tmp_path):
                    f"\"test -e {gate}\"]}}\n")
     failing = client.workflows.run(bad)
     with pytest.raises(kiln.WorkflowFailed) as e:
-        client.workflows.wait(failing.id, timeout=60)
+        client.workflows.wait(failing.id, timeout=120)
     assert e.value.run.state == "failed"
     gate.touch()
     client.workflows.retry(failing.id)
-    assert client.workflows.wait(failing.id, timeout=60).state == "succeeded"
+    assert client.workflows.wait(failing.id, timeout=120).state == "succeeded"
 
     slow = tmp_path / "slow.yaml"
     slow.write_text("kind: Workflow\nname: slow\nsteps:\n"
@@ -386,5 +410,10 @@ def test_nodes_alerts_cost_and_the_document(client):
     assert isinstance(client.alerts(), list)
     assert client.alerts(all=True) == client.alerts(all=True)
     assert client.cost(by="user")["by"] == "user"
+    assert "skus" in client.cost(report="reservations")
+    assert "jobs" in client.cost(report="rightsize")
+    with pytest.raises(kiln.InvalidArgument) as e:
+        client.cost(by="planet")
+    assert e.value.field == "by"
     doc = client.openapi()
     assert doc["openapi"] == "3.1.0" and "/v1/jobs" in doc["paths"]
