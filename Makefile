@@ -13,7 +13,7 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 
 .PHONY: all deps test-deps demo-deps bench-deps deb-deps fuzz-deps build \
-	test unit e2e asan demo bench fuzz install deb clean
+	test unit e2e asan demo bench soak fuzz install deb clean openapi
 
 all: build
 
@@ -35,6 +35,10 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD) -j $(NINJA_JOBS)
+
+# The API's OpenAPI document, as the built server describes it.
+openapi: build
+	$(BUILD)/src/cmd/kiln openapi > docs/openapi.json
 
 unit: build
 	meson test -C $(BUILD) --suite unit --print-errorlogs
@@ -73,6 +77,11 @@ bench: bench-deps build
 	$(PYTHON) bench/coll/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-coll.json
 	$(PYTHON) bench/gateway/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-gateway.json
 	$(PYTHON) bench/verify/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-verify.json
+
+# Not in `make test`: 30 minutes of load with kill -9 and a disk that
+# fills (bench/soak/run.py); SOAK_MINUTES=5 for a short one.
+soak: build
+	$(PYTHON) bench/soak/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --minutes $${SOAK_MINUTES:-30} --out $(abspath $(BUILD))/bench-soak.json
 
 $(FUZZ_BUILD)/build.ninja:
 	CC=clang meson setup $(FUZZ_BUILD) -Dfuzz=true -Dtests=disabled

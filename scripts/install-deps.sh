@@ -53,6 +53,10 @@ test_packages=(
   libopenmpi-dev openmpi-bin
   # tests/e2e/test_install.py checks the units and the package
   systemd dpkg-dev
+  # tests/e2e/test_openapi.py and the contract check: JSON Schema 2020-12;
+  # tests/e2e/test_python_client.py type-checks python/kiln with mypy
+  # (typeshed has the stubs of requests)
+  python3-jsonschema python3-mypy python3-typeshed
 )
 
 demo_packages=(

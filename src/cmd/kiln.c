@@ -890,6 +890,13 @@ static const struct cli_command commands[] = {
 	 "                    4 for file://; the server's sync uses 1)\n"
 	 "  --single-put S, --parallel N, --block-size S  as for kiln blob\n",
 	 false},
+	{"openapi", cmd_openapi, NULL, "print the API's OpenAPI 3.1 document",
+	 "usage: kiln openapi\n"
+	 "\n"
+	 "Print the OpenAPI 3.1 description of the HTTP API (JSON), the same\n"
+	 "document a server answers at GET /v1/openapi.json; needs no server.\n"
+	 "`make openapi` writes it to docs/openapi.json.\n",
+	 false},
 	{"version", cmd_version, NULL, "print kiln's version",
 	 "usage: kiln version\n"
 	 "\n"

@@ -4,6 +4,7 @@
  * synchronously except the log stream; anything a handler wrote to the
  * store is committed before the reply is sent.
  */
+#include "openapi.h"
 #include "service.h"
 
 #include <errno.h>
@@ -875,8 +876,10 @@ static void h_events(struct server *s, struct kn_http_req *req,
 
 /* The job core's routes and the server's own; each service has its own
    table (service.h). */
-static const struct route routes[] = {
+const struct route api_routes[] = {
 	{"GET", "/healthz", KN_ROLE_VIEWER, true, NULL, h_healthz},
+	{"GET", "/v1/openapi.json", KN_ROLE_VIEWER, true, NULL,
+	 openapi_h_document},
 	{"GET", "/v1/whoami", KN_ROLE_VIEWER, false, NULL, h_whoami},
 	{"POST", "/v1/jobs", KN_ROLE_USER, false, "job.submit", h_job_submit},
 	{"GET", "/v1/jobs", KN_ROLE_VIEWER, false, NULL, h_job_list},
@@ -906,6 +909,7 @@ static const struct route routes[] = {
 	{"DELETE", "/v1/tokens/{name}", KN_ROLE_ADMIN, false, "token.revoke",
 	 h_token_revoke},
 };
+const size_t api_n_routes = sizeof(api_routes) / sizeof(api_routes[0]);
 
 /*
  * Match path against pattern; a "{...}" segment captures into param.
@@ -992,9 +996,8 @@ static const struct route *route_find(struct kn_http_req *req, char *param,
 	*path_known = false;
 	for (size_t k = 0; k == 0 || kn_services[k - 1]; k++) {
 		const struct route *table = k ? kn_services[k - 1]->routes
-					      : routes;
-		size_t n = k ? kn_services[k - 1]->n_routes
-			     : sizeof(routes) / sizeof(routes[0]);
+					      : api_routes;
+		size_t n = k ? kn_services[k - 1]->n_routes : api_n_routes;
 		for (size_t i = 0; i < n; i++) {
 			r = &table[i];
 			if (!match(r->pattern, path, param, plen))

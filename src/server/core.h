@@ -55,6 +55,12 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 		    const char *text, size_t len, const char *filename,
 		    const char *path, bool hold, int64_t *out_id,
 		    struct kn_error *err);
+/*
+ * The keyed create's transaction ended: the jobs it submitted join the
+ * queue (and the event stream) when it committed, else are forgotten, as
+ * the store forgot them.
+ */
+void jobs_idem_settle(struct server *s, bool committed);
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		struct kn_error *err);
 /*

@@ -217,9 +217,10 @@ static struct queued_job *queue_find(struct server *s, int64_t id,
 	return NULL;
 }
 
-void queue_push(struct server *s, int64_t id, int priority,
-		       int64_t submitted_at, int64_t not_before,
-		       struct kn_job_spec *spec)
+static struct queued_job *queued_new(struct server *s, int64_t id,
+				      int priority, int64_t submitted_at,
+				      int64_t not_before,
+				      struct kn_job_spec *spec)
 {
 	struct queued_job *q = kn_xcalloc(1, sizeof(*q));
 
@@ -229,9 +230,40 @@ void queue_push(struct server *s, int64_t id, int priority,
 	q->not_before = not_before;
 	q->spec = spec;
 	q->owner = job_owner(s, id);
+	return q;
+}
+
+static void queue_link(struct server *s, struct queued_job *q)
+{
 	q->next = s->queue;
 	s->queue = q;
 	s->queue_len++;
+}
+
+void queue_push(struct server *s, int64_t id, int priority,
+		       int64_t submitted_at, int64_t not_before,
+		       struct kn_job_spec *spec)
+{
+	queue_link(s, queued_new(s, id, priority, submitted_at, not_before,
+				 spec));
+}
+
+void jobs_idem_settle(struct server *s, bool committed)
+{
+	struct queued_job *q = s->idem_queued, *next;
+
+	s->idem_open = false;
+	s->idem_queued = NULL;
+	for (; q; q = next) {
+		next = q->next;
+		if (!committed) {
+			queued_free(q);
+			continue;
+		}
+		queue_link(s, q);
+		feed_job(s, q->id, "queued", NULL);
+		wake_scheduler(s);
+	}
 }
 
 void queued_free(struct queued_job *q)
@@ -457,6 +489,7 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 		    struct kn_error *err)
 {
 	struct kn_job_spec *spec = NULL;
+	struct queued_job *q;
 	struct kn_job_row j;
 	struct kn_audit a;
 	json_t *norm;
@@ -513,9 +546,17 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 		return rc;
 	}
 	workload_add(s, spec);
-	queue_push(s, id, spec->priority, j.submitted_at, 0, spec);
-	feed_job(s, id, "queued", NULL);
-	wake_scheduler(s);
+	q = queued_new(s, id, spec->priority, j.submitted_at, 0, spec);
+	if (s->idem_open) {
+		/* Queued only if the key's transaction commits: its rollback
+		   must leave no job behind, nor an id the next one reuses. */
+		q->next = s->idem_queued;
+		s->idem_queued = q;
+	} else {
+		queue_link(s, q);
+		feed_job(s, id, "queued", NULL);
+		wake_scheduler(s);
+	}
 	*out_id = id;
 	return 0;
 }

@@ -10,7 +10,10 @@
  * the answer and commits. A crash before that commit leaves neither the
  * object nor the key, so the retry creates it once; after it, the retry
  * finds both. The same key with another body (or on another route) is a
- * conflict: it cannot be the same request. Rows live a day.
+ * conflict: it cannot be the same request. Rows live a day. The jobs
+ * the create submits wait outside the queue until that commit
+ * (jobs_idem_settle): a commit the disk refuses leaves no job queued, no
+ * event, and no id that the next job, given the same one, would share.
  *
  * Rejected: keeping keys in memory (lost with the server, which is when
  * clients retry), and storing the key after the answer was sent (a crash
@@ -128,13 +131,16 @@ int idem_begin(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return 1;
 	}
+	s->idem_open = true;
 	return 0;
 }
 
 void idem_abort(struct server *s, struct kn_http_req *req)
 {
-	if (kn_http_header(req, IDEM_HEADER))
-		kn_store_rollback(s->store);
+	if (!kn_http_header(req, IDEM_HEADER))
+		return;
+	kn_store_rollback(s->store);
+	jobs_idem_settle(s, false);
 }
 
 void idem_reply(struct server *s, struct kn_http_req *req,
@@ -162,8 +168,10 @@ void idem_reply(struct server *s, struct kn_http_req *req,
 	if (kn_store_idem_put(s->store, &row, &err) < 0 ||
 	    kn_store_commit(s->store, &err) < 0) {
 		kn_store_rollback(s->store);
+		jobs_idem_settle(s, false);
 		kn_http_reply_error(req, &err);
 	} else {
+		jobs_idem_settle(s, true);
 		kn_http_reply_text(req, status, "application/json", row.answer,
 				   strlen(row.answer));
 	}

@@ -209,6 +209,10 @@ struct server {
 	   (--default-task-cpus, --default-task-memory). */
 	struct kn_sched_defaults defaults;
 	int64_t idem_swept_at; /* when expired idempotency keys went (idempotency.c) */
+	/* A keyed create's transaction is open: the jobs it submits wait
+	   in idem_queued and join the queue only once it commits. */
+	bool idem_open;
+	struct queued_job *idem_queued;
 };
 
 /* idempotency.c: creates that a retry with the same Idempotency-Key repeats */
@@ -252,6 +256,15 @@ void isolation_stop(struct server *s);
 int isolation_launch(struct server *s, int64_t job_id,
 		     struct kn_task_launch *l, char *user, size_t len,
 		     struct kn_error *err);
+/*
+ * The device nodes binding b's task may open (its GPUs', the control
+ * nodes, a MIG instance's own capability nodes) into *out, freed with
+ * kn_device_nodes_free; a MIG instance whose nodes cannot be known fails
+ * with err, and its task must not start.
+ */
+int isolation_task_devices(struct server *s,
+			   const struct kn_sched_binding *b, char ***out,
+			   struct kn_error *err);
 
 /* auth.c */
 const char *role_name(enum kn_role r);

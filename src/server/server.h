@@ -202,6 +202,13 @@ int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err);
 int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err);
 
 /*
+ * The API's OpenAPI 3.1 document (GET /v1/openapi.json), as indented JSON
+ * text to free, built from the route tables without a server. NULL with
+ * err naming a route that has no description.
+ */
+char *kn_server_openapi(struct kn_error *err);
+
+/*
  * `kiln audit verify --home DIR`: the check GET /v1/audit/verify makes,
  * on a home's kiln.db, audit.key and audit.head, without a server (a
  * stopped one, or a restored home). *json_out (malloc'd) is the same

@@ -649,6 +649,18 @@ static int pragma_int(sqlite3 *db, const char *sql, int *out)
 	return rc;
 }
 
+/* Opening failed: say so plainly when its disk is full. */
+static int open_failed(sqlite3 *db, const char *path, struct kn_error *err)
+{
+	if (kn_errcode_for_write(-sqlite3_system_errno(db)) == KN_ENOSPACE)
+		return kn_errorf(err, KN_ENOSPACE, NULL,
+				 "%s: no space left on its disk (%s); free "
+				 "some and start again", path,
+				 sqlite3_errmsg(db));
+	return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
+			 sqlite3_errmsg(db));
+}
+
 static int set_wal(sqlite3 *db, const char *path, struct kn_error *err)
 {
 	sqlite3_stmt *s = NULL;
@@ -658,7 +670,10 @@ static int set_wal(sqlite3 *db, const char *path, struct kn_error *err)
 
 	if (rc == SQLITE_OK)
 		rc = sqlite3_step(s);
-	if (rc != SQLITE_ROW) {
+	if (rc != SQLITE_ROW &&
+	    kn_errcode_for_write(-sqlite3_system_errno(db)) == KN_ENOSPACE) {
+		ret = open_failed(db, path, err);
+	} else if (rc != SQLITE_ROW) {
 		ret = kn_errorf(err, KN_EIO, NULL,
 				"%s: setting WAL journal mode: %s", path,
 				sqlite3_errmsg(db));
@@ -742,8 +757,7 @@ static int setup_connection(sqlite3 *db, const char *path,
 				 "%s: not a SQLite database (%s)", path,
 				 sqlite3_errmsg(db));
 	if (rc != SQLITE_OK)
-		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
-				 sqlite3_errmsg(db));
+		return open_failed(db, path, err);
 	if (version > KN_STORE_SCHEMA_VERSION)
 		return kn_errorf(err, KN_EIO, NULL,
 				 "%s: schema version %d is newer than this"
@@ -755,8 +769,7 @@ static int setup_connection(sqlite3 *db, const char *path,
 	if (sqlite3_exec(db, "PRAGMA synchronous = FULL;"
 			     " PRAGMA foreign_keys = ON",
 			 NULL, NULL, NULL) != SQLITE_OK)
-		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
-				 sqlite3_errmsg(db));
+		return open_failed(db, path, err);
 	return migrate(db, path, err);
 }
 

@@ -114,30 +114,119 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"left running by {nodeid} (ended by the fixture): " +
             ", ".join(f"{pid} {cmd[:60]}" for pid, cmd in left))
+    if LEFT_AT_END:
+        terminalreporter.write_line(
+            "FAILED: processes the tests started were still running at "
+            "the end (killed):\n" +
+            "\n".join(f"  {pid} {cmd}" for pid, cmd in LEFT_AT_END),
+            red=True)
+
+
+SESSION_STARTED = time.time()
+FIXTURES_USED = set()
+# Where the Slurm fixtures' daemons write their pid files (the scripts'
+# defaults; the variables move them).
+SLURM_RUN_DIRS = [
+    Path(os.environ.get("KILN_SLURM_DIR", "/var/lib/kiln-slurm")) / "run",
+    Path(os.environ.get("KILN_SLURM2_DIR", "/var/lib/kiln-slurm2")) / "run",
+]
+
+
+def pytest_fixture_setup(fixturedef, request):
+    FIXTURES_USED.add(fixturedef.argname)
+
+
+def _started_at(pid):
+    """When pid started: (seconds since the epoch, clock ticks since
+    boot), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        btime = next(int(line.split()[1]) for line in
+                     Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime "))
+    except (OSError, StopIteration):
+        return None
+    ticks = int(stat.rsplit(")", 1)[1].split()[19])
+    return btime + ticks / os.sysconf("SC_CLK_TCK"), ticks
+
+
+def processes_in_pid_files(root):
+    """Live processes named by pid files this run wrote, which daemons
+    (Azurite, slurmctld, slurmd, a shim) that left the run's directory
+    behind in their command line are still found by: *.pid under root,
+    and the Slurm run directories when a Slurm fixture ran. Only pid
+    files written, and processes started, since the run began. Pids are
+    reused, so the process must be the one the file names: the start
+    time a shim writes beside its pid must match, and any other process
+    must have started before its file was written (a daemon writes it
+    as it starts). [(pid, what)]."""
+    files = [Path(d) / n for d, _, names in os.walk(root) for n in names
+             if n.endswith(".pid")]
+    if any(name.startswith("slurm") for name in FIXTURES_USED):
+        for d in SLURM_RUN_DIRS:
+            files += list(d.glob("*.pid")) if d.is_dir() else []
+    found = []
+    for f in files:
+        try:
+            written = f.stat().st_mtime
+            fields = f.read_text().split()
+            pid = int(fields[0])
+            ticks = int(fields[1]) if len(fields) > 1 else None
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        started = _started_at(pid)
+        if written < SESSION_STARTED or not cmd or not started:
+            continue
+        if ticks is not None and ticks != started[1]:
+            continue
+        if started[0] >= SESSION_STARTED - 1 and started[0] <= written + 5:
+            shown = cmd.replace(b"\0", b" ").decode(errors="replace")
+            found.append((pid, f"{shown.strip()} (from {f})"))
+    return found
+
+
+def left_running(root):
+    named = processes_in_pid_files(root)
+    seen = {pid for pid, _ in named}
+    return named + [(pid, cmd) for pid, cmd in processes_under(root)
+                    if pid not in seen]
+
+
+# This run's temporary directory, and what was still running in it.
+RUN_ROOT = []
+LEFT_AT_END = []
 
 
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_behind(tmp_path_factory):
+    """Name this run's temporary directory (every home, workdir and
+    fixture state lives there) for the check at its end."""
+    RUN_ROOT.append(tmp_path_factory.getbasetemp())
+
+
+def pytest_sessionfinish(session, exitstatus):
     """Fail the run when a process the tests started outlives them: any
-    process processes_under() finds for this run's temporary directory
-    (every home, workdir and fixture state lives there) after every
-    other fixture is torn down. They are listed, then killed."""
-    root = tmp_path_factory.getbasetemp()
-    yield
+    process processes_under() finds for the run's directory, or that a
+    pid file the run wrote names (processes_in_pid_files). This runs
+    after every fixture is torn down (a session fixture's teardown may
+    come before another's). They are listed, then killed."""
+    if not RUN_ROOT:
+        return
+    root = RUN_ROOT[0]
     try:
-        wait_for(lambda: not processes_under(root), timeout=10,
+        wait_for(lambda: not left_running(root), timeout=10,
                  what="processes to end")
     except AssertionError:
-        left = processes_under(root)
+        left = left_running(root)
         for pid, _ in left:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
         if left:
-            raise AssertionError(
-                "processes the tests started are still running:\n" +
-                "\n".join(f"  {pid} {cmd}" for pid, cmd in left))
+            LEFT_AT_END.extend(left)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def wait_for(predicate, timeout=20.0, interval=0.05, what="condition"):

@@ -4,12 +4,13 @@ running, saying why), every write through the API answers 507, and all
 goes on by itself once there is room again."""
 import errno
 import hashlib
+import json
 import os
 import subprocess
 
 import pytest
 
-from conftest import Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, wait_for
 
 WAITING = "exit of rank 0 recorded on the node; waiting for disk space to store it"
 
@@ -38,6 +39,15 @@ def mount_tmpfs(path, size):
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
     return path
+
+
+def end_all(server, home):
+    """Kill a server a failed test left running, and its home's shims."""
+    if server.proc and server.proc.poll() is None:
+        server.proc.kill()
+        server.proc.wait(timeout=10)
+    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"],
+                   check=False)
 
 
 @pytest.fixture
@@ -95,16 +105,9 @@ def test_full_disk_keeps_the_exit_and_the_outputs(small_home, tmp_path):
         server.submit(job_yaml("after", ["/bin/true"]))
         server.stop()
     finally:
-        if server.proc and server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait(timeout=10)
-        subprocess.run(["pkill", "-KILL", "-f",
-                        f"kiln shim --dir {small_home}"], check=False)
+        end_all(server, small_home)
 
 
-def end_shims(home):
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"],
-                   check=False)
 
 
 def test_a_full_disk_keeps_reads_and_refuses_backups_with_507(small_home,
@@ -131,9 +134,7 @@ def test_a_full_disk_keeps_reads_and_refuses_backups_with_507(small_home,
         assert r.status_code in (201, 202), r.text
         server.stop()
     finally:
-        if server.proc and server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait(timeout=10)
+        end_all(server, small_home)
 
 
 def test_a_start_refused_by_a_full_disk_requeues_the_job(small_home,
@@ -164,8 +165,80 @@ def test_a_start_refused_by_a_full_disk_requeues_the_job(small_home,
         assert ran.read_text() == "run\n"
         server.stop()
     finally:
-        if server.proc and server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait(timeout=10)
-        end_shims(small_home)
+        end_all(server, small_home)
         subprocess.run(["umount", "-l", str(tasks)], check=False)
+
+
+def job_events(server):
+    """The job.state events in the feed, as dicts with their job id."""
+    lines = server.request("GET", "/v1/events").text.splitlines()
+    found = []
+    for line in lines:
+        e = json.loads(line)
+        if e.get("type") == "job.state":
+            found.append(dict(e.get("data", e)))
+    return found
+
+
+def test_a_keyed_submit_the_disk_refuses_leaves_nothing(small_home,
+                                                        tmp_path):
+    """A submit with an Idempotency-Key whose commit a full disk refuses
+    answers 507 and leaves no trace: no job, no key, no event, nothing
+    queued. Its retry once there is room makes the job, which runs
+    once."""
+    ran = tmp_path / "ran"
+    spec = job_yaml("keyed", ["/bin/sh", "-c", f"echo run >> {ran}"])
+    server = Server(small_home)
+    server.log = tmp_path / "server.log"
+    filler = small_home / "filler"
+
+    def submit():
+        return server.request("POST", "/v1/jobs", data=spec,
+                              params={"file": "job.yaml"},
+                              headers={"Idempotency-Key": "full-1"})
+    try:
+        server.start()
+        fill(filler)
+        r = submit()
+        assert r.status_code == 507, r.text
+        assert job_events(server) == []
+        assert server.request("GET", "/v1/jobs").json()["jobs"] == []
+        filler.unlink()
+        r = submit()
+        assert r.status_code == 201, r.text
+        jid = r.json()["job"]["id"]
+        job = server.wait_state(jid, ("succeeded", "failed"), timeout=60)
+        assert job["state"] == "succeeded", job["reason"]
+        assert submit().json()["job"]["id"] == jid
+        # Another job after it: the id of the refused one was never used.
+        other = server.submit(job_yaml("after", ["/bin/true"]))
+        server.wait_state(other, ("succeeded", "failed"), timeout=60)
+        assert ran.read_text() == "run\n"
+        queued = [e["job"] for e in job_events(server)
+                  if e["state"] == "queued"]
+        assert sorted(queued) == sorted({jid, other})
+        server.stop()
+    finally:
+        end_all(server, small_home)
+
+
+def test_a_server_that_cannot_open_its_store_says_why(small_home, tmp_path):
+    """A home whose disk is full when the server starts: it exits 1 with a
+    message naming the full disk, and starts once there is room."""
+    server = Server(small_home)
+    server.log = tmp_path / "server.log"
+    filler = small_home / "filler"
+    try:
+        server.start()
+        server.stop()
+        fill(filler)
+        res = subprocess.run([KILN, "server", "--listen", "127.0.0.1:0"],
+                             env=dict(os.environ, KILN_HOME=str(small_home)),
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 1, res.stderr
+        assert "kiln.db: no space left on its disk" in res.stderr, res.stderr
+        filler.unlink()
+        server.start()
+        server.stop()
+    finally:
+        end_all(server, small_home)

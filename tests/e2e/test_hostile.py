@@ -296,3 +296,28 @@ def test_store_sas_is_never_shown(azurite, tmp_path):
         assert "sig=" not in shown and sig not in shown
     finally:
         s.stop()
+
+
+def test_the_leftover_check_reads_pid_files(tmp_path):
+    """A daemon that names nothing of the run in its command line,
+    environment or directory (as slurmd or Azurite's node do) is still
+    found at the end of the run through the pid file it wrote."""
+    from conftest import processes_in_pid_files, processes_under
+
+    pid_file = tmp_path / "state" / "daemon.pid"
+    pid_file.parent.mkdir()
+    subprocess.run(["/bin/sh", "-c", f"cd / && exec env -i setsid sleep 300 "
+                    f"</dev/null >/dev/null 2>&1 & echo $! > {pid_file}"],
+                   check=True, cwd="/")
+    pid = int(pid_file.read_text())
+    try:
+        wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes(),
+                 what="the daemon to start")
+        assert pid not in [p for p, _ in processes_under(tmp_path)]
+        found = processes_in_pid_files(tmp_path)
+        assert [p for p, _ in found] == [pid], found
+        assert str(pid_file) in found[0][1]
+    finally:
+        os.kill(pid, 9)
+        wait_for(lambda: not processes_in_pid_files(tmp_path),
+                 what="the daemon to end")

@@ -181,17 +181,19 @@ def test_concurrent_submits_survive_kill9_exactly_once(tmp_path):
     after 0.3 s and send again, as a client behind a flaky network does:
     the first request is often still in the server's hands, so without
     the key it would make a second job."""
-    port = free_port()
-    srv = Server(tmp_path / "home", extra=["--listen", f"127.0.0.1:{port}"])
-    srv.home.mkdir()
-    srv.start()
-    url = srv.url
-    token = srv.admin_token
     n_threads = 8
     per_thread = -(-int(os.environ.get("KILN_IDEMPOTENCY_SUBMITS", "600"))
                    // n_threads)
     total = n_threads * per_thread
     slack = max(1.0, total / 600)  # deadlines grow with the count
+    port = free_port()
+    srv = Server(tmp_path / "home",
+                 extra=["--listen", f"127.0.0.1:{port}",
+                        "--max-queued-jobs-per-user", str(total)])
+    srv.home.mkdir()
+    srv.start()
+    url = srv.url
+    token = srv.admin_token
     acked = {}
     lock = threading.Lock()
     errors = []
