@@ -553,3 +553,31 @@ def test_gateway_reaches_https_model_servers_it_trusts(tmp_path, pki):
         g.stop()
         good.kill()
         bad.kill()
+
+
+def test_config_file_tls_section(tmp_path, pki):
+    home = tmp_path / "home"
+    home.mkdir()
+    conf = home / "server.yaml"
+    conf.write_text(f"tls:\n  cert: {pki / 'server.pem'}\n"
+                    f"  key: {pki / 'server.key'}\n"
+                    f"  client_ca: {pki / 'client-ca.pem'}\n"
+                    "  client_roles: [gw-1=viewer]\n")
+    conf.chmod(0o600)
+    s = Server(home).start()
+    try:
+        assert s.url.startswith("https://")
+        r = requests.get(s.url + "/v1/jobs", verify=str(pki / "ca.pem"),
+                         cert=(str(pki / "gw.pem"), str(pki / "gw.key")))
+        assert r.status_code == 200, r.text
+    finally:
+        s.stop()
+        kill_processes_under(home)
+    conf.write_text(f"tls-cert: {pki / 'server.pem'}\n"
+                    f"tls:\n  cert: {pki / 'server.pem'}\n  pem: x\n")
+    res = run(KILN, "server", "--home", str(home), "--listen", "127.0.0.1:0")
+    assert res.returncode != 0 and "given twice" in res.stderr, res.stderr
+    conf.write_text("tls:\n  pem: x\n")
+    res = run(KILN, "server", "--home", str(home), "--listen", "127.0.0.1:0")
+    assert res.returncode != 0 and "server.yaml:2:3" in res.stderr and \
+        'unknown key "pem"' in res.stderr, res.stderr
