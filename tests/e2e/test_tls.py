@@ -10,7 +10,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import time
 
 import pytest
 import requests
@@ -581,3 +580,57 @@ def test_config_file_tls_section(tmp_path, pki):
     res = run(KILN, "server", "--home", str(home), "--listen", "127.0.0.1:0")
     assert res.returncode != 0 and "server.yaml:2:3" in res.stderr and \
         'unknown key "pem"' in res.stderr, res.stderr
+
+
+UP_RULE = """rules:
+  - name: ExporterUp
+    expr: up
+    op: "=="
+    value: 1
+    severity: warning
+    summary: "{{ $labels.instance }} answered"
+"""
+
+
+def test_server_scrapes_an_https_exporter(tmp_path, pki):
+    log = tmp_path / "exporter.log"
+    env = dict(os.environ, KILN_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(UP_RULE)
+    with open(log, "wb") as f:
+        exporter = subprocess.Popen(
+            [KILN, "exporter", "--listen", "127.0.0.1:0", "--tls-cert",
+             str(pki / "server.pem"), "--tls-key", str(pki / "server.key")],
+            env=env, stdout=f, stderr=f)
+    servers = []
+    try:
+        m = wait_for(lambda: re.search(r"https://127\.0\.0\.1:(\d+)/metrics",
+                                       log.read_text()), what="exporter")
+        url = f"https://localhost:{m.group(1)}/metrics"
+        for name, extra_env in (("untrusted", {}),
+                                ("trusted", {"SSL_CERT_FILE":
+                                             str(pki / "ca.pem")})):
+            home = tmp_path / name
+            home.mkdir()
+            s = Server(home, extra=[
+                "--scrape", url, "--scrape-interval", "200ms",
+                "--no-local-metrics", "--alert-rules", str(rules),
+                "--health-interval", "0", "--debug"],
+                env=dict(os.environ, **extra_env)).start()
+            servers.append(s)
+        untrusted, trusted = servers
+        # Verified against the system's CAs: refused, and said why.
+        wait_for(lambda: f"scrape {url}: TLS: the server's certificate is "
+                 "not trusted" in untrusted.log.read_text(),
+                 what="the refused scrape")
+        # SSL_CERT_FILE names the CA: the exporter is up.
+        wait_for(lambda: any(a["rule"] == "ExporterUp" for a in
+                             trusted.request("GET", "/v1/alerts").json()
+                             ["alerts"]), what="the exporter to be up")
+        assert f"scrape {url}:" not in trusted.log.read_text()
+    finally:
+        for s in servers:
+            s.stop()
+            kill_processes_under(s.home)
+        exporter.send_signal(signal.SIGTERM)
+        exporter.wait(timeout=10)
