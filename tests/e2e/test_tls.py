@@ -634,3 +634,32 @@ def test_server_scrapes_an_https_exporter(tmp_path, pki):
             kill_processes_under(s.home)
         exporter.send_signal(signal.SIGTERM)
         exporter.wait(timeout=10)
+
+
+def test_tls_front_keeps_its_bounds(tmp_path, pki):
+    """The HTTP front's limits hold under TLS: a client that never ends
+    its handshake is dropped at the head timeout, an oversized head gets
+    431 through the session and a clean close."""
+    s = tls_server(tmp_path, pki, "--head-timeout", "1s").start()
+    try:
+        port = port_of(s.url)
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            raw.sendall(b"\x16\x03\x01")  # a handshake record begun
+            raw.settimeout(15)
+            assert raw.recv(1024) == b"", "a stalled handshake stays open"
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            with context(pki).wrap_socket(raw,
+                                          server_hostname="localhost") as t:
+                t.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                          b"a" * 20000 + b"\r\n\r\n")
+                data = b""
+                while True:
+                    chunk = t.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                assert data.startswith(b"HTTP/1.1 431 "), data[:200]
+        assert s.proc.poll() is None
+    finally:
+        s.stop()
+        kill_processes_under(s.home)
