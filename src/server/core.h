@@ -50,11 +50,13 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 /*
  * As jobs_submit; without hold, a job that could not fit the cluster
  * even empty is refused (KN_ECONFLICT naming why) instead of queued.
+ * overrides, when not NULL, is the JSON object text of submit-time
+ * overrides (job_overrides_apply).
  */
 int jobs_submit_fit(struct server *s, const struct caller *c,
 		    const char *text, size_t len, const char *filename,
-		    const char *path, bool hold, int64_t *out_id,
-		    struct kn_error *err);
+		    const char *path, bool hold, const char *overrides,
+		    int64_t *out_id, struct kn_error *err);
 /*
  * The keyed create's transaction ended: the jobs it submitted join the
  * queue (and the event stream) when it committed, else are forgotten, as
