@@ -10,6 +10,7 @@ import signal
 import socket
 import ssl
 import subprocess
+from pathlib import Path
 
 import pytest
 import requests
@@ -395,6 +396,16 @@ def test_cli_and_python_against_a_self_signed_server(tmp_path):
         r = requests.get(s.url + "/v1/jobs", verify=str(ca), headers={
             "Authorization": f"Bearer {s.admin_token}"})
         assert r.status_code == 200 and r.json()["jobs"]
+        # The Python client: verified, with the CA from the environment
+        # or given, and refused without it.
+        import sys
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] /
+                               "python"))
+        import kiln
+        assert kiln.Client(server=s.url, token=s.admin_token,
+                           ca=str(ca)).jobs.list()
+        with pytest.raises(kiln.Unavailable, match="KILN_CA"):
+            kiln.Client(server=s.url, token=s.admin_token).jobs.list()
         # The CA is kept across starts: clients trust it once.
         first = ca.read_bytes()
         s.stop()
