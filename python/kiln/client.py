@@ -73,11 +73,16 @@ class Client:
     $KILN_SERVER, $KILN_TOKEN, then $KILN_HOME/server.url and
     admin.token (KILN_HOME defaults to ~/.kiln). timeout is each
     request's, in seconds; retries how many times a read or an
-    idempotent create is sent again after a broken connection."""
+    idempotent create is sent again after a broken connection. An
+    https:// server's certificate is verified against the system's CAs,
+    or ca (a PEM file; default $KILN_CA); client_cert is a (cert, key)
+    pair of PEM files to show (default $KILN_CLIENT_CERT and
+    $KILN_CLIENT_KEY)."""
 
     def __init__(self, server: Optional[str] = None,
                  token: Optional[str] = None, timeout: float = 30.0,
-                 retries: int = 2) -> None:
+                 retries: int = 2, ca: Optional[str] = None,
+                 client_cert: Optional[Tuple[str, str]] = None) -> None:
         home = _home()
         found = (server or os.environ.get("KILN_SERVER") or
                  _read_trimmed(home / "server.url"))
@@ -94,6 +99,14 @@ class Client:
         self.timeout = timeout
         self.retries = retries
         self.http = requests.Session()
+        # Given with every request: requests lets $REQUESTS_CA_BUNDLE
+        # override a session's own verify.
+        self.verify: Union[bool, str] = ca or os.environ.get("KILN_CA") or True
+        cert = os.environ.get("KILN_CLIENT_CERT")
+        if client_cert is None and cert:
+            client_cert = (cert, os.environ.get("KILN_CLIENT_KEY") or cert)
+        if client_cert:
+            self.http.cert = client_cert
         self.jobs = Jobs(self)
         self.deployments = Deployments(self)
         self.keys = Keys(self)
@@ -124,9 +137,16 @@ class Client:
             try:
                 r = self.http.request(
                     method, self.server + path, params=params, data=data,
-                    headers=headers, stream=stream,
+                    headers=headers, stream=stream, verify=self.verify,
                     timeout=self.timeout if timeout is None else timeout)
                 break
+            except requests.exceptions.SSLError as e:
+                # Not a broken connection: sending again changes nothing.
+                raise Unavailable(f"{self.server}: {e} (the server's "
+                                  f"certificate is not trusted or does "
+                                  f"not name this host: pass ca= or set "
+                                  f"KILN_CA to its CA's PEM file)",
+                                  field="server") from e
             except (requests.ConnectionError, requests.Timeout) as e:
                 if attempt + 1 == tries:
                     raise Unavailable(f"{self.server}: {e}",

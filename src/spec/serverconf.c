@@ -510,7 +510,8 @@ struct conf_read {
 	struct kn_strpool *pool;
 	bool sections; /* signers: and stores: are keys too */
 	struct kn_server_conf conf;
-	struct fy_node *seen[MAX_OPTIONS + 2];
+	struct fy_node *seen[MAX_OPTIONS + 3]; /* options, signers, stores,
+						  tls */
 };
 
 /* One option's value: scalars as text, lists item by item. */
@@ -576,6 +577,70 @@ static int unknown_key(struct walk *w, struct conf_read *c,
 			      hint ? hint : "", hint ? "\"?" : "");
 }
 
+/* The key for slot was given before (at seen[slot]): refused. */
+static int twice(struct walk *w, struct conf_read *c, size_t slot,
+		 struct fy_node *key, const char *name)
+{
+	int line, col;
+
+	spec_scalar_position(c->seen[slot], &line, &col);
+	spec_path_push_field(w, name);
+	return spec_fail_bare(w, key, "%s: given twice (first at %d:%d)", name,
+			      line, col);
+}
+
+/*
+ * tls: {cert, key, client_ca, client_roles, self_signed, insecure}: the
+ * tls-* options (and insecure) grouped, each read as that option; one
+ * given both ways is given twice.
+ */
+static int read_tls(struct walk *w, struct conf_read *c, struct fy_node *node)
+{
+	struct fy_node_pair *pair;
+	void *iter = NULL;
+	struct value v;
+	int rc = spec_classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind != V_MAP)
+		return spec_fail(w, node, "a mapping of cert, key, client_ca, "
+				 "client_roles, self_signed, insecure");
+	while ((pair = fy_node_mapping_iterate(node, &iter))) {
+		struct fy_node *key = fy_node_pair_key(pair);
+		const struct kn_option *o = NULL;
+		char name[64];
+		size_t mark;
+
+		if ((rc = spec_read_key(w, key, &v)))
+			return rc;
+		if (strlen(v.text) < 32) {
+			snprintf(name, sizeof(name), "%s%s",
+				 strcmp(v.text, "insecure") ? "tls-" : "",
+				 strcmp(v.text, "client_roles") ? v.text
+							       : "client_role");
+			for (char *p = name; *p; p++)
+				*p = *p == '_' ? '-' : *p;
+			o = kn_option_find(c->opts, c->n_opts, name);
+		}
+		if (!o) {
+			spec_path_push_field(w, v.text);
+			return spec_fail_bare(w, key, "unknown key \"%s\" (cert, "
+					      "key, client_ca, client_roles, "
+					      "self_signed, insecure)",
+					      v.text);
+		}
+		if (c->seen[o - c->opts])
+			return twice(w, c, (size_t)(o - c->opts), key, v.text);
+		c->seen[o - c->opts] = key;
+		mark = spec_path_push_field(w, v.text);
+		if ((rc = read_option(w, c, o, fy_node_pair_value(pair))))
+			return rc;
+		spec_path_pop(w, mark);
+	}
+	return 0;
+}
+
 static int read_pair(struct walk *w, struct conf_read *c,
 		     struct fy_node_pair *pair)
 {
@@ -595,21 +660,19 @@ static int read_pair(struct walk *w, struct conf_read *c,
 		slot = c->n_opts;
 	else if (c->sections && !strcmp(v.text, "stores"))
 		slot = c->n_opts + 1;
+	else if (!strcmp(v.text, "tls"))
+		slot = c->n_opts + 2;
 	else
 		return unknown_key(w, c, key, v.text);
-	if (c->seen[slot]) {
-		int line, col;
-
-		spec_scalar_position(c->seen[slot], &line, &col);
-		spec_path_push_field(w, v.text);
-		return spec_fail_bare(w, key, "%s: given twice (first at "
-				      "%d:%d)", v.text, line, col);
-	}
+	if (c->seen[slot])
+		return twice(w, c, slot, key, v.text);
 	c->seen[slot] = key;
 	mark = spec_path_push_field(w, v.text);
 	w->key = key;
 	if (o) {
 		rc = read_option(w, c, o, value);
+	} else if (slot == c->n_opts + 2) {
+		rc = read_tls(w, c, value);
 	} else if (slot == c->n_opts) {
 		struct named_list l = {signer_fields, ARRAY_SIZE(signer_fields),
 				       sizeof(struct kn_signer_conf), NULL,

@@ -10,7 +10,7 @@ import signal
 import socket
 import ssl
 import subprocess
-import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -396,6 +396,16 @@ def test_cli_and_python_against_a_self_signed_server(tmp_path):
         r = requests.get(s.url + "/v1/jobs", verify=str(ca), headers={
             "Authorization": f"Bearer {s.admin_token}"})
         assert r.status_code == 200 and r.json()["jobs"]
+        # The Python client: verified, with the CA from the environment
+        # or given, and refused without it.
+        import sys
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] /
+                               "python"))
+        import kiln
+        assert kiln.Client(server=s.url, token=s.admin_token,
+                           ca=str(ca)).jobs.list()
+        with pytest.raises(kiln.Unavailable, match="KILN_CA"):
+            kiln.Client(server=s.url, token=s.admin_token).jobs.list()
         # The CA is kept across starts: clients trust it once.
         first = ca.read_bytes()
         s.stop()
@@ -553,3 +563,114 @@ def test_gateway_reaches_https_model_servers_it_trusts(tmp_path, pki):
         g.stop()
         good.kill()
         bad.kill()
+
+
+def test_config_file_tls_section(tmp_path, pki):
+    home = tmp_path / "home"
+    home.mkdir()
+    conf = home / "server.yaml"
+    conf.write_text(f"tls:\n  cert: {pki / 'server.pem'}\n"
+                    f"  key: {pki / 'server.key'}\n"
+                    f"  client_ca: {pki / 'client-ca.pem'}\n"
+                    "  client_roles: [gw-1=viewer]\n")
+    conf.chmod(0o600)
+    s = Server(home).start()
+    try:
+        assert s.url.startswith("https://")
+        r = requests.get(s.url + "/v1/jobs", verify=str(pki / "ca.pem"),
+                         cert=(str(pki / "gw.pem"), str(pki / "gw.key")))
+        assert r.status_code == 200, r.text
+    finally:
+        s.stop()
+        kill_processes_under(home)
+    conf.write_text(f"tls-cert: {pki / 'server.pem'}\n"
+                    f"tls:\n  cert: {pki / 'server.pem'}\n  pem: x\n")
+    res = run(KILN, "server", "--home", str(home), "--listen", "127.0.0.1:0")
+    assert res.returncode != 0 and "given twice" in res.stderr, res.stderr
+    conf.write_text("tls:\n  pem: x\n")
+    res = run(KILN, "server", "--home", str(home), "--listen", "127.0.0.1:0")
+    assert res.returncode != 0 and "server.yaml:2:3" in res.stderr and \
+        'unknown key "pem"' in res.stderr, res.stderr
+
+
+UP_RULE = """rules:
+  - name: ExporterUp
+    expr: up
+    op: "=="
+    value: 1
+    severity: warning
+    summary: "{{ $labels.instance }} answered"
+"""
+
+
+def test_server_scrapes_an_https_exporter(tmp_path, pki):
+    log = tmp_path / "exporter.log"
+    env = dict(os.environ, KILN_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(UP_RULE)
+    with open(log, "wb") as f:
+        exporter = subprocess.Popen(
+            [KILN, "exporter", "--listen", "127.0.0.1:0", "--tls-cert",
+             str(pki / "server.pem"), "--tls-key", str(pki / "server.key")],
+            env=env, stdout=f, stderr=f)
+    servers = []
+    try:
+        m = wait_for(lambda: re.search(r"https://127\.0\.0\.1:(\d+)/metrics",
+                                       log.read_text()), what="exporter")
+        url = f"https://localhost:{m.group(1)}/metrics"
+        for name, extra_env in (("untrusted", {}),
+                                ("trusted", {"SSL_CERT_FILE":
+                                             str(pki / "ca.pem")})):
+            home = tmp_path / name
+            home.mkdir()
+            s = Server(home, extra=[
+                "--scrape", url, "--scrape-interval", "200ms",
+                "--no-local-metrics", "--alert-rules", str(rules),
+                "--health-interval", "0", "--debug"],
+                env=dict(os.environ, **extra_env)).start()
+            servers.append(s)
+        untrusted, trusted = servers
+        # Verified against the system's CAs: refused, and said why.
+        wait_for(lambda: f"scrape {url}: TLS: the server's certificate is "
+                 "not trusted" in untrusted.log.read_text(),
+                 what="the refused scrape")
+        # SSL_CERT_FILE names the CA: the exporter is up.
+        wait_for(lambda: any(a["rule"] == "ExporterUp" for a in
+                             trusted.request("GET", "/v1/alerts").json()
+                             ["alerts"]), what="the exporter to be up")
+        assert f"scrape {url}:" not in trusted.log.read_text()
+    finally:
+        for s in servers:
+            s.stop()
+            kill_processes_under(s.home)
+        exporter.send_signal(signal.SIGTERM)
+        exporter.wait(timeout=10)
+
+
+def test_tls_front_keeps_its_bounds(tmp_path, pki):
+    """The HTTP front's limits hold under TLS: a client that never ends
+    its handshake is dropped at the head timeout, an oversized head gets
+    431 through the session and a clean close."""
+    s = tls_server(tmp_path, pki, "--head-timeout", "1s").start()
+    try:
+        port = port_of(s.url)
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            raw.sendall(b"\x16\x03\x01")  # a handshake record begun
+            raw.settimeout(15)
+            assert raw.recv(1024) == b"", "a stalled handshake stays open"
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            with context(pki).wrap_socket(raw,
+                                          server_hostname="localhost") as t:
+                t.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                          b"a" * 20000 + b"\r\n\r\n")
+                data = b""
+                while True:
+                    chunk = t.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                assert data.startswith(b"HTTP/1.1 431 "), data[:200]
+        assert s.proc.poll() is None
+    finally:
+        s.stop()
+        kill_processes_under(s.home)
