@@ -1,19 +1,34 @@
 # The two set-up commands of README.md, and the developer targets behind
-# them. Every target installs what it needs first (scripts/install-deps.sh
-# is idempotent and quick when nothing is missing).
+# them. Every target installs the Debian packages it needs first
+# (scripts/install-deps.sh PURPOSE is idempotent and quick when nothing is
+# missing): `make build` only what compiles kiln.
 
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 PYTHON := /usr/bin/python3
 NINJA_JOBS ?= 2
+# make install PREFIX=/opt/kiln DESTDIR=/tmp/stage
+PREFIX ?= /usr/local
+DESTDIR ?=
 
-.PHONY: all deps build test unit e2e asan demo bench soak fuzz clean
+.PHONY: all deps test-deps demo-deps bench-deps deb-deps fuzz-deps build \
+	test unit e2e asan demo bench soak fuzz install deb clean openapi
 
 all: build
 
 deps:
-	bash scripts/install-deps.sh
+	bash scripts/install-deps.sh build
+test-deps:
+	bash scripts/install-deps.sh test
+demo-deps:
+	bash scripts/install-deps.sh demo
+bench-deps:
+	bash scripts/install-deps.sh bench
+deb-deps:
+	bash scripts/install-deps.sh deb
+fuzz-deps:
+	bash scripts/install-deps.sh fuzz
 
 $(BUILD)/build.ninja:
 	meson setup $(BUILD) --buildtype=debugoptimized
@@ -21,26 +36,39 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD) -j $(NINJA_JOBS)
 
+# The API's OpenAPI document, as the built server describes it.
+openapi: build
+	$(BUILD)/src/cmd/kiln openapi > docs/openapi.json
+
 unit: build
 	meson test -C $(BUILD) --suite unit --print-errorlogs
 
-e2e: build
+e2e: test-deps build
 	KILN_BIN=$(abspath $(BUILD))/src/cmd/kiln $(PYTHON) -m pytest -q tests/e2e
 
-test: unit e2e
+test: test-deps unit e2e
+
+# The binary finds its data beside itself (PREFIX/share/kiln), so the
+# prefix the build was set up with matters only for the units' paths.
+install: build
+	meson configure $(BUILD) -Dprefix=$(abspath $(PREFIX))
+	meson install -C $(BUILD) $(if $(DESTDIR),--destdir $(abspath $(DESTDIR)))
+
+deb: deb-deps
+	bash scripts/deb.sh $(abspath $(BUILD))/deb
 
 $(ASAN_BUILD)/build.ninja:
 	meson setup $(ASAN_BUILD) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
 
-asan: deps $(ASAN_BUILD)/build.ninja
+asan: test-deps $(ASAN_BUILD)/build.ninja
 	ninja -C $(ASAN_BUILD) -j $(NINJA_JOBS)
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson test -C $(ASAN_BUILD) --suite unit --print-errorlogs
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 KILN_BIN=$(abspath $(ASAN_BUILD))/src/cmd/kiln $(PYTHON) -m pytest -q tests/e2e
 
-demo: build
+demo: demo-deps build
 	bash scripts/demo.sh $(abspath $(BUILD))/src/cmd/kiln
 
-bench: build
+bench: bench-deps build
 	$(PYTHON) bench/dispatch/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-dispatch.json
 	$(PYTHON) bench/dispatch/run.py --isolation --jobs 1000 --rounds 5 --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-isolation.json
 	$(PYTHON) bench/sim/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-sim.json
@@ -58,7 +86,7 @@ soak: build
 $(FUZZ_BUILD)/build.ninja:
 	CC=clang meson setup $(FUZZ_BUILD) -Dfuzz=true -Dtests=disabled
 
-fuzz: deps $(FUZZ_BUILD)/build.ninja
+fuzz: fuzz-deps $(FUZZ_BUILD)/build.ninja
 	ninja -C $(FUZZ_BUILD) -j $(NINJA_JOBS)
 	bash scripts/fuzz.sh $(FUZZ_BUILD) $${FUZZ_SECONDS:-60}
 

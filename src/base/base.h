@@ -247,6 +247,23 @@ int kn_git_revision(const char *dir, char out[KN_SHA256_HEX + 1]);
  */
 int kn_thread_background(void);
 
+/*
+ * Where kiln's shipped data files are (GPU and VM catalogs, MIG profiles,
+ * model presets, alert rules): $KILN_DATA_DIR when set; the source tree's
+ * data/ for a binary inside its build tree; EXE/../share/kiln beside an
+ * installed binary (a relocated prefix); else the data directory of the
+ * prefix it was built for. Malloc'd; the caller frees.
+ */
+char *kn_data_dir(void);
+/* kn_data_dir()/name, malloc'd. */
+char *kn_data_path(const char *name);
+/*
+ * Tell the service manager (systemd's $NOTIFY_SOCKET) the state, e.g.
+ * "READY=1" or "STOPPING=1". 0 when sent or when no manager listens;
+ * a negative errno when the socket is refused.
+ */
+int kn_notify(const char *state);
+
 /* YAML (libfyaml), for parsers that report file:line:column. */
 struct fy_diag;
 struct fy_node;

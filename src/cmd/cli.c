@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "kube/kube.h"
 #include "spec/spec.h"
 
 static bool is_flag(const char *arg)
@@ -71,13 +72,18 @@ const char *cli_closest(const char *word, const char *const *names)
 	return best;
 }
 
-static void global_flags(struct cli_ctx *ctx, struct cli_flag out[4])
+#define N_GLOBAL_FLAGS 4
+
+static void global_flags(struct cli_ctx *ctx,
+			 struct cli_flag out[N_GLOBAL_FLAGS + 1])
 {
 	out[0] = (struct cli_flag){"server", 0, CLI_FLAG_STRING, &ctx->server};
 	out[1] = (struct cli_flag){"token", 0, CLI_FLAG_STRING, &ctx->token};
 	out[2] = (struct cli_flag){"output", 'o', CLI_FLAG_STRING,
 				   &ctx->output};
-	out[3] = (struct cli_flag){NULL, 0, CLI_FLAG_BOOL, NULL};
+	out[3] = (struct cli_flag){"no-headers", 0, CLI_FLAG_BOOL,
+				   &ctx->no_headers};
+	out[4] = (struct cli_flag){NULL, 0, CLI_FLAG_BOOL, NULL};
 }
 
 static const struct cli_flag *find_flag(const struct cli_flag *flags,
@@ -140,7 +146,7 @@ static int parse_count(struct cli_ctx *ctx, const char *flag,
 int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
 		  int argc, char **argv, int *i)
 {
-	struct cli_flag globals[4];
+	struct cli_flag globals[N_GLOBAL_FLAGS + 1];
 	const struct cli_flag *f;
 	const char *arg = argv[*i];
 	const char *value = NULL;
@@ -186,19 +192,37 @@ int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
 
 int cli_check_output(struct cli_ctx *ctx)
 {
+	static const char *const always[] = {"table", "wide", "json", "yaml",
+					     NULL};
+
 	if (!ctx->output)
 		ctx->output = "table";
-	if (ctx->csv_ok && !strcmp(ctx->output, "csv"))
+	if ((ctx->csv_ok && !strcmp(ctx->output, "csv")) ||
+	    (ctx->name_ok && !strcmp(ctx->output, "name")))
 		return CLI_GO;
-	if (strcmp(ctx->output, "table") && strcmp(ctx->output, "json"))
-		return cli_usage_error(ctx, "-o wants json%s or table, got '%s'",
-				       ctx->csv_ok ? ", csv" : "", ctx->output);
-	return CLI_GO;
+	for (size_t i = 0; always[i]; i++)
+		if (!strcmp(ctx->output, always[i]))
+			return CLI_GO;
+	return cli_usage_error(ctx, "-o wants table, wide, json, yaml%s%s, "
+				    "got '%s'",
+			       ctx->csv_ok ? ", csv" : "",
+			       ctx->name_ok ? ", name" : "", ctx->output);
 }
 
 bool cli_want_json(const struct cli_ctx *ctx)
 {
-	return ctx->output && !strcmp(ctx->output, "json");
+	return ctx->output && (!strcmp(ctx->output, "json") ||
+			       !strcmp(ctx->output, "yaml"));
+}
+
+bool cli_want_name(const struct cli_ctx *ctx)
+{
+	return ctx->output && !strcmp(ctx->output, "name");
+}
+
+bool cli_want_wide(const struct cli_ctx *ctx)
+{
+	return ctx->output && !strcmp(ctx->output, "wide");
 }
 
 int cli_parse_positionals(struct cli_ctx *ctx, int argc, char **argv,
@@ -313,6 +337,22 @@ void cli_print_json(json_t *value)
 	fputc('\n', stdout);
 }
 
+void cli_print_data(const struct cli_ctx *ctx, json_t *value)
+{
+	json_t *docs;
+	char *text;
+
+	if (!ctx->output || strcmp(ctx->output, "yaml")) {
+		cli_print_json(value);
+		return;
+	}
+	docs = json_pack("[O]", value);
+	text = kn_kube_yaml(docs);
+	fputs(text, stdout);
+	free(text);
+	json_decref(docs);
+}
+
 void cli_clean(char *dst, const char *src, size_t size)
 {
 	kn_text_escape(dst, size, src, strlen(src), 0);
@@ -329,21 +369,20 @@ static size_t text_width(const char *s)
 	return n;
 }
 
-void cli_truncate(char *s, size_t max)
+/* Where the character at index chars starts (or the NUL, for fewer). */
+static size_t char_offset(const char *s, size_t chars)
 {
-	size_t chars = 0;
-	char *p;
+	size_t n = 0;
+	const char *p;
 
-	if (max < 4 || text_width(s) <= max)
-		return;
 	for (p = s; *p; p++) {
 		if (((unsigned char)*p & 0xc0) == 0x80)
 			continue;
-		if (chars == max - 3)
+		if (n == chars)
 			break;
-		chars++;
+		n++;
 	}
-	strcpy(p, "...");
+	return (size_t)(p - s);
 }
 
 void cli_format_when(int64_t ms, int64_t now_ms, char *buf, size_t len)
@@ -442,6 +481,7 @@ int64_t cli_json_int(json_t *obj, const char *key)
 
 struct cli_table {
 	size_t n_cols;
+	bool *cuttable; /* per column */
 	char **cells; /* row-major, the header row first */
 	size_t n_cells;
 	size_t alloc;
@@ -453,6 +493,7 @@ struct cli_table *cli_table_new(const char *const *headers)
 
 	while (headers[t->n_cols])
 		t->n_cols++;
+	t->cuttable = kn_xcalloc(t->n_cols, sizeof(bool));
 	for (size_t i = 0; i < t->n_cols; i++)
 		cli_table_cell(t, headers[i]);
 	return t;
@@ -465,6 +506,7 @@ void cli_table_free(struct cli_table *t)
 	for (size_t i = 0; i < t->n_cells; i++)
 		free(t->cells[i]);
 	free(t->cells);
+	free(t->cuttable);
 	free(t);
 }
 
@@ -495,17 +537,26 @@ void cli_table_cellf(struct cli_table *t, const char *fmt, ...)
 	free(s);
 }
 
-void cli_table_print(const struct cli_table *t, FILE *f, int indent)
+static size_t *column_widths(const struct cli_table *t)
 {
 	size_t *width = kn_xcalloc(t->n_cols, sizeof(size_t));
+
+	for (size_t i = 0; i < t->n_cells; i++) {
+		size_t w = text_width(t->cells[i]);
+		if (w > width[i % t->n_cols])
+			width[i % t->n_cols] = w;
+	}
+	return width;
+}
+
+/* Rows from first_row on (0 is the header row). */
+static void print_rows(const struct cli_table *t, FILE *f, int indent,
+		       size_t first_row)
+{
+	size_t *width = column_widths(t);
 	size_t r, c, n_rows = (t->n_cells + t->n_cols - 1) / t->n_cols;
 
-	for (r = 0; r < t->n_cells; r++) {
-		size_t w = text_width(t->cells[r]);
-		if (w > width[r % t->n_cols])
-			width[r % t->n_cols] = w;
-	}
-	for (r = 0; r < n_rows; r++) {
+	for (r = first_row; r < n_rows; r++) {
 		char **row = t->cells + r * t->n_cols;
 		size_t last = 0, n = t->n_cols;
 
@@ -526,6 +577,70 @@ void cli_table_print(const struct cli_table *t, FILE *f, int indent)
 		fputc('\n', f);
 	}
 	free(width);
+}
+
+void cli_table_print(const struct cli_table *t, FILE *f, int indent)
+{
+	print_rows(t, f, indent, 0);
+}
+
+void cli_table_cuttable(struct cli_table *t, size_t col)
+{
+	if (col < t->n_cols)
+		t->cuttable[col] = true;
+}
+
+/* A cut column keeps at least its header and this many characters. */
+#define CUT_MIN_CHARS 8
+
+/*
+ * Narrow the widest cuttable column, one character at a time, until the
+ * rows fit in max characters or none can narrow; then cut its cells.
+ */
+static void table_fit(struct cli_table *t, size_t max)
+{
+	size_t *width = column_widths(t);
+	size_t total = 2 * (t->n_cols - 1), c, i;
+
+	for (c = 0; c < t->n_cols; c++)
+		total += width[c];
+	while (total > max) {
+		size_t widest = t->n_cols;
+
+		for (c = 0; c < t->n_cols; c++) {
+			size_t floor = text_width(t->cells[c]);
+
+			if (floor < CUT_MIN_CHARS)
+				floor = CUT_MIN_CHARS;
+			if (t->cuttable[c] && width[c] > floor &&
+			    (widest == t->n_cols || width[c] > width[widest]))
+				widest = c;
+		}
+		if (widest == t->n_cols)
+			break;
+		width[widest]--;
+		total--;
+	}
+	for (i = t->n_cols; i < t->n_cells; i++) {
+		char *cell = t->cells[i];
+
+		c = i % t->n_cols;
+		if (!t->cuttable[c] || text_width(cell) <= width[c])
+			continue;
+		t->cells[i] = kn_asprintf("%.*s\u2026",
+					  (int)char_offset(cell, width[c] - 1),
+					  cell);
+		free(cell);
+	}
+	free(width);
+}
+
+void cli_table_show(const struct cli_ctx *ctx, struct cli_table *t, FILE *f,
+		    int indent)
+{
+	if (!cli_want_wide(ctx))
+		table_fit(t, CLI_TABLE_WIDTH - (size_t)indent);
+	print_rows(t, f, indent, ctx->no_headers ? 1 : 0);
 }
 
 int cli_run_verb(struct cli_ctx *ctx, int argc, char **argv,

@@ -51,8 +51,12 @@ struct cli_command {
 struct cli_ctx {
 	const char *server; /* --server, or NULL */
 	const char *token;  /* --token, or NULL */
-	const char *output; /* -o: "table" (default) or "json" */
+	/* -o: "table" (default), "wide", "json", "yaml", or "name" and
+	   "csv" where the command takes them. */
+	const char *output;
+	bool no_headers;    /* --no-headers: tables without their header row */
 	bool csv_ok;        /* the command also takes -o csv */
+	bool name_ok;       /* the command also takes -o name */
 	const struct cli_command *cmd; /* the subcommand running, or NULL */
 	char prog[64];      /* "kiln ls", "kiln token create": message prefix */
 };
@@ -67,6 +71,23 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_ls(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_show(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_logs(struct cli_ctx *ctx, int argc, char **argv);
+struct cli_client;
+/*
+ * cmd_logs.c, also for `kiln submit --follow`: wait until job id runs an
+ * attempt numbered above after (saying so on stderr while it is queued).
+ * Returns 0 once it does, CLI_EXIT_FAIL when it ended first, with *job
+ * (a new reference) as last seen; or another exit status after printing
+ * why, *job NULL.
+ */
+int cli_wait_started(struct cli_client *c, int64_t id, int after,
+		     json_t **job);
+/*
+ * Follow every rank of attempt (0: the latest) of job id, which has tasks
+ * ranks, each line prefixed "[rank N] ", until all have ended. Returns 0
+ * or the exit status of a stream that failed.
+ */
+int cli_logs_follow(const struct cli_ctx *ctx, struct cli_client *c,
+		    int64_t id, int attempt, int tasks, unsigned stream);
 int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_evict(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_drain(struct cli_ctx *ctx, int argc, char **argv);
@@ -79,6 +100,7 @@ int cmd_audit(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_backup(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_validate(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_version(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_openapi(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_sim(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv);
@@ -105,6 +127,12 @@ int cmd_advise(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_cost(struct cli_ctx *ctx, int argc, char **argv);
 /* cmd_workflow.c: workflow runs. */
 int cmd_workflow(struct cli_ctx *ctx, int argc, char **argv);
+/* cmd_man.c: manual pages and shell completion from the command table. */
+int cmd_man(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_completion(struct cli_ctx *ctx, int argc, char **argv);
+/* kiln.c: the command table, and `kiln --help`. */
+const struct cli_command *cli_commands(size_t *n);
+void cli_print_help(FILE *f);
 
 /* Flags. */
 
@@ -150,12 +178,16 @@ int cli_parse_positionals(struct cli_ctx *ctx, int argc, char **argv,
 int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
 		  int argc, char **argv, int *i);
 
-/* After parsing: CLI_GO, or CLI_EXIT_USAGE when -o is not json or table
-   (or csv, where the command set csv_ok). */
+/* After parsing: CLI_GO, or CLI_EXIT_USAGE when -o is not table, wide,
+   json or yaml (or csv, name where the command set csv_ok, name_ok). */
 int cli_check_output(struct cli_ctx *ctx);
 
-/* -o json was asked for. */
+/* -o json or -o yaml was asked for: the data, printed by cli_print_data. */
 bool cli_want_json(const struct cli_ctx *ctx);
+/* -o name: one identifier a line (job ids, node names), for scripts. */
+bool cli_want_name(const struct cli_ctx *ctx);
+/* -o wide: tables with every column and nothing cut. */
+bool cli_want_wide(const struct cli_ctx *ctx);
 
 /* Print "PROG: message" to stderr; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const struct cli_ctx *ctx, const char *fmt, ...)
@@ -202,6 +234,8 @@ int cli_read_spec(const struct cli_ctx *ctx, const char *path, char **text,
 
 /* Pretty-print JSON to stdout followed by a newline. */
 void cli_print_json(json_t *value);
+/* value as -o asked: block YAML for yaml, else indented JSON. */
+void cli_print_data(const struct cli_ctx *ctx, json_t *value);
 
 /*
  * Copy text for a terminal, at most size - 1 bytes and a NUL: control
@@ -210,9 +244,6 @@ void cli_print_json(json_t *value);
  * they cannot garble or drive the terminal. Never cuts a character.
  */
 void cli_clean(char *dst, const char *src, size_t size);
-
-/* Cut UTF-8 text in place to at most max characters, ending in "...". */
-void cli_truncate(char *s, size_t max);
 
 /* "2026-12-02T15:46:06.123Z (5m ago)", or "-" for 0. */
 void cli_format_when(int64_t ms, int64_t now_ms, char *buf, size_t len);
@@ -249,5 +280,22 @@ void cli_table_cellf(struct cli_table *t, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Print to f with each line starting with indent spaces. */
 void cli_table_print(const struct cli_table *t, FILE *f, int indent);
+
+/* Width a table is cut to unless -o wide: what any terminal shows. */
+#define CLI_TABLE_WIDTH 80
+
+/*
+ * Mark column col (from 0) as free text (names, reasons) that may be cut,
+ * ending in "…", so that the table fits CLI_TABLE_WIDTH columns.
+ */
+void cli_table_cuttable(struct cli_table *t, size_t col);
+/*
+ * Print a listing to f as ctx asks: without the header row for
+ * --no-headers, and with the cuttable columns cut to fit
+ * CLI_TABLE_WIDTH unless -o wide (as much as they can: a table whose
+ * other columns are wider still is printed wider).
+ */
+void cli_table_show(const struct cli_ctx *ctx, struct cli_table *t, FILE *f,
+		    int indent);
 
 #endif

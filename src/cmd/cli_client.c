@@ -439,6 +439,56 @@ static bool lost_answer(CURLcode cc)
 #define PERFORM_QUIET_LOST (1u << 9)
 #define PERFORM_LOST (-1)
 
+/*
+ * TLS from the environment: the CA to trust instead of the system's
+ * ($KILN_CA, a PEM file), and the client certificate and key to show
+ * ($KILN_CLIENT_CERT, $KILN_CLIENT_KEY) to a server that maps them to a
+ * role. The server's certificate and host name are always verified.
+ */
+static void tls_options(CURL *curl)
+{
+	const char *ca = getenv("KILN_CA"), *cert = getenv("KILN_CLIENT_CERT"),
+		   *key = getenv("KILN_CLIENT_KEY");
+
+	curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 2L);
+	curl_easy_setopt(curl, CURLOPT_SSLVERSION,
+			 (long)CURL_SSLVERSION_TLSv1_2);
+	if (ca && *ca)
+		curl_easy_setopt(curl, CURLOPT_CAINFO, ca);
+	if (cert && *cert) {
+		curl_easy_setopt(curl, CURLOPT_SSLCERT, cert);
+		curl_easy_setopt(curl, CURLOPT_SSLKEY,
+				 key && *key ? key : cert);
+	}
+}
+
+/* What to do about a TLS failure, after curl's own words (why). */
+static const char *tls_hint(CURLcode cc, const char *why)
+{
+	/* Under TLS 1.3 a refused client certificate shows as an alert
+	   on the first read. */
+	if (cc == CURLE_RECV_ERROR && strstr(why, "alert"))
+		cc = CURLE_SSL_CONNECT_ERROR;
+	switch (cc) {
+	case CURLE_PEER_FAILED_VERIFICATION:
+		return " (the server's certificate is not trusted or does not "
+		       "name this host: set KILN_CA to the PEM file of the CA "
+		       "that signed it, see docs/tls.md)";
+	case CURLE_SSL_CACERT_BADFILE:
+		return " (KILN_CA must name a readable PEM file)";
+	case CURLE_SSL_CERTPROBLEM:
+		return " (KILN_CLIENT_CERT and KILN_CLIENT_KEY must name "
+		       "readable PEM files)";
+	case CURLE_SSL_CONNECT_ERROR:
+		return " (the TLS handshake failed: a client certificate the "
+		       "server refuses (see KILN_CLIENT_CERT), or a server "
+		       "that speaks plain HTTP)";
+	default:
+		return "";
+	}
+}
+
 static int perform(struct cli_client *c, const char *method,
 		   const char *path, const char *content_type,
 		   const char *body, size_t body_len, FILE *sink,
@@ -463,6 +513,7 @@ static int perform(struct cli_client *c, const char *method,
 	curl_easy_reset(c->curl);
 	c->errbuf[0] = '\0';
 	kn_httpc_defaults(c->curl, (long)CLI_CONNECT_TIMEOUT_MS);
+	tls_options(c->curl);
 	curl_easy_setopt(c->curl, CURLOPT_URL, url);
 	curl_easy_setopt(c->curl, CURLOPT_HTTP_VERSION,
 			 (long)CURL_HTTP_VERSION_1_1);
@@ -495,10 +546,11 @@ static int perform(struct cli_client *c, const char *method,
 		   (stream_flags & PERFORM_QUIET_LOST)) {
 		rc = PERFORM_LOST;
 	} else if (cc != CURLE_OK) {
-		fprintf(stderr, "kiln: %s the server at %s: %s\n",
+		fprintf(stderr, "kiln: %s the server at %s: %s%s\n",
 			status ? "lost the connection to" : "cannot reach",
 			c->base_url,
-			c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc));
+			c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc),
+			tls_hint(cc, c->errbuf));
 		rc = CLI_EXIT_UNREACHABLE;
 	} else if (status < 200 || status >= 300) {
 		print_api_error(c, status, &a.body);
@@ -633,7 +685,7 @@ int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 		return rc;
 	if (!cli_want_json(ctx))
 		return CLI_GO;
-	cli_print_json(*answer);
+	cli_print_data(ctx, *answer);
 	json_decref(*answer);
 	*answer = NULL;
 	return CLI_EXIT_OK;
@@ -683,15 +735,29 @@ static int exit_for_state(const char *state)
 	return CLI_GO;
 }
 
+static int ended(json_t *obj, void *arg)
+{
+	(void)arg;
+	return exit_for_state(cli_json_str(obj, "state"));
+}
+
 int cli_wait_done(struct cli_client *c, const char *path, const char *key,
 		  const char *noun, json_t *current, json_t **last)
+{
+	return cli_wait_until(c, path, key, noun, current, ended, NULL, last);
+}
+
+int cli_wait_until(struct cli_client *c, const char *path, const char *key,
+		   const char *noun, json_t *current,
+		   int (*done)(json_t *obj, void *arg), void *arg,
+		   json_t **last)
 {
 	json_t *answer = NULL;
 	int delay = WAIT_FIRST_POLL_MS;
 	int rc;
 
 	for (;;) {
-		rc = exit_for_state(cli_json_str(current, "state"));
+		rc = done(current, arg);
 		if (rc != CLI_GO)
 			break;
 		sleep_ms(delay);

@@ -143,5 +143,13 @@ int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
  */
 int cli_wait_done(struct cli_client *c, const char *path, const char *key,
 		  const char *noun, json_t *current, json_t **last);
+/*
+ * As cli_wait_done, until done(object, arg) gives an exit status rather
+ * than CLI_GO (`kiln logs -f` waits for a queued job to start).
+ */
+int cli_wait_until(struct cli_client *c, const char *path, const char *key,
+		   const char *noun, json_t *current,
+		   int (*done)(json_t *obj, void *arg), void *arg,
+		   json_t **last);
 
 #endif

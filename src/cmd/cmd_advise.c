@@ -43,8 +43,11 @@ static int add_bandwidths(struct cli_ctx *ctx, struct kn_catalog *cat)
 {
 	struct kn_gpu_perf_table perf;
 	struct kn_error err;
+	char *path = kn_data_path("gpu-perf.csv");
+	int rc = kn_gpu_perf_load(path, &perf, &err);
 
-	if (kn_gpu_perf_load(KN_GPU_PERF_FILE, &perf, &err) < 0)
+	free(path);
+	if (rc < 0)
 		return cli_fail(ctx, "%s", err.message);
 	for (size_t i = 0; i < kn_catalog_count(cat); i++) {
 		const struct kn_vm_size *s = kn_catalog_at(cat, i);
@@ -280,6 +283,7 @@ int cmd_advise(struct cli_ctx *ctx, int argc, char **argv)
 	};
 	struct kn_advise_request req = {0};
 	struct kn_model_presets *presets = NULL;
+	char *data_dir = NULL;
 	struct kn_catalog *cat = NULL;
 	struct kn_advice *advice = NULL;
 	struct kn_error err;
@@ -336,21 +340,21 @@ int cmd_advise(struct cli_ctx *ctx, int argc, char **argv)
 	if (f.preset) {
 		const struct kn_model_preset *p;
 
-		if (kn_model_presets_load(KN_PRESET_FILE, &presets, &err) < 0) {
+		if (kn_model_presets_load_shipped(&presets, &err) < 0) {
 			rc = cli_fail(ctx, "%s", err.message);
 			goto out;
 		}
 		if (!(p = kn_model_preset_find(presets, f.preset))) {
 			rc = cli_usage_error(ctx, "--preset: no preset \"%s\" "
-					     "in %s", f.preset, KN_PRESET_FILE);
+					     "(see model-presets.csv in %s)",
+					     f.preset, data_dir = kn_data_dir());
 			goto out;
 		}
 		req.params = p->parameters_b * 1e9;
 		req.dtype = f.dtype ? f.dtype : p->dtype;
 	}
 	cat = kn_catalog_new();
-	if (kn_catalog_load(cat, KN_GPU_SKU_FILE, &err) < 0 ||
-	    kn_catalog_load(cat, KN_CPU_SKU_FILE, &err) < 0) {
+	if (kn_catalog_load_shipped(cat, &err) < 0) {
 		rc = cli_fail(ctx, "%s", err.message);
 		goto out;
 	}
@@ -368,7 +372,7 @@ int cmd_advise(struct cli_ctx *ctx, int argc, char **argv)
 	if (cli_want_json(ctx)) {
 		json_t *j = advice_json(&req, advice, f.preset);
 
-		cli_print_json(j);
+		cli_print_data(ctx, j);
 		json_decref(j);
 	} else {
 		print_advice(&req, advice);
@@ -378,5 +382,6 @@ out:
 	free(advice);
 	kn_catalog_free(cat);
 	kn_model_presets_free(presets);
+	free(data_dir);
 	return rc;
 }

@@ -39,7 +39,7 @@ int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc)
 		goto out;
 	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 		goto out;
 	}
 	rows = json_object_get(answer, "alerts");
@@ -65,7 +65,7 @@ int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv)
 		cli_table_cell(t, resolved);
 		cli_table_cell(t, cli_json_str(row, "summary"));
 	}
-	cli_table_print(t, stdout, 0);
+	cli_table_show(ctx, t, stdout, 0);
 out:
 	cli_table_free(t);
 	json_decref(answer);

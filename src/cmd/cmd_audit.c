@@ -97,7 +97,7 @@ static int audit_ls(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc)
 		goto out;
 	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 		goto out;
 	}
 	rows = json_object_get(answer, "audit");
@@ -118,7 +118,7 @@ static int audit_ls(struct cli_ctx *ctx, int argc, char **argv)
 		cli_table_cell(t, cli_json_str(row, "object"));
 		cli_table_cell(t, cli_json_str(row, "outcome"));
 	}
-	cli_table_print(t, stdout, 0);
+	cli_table_show(ctx, t, stdout, 0);
 out:
 	cli_table_free(t);
 	json_decref(answer);
@@ -160,7 +160,7 @@ static int audit_verify(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	ok = json_is_true(json_object_get(answer, "ok"));
 	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 	} else if (ok) {
 		head = json_object_get(answer, "head");
 		printf("audit log ok: %lld rows, head row %lld %s\n",

@@ -87,7 +87,7 @@ static int backup_create(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	state = cli_json_str(run, "state");
 	if (cli_want_json(ctx))
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 	else if (!strcmp(state, "done"))
 		printf("%s\n", cli_json_str(run, "name"));
 	if (strcmp(state, "done") != 0) {
@@ -234,7 +234,7 @@ static int backup_ls(struct cli_ctx *ctx, int argc, char **argv)
 		json_t *doc = json_pack("{s:s, s:O}", "store",
 					kn_blob_store_url(store), "backups",
 					all);
-		cli_print_json(doc);
+		cli_print_data(ctx, doc);
 		json_decref(doc);
 		goto out;
 	}
@@ -267,7 +267,7 @@ static int backup_ls(struct cli_ctx *ctx, int argc, char **argv)
 					  ? "yes"
 					  : "no");
 	}
-	cli_table_print(t, stdout, 0);
+	cli_table_show(ctx, t, stdout, 0);
 out:
 	cli_table_free(t);
 	json_decref(all);

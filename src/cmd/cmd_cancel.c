@@ -1,41 +1,47 @@
-/* kiln cancel: ask the server to cancel a job and say what it answered. */
+/*
+ * kiln cancel: cancel the jobs named, or those the filters match
+ * (job_select), and say what the server answered for each.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/job_select.h"
 
 int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv)
 {
+	static const char *const not_ended[] = {"queued", "running", NULL};
+	struct job_select sel = {.acting_states = not_ended,
+				 .verb = "cancel"};
+	const struct cli_flag flags[] = {
+		JOB_SELECT_FLAGS(&sel),
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	const char **args = kn_xcalloc((size_t)argc, sizeof(char *));
 	struct cli_client *c = NULL;
-	const char *id_arg = NULL;
-	char *path = NULL;
-	char state[64];
-	json_t *answer = NULL;
-	int64_t id;
+	int64_t *ids = NULL;
+	size_t n_args = 0, n = 0;
 	int rc;
 
-	rc = cli_parse(ctx, argc, argv, NULL, "ID", &id_arg);
+	rc = cli_parse_positionals(ctx, argc, argv, flags, args,
+				   (size_t)argc, &n_args);
 	if (rc != CLI_GO)
 		goto out;
-	rc = cli_parse_job_id(ctx, id_arg, &id);
+	rc = job_select_check(ctx, &sel, n_args);
 	if (rc != CLI_GO)
 		goto out;
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	path = kn_asprintf("/v1/jobs/%lld/cancel", (long long)id);
-	rc = cli_call(c, "POST", path, NULL, NULL, 0, &answer);
-	if (rc)
+	rc = job_select(ctx, c, &sel, args, n_args, &ids, &n);
+	if (rc != CLI_GO)
 		goto out;
-	cli_clean(state,
-		  cli_json_str(json_object_get(answer, "job"), "state"),
-		  sizeof(state));
-	printf("job %lld: cancel requested (state %s)\n", (long long)id, state);
+	rc = job_select_act(c, ids, n, "cancel", "", "cancel requested");
 out:
-	json_decref(answer);
-	free(path);
+	free(ids);
+	free(args);
 	cli_client_free(c);
 	return rc;
 }

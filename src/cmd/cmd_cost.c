@@ -148,7 +148,7 @@ int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
 			goto out;
 	}
 	if (cli_want_json(ctx))
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 	else if (rightsize && !strcmp(ctx->output, "csv"))
 		cost_report_rightsize_csv(answer, stdout);
 	else if (rightsize)

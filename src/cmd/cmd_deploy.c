@@ -48,7 +48,7 @@ static int positionals(struct cli_ctx *ctx, int argc, char **argv,
 }
 
 /* "2/3" ready of wanted, for the list. */
-static void print_list(json_t *deps)
+static void print_list(const struct cli_ctx *ctx, json_t *deps)
 {
 	static const char *const headers[] = {
 		"NAME", "READY", "MODEL", "OWNER", "FALLBACK", "GENERATION",
@@ -58,6 +58,14 @@ static void print_list(json_t *deps)
 	json_t *d;
 	size_t i;
 
+	if (cli_want_name(ctx)) {
+		json_array_foreach(deps, i, d)
+			printf("%s\n", cli_json_str(d, "name"));
+		cli_table_free(t);
+		return;
+	}
+	cli_table_cuttable(t, 0);
+	cli_table_cuttable(t, 2);
 	json_array_foreach(deps, i, d) {
 		cli_table_cell(t, cli_json_str(d, "name"));
 		cli_table_cellf(t, "%lld/%lld",
@@ -69,7 +77,7 @@ static void print_list(json_t *deps)
 		cli_table_cellf(t, "%lld",
 				(long long)cli_json_int(d, "generation"));
 	}
-	cli_table_print(t, stdout, 0);
+	cli_table_show(ctx, t, stdout, 0);
 	cli_table_free(t);
 }
 
@@ -186,7 +194,7 @@ static int reval_body(const struct cli_ctx *ctx, const char *file,
 	int rc = CLI_GO, read_rc;
 
 	*body = NULL;
-	if (kn_model_presets_load(KN_PRESET_FILE, &presets, &err) < 0 ||
+	if (kn_model_presets_load_shipped(&presets, &err) < 0 ||
 	    kn_deployment_spec_parse(text, len, name, presets, &spec, &err) < 0 ||
 	    !spec->revalidate || !spec->revalidate->job_file)
 		goto out;
@@ -255,7 +263,7 @@ int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 		goto out;
 	d = json_object_get(answer, "deployment");
 	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 		goto out;
 	}
 	printf("deployment %s: generation %lld, %lld replica%s wanted\n",
@@ -279,6 +287,7 @@ int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv)
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
+	ctx->name_ok = true;
 	rc = positionals(ctx, argc, argv, &name, 0, 1, "NAME");
 	if (rc != CLI_GO)
 		goto out;
@@ -292,11 +301,15 @@ int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc)
 		goto out;
 	if (cli_want_json(ctx))
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
+	else if (name && cli_want_name(ctx))
+		printf("%s\n", cli_json_str(json_object_get(answer,
+							    "deployment"),
+					    "name"));
 	else if (name)
 		print_detail(json_object_get(answer, "deployment"));
 	else
-		print_list(json_object_get(answer, "deployments"));
+		print_list(ctx, json_object_get(answer, "deployments"));
 out:
 	json_decref(answer);
 	kn_buf_release(&path);

@@ -12,28 +12,32 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/job_select.h"
 
 int cmd_evict(struct cli_ctx *ctx, int argc, char **argv)
 {
+	static const char *const running[] = {"running", NULL};
+	struct job_select sel = {.acting_states = running, .verb = "evict"};
 	const char *grace = NULL, *reason = NULL;
 	const struct cli_flag flags[] = {
 		{"grace", 0, CLI_FLAG_STRING, &grace},
 		{"reason", 0, CLI_FLAG_STRING, &reason},
+		JOB_SELECT_FLAGS(&sel),
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
+	const char **args = kn_xcalloc((size_t)argc, sizeof(char *));
 	struct cli_client *c = NULL;
-	const char *id_arg = NULL;
-	struct kn_buf path;
-	char state[64];
-	json_t *answer = NULL;
-	int64_t id, ms;
+	struct kn_buf query;
+	int64_t *ids = NULL, ms;
+	size_t n_args = 0, n = 0;
 	int rc;
 
-	kn_buf_init(&path, SIZE_MAX);
-	rc = cli_parse(ctx, argc, argv, flags, "ID", &id_arg);
+	kn_buf_init(&query, SIZE_MAX);
+	rc = cli_parse_positionals(ctx, argc, argv, flags, args,
+				   (size_t)argc, &n_args);
 	if (rc != CLI_GO)
 		goto out;
-	rc = cli_parse_job_id(ctx, id_arg, &id);
+	rc = job_select_check(ctx, &sel, n_args);
 	if (rc != CLI_GO)
 		goto out;
 	if (grace && kn_parse_duration(grace, &ms) < 0) {
@@ -44,22 +48,18 @@ int cmd_evict(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	kn_buf_printf(&path, "/v1/jobs/%lld/evict", (long long)id);
-	if (grace)
-		cli_query_add(&path, "grace", grace);
-	if (reason)
-		cli_query_add(&path, "reason", reason);
-	rc = cli_call(c, "POST", path.data, NULL, NULL, 0, &answer);
-	if (rc)
+	rc = job_select(ctx, c, &sel, args, n_args, &ids, &n);
+	if (rc != CLI_GO)
 		goto out;
-	cli_clean(state,
-		  cli_json_str(json_object_get(answer, "job"), "state"),
-		  sizeof(state));
-	printf("job %lld: eviction started (state %s); it returns to the "
-	       "queue when its tasks have stopped\n", (long long)id, state);
+	cli_query_add(&query, "grace", grace);
+	cli_query_add(&query, "reason", reason);
+	/* The job returns to the queue once its tasks have stopped. */
+	rc = job_select_act(c, ids, n, "evict", query.data ? query.data : "",
+			    "eviction started");
 out:
-	json_decref(answer);
-	kn_buf_release(&path);
+	free(ids);
+	free(args);
+	kn_buf_release(&query);
 	cli_client_free(c);
 	return rc;
 }

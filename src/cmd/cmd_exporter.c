@@ -11,6 +11,11 @@
  * exporter therefore listens on loopback unless told otherwise, and with
  * --token-file it wants `Authorization: Bearer <token>` on every scrape
  * (Prometheus: `authorization: {credentials_file: ...}`).
+ *
+ * With --tls-cert and --tls-key it serves HTTPS (reloaded on SIGHUP and
+ * when the files change), with --tls-client-ca it checks the scraper's
+ * client certificate; plain HTTP on a non-loopback address needs
+ * --insecure, since the token and the metrics would cross in clear.
  */
 #include <errno.h>
 #include <signal.h>
@@ -37,6 +42,11 @@ struct exporter {
 	struct kn_gpu_sample *samples;
 	char hostname[256];
 	char *token;               /* NULL: no authentication */
+	struct kn_tls *tls;        /* NULL: plain HTTP */
+	struct kn_tls_watch *tls_watch;
+	/* With a client CA: a scraper without a verified certificate is
+	   refused, as a wrong token is. */
+	bool want_client_cert;
 };
 
 static bool same_secret(const char *a, const char *b)
@@ -54,6 +64,8 @@ static bool authorized(struct exporter *x, struct kn_http_req *req)
 {
 	const char *h;
 
+	if (x->want_client_cert && !kn_http_client_cert(req))
+		return false;
 	if (!x->token)
 		return true;
 	h = kn_http_header(req, "Authorization");
@@ -155,16 +167,45 @@ static int split_mounts(struct cli_ctx *ctx, const char *arg, char **buf,
 	return CLI_GO;
 }
 
+/* The TLS flags: load the certificate, or refuse plain HTTP off
+   loopback without --insecure. */
+static int exporter_tls(struct cli_ctx *ctx, struct exporter *x,
+			const char *host, const struct kn_tls_files *files,
+			bool insecure)
+{
+	struct kn_error err;
+
+	if ((files->cert || files->key || files->client_ca) &&
+	    (!files->cert || !files->key))
+		return cli_usage_error(ctx, "--tls-cert and --tls-key go "
+					    "together (--tls-client-ca needs "
+					    "both)");
+	if (kn_tls_listen_check(host, files->cert, insecure, &err) < 0)
+		return cli_usage_error(ctx, "--%s", err.message);
+	if (!files->cert)
+		return CLI_GO;
+	if (kn_tls_new(files, &x->tls, &err) < 0)
+		return cli_fail(ctx, "--%s", err.message);
+	x->want_client_cert = files->client_ca != NULL;
+	return CLI_GO;
+}
+
 int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *listen = "127.0.0.1:9470", *root = "/", *token_file = NULL,
 		   *mount_arg = NULL, *hostname = NULL;
+	struct kn_tls_files tls = {0};
+	bool insecure = false;
 	struct cli_flag flags[] = {
 		{"listen", 0, CLI_FLAG_STRING, &listen},
 		{"root", 0, CLI_FLAG_STRING, &root},
 		{"token-file", 0, CLI_FLAG_STRING, &token_file},
 		{"mount", 0, CLI_FLAG_STRING, &mount_arg},
 		{"hostname", 0, CLI_FLAG_STRING, &hostname},
+		{"tls-cert", 0, CLI_FLAG_STRING, &tls.cert},
+		{"tls-key", 0, CLI_FLAG_STRING, &tls.key},
+		{"tls-client-ca", 0, CLI_FLAG_STRING, &tls.client_ca},
+		{"insecure", 0, CLI_FLAG_BOOL, &insecure},
 		{NULL, 0, 0, NULL},
 	};
 	struct exporter x = {0};
@@ -188,6 +229,8 @@ int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 	memcpy(host, listen, (size_t)(colon - listen));
 	host[colon - listen] = '\0';
 	port = (int)p;
+	if ((rc = exporter_tls(ctx, &x, host, &tls, insecure)) != CLI_GO)
+		goto out;
 	if (mount_arg &&
 	    (rc = split_mounts(ctx, mount_arg, &mount_buf, mounts)) != CLI_GO)
 		goto out;
@@ -232,20 +275,31 @@ int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 	}
 
 	x.loop = kn_loop_new();
-	if (kn_http_server_new(x.loop, host, port, NULL, handle, &x, &srv, &bound,
+	if (kn_http_server_new(x.loop, host, port, NULL, x.tls, handle, &x, &srv, &bound,
 			       &err) < 0) {
 		rc = cli_fail(ctx, "%s", err.message);
 		goto out;
 	}
 	kn_loop_on_signal(x.loop, SIGTERM, on_stop, x.loop);
 	kn_loop_on_signal(x.loop, SIGINT, on_stop, x.loop);
-	fprintf(stderr, "%s: serving http://%s%s%s:%d/metrics%s\n", ctx->prog,
-		strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
+	if (x.tls &&
+	    !(x.tls_watch = kn_tls_watch_new(x.loop, x.tls, "exporter",
+					     KN_TLS_WATCH_MS))) {
+		rc = cli_fail(ctx, "cannot watch the TLS certificate");
+		goto out;
+	}
+	fprintf(stderr, "%s: serving %s://%s%s%s:%d/metrics%s\n", ctx->prog,
+		x.tls ? "https" : "http", strchr(host, ':') ? "[" : "", host,
+		strchr(host, ':') ? "]" : "",
 		bound, x.token ? " (bearer token required)" : "");
 	fflush(stderr);
+	kn_notify("READY=1");
 	rc = kn_loop_run(x.loop) < 0 ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	kn_notify("STOPPING=1");
 out:
 	kn_http_server_free(srv);
+	kn_tls_watch_free(x.tls_watch);
+	kn_tls_free(x.tls);
 	if (x.loop)
 		kn_loop_free(x.loop);
 	kn_nvml_close(x.nvml);

@@ -33,6 +33,40 @@ static int parse_secs_or_duration(const char *s, int64_t *out)
 	return 0;
 }
 
+/* HOST:PORT (or [V6]:PORT) into host and *port; CLI_GO or a usage
+   error. */
+static int parse_listen(struct cli_ctx *ctx, const char *listen, char *host,
+			size_t cap, long *port)
+{
+	const char *colon = strrchr(listen, ':');
+
+	*port = colon ? strtol(colon + 1, NULL, 10) : -1;
+	if (!colon || colon == listen || (size_t)(colon - listen) >= cap ||
+	    !colon[1] ||
+	    strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
+	    *port < 0 || *port > 65535)
+		return cli_usage_error(ctx, "--listen: \"%s\" is not HOST:PORT "
+					    "(e.g. 127.0.0.1:7080)", listen);
+	memcpy(host, listen, (size_t)(colon - listen));
+	host[colon - listen] = '\0';
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	return CLI_GO;
+}
+
+/* What the route fetch trusts and shows, from the environment as for
+   every command (docs/tls.md). */
+static void client_tls_from_env(struct kn_gateway_options *o)
+{
+	const char *ca = getenv("KILN_CA"), *cert = getenv("KILN_CLIENT_CERT");
+
+	o->server_ca = ca && *ca ? ca : NULL;
+	o->client_cert = cert && *cert ? cert : NULL;
+	o->client_key = o->client_cert ? getenv("KILN_CLIENT_KEY") : NULL;
+}
+
 int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *listen = "127.0.0.1:7080", *zone = NULL, *routes = NULL,
@@ -43,6 +77,7 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		   *body_timeout = "30s";
 	int workers = 1, breaker_failures = 3, max_conns = 4096,
 	    max_conns_per_client = 256;
+	struct kn_gateway_options o = {0};
 	struct cli_flag flags[] = {
 		{"listen", 0, CLI_FLAG_STRING, &listen},
 		{"workers", 0, CLI_FLAG_COUNT, &workers},
@@ -62,9 +97,11 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		{"max-connections", 0, CLI_FLAG_COUNT, &max_conns},
 		{"max-connections-per-client", 0, CLI_FLAG_COUNT,
 		 &max_conns_per_client},
+		{"tls-cert", 0, CLI_FLAG_STRING, &o.tls_cert},
+		{"tls-key", 0, CLI_FLAG_STRING, &o.tls_key},
+		{"insecure", 0, CLI_FLAG_BOOL, &o.insecure},
 		{NULL, 0, 0, NULL},
 	};
-	struct kn_gateway_options o = {0};
 	const struct {
 		const char *flag, *const *value, *example;
 		int64_t *out;
@@ -82,27 +119,18 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 	};
 	struct kn_gateway *gw = NULL;
 	struct kn_error err;
-	char host[256], *colon, *home = NULL, *server = NULL, *token = NULL;
+	char host[256], *home = NULL, *server = NULL, *token = NULL;
 	long port;
 	int rc;
 
 	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 	if (rc != CLI_GO)
 		return rc;
-	colon = strrchr(listen, ':');
-	port = colon ? strtol(colon + 1, NULL, 10) : -1;
-	if (!colon || colon == listen ||
-	    (size_t)(colon - listen) >= sizeof(host) || !colon[1] ||
-	    strspn(colon + 1, "0123456789") != strlen(colon + 1) || port < 0 ||
-	    port > 65535)
-		return cli_usage_error(ctx, "--listen: \"%s\" is not HOST:PORT "
-					    "(e.g. 127.0.0.1:7080)", listen);
-	memcpy(host, listen, (size_t)(colon - listen));
-	host[colon - listen] = '\0';
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = '\0';
-	}
+	if (parse_listen(ctx, listen, host, sizeof(host), &port) != CLI_GO)
+		return CLI_EXIT_USAGE;
+	if (!o.tls_cert != !o.tls_key)
+		return cli_usage_error(ctx, "--tls-cert and --tls-key go "
+					    "together");
 	if (workers < 1 || workers > 256)
 		return cli_usage_error(ctx, "--workers: must be 1..256");
 	if (max_conns < 1 || max_conns_per_client < 1)
@@ -150,8 +178,13 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 	o.token = token;
 	o.access_log = access_log;
 	o.breaker_failures = breaker_failures;
+	client_tls_from_env(&o);
 	if (kn_gateway_new(&o, &gw, &err) < 0) {
-		rc = cli_fail(ctx, "%s", err.message);
+		/* Plain HTTP off loopback is a usage error, as the
+		   server's. */
+		rc = !strcmp(err.field, "listen")
+			     ? cli_usage_error(ctx, "--%s", err.message)
+			     : cli_fail(ctx, "%s", err.message);
 		goto out;
 	}
 	fprintf(stderr, "%s: serving %s (%d worker%s%s%s), routes from %s\n",
@@ -159,7 +192,9 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		zone ? ", zone " : "", zone ? zone : "",
 		routes ? routes : server);
 	fflush(stderr);
+	kn_notify("READY=1");
 	rc = kn_gateway_run(gw) < 0 ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	kn_notify("STOPPING=1");
 out:
 	kn_gateway_free(gw);
 	free(home);

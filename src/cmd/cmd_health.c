@@ -100,9 +100,9 @@ static int split_dirs(struct cli_ctx *ctx, const char *arg, char **buf,
 int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *root = "/", *sku_name = getenv("KILN_SKU"),
-		   *sku_file = KN_SKU_FILE, *dir_arg = NULL, *min_free = "10Gi",
+		   *sku_file = NULL, *dir_arg = NULL, *min_free = "10Gi",
 		   *kernel_log = NULL, *node = NULL,
-		   *perf_file = KN_GPU_PERF_FILE, *perf_fraction = NULL;
+		   *perf_file = NULL, *perf_fraction = NULL;
 	bool json = false, drain = false, perf = false;
 	struct cli_flag flags[] = {
 		{"json", 0, CLI_FLAG_BOOL, &json},
@@ -127,6 +127,7 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 	struct kn_error err;
 	const char *dirs[DIRS_MAX];
 	char *dir_buf = NULL, host[256], first[700] = "";
+	char *shipped_sku = NULL, *shipped_perf = NULL;
 	int rc, failed;
 
 	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
@@ -137,7 +138,6 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 	if (kn_parse_size(min_free, &cfg.min_free_bytes) < 0)
 		return cli_usage_error(ctx, "--min-free: \"%s\" is not a size "
 					    "(e.g. 50Gi)", min_free);
-	perf_cfg.table_path = perf_file;
 	perf_cfg.fraction = KN_GPU_PERF_FRACTION;
 	if (perf_fraction) {
 		char *end;
@@ -148,6 +148,11 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 						    "not a number in (0, 1]",
 					       perf_fraction);
 	}
+	if (!perf_file)
+		perf_file = shipped_perf = kn_data_path("gpu-perf.csv");
+	if (!sku_file)
+		sku_file = shipped_sku = kn_data_path("azure-gpu-skus.csv");
+	perf_cfg.table_path = perf_file;
 	if (dir_arg && (rc = split_dirs(ctx, dir_arg, &dir_buf, dirs)) != CLI_GO)
 		goto out;
 	cfg.dirs = dir_arg ? dirs : NULL;
@@ -189,7 +194,7 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 						  "message", r[i].message));
 		json_t *doc = json_pack("{s:b,s:i,s:o}", "healthy", failed == 0,
 					"failed", failed, "checks", checks);
-		cli_print_json(doc);
+		cli_print_data(ctx, doc);
 		json_decref(doc);
 	} else {
 		for (int i = 0; i < nchecks; i++)
@@ -215,6 +220,8 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 			rc = drc;
 	}
 out:
+	free(shipped_perf);
+	free(shipped_sku);
 	free(dir_buf);
 	return rc;
 }

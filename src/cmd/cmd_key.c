@@ -154,7 +154,7 @@ static int key_ls(struct cli_ctx *ctx, int argc, char **argv)
 			      sizeof(ago));
 		cli_table_cell(t, ago);
 	}
-	cli_table_print(t, stdout, 0);
+	cli_table_show(ctx, t, stdout, 0);
 	cli_table_free(t);
 	json_decref(answer);
 	return CLI_EXIT_OK;

@@ -1,6 +1,8 @@
 /*
- * kiln ls: the jobs as a table, or the server's JSON with -o json.
- * Filters go to the server as query parameters; the table is built here.
+ * kiln ls: the jobs as a table, the server's JSON with -o json (or YAML),
+ * their ids alone with -o name. Filters go to the server as query
+ * parameters; the table is built here, its names and reasons cut to fit
+ * 80 columns unless -o wide.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -8,9 +10,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
-
-/* Long enough to say why a job waits; the whole text is in `kiln show`. */
-#define REASON_WIDTH 50
+#include "cmd/watch.h"
 
 static const char *const job_states[] = {
 	"queued", "running", "succeeded", "failed", "cancelled", "preempted",
@@ -40,7 +40,6 @@ static void add_job_row(struct cli_table *t, json_t *job, int64_t now)
 {
 	const char *reason = json_string_value(json_object_get(job, "reason"));
 	char buf[64];
-	char *cut;
 
 	cli_table_cellf(t, "%lld", (long long)cli_json_int(job, "id"));
 	cli_table_cell(t, cli_json_str(job, "name"));
@@ -57,35 +56,63 @@ static void add_job_row(struct cli_table *t, json_t *job, int64_t now)
 	cli_format_ran(cli_json_int(job, "started_at_ms"),
 		       cli_json_int(job, "ended_at_ms"), now, buf, sizeof(buf));
 	cli_table_cell(t, buf);
-	cut = kn_xstrdup(reason ? reason : "");
-	cli_truncate(cut, REASON_WIDTH);
-	cli_table_cell(t, cut);
-	free(cut);
+	cli_table_cell(t, reason ? reason : "");
 }
 
-int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
+static int draw_jobs(struct cli_ctx *ctx, struct cli_client *c, void *arg)
 {
 	static const char *const headers[] = {
 		"ID", "NAME", "STATE", "TASKS", "GPUS", "OWNER", "AGE",
 		"DURATION", "REASON", NULL,
 	};
+	const char *path = arg;
+	struct cli_table *t = NULL;
+	json_t *answer = NULL, *jobs, *job;
+	int64_t now = kn_now_ms();
+	size_t i;
+	int rc = cli_get(c, path, &answer);
+
+	if (rc)
+		return rc;
+	jobs = json_object_get(answer, "jobs");
+	if (cli_want_json(ctx)) {
+		cli_print_data(ctx, answer);
+	} else if (cli_want_name(ctx)) {
+		json_array_foreach(jobs, i, job)
+			printf("%lld\n", (long long)cli_json_int(job, "id"));
+	} else if (!json_array_size(jobs)) {
+		fputs(strchr(path, '?') ? "no jobs match\n" : "no jobs\n",
+		      stderr);
+	} else {
+		t = cli_table_new(headers);
+		cli_table_cuttable(t, 1);
+		cli_table_cuttable(t, 8);
+		json_array_foreach(jobs, i, job)
+			add_job_row(t, job, now);
+		cli_table_show(ctx, t, stdout, 0);
+		cli_table_free(t);
+	}
+	json_decref(answer);
+	return 0;
+}
+
+int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
 	const char *state = NULL, *owner = NULL;
-	bool all = false;
+	bool all = false, watch = false;
 	const struct cli_flag flags[] = {
 		{"state", 0, CLI_FLAG_STRING, &state},
 		{"owner", 0, CLI_FLAG_STRING, &owner},
 		{"all", 0, CLI_FLAG_BOOL, &all},
+		{"watch", 'w', CLI_FLAG_BOOL, &watch},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct cli_client *c = NULL;
-	struct cli_table *t = NULL;
 	struct kn_buf path;
-	json_t *answer = NULL, *jobs, *job;
-	int64_t now = kn_now_ms();
-	size_t i;
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
+	ctx->name_ok = true;
 	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 	if (rc != CLI_GO)
 		goto out;
@@ -94,31 +121,17 @@ int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
 		if (rc != CLI_GO)
 			goto out;
 	}
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
 	kn_buf_printf(&path, "/v1/jobs");
 	cli_query_add(&path, "state", state);
 	cli_query_add(&path, "owner", owner);
-	rc = cli_get(c, path.data, &answer);
-	if (rc)
-		goto out;
-	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
+	if (watch) {
+		rc = watch_run(ctx, draw_jobs, path.data);
 		goto out;
 	}
-	jobs = json_object_get(answer, "jobs");
-	if (!json_array_size(jobs)) {
-		fputs(state || owner ? "no jobs match\n" : "no jobs\n", stderr);
-		goto out;
-	}
-	t = cli_table_new(headers);
-	json_array_foreach(jobs, i, job)
-		add_job_row(t, job, now);
-	cli_table_print(t, stdout, 0);
+	rc = cli_client_open(ctx, &c);
+	if (!rc)
+		rc = draw_jobs(ctx, c, path.data);
 out:
-	cli_table_free(t);
-	json_decref(answer);
 	kn_buf_release(&path);
 	cli_client_free(c);
 	return rc;

@@ -276,7 +276,7 @@ static int push_from_job(struct cli_ctx *ctx, const struct args *a)
 	if (rc)
 		goto out;
 	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 	} else {
 		cli_format_bytes(cli_json_int(answer, "bytes"), size_text,
 				 sizeof(size_text));
@@ -407,7 +407,7 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 				      (json_int_t)kn_model_files_bytes(&f),
 				      "uploaded", (json_int_t)n_up,
 				      "uploaded_bytes", (json_int_t)sent);
-		cli_print_json(o);
+		cli_print_data(ctx, o);
 		json_decref(o);
 	} else {
 		printf("%s@%lld\n", a.name,
@@ -465,7 +465,7 @@ static int model_ls(struct cli_ctx *ctx, int argc, char **argv)
 	if (!rc)
 		rc = cli_get(c, "/v1/models", &answer);
 	if (!rc && cli_want_json(ctx)) {
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 	} else if (!rc) {
 		struct cli_table *t = cli_table_new(headers);
 		int64_t now = kn_now_ms();
@@ -490,7 +490,7 @@ static int model_ls(struct cli_ctx *ctx, int argc, char **argv)
 			cli_table_cell(t, when);
 			kn_buf_release(&al);
 		}
-		cli_table_print(t, stdout, 0);
+		cli_table_show(ctx, t, stdout, 0);
 		cli_table_free(t);
 	}
 	json_decref(answer);
@@ -661,7 +661,7 @@ static int model_show(struct cli_ctx *ctx, int argc, char **argv)
 		return rc;
 	rc = model_get(ctx, a.pos[0], NULL, &answer);
 	if (!rc && cli_want_json(ctx))
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 	else if (!rc && kn_model_ref_has_at(&ref))
 		print_version(answer);
 	else if (!rc)
@@ -685,7 +685,7 @@ static int model_aliases(struct cli_ctx *ctx, int argc, char **argv)
 		return rc;
 	rc = model_get(ctx, a.pos[0], NULL, &answer);
 	if (!rc && cli_want_json(ctx))
-		cli_print_json(json_object_get(answer, "alias_history"));
+		cli_print_data(ctx, json_object_get(answer, "alias_history"));
 	else if (!rc)
 		print_history(answer);
 	json_decref(answer);
@@ -744,7 +744,7 @@ static int model_diff(struct cli_ctx *ctx, int argc, char **argv)
 		if (!json_object_get(f1, path))
 			json_array_append_new(added, json_string(path));
 	if (cli_want_json(ctx)) {
-		cli_print_json(out);
+		cli_print_data(ctx, out);
 	} else {
 		size_t i;
 		json_t *p;
@@ -809,7 +809,7 @@ static int model_promote(struct cli_ctx *ctx, int argc, char **argv)
 	if (!rc)
 		rc = post_json(c, path, req, &answer);
 	if (!rc && cli_want_json(ctx))
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 	else if (!rc)
 		fprintf(stderr, "%s@%s: %s -> %lld\n", ref.name, a.pos[1],
 			from_text(answer, from, sizeof(from)),
@@ -839,7 +839,7 @@ static int model_rollback(struct cli_ctx *ctx, int argc, char **argv)
 	if (!rc)
 		rc = post_json(c, path, req, &answer);
 	if (!rc && cli_want_json(ctx))
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 	else if (!rc)
 		fprintf(stderr, "%s@%s rolled back: %lld -> %lld\n", a.pos[0],
 			a.pos[1], (long long)cli_json_int(answer, "from"),
@@ -919,7 +919,7 @@ static int model_sign(struct cli_ctx *ctx, int argc, char **argv)
 	if (!rc)
 		rc = post_json(c, path, req, &answer);
 	if (!rc && cli_want_json(ctx))
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 	else if (!rc)
 		fprintf(stderr, "signed %s with key %s (%s by the server)\n", at,
 			cli_json_str(answer, "key_id"),
@@ -1103,7 +1103,7 @@ static int model_verify(struct cli_ctx *ctx, int argc, char **argv)
 				      "verified", 1, "files", (json_int_t)f.n,
 				      "bytes",
 				      (json_int_t)kn_model_files_bytes(&f));
-		cli_print_json(o);
+		cli_print_data(ctx, o);
 		json_decref(o);
 	} else {
 		printf("%s verified: %zu files (%s) match their digests; signed "
@@ -1202,7 +1202,7 @@ static int revalidations_print(struct cli_ctx *ctx, struct cli_client *c,
 		return rc;
 	list = json_object_get(answer, "revalidations");
 	if (cli_want_json(ctx)) {
-		cli_print_json(list);
+		cli_print_data(ctx, list);
 		json_decref(answer);
 		return 0;
 	}
@@ -1228,7 +1228,7 @@ static int revalidations_print(struct cli_ctx *ctx, struct cli_client *c,
 					cli_json_str(r, "owner"));
 		free(limits);
 	}
-	cli_table_print(t, stdout, 0);
+	cli_table_show(ctx, t, stdout, 0);
 	cli_table_free(t);
 	json_decref(answer);
 	return 0;
@@ -1328,7 +1328,7 @@ static int model_revalidate(struct cli_ctx *ctx, int argc, char **argv)
 	if (!rc)
 		rc = post_json(c, path, req, &answer);
 	if (!rc && cli_want_json(ctx))
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 	else if (!rc && now)
 		printf("%lld\n", (long long)cli_json_int(answer, "job"));
 	else if (!rc)
@@ -1405,7 +1405,7 @@ static int model_lineage(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc)
 		goto out;
 	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 		goto out;
 	}
 	lineage = json_object_get(answer, "lineage");

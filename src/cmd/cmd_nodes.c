@@ -9,6 +9,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/watch.h"
 
 /* "k=v, k=v" or "none". */
 static void describe_labels(json_t *labels, struct kn_buf *out)
@@ -217,14 +218,20 @@ static void show_node(json_t *node)
 	cli_table_free(t);
 }
 
-int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
+static int draw_nodes(struct cli_ctx *ctx, struct cli_client *c, void *arg)
 {
-	json_t *answer, *nodes, *node;
+	json_t *answer = NULL, *nodes, *node;
 	size_t i;
-	int rc = cli_get_listing(ctx, argc, argv, "/v1/nodes", &answer);
+	int rc = cli_get(c, "/v1/nodes", &answer);
 
-	if (rc != CLI_GO)
+	(void)arg;
+	if (rc)
 		return rc;
+	if (cli_want_json(ctx)) {
+		cli_print_data(ctx, answer);
+		json_decref(answer);
+		return 0;
+	}
 	nodes = json_object_get(answer, "nodes");
 	if (!json_array_size(nodes))
 		fputs("no nodes\n", stderr);
@@ -234,5 +241,26 @@ int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
 		show_node(node);
 	}
 	json_decref(answer);
-	return CLI_EXIT_OK;
+	return 0;
+}
+
+int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
+{
+	bool watch = false;
+	const struct cli_flag flags[] = {
+		{"watch", 'w', CLI_FLAG_BOOL, &watch},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_client *c = NULL;
+	int rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+
+	if (rc != CLI_GO)
+		return rc;
+	if (watch)
+		return watch_run(ctx, draw_nodes, NULL);
+	rc = cli_client_open(ctx, &c);
+	if (!rc)
+		rc = draw_nodes(ctx, c, NULL);
+	cli_client_free(c);
+	return rc;
 }

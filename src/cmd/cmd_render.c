@@ -51,7 +51,7 @@ static int render_inputs(const char *file, const char *name,
 int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *file = NULL, *executor = NULL, *format = NULL;
-	const char *products_file = KN_GPU_PRODUCTS_FILE, *name;
+	const char *products_file = NULL, *name;
 	struct kn_kube_render_opts opts = {0};
 	struct kn_kube_products *products = NULL;
 	struct kn_model_presets *presets = NULL;
@@ -60,7 +60,7 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 	struct kn_error err = {0};
 	json_t *docs = NULL;
 	const char *kind;
-	char *text = NULL, *out, *inputs = NULL;
+	char *text = NULL, *out, *inputs = NULL, *shipped = NULL;
 	size_t len;
 	int rc, r;
 	const struct cli_flag flags[] = {
@@ -93,12 +93,14 @@ int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_read_spec(ctx, file, &text, &len, &name);
 	if (rc != CLI_GO)
 		return rc;
+	if (!products_file)
+		products_file = shipped = kn_data_path("gpu-products.csv");
 	if (kn_kube_products_load(products_file, &products, &err) < 0)
 		goto fail;
 	opts.products = products;
 	kind = kn_spec_kind(text, len);
 	if (kind && !strcmp(kind, "Deployment")) {
-		if (kn_model_presets_load(KN_PRESET_FILE, &presets, &err) < 0 ||
+		if (kn_model_presets_load_shipped(&presets, &err) < 0 ||
 		    kn_deployment_spec_parse(text, len, name, presets,
 					     &deployment, &err) < 0)
 			goto fail;
@@ -136,6 +138,7 @@ out:
 	kn_deployment_spec_free(deployment);
 	kn_model_presets_free(presets);
 	kn_kube_products_free(products);
+	free(shipped);
 	free(text);
 	return rc;
 }

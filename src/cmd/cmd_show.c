@@ -297,7 +297,7 @@ int cmd_show(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc)
 		goto out;
 	if (cli_want_json(ctx)) {
-		cli_print_json(answer);
+		cli_print_data(ctx, answer);
 		goto out;
 	}
 	job = json_object_get(answer, "job");

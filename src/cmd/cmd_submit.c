@@ -9,10 +9,13 @@
  * are found there. Only the size is checked here, so a huge file is
  * refused before it is sent.
  *
- * --wait polls (cli_wait_done) until the job ends.
+ * --wait polls (cli_wait_done) until the job ends. --follow streams every
+ * rank's output meanwhile, attempt after attempt, and exits with the job's
+ * own exit status.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
@@ -51,11 +54,54 @@ static int wait_for_job(struct cli_client *c, int64_t id, json_t *job)
 	return rc;
 }
 
+/* The CLI's exit status for a job that ended: the job's own. */
+static int job_exit_status(json_t *job)
+{
+	const char *state = cli_json_str(job, "state");
+	int64_t code = cli_json_int(job, "exit_code");
+
+	if (!strcmp(state, "succeeded"))
+		return CLI_EXIT_OK;
+	if (!strcmp(state, "cancelled"))
+		return CLI_EXIT_JOB_CANCELLED;
+	return code > 0 && code < 256 ? (int)code : CLI_EXIT_JOB_FAILED;
+}
+
+/* Each attempt's output as it runs, until the job ends. */
+static int follow_job(const struct cli_ctx *ctx, struct cli_client *c,
+		      int64_t id)
+{
+	unsigned stream = isatty(STDOUT_FILENO) ? CLI_STREAM_INERT : 0;
+	json_t *job = NULL;
+	int attempt = 0, rc;
+
+	for (;;) {
+		json_decref(job);
+		rc = cli_wait_started(c, id, attempt, &job);
+		if (rc == CLI_EXIT_FAIL && job)
+			break; /* ended: no attempt after the last one */
+		if (rc)
+			goto out;
+		attempt = (int)cli_json_int(job, "attempts");
+		rc = cli_logs_follow(ctx, c, id, attempt,
+				     (int)cli_json_int(job, "tasks"), stream);
+		if (rc)
+			goto out;
+	}
+	print_final(id, job);
+	rc = job_exit_status(job);
+out:
+	json_decref(job);
+	return rc;
+}
+
 int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 {
-	bool wait = false;
+	bool wait = false, follow = false, hold = false;
 	const struct cli_flag flags[] = {
 		{"wait", 0, CLI_FLAG_BOOL, &wait},
+		{"follow", 'f', CLI_FLAG_BOOL, &follow},
+		{"hold", 0, CLI_FLAG_BOOL, &hold},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct cli_client *c = NULL;
@@ -75,7 +121,8 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	rc = cli_post_spec(c, "/v1/jobs", file, name, text, len, &answer);
+	rc = cli_post_spec(c, hold ? "/v1/jobs?hold=1" : "/v1/jobs", file,
+			   name, text, len, &answer);
 	if (rc)
 		goto out;
 	job = json_object_get(answer, "job");
@@ -88,7 +135,9 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 	printf("%lld\n", (long long)id);
 	/* A script reading the id should have it before the wait ends. */
 	fflush(stdout);
-	if (wait)
+	if (follow)
+		rc = follow_job(ctx, c, id);
+	else if (wait)
 		rc = wait_for_job(c, id, job);
 out:
 	json_decref(answer);

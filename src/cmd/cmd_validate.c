@@ -73,7 +73,7 @@ static int validate_deployment(struct cli_ctx *ctx, const char *text,
 	struct kn_buf summary;
 	json_t *normalized;
 
-	if (kn_model_presets_load(KN_PRESET_FILE, &presets, &err) < 0 ||
+	if (kn_model_presets_load_shipped(&presets, &err) < 0 ||
 	    kn_deployment_spec_parse(text, len, name, presets, &d, &err) < 0) {
 		fprintf(stderr, "%s\n",
 			err.message[0] ? err.message : "invalid deployment spec");
@@ -82,7 +82,7 @@ static int validate_deployment(struct cli_ctx *ctx, const char *text,
 	}
 	if (cli_want_json(ctx)) {
 		normalized = kn_deployment_spec_to_json(d);
-		cli_print_json(normalized);
+		cli_print_data(ctx, normalized);
 		json_decref(normalized);
 	} else {
 		kn_buf_init(&summary, SIZE_MAX);
@@ -154,7 +154,7 @@ static int validate_workflow(struct cli_ctx *ctx, const char *text,
 	}
 	rc = CLI_EXIT_OK;
 	if (cli_want_json(ctx)) {
-		cli_print_json(normalized);
+		cli_print_data(ctx, normalized);
 	} else {
 		printf("%s: ok (workflow %s, %zu step%s:", name, w->name,
 		       w->n_steps, w->n_steps == 1 ? "" : "s");
@@ -205,7 +205,7 @@ int cmd_validate(struct cli_ctx *ctx, int argc, char **argv)
 	rc = CLI_EXIT_OK;
 	if (cli_want_json(ctx)) {
 		normalized = kn_job_spec_to_json(spec);
-		cli_print_json(normalized);
+		cli_print_data(ctx, normalized);
 		json_decref(normalized);
 		goto out;
 	}

@@ -390,7 +390,7 @@ static int wf_show(struct cli_ctx *ctx, int argc, char **argv)
 		rc = cli_get(c, path, &answer);
 	if (rc == 0) {
 		if (cli_want_json(ctx))
-			cli_print_json(answer);
+			cli_print_data(ctx, answer);
 		else
 			print_detail(json_object_get(answer, "workflow"));
 	}

@@ -23,29 +23,43 @@ static const struct cli_command commands[] = {
 	 cmd_server_help,
 	 false},
 	{"submit", cmd_submit, NULL, "submit a job spec and print its id",
-	 "usage: kiln submit FILE [--wait]\n"
+	 "usage: kiln submit FILE [--wait | -f] [--hold]\n"
 	 "\n"
 	 "Submit the job spec in FILE (YAML or JSON; - reads standard input)\n"
 	 "and print the new job's id alone on standard output, so scripts can\n"
 	 "capture it: id=$(kiln submit job.yaml). Specs larger than 256 KiB\n"
-	 "are refused before anything is sent.\n"
+	 "are refused before anything is sent. A job no node could ever hold\n"
+	 "(more GPUs per task than the largest node has) is refused, with why.\n"
 	 "\n"
+	 "  --hold  queue it anyway, for a node that may join\n"
 	 "  --wait  wait for the job to end, print its final state on standard\n"
 	 "          error, and exit 0 if it succeeded, 4 if it failed, 5 if it\n"
-	 "          was cancelled\n",
+	 "          was cancelled\n"
+	 "  -f, --follow\n"
+	 "          as --wait, printing every rank's output meanwhile (lines\n"
+	 "          prefixed [rank N]); exit with the job's exit code when it\n"
+	 "          failed with one\n",
 	 false},
 	{"ls", cmd_ls, NULL, "list jobs",
-	 "usage: kiln ls [--state S] [--owner O] [--all] [-o json|table]\n"
+	 "usage: kiln ls [--state S] [--owner O] [--all] [-w]\n"
+	 "               [-o table|wide|json|yaml|name] [--no-headers]\n"
 	 "\n"
 	 "List jobs, oldest first: ID NAME STATE TASKS GPUS (per task) OWNER\n"
 	 "AGE (since submission) DURATION (running so far, or in total)\n"
-	 "REASON (why queued, or why it ended).\n"
+	 "REASON (why queued, or why it ended). Names and reasons are cut,\n"
+	 "ending in \u2026, so that rows fit 80 columns.\n"
 	 "\n"
-	 "  --state S  only jobs in state S: queued, running, succeeded,\n"
-	 "             failed, cancelled or preempted\n"
-	 "  --owner O  only jobs submitted with the token named O\n"
-	 "  --all      every job; this is the default, spelled out\n"
-	 "  -o json    print the server's JSON instead of a table\n",
+	 "  --state S     only jobs in state S: queued, running, succeeded,\n"
+	 "                failed, cancelled or preempted\n"
+	 "  --owner O     only jobs submitted with the token named O\n"
+	 "  --all         every job; this is the default, spelled out\n"
+	 "  -w, --watch   draw again whenever the server's event stream says\n"
+	 "                a job or node changed (no polling); until\n"
+	 "                interrupted\n"
+	 "  -o wide       the table with nothing cut\n"
+	 "  -o json|yaml  print the server's answer instead of a table\n"
+	 "  -o name       the job ids alone, one a line\n"
+	 "  --no-headers  the table without its header row\n",
 	 false},
 	{"show", cmd_show, NULL, "show a job, its attempts and their tasks",
 	 "usage: kiln show ID [-o json|table]\n"
@@ -59,7 +73,8 @@ static const struct cli_command commands[] = {
 	 "  -o json  print the server's JSON, including the spec\n",
 	 false},
 	{"logs", cmd_logs, NULL, "print or follow a task's output",
-	 "usage: kiln logs ID [--task N] [--attempt K] [-f] [--raw]\n"
+	 "usage: kiln logs ID [--task N | --all] [--attempt K] [--tail N] [-f]\n"
+	 "                 [--raw]\n"
 	 "\n"
 	 "Print the output (stdout and stderr) of one task of job ID as it\n"
 	 "arrives. On a terminal, escape sequences and other control\n"
@@ -68,27 +83,48 @@ static const struct cli_command commands[] = {
 	 "file the bytes pass unchanged.\n"
 	 "\n"
 	 "  --task N     the task's rank (default 0)\n"
+	 "  --all        every rank, each line prefixed [rank N]\n"
 	 "  --attempt K  the attempt (default the latest)\n"
-	 "  -f, --follow keep printing until the task has ended\n"
+	 "  --tail N     only the last N lines (then, with -f, what follows)\n"
+	 "  -f, --follow keep printing until the task has ended; a queued job\n"
+	 "               is waited for\n"
 	 "  --raw        the bytes as they are, on a terminal too\n",
 	 false},
-	{"cancel", cmd_cancel, NULL, "cancel a job",
-	 "usage: kiln cancel ID\n"
+	{"cancel", cmd_cancel, NULL, "cancel jobs",
+	 "usage: kiln cancel ID...\n"
+	 "       kiln cancel [--state S] [--name N] [--owner O] | --all [--yes]\n"
 	 "\n"
-	 "Ask the server to cancel job ID. A queued job is cancelled at once;\n"
-	 "a running job's tasks are signalled and the job ends `cancelled`.\n"
-	 "Users may cancel their own jobs; operators and admins any job.\n",
+	 "Ask the server to cancel the jobs named, or the queued and running\n"
+	 "jobs the filters match (the filters combine). A queued job is\n"
+	 "cancelled at once; a running job's tasks are signalled and the job\n"
+	 "ends `cancelled`. One line per job; a job that cannot be cancelled\n"
+	 "is said on standard error and the others still are (exit 1).\n"
+	 "Users may cancel their own jobs; operators and admins any job.\n"
+	 "\n"
+	 "  --state S   the jobs in state S\n"
+	 "  --name N    the jobs named N\n"
+	 "  --owner O   the jobs submitted with the token named O\n"
+	 "  --all       every job not ended (asks first, at a terminal)\n"
+	 "  -y, --yes   no question for --all\n",
 	 false},
-	{"evict", cmd_evict, NULL, "preempt a running job; it resumes later",
-	 "usage: kiln evict ID [--grace DURATION] [--reason TEXT]\n"
+	{"evict", cmd_evict, NULL, "preempt running jobs; they resume later",
+	 "usage: kiln evict ID... [--grace DURATION] [--reason TEXT]\n"
+	 "       kiln evict [--state S] [--name N] [--owner O] | --all [--yes]\n"
 	 "\n"
-	 "Evict running job ID the way a spot eviction would: each task gets\n"
+	 "Evict each running job named (or the running jobs the filters\n"
+	 "match) the way a spot eviction would: each task gets\n"
 	 "the job's checkpoint.signal (default SIGTERM), then SIGKILL after\n"
 	 "--grace (default: the job's checkpoint.grace, else the server's kill\n"
 	 "grace). The attempt ends `preempted` and the job goes back to the\n"
 	 "queue ahead of newer jobs of its priority, without using a retry.\n"
 	 "Only jobs whose spec says `preemptible: true` can be evicted. Users\n"
-	 "may evict their own jobs; operators and admins any job.\n",
+	 "may evict their own jobs; operators and admins any job.\n"
+	 "\n"
+	 "  --state S   the jobs in state S\n"
+	 "  --name N    the jobs named N\n"
+	 "  --owner O   the jobs submitted with the token named O\n"
+	 "  --all       every job running (asks first, at a terminal)\n"
+	 "  -y, --yes   no question for --all\n",
 	 false},
 	{"drain", cmd_drain, NULL, "stop new work on a node and evict its preemptible jobs",
 	 "usage: kiln drain NODE [--reason TEXT]\n"
@@ -128,14 +164,16 @@ static const struct cli_command commands[] = {
 	 "Mark NODE ready for new work again. Operators and admins.\n",
 	 false},
 	{"nodes", cmd_nodes, NULL, "list nodes and their devices",
-	 "usage: kiln nodes [-o json|table]\n"
+	 "usage: kiln nodes [-w] [-o json|yaml|table]\n"
 	 "\n"
 	 "List each node (name, state, CPUs, memory, labels, taints; whether\n"
 	 "its devices are simulated; its GPU fragmentation, FGD's measure\n"
 	 "against the server's GPU jobs) and its devices: INDEX MODEL MEMORY\n"
 	 "and what is ALLOCATED on each (\"1.0 GPU: job 7 rank 0\").\n"
 	 "\n"
-	 "  -o json  print the server's JSON instead\n",
+	 "  -w, --watch   draw again whenever the server's event stream says\n"
+	 "                something changed (no polling); until interrupted\n"
+	 "  -o json|yaml  print the server's answer instead\n",
 	 false},
 	{"pools", cmd_pools, NULL, "list node pools and autoscaling decisions",
 	 "usage: kiln pools [-o json|table]\n"
@@ -564,6 +602,8 @@ static const struct cli_command commands[] = {
 	 "usage: kiln exporter [--listen HOST:PORT] [--root DIR]\n"
 	 "                     [--token-file FILE] [--mount LIST]\n"
 	 "                     [--hostname NAME]\n"
+	 "                     [--tls-cert FILE --tls-key FILE\n"
+	 "                      [--tls-client-ca FILE]] [--insecure]\n"
 	 "\n"
 	 "Serve GET /metrics in Prometheus text format: CPU, memory, network,\n"
 	 "disk and filesystem metrics under node_exporter's names, and per-GPU\n"
@@ -580,7 +620,13 @@ static const struct cli_command commands[] = {
 	 "  --mount LIST        only these mount points, comma-separated\n"
 	 "                      (default: every real filesystem)\n"
 	 "  --hostname NAME     the Hostname label of GPU series (default:\n"
-	 "                      this host's name)\n",
+	 "                      this host's name)\n"
+	 "  --tls-cert FILE     serve HTTPS with this certificate chain (PEM),\n"
+	 "  --tls-key FILE      and its key; both reloaded on SIGHUP and when\n"
+	 "                      the files change (docs/tls.md)\n"
+	 "  --tls-client-ca FILE  scrapers must show a client certificate\n"
+	 "                      that chains to a CA in FILE\n"
+	 "  --insecure          allow plain HTTP on a non-loopback address\n",
 	 false},
 	{"gateway", cmd_gateway, NULL,
 	 "serve deployments behind one OpenAI-compatible endpoint",
@@ -594,6 +640,7 @@ static const struct cli_command commands[] = {
 	 "                    [--upstream-timeout DURATION]\n"
 	 "                    [--breaker-failures N] [--breaker-cooldown DURATION]\n"
 	 "                    [--anomaly-window DURATION]\n"
+	 "                    [--tls-cert FILE --tls-key FILE] [--insecure]\n"
 	 "\n"
 	 "Serve /v1/chat/completions, /v1/completions and /v1/embeddings,\n"
 	 "routed by the body's \"model\" (a deployment's name), and /v1/models,\n"
@@ -651,6 +698,15 @@ static const struct cli_command commands[] = {
 	 "  --anomaly-window DURATION  the window a deployment's signals are\n"
 	 "                       averaged over for anomaly detection; the band\n"
 	 "                       is learned from the first 10 (default 10s)\n"
+	 "  --tls-cert FILE, --tls-key FILE  serve HTTPS with this certificate\n"
+	 "                       chain and key (PEM), reloaded on SIGHUP and\n"
+	 "                       when the files change\n"
+	 "  --insecure           allow plain HTTP on a non-loopback address\n"
+	 "                       (refused by default: keys and prompts would\n"
+	 "                       cross in clear)\n"
+	 "An https:// server is verified against the system's CAs or $KILN_CA;\n"
+	 "$KILN_CLIENT_CERT and $KILN_CLIENT_KEY give the gateway a client\n"
+	 "certificate for it (docs/tls.md).\n"
 	 "\n"
 	 "Exit status: 0 after a clean stop, 1 when start-up failed, 2 on a\n"
 	 "usage error, 3 when no server is given or found (and no --routes).\n",
@@ -834,10 +890,31 @@ static const struct cli_command commands[] = {
 	 "                    4 for file://; the server's sync uses 1)\n"
 	 "  --single-put S, --parallel N, --block-size S  as for kiln blob\n",
 	 false},
+	{"openapi", cmd_openapi, NULL, "print the API's OpenAPI 3.1 document",
+	 "usage: kiln openapi\n"
+	 "\n"
+	 "Print the OpenAPI 3.1 description of the HTTP API (JSON), the same\n"
+	 "document a server answers at GET /v1/openapi.json; needs no server.\n"
+	 "`make openapi` writes it to docs/openapi.json.\n",
+	 false},
 	{"version", cmd_version, NULL, "print kiln's version",
 	 "usage: kiln version\n"
 	 "\n"
 	 "Print `kiln VERSION`.\n",
+	 false},
+	{"man", cmd_man, NULL, "print a manual page (roff)",
+	 "usage: kiln man [COMMAND]\n"
+	 "\n"
+	 "Print kiln(1), or kiln-COMMAND(1), as roff made from the help texts:\n"
+	 "kiln man ls | man -l -. Installed pages come from this command.\n",
+	 false},
+	{"completion", cmd_completion, NULL,
+	 "print the shell completion script",
+	 "usage: kiln completion bash|zsh\n"
+	 "\n"
+	 "Print completion for bash or zsh: command names, each command's\n"
+	 "flags and subcommands (from their help), files otherwise. The\n"
+	 "package installs both; by hand: source <(kiln completion bash).\n",
 	 false},
 	{"bench", cmd_bench, NULL, "measure collectives the way nccl-tests does",
 	 "usage: kiln bench COLLECTIVE [-b MIN] [-e MAX] [-i STEP | -f FACTOR]\n"
@@ -887,7 +964,13 @@ static const struct cli_command commands[] = {
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
-static void print_help(FILE *f)
+const struct cli_command *cli_commands(size_t *n)
+{
+	*n = N_COMMANDS;
+	return commands;
+}
+
+void cli_print_help(FILE *f)
 {
 	size_t i;
 	int width = 0;
@@ -914,8 +997,14 @@ static void print_help(FILE *f)
 	      "                   ~/.kiln)\n"
 	      "  --token TOKEN    the API token; else $KILN_TOKEN, else the one in\n"
 	      "                   $KILN_HOME/admin.token\n"
-	      "  -o, --output json|table\n"
-	      "                   how listings are printed (default: table)\n"
+	      "  An https:// server's certificate is verified against the\n"
+	      "  system's CAs, or $KILN_CA (a PEM file); $KILN_CLIENT_CERT and\n"
+	      "  $KILN_CLIENT_KEY give a client certificate (docs/tls.md)\n"
+	      "  -o, --output table|wide|json|yaml|name\n"
+	      "                   how listings are printed (default: table, cut\n"
+	      "                   to 80 columns; wide: nothing cut; name: ids\n"
+	      "                   or names alone, where a command lists them)\n"
+	      "  --no-headers     tables without their header row\n"
 	      "  -h, --help       this help\n"
 	      "  --version        print kiln's version\n"
 	      "\n"
@@ -964,7 +1053,7 @@ static int help_command(struct cli_ctx *ctx, int argc, char **argv)
 	const struct cli_command *cmd;
 
 	if (argc < 2) {
-		print_help(stdout);
+		cli_print_help(stdout);
 		return CLI_EXIT_OK;
 	}
 	cmd = find_command(argv[1]);
@@ -982,7 +1071,7 @@ int main(int argc, char **argv)
 
 	for (i = 1; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			print_help(stdout);
+			cli_print_help(stdout);
 			return CLI_EXIT_OK;
 		}
 		if (!strcmp(argv[i], "--version")) {
@@ -997,7 +1086,7 @@ int main(int argc, char **argv)
 	if (rc != CLI_GO)
 		return rc;
 	if (i == argc) {
-		print_help(stderr);
+		cli_print_help(stderr);
 		return CLI_EXIT_USAGE;
 	}
 	if (!strcmp(argv[i], "help"))

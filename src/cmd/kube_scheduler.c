@@ -27,7 +27,7 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *kubeconfig = NULL, *context = NULL, *policy_name = "kiln";
 	const char *scheduler_name = KN_KUBE_DEFAULT_SCHEDULER;
-	const char *products_file = KN_GPU_PRODUCTS_FILE;
+	const char *products_file = NULL;
 	const char *sa_dir = DEFAULT_SA_DIR;
 	struct kn_kube_products *products = NULL;
 	struct kn_kube_auth auth = {0};
@@ -37,6 +37,7 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 	int watch_seconds = DEFAULT_WATCH_SECONDS, rc;
 	long binds = 0;
 	bool debug = false;
+	char *shipped = NULL;
 	const struct cli_flag flags[] = {
 		{"kubeconfig", 0, CLI_FLAG_STRING, &kubeconfig},
 		{"context", 0, CLI_FLAG_STRING, &context},
@@ -71,6 +72,8 @@ int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 	if (debug)
 		kn_log_level = KN_LOG_DEBUG;
 	rc = kn_kube_auth_load(kubeconfig, context, sa_dir, &auth, &err);
+	if (rc == 0 && !products_file)
+		products_file = shipped = kn_data_path("gpu-products.csv");
 	if (rc == 0)
 		rc = kn_kube_products_load(products_file, &products, &err);
 	if (rc < 0)
@@ -97,5 +100,6 @@ fail:
 out:
 	kn_kube_products_free(products);
 	kn_kube_auth_release(&auth);
+	free(shipped);
 	return rc;
 }

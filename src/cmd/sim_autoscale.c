@@ -109,8 +109,7 @@ static int pools_price(const struct cli_ctx *ctx, struct pool_list *l)
 	struct kn_error err = {0};
 	int rc = CLI_GO;
 
-	if (kn_catalog_load(cat, KN_GPU_SKU_FILE, &err) < 0 ||
-	    kn_catalog_load(cat, KN_CPU_SKU_FILE, &err) < 0) {
+	if (kn_catalog_load_shipped(cat, &err) < 0) {
 		rc = cli_fail(ctx, "%s", err.message);
 		goto out;
 	}
@@ -323,7 +322,7 @@ int sim_autoscale_run(const struct cli_ctx *ctx,
 			run_json(&pools, &scaled), "fixed",
 			run_json(&pools, &fixed));
 
-		cli_print_json(j);
+		cli_print_data(ctx, j);
 		json_decref(j);
 		rc = CLI_EXIT_OK;
 		goto out;

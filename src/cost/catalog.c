@@ -390,3 +390,18 @@ int kn_catalog_load(struct kn_catalog *c, const char *path,
 	free(text);
 	return rc;
 }
+
+int kn_catalog_load_shipped(struct kn_catalog *c, struct kn_error *err)
+{
+	const char *names[] = {"azure-gpu-skus.csv", "azure-cpu-skus.csv"};
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && i < sizeof(names) / sizeof(names[0]);
+	     i++) {
+		char *path = kn_data_path(names[i]);
+
+		rc = kn_catalog_load(c, path, err);
+		free(path);
+	}
+	return rc;
+}

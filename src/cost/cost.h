@@ -74,6 +74,8 @@ void kn_catalog_free(struct kn_catalog *c);
  */
 int kn_catalog_load(struct kn_catalog *c, const char *path,
 		    struct kn_error *err);
+/* The GPU and CPU catalogs shipped with kiln (see kn_data_path). */
+int kn_catalog_load_shipped(struct kn_catalog *c, struct kn_error *err);
 int kn_catalog_parse(struct kn_catalog *c, const char *text, size_t len,
 		     const char *path, struct kn_error *err);
 

@@ -255,7 +255,8 @@ char **kn_device_nodes(const char *dir, const int *indexes, int n)
 	static const char *const control[] = {"nvidiactl", "nvidia-uvm",
 					      "nvidia-uvm-tools",
 					      "nvidia-modeset"};
-	size_t cap = (size_t)(n > 0 ? n : 0) + 5, k = 0;
+	/* The control nodes, a MIG instance's two and the end. */
+	size_t cap = (size_t)(n > 0 ? n : 0) + 7, k = 0;
 	char **nodes = kn_xcalloc(cap, sizeof(char *));
 
 	if (n <= 0)
@@ -270,6 +271,59 @@ char **kn_device_nodes(const char *dir, const int *indexes, int n)
 			free(path);
 	}
 	return nodes;
+}
+
+/* The minor of capability name in the mig-minors text, or -1. */
+static int mig_minor(const char *minors, const char *file, const char *name,
+		     int *minor, struct kn_error *err)
+{
+	const char *line = minors;
+	size_t len = strlen(name);
+
+	for (int n = 1; line && *line; n++) {
+		const char *end = strchr(line, '\n');
+		char *after;
+		long v;
+
+		if (!strncmp(line, name, len) && line[len] == ' ') {
+			errno = 0;
+			v = strtol(line + len + 1, &after, 10);
+			if (errno || after == line + len + 1 || v < 0 ||
+			    v > 1048575 || (*after != '\n' && *after != '\0'))
+				return kn_errorf(err, KN_EINVAL, "mig",
+						 "%s:%d: the minor of %s is not "
+						 "a number",
+						 file, n, name);
+			*minor = (int)v;
+			return 0;
+		}
+		line = end ? end + 1 : NULL;
+	}
+	return kn_errorf(err, KN_EINVAL, "mig",
+			 "no minor for %s in %s: the driver does not know "
+			 "this MIG instance",
+			 name, file);
+}
+
+int kn_device_mig_nodes(char **nodes, const char *caps_dir,
+			const char *minors, const char *file, int gpu, int gi,
+			int ci, struct kn_error *err)
+{
+	char gi_name[64], ci_name[80];
+	int gi_minor, ci_minor, rc;
+	size_t k = 0;
+
+	snprintf(gi_name, sizeof(gi_name), "gpu%d/gi%d/access", gpu, gi);
+	snprintf(ci_name, sizeof(ci_name), "gpu%d/gi%d/ci%d/access", gpu, gi,
+		 ci);
+	if ((rc = mig_minor(minors, file, gi_name, &gi_minor, err)) < 0 ||
+	    (rc = mig_minor(minors, file, ci_name, &ci_minor, err)) < 0)
+		return rc;
+	while (nodes[k])
+		k++;
+	nodes[k++] = kn_asprintf("%s/nvidia-cap%d", caps_dir, gi_minor);
+	nodes[k] = kn_asprintf("%s/nvidia-cap%d", caps_dir, ci_minor);
+	return 0;
 }
 
 void kn_device_nodes_free(char **nodes)

@@ -73,6 +73,24 @@ void kn_device_model_name(const char *name, int64_t memory_bytes, char *out,
 char **kn_device_nodes(const char *dir, const int *indexes, int n);
 void kn_device_nodes_free(char **nodes);
 
+/* Where the NVIDIA driver lists the minors of its MIG capability nodes. */
+#define KN_MIG_MINORS_FILE "/proc/driver/nvidia-caps/mig-minors"
+
+/*
+ * A MIG instance's own capability nodes, appended to nodes (from
+ * kn_device_nodes, which has room for them): the access nodes of GPU
+ * instance gi and of its compute instance ci on GPU gpu, caps_dir/
+ * nvidia-cap<minor>, each minor read from minors (the text of
+ * KN_MIG_MINORS_FILE: "gpu0/gi1/access 12", "gpu0/gi1/ci0/access 13",
+ * one per line). Opening a MIG instance takes both; the nodes of other
+ * instances stay closed to the task. A minor that is not there (the
+ * instance unknown to the driver, a malformed table) fails with err
+ * naming file (and line): the task must not start with more or less.
+ */
+int kn_device_mig_nodes(char **nodes, const char *caps_dir,
+			const char *minors, const char *file, int gpu, int gi,
+			int ci, struct kn_error *err);
+
 /* ---- tasks ---- */
 
 /* Log files rotate at this size by default, keeping this many old ones. */

@@ -258,10 +258,11 @@ static const char *const shim_files[] = {
 #define MAX_SHIM_PATHS 8
 
 /*
- * The task's environment and sandbox, built before the fork. Only the
- * local executor's shim isolates the task itself: under Slurm the
- * allocation places it, in a pod the pod does; all three build its
- * environment.
+ * The task's environment and sandbox, built before the fork. The local
+ * executor's shim isolates the task wholly; under Slurm, whose allocation
+ * sets the user and the files, only its processes (a pid namespace, so
+ * the task dies with the shim and sees no other process); in a pod the
+ * pod isolates it. All three build its environment.
  */
 static int prepare_sandbox(struct shim *s, struct kn_error *err)
 {
@@ -278,6 +279,8 @@ static int prepare_sandbox(struct shim *s, struct kn_error *err)
 	memset(&cfg, 0, sizeof(cfg));
 	if (s->host == KN_SANDBOX_LOCAL && !s->unisolated)
 		cfg.mode = geteuid() == 0 ? KN_SANDBOX_UID : KN_SANDBOX_USERNS;
+	else if (s->host == KN_SANDBOX_SLURM)
+		cfg.mode = KN_SANDBOX_PROCS;
 	for (const char *const *v = dir_vars; *v; v++)
 		if (env_value(s->env, *v))
 			writable[n++] = env_value(s->env, *v);

@@ -320,6 +320,40 @@ static int load_file(struct kn_gateway *gw, const char *path, bool save,
 	return rc < 0 ? prefix_error(err, path) : 0;
 }
 
+/*
+ * TLS both ways: the front's certificate (plain HTTP only on loopback,
+ * unless insecure), and what the route fetch trusts and shows.
+ */
+static int tls_start(struct kn_gateway *gw,
+		     const struct kn_gateway_options *opts,
+		     struct kn_error *err)
+{
+	struct kn_tls_files files = {.cert = opts->tls_cert,
+				     .key = opts->tls_key};
+	int rc;
+
+	if (!opts->tls_cert != !opts->tls_key)
+		return kn_errorf(err, KN_EINVAL, "tls-cert",
+				 "tls-cert and tls-key go together");
+	rc = kn_tls_listen_check(gw->host, opts->tls_cert, opts->insecure,
+				 err);
+	if (rc == 0 && opts->tls_cert)
+		rc = kn_tls_new(&files, &gw->tls, err);
+	if (rc == 0 && gw->tls &&
+	    !(gw->tls_watch = kn_tls_watch_new(gw->loop, gw->tls, "gateway",
+					       KN_TLS_WATCH_MS)))
+		rc = kn_errorf(err, KN_EIO, NULL,
+			       "cannot watch the TLS certificate");
+	if (rc == 0 && (opts->server_ca || opts->client_cert))
+		rc = kn_loop_client_tls(gw->loop, opts->server_ca,
+					opts->client_cert, opts->client_key,
+					err);
+	return rc;
+}
+
+/* The table served before any is known: no deployments, no keys. */
+#define EMPTY_ROUTES "{\"generation\":0,\"deployments\":[],\"keys\":[]}"
+
 static int first_config(struct kn_gateway *gw, struct kn_error *err)
 {
 	struct kn_gw_config *empty;
@@ -330,7 +364,8 @@ static int first_config(struct kn_gateway *gw, struct kn_error *err)
 	gw->first_fetch_waiting = true;
 	if (start_fetch(gw, FIRST_FETCH_TIMEOUT_MS) < 0)
 		return kn_errorf(err, KN_EINVAL, "server",
-				 "server: \"%s\" is not an http:// URL",
+				 "server: \"%s\" is not an http:// or "
+				 "https:// URL",
 				 gw->server);
 	while (!gw->first_fetch_done)
 		if (kn_loop_run(gw->loop) < 0)
@@ -351,9 +386,8 @@ static int first_config(struct kn_gateway *gw, struct kn_error *err)
 		return rc;
 	kn_log(KN_LOG_WARN, "gateway: no routes yet (no server answer, no "
 			    "saved copy); polling");
-	rc = kn_gw_config_parse_text("{\"generation\":0,\"deployments\":[],"
-				     "\"keys\":[]}",
-				     45, &empty, err);
+	rc = kn_gw_config_parse_text(EMPTY_ROUTES, sizeof(EMPTY_ROUTES) - 1,
+				     &empty, err);
 	if (rc < 0)
 		return rc;
 	install_config(gw, empty);
@@ -445,7 +479,8 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 		}
 		gw->own_log_fd = true;
 	}
-	if ((rc = load_counters(gw, err)) < 0 ||
+	if ((rc = tls_start(gw, opts, err)) < 0 ||
+	    (rc = load_counters(gw, err)) < 0 ||
 	    (rc = first_config(gw, err)) < 0)
 		goto fail;
 	port = opts->port;
@@ -470,8 +505,9 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 			goto fail;
 		}
 	gw->port = port;
-	snprintf(gw->url, sizeof(gw->url), "http://%s%s%s:%d",
-		 strchr(gw->host, ':') ? "[" : "", gw->host,
+	snprintf(gw->url, sizeof(gw->url), "%s://%s%s%s:%d",
+		 gw->tls ? "https" : "http", strchr(gw->host, ':') ? "[" : "",
+		 gw->host,
 		 strchr(gw->host, ':') ? "]" : "", port);
 	{
 		char *line = kn_asprintf("%s\n", gw->url);
@@ -531,8 +567,10 @@ void kn_gateway_free(struct kn_gateway *gw)
 	kn_timer_free(gw->poll_timer);
 	kn_timer_free(gw->save_timer);
 	kn_timer_free(gw->anomaly_timer);
+	kn_tls_watch_free(gw->tls_watch);
 	if (gw->loop)
 		kn_loop_free(gw->loop);
+	kn_tls_free(gw->tls);
 	kn_gw_config_unref(gw->cfg);
 	kn_gw_limiter_free(gw->limiter);
 	gw_metrics_free(gw->metrics);

@@ -236,6 +236,14 @@ struct kn_gateway_options {
 	int breaker_failures;    /* consecutive failures that open a breaker */
 	int64_t breaker_cooldown_ms;
 	int64_t anomaly_window_ms; /* anomaly detection window; 0 = 10 s */
+	/* TLS (docs/tls.md): the front's certificate chain and key (NULL:
+	   plain HTTP, refused off loopback unless insecure), reloaded on
+	   SIGHUP and when they change; the CAs the server's certificate is
+	   checked against (NULL: the system's) and the client certificate
+	   and key shown to the server (NULL: none). */
+	const char *tls_cert, *tls_key;
+	bool insecure;
+	const char *server_ca, *client_cert, *client_key;
 };
 
 /*
@@ -246,7 +254,7 @@ struct kn_gateway_options {
  */
 int kn_gateway_new(const struct kn_gateway_options *opts,
 		   struct kn_gateway **out, struct kn_error *err);
-/* The bound URL, "http://127.0.0.1:7080". */
+/* The bound URL, "http://127.0.0.1:7080" (https:// with TLS). */
 const char *kn_gateway_url(const struct kn_gateway *gw);
 /*
  * Serve until SIGTERM or SIGINT; then stop the workers and save the

@@ -69,6 +69,9 @@ struct kn_gateway {
 
 	struct gw_worker **workers;
 	int n_workers;
+
+	struct kn_tls *tls;             /* the front's certificate, or NULL */
+	struct kn_tls_watch *tls_watch; /* reloads it */
 };
 
 /* The current table, one reference for the caller. */

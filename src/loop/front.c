@@ -26,10 +26,17 @@
  * connection quiet for IDLE_TIMEOUT_S is closed. One request at a time
  * per connection: pipelined requests wait in the buffer until the answer
  * before them is out. Answers: whole (Content-Length) or chunked streams.
+ *
+ * With TLS (tls.c) the same connection runs over an OpenSSL session on
+ * the socket: reads are SSL_read until OpenSSL holds nothing more, writes
+ * are SSL_write of up to a record's worth at a time, and the handshake
+ * happens inside them, bounded by the head timeout like a first head.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +51,9 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include <openssl/err.h>
+
+#include "loop/internal.h"
 #include "loop/loop.h"
 
 #define IDLE_TIMEOUT_S 600
@@ -58,6 +68,8 @@
 #define HEADERS_MAX 128 /* fields in one request head */
 /* An answer's fields: the model server's (at most 64 KiB) and ours. */
 #define HEADERS_BYTES_MAX (256 * 1024)
+/* The most one SSL_write is given: one TLS record. */
+#define TLS_WRITE_MAX (16 * 1024)
 
 struct kn_front {
 	struct event_base *base;
@@ -111,6 +123,10 @@ struct front_conn {
 	char *in;
 	size_t in_len, in_cap, scanned;
 	struct evbuffer *out;
+	SSL *ssl;             /* the TLS session, or NULL: plain */
+	bool write_wants_read; /* SSL_write waits on the client's bytes */
+	bool peer_named;      /* client_cert is filled in */
+	char client_cert[128];
 	struct kn_front_req *req;   /* &slot while a request is answered, or NULL */
 	struct kn_front_req slot;
 	bool closing;         /* close once out is written */
@@ -123,6 +139,66 @@ struct front_conn {
 static void conn_free(struct front_conn *c);
 static void process(struct front_conn *c);
 
+/* ---- the socket, plain or TLS ---- */
+
+/* errno for an SSL call that returned n: EAGAIN to wait, else ECONNRESET
+   (a failed handshake or a broken session ends the connection). */
+static int tls_errno(struct front_conn *c, int n, bool writing)
+{
+	int e = SSL_get_error(c->ssl, n);
+
+	ERR_clear_error();
+	if (e == SSL_ERROR_WANT_READ) {
+		c->write_wants_read = writing;
+		return EAGAIN;
+	}
+	if (e == SSL_ERROR_WANT_WRITE) {
+		if (!writing)
+			event_add(c->wev, NULL);
+		return EAGAIN;
+	}
+	return e == SSL_ERROR_ZERO_RETURN ? 0 : ECONNRESET;
+}
+
+/* Like read(2): bytes, 0 at the end, or -1 with errno. */
+static ssize_t conn_read(struct front_conn *c, char *buf, size_t cap)
+{
+	int n, e;
+
+	if (!c->ssl)
+		return read(c->fd, buf, cap);
+	n = SSL_read(c->ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
+	if (n > 0)
+		return n;
+	if (!(e = tls_errno(c, n, false)))
+		return 0; /* close_notify */
+	errno = e;
+	return -1;
+}
+
+/* Write from the output: bytes written, or -1 with errno. */
+static int conn_write(struct front_conn *c)
+{
+	size_t len = evbuffer_get_length(c->out);
+	int n;
+
+	if (!c->ssl)
+		return evbuffer_write(c->out, c->fd);
+	/* A retry after WANT_WRITE is given at least what was given before,
+	   as OpenSSL requires: the buffer only grows at its end. */
+	if (len > TLS_WRITE_MAX)
+		len = TLS_WRITE_MAX;
+	n = SSL_write(c->ssl, evbuffer_pullup(c->out, (ssize_t)len), (int)len);
+	if (n > 0) {
+		evbuffer_drain(c->out, (size_t)n);
+		return n;
+	}
+	errno = tls_errno(c, n, true);
+	if (!errno)
+		errno = ECONNRESET;
+	return -1;
+}
+
 /* ---- writing ---- */
 
 /*
@@ -133,8 +209,9 @@ static void process(struct front_conn *c);
  */
 static bool flush(struct front_conn *c)
 {
+	c->write_wants_read = false;
 	while (evbuffer_get_length(c->out) > 0) {
-		int n = evbuffer_write(c->out, c->fd);
+		int n = conn_write(c);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
 				break;
@@ -143,11 +220,16 @@ static bool flush(struct front_conn *c)
 		}
 	}
 	if (evbuffer_get_length(c->out) > 0) {
-		event_add(c->wev, NULL);
+		/* Waiting on a read: on_read flushes again. */
+		if (!c->write_wants_read)
+			event_add(c->wev, NULL);
 		return true;
 	}
 	if (c->closing && !c->req && !c->lingering) {
 		struct timeval linger = {LINGER_S, 0};
+		if (c->ssl) /* close_notify: the answer is whole */
+			SSL_shutdown(c->ssl);
+		ERR_clear_error();
 		shutdown(c->fd, SHUT_WR);
 		c->lingering = true;
 		event_add(c->rev, &linger);
@@ -310,6 +392,19 @@ void kn_front_req_add_header(struct kn_front_req *r, const char *name, const cha
 	kn_buf_append(&r->headers, ": ", 2);
 	kn_buf_append(&r->headers, value, value_len);
 	kn_buf_append(&r->headers, "\r\n", 2);
+}
+
+const char *kn_front_req_client_cert(const struct kn_front_req *r)
+{
+	struct front_conn *c = r->conn;
+
+	if (!c->ssl)
+		return NULL;
+	if (!c->peer_named) {
+		tls_peer_name(c->ssl, c->client_cert, sizeof(c->client_cert));
+		c->peer_named = true;
+	}
+	return c->client_cert[0] ? c->client_cert : NULL;
 }
 
 void kn_front_req_on_gone(struct kn_front_req *r, kn_front_gone cb, void *arg)
@@ -654,10 +749,25 @@ static void on_head_timeout(evutil_socket_t fd, short what, void *arg)
 		conn_free(c);
 }
 
+/* Room for a read of at least IN_READ_MIN at the input's end. */
+static void in_reserve(struct front_conn *c)
+{
+	size_t cap;
+
+	if (c->in_cap - c->in_len >= IN_READ_MIN)
+		return;
+	cap = c->in_cap ? c->in_cap * 2 : IN_FIRST;
+	while (cap - c->in_len < IN_READ_MIN)
+		cap *= 2;
+	c->in = kn_xrealloc(c->in, cap);
+	c->in_cap = cap;
+}
+
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	struct front_conn *c = arg;
 	char drop[4096];
+	bool got = false;
 	ssize_t n;
 
 	if (what & EV_TIMEOUT) {
@@ -665,34 +775,38 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 			conn_free(c);
 		return;
 	}
+	if (c->write_wants_read && !flush(c))
+		return;
 	if (c->closing) {
-		/* Refused or ending: what follows is read and dropped. */
+		/* Refused or ending: what follows is read and dropped (raw,
+		   under TLS too: it is never looked at). */
 		n = read(fd, drop, sizeof(drop));
 		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
 			conn_free(c);
 		return;
 	}
-	if (c->in_cap - c->in_len < IN_READ_MIN) {
-		size_t cap = c->in_cap ? c->in_cap * 2 : IN_FIRST;
-		while (cap - c->in_len < IN_READ_MIN)
-			cap *= 2;
-		c->in = kn_xrealloc(c->in, cap);
-		c->in_cap = cap;
-	}
-	n = read(fd, c->in + c->in_len, c->in_cap - c->in_len);
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return;
-	if (n <= 0) {
-		conn_free(c);
-		return;
-	}
-	c->in_len += (size_t)n;
-	/* Do not hoard a client's pipeline beyond one request's worth. */
-	if (c->req && c->in_len > c->f->o.max_head + c->f->o.max_body) {
-		c->closing = true;
-		return;
-	}
-	process(c);
+	/* OpenSSL may hold decrypted bytes the socket no longer signals. */
+	do {
+		in_reserve(c);
+		n = conn_read(c, c->in + c->in_len, c->in_cap - c->in_len);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			break;
+		if (n <= 0) {
+			conn_free(c);
+			return;
+		}
+		got = true;
+		c->in_len += (size_t)n;
+		/* Do not hoard a client's pipeline beyond one request's
+		   worth. */
+		if (c->req &&
+		    c->in_len > c->f->o.max_head + c->f->o.max_body) {
+			c->closing = true;
+			return;
+		}
+	} while (c->ssl && SSL_pending(c->ssl) > 0);
+	if (got)
+		process(c);
 }
 
 static void conn_free(struct front_conn *c)
@@ -717,6 +831,7 @@ static void conn_free(struct front_conn *c)
 	event_free(c->wev);
 	event_free(c->head_timer);
 	c->f->n_conns--;
+	SSL_free(c->ssl);
 	close(c->fd);
 	free(c->in);
 	evbuffer_free(c->out);
@@ -763,12 +878,23 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 
 	(void)l;
 	if (over_cap(f, sa)) {
-		ssize_t n = send(fd, f->busy, (size_t)f->busy_len, MSG_NOSIGNAL);
-		(void)n; /* best effort: the connection is closed either way */
+		/* Under TLS no plain answer can be read: just closed. */
+		if (!f->o.tls) {
+			ssize_t n = send(fd, f->busy, (size_t)f->busy_len,
+					 MSG_NOSIGNAL);
+			(void)n; /* best effort: closed either way */
+		}
 		close(fd);
 		return;
 	}
 	c = kn_xcalloc(1, sizeof(*c));
+	if (f->o.tls && !(c->ssl = tls_session_new(f->o.tls, fd))) {
+		kn_log(KN_LOG_WARN, "%s: cannot start a TLS session",
+		       f->o.name);
+		free(c);
+		close(fd);
+		return;
+	}
 	if (socklen > 0 && (size_t)socklen <= sizeof(c->peer))
 		memcpy(&c->peer, sa, (size_t)socklen);
 	f->n_conns++;
@@ -834,6 +960,33 @@ static struct timeval ms_timeval(int64_t ms)
 {
 	return (struct timeval){(time_t)(ms / 1000),
 				(suseconds_t)(ms % 1000 * 1000)};
+}
+
+bool kn_host_is_loopback(const char *host)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM};
+	struct addrinfo *ai = NULL;
+	bool loopback = true;
+
+	/* Resolved as listening does, so a name cannot hide an address. */
+	if (getaddrinfo(host, NULL, &hints, &ai) != 0)
+		return false;
+	for (const struct addrinfo *a = ai; a && loopback; a = a->ai_next) {
+		if (a->ai_family == AF_INET)
+			loopback = (ntohl(((const struct sockaddr_in *)
+						   a->ai_addr)
+						  ->sin_addr.s_addr) >>
+				    24) == 127;
+		else if (a->ai_family == AF_INET6)
+			loopback = IN6_IS_ADDR_LOOPBACK(
+				&((const struct sockaddr_in6 *)a->ai_addr)
+					 ->sin6_addr);
+		else
+			loopback = false;
+	}
+	freeaddrinfo(ai);
+	return loopback;
 }
 
 int kn_http_listen(const char *host, int *port, bool reuse_port,

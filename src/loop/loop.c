@@ -4,6 +4,7 @@
  * a request, when a connection's close callback runs) over the codebase;
  * here they are kept in one file.
  */
+#include "loop/internal.h"
 #include "loop.h"
 
 #include <errno.h>
@@ -20,6 +21,7 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -32,6 +34,7 @@ struct kn_loop {
 	struct event **signals;
 	size_t n_signals;
 	struct fetch *fetches;   /* in flight, or done and awaiting free */
+	SSL_CTX *client_tls;     /* https fetches' context, or NULL */
 	struct event *reap_ev;   /* frees done fetches on the next turn */
 };
 
@@ -98,8 +101,19 @@ void kn_loop_free(struct kn_loop *loop)
 	if (loop->reap_ev)
 		event_free(loop->reap_ev);
 	free(loop->signals);
+	SSL_CTX_free(loop->client_tls);
 	event_base_free(loop->base);
 	free(loop);
+}
+
+SSL_CTX **loop_client_ctx(struct kn_loop *loop)
+{
+	return &loop->client_tls;
+}
+
+struct event_base *loop_base(struct kn_loop *loop)
+{
+	return loop->base;
 }
 
 int kn_loop_run(struct kn_loop *loop)
@@ -523,7 +537,7 @@ static bool http_admit(struct kn_front_req *fr, void *arg)
 }
 
 int kn_http_server_new(struct kn_loop *loop, const char *host, int port,
-		       const struct kn_http_limits *limits,
+		       const struct kn_http_limits *limits, struct kn_tls *tls,
 		       kn_http_handler handler, void *arg,
 		       struct kn_http_server **out, int *out_port,
 		       struct kn_error *err)
@@ -538,6 +552,7 @@ int kn_http_server_new(struct kn_loop *loop, const char *host, int port,
 		.body_idle_ms = KN_HTTP_BODY_IDLE_MS,
 		.max_conns = KN_HTTP_MAX_CONNS,
 		.max_conns_per_client = KN_HTTP_MAX_CONNS_PER_CLIENT,
+		.tls = tls,
 		.handler = http_dispatch,
 		.admit = http_admit,
 	};
@@ -601,6 +616,11 @@ const char *kn_http_query(const struct kn_http_req *req, const char *name)
 const char *kn_http_header(const struct kn_http_req *req, const char *name)
 {
 	return req->fr ? kn_front_req_header(req->fr, name) : NULL;
+}
+
+const char *kn_http_client_cert(const struct kn_http_req *req)
+{
+	return req->fr ? kn_front_req_client_cert(req->fr) : NULL;
 }
 
 const char *kn_http_body(const struct kn_http_req *req, size_t *len)
@@ -762,6 +782,7 @@ void kn_http_stream_end(struct kn_http_req *req)
 struct fetch {
 	struct kn_loop *loop;
 	struct evhttp_connection *conn;
+	SSL *ssl;                /* https: the session (the connection's) */
 	kn_http_fetch_cb cb;
 	void *arg;
 	bool done;
@@ -802,7 +823,16 @@ static void fetch_done(struct evhttp_request *ev, void *arg)
 	f->done = true;
 	evtimer_add(f->loop->reap_ev, &now);
 	if (!ev || evhttp_request_get_response_code(ev) == 0) {
-		f->cb(0, NULL, 0, "no answer (connection failed or timed out)",
+		char why[512] = "";
+		if (f->ssl)
+			tls_client_failure(
+				f->ssl,
+				bufferevent_get_openssl_error(
+					evhttp_connection_get_bufferevent(
+						f->conn)),
+				why, sizeof(why));
+		f->cb(0, NULL, 0, why[0] ? why : "no answer (connection "
+						 "failed or timed out)",
 		      f->arg);
 		return;
 	}
@@ -819,6 +849,43 @@ static void fetch_done(struct evhttp_request *ev, void *arg)
 	free(body);
 }
 
+/* A connection to host:port for f, over TLS when tls; NULL on failure. */
+static struct evhttp_connection *fetch_connection(struct kn_loop *loop,
+						  struct fetch *f,
+						  const char *host, int port,
+						  bool tls)
+{
+	struct evhttp_connection *conn;
+	struct bufferevent *bev;
+
+	if (!tls)
+		return evhttp_connection_base_new(
+			loop->base, NULL, host,
+			(ev_uint16_t)(port > 0 ? port : 80));
+	if (!(f->ssl = tls_client_session(loop, host)))
+		return NULL;
+	bev = bufferevent_openssl_socket_new(loop->base, -1, f->ssl,
+					     BUFFEREVENT_SSL_CONNECTING,
+					     BEV_OPT_CLOSE_ON_FREE |
+						     BEV_OPT_DEFER_CALLBACKS);
+	if (!bev) {
+		SSL_free(f->ssl);
+		f->ssl = NULL;
+		return NULL;
+	}
+	/* Servers that close after the answer without close_notify are
+	   common; the answer's length still frames it. */
+	bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+	conn = evhttp_connection_base_bufferevent_new(
+		loop->base, NULL, bev, host,
+		(ev_uint16_t)(port > 0 ? port : 443));
+	if (!conn) {
+		bufferevent_free(bev); /* and the session with it */
+		f->ssl = NULL;
+	}
+	return conn;
+}
+
 int kn_http_fetch(struct kn_loop *loop, const char *method, const char *url,
 		  const char *const *headers, const char *body,
 		  int64_t timeout_ms, kn_http_fetch_cb cb, void *arg)
@@ -833,7 +900,8 @@ int kn_http_fetch(struct kn_loop *loop, const char *method, const char *url,
 	int port;
 
 	if (!uri || !evhttp_uri_get_scheme(uri) ||
-	    strcmp(evhttp_uri_get_scheme(uri), "http") != 0 ||
+	    (strcmp(evhttp_uri_get_scheme(uri), "http") != 0 &&
+	     strcmp(evhttp_uri_get_scheme(uri), "https") != 0) ||
 	    !(host = evhttp_uri_get_host(uri))) {
 		if (uri)
 			evhttp_uri_free(uri);
@@ -851,8 +919,8 @@ int kn_http_fetch(struct kn_loop *loop, const char *method, const char *url,
 	f->loop = loop;
 	f->cb = cb;
 	f->arg = arg;
-	f->conn = evhttp_connection_base_new(loop->base, NULL, host,
-					     (ev_uint16_t)(port > 0 ? port : 80));
+	f->conn = fetch_connection(loop, f, host, port,
+				   !strcmp(evhttp_uri_get_scheme(uri), "https"));
 	if (!f->conn) {
 		free(target);
 		free(f);

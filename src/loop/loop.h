@@ -87,6 +87,65 @@ size_t kn_workers_pending(const struct kn_workers *w);
  */
 void kn_workers_free(struct kn_workers *w);
 
+/* ---- TLS for the HTTP front (tls.c, tls_gen.c) ---- */
+
+/* A server's certificate: PEM files, read again on kn_tls_reload. */
+struct kn_tls_files {
+	const char *cert;      /* the chain, leaf first (ECDSA or RSA) */
+	const char *key;       /* its private key */
+	const char *client_ca; /* CAs client certificates must chain to, or
+				  NULL: none asked for */
+};
+struct kn_tls;
+
+/*
+ * Load the files: 0 with *out, or a negative errno with err naming the
+ * setting (tls-cert, tls-key, tls-client-ca) and the file.
+ */
+int kn_tls_new(const struct kn_tls_files *files, struct kn_tls **out,
+	       struct kn_error *err);
+/*
+ * Read the files again. Connections start on the new certificate from
+ * now; open ones keep theirs. On failure the old one stays in use.
+ * Safe while other threads' fronts accept connections.
+ */
+int kn_tls_reload(struct kn_tls *t, struct kn_error *err);
+/* Whether a file changed (replaced, rewritten, touched) since the load. */
+bool kn_tls_files_changed(struct kn_tls *t);
+/*
+ * Reload t on SIGHUP and when its files change (looked at every every_ms)
+ * on loop, logging each reload under name; t must outlive the watch.
+ * NULL when libevent refuses.
+ */
+struct kn_tls_watch;
+struct kn_tls_watch *kn_tls_watch_new(struct kn_loop *loop,
+				      struct kn_tls *t, const char *name,
+				      int64_t every_ms);
+void kn_tls_watch_free(struct kn_tls_watch *w);
+/* How often servers look at their certificate files. */
+#define KN_TLS_WATCH_MS 2000
+/* Whether client certificates are asked for (a client CA is set). */
+bool kn_tls_verifies_clients(const struct kn_tls *t);
+void kn_tls_free(struct kn_tls *t);
+
+/*
+ * Write a private CA (dir/ca.pem, its key dir/ca.key, kept when already
+ * there) and a server certificate it signs for host, localhost and the
+ * loopback addresses (dir/server.pem, dir/server.key). Creates dir 0700.
+ */
+int kn_tls_self_signed(const char *dir, const char *host,
+		       struct kn_error *err);
+
+/* Whether every address host names is a loopback one (127/8, ::1). */
+bool kn_host_is_loopback(const char *host);
+/*
+ * The rule every kiln listener keeps: plain HTTP only on loopback. 0, or
+ * -EINVAL with err naming the listen setting and the way out (TLS, or
+ * insecure).
+ */
+int kn_tls_listen_check(const char *host, bool tls, bool insecure,
+			struct kn_error *err);
+
 /* ---- HTTP/1.1 server on raw sockets (front.c) ---- */
 
 struct kn_front;
@@ -113,6 +172,7 @@ struct kn_front_options {
 	int64_t body_idle_ms;      /* the most time between body bytes */
 	int max_conns;             /* open connections, else 503 */
 	int max_conns_per_client;  /* of one client address, else 503 */
+	struct kn_tls *tls;        /* speak TLS with it, or NULL: plain */
 	kn_front_handler handler;
 	kn_front_admit admit;      /* or NULL */
 	void *arg;                 /* for handler and admit */
@@ -143,6 +203,11 @@ const char *kn_front_req_header(const struct kn_front_req *r, const char *name);
 const char *kn_front_req_body(const struct kn_front_req *r, size_t *len);
 /* The body, malloc'd, for the caller to keep; the request has none after. */
 char *kn_front_req_take_body(struct kn_front_req *r, size_t *len);
+/*
+ * The common name of the client certificate the connection verified
+ * against the front's client CAs, or NULL (no TLS, no certificate).
+ */
+const char *kn_front_req_client_cert(const struct kn_front_req *r);
 /* A header for the answer; one with a line break is dropped. */
 void kn_front_req_add_header(struct kn_front_req *r, const char *name, const char *value);
 /* When the client goes before the answer is done, call cb(arg) once. */
@@ -214,11 +279,12 @@ typedef bool (*kn_http_admit)(struct kn_http_req *req, void *arg);
 
 /*
  * Listen on host:port (port 0 picks a free one) and call handler for every
- * request. limits NULL takes the defaults above. *out_port gets the bound
+ * request. limits NULL takes the defaults above; tls (kept by the caller,
+ * who may reload it) makes it HTTPS, NULL plain. *out_port gets the bound
  * port. Returns 0 or a negative errno with err naming the address.
  */
 int kn_http_server_new(struct kn_loop *loop, const char *host, int port,
-		       const struct kn_http_limits *limits,
+		       const struct kn_http_limits *limits, struct kn_tls *tls,
 		       kn_http_handler handler, void *arg,
 		       struct kn_http_server **out, int *out_port,
 		       struct kn_error *err);
@@ -234,6 +300,9 @@ const char *kn_http_path(const struct kn_http_req *req);   /* decoded path */
 const char *kn_http_query(const struct kn_http_req *req, const char *name);
 /* A header, or NULL. */
 const char *kn_http_header(const struct kn_http_req *req, const char *name);
+/* The verified client certificate's common name, or NULL (see
+   kn_front_req_client_cert). */
+const char *kn_http_client_cert(const struct kn_http_req *req);
 /* The body (NUL-terminated; may contain NULs within len). */
 const char *kn_http_body(const struct kn_http_req *req, size_t *len);
 /*
@@ -284,8 +353,18 @@ typedef void (*kn_http_fetch_cb)(int status, const char *body, size_t len,
 				 const char *error, void *arg);
 
 /*
- * One HTTP/1.1 request on the loop (plain http:// only: it talks to
- * services on the machine or its link-local metadata endpoint). headers
+ * The CAs https:// fetches on loop trust (a PEM file; NULL: the system's)
+ * and the client certificate they show (cert and key PEM files; key NULL
+ * when it is in cert's file; cert NULL: none). 0, or -EINVAL with err
+ * naming the file.
+ */
+int kn_loop_client_tls(struct kn_loop *loop, const char *ca_file,
+		       const char *cert, const char *key,
+		       struct kn_error *err);
+
+/*
+ * One HTTP/1.1 request on the loop, http:// or https:// (the server's
+ * certificate and host name verified, see kn_loop_client_tls). headers
  * is a NULL-terminated list of "Name: value" strings, body may be NULL.
  * Answers over 1 MiB are refused. Returns 0, or -EINVAL for a URL it
  * cannot use (cb is then never called).

@@ -71,6 +71,7 @@ struct kn_sandbox {
 	size_t n_paths;
 	struct shown shown[MAX_SHOWN];
 	size_t n_shown;
+	bool userns;      /* a user namespace: the ids below are mapped */
 	char uid_map[64], gid_map[64];
 	int status_fd[2]; /* init -> shim: the task's wait status */
 };
@@ -209,9 +210,19 @@ static bool enterable(const struct kn_sandbox *sb, const struct stat *st)
  * tmpfs instead: the task could not see into it anyway, and what it is
  * shown there is mounted again with enterable directories above it.
  */
+static bool in_list(char *const *list, size_t n, const char *path)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(list[i], path))
+			return true;
+	return false;
+}
+
+/* The shown paths share most of their directories: each is looked at once. */
 static void hide_unenterable(struct kn_sandbox *sb)
 {
-	char buf[4096];
+	char buf[4096], **seen = NULL;
+	size_t n_seen = 0;
 	struct stat st;
 
 	for (size_t i = 0; i < sb->n_shown; i++) {
@@ -221,14 +232,24 @@ static void hide_unenterable(struct kn_sandbox *sb)
 		strcpy(buf, sb->shown[i].path);
 		for (char *p = strchr(buf + 1, '/'); p; p = strchr(p + 1, '/')) {
 			*p = '\0';
-			if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) &&
-			    !enterable(sb, &st)) {
-				add_hide(sb, buf);
+			if (in_list(sb->hide, sb->n_hide, buf))
 				break;
+			if (!in_list(seen, n_seen, buf)) {
+				if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) &&
+				    !enterable(sb, &st)) {
+					add_hide(sb, buf);
+					break;
+				}
+				seen = kn_xrealloc(seen, (n_seen + 1) *
+								 sizeof(char *));
+				seen[n_seen++] = kn_xstrdup(buf);
 			}
 			*p = '/';
 		}
 	}
+	for (size_t i = 0; i < n_seen; i++)
+		free(seen[i]);
+	free(seen);
 }
 
 /* Shorter paths first: a directory is shown before what lies in it. */
@@ -238,6 +259,17 @@ static int by_length(const void *a, const void *b)
 	size_t lb = strlen(((const struct shown *)b)->path);
 
 	return la < lb ? -1 : la > lb;
+}
+
+/* This process's ids map to themselves in the task's user namespace. */
+static void identity_maps(struct kn_sandbox *sb)
+{
+	sb->outer_uid = getuid();
+	sb->outer_gid = getgid();
+	snprintf(sb->uid_map, sizeof(sb->uid_map), "%u %u 1\n",
+		 (unsigned)sb->outer_uid, (unsigned)sb->outer_uid);
+	snprintf(sb->gid_map, sizeof(sb->gid_map), "%u %u 1\n",
+		 (unsigned)sb->outer_gid, (unsigned)sb->outer_gid);
 }
 
 static int sandbox_fill(struct kn_sandbox *sb,
@@ -257,12 +289,7 @@ static int sandbox_fill(struct kn_sandbox *sb,
 		if (pw && pw->pw_dir[0] == '/' && pw->pw_dir[1])
 			add_hide(sb, pw->pw_dir);
 	}
-	sb->outer_uid = getuid();
-	sb->outer_gid = getgid();
-	snprintf(sb->uid_map, sizeof(sb->uid_map), "%u %u 1\n",
-		 (unsigned)sb->outer_uid, (unsigned)sb->outer_uid);
-	snprintf(sb->gid_map, sizeof(sb->gid_map), "%u %u 1\n",
-		 (unsigned)sb->outer_gid, (unsigned)sb->outer_gid);
+	identity_maps(sb);
 	add_hide(sb, "/tmp");
 	if (cfg->hide)
 		add_hide(sb, cfg->hide);
@@ -294,7 +321,12 @@ int kn_sandbox_new(const struct kn_sandbox_config *cfg,
 
 	sb->mode = cfg->mode;
 	sb->status_fd[0] = sb->status_fd[1] = -1;
-	if (sb->mode != KN_SANDBOX_NONE)
+	/* Without root, only a user namespace lets it make the others. */
+	sb->userns = sb->mode == KN_SANDBOX_USERNS ||
+		     (sb->mode == KN_SANDBOX_PROCS && geteuid() != 0);
+	if (sb->mode == KN_SANDBOX_PROCS)
+		identity_maps(sb);
+	else if (sb->mode != KN_SANDBOX_NONE)
 		rc = sandbox_fill(sb, cfg, err);
 	if (rc < 0) {
 		kn_sandbox_free(sb);
@@ -369,25 +401,45 @@ static int write_text(const char *path, const char *text)
 	return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
+/*
+ * mkdir -p, from the end: most of a path exists already, and each
+ * directory that does then costs no call (one for the deepest).
+ */
+static int make_dirs(char *path)
+{
+	char *slash;
+	int rc;
+
+	if (mkdir(path, 0755) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT || !(slash = strrchr(path, '/')) || slash == path)
+		return -1;
+	*slash = '\0';
+	rc = make_dirs(path);
+	*slash = '/';
+	if (rc < 0)
+		return -1;
+	return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* mkdir -p in the new tmpfs's, and the file a non-directory moves onto. */
 static int make_target(const char *path, bool dir)
 {
-	char buf[4096];
+	char buf[4096], *slash;
 	size_t len = strlen(path);
 
 	if (len >= sizeof(buf))
 		return -1;
 	memcpy(buf, path, len + 1);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
 	if (dir)
-		return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
+		return make_dirs(buf);
+	slash = strrchr(buf, '/');
+	if (slash != buf) {
+		*slash = '\0';
+		if (make_dirs(buf) < 0)
+			return -1;
+		*slash = '/';
+	}
 	{
 		int fd = open(buf, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
 			      0644);
@@ -492,17 +544,23 @@ static int build_view(const struct kn_sandbox *sb, char *why, size_t len)
 	return rc;
 }
 
+/*
+ * Under Slurm the IPC namespace stays the host's: ranks of a job that
+ * share a node may use System V shared memory with each other.
+ */
 static int namespace_flags(const struct kn_sandbox *sb)
 {
-	int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC;
+	int flags = CLONE_NEWNS | CLONE_NEWPID;
 
-	return sb->mode == KN_SANDBOX_USERNS ? flags | CLONE_NEWUSER : flags;
+	if (sb->mode != KN_SANDBOX_PROCS)
+		flags |= CLONE_NEWIPC;
+	return sb->userns ? flags | CLONE_NEWUSER : flags;
 }
 
 /* The shim's ids map to themselves: inside, the task is no root. */
 static int map_ids(const struct kn_sandbox *sb, char *why, size_t len)
 {
-	if (sb->mode != KN_SANDBOX_USERNS)
+	if (!sb->userns)
 		return 0;
 	if (write_text("/proc/self/uid_map", sb->uid_map) < 0 ||
 	    write_text("/proc/self/setgroups", "deny") < 0 ||
@@ -645,8 +703,15 @@ int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
 
 	if (sb->mode == KN_SANDBOX_NONE)
 		return exec_task(workdir, argv, envp, why, len);
-	if (map_ids(sb, why, len) < 0 || build_view(sb, why, len) < 0)
+	if (map_ids(sb, why, len) < 0)
 		return -1;
+	if (sb->mode == KN_SANDBOX_PROCS) {
+		/* Only the fresh /proc below: it must not reach the host. */
+		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+			return fail(why, len, "cannot make mounts private", "/");
+	} else if (build_view(sb, why, len) < 0) {
+		return -1;
+	}
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, NULL);
 	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
@@ -663,6 +728,27 @@ int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
 
 /* ---- what this machine allows ---- */
 
+/*
+ * A user namespace cannot drop supplementary groups (setgroups is denied
+ * there so that none escapes a group-denied file): the server's reach
+ * its tasks, and nodes say which.
+ */
+static void kept_groups(char *desc, size_t len)
+{
+	gid_t groups[MAX_GROUPS];
+	int n = getgroups(MAX_GROUPS, groups);
+	size_t o = (size_t)snprintf(desc, len, "user namespace");
+
+	for (int i = 0, k = 0; i < n && o < len; i++) {
+		if (groups[i] == getgid())
+			continue;
+		o += (size_t)snprintf(desc + o, len - o, "%s%u",
+				      k++ ? "," : "; supplementary groups "
+						  "kept: ",
+				      (unsigned)groups[i]);
+	}
+}
+
 int kn_sandbox_probe(const char *run_as, enum kn_sandbox_mode *mode,
 		     char *desc, size_t len, struct kn_error *err)
 {
@@ -674,16 +760,14 @@ int kn_sandbox_probe(const char *run_as, enum kn_sandbox_mode *mode,
 
 	memset(&sb, 0, sizeof(sb));
 	sb.mode = m;
+	sb.userns = m == KN_SANDBOX_USERNS;
 	if (m == KN_SANDBOX_UID) {
 		int rc = resolve_user(&sb, run_as ? run_as : KN_TASK_USER, err);
 		free(sb.user);
 		if (rc < 0)
 			return rc;
 	}
-	snprintf(sb.uid_map, sizeof(sb.uid_map), "%u %u 1\n",
-		 (unsigned)getuid(), (unsigned)getuid());
-	snprintf(sb.gid_map, sizeof(sb.gid_map), "%u %u 1\n",
-		 (unsigned)getgid(), (unsigned)getgid());
+	identity_maps(&sb);
 	pid = fork();
 	if (pid < 0)
 		return kn_errorf(err, KN_EIO, NULL, "cannot fork: %s",
@@ -702,7 +786,7 @@ int kn_sandbox_probe(const char *run_as, enum kn_sandbox_mode *mode,
 		snprintf(desc, len, "uid %s, namespaces",
 			 run_as ? run_as : KN_TASK_USER);
 	else
-		snprintf(desc, len, "user namespace");
+		kept_groups(desc, len);
 	*mode = m;
 	return 0;
 }

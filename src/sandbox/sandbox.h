@@ -18,6 +18,11 @@
  * - environment: built from the launch's entries and a short allow-list
  *   of the shim's own (kn_sandbox_env_build), never inherited whole.
  *
+ * Under Slurm (KN_SANDBOX_PROCS) Slurm decides the user and the files;
+ * the shim adds only the process boundary: the pid namespace with its
+ * fresh /proc and init, so the task neither outlives its shim nor sees
+ * the shim or any other process of the job's user.
+ *
  * Rejected: running tasks under bubblewrap or a container runtime. Either
  * is one more program to install on every node, and the shim must keep
  * its process group, exit status and signal semantics, which a wrapper
@@ -88,6 +93,9 @@ enum kn_sandbox_mode {
 	KN_SANDBOX_NONE,   /* the operator's --unisolated */
 	KN_SANDBOX_UID,    /* root: another user, plus namespaces */
 	KN_SANDBOX_USERNS, /* unprivileged: a user namespace, plus the rest */
+	/* Under Slurm: a pid namespace (in a user namespace when not root)
+	   and no_new_privs; the user and the files stay Slurm's. */
+	KN_SANDBOX_PROCS,
 };
 
 /*
@@ -134,7 +142,8 @@ void kn_sandbox_free(struct kn_sandbox *sb);
 
 /*
  * fork() for the task's first process: with a sandbox, a clone straight
- * into its new namespaces (mount, pid, IPC; user when unprivileged),
+ * into its new namespaces (mount, pid, IPC; user when unprivileged; for
+ * KN_SANDBOX_PROCS mount and pid, and user when unprivileged),
  * where the child is pid 1. As fork: the child's pid, 0 in the child, -1
  * and errno.
  */

@@ -4,6 +4,7 @@
  * synchronously except the log stream; anything a handler wrote to the
  * store is committed before the reply is sent.
  */
+#include "openapi.h"
 #include "service.h"
 
 #include <errno.h>
@@ -293,7 +294,7 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 	const char *file = kn_http_query(req, "file");
 	const char *path = kn_http_query(req, "path");
 	json_t *answer;
-	int64_t id;
+	int64_t id, hold = 0;
 
 	(void)param;
 	if (path && path[0] != '/') {
@@ -301,9 +302,14 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 			  "path must be absolute; got \"%s\"", path);
 		return;
 	}
+	if (kn_http_query_int(req, "hold", 0, 1, &hold) < 0) {
+		reply_err(req, KN_EINVAL, "hold", "hold must be 0 or 1%s", "");
+		return;
+	}
 	if (idem_begin(s, req, c))
 		return;
-	if (jobs_submit(s, c, body, len, file, path, &id, &err) < 0 ||
+	if (jobs_submit_fit(s, c, body, len, file, path, hold != 0, &id,
+			    &err) < 0 ||
 	    !(answer = job_answer(s, id, &err))) {
 		idem_abort(s, req);
 		kn_http_reply_error(req, &err);
@@ -522,7 +528,7 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 	struct kn_job_row j;
 	struct kn_task_row *tasks = NULL;
 	struct kn_error err;
-	int64_t id, rank = 0, attempt = 0, offset = 0, follow = 0;
+	int64_t id, rank = 0, attempt = 0, offset = 0, follow = 0, tail = -1;
 	size_t nt = 0;
 	const struct kn_task_row *t = NULL;
 
@@ -536,6 +542,11 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 		reply_err(req, KN_EINVAL, NULL,
 			  "task, attempt, offset and follow must be "
 			  "non-negative integers (follow 0 or 1)%s", "");
+		return;
+	}
+	if (kn_http_query_int(req, "tail", 0, LOGS_TAIL_MAX, &tail) < 0) {
+		reply_err(req, KN_EINVAL, "tail",
+			  "tail must be a number of lines, 0..1000000%s", "");
 		return;
 	}
 	if (follow && !api_follow_admitted(s, req))
@@ -566,7 +577,7 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 		return;
 	}
 	logs_serve(s, req, id, t->task_dir, (int)attempt, (int)rank, offset,
-		   follow != 0);
+		   tail, follow != 0);
 	kn_task_list_free(tasks, nt);
 }
 
@@ -865,8 +876,10 @@ static void h_events(struct server *s, struct kn_http_req *req,
 
 /* The job core's routes and the server's own; each service has its own
    table (service.h). */
-static const struct route routes[] = {
+const struct route api_routes[] = {
 	{"GET", "/healthz", KN_ROLE_VIEWER, true, NULL, h_healthz},
+	{"GET", "/v1/openapi.json", KN_ROLE_VIEWER, true, NULL,
+	 openapi_h_document},
 	{"GET", "/v1/whoami", KN_ROLE_VIEWER, false, NULL, h_whoami},
 	{"POST", "/v1/jobs", KN_ROLE_USER, false, "job.submit", h_job_submit},
 	{"GET", "/v1/jobs", KN_ROLE_VIEWER, false, NULL, h_job_list},
@@ -896,6 +909,7 @@ static const struct route routes[] = {
 	{"DELETE", "/v1/tokens/{name}", KN_ROLE_ADMIN, false, "token.revoke",
 	 h_token_revoke},
 };
+const size_t api_n_routes = sizeof(api_routes) / sizeof(api_routes[0]);
 
 /*
  * Match path against pattern; a "{...}" segment captures into param.
@@ -927,7 +941,8 @@ static bool match(const char *pattern, const char *path, char *param,
 }
 
 /*
- * Who may call route r: the token from the headers, and the route's least
+ * Who may call route r: the token from the headers (else the client
+ * certificate's name, api_tls.c), and the route's least
  * role. true with *c filled, or false when req was answered (401, or 403
  * on the audit record).
  */
@@ -935,6 +950,7 @@ static bool authorize(struct server *s, struct kn_http_req *req,
 		      const struct route *r, struct caller *c)
 {
 	const char *method = kn_http_method(req), *path = kn_http_path(req);
+	const char *authz, *cert;
 	struct kn_error err;
 	struct kn_audit a;
 	char object[96];
@@ -942,7 +958,10 @@ static bool authorize(struct server *s, struct kn_http_req *req,
 	memset(c, 0, sizeof(*c));
 	if (r && r->public_route)
 		return true;
-	if (auth_check(s, kn_http_header(req, "Authorization"), c, &err) < 0) {
+	authz = kn_http_header(req, "Authorization");
+	cert = authz ? NULL : kn_http_client_cert(req);
+	if ((cert ? api_tls_caller(s, cert, c, &err)
+		  : auth_check(s, authz, c, &err)) < 0) {
 		kn_http_reply_error(req, &err);
 		return false;
 	}
@@ -977,9 +996,8 @@ static const struct route *route_find(struct kn_http_req *req, char *param,
 	*path_known = false;
 	for (size_t k = 0; k == 0 || kn_services[k - 1]; k++) {
 		const struct route *table = k ? kn_services[k - 1]->routes
-					      : routes;
-		size_t n = k ? kn_services[k - 1]->n_routes
-			     : sizeof(routes) / sizeof(routes[0]);
+					      : api_routes;
+		size_t n = k ? kn_services[k - 1]->n_routes : api_n_routes;
 		for (size_t i = 0; i < n; i++) {
 			r = &table[i];
 			if (!match(r->pattern, path, param, plen))

@@ -126,9 +126,7 @@ int health_start(struct server *s, struct node_health **out,
 	nh->s = s;
 	nh->job.nh = nh;
 	if (s->cfg.health_sku && *s->cfg.health_sku) {
-		int rc = kn_sku_load(s->cfg.health_sku_file
-					     ? s->cfg.health_sku_file
-					     : KN_SKU_FILE,
+		int rc = kn_sku_load(s->cfg.health_sku_file,
 				     s->cfg.health_sku, &nh->sku, err);
 		if (rc < 0) {
 			free(nh);

@@ -461,19 +461,6 @@ static void task_env_build(struct server *s, struct run *r,
 	out->inputs_ok = inputs_ok;
 }
 
-/* The nodes of a task's GPUs (a MIG slice: its parent GPU's); simulated
-   GPUs have nodes only in --gpu-dev-dir. */
-static char **task_device_nodes(struct server *s, const struct run *r,
-				const struct run_task *t)
-{
-	const struct kn_sched_binding *b = &r->bindings[t->rank];
-
-	if (!s->nodes[b->node].devices.simulated)
-		return kn_device_nodes("/dev", b->devices, b->n_devices);
-	return kn_device_nodes(s->cfg.gpu_dev_dir, b->devices,
-			       s->cfg.gpu_dev_dir ? b->n_devices : 0);
-}
-
 static void launch_task(struct server *s, struct run *r, struct run_task *t)
 {
 	const struct kn_job_spec *spec = r->spec;
@@ -481,11 +468,14 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	int rc;
 	struct kn_task_launch l;
 	struct kn_task_limits limits;
-	char **dev_nodes = task_device_nodes(s, r, t);
+	char **dev_nodes = NULL;
 	char run_as[64];
-	struct kn_error err;
+	struct kn_error err, devices_err;
+	int devices_rc;
 
 	task_env_build(s, r, t, &e);
+	devices_rc = isolation_task_devices(s, &r->bindings[t->rank],
+					    &dev_nodes, &devices_err);
 	memset(&l, 0, sizeof(l));
 	l.task_dir = t->task_dir;
 	l.devices = dev_nodes;
@@ -512,6 +502,8 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	if (rc < 0)
 		kn_errorf(&err, kn_errcode_for_write(rc), NULL,
 			  "cannot create %s: %s", t->task_dir, strerror(-rc));
+	else if ((rc = devices_rc) < 0)
+		err = devices_err;
 	else if (!e.inputs_ok)
 		rc = kn_errorf(&err, KN_EIO, NULL, "its inputs' digests: %s",
 			       e.inputs_err.message);

@@ -444,9 +444,49 @@ static int executor_check(struct server *s, const struct kn_job_spec *spec,
 			 why.message);
 }
 
+/*
+ * A job the cluster could not hold even empty is refused (409) rather
+ * than queued for ever, as sbatch refuses it. Not where the engine places
+ * tasks itself, nor while a pool may add nodes: the autoscaler judges
+ * those.
+ */
+static int fit_check(struct server *s, const struct kn_job_spec *spec,
+		     const char *filename, struct kn_error *err)
+{
+	struct kn_sched_binding *bindings;
+	struct sreq sr;
+	char reason[512];
+	int rc;
+
+	if (s->exec->ops->places_tasks || s->pools)
+		return 0;
+	sreq_build(s, spec, &sr);
+	bindings = kn_xcalloc((size_t)spec->tasks, sizeof(*bindings));
+	rc = kn_sched_place(&s->cluster, &sr.req, bindings, reason,
+			    sizeof(reason));
+	if (rc == 0)
+		kn_sched_release(&s->cluster, &sr.req, bindings);
+	free(bindings);
+	sreq_release(&sr);
+	if (rc == 0 || strncmp(reason, KN_SCHED_NEVER, strlen(KN_SCHED_NEVER)))
+		return 0;
+	return kn_errorf(err, KN_ECONFLICT, "resources",
+			 "%s: %s (hold=1 queues it anyway, for nodes to come)",
+			 filename ? filename : "job", reason);
+}
+
 int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		size_t len, const char *filename, const char *path,
 		int64_t *out_id, struct kn_error *err)
+{
+	return jobs_submit_fit(s, c, text, len, filename, path, true, out_id,
+			       err);
+}
+
+int jobs_submit_fit(struct server *s, const struct caller *c,
+		    const char *text, size_t len, const char *filename,
+		    const char *path, bool hold, int64_t *out_id,
+		    struct kn_error *err)
 {
 	struct kn_job_spec *spec = NULL;
 	struct queued_job *q;
@@ -469,6 +509,8 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		rc = executor_check_inputs(s, spec, filename, err);
 	if (rc == 0)
 		rc = blobstores_check_job(s, spec, filename, err);
+	if (rc == 0 && !hold)
+		rc = fit_check(s, spec, filename, err);
 	if (rc < 0) {
 		kn_job_spec_free(spec);
 		return rc;

@@ -52,17 +52,14 @@ static const char *node_label(const struct server *s, size_t i,
    state interval (the nodes, pools' too, exist by then). */
 static int cost_start(struct server *s, struct kn_error *err)
 {
-	const char *shipped[] = { KN_GPU_SKU_FILE, KN_CPU_SKU_FILE };
 	int64_t now = kn_now_ms();
 	int rc = 0;
 
 	s->catalog = kn_catalog_new();
-	/* Without the shipped catalogs (a binary moved away from its
-	   data/) nodes are unpriced, which the reports say; the server
-	   still runs. A bad --catalog is the user's to fix: refused. */
-	for (size_t i = 0; i < sizeof(shipped) / sizeof(shipped[0]); i++)
-		if (kn_catalog_load(s->catalog, shipped[i], err) < 0)
-			kn_log(KN_LOG_WARN, "cost ledger: %s", err->message);
+	/* Without the shipped catalogs (a data directory removed) nodes
+	   are unpriced, which the reports say; the server still runs. A bad --catalog is the user's to fix: refused. */
+	if (kn_catalog_load_shipped(s->catalog, err) < 0)
+		kn_log(KN_LOG_WARN, "cost ledger: %s", err->message);
 	if (s->cfg.cost_catalog)
 		rc = kn_catalog_load(s->catalog, s->cfg.cost_catalog, err);
 	for (size_t i = 0; rc == 0 && i < s->cluster.n_nodes; i++) {

@@ -575,7 +575,7 @@ static int deploy_start(struct server *s, struct kn_error *err)
 	d->s = s;
 	s->deploy = d;
 	d->timer = kn_timer_new(s->loop, deploy_tick, d);
-	rc = kn_model_presets_load(KN_PRESET_FILE, &d->presets, err);
+	rc = kn_model_presets_load_shipped(&d->presets, err);
 	if (rc == 0)
 		rc = kn_store_deployment_list(s->store, &rows, &n, err);
 	if (rc == 0)

@@ -77,8 +77,12 @@ static int kube_create(const struct server *s, struct kn_executor **out,
 	*out = NULL;
 	rc = kn_kube_auth_load(cfg->kubeconfig, cfg->kube_context,
 			       SERVICE_ACCOUNT_DIR, &auth, err);
-	if (rc == 0)
-		rc = kn_kube_products_load(KN_GPU_PRODUCTS_FILE, &products, err);
+	if (rc == 0) {
+		char *products_file = kn_data_path("gpu-products.csv");
+
+		rc = kn_kube_products_load(products_file, &products, err);
+		free(products_file);
+	}
 	if (rc < 0)
 		goto out;
 	ec.auth = &auth;

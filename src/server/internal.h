@@ -142,6 +142,9 @@ struct server {
 	struct kn_loop *loop;
 	struct kn_store *store;
 	struct kn_http_server *http;
+	struct kn_tls *tls;             /* the API's certificate, or NULL */
+	struct kn_tls_watch *tls_watch; /* reloads it */
+	char *tls_cert_path, *tls_key_path; /* --tls-self-signed's files */
 	struct kn_executor *exec;
 	/* What the services that own jobs tell the job core (jobhooks.h). */
 	struct job_hooks *hooks;
@@ -253,6 +256,15 @@ void isolation_stop(struct server *s);
 int isolation_launch(struct server *s, int64_t job_id,
 		     struct kn_task_launch *l, char *user, size_t len,
 		     struct kn_error *err);
+/*
+ * The device nodes binding b's task may open (its GPUs', the control
+ * nodes, a MIG instance's own capability nodes) into *out, freed with
+ * kn_device_nodes_free; a MIG instance whose nodes cannot be known fails
+ * with err, and its task must not start.
+ */
+int isolation_task_devices(struct server *s,
+			   const struct kn_sched_binding *b, char ***out,
+			   struct kn_error *err);
 
 /* auth.c */
 const char *role_name(enum kn_role r);
@@ -272,6 +284,18 @@ int auth_bootstrap(struct server *s, struct kn_error *err);
 /* From the Authorization header: 0 and *out, or a negative errno + err. */
 int auth_check(struct server *s, const char *header, struct caller *out,
 	       struct kn_error *err);
+
+/* api_tls.c */
+/* Load the API's certificate when TLS is asked for, and watch it. */
+int api_tls_start(struct server *s, struct kn_error *err);
+void api_tls_stop(struct server *s);
+/*
+ * The caller a verified client certificate's common name stands for:
+ * 0 and *out (the name, the role --tls-client-role gives it), or -EACCES
+ * and err (401) when no line names it.
+ */
+int api_tls_caller(struct server *s, const char *name, struct caller *out,
+		   struct kn_error *err);
 
 /* api.c */
 void api_handle(struct kn_http_req *req, void *arg);
@@ -622,10 +646,13 @@ void setup_sched_node(struct server *s, size_t n);
 int setup_labels(struct server *s, size_t n, const char *text,
 		 const char *sep, const char *flag, struct kn_error *err);
 
-/* logs.c */
+/* logs.c: the most lines ?tail= may ask for. */
+#define LOGS_TAIL_MAX 1000000
+/* The log from offset, or its last tail_lines lines when that is
+   not negative. */
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,
 		const char *task_dir, int attempt, int rank, int64_t offset,
-		bool follow);
+		int64_t tail_lines, bool follow);
 void logs_free_all(struct server *s);
 
 #endif

@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -122,5 +123,63 @@ int isolation_launch(struct server *s, int64_t job_id,
 		kn_job_row_release(&row);
 	}
 	l->run_as = user[0] ? user : NULL;
+	return 0;
+}
+
+/*
+ * A MIG instance's capability nodes. kiln does not query NVML for real
+ * MIG instances (only simulated GPUs are in MIG mode), so an instance is
+ * named by where it lies: GPU instance id = its first memory slice, with
+ * one compute instance, 0. Simulated GPUs keep the driver's layout under
+ * --gpu-dev-dir: DIR/mig-minors and DIR/nvidia-caps/.
+ */
+static int mig_nodes(struct server *s, const struct kn_sched_binding *b,
+		     char **nodes, struct kn_error *err)
+{
+	bool simulated = s->nodes[b->node].devices.simulated;
+	char *file = simulated ? kn_asprintf("%s/mig-minors",
+					     s->cfg.gpu_dev_dir)
+			       : kn_xstrdup(KN_MIG_MINORS_FILE);
+	char *caps = simulated ? kn_asprintf("%s/nvidia-caps",
+					     s->cfg.gpu_dev_dir)
+			       : kn_xstrdup("/dev/nvidia-caps");
+	char *text = NULL;
+	size_t len;
+	int rc = kn_read_file(file, 1 << 20, &text, &len);
+
+	if (rc < 0)
+		rc = kn_errorf(err, KN_EIO, "mig",
+			       "cannot read the MIG minors %s: %s", file,
+			       strerror(-rc));
+	else
+		rc = kn_device_mig_nodes(nodes, caps, text, file,
+					 b->devices[0], b->mig_start, 0, err);
+	free(text);
+	free(caps);
+	free(file);
+	return rc;
+}
+
+int isolation_task_devices(struct server *s,
+			   const struct kn_sched_binding *b, char ***out,
+			   struct kn_error *err)
+{
+	const struct kn_device_set *set = &s->nodes[b->node].devices;
+	char **nodes;
+	int rc = 0;
+
+	if (!set->simulated)
+		nodes = kn_device_nodes("/dev", b->devices, b->n_devices);
+	else
+		nodes = kn_device_nodes(s->cfg.gpu_dev_dir, b->devices,
+					s->cfg.gpu_dev_dir ? b->n_devices : 0);
+	/* Without its own nodes a task opens no GPU at all, MIG or not. */
+	if (b->mig_profile && b->n_devices == 1 && nodes[0])
+		rc = mig_nodes(s, b, nodes, err);
+	if (rc < 0) {
+		kn_device_nodes_free(nodes);
+		return rc;
+	}
+	*out = nodes;
 	return 0;
 }

@@ -33,6 +33,8 @@
 struct log_read {
 	char *dir;
 	int64_t offset;
+	int64_t tail_lines; /* the first read starts this many lines from the
+			       end; -1: at offset */
 	ino_t inode;
 	char *data;
 	size_t len;
@@ -97,6 +99,39 @@ static void follower_closed(void *arg)
 	follower_release(arg);
 }
 
+/* Bytes scanned backwards per read when looking for a tail's start. */
+#define TAIL_SCAN_BYTES 65536
+
+/*
+ * Where the last lines lines of fd's size bytes start: just after the
+ * newline that ends the line before them (a final newline ends the last
+ * line, it does not start another), or 0 when there are no more lines.
+ */
+static int64_t tail_offset(int fd, int64_t size, int64_t lines)
+{
+	char buf[TAIL_SCAN_BYTES];
+	int64_t end = size, seen = 0;
+	bool last_byte = true;
+
+	if (lines == 0)
+		return size;
+	while (end > 0) {
+		int64_t start = end > TAIL_SCAN_BYTES ? end - TAIL_SCAN_BYTES : 0;
+		ssize_t n = pread(fd, buf, (size_t)(end - start), (off_t)start);
+
+		if (n != end - start)
+			return 0;
+		for (ssize_t i = n - 1; i >= 0; i--, last_byte = false) {
+			if (buf[i] != '\n' || last_byte)
+				continue;
+			if (++seen == lines)
+				return start + i + 1;
+		}
+		end = start;
+	}
+	return 0;
+}
+
 static void read_work(void *arg)
 {
 	struct log_read *rd = arg;
@@ -117,6 +152,8 @@ static void read_work(void *arg)
 		if (!first && st.st_ino != rd->inode)
 			rd->offset = 0;
 		rd->inode = st.st_ino;
+		if (first && rd->tail_lines >= 0)
+			rd->offset = tail_offset(fd, st.st_size, rd->tail_lines);
 		/* An offset= past the end asks for nothing (a follower goes
 		   on from the end); later, a shorter file was truncated. */
 		if (st.st_size < rd->offset)
@@ -214,7 +251,7 @@ static void read_done(void *arg, bool ran)
 
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,
 		const char *task_dir, int attempt, int rank, int64_t offset,
-		bool follow)
+		int64_t tail_lines, bool follow)
 {
 	struct log_follower *f = kn_xcalloc(1, sizeof(*f));
 
@@ -222,6 +259,7 @@ void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,
 	f->req = req;
 	f->rd.dir = kn_xstrdup(task_dir);
 	f->rd.offset = offset;
+	f->rd.tail_lines = tail_lines;
 	f->job_id = job_id;
 	f->attempt = attempt;
 	f->rank = rank;

@@ -418,10 +418,20 @@ static void round_start(void *arg)
 	source_back(m);
 }
 
+/* The part after http:// or https://, or NULL for another URL. */
+static const char *after_scheme(const char *url)
+{
+	if (!strncmp(url, "http://", 7))
+		return url + 7;
+	if (!strncmp(url, "https://", 8))
+		return url + 8;
+	return NULL;
+}
+
 /* "http://host:port/path" -> "host:port" */
 static void url_instance(const char *url, char *out, size_t len)
 {
-	const char *p = url + strlen("http://");
+	const char *p = after_scheme(url);
 	size_t n = strcspn(p, "/?#");
 
 	snprintf(out, len, "%.*s", (int)n, p);
@@ -437,10 +447,10 @@ static int add_targets(struct monitor *m, const char *list,
 		struct target *t;
 		if (!*u)
 			continue;
-		if (strncmp(u, "http://", 7) != 0 || !u[7]) {
+		if (!after_scheme(u) || !*after_scheme(u)) {
 			rc = kn_errorf(err, KN_EINVAL, "scrape",
-				       "--scrape: \"%s\" is not an http:// URL",
-				       u);
+				       "--scrape: \"%s\" is not an http:// or "
+				       "https:// URL", u);
 			break;
 		}
 		if (m->n_targets == MAX_TARGETS) {
@@ -461,8 +471,7 @@ static int add_targets(struct monitor *m, const char *list,
 int monitor_start(struct server *s, struct monitor **out,
 		  struct kn_error *err)
 {
-	const char *path = s->cfg.alert_rules ? s->cfg.alert_rules
-					      : KN_ALERT_RULES_FILE;
+	const char *path = s->cfg.alert_rules;
 	struct monitor *m;
 	int rc;
 

@@ -884,9 +884,8 @@ int pools_rolling_start(struct server *s, struct pool *p,
 	r->s = s;
 	r->pool = p;
 	if (s->cfg.health_sku && *s->cfg.health_sku) {
-		rc = kn_sku_load(s->cfg.health_sku_file ? s->cfg.health_sku_file
-							 : KN_SKU_FILE,
-				 s->cfg.health_sku, &r->sku, err);
+		rc = kn_sku_load(s->cfg.health_sku_file, s->cfg.health_sku,
+				 &r->sku, err);
 		if (rc < 0) {
 			free(r);
 			return rc;

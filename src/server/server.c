@@ -85,8 +85,7 @@ static int64_t mem_total_bytes(void)
  */
 static int load_mig(struct server *s, struct kn_error *err)
 {
-	const char *file = s->cfg.mig_profiles ? s->cfg.mig_profiles
-					       : KN_MIG_FILE;
+	const char *file = s->cfg.mig_profiles;
 	char *text = NULL;
 	size_t len = 0;
 	int rc;
@@ -129,9 +128,7 @@ static int setup_mig(struct server *s, struct kn_error *err)
 					       "GPU %d (%s) is in MIG mode but "
 					       "%s has no MIG profiles for %s",
 					       d->index, d->model,
-					       s->cfg.mig_profiles
-						       ? s->cfg.mig_profiles
-						       : KN_MIG_FILE,
+					       s->cfg.mig_profiles,
 					       d->model);
 		}
 	}
@@ -435,6 +432,7 @@ static void server_release(struct server *s)
 	free(s->blob_url);
 	blobstores_free(s);
 	kn_http_server_free(s->http);
+	api_tls_stop(s);
 	kn_timer_free(s->tick_timer);
 	kn_timer_free(s->poll_timer);
 	kn_store_free(s->store);
@@ -624,12 +622,16 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		if (rc < 0)
 			goto out;
 	}
+	rc = api_tls_start(&s, err);
+	if (rc < 0)
+		goto out;
 	rc = kn_http_server_new(s.loop, cfg->listen_host, cfg->listen_port,
-				&limits, api_handle, &s, &s.http, &port, err);
+				&limits, s.tls, api_handle, &s, &s.http, &port, err);
 	if (rc < 0)
 		goto out;
 	kn_http_server_set_admit(s.http, api_admit);
-	url = kn_asprintf("http://%s:%d\n", cfg->listen_host, port);
+	url = kn_asprintf("%s://%s:%d\n", s.tls ? "https" : "http",
+			  cfg->listen_host, port);
 	free(path);
 	path = kn_asprintf("%s/server.url", s.home);
 	rc = kn_write_file_atomic(path, url, strlen(url), 0644);
@@ -641,7 +643,10 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 	kn_log(KN_LOG_INFO, "kiln %s listening on %.*s (home %s)", KN_VERSION,
 	       (int)strlen(url) - 1, url, s.home);
 	kn_timer_arm(s.poll_timer, 500);
+	/* Under systemd (Type=notify): started once the API answers. */
+	kn_notify("READY=1");
 	rc = kn_loop_run(s.loop);
+	kn_notify("STOPPING=1");
 	if (rc < 0)
 		kn_errorf(err, KN_EIO, NULL, "event loop failed");
 	unlink(path);

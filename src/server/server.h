@@ -24,6 +24,17 @@ struct kn_server_config {
 	const char *home;         /* $KILN_HOME: created 0700 if missing */
 	const char *listen_host;  /* default 127.0.0.1 */
 	int listen_port;          /* default 7070; 0 = any free port */
+	/* HTTPS on the API (docs/tls.md): the certificate chain and key,
+	   the CAs client certificates must chain to, each client
+	   certificate's "NAME=ROLE" (its common name, the role it gets). */
+	const char *tls_cert;
+	const char *tls_key;
+	const char *tls_client_ca;
+	const char **tls_client_roles;
+	size_t n_tls_client_roles;
+	bool tls_self_signed;     /* make (once) and use HOME/tls's CA and
+				     certificate */
+	bool insecure;            /* plain HTTP on a non-loopback address */
 	const char *gpus;         /* simulated devices ("4xH100-80GB"), or
 				     NULL to discover real ones with NVML */
 	const char *node_name;    /* default: the short host name */
@@ -64,8 +75,9 @@ struct kn_server_config {
 					 the node name) */
 
 	/* Alerts (docs/alerts.md). */
-	const char *alert_rules;  /* rules file; NULL = the shipped defaults,
-				     "" = no rules (nothing is scraped) */
+	const char *alert_rules;  /* rules file (kn_server_config_check fills
+				     in the shipped one), "" = no rules
+				     (nothing is scraped) */
 	const char *scrape_urls;  /* exporters to scrape, comma-separated
 				     http:// URLs, or NULL */
 	int64_t scrape_interval_ms; /* default 15s */
@@ -76,9 +88,9 @@ struct kn_server_config {
 	int64_t health_interval_ms; /* default 5m; 0 = never */
 	const char *health_root;    /* "/" or a fixture tree */
 	const char *health_sku;     /* VM size for the inventory checks */
-	const char *health_sku_file;/* NULL = the shipped catalogue */
+	const char *health_sku_file;/* default the shipped catalogue */
 	const char *health_kernel_log; /* NULL = ROOT/dev/kmsg */
-	const char *mig_profiles;     /* MIG table; NULL = KN_MIG_FILE */
+	const char *mig_profiles;     /* MIG table; default the shipped one */
 
 	/* Where tasks run (docs/scale-out.md). */
 	const char *executor;         /* "local" (default), "slurm" or
@@ -188,6 +200,13 @@ int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err);
  * use, database refused, bad --gpus).
  */
 int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err);
+
+/*
+ * The API's OpenAPI 3.1 document (GET /v1/openapi.json), as indented JSON
+ * text to free, built from the route tables without a server. NULL with
+ * err naming a route that has no description.
+ */
+char *kn_server_openapi(struct kn_error *err);
 
 /*
  * `kiln audit verify --home DIR`: the check GET /v1/audit/verify makes,

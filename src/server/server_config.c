@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "cost/cost.h"
+#include "loop/loop.h"
+#include "server/internal.h"
 
 /* A config file is a page or two of text. */
 #define CONFIG_MAX_BYTES (256 * 1024)
@@ -110,6 +112,19 @@ static const char *const executors[] = {"local", "slurm", "kubernetes",
 static const struct kn_option server_options[] = {
 	{"listen", KN_OPT_STRING, "HOST:PORT", .set = set_listen,
 	 .help = "address of the API"},
+	{"tls-cert", KN_OPT_PATH, "FILE", F(tls_cert),
+	 .help = "the API's certificate chain (PEM): serve HTTPS"},
+	{"tls-key", KN_OPT_PATH, "FILE", F(tls_key),
+	 .help = "the certificate's private key (PEM)"},
+	{"tls-client-ca", KN_OPT_PATH, "FILE", F(tls_client_ca),
+	 .help = "CAs that client certificates must chain to"},
+	{"tls-client-role", KN_OPT_LIST, "NAME=ROLE", F(tls_client_roles),
+	 F(n_tls_client_roles),
+	 .help = "the role of a client certificate's name (repeatable)"},
+	{"tls-self-signed", KN_OPT_BOOL, NULL, F(tls_self_signed),
+	 .help = "make a CA and a certificate in HOME/tls and serve HTTPS"},
+	{"insecure", KN_OPT_BOOL, NULL, F(insecure),
+	 .help = "allow plain HTTP on a non-loopback address"},
 	{"gpus", KN_OPT_STRING, "SPEC", F(gpus),
 	 .help = "simulate devices instead of using NVML"},
 	{"gpu-dev-dir", KN_OPT_PATH, "DIR", F(gpu_dev_dir),
@@ -364,6 +379,70 @@ static int check_nodes(const struct kn_server_config *cfg,
 	return 0;
 }
 
+/* An option naming a data file defaults to the one shipped with kiln,
+   found where kiln is installed (kn_data_path). */
+static void shipped_default(struct kn_server_config *cfg, const char **field,
+			    const char *name)
+{
+	char *path;
+
+	if (*field)
+		return;
+	path = kn_data_path(name);
+	*field = kn_strpool_keep(&cfg->strings, path);
+	free(path);
+}
+
+/* Each "NAME=ROLE" of --tls-client-role: a name, and a role tokens have. */
+static int check_client_roles(const struct kn_server_config *cfg,
+			      struct kn_error *err)
+{
+	for (size_t i = 0; i < cfg->n_tls_client_roles; i++) {
+		const char *m = cfg->tls_client_roles[i],
+			   *eq = strrchr(m, '=');
+		enum kn_role role;
+		if (!eq || eq == m || role_parse(eq + 1, &role) < 0)
+			return kn_errorf(err, KN_EINVAL, "tls-client-role",
+					 "tls-client-role: \"%s\" is not "
+					 "NAME=ROLE with a role of viewer, "
+					 "user, operator or admin", m);
+	}
+	return 0;
+}
+
+/*
+ * TLS settings that go together, and the rule that keeps credentials off
+ * the network in clear: plain HTTP only on loopback, unless insecure.
+ */
+static int check_tls(const struct kn_server_config *cfg, struct kn_error *err)
+{
+	bool tls = cfg->tls_cert || cfg->tls_key || cfg->tls_self_signed;
+
+	if (cfg->tls_self_signed && (cfg->tls_cert || cfg->tls_key))
+		return kn_errorf(err, KN_EINVAL, "tls-self-signed",
+				 "tls-self-signed: makes its own certificate; "
+				 "give it or tls-cert and tls-key, not both");
+	if (!cfg->tls_self_signed && !cfg->tls_cert != !cfg->tls_key)
+		return kn_errorf(err, KN_EINVAL,
+				 cfg->tls_cert ? "tls-key" : "tls-cert",
+				 "%s: missing: tls-cert and tls-key go "
+				 "together", cfg->tls_cert ? "tls-key"
+							   : "tls-cert");
+	if ((cfg->tls_client_ca || cfg->n_tls_client_roles) && !tls)
+		return kn_errorf(err, KN_EINVAL, "tls-client-ca",
+				 "tls-client-ca and tls-client-role need TLS "
+				 "(tls-cert and tls-key, or tls-self-signed)");
+	if (cfg->n_tls_client_roles && !cfg->tls_client_ca)
+		return kn_errorf(err, KN_EINVAL, "tls-client-role",
+				 "tls-client-role: needs tls-client-ca, the "
+				 "CAs client certificates are checked "
+				 "against");
+	if (cfg->listen_host &&
+	    kn_tls_listen_check(cfg->listen_host, tls, cfg->insecure, err) < 0)
+		return -EINVAL;
+	return check_client_roles(cfg, err);
+}
+
 int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err)
 {
 	int rc = check_nodes(cfg, err);
@@ -373,7 +452,13 @@ int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err)
 	rc = executors_config_check(cfg, err);
 	if (rc)
 		return rc;
+	rc = check_tls(cfg, err);
+	if (rc)
+		return rc;
 	if (cfg->azure_events && !cfg->azure_events_url)
 		cfg->azure_events_url = KN_AZURE_EVENTS_URL;
+	shipped_default(cfg, &cfg->alert_rules, "alert-rules.yaml");
+	shipped_default(cfg, &cfg->health_sku_file, "azure-gpu-skus.csv");
+	shipped_default(cfg, &cfg->mig_profiles, "mig-profiles.csv");
 	return 0;
 }

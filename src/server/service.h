@@ -63,6 +63,10 @@ struct service {
 extern const struct service pools_service, cost_service, backup_service,
 	deploy_service, models_service, workflows_service, reval_service;
 
+/* The job core's routes and the server's own (api.c). */
+extern const struct route api_routes[];
+extern const size_t api_n_routes;
+
 /* server.c's table: NULL-terminated. */
 extern const struct service *const kn_services[];
 

@@ -222,6 +222,16 @@ int kn_model_presets_load(const char *path, struct kn_model_presets **out,
 	return rc;
 }
 
+int kn_model_presets_load_shipped(struct kn_model_presets **out,
+				  struct kn_error *err)
+{
+	char *path = kn_data_path("model-presets.csv");
+	int rc = kn_model_presets_load(path, out, err);
+
+	free(path);
+	return rc;
+}
+
 void kn_model_presets_free(struct kn_model_presets *p)
 {
 	if (!p)

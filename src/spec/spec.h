@@ -280,6 +280,9 @@ struct kn_model_presets;
  */
 int kn_model_presets_load(const char *path, struct kn_model_presets **out,
 			  struct kn_error *err);
+/* The table shipped with kiln (model-presets.csv, see kn_data_path). */
+int kn_model_presets_load_shipped(struct kn_model_presets **out,
+				  struct kn_error *err);
 /* The same from text in memory (path is used in messages). */
 int kn_model_presets_parse(const char *text, size_t len, const char *path,
 			   struct kn_model_presets **out,

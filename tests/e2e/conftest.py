@@ -298,9 +298,14 @@ class Server:
         return requests.request(method, self.url + path, headers=headers,
                                 timeout=30, **kw)
 
-    def submit(self, spec, token="admin", filename="job.yaml"):
+    def submit(self, spec, token="admin", filename="job.yaml", hold=True):
+        """hold: queue a job even if it can never fit (many tests want one
+        that waits); the refusal itself is tested with hold=False."""
+        params = {"file": filename}
+        if hold:
+            params["hold"] = "1"
         r = self.request("POST", "/v1/jobs", token=token, data=spec,
-                         params={"file": filename})
+                         params=params)
         assert r.status_code == 201, r.text
         return r.json()["job"]["id"]
 

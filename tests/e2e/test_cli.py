@@ -56,7 +56,7 @@ def test_validate_needs_no_server(tmp_path):
 def test_ls_show_json_and_cancel(server, tmp_path):
     spec = write(tmp_path, "big.yaml", job_yaml("big", ["/bin/true"],
                                                 resources={"gpus": 8}))
-    jid = int(server.cli("submit", spec, check=True).stdout)
+    jid = int(server.cli("submit", "--hold", spec, check=True).stdout)
     r = server.cli("ls", "-o", "json", check=True)
     jobs = json.loads(r.stdout)["jobs"]
     assert [j["id"] for j in jobs] == [jid]

@@ -171,7 +171,8 @@ def test_concurrent_submits_survive_kill9_exactly_once(tmp_path):
     """Submits from 8 client threads, each retried with its key until
     answered, while the server is killed -9 twice and restarted on the
     same home and port: every job is stored exactly once. The jobs ask
-    for a GPU model no node has, so none runs. KILN_IDEMPOTENCY_SUBMITS
+    for a GPU model no node has, held (hold=1) so they queue, and none
+    runs. KILN_IDEMPOTENCY_SUBMITS
     sets the number of submits (default 600, run at 2,000 for
     docs/benchmarks.md): on a shared 2-core machine each submit into a
     long queue costs more (the scheduler's pass grows with the queue),
@@ -207,7 +208,7 @@ def test_concurrent_submits_survive_kill9_exactly_once(tmp_path):
             deadline = time.monotonic() + 60 * slack
             while True:
                 try:
-                    r = session.post(url + "/v1/jobs", data=spec,
+                    r = session.post(url + "/v1/jobs?hold=1", data=spec,
                                      headers={"Authorization":
                                               f"Bearer {token}",
                                               "Idempotency-Key": key},

@@ -32,9 +32,10 @@ class IsolatedServer(Server):
     """A server with secrets in its environment, run as root or, with
     as_user, as that unprivileged user through setpriv."""
 
-    def __init__(self, home, as_user=None, extra=()):
+    def __init__(self, home, as_user=None, extra=(), groups=()):
         super().__init__(home, gpus="2xH100-80GB", extra=extra)
         self.as_user = as_user
+        self.groups = groups  # supplementary groups of an unprivileged one
 
     def start(self):
         url_file = self.home / "server.url"
@@ -50,7 +51,9 @@ class IsolatedServer(Server):
             # test_isolation_limits.py; this suite is about the sandbox.
             args.append("--no-limits")
             args = ["setpriv", f"--reuid={self.as_user.pw_uid}",
-                    f"--regid={self.as_user.pw_gid}", "--clear-groups",
+                    f"--regid={self.as_user.pw_gid}",
+                    (f"--groups={','.join(map(str, self.groups))}"
+                     if self.groups else "--clear-groups"),
                     "--inh-caps=-all", "--", *args]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=log)
@@ -154,18 +157,54 @@ def test_environment_is_built_not_inherited(iso):
     assert "PATH=" in log
 
 
+# Tries PTRACE_ATTACH on each pid given; prints "ptrace PID errno".
+PTRACE = (
+    "import ctypes, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "for pid in sys.argv[1:]:\n"
+    "    rc = libc.ptrace(16, int(pid), None, None)\n"
+    "    print('ptrace', pid, 0 if rc == 0 else ctypes.get_errno())\n")
+
+
 def test_task_cannot_signal_or_inspect_the_server(iso):
+    """Neither the server nor the task's own shim can be stopped, traced
+    or read by the task."""
     pid = iso.proc.pid
-    script = (f"kill -STOP {pid}; echo kill=$?; "
+    # The shim's pid (its shim.pid is not the task's to read) comes from
+    # the test, once the task runs.
+    script = ("t=\"$KILN_TASK_DIR/target\"; "
+              "while [ ! -s \"$t\" ]; do sleep 0.05; done; shim=$(cat \"$t\"); "
+              f"kill -STOP {pid}; echo kill=$?; "
+              "kill -STOP $shim; echo shimkill=$?; "
               f"cat /proc/{pid}/environ; echo cat=$?; "
+              "cat /proc/$shim/environ; echo shimcat=$?; "
+              f"/usr/bin/python3 -c \"$PTRACE\" {pid} $shim; "
               "ls /proc | grep -c '^[0-9]' ")
-    jid, job, log = run_job(iso, "stopper", script, user_token(iso))
-    assert "kill=0" not in log, log
-    assert "cat=0" not in log, log
+    jid = iso.submit(job_yaml("stopper", ["/bin/sh", "-c", script],
+                              env={"PTRACE": PTRACE}),
+                     token=user_token(iso))
+    iso.wait_state(jid, "running")
+    task = next(iso.home.glob(f"tasks/{jid}/*/0"))
+    wait_for(lambda: (task / "shim.pid").exists(), what="shim.pid")
+    shim = int((task / "shim.pid").read_text().split()[0])
+    (task / "target.tmp").write_text(f"{shim}\n")
+    os.chmod(task / "target.tmp", 0o644)
+    os.rename(task / "target.tmp", task / "target")
+    job = iso.wait_state(jid, ("succeeded", "failed"), timeout=60)
+    log = iso.logs(jid)
+    assert job["state"] == "succeeded", log
+    for what in ("kill", "shimkill", "cat", "shimcat"):
+        assert f"{what}=0" not in log and f"{what}=" in log, log
+    ptraced = [l.split() for l in log.splitlines() if l.startswith("ptrace")]
+    assert len(ptraced) == 2 and all(p[2] != "0" for p in ptraced), log
     assert SECRETS["AZURE_STORAGE_KEY"] not in log
-    with open(f"/proc/{pid}/stat") as f:
-        state = f.read().rsplit(")", 1)[1].split()[0]
-    assert state != "T"
+    for p in (pid, shim):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            continue  # the shim has ended with its task
+        assert state not in ("T", "t"), (p, state)
     assert iso.request("GET", "/v1/nodes").status_code == 200
     # Only its own few processes are in its /proc.
     assert int(log.strip().splitlines()[-1]) < 10, log
@@ -184,15 +223,25 @@ def test_tmp_is_private(iso):
 
 
 def test_task_runs_unprivileged(iso):
-    jid, job, log = run_job(iso, "whoami", "id -u; id -un; grep Cap /proc/self/status",
+    jid, job, log = run_job(iso, "whoami", "id -u; id -un; grep -E "
+                            "'Cap|Groups|NoNewPrivs' /proc/self/status",
                             user_token(iso))
     assert job["state"] == "succeeded", log
     lines = log.splitlines()
+    groups = next(l for l in lines if l.startswith("Groups:")).split()[1:]
     if iso.mode == "root":
         assert lines[0] == str(pwd.getpwnam(TASK_USER).pw_uid)
         assert lines[1] == TASK_USER
+        # The server's supplementary groups (root's 0) are gone: only the
+        # task user's own remain.
+        task = pwd.getpwnam(TASK_USER)
+        want = set(os.getgrouplist(TASK_USER, task.pw_gid))
+        assert {int(g) for g in groups} <= want, log
+        assert "0" not in groups, log
     else:
         assert lines[0] == str(NOBODY.pw_uid)
+        assert "0" not in groups, log
+    assert "NoNewPrivs:\t1" in log, log
     for cap in ("CapPrm", "CapEff", "CapBnd", "CapAmb"):
         assert f"{cap}:\t0000000000000000" in log, log
 
@@ -204,6 +253,20 @@ def test_nodes_report_isolation(iso):
     assert nodes[0]["isolation"] == want
     out = iso.cli("nodes", check=True, token=iso.admin_token).stdout
     assert f"isolation: {want}" in out
+
+
+def test_unprivileged_server_says_which_groups_its_tasks_keep(tmp_path):
+    """A user namespace cannot drop the server's supplementary groups:
+    the task has them, and nodes say so."""
+    s = IsolatedServer(make_home(tmp_path, NOBODY), as_user=NOBODY,
+                       groups=(100, 4242)).start()
+    try:
+        nodes = s.request("GET", "/v1/nodes").json()["nodes"]
+        assert nodes[0]["isolation"] == \
+            "user namespace; supplementary groups kept: 100,4242"
+    finally:
+        s.stop()
+        kill_processes_under(s.home)
 
 
 def test_owner_maps_to_unix_user(tmp_path):

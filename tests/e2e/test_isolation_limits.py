@@ -179,6 +179,86 @@ def test_task_opens_only_its_own_gpu_node(limited, tmp_path):
         devdir.rmdir()
 
 
+def make_mig_dev(devdir, instances):
+    """Simulated device nodes of one MIG GPU, as the NVIDIA driver lays
+    them out: nvidia0, nvidia-caps/nvidia-cap<minor> per instance, and
+    the table of minors (GPU instance N: access 100+2N, its compute
+    instance 0: 101+2N) for the given instances."""
+    caps = devdir / "nvidia-caps"
+    caps.mkdir(parents=True)
+    subprocess.run(["mknod", "-m", "0666", str(devdir / "nvidia0"), "c",
+                    "195", "0"], check=True)
+    lines = ["config 1", "monitor 2"]
+    for gi in range(7):
+        for minor in (100 + 2 * gi, 101 + 2 * gi):
+            subprocess.run(["mknod", "-m", "0666",
+                            str(caps / f"nvidia-cap{minor}"), "c", "195",
+                            str(minor)], check=True)
+        if gi in instances:
+            lines += [f"gpu0/gi{gi}/access {100 + 2 * gi}",
+                      f"gpu0/gi{gi}/ci0/access {101 + 2 * gi}"]
+    (devdir / "mig-minors").write_text("\n".join(lines) + "\n")
+
+
+MIG_PROBE = (
+    "import errno, json, os, sys, time\n"
+    "caps = sys.argv[1] + '/nvidia-caps'\n"
+    "out = {'visible': os.environ['CUDA_VISIBLE_DEVICES']}\n"
+    "for name in sorted(os.listdir(caps)):\n"
+    "    try:\n"
+    "        os.close(os.open(caps + '/' + name, os.O_RDWR))\n"
+    "        out[name] = 'opened'\n"
+    "    except OSError as e:\n"
+    "        out[name] = errno.errorcode[e.errno]\n"
+    "print(json.dumps(out), flush=True)\n"
+    "time.sleep(float(sys.argv[2]))\n")
+
+
+def test_mig_tasks_open_only_their_own_instance(limited, tmp_path):
+    """Two tasks on instances of one MIG GPU: each may open its own
+    instance's capability nodes (ENXIO: no driver here) and no other's
+    (EPERM from the device cgroup)."""
+    start, _ = limited
+    devdir = tmp_path / "dev"
+    make_mig_dev(devdir, range(7))
+    s = start("--gpu-dev-dir", str(devdir), gpus="1xA100-80GB:mig")
+    first = s.submit(job_yaml("mig-a", [PY, "-c", MIG_PROBE, str(devdir),
+                                        "60"],
+                              resources={"gpus": "mig:1g.10gb"}))
+    wait_for(lambda: "visible" in s.logs(first), what="the first task")
+    second = s.submit(job_yaml("mig-b", [PY, "-c", MIG_PROBE, str(devdir),
+                                         "0"],
+                               resources={"gpus": "mig:1g.10gb"}))
+    s.wait_state(second, "succeeded", timeout=60)
+    s.cli("cancel", str(first), check=True)
+    starts = set()
+    for jid in (first, second):
+        got = json.loads(s.logs(jid).strip().splitlines()[0])
+        gi = int(got.pop("visible").rsplit("-", 1)[1])
+        starts.add(gi)
+        own = {f"nvidia-cap{100 + 2 * gi}", f"nvidia-cap{101 + 2 * gi}"}
+        assert len(got) == 14, got
+        assert got == {n: "ENXIO" if n in own else "EPERM" for n in got}, \
+            (jid, got)
+    assert len(starts) == 2, starts
+
+
+def test_mig_instance_unknown_to_the_driver_is_not_started(limited,
+                                                            tmp_path):
+    """A MIG instance missing from the driver's table of minors fails
+    closed: its task does not start, and the reason names the instance."""
+    start, _ = limited
+    devdir = tmp_path / "dev"
+    make_mig_dev(devdir, ())
+    s = start("--gpu-dev-dir", str(devdir), gpus="1xA100-80GB:mig")
+    jid = s.submit(job_yaml("mig-unknown", [PY, "-c", MIG_PROBE,
+                                            str(devdir), "0"],
+                            resources={"gpus": "mig:1g.10gb"}))
+    job = s.wait_state(jid, "failed", timeout=60)
+    assert "cannot start: no minor for gpu0/gi" in job["reason"], job
+    assert "visible" not in s.logs(jid)
+
+
 def test_nodes_report_the_limits(limited):
     start, _ = limited
     s = start("--pids-max", "512")

@@ -24,8 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	json_t *a, *b;
 	char *text;
 
-	if (!presets && kn_model_presets_load(KN_PRESET_FILE, &presets,
-					      &err) < 0)
+	if (!presets && kn_model_presets_load_shipped(&presets, &err) < 0)
 		abort();
 	memset(&err, 0, sizeof(err));
 	if (kn_deployment_spec_parse((const char *)data, size, "fuzz.yaml",

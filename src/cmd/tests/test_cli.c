@@ -97,7 +97,7 @@ static void test_parse_errors(void **state)
 	static char *bad_count[] = {"ls", "--limit", "-3", NULL};
 	static char *extra[] = {"ls", "a", "b", NULL};
 	static char *missing[] = {"ls", NULL};
-	static char *bad_output[] = {"ls", "-o", "yaml", NULL};
+	static char *bad_output[] = {"ls", "-o", "xml", NULL};
 	static char *help[] = {"ls", "--help", NULL};
 	const char *st = NULL, *pos = NULL;
 	bool all = false;
@@ -158,7 +158,7 @@ static void test_job_id(void **state)
 	assert_int_equal(id, 42);
 }
 
-static void test_clean_and_truncate(void **state)
+static void test_clean(void **state)
 {
 	char buf[64];
 	char small[5];
@@ -171,15 +171,6 @@ static void test_clean_and_truncate(void **state)
 	assert_string_equal(small, "ab");
 	cli_clean(small, "aé", 4);
 	assert_string_equal(small, "aé");
-
-	snprintf(buf, sizeof(buf), "0123456789");
-	cli_truncate(buf, 10);
-	assert_string_equal(buf, "0123456789");
-	cli_truncate(buf, 8);
-	assert_string_equal(buf, "01234...");
-	snprintf(buf, sizeof(buf), "ééééééé");
-	cli_truncate(buf, 5);
-	assert_string_equal(buf, "éé...");
 }
 
 static void test_formats(void **state)
@@ -272,6 +263,61 @@ static void test_table(void **state)
 	cli_table_free(t);
 }
 
+/* Print t as ctx asks into *out (malloc'd). */
+static void show(const struct cli_ctx *ctx, struct cli_table *t, char **out)
+{
+	size_t len = 0;
+	FILE *f = open_memstream(out, &len);
+
+	cli_table_show(ctx, t, f, 0);
+	fclose(f);
+}
+
+static void test_table_fits_80_columns(void **state)
+{
+	static const char *const headers[] = {"ID", "NAME", "STATE", "REASON",
+					      NULL};
+	struct cli_ctx ctx = {.output = "table"};
+	struct cli_table *t = cli_table_new(headers);
+	char name[61], reason[71], *out = NULL, *nl;
+
+	(void)state;
+	memset(name, 'n', 60);
+	name[60] = '\0';
+	memset(reason, 'r', 70);
+	reason[70] = '\0';
+	cli_table_cuttable(t, 1);
+	cli_table_cuttable(t, 3);
+	cli_table_cell(t, "7");
+	cli_table_cell(t, name);
+	cli_table_cell(t, "queued");
+	cli_table_cell(t, reason);
+	show(&ctx, t, &out);
+	/* Second line: 1 + 2 + NAME + 2 + 6 + 2 + REASON = 80 characters,
+	   the widest free-text column narrowed first, both ending in "…". */
+	nl = strchr(out, '\n');
+	assert_non_null(nl);
+	assert_non_null(strstr(nl, "nnnn\u2026  queued  rrrr"));
+	assert_non_null(strstr(nl, "r\u2026\n"));
+	assert_int_equal(strlen(nl + 1) - 1 - 2 * (strlen("\u2026") - 1), 80);
+	free(out);
+	cli_table_free(t);
+
+	/* -o wide and --no-headers: nothing cut, no header row. */
+	t = cli_table_new(headers);
+	cli_table_cuttable(t, 1);
+	cli_table_cell(t, "7");
+	cli_table_cell(t, name);
+	ctx.output = "wide";
+	ctx.no_headers = true;
+	show(&ctx, t, &out);
+	/* "ID" is the first column's width: three spaces after "7". */
+	assert_int_equal(strncmp(out, "7   nnn", 7), 0);
+	assert_int_equal(strlen(out), 1 + 3 + 60 + 1);
+	free(out);
+	cli_table_free(t);
+}
+
 static void test_query(void **state)
 {
 	struct kn_buf path;
@@ -301,10 +347,11 @@ int main(void)
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_closest),
 		cmocka_unit_test(test_job_id),
-		cmocka_unit_test(test_clean_and_truncate),
+		cmocka_unit_test(test_clean),
 		cmocka_unit_test(test_formats),
 		cmocka_unit_test(test_json_helpers),
 		cmocka_unit_test(test_table),
+		cmocka_unit_test(test_table_fits_80_columns),
 		cmocka_unit_test(test_query),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

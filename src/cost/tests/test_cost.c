@@ -581,8 +581,8 @@ static void test_shipped_catalog(void **state)
 	double usd;
 
 	(void)state;
-	if (kn_catalog_load(c, KN_GPU_SKU_FILE, &err) < 0 ||
-	    kn_catalog_load(c, KN_CPU_SKU_FILE, &err) < 0)
+	if (kn_catalog_load(c, KN_TEST_DATA_DIR "/azure-gpu-skus.csv", &err) < 0 ||
+	    kn_catalog_load(c, KN_TEST_DATA_DIR "/azure-cpu-skus.csv", &err) < 0)
 		fail_msg("%s", err.message);
 	assert_true(kn_catalog_count(c) > 20);
 	s = kn_catalog_find(c, "Standard_ND96isr_H200_v5");

@@ -55,6 +55,59 @@ static void test_simulated_devices(void **state)
 	kn_device_set_release(&set);
 }
 
+/* As the NVIDIA driver lists them: two instances on GPU 0, one on 1. */
+static const char mig_minors[] = "config 1\n"
+				 "monitor 2\n"
+				 "gpu0/gi1/access 12\n"
+				 "gpu0/gi1/ci0/access 13\n"
+				 "gpu0/gi2/access 21\n"
+				 "gpu0/gi2/ci0/access 22\n"
+				 "gpu1/gi1/access 147\n"
+				 "gpu1/gi1/ci0/access 148\n"
+				 "gpu0/gi3/access x\n";
+
+static void test_device_mig_nodes(void **state)
+{
+	int gpu0[] = {0};
+	char **nodes = kn_device_nodes("/dev", gpu0, 1);
+	struct kn_error err;
+	size_t k = 0;
+	(void)state;
+
+	/* Only its own instance's two nodes, after the GPU's. */
+	assert_int_equal(kn_device_mig_nodes(nodes, "/dev/nvidia-caps",
+					     mig_minors, "mig-minors", 0, 2, 0,
+					     &err),
+			 0);
+	while (nodes[k])
+		k++;
+	assert_string_equal(nodes[0], "/dev/nvidia0");
+	assert_string_equal(nodes[k - 2], "/dev/nvidia-caps/nvidia-cap21");
+	assert_string_equal(nodes[k - 1], "/dev/nvidia-caps/nvidia-cap22");
+	kn_device_nodes_free(nodes);
+
+	/* An instance the driver does not list: refused, nothing added. */
+	nodes = kn_device_nodes("/dev", gpu0, 1);
+	assert_true(kn_device_mig_nodes(nodes, "/dev/nvidia-caps", mig_minors,
+					"mig-minors", 0, 4, 0, &err) < 0);
+	assert_string_equal(err.field, "mig");
+	assert_non_null(strstr(err.message, "no minor for gpu0/gi4/access in "
+					    "mig-minors"));
+	/* gpu1's gi1 is not gpu0's; a compute instance not listed fails. */
+	assert_true(kn_device_mig_nodes(nodes, "/dev/nvidia-caps", mig_minors,
+					"mig-minors", 0, 1, 1, &err) < 0);
+	assert_non_null(strstr(err.message, "gpu0/gi1/ci1/access"));
+	assert_true(kn_device_mig_nodes(nodes, "/dev/nvidia-caps", mig_minors,
+					"mig-minors", 0, 3, 0, &err) < 0);
+	assert_non_null(strstr(err.message, "mig-minors:9: the minor of "
+					    "gpu0/gi3/access is not a number"));
+	assert_true(kn_device_mig_nodes(nodes, "/dev/nvidia-caps", "",
+					"mig-minors", 1, 1, 0, &err) < 0);
+	for (k = 0; nodes[k]; k++)
+		assert_null(strstr(nodes[k], "nvidia-cap"));
+	kn_device_nodes_free(nodes);
+}
+
 static void test_device_nodes(void **state)
 {
 	char dir[] = "/tmp/kiln-devnodes-XXXXXX", *ctl;
@@ -709,7 +762,7 @@ static void test_executor_instances(void **state)
 	assert_null(slurm->ops->check);
 	assert_string_equal(slurm->ops->selector_key, "pool");
 	assert_string_equal(slurm->ops->isolation,
-			    "slurm executor: its own; environment built");
+			    "slurm executor: its own; pid namespace, environment built");
 	assert_string_equal(slurm->ops->limits,
 			    "tasks run under the slurm executor");
 	assert_true(slurm->ops->home_searchable);
@@ -854,6 +907,7 @@ int main(void)
 		cmocka_unit_test(test_simulated_devices),
 		cmocka_unit_test(test_simulated_devices_bad),
 		cmocka_unit_test(test_device_nodes),
+		cmocka_unit_test(test_device_mig_nodes),
 		cmocka_unit_test(test_launch_carries_devices),
 		cmocka_unit_test(test_shim_limits_refused),
 		cmocka_unit_test(test_shim_oom_reason),

@@ -58,7 +58,7 @@ static void test_table(void **state)
 	const struct kn_gpu_perf_row *r;
 	(void)state;
 
-	assert_int_equal(kn_gpu_perf_load(KN_GPU_PERF_FILE, &t, &err), 0);
+	assert_int_equal(kn_gpu_perf_load(KN_TEST_DATA_DIR "/gpu-perf.csv", &t, &err), 0);
 	r = kn_gpu_perf_lookup(&t, "NVIDIA H100 80GB HBM3", 79.6);
 	assert_non_null(r);
 	assert_string_equal(r->model, "H100-80GB");
@@ -193,7 +193,7 @@ static void test_report(void **state)
 static int run(const char *answers, const char *cudart, const char *cublas,
 	       struct kn_check_result *r)
 {
-	struct kn_gpu_perf_config cfg = {KN_GPU_PERF_FILE, 0.7};
+	struct kn_gpu_perf_config cfg = {KN_TEST_DATA_DIR "/gpu-perf.csv", 0.7};
 	struct kn_error err;
 	const char *fake = getenv("KILN_TEST_FAKE_CUDA");
 	int rc;

@@ -52,18 +52,18 @@ static void test_sku_load(void **state)
 	struct kn_error err;
 	(void)state;
 
-	assert_int_equal(kn_sku_load(KN_SKU_FILE, "standard_nd96isr_h100_v5", &s,
+	assert_int_equal(kn_sku_load(KN_TEST_DATA_DIR "/azure-gpu-skus.csv", "standard_nd96isr_h100_v5", &s,
 				     &err), 0);
 	assert_string_equal(s.gpu_model, "NVIDIA H100 80GB SXM5");
 	assert_int_equal(s.gpu_count, 8);
 	assert_true(s.ram_gib == 1900);
 	assert_int_equal(s.ib_ports, 8);
 	assert_true(s.ib_gbps == 400);
-	assert_int_equal(kn_sku_load(KN_SKU_FILE, "Standard_NV6ads_A10_v5", &s,
+	assert_int_equal(kn_sku_load(KN_TEST_DATA_DIR "/azure-gpu-skus.csv", "Standard_NV6ads_A10_v5", &s,
 				     &err), 0);
 	assert_int_equal(s.gpu_count, 1);
 	assert_int_equal(s.ib_ports, 0);
-	assert_int_not_equal(kn_sku_load(KN_SKU_FILE, "Standard_ND96isr_H100_v4",
+	assert_int_not_equal(kn_sku_load(KN_TEST_DATA_DIR "/azure-gpu-skus.csv", "Standard_ND96isr_H100_v4",
 					  &s, &err), 0);
 	assert_non_null(strstr(err.message, "did you mean \"Standard_ND96isr_H100_v5\""));
 	assert_int_not_equal(kn_sku_load("/nonexistent.csv", "x", &s, &err), 0);

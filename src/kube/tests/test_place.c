@@ -399,7 +399,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	fixtures = argv[1];
-	if (kn_kube_products_load(KN_GPU_PRODUCTS_FILE, &products, &err) < 0)
+	if (kn_kube_products_load(KN_TEST_DATA_DIR "/gpu-products.csv", &products, &err) < 0)
 		return 1;
 	rc = cmocka_run_group_tests(tests, NULL, NULL);
 	kn_kube_products_free(products);

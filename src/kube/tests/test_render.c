@@ -24,7 +24,7 @@ static int setup(void **state)
 	struct kn_error err;
 
 	(void)state;
-	return kn_kube_products_load(KN_GPU_PRODUCTS_FILE, &products, &err);
+	return kn_kube_products_load(KN_TEST_DATA_DIR "/gpu-products.csv", &products, &err);
 }
 
 static int teardown(void **state)

@@ -1,7 +1,8 @@
 /*
  * Unit tests for the sandbox's pure parts: the task environment's
- * allow-list and the owner-to-user map's parser. Entering the sandbox
- * (namespaces, mounts, the user) is tested end to end in
+ * allow-list and the owner-to-user map's parser; and the process sandbox
+ * Slurm tasks get, entered for real by a stand-in shim. The local
+ * sandbox (namespaces, mounts, the user) is tested end to end in
  * tests/e2e/test_isolation.py, where a real shim runs real tasks.
  */
 #include <setjmp.h>
@@ -10,8 +11,16 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "sandbox/sandbox.h"
 
@@ -207,6 +216,163 @@ static void test_sandbox_unknown_user(void **state)
 	assert_non_null(strstr(err.message, "may not run as root"));
 }
 
+/* ---- the process sandbox (Slurm) ---- */
+
+#define SHIM_NO_NAMESPACES 77
+
+/* Live (not zombie) processes whose environment holds mark. */
+static int marked_pids(const char *mark, pid_t *out, int max)
+{
+	DIR *proc = opendir("/proc");
+	struct dirent *d;
+	int n = 0;
+
+	assert_non_null(proc);
+	while ((d = readdir(proc)) != NULL && n < max) {
+		char path[300], buf[8192], state = 'Z', *p;
+		FILE *f;
+		size_t len;
+
+		if (d->d_name[0] < '0' || d->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/environ", d->d_name);
+		if (!(f = fopen(path, "r")))
+			continue;
+		len = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[len] = '\0';
+		for (p = buf; p < buf + len; p += strlen(p) + 1)
+			if (!strcmp(p, mark))
+				break;
+		if (p >= buf + len)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", d->d_name);
+		if ((f = fopen(path, "r"))) {
+			if (fread(buf, 1, sizeof(buf) - 1, f) > 0 &&
+			    (p = strrchr(buf, ')')))
+				state = p[2];
+			fclose(f);
+		}
+		if (state != 'Z')
+			out[n++] = (pid_t)atoi(d->d_name);
+	}
+	closedir(proc);
+	return n;
+}
+
+/*
+ * A stand-in shim (as_nobody: unprivileged, as Slurm runs it) starts a
+ * task in the process sandbox as kiln's shim does: dying with it.
+ */
+_Noreturn static void stand_in_shim(bool as_nobody, const char *dir,
+				    char *const *argv, char **envp)
+{
+	const struct kn_sandbox_config cfg = {.mode = KN_SANDBOX_PROCS};
+	struct kn_sandbox *sb = NULL;
+	struct kn_error err;
+	char why[256];
+	pid_t pid;
+
+	if (as_nobody && (setresgid(65534, 65534, 65534) < 0 ||
+			  setresuid(65534, 65534, 65534) < 0 ||
+			  /* as a shim exec'd as that user is: its /proc/self
+			     files its own, to write its user namespace's maps */
+			  prctl(PR_SET_DUMPABLE, 1) < 0))
+		_exit(1);
+	if (kn_sandbox_new(&cfg, &sb, &err) < 0)
+		_exit(1);
+	pid = kn_sandbox_fork(sb);
+	if (pid < 0)
+		_exit(errno == EPERM || errno == EINVAL ? SHIM_NO_NAMESPACES : 1);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		kn_sandbox_exec(sb, dir, argv, envp, why, sizeof(why));
+		fprintf(stderr, "%s\n", why);
+		_exit(127);
+	}
+	for (;;)
+		pause();
+}
+
+static void procs_case(bool as_nobody)
+{
+	char dir[] = "/tmp/kn-sandbox-test-XXXXXX", *script, *done, mark[64];
+	char seen[16] = "", line[256] = "";
+	pid_t shim, pids[16];
+	int n = 0, left, inner = 0, procs = 0, wstatus;
+	FILE *f = NULL;
+
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(chmod(dir, 0777), 0);
+	done = kn_asprintf("%s/done", dir);
+	snprintf(mark, sizeof(mark), "KN_PROCS_MARK=%d", (int)getpid());
+	/* Its own pid, whether the test's process is there to signal, how
+	   many processes its /proc shows; then a child left running. */
+	script = kn_asprintf("sleep 300 & echo $$ $(kill -0 %d 2>/dev/null "
+			     "&& echo seen || echo unseen) $(ls /proc | grep "
+			     "-c '^[0-9]') > %s.tmp && mv %s.tmp %s; wait",
+			     (int)getpid(), done, done, done);
+	char *argv[] = {"/bin/sh", "-c", script, NULL};
+	char *envp[] = {"PATH=/usr/bin:/bin", mark, NULL};
+
+	shim = fork();
+	assert_true(shim >= 0);
+	if (shim == 0)
+		stand_in_shim(as_nobody, dir, argv, envp);
+	for (int i = 0; i < 3000 && !(f = fopen(done, "r")); i++) {
+		if (waitpid(shim, &wstatus, WNOHANG) == shim) {
+			if (WIFEXITED(wstatus) &&
+			    WEXITSTATUS(wstatus) == SHIM_NO_NAMESPACES)
+				skip(); /* this kernel refuses the namespaces */
+			fail_msg("the shim ended first: status %d", wstatus);
+		}
+		usleep(10000);
+	}
+	if (!f) {
+		kill(shim, SIGKILL);
+		waitpid(shim, &wstatus, 0);
+		fail_msg("the task never wrote %s", done);
+	}
+	if (!fgets(line, sizeof(line), f))
+		line[0] = '\0';
+	fclose(f);
+	n = marked_pids(mark, pids, 16); /* sh and sleep, seen from outside */
+
+	kill(shim, SIGKILL);
+	assert_int_equal(waitpid(shim, &wstatus, 0), shim);
+	for (int i = 0; i < 3000 && marked_pids(mark, pids, 16) > 0; i++)
+		usleep(10000);
+	left = marked_pids(mark, pids, 16);
+	for (int i = 0; i < left; i++)
+		kill(pids[i], SIGKILL); /* leave nothing behind, then fail */
+	assert_true(n >= 2);
+	assert_int_equal(left, 0);
+	assert_int_equal(sscanf(line, "%d %15s %d", &inner, seen, &procs), 3);
+	assert_int_equal(inner, 2); /* under the namespace's init */
+	assert_string_equal(seen, "unseen");
+	/* Its own few (init, sh, sleep, the subshells), not the host's. */
+	assert_true(procs < 10);
+	unlink(done);
+	rmdir(dir);
+	free(done);
+	free(script);
+}
+
+static void test_procs_task_dies_with_its_shim(void **state)
+{
+	(void)state;
+	if (geteuid() != 0)
+		skip(); /* the root case needs root */
+	procs_case(false);
+}
+
+static void test_procs_unprivileged_task_dies_with_its_shim(void **state)
+{
+	(void)state;
+	/* As root the stand-in becomes nobody; else it already is not root. */
+	procs_case(geteuid() == 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -217,6 +383,8 @@ int main(void)
 		cmocka_unit_test(test_user_map_parses),
 		cmocka_unit_test(test_user_map_errors),
 		cmocka_unit_test(test_sandbox_unknown_user),
+		cmocka_unit_test(test_procs_task_dies_with_its_shim),
+		cmocka_unit_test(test_procs_unprivileged_task_dies_with_its_shim),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

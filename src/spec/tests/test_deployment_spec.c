@@ -33,7 +33,7 @@ static int load_presets(void **state)
 	struct kn_error err;
 
 	(void)state;
-	return kn_model_presets_load(KN_PRESET_FILE, &presets, &err);
+	return kn_model_presets_load(KN_TEST_DATA_DIR "/model-presets.csv", &presets, &err);
 }
 
 static int free_presets(void **state)

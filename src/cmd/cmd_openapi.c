@@ -1,0 +1,25 @@
+/* kiln openapi: print the API's OpenAPI document; needs no server. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "server/server.h"
+
+int cmd_openapi(struct cli_ctx *ctx, int argc, char **argv)
+{
+	int rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
+	struct kn_error err;
+	char *doc;
+
+	if (rc != CLI_GO)
+		return rc;
+	doc = kn_server_openapi(&err);
+	if (!doc) {
+		fprintf(stderr, "kiln openapi: %s\n", err.message);
+		return CLI_EXIT_FAIL;
+	}
+	puts(doc);
+	free(doc);
+	return CLI_EXIT_OK;
+}

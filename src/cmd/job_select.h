@@ -1,0 +1,61 @@
+/*
+ * job_select: which jobs `kiln cancel` and `kiln evict` act on, the way
+ * scancel picks them: the ids named on the command line, or the jobs the
+ * filters match (--state, --name, --owner), or every job with --all once
+ * confirmed (--yes, or "y" typed at a terminal). Then the action runs on
+ * each, one request per job, a line per job; one that fails does not stop
+ * the others.
+ */
+#ifndef KILN_CMD_JOB_SELECT_H
+#define KILN_CMD_JOB_SELECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cmd/cli.h"
+#include "cmd/cli_client.h"
+
+struct job_select {
+	const char *state, *name, *owner; /* filters, or NULL */
+	bool all, yes;
+	/* The states a matched job may be in when --state is not given
+	   (NULL-terminated): those where the action means something. */
+	const char *const *acting_states;
+	const char *verb; /* "cancel": in messages and the prompt */
+};
+
+/* The selection flags, to copy into a command's table (NULL-ended). */
+#define JOB_SELECT_FLAGS(sel)                                      \
+	{"state", 0, CLI_FLAG_STRING, &(sel)->state},              \
+	{"name", 0, CLI_FLAG_STRING, &(sel)->name},                \
+	{"owner", 0, CLI_FLAG_STRING, &(sel)->owner},              \
+	{"all", 0, CLI_FLAG_BOOL, &(sel)->all},                    \
+	{"yes", 'y', CLI_FLAG_BOOL, &(sel)->yes}
+
+/*
+ * Before anything is asked of the server: CLI_GO, or CLI_EXIT_USAGE when
+ * there are neither ids nor filters, or both.
+ */
+int job_select_check(const struct cli_ctx *ctx, const struct job_select *sel,
+		     size_t n_args);
+
+/*
+ * The job ids to act on (after job_select_check): the n_args ids in args, or else those sel
+ * matches (asked of the server through c). Returns CLI_GO with *ids
+ * (malloc'd) and *n set (*n may be 0: nothing matched, said on stderr),
+ * or an exit status after printing why.
+ */
+int job_select(struct cli_ctx *ctx, struct cli_client *c,
+	       const struct job_select *sel, const char *const *args,
+	       size_t n_args, int64_t **ids, size_t *n);
+
+/*
+ * Act on each job: POST /v1/jobs/ID/<action><query> and print
+ * "job ID: <done> (state S)". Returns CLI_EXIT_OK when every request
+ * succeeded, else the last failure's exit status.
+ */
+int job_select_act(struct cli_client *c, const int64_t *ids, size_t n,
+		   const char *action, const char *query, const char *done);
+
+#endif

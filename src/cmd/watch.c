@@ -1,0 +1,131 @@
+/*
+ * watch: redraw a listing on each burst of events.
+ *
+ * The client blocks, so the event stream and the listing use one
+ * connection each: the stream's bytes go to a FILE whose writer draws
+ * the listing through the other. One drawing per piece of the stream,
+ * however many events it holds: a burst of changes costs one request.
+ */
+#include "cmd/watch.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+struct watcher {
+	struct cli_ctx *ctx;
+	struct cli_client *lister;
+	watch_draw_fn draw;
+	void *arg;
+	bool tty;
+	int rc; /* the last drawing's, when it failed */
+};
+
+static int redraw(struct watcher *w)
+{
+	int rc;
+
+	if (w->tty)
+		fputs("\x1b[H\x1b[2J", stdout); /* home, clear the screen */
+	else
+		putchar('\n');
+	rc = w->draw(w->ctx, w->lister, w->arg);
+	fflush(stdout);
+	return rc;
+}
+
+static ssize_t on_events(void *cookie, const char *buf, size_t size)
+{
+	struct watcher *w = cookie;
+
+	if (!memchr(buf, '\n', size))
+		return (ssize_t)size; /* an event not yet whole */
+	w->rc = redraw(w);
+	if (w->rc) {
+		errno = EIO;
+		return -1; /* ends the stream: the listing cannot be had */
+	}
+	return (ssize_t)size;
+}
+
+/* The sequence number of the newest event the server holds (0: none),
+   from its JSON lines. */
+static int latest_seq(struct cli_client *c, int64_t *seq)
+{
+	char *text = NULL, *line, *next;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	int rc;
+
+	*seq = 0;
+	if (!f)
+		return CLI_EXIT_FAIL;
+	rc = cli_stream(c, "/v1/events", f, 0);
+	fclose(f);
+	for (line = text; !rc && line && *line; line = next) {
+		json_t *event;
+
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		event = json_loads(line, 0, NULL);
+		if (cli_json_int(event, "seq") > *seq)
+			*seq = cli_json_int(event, "seq");
+		json_decref(event);
+	}
+	free(text);
+	return rc;
+}
+
+int watch_run(struct cli_ctx *ctx, watch_draw_fn draw, void *arg)
+{
+	static const cookie_io_functions_t io = {.write = on_events};
+	struct watcher w = {.ctx = ctx, .draw = draw, .arg = arg,
+			    .tty = isatty(STDOUT_FILENO)};
+	struct cli_client *events = NULL;
+	char *path = NULL;
+	FILE *sink = NULL;
+	int64_t seq;
+	int rc;
+
+	rc = cli_client_open(ctx, &w.lister);
+	if (!rc)
+		rc = cli_client_open(ctx, &events);
+	/* Events after this one redraw; one between it and the first
+	   drawing only redraws once more. */
+	if (!rc)
+		rc = latest_seq(events, &seq);
+	if (rc)
+		goto out;
+	if (w.tty)
+		fputs("\x1b[H\x1b[2J", stdout);
+	rc = draw(ctx, w.lister, arg);
+	fflush(stdout);
+	if (rc)
+		goto out;
+	sink = fopencookie(&w, "w", io);
+	if (!sink) {
+		rc = cli_fail(ctx, "%s", strerror(errno));
+		goto out;
+	}
+	setvbuf(sink, NULL, _IONBF, 0);
+	path = kn_asprintf("/v1/events?follow=1&since=%lld", (long long)seq);
+	rc = cli_stream(events, path, sink, CLI_STREAM_UNBOUNDED);
+	if (w.rc)
+		rc = w.rc;
+	else if (!rc) {
+		cli_fail(ctx, "the server ended the event stream");
+		rc = CLI_EXIT_UNREACHABLE;
+	}
+out:
+	if (sink)
+		fclose(sink);
+	free(path);
+	cli_client_free(events);
+	cli_client_free(w.lister);
+	return rc;
+}

@@ -1,0 +1,264 @@
+/*
+ * Unit tests for the loop's TLS pieces: the self-signed CA and
+ * certificate, loading and the errors that name the setting, seeing the
+ * files change and reloading, the loopback rule for plain listeners, and
+ * an https fetch against the TLS front on one loop. Client certificates,
+ * reloads under open connections and other clients are the e2e tests'
+ * (tests/e2e/test_tls.py).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "loop/loop.h"
+
+static char *temp_dir(void)
+{
+	char tmpl[] = "/tmp/kn-tls-XXXXXX";
+	char *d = mkdtemp(tmpl);
+
+	assert_non_null(d);
+	return kn_xstrdup(d);
+}
+
+static void remove_dir(const char *dir)
+{
+	const char *names[] = {"tls/ca.pem", "tls/ca.key", "tls/server.pem",
+			       "tls/server.key", "tls", "other/ca.pem",
+			       "other/ca.key", "other/server.pem",
+			       "other/server.key", "other"};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char *p = kn_asprintf("%s/%s", dir, names[i]);
+		if (unlink(p) < 0)
+			rmdir(p);
+		free(p);
+	}
+	rmdir(dir);
+}
+
+static void test_self_signed_loads_and_keeps_its_ca(void **state)
+{
+	char *dir = temp_dir(), *tls = kn_asprintf("%s/tls", dir);
+	char *ca = kn_asprintf("%s/ca.pem", tls), *key = kn_asprintf("%s/ca.key", tls);
+	char *cert = kn_asprintf("%s/server.pem", tls),
+	     *skey = kn_asprintf("%s/server.key", tls);
+	char *first = NULL, *again = NULL;
+	struct kn_tls_files files = {.cert = cert, .key = skey};
+	struct kn_tls *t = NULL;
+	struct kn_error err;
+	struct stat st;
+	(void)state;
+
+	assert_int_equal(kn_tls_self_signed(tls, "10.1.2.3", &err), 0);
+	assert_int_equal(stat(key, &st), 0);
+	assert_int_equal(st.st_mode & 0077, 0);
+	assert_int_equal(stat(skey, &st), 0);
+	assert_int_equal(st.st_mode & 0077, 0);
+	assert_int_equal(kn_read_file(ca, 1 << 20, &first, NULL), 0);
+	assert_int_equal(kn_tls_new(&files, &t, &err), 0);
+	assert_false(kn_tls_verifies_clients(t));
+	assert_false(kn_tls_files_changed(t));
+	/* Made again: the CA stays, the server certificate is new. */
+	assert_int_equal(kn_tls_self_signed(tls, "10.1.2.3", &err), 0);
+	assert_int_equal(kn_read_file(ca, 1 << 20, &again, NULL), 0);
+	assert_string_equal(first, again);
+	assert_true(kn_tls_files_changed(t));
+	assert_int_equal(kn_tls_reload(t, &err), 0);
+	assert_false(kn_tls_files_changed(t));
+	kn_tls_free(t);
+	free(first);
+	free(again);
+	free(ca);
+	free(key);
+	free(cert);
+	free(skey);
+	free(tls);
+	remove_dir(dir);
+	free(dir);
+}
+
+static void test_errors_name_the_setting(void **state)
+{
+	char *dir = temp_dir(), *a = kn_asprintf("%s/tls", dir),
+	     *b = kn_asprintf("%s/other", dir);
+	char *cert = kn_asprintf("%s/server.pem", a),
+	     *key = kn_asprintf("%s/server.key", a),
+	     *other_key = kn_asprintf("%s/server.key", b);
+	struct kn_tls_files files = {.cert = cert, .key = other_key};
+	struct kn_tls *t = NULL;
+	struct kn_error err;
+	(void)state;
+
+	assert_int_equal(kn_tls_self_signed(a, "localhost", &err), 0);
+	assert_int_equal(kn_tls_self_signed(b, "localhost", &err), 0);
+	assert_int_equal(kn_tls_new(&files, &t, &err), -EINVAL);
+	assert_string_equal(err.field, "tls-key");
+	assert_non_null(strstr(err.message, "does not match"));
+	files.key = key;
+	files.client_ca = key; /* a key, not a certificate */
+	assert_int_equal(kn_tls_new(&files, &t, &err), -EINVAL);
+	assert_string_equal(err.field, "tls-client-ca");
+	files.client_ca = NULL;
+	files.cert = "/nonexistent/cert.pem";
+	assert_int_equal(kn_tls_new(&files, &t, &err), -EINVAL);
+	assert_string_equal(err.field, "tls-cert");
+	files.cert = NULL;
+	assert_int_equal(kn_tls_new(&files, &t, &err), -EINVAL);
+	assert_null(t);
+	/* A reload that fails keeps the old certificate in use. */
+	files.cert = cert;
+	assert_int_equal(kn_tls_new(&files, &t, &err), 0);
+	assert_int_equal(kn_write_file_atomic(key, "junk\n", 5, 0600), 0);
+	assert_true(kn_tls_files_changed(t));
+	assert_int_equal(kn_tls_reload(t, &err), -EINVAL);
+	assert_string_equal(err.field, "tls-key");
+	kn_tls_free(t);
+	free(cert);
+	free(key);
+	free(other_key);
+	free(a);
+	free(b);
+	remove_dir(dir);
+	free(dir);
+}
+
+static void test_plain_listeners_stay_on_loopback(void **state)
+{
+	struct kn_error err;
+	(void)state;
+
+	assert_true(kn_host_is_loopback("127.0.0.1"));
+	assert_true(kn_host_is_loopback("127.3.2.1"));
+	assert_true(kn_host_is_loopback("::1"));
+	assert_true(kn_host_is_loopback("localhost"));
+	assert_false(kn_host_is_loopback("0.0.0.0"));
+	assert_false(kn_host_is_loopback("::"));
+	assert_false(kn_host_is_loopback("10.0.0.1"));
+	assert_false(kn_host_is_loopback("::ffff:10.0.0.1"));
+	assert_false(kn_host_is_loopback("no such host.invalid"));
+	assert_int_equal(kn_tls_listen_check("127.0.0.1", false, false, &err), 0);
+	assert_int_equal(kn_tls_listen_check("0.0.0.0", true, false, &err), 0);
+	assert_int_equal(kn_tls_listen_check("0.0.0.0", false, true, &err), 0);
+	assert_int_equal(kn_tls_listen_check("0.0.0.0", false, false, &err),
+			 -EINVAL);
+	assert_string_equal(err.field, "listen");
+	assert_non_null(strstr(err.message, "insecure"));
+}
+
+struct fetch_case {
+	struct kn_loop *loop;
+	int status;
+	char error[512];
+	char client[128];
+};
+
+static void whoami(struct kn_http_req *req, void *arg)
+{
+	struct fetch_case *fc = arg;
+	const char *cn = kn_http_client_cert(req);
+
+	kn_strlcpy(fc->client, cn ? cn : "", sizeof(fc->client));
+	kn_http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+}
+
+static void fetched(int status, const char *body, size_t len,
+		    const char *error, void *arg)
+{
+	struct fetch_case *fc = arg;
+
+	(void)body;
+	(void)len;
+	fc->status = status;
+	kn_strlcpy(fc->error, error ? error : "", sizeof(fc->error));
+	kn_loop_stop(fc->loop);
+}
+
+static void fetch(struct fetch_case *fc, const char *url)
+{
+	fc->status = -1;
+	fc->error[0] = '\0';
+	assert_int_equal(kn_http_fetch(fc->loop, "GET", url, NULL, NULL, 5000,
+				       fetched, fc), 0);
+	assert_int_equal(kn_loop_run(fc->loop), 0);
+}
+
+/* A server on the front with TLS and a fetch over https on one loop:
+   the handshake, the host name check and the CA both ways. */
+static void test_https_fetch_verifies_the_server(void **state)
+{
+	char *dir = temp_dir(), *tls = kn_asprintf("%s/tls", dir);
+	char *ca = kn_asprintf("%s/ca.pem", tls),
+	     *cert = kn_asprintf("%s/server.pem", tls),
+	     *key = kn_asprintf("%s/server.key", tls);
+	struct kn_tls_files files = {.cert = cert, .key = key, .client_ca = ca};
+	struct fetch_case fc = {0};
+	struct kn_http_server *srv = NULL;
+	struct kn_tls *t = NULL;
+	struct kn_error err;
+	char url[128];
+	int port = 0;
+	(void)state;
+
+	assert_int_equal(kn_tls_self_signed(tls, "localhost", &err), 0);
+	assert_int_equal(kn_tls_new(&files, &t, &err), 0);
+	assert_true(kn_tls_verifies_clients(t));
+	fc.loop = kn_loop_new();
+	/* On every address, so that 127.0.0.2 reaches it below. */
+	assert_int_equal(kn_http_server_new(fc.loop, "0.0.0.0", 0, NULL, t,
+					    whoami, &fc, &srv, &port, &err), 0);
+	/* The system's CAs do not know this one. */
+	snprintf(url, sizeof(url), "https://127.0.0.1:%d/", port);
+	fetch(&fc, url);
+	assert_int_equal(fc.status, 0);
+	if (!strstr(fc.error, "not trusted"))
+		fail_msg("error: %s", fc.error);
+	assert_int_equal(kn_loop_client_tls(fc.loop, ca, NULL, NULL, &err), 0);
+	fetch(&fc, url);
+	assert_int_equal(fc.status, 200);
+	assert_string_equal(fc.client, "");
+	snprintf(url, sizeof(url), "https://localhost:%d/", port);
+	fetch(&fc, url);
+	assert_int_equal(fc.status, 200);
+	/* A name the certificate does not hold. */
+	snprintf(url, sizeof(url), "https://127.0.0.2:%d/", port);
+	fetch(&fc, url);
+	assert_int_equal(fc.status, 0);
+	if (!strstr(fc.error, "not trusted"))
+		fail_msg("error: %s", fc.error);
+	/* A client certificate file that is none. */
+	assert_int_equal(kn_loop_client_tls(fc.loop, ca, ca, NULL, &err),
+			 -EINVAL);
+	assert_string_equal(err.field, "client-cert");
+	kn_http_server_free(srv);
+	kn_loop_free(fc.loop);
+	kn_tls_free(t);
+	free(ca);
+	free(cert);
+	free(key);
+	free(tls);
+	remove_dir(dir);
+	free(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_self_signed_loads_and_keeps_its_ca),
+		cmocka_unit_test(test_errors_name_the_setting),
+		cmocka_unit_test(test_plain_listeners_stay_on_loopback),
+		cmocka_unit_test(test_https_fetch_verifies_the_server),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
