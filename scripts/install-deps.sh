@@ -55,8 +55,9 @@ test_packages=(
   systemd dpkg-dev
   # tests/e2e/test_openapi.py and the contract check: JSON Schema 2020-12;
   # tests/e2e/test_python_client.py type-checks python/kiln with mypy
-  # (typeshed has the stubs of requests)
-  python3-jsonschema python3-mypy python3-typeshed
+  # (typeshed has the stubs of requests) and installs it with pip
+  python3-jsonschema python3-mypy python3-typeshed python3-pip
+  python3-setuptools
 )
 
 demo_packages=(

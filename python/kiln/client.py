@@ -254,10 +254,14 @@ class Jobs:
     def __init__(self, client: Client) -> None:
         self.c = client
 
-    def submit(self, spec: Spec, **overrides: Any) -> Job:
+    def submit(self, spec: Spec, hold: bool = False,
+               **overrides: Any) -> Job:
         """Submit a job: YAML or JSON text, a spec file's path, or a
-        dict; overrides replace top-level fields (priority=, name=)."""
+        dict; overrides replace top-level fields (priority=, name=).
+        hold queues a job no node could ever hold (else Conflict)."""
         data, params = _spec_body(spec, overrides)
+        if hold:
+            params["hold"] = "1"
         answer = self.c.call("POST", "/v1/jobs", data=data, params=params,
                              idempotent=True)
         return Job.from_json(answer["job"])
@@ -298,13 +302,17 @@ class Jobs:
             "POST", f"/v1/jobs/{job_id}/evict", params=params)["job"])
 
     def logs(self, job_id: int, task: int = 0, attempt: Optional[int] = None,
-             follow: bool = False) -> Iterator[str]:
-        """A task's output, line by line; with follow, until the task has
-        ended and its log is drained, waiting first for a queued job to
-        start (nothing when it ends without starting)."""
+             follow: bool = False, tail: Optional[int] = None
+             ) -> Iterator[str]:
+        """A task's output, line by line (tail: its last lines only);
+        with follow, until the task has ended and its log is drained,
+        waiting first for a queued job to start (nothing when it ends
+        without starting)."""
         params: Dict[str, Any] = {"task": task, "follow": int(follow)}
         if attempt is not None:
             params["attempt"] = attempt
+        if tail is not None:
+            params["tail"] = tail
         if follow:
             while True:
                 job = self.get(job_id)

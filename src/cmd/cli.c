@@ -186,6 +186,13 @@ int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
 	}
 	if (f->type == CLI_FLAG_COUNT)
 		return parse_count(ctx, f->name, value, f->dest);
+	if (f->type == CLI_FLAG_LIST) {
+		struct cli_list *list = f->dest;
+
+		list->v = kn_xrealloc(list->v, (list->n + 1) * sizeof(char *));
+		list->v[list->n++] = value;
+		return CLI_GO;
+	}
 	*(const char **)f->dest = value;
 	return CLI_GO;
 }

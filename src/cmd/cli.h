@@ -140,6 +140,13 @@ enum cli_flag_type {
 	CLI_FLAG_BOOL,   /* dest is bool *, set to true */
 	CLI_FLAG_STRING, /* dest is const char **, pointing into argv */
 	CLI_FLAG_COUNT,  /* dest is int *, a whole number 0..INT_MAX */
+	CLI_FLAG_LIST,   /* dest is struct cli_list *: every value given */
+};
+
+/* A repeatable flag's values, pointing into argv; the caller frees v. */
+struct cli_list {
+	const char **v;
+	size_t n;
 };
 
 struct cli_flag {

@@ -10,49 +10,32 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/watch.h"
 
-int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv)
+static void print_alerts(const struct cli_ctx *ctx, json_t *answer,
+			 void *all)
 {
 	static const char *const headers[] = {
 		"STATE", "SEVERITY", "RULE", "SINCE", "RESOLVED", "SUMMARY", NULL,
 	};
-	bool all = false;
-	const struct cli_flag flags[] = {
-		{"all", 0, CLI_FLAG_BOOL, &all},
-		{NULL, 0, CLI_FLAG_BOOL, NULL},
-	};
-	struct cli_client *c = NULL;
-	struct cli_table *t = NULL;
-	json_t *answer = NULL, *rows, *row;
+	json_t *rows = json_object_get(answer, "alerts"), *row;
 	int64_t now = kn_now_ms();
 	char since[48], resolved[48];
+	struct cli_table *t;
 	size_t i;
-	int rc;
 
-	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
-	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
-	rc = cli_get(c, all ? "/v1/alerts?all=1" : "/v1/alerts", &answer);
-	if (rc)
-		goto out;
-	if (cli_want_json(ctx)) {
-		cli_print_data(ctx, answer);
-		goto out;
-	}
-	rows = json_object_get(answer, "alerts");
 	if (!json_is_true(json_object_get(answer, "enabled")))
 		fputs("alert rules are off on this server (--alert-rules \"\")\n",
 		      stderr);
 	if (!json_array_size(rows)) {
-		fputs(all ? "no alerts recorded\n"
-			  : "no alert firing or resolved in the last day\n",
+		fputs(*(bool *)all ? "no alerts recorded\n"
+				   : "no alert firing or resolved in the last "
+				     "day\n",
 		      stderr);
-		goto out;
+		return;
 	}
 	t = cli_table_new(headers);
+	cli_table_cuttable(t, 5);
 	json_array_foreach(rows, i, row) {
 		cli_table_cell(t, cli_json_str(row, "state"));
 		cli_table_cell(t, cli_json_str(row, "severity"));
@@ -66,11 +49,24 @@ int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv)
 		cli_table_cell(t, cli_json_str(row, "summary"));
 	}
 	cli_table_show(ctx, t, stdout, 0);
-out:
 	cli_table_free(t);
-	json_decref(answer);
-	cli_client_free(c);
-	return rc;
+}
+
+int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv)
+{
+	bool all = false, watch = false;
+	const struct cli_flag flags[] = {
+		{"all", 0, CLI_FLAG_BOOL, &all},
+		{"watch", 'w', CLI_FLAG_BOOL, &watch},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct watch_listing alerts = {NULL, print_alerts, &all};
+	int rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+
+	if (rc != CLI_GO)
+		return rc;
+	alerts.path = all ? "/v1/alerts?all=1" : "/v1/alerts";
+	return watch_listing(ctx, watch, &alerts);
 }
 
 int cmd_events(struct cli_ctx *ctx, int argc, char **argv)

@@ -13,6 +13,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/watch.h"
 #include "spec/spec.h"
 
 /*
@@ -278,42 +279,45 @@ out:
 	return rc;
 }
 
+static void print_deployments(const struct cli_ctx *ctx, json_t *answer,
+			      void *arg)
+{
+	json_t *one = json_object_get(answer, "deployment");
+
+	(void)arg;
+	if (one && cli_want_name(ctx))
+		printf("%s\n", cli_json_str(one, "name"));
+	else if (one)
+		print_detail(one);
+	else
+		print_list(ctx, json_object_get(answer, "deployments"));
+}
+
 int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv)
 {
-	struct cli_client *c = NULL;
-	json_t *answer = NULL;
+	bool watch = false;
+	const struct cli_flag flags[] = {
+		{"watch", 'w', CLI_FLAG_BOOL, &watch},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct watch_listing deployments = {NULL, print_deployments, NULL};
 	struct kn_buf path;
 	const char *name = NULL;
+	size_t n = 0;
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
 	ctx->name_ok = true;
-	rc = positionals(ctx, argc, argv, &name, 0, 1, "NAME");
+	rc = cli_parse_positionals(ctx, argc, argv, flags, &name, 1, &n);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
 		goto out;
 	kn_buf_printf(&path, "/v1/deployments");
 	if (name)
 		cli_path_add(&path, name);
-	rc = cli_get(c, path.data, &answer);
-	if (rc)
-		goto out;
-	if (cli_want_json(ctx))
-		cli_print_data(ctx, answer);
-	else if (name && cli_want_name(ctx))
-		printf("%s\n", cli_json_str(json_object_get(answer,
-							    "deployment"),
-					    "name"));
-	else if (name)
-		print_detail(json_object_get(answer, "deployment"));
-	else
-		print_list(ctx, json_object_get(answer, "deployments"));
+	deployments.path = path.data;
+	rc = watch_listing(ctx, watch, &deployments);
 out:
-	json_decref(answer);
 	kn_buf_release(&path);
-	cli_client_free(c);
 	return rc;
 }
 

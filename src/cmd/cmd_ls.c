@@ -59,47 +59,41 @@ static void add_job_row(struct cli_table *t, json_t *job, int64_t now)
 	cli_table_cell(t, reason ? reason : "");
 }
 
-static int draw_jobs(struct cli_ctx *ctx, struct cli_client *c, void *arg)
+static void print_jobs(const struct cli_ctx *ctx, json_t *answer,
+		       void *filtered)
 {
 	static const char *const headers[] = {
 		"ID", "NAME", "STATE", "TASKS", "GPUS", "OWNER", "AGE",
 		"DURATION", "REASON", NULL,
 	};
-	const char *path = arg;
-	struct cli_table *t = NULL;
-	json_t *answer = NULL, *jobs, *job;
+	json_t *jobs = json_object_get(answer, "jobs"), *job;
 	int64_t now = kn_now_ms();
+	struct cli_table *t;
 	size_t i;
-	int rc = cli_get(c, path, &answer);
 
-	if (rc)
-		return rc;
-	jobs = json_object_get(answer, "jobs");
-	if (cli_want_json(ctx)) {
-		cli_print_data(ctx, answer);
-	} else if (cli_want_name(ctx)) {
+	if (cli_want_name(ctx)) {
 		json_array_foreach(jobs, i, job)
 			printf("%lld\n", (long long)cli_json_int(job, "id"));
-	} else if (!json_array_size(jobs)) {
-		fputs(strchr(path, '?') ? "no jobs match\n" : "no jobs\n",
-		      stderr);
-	} else {
-		t = cli_table_new(headers);
-		cli_table_cuttable(t, 1);
-		cli_table_cuttable(t, 8);
-		json_array_foreach(jobs, i, job)
-			add_job_row(t, job, now);
-		cli_table_show(ctx, t, stdout, 0);
-		cli_table_free(t);
+		return;
 	}
-	json_decref(answer);
-	return 0;
+	if (!json_array_size(jobs)) {
+		fputs(*(bool *)filtered ? "no jobs match\n" : "no jobs\n",
+		      stderr);
+		return;
+	}
+	t = cli_table_new(headers);
+	cli_table_cuttable(t, 1);
+	cli_table_cuttable(t, 8);
+	json_array_foreach(jobs, i, job)
+		add_job_row(t, job, now);
+	cli_table_show(ctx, t, stdout, 0);
+	cli_table_free(t);
 }
 
 int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *state = NULL, *owner = NULL;
-	bool all = false, watch = false;
+	bool all = false, watch = false, filtered;
 	const struct cli_flag flags[] = {
 		{"state", 0, CLI_FLAG_STRING, &state},
 		{"owner", 0, CLI_FLAG_STRING, &owner},
@@ -107,7 +101,7 @@ int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
 		{"watch", 'w', CLI_FLAG_BOOL, &watch},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
-	struct cli_client *c = NULL;
+	struct watch_listing jobs = {NULL, print_jobs, &filtered};
 	struct kn_buf path;
 	int rc;
 
@@ -121,18 +115,13 @@ int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
 		if (rc != CLI_GO)
 			goto out;
 	}
+	filtered = state || owner;
 	kn_buf_printf(&path, "/v1/jobs");
 	cli_query_add(&path, "state", state);
 	cli_query_add(&path, "owner", owner);
-	if (watch) {
-		rc = watch_run(ctx, draw_jobs, path.data);
-		goto out;
-	}
-	rc = cli_client_open(ctx, &c);
-	if (!rc)
-		rc = draw_jobs(ctx, c, path.data);
+	jobs.path = path.data;
+	rc = watch_listing(ctx, watch, &jobs);
 out:
 	kn_buf_release(&path);
-	cli_client_free(c);
 	return rc;
 }

@@ -218,21 +218,14 @@ static void show_node(json_t *node)
 	cli_table_free(t);
 }
 
-static int draw_nodes(struct cli_ctx *ctx, struct cli_client *c, void *arg)
+static void print_nodes(const struct cli_ctx *ctx, json_t *answer,
+			void *arg)
 {
-	json_t *answer = NULL, *nodes, *node;
+	json_t *nodes = json_object_get(answer, "nodes"), *node;
 	size_t i;
-	int rc = cli_get(c, "/v1/nodes", &answer);
 
+	(void)ctx;
 	(void)arg;
-	if (rc)
-		return rc;
-	if (cli_want_json(ctx)) {
-		cli_print_data(ctx, answer);
-		json_decref(answer);
-		return 0;
-	}
-	nodes = json_object_get(answer, "nodes");
 	if (!json_array_size(nodes))
 		fputs("no nodes\n", stderr);
 	json_array_foreach(nodes, i, node) {
@@ -240,27 +233,12 @@ static int draw_nodes(struct cli_ctx *ctx, struct cli_client *c, void *arg)
 			putchar('\n');
 		show_node(node);
 	}
-	json_decref(answer);
-	return 0;
 }
 
 int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
 {
-	bool watch = false;
-	const struct cli_flag flags[] = {
-		{"watch", 'w', CLI_FLAG_BOOL, &watch},
-		{NULL, 0, CLI_FLAG_BOOL, NULL},
-	};
-	struct cli_client *c = NULL;
-	int rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	static const struct watch_listing nodes = {"/v1/nodes", print_nodes,
+						   NULL};
 
-	if (rc != CLI_GO)
-		return rc;
-	if (watch)
-		return watch_run(ctx, draw_nodes, NULL);
-	rc = cli_client_open(ctx, &c);
-	if (!rc)
-		rc = draw_nodes(ctx, c, NULL);
-	cli_client_free(c);
-	return rc;
+	return watch_listing_command(ctx, argc, argv, &nodes);
 }

@@ -8,6 +8,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/watch.h"
 
 static void show_pool(json_t *pool)
 {
@@ -75,19 +76,17 @@ static void show_pool(json_t *pool)
 	cli_table_free(t);
 }
 
-int cmd_pools(struct cli_ctx *ctx, int argc, char **argv)
+static void print_pools(const struct cli_ctx *ctx, json_t *answer,
+			void *arg)
 {
-	json_t *answer, *pools, *pool, *blocked;
+	json_t *pools = json_object_get(answer, "pools"), *pool, *blocked;
 	size_t i;
-	int rc = cli_get_listing(ctx, argc, argv, "/v1/pools", &answer);
 
-	if (rc != CLI_GO)
-		return rc;
-	pools = json_object_get(answer, "pools");
+	(void)ctx;
+	(void)arg;
 	if (!json_array_size(pools)) {
 		fputs("no pools (kiln server --pool)\n", stderr);
-		json_decref(answer);
-		return CLI_EXIT_OK;
+		return;
 	}
 	json_array_foreach(pools, i, pool) {
 		if (i)
@@ -97,6 +96,12 @@ int cmd_pools(struct cli_ctx *ctx, int argc, char **argv)
 	blocked = json_object_get(answer, "blocked");
 	if (json_is_string(blocked))
 		printf("\nblocked: %s\n", json_string_value(blocked));
-	json_decref(answer);
-	return CLI_EXIT_OK;
+}
+
+int cmd_pools(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct watch_listing pools = {"/v1/pools", print_pools,
+						   NULL};
+
+	return watch_listing_command(ctx, argc, argv, &pools);
 }

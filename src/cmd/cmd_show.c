@@ -61,6 +61,40 @@ static void show_outputs(json_t *outputs)
 	}
 }
 
+/* Submit-time overrides as the flags that gave them: "--gpus 2 --env A=1". */
+static void show_overrides(json_t *overrides)
+{
+	struct kn_buf b;
+	const char *key, *k;
+	json_t *v, *e;
+
+	if (!json_object_size(overrides))
+		return;
+	kn_buf_init(&b, SIZE_MAX);
+	json_object_foreach(overrides, key, v) {
+		char *text;
+
+		if (!strcmp(key, "env")) {
+			json_object_foreach(v, k, e)
+				kn_buf_printf(&b, " --env %s=%s", k,
+					      json_string_value(e)
+						      ? json_string_value(e)
+						      : "");
+			continue;
+		}
+		if (json_is_true(v)) {
+			kn_buf_printf(&b, " --%s", key);
+			continue;
+		}
+		text = json_is_string(v) ? kn_xstrdup(json_string_value(v))
+					 : json_dumps(v, JSON_ENCODE_ANY);
+		kn_buf_printf(&b, " --%s %s", key, text ? text : "");
+		free(text);
+	}
+	field("overrides", "%s", b.data + 1);
+	kn_buf_release(&b);
+}
+
 /* Each input as fetched, or "not fetched yet" before an attempt has. */
 static void show_inputs(json_t *inputs)
 {
@@ -179,6 +213,8 @@ static void show_job(json_t *job, int64_t now)
 	field("reason", "%s", reason && *reason ? reason : "-");
 	if (file && *file)
 		field("spec file", "%s", file);
+	show_overrides(json_object_get(json_object_get(job, "spec"),
+				       "overrides"));
 	show_goodput(json_object_get(job, "goodput"));
 	show_inputs(json_object_get(job, "inputs"));
 	show_outputs(json_object_get(job, "outputs"));

@@ -581,7 +581,7 @@ int cmd_sim(struct cli_ctx *ctx, int argc, char **argv)
 		{"provision-delay", 0, CLI_FLAG_STRING, &f.provision_delay},
 		{NULL, 0, 0, NULL},
 	};
-	struct sim_history hist;
+	struct kn_sim_history hist;
 	char *trace_dir = NULL, *hist_nodes = NULL, *hist_pods = NULL;
 	int rc;
 

@@ -9,6 +9,10 @@
  * are found there. Only the size is checked here, so a huge file is
  * refused before it is sent.
  *
+ * Overrides (--name, --env, --gpus, --tasks, --priority, --preemptible)
+ * travel as one JSON object, ?overrides=, which the server applies and
+ * validates with the same parser as the file.
+ *
  * --wait polls (cli_wait_done) until the job ends. --follow streams every
  * rank's output meanwhile, attempt after attempt, and exits with the job's
  * own exit status.
@@ -95,24 +99,99 @@ out:
 	return rc;
 }
 
+struct overrides {
+	const char *name, *gpus;
+	struct cli_list env;
+	int tasks, priority; /* -1: not given */
+	bool preemptible;
+};
+
+/* "2" and "0.5" as numbers; "mig:1g.10gb" as it is. */
+static json_t *gpus_json(const char *text)
+{
+	char *end;
+	double v = strtod(text, &end);
+
+	if (end == text || *end)
+		return json_string(text);
+	if (v == (double)(long long)v)
+		return json_integer((json_int_t)v);
+	return json_real(v);
+}
+
+/*
+ * The overrides given, as JSON object text (malloc'd) in *out, or NULL
+ * when there are none. CLI_GO, or a usage error.
+ */
+static int overrides_text(const struct cli_ctx *ctx, const struct overrides *o,
+			  char **out)
+{
+	json_t *doc = json_object(), *env = json_object();
+
+	*out = NULL;
+	for (size_t i = 0; i < o->env.n; i++) {
+		const char *eq = strchr(o->env.v[i], '=');
+		char *key;
+
+		if (!eq || eq == o->env.v[i]) {
+			json_decref(doc);
+			json_decref(env);
+			return cli_usage_error(ctx, "--env wants NAME=VALUE, got "
+						    "'%s'",
+					       o->env.v[i]);
+		}
+		key = kn_asprintf("%.*s", (int)(eq - o->env.v[i]), o->env.v[i]);
+		json_object_set_new(env, key, json_string(eq + 1));
+		free(key);
+	}
+	if (o->name)
+		json_object_set_new(doc, "name", json_string(o->name));
+	if (json_object_size(env))
+		json_object_set(doc, "env", env);
+	if (o->gpus)
+		json_object_set_new(doc, "gpus", gpus_json(o->gpus));
+	if (o->tasks >= 0)
+		json_object_set_new(doc, "tasks", json_integer(o->tasks));
+	if (o->priority >= 0)
+		json_object_set_new(doc, "priority", json_integer(o->priority));
+	if (o->preemptible)
+		json_object_set_new(doc, "preemptible", json_true());
+	if (json_object_size(doc))
+		*out = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	json_decref(env);
+	return CLI_GO;
+}
+
 int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 {
 	bool wait = false, follow = false, hold = false;
+	struct overrides o = {.tasks = -1, .priority = -1};
 	const struct cli_flag flags[] = {
 		{"wait", 0, CLI_FLAG_BOOL, &wait},
 		{"follow", 'f', CLI_FLAG_BOOL, &follow},
 		{"hold", 0, CLI_FLAG_BOOL, &hold},
+		{"name", 0, CLI_FLAG_STRING, &o.name},
+		{"env", 0, CLI_FLAG_LIST, &o.env},
+		{"gpus", 0, CLI_FLAG_STRING, &o.gpus},
+		{"tasks", 0, CLI_FLAG_COUNT, &o.tasks},
+		{"priority", 0, CLI_FLAG_COUNT, &o.priority},
+		{"preemptible", 0, CLI_FLAG_BOOL, &o.preemptible},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct cli_client *c = NULL;
 	const char *file = NULL, *name;
-	char *text = NULL;
+	char *text = NULL, *changes = NULL;
+	struct kn_buf path;
 	size_t len;
 	json_t *answer = NULL, *job;
 	int64_t id;
 	int rc;
 
+	kn_buf_init(&path, SIZE_MAX);
 	rc = cli_parse(ctx, argc, argv, flags, "FILE", &file);
+	if (rc == CLI_GO)
+		rc = overrides_text(ctx, &o, &changes);
 	if (rc != CLI_GO)
 		goto out;
 	rc = cli_read_spec(ctx, file, &text, &len, &name);
@@ -121,8 +200,10 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	rc = cli_post_spec(c, hold ? "/v1/jobs?hold=1" : "/v1/jobs", file,
-			   name, text, len, &answer);
+	kn_buf_printf(&path, "/v1/jobs");
+	cli_query_add(&path, "hold", hold ? "1" : NULL);
+	cli_query_add(&path, "overrides", changes);
+	rc = cli_post_spec(c, path.data, file, name, text, len, &answer);
 	if (rc)
 		goto out;
 	job = json_object_get(answer, "job");
@@ -142,6 +223,9 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 out:
 	json_decref(answer);
 	cli_client_free(c);
+	kn_buf_release(&path);
+	free(o.env.v);
+	free(changes);
 	free(text);
 	return rc;
 }

@@ -23,7 +23,9 @@ static const struct cli_command commands[] = {
 	 cmd_server_help,
 	 false},
 	{"submit", cmd_submit, NULL, "submit a job spec and print its id",
-	 "usage: kiln submit FILE [--wait | -f] [--hold]\n"
+	 "usage: kiln submit FILE [--wait | -f] [--hold] [--name N]\n"
+	 "                   [--env K=V]... [--gpus G] [--tasks N]\n"
+	 "                   [--priority P] [--preemptible]\n"
 	 "\n"
 	 "Submit the job spec in FILE (YAML or JSON; - reads standard input)\n"
 	 "and print the new job's id alone on standard output, so scripts can\n"
@@ -32,6 +34,10 @@ static const struct cli_command commands[] = {
 	 "(more GPUs per task than the largest node has) is refused, with why.\n"
 	 "\n"
 	 "  --hold  queue it anyway, for a node that may join\n"
+	 "  --name N, --env K=V (repeatable), --gpus G, --tasks N,\n"
+	 "  --priority P, --preemptible\n"
+	 "          override the file's field for this job; checked as the\n"
+	 "          file is, and listed by `kiln show` as overrides\n"
 	 "  --wait  wait for the job to end, print its final state on standard\n"
 	 "          error, and exit 0 if it succeeded, 4 if it failed, 5 if it\n"
 	 "          was cancelled\n"
@@ -176,7 +182,7 @@ static const struct cli_command commands[] = {
 	 "  -o json|yaml  print the server's answer instead\n",
 	 false},
 	{"pools", cmd_pools, NULL, "list node pools and autoscaling decisions",
-	 "usage: kiln pools [-o json|table]\n"
+	 "usage: kiln pools [-w] [-o json|yaml|table]\n"
 	 "\n"
 	 "List each node pool (kiln server --pool): its VM size, GPUs, pricing,\n"
 	 "zones and price per GPU-hour from the catalog; nodes up, provisioning\n"
@@ -185,7 +191,9 @@ static const struct cli_command commands[] = {
 	 "how long it has been idle. A queued job that no pool can hold is\n"
 	 "named under blocked.\n"
 	 "\n"
-	 "  -o json  print the server's JSON instead\n",
+	 "  -w, --watch   draw again whenever the server's event stream says\n"
+	 "                something changed (no polling); until interrupted\n"
+	 "  -o json|yaml  print the server's answer instead\n",
 	 false},
 	{"token", cmd_token, NULL, "create, list and revoke API tokens",
 	 "usage: kiln token create --name NAME --role ROLE\n"
@@ -221,7 +229,7 @@ static const struct cli_command commands[] = {
 	 false},
 	{"deployments", cmd_deployments, NULL,
 	 "list deployments, or show one with its replicas",
-	 "usage: kiln deployments [NAME] [-o json|table]\n"
+	 "usage: kiln deployments [NAME] [-w] [-o table|wide|json|yaml|name]\n"
 	 "\n"
 	 "Without NAME: NAME READY (ready/wanted) MODEL OWNER FALLBACK\n"
 	 "GENERATION. With NAME: the deployment and each replica's STATE\n"
@@ -230,7 +238,11 @@ static const struct cli_command commands[] = {
 	 "--executor kubernetes: the Deployment, its Service's cluster DNS\n"
 	 "name, its ready/updated/available counts and rollout state (pending,\n"
 	 "progressing, complete, failed) with the API's reason, the last API\n"
-	 "error, and each pod's STATE, POD, NODE, ZONE, RESTARTS and REASON.\n",
+	 "error, and each pod's STATE, POD, NODE, ZONE, RESTARTS and REASON.\n"
+	 "\n"
+	 "  -w, --watch   draw again whenever the server's event stream says\n"
+	 "                something changed (no polling); until interrupted\n"
+	 "  -o name       the names alone\n",
 	 false},
 	{"scale", cmd_scale, NULL, "set a deployment's number of replicas",
 	 "usage: kiln scale NAME N\n"
@@ -370,7 +382,7 @@ static const struct cli_command commands[] = {
 	 "  cancel  cancel a run: its running step jobs are cancelled\n",
 	 false},
 	{"alerts", cmd_alerts, NULL, "list firing and recently resolved alerts",
-	 "usage: kiln alerts [--all] [-o json|table]\n"
+	 "usage: kiln alerts [--all] [-w] [-o table|wide|json|yaml]\n"
 	 "\n"
 	 "List the alerts the server's rules raised: those firing now, then\n"
 	 "those resolved in the last day, newest first: STATE SEVERITY RULE\n"
@@ -378,8 +390,10 @@ static const struct cli_command commands[] = {
 	 "set on `kiln server` (--alert-rules, --scrape, --alert-webhook); see\n"
 	 "docs/alerts.md.\n"
 	 "\n"
-	 "  --all    every alert recorded, however long ago it resolved\n"
-	 "  -o json  print the server's JSON instead\n",
+	 "  --all         every alert recorded, however long ago it resolved\n"
+	 "  -w, --watch   draw again whenever the server's event stream says\n"
+	 "                something changed (no polling); until interrupted\n"
+	 "  -o json|yaml  print the server's answer instead\n",
 	 false},
 	{"events", cmd_events, NULL, "print or follow the server's event stream",
 	 "usage: kiln events [-f] [--since SEQ]\n"
@@ -559,8 +573,8 @@ static const struct cli_command commands[] = {
 	 "                         preemptible or with a checkpoint section,\n"
 	 "                         their checkpoints' (KILN_STORE)\n"
 	 "  --gpu-products FILE    GPU model to nvidia.com/gpu.product table\n"
-	 "                         (default the source tree's\n"
-	 "                         data/gpu-products.csv)\n"
+	 "                         (default kiln's gpu-products.csv: see\n"
+	 "                         KILN_DATA_DIR in kiln(1))\n"
 	 "  -o yaml|json           YAML documents (default) or a JSON array\n",
 	 false},
 	{"kube-scheduler", cmd_kube_scheduler, NULL,
@@ -733,7 +747,7 @@ static const struct cli_command commands[] = {
 	 "  --root DIR        read proc/, sys/ and dev/kmsg under DIR\n"
 	 "  --sku SIZE        the Azure VM size (default $KILN_SKU), e.g.\n"
 	 "                    Standard_ND96isr_H100_v5\n"
-	 "  --sku-file FILE   the catalogue (default data/azure-gpu-skus.csv)\n"
+	 "  --sku-file FILE   the catalogue (default kiln's azure-gpu-skus.csv)\n"
 	 "  --dir LIST        scratch and checkpoint directories, comma-separated\n"
 	 "  --min-free SIZE   free space each --dir needs (default 10Gi)\n"
 	 "  --kernel-log FILE read the kernel log here (default /dev/kmsg)\n"
@@ -745,7 +759,7 @@ static const struct cli_command commands[] = {
 	 "                    gpu_gemm, skipped without CUDA or a GPU\n"
 	 "  --perf-fraction F fail a GPU below F of its model's figure\n"
 	 "                    (default 0.7)\n"
-	 "  --perf-file FILE  the figures (default data/gpu-perf.csv)\n"
+	 "  --perf-file FILE  the figures (default kiln's gpu-perf.csv)\n"
 	 "\n"
 	 "Exit status: 0 healthy, 1 a check failed, 2 usage error, 3 --drain\n"
 	 "could not reach the server.\n",
@@ -775,8 +789,8 @@ static const struct cli_command commands[] = {
 	 "                    small (non-generative, on CPU)\n"
 	 "  --params N        parameters: 7B, 350M, 1.5T or a plain count\n"
 	 "  --dtype T         fp32, bf16 (default), fp16, fp8, int8, int4\n"
-	 "  --preset NAME     a model of data/model-presets.csv (its parameters\n"
-	 "                    and dtype)\n"
+	 "  --preset NAME     a model of kiln's model-presets.csv (its\n"
+	 "                    parameters and dtype)\n"
 	 "  --nodes N         VMs: training shares the memory over them,\n"
 	 "                    inference runs N replicas (default 1)\n"
 	 "  --throughput T    decode tokens/s wanted (infer): VMs are added until\n"
@@ -789,7 +803,8 @@ static const struct cli_command commands[] = {
 	 "  --layers N, --hidden N  the model's shape (default: estimated from\n"
 	 "                    the parameters as hidden = 128 x layers)\n"
 	 "  --catalog FILE    more sizes or prices, same columns as\n"
-	 "                    data/azure-gpu-skus.csv; rows replace by size name\n"
+	 "                    kiln's azure-gpu-skus.csv; rows replace by size\n"
+	 "                    name\n"
 	 "  --options N       how many sizes to list (default 5, at most 32)\n"
 	 "\n"
 	 "Exit status: 0 with advice, 1 when no size fits or a file is bad, 2 on\n"

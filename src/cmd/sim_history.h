@@ -1,6 +1,6 @@
 /*
  * sim_history: the trace behind `kiln sim --from-history`, from the
- * server's API (src/cmd only; see sim_history.c for the mapping).
+ * server's API (src/cmd only; the mapping is src/sim/history.c).
  */
 #ifndef KILN_CMD_SIM_HISTORY_H
 #define KILN_CMD_SIM_HISTORY_H
@@ -9,13 +9,7 @@
 #include <stddef.h>
 
 #include "cmd/cli.h"
-
-struct sim_history {
-	size_t jobs;        /* ended jobs seen */
-	size_t pods;        /* pods written: one per task */
-	size_t skipped_mig; /* jobs left out: MIG has no openb form */
-	size_t nodes;       /* node rows written */
-};
+#include "sim/sim.h"
 
 /*
  * Write DIR/pods.csv from the server's ended jobs and, when with_nodes,
@@ -24,6 +18,6 @@ struct sim_history {
  * CLI_GO or an exit status after printing why.
  */
 int sim_history_write(const struct cli_ctx *ctx, const char *dir,
-		      bool with_nodes, struct sim_history *out);
+		      bool with_nodes, struct kn_sim_history *out);
 
 #endif

@@ -129,3 +129,47 @@ out:
 	cli_client_free(w.lister);
 	return rc;
 }
+
+int watch_listing_draw(struct cli_ctx *ctx, struct cli_client *c, void *l)
+{
+	const struct watch_listing *listing = l;
+	json_t *answer = NULL;
+	int rc = cli_get(c, listing->path, &answer);
+
+	if (rc)
+		return rc;
+	if (cli_want_json(ctx))
+		cli_print_data(ctx, answer);
+	else
+		listing->print(ctx, answer, listing->arg);
+	json_decref(answer);
+	return 0;
+}
+
+int watch_listing(struct cli_ctx *ctx, bool watch,
+		  const struct watch_listing *l)
+{
+	struct cli_client *c = NULL;
+	int rc;
+
+	if (watch)
+		return watch_run(ctx, watch_listing_draw, (void *)l);
+	rc = cli_client_open(ctx, &c);
+	if (!rc)
+		rc = watch_listing_draw(ctx, c, (void *)l);
+	cli_client_free(c);
+	return rc;
+}
+
+int watch_listing_command(struct cli_ctx *ctx, int argc, char **argv,
+			  const struct watch_listing *l)
+{
+	bool watch = false;
+	const struct cli_flag flags[] = {
+		{"watch", 'w', CLI_FLAG_BOOL, &watch},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	int rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+
+	return rc != CLI_GO ? rc : watch_listing(ctx, watch, l);
+}

@@ -23,4 +23,29 @@ typedef int (*watch_draw_fn)(struct cli_ctx *ctx, struct cli_client *c,
  */
 int watch_run(struct cli_ctx *ctx, watch_draw_fn draw, void *arg);
 
+/* A listing that is one GET: path's answer, printed for a person by
+   print (-o json and yaml are printed for it). */
+struct watch_listing {
+	const char *path;
+	void (*print)(const struct cli_ctx *ctx, json_t *answer, void *arg);
+	void *arg;
+};
+
+/* watch_draw_fn for a struct watch_listing. */
+int watch_listing_draw(struct cli_ctx *ctx, struct cli_client *c, void *l);
+
+/*
+ * Draw the listing once, or with watch until interrupted (watch_run).
+ * Returns the exit status.
+ */
+int watch_listing(struct cli_ctx *ctx, bool watch,
+		  const struct watch_listing *l);
+
+/*
+ * A command that is such a listing and takes only -w (and the global
+ * flags): parse argv and draw or watch. Returns the exit status.
+ */
+int watch_listing_command(struct cli_ctx *ctx, int argc, char **argv,
+			  const struct watch_listing *l);
+
 #endif

@@ -105,11 +105,9 @@ struct kube_exec {
 	char last_warning[256];
 	int64_t warned_at;
 	json_t *secret;             /* to write first; NULL once written */
+	/* The deployments the same worker keeps in step. */
+	struct kube_deploys *deploys;
 };
-
-/* The worker of this process's executor instance, which the
-   deployments' reconciler (deployments.c) shares: one per process. */
-static struct kube_exec *the_exec;
 
 /* ---- the manifests ---- */
 
@@ -1022,7 +1020,7 @@ static void *worker(void *arg)
 		if (head && !ex->stop)
 			follow(ex, head);
 		if (!ex->stop)
-			kube_deploy_turn(ex->client, ex->cfg.namespace_,
+			kube_deploy_turn(ex->deploys, ex->client, ex->cfg.namespace_,
 					 &ex->stop);
 		pthread_mutex_lock(&ex->lock);
 		for (struct attempt **p = &ex->attempts; *p;) {
@@ -1246,6 +1244,7 @@ static void exec_free(struct kube_exec *ex)
 	kn_kube_client_free(ex->client);
 	config_release(&ex->cfg);
 	json_decref(ex->secret);
+	kube_deploys_free(ex->deploys);
 	free(ex);
 }
 
@@ -1260,8 +1259,6 @@ static void kube_release(struct kn_executor *self)
 	pthread_cond_signal(&ex->wake);
 	pthread_mutex_unlock(&ex->lock);
 	pthread_join(ex->thread, NULL);
-	the_exec = NULL;
-	kube_deploy_clear();
 	while (ex->attempts) {
 		struct attempt *a = ex->attempts;
 		ex->attempts = a->next;
@@ -1296,11 +1293,6 @@ int kn_kube_executor_new(const struct kn_kube_exec_config *cfg,
 	int rc;
 
 	*out = NULL;
-	if (the_exec) {
-		kn_kube_products_free((struct kn_kube_products *)cfg->products);
-		return kn_errorf(err, KN_EINVAL, NULL, "the Kubernetes "
-				 "executor is already running");
-	}
 	if (!cfg->namespace_ || !*cfg->namespace_) {
 		kn_kube_products_free((struct kn_kube_products *)cfg->products);
 		return kn_errorf(err, KN_EINVAL, "namespace",
@@ -1321,6 +1313,7 @@ int kn_kube_executor_new(const struct kn_kube_exec_config *cfg,
 	ex->cfg.shim_image = dup_or_null(cfg->shim_image);
 	ex->cfg.store_url = dup_or_null(cfg->store_url);
 	ex->secret = secret_from_env(cfg->namespace_);
+	ex->deploys = kube_deploys_new();
 	pthread_mutex_init(&ex->lock, NULL);
 	pthread_cond_init(&ex->wake, NULL);
 	rc = pthread_create(&ex->thread, NULL, worker, ex);
@@ -1329,24 +1322,29 @@ int kn_kube_executor_new(const struct kn_kube_exec_config *cfg,
 		return kn_errorf(err, KN_EIO, NULL, "cannot start the "
 				 "Kubernetes worker: %s", strerror(rc));
 	}
-	the_exec = ex;
 	*out = kn_executor_new(&kube_ops, ex);
 	return 0;
 }
 
-void kube_exec_wake(void)
+struct kube_exec *kube_exec_of(struct kn_executor *ex)
 {
-	struct kube_exec *ex = the_exec;
+	return ex && ex->ops == &kube_ops ? ex->impl : NULL;
+}
 
-	if (!ex)
-		return;
+void kube_exec_wake(struct kube_exec *ex)
+{
 	pthread_mutex_lock(&ex->lock);
 	ex->work = true;
 	pthread_cond_signal(&ex->wake);
 	pthread_mutex_unlock(&ex->lock);
 }
 
-const struct kn_kube_exec_config *kube_exec_config(void)
+const struct kn_kube_exec_config *kube_exec_config(const struct kube_exec *ex)
 {
-	return the_exec ? &the_exec->cfg : NULL;
+	return &ex->cfg;
+}
+
+struct kube_deploys *kube_exec_deploys(struct kube_exec *ex)
+{
+	return ex->deploys;
 }

@@ -58,22 +58,23 @@ struct wanted {
 	struct wanted *next;
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct wanted *wanted_list;
-/* Set once every kept deployment has been set; cleared once the worker
-   has deleted the Deployments no kept one claims. */
-static bool sweep_pending;
-static char *status_ns; /* the namespace the status names */
-
 /* A node's zone label as read once ("" when it has none, or the node
-   cannot be read: without RBAC on nodes, zones are simply not known).
-   The worker's alone. */
+   cannot be read: without RBAC on nodes, zones are simply not known). */
 struct node_zone {
 	char node[256];
 	char zone[64];
 };
-static struct node_zone *zones;
-static size_t n_zones;
+
+struct kube_deploys {
+	pthread_mutex_t lock;
+	struct wanted *wanted_list;
+	/* Set once every kept deployment has been set; cleared once the
+	   worker has deleted the Deployments no kept one claims. */
+	bool sweep_pending;
+	/* The worker's alone. */
+	struct node_zone *zones;
+	size_t n_zones;
+};
 
 /* ---- rendering ---- */
 
@@ -118,42 +119,55 @@ int kn_kube_deploy_manifests(const struct kn_kube_exec_config *cfg,
 
 /* ---- the loop's side ---- */
 
-static struct wanted *find(const char *name)
+static struct wanted *find(struct kube_deploys *d, const char *name)
 {
-	for (struct wanted *w = wanted_list; w; w = w->next)
+	for (struct wanted *w = d->wanted_list; w; w = w->next)
 		if (!strcmp(w->name, name))
 			return w;
 	return NULL;
 }
 
-int kn_kube_deploy_set(const struct kn_deployment_spec *spec, int replicas,
+/* ex's state, or NULL with err when ex is another executor. */
+static struct kube_exec *kube_of(struct kn_executor *ex, struct kn_error *err)
+{
+	struct kube_exec *ke = kube_exec_of(ex);
+
+	if (!ke)
+		kn_errorf(err, KN_EINVAL, "executor", "deployments on "
+			  "Kubernetes need --executor kubernetes");
+	return ke;
+}
+
+int kn_kube_deploy_set(struct kn_executor *ex,
+		       const struct kn_deployment_spec *spec, int replicas,
 		       int64_t generation, bool spec_changed,
 		       struct kn_error *err)
 {
-	const struct kn_kube_exec_config *cfg = kube_exec_config();
+	struct kube_exec *ke = kube_of(ex, err);
+	const struct kn_kube_exec_config *cfg;
+	struct kube_deploys *d;
 	json_t *docs = NULL;
 	struct wanted *w;
 	const char *kname;
 	int rc;
 
-	if (!cfg)
-		return kn_errorf(err, KN_EINVAL, "executor", "the Kubernetes "
-				 "executor is not running");
+	if (!ke)
+		return -EINVAL;
+	cfg = kube_exec_config(ke);
+	d = kube_exec_deploys(ke);
 	rc = kn_kube_deploy_manifests(cfg, spec, replicas, generation, &docs,
 				      err);
 	if (rc < 0)
 		return rc;
 	kname = json_string_value(json_object_get(
 		json_object_get(json_array_get(docs, 0), "metadata"), "name"));
-	pthread_mutex_lock(&lock);
-	if (!status_ns)
-		status_ns = kn_xstrdup(cfg->namespace_);
-	w = find(spec->job.name);
+	pthread_mutex_lock(&d->lock);
+	w = find(d, spec->job.name);
 	if (!w) {
 		w = kn_xcalloc(1, sizeof(*w));
 		kn_strlcpy(w->name, spec->job.name, sizeof(w->name));
-		w->next = wanted_list;
-		wanted_list = w;
+		w->next = d->wanted_list;
+		d->wanted_list = w;
 		spec_changed = true;
 	}
 	kn_strlcpy(w->kname, kname, sizeof(w->kname));
@@ -168,75 +182,98 @@ int kn_kube_deploy_set(const struct kn_deployment_spec *spec, int replicas,
 	w->removed = false;
 	w->synced = false;
 	w->version++;
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&d->lock);
 	json_decref(docs);
-	kube_exec_wake();
+	kube_exec_wake(ke);
 	return 0;
 }
 
-int kn_kube_deploy_check(const struct kn_deployment_spec *spec,
+int kn_kube_deploy_check(struct kn_executor *ex,
+			 const struct kn_deployment_spec *spec,
 			 struct kn_error *err)
 {
-	const struct kn_kube_exec_config *cfg = kube_exec_config();
+	struct kube_exec *ke = kube_of(ex, err);
 	json_t *docs = NULL;
 	int rc;
 
-	if (!cfg)
-		return kn_errorf(err, KN_EINVAL, "executor", "the Kubernetes "
-				 "executor is not running");
-	rc = kn_kube_deploy_manifests(cfg, spec, spec->replicas, 1, &docs,
+	if (!ke)
+		return -EINVAL;
+	rc = kn_kube_deploy_manifests(kube_exec_config(ke), spec, spec->replicas, 1, &docs,
 				      err);
 	json_decref(docs);
 	return rc;
 }
 
-int kn_kube_deploy_restart(const char *name, int64_t at_ms,
-			   struct kn_error *err)
+int kn_kube_deploy_restart(struct kn_executor *ex, const char *name,
+			   int64_t at_ms, struct kn_error *err)
 {
+	struct kube_exec *ke = kube_of(ex, err);
+	struct kube_deploys *d;
 	struct wanted *w;
 
-	pthread_mutex_lock(&lock);
-	w = find(name);
+	if (!ke)
+		return -EINVAL;
+	d = kube_exec_deploys(ke);
+	pthread_mutex_lock(&d->lock);
+	w = find(d, name);
 	if (w && !w->removed)
 		w->restart_at = at_ms;
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&d->lock);
 	if (!w)
 		return kn_errorf(err, KN_ENOTFOUND, "name", "deployment %s is "
 				 "not kept on Kubernetes", name);
-	kube_exec_wake();
+	kube_exec_wake(ke);
 	return 0;
 }
 
-void kn_kube_deploy_remove(const char *name)
+void kn_kube_deploy_remove(struct kn_executor *ex, const char *name)
 {
+	struct kube_exec *ke = kube_exec_of(ex);
+	struct kube_deploys *d;
 	struct wanted *w;
 
-	pthread_mutex_lock(&lock);
-	w = find(name);
+	if (!ke)
+		return;
+	d = kube_exec_deploys(ke);
+	pthread_mutex_lock(&d->lock);
+	w = find(d, name);
 	if (w) {
 		w->removed = true;
 		w->version++;
 	}
-	pthread_mutex_unlock(&lock);
-	kube_exec_wake();
+	pthread_mutex_unlock(&d->lock);
+	kube_exec_wake(ke);
 }
 
-void kn_kube_deploy_loaded(void)
+void kn_kube_deploy_loaded(struct kn_executor *ex)
 {
-	pthread_mutex_lock(&lock);
-	sweep_pending = true;
-	pthread_mutex_unlock(&lock);
-	kube_exec_wake();
+	struct kube_exec *ke = kube_exec_of(ex);
+	struct kube_deploys *d;
+
+	if (!ke)
+		return;
+	d = kube_exec_deploys(ke);
+	pthread_mutex_lock(&d->lock);
+	d->sweep_pending = true;
+	pthread_mutex_unlock(&d->lock);
+	kube_exec_wake(ke);
 }
 
-json_t *kn_kube_deploy_status(const char *name)
+json_t *kn_kube_deploy_status(struct kn_executor *ex, const char *name)
 {
+	struct kube_exec *ke = kube_exec_of(ex);
+	const char *ns;
+	struct kube_deploys *d;
 	struct wanted *w;
 	json_t *out = NULL;
 	char svc[256];
 
-	pthread_mutex_lock(&lock);
-	w = find(name);
+	if (!ke)
+		return NULL;
+	d = kube_exec_deploys(ke);
+	ns = kube_exec_config(ke)->namespace_;
+	pthread_mutex_lock(&d->lock);
+	w = find(d, name);
 	if (w && !w->removed) {
 		out = w->view ? json_deep_copy(w->view)
 			      : kn_kube_deployment_view(NULL, NULL);
@@ -244,19 +281,19 @@ json_t *kn_kube_deploy_status(const char *name)
 			json_object_set_new(out, "desired",
 					    json_integer(w->replicas));
 		snprintf(svc, sizeof(svc), "%s.%s.svc." KN_KUBE_CLUSTER_DOMAIN
-			 ":%lld", w->kname, status_ns,
+			 ":%lld", w->kname, ns,
 			 (long long)json_integer_value(json_object_get(
 				 json_array_get(json_object_get(
 					 json_object_get(w->service, "spec"),
 					 "ports"), 0), "port")));
 		json_object_set_new(out, "deployment", json_string(w->kname));
-		json_object_set_new(out, "namespace", json_string(status_ns));
+		json_object_set_new(out, "namespace", json_string(ns));
 		json_object_set_new(out, "service", json_string(svc));
 		json_object_set_new(out, "synced", json_boolean(w->synced));
 		json_object_set_new(out, "error", w->error[0] ?
 				    json_string(w->error) : json_null());
 	}
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&d->lock);
 	return out;
 }
 
@@ -268,21 +305,26 @@ static void wanted_free(struct wanted *w)
 	free(w);
 }
 
-void kube_deploy_clear(void)
+struct kube_deploys *kube_deploys_new(void)
 {
-	pthread_mutex_lock(&lock);
-	while (wanted_list) {
-		struct wanted *w = wanted_list;
-		wanted_list = w->next;
+	struct kube_deploys *d = kn_xcalloc(1, sizeof(*d));
+
+	pthread_mutex_init(&d->lock, NULL);
+	return d;
+}
+
+void kube_deploys_free(struct kube_deploys *d)
+{
+	if (!d)
+		return;
+	while (d->wanted_list) {
+		struct wanted *w = d->wanted_list;
+		d->wanted_list = w->next;
 		wanted_free(w);
 	}
-	sweep_pending = false;
-	free(zones);
-	zones = NULL;
-	n_zones = 0;
-	free(status_ns);
-	status_ns = NULL;
-	pthread_mutex_unlock(&lock);
+	free(d->zones);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
 }
 
 /* ---- the status view (pure) ---- */
@@ -463,7 +505,8 @@ json_t *kn_kube_deployment_view(json_t *d, json_t *pods)
 /* ---- the worker's side ---- */
 
 
-static const char *zone_of(struct kn_kube_client *c, const char *node)
+static const char *zone_of(struct kube_deploys *d, struct kn_kube_client *c,
+			   const char *node)
 {
 	struct node_zone *z;
 	struct kn_error err;
@@ -472,20 +515,20 @@ static const char *zone_of(struct kn_kube_client *c, const char *node)
 	long status = 0;
 	char *path;
 
-	for (size_t i = 0; i < n_zones; i++)
-		if (!strcmp(zones[i].node, node))
-			return zones[i].zone;
+	for (size_t i = 0; i < d->n_zones; i++)
+		if (!strcmp(d->zones[i].node, node))
+			return d->zones[i].zone;
 	path = kn_asprintf("/api/v1/nodes/%s", node);
 	if (kn_kube_get(c, path, &status, &answer, &err) < 0) {
 		free(path);
 		return ""; /* asked again next turn */
 	}
 	free(path);
-	if (n_zones == ZONES_MAX)
-		n_zones = 0;
-	if (!zones)
-		zones = kn_xcalloc(ZONES_MAX, sizeof(*zones));
-	z = &zones[n_zones++];
+	if (d->n_zones == ZONES_MAX)
+		d->n_zones = 0;
+	if (!d->zones)
+		d->zones = kn_xcalloc(ZONES_MAX, sizeof(*d->zones));
+	z = &d->zones[d->n_zones++];
 	kn_strlcpy(z->node, node, sizeof(z->node));
 	label = status == 200 ? json_string_value(json_object_get(
 			json_object_get(json_object_get(answer, "metadata"),
@@ -500,14 +543,15 @@ static const char *zone_of(struct kn_kube_client *c, const char *node)
 }
 
 /* Each pod of a view with its node's zone, null when not known. */
-static void add_zones(struct kn_kube_client *c, json_t *view)
+static void add_zones(struct kube_deploys *d, struct kn_kube_client *c,
+		      json_t *view)
 {
 	json_t *pod;
 	size_t i;
 
 	json_array_foreach(json_object_get(view, "pods"), i, pod) {
 		const char *node = kube_str_at(pod, "node", NULL);
-		const char *zone = node ? zone_of(c, node) : "";
+		const char *zone = node ? zone_of(d, c, node) : "";
 
 		json_object_set_new(pod, "zone",
 				    *zone ? json_string(zone) : json_null());
@@ -792,8 +836,8 @@ static int list(struct kn_kube_client *c, const char *path, json_t **out,
 	return 0;
 }
 
-void kube_deploy_turn(struct kn_kube_client *c, const char *ns,
-		      volatile const int *stop)
+void kube_deploy_turn(struct kube_deploys *deploys, struct kn_kube_client *c,
+		      const char *ns, volatile const int *stop)
 {
 	struct item *items = NULL;
 	size_t n = 0, k;
@@ -801,13 +845,13 @@ void kube_deploy_turn(struct kn_kube_client *c, const char *ns,
 	char *dpath = NULL, *ppath = NULL, error[ERROR_MAX] = "";
 	json_t *deps = NULL, *pods = NULL, *d;
 
-	pthread_mutex_lock(&lock);
-	sweep = sweep_pending;
-	for (struct wanted *w = wanted_list; w; w = w->next)
+	pthread_mutex_lock(&deploys->lock);
+	sweep = deploys->sweep_pending;
+	for (struct wanted *w = deploys->wanted_list; w; w = w->next)
 		n++;
 	items = kn_xcalloc(n ? n : 1, sizeof(*items));
 	k = 0;
-	for (struct wanted *w = wanted_list; w; w = w->next, k++) {
+	for (struct wanted *w = deploys->wanted_list; w; w = w->next, k++) {
 		struct item *it = &items[k];
 		memcpy(it->name, w->name, sizeof(it->name));
 		memcpy(it->kname, w->kname, sizeof(it->kname));
@@ -821,7 +865,7 @@ void kube_deploy_turn(struct kn_kube_client *c, const char *ns,
 		it->version = w->version;
 		it->restart_at = w->restart_at;
 	}
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&deploys->lock);
 	/* Nothing wanted and nothing left to sweep: no request. */
 	if (n == 0 && !sweep)
 		goto out;
@@ -846,7 +890,7 @@ void kube_deploy_turn(struct kn_kube_client *c, const char *ns,
 		apply(c, ns, it, kube_item_named(deps, it->kname), &current);
 		mine = pods_of(pods, it->kname);
 		it->view = kn_kube_deployment_view(current, mine);
-		add_zones(c, it->view);
+		add_zones(deploys, c, it->view);
 		json_decref(mine);
 		json_decref(current);
 	}
@@ -879,14 +923,14 @@ void kube_deploy_turn(struct kn_kube_client *c, const char *ns,
 			swept = swept && orphan.done_removing;
 		}
 		if (swept) {
-			pthread_mutex_lock(&lock);
-			sweep_pending = false;
-			pthread_mutex_unlock(&lock);
+			pthread_mutex_lock(&deploys->lock);
+			deploys->sweep_pending = false;
+			pthread_mutex_unlock(&deploys->lock);
 		}
 	}
 write_back:
-	pthread_mutex_lock(&lock);
-	for (struct wanted **p = &wanted_list; *p;) {
+	pthread_mutex_lock(&deploys->lock);
+	for (struct wanted **p = &deploys->wanted_list; *p;) {
 		struct wanted *w = *p;
 		struct item *it = NULL;
 
@@ -916,7 +960,7 @@ write_back:
 		}
 		p = &w->next;
 	}
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&deploys->lock);
 out:
 	for (k = 0; k < n; k++) {
 		json_decref(items[k].deployment);

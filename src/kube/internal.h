@@ -37,19 +37,28 @@ static inline json_t *kube_item_named(json_t *list, const char *name)
 	return NULL;
 }
 
-/* Wake the worker now (deployments changed); no-op when it is not up. */
-void kube_exec_wake(void);
-/* The running executor's configuration, or NULL. Loop thread. */
-const struct kn_kube_exec_config *kube_exec_config(void);
+/* The Kubernetes executor's state (batchjobs.c). */
+struct kube_exec;
+/* The deployments an executor keeps (deployments.c). */
+struct kube_deploys;
 
+/* ex's state, or NULL when ex is another executor. */
+struct kube_exec *kube_exec_of(struct kn_executor *ex);
+/* Wake the worker now (deployments changed). */
+void kube_exec_wake(struct kube_exec *ex);
+/* Its configuration, as the loop thread reads it. */
+const struct kn_kube_exec_config *kube_exec_config(const struct kube_exec *ex);
+struct kube_deploys *kube_exec_deploys(struct kube_exec *ex);
+
+struct kube_deploys *kube_deploys_new(void);
+/* After the worker has stopped; NULL is a no-op. */
+void kube_deploys_free(struct kube_deploys *d);
 /*
  * One pass of the worker over the deployments: create, update, scale and
  * delete what differs from what the API has, and take each one's status.
  * No request when no deployment is wanted nor left to delete.
  */
-void kube_deploy_turn(struct kn_kube_client *c, const char *ns,
-		      volatile const int *stop);
-/* Forget every deployment (the executor stops). */
-void kube_deploy_clear(void);
+void kube_deploy_turn(struct kube_deploys *deploys, struct kn_kube_client *c,
+		      const char *ns, volatile const int *stop);
 
 #endif

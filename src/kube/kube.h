@@ -490,8 +490,8 @@ void kn_kube_task_state(json_t *job, json_t *pods, int rank, bool stopping,
 
 /*
  * The executor the server drives, with its worker started: *out's
- * instance owns the worker, which the deployments below share (one per
- * process), and its release stops it (an API call in flight is cut
+ * instance owns the worker, which also keeps the deployments below in
+ * step, and its release stops it (an API call in flight is cut
  * within a second). cfg is copied, but cfg->products is taken, freed with
  * the executor (or here on failure). When the server's environment holds
  * store credentials (AZURE_STORAGE_CONNECTION_STRING,
@@ -536,15 +536,18 @@ int kn_kube_deploy_manifests(const struct kn_kube_exec_config *cfg,
  * Want deployment spec->job.name as spec with `replicas` at generation;
  * spec_changed: the spec itself changed at this generation (the worker
  * PUTs the Deployment) rather than only the count (it PATCHes
- * spec.replicas). Renders with the running executor's configuration;
- * errors as kn_kube_render_deployment's, -EINVAL when the executor is
- * not running. Loop thread.
+ * spec.replicas). ex is the Kubernetes executor whose worker keeps the
+ * deployments (the functions below take it too, and do nothing, or
+ * answer NULL or -EINVAL, for another executor). Renders with ex's
+ * configuration; errors as kn_kube_render_deployment's. Loop thread.
  */
-int kn_kube_deploy_set(const struct kn_deployment_spec *spec, int replicas,
+int kn_kube_deploy_set(struct kn_executor *ex,
+		       const struct kn_deployment_spec *spec, int replicas,
 		       int64_t generation, bool spec_changed,
 		       struct kn_error *err);
-/* Whether spec renders with the running executor's configuration. */
-int kn_kube_deploy_check(const struct kn_deployment_spec *spec,
+/* Whether spec renders with ex's configuration. */
+int kn_kube_deploy_check(struct kn_executor *ex,
+			 const struct kn_deployment_spec *spec,
 			 struct kn_error *err);
 /* The pod template annotation `kubectl rollout restart` sets. */
 #define KN_KUBE_RESTARTED_AT "kubectl.kubernetes.io/restartedAt"
@@ -555,23 +558,23 @@ int kn_kube_deploy_check(const struct kn_deployment_spec *spec,
  * Deployment controller rolls the change out. -ENOENT when name is not
  * wanted. Loop thread.
  */
-int kn_kube_deploy_restart(const char *name, int64_t at_ms,
-			   struct kn_error *err);
+int kn_kube_deploy_restart(struct kn_executor *ex, const char *name,
+			   int64_t at_ms, struct kn_error *err);
 /* Delete deployment name's Deployment and Service. Loop thread. */
-void kn_kube_deploy_remove(const char *name);
+void kn_kube_deploy_remove(struct kn_executor *ex, const char *name);
 /*
  * Every deployment the server keeps has been set: Deployments labelled
  * as kiln's whose name is not among them are deleted (one the server
  * was told to delete before it stopped).
  */
-void kn_kube_deploy_loaded(void);
+void kn_kube_deploy_loaded(struct kn_executor *ex);
 /*
  * The status of deployment name as the worker last saw it (a new
  * object: kn_kube_deployment_view's fields plus "deployment",
  * "namespace", "service" (the cluster DNS name and port), "synced" and
  * "error"), or NULL when name is not wanted.
  */
-json_t *kn_kube_deploy_status(const char *name);
+json_t *kn_kube_deploy_status(struct kn_executor *ex, const char *name);
 
 /*
  * Pure: a Deployment (NULL: not created yet) and its pods (a JSON array)

@@ -308,8 +308,8 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 	}
 	if (idem_begin(s, req, c))
 		return;
-	if (jobs_submit_fit(s, c, body, len, file, path, hold != 0, &id,
-			    &err) < 0 ||
+	if (jobs_submit_fit(s, c, body, len, file, path, hold != 0,
+			    kn_http_query(req, "overrides"), &id, &err) < 0 ||
 	    !(answer = job_answer(s, id, &err))) {
 		idem_abort(s, req);
 		kn_http_reply_error(req, &err);

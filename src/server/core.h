@@ -48,19 +48,21 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		size_t len, const char *filename, const char *path,
 		int64_t *out_id, struct kn_error *err);
 /*
+ * As jobs_submit; without hold, a job that could not fit the cluster
+ * even empty is refused (KN_ECONFLICT naming why) instead of queued.
+ * overrides, when not NULL, is the JSON object text of submit-time
+ * overrides (job_overrides_apply).
+ */
+int jobs_submit_fit(struct server *s, const struct caller *c,
+		    const char *text, size_t len, const char *filename,
+		    const char *path, bool hold, const char *overrides,
+		    int64_t *out_id, struct kn_error *err);
+/*
  * The keyed create's transaction ended: the jobs it submitted join the
  * queue (and the event stream) when it committed, else are forgotten, as
  * the store forgot them.
  */
 void jobs_idem_settle(struct server *s, bool committed);
-/*
- * As jobs_submit; without hold, a job that could not fit the cluster
- * even empty is refused (KN_ECONFLICT naming why) instead of queued.
- */
-int jobs_submit_fit(struct server *s, const struct caller *c,
-		    const char *text, size_t len, const char *filename,
-		    const char *path, bool hold, int64_t *out_id,
-		    struct kn_error *err);
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		struct kn_error *err);
 /*

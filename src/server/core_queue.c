@@ -479,27 +479,32 @@ int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		size_t len, const char *filename, const char *path,
 		int64_t *out_id, struct kn_error *err)
 {
-	return jobs_submit_fit(s, c, text, len, filename, path, true, out_id,
-			       err);
+	return jobs_submit_fit(s, c, text, len, filename, path, true, NULL,
+			       out_id, err);
 }
 
 int jobs_submit_fit(struct server *s, const struct caller *c,
 		    const char *text, size_t len, const char *filename,
-		    const char *path, bool hold, int64_t *out_id,
-		    struct kn_error *err)
+		    const char *path, bool hold, const char *overrides,
+		    int64_t *out_id, struct kn_error *err)
 {
 	struct kn_job_spec *spec = NULL;
 	struct queued_job *q;
 	struct kn_job_row j;
 	struct kn_audit a;
-	json_t *norm;
-	char *norm_text;
+	json_t *norm, *applied = NULL;
+	char *norm_text, *effective = NULL;
 	int64_t id = 0;
 	int rc;
 
 	rc = kn_job_spec_parse(text, len, filename, &spec, err);
-	if (rc < 0)
+	if (rc == 0 && overrides)
+		rc = job_overrides_apply(&spec, overrides, filename,
+					 &effective, &applied, err);
+	if (rc < 0) {
+		kn_job_spec_free(spec);
 		return rc;
+	}
 	rc = executor_check(s, spec, filename, err);
 	if (rc == 0)
 		rc = caps_check(s, c, CAP_JOB, spec->tasks, err);
@@ -513,6 +518,8 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 		rc = fit_check(s, spec, filename, err);
 	if (rc < 0) {
 		kn_job_spec_free(spec);
+		free(effective);
+		json_decref(applied);
 		return rc;
 	}
 	/* Stored as the file name, so a restart resolves it the same way. */
@@ -521,6 +528,9 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 	if (!s->exec->ops->places_tasks)
 		resolve_workdir(spec, filename);
 	norm = kn_job_spec_to_json(spec);
+	/* What the submitter changed from the file, for `kiln show`. */
+	if (applied)
+		json_object_set_new(norm, "overrides", applied);
 	norm_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(norm);
 
@@ -531,7 +541,8 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 	j.priority = spec->priority;
 	j.tasks = spec->tasks;
 	j.filename = (char *)(filename ? filename : "");
-	j.spec_yaml = (char *)text;
+	/* Recovery parses this again: with overrides, the spec as applied. */
+	j.spec_yaml = effective ? effective : (char *)text;
 	j.spec_json = norm_text;
 	j.submitted_at = kn_now_ms();
 	j.exit_code = -1;
@@ -539,6 +550,7 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 	a.detail = spec->name;
 	rc = kn_store_job_insert(s->store, &j, &a, &id, err);
 	free(norm_text);
+	free(effective);
 	if (rc == 0)
 		record_revision(s, id, spec);
 	if (rc < 0) {

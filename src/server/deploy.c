@@ -482,11 +482,12 @@ void deploy_reconcile(struct deploy_state *d, struct deployment *p)
  * no jobs, no probes, no rollout of kiln's; the executor's worker writes
  * what differs and reads the status back.
  */
-static void kube_want(struct deployment *p, bool spec_changed)
+static void kube_want(struct server *s, struct deployment *p,
+		      bool spec_changed)
 {
 	struct kn_error err;
 
-	if (kn_kube_deploy_set(p->spec, p->replicas, p->generation,
+	if (kn_kube_deploy_set(s->exec, p->spec, p->replicas, p->generation,
 			       spec_changed, &err) < 0)
 		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
 }
@@ -626,8 +627,8 @@ static int deploy_start(struct server *s, struct kn_error *err)
 	if (rc == 0 && s->exec->ops->places_tasks) {
 		/* Found again by label: only what differs is written. */
 		for (struct deployment *p = d->list; p; p = p->next)
-			kube_want(p, true);
-		kn_kube_deploy_loaded();
+			kube_want(s, p, true);
+		kn_kube_deploy_loaded(s->exec);
 		return 0;
 	}
 	if (rc == 0 && d->list) {
@@ -886,7 +887,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	/* What cannot render (no image, a GPU model without a product
 	   label) is refused before anything is stored. */
 	if (s->exec->ops->places_tasks &&
-	    (rc = kn_kube_deploy_check(spec, err)) < 0)
+	    (rc = kn_kube_deploy_check(s->exec, spec, err)) < 0)
 		goto out;
 	norm = kn_deployment_spec_to_json(spec);
 	json_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
@@ -975,7 +976,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 							    : "updated",
 			       "replicas", p->replicas));
 	if (s->exec->ops->places_tasks) {
-		kube_want(p, changed || row.generation == 1);
+		kube_want(s, p, changed || row.generation == 1);
 	} else {
 		deploy_reconcile(d, p);
 		deploy_arm(d, 0);
@@ -1310,7 +1311,7 @@ static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
 			       "state", "scaled", "replicas", p->replicas));
 	if (s->exec->ops->places_tasks) {
-		kube_want(p, false);
+		kube_want(s, p, false);
 	} else {
 		deploy_reconcile(s->deploy, p);
 		deploy_arm(s->deploy, 0);
@@ -1335,7 +1336,7 @@ static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 		snprintf(object, sizeof(object), "deployment/%s", p->name);
 		deploy_audit_fill(&a, c, "deployment.restart", object, NULL);
 		if (deploy_save(s->deploy, p, &a, &err) < 0 ||
-		    kn_kube_deploy_restart(p->name, kn_now_ms(), &err) < 0) {
+		    kn_kube_deploy_restart(s->exec, p->name, kn_now_ms(), &err) < 0) {
 			kn_http_reply_error(req, &err);
 			return;
 		}
@@ -1388,7 +1389,7 @@ static void deploy_h_delete(struct server *s, struct kn_http_req *req,
 		return;
 	}
 	if (s->exec->ops->places_tasks)
-		kn_kube_deploy_remove(p->name);
+		kn_kube_deploy_remove(s->exec, p->name);
 	/* The re-validation its revalidate: set goes with it. */
 	reval_deployment_set(s, p->name, c, NULL);
 	for (int i = 0; i < p->n_reps; i++)

@@ -205,9 +205,10 @@ static struct deployment **by_name(struct deploy_state *d, size_t *n)
  * therefore run in the cluster (or reach it through an ingress that
  * resolves that name); nothing here pretends to reach the pods.
  */
-static void kube_gateway_replicas(const struct deployment *p, json_t *reps)
+static void kube_gateway_replicas(struct server *s, const struct deployment *p,
+				  json_t *reps)
 {
-	json_t *st = kn_kube_deploy_status(p->name), *pod;
+	json_t *st = kn_kube_deploy_status(s->exec, p->name), *pod;
 	const char *svc = json_string_value(json_object_get(st, "service"));
 	size_t i;
 
@@ -265,7 +266,7 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 		json_t *reps = json_array();
 
 		if (s->exec->ops->places_tasks)
-			kube_gateway_replicas(p, reps);
+			kube_gateway_replicas(s, p, reps);
 		/* Surge slots too: a replica being replaced keeps serving
 		 * beside its replacement until the gateway knows both. */
 		for (int i = 0; !s->exec->ops->places_tasks && i < p->n_reps;

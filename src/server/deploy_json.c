@@ -105,7 +105,7 @@ json_t *deploy_deployment_json(struct server *s, const struct deployment *p)
 	int64_t version = deploy_dir_version(p, p->model_dir);
 
 	if (s->exec->ops->places_tasks) {
-		st = kn_kube_deploy_status(p->name);
+		st = kn_kube_deploy_status(s->exec, p->name);
 		reps = deploy_kube_replicas_json(st);
 		ready = (int)json_integer_value(json_object_get(st, "ready"));
 	} else {

@@ -646,6 +646,16 @@ void setup_sched_node(struct server *s, size_t n);
 int setup_labels(struct server *s, size_t n, const char *text,
 		 const char *sep, const char *flag, struct kn_error *err);
 
+/*
+ * overrides.c: apply the JSON object text of submit-time overrides to
+ * *spec (replaced by the spec parsed again with them). Returns 0 with
+ * *effective (the text to store, malloc'd) and *applied (the overrides,
+ * a new reference) set, or -EINVAL with err naming the override.
+ */
+int job_overrides_apply(struct kn_job_spec **spec, const char *text,
+			const char *filename, char **effective,
+			json_t **applied, struct kn_error *err);
+
 /* logs.c: the most lines ?tail= may ask for. */
 #define LOGS_TAIL_MAX 1000000
 /* The log from offset, or its last tail_lines lines when that is

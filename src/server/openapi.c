@@ -235,19 +235,17 @@ static int add_answer(json_t *responses, const char *answer,
 	if (!strcmp(kind, "text")) {
 		content = json_pack("{s:{s:{s:s}}}", "text/plain", "schema",
 				    "type", "string");
-	} else {
-		s = !strcmp(kind, "json") || !strcmp(kind, "ndjson")
-			    ? type_or_fields(rest, err)
-			    : NULL;
+	} else if (!strcmp(kind, "json") || !strcmp(kind, "ndjson")) {
+		s = type_or_fields(rest, err);
 		if (!s)
-			return strcmp(kind, "json") && strcmp(kind, "ndjson")
-				       ? kn_errorf(err, KN_EIO, "answers",
-						   "no answer kind %s", kind)
-				       : -1;
-		content = !strcmp(kind, "json")
-				  ? json_content(s)
-				  : json_pack("{s:{s:o}}", "application/x-ndjson",
-					      "schema", s);
+			return -1;
+		content = json_pack("{s:{s:o}}",
+				    kind[0] == 'j' ? "application/json"
+						   : "application/x-ndjson",
+				    "schema", s);
+	} else {
+		return kn_errorf(err, KN_EIO, "answers", "no answer kind %s",
+				 kind);
 	}
 	json_object_set_new(responses, status,
 			    json_pack("{s:s, s:o}", "description",

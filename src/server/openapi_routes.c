@@ -19,8 +19,9 @@ const struct oa_op oa_ops[] = {
 	{"GET", "/v1/whoami", "the caller's token name and role", NULL, NULL,
 	 "200 json name:string role:Role"},
 	{"POST", "/v1/jobs", "submit a job spec (YAML or JSON)",
-	 "file:string path:string", "yaml",
-	 "201 json job:Job; 400 error the spec is invalid (file:line:column)"},
+	 "file:string path:string hold:integer overrides:string", "yaml",
+	 "201 json job:Job; 400 error the spec is invalid (file:line:column); "
+	 "409 error the job can never fit (unless hold=1)"},
 	{"GET", "/v1/jobs", "jobs by id",
 	 "state:JobState owner:string name:string limit:integer", NULL,
 	 "200 json jobs:[Job]"},
@@ -34,8 +35,9 @@ const struct oa_op oa_ops[] = {
 	 "200 json job:Job; 409 error the job is not running or not "
 	 "preemptible"},
 	{"GET", "/v1/jobs/{id}/logs", "a task's output, or a stream of it",
-	 "task:integer attempt:integer follow:integer offset:integer", NULL,
-	 "200 text"},
+	 "task:integer attempt:integer follow:integer offset:integer "
+	 "tail:integer",
+	 NULL, "200 text"},
 	{"GET", "/v1/nodes", "the nodes and their devices", NULL, NULL,
 	 "200 json nodes:[Node]"},
 	{"POST", "/v1/nodes/{name}/cordon", "stop new work on a node",

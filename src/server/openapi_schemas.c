@@ -106,8 +106,8 @@ const struct oa_object oa_objects[] = {
 	 "replicas:[Replica] ~follows:string? ~model_version:integer? "
 	 "~kubernetes:object", NULL},
 	{"Replica", NULL,
-	 "replica:integer job:integer? state:string ready:boolean "
-	 "restarts:integer address:string? node:string? zone:string?", NULL},
+	 "replica:integer ~job:integer? state:string ready:boolean "
+	 "~restarts:integer address:string? node:string? zone:string?", NULL},
 	{"Key", "A gateway key (never its secret or hash)",
 	 "name:string deployments:[string] rpm:integer tpm:integer "
 	 "quota_day:integer quota_month:integer created_by:string? "

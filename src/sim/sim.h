@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "base/base.h"
 #include "sched/sched.h"
 
@@ -233,5 +235,26 @@ int kn_sim_autoscale(const struct kn_sim_trace *t,
 		     const struct kn_sim_autoscale_opts *opts,
 		     struct kn_sim_autoscale_report *out);
 void kn_sim_autoscale_report_release(struct kn_sim_autoscale_report *r);
+
+/* ---- a server's history as a trace (history.c) ---- */
+
+struct kn_sim_history {
+	size_t jobs;        /* ended jobs seen */
+	size_t pods;        /* pod rows written: one per task */
+	size_t skipped_mig; /* jobs left out: MIG has no openb form */
+	size_t nodes;       /* node rows written */
+};
+
+/*
+ * The ended jobs of jobs (GET /v1/jobs's answer) as an openb pod list
+ * in pods, each pod with its job's times and preemptible flag; with
+ * nodes (GET /v1/nodes's answer) the nodes as an openb node list in
+ * node_list and each gpu_model constraint as the nodes' models it
+ * accepts, without (NULL: the user brings the node list) node_list
+ * untouched and the constraints as written. Names are made safe as CSV
+ * cells (no commas, quotes or line breaks; no formula start).
+ */
+void kn_sim_history_csv(json_t *jobs, json_t *nodes, struct kn_buf *pods,
+			struct kn_buf *node_list, struct kn_sim_history *out);
 
 #endif

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import requests
 
+import contract
+
 # Tasks run sandboxed (docs/security.md): as the user kiln-task when the
 # server is root, with a private /tmp. Tests share files with their tasks
 # through tmp_path, so it lives outside /tmp, where a task sees it, as a
@@ -36,6 +38,7 @@ def _searchable_for_tasks(path):
 
 
 _searchable_for_tasks(KILN)
+contract.install(KILN)
 
 
 def _ancestors():
@@ -107,6 +110,10 @@ def end_what_the_test_started(request, tmp_path):
     if left:
         LEAKS.append((request.node.nodeid, left))
         kill_processes_under(tmp_path)
+
+
+def pytest_sessionfinish(session):
+    contract.report(session)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -272,6 +279,7 @@ class Server:
                  or self.proc.poll() is not None, what="server.url")
         assert self.proc.poll() is None, self.log.read_text()
         self.url = url_file.read_text().strip()
+        contract.watch(self.url)
         return self
 
     def stop(self):

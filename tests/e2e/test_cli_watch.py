@@ -65,3 +65,17 @@ def test_nodes_watch_redraws_on_cordon(server):
                  what="the node cordoned")
     finally:
         w.stop()
+
+
+def test_deployments_watch_and_name(server, tmp_path):
+    """Without deployments the watch still draws (nothing) and stays up;
+    -o name on one that does not exist is the API's 404."""
+    w = Watcher(server, "deployments", "-w")
+    try:
+        jid = server.submit(job_yaml("nudge", ["/bin/true"]))
+        server.wait_state(jid, "succeeded")
+        assert w.proc.poll() is None
+    finally:
+        w.stop()
+    r = server.cli("deployments", "nope", "-o", "name")
+    assert r.returncode == 1 and "no deployment named nope" in r.stderr

@@ -6,8 +6,12 @@ The package is type-checked with mypy --strict."""
 import hashlib
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import threading
+from urllib.parse import urlsplit
 from pathlib import Path
 
 import pytest
@@ -49,6 +53,25 @@ def test_mypy_strict_is_clean():
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_installs_with_pip(tmp_path):
+    """pip install ./python: the package, typed (py.typed), importable.
+    Built from a copy, so the checkout gets no build directories."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "python", src,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-build-isolation",
+         "--no-deps", "--no-index", "--target", str(tmp_path / "site"),
+         str(src)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "site" / "kiln" / "py.typed").exists()
+    res = subprocess.run(
+        [sys.executable, "-c", "import kiln; print(kiln.__file__)"],
+        env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")),
+        capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert res.stdout.startswith(str(tmp_path / "site")), res.stderr
+
+
 def test_finds_server_and_token_as_the_cli_does(server, client, monkeypatch):
     assert client.whoami() == {"name": "admin", "role": "admin"}
     assert client.health()["ok"] is True
@@ -79,6 +102,7 @@ def test_jobs_submit_follow_wait_outputs_and_events(client, tmp_path):
     assert done.state == "succeeded" and done.exit_code == 0
     assert done.attempts_detail[0].tasks[0].state == "exited"
     assert list(client.jobs.logs(job.id)) == ["one", "two"]
+    assert list(client.jobs.logs(job.id, tail=1)) == ["two"]
     wait_for(lambda: client.jobs.outputs(job.id), what="outputs recorded")
     [out] = client.jobs.outputs(job.id)
     assert out.name == "w.bin"
@@ -137,6 +161,80 @@ def test_eviction_and_resume_through_the_client(client):
     assert list(client.jobs.logs(job.id, attempt=2)) == ["resumed"]
 
 
+class AnswerDropper:
+    """A loopback proxy to the server that passes its first request on
+    but closes the client's connection once the answer starts, without
+    passing it: the server did the work, the client saw the connection
+    break. Later connections are relayed whole."""
+
+    def __init__(self, url):
+        target = urlsplit(url)
+        self.upstream = (target.hostname, target.port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            server = socket.create_connection(self.upstream)
+            drop = self.connections == 1
+            threading.Thread(target=self.pipe, args=(client, server, False),
+                             daemon=True).start()
+            threading.Thread(target=self.pipe, args=(server, client, drop),
+                             daemon=True).start()
+
+    @staticmethod
+    def pipe(src, dst, drop):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data or drop:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.listener.close()
+
+
+def test_a_create_is_sent_again_with_its_idempotency_key(server, client):
+    """The first answer is lost to a broken connection: the client sends
+    the submit again with the same Idempotency-Key and gets the job the
+    first one made; no second job exists."""
+    proxy = AnswerDropper(server.url)
+    try:
+        through = kiln.Client(server=proxy.url, token=server.admin_token,
+                              timeout=10)
+        job = through.jobs.submit(sh("true", name="once"))
+    finally:
+        proxy.close()
+    assert proxy.connections == 2
+    assert [j.id for j in client.jobs.list(name="once")] == [job.id]
+    proxy = AnswerDropper(server.url)
+    try:
+        no_retry = kiln.Client(server=proxy.url, token=server.admin_token,
+                               timeout=10, retries=0)
+        with pytest.raises(kiln.Unavailable) as e:
+            no_retry.jobs.submit(sh("true", name="twice"))
+    finally:
+        proxy.close()
+    assert e.value.field == "server"
+    # That one was made, its answer lost: retries=0 did not send it again.
+    assert len(client.jobs.list(name="twice")) == 1
+
+
 def test_errors_are_exceptions_naming_code_and_field(server, client):
     with pytest.raises(kiln.NotFound) as e:
         client.jobs.get(9999)
@@ -149,6 +247,13 @@ def test_errors_are_exceptions_naming_code_and_field(server, client):
              what="running")
     with pytest.raises(kiln.Conflict):
         client.jobs.evict(running.id)
+    huge = sh("true", name="huge", tasks=1024)
+    with pytest.raises(kiln.Conflict) as e:
+        client.jobs.submit(huge)
+    assert e.value.field == "resources"
+    held = client.jobs.submit(huge, hold=True)
+    assert held.state == "queued"
+    client.jobs.cancel(held.id)
     client.jobs.cancel(running.id)
     viewer = kiln.Client(token=server.create_token("peek", "viewer"))
     with pytest.raises(kiln.PermissionDenied) as e:

@@ -55,6 +55,27 @@ static void test_parse_flags(void **state)
 	assert_string_equal(ctx.output, "table");
 }
 
+static void test_parse_list_flag(void **state)
+{
+	char *argv[] = {"submit", "--env", "A=1", "f.yaml", "--env=B=2", NULL};
+	struct cli_list env = {0};
+	const char *pos = NULL;
+	const struct cli_flag flags[] = {
+		{"env", 0, CLI_FLAG_LIST, &env},
+		{NULL, 0, CLI_FLAG_BOOL, NULL},
+	};
+	struct cli_ctx ctx;
+
+	(void)state;
+	new_ctx(&ctx);
+	assert_int_equal(cli_parse(&ctx, 5, argv, flags, "FILE", &pos), CLI_GO);
+	assert_int_equal(env.n, 2);
+	assert_string_equal(env.v[0], "A=1");
+	assert_string_equal(env.v[1], "B=2");
+	assert_string_equal(pos, "f.yaml");
+	free(env.v);
+}
+
 static void test_parse_globals_anywhere(void **state)
 {
 	char *argv[] = {"ls", "-o", "json", "--server", "http://h:1",
@@ -342,6 +363,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_flags),
+		cmocka_unit_test(test_parse_list_flag),
 		cmocka_unit_test(test_parse_globals_anywhere),
 		cmocka_unit_test(test_parse_value_that_looks_global),
 		cmocka_unit_test(test_parse_errors),

@@ -351,15 +351,17 @@ static void test_attempt_manifests(void **state)
 }
 
 /* A pod places itself and its shim syncs checkpoints: the server's own
-   placement and sync step aside for them. The instance carries its
-   configuration (its check renders with its default image) and owns the
-   process's one worker. No attempt and no deployment: the worker makes
-   no request, so the API server's address is never dialled. */
+   placement and sync step aside for them. Each instance carries its own
+   configuration (its check renders with its default image) and its own
+   worker and deployments; another executor has none. No attempt and no
+   deployment: the workers make no request, so the API server's address
+   is never dialled. */
 static void test_executor_instance(void **state)
 {
 	struct kn_kube_auth auth = {.server = "https://127.0.0.1:1"};
 	struct kn_kube_exec_config cfg = {.auth = &auth, .namespace_ = "ns"};
 	struct kn_executor *ex = NULL, *second = NULL;
+	struct kn_executor *local = kn_local_executor_new();
 	struct kn_job_spec *spec = NULL;
 	struct kn_error err = {0};
 	const char *text = "kind: Job\nname: x\ncommand: [\"true\"]\n";
@@ -375,17 +377,21 @@ static void test_executor_instance(void **state)
 	assert_string_equal(ex->ops->isolation,
 			    "kubernetes executor: its own; environment built");
 	assert_non_null(ex->ops->limits);
-	/* No image in the spec nor the instance's configuration. */
+	cfg.image = "img:1";
+	assert_int_equal(kn_kube_executor_new(&cfg, &second, &err), 0);
+	/* No image in the spec nor the first instance's configuration. */
 	assert_int_equal(ex->ops->check(ex, spec, &err), -EINVAL);
 	assert_non_null(strstr(err.message, "--image"));
-	assert_int_equal(kn_kube_executor_new(&cfg, &second, &err), -EINVAL);
-	assert_null(second);
-	assert_non_null(strstr(err.message, "already running"));
+	assert_int_equal(second->ops->check(second, spec, &err), 0);
+	/* Deployments: each instance's own; none under another executor. */
+	assert_int_equal(kn_kube_deploy_restart(ex, "d", 1, &err), -ENOENT);
+	assert_null(kn_kube_deploy_status(ex, "d"));
+	assert_int_equal(kn_kube_deploy_restart(local, "d", 1, &err), -EINVAL);
+	assert_string_equal(err.field, "executor");
+	assert_null(kn_kube_deploy_status(local, "d"));
+	kn_executor_free(second);
 	kn_executor_free(ex);
-	cfg.image = "img:1";
-	assert_int_equal(kn_kube_executor_new(&cfg, &ex, &err), 0);
-	assert_int_equal(ex->ops->check(ex, spec, &err), 0);
-	kn_executor_free(ex);
+	kn_executor_free(local);
 	cfg.namespace_ = "";
 	assert_int_equal(kn_kube_executor_new(&cfg, &ex, &err), -EINVAL);
 	assert_string_equal(err.field, "namespace");

@@ -1,7 +1,8 @@
 /*
  * Unit tests for the packing experiment's inputs and figures: optional
- * pod-list columns, the placed-pods rate, the statistics over seeds, and
- * the replay with departures on a trace worked out by hand.
+ * pod-list columns, the placed-pods rate, the statistics over seeds, the
+ * replay with departures on a trace worked out by hand, and a server's
+ * history as a trace.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -257,6 +258,63 @@ static void test_replay_load(void **state)
 	kn_sim_free(sim);
 }
 
+/* Ended jobs become one pod per task, shares 500 milli, a model
+   constraint the nodes' models it accepts; MIG and live jobs stay out, a
+   node of two models splits, and names are made safe as CSV cells. */
+static void test_history_csv(void **state)
+{
+	json_t *jobs = json_loads(
+		"{\"jobs\": ["
+		"{\"id\": 1, \"state\": \"succeeded\", \"tasks\": 2,"
+		" \"submitted_at_ms\": 1000, \"started_at_ms\": 3000,"
+		" \"ended_at_ms\": 9000, \"preemptible\": true,"
+		" \"resources\": {\"gpus\": 0.5, \"cpus\": 2,"
+		" \"memory_bytes\": 1048576, \"gpu_model\": [\"h100\"]}},"
+		"{\"id\": 2, \"state\": \"failed\", \"tasks\": 1,"
+		" \"resources\": {\"gpus\": \"mig:1g.10gb\"}},"
+		"{\"id\": 3, \"state\": \"running\", \"tasks\": 1,"
+		" \"resources\": {\"gpus\": 1}}]}", 0, NULL);
+	json_t *nodes = json_loads(
+		"{\"nodes\": [{\"name\": \"=n,1\", \"cpus\": 8,"
+		" \"memory_bytes\": 8589934592, \"devices\": ["
+		"{\"model\": \"H100-80GB\"}, {\"model\": \"T4-16GB\"},"
+		"{\"model\": \"A100-80GB\", \"mig\": true}]}]}", 0, NULL);
+	struct kn_sim_history h;
+	struct kn_buf pods, node_list;
+
+	(void)state;
+	assert_non_null(jobs);
+	assert_non_null(nodes);
+	kn_buf_init(&pods, KN_SIM_MAX_FILE);
+	kn_buf_init(&node_list, KN_SIM_MAX_FILE);
+	kn_sim_history_csv(jobs, nodes, &pods, &node_list, &h);
+	assert_int_equal(h.jobs, 2);
+	assert_int_equal(h.pods, 2);
+	assert_int_equal(h.skipped_mig, 1);
+	assert_int_equal(h.nodes, 2);
+	assert_string_equal(node_list.data,
+			    "sn,cpu_milli,memory_mib,gpu,model\n"
+			    "'=n_1/H100-80GB,4000,4096,1,H100-80GB\n"
+			    "'=n_1/T4-16GB,4000,4096,1,T4-16GB\n");
+	assert_non_null(strstr(pods.data,
+			       "job-1-0,2000,1,1,500,H100-80GB,1,9,3,true\n"
+			       "job-1-1,2000,1,1,500,H100-80GB,1,9,3,true\n"));
+	kn_buf_release(&pods);
+	kn_buf_release(&node_list);
+
+	/* The user's node list: constraints as written, no node rows. */
+	kn_buf_init(&pods, KN_SIM_MAX_FILE);
+	kn_buf_init(&node_list, KN_SIM_MAX_FILE);
+	kn_sim_history_csv(jobs, NULL, &pods, &node_list, &h);
+	assert_int_equal(h.nodes, 0);
+	assert_int_equal(node_list.len, 0);
+	assert_non_null(strstr(pods.data, ",500,h100,1,9,3,true\n"));
+	kn_buf_release(&pods);
+	kn_buf_release(&node_list);
+	json_decref(jobs);
+	json_decref(nodes);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -267,6 +325,7 @@ int main(void)
 		cmocka_unit_test(test_paired),
 		cmocka_unit_test(test_replay_by_hand),
 		cmocka_unit_test(test_replay_load),
+		cmocka_unit_test(test_history_csv),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
