@@ -1,6 +1,7 @@
 """Idempotent creates: a request sent again with the same Idempotency-Key
 gets the first answer and never makes a second object, across kill -9 of
 the server; the CLI sends a key and retries once when the answer is lost."""
+import hashlib
 import os
 import socket
 import threading
@@ -277,3 +278,26 @@ def test_workflow_run_retry_returns_the_first_run(server):
     assert [w["id"] for w in runs] == [ids[0]]
     jobs = server.request("GET", "/v1/jobs").json()["jobs"]
     assert sorted(j["state"] for j in jobs) == ["succeeded", "succeeded"]
+
+
+def test_model_version_retry_returns_the_first_version(server):
+    """A model version pushed again with its key is the first version,
+    not a second one."""
+    data = b"weights" * 100
+    digest = hashlib.sha256(data).hexdigest()
+    r = server.request("POST", f"/v1/model-blobs/{digest}",
+                       params={"upload": "u", "offset": 0, "final": 1},
+                       data=data)
+    assert r.status_code == 201, r.text
+    files = [{"path": "w.bin", "sha256": digest, "size": len(data)}]
+    answers = []
+    for _ in range(2):
+        r = server.request("POST", "/v1/models/keyed/versions",
+                           json={"files": files},
+                           headers={"Idempotency-Key": "model-1"})
+        assert r.status_code == 201, r.text
+        answers.append(r.json())
+    assert answers[0] == answers[1]
+    [model] = [m for m in server.request("GET", "/v1/models").json()["models"]
+               if m["name"] == "keyed"]
+    assert model["versions"] == 1
