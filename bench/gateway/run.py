@@ -24,6 +24,14 @@ histogram), and any round with a socket error or a non-2xx answer makes
 the run fail. When the kiln binary has no `gateway` command, the run says
 so and reports the backend and nginx alone: there are no kiln figures to
 report then. Prints a table and writes JSON to --out.
+
+With --tls the two proxies are reached over HTTPS (the backend stays
+plain behind both, as a model server on the machine is): one ECDSA P-256
+certificate made with the openssl tool for the run, given to nginx
+(`listen ... ssl`, TLS 1.2 and 1.3, its OpenSSL's default ciphers) and
+to kiln (--tls-cert, --tls-key); wrk keeps its connections alive, so the
+handshakes are a few and the record encryption is what is compared. The
+cipher each side negotiates is checked to be the same and reported.
 """
 import argparse
 import hashlib
@@ -34,6 +42,7 @@ import re
 import secrets
 import shutil
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -88,6 +97,34 @@ def wait_until(predicate, timeout, what):
     fail(f"timed out after {timeout}s waiting for {what}")
 
 
+# The run's own certificate: the checks trust nothing else.
+TLS_CONTEXT = ssl.create_default_context()
+
+
+def make_cert(work):
+    """A self-signed ECDSA P-256 certificate for 127.0.0.1 and localhost;
+    (cert, key) paths. The checks trust it."""
+    cert, key = work / "tls.pem", work / "tls.key"
+    r = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+         "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key), "-out",
+         str(cert), "-days", "2", "-subj", "/CN=localhost", "-addext",
+         "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"openssl req: {r.stderr}")
+    TLS_CONTEXT.load_verify_locations(str(cert))
+    return cert, key
+
+
+def negotiated(url):
+    """(protocol, cipher) a TLS client gets from url's server."""
+    host, port = url.split("://")[1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as raw:
+        with TLS_CONTEXT.wrap_socket(raw, server_hostname=host) as s:
+            return s.version(), s.cipher()[0]
+
+
 def status_of(url, key):
     headers = {"Content-Type": "application/json"}
     if key:
@@ -95,7 +132,8 @@ def status_of(url, key):
     req = urllib.request.Request(url + "/v1/chat/completions",
                                  data=BODY.encode(), headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=5) as r:
+        with urllib.request.urlopen(req, timeout=5,
+                                    context=TLS_CONTEXT) as r:
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
@@ -138,19 +176,23 @@ def start_backend(exe, work):
     return proc, match.group(1)
 
 
-def start_nginx(work, backend_addr, key):
+def start_nginx(work, backend_addr, key, tls):
     ndir = work / "nginx"
     ndir.mkdir()
     port = free_port()
     conf = (HERE / "nginx.conf.in").read_text()
+    tls_lines = (f"ssl_certificate {tls[0]};\n        "
+                 f"ssl_certificate_key {tls[1]};\n        "
+                 "ssl_protocols TLSv1.2 TLSv1.3;" if tls else "")
     for name, value in (("DIR", str(ndir)), ("KEY", key), ("PORT", str(port)),
+                        ("SSL", " ssl" if tls else ""), ("TLS", tls_lines),
                         ("BACKEND_PORT", backend_addr.rsplit(":", 1)[1])):
         conf = conf.replace(f"@{name}@", value)
     (ndir / "nginx.conf").write_text(conf)
     proc = Proc([shutil.which("nginx"), "-p", str(ndir), "-c",
                  str(ndir / "nginx.conf"), "-e", str(ndir / "error.log")],
                 work / "nginx.log")
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     wait_until(lambda: status_of(url, key) or
                (not proc.alive() and fail(f"nginx exited: {proc.text()}")),
                10, "nginx")
@@ -165,7 +207,7 @@ def kiln_gateway_missing(kiln):
     return None
 
 
-def start_kiln(kiln, work, backend_addr, key):
+def start_kiln(kiln, work, backend_addr, key, tls):
     home = work / "kiln-home"
     home.mkdir(mode=0o700)
     routes = {
@@ -182,8 +224,11 @@ def start_kiln(kiln, work, backend_addr, key):
     routes_file.write_text(json.dumps(routes))
     routes_file.chmod(0o600)
     env = dict(os.environ, KILN_HOME=str(home))
+    tls_args = ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])] \
+        if tls else []
     proc = Proc([kiln, "gateway", "--routes", str(routes_file), "--listen",
-                 "127.0.0.1:0", "--workers", "1"], work / "kiln-gateway.log", env)
+                 "127.0.0.1:0", "--workers", "1", *tls_args],
+                work / "kiln-gateway.log", env)
     url_file = home / "gateway" / "gateway.url"
     wait_until(lambda: (url_file.is_file() and url_file.read_text().strip())
                or (not proc.alive() and fail(f"kiln gateway exited: {proc.text()}")),
@@ -252,7 +297,16 @@ def median_round(rounds):
                 req_s_all=[round(r["req_s"]) for r in rounds],
                 cpu_us_per_req_all=[r["cpu_us_per_req"] and round(r["cpu_us_per_req"], 2)
                                     for r in rounds],
-                p99_ms_all=[round(r["p99_ms"], 3) for r in rounds])
+                p99_ms_all=[round(r["p99_ms"], 3) for r in rounds],
+                req_s_mean=statistics.mean(r["req_s"] for r in rounds),
+                req_s_stdev=spread([r["req_s"] for r in rounds]),
+                p99_ms_mean=statistics.mean(r["p99_ms"] for r in rounds),
+                p99_ms_stdev=spread([r["p99_ms"] for r in rounds]))
+
+
+def spread(values):
+    """The sample standard deviation (0 for a single round)."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def tool_version(args):
@@ -271,6 +325,8 @@ def main():
     p.add_argument("--duration", type=int, default=10, help="seconds per measurement")
     p.add_argument("--warmup", type=int, default=2, help="seconds of untimed load first")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--tls", action="store_true",
+                   help="reach nginx and kiln over HTTPS (same certificate)")
     p.add_argument("--kiln-before", metavar="KILN",
                    help="another kiln binary (an older build) measured in the "
                    "same rounds as side kiln-before, to compare a change")
@@ -296,16 +352,18 @@ def main():
         work = Path(tmp)
         lua = work / "post.lua"
         lua.write_text(WRK_LUA % {"body": BODY, "key": key})
+        tls = make_cert(work) if args.tls else None
         try:
             backend, backend_addr = start_backend(backend_exe, work)
             procs.append(backend)
-            nginx, nginx_url = start_nginx(work, backend_addr, key)
+            nginx, nginx_url = start_nginx(work, backend_addr, key, tls)
             procs.append(nginx)
             check_auth("nginx", nginx_url, key)
             targets = {"backend": f"http://{backend_addr}", "nginx": nginx_url}
             watched = {"backend": backend, "nginx": nginx}
             if not kiln_missing:
-                gateway, kiln_url = start_kiln(kiln, work, backend_addr, key)
+                gateway, kiln_url = start_kiln(kiln, work, backend_addr, key,
+                                               tls)
                 procs.append(gateway)
                 check_auth("kiln gateway", kiln_url, key)
                 targets["kiln"] = kiln_url
@@ -314,11 +372,15 @@ def main():
                     (work / "before").mkdir()
                     before, before_url = start_kiln(
                         str(Path(args.kiln_before).resolve()), work / "before",
-                        backend_addr, key)
+                        backend_addr, key, tls)
                     procs.append(before)
                     check_auth("kiln-before", before_url, key)
                     targets["kiln-before"] = before_url
                     watched["kiln-before"] = before
+            ciphers = {name: negotiated(url) for name, url in targets.items()
+                       if url.startswith("https://")}
+            if len(set(ciphers.values())) > 1:
+                fail(f"the proxies negotiate different TLS: {ciphers}")
             for name, url in targets.items():
                 wrk(url, lua, args, args.warmup, procs)
             rounds = {name: [] for name in targets}
@@ -363,7 +425,8 @@ def main():
                      "wrk": tool_version(["wrk", "-v"])},
         "settings": {"wrk_threads": args.threads, "connections": args.connections,
                      "duration_s": args.duration, "rounds": args.rounds,
-                     "body_bytes": len(BODY)},
+                     "body_bytes": len(BODY),
+                     "tls": {n: list(c) for n, c in ciphers.items()} or None},
         "results": results,
         "kiln_unavailable": kiln_missing,
         "ratios": ratios,
@@ -374,6 +437,10 @@ def main():
     for name, r in results.items():
         print(f"{name:11s} {r['req_s']:10.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
               f"{r['cpu_us_per_req']:10.2f}")
+    print("means over rounds, +- one standard deviation:")
+    for name, r in results.items():
+        print(f"{name:11s} {r['req_s_mean']:10.0f} +- {r['req_s_stdev']:.0f} req/s  "
+              f"p99 {r['p99_ms_mean']:.3f} +- {r['p99_ms_stdev']:.3f} ms")
     if ratios:
         print(f"kiln/nginx: {ratios['req_s_kiln_over_nginx']:.2f}x req/s, "
               f"{ratios['p99_kiln_over_nginx']:.2f}x p99, "

@@ -92,9 +92,13 @@ static int parse_address(struct kn_gw_replica *r, const char *field,
 	char *end;
 	long port;
 
-	if (!colon || colon == r->address)
-		return bad(err, field, "must be HOST:PORT");
-	hlen = (size_t)(colon - r->address);
+	/* A model server that speaks TLS is named with its scheme. */
+	r->tls = !strncmp(host, "https://", 8);
+	if (r->tls)
+		host += 8;
+	if (!colon || colon <= host)
+		return bad(err, field, "must be HOST:PORT or https://HOST:PORT");
+	hlen = (size_t)(colon - host);
 	/* [::1]:8000 */
 	if (host[0] == '[' && colon[-1] == ']') {
 		host++;
@@ -156,7 +160,9 @@ static int parse_deployment(json_t *v, size_t i, struct kn_gw_deployment *d,
 	if ((rc = get_name(v, "name", field, true, d->name, sizeof(d->name),
 			   err)) < 0 ||
 	    (rc = get_name(v, "fallback", field, false, d->fallback,
-			   sizeof(d->fallback), err)) < 0)
+			   sizeof(d->fallback), err)) < 0 ||
+	    (rc = get_name(v, "ca", field, false, d->ca, sizeof(d->ca),
+			   err)) < 0)
 		return rc;
 	snprintf(field, sizeof(field), "%s.name", prefix);
 	if ((rc = check_label(d->name, field, err)) < 0)
@@ -192,6 +198,7 @@ static int parse_deployment(json_t *v, size_t i, struct kn_gw_deployment *d,
 		snprintf(field, sizeof(field), "%s.replicas[%zu]", prefix, j);
 		if ((rc = parse_replica(r, field, &d->replicas[j], err)) < 0)
 			return rc;
+		d->replicas[j].ca = d->ca[0] ? d->ca : NULL;
 		d->n_replicas++;
 	}
 	return 0;

@@ -29,12 +29,17 @@
 #define KN_GW_NAME_MAX 128
 #define KN_GW_ADDRESS_MAX 280 /* host (up to 255) ':' port */
 #define KN_GW_CONFIG_MAX_BYTES (16 * 1024 * 1024)
+#define KN_GW_CA_MAX 1024 /* a CA file's path */
 
 struct kn_gw_replica {
 	int64_t replica;
-	char address[KN_GW_ADDRESS_MAX]; /* "host:port" as given */
+	char address[KN_GW_ADDRESS_MAX]; /* "host:port" or
+					    "https://host:port" as given */
 	char host[256];
 	int port;
+	bool tls;            /* https://: verified against the deployment's
+				ca, else the system's CAs */
+	const char *ca;      /* the deployment's ca, or NULL */
 	char zone[KN_GW_NAME_MAX]; /* "" when none */
 	bool ready;
 };
@@ -43,6 +48,8 @@ struct kn_gw_deployment {
 	char name[KN_GW_NAME_MAX];
 	char *model;                /* as given; may be "" */
 	char fallback[KN_GW_NAME_MAX]; /* "" when none */
+	char ca[KN_GW_CA_MAX];      /* PEM file its https replicas' certificates
+				       chain to; "" for the system's CAs */
 	int64_t rpm, tpm;           /* 0 = no limit */
 	struct kn_gw_replica *replicas;
 	size_t n_replicas;

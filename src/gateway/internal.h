@@ -110,9 +110,12 @@ struct gw_up_handler {
 	void (*done)(void *arg, enum gw_up_result result);
 };
 
-/* A connection to host:port (opened on the first request). */
+/* A connection to host:port (opened on the first request); over TLS
+   from tls (a client context, kn_tls_client_ctx) when not NULL. */
+struct ssl_ctx_st;
 struct gw_conn *gw_conn_new(struct event_base *base, const char *host,
-			    int port, int64_t timeout_ms);
+			    int port, int64_t timeout_ms,
+			    struct ssl_ctx_st *tls);
 void gw_conn_free(struct gw_conn *c);
 /*
  * POST body (which must outlive the request) to path. Returns 0, and the

@@ -27,6 +27,7 @@
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <openssl/ssl.h>
 
 #include "gateway/internal.h"
 
@@ -76,6 +77,13 @@ struct gw_worker {
 	bool log_scheduled;         /* log_event is active */
 	char stamp[32];             /* the access log's last time stamp */
 	int64_t stamp_ms;
+	/* https replicas' client contexts, one per CA file (ca NULL: the
+	   system's CAs; ctx NULL: the file would not load). */
+	struct gw_tls_ctx {
+		char *ca;
+		SSL_CTX *ctx;
+	} *tls;
+	size_t n_tls;
 };
 
 struct gw_call {
@@ -382,17 +390,39 @@ static void breaker_failure(const struct kn_gateway *gw, struct gw_pool *p)
 		p->open_until_ms = kn_mono_ms() + gw->opts.breaker_cooldown_ms;
 }
 
+/* The client context for replicas whose certificates chain to ca (NULL:
+   the system's CAs), made once per worker; NULL when it cannot load. */
+static SSL_CTX *worker_tls(struct gw_worker *w, const char *ca)
+{
+	struct kn_error err;
+	SSL_CTX *ctx;
+
+	for (size_t i = 0; i < w->n_tls; i++)
+		if (!ca ? !w->tls[i].ca : w->tls[i].ca && !strcmp(ca, w->tls[i].ca))
+			return w->tls[i].ctx;
+	ctx = kn_tls_client_ctx(ca, NULL, NULL, &err);
+	if (!ctx) /* once per worker: the entry remembers it */
+		kn_log(KN_LOG_ERROR, "gateway: ca: %s", err.message);
+	w->tls = kn_xrealloc(w->tls, (w->n_tls + 1) * sizeof(*w->tls));
+	w->tls[w->n_tls].ca = ca ? kn_xstrdup(ca) : NULL;
+	w->tls[w->n_tls++].ctx = ctx;
+	return ctx;
+}
+
 static struct gw_conn *pool_conn(struct gw_worker *w, struct gw_pool *p,
 				 const struct kn_gw_replica *r)
 {
+	SSL_CTX *tls = NULL;
 	struct gw_conn *c;
 
 	if (p->n_idle)
 		return p->idle[--p->n_idle];
 	if (p->n_conns == POOL_MAX)
 		return NULL;
+	if (r->tls && !(tls = worker_tls(w, r->ca)))
+		return NULL;
 	c = gw_conn_new(w->base, r->host, r->port,
-			w->gw->opts.upstream_timeout_ms);
+			w->gw->opts.upstream_timeout_ms, tls);
 	p->conns = kn_xrealloc(p->conns, (p->n_conns + 1) * sizeof(*p->conns));
 	p->idle = kn_xrealloc(p->idle, (p->n_conns + 1) * sizeof(*p->idle));
 	p->conns[p->n_conns++] = c;
@@ -594,8 +624,10 @@ static int send_upstream(struct gw_call *c)
 	int rc;
 
 	c->pool->outstanding++;
-	rc = gw_conn_request(c->conn, c->path, c->replica->address, accept,
-			     c->body, c->body_len, &UP_HANDLER, c);
+	/* Host: the address without its scheme. */
+	rc = gw_conn_request(c->conn, c->path,
+			     c->replica->address + (c->replica->tls ? 8 : 0),
+			     accept, c->body, c->body_len, &UP_HANDLER, c);
 	if (rc < 0)
 		c->pool->outstanding--;
 	return rc;
@@ -1145,6 +1177,11 @@ void gw_worker_free(struct gw_worker *w)
 		call_free(w->calls);
 	}
 	kn_gw_config_unref(w->cfg);
+	for (size_t i = 0; i < w->n_tls; i++) {
+		SSL_CTX_free(w->tls[i].ctx);
+		free(w->tls[i].ca);
+	}
+	free(w->tls);
 	if (w->log.data)
 		log_flush(w);
 	kn_buf_release(&w->log);

@@ -17,6 +17,11 @@
  * handler as it arrives. A kept-alive connection the server closed while
  * idle is found out when the next request gets nothing back: that request
  * is sent again once on a fresh connection before anything is reported.
+ *
+ * To an https:// replica the same runs over an OpenSSL session: the
+ * handshake happens inside the first write (the server's certificate and
+ * name verified), reads take all OpenSSL holds, writes go a record at a
+ * time.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -30,6 +35,9 @@
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "gateway/internal.h"
 
@@ -57,6 +65,9 @@ struct gw_conn {
 	struct timeval timeout;
 
 	int fd; /* -1 when closed */
+	SSL_CTX *tls;  /* https: the context sessions start from, or NULL */
+	SSL *ssl;      /* the open connection's session */
+	bool write_wants_read; /* SSL_write waits on the server's bytes */
 	struct event *rev, *wev;
 	bool connecting;
 	int answers; /* answered on this connection since it opened */
@@ -83,10 +94,12 @@ static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 
 struct gw_conn *gw_conn_new(struct event_base *base, const char *host,
-			    int port, int64_t timeout_ms)
+			    int port, int64_t timeout_ms, SSL_CTX *tls)
 {
 	struct gw_conn *c = kn_xcalloc(1, sizeof(*c));
 
+	if (tls && SSL_CTX_up_ref(tls))
+		c->tls = tls;
 	c->base = base;
 	c->fd = -1;
 	kn_strlcpy(c->host, host, sizeof(c->host));
@@ -106,6 +119,10 @@ static void conn_close(struct gw_conn *c)
 	if (c->wev)
 		event_free(c->wev);
 	c->rev = c->wev = NULL;
+	SSL_free(c->ssl);
+	c->ssl = NULL;
+	c->write_wants_read = false;
+	ERR_clear_error();
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
@@ -120,6 +137,7 @@ void gw_conn_free(struct gw_conn *c)
 	if (!c)
 		return;
 	conn_close(c);
+	SSL_CTX_free(c->tls);
 	free(c->head);
 	evbuffer_free(c->out);
 	evbuffer_free(c->in);
@@ -172,24 +190,84 @@ static int conn_open(struct gw_conn *c)
 		conn_close(c);
 		return -ENOMEM;
 	}
+	if (c->tls &&
+	    (!(c->ssl = kn_tls_client_session(c->tls, c->host)) ||
+	     SSL_set_fd(c->ssl, c->fd) != 1)) {
+		conn_close(c);
+		return -EPROTO;
+	}
+	if (c->ssl)
+		SSL_set_connect_state(c->ssl);
 	event_add(c->rev, NULL);
 	if (c->connecting)
 		event_add(c->wev, NULL);
 	return 0;
 }
 
+/* A failed TLS call: -EAGAIN to wait (noting which way), else a
+   negative errno, logging why a handshake failed. */
+static int tls_failure(struct gw_conn *c, int n, bool writing)
+{
+	int e = SSL_get_error(c->ssl, n);
+	long verify = SSL_get_verify_result(c->ssl);
+
+	ERR_clear_error();
+	if (e == SSL_ERROR_WANT_READ) {
+		c->write_wants_read = writing;
+		return -EAGAIN;
+	}
+	if (e == SSL_ERROR_WANT_WRITE) {
+		event_add(c->wev, NULL);
+		return -EAGAIN;
+	}
+	if (verify != X509_V_OK)
+		kn_log(KN_LOG_WARN, "gateway: https://%s:%d: the certificate "
+		       "is not trusted: %s", c->host, c->port,
+		       X509_verify_cert_error_string(verify));
+	return e == SSL_ERROR_ZERO_RETURN ? 0 : -ECONNRESET;
+}
+
+/* Write from the output: bytes, or a negative errno (-EAGAIN to wait). */
+static int up_write(struct gw_conn *c)
+{
+	int n;
+
+	if (!c->ssl) {
+		n = evbuffer_write(c->out, c->fd);
+		return n < 0 ? (errno == EINTR ? -EAGAIN : -errno) : n;
+	}
+	if ((n = kn_tls_write_buffer(c->ssl, c->out)) > 0)
+		return n;
+	n = tls_failure(c, n, true);
+	return n ? n : -ECONNRESET;
+}
+
+/* Like read(2), into buf: bytes, 0 at the end, or a negative errno. */
+static ssize_t up_read(struct gw_conn *c, char *buf, size_t cap)
+{
+	ssize_t n;
+
+	if (!c->ssl) {
+		n = read(c->fd, buf, cap);
+		return n < 0 ? (errno == EINTR ? -EAGAIN : -errno) : n;
+	}
+	n = SSL_read(c->ssl, buf, (int)cap);
+	return n > 0 ? n : tls_failure(c, (int)n, false);
+}
+
 /* Write what is waiting; arm the write event for what the socket refused. */
 static int flush_out(struct gw_conn *c)
 {
+	c->write_wants_read = false;
 	while (evbuffer_get_length(c->out) > 0) {
-		int n = evbuffer_write(c->out, c->fd);
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				break;
-			return -errno;
-		}
+		int n = up_write(c);
+		if (n == -EAGAIN || n == -EWOULDBLOCK)
+			break;
+		if (n < 0)
+			return n;
 	}
-	if (evbuffer_get_length(c->out) > 0)
+	/* Waiting on the server's bytes: on_read writes again. */
+	if (evbuffer_get_length(c->out) > 0 && !c->write_wants_read)
 		event_add(c->wev, NULL);
 	return 0;
 }
@@ -519,6 +597,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	struct gw_conn *c = arg;
 	char buf[READ_CHUNK];
+	bool got = false;
 	ssize_t n;
 	int rc;
 
@@ -527,23 +606,36 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 			finish(c, GW_UP_TIMEOUT);
 		return;
 	}
-	n = read(fd, buf, sizeof(buf));
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return;
-	if (!c->h) {
-		/* Idle: the server closed it, or spoke out of turn. */
-		conn_close(c);
-		return;
-	}
-	if (n <= 0) {
-		if (n == 0 && c->state == P_UNTIL_CLOSE)
-			finish(c, GW_UP_OK);
-		else
+	(void)fd;
+	if (c->write_wants_read && flush_out(c) < 0) {
+		if (c->h)
 			fail(c, GW_UP_FAILED);
+		else
+			conn_close(c);
 		return;
 	}
-	c->got_any = true;
-	evbuffer_add(c->in, buf, (size_t)n);
+	/* OpenSSL may hold decrypted bytes the socket no longer signals. */
+	do {
+		n = up_read(c, buf, sizeof(buf));
+		if (n == -EAGAIN || n == -EWOULDBLOCK)
+			break;
+		if (!c->h) {
+			/* Idle: the server closed it, or spoke out of turn. */
+			conn_close(c);
+			return;
+		}
+		if (n <= 0) {
+			if (n == 0 && c->state == P_UNTIL_CLOSE)
+				finish(c, GW_UP_OK);
+			else
+				fail(c, GW_UP_FAILED);
+			return;
+		}
+		c->got_any = got = true;
+		evbuffer_add(c->in, buf, (size_t)n);
+	} while (c->ssl && SSL_pending(c->ssl) > 0);
+	if (!got)
+		return;
 	rc = parse(c);
 	if (rc < 0)
 		finish(c, c->state != P_HEAD ? GW_UP_CUT : GW_UP_FAILED);

@@ -68,8 +68,6 @@
 #define HEADERS_MAX 128 /* fields in one request head */
 /* An answer's fields: the model server's (at most 64 KiB) and ours. */
 #define HEADERS_BYTES_MAX (256 * 1024)
-/* The most one SSL_write is given: one TLS record. */
-#define TLS_WRITE_MAX (16 * 1024)
 
 struct kn_front {
 	struct event_base *base;
@@ -179,20 +177,12 @@ static ssize_t conn_read(struct front_conn *c, char *buf, size_t cap)
 /* Write from the output: bytes written, or -1 with errno. */
 static int conn_write(struct front_conn *c)
 {
-	size_t len = evbuffer_get_length(c->out);
 	int n;
 
 	if (!c->ssl)
 		return evbuffer_write(c->out, c->fd);
-	/* A retry after WANT_WRITE is given at least what was given before,
-	   as OpenSSL requires: the buffer only grows at its end. */
-	if (len > TLS_WRITE_MAX)
-		len = TLS_WRITE_MAX;
-	n = SSL_write(c->ssl, evbuffer_pullup(c->out, (ssize_t)len), (int)len);
-	if (n > 0) {
-		evbuffer_drain(c->out, (size_t)n);
+	if ((n = kn_tls_write_buffer(c->ssl, c->out)) > 0)
 		return n;
-	}
 	errno = tls_errno(c, n, true);
 	if (!errno)
 		errno = ECONNRESET;

@@ -363,6 +363,29 @@ int kn_loop_client_tls(struct kn_loop *loop, const char *ca_file,
 		       struct kn_error *err);
 
 /*
+ * For clients that run their own sockets (the gateway's upstreams): a
+ * client context trusting ca_file (NULL: the system's CAs) and showing
+ * cert and key (NULL: none), TLS 1.2 at least, the peer verified; NULL
+ * with err naming the file. Free it with SSL_CTX_free.
+ */
+struct ssl_ctx_st;
+struct ssl_st;
+struct ssl_ctx_st *kn_tls_client_ctx(const char *ca_file, const char *cert,
+				     const char *key, struct kn_error *err);
+/* A client session on ctx for host, verifying that the certificate names
+   it (a DNS name, or an IP address); NULL when OpenSSL refuses. */
+struct ssl_st *kn_tls_client_session(struct ssl_ctx_st *ctx,
+				     const char *host);
+
+/*
+ * Write the start of out (at most one TLS record) on ssl, draining what
+ * went: SSL_write's return, for SSL_get_error when it is not above 0.
+ * Safe to call again after WANT_WRITE or WANT_READ as OpenSSL wants,
+ * as long as out only grows at its end meanwhile.
+ */
+int kn_tls_write_buffer(struct ssl_st *ssl, struct evbuffer *out);
+
+/*
  * One HTTP/1.1 request on the loop, http:// or https:// (the server's
  * certificate and host name verified, see kn_loop_client_tls). headers
  * is a NULL-terminated list of "Name: value" strings, body may be NULL.

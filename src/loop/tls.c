@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -34,6 +35,9 @@
 	"ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"        \
 	"ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"        \
 	"ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
+
+/* The most one SSL_write is given: one TLS record. */
+#define TLS_WRITE_MAX (16 * 1024)
 
 /* What a file was when it was loaded, to see that it changed. */
 struct file_stamp {
@@ -279,6 +283,21 @@ bool tls_peer_name(SSL *ssl, char *name, size_t cap)
 		return false;
 	}
 	return true;
+}
+
+int kn_tls_write_buffer(struct ssl_st *ssl, struct evbuffer *out)
+{
+	size_t len = evbuffer_get_length(out);
+	int n;
+
+	/* A retry after WANT_WRITE is given at least what was given before,
+	   as OpenSSL requires: the buffer only grows at its end. */
+	if (len > TLS_WRITE_MAX)
+		len = TLS_WRITE_MAX;
+	n = SSL_write(ssl, evbuffer_pullup(out, (ssize_t)len), (int)len);
+	if (n > 0)
+		evbuffer_drain(out, (size_t)n);
+	return n;
 }
 
 /* ---- watching the files ---- */

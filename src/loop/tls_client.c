@@ -1,7 +1,8 @@
 /*
- * The client side of TLS for kn_http_fetch's https:// URLs: one OpenSSL
+ * The client side of TLS: kn_http_fetch's https:// URLs (one OpenSSL
  * context per loop, trusting the system's CAs or the file the loop's
- * owner names, with an optional client certificate. Every session checks
+ * owner names, with an optional client certificate), and the contexts
+ * and sessions other clients (the gateway's upstreams) build on. Every session checks
  * the server's certificate and that it names the host of the URL (a DNS
  * name, or an IP address for an address URL); TLS 1.2 at least.
  */
@@ -17,8 +18,8 @@
 #include "loop/internal.h"
 #include "loop/loop.h"
 
-static SSL_CTX *client_ctx_new(const char *ca_file, const char *cert,
-			       const char *key, struct kn_error *err)
+SSL_CTX *kn_tls_client_ctx(const char *ca_file, const char *cert,
+			   const char *key, struct kn_error *err)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	char why[256];
@@ -58,7 +59,7 @@ int kn_loop_client_tls(struct kn_loop *loop, const char *ca_file,
 		       const char *cert, const char *key,
 		       struct kn_error *err)
 {
-	SSL_CTX *ctx = client_ctx_new(ca_file, cert, key, err), **slot;
+	SSL_CTX *ctx = kn_tls_client_ctx(ca_file, cert, key, err), **slot;
 
 	if (!ctx)
 		return -EINVAL;
@@ -71,13 +72,19 @@ int kn_loop_client_tls(struct kn_loop *loop, const char *ca_file,
 SSL *tls_client_session(struct kn_loop *loop, const char *host)
 {
 	SSL_CTX **slot = loop_client_ctx(loop);
+
+	if (!*slot && !(*slot = kn_tls_client_ctx(NULL, NULL, NULL, NULL)))
+		return NULL;
+	return kn_tls_client_session(*slot, host);
+}
+
+SSL *kn_tls_client_session(SSL_CTX *ctx, const char *host)
+{
 	unsigned char addr[16];
 	bool ip;
 	SSL *ssl;
 
-	if (!*slot && !(*slot = client_ctx_new(NULL, NULL, NULL, NULL)))
-		return NULL;
-	if (!(ssl = SSL_new(*slot)))
+	if (!(ssl = SSL_new(ctx)))
 		return NULL;
 	ip = inet_pton(AF_INET, host, addr) == 1 ||
 	     inet_pton(AF_INET6, host, addr) == 1;

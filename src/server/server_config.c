@@ -379,20 +379,6 @@ static int check_nodes(const struct kn_server_config *cfg,
 	return 0;
 }
 
-/* An option naming a data file defaults to the one shipped with kiln,
-   found where kiln is installed (kn_data_path). */
-static void shipped_default(struct kn_server_config *cfg, const char **field,
-			    const char *name)
-{
-	char *path;
-
-	if (*field)
-		return;
-	path = kn_data_path(name);
-	*field = kn_strpool_keep(&cfg->strings, path);
-	free(path);
-}
-
 /* Each "NAME=ROLE" of --tls-client-role: a name, and a role tokens have. */
 static int check_client_roles(const struct kn_server_config *cfg,
 			      struct kn_error *err)
@@ -441,6 +427,20 @@ static int check_tls(const struct kn_server_config *cfg, struct kn_error *err)
 	    kn_tls_listen_check(cfg->listen_host, tls, cfg->insecure, err) < 0)
 		return -EINVAL;
 	return check_client_roles(cfg, err);
+}
+
+/* An option naming a data file defaults to the one shipped with kiln,
+   found where kiln is installed (kn_data_path). */
+static void shipped_default(struct kn_server_config *cfg, const char **field,
+			    const char *name)
+{
+	char *path;
+
+	if (*field)
+		return;
+	path = kn_data_path(name);
+	*field = kn_strpool_keep(&cfg->strings, path);
+	free(path);
 }
 
 int kn_server_config_check(struct kn_server_config *cfg, struct kn_error *err)

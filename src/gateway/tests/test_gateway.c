@@ -160,6 +160,34 @@ static void test_config_errors_name_the_field(void **state)
 		     "keys[0].quota_day");
 }
 
+/* https:// replicas: the scheme is noted, the host and port read after
+   it, and the deployment's ca is theirs. */
+static void test_config_https_replicas(void **state)
+{
+	struct kn_gw_config *cfg;
+	const struct kn_gw_deployment *d;
+	(void)state;
+
+	cfg = parse_ok("{\"name\": \"tls\", \"ca\": \"/etc/ca.pem\", "
+		       "\"replicas\": [{\"address\": \"https://10.0.0.5:8443\","
+		       " \"ready\": true}, {\"address\": \"10.0.0.6:80\","
+		       " \"ready\": true}]}",
+		       "");
+	d = kn_gw_config_deployment(cfg, "tls");
+	assert_non_null(d);
+	assert_true(d->replicas[0].tls);
+	assert_string_equal(d->replicas[0].host, "10.0.0.5");
+	assert_int_equal(d->replicas[0].port, 8443);
+	assert_string_equal(d->replicas[0].ca, "/etc/ca.pem");
+	assert_false(d->replicas[1].tls);
+	kn_gw_config_unref(cfg);
+	expect_error("{\"name\": \"tls\", \"replicas\": [{\"address\": "
+		     "\"https://:8443\", \"ready\": true}]}",
+		     "", "deployments[0].replicas[0].address");
+	expect_error("{\"name\": \"tls\", \"ca\": 7, \"replicas\": []}", "",
+		     "deployments[0].ca");
+}
+
 static void test_bucket(void **state)
 {
 	struct kn_gw_bucket b = {0};
@@ -465,6 +493,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config_parses),
 		cmocka_unit_test(test_config_errors_name_the_field),
+		cmocka_unit_test(test_config_https_replicas),
 		cmocka_unit_test(test_bucket),
 		cmocka_unit_test(test_rpm_counts_exactly),
 		cmocka_unit_test(test_deployment_limits_are_shared),
