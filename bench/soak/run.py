@@ -318,7 +318,8 @@ def main():
         gw_key = "soak-" + uuid.uuid4().hex
         gw_work = work / "gw"
         gw_work.mkdir()
-        gateway, gw_url = gw.start_kiln(kiln, gw_work, backend_addr, gw_key)
+        gateway, gw_url = gw.start_kiln(kiln, gw_work, backend_addr, gw_key,
+                                        None)
         procs.append(gateway)
         server.start()
         for n in range(args.api_clients):

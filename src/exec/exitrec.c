@@ -80,13 +80,16 @@ int exec_exit_record_prepare(const char *task_dir, int *fd_out)
 	char *path = kn_asprintf("%s/" EXEC_EXIT_RECORD, task_dir);
 	int fd, rc;
 
-	/* O_NOFOLLOW: the task may have left a link under this name. */
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-		  0600);
+	/* O_NOFOLLOW: the task may have left a link under this name. No
+	   O_TRUNC: a record the start reserved is written over in place,
+	   which needs no free space; anything beyond it is cut after. */
+	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	free(path);
 	if (fd < 0)
 		return -errno;
 	rc = put_record(fd, "", 0);
+	if (rc == 0 && ftruncate(fd, EXEC_EXIT_RECORD_SIZE) < 0)
+		rc = -errno;
 	if (rc == 0) {
 		/* The name too must survive a crash of the machine. */
 		int dfd = open(task_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -133,6 +133,37 @@ int exec_write_launch(const struct kn_task_launch *l,
 	return rc;
 }
 
+/* shim.pid's reserved size: "PID START\n" fits, padded with spaces. */
+#define SHIM_PID_SIZE 64
+
+/*
+ * The room the shim writes in before its task starts (its pid, the exit
+ * record), taken here: a full disk refuses the start (the job waits in
+ * the queue) rather than leave a shim that cannot say it lives, whose
+ * task a restarted server would count as lost. The shim overwrites both
+ * in place, which needs no free space.
+ */
+static int reserve_shim_files(const char *task_dir, struct kn_error *err)
+{
+	char *path = kn_asprintf("%s/shim.pid", task_dir);
+	char blank[SHIM_PID_SIZE];
+	int rc, fd = -1;
+
+	memset(blank, ' ', sizeof(blank));
+	blank[sizeof(blank) - 1] = '\n';
+	rc = kn_write_file_replace(path, blank, sizeof(blank), 0600);
+	if (rc == 0)
+		rc = exec_exit_record_prepare(task_dir, &fd);
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0)
+		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
+			       "cannot reserve the shim's files in %s: %s",
+			       task_dir, strerror(-rc));
+	free(path);
+	return rc;
+}
+
 static int local_start(struct kn_executor *ex, const struct kn_task_launch *l,
 		       struct kn_task_proc *out, struct kn_error *err)
 {
@@ -142,6 +173,8 @@ static int local_start(struct kn_executor *ex, const struct kn_task_launch *l,
 	int rc;
 
 	rc = exec_write_launch(l, NULL, 0, 0, err);
+	if (rc == 0)
+		rc = reserve_shim_files(l->task_dir, err);
 	if (rc < 0)
 		goto out;
 
@@ -337,6 +370,11 @@ static int local_adopt(struct kn_executor *ex, const char *task_dir,
 	int rc;
 
 	rc = kn_task_file_read(task_dir, "shim.pid", 256, &text, NULL, &why);
+	if (rc == 0 && text[strspn(text, " \n")] == '\0') {
+		rc = -ENOENT; /* reserved by the start, not yet written */
+		free(text);
+		text = NULL;
+	}
 	if (rc == -ENOENT) {
 		/* Spawned but not yet recorded, or never spawned: shim.log is
 		   made by the spawn itself, after launch.json was written and
@@ -365,20 +403,37 @@ static int local_adopt(struct kn_executor *ex, const char *task_dir,
 	return 0;
 }
 
-/* Called by the shim itself, so a restarted server can find it. */
+/*
+ * Called by the shim itself, so a restarted server can find it: over the
+ * room local_start reserved when there is some (a full disk cannot
+ * refuse that), else as a new file (a Slurm task's shim).
+ */
 int kn_shim_record_pid(const char *task_dir)
 {
 	struct kn_task_proc self = {getpid(), 0};
-	char *path, *line;
-	int rc;
+	char *path, line[SHIM_PID_SIZE];
+	int rc, fd;
 
 	if (exec_proc_start_time(self.pid, &self.start) < 0)
 		return -EIO;
 	path = kn_asprintf("%s/shim.pid", task_dir);
-	line = kn_asprintf("%d %lld\n", self.pid, (long long)self.start);
-	rc = kn_write_file_replace(path, line, strlen(line), 0600);
+	memset(line, ' ', sizeof(line));
+	rc = snprintf(line, sizeof(line), "%d %lld", self.pid,
+		      (long long)self.start);
+	line[rc] = ' ';
+	line[sizeof(line) - 1] = '\n';
+	fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0) {
+		rc = pwrite(fd, line, sizeof(line), 0) == (ssize_t)sizeof(line)
+			     ? 0
+			     : -EIO;
+		if (rc == 0 && fdatasync(fd) < 0)
+			rc = -errno;
+		close(fd);
+	} else {
+		rc = kn_write_file_replace(path, line, sizeof(line), 0600);
+	}
 	free(path);
-	free(line);
 	return rc;
 }
 

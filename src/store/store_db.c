@@ -652,7 +652,8 @@ static int pragma_int(sqlite3 *db, const char *sql, int *out)
 /* Opening failed: say so plainly when its disk is full. */
 static int open_failed(sqlite3 *db, const char *path, struct kn_error *err)
 {
-	if (kn_errcode_for_write(-sqlite3_system_errno(db)) == KN_ENOSPACE)
+	if ((sqlite3_errcode(db) & 0xff) == SQLITE_FULL ||
+	    kn_errcode_for_write(-sqlite3_system_errno(db)) == KN_ENOSPACE)
 		return kn_errorf(err, KN_ENOSPACE, NULL,
 				 "%s: no space left on its disk (%s); free "
 				 "some and start again", path,
@@ -703,11 +704,9 @@ static int migrate(sqlite3 *db, const char *path, struct kn_error *err)
 	char *sql = NULL;
 
 	if (sqlite3_exec(db, SQL_BEGIN, NULL, NULL, NULL) != SQLITE_OK)
-		return kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
-				 sqlite3_errmsg(db));
+		return open_failed(db, path, err);
 	if (pragma_int(db, "PRAGMA user_version", &version) != SQLITE_OK) {
-		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
-				sqlite3_errmsg(db));
+		ret = open_failed(db, path, err);
 		goto out;
 	}
 	if (version > KN_STORE_SCHEMA_VERSION) {
@@ -727,11 +726,14 @@ static int migrate(sqlite3 *db, const char *path, struct kn_error *err)
 			goto out;
 		}
 	}
-	sql = kn_asprintf("PRAGMA user_version = %d; COMMIT",
-			  KN_STORE_SCHEMA_VERSION);
+	/* Written only when it moved: an open writes nothing else, so a
+	   full disk does not refuse it. */
+	sql = version < KN_STORE_SCHEMA_VERSION
+		      ? kn_asprintf("PRAGMA user_version = %d; COMMIT",
+				    KN_STORE_SCHEMA_VERSION)
+		      : kn_xstrdup("COMMIT");
 	if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
-		ret = kn_errorf(err, KN_EIO, NULL, "%s: %s", path,
-				sqlite3_errmsg(db));
+		ret = open_failed(db, path, err);
 out:
 	free(sql);
 	if (ret < 0 && !sqlite3_get_autocommit(db))

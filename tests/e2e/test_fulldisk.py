@@ -155,7 +155,7 @@ def test_a_start_refused_by_a_full_disk_requeues_the_job(small_home,
                                      ["/bin/sh", "-c", f"echo run >> {ran}"]))
         job = wait_for(lambda: (lambda j: j if "waiting for disk space" in
                                 (j["reason"] or "") else None)(
-                                    server.job(jid)),
+                                    server.job(jid)), timeout=60,
                        what="the job to wait for disk space")
         assert job["state"] in ("queued", "running"), job
         assert job["retries_used"] == 0

@@ -311,8 +311,9 @@ def test_the_leftover_check_reads_pid_files(tmp_path):
                    check=True, cwd="/")
     pid = int(pid_file.read_text())
     try:
-        wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes(),
-                 what="the daemon to start")
+        # Until its exec the forked shell still shows the pid file's path.
+        wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes()
+                 .startswith(b"sleep"), what="the daemon to start")
         assert pid not in [p for p, _ in processes_under(tmp_path)]
         found = processes_in_pid_files(tmp_path)
         assert [p for p, _ in found] == [pid], found

@@ -1,6 +1,7 @@
 """Idempotent creates: a request sent again with the same Idempotency-Key
 gets the first answer and never makes a second object, across kill -9 of
 the server; the CLI sends a key and retries once when the answer is lost."""
+import hashlib
 import os
 import socket
 import threading
@@ -252,3 +253,51 @@ def test_concurrent_submits_survive_kill9_exactly_once(tmp_path):
         assert all(by_id[i] == n for n, i in acked.items())
     finally:
         srv.stop()
+
+
+def test_workflow_run_retry_returns_the_first_run(server):
+    """A workflow run sent again with its key is the first run; its steps'
+    jobs, submitted inside the key's transaction, run once."""
+    spec = ("kind: Workflow\nname: keyed\nsteps:\n"
+            "  - {name: a, job: {command: [/bin/true]}}\n"
+            "  - {name: b, needs: [a], job: {command: [/bin/true]}}\n")
+    body = {"spec": spec, "filename": "w.yaml"}
+    ids = []
+    for _ in range(2):
+        r = server.request("POST", "/v1/workflows", json=body,
+                           headers={"Idempotency-Key": "wf-1"})
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["workflow"]["id"])
+    assert ids[0] == ids[1]
+    done = wait_for(lambda: (lambda w: w if w["state"] in
+                             ("succeeded", "failed") else None)(
+        server.request("GET", f"/v1/workflows/{ids[0]}").json()["workflow"]),
+        what="the run to end")
+    assert done["state"] == "succeeded", done
+    runs = server.request("GET", "/v1/workflows").json()["workflows"]
+    assert [w["id"] for w in runs] == [ids[0]]
+    jobs = server.request("GET", "/v1/jobs").json()["jobs"]
+    assert sorted(j["state"] for j in jobs) == ["succeeded", "succeeded"]
+
+
+def test_model_version_retry_returns_the_first_version(server):
+    """A model version pushed again with its key is the first version,
+    not a second one."""
+    data = b"weights" * 100
+    digest = hashlib.sha256(data).hexdigest()
+    r = server.request("POST", f"/v1/model-blobs/{digest}",
+                       params={"upload": "u", "offset": 0, "final": 1},
+                       data=data)
+    assert r.status_code == 201, r.text
+    files = [{"path": "w.bin", "sha256": digest, "size": len(data)}]
+    answers = []
+    for _ in range(2):
+        r = server.request("POST", "/v1/models/keyed/versions",
+                           json={"files": files},
+                           headers={"Idempotency-Key": "model-1"})
+        assert r.status_code == 201, r.text
+        answers.append(r.json())
+    assert answers[0] == answers[1]
+    [model] = [m for m in server.request("GET", "/v1/models").json()["models"]
+               if m["name"] == "keyed"]
+    assert model["versions"] == 1
