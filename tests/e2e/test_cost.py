@@ -328,8 +328,10 @@ def test_cost_errors_and_access(priced):
     assert res.returncode == 2 and "--by" in res.stderr
     res = s.cli("cost", "--since", "yesterday")
     assert res.returncode == 2 and "--since" in res.stderr
-    res = s.cli("cost", "-o", "yaml")
+    res = s.cli("cost", "-o", "xml")
     assert res.returncode == 2 and "csv" in res.stderr
+    res = s.cli("cost", "-o", "yaml")
+    assert res.returncode == 0, res.stderr
     res = s.cli("cost", "--reservations", "-o", "csv")
     assert res.returncode == 2 and "--reservations" in res.stderr
 
