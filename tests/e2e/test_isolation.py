@@ -185,7 +185,9 @@ def test_task_cannot_signal_or_inspect_the_server(iso):
                      token=user_token(iso))
     iso.wait_state(jid, "running")
     task = next(iso.home.glob(f"tasks/{jid}/*/0"))
-    wait_for(lambda: (task / "shim.pid").exists(), what="shim.pid")
+    # shim.pid is reserved blank before the shim starts, then filled in.
+    wait_for(lambda: (task / "shim.pid").exists()
+             and (task / "shim.pid").read_text().split(), what="shim.pid")
     shim = int((task / "shim.pid").read_text().split()[0])
     (task / "target.tmp").write_text(f"{shim}\n")
     os.chmod(task / "target.tmp", 0o644)
