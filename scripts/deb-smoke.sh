@@ -38,7 +38,10 @@ kiln render serve/chat.yaml --executor kubernetes --image registry.example/serve
 kiln sim --help >/dev/null
 man -w kiln-server >/dev/null 2>&1 || [ "$man_check" = --man=no ]
 
-kiln server --config /etc/kiln/server.yaml --listen 127.0.0.1:0 \
+# Not through the function: $! must be the server itself (env execs it),
+# not a subshell whose end would leave the server running.
+env -i PATH=/usr/bin:/bin HOME="$work" KILN_HOME="$work/home" /usr/bin/kiln \
+  server --config /etc/kiln/server.yaml --listen 127.0.0.1:0 \
   --gpus 1xH100-80GB --health-interval 0 >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do
