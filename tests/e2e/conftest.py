@@ -282,12 +282,16 @@ class Server:
 
     def stop(self):
         """A clean stop must exit 0 (under ASan, also free everything)."""
+        if self.url:
+            contract.unwatch(self.url)
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             rc = self.proc.wait(timeout=10)
             assert rc == 0, f"server exited {rc}:\n" + self.log.read_text()[-4000:]
 
     def kill9(self):
+        if self.url:
+            contract.unwatch(self.url)
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=10)
 

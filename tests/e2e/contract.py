@@ -29,6 +29,13 @@ def watch(base_url):
         _bases.add(base_url.rstrip("/"))
 
 
+def unwatch(base_url):
+    """The server stopped: its port may next serve something else (a
+    gateway, a model server) whose answers are not the API's."""
+    with _lock:
+        _bases.discard(base_url.rstrip("/"))
+
+
 def _load(kiln):
     if _state["doc"] is None:
         out = subprocess.run([kiln, "openapi"], capture_output=True,
