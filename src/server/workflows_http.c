@@ -400,8 +400,8 @@ static void workflows_h_run(struct server *s, struct kn_http_req *req,
 	if (check_request(s, c, text, filename, files, &w, &err) < 0)
 		goto fail;
 
-	files_text = json_dumps(files ? files : json_object(),
-				JSON_COMPACT | JSON_SORT_KEYS);
+	files_text = files ? json_dumps(files, JSON_COMPACT | JSON_SORT_KEYS)
+			   : kn_xstrdup("{}");
 	memset(&row, 0, sizeof(row));
 	row.name = w->name;
 	row.owner = (char *)c->name;
