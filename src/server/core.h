@@ -116,6 +116,18 @@ const char *core_home(const struct server *s);
 const char *core_blob_url(const struct server *s);
 /* The server is stopping: late work is dropped, not recorded. */
 bool core_closing(const struct server *s);
+/* The MIG profiles of this machine's GPUs, or NULL when none is in MIG
+   mode. */
+const struct kn_mig_table *core_mig(const struct server *s);
+
+/* The nodes, 0 to core_node_count - 1 (pools add some while it runs). */
+size_t core_node_count(const struct server *s);
+const char *core_node_name(const struct server *s, size_t i);
+/* ready, cordoned, draining or unhealthy */
+const char *core_node_state(const struct server *s, size_t i);
+/* The value of node i's label key, or NULL. */
+const char *core_node_label(const struct server *s, size_t i,
+			    const char *key);
 
 /* ---- questions ---- */
 

@@ -190,7 +190,6 @@ struct server {
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
-	struct kn_catalog *catalog; /* prices for the cost ledger (cost.c) */
 	struct pools *pools;        /* node pools and autoscaling (pools.c) */
 	struct usage_state *usage;  /* per-task usage sampling (usage_sampling.c) */
 	/* Task isolation (isolation.c): what nodes report, whether tasks
@@ -579,15 +578,7 @@ int audit_anchor_write(const char *home, int64_t id, const char *hash,
 void audit_h_verify(struct server *s, struct kn_http_req *req,
 		    const struct caller *c, const char *param);
 
-/* cost.c: the cost ledger */
-/*
- * Each job's row of the by-job ledger from since_ms to now, as GET
- * /v1/cost?by=job gives it (cost_usd counts lost work too), keyed by the
- * job id as text; jobs without GPU time have none. For a workflow run's
- * steps (workflows.c).
- */
-int cost_by_job(struct server *s, int64_t since_ms, json_t **out,
-		struct kn_error *err);
+#include "server/costsvc.h"
 
 /* server.c: node set-up, shared with the pools that add nodes later */
 /* Node n's scheduler view of its devices, this machine's CPUs and memory. */

@@ -602,6 +602,11 @@ bool core_closing(const struct server *s)
 	return s->closing;
 }
 
+const struct kn_mig_table *core_mig(const struct server *s)
+{
+	return s->mig;
+}
+
 /* Each service's own options, in table order. */
 static int services_config_check(struct server *s, struct kn_error *err)
 {
