@@ -9,6 +9,7 @@ through its HTTP API: one that returns no series fails, naming it. The
 rules also pass `promtool check rules` and their `promtool test rules`
 unit tests."""
 import json
+import os
 import re
 import shutil
 import socket
@@ -100,6 +101,33 @@ def test_server_metrics_count_what_happened(server):
     # The GPU job gives fragmentation a workload to measure against.
     assert value(done, at("kiln_node_gpu_fragmentation", node=node)) >= 0
     promtool_check(done)
+
+
+def test_exporter_identity_series_are_this_machines(exporters):
+    """node_uname_info carries uname(2)'s fields, as node_exporter's
+    does; node_os_info os-release's; node_time_seconds the clock."""
+    e = exporters()
+    before = time.time()
+    text = requests.get(e.url, timeout=10).text
+    promtool_check(text)
+    u = os.uname()
+    want = at("node_uname_info", domainname=nis_domainname(),
+              machine=u.machine, nodename=u.nodename, release=u.release,
+              sysname=u.sysname, version=u.version)
+    assert value(text, want) == 1
+    os_release = dict(line.split("=", 1) for line in Path(
+        "/etc/os-release").read_text().splitlines() if "=" in line)
+    assert f'id="{os_release["ID"].strip(chr(34))}"' in \
+        next(line for line in text.splitlines()
+             if line.startswith("node_os_info{"))
+    assert abs(value(text, "node_time_seconds") - before) < 60
+    assert value(text, "node_time_seconds") > value(
+        text, "node_boot_time_seconds")
+
+
+def nis_domainname():
+    """The NIS domain name as uname(2) has it ("(none)" when unset)."""
+    return Path("/proc/sys/kernel/domainname").read_text().strip()
 
 
 # ---- Prometheus against the live processes ----
