@@ -185,6 +185,7 @@ struct server {
 	struct wf_state *workflows; /* workflow runs (workflows.c) */
 	bool closing;               /* shutting down: late work is dropped */
 
+	struct server_metrics *metrics; /* GET /metrics's counts (metrics.c) */
 	struct reval_state *reval;   /* model re-validation (revalidate.c) */
 
 	/* The audit chain (audit.c). */
@@ -369,6 +370,19 @@ void nodes_evict_preemptible(struct server *s, size_t i, const char *why);
  * any GPU job or without GPUs outside MIG mode.
  */
 json_t *nodes_fragmentation(struct server *s, size_t i);
+
+/*
+ * metrics.c: what GET /metrics counts as it happens (nothing before the
+ * service starts). Placement decisions and their time; a job placed
+ * after waiting waited_ms since submission; a checkpoint upload's
+ * outcome, with the checkpoint's bytes and how long it took.
+ */
+void metrics_placement_decided(struct server *s, double seconds, bool placed);
+/* A monotonic clock in seconds, to time what the above are told. */
+double metrics_clock(void);
+void metrics_job_placed(struct server *s, int priority, int64_t waited_ms);
+void metrics_checkpoint_synced(struct server *s, bool ok, int64_t bytes,
+			       int64_t took_ms);
 
 /* scheduled_events.c */
 int events_start(struct server *s, const char *url, const char *vm_name,

@@ -77,7 +77,10 @@ def test_install_lays_out_binary_data_docs_units_and_config(prefix):
     data = {p.name for p in (prefix / "share" / "kiln").iterdir()}
     assert {"azure-gpu-skus.csv", "azure-cpu-skus.csv", "gpu-perf.csv",
             "gpu-products.csv", "mig-profiles.csv", "model-presets.csv",
-            "alert-rules.yaml"} <= data
+            "alert-rules.yaml", "dashboards"} <= data
+    dashboards = prefix / "share" / "kiln" / "dashboards"
+    assert (dashboards / "kiln-control-plane.json").is_file()
+    assert (dashboards / "rules" / "kiln.yml").is_file()
     pages = {p.name for p in (prefix / "share" / "man" / "man1").iterdir()}
     assert {"kiln.1", "kiln-server.1", "kiln-submit.1", "kiln-gateway.1",
             "kiln-exporter.1"} <= pages
