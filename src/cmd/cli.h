@@ -238,6 +238,17 @@ int cli_run_verb(struct cli_ctx *ctx, int argc, char **argv,
 /* A job id argument: a whole number >= 1, else a usage error. */
 int cli_parse_job_id(const struct cli_ctx *ctx, const char *arg,
 		     int64_t *out);
+/*
+ * An array's elements by state ({"running": 3, ...}) as "3 running, 5
+ * queued", busiest states first; "" for none.
+ */
+void cli_format_array_counts(json_t *counts, char *buf, size_t len);
+/*
+ * A job or one element of a job array: "ID" (*index = -1) or "ID[K]",
+ * else a usage error.
+ */
+int cli_parse_job_ref(const struct cli_ctx *ctx, const char *arg,
+		      int64_t *id, int64_t *index);
 
 /*
  * Read a job spec from path ("-" = stdin), refusing more than

@@ -303,6 +303,33 @@ bool api_admit(struct kn_http_req *req, void *arg);
 bool api_follow_admitted(struct server *s, struct kn_http_req *req);
 json_t *job_to_json(struct server *s, const struct kn_job_row *j);
 
+/* ---- arrays.c: job arrays in the API ---- */
+/* An element's {id, index, first, count, parallel}. */
+json_t *array_summary_json(const struct kn_job_row *j);
+/*
+ * rows (by id) as the listing shows them: with elements false, each
+ * array one row, its id the array's, its state the busiest of its
+ * elements' and array.counts the elements' states.
+ */
+json_t *jobs_list_json(struct server *s, const struct kn_job_row *rows,
+		       size_t n, bool elements);
+/* Add counts and elements (index, id, state, attempts, exit_code,
+   reason) of j's array to array. */
+int array_elements_json(struct server *s, const struct kn_job_row *j,
+			json_t *array, struct kn_error *err);
+/* The job id of element index of array id; -ENOENT (KN_ENOTFOUND). */
+int jobs_array_element(struct server *s, int64_t id, int64_t index,
+		       int64_t *out, struct kn_error *err);
+typedef int (*array_verb_fn)(struct server *s, int64_t id, void *arg,
+			     struct kn_error *err);
+/*
+ * verb on job id, or when id names an array, on each of its elements
+ * still queued or running (an element that ends meanwhile is skipped);
+ * the first refusal stops it and is returned.
+ */
+int jobs_array_each(struct server *s, int64_t id, array_verb_fn verb,
+		    void *arg, struct kn_error *err);
+
 /* task_limits.c */
 /*
  * Which limits local tasks will get: probes the cgroup place once. Fails
@@ -330,6 +357,10 @@ enum cap {
  */
 int caps_check(struct server *s, const struct caller *c, enum cap what,
 	       int tasks, struct kn_error *err);
+/* The same for jobs jobs at once (an array's elements), each of
+   tasks_each tasks. */
+int caps_check_jobs(struct server *s, const struct caller *c, int jobs,
+		    int tasks_each, struct kn_error *err);
 /* deploy.c: how many deployments owner owns. */
 int64_t deploy_count_owned(struct server *s, const char *owner);
 
