@@ -545,6 +545,23 @@ def test_tls_section_errors_name_file_line_column_and_key(tmp_path):
         assert f"{cfg}{want}" in res.stderr, (text, res.stderr)
 
 
+def test_insecure_in_a_config_file_allows_plain_off_loopback(tmp_path):
+    """Plain HTTP off loopback is refused naming the setting, and allowed
+    when the file says insecure: true (at the top or under tls:)."""
+    for cmd, text in (("gateway", "insecure: true\n"),
+                      ("exporter", "tls:\n  insecure: true\n")):
+        cfg = write_config(tmp_path / f"{cmd}.yaml",
+                           f"listen: 0.0.0.0:0\n{text}")
+        res = run(KILN, cmd, "--config", str(cfg), "--print-config")
+        assert res.returncode == 0, res.stderr
+        assert re.search(rf"^insecure: true  # {re.escape(str(cfg))}:\d+:\d+$",
+                         res.stdout, re.M), res.stdout
+        cfg.write_text("listen: 0.0.0.0:0\n")
+        res = run(KILN, cmd, "--config", str(cfg), "--print-config")
+        assert res.returncode == 2, res.stdout
+        assert "insecure" in res.stderr and "listen" in res.stderr
+
+
 def test_gateway_polls_a_tls_server_it_trusts(tmp_path):
     from test_gateway import Gateway
     shome = tmp_path / "srv"
