@@ -73,6 +73,8 @@ bench_packages=(
   # bench/sim/bound.py: glpsol solves the packing bound's linear program
   glpk-utils gnuplot-nox
   openssl
+  # scripts/fresh-install-time.sh: a fresh Debian 12 root from the mirror
+  mmdebstrap
 )
 
 deb_packages=(
