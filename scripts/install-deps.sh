@@ -40,7 +40,8 @@ test_packages=(
   # openssl tool makes the replayed API server's certificate
   python3-yaml openssl
   # tests/e2e/test_isolation.py starts an unprivileged server with setpriv
-  util-linux
+  # and traces a shim's file system calls with strace
+  util-linux strace
   # tests/e2e/test_gateway_framing.py: an independent HTTP/1.1 parser and
   # a reference proxy to compare the gateway's framing with
   python3-h11 nginx

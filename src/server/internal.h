@@ -19,6 +19,7 @@
 #include "exec/exec.h"
 #include "loop/loop.h"
 #include "registry/registry.h"
+#include "sandbox/sandbox.h"
 #include "sched/sched.h"
 #include "server/caller.h"
 #include "server/jobhooks.h"
@@ -200,6 +201,10 @@ struct server {
 	struct kn_user_map *user_map;
 	/* Each service's own state (service.h), in kn_services' order. */
 	void *service_states[SERVICES_MAX];
+	/* As root, local tasks' users, looked up once for all their shims
+	   (NULL otherwise), and the one handed to the launch being made. */
+	struct kn_user_cache *user_cache;
+	struct kn_sandbox_user task_user;
 	struct kn_cgroup_support limits; /* what local tasks get (task_limits.c) */
 	/* What a local task whose spec names no CPUs or memory counts
 	   (--default-task-cpus, --default-task-memory). */
