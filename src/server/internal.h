@@ -19,6 +19,7 @@
 #include "exec/exec.h"
 #include "loop/loop.h"
 #include "registry/registry.h"
+#include "sandbox/sandbox.h"
 #include "sched/sched.h"
 #include "server/caller.h"
 #include "server/jobhooks.h"
@@ -185,6 +186,7 @@ struct server {
 	struct wf_state *workflows; /* workflow runs (workflows.c) */
 	bool closing;               /* shutting down: late work is dropped */
 
+	struct server_metrics *metrics; /* GET /metrics's counts (metrics.c) */
 	struct reval_state *reval;   /* model re-validation (revalidate.c) */
 
 	/* The audit chain (audit.c). */
@@ -199,6 +201,10 @@ struct server {
 	struct kn_user_map *user_map;
 	/* Each service's own state (service.h), in kn_services' order. */
 	void *service_states[SERVICES_MAX];
+	/* As root, local tasks' users, looked up once for all their shims
+	   (NULL otherwise), and the one handed to the launch being made. */
+	struct kn_user_cache *user_cache;
+	struct kn_sandbox_user task_user;
 	struct kn_cgroup_support limits; /* what local tasks get (task_limits.c) */
 	/* What a local task whose spec names no CPUs or memory counts
 	   (--default-task-cpus, --default-task-memory). */
@@ -302,6 +308,33 @@ bool api_admit(struct kn_http_req *req, void *arg);
 bool api_follow_admitted(struct server *s, struct kn_http_req *req);
 json_t *job_to_json(struct server *s, const struct kn_job_row *j);
 
+/* ---- arrays.c: job arrays in the API ---- */
+/* An element's {id, index, first, count, parallel}. */
+json_t *array_summary_json(const struct kn_job_row *j);
+/*
+ * rows (by id) as the listing shows them: with elements false, each
+ * array one row, its id the array's, its state the busiest of its
+ * elements' and array.counts the elements' states.
+ */
+json_t *jobs_list_json(struct server *s, const struct kn_job_row *rows,
+		       size_t n, bool elements);
+/* Add counts and elements (index, id, state, attempts, exit_code,
+   reason) of j's array to array. */
+int array_elements_json(struct server *s, const struct kn_job_row *j,
+			json_t *array, struct kn_error *err);
+/* The job id of element index of array id; -ENOENT (KN_ENOTFOUND). */
+int jobs_array_element(struct server *s, int64_t id, int64_t index,
+		       int64_t *out, struct kn_error *err);
+typedef int (*array_verb_fn)(struct server *s, int64_t id, void *arg,
+			     struct kn_error *err);
+/*
+ * verb on job id, or when id names an array, on each of its elements
+ * still queued or running (an element that ends meanwhile is skipped);
+ * the first refusal stops it and is returned.
+ */
+int jobs_array_each(struct server *s, int64_t id, array_verb_fn verb,
+		    void *arg, struct kn_error *err);
+
 /* task_limits.c */
 /*
  * Which limits local tasks will get: probes the cgroup place once. Fails
@@ -329,6 +362,10 @@ enum cap {
  */
 int caps_check(struct server *s, const struct caller *c, enum cap what,
 	       int tasks, struct kn_error *err);
+/* The same for jobs jobs at once (an array's elements), each of
+   tasks_each tasks. */
+int caps_check_jobs(struct server *s, const struct caller *c, int jobs,
+		    int tasks_each, struct kn_error *err);
 /* deploy.c: how many deployments owner owns. */
 int64_t deploy_count_owned(struct server *s, const char *owner);
 
@@ -369,6 +406,19 @@ void nodes_evict_preemptible(struct server *s, size_t i, const char *why);
  * any GPU job or without GPUs outside MIG mode.
  */
 json_t *nodes_fragmentation(struct server *s, size_t i);
+
+/*
+ * metrics.c: what GET /metrics counts as it happens (nothing before the
+ * service starts). Placement decisions and their time; a job placed
+ * after waiting waited_ms since submission; a checkpoint upload's
+ * outcome, with the checkpoint's bytes and how long it took.
+ */
+void metrics_placement_decided(struct server *s, double seconds, bool placed);
+/* A monotonic clock in seconds, to time what the above are told. */
+double metrics_clock(void);
+void metrics_job_placed(struct server *s, int priority, int64_t waited_ms);
+void metrics_checkpoint_synced(struct server *s, bool ok, int64_t bytes,
+			       int64_t took_ms);
 
 /* scheduled_events.c */
 int events_start(struct server *s, const char *url, const char *vm_name,
