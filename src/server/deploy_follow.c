@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kube/kube.h"
 #include "registry/registry.h"
 
 /* ---- following an alias ---- */
