@@ -22,8 +22,10 @@ const struct oa_op oa_ops[] = {
 	 "file:string path:string hold:integer overrides:string", "yaml",
 	 "201 json job:Job; 400 error the spec is invalid (file:line:column); "
 	 "409 error the job can never fit (unless hold=1)"},
-	{"GET", "/v1/jobs", "jobs by id",
-	 "state:JobState owner:string name:string limit:integer", NULL,
+	{"GET", "/v1/jobs", "jobs by id, oldest first (order=desc: newest)",
+	 "state:JobState owner:string name:string limit:integer "
+	 "before:integer order:string",
+	 NULL,
 	 "200 json jobs:[Job]"},
 	{"GET", "/v1/jobs/{id}", "a job with its attempts, outputs and spec",
 	 NULL, NULL, "200 json job:Job"},
@@ -59,6 +61,17 @@ const struct oa_op oa_ops[] = {
 	 "all:integer", NULL, "200 json alerts:[Alert] enabled:boolean"},
 	{"GET", "/v1/events", "the event log, or a live stream of it",
 	 "since:integer follow:integer", NULL, "200 ndjson Event"},
+	{"POST", "/v1/console/codes",
+	 "a one-time console login code for the caller's token (kiln ui)",
+	 NULL, NULL, "201 json code:string expires_at_ms:integer"},
+	{"POST", "/v1/console/sessions",
+	 "a console session for a one-time code, or for the bearer token",
+	 NULL, "json ~code:string",
+	 "201 json session:string expires_at_ms:integer name:string "
+	 "role:Role; 400 error neither a code nor a token; 401 error the "
+	 "code or token is unknown, expired or used"},
+	{"DELETE", "/v1/console/sessions", "end the caller's console session",
+	 NULL, NULL, "200 json ended:boolean"},
 	{"GET", "/v1/tokens", "the API tokens", NULL, NULL,
 	 "200 json tokens:[Token]"},
 	{"POST", "/v1/tokens", "create a token; its secret is shown once",
