@@ -45,7 +45,9 @@ test_packages=(
   python3-h11 nginx
   # tests/e2e/test_sim.py draws its figure
   gnuplot-nox
-  # tests/e2e/test_exporter.py checks the exposition with promtool
+  # tests/e2e/test_exporter.py checks the exposition with promtool;
+  # tests/e2e/test_dashboards.py runs prometheus against kiln and
+  # promtool on the rules
   prometheus
   # tests/e2e/test_train_example.py and test_slurm.py train a model
   python3-torch
