@@ -25,16 +25,23 @@ const struct oa_op oa_ops[] = {
 	 "file:string path:string hold:integer overrides:string", "yaml",
 	 "201 json job:Job; 400 error the spec is invalid (file:line:column); "
 	 "409 error the job can never fit (unless hold=1)"},
-	{"GET", "/v1/jobs", "jobs by id",
-	 "state:JobState owner:string name:string limit:integer", NULL,
-	 "200 json jobs:[Job]"},
-	{"GET", "/v1/jobs/{id}", "a job with its attempts, outputs and spec",
-	 NULL, NULL, "200 json job:Job"},
-	{"POST", "/v1/jobs/{id}/cancel", "cancel a job", NULL, NULL,
-	 "200 json job:Job"},
+	{"GET", "/v1/jobs",
+	 "jobs by id; a job array is one entry (its elements' counts in "
+	 "array.counts) unless elements=1 or array=ID (that array's elements)",
+	 "state:JobState owner:string name:string limit:integer "
+	 "elements:integer array:integer",
+	 NULL, "200 json jobs:[Job]"},
+	{"GET", "/v1/jobs/{id}",
+	 "a job with its attempts, outputs and spec; an array's first "
+	 "element also lists the elements; index=K: the array's element K",
+	 "index:integer", NULL, "200 json job:Job"},
+	{"POST", "/v1/jobs/{id}/cancel",
+	 "cancel a job; array=1: every element of the array it names",
+	 "array:integer", NULL, "200 json job:Job"},
 	{"POST", "/v1/jobs/{id}/evict",
-	 "preempt a running preemptible job; it resumes later",
-	 "grace:string reason:string", NULL,
+	 "preempt a running preemptible job (array=1: every running element "
+	 "of the array it names); it resumes later",
+	 "grace:string reason:string array:integer", NULL,
 	 "200 json job:Job; 409 error the job is not running or not "
 	 "preemptible"},
 	{"GET", "/v1/jobs/{id}/logs", "a task's output, or a stream of it",

@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 15
+#define KN_STORE_SCHEMA_VERSION 16
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -274,6 +274,9 @@ struct kn_job_row {
 	bool cancel_requested;
 	char *reason;         /* why queued / why it ended, may be NULL */
 	int exit_code;        /* of the last attempt, -1 = none */
+	int64_t array_id;     /* an array's element: the array's (its first
+				 element's) id; 0 = a single job */
+	int array_index;      /* an element's index in its array */
 };
 void kn_job_row_release(struct kn_job_row *j);
 
@@ -281,6 +284,14 @@ void kn_job_row_release(struct kn_job_row *j);
 int kn_store_job_insert(struct kn_store *st, const struct kn_job_row *j,
 			const struct kn_audit *a, int64_t *out_id,
 			struct kn_error *err);
+/*
+ * A job array: count rows like j, with array_index first .. first +
+ * count - 1, consecutive ids, and array_id the first one's, which
+ * *out_id receives; one audit row (a's) names the array. All or nothing.
+ */
+int kn_store_job_insert_array(struct kn_store *st, const struct kn_job_row *j,
+			      int first, int count, const struct kn_audit *a,
+			      int64_t *out_id, struct kn_error *err);
 /* -ENOENT (KN_ENOTFOUND, "job N not found") when missing. */
 int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
 		     struct kn_error *err);
@@ -299,6 +310,7 @@ struct kn_job_filter {
 	const char *name;   /* NULL = any */
 	int limit;          /* 0 = no limit */
 	bool with_spec;     /* also read spec_yaml/spec_json */
+	int64_t array_id;   /* only this array's elements; 0 = any job */
 };
 /* Ordered by id ascending. f may be NULL (every job). */
 int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,

@@ -673,11 +673,16 @@ static int pragma_int(sqlite3 *db, const char *sql, int *out)
 	return rc;
 }
 
+static bool disk_full(sqlite3 *db)
+{
+	return (sqlite3_errcode(db) & 0xff) == SQLITE_FULL ||
+	       kn_errcode_for_write(-sqlite3_system_errno(db)) == KN_ENOSPACE;
+}
+
 /* Opening failed: say so plainly when its disk is full. */
 static int open_failed(sqlite3 *db, const char *path, struct kn_error *err)
 {
-	if ((sqlite3_errcode(db) & 0xff) == SQLITE_FULL ||
-	    kn_errcode_for_write(-sqlite3_system_errno(db)) == KN_ENOSPACE)
+	if (disk_full(db))
 		return kn_errorf(err, KN_ENOSPACE, NULL,
 				 "%s: no space left on its disk (%s); free "
 				 "some and start again", path,
@@ -695,8 +700,8 @@ static int set_wal(sqlite3 *db, const char *path, struct kn_error *err)
 
 	if (rc == SQLITE_OK)
 		rc = sqlite3_step(s);
-	if (rc != SQLITE_ROW &&
-	    kn_errcode_for_write(-sqlite3_system_errno(db)) == KN_ENOSPACE) {
+	/* A new file on a full disk fails here first, as SQLITE_FULL. */
+	if (rc != SQLITE_ROW && disk_full(db)) {
 		ret = open_failed(db, path, err);
 	} else if (rc != SQLITE_ROW) {
 		ret = kn_errorf(err, KN_EIO, NULL,

@@ -176,6 +176,48 @@ static void test_job_insert_writes_audit(void **state)
 	assert_int_equal(insert_job(fx->st, "b", "bob", KN_JOB_QUEUED), 2);
 }
 
+/* An array: consecutive ids, each row its element, one audit row. */
+static void test_job_insert_array(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_job_row j = sample_job("sweep", "alice");
+	struct kn_audit a = sample_audit("alice", "job.submit", NULL, 0);
+	struct kn_job_filter f = {.state = -1};
+	struct kn_job_row *rows = NULL;
+	struct kn_audit *audit = NULL;
+	struct kn_error err = {0};
+	size_t n = 0;
+	int64_t id = 0;
+
+	assert_int_equal(insert_job(fx->st, "single", "bob", KN_JOB_QUEUED),
+			 1);
+	assert_int_equal(kn_store_job_insert_array(fx->st, &j, 5, 3, &a, &id,
+						   &err),
+			 0);
+	assert_int_equal(id, 2);
+	f.array_id = id;
+	assert_int_equal(kn_store_job_list(fx->st, &f, &rows, &n, &err), 0);
+	assert_int_equal(n, 3);
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(rows[i].id, 2 + (int64_t)i);
+		assert_int_equal(rows[i].array_id, 2);
+		assert_int_equal(rows[i].array_index, 5 + (int)i);
+		assert_string_equal(rows[i].name, "sweep");
+	}
+	kn_job_list_free(rows, n);
+	/* Every job when no array is asked for; a single job is in none. */
+	f.array_id = 0;
+	assert_int_equal(kn_store_job_list(fx->st, &f, &rows, &n, &err), 0);
+	assert_int_equal(n, 4);
+	assert_int_equal(rows[0].array_id, 0);
+	kn_job_list_free(rows, n);
+	assert_int_equal(kn_store_audit_list(fx->st, NULL, &audit, &n, &err),
+			 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(audit[0].object, "job/2");
+	kn_audit_list_free(audit, n);
+}
+
 static void test_job_get_not_found(void **state)
 {
 	struct fixture *fx = *state;
@@ -1125,6 +1167,8 @@ int main(void)
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_job_update_round_trip,
 						setup_store, teardown),
+		cmocka_unit_test_setup_teardown(test_job_insert_array, setup_store,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_job_list_filters,
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_attempt_put_and_list,
