@@ -225,6 +225,11 @@ def gateway_traffic(gateways, home, upstreams):
     assert g.metric("kiln_gateway_key_requests_total", key="app") == 3
     assert g.metric("kiln_gateway_key_tokens_total", key="app") == 30
     assert g.metric("kiln_gateway_key_rate_limited_total", key="tight") == 1
+    assert g.metric("kiln_gateway_key_fallbacks_total", key="app") == 3
+    assert g.metric("kiln_gateway_key_request_duration_seconds_count",
+                    key="tight") == 2
+    promtool_check(requests.get(g.url + "/metrics", timeout=10, headers={
+        "Authorization": f"Bearer {g.metrics_key}"}).text)
     return g
 
 
