@@ -48,6 +48,8 @@ char *cli_kiln_home(void);
  */
 int cli_client_open(const struct cli_ctx *ctx, struct cli_client **out);
 void cli_client_free(struct cli_client *c);
+/* The server's base URL ("http://127.0.0.1:7070"), as found. */
+const char *cli_client_url(const struct cli_client *c);
 
 /*
  * The server URL and the token as cli_client_open finds them, with home
@@ -96,6 +98,9 @@ int cli_call_quiet(struct cli_client *c, unsigned quiet, const char *method,
 		   const char *body, size_t body_len, json_t **out);
 /* cli_call for a GET without a body. */
 int cli_get(struct cli_client *c, const char *path, json_t **out);
+/* The job id of element index of job array id, asked of the server. */
+int cli_job_element(struct cli_client *c, int64_t id, int64_t index,
+		    int64_t *out);
 
 enum cli_stream_flags {
 	CLI_STREAM_UNBOUNDED = 1 << 0, /* no time limit (a followed stream) */
