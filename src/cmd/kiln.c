@@ -624,7 +624,8 @@ static const struct cli_command commands[] = {
 	 false},
 	{"exporter", cmd_exporter, NULL,
 	 "serve this node's metrics for Prometheus",
-	 "usage: kiln exporter [--config FILE] [--listen HOST:PORT] [--root DIR]\n"
+	 "usage: kiln exporter [--config FILE] [--print-config]\n"
+	 "                     [--listen HOST:PORT] [--root DIR]\n"
 	 "                     [--token-file FILE] [--mount LIST]\n"
 	 "                     [--hostname NAME]\n"
 	 "                     [--tls-cert FILE --tls-key FILE\n"
@@ -636,8 +637,12 @@ static const struct cli_command commands[] = {
 	 "their Grafana dashboards work unchanged. Stops on SIGTERM or SIGINT.\n"
 	 "\n"
 	 "  --config FILE       read flags from FILE (YAML): each key a long\n"
-	 "                      flag's name (mount: /,/data); flags on the\n"
-	 "                      command line win\n"
+	 "                      flag's name (mount: /,/data), the TLS ones\n"
+	 "                      also as tls: {cert, key, client_ca}; flags on\n"
+	 "                      the command line win\n"
+	 "  --print-config      print every key's value in effect (flag over\n"
+	 "                      file over default) and where it came from, and\n"
+	 "                      exit\n"
 	 "  --listen HOST:PORT  address (default 127.0.0.1:9470; port 0 picks\n"
 	 "                      a free one, printed on standard error)\n"
 	 "  --root DIR          read proc/ and sys/ under DIR (default /)\n"
@@ -658,7 +663,8 @@ static const struct cli_command commands[] = {
 	 false},
 	{"gateway", cmd_gateway, NULL,
 	 "serve deployments behind one OpenAI-compatible endpoint",
-	 "usage: kiln gateway [--config FILE] [--listen HOST:PORT] [--workers N]\n"
+	 "usage: kiln gateway [--config FILE] [--print-config]\n"
+	 "                    [--listen HOST:PORT] [--workers N]\n"
 	 "                    [--zone Z]\n"
 	 "                    [--routes FILE | --server URL --token TOKEN]\n"
 	 "                    [--refresh DURATION] [--access-log FILE]\n"
@@ -687,8 +693,12 @@ static const struct cli_command commands[] = {
 	 "and sent to the server (kiln alerts, its event stream and webhook).\n"
 	 "\n"
 	 "  --config FILE        read flags from FILE (YAML): each key a long\n"
-	 "                       flag's name (workers: 4, zone: a); flags on\n"
-	 "                       the command line win\n"
+	 "                       flag's name (workers: 4, zone: a, server:,\n"
+	 "                       token:), the TLS ones also as tls: {cert,\n"
+	 "                       key}; flags on the command line win\n"
+	 "  --print-config       print every key's value in effect (flag over\n"
+	 "                       file over default) and where it came from, a\n"
+	 "                       token's value left out, and exit\n"
 	 "  --listen HOST:PORT   address (default 127.0.0.1:7080; port 0 picks\n"
 	 "                       a free one); the URL is written to\n"
 	 "                       $KILN_HOME/gateway/gateway.url once listening\n"

@@ -733,6 +733,7 @@ static int bind_placed(struct server *s, struct placed *pl, size_t n,
 		r->started_at = now;
 		r->master_port = ports[i];
 		feed_job(s, q->id, "running", NULL);
+		metrics_job_placed(s, q->priority, now - q->submitted_at);
 		memcpy(r->bindings, pl[i].bindings,
 		       (size_t)r->n_tasks * sizeof(*r->bindings));
 		sync_restore_then_launch(s, r);
@@ -909,6 +910,7 @@ void jobs_tick(void *arg)
 		struct queued_job *q = queue_lookup(s, ix, order[i].job_id);
 		struct placed *p = &pl[np];
 		int *spread_placed;
+		double decide_began;
 		int rc;
 
 		if (q->not_before > now) {
@@ -932,8 +934,11 @@ void jobs_tick(void *arg)
 		p->sr.req.spread_placed = spread_placed;
 		packing.seed = (uint64_t)q->id;
 		p->sr.req.packing = &packing;
+		decide_began = metrics_clock();
 		rc = kn_sched_place(&s->cluster, &p->sr.req, p->bindings,
 				    q->reason, sizeof(q->reason));
+		metrics_placement_decided(s, metrics_clock() - decide_began,
+					  rc == 0);
 		/* Of this turn only: the run keeps no pointer to them. */
 		p->sr.req.spread_placed = NULL;
 		p->sr.req.packing = NULL;

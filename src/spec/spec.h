@@ -578,23 +578,34 @@ struct kn_server_conf {
 	size_t n_stores;
 };
 
+/* Where a config file set an option: its key's line and column (from 1),
+   both 0 when the file did not set it. */
+struct kn_option_origin {
+	int line, column;
+};
+
 /*
  * Parse a server config file: a mapping whose keys are the options'
  * names, read with kn_option_set into target, and the sections signers:
- * and stores: into *out. An empty file is no options.
- * Errors are "FILE:LINE:COLUMN: KEY: message". *out is written only on
- * success; target may be half-set on failure.
+ * and stores: into *out. The tls-* options (and insecure) may also be
+ * given grouped as tls: {cert, key, client_ca, ...}. An empty file is no
+ * options. With origins (n_opts of them, or NULL) each option's key
+ * position is recorded. Errors are "FILE:LINE:COLUMN: KEY: message".
+ * *out and origins are written only on success; target may be half-set
+ * on failure.
  */
 int kn_server_conf_parse(const char *text, size_t len, const char *filename,
 			 const struct kn_option *opts, size_t n_opts,
 			 void *target,
 			 struct kn_strpool *pool, struct kn_server_conf *out,
+			 struct kn_option_origin *origins,
 			 struct kn_error *err);
 void kn_server_conf_release(struct kn_server_conf *conf);
 /* The same for a file of options alone (no sections). */
 int kn_option_conf_parse(const char *text, size_t len, const char *filename,
 			 const struct kn_option *opts, size_t n_opts,
 			 void *target, struct kn_strpool *pool,
+			 struct kn_option_origin *origins,
 			 struct kn_error *err);
 
 #endif

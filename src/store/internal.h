@@ -121,6 +121,8 @@ enum stmt_id {
 	STMT_IDEM_GET,
 	STMT_IDEM_PUT,
 	STMT_IDEM_EXPIRE,
+	STMT_JOB_STATE_COUNTS,
+	STMT_ATTEMPT_GOODPUT,
 	STMT_COUNT,
 };
 
@@ -137,6 +139,8 @@ struct kn_store {
 	char head_hash[KN_AUDIT_HASH_HEX_LEN + 1];
 	kn_store_audit_head_cb on_head;
 	void *on_head_arg;
+	kn_store_commit_cb on_commit; /* kn_store_on_commit, or NULL */
+	void *on_commit_arg;
 };
 
 /* ---- column tables ---- */

@@ -66,6 +66,16 @@ int kn_store_open_reader(const char *path, struct kn_store **out,
 int kn_store_begin(struct kn_store *st, struct kn_error *err);
 int kn_store_commit(struct kn_store *st, struct kn_error *err);
 void kn_store_rollback(struct kn_store *st);
+/*
+ * Called after each transaction's COMMIT (not a savepoint's) with how
+ * long it took in seconds, failed or not: the fsync a write waits for.
+ * Transactions are those of kn_store_begin and of the write calls that
+ * open their own (those with an audit row); a single-statement write
+ * SQLite commits by itself is not seen. cb NULL stops the calls.
+ */
+typedef void (*kn_store_commit_cb)(void *arg, double seconds);
+void kn_store_on_commit(struct kn_store *st, kn_store_commit_cb cb,
+			void *arg);
 
 /* ---- audit ---- */
 
@@ -307,6 +317,14 @@ int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 		      struct kn_job_row **out, size_t *n,
 		      struct kn_error *err);
 void kn_job_list_free(struct kn_job_row *rows, size_t n);
+
+/* How many jobs are in each state, and every attempt's goodput summed. */
+struct kn_job_totals {
+	int64_t by_state[KN_JOB_PREEMPTED + 1]; /* by enum kn_job_state */
+	int64_t useful_ms, lost_ms;             /* task-milliseconds */
+};
+int kn_store_job_totals(struct kn_store *st, struct kn_job_totals *out,
+			struct kn_error *err);
 
 struct kn_attempt_row {
 	int64_t job_id;

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define JOB_COLUMNS                                                         \
 	"id, name, owner, state, priority, tasks, filename, submitted_at,"  \
@@ -177,6 +178,12 @@ static const char SQL_JOB_INPUT_LIST[] =
 	"SELECT job_id, name, url, sha256, size, attempt, recorded_at"
 	" FROM job_inputs WHERE job_id = ?1 ORDER BY name";
 
+static const char SQL_JOB_STATE_COUNTS[] =
+	"SELECT state, COUNT(*) FROM jobs GROUP BY state";
+static const char SQL_ATTEMPT_GOODPUT[] =
+	"SELECT COALESCE(SUM(useful_ms), 0), COALESCE(SUM(lost_ms), 0)"
+	" FROM attempts";
+
 const struct store_stmt store_job_stmts[] = {
 	{STMT_JOB_INSERT, SQL_JOB_INSERT, NULL},
 	{STMT_JOB_GET, SQL_JOB_GET, &JOB_ROW},
@@ -195,6 +202,8 @@ const struct store_stmt store_job_stmts[] = {
 	{STMT_JOB_REVISION_GET, SQL_JOB_REVISION_GET, NULL},
 	{STMT_JOB_INPUT_PUT, SQL_JOB_INPUT_PUT, NULL},
 	{STMT_JOB_INPUT_LIST, SQL_JOB_INPUT_LIST, &JOB_INPUT_ROW},
+	{STMT_JOB_STATE_COUNTS, SQL_JOB_STATE_COUNTS, NULL},
+	{STMT_ATTEMPT_GOODPUT, SQL_ATTEMPT_GOODPUT, NULL},
 	{0},
 };
 
@@ -560,4 +569,33 @@ int kn_store_job_input_list(struct kn_store *st, int64_t job_id,
 void kn_job_input_list_free(struct kn_job_input_row *rows, size_t n)
 {
 	store_rows_free(&JOB_INPUT_ROW, rows, n);
+}
+
+/* ---- totals ---- */
+
+int kn_store_job_totals(struct kn_store *st, struct kn_job_totals *out,
+			struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_STATE_COUNTS];
+	const char *what = "counting jobs by state";
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		int state = kn_job_state_parse(
+			(const char *)sqlite3_column_text(s, 0));
+		if (state >= 0 && state <= KN_JOB_PREEMPTED)
+			out->by_state[state] = sqlite3_column_int64(s, 1);
+	}
+	stmt_done(s);
+	if (rc < 0)
+		return rc;
+	s = st->stmt[STMT_ATTEMPT_GOODPUT];
+	rc = step_row(st, s, "summing goodput", err);
+	if (rc == 1) {
+		out->useful_ms = sqlite3_column_int64(s, 0);
+		out->lost_ms = sqlite3_column_int64(s, 1);
+	}
+	stmt_done(s);
+	return rc < 0 ? rc : 0;
 }

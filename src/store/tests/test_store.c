@@ -478,6 +478,57 @@ static void test_attempt_goodput_round_trip(void **state)
 	kn_attempt_list_free(rows, n);
 }
 
+static int commits_seen;
+static void count_commit(void *arg, double seconds)
+{
+	(void)arg;
+	assert_true(seconds >= 0);
+	commits_seen++;
+}
+
+static void test_job_totals_and_commit_watch(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_attempt_row a = {.number = 1, .state = KN_JOB_FAILED,
+				   .exit_code = 1, .useful_ms = 300,
+				   .lost_ms = 100};
+	struct kn_job_totals t;
+	struct kn_error err = {0};
+
+	assert_int_equal(kn_store_job_totals(fx->st, &t, &err), 0);
+	assert_int_equal(t.by_state[KN_JOB_QUEUED], 0);
+	assert_int_equal(t.useful_ms, 0);
+	kn_store_on_commit(fx->st, count_commit, NULL);
+	commits_seen = 0;
+	insert_job(fx->st, "q1", "alice", KN_JOB_QUEUED);
+	insert_job(fx->st, "q2", "alice", KN_JOB_QUEUED);
+	a.job_id = insert_job(fx->st, "f", "bob", KN_JOB_FAILED);
+	assert_int_equal(kn_store_attempt_put(fx->st, &a, &err), 0);
+	a.number = 2;
+	a.useful_ms = 50;
+	a.lost_ms = 0;
+	assert_int_equal(kn_store_attempt_put(fx->st, &a, &err), 0);
+	/* Each job insert was a transaction of its own (an attempt's put is
+	   one statement SQLite commits by itself, not seen). */
+	assert_int_equal(commits_seen, 3);
+	/* A savepoint's release is not a commit; the outer one is. */
+	commits_seen = 0;
+	assert_int_equal(kn_store_begin(fx->st, &err), 0);
+	assert_int_equal(kn_store_begin(fx->st, &err), 0);
+	assert_int_equal(kn_store_commit(fx->st, &err), 0);
+	assert_int_equal(commits_seen, 0);
+	assert_int_equal(kn_store_commit(fx->st, &err), 0);
+	assert_int_equal(commits_seen, 1);
+	kn_store_on_commit(fx->st, NULL, NULL);
+
+	assert_int_equal(kn_store_job_totals(fx->st, &t, &err), 0);
+	assert_int_equal(t.by_state[KN_JOB_QUEUED], 2);
+	assert_int_equal(t.by_state[KN_JOB_FAILED], 1);
+	assert_int_equal(t.by_state[KN_JOB_RUNNING], 0);
+	assert_int_equal(t.useful_ms, 350);
+	assert_int_equal(t.lost_ms, 100);
+}
+
 static void test_outputs(void **state)
 {
 	struct fixture *fx = *state;
@@ -1121,6 +1172,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_job_list_filters,
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_attempt_put_and_list,
+						setup_store, teardown),
+		cmocka_unit_test_setup_teardown(test_job_totals_and_commit_watch,
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_attempt_goodput_round_trip,
 						setup_store, teardown),
