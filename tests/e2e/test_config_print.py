@@ -150,6 +150,14 @@ def test_server_places_tls_section_keys_in_the_file(tmp_path):
     assert keys["tls-cert"] == ('"/etc/kiln/tls/s.pem"', f"{cfg}:3:3")
     assert keys["tls-key"] == ('"/etc/kiln/tls/s.key"', f"{cfg}:4:3")
     assert keys["tls-self-signed"] == ("false", "default")
+    # The webhook's URL holds its key: named, not shown.
+    hook = f"https://hooks.example/services/T0/B0/{SECRET}"
+    res = run("server", "--config", cfg, "--home", tmp_path / "h",
+              "--alert-webhook", hook, "--print-config", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert SECRET not in res.stdout
+    assert shown(res.stdout)["#alert-webhook"] == ("(a secret, not shown)",
+                                                   "--alert-webhook")
 
 
 def test_gateway_polls_the_server_its_file_names(tmp_path):
