@@ -100,6 +100,7 @@ int cmd_audit(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_backup(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_validate(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_version(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_ui(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_openapi(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_sim(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv);

@@ -236,6 +236,11 @@ out:
 	return rc;
 }
 
+const char *cli_client_url(const struct cli_client *c)
+{
+	return c->base_url;
+}
+
 void cli_client_free(struct cli_client *c)
 {
 	if (!c)

@@ -48,6 +48,8 @@ char *cli_kiln_home(void);
  */
 int cli_client_open(const struct cli_ctx *ctx, struct cli_client **out);
 void cli_client_free(struct cli_client *c);
+/* The server's base URL ("http://127.0.0.1:7070"), as found. */
+const char *cli_client_url(const struct cli_client *c);
 
 /*
  * The server URL and the token as cli_client_open finds them, with home

@@ -239,6 +239,7 @@ static const char *reason(int status)
 	switch (status) {
 	case 100: return "Continue";
 	case 200: return "OK";
+	case 304: return "Not Modified";
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
 	case 404: return "Not Found";

@@ -650,6 +650,13 @@ int kn_http_query_int(const struct kn_http_req *req, const char *name,
 	return 0;
 }
 
+void kn_http_add_header(struct kn_http_req *req, const char *name,
+			const char *value)
+{
+	if (req->fr)
+		kn_front_req_add_header(req->fr, name, value);
+}
+
 void kn_http_reply_json(struct kn_http_req *req, int status, json_t *doc)
 {
 	char *text = json_dumps(doc, JSON_COMPACT);

@@ -312,6 +312,10 @@ const char *kn_http_body(const struct kn_http_req *req, size_t *len);
 int kn_http_query_int(const struct kn_http_req *req, const char *name,
 		      int64_t min, int64_t max, int64_t *out);
 
+/* Add a header to the answer or stream not yet sent (Name, value). */
+void kn_http_add_header(struct kn_http_req *req, const char *name,
+			const char *value);
+
 /* Answer with a JSON document (steals the reference). Ends the request. */
 void kn_http_reply_json(struct kn_http_req *req, int status, json_t *doc);
 /* Answer with a body of any type in one write. Ends the request. */
