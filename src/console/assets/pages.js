@@ -217,13 +217,13 @@
       el('h2', { text: 'Gateway alerts' }), gatewayAlerts(d.name));
   };
 
-  /* Anomaly alerts the gateway raised for this deployment (from the audit log). */
+  /* The gateway's anomaly alerts for this deployment, as /v1/alerts has them. */
   function gatewayAlerts(name) {
     const box = el('div', {}, el('p', { class: 'muted', text: 'loading' }));
-    K.api('GET', '/v1/audit?action=gateway.&limit=20').then((a) => {
-      const rows = a.audit.filter((r) => (r.object || '').includes(name));
-      box.replaceChildren(rows.length ? K.table(['Time', 'Action', 'Detail'],
-        rows.map((r) => [K.time(r.time_ms), r.action, el('span', { text: r.detail || '' })]))
+    K.api('GET', '/v1/alerts?all=1').then((a) => {
+      const rows = a.alerts.filter((x) => x.labels && x.labels.deployment === name);
+      box.replaceChildren(rows.length ? K.table(['Rule', 'State', 'Value', 'Summary', 'Fired'],
+        rows.map((x) => [x.rule, K.pill(x.state), x.value, el('span', { text: x.summary || '' }), K.time(x.fired_at_ms)]))
         : el('p', { class: 'muted', text: 'none' }));
     }).catch((e) => box.replaceChildren(el('p', { class: 'muted', text: e.message })));
     return box;
@@ -234,48 +234,57 @@
   K.pages.models = async (box) => {
     const { models } = await K.api('GET', '/v1/models');
     box.append(el('h1', { text: 'Models' }),
-      models.length ? K.table(['Name', 'Versions', 'Aliases'], models.map((m) =>
-        [el('a', { href: '#/model/' + enc(m.name), text: m.name }),
-          m.versions !== undefined ? (Array.isArray(m.versions) ? m.versions.length : m.versions) : '',
-          aliasText(m.aliases)]))
+      models.length ? K.table(['Name', 'Versions', 'Latest', 'Aliases', 'Updated'], models.map((m) =>
+        [el('a', { href: '#/model/' + enc(m.name), text: m.name }), m.versions, m.latest,
+          Object.entries(m.aliases || {}).map(([a, v]) => `${a}→${v}`).join(', '), K.time(m.updated_at_ms)]))
         : el('p', { class: 'muted', text: 'No models.' }));
   };
 
-  function aliasText(aliases) {
-    if (!aliases) return '';
-    return aliases.map((a) => (typeof a === 'string' ? a : `${a.alias || a.name}→${a.version}`)).join(', ');
-  }
-
-  K.pages.model = async (box, name) => {
+  /* NAME: its versions, aliases and history, then its newest version;
+     NAME@V: that version. */
+  K.pages.model = async (box, ref) => {
+    const name = ref.split('@')[0];
     const m = await K.api('GET', `/v1/models/${enc(name)}`);
-    const versions = m.versions || [];
+    const wanted = ref.includes('@') ? ref : m.versions.length
+      ? name + '@' + m.versions[m.versions.length - 1].version : null;
+    const aliasInput = el('input', { placeholder: 'alias', value: m.aliases[0] ? m.aliases[0].alias : 'prod',
+      'aria-label': 'alias', class: 'alias' });
     box.append(el('h1', { text: 'Model ' + m.name }),
       el('h2', { text: 'Aliases' }),
-      K.table(['Alias', 'Version', 'History', ''], (m.aliases || []).map((a) => [a.alias || a.name, a.version,
-        el('span', { text: (a.history || []).map((h) => h.version + (h.time_ms ? ' @ ' + K.time(h.time_ms) : '')).join(' ← ') }),
-        K.action('operator', 'roll back ' + (a.alias || a.name), () =>
-          K.api('POST', `/v1/models/${enc(m.name)}/rollback`, { alias: a.alias || a.name }))])),
+      m.aliases.length ? K.table(['Alias', 'Version', 'Moved by', 'At', ''], m.aliases.map((a) =>
+        [a.alias, a.version, a.by, K.time(a.time_ms),
+          K.action('operator', 'roll back ' + a.alias, () =>
+            K.api('POST', `/v1/models/${enc(m.name)}/rollback`, { alias: a.alias }))]))
+        : el('p', { class: 'muted', text: 'No aliases.' }),
+      el('h2', { text: 'Alias history' }),
+      K.table(['At', 'Alias', 'Action', 'From', 'To', 'By'], m.alias_history.slice().reverse().map((h) =>
+        [K.time(h.time_ms), h.alias, h.action, h.from === null ? '-' : h.from, h.version, h.by])),
       el('h2', { text: 'Versions' }),
-      K.table(['Version', 'Files', 'Bytes', 'Signed by', 'Trusted', 'Created', ''], versions.map((v) => [
+      K.can('operator') ? el('p', {}, 'promote to ', aliasInput) : null,
+      K.table(['Version', 'Files', 'Bytes', 'Created by', 'Created', ''], m.versions.map((v) => [
         el('a', { href: `#/model/${enc(m.name + '@' + v.version)}`, text: String(v.version) }),
-        v.files, v.bytes, signers(v.signatures), v.trusted === undefined ? '' : String(v.trusted),
-        K.time(v.created_at_ms),
-        K.action('operator', 'promote ' + v.version, () => {
-          const alias = (m.aliases && m.aliases[0] && (m.aliases[0].alias || m.aliases[0].name)) || 'prod';
-          return K.api('POST', `/v1/models/${enc(m.name)}/promote`, { alias, version: v.version });
-        })])));
-    if (m.version) await modelVersion(box, m);
+        v.files, v.bytes, v.created_by, K.time(v.created_at_ms),
+        K.action('operator', 'promote ' + v.version, () =>
+          K.api('POST', `/v1/models/${enc(m.name + '@' + v.version)}/promote`, { alias: aliasInput.value }))])));
+    if (wanted) await modelVersion(box, wanted);
   };
 
-  const signers = (sigs) => (sigs || []).map((s) => s.signer || s.signed_by || s.key_id && s.key_id.slice(0, 12)).join(', ');
-
-  async function modelVersion(box, m) {
-    box.append(el('h2', { text: `Version ${m.version}` }),
-      K.kv([['Signed by', signers(m.signatures) || 'nobody'], ['Trusted', String(m.trusted)],
-        ['Store', m.store || '']]));
-    const lin = await K.api('GET', `/v1/models/${enc(m.name + '@' + m.version)}/lineage`);
-    box.append(el('h2', { text: 'Lineage' }),
-      lin.lineage ? lineageGraph(m.name + '@' + m.version, lin.lineage) : el('p', { class: 'muted', text: 'pushed from a directory: no lineage' }));
+  async function modelVersion(box, ref) {
+    const [v, lin] = await Promise.all([
+      K.api('GET', `/v1/models/${enc(ref)}`),
+      K.api('GET', `/v1/models/${enc(ref)}/lineage`),
+    ]);
+    box.append(el('h2', { text: `Version ${v.name}@${v.version}` }),
+      K.kv([['Aliases', v.aliases.join(', ') || '-'], ['Trusted', v.trusted ? 'yes: signed by a trusted key' : 'no'],
+        ['Created by', v.created_by], ['Store', v.store || ''],
+        ['Metrics', lin.metrics ? Object.entries(lin.metrics).map(([k, x]) => k + '=' + x).join(' ') : '-']]),
+      el('h3', { text: 'Signatures' }),
+      v.signatures.length ? K.table(['Signed by', 'Key', 'Trusted', 'At'], v.signatures.map((sg) =>
+        [el('span', { class: 'signer', text: sg.signed_by }), sg.key_id.slice(0, 16), sg.trusted ? 'yes' : 'no',
+          K.time(sg.signed_at_ms)])) : el('p', { class: 'muted', text: 'unsigned' }),
+      el('h3', { text: 'Lineage' }),
+      lin.lineage ? lineageGraph(`${v.name}@${v.version}`, lin.lineage)
+        : el('p', { class: 'muted', text: 'pushed from a directory: no lineage' }));
   }
 
   /* The lineage tree as a left-to-right graph: version ← job ← inputs ← jobs. */
