@@ -5,7 +5,8 @@
 #                           and the task user a root server runs tasks as
 #   install-deps.sh build   compilers, Meson and the -dev packages
 #   install-deps.sh test    build, plus what the unit and end-to-end tests
-#                           drive (pytest, PyTorch, nginx, Prometheus, ...)
+#                           drive (pytest, PyTorch, nginx, Prometheus,
+#                           GLPK, ...)
 #   install-deps.sh demo    build, plus what `make demo` runs (PyTorch)
 #   install-deps.sh bench   build, plus the benchmarks' tools (wrk, nginx,
 #                           Open MPI, GLPK, gnuplot)
@@ -39,12 +40,14 @@ test_packages=(
   # openssl tool makes the replayed API server's certificate
   python3-yaml openssl
   # tests/e2e/test_isolation.py starts an unprivileged server with setpriv
-  util-linux
+  # and traces a shim's file system calls with strace
+  util-linux strace
   # tests/e2e/test_gateway_framing.py: an independent HTTP/1.1 parser and
   # a reference proxy to compare the gateway's framing with
   python3-h11 nginx
-  # tests/e2e/test_sim.py draws its figure
-  gnuplot-nox
+  # tests/e2e/test_sim.py draws its figure; tests/e2e/test_sim_bound.py
+  # solves the packing bound's linear program with glpsol
+  gnuplot-nox glpk-utils
   # tests/e2e/test_exporter.py checks the exposition with promtool
   prometheus
   # tests/e2e/test_train_example.py and test_slurm.py train a model
@@ -73,6 +76,8 @@ bench_packages=(
   # bench/sim/bound.py: glpsol solves the packing bound's linear program
   glpk-utils gnuplot-nox
   openssl
+  # scripts/fresh-install-time.sh: a fresh Debian 12 root from the mirror
+  mmdebstrap
 )
 
 deb_packages=(

@@ -289,12 +289,20 @@ def main():
     ap.add_argument("--kill-every", type=float, default=180)
     ap.add_argument("--fill-every", type=float, default=240)
     ap.add_argument("--fill-hold", type=float, default=20)
-    ap.add_argument("--tmpfs-size", default="256m")
+    # Every job leaves its task directory (logs, pid and exit records, its
+    # output): ~17 MiB a minute of this load on the shared 2-core machine,
+    # so the disk is sized to the run with room for a quieter machine's
+    # faster jobs; only the filler should fill it.
+    ap.add_argument("--tmpfs-size", default=None,
+                    help="the home's tmpfs (default 48 MiB a minute of "
+                    "the run, at least 256 MiB)")
     ap.add_argument("--out", default=str(ROOT / "build/bench-soak.json"))
     args = ap.parse_args()
     kiln = str(Path(args.kiln).resolve())
     backend_exe = Path(kiln).parents[2] / "bench" / "gateway" / "gateway-backend"
 
+    if args.tmpfs_size is None:
+        args.tmpfs_size = f"{max(256, int(48 * args.minutes))}m"
     work = Path(tempfile.mkdtemp(prefix="kiln-soak-", dir="/var/tmp"))
     home = work / "home"
     home.mkdir(mode=0o700)
@@ -323,12 +331,15 @@ def main():
         procs.append(gateway)
         server.start()
         for n in range(args.api_clients):
+            # Daemons: a run that ends early (a server that will not
+            # start) must not wait for clients still sending again.
             threads.append(threading.Thread(
-                target=api_client,
+                target=api_client, daemon=True,
                 args=(n, server, stop, acked, acked_lock, counts)))
         for _ in range(args.gateway_clients):
             threads.append(threading.Thread(
-                target=gateway_client, args=(gw_url, gw_key, stop, counts)))
+                target=gateway_client, daemon=True,
+                args=(gw_url, gw_key, stop, counts)))
         for t in threads:
             t.start()
         time.sleep(min(30, args.minutes * 6))

@@ -57,23 +57,52 @@ enum kn_cgroup_version kn_cgroup_detect(const char *root)
 	return KN_CGROUP_NONE;
 }
 
-int cg_write(const char *dir, const char *file, const char *text)
+/* One entry, one write: cgroupfs takes a write whole or refuses it. */
+static int write_entry(int fd, const char *text)
+{
+	size_t len = strlen(text);
+	ssize_t n = write(fd, text, len);
+
+	if (n < 0)
+		return -errno;
+	return (size_t)n == len ? 0 : -EIO;
+}
+
+static int open_file(const char *dir, const char *file)
 {
 	char *path = kn_asprintf("%s/%s", dir, file);
-	size_t len = strlen(text);
-	ssize_t n;
-	int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC), rc = 0;
+	int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
 
 	free(path);
+	return fd < 0 ? -errno : fd;
+}
+
+int cg_write(const char *dir, const char *file, const char *text)
+{
+	int fd = open_file(dir, file), rc;
+
 	if (fd < 0)
-		return -errno;
-	n = write(fd, text, len);
-	if (n < 0)
-		rc = -errno;
-	else if ((size_t)n != len)
-		rc = -EIO;
+		return fd;
+	rc = write_entry(fd, text);
 	close(fd);
 	return rc;
+}
+
+int cg_set_each(const char *dir, const char *file, const char *const *texts,
+		size_t n, struct kn_error *err)
+{
+	int fd = open_file(dir, file), rc = fd < 0 ? fd : 0;
+	size_t i = 0;
+
+	for (; rc == 0 && i < n; i++)
+		rc = write_entry(fd, texts[i]);
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "cannot write \"%s\" to "
+				 "%s/%s: %s", n ? texts[i ? i - 1 : 0] : "",
+				 dir, file, strerror(-rc));
+	return 0;
 }
 
 int cg_set(const char *dir, const char *file, const char *text,

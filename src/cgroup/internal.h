@@ -48,6 +48,12 @@ int cg_write(const char *dir, const char *file, const char *text);
 /* The same, an error naming the file on failure. */
 int cg_set(const char *dir, const char *file, const char *text,
 	   struct kn_error *err);
+/*
+ * Each of texts[0..n) as its own write, through one open of the file:
+ * a file that takes one entry per write (devices.allow) gets them all.
+ */
+int cg_set_each(const char *dir, const char *file, const char *const *texts,
+		size_t n, struct kn_error *err);
 /* mkdir that is fine with an existing directory. */
 int cg_mkdir(const char *dir, struct kn_error *err);
 bool cg_exists(const char *dir, const char *file);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int v1_locate(struct kn_cgroup *cg, const struct kn_cgroup_place *place,
 		     const char *self, const char *name, struct kn_error *err)
@@ -48,19 +49,22 @@ static int v1_devices(const char *dir, char *const *devices,
 {
 	struct cg_dev_rule rules[CG_MAX_DEV_RULES];
 	size_t n = cg_device_rules(devices, rules, CG_MAX_DEV_RULES);
+	char text[CG_MAX_DEV_RULES][32];
+	const char *each[CG_MAX_DEV_RULES];
 	int rc = cg_set(dir, "devices.deny", "a", err);
 
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		char rule[64];
-
+	for (size_t i = 0; i < n; i++) {
 		if (rules[i].minor < 0)
-			snprintf(rule, sizeof(rule), "%c %u:* rw", rules[i].type,
-				 rules[i].major);
+			snprintf(text[i], sizeof(text[i]), "%c %u:* rw",
+				 rules[i].type, rules[i].major);
 		else
-			snprintf(rule, sizeof(rule), "%c %u:%d rw", rules[i].type,
-				 rules[i].major, rules[i].minor);
-		rc = cg_set(dir, "devices.allow", rule, err);
+			snprintf(text[i], sizeof(text[i]), "%c %u:%d rw",
+				 rules[i].type, rules[i].major, rules[i].minor);
+		each[i] = text[i];
 	}
+	/* The kernel parses one rule per write, not per open. */
+	if (rc == 0)
+		rc = cg_set_each(dir, "devices.allow", each, n, err);
 	return rc;
 }
 
@@ -77,7 +81,9 @@ static int v1_create(struct kn_cgroup *cg, const struct kn_cgroup_limits *lim,
 		return rc;
 	for (int i = 0; i < CG_N; i++) {
 		char *parent;
-		if (!cg->dirs[i])
+		/* The parent is there after the first task: one mkdir. */
+		if (!cg->dirs[i] || mkdir(cg->dirs[i], 0755) == 0 ||
+		    errno == EEXIST)
 			continue;
 		parent = kn_xstrdup(cg->dirs[i]);
 		rc = kn_mkdir_p(dirname(parent), 0755);

@@ -294,6 +294,56 @@ int cli_parse_job_id(const struct cli_ctx *ctx, const char *arg,
 	return CLI_GO;
 }
 
+void cli_format_array_counts(json_t *counts, char *buf, size_t len)
+{
+	static const char *const order[] = {
+		"running", "queued",    "preempted",
+		"failed",  "cancelled", "succeeded",
+	};
+	size_t at = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(order) / sizeof(*order); i++) {
+		json_int_t n = json_integer_value(json_object_get(counts,
+								  order[i]));
+		int w;
+
+		if (n <= 0 || at >= len)
+			continue;
+		w = snprintf(buf + at, len - at, "%s%lld %s", at ? ", " : "",
+			     (long long)n, order[i]);
+		at += w > 0 ? (size_t)w : 0;
+	}
+}
+
+int cli_parse_job_ref(const struct cli_ctx *ctx, const char *arg,
+		      int64_t *id, int64_t *index)
+{
+	const char *open = strchr(arg, '[');
+	char head[24], *end;
+	long long k;
+	int rc;
+
+	*index = -1;
+	if (!open)
+		return cli_parse_job_id(ctx, arg, id);
+	errno = 0;
+	k = strtoll(open + 1, &end, 10);
+	if (open[1] < '0' || open[1] > '9' || errno || k > INT32_MAX ||
+	    strcmp(end, "]") != 0)
+		return cli_usage_error(ctx,
+				       "an array element is ID[INDEX] such as "
+				       "7[3], got '%s'", arg);
+	if ((size_t)(open - arg) >= sizeof(head))
+		return cli_parse_job_id(ctx, arg, id); /* says what is wrong */
+	memcpy(head, arg, (size_t)(open - arg));
+	head[open - arg] = '\0';
+	rc = cli_parse_job_id(ctx, head, id);
+	if (rc == CLI_GO)
+		*index = k;
+	return rc;
+}
+
 static int read_stdin(size_t max, char **text, size_t *len)
 {
 	struct kn_buf b;

@@ -186,16 +186,37 @@ int cli_parse_positionals(struct cli_ctx *ctx, int argc, char **argv,
 int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
 		  int argc, char **argv, int *i);
 
+struct kn_option_origin;
+/* What cli_config_load read, for --print-config. */
+struct cli_config {
+	const char *path;                 /* the file read, or NULL */
+	struct kn_option_origin *origins; /* per row of the flag table */
+};
+
 /*
  * Before cli_parse, for commands whose table has a "config" flag: read
  * `--config FILE` (YAML, each key a long flag of flags, each value what
- * it takes: a string, a number, or true/false for a flag without one)
- * into the flags' destinations, so the command line then wins. CLI_GO,
- * or CLI_EXIT_USAGE after printing "FILE:LINE:COLUMN: KEY: what is
- * wrong" (an unknown key, a key given twice, a bad value).
+ * it takes: a string, a number, or true/false for a flag without one;
+ * the TLS flags also as tls: {cert, key, client_ca}) into the flags'
+ * destinations, so the command line then wins. CLI_GO, or
+ * CLI_EXIT_USAGE after printing "FILE:LINE:COLUMN: KEY: what is wrong"
+ * (an unknown key, a key given twice, a bad value). conf is filled
+ * either way; release it with cli_config_release.
  */
 int cli_config_load(struct cli_ctx *ctx, const struct cli_flag *flags,
-		    int argc, char **argv);
+		    int argc, char **argv, struct cli_config *conf);
+void cli_config_release(struct cli_config *conf);
+/*
+ * After cli_parse: --print-config's output on stdout, each key's value
+ * in effect (flag over file over default) as the file would give it, and
+ * where it came from: --FLAG, FILE:LINE:COLUMN or default.
+ */
+void cli_config_print(struct cli_ctx *ctx, const struct cli_flag *flags,
+		      const struct cli_config *conf, int argc, char **argv);
+/* A listen key, HOST:PORT or [V6]:PORT, into host (without brackets) and
+   *port; CLI_GO, or a usage error naming --listen and example. */
+int cli_parse_listen(struct cli_ctx *ctx, const char *listen,
+		     const char *example, char *host, size_t cap, long *port);
 
 /* After parsing: CLI_GO, or CLI_EXIT_USAGE when -o is not table, wide,
    json or yaml (or csv, name where the command set csv_ok, name_ok). */
@@ -239,6 +260,17 @@ int cli_run_verb(struct cli_ctx *ctx, int argc, char **argv,
 /* A job id argument: a whole number >= 1, else a usage error. */
 int cli_parse_job_id(const struct cli_ctx *ctx, const char *arg,
 		     int64_t *out);
+/*
+ * An array's elements by state ({"running": 3, ...}) as "3 running, 5
+ * queued", busiest states first; "" for none.
+ */
+void cli_format_array_counts(json_t *counts, char *buf, size_t len);
+/*
+ * A job or one element of a job array: "ID" (*index = -1) or "ID[K]",
+ * else a usage error.
+ */
+int cli_parse_job_ref(const struct cli_ctx *ctx, const char *arg,
+		      int64_t *id, int64_t *index);
 
 /*
  * Read a job spec from path ("-" = stdin), refusing more than

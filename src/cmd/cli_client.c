@@ -615,6 +615,21 @@ int cli_get(struct cli_client *c, const char *path, json_t **out)
 	return perform(c, "GET", path, NULL, NULL, 0, NULL, 0, out);
 }
 
+int cli_job_element(struct cli_client *c, int64_t id, int64_t index,
+		    int64_t *out)
+{
+	char *path = kn_asprintf("/v1/jobs/%lld?index=%lld", (long long)id,
+				 (long long)index);
+	json_t *answer = NULL;
+	int rc = cli_get(c, path, &answer);
+
+	free(path);
+	if (rc == 0)
+		*out = cli_json_int(json_object_get(answer, "job"), "id");
+	json_decref(answer);
+	return rc;
+}
+
 int cli_stream(struct cli_client *c, const char *path, FILE *sink,
 	       unsigned flags)
 {

@@ -83,6 +83,9 @@ int cli_create(struct cli_client *c, const char *path,
 	       json_t **out);
 /* cli_call for a GET without a body. */
 int cli_get(struct cli_client *c, const char *path, json_t **out);
+/* The job id of element index of job array id, asked of the server. */
+int cli_job_element(struct cli_client *c, int64_t id, int64_t index,
+		    int64_t *out);
 
 enum cli_stream_flags {
 	CLI_STREAM_UNBOUNDED = 1 << 0, /* no time limit (a followed stream) */

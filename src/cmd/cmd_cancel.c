@@ -21,7 +21,7 @@ int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv)
 	};
 	const char **args = kn_xcalloc((size_t)argc, sizeof(char *));
 	struct cli_client *c = NULL;
-	int64_t *ids = NULL;
+	struct job_ref *ids = NULL;
 	size_t n_args = 0, n = 0;
 	int rc;
 

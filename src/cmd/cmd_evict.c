@@ -28,7 +28,8 @@ int cmd_evict(struct cli_ctx *ctx, int argc, char **argv)
 	const char **args = kn_xcalloc((size_t)argc, sizeof(char *));
 	struct cli_client *c = NULL;
 	struct kn_buf query;
-	int64_t *ids = NULL, ms;
+	struct job_ref *ids = NULL;
+	int64_t ms;
 	size_t n_args = 0, n = 0;
 	int rc;
 

@@ -12,7 +12,8 @@
  * --token-file it wants `Authorization: Bearer <token>` on every scrape
  * (Prometheus: `authorization: {credentials_file: ...}`).
  *
- * With --tls-cert and --tls-key it serves HTTPS (reloaded on SIGHUP and
+ * With --tls-cert and --tls-key (tls: {cert, key} in --config FILE) it
+ * serves HTTPS (reloaded on SIGHUP and
  * when the files change), with --tls-client-ca it checks the scraper's
  * client certificate; plain HTTP on a non-loopback address needs
  * --insecure, since the token and the metrics would cross in clear.
@@ -167,11 +168,10 @@ static int split_mounts(struct cli_ctx *ctx, const char *arg, char **buf,
 	return CLI_GO;
 }
 
-/* The TLS flags: load the certificate, or refuse plain HTTP off
-   loopback without --insecure. */
-static int exporter_tls(struct cli_ctx *ctx, struct exporter *x,
-			const char *host, const struct kn_tls_files *files,
-			bool insecure)
+/* The TLS flags together, and no plain HTTP off loopback without
+   --insecure. */
+static int check_tls_flags(struct cli_ctx *ctx, const char *host,
+			   const struct kn_tls_files *files, bool insecure)
 {
 	struct kn_error err;
 
@@ -182,6 +182,15 @@ static int exporter_tls(struct cli_ctx *ctx, struct exporter *x,
 					    "both)");
 	if (kn_tls_listen_check(host, files->cert, insecure, &err) < 0)
 		return cli_usage_error(ctx, "--%s", err.message);
+	return CLI_GO;
+}
+
+/* Load the certificate the checked flags name, if any. */
+static int exporter_tls(struct cli_ctx *ctx, struct exporter *x,
+			const struct kn_tls_files *files)
+{
+	struct kn_error err;
+
 	if (!files->cert)
 		return CLI_GO;
 	if (kn_tls_new(files, &x->tls, &err) < 0)
@@ -195,9 +204,10 @@ int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 	const char *listen = "127.0.0.1:9470", *root = "/", *token_file = NULL,
 		   *mount_arg = NULL, *hostname = NULL, *config = NULL;
 	struct kn_tls_files tls = {0};
-	bool insecure = false;
+	bool insecure = false, print_config = false;
 	struct cli_flag flags[] = {
 		{"config", 0, CLI_FLAG_STRING, &config},
+		{"print-config", 0, CLI_FLAG_BOOL, &print_config},
 		{"listen", 0, CLI_FLAG_STRING, &listen},
 		{"root", 0, CLI_FLAG_STRING, &root},
 		{"token-file", 0, CLI_FLAG_STRING, &token_file},
@@ -211,28 +221,29 @@ int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 	};
 	struct exporter x = {0};
 	struct kn_http_server *srv = NULL;
+	struct cli_config conf;
 	struct kn_error err;
 	const char *mounts[MOUNTS_MAX];
-	char host[256], *mount_buf = NULL, *colon;
-	int rc, port, bound;
-	long p;
+	char host[256], *mount_buf = NULL;
+	int rc, bound;
+	long port;
 
-	rc = cli_config_load(ctx, flags, argc, argv);
+	rc = cli_config_load(ctx, flags, argc, argv, &conf);
 	if (rc == CLI_GO)
 		rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	if (rc == CLI_GO)
+		rc = cli_parse_listen(ctx, listen, "127.0.0.1:9470", host,
+				      sizeof(host), &port);
+	if (rc == CLI_GO)
+		rc = check_tls_flags(ctx, host, &tls, insecure);
+	if (rc == CLI_GO && print_config) {
+		cli_config_print(ctx, flags, &conf, argc, argv);
+		rc = CLI_EXIT_OK;
+	}
+	cli_config_release(&conf);
 	if (rc != CLI_GO)
 		return rc;
-	colon = strrchr(listen, ':');
-	p = colon ? strtol(colon + 1, NULL, 10) : -1;
-	if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(host) ||
-	    !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
-	    p < 0 || p > 65535)
-		return cli_usage_error(ctx, "--listen: \"%s\" is not HOST:PORT "
-					    "(e.g. 127.0.0.1:9470)", listen);
-	memcpy(host, listen, (size_t)(colon - listen));
-	host[colon - listen] = '\0';
-	port = (int)p;
-	if ((rc = exporter_tls(ctx, &x, host, &tls, insecure)) != CLI_GO)
+	if ((rc = exporter_tls(ctx, &x, &tls)) != CLI_GO)
 		goto out;
 	if (mount_arg &&
 	    (rc = split_mounts(ctx, mount_arg, &mount_buf, mounts)) != CLI_GO)
@@ -278,8 +289,8 @@ int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 	}
 
 	x.loop = kn_loop_new();
-	if (kn_http_server_new(x.loop, host, port, NULL, x.tls, handle, &x, &srv, &bound,
-			       &err) < 0) {
+	if (kn_http_server_new(x.loop, host, (int)port, NULL, x.tls, handle, &x,
+			       &srv, &bound, &err) < 0) {
 		rc = cli_fail(ctx, "%s", err.message);
 		goto out;
 	}

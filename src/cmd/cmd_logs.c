@@ -256,6 +256,7 @@ int cmd_logs(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct log_query q = {.tail = -1};
 	int task = 0, attempt = -1;
+	int64_t index;
 	bool raw = false, all = false;
 	const struct cli_flag flags[] = {
 		{"raw", 0, CLI_FLAG_BOOL, &raw},
@@ -274,7 +275,7 @@ int cmd_logs(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_parse(ctx, argc, argv, flags, "ID", &id_arg);
 	if (rc != CLI_GO)
 		goto out;
-	rc = cli_parse_job_id(ctx, id_arg, &q.id);
+	rc = cli_parse_job_ref(ctx, id_arg, &q.id, &index);
 	if (rc != CLI_GO)
 		goto out;
 	if (attempt == 0) {
@@ -283,6 +284,8 @@ int cmd_logs(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	q.attempt = attempt > 0 ? attempt : 0;
 	rc = cli_client_open(ctx, &c);
+	if (rc == 0 && index >= 0)
+		rc = cli_job_element(c, q.id, index, &q.id);
 	if (rc)
 		goto out;
 	if (q.follow)

@@ -2,7 +2,8 @@
  * kiln ls: the jobs as a table, the server's JSON with -o json (or YAML),
  * their ids alone with -o name. Filters go to the server as query
  * parameters; the table is built here, its names and reasons cut to fit
- * 80 columns unless -o wide.
+ * 80 columns unless -o wide. A job array is one row (the server folds
+ * its elements): ID[FIRST-LAST], and its elements' counts by state.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,9 +40,23 @@ static int check_state(const struct cli_ctx *ctx, const char *state)
 static void add_job_row(struct cli_table *t, json_t *job, int64_t now)
 {
 	const char *reason = json_string_value(json_object_get(job, "reason"));
-	char buf[64];
+	json_t *array = json_object_get(job, "array");
+	char buf[64], counts[160];
 
-	cli_table_cellf(t, "%lld", (long long)cli_json_int(job, "id"));
+	if (json_is_object(array)) {
+		/* One row for the array: its indexes, and in place of one
+		   job's reason, how many elements are in each state. */
+		cli_table_cellf(t, "%lld[%lld-%lld]",
+				(long long)cli_json_int(job, "id"),
+				(long long)cli_json_int(array, "first"),
+				(long long)(cli_json_int(array, "first") +
+					    cli_json_int(array, "count") - 1));
+		cli_format_array_counts(json_object_get(array, "counts"),
+					counts, sizeof(counts));
+		reason = counts;
+	} else {
+		cli_table_cellf(t, "%lld", (long long)cli_json_int(job, "id"));
+	}
 	cli_table_cell(t, cli_json_str(job, "name"));
 	cli_table_cell(t, cli_json_str(job, "state"));
 	cli_table_cellf(t, "%lld", (long long)cli_json_int(job, "tasks"));

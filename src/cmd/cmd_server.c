@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <libfyaml.h>
-
 #include "server/server.h"
 
 /* getopt's value for option i of the table; --config and --print-config
@@ -51,14 +49,15 @@ static struct option *getopt_options(const struct kn_option *opts, size_t n)
  * the home the command line or environment names, when it is there.
  */
 static int load_config(struct kn_server_config *cfg, const char *explicit,
-		       const char *home_flag, char **read_path)
+		       const char *home_flag, char **read_path,
+		       struct kn_option_origin *origins)
 {
 	char *home = home_flag ? NULL : cli_kiln_home();
 	char *path = explicit ? kn_xstrdup(explicit) :
 				kn_asprintf("%s/server.yaml",
 					    home_flag ? home_flag : home);
 	struct kn_error err;
-	int rc = kn_server_config_load(cfg, path, &err);
+	int rc = kn_server_config_load(cfg, path, origins, &err);
 
 	if (rc == 0) {
 		*read_path = path;
@@ -109,45 +108,15 @@ static int apply_flags(struct kn_server_config *cfg, int argc, char **argv,
 	return rc;
 }
 
-/* Where the file set each option: its key's line and column, or 0. */
-static void file_positions(const char *path, const struct kn_option *opts,
-			   size_t n, int *line, int *col)
-{
-	struct fy_document *fyd = path ? fy_document_build_from_file(NULL, path)
-				       : NULL;
-	struct fy_node *root = fyd ? fy_document_root(fyd) : NULL;
-	struct fy_node_pair *pair;
-	void *iter = NULL;
-
-	while (root && fy_node_is_mapping(root) &&
-	       (pair = fy_node_mapping_iterate(root, &iter))) {
-		struct fy_node *key = fy_node_pair_key(pair);
-		const char *name = key ? fy_node_get_scalar0(key) : NULL;
-		struct fy_token *tok = key ? fy_node_get_scalar_token(key)
-					   : NULL;
-		const struct fy_mark *at = tok ? fy_token_start_mark(tok)
-					       : NULL;
-
-		for (size_t i = 0; name && at && i < n; i++)
-			if (!strcmp(opts[i].name, name)) {
-				line[i] = at->line + 1;
-				col[i] = at->column + 1;
-			}
-	}
-	fy_document_destroy(fyd);
-}
-
 /* --print-config: every option's value in effect, as the config file
    would give it, and where it came from. */
 static void print_config(const struct kn_server_config *cfg,
 			 const struct kn_option *opts, size_t n,
-			 const char *path, const bool *given)
+			 const char *path, const bool *given,
+			 const struct kn_option_origin *origins)
 {
-	int *line = kn_xcalloc(n, sizeof(*line));
-	int *col = kn_xcalloc(n, sizeof(*col));
 	struct kn_buf value;
 
-	file_positions(path, opts, n, line, col);
 	printf("# kiln server's effective configuration (%s)\n",
 	       path ? path : "no config file");
 	for (size_t i = 0; i < n; i++) {
@@ -156,14 +125,13 @@ static void print_config(const struct kn_server_config *cfg,
 		printf("%s: %s  # ", opts[i].name, value.data ? value.data : "~");
 		if (given[i])
 			printf("--%s\n", opts[i].name);
-		else if (line[i])
-			printf("%s:%d:%d\n", path, line[i], col[i]);
+		else if (origins[i].line)
+			printf("%s:%d:%d\n", path, origins[i].line,
+			       origins[i].column);
 		else
 			printf("default\n");
 		kn_buf_release(&value);
 	}
-	free(line);
-	free(col);
 }
 
 int cmd_server(int argc, char **argv)
@@ -176,6 +144,8 @@ int cmd_server(int argc, char **argv)
 	struct kn_error err;
 	char *home = NULL, *read_path = NULL;
 	bool *given = kn_xcalloc(n_opts, sizeof(*given)), print = false;
+	struct kn_option_origin *origins = kn_xcalloc(n_opts,
+						      sizeof(*origins));
 	int c, rc = 2;
 
 	kn_server_config_init(&cfg);
@@ -199,7 +169,7 @@ int cmd_server(int argc, char **argv)
 			argv[optind]);
 		goto out;
 	}
-	if (load_config(&cfg, config, home_flag, &read_path) < 0 ||
+	if (load_config(&cfg, config, home_flag, &read_path, origins) < 0 ||
 	    apply_flags(&cfg, argc, argv, longopts, opts, n_opts, given) < 0)
 		goto out;
 	if (kn_server_config_check(&cfg, &err) < 0) {
@@ -215,7 +185,7 @@ int cmd_server(int argc, char **argv)
 		cfg.home = home;
 	}
 	if (print) {
-		print_config(&cfg, opts, n_opts, read_path, given);
+		print_config(&cfg, opts, n_opts, read_path, given, origins);
 		rc = 0;
 		goto out;
 	}
@@ -227,6 +197,7 @@ out:
 	free(home);
 	free(read_path);
 	free(given);
+	free(origins);
 	free(longopts);
 	kn_server_config_release(&cfg);
 	return rc;

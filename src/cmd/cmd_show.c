@@ -309,13 +309,64 @@ static void show_attempt(json_t *attempt, int64_t now)
 	cli_table_free(t);
 }
 
+/* An element: where it belongs. An array: its elements, one a row. */
+static void show_array(json_t *job)
+{
+	static const char *const headers[] = {
+		"INDEX", "ID", "STATE", "ATTEMPTS", "EXIT", "REASON", NULL,
+	};
+	json_t *array = json_object_get(job, "array"), *e;
+	json_t *elements = json_object_get(array, "elements");
+	int64_t first = cli_json_int(array, "first");
+	int64_t count = cli_json_int(array, "count");
+	int64_t parallel = cli_json_int(array, "parallel");
+	char counts[256];
+	struct cli_table *t;
+	size_t i;
+
+	if (!json_is_array(elements)) {
+		field("array", "element %lld of job array %lld",
+		      (long long)cli_json_int(array, "index"),
+		      (long long)cli_json_int(array, "id"));
+		return;
+	}
+	cli_format_array_counts(json_object_get(array, "counts"), counts,
+				sizeof(counts));
+	field("array", "%lld elements, indexes %lld-%lld%s", (long long)count,
+	      (long long)first, (long long)(first + count - 1),
+	      parallel ? "" : ", no limit on how many run at once");
+	if (parallel)
+		field("", "at most %lld running at once", (long long)parallel);
+	field("elements", "%s", counts);
+	t = cli_table_new(headers);
+	cli_table_cuttable(t, 5);
+	json_array_foreach(elements, i, e) {
+		const char *reason = json_string_value(json_object_get(e,
+								       "reason"));
+		int64_t code = cli_json_int(e, "exit_code");
+
+		cli_table_cellf(t, "%lld", (long long)cli_json_int(e, "index"));
+		cli_table_cellf(t, "%lld", (long long)cli_json_int(e, "id"));
+		cli_table_cell(t, cli_json_str(e, "state"));
+		cli_table_cellf(t, "%lld",
+				(long long)cli_json_int(e, "attempts"));
+		if (code >= 0)
+			cli_table_cellf(t, "%lld", (long long)code);
+		else
+			cli_table_cell(t, "-");
+		cli_table_cell(t, reason ? reason : "");
+	}
+	cli_table_print(t, stdout, 2);
+	cli_table_free(t);
+}
+
 int cmd_show(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct cli_client *c = NULL;
 	const char *id_arg = NULL;
 	char *path = NULL;
 	json_t *answer = NULL, *job, *attempt;
-	int64_t id, now = kn_now_ms();
+	int64_t id, index, now = kn_now_ms();
 	size_t i;
 	int rc;
 
@@ -323,13 +374,15 @@ int cmd_show(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_parse(ctx, argc, argv, NULL, "ID", &id_arg);
 	if (rc != CLI_GO)
 		goto out;
-	rc = cli_parse_job_id(ctx, id_arg, &id);
+	rc = cli_parse_job_ref(ctx, id_arg, &id, &index);
 	if (rc != CLI_GO)
 		goto out;
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	path = kn_asprintf("/v1/jobs/%lld", (long long)id);
+	path = index >= 0 ? kn_asprintf("/v1/jobs/%lld?index=%lld",
+					(long long)id, (long long)index)
+			  : kn_asprintf("/v1/jobs/%lld", (long long)id);
 	rc = cli_get(c, path, &answer);
 	if (rc)
 		goto out;
@@ -348,6 +401,8 @@ int cmd_show(struct cli_ctx *ctx, int argc, char **argv)
 		goto out;
 	}
 	show_job(job, now);
+	if (json_is_object(json_object_get(job, "array")))
+		show_array(job);
 	json_array_foreach(json_object_get(job, "attempts_detail"), i, attempt)
 		show_attempt(attempt, now);
 out:

@@ -9,13 +9,14 @@
  * are found there. Only the size is checked here, so a huge file is
  * refused before it is sent.
  *
- * Overrides (--name, --env, --gpus, --tasks, --priority, --preemptible)
- * travel as one JSON object, ?overrides=, which the server applies and
- * validates with the same parser as the file.
+ * Overrides (--name, --env, --gpus, --tasks, --priority, --preemptible,
+ * --array) travel as one JSON object, ?overrides=, which the server
+ * applies and validates with the same parser as the file.
  *
  * --wait polls (cli_wait_done) until the job ends. --follow streams every
  * rank's output meanwhile, attempt after attempt, and exits with the job's
- * own exit status.
+ * own exit status. For an array both wait until every element has ended
+ * (its elements' logs are each their own: kiln logs ID[K]).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "spec/spec.h"
 
 static void print_final(int64_t id, json_t *job)
 {
@@ -53,6 +55,49 @@ static int wait_for_job(struct cli_client *c, int64_t id, json_t *job)
 
 	if (last)
 		print_final(id, last);
+	json_decref(last);
+	free(path);
+	return rc;
+}
+
+/* An array has ended when none of its elements is queued or running. */
+static int array_ended(json_t *job, void *arg)
+{
+	json_t *counts = json_object_get(json_object_get(job, "array"),
+					 "counts");
+
+	(void)arg;
+	if (!json_is_object(counts) ||
+	    json_object_get(counts, "queued") ||
+	    json_object_get(counts, "running") ||
+	    json_object_get(counts, "preempted"))
+		return CLI_GO;
+	if (json_object_get(counts, "failed"))
+		return CLI_EXIT_JOB_FAILED;
+	if (json_object_get(counts, "cancelled"))
+		return CLI_EXIT_JOB_CANCELLED;
+	return CLI_EXIT_OK;
+}
+
+/* Wait for every element; print how many ended in each state. */
+static int wait_for_array(struct cli_client *c, int64_t id, json_t *job)
+{
+	char *path = kn_asprintf("/v1/jobs/%lld", (long long)id);
+	json_t *last = NULL, *n;
+	const char *state;
+	int rc = cli_wait_until(c, path, "job", "job", job, array_ended, NULL,
+				&last);
+
+	if (last) {
+		printf("job %lld:", (long long)id);
+		json_object_foreach(json_object_get(json_object_get(last,
+								    "array"),
+						    "counts"),
+				    state, n)
+			printf(" %lld %s", (long long)json_integer_value(n),
+			       state);
+		putchar('\n');
+	}
 	json_decref(last);
 	free(path);
 	return rc;
@@ -104,6 +149,7 @@ struct overrides {
 	struct cli_list env;
 	int tasks, priority; /* -1: not given */
 	bool preemptible;
+	const char *array;
 };
 
 /* "2" and "0.5" as numbers; "mig:1g.10gb" as it is. */
@@ -156,6 +202,18 @@ static int overrides_text(const struct cli_ctx *ctx, const struct overrides *o,
 		json_object_set_new(doc, "priority", json_integer(o->priority));
 	if (o->preemptible)
 		json_object_set_new(doc, "preemptible", json_true());
+	if (o->array) {
+		struct kn_job_array a;
+		char why[160];
+
+		if (kn_job_array_parse(o->array, &a, why, sizeof(why)) < 0) {
+			json_decref(doc);
+			json_decref(env);
+			return cli_usage_error(ctx, "--array: %s; got '%s'", why,
+					       o->array);
+		}
+		json_object_set_new(doc, "array", json_string(o->array));
+	}
 	if (json_object_size(doc))
 		*out = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
@@ -177,6 +235,7 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 		{"tasks", 0, CLI_FLAG_COUNT, &o.tasks},
 		{"priority", 0, CLI_FLAG_COUNT, &o.priority},
 		{"preemptible", 0, CLI_FLAG_BOOL, &o.preemptible},
+		{"array", 0, CLI_FLAG_STRING, &o.array},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct cli_client *c = NULL;
@@ -216,7 +275,9 @@ int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 	printf("%lld\n", (long long)id);
 	/* A script reading the id should have it before the wait ends. */
 	fflush(stdout);
-	if (follow)
+	if ((follow || wait) && json_object_get(job, "array"))
+		rc = wait_for_array(c, id, job);
+	else if (follow)
 		rc = follow_job(ctx, c, id);
 	else if (wait)
 		rc = wait_for_job(c, id, job);

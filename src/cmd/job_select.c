@@ -50,7 +50,8 @@ static bool acting(const struct job_select *sel, const char *state)
 
 /* The ids of the jobs the filters (or --all) match, from GET /v1/jobs. */
 static int matching(struct cli_ctx *ctx, struct cli_client *c,
-		    const struct job_select *sel, int64_t **ids, size_t *n)
+		    const struct job_select *sel, struct job_ref **ids,
+		    size_t *n)
 {
 	struct kn_buf path;
 	json_t *answer = NULL, *job;
@@ -68,11 +69,11 @@ static int matching(struct cli_ctx *ctx, struct cli_client *c,
 		return rc;
 	rc = CLI_GO;
 	*ids = kn_xcalloc(json_array_size(json_object_get(answer, "jobs")) + 1,
-			  sizeof(int64_t));
+			  sizeof(**ids));
 	*n = 0;
 	json_array_foreach(json_object_get(answer, "jobs"), i, job)
 		if (acting(sel, cli_json_str(job, "state")))
-			(*ids)[(*n)++] = cli_json_int(job, "id");
+			(*ids)[(*n)++].id = cli_json_int(job, "id");
 	json_decref(answer);
 	if (!*n)
 		fprintf(stderr, "%s: no job to %s matches\n", ctx->prog,
@@ -102,7 +103,7 @@ int job_select_check(const struct cli_ctx *ctx, const struct job_select *sel,
 
 int job_select(struct cli_ctx *ctx, struct cli_client *c,
 	       const struct job_select *sel, const char *const *args,
-	       size_t n_args, int64_t **ids, size_t *n)
+	       size_t n_args, struct job_ref **ids, size_t *n)
 {
 	int rc;
 
@@ -110,9 +111,18 @@ int job_select(struct cli_ctx *ctx, struct cli_client *c,
 	*n = 0;
 	if (!n_args)
 		return matching(ctx, c, sel, ids, n);
-	*ids = kn_xcalloc(n_args, sizeof(int64_t));
+	*ids = kn_xcalloc(n_args, sizeof(**ids));
 	for (size_t i = 0; i < n_args; i++) {
-		rc = cli_parse_job_id(ctx, args[i], &(*ids)[i]);
+		int64_t index;
+
+		rc = cli_parse_job_ref(ctx, args[i], &(*ids)[i].id, &index);
+		if (rc == CLI_GO && index >= 0) {
+			(*ids)[i].element = true;
+			rc = cli_job_element(c, (*ids)[i].id, index,
+					     &(*ids)[i].id);
+			if (rc == 0)
+				rc = CLI_GO;
+		}
 		if (rc != CLI_GO) {
 			free(*ids);
 			*ids = NULL;
@@ -123,14 +133,18 @@ int job_select(struct cli_ctx *ctx, struct cli_client *c,
 	return CLI_GO;
 }
 
-int job_select_act(struct cli_client *c, const int64_t *ids, size_t n,
+int job_select_act(struct cli_client *c, const struct job_ref *ids, size_t n,
 		   const char *action, const char *query, const char *done)
 {
 	int worst = CLI_EXIT_OK;
 
 	for (size_t i = 0; i < n; i++) {
-		char *path = kn_asprintf("/v1/jobs/%lld/%s%s",
-					 (long long)ids[i], action, query);
+		const char *whole = ids[i].element ? ""
+				    : query[0]     ? "&array=1"
+						   : "?array=1";
+		char *path = kn_asprintf("/v1/jobs/%lld/%s%s%s",
+					 (long long)ids[i].id, action, query,
+					 whole);
 		json_t *answer = NULL;
 		char state[64];
 		int rc = cli_call(c, "POST", path, NULL, NULL, 0, &answer);
@@ -143,7 +157,7 @@ int job_select_act(struct cli_client *c, const int64_t *ids, size_t n,
 		cli_clean(state,
 			  cli_json_str(json_object_get(answer, "job"), "state"),
 			  sizeof(state));
-		printf("job %lld: %s (state %s)\n", (long long)ids[i], done,
+		printf("job %lld: %s (state %s)\n", (long long)ids[i].id, done,
 		       state);
 		json_decref(answer);
 	}

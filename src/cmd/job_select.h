@@ -40,22 +40,31 @@ struct job_select {
 int job_select_check(const struct cli_ctx *ctx, const struct job_select *sel,
 		     size_t n_args);
 
+/* A job to act on: a job or a whole array, or one element of an array. */
+struct job_ref {
+	int64_t id;
+	bool element; /* id is one element (named ID[K]): the verb is for
+			 it alone, not for the array its id may name */
+};
+
 /*
- * The job ids to act on (after job_select_check): the n_args ids in args, or else those sel
- * matches (asked of the server through c). Returns CLI_GO with *ids
- * (malloc'd) and *n set (*n may be 0: nothing matched, said on stderr),
- * or an exit status after printing why.
+ * The jobs to act on (after job_select_check): the n_args ids in args
+ * (ID, or ID[K] for an array's element K, whose id the server gives),
+ * or else those sel matches (asked of the server through c). Returns
+ * CLI_GO with *ids (malloc'd) and *n set (*n may be 0: nothing matched,
+ * said on stderr), or an exit status after printing why.
  */
 int job_select(struct cli_ctx *ctx, struct cli_client *c,
 	       const struct job_select *sel, const char *const *args,
-	       size_t n_args, int64_t **ids, size_t *n);
+	       size_t n_args, struct job_ref **ids, size_t *n);
 
 /*
- * Act on each job: POST /v1/jobs/ID/<action><query> and print
- * "job ID: <done> (state S)". Returns CLI_EXIT_OK when every request
- * succeeded, else the last failure's exit status.
+ * Act on each job: POST /v1/jobs/ID/<action><query> (with array=1 unless
+ * the ref is one element, so an array's id reaches every element) and
+ * print "job ID: <done> (state S)". Returns CLI_EXIT_OK when every
+ * request succeeded, else the last failure's exit status.
  */
-int job_select_act(struct cli_client *c, const int64_t *ids, size_t n,
+int job_select_act(struct cli_client *c, const struct job_ref *ids, size_t n,
 		   const char *action, const char *query, const char *done);
 
 #endif

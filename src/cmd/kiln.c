@@ -25,7 +25,7 @@ static const struct cli_command commands[] = {
 	{"submit", cmd_submit, NULL, "submit a job spec and print its id",
 	 "usage: kiln submit FILE [--wait | -f] [--hold] [--name N]\n"
 	 "                   [--env K=V]... [--gpus G] [--tasks N]\n"
-	 "                   [--priority P] [--preemptible]\n"
+	 "                   [--priority P] [--preemptible] [--array A-B[%P]]\n"
 	 "\n"
 	 "Submit the job spec in FILE (YAML or JSON; - reads standard input)\n"
 	 "and print the new job's id alone on standard output, so scripts can\n"
@@ -38,9 +38,13 @@ static const struct cli_command commands[] = {
 	 "  --priority P, --preemptible\n"
 	 "          override the file's field for this job; checked as the\n"
 	 "          file is, and listed by `kiln show` as overrides\n"
+	 "  --array A-B[%P]\n"
+	 "          a job array: one job per index A..B (at most P at once),\n"
+	 "          each with KILN_ARRAY_INDEX and SLURM_ARRAY_TASK_ID set;\n"
+	 "          the id printed is the array's (its first element's)\n"
 	 "  --wait  wait for the job to end, print its final state on standard\n"
 	 "          error, and exit 0 if it succeeded, 4 if it failed, 5 if it\n"
-	 "          was cancelled\n"
+	 "          was cancelled; for an array, until every element has ended\n"
 	 "  -f, --follow\n"
 	 "          as --wait, printing every rank's output meanwhile (lines\n"
 	 "          prefixed [rank N]); exit with the job's exit code when it\n"
@@ -53,7 +57,9 @@ static const struct cli_command commands[] = {
 	 "List jobs, oldest first: ID NAME STATE TASKS GPUS (per task) OWNER\n"
 	 "AGE (since submission) DURATION (running so far, or in total)\n"
 	 "REASON (why queued, or why it ended). Names and reasons are cut,\n"
-	 "ending in \u2026, so that rows fit 80 columns.\n"
+	 "ending in \u2026, so that rows fit 80 columns. A job array is one row,\n"
+	 "ID[FIRST-LAST], its state its busiest element's and its REASON how\n"
+	 "many elements are in each state.\n"
 	 "\n"
 	 "  --state S     only jobs in state S: queued, running, succeeded,\n"
 	 "                failed, cancelled or preempted\n"
@@ -68,22 +74,23 @@ static const struct cli_command commands[] = {
 	 "  --no-headers  the table without its header row\n",
 	 false},
 	{"show", cmd_show, NULL, "show a job, its attempts and their tasks",
-	 "usage: kiln show ID [-o table|json|yaml|name]\n"
+	 "usage: kiln show ID|ID[K] [-o table|json|yaml|name]\n"
 	 "\n"
 	 "Show job ID: name, state, owner, priority, tasks, resources, when it\n"
 	 "was submitted, started and ended, retries, the reason it is\n"
 	 "queued or ended, its inputs (short sha256 once fetched) and\n"
 	 "outputs; then each attempt with its tasks (rank, node, devices,\n"
-	 "exit).\n"
+	 "exit). For a job array, its elements (index, id, state, attempts,\n"
+	 "exit); ID[K] shows element K alone.\n"
 	 "\n"
 	 "  -o json  print the server's JSON, including the spec\n",
 	 false},
 	{"logs", cmd_logs, NULL, "print or follow a task's output",
-	 "usage: kiln logs ID [--task N | --all] [--attempt K] [--tail N] [-f]\n"
-	 "                 [--raw]\n"
+	 "usage: kiln logs ID|ID[K] [--task N | --all] [--attempt K] [--tail N]\n"
+	 "                 [-f] [--raw]\n"
 	 "\n"
-	 "Print the output (stdout and stderr) of one task of job ID as it\n"
-	 "arrives. On a terminal, escape sequences and other control\n"
+	 "Print the output (stdout and stderr) of one task of job ID (or of\n"
+	 "element K of job array ID) as it arrives. On a terminal, escape sequences and other control\n"
 	 "characters but newline and tab are shown escaped (\\x1b, \\r,\n"
 	 "\\u009b), so a task cannot drive the terminal; into a pipe or a\n"
 	 "file the bytes pass unchanged.\n"
@@ -97,11 +104,12 @@ static const struct cli_command commands[] = {
 	 "  --raw        the bytes as they are, on a terminal too\n",
 	 false},
 	{"cancel", cmd_cancel, NULL, "cancel jobs",
-	 "usage: kiln cancel ID...\n"
+	 "usage: kiln cancel ID|ID[K]...\n"
 	 "       kiln cancel [--state S] [--name N] [--owner O] | --all [--yes]\n"
 	 "\n"
 	 "Ask the server to cancel the jobs named, or the queued and running\n"
-	 "jobs the filters match (the filters combine). A queued job is\n"
+	 "jobs the filters match (the filters combine). A job array's ID\n"
+	 "cancels every element not ended; ID[K] element K alone. A queued job is\n"
 	 "cancelled at once; a running job's tasks are signalled and the job\n"
 	 "ends `cancelled`. One line per job; a job that cannot be cancelled\n"
 	 "is said on standard error and the others still are (exit 1).\n"
@@ -114,11 +122,12 @@ static const struct cli_command commands[] = {
 	 "  -y, --yes   no question for --all\n",
 	 false},
 	{"evict", cmd_evict, NULL, "preempt running jobs; they resume later",
-	 "usage: kiln evict ID... [--grace DURATION] [--reason TEXT]\n"
+	 "usage: kiln evict ID|ID[K]... [--grace DURATION] [--reason TEXT]\n"
 	 "       kiln evict [--state S] [--name N] [--owner O] | --all [--yes]\n"
 	 "\n"
 	 "Evict each running job named (or the running jobs the filters\n"
-	 "match) the way a spot eviction would: each task gets\n"
+	 "match; an array's ID: its running elements, ID[K]: element K)\n"
+	 "the way a spot eviction would: each task gets\n"
 	 "the job's checkpoint.signal (default SIGTERM), then SIGKILL after\n"
 	 "--grace (default: the job's checkpoint.grace, else the server's kill\n"
 	 "grace). The attempt ends `preempted` and the job goes back to the\n"
@@ -615,7 +624,8 @@ static const struct cli_command commands[] = {
 	 false},
 	{"exporter", cmd_exporter, NULL,
 	 "serve this node's metrics for Prometheus",
-	 "usage: kiln exporter [--config FILE] [--listen HOST:PORT] [--root DIR]\n"
+	 "usage: kiln exporter [--config FILE] [--print-config]\n"
+	 "                     [--listen HOST:PORT] [--root DIR]\n"
 	 "                     [--token-file FILE] [--mount LIST]\n"
 	 "                     [--hostname NAME]\n"
 	 "                     [--tls-cert FILE --tls-key FILE\n"
@@ -627,8 +637,12 @@ static const struct cli_command commands[] = {
 	 "their Grafana dashboards work unchanged. Stops on SIGTERM or SIGINT.\n"
 	 "\n"
 	 "  --config FILE       read flags from FILE (YAML): each key a long\n"
-	 "                      flag's name (mount: /,/data); flags on the\n"
-	 "                      command line win\n"
+	 "                      flag's name (mount: /,/data), the TLS ones\n"
+	 "                      also as tls: {cert, key, client_ca}; flags on\n"
+	 "                      the command line win\n"
+	 "  --print-config      print every key's value in effect (flag over\n"
+	 "                      file over default) and where it came from, and\n"
+	 "                      exit\n"
 	 "  --listen HOST:PORT  address (default 127.0.0.1:9470; port 0 picks\n"
 	 "                      a free one, printed on standard error)\n"
 	 "  --root DIR          read proc/ and sys/ under DIR (default /)\n"
@@ -649,7 +663,8 @@ static const struct cli_command commands[] = {
 	 false},
 	{"gateway", cmd_gateway, NULL,
 	 "serve deployments behind one OpenAI-compatible endpoint",
-	 "usage: kiln gateway [--config FILE] [--listen HOST:PORT] [--workers N]\n"
+	 "usage: kiln gateway [--config FILE] [--print-config]\n"
+	 "                    [--listen HOST:PORT] [--workers N]\n"
 	 "                    [--zone Z]\n"
 	 "                    [--routes FILE | --server URL --token TOKEN]\n"
 	 "                    [--refresh DURATION] [--access-log FILE]\n"
@@ -678,8 +693,12 @@ static const struct cli_command commands[] = {
 	 "and sent to the server (kiln alerts, its event stream and webhook).\n"
 	 "\n"
 	 "  --config FILE        read flags from FILE (YAML): each key a long\n"
-	 "                       flag's name (workers: 4, zone: a); flags on\n"
-	 "                       the command line win\n"
+	 "                       flag's name (workers: 4, zone: a, server:,\n"
+	 "                       token:), the TLS ones also as tls: {cert,\n"
+	 "                       key}; flags on the command line win\n"
+	 "  --print-config       print every key's value in effect (flag over\n"
+	 "                       file over default) and where it came from, a\n"
+	 "                       token's value left out, and exit\n"
 	 "  --listen HOST:PORT   address (default 127.0.0.1:7080; port 0 picks\n"
 	 "                       a free one); the URL is written to\n"
 	 "                       $KILN_HOME/gateway/gateway.url once listening\n"

@@ -139,6 +139,9 @@ struct kn_task_launch {
 	const char *inputs;
 	const char *requires;
 	const char *run_as; /* Unix user the task runs as, or NULL for the server's choice */
+	/* run_as as the server resolved it (the local executor as root:
+	   launch.json's "user", so the shim does no lookup), or NULL. */
+	const struct kn_sandbox_user *user;
 	/* The sandbox (src/sandbox): the directory it hides ($KILN_HOME,
 	   or NULL), and true when the operator chose to run tasks without
 	   one (`kiln server --unisolated`). */

@@ -8,6 +8,7 @@
 #include "exec.h"
 #include "internal.h"
 #include "spec/spec.h"
+#include "sandbox/sandbox.h"
 
 #include "cgroup/cgroup.h"
 
@@ -83,6 +84,18 @@ static json_t *env_array(char *const *v, const char *const *drop)
 	return a;
 }
 
+/* The task's user as the server looked it up: the shim checks it. */
+static json_t *user_object(const struct kn_sandbox_user *u)
+{
+	json_t *groups = json_array();
+
+	for (int i = 0; i < u->n_groups; i++)
+		json_array_append_new(groups, json_integer(u->groups[i]));
+	return json_pack("{s:s, s:I, s:I, s:o}", "name", u->name, "uid",
+			 (json_int_t)u->uid, "gid", (json_int_t)u->gid,
+			 "groups", groups);
+}
+
 int exec_write_launch(const struct kn_task_launch *l,
 		      const char *const *drop, int timeout_signal,
 		      int stop_poll_ms, struct kn_error *err)
@@ -117,6 +130,8 @@ int exec_write_launch(const struct kn_task_launch *l,
 				    json_integer(stop_poll_ms));
 	if (l->run_as)
 		json_object_set_new(doc, "run_as", json_string(l->run_as));
+	if (l->user)
+		json_object_set_new(doc, "user", user_object(l->user));
 	if (l->home)
 		json_object_set_new(doc, "home", json_string(l->home));
 	if (l->unisolated)

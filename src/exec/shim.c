@@ -58,6 +58,8 @@ struct shim {
 	int stop_signal;    /* also a stop, passed on as itself; 0 = none */
 	bool log_stdout;    /* output to our stdout, not TASK_DIR's log */
 	char *run_as;       /* the task's Unix user (as root), or NULL */
+	json_t *user_doc;   /* launch "user": run_as as the server found it */
+	struct kn_sandbox_user user;
 	char *home;         /* hidden from the task, or NULL */
 	bool unisolated;    /* launch.json's "isolation": "none" */
 	enum kn_sandbox_host host;
@@ -161,6 +163,7 @@ static int load_launch(struct shim *s, struct kn_error *err)
 	if (json_is_string(json_object_get(doc, "run_as")))
 		s->run_as = kn_xstrdup(
 			json_string_value(json_object_get(doc, "run_as")));
+	s->user_doc = json_incref(json_object_get(doc, "user"));
 	if (json_is_string(json_object_get(doc, "home")))
 		s->home = kn_xstrdup(
 			json_string_value(json_object_get(doc, "home")));
@@ -247,6 +250,61 @@ static const char *const shim_files[] = {
 
 #define MAX_SHIM_PATHS 8
 
+/* A uid or gid: (uid_t)-1 means "unchanged" to setresuid, never an id. */
+static bool valid_id(json_t *v, unsigned *out)
+{
+	json_int_t n = json_integer_value(v);
+
+	if (!json_is_integer(v) || n < 0 || n >= (json_int_t)UINT32_MAX)
+		return false;
+	*out = (unsigned)n;
+	return true;
+}
+
+/*
+ * launch.json's "user": {"name", "uid", "gid", "groups"}, which the
+ * sandbox then checks (never root's ids or the server's own).
+ */
+static int parse_user(json_t *o, struct kn_sandbox_user *u,
+		      struct kn_error *err)
+{
+	const char *name = json_string_value(json_object_get(o, "name"));
+	json_t *groups = json_object_get(o, "groups");
+	unsigned id;
+	size_t i;
+
+	memset(u, 0, sizeof(*u));
+	if (!json_is_object(o))
+		return kn_errorf(err, KN_EINVAL, "user",
+				 "launch.json: user: not an object");
+	if (!name || !name[0] || strlen(name) >= sizeof(u->name))
+		return kn_errorf(err, KN_EINVAL, "user.name",
+				 "launch.json: user.name: not a user name");
+	kn_strlcpy(u->name, name, sizeof(u->name));
+	if (!valid_id(json_object_get(o, "uid"), &id))
+		return kn_errorf(err, KN_EINVAL, "user.uid",
+				 "launch.json: user.uid: not a uid");
+	u->uid = (uid_t)id;
+	if (!valid_id(json_object_get(o, "gid"), &id))
+		return kn_errorf(err, KN_EINVAL, "user.gid",
+				 "launch.json: user.gid: not a gid");
+	u->gid = (gid_t)id;
+	if (!json_is_array(groups) ||
+	    json_array_size(groups) > KN_SANDBOX_MAX_GROUPS)
+		return kn_errorf(err, KN_EINVAL, "user.groups",
+				 "launch.json: user.groups: not a list of at "
+				 "most %d gids", KN_SANDBOX_MAX_GROUPS);
+	for (i = 0; i < json_array_size(groups); i++) {
+		if (!valid_id(json_array_get(groups, i), &id))
+			return kn_errorf(err, KN_EINVAL, "user.groups",
+					 "launch.json: user.groups[%zu]: not "
+					 "a gid", i);
+		u->groups[i] = (gid_t)id;
+	}
+	u->n_groups = (int)i;
+	return 0;
+}
+
 /*
  * The task's environment and sandbox, built before the fork. The local
  * executor's shim isolates the task wholly; under Slurm, whose allocation
@@ -265,7 +323,7 @@ static int prepare_sandbox(struct shim *s, struct kn_error *err)
 	const char *mps = kn_env_get(s->env, "CUDA_MPS_PIPE_DIRECTORY");
 	struct kn_sandbox_config cfg;
 	size_t n = 0, nv = 0;
-	int rc;
+	int rc = 0;
 
 	memset(&cfg, 0, sizeof(cfg));
 	if (s->host == KN_SANDBOX_LOCAL && !s->unisolated)
@@ -286,13 +344,18 @@ static int prepare_sandbox(struct shim *s, struct kn_error *err)
 	if (kn_env_get(s->env, "KILN_MODEL_DIR"))
 		read_only[n] = kn_xstrdup(kn_env_get(s->env, "KILN_MODEL_DIR"));
 	cfg.run_as = s->run_as;
+	if (cfg.mode == KN_SANDBOX_UID && s->user_doc) {
+		rc = parse_user(s->user_doc, &s->user, err);
+		cfg.user = &s->user;
+	}
 	cfg.hide = s->home;
 	cfg.task_dir = s->dir;
 	cfg.writable = writable;
 	cfg.visible = visible;
 	cfg.devices = (const char *const *)s->devices;
 	cfg.read_only = (const char *const *)read_only;
-	rc = kn_sandbox_new(&cfg, &s->sandbox, err);
+	if (rc == 0)
+		rc = kn_sandbox_new(&cfg, &s->sandbox, err);
 	for (size_t i = 0; read_only[i]; i++)
 		free(read_only[i]);
 	free(real[0]);
@@ -307,16 +370,28 @@ static int prepare_sandbox(struct shim *s, struct kn_error *err)
 }
 
 /*
- * The child waits on go until the parent has it in its process group.
- * This is where anything that must hold before the task runs is applied
- * to s->child from the parent (a cgroup to join): the child's sandbox,
- * its namespaces' processes and the task all come after the byte.
+ * The child waits on go until the parent has it in its process group
+ * and its cgroup: the child's sandbox, its namespaces' processes and the
+ * task all come after the byte, inside the task's limits. Moving the
+ * child, not the shim in and out around the fork, is one migration per
+ * hierarchy instead of two. A child that cannot be limited is killed
+ * before it runs anything: -1 and err.
  */
-static void release_child(struct shim *s, int go)
+static int release_child(struct shim *s, int go, struct kn_error *err)
 {
+	int rc = 0;
+
 	setpgid(s->child, s->child); /* also done by the child: no race */
-	if (write(go, "g", 1) != 1)
-		kill(s->child, SIGKILL); /* it would wait forever */
+	if (s->cgroup)
+		rc = kn_cgroup_enter(s->cgroup, (int)s->child, err);
+	if (rc == 0 && write(go, "g", 1) == 1)
+		return 0;
+	kill(s->child, SIGKILL); /* unlimited, or it would wait forever */
+	if (rc == 0)
+		return 0;
+	waitpid(s->child, NULL, 0);
+	s->child = 0;
+	return rc;
 }
 
 /*
@@ -336,15 +411,19 @@ static void die_with_shim(int shim_fd)
 		close(shim_fd);
 }
 
-static void start_child(struct shim *s, int out_fd)
+/*
+ * Forks the task's first process (s->child, -1 when the fork failed);
+ * -1 and err only when its cgroup refused it (see release_child).
+ */
+static int start_child(struct shim *s, int out_fd, struct kn_error *err)
 {
 	char why[256], b;
-	int go[2], shim_fd;
+	int go[2], shim_fd, rc = 0;
 	pid_t pid;
 
 	if (pipe2(go, O_CLOEXEC) < 0) {
 		s->child = -1;
-		return;
+		return 0;
 	}
 	shim_fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
 	pid = kn_sandbox_fork(s->sandbox);
@@ -354,9 +433,9 @@ static void start_child(struct shim *s, int out_fd)
 		if (shim_fd >= 0)
 			close(shim_fd);
 		if (pid > 0)
-			release_child(s, go[1]);
+			rc = release_child(s, go[1], err);
 		close(go[1]);
-		return;
+		return rc;
 	}
 	die_with_shim(shim_fd);
 	/* Child: its own process group, so a stop reaches all it starts. */
@@ -395,29 +474,6 @@ static int limits_begin(struct shim *s, struct kn_error *err)
 	rc = kn_cgroup_new(&place, name, &s->cgroup, err);
 	if (rc == 0)
 		rc = kn_cgroup_create(s->cgroup, &s->limits, err);
-	return rc;
-}
-
-/*
- * Start the task inside its cgroup: the shim enters it just before the
- * fork and leaves right after, so the child is born inside, with no
- * moment outside before its exec and no handshake in its set-up.
- */
-static int start_limited(struct shim *s, int out_fd, struct kn_error *err)
-{
-	int rc = kn_cgroup_enter(s->cgroup, (int)getpid(), err);
-
-	if (rc < 0)
-		return rc;
-	start_child(s, out_fd);
-	rc = kn_cgroup_leave(s->cgroup, (int)getpid(), err);
-	if (rc < 0 && s->child > 0) {
-		/* The shim must not stay where the task's limits hold. */
-		kill(-s->child, SIGKILL);
-		kill(s->child, SIGKILL);
-		waitpid(s->child, NULL, 0);
-		s->child = 0;
-	}
 	return rc;
 }
 
@@ -661,8 +717,11 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		rc = end_unstarted(&s, 127, why, started, err);
 		goto out;
 	}
-	if (s.limited && ((rc = limits_begin(&s, &limit_err)) < 0 ||
-			  (rc = start_limited(&s, pipefd[1], &limit_err)) < 0)) {
+	if (s.limited)
+		rc = limits_begin(&s, &limit_err);
+	if (rc == 0)
+		rc = start_child(&s, pipefd[1], &limit_err);
+	if (rc < 0) {
 		/* Never run unlimited what was meant to be limited. */
 		snprintf(s.reason, sizeof(s.reason), "cannot set limits: %.70s",
 			 limit_err.message);
@@ -670,8 +729,6 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		rc = end_unstarted(&s, 1, s.reason, started, err);
 		goto out;
 	}
-	if (!s.limited)
-		start_child(&s, pipefd[1]);
 	close(pipefd[1]);
 	pipefd[1] = -1;
 	if (s.child < 0) {
@@ -786,6 +843,7 @@ out:
 	kn_sandbox_strings_free(s.task_env);
 	kn_sandbox_free(s.sandbox);
 	free(s.run_as);
+	json_decref(s.user_doc);
 	free(s.home);
 	free(s.cgroup_root);
 	free(s.cgroup_parent);

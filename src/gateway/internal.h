@@ -19,6 +19,7 @@ struct gw_metrics;
 /* What one answered request adds to the metrics. */
 struct gw_observation {
 	const char *deployment; /* "" when the request named none we know */
+	const char *key;        /* the caller's key's name, "" without one */
 	int status;
 	double latency_ms;
 	int64_t tokens;
@@ -30,6 +31,8 @@ struct gw_metrics *gw_metrics_new(void);
 void gw_metrics_free(struct gw_metrics *m);
 /* Thread-safe. */
 void gw_metrics_observe(struct gw_metrics *m, const struct gw_observation *o);
+/* A replica's breaker opened on a call for deployment. Thread-safe. */
+void gw_metrics_breaker_opened(struct gw_metrics *m, const char *deployment);
 /* The Prometheus text of everything so far. Thread-safe. */
 void gw_metrics_write(struct gw_metrics *m, struct kn_buf *out);
 

@@ -1,6 +1,7 @@
 /*
  * The gateway's Prometheus metrics, per deployment: requests by status,
- * a latency histogram, tokens, 429s, fallbacks, upstream errors.
+ * a latency histogram, tokens, 429s, fallbacks, upstream errors and
+ * breaker openings; per key: requests, tokens and 429s.
  *
  * One mutex around plain counters: an uncontended lock costs less than
  * the per-worker copies and merging it would replace, and a scrape sees
@@ -18,8 +19,10 @@ static const double LATENCY_BOUNDS[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 #define N_BOUNDS (sizeof(LATENCY_BOUNDS) / sizeof(LATENCY_BOUNDS[0]))
 /* Distinct status codes kept per deployment; the rest count as "other". */
 #define STATUS_SLOTS 24
-/* Deployments tracked; a bound on memory whatever the tables hold. */
+/* Deployments and keys tracked; a bound on memory whatever the tables
+   hold. */
 #define DEPLOYMENTS_MAX 4096
+#define KEYS_MAX 4096
 
 struct dep_metrics {
 	char name[KN_GW_NAME_MAX];
@@ -31,13 +34,21 @@ struct dep_metrics {
 	double latency_sum_s;
 	uint64_t count;
 	uint64_t tokens, rate_limited, fallbacks, upstream_errors;
+	uint64_t breaker_opens;
+};
+
+struct key_metrics {
+	char name[KN_GW_NAME_MAX];
+	uint64_t requests, tokens, rate_limited;
 };
 
 struct gw_metrics {
 	pthread_mutex_t lock;
 	struct dep_metrics *deps;
 	size_t n, alloc;
-	uint64_t dropped; /* observations past DEPLOYMENTS_MAX */
+	struct key_metrics *keys;
+	size_t n_keys, alloc_keys;
+	uint64_t dropped; /* observations past DEPLOYMENTS_MAX or KEYS_MAX */
 };
 
 struct gw_metrics *gw_metrics_new(void)
@@ -54,6 +65,7 @@ void gw_metrics_free(struct gw_metrics *m)
 		return;
 	pthread_mutex_destroy(&m->lock);
 	free(m->deps);
+	free(m->keys);
 	free(m);
 }
 
@@ -73,6 +85,54 @@ static struct dep_metrics *dep_for(struct gw_metrics *m, const char *name)
 	return &m->deps[m->n++];
 }
 
+static struct key_metrics *key_for(struct gw_metrics *m, const char *name)
+{
+	for (size_t i = 0; i < m->n_keys; i++)
+		if (!strcmp(m->keys[i].name, name))
+			return &m->keys[i];
+	if (m->n_keys == KEYS_MAX)
+		return NULL;
+	if (m->n_keys == m->alloc_keys) {
+		m->alloc_keys = m->alloc_keys ? m->alloc_keys * 2 : 8;
+		m->keys = kn_xrealloc(m->keys,
+				      m->alloc_keys * sizeof(*m->keys));
+	}
+	memset(&m->keys[m->n_keys], 0, sizeof(m->keys[m->n_keys]));
+	kn_strlcpy(m->keys[m->n_keys].name, name, sizeof(m->keys[0].name));
+	return &m->keys[m->n_keys++];
+}
+
+/* The key's share of o; the lock is held. A request without a key is
+   no key's traffic. */
+static void observe_key(struct gw_metrics *m, const struct gw_observation *o)
+{
+	struct key_metrics *k;
+
+	if (!o->key || !o->key[0])
+		return;
+	if (!(k = key_for(m, o->key))) {
+		m->dropped++;
+		return;
+	}
+	k->requests++;
+	if (o->tokens > 0)
+		k->tokens += (uint64_t)o->tokens;
+	if (o->status == 429)
+		k->rate_limited++;
+}
+
+void gw_metrics_breaker_opened(struct gw_metrics *m, const char *deployment)
+{
+	struct dep_metrics *d;
+
+	pthread_mutex_lock(&m->lock);
+	if ((d = dep_for(m, deployment)))
+		d->breaker_opens++;
+	else
+		m->dropped++;
+	pthread_mutex_unlock(&m->lock);
+}
+
 void gw_metrics_observe(struct gw_metrics *m, const struct gw_observation *o)
 {
 	struct dep_metrics *d;
@@ -80,6 +140,7 @@ void gw_metrics_observe(struct gw_metrics *m, const struct gw_observation *o)
 	size_t i;
 
 	pthread_mutex_lock(&m->lock);
+	observe_key(m, o);
 	d = dep_for(m, o->deployment);
 	if (!d) {
 		m->dropped++;
@@ -114,6 +175,35 @@ static void counter(struct kn_buf *out, const char *name, const char *help)
 {
 	kn_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n", name, help,
 		      name);
+}
+
+/* The per-key families; the lock is held. */
+static void write_keys(const struct gw_metrics *m, struct kn_buf *out)
+{
+	static const struct {
+		const char *name, *help;
+		size_t offset;
+	} totals[] = {
+		{"kiln_gateway_key_requests_total",
+		 "Requests made with the key.",
+		 offsetof(struct key_metrics, requests)},
+		{"kiln_gateway_key_tokens_total",
+		 "Tokens reported in the answers to the key's requests.",
+		 offsetof(struct key_metrics, tokens)},
+		{"kiln_gateway_key_rate_limited_total",
+		 "The key's requests refused with 429.",
+		 offsetof(struct key_metrics, rate_limited)},
+	};
+
+	for (size_t j = 0; j < sizeof(totals) / sizeof(totals[0]); j++) {
+		counter(out, totals[j].name, totals[j].help);
+		for (size_t i = 0; i < m->n_keys; i++)
+			kn_buf_printf(out, "%s{key=\"%s\"} %llu\n",
+				      totals[j].name, m->keys[i].name,
+				      *(const unsigned long long
+						*)((const char *)&m->keys[i] +
+						   totals[j].offset));
+	}
 }
 
 void gw_metrics_write(struct gw_metrics *m, struct kn_buf *out)
@@ -182,6 +272,11 @@ void gw_metrics_write(struct gw_metrics *m, struct kn_buf *out)
 			{"kiln_gateway_upstream_errors_total",
 			 "Upstream connections or answers that failed.",
 			 offsetof(struct dep_metrics, upstream_errors)},
+			{"kiln_gateway_breaker_opens_total",
+			 "Times a replica's circuit breaker opened (or opened "
+			 "again after a failed trial) on a call for the "
+			 "deployment.",
+			 offsetof(struct dep_metrics, breaker_opens)},
 		};
 		for (j = 0; j < sizeof(totals) / sizeof(totals[0]); j++) {
 			counter(out, totals[j].name, totals[j].help);
@@ -194,5 +289,6 @@ void gw_metrics_write(struct gw_metrics *m, struct kn_buf *out)
 						     totals[j].offset));
 		}
 	}
+	write_keys(m, out);
 	pthread_mutex_unlock(&m->lock);
 }

@@ -383,11 +383,18 @@ static void breaker_success(struct gw_pool *p)
 	p->probing = false;
 }
 
-static void breaker_failure(const struct kn_gateway *gw, struct gw_pool *p)
+/* A failure of c's call to pool p; at the threshold the breaker opens
+   (again, when a half-open trial failed), counted for c's target. */
+static void breaker_failure(const struct gw_call *c, struct gw_pool *p)
 {
+	const struct kn_gateway *gw = c->w->gw;
+
 	p->probing = false;
-	if (++p->failures >= gw->opts.breaker_failures)
+	if (++p->failures >= gw->opts.breaker_failures) {
 		p->open_until_ms = kn_mono_ms() + gw->opts.breaker_cooldown_ms;
+		gw_metrics_breaker_opened(gw->metrics,
+					  c->target ? c->target->name : "");
+	}
 }
 
 /* The client context for replicas whose certificates chain to ca (NULL:
@@ -525,6 +532,7 @@ static void call_finish(struct gw_call *c)
 	int64_t now = c->charged_ms ? c->charged_ms : kn_now_ms();
 	struct gw_observation o = {
 		.deployment = c->dep ? c->dep->name : "",
+		.key = c->key ? c->key->name : "",
 		.status = c->status,
 		.latency_ms = ms,
 		.tokens = c->usage.total_tokens,
@@ -660,7 +668,7 @@ static void attempt(struct gw_call *c)
 				return;
 			pool_release(p, c->conn);
 			c->upstream_error = true;
-			breaker_failure(c->w->gw, p);
+			breaker_failure(c, p);
 			continue;
 		}
 		if (c->target == c->dep && c->dep->fallback[0]) {
@@ -734,7 +742,7 @@ static void up_headers(void *arg, int status, const struct gw_headers *h)
 		c->score = end != score && !*end && isfinite(v) ? v : NAN;
 	}
 	if (c->status >= 500)
-		breaker_failure(c->w->gw, c->pool);
+		breaker_failure(c, c->pool);
 	else
 		breaker_success(c->pool);
 	if (c->status == 200 &&
@@ -812,7 +820,7 @@ static void up_done(void *arg, enum gw_up_result result)
 	c->timed_out = result == GW_UP_TIMEOUT;
 	if (failed && !c->got_headers) {
 		c->upstream_error = true;
-		breaker_failure(gw, c->pool);
+		breaker_failure(c, c->pool);
 		if (c->timed_out) {
 			call_fail(c, 504, "server_error", "upstream_timeout",
 				  "the model server did not answer in time");
@@ -938,6 +946,7 @@ static void log_front(struct gw_worker *w, const char *target,
 {
 	double ms = (double)(now_us() - t0_us) / 1000.0;
 	struct gw_observation o = {.deployment = deployment ? deployment : "",
+				   .key = key ? key : "",
 				   .status = status,
 				   .latency_ms = ms};
 

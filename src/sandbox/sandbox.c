@@ -49,7 +49,6 @@ static const char *const dev_nodes[] = {
 };
 
 #define MAX_SHOWN 64
-#define MAX_GROUPS 256
 
 struct shown {
 	const char *path;
@@ -63,7 +62,7 @@ struct kn_sandbox {
 	char *user;
 	uid_t uid, outer_uid;
 	gid_t gid, outer_gid;
-	gid_t groups[MAX_GROUPS];
+	gid_t groups[KN_SANDBOX_MAX_GROUPS];
 	int n_groups;
 	char **hide;       /* tmpfs over each, in this order, if present */
 	size_t n_hide;
@@ -96,6 +95,12 @@ static int show(struct kn_sandbox *sb, const char *path, bool read_only,
 	/* The root stays; showing it again would bring back /dev. */
 	if (stat(path, &st) < 0 || !strcmp(path, "/"))
 		return 0;
+	/* Once (a workdir that is the task directory): the stricter wins. */
+	for (size_t i = 0; i < sb->n_shown; i++)
+		if (!strcmp(sb->shown[i].path, path)) {
+			sb->shown[i].read_only |= read_only;
+			return 0;
+		}
 	if (sb->n_shown == MAX_SHOWN)
 		return kn_errorf(err, KN_EINVAL, NULL,
 				 "sandbox: more than %d paths to show", MAX_SHOWN);
@@ -105,35 +110,33 @@ static int show(struct kn_sandbox *sb, const char *path, bool read_only,
 	return 0;
 }
 
-static int resolve_user(struct kn_sandbox *sb, const char *name,
-			struct kn_error *err)
+static void take_user(struct kn_sandbox *sb, const struct kn_sandbox_user *u)
 {
-	struct passwd *pw;
-	int n = MAX_GROUPS;
+	sb->user = kn_xstrdup(u->name);
+	sb->uid = u->uid;
+	sb->gid = u->gid;
+	memcpy(sb->groups, u->groups, (size_t)u->n_groups * sizeof(gid_t));
+	sb->n_groups = u->n_groups;
+}
 
-	errno = 0;
-	pw = getpwnam(name);
-	if (!pw)
-		return kn_errorf(err, KN_EINVAL, "run_as",
-				 "no Unix user %s (create it: useradd --system "
-				 "--no-create-home --shell /usr/sbin/nologin %s)",
-				 name, name);
-	if (pw->pw_uid == 0 || pw->pw_gid == 0)
-		return kn_errorf(err, KN_EINVAL, "run_as",
-				 "tasks may not run as %s: uid or gid 0", name);
-	sb->user = kn_xstrdup(name);
-	sb->uid = pw->pw_uid;
-	sb->gid = pw->pw_gid;
-	if (getgrouplist(name, pw->pw_gid, sb->groups, &n) < 0)
-		return kn_errorf(err, KN_EINVAL, "run_as",
-				 "%s is in more than %d groups", name, MAX_GROUPS);
-	for (int i = 0; i < n; i++)
-		if (sb->groups[i] == 0)
-			return kn_errorf(err, KN_EINVAL, "run_as",
-					 "tasks may not run as %s: in group 0",
-					 name);
-	sb->n_groups = n;
-	return 0;
+/* The server's lookup, checked; or the shim's own when it sent none. */
+static int find_user(struct kn_sandbox *sb, const struct kn_sandbox_config *cfg,
+		     struct kn_error *err)
+{
+	struct kn_sandbox_user u;
+	int rc;
+
+	if (cfg->user) {
+		rc = kn_sandbox_user_check(cfg->user, err);
+		if (rc == 0)
+			take_user(sb, cfg->user);
+		return rc;
+	}
+	rc = kn_sandbox_user_resolve(cfg->run_as ? cfg->run_as : KN_TASK_USER,
+				     &u, err);
+	if (rc == 0)
+		take_user(sb, &u);
+	return rc;
 }
 
 static uid_t chown_uid;
@@ -279,10 +282,10 @@ static int sandbox_fill(struct kn_sandbox *sb,
 	struct passwd *pw;
 	int rc = 0;
 
-	if (sb->mode == KN_SANDBOX_UID) {
-		rc = resolve_user(sb, cfg->run_as ? cfg->run_as : KN_TASK_USER,
-				  err);
-	} else if (sb->mode == KN_SANDBOX_USERNS) {
+	/* Nothing else is prepared for a user the task may not be. */
+	if (sb->mode == KN_SANDBOX_UID && (rc = find_user(sb, cfg, err)) < 0)
+		return rc;
+	if (sb->mode == KN_SANDBOX_USERNS) {
 		pw = getpwuid(getuid());
 		sb->user = kn_xstrdup(pw ? pw->pw_name : "");
 		/* The shim's own home holds its user's credentials. */
@@ -424,7 +427,22 @@ static int make_dirs(char *path)
 	return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* mkdir -p in the new tmpfs's, and the file a non-directory moves onto. */
+/* The file a non-directory moves onto: 0 when made or already there. */
+static int make_file(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+
+	if (fd < 0)
+		return errno == EEXIST ? 0 : -1;
+	close(fd);
+	return 0;
+}
+
+/*
+ * mkdir -p in the new tmpfs's, and the file a non-directory moves onto;
+ * a file's directory is made only when it is missing (the shim's files
+ * lie in the task directory, shown before them; /dev's nodes in /dev).
+ */
 static int make_target(const char *path, bool dir)
 {
 	char buf[4096], *slash;
@@ -435,6 +453,10 @@ static int make_target(const char *path, bool dir)
 	memcpy(buf, path, len + 1);
 	if (dir)
 		return make_dirs(buf);
+	if (make_file(buf) == 0)
+		return 0;
+	if (errno != ENOENT)
+		return -1;
 	slash = strrchr(buf, '/');
 	if (slash != buf) {
 		*slash = '\0';
@@ -442,14 +464,7 @@ static int make_target(const char *path, bool dir)
 			return -1;
 		*slash = '/';
 	}
-	{
-		int fd = open(buf, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-			      0644);
-		if (fd < 0)
-			return errno == EEXIST ? 0 : -1;
-		close(fd);
-	}
-	return 0;
+	return make_file(buf);
 }
 
 static int mount_tmpfs(const char *path, const char *opts)
@@ -731,8 +746,8 @@ int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
  */
 static void kept_groups(char *desc, size_t len)
 {
-	gid_t groups[MAX_GROUPS];
-	int n = getgroups(MAX_GROUPS, groups);
+	gid_t groups[KN_SANDBOX_MAX_GROUPS];
+	int n = getgroups(KN_SANDBOX_MAX_GROUPS, groups);
 	size_t o = (size_t)snprintf(desc, len, "user namespace");
 
 	for (int i = 0, k = 0; i < n && o < len; i++) {
@@ -758,8 +773,9 @@ int kn_sandbox_probe(const char *run_as, enum kn_sandbox_mode *mode,
 	sb.mode = m;
 	sb.userns = m == KN_SANDBOX_USERNS;
 	if (m == KN_SANDBOX_UID) {
-		int rc = resolve_user(&sb, run_as ? run_as : KN_TASK_USER, err);
-		free(sb.user);
+		struct kn_sandbox_user u;
+		int rc = kn_sandbox_user_resolve(run_as ? run_as : KN_TASK_USER,
+						 &u, err);
 		if (rc < 0)
 			return rc;
 	}

@@ -89,6 +89,55 @@ size_t kn_user_map_count(const struct kn_user_map *map);
 const char *kn_user_map_user_at(const struct kn_user_map *map, size_t i);
 void kn_user_map_free(struct kn_user_map *map);
 
+/* ---- the task's Unix user, resolved once ---- */
+
+#define KN_SANDBOX_MAX_GROUPS 256
+
+/*
+ * A Unix user as the server looked it up (getpwnam, getgrouplist) and
+ * passes to the shim in launch.json, so that no shim reads the user
+ * databases: its name, ids and supplementary groups (the primary among
+ * them).
+ */
+struct kn_sandbox_user {
+	char name[65];
+	uid_t uid;
+	gid_t gid;
+	gid_t groups[KN_SANDBOX_MAX_GROUPS];
+	int n_groups;
+};
+
+/*
+ * Looks name up: 0 and *out, or a negative errno and err (field
+ * "run_as") when there is no such user or it may not run tasks (see
+ * kn_sandbox_user_check).
+ */
+int kn_sandbox_user_resolve(const char *name, struct kn_sandbox_user *out,
+			    struct kn_error *err);
+/*
+ * Whether tasks may run as u, in the process that will become it: never
+ * uid or gid 0, never this process's own uid or gid (the server's, whose
+ * files it would then own), never in group 0. 0, or -EINVAL and err
+ * (field "user") naming what is wrong.
+ */
+int kn_sandbox_user_check(const struct kn_sandbox_user *u,
+			  struct kn_error *err);
+
+/*
+ * The server's lookups, kept: an entry is looked up again when
+ * /etc/passwd or /etc/group changed (inode, size or mtime) or after
+ * KN_USER_CACHE_TTL_MS (users from other sources: LDAP, sssd). passwd
+ * and group name the files to watch (NULL: the real ones).
+ */
+#define KN_USER_CACHE_TTL_MS 60000
+struct kn_user_cache;
+struct kn_user_cache *kn_user_cache_new(const char *passwd, const char *group);
+void kn_user_cache_free(struct kn_user_cache *c);
+int kn_user_cache_get(struct kn_user_cache *c, const char *name,
+		      struct kn_sandbox_user *out, struct kn_error *err);
+/* How many lookups the cache made (each a getpwnam and getgrouplist). */
+size_t kn_user_cache_lookups(const struct kn_user_cache *c);
+
 /* ---- the sandbox ---- */
 
 enum kn_sandbox_mode {
@@ -114,6 +163,9 @@ int kn_sandbox_probe(const char *run_as, enum kn_sandbox_mode *mode,
 struct kn_sandbox_config {
 	enum kn_sandbox_mode mode;
 	const char *run_as;        /* KN_SANDBOX_UID: NULL = KN_TASK_USER */
+	/* KN_SANDBOX_UID: run_as as the server resolved it (checked with
+	   kn_sandbox_user_check, not looked up again), or NULL. */
+	const struct kn_sandbox_user *user;
 	const char *hide;          /* $KILN_HOME, or NULL */
 	/* The task's directory: it writes there, but only the directory
 	   itself is given to its user; the shim's files in it stay the

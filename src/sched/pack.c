@@ -219,7 +219,7 @@ void kn_pack_set_typical(struct kn_pack *c, const struct kn_pack_pod *pods,
 {
 	struct typical_count *counts = kn_xcalloc(n ? n : 1, sizeof(*counts));
 	size_t n_counts = 0, covered = 0, kept = 0;
-	double total = 0;
+	double total = 0, cpu = 0, gpu = 0;
 
 	for (size_t i = 0; i < n; i++) {
 		const struct kn_pack_pod *p = &pods[i];
@@ -252,6 +252,7 @@ void kn_pack_set_typical(struct kn_pack *c, const struct kn_pack_pod *pods,
 	c->n_typical = kept;
 	for (size_t i = 0; i < kept; i++)
 		total += (double)counts[i].count;
+	c->typical_cpu_per_gpu = 0;
 	for (size_t i = 0; i < kept; i++) {
 		c->typical[i].cpu = counts[i].cpu;
 		c->typical[i].milli = counts[i].milli;
@@ -259,7 +260,14 @@ void kn_pack_set_typical(struct kn_pack *c, const struct kn_pack_pod *pods,
 		c->typical[i].constrained = counts[i].constrained;
 		c->typical[i].models = counts[i].models;
 		c->typical[i].p = (double)counts[i].count / total;
+		if (counts[i].milli > 0) {
+			cpu += c->typical[i].p * counts[i].cpu;
+			gpu += c->typical[i].p * counts[i].num *
+			       counts[i].milli / PACK_MILLI;
+		}
 	}
+	if (gpu > 0)
+		c->typical_cpu_per_gpu = cpu / gpu;
 	free(counts);
 	touch_all(c);
 }

@@ -56,6 +56,10 @@ struct kn_pack {
 	int n_models;
 	struct pack_typical *typical;
 	size_t n_typical;
+	/* CPU (milli) the typical workload asks per GPU it asks for: the
+	   typical GPU shapes' CPU over their GPU, both weighted by p; 0
+	   without GPU shapes. */
+	double typical_cpu_per_gpu;
 	uint32_t clock;
 	const struct kn_pack_policy *cache_policy;
 	struct pack_cache_shape *shapes;

@@ -223,22 +223,40 @@ static const struct kn_pack_policy kn_pack_fgd = {
 };
 
 /*
- * kiln: FGD's score, then two tie-breaks, each keeping whole what only a
- * whole thing can use.
+ * Whether a CPU-only pod on n still leaves the node's idle GPUs the CPU
+ * the typical workload asks with that much GPU. FGD cannot see that
+ * CPU: it counts a GPU as lost only once some typical shape no longer
+ * fits, and CPU taken above every shape's need scores as a tie, so
+ * CPU-only tasks (which any node with CPU can run) used to spend the
+ * CPU that a node's last GPUs needed and leave them idle for good.
+ */
+static bool leaves_gpus_their_cpu(const struct kn_pack *c,
+				  const struct pack_node *n,
+				  const struct kn_pack_pod *pod)
+{
+	return n->cpu_free - pod->cpu_milli >=
+	       n->idle / (double)PACK_MILLI * c->typical_cpu_per_gpu;
+}
+
+/*
+ * kiln: FGD's score, then tie-breaks, each keeping for later what only
+ * some later task can use.
  *
  * FGD's integer score leaves many ties (every change of expected
  * fragmentation under about 40 milli-GPU scores the same), and the paper
  * hands them to the random node order. Among FGD's ties kiln prefers
- * (1) a node that already holds work over an untouched one: an untouched
- * node is the only place an 8-GPU task fits and the safest home for
- * whole-GPU tasks; then (2) for a GPU share, a GPU that is already
- * shared over an idle one: an idle GPU is the only place a whole-GPU
- * task (most of the GPU requested in a typical trace) can go. Within a
- * node the share takes the best-scoring GPU, an already shared one on
- * ties. Nothing else is ranked: what FGD and these two rules leave equal
- * stays with the random node order, which measured better than any finer
- * deterministic order (docs/scheduling.md). It uses what FGD uses, the
- * node's state and the typical workload, and has no constant of its own.
+ * (1) for a CPU-only task, a node where it leaves the idle GPUs the CPU
+ * the typical workload needs to use them (above); then (2) a node that
+ * already holds work over an untouched one: an untouched node is the
+ * only place an 8-GPU task fits and the safest home for whole-GPU
+ * tasks; then (3) for a GPU share, a GPU that is already shared over an
+ * idle one: an idle GPU is the only place a whole-GPU task (most of the
+ * GPU requested in a typical trace) can go. Within a node the share
+ * takes the best-scoring GPU, an already shared one on ties. Nothing
+ * else is ranked: what FGD and these rules leave equal stays with the
+ * random node order, which measured better than the finer deterministic
+ * orders tried (docs/scheduling.md). It uses what FGD uses, the node's
+ * state and the typical workload, and has no constant of its own.
  */
 static int64_t kiln_score(const struct kn_pack *c, size_t node,
 			  const struct kn_pack_pod *pod, struct kn_rng *rng,
@@ -249,6 +267,9 @@ static int64_t kiln_score(const struct kn_pack *c, size_t node,
 	double before;
 	int64_t best = -1;
 
+	if (pod->num_gpu == 0)
+		return 8 * fgd_score(c, node, pod, rng, gpu) +
+		       4 * leaves_gpus_their_cpu(c, n, pod) + 2 * used;
 	if (!is_share(pod))
 		return 4 * fgd_score(c, node, pod, rng, gpu) + 2 * used;
 	before = pack_frag(c, n->cpu_free, n->gpu_free, n->n_gpus, n->model);
@@ -275,7 +296,9 @@ static int64_t kiln_score(const struct kn_pack *c, size_t node,
 }
 
 static const struct kn_pack_policy kn_pack_kiln = {
-	"kiln", "FGD, ties to used nodes, then to shared GPUs (default)", true,
+	"kiln",
+	"FGD; ties: CPU the idle GPUs need, used nodes, shared GPUs (default)",
+	true,
 	KN_PACK_GPU_SCORED, kiln_score,
 };
 

@@ -72,6 +72,8 @@ json_t *job_to_json(struct server *s, const struct kn_job_row *j)
 		      j->cancel_requested, "reason",
 		      str_or_null(queue_reason ? queue_reason : j->reason),
 		      "exit_code", j->exit_code);
+	if (j->array_id)
+		json_object_set_new(o, "array", array_summary_json(j));
 	if (res)
 		json_object_set_new(
 			o, "resources",
@@ -120,6 +122,17 @@ static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 		return NULL;
 	}
 	o = job_to_json(s, j);
+	if (j->array_id == j->id &&
+	    array_elements_json(s, j, json_object_get(o, "array"), err) < 0) {
+		json_decref(o);
+		o = NULL;
+	}
+	if (!o) {
+		kn_attempt_list_free(att, na);
+		kn_task_list_free(tasks, nt);
+		kn_output_list_free(outs, nout);
+		return NULL;
+	}
 	json_object_set_new(o, "spec",
 			    j->spec_json ? json_loads(j->spec_json, 0, NULL)
 					 : json_null());
@@ -327,7 +340,7 @@ static void h_job_list(struct server *s, struct kn_http_req *req,
 	struct kn_error err;
 	const char *state = kn_http_query(req, "state");
 	const char *order = kn_http_query(req, "order");
-	int64_t limit = 0, before = 0;
+	int64_t limit = 0, elements = 0, before = 0;
 	size_t n = 0;
 	json_t *list;
 
@@ -345,6 +358,12 @@ static void h_job_list(struct server *s, struct kn_http_req *req,
 	}
 	if (kn_http_query_int(req, "limit", 1, 100000, &limit) < 0) {
 		reply_err(req, KN_EINVAL, "limit", "limit must be 1..100000%s", "");
+		return;
+	}
+	if (kn_http_query_int(req, "elements", 0, 1, &elements) < 0 ||
+	    kn_http_query_int(req, "array", 1, INT64_MAX, &f.array_id) < 0) {
+		reply_err(req, KN_EINVAL, "elements",
+			  "elements must be 0 or 1 and array a job id%s", "");
 		return;
 	}
 	/* A page: the jobs below the last id of the one before. */
@@ -367,9 +386,7 @@ static void h_job_list(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	list = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(list, job_to_json(s, &rows[i]));
+	list = jobs_list_json(s, rows, n, elements || f.array_id);
 	kn_job_list_free(rows, n);
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "jobs", list));
 }
@@ -380,12 +397,18 @@ static void h_job_get(struct server *s, struct kn_http_req *req,
 	struct kn_job_row j;
 	struct kn_error err;
 	json_t *o;
-	int64_t id;
+	int64_t id, index = -1;
 
 	(void)c;
 	if (parse_id(req, param, &id) < 0)
 		return;
-	if (kn_store_job_get(s->store, id, &j, &err) < 0) {
+	if (kn_http_query_int(req, "index", 0, INT32_MAX, &index) < 0) {
+		reply_err(req, KN_EINVAL, "index",
+			  "index must be an array element's index%s", "");
+		return;
+	}
+	if ((index >= 0 && jobs_array_element(s, id, index, &id, &err) < 0) ||
+	    kn_store_job_get(s->store, id, &j, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
 	}
@@ -398,21 +421,52 @@ static void h_job_get(struct server *s, struct kn_http_req *req,
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "job", o));
 }
 
+/* ?array=1: the verb reaches every element when the id is an array's. */
+static int array_query(struct kn_http_req *req, int64_t *array)
+{
+	*array = 0;
+	if (kn_http_query_int(req, "array", 0, 1, array) >= 0)
+		return 0;
+	reply_err(req, KN_EINVAL, "array", "array must be 0 or 1%s", "");
+	return -1;
+}
+
+static int cancel_one(struct server *s, int64_t id, void *arg,
+		      struct kn_error *err)
+{
+	return jobs_cancel(s, arg, id, err);
+}
+
 static void h_job_cancel(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param)
 {
 	struct kn_error err;
-	int64_t id;
+	int64_t id, array;
 
-	if (parse_id(req, param, &id) < 0)
+	if (parse_id(req, param, &id) < 0 || array_query(req, &array) < 0)
 		return;
-	if (jobs_cancel(s, c, id, &err) < 0) {
+	if ((array ? jobs_array_each(s, id, cancel_one, (void *)c, &err)
+		   : jobs_cancel(s, c, id, &err)) < 0) {
 		if (err.code == KN_EPERM)
 			audit_denied(s, c, "job.cancel", id, &err);
 		kn_http_reply_error(req, &err);
 		return;
 	}
 	reply_job(s, req, id, 200);
+}
+
+struct evict_args {
+	const struct caller *c;
+	int64_t grace_ms;
+	const char *reason;
+};
+
+static int evict_one(struct server *s, int64_t id, void *arg,
+		     struct kn_error *err)
+{
+	const struct evict_args *e = arg;
+
+	return jobs_evict(s, e->c, id, e->grace_ms, e->reason, err);
 }
 
 static void h_job_evict(struct server *s, struct kn_http_req *req,
@@ -422,9 +476,10 @@ static void h_job_evict(struct server *s, struct kn_http_req *req,
 	const char *grace = kn_http_query(req, "grace");
 	const char *why = kn_http_query(req, "reason");
 	char reason[160];
-	int64_t id, grace_ms = -1;
+	int64_t id, grace_ms = -1, array;
+	struct evict_args e = {.c = c, .reason = reason};
 
-	if (parse_id(req, param, &id) < 0)
+	if (parse_id(req, param, &id) < 0 || array_query(req, &array) < 0)
 		return;
 	if (grace && kn_parse_duration(grace, &grace_ms) < 0) {
 		reply_err(req, KN_EINVAL, "grace",
@@ -433,7 +488,9 @@ static void h_job_evict(struct server *s, struct kn_http_req *req,
 	}
 	snprintf(reason, sizeof(reason), "evicted by %s%s%s", c->name,
 		 why ? ": " : "", why ? why : "");
-	if (jobs_evict(s, c, id, grace_ms, reason, &err) < 0) {
+	e.grace_ms = grace_ms;
+	if ((array ? jobs_array_each(s, id, evict_one, &e, &err)
+		   : jobs_evict(s, c, id, grace_ms, reason, &err)) < 0) {
 		if (err.code == KN_EPERM)
 			audit_denied(s, c, "job.evict", id, &err);
 		kn_http_reply_error(req, &err);

@@ -15,10 +15,12 @@
  * --backup-keep, so a completed scheduled backup has always been pruned
  * after.
  */
-#include "internal.h"
 #include "service.h"
 
 #include "ckpt/ckpt.h"
+#include "server/blobstores.h"
+#include "server/core.h"
+#include "server/server_alert.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -52,7 +54,10 @@ struct backup_run {
 	int64_t ended_at;
 };
 
+/* The service's own state (its slot in the core). */
 struct backup_state {
+	struct server *core;
+	const struct kn_server_config *cfg;
 	struct backup_run runs[BACKUP_RUNS_KEPT]; /* ring, oldest overwritten */
 	size_t n_runs, next;
 	struct kn_timer *timer;
@@ -70,7 +75,7 @@ struct part {
 
 /* One backup's upload: owned by the worker until done runs. */
 struct backup_job {
-	struct server *s;
+	struct backup_state *b;
 	struct backup_run *run;   /* loop side only */
 	struct kn_blob_store *store;
 	char *staging;            /* $HOME/backup-staging/NAME */
@@ -266,7 +271,7 @@ static void job_work(void *arg)
 	free(blob);
 }
 
-static void audit_backup(struct server *s, const struct backup_run *run,
+static void audit_backup(struct backup_state *b, const struct backup_run *run,
 			 const char *action, const char *outcome,
 			 const char *detail)
 {
@@ -282,19 +287,19 @@ static void audit_backup(struct server *s, const struct backup_run *run,
 	a.object = object;
 	a.outcome = (char *)outcome;
 	a.detail = (char *)detail;
-	if (kn_store_audit_insert(s->store, &a, &err) < 0)
+	if (kn_store_audit_insert(core_store(b->core), &a, &err) < 0)
 		kn_log(KN_LOG_ERROR, "backup %s: %s", run->name, err.message);
 }
 
 /* A failing scheduled backup fires backup_failed; the next success ends it. */
-static void backup_alert(struct server *s, const struct backup_run *run,
+static void backup_alert(struct backup_state *b, const struct backup_run *run,
 			 bool firing)
 {
 	struct kn_error err;
 	json_t *labels;
 	char *summary;
 
-	if (firing == s->backup->failing)
+	if (firing == b->failing)
 		return;
 	labels = json_pack("{s:s}", "store", run->url);
 	summary = firing ? kn_asprintf("scheduled backup %s to %s failed: %s",
@@ -311,10 +316,10 @@ static void backup_alert(struct server *s, const struct backup_run *run,
 		.active_at_ms = run->started_at,
 	};
 
-	if (monitor_server_alert(s, &a, firing, &err) < 0)
+	if (monitor_server_alert(b->core, &a, firing, &err) < 0)
 		kn_log(KN_LOG_ERROR, "backup alert: %s", err.message);
 	else
-		s->backup->failing = firing;
+		b->failing = firing;
 	free(summary);
 	json_decref(labels);
 }
@@ -323,7 +328,7 @@ static void backup_alert(struct server *s, const struct backup_run *run,
 static void job_done(void *arg, bool ran)
 {
 	struct backup_job *j = arg;
-	struct server *s = j->s;
+	struct backup_state *b = j->b;
 	struct backup_run *run = j->run;
 	bool scheduled = j->keep > 0;
 	char detail[640];
@@ -349,26 +354,26 @@ static void job_done(void *arg, bool ran)
 		       run->name, run->parts, run->bytes, run->url,
 		       run->with_audit_key ? " (with audit.key)" : "");
 	}
-	if (!s->closing) {
+	if (!core_closing(b->core)) {
 		snprintf(detail, sizeof(detail), "%s%s%s", run->url,
 			 run->state == RUN_FAILED ? ": " : "",
 			 run->state == RUN_FAILED ? run->error
 			 : run->with_audit_key	  ? " (with audit.key)"
 						  : "");
-		audit_backup(s, run, "backup.create",
+		audit_backup(b, run, "backup.create",
 			     run->state == RUN_DONE ? "ok" : "error", detail);
 		if (scheduled && run->pruned) {
 			snprintf(detail, sizeof(detail),
 				 "deleted %zu backup%s beyond the newest %zu",
 				 run->pruned, run->pruned == 1 ? "" : "s",
 				 j->keep);
-			audit_backup(s, run, "backup.prune", "ok", detail);
+			audit_backup(b, run, "backup.prune", "ok", detail);
 		}
 		if (scheduled)
-			backup_alert(s, run, run->state == RUN_FAILED);
+			backup_alert(b, run, run->state == RUN_FAILED);
 	}
 	if (scheduled)
-		s->backup->scheduled_busy = false;
+		b->scheduled_busy = false;
 	job_free(j);
 }
 
@@ -402,7 +407,8 @@ static void backup_name(int64_t ms, char *buf, size_t len)
  * backup store; keep > 0 marks a scheduled run. *out (may be NULL) gets
  * the run. A bad URL or a failed snapshot fails here.
  */
-static int backup_start(struct server *s, const char *actor, const char *to,
+static int backup_start(struct backup_state *b, const char *actor,
+			const char *to,
 			bool with_audit_key, size_t keep,
 			struct backup_run **out, struct kn_error *err)
 {
@@ -415,22 +421,22 @@ static int backup_start(struct server *s, const char *actor, const char *to,
 
 	/* A request's target is a user's: only what the stores allow. The
 	   operator's --backup-to URL keeps the AZURE_STORAGE_* credential. */
-	if (to || !s->cfg.backup_to || !strstr(s->cfg.backup_to, "://")) {
-		rc = blobstores_open(s, to ? to : s->cfg.backup_to,
+	if (to || !b->cfg->backup_to || !strstr(b->cfg->backup_to, "://")) {
+		rc = blobstores_open(b->core, to ? to : b->cfg->backup_to,
 				     to ? "to" : "backup-to", &bc, &j->store,
 				     err);
 	} else {
-		bc.url = s->cfg.backup_to;
+		bc.url = b->cfg->backup_to;
 		rc = kn_blob_store_open(&bc, &j->store, err);
 	}
 	if (rc < 0)
 		goto fail;
-	j->s = s;
+	j->b = b;
 	j->keep = keep;
 	j->with_audit_key = with_audit_key;
 	j->created_ms = kn_now_ms();
 	backup_name(j->created_ms, j->name, sizeof(j->name));
-	path = kn_asprintf("%s/backup-staging", s->home);
+	path = kn_asprintf("%s/backup-staging", core_home(b->core));
 	kn_mkdir_p(path, 0700);
 	j->staging = kn_asprintf("%s/%s", path, j->name);
 	rc = kn_mkdir_p(j->staging, 0700);
@@ -443,21 +449,21 @@ static int backup_start(struct server *s, const char *actor, const char *to,
 	free(path);
 	path = kn_asprintf("%s/kiln.db", j->staging);
 	/* The snapshot and its head, with no write in between: one turn. */
-	rc = kn_store_backup(s->store, path, err);
+	rc = kn_store_backup(core_store(b->core), path, err);
 	if (rc == 0)
-		rc = kn_store_audit_head(s->store, &j->head_id, j->head_hash,
-					 err);
+		rc = kn_store_audit_head(core_store(b->core), &j->head_id,
+					 j->head_hash, err);
 	if (rc < 0)
 		goto fail;
 	job_add_part(j, "kiln.db", path, false);
-	add_public_keys(j, s->home, "keys");
-	add_public_keys(j, s->home, "keys/trusted");
+	add_public_keys(j, core_home(b->core), "keys");
+	add_public_keys(j, core_home(b->core), "keys/trusted");
 	if (with_audit_key) {
 		free(path);
-		path = kn_asprintf("%s/audit.key", s->home);
+		path = kn_asprintf("%s/audit.key", core_home(b->core));
 		job_add_part(j, "audit.key", path, true);
 	}
-	run = run_new(s->backup);
+	run = run_new(b);
 	kn_strlcpy(run->name, j->name, sizeof(run->name));
 	run->url = kn_asprintf("%.*s/" BACKUP_PREFIX "%s/",
 			       (int)kn_url_base_len(kn_blob_store_url(j->store)),
@@ -470,7 +476,7 @@ static int backup_start(struct server *s, const char *actor, const char *to,
 	free(path);
 	if (out)
 		*out = run;
-	kn_workers_submit(s->workers, job_work, job_done, j);
+	kn_workers_submit(core_workers(b->core), job_work, job_done, j);
 	return 0;
 fail:
 	free(path);
@@ -480,37 +486,39 @@ fail:
 
 static void on_schedule(void *arg)
 {
-	struct server *s = arg;
+	struct backup_state *b = arg;
 	struct backup_run *run = NULL;
 	struct kn_error err;
 
-	kn_timer_arm(s->backup->timer, s->cfg.backup_every_ms);
-	if (s->backup->scheduled_busy) {
+	kn_timer_arm(b->timer, b->cfg->backup_every_ms);
+	if (b->scheduled_busy) {
 		kn_log(KN_LOG_WARN, "scheduled backup skipped: the last one is"
 		       " still running");
 		return;
 	}
-	if (backup_start(s, "system", NULL, s->cfg.backup_with_audit_key,
-			 (size_t)s->cfg.backup_keep, &run, &err) < 0) {
+	if (backup_start(b, "system", NULL, b->cfg->backup_with_audit_key,
+			 (size_t)b->cfg->backup_keep, &run, &err) < 0) {
 		struct backup_run failed;
 
 		memset(&failed, 0, sizeof(failed));
 		backup_name(kn_now_ms(), failed.name, sizeof(failed.name));
 		failed.actor = "system";
-		failed.url = s->cfg.backup_to ? (char *)s->cfg.backup_to
-					      : s->blob_url;
+		failed.url = (char *)(b->cfg->backup_to
+					      ? b->cfg->backup_to
+					      : core_blob_url(b->core));
 		failed.started_at = kn_now_ms();
 		kn_strlcpy(failed.error, err.message, sizeof(failed.error));
 		kn_log(KN_LOG_ERROR, "scheduled backup failed: %s",
 		       err.message);
-		audit_backup(s, &failed, "backup.create", "error", err.message);
-		backup_alert(s, &failed, true);
+		audit_backup(b, &failed, "backup.create", "error", err.message);
+		backup_alert(b, &failed, true);
 		return;
 	}
-	s->backup->scheduled_busy = true;
+	b->scheduled_busy = true;
 }
 
-int backup_config_check(const struct kn_server_config *cfg,
+/* Check --backup-every, --backup-keep and --backup-to. */
+static int backup_config_check(const struct kn_server_config *cfg,
 			struct kn_error *err)
 {
 	if (cfg->backup_every_ms < 0)
@@ -534,32 +542,40 @@ int backup_config_check(const struct kn_server_config *cfg,
 }
 
 /* Set up (and with --backup-every, arm) the backups. */
-static int backups_start(struct server *s, struct kn_error *err)
+static int backups_start(struct server *core, struct kn_error *err)
 {
-	s->backup = kn_xcalloc(1, sizeof(*s->backup));
-	if (s->cfg.backup_every_ms > 0) {
-		s->backup->timer = kn_timer_new(s->loop, on_schedule, s);
-		kn_timer_arm(s->backup->timer, s->cfg.backup_every_ms);
+	struct backup_state *b = kn_xcalloc(1, sizeof(*b));
+
+	(void)err;
+	b->core = core;
+	b->cfg = core_config(core);
+	service_state_set(core, &backup_service, b);
+	if (b->cfg->backup_every_ms > 0) {
+		b->timer = kn_timer_new(core_loop(core), on_schedule, b);
+		kn_timer_arm(b->timer, b->cfg->backup_every_ms);
 		kn_log(KN_LOG_INFO, "backups every %" PRId64 " ms to %s,"
-		       " keeping %d", s->cfg.backup_every_ms,
-		       s->cfg.backup_to ? s->cfg.backup_to : s->blob_url,
-		       s->cfg.backup_keep);
+		       " keeping %d", b->cfg->backup_every_ms,
+		       b->cfg->backup_to ? b->cfg->backup_to
+					 : core_blob_url(core),
+		       b->cfg->backup_keep);
 	}
 	return 0;
 }
 
 /* After the worker pool is freed: its done callbacks use the state. */
-static void backup_free(struct server *s)
+static void backup_free(struct server *core)
 {
-	if (!s->backup)
+	struct backup_state *b = service_state(core, &backup_service);
+
+	if (!b)
 		return;
-	kn_timer_free(s->backup->timer);
+	kn_timer_free(b->timer);
 	for (size_t i = 0; i < BACKUP_RUNS_KEPT; i++) {
-		free(s->backup->runs[i].url);
-		free(s->backup->runs[i].actor);
+		free(b->runs[i].url);
+		free(b->runs[i].actor);
 	}
-	free(s->backup);
-	s->backup = NULL;
+	free(b);
+	service_state_set(core, &backup_service, NULL);
 }
 
 static json_t *run_json(const struct backup_run *run)
@@ -581,9 +597,10 @@ static json_t *run_json(const struct backup_run *run)
 	return o;
 }
 
-static void backup_h_create(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param)
+static void backup_h_create(struct server *core, struct kn_http_req *req,
+			    const struct caller *c, const char *param)
 {
+	struct backup_state *b = service_state(core, &backup_service);
 	struct backup_run *run = NULL;
 	struct kn_error err;
 	size_t len;
@@ -606,7 +623,7 @@ static void backup_h_create(struct server *s, struct kn_http_req *req,
 		rc = kn_errorf(&err, KN_EINVAL, "with_audit_key",
 			       "with_audit_key must be true or false");
 	if (rc == 0)
-		rc = backup_start(s, c->name, json_string_value(to),
+		rc = backup_start(b, c->name, json_string_value(to),
 				  json_is_true(with_key), 0, &run, &err);
 	if (rc < 0) {
 		struct backup_run failed;
@@ -614,7 +631,7 @@ static void backup_h_create(struct server *s, struct kn_http_req *req,
 		memset(&failed, 0, sizeof(failed));
 		backup_name(kn_now_ms(), failed.name, sizeof(failed.name));
 		failed.actor = (char *)c->name;
-		audit_backup(s, &failed, "backup.create", "error", err.message);
+		audit_backup(b, &failed, "backup.create", "error", err.message);
 		kn_http_reply_error(req, &err);
 	} else {
 		kn_http_reply_json(req, 202,
@@ -623,10 +640,10 @@ static void backup_h_create(struct server *s, struct kn_http_req *req,
 	json_decref(body);
 }
 
-static void backup_h_list(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param)
+static void backup_h_list(struct server *core, struct kn_http_req *req,
+			  const struct caller *c, const char *param)
 {
-	struct backup_state *b = s->backup;
+	struct backup_state *b = service_state(core, &backup_service);
 	json_t *list = json_array();
 
 	(void)c;
@@ -640,22 +657,23 @@ static void backup_h_list(struct server *s, struct kn_http_req *req,
 	kn_http_reply_json(
 		req, 200,
 		json_pack("{s:s, s:o, s:o}", "store",
-			  s->cfg.backup_to ? s->cfg.backup_to : s->blob_url,
+			  b->cfg->backup_to ? b->cfg->backup_to
+					    : core_blob_url(core),
 			  "schedule",
-			  s->cfg.backup_every_ms > 0
+			  b->cfg->backup_every_ms > 0
 				  ? json_pack("{s:I, s:i, s:b}", "every_ms",
-					      (json_int_t)s->cfg.backup_every_ms,
-					      "keep", s->cfg.backup_keep,
+					      (json_int_t)b->cfg->backup_every_ms,
+					      "keep", b->cfg->backup_keep,
 					      "with_audit_key",
-					      s->cfg.backup_with_audit_key)
+					      b->cfg->backup_with_audit_key)
 				  : json_null(),
 			  "runs", list));
 }
 
-static void backup_h_get(struct server *s, struct kn_http_req *req,
-		  const struct caller *c, const char *param)
+static void backup_h_get(struct server *core, struct kn_http_req *req,
+			 const struct caller *c, const char *param)
 {
-	struct backup_state *b = s->backup;
+	struct backup_state *b = service_state(core, &backup_service);
 	struct kn_error err;
 
 	(void)c;
@@ -685,6 +703,7 @@ static const struct route routes[] = {
 const struct service backup_service = {
 	.name = "backups",
 	.phase = SERVICE_PHASE_LOOP,
+	.config_check = backup_config_check,
 	.start = backups_start,
 	.stop = backup_free,
 	.routes = routes,

@@ -31,9 +31,11 @@
 #include <jansson.h>
 
 #include "base/base.h"
+#include "loop/loop.h"
 #include "sched/sched.h"
-#include "store/store.h"
 #include "server/jobhooks.h"
+#include "server/server.h"
+#include "store/store.h"
 
 struct server;
 struct caller;
@@ -95,6 +97,37 @@ void jobs_on_sigchld(void *arg);
 void jobs_free_all(struct server *s);
 /* Forget every owner's fair-share usage (after jobs_free_all). */
 void fair_release(struct server *s);
+
+/* ---- what a service reaches ---- */
+
+/*
+ * A service holds the core as an opaque handle and reaches what it
+ * shares through these, so that only the core's own files know the
+ * layout of struct server.
+ */
+struct kn_store *core_store(struct server *s);
+struct kn_loop *core_loop(struct server *s);
+/* Slow work off the loop (checkpoint sync, backups' uploads). */
+struct kn_workers *core_workers(struct server *s);
+const struct kn_server_config *core_config(const struct server *s);
+/* $KILN_HOME */
+const char *core_home(const struct server *s);
+/* The default checkpoint store's URL. */
+const char *core_blob_url(const struct server *s);
+/* The server is stopping: late work is dropped, not recorded. */
+bool core_closing(const struct server *s);
+/* The MIG profiles of this machine's GPUs, or NULL when none is in MIG
+   mode. */
+const struct kn_mig_table *core_mig(const struct server *s);
+
+/* The nodes, 0 to core_node_count - 1 (pools add some while it runs). */
+size_t core_node_count(const struct server *s);
+const char *core_node_name(const struct server *s, size_t i);
+/* ready, cordoned, draining or unhealthy */
+const char *core_node_state(const struct server *s, size_t i);
+/* The value of node i's label key, or NULL. */
+const char *core_node_label(const struct server *s, size_t i,
+			    const char *key);
 
 /* ---- questions ---- */
 

@@ -154,6 +154,25 @@ static void add_env(char ***env, size_t *n, char *entry)
 	(*env)[*n] = NULL;
 }
 
+/*
+ * An array element's place, under kiln's names and Slurm's, so a script
+ * written for `sbatch --array` reads its index unchanged.
+ */
+static void array_env(char ***env, size_t *n, const struct kn_job_array *a)
+{
+	long long id = (long long)a->job_id;
+	int last = a->first + a->count - 1;
+
+	add_env(env, n, kn_asprintf("KILN_ARRAY_JOB_ID=%lld", id));
+	add_env(env, n, kn_asprintf("KILN_ARRAY_INDEX=%d", a->index));
+	add_env(env, n, kn_asprintf("KILN_ARRAY_COUNT=%d", a->count));
+	add_env(env, n, kn_asprintf("SLURM_ARRAY_JOB_ID=%lld", id));
+	add_env(env, n, kn_asprintf("SLURM_ARRAY_TASK_ID=%d", a->index));
+	add_env(env, n, kn_asprintf("SLURM_ARRAY_TASK_COUNT=%d", a->count));
+	add_env(env, n, kn_asprintf("SLURM_ARRAY_TASK_MIN=%d", a->first));
+	add_env(env, n, kn_asprintf("SLURM_ARRAY_TASK_MAX=%d", last));
+}
+
 #define MPS_PERCENTAGE "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 
 /* A share of a GPU as a decimal: 500 -> "0.5", 1 -> "0.001". */
@@ -382,6 +401,8 @@ static void task_env_build(struct server *s, struct run *r,
 	add_env(&env, &n, kn_asprintf("KILN_JOB_ID=%lld", (long long)r->job_id));
 	add_env(&env, &n, kn_asprintf("KILN_JOB_NAME=%s", spec->name));
 	add_env(&env, &n, kn_asprintf("KILN_ATTEMPT=%d", r->attempt));
+	if (spec->array.count)
+		array_env(&env, &n, &spec->array);
 	add_env(&env, &n, kn_asprintf("KILN_TASK_DIR=%s", t->task_dir));
 	add_env(&env, &n, kn_asprintf("KILN_CHECKPOINT_DIR=%s", r->checkpoint_dir));
 	add_env(&env, &n, kn_asprintf("KILN_OUTPUT_DIR=%s", r->output_dir));

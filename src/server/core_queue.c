@@ -475,6 +475,50 @@ static int fit_check(struct server *s, const struct kn_job_spec *spec,
 			 filename ? filename : "job", reason);
 }
 
+/* A job just stored joins the queue, or waits for its key's commit. */
+static void queue_submitted(struct server *s, struct queued_job *q)
+{
+	if (s->idem_open) {
+		/* Queued only if the key's transaction commits: its rollback
+		   must leave no job behind, nor an id the next one reuses. */
+		q->next = s->idem_queued;
+		s->idem_queued = q;
+		return;
+	}
+	queue_link(s, q);
+	feed_job(s, q->id, "queued", NULL);
+	wake_scheduler(s);
+}
+
+/*
+ * An array's elements after its first (spec, already queued as id): each
+ * is its own job with its own copy of the spec, read again from the
+ * stored text as a restart would, so no element shares memory.
+ */
+static void queue_elements(struct server *s, int64_t id,
+			   const struct kn_job_row *j, struct kn_job_spec *spec)
+{
+	spec->array.job_id = id;
+	spec->array.index = spec->array.first;
+	for (int i = 1; i < spec->array.count; i++) {
+		struct kn_job_spec *copy = NULL;
+		struct kn_error perr;
+
+		if (parse_spec(s, j->spec_yaml, strlen(j->spec_yaml),
+			       j->filename, &copy, &perr) < 0) {
+			kn_log(KN_LOG_ERROR, "job %lld: element %d: %s",
+			       (long long)(id + i), spec->array.first + i,
+			       perr.message);
+			continue;
+		}
+		copy->array.job_id = id;
+		copy->array.index = spec->array.first + i;
+		workload_add(s, copy);
+		queue_submitted(s, queued_new(s, id + i, copy->priority,
+					      j->submitted_at, 0, copy));
+	}
+}
+
 int jobs_submit(struct server *s, const struct caller *c, const char *text,
 		size_t len, const char *filename, const char *path,
 		int64_t *out_id, struct kn_error *err)
@@ -489,7 +533,6 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 		    int64_t *out_id, struct kn_error *err)
 {
 	struct kn_job_spec *spec = NULL;
-	struct queued_job *q;
 	struct kn_job_row j;
 	struct kn_audit a;
 	json_t *norm, *applied = NULL;
@@ -507,7 +550,9 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 	}
 	rc = executor_check(s, spec, filename, err);
 	if (rc == 0)
-		rc = caps_check(s, c, CAP_JOB, spec->tasks, err);
+		rc = caps_check_jobs(s, c,
+				     spec->array.count ? spec->array.count : 1,
+				     spec->tasks, err);
 	if (rc == 0)
 		rc = resolve_inputs(spec, path ? path : filename, filename, err);
 	if (rc == 0)
@@ -548,27 +593,25 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 	j.exit_code = -1;
 	audit_init(&a, c, "job.submit", NULL); /* the store names job/ID */
 	a.detail = spec->name;
-	rc = kn_store_job_insert(s->store, &j, &a, &id, err);
+	rc = spec->array.count
+		     ? kn_store_job_insert_array(s->store, &j, spec->array.first,
+						 spec->array.count, &a, &id,
+						 err)
+		     : kn_store_job_insert(s->store, &j, &a, &id, err);
 	free(norm_text);
-	free(effective);
 	if (rc == 0)
 		record_revision(s, id, spec);
 	if (rc < 0) {
+		free(effective);
 		kn_job_spec_free(spec);
 		return rc;
 	}
 	workload_add(s, spec);
-	q = queued_new(s, id, spec->priority, j.submitted_at, 0, spec);
-	if (s->idem_open) {
-		/* Queued only if the key's transaction commits: its rollback
-		   must leave no job behind, nor an id the next one reuses. */
-		q->next = s->idem_queued;
-		s->idem_queued = q;
-	} else {
-		queue_link(s, q);
-		feed_job(s, id, "queued", NULL);
-		wake_scheduler(s);
-	}
+	queue_submitted(s, queued_new(s, id, spec->priority, j.submitted_at,
+				      0, spec));
+	if (spec->array.count)
+		queue_elements(s, id, &j, spec);
+	free(effective);
 	*out_id = id;
 	return 0;
 }
@@ -690,6 +733,7 @@ static int bind_placed(struct server *s, struct placed *pl, size_t n,
 		r->started_at = now;
 		r->master_port = ports[i];
 		feed_job(s, q->id, "running", NULL);
+		metrics_job_placed(s, q->priority, now - q->submitted_at);
 		memcpy(r->bindings, pl[i].bindings,
 		       (size_t)r->n_tasks * sizeof(*r->bindings));
 		sync_restore_then_launch(s, r);
@@ -759,6 +803,78 @@ static bool preempt_for(struct server *s, struct queued_job *q,
 	return done;
 }
 
+/*
+ * Arrays with a parallel limit: how many of each one's elements run or
+ * were placed this turn. A turn sees few arrays, so a list will do.
+ */
+struct array_slots {
+	int64_t *ids;
+	int *used;
+	size_t n;
+};
+
+static int *array_used(struct array_slots *a, int64_t id)
+{
+	for (size_t i = 0; i < a->n; i++)
+		if (a->ids[i] == id)
+			return &a->used[i];
+	a->ids = kn_xrealloc(a->ids, (a->n + 1) * sizeof(*a->ids));
+	a->used = kn_xrealloc(a->used, (a->n + 1) * sizeof(*a->used));
+	a->ids[a->n] = id;
+	a->used[a->n] = 0;
+	return &a->used[a->n++];
+}
+
+static void array_slots_count(struct server *s, struct array_slots *a)
+{
+	memset(a, 0, sizeof(*a));
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->spec->array.parallel)
+			(*array_used(a, r->spec->array.job_id))++;
+}
+
+/* Whether q is an element its array's limit holds back this turn. */
+static bool array_full(struct array_slots *a, struct queued_job *q)
+{
+	const struct kn_job_array *arr = &q->spec->array;
+
+	if (!arr->parallel || *array_used(a, arr->job_id) < arr->parallel)
+		return false;
+	snprintf(q->reason, sizeof(q->reason),
+		 "waiting: array %lld runs %d elements at once, its limit",
+		 (long long)arr->job_id, arr->parallel);
+	return true;
+}
+
+static int by_id(const void *a, const void *b)
+{
+	int64_t x = (*(struct queued_job *const *)a)->id;
+	int64_t y = (*(struct queued_job *const *)b)->id;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The queue by id, for a turn's lookups: an array fills it by thousands. */
+static struct queued_job **queue_index(struct server *s)
+{
+	struct queued_job **ix = kn_xcalloc(s->queue_len, sizeof(*ix));
+	size_t n = 0;
+
+	for (struct queued_job *q = s->queue; q; q = q->next)
+		ix[n++] = q;
+	qsort(ix, n, sizeof(*ix), by_id);
+	return ix;
+}
+
+static struct queued_job *queue_lookup(struct server *s,
+				       struct queued_job **ix, int64_t id)
+{
+	struct queued_job key = {.id = id}, *k = &key, **hit;
+
+	hit = bsearch(&k, ix, s->queue_len, sizeof(*ix), by_id);
+	return hit ? *hit : NULL;
+}
+
 void jobs_tick(void *arg)
 {
 	struct server *s = arg;
@@ -770,11 +886,15 @@ void jobs_tick(void *arg)
 		.n_workload = s->n_workload,
 	};
 	struct placed *pl;
+	struct queued_job **ix;
+	struct array_slots slots;
 	size_t n = 0, np = 0;
 	bool hold = false;
 
 	if (!s->queue)
 		return;
+	array_slots_count(s, &slots);
+	ix = queue_index(s);
 	order = kn_xcalloc(s->queue_len, sizeof(*order));
 	pl = kn_xcalloc(s->queue_len, sizeof(*pl));
 	fair_advance(s, now);
@@ -787,9 +907,10 @@ void jobs_tick(void *arg)
 	}
 	kn_sched_sort_queue(order, n);
 	for (size_t i = 0; i < n; i++) {
-		struct queued_job *q = queue_find(s, order[i].job_id, NULL);
+		struct queued_job *q = queue_lookup(s, ix, order[i].job_id);
 		struct placed *p = &pl[np];
 		int *spread_placed;
+		double decide_began;
 		int rc;
 
 		if (q->not_before > now) {
@@ -804,6 +925,8 @@ void jobs_tick(void *arg)
 				next_wake = q->not_before;
 			continue;
 		}
+		if (array_full(&slots, q))
+			continue;
 		sreq_build(s, q->spec, &p->sr);
 		p->bindings = kn_xcalloc((size_t)q->spec->tasks,
 					 sizeof(*p->bindings));
@@ -811,8 +934,11 @@ void jobs_tick(void *arg)
 		p->sr.req.spread_placed = spread_placed;
 		packing.seed = (uint64_t)q->id;
 		p->sr.req.packing = &packing;
+		decide_began = metrics_clock();
 		rc = kn_sched_place(&s->cluster, &p->sr.req, p->bindings,
 				    q->reason, sizeof(q->reason));
+		metrics_placement_decided(s, metrics_clock() - decide_began,
+					  rc == 0);
 		/* Of this turn only: the run keeps no pointer to them. */
 		p->sr.req.spread_placed = NULL;
 		p->sr.req.packing = NULL;
@@ -821,6 +947,8 @@ void jobs_tick(void *arg)
 			p->q = q;
 			q->reason[0] = '\0';
 			q->preempting = false;
+			if (q->spec->array.parallel)
+				(*array_used(&slots, q->spec->array.job_id))++;
 			np++;
 			continue;
 		}
@@ -842,7 +970,7 @@ void jobs_tick(void *arg)
 		if (hold) {
 			for (size_t k = i + 1; k < n; k++) {
 				struct queued_job *w =
-					queue_find(s, order[k].job_id, NULL);
+					queue_lookup(s, ix, order[k].job_id);
 				snprintf(w->reason, sizeof(w->reason),
 					 "waiting behind job %lld, for which "
 					 "lower-priority jobs are being preempted",
@@ -859,6 +987,9 @@ void jobs_tick(void *arg)
 	}
 	free(pl);
 	free(order);
+	free(ix);
+	free(slots.ids);
+	free(slots.used);
 	if (next_wake)
 		kn_timer_arm(s->tick_timer, next_wake - now);
 }

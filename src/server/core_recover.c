@@ -114,6 +114,8 @@ static int recover_running(struct server *s, const struct kn_job_row *j,
 			&spec, err);
 	if (rc < 0)
 		return rc;
+	spec->array.job_id = j->array_id;
+	spec->array.index = j->array_index;
 	rc = kn_store_task_list(s->store, j->id, j->attempts, &tasks, &nt, err);
 	if (rc == 0)
 		rc = kn_store_attempt_list(s->store, j->id, &attempts, &na, err);
@@ -214,6 +216,8 @@ int jobs_recover(struct server *s, struct kn_error *err)
 			       "parses: %s", (long long)jobs[i].id, perr.message);
 			continue;
 		}
+		spec->array.job_id = jobs[i].array_id;
+		spec->array.index = jobs[i].array_index;
 		queue_push(s, jobs[i].id, jobs[i].priority, jobs[i].submitted_at,
 			   jobs[i].not_before, spec);
 		queued++;

@@ -223,12 +223,26 @@ static void note_in_logs(struct run *r, const char *text)
 
 static void start_upload(struct server *s, struct run *r);
 
+/* The bytes of the files a checkpoint holds. */
+static int64_t manifest_bytes(const struct kn_ckpt_manifest *m)
+{
+	int64_t bytes = 0;
+
+	for (size_t i = 0; i < m->n; i++)
+		bytes += m->files[i].size;
+	return bytes;
+}
+
 static void upload_done(void *arg, bool ran)
 {
 	struct sync_work *w = arg;
 	struct server *s = w->s;
 	struct run *r = ran ? find_run(s, w->job_id, w->attempt) : NULL;
 
+	if (ran && w->kind == WORK_UPLOAD)
+		metrics_checkpoint_synced(s, w->rc == 0,
+					  manifest_bytes(&w->manifest),
+					  w->took_ms);
 	if (!r)
 		goto out;
 	r->sync_busy = false;

@@ -15,8 +15,10 @@
  * --catalog's rows. A node without a known size or price is costed at 0
  * and reported unpriced; its size is never guessed.
  */
-#include "internal.h"
+#include "costsvc.h"
 #include "service.h"
+
+#include "server/core.h"
 
 #include "cost/cost.h"
 
@@ -38,33 +40,37 @@
 /* The default window of GET /v1/cost: 30 days. */
 #define COST_DEFAULT_WINDOW_MS (30LL * 24 * 60 * 60 * 1000)
 
-static const char *node_label(const struct server *s, size_t i,
-			      const char *key)
-{
-	const struct kn_sched_node *sn = &s->cluster.nodes[i];
-
-	for (size_t k = 0; k < sn->n_labels; k++)
-		if (!strcmp(sn->labels[k].key, key))
-			return sn->labels[k].value;
-	return NULL;
-}
+/* The service's own state (its slot in the core). */
+struct cost_state {
+	struct server *core;
+	struct kn_store *store;
+	struct kn_catalog *catalog;
+	const struct kn_mig_table *mig; /* NULL: no device in MIG mode */
+};
 
 /* Load the catalogs, check each node's pricing label and open each node's
    state interval (the nodes, pools' too, exist by then). */
-static int cost_start(struct server *s, struct kn_error *err)
+static int cost_start(struct server *core, struct kn_error *err)
 {
+	struct cost_state *cs = kn_xcalloc(1, sizeof(*cs));
+	size_t n_nodes = core_node_count(core);
 	int64_t now = kn_now_ms();
 	int rc = 0;
 
-	s->catalog = kn_catalog_new();
+	cs->core = core;
+	cs->store = core_store(core);
+	cs->mig = core_mig(core);
+	cs->catalog = kn_catalog_new();
+	service_state_set(core, &cost_service, cs);
 	/* Without the shipped catalogs (a data directory removed) nodes
 	   are unpriced, which the reports say; the server still runs. A bad --catalog is the user's to fix: refused. */
-	if (kn_catalog_load_shipped(s->catalog, err) < 0)
+	if (kn_catalog_load_shipped(cs->catalog, err) < 0)
 		kn_log(KN_LOG_WARN, "cost ledger: %s", err->message);
-	if (s->cfg.cost_catalog)
-		rc = kn_catalog_load(s->catalog, s->cfg.cost_catalog, err);
-	for (size_t i = 0; rc == 0 && i < s->cluster.n_nodes; i++) {
-		const char *pricing = node_label(s, i, "pricing");
+	if (core_config(core)->cost_catalog)
+		rc = kn_catalog_load(cs->catalog, core_config(core)->cost_catalog,
+				     err);
+	for (size_t i = 0; rc == 0 && i < n_nodes; i++) {
+		const char *pricing = core_node_label(core, i, "pricing");
 		enum kn_pricing p;
 
 		if (pricing && kn_pricing_parse(pricing, &p, err) < 0) {
@@ -73,31 +79,42 @@ static int cost_start(struct server *s, struct kn_error *err)
 			kn_strlcpy(why, err->message, sizeof(why));
 			rc = kn_errorf(err, KN_EINVAL, "pricing",
 				       "node %s: label pricing=%s: %s",
-				       s->nodes[i].name, pricing, why);
+				       core_node_name(core, i), pricing, why);
 		}
 	}
 	if (rc == 0)
-		rc = kn_store_begin(s->store, err);
-	for (size_t i = 0; rc == 0 && i < s->cluster.n_nodes; i++)
-		rc = kn_store_node_state_open(s->store, s->nodes[i].name,
-					      s->nodes[i].state, now, err);
+		rc = kn_store_begin(cs->store, err);
+	for (size_t i = 0; rc == 0 && i < n_nodes; i++)
+		rc = kn_store_node_state_open(cs->store, core_node_name(core, i),
+					      core_node_state(core, i), now,
+					      err);
 	if (rc == 0)
-		rc = kn_store_commit(s->store, err);
+		rc = kn_store_commit(cs->store, err);
 	else
-		kn_store_rollback(s->store);
+		kn_store_rollback(cs->store);
 	return rc;
 }
 
 /* Close the open state intervals (a clean stop) and free the catalog. */
-static void cost_stop(struct server *s)
+static void cost_stop(struct server *core)
 {
+	struct cost_state *cs = service_state(core, &cost_service);
 	struct kn_error err;
 
-	if (s->catalog && s->store &&
-	    kn_store_node_state_close_all(s->store, kn_now_ms(), &err) < 0)
+	if (!cs)
+		return;
+	if (kn_store_node_state_close_all(cs->store, kn_now_ms(), &err) < 0)
 		kn_log(KN_LOG_WARN, "closing node states: %s", err.message);
-	kn_catalog_free(s->catalog);
-	s->catalog = NULL;
+	kn_catalog_free(cs->catalog);
+	free(cs);
+	service_state_set(core, &cost_service, NULL);
+}
+
+const struct kn_catalog *cost_catalog(struct server *core)
+{
+	struct cost_state *cs = service_state(core, &cost_service);
+
+	return cs ? cs->catalog : NULL;
 }
 
 /* ---- GET /v1/cost ---- */
@@ -123,7 +140,7 @@ static void stored_labels(const struct kn_node_row *n, const char **sku,
  * or for a MIG instance ("0:mig=1g.10gb@6") its compute slices over the
  * GPU's (seven 1g instances fill an A100). 0 when it cannot be told.
  */
-static int task_milli(const struct server *s, const struct kn_node_row *node,
+static int task_milli(const struct cost_state *cs, const struct kn_node_row *node,
 		      const struct kn_cost_task_row *t, int *n_devices)
 {
 	char profile[32];
@@ -137,12 +154,12 @@ static int task_milli(const struct server *s, const struct kn_node_row *node,
 			*n_devices += *c == ',';
 		return t->gpu_milli;
 	}
-	if (!node || !s->mig ||
+	if (!node || !cs->mig ||
 	    sscanf(t->devices, "%d:mig=%31[^@]@%d", &index, profile, &start) != 3)
 		return 0;
 	for (size_t d = 0; d < node->n_devices; d++)
 		if (node->devices[d].index == index && node->devices[d].model)
-			model = kn_mig_find(s->mig, node->devices[d].model);
+			model = kn_mig_find(cs->mig, node->devices[d].model);
 	p = model ? kn_mig_profile(model, profile) : NULL;
 	if (!p || model->compute <= 0)
 		return 0;
@@ -377,7 +394,7 @@ static void usage_fill(const struct task_usage *u, struct kn_ledger_alloc *a)
 	}
 }
 
-static int record_nodes(struct server *s, struct record *rec,
+static int record_nodes(const struct cost_state *cs, struct record *rec,
 			struct kn_error *err)
 {
 	for (size_t i = 0; i < rec->n_nodes; i++) {
@@ -395,7 +412,7 @@ static int record_nodes(struct server *s, struct record *rec,
 			json_decref(labels);
 			return -EINVAL;
 		}
-		size = sku ? kn_catalog_find(s->catalog, sku) : NULL;
+		size = sku ? kn_catalog_find(cs->catalog, sku) : NULL;
 		priced = kn_vm_size_gpu_price(size, pricing, &usd);
 		json_array_append_new(
 			rec->node_list,
@@ -444,7 +461,7 @@ static void task_alloc(const struct kn_cost_task_row *t,
 	a->end_ms = t->ended_at;
 }
 
-static int record_tasks(struct server *s, struct record *rec,
+static int record_tasks(const struct cost_state *cs, struct record *rec,
 			struct kn_error *err)
 {
 	for (size_t i = 0; i < rec->n_tasks; i++) {
@@ -453,7 +470,7 @@ static int record_tasks(struct server *s, struct record *rec,
 		struct kn_ledger_alloc a;
 
 		memset(&a, 0, sizeof(a));
-		a.milli_per_device = task_milli(s, node, t, &a.n_devices);
+		a.milli_per_device = task_milli(cs, node, t, &a.n_devices);
 		if (!node || a.milli_per_device <= 0) {
 			rec->unresolved++;
 			continue;
@@ -504,34 +521,35 @@ static int record_cpu_tasks(struct record *rec, struct kn_error *err)
 }
 
 /* Read the record from since on and fill a ledger with it. */
-static int record_load(struct server *s, int64_t since, struct record *rec,
+static int record_load(const struct cost_state *cs, int64_t since, struct record *rec,
 		       struct kn_error *err)
 {
 	memset(rec, 0, sizeof(*rec));
 	rec->node_list = json_array();
 	rec->state_list = json_array();
 	rec->alloc_list = json_array();
-	rec->ledger = kn_ledger_new(s->catalog);
-	if (kn_store_node_list(s->store, &rec->nodes, &rec->n_nodes, err) < 0 ||
-	    kn_store_node_state_list(s->store, since, &rec->states,
+	rec->ledger = kn_ledger_new(cs->catalog);
+	if (kn_store_node_list(cs->store, &rec->nodes, &rec->n_nodes, err) < 0 ||
+	    kn_store_node_state_list(cs->store, since, &rec->states,
 				     &rec->n_states, err) < 0 ||
-	    kn_store_cost_task_list(s->store, since, &rec->tasks, &rec->n_tasks,
+	    kn_store_cost_task_list(cs->store, since, &rec->tasks, &rec->n_tasks,
 				    err) < 0 ||
-	    kn_store_cost_cpu_task_list(s->store, since, &rec->cpu_tasks,
+	    kn_store_cost_cpu_task_list(cs->store, since, &rec->cpu_tasks,
 					&rec->n_cpu_tasks, err) < 0 ||
-	    kn_store_task_usage_list(s->store, since, &rec->usage_rows,
+	    kn_store_task_usage_list(cs->store, since, &rec->usage_rows,
 				     &rec->n_usage_rows, err) < 0)
 		return -EINVAL;
 	usage_group(rec);
-	if (record_nodes(s, rec, err) < 0 || record_states(rec, err) < 0 ||
-	    record_tasks(s, rec, err) < 0 || record_cpu_tasks(rec, err) < 0)
+	if (record_nodes(cs, rec, err) < 0 || record_states(rec, err) < 0 ||
+	    record_tasks(cs, rec, err) < 0 || record_cpu_tasks(rec, err) < 0)
 		return -EINVAL;
 	return 0;
 }
 
-static void cost_h_report(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param)
+static void cost_h_report(struct server *core, struct kn_http_req *req,
+			  const struct caller *c, const char *param)
 {
+	const struct cost_state *cs = service_state(core, &cost_service);
 	const char *by_text = kn_http_query(req, "by");
 	struct record rec;
 	struct kn_ledger_report *rep = NULL;
@@ -551,7 +569,7 @@ static void cost_h_report(struct server *s, struct kn_http_req *req,
 		kn_errorf(&err, KN_EINVAL, "detail", "detail must be 0 or 1");
 		goto fail;
 	}
-	if (record_load(s, since, &rec, &err) < 0 ||
+	if (record_load(cs, since, &rec, &err) < 0 ||
 	    kn_ledger_report(rec.ledger, by, since, until, &rep, &err) < 0)
 		goto fail;
 	rows = json_array();
@@ -583,9 +601,10 @@ out:
 	record_release(&rec);
 }
 
-int cost_by_job(struct server *s, int64_t since_ms, json_t **out,
+int cost_by_job(struct server *core, int64_t since_ms, json_t **out,
 		struct kn_error *err)
 {
+	const struct cost_state *cs = service_state(core, &cost_service);
 	struct kn_ledger_report *rep = NULL;
 	struct record rec;
 	int64_t now = kn_now_ms();
@@ -593,7 +612,7 @@ int cost_by_job(struct server *s, int64_t since_ms, json_t **out,
 
 	if (since_ms >= now)
 		since_ms = now - 1;
-	rc = record_load(s, since_ms, &rec, err);
+	rc = record_load(cs, since_ms, &rec, err);
 	if (rc == 0)
 		rc = kn_ledger_report(rec.ledger, KN_LEDGER_BY_JOB, since_ms,
 				      now, &rep, err);
@@ -611,7 +630,7 @@ int cost_by_job(struct server *s, int64_t since_ms, json_t **out,
 /* ---- GET /v1/cost/reservations ---- */
 
 /* Busy and up GPU time per size, from the by-node report. */
-static json_t *sku_advice(struct server *s, const struct record *rec,
+static json_t *sku_advice(const struct cost_state *cs, const struct record *rec,
 			  const struct kn_ledger_report *rep)
 {
 	json_t *list = json_array();
@@ -653,7 +672,7 @@ static json_t *sku_advice(struct server *s, const struct record *rec,
 			json_decref(names);
 			continue;
 		}
-		kn_reservation_advise(kn_catalog_find(s->catalog, sku),
+		kn_reservation_advise(kn_catalog_find(cs->catalog, sku),
 				      up > 0 ? (double)busy / (double)up : 0,
 				      &adv);
 #define PRICE(x) ((x) >= 0 ? json_real(x) : json_null())
@@ -698,7 +717,7 @@ static bool node_on_spot(const struct record *rec, const char *node)
  * theirs had done past its last checkpoint when it ended (all of it when
  * it had none): what one preemption would have cost.
  */
-static int spot_candidates(struct server *s, const struct record *rec,
+static int spot_candidates(const struct cost_state *cs, const struct record *rec,
 			   json_t **out, struct kn_error *err)
 {
 	json_t *list = json_array();
@@ -712,7 +731,7 @@ static int spot_candidates(struct server *s, const struct record *rec,
 
 		if (i > 0 && rec->tasks[i - 1].job_id == t->job_id)
 			continue; /* tasks come by job */
-		if (kn_store_job_get(s->store, t->job_id, &job, err) < 0) {
+		if (kn_store_job_get(cs->store, t->job_id, &job, err) < 0) {
 			json_decref(list);
 			return -EIO;
 		}
@@ -752,9 +771,10 @@ static int spot_candidates(struct server *s, const struct record *rec,
 	return 0;
 }
 
-static void cost_h_reservations(struct server *s, struct kn_http_req *req,
-			 const struct caller *c, const char *param)
+static void cost_h_reservations(struct server *core, struct kn_http_req *req,
+				const struct caller *c, const char *param)
 {
+	const struct cost_state *cs = service_state(core, &cost_service);
 	struct record rec;
 	struct kn_ledger_report *rep = NULL;
 	int64_t since, until;
@@ -766,10 +786,10 @@ static void cost_h_reservations(struct server *s, struct kn_http_req *req,
 	memset(&rec, 0, sizeof(rec));
 	if (query_window(req, kn_now_ms(), &since, &until) < 0)
 		goto out;
-	if (record_load(s, since, &rec, &err) < 0 ||
+	if (record_load(cs, since, &rec, &err) < 0 ||
 	    kn_ledger_report(rec.ledger, KN_LEDGER_BY_NODE, since, until, &rep,
 			     &err) < 0 ||
-	    spot_candidates(s, &rec, &spot, &err) < 0) {
+	    spot_candidates(cs, &rec, &spot, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		goto out;
 	}
@@ -777,7 +797,7 @@ static void cost_h_reservations(struct server *s, struct kn_http_req *req,
 			   json_pack("{s:I, s:I, s:o, s:o}", "since_ms",
 				     (json_int_t)since, "until_ms",
 				     (json_int_t)until, "skus",
-				     sku_advice(s, &rec, rep), "spot_candidates",
+				     sku_advice(cs, &rec, rep), "spot_candidates",
 				     spot));
 out:
 	kn_ledger_report_free(rep);
@@ -871,9 +891,10 @@ static json_t *name_json(const struct name_usage *n, int *suggestions)
 	return resources;
 }
 
-static void cost_h_rightsize(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param)
+static void cost_h_rightsize(struct server *core, struct kn_http_req *req,
+			     const struct caller *c, const char *param)
 {
+	const struct cost_state *cs = service_state(core, &cost_service);
 	struct record rec;
 	struct name_usage *names = NULL;
 	size_t n_names = 0;
@@ -886,7 +907,7 @@ static void cost_h_rightsize(struct server *s, struct kn_http_req *req,
 	memset(&rec, 0, sizeof(rec));
 	if (query_window(req, kn_now_ms(), &since, &until) < 0)
 		goto out;
-	if (record_load(s, since, &rec, &err) < 0) {
+	if (record_load(cs, since, &rec, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		goto out;
 	}

@@ -187,12 +187,9 @@ const struct kn_sched_node *deploy_run_node(struct server *s,
 /* The zone label of the node the run is bound to, or "". */
 const char *deploy_node_zone(struct server *s, const struct run *run)
 {
-	const struct kn_sched_node *n = deploy_run_node(s, run);
+	const char *zone = core_node_label(s, run->bindings[0].node, "zone");
 
-	for (size_t i = 0; i < n->n_labels; i++)
-		if (!strcmp(n->labels[i].key, "zone"))
-			return n->labels[i].value;
-	return "";
+	return zone ? zone : "";
 }
 
 /* Jobs of a deployment act as its owner (see the header comment). */

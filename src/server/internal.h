@@ -20,10 +20,12 @@
 #include "exec/exec.h"
 #include "loop/loop.h"
 #include "registry/registry.h"
+#include "sandbox/sandbox.h"
 #include "sched/sched.h"
 #include "server/caller.h"
 #include "server/jobhooks.h"
 #include "server/server.h"
+#include "server/service.h"
 #include "spec/spec.h"
 #include "store/store.h"
 
@@ -185,13 +187,12 @@ struct server {
 	struct wf_state *workflows; /* workflow runs (workflows.c) */
 	bool closing;               /* shutting down: late work is dropped */
 
-	struct backup_state *backup; /* backups (backup.c) */
+	struct server_metrics *metrics; /* GET /metrics's counts (metrics.c) */
 	struct reval_state *reval;   /* model re-validation (revalidate.c) */
 
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
-	struct kn_catalog *catalog; /* prices for the cost ledger (cost.c) */
 	struct pools *pools;        /* node pools and autoscaling (pools.c) */
 	struct usage_state *usage;  /* per-task usage sampling (usage_sampling.c) */
 	struct kn_console_grants *console; /* console logins (console.c) */
@@ -200,6 +201,12 @@ struct server {
 	char isolation[192];
 	bool isolation_ok;
 	struct kn_user_map *user_map;
+	/* Each service's own state (service.h), in kn_services' order. */
+	void *service_states[SERVICES_MAX];
+	/* As root, local tasks' users, looked up once for all their shims
+	   (NULL otherwise), and the one handed to the launch being made. */
+	struct kn_user_cache *user_cache;
+	struct kn_sandbox_user task_user;
 	struct kn_cgroup_support limits; /* what local tasks get (task_limits.c) */
 	/* What a local task whose spec names no CPUs or memory counts
 	   (--default-task-cpus, --default-task-memory). */
@@ -322,6 +329,33 @@ bool api_admit(struct kn_http_req *req, void *arg);
 bool api_follow_admitted(struct server *s, struct kn_http_req *req);
 json_t *job_to_json(struct server *s, const struct kn_job_row *j);
 
+/* ---- arrays.c: job arrays in the API ---- */
+/* An element's {id, index, first, count, parallel}. */
+json_t *array_summary_json(const struct kn_job_row *j);
+/*
+ * rows (by id) as the listing shows them: with elements false, each
+ * array one row, its id the array's, its state the busiest of its
+ * elements' and array.counts the elements' states.
+ */
+json_t *jobs_list_json(struct server *s, const struct kn_job_row *rows,
+		       size_t n, bool elements);
+/* Add counts and elements (index, id, state, attempts, exit_code,
+   reason) of j's array to array. */
+int array_elements_json(struct server *s, const struct kn_job_row *j,
+			json_t *array, struct kn_error *err);
+/* The job id of element index of array id; -ENOENT (KN_ENOTFOUND). */
+int jobs_array_element(struct server *s, int64_t id, int64_t index,
+		       int64_t *out, struct kn_error *err);
+typedef int (*array_verb_fn)(struct server *s, int64_t id, void *arg,
+			     struct kn_error *err);
+/*
+ * verb on job id, or when id names an array, on each of its elements
+ * still queued or running (an element that ends meanwhile is skipped);
+ * the first refusal stops it and is returned.
+ */
+int jobs_array_each(struct server *s, int64_t id, array_verb_fn verb,
+		    void *arg, struct kn_error *err);
+
 /* task_limits.c */
 /*
  * Which limits local tasks will get: probes the cgroup place once. Fails
@@ -349,6 +383,10 @@ enum cap {
  */
 int caps_check(struct server *s, const struct caller *c, enum cap what,
 	       int tasks, struct kn_error *err);
+/* The same for jobs jobs at once (an array's elements), each of
+   tasks_each tasks. */
+int caps_check_jobs(struct server *s, const struct caller *c, int jobs,
+		    int tasks_each, struct kn_error *err);
 /* deploy.c: how many deployments owner owns. */
 int64_t deploy_count_owned(struct server *s, const char *owner);
 
@@ -390,35 +428,25 @@ void nodes_evict_preemptible(struct server *s, size_t i, const char *why);
  */
 json_t *nodes_fragmentation(struct server *s, size_t i);
 
+/*
+ * metrics.c: what GET /metrics counts as it happens (nothing before the
+ * service starts). Placement decisions and their time; a job placed
+ * after waiting waited_ms since submission; a checkpoint upload's
+ * outcome, with the checkpoint's bytes and how long it took.
+ */
+void metrics_placement_decided(struct server *s, double seconds, bool placed);
+/* A monotonic clock in seconds, to time what the above are told. */
+double metrics_clock(void);
+void metrics_job_placed(struct server *s, int priority, int64_t waited_ms);
+void metrics_checkpoint_synced(struct server *s, bool ok, int64_t bytes,
+			       int64_t took_ms);
+
 /* scheduled_events.c */
 int events_start(struct server *s, const char *url, const char *vm_name,
 		 struct kn_events **out, struct kn_error *err);
 void events_free(struct kn_events *ev);
 
-/* blobstores.c: the stores jobs may name, and whose credential goes where */
-struct kn_blob_store;
-struct kn_blob_store_config;
-/* s->stores and s->blob_url from the config; exports the shims' scopes. */
-int blobstores_init(struct server *s, struct kn_error *err);
-void blobstores_free(struct server *s);
-/*
- * Open ref (a store's name or a URL; NULL = the default store) with the
- * credential of the store it is in, none otherwise; what no store or
- * root allows is refused, err naming field. tuning may be NULL.
- */
-int blobstores_open(const struct server *s, const char *ref,
-		    const char *field, const struct kn_blob_store_config *tuning,
-		    struct kn_blob_store **out, struct kn_error *err);
-/* The URL of ref (a store's name or a URL; NULL = the default); ref
-   itself when the stores refuse it. malloc'd. */
-char *blobstores_url(const struct server *s, const char *ref);
-/*
- * A job's checkpoint.store and inputs, as the stores allow them: 0, or
- * the refusal naming the field after "FILENAME: ".
- */
-int blobstores_check_job(const struct server *s,
-			 const struct kn_job_spec *spec, const char *filename,
-			 struct kn_error *err);
+#include "server/blobstores.h"
 
 /* feed.c: recent server events, streamed to GET /v1/events followers */
 struct feed *feed_new(struct server *s);
@@ -443,25 +471,7 @@ int monitor_start(struct server *s, struct monitor **out,
 		  struct kn_error *err);
 void monitor_free(struct monitor *m);
 
-/*
- * monitor.c: an alert the server raises itself, not by a rule (a failing
- * scheduled backup, a refused model, a failed re-validation, the
- * gateway's anomaly report): recorded like a rule's (kiln alerts), logged,
- * published on the event stream and sent to --alert-webhook, with the
- * body a rule's alert has. Firing records a new row; resolving ends the
- * one firing with the fingerprint (the caller knows one is). Returns 0,
- * or the store's error (nothing is announced then).
- */
-struct server_alert {
-	const char *rule, *severity, *fingerprint;
-	const char *summary;  /* what happened, or (resolving) what ended it */
-	json_t *labels;       /* {"name": "value", ...}; borrowed */
-	double value;
-	int64_t active_at_ms;
-	json_t *extra;        /* more fields for the body, or NULL; borrowed */
-};
-int monitor_server_alert(struct server *s, const struct server_alert *a,
-			 bool firing, struct kn_error *err);
+#include "server/server_alert.h"
 
 /* deploy.c: deployments, probes, rollouts, gateway keys and config */
 struct deployment;
@@ -639,19 +649,7 @@ int audit_anchor_write(const char *home, int64_t id, const char *hash,
 void audit_h_verify(struct server *s, struct kn_http_req *req,
 		    const struct caller *c, const char *param);
 
-/* backup.c: online backups to a blob store, on demand and scheduled */
-/* Check --backup-every, --backup-keep and --backup-to. */
-int backup_config_check(const struct kn_server_config *cfg,
-			struct kn_error *err);
-/* cost.c: the cost ledger */
-/*
- * Each job's row of the by-job ledger from since_ms to now, as GET
- * /v1/cost?by=job gives it (cost_usd counts lost work too), keyed by the
- * job id as text; jobs without GPU time have none. For a workflow run's
- * steps (workflows.c).
- */
-int cost_by_job(struct server *s, int64_t since_ms, json_t **out,
-		struct kn_error *err);
+#include "server/costsvc.h"
 
 /* server.c: node set-up, shared with the pools that add nodes later */
 /* Node n's scheduler view of its devices, this machine's CPUs and memory. */

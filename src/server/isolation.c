@@ -88,6 +88,8 @@ int isolation_start(struct server *s, struct kn_error *err)
 	} else {
 		kn_strlcpy(s->isolation, desc, sizeof(s->isolation));
 		s->isolation_ok = true;
+		if (mode == KN_SANDBOX_UID)
+			s->user_cache = kn_user_cache_new(NULL, NULL);
 	}
 	kn_log(s->isolation_ok ? KN_LOG_INFO : KN_LOG_ERROR,
 	       "task isolation: %s", s->isolation);
@@ -98,6 +100,8 @@ void isolation_stop(struct server *s)
 {
 	kn_user_map_free(s->user_map);
 	s->user_map = NULL;
+	kn_user_cache_free(s->user_cache);
+	s->user_cache = NULL;
 }
 
 int isolation_launch(struct server *s, int64_t job_id,
@@ -123,6 +127,12 @@ int isolation_launch(struct server *s, int64_t job_id,
 		kn_job_row_release(&row);
 	}
 	l->run_as = user[0] ? user : NULL;
+	if (!s->user_cache)
+		return 0;
+	if (kn_user_cache_get(s->user_cache, user[0] ? user : KN_TASK_USER,
+			      &s->task_user, err) < 0)
+		return -EINVAL;
+	l->user = &s->task_user;
 	return 0;
 }
 

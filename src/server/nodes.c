@@ -20,6 +20,32 @@ int nodes_find(const struct server *s, const char *name)
 	return -1;
 }
 
+size_t core_node_count(const struct server *s)
+{
+	return s->cluster.n_nodes;
+}
+
+const char *core_node_name(const struct server *s, size_t i)
+{
+	return s->nodes[i].name;
+}
+
+const char *core_node_state(const struct server *s, size_t i)
+{
+	return s->nodes[i].state;
+}
+
+const char *core_node_label(const struct server *s, size_t i,
+			    const char *key)
+{
+	const struct kn_sched_node *sn = &s->cluster.nodes[i];
+
+	for (size_t k = 0; k < sn->n_labels; k++)
+		if (!strcmp(sn->labels[k].key, key))
+			return sn->labels[k].value;
+	return NULL;
+}
+
 int nodes_save(struct server *s, size_t i, struct kn_error *err)
 {
 	const struct server_node *node = &s->nodes[i];

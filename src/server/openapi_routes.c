@@ -16,24 +16,33 @@ const struct oa_op oa_ops[] = {
 	 NULL, NULL, "200 json ok:boolean version:string"},
 	{"GET", "/v1/openapi.json", "this document", NULL, NULL,
 	 "200 json openapi:string info:object paths:object"},
+	{"GET", "/metrics",
+	 "the server's metrics in Prometheus text format (docs/metrics.md)",
+	 NULL, NULL, "200 text"},
 	{"GET", "/v1/whoami", "the caller's token name and role", NULL, NULL,
 	 "200 json name:string role:Role"},
 	{"POST", "/v1/jobs", "submit a job spec (YAML or JSON)",
 	 "file:string path:string hold:integer overrides:string", "yaml",
 	 "201 json job:Job; 400 error the spec is invalid (file:line:column); "
 	 "409 error the job can never fit (unless hold=1)"},
-	{"GET", "/v1/jobs", "jobs by id, oldest first (order=desc: newest)",
+	{"GET", "/v1/jobs",
+	 "jobs by id, oldest first (order=desc: newest; before=ID: only "
+	 "smaller ids); a job array is one entry (its elements' counts in "
+	 "array.counts) unless elements=1 or array=ID (that array's elements)",
 	 "state:JobState owner:string name:string limit:integer "
-	 "before:integer order:string",
-	 NULL,
-	 "200 json jobs:[Job]"},
-	{"GET", "/v1/jobs/{id}", "a job with its attempts, outputs and spec",
-	 NULL, NULL, "200 json job:Job"},
-	{"POST", "/v1/jobs/{id}/cancel", "cancel a job", NULL, NULL,
-	 "200 json job:Job"},
+	 "elements:integer array:integer before:integer order:string",
+	 NULL, "200 json jobs:[Job]"},
+	{"GET", "/v1/jobs/{id}",
+	 "a job with its attempts, outputs and spec; an array's first "
+	 "element also lists the elements; index=K: the array's element K",
+	 "index:integer", NULL, "200 json job:Job"},
+	{"POST", "/v1/jobs/{id}/cancel",
+	 "cancel a job; array=1: every element of the array it names",
+	 "array:integer", NULL, "200 json job:Job"},
 	{"POST", "/v1/jobs/{id}/evict",
-	 "preempt a running preemptible job; it resumes later",
-	 "grace:string reason:string", NULL,
+	 "preempt a running preemptible job (array=1: every running element "
+	 "of the array it names); it resumes later",
+	 "grace:string reason:string array:integer", NULL,
 	 "200 json job:Job; 409 error the job is not running or not "
 	 "preemptible"},
 	{"GET", "/v1/jobs/{id}/logs", "a task's output, or a stream of it",

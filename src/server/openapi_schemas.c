@@ -28,7 +28,8 @@ const struct oa_object oa_objects[] = {
 	 "retries_used:integer cancel_requested:boolean reason:string? "
 	 "exit_code:integer ~resources:JobResources ~spec:object "
 	 "~spec_yaml:string? ~filename:string? ~goodput:Goodput "
-	 "~outputs:[Output] ~inputs:[Input] ~attempts_detail:[Attempt]",
+	 "~outputs:[Output] ~inputs:[Input] ~attempts_detail:[Attempt] "
+	 "~array:JobArray",
 	 "{\"id\": 7, \"name\": \"hello\", \"owner\": \"admin\", "
 	 "\"state\": \"running\", \"priority\": 0, \"tasks\": 2, "
 	 "\"preemptible\": false, \"submitted_at_ms\": 1764690000000, "
@@ -37,6 +38,16 @@ const struct oa_object oa_objects[] = {
 	 "\"retries_used\": 0, \"cancel_requested\": false, "
 	 "\"reason\": null, \"exit_code\": -1, \"resources\": {\"gpus\": 1, "
 	 "\"cpus\": 0, \"memory_bytes\": 0, \"gpu_model\": []}}"},
+	{"JobArray",
+	 "A job array: id is its first element's; an element has its index, "
+	 "a listing's row the counts by state, the first element's detail "
+	 "its elements",
+	 "id:integer ~index:integer first:integer count:integer "
+	 "parallel:integer ~counts:{integer} ~elements:[ArrayElement]",
+	 NULL},
+	{"ArrayElement", "One element of a job array",
+	 "index:integer id:integer state:JobState attempts:integer "
+	 "exit_code:integer reason:string?", NULL},
 	{"JobResources", NULL,
 	 "gpus:number|string cpus:number|string memory_bytes:integer|string "
 	 "~gpu_model:[string]|string", NULL},

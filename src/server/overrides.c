@@ -12,7 +12,8 @@
 #include <string.h>
 
 static const char *const overridable[] = {
-	"name", "env", "gpus", "tasks", "priority", "preemptible", NULL,
+	"name", "env", "gpus", "tasks", "priority", "preemptible", "array",
+	NULL,
 };
 
 static bool is_overridable(const char *key)
@@ -77,7 +78,7 @@ int job_overrides_apply(struct kn_job_spec **spec, const char *text,
 			continue;
 		rc = kn_errorf(err, KN_EINVAL, "overrides",
 			       "overrides: \"%.64s\" cannot be overridden (name, "
-			       "env, gpus, tasks, priority, preemptible can)",
+			       "env, gpus, tasks, priority, preemptible, array can)",
 			       key);
 		json_decref(overrides);
 		return rc;

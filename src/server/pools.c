@@ -371,8 +371,9 @@ int pools_start(struct server *s, struct kn_error *err)
 
 double pools_gpu_price(struct server *s, const struct pool *p)
 {
+	const struct kn_catalog *catalog = cost_catalog(s);
 	const struct kn_vm_size *size =
-		s->catalog ? kn_catalog_find(s->catalog, p->spec.sku) : NULL;
+		catalog ? kn_catalog_find(catalog, p->spec.sku) : NULL;
 	double usd;
 
 	if (!size || !kn_vm_size_price(size, p->spec.spot ? KN_PRICING_SPOT

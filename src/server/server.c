@@ -356,9 +356,34 @@ static int setup_nodes(struct server *s, struct kn_error *err)
  */
 const struct service *const kn_services[] = {
 	&pools_service,    &cost_service,      &backup_service, &deploy_service,
-	&models_service,   &workflows_service, &reval_service,  &console_service,
-	NULL,
+	&models_service,   &workflows_service, &reval_service,  &metrics_service,
+	&console_service,  NULL,
 };
+
+_Static_assert(sizeof(kn_services) / sizeof(kn_services[0]) <=
+		       SERVICES_MAX + 1,
+	       "more services than SERVICES_MAX slots");
+
+/* The slot of v in s->service_states: v's index in kn_services. */
+static void **service_slot(struct server *s, const struct service *v)
+{
+	size_t i = 0;
+
+	while (kn_services[i] != v)
+		i++;
+	return &s->service_states[i];
+}
+
+void *service_state(struct server *core, const struct service *v)
+{
+	return *service_slot(core, v);
+}
+
+void service_state_set(struct server *core, const struct service *v,
+		       void *state)
+{
+	*service_slot(core, v) = state;
+}
 
 /* Register every service's job hooks, in table order. */
 static void services_hook(struct server *s)
@@ -543,9 +568,59 @@ static int policy_choose(struct server *s, struct kn_error *err)
 	return rc;
 }
 
-static int backup_check_step(struct server *s, struct kn_error *err)
+struct kn_store *core_store(struct server *s)
 {
-	return backup_config_check(&s->cfg, err);
+	return s->store;
+}
+
+struct kn_loop *core_loop(struct server *s)
+{
+	return s->loop;
+}
+
+struct kn_workers *core_workers(struct server *s)
+{
+	return s->workers;
+}
+
+const struct kn_server_config *core_config(const struct server *s)
+{
+	return &s->cfg;
+}
+
+const char *core_home(const struct server *s)
+{
+	return s->home;
+}
+
+const char *core_blob_url(const struct server *s)
+{
+	return s->blob_url;
+}
+
+bool core_closing(const struct server *s)
+{
+	return s->closing;
+}
+
+const struct kn_mig_table *core_mig(const struct server *s)
+{
+	return s->mig;
+}
+
+/* Each service's own options, in table order. */
+static int services_config_check(struct server *s, struct kn_error *err)
+{
+	for (size_t i = 0; kn_services[i]; i++) {
+		int rc;
+
+		if (!kn_services[i]->config_check)
+			continue;
+		rc = kn_services[i]->config_check(&s->cfg, err);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
 }
 
 /* Before any service starts: the services that own jobs answer the job
@@ -610,7 +685,7 @@ static int events_step(struct server *s, struct kn_error *err)
  * phase names.
  */
 static int (*const start_steps[])(struct server *s, struct kn_error *err) = {
-	backup_check_step,
+	services_config_check,
 	executors_create, /* s->exec, chosen by --executor */
 	limits_start,
 	policy_choose,

@@ -181,9 +181,12 @@ const struct kn_option *kn_server_options(size_t *n);
  * one else: it may hold secrets and says which keys sign. Returns
  * -ENOENT (err filled) when there is no such file, -EPERM for a file
  * others could have written, -EINVAL with "FILE:LINE:COLUMN: KEY: ..."
- * for what is wrong inside.
+ * for what is wrong inside. With origins (one per row of
+ * kn_server_options(), or NULL) each option's position in the file is
+ * recorded, {0, 0} where the file does not set it.
  */
 int kn_server_config_load(struct kn_server_config *cfg, const char *path,
+			  struct kn_option_origin *origins,
 			  struct kn_error *err);
 
 /*

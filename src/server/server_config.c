@@ -316,6 +316,7 @@ void kn_server_config_release(struct kn_server_config *cfg)
 }
 
 int kn_server_config_load(struct kn_server_config *cfg, const char *path,
+			  struct kn_option_origin *origins,
 			  struct kn_error *err)
 {
 	struct kn_server_conf sections = {0};
@@ -329,7 +330,7 @@ int kn_server_config_load(struct kn_server_config *cfg, const char *path,
 		return rc;
 	rc = kn_server_conf_parse(text, len, path, server_options,
 				  N_SERVER_OPTIONS, cfg,
-				  &cfg->strings, &sections, err);
+				  &cfg->strings, &sections, origins, err);
 	free(text);
 	if (rc)
 		return rc;

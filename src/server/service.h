@@ -18,6 +18,7 @@
 #include "base/base.h"
 #include "server/caller.h"
 #include "server/jobhooks.h"
+#include "server/server.h"
 
 struct server;
 struct kn_http_req;
@@ -48,6 +49,10 @@ enum service_phase {
 struct service {
 	const char *name;
 	enum service_phase phase;
+	/* Check the service's options with the others, before anything
+	   starts; err names the option. NULL: none of its own. */
+	int (*config_check)(const struct kn_server_config *cfg,
+			    struct kn_error *err);
 	/* Returns 0, or a negative errno with err: the server does not
 	   start. NULL: nothing to start. */
 	int (*start)(struct server *s, struct kn_error *err);
@@ -70,7 +75,7 @@ struct service {
 /* The services, in server.c's table order. */
 extern const struct service pools_service, cost_service, backup_service,
 	deploy_service, models_service, workflows_service, reval_service,
-	console_service;
+	metrics_service, console_service;
 
 /* The job core's routes and the server's own (api.c). */
 extern const struct route api_routes[];
@@ -78,6 +83,19 @@ extern const size_t api_n_routes;
 
 /* server.c's table: NULL-terminated. */
 extern const struct service *const kn_services[];
+
+/* More than the table holds; a fixed bound keeps the slots inline. */
+#define SERVICES_MAX 16
+
+/*
+ * A service's own state: the server keeps one slot per service and
+ * never looks inside, so only the service's files know its type. The
+ * service fills its slot in start and empties it in stop; its handlers
+ * find it here. NULL before start.
+ */
+void *service_state(struct server *core, const struct service *v);
+void service_state_set(struct server *core, const struct service *v,
+		       void *state);
 
 /* Tell every service, in table order, that alias of model moved. */
 void services_alias_moved(struct server *s, const char *model,

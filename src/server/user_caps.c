@@ -58,27 +58,42 @@ static int over(struct kn_error *err, const struct caller *c, int64_t have,
 			 c->name, (long long)have, what, flag, (long long)cap);
 }
 
+int caps_check_jobs(struct server *s, const struct caller *c, int jobs,
+		    int tasks_each, struct kn_error *err)
+{
+	int64_t queued, in_flight, tasks = (int64_t)jobs * tasks_each;
+
+	count_jobs(s, c->name, &queued, &in_flight);
+	if (queued + jobs > s->cfg.max_queued_jobs)
+		return jobs == 1 ? over(err, c, queued, "queued jobs",
+					"--max-queued-jobs-per-user",
+					s->cfg.max_queued_jobs)
+				 : kn_errorf(err, KN_ELIMIT, "array",
+					     "%s has %lld queued jobs and this "
+					     "array adds %d, more than one "
+					     "user may have (kiln server "
+					     "--max-queued-jobs-per-user %lld)",
+					     c->name, (long long)queued, jobs,
+					     (long long)s->cfg.max_queued_jobs);
+	if (in_flight + tasks > s->cfg.max_tasks)
+		return kn_errorf(err, KN_ELIMIT, "tasks",
+				 "%s has %lld tasks queued or running and this "
+				 "%s adds %lld, more than one user may have "
+				 "(kiln server --max-tasks-per-user %lld)",
+				 c->name, (long long)in_flight,
+				 jobs == 1 ? "job" : "array", (long long)tasks,
+				 (long long)s->cfg.max_tasks);
+	return 0;
+}
+
 int caps_check(struct server *s, const struct caller *c, enum cap what,
 	       int tasks, struct kn_error *err)
 {
-	int64_t queued, in_flight, have;
+	int64_t have;
 
 	switch (what) {
 	case CAP_JOB:
-		count_jobs(s, c->name, &queued, &in_flight);
-		if (queued >= s->cfg.max_queued_jobs)
-			return over(err, c, queued, "queued jobs",
-				    "--max-queued-jobs-per-user",
-				    s->cfg.max_queued_jobs);
-		if (in_flight + tasks > s->cfg.max_tasks)
-			return kn_errorf(
-				err, KN_ELIMIT, "tasks",
-				"%s has %lld tasks queued or running and this "
-				"job adds %d, more than one user may have "
-				"(kiln server --max-tasks-per-user %lld)",
-				c->name, (long long)in_flight, tasks,
-				(long long)s->cfg.max_tasks);
-		return 0;
+		return caps_check_jobs(s, c, 1, tasks, err);
 	case CAP_DEPLOYMENT:
 		have = deploy_count_owned(s, c->name);
 		return have >= s->cfg.max_deployments

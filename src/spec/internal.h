@@ -254,6 +254,13 @@ void spec_free_strv(char **v, size_t n);
 /* Affinity operators by enum kn_affinity_op, NULL-terminated. */
 extern const char *const spec_affinity_ops[];
 
+/* --- array.c ------------------------------------------------------------ */
+/* `array:`: target is the struct kn_job_spec. */
+int spec_read_array(struct walk *w, struct fy_node *node, void *target);
+/* The mapping form's fields, for "did you mean". */
+#define SPEC_ARRAY_FIELDS 2
+extern const struct field spec_array_fields[SPEC_ARRAY_FIELDS];
+
 /* --- job_json.c ---------------------------------------------------------- */
 
 json_t *spec_json_string_or_null(const char *s);

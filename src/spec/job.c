@@ -918,6 +918,11 @@ int kn_job_spec_check_step_job(const struct kn_job_spec *job,
 			       const char *filename, size_t step,
 			       const char *workflow, struct kn_error *err)
 {
+	if (job->array.count)
+		return kn_errorf(err, KN_EINVAL, "array",
+				 "%s: array: a workflow's job runs as one job "
+				 "(steps[%zu] of %s); an array is submitted on "
+				 "its own", filename, step, workflow);
 	/* As an inline job's (refuse_step_job_inputs): one list per step. */
 	if (!job->n_inputs)
 		return 0;
@@ -949,6 +954,7 @@ enum {
 	JF_PLACEMENT,
 	JF_IMAGE,
 	JF_INPUTS,
+	JF_ARRAY,
 	JF_COUNT
 };
 
@@ -994,6 +1000,8 @@ static const struct field job_fields[JF_COUNT] = {
 		      .offset = offsetof(struct kn_job_spec, image)},
 	[JF_INPUTS] = {.name = "inputs", .type = FT_CUSTOM,
 		       .read = read_inputs},
+	[JF_ARRAY] = {.name = "array", .type = FT_CUSTOM,
+		      .read = spec_read_array},
 };
 
 _Static_assert(JF_COUNT <= MAX_FIELDS, "MAX_FIELDS");
@@ -1002,6 +1010,7 @@ const struct section *spec_job_sections(size_t *n)
 {
 	static const struct section all[] = {
 		{"", job_fields, ARRAY_SIZE(job_fields)},
+		{"array", spec_array_fields, SPEC_ARRAY_FIELDS},
 		{"resources", resource_fields, ARRAY_SIZE(resource_fields)},
 		{"checkpoint", checkpoint_fields,
 		 ARRAY_SIZE(checkpoint_fields)},
@@ -1084,6 +1093,11 @@ int spec_read_job_or_file(struct walk *w, struct fy_node *node,
 	rc = spec_walk_mapping(w, node, fields, JF_COUNT, *job, seen);
 	if (rc)
 		return rc;
+	if (seen[JF_ARRAY])
+		return spec_fail_at_pair(w, seen[JF_ARRAY], "array",
+					 "a %s's job runs as one job; an "
+					 "array is submitted on its own",
+					 owner);
 	return spec_check_backoff(w, *job, seen[JF_BACKOFF],
 				  seen[JF_BACKOFF_MAX]);
 }

@@ -212,6 +212,12 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 		terms_json(pl->preferred, pl->n_preferred, true));
 	if (spec->image)
 		json_object_set_new(doc, "image", json_string(spec->image));
+	if (spec->array.count)
+		json_object_set_new(doc, "array",
+				    json_pack("{s:i, s:i, s:i}", "first",
+					      spec->array.first, "count",
+					      spec->array.count, "parallel",
+					      spec->array.parallel));
 	if (res->pids)
 		json_object_set_new(json_object_get(doc, "resources"), "pids",
 				    json_integer(res->pids));
@@ -328,6 +334,17 @@ char *kn_job_spec_to_input_text(const struct kn_job_spec *spec,
 		"placement", input_placement(&spec->placement));
 	if (spec->workdir)
 		json_object_set_new(o, "workdir", json_string(spec->workdir));
+	if (spec->array.count) {
+		const struct kn_job_array *a = &spec->array;
+		char range[48];
+		int len = snprintf(range, sizeof(range), "%d-%d", a->first,
+				   a->first + a->count - 1);
+
+		if (a->parallel)
+			snprintf(range + len, sizeof(range) - (size_t)len,
+				 "%%%d", a->parallel);
+		json_object_set_new(o, "array", json_string(range));
+	}
 	if (spec->n_inputs) {
 		json_t *inputs = json_array();
 

@@ -512,7 +512,18 @@ struct conf_read {
 	struct kn_server_conf conf;
 	struct fy_node *seen[MAX_OPTIONS + 3]; /* options, signers, stores,
 						  tls */
+	struct kn_option_origin where[MAX_OPTIONS]; /* the options' keys */
 };
+
+/* The key for slot is given: remember where, for twice() and origins. */
+static void mark_seen(struct conf_read *c, size_t slot, struct fy_node *key)
+{
+	c->seen[slot] = key;
+	if (slot < c->n_opts &&
+	    !spec_scalar_position(key, &c->where[slot].line,
+				  &c->where[slot].column))
+		c->where[slot] = (struct kn_option_origin){1, 1};
+}
 
 /* One option's value: scalars as text, lists item by item. */
 static int read_option(struct walk *w, struct conf_read *c,
@@ -543,6 +554,10 @@ static int read_option(struct walk *w, struct conf_read *c,
 	rc = spec_classify(w, node, &v);
 	if (rc)
 		return rc;
+	/* ~ is how a string without a value is shown: the default holds. */
+	if (v.kind == V_NULL &&
+	    (o->kind == KN_OPT_STRING || o->kind == KN_OPT_PATH))
+		return 0;
 	if (o->kind == KN_OPT_BOOL && v.kind != V_BOOL) {
 		char got[GOT_BUF];
 
@@ -589,50 +604,77 @@ static int twice(struct walk *w, struct conf_read *c, size_t slot,
 			      line, col);
 }
 
+/* The keys of a tls: mapping and the options they stand for. */
+static const struct {
+	const char *key, *option;
+} tls_keys[] = {
+	{"cert", "tls-cert"},
+	{"key", "tls-key"},
+	{"client_ca", "tls-client-ca"},
+	{"client_roles", "tls-client-role"},
+	{"self_signed", "tls-self-signed"},
+	{"insecure", "insecure"},
+};
+
+/* "cert, key, ...": the tls: keys this program's options have. */
+static void tls_key_names(const struct conf_read *c, char *buf, size_t size)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < ARRAY_SIZE(tls_keys) && used < size; i++)
+		if (kn_option_find(c->opts, c->n_opts, tls_keys[i].option))
+			used += (size_t)snprintf(buf + used, size - used,
+						 "%s%s", used ? ", " : "",
+						 tls_keys[i].key);
+}
+
+/* The option a tls: key stands for in this program, or NULL. */
+static const struct kn_option *tls_option(const struct conf_read *c,
+					  const char *key)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(tls_keys); i++)
+		if (!strcmp(key, tls_keys[i].key))
+			return kn_option_find(c->opts, c->n_opts,
+					      tls_keys[i].option);
+	return NULL;
+}
+
 /*
  * tls: {cert, key, client_ca, client_roles, self_signed, insecure}: the
  * tls-* options (and insecure) grouped, each read as that option; one
- * given both ways is given twice.
+ * given both ways is given twice. A program offers the keys whose
+ * options it has.
  */
 static int read_tls(struct walk *w, struct conf_read *c, struct fy_node *node)
 {
 	struct fy_node_pair *pair;
 	void *iter = NULL;
+	char keys[128];
 	struct value v;
 	int rc = spec_classify(w, node, &v);
 
 	if (rc)
 		return rc;
+	tls_key_names(c, keys, sizeof(keys));
 	if (v.kind != V_MAP)
-		return spec_fail(w, node, "a mapping of cert, key, client_ca, "
-				 "client_roles, self_signed, insecure");
+		return spec_fail(w, node, "a mapping of %s", keys);
 	while ((pair = fy_node_mapping_iterate(node, &iter))) {
 		struct fy_node *key = fy_node_pair_key(pair);
-		const struct kn_option *o = NULL;
-		char name[64];
+		const struct kn_option *o;
 		size_t mark;
 
 		if ((rc = spec_read_key(w, key, &v)))
 			return rc;
-		if (strlen(v.text) < 32) {
-			snprintf(name, sizeof(name), "%s%s",
-				 strcmp(v.text, "insecure") ? "tls-" : "",
-				 strcmp(v.text, "client_roles") ? v.text
-							       : "client_role");
-			for (char *p = name; *p; p++)
-				*p = *p == '_' ? '-' : *p;
-			o = kn_option_find(c->opts, c->n_opts, name);
-		}
+		o = tls_option(c, v.text);
 		if (!o) {
 			spec_path_push_field(w, v.text);
-			return spec_fail_bare(w, key, "unknown key \"%s\" (cert, "
-					      "key, client_ca, client_roles, "
-					      "self_signed, insecure)",
-					      v.text);
+			return spec_fail_bare(w, key, "unknown key \"%s\" (%s)",
+					      v.text, keys);
 		}
 		if (c->seen[o - c->opts])
 			return twice(w, c, (size_t)(o - c->opts), key, v.text);
-		c->seen[o - c->opts] = key;
+		mark_seen(c, (size_t)(o - c->opts), key);
 		mark = spec_path_push_field(w, v.text);
 		if ((rc = read_option(w, c, o, fy_node_pair_value(pair))))
 			return rc;
@@ -666,7 +708,7 @@ static int read_pair(struct walk *w, struct conf_read *c,
 		return unknown_key(w, c, key, v.text);
 	if (c->seen[slot])
 		return twice(w, c, slot, key, v.text);
-	c->seen[slot] = key;
+	mark_seen(c, slot, key);
 	mark = spec_path_push_field(w, v.text);
 	w->key = key;
 	if (o) {
@@ -723,7 +765,8 @@ static int read_conf_root(struct walk *w, struct fy_node *root, void *obj)
 static int conf_parse(const char *text, size_t len, const char *filename,
 		      const struct kn_option *opts, size_t n_opts,
 		      void *target, struct kn_strpool *pool,
-		      struct kn_server_conf *out, struct kn_error *err)
+		      struct kn_server_conf *out,
+		      struct kn_option_origin *origins, struct kn_error *err)
 {
 	struct conf_read *c;
 	int rc;
@@ -739,6 +782,8 @@ static int conf_parse(const char *text, size_t len, const char *filename,
 	c->sections = out != NULL;
 	rc = spec_parse_document(text, len, filename, NULL, read_conf_root, c,
 				 err);
+	if (rc == 0 && origins)
+		memcpy(origins, c->where, n_opts * sizeof(*origins));
 	if (rc == 0 && out)
 		*out = c->conf;
 	else
@@ -750,17 +795,19 @@ static int conf_parse(const char *text, size_t len, const char *filename,
 int kn_server_conf_parse(const char *text, size_t len, const char *filename,
 			 const struct kn_option *opts, size_t n_opts,
 			 void *target, struct kn_strpool *pool,
-			 struct kn_server_conf *out, struct kn_error *err)
+			 struct kn_server_conf *out,
+			 struct kn_option_origin *origins, struct kn_error *err)
 {
 	return conf_parse(text, len, filename, opts, n_opts, target, pool,
-			  out, err);
+			  out, origins, err);
 }
 
 int kn_option_conf_parse(const char *text, size_t len, const char *filename,
 			 const struct kn_option *opts, size_t n_opts,
 			 void *target, struct kn_strpool *pool,
+			 struct kn_option_origin *origins,
 			 struct kn_error *err)
 {
 	return conf_parse(text, len, filename, opts, n_opts, target, pool,
-			  NULL, err);
+			  NULL, origins, err);
 }

@@ -22,6 +22,9 @@
 #define KN_SPEC_MAX_TASKS 1024
 #define KN_SPEC_MAX_PRIORITY 1000
 #define KN_SPEC_MAX_RETRIES 100
+/* Elements of one job array: each is a job row, a queue entry and a spec
+   in the server's memory, so one submit may not add more than this. */
+#define KN_SPEC_MAX_ARRAY 10000
 #define KN_MILLI 1000 /* resources.gpus and cpus are stored in thousandths */
 /* Whole GPUs per task: the most one machine carries. */
 #define KN_SPEC_MAX_GPUS 8
@@ -124,6 +127,28 @@ struct kn_job_input {
    one recorded for the job's first attempt (retrying is no use). */
 #define KN_INPUT_CHANGED_PREFIX "input changed: "
 
+/*
+ * A job array: count independent elements with indexes first ..
+ * first + count - 1, at most parallel running at once (0 = no limit).
+ * count 0 means the job is not an array. The server sets job_id (the
+ * first element's id) and index on each element's own copy.
+ */
+struct kn_job_array {
+	int first;
+	int count;
+	int parallel;
+	int64_t job_id; /* 0 until the server made the elements */
+	int index;
+};
+
+/*
+ * Read "A-B" or "A-B%P" (Slurm's --array form: indexes A..B, at most P at
+ * once) into *out. 0, or -EINVAL with why filled (what is wrong, without
+ * position); *out is written only on success.
+ */
+int kn_job_array_parse(const char *text, struct kn_job_array *out, char *why,
+		       size_t why_len);
+
 struct kn_job_spec {
 	char *name;        /* required: [a-z0-9][a-z0-9-_.]{0,62} */
 	char **command;    /* required, argv, NULL-terminated, >= 1 element */
@@ -147,6 +172,7 @@ struct kn_job_spec {
 	char *image;
 	struct kn_job_input *inputs; /* `inputs:`, or NULL */
 	size_t n_inputs;
+	struct kn_job_array array; /* `array:`; count 0 = a single job */
 };
 
 /*
@@ -541,23 +567,34 @@ struct kn_server_conf {
 	size_t n_stores;
 };
 
+/* Where a config file set an option: its key's line and column (from 1),
+   both 0 when the file did not set it. */
+struct kn_option_origin {
+	int line, column;
+};
+
 /*
  * Parse a server config file: a mapping whose keys are the options'
  * names, read with kn_option_set into target, and the sections signers:
- * and stores: into *out. An empty file is no options.
- * Errors are "FILE:LINE:COLUMN: KEY: message". *out is written only on
- * success; target may be half-set on failure.
+ * and stores: into *out. The tls-* options (and insecure) may also be
+ * given grouped as tls: {cert, key, client_ca, ...}. An empty file is no
+ * options. With origins (n_opts of them, or NULL) each option's key
+ * position is recorded. Errors are "FILE:LINE:COLUMN: KEY: message".
+ * *out and origins are written only on success; target may be half-set
+ * on failure.
  */
 int kn_server_conf_parse(const char *text, size_t len, const char *filename,
 			 const struct kn_option *opts, size_t n_opts,
 			 void *target,
 			 struct kn_strpool *pool, struct kn_server_conf *out,
+			 struct kn_option_origin *origins,
 			 struct kn_error *err);
 void kn_server_conf_release(struct kn_server_conf *conf);
 /* The same for a file of options alone (no sections). */
 int kn_option_conf_parse(const char *text, size_t len, const char *filename,
 			 const struct kn_option *opts, size_t n_opts,
 			 void *target, struct kn_strpool *pool,
+			 struct kn_option_origin *origins,
 			 struct kn_error *err);
 
 #endif

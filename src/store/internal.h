@@ -48,6 +48,7 @@ enum stmt_id {
 	STMT_JOB_INSERT,
 	STMT_JOB_GET,
 	STMT_JOB_UPDATE,
+	STMT_JOB_ARRAY_HEAD,
 	STMT_JOB_LIST_ALL,
 	STMT_JOB_LIST_STATE,
 	STMT_JOB_LIST_ACTIVE,
@@ -124,6 +125,8 @@ enum stmt_id {
 	STMT_IDEM_GET,
 	STMT_IDEM_PUT,
 	STMT_IDEM_EXPIRE,
+	STMT_JOB_STATE_COUNTS,
+	STMT_ATTEMPT_GOODPUT,
 	STMT_COUNT,
 };
 
@@ -140,6 +143,8 @@ struct kn_store {
 	char head_hash[KN_AUDIT_HASH_HEX_LEN + 1];
 	kn_store_audit_head_cb on_head;
 	void *on_head_arg;
+	kn_store_commit_cb on_commit; /* kn_store_on_commit, or NULL */
+	void *on_commit_arg;
 };
 
 /* ---- column tables ---- */

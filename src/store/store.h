@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 15
+#define KN_STORE_SCHEMA_VERSION 16
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -66,6 +66,16 @@ int kn_store_open_reader(const char *path, struct kn_store **out,
 int kn_store_begin(struct kn_store *st, struct kn_error *err);
 int kn_store_commit(struct kn_store *st, struct kn_error *err);
 void kn_store_rollback(struct kn_store *st);
+/*
+ * Called after each transaction's COMMIT (not a savepoint's) with how
+ * long it took in seconds, failed or not: the fsync a write waits for.
+ * Transactions are those of kn_store_begin and of the write calls that
+ * open their own (those with an audit row); a single-statement write
+ * SQLite commits by itself is not seen. cb NULL stops the calls.
+ */
+typedef void (*kn_store_commit_cb)(void *arg, double seconds);
+void kn_store_on_commit(struct kn_store *st, kn_store_commit_cb cb,
+			void *arg);
 
 /* ---- audit ---- */
 
@@ -264,6 +274,9 @@ struct kn_job_row {
 	bool cancel_requested;
 	char *reason;         /* why queued / why it ended, may be NULL */
 	int exit_code;        /* of the last attempt, -1 = none */
+	int64_t array_id;     /* an array's element: the array's (its first
+				 element's) id; 0 = a single job */
+	int array_index;      /* an element's index in its array */
 };
 void kn_job_row_release(struct kn_job_row *j);
 
@@ -271,6 +284,14 @@ void kn_job_row_release(struct kn_job_row *j);
 int kn_store_job_insert(struct kn_store *st, const struct kn_job_row *j,
 			const struct kn_audit *a, int64_t *out_id,
 			struct kn_error *err);
+/*
+ * A job array: count rows like j, with array_index first .. first +
+ * count - 1, consecutive ids, and array_id the first one's, which
+ * *out_id receives; one audit row (a's) names the array. All or nothing.
+ */
+int kn_store_job_insert_array(struct kn_store *st, const struct kn_job_row *j,
+			      int first, int count, const struct kn_audit *a,
+			      int64_t *out_id, struct kn_error *err);
 /* -ENOENT (KN_ENOTFOUND, "job N not found") when missing. */
 int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
 		     struct kn_error *err);
@@ -289,6 +310,7 @@ struct kn_job_filter {
 	const char *name;   /* NULL = any */
 	int limit;          /* 0 = no limit */
 	bool with_spec;     /* also read spec_yaml/spec_json */
+	int64_t array_id;   /* only this array's elements; 0 = any job */
 	int64_t before_id;  /* > 0: only jobs with a smaller id (a page) */
 	bool newest_first;  /* by id descending */
 };
@@ -298,6 +320,14 @@ int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 		      struct kn_job_row **out, size_t *n,
 		      struct kn_error *err);
 void kn_job_list_free(struct kn_job_row *rows, size_t n);
+
+/* How many jobs are in each state, and every attempt's goodput summed. */
+struct kn_job_totals {
+	int64_t by_state[KN_JOB_PREEMPTED + 1]; /* by enum kn_job_state */
+	int64_t useful_ms, lost_ms;             /* task-milliseconds */
+};
+int kn_store_job_totals(struct kn_store *st, struct kn_job_totals *out,
+			struct kn_error *err);
 
 struct kn_attempt_row {
 	int64_t job_id;

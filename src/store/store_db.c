@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 /*
@@ -505,6 +506,29 @@ static void committed(struct kn_store *st, int rc)
 	st->head_dirty = false;
 }
 
+/* COMMIT the open transaction, timed for the commit watcher. */
+static int run_commit(struct kn_store *st, struct kn_error *err)
+{
+	struct timespec a, b;
+	int rc;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	rc = store_run(st, st->stmt[STMT_COMMIT], "committing", err);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	if (st->on_commit)
+		st->on_commit(st->on_commit_arg,
+			      (double)(b.tv_sec - a.tv_sec) +
+				      (double)(b.tv_nsec - a.tv_nsec) / 1e9);
+	return rc;
+}
+
+void kn_store_on_commit(struct kn_store *st, kn_store_commit_cb cb,
+			void *arg)
+{
+	st->on_commit = cb;
+	st->on_commit_arg = arg;
+}
+
 /* Finish what write_begin started: commit on success, else roll back. */
 int write_end(struct kn_store *st, bool own, int rc,
 		     struct kn_error *err)
@@ -512,7 +536,7 @@ int write_end(struct kn_store *st, bool own, int rc,
 	if (!own)
 		return rc;
 	if (rc == 0)
-		rc = store_run(st, st->stmt[STMT_COMMIT], "committing", err);
+		rc = run_commit(st, err);
 	if (rc < 0)
 		rollback_open(st);
 	committed(st, rc);
@@ -613,7 +637,7 @@ int kn_store_commit(struct kn_store *st, struct kn_error *err)
 			st->nested--;
 		return rc;
 	}
-	rc = store_run(st, st->stmt[STMT_COMMIT], "committing", err);
+	rc = run_commit(st, err);
 	if (rc < 0)
 		rollback_open(st);
 	committed(st, rc);
@@ -649,11 +673,16 @@ static int pragma_int(sqlite3 *db, const char *sql, int *out)
 	return rc;
 }
 
+static bool disk_full(sqlite3 *db)
+{
+	return (sqlite3_errcode(db) & 0xff) == SQLITE_FULL ||
+	       kn_errcode_for_write(-sqlite3_system_errno(db)) == KN_ENOSPACE;
+}
+
 /* Opening failed: say so plainly when its disk is full. */
 static int open_failed(sqlite3 *db, const char *path, struct kn_error *err)
 {
-	if ((sqlite3_errcode(db) & 0xff) == SQLITE_FULL ||
-	    kn_errcode_for_write(-sqlite3_system_errno(db)) == KN_ENOSPACE)
+	if (disk_full(db))
 		return kn_errorf(err, KN_ENOSPACE, NULL,
 				 "%s: no space left on its disk (%s); free "
 				 "some and start again", path,
@@ -671,8 +700,8 @@ static int set_wal(sqlite3 *db, const char *path, struct kn_error *err)
 
 	if (rc == SQLITE_OK)
 		rc = sqlite3_step(s);
-	if (rc != SQLITE_ROW &&
-	    kn_errcode_for_write(-sqlite3_system_errno(db)) == KN_ENOSPACE) {
+	/* A new file on a full disk fails here first, as SQLITE_FULL. */
+	if (rc != SQLITE_ROW && disk_full(db)) {
 		ret = open_failed(db, path, err);
 	} else if (rc != SQLITE_ROW) {
 		ret = kn_errorf(err, KN_EIO, NULL,

@@ -8,11 +8,12 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define JOB_COLUMNS                                                         \
 	"id, name, owner, state, priority, tasks, filename, submitted_at,"  \
 	" started_at, ended_at, not_before, attempts, retries_used,"        \
-	" cancel_requested, reason, exit_code"
+	" cancel_requested, reason, exit_code, array_id, array_index"
 
 #define J(field, type) STORE_COL_AS(struct kn_job_row, field, #field, type)
 /* JOB_COLUMNS, then the two spec columns. */
@@ -25,6 +26,7 @@ static const struct store_col JOB_COLS[] = {
 	J(not_before, STORE_INT),   J(attempts, STORE_INT),
 	J(retries_used, STORE_INT), J(cancel_requested, STORE_INT),
 	J(reason, STORE_TEXT),      J(exit_code, STORE_INT),
+	J(array_id, STORE_INT),     J(array_index, STORE_INT),
 	J(spec_yaml, STORE_TEXT),   J(spec_json, STORE_TEXT),
 };
 #undef J
@@ -35,8 +37,11 @@ static const char SQL_JOB_INSERT[] =
 	"INSERT INTO jobs (name, owner, state, priority, tasks, filename,"
 	" submitted_at, started_at, ended_at, not_before, attempts,"
 	" retries_used, cancel_requested, reason, exit_code, spec_yaml,"
-	" spec_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-	" ?12, ?13, ?14, ?15, ?16, ?17)";
+	" spec_json, array_id, array_index) VALUES (?1, ?2, ?3, ?4, ?5, ?6,"
+	" ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
+/* An array's first element names the array: its own id. */
+static const char SQL_JOB_ARRAY_HEAD[] =
+	"UPDATE jobs SET array_id = id WHERE id = ?1";
 static const char SQL_JOB_GET[] =
 	"SELECT " JOB_COLUMNS ", spec_yaml, spec_json FROM jobs WHERE id = ?1";
 static const char SQL_JOB_UPDATE[] =
@@ -46,7 +51,8 @@ static const char SQL_JOB_UPDATE[] =
 /*
  * Three listings share their parameters so one binder serves them all:
  * ?1 owner, ?2 name, ?3 with_spec, ?4 limit (-1 = none), ?7 the id to
- * list below (NULL = none), and ?5 (?6) the state(s). Each leads with
+ * list below (NULL = none), ?8 one array's elements (0 = any job) and
+ * ?5 (?6) the state(s). Each leads with
  * the condition its index serves: all jobs by id, one state through
  * jobs_by_state, the active states through the same index. Each comes
  * oldest first and newest first, so a page of the newest jobs reads
@@ -59,7 +65,7 @@ static const char SQL_JOB_UPDATE[] =
 	" FROM jobs"
 #define JOB_LIST_TAIL                                                    \
 	" AND (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR name = ?2)"  \
-	" AND (?7 IS NULL OR id < ?7)"
+	" AND (?7 IS NULL OR id < ?7) AND (?8 = 0 OR array_id = ?8)"
 #define JOB_LIST_ASC JOB_LIST_TAIL " ORDER BY id LIMIT ?4"
 #define JOB_LIST_DESC JOB_LIST_TAIL " ORDER BY id DESC LIMIT ?4"
 #define JOB_LIST_ALL JOB_LIST_SELECT " WHERE 1"
@@ -181,10 +187,17 @@ static const char SQL_JOB_INPUT_LIST[] =
 	"SELECT job_id, name, url, sha256, size, attempt, recorded_at"
 	" FROM job_inputs WHERE job_id = ?1 ORDER BY name";
 
+static const char SQL_JOB_STATE_COUNTS[] =
+	"SELECT state, COUNT(*) FROM jobs GROUP BY state";
+static const char SQL_ATTEMPT_GOODPUT[] =
+	"SELECT COALESCE(SUM(useful_ms), 0), COALESCE(SUM(lost_ms), 0)"
+	" FROM attempts";
+
 const struct store_stmt store_job_stmts[] = {
 	{STMT_JOB_INSERT, SQL_JOB_INSERT, NULL},
 	{STMT_JOB_GET, SQL_JOB_GET, &JOB_ROW},
 	{STMT_JOB_UPDATE, SQL_JOB_UPDATE, NULL},
+	{STMT_JOB_ARRAY_HEAD, SQL_JOB_ARRAY_HEAD, NULL},
 	{STMT_JOB_LIST_ALL, SQL_JOB_LIST_ALL, &JOB_ROW},
 	{STMT_JOB_LIST_STATE, SQL_JOB_LIST_STATE, &JOB_ROW},
 	{STMT_JOB_LIST_ACTIVE, SQL_JOB_LIST_ACTIVE, &JOB_ROW},
@@ -201,6 +214,8 @@ const struct store_stmt store_job_stmts[] = {
 	{STMT_JOB_REVISION_GET, SQL_JOB_REVISION_GET, NULL},
 	{STMT_JOB_INPUT_PUT, SQL_JOB_INPUT_PUT, NULL},
 	{STMT_JOB_INPUT_LIST, SQL_JOB_INPUT_LIST, &JOB_INPUT_ROW},
+	{STMT_JOB_STATE_COUNTS, SQL_JOB_STATE_COUNTS, NULL},
+	{STMT_ATTEMPT_GOODPUT, SQL_ATTEMPT_GOODPUT, NULL},
 	{0},
 };
 
@@ -231,9 +246,47 @@ int kn_store_job_insert(struct kn_store *st, const struct kn_job_row *j,
 	    bind_i64(s, 12, j->retries_used) ||
 	    bind_i64(s, 13, j->cancel_requested) ||
 	    bind_text(s, 14, j->reason) || bind_i64(s, 15, j->exit_code) ||
-	    bind_text(s, 16, j->spec_yaml) || bind_text(s, 17, j->spec_json))
+	    bind_text(s, 16, j->spec_yaml) || bind_text(s, 17, j->spec_json) ||
+	    bind_i64(s, 18, j->array_id) || bind_i64(s, 19, j->array_index))
 		return bind_fail(st, s, w.what, err);
 	return store_write(st, s, &w, a, out_id, err);
+}
+
+int kn_store_job_insert_array(struct kn_store *st, const struct kn_job_row *j,
+			      int first, int count, const struct kn_audit *a,
+			      int64_t *out_id, struct kn_error *err)
+{
+	struct kn_job_row e = *j;
+	int64_t head = 0, id = 0;
+	bool own;
+	int rc = write_begin(st, &own, err);
+
+	for (int i = 0; rc == 0 && i < count; i++) {
+		e.array_id = head;
+		e.array_index = first + i;
+		/* The audit row, once, names the array by its first id. */
+		rc = kn_store_job_insert(st, &e, NULL, &id, err);
+		if (rc == 0 && i == 0)
+			head = id;
+	}
+	if (rc == 0) {
+		sqlite3_stmt *s = st->stmt[STMT_JOB_ARRAY_HEAD];
+		char object[32];
+		struct kn_audit row = a ? *a : (struct kn_audit){0};
+
+		if (bind_i64(s, 1, head))
+			rc = bind_fail(st, s, "naming a job array", err);
+		else
+			rc = store_run(st, s, "naming a job array", err);
+		snprintf(object, sizeof(object), "job/%" PRId64, head);
+		row.object = object;
+		if (rc == 0)
+			rc = audit_write(st, a ? &row : NULL, NULL, err);
+	}
+	rc = write_end(st, own, rc, err);
+	if (rc == 0)
+		*out_id = head;
+	return rc;
 }
 
 int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
@@ -314,7 +367,8 @@ int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 	    bind_i64(s, 3, f->with_spec) ||
 	    bind_i64(s, 4, f->limit > 0 ? f->limit : -1) ||
 	    (f->before_id > 0 ? bind_i64(s, 7, f->before_id)
-			      : sqlite3_bind_null(s, 7)))
+			      : sqlite3_bind_null(s, 7)) ||
+	    bind_i64(s, 8, f->array_id))
 		return bind_fail(st, s, what, err);
 	return store_list(st, s, &JOB_ROW, what, out, n, err);
 none:
@@ -530,4 +584,33 @@ int kn_store_job_input_list(struct kn_store *st, int64_t job_id,
 void kn_job_input_list_free(struct kn_job_input_row *rows, size_t n)
 {
 	store_rows_free(&JOB_INPUT_ROW, rows, n);
+}
+
+/* ---- totals ---- */
+
+int kn_store_job_totals(struct kn_store *st, struct kn_job_totals *out,
+			struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_JOB_STATE_COUNTS];
+	const char *what = "counting jobs by state";
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	while ((rc = step_row(st, s, what, err)) == 1) {
+		int state = kn_job_state_parse(
+			(const char *)sqlite3_column_text(s, 0));
+		if (state >= 0 && state <= KN_JOB_PREEMPTED)
+			out->by_state[state] = sqlite3_column_int64(s, 1);
+	}
+	stmt_done(s);
+	if (rc < 0)
+		return rc;
+	s = st->stmt[STMT_ATTEMPT_GOODPUT];
+	rc = step_row(st, s, "summing goodput", err);
+	if (rc == 1) {
+		out->useful_ms = sqlite3_column_int64(s, 0);
+		out->lost_ms = sqlite3_column_int64(s, 1);
+	}
+	stmt_done(s);
+	return rc < 0 ? rc : 0;
 }

@@ -420,6 +420,15 @@ static const char SQL_SCHEMA_V15[] =
 	"CREATE INDEX idempotency_keys_created ON idempotency_keys"
 	" (created_at);";
 
+/*
+ * v16: job arrays. Each element is a job; array_id is its array's first
+ * element's id (0 for a single job), array_index its index.
+ */
+static const char SQL_SCHEMA_V16[] =
+	"ALTER TABLE jobs ADD COLUMN array_id INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE jobs ADD COLUMN array_index INTEGER NOT NULL DEFAULT 0;"
+	"CREATE INDEX jobs_by_array ON jobs (array_id) WHERE array_id != 0;";
+
 const char *const store_migrations[] = {
 	SQL_SCHEMA_V1,
 	SQL_SCHEMA_V2,
@@ -436,6 +445,7 @@ const char *const store_migrations[] = {
 	SQL_SCHEMA_V13,
 	SQL_SCHEMA_V14,
 	SQL_SCHEMA_V15,
+	SQL_SCHEMA_V16,
 };
 _Static_assert(sizeof(store_migrations) / sizeof(store_migrations[0]) ==
 		       KN_STORE_SCHEMA_VERSION,

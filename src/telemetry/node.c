@@ -50,6 +50,34 @@ static int read_under(const char *root, const char *rel, bool optional,
 
 /* ---- CPU, load, boot time: /proc/stat, /proc/loadavg ---- */
 
+/* /proc/stat's kernel counters (-1: the line was absent). */
+static int write_kernel_counters(const long long *v, struct kn_buf *out)
+{
+	static const struct {
+		const char *name, *type, *help;
+	} fam[] = {
+		{"node_context_switches_total", "counter",
+		 "Total number of context switches."},
+		{"node_forks_total", "counter", "Total number of forks."},
+		{"node_intr_total", "counter",
+		 "Total number of interrupts serviced."},
+		{"node_procs_running", "gauge",
+		 "Number of processes in runnable state."},
+		{"node_procs_blocked", "gauge",
+		 "Number of processes blocked waiting for I/O to complete."},
+	};
+	int rc;
+
+	for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]); i++)
+		if (v[i] >= 0 &&
+		    ((rc = kn_prom_family(out, fam[i].name, fam[i].type,
+					  fam[i].help)) < 0 ||
+		     (rc = kn_prom_sample(out, fam[i].name, NULL,
+					  (double)v[i])) < 0))
+			return rc;
+	return 0;
+}
+
 static int write_stat(const char *root, struct kn_buf *out,
 		      struct kn_error *err)
 {
@@ -61,6 +89,9 @@ static int write_stat(const char *root, struct kn_buf *out,
 	char *text = NULL, *line, *save = NULL;
 	double ticks = (double)sysconf(_SC_CLK_TCK);
 	long long btime = -1;
+	/* ctxt, processes, the first intr column, procs_running,
+	   procs_blocked: node_exporter's stat collector's other series. */
+	long long kernel[5] = {-1, -1, -1, -1, -1};
 	bool started = false;
 	int rc, lineno = 0;
 
@@ -73,7 +104,12 @@ static int write_stat(const char *root, struct kn_buf *out,
 		char cpu_label[16];
 
 		lineno++;
-		if (sscanf(line, "btime %lld", &btime) == 1)
+		if (sscanf(line, "btime %lld", &btime) == 1 ||
+		    sscanf(line, "ctxt %lld", &kernel[0]) == 1 ||
+		    sscanf(line, "processes %lld", &kernel[1]) == 1 ||
+		    sscanf(line, "intr %lld", &kernel[2]) == 1 ||
+		    sscanf(line, "procs_running %lld", &kernel[3]) == 1 ||
+		    sscanf(line, "procs_blocked %lld", &kernel[4]) == 1)
 			continue;
 		if (strncmp(line, "cpu", 3) || line[3] < '0' || line[3] > '9')
 			continue;
@@ -105,6 +141,8 @@ static int write_stat(const char *root, struct kn_buf *out,
 				  "Node boot time, in unixtime.")) < 0 ||
 	     (rc = kn_prom_sample(out, "node_boot_time_seconds", NULL,
 				  (double)btime)) < 0))
+		goto full;
+	if ((rc = write_kernel_counters(kernel, out)) < 0)
 		goto full;
 	rc = 0;
 	goto out;
@@ -560,7 +598,8 @@ int kn_node_collect(const struct kn_node_options *opt, struct kn_buf *out,
 {
 	int rc;
 
-	if ((rc = write_stat(opt->root, out, err)) < 0 ||
+	if ((rc = kn_node_identity(opt->root, kn_now_ms(), out, err)) < 0 ||
+	    (rc = write_stat(opt->root, out, err)) < 0 ||
 	    (rc = write_loadavg(opt->root, out, err)) < 0 ||
 	    (rc = write_meminfo(opt->root, out, err)) < 0 ||
 	    (rc = write_netdev(opt->root, out, err)) < 0 ||

@@ -110,3 +110,71 @@ int kn_prom_sample(struct kn_buf *out, const char *name,
 		return rc;
 	return kn_buf_append(out, "\n", 1);
 }
+
+void kn_prom_histogram_init(struct kn_prom_histogram *h,
+			    const double *bounds, size_t n)
+{
+	memset(h, 0, sizeof(*h));
+	h->bounds = bounds;
+	h->n_bounds = n < KN_PROM_BOUNDS_MAX ? n : KN_PROM_BOUNDS_MAX;
+}
+
+void kn_prom_histogram_observe(struct kn_prom_histogram *h, double v)
+{
+	size_t i = 0;
+
+	while (i < h->n_bounds && v > h->bounds[i])
+		i++;
+	h->counts[i]++;
+	h->sum += v;
+	h->count++;
+}
+
+int kn_prom_histogram_write(struct kn_buf *out, const char *name,
+			    const char *const *labels,
+			    const struct kn_prom_histogram *h)
+{
+	enum { PAIRS_MAX = 6 };
+	const char *with_le[2 * (PAIRS_MAX + 1) + 1];
+	char le[32], series[160];
+	size_t n = 0;
+	uint64_t cum = 0;
+	int rc;
+
+	while (labels && labels[n] && n < 2 * PAIRS_MAX) {
+		with_le[n] = labels[n];
+		n++;
+	}
+	if (labels && labels[n])
+		return -EINVAL;
+	with_le[n] = "le";
+	with_le[n + 1] = le;
+	with_le[n + 2] = NULL;
+	if (snprintf(series, sizeof(series), "%s_bucket", name) >=
+	    (int)sizeof(series))
+		return -EINVAL;
+	for (size_t i = 0; i <= h->n_bounds; i++) {
+		cum += h->counts[i];
+		if (i < h->n_bounds)
+			snprintf(le, sizeof(le), "%.17g", h->bounds[i]);
+		else
+			kn_strlcpy(le, "+Inf", sizeof(le));
+		/* The shortest text that reads back as the bound. */
+		for (int d = 1; i < h->n_bounds && d < 17; d++) {
+			char t[32];
+			snprintf(t, sizeof(t), "%.*g", d, h->bounds[i]);
+			if (strtod(t, NULL) == h->bounds[i]) {
+				kn_strlcpy(le, t, sizeof(le));
+				break;
+			}
+		}
+		if ((rc = kn_prom_sample(out, series, with_le,
+					 (double)cum)) < 0)
+			return rc;
+	}
+	snprintf(series, sizeof(series), "%s_sum", name);
+	if ((rc = kn_prom_sample(out, series, labels, h->sum)) < 0)
+		return rc;
+	snprintf(series, sizeof(series), "%s_count", name);
+	return kn_prom_sample(out, series, labels, (double)h->count);
+}

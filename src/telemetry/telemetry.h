@@ -46,6 +46,28 @@ int kn_prom_family(struct kn_buf *out, const char *name, const char *type,
 int kn_prom_sample(struct kn_buf *out, const char *name,
 		   const char *const *labels, double value);
 
+/* A histogram: at most this many bucket bounds (+Inf is implied). */
+#define KN_PROM_BOUNDS_MAX 16
+struct kn_prom_histogram {
+	const double *bounds; /* ascending upper bounds, not +Inf */
+	size_t n_bounds;
+	uint64_t counts[KN_PROM_BOUNDS_MAX + 1]; /* per bucket, last: +Inf */
+	double sum;
+	uint64_t count;
+};
+/* Empty, with n (at most KN_PROM_BOUNDS_MAX) bounds that outlive h. */
+void kn_prom_histogram_init(struct kn_prom_histogram *h,
+			    const double *bounds, size_t n);
+void kn_prom_histogram_observe(struct kn_prom_histogram *h, double v);
+/*
+ * name_bucket (cumulative, le last among labels), name_sum and
+ * name_count samples of h; labels as kn_prom_sample's, at most 6 pairs.
+ * The family's HELP and TYPE (histogram) come first, from the caller.
+ */
+int kn_prom_histogram_write(struct kn_buf *out, const char *name,
+			    const char *const *labels,
+			    const struct kn_prom_histogram *h);
+
 /* ---- node metrics (procfs, sysfs) ---- */
 
 /* Mount points to report; NULL-terminated. NULL: every real filesystem. */
@@ -55,8 +77,9 @@ struct kn_node_options {
 };
 
 /*
- * Append node_exporter's families for CPU (node_cpu_seconds_total),
- * load, boot time, memory (every /proc/meminfo field as
+ * Append node_exporter's families for identity (kn_node_identity), CPU
+ * (node_cpu_seconds_total), load, boot time, kernel counters
+ * (context switches, forks, interrupts, processes), memory (every /proc/meminfo field as
  * node_memory_<Field>_bytes), network (node_network_*_total per device),
  * disks (node_disk_*) and filesystems (node_filesystem_*) to out.
  * A missing /proc/stat or /proc/meminfo is an error naming the file; the
@@ -64,6 +87,14 @@ struct kn_node_options {
  */
 int kn_node_collect(const struct kn_node_options *opt, struct kn_buf *out,
 		    struct kn_error *err);
+
+/*
+ * Append node_exporter's identity series: node_uname_info, node_time_seconds
+ * (now_ms) and, when root has an os-release file, node_os_info and
+ * node_os_version. kn_node_collect includes them.
+ */
+int kn_node_identity(const char *root, int64_t now_ms, struct kn_buf *out,
+		     struct kn_error *err);
 
 /* /proc/meminfo's MemTotal in bytes. */
 int kn_node_mem_total(const char *root, int64_t *out, struct kn_error *err);

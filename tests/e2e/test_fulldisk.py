@@ -242,3 +242,59 @@ def test_a_server_that_cannot_open_its_store_says_why(small_home, tmp_path):
         server.stop()
     finally:
         end_all(server, small_home)
+
+
+def test_a_new_store_on_a_full_disk_says_why(small_home, tmp_path):
+    """A home with room for the server's lock but not for a new store: the
+    server exits 1 naming the store's file and the full disk, and starts
+    once there is room."""
+    filler = small_home / "filler"
+    server = Server(small_home)
+    server.log = tmp_path / "server.log"
+    try:
+        fill(filler)
+        os.truncate(filler, filler.stat().st_size - 4096)
+        res = subprocess.run([KILN, "server", "--listen", "127.0.0.1:0"],
+                             env=dict(os.environ, KILN_HOME=str(small_home)),
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 1, res.stderr
+        assert (f"{small_home}/kiln.db: no space left on its disk"
+                in res.stderr), res.stderr
+        filler.unlink()
+        server.start()
+        server.stop()
+    finally:
+        end_all(server, small_home)
+
+
+def test_a_store_it_may_not_write_is_named(tmp_path):
+    """A store file on a read-only mount: the server exits 1 naming the
+    file and the reason, not a crash, and starts once it may write."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    server = Server(home)
+    server.log = tmp_path / "server.log"
+    db = home / "kiln.db"
+    mounted = False
+    try:
+        server.start()
+        server.stop()
+        subprocess.run(["mount", "--bind", str(db), str(db)], check=True)
+        mounted = True
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(db)],
+                       check=True)
+        res = subprocess.run([KILN, "server", "--listen", "127.0.0.1:0"],
+                             env=dict(os.environ, KILN_HOME=str(home)),
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 1, res.stderr
+        assert f"{db}: Read-only file system" in res.stderr, res.stderr
+        subprocess.run(["umount", str(db)], check=True)
+        mounted = False
+        server.start()
+        server.stop()
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(db)], check=False)
+        end_all(server, home)

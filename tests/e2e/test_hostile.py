@@ -201,6 +201,47 @@ def test_second_server_on_a_home_is_refused(hostile_servers):
     assert whoami(s).status_code == 200
 
 
+def signer_key(tmp_path, kind):
+    """A signer's key file that cannot sign, and the reason expected."""
+    key = tmp_path / "release"
+    if kind == "missing":
+        return key, "No such file or directory"
+    if kind == "directory":
+        key.mkdir(mode=0o700)
+        return key, "is a directory owned by uid"
+    subprocess.run([KILN, "model", "keygen", "--out", str(key)], check=True,
+                   capture_output=True)
+    if kind == "short":
+        key.write_bytes(key.read_bytes()[:40])
+        return key, "not a PEM private key"
+    if kind == "empty":
+        key.write_bytes(b"")
+        return key, "not a PEM private key"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-out",
+                    str(key)], check=True, capture_output=True)
+    key.chmod(0o600)
+    return key, "not an Ed25519 key"
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "short", "empty",
+                                  "rsa"])
+def test_a_signer_key_that_cannot_sign_stops_the_server(tmp_path, kind):
+    home = tmp_path / "home"
+    home.mkdir()
+    key, why = signer_key(tmp_path, kind)
+    conf = tmp_path / "server.yaml"
+    conf.write_text(f"signers:\n  - name: release\n    key-file: {key}\n"
+                    "    roles: [admin]\n")
+    conf.chmod(0o600)
+    res = subprocess.run([KILN, "server", "--home", str(home), "--listen",
+                          "127.0.0.1:0", "--config", str(conf)],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 1, res.stderr
+    assert f"signer release: {key}" in res.stderr, res.stderr
+    assert why in res.stderr, res.stderr
+    assert not (home / "server.url").exists()
+
+
 def test_restore_target_held_is_refused(tmp_path):
     home = tmp_path / "restored"
     home.mkdir()

@@ -77,7 +77,10 @@ def test_install_lays_out_binary_data_docs_units_and_config(prefix):
     data = {p.name for p in (prefix / "share" / "kiln").iterdir()}
     assert {"azure-gpu-skus.csv", "azure-cpu-skus.csv", "gpu-perf.csv",
             "gpu-products.csv", "mig-profiles.csv", "model-presets.csv",
-            "alert-rules.yaml"} <= data
+            "alert-rules.yaml", "dashboards"} <= data
+    dashboards = prefix / "share" / "kiln" / "dashboards"
+    assert (dashboards / "kiln-control-plane.json").is_file()
+    assert (dashboards / "rules" / "kiln.yml").is_file()
     pages = {p.name for p in (prefix / "share" / "man" / "man1").iterdir()}
     assert {"kiln.1", "kiln-server.1", "kiln-submit.1", "kiln-gateway.1",
             "kiln-exporter.1"} <= pages
@@ -389,3 +392,60 @@ def test_unpacked_deb_runs_and_its_units_verify(deb, tmp_path):
     assert ("ExecStart=/usr/bin/kiln server --config "
             "/etc/kiln/server.yaml") in unit
     verify_units(root, root / "lib" / "systemd" / "system")
+
+
+def dockerfile_instructions(path):
+    """[(INSTRUCTION, arguments)] of a Dockerfile: comments dropped,
+    continued lines joined."""
+    out, line = [], ""
+    for raw in path.read_text().splitlines():
+        if not line and (not raw.strip() or raw.lstrip().startswith("#")):
+            continue
+        if raw.endswith("\\"):
+            line += raw[:-1] + " "
+            continue
+        word, _, rest = (line + raw).strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        line = ""
+    assert not line, "a continued line at the end"
+    return out
+
+
+def test_dockerfile_builds_on_what_the_package_installs(deb, tmp_path):
+    """No container engine runs here, so the image is checked against the
+    package: the base is the Debian release its Depends name, the .deb
+    copied is the one built, the entry point is a file it installs, and
+    the default command is one the packaged kiln accepts as it stands."""
+    import json
+    steps = dockerfile_instructions(SOURCE / "dist" / "Dockerfile")
+    args = dict(a.split("=", 1) for w, a in steps if w == "ARG")
+    one = {w: a for w, a in steps}
+    assert [w for w, _ in steps].count("FROM") == 1
+    assert one["FROM"].startswith("debian:12"), one["FROM"]
+    assert args["KILN_DEB"] == deb.name
+    assert one["COPY"] == "${KILN_DEB} /tmp/kiln.deb"
+    assert "apt-get install" in one["RUN"] and "/tmp/kiln.deb" in one["RUN"]
+    listing = subprocess.run(["dpkg-deb", "-c", str(deb)], check=True,
+                             capture_output=True, text=True).stdout
+    entry = json.loads(one["ENTRYPOINT"])
+    assert f" .{entry[0]}\n" in listing, entry
+    # The user owns the home it runs in, and it is KILN_HOME.
+    user = one["USER"].split(":")[0]
+    home = one["ENV"].split("=", 1)[1]
+    assert one["ENV"].startswith("KILN_HOME=") and one["WORKDIR"] == home
+    assert f"install -d -m 0700 -o {user} -g {user} {home}" in one["RUN"]
+    # The default command, run by the packaged binary: accepted as is.
+    cmd = json.loads(one["CMD"])
+    root = tmp_path / "root"
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    res = run(root / entry[0].lstrip("/"), *entry[1:], *cmd,
+              "--print-config", cwd=tmp_path,
+              env=clean_env(KILN_HOME=str(tmp_path / "home")))
+    assert res.returncode == 0, res.stderr
+    listen = dict(l.split(": ", 1) for l in res.stdout.splitlines()
+                  if not l.startswith("#"))["listen"]
+    assert listen.split("  #")[0].strip('"').rsplit(":", 1)[1] == \
+        one["EXPOSE"]
+    # The shim image's initContainer copies kiln out with --install.
+    res = run(root / "usr" / "bin" / "kiln", "shim", "--help", cwd=tmp_path)
+    assert "--install DIR" in res.stdout + res.stderr

@@ -283,6 +283,14 @@ def test_owner_maps_to_unix_user(tmp_path):
         assert log.strip() == "nobody", log
         _, job, log = run_job(s, "bob", "id -un", bob)
         assert log.strip() == TASK_USER, log
+        # The server looked each user up for the shim.
+        for jid, user in ((1, NOBODY), (2, pwd.getpwnam(TASK_USER))):
+            launch = json.loads((s.home / "tasks" / str(jid) / "1" / "0" /
+                                 "launch.json").read_text())
+            assert launch["user"] == {
+                "name": user.pw_name, "uid": user.pw_uid,
+                "gid": user.pw_gid,
+                "groups": os.getgrouplist(user.pw_name, user.pw_gid)}
     finally:
         s.stop()
 
@@ -358,3 +366,63 @@ def test_task_cannot_replace_the_shims_files(iso):
         assert f"kept {f}" in log and f"not linked {f}" in log, log
     assert "end" in log
     assert iso.admin_token not in log
+
+
+def shim_alone(tmp_path, script, **launch):
+    """`kiln shim --dir` as root on a launch.json like the server's."""
+    task = tmp_path / "home" / "tasks" / "1" / "1" / "0"
+    task.mkdir(parents=True)
+    doc = {"argv": ["/bin/sh", "-c", script], "env": [],
+           "home": str(tmp_path / "home"), "timeout_ms": 30000,
+           "grace_ms": 1000, **launch}
+    (task / "launch.json").write_text(json.dumps(doc))
+    return task
+
+
+@pytest.mark.parametrize("user,why", [
+    ({"name": "root", "uid": 0, "gid": 0, "groups": [0]},
+     "tasks may not run as uid 0 (root): root or the server's own"),
+    ({"name": TASK_USER, "uid": os.getuid(), "gid": 4242, "groups": []},
+     "the server's own"),
+    ({"name": TASK_USER, "uid": 4242, "gid": 4242, "groups": [4242, 0]},
+     f"tasks may not run as {TASK_USER}: in group 0"),
+    ({"name": TASK_USER, "uid": 4242, "gid": -5, "groups": []},
+     "launch.json: user.gid: not a gid"),
+])
+def test_shim_refuses_a_launch_user_of_root_or_the_server(tmp_path, user,
+                                                         why):
+    """The user the server looked up is taken without a lookup, so the
+    shim checks it: root's or the server's ids never run a task."""
+    marker = tmp_path / "ran"
+    task = shim_alone(tmp_path, f"touch {marker}", user=user)
+    res = subprocess.run([KILN, "shim", "--dir", str(task)], timeout=60,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    status = json.loads((task / "status.json").read_text())
+    assert status["exit_code"] == 127 and why in status["reason"], status
+    assert why in (task / "output.log").read_text()
+    assert not marker.exists()
+    # Refused before anything was given to the user.
+    assert task.stat().st_uid == 0
+
+
+def test_shim_reads_no_user_database(tmp_path):
+    """Given the server's lookup, the shim opens neither /etc/passwd nor
+    /etc/group nor nscd's socket, and the task still becomes the user."""
+    task_user = pwd.getpwnam(TASK_USER)
+    user = {"name": TASK_USER, "uid": task_user.pw_uid,
+            "gid": task_user.pw_gid,
+            "groups": os.getgrouplist(TASK_USER, task_user.pw_gid)}
+    task = shim_alone(tmp_path, "id -u; id -g", user=user)
+    trace = tmp_path / "trace"
+    # The shim's own calls only (no -f): its task may look users up.
+    res = subprocess.run(["strace", "-qq", "-e", "trace=%file,connect",
+                          "-o", str(trace), KILN, "shim", "--dir", str(task)],
+                         timeout=60, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    log = (task / "output.log").read_text().split()
+    assert log == [str(task_user.pw_uid), str(task_user.pw_gid)], log
+    calls = trace.read_text()
+    assert "launch.json" in calls
+    for name in ("/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "nscd"):
+        assert name not in calls, calls

@@ -417,15 +417,14 @@ def test_cli_and_python_against_a_self_signed_server(tmp_path):
         kill_processes_under(home)
 
 
-def test_exporter_over_https_with_client_certificates(tmp_path, pki):
+def exporter_wants_client_certificates(tmp_path, pki, args):
+    """An exporter started with args serves HTTPS with the pki's server
+    certificate and answers only a scraper with a client certificate."""
     log = tmp_path / "exporter.log"
     env = dict(os.environ, KILN_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
     with open(log, "wb") as f:
-        proc = subprocess.Popen(
-            [KILN, "exporter", "--listen", "127.0.0.1:0", "--tls-cert",
-             str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
-             "--tls-client-ca", str(pki / "client-ca.pem")],
-            env=env, stdout=f, stderr=f)
+        proc = subprocess.Popen([KILN, "exporter", *map(str, args)],
+                                env=env, stdout=f, stderr=f)
     try:
         m = wait_for(lambda: re.search(r"https://127\.0\.0\.1:(\d+)/metrics",
                                        log.read_text()) or
@@ -441,6 +440,13 @@ def test_exporter_over_https_with_client_certificates(tmp_path, pki):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, log.read_text()
+
+
+def test_exporter_over_https_with_client_certificates(tmp_path, pki):
+    exporter_wants_client_certificates(tmp_path, pki, [
+        "--listen", "127.0.0.1:0", "--tls-cert", pki / "server.pem",
+        "--tls-key", pki / "server.key", "--tls-client-ca",
+        pki / "client-ca.pem"])
 
 
 def test_gateway_front_over_https_and_reload(tmp_path, pki):
@@ -477,6 +483,83 @@ def test_gateway_front_over_https_and_reload(tmp_path, pki):
     finally:
         g.stop()
         up.kill()
+
+
+def write_config(path, text):
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+def test_gateway_and_exporter_take_the_servers_tls_section(tmp_path, pki):
+    """gateway.yaml and exporter.yaml group the TLS settings under tls:
+    as server.yaml does, and serve HTTPS from them."""
+    from test_gateway import Gateway, Upstream, deployment, key, routes
+    home = tmp_path / "gw"
+    home.mkdir()
+    up = Upstream("chat").start()
+    (home / "routes.json").write_text(__import__("json").dumps(routes(
+        [deployment("chat", [up])], [key("app", "sk-app", ["chat"])])))
+    cfg = write_config(home / "gateway.yaml",
+                       f"routes: {home / 'routes.json'}\n"
+                       "tls:\n"
+                       f"  cert: {pki / 'server.pem'}\n"
+                       f"  key: {pki / 'server.key'}\n")
+    g = Gateway(home, ["--config", str(cfg)]).start()
+    try:
+        assert g.url.startswith("https://127.0.0.1:")
+        r = g.call("sk-app", "chat", verify=str(pki / "ca.pem"))
+        assert r.status_code == 200 and r.json()["served_by"] == "chat"
+    finally:
+        g.stop()
+        up.kill()
+    xcfg = write_config(tmp_path / "exporter.yaml",
+                        "listen: 127.0.0.1:0\n"
+                        "tls:\n"
+                        f"  cert: {pki / 'server.pem'}\n"
+                        f"  key: {pki / 'server.key'}\n"
+                        f"  client_ca: {pki / 'client-ca.pem'}\n")
+    exporter_wants_client_certificates(tmp_path, pki, ["--config", xcfg])
+
+
+def test_tls_section_errors_name_file_line_column_and_key(tmp_path):
+    """A key the command does not have is refused with the ones it has;
+    one given both ways is given twice; a value of the wrong shape names
+    the section."""
+    cases = [
+        ("gateway", "tls:\n  cert: /a.pem\n  client_ca: /ca.pem\n",
+         ':3:3: unknown key "client_ca" (cert, key, insecure)'),
+        ("exporter", "tls:\n  cert: /a.pem\n  self_signed: true\n",
+         ':3:3: unknown key "self_signed" (cert, key, client_ca, insecure)'),
+        ("gateway", "tls-cert: /a.pem\ntls:\n  cert: /b.pem\n",
+         ":3:3: cert: given twice (first at 1:1)"),
+        ("exporter", "tls: /a.pem\n",
+         ":1:6: tls: a mapping of cert, key, client_ca, insecure"),
+        ("gateway", "tls:\n  insecure: maybe\n",
+         ":2:13: tls.insecure: must be true or false"),
+    ]
+    for cmd, text, want in cases:
+        cfg = write_config(tmp_path / f"{cmd}.yaml", text)
+        res = run(KILN, cmd, "--config", str(cfg), "--print-config")
+        assert res.returncode == 2, (text, res.stdout)
+        assert f"{cfg}{want}" in res.stderr, (text, res.stderr)
+
+
+def test_insecure_in_a_config_file_allows_plain_off_loopback(tmp_path):
+    """Plain HTTP off loopback is refused naming the setting, and allowed
+    when the file says insecure: true (at the top or under tls:)."""
+    for cmd, text in (("gateway", "insecure: true\n"),
+                      ("exporter", "tls:\n  insecure: true\n")):
+        cfg = write_config(tmp_path / f"{cmd}.yaml",
+                           f"listen: 0.0.0.0:0\n{text}")
+        res = run(KILN, cmd, "--config", str(cfg), "--print-config")
+        assert res.returncode == 0, res.stderr
+        assert re.search(rf"^insecure: true  # {re.escape(str(cfg))}:\d+:\d+$",
+                         res.stdout, re.M), res.stdout
+        cfg.write_text("listen: 0.0.0.0:0\n")
+        res = run(KILN, cmd, "--config", str(cfg), "--print-config")
+        assert res.returncode == 2, res.stdout
+        assert "insecure" in res.stderr and "listen" in res.stderr
 
 
 def test_gateway_polls_a_tls_server_it_trusts(tmp_path):

@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&err, 0, sizeof(err));
 	if (kn_server_conf_parse((const char *)data, size, "fuzz.yaml", opts,
 				 sizeof(opts) / sizeof(opts[0]), &t, &pool,
-				 &conf, &err) != 0) {
+				 &conf, NULL, &err) != 0) {
 		if (conf.n_signers != 7 || strncmp(err.message, "fuzz.yaml", 9))
 			abort();
 		kn_strpool_release(&pool);

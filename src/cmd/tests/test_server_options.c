@@ -142,7 +142,7 @@ static void test_file_sets_the_flags_fields(void **state)
 
 	(void)state;
 	kn_server_config_init(&cfg);
-	assert_int_equal(kn_server_config_load(&cfg, path, &err), 0);
+	assert_int_equal(kn_server_config_load(&cfg, path, NULL, &err), 0);
 	assert_string_equal(cfg.listen_host, "::1");
 	assert_int_equal(cfg.listen_port, 7171);
 	assert_int_equal(cfg.health_interval_ms, 0);
@@ -165,14 +165,14 @@ static void test_file_others_may_write_is_refused(void **state)
 
 	(void)state;
 	kn_server_config_init(&cfg);
-	assert_int_equal(kn_server_config_load(&cfg, path, &err), -EPERM);
+	assert_int_equal(kn_server_config_load(&cfg, path, NULL, &err), -EPERM);
 	assert_non_null(strstr(err.message, "mode 0620 lets others write"));
 	assert_int_equal(cfg.listen_port, 7070);
 	kn_server_config_release(&cfg);
 	remove_config(path);
 
 	kn_server_config_init(&cfg);
-	assert_int_equal(kn_server_config_load(&cfg, "/nonexistent/kiln.yaml",
+	assert_int_equal(kn_server_config_load(&cfg, "/nonexistent/kiln.yaml", NULL,
 					       &err), -ENOENT);
 	kn_server_config_release(&cfg);
 }
@@ -186,7 +186,7 @@ static void test_checks_span_file_and_flags(void **state)
 
 	(void)state;
 	kn_server_config_init(&cfg);
-	assert_int_equal(kn_server_config_load(&cfg, path, &err), 0);
+	assert_int_equal(kn_server_config_load(&cfg, path, NULL, &err), 0);
 	assert_int_equal(kn_server_config_check(&cfg, &err), -EINVAL);
 	assert_non_null(strstr(err.message, "--sim-node cannot be combined"));
 	kn_server_config_release(&cfg);

@@ -23,6 +23,7 @@
 
 #include "exec/exec.h"
 #include "exec/internal.h"
+#include "sandbox/sandbox.h"
 #include "spec/spec.h"
 
 static void test_simulated_devices(void **state)
@@ -232,14 +233,18 @@ static char *read_log(const char *dir, const char *name)
 	return text;
 }
 
-/* The device nodes travel to the shim in launch.json's "devices". */
-static void test_launch_carries_devices(void **state)
+/*
+ * The device nodes travel to the shim in launch.json's "devices", the
+ * server's lookup of the task's user in "user".
+ */
+static void test_launch_carries_devices_and_user(void **state)
 {
 	char *dir = make_task_dir(), *path = kn_asprintf("%s/launch.json", dir);
 	char *argv[] = {"/bin/true", NULL};
 	char *devices[] = {"/dev/nvidia2", "/dev/nvidiactl", NULL};
+	const struct kn_sandbox_user u = {"kiln-task", 999, 995, {995, 44}, 2};
 	struct kn_task_launch l = {.task_dir = dir, .argv = argv,
-				   .devices = devices};
+				   .devices = devices, .user = &u};
 	struct kn_error err;
 	json_t *doc, *got;
 	(void)state;
@@ -252,6 +257,14 @@ static void test_launch_carries_devices(void **state)
 			    "/dev/nvidia2");
 	assert_string_equal(json_string_value(json_array_get(got, 1)),
 			    "/dev/nvidiactl");
+	got = json_object_get(doc, "user");
+	assert_string_equal(json_string_value(json_object_get(got, "name")),
+			    "kiln-task");
+	assert_int_equal(json_integer_value(json_object_get(got, "uid")), 999);
+	assert_int_equal(json_integer_value(json_object_get(got, "gid")), 995);
+	got = json_object_get(got, "groups");
+	assert_int_equal(json_array_size(got), 2);
+	assert_int_equal(json_integer_value(json_array_get(got, 1)), 44);
 	json_decref(doc);
 	free(path);
 	kn_rm_rf(dir);
@@ -443,31 +456,82 @@ static void launch_set(const char *dir, const char *key, json_int_t value)
 	launch_set_json(dir, key, json_integer(value));
 }
 
-/* Limits that cannot be set stop the task before it runs, with a reason. */
-static void test_shim_limits_refused(void **state)
+/*
+ * A shim whose launch.json has key set to value (taken) must end its
+ * task unstarted, with code and a reason holding reason.
+ */
+static void shim_refuses(const char *key, json_t *value, int code,
+			 const char *reason)
 {
 	char *dir = make_task_dir(), *marker = kn_asprintf("%s/ran", dir);
 	char *script = kn_asprintf("touch %s", marker);
 	struct kn_error err;
 	json_t *st;
-	(void)state;
 
 	write_launch(dir, script, 0, 1 << 20);
-	launch_set_json(dir, "limits",
-			json_pack("{s:s, s:s, s:I}", "cgroup_root",
-				  "/nonexistent-cgroup-root", "cgroup_parent",
-				  "kiln", "memory_bytes", (json_int_t)1 << 30));
+	launch_set_json(dir, key, value);
 	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
 	st = read_status(dir);
-	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 1);
+	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")),
+			 code);
 	assert_non_null(strstr(json_string_value(json_object_get(st, "reason")),
-			       "cannot set limits: no cgroup hierarchy"));
+			       reason));
 	assert_int_equal(access(marker, F_OK), -1);
 	json_decref(st);
 	free(script);
 	free(marker);
 	kn_rm_rf(dir);
 	free(dir);
+}
+
+/* A "user" of root's or the shim's own ids, or malformed. */
+static void shim_refuses_user(json_t *user, const char *reason)
+{
+	shim_refuses("user", user, 127, reason);
+}
+
+static void test_shim_refuses_launch_user(void **state)
+{
+	(void)state;
+	/* Unprivileged, the shim gives tasks its own uid in a namespace. */
+	if (geteuid() != 0)
+		skip();
+	shim_refuses_user(json_pack("{s:s, s:i, s:i, s:[i]}", "name", "root",
+				    "uid", 0, "gid", 0, "groups", 0),
+			  "may not run as uid 0");
+	shim_refuses_user(json_pack("{s:s, s:i, s:i, s:[i]}", "name", "x",
+				    "uid", (int)getuid(), "gid", 54321,
+				    "groups", 54321),
+			  "the server's own");
+	shim_refuses_user(json_pack("{s:s, s:i, s:i, s:[i]}", "name", "x",
+				    "uid", 54321, "gid", (int)getgid(),
+				    "groups", 54321),
+			  "the server's own");
+	shim_refuses_user(json_pack("{s:s, s:i, s:i, s:[i,i]}", "name", "x",
+				    "uid", 54321, "gid", 54321, "groups",
+				    54321, 0),
+			  "in group 0");
+	shim_refuses_user(json_pack("{s:s, s:i, s:i, s:[]}", "name", "x",
+				    "uid", -1, "gid", 54321, "groups"),
+			  "user.uid: not a uid");
+	shim_refuses_user(json_pack("{s:s, s:i, s:s, s:[]}", "name", "x",
+				    "uid", 54321, "gid", "0", "groups"),
+			  "user.gid: not a gid");
+	shim_refuses_user(json_pack("{s:s, s:i, s:i, s:[s]}", "name", "x",
+				    "uid", 54321, "gid", 54321, "groups", "0"),
+			  "user.groups[0]: not a gid");
+	shim_refuses_user(json_string("kiln-task"), "user: not an object");
+}
+
+/* Limits that cannot be set stop the task before it runs, with a reason. */
+static void test_shim_limits_refused(void **state)
+{
+	(void)state;
+	shim_refuses("limits",
+		     json_pack("{s:s, s:s, s:I}", "cgroup_root",
+			       "/nonexistent-cgroup-root", "cgroup_parent",
+			       "kiln", "memory_bytes", (json_int_t)1 << 30),
+		     1, "cannot set limits: no cgroup hierarchy");
 }
 
 /*
@@ -909,8 +973,9 @@ int main(void)
 		cmocka_unit_test(test_simulated_devices_bad),
 		cmocka_unit_test(test_device_nodes),
 		cmocka_unit_test(test_device_mig_nodes),
-		cmocka_unit_test(test_launch_carries_devices),
+		cmocka_unit_test(test_launch_carries_devices_and_user),
 		cmocka_unit_test(test_shim_limits_refused),
+		cmocka_unit_test(test_shim_refuses_launch_user),
 		cmocka_unit_test(test_shim_oom_reason),
 		cmocka_unit_test(test_model_names),
 		cmocka_unit_test(test_discover_without_nvml),

@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +217,104 @@ static void test_sandbox_unknown_user(void **state)
 	assert_non_null(strstr(err.message, "may not run as root"));
 }
 
+/* What the shim checks in the user the server sends it. */
+static void test_user_check_refuses_root_and_server(void **state)
+{
+	struct kn_sandbox_user ok = {"t", 54321, 54321, {54321, 54322}, 2};
+	struct kn_sandbox_user u;
+	struct kn_error err;
+	(void)state;
+
+	if (getuid() == ok.uid || getgid() == ok.gid)
+		ok.uid = ok.gid = ok.groups[0] = 54323;
+	assert_int_equal(kn_sandbox_user_check(&ok, &err), 0);
+	u = ok;
+	u.uid = 0;
+	assert_int_equal(kn_sandbox_user_check(&u, &err), -EINVAL);
+	assert_string_equal(err.field, "user");
+	assert_non_null(strstr(err.message, "uid 0"));
+	u = ok;
+	u.uid = getuid();
+	assert_int_equal(kn_sandbox_user_check(&u, &err), -EINVAL);
+	u = ok;
+	u.gid = 0;
+	assert_int_equal(kn_sandbox_user_check(&u, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "gid 0"));
+	u = ok;
+	u.gid = getgid();
+	assert_int_equal(kn_sandbox_user_check(&u, &err), -EINVAL);
+	u = ok;
+	u.groups[1] = 0;
+	assert_int_equal(kn_sandbox_user_check(&u, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "in group 0"));
+	/* Given, the user is taken as it is: no lookup of its name. */
+	u = ok;
+	if (getuid() == 0) {
+		struct kn_sandbox *sb = NULL;
+		u.uid = 0;
+		assert_true(kn_sandbox_new(&(struct kn_sandbox_config){
+						   .mode = KN_SANDBOX_UID,
+						   .user = &u,
+						   .task_dir = "/nonexistent"},
+					   &sb, &err) < 0);
+		assert_null(sb);
+		assert_non_null(strstr(err.message, "uid 0"));
+	}
+}
+
+static void append(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "a");
+
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* Looked up once; again when the watched files change; failures kept not. */
+static void test_user_cache(void **state)
+{
+	char dir[] = "/tmp/kn-users-XXXXXX", passwd[64], group[64];
+	struct kn_sandbox_user u, again;
+	struct kn_user_cache *c;
+	struct kn_error err;
+	(void)state;
+
+	if (!getpwnam("nobody"))
+		skip();
+	assert_non_null(mkdtemp(dir));
+	snprintf(passwd, sizeof(passwd), "%s/passwd", dir);
+	snprintf(group, sizeof(group), "%s/group", dir);
+	append(passwd, "a\n");
+	append(group, "a\n");
+	c = kn_user_cache_new(passwd, group);
+	assert_int_equal(kn_user_cache_get(c, "nobody", &u, &err), 0);
+	assert_string_equal(u.name, "nobody");
+	assert_int_equal(u.uid, getpwnam("nobody")->pw_uid);
+	assert_true(u.n_groups >= 1);
+	assert_int_equal(kn_user_cache_get(c, "nobody", &again, &err), 0);
+	assert_int_equal(kn_user_cache_lookups(c), 1);
+	assert_memory_equal(&u, &again, sizeof(u));
+	append(passwd, "b\n");
+	assert_int_equal(kn_user_cache_get(c, "nobody", &again, &err), 0);
+	assert_int_equal(kn_user_cache_lookups(c), 2);
+	append(group, "b\n");
+	assert_int_equal(kn_user_cache_get(c, "nobody", &again, &err), 0);
+	assert_int_equal(kn_user_cache_lookups(c), 3);
+	assert_true(kn_user_cache_get(c, "no-such-user-kiln-test", &u, &err) <
+		    0);
+	assert_string_equal(err.field, "run_as");
+	assert_true(kn_user_cache_get(c, "no-such-user-kiln-test", &u, &err) <
+		    0);
+	assert_int_equal(kn_user_cache_lookups(c), 5);
+	assert_true(kn_user_cache_get(c, "root", &u, &err) < 0);
+	assert_non_null(strstr(err.message, "may not run as root"));
+	kn_user_cache_free(c);
+	unlink(passwd);
+	unlink(group);
+	rmdir(dir);
+}
+
 /* ---- the process sandbox (Slurm) ---- */
 
 #define SHIM_NO_NAMESPACES 77
@@ -383,6 +482,8 @@ int main(void)
 		cmocka_unit_test(test_user_map_parses),
 		cmocka_unit_test(test_user_map_errors),
 		cmocka_unit_test(test_sandbox_unknown_user),
+		cmocka_unit_test(test_user_check_refuses_root_and_server),
+		cmocka_unit_test(test_user_cache),
 		cmocka_unit_test(test_procs_task_dies_with_its_shim),
 		cmocka_unit_test(test_procs_unprivileged_task_dies_with_its_shim),
 	};

@@ -197,6 +197,45 @@ static void test_kiln_ties(void **state)
 	kn_pack_free(c);
 }
 
+/*
+ * kiln's tie-break for a CPU-only task: among FGD's ties, a node where
+ * the task leaves the idle GPUs the CPU the typical workload asks with
+ * them, before a node in use. Typical set: a whole GPU with 16 CPUs, so
+ * each idle GPU needs 16 CPUs.
+ */
+static void test_kiln_cpu_only(void **state)
+{
+	struct kn_pack *c = two_nodes();
+	struct kn_pack_pod first = whole(4, 4000), pod = {30000, 1024, 0, 0,
+							  0, false, NULL};
+	struct kn_pack_pod typical = whole(1, 16000);
+	struct kn_pack_placement where;
+	struct kn_rng rng;
+	int gpus[4] = {0, 1, 2, 3}, gpu;
+
+	kn_pack_set_typical(c, &typical, 1);
+	assert_int_equal(kn_pack_bind(c, 0, &first, gpus, 4), 0);
+	/* a: 4 idle GPUs need 64 CPUs; 92 free, 62 after the task: short.
+	   b: 2 idle GPUs need 32 CPUs; 64 free, 34 after: enough. Either
+	   way every idle GPU still fits the typical shape: F 0 -> 0, 50. */
+	assert_int_equal(score(c, "fgd", 0, &pod, &gpu), 50);
+	assert_int_equal(score(c, "fgd", 1, &pod, &gpu), 50);
+	assert_int_equal(score(c, "kiln", 0, &pod, &gpu), 8 * 50 + 2);
+	assert_int_equal(score(c, "kiln", 1, &pod, &gpu), 8 * 50 + 4);
+	/* With a first in the tie order, fgd takes a and kiln b. */
+	kn_rng_seed(&rng, 1);
+	assert_int_equal(kn_pack_place(c, kn_pack_policy_find("kiln"), &pod,
+				       &rng, &where),
+			 0);
+	assert_int_equal(where.node, 1);
+	assert_int_equal(kn_pack_unbind(c, &where, &pod), 0);
+	assert_int_equal(kn_pack_place(c, kn_pack_policy_find("fgd"), &pod,
+				       &rng, &where),
+			 0);
+	assert_int_equal(where.node, 0);
+	kn_pack_free(c);
+}
+
 /* A pod leaving gives back exactly what it took, tags included, and a
    departure the node could not hold is refused without a change. */
 static void test_unbind(void **state)
@@ -455,6 +494,7 @@ int main(void)
 		cmocka_unit_test(test_best_fit),
 		cmocka_unit_test(test_fgd_and_kiln),
 		cmocka_unit_test(test_kiln_ties),
+		cmocka_unit_test(test_kiln_cpu_only),
 		cmocka_unit_test(test_unbind),
 		cmocka_unit_test(test_typical_cut),
 		cmocka_unit_test(test_tie_order),

@@ -144,7 +144,7 @@ static int parse(const char *text, struct target *t,
 		 struct kn_error *err)
 {
 	return kn_server_conf_parse(text, strlen(text), "s.yaml", opts, N_OPTS,
-				    t, pool, conf, err);
+				    t, pool, conf, NULL, err);
 }
 
 static void test_file_reads_every_kind(void **state)
@@ -319,6 +319,10 @@ static void test_show_reads_back(void **state)
 	expect_shown(&t, "every", "0");
 	expect_shown(&t, "no-local", "false");
 	expect_shown(&t, "item", "[]");
+	/* An unset string is shown as ~, which reads back as unset. */
+	assert_int_equal(parse("name: ~\n", &t, &conf, &pool, &err), 0);
+	assert_null(t.name);
+	kn_server_conf_release(&conf);
 	assert_int_equal(parse("name: 'say \"hi\"'\nevery: 90s\nsize: 2Mi\n"
 			       "count: 3\nsmall: 7\non: true\nno-local: true\n"
 			       "item: [a, 'b c']\n", &t, &conf, &pool, &err), 0);
@@ -359,7 +363,8 @@ static void test_options_file_has_no_sections(void **state)
 
 	(void)state;
 	assert_int_equal(kn_option_conf_parse(text, strlen(text), "g.yaml",
-					      opts, N_OPTS, &t, &pool, &err),
+					      opts, N_OPTS, &t, &pool, NULL,
+					      &err),
 			 -EINVAL);
 	assert_non_null(strstr(err.message, "g.yaml:2:1: unknown key "
 					    "\"signers\""));

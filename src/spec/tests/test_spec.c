@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -363,7 +364,7 @@ static const struct bad_case bad_cases[] = {
 	 "job.yaml:1:1: a job spec must be a mapping with fields kind, "
 	 "apiVersion, name, command, env, workdir, resources, tasks, retries, "
 	 "backoff, backoff_max, priority, preemptible, timeout, checkpoint, "
-	 "placement, image, inputs; got a list"},
+	 "placement, image, inputs, array; got a list"},
 	{BASE "workdir: &w /data\nenv: {A: *w}\n", "env.A",
 	 "job.yaml:5:10: env.A: aliases (*name) are not supported; write the "
 	 "value out"},
@@ -417,6 +418,28 @@ static const struct bad_case bad_cases[] = {
 	 "inputs[1]",
 	 "job.yaml:6:5: inputs[1]: lands in $KILN_INPUT_DIR as train.bin, as "
 	 "inputs[0] does; inputs need different file names"},
+	/* array. */
+	{BASE "array: 5\n", "array",
+	 "job.yaml:4:8: array: must be a range \"FIRST-LAST\" or "
+	 "\"FIRST-LAST%PARALLEL\" (e.g. \"0-999\", \"0-9%2\") or a mapping "
+	 "{count: N, parallel: P}; got 5"},
+	{BASE "array: 1,5,7\n", "array",
+	 "job.yaml:4:8: array: must be a range \"FIRST-LAST\"*"},
+	{BASE "array: 9-3\n", "array",
+	 "job.yaml:4:8: array: the range's last index must not be below its "
+	 "first; got \"9-3\""},
+	{BASE "array: 0-10000\n", "array",
+	 "job.yaml:4:8: array: the range holds 10001 elements; at most 10000; "
+	 "got \"0-10000\""},
+	{BASE "array: 0-9%0\n", "array",
+	 "job.yaml:4:8: array: %PARALLEL must be at least 1; got \"0-9%0\""},
+	{BASE "array:\n  count: 0\n", "array.count",
+	 "job.yaml:5:10: array.count: must be an integer 1..10000; got 0"},
+	{BASE "array:\n  cuont: 3\n", "array.cuont",
+	 "job.yaml:5:3: unknown field \"cuont\" in array; did you mean "
+	 "\"count\"?"},
+	{BASE "array:\n  parallel: 2\n", "array.count",
+	 "job.yaml:5:3: missing required field \"count\" in array"},
 	/* JSON input. */
 	{"{\"kind\": \"Job\", \"name\": \"x\", \"command\": [\"a\"], \"tasks\": "
 	 "\"2\"}",
@@ -1036,6 +1059,72 @@ static void test_inputs(void **state)
 	kn_job_spec_free(spec);
 }
 
+/* Both forms of array:, and the input text reads back the same. */
+static void test_arrays(void **state)
+{
+	static const struct {
+		const char *yaml;
+		int first, count, parallel;
+	} cases[] = {
+		{BASE "array: 0-999\n", 0, 1000, 0},
+		{BASE "array: \"3-5%2\"\n", 3, 3, 2},
+		{BASE "array: 7-7\n", 7, 1, 0},
+		{BASE "array: {count: 4, parallel: 9}\n", 0, 4, 4},
+		{BASE "array:\n  count: 50\n", 0, 50, 0},
+	};
+	struct kn_job_array out = {.first = -1};
+	char why[160];
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		struct kn_job_spec *spec = NULL, *again = NULL;
+		struct kn_error err;
+		char *text;
+
+		memset(&err, 0, sizeof(err));
+		assert_int_equal(kn_job_spec_parse(cases[i].yaml,
+						   strlen(cases[i].yaml),
+						   "job.yaml", &spec, &err),
+				 0);
+		assert_int_equal(spec->array.first, cases[i].first);
+		assert_int_equal(spec->array.count, cases[i].count);
+		assert_int_equal(spec->array.parallel, cases[i].parallel);
+		text = kn_job_spec_to_input_text(spec, NULL);
+		assert_int_equal(kn_job_spec_parse(text, strlen(text), "in",
+						   &again, &err),
+				 0);
+		assert_int_equal(again->array.first, cases[i].first);
+		assert_int_equal(again->array.count, cases[i].count);
+		assert_int_equal(again->array.parallel, cases[i].parallel);
+		free(text);
+		kn_job_spec_free(again);
+		kn_job_spec_free(spec);
+	}
+	/* A job without array: is no array. */
+	{
+		struct kn_job_spec *spec = NULL;
+		struct kn_error err;
+
+		assert_int_equal(kn_job_spec_parse(BASE, strlen(BASE), "j",
+						   &spec, &err),
+				 0);
+		assert_int_equal(spec->array.count, 0);
+		kn_job_spec_free(spec);
+	}
+	/* The --array form alone; out untouched on error. */
+	assert_int_equal(kn_job_array_parse("0-9%", &out, why, sizeof(why)),
+			 -EINVAL);
+	assert_int_equal(kn_job_array_parse("-1-3", &out, why, sizeof(why)),
+			 -EINVAL);
+	assert_int_equal(out.first, -1);
+	assert_int_equal(kn_job_array_parse("10-19%3", &out, why,
+					    sizeof(why)),
+			 0);
+	assert_int_equal(out.first, 10);
+	assert_int_equal(out.count, 10);
+	assert_int_equal(out.parallel, 3);
+}
+
 static void test_free_null(void **state)
 {
 	(void)state;
@@ -1060,6 +1149,7 @@ int main(void)
 		cmocka_unit_test(test_many_env_duplicate_last),
 		cmocka_unit_test(test_signals),
 		cmocka_unit_test(test_inputs),
+		cmocka_unit_test(test_arrays),
 		cmocka_unit_test(test_free_null),
 	};
 

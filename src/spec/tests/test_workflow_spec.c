@@ -194,6 +194,10 @@ struct bad_case {
 #define HEAD "kind: Workflow\nname: w\nsteps:\n"
 
 static const struct bad_case bad_cases[] = {
+	{HEAD "  - name: a\n    job: {command: [x], array: 0-9}\n",
+	 "steps[0].job.array",
+	 "w.yaml:5:32: steps[0].job.array: a workflow's job runs as one job; "
+	 "an array is submitted on its own"},
 	{HEAD "  - {name: a, needs: [b], job: a.yaml}\n", "steps[0].needs[0]",
 	 "w.yaml:4:23: steps[0].needs[0]: step \"a\" needs \"b\", which is no "
 	 "step of this workflow"},

@@ -176,6 +176,48 @@ static void test_job_insert_writes_audit(void **state)
 	assert_int_equal(insert_job(fx->st, "b", "bob", KN_JOB_QUEUED), 2);
 }
 
+/* An array: consecutive ids, each row its element, one audit row. */
+static void test_job_insert_array(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_job_row j = sample_job("sweep", "alice");
+	struct kn_audit a = sample_audit("alice", "job.submit", NULL, 0);
+	struct kn_job_filter f = {.state = -1};
+	struct kn_job_row *rows = NULL;
+	struct kn_audit *audit = NULL;
+	struct kn_error err = {0};
+	size_t n = 0;
+	int64_t id = 0;
+
+	assert_int_equal(insert_job(fx->st, "single", "bob", KN_JOB_QUEUED),
+			 1);
+	assert_int_equal(kn_store_job_insert_array(fx->st, &j, 5, 3, &a, &id,
+						   &err),
+			 0);
+	assert_int_equal(id, 2);
+	f.array_id = id;
+	assert_int_equal(kn_store_job_list(fx->st, &f, &rows, &n, &err), 0);
+	assert_int_equal(n, 3);
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(rows[i].id, 2 + (int64_t)i);
+		assert_int_equal(rows[i].array_id, 2);
+		assert_int_equal(rows[i].array_index, 5 + (int)i);
+		assert_string_equal(rows[i].name, "sweep");
+	}
+	kn_job_list_free(rows, n);
+	/* Every job when no array is asked for; a single job is in none. */
+	f.array_id = 0;
+	assert_int_equal(kn_store_job_list(fx->st, &f, &rows, &n, &err), 0);
+	assert_int_equal(n, 4);
+	assert_int_equal(rows[0].array_id, 0);
+	kn_job_list_free(rows, n);
+	assert_int_equal(kn_store_audit_list(fx->st, NULL, &audit, &n, &err),
+			 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(audit[0].object, "job/2");
+	kn_audit_list_free(audit, n);
+}
+
 static void test_job_get_not_found(void **state)
 {
 	struct fixture *fx = *state;
@@ -434,6 +476,57 @@ static void test_attempt_goodput_round_trip(void **state)
 	assert_int_equal(rows[0].useful_ms, 140);
 	assert_int_equal(rows[0].lost_ms, 54);
 	kn_attempt_list_free(rows, n);
+}
+
+static int commits_seen;
+static void count_commit(void *arg, double seconds)
+{
+	(void)arg;
+	assert_true(seconds >= 0);
+	commits_seen++;
+}
+
+static void test_job_totals_and_commit_watch(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_attempt_row a = {.number = 1, .state = KN_JOB_FAILED,
+				   .exit_code = 1, .useful_ms = 300,
+				   .lost_ms = 100};
+	struct kn_job_totals t;
+	struct kn_error err = {0};
+
+	assert_int_equal(kn_store_job_totals(fx->st, &t, &err), 0);
+	assert_int_equal(t.by_state[KN_JOB_QUEUED], 0);
+	assert_int_equal(t.useful_ms, 0);
+	kn_store_on_commit(fx->st, count_commit, NULL);
+	commits_seen = 0;
+	insert_job(fx->st, "q1", "alice", KN_JOB_QUEUED);
+	insert_job(fx->st, "q2", "alice", KN_JOB_QUEUED);
+	a.job_id = insert_job(fx->st, "f", "bob", KN_JOB_FAILED);
+	assert_int_equal(kn_store_attempt_put(fx->st, &a, &err), 0);
+	a.number = 2;
+	a.useful_ms = 50;
+	a.lost_ms = 0;
+	assert_int_equal(kn_store_attempt_put(fx->st, &a, &err), 0);
+	/* Each job insert was a transaction of its own (an attempt's put is
+	   one statement SQLite commits by itself, not seen). */
+	assert_int_equal(commits_seen, 3);
+	/* A savepoint's release is not a commit; the outer one is. */
+	commits_seen = 0;
+	assert_int_equal(kn_store_begin(fx->st, &err), 0);
+	assert_int_equal(kn_store_begin(fx->st, &err), 0);
+	assert_int_equal(kn_store_commit(fx->st, &err), 0);
+	assert_int_equal(commits_seen, 0);
+	assert_int_equal(kn_store_commit(fx->st, &err), 0);
+	assert_int_equal(commits_seen, 1);
+	kn_store_on_commit(fx->st, NULL, NULL);
+
+	assert_int_equal(kn_store_job_totals(fx->st, &t, &err), 0);
+	assert_int_equal(t.by_state[KN_JOB_QUEUED], 2);
+	assert_int_equal(t.by_state[KN_JOB_FAILED], 1);
+	assert_int_equal(t.by_state[KN_JOB_RUNNING], 0);
+	assert_int_equal(t.useful_ms, 350);
+	assert_int_equal(t.lost_ms, 100);
 }
 
 static void test_outputs(void **state)
@@ -1074,9 +1167,13 @@ int main(void)
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_job_update_round_trip,
 						setup_store, teardown),
+		cmocka_unit_test_setup_teardown(test_job_insert_array, setup_store,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_job_list_filters,
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_attempt_put_and_list,
+						setup_store, teardown),
+		cmocka_unit_test_setup_teardown(test_job_totals_and_commit_watch,
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_attempt_goodput_round_trip,
 						setup_store, teardown),

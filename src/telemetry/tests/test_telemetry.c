@@ -127,6 +127,36 @@ static void test_prom_cap(void **state)
 	kn_buf_release(&b);
 }
 
+static void test_prom_histogram(void **state)
+{
+	static const double bounds[] = {0.005, 0.1, 2.5};
+	const char *labels[] = {"priority", "10", NULL};
+	struct kn_prom_histogram h;
+	struct kn_buf b;
+	(void)state;
+
+	kn_prom_histogram_init(&h, bounds, 3);
+	kn_prom_histogram_observe(&h, 0.005); /* le is inclusive */
+	kn_prom_histogram_observe(&h, 0.05);
+	kn_prom_histogram_observe(&h, 7);
+	kn_buf_init(&b, 4096);
+	assert_int_equal(kn_prom_histogram_write(&b, "kiln_x_seconds", labels,
+						 &h), 0);
+	assert_string_equal(b.data,
+			    "kiln_x_seconds_bucket{priority=\"10\",le=\"0.005\"} 1\n"
+			    "kiln_x_seconds_bucket{priority=\"10\",le=\"0.1\"} 2\n"
+			    "kiln_x_seconds_bucket{priority=\"10\",le=\"2.5\"} 2\n"
+			    "kiln_x_seconds_bucket{priority=\"10\",le=\"+Inf\"} 3\n"
+			    "kiln_x_seconds_sum{priority=\"10\"} 7.055\n"
+			    "kiln_x_seconds_count{priority=\"10\"} 3\n");
+	kn_buf_release(&b);
+	kn_buf_init(&b, 4096);
+	assert_int_equal(kn_prom_histogram_write(&b, "kiln_y", NULL, &h), 0);
+	assert_non_null(strstr(b.data, "kiln_y_bucket{le=\"+Inf\"} 3\n"));
+	assert_non_null(strstr(b.data, "kiln_y_count 3\n"));
+	kn_buf_release(&b);
+}
+
 static void test_node_fixture(void **state)
 {
 	struct kn_node_options opt = {fixture("node-basic"), NULL};
@@ -148,6 +178,32 @@ static void test_node_fixture(void **state)
 	assert_string_equal(line_of(b.data, "node_boot_time_seconds "),
 			    "node_boot_time_seconds 1764689166");
 	assert_string_equal(line_of(b.data, "node_load15 "), "node_load15 0.4");
+	assert_string_equal(line_of(b.data, "node_context_switches_total "),
+			    "node_context_switches_total 987654321");
+	assert_string_equal(line_of(b.data, "node_intr_total "),
+			    "node_intr_total 1234567");
+	assert_string_equal(line_of(b.data, "node_procs_running "),
+			    "node_procs_running 2");
+	/* Identity: uname's fields from the root's /proc/sys/kernel, and
+	   os-release, labelled as node_exporter labels them. */
+	assert_string_equal(
+		line_of(b.data, "node_uname_info{"),
+		"node_uname_info{domainname=\"(none)\",machine=\"x86_64\","
+		"nodename=\"node-a\",release=\"6.1.0-27-amd64\","
+		"sysname=\"Linux\",version=\"#1 SMP PREEMPT_DYNAMIC Debian "
+		"6.1.115-1 (2024-11-01)\"} 1");
+	assert_non_null(strstr(b.data, "node_os_info{build_id=\"\",id=\"debian\","
+				       "id_like=\"\",image_id=\"\","
+				       "image_version=\"\",name=\"Debian "
+				       "GNU/Linux\",pretty_name=\"Debian GNU/Linux "
+				       "12 (bookworm)\",variant=\"\","
+				       "variant_id=\"\",version=\"12 "
+				       "(bookworm)\",version_codename=\"bookworm\","
+				       "version_id=\"12\"} 1\n"));
+	assert_string_equal(line_of(b.data, "node_os_version{"),
+			    "node_os_version{id=\"debian\",id_like=\"\","
+			    "name=\"Debian GNU/Linux\"} 12");
+	assert_non_null(strstr(b.data, "# TYPE node_time_seconds gauge\n"));
 	/* Memory: kB to bytes; parentheses folded; unitless keys as is. */
 	assert_string_equal(line_of(b.data, "node_memory_MemTotal_bytes "),
 			    "node_memory_MemTotal_bytes 2040109465600");
@@ -417,6 +473,7 @@ int main(void)
 		cmocka_unit_test(test_prom_values),
 		cmocka_unit_test(test_prom_rejects_bad_names),
 		cmocka_unit_test(test_prom_cap),
+		cmocka_unit_test(test_prom_histogram),
 		cmocka_unit_test(test_node_fixture),
 		cmocka_unit_test(test_node_listed_mounts),
 		cmocka_unit_test(test_node_errors),
