@@ -198,6 +198,25 @@ def test_cross_site_request_carries_no_credential(server):
     assert r.status_code == 201 and "Set-Cookie" not in r.headers
 
 
+def test_job_pages_newest_first(server):
+    s = server
+    ids = [s.submit(job_yaml(f"p{i}", ["/bin/true"], resources={"gpus": 8}))
+           for i in range(5)]
+
+    def page(**params):
+        r = s.request("GET", "/v1/jobs", params=params)
+        assert r.status_code == 200, r.text
+        return [j["id"] for j in r.json()["jobs"]]
+    assert page(order="desc", limit=2) == ids[:-3:-1]
+    assert page(order="desc", limit=2, before=ids[3]) == [ids[2], ids[1]]
+    assert page(order="desc", limit=2, before=ids[1]) == [ids[0]]
+    assert page(before=ids[2]) == ids[:2]
+    for bad, field in (({"order": "sideways"}, "order"),
+                       ({"before": "x"}, "before")):
+        r = s.request("GET", "/v1/jobs", params=bad)
+        assert r.status_code == 400 and r.json()["error"]["field"] == field
+
+
 def test_browser_login_with_link_and_token(server, browser):
     s = server
     link = s.cli("ui", check=True).stdout.strip()
@@ -323,6 +342,7 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
     page("deployments", "#page-deployments", "zone-1: 1/1")
     page("deployment/chat", "#page-deployment", "zone-1")
     wait_text(driver, "#page-deployment", "gateway_anomaly_latency_ms")
+    wait_text(driver, "#page-deployment", "app")
     shot(driver, "deployment")
 
     page("models", "#page-models", "staging→1")
@@ -333,6 +353,7 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
                      what="the lineage graph")
     assert f"job #{ids['train']}" in graph[0].get_attribute("textContent")
     assert "input prepare/data.txt" in graph[0].get_attribute("textContent")
+    driver.execute_script("arguments[0].scrollIntoView()", graph[0])
     shot(driver, "model")
 
     page("workflows", "#page-workflows", "pipe")

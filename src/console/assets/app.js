@@ -47,6 +47,9 @@ function append(e, kids) {
 
 Kiln.el = el;
 Kiln.svg = svg;
+/* Append children to e as el does: arrays flattened, null and false
+   skipped (the DOM's own append would write "null"). */
+Kiln.append = (e, ...kids) => append(e, kids);
 
 Kiln.session = () => sessionStorage.getItem(SESSION_KEY);
 
