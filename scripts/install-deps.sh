@@ -48,7 +48,9 @@ test_packages=(
   # tests/e2e/test_sim.py draws its figure; tests/e2e/test_sim_bound.py
   # solves the packing bound's linear program with glpsol
   gnuplot-nox glpk-utils
-  # tests/e2e/test_exporter.py checks the exposition with promtool
+  # tests/e2e/test_exporter.py checks the exposition with promtool;
+  # tests/e2e/test_dashboards.py runs prometheus against kiln and
+  # promtool on the rules
   prometheus
   # tests/e2e/test_train_example.py and test_slurm.py train a model
   python3-torch
@@ -61,6 +63,8 @@ test_packages=(
   # (typeshed has the stubs of requests) and installs it with pip
   python3-jsonschema python3-mypy python3-typeshed python3-pip
   python3-setuptools
+  # tests/e2e/test_console.py drives the web console in a headless browser
+  chromium chromium-driver python3-selenium
 )
 
 demo_packages=(

@@ -940,6 +940,15 @@ static const struct cli_command commands[] = {
 	 "document a server answers at GET /v1/openapi.json; needs no server.\n"
 	 "`make openapi` writes it to docs/openapi.json.\n",
 	 false},
+	{"ui", cmd_ui, NULL, "print a one-time login link to the web console",
+	 "usage: kiln ui\n"
+	 "\n"
+	 "Ask the server for a one-time login code for this token (an admin's)\n"
+	 "and print the console's link with it: SERVER/#code=CODE. The code\n"
+	 "works once, within 5 minutes, and stays out of requests and logs (it\n"
+	 "is in the link's fragment); opening the link starts a console session\n"
+	 "that lasts 8 hours or until logged out.\n",
+	 false},
 	{"version", cmd_version, NULL, "print kiln's version",
 	 "usage: kiln version\n"
 	 "\n"

@@ -339,7 +339,8 @@ static void h_job_list(struct server *s, struct kn_http_req *req,
 	struct kn_job_row *rows = NULL;
 	struct kn_error err;
 	const char *state = kn_http_query(req, "state");
-	int64_t limit = 0, elements = 0;
+	const char *order = kn_http_query(req, "order");
+	int64_t limit = 0, elements = 0, before = 0;
 	size_t n = 0;
 	json_t *list;
 
@@ -365,6 +366,19 @@ static void h_job_list(struct server *s, struct kn_http_req *req,
 			  "elements must be 0 or 1 and array a job id%s", "");
 		return;
 	}
+	/* A page: the jobs below the last id of the one before. */
+	if (kn_http_query_int(req, "before", 1, INT64_MAX, &before) < 0) {
+		reply_err(req, KN_EINVAL, "before", "before must be a job id%s",
+			  "");
+		return;
+	}
+	if (order && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0) {
+		reply_err(req, KN_EINVAL, "order",
+			  "order must be asc or desc, not \"%s\"", order);
+		return;
+	}
+	f.before_id = before;
+	f.newest_first = order && !strcmp(order, "desc");
 	f.limit = (int)limit;
 	f.owner = kn_http_query(req, "owner");
 	f.name = kn_http_query(req, "name");
@@ -1074,12 +1088,22 @@ bool api_admit(struct kn_http_req *req, void *arg)
 	char param[256];
 	bool path_known;
 	struct caller c;
+	const struct route *r;
 
+	if (console_serve(s, req))
+		return false;
+	r = route_find(req, param, sizeof(param), &path_known);
 	/* A body is read only for a caller the route would serve: checked
 	   from the headers alone, before any of it is kept. */
-	return authorize(s, req, route_find(req, param, sizeof(param),
-					     &path_known),
-			 &c);
+	if (!authorize(s, req, r, &c))
+		return false;
+	for (size_t k = 0; r && kn_services[k]; k++) {
+		const struct service *svc = kn_services[k];
+		if (svc->body_cap && r >= svc->routes &&
+		    r < svc->routes + svc->n_routes && svc->body_cap(r))
+			kn_http_allow_body(req, svc->body_cap(r));
+	}
+	return true;
 }
 
 bool api_follow_admitted(struct server *s, struct kn_http_req *req)
@@ -1107,6 +1131,9 @@ void api_handle(struct kn_http_req *req, void *arg)
 					   &path_known);
 	struct caller c;
 
+	/* The console's page and files: public, outside the API. */
+	if (console_serve(s, req))
+		return;
 	if (!r) {
 		if (path_known)
 			reply_err(req, KN_EINVAL, NULL,

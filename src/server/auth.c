@@ -45,7 +45,7 @@ void token_hash(const char *secret, char hash[65])
 }
 
 /* prefix + 43 base64url characters of 32 random bytes, and its hash. */
-static void secret_generate(const char *prefix, char secret[64],
+void secret_generate(const char *prefix, char secret[64],
 			    char hash[65])
 {
 	static const char b64url[] =
@@ -124,19 +124,13 @@ int auth_bootstrap(struct server *s, struct kn_error *err)
 	return kn_store_token_insert(s->store, &t, &a, NULL, err);
 }
 
-int auth_check(struct server *s, const char *header, struct caller *out,
-	       struct kn_error *err)
+int auth_check_hash(struct server *s, const char *hash, struct caller *out,
+		    struct kn_error *err)
 {
 	struct kn_token_row t;
-	char hash[65];
 	enum kn_role role;
 	int rc;
 
-	if (!header || strncmp(header, "Bearer ", 7) != 0 || !header[7])
-		return kn_errorf(err, KN_EAUTH, NULL,
-				 "missing bearer token (Authorization: Bearer "
-				 "<token>)");
-	token_hash(header + 7, hash);
 	memset(&t, 0, sizeof(t));
 	rc = kn_store_token_by_hash(s->store, hash, &t, NULL);
 	if (rc == -ENOENT)
@@ -152,6 +146,38 @@ int auth_check(struct server *s, const char *header, struct caller *out,
 	out->role = role;
 	kn_token_row_release(&t);
 	return 0;
+}
+
+int auth_bearer_hash(struct server *s, const char *header, char hash[65],
+		     struct kn_error *err)
+{
+	if (!header || strncmp(header, "Bearer ", 7) != 0 || !header[7])
+		return kn_errorf(err, KN_EAUTH, NULL,
+				 "missing bearer token (Authorization: Bearer "
+				 "<token>)");
+	/* A console session stands for the token it was made from, as that
+	   token is now: revoking the token ends its sessions too. */
+	if (!strncmp(header + 7, KN_CONSOLE_SESSION_PREFIX,
+		     strlen(KN_CONSOLE_SESSION_PREFIX))) {
+		if (console_session_token(s, header + 7, hash) < 0)
+			return kn_errorf(err, KN_EAUTH, NULL,
+					 "unknown, expired or ended console "
+					 "session: log in again");
+	} else {
+		token_hash(header + 7, hash);
+	}
+	return 0;
+}
+
+int auth_check(struct server *s, const char *header, struct caller *out,
+	       struct kn_error *err)
+{
+	char hash[65];
+	int rc = auth_bearer_hash(s, header, hash, err);
+
+	if (rc < 0)
+		return rc;
+	return auth_check_hash(s, hash, out, err);
 }
 
 /* Actors the server writes into the audit log itself: no token may

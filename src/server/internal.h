@@ -16,6 +16,7 @@
 
 #include "base/base.h"
 #include "cgroup/cgroup.h"
+#include "console/console.h"
 #include "exec/exec.h"
 #include "loop/loop.h"
 #include "registry/registry.h"
@@ -194,6 +195,7 @@ struct server {
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
 	struct pools *pools;        /* node pools and autoscaling (pools.c) */
 	struct usage_state *usage;  /* per-task usage sampling (usage_sampling.c) */
+	struct kn_console_grants *console; /* console logins (console.c) */
 	/* Task isolation (isolation.c): what nodes report, whether tasks
 	   may start, and the --task-user-map. */
 	char isolation[192];
@@ -205,6 +207,9 @@ struct server {
 	   (NULL otherwise), and the one handed to the launch being made. */
 	struct kn_user_cache *user_cache;
 	struct kn_sandbox_user task_user;
+	/* Unprivileged, the user the server, its shims and tasks share:
+	   its name and home, looked up once (NULL otherwise). */
+	char *own_user, *own_home;
 	struct kn_cgroup_support limits; /* what local tasks get (task_limits.c) */
 	/* What a local task whose spec names no CPUs or memory counts
 	   (--default-task-cpus, --default-task-memory). */
@@ -272,6 +277,9 @@ const char *role_name(enum kn_role r);
 int role_parse(const char *s, enum kn_role *out);
 /* A new secret "kiln_<43 base64url chars>" and its hex sha256. */
 void token_generate(char secret[64], char hash[65]);
+/* A new secret prefix + 43 base64url chars (prefix at most 8) and its
+   hex sha256. */
+void secret_generate(const char *prefix, char secret[64], char hash[65]);
 void token_hash(const char *secret, char hash[65]);
 /* A token's or gateway key's name: 1..64 of A-Z a-z 0-9 - _ . @. */
 bool credential_name_ok(const char *name);
@@ -282,9 +290,25 @@ bool credential_name_reserved(const char *name);
 void key_generate(char secret[64], char hash[65]);
 /* Create the admin token on the first start; writes admin.token 0600. */
 int auth_bootstrap(struct server *s, struct kn_error *err);
+/* The token whose hash is hash: 0 and *out, or a negative errno + err. */
+int auth_check_hash(struct server *s, const char *hash, struct caller *out,
+		    struct kn_error *err);
+/* The hash of the token an Authorization header shows (through the
+   console session it names, when it names one): 0, or -EACCES + err. */
+int auth_bearer_hash(struct server *s, const char *header, char hash[65],
+		     struct kn_error *err);
 /* From the Authorization header: 0 and *out, or a negative errno + err. */
 int auth_check(struct server *s, const char *header, struct caller *out,
 	       struct kn_error *err);
+
+/* console.c */
+/* GET / and /ui/NAME: the console's page and assets, answered; false
+   when req is for neither. */
+bool console_serve(struct server *s, struct kn_http_req *req);
+/* The API token's hash a console session's secret stands for: 0 with
+   hash, or -ENOENT (unknown, expired or logged out). */
+int console_session_token(struct server *s, const char *secret,
+			  char hash[65]);
 
 /* api_tls.c */
 /* Load the API's certificate when TLS is asked for, and watch it. */

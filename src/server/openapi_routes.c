@@ -26,10 +26,11 @@ const struct oa_op oa_ops[] = {
 	 "201 json job:Job; 400 error the spec is invalid (file:line:column); "
 	 "409 error the job can never fit (unless hold=1)"},
 	{"GET", "/v1/jobs",
-	 "jobs by id; a job array is one entry (its elements' counts in "
+	 "jobs by id, oldest first (order=desc: newest; before=ID: only "
+	 "smaller ids); a job array is one entry (its elements' counts in "
 	 "array.counts) unless elements=1 or array=ID (that array's elements)",
 	 "state:JobState owner:string name:string limit:integer "
-	 "elements:integer array:integer",
+	 "elements:integer array:integer before:integer order:string",
 	 NULL, "200 json jobs:[Job]"},
 	{"GET", "/v1/jobs/{id}",
 	 "a job with its attempts, outputs and spec; an array's first "
@@ -69,6 +70,17 @@ const struct oa_op oa_ops[] = {
 	 "all:integer", NULL, "200 json alerts:[Alert] enabled:boolean"},
 	{"GET", "/v1/events", "the event log, or a live stream of it",
 	 "since:integer follow:integer", NULL, "200 ndjson Event"},
+	{"POST", "/v1/console/codes",
+	 "a one-time console login code for the caller's token (kiln ui)",
+	 NULL, NULL, "201 json code:string expires_at_ms:integer"},
+	{"POST", "/v1/console/sessions",
+	 "a console session for a one-time code, or for the bearer token",
+	 NULL, "json ~code:string",
+	 "201 json session:string expires_at_ms:integer name:string "
+	 "role:Role; 400 error neither a code nor a token; 401 error the "
+	 "code or token is unknown, expired or used"},
+	{"DELETE", "/v1/console/sessions", "end the caller's console session",
+	 NULL, NULL, "200 json ended:boolean"},
 	{"GET", "/v1/tokens", "the API tokens", NULL, NULL,
 	 "200 json tokens:[Token]"},
 	{"POST", "/v1/tokens", "create a token; its secret is shown once",
@@ -131,14 +143,21 @@ const struct oa_op oa_ops[] = {
 	 "high:number window_s:integer started_at_ms:integer ~state:string",
 	 "202 json accepted:boolean"},
 	{"POST", "/v1/model-blobs/missing",
-	 "which of these blobs the store lacks", NULL,
-	 "json digests:[string]",
-	 "200 json missing:[string] present:integer"},
+	 "which of these blobs the store lacks, and the largest part the "
+	 "server takes", NULL, "json digests:[string]",
+	 "200 json missing:[string] present:integer part_max:integer"},
 	{"POST", "/v1/model-blobs/{name}", "upload a part of a blob",
-	 "upload:string offset:integer final:integer", "bytes",
-	 "200 json digest:string received:integer stored:boolean; "
+	 "upload:string offset:integer final:integer size:integer", "bytes",
+	 "200 json digest:string received:integer stored:boolean "
+	 "~size:integer; "
 	 "201 json digest:string received:integer stored:boolean "
-	 "existed:boolean; 409 error offset is not where the upload stands"},
+	 "existed:boolean; 409 error offset is not where the upload stands, "
+	 "or the part overlaps other bytes the upload holds"},
+	{"GET", "/v1/model-blobs/{name}",
+	 "what an upload in progress holds", "upload:string", NULL,
+	 "200 json digest:string received:integer size:integer "
+	 "stored:boolean ranges:[[integer]] part_max:integer; "
+	 "404 error no such upload in progress"},
 	{"GET", "/v1/models", "the registry's models, by name", NULL, NULL,
 	 "200 json models:[ModelSummary]"},
 	{"GET", "/v1/models/{name}",

@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 16
+#define KN_STORE_SCHEMA_VERSION 17
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -311,8 +311,11 @@ struct kn_job_filter {
 	int limit;          /* 0 = no limit */
 	bool with_spec;     /* also read spec_yaml/spec_json */
 	int64_t array_id;   /* only this array's elements; 0 = any job */
+	int64_t before_id;  /* > 0: only jobs with a smaller id (a page) */
+	bool newest_first;  /* by id descending */
 };
-/* Ordered by id ascending. f may be NULL (every job). */
+/* Ordered by id ascending (f->newest_first: descending). f may be NULL
+   (every job). */
 int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 		      struct kn_job_row **out, size_t *n,
 		      struct kn_error *err);

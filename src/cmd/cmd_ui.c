@@ -1,0 +1,39 @@
+/*
+ * kiln ui: a one-time login link to the web console. The code goes in
+ * the URL's fragment, which a browser never sends: it reaches the
+ * server only in the body of the page's login request.
+ */
+#include <stdio.h>
+
+#include "base/base.h"
+#include "cmd/cli.h"
+#include "cmd/cli_client.h"
+
+int cmd_ui(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_client *c = NULL;
+	json_t *answer = NULL;
+	const char *code;
+	int rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
+
+	if (rc != CLI_GO)
+		return rc;
+	rc = cli_client_open(ctx, &c);
+	if (rc)
+		return rc;
+	rc = cli_call(c, "POST", "/v1/console/codes", NULL, NULL, 0, &answer);
+	if (rc)
+		goto out;
+	code = json_string_value(json_object_get(answer, "code"));
+	if (!code) {
+		fputs("kiln: the server's answer has no login code\n", stderr);
+		rc = CLI_EXIT_FAIL;
+		goto out;
+	}
+	printf("%s/#code=%s\n", cli_client_url(c), code);
+	fputs("kiln: the link works once, within 5 minutes\n", stderr);
+out:
+	json_decref(answer);
+	cli_client_free(c);
+	return rc;
+}
