@@ -494,6 +494,19 @@ static void engine_want(struct server *s, struct deployment *p,
 		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
 }
 
+/* p changed (spec_changed: its spec, else its count or position): the
+   engine is told, or the replicas are reconciled on the next turn. */
+static void deploy_changed(struct server *s, struct deployment *p,
+			   bool spec_changed)
+{
+	if (deploy_engine(s)) {
+		engine_want(s, p, spec_changed);
+	} else {
+		deploy_reconcile(s->deploy, p);
+		deploy_arm(s->deploy, 0);
+	}
+}
+
 static const char *pod_state(json_t *pod)
 {
 	const char *reason = json_string_value(json_object_get(pod, "reason"));
@@ -993,12 +1006,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 			       "state", row.generation == 1 ? "created"
 							    : "updated",
 			       "replicas", p->replicas));
-	if (deploy_engine(s)) {
-		engine_want(s, p, changed || row.generation == 1);
-	} else {
-		deploy_reconcile(d, p);
-		deploy_arm(d, 0);
-	}
+	deploy_changed(s, p, changed || row.generation == 1);
 	*out = p;
 out:
 	reval_row_free(reval);
@@ -1328,66 +1336,54 @@ static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	feed_publish(s, "deployment.state",
 		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
 			       "state", "scaled", "replicas", p->replicas));
-	if (deploy_engine(s)) {
-		engine_want(s, p, false);
-	} else {
-		deploy_reconcile(s->deploy, p);
-		deploy_arm(s->deploy, 0);
-	}
+	deploy_changed(s, p, false);
 	deploy_reply_deployment(s, req, p, 200);
 }
 
 static void deploy_h_restart(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param)
+			     const struct caller *c, const char *param)
 {
+	const struct kn_deploy_ops *engine = deploy_engine(s);
 	struct deployment *p = lookup(s, req, param);
 	struct kn_error err;
 	struct kn_audit a;
 	char object[96];
-	int64_t old_updated;
+	int64_t old_updated, old_generation;
 	int old;
 
 	if (!p || !change_allowed(s, req, c, p, "deployment.restart"))
 		return;
-	if (deploy_engine(s)) {
-		/* The engine's own rollout replaces the replicas. */
-		snprintf(object, sizeof(object), "deployment/%s", p->name);
-		deploy_audit_fill(&a, c, "deployment.restart", object, NULL);
-		if (deploy_save(s->deploy, p, &a, &err) < 0 ||
-		    deploy_engine(s)->restart(s->exec, p->name, kn_now_ms(),
-					      &err) < 0) {
-			kn_http_reply_error(req, &err);
-			return;
-		}
-		feed_publish(s, "deployment.rollout",
-			     json_pack("{s:s, s:s}", "deployment", p->name,
-				       "state", "started"));
-		deploy_reply_deployment(s, req, p, 200);
-		return;
-	}
 	old = p->rollout_next;
+	old_generation = p->generation;
 	old_updated = p->updated_at;
-	p->rollout_next = p->replicas > 0 ? 0 : -1;
-	p->generation++;
-	/* Jobs submitted from now on are the rollout's (see deploy_start). */
-	p->updated_at = kn_now_ms();
+	/* An engine's own rollout replaces its replicas; kiln's replaces
+	   them one at a time from the first. */
+	if (!engine) {
+		p->rollout_next = p->replicas > 0 ? 0 : -1;
+		p->generation++;
+		/* Jobs submitted from now on are the rollout's (see
+		   deploy_start). */
+		p->updated_at = kn_now_ms();
+	}
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	deploy_audit_fill(&a, c, "deployment.restart", object, NULL);
 	/* Written with the new position; put back if the store refused. */
-	if (deploy_save(s->deploy, p, &a, &err) < 0) {
+	if (deploy_save(s->deploy, p, &a, &err) < 0 ||
+	    (engine &&
+	     engine->restart(s->exec, p->name, kn_now_ms(), &err) < 0)) {
 		p->rollout_next = old;
-		p->generation--;
+		p->generation = old_generation;
 		p->updated_at = old_updated;
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	for (int i = 0; i < p->n_reps; i++)
+	for (int i = 0; !engine && i < p->n_reps; i++)
 		p->reps[i].replacing = false;
 	feed_publish(s, "deployment.rollout",
 		     json_pack("{s:s, s:s}", "deployment", p->name, "state",
 			       "started"));
-	deploy_reconcile(s->deploy, p);
-	deploy_arm(s->deploy, 0);
+	if (!engine)
+		deploy_changed(s, p, false);
 	deploy_reply_deployment(s, req, p, 200);
 }
 
