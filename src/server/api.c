@@ -289,13 +289,7 @@ static void audit_denied(struct server *s, const struct caller *c,
 	char object[48];
 
 	snprintf(object, sizeof(object), "job/%lld", (long long)id);
-	memset(&a, 0, sizeof(a));
-	a.actor = (char *)c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = (char *)action;
-	a.object = object;
-	a.outcome = "denied";
-	a.detail = (char *)err->message;
+	caller_audit(&a, c, action, object, "denied", err->message);
 	kn_store_audit_insert(s->store, &a, NULL);
 }
 
@@ -838,13 +832,7 @@ static void h_token_create(struct server *s, struct kn_http_req *req,
 	t.created_by = (char *)c->name;
 	t.created_at = kn_now_ms();
 	snprintf(object, sizeof(object), "token/%s", name);
-	memset(&a, 0, sizeof(a));
-	a.actor = (char *)c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = "token.create";
-	a.object = object;
-	a.outcome = "ok";
-	a.detail = (char *)role_name(r);
+	caller_audit(&a, c, "token.create", object, "ok", role_name(r));
 	if (kn_store_token_insert(s->store, &t, &a, &id, &err) < 0) {
 		json_decref(body);
 		kn_http_reply_error(req, &err);
@@ -865,12 +853,7 @@ static void h_token_revoke(struct server *s, struct kn_http_req *req,
 	char object[96];
 
 	snprintf(object, sizeof(object), "token/%s", param);
-	memset(&a, 0, sizeof(a));
-	a.actor = (char *)c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = "token.revoke";
-	a.object = object;
-	a.outcome = "ok";
+	caller_audit(&a, c, "token.revoke", object, "ok", NULL);
 	if (kn_store_token_revoke(s->store, param, &a, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
@@ -1043,13 +1026,8 @@ static bool authorize(struct server *s, struct kn_http_req *req,
 	kn_errorf(&err, KN_EPERM, NULL, "role %s may not %s %s (needs %s)",
 		  role_name(c->role), method, path, role_name(r->least));
 	snprintf(object, sizeof(object), "%s %s", method, path);
-	memset(&a, 0, sizeof(a));
-	a.actor = c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = (char *)(r->action ? r->action : "request");
-	a.object = object;
-	a.outcome = "denied";
-	a.detail = err.message;
+	caller_audit(&a, c, r->action ? r->action : "request", object,
+		     "denied", err.message);
 	kn_store_audit_insert(s->store, &a, NULL);
 	kn_http_reply_error(req, &err);
 	return false;

@@ -22,6 +22,19 @@ static const char *const role_names[] = {
 	[KN_ROLE_ADMIN] = "admin",
 };
 
+void caller_audit(struct kn_audit *a, const struct caller *c,
+		  const char *action, const char *object, const char *outcome,
+		  const char *detail)
+{
+	memset(a, 0, sizeof(*a));
+	a->actor = (char *)c->name;
+	a->role = (char *)role_name(c->role);
+	a->action = (char *)action;
+	a->object = (char *)object;
+	a->outcome = (char *)outcome;
+	a->detail = (char *)detail;
+}
+
 const char *role_name(enum kn_role r)
 {
 	return role_names[r];

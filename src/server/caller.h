@@ -12,4 +12,15 @@ struct caller {
 	enum kn_role role;
 };
 
+struct kn_audit;
+
+/*
+ * Fill *a as an audit row of c's action on object (NULL: the store
+ * names it), with outcome ("ok", "denied", "error") and detail (or
+ * NULL); the strings are borrowed (auth.c).
+ */
+void caller_audit(struct kn_audit *a, const struct caller *c,
+		  const char *action, const char *object, const char *outcome,
+		  const char *detail);
+
 #endif

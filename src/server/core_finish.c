@@ -611,7 +611,7 @@ int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 	if (j.cancel_requested)
 		goto out; /* asked twice: the first request stands */
 	snprintf(object, sizeof(object), "job/%lld", (long long)id);
-	audit_init(&a, c, "job.cancel", object);
+	caller_audit(&a, c, "job.cancel", object, "ok", NULL);
 	free(j.reason);
 	if (j.state == KN_JOB_QUEUED) {
 		j.state = KN_JOB_CANCELLED;
@@ -679,8 +679,7 @@ int jobs_evict(struct server *s, const struct caller *c, int64_t id,
 		goto out; /* already on its way out */
 	if (c) {
 		snprintf(object, sizeof(object), "job/%lld", (long long)id);
-		audit_init(&a, c, "job.evict", object);
-		a.detail = (char *)why;
+		caller_audit(&a, c, "job.evict", object, "ok", why);
 		rc = kn_store_audit_insert(s->store, &a, err);
 		if (rc < 0)
 			goto out;

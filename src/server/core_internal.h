@@ -23,9 +23,6 @@ struct sreq {
 /* The scheduler's request for spec, in *out (arrays owned by *out). */
 void sreq_build(const struct server *s, const struct kn_job_spec *spec,
 		struct sreq *out);
-/* An audit row of action on object by c (NULL: the system). */
-void audit_init(struct kn_audit *a, const struct caller *c,
-		const char *action, const char *object);
 /* Queue a job (the entry takes spec), in priority order. */
 void queue_push(struct server *s, int64_t id, int priority,
 		int64_t submitted_at, int64_t not_before,

@@ -110,16 +110,6 @@ static void sreq_release(struct sreq *r)
 
 /* ---- audit helpers ---- */
 
-void audit_init(struct kn_audit *a, const struct caller *c,
-		       const char *action, const char *object)
-{
-	memset(a, 0, sizeof(*a));
-	a->actor = (char *)c->name;
-	a->role = (char *)role_name(c->role);
-	a->action = (char *)action;
-	a->object = (char *)object;
-	a->outcome = "ok";
-}
 
 /* ---- fair share ---- */
 
@@ -591,7 +581,7 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 	j.spec_json = norm_text;
 	j.submitted_at = kn_now_ms();
 	j.exit_code = -1;
-	audit_init(&a, c, "job.submit", NULL); /* the store names job/ID */
+	caller_audit(&a, c, "job.submit", NULL, "ok", NULL); /* the store names job/ID */
 	a.detail = spec->name;
 	rc = spec->array.count
 		     ? kn_store_job_insert_array(s->store, &j, spec->array.first,

@@ -66,18 +66,6 @@ void deploy_reply_msg(struct kn_http_req *req, enum kn_errcode code,
 	kn_http_reply_error(req, &err);
 }
 
-void deploy_audit_fill(struct kn_audit *a, const struct caller *c,
-		       const char *action, const char *object,
-		       const char *detail)
-{
-	memset(a, 0, sizeof(*a));
-	a->actor = (char *)c->name;
-	a->role = (char *)role_name(c->role);
-	a->action = (char *)action;
-	a->object = (char *)object;
-	a->outcome = "ok";
-	a->detail = (char *)detail;
-}
 
 static void audit_denied(struct server *s, const struct caller *c,
 			 const char *action, const char *object,
@@ -85,8 +73,7 @@ static void audit_denied(struct server *s, const struct caller *c,
 {
 	struct kn_audit a;
 
-	deploy_audit_fill(&a, c, action, object, why);
-	a.outcome = "denied";
+	caller_audit(&a, c, action, object, "denied", why);
 	kn_store_audit_insert(s->store, &a, NULL);
 }
 
@@ -977,8 +964,8 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 					   : p->rollout_next;
 	row.created_at = p ? p->created_at : now;
 	row.updated_at = now;
-	deploy_audit_fill(&a, c, p ? "deployment.update" : "deployment.create",
-		   object, changed ? NULL : "replicas only");
+	caller_audit(&a, c, p ? "deployment.update" : "deployment.create",
+		     object, "ok", changed ? NULL : "replicas only");
 	rc = kn_store_deployment_put(s->store, &row, &a, err);
 	if (rc < 0)
 		goto out;
@@ -1324,7 +1311,7 @@ static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	p->updated_at = kn_now_ms();
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	snprintf(detail, sizeof(detail), "%d -> %d replicas", old, p->replicas);
-	deploy_audit_fill(&a, c, "deployment.scale", object, detail);
+	caller_audit(&a, c, "deployment.scale", object, "ok", detail);
 	/* Written with the new count; put back if the store refused it. */
 	if (deploy_save(s->deploy, p, &a, &err) < 0) {
 		p->replicas = old;
@@ -1366,7 +1353,7 @@ static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 		p->updated_at = kn_now_ms();
 	}
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
-	deploy_audit_fill(&a, c, "deployment.restart", object, NULL);
+	caller_audit(&a, c, "deployment.restart", object, "ok", NULL);
 	/* Written with the new position; put back if the store refused. */
 	if (deploy_save(s->deploy, p, &a, &err) < 0 ||
 	    (engine &&
@@ -1398,7 +1385,7 @@ static void deploy_h_delete(struct server *s, struct kn_http_req *req,
 	if (!p || !change_allowed(s, req, c, p, "deployment.delete"))
 		return;
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
-	deploy_audit_fill(&a, c, "deployment.delete", object, NULL);
+	caller_audit(&a, c, "deployment.delete", object, "ok", NULL);
 	if (kn_store_deployment_delete(s->store, p->name, &a, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;

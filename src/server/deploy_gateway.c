@@ -118,7 +118,8 @@ void deploy_h_key_create(struct server *s, struct kn_http_req *req,
 	k.created_by = (char *)c->name;
 	k.created_at = kn_now_ms();
 	snprintf(object, sizeof(object), "key/%s", name);
-	deploy_audit_fill(&a, c, "key.create", object, k.deployments_json);
+	caller_audit(&a, c, "key.create", object, "ok",
+		     k.deployments_json);
 	if (kn_store_gateway_key_insert(s->store, &k, &a, &k.id, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		free(k.deployments_json);
@@ -161,7 +162,7 @@ void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
 	char object[96];
 
 	snprintf(object, sizeof(object), "key/%s", param);
-	deploy_audit_fill(&a, c, "key.revoke", object, NULL);
+	caller_audit(&a, c, "key.revoke", object, "ok", NULL);
 	if (kn_store_gateway_key_revoke(s->store, param, &a, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
@@ -403,7 +404,7 @@ void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 		char object[160];
 
 		snprintf(object, sizeof(object), "deployment/%s", dep);
-		deploy_audit_fill(&a, c, "gateway.alert", object, signal);
+		caller_audit(&a, c, "gateway.alert", object, "ok", signal);
 		if (kn_store_audit_insert(s->store, &a, &err) < 0)
 			kn_log(KN_LOG_ERROR, "auditing a gateway alert: %s",
 			       err.message);

@@ -80,9 +80,6 @@ struct deploy_state {
 /* deploy.c */
 void deploy_reply_msg(struct kn_http_req *req, enum kn_errcode code,
 		      const char *field, const char *msg);
-void deploy_audit_fill(struct kn_audit *a, const struct caller *c,
-		       const char *action, const char *object,
-		       const char *detail);
 struct deployment *deploy_find(struct deploy_state *d, const char *name);
 struct run *deploy_find_run(struct server *s, int64_t job_id);
 bool deploy_run_serving(const struct run *r);

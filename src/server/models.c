@@ -101,13 +101,7 @@ void models_audit(struct server *s, const struct caller *c,
 {
 	struct kn_audit a;
 
-	memset(&a, 0, sizeof(a));
-	a.actor = (char *)c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = (char *)action;
-	a.object = (char *)object;
-	a.outcome = (char *)outcome;
-	a.detail = (char *)detail;
+	caller_audit(&a, c, action, object, outcome, detail);
 	kn_store_audit_insert(s->store, &a, NULL);
 }
 
@@ -187,14 +181,10 @@ int models_alias_move(struct server *s, const struct caller *c,
 	snprintf(object, sizeof(object), "model/%s@%s", name, alias);
 	snprintf(detail, sizeof(detail), "%lld -> %lld", (long long)*from,
 		 (long long)to);
-	memset(&a, 0, sizeof(a));
-	a.actor = (char *)c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = (char *)(strcmp(action, "promote") ? "model.rollback"
-						      : "model.promote");
-	a.object = object;
-	a.outcome = "ok";
-	a.detail = detail;
+	caller_audit(&a, c,
+		     strcmp(action, "promote") ? "model.rollback"
+					       : "model.promote",
+		     object, "ok", detail);
 	rc = kn_store_model_alias_move(s->store, name, &ev, &a, err);
 	if (rc == 0)
 		services_alias_moved(s, name, alias);

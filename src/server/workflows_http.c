@@ -15,17 +15,6 @@
 /* A git revision: 40 (SHA-1) or 64 (SHA-256) hex digits. */
 #define REVISION_MAX 64
 
-static void audit_fill(struct kn_audit *a, const struct caller *c,
-		       const char *action, const char *detail)
-{
-	memset(a, 0, sizeof(*a));
-	a->actor = (char *)c->name;
-	a->role = (char *)role_name(c->role);
-	a->action = (char *)action;
-	a->outcome = "ok";
-	a->detail = (char *)detail;
-}
-
 static json_t *str_or_null(const char *v)
 {
 	return v ? json_string(v) : json_null();
@@ -441,7 +430,7 @@ static void workflows_h_run(struct server *s, struct kn_http_req *req,
 					  JSON_COMPACT | JSON_SORT_KEYS)
 			     : kn_xstrdup("{}");
 	steps = run_rows(&r, w, c, files_text, &row);
-	audit_fill(&a, c, "workflow.run", w->name);
+	caller_audit(&a, c, "workflow.run", NULL, "ok", w->name);
 	if (idem_begin(s, req, c))
 		goto out;
 	if (kn_store_wf_run_insert(s->store, &row, steps, w->n_steps, &a, &id,
@@ -549,9 +538,7 @@ static int load_for_change(struct server *s, struct kn_http_req *req,
 			  (long long)id, r->row.owner);
 		snprintf(object, sizeof(object), "workflow/%lld",
 			 (long long)id);
-		audit_fill(&a, c, action, err.message);
-		a.object = object;
-		a.outcome = "denied";
+		caller_audit(&a, c, action, object, "denied", err.message);
 		kn_store_audit_insert(s->store, &a, NULL);
 		kn_http_reply_error(req, &err);
 		wf_run_release(r);
@@ -585,7 +572,7 @@ static void workflows_h_cancel(struct server *s, struct kn_http_req *req,
 	 */
 	r.row.ended_at = kn_now_ms();
 	wf_set_str(&r.row.reason, kn_asprintf("cancelled by %s", c->name));
-	audit_fill(&a, c, "workflow.cancel", NULL);
+	caller_audit(&a, c, "workflow.cancel", NULL, "ok", NULL);
 	rc = kn_store_begin(s->store, &err);
 	if (rc == 0)
 		rc = wf_run_save(s, &r, "cancelled", &a, &err);
@@ -667,7 +654,7 @@ static void workflows_h_retry(struct server *s, struct kn_http_req *req,
 	if (rc == 0) {
 		snprintf(detail, sizeof(detail), "%zu step%s again", n_again,
 			 n_again == 1 ? "" : "s");
-		audit_fill(&a, c, "workflow.retry", detail);
+		caller_audit(&a, c, "workflow.retry", NULL, "ok", detail);
 		r.row.ended_at = 0;
 		wf_set_str(&r.row.reason, NULL);
 		rc = wf_run_save(s, &r, "running", &a, &err);
