@@ -498,6 +498,9 @@ enum kn_option_kind {
 #define KN_OPT_EMPTY_OK 0x8u
 /* COUNT: the field is an int (bounds must fit one), not an int64_t. */
 #define KN_OPT_INT 0x10u
+/* STRING: the value is a secret (a webhook URL holds its key, a token
+   is one): --print-config names the key but does not show the value. */
+#define KN_OPT_SECRET 0x20u
 
 struct kn_option;
 struct kn_buf;
