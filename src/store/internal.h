@@ -52,10 +52,14 @@ enum stmt_id {
 	STMT_JOB_LIST_ALL,
 	STMT_JOB_LIST_STATE,
 	STMT_JOB_LIST_ACTIVE,
-	/* The same three, newest first: in the order above. */
+	STMT_JOB_LIST_NAME,
+	STMT_JOB_LIST_OWNER,
+	/* The same five, newest first: in the order above. */
 	STMT_JOB_LIST_ALL_DESC,
 	STMT_JOB_LIST_STATE_DESC,
 	STMT_JOB_LIST_ACTIVE_DESC,
+	STMT_JOB_LIST_NAME_DESC,
+	STMT_JOB_LIST_OWNER_DESC,
 	STMT_ATTEMPT_PUT,
 	STMT_ATTEMPT_LIST,
 	STMT_TASK_PUT,

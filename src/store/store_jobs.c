@@ -49,15 +49,17 @@ static const char SQL_JOB_UPDATE[] =
 	" not_before = ?4, attempts = ?5, retries_used = ?6,"
 	" cancel_requested = ?7, reason = ?8, exit_code = ?9 WHERE id = ?10";
 /*
- * Three listings share their parameters so one binder serves them all:
+ * Five listings share their parameters so one binder serves them all:
  * ?1 owner, ?2 name, ?3 with_spec, ?4 limit (-1 = none), ?7 the id to
- * list below (NULL = none), ?8 one array's elements (0 = any job) and
- * ?5 (?6) the state(s). Each leads with
- * the condition its index serves: all jobs by id, one state through
- * jobs_by_state, the active states through the same index. Each comes
- * oldest first and newest first, so a page of the newest jobs reads
- * that page's rows from the index and sorts nothing. The CASE keeps the
- * spec columns unread unless asked for.
+ * list below (INT64_MAX = none), ?8 one array's elements (0 = any job)
+ * and ?5 (?6) the state(s). Each leads
+ * with the condition its index serves: all jobs by id, one state through
+ * jobs_by_state, the active states through the same index, one name
+ * through jobs_by_name, one owner through jobs_by_owner; the other
+ * filters follow as conditions on the rows read. Each comes oldest first
+ * and newest first, so a page of the newest jobs (id < ?7, newest first)
+ * reads that page's rows from the index and sorts nothing. The CASE
+ * keeps the spec columns unread unless asked for.
  */
 #define JOB_LIST_SELECT                                                  \
 	"SELECT " JOB_COLUMNS ", CASE WHEN ?3 THEN spec_yaml END"          \
@@ -65,18 +67,24 @@ static const char SQL_JOB_UPDATE[] =
 	" FROM jobs"
 #define JOB_LIST_TAIL                                                    \
 	" AND (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR name = ?2)"  \
-	" AND (?7 IS NULL OR id < ?7) AND (?8 = 0 OR array_id = ?8)"
+	" AND id < ?7 AND (?8 = 0 OR array_id = ?8)"
 #define JOB_LIST_ASC JOB_LIST_TAIL " ORDER BY id LIMIT ?4"
 #define JOB_LIST_DESC JOB_LIST_TAIL " ORDER BY id DESC LIMIT ?4"
 #define JOB_LIST_ALL JOB_LIST_SELECT " WHERE 1"
 #define JOB_LIST_STATE JOB_LIST_SELECT " WHERE state = ?5"
 #define JOB_LIST_ACTIVE JOB_LIST_SELECT " WHERE state IN (?5, ?6)"
+#define JOB_LIST_NAME JOB_LIST_SELECT " WHERE name = ?2"
+#define JOB_LIST_OWNER JOB_LIST_SELECT " WHERE owner = ?1"
 static const char SQL_JOB_LIST_ALL[] = JOB_LIST_ALL JOB_LIST_ASC;
 static const char SQL_JOB_LIST_STATE[] = JOB_LIST_STATE JOB_LIST_ASC;
 static const char SQL_JOB_LIST_ACTIVE[] = JOB_LIST_ACTIVE JOB_LIST_ASC;
+static const char SQL_JOB_LIST_NAME[] = JOB_LIST_NAME JOB_LIST_ASC;
+static const char SQL_JOB_LIST_OWNER[] = JOB_LIST_OWNER JOB_LIST_ASC;
 static const char SQL_JOB_LIST_ALL_DESC[] = JOB_LIST_ALL JOB_LIST_DESC;
 static const char SQL_JOB_LIST_STATE_DESC[] = JOB_LIST_STATE JOB_LIST_DESC;
 static const char SQL_JOB_LIST_ACTIVE_DESC[] = JOB_LIST_ACTIVE JOB_LIST_DESC;
+static const char SQL_JOB_LIST_NAME_DESC[] = JOB_LIST_NAME JOB_LIST_DESC;
+static const char SQL_JOB_LIST_OWNER_DESC[] = JOB_LIST_OWNER JOB_LIST_DESC;
 
 #define ATTEMPT_COLUMNS                                                    \
 	"job_id, number, state, started_at, ended_at, exit_code, signal,"     \
@@ -201,9 +209,13 @@ const struct store_stmt store_job_stmts[] = {
 	{STMT_JOB_LIST_ALL, SQL_JOB_LIST_ALL, &JOB_ROW},
 	{STMT_JOB_LIST_STATE, SQL_JOB_LIST_STATE, &JOB_ROW},
 	{STMT_JOB_LIST_ACTIVE, SQL_JOB_LIST_ACTIVE, &JOB_ROW},
+	{STMT_JOB_LIST_NAME, SQL_JOB_LIST_NAME, &JOB_ROW},
+	{STMT_JOB_LIST_OWNER, SQL_JOB_LIST_OWNER, &JOB_ROW},
 	{STMT_JOB_LIST_ALL_DESC, SQL_JOB_LIST_ALL_DESC, &JOB_ROW},
 	{STMT_JOB_LIST_STATE_DESC, SQL_JOB_LIST_STATE_DESC, &JOB_ROW},
 	{STMT_JOB_LIST_ACTIVE_DESC, SQL_JOB_LIST_ACTIVE_DESC, &JOB_ROW},
+	{STMT_JOB_LIST_NAME_DESC, SQL_JOB_LIST_NAME_DESC, &JOB_ROW},
+	{STMT_JOB_LIST_OWNER_DESC, SQL_JOB_LIST_OWNER_DESC, &JOB_ROW},
 	{STMT_ATTEMPT_PUT, SQL_ATTEMPT_PUT, NULL},
 	{STMT_ATTEMPT_LIST, SQL_ATTEMPT_LIST, &ATTEMPT_ROW},
 	{STMT_TASK_PUT, SQL_TASK_PUT, NULL},
@@ -359,6 +371,12 @@ int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 		s = st->stmt[STMT_JOB_LIST_ACTIVE + desc];
 		brc = bind_text(s, 5, kn_job_state_name(KN_JOB_QUEUED)) ||
 		      bind_text(s, 6, kn_job_state_name(KN_JOB_RUNNING));
+	} else if (f->name) {
+		s = st->stmt[STMT_JOB_LIST_NAME + desc];
+		brc = SQLITE_OK;
+	} else if (f->owner) {
+		s = st->stmt[STMT_JOB_LIST_OWNER + desc];
+		brc = SQLITE_OK;
 	} else {
 		s = st->stmt[STMT_JOB_LIST_ALL + desc];
 		brc = SQLITE_OK;
@@ -366,8 +384,7 @@ int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 	if (brc || bind_text(s, 1, f->owner) || bind_text(s, 2, f->name) ||
 	    bind_i64(s, 3, f->with_spec) ||
 	    bind_i64(s, 4, f->limit > 0 ? f->limit : -1) ||
-	    (f->before_id > 0 ? bind_i64(s, 7, f->before_id)
-			      : sqlite3_bind_null(s, 7)) ||
+	    bind_i64(s, 7, f->before_id > 0 ? f->before_id : INT64_MAX) ||
 	    bind_i64(s, 8, f->array_id))
 		return bind_fail(st, s, what, err);
 	return store_list(st, s, &JOB_ROW, what, out, n, err);

@@ -429,6 +429,13 @@ static const char SQL_SCHEMA_V16[] =
 	"ALTER TABLE jobs ADD COLUMN array_index INTEGER NOT NULL DEFAULT 0;"
 	"CREATE INDEX jobs_by_array ON jobs (array_id) WHERE array_id != 0;";
 
+/*
+ * v17: jobs by name, so a listing of one name (the console's filter)
+ * reads that name's rows and not the whole table.
+ */
+static const char SQL_SCHEMA_V17[] =
+	"CREATE INDEX jobs_by_name ON jobs (name);";
+
 const char *const store_migrations[] = {
 	SQL_SCHEMA_V1,
 	SQL_SCHEMA_V2,
@@ -446,6 +453,7 @@ const char *const store_migrations[] = {
 	SQL_SCHEMA_V14,
 	SQL_SCHEMA_V15,
 	SQL_SCHEMA_V16,
+	SQL_SCHEMA_V17,
 };
 _Static_assert(sizeof(store_migrations) / sizeof(store_migrations[0]) ==
 		       KN_STORE_SCHEMA_VERSION,

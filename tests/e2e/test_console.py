@@ -6,12 +6,17 @@ nothing from another origin. Screenshots of each page go to
 build/console/ (docs/console.md shows them)."""
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import wait_for
+from conftest import Server, job_yaml, kill_processes_under, wait_for
+from test_deployments import MODEL_SERVER, deploy, wait_ready
+from test_gateway import Gateway
+from test_pipeline import keygen, prepare_train
+from test_workflows import run, steps, wait_run, write_workflow
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
@@ -76,8 +81,12 @@ def wait_text(driver, css, text, timeout=30):
             if text in e.text:
                 return e
         return None
-    return wait_for(found, timeout=timeout, interval=0.2,
-                    what=f"{text!r} in {css}")
+    try:
+        return wait_for(found, timeout=timeout, interval=0.2,
+                        what=f"{text!r} in {css}")
+    except AssertionError as e:
+        shown = [x.text for x in driver.find_elements(By.CSS_SELECTOR, css)]
+        raise AssertionError(f"{e}; it shows {shown!r:.2000}") from None
 
 
 def login(driver, server, token):
@@ -189,6 +198,25 @@ def test_cross_site_request_carries_no_credential(server):
     assert r.status_code == 201 and "Set-Cookie" not in r.headers
 
 
+def test_job_pages_newest_first(server):
+    s = server
+    ids = [s.submit(job_yaml(f"p{i}", ["/bin/true"], resources={"gpus": 8}))
+           for i in range(5)]
+
+    def page(**params):
+        r = s.request("GET", "/v1/jobs", params=params)
+        assert r.status_code == 200, r.text
+        return [j["id"] for j in r.json()["jobs"]]
+    assert page(order="desc", limit=2) == ids[:-3:-1]
+    assert page(order="desc", limit=2, before=ids[3]) == [ids[2], ids[1]]
+    assert page(order="desc", limit=2, before=ids[1]) == [ids[0]]
+    assert page(before=ids[2]) == ids[:2]
+    for bad, field in (({"order": "sideways"}, "order"),
+                       ({"before": "x"}, "before")):
+        r = s.request("GET", "/v1/jobs", params=bad)
+        assert r.status_code == 400 and r.json()["error"]["field"] == field
+
+
 def test_browser_login_with_link_and_token(server, browser):
     s = server
     link = s.cli("ui", check=True).stdout.strip()
@@ -211,3 +239,186 @@ def test_browser_login_with_link_and_token(server, browser):
     shot(browser, "overview")
     assert not js_errors(browser), js_errors(browser)
     assert_same_origin(browser, s)
+
+
+@pytest.fixture
+def stack(tmp_path):
+    """A server whose node is in zone-1, with a gateway in front of its
+    deployments; both stopped at the end."""
+    home = tmp_path / "home"
+    home.mkdir()
+    s = Server(home, extra=["--node-labels", "zone=zone-1"]).start()
+    g = Gateway(home, ["--refresh", "200ms"])
+    yield s, g
+    g.stop()
+    s.stop()
+    kill_processes_under(home)
+
+
+def populate(s, g, tmp_path):
+    """Jobs, a workflow whose train step made a signed model with
+    lineage, a deployment served through the gateway, and an alert."""
+    ids = {}
+    run_id = run(s, write_workflow(tmp_path, prepare_train()))
+    w = wait_run(s, run_id, timeout=60)
+    assert w["state"] == "succeeded", json.dumps(w["steps"])
+    ids["workflow"] = run_id
+    ids["train"] = steps(w)["train"]["job"]
+    s.cli("model", "push", "--from-job", str(ids["train"]), "--name", "tiny",
+          "--alias", "staging", check=True)
+    keygen(s, tmp_path / "ops")
+    s.cli("model", "sign", "tiny@1", "--key", str(tmp_path / "ops"),
+          check=True)
+    # Probes patient enough for a loaded machine: the page must find the
+    # replica ready, not between restarts.
+    deploy(s, "kind: Deployment\nname: chat\nmodel: /tmp\n"
+           f"command: [\"/usr/bin/python3\", \"{MODEL_SERVER}\"]\n"
+           "replicas: 1\nreadiness: {path: /health, period_s: 0.5}\n"
+           "liveness: {path: /live, period_s: 1, failure_threshold: 30}\n")
+    wait_ready(s, "chat", 1, timeout=60)
+    secret = s.cli("key", "create", "--name", "app", "--deployments", "chat",
+                   check=True).stdout.strip().split()[-1]
+    g.start()
+    wait_for(lambda: g.call(secret, "chat").status_code == 200,
+             what="the gateway to route chat")
+    r = s.request("POST", "/v1/gateway/alerts", json={
+        "deployment": "chat", "signal": "latency_ms", "value": 900.0,
+        "low": 10.0, "high": 200.0, "window_s": 60,
+        "started_at_ms": int(time.time() * 1000)})
+    assert r.status_code == 202, r.text
+    # A job that prints a line a second until cancelled on 3 GPUs, one
+    # on half a GPU, and one that waits for 2.
+    ids["ticker"] = s.submit(job_yaml(
+        "ticker", ["/bin/sh", "-c",
+                   "i=0; while true; do echo \"<img src=x onerror=alert(1)> tick $i\";"
+                   " i=$((i+1)); sleep 0.5; done"], resources={"gpus": 3}))
+    s.wait_state(ids["ticker"], "running")
+    ids["half"] = s.submit(job_yaml("half", ["/bin/sleep", "300"],
+                                    resources={"gpus": 0.5}))
+    s.wait_state(ids["half"], "running")
+    # One that can never fit while the ticker runs: it waits, with a reason.
+    ids["waiting"] = s.submit(job_yaml("waiting", ["/bin/true"],
+                                       resources={"gpus": 2}))
+    return ids
+
+
+def test_every_page_with_real_content(stack, browser, tmp_path):
+    s, g = stack
+    ids = populate(s, g, tmp_path)
+    login(browser, s, s.admin_token)
+    driver = browser
+
+    def page(hash_, css, text):
+        driver.get(f"{s.url}/#/{hash_}")
+        return wait_text(driver, css, text)
+
+    page("overview", "#page-overview", "zone=zone-1")
+    wait_text(driver, "#page-overview", "Waiting because")
+    assert len(driver.find_elements(By.CSS_SELECTOR, ".gpu.alloc")) == 3
+    assert len(driver.find_elements(By.CSS_SELECTOR, ".gpu.shared")) == 1
+    # The queue says why the 2-GPU job waits.
+    queue_row = wait_text(driver, "#page-overview tr", "waiting")
+    assert s.job(ids["waiting"])["reason"] in queue_row.text
+    shot(driver, "overview")
+
+    page("jobs", "#page-jobs", "ticker")
+    wait_text(driver, "#page-jobs", "running")
+    shot(driver, "jobs")
+    # Filtering runs on the server.
+    page("jobs?state=queued", "#page-jobs", "waiting")
+    assert "ticker" not in driver.find_element(By.ID, "page-jobs").text
+
+    # The ticker's log follows as it is written.
+    page(f"job/{ids['ticker']}", "pre.log", "tick 1")
+    first = driver.find_element(By.CSS_SELECTOR, "pre.log").text.count("tick")
+    wait_for(lambda: driver.find_element(By.CSS_SELECTOR, "pre.log")
+             .text.count("tick") >= first + 2, timeout=30,
+             what="the live log to grow")
+    # What a task prints is text, not markup: no element, no alert.
+    wait_text(driver, "pre.log", "<img src=x onerror=alert(1)> tick")
+    assert not driver.find_elements(By.CSS_SELECTOR, "pre.log img")
+    shot(driver, "job")
+
+    page("deployments", "#page-deployments", "zone-1: 1/1")
+    page("deployment/chat", "#page-deployment", "zone-1")
+    wait_text(driver, "#page-deployment", "gateway_anomaly_latency_ms")
+    wait_text(driver, "#page-deployment", "app")
+    shot(driver, "deployment")
+
+    page("models", "#page-models", "staging→1")
+    page("model/tiny", "#page-model", "admin")
+    wait_text(driver, ".signer", "admin")
+    graph = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
+                                                  "#page-model svg.graph"),
+                     what="the lineage graph")
+    assert f"job #{ids['train']}" in graph[0].get_attribute("textContent")
+    assert "input prepare/data.txt" in graph[0].get_attribute("textContent")
+    driver.execute_script("arguments[0].scrollIntoView()", graph[0])
+    shot(driver, "model")
+
+    page("workflows", "#page-workflows", "pipe")
+    page(f"workflow/{ids['workflow']}", "#page-workflow", "succeeded")
+    edges = wait_for(lambda: driver.find_elements(
+        By.CSS_SELECTOR, "#page-workflow path.edge"), what="DAG edges")
+    assert [(e.get_attribute("data-from"), e.get_attribute("data-to"))
+            for e in edges] == [("prepare", "train")]
+    shot(driver, "workflow")
+
+    page("cost", "#page-cost", "GPU-hours")
+    shot(driver, "cost")
+
+    page("alerts", "#page-alerts", "gateway_anomaly_latency_ms")
+    # Live events: a cancel shows up in the open stream.
+    wait_text(driver, "#events", "job")
+    s.request("POST", f"/v1/jobs/{ids['waiting']}/cancel")
+    wait_text(driver, "#events", '"state":"cancelled"')
+    shot(driver, "alerts")
+
+    page("audit", "#verify", "Chain verified")
+    wait_text(driver, "#page-audit", "console.login")
+    shot(driver, "audit")
+
+    # A phone's width: the same page, nothing cut off sideways.
+    driver.set_window_size(390, 844)
+    page("overview", "#page-overview", "zone=zone-1")
+    width = driver.execute_script("return document.documentElement.scrollWidth")
+    assert width <= 390 + 1, width
+    shot(driver, "overview-phone")
+    driver.set_window_size(1280, 800)
+
+    assert not js_errors(driver), js_errors(driver)
+    assert_same_origin(driver, s)
+
+
+def test_actions_follow_the_role(server, browser):
+    s = server
+    job = s.submit(job_yaml("sleeper", ["/bin/sleep", "300"]))
+    s.wait_state(job, "running")
+    viewer = s.create_token("watcher", "viewer")
+    operator = s.create_token("op", "operator")
+
+    login(browser, s, viewer)
+    browser.get(f"{s.url}/#/job/{job}")
+    wait_text(browser, "#page-job", "sleeper")
+    for hash_, css in (("overview", "#page-overview"), ("jobs", "#page-jobs"),
+                       (f"job/{job}", "#page-job")):
+        browser.get(f"{s.url}/#/{hash_}")
+        wait_text(browser, css, "sleeper" if "job" in hash_ else "vm")
+        assert not browser.find_elements(By.CSS_SELECTOR, "button.act"), hash_
+    # The API refuses the viewer all the same.
+    assert s.request("POST", f"/v1/jobs/{job}/cancel",
+                     token=viewer).status_code == 403
+    browser.find_element(By.ID, "logout").click()
+
+    login(browser, s, operator)
+    browser.get(f"{s.url}/#/job/{job}")
+    wait_text(browser, "#page-job", "sleeper")
+    assert browser.find_elements(By.CSS_SELECTOR,
+                                 "#page-overview button.act, #page-job button.act")
+    browser.find_element(By.CSS_SELECTOR,
+                         "#page-job button[data-action=cancel]").click()
+    s.wait_state(job, "cancelled")
+    audit = s.request("GET", "/v1/audit",
+                      params={"action": "job.cancel"}).json()["audit"]
+    assert audit[0]["actor"] == "op" and audit[0]["outcome"] == "ok"
+    assert not js_errors(browser), js_errors(browser)

@@ -47,6 +47,9 @@ function append(e, kids) {
 
 Kiln.el = el;
 Kiln.svg = svg;
+/* Append children to e as el does: arrays flattened, null and false
+   skipped (the DOM's own append would write "null"). */
+Kiln.append = (e, ...kids) => append(e, kids);
 
 Kiln.session = () => sessionStorage.getItem(SESSION_KEY);
 
@@ -209,15 +212,14 @@ async function loginWithCode(code) {
   await startSession(data);
 }
 
+/* The tab forgets the session first, so leaving mid-logout leaves none. */
 async function logout() {
-  try {
-    await fetch('/v1/console/sessions', { method: 'DELETE', headers: authHeaders(),
-      credentials: 'omit' });
-  } finally {
-    sessionStorage.removeItem(SESSION_KEY);
-    if (Kiln.view) Kiln.view.abort();
-    showLogin('Logged out.');
-  }
+  const headers = authHeaders();
+  sessionStorage.removeItem(SESSION_KEY);
+  if (Kiln.view) Kiln.view.abort();
+  showLogin('Logged out.');
+  await fetch('/v1/console/sessions', { method: 'DELETE', headers, credentials: 'omit', keepalive: true })
+    .catch(() => null);
 }
 
 async function enter() {

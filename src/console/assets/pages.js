@@ -61,7 +61,7 @@
     ]);
     const devs = nodes.nodes.flatMap((n) => n.devices);
     const used = devs.filter((d) => d.allocated_milli > 0).length;
-    box.append(el('h1', { text: 'Overview' }),
+    K.append(box, el('h1', { text: 'Overview' }),
       el('p', {}, `${nodes.nodes.length} nodes, ${devs.length} GPUs, ${used} in use, ` +
         `${queued.jobs.length} jobs queued`),
       el('div', { class: 'legend' }, el('span', { class: 'alloc', text: 'allocated' }),
@@ -99,7 +99,7 @@
     const jobs = data.jobs;
     const next = new URLSearchParams(params);
     if (jobs.length) next.set('before', jobs[jobs.length - 1].id);
-    box.append(el('h1', { text: 'Jobs' }), form,
+    K.append(box, el('h1', { text: 'Jobs' }), form,
       K.table(['Job', 'Name', 'Owner', 'State', 'Tasks', 'GPUs', 'Attempts', 'Submitted', 'Reason', ''],
         jobs.map((j) => [jobLink(j), j.name, j.owner, K.pill(j.state), j.tasks,
           j.resources ? j.resources.gpus : 0, j.attempts, K.time(j.submitted_at_ms),
@@ -132,7 +132,7 @@
   K.pages.job = async (box, id) => {
     const { job: j } = await K.api('GET', `/v1/jobs/${enc(id)}`);
     const g = j.goodput || {};
-    box.append(el('h1', {}, `Job #${j.id} ${j.name} `, K.pill(j.state)),
+    K.append(box, el('h1', {}, `Job #${j.id} ${j.name} `, K.pill(j.state)),
       el('p', {}, jobActions(j)),
       K.kv([
         ['Owner', j.owner], ['Priority', j.priority], ['Tasks', j.tasks],
@@ -157,16 +157,16 @@
       j.inputs && j.inputs.length ? K.table(['Name', 'URL', 'sha256'], j.inputs.map((i) =>
         [i.name, i.url, (i.sha256 || '').slice(0, 16)])) : el('p', { class: 'muted', text: 'none' }));
     const last = j.attempts_detail[j.attempts_detail.length - 1];
-    box.append(el('h2', { text: 'Logs' }));
+    K.append(box, el('h2', { text: 'Logs' }));
     if (!last) {
-      box.append(el('p', { class: 'muted', text: 'No attempt has started yet.' }));
+      K.append(box, el('p', { class: 'muted', text: 'No attempt has started yet.' }));
       return;
     }
-    box.append(K.table(['Rank', 'Node', 'GPUs', 'State', 'Exit'], last.tasks.map((t) =>
+    K.append(box, K.table(['Rank', 'Node', 'GPUs', 'State', 'Exit'], last.tasks.map((t) =>
       [t.rank, t.node, t.devices.join(','), K.pill(t.state), t.exit_code])));
     for (const t of last.tasks) {
       const pre = el('pre', { class: 'log', 'data-rank': t.rank });
-      box.append(el('h2', { text: `rank ${t.rank} (attempt ${last.number})` }), pre);
+      K.append(box, el('h2', { text: `rank ${t.rank} (attempt ${last.number})` }), pre);
       followLog(pre, j.id, t.rank, last.number);
     }
   };
@@ -175,7 +175,7 @@
 
   K.pages.deployments = async (box) => {
     const { deployments } = await K.api('GET', '/v1/deployments');
-    box.append(el('h1', { text: 'Deployments' }),
+    K.append(box, el('h1', { text: 'Deployments' }),
       deployments.length ? K.table(['Name', 'Model', 'Owner', 'Ready', 'Zones', 'Generation', 'Rollout'],
         deployments.map((d) => [el('a', { href: '#/deployment/' + enc(d.name), text: d.name }),
           d.model, d.owner, `${d.replicas_ready} / ${d.replicas_wanted}`,
@@ -198,7 +198,7 @@
     const { deployment: d } = await K.api('GET', `/v1/deployments/${enc(name)}`);
     const scale = el('input', { type: 'number', min: 0, value: d.replicas_wanted, 'aria-label': 'replicas', class: 'replicas' });
     const limits = Object.entries(d.limits || {}).map(([k, v]) => k + '=' + JSON.stringify(v)).join(' ');
-    box.append(el('h1', {}, `Deployment ${d.name}`),
+    K.append(box, el('h1', {}, `Deployment ${d.name}`),
       K.can('user') ? el('p', {}, scale,
         K.action('user', 'scale', () => K.api('POST', `/v1/deployments/${enc(d.name)}/scale`,
           { replicas: Number(scale.value) })),
@@ -214,16 +214,29 @@
       K.table(['Replica', 'Job', 'State', 'Ready', 'Zone', 'Node', 'Address', 'Restarts'],
         d.replicas.map((r) => [r.replica, r.job ? el('a', { href: '#/job/' + r.job, text: '#' + r.job }) : '',
           K.pill(r.state), r.ready ? 'yes' : 'no', r.zone || '', r.node || '', r.address || '', r.restarts || 0])),
-      el('h2', { text: 'Gateway alerts' }), gatewayAlerts(d.name));
+      el('h2', { text: 'Gateway alerts' }), gatewayAlerts(d.name),
+      K.can('operator') ? el('div', {}, el('h2', { text: 'Gateway keys' }), gatewayKeys(d.name)) : null);
   };
 
-  /* Anomaly alerts the gateway raised for this deployment (from the audit log). */
+  /* The keys that reach this deployment, with their limits (operators). */
+  function gatewayKeys(name) {
+    const box = el('div', {}, el('p', { class: 'muted', text: 'loading' }));
+    K.api('GET', '/v1/keys').then((a) => {
+      const rows = a.keys.filter((k) => k.deployments.includes(name));
+      box.replaceChildren(rows.length ? K.table(['Key', 'Requests/min', 'Tokens/min', 'Tokens/day', 'Tokens/month'],
+        rows.map((k) => [k.name, k.rpm || '-', k.tpm || '-', k.quota_day || '-', k.quota_month || '-']))
+        : el('p', { class: 'muted', text: 'none' }));
+    }).catch((e) => box.replaceChildren(el('p', { class: 'muted', text: e.message })));
+    return box;
+  }
+
+  /* The gateway's anomaly alerts for this deployment, as /v1/alerts has them. */
   function gatewayAlerts(name) {
     const box = el('div', {}, el('p', { class: 'muted', text: 'loading' }));
-    K.api('GET', '/v1/audit?action=gateway.&limit=20').then((a) => {
-      const rows = a.audit.filter((r) => (r.object || '').includes(name));
-      box.replaceChildren(rows.length ? K.table(['Time', 'Action', 'Detail'],
-        rows.map((r) => [K.time(r.time_ms), r.action, el('span', { text: r.detail || '' })]))
+    K.api('GET', '/v1/alerts?all=1').then((a) => {
+      const rows = a.alerts.filter((x) => x.labels && x.labels.deployment === name);
+      box.replaceChildren(rows.length ? K.table(['Rule', 'State', 'Value', 'Summary', 'Fired'],
+        rows.map((x) => [x.rule, K.pill(x.state), x.value, el('span', { text: x.summary || '' }), K.time(x.fired_at_ms)]))
         : el('p', { class: 'muted', text: 'none' }));
     }).catch((e) => box.replaceChildren(el('p', { class: 'muted', text: e.message })));
     return box;
@@ -233,49 +246,58 @@
 
   K.pages.models = async (box) => {
     const { models } = await K.api('GET', '/v1/models');
-    box.append(el('h1', { text: 'Models' }),
-      models.length ? K.table(['Name', 'Versions', 'Aliases'], models.map((m) =>
-        [el('a', { href: '#/model/' + enc(m.name), text: m.name }),
-          m.versions !== undefined ? (Array.isArray(m.versions) ? m.versions.length : m.versions) : '',
-          aliasText(m.aliases)]))
+    K.append(box, el('h1', { text: 'Models' }),
+      models.length ? K.table(['Name', 'Versions', 'Latest', 'Aliases', 'Updated'], models.map((m) =>
+        [el('a', { href: '#/model/' + enc(m.name), text: m.name }), m.versions, m.latest,
+          Object.entries(m.aliases || {}).map(([a, v]) => `${a}→${v}`).join(', '), K.time(m.updated_at_ms)]))
         : el('p', { class: 'muted', text: 'No models.' }));
   };
 
-  function aliasText(aliases) {
-    if (!aliases) return '';
-    return aliases.map((a) => (typeof a === 'string' ? a : `${a.alias || a.name}→${a.version}`)).join(', ');
-  }
-
-  K.pages.model = async (box, name) => {
+  /* NAME: its versions, aliases and history, then its newest version;
+     NAME@V: that version. */
+  K.pages.model = async (box, ref) => {
+    const name = ref.split('@')[0];
     const m = await K.api('GET', `/v1/models/${enc(name)}`);
-    const versions = m.versions || [];
-    box.append(el('h1', { text: 'Model ' + m.name }),
+    const wanted = ref.includes('@') ? ref : m.versions.length
+      ? name + '@' + m.versions[m.versions.length - 1].version : null;
+    const aliasInput = el('input', { placeholder: 'alias', value: m.aliases[0] ? m.aliases[0].alias : 'prod',
+      'aria-label': 'alias', class: 'alias' });
+    K.append(box, el('h1', { text: 'Model ' + m.name }),
       el('h2', { text: 'Aliases' }),
-      K.table(['Alias', 'Version', 'History', ''], (m.aliases || []).map((a) => [a.alias || a.name, a.version,
-        el('span', { text: (a.history || []).map((h) => h.version + (h.time_ms ? ' @ ' + K.time(h.time_ms) : '')).join(' ← ') }),
-        K.action('operator', 'roll back ' + (a.alias || a.name), () =>
-          K.api('POST', `/v1/models/${enc(m.name)}/rollback`, { alias: a.alias || a.name }))])),
+      m.aliases.length ? K.table(['Alias', 'Version', 'Moved by', 'At', ''], m.aliases.map((a) =>
+        [a.alias, a.version, a.by, K.time(a.time_ms),
+          K.action('operator', 'roll back ' + a.alias, () =>
+            K.api('POST', `/v1/models/${enc(m.name)}/rollback`, { alias: a.alias }))]))
+        : el('p', { class: 'muted', text: 'No aliases.' }),
+      el('h2', { text: 'Alias history' }),
+      K.table(['At', 'Alias', 'Action', 'From', 'To', 'By'], m.alias_history.slice().reverse().map((h) =>
+        [K.time(h.time_ms), h.alias, h.action, h.from === null ? '-' : h.from, h.version, h.by])),
       el('h2', { text: 'Versions' }),
-      K.table(['Version', 'Files', 'Bytes', 'Signed by', 'Trusted', 'Created', ''], versions.map((v) => [
+      K.can('operator') ? el('p', {}, 'promote to ', aliasInput) : null,
+      K.table(['Version', 'Files', 'Bytes', 'Created by', 'Created', ''], m.versions.map((v) => [
         el('a', { href: `#/model/${enc(m.name + '@' + v.version)}`, text: String(v.version) }),
-        v.files, v.bytes, signers(v.signatures), v.trusted === undefined ? '' : String(v.trusted),
-        K.time(v.created_at_ms),
-        K.action('operator', 'promote ' + v.version, () => {
-          const alias = (m.aliases && m.aliases[0] && (m.aliases[0].alias || m.aliases[0].name)) || 'prod';
-          return K.api('POST', `/v1/models/${enc(m.name)}/promote`, { alias, version: v.version });
-        })])));
-    if (m.version) await modelVersion(box, m);
+        v.files, v.bytes, v.created_by, K.time(v.created_at_ms),
+        K.action('operator', 'promote ' + v.version, () =>
+          K.api('POST', `/v1/models/${enc(m.name + '@' + v.version)}/promote`, { alias: aliasInput.value }))])));
+    if (wanted) await modelVersion(box, wanted);
   };
 
-  const signers = (sigs) => (sigs || []).map((s) => s.signer || s.signed_by || s.key_id && s.key_id.slice(0, 12)).join(', ');
-
-  async function modelVersion(box, m) {
-    box.append(el('h2', { text: `Version ${m.version}` }),
-      K.kv([['Signed by', signers(m.signatures) || 'nobody'], ['Trusted', String(m.trusted)],
-        ['Store', m.store || '']]));
-    const lin = await K.api('GET', `/v1/models/${enc(m.name + '@' + m.version)}/lineage`);
-    box.append(el('h2', { text: 'Lineage' }),
-      lin.lineage ? lineageGraph(m.name + '@' + m.version, lin.lineage) : el('p', { class: 'muted', text: 'pushed from a directory: no lineage' }));
+  async function modelVersion(box, ref) {
+    const [v, lin] = await Promise.all([
+      K.api('GET', `/v1/models/${enc(ref)}`),
+      K.api('GET', `/v1/models/${enc(ref)}/lineage`),
+    ]);
+    K.append(box, el('h2', { text: `Version ${v.name}@${v.version}` }),
+      K.kv([['Aliases', v.aliases.join(', ') || '-'], ['Trusted', v.trusted ? 'yes: signed by a trusted key' : 'no'],
+        ['Created by', v.created_by], ['Store', v.store || ''],
+        ['Metrics', lin.metrics ? Object.entries(lin.metrics).map(([k, x]) => k + '=' + x).join(' ') : '-']]),
+      el('h3', { text: 'Signatures' }),
+      v.signatures.length ? K.table(['Signed by', 'Key', 'Trusted', 'At'], v.signatures.map((sg) =>
+        [el('span', { class: 'signer', text: sg.signed_by }), sg.key_id.slice(0, 16), sg.trusted ? 'yes' : 'no',
+          K.time(sg.signed_at_ms)])) : el('p', { class: 'muted', text: 'unsigned' }),
+      el('h3', { text: 'Lineage' }),
+      lin.lineage ? lineageGraph(`${v.name}@${v.version}`, lin.lineage)
+        : el('p', { class: 'muted', text: 'pushed from a directory: no lineage' }));
   }
 
   /* The lineage tree as a left-to-right graph: version ← job ← inputs ← jobs. */
@@ -301,7 +323,7 @@
 
   K.pages.workflows = async (box) => {
     const { workflows } = await K.api('GET', '/v1/workflows');
-    box.append(el('h1', { text: 'Workflows' }),
+    K.append(box, el('h1', { text: 'Workflows' }),
       workflows.length ? K.table(['Run', 'Name', 'Owner', 'State', 'Steps', 'Submitted'],
         workflows.slice().reverse().map((w) => [el('a', { href: '#/workflow/' + w.id, text: '#' + w.id }),
           w.name, w.owner, K.pill(w.state),
@@ -324,7 +346,7 @@
     };
     const nodes = steps.map((s, i) => ({ id: i, label: `${s.name} (${s.state})`, level: levelOf(s), cls: 's-' + s.state, name: s.name }));
     const edges = steps.flatMap((s, i) => (s.needs || []).filter((n) => index[n] !== undefined).map((n) => [index[n], i]));
-    box.append(el('h1', {}, `Workflow #${w.id} ${w.name} `, K.pill(w.state)),
+    K.append(box, el('h1', {}, `Workflow #${w.id} ${w.name} `, K.pill(w.state)),
       el('p', {},
         ['running', 'pending'].includes(w.state) ? K.action('user', 'cancel', () => K.api('POST', `/v1/workflows/${w.id}/cancel`)) : null,
         ['failed', 'cancelled'].includes(w.state) ? K.action('user', 'retry', () => K.api('POST', `/v1/workflows/${w.id}/retry`)) : null),
@@ -376,6 +398,9 @@
 
   /* ---- cost ---- */
 
+  const money = (v) => (v === null || v === undefined ? 'unpriced' : '$' + v.toFixed(2));
+  const hours = (s) => (s / 3600).toFixed(2);
+
   K.pages.cost = async (box, arg, params) => {
     const by = params.get('by') || 'day';
     const [report, rightsize, reserve] = await Promise.all([
@@ -383,25 +408,32 @@
       K.api('GET', '/v1/cost/rightsize'),
       K.api('GET', '/v1/cost/reservations'),
     ]);
-    const money = (v) => (v === null || v === undefined ? 'unpriced' : '$' + v.toFixed(2));
-    box.append(el('h1', { text: 'Cost' }),
+    const row = (r, key) => [key, hours(r.gpu_seconds), hours(r.idle_gpu_seconds), hours(r.lost_gpu_seconds),
+      money(r.cost_usd), money(r.idle_cost_usd), money(r.total_cost_usd),
+      r.goodput === null || r.goodput === undefined ? '' : (100 * r.goodput).toFixed(1) + '%'];
+    const advice = rightsize.jobs.flatMap((j) => j.resources.filter((r) => r.over).map((r) =>
+      [j.name, r.resource, `${r.requested} ${r.unit}`, `${r.p95.toFixed(2)} ${r.unit}`,
+        `${r.suggested.toFixed(2)} ${r.unit}` + (r.suggested_gpus ? ` (${r.suggested_gpus} GPUs)` : '')]));
+    K.append(box, el('h1', { text: 'Cost' }),
       el('p', { class: 'pager' }, 'by ', ['day', 'user', 'job', 'deployment', 'node'].map((b) =>
         el('a', { href: '#/cost?by=' + b, class: b === by ? 'on' : '', text: b }))),
-      barChart(report.rows.map((r) => ({ label: r.key, value: r.cost_usd || 0 }))),
-      K.table([by, 'GPU-hours', 'Cost'], report.rows.map((r) => [r.key, (r.gpu_seconds / 3600).toFixed(2), money(r.cost_usd)])
-        .concat([[el('b', { text: 'total' }), (report.total.gpu_seconds / 3600).toFixed(2), money(report.total.cost_usd)]])),
-      el('h2', { text: 'Nodes (idle GPU-hours)' }),
-      K.table(['Node', 'Detail'], (report.nodes || []).map((n) => [n.node || n.name || '',
-        el('span', { class: 'wrap', text: Object.entries(n).filter(([k]) => k !== 'node' && k !== 'name')
-          .map(([k, v]) => k + ': ' + (typeof v === 'number' ? +v.toFixed(3) : JSON.stringify(v))).join(', ') })])),
+      barChart(report.rows.map((r) => ({ label: r.key, value: r.total_cost_usd || 0 }))),
+      K.table([by, 'busy GPU-hours', 'idle GPU-hours', 'lost GPU-hours', 'busy cost', 'idle cost', 'total', 'goodput'],
+        report.rows.map((r) => row(r, r.key)).concat([row(report.total, el('b', { text: 'total' }))])),
+      report.unpriced_nodes.length ? el('p', { class: 'muted', text: 'No price for: ' + report.unpriced_nodes.join(', ') }) : null,
       el('h2', { text: 'Right-size advice' }),
-      rightsize.jobs.length ? K.table(['Job', 'Advice'], rightsize.jobs.map((j) => [j.job ? '#' + j.job : (j.name || ''),
-        el('span', { class: 'wrap', text: j.advice || j.suggestion || JSON.stringify(j) })]))
-        : el('p', { class: 'muted', text: 'No job is over-provisioned.' }),
-      el('h2', { text: 'Reservation and spot advice' }),
-      reserve.skus.length || reserve.spot_candidates.length
-        ? K.table(['Advice'], reserve.skus.concat(reserve.spot_candidates).map((s) => [el('span', { class: 'wrap', text: s.advice || JSON.stringify(s) })]))
-        : el('p', { class: 'muted', text: 'No reservation or spot advice for this window.' }));
+      advice.length ? K.table(['Job name', 'Resource', 'Requested', 'p95 used', 'Suggested'], advice)
+        : el('p', { class: 'muted', text: 'No job asks for much more than it uses.' }),
+      el('h2', { text: 'Reservations' }),
+      reserve.skus.length ? K.table(['SKU', 'Utilisation', 'On demand $/h', '1y reserved $/h', '3y reserved $/h', 'Pays off'],
+        reserve.skus.map((s) => [s.sku, (100 * s.utilisation).toFixed(0) + '%', s.on_demand_usd_hr, s.reserved_1y_usd_hr,
+          s.reserved_3y_usd_hr, s.pays_off_3y ? (s.pays_off_1y ? '1y and 3y' : '3y') : 'no']))
+        : el('p', { class: 'muted', text: 'No priced nodes to advise on.' }),
+      el('h2', { text: 'Spot candidates' }),
+      reserve.spot_candidates.length ? K.table(['Job', 'Name', 'User', 'Checkpoint every', 'Longest unsaved'],
+        reserve.spot_candidates.map((j) => [el('a', { href: '#/job/' + j.job, text: '#' + j.job }), j.name, j.user,
+          K.duration(j.checkpoint_every_ms / 1000), K.duration(j.longest_unsaved_ms / 1000)]))
+        : el('p', { class: 'muted', text: 'No job checkpoints often enough for spot.' }));
   };
 
   function barChart(items) {
@@ -424,7 +456,7 @@
   K.pages.alerts = async (box) => {
     const a = await K.api('GET', '/v1/alerts?all=1');
     const feed = el('tbody');
-    box.append(el('h1', { text: 'Alerts and events' }),
+    K.append(box, el('h1', { text: 'Alerts and events' }),
       a.enabled ? null : el('p', { class: 'muted', text: 'Alert rules are off on this server.' }),
       a.alerts.length ? K.table(['Rule', 'Severity', 'State', 'Summary', 'Labels', 'Fired', 'Resolved'],
         a.alerts.map((x) => [x.rule, x.severity, K.pill(x.state), el('span', { text: x.summary || '' }),
@@ -439,7 +471,7 @@
       feed.prepend(el('tr', { 'data-type': type }, el('td', { text: seq }), el('td', { text: K.time(t) }),
         el('td', { text: type }), el('td', { class: 'wrap', text: JSON.stringify(rest) })));
       while (feed.children.length > 500) feed.lastChild.remove();
-    }).catch((e) => { if (e.name !== 'AbortError') box.append(el('p', { class: 'error', text: e.message })); });
+    }).catch((e) => { if (e.name !== 'AbortError') K.append(box, el('p', { class: 'error', text: e.message })); });
   };
 
   /* ---- audit ---- */
@@ -460,7 +492,7 @@
     } else {
       verify = el('p', { id: 'verify', class: 'muted', text: 'Verifying the chain needs an admin.' });
     }
-    box.append(el('h1', { text: 'Audit' }), verify,
+    K.append(box, el('h1', { text: 'Audit' }), verify,
       K.table(['Time', 'Actor', 'Role', 'Action', 'Object', 'Outcome', 'Detail'], a.audit.map((r) =>
         [K.time(r.time_ms), r.actor, r.role || '', r.action, r.object || '', K.pill(r.outcome),
           el('span', { class: 'wrap', text: r.detail || '' })])));

@@ -397,6 +397,68 @@ static void test_job_list_filters(void **state)
 			 -EINVAL);
 }
 
+/* The ids of f's listing, in its order, as "1,2,3". */
+static void check_job_ids(struct kn_store *st, const struct kn_job_filter *f,
+			  const char *want)
+{
+	struct kn_job_row *rows = NULL;
+	struct kn_error err = {0};
+	char got[128] = "";
+	size_t n = 0, len = 0;
+
+	assert_int_equal(kn_store_job_list(st, f, &rows, &n, &err), 0);
+	for (size_t i = 0; i < n; i++)
+		len += (size_t)snprintf(got + len, sizeof(got) - len, "%s%lld",
+					i ? "," : "", (long long)rows[i].id);
+	assert_string_equal(got, want);
+	kn_job_list_free(rows, n);
+}
+
+/* Pages newest first: each page's last id is the next one's before. Each
+   filter leads its own listing (an index), with the others applied. */
+static void test_job_list_pages(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_job_filter f = {.state = -1, .newest_first = true,
+				  .limit = 2};
+
+	insert_job(fx->st, "j1", "alice", KN_JOB_QUEUED);
+	insert_job(fx->st, "j2", "bob", KN_JOB_FAILED);
+	insert_job(fx->st, "j3", "alice", KN_JOB_SUCCEEDED);
+	insert_job(fx->st, "j1", "alice", KN_JOB_FAILED);
+	insert_job(fx->st, "j5", "bob", KN_JOB_RUNNING);
+
+	check_job_ids(fx->st, &f, "5,4");
+	f.before_id = 4;
+	check_job_ids(fx->st, &f, "3,2");
+	f.before_id = 2;
+	check_job_ids(fx->st, &f, "1");
+	f.before_id = 1;
+	check_job_ids(fx->st, &f, "");
+	f = (struct kn_job_filter){.state = KN_JOB_FAILED, .newest_first = true};
+	check_job_ids(fx->st, &f, "4,2");
+	f.before_id = 4;
+	check_job_ids(fx->st, &f, "2");
+	f = (struct kn_job_filter){.state = -1, .active_only = true,
+				   .newest_first = true};
+	check_job_ids(fx->st, &f, "5,1");
+	f = (struct kn_job_filter){.state = -1, .owner = "alice",
+				   .newest_first = true, .before_id = 4};
+	check_job_ids(fx->st, &f, "3,1");
+	f = (struct kn_job_filter){.state = -1, .name = "j1",
+				   .newest_first = true};
+	check_job_ids(fx->st, &f, "4,1");
+	f.owner = "bob";
+	check_job_ids(fx->st, &f, "");
+	f = (struct kn_job_filter){.state = -1, .name = "j1", .before_id = 4};
+	check_job_ids(fx->st, &f, "1");
+	f = (struct kn_job_filter){.state = -1, .owner = "bob"};
+	check_job_ids(fx->st, &f, "2,5");
+	/* Oldest first, below an id. */
+	f = (struct kn_job_filter){.state = -1, .before_id = 3};
+	check_job_ids(fx->st, &f, "1,2");
+}
+
 /* ---- attempts and tasks ---- */
 
 static void test_attempt_put_and_list(void **state)
@@ -1170,6 +1232,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_job_insert_array, setup_store,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_job_list_filters,
+						setup_store, teardown),
+		cmocka_unit_test_setup_teardown(test_job_list_pages,
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_attempt_put_and_list,
 						setup_store, teardown),
