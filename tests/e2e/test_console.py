@@ -337,6 +337,8 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
     # What a task prints is text, not markup: no element, no alert.
     wait_text(driver, "pre.log", "<img src=x onerror=alert(1)> tick")
     assert not driver.find_elements(By.CSS_SELECTOR, "pre.log img")
+    driver.execute_script("arguments[0].scrollIntoView()",
+                          driver.find_element(By.CSS_SELECTOR, "pre.log"))
     shot(driver, "job")
 
     page("deployments", "#page-deployments", "zone-1: 1/1")
