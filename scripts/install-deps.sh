@@ -48,7 +48,9 @@ test_packages=(
   # tests/e2e/test_sim.py draws its figure; tests/e2e/test_sim_bound.py
   # solves the packing bound's linear program with glpsol
   gnuplot-nox glpk-utils
-  # tests/e2e/test_exporter.py checks the exposition with promtool
+  # tests/e2e/test_exporter.py checks the exposition with promtool;
+  # tests/e2e/test_dashboards.py runs prometheus against kiln and
+  # promtool on the rules
   prometheus
   # tests/e2e/test_train_example.py and test_slurm.py train a model
   python3-torch

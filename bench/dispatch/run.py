@@ -15,6 +15,10 @@ are submitted over HTTP/1.1 keep-alive. Slurm: scripts/slurm-up.sh (slurm-wlm,
 munge, 64 advertised CPUs, 8 fake GPUs, batch_sched_delay=0) and
 bench/slurm/dispatch.py. Pass --no-slurm to measure kiln alone.
 
+--array submits the N jobs as one job array on both sides: one POST with
+`array: 0-(N-1)` to kiln, one `sbatch --array=0-(N-1)` to Slurm; every
+element's submit time is that one call's.
+
 Prints a table and writes the JSON of both sides to --out.
 
 --isolation compares kiln with itself instead: the same binary with tasks
@@ -108,7 +112,8 @@ def lone_starts(session, url, spec, records, count):
     return out
 
 
-def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0):
+def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
+             array=False):
     home = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     # Outside the home and /tmp, which tasks do not see, and writable for
     # the task's user.
@@ -140,11 +145,16 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0):
                            "resources": {"gpus": gpus_per_job}})
         submitted = {}
         t0 = time.time()
-        for _ in range(jobs):
+        for _ in range(1 if array else jobs):
             t = time.time_ns()
-            r = session.post(url + "/v1/jobs", data=spec)
+            r = session.post(url + "/v1/jobs", data=spec if not array else
+                             json.dumps(dict(json.loads(spec),
+                                             array=f"0-{jobs - 1}")))
             r.raise_for_status()
-            submitted[str(r.json()["job"]["id"])] = t
+            head = r.json()["job"]["id"]
+            # An array's elements have consecutive ids from the first.
+            for i in range(head, head + (jobs if array else 1)):
+                submitted[str(i)] = t
         submit_phase = time.time() - t0
         deadline = time.monotonic() + WAIT_LIMIT_S
         next_ask = time.monotonic() + 1.0
@@ -297,6 +307,8 @@ def main():
     p.add_argument("--slurm-mode", choices=("single", "array"), default="single")
     p.add_argument("--slurm-gpus-per-job", type=int, default=0)
     p.add_argument("--no-slurm", action="store_true")
+    p.add_argument("--array", action="store_true",
+                   help="the jobs as one job array on both sides")
     p.add_argument("--out", default="bench-dispatch.json")
     p.add_argument("--isolation", action="store_true",
                    help="compare sandboxed and limited tasks with neither")
@@ -310,10 +322,12 @@ def main():
         return compare_isolation(a.kiln, a.jobs, a.gpus_per_job, a.rounds,
                                  a.lone, a.out)
 
-    kiln = run_kiln(a.kiln, a.jobs, a.gpus_per_job)
+    kiln = run_kiln(a.kiln, a.jobs, a.gpus_per_job, array=a.array)
     results = {"kiln": kiln}
     if not a.no_slurm:
-        results["slurm"] = run_slurm(a.jobs, a.slurm_mode, a.slurm_gpus_per_job)
+        results["slurm"] = run_slurm(a.jobs,
+                                     "array" if a.array else a.slurm_mode,
+                                     a.slurm_gpus_per_job)
     Path(a.out).write_text(json.dumps(results, indent=2) + "\n")
 
     rows = [("", "jobs/s", "submit->start p50 ms", "p99 ms", "completed")]

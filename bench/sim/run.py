@@ -9,7 +9,8 @@ docs/benchmarks.md):
    the unallocated GPU, the paired difference at 100 % arrived with its t
    statistic, and kiln's worst mean difference over 90-130 % arrived;
 3. departures: `kiln sim --departures` on a small cluster (every 50th
-   openb GPU node) at a few arrival densities, per policy and paired;
+   openb GPU node) at a few arrival densities, every policy, paired
+   against fgd;
 4. the lower bounds of bench/sim/bound.py (needs glpsol).
 
 usage: bench/sim/run.py --kiln PATH [--data DIR] [--seeds 42-51]
@@ -136,7 +137,7 @@ def departures(kiln, nodes, data, seeds, tmp):
             r = subprocess.run([kiln, "sim", "--nodes", str(small),
                                 "--pods", str(pods), "--departures",
                                 "--load", load, "--policy",
-                                "best-fit,fgd,kiln", "--seeds", seeds,
+                                ",".join(POLICIES), "--seeds", seeds,
                                 "--csv", str(per_seed)],
                                check=True, capture_output=True, text=True)
             print(f"\n{trace}, every {DEPARTURE_NODE_STRIDE}th node, "

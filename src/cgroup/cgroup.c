@@ -211,10 +211,8 @@ void kn_cgroup_free(struct kn_cgroup *cg)
 {
 	if (!cg)
 		return;
-	for (int i = 0; i < CG_N; i++) {
+	for (int i = 0; i < CG_N; i++)
 		free(cg->dirs[i]);
-		free(cg->home[i]);
-	}
 	free(cg->root);
 	free(cg);
 }
@@ -253,11 +251,6 @@ static int move_to(char *const *dirs, int pid, struct kn_error *err)
 int kn_cgroup_enter(struct kn_cgroup *cg, int pid, struct kn_error *err)
 {
 	return move_to(cg->dirs, pid, err);
-}
-
-int kn_cgroup_leave(struct kn_cgroup *cg, int pid, struct kn_error *err)
-{
-	return move_to(cg->home, pid, err);
 }
 
 /* The value of "key N" among a flat-keyed file's lines; 0 if absent. */
@@ -302,7 +295,7 @@ static void kill_listed(const char *dir)
 			long pid = strtol(p, &end, 10);
 			if (end == p)
 				break;
-			/* Never ourselves: a caller that could not leave. */
+			/* Never ourselves, should the caller have moved itself in. */
 			if (pid > 0 && pid != getpid())
 				kill((pid_t)pid, SIGKILL);
 			p = end;

@@ -82,12 +82,6 @@ int kn_cgroup_create(struct kn_cgroup *cg, const struct kn_cgroup_limits *lim,
 /* Move process pid (all its threads) into the cgroup. */
 int kn_cgroup_enter(struct kn_cgroup *cg, int pid, struct kn_error *err);
 /*
- * Move process pid back to the cgroup the caller was in when cg was made
- * (place->self), in each hierarchy: a parent that entered to fork its
- * child inside leaves again.
- */
-int kn_cgroup_leave(struct kn_cgroup *cg, int pid, struct kn_error *err);
-/*
  * How many times the kernel's OOM killer killed a process of the cgroup
  * (v1 memory.oom_control, v2 memory.events "oom_kill"); 0 when unknown.
  */

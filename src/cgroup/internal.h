@@ -38,7 +38,6 @@ struct kn_cgroup {
 	const struct cg_ops *ops;
 	char *root;       /* where the hierarchies are mounted */
 	char *dirs[CG_N]; /* NULL: that controller is not mounted (v1) */
-	char *home[CG_N]; /* the caller's own cgroup, beside each of dirs */
 };
 
 extern const struct cg_ops cg_v1_ops, cg_v2_ops;

@@ -23,10 +23,8 @@ static int v1_locate(struct kn_cgroup *cg, const struct kn_cgroup_place *place,
 		char *own = cg_self_path(self, cg_controller_names[i]);
 		char *rel = cg_relative(own ? own : "/", place->parent, name);
 
-		if (cg_exists(mount, "cgroup.procs")) {
+		if (cg_exists(mount, "cgroup.procs"))
 			cg->dirs[i] = kn_asprintf("%s%s", mount, rel);
-			cg->home[i] = kn_asprintf("%s%s", mount, own ? own : "");
-		}
 		free(rel);
 		free(own);
 		free(mount);

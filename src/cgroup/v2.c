@@ -25,7 +25,6 @@ static int v2_locate(struct kn_cgroup *cg, const struct kn_cgroup_place *place,
 	char *rel = cg_relative(own ? own : "/", place->parent, name);
 
 	cg->dirs[0] = kn_asprintf("%s%s", place->root, rel);
-	cg->home[0] = kn_asprintf("%s%s", place->root, own ? own : "");
 	free(rel);
 	free(own);
 	return 0;

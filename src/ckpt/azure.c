@@ -653,6 +653,112 @@ static void slot_start(struct azure *a, struct slot *sl)
 	sl->in_multi = true;
 }
 
+/* Give idle slot sl block number block of fd (size bytes) to put. */
+static void slot_put_block(struct azure *a, struct slot *sl, uint32_t block,
+			   const char *full, int fd, int64_t size)
+{
+	int64_t off = (int64_t)block * (int64_t)a->block_size;
+
+	sl->block = block;
+	block_id(sl->block, sl->id);
+	sl->attempts = 0;
+	sl->busy = true;
+	sl->req = (struct az_req){
+		.method = "PUT",
+		.blob = full,
+		.query = {{"comp", "block"}, {"blockid", sl->id}},
+		.nq = 2,
+		.content_type = "application/octet-stream",
+		.body_fd = fd,
+		.body_off = off,
+		.body_len = size - off < (int64_t)a->block_size
+				    ? size - off
+				    : (int64_t)a->block_size,
+	};
+	slot_start(a, sl);
+}
+
+/*
+ * Take in the calls curl finished: a success frees its slot (*done
+ * counts it), a transient failure waits for its retry, any other fails
+ * the put (its status and error code copied to list_call, where the
+ * caller looks for ContainerNotFound).
+ */
+static int slots_reap(struct azure *a, struct slot *slots, uint32_t *done,
+		      struct az_call *list_call, struct kn_error *err)
+{
+	CURLMsg *msg;
+	int left, rc = 0;
+
+	while ((msg = curl_multi_info_read(a->multi, &left))) {
+		struct slot *sl = NULL;
+		CURLcode cc = msg->data.result;
+		long status = 0;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		for (int i = 0; i < a->parallel; i++)
+			if (slots[i].h == msg->easy_handle)
+				sl = &slots[i];
+		curl_multi_remove_handle(a->multi, msg->easy_handle);
+		sl->in_multi = false;
+		curl_easy_getinfo(sl->h, CURLINFO_RESPONSE_CODE, &status);
+		sl->call.reply.status = status;
+		if (cc == CURLE_OK && status >= 200 && status < 300) {
+			sl->busy = false;
+			(*done)++;
+		} else if (sl->attempts < a->max_retries &&
+			   (cc != CURLE_OK ? transient_curl(cc)
+					   : transient_status(status))) {
+			sl->retry_at = kn_mono_ms() + backoff_ms(a, sl->attempts);
+			sl->attempts++;
+		} else if (rc == 0) {
+			list_call->reply.status = status;
+			memcpy(list_call->reply.error_code,
+			       sl->call.reply.error_code,
+			       sizeof(list_call->reply.error_code));
+			rc = call_error(a, &sl->req, cc, &sl->call.reply,
+					sl->attempts + 1, err);
+		}
+	}
+	return rc;
+}
+
+/* Put Block List: the blob is blocks 0 to nblocks - 1, in order. */
+static int put_block_list(struct azure *a, const char *full,
+			  uint32_t nblocks, unsigned flags,
+			  struct az_call *list_call, struct kn_error *err)
+{
+	struct kn_buf xml;
+	int rc;
+
+	kn_buf_init(&xml, SIZE_MAX);
+	kn_buf_printf(&xml, "<?xml version=\"1.0\" encoding=\"utf-8\"?>"
+			    "<BlockList>");
+	for (uint32_t i = 0; i < nblocks; i++) {
+		char id[16];
+
+		block_id(i, id);
+		kn_buf_printf(&xml, "<Latest>%s</Latest>", id);
+	}
+	kn_buf_printf(&xml, "</BlockList>");
+	struct az_req r = {
+		.method = "PUT",
+		.blob = full,
+		.query = {{"comp", "blocklist"}},
+		.nq = 1,
+		.xms = {{"x-ms-blob-content-type", "application/octet-stream"}},
+		.nx = 1,
+		.content_type = "application/xml",
+		.if_none_match = (flags & KN_BLOB_CREATE_ONLY) ? "*" : NULL,
+		.body = xml.data,
+		.body_len = (int64_t)xml.len,
+	};
+	rc = perform(a, &r, -1, list_call, err);
+	kn_buf_release(&xml);
+	return rc;
+}
+
 /*
  * Put Block for every block of fd (size bytes), up to `parallel` in
  * flight, then Put Block List. Each block's body is read from the file as
@@ -666,7 +772,6 @@ static int put_blocks(struct azure *a, const char *full, int fd, int64_t size,
 				      (int64_t)a->block_size);
 	struct slot slots[KN_BLOB_MAX_PARALLEL];
 	uint32_t next = 0, done = 0;
-	struct kn_buf xml;
 	int rc = 0;
 
 	memset(slots, 0, sizeof(slots));
@@ -677,71 +782,18 @@ static int put_blocks(struct azure *a, const char *full, int fd, int64_t size,
 	}
 	while (rc == 0 && done < nblocks) {
 		int64_t now = kn_mono_ms();
-		int running = 0, left;
-		CURLMsg *msg;
+		int running = 0;
 
-		for (int i = 0; i < a->parallel && next < nblocks; i++) {
-			struct slot *sl = &slots[i];
-			int64_t off = (int64_t)next * (int64_t)a->block_size;
-
-			if (sl->busy)
-				continue;
-			sl->block = next++;
-			block_id(sl->block, sl->id);
-			sl->attempts = 0;
-			sl->busy = true;
-			sl->req = (struct az_req){
-				.method = "PUT",
-				.blob = full,
-				.query = {{"comp", "block"}, {"blockid", sl->id}},
-				.nq = 2,
-				.content_type = "application/octet-stream",
-				.body_fd = fd,
-				.body_off = off,
-				.body_len = size - off < (int64_t)a->block_size
-						    ? size - off
-						    : (int64_t)a->block_size,
-			};
-			slot_start(a, sl);
-		}
+		for (int i = 0; i < a->parallel && next < nblocks; i++)
+			if (!slots[i].busy)
+				slot_put_block(a, &slots[i], next++, full, fd,
+					       size);
 		for (int i = 0; i < a->parallel; i++)
 			if (slots[i].busy && !slots[i].in_multi &&
 			    slots[i].retry_at <= now)
 				slot_start(a, &slots[i]);
 		curl_multi_perform(a->multi, &running);
-		while ((msg = curl_multi_info_read(a->multi, &left))) {
-			struct slot *sl = NULL;
-			CURLcode cc = msg->data.result;
-			long status = 0;
-
-			if (msg->msg != CURLMSG_DONE)
-				continue;
-			for (int i = 0; i < a->parallel; i++)
-				if (slots[i].h == msg->easy_handle)
-					sl = &slots[i];
-			curl_multi_remove_handle(a->multi, msg->easy_handle);
-			sl->in_multi = false;
-			curl_easy_getinfo(sl->h, CURLINFO_RESPONSE_CODE, &status);
-			sl->call.reply.status = status;
-			if (cc == CURLE_OK && status >= 200 && status < 300) {
-				sl->busy = false;
-				done++;
-			} else if (sl->attempts < a->max_retries &&
-				   (cc != CURLE_OK ? transient_curl(cc)
-						   : transient_status(status))) {
-				sl->retry_at = kn_mono_ms() +
-					       backoff_ms(a, sl->attempts);
-				sl->attempts++;
-			} else if (rc == 0) {
-				/* The caller looks for ContainerNotFound. */
-				list_call->reply.status = status;
-				memcpy(list_call->reply.error_code,
-				       sl->call.reply.error_code,
-				       sizeof(list_call->reply.error_code));
-				rc = call_error(a, &sl->req, cc, &sl->call.reply,
-						sl->attempts + 1, err);
-			}
-		}
+		rc = slots_reap(a, slots, &done, list_call, err);
 		if (rc == 0 && done < nblocks)
 			curl_multi_poll(a->multi, NULL, 0, 50, NULL);
 	}
@@ -752,35 +804,7 @@ static int put_blocks(struct azure *a, const char *full, int fd, int64_t size,
 	}
 	if (rc < 0)
 		return rc;
-
-	kn_buf_init(&xml, SIZE_MAX);
-	kn_buf_printf(&xml, "<?xml version=\"1.0\" encoding=\"utf-8\"?>"
-			    "<BlockList>");
-	for (uint32_t i = 0; i < nblocks; i++) {
-		char id[16];
-		block_id(i, id);
-		kn_buf_printf(&xml, "<Latest>%s</Latest>", id);
-	}
-	kn_buf_printf(&xml, "</BlockList>");
-	{
-		struct az_req r = {
-			.method = "PUT",
-			.blob = full,
-			.query = {{"comp", "blocklist"}},
-			.nq = 1,
-			.xms = {{"x-ms-blob-content-type",
-				 "application/octet-stream"}},
-			.nx = 1,
-			.content_type = "application/xml",
-			.if_none_match = (flags & KN_BLOB_CREATE_ONLY) ? "*"
-								      : NULL,
-			.body = xml.data,
-			.body_len = (int64_t)xml.len,
-		};
-		rc = perform(a, &r, -1, list_call, err);
-	}
-	kn_buf_release(&xml);
-	return rc;
+	return put_block_list(a, full, nblocks, flags, list_call, err);
 }
 
 static int put_file_once(struct azure *a, const char *full, int fd,
@@ -1115,105 +1139,106 @@ static int decode_key(const char *b64, unsigned char *out, size_t cap,
 	return 0;
 }
 
-int kn_azure_store_open(const struct kn_blob_store_config *cfg,
-			struct kn_blob_store *store, struct kn_error *err)
+/*
+ * azure://CONTAINER[/PREFIX]: the endpoint comes from the credentials
+ * (BlobEndpoint, or the account's default); *out (malloc'd) is the URL.
+ */
+static int azure_url_expand(const struct kn_blob_store_config *cfg,
+			    const struct kn_azure_conn *conn, char **out,
+			    struct kn_error *err)
 {
-	struct kn_azure_conn conn = {0};
-	struct kn_azure_url u = {0};
-	struct azure *a = NULL;
-	const char *cs, *key, *sas, *url = cfg->url;
-	char *built = NULL;
-	int rc;
+	const char *container = cfg->url + 8;
+	const char *account = conn->account_name
+		? conn->account_name
+		: env_or(NULL, cfg->use_env, "AZURE_STORAGE_ACCOUNT");
 
-	cs = env_or(cfg->connection_string, cfg->use_env,
-		    "AZURE_STORAGE_CONNECTION_STRING");
-	if (cs) {
-		rc = kn_azure_parse_connection_string(cs, &conn, err);
-		if (rc < 0)
-			goto out;
-	}
-	if (strncmp(url, "azure://", 8) == 0) {
-		/* azure://CONTAINER[/PREFIX]: the endpoint comes from the
-		 * credentials (BlobEndpoint, or the account's default). */
-		const char *account = conn.account_name
-			? conn.account_name
-			: env_or(NULL, cfg->use_env, "AZURE_STORAGE_ACCOUNT");
-		if (conn.blob_endpoint)
-			built = kn_asprintf("%s/%s", conn.blob_endpoint, url + 8);
-		else if (account)
-			built = kn_asprintf("https://%s.blob.core.windows.net/%s",
-					    account, url + 8);
-		else {
-			rc = kn_errorf(err, KN_EINVAL, "url",
-				       "store url: azure:// needs an account "
-				       "(AZURE_STORAGE_ACCOUNT or a connection "
-				       "string)");
-			goto out;
-		}
-		url = built;
-	}
-	rc = kn_azure_parse_url(url, &u, err);
-	if (rc < 0)
-		goto out;
+	if (conn->blob_endpoint)
+		*out = kn_asprintf("%s/%s", conn->blob_endpoint, container);
+	else if (account)
+		*out = kn_asprintf("https://%s.blob.core.windows.net/%s",
+				   account, container);
+	else
+		return kn_errorf(err, KN_EINVAL, "url",
+				 "store url: azure:// needs an account "
+				 "(AZURE_STORAGE_ACCOUNT or a connection "
+				 "string)");
+	return 0;
+}
+
+/* a's key or SAS token: the config's, the connection string's, the
+   environment's, then the URL's SAS. */
+static int azure_credentials(struct azure *a,
+			     const struct kn_blob_store_config *cfg,
+			     const struct kn_azure_conn *conn,
+			     const struct kn_azure_url *u,
+			     struct kn_error *err)
+{
+	const char *key, *sas;
+
 	key = cfg->account_key && *cfg->account_key ? cfg->account_key
-						    : conn.account_key;
+						    : conn->account_key;
 	if (!key)
 		key = env_or(NULL, cfg->use_env, "AZURE_STORAGE_KEY");
-	sas = cfg->sas_token && *cfg->sas_token ? cfg->sas_token : conn.sas;
+	sas = cfg->sas_token && *cfg->sas_token ? cfg->sas_token : conn->sas;
 	if (!sas)
 		sas = env_or(NULL, cfg->use_env, "AZURE_STORAGE_SAS_TOKEN");
 	if (!sas)
-		sas = u.sas;
-	if (!key && !sas && !cfg->anonymous) {
-		rc = kn_errorf(err, KN_EINVAL, "credentials",
-			       "azure store %s: no credentials (account key, "
-			       "SAS token or connection string; or "
-			       "AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN, "
-			       "AZURE_STORAGE_CONNECTION_STRING)", u.container);
-		goto out;
-	}
-	a = kn_xcalloc(1, sizeof(*a));
-	if (key && decode_key(key, a->key, sizeof(a->key), &a->key_len) < 0) {
-		rc = kn_errorf(err, KN_EINVAL, "account_key",
-			       "azure store: the account key is not valid "
-			       "base64");
-		goto out;
-	}
+		sas = u->sas;
+	if (!key && !sas && !cfg->anonymous)
+		return kn_errorf(err, KN_EINVAL, "credentials",
+				 "azure store %s: no credentials (account "
+				 "key, SAS token or connection string; or "
+				 "AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN, "
+				 "AZURE_STORAGE_CONNECTION_STRING)",
+				 u->container);
+	if (key && decode_key(key, a->key, sizeof(a->key), &a->key_len) < 0)
+		return kn_errorf(err, KN_EINVAL, "account_key",
+				 "azure store: the account key is not valid "
+				 "base64");
 	if (sas) {
 		while (*sas == '?')
 			sas++;
-		if (!strstr(sas, "sig=")) {
-			rc = kn_errorf(err, KN_EINVAL, "sas_token",
-				       "azure store: the SAS token has no sig=");
-			goto out;
-		}
+		if (!strstr(sas, "sig="))
+			return kn_errorf(err, KN_EINVAL, "sas_token",
+					 "azure store: the SAS token has no "
+					 "sig=");
 		a->sas = kn_xstrdup(sas);
 	}
+	return 0;
+}
+
+/* The transfer tuning's bounds; 0 stands for the default. */
+static int azure_tuning_check(const struct kn_blob_store_config *cfg,
+			      struct kn_error *err)
+{
 	if (cfg->block_size && (cfg->block_size < (64u << 10) ||
-				cfg->block_size > KN_BLOB_MAX_BLOCK)) {
-		rc = kn_errorf(err, KN_EINVAL, "block_size",
-			       "block_size: must be 64 KiB..%u MiB",
-			       KN_BLOB_MAX_BLOCK >> 20);
-		goto out;
-	}
-	if (cfg->single_put_max > KN_BLOB_MAX_SINGLE_PUT) {
-		rc = kn_errorf(err, KN_EINVAL, "single_put_max",
-			       "single_put_max: at most %zu MiB (Put Blob's "
-			       "limit)",
-			       KN_BLOB_MAX_SINGLE_PUT >> 20);
-		goto out;
-	}
-	if (cfg->parallel < 0 || cfg->parallel > KN_BLOB_MAX_PARALLEL) {
-		rc = kn_errorf(err, KN_EINVAL, "parallel",
-			       "parallel: must be 1..%d", KN_BLOB_MAX_PARALLEL);
-		goto out;
-	}
-	a->origin = strndup(u.endpoint, strlen(u.endpoint) - strlen(u.path_base));
-	a->path_base = u.path_base;
-	a->account = u.account;
-	a->container = u.container;
-	a->prefix = u.prefix;
-	u.path_base = u.account = u.container = u.prefix = NULL;
+				cfg->block_size > KN_BLOB_MAX_BLOCK))
+		return kn_errorf(err, KN_EINVAL, "block_size",
+				 "block_size: must be 64 KiB..%u MiB",
+				 KN_BLOB_MAX_BLOCK >> 20);
+	if (cfg->single_put_max > KN_BLOB_MAX_SINGLE_PUT)
+		return kn_errorf(err, KN_EINVAL, "single_put_max",
+				 "single_put_max: at most %zu MiB (Put Blob's "
+				 "limit)",
+				 KN_BLOB_MAX_SINGLE_PUT >> 20);
+	if (cfg->parallel < 0 || cfg->parallel > KN_BLOB_MAX_PARALLEL)
+		return kn_errorf(err, KN_EINVAL, "parallel",
+				 "parallel: must be 1..%d",
+				 KN_BLOB_MAX_PARALLEL);
+	return 0;
+}
+
+/* a's place (taken from u), API version, tuning and curl handles. */
+static void azure_setup(struct azure *a, const struct kn_blob_store_config *cfg,
+			struct kn_azure_url *u)
+{
+	a->origin = strndup(u->endpoint,
+			    strlen(u->endpoint) - strlen(u->path_base));
+	a->path_base = u->path_base;
+	a->account = u->account;
+	a->container = u->container;
+	a->prefix = u->prefix;
+	u->path_base = u->account = u->container = u->prefix = NULL;
 	a->version = kn_xstrdup(cfg->api_version && *cfg->api_version
 					? cfg->api_version
 					: KN_BLOB_DEFAULT_API_VERSION);
@@ -1231,6 +1256,35 @@ int kn_azure_store_open(const struct kn_blob_store_config *cfg,
 		abort();
 	curl_multi_setopt(a->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
 			  (long)a->parallel);
+}
+
+int kn_azure_store_open(const struct kn_blob_store_config *cfg,
+			struct kn_blob_store *store, struct kn_error *err)
+{
+	struct kn_azure_conn conn = {0};
+	struct kn_azure_url u = {0};
+	struct azure *a = NULL;
+	const char *cs;
+	char *built = NULL;
+	int rc = 0;
+
+	cs = env_or(cfg->connection_string, cfg->use_env,
+		    "AZURE_STORAGE_CONNECTION_STRING");
+	if (cs)
+		rc = kn_azure_parse_connection_string(cs, &conn, err);
+	if (rc == 0 && strncmp(cfg->url, "azure://", 8) == 0)
+		rc = azure_url_expand(cfg, &conn, &built, err);
+	if (rc == 0)
+		rc = kn_azure_parse_url(built ? built : cfg->url, &u, err);
+	if (rc < 0)
+		goto out;
+	a = kn_xcalloc(1, sizeof(*a));
+	rc = azure_credentials(a, cfg, &conn, &u, err);
+	if (rc == 0)
+		rc = azure_tuning_check(cfg, err);
+	if (rc < 0)
+		goto out;
+	azure_setup(a, cfg, &u);
 	store->ops = &kn_azure_store_ops;
 	store->impl = a;
 	store->pool.size = a->block_size;

@@ -213,6 +213,12 @@ void cli_config_release(struct cli_config *conf);
  */
 void cli_config_print(struct cli_ctx *ctx, const struct cli_flag *flags,
 		      const struct cli_config *conf, int argc, char **argv);
+/* One key's line of it, o's value in target; a KN_OPT_SECRET one set is
+   printed commented out without its value. */
+struct kn_option;
+void cli_config_print_line(const struct kn_option *o, const void *target,
+			   bool given, const char *path,
+			   struct kn_option_origin origin);
 /* A listen key, HOST:PORT or [V6]:PORT, into host (without brackets) and
    *port; CLI_GO, or a usage error naming --listen and example. */
 int cli_parse_listen(struct cli_ctx *ctx, const char *listen,

@@ -442,7 +442,9 @@ static bool lost_answer(CURLcode cc)
 #define PERFORM_KEYED (1u << 8)
 /* Internal to perform: a lost answer returns PERFORM_LOST unprinted. */
 #define PERFORM_QUIET_LOST (1u << 9)
-#define PERFORM_LOST (-1)
+#define PERFORM_LOST CLI_LOST
+/* Internal to perform: a 404 returns CLI_NOT_FOUND unprinted. */
+#define PERFORM_QUIET_NOT_FOUND (1u << 10)
 
 /*
  * TLS from the environment: the CA to trust instead of the system's
@@ -557,6 +559,9 @@ static int perform(struct cli_client *c, const char *method,
 			c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc),
 			tls_hint(cc, c->errbuf));
 		rc = CLI_EXIT_UNREACHABLE;
+	} else if (status == 404 &&
+		   (stream_flags & PERFORM_QUIET_NOT_FOUND)) {
+		rc = CLI_NOT_FOUND;
 	} else if (status < 200 || status >= 300) {
 		print_api_error(c, status, &a.body);
 		rc = CLI_EXIT_FAIL;
@@ -608,6 +613,20 @@ int cli_create(struct cli_client *c, const char *path,
 	   made twice. */
 	return perform(c, "POST", path, content_type, body, body_len, NULL,
 		       PERFORM_KEYED, out);
+}
+
+int cli_call_quiet(struct cli_client *c, unsigned quiet, const char *method,
+		   const char *path, const char *content_type,
+		   const char *body, size_t body_len, json_t **out)
+{
+	unsigned flags = 0;
+
+	if (quiet & CLI_QUIET_LOST)
+		flags |= PERFORM_QUIET_LOST;
+	if (quiet & CLI_QUIET_NOT_FOUND)
+		flags |= PERFORM_QUIET_NOT_FOUND;
+	return perform(c, method, path, content_type, body, body_len, NULL,
+		       flags, out);
 }
 
 int cli_get(struct cli_client *c, const char *path, json_t **out)

@@ -81,6 +81,21 @@ int cli_call(struct cli_client *c, const char *method, const char *path,
 int cli_create(struct cli_client *c, const char *path,
 	       const char *content_type, const char *body, size_t body_len,
 	       json_t **out);
+/* What cli_call_quiet returns, unprinted, for the answers quiet names. */
+#define CLI_LOST (-1)      /* the answer was lost (see cli_create) */
+#define CLI_NOT_FOUND (-2) /* 404 */
+enum cli_quiet {
+	CLI_QUIET_LOST = 1 << 0,
+	CLI_QUIET_NOT_FOUND = 1 << 1,
+};
+/*
+ * cli_call for a caller that handles some answers itself (one that asks
+ * what the server holds and sends again): those quiet names return
+ * CLI_LOST or CLI_NOT_FOUND without a word; the rest as cli_call.
+ */
+int cli_call_quiet(struct cli_client *c, unsigned quiet, const char *method,
+		   const char *path, const char *content_type,
+		   const char *body, size_t body_len, json_t **out);
 /* cli_call for a GET without a body. */
 int cli_get(struct cli_client *c, const char *path, json_t **out);
 /* The job id of element index of job array id, asked of the server. */

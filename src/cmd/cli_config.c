@@ -8,8 +8,8 @@
  * tls: {cert, key, client_ca} as in the server's file.
  *
  * --print-config shows every key's value in effect and where it came
- * from, but not a token's: that line is printed commented out, without
- * its value.
+ * from, but not a secret's (a token, a webhook URL): that line is
+ * printed commented out, without its value.
  */
 #include "cmd/cli.h"
 
@@ -80,12 +80,6 @@ static const char *config_arg(int argc, char **argv)
 			return argv[i] + 9;
 	}
 	return NULL;
-}
-
-/* Keys whose values are secrets: --print-config does not show them. */
-static bool secret(const struct cli_flag *f)
-{
-	return !strcmp(f->name, "token");
 }
 
 /* Flags of the table that are not config file keys. */
@@ -211,29 +205,40 @@ void cli_config_print(struct cli_ctx *ctx, const struct cli_flag *flags,
 			.kind = f->type == CLI_FLAG_BOOL    ? KN_OPT_BOOL :
 				f->type == CLI_FLAG_COUNT   ? KN_OPT_COUNT :
 							      KN_OPT_STRING,
-			.flags = KN_OPT_INT,
+			/* A token is the one secret a flag table holds. */
+			.flags = KN_OPT_INT |
+				 (strcmp(f->name, "token") ? 0 : KN_OPT_SECRET),
 		};
-		struct kn_buf value;
 
-		if (not_a_key(f))
-			continue;
-		kn_buf_init(&value, SIZE_MAX);
-		kn_option_show(&o, f->dest, &value);
-		if (secret(f) && *(const char **)f->dest)
-			printf("# %s: (a secret, not shown)  # ", f->name);
-		else
-			printf("%s: %s  # ", f->name,
-			       value.data ? value.data : "~");
-		if (given[i])
-			printf("--%s\n", f->name);
-		else if (conf->origins[i].line)
-			printf("%s:%d:%d\n", conf->path, conf->origins[i].line,
-			       conf->origins[i].column);
-		else
-			printf("default\n");
-		kn_buf_release(&value);
+		if (!not_a_key(f))
+			cli_config_print_line(&o, f->dest, given[i], conf->path,
+					      conf->origins[i]);
 	}
 	free(given);
+}
+
+void cli_config_print_line(const struct kn_option *o, const void *target,
+			   bool given, const char *path,
+			   struct kn_option_origin origin)
+{
+	/* Only a string is a secret; one unset has nothing to hide. */
+	bool hidden = (o->flags & KN_OPT_SECRET) &&
+		      *(const char *const *)((const char *)target + o->offset);
+	struct kn_buf value;
+
+	kn_buf_init(&value, SIZE_MAX);
+	kn_option_show(o, target, &value);
+	if (hidden)
+		printf("# %s: (a secret, not shown)  # ", o->name);
+	else
+		printf("%s: %s  # ", o->name, value.data ? value.data : "~");
+	if (given)
+		printf("--%s\n", o->name);
+	else if (origin.line)
+		printf("%s:%d:%d\n", path, origin.line, origin.column);
+	else
+		printf("default\n");
+	kn_buf_release(&value);
 }
 
 int cli_parse_listen(struct cli_ctx *ctx, const char *listen,

@@ -26,6 +26,7 @@
 #include "ckpt/ckpt.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/model_upload.h"
 #include "loop/loop.h"
 #include "registry/registry.h"
 
@@ -102,6 +103,7 @@ static int post_json(struct cli_client *c, const char *path, json_t *doc,
 struct progress {
 	const char *what;
 	bool on;
+	int64_t total;
 };
 
 static void progress_print(int64_t done, int64_t total, void *arg)
@@ -122,6 +124,7 @@ static void progress_print(int64_t done, int64_t total, void *arg)
 static void progress_init(struct progress *p, const char *what, int64_t total)
 {
 	p->what = what;
+	p->total = total;
 	p->on = total >= PROGRESS_MIN_BYTES && isatty(STDERR_FILENO);
 }
 
@@ -209,48 +212,11 @@ static int hash_files(struct cli_ctx *ctx, const char *root,
 	return rc;
 }
 
-/*
- * Upload one file as blob sha256 in parts the server accepts, under this
- * push's upload id (so pushes of one blob at once stage apart).
- */
-static int upload(struct cli_ctx *ctx, struct cli_client *c, const char *path,
-		  const struct kn_model_file *f, const char *id,
-		  struct progress *p, int64_t *sent, int64_t total)
+static void upload_progress(int64_t done, void *arg)
 {
-	char *buf = kn_xmalloc(KN_HTTP_MAX_BODY);
-	int64_t offset = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
+	struct progress *p = arg;
 
-	if (fd < 0) {
-		free(buf);
-		return cli_fail(ctx, "%s: %s", path, strerror(errno));
-	}
-	do {
-		size_t want = KN_HTTP_MAX_BODY, got = 0;
-		char url[200];
-		while (got < want) {
-			ssize_t n = read(fd, buf + got, want - got);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0)
-				break;
-			got += (size_t)n;
-		}
-		snprintf(url, sizeof(url),
-			 "/v1/model-blobs/%s?upload=%s&offset=%lld%s",
-			 f->sha256, id, (long long)offset,
-			 offset + (int64_t)got >= f->size ? "&final=1" : "");
-		rc = cli_call(c, "POST", url, "application/octet-stream", buf,
-			      got, NULL);
-		offset += (int64_t)got;
-		*sent += (int64_t)got;
-		progress_print(*sent, total, p);
-		if (!rc && got == 0 && offset < f->size)
-			rc = cli_fail(ctx, "%s shrank while it was uploaded", path);
-	} while (!rc && offset < f->size);
-	close(fd);
-	free(buf);
-	return rc;
+	progress_print(done, p->total, p);
 }
 
 /* push --from-job: the server makes the version from the job's outputs. */
@@ -305,9 +271,11 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 	struct kn_error err;
 	struct progress p;
 	json_t *digests = NULL, *answer = NULL, *missing, *req = NULL;
-	int64_t upload_bytes = 0, sent = 0;
+	int64_t upload_bytes = 0, sent = 0, resumed = 0;
 	size_t i, n_up = 0;
-	char size_text[32], up_text[32], upload_id[17];
+	char size_text[32], up_text[32];
+	struct timespec hashed_at;
+	int64_t part_max;
 	int rc = parse(ctx, argc, argv, &a, -1, "");
 
 	if (rc != CLI_GO)
@@ -329,6 +297,7 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 		rc = cli_fail(ctx, "%s has no files", a.pos[0]);
 	if (rc == CLI_GO && kn_model_files_sort(&f, &err) < 0)
 		rc = cli_fail(ctx, "%s", err.message);
+	clock_gettime(CLOCK_REALTIME, &hashed_at);
 	if (rc == CLI_GO)
 		rc = hash_files(ctx, a.pos[0], &f);
 	if (rc != CLI_GO)
@@ -355,12 +324,12 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 			}
 		}
 	}
-	{
-		unsigned char r[8];
-		if (getentropy(r, sizeof(r)) < 0)
-			memset(r, 0, sizeof(r));
-		for (i = 0; i < sizeof(r); i++)
-			snprintf(upload_id + 2 * i, 3, "%02x", r[i]);
+	part_max = cli_json_int(answer, "part_max");
+	if (part_max <= 0 && json_array_size(missing)) {
+		rc = cli_fail(ctx, "the server does not say how large a part it "
+			      "takes: it is older than this kiln; push with "
+			      "a kiln of its version");
+		goto out;
 	}
 	progress_init(&p, "uploading", upload_bytes);
 	for (i = 0; i < f.n && !rc; i++) {
@@ -371,8 +340,13 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 				continue;
 			char *path = kn_asprintf("%s/%s", a.pos[0],
 						 f.items[i].path);
-			rc = upload(ctx, c, path, &f.items[i], upload_id, &p,
-				    &sent, upload_bytes);
+			struct model_upload u = {
+				.path = path, .digest = f.items[i].sha256,
+				.size = f.items[i].size, .hashed_at = hashed_at,
+				.part_max = part_max,
+				.progress = upload_progress, .progress_arg = &p,
+				.sent = &sent, .resumed = &resumed};
+			rc = model_upload_blob(ctx, &u);
 			free(path);
 			json_array_remove(missing, k);
 			n_up++;
@@ -400,13 +374,14 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 	kn_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));
 	kn_format_bytes(sent, up_text, sizeof(up_text));
 	if (cli_want_json(ctx)) {
-		json_t *o = json_pack("{s:s, s:O, s:I, s:I, s:I, s:I}", "name",
-				      a.name, "version",
+		json_t *o = json_pack("{s:s, s:O, s:I, s:I, s:I, s:I, s:I}",
+				      "name", a.name, "version",
 				      json_object_get(answer, "version"), "files",
 				      (json_int_t)f.n, "bytes",
 				      (json_int_t)kn_model_files_bytes(&f),
 				      "uploaded", (json_int_t)n_up,
-				      "uploaded_bytes", (json_int_t)sent);
+				      "uploaded_bytes", (json_int_t)sent,
+				      "resumed_bytes", (json_int_t)resumed);
 		cli_print_data(ctx, o);
 		json_decref(o);
 	} else {

@@ -115,23 +115,11 @@ static void print_config(const struct kn_server_config *cfg,
 			 const char *path, const bool *given,
 			 const struct kn_option_origin *origins)
 {
-	struct kn_buf value;
-
 	printf("# kiln server's effective configuration (%s)\n",
 	       path ? path : "no config file");
-	for (size_t i = 0; i < n; i++) {
-		kn_buf_init(&value, SIZE_MAX);
-		kn_option_show(&opts[i], cfg, &value);
-		printf("%s: %s  # ", opts[i].name, value.data ? value.data : "~");
-		if (given[i])
-			printf("--%s\n", opts[i].name);
-		else if (origins[i].line)
-			printf("%s:%d:%d\n", path, origins[i].line,
-			       origins[i].column);
-		else
-			printf("default\n");
-		kn_buf_release(&value);
-	}
+	for (size_t i = 0; i < n; i++)
+		cli_config_print_line(&opts[i], cfg, given[i], path,
+				      origins[i]);
 }
 
 int cmd_server(int argc, char **argv)

@@ -142,6 +142,10 @@ struct kn_task_launch {
 	/* run_as as the server resolved it (the local executor as root:
 	   launch.json's "user", so the shim does no lookup), or NULL. */
 	const struct kn_sandbox_user *user;
+	/* Unprivileged (a user namespace): the server's own user's name and
+	   home, which its tasks' shims share (launch.json's "server_user",
+	   so the shim does no lookup), or NULL. */
+	const char *server_user, *server_home;
 	/* The sandbox (src/sandbox): the directory it hides ($KILN_HOME,
 	   or NULL), and true when the operator chose to run tasks without
 	   one (`kiln server --unisolated`). */

@@ -132,6 +132,12 @@ int exec_write_launch(const struct kn_task_launch *l,
 		json_object_set_new(doc, "run_as", json_string(l->run_as));
 	if (l->user)
 		json_object_set_new(doc, "user", user_object(l->user));
+	if (l->server_user)
+		json_object_set_new(doc, "server_user",
+				    json_pack("{s:s, s:I, s:s?}", "name",
+					      l->server_user, "uid",
+					      (json_int_t)getuid(), "home",
+					      l->server_home));
 	if (l->home)
 		json_object_set_new(doc, "home", json_string(l->home));
 	if (l->unisolated)

@@ -59,6 +59,7 @@ struct shim {
 	bool log_stdout;    /* output to our stdout, not TASK_DIR's log */
 	char *run_as;       /* the task's Unix user (as root), or NULL */
 	json_t *user_doc;   /* launch "user": run_as as the server found it */
+	json_t *server_user_doc; /* launch "server_user": the shim's own */
 	struct kn_sandbox_user user;
 	char *home;         /* hidden from the task, or NULL */
 	bool unisolated;    /* launch.json's "isolation": "none" */
@@ -164,6 +165,7 @@ static int load_launch(struct shim *s, struct kn_error *err)
 		s->run_as = kn_xstrdup(
 			json_string_value(json_object_get(doc, "run_as")));
 	s->user_doc = json_incref(json_object_get(doc, "user"));
+	s->server_user_doc = json_incref(json_object_get(doc, "server_user"));
 	if (json_is_string(json_object_get(doc, "home")))
 		s->home = kn_xstrdup(
 			json_string_value(json_object_get(doc, "home")));
@@ -306,6 +308,32 @@ static int parse_user(json_t *o, struct kn_sandbox_user *u,
 }
 
 /*
+ * launch.json's "server_user": {"name", "uid", "home"}, the user this
+ * shim runs as, as the server found it: taken only when it is.
+ */
+static int parse_server_user(json_t *o, struct kn_sandbox_config *cfg,
+			     struct kn_error *err)
+{
+	const char *name = json_string_value(json_object_get(o, "name"));
+	json_t *home = json_object_get(o, "home");
+	unsigned uid;
+
+	if (!json_is_object(o) || !name || !name[0])
+		return kn_errorf(err, KN_EINVAL, "server_user",
+				 "launch.json: server_user: not a user");
+	if (!valid_id(json_object_get(o, "uid"), &uid) || uid != getuid())
+		return kn_errorf(err, KN_EINVAL, "server_user.uid",
+				 "launch.json: server_user.uid: not this "
+				 "shim's uid %u", (unsigned)getuid());
+	if (home && !json_is_string(home))
+		return kn_errorf(err, KN_EINVAL, "server_user.home",
+				 "launch.json: server_user.home: not a path");
+	cfg->own_name = name;
+	cfg->own_home = json_string_value(home);
+	return 0;
+}
+
+/*
  * The task's environment and sandbox, built before the fork. The local
  * executor's shim isolates the task wholly; under Slurm, whose allocation
  * sets the user, /tmp and the devices, it gives the task a pid namespace
@@ -348,6 +376,8 @@ static int prepare_sandbox(struct shim *s, struct kn_error *err)
 		rc = parse_user(s->user_doc, &s->user, err);
 		cfg.user = &s->user;
 	}
+	if (cfg.mode == KN_SANDBOX_USERNS && s->server_user_doc)
+		rc = parse_server_user(s->server_user_doc, &cfg, err);
 	cfg.hide = s->home;
 	cfg.task_dir = s->dir;
 	cfg.writable = writable;
@@ -844,6 +874,7 @@ out:
 	kn_sandbox_free(s.sandbox);
 	free(s.run_as);
 	json_decref(s.user_doc);
+	json_decref(s.server_user_doc);
 	free(s.home);
 	free(s.cgroup_root);
 	free(s.cgroup_parent);

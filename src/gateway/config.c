@@ -70,8 +70,8 @@ static int get_name(json_t *obj, const char *name, const char *prefix,
 }
 
 /*
- * Deployment names end up in metric labels and headers: printable ASCII
- * without quotes, backslashes or spaces.
+ * Deployment and key names end up in metric labels and headers: printable
+ * ASCII without quotes, backslashes or spaces.
  */
 static int check_label(const char *name, const char *field,
 		       struct kn_error *err)
@@ -235,6 +235,10 @@ static int parse_key(const struct kn_gw_config *cfg, json_t *v, size_t i,
 			    err)) < 0 ||
 	    (rc = get_count(v, "quota_month", field, false, &k->quota_month,
 			    err)) < 0)
+		return rc;
+	/* Key names are metric labels too (kiln_gateway_key_*). */
+	snprintf(field, sizeof(field), "%s.name", prefix);
+	if ((rc = check_label(k->name, field, err)) < 0)
 		return rc;
 	snprintf(field, sizeof(field), "%s.hash", prefix);
 	if (strlen(k->hash_hex) != 64)

@@ -1,7 +1,8 @@
 /*
  * The gateway's Prometheus metrics, per deployment: requests by status,
  * a latency histogram, tokens, 429s, fallbacks, upstream errors and
- * breaker openings; per key: requests, tokens and 429s.
+ * breaker openings; per key: requests, a latency histogram, tokens, 429s
+ * and fallbacks.
  *
  * One mutex around plain counters: an uncontended lock costs less than
  * the per-worker copies and merging it would replace, and a scrape sees
@@ -24,23 +25,61 @@ static const double LATENCY_BOUNDS[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 #define DEPLOYMENTS_MAX 4096
 #define KEYS_MAX 4096
 
+/* A latency histogram: counts per bucket (not cumulative), sum, count. */
+struct latency {
+	uint64_t buckets[N_BOUNDS + 1];
+	double sum_s;
+	uint64_t count;
+};
+
 struct dep_metrics {
 	char name[KN_GW_NAME_MAX];
 	int codes[STATUS_SLOTS];
 	uint64_t by_code[STATUS_SLOTS];
 	size_t n_codes;
 	uint64_t other_codes;
-	uint64_t buckets[N_BOUNDS + 1];
-	double latency_sum_s;
-	uint64_t count;
+	struct latency latency;
 	uint64_t tokens, rate_limited, fallbacks, upstream_errors;
 	uint64_t breaker_opens;
 };
 
 struct key_metrics {
 	char name[KN_GW_NAME_MAX];
-	uint64_t requests, tokens, rate_limited;
+	struct latency latency;
+	uint64_t requests, tokens, rate_limited, fallbacks;
 };
+
+static void latency_observe(struct latency *l, double secs)
+{
+	size_t i = 0;
+
+	while (i < N_BOUNDS && secs > LATENCY_BOUNDS[i])
+		i++;
+	l->buckets[i]++;
+	l->sum_s += secs;
+	l->count++;
+}
+
+/* name's _bucket, _sum and _count samples of l, labelled label="value". */
+static void latency_write(struct kn_buf *out, const char *name,
+			  const char *label, const char *value,
+			  const struct latency *l)
+{
+	uint64_t cum = 0;
+
+	for (size_t j = 0; j < N_BOUNDS; j++) {
+		cum += l->buckets[j];
+		kn_buf_printf(out, "%s_bucket{%s=\"%s\",le=\"%g\"} %llu\n",
+			      name, label, value, LATENCY_BOUNDS[j],
+			      (unsigned long long)cum);
+	}
+	kn_buf_printf(out,
+		      "%s_bucket{%s=\"%s\",le=\"+Inf\"} %llu\n"
+		      "%s_sum{%s=\"%s\"} %.6f\n%s_count{%s=\"%s\"} %llu\n",
+		      name, label, value, (unsigned long long)l->count, name,
+		      label, value, l->sum_s, name, label, value,
+		      (unsigned long long)l->count);
+}
 
 struct gw_metrics {
 	pthread_mutex_t lock;
@@ -115,10 +154,13 @@ static void observe_key(struct gw_metrics *m, const struct gw_observation *o)
 		return;
 	}
 	k->requests++;
+	latency_observe(&k->latency, o->latency_ms / 1000.0);
 	if (o->tokens > 0)
 		k->tokens += (uint64_t)o->tokens;
 	if (o->status == 429)
 		k->rate_limited++;
+	if (o->fallback)
+		k->fallbacks++;
 }
 
 void gw_metrics_breaker_opened(struct gw_metrics *m, const char *deployment)
@@ -136,7 +178,6 @@ void gw_metrics_breaker_opened(struct gw_metrics *m, const char *deployment)
 void gw_metrics_observe(struct gw_metrics *m, const struct gw_observation *o)
 {
 	struct dep_metrics *d;
-	double secs = o->latency_ms / 1000.0;
 	size_t i;
 
 	pthread_mutex_lock(&m->lock);
@@ -154,11 +195,7 @@ void gw_metrics_observe(struct gw_metrics *m, const struct gw_observation *o)
 		d->by_code[i]++;
 	else
 		d->other_codes++;
-	for (i = 0; i < N_BOUNDS && secs > LATENCY_BOUNDS[i]; i++)
-		;
-	d->buckets[i]++;
-	d->latency_sum_s += secs;
-	d->count++;
+	latency_observe(&d->latency, o->latency_ms / 1000.0);
 	if (o->tokens > 0)
 		d->tokens += (uint64_t)o->tokens;
 	if (o->status == 429)
@@ -180,6 +217,14 @@ static void counter(struct kn_buf *out, const char *name, const char *help)
 /* The per-key families; the lock is held. */
 static void write_keys(const struct gw_metrics *m, struct kn_buf *out)
 {
+	kn_buf_printf(out, "# HELP kiln_gateway_key_request_duration_seconds "
+			   "Time from a key's request to the end of the "
+			   "answer.\n"
+			   "# TYPE kiln_gateway_key_request_duration_seconds "
+			   "histogram\n");
+	for (size_t i = 0; i < m->n_keys; i++)
+		latency_write(out, "kiln_gateway_key_request_duration_seconds",
+			      "key", m->keys[i].name, &m->keys[i].latency);
 	static const struct {
 		const char *name, *help;
 		size_t offset;
@@ -193,6 +238,9 @@ static void write_keys(const struct gw_metrics *m, struct kn_buf *out)
 		{"kiln_gateway_key_rate_limited_total",
 		 "The key's requests refused with 429.",
 		 offsetof(struct key_metrics, rate_limited)},
+		{"kiln_gateway_key_fallbacks_total",
+		 "The key's requests served by a fallback deployment.",
+		 offsetof(struct key_metrics, fallbacks)},
 	};
 
 	for (size_t j = 0; j < sizeof(totals) / sizeof(totals[0]); j++) {
@@ -232,29 +280,10 @@ void gw_metrics_write(struct gw_metrics *m, struct kn_buf *out)
 			   "Time from request to the end of the answer.\n"
 			   "# TYPE kiln_gateway_request_duration_seconds "
 			   "histogram\n");
-	for (i = 0; i < m->n; i++) {
-		const struct dep_metrics *d = &m->deps[i];
-		uint64_t cum = 0;
-		for (j = 0; j < N_BOUNDS; j++) {
-			cum += d->buckets[j];
-			kn_buf_printf(out,
-				      "kiln_gateway_request_duration_seconds_"
-				      "bucket{deployment=\"%s\",le=\"%g\"} "
-				      "%llu\n",
-				      d->name, LATENCY_BOUNDS[j],
-				      (unsigned long long)cum);
-		}
-		kn_buf_printf(out,
-			      "kiln_gateway_request_duration_seconds_bucket{"
-			      "deployment=\"%s\",le=\"+Inf\"} %llu\n"
-			      "kiln_gateway_request_duration_seconds_sum{"
-			      "deployment=\"%s\"} %.6f\n"
-			      "kiln_gateway_request_duration_seconds_count{"
-			      "deployment=\"%s\"} %llu\n",
-			      d->name, (unsigned long long)d->count, d->name,
-			      d->latency_sum_s, d->name,
-			      (unsigned long long)d->count);
-	}
+	for (i = 0; i < m->n; i++)
+		latency_write(out, "kiln_gateway_request_duration_seconds",
+			      "deployment", m->deps[i].name,
+			      &m->deps[i].latency);
 	{
 		static const struct {
 			const char *name, *help;

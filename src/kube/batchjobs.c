@@ -122,6 +122,15 @@ static void set_label(json_t *meta, const char *key, const char *value)
 	json_object_set_new(labels, key, json_string(value));
 }
 
+static void add_env_value(void *env, const char *name, long long value)
+{
+	char buf[24];
+
+	snprintf(buf, sizeof(buf), "%lld", value);
+	json_array_append_new(env, json_pack("{s:s, s:s}", "name", name,
+					     "value", buf));
+}
+
 int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 			      const struct kn_kube_task *task, json_t **out,
 			      struct kn_error *err)
@@ -140,6 +149,9 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 	snprintf(attempt, sizeof(attempt), "%d", task->attempt);
 	/* kiln's names may repeat; a Job's may not. */
 	named.name = name;
+	/* An array's element is one Job of its own here: kiln schedules,
+	   retries and logs each element (its place goes in as env below). */
+	named.array.count = 0;
 	opts.image = task->spec->image ? task->spec->image : cfg->image;
 	opts.namespace_ = cfg->namespace_;
 	opts.scheduler_name = cfg->scheduler_name;
@@ -186,6 +198,8 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 	json_array_append_new(env, json_pack("{s:s, s:s}", "name",
 					     "KILN_JOB_NAME", "value",
 					     task->spec->name));
+	if (task->spec->array.count)
+		kn_job_array_env(&task->spec->array, add_env_value, env);
 	*out = docs;
 	return 0;
 }

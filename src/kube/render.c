@@ -4,7 +4,10 @@
  * A job becomes a batch/v1 Job whose pods are its tasks: for a gang an
  * Indexed Job (completions = parallelism = tasks, so all ranks run at
  * once), RANK from the completion-index annotation and a headless Service
- * so rank 0 has a DNS name (NAME-0.NAME) for MASTER_ADDR. A deployment
+ * so rank 0 has a DNS name (NAME-0.NAME) for MASTER_ADDR. A job array is
+ * an Indexed Job too, its index the element's (completions = elements,
+ * parallelism = the array's limit, retries per index), so an array of
+ * gangs, which would need both indexes, is refused. A deployment
  * becomes an apps/v1 Deployment plus a Service in front of its port.
  * Both share the pod template: resources, GPU tolerations and product
  * affinity, placement, spot, the checkpoint grace.
@@ -23,6 +26,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -606,6 +610,47 @@ int kn_kube_check_inputs(const struct kn_job_spec *spec, const char *store,
 	return 0;
 }
 
+/*
+ * An array's Indexed Job numbers its pods from 0 and can add nothing to
+ * that number, so the element's index is the completion index itself.
+ */
+static int check_array(const struct kn_job_spec *spec, struct kn_error *err)
+{
+	if (!spec->array.count)
+		return 0;
+	if (spec->tasks > 1)
+		return kn_errorf(err, KN_EINVAL, "array",
+				 "array: an array of gangs (tasks: %d) is not "
+				 "rendered: an Indexed Job indexes either the "
+				 "ranks or the elements", spec->tasks);
+	if (spec->array.first != 0)
+		return kn_errorf(err, KN_EINVAL, "array",
+				 "array: an Indexed Job numbers its elements "
+				 "from 0; this array starts at %d",
+				 spec->array.first);
+	return 0;
+}
+
+/* The array's variables, the index read from the pod's annotation. */
+static void array_env(const struct kn_job_spec *spec, json_t *env)
+{
+	static const char *const index_names[] = {"KILN_ARRAY_INDEX",
+						  "SLURM_ARRAY_TASK_ID"};
+	char buf[16];
+
+	for (size_t i = 0; i < 2; i++)
+		json_array_append_new(
+			env, env_field(index_names[i],
+				       "metadata.annotations['" INDEX_ANNOTATION
+				       "']"));
+	snprintf(buf, sizeof(buf), "%d", spec->array.count);
+	json_array_append_new(env, env_value("KILN_ARRAY_COUNT", buf));
+	json_array_append_new(env, env_value("SLURM_ARRAY_TASK_COUNT", buf));
+	json_array_append_new(env, env_value("SLURM_ARRAY_TASK_MIN", "0"));
+	snprintf(buf, sizeof(buf), "%d", spec->array.count - 1);
+	json_array_append_new(env, env_value("SLURM_ARRAY_TASK_MAX", buf));
+}
+
 static int check_opts(const struct kn_kube_render_opts *opts,
 		      struct kn_error *err)
 {
@@ -628,6 +673,8 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 	int rc;
 
 	rc = check_opts(opts, err);
+	if (rc == 0)
+		rc = check_array(spec, err);
 	if (rc < 0)
 		return rc;
 	rc = kube_name(spec->name, kname, sizeof(kname), err);
@@ -653,6 +700,8 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 	} else {
 		json_array_append_new(env, env_value("RANK", "0"));
 	}
+	if (spec->array.count)
+		array_env(spec, env);
 	rc = pod_spec(spec, opts, "kiln.dev/job", kname, container, env, &pod,
 		      &ann, err);
 	if (rc < 0)
@@ -674,9 +723,21 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 			     spec->tasks, "parallelism", spec->tasks,
 			     "backoffLimit", spec->retries, "template",
 			     "metadata", template_meta, "spec", pod);
-	if (gang)
+	if (gang || spec->array.count)
 		json_object_set_new(job_spec, "completionMode",
 				    json_string("Indexed"));
+	if (spec->array.count) {
+		/* Each element retries on its own, as kiln's elements do. */
+		json_object_del(job_spec, "backoffLimit");
+		json_object_set_new(job_spec, "backoffLimitPerIndex",
+				    json_integer(spec->retries));
+		json_object_set_new(job_spec, "completions",
+				    json_integer(spec->array.count));
+		json_object_set_new(job_spec, "parallelism",
+				    json_integer(spec->array.parallel
+							 ? spec->array.parallel
+							 : spec->array.count));
+	}
 	if (spec->timeout_ms)
 		json_object_set_new(job_spec, "activeDeadlineSeconds",
 				    json_integer(ceil_seconds(spec->timeout_ms)));

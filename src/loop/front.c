@@ -76,6 +76,7 @@ struct kn_front {
 	struct timeval head_timeout, body_idle;
 	struct front_conn *conns; /* open connections, for the shutdown */
 	int n_conns;
+	size_t large_bytes; /* bodies over o.max_body held or coming */
 	/* Out of descriptors, this one is closed to make room to take a
 	   waiting connection off the queue (and close it); accepting pauses
 	   a while, and the failures are logged at most once a second. */
@@ -103,6 +104,7 @@ struct kn_front_req {
 	const char *connection, *expect;
 	char *body;
 	size_t body_len;
+	size_t max_body; /* the front's cap, or what admit allowed */
 	struct kn_buf headers; /* "Name: value\r\n" lines to send */
 	kn_front_gone on_gone;
 	void *gone_arg;
@@ -131,10 +133,14 @@ struct front_conn {
 	bool lingering;       /* written and shut: reading until the end */
 	bool keep_alive;      /* of the request being answered */
 	bool admitted;        /* the request at hand may send its body */
+	size_t large;         /* its body's bytes, when over o.max_body */
 	bool body_wait;       /* rev's timeout is the body's idle bound */
 };
 
 static void conn_free(struct front_conn *c);
+static void large_release(struct front_conn *c);
+static bool same_client(const struct sockaddr_storage *a,
+			const struct sockaddr *b);
 static void process(struct front_conn *c);
 
 /* ---- the socket, plain or TLS ---- */
@@ -310,6 +316,7 @@ static void req_done(struct kn_front_req *r)
 	c->req = NULL;
 	free(r->body);
 	r->body = NULL;
+	large_release(c);
 	r->on_gone = NULL;
 	r->headers.len = 0;
 	if (!c->keep_alive) {
@@ -440,6 +447,11 @@ static void note_field(struct kn_front_req *r, const char *name, size_t len,
 		field = &r->connection;
 	if (field && !*field)
 		*field = value;
+}
+
+void kn_front_req_allow_body(struct kn_front_req *r, size_t max_body)
+{
+	r->max_body = max_body;
 }
 
 const char *kn_front_req_body(const struct kn_front_req *r, size_t *len)
@@ -576,6 +588,67 @@ static void consume(struct front_conn *c, size_t n)
 	}
 }
 
+/*
+ * A body larger than the input buffer keeps is read into a buffer of its
+ * own size (not one doubled past it), which the request then takes whole
+ * when nothing follows it: one copy of a large part, not two.
+ */
+/*
+ * Room for a body over o.max_body that admit allowed: such bodies are
+ * held whole, so their bytes are bounded in all and per client address
+ * (0: no bound), and one over either is answered 503.
+ */
+static bool large_room(struct front_conn *c, size_t body_len)
+{
+	const struct kn_front *f = c->f;
+	size_t same = 0;
+
+	if (f->o.max_large_bytes &&
+	    f->large_bytes + body_len > f->o.max_large_bytes)
+		return false;
+	if (!f->o.max_large_bytes_per_client)
+		return true;
+	for (const struct front_conn *o = f->conns; o; o = o->next)
+		if (same_client(&o->peer, (const struct sockaddr *)&c->peer))
+			same += o->large;
+	return same + body_len <= f->o.max_large_bytes_per_client;
+}
+
+static void large_release(struct front_conn *c)
+{
+	c->f->large_bytes -= c->large;
+	c->large = 0;
+}
+
+static void in_room_for(struct front_conn *c, size_t request_len)
+{
+	size_t cap = request_len + IN_READ_MIN;
+
+	if (request_len <= IN_KEEP_MAX || c->in_cap >= cap)
+		return;
+	c->in = kn_xrealloc(c->in, cap);
+	c->in_cap = cap;
+}
+
+static void take_body(struct front_conn *c, struct kn_front_req *r,
+		      size_t head_len, size_t body_len)
+{
+	if (body_len > IN_KEEP_MAX && c->in_len == head_len + body_len) {
+		memmove(c->in, c->in + head_len, body_len);
+		r->body = c->in;
+		c->in = NULL;
+		c->in_cap = 0;
+		c->in_len = 0;
+		c->scanned = 0;
+	} else {
+		r->body = kn_xmalloc(body_len + 1);
+		memcpy(r->body, c->in + head_len, body_len);
+		consume(c, head_len + body_len);
+	}
+	r->body[body_len] = '\0';
+	r->body_len = body_len;
+}
+
 /* Refuse a head that breaks the framing rules (framing.c). */
 static void refuse_framing(struct front_conn *c, int status)
 {
@@ -697,14 +770,29 @@ static void process(struct front_conn *c)
 		       "The request has too many header fields.");
 		return;
 	}
-	if (c->in_len < head_len + body_len && !admit(c, r))
+	if (!c->admitted)
+		r->max_body = c->f->o.max_body;
+	if ((c->in_len < head_len + body_len || body_len > r->max_body) &&
+	    !admit(c, r))
 		return; /* answered, and c may be gone */
-	if (body_len > c->f->o.max_body) {
+	if (body_len > r->max_body) {
 		refuse(c, 413, "request_too_large",
 		       "The request body is over this server's limit.");
 		return;
 	}
+	if (body_len > c->f->o.max_body && !c->large) {
+		if (!large_room(c, body_len)) {
+			refuse(c, 503, "busy",
+			       "Too many large request bodies are in flight "
+			       "from this client or in all; send it again "
+			       "later.");
+			return;
+		}
+		c->large = body_len;
+		c->f->large_bytes += body_len;
+	}
 	if (c->in_len < head_len + body_len) {
+		in_room_for(c, head_len + body_len);
 		wait_body(c, r, head_len);
 		return;
 	}
@@ -713,11 +801,7 @@ static void process(struct front_conn *c)
 		c->body_wait = false;
 	}
 	c->admitted = false;
-	r->body = kn_xmalloc(body_len + 1);
-	memcpy(r->body, c->in + head_len, body_len);
-	r->body[body_len] = '\0';
-	consume(c, head_len + body_len);
-	r->body_len = body_len;
+	take_body(c, r, head_len, body_len);
 	c->keep_alive = http10 ? (r->connection &&
 				  !strcasecmp(r->connection, "keep-alive"))
 			       : !(r->connection &&
@@ -804,6 +888,7 @@ static void conn_free(struct front_conn *c)
 {
 	struct kn_front_req *r = c->req;
 
+	large_release(c);
 	if (r) {
 		c->req = NULL;
 		if (r->on_gone)

@@ -552,6 +552,8 @@ int kn_http_server_new(struct kn_loop *loop, const char *host, int port,
 		.body_idle_ms = KN_HTTP_BODY_IDLE_MS,
 		.max_conns = KN_HTTP_MAX_CONNS,
 		.max_conns_per_client = KN_HTTP_MAX_CONNS_PER_CLIENT,
+		.max_large_bytes = KN_HTTP_MAX_LARGE_BYTES,
+		.max_large_bytes_per_client = KN_HTTP_MAX_LARGE_BYTES_PER_CLIENT,
 		.tls = tls,
 		.handler = http_dispatch,
 		.admit = http_admit,
@@ -631,6 +633,12 @@ const char *kn_http_body(const struct kn_http_req *req, size_t *len)
 	if (len)
 		*len = n;
 	return body;
+}
+
+void kn_http_allow_body(struct kn_http_req *req, size_t max_body)
+{
+	if (req->fr)
+		kn_front_req_allow_body(req->fr, max_body);
 }
 
 int kn_http_query_int(const struct kn_http_req *req, const char *name,

@@ -155,7 +155,8 @@ struct kn_front_req;
 typedef void (*kn_front_handler)(struct kn_front_req *r, void *arg);
 /*
  * Called when a request with a body has its head in and its body is not
- * all read yet: true to read the body, false when it answered r itself
+ * all read yet or is over max_body (kn_front_req_allow_body may raise it
+ * for this request): true to read the body, false when it answered r itself
  * (then the connection closes and the body is never buffered).
  */
 typedef bool (*kn_front_admit)(struct kn_front_req *r, void *arg);
@@ -172,6 +173,9 @@ struct kn_front_options {
 	int64_t body_idle_ms;      /* the most time between body bytes */
 	int max_conns;             /* open connections, else 503 */
 	int max_conns_per_client;  /* of one client address, else 503 */
+	/* Bytes of bodies over max_body (kn_front_req_allow_body) held or
+	   coming, in all and of one client address, else 503; 0: no bound. */
+	size_t max_large_bytes, max_large_bytes_per_client;
 	struct kn_tls *tls;        /* speak TLS with it, or NULL: plain */
 	kn_front_handler handler;
 	kn_front_admit admit;      /* or NULL */
@@ -201,6 +205,12 @@ const char *kn_front_req_target(const struct kn_front_req *r); /* path and query
 const char *kn_front_req_header(const struct kn_front_req *r, const char *name);
 /* The body, NUL-terminated (may hold NULs within len). */
 const char *kn_front_req_body(const struct kn_front_req *r, size_t *len);
+/*
+ * From an admit callback: this request's body may be up to max_body bytes
+ * (the front's max_body otherwise). The body is still held whole in
+ * memory, so allow more only to a caller the route already trusts.
+ */
+void kn_front_req_allow_body(struct kn_front_req *r, size_t max_body);
 /* The body, malloc'd, for the caller to keep; the request has none after. */
 char *kn_front_req_take_body(struct kn_front_req *r, size_t *len);
 /*
@@ -258,6 +268,10 @@ int kn_http_framing_check(const char *head, size_t len, struct kn_http_framing *
 #define KN_HTTP_BODY_IDLE_MS 30000
 #define KN_HTTP_MAX_CONNS 4096
 #define KN_HTTP_MAX_CONNS_PER_CLIENT 256
+/* Bodies a route allows above KN_HTTP_MAX_BODY (model-blob parts): held
+   whole, so bounded in bytes, in all and per client address. */
+#define KN_HTTP_MAX_LARGE_BYTES ((size_t)1 << 30)
+#define KN_HTTP_MAX_LARGE_BYTES_PER_CLIENT ((size_t)128 << 20)
 /* The longest owner name streams are counted under (a token's name). */
 #define KN_HTTP_OWNER_MAX 80
 
@@ -270,8 +284,8 @@ struct kn_http_limits {
 
 typedef void (*kn_http_handler)(struct kn_http_req *req, void *arg);
 /*
- * Called when a request's head is in and its body is not all read yet:
- * true to read the body, false when it answered req itself (the body is
+ * Called when a request's head is in and its body is not all read yet or
+ * is over the body cap (which admit may raise): true to read the body, false when it answered req itself (the body is
  * then never read and the connection closes). Headers, method, path and
  * query are there; the body is not.
  */
@@ -305,6 +319,8 @@ const char *kn_http_header(const struct kn_http_req *req, const char *name);
 const char *kn_http_client_cert(const struct kn_http_req *req);
 /* The body (NUL-terminated; may contain NULs within len). */
 const char *kn_http_body(const struct kn_http_req *req, size_t *len);
+/* From the admit callback: see kn_front_req_allow_body. */
+void kn_http_allow_body(struct kn_http_req *req, size_t max_body);
 /*
  * An integer query parameter: 0 and *out set when present and valid, 1 when
  * absent, -EINVAL when malformed or outside [min, max].

@@ -286,11 +286,16 @@ static int sandbox_fill(struct kn_sandbox *sb,
 	if (sb->mode == KN_SANDBOX_UID && (rc = find_user(sb, cfg, err)) < 0)
 		return rc;
 	if (sb->mode == KN_SANDBOX_USERNS) {
-		pw = getpwuid(getuid());
-		sb->user = kn_xstrdup(pw ? pw->pw_name : "");
+		const char *name = cfg->own_name, *home = cfg->own_home;
+
+		if (!name && (pw = getpwuid(getuid()))) {
+			name = pw->pw_name;
+			home = pw->pw_dir;
+		}
+		sb->user = kn_xstrdup(name ? name : "");
 		/* The shim's own home holds its user's credentials. */
-		if (pw && pw->pw_dir[0] == '/' && pw->pw_dir[1])
-			add_hide(sb, pw->pw_dir);
+		if (home && home[0] == '/' && home[1])
+			add_hide(sb, home);
 	}
 	identity_maps(sb);
 	/* Under Slurm, /tmp and /dev are the allocation's to give. */

@@ -166,6 +166,10 @@ struct kn_sandbox_config {
 	/* KN_SANDBOX_UID: run_as as the server resolved it (checked with
 	   kn_sandbox_user_check, not looked up again), or NULL. */
 	const struct kn_sandbox_user *user;
+	/* KN_SANDBOX_USERNS: the shim's own user's name and home (hidden
+	   from the task) as the server, run as the same user, looked them
+	   up; NULL: looked up here. */
+	const char *own_name, *own_home;
 	const char *hide;          /* $KILN_HOME, or NULL */
 	/* The task's directory: it writes there, but only the directory
 	   itself is given to its user; the shim's files in it stay the

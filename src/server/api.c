@@ -1088,14 +1088,22 @@ bool api_admit(struct kn_http_req *req, void *arg)
 	char param[256];
 	bool path_known;
 	struct caller c;
+	const struct route *r;
 
 	if (console_serve(s, req))
 		return false;
+	r = route_find(req, param, sizeof(param), &path_known);
 	/* A body is read only for a caller the route would serve: checked
 	   from the headers alone, before any of it is kept. */
-	return authorize(s, req, route_find(req, param, sizeof(param),
-					     &path_known),
-			 &c);
+	if (!authorize(s, req, r, &c))
+		return false;
+	for (size_t k = 0; r && kn_services[k]; k++) {
+		const struct service *svc = kn_services[k];
+		if (svc->body_cap && r >= svc->routes &&
+		    r < svc->routes + svc->n_routes && svc->body_cap(r))
+			kn_http_allow_body(req, svc->body_cap(r));
+	}
+	return true;
 }
 
 bool api_follow_admitted(struct server *s, struct kn_http_req *req)

@@ -114,6 +114,136 @@ static char *job_reason(const struct run *r, const struct kn_job_row *j,
 	return kn_xstrdup(why);
 }
 
+/* The first rank to fail (the cause: the rest were stopped), or NULL;
+   *timeout when any task ran past the job's time limit. */
+static const struct run_task *run_cause(const struct run *r, bool *timeout)
+{
+	const struct run_task *failed = NULL;
+
+	*timeout = false;
+	for (int i = 0; i < r->n_tasks; i++) {
+		const struct run_task *t = &r->tasks[i];
+
+		if (!strcmp(t->status.reason, "timeout"))
+			*timeout = true;
+		if (task_failed(t) &&
+		    (!failed ||
+		     t->status.ended_at_ms < failed->status.ended_at_ms))
+			failed = t;
+	}
+	return failed;
+}
+
+/* What an attempt's end decides: the attempt's state, the job's next
+   state and why (len bytes). */
+struct run_end {
+	const struct run_task *failed; /* the cause, or NULL */
+	bool timeout;
+	int64_t now;
+	char *why;
+	size_t len;
+	bool requeue; /* the job goes back to the queue */
+	bool restart; /* ... as a replica that serves again */
+};
+
+/* The job goes back to the queue without using a retry. */
+static void end_requeue(struct run_end *e, struct kn_job_row *j,
+			int64_t not_before)
+{
+	j->state = KN_JOB_QUEUED;
+	j->not_before = not_before;
+	e->requeue = true;
+}
+
+/* A replica serves until it is undeployed: whatever the exit, it comes
+   back after backoff. One that had been up longer than backoff_max
+   starts its crash count over. */
+static void end_replica(const struct run *r, struct run_end *e,
+			struct kn_job_row *j, struct kn_attempt_row *a)
+{
+	if (e->failed)
+		describe_failure(e->failed, e->why, e->len);
+	else
+		snprintf(e->why, e->len, "exited 0");
+	a->state = e->failed ? KN_JOB_FAILED : KN_JOB_SUCCEEDED;
+	if (e->now - r->started_at >= r->spec->backoff_max_ms)
+		j->retries_used = 0;
+	j->retries_used++;
+	end_requeue(e, j, e->now + backoff_ms(r->spec, j->retries_used));
+	e->restart = true;
+}
+
+/* A failed attempt of any other job: retried after backoff unless it
+   timed out, used its retries, or retrying is no use. */
+static void end_failed(const struct run *r, struct run_end *e,
+		       struct kn_job_row *j, struct kn_attempt_row *a)
+{
+	describe_failure(e->failed, e->why, e->len);
+	a->state = KN_JOB_FAILED;
+	if (e->timeout) {
+		char limit[32];
+
+		kn_format_duration(r->spec->timeout_ms, limit, sizeof(limit));
+		snprintf(e->why, e->len, "timeout: ran past %s", limit);
+	}
+	/* A node without a step's prerequisites, or an input that changed
+	   since the first attempt: retrying is no use. */
+	if (!e->timeout && j->retries_used < r->spec->retries &&
+	    !strstr(e->why, KN_PREREQUISITE_PREFIX) &&
+	    !strstr(e->why, KN_INPUT_CHANGED_PREFIX)) {
+		j->retries_used++;
+		end_requeue(e, j, e->now + backoff_ms(r->spec, j->retries_used));
+	} else {
+		j->state = KN_JOB_FAILED;
+		j->ended_at = e->now;
+	}
+}
+
+/* Decide an attempt's end into j and a, by what stopped it. */
+static void end_decide(struct server *s, const struct run *r,
+		       struct run_end *e, struct kn_job_row *j,
+		       struct kn_attempt_row *a)
+{
+	struct job_model model;
+
+	if (j->cancel_requested) {
+		a->state = KN_JOB_CANCELLED;
+		snprintf(e->why, e->len, "%s",
+			 j->reason ? j->reason : "cancelled");
+		j->state = KN_JOB_CANCELLED;
+		j->ended_at = e->now;
+	} else if (r->evicting) {
+		/* Preemption is not the job's failure: no retry is used. */
+		a->state = KN_JOB_PREEMPTED;
+		snprintf(e->why, e->len, "%s", r->stop_reason);
+		end_requeue(e, j, e->now);
+	} else if (r->stop_reason[0] &&
+		   !strncmp(r->stop_reason, "interrupted", 11)) {
+		/* Lost to a server crash before it started: not the job's
+		   fault. */
+		a->state = KN_JOB_FAILED;
+		snprintf(e->why, e->len, "%s", r->stop_reason);
+		end_requeue(e, j, e->now);
+	} else if (r->launch_no_space) {
+		/* The disk, not the job: back in the queue, no retry used. */
+		a->state = KN_JOB_FAILED;
+		snprintf(e->why, e->len, "waiting for disk space (%s)",
+			 e->failed ? e->failed->status.reason : "cannot start");
+		end_requeue(e, j, e->now + LAUNCH_DISK_RETRY_MS);
+	} else if (job_hooks_model(s->hooks, r->job_id, &model) &&
+		   model.serves) {
+		end_replica(r, e, j, a);
+	} else if (!e->failed) {
+		a->state = KN_JOB_SUCCEEDED;
+		j->state = KN_JOB_SUCCEEDED;
+		j->ended_at = e->now;
+		snprintf(e->why, e->len, "all %d task%s exited 0", r->n_tasks,
+			 r->n_tasks == 1 ? "" : "s");
+	} else {
+		end_failed(r, e, j, a);
+	}
+}
+
 /*
  * Write an attempt's end and the job's next state; requeues go back into
  * the queue once the transaction has committed (the caller's).
@@ -123,22 +253,12 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 {
 	struct kn_job_row j;
 	struct kn_attempt_row a;
-	const struct run_task *failed = NULL;
-	struct job_model model;
-	bool timeout = false, restart = false;
 	char why[256] = "";
+	struct run_end e = {.now = now, .why = why, .len = sizeof(why)};
 	int rc;
 
 	*requeue = false;
-	for (int i = 0; i < r->n_tasks; i++) {
-		const struct run_task *t = &r->tasks[i];
-		if (!strcmp(t->status.reason, "timeout"))
-			timeout = true;
-		/* The first rank to fail is the cause; the rest were stopped. */
-		if (task_failed(t) && (!failed || t->status.ended_at_ms <
-							  failed->status.ended_at_ms))
-			failed = t;
-	}
+	e.failed = run_cause(r, &e.timeout);
 	memset(&j, 0, sizeof(j));
 	rc = kn_store_job_get(s->store, r->job_id, &j, err);
 	if (rc < 0)
@@ -148,87 +268,17 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 	a.number = r->attempt;
 	a.started_at = r->started_at;
 	a.ended_at = now;
-	a.exit_code = failed ? failed->status.exit_code : 0;
-	a.signal = failed ? failed->status.signal : 0;
+	a.exit_code = e.failed ? e.failed->status.exit_code : 0;
+	a.signal = e.failed ? e.failed->status.signal : 0;
 	j.exit_code = a.exit_code;
-
-	if (j.cancel_requested) {
-		a.state = KN_JOB_CANCELLED;
-		snprintf(why, sizeof(why), "%s", j.reason ? j.reason : "cancelled");
-		j.state = KN_JOB_CANCELLED;
-		j.ended_at = now;
-	} else if (r->evicting) {
-		/* Preemption is not the job's failure: no retry is used. */
-		a.state = KN_JOB_PREEMPTED;
-		snprintf(why, sizeof(why), "%s", r->stop_reason);
-		j.state = KN_JOB_QUEUED;
-		j.not_before = now;
-		*requeue = true;
-	} else if (r->stop_reason[0] && !strncmp(r->stop_reason, "interrupted", 11)) {
-		/* Lost to a server crash before it started: not the job's fault. */
-		a.state = KN_JOB_FAILED;
-		snprintf(why, sizeof(why), "%s", r->stop_reason);
-		j.state = KN_JOB_QUEUED;
-		j.not_before = now;
-		*requeue = true;
-	} else if (r->launch_no_space) {
-		/* The disk, not the job: back in the queue, no retry used. */
-		a.state = KN_JOB_FAILED;
-		snprintf(why, sizeof(why), "waiting for disk space (%s)",
-			 failed ? failed->status.reason : "cannot start");
-		j.state = KN_JOB_QUEUED;
-		j.not_before = now + LAUNCH_DISK_RETRY_MS;
-		*requeue = true;
-	} else if (job_hooks_model(s->hooks, r->job_id, &model) &&
-		   model.serves) {
-		/* A replica serves until it is undeployed: whatever the exit,
-		 * it comes back after backoff. One that had been up longer
-		 * than backoff_max starts its crash count over. */
-		if (failed)
-			describe_failure(failed, why, sizeof(why));
-		else
-			snprintf(why, sizeof(why), "exited 0");
-		a.state = failed ? KN_JOB_FAILED : KN_JOB_SUCCEEDED;
-		if (now - r->started_at >= r->spec->backoff_max_ms)
-			j.retries_used = 0;
-		j.retries_used++;
-		j.state = KN_JOB_QUEUED;
-		j.not_before = now + backoff_ms(r->spec, j.retries_used);
-		*requeue = true;
-		restart = true;
-	} else if (!failed) {
-		a.state = KN_JOB_SUCCEEDED;
-		j.state = KN_JOB_SUCCEEDED;
-		j.ended_at = now;
-		snprintf(why, sizeof(why), "all %d task%s exited 0", r->n_tasks,
-			 r->n_tasks == 1 ? "" : "s");
-	} else {
-		describe_failure(failed, why, sizeof(why));
-		a.state = KN_JOB_FAILED;
-		if (timeout) {
-			char limit[32];
-			kn_format_duration(r->spec->timeout_ms, limit, sizeof(limit));
-			snprintf(why, sizeof(why), "timeout: ran past %s", limit);
-		}
-		/* A node without a step's prerequisites, or an input that
-		   changed since the first attempt: retrying is no use. */
-		if (!timeout && j.retries_used < r->spec->retries &&
-		    !strstr(why, KN_PREREQUISITE_PREFIX) &&
-		    !strstr(why, KN_INPUT_CHANGED_PREFIX)) {
-			j.retries_used++;
-			j.state = KN_JOB_QUEUED;
-			j.not_before = now + backoff_ms(r->spec, j.retries_used);
-			*requeue = true;
-		} else {
-			j.state = KN_JOB_FAILED;
-			j.ended_at = now;
-		}
-	}
+	end_decide(s, r, &e, &j, &a);
+	*requeue = e.requeue;
 	a.reason = why;
 	account_goodput(r, &a);
 	free(j.reason);
-	j.reason = job_reason(r, &j, &a, restart,
-			      failed && !timeout && !r->launch_no_space, now);
+	j.reason = job_reason(r, &j, &a, e.restart,
+			      e.failed && !e.timeout && !r->launch_no_space,
+			      now);
 	rc = kn_store_attempt_put(s->store, &a, err);
 	if (rc == 0)
 		rc = kn_store_job_update(s->store, &j, NULL, err);

@@ -154,23 +154,16 @@ static void add_env(char ***env, size_t *n, char *entry)
 	(*env)[*n] = NULL;
 }
 
-/*
- * An array element's place, under kiln's names and Slurm's, so a script
- * written for `sbatch --array` reads its index unchanged.
- */
-static void array_env(char ***env, size_t *n, const struct kn_job_array *a)
-{
-	long long id = (long long)a->job_id;
-	int last = a->first + a->count - 1;
+struct env_list {
+	char ***env;
+	size_t *n;
+};
 
-	add_env(env, n, kn_asprintf("KILN_ARRAY_JOB_ID=%lld", id));
-	add_env(env, n, kn_asprintf("KILN_ARRAY_INDEX=%d", a->index));
-	add_env(env, n, kn_asprintf("KILN_ARRAY_COUNT=%d", a->count));
-	add_env(env, n, kn_asprintf("SLURM_ARRAY_JOB_ID=%lld", id));
-	add_env(env, n, kn_asprintf("SLURM_ARRAY_TASK_ID=%d", a->index));
-	add_env(env, n, kn_asprintf("SLURM_ARRAY_TASK_COUNT=%d", a->count));
-	add_env(env, n, kn_asprintf("SLURM_ARRAY_TASK_MIN=%d", a->first));
-	add_env(env, n, kn_asprintf("SLURM_ARRAY_TASK_MAX=%d", last));
+static void add_array_var(void *ctx, const char *name, long long value)
+{
+	struct env_list *l = ctx;
+
+	add_env(l->env, l->n, kn_asprintf("%s=%lld", name, value));
 }
 
 #define MPS_PERCENTAGE "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -401,8 +394,11 @@ static void task_env_build(struct server *s, struct run *r,
 	add_env(&env, &n, kn_asprintf("KILN_JOB_ID=%lld", (long long)r->job_id));
 	add_env(&env, &n, kn_asprintf("KILN_JOB_NAME=%s", spec->name));
 	add_env(&env, &n, kn_asprintf("KILN_ATTEMPT=%d", r->attempt));
-	if (spec->array.count)
-		array_env(&env, &n, &spec->array);
+	if (spec->array.count) {
+		struct env_list l = {&env, &n};
+
+		kn_job_array_env(&spec->array, add_array_var, &l);
+	}
 	add_env(&env, &n, kn_asprintf("KILN_TASK_DIR=%s", t->task_dir));
 	add_env(&env, &n, kn_asprintf("KILN_CHECKPOINT_DIR=%s", r->checkpoint_dir));
 	add_env(&env, &n, kn_asprintf("KILN_OUTPUT_DIR=%s", r->output_dir));

@@ -207,6 +207,9 @@ struct server {
 	   (NULL otherwise), and the one handed to the launch being made. */
 	struct kn_user_cache *user_cache;
 	struct kn_sandbox_user task_user;
+	/* Unprivileged, the user the server, its shims and tasks share:
+	   its name and home, looked up once (NULL otherwise). */
+	char *own_user, *own_home;
 	struct kn_cgroup_support limits; /* what local tasks get (task_limits.c) */
 	/* What a local task whose spec names no CPUs or memory counts
 	   (--default-task-cpus, --default-task-memory). */

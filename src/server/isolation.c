@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -46,6 +47,17 @@ static int check_map_users(struct server *s, struct kn_error *err)
 					 err->message);
 	}
 	return 0;
+}
+
+/* Unprivileged: the shims' own user, for them not to look it up. */
+static void find_own_user(struct server *s)
+{
+	struct passwd *pw = getpwuid(getuid());
+
+	if (!pw)
+		return; /* each shim finds none either, and runs without */
+	s->own_user = kn_xstrdup(pw->pw_name);
+	s->own_home = kn_xstrdup(pw->pw_dir);
 }
 
 int isolation_start(struct server *s, struct kn_error *err)
@@ -90,6 +102,8 @@ int isolation_start(struct server *s, struct kn_error *err)
 		s->isolation_ok = true;
 		if (mode == KN_SANDBOX_UID)
 			s->user_cache = kn_user_cache_new(NULL, NULL);
+		else
+			find_own_user(s);
 	}
 	kn_log(s->isolation_ok ? KN_LOG_INFO : KN_LOG_ERROR,
 	       "task isolation: %s", s->isolation);
@@ -102,6 +116,9 @@ void isolation_stop(struct server *s)
 	s->user_map = NULL;
 	kn_user_cache_free(s->user_cache);
 	s->user_cache = NULL;
+	free(s->own_user);
+	free(s->own_home);
+	s->own_user = s->own_home = NULL;
 }
 
 int isolation_launch(struct server *s, int64_t job_id,
@@ -127,6 +144,8 @@ int isolation_launch(struct server *s, int64_t job_id,
 		kn_job_row_release(&row);
 	}
 	l->run_as = user[0] ? user : NULL;
+	l->server_user = s->own_user;
+	l->server_home = s->own_home;
 	if (!s->user_cache)
 		return 0;
 	if (kn_user_cache_get(s->user_cache, user[0] ? user : KN_TASK_USER,

@@ -2,14 +2,20 @@
  * The model registry's HTTP handlers (docs/registry.md); the registry
  * itself is models.c.
  *
- * A blob arrives in parts of at most KN_HTTP_MAX_BODY bytes, in order,
- * appended to a staging file under $KILN_HOME/registry/uploads while an
- * EVP context hashes them; the last part's digest must be the one the
- * upload is named by, and only then is the file put in the store
- * (create-only, so a blob is never overwritten). Uploads in progress live
- * in memory, one per digest and client-chosen upload id (two pushes of one
- * new blob stage apart; the second to finish finds it stored): after a
- * server restart a client starts them again.
+ * A blob arrives in parts into a staging file under
+ * $KILN_HOME/registry/uploads, parts of up to MODEL_PART_MAX bytes, one
+ * of two ways. In order: each appended while an EVP context hashes it. Or
+ * sized (the client gives the blob's size with every part): parts at any
+ * offset, several connections at once, written
+ * where they belong, a part sent again answered from what is held; the
+ * whole file is hashed on a worker once every byte is in. Either way the
+ * digest must be the one the upload is named by, and only then is the
+ * file put in the store (create-only, so a blob is never overwritten).
+ * Uploads in progress live in memory, one per digest and client-chosen
+ * upload id (two pushes of one new blob stage apart; the second to finish
+ * finds it stored), and a client asks what one holds (GET with its id) to
+ * send only the rest after a lost connection; after a server restart a
+ * client starts them again.
  */
 #include "modelsvc.h"
 
@@ -31,8 +37,10 @@ struct upload {
 	char owner[128]; /* the token that started it: its caps count it */
 	char *path; /* the staging file */
 	int fd;
-	EVP_MD_CTX *ctx;
-	int64_t offset;
+	EVP_MD_CTX *ctx;     /* in order: the bytes so far */
+	int64_t offset;      /* bytes staged (in order: where the next goes) */
+	int64_t size;        /* sized: the blob's size; in order: -1 */
+	struct model_ranges got; /* sized: the parts received */
 	int64_t touched_ms;
 	struct upload *next;
 };
@@ -55,6 +63,7 @@ static void upload_release(struct upload *u)
 	unlink(u->path);
 	free(u->path);
 	EVP_MD_CTX_free(u->ctx);
+	model_ranges_release(&u->got);
 	free(u);
 }
 
@@ -141,8 +150,9 @@ static void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
 		 json_array_size(missing));
 	models_audit(s, c, "model.blob.check", "blobs", "ok", detail);
 	kn_http_reply_json(req, 200,
-			   json_pack("{s:o, s:I}", "missing", missing, "present",
-				     (json_int_t)present));
+			   json_pack("{s:o, s:I, s:i}", "missing", missing,
+				     "present", (json_int_t)present,
+				     "part_max", MODEL_PART_MAX));
 	missing = NULL;
 	goto out;
 fail:
@@ -264,6 +274,7 @@ static int upload_begin(struct server *s, const char *digest,
 	u->path = kn_asprintf("%s/%s.%s.XXXXXX", m->staging, digest, id);
 	u->fd = mkostemp(u->path, O_CLOEXEC);
 	u->ctx = EVP_MD_CTX_new();
+	u->size = -1;
 	u->touched_ms = now;
 	u->next = m->uploads;
 	m->uploads = u;
@@ -307,6 +318,26 @@ struct upload_commit {
 	struct kn_error err;
 };
 
+/* A sized upload's bytes, whole, hash to its name (on the worker: a
+   large file's hash would stall the loop). */
+static int staged_digest_check(const struct upload *u, struct kn_error *err)
+{
+	struct kn_hash_item item = {.path = u->path};
+
+	if (u->size < 0)
+		return 0; /* in order: hashed as it came */
+	kn_hash_files(&item, 1, 1, u->size, NULL, NULL);
+	if (item.error)
+		return kn_errorf(err, KN_EIO, NULL, "hashing the staged %s: %s",
+				 u->digest, strerror(-item.error));
+	if (strcmp(item.sha256, u->digest) != 0)
+		return kn_errorf(err, KN_EINVAL, "sha256",
+				 "blob %s: the %lld bytes sent hash to %s; "
+				 "refused", u->digest, (long long)item.size,
+				 item.sha256);
+	return 0;
+}
+
 static void upload_commit_work(void *arg)
 {
 	struct upload_commit *w = arg;
@@ -315,8 +346,10 @@ static void upload_commit_work(void *arg)
 	struct kn_blob_store *store = NULL;
 	char *name = kn_model_blob_name(w->u->digest);
 	char sent[KN_SHA256_HEX + 1];
-	int rc = kn_blob_store_open(&cfg, &store, &w->err);
+	int rc = staged_digest_check(w->u, &w->err);
 
+	if (rc == 0)
+		rc = kn_blob_store_open(&cfg, &store, &w->err);
 	if (rc == 0)
 		rc = kn_blob_put_file(store, name, w->u->path,
 				      KN_BLOB_CREATE_ONLY, sent, NULL, &w->err);
@@ -366,8 +399,9 @@ static void upload_commit_done(void *arg, bool ran)
 }
 
 /*
- * The staged file is whole: check that it hashes to u->digest, then hand
- * it (out of the list) to a worker that puts it in the store.
+ * The staged file is whole: check that it hashes to u->digest (in order:
+ * here; sized: on the worker), then hand it (out of the list) to a worker
+ * that puts it in the store.
  */
 static int upload_commit(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, struct upload *u,
@@ -378,10 +412,12 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 	char hex[KN_SHA256_HEX + 1];
 	struct upload_commit *w;
 
-	EVP_DigestFinal_ex(u->ctx, md, &mdlen);
-	for (unsigned i = 0; i < mdlen; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
-	if (strcmp(hex, u->digest) != 0)
+	if (u->size < 0) {
+		EVP_DigestFinal_ex(u->ctx, md, &mdlen);
+		for (unsigned i = 0; i < mdlen; i++)
+			snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	}
+	if (u->size < 0 && strcmp(hex, u->digest) != 0)
 		return kn_errorf(err, KN_EINVAL, "sha256",
 				 "blob %s: the %lld bytes sent hash to %s; "
 				 "refused", u->digest, (long long)u->offset,
@@ -400,13 +436,158 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 	return 0;
 }
 
+static int pwrite_all(int fd, const char *data, size_t len, int64_t at)
+{
+	while (len) {
+		ssize_t n = pwrite(fd, data, len, (off_t)at);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		data += n;
+		len -= (size_t)n;
+		at += n;
+	}
+	return 0;
+}
+
+/* A part sent again: the same bytes as those held, or a conflict. */
+static int part_matches(const struct upload *u, const char *data,
+			size_t len, int64_t at, struct kn_error *err)
+{
+	char buf[65536];
+	size_t done = 0;
+
+	while (done < len) {
+		size_t want = len - done < sizeof(buf) ? len - done
+						       : sizeof(buf);
+		ssize_t n = pread(u->fd, buf, want, (off_t)(at + (int64_t)done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return kn_errorf(err, KN_EIO, NULL,
+					 "reading the staged %s: %s", u->digest,
+					 n < 0 ? strerror(errno) : "short");
+		if (memcmp(buf, data + done, (size_t)n) != 0)
+			return kn_errorf(err, KN_ECONFLICT, "offset",
+					 "bytes %lld-%lld of %s were received "
+					 "before with other contents",
+					 (long long)at,
+					 (long long)(at + (int64_t)len),
+					 u->digest);
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+static json_t *part_answer(const struct upload *u)
+{
+	return json_pack("{s:s, s:I, s:I, s:b}", "digest", u->digest,
+			 "received", (json_int_t)u->offset, "size",
+			 (json_int_t)u->size, "stored", 0);
+}
+
+/* The checks of a sized part before its bytes are written. */
+static int part_check(struct server *s, const struct caller *c,
+		      struct upload *u, int64_t offset, size_t len,
+		      int64_t size, struct kn_error *err)
+{
+	if (u->size != size)
+		return kn_errorf(err, KN_ECONFLICT, "size",
+				 u->size < 0 ? "upload %s of %s is sent in "
+					       "order, without a size"
+					     : "upload %s of %s is of %lld "
+					       "bytes, not %lld",
+				 u->id, u->digest, (long long)u->size,
+				 (long long)size);
+	switch (model_ranges_fit(&u->got, offset, offset + (int64_t)len)) {
+	case MODEL_RANGE_OVERLAP:
+		return kn_errorf(err, KN_ECONFLICT, "offset",
+				 "bytes %lld-%lld of %s overlap bytes the "
+				 "upload holds; ask what it holds (GET with "
+				 "upload=%s) and send the rest",
+				 (long long)offset,
+				 (long long)(offset + (int64_t)len), u->digest,
+				 u->id);
+	case MODEL_RANGE_HELD:
+		return 1;
+	case MODEL_RANGE_NEW:
+		break;
+	}
+	if (u->got.n >= MODEL_RANGES_MAX)
+		return kn_errorf(err, KN_ELIMIT, "offset",
+				 "upload %s of %s holds %d separate ranges, "
+				 "the most it may: send the parts between them "
+				 "first", u->id, u->digest, MODEL_RANGES_MAX);
+	return staging_room(s, c->name, (int64_t)len, err);
+}
+
+/*
+ * A part of a blob whose size the client gives (see the top of this
+ * file). The request whose part completes the blob is answered when it
+ * is stored; the others at once, with what the upload holds.
+ */
+static void blob_put_part(struct server *s, struct kn_http_req *req,
+			  const struct caller *c, const char *digest,
+			  const char *id, int64_t offset, int64_t size,
+			  const char *object)
+{
+	struct model_state *m = s->models;
+	struct upload *u = upload_find(m, digest, id, c->name);
+	struct kn_error err;
+	size_t len;
+	const char *data = kn_http_body(req, &len);
+	int rc;
+
+	if (offset > size || (int64_t)len > size - offset ||
+	    (len == 0 && size != 0)) {
+		kn_errorf(&err, KN_EINVAL, "offset",
+			  "a part of %lld bytes at offset %lld is not within "
+			  "a blob of %lld bytes", (long long)len,
+			  (long long)offset, (long long)size);
+		goto fail;
+	}
+	if (!u) {
+		if (upload_begin(s, digest, id, c->name, &u, &err) < 0)
+			goto fail;
+		u->size = size;
+	}
+	rc = part_check(s, c, u, offset, len, size, &err);
+	if (rc < 0)
+		goto fail;
+	if (rc == 1 && part_matches(u, data, len, offset, &err) < 0)
+		goto fail;
+	if (rc == 0 && len) {
+		rc = pwrite_all(u->fd, data, len, offset);
+		if (rc < 0) {
+			kn_errorf(&err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO,
+				  NULL, "staging %s: %s", digest,
+				  strerror(-rc));
+			upload_drop(m, u);
+			goto fail;
+		}
+		model_ranges_add(&u->got, offset, offset + (int64_t)len);
+	}
+	u->offset = model_ranges_total(&u->got);
+	u->touched_ms = kn_mono_ms();
+	if (u->offset < size) {
+		kn_http_reply_json(req, 200, part_answer(u));
+		return;
+	}
+	if (upload_commit(s, req, c, u, &err) == 0)
+		return;
+	upload_drop(m, u);
+fail:
+	fail(s, req, c, "model.blob.put", object, &err);
+}
+
 static void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
 	struct model_state *m = s->models;
 	struct upload *u;
 	struct kn_error err;
-	int64_t offset = -1, final = 0;
+	int64_t offset = -1, final = 0, size = -1;
 	size_t len;
 	const char *data = kn_http_body(req, &len);
 	const char *id = kn_http_query(req, "upload");
@@ -435,7 +616,25 @@ static void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		fail(s, req, c, "model.blob.put", object, &err);
 		return;
 	}
+	rc = kn_http_query_int(req, "size", 0, INT64_MAX, &size);
+	if (rc < 0) {
+		kn_errorf(&err, KN_EINVAL, "size",
+			  "size (the blob's bytes) is a number");
+		fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	if (rc == 0) {
+		blob_put_part(s, req, c, param, id, offset, size, object);
+		return;
+	}
 	u = upload_find(m, param, id, c->name);
+	if (u && u->size >= 0) {
+		kn_errorf(&err, KN_ECONFLICT, "size",
+			  "upload %s of %s is sized: send size with each part",
+			  id, param);
+		fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
 	if (offset == 0) {
 		if (upload_begin(s, param, id, c->name, &u, &err) < 0) {
 			fail(s, req, c, "model.blob.put", object, &err);
@@ -479,6 +678,42 @@ static void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		upload_drop(m, u);
 		fail(s, req, c, "model.blob.put", object, &err);
 	}
+}
+
+/* What an upload in progress holds, for a client that lost a part's
+   answer: the parts to send again are the ones outside "ranges". */
+static void models_h_blob_status(struct server *s, struct kn_http_req *req,
+				 const struct caller *c, const char *param)
+{
+	const char *id = kn_http_query(req, "upload");
+	struct upload *u;
+	struct kn_error err;
+	json_t *o;
+
+	if (!kn_sha256_hex_ok(param) || !model_upload_id_ok(id)) {
+		kn_errorf(&err, KN_EINVAL, "upload",
+			  "GET /v1/model-blobs/DIGEST?upload=ID: a sha256 hex "
+			  "digest and the upload's id (1-%d letters and "
+			  "digits)", MODEL_UPLOAD_ID_MAX);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	u = upload_find(s->models, param, id, c->name);
+	if (!u) {
+		kn_errorf(&err, KN_ENOTFOUND, "upload",
+			  "no upload %s of %s in progress for %s (never begun, "
+			  "stored, dropped, or expired after --upload-idle)",
+			  id, param, c->name);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	o = part_answer(u);
+	json_object_set_new(o, "ranges",
+			    u->size >= 0 ? model_ranges_json(&u->got)
+					 : json_pack("[[I, I]]", (json_int_t)0,
+						     (json_int_t)u->offset));
+	json_object_set_new(o, "part_max", json_integer(MODEL_PART_MAX));
+	kn_http_reply_json(req, 200, o);
 }
 
 static bool alias_checked(json_t *body, const char **alias,
@@ -1040,6 +1275,8 @@ static const struct route routes[] = {
 	 "model.blob.check", models_h_blobs_missing},
 	{"POST", "/v1/model-blobs/{name}", KN_ROLE_USER, false,
 	 "model.blob.put", models_h_blob_put},
+	{"GET", "/v1/model-blobs/{name}", KN_ROLE_USER, false, NULL,
+	 models_h_blob_status},
 	{"GET", "/v1/models", KN_ROLE_VIEWER, false, "model.list",
 	 models_h_list},
 	{"GET", "/v1/models/{name}", KN_ROLE_VIEWER, false, "model.read",
@@ -1058,6 +1295,12 @@ static const struct route routes[] = {
 	 "model.read", models_h_lineage},
 };
 
+/* A blob's parts are the registry's large bodies. */
+static size_t models_body_cap(const struct route *r)
+{
+	return r->fn == models_h_blob_put ? MODEL_PART_MAX : 0;
+}
+
 const struct service models_service = {
 	.name = "models",
 	.phase = SERVICE_PHASE_LOOP,
@@ -1065,4 +1308,5 @@ const struct service models_service = {
 	.stop = models_stop,
 	.routes = routes,
 	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	.body_cap = models_body_cap,
 };

@@ -143,14 +143,21 @@ const struct oa_op oa_ops[] = {
 	 "high:number window_s:integer started_at_ms:integer ~state:string",
 	 "202 json accepted:boolean"},
 	{"POST", "/v1/model-blobs/missing",
-	 "which of these blobs the store lacks", NULL,
-	 "json digests:[string]",
-	 "200 json missing:[string] present:integer"},
+	 "which of these blobs the store lacks, and the largest part the "
+	 "server takes", NULL, "json digests:[string]",
+	 "200 json missing:[string] present:integer part_max:integer"},
 	{"POST", "/v1/model-blobs/{name}", "upload a part of a blob",
-	 "upload:string offset:integer final:integer", "bytes",
-	 "200 json digest:string received:integer stored:boolean; "
+	 "upload:string offset:integer final:integer size:integer", "bytes",
+	 "200 json digest:string received:integer stored:boolean "
+	 "~size:integer; "
 	 "201 json digest:string received:integer stored:boolean "
-	 "existed:boolean; 409 error offset is not where the upload stands"},
+	 "existed:boolean; 409 error offset is not where the upload stands, "
+	 "or the part overlaps other bytes the upload holds"},
+	{"GET", "/v1/model-blobs/{name}",
+	 "what an upload in progress holds", "upload:string", NULL,
+	 "200 json digest:string received:integer size:integer "
+	 "stored:boolean ranges:[[integer]] part_max:integer; "
+	 "404 error no such upload in progress"},
 	{"GET", "/v1/models", "the registry's models, by name", NULL, NULL,
 	 "200 json models:[ModelSummary]"},
 	{"GET", "/v1/models/{name}",

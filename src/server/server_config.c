@@ -259,6 +259,7 @@ static const struct kn_option server_options[] = {
 	 .flags = KN_OPT_CLEARS,
 	 .help = "do not read this node's metrics in-process"},
 	{"alert-webhook", KN_OPT_STRING, "URL", F(alert_webhook),
+	 .flags = KN_OPT_SECRET,
 	 .help = "POST each firing and resolved alert"},
 	{"health-interval", KN_OPT_DURATION, "DURATION", F(health_interval_ms),
 	 .min = 1000, .flags = KN_OPT_ZERO_IS_NONE, .example = "5m",

@@ -70,6 +70,9 @@ struct service {
 	const struct job_hook_ops *hooks;
 	const struct route *routes;
 	size_t n_routes;
+	/* The body cap of one of routes for a caller it admits, when above
+	   the server's KN_HTTP_MAX_BODY; 0, or NULL for every route: none. */
+	size_t (*body_cap)(const struct route *r);
 };
 
 /* The services, in server.c's table order. */

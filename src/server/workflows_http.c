@@ -318,113 +318,134 @@ static int check_request(struct server *s, const struct caller *c,
 	return 0;
 }
 
-static void workflows_h_run(struct server *s, struct kn_http_req *req,
-		     const struct caller *c, const char *param)
+/* POST /v1/workflows's body, its fields checked (they point into it). */
+struct run_request {
+	const char *text, *filename, *path, *revision;
+	json_t *files; /* {relative path: text}, or NULL */
+	char digest[KN_SHA256_HEX_LEN + 1]; /* the text's */
+};
+
+static const char *doc_string(json_t *doc, const char *key, const char *dflt)
 {
-	struct kn_workflow_spec *w = NULL;
-	struct kn_wf_step_row *steps = NULL;
-	struct kn_wf_run_row row;
-	struct kn_audit a;
-	struct kn_error err;
-	json_error_t jerr;
-	size_t len;
-	const char *body = kn_http_body(req, &len);
-	const char *text, *filename, *path, *digest, *revision, *key;
-	json_t *doc, *files, *v, *answer;
-	char digest_now[65], *files_text = NULL;
-	int64_t id = 0;
-	int rc;
+	json_t *v = json_object_get(doc, key);
 
-	(void)param;
-	doc = json_loadb(body, len, 0, &jerr);
-	if (!json_is_object(doc)) {
-		kn_errorf(&err, KN_EINVAL, NULL,
-			  "the body must be a JSON object {spec, filename, "
-			  "files, digest, revision}%s%s",
-			  doc ? "" : ": ", doc ? "" : jerr.text);
-		goto fail;
-	}
-	text = json_string_value(json_object_get(doc, "spec"));
-	v = json_object_get(doc, "filename");
-	filename = json_is_string(v) ? json_string_value(v) : "workflow";
-	v = json_object_get(doc, "path");
-	path = json_is_string(v) ? json_string_value(v) : "";
-	v = json_object_get(doc, "digest");
-	digest = json_is_string(v) ? json_string_value(v) : NULL;
-	v = json_object_get(doc, "revision");
-	revision = json_is_string(v) ? json_string_value(v) : NULL;
-	files = json_object_get(doc, "files");
-	if (!text) {
-		kn_errorf(&err, KN_EINVAL, "spec",
-			  "spec: the workflow file's text is required");
-		goto fail;
-	}
-	if (path[0] && path[0] != '/') {
-		kn_errorf(&err, KN_EINVAL, "path",
-			  "path must be absolute; got \"%s\"", path);
-		goto fail;
-	}
-	if (files && !json_is_object(files)) {
-		kn_errorf(&err, KN_EINVAL, "files",
-			  "files must be an object {relative path: text}");
-		goto fail;
-	}
-	if (json_object_size(files) > FILES_MAX) {
-		kn_errorf(&err, KN_EINVAL, "files",
-			  "files: at most %d job files per workflow; got %zu",
-			  FILES_MAX, json_object_size(files));
-		goto fail;
-	}
-	json_object_foreach(files, key, v) {
-		if (!json_is_string(v)) {
-			kn_errorf(&err, KN_EINVAL, "files",
-				  "files[\"%s\"] must be the file's text", key);
-			goto fail;
-		}
-	}
-	if (revision && !hex_text(revision, 7, REVISION_MAX)) {
-		kn_errorf(&err, KN_EINVAL, "revision",
-			  "revision must be a git revision (7 to %d hex "
-			  "digits) or null",
-			  REVISION_MAX);
-		goto fail;
-	}
-	kn_sha256_hex(text, strlen(text), digest_now);
-	if (digest && strcmp(digest, digest_now) != 0) {
-		kn_errorf(&err, KN_EINVAL, "digest",
-			  "digest: the workflow text's sha256 is %s, not the "
-			  "digest sent (%.64s)",
-			  digest_now, digest);
-		goto fail;
-	}
-	if (check_request(s, c, text, filename, files, &w, &err) < 0)
-		goto fail;
+	return json_is_string(v) ? json_string_value(v) : dflt;
+}
 
-	files_text = files ? json_dumps(files, JSON_COMPACT | JSON_SORT_KEYS)
-			   : kn_xstrdup("{}");
-	memset(&row, 0, sizeof(row));
-	row.name = w->name;
-	row.owner = (char *)c->name;
-	row.filename = (char *)filename;
-	row.path = (char *)path;
-	row.spec_yaml = (char *)text;
-	row.files_json = files_text;
-	row.digest = digest_now;
-	row.revision = (char *)revision;
-	row.state = "queued";
-	row.submitted_at = kn_now_ms();
-	steps = kn_xcalloc(w->n_steps, sizeof(*steps));
+/* Read and check the body's fields into *r (doc: the parsed body, or
+   NULL with jerr saying why it does not parse). */
+static int run_request_read(json_t *doc, const json_error_t *jerr,
+			    struct run_request *r, struct kn_error *err)
+{
+	const char *digest, *key;
+	json_t *v;
+
+	if (!json_is_object(doc))
+		return kn_errorf(err, KN_EINVAL, NULL,
+				 "the body must be a JSON object {spec, "
+				 "filename, files, digest, revision}%s%s",
+				 doc ? "" : ": ", doc ? "" : jerr->text);
+	r->text = json_string_value(json_object_get(doc, "spec"));
+	r->filename = doc_string(doc, "filename", "workflow");
+	r->path = doc_string(doc, "path", "");
+	digest = doc_string(doc, "digest", NULL);
+	r->revision = doc_string(doc, "revision", NULL);
+	r->files = json_object_get(doc, "files");
+	if (!r->text)
+		return kn_errorf(err, KN_EINVAL, "spec",
+				 "spec: the workflow file's text is required");
+	if (r->path[0] && r->path[0] != '/')
+		return kn_errorf(err, KN_EINVAL, "path",
+				 "path must be absolute; got \"%s\"", r->path);
+	if (r->files && !json_is_object(r->files))
+		return kn_errorf(err, KN_EINVAL, "files",
+				 "files must be an object {relative path: "
+				 "text}");
+	if (json_object_size(r->files) > FILES_MAX)
+		return kn_errorf(err, KN_EINVAL, "files",
+				 "files: at most %d job files per workflow; "
+				 "got %zu",
+				 FILES_MAX, json_object_size(r->files));
+	json_object_foreach(r->files, key, v) {
+		if (!json_is_string(v))
+			return kn_errorf(err, KN_EINVAL, "files",
+					 "files[\"%s\"] must be the file's "
+					 "text",
+					 key);
+	}
+	if (r->revision && !hex_text(r->revision, 7, REVISION_MAX))
+		return kn_errorf(err, KN_EINVAL, "revision",
+				 "revision must be a git revision (7 to %d "
+				 "hex digits) or null",
+				 REVISION_MAX);
+	kn_sha256_hex(r->text, strlen(r->text), r->digest);
+	if (digest && strcmp(digest, r->digest) != 0)
+		return kn_errorf(err, KN_EINVAL, "digest",
+				 "digest: the workflow text's sha256 is %s, "
+				 "not the digest sent (%.64s)",
+				 r->digest, digest);
+	return 0;
+}
+
+/* The run's row, queued now, and its steps' (pending; free them). */
+static struct kn_wf_step_row *run_rows(const struct run_request *r,
+				       const struct kn_workflow_spec *w,
+				       const struct caller *c,
+				       char *files_text,
+				       struct kn_wf_run_row *row)
+{
+	struct kn_wf_step_row *steps = kn_xcalloc(w->n_steps, sizeof(*steps));
+
+	memset(row, 0, sizeof(*row));
+	row->name = w->name;
+	row->owner = (char *)c->name;
+	row->filename = (char *)r->filename;
+	row->path = (char *)r->path;
+	row->spec_yaml = (char *)r->text;
+	row->files_json = files_text;
+	row->digest = (char *)r->digest;
+	row->revision = (char *)r->revision;
+	row->state = "queued";
+	row->submitted_at = kn_now_ms();
 	for (size_t i = 0; i < w->n_steps; i++) {
 		steps[i].index = (int)i;
 		steps[i].name = w->steps[i].name;
 		steps[i].state = "pending";
 	}
+	return steps;
+}
+
+static void workflows_h_run(struct server *s, struct kn_http_req *req,
+			    const struct caller *c, const char *param)
+{
+	struct kn_workflow_spec *w = NULL;
+	struct kn_wf_step_row *steps = NULL;
+	struct kn_wf_run_row row;
+	struct run_request r;
+	struct kn_audit a;
+	struct kn_error err;
+	json_error_t jerr;
+	size_t len;
+	const char *body = kn_http_body(req, &len);
+	json_t *doc, *answer;
+	char *files_text = NULL;
+	int64_t id = 0;
+
+	(void)param;
+	memset(&r, 0, sizeof(r));
+	doc = json_loadb(body, len, 0, &jerr);
+	if (run_request_read(doc, &jerr, &r, &err) < 0 ||
+	    check_request(s, c, r.text, r.filename, r.files, &w, &err) < 0)
+		goto fail;
+	files_text = r.files ? json_dumps(r.files,
+					  JSON_COMPACT | JSON_SORT_KEYS)
+			     : kn_xstrdup("{}");
+	steps = run_rows(&r, w, c, files_text, &row);
 	audit_fill(&a, c, "workflow.run", w->name);
 	if (idem_begin(s, req, c))
 		goto out;
-	rc = kn_store_wf_run_insert(s->store, &row, steps, w->n_steps, &a, &id,
-				    &err);
-	if (rc < 0)
+	if (kn_store_wf_run_insert(s->store, &row, steps, w->n_steps, &a, &id,
+				   &err) < 0)
 		goto fail;
 	kn_log(KN_LOG_INFO, "workflow run %lld (%s, %zu steps) by %s",
 	       (long long)id, w->name, w->n_steps, c->name);

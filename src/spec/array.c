@@ -101,3 +101,26 @@ int spec_read_array(struct walk *w, struct fy_node *node, void *target)
 	spec->array = array;
 	return 0;
 }
+
+void kn_job_array_env(const struct kn_job_array *a,
+		      void (*add)(void *ctx, const char *name,
+				  long long value),
+		      void *ctx)
+{
+	const struct {
+		const char *name;
+		long long value;
+	} vars[] = {
+		{"KILN_ARRAY_JOB_ID", (long long)a->job_id},
+		{"KILN_ARRAY_INDEX", a->index},
+		{"KILN_ARRAY_COUNT", a->count},
+		{"SLURM_ARRAY_JOB_ID", (long long)a->job_id},
+		{"SLURM_ARRAY_TASK_ID", a->index},
+		{"SLURM_ARRAY_TASK_COUNT", a->count},
+		{"SLURM_ARRAY_TASK_MIN", a->first},
+		{"SLURM_ARRAY_TASK_MAX", (long long)a->first + a->count - 1},
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(vars); i++)
+		add(ctx, vars[i].name, vars[i].value);
+}

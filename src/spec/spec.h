@@ -149,6 +149,17 @@ struct kn_job_array {
 int kn_job_array_parse(const char *text, struct kn_job_array *out, char *why,
 		       size_t why_len);
 
+/*
+ * An element's place as its tasks see it, under kiln's names and Slurm's
+ * (KILN_ARRAY_INDEX, SLURM_ARRAY_TASK_ID, ...), so a script written for
+ * `sbatch --array` reads its index unchanged: add(ctx, NAME, VALUE) for
+ * each variable in turn.
+ */
+void kn_job_array_env(const struct kn_job_array *a,
+		      void (*add)(void *ctx, const char *name,
+				  long long value),
+		      void *ctx);
+
 struct kn_job_spec {
 	char *name;        /* required: [a-z0-9][a-z0-9-_.]{0,62} */
 	char **command;    /* required, argv, NULL-terminated, >= 1 element */
@@ -487,6 +498,9 @@ enum kn_option_kind {
 #define KN_OPT_EMPTY_OK 0x8u
 /* COUNT: the field is an int (bounds must fit one), not an int64_t. */
 #define KN_OPT_INT 0x10u
+/* STRING: the value is a secret (a webhook URL holds its key, a token
+   is one): --print-config names the key but does not show the value. */
+#define KN_OPT_SECRET 0x20u
 
 struct kn_option;
 struct kn_buf;

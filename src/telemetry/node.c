@@ -600,6 +600,7 @@ int kn_node_collect(const struct kn_node_options *opt, struct kn_buf *out,
 
 	if ((rc = kn_node_identity(opt->root, kn_now_ms(), out, err)) < 0 ||
 	    (rc = write_stat(opt->root, out, err)) < 0 ||
+	    (rc = kn_node_kernel(opt->root, out, err)) < 0 ||
 	    (rc = write_loadavg(opt->root, out, err)) < 0 ||
 	    (rc = write_meminfo(opt->root, out, err)) < 0 ||
 	    (rc = write_netdev(opt->root, out, err)) < 0 ||

@@ -79,7 +79,8 @@ struct kn_node_options {
 /*
  * Append node_exporter's families for identity (kn_node_identity), CPU
  * (node_cpu_seconds_total), load, boot time, kernel counters
- * (context switches, forks, interrupts, processes), memory (every /proc/meminfo field as
+ * (context switches, forks, interrupts, processes; kn_node_kernel),
+ * memory (every /proc/meminfo field as
  * node_memory_<Field>_bytes), network (node_network_*_total per device),
  * disks (node_disk_*) and filesystems (node_filesystem_*) to out.
  * A missing /proc/stat or /proc/meminfo is an error naming the file; the
@@ -95,6 +96,13 @@ int kn_node_collect(const struct kn_node_options *opt, struct kn_buf *out,
  */
 int kn_node_identity(const char *root, int64_t now_ms, struct kn_buf *out,
 		     struct kn_error *err);
+
+/*
+ * Append node_exporter's vmstat (its default fields) and filefd series,
+ * from whichever of their files root has. kn_node_collect
+ * includes them.
+ */
+int kn_node_kernel(const char *root, struct kn_buf *out, struct kn_error *err);
 
 /* /proc/meminfo's MemTotal in bytes. */
 int kn_node_mem_total(const char *root, int64_t *out, struct kn_error *err);

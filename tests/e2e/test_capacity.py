@@ -130,6 +130,24 @@ def test_user_over_the_queue_cap_gets_429(make_server):
     assert "--max-tasks-per-user 8" in r.json()["error"]["message"]
 
 
+def test_an_array_counts_as_its_elements_against_the_caps(make_server):
+    s = make_server("--max-queued-jobs-per-user", "5")
+    erin = s.create_token("erin", "user")
+    never = job_yaml("wait", ["/bin/true"], resources={"gpus": 8},
+                     array="0-5")
+    r = s.request("POST", "/v1/jobs", token=erin, data=never,
+                  params={"hold": "1"})
+    assert r.status_code == 429, r.text
+    assert ("erin has 0 queued jobs and this array adds 6"
+            in r.json()["error"]["message"])
+    listed = s.request("GET", "/v1/jobs", token=erin).json()["jobs"]
+    assert listed == []
+    r = s.request("POST", "/v1/jobs", token=erin, params={"hold": "1"},
+                  data=job_yaml("wait", ["/bin/true"], array="0-10000"))
+    assert r.status_code == 400
+    assert "at most 10000" in r.json()["error"]["message"]
+
+
 def test_fair_share_runs_the_light_user_first(make_server):
     """One GPU; erin floods the queue first, then frank submits one job at
     the same priority. Once erin's first job has run she has used the

@@ -150,3 +150,36 @@ def test_server_places_tls_section_keys_in_the_file(tmp_path):
     assert keys["tls-cert"] == ('"/etc/kiln/tls/s.pem"', f"{cfg}:3:3")
     assert keys["tls-key"] == ('"/etc/kiln/tls/s.key"', f"{cfg}:4:3")
     assert keys["tls-self-signed"] == ("false", "default")
+    # The webhook's URL holds its key: named, not shown.
+    hook = f"https://hooks.example/services/T0/B0/{SECRET}"
+    res = run("server", "--config", cfg, "--home", tmp_path / "h",
+              "--alert-webhook", hook, "--print-config", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert SECRET not in res.stdout
+    assert shown(res.stdout)["#alert-webhook"] == ("(a secret, not shown)",
+                                                   "--alert-webhook")
+
+
+def test_gateway_polls_the_server_its_file_names(tmp_path):
+    """server: and token: in gateway.yaml are the server it polls for
+    routes, as --server and --token would be."""
+    from conftest import Server, kill_processes_under, wait_for
+    from test_gateway import Gateway
+    shome = tmp_path / "srv"
+    shome.mkdir()
+    s = Server(shome).start()
+    ghome = tmp_path / "gw"
+    ghome.mkdir()
+    cfg = write_config(ghome / "gateway.yaml",
+                       f"server: {s.url}\ntoken: {s.admin_token}\n")
+    try:
+        g = Gateway(ghome, ["--config", str(cfg)]).start()
+        try:
+            wait_for(lambda: (ghome / "gateway" / "routes.json").exists(),
+                     what="the routes from the server")
+        finally:
+            g.stop()
+        assert s.admin_token not in g.log.read_text()
+    finally:
+        s.stop()
+        kill_processes_under(shome)

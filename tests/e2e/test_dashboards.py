@@ -225,6 +225,11 @@ def gateway_traffic(gateways, home, upstreams):
     assert g.metric("kiln_gateway_key_requests_total", key="app") == 3
     assert g.metric("kiln_gateway_key_tokens_total", key="app") == 30
     assert g.metric("kiln_gateway_key_rate_limited_total", key="tight") == 1
+    assert g.metric("kiln_gateway_key_fallbacks_total", key="app") == 3
+    assert g.metric("kiln_gateway_key_request_duration_seconds_count",
+                    key="tight") == 2
+    promtool_check(requests.get(g.url + "/metrics", timeout=10, headers={
+        "Authorization": f"Bearer {g.metrics_key}"}).text)
     return g
 
 
@@ -327,6 +332,31 @@ def test_every_panel_and_rule_has_series(server, exporters, gateways,
         assert not missing, "no series for:\n" + "\n".join(missing)
     finally:
         prom.stop()
+
+
+def test_dashboards_import_cleanly():
+    """What Grafana needs to import each file as is: a unique uid, panel
+    ids unique within it, every panel on the 24-column grid and reading
+    the dashboard's own data source variable, every target with a refId
+    and an expression."""
+    boards = [json.loads(p.read_text()) for p in sorted(
+        DASHBOARDS.glob("*.json"))]
+    assert len(boards) == 3
+    assert len({b["uid"] for b in boards}) == len(boards)
+    for b in boards:
+        names = [v["name"] for v in b["templating"]["list"]]
+        assert "datasource" in names and len(set(names)) == len(names)
+        ids = [p["id"] for p in b["panels"]]
+        assert len(set(ids)) == len(ids), b["uid"]
+        for p in panels(b):
+            g = p["gridPos"]
+            assert 0 <= g["x"] and g["x"] + g["w"] <= 24, (b["uid"], p["title"])
+            if p["type"] == "row":
+                continue
+            assert p["datasource"]["uid"] == "${datasource}", p["title"]
+            refs = [t["refId"] for t in p["targets"]]
+            assert len(set(refs)) == len(refs) and all(
+                t["expr"].strip() for t in p["targets"]), p["title"]
 
 
 def test_promtool_checks_and_tests_the_rules():

@@ -393,7 +393,7 @@ def test_shim_refuses_a_launch_user_of_root_or_the_server(tmp_path, user,
                                                          why):
     """The user the server looked up is taken without a lookup, so the
     shim checks it: root's or the server's ids never run a task."""
-    marker = tmp_path / "ran"
+    marker = tmp_path / "home" / "tasks" / "1" / "1" / "0" / "ran"
     task = shim_alone(tmp_path, f"touch {marker}", user=user)
     res = subprocess.run([KILN, "shim", "--dir", str(task)], timeout=60,
                          capture_output=True, text=True)
@@ -406,23 +406,62 @@ def test_shim_refuses_a_launch_user_of_root_or_the_server(tmp_path, user,
     assert task.stat().st_uid == 0
 
 
-def test_shim_reads_no_user_database(tmp_path):
-    """Given the server's lookup, the shim opens neither /etc/passwd nor
-    /etc/group nor nscd's socket, and the task still becomes the user."""
-    task_user = pwd.getpwnam(TASK_USER)
-    user = {"name": TASK_USER, "uid": task_user.pw_uid,
+def as_nobody(task):
+    """Run `kiln shim` on task as an unprivileged server's shim would."""
+    for p in [task, *task.parents]:
+        if p.name == "home":
+            break
+    subprocess.run(["chown", "-R", f"{NOBODY.pw_uid}:{NOBODY.pw_gid}",
+                    str(p)], check=True)
+    return ["setpriv", f"--reuid={NOBODY.pw_uid}",
+            f"--regid={NOBODY.pw_gid}", "--clear-groups", "--"]
+
+
+@pytest.mark.parametrize("mode", ["root", "unprivileged"])
+def test_shim_reads_no_user_database(tmp_path, mode):
+    """Given the server's lookup (as root: the task's user; unprivileged:
+    the server's own, which the task keeps in a user namespace), the shim
+    opens neither /etc/passwd nor /etc/group nor nscd's socket, and the
+    task still runs as that user."""
+    if mode == "root":
+        task_user = pwd.getpwnam(TASK_USER)
+        launch = {"user": {
+            "name": TASK_USER, "uid": task_user.pw_uid,
             "gid": task_user.pw_gid,
-            "groups": os.getgrouplist(TASK_USER, task_user.pw_gid)}
-    task = shim_alone(tmp_path, "id -u; id -g", user=user)
+            "groups": os.getgrouplist(TASK_USER, task_user.pw_gid)}}
+    else:
+        task_user = NOBODY
+        launch = {"server_user": {"name": NOBODY.pw_name,
+                                  "uid": NOBODY.pw_uid,
+                                  "home": NOBODY.pw_dir}}
+    task = shim_alone(tmp_path, "id -u; id -g; echo $USER", **launch)
+    wrap = as_nobody(task) if mode == "unprivileged" else []
     trace = tmp_path / "trace"
     # The shim's own calls only (no -f): its task may look users up.
-    res = subprocess.run(["strace", "-qq", "-e", "trace=%file,connect",
+    res = subprocess.run([*wrap, "strace", "-qq", "-e", "trace=%file,connect",
                           "-o", str(trace), KILN, "shim", "--dir", str(task)],
                          timeout=60, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     log = (task / "output.log").read_text().split()
-    assert log == [str(task_user.pw_uid), str(task_user.pw_gid)], log
+    assert log == [str(task_user.pw_uid), str(task_user.pw_gid),
+                   task_user.pw_name], log
     calls = trace.read_text()
     assert "launch.json" in calls
     for name in ("/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "nscd"):
         assert name not in calls, calls
+
+
+def test_unprivileged_shim_refuses_another_server_user(tmp_path):
+    """An unprivileged shim takes the server's name and home for its own
+    only when the uid is its own."""
+    marker = tmp_path / "home" / "tasks" / "1" / "1" / "0" / "ran"
+    task = shim_alone(tmp_path, f"touch {marker}",
+                      server_user={"name": "root", "uid": 0, "home": "/"})
+    res = subprocess.run([*as_nobody(task), KILN, "shim", "--dir", str(task)],
+                         timeout=60, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    status = json.loads((task / "status.json").read_text())
+    assert status["exit_code"] == 127, status
+    assert ("launch.json: server_user.uid: not this shim's uid "
+            f"{NOBODY.pw_uid}") in status["reason"], status
+    assert not marker.exists()

@@ -161,6 +161,31 @@ def test_render_gang_job():
     assert svc["spec"]["selector"] == {"kiln.dev/job": "train-big"}
 
 
+def test_render_job_array_as_an_indexed_job():
+    (job,) = render_docs("kind: Job\nname: sweep\ncommand: [x]\n"
+                         "retries: 2\narray: {count: 100, parallel: 10}\n")
+    spec = {k: v for k, v in job["spec"].items() if k != "template"}
+    assert spec == {"completionMode": "Indexed", "completions": 100,
+                    "parallelism": 10, "backoffLimitPerIndex": 2}
+    env = env_of(pod_spec(job)["containers"][0])
+    index = {"fieldRef": {"fieldPath": "metadata.annotations["
+                          "'batch.kubernetes.io/job-completion-index']"}}
+    assert env["KILN_ARRAY_INDEX"] == index
+    assert env["SLURM_ARRAY_TASK_ID"] == index
+    assert (env["KILN_ARRAY_COUNT"], env["SLURM_ARRAY_TASK_MIN"],
+            env["SLURM_ARRAY_TASK_MAX"]) == ("100", "0", "99")
+    assert env["RANK"] == "0"
+    # No limit: every element at once.
+    (job,) = render_docs("kind: Job\nname: all\ncommand: [x]\n"
+                         "array: 0-4\n")
+    assert job["spec"]["parallelism"] == 5
+    for spec, why in (("array: 1-4\n", "numbers its elements from 0"),
+                      ("array: 0-4\ntasks: 2\n", "an array of gangs")):
+        r = render("-", "--executor", "kubernetes", "--image", "i",
+                   input="kind: Job\nname: x\ncommand: [x]\n" + spec)
+        assert r.returncode == 1 and why in r.stderr, r.stderr
+
+
 def test_render_share_mig_and_errors():
     (job,) = render_docs("kind: Job\nname: s\ncommand: [x]\n"
                          "resources: {gpus: 0.25, sharing: mps}\n")

@@ -103,6 +103,28 @@ def test_gang_of_two_in_one_allocation(sserver):
     assert "RANK=1" in r.stdout
 
 
+def test_array_elements_are_slurm_jobs_with_their_index(sserver):
+    show = ('echo SLURM_JOB_ID=$SLURM_JOB_ID; '
+            'echo SLURM_ARRAY_TASK_ID=$SLURM_ARRAY_TASK_ID; '
+            'echo SLURM_ARRAY_JOB_ID=$SLURM_ARRAY_JOB_ID; '
+            'echo KILN_ARRAY_INDEX=$KILN_ARRAY_INDEX')
+    first = submit(sserver, "kiln-array", ["/bin/sh", "-c", show],
+                   array="2-4", resources={"cpus": 1, "memory": "64Mi"})
+    slurm_ids = set()
+    for k, jid in enumerate(range(first, first + 3)):
+        job = sserver.wait_state(jid, ("succeeded", "failed"))
+        assert job["state"] == "succeeded", job
+        log = sserver.logs(jid)
+        assert env_line(log, "SLURM_ARRAY_TASK_ID") == \
+            f"SLURM_ARRAY_TASK_ID={k + 2}"
+        assert env_line(log, "KILN_ARRAY_INDEX") == f"KILN_ARRAY_INDEX={k + 2}"
+        assert env_line(log, "SLURM_ARRAY_JOB_ID") == \
+            f"SLURM_ARRAY_JOB_ID={first}"
+        slurm_ids.add(env_line(log, "SLURM_JOB_ID"))
+    # One sbatch per element, each its own Slurm job.
+    assert len(slurm_ids) == 3 and "SLURM_JOB_ID=" not in slurm_ids
+
+
 def test_gpu_job_sees_the_gpus_slurm_gave_it(sserver):
     jid = submit(sserver, "kiln-gpu", ["/bin/sh", "-c",
                                        "echo CUDA=$CUDA_VISIBLE_DEVICES; "

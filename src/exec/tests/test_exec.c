@@ -368,9 +368,16 @@ static void test_shim_timeout_kills_group(void **state)
 	json_t *st;
 	(void)state;
 
-	/* The shell ignores TERM, so only the SIGKILL after grace ends it. */
-	write_launch(dir, "trap '' TERM; sleep 30 & sleep 30", 100, 1 << 20);
+	/*
+	 * The task ignores TERM from its first instruction (an ignored
+	 * signal stays ignored across fork and exec; a trap set by the
+	 * shell could come after the timeout on a busy machine), so only
+	 * the SIGKILL after grace ends it.
+	 */
+	write_launch(dir, "sleep 30 & sleep 30", 100, 1 << 20);
+	signal(SIGTERM, SIG_IGN);
 	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
+	signal(SIGTERM, SIG_DFL);
 	st = read_status(dir);
 	assert_string_equal(json_string_value(json_object_get(st, "reason")),
 			    "timeout");
@@ -534,6 +541,61 @@ static void test_shim_limits_refused(void **state)
 		     1, "cannot set limits: no cgroup hierarchy");
 }
 
+/* An empty file at root/rel, with the directories above it. */
+static void fake_cgroup_file(const char *root, const char *rel)
+{
+	char *path = kn_asprintf("%s/%s", root, rel);
+	char *slash = strrchr(path, '/');
+
+	*slash = '\0';
+	assert_int_equal(kn_mkdir_p(path, 0755), 0);
+	*slash = '/';
+	assert_int_equal(kn_write_file_replace(path, "", 0, 0600), 0);
+	free(path);
+}
+
+/*
+ * The task's first process is moved into its cgroup before it may go on;
+ * one the cgroup refuses is killed first. Here the device cgroup (a fake
+ * v1 tree) takes the limits but has no cgroup.procs to move it with.
+ */
+static void test_shim_child_refused_by_cgroup(void **state)
+{
+	char *dir = make_task_dir(), *root = make_task_dir(), name[32];
+	char *marker = kn_asprintf("%s/ran", dir), *rel;
+	char *script = kn_asprintf("touch %s", marker);
+	struct kn_error err;
+	json_t *st;
+	(void)state;
+
+	exec_task_cgroup_name(dir, name, sizeof(name));
+	fake_cgroup_file(root, "devices/cgroup.procs");
+	rel = kn_asprintf("devices/kiln/%s/devices.deny", name);
+	fake_cgroup_file(root, rel);
+	free(rel);
+	rel = kn_asprintf("devices/kiln/%s/devices.allow", name);
+	fake_cgroup_file(root, rel);
+	free(rel);
+	write_launch(dir, script, 0, 1 << 20);
+	launch_set_json(dir, "devices", json_array());
+	launch_set_json(dir, "limits",
+			json_pack("{s:s, s:s}", "cgroup_root", root,
+				  "cgroup_parent", "kiln"));
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
+	st = read_status(dir);
+	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 1);
+	assert_non_null(strstr(json_string_value(json_object_get(st, "reason")),
+			       "cannot set limits"));
+	assert_int_equal(access(marker, F_OK), -1);
+	json_decref(st);
+	free(script);
+	free(marker);
+	kn_rm_rf(root);
+	kn_rm_rf(dir);
+	free(root);
+	free(dir);
+}
+
 /*
  * As root on cgroup v1: a task over its memory limit ends with the OOM
  * reason in the limit's own units, and its cgroup is gone afterwards.
@@ -625,9 +687,11 @@ static void test_shim_polls_for_stop(void **state)
 	json_t *st;
 	(void)state;
 
-	/* The task asks for its own stop through the file, with USR1. */
+	/* The task asks for its own stop through the file, with USR1,
+	   written whole: the shim may look between a create and a write. */
 	write_launch(dir, "trap 'echo stopped; exit 9' USR1; "
-			  "echo '{\"signal\":10,\"grace_ms\":5000}' > stop.json; "
+			  "echo '{\"signal\":10,\"grace_ms\":5000}' > stop.tmp; "
+			  "mv stop.tmp stop.json; "
 			  "while :; do sleep 0.05; done", 0, 1 << 20);
 	launch_set(dir, "stop_poll_ms", 50);
 	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
@@ -975,6 +1039,7 @@ int main(void)
 		cmocka_unit_test(test_device_mig_nodes),
 		cmocka_unit_test(test_launch_carries_devices_and_user),
 		cmocka_unit_test(test_shim_limits_refused),
+		cmocka_unit_test(test_shim_child_refused_by_cgroup),
 		cmocka_unit_test(test_shim_refuses_launch_user),
 		cmocka_unit_test(test_shim_oom_reason),
 		cmocka_unit_test(test_model_names),

@@ -152,6 +152,10 @@ static void test_config_errors_name_the_field(void **state)
 	expect_error(CHAT, "{\"name\": \"k\", \"hash\": \"ABC\","
 			   " \"deployments\": []}",
 		     "keys[0].hash");
+	/* A key's name is a metric label: no quote may end it early. */
+	expect_error(CHAT, "{\"name\": \"k\\\"} 1\", \"hash\": \""
+			   SK_ONE_HASH "\", \"deployments\": []}",
+		     "keys[0].name");
 	expect_error(CHAT, "{\"name\": \"k\", \"hash\": \"" SK_ONE_HASH "\","
 			   " \"deployments\": [\"chat\", \"other\"]}",
 		     "keys[0].deployments[1]");

@@ -236,6 +236,34 @@ static void test_kiln_cpu_only(void **state)
 	kn_pack_free(c);
 }
 
+/*
+ * The CPU per GPU of kiln's CPU rule: the typical GPU shapes' CPU over
+ * the GPU they ask (a share as its fraction), CPU-only shapes left out.
+ * Typical set, one of each: a whole GPU with 16 CPUs, a half-GPU share
+ * with 4 CPUs, a CPU-only task with 8: (16 + 4) / 1.5 = 13.33 CPUs per
+ * GPU, so b's two idle GPUs need 26.67 of its 64 CPUs. (With the CPU-only
+ * shape counted it would be 37.33; with the share as a whole GPU, 20.)
+ */
+static void test_kiln_cpu_per_gpu(void **state)
+{
+	struct kn_pack *c = two_nodes();
+	struct kn_pack_pod typical[3] = {whole(1, 16000), share(500, 4000),
+					 {8000, 1024, 0, 0, 0, false, NULL}};
+	struct kn_pack_pod fits = {37000, 1024, 0, 0, 0, false, NULL};
+	struct kn_pack_pod over = {37500, 1024, 0, 0, 0, false, NULL};
+	int gpu;
+
+	kn_pack_set_typical(c, typical, 3);
+	assert_int_equal(kn_pack_n_typical(c), 3);
+	/* 27 CPUs left >= 26.67; 26.5 left is short. FGD sees neither:
+	   every GPU shape still fits, 50 both times. */
+	assert_int_equal(score(c, "fgd", 1, &fits, &gpu), 50);
+	assert_int_equal(score(c, "fgd", 1, &over, &gpu), 50);
+	assert_int_equal(score(c, "kiln", 1, &fits, &gpu), 8 * 50 + 4);
+	assert_int_equal(score(c, "kiln", 1, &over, &gpu), 8 * 50);
+	kn_pack_free(c);
+}
+
 /* A pod leaving gives back exactly what it took, tags included, and a
    departure the node could not hold is refused without a change. */
 static void test_unbind(void **state)
@@ -495,6 +523,7 @@ int main(void)
 		cmocka_unit_test(test_fgd_and_kiln),
 		cmocka_unit_test(test_kiln_ties),
 		cmocka_unit_test(test_kiln_cpu_only),
+		cmocka_unit_test(test_kiln_cpu_per_gpu),
 		cmocka_unit_test(test_unbind),
 		cmocka_unit_test(test_typical_cut),
 		cmocka_unit_test(test_tie_order),

@@ -1,6 +1,7 @@
 /*
  * Unit tests for the model registry's rules (server/modelrules.c): which
- * upload ids a client may choose, where a rollback takes an alias through
+ * upload ids a client may choose, the byte ranges of parts sent out of
+ * order, twice or overlapping, where a rollback takes an alias through
  * promotes and earlier rollbacks (other aliases' moves ignored), and the
  * API's alias list with and without its history fields.
  */
@@ -10,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/modelrules.h"
@@ -32,6 +34,60 @@ static void test_upload_id(void **state)
 	longest[MODEL_UPLOAD_ID_MAX] = 'x';
 	longest[MODEL_UPLOAD_ID_MAX + 1] = '\0';
 	assert_false(model_upload_id_ok(longest));
+}
+
+static void test_ranges(void **state)
+{
+	struct model_ranges rs = {0};
+	json_t *j;
+	char *text;
+
+	(void)state;
+	assert_int_equal(model_ranges_prefix(&rs), 0);
+	assert_int_equal(model_ranges_fit(&rs, 0, 10), MODEL_RANGE_NEW);
+	/* Out of order: the prefix waits for the start. */
+	assert_int_equal(model_ranges_add(&rs, 20, 30), 0);
+	assert_int_equal(model_ranges_add(&rs, 40, 50), 0);
+	assert_int_equal(model_ranges_prefix(&rs), 0);
+	assert_int_equal(model_ranges_fit(&rs, 20, 30), MODEL_RANGE_HELD);
+	assert_int_equal(model_ranges_fit(&rs, 22, 28), MODEL_RANGE_HELD);
+	assert_int_equal(model_ranges_fit(&rs, 25, 35), MODEL_RANGE_OVERLAP);
+	assert_int_equal(model_ranges_fit(&rs, 10, 45), MODEL_RANGE_OVERLAP);
+	/* Touching is not holding. */
+	assert_int_equal(model_ranges_fit(&rs, 30, 40), MODEL_RANGE_NEW);
+	assert_int_equal(model_ranges_fit(&rs, 10, 20), MODEL_RANGE_NEW);
+	assert_int_equal(model_ranges_add(&rs, 0, 20), 0);
+	assert_int_equal(model_ranges_prefix(&rs), 30);
+	/* Filling the gap merges all three. */
+	assert_int_equal(model_ranges_add(&rs, 30, 40), 0);
+	assert_int_equal(rs.n, 1);
+	assert_int_equal(model_ranges_prefix(&rs), 50);
+	assert_int_equal(model_ranges_total(&rs), 50);
+	assert_int_equal(model_ranges_add(&rs, 60, 70), 0);
+	j = model_ranges_json(&rs);
+	text = json_dumps(j, JSON_COMPACT);
+	assert_string_equal(text, "[[0,50],[60,70]]");
+	free(text);
+	json_decref(j);
+	model_ranges_release(&rs);
+}
+
+static void test_ranges_are_bounded(void **state)
+{
+	struct model_ranges rs = {0};
+
+	(void)state;
+	/* One byte every other byte: scattered parts hit the cap. */
+	for (int64_t i = 0; i < MODEL_RANGES_MAX; i++)
+		assert_int_equal(model_ranges_add(&rs, 2 * i + 1, 2 * i + 2), 0);
+	assert_int_equal(model_ranges_add(&rs, 5000, 5001), -1);
+	assert_int_equal(rs.n, MODEL_RANGES_MAX);
+	/* Filling a gap still works: it makes fewer ranges. */
+	assert_int_equal(model_ranges_add(&rs, 0, 1), 0);
+	assert_int_equal(model_ranges_add(&rs, 2, 3), 0);
+	assert_int_equal(rs.n, MODEL_RANGES_MAX - 1);
+	assert_int_equal(model_ranges_prefix(&rs), 4);
+	model_ranges_release(&rs);
 }
 
 #define ROW(a, act, v)                                                     \
@@ -104,6 +160,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_upload_id),
+		cmocka_unit_test(test_ranges),
+		cmocka_unit_test(test_ranges_are_bounded),
 		cmocka_unit_test(test_rollback_target),
 		cmocka_unit_test(test_aliases_json),
 	};

@@ -184,6 +184,18 @@ static void test_node_fixture(void **state)
 			    "node_intr_total 1234567");
 	assert_string_equal(line_of(b.data, "node_procs_running "),
 			    "node_procs_running 2");
+	/* vmstat's default fields only (untyped, as node_exporter), and
+	   file descriptors. */
+	assert_string_equal(line_of(b.data, "node_vmstat_pgmajfault "),
+			    "node_vmstat_pgmajfault 321");
+	assert_string_equal(line_of(b.data, "node_vmstat_oom_kill "),
+			    "node_vmstat_oom_kill 2");
+	assert_non_null(strstr(b.data, "# TYPE node_vmstat_pswpout untyped\n"));
+	assert_null(strstr(b.data, "node_vmstat_nr_free_pages"));
+	assert_string_equal(line_of(b.data, "node_filefd_allocated "),
+			    "node_filefd_allocated 4096");
+	assert_string_equal(line_of(b.data, "node_filefd_maximum "),
+			    "node_filefd_maximum 1048576");
 	/* Identity: uname's fields from the root's /proc/sys/kernel, and
 	   os-release, labelled as node_exporter labels them. */
 	assert_string_equal(

@@ -1,0 +1,380 @@
+"""Model blobs move in large parts: the server tells the part size, takes
+sized parts in any order over several connections at once, answers a part
+sent twice from what it holds, says what an upload holds so a client sends
+only the rest after a lost connection, and stores the blob only when the
+whole of it hashes to its name. `kiln model push` uses all of it."""
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+
+import pytest
+
+from conftest import KILN, wait_for
+
+MiB = 1 << 20
+
+
+def put_part(server, digest, upload, offset, size, body, token="admin"):
+    return server.request("POST", f"/v1/model-blobs/{digest}", token=token,
+                          params={"upload": upload, "offset": offset,
+                                  "size": size}, data=body)
+
+
+def held(server, digest, upload, token="admin"):
+    return server.request("GET", f"/v1/model-blobs/{digest}", token=token,
+                          params={"upload": upload})
+
+
+def stored(server, digest):
+    path = server.home / "blobs" / "sha256" / digest
+    return path.read_bytes() if path.exists() else None
+
+
+def test_the_server_tells_its_part_size(server):
+    r = server.request("POST", "/v1/model-blobs/missing",
+                       json={"digests": ["0" * 64]})
+    assert r.status_code == 200, r.text
+    assert r.json()["part_max"] == 16 * MiB
+
+
+def test_parallel_parts_out_of_order_make_the_blob(server):
+    data = os.urandom(40 * MiB + 12345)
+    digest = hashlib.sha256(data).hexdigest()
+    part = 16 * MiB
+    offsets = list(range(0, len(data), part))
+    answers = {}
+
+    def send(off):
+        answers[off] = put_part(server, digest, "par1", off, len(data),
+                                data[off:off + part])
+
+    # The last part first, then the others at once.
+    send(offsets[-1])
+    assert answers[offsets[-1]].status_code == 200, answers[offsets[-1]].text
+    threads = [threading.Thread(target=send, args=(o,)) for o in offsets[:-1]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(a.status_code for a in answers.values())
+    assert codes == [200, 200, 201], [a.text for a in answers.values()]
+    done = [a.json() for a in answers.values() if a.status_code == 201][0]
+    assert (done["digest"], done["received"], done["stored"]) == \
+        (digest, len(data), True)
+    assert stored(server, digest) == data
+    # Nothing stays staged, and the upload is gone.
+    assert os.listdir(server.home / "registry" / "uploads") == []
+    assert held(server, digest, "par1").status_code == 404
+
+
+def test_a_part_sent_twice_is_answered_from_what_is_held(server):
+    data = os.urandom(3 * MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    r = put_part(server, digest, "twice", MiB, len(data), data[MiB:2 * MiB])
+    assert r.status_code == 200 and r.json()["received"] == MiB, r.text
+    r = put_part(server, digest, "twice", MiB, len(data), data[MiB:2 * MiB])
+    assert r.status_code == 200 and r.json()["received"] == MiB, r.text
+    # Other bytes for a range it holds, or a part across its edge: 409.
+    r = put_part(server, digest, "twice", MiB, len(data), b"x" * MiB)
+    assert r.status_code == 409 and "other contents" in r.text, r.text
+    r = put_part(server, digest, "twice", MiB // 2, len(data),
+                 data[MiB // 2:MiB + MiB // 2])
+    assert r.status_code == 409 and "overlap" in r.text, r.text
+    r = held(server, digest, "twice")
+    assert r.status_code == 200, r.text
+    assert r.json()["ranges"] == [[MiB, 2 * MiB]]
+    assert r.json()["size"] == len(data)
+    for off in (0, 2 * MiB):
+        r = put_part(server, digest, "twice", off, len(data),
+                     data[off:off + MiB])
+    assert r.status_code == 201, r.text
+    assert stored(server, digest) == data
+
+
+def test_sized_parts_that_do_not_hash_to_the_name_are_refused(server):
+    data = os.urandom(2 * MiB)
+    digest = hashlib.sha256(b"something else").hexdigest()
+    put_part(server, digest, "bad", 0, len(data), data[:MiB])
+    r = put_part(server, digest, "bad", MiB, len(data), data[MiB:])
+    assert r.status_code == 400, r.text
+    assert "hash to" in r.text and digest in r.text
+    assert stored(server, digest) is None
+    assert os.listdir(server.home / "registry" / "uploads") == []
+
+
+@pytest.mark.parametrize("query,why", [
+    ({"offset": 3 * MiB, "size": 3 * MiB}, "not within"),
+    ({"offset": 0, "size": MiB - 1}, "not within"),
+    ({"offset": 0, "size": "ten"}, "size"),
+])
+def test_parts_outside_the_blob_are_refused(server, query, why):
+    r = server.request("POST", f"/v1/model-blobs/{'a' * 64}",
+                       params=dict(query, upload="u"), data=b"x" * MiB)
+    assert r.status_code == 400 and why in r.text, r.text
+
+
+def test_a_part_over_the_part_size_is_refused_before_its_body(server):
+    """The head says 17 MiB: 413 with the body never read."""
+    u = urllib.parse.urlparse(server.url)
+    head = (f"POST /v1/model-blobs/{'a' * 64}?upload=u&offset=0&size="
+            f"{17 * MiB} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            f"{server.admin_token}\r\nContent-Length: {17 * MiB}\r\n\r\n")
+    with socket.create_connection((u.hostname, u.port), timeout=30) as s:
+        s.sendall(head.encode())
+        answer = s.recv(4096).decode(errors="replace")
+    assert answer.startswith("HTTP/1.1 413"), answer
+
+
+def test_a_part_is_taken_only_from_a_caller_with_a_token(server):
+    """Without a token the large cap is never granted: 401 on the head."""
+    u = urllib.parse.urlparse(server.url)
+    head = (f"POST /v1/model-blobs/{'a' * 64}?upload=u&offset=0&size="
+            f"{8 * MiB} HTTP/1.1\r\nHost: x\r\nContent-Length: {8 * MiB}"
+            "\r\n\r\n")
+    with socket.create_connection((u.hostname, u.port), timeout=30) as s:
+        s.sendall(head.encode())
+        answer = s.recv(4096).decode(errors="replace")
+    assert answer.startswith("HTTP/1.1 401"), answer
+
+
+def test_large_parts_in_flight_are_bounded_per_client(server):
+    """Parts are held whole while they come: a client address may have
+    128 MiB of them in flight (eight 16 MiB parts); the next is 503 from
+    its head, and room returns when one is done."""
+    u = urllib.parse.urlparse(server.url)
+
+    def head(n):
+        return (f"POST /v1/model-blobs/{'b' * 64}?upload=h{n}&offset=0&"
+                f"size={16 * MiB} HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                f"Bearer {server.admin_token}\r\nContent-Length: "
+                f"{16 * MiB}\r\n\r\n").encode()
+
+    held_open = []
+    try:
+        for n in range(8):
+            s = socket.create_connection((u.hostname, u.port), timeout=30)
+            s.sendall(head(n) + b"x" * 1024)
+            held_open.append(s)
+        # A request after them is answered once the loop has read them.
+        assert held(server, "b" * 64, "h0").status_code == 404
+        with socket.create_connection((u.hostname, u.port), timeout=30) as s:
+            s.sendall(head(9))
+            answer = s.recv(4096).decode(errors="replace")
+        assert answer.startswith("HTTP/1.1 503"), answer
+        assert "large request bodies" in answer
+        held_open.pop().close()
+
+        def fits():
+            try:
+                r = put_part(server, "b" * 64, "h9", 0, 32 * MiB,
+                             b"y" * 16 * MiB)
+            except OSError:
+                return False
+            return r.status_code == 200
+        wait_for(fits, what="room for a part once one is gone")
+    finally:
+        for s in held_open:
+            s.close()
+
+
+def test_resume_after_a_connection_cut_mid_part(server):
+    """A part whose connection dies half-sent leaves nothing of itself;
+    the client asks what the upload holds and sends the rest."""
+    data = os.urandom(8 * MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    part = 4 * MiB
+    r = put_part(server, digest, "cut", 0, len(data), data[:part])
+    assert r.status_code == 200, r.text
+    u = urllib.parse.urlparse(server.url)
+    head = (f"POST /v1/model-blobs/{digest}?upload=cut&offset={part}&size="
+            f"{len(data)} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            f"{server.admin_token}\r\nContent-Length: {part}\r\n\r\n")
+    with socket.create_connection((u.hostname, u.port), timeout=30) as s:
+        s.sendall(head.encode() + data[part:part + MiB])
+    # The cut part added nothing; the server still serves.
+    r = held(server, digest, "cut")
+    assert r.status_code == 200 and r.json()["ranges"] == [[0, part]], r.text
+    r = put_part(server, digest, "cut", part, len(data), data[part:])
+    assert r.status_code == 201, r.text
+    assert stored(server, digest) == data
+
+
+def test_sized_and_in_order_parts_do_not_mix(server):
+    data = os.urandom(2 * MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    r = put_part(server, digest, "mix", 0, len(data), data[:MiB])
+    assert r.status_code == 200, r.text
+    r = server.request("POST", f"/v1/model-blobs/{digest}",
+                       params={"upload": "mix", "offset": MiB, "final": 1},
+                       data=data[MiB:])
+    assert r.status_code == 409 and "sized" in r.text, r.text
+
+
+def test_an_upload_is_its_owners(server):
+    data = os.urandom(2 * MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    other = server.create_token("other", "user")
+    put_part(server, digest, "mine", 0, len(data), data[:MiB])
+    assert held(server, digest, "mine", token=other).status_code == 404
+    assert held(server, digest, "mine").status_code == 200
+    # Its parts from another token begin that token's own upload.
+    r = put_part(server, digest, "mine", MiB, len(data), data[MiB:],
+                 token=other)
+    assert r.status_code == 200 and r.json()["received"] == MiB, r.text
+
+
+# ---- kiln model push over these parts ----
+
+class Proxy:
+    """A TCP relay to the server on loopback that can cut the first
+    connection to carry more than cut_after bytes up, and slow every
+    connection to rate bytes a second (a slow or flaky network)."""
+
+    def __init__(self, target, cut_after=None, rate=None):
+        self.target = target
+        self.cut_after, self.rate = cut_after, rate
+        self.cuts = 0
+        self.lock = threading.Lock()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.closing = False
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while not self.closing:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self.pipe, args=(client, upstream, True),
+                             daemon=True).start()
+            threading.Thread(target=self.pipe, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def pipe(self, src, dst, up):
+        moved = 0
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                moved += len(data)
+                if up and self.cut_after and moved > self.cut_after:
+                    with self.lock:
+                        cut = self.cuts == 0
+                        self.cuts += 1 if cut else 0
+                    if cut:
+                        break
+                if self.rate:
+                    time.sleep(len(data) / self.rate)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self.closing = True
+        self.sock.close()
+
+
+def push_via(server, proxy, model_dir, name):
+    env = dict(os.environ, KILN_HOME=str(server.home),
+               KILN_SERVER=proxy.url if proxy else server.url)
+    env.pop("KILN_TOKEN", None)
+    return subprocess.run([KILN, "model", "push", str(model_dir), "--name",
+                           name, "-o", "json"], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def target(server):
+    u = urllib.parse.urlparse(server.url)
+    return (u.hostname, u.port)
+
+
+def test_push_sends_parallel_parts_with_the_right_digest(server, tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    big = os.urandom(50 * MiB + 7)
+    (model / "w.bin").write_bytes(big)
+    (model / "empty").write_bytes(b"")
+    res = push_via(server, None, model, "big")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert (out["uploaded"], out["uploaded_bytes"]) == (2, len(big))
+    digest = hashlib.sha256(big).hexdigest()
+    assert stored(server, digest) == big
+    shown = server.cli("model", "show", "big@1", "-o", "json",
+                       check=True).stdout
+    assert digest in shown
+
+
+def test_push_survives_a_connection_cut_mid_part(server, tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    big = os.urandom(40 * MiB)
+    (model / "w.bin").write_bytes(big)
+    proxy = Proxy(target(server), cut_after=5 * MiB)
+    try:
+        res = push_via(server, proxy, model, "cut")
+    finally:
+        proxy.close()
+    assert res.returncode == 0, res.stderr
+    assert proxy.cuts == 1
+    assert stored(server, hashlib.sha256(big).hexdigest()) == big
+
+
+def test_a_push_run_again_sends_only_what_the_server_lacks(server, tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    big = os.urandom(40 * MiB)
+    (model / "w.bin").write_bytes(big)
+    digest = hashlib.sha256(big).hexdigest()
+    # What a push killed after its first part left: held under the id
+    # every push of this blob uses.
+    r = put_part(server, digest, "p" + digest[:31], 0, len(big),
+                 big[:16 * MiB])
+    assert r.status_code == 200, r.text
+    res = push_via(server, None, model, "again")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert (out["uploaded_bytes"], out["resumed_bytes"]) == \
+        (len(big) - 16 * MiB, 16 * MiB)
+    assert stored(server, digest) == big
+
+
+def test_a_file_changed_while_pushed_is_refused_by_name(server, tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    weights = model / "w.bin"
+    weights.write_bytes(os.urandom(32 * MiB))
+    # 8 MiB/s: the push takes seconds, and the file changes meanwhile.
+    proxy = Proxy(target(server), rate=8 * MiB)
+    staging = server.home / "registry" / "uploads"
+    try:
+        child = threading.Thread(target=lambda: results.append(
+            push_via(server, proxy, model, "moving")))
+        results = []
+        child.start()
+        wait_for(lambda: staging.exists() and os.listdir(staging),
+                 timeout=60, what="a staged part")
+        with open(weights, "r+b") as f:
+            f.seek(20 * MiB)
+            f.write(b"changed")
+        child.join(timeout=300)
+    finally:
+        proxy.close()
+    res = results[0]
+    assert res.returncode != 0, res.stdout
+    assert f"{weights} changed while it was pushed" in res.stderr, res.stderr
+    assert server.request("GET", "/v1/models/moving").status_code == 404
