@@ -16,6 +16,7 @@ on a request worker.
     bench/metrics/scrape.py --kiln build/src/cmd/kiln [--sizes 100,100000]
 """
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -74,34 +75,42 @@ def fill(db, n):
     con.close()
 
 
-def measure(kiln, n, rounds):
-    with tempfile.TemporaryDirectory(prefix="kiln-bench-metrics-") as tmp:
+@contextlib.contextmanager
+def served(kiln, n, filler, viewer, prefix):
+    """A server on a fresh home whose store filler(db, n) filled while no
+    server ran (a first start made the schema): yields its URL and a
+    kept-alive session with the token of a new viewer named viewer."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
         proc, _ = start(kiln, home)
         stop(proc)
-        fill(home / "kiln.db", n)
+        filler(home / "kiln.db", n)
         proc, url = start(kiln, home)
         try:
             admin = (home / "admin.token").read_text().strip()
             r = requests.post(url + "/v1/tokens", json={
-                "name": "prom", "role": "viewer"},
+                "name": viewer, "role": "viewer"},
                 headers={"Authorization": f"Bearer {admin}"}, timeout=30)
-            token = r.json()["secret"]
             s = requests.Session()
-            s.headers["Authorization"] = f"Bearer {token}"
-            times, size = [], 0
-            for i in range(rounds + 5):
-                t0 = time.perf_counter()
-                r = s.get(url + "/metrics", timeout=30)
-                took = time.perf_counter() - t0
-                assert r.status_code == 200, r.text
-                size = len(r.content)
-                if i >= 5:  # warm-up: first statements, page cache
-                    times.append(took * 1000)
-            healthz = during_scrapes(url, s, rounds)
+            s.headers["Authorization"] = f"Bearer {r.json()['secret']}"
+            yield url, s
         finally:
             stop(proc)
+
+
+def measure(kiln, n, rounds):
+    with served(kiln, n, fill, "prom", "kiln-bench-metrics-") as (url, s):
+        times, size = [], 0
+        for i in range(rounds + 5):
+            t0 = time.perf_counter()
+            r = s.get(url + "/metrics", timeout=30)
+            took = time.perf_counter() - t0
+            assert r.status_code == 200, r.text
+            size = len(r.content)
+            if i >= 5:  # warm-up: first statements, page cache
+                times.append(took * 1000)
+        healthz = during_scrapes(url, s, rounds)
     return dict({"jobs": n, "scrapes": rounds, "bytes": size},
                 **summary(times, ""), **summary(healthz, "healthz_"))
 

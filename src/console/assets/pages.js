@@ -9,6 +9,7 @@
   const { el, svg } = K;
   const enc = encodeURIComponent;
   const PAGE = 50;
+  const LIVE_RANKS = 8;
 
   /* ---- overview ---- */
 
@@ -164,11 +165,20 @@
     }
     K.append(box, K.table(['Rank', 'Node', 'GPUs', 'State', 'Exit'], last.tasks.map((t) =>
       [t.rank, t.node, t.devices.join(','), K.pill(t.state), t.exit_code])));
-    for (const t of last.tasks) {
+    /* Each follow is a stream the token's cap counts (32 by default):
+       the first ranks follow at once, the rest when asked. */
+    last.tasks.forEach((t, i) => {
       const pre = el('pre', { class: 'log', 'data-rank': t.rank });
+      const follow = () => followLog(pre, j.id, t.rank, last.number);
       K.append(box, el('h2', { text: `rank ${t.rank} (attempt ${last.number})` }), pre);
-      followLog(pre, j.id, t.rank, last.number);
-    }
+      if (i < LIVE_RANKS) {
+        follow();
+      } else {
+        const b = el('button', { type: 'button', text: 'follow this log' });
+        b.addEventListener('click', () => { b.remove(); follow(); });
+        pre.before(b);
+      }
+    });
   };
 
   /* ---- deployments ---- */
