@@ -20,13 +20,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-deb=${1:-$(ls build-deb/kiln_*_amd64.deb 2>/dev/null | head -1)}
+built=(build-deb/kiln_*_amd64.deb)
+deb=${1:-${built[0]}}
 runs=${2:-3}
 mirror=${KILN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-[ -n "$deb" ] && [ -f "$deb" ] || {
+if [ ! -f "$deb" ]; then
   echo "fresh-install-time: no package; run make deb or give DEB" >&2
   exit 2
-}
+fi
 [ "$(id -u)" -eq 0 ] || { echo "fresh-install-time: needs root" >&2; exit 2; }
 if command -v mmdebstrap >/dev/null; then
   bootstrap() { mmdebstrap --quiet --variant=minbase bookworm "$1" "$mirror"; }

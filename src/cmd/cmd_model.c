@@ -104,27 +104,41 @@ struct progress {
 	const char *what;
 	bool on;
 	int64_t total;
+	int64_t started_ms;
 };
 
+/* "what done / total (P%) RATE/s, ETA Ns" on one line, redrawn. */
 static void progress_print(int64_t done, int64_t total, void *arg)
 {
 	struct progress *p = arg;
-	char d[32], t[32];
+	char d[32], t[32], r[32] = "-";
+	int64_t ms = kn_mono_ms() - p->started_ms, rate = 0;
 
 	if (!p->on)
 		return;
+	if (ms > 0)
+		rate = (int64_t)((double)done * 1000 / (double)ms);
+	if (rate > 0)
+		kn_format_bytes(rate, r, sizeof(r));
 	kn_format_bytes(done, d, sizeof(d));
 	kn_format_bytes(total, t, sizeof(t));
-	fprintf(stderr, "\r%s %s / %s (%d%%)   ", p->what, d, t,
-		total ? (int)(100 * done / total) : 100);
 	if (done >= total)
-		fputc('\n', stderr);
+		fprintf(stderr, "\r%s %s / %s (100%%) %s/s in %llds   \n",
+			p->what, d, t, r, (long long)(ms / 1000));
+	else if (rate > 0)
+		fprintf(stderr, "\r%s %s / %s (%d%%) %s/s, ETA %llds   ",
+			p->what, d, t, (int)(100 * done / total), r,
+			(long long)((total - done) / rate));
+	else
+		fprintf(stderr, "\r%s %s / %s (%d%%)   ", p->what, d, t,
+			(int)(100 * done / total));
 }
 
 static void progress_init(struct progress *p, const char *what, int64_t total)
 {
 	p->what = what;
 	p->total = total;
+	p->started_ms = kn_mono_ms();
 	p->on = total >= PROGRESS_MIN_BYTES && isatty(STDERR_FILENO);
 }
 

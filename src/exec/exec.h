@@ -184,6 +184,35 @@ struct kn_task_status {
 };
 
 struct kn_executor;
+struct kn_deployment_spec; /* spec/spec.h */
+
+/*
+ * Deployments an engine runs as its own objects (Kubernetes: a
+ * Deployment and a Service): the engine keeps the replicas, rollouts and
+ * probes, the server the spec, owners, audit and gateway keys. Loop
+ * thread.
+ */
+struct kn_deploy_ops {
+	/* Want deployment spec with `replicas` at generation; spec_changed:
+	   the spec itself changed, not only the count. */
+	int (*set)(struct kn_executor *ex,
+		   const struct kn_deployment_spec *spec, int replicas,
+		   int64_t generation, bool spec_changed,
+		   struct kn_error *err);
+	/* Whether the engine can run spec. */
+	int (*check)(struct kn_executor *ex,
+		     const struct kn_deployment_spec *spec,
+		     struct kn_error *err);
+	/* Restart name's replicas, rolling (-ENOENT: not wanted). */
+	int (*restart)(struct kn_executor *ex, const char *name,
+		       int64_t at_ms, struct kn_error *err);
+	void (*remove)(struct kn_executor *ex, const char *name);
+	/* Every deployment kept has been set: the engine's others go. */
+	void (*loaded)(struct kn_executor *ex);
+	/* What the engine last saw of name (a new JSON object), or NULL
+	   when name is not wanted. */
+	struct json_t *(*status)(struct kn_executor *ex, const char *name);
+};
 
 struct kn_executor_ops {
 	const char *name;
@@ -237,6 +266,9 @@ struct kn_executor_ops {
 		     struct kn_error *err);
 	/* Release impl (NULL: nothing to release). */
 	void (*release)(struct kn_executor *ex);
+	/* Deployments the engine runs itself, or NULL: the server runs
+	   each replica as a job of its own. */
+	const struct kn_deploy_ops *deployments;
 };
 
 /* One executor: its engine's ops and that engine's own state. */

@@ -1293,6 +1293,7 @@ static const struct kn_executor_ops kube_ops = {
 	.adopt = kube_adopt,
 	.check = kube_check,
 	.release = kube_release,
+	.deployments = &kube_deploy_ops,
 };
 
 static char *dup_or_null(const char *s)

@@ -1001,3 +1001,12 @@ out:
 	free(dpath);
 	free(ppath);
 }
+
+const struct kn_deploy_ops kube_deploy_ops = {
+	.set = kn_kube_deploy_set,
+	.check = kn_kube_deploy_check,
+	.restart = kn_kube_deploy_restart,
+	.remove = kn_kube_deploy_remove,
+	.loaded = kn_kube_deploy_loaded,
+	.status = kn_kube_deploy_status,
+};

@@ -50,6 +50,9 @@ void kube_exec_wake(struct kube_exec *ex);
 const struct kn_kube_exec_config *kube_exec_config(const struct kube_exec *ex);
 struct kube_deploys *kube_exec_deploys(struct kube_exec *ex);
 
+/* The executor's deployments (deployments.c): its ops' deployments. */
+extern const struct kn_deploy_ops kube_deploy_ops;
+
 struct kube_deploys *kube_deploys_new(void);
 /* After the worker has stopped; NULL is a no-op. */
 void kube_deploys_free(struct kube_deploys *d);

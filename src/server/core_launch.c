@@ -348,6 +348,39 @@ struct task_env {
 	struct kn_error inputs_err;
 };
 
+/* What task t, bound by b, is told of its GPUs: its share, its MIG
+   profile, MPS's cap, whether they are simulated. */
+static void task_env_gpu(struct server *s, const struct kn_sched_binding *b,
+			 const struct run_task *t, bool mps, char ***env,
+			 size_t *n)
+{
+	bool simulated = s->nodes[b->node].devices.simulated;
+
+	add_env(env, n, kn_asprintf("KILN_GPU_MILLI=%d", b->milli_per_device));
+	if (b->mig_profile)
+		add_env(env, n, kn_asprintf("KILN_MIG_PROFILE=%s",
+					    b->mig_profile->name));
+	/* Simulated GPUs cannot be measured: the task may declare what it
+	   would use there (usage_sampling.c). */
+	if (b->n_devices > 0 && simulated)
+		add_env(env, n, kn_asprintf("KILN_SIM_GPU_USAGE=%s/%s",
+					    t->task_dir, usage_sim_file()));
+	if (b->milli_per_device > 0 && b->milli_per_device < KN_MILLI) {
+		char share[16];
+
+		share_text(b->milli_per_device, share, sizeof(share));
+		add_env(env, n, kn_asprintf("KILN_GPU_SHARE=%s", share));
+	}
+	/* MPS caps the task's SMs at its share, in whole percent (>= 1). */
+	if (mps)
+		add_env(env, n, kn_asprintf("%s=%d", MPS_PERCENTAGE,
+					    b->milli_per_device >= 10
+						    ? b->milli_per_device / 10
+						    : 1));
+	if (simulated)
+		add_env(env, n, kn_xstrdup("KILN_SIMULATED_GPUS=1"));
+}
+
 /*
  * The variables task t of r starts with: the spec's, kiln's own, and
  * what the services that own the job add through the job hooks.
@@ -435,30 +468,7 @@ static void task_env_build(struct server *s, struct run *r,
 	}
 	if (r->resume_from[0])
 		add_env(&env, &n, kn_asprintf("KILN_RESUME_FROM=%s", r->resume_from));
-	add_env(&env, &n, kn_asprintf("KILN_GPU_MILLI=%d",
-				      b->milli_per_device));
-	if (b->mig_profile)
-		add_env(&env, &n, kn_asprintf("KILN_MIG_PROFILE=%s",
-					      b->mig_profile->name));
-	/* Simulated GPUs cannot be measured: the task may declare what it
-	   would use there (usage_sampling.c). */
-	if (b->n_devices > 0 && s->nodes[b->node].devices.simulated)
-		add_env(&env, &n, kn_asprintf("KILN_SIM_GPU_USAGE=%s/%s",
-					      t->task_dir, usage_sim_file()));
-	if (b->milli_per_device > 0 && b->milli_per_device < KN_MILLI) {
-		char share[16];
-
-		share_text(b->milli_per_device, share, sizeof(share));
-		add_env(&env, &n, kn_asprintf("KILN_GPU_SHARE=%s", share));
-	}
-	/* MPS caps the task's SMs at its share, in whole percent (>= 1). */
-	if (mps)
-		add_env(&env, &n, kn_asprintf("%s=%d", MPS_PERCENTAGE,
-					      b->milli_per_device >= 10
-						      ? b->milli_per_device / 10
-						      : 1));
-	if (s->nodes[b->node].devices.simulated)
-		add_env(&env, &n, kn_xstrdup("KILN_SIMULATED_GPUS=1"));
+	task_env_gpu(s, b, t, mps, &env, &n);
 	/* A service replica serves on its attempt's port (deploy.c); an
 	   evaluation job gets the version it tests (revalidate.c). */
 	if (job_hooks_model(s->hooks, r->job_id, &model)) {

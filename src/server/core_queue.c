@@ -217,6 +217,36 @@ static struct queued_job *queue_find(struct server *s, int64_t id,
 	return NULL;
 }
 
+static int by_id(const void *a, const void *b)
+{
+	int64_t x = (*(struct queued_job *const *)a)->id;
+	int64_t y = (*(struct queued_job *const *)b)->id;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The queue by id, for a turn's lookups: an array fills it by thousands. */
+static struct queued_job **queue_index(struct server *s)
+{
+	struct queued_job **ix =
+		kn_xcalloc(s->queue_len ? s->queue_len : 1, sizeof(*ix));
+	size_t n = 0;
+
+	for (struct queued_job *q = s->queue; q; q = q->next)
+		ix[n++] = q;
+	qsort(ix, n, sizeof(*ix), by_id);
+	return ix;
+}
+
+static struct queued_job *queue_lookup(struct server *s,
+				       struct queued_job **ix, int64_t id)
+{
+	struct queued_job key = {.id = id}, *k = &key, **hit;
+
+	hit = bsearch(&k, ix, s->queue_len, sizeof(*ix), by_id);
+	return hit ? *hit : NULL;
+}
+
 static struct queued_job *queued_new(struct server *s, int64_t id,
 				      int priority, int64_t submitted_at,
 				      int64_t not_before,
@@ -295,6 +325,7 @@ size_t jobs_pending(struct server *s, struct pending_job **out)
 	int64_t now = kn_now_ms();
 	struct kn_sched_queue_entry *order =
 		kn_xcalloc(s->queue_len ? s->queue_len : 1, sizeof(*order));
+	struct queued_job **ix;
 	size_t n = 0, k = 0;
 
 	fair_advance(s, now);
@@ -307,8 +338,9 @@ size_t jobs_pending(struct server *s, struct pending_job **out)
 		}
 	kn_sched_sort_queue(order, n);
 	*out = kn_xcalloc(n ? n : 1, sizeof(**out));
+	ix = queue_index(s);
 	for (size_t i = 0; i < n; i++) {
-		struct queued_job *q = queue_find(s, order[i].job_id, NULL);
+		struct queued_job *q = queue_lookup(s, ix, order[i].job_id);
 		struct sreq *r = kn_xcalloc(1, sizeof(*r));
 
 		sreq_build(s, q->spec, r);
@@ -316,6 +348,7 @@ size_t jobs_pending(struct server *s, struct pending_job **out)
 		(*out)[k].preemptible = q->spec->preemptible;
 		(*out)[k++].req = &r->req;
 	}
+	free(ix);
 	free(order);
 	return k;
 }
@@ -844,35 +877,6 @@ static bool array_full(struct array_slots *a, struct queued_job *q)
 		 "waiting: array %lld runs %d elements at once, its limit",
 		 (long long)arr->job_id, arr->parallel);
 	return true;
-}
-
-static int by_id(const void *a, const void *b)
-{
-	int64_t x = (*(struct queued_job *const *)a)->id;
-	int64_t y = (*(struct queued_job *const *)b)->id;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The queue by id, for a turn's lookups: an array fills it by thousands. */
-static struct queued_job **queue_index(struct server *s)
-{
-	struct queued_job **ix = kn_xcalloc(s->queue_len, sizeof(*ix));
-	size_t n = 0;
-
-	for (struct queued_job *q = s->queue; q; q = q->next)
-		ix[n++] = q;
-	qsort(ix, n, sizeof(*ix), by_id);
-	return ix;
-}
-
-static struct queued_job *queue_lookup(struct server *s,
-				       struct queued_job **ix, int64_t id)
-{
-	struct queued_job key = {.id = id}, *k = &key, **hit;
-
-	hit = bsearch(&k, ix, s->queue_len, sizeof(*ix), by_id);
-	return hit ? *hit : NULL;
 }
 
 void jobs_tick(void *arg)

@@ -27,10 +27,10 @@
  * one is ready. Its position is kept in the store, so a server restart
  * resumes it.
  *
- * Under --executor kubernetes none of this runs: a deployment is an
- * apps/v1 Deployment and a Service that the cluster runs, rolls out and
- * probes (src/kube/deployments.c); the store, the owner checks, the audit and
- * the gateway's keys are the same.
+ * None of this runs under an executor that runs deployments itself (its
+ * ops' deployments: Kubernetes' Deployment and Service, which the
+ * cluster runs, rolls out and probes); the store, the owner checks, the
+ * audit and the gateway's keys are the same.
  *
  * Invariants: an API change is in the store before memory has it (and
  * before the answer); a replica's job belongs to its deployment's owner;
@@ -45,7 +45,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kube/kube.h"
 #include "registry/registry.h"
 
 /*
@@ -473,21 +472,39 @@ void deploy_reconcile(struct deploy_state *d, struct deployment *p)
 	}
 }
 
-/* ---- under --executor kubernetes ---- */
+/* ---- under an executor that runs deployments itself ---- */
+
+const struct kn_deploy_ops *deploy_engine(struct server *s)
+{
+	return s->exec->ops->deployments;
+}
 
 /*
- * The Deployment and Service are the API's to run (src/kube/deployments.c):
- * no jobs, no probes, no rollout of kiln's; the executor's worker writes
- * what differs and reads the status back.
+ * The engine runs the deployment (for Kubernetes, src/kube/deployments.c):
+ * no jobs, no probes, no rollout of kiln's; the executor writes what
+ * differs and reads the status back.
  */
-static void kube_want(struct server *s, struct deployment *p,
-		      bool spec_changed)
+static void engine_want(struct server *s, struct deployment *p,
+			bool spec_changed)
 {
 	struct kn_error err;
 
-	if (kn_kube_deploy_set(s->exec, p->spec, p->replicas, p->generation,
-			       spec_changed, &err) < 0)
+	if (deploy_engine(s)->set(s->exec, p->spec, p->replicas,
+				  p->generation, spec_changed, &err) < 0)
 		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
+}
+
+/* p changed (spec_changed: its spec, else its count or position): the
+   engine is told, or the replicas are reconciled on the next turn. */
+static void deploy_changed(struct server *s, struct deployment *p,
+			   bool spec_changed)
+{
+	if (deploy_engine(s)) {
+		engine_want(s, p, spec_changed);
+	} else {
+		deploy_reconcile(s->deploy, p);
+		deploy_arm(s->deploy, 0);
+	}
 }
 
 static const char *pod_state(json_t *pod)
@@ -511,7 +528,7 @@ static json_t *ref_or_null(json_t *v)
 }
 
 /* kiln's replica view of the Deployment's pods (st: its status). */
-json_t *deploy_kube_replicas_json(json_t *st)
+json_t *deploy_engine_replicas_json(json_t *st)
 {
 	json_t *list = json_array(), *pod;
 	size_t i;
@@ -622,11 +639,11 @@ static int deploy_start(struct server *s, struct kn_error *err)
 	}
 	kn_deployment_list_free(rows, n);
 	kn_replica_list_free(reps, nr);
-	if (rc == 0 && s->exec->ops->places_tasks) {
+	if (rc == 0 && deploy_engine(s)) {
 		/* Found again by label: only what differs is written. */
 		for (struct deployment *p = d->list; p; p = p->next)
-			kube_want(s, p, true);
-		kn_kube_deploy_loaded(s->exec);
+			engine_want(s, p, true);
+		deploy_engine(s)->loaded(s->exec);
 		return 0;
 	}
 	if (rc == 0 && d->list) {
@@ -921,8 +938,8 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 		return rc;
 	/* What cannot render (no image, a GPU model without a product
 	   label) is refused before anything is stored. */
-	if (s->exec->ops->places_tasks &&
-	    (rc = kn_kube_deploy_check(s->exec, spec, err)) < 0)
+	if (deploy_engine(s) &&
+	    (rc = deploy_engine(s)->check(s->exec, spec, err)) < 0)
 		goto out;
 	norm = kn_deployment_spec_to_json(spec);
 	json_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
@@ -952,7 +969,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	row.replicas = spec->replicas;
 	row.generation = p ? p->generation + 1 : 1;
 	/* A new spec reaches running replicas one at a time. */
-	if (!p || s->exec->ops->places_tasks)
+	if (!p || deploy_engine(s))
 		row.rollout_next = -1;
 	else
 		row.rollout_next = changed && spec->replicas > 0
@@ -989,12 +1006,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 			       "state", row.generation == 1 ? "created"
 							    : "updated",
 			       "replicas", p->replicas));
-	if (s->exec->ops->places_tasks) {
-		kube_want(s, p, changed || row.generation == 1);
-	} else {
-		deploy_reconcile(d, p);
-		deploy_arm(d, 0);
-	}
+	deploy_changed(s, p, changed || row.generation == 1);
 	*out = p;
 out:
 	reval_row_free(reval);
@@ -1324,65 +1336,54 @@ static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	feed_publish(s, "deployment.state",
 		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
 			       "state", "scaled", "replicas", p->replicas));
-	if (s->exec->ops->places_tasks) {
-		kube_want(s, p, false);
-	} else {
-		deploy_reconcile(s->deploy, p);
-		deploy_arm(s->deploy, 0);
-	}
+	deploy_changed(s, p, false);
 	deploy_reply_deployment(s, req, p, 200);
 }
 
 static void deploy_h_restart(struct server *s, struct kn_http_req *req,
-		      const struct caller *c, const char *param)
+			     const struct caller *c, const char *param)
 {
+	const struct kn_deploy_ops *engine = deploy_engine(s);
 	struct deployment *p = lookup(s, req, param);
 	struct kn_error err;
 	struct kn_audit a;
 	char object[96];
-	int64_t old_updated;
+	int64_t old_updated, old_generation;
 	int old;
 
 	if (!p || !change_allowed(s, req, c, p, "deployment.restart"))
 		return;
-	if (s->exec->ops->places_tasks) {
-		/* The Deployment's own rollout replaces the pods. */
-		snprintf(object, sizeof(object), "deployment/%s", p->name);
-		deploy_audit_fill(&a, c, "deployment.restart", object, NULL);
-		if (deploy_save(s->deploy, p, &a, &err) < 0 ||
-		    kn_kube_deploy_restart(s->exec, p->name, kn_now_ms(), &err) < 0) {
-			kn_http_reply_error(req, &err);
-			return;
-		}
-		feed_publish(s, "deployment.rollout",
-			     json_pack("{s:s, s:s}", "deployment", p->name,
-				       "state", "started"));
-		deploy_reply_deployment(s, req, p, 200);
-		return;
-	}
 	old = p->rollout_next;
+	old_generation = p->generation;
 	old_updated = p->updated_at;
-	p->rollout_next = p->replicas > 0 ? 0 : -1;
-	p->generation++;
-	/* Jobs submitted from now on are the rollout's (see deploy_start). */
-	p->updated_at = kn_now_ms();
+	/* An engine's own rollout replaces its replicas; kiln's replaces
+	   them one at a time from the first. */
+	if (!engine) {
+		p->rollout_next = p->replicas > 0 ? 0 : -1;
+		p->generation++;
+		/* Jobs submitted from now on are the rollout's (see
+		   deploy_start). */
+		p->updated_at = kn_now_ms();
+	}
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	deploy_audit_fill(&a, c, "deployment.restart", object, NULL);
 	/* Written with the new position; put back if the store refused. */
-	if (deploy_save(s->deploy, p, &a, &err) < 0) {
+	if (deploy_save(s->deploy, p, &a, &err) < 0 ||
+	    (engine &&
+	     engine->restart(s->exec, p->name, kn_now_ms(), &err) < 0)) {
 		p->rollout_next = old;
-		p->generation--;
+		p->generation = old_generation;
 		p->updated_at = old_updated;
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	for (int i = 0; i < p->n_reps; i++)
+	for (int i = 0; !engine && i < p->n_reps; i++)
 		p->reps[i].replacing = false;
 	feed_publish(s, "deployment.rollout",
 		     json_pack("{s:s, s:s}", "deployment", p->name, "state",
 			       "started"));
-	deploy_reconcile(s->deploy, p);
-	deploy_arm(s->deploy, 0);
+	if (!engine)
+		deploy_changed(s, p, false);
 	deploy_reply_deployment(s, req, p, 200);
 }
 
@@ -1402,8 +1403,8 @@ static void deploy_h_delete(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	if (s->exec->ops->places_tasks)
-		kn_kube_deploy_remove(s->exec, p->name);
+	if (deploy_engine(s))
+		deploy_engine(s)->remove(s->exec, p->name);
 	/* The re-validation its revalidate: set goes with it. */
 	reval_deployment_set(s, p->name, c, NULL);
 	for (int i = 0; i < p->n_reps; i++)

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kube/kube.h"
 #include "registry/registry.h"
 
 /* ---- following an alias ---- */
@@ -53,7 +52,7 @@ static void follow_alert(struct server *s, struct deployment *p,
 	struct kn_error err;
 	json_t *labels = json_pack("{s:s, s:s}", "deployment", p->name,
 				   "model", p->spec->model);
-	char *summary = why ? kn_asprintf("deployment %s does not deploy_follow %s: "
+	char *summary = why ? kn_asprintf("deployment %s does not follow %s: "
 					  "%s", p->name, p->spec->model, why)
 			    : kn_asprintf("deployment %s follows %s again",
 					  p->name, p->spec->model);

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kube/kube.h"
 
 /* Gateway key caps: a minute's requests or tokens, a quota's tokens. */
 #define KEY_LIMIT_MAX 1000000000000LL
@@ -199,16 +198,17 @@ static struct deployment **by_name(struct deploy_state *d, size_t *n)
 }
 
 /*
- * Under Kubernetes every ready pod is a replica at the Service's cluster
- * DNS name: kube-proxy spreads connections over the ready pods, and pod
+ * Under an executor that runs deployments itself (Kubernetes) every
+ * ready pod is a replica at the Service's cluster DNS name: kube-proxy
+ * spreads connections over the ready pods, and pod
  * addresses are only routable inside the cluster anyway. A gateway must
  * therefore run in the cluster (or reach it through an ingress that
  * resolves that name); nothing here pretends to reach the pods.
  */
-static void kube_gateway_replicas(struct server *s, const struct deployment *p,
-				  json_t *reps)
+static void engine_gateway_replicas(struct server *s,
+				    const struct deployment *p, json_t *reps)
 {
-	json_t *st = kn_kube_deploy_status(s->exec, p->name), *pod;
+	json_t *st = deploy_engine(s)->status(s->exec, p->name), *pod;
 	const char *svc = json_string_value(json_object_get(st, "service"));
 	size_t i;
 
@@ -265,12 +265,11 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 		const struct deployment *p = sorted[k];
 		json_t *reps = json_array();
 
-		if (s->exec->ops->places_tasks)
-			kube_gateway_replicas(s, p, reps);
+		if (deploy_engine(s))
+			engine_gateway_replicas(s, p, reps);
 		/* Surge slots too: a replica being replaced keeps serving
 		 * beside its replacement until the gateway knows both. */
-		for (int i = 0; !s->exec->ops->places_tasks && i < p->n_reps;
-		     i++) {
+		for (int i = 0; !deploy_engine(s) && i < p->n_reps; i++) {
 			struct run *run = p->reps[i].job_id
 						  ? deploy_find_run(s, p->reps[i].job_id)
 						  : NULL;

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kube/kube.h"
 #include "registry/registry.h"
 
 /* ---- JSON ---- */
@@ -104,9 +103,9 @@ json_t *deploy_deployment_json(struct server *s, const struct deployment *p)
 	const char *alias = deploy_followed_alias(p, &ref);
 	int64_t version = deploy_dir_version(p, p->model_dir);
 
-	if (s->exec->ops->places_tasks) {
-		st = kn_kube_deploy_status(s->exec, p->name);
-		reps = deploy_kube_replicas_json(st);
+	if (deploy_engine(s)) {
+		st = deploy_engine(s)->status(s->exec, p->name);
+		reps = deploy_engine_replicas_json(st);
 		ready = (int)json_integer_value(json_object_get(st, "ready"));
 	} else {
 		reps = replicas_json(s, p, &ready);

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kube/kube.h"
 #include "registry/registry.h"
 
 /* ---- probes ---- */
@@ -169,7 +168,7 @@ void deploy_tick(void *arg)
 	struct deploy_state *d = arg;
 	int64_t now = kn_now_ms(), next = now + RECONCILE_MS;
 
-	if (d->s->closing || d->s->exec->ops->places_tasks)
+	if (d->s->closing || deploy_engine(d->s))
 		return;
 	for (struct deployment *p = d->list; p; p = p->next) {
 		int64_t due;

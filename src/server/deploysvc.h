@@ -108,7 +108,11 @@ void deploy_reconcile(struct deploy_state *d, struct deployment *p);
 const struct kn_sched_node *deploy_run_node(struct server *s, const struct run *run);
 struct queued_job *deploy_find_queued(struct server *s, int64_t job_id);
 int deploy_save(struct deploy_state *d, struct deployment *p, const struct kn_audit *a, struct kn_error *err);
-json_t *deploy_kube_replicas_json(json_t *st);
+/* The executor's own deployments (exec.h), or NULL: each replica is a
+   job of the server's. */
+const struct kn_deploy_ops *deploy_engine(struct server *s);
+/* The replicas of an engine's deployment, from its status st. */
+json_t *deploy_engine_replicas_json(json_t *st);
 
 /* deploy_model.c */
 bool deploy_registry_model(const struct kn_deployment_spec *spec);

@@ -374,6 +374,9 @@ static void upload_commit_done(void *arg, bool ran)
 	struct upload_commit *w = arg;
 	char object[96], detail[64];
 
+	/* Stored or refused, its staging file is done with: gone before
+	   the answer, so a client never sees it after. */
+	unlink(w->u->path);
 	snprintf(object, sizeof(object), "blob/sha256/%s", w->u->digest);
 	if (!ran)
 		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,

@@ -98,31 +98,26 @@ static void hook_done(int status, const char *body, size_t len,
 	(void)body;
 	(void)len;
 	m->hook_busy = false;
-	if (status >= 200 && status < 300) {
-		m->hooks = h->next;
-		if (!m->hooks)
-			m->hooks_tail = NULL;
-		m->n_hooks--;
-		free(h->body);
-		free(h);
-		kn_timer_arm(m->hook_timer, 0);
-		return;
-	}
-	if (h->attempts >= WEBHOOK_ATTEMPTS) {
+	if (status < 200 || status >= 300) {
+		if (h->attempts < WEBHOOK_ATTEMPTS) {
+			/* 1 s, then 2 s: a receiver restarting gets a
+			   moment. */
+			kn_timer_arm(m->hook_timer,
+				     WEBHOOK_BACKOFF_MS << (h->attempts - 1));
+			return;
+		}
 		kn_log(KN_LOG_WARN, "alert webhook %s: giving up on an alert "
 		       "after %d attempts: %s", m->webhook, h->attempts,
 		       error ? error : "refused");
-		m->hooks = h->next;
-		if (!m->hooks)
-			m->hooks_tail = NULL;
-		m->n_hooks--;
-		free(h->body);
-		free(h);
-		kn_timer_arm(m->hook_timer, 0);
-		return;
 	}
-	/* 1 s, then 2 s: a receiver restarting gets a moment. */
-	kn_timer_arm(m->hook_timer, WEBHOOK_BACKOFF_MS << (h->attempts - 1));
+	/* Delivered, or given up: the next one goes now. */
+	m->hooks = h->next;
+	if (!m->hooks)
+		m->hooks_tail = NULL;
+	m->n_hooks--;
+	free(h->body);
+	free(h);
+	kn_timer_arm(m->hook_timer, 0);
 }
 
 static void hook_next(void *arg)

@@ -116,6 +116,8 @@ def test_deployment_follows_alias(server, tmp_path):
     server.cli("model", "promote", "gpt@3", "prod", check=True)
     (alert,) = wait_for(lambda: firing(server, "deployment_model_refused"),
                         what="the deployment_model_refused alert")
+    assert alert["summary"].startswith(
+        "deployment chat does not follow gpt@prod: ")
     assert "gpt@3 is unsigned" in alert["summary"]
     events = server.request("GET", "/v1/events").text.splitlines()
     assert any('"refused"' in e and "gpt@3 is unsigned" in e for e in events)

@@ -378,3 +378,29 @@ def test_a_file_changed_while_pushed_is_refused_by_name(server, tmp_path):
     assert res.returncode != 0, res.stdout
     assert f"{weights} changed while it was pushed" in res.stderr, res.stderr
     assert server.request("GET", "/v1/models/moving").status_code == 404
+
+
+def test_push_shows_progress_on_a_terminal_only(server, tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    with open(model / "w.bin", "wb") as f:
+        for _ in range(20):
+            f.write(os.urandom(16 * MiB))  # 320 MiB: over the 256 MiB floor
+    env = dict(os.environ, KILN_HOME=str(server.home), KILN_SERVER=server.url)
+    env.pop("KILN_TOKEN", None)
+    push = f"{KILN} model push {model} --name shown"
+    # script(1) gives the push a pseudo-terminal and copies what it wrote.
+    res = subprocess.run(["script", "-qefc", push, "/dev/null"], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.replace("\r", "\n").splitlines()
+    assert any(ln.startswith("hashing ") for ln in lines), res.stdout
+    moving = [ln for ln in lines if ln.startswith("uploading ")]
+    assert moving, res.stdout
+    assert any("/s, ETA " in ln for ln in moving), moving
+    assert "(100%)" in moving[-1] and "/s in " in moving[-1], moving
+    # Not a terminal: nothing but the result.
+    res = subprocess.run(push.split() + ["--alias", "again"], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "uploading" not in res.stderr and "hashing" not in res.stderr
