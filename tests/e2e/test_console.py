@@ -21,6 +21,7 @@ from test_workflows import run, steps, wait_run, write_workflow
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,9 +78,14 @@ def assert_same_origin(driver, server):
 
 def wait_text(driver, css, text, timeout=30):
     def found():
-        for e in driver.find_elements(By.CSS_SELECTOR, css):
-            if text in e.text:
-                return e
+        # A page is drawn anew on each navigation: an element found a
+        # moment ago may be gone; look again.
+        try:
+            for e in driver.find_elements(By.CSS_SELECTOR, css):
+                if text in e.text:
+                    return e
+        except StaleElementReferenceException:
+            pass
         return None
     try:
         return wait_for(found, timeout=timeout, interval=0.2,
@@ -329,10 +335,9 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
     assert "ticker" not in driver.find_element(By.ID, "page-jobs").text
 
     # The ticker's log follows as it is written.
-    page(f"job/{ids['ticker']}", "pre.log", "tick 1")
-    first = driver.find_element(By.CSS_SELECTOR, "pre.log").text.count("tick")
-    wait_for(lambda: driver.find_element(By.CSS_SELECTOR, "pre.log")
-             .text.count("tick") >= first + 2, timeout=30,
+    log = page(f"job/{ids['ticker']}", "pre.log", "tick 1")
+    first = log.text.count("tick")
+    wait_for(lambda: log.text.count("tick") >= first + 2, timeout=30,
              what="the live log to grow")
     # What a task prints is text, not markup: no element, no alert.
     wait_text(driver, "pre.log", "<img src=x onerror=alert(1)> tick")
