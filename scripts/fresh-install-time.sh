@@ -69,6 +69,9 @@ set -euo pipefail
 root=$1
 server=""
 trap '[ -z "$server" ] || { kill "$server"; wait "$server"; } || true' EXIT
+# A machine's root is a mount point, which the task sandbox makes
+# private; a bootstrapped directory is not one until bound onto itself.
+mount --bind "$root" "$root"
 for fs in proc sys dev; do mount --rbind "/$fs" "$root/$fs"; done
 mount -t tmpfs tmpfs "$root/run"
 now() { date +%s.%N; }
