@@ -82,8 +82,13 @@ in_root sh -c 'apt-get update -qq &&
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
     --no-install-recommends /tmp/kiln.deb' >/dev/null
 b=$(now)
-in_root kiln server --config /etc/kiln/server.yaml --listen 127.0.0.1:0 \
-  --gpus 1xH100-80GB --health-interval 0 >"$root/tmp/server.log" 2>&1 &
+# A simple command, not in_root: chroot and env exec in turn, so $! is
+# the server itself and the trap above ends it (a function run in the
+# background is a subshell whose kill leaves the server running).
+chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+  KILN_HOME=/var/lib/kiln kiln server --config /etc/kiln/server.yaml \
+  --listen 127.0.0.1:0 --gpus 1xH100-80GB --health-interval 0 \
+  >"$root/tmp/server.log" 2>&1 &
 server=$!
 for _ in $(seq 600); do
   [ -s "$root/var/lib/kiln/server.url" ] && break
