@@ -288,20 +288,6 @@ static int upload_begin(struct server *s, const char *digest,
 	return 0;
 }
 
-static int write_all(int fd, const char *data, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, data, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		data += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /*
  * A finished upload's copy into the store (every byte read and hashed
  * again) runs on a worker; the request is answered when it ends. The
@@ -658,7 +644,7 @@ static void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		fail(s, req, c, "model.blob.put", object, &err);
 		return;
 	}
-	rc = write_all(u->fd, data, len);
+	rc = pwrite_all(u->fd, data, len, u->offset);
 	if (rc < 0) {
 		kn_errorf(&err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO, NULL,
 			  "staging %s: %s", param, strerror(-rc));
