@@ -129,6 +129,30 @@ const char *core_node_state(const struct server *s, size_t i);
 const char *core_node_label(const struct server *s, size_t i,
 			    const char *key);
 
+/* ---- nodes (nodes.c) ---- */
+
+/* The index of the node called name, or -1. */
+int nodes_find(const struct server *s, const char *name);
+/*
+ * Set a node's state: "ready" (uncordon), "cordoned" (no new work) or
+ * "draining" (no new work, its preemptible jobs evicted). c may be NULL
+ * for the system. Persists the state and audits the change.
+ */
+int nodes_set_state(struct server *s, const struct caller *c,
+		    const char *name, const char *state, const char *reason,
+		    struct kn_error *err);
+/* Write node i's row (state, devices) to the store. */
+int nodes_save(struct server *s, size_t i, struct kn_error *err);
+/* Evict the preemptible jobs with a task running on node i. */
+void nodes_evict_preemptible(struct server *s, size_t i, const char *why);
+/*
+ * Node i's fragmentation as FGD measures it (docs/scheduling.md):
+ * {milli, percent, workload_jobs, typical_shapes}, the expected idle GPU a
+ * job shaped like this server's GPU jobs could not use; JSON null before
+ * any GPU job or without GPUs outside MIG mode.
+ */
+json_t *nodes_fragmentation(struct server *s, size_t i);
+
 /* ---- questions ---- */
 
 /* The queue reason of a queued job, or NULL. */
