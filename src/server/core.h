@@ -125,6 +125,9 @@ size_t core_node_count(const struct server *s);
 const char *core_node_name(const struct server *s, size_t i);
 /* ready, cordoned, draining or unhealthy */
 const char *core_node_state(const struct server *s, size_t i);
+/* The GPUs of node i as this server found them. */
+const struct kn_device_set *core_node_devices(const struct server *s,
+					      size_t i);
 /* The value of node i's label key, or NULL. */
 const char *core_node_label(const struct server *s, size_t i,
 			    const char *key);
