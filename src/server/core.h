@@ -109,6 +109,11 @@ struct kn_store *core_store(struct server *s);
 struct kn_loop *core_loop(struct server *s);
 /* Slow work off the loop (checkpoint sync, backups' uploads). */
 struct kn_workers *core_workers(struct server *s);
+/* Slow work an API request waits for (a copy to the store, a model's
+   checks): apart from the above, so neither holds up the other. */
+struct kn_workers *core_request_workers(struct server *s);
+/* What the services that own jobs answer (a task's environment). */
+const struct job_hooks *core_hooks(const struct server *s);
 const struct kn_server_config *core_config(const struct server *s);
 /* $KILN_HOME */
 const char *core_home(const struct server *s);

@@ -176,13 +176,13 @@ static struct upload *upload_find(struct model_state *m, const char *digest,
 
 void models_uploads_expire(struct server *s)
 {
-	struct model_state *m = s->models;
+	struct model_state *m = models_state(s);
 	int64_t now = kn_mono_ms();
 	struct upload *u, *next;
 
 	for (u = m->uploads; u; u = next) {
 		next = u->next;
-		if (now - u->touched_ms <= s->cfg.upload_idle_ms)
+		if (now - u->touched_ms <= core_config(s)->upload_idle_ms)
 			continue;
 		kn_log(KN_LOG_INFO, "dropping %s's upload of %s: idle for %llds",
 		       u->owner, u->digest,
@@ -214,30 +214,30 @@ static void owner_usage(const struct model_state *m, const char *owner,
 static int staging_room(struct server *s, const char *owner, int64_t len,
 			struct kn_error *err)
 {
-	struct model_state *m = s->models;
+	struct model_state *m = models_state(s);
 	int64_t open, staged;
 	struct statvfs fs;
 
 	owner_usage(m, owner, &open, &staged);
-	if (staged + len > s->cfg.upload_max_staged)
+	if (staged + len > core_config(s)->upload_max_staged)
 		return kn_errorf(err, KN_ELIMIT, "upload",
 				 "%s's uploads would stage %lld bytes, over the "
 				 "cap of %lld (--upload-max-staged): finish or "
 				 "abandon one first",
 				 owner, (long long)(staged + len),
-				 (long long)s->cfg.upload_max_staged);
+				 (long long)core_config(s)->upload_max_staged);
 	if (statvfs(m->staging, &fs) < 0)
 		return kn_errorf(err, KN_EIO, NULL, "%s: %s", m->staging,
 				 strerror(errno));
 	/* In 1/100ths of a block, so a large file system cannot overflow. */
 	if (((long double)fs.f_bavail * fs.f_frsize - (long double)len) * 100 <
-	    (long double)fs.f_blocks * fs.f_frsize * s->cfg.staging_reserve_pct)
+	    (long double)fs.f_blocks * fs.f_frsize * core_config(s)->staging_reserve_pct)
 		return kn_errorf(err, KN_ENOSPACE, NULL,
 				 "insufficient storage: staging %lld more bytes "
 				 "would leave less than %lld%% of the upload "
 				 "file system free (--staging-reserve)",
 				 (long long)len,
-				 (long long)s->cfg.staging_reserve_pct);
+				 (long long)core_config(s)->staging_reserve_pct);
 	return 0;
 }
 
@@ -245,7 +245,7 @@ static int upload_begin(struct server *s, const char *digest,
 			const char *id, const char *owner, struct upload **out,
 			struct kn_error *err)
 {
-	struct model_state *m = s->models;
+	struct model_state *m = models_state(s);
 	int64_t now = kn_mono_ms(), open, staged;
 	struct upload *u;
 	int rc;
@@ -256,7 +256,7 @@ static int upload_begin(struct server *s, const char *digest,
 		upload_drop(m, u);
 	models_uploads_expire(s);
 	owner_usage(m, owner, &open, &staged);
-	if (open >= s->cfg.upload_max_open)
+	if (open >= core_config(s)->upload_max_open)
 		return kn_errorf(err, KN_ELIMIT, "upload",
 				 "%s has %lld uploads open, the cap "
 				 "(--upload-max-open): finish one, or wait "
@@ -411,7 +411,7 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 				 "blob %s: the %lld bytes sent hash to %s; "
 				 "refused", u->digest, (long long)u->offset,
 				 hex);
-	upload_detach(s->models, u);
+	upload_detach(models_state(s), u);
 	close(u->fd);
 	u->fd = -1;
 	w = kn_xcalloc(1, sizeof(*w));
@@ -419,8 +419,8 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 	w->req = req;
 	w->caller = *c;
 	w->u = u;
-	w->store_url = kn_xstrdup(s->blob_url);
-	kn_workers_submit(s->request_workers, upload_commit_work,
+	w->store_url = kn_xstrdup(core_blob_url(s));
+	kn_workers_submit(core_request_workers(s), upload_commit_work,
 			  upload_commit_done, w);
 	return 0;
 }
@@ -521,7 +521,7 @@ static void blob_put_part(struct server *s, struct kn_http_req *req,
 			  const char *id, int64_t offset, int64_t size,
 			  const char *object)
 {
-	struct model_state *m = s->models;
+	struct model_state *m = models_state(s);
 	struct upload *u = upload_find(m, digest, id, c->name);
 	struct kn_error err;
 	size_t len;
@@ -573,7 +573,7 @@ fail:
 static void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
-	struct model_state *m = s->models;
+	struct model_state *m = models_state(s);
 	struct upload *u;
 	struct kn_error err;
 	int64_t offset = -1, final = 0, size = -1;
@@ -687,7 +687,7 @@ static void models_h_blob_status(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	u = upload_find(s->models, param, id, c->name);
+	u = upload_find(models_state(s), param, id, c->name);
 	if (!u) {
 		kn_errorf(&err, KN_ENOTFOUND, "upload",
 			  "no upload %s of %s in progress for %s (never begun, "
@@ -806,9 +806,9 @@ static void models_h_version_create(struct server *s, struct kn_http_req *req,
 	w->caller = *c;
 	w->name = kn_xstrdup(param);
 	w->alias = alias ? kn_xstrdup(alias) : NULL;
-	w->store_url = kn_xstrdup(s->blob_url);
+	w->store_url = kn_xstrdup(core_blob_url(s));
 	w->files = files;
-	kn_workers_submit(s->request_workers, version_push_work,
+	kn_workers_submit(core_request_workers(s), version_push_work,
 			  version_push_done, w);
 	json_decref(body);
 	return;
@@ -830,7 +830,7 @@ static void models_h_list(struct server *s, struct kn_http_req *req,
 	json_t *list;
 
 	(void)param;
-	if (kn_store_model_list(s->store, &rows, &n, &err) < 0) {
+	if (kn_store_model_list(core_store(s), &rows, &n, &err) < 0) {
 		fail(s, req, c, "model.list", "models", &err);
 		return;
 	}
@@ -839,7 +839,7 @@ static void models_h_list(struct server *s, struct kn_http_req *req,
 		struct kn_model_alias_row *al = NULL;
 		size_t na = 0;
 		json_t *aliases = json_object();
-		if (kn_store_model_alias_list(s->store, rows[i].name, &al, &na,
+		if (kn_store_model_alias_list(core_store(s), rows[i].name, &al, &na,
 					      &err) == 0)
 			for (size_t k = 0; k < na; k++)
 				json_object_set_new(aliases, al[k].alias,
@@ -868,9 +868,9 @@ static json_t *model_json(struct server *s, const char *name,
 	size_t nv = 0, na = 0, nh = 0;
 	json_t *o = NULL, *versions;
 
-	if (kn_store_model_version_list(s->store, name, &vs, &nv, err) < 0 ||
-	    kn_store_model_alias_list(s->store, name, &al, &na, err) < 0 ||
-	    kn_store_model_alias_history(s->store, name, &hist, &nh, err) < 0)
+	if (kn_store_model_version_list(core_store(s), name, &vs, &nv, err) < 0 ||
+	    kn_store_model_alias_list(core_store(s), name, &al, &na, err) < 0 ||
+	    kn_store_model_alias_history(core_store(s), name, &hist, &nh, err) < 0)
 		goto out;
 	if (nv == 0 && nh == 0) {
 		kn_errorf(err, KN_ENOTFOUND, NULL, "no model named %s", name);
@@ -915,10 +915,10 @@ static json_t *version_json(struct server *s,
 	json_t *o = NULL, *list, *aliases;
 	bool trusted = false;
 
-	if (kn_store_model_signature_list(s->store, v->name, v->version, &sigs,
+	if (kn_store_model_signature_list(core_store(s), v->name, v->version, &sigs,
 					  &ns, err) < 0 ||
-	    kn_store_model_alias_list(s->store, v->name, &al, &na, err) < 0 ||
-	    kn_model_keyring_load(s->models->trusted_keys, &ring, err) < 0)
+	    kn_store_model_alias_list(core_store(s), v->name, &al, &na, err) < 0 ||
+	    kn_model_keyring_load(models_state(s)->trusted_keys, &ring, err) < 0)
 		goto out;
 	list = json_array();
 	for (size_t i = 0; i < ns; i++) {
@@ -942,7 +942,7 @@ static json_t *version_json(struct server *s,
 		      v->created_by, "created_at_ms", (json_int_t)v->created_at,
 		      "manifest", json_loads(v->manifest, 0, NULL), "signatures",
 		      list, "trusted", trusted, "aliases", aliases, "store",
-		      s->blob_url);
+		      core_blob_url(s));
 	json_object_set_new(o, "evaluations",
 			    models_evaluations_json(s, v->name, v->version));
 out:
@@ -1040,7 +1040,7 @@ static void models_h_sign(struct server *s, struct kn_http_req *req,
 			  (long long)v.version);
 		goto fail;
 	}
-	if (kn_model_keyring_load(s->models->trusted_keys, &ring, &err) < 0)
+	if (kn_model_keyring_load(models_state(s)->trusted_keys, &ring, &err) < 0)
 		goto fail;
 	memset(&row, 0, sizeof(row));
 	row.key_id = key_id;
@@ -1055,7 +1055,7 @@ static void models_h_sign(struct server *s, struct kn_http_req *req,
 	a.object = object;
 	a.outcome = "ok";
 	a.detail = key_id;
-	rc = kn_store_model_signature_insert(s->store, v.name, v.version, &row,
+	rc = kn_store_model_signature_insert(core_store(s), v.name, v.version, &row,
 					     &a, &err);
 	if (rc == -EEXIST)
 		kn_errorf(&err, KN_ECONFLICT, "public_key",
