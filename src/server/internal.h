@@ -116,8 +116,6 @@ struct monitor;
 struct node_health;
 struct deploy_state;
 struct kn_catalog;
-struct model_state;
-struct wf_state;
 
 /* One node's own state, beside its scheduler view. */
 struct server_node {
@@ -183,12 +181,9 @@ struct server {
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
 	struct node_health *health; /* periodic health checks, or NULL */
 	struct deploy_state *deploy; /* deployments and their replicas */
-	struct model_state *models;  /* the model registry (models.c) */
-	struct wf_state *workflows; /* workflow runs (workflows.c) */
 	bool closing;               /* shutting down: late work is dropped */
 
 	struct server_metrics *metrics; /* GET /metrics's counts (metrics.c) */
-	struct reval_state *reval;   /* model re-validation (revalidate.c) */
 
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
