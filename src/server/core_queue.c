@@ -310,6 +310,35 @@ const char *jobs_queue_reason(struct server *s, int64_t id)
 	return q && q->reason[0] ? q->reason : NULL;
 }
 
+enum job_place core_job_view(struct server *s, int64_t id,
+			     struct job_view *out)
+{
+	struct queued_job *q = queue_find(s, id, NULL);
+
+	memset(out, 0, sizeof(*out));
+	out->reason = "";
+	if (q) {
+		out->place = JOB_QUEUED;
+		out->reason = q->reason;
+		out->not_before = q->not_before;
+		return out->place;
+	}
+	for (const struct run *r = s->runs; r; r = r->next) {
+		if (r->job_id != id)
+			continue;
+		out->place = JOB_RUNNING;
+		out->attempt = r->attempt;
+		out->started_at = r->started_at;
+		out->master_port = r->master_port;
+		out->node = r->n_tasks > 0 ? r->bindings[0].node : 0;
+		out->stopping = r->stopping;
+		out->serving = !r->stopping && r->n_tasks > 0 &&
+			       r->tasks[0].launched && !r->tasks[0].ended;
+		break;
+	}
+	return out->place;
+}
+
 size_t jobs_pending(struct server *s, struct pending_job **out)
 {
 	int64_t now = kn_now_ms();

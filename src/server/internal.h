@@ -114,7 +114,6 @@ struct kn_events;
 struct feed;
 struct monitor;
 struct node_health;
-struct deploy_state;
 struct kn_catalog;
 
 /* One node's own state, beside its scheduler view. */
@@ -180,7 +179,6 @@ struct server {
 	struct feed *feed;          /* the event stream (feed.c) */
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
 	struct node_health *health; /* periodic health checks, or NULL */
-	struct deploy_state *deploy; /* deployments and their replicas */
 	bool closing;               /* shutting down: late work is dropped */
 
 	struct server_metrics *metrics; /* GET /metrics's counts (metrics.c) */

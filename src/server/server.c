@@ -583,6 +583,11 @@ struct kn_workers *core_workers(struct server *s)
 	return s->workers;
 }
 
+struct kn_executor *core_executor(struct server *s)
+{
+	return s->exec;
+}
+
 struct kn_workers *core_request_workers(struct server *s)
 {
 	return s->request_workers;
