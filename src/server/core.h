@@ -163,6 +163,34 @@ void nodes_evict_preemptible(struct server *s, size_t i, const char *why);
  */
 json_t *nodes_fragmentation(struct server *s, size_t i);
 
+/* Whether a task runs on node i. */
+bool core_node_busy(const struct server *s, size_t i);
+/* The job of the first deployment replica still running on node i (its
+   model serves), or 0. */
+int64_t core_node_replica(struct server *s, size_t i);
+/* A node that joins while the server runs (node pools). */
+struct node_new {
+	const char *name;
+	const char *state;  /* a restarted server keeps a cordon */
+	const char *reason; /* why it is not ready, or NULL */
+	const char *gpus;   /* its simulated GPUs, as --sim-node gives them */
+	const char *labels; /* "KEY=VALUE ..." */
+	const char *flag;   /* the option that asked for it, for errors */
+	/* Added after start-up: its row and its ledger interval are written
+	   now (at start-up, the cost service opens the interval). */
+	bool running;
+};
+/* Add a node: its index, or a negative errno with err. */
+int core_node_add(struct server *s, const struct node_new *nn,
+		  struct kn_error *err);
+/*
+ * Take node i, an empty one, out of the server: its row stays in the
+ * store as "removed" (the ledger prices its past by its labels), its
+ * state interval ends, and indexes past it move down one. -ECONFLICT
+ * while a task runs there.
+ */
+int core_node_remove(struct server *s, size_t i, struct kn_error *err);
+
 /* ---- questions ---- */
 
 /* Where a job is, for the services that own jobs. */

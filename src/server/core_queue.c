@@ -510,7 +510,7 @@ static int fit_check(struct server *s, const struct kn_job_spec *spec,
 	char reason[512];
 	int rc;
 
-	if (s->exec->ops->places_tasks || s->pools)
+	if (s->exec->ops->places_tasks || s->cfg.n_pools)
 		return 0;
 	sreq_build(s, spec, &sr);
 	bindings = kn_xcalloc((size_t)spec->tasks, sizeof(*bindings));

@@ -124,10 +124,6 @@ struct server_node {
 	struct kn_device_set devices;
 	char *labels_text; /* the labels' text, split in place */
 	struct kn_sched_label *labels; /* into labels_text */
-	/* Node pools (pools.c): the pool's index + 1 (0: no pool), and
-	   since when the node has run nothing (0: busy). */
-	size_t pool;
-	int64_t idle_since;
 };
 
 struct server {
@@ -186,7 +182,6 @@ struct server {
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
-	struct pools *pools;        /* node pools and autoscaling (pools.c) */
 	struct usage_state *usage;  /* per-task usage sampling (usage_sampling.c) */
 	struct kn_console_grants *console; /* console logins (console.c) */
 	/* Task isolation (isolation.c): what nodes report, whether tasks
@@ -378,7 +373,7 @@ void audit_h_verify(struct server *s, struct kn_http_req *req,
 
 #include "server/costsvc.h"
 
-/* server.c: node set-up, shared with the pools that add nodes later */
+/* server.c: node set-up, shared with the nodes added later (nodes.c) */
 /* Node n's scheduler view of its devices, this machine's CPUs and memory. */
 void setup_sched_node(struct server *s, size_t n);
 /* Labels "k=v,k=v" split on sep into node n's labels; flag names the
