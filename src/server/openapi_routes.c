@@ -47,7 +47,7 @@ const struct oa_op oa_ops[] = {
 	 "preemptible"},
 	{"GET", "/v1/jobs/{id}/logs", "a task's output, or a stream of it",
 	 "task:integer attempt:integer follow:integer offset:integer "
-	 "tail:integer",
+	 "tail:integer since:string timestamps:integer",
 	 NULL, "200 text"},
 	{"GET", "/v1/nodes", "the nodes and their devices", NULL, NULL,
 	 "200 json nodes:[Node]"},
