@@ -186,12 +186,34 @@
   K.pages.deployments = async (box) => {
     const { deployments } = await K.api('GET', '/v1/deployments');
     K.append(box, el('h1', { text: 'Deployments' }),
-      deployments.length ? K.table(['Name', 'Model', 'Owner', 'Ready', 'Zones', 'Generation', 'Rollout'],
-        deployments.map((d) => [el('a', { href: '#/deployment/' + enc(d.name), text: d.name }),
-          d.model, d.owner, `${d.replicas_ready} / ${d.replicas_wanted}`,
-          zones(d.replicas), d.generation, d.rollout ? JSON.stringify(d.rollout) : '']))
+      deployments.length ? K.table(['Name', 'Model', 'Owner', 'Ready', 'Zones', 'Requests/s', 'p50 / p99',
+        'Errors', '429s', 'Fallbacks', 'Rollout'],
+      deployments.map((d) => {
+        const t = d.traffic;
+        return [el('a', { href: '#/deployment/' + enc(d.name), text: d.name }),
+          d.model, d.owner, `${d.replicas_ready} / ${d.replicas_wanted}`, zones(d.replicas),
+          t ? t.requests_per_s.toFixed(2) : '-', t ? `${ms(t.latency_p50_ms)} / ${ms(t.latency_p99_ms)}` : '-',
+          t ? t.errors : '-', t ? t.rate_limited : '-', t ? t.fallbacks : '-',
+          d.rollout ? JSON.stringify(d.rollout) : ''];
+      }))
         : el('p', { class: 'muted', text: 'No deployments.' }));
   };
+
+  const ms = (v) => (v === null || v === undefined ? '-' : v < 10 ? v.toFixed(1) + ' ms' : v.toFixed(0) + ' ms');
+
+  /* What the gateways reported of the deployment over the server's window. */
+  function traffic(t) {
+    if (!t) return el('p', { class: 'muted traffic', text: 'No gateway has reported traffic for it in the last 5 minutes.' });
+    return el('div', { class: 'traffic' }, K.kv([
+      ['Requests', `${t.requests} in ${K.duration(t.window_s)} (${t.requests_per_s.toFixed(2)}/s)`],
+      ['Latency p50 / p99', `${ms(t.latency_p50_ms)} / ${ms(t.latency_p99_ms)}`],
+      ['Errors (5xx)', `${t.errors}` + (t.upstream_errors ? ` (${t.upstream_errors} upstream failures)` : '')],
+      ['Rate limited (429)', String(t.rate_limited)],
+      ['Fallbacks', String(t.fallbacks)],
+      ['Tokens', String(t.tokens)],
+      ['Gateways', `${t.gateways}, last report ${K.time(t.reported_at_ms)}`],
+    ]));
+  }
 
   function zones(replicas) {
     const by = {};
@@ -220,6 +242,7 @@
         ['Generation', d.generation], ['Fallback', d.fallback || '-'], ['Limits', limits || '-'],
         ['Rollout', d.rollout ? JSON.stringify(d.rollout) : '-'], ['Updated', K.time(d.updated_at_ms)],
       ]),
+      el('h2', { text: 'Traffic' }), traffic(d.traffic),
       el('h2', { text: 'Replicas' }),
       K.table(['Replica', 'Job', 'State', 'Ready', 'Zone', 'Node', 'Address', 'Restarts'],
         d.replicas.map((r) => [r.replica, r.job ? el('a', { href: '#/job/' + r.job, text: '#' + r.job }) : '',
