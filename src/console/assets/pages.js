@@ -114,10 +114,29 @@
   function jobActions(j) {
     const live = j.state === 'queued' || j.state === 'running';
     return [
-      live ? K.action('user', 'cancel', () => K.api('POST', `/v1/jobs/${j.id}/cancel`)) : null,
+      live ? K.ownAction(j.owner, 'cancel', () => K.api('POST', `/v1/jobs/${j.id}/cancel`)) : null,
       j.state === 'running' && j.preemptible
-        ? K.action('user', 'evict', () => K.api('POST', `/v1/jobs/${j.id}/evict`)) : null,
+        ? K.ownAction(j.owner, 'evict', () => K.api('POST', `/v1/jobs/${j.id}/evict`)) : null,
+      (j.state === 'failed' || j.state === 'cancelled') && !j.array
+        ? K.ownAction(j.owner, 'retry', () => retryJob(j.id)) : null,
     ];
+  }
+
+  /* A retry is a new job, the caller's, from the same spec text resolved
+     against the same spec file (its workdir and relative inputs), as
+     `kiln submit` of that file would make; then its page. */
+  async function retryJob(id) {
+    const { job } = await K.api('GET', `/v1/jobs/${id}`);
+    const q = new URLSearchParams();
+    const f = job.filename || '';
+    if (f.startsWith('/')) {
+      q.set('path', f);
+      q.set('file', f.slice(f.lastIndexOf('/') + 1));
+    } else if (f) {
+      q.set('file', f);
+    }
+    const made = await K.api('POST', '/v1/jobs?' + q, job.spec_yaml);
+    location.hash = '#/job/' + made.job.id;
   }
 
   /* A task's log, following as it is written until the page changes. */
@@ -231,10 +250,10 @@
     const scale = el('input', { type: 'number', min: 0, value: d.replicas_wanted, 'aria-label': 'replicas', class: 'replicas' });
     const limits = Object.entries(d.limits || {}).map(([k, v]) => k + '=' + JSON.stringify(v)).join(' ');
     K.append(box, el('h1', {}, `Deployment ${d.name}`),
-      K.can('user') ? el('p', {}, scale,
-        K.action('user', 'scale', () => K.api('POST', `/v1/deployments/${enc(d.name)}/scale`,
+      K.can('operator') || (K.can('user') && d.owner === K.name) ? el('p', {}, scale,
+        K.ownAction(d.owner, 'scale', () => K.api('POST', `/v1/deployments/${enc(d.name)}/scale`,
           { replicas: Number(scale.value) })),
-        K.action('user', 'rollout restart', () => K.api('POST', `/v1/deployments/${enc(d.name)}/restart`))) : null,
+        K.ownAction(d.owner, 'rollout restart', () => K.api('POST', `/v1/deployments/${enc(d.name)}/restart`))) : null,
       K.kv([
         ['Model', d.model + (d.model_version ? '@' + d.model_version : '')],
         ['Follows', d.follows || '-'], ['Owner', d.owner],
@@ -377,19 +396,24 @@
       level[s.name] = needs.length ? 1 + Math.max(...needs.map((n) => levelOf(steps[index[n]]))) : 0;
       return level[s.name];
     };
-    const nodes = steps.map((s, i) => ({ id: i, label: `${s.name} (${s.state})`, level: levelOf(s), cls: 's-' + s.state, name: s.name }));
+    const cost = (x) => (x.cost_usd === null || x.cost_usd === undefined ? '' : '$' + x.cost_usd.toFixed(2));
+    const nodes = steps.map((s, i) => ({ id: i, label: `${s.name} (${s.state}) ${cost(s)}`.trim(), level: levelOf(s),
+      cls: 's-' + s.state, name: s.name }));
     const edges = steps.flatMap((s, i) => (s.needs || []).filter((n) => index[n] !== undefined).map((n) => [index[n], i]));
     K.append(box, el('h1', {}, `Workflow #${w.id} ${w.name} `, K.pill(w.state)),
       el('p', {},
-        ['running', 'pending'].includes(w.state) ? K.action('user', 'cancel', () => K.api('POST', `/v1/workflows/${w.id}/cancel`)) : null,
-        ['failed', 'cancelled'].includes(w.state) ? K.action('user', 'retry', () => K.api('POST', `/v1/workflows/${w.id}/retry`)) : null),
+        ['queued', 'running'].includes(w.state)
+          ? K.ownAction(w.owner, 'cancel', () => K.api('POST', `/v1/workflows/${w.id}/cancel`)) : null,
+        ['failed', 'cancelled'].includes(w.state)
+          ? K.ownAction(w.owner, 'retry', () => K.api('POST', `/v1/workflows/${w.id}/retry`)) : null),
       K.kv([['Owner', w.owner], ['Reason', w.reason || ''], ['Revision', w.revision || '-'],
         ['Cost', w.cost_usd === null || w.cost_usd === undefined ? '-' : '$' + w.cost_usd.toFixed(4)],
         ['Submitted', K.time(w.submitted_at_ms)], ['Ended', K.time(w.ended_at_ms)]]),
       el('h2', { text: 'Steps' }), drawGraph(nodes, edges, false),
-      K.table(['Step', 'State', 'Needs', 'Job', 'Attempts', 'Reason'], steps.map((s) => [s.name, K.pill(s.state),
-        (s.needs || []).join(', '), s.job ? el('a', { href: '#/job/' + s.job, text: '#' + s.job }) : '',
-        `${s.attempts}`, el('span', { text: s.reason || '' })])));
+      K.table(['Step', 'State', 'Needs', 'Job', 'Attempts', 'GPU-hours', 'Cost', 'Reason'], steps.map((s) => [s.name,
+        K.pill(s.state), (s.needs || []).join(', '), s.job ? el('a', { href: '#/job/' + s.job, text: '#' + s.job }) : '',
+        `${s.attempts}`, s.gpu_seconds === undefined ? '' : hours(s.gpu_seconds),
+        s.cost_unpriced ? 'unpriced' : cost(s), el('span', { class: 'wrap', text: s.reason || '' })])));
   };
 
   /*
