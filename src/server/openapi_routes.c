@@ -142,6 +142,13 @@ const struct oa_op oa_ops[] = {
 	 "json deployment:string signal:string value:number low:number "
 	 "high:number window_s:integer started_at_ms:integer ~state:string",
 	 "202 json accepted:boolean"},
+	{"POST", "/v1/gateway/metrics",
+	 "the gateway's counters and latency histogram per deployment since "
+	 "it started; kept over a window for each deployment's traffic",
+	 NULL, "json instance:string uptime_ms:integer "
+	 "deployments:[GatewayDeploymentCounters]",
+	 "202 json accepted:boolean; 429 error the server already keeps as "
+	 "many gateways or deployments as it holds"},
 	{"POST", "/v1/model-blobs/missing",
 	 "which of these blobs the store lacks, and the largest part the "
 	 "server takes", NULL, "json digests:[string]",
