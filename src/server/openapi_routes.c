@@ -99,7 +99,8 @@ const struct oa_op oa_ops[] = {
 	 "node or day",
 	 "by:string " COST_WINDOW " detail:integer", NULL,
 	 "200 json by:string since_ms:integer until_ms:integer rows:[CostRow] "
-	 "total:CostRow nodes:[object] unpriced_nodes:[string]"},
+	 "total:CostRow nodes:[object] unpriced_nodes:[string] "
+	 "devenvs:DevenvCost"},
 	{"GET", "/v1/cost/reservations",
 	 "whether reserved capacity or spot would pay off", COST_WINDOW, NULL,
 	 "200 json since_ms:integer until_ms:integer skus:[object] "
