@@ -82,6 +82,21 @@ int jobs_evict(struct server *s, const struct caller *c, int64_t id,
  */
 int jobs_restart(struct server *s, int64_t id, const char *why,
 		 struct kn_error *err);
+/*
+ * Stop job id for good on the system's behalf (an idle dev environment):
+ * as a cancel, its tasks get SIGTERM, then SIGKILL after the kill grace,
+ * and it ends cancelled, with why as its reason; audited as action by
+ * "system" with why as the detail. -ECONFLICT when it has ended.
+ */
+int jobs_stop_system(struct server *s, int64_t id, const char *action,
+		     const char *why, struct kn_error *err);
+/*
+ * A service that held an attempt's launch or end (the job hooks'
+ * hold_launch, hold_end) is done: it goes on. Nothing when the attempt
+ * is gone.
+ */
+void jobs_launch_resume(struct server *s, int64_t id, int attempt);
+void jobs_end_resume(struct server *s, int64_t id, int attempt);
 /* Run the scheduler on the next turn (capacity came back). */
 void jobs_wake(struct server *s);
 

@@ -562,6 +562,7 @@ static int deploy_start(struct server *s, struct kn_error *err)
 	d->s = s;
 	service_state_set(s, &deploy_service, d);
 	d->timer = kn_timer_new(core_loop(s), deploy_tick, d);
+	d->traffic = kn_traffic_new(KN_TRAFFIC_DEFAULT_WINDOW_MS);
 	rc = kn_model_presets_load_shipped(&d->presets, err);
 	if (rc == 0)
 		rc = kn_store_deployment_list(core_store(s), &rows, &n, err);
@@ -644,6 +645,7 @@ static void deploy_free(struct server *s)
 	}
 	kn_timer_free(d->timer);
 	kn_model_presets_free(d->presets);
+	kn_traffic_free(d->traffic);
 	free(d);
 	service_state_set(s, &deploy_service, NULL);
 }
@@ -1412,6 +1414,8 @@ static const struct route routes[] = {
 	 "gateway.config", deploy_h_gateway_config},
 	{"POST", "/v1/gateway/alerts", KN_ROLE_OPERATOR, false,
 	 "gateway.alert", deploy_h_gateway_alert},
+	{"POST", "/v1/gateway/metrics", KN_ROLE_OPERATOR, false,
+	 "gateway.metrics", deploy_h_gateway_metrics},
 };
 
 const struct service deploy_service = {

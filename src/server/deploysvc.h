@@ -19,6 +19,7 @@
 #include "server/service.h"
 #include "spec/spec.h"
 #include "store/store.h"
+#include "traffic/traffic.h"
 
 /* The longest a probe waits for its answer, whatever its period. */
 #define PROBE_TIMEOUT_MAX_MS 5000
@@ -84,6 +85,7 @@ struct deploy_state {
 	int64_t config_generation;
 	int64_t config_fetched_at; /* a gateway's last GET of the config */
 	int64_t config_fetches;    /* how many there were */
+	struct kn_traffic *traffic; /* what the gateways report */
 };
 
 /* deploy.c */
@@ -106,6 +108,8 @@ void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
 void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 		const struct caller *c, const char *param);
 void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
+		const struct caller *c, const char *param);
+void deploy_h_gateway_metrics(struct server *s, struct kn_http_req *req,
 		const struct caller *c, const char *param);
 
 /* deploy.c */

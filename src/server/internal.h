@@ -393,11 +393,17 @@ int job_overrides_apply(struct kn_job_spec **spec, const char *text,
 
 /* logs.c: the most lines ?tail= may ask for. */
 #define LOGS_TAIL_MAX 1000000
-/* The log from offset, or its last tail_lines lines when that is
-   not negative. */
+/* What of a task's log a request asks for. */
+struct logs_query {
+	int64_t offset;     /* from this byte */
+	int64_t tail_lines; /* or its last lines, when not negative */
+	int64_t since_ms;   /* and only lines that came at or after (0: all) */
+	bool timestamps;    /* each line led by when it came */
+	bool follow;
+};
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,
-		const char *task_dir, int attempt, int rank, int64_t offset,
-		int64_t tail_lines, bool follow);
+		const char *task_dir, int attempt, int rank,
+		const struct logs_query *q);
 void logs_free_all(struct server *s);
 
 #endif
