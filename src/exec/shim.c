@@ -733,6 +733,116 @@ int kn_shim_main_prepared(const char *task_dir,
 	return exec_shim_main(task_dir, prep, KN_SANDBOX_LOCAL, err);
 }
 
+/*
+ * Until the task has ended and its output is drained: copy its output to
+ * the log, pass signals on or turn them into a stop, and enforce the
+ * timeout and the stop's grace. Returns the task's wait status.
+ */
+static int supervise(struct shim *s, int out_fd, int sfd, int tfd)
+{
+	bool child_done = false, out_open = true;
+	int64_t drain_deadline = 0;
+	int wstatus = 0;
+	char buf[65536];
+
+	while (!child_done || out_open) {
+		struct pollfd fds[3] = {
+			{out_fd, POLLIN, 0},
+			{sfd, POLLIN, 0},
+			{tfd, POLLIN, 0},
+		};
+		int wait_ms = -1;
+
+		if (child_done) {
+			wait_ms = (int)(drain_deadline - kn_mono_ms());
+			if (wait_ms <= 0)
+				break;
+		} else if (s->stop_poll_ms > 0 && !s->stopping) {
+			/*
+			 * Under Slurm the server cannot signal the shim alone
+			 * (Slurm signals every process of the step), so it
+			 * leaves stop.json in the shared task directory.
+			 */
+			char *stop = kn_asprintf("%s/stop.json", s->dir);
+			bool asked = access(stop, F_OK) == 0;
+			free(stop);
+			if (asked) {
+				begin_stop(s, tfd, NULL, 0);
+				continue;
+			}
+			wait_ms = s->stop_poll_ms;
+		}
+		if (!out_open)
+			fds[0].fd = -1;
+		if (poll(fds, 3, wait_ms) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (fds[0].revents) {
+			ssize_t n = read(out_fd, buf, sizeof(buf));
+			if (n > 0)
+				write_log(s, buf, (size_t)n);
+			else if (n == 0 || errno != EINTR)
+				out_open = false;
+		}
+		if (fds[1].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			if (read(sfd, &si, sizeof(si)) != sizeof(si))
+				continue;
+			if (si.ssi_signo == SIGCHLD) {
+				if (!child_done &&
+				    waitpid(s->child, &wstatus, WNOHANG) ==
+					    s->child) {
+					child_done = true;
+					kn_sandbox_task_status(s->sandbox,
+							       &wstatus);
+					/* Leftovers of the group go with it. */
+					kill(-s->child, SIGKILL);
+					drain_deadline = kn_mono_ms() + DRAIN_MS;
+				}
+			} else if (s->stop_signal &&
+				   (int)si.ssi_signo == s->stop_signal &&
+				   !child_done) {
+				begin_stop(s, tfd, NULL, s->stop_signal);
+			} else if ((si.ssi_signo == SIGUSR1 ||
+				    si.ssi_signo == SIGUSR2) && !child_done) {
+				kill(-s->child, (int)si.ssi_signo);
+			} else if (si.ssi_signo != SIGHUP && !child_done) {
+				begin_stop(s, tfd, NULL, 0);
+			}
+		}
+		if (fds[2].revents & POLLIN) {
+			uint64_t ticks;
+			if (read(tfd, &ticks, sizeof(ticks)) < 0)
+				continue;
+			if (child_done)
+				continue;
+			if (!s->stopping)
+				begin_stop(s, tfd, "timeout", 0);
+			else
+				kill(-s->child, SIGKILL);
+		}
+	}
+	return wstatus;
+}
+
+static void shim_release(struct shim *s)
+{
+	free_strings(s->argv);
+	free_strings(s->env);
+	free_strings(s->devices);
+	kn_sandbox_strings_free(s->task_env);
+	kn_sandbox_free(s->sandbox);
+	free(s->run_as);
+	json_decref(s->user_doc);
+	json_decref(s->server_user_doc);
+	free(s->home);
+	free(s->cgroup_root);
+	free(s->cgroup_parent);
+	free(s->workdir);
+}
+
 int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		   enum kn_sandbox_host host, struct kn_error *err)
 {
@@ -741,9 +851,7 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 	struct shim s;
 	sigset_t mask;
 	int pipefd[2] = {-1, -1}, sfd = -1, tfd = -1, rc, wstatus = 0;
-	bool child_done = false, out_open = true;
-	int64_t started, drain_deadline = 0;
-	char buf[65536];
+	int64_t started;
 
 	memset(&s, 0, sizeof(s));
 	s.dir = task_dir;
@@ -829,85 +937,7 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 	if (s.timeout_ms > 0)
 		arm_timer(tfd, s.timeout_ms);
 
-	while (!child_done || out_open) {
-		struct pollfd fds[3] = {
-			{pipefd[0], POLLIN, 0},
-			{sfd, POLLIN, 0},
-			{tfd, POLLIN, 0},
-		};
-		int wait_ms = -1;
-
-		if (child_done) {
-			wait_ms = (int)(drain_deadline - kn_mono_ms());
-			if (wait_ms <= 0)
-				break;
-		} else if (s.stop_poll_ms > 0 && !s.stopping) {
-			/*
-			 * Under Slurm the server cannot signal the shim alone
-			 * (Slurm signals every process of the step), so it
-			 * leaves stop.json in the shared task directory.
-			 */
-			char *stop = kn_asprintf("%s/stop.json", task_dir);
-			bool asked = access(stop, F_OK) == 0;
-			free(stop);
-			if (asked) {
-				begin_stop(&s, tfd, NULL, 0);
-				continue;
-			}
-			wait_ms = s.stop_poll_ms;
-		}
-		if (!out_open)
-			fds[0].fd = -1;
-		if (poll(fds, 3, wait_ms) < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		if (fds[0].revents) {
-			ssize_t n = read(pipefd[0], buf, sizeof(buf));
-			if (n > 0)
-				write_log(&s, buf, (size_t)n);
-			else if (n == 0 || errno != EINTR)
-				out_open = false;
-		}
-		if (fds[1].revents & POLLIN) {
-			struct signalfd_siginfo si;
-			if (read(sfd, &si, sizeof(si)) != sizeof(si))
-				continue;
-			if (si.ssi_signo == SIGCHLD) {
-				if (!child_done &&
-				    waitpid(s.child, &wstatus, WNOHANG) ==
-					    s.child) {
-					child_done = true;
-					kn_sandbox_task_status(s.sandbox,
-							       &wstatus);
-					/* Leftovers of the group go with it. */
-					kill(-s.child, SIGKILL);
-					drain_deadline = kn_mono_ms() + DRAIN_MS;
-				}
-			} else if (s.stop_signal &&
-				   (int)si.ssi_signo == s.stop_signal &&
-				   !child_done) {
-				begin_stop(&s, tfd, NULL, s.stop_signal);
-			} else if ((si.ssi_signo == SIGUSR1 ||
-				    si.ssi_signo == SIGUSR2) && !child_done) {
-				kill(-s.child, (int)si.ssi_signo);
-			} else if (si.ssi_signo != SIGHUP && !child_done) {
-				begin_stop(&s, tfd, NULL, 0);
-			}
-		}
-		if (fds[2].revents & POLLIN) {
-			uint64_t ticks;
-			if (read(tfd, &ticks, sizeof(ticks)) < 0)
-				continue;
-			if (child_done)
-				continue;
-			if (!s.stopping)
-				begin_stop(&s, tfd, "timeout", 0);
-			else
-				kill(-s.child, SIGKILL);
-		}
-	}
+	wstatus = supervise(&s, pipefd[0], sfd, tfd);
 	limits_end(&s, wstatus);
 	rc = write_status(&s, wstatus, started, kn_now_ms());
 	if (rc < 0)
@@ -929,18 +959,7 @@ out:
 		close(s.times_fd);
 	if (s.record_fd >= 0)
 		close(s.record_fd);
-	free_strings(s.argv);
-	free_strings(s.env);
-	free_strings(s.devices);
-	kn_sandbox_strings_free(s.task_env);
-	kn_sandbox_free(s.sandbox);
-	free(s.run_as);
-	json_decref(s.user_doc);
-	json_decref(s.server_user_doc);
-	free(s.home);
-	free(s.cgroup_root);
-	free(s.cgroup_parent);
-	free(s.workdir);
+	shim_release(&s);
 	return rc < 0 ? 1 : 0;
 }
 
