@@ -97,6 +97,29 @@ int kn_device_mig_nodes(char **nodes, const char *caps_dir,
 #define KN_LOG_MAX_BYTES (64LL * 1024 * 1024)
 #define KN_LOG_KEEP 3
 #define KN_LOG_FILE "output.log"
+/*
+ * When each line of output.log arrived (logtimes.c): records of (offset,
+ * wall ms) the shim appends, one per read from the task's pipe that starts
+ * a line in a new millisecond, rotated with the log.
+ */
+#define KN_LOG_TIMES_FILE "output.times"
+
+/* The shim's side: append one record to fd. 0 or -errno. */
+int kn_log_times_append(int fd, int64_t offset, int64_t ms);
+
+/*
+ * A reader of a times file opened as fd (taken: closed by _free). The
+ * records are counted once, at _new: a later one is for a later reader.
+ */
+struct kn_log_times;
+struct kn_log_times *kn_log_times_new(int fd);
+void kn_log_times_free(struct kn_log_times *lt);
+int64_t kn_log_times_count(const struct kn_log_times *lt);
+/* When the line whose first byte is at offset arrived (epoch ms); 0 when
+   there are no records. */
+int64_t kn_log_times_at(struct kn_log_times *lt, int64_t offset);
+/* The offset of the first read at or after ms, or -1 when none is. */
+int64_t kn_log_times_since(struct kn_log_times *lt, int64_t ms);
 
 struct kn_job_spec; /* spec/spec.h */
 

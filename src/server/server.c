@@ -358,7 +358,7 @@ const struct service *const kn_services[] = {
 	&slurm_nodes_service, &pools_service, &cost_service,
 	&backup_service,   &deploy_service,
 	&models_service,   &workflows_service, &reval_service,  &metrics_service,
-	&console_service,  NULL,
+	&console_service,  &devenv_service, NULL,
 };
 
 _Static_assert(sizeof(kn_services) / sizeof(kn_services[0]) <=
@@ -582,6 +582,16 @@ struct kn_loop *core_loop(struct server *s)
 struct kn_workers *core_workers(struct server *s)
 {
 	return s->workers;
+}
+
+struct kn_workers *core_request_workers(struct server *s)
+{
+	return s->request_workers;
+}
+
+const struct job_hooks *core_hooks(const struct server *s)
+{
+	return s->hooks;
 }
 
 const struct kn_server_config *core_config(const struct server *s)
