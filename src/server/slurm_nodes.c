@@ -16,7 +16,7 @@
  *
  * The first reading is waited for at start-up, at most FIRST_READ_MS
  * (no loop runs yet); then a timer looks every CHECK_MS, and asks for a
- * reading at once when the set of runs changed (a job started or ended).
+ * reading at once when the set of runs changed or a job ended.
  */
 #include "internal.h"
 #include "poolsvc.h"
@@ -35,6 +35,7 @@ struct slurm_nodes {
 	bool replaces;                 /* its nodes are the server's */
 	struct kn_timer *timer;
 	size_t runs_seen;
+	bool job_ended;                /* since the last check */
 };
 
 static const struct kn_slurm_node *inv_node(const struct slurm_nodes *sn,
@@ -146,7 +147,34 @@ static bool node_update(struct server *s, size_t i,
 	return changed;
 }
 
-/* A Slurm node kiln has not had yet, ready. */
+/*
+ * The state kiln last kept for node i in the store (a cordon outlives a
+ * restart, as for the server's own nodes); ready when none, or when the
+ * row says Slurm had dropped it.
+ */
+static void stored_state(struct server *s, size_t i)
+{
+	struct server_node *node = &s->nodes[i];
+	struct kn_node_row *rows = NULL;
+	struct kn_error err;
+	size_t n = 0;
+
+	kn_strlcpy(node->state, "ready", sizeof(node->state));
+	if (kn_store_node_list(s->store, &rows, &n, &err) < 0)
+		return;
+	for (size_t k = 0; k < n; k++)
+		if (!strcmp(rows[k].name, node->name) &&
+		    strcmp(rows[k].state, "removed")) {
+			kn_strlcpy(node->state, rows[k].state,
+				   sizeof(node->state));
+			kn_strlcpy(node->reason,
+				   rows[k].reason ? rows[k].reason : "",
+				   sizeof(node->reason));
+		}
+	kn_node_list_free(rows, n);
+}
+
+/* A Slurm node kiln has not had yet, in the state kiln kept for it. */
 static void node_add(struct server *s, const struct kn_slurm_node *n)
 {
 	size_t i = s->cluster.n_nodes;
@@ -160,15 +188,15 @@ static void node_add(struct server *s, const struct kn_slurm_node *n)
 	for (size_t k = 0; k < i; k++)
 		s->cluster.nodes[k].name = s->nodes[k].name;
 	kn_strlcpy(s->nodes[i].name, n->name, sizeof(s->nodes[i].name));
-	kn_strlcpy(s->nodes[i].state, "ready", sizeof(s->nodes[i].state));
+	stored_state(s, i);
 	kn_strlcpy(s->nodes[i].devices.source, "slurm",
 		   sizeof(s->nodes[i].devices.source));
 	s->cluster.n_nodes = i + 1;
 	setup_sched_node(s, i);
 	node_update(s, i, n);
 	if (nodes_save(s, i, &err) < 0 ||
-	    kn_store_node_state_open(s->store, n->name, "ready", kn_now_ms(),
-				     &err) < 0)
+	    kn_store_node_state_open(s->store, n->name, s->nodes[i].state,
+				     kn_now_ms(), &err) < 0)
 		kn_log(KN_LOG_WARN, "slurm: node %s: %s", n->name, err.message);
 	feed_publish(s, "node.added",
 		     json_pack("{s:s, s:s}", "node", n->name, "engine",
@@ -247,10 +275,11 @@ static void on_check(void *arg)
 	struct server *s = arg;
 	struct slurm_nodes *sl = s->slurm_nodes;
 	size_t runs = runs_count(s);
-	const struct kn_slurm_inventory *inv =
-		s->exec->ops->inventory(s->exec, runs != sl->runs_seen);
+	const struct kn_slurm_inventory *inv = s->exec->ops->inventory(
+		s->exec, runs != sl->runs_seen || sl->job_ended);
 
 	sl->runs_seen = runs;
+	sl->job_ended = false;
 	if (inv)
 		inventory_take(s, inv);
 	kn_timer_arm(sl->timer, CHECK_MS);
@@ -327,9 +356,25 @@ json_t *slurm_nodes_json(const struct server *s, const char *name)
 			 "gres", gres, "schedulable", n->schedulable);
 }
 
+/* A job's end frees what it held in Slurm: read again at once. */
+static void on_job_ended(void *arg, int64_t job_id)
+{
+	struct server *s = arg;
+
+	(void)job_id;
+	if (s->slurm_nodes)
+		s->slurm_nodes->job_ended = true;
+}
+
+static const struct job_hook_ops hooks = {
+	.name = "slurm_nodes",
+	.job_ended = on_job_ended,
+};
+
 const struct service slurm_nodes_service = {
 	.name = "slurm_nodes",
 	.phase = SERVICE_PHASE_NODES,
+	.hooks = &hooks,
 	.start = slurm_nodes_start,
 	.run = slurm_nodes_run,
 	.stop = slurm_nodes_stop,

@@ -18,9 +18,12 @@ from slurm_own import NODE, node_state, own_slurm, slurm  # noqa: F401
 def inv_server(tmp_path, own_slurm):  # noqa: F811
     # Tasks run as the unprivileged kiln-task user under a root server.
     tmp_path.chmod(0o1777)
+    # The server's own node has a name Slurm does not know: Slurm's
+    # node replaces it.
     s = Server(tmp_path / "home", gpus=None,
                extra=["--executor", "slurm", "--slurm-partitions",
-                      "pool:small=small"], env=own_slurm)
+                      "pool:small=small", "--node-name", "kiln-own"],
+               env=own_slurm)
     s.home.mkdir()
     s.start()
     yield s
@@ -38,6 +41,9 @@ def the_node(s):
 
 
 def test_nodes_are_slurms_and_follow_a_job(inv_server, own_slurm):
+    names = [n["name"] for n in
+             inv_server.request("GET", "/v1/nodes").json()["nodes"]]
+    assert names == [NODE]
     node = the_node(inv_server)
     assert node["device_source"] == "slurm"
     assert [d["model"] for d in node["devices"]] == ["gpu"] * 8
@@ -106,6 +112,10 @@ def test_cordon_drain_uncordon_are_scontrol_updates(inv_server, own_slurm):
     node = the_node(inv_server)
     assert node["state"] == "cordoned"
     assert node["slurm"]["reason"] == "kiln: cordoned by admin: disk swap"
+    # kiln's cordon of a Slurm node outlives a restart, as of its own.
+    inv_server.stop()
+    inv_server.start()
+    assert the_node(inv_server)["state"] == "cordoned"
     inv_server.cli("uncordon", NODE, check=True)
     wait_for(lambda: node_state(own_slurm).startswith("idle|"), timeout=30,
              what="Slurm to resume the node")
