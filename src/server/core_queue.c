@@ -500,16 +500,25 @@ static int executor_check(struct server *s, const struct kn_job_spec *spec,
  * A job the cluster could not hold even empty is refused (409) rather
  * than queued for ever, as sbatch refuses it. Not where the engine places
  * tasks itself, nor while a pool may add nodes: the autoscaler judges
- * those.
+ * those. An engine with limits of its own (a Slurm partition's) judges
+ * first.
  */
 static int fit_check(struct server *s, const struct kn_job_spec *spec,
 		     const char *filename, struct kn_error *err)
 {
 	struct kn_sched_binding *bindings;
+	struct kn_error why;
 	struct sreq sr;
 	char reason[512];
 	int rc;
 
+	/* An engine that knows its own limits (Slurm's partitions). */
+	if (s->exec->ops->admit && s->exec->ops->admit(s->exec, spec, &why) < 0)
+		return kn_errorf(err, KN_ECONFLICT, why.field[0] ? why.field
+								 : "resources",
+				 "%s: %s (hold=1 queues it anyway, for nodes "
+				 "to come)", filename ? filename : "job",
+				 why.message);
 	if (s->exec->ops->places_tasks || s->cfg.n_pools)
 		return 0;
 	sreq_build(s, spec, &sr);

@@ -182,6 +182,8 @@ struct server {
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
+	/* The engine's inventory of nodes (slurm_nodes.c), or NULL. */
+	struct slurm_nodes *slurm_nodes;
 	struct usage_state *usage;  /* per-task usage sampling (usage_sampling.c) */
 	struct kn_console_grants *console; /* console logins (console.c) */
 	/* Task isolation (isolation.c): what nodes report, whether tasks
@@ -378,6 +380,13 @@ void audit_h_verify(struct server *s, struct kn_http_req *req,
 void setup_sched_node(struct server *s, size_t n);
 /* Labels "k=v,k=v" split on sep into node n's labels; flag names the
    option in errors. */
+/*
+ * slurm_nodes.c: what Slurm last said of node name (state, reason,
+ * partitions, features, GRES), a new object, or NULL when the server
+ * reads no engine's inventory or Slurm does not list name.
+ */
+json_t *slurm_nodes_json(const struct server *s, const char *name);
+
 int setup_labels(struct server *s, size_t n, const char *text,
 		 const char *sep, const char *flag, struct kn_error *err);
 

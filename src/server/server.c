@@ -355,7 +355,8 @@ static int setup_nodes(struct server *s, struct kn_error *err)
  * before re-validation).
  */
 const struct service *const kn_services[] = {
-	&pools_service,    &cost_service,      &backup_service, &deploy_service,
+	&slurm_nodes_service, &pools_service, &cost_service,
+	&backup_service,   &deploy_service,
 	&models_service,   &workflows_service, &reval_service,  &metrics_service,
 	&console_service,  &devenv_service, NULL,
 };
