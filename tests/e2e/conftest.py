@@ -132,6 +132,7 @@ FIXTURES_USED = set()
 SLURM_RUN_DIRS = [
     Path(os.environ.get("KILN_SLURM_DIR", "/var/lib/kiln-slurm")) / "run",
     Path(os.environ.get("KILN_SLURM2_DIR", "/var/lib/kiln-slurm2")) / "run",
+    Path(os.environ.get("KILN_SLURMB_DIR", "/var/lib/kiln-slurm-b")) / "run",
 ]
 
 
