@@ -116,8 +116,9 @@ def test_run_it_terminal(server):
     set_size(fd, 40, 132)
     os.write(fd, b"stty size\r")
     expect(fd, "40 132")
-    os.write(fd, b"sleep 300; echo not-$((1+1))\r")
-    time.sleep(0.5)  # the sleep is in the foreground by then
+    os.write(fd, b"sh -c 'echo started-$((1+1)); exec sleep 300'; "
+                 b"echo not-$((1+1))\r")
+    expect(fd, "started-2")  # the child is in the foreground
     os.write(fd, b"\x03")
     os.write(fd, b"echo alive-$((1+1))\r")
     seen = expect(fd, "alive-2")
@@ -151,7 +152,6 @@ def test_detach_and_attach(server):
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     os.close(fd)
-    time.sleep(0.5)
     assert server.job(job_id)["state"] == "running"
 
     pid, fd = spawn(server, "attach", str(job_id))
@@ -243,6 +243,12 @@ def test_exec_reads_no_more_than_the_task(server):
     res = server.cli("exec", str(job_id), "--", "sh", "-c",
                      f"ls {server.home} 2>&1; cat /proc/1/environ 2>&1")
     assert token not in res.stdout + res.stderr
+    # Nor can it reach its shim's session socket.
+    res = server.cli("exec", str(job_id), "--", "sh", "-c",
+                     'test -e "$KILN_TASK_DIR.sock" && echo seen || '
+                     'echo hidden')
+    assert res.stdout == "hidden\n", res.stderr
+    assert (server.home / "tasks" / str(job_id) / "1" / "0.sock").exists()
 
 
 def test_run_needs_a_terminal_flag(server):
@@ -355,7 +361,8 @@ def test_flooding_session_does_not_stall_others(server):
                       token=alice)
     assert sock
     rss_before = server_rss(server)
-    time.sleep(1.0)  # the flood fills every window and buffer on its way
+    # The flood is under way; from now on nothing more is read.
+    assert any(f[0] == DATA for f in frames(sock, until=DATA))
     for _ in range(3):
         started = time.monotonic()
         res = server.cli("exec", str(other_job), "--", "echo", "quick",
