@@ -609,20 +609,25 @@ static void read_session(struct shim_sessions *ss, struct sess *x)
 
 /* ---- a process's output ---- */
 
+/* Reads per turn of the loop: a bulk stream moves in fewer turns,
+   and the other sessions still get theirs. */
+#define READS_PER_TURN 8
+
 static void read_output(struct sess *x, int *fd, uint32_t stream)
 {
 	uint8_t buf[KN_MUX_MAX_PAYLOAD];
-	size_t can = room(x, stream);
-	ssize_t n;
+	size_t can;
+	ssize_t n = 0;
 
-	if (*fd < 0 || !can)
-		return;
-	n = read(*fd, buf, can);
-	if (n > 0) {
+	for (int i = 0; i < READS_PER_TURN; i++) {
+		if (*fd < 0 || !(can = room(x, stream)))
+			return;
+		n = read(*fd, buf, can);
+		if (n <= 0)
+			break;
 		queue_data(x, stream, buf, (size_t)n);
-		return;
 	}
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+	if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
 		return;
 	/* The end (a terminal says EIO once no one holds its other side). */
 	if (x->tty && *fd == x->in_fd)
