@@ -203,10 +203,12 @@ def main():
             sshd.terminate()
             sshd.wait()
         if server:
-            subprocess.run([a.kiln, "cancel", job], env=env,
-                           capture_output=True)
-            server.terminate()
-            server.wait()
+            try:  # the job's task and shim end with it
+                subprocess.run([a.kiln, "cancel", "--all", "--yes"], env=env,
+                               capture_output=True, timeout=30)
+            finally:
+                server.terminate()
+                server.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 

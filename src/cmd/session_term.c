@@ -40,6 +40,7 @@ struct term {
 	bool held_p;   /* a Ctrl-P waits for the key after it */
 	bool stdin_eof;
 	bool ended, failed, detached;
+	bool lost; /* the connection broke, rather than a refusal */
 	int status;
 	char why[KN_MUX_MAX_TEXT + 1];
 };
@@ -61,6 +62,7 @@ static void send_frame(struct term *t, const uint8_t *f, size_t n)
 {
 	if (!t->failed && cli_conn_send(t->conn, f, n) < 0) {
 		t->failed = true;
+		t->lost = true;
 		snprintf(t->why, sizeof(t->why), "lost the connection");
 	}
 }
@@ -164,6 +166,7 @@ static void read_conn(struct term *t)
 			return;
 		if (cc != CURLE_OK || n == 0) {
 			t->failed = true;
+			t->lost = true;
 			snprintf(t->why, sizeof(t->why),
 				 "lost the connection");
 			return;
@@ -329,8 +332,11 @@ int session_term_run(void *conn, const char *early, size_t n_early,
 			(long long)o->job_id, (long long)o->job_id);
 		return CLI_EXIT_OK;
 	}
+	/* A lost connection leaves the task running; a refusal says why. */
 	fprintf(stderr, "%skiln: %s%s\n", t.raw ? "\r\n" : "",
 		t.why[0] ? t.why : "the session ended",
-		o->detachable ? "; the job runs on (kiln attach)" : "");
+		o->detachable && (!t.why[0] || t.lost)
+			? "; the job runs on (kiln attach)"
+			: "");
 	return CLI_EXIT_FAIL;
 }

@@ -251,11 +251,23 @@ def test_exec_reads_no_more_than_the_task(server):
     assert (server.home / "tasks" / str(job_id) / "1" / "0.sock").exists()
 
 
-def test_run_needs_a_terminal_flag(server):
+def test_usage_and_refusals(server):
+    """run without -it and exec without a command are usage errors;
+    attaching to a task with no terminal, or to a job that is not
+    running, says why."""
     res = server.cli("run", "--", "true")
     assert res.returncode == 2 and "-it" in res.stderr
     res = server.cli("exec", "1")
     assert res.returncode == 2 and "--" in res.stderr
+    job_id = running_job(server, ["sleep", "300"])
+    res = server.cli("attach", str(job_id))
+    assert res.returncode == 1
+    assert "the task has no terminal" in res.stderr, res.stderr
+    assert "runs on" not in res.stderr
+    server.cli("cancel", str(job_id), check=True)
+    server.wait_state(job_id, "cancelled")
+    res = server.cli("exec", str(job_id), "--", "true")
+    assert res.returncode == 1 and "not running" in res.stderr
 
 
 # ---- the protocol by hand ----
