@@ -806,6 +806,7 @@ struct kn_fd_stream {
 	struct bufferevent *bev;
 	struct kn_tunnel_ops ops;
 	void *arg;
+	bool write_broken; /* the peer reads no more: output is dropped */
 };
 
 static void fd_stream_read(struct bufferevent *bev, void *arg)
@@ -839,6 +840,16 @@ static void fd_stream_event(struct bufferevent *bev, short what, void *arg)
 	(void)bev;
 	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
 		return;
+	/* A peer that closed may have sent its last bytes first: they are
+	   read (as the owner wants them) until the end of its side. */
+	if (what & BEV_EVENT_WRITING) {
+		s->write_broken = true;
+		bufferevent_disable(s->bev, EV_WRITE);
+		evbuffer_drain(bufferevent_get_output(s->bev),
+			       evbuffer_get_length(
+				       bufferevent_get_output(s->bev)));
+		return;
+	}
 	if (s->ops.on_closed)
 		s->ops.on_closed(s->arg);
 	kn_fd_stream_free(s);
@@ -870,7 +881,8 @@ struct kn_fd_stream *kn_fd_stream_new(struct kn_loop *loop, int fd,
 void kn_fd_stream_write(struct kn_fd_stream *s, const void *data,
 			size_t len)
 {
-	bufferevent_write(s->bev, data, len);
+	if (!s->write_broken)
+		bufferevent_write(s->bev, data, len);
 }
 
 size_t kn_fd_stream_pending(const struct kn_fd_stream *s)

@@ -288,7 +288,8 @@ size_t kn_front_tunnels_of(const struct kn_front *f, const char *owner);
  * A connected non-blocking socket of the server's own (a task shim's
  * session socket) with the same callbacks as a tunnel, each on a later
  * turn of the loop than the call that caused it; on_drain may also come
- * when nothing was held back. The owner frees it (kn_fd_stream_free),
+ * when nothing was held back. When writing fails, what the peer sent
+ * before it closed is still read; on_closed comes at the end of that. The owner frees it (kn_fd_stream_free),
  * from any callback but on_closed, after which it must not touch it: an
  * on_data that freed it returns false.
  */

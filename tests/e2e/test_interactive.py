@@ -206,6 +206,18 @@ def test_exec_beside_a_task(server, tmp_path):
     assert any("tr a-z A-Z" in d for d in details), audit
 
 
+def test_exec_output_comes_whole(server):
+    """Bulk output (many windows' worth, the relay paused and resumed on
+    the way) arrives whole and in order, then the exit status, every
+    time, including when the shim closes right after its last bytes."""
+    job_id = running_job(server, ["sleep", "300"])
+    want = "".join(f"{i}\n" for i in range(1, 1500001))
+    for _ in range(3):
+        res = server.cli("exec", str(job_id), "--", "seq", "1500000")
+        assert res.returncode == 0, res.stderr
+        assert len(res.stdout) == len(want) and res.stdout == want
+
+
 def test_exec_refused_to_viewers_and_other_users(server):
     """The job's owner and operators may exec; a viewer and another user
     get 403, and the other user's refusal is on the record."""
