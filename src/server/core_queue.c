@@ -489,6 +489,12 @@ static int executor_check(struct server *s, const struct kn_job_spec *spec,
 {
 	struct kn_error why;
 
+	/* The shim's terminal and session socket are the local executor's. */
+	if (spec->tty && strcmp(s->exec->ops->name, "local") != 0)
+		return kn_errorf(err, KN_EINVAL, "tty",
+				 "%s: tty: interactive tasks need the local "
+				 "executor; this server runs %s",
+				 filename, s->exec->ops->name);
 	if (!s->exec->ops->check ||
 	    s->exec->ops->check(s->exec, spec, &why) == 0)
 		return 0;
