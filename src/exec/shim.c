@@ -402,7 +402,8 @@ static int parse_server_user(json_t *o, struct kn_sandbox_config *cfg,
 static int prepare_sandbox(struct shim *s, struct kn_error *err)
 {
 	static const char *const dir_vars[] = {
-		"KILN_INPUT_DIR", "KILN_OUTPUT_DIR", "KILN_CHECKPOINT_DIR", NULL,
+		"KILN_INPUT_DIR", "KILN_OUTPUT_DIR", "KILN_CHECKPOINT_DIR",
+		"KILN_DEVENV_HOME", NULL,
 	};
 	const char *writable[MAX_SHIM_PATHS] = {NULL}, *visible[3] = {NULL};
 	char *read_only[MAX_SHIM_PATHS] = {NULL}, *real[2] = {NULL};

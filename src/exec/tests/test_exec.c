@@ -1003,7 +1003,7 @@ static void test_slurm_sbatch_args(void **state)
    executor it has. */
 static void test_executor_instances(void **state)
 {
-	struct kn_slurm_config cfg = {100, "default=batch"};
+	struct kn_slurm_config cfg = {100, "default=batch", NULL};
 	struct kn_executor *local = kn_local_executor_new();
 	struct kn_executor *slurm = kn_slurm_executor_new(&cfg);
 
@@ -1063,7 +1063,7 @@ static void test_local_check(void **state)
 static void test_slurm_task_fill(void **state)
 {
 	struct kn_slurm_config cfg = {
-		100, "default=batch,spot=cheap,pool:a100=big"};
+		100, "default=batch,spot=cheap,pool:a100=big", NULL};
 	struct kn_task_launch l = {.rank = 1, .ntasks = 2};
 	struct kn_slurm_task t;
 	char partition[16];
@@ -1112,7 +1112,8 @@ static void test_slurm_config_check(void **state)
 		"batch", "=batch", "default=", "gpu=batch", "pool:=batch",
 		"default=batch,,spot", NULL,
 	};
-	struct kn_slurm_config cfg = {100, "default=batch,spot=c,pool:a=b"};
+	struct kn_slurm_config cfg = {100, "default=batch,spot=c,pool:a=b",
+				      NULL};
 	struct kn_error err;
 
 	(void)state;
