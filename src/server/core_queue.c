@@ -270,10 +270,18 @@ void queue_push(struct server *s, int64_t id, int priority,
 
 void jobs_idem_settle(struct server *s, bool committed)
 {
-	struct queued_job *q = s->idem_queued, *next;
+	struct queued_job *q = s->idem_queued;
 
 	s->idem_open = false;
 	s->idem_queued = NULL;
+	jobs_held_settle(s, q, committed);
+}
+
+void jobs_held_settle(struct server *s, struct queued_job *q,
+		      bool committed)
+{
+	struct queued_job *next;
+
 	for (; q; q = next) {
 		next = q->next;
 		if (!committed) {
@@ -545,6 +553,12 @@ static int fit_check(struct server *s, const struct kn_job_spec *spec,
 /* A job just stored joins the queue, or waits for its key's commit. */
 static void queue_submitted(struct server *s, struct queued_job *q)
 {
+	if (s->group_member) {
+		/* Queued once the group's commit is on disk. */
+		q->next = s->group_queued;
+		s->group_queued = q;
+		return;
+	}
 	if (s->idem_open) {
 		/* Queued only if the key's transaction commits: its rollback
 		   must leave no job behind, nor an id the next one reuses. */

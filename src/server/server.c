@@ -440,6 +440,11 @@ static void services_stop(struct server *s)
 static void server_release(struct server *s)
 {
 	s->closing = true;
+	/* Submits waiting on the group's commit get it, and their answer. */
+	if (s->store)
+		submit_group_flush(s);
+	kn_timer_free(s->group_timer);
+	s->group_timer = NULL;
 	logs_free_all(s);
 	feed_free(s->feed);
 	s->feed = NULL;
