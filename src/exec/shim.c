@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -69,6 +70,8 @@ struct shim {
 
 	char **task_env;    /* built before the fork */
 	struct kn_sandbox *sandbox;
+	bool tty;           /* launch "tty": the task runs on a terminal */
+	struct shim_sessions *sessions; /* TASK_DIR.sock, or NULL */
 
 	int log_fd;
 	int64_t log_size;
@@ -166,6 +169,7 @@ static int load_launch(struct shim *s, struct kn_error *err)
 	if (s->stop_signal < 0 || s->stop_signal >= 65)
 		s->stop_signal = 0;
 	s->log_stdout = json_is_true(json_object_get(doc, "log_stdout"));
+	s->tty = json_is_true(json_object_get(doc, "tty"));
 	if (json_is_string(json_object_get(doc, "run_as")))
 		s->run_as = kn_xstrdup(
 			json_string_value(json_object_get(doc, "run_as")));
@@ -470,7 +474,9 @@ static int release_child(struct shim *s, int go, struct kn_error *err)
 {
 	int rc = 0;
 
-	setpgid(s->child, s->child); /* also done by the child: no race */
+	/* On a terminal the child makes its own session (and group). */
+	if (!s->tty)
+		setpgid(s->child, s->child); /* also done by the child */
 	if (s->cgroup)
 		rc = kn_cgroup_enter(s->cgroup, (int)s->child, err);
 	if (rc == 0 && write(go, "g", 1) == 1)
@@ -527,15 +533,21 @@ static int start_child(struct shim *s, int out_fd, struct kn_error *err)
 		return rc;
 	}
 	die_with_shim(shim_fd);
-	/* Child: its own process group, so a stop reaches all it starts. */
+	/* Child: its own process group, so a stop reaches all it starts;
+	   on a terminal, its own session, whose terminal it is. */
 	close(go[1]);
-	setpgid(0, 0);
+	if (s->tty) {
+		if (setsid() < 0 || ioctl(out_fd, TIOCSCTTY, 0) < 0)
+			_exit(127);
+	} else {
+		setpgid(0, 0);
+	}
 	{
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 	}
-	int devnull = open("/dev/null", O_RDONLY);
+	int devnull = s->tty ? dup(out_fd) : open("/dev/null", O_RDONLY);
 	if (devnull >= 0) {
 		dup2(devnull, 0);
 		close(devnull);
@@ -726,121 +738,42 @@ static int end_unstarted(struct shim *s, int code, const char *why,
 	return rc;
 }
 
+/*
+ * The task's sessions (shim_session.c): listened for before the task
+ * starts, so a client that sees it running finds the socket, and taken
+ * once it runs. Without them the task still runs, and the server says
+ * no session can be had.
+ */
+static void sessions_listen(struct shim *s)
+{
+	struct kn_error err;
+
+	s->sessions = shim_sessions_new(s->dir, &err);
+	if (!s->sessions)
+		kn_log(KN_LOG_WARN, "no interactive sessions: %s",
+		       err.message);
+}
+
+static void sessions_start(struct shim *s, int tty_master)
+{
+	struct shim_session_cfg cfg = {
+		.task_dir = s->dir,
+		.sandbox = s->sandbox,
+		.init_pid = (int)s->child,
+		.workdir = s->workdir ? s->workdir : s->dir,
+		.env = s->task_env,
+		.cgroup = s->cgroup,
+		.tty_master = s->tty ? tty_master : -1,
+	};
+
+	shim_sessions_task(s->sessions, &cfg);
+}
+
 int kn_shim_main_prepared(const char *task_dir,
 			  const struct kn_shim_prepare *prep,
 			  struct kn_error *err)
 {
 	return exec_shim_main(task_dir, prep, KN_SANDBOX_LOCAL, err);
-}
-
-/*
- * Until the task has ended and its output is drained: copy its output to
- * the log, pass signals on or turn them into a stop, and enforce the
- * timeout and the stop's grace. Returns the task's wait status.
- */
-static int supervise(struct shim *s, int out_fd, int sfd, int tfd)
-{
-	bool child_done = false, out_open = true;
-	int64_t drain_deadline = 0;
-	int wstatus = 0;
-	char buf[65536];
-
-	while (!child_done || out_open) {
-		struct pollfd fds[3] = {
-			{out_fd, POLLIN, 0},
-			{sfd, POLLIN, 0},
-			{tfd, POLLIN, 0},
-		};
-		int wait_ms = -1;
-
-		if (child_done) {
-			wait_ms = (int)(drain_deadline - kn_mono_ms());
-			if (wait_ms <= 0)
-				break;
-		} else if (s->stop_poll_ms > 0 && !s->stopping) {
-			/*
-			 * Under Slurm the server cannot signal the shim alone
-			 * (Slurm signals every process of the step), so it
-			 * leaves stop.json in the shared task directory.
-			 */
-			char *stop = kn_asprintf("%s/stop.json", s->dir);
-			bool asked = access(stop, F_OK) == 0;
-			free(stop);
-			if (asked) {
-				begin_stop(s, tfd, NULL, 0);
-				continue;
-			}
-			wait_ms = s->stop_poll_ms;
-		}
-		if (!out_open)
-			fds[0].fd = -1;
-		if (poll(fds, 3, wait_ms) < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		if (fds[0].revents) {
-			ssize_t n = read(out_fd, buf, sizeof(buf));
-			if (n > 0)
-				write_log(s, buf, (size_t)n);
-			else if (n == 0 || errno != EINTR)
-				out_open = false;
-		}
-		if (fds[1].revents & POLLIN) {
-			struct signalfd_siginfo si;
-			if (read(sfd, &si, sizeof(si)) != sizeof(si))
-				continue;
-			if (si.ssi_signo == SIGCHLD) {
-				if (!child_done &&
-				    waitpid(s->child, &wstatus, WNOHANG) ==
-					    s->child) {
-					child_done = true;
-					kn_sandbox_task_status(s->sandbox,
-							       &wstatus);
-					/* Leftovers of the group go with it. */
-					kill(-s->child, SIGKILL);
-					drain_deadline = kn_mono_ms() + DRAIN_MS;
-				}
-			} else if (s->stop_signal &&
-				   (int)si.ssi_signo == s->stop_signal &&
-				   !child_done) {
-				begin_stop(s, tfd, NULL, s->stop_signal);
-			} else if ((si.ssi_signo == SIGUSR1 ||
-				    si.ssi_signo == SIGUSR2) && !child_done) {
-				kill(-s->child, (int)si.ssi_signo);
-			} else if (si.ssi_signo != SIGHUP && !child_done) {
-				begin_stop(s, tfd, NULL, 0);
-			}
-		}
-		if (fds[2].revents & POLLIN) {
-			uint64_t ticks;
-			if (read(tfd, &ticks, sizeof(ticks)) < 0)
-				continue;
-			if (child_done)
-				continue;
-			if (!s->stopping)
-				begin_stop(s, tfd, "timeout", 0);
-			else
-				kill(-s->child, SIGKILL);
-		}
-	}
-	return wstatus;
-}
-
-static void shim_release(struct shim *s)
-{
-	free_strings(s->argv);
-	free_strings(s->env);
-	free_strings(s->devices);
-	kn_sandbox_strings_free(s->task_env);
-	kn_sandbox_free(s->sandbox);
-	free(s->run_as);
-	json_decref(s->user_doc);
-	json_decref(s->server_user_doc);
-	free(s->home);
-	free(s->cgroup_root);
-	free(s->cgroup_parent);
-	free(s->workdir);
 }
 
 int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
@@ -851,7 +784,9 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 	struct shim s;
 	sigset_t mask;
 	int pipefd[2] = {-1, -1}, sfd = -1, tfd = -1, rc, wstatus = 0;
-	int64_t started;
+	bool child_done = false, out_open = true;
+	int64_t started, drain_deadline = 0;
+	char buf[65536];
 
 	memset(&s, 0, sizeof(s));
 	s.dir = task_dir;
@@ -880,7 +815,10 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
-	if (sfd < 0 || tfd < 0 || pipe2(pipefd, O_CLOEXEC) < 0) {
+	if (sfd < 0 || tfd < 0 ||
+	    (s.tty && host == KN_SANDBOX_LOCAL
+		     ? exec_open_pty(&pipefd[0], &pipefd[1])
+		     : pipe2(pipefd, O_CLOEXEC)) < 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "shim set-up failed: %s",
 			       strerror(errno));
 		goto out;
@@ -893,6 +831,8 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		goto out;
 	}
 	started = kn_now_ms();
+	if (host == KN_SANDBOX_LOCAL)
+		sessions_listen(&s);
 	/* Room for the exit is taken now; a task is not started without. */
 	rc = exec_exit_record_prepare(task_dir, &s.record_fd);
 	if (rc < 0) {
@@ -936,14 +876,112 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 	}
 	if (s.timeout_ms > 0)
 		arm_timer(tfd, s.timeout_ms);
+	sessions_start(&s, pipefd[0]);
 
-	wstatus = supervise(&s, pipefd[0], sfd, tfd);
+	while (!child_done || out_open) {
+		struct pollfd fds[3 + SHIM_SESSIONS_POLL_MAX] = {
+			{pipefd[0], POLLIN, 0},
+			{sfd, POLLIN, 0},
+			{tfd, POLLIN, 0},
+		};
+		size_t nfds = 3 + shim_sessions_poll_fill(
+					  s.sessions, fds + 3,
+					  SHIM_SESSIONS_POLL_MAX);
+		size_t room = s.tty && s.sessions
+				      ? shim_sessions_task_room(s.sessions)
+				      : sizeof(buf);
+		int wait_ms = -1;
+
+		if (child_done) {
+			wait_ms = (int)(drain_deadline - kn_mono_ms());
+			if (wait_ms <= 0)
+				break;
+		} else if (s.stop_poll_ms > 0 && !s.stopping) {
+			/*
+			 * Under Slurm the server cannot signal the shim alone
+			 * (Slurm signals every process of the step), so it
+			 * leaves stop.json in the shared task directory.
+			 */
+			char *stop = kn_asprintf("%s/stop.json", task_dir);
+			bool asked = access(stop, F_OK) == 0;
+			free(stop);
+			if (asked) {
+				begin_stop(&s, tfd, NULL, 0);
+				continue;
+			}
+			wait_ms = s.stop_poll_ms;
+		}
+		if (!out_open || !room)
+			fds[0].fd = -1;
+		if (shim_sessions_timeout(s.sessions) == 0)
+			wait_ms = 0;
+		if (poll(fds, nfds, wait_ms) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (fds[0].revents) {
+			ssize_t n = read(pipefd[0], buf,
+					 room < sizeof(buf) ? room
+							    : sizeof(buf));
+			if (n > 0) {
+				write_log(&s, buf, (size_t)n);
+				if (s.tty)
+					shim_sessions_task_output(
+						s.sessions, buf, (size_t)n);
+			} else if (n == 0 ||
+				   (errno != EINTR && errno != EAGAIN)) {
+				out_open = false;
+			}
+		}
+		shim_sessions_poll_done(s.sessions, fds + 3, nfds - 3);
+		if (fds[1].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			if (read(sfd, &si, sizeof(si)) != sizeof(si))
+				continue;
+			if (si.ssi_signo == SIGCHLD) {
+				shim_sessions_reap(s.sessions);
+				if (!child_done &&
+				    waitpid(s.child, &wstatus, WNOHANG) ==
+					    s.child) {
+					child_done = true;
+					kn_sandbox_task_status(s.sandbox,
+							       &wstatus);
+					/* Leftovers of the group go with it. */
+					kill(-s.child, SIGKILL);
+					drain_deadline = kn_mono_ms() + DRAIN_MS;
+				}
+			} else if (s.stop_signal &&
+				   (int)si.ssi_signo == s.stop_signal &&
+				   !child_done) {
+				begin_stop(&s, tfd, NULL, s.stop_signal);
+			} else if ((si.ssi_signo == SIGUSR1 ||
+				    si.ssi_signo == SIGUSR2) && !child_done) {
+				kill(-s.child, (int)si.ssi_signo);
+			} else if (si.ssi_signo != SIGHUP && !child_done) {
+				begin_stop(&s, tfd, NULL, 0);
+			}
+		}
+		if (fds[2].revents & POLLIN) {
+			uint64_t ticks;
+			if (read(tfd, &ticks, sizeof(ticks)) < 0)
+				continue;
+			if (child_done)
+				continue;
+			if (!s.stopping)
+				begin_stop(&s, tfd, "timeout", 0);
+			else
+				kill(-s.child, SIGKILL);
+		}
+	}
+	shim_sessions_finish(s.sessions, wstatus, s.reason);
 	limits_end(&s, wstatus);
 	rc = write_status(&s, wstatus, started, kn_now_ms());
 	if (rc < 0)
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s/status.json: %s",
 			       task_dir, strerror(-rc));
 out:
+	shim_sessions_free(s.sessions);
 	limits_end(&s, wstatus);
 	if (pipefd[0] >= 0)
 		close(pipefd[0]);
@@ -959,7 +997,18 @@ out:
 		close(s.times_fd);
 	if (s.record_fd >= 0)
 		close(s.record_fd);
-	shim_release(&s);
+	free_strings(s.argv);
+	free_strings(s.env);
+	free_strings(s.devices);
+	kn_sandbox_strings_free(s.task_env);
+	kn_sandbox_free(s.sandbox);
+	free(s.run_as);
+	json_decref(s.user_doc);
+	json_decref(s.server_user_doc);
+	free(s.home);
+	free(s.cgroup_root);
+	free(s.cgroup_parent);
+	free(s.workdir);
 	return rc < 0 ? 1 : 0;
 }
 

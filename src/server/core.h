@@ -65,6 +65,10 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
  * the store forgot them.
  */
 void jobs_idem_settle(struct server *s, bool committed);
+/* Jobs held for a commit (linked by next): queued, or freed. */
+struct queued_job;
+void jobs_held_settle(struct server *s, struct queued_job *held,
+		      bool committed);
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		struct kn_error *err);
 /*

@@ -270,10 +270,18 @@ void queue_push(struct server *s, int64_t id, int priority,
 
 void jobs_idem_settle(struct server *s, bool committed)
 {
-	struct queued_job *q = s->idem_queued, *next;
+	struct queued_job *q = s->idem_queued;
 
 	s->idem_open = false;
 	s->idem_queued = NULL;
+	jobs_held_settle(s, q, committed);
+}
+
+void jobs_held_settle(struct server *s, struct queued_job *q,
+		      bool committed)
+{
+	struct queued_job *next;
+
 	for (; q; q = next) {
 		next = q->next;
 		if (!committed) {
@@ -489,6 +497,12 @@ static int executor_check(struct server *s, const struct kn_job_spec *spec,
 {
 	struct kn_error why;
 
+	/* The shim's terminal and session socket are the local executor's. */
+	if (spec->tty && strcmp(s->exec->ops->name, "local") != 0)
+		return kn_errorf(err, KN_EINVAL, "tty",
+				 "%s: tty: interactive tasks need the local "
+				 "executor; this server runs %s",
+				 filename, s->exec->ops->name);
 	if (!s->exec->ops->check ||
 	    s->exec->ops->check(s->exec, spec, &why) == 0)
 		return 0;
@@ -500,16 +514,25 @@ static int executor_check(struct server *s, const struct kn_job_spec *spec,
  * A job the cluster could not hold even empty is refused (409) rather
  * than queued for ever, as sbatch refuses it. Not where the engine places
  * tasks itself, nor while a pool may add nodes: the autoscaler judges
- * those.
+ * those. An engine with limits of its own (a Slurm partition's) judges
+ * first.
  */
 static int fit_check(struct server *s, const struct kn_job_spec *spec,
 		     const char *filename, struct kn_error *err)
 {
 	struct kn_sched_binding *bindings;
+	struct kn_error why;
 	struct sreq sr;
 	char reason[512];
 	int rc;
 
+	/* An engine that knows its own limits (Slurm's partitions). */
+	if (s->exec->ops->admit && s->exec->ops->admit(s->exec, spec, &why) < 0)
+		return kn_errorf(err, KN_ECONFLICT, why.field[0] ? why.field
+								 : "resources",
+				 "%s: %s (hold=1 queues it anyway, for nodes "
+				 "to come)", filename ? filename : "job",
+				 why.message);
 	if (s->exec->ops->places_tasks || s->cfg.n_pools)
 		return 0;
 	sreq_build(s, spec, &sr);
@@ -530,6 +553,12 @@ static int fit_check(struct server *s, const struct kn_job_spec *spec,
 /* A job just stored joins the queue, or waits for its key's commit. */
 static void queue_submitted(struct server *s, struct queued_job *q)
 {
+	if (s->group_member) {
+		/* Queued once the group's commit is on disk. */
+		q->next = s->group_queued;
+		s->group_queued = q;
+		return;
+	}
 	if (s->idem_open) {
 		/* Queued only if the key's transaction commits: its rollback
 		   must leave no job behind, nor an id the next one reuses. */

@@ -242,6 +242,25 @@ int core_node_remove(struct server *s, size_t i, struct kn_error *err)
 	return 0;
 }
 
+/*
+ * The engine's side of a state change (Slurm: scontrol update), with
+ * who and why in Slurm's reason, so `sinfo -R` says it came from kiln.
+ */
+static void engine_set_node(struct server *s, const char *name,
+			    const char *state, const char *reason)
+{
+	bool drain = strcmp(state, "ready") != 0;
+	struct kn_error err;
+	char why[192];
+
+	/* The reason already names who ("cordoned by alice: ..."). */
+	snprintf(why, sizeof(why), "kiln: %s",
+		 reason && *reason ? reason : state);
+	if (s->exec->ops->set_node(s->exec, name, drain, why, &err) < 0)
+		kn_log(KN_LOG_WARN, "node %s: Slurm not told: %s", name,
+		       err.message);
+}
+
 int nodes_set_state(struct server *s, const struct caller *c,
 		    const char *name, const char *state, const char *reason,
 		    struct kn_error *err)
@@ -273,7 +292,7 @@ int nodes_set_state(struct server *s, const struct caller *c,
 					      err);
 	if (rc == 0) {
 		struct kn_audit a;
-		char object[96];
+		char object[96], detail[320];
 
 		snprintf(object, sizeof(object), "node/%s", name);
 		memset(&a, 0, sizeof(a));
@@ -286,6 +305,14 @@ int nodes_set_state(struct server *s, const struct caller *c,
 		a.object = object;
 		a.outcome = "ok";
 		a.detail = (char *)reason;
+		if (s->exec->ops->set_node && strcmp(state, "unhealthy")) {
+			/* What the engine is asked to do is on the record. */
+			snprintf(detail, sizeof(detail), "%s%sslurm: State=%s",
+				 reason ? reason : "",
+				 reason && *reason ? "; " : "",
+				 strcmp(state, "ready") ? "DRAIN" : "RESUME");
+			a.detail = detail;
+		}
 		rc = kn_store_audit_insert(s->store, &a, err);
 	}
 	if (rc == 0)
@@ -297,6 +324,10 @@ int nodes_set_state(struct server *s, const struct caller *c,
 		sn->schedulable = strcmp(prev_state, "ready") == 0;
 		return rc;
 	}
+	/* Unhealthy: `kiln health --drain` drains the node in Slurm
+	   itself, with the check's own words (cmd_health.c). */
+	if (s->exec->ops->set_node && strcmp(state, "unhealthy"))
+		engine_set_node(s, name, state, reason);
 	if (strcmp(prev_state, state) || strcmp(prev_reason, node->reason))
 		feed_publish(s, "node.state",
 			     json_pack("{s:s, s:s, s:o}", "node", name, "state",
