@@ -1,41 +1,51 @@
 /*
- * One file sent as a model blob in large parts, several at once
- * (model_upload.c), for `kiln model push`.
+ * One file sent as a model blob in large parts, several at once, hashed
+ * as it is read (model_upload.c), for `kiln model push`.
  */
 #ifndef KILN_CMD_MODEL_UPLOAD_H
 #define KILN_CMD_MODEL_UPLOAD_H
 
+#include <pthread.h>
 #include <stdint.h>
-#include <time.h>
+#include <sys/stat.h>
 
 #include "cmd/cli.h"
 
 /* Parts in flight for one file, each over its own connection. */
 #define MODEL_UPLOAD_STREAMS 4
 
-/* Called with the bytes the push has sent or found held in all, from any
-   thread (one at a time). */
+/* Called with the bytes the push has sent or found held in all, with
+   the push's lock held (one call at a time). */
 typedef void (*model_upload_progress)(int64_t done, void *arg);
+
+/* What the files of one push share: their counts and progress. */
+struct model_push_totals {
+	pthread_mutex_t lock;
+	int64_t sent;    /* bytes sent */
+	int64_t resumed; /* bytes the server held from a push before */
+	model_upload_progress progress;
+	void *progress_arg;
+};
 
 struct model_upload {
 	const char *path;   /* the file */
-	const char *digest; /* its sha256, as hashed */
-	int64_t size;       /* its size, as hashed */
-	/* When it was hashed: a file modified since is refused by name. */
-	struct timespec hashed_at;
 	int64_t part_max;   /* the server's, from the missing-blobs answer */
-	model_upload_progress progress;
-	void *progress_arg;
-	int64_t *sent;      /* in: bytes sent before; out: after */
-	int64_t *resumed;   /* out: plus bytes the server had already */
+	struct model_push_totals *totals;
+	/* out */
+	char digest[65];    /* the sha256 of the bytes read and sent */
+	struct stat st;     /* the file as it was read throughout */
 };
 
 /*
- * Send u->path as blob u->digest: ask what the server already holds of
- * it (a push killed before, under the same upload id), then send the
- * other parts, MODEL_UPLOAD_STREAMS at once, each sent again on a lost
- * connection. 0, or an exit status after saying why, naming the file.
+ * Read u->path once, hashing it in order and sending its parts of
+ * u->part_max bytes, MODEL_UPLOAD_STREAMS at once, each sent again on a
+ * lost connection, as an upload named at its commit; then commit it
+ * under the digest. The upload's id comes from the file's identity and
+ * state, so a push killed midway and run again asks the server what it
+ * holds and sends only the rest. A file that changed while it was read
+ * or sent is refused by name and not committed. 0, or an exit status
+ * after saying why, naming the file.
  */
-int model_upload_blob(struct cli_ctx *ctx, const struct model_upload *u);
+int model_upload_file(struct cli_ctx *ctx, struct model_upload *u);
 
 #endif
