@@ -336,6 +336,75 @@ int kn_cgroup_destroy(struct kn_cgroup *cg, struct kn_error *err)
 			 first, "processes are still in it");
 }
 
+/* Whether PARENT/NAME is a leftover task cgroup old enough to remove. */
+static bool stale_task(const char *parent, const char *name, time_t before)
+{
+	char *path;
+	struct stat st;
+	bool yes;
+
+	if (strncmp(name, "task-", 5) != 0)
+		return false;
+	path = kn_asprintf("%s/%s", parent, name);
+	yes = stat(path, &st) == 0 && S_ISDIR(st.st_mode) &&
+	      st.st_mtime <= before;
+	free(path);
+	return yes;
+}
+
+/* rmdir NAME in every hierarchy's parent; true if any was removed. */
+static bool remove_everywhere(char *const *parents, const char *name)
+{
+	bool any = false;
+
+	for (int i = 0; i < CG_N; i++) {
+		char *path;
+		if (!parents[i])
+			continue;
+		path = kn_asprintf("%s/%s", parents[i], name);
+		if (rmdir(path) == 0)
+			any = true;
+		free(path);
+	}
+	return any;
+}
+
+int kn_cgroup_sweep(const struct kn_cgroup_place *place, int64_t min_age_s,
+		    size_t *removed, struct kn_error *err)
+{
+	struct kn_cgroup *cg = NULL;
+	char *parents[CG_N] = {0};
+	time_t before = time(NULL) - (time_t)min_age_s;
+	int rc;
+
+	*removed = 0;
+	/* A name's dirs, less the name, are the parent in each hierarchy. */
+	rc = kn_cgroup_new(place, "sweep", &cg, err);
+	if (rc < 0)
+		return rc;
+	for (int i = 0; i < CG_N; i++)
+		if (cg->dirs[i])
+			parents[i] = kn_asprintf("%.*s", (int)(strlen(cg->dirs[i]) -
+							       strlen("/sweep")),
+						 cg->dirs[i]);
+	/* v1 keeps one tree per controller and a leak may be in any. */
+	for (int i = 0; i < CG_N; i++) {
+		DIR *d = parents[i] ? opendir(parents[i]) : NULL;
+		struct dirent *e;
+		if (!d)
+			continue;
+		while ((e = readdir(d)))
+			if (stale_task(parents[i], e->d_name, before) &&
+			    remove_everywhere(parents, e->d_name))
+				(*removed)++;
+		closedir(d);
+	}
+	for (int i = 0; i < CG_N; i++)
+		free(parents[i]);
+	kn_cgroup_free(cg);
+	return 0;
+}
+
 int64_t cg_cpu_quota_us(int milli)
 {
 	int64_t q = (int64_t)milli * CG_CPU_PERIOD_US / 1000;

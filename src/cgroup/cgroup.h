@@ -91,6 +91,17 @@ int64_t kn_cgroup_oom_kills(struct kn_cgroup *cg);
  * waiting up to ~2 s for the dying to go. A cgroup already gone is fine.
  */
 int kn_cgroup_destroy(struct kn_cgroup *cg, struct kn_error *err);
+/*
+ * Remove the task cgroups ("task-*") left empty under place's parent by
+ * shims that were killed before they could remove their own (SIGKILL,
+ * the OOM killer, a machine's power). Only cgroups at least min_age_s
+ * old are touched, so a task being started by another server under the
+ * same parent is never raced; one still holding a process is left to
+ * the kernel, which refuses to remove it. *removed counts the cgroups
+ * removed (each once, however many hierarchies it was in).
+ */
+int kn_cgroup_sweep(const struct kn_cgroup_place *place, int64_t min_age_s,
+		    size_t *removed, struct kn_error *err);
 /* The cgroup's directory in its first hierarchy (v1: memory's). */
 const char *kn_cgroup_path(const struct kn_cgroup *cg);
 

@@ -171,13 +171,13 @@ static struct upload *upload_find(struct model_state *m, const char *digest,
 
 void models_uploads_expire(struct server *s)
 {
-	struct model_state *m = s->models;
+	struct model_state *m = models_state(s);
 	int64_t now = kn_mono_ms();
 	struct upload *u, *next;
 
 	for (u = m->uploads; u; u = next) {
 		next = u->next;
-		if (now - u->touched_ms <= s->cfg.upload_idle_ms)
+		if (now - u->touched_ms <= core_config(s)->upload_idle_ms)
 			continue;
 		kn_log(KN_LOG_INFO, "dropping %s's upload %s: idle for %llds",
 		       u->owner, upload_label(u),
@@ -209,30 +209,30 @@ static void owner_usage(const struct model_state *m, const char *owner,
 static int staging_room(struct server *s, const char *owner, int64_t len,
 			struct kn_error *err)
 {
-	struct model_state *m = s->models;
+	struct model_state *m = models_state(s);
 	int64_t open, staged;
 	struct statvfs fs;
 
 	owner_usage(m, owner, &open, &staged);
-	if (staged + len > s->cfg.upload_max_staged)
+	if (staged + len > core_config(s)->upload_max_staged)
 		return kn_errorf(err, KN_ELIMIT, "upload",
 				 "%s's uploads would stage %lld bytes, over the "
 				 "cap of %lld (--upload-max-staged): finish or "
 				 "abandon one first",
 				 owner, (long long)(staged + len),
-				 (long long)s->cfg.upload_max_staged);
+				 (long long)core_config(s)->upload_max_staged);
 	if (statvfs(m->staging, &fs) < 0)
 		return kn_errorf(err, KN_EIO, NULL, "%s: %s", m->staging,
 				 strerror(errno));
 	/* In 1/100ths of a block, so a large file system cannot overflow. */
 	if (((long double)fs.f_bavail * fs.f_frsize - (long double)len) * 100 <
-	    (long double)fs.f_blocks * fs.f_frsize * s->cfg.staging_reserve_pct)
+	    (long double)fs.f_blocks * fs.f_frsize * core_config(s)->staging_reserve_pct)
 		return kn_errorf(err, KN_ENOSPACE, NULL,
 				 "insufficient storage: staging %lld more bytes "
 				 "would leave less than %lld%% of the upload "
 				 "file system free (--staging-reserve)",
 				 (long long)len,
-				 (long long)s->cfg.staging_reserve_pct);
+				 (long long)core_config(s)->staging_reserve_pct);
 	return 0;
 }
 
@@ -240,7 +240,7 @@ static int upload_begin(struct server *s, const char *digest,
 			const char *id, const char *owner, struct upload **out,
 			struct kn_error *err)
 {
-	struct model_state *m = s->models;
+	struct model_state *m = models_state(s);
 	int64_t now = kn_mono_ms(), open, staged;
 	struct upload *u;
 	int rc;
@@ -251,7 +251,7 @@ static int upload_begin(struct server *s, const char *digest,
 		upload_drop(m, u);
 	models_uploads_expire(s);
 	owner_usage(m, owner, &open, &staged);
-	if (open >= s->cfg.upload_max_open)
+	if (open >= core_config(s)->upload_max_open)
 		return kn_errorf(err, KN_ELIMIT, "upload",
 				 "%s has %lld uploads open, the cap "
 				 "(--upload-max-open): finish one, or wait "
@@ -386,7 +386,7 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 				 "blob %s: the %lld bytes sent hash to %s; "
 				 "refused", u->digest, (long long)u->offset,
 				 hex);
-	upload_detach(s->models, u);
+	upload_detach(models_state(s), u);
 	close(u->fd);
 	u->fd = -1;
 	w = kn_xcalloc(1, sizeof(*w));
@@ -394,8 +394,8 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 	w->req = req;
 	w->caller = *c;
 	w->u = u;
-	w->store_url = kn_xstrdup(s->blob_url);
-	kn_workers_submit(s->request_workers, upload_commit_work,
+	w->store_url = kn_xstrdup(core_blob_url(s));
+	kn_workers_submit(core_request_workers(s), upload_commit_work,
 			  upload_commit_done, w);
 	return 0;
 }
@@ -546,7 +546,7 @@ static void blob_put_part(struct server *s, struct kn_http_req *req,
 			  const char *id, int64_t offset, int64_t size,
 			  const char *object)
 {
-	struct model_state *m = s->models;
+	struct model_state *m = models_state(s);
 	struct upload *u = upload_find(m, digest, id, c->name);
 	struct kn_error err;
 	size_t len;
@@ -603,7 +603,7 @@ fail:
 void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		       const struct caller *c, const char *param)
 {
-	struct model_state *m = s->models;
+	struct model_state *m = models_state(s);
 	struct upload *u;
 	struct kn_error err;
 	int64_t offset = -1, final = 0, size = -1;
@@ -707,7 +707,7 @@ static void upload_status(struct server *s, struct kn_http_req *req,
 			  const struct caller *c, const char *digest,
 			  const char *id)
 {
-	struct upload *u = upload_find(s->models, digest, id, c->name);
+	struct upload *u = upload_find(models_state(s), digest, id, c->name);
 	struct kn_error err;
 	json_t *o;
 
@@ -850,7 +850,7 @@ void models_h_upload_commit(struct server *s,
 		goto fail;
 	}
 	snprintf(object, sizeof(object), "blob/sha256/%s", digest);
-	u = upload_find(s->models, "", param, c->name);
+	u = upload_find(models_state(s), "", param, c->name);
 	if (!u) {
 		upload_commit_again(s, req, c, param, digest, object);
 		goto out;
@@ -866,7 +866,7 @@ void models_h_upload_commit(struct server *s,
 	kn_strlcpy(u->digest, digest, sizeof(u->digest));
 	if (upload_commit(s, req, c, u, &err) == 0)
 		goto out;
-	upload_drop(s->models, u);
+	upload_drop(models_state(s), u);
 fail:
 	models_fail(s, req, c, "model.blob.put", object, &err);
 out:

@@ -136,9 +136,9 @@ static void models_h_version_create(struct server *s, struct kn_http_req *req,
 	w->caller = *c;
 	w->name = kn_xstrdup(param);
 	w->alias = alias ? kn_xstrdup(alias) : NULL;
-	w->store_url = kn_xstrdup(s->blob_url);
+	w->store_url = kn_xstrdup(core_blob_url(s));
 	w->files = files;
-	kn_workers_submit(s->request_workers, version_push_work,
+	kn_workers_submit(core_request_workers(s), version_push_work,
 			  version_push_done, w);
 	json_decref(body);
 	return;
@@ -160,7 +160,7 @@ static void models_h_list(struct server *s, struct kn_http_req *req,
 	json_t *list;
 
 	(void)param;
-	if (kn_store_model_list(s->store, &rows, &n, &err) < 0) {
+	if (kn_store_model_list(core_store(s), &rows, &n, &err) < 0) {
 		models_fail(s, req, c, "model.list", "models", &err);
 		return;
 	}
@@ -169,7 +169,7 @@ static void models_h_list(struct server *s, struct kn_http_req *req,
 		struct kn_model_alias_row *al = NULL;
 		size_t na = 0;
 		json_t *aliases = json_object();
-		if (kn_store_model_alias_list(s->store, rows[i].name, &al, &na,
+		if (kn_store_model_alias_list(core_store(s), rows[i].name, &al, &na,
 					      &err) == 0)
 			for (size_t k = 0; k < na; k++)
 				json_object_set_new(aliases, al[k].alias,
@@ -198,9 +198,9 @@ static json_t *model_json(struct server *s, const char *name,
 	size_t nv = 0, na = 0, nh = 0;
 	json_t *o = NULL, *versions;
 
-	if (kn_store_model_version_list(s->store, name, &vs, &nv, err) < 0 ||
-	    kn_store_model_alias_list(s->store, name, &al, &na, err) < 0 ||
-	    kn_store_model_alias_history(s->store, name, &hist, &nh, err) < 0)
+	if (kn_store_model_version_list(core_store(s), name, &vs, &nv, err) < 0 ||
+	    kn_store_model_alias_list(core_store(s), name, &al, &na, err) < 0 ||
+	    kn_store_model_alias_history(core_store(s), name, &hist, &nh, err) < 0)
 		goto out;
 	if (nv == 0 && nh == 0) {
 		kn_errorf(err, KN_ENOTFOUND, NULL, "no model named %s", name);
@@ -245,10 +245,10 @@ static json_t *version_json(struct server *s,
 	json_t *o = NULL, *list, *aliases;
 	bool trusted = false;
 
-	if (kn_store_model_signature_list(s->store, v->name, v->version, &sigs,
+	if (kn_store_model_signature_list(core_store(s), v->name, v->version, &sigs,
 					  &ns, err) < 0 ||
-	    kn_store_model_alias_list(s->store, v->name, &al, &na, err) < 0 ||
-	    kn_model_keyring_load(s->models->trusted_keys, &ring, err) < 0)
+	    kn_store_model_alias_list(core_store(s), v->name, &al, &na, err) < 0 ||
+	    kn_model_keyring_load(models_state(s)->trusted_keys, &ring, err) < 0)
 		goto out;
 	list = json_array();
 	for (size_t i = 0; i < ns; i++) {
@@ -272,7 +272,7 @@ static json_t *version_json(struct server *s,
 		      v->created_by, "created_at_ms", (json_int_t)v->created_at,
 		      "manifest", json_loads(v->manifest, 0, NULL), "signatures",
 		      list, "trusted", trusted, "aliases", aliases, "store",
-		      s->blob_url);
+		      core_blob_url(s));
 	json_object_set_new(o, "evaluations",
 			    models_evaluations_json(s, v->name, v->version));
 out:
@@ -370,7 +370,7 @@ static void models_h_sign(struct server *s, struct kn_http_req *req,
 			  (long long)v.version);
 		goto fail;
 	}
-	if (kn_model_keyring_load(s->models->trusted_keys, &ring, &err) < 0)
+	if (kn_model_keyring_load(models_state(s)->trusted_keys, &ring, &err) < 0)
 		goto fail;
 	memset(&row, 0, sizeof(row));
 	row.key_id = key_id;
@@ -385,7 +385,7 @@ static void models_h_sign(struct server *s, struct kn_http_req *req,
 	a.object = object;
 	a.outcome = "ok";
 	a.detail = key_id;
-	rc = kn_store_model_signature_insert(s->store, v.name, v.version, &row,
+	rc = kn_store_model_signature_insert(core_store(s), v.name, v.version, &row,
 					     &a, &err);
 	if (rc == -EEXIST)
 		kn_errorf(&err, KN_ECONFLICT, "public_key",

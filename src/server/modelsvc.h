@@ -7,15 +7,19 @@
 #ifndef KILN_SERVER_MODELSVC_H
 #define KILN_SERVER_MODELSVC_H
 
-#include "internal.h"
-#include "service.h"
-
+#include "ckpt/ckpt.h"
 #include "registry/registry.h"
+#include "server/access.h"
+#include "server/core.h"
+#include "server/feed.h"
+#include "server/idempotency.h"
 #include "server/modelrules.h"
+#include "server/peers.h"
+#include "server/service.h"
 
 struct upload;
 
-/* The registry's state, s->models: made by models_start, freed by
+/* The registry's state, in its slot: made by models_start, freed by
    models_stop. */
 struct model_state {
 	char *staging;          /* $KILN_HOME/registry/uploads */
@@ -23,6 +27,9 @@ struct model_state {
 	struct upload *uploads; /* in progress (models_blobs.c) */
 	struct kn_timer *idle_timer; /* drops uploads idle too long */
 };
+
+/* The registry's state (NULL before models_start). */
+struct model_state *models_state(struct server *s);
 
 /* Drop the uploads idle longer than --upload-idle (models_blobs.c). */
 void models_uploads_expire(struct server *s);

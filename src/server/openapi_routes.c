@@ -47,7 +47,7 @@ const struct oa_op oa_ops[] = {
 	 "preemptible"},
 	{"GET", "/v1/jobs/{id}/logs", "a task's output, or a stream of it",
 	 "task:integer attempt:integer follow:integer offset:integer "
-	 "tail:integer",
+	 "tail:integer since:string timestamps:integer",
 	 NULL, "200 text"},
 	{"GET", "/v1/nodes", "the nodes and their devices", NULL, NULL,
 	 "200 json nodes:[Node]"},
@@ -99,7 +99,8 @@ const struct oa_op oa_ops[] = {
 	 "node or day",
 	 "by:string " COST_WINDOW " detail:integer", NULL,
 	 "200 json by:string since_ms:integer until_ms:integer rows:[CostRow] "
-	 "total:CostRow nodes:[object] unpriced_nodes:[string]"},
+	 "total:CostRow nodes:[object] unpriced_nodes:[string] "
+	 "devenvs:DevenvCost"},
 	{"GET", "/v1/cost/reservations",
 	 "whether reserved capacity or spot would pay off", COST_WINDOW, NULL,
 	 "200 json since_ms:integer until_ms:integer skus:[object] "
@@ -142,6 +143,13 @@ const struct oa_op oa_ops[] = {
 	 "json deployment:string signal:string value:number low:number "
 	 "high:number window_s:integer started_at_ms:integer ~state:string",
 	 "202 json accepted:boolean"},
+	{"POST", "/v1/gateway/metrics",
+	 "the gateway's counters and latency histogram per deployment since "
+	 "it started; kept over a window for each deployment's traffic",
+	 NULL, "json instance:string uptime_ms:integer "
+	 "deployments:[GatewayDeploymentCounters]",
+	 "202 json accepted:boolean; 429 error the server already keeps as "
+	 "many gateways or deployments as it holds"},
 	{"POST", "/v1/model-blobs/missing",
 	 "which of these blobs the store lacks, and the largest part the "
 	 "server takes", NULL, "json digests:[string]",

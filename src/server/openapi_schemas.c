@@ -115,7 +115,20 @@ const struct oa_object oa_objects[] = {
 	 "fallback:string? limits:object created_at_ms:integer "
 	 "updated_at_ms:integer rollout:object? ~spec:object "
 	 "replicas:[Replica] ~follows:string? ~model_version:integer? "
-	 "~kubernetes:object", NULL},
+	 "~kubernetes:object traffic:Traffic?", NULL},
+	{"Traffic", "What the gateways reported of a deployment's requests "
+	 "over the last 5 minutes (window_s: the span their numbers cover), "
+	 "summed over gateways; null when none reported it",
+	 "window_s:number requests:integer requests_per_s:number "
+	 "errors:integer rate_limited:integer fallbacks:integer "
+	 "upstream_errors:integer tokens:integer latency_p50_ms:number? "
+	 "latency_p99_ms:number? gateways:integer reported_at_ms:integer",
+	 NULL},
+	{"GatewayDeploymentCounters", "One deployment's counters in a "
+	 "gateway's report, cumulative since it started",
+	 "name:string requests:integer errors:integer rate_limited:integer "
+	 "fallbacks:integer upstream_errors:integer tokens:integer "
+	 "latency_bounds_s:[number] latency_counts:[integer]", NULL},
 	{"Replica", NULL,
 	 "replica:integer ~job:integer? state:string ready:boolean "
 	 "~restarts:integer address:string? node:string? zone:string?", NULL},
@@ -168,6 +181,16 @@ const struct oa_object oa_objects[] = {
 	{"CostRow", NULL,
 	 "key:string gpu_seconds:number cost_usd:number? "
 	 "total_cost_usd:number? unpriced:boolean|integer", NULL},
+	{"DevenvCost", "Dev environments in the window: idle time, and what "
+	 "stopping idle ones saved",
+	 "rows:[DevenvCostRow] total:DevenvCostTotal", NULL},
+	{"DevenvCostRow", NULL,
+	 "job:integer owner:string name:string gpus:number hours:number "
+	 "idle_hours:number idle_gpu_hours:number idle_cost_usd:number "
+	 "stopped_for:string? saved_gpu_hours:number saved_usd:number", NULL},
+	{"DevenvCostTotal", NULL,
+	 "idle_gpu_hours:number idle_cost_usd:number idle_stops:integer "
+	 "saved_gpu_hours:number saved_usd:number", NULL},
 };
 
 const size_t oa_n_objects = sizeof(oa_objects) / sizeof(oa_objects[0]);

@@ -5,11 +5,18 @@
  * memory, CPUs and the pid cap for its shim to enforce. A server that
  * cannot enforce them refuses to start unless --no-limits says to run
  * tasks without; either way GET /v1/nodes says what is enforced.
+ *
+ * At start it also removes the empty task cgroups that killed shims left
+ * behind: each costs the kernel memory and slows every later cgroup
+ * operation under the same parent.
  */
 #include "internal.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* Older than any task start between making its cgroup and entering it. */
+#define SWEEP_MIN_AGE_S 60
 
 int limits_start(struct server *s, struct kn_error *err)
 {
@@ -26,8 +33,16 @@ int limits_start(struct server *s, struct kn_error *err)
 		return 0;
 	}
 	rc = kn_cgroup_probe(&place, &s->limits, &why);
-	if (rc == 0)
+	if (rc == 0) {
+		size_t swept = 0;
+		if (kn_cgroup_sweep(&place, SWEEP_MIN_AGE_S, &swept, &why) < 0)
+			kn_log(KN_LOG_WARN, "leftover task cgroups stay: %s",
+			       why.message);
+		else if (swept)
+			kn_log(KN_LOG_INFO, "removed %zu empty task cgroups "
+			       "left by killed shims", swept);
 		return 0;
+	}
 	if (s->cfg.no_limits) {
 		kn_log(KN_LOG_WARN, "tasks run without resource limits "
 		       "(--no-limits): %s", why.message);

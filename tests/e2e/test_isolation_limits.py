@@ -397,3 +397,37 @@ def test_task_dies_with_a_killed_shim(limited):
         for p in below:
             if running(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_server_start_removes_cgroups_killed_shims_left(limited):
+    """Empty task cgroups under the parent, left by shims killed before
+    they could remove them, are removed when a server starts; one too
+    young to be a leftover (a task being started) and one that is not a
+    task's stay."""
+    start, parent = limited
+    s = start()
+    s.stop()
+    made = []
+    for c in CONTROLLERS:
+        base = V1 / c / parent.lstrip("/")
+        base.mkdir(exist_ok=True)
+        for name, age in (("task-left0", 3600), ("task-young", 0),
+                          ("other-old", 3600)):
+            d = base / name
+            d.mkdir()
+            made.append(d)
+            if age:
+                os.utime(d, (1000, 1000))
+    try:
+        s.start()
+        for c in CONTROLLERS:
+            base = V1 / c / parent.lstrip("/")
+            assert not (base / "task-left0").exists()
+            assert (base / "task-young").exists()
+            assert (base / "other-old").exists()
+        assert "removed 1 empty task cgroups" in s.log.read_text()
+    finally:
+        s.stop()
+        for d in made:
+            if d.exists():
+                d.rmdir()

@@ -6,6 +6,7 @@
  * absent, the program needs none).
  */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -158,6 +159,64 @@ static void test_v1_files(void **state)
 	kn_cgroup_free(cg);
 	free(node);
 	free(missing);
+	free(self);
+	kn_rm_rf(root);
+	free(root);
+}
+
+/* Make DIR (and its parents) with an old modification time. */
+static void old_dir(const char *root, const char *dir, bool old)
+{
+	char *path = kn_asprintf("%s/%s", root, dir);
+	struct timespec times[2] = {{1000, 0}, {1000, 0}};
+
+	assert_int_equal(kn_mkdir_p(path, 0755), 0);
+	if (old)
+		assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+	free(path);
+}
+
+static bool dir_exists(const char *root, const char *dir)
+{
+	char *path = kn_asprintf("%s/%s", root, dir);
+	bool yes = access(path, F_OK) == 0;
+	free(path);
+	return yes;
+}
+
+/*
+ * In a fake tree a directory holding a file stands for a cgroup holding
+ * a process: rmdir refuses both. Only old, empty "task-*" ones go.
+ */
+static void test_sweep_fake(void **state)
+{
+	char *root = make_dir(), *self = fake_v1(root);
+	struct kn_cgroup_place place = {root, "kiln", self};
+	struct kn_error err;
+	size_t removed = 9;
+	(void)state;
+
+	old_dir(root, "memory/srv/kiln/task-left", true);
+	old_dir(root, "cpu/kiln/task-left", true);
+	old_dir(root, "pids/kiln/task-left", true);
+	old_dir(root, "devices/kiln/task-only-devices", true);
+	old_dir(root, "memory/srv/kiln/task-new", false);
+	old_dir(root, "memory/srv/kiln/other-old", true);
+	touch(root, "memory/srv/kiln/task-busy/cgroup.procs", "42\n");
+	old_dir(root, "memory/srv/kiln/task-busy", true);
+	assert_int_equal(kn_cgroup_sweep(&place, 60, &removed, &err), 0);
+	assert_int_equal(removed, 2);
+	assert_false(dir_exists(root, "memory/srv/kiln/task-left"));
+	assert_false(dir_exists(root, "cpu/kiln/task-left"));
+	assert_false(dir_exists(root, "pids/kiln/task-left"));
+	assert_false(dir_exists(root, "devices/kiln/task-only-devices"));
+	assert_true(dir_exists(root, "memory/srv/kiln/task-new"));
+	assert_true(dir_exists(root, "memory/srv/kiln/other-old"));
+	assert_true(dir_exists(root, "memory/srv/kiln/task-busy"));
+	/* A parent not made yet (no task ran) is nothing to sweep. */
+	place.parent = "never";
+	assert_int_equal(kn_cgroup_sweep(&place, 60, &removed, &err), 0);
+	assert_int_equal(removed, 0);
 	free(self);
 	kn_rm_rf(root);
 	free(root);
@@ -417,6 +476,61 @@ static void test_real_v2_devices(void **state)
 	device_case(KN_CGROUP_ROOT "/unified", KN_CGROUP_V2, &lim);
 }
 
+static int wait_for_gate(const void *arg)
+{
+	char c;
+	return read(*(const int *)arg, &c, 1) == 1 ? 0 : 1;
+}
+
+/*
+ * The real v1 hierarchy (as root): a task cgroup left empty is removed;
+ * one with a process in it is refused by the kernel and stays.
+ */
+static void test_real_v1_sweep(void **state)
+{
+	char *parent = kn_asprintf("/kiln-unit-sweep-%d", (int)getpid());
+	struct kn_cgroup_place place = {KN_CGROUP_ROOT, parent,
+					"/proc/self/cgroup"};
+	struct kn_cgroup_limits lim = {.memory_bytes = 32LL << 20,
+				       .pids_max = 16};
+	struct kn_cgroup *left = NULL, *busy = NULL;
+	struct kn_error err;
+	size_t removed = 0;
+	int gate[2], wstatus;
+	pid_t pid;
+	(void)state;
+
+	if (geteuid() != 0 || kn_cgroup_detect(KN_CGROUP_ROOT) != KN_CGROUP_V1) {
+		free(parent);
+		skip();
+	}
+	assert_int_equal(kn_cgroup_new(&place, "task-left", &left, &err), 0);
+	assert_int_equal(kn_cgroup_create(left, &lim, &err), 0);
+	assert_int_equal(kn_cgroup_new(&place, "task-busy", &busy, &err), 0);
+	assert_int_equal(kn_cgroup_create(busy, &lim, &err), 0);
+	assert_int_equal(pipe(gate), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(gate[1]);
+		_exit(wait_for_gate(&gate[0]));
+	}
+	close(gate[0]);
+	assert_int_equal(kn_cgroup_enter(busy, pid, &err), 0);
+	assert_int_equal(kn_cgroup_sweep(&place, 0, &removed, &err), 0);
+	assert_int_equal(removed, 1);
+	assert_int_equal(access(kn_cgroup_path(left), F_OK), -1);
+	assert_int_equal(access(kn_cgroup_path(busy), F_OK), 0);
+	assert_int_equal(write(gate[1], "x", 1), 1);
+	close(gate[1]);
+	assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+	assert_int_equal(kn_cgroup_destroy(busy, &err), 0);
+	remove_parent(KN_CGROUP_ROOT, KN_CGROUP_V1, parent);
+	kn_cgroup_free(left);
+	kn_cgroup_free(busy);
+	free(parent);
+}
+
 /* The kernel's OOM killer in a real v1 cgroup is counted. */
 static void test_real_v1_oom(void **state)
 {
@@ -492,12 +606,14 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_detect),
 		cmocka_unit_test(test_v1_files),
+		cmocka_unit_test(test_sweep_fake),
 		cmocka_unit_test(test_v1_missing_controller),
 		cmocka_unit_test(test_bad_names),
 		cmocka_unit_test(test_v2_files),
 		cmocka_unit_test(test_v2_relative_parent),
 		cmocka_unit_test(test_real_v1),
 		cmocka_unit_test(test_real_v2_devices),
+		cmocka_unit_test(test_real_v1_sweep),
 		cmocka_unit_test(test_real_v1_oom),
 		cmocka_unit_test(test_real_v2_limits),
 	};
