@@ -39,6 +39,7 @@ struct args {
 	const char *pos[MAX_POS];
 	size_t n;
 	const char *name, *alias, *out, *key, *from_job;
+	bool http; /* push: over HTTP even on the server's machine */
 };
 
 static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
@@ -50,6 +51,7 @@ static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
 		{"out", 0, CLI_FLAG_STRING, &a->out},
 		{"key", 0, CLI_FLAG_STRING, &a->key},
 		{"from-job", 0, CLI_FLAG_STRING, &a->from_job},
+		{"http", 0, CLI_FLAG_BOOL, &a->http},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	int rc;
@@ -246,7 +248,8 @@ out:
  * and, of those, the blobs the server lacks; part_max from its answer.
  */
 static int ask_missing(struct cli_client *c, struct kn_model_files *f,
-		       const bool *known, json_t **missing, int64_t *part_max)
+		       const bool *known, json_t **missing, int64_t *part_max,
+		       json_t **local)
 {
 	json_t *digests = json_array(), *req, *answer = NULL;
 	int rc;
@@ -260,6 +263,7 @@ static int ask_missing(struct cli_client *c, struct kn_model_files *f,
 	if (!rc) {
 		*missing = json_incref(json_object_get(answer, "missing"));
 		*part_max = cli_json_int(answer, "part_max");
+		*local = json_incref(json_object_get(answer, "local"));
 	}
 	json_decref(answer);
 	json_decref(req);
@@ -298,34 +302,79 @@ static bool *files_to_send(const struct kn_model_files *f, const bool *known,
 	return send;
 }
 
-/* Send the files marked: each read once, hashed as it is sent, its
-   digest remembered. */
+/* Where files go and what they share. */
+struct sending {
+	int64_t part_max;
+	struct model_push_totals *totals;
+	struct digest_cache *cache;
+	const char *socket; /* the server's push.sock, or NULL: HTTP */
+	char *token;
+};
+
+/* One file: by descriptor to a server on this machine, else over HTTP
+   (read once, hashed as it is sent). */
+static int send_file(struct cli_ctx *ctx, struct sending *how,
+		     struct model_upload *u)
+{
+	struct model_push_totals *t = how->totals;
+	int rc = MODEL_UPLOAD_OVER_HTTP;
+
+	if (how->socket)
+		rc = model_upload_local(ctx, how->socket, how->token, u);
+	if (rc == 0) {
+		pthread_mutex_lock(&t->lock);
+		t->sent += u->st.st_size;
+		if (t->progress)
+			t->progress(t->sent + t->resumed, t->progress_arg);
+		pthread_mutex_unlock(&t->lock);
+	} else if (rc == MODEL_UPLOAD_OVER_HTTP) {
+		how->socket = NULL; /* not for this push's other files either */
+		rc = model_upload_file(ctx, u);
+	}
+	return rc;
+}
+
+/* Send the files marked, each once, and remember their digests. */
 static int send_files(struct cli_ctx *ctx, const char *root,
 		      struct kn_model_files *f, const bool *send,
-		      int64_t part_max, struct model_push_totals *totals,
-		      struct digest_cache *cache, size_t *n_up)
+		      struct sending *how, size_t *n_up)
 {
 	int rc = 0;
 
 	for (size_t i = 0; i < f->n && !rc; i++) {
 		char *path;
-		struct model_upload u = {.part_max = part_max,
-					 .totals = totals};
+		struct model_upload u = {.part_max = how->part_max,
+					 .totals = how->totals};
 
 		if (!send[i])
 			continue;
 		path = kn_asprintf("%s/%s", root, f->items[i].path);
 		u.path = path;
-		rc = model_upload_file(ctx, &u);
+		rc = send_file(ctx, how, &u);
 		if (!rc) {
 			memcpy(f->items[i].sha256, u.digest, sizeof(u.digest));
 			f->items[i].size = u.st.st_size;
-			digest_cache_put(cache, &u.st, u.digest, time(NULL));
+			digest_cache_put(how->cache, &u.st, u.digest,
+					 time(NULL));
 			(*n_up)++;
 		}
 		free(path);
 	}
 	return rc;
+}
+
+/* A server on this machine takes files by descriptor, unless --http. */
+static void choose_path(struct cli_ctx *ctx, const struct args *a,
+			json_t *local, struct sending *how)
+{
+	char *server = NULL, *home = cli_kiln_home();
+
+	if (!a->http && local && model_local_same_machine(local) &&
+	    cli_find_credentials(ctx, home, &server, &how->token) == 0)
+		how->socket = json_string_value(json_object_get(local,
+								"socket"));
+	free(server);
+	free(home);
 }
 
 /* Hash the files marked (a second read of each, if it is sent too), in
@@ -434,8 +483,9 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 	struct model_push_totals totals = {.lock = PTHREAD_MUTEX_INITIALIZER,
 					   .progress = upload_progress,
 					   .progress_arg = &p};
-	json_t *answer = NULL, *missing = NULL, *req = NULL;
+	json_t *answer = NULL, *missing = NULL, *req = NULL, *local = NULL;
 	bool *known = NULL, *send = NULL;
+	struct sending how = {.totals = &totals};
 	char *cache_path = digest_cache_default_path();
 	struct digest_cache *cache = digest_cache_load(cache_path);
 	int64_t upload_bytes = 0, part_max = 0;
@@ -476,7 +526,7 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 		goto out;
 	rc = known_digests(ctx, a.pos[0], &f, cache, &known);
 	if (!rc)
-		rc = ask_missing(c, &f, known, &missing, &part_max);
+		rc = ask_missing(c, &f, known, &missing, &part_max, &local);
 	if (rc)
 		goto out;
 	send = files_to_send(&f, known, missing, &upload_bytes);
@@ -487,8 +537,10 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 		goto out;
 	}
 	progress_init(&p, "uploading", upload_bytes);
-	rc = send_files(ctx, a.pos[0], &f, send, part_max, &totals, cache,
-			&n_up);
+	how.part_max = part_max;
+	how.cache = cache;
+	choose_path(ctx, &a, local, &how);
+	rc = send_files(ctx, a.pos[0], &f, send, &how, &n_up);
 	/* What was read is remembered even when a later file failed. */
 	digest_cache_save(cache);
 	if (rc)
@@ -509,7 +561,9 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 out:
 	json_decref(req);
 	json_decref(missing);
+	json_decref(local);
 	json_decref(answer);
+	free(how.token);
 	free(known);
 	free(send);
 	cli_client_free(c);

@@ -312,8 +312,7 @@ static int run_senders(struct push *p, struct sender *w, int fd,
 	return p->rc;
 }
 
-/* Whether fd's file is as it was when its reading began. */
-static bool unchanged(int fd, const struct stat *before)
+bool model_upload_unchanged(int fd, const struct stat *before)
 {
 	struct stat now;
 
@@ -373,7 +372,7 @@ int model_upload_file(struct cli_ctx *ctx, struct model_upload *u)
 	}
 	p.held = ask_held(w[0].c, &p);
 	rc = p.held ? run_senders(&p, w, fd, md) : CLI_EXIT_FAIL;
-	if (!rc && !unchanged(fd, &u->st))
+	if (!rc && !model_upload_unchanged(fd, &u->st))
 		rc = cli_fail(ctx, "%s changed while it was pushed; push again "
 			      "once it is written", u->path);
 	if (!rc) {

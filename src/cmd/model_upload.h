@@ -6,8 +6,11 @@
 #define KILN_CMD_MODEL_UPLOAD_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
+
+#include <jansson.h>
 
 #include "cmd/cli.h"
 
@@ -47,5 +50,25 @@ struct model_upload {
  * after saying why, naming the file.
  */
 int model_upload_file(struct cli_ctx *ctx, struct model_upload *u);
+
+/* Whether fd's file is as st says: the same size and times. */
+bool model_upload_unchanged(int fd, const struct stat *st);
+
+/* model_local.c: whether the server's "local" (from the missing-blobs
+   answer) is on this machine: its boot id is this kernel's. */
+bool model_local_same_machine(json_t *local);
+
+/* model_upload_local's answer when the socket cannot be used: send the
+   file over HTTP instead. */
+#define MODEL_UPLOAD_OVER_HTTP (-100)
+
+/*
+ * Hand u->path to the server at socket_path by its open descriptor
+ * (the server copies and hashes it); u->digest and u->st filled. 0, an
+ * exit status after saying why, naming the file, or
+ * MODEL_UPLOAD_OVER_HTTP.
+ */
+int model_upload_local(struct cli_ctx *ctx, const char *socket_path,
+		       const char *token, struct model_upload *u);
 
 #endif

@@ -383,8 +383,8 @@ def push_via(server, proxy, model_dir, name):
                KILN_SERVER=proxy.url if proxy else server.url)
     env.pop("KILN_TOKEN", None)
     return subprocess.run([KILN, "model", "push", str(model_dir), "--name",
-                           name, "-o", "json"], env=env, capture_output=True,
-                          text=True, timeout=300)
+                           name, "-o", "json", "--http"], env=env,
+                          capture_output=True, text=True, timeout=300)
 
 
 def target(server):
@@ -444,7 +444,7 @@ def test_a_push_killed_mid_file_and_run_again_sends_only_the_rest(
     try:
         child = subprocess.Popen(
             [KILN, "model", "push", str(model), "--name", "again", "-o",
-             "json"], env=dict(env, KILN_SERVER=proxy.url),
+             "json", "--http"], env=dict(env, KILN_SERVER=proxy.url),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_for(lambda: staged_bytes(server) >= 16 * MiB, timeout=120,
@@ -463,10 +463,10 @@ def test_a_push_killed_mid_file_and_run_again_sends_only_the_rest(
 
 
 def push_counted(env, model, name):
-    """kiln model push's answer, and what it read and wrote, counted once
-    it has exited and before it is reaped."""
+    """kiln model push --http's answer, and what it read and wrote,
+    counted once it has exited and before it is reaped."""
     push = subprocess.Popen([KILN, "model", "push", str(model), "--name",
-                             name, "-o", "json"], env=env,
+                             name, "-o", "json", "--http"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     os.waitid(os.P_PID, push.pid, os.WEXITED | os.WNOWAIT)
     io = proc_io(push.pid)
@@ -561,7 +561,7 @@ def test_push_shows_progress_on_a_terminal_only(server, tmp_path):
             f.write(os.urandom(16 * MiB))  # 320 MiB: over the 256 MiB floor
     env = dict(os.environ, KILN_HOME=str(server.home), KILN_SERVER=server.url)
     env.pop("KILN_TOKEN", None)
-    push = f"{KILN} model push {model} --name shown"
+    push = f"{KILN} model push {model} --name shown --http"
     # script(1) gives the push a pseudo-terminal and copies what it wrote.
     res = subprocess.run(["script", "-qefc", push, "/dev/null"], env=env,
                          capture_output=True, text=True, timeout=600)
