@@ -403,7 +403,7 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 	return 0;
 }
 
-int models_pwrite_all(int fd, const char *data, size_t len, int64_t at)
+static int pwrite_all(int fd, const char *data, size_t len, int64_t at)
 {
 	while (len) {
 		ssize_t n = pwrite(fd, data, len, (off_t)at);
@@ -575,7 +575,7 @@ static void blob_put_part(struct server *s, struct kn_http_req *req,
 	if (rc == 1 && part_matches(u, data, len, offset, &err) < 0)
 		goto fail;
 	if (rc == 0 && len) {
-		rc = models_pwrite_all(u->fd, data, len, offset);
+		rc = pwrite_all(u->fd, data, len, offset);
 		if (rc < 0) {
 			kn_errorf(&err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO,
 				  NULL, "staging %s: %s", upload_label(u),
@@ -677,7 +677,7 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		models_fail(s, req, c, "model.blob.put", object, &err);
 		return;
 	}
-	rc = models_pwrite_all(u->fd, data, len, u->offset);
+	rc = pwrite_all(u->fd, data, len, u->offset);
 	if (rc < 0) {
 		kn_errorf(&err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO, NULL,
 			  "staging %s: %s", param, strerror(-rc));

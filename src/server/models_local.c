@@ -13,7 +13,7 @@
  * the server reads nothing the client could not read itself. The source
  * is read with pread into a buffer of the server's, never mapped: a file
  * the client truncates meanwhile is a short read (refused), not a
- * SIGBUS. Copies run on the request workers, at most LOCAL_IN_FLIGHT at
+ * SIGBUS; a second thread hashes beside the copy. Copies run on the request workers, at most LOCAL_IN_FLIGHT at
  * once for all clients, each within the staging free-space reserve.
  * One request per connection: a message of at most LOCAL_MSG_MAX bytes,
  * {"token": T, "size": N}, with exactly one descriptor; one answer,
@@ -31,14 +31,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "ckpt/ckpt.h"
 #include "server/access.h"
 
 #define LOCAL_MSG_MAX 4096
 #define LOCAL_IN_FLIGHT 4
-#define LOCAL_COPY_BUF (8 << 20)
 /* Connections waiting for their request, and how long each may. */
 #define LOCAL_WAITING_MAX 64
 #define LOCAL_WAIT_MS 10000
@@ -131,48 +128,19 @@ static void reply_error(struct local_conn *c, const struct kn_error *err)
 /* Copy c->size bytes of the client's file to out, hashing them. */
 static int copy_hashing(struct local_conn *c, int out)
 {
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	char *buf = kn_xmalloc(LOCAL_COPY_BUF);
-	unsigned char sum[32];
-	unsigned int n_sum = 0;
-	int64_t at = 0;
-	int rc = 0;
+	const char *op = "";
+	int64_t copied = 0;
+	int rc = kn_copy_fd_hashed(c->file, out, c->size, c->digest, &copied,
+				   &op);
 
-	if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1)
-		abort();
-	while (!rc && at < c->size) {
-		size_t want = c->size - at < LOCAL_COPY_BUF
-				      ? (size_t)(c->size - at)
-				      : LOCAL_COPY_BUF;
-		ssize_t n = pread(c->file, buf, want, (off_t)at);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = kn_errorf(&c->err, KN_EIO, NULL,
-				       "reading the file: %s", strerror(errno));
-			break;
-		}
-		if (n == 0) {
-			rc = kn_errorf(&c->err, KN_ECONFLICT, "size",
-				       "the file shrank to %lld bytes while it "
-				       "was copied", (long long)at);
-			break;
-		}
-		EVP_DigestUpdate(md, buf, (size_t)n);
-		rc = models_pwrite_all(out, buf, (size_t)n, at);
-		if (rc < 0)
-			rc = kn_errorf(&c->err, rc == -ENOSPC ? KN_ENOSPACE
-							      : KN_EIO,
-				       NULL, "staging: %s", strerror(-rc));
-		at += n;
-	}
-	EVP_DigestFinal_ex(md, sum, &n_sum);
-	for (unsigned i = 0; i < n_sum; i++)
-		snprintf(c->digest + 2 * i, 3, "%02x", sum[i]);
-	EVP_MD_CTX_free(md);
-	free(buf);
-	return rc;
+	if (rc == -EIO && !strcmp(op, "source shrank while read"))
+		return kn_errorf(&c->err, KN_ECONFLICT, "size",
+				 "the file shrank while it was copied");
+	if (rc < 0)
+		return kn_errorf(&c->err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO,
+				 NULL, "copying the file: %s: %s", op,
+				 strerror(-rc));
+	return 0;
 }
 
 static void copy_work(void *arg)

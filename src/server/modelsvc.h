@@ -101,9 +101,6 @@ void models_h_upload_commit(struct server *s, struct kn_http_req *req,
 int models_staging_room(struct server *s, const char *owner, int64_t len,
 			struct kn_error *err);
 
-/* models_blobs.c: write all len bytes at offset at: 0, or -errno. */
-int models_pwrite_all(int fd, const char *data, size_t len, int64_t at);
-
 /* models_local.c: blobs from clients on this machine, by descriptor,
    when the store is a file store. */
 int models_local_start(struct server *s, struct kn_error *err);
