@@ -292,6 +292,12 @@ def populate(s, g, tmp_path):
         "low": 10.0, "high": 200.0, "window_s": 60,
         "started_at_ms": int(time.time() * 1000)})
     assert r.status_code == 202, r.text
+    # A job with an input, done before the queue fills.
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("a b c\n")
+    ids["reader"] = s.submit(job_yaml("reader", ["/bin/true"],
+                                      inputs=[f"file://{vocab}"]))
+    s.wait_state(ids["reader"], "succeeded")
     # A job that prints a line a second until cancelled on 3 GPUs, one
     # on half a GPU, and one that waits for 2.
     ids["ticker"] = s.submit(job_yaml(
@@ -346,6 +352,21 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
                           driver.find_element(By.CSS_SELECTOR, "pre.log"))
     shot(driver, "job")
 
+    # The train step's job: its outputs and goodput.
+    train = s.job(ids["train"])
+    assert train["outputs"]
+    page(f"job/{ids['train']}", "#page-job", "succeeded")
+    for o in train["outputs"]:
+        wait_text(driver, "#page-job td", o["name"])
+    wait_text(driver, "#page-job dd",
+              f"{train['goodput']['percent']:.1f}% (useful")
+    # A job's inputs, with the digest of what it fetched.
+    reader = ids["reader"]
+    inputs = s.job(reader)["inputs"]
+    page(f"job/{reader}", "#page-job", "succeeded")
+    wait_text(driver, "#page-job td", "vocab.txt")
+    wait_text(driver, "#page-job td", inputs[0]["sha256"][:16])
+
     page("deployments", "#page-deployments", "zone-1: 1/1")
     page("deployment/chat", "#page-deployment", "zone-1")
     wait_text(driver, "#page-deployment", "gateway_anomaly_latency_ms")
@@ -389,8 +410,14 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
     # tables scroll inside their own box).
     driver.set_window_size(390, 844)
     for hash_, css, text in (("jobs", "#page-jobs", "ticker"),
+                             (f"job/{ids['ticker']}", "#page-job", "tick"),
+                             ("deployment/chat", "#page-deployment", "zone-1"),
+                             ("model/tiny", "#page-model", "admin"),
                              (f"workflow/{ids['workflow']}", "#page-workflow",
                               "succeeded"),
+                             ("cost", "#page-cost", "GPU-hours"),
+                             ("alerts", "#page-alerts", "gateway_anomaly"),
+                             ("audit", "#page-audit", "console.login"),
                              ("overview", "#page-overview", "zone=zone-1")):
         page(hash_, css, text)
         width = driver.execute_script(

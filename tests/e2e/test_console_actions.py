@@ -35,7 +35,12 @@ def click(driver, page_css, action):
 
 
 def open_page(driver, s, hash_, css, text):
-    driver.get(f"{s.url}/#/{hash_}")
+    url = f"{s.url}/#/{hash_}"
+    # The same address again changes no fragment: load the page anew.
+    if driver.current_url == url:
+        driver.refresh()
+    else:
+        driver.get(url)
     return wait_text(driver, css, text)
 
 
@@ -94,7 +99,12 @@ def test_operator_clicks_every_action(world, browser):
     click(driver, "#page-job", "evict")
     wait_for(lambda: s.job(ids["spot"])["attempts_detail"][0]["state"] ==
              "preempted", what="the evicted attempt")
-    assert "evicted by op" in s.job(ids["spot"])["attempts_detail"][0]["reason"]
+    first = s.job(ids["spot"])["attempts_detail"][0]
+    assert "evicted by op" in first["reason"] and first["lost_task_ms"] > 0
+    # Its page says where the time went: the preempted attempt's loss.
+    open_page(driver, s, f"job/{ids['spot']}", "#page-job", "preempted")
+    row = wait_text(driver, "#page-job tr", "evicted by op")
+    assert row.find_elements(By.CSS_SELECTOR, "span.error")
     old = s.job(ids["failer"])
     open_page(driver, s, f"job/{ids['failer']}", "#page-job", "failer")
     click(driver, "#page-job", "retry")
@@ -116,6 +126,9 @@ def test_operator_clicks_every_action(world, browser):
     open_page(driver, s, "overview", "#page-overview", "ready")
     click(driver, "#page-overview", "cordon")
     wait_for(lambda: node_state(s) == "cordoned", what="the cordon")
+    # Drawn again: its free GPUs shown as off.
+    wait_text(driver, "#page-overview", "uncordon")
+    assert driver.find_elements(By.CSS_SELECTOR, "#page-overview .gpu.off")
     click(driver, "#page-overview", "uncordon")
     wait_for(lambda: node_state(s) == "ready", what="the uncordon")
     click(driver, "#page-overview", "drain")

@@ -61,7 +61,7 @@
       K.api('GET', `/v1/jobs?state=queued&limit=${PAGE}`),
     ]);
     const devs = nodes.nodes.flatMap((n) => n.devices);
-    const used = devs.filter((d) => d.allocated_milli > 0).length;
+    const used = devs.filter((d) => d.allocated_milli > 0 || d.mig_slices_used > 0).length;
     K.append(box, el('h1', { text: 'Overview' }),
       el('p', {}, `${nodes.nodes.length} nodes, ${devs.length} GPUs, ${used} in use, ` +
         `${queued.jobs.length} jobs queued`),
@@ -474,9 +474,10 @@
     K.append(box, el('h1', { text: 'Cost' }),
       el('p', { class: 'pager' }, 'by ', ['day', 'user', 'job', 'deployment', 'node'].map((b) =>
         el('a', { href: '#/cost?by=' + b, class: b === by ? 'on' : '', text: b }))),
-      barChart(report.rows.map((r) => ({ label: r.key, value: r.total_cost_usd || 0 }))),
+      barChart(report.rows.map((r) => ({ label: keyText(by, r.key), value: r.total_cost_usd || 0 }))),
       K.table([by, 'busy GPU-hours', 'idle GPU-hours', 'lost GPU-hours', 'busy cost', 'idle cost', 'total', 'goodput'],
-        report.rows.map((r) => row(r, r.key)).concat([row(report.total, el('b', { text: 'total' }))])),
+        report.rows.map((r) => row(r, by === 'job' ? el('a', { href: '#/job/' + r.key, text: keyText(by, r.key) })
+          : keyText(by, r.key))).concat([row(report.total, el('b', { text: 'total' }))])),
       report.unpriced_nodes.length ? el('p', { class: 'muted', text: 'No price for: ' + report.unpriced_nodes.join(', ') }) : null,
       el('h2', { text: 'Right-size advice' }),
       advice.length ? K.table(['Job name', 'Resource', 'Requested', 'p95 used', 'Suggested'], advice)
@@ -492,6 +493,10 @@
           K.duration(j.checkpoint_every_ms / 1000), K.duration(j.longest_unsaved_ms / 1000)]))
         : el('p', { class: 'muted', text: 'No job checkpoints often enough for spot.' }));
   };
+
+  /* A row's key as the table says it: jobs by id, the jobs of no
+     deployment by that. */
+  const keyText = (by, key) => (by === 'job' ? '#' + key : by === 'deployment' && key === '' ? '(no deployment)' : String(key));
 
   function barChart(items) {
     const W = 640, BH = 18, GAP = 4, LABEL = 150;
