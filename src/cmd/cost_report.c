@@ -81,6 +81,51 @@ static void table_row(struct cli_table *t, json_t *r)
 		cli_table_cell(t, "-");
 }
 
+/* Dev environments: each run's idle time and what an idle stop saved. */
+static void devenv_table(json_t *devenvs, FILE *out)
+{
+	static const char *const headers[] = {
+		"DEVENV", "JOB", "OWNER", "HOURS", "IDLE-HOURS", "IDLE-COST",
+		"STOPPED-FOR", "SAVED-GPU-HOURS", "SAVED", NULL,
+	};
+	json_t *rows = json_object_get(devenvs, "rows"), *r;
+	json_t *total = json_object_get(devenvs, "total");
+	struct cli_table *t;
+	char buf[48];
+	size_t i;
+
+	if (!json_array_size(rows))
+		return;
+	t = cli_table_new(headers);
+	json_array_foreach(rows, i, r) {
+		cli_table_cell(t, cli_json_str(r, "name"));
+		cli_table_cellf(t, "%lld", (long long)json_integer_value(
+						   json_object_get(r, "job")));
+		cli_table_cell(t, cli_json_str(r, "owner"));
+		cli_table_cellf(t, "%.2f", num(r, "hours"));
+		cli_table_cellf(t, "%.2f", num(r, "idle_hours"));
+		money(buf, sizeof(buf), num(r, "idle_cost_usd"), false);
+		cli_table_cell(t, buf);
+		cli_table_cell(t, cli_json_str(r, "stopped_for"));
+		cli_table_cellf(t, "%.2f", num(r, "saved_gpu_hours"));
+		money(buf, sizeof(buf), num(r, "saved_usd"), false);
+		cli_table_cell(t, buf);
+	}
+	fputs("\ndev environments:\n", out);
+	cli_table_print(t, out, 0);
+	cli_table_free(t);
+	money(buf, sizeof(buf), num(total, "saved_usd"), false);
+	fprintf(out, "%.2f idle GPU-hours; %d idle stop%s saved %.2f "
+		"GPU-hours (%s): each from the stop to the next start, at most "
+		"to max_duration\n",
+		num(total, "idle_gpu_hours"),
+		(int)json_integer_value(json_object_get(total, "idle_stops")),
+		json_integer_value(json_object_get(total, "idle_stops")) == 1
+			? ""
+			: "s",
+		num(total, "saved_gpu_hours"), buf);
+}
+
 void cost_report_table(json_t *reply, FILE *out)
 {
 	const char *by = cli_json_str(reply, "by");
@@ -119,6 +164,7 @@ void cost_report_table(json_t *reply, FILE *out)
 	if (json_is_string(json_object_get(reply, "efficiency_source")))
 		fprintf(out, "efficiency: %s\n",
 			cli_json_str(reply, "efficiency_source"));
+	devenv_table(json_object_get(reply, "devenvs"), out);
 }
 
 /* A text cell (kn_csv_cell): quoted when it must be, never a formula. */

@@ -583,6 +583,23 @@ void jobs_poll(void *arg)
 
 /* ---- cancel ---- */
 
+/* A running job's stop asked for, with reason (taken), audited as a. */
+static int request_stop(struct server *s, struct kn_job_row *j, char *reason,
+			const struct kn_audit *a, struct kn_error *err)
+{
+	int rc;
+
+	j->cancel_requested = true;
+	j->reason = reason;
+	rc = kn_store_job_update(s->store, j, a, err);
+	if (rc < 0)
+		return rc;
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->job_id == j->id)
+			stop_run(s, r, j->reason);
+	return 0;
+}
+
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		struct kn_error *err)
 {
@@ -626,17 +643,54 @@ int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		}
 		goto out;
 	}
-	j.cancel_requested = true;
-	j.reason = kn_asprintf("cancelled by %s", c->name);
-	rc = kn_store_job_update(s->store, &j, &a, err);
-	if (rc < 0)
-		goto out;
-	for (struct run *r = s->runs; r; r = r->next)
-		if (r->job_id == id)
-			stop_run(s, r, j.reason);
+	rc = request_stop(s, &j, kn_asprintf("cancelled by %s", c->name), &a,
+			  err);
 out:
 	kn_job_row_release(&j);
 	return rc;
+}
+
+int jobs_stop_system(struct server *s, int64_t id, const char *action,
+		     const char *why, struct kn_error *err)
+{
+	struct kn_job_row j;
+	struct kn_audit a;
+	char object[48];
+	int rc;
+
+	memset(&j, 0, sizeof(j));
+	rc = kn_store_job_get(s->store, id, &j, err);
+	if (rc < 0)
+		return rc;
+	if (kn_job_state_terminal(j.state) || j.state == KN_JOB_QUEUED) {
+		rc = kn_errorf(err, KN_ECONFLICT, "state", "job %lld is %s",
+			       (long long)id, kn_job_state_name(j.state));
+		goto out;
+	}
+	if (j.cancel_requested)
+		goto out;
+	snprintf(object, sizeof(object), "job/%lld", (long long)id);
+	memset(&a, 0, sizeof(a));
+	a.actor = "system";
+	a.role = "system";
+	a.action = (char *)action;
+	a.object = object;
+	a.outcome = "ok";
+	a.detail = (char *)why;
+	free(j.reason);
+	rc = request_stop(s, &j, kn_xstrdup(why), &a, err);
+out:
+	kn_job_row_release(&j);
+	return rc;
+}
+
+void jobs_end_resume(struct server *s, int64_t id, int attempt)
+{
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->job_id == id && r->attempt == attempt) {
+			jobs_sync_settled(s, r);
+			return;
+		}
 }
 
 int jobs_evict(struct server *s, const struct caller *c, int64_t id,

@@ -496,7 +496,8 @@ bool sync_finish_ready(struct server *s, struct run *r, bool succeeded)
 		kn_workers_submit(s->workers, do_work, outputs_done, w);
 		return false;
 	}
-	return true;
+	/* A service's own work at the end (a dev environment's home). */
+	return !job_hooks_hold_end(s->hooks, r->job_id, r->attempt);
 }
 
 /* ---- restore ---- */
@@ -537,6 +538,9 @@ void sync_restore_then_launch(struct server *s, struct run *r)
 {
 	struct sync_work *w;
 
+	/* A service's own work first (a dev environment's home). */
+	if (job_hooks_hold_launch(s->hooks, r->job_id, r->attempt))
+		return;
 	/* A pod's shim restores into the pod, not here. */
 	if (r->attempt <= 1 || s->exec->ops->syncs_checkpoints) {
 		jobs_launch_run(s, r);
@@ -545,4 +549,12 @@ void sync_restore_then_launch(struct server *s, struct run *r)
 	kn_mkdir_p(r->checkpoint_dir, 0700);
 	w = work_new(s, r, WORK_RESTORE, r->checkpoint_dir);
 	kn_workers_submit(s->workers, do_work, restore_done, w);
+}
+
+void jobs_launch_resume(struct server *s, int64_t id, int attempt)
+{
+	struct run *r = find_run(s, id, attempt);
+
+	if (r)
+		sync_restore_then_launch(s, r);
 }

@@ -16,6 +16,7 @@
  * and reported unpriced; its size is never guessed.
  */
 #include "costsvc.h"
+#include "devenvsvc.h"
 #include "service.h"
 
 #include "server/core.h"
@@ -546,6 +547,39 @@ static int record_load(const struct cost_state *cs, int64_t since, struct record
 	return 0;
 }
 
+/* The by-job rows of rep as an object keyed by job id. */
+static json_t *rows_by_key(const struct kn_ledger_report *rep)
+{
+	json_t *o = json_object();
+
+	for (size_t i = 0; i < rep->n_rows; i++)
+		json_object_set_new(o, rep->rows[i].key,
+				    row_json(&rep->rows[i]));
+	return o;
+}
+
+/* The dev environments' idle hours and savings (devenv_cost.c), priced
+   by the window's by-job rows: jobs, or computed here when NULL. */
+static int devenvs_add(struct server *core, const struct record *rec,
+		       const struct kn_ledger_report *jobs, int64_t since,
+		       int64_t until, json_t *reply, struct kn_error *err)
+{
+	struct kn_ledger_report *own = NULL;
+	json_t *by_job, *devenvs;
+
+	if (!jobs && kn_ledger_report(rec->ledger, KN_LEDGER_BY_JOB, since,
+				      until, &own, err) < 0)
+		return -EINVAL;
+	by_job = rows_by_key(jobs ? jobs : own);
+	kn_ledger_report_free(own);
+	devenvs = devenv_cost_json(core, since, until, by_job, err);
+	json_decref(by_job);
+	if (!devenvs)
+		return -EIO;
+	json_object_set_new(reply, "devenvs", devenvs);
+	return 0;
+}
+
 static void cost_h_report(struct server *core, struct kn_http_req *req,
 			  const struct caller *c, const char *param)
 {
@@ -591,6 +625,11 @@ static void cost_h_report(struct server *core, struct kn_http_req *req,
 		json_object_set(reply, "intervals", rec.state_list);
 		json_object_set(reply, "allocations", rec.alloc_list);
 	}
+	if (devenvs_add(core, &rec, by == KN_LEDGER_BY_JOB ? rep : NULL,
+			since, until, reply, &err) < 0) {
+		json_decref(reply);
+		goto fail;
+	}
 	kn_http_reply_json(req, 200, reply);
 	goto out;
 fail:
@@ -616,12 +655,8 @@ int cost_by_job(struct server *core, int64_t since_ms, json_t **out,
 	if (rc == 0)
 		rc = kn_ledger_report(rec.ledger, KN_LEDGER_BY_JOB, since_ms,
 				      now, &rep, err);
-	if (rc == 0) {
-		*out = json_object();
-		for (size_t i = 0; i < rep->n_rows; i++)
-			json_object_set_new(*out, rep->rows[i].key,
-					    row_json(&rep->rows[i]));
-	}
+	if (rc == 0)
+		*out = rows_by_key(rep);
 	kn_ledger_report_free(rep);
 	record_release(&rec);
 	return rc;

@@ -181,6 +181,16 @@ const struct oa_object oa_objects[] = {
 	{"CostRow", NULL,
 	 "key:string gpu_seconds:number cost_usd:number? "
 	 "total_cost_usd:number? unpriced:boolean|integer", NULL},
+	{"DevenvCost", "Dev environments in the window: idle time, and what "
+	 "stopping idle ones saved",
+	 "rows:[DevenvCostRow] total:DevenvCostTotal", NULL},
+	{"DevenvCostRow", NULL,
+	 "job:integer owner:string name:string gpus:number hours:number "
+	 "idle_hours:number idle_gpu_hours:number idle_cost_usd:number "
+	 "stopped_for:string? saved_gpu_hours:number saved_usd:number", NULL},
+	{"DevenvCostTotal", NULL,
+	 "idle_gpu_hours:number idle_cost_usd:number idle_stops:integer "
+	 "saved_gpu_hours:number saved_usd:number", NULL},
 };
 
 const size_t oa_n_objects = sizeof(oa_objects) / sizeof(oa_objects[0]);

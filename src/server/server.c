@@ -357,7 +357,7 @@ static int setup_nodes(struct server *s, struct kn_error *err)
 const struct service *const kn_services[] = {
 	&pools_service,    &cost_service,      &backup_service, &deploy_service,
 	&models_service,   &workflows_service, &reval_service,  &metrics_service,
-	&console_service,  NULL,
+	&console_service,  &devenv_service, NULL,
 };
 
 _Static_assert(sizeof(kn_services) / sizeof(kn_services[0]) <=
@@ -581,6 +581,16 @@ struct kn_loop *core_loop(struct server *s)
 struct kn_workers *core_workers(struct server *s)
 {
 	return s->workers;
+}
+
+struct kn_workers *core_request_workers(struct server *s)
+{
+	return s->request_workers;
+}
+
+const struct job_hooks *core_hooks(const struct server *s)
+{
+	return s->hooks;
 }
 
 const struct kn_server_config *core_config(const struct server *s)

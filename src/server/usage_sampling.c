@@ -27,6 +27,8 @@
  */
 #include "internal.h"
 
+#include "devenvsvc.h"
+
 #include "cost/cost.h"
 #include "telemetry/telemetry.h"
 
@@ -394,9 +396,12 @@ static void sample_done(void *arg, bool ran)
 		if (rc == 0 && t->gpu_seen)
 			rc = record(s, t, KN_USAGE_GPU_MEMORY, t->gpu_memory,
 				    b->at_ms, &err);
-		if (rc == 0 && t->gpu_seen && t->gpu_util >= 0)
+		if (rc == 0 && t->gpu_seen && t->gpu_util >= 0) {
 			rc = record(s, t, KN_USAGE_GPU_UTIL, t->gpu_util * 1000,
 				    b->at_ms, &err);
+			devenv_gpu_sample(s, t->job_id, t->attempt,
+					  (int)(t->gpu_util * 1000), b->at_ms);
+		}
 	}
 	if (rc == 0)
 		rc = kn_store_commit(s->store, &err);

@@ -254,6 +254,13 @@ void spec_free_strv(char **v, size_t n);
 /* Affinity operators by enum kn_affinity_op, NULL-terminated. */
 extern const char *const spec_affinity_ops[];
 
+/* --- devenv.c ----------------------------------------------------------- */
+/* Whether a document's root says kind: DevEnvironment. */
+bool spec_root_is_devenv(struct fy_node *root);
+/* A DevEnvironment's root into spec (defaults first, devenv.set). */
+int spec_read_devenv_root(struct walk *w, struct fy_node *root,
+			  struct kn_job_spec *spec);
+
 /* --- array.c ------------------------------------------------------------ */
 /* `array:`: target is the struct kn_job_spec. */
 int spec_read_array(struct walk *w, struct fy_node *node, void *target);

@@ -1114,8 +1114,11 @@ static int read_job_root(struct walk *w, struct fy_node *root, void *obj)
 {
 	struct kn_job_spec *spec = obj;
 	struct fy_node_pair *seen[JF_COUNT];
-	int rc = spec_read_root(w, root, &JOB_KIND, spec, seen);
+	int rc;
 
+	if (spec_root_is_devenv(root))
+		return spec_read_devenv_root(w, root, spec);
+	rc = spec_read_root(w, root, &JOB_KIND, spec, seen);
 	if (rc)
 		return rc;
 	return spec_check_backoff(w, spec, seen[JF_BACKOFF],

@@ -189,7 +189,8 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 		" s:{s:o, s:i, s:o, s:o, s:i, s:I, s:o},"
 		" s:i, s:i, s:I, s:I, s:i, s:b, s:I, s:o,"
 		" s:{s:o, s:o, s:o, s:{s:o, s:o}}}",
-		"kind", "Job", "name", spec_json_string_or_null(spec->name),
+		"kind", spec->devenv.set ? "DevEnvironment" : "Job", "name",
+		spec_json_string_or_null(spec->name),
 		"command", spec_strv_json(spec->command, spec->n_command),
 		"env", kvs_json(spec->env, spec->n_env), "workdir",
 		spec_json_string_or_null(spec->workdir), "resources", "gpus",
@@ -212,6 +213,15 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 		terms_json(pl->preferred, pl->n_preferred, true));
 	if (spec->image)
 		json_object_set_new(doc, "image", json_string(spec->image));
+	if (spec->devenv.set)
+		json_object_set_new(
+			doc, "devenv",
+			json_pack("{s:I, s:I, s:o}", "idle_timeout_ms",
+				  (json_int_t)spec->devenv.idle_timeout_ms,
+				  "max_duration_ms",
+				  (json_int_t)spec->devenv.max_duration_ms,
+				  "idle_gpu_utilization",
+				  milli_json(spec->devenv.idle_gpu_milli)));
 	if (spec->array.count)
 		json_object_set_new(doc, "array",
 				    json_pack("{s:i, s:i, s:i}", "first",
@@ -313,12 +323,41 @@ static json_t *input_placement(const struct kn_placement_spec *pl)
 	return o;
 }
 
+/* A dev environment has only its own fields and the job's it keeps
+   (spec/devenv.c). */
+static json_t *devenv_input(const struct kn_job_spec *spec, const char *name)
+{
+	const struct kn_devenv_policy *d = &spec->devenv;
+	json_t *o = json_pack(
+		"{s:s, s:s, s:o, s:o, s:o, s:i, s:o, s:o, s:o, s:o}", "kind",
+		"DevEnvironment", "name", name ? name : spec->name, "command",
+		spec_strv_json(spec->command, spec->n_command), "env",
+		kvs_json(spec->env, spec->n_env), "resources",
+		input_resources(&spec->resources), "priority", spec->priority,
+		"placement", input_placement(&spec->placement), "idle_timeout",
+		duration_text(d->idle_timeout_ms), "max_duration",
+		d->max_duration_ms ? duration_text(d->max_duration_ms)
+				   : json_integer(0),
+		"idle_gpu_utilization", milli_json(d->idle_gpu_milli));
+
+	if (spec->workdir)
+		json_object_set_new(o, "workdir", json_string(spec->workdir));
+	if (spec->image)
+		json_object_set_new(o, "image", json_string(spec->image));
+	return o;
+}
+
 char *kn_job_spec_to_input_text(const struct kn_job_spec *spec,
 				const char *name)
 {
-	json_t *o, *env = kvs_json(spec->env, spec->n_env);
+	json_t *o, *env;
 	char *text;
 
+	if (spec->devenv.set) {
+		o = devenv_input(spec, name);
+		goto dump;
+	}
+	env = kvs_json(spec->env, spec->n_env);
 	o = json_pack(
 		"{s:s, s:s, s:o, s:o, s:o, s:i, s:i, s:o, s:o, s:i, s:b,"
 		" s:o, s:o}",
@@ -364,6 +403,7 @@ char *kn_job_spec_to_input_text(const struct kn_job_spec *spec,
 			json_object_set_new(ck, "store", json_string(c->store));
 		json_object_set_new(o, "checkpoint", ck);
 	}
+dump:
 	/* Shares are thousandths: ten digits print them exactly (0.1, not
 	 * 0.10000000000000001, which the parser would refuse). */
 	text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS |

@@ -160,6 +160,20 @@ void kn_job_array_env(const struct kn_job_array *a,
 				  long long value),
 		      void *ctx);
 
+/*
+ * What makes a job a dev environment (`kind: DevEnvironment`,
+ * docs/devenv.md): a long-running interactive task that kiln stops when
+ * it sits idle, and whose home directory outlives it.
+ */
+struct kn_devenv_policy {
+	bool set;                /* the spec is a DevEnvironment */
+	int64_t idle_timeout_ms; /* stop after this long idle; default 1h */
+	int64_t max_duration_ms; /* stop after this long regardless; 0 = none */
+	/* A GPU busy less than this share of its time (thousandths) is
+	   idle; default 50 (5%). */
+	int idle_gpu_milli;
+};
+
 struct kn_job_spec {
 	char *name;        /* required: [a-z0-9][a-z0-9-_.]{0,62} */
 	char **command;    /* required, argv, NULL-terminated, >= 1 element */
@@ -184,10 +198,13 @@ struct kn_job_spec {
 	struct kn_job_input *inputs; /* `inputs:`, or NULL */
 	size_t n_inputs;
 	struct kn_job_array array; /* `array:`; count 0 = a single job */
+	struct kn_devenv_policy devenv; /* set: a DevEnvironment */
 };
 
 /*
- * Parse and validate a job spec. filename is used only in messages
+ * Parse and validate a job spec, or a dev environment's (`kind:
+ * DevEnvironment`: one task, spec->devenv set, the command
+ * ["sleep", "infinity"] unless given). filename is used only in messages
  * ("job.yaml:3:9: resources.gpus: ..."). On error returns a negative errno,
  * err->code is KN_EINVAL (KN_ETOOBIG above KN_SPEC_MAX_BYTES), err->field is
  * the field path and err->message the whole sentence with its position.
@@ -462,8 +479,8 @@ json_t *kn_workflow_spec_to_json(const struct kn_workflow_spec *spec);
 /* Whether s is a valid job or deployment name ([a-z0-9][a-z0-9._-]{0,62}). */
 bool kn_spec_name_valid(const char *s);
 
-/* "Job", "Deployment", "Workflow", or NULL when the text names none of
-   them (or no kind). */
+/* "Job", "Deployment", "Workflow", "DevEnvironment", or NULL when the
+   text names none of them (or no kind). */
 const char *kn_spec_kind(const char *text, size_t len);
 
 /* --- options: one table for a program's flags and its config file ------- */

@@ -1220,6 +1220,8 @@ const char *kn_spec_kind(const char *text, size_t len)
 		found = "Deployment";
 	else if (k && !strcmp(k, "Workflow"))
 		found = "Workflow";
+	else if (k && !strcmp(k, "DevEnvironment"))
+		found = "DevEnvironment";
 	fy_document_destroy(doc);
 	fy_diag_destroy(cfg.diag);
 	return found;

@@ -128,6 +128,10 @@ enum stmt_id {
 	STMT_JOB_INPUT_LIST,
 	STMT_IDEM_GET,
 	STMT_IDEM_PUT,
+	STMT_DEVENV_START,
+	STMT_DEVENV_END,
+	STMT_DEVENV_LIST,
+	STMT_DEVENV_NEXT,
 	STMT_IDEM_EXPIRE,
 	STMT_JOB_STATE_COUNTS,
 	STMT_ATTEMPT_GOODPUT,
@@ -207,6 +211,7 @@ extern const struct store_stmt store_model_stmts[];
 extern const struct store_stmt store_workflow_stmts[];
 extern const struct store_stmt store_alert_stmts[];
 extern const struct store_stmt store_idem_stmts[];
+extern const struct store_stmt store_devenv_stmts[];
 
 /* The families above, NULL-terminated: what open prepares and tests walk. */
 extern const struct store_stmt *const store_families[];

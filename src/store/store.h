@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 17
+#define KN_STORE_SCHEMA_VERSION 18
 
 /*
  * Open (creating if needed) the database at path, set WAL and
@@ -416,6 +416,38 @@ int kn_store_output_list(struct kn_store *st, int64_t job_id,
 			 struct kn_output_row **out, size_t *n,
 			 struct kn_error *err);
 void kn_output_list_free(struct kn_output_row *rows, size_t n);
+
+/* ---- dev environments: their runs, for idle accounting ---- */
+
+struct kn_devenv_row {
+	int64_t job_id;
+	char *owner;
+	char *name;
+	int64_t gpu_milli;  /* GPUs its task holds, in thousandths */
+	int64_t started_at;
+	int64_t ended_at;   /* 0 while it runs */
+	int64_t max_end_at; /* started_at + max_duration; 0 = none */
+	int64_t idle_ms;    /* time it ran idle, every attempt's */
+	char *stop;         /* "idle", "max_duration", or "" (anything else) */
+};
+void kn_devenv_row_release(struct kn_devenv_row *d);
+void kn_devenv_rows_free(struct kn_devenv_row *rows, size_t n);
+/* Record a run's start (job_id, owner, name, gpu_milli, started_at,
+   max_end_at); once: a second call for the job changes nothing. */
+int kn_store_devenv_start(struct kn_store *st, const struct kn_devenv_row *d,
+			  struct kn_error *err);
+/* An attempt ended: idle_ms is added to the run's, stop replaces its. */
+int kn_store_devenv_end(struct kn_store *st, int64_t job_id, int64_t ended_at,
+			int64_t idle_ms, const char *stop, struct kn_error *err);
+/* The runs that overlap [since, until), by owner, name and start. */
+int kn_store_devenv_list(struct kn_store *st, int64_t since, int64_t until,
+			 struct kn_devenv_row **out, size_t *n,
+			 struct kn_error *err);
+/* The first run of owner's name started after after: 0 and *out, or
+   -ENOENT. */
+int kn_store_devenv_next(struct kn_store *st, const char *owner,
+			 const char *name, int64_t after,
+			 struct kn_devenv_row *out, struct kn_error *err);
 
 /* ---- alerts: rules that fired, and when they resolved ---- */
 

@@ -72,7 +72,7 @@ const struct store_stmt *const store_families[] = {
 	store_db_stmts,     store_audit_stmts,  store_token_stmts,
 	store_job_stmts,    store_node_stmts,   store_deploy_stmts,
 	store_ledger_stmts, store_model_stmts,  store_workflow_stmts,
-	store_alert_stmts,  store_idem_stmts,   NULL,
+	store_alert_stmts,  store_idem_stmts,   store_devenv_stmts, NULL,
 };
 
 /* ---- state names ---- */

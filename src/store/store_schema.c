@@ -436,6 +436,24 @@ static const char SQL_SCHEMA_V16[] =
 static const char SQL_SCHEMA_V17[] =
 	"CREATE INDEX jobs_by_name ON jobs (name);";
 
+/*
+ * v18: dev environments' runs as their idle accounting sees them
+ * (store_devenv.c): started and ended, idle time, what stopped them.
+ */
+static const char SQL_SCHEMA_V18[] =
+	"CREATE TABLE devenv_runs ("
+	" job_id INTEGER PRIMARY KEY,"
+	" owner TEXT NOT NULL,"
+	" name TEXT NOT NULL,"
+	" gpu_milli INTEGER NOT NULL,"
+	" started_at INTEGER NOT NULL,"
+	" ended_at INTEGER NOT NULL,"
+	" max_end_at INTEGER NOT NULL,"
+	" idle_ms INTEGER NOT NULL,"
+	" stop TEXT NOT NULL);"
+	"CREATE INDEX devenv_runs_by_name ON devenv_runs"
+	" (owner, name, started_at);";
+
 const char *const store_migrations[] = {
 	SQL_SCHEMA_V1,
 	SQL_SCHEMA_V2,
@@ -454,6 +472,7 @@ const char *const store_migrations[] = {
 	SQL_SCHEMA_V15,
 	SQL_SCHEMA_V16,
 	SQL_SCHEMA_V17,
+	SQL_SCHEMA_V18,
 };
 _Static_assert(sizeof(store_migrations) / sizeof(store_migrations[0]) ==
 		       KN_STORE_SCHEMA_VERSION,

@@ -152,7 +152,7 @@ def test_database_from_before_the_chain(stopped_home, tmp_path):
                  " DROP TABLE job_inputs; DROP TABLE idempotency_keys;"
                  " DROP INDEX jobs_by_array; ALTER TABLE jobs DROP COLUMN"
                  " array_id; ALTER TABLE jobs DROP COLUMN array_index;"
-                 " DROP INDEX jobs_by_name;"
+                 " DROP INDEX jobs_by_name; DROP TABLE devenv_runs;"
                  " PRAGMA user_version = 4;")
     (s.home / "audit.key").unlink()
     (s.home / "audit.head").unlink()

@@ -1206,6 +1206,52 @@ static void test_alerts_fire_list_resolve(void **state)
 	kn_alert_list_free(rows, n);
 }
 
+/* Dev environments' runs: started once, ends add up, listed by window. */
+static void test_devenv_runs(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_devenv_row d = {0}, next, *rows = NULL;
+	struct kn_error err = {0};
+	size_t n = 0;
+
+	d.job_id = 7;
+	d.owner = "alice";
+	d.name = "box";
+	d.gpu_milli = 1000;
+	d.started_at = 1000;
+	assert_int_equal(kn_store_devenv_start(fx->st, &d, &err), 0);
+	/* Seen again after a restart: the first start stands. */
+	d.started_at = 1500;
+	assert_int_equal(kn_store_devenv_start(fx->st, &d, &err), 0);
+	assert_int_equal(kn_store_devenv_end(fx->st, 7, 4000, 300, "", &err), 0);
+	assert_int_equal(kn_store_devenv_end(fx->st, 7, 5000, 200, "idle",
+					     &err), 0);
+	d.job_id = 9;
+	d.started_at = 9000;
+	assert_int_equal(kn_store_devenv_start(fx->st, &d, &err), 0);
+	assert_int_equal(kn_store_devenv_list(fx->st, 0, 10000, &rows, &n,
+					      &err), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(rows[0].job_id, 7);
+	assert_int_equal(rows[0].started_at, 1000);
+	assert_int_equal(rows[0].ended_at, 5000);
+	assert_int_equal(rows[0].idle_ms, 500);
+	assert_string_equal(rows[0].stop, "idle");
+	assert_int_equal(rows[1].ended_at, 0); /* still running */
+	kn_devenv_rows_free(rows, n);
+	/* Ended before the window: only the running one overlaps it. */
+	assert_int_equal(kn_store_devenv_list(fx->st, 6000, 10000, &rows, &n,
+					      &err), 0);
+	assert_int_equal(n, 1);
+	kn_devenv_rows_free(rows, n);
+	assert_int_equal(kn_store_devenv_next(fx->st, "alice", "box", 1000,
+					      &next, &err), 0);
+	assert_int_equal(next.job_id, 9);
+	kn_devenv_row_release(&next);
+	assert_int_equal(kn_store_devenv_next(fx->st, "bob", "box", 0, &next,
+					      &err), -ENOENT);
+}
+
 /* Deployments: put replaces, replicas follow, delete cascades, audited. */
 int main(void)
 {
@@ -1213,6 +1259,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_open_creates_private_wal_file, setup_store,
 			teardown),
+		cmocka_unit_test_setup_teardown(test_devenv_runs, setup_store,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_alerts_fire_list_resolve,
 						setup_store, teardown),
 		cmocka_unit_test_setup_teardown(test_reopen_keeps_data,

@@ -1,0 +1,113 @@
+/*
+ * store devenv: each dev environment job's run as its idle accounting
+ * sees it (server/devenv.c): when it started and ended, how long it sat
+ * idle and what stopped it, for `kiln cost`.
+ */
+#include "internal.h"
+
+#include <errno.h>
+
+#define DEVENV_COLUMNS                                                       \
+	"job_id, owner, name, gpu_milli, started_at, ended_at, max_end_at,"  \
+	" idle_ms, stop"
+#define D(field, type) STORE_COL_AS(struct kn_devenv_row, field, #field, type)
+static const struct store_col DEVENV_COLS[] = {
+	D(job_id, STORE_INT),     D(owner, STORE_TEXT),
+	D(name, STORE_TEXT),      D(gpu_milli, STORE_INT),
+	D(started_at, STORE_INT), D(ended_at, STORE_INT),
+	D(max_end_at, STORE_INT), D(idle_ms, STORE_INT),
+	D(stop, STORE_TEXT),
+};
+#undef D
+static const struct store_row DEVENV_ROW =
+	STORE_ROW(struct kn_devenv_row, "devenv run", DEVENV_COLS);
+
+/* A run is added once; a restart that sees it again changes nothing. */
+static const char SQL_DEVENV_START[] =
+	"INSERT INTO devenv_runs (" DEVENV_COLUMNS ") VALUES"
+	" (?1, ?2, ?3, ?4, ?5, 0, ?6, 0, '')"
+	" ON CONFLICT (job_id) DO NOTHING";
+/* Each attempt's idle time adds up; the last end and stop stand. */
+static const char SQL_DEVENV_END[] =
+	"UPDATE devenv_runs SET ended_at = ?2, idle_ms = idle_ms + ?3,"
+	" stop = ?4 WHERE job_id = ?1";
+/* Runs that overlap [?1, ?2), by environment and start. */
+static const char SQL_DEVENV_LIST[] =
+	"SELECT " DEVENV_COLUMNS " FROM devenv_runs"
+	" WHERE started_at < ?2 AND (ended_at = 0 OR ended_at >= ?1)"
+	" ORDER BY owner, name, started_at, job_id";
+/* The first start of owner's name after ?3: what ended an idle gap. */
+static const char SQL_DEVENV_NEXT[] =
+	"SELECT " DEVENV_COLUMNS " FROM devenv_runs"
+	" WHERE owner = ?1 AND name = ?2 AND started_at > ?3"
+	" ORDER BY started_at, job_id LIMIT 1";
+
+const struct store_stmt store_devenv_stmts[] = {
+	{STMT_DEVENV_START, SQL_DEVENV_START, NULL},
+	{STMT_DEVENV_END, SQL_DEVENV_END, NULL},
+	{STMT_DEVENV_LIST, SQL_DEVENV_LIST, &DEVENV_ROW},
+	{STMT_DEVENV_NEXT, SQL_DEVENV_NEXT, &DEVENV_ROW},
+	{0},
+};
+
+void kn_devenv_row_release(struct kn_devenv_row *d)
+{
+	store_row_release(&DEVENV_ROW, d);
+}
+
+int kn_store_devenv_start(struct kn_store *st, const struct kn_devenv_row *d,
+			  struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_DEVENV_START];
+	const char *what = "recording a dev environment's start";
+
+	if (bind_i64(s, 1, d->job_id) || bind_text(s, 2, d->owner) ||
+	    bind_text(s, 3, d->name) || bind_i64(s, 4, d->gpu_milli) ||
+	    bind_i64(s, 5, d->started_at) || bind_i64(s, 6, d->max_end_at))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_devenv_end(struct kn_store *st, int64_t job_id, int64_t ended_at,
+			int64_t idle_ms, const char *stop, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_DEVENV_END];
+	const char *what = "recording a dev environment's end";
+
+	if (bind_i64(s, 1, job_id) || bind_i64(s, 2, ended_at) ||
+	    bind_i64(s, 3, idle_ms) || bind_text(s, 4, stop))
+		return bind_fail(st, s, what, err);
+	return store_run(st, s, what, err);
+}
+
+int kn_store_devenv_list(struct kn_store *st, int64_t since, int64_t until,
+			 struct kn_devenv_row **out, size_t *n,
+			 struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_DEVENV_LIST];
+	const char *what = "listing dev environments";
+
+	if (bind_i64(s, 1, since) || bind_i64(s, 2, until))
+		return bind_fail(st, s, what, err);
+	return store_list(st, s, &DEVENV_ROW, what, out, n, err);
+}
+
+int kn_store_devenv_next(struct kn_store *st, const char *owner,
+			 const char *name, int64_t after,
+			 struct kn_devenv_row *out, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[STMT_DEVENV_NEXT];
+	const char *what = "finding a dev environment's next start";
+	int rc;
+
+	if (bind_text(s, 1, owner) || bind_text(s, 2, name) ||
+	    bind_i64(s, 3, after))
+		return bind_fail(st, s, what, err);
+	rc = store_get(st, s, &DEVENV_ROW, what, out, err);
+	return rc == 0 ? -ENOENT : rc < 0 ? rc : 0;
+}
+
+void kn_devenv_rows_free(struct kn_devenv_row *rows, size_t n)
+{
+	store_rows_free(&DEVENV_ROW, rows, n);
+}
