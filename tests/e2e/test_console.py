@@ -396,6 +396,13 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
     shot(driver, "cost")
 
     page("alerts", "#page-alerts", "gateway_anomaly_latency_ms")
+    # A new alert shows in the open page's table, without a reload.
+    r = s.request("POST", "/v1/gateway/alerts", json={
+        "deployment": "chat", "signal": "error_rate", "value": 40.0,
+        "low": 0.0, "high": 5.0, "window_s": 60,
+        "started_at_ms": int(time.time() * 1000)})
+    assert r.status_code == 202, r.text
+    wait_text(driver, "#alerts tr", "gateway_anomaly_error_rate")
     # Live events: a cancel shows up in the open stream.
     wait_text(driver, "#events", "job")
     s.request("POST", f"/v1/jobs/{ids['waiting']}/cancel")

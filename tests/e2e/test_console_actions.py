@@ -7,6 +7,7 @@ its own jobs only."""
 import pytest
 
 from conftest import job_yaml, wait_for
+from test_cost import COMMIT
 from test_console import js_errors, login, wait_text
 from test_deployments import deploy, deployment_yaml, detail, wait_ready
 
@@ -62,8 +63,12 @@ def world(server, tmp_path):
     s = server
     ids = {}
     ids["sleeper"] = s.submit(job_yaml("sleeper", ["/bin/sleep", "300"]))
-    ids["spot"] = s.submit(job_yaml("spot", ["/bin/sleep", "300"],
-                                    preemptible=True))
+    # Saves a checkpoint, then sleeps; once resumed from it, ends.
+    script = ('if [ -n "$KILN_RESUME_FROM" ]; then exit 0; fi; ' + COMMIT +
+              'sleep 300 & wait')
+    ids["spot"] = s.submit(job_yaml("spot", ["/bin/sh", "-c", script],
+                                    preemptible=True,
+                                    checkpoint={"grace": "5s"}))
     specs = tmp_path / "specs"
     (specs / "work").mkdir(parents=True)
     r = s.request("POST", "/v1/jobs", data=job_yaml(
@@ -74,6 +79,9 @@ def world(server, tmp_path):
     ids["failer"] = r.json()["job"]["id"]
     for j in ("sleeper", "spot"):
         s.wait_state(ids[j], "running")
+    synced = (s.home / "blobs" / str(ids["spot"]) / "checkpoints" /
+              "step-1" / "MANIFEST.json")
+    wait_for(synced.exists, what="the checkpoint synced")
     s.wait_state(ids["failer"], "failed")
     deploy(s, deployment_yaml("chat", replicas=1))
     wait_ready(s, "chat", 1, timeout=60)
@@ -97,14 +105,18 @@ def test_operator_clicks_every_action(world, browser):
     s.wait_state(ids["sleeper"], "cancelled")
     open_page(driver, s, f"job/{ids['spot']}", "#page-job", "spot")
     click(driver, "#page-job", "evict")
-    wait_for(lambda: s.job(ids["spot"])["attempts_detail"][0]["state"] ==
-             "preempted", what="the evicted attempt")
-    first = s.job(ids["spot"])["attempts_detail"][0]
-    assert "evicted by op" in first["reason"] and first["lost_task_ms"] > 0
-    # Its page says where the time went: the preempted attempt's loss.
-    open_page(driver, s, f"job/{ids['spot']}", "#page-job", "preempted")
+    # Resumed from its checkpoint, it ends.
+    first, _ = s.wait_state(ids["spot"], "succeeded",
+                            timeout=60)["attempts_detail"]
+    assert first["state"] == "preempted" and "evicted by op" in first["reason"]
+    assert first["checkpoint"] == "step-1" and first["lost_task_ms"] > 0
+    # Its page says where the time went: the preempted attempt's
+    # checkpoint and the work lost after it.
+    open_page(driver, s, f"job/{ids['spot']}", "#page-job", "succeeded")
     row = wait_text(driver, "#page-job tr", "evicted by op")
-    assert row.find_elements(By.CSS_SELECTOR, "span.error")
+    assert "step-1 @" in row.text
+    lost = row.find_elements(By.CSS_SELECTOR, "span.error")
+    assert lost and lost[0].text.endswith(" s")
     old = s.job(ids["failer"])
     open_page(driver, s, f"job/{ids['failer']}", "#page-job", "failer")
     click(driver, "#page-job", "retry")

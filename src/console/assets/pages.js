@@ -515,16 +515,25 @@
 
   /* ---- alerts and events ---- */
 
+  function alertsTable(a) {
+    return a.alerts.length ? K.table(['Rule', 'Severity', 'State', 'Summary', 'Labels', 'Fired', 'Resolved'],
+      a.alerts.map((x) => [x.rule, x.severity, K.pill(x.state), el('span', { text: x.summary || '' }),
+        Object.entries(x.labels || {}).map(([k, v]) => k + '=' + v).join(' '),
+        K.time(x.fired_at_ms), K.time(x.resolved_at_ms)]))
+      : el('p', { class: 'muted', text: 'No alerts.' });
+  }
+
+  /* The alerts, drawn again whenever the stream says one fired or
+     resolved; the events as they come. */
   K.pages.alerts = async (box) => {
     const a = await K.api('GET', '/v1/alerts?all=1');
     const feed = el('tbody');
+    const alerts = el('div', { id: 'alerts' }, alertsTable(a));
+    const redraw = () => K.api('GET', '/v1/alerts?all=1').then((b) => alerts.replaceChildren(alertsTable(b)))
+      .catch((e) => { if (e.name !== 'AbortError') alerts.replaceChildren(el('p', { class: 'error', text: e.message })); });
     K.append(box, el('h1', { text: 'Alerts and events' }),
       a.enabled ? null : el('p', { class: 'muted', text: 'Alert rules are off on this server.' }),
-      a.alerts.length ? K.table(['Rule', 'Severity', 'State', 'Summary', 'Labels', 'Fired', 'Resolved'],
-        a.alerts.map((x) => [x.rule, x.severity, K.pill(x.state), el('span', { text: x.summary || '' }),
-          Object.entries(x.labels || {}).map(([k, v]) => k + '=' + v).join(' '),
-          K.time(x.fired_at_ms), K.time(x.resolved_at_ms)]))
-        : el('p', { class: 'muted', text: 'No alerts.' }),
+      alerts,
       el('h2', { text: 'Events (live)' }),
       el('div', { class: 'feed scroll' }, el('table', { id: 'events' },
         el('thead', {}, el('tr', {}, ['Seq', 'Time', 'Type', 'Detail'].map((h) => el('th', { text: h })))), feed)));
@@ -533,6 +542,7 @@
       feed.prepend(el('tr', { 'data-type': type }, el('td', { text: seq }), el('td', { text: K.time(t) }),
         el('td', { text: type }), el('td', { class: 'wrap', text: JSON.stringify(rest) })));
       while (feed.children.length > 500) feed.lastChild.remove();
+      if (type.startsWith('alert.')) redraw();
     }).catch((e) => { if (e.name !== 'AbortError') K.append(box, el('p', { class: 'error', text: e.message })); });
   };
 
