@@ -80,7 +80,14 @@ def test_deployment_traffic_from_the_gateway(stack, browser):
     assert t["gateways"] == 1
     assert 0 < t["latency_p50_ms"] <= t["latency_p99_ms"]
     assert t["requests_per_s"] > 0 and t["window_s"] > 0
-    # The list carries it too; a deployment nobody called has none.
+    # `kiln deployments chat` says it too.
+    shown = s.cli("deployments", "chat", check=True).stdout
+    line = next(x for x in shown.splitlines() if x.startswith("traffic:"))
+    assert f" {seen['requests']} requests in " in line
+    assert f", {seen['errors']} 5xx, 3 429, {seen['fallbacks']} fallbacks " \
+        "(1 gateway)" in line
+    assert f"p50 {t['latency_p50_ms']:.1f} ms" in line
+    # The list carries it too.
     listed = {d["name"]: d for d in
               s.request("GET", "/v1/deployments").json()["deployments"]}
     assert listed["chat"]["traffic"]["requests"] == seen["requests"]
