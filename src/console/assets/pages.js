@@ -468,9 +468,10 @@
     const row = (r, key) => [key, hours(r.gpu_seconds), hours(r.idle_gpu_seconds), hours(r.lost_gpu_seconds),
       money(r.cost_usd), money(r.idle_cost_usd), money(r.total_cost_usd),
       r.goodput === null || r.goodput === undefined ? '' : (100 * r.goodput).toFixed(1) + '%'];
+    const amount = (v, unit) => (unit === 'bytes' ? gib(v) + ' GiB' : `${Number(v.toFixed(2))} ${unit}`);
     const advice = rightsize.jobs.flatMap((j) => j.resources.filter((r) => r.over).map((r) =>
-      [j.name, r.resource, `${r.requested} ${r.unit}`, `${r.p95.toFixed(2)} ${r.unit}`,
-        `${r.suggested.toFixed(2)} ${r.unit}` + (r.suggested_gpus ? ` (${r.suggested_gpus} GPUs)` : '')]));
+      [j.name, r.resource, amount(r.requested, r.unit), amount(r.p95, r.unit),
+        amount(r.suggested, r.unit) + (r.suggested_gpus ? ` (${r.suggested_gpus} GPUs)` : '')]));
     K.append(box, el('h1', { text: 'Cost' }),
       el('p', { class: 'pager' }, 'by ', ['day', 'user', 'job', 'deployment', 'node'].map((b) =>
         el('a', { href: '#/cost?by=' + b, class: b === by ? 'on' : '', text: b }))),
