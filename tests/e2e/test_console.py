@@ -15,8 +15,9 @@ import requests
 from conftest import Server, job_yaml, kill_processes_under, wait_for
 from test_deployments import MODEL_SERVER, deploy, wait_ready
 from test_gateway import Gateway
-from test_pipeline import keygen, prepare_train
-from test_workflows import run, steps, wait_run, write_workflow
+from test_cost import COMMIT
+from test_pipeline import PREPARE, TRAIN, keygen
+from test_workflows import run, sh, steps, wait_run, write_workflow
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
@@ -265,10 +266,19 @@ def populate(s, g, tmp_path):
     """Jobs, a workflow whose train step made a signed model with
     lineage, a deployment served through the gateway, and an alert."""
     ids = {}
-    run_id = run(s, write_workflow(tmp_path, prepare_train()))
+    # prepare → train, which saves a checkpoint (and waits for it to be
+    # synced) before it writes its model.
+    train = COMMIT + "sleep 2; " + TRAIN
+    run_id = run(s, write_workflow(tmp_path, (
+        "kind: Workflow\nname: pipe\nsteps:\n"
+        f"  - name: prepare\n    job: {{command: {sh(PREPARE)}}}\n"
+        "  - name: train\n    needs: [prepare]\n"
+        "    inputs: [prepare.outputs/data.txt]\n"
+        f"    job: {{command: {sh(train)}, checkpoint: {{every: 1s}}}}\n")))
     w = wait_run(s, run_id, timeout=60)
     assert w["state"] == "succeeded", json.dumps(w["steps"])
     ids["workflow"] = run_id
+    ids["prepare"] = steps(w)["prepare"]["job"]
     ids["train"] = steps(w)["train"]["job"]
     s.cli("model", "push", "--from-job", str(ids["train"]), "--name", "tiny",
           "--alias", "staging", check=True)
@@ -380,7 +390,11 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
                                                   "#page-model svg.graph"),
                      what="the lineage graph")
     assert f"job #{ids['train']}" in graph[0].get_attribute("textContent")
-    assert "input prepare/data.txt" in graph[0].get_attribute("textContent")
+    drawn = graph[0].get_attribute("textContent")
+    assert "input prepare/data.txt" in drawn
+    # Back through the input to the job that made it, and the checkpoint.
+    assert f"job #{ids['prepare']} prepare" in drawn
+    assert "checkpoint step-1" in drawn
     driver.execute_script("arguments[0].scrollIntoView()", graph[0])
     shot(driver, "model")
 

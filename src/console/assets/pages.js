@@ -352,7 +352,9 @@
         : el('p', { class: 'muted', text: 'pushed from a directory: no lineage' }));
   }
 
-  /* The lineage tree as a left-to-right graph: version ← job ← inputs ← jobs. */
+  /* The lineage tree as a left-to-right graph: version ← job ← its
+     checkpoint and inputs ← the jobs that produced them (produced_by),
+     back to the first. */
   function lineageGraph(root, lineage) {
     const nodes = [], edges = [];
     const add = (label, kind, depth) => { nodes.push({ label, kind, depth }); return nodes.length - 1; };
@@ -363,7 +365,7 @@
       for (const i of lin.inputs || []) {
         const input = add('input ' + i.name, 'input', depth + 1);
         edges.push([input, job]);
-        if (i.lineage) walk(i.lineage, input, depth + 2);
+        if (i.produced_by) walk(i.produced_by, input, depth + 2);
       }
     };
     walk(lineage, add(root, 'model', 0), 1);
