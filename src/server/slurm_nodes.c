@@ -274,11 +274,40 @@ static void nodes_sync(struct server *s, const struct slurm_nodes *sl)
 
 /* ---- readings ---- */
 
+/*
+ * An event for each node whose Slurm state or reason the reading changed
+ * (old: the one before), so `kiln nodes -w` and the console follow Slurm.
+ */
+static void publish_changes(struct server *s,
+			    const struct kn_slurm_inventory *old,
+			    const struct kn_slurm_inventory *inv)
+{
+	for (size_t k = 0; k < inv->n_nodes; k++) {
+		const struct kn_slurm_node *n = &inv->nodes[k], *o = NULL;
+
+		if (k < old->n_nodes && !strcmp(old->nodes[k].name, n->name))
+			o = &old->nodes[k];
+		for (size_t j = 0; !o && j < old->n_nodes; j++)
+			if (!strcmp(old->nodes[j].name, n->name))
+				o = &old->nodes[j];
+		if (o && !strcmp(o->state, n->state) &&
+		    !strcmp(o->reason, n->reason))
+			continue;
+		feed_publish(s, "node.slurm",
+			     json_pack("{s:s, s:s, s:o}", "node", n->name,
+				       "state", n->state, "reason",
+				       n->reason[0] ? json_string(n->reason)
+						    : json_null()));
+	}
+}
+
 static void inventory_take(struct server *s,
 			   const struct kn_slurm_inventory *inv)
 {
 	struct slurm_nodes *sl = s->slurm_nodes;
 
+	if (s->loop)
+		publish_changes(s, &sl->inv, inv);
 	kn_slurm_inventory_release(&sl->inv);
 	sl->inv.nodes = kn_xcalloc(inv->n_nodes ? inv->n_nodes : 1,
 				   sizeof(*inv->nodes));
