@@ -724,7 +724,7 @@ static json_t *node_json(struct server *s, size_t n)
 	json_object_set_new(node, "isolation", json_string(s->isolation));
 	json_object_set_new(node, "limits", limits_json(s));
 	/* Under Slurm: Slurm's own state, reason and resources. */
-	slurm = slurm_nodes_json(s, nd->name);
+	slurm = slurm_nodes_json(s, n);
 	json_object_set_new(node, "slurm", slurm ? slurm : json_null());
 	return node;
 }
