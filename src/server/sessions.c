@@ -19,6 +19,7 @@
  * for no gain: the shim and the client already keep one).
  */
 #include "internal.h"
+#include "server/devenvsvc.h"
 #include "server/service.h"
 
 #include "exec/exec.h"
@@ -55,6 +56,8 @@
 
 struct session {
 	struct sessions *all;
+	struct server *core;
+	int64_t job_id;
 	struct kn_tunnel *client;
 	struct kn_fd_stream *shim;
 	struct kn_mux_reader from_client, from_shim;
@@ -72,6 +75,8 @@ static void session_free(struct session *x)
 {
 	struct sessions *all = x->all;
 
+	/* A dev environment with a session open is in use. */
+	devenv_session(x->core, x->job_id, -1);
 	if (x->prev)
 		x->prev->next = x->next;
 	else
@@ -358,6 +363,8 @@ static void session_start(struct opening *o, int fd)
 	char *text;
 
 	x->all = all;
+	x->core = o->s;
+	x->job_id = o->id;
 	kn_mux_reader_init(&x->from_client);
 	kn_mux_reader_init(&x->from_shim);
 	if (!(x->shim = kn_fd_stream_new(o->s->loop, fd, &shim_ops, x))) {
@@ -390,6 +397,7 @@ static void session_start(struct opening *o, int fd)
 	if (all->list)
 		all->list->prev = x;
 	all->list = x;
+	devenv_session(o->s, o->id, 1);
 }
 
 /*

@@ -427,3 +427,38 @@ def test_sessions_count_against_the_stream_cap(tmp_path):
     finally:
         s.stop()
         kill_processes_under(s.home)
+
+
+def test_a_session_keeps_a_dev_environment_in_use(tmp_path):
+    """A dev environment with a session open is in use, however idle its
+    GPUs: it outlives its idle_timeout while an exec is attached and
+    stops once the session closes."""
+    import subprocess
+    from conftest import Server, kill_processes_under
+    s = Server(tmp_path / "home", gpus="1xH100-80GB",
+               extra=["--usage-interval", "200ms"])
+    s.home.mkdir()
+    s.start()
+    try:
+        spec = ("kind: DevEnvironment\nname: box\n"
+                'command: ["sleep", "300"]\nresources: {gpus: 1}\n'
+                "idle_timeout: 2s\n")
+        job_id = s.submit(spec, filename="box.yaml")
+        s.wait_state(job_id, "running")
+        env = dict(os.environ, KILN_HOME=str(s.home))
+        held = subprocess.Popen([KILN, "exec", str(job_id), "-i", "--",
+                                 "cat"], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)
+        held.stdin.write(b"ping\n")
+        held.stdin.flush()
+        assert held.stdout.readline() == b"ping\n"  # the session is open
+        time.sleep(4)  # twice its idle_timeout, its GPU idle throughout
+        assert s.job(job_id)["state"] == "running"
+        held.stdin.close()
+        held.wait(timeout=20)
+        job = s.wait_state(job_id, ("cancelled", "failed", "succeeded"),
+                           timeout=30)
+        assert job["reason"].startswith("stopped: idle"), job
+    finally:
+        s.stop()
+        kill_processes_under(s.home)
