@@ -344,7 +344,7 @@ static const struct cli_command commands[] = {
 	 false},
 	{"model", cmd_model, NULL,
 	 "push, sign, verify, pull and promote model versions",
-	 "usage: kiln model push DIR --name NAME [--alias ALIAS]\n"
+	 "usage: kiln model push DIR --name NAME [--alias ALIAS] [--http]\n"
 	 "       kiln model push --from-job JOB --name NAME [--alias ALIAS]\n"
 	 "       kiln model ls\n"
 	 "       kiln model show NAME[@VERSION|@ALIAS]\n"
@@ -366,9 +366,13 @@ static const struct cli_command commands[] = {
 	 "are immutable; files are stored once by sha256 in the server's blob\n"
 	 "store. Wherever a version is wanted, an alias (NAME@prod) does too.\n"
 	 "\n"
-	 "  push      hash DIR's files (one thread per CPU), upload only the\n"
-	 "            blobs the server lacks, create the next version; prints\n"
-	 "            NAME@VERSION. --alias points ALIAS at it. With\n"
+	 "  push      upload DIR's files, each read once and hashed as it is\n"
+	 "            sent; a file pushed before unchanged (its digest kept in\n"
+	 "            $XDG_CACHE_HOME/kiln/digests) is sent only if the server\n"
+	 "            lacks its blob; create the next version; prints\n"
+	 "            NAME@VERSION. --alias points ALIAS at it. On the\n"
+	 "            server's machine files go by open descriptor (no copy\n"
+	 "            here); --http sends them over HTTP anyway. With\n"
 	 "            --from-job, the version is the succeeded job's outputs\n"
 	 "            (already in the store; nothing is uploaded), with its\n"
 	 "            lineage and the metrics of its metrics.json\n"

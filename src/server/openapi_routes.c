@@ -169,7 +169,8 @@ const struct oa_op oa_ops[] = {
 	{"POST", "/v1/model-blobs/missing",
 	 "which of these blobs the store lacks, and the largest part the "
 	 "server takes", NULL, "json digests:[string]",
-	 "200 json missing:[string] present:integer part_max:integer"},
+	 "200 json missing:[string] present:integer part_max:integer "
+	 "~local:object"},
 	{"POST", "/v1/model-blobs/{name}", "upload a part of a blob",
 	 "upload:string offset:integer final:integer size:integer", "bytes",
 	 "200 json ~upload:string digest:string received:integer "

@@ -76,7 +76,8 @@ struct service {
 };
 
 /* The services, in server.c's table order. */
-extern const struct service pools_service, cost_service, backup_service,
+extern const struct service slurm_nodes_service, pools_service, cost_service,
+	backup_service,
 	deploy_service, models_service, workflows_service, reval_service,
 	metrics_service, console_service, devenv_service, sessions_service;
 

@@ -3,6 +3,7 @@ requests through a real `kiln gateway` (some refused with 429, some
 served by the fallback) show up in the deployment API's `traffic` and
 on the console's deployment pages; what the report route takes is
 bounded and refused to a viewer."""
+from decimal import Decimal, ROUND_HALF_UP
 import pytest
 
 from conftest import wait_for
@@ -15,8 +16,11 @@ from test_console import browser  # noqa: E402,F401 (fixture)
 
 
 def ms(v):
-    """A latency as the console writes it."""
-    return f"{v:.1f} ms" if v < 10 else f"{v:.0f} ms"
+    """A latency as the console writes it: JavaScript's toFixed rounds a
+    tie (6.25, exact in binary) up, where Python's format rounds it to
+    even."""
+    places = Decimal("0.1") if v < 10 else Decimal("1")
+    return f"{Decimal(v).quantize(places, rounding=ROUND_HALF_UP)} ms"
 
 
 def key(s, name, deployments, **limits):
