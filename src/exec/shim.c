@@ -913,8 +913,12 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		}
 		if (!out_open || !room)
 			fds[0].fd = -1;
-		if (shim_sessions_timeout(s.sessions) == 0)
-			wait_ms = 0;
+		{
+			int sessions_ms = shim_sessions_timeout(s.sessions);
+			if (sessions_ms >= 0 &&
+			    (wait_ms < 0 || sessions_ms < wait_ms))
+				wait_ms = sessions_ms;
+		}
 		if (poll(fds, nfds, wait_ms) < 0) {
 			if (errno == EINTR)
 				continue;
