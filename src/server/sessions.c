@@ -265,7 +265,7 @@ static char *command_line(json_t *argv)
  */
 static char *session_task(struct server *s, const struct caller *c,
 			  int64_t id, int64_t rank, const char *action,
-			  struct kn_error *err)
+			  int64_t *started_at, struct kn_error *err)
 {
 	struct kn_job_row j;
 	struct kn_task_row *tasks = NULL;
@@ -294,8 +294,10 @@ static char *session_task(struct server *s, const struct caller *c,
 				      err) == 0) {
 		for (size_t i = 0; i < nt && !dir; i++)
 			if (tasks[i].rank == rank &&
-			    tasks[i].state == KN_TASK_RUNNING)
+			    tasks[i].state == KN_TASK_RUNNING) {
 				dir = kn_xstrdup(tasks[i].task_dir);
+				*started_at = tasks[i].started_at;
+			}
 		if (!dir)
 			kn_errorf(err, KN_ENOTFOUND, "task",
 				  "job %lld has no running task %lld",
@@ -432,7 +434,7 @@ static void session_open(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param, bool exec)
 {
 	struct opening *o = kn_xcalloc(1, sizeof(*o));
-	int64_t tty = 0;
+	int64_t tty = 0, started_at = 0;
 	struct kn_error err;
 	char *end;
 
@@ -470,10 +472,14 @@ static void session_open(struct server *s, struct kn_http_req *req,
 		return;
 	}
 	o->dir = session_task(s, c, o->id, o->rank,
-			      exec ? "job.exec" : "job.attach", &err);
+			      exec ? "job.exec" : "job.attach", &started_at,
+			      &err);
 	if (!o->dir)
 		goto refuse;
-	o->deadline_ms = kn_mono_ms() + SHIM_WAIT_MS;
+	/* Only a task that just started may have a shim not listening yet
+	   (one from before sessions never will). */
+	if (kn_now_ms() - started_at < SHIM_WAIT_MS)
+		o->deadline_ms = kn_mono_ms() + SHIM_WAIT_MS;
 	opening_try(o);
 	return;
 refuse:
