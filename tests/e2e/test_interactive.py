@@ -173,8 +173,9 @@ def test_exec_beside_a_task(server, tmp_path):
     user, its own /tmp; stdout and stderr apart; the exit code back."""
     marker = tmp_path / "env"
     job_id = running_job(
-        server, ["sh", "-c", f"echo $CUDA_VISIBLE_DEVICES > {marker}; "
-                             "echo task > /tmp/mine; sleep 300"],
+        server, ["sh", "-c", "echo task > /tmp/mine; "
+                             f"echo $CUDA_VISIBLE_DEVICES > {marker}; "
+                             "sleep 300"],
         resources={"gpus": 2})
     wait_for(lambda: marker.exists() and marker.read_text().strip(),
              what="the task's devices")
