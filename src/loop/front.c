@@ -135,9 +135,29 @@ struct front_conn {
 	bool admitted;        /* the request at hand may send its body */
 	size_t large;         /* its body's bytes, when over o.max_body */
 	bool body_wait;       /* rev's timeout is the body's idle bound */
+	struct kn_tunnel *tunnel; /* upgraded: raw bytes both ways, or NULL */
+};
+
+/*
+ * An upgraded connection (kn_front_req_upgrade). Its end, when the peer
+ * goes or a write fails, is reported on a later turn of the loop, never
+ * from inside a call its owner made: an owner writing from its on_data
+ * must not have its state freed under it.
+ */
+struct kn_tunnel {
+	struct front_conn *conn;
+	struct kn_tunnel_ops ops;
+	void *arg;
+	char owner[KN_HTTP_OWNER_MAX]; /* whose sessions it counts among */
+	bool paused;   /* the owner stopped reading */
+	bool draining; /* output went over KN_TUNNEL_LOW_WATER */
+	bool ended;    /* end_ev is due: nothing more is read or written */
+	bool released; /* the owner closed it: no on_closed */
+	struct event *end_ev;
 };
 
 static void conn_free(struct front_conn *c);
+static void tunnel_end(struct front_conn *c);
 static void large_release(struct front_conn *c);
 static bool same_client(const struct sockaddr_storage *a,
 			const struct sockaddr *b);
@@ -211,6 +231,10 @@ static bool flush(struct front_conn *c)
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
 				break;
+			if (c->tunnel) {
+				tunnel_end(c);
+				return false;
+			}
 			conn_free(c); /* the client is gone */
 			return false;
 		}
@@ -235,15 +259,24 @@ static bool flush(struct front_conn *c)
 
 static void on_write(evutil_socket_t fd, short what, void *arg)
 {
+	struct front_conn *c = arg;
+	struct kn_tunnel *t = c->tunnel;
+
 	(void)fd;
 	(void)what;
-	flush(arg);
+	if (!flush(c) || !t || t->ended || t->released || !t->draining ||
+	    evbuffer_get_length(c->out) > KN_TUNNEL_LOW_WATER)
+		return;
+	t->draining = false;
+	if (t->ops.on_drain)
+		t->ops.on_drain(t->arg);
 }
 
 static const char *reason(int status)
 {
 	switch (status) {
 	case 100: return "Continue";
+	case 101: return "Switching Protocols";
 	case 200: return "OK";
 	case 304: return "Not Modified";
 	case 400: return "Bad Request";
@@ -838,6 +871,162 @@ static void in_reserve(struct front_conn *c)
 	c->in_cap = cap;
 }
 
+/* ---- upgraded connections ---- */
+
+static void on_tunnel_end(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	conn_free(arg);
+}
+
+/* The tunnel is over: freed (and on_closed called) on the next turn. */
+static void tunnel_end(struct front_conn *c)
+{
+	struct kn_tunnel *t = c->tunnel;
+
+	if (t->ended)
+		return;
+	t->ended = true;
+	event_del(c->rev);
+	event_del(c->wev);
+	event_active(t->end_ev, EV_TIMEOUT, 1);
+}
+
+/* Hand what was read to the owner: false when the tunnel is over. */
+static bool tunnel_deliver(struct front_conn *c)
+{
+	struct kn_tunnel *t = c->tunnel;
+	size_t n = c->in_len;
+
+	c->in_len = c->scanned = 0;
+	if (n && !t->ops.on_data(t->arg, c->in, n))
+		tunnel_end(c);
+	return !t->ended && !t->released;
+}
+
+/* Read until the socket has nothing more or the owner pauses. */
+static void tunnel_read(struct front_conn *c, short what)
+{
+	struct kn_tunnel *t = c->tunnel;
+	ssize_t n;
+
+	if (what & EV_TIMEOUT) { /* silent for IDLE_TIMEOUT_S */
+		tunnel_end(c);
+		return;
+	}
+	if (c->write_wants_read && !flush(c))
+		return;
+	if (!tunnel_deliver(c))
+		return;
+	while (!t->paused) {
+		in_reserve(c);
+		n = conn_read(c, c->in, c->in_cap);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		if (n <= 0) {
+			tunnel_end(c);
+			return;
+		}
+		c->in_len = (size_t)n;
+		if (!tunnel_deliver(c))
+			return;
+		/* A plain socket is read again on its next event. */
+		if (!c->ssl || SSL_pending(c->ssl) <= 0)
+			return;
+	}
+}
+
+struct kn_tunnel *kn_front_req_upgrade(struct kn_front_req *r,
+				       const char *protocol, const char *owner,
+				       const struct kn_tunnel_ops *ops,
+				       void *arg)
+{
+	struct front_conn *c = r->conn;
+	struct kn_tunnel *t = kn_xcalloc(1, sizeof(*t));
+
+	t->conn = c;
+	t->ops = *ops;
+	t->arg = arg;
+	kn_strlcpy(t->owner, owner ? owner : "", sizeof(t->owner));
+	t->end_ev = event_new(c->f->base, -1, 0, on_tunnel_end, c);
+	evbuffer_add_printf(c->out,
+			    "HTTP/1.1 101 Switching Protocols\r\n"
+			    "Connection: Upgrade\r\nUpgrade: %s\r\n",
+			    protocol);
+	kn_buf_append(&r->headers, "\r\n", 2);
+	evbuffer_add(c->out, r->headers.data, r->headers.len);
+	r->headers.len = 0;
+	c->req = NULL;
+	free(r->body);
+	r->body = NULL;
+	large_release(c);
+	r->on_gone = NULL;
+	c->tunnel = t;
+	event_add(c->rev, &IDLE);
+	/* Bytes that came behind the request head are the tunnel's. */
+	if (c->in_len)
+		event_active(c->rev, EV_READ, 1);
+	flush(c);
+	return t;
+}
+
+void kn_tunnel_write(struct kn_tunnel *t, const void *data, size_t len)
+{
+	struct front_conn *c = t->conn;
+
+	if (t->ended || t->released || !len)
+		return;
+	evbuffer_add(c->out, data, len);
+	if (flush(c) && evbuffer_get_length(c->out) > KN_TUNNEL_LOW_WATER)
+		t->draining = true;
+}
+
+size_t kn_tunnel_pending(const struct kn_tunnel *t)
+{
+	return evbuffer_get_length(t->conn->out);
+}
+
+void kn_tunnel_pause(struct kn_tunnel *t, bool paused)
+{
+	struct front_conn *c = t->conn;
+
+	if (t->ended || t->released || t->paused == paused)
+		return;
+	t->paused = paused;
+	if (paused) {
+		event_del(c->rev);
+		return;
+	}
+	event_add(c->rev, &IDLE);
+	/* TLS may hold decrypted bytes the socket will not signal again. */
+	if (c->ssl && SSL_pending(c->ssl) > 0)
+		event_active(c->rev, EV_READ, 1);
+}
+
+void kn_tunnel_close(struct kn_tunnel *t)
+{
+	struct front_conn *c = t->conn;
+
+	t->released = true;
+	if (t->ended)
+		return;
+	/* Read and dropped until the peer closes too (on_read). */
+	event_add(c->rev, &IDLE);
+	c->closing = true;
+	flush(c);
+}
+
+size_t kn_front_tunnels_of(const struct kn_front *f, const char *owner)
+{
+	size_t n = 0;
+
+	for (const struct front_conn *c = f->conns; c; c = c->next)
+		n += c->tunnel && !c->tunnel->released &&
+		     !strcmp(c->tunnel->owner, owner);
+	return n;
+}
+
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	struct front_conn *c = arg;
@@ -848,6 +1037,10 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	if (what & EV_TIMEOUT) {
 		if (!c->req)
 			conn_free(c);
+		return;
+	}
+	if (c->tunnel && !c->closing) {
+		tunnel_read(c, what);
 		return;
 	}
 	if (c->write_wants_read && !flush(c))
@@ -887,7 +1080,15 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 static void conn_free(struct front_conn *c)
 {
 	struct kn_front_req *r = c->req;
+	struct kn_tunnel *t = c->tunnel;
 
+	if (t) {
+		c->tunnel = NULL;
+		if (!t->released && t->ops.on_closed)
+			t->ops.on_closed(t->arg);
+		event_free(t->end_ev);
+		free(t);
+	}
 	large_release(c);
 	if (r) {
 		c->req = NULL;

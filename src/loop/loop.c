@@ -733,7 +733,22 @@ size_t kn_http_streams_of(const struct kn_http_req *req)
 	for (const struct kn_http_req *s = req->srv->streams; s;
 	     s = s->next_stream)
 		n += !strcmp(s->owner, req->owner);
-	return n;
+	return n + kn_front_tunnels_of(req->srv->front, req->owner);
+}
+
+struct kn_tunnel *kn_http_upgrade(struct kn_http_req *req,
+				  const char *protocol,
+				  const struct kn_tunnel_ops *ops, void *arg)
+{
+	struct kn_front_req *fr = req->fr;
+	char owner[KN_HTTP_OWNER_MAX];
+
+	kn_strlcpy(owner, req->owner, sizeof(owner));
+	req_free(req);
+	if (!fr)
+		return NULL;
+	kn_front_req_on_gone(fr, NULL, NULL);
+	return kn_front_req_upgrade(fr, protocol, owner, ops, arg);
 }
 
 void kn_http_stream_start(struct kn_http_req *req, int status,

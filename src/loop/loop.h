@@ -233,6 +233,57 @@ void kn_front_req_stream_end(struct kn_front_req *r);
    closed, so the client sees a cut answer, never a complete one. */
 void kn_front_req_stream_abort(struct kn_front_req *r);
 
+/* ---- upgraded connections (front.c) ---- */
+
+/*
+ * A connection a request turned into a two-way byte pipe (HTTP/1.1
+ * Upgrade, answered 101): interactive sessions (src/mux) run on one.
+ * It lives until the peer goes, a write fails, the peer is silent for
+ * ten minutes, or its owner closes it.
+ */
+struct kn_tunnel;
+
+/* Output above this many bytes waiting is "full": on_drain says when it
+   fell back to it. */
+#define KN_TUNNEL_LOW_WATER (64 * 1024)
+
+struct kn_tunnel_ops {
+	/* Bytes from the peer, to take whole (the owner bounds what it
+	   keeps, or pauses): false ends the tunnel. */
+	bool (*on_data)(void *arg, const char *data, size_t len);
+	/* The output was over KN_TUNNEL_LOW_WATER and is at it again. May
+	   be NULL. */
+	void (*on_drain)(void *arg);
+	/* The tunnel ended by itself (peer gone, write failed, silent):
+	   called on a later turn than any call of the owner's, never
+	   after kn_tunnel_close; the tunnel is freed when it returns and
+	   must not be used in it. */
+	void (*on_closed)(void *arg);
+};
+
+/*
+ * Answer r with 101 Switching Protocols to protocol (and the headers
+ * added to r) and turn its connection into a tunnel counted among
+ * owner's (kn_front_tunnels_of). r is gone; bytes the client sent behind
+ * the request come to on_data on a later turn.
+ */
+struct kn_tunnel *kn_front_req_upgrade(struct kn_front_req *r,
+				       const char *protocol, const char *owner,
+				       const struct kn_tunnel_ops *ops,
+				       void *arg);
+/* Queue bytes for the peer (written as the socket takes them). */
+void kn_tunnel_write(struct kn_tunnel *t, const void *data, size_t len);
+/* Bytes queued and not yet written. */
+size_t kn_tunnel_pending(const struct kn_tunnel *t);
+/* Stop (true) or go on (false) reading from the peer: the owner's
+   back-pressure when what it forwards to cannot take more. */
+void kn_tunnel_pause(struct kn_tunnel *t, bool paused);
+/* End it: what is queued is still sent, then the connection closes; no
+   on_closed follows and t must not be used again. */
+void kn_tunnel_close(struct kn_tunnel *t);
+/* Open tunnels of owner on f. */
+size_t kn_front_tunnels_of(const struct kn_front *f, const char *owner);
+
 /* The digits of v at p (no NUL); returns the end. No printf per call. */
 char *kn_put_uint(char *p, uint64_t v);
 
@@ -343,10 +394,20 @@ void kn_http_reply_error(struct kn_http_req *req, const struct kn_error *err);
 
 /*
  * Who the request is for (a token's name), and how many streams of that
- * owner are open on the server: the caps on followers are per owner.
+ * owner are open on the server (follows and tunnels): the caps on them
+ * are per owner.
  */
 void kn_http_set_owner(struct kn_http_req *req, const char *owner);
 size_t kn_http_streams_of(const struct kn_http_req *req);
+
+/*
+ * Turn req into a tunnel (see kn_front_req_upgrade) counted among its
+ * owner's streams (kn_http_streams_of): req is gone. NULL when the
+ * client already went (req is gone then too).
+ */
+struct kn_tunnel *kn_http_upgrade(struct kn_http_req *req,
+				  const char *protocol,
+				  const struct kn_tunnel_ops *ops, void *arg);
 
 /*
  * Streams. start sends the status line and headers with chunked encoding;

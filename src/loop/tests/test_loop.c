@@ -1,7 +1,8 @@
 /*
  * Unit tests for loop: timers, the worker pool (work off the loop thread,
- * delivery on it, undelivered work at shutdown), and the HTTP server and
- * client talking to each other on loopback.
+ * delivery on it, undelivered work at shutdown), the HTTP server and
+ * client talking to each other on loopback, and a connection upgraded
+ * into a tunnel (bytes behind the head, echo, back-pressure, its end).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,8 +10,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -195,6 +200,146 @@ static void test_http_round_trip(void **state)
 	kn_loop_free(hc.loop);
 }
 
+/* ---- an upgraded connection ---- */
+
+/* Blocks of KN_TUNNEL_LOW_WATER the server sends unread: 16 MiB. */
+#define BIG_BLOCKS 256
+
+struct tunnel_case {
+	struct kn_loop *loop;
+	struct kn_tunnel *t;
+	int port;
+	size_t streams_before;
+	bool was_full, drained, closed;
+	int queued[2]; /* a pipe: the server queued the big answer */
+	char got[64];
+	size_t got_len;
+};
+
+static bool tunnel_data(void *arg, const char *data, size_t len)
+{
+	struct tunnel_case *tc = arg;
+	char up[64];
+
+	for (size_t i = 0; i < len && tc->got_len + 1 < sizeof(tc->got); i++)
+		tc->got[tc->got_len++] = data[i];
+	tc->got[tc->got_len] = '\0';
+	if (strstr(tc->got, "big")) {
+		static char block[KN_TUNNEL_LOW_WATER];
+		memset(block, 'x', sizeof(block));
+		for (int i = 0; i < BIG_BLOCKS; i++)
+			kn_tunnel_write(tc->t, block, sizeof(block));
+		tc->was_full = kn_tunnel_pending(tc->t) > KN_TUNNEL_LOW_WATER;
+		assert_int_equal(write(tc->queued[1], "q", 1), 1);
+		return true;
+	}
+	for (size_t i = 0; i < len && i < sizeof(up); i++)
+		up[i] = (char)toupper((unsigned char)data[i]);
+	kn_tunnel_write(tc->t, up, len < sizeof(up) ? len : sizeof(up));
+	return true;
+}
+
+static void tunnel_drain(void *arg)
+{
+	((struct tunnel_case *)arg)->drained = true;
+}
+
+static void tunnel_closed(void *arg)
+{
+	struct tunnel_case *tc = arg;
+
+	tc->closed = true;
+	kn_loop_stop(tc->loop);
+}
+
+static void tunnel_handler(struct kn_http_req *req, void *arg)
+{
+	static const struct kn_tunnel_ops ops = {tunnel_data, tunnel_drain,
+						 tunnel_closed};
+	struct tunnel_case *tc = arg;
+
+	kn_http_set_owner(req, "alice");
+	tc->streams_before = kn_http_streams_of(req);
+	tc->t = kn_http_upgrade(req, "test/1", &ops, tc);
+}
+
+/* Reads until needle has come (or the peer closed): bytes read. */
+static size_t read_until(int fd, char *buf, size_t cap, const char *needle)
+{
+	size_t len = 0;
+	ssize_t n;
+
+	while (len + 1 < cap && (n = read(fd, buf + len, cap - 1 - len)) > 0) {
+		len += (size_t)n;
+		buf[len] = '\0';
+		if (strstr(buf, needle))
+			break;
+	}
+	return len;
+}
+
+static void *tunnel_client(void *arg)
+{
+	struct tunnel_case *tc = arg;
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)tc->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	static const char head[] = "GET /session HTTP/1.1\r\nHost: x\r\n"
+				   "Connection: Upgrade\r\nUpgrade: test/1"
+				   "\r\n\r\nearly";
+	static char buf[2 * 1024 * 1024];
+	size_t total = 0;
+	ssize_t n;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(write(fd, head, sizeof(head) - 1), sizeof(head) - 1);
+	read_until(fd, buf, sizeof(buf), "EARLY");
+	assert_non_null(strstr(buf, "HTTP/1.1 101 Switching Protocols\r\n"));
+	assert_non_null(strstr(buf, "Upgrade: test/1\r\n"));
+	assert_non_null(strstr(buf, "\r\n\r\nEARLY"));
+	assert_int_equal(write(fd, "more", 4), 4);
+	read_until(fd, buf, sizeof(buf), "MORE");
+	/* More than the socket buffers hold, queued while nothing is read. */
+	assert_int_equal(write(fd, "big", 3), 3);
+	assert_int_equal(read(tc->queued[0], buf, 1), 1);
+	while (total < BIG_BLOCKS * KN_TUNNEL_LOW_WATER &&
+	       (n = read(fd, buf, sizeof(buf))) > 0)
+		total += (size_t)n;
+	assert_int_equal(total, BIG_BLOCKS * KN_TUNNEL_LOW_WATER);
+	close(fd);
+	return NULL;
+}
+
+static void test_http_upgrade(void **state)
+{
+	struct tunnel_case tc;
+	struct kn_http_server *srv = NULL;
+	struct kn_error err;
+	pthread_t client;
+
+	(void)state;
+	memset(&tc, 0, sizeof(tc));
+	tc.loop = kn_loop_new();
+	assert_int_equal(pipe(tc.queued), 0);
+	assert_int_equal(kn_http_server_new(tc.loop, "127.0.0.1", 0, NULL,
+					    NULL, tunnel_handler, &tc, &srv,
+					    &tc.port, &err),
+			 0);
+	assert_int_equal(pthread_create(&client, NULL, tunnel_client, &tc), 0);
+	assert_int_equal(kn_loop_run(tc.loop), 0);
+	pthread_join(client, NULL);
+	assert_int_equal(tc.streams_before, 0);
+	assert_true(tc.was_full);
+	assert_true(tc.drained);
+	assert_true(tc.closed);
+	assert_string_equal(tc.got, "earlymorebig");
+	kn_http_server_free(srv);
+	kn_loop_free(tc.loop);
+	close(tc.queued[0]);
+	close(tc.queued[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -202,6 +347,7 @@ int main(void)
 		cmocka_unit_test(test_workers_deliver_on_loop_thread),
 		cmocka_unit_test(test_workers_free_reports_unstarted),
 		cmocka_unit_test(test_http_round_trip),
+		cmocka_unit_test(test_http_upgrade),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
