@@ -15,6 +15,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -818,5 +819,161 @@ int cli_wait_until(struct cli_client *c, const char *path, const char *key,
 	*last = json_incref(current);
 out:
 	json_decref(answer);
+	return rc;
+}
+
+/* ---- upgraded connections ---- */
+
+/* The most of an answer's head and error body read before a tunnel. */
+#define UPGRADE_HEAD_MAX (64 * 1024)
+
+int cli_socket_wait(CURL *curl, short events, int timeout_ms)
+{
+	curl_socket_t fd = CURL_SOCKET_BAD;
+	struct pollfd p;
+
+	if (curl_easy_getinfo(curl, CURLINFO_ACTIVESOCKET, &fd) != CURLE_OK ||
+	    fd == CURL_SOCKET_BAD)
+		return -EPIPE;
+	p.fd = fd;
+	p.events = events;
+	if (poll(&p, 1, timeout_ms) < 0)
+		return -errno;
+	return p.revents ? 0 : -ETIMEDOUT;
+}
+
+static int send_all(CURL *curl, const char *data, size_t len)
+{
+	while (len) {
+		size_t sent = 0;
+		CURLcode cc = curl_easy_send(curl, data, len, &sent);
+
+		if (cc == CURLE_AGAIN) {
+			if (cli_socket_wait(curl, POLLOUT,
+					    CLI_CONNECT_TIMEOUT_MS) < 0)
+				return -EIO;
+			continue;
+		}
+		if (cc != CURLE_OK)
+			return -EIO;
+		data += sent;
+		len -= sent;
+	}
+	return 0;
+}
+
+/* Read into head until it holds "\r\n\r\n" and the body's length. */
+static int read_head(CURL *curl, struct kn_buf *head, size_t *head_len)
+{
+	char buf[4096];
+	const char *end;
+
+	for (;;) {
+		size_t got = 0;
+		CURLcode cc;
+
+		end = head->data ? strstr(head->data, "\r\n\r\n") : NULL;
+		if (end) {
+			*head_len = (size_t)(end + 4 - head->data);
+			return 0;
+		}
+		cc = curl_easy_recv(curl, buf, sizeof(buf), &got);
+		if (cc == CURLE_AGAIN) {
+			if (cli_socket_wait(curl, POLLIN,
+					    CLI_REQUEST_TIMEOUT_MS) < 0)
+				return -ETIMEDOUT;
+			continue;
+		}
+		if (cc != CURLE_OK || got == 0 ||
+		    kn_buf_append(head, buf, got) < 0)
+			return -EIO;
+	}
+}
+
+/* A refusal's body: what Content-Length says, from what follows the head. */
+static void read_error_body(CURL *curl, struct kn_buf *head, size_t head_len,
+			    struct kn_buf *body)
+{
+	const char *cl = strcasestr(head->data, "\r\nContent-Length:");
+	size_t want = cl ? strtoul(cl + 17, NULL, 10) : 0;
+	char buf[4096];
+
+	kn_buf_append(body, head->data + head_len, head->len - head_len);
+	while (body->len < want) {
+		size_t got = 0;
+		CURLcode cc = curl_easy_recv(curl, buf, sizeof(buf), &got);
+
+		if (cc == CURLE_AGAIN &&
+		    cli_socket_wait(curl, POLLIN, CLI_REQUEST_TIMEOUT_MS) == 0)
+			continue;
+		if (cc != CURLE_OK || !got || kn_buf_append(body, buf, got) < 0)
+			break;
+	}
+}
+
+int cli_upgrade(struct cli_client *c, const char *path, const char *protocol,
+		CURL **out, struct kn_buf *early)
+{
+	CURL *curl = curl_easy_init();
+	char *url = kn_asprintf("%s%s", c->base_url, path), *req = NULL;
+	const char *host = strstr(c->base_url, "://");
+	struct kn_buf head, body;
+	size_t head_len = 0;
+	char errbuf[CURL_ERROR_SIZE] = "";
+	long status = 0;
+	CURLcode cc;
+	int rc = CLI_EXIT_FAIL;
+
+	kn_buf_init(&head, UPGRADE_HEAD_MAX);
+	kn_buf_init(&body, UPGRADE_HEAD_MAX);
+	if (!curl) {
+		fputs("kiln: out of memory\n", stderr);
+		abort();
+	}
+	kn_httpc_defaults(curl, (long)CLI_CONNECT_TIMEOUT_MS);
+	tls_options(curl);
+	curl_easy_setopt(curl, CURLOPT_URL, url);
+	curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(curl, CURLOPT_CONNECT_ONLY, 1L);
+	cc = curl_easy_perform(curl);
+	if (cc != CURLE_OK) {
+		fprintf(stderr, "kiln: cannot reach the server at %s: %s%s\n",
+			c->base_url, errbuf[0] ? errbuf : curl_easy_strerror(cc),
+			tls_hint(cc, errbuf));
+		rc = CLI_EXIT_UNREACHABLE;
+		goto out;
+	}
+	req = kn_asprintf("GET %s HTTP/1.1\r\nHost: %.*s\r\n%s%s%s"
+			  "Connection: Upgrade\r\nUpgrade: %s\r\n\r\n",
+			  path, (int)strcspn(host ? host + 3 : "", "/"),
+			  host ? host + 3 : "",
+			  c->token ? "Authorization: Bearer " : "",
+			  c->token ? c->token : "", c->token ? "\r\n" : "",
+			  protocol);
+	if (send_all(curl, req, strlen(req)) < 0 ||
+	    read_head(curl, &head, &head_len) < 0) {
+		fprintf(stderr, "kiln: lost the connection to the server at "
+			"%s\n", c->base_url);
+		rc = CLI_EXIT_UNREACHABLE;
+		goto out;
+	}
+	if (sscanf(head.data, "HTTP/1.1 %ld", &status) != 1)
+		status = 0;
+	if (status != 101) {
+		read_error_body(curl, &head, head_len, &body);
+		print_api_error(c, status, &body);
+		goto out;
+	}
+	kn_buf_append(early, head.data + head_len, head.len - head_len);
+	*out = curl;
+	curl = NULL;
+	rc = 0;
+out:
+	if (curl)
+		curl_easy_cleanup(curl);
+	kn_buf_release(&head);
+	kn_buf_release(&body);
+	free(req);
+	free(url);
 	return rc;
 }

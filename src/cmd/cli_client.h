@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include <curl/curl.h>
 #include <jansson.h>
 
 #include "base/base.h"
@@ -123,6 +124,21 @@ void cli_query_add(struct kn_buf *path, const char *key, const char *value);
 
 /* Append a percent-encoded path segment (a token name) to path. */
 void cli_path_add(struct kn_buf *path, const char *segment);
+
+/*
+ * Ask the server to turn a GET of path into a byte pipe speaking
+ * protocol (HTTP/1.1 Upgrade, answered 101), on a connection of its own
+ * made as every call's (TLS, token). 0 with *out the connected handle
+ * (curl_easy_send/recv carry the pipe; curl_easy_cleanup ends it) and
+ * the pipe's first bytes, read with the answer, appended to early; else
+ * the exit status after printing the server's refusal. Thread-safe for
+ * one client: it uses a handle of its own.
+ */
+int cli_upgrade(struct cli_client *c, const char *path, const char *protocol,
+		CURL **out, struct kn_buf *early);
+/* Wait up to timeout_ms for events (POLLIN, POLLOUT) on the socket of
+   a connected handle: 0, -ETIMEDOUT, or another negative errno. */
+int cli_socket_wait(CURL *curl, short events, int timeout_ms);
 
 /*
  * POST a spec's text to collection ("/v1/jobs"), with the name it is

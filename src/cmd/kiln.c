@@ -85,6 +85,22 @@ static const struct cli_command commands[] = {
 	 "\n"
 	 "  -o json  print the server's JSON, including the spec\n",
 	 false},
+	{"port-forward", cmd_port_forward, NULL,
+	 "forward a local port to a port a job's task listens on",
+	 "usage: kiln port-forward ID|ID[K] LOCAL:REMOTE [--task N]\n"
+	 "                         [--address A]\n"
+	 "\n"
+	 "Listen on A:LOCAL and carry every connection made there to port\n"
+	 "REMOTE of the job's task (a notebook, TensorBoard, a model server\n"
+	 "under test), each over an API connection of its own: the task\n"
+	 "listens on loopback and nothing of it is exposed on the network.\n"
+	 "Waits for a queued job to start; runs until interrupted. LOCAL 0\n"
+	 "picks a free port; the first line printed names it. The job's\n"
+	 "owner and operators only.\n"
+	 "\n"
+	 "  --task N     the task's rank (default 0)\n"
+	 "  --address A  the local address to listen on (default 127.0.0.1)\n",
+	 false},
 	{"logs", cmd_logs, NULL, "print or follow a task's output",
 	 "usage: kiln logs ID|ID[K] [--task N | --all] [--attempt K] [--tail N]\n"
 	 "                 [-f] [--raw]\n"

@@ -40,6 +40,8 @@ static struct {
 	void (*easy_cleanup)(CURL *);
 	CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
 	void (*easy_reset)(CURL *);
+	CURLcode (*easy_send)(CURL *, const void *, size_t, size_t *);
+	CURLcode (*easy_recv)(CURL *, void *, size_t, size_t *);
 	const char *(*easy_strerror)(CURLcode);
 	char *(*easy_escape)(CURL *, const char *, int);
 	void (*free_)(void *);
@@ -75,6 +77,8 @@ static bool resolve(void *h)
 		{(void **)&lib.easy_cleanup, "curl_easy_cleanup"},
 		{(void **)&lib.easy_getinfo, "curl_easy_getinfo"},
 		{(void **)&lib.easy_reset, "curl_easy_reset"},
+		{(void **)&lib.easy_send, "curl_easy_send"},
+		{(void **)&lib.easy_recv, "curl_easy_recv"},
 		{(void **)&lib.easy_strerror, "curl_easy_strerror"},
 		{(void **)&lib.easy_escape, "curl_easy_escape"},
 		{(void **)&lib.free_, "curl_free"},
@@ -184,6 +188,18 @@ CURLcode curl_easy_getinfo(CURL *curl, CURLINFO info, ...)
 void curl_easy_reset(CURL *curl)
 {
 	lib.easy_reset(curl);
+}
+
+/* A connected handle's (CURLOPT_CONNECT_ONLY) bytes: an upgraded pipe. */
+CURLcode curl_easy_send(CURL *curl, const void *buffer, size_t buflen,
+			size_t *n)
+{
+	return lib.easy_send(curl, buffer, buflen, n);
+}
+
+CURLcode curl_easy_recv(CURL *curl, void *buffer, size_t buflen, size_t *n)
+{
+	return lib.easy_recv(curl, buffer, buflen, n);
 }
 
 const char *curl_easy_strerror(CURLcode code)

@@ -357,7 +357,7 @@ static int setup_nodes(struct server *s, struct kn_error *err)
 const struct service *const kn_services[] = {
 	&pools_service,    &cost_service,      &backup_service, &deploy_service,
 	&models_service,   &workflows_service, &reval_service,  &metrics_service,
-	&console_service,  &devenv_service, NULL,
+	&console_service,  &devenv_service, &portfwd_service, NULL,
 };
 
 _Static_assert(sizeof(kn_services) / sizeof(kn_services[0]) <=

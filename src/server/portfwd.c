@@ -1,0 +1,380 @@
+/*
+ * Port-forward (`kiln port-forward`, docs/devenv.md): one connection to
+ * a port a running task listens on, carried by an API request that the
+ * server upgrades (HTTP/1.1 Upgrade: kiln-port-forward, answered 101)
+ * into a byte pipe.
+ *
+ * GET /v1/jobs/{id}/port-forward?port=P[&task=N] is the job's owner's or
+ * an operator's (a viewer's is refused by its least role, another user's
+ * here, both audited); the job must be running with task N started. The
+ * server connects to 127.0.0.1:P without blocking (a task whose listen
+ * backlog is full cannot stall the loop), answers 101 once connected,
+ * and copies bytes both ways. Nothing in the task is exposed on the
+ * network: the task listens on loopback and only the API reaches it.
+ *
+ * Back-pressure: a side that cannot take more stops the other's reading
+ * (kn_tunnel_pause; the socket's read watch freed until the tunnel has
+ * drained), so a client that floods a port, or one that never reads,
+ * holds at most PENDING_MAX bytes here and never stalls the loop or
+ * another session. Each connection counts among its owner's streams
+ * (--max-follows-per-token) and, on a dev environment, as a session.
+ *
+ * Tasks share the server's network namespace today (docs/security.md);
+ * a task in one of its own would need the connect made inside it.
+ */
+#include "internal.h"
+
+#include "devenvsvc.h"
+#include "service.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define PROTOCOL "kiln-port-forward"
+#define CONNECT_TIMEOUT_MS 5000
+#define READ_CHUNK (64 * 1024)
+/* Bytes for the task kept here before the client's reading pauses. */
+#define PENDING_MAX (256 * 1024)
+
+struct forward {
+	struct server *s;
+	struct kn_http_req *req; /* until answered */
+	struct kn_tunnel *tunnel;
+	int fd;                  /* the connection to the task's port */
+	struct kn_fd_watch *readable, *writable;
+	struct kn_timer *timer;  /* the connect's limit */
+	struct caller caller;
+	int64_t job_id;
+	int rank, port;
+	char *out;               /* for the task, not yet written */
+	size_t out_len, out_cap;
+	bool session;            /* counted as a dev environment's session */
+};
+
+static void forward_free(struct forward *f)
+{
+	kn_fd_watch_free(f->readable);
+	kn_fd_watch_free(f->writable);
+	kn_timer_free(f->timer);
+	if (f->fd >= 0)
+		close(f->fd);
+	if (f->session)
+		devenv_session(f->s, f->job_id, -1);
+	free(f->out);
+	free(f);
+}
+
+/* The tunnel is ended (by us or the peer): nothing more is written. */
+static void forward_end(struct forward *f)
+{
+	if (f->tunnel)
+		kn_tunnel_close(f->tunnel);
+	forward_free(f);
+}
+
+static void task_readable(void *arg);
+
+static void watch_task(struct forward *f, bool on)
+{
+	if (on && !f->readable)
+		f->readable = kn_fd_watch_new(f->s->loop, f->fd, task_readable,
+					      f);
+	else if (!on && f->readable) {
+		kn_fd_watch_free(f->readable);
+		f->readable = NULL;
+	}
+}
+
+/* The task sent bytes: to the client, unless it is behind. */
+static void task_readable(void *arg)
+{
+	struct forward *f = arg;
+	char buf[READ_CHUNK];
+	ssize_t n = read(f->fd, buf, sizeof(buf));
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		forward_end(f);
+		return;
+	}
+	kn_tunnel_write(f->tunnel, buf, (size_t)n);
+	if (kn_tunnel_pending(f->tunnel) > KN_TUNNEL_LOW_WATER)
+		watch_task(f, false);
+}
+
+static void tunnel_drained(void *arg)
+{
+	watch_task(arg, true);
+}
+
+/* Write what waits for the task; false when the connection broke. */
+static bool flush_to_task(struct forward *f)
+{
+	while (f->out_len) {
+		ssize_t n = write(f->fd, f->out, f->out_len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			break;
+		if (n <= 0)
+			return false;
+		memmove(f->out, f->out + n, f->out_len - (size_t)n);
+		f->out_len -= (size_t)n;
+	}
+	return true;
+}
+
+static void task_writable(void *arg)
+{
+	struct forward *f = arg;
+
+	if (!flush_to_task(f)) {
+		forward_end(f);
+		return;
+	}
+	if (f->out_len)
+		return;
+	kn_fd_watch_free(f->writable);
+	f->writable = NULL;
+	kn_tunnel_pause(f->tunnel, false);
+}
+
+/* Bytes from the client, taken whole: written, or kept for later. */
+static bool tunnel_data(void *arg, const char *data, size_t len)
+{
+	struct forward *f = arg;
+
+	if (f->out_len + len > f->out_cap) {
+		f->out_cap = f->out_len + len;
+		f->out = kn_xrealloc(f->out, f->out_cap);
+	}
+	memcpy(f->out + f->out_len, data, len);
+	f->out_len += len;
+	if (!flush_to_task(f))
+		return false;
+	if (f->out_len && !f->writable)
+		f->writable = kn_fd_watch_writable_new(f->s->loop, f->fd,
+						       task_writable, f);
+	if (f->out_len > PENDING_MAX)
+		kn_tunnel_pause(f->tunnel, true);
+	return true;
+}
+
+static void tunnel_closed(void *arg)
+{
+	struct forward *f = arg;
+
+	f->tunnel = NULL; /* freed by the loop when this returns */
+	forward_free(f);
+}
+
+static const struct kn_tunnel_ops tunnel_ops = {
+	.on_data = tunnel_data,
+	.on_drain = tunnel_drained,
+	.on_closed = tunnel_closed,
+};
+
+static void audit_opened(const struct forward *f)
+{
+	struct kn_audit a;
+	char object[48], detail[64];
+	struct kn_error err;
+
+	snprintf(object, sizeof(object), "job/%lld", (long long)f->job_id);
+	snprintf(detail, sizeof(detail), "task %d port %d", f->rank, f->port);
+	caller_audit(&a, &f->caller, "job.port_forward", object, "ok", detail);
+	if (kn_store_audit_insert(f->s->store, &a, &err) < 0)
+		kn_log(KN_LOG_WARN, "job %lld: port-forward not audited: %s",
+		       (long long)f->job_id, err.message);
+}
+
+/* The connect ended: upgrade the request, or answer why not. */
+static void connected(struct forward *f, int error)
+{
+	struct kn_error err;
+
+	kn_fd_watch_free(f->writable);
+	f->writable = NULL;
+	kn_timer_free(f->timer);
+	f->timer = NULL;
+	if (error) {
+		kn_errorf(&err, KN_EUNAVAIL, "port",
+			  "job %lld: nothing answers on port %d in the task: "
+			  "%s",
+			  (long long)f->job_id, f->port, strerror(error));
+		kn_http_reply_error(f->req, &err);
+		forward_free(f);
+		return;
+	}
+	f->tunnel = kn_http_upgrade(f->req, PROTOCOL, &tunnel_ops, f);
+	f->req = NULL;
+	if (!f->tunnel) {
+		forward_free(f);
+		return;
+	}
+	f->session = true;
+	devenv_session(f->s, f->job_id, 1);
+	audit_opened(f);
+	watch_task(f, true);
+}
+
+static void connect_writable(void *arg)
+{
+	struct forward *f = arg;
+	int error = 0;
+	socklen_t len = sizeof(error);
+
+	if (getsockopt(f->fd, SOL_SOCKET, SO_ERROR, &error, &len) < 0)
+		error = errno;
+	connected(f, error);
+}
+
+static void connect_timeout(void *arg)
+{
+	connected(arg, ETIMEDOUT);
+}
+
+static void start_connect(struct forward *f)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)f->port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
+	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (f->fd < 0) {
+		connected(f, errno);
+		return;
+	}
+	setsockopt(f->fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
+	if (connect(f->fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+		connected(f, 0);
+		return;
+	}
+	if (errno != EINPROGRESS) {
+		connected(f, errno);
+		return;
+	}
+	f->writable = kn_fd_watch_writable_new(f->s->loop, f->fd,
+					       connect_writable, f);
+	f->timer = kn_timer_new(f->s->loop, connect_timeout, f);
+	kn_timer_arm(f->timer, CONNECT_TIMEOUT_MS);
+}
+
+/* The running task rank of job id, or an error naming why not. */
+static int find_task(struct server *s, int64_t id, int64_t rank,
+		     struct kn_error *err)
+{
+	for (struct run *r = s->runs; r; r = r->next) {
+		if (r->job_id != id || r->stopping)
+			continue;
+		if (rank >= r->n_tasks)
+			return kn_errorf(err, KN_EINVAL, "task",
+					 "job %lld has %d task%s (0..%d)",
+					 (long long)id, r->n_tasks,
+					 r->n_tasks == 1 ? "" : "s",
+					 r->n_tasks - 1);
+		if (!r->tasks[rank].launched || r->tasks[rank].ended)
+			break;
+		return 0;
+	}
+	return kn_errorf(err, KN_ECONFLICT, "state",
+			 "job %lld task %lld is not running", (long long)id,
+			 (long long)rank);
+}
+
+/* Whether c may forward to job j's ports: its owner, or an operator. */
+static int check_caller(struct server *s, const struct caller *c,
+			int64_t id, struct kn_error *err)
+{
+	struct kn_job_row j;
+	struct kn_audit a;
+	char object[48];
+	int rc;
+
+	memset(&j, 0, sizeof(j));
+	rc = kn_store_job_get(s->store, id, &j, err);
+	if (rc < 0)
+		return rc;
+	if (c->role < KN_ROLE_OPERATOR && strcmp(j.owner, c->name) != 0) {
+		rc = kn_errorf(err, KN_EPERM, NULL,
+			       "job %lld belongs to %s; a user may forward "
+			       "only to its own jobs' ports",
+			       (long long)id, j.owner);
+		snprintf(object, sizeof(object), "job/%lld", (long long)id);
+		caller_audit(&a, c, "job.port_forward", object, "denied",
+			     err->message);
+		kn_store_audit_insert(s->store, &a, NULL);
+	}
+	kn_job_row_release(&j);
+	return rc;
+}
+
+static void h_port_forward(struct server *s, struct kn_http_req *req,
+			   const struct caller *c, const char *param)
+{
+	const char *upgrade = kn_http_header(req, "Upgrade");
+	struct forward *f;
+	struct kn_error err;
+	int64_t id = 0, port = 0, rank = 0;
+	char *end = NULL;
+
+	id = strtoll(param, &end, 10);
+	if (!*param || *end || id <= 0) {
+		kn_errorf(&err, KN_ENOTFOUND, NULL, "no job %s", param);
+		goto fail;
+	}
+	if (kn_http_query_int(req, "port", 1, 65535, &port) != 0) {
+		kn_errorf(&err, KN_EINVAL, "port",
+			  "port must be a TCP port, 1 to 65535");
+		goto fail;
+	}
+	if (kn_http_query_int(req, "task", 0, KN_SPEC_MAX_TASKS - 1, &rank) <
+	    0) {
+		kn_errorf(&err, KN_EINVAL, "task", "task must be a task index");
+		goto fail;
+	}
+	if (!upgrade || strcasecmp(upgrade, PROTOCOL) != 0) {
+		kn_errorf(&err, KN_EINVAL, "Upgrade",
+			  "port-forward is an upgraded connection: send "
+			  "Connection: Upgrade and Upgrade: " PROTOCOL);
+		goto fail;
+	}
+	if (check_caller(s, c, id, &err) < 0 || find_task(s, id, rank, &err) < 0)
+		goto fail;
+	if (!api_follow_admitted(s, req))
+		return;
+	f = kn_xcalloc(1, sizeof(*f));
+	f->s = s;
+	f->req = req;
+	f->fd = -1;
+	f->caller = *c;
+	f->job_id = id;
+	f->rank = (int)rank;
+	f->port = (int)port;
+	start_connect(f);
+	return;
+fail:
+	kn_http_reply_error(req, &err);
+}
+
+static const struct route routes[] = {
+	{"GET", "/v1/jobs/{id}/port-forward", KN_ROLE_USER, false,
+	 "job.port_forward", h_port_forward},
+};
+
+const struct service portfwd_service = {
+	.name = "port-forward",
+	.phase = SERVICE_PHASE_RECOVERED,
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
+};
