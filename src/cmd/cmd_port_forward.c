@@ -29,7 +29,7 @@
 #include "cmd/cli_client.h"
 
 #define PROTOCOL "kiln-port-forward"
-#define RELAY_BUF (64 * 1024)
+#define RELAY_BUF (256 * 1024)
 /* Bytes the task may send before the client's first read, kept. */
 #define EARLY_MAX (1 << 20)
 

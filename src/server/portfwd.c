@@ -40,9 +40,11 @@
 
 #define PROTOCOL "kiln-port-forward"
 #define CONNECT_TIMEOUT_MS 5000
-#define READ_CHUNK (64 * 1024)
-/* Bytes for the task kept here before the client's reading pauses. */
-#define PENDING_MAX (256 * 1024)
+#define READ_CHUNK (256 * 1024)
+/* Bytes kept here for either side before the other's reading pauses;
+   reading goes on when the client's side is back at the tunnel's low
+   mark. */
+#define PENDING_MAX (1024 * 1024)
 
 struct forward {
 	struct server *s;
@@ -96,8 +98,9 @@ static void watch_task(struct forward *f, bool on)
 /* The task sent bytes: to the client, unless it is behind. */
 static void task_readable(void *arg)
 {
+	/* The loop is one thread: one buffer serves every forward. */
+	static char buf[READ_CHUNK];
 	struct forward *f = arg;
-	char buf[READ_CHUNK];
 	ssize_t n = read(f->fd, buf, sizeof(buf));
 
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -107,7 +110,7 @@ static void task_readable(void *arg)
 		return;
 	}
 	kn_tunnel_write(f->tunnel, buf, (size_t)n);
-	if (kn_tunnel_pending(f->tunnel) > KN_TUNNEL_LOW_WATER)
+	if (kn_tunnel_pending(f->tunnel) > PENDING_MAX)
 		watch_task(f, false);
 }
 
