@@ -50,8 +50,8 @@ const struct oa_op oa_ops[] = {
 	 "operator): send Connection: Upgrade and Upgrade: kiln-port-forward",
 	 "port:integer task:integer", NULL,
 	 "101 upgrade the connection is now a byte pipe to the task's port; "
-	 "409 error the task is not running; 503 error nothing answers on "
-	 "the port"},
+	 "409 error the task is not running or does not listen on the port; "
+	 "503 error the connect failed"},
 	{"GET", "/v1/jobs/{id}/logs", "a task's output, or a stream of it",
 	 "task:integer attempt:integer follow:integer offset:integer "
 	 "tail:integer",

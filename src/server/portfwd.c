@@ -6,11 +6,15 @@
  *
  * GET /v1/jobs/{id}/port-forward?port=P[&task=N] is the job's owner's or
  * an operator's (a viewer's is refused by its least role, another user's
- * here, both audited); the job must be running with task N started. The
- * server connects to 127.0.0.1:P without blocking (a task whose listen
- * backlog is full cannot stall the loop), answers 101 once connected,
- * and copies bytes both ways. Nothing in the task is exposed on the
- * network: the task listens on loopback and only the API reaches it.
+ * here, both audited); the job must be running with task N started, and
+ * a process of that task must hold the socket listening on P (found on
+ * a worker from /proc/net/tcp{,6} and the task's processes' descriptors):
+ * tasks share the machine's loopback, and without that check a forward
+ * would reach any service listening there. The server then connects to
+ * 127.0.0.1:P without blocking (a task whose listen backlog is full
+ * cannot stall the loop), answers 101 once connected, and copies bytes
+ * both ways. Nothing in the task is exposed on the network: the task
+ * listens on loopback and only the API reaches it.
  *
  * Back-pressure: a side that cannot take more stops the other's reading
  * (kn_tunnel_pause; the socket's read watch freed until the tunnel has
@@ -28,6 +32,8 @@
 #include "service.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -36,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define PROTOCOL "kiln-port-forward"
@@ -59,6 +66,8 @@ struct forward {
 	char *out;               /* for the task, not yet written */
 	size_t out_len, out_cap;
 	bool session;            /* counted as a dev environment's session */
+	int shim_pid;            /* the task's: whose listener the port is */
+	bool listens;            /* the worker found the task's listener */
 };
 
 static void forward_free(struct forward *f)
@@ -273,9 +282,162 @@ static void start_connect(struct forward *f)
 	kn_timer_arm(f->timer, CONNECT_TIMEOUT_MS);
 }
 
+/* ---- whose is the port: a listening socket of the task's ---- */
+
+/* Listening TCP sockets on port, by inode, from /proc/net/tcp and tcp6. */
+#define LISTENERS_MAX 16
+
+static size_t listening_inodes(int port, unsigned long *inodes)
+{
+	static const char *const tables[] = {"/proc/net/tcp",
+					     "/proc/net/tcp6"};
+	char line[512];
+	size_t n = 0;
+
+	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+		FILE *f = fopen(tables[t], "re");
+
+		while (f && fgets(line, sizeof(line), f) && n < LISTENERS_MAX) {
+			unsigned lport, state;
+			unsigned long inode;
+
+			/* sl local rem st tx:rx tr:when retrnsmt uid timeout
+			   inode */
+			if (sscanf(line,
+				   " %*u: %*[0-9A-Fa-f]:%X %*[0-9A-Fa-f]:%*X %X "
+				   "%*X:%*X %*X:%*X %*X %*u %*u %lu",
+				   &lport, &state, &inode) == 3 &&
+			    state == 0x0A && (int)lport == port)
+				inodes[n++] = inode;
+		}
+		if (f)
+			fclose(f);
+	}
+	return n;
+}
+
+/* A process's session, or -1. */
+static int proc_session(const char *pid)
+{
+	char path[300], buf[512], *p;
+	int fd, session = -1;
+	ssize_t len;
+
+	snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	len = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (len <= 0)
+		return -1;
+	buf[len] = '\0';
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 1, " %*c %*d %*d %d", &session) != 1)
+		return -1;
+	return session;
+}
+
+/* The pid namespace's inode of a process, or 0. */
+static ino_t pid_ns(const char *pid)
+{
+	char path[300];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%s/ns/pid", pid);
+	return stat(path, &st) == 0 ? st.st_ino : 0;
+}
+
+/* Whether process pid holds a socket whose inode is in inodes. */
+static bool holds_socket(const char *pid, const unsigned long *inodes,
+			 size_t n)
+{
+	char path[300], link[64];
+	struct dirent *e;
+	bool found = false;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%s/fd", pid);
+	d = opendir(path);
+	while (d && !found && (e = readdir(d))) {
+		unsigned long inode;
+		ssize_t len = readlinkat(dirfd(d), e->d_name, link,
+					 sizeof(link) - 1);
+
+		if (len <= 0)
+			continue;
+		link[len] = '\0';
+		if (sscanf(link, "socket:[%lu]", &inode) != 1)
+			continue;
+		for (size_t i = 0; i < n && !found; i++)
+			found = inodes[i] == inode;
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/*
+ * On a worker: whether a process of the task listens on the port. The
+ * task's processes are those of its shim's session and, where it has a
+ * pid namespace of its own, every process in that namespace (one that
+ * left the session too).
+ */
+static void find_listener(void *arg)
+{
+	struct forward *f = arg;
+	unsigned long inodes[LISTENERS_MAX];
+	size_t n = listening_inodes(f->port, inodes);
+	ino_t own = pid_ns("self"), task_ns = 0;
+	char shim[16];
+	struct dirent *e;
+	DIR *d;
+
+	if (!n)
+		return;
+	snprintf(shim, sizeof(shim), "%d", f->shim_pid);
+	d = opendir("/proc");
+	while (d && !f->listens && (e = readdir(d))) {
+		bool mine;
+		ino_t ns;
+
+		if (!isdigit((unsigned char)e->d_name[0]) ||
+		    !strcmp(e->d_name, shim))
+			continue;
+		ns = pid_ns(e->d_name);
+		mine = proc_session(e->d_name) == f->shim_pid;
+		if (mine && ns && ns != own)
+			task_ns = ns;
+		if (mine || (task_ns && ns == task_ns))
+			f->listens = holds_socket(e->d_name, inodes, n);
+	}
+	if (d)
+		closedir(d);
+}
+
+static void listener_found(void *arg, bool ran)
+{
+	struct forward *f = arg;
+	struct kn_error err;
+
+	if (!ran) {
+		forward_free(f);
+		return;
+	}
+	if (f->listens) {
+		start_connect(f);
+		return;
+	}
+	kn_errorf(&err, KN_ECONFLICT, "port",
+		  "job %lld task %d does not listen on port %d",
+		  (long long)f->job_id, f->rank, f->port);
+	kn_http_reply_error(f->req, &err);
+	forward_free(f);
+}
+
 /* The running task rank of job id, or an error naming why not. */
 static int find_task(struct server *s, int64_t id, int64_t rank,
-		     struct kn_error *err)
+		     int *shim_pid, struct kn_error *err)
 {
 	for (struct run *r = s->runs; r; r = r->next) {
 		if (r->job_id != id || r->stopping)
@@ -286,8 +448,10 @@ static int find_task(struct server *s, int64_t id, int64_t rank,
 					 (long long)id, r->n_tasks,
 					 r->n_tasks == 1 ? "" : "s",
 					 r->n_tasks - 1);
-		if (!r->tasks[rank].launched || r->tasks[rank].ended)
+		if (!r->tasks[rank].launched || r->tasks[rank].ended ||
+		    r->tasks[rank].proc.pid <= 0)
 			break;
+		*shim_pid = r->tasks[rank].proc.pid;
 		return 0;
 	}
 	return kn_errorf(err, KN_ECONFLICT, "state",
@@ -329,6 +493,7 @@ static void h_port_forward(struct server *s, struct kn_http_req *req,
 	struct forward *f;
 	struct kn_error err;
 	int64_t id = 0, port = 0, rank = 0;
+	int shim_pid = 0;
 	char *end = NULL;
 
 	id = strtoll(param, &end, 10);
@@ -352,7 +517,17 @@ static void h_port_forward(struct server *s, struct kn_http_req *req,
 			  "Connection: Upgrade and Upgrade: " PROTOCOL);
 		goto fail;
 	}
-	if (check_caller(s, c, id, &err) < 0 || find_task(s, id, rank, &err) < 0)
+	/* Its tasks' ports are on this machine's loopback only when they
+	   are this machine's processes. */
+	if (s->exec->ops->isolation) {
+		kn_errorf(&err, KN_EINVAL, NULL,
+			  "port-forward reaches tasks this server runs itself; "
+			  "the %s executor's run elsewhere",
+			  s->exec->ops->name);
+		goto fail;
+	}
+	if (check_caller(s, c, id, &err) < 0 ||
+	    find_task(s, id, rank, &shim_pid, &err) < 0)
 		goto fail;
 	if (!api_follow_admitted(s, req))
 		return;
@@ -364,7 +539,8 @@ static void h_port_forward(struct server *s, struct kn_http_req *req,
 	f->job_id = id;
 	f->rank = (int)rank;
 	f->port = (int)port;
-	start_connect(f);
+	f->shim_pid = shim_pid;
+	kn_workers_submit(s->request_workers, find_listener, listener_found, f);
 	return;
 fail:
 	kn_http_reply_error(req, &err);

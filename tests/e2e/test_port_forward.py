@@ -194,7 +194,21 @@ def test_viewer_and_other_user_refused_operator_allowed(s):
     assert r.status_code == 400 and r.json()["error"]["field"] == "Upgrade"
     status, sock = upgrade(s, alice, jid, free_port())
     sock.close()
-    assert " 503 " in status, status
+    assert " 409 " in status, status
+    # A port something else on the machine listens on (this test, as a
+    # host service would) is not the task's: refused, never connected.
+    other = socket.socket()
+    other.bind(("127.0.0.1", 0))
+    other.listen(1)
+    try:
+        status, sock = upgrade(s, alice, jid, other.getsockname()[1])
+        sock.close()
+        assert " 409 " in status, status
+        other.settimeout(0.5)
+        with pytest.raises(socket.timeout):
+            other.accept()
+    finally:
+        other.close()
     status, sock = upgrade(s, alice, jid, 0)
     sock.close()
     assert " 400 " in status, status
