@@ -130,23 +130,26 @@ def round_trip(port, requests):
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     msg, buf = b"p" * 64, bytearray(64)
     echo_once(s, msg, buf)  # the connection is open before the clock
-    t0 = time.perf_counter()
+    times = []
     for _ in range(requests):
+        t0 = time.perf_counter()
         echo_once(s, msg, buf)
-    dt = time.perf_counter() - t0
+        times.append(time.perf_counter() - t0)
     s.close()
-    return dt / requests
+    return statistics.mean(times), statistics.median(times)
 
 
 def connect_trip(port, connects):
     msg, buf = b"c" * 64, bytearray(64)
-    t0 = time.perf_counter()
+    times = []
     for _ in range(connects):
+        t0 = time.perf_counter()
         s = socket.create_connection(("127.0.0.1", port))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         echo_once(s, msg, buf)
+        times.append(time.perf_counter() - t0)
         s.close()
-    return (time.perf_counter() - t0) / connects
+    return statistics.mean(times), statistics.median(times)
 
 
 class Kiln:
@@ -297,28 +300,29 @@ def main():
         ports["ssh"] = (ssh.local[bulk], ssh.local[echo])
         ports["kiln"] = (kiln.forward(bulk), kiln.forward(echo))
         sides = list(ports)
-        res = {s: {"bytes_s": [], "rtt_s": [], "connect_s": []}
+        res = {s: {k: [] for k in ("bytes_s", "rtt_s", "rtt_p50_s",
+                                   "connect_s", "connect_p50_s")}
                for s in sides}
         for r in range(a.rounds):
             order = sides if r % 2 == 0 else sides[::-1]
             for side in order:
                 b, e = ports[side]
                 res[side]["bytes_s"].append(download(b, a.bytes))
-                res[side]["rtt_s"].append(round_trip(e, a.requests))
-                res[side]["connect_s"].append(connect_trip(e, a.connects))
+                mean, p50 = round_trip(e, a.requests)
+                res[side]["rtt_s"].append(mean)
+                res[side]["rtt_p50_s"].append(p50)
+                mean, p50 = connect_trip(e, a.connects)
+                res[side]["connect_s"].append(mean)
+                res[side]["connect_p50_s"].append(p50)
             print(f"round {r + 1}: " + ", ".join(
                 f"{s} {res[s]['bytes_s'][-1] / 1e6:.0f} MB/s "
                 f"rtt {res[s]['rtt_s'][-1] * 1e6:.0f} us "
+                f"(p50 {res[s]['rtt_p50_s'][-1] * 1e6:.0f}) "
                 f"connect {res[s]['connect_s'][-1] * 1e3:.2f} ms"
                 for s in sides), flush=True)
-        ratios = {
-            "bytes_s": [k / s for k, s in zip(res["kiln"]["bytes_s"],
-                                               res["ssh"]["bytes_s"])],
-            "rtt_s": [k / s for k, s in zip(res["kiln"]["rtt_s"],
-                                             res["ssh"]["rtt_s"])],
-            "connect_s": [k / s for k, s in zip(res["kiln"]["connect_s"],
-                                                 res["ssh"]["connect_s"])],
-        }
+        ratios = {key: [k / s for k, s in zip(res["kiln"][key],
+                                              res["ssh"][key])]
+                  for key in res["kiln"]}
         out = {
             "bytes": a.bytes, "requests": a.requests,
             "connects": a.connects, "rounds": a.rounds, "tls": a.tls,
@@ -328,22 +332,24 @@ def main():
                       for s in sides},
             "kiln_over_ssh": {k: summary(v) for k, v in ratios.items()},
         }
-        print(f"{'side':8} {'MB/s':>16} {'rtt us':>14} {'connect ms':>14}")
+        print(f"{'side':8} {'MB/s':>16} {'rtt us':>14} {'rtt p50 us':>14} "
+              f"{'connect ms':>14}")
         for s in sides:
             f = out["sides"][s]
             print(f"{s:8} {f['bytes_s']['mean'] / 1e6:9.0f} "
                   f"+- {f['bytes_s']['sd'] / 1e6:4.0f} "
                   f"{f['rtt_s']['mean'] * 1e6:7.0f} "
                   f"+- {f['rtt_s']['sd'] * 1e6:4.0f} "
+                  f"{f['rtt_p50_s']['mean'] * 1e6:7.0f} "
+                  f"+- {f['rtt_p50_s']['sd'] * 1e6:4.0f} "
                   f"{f['connect_s']['mean'] * 1e3:7.2f} "
                   f"+- {f['connect_s']['sd'] * 1e3:4.2f}")
         q = out["kiln_over_ssh"]
-        print(f"kiln/ssh: bytes/s {q['bytes_s']['mean']:.2f} "
-              f"+- {q['bytes_s']['sd']:.2f} (goal >= 1.0), rtt "
-              f"{q['rtt_s']['mean']:.2f} +- {q['rtt_s']['sd']:.2f} "
-              f"(goal <= 1.2), connect {q['connect_s']['mean']:.2f} "
-              f"+- {q['connect_s']['sd']:.2f}; ssh cipher {ssh.cipher}; "
-              f"load {load_start[0]:.1f} -> {out['load_end'][0]:.1f}")
+        print("kiln/ssh per round, mean +- sd: " + ", ".join(
+            f"{k} {v['mean']:.2f} +- {v['sd']:.2f}" for k, v in q.items()) +
+            f" (goals: bytes_s >= 1.0, rtt <= 1.2); ssh cipher "
+            f"{ssh.cipher}; load {load_start[0]:.1f} -> "
+            f"{out['load_end'][0]:.1f}")
         Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     finally:
         if ssh:

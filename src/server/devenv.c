@@ -315,10 +315,10 @@ void devenv_gpu_sample(struct server *core, int64_t job_id, int attempt,
 		       int util_milli, int64_t at_ms)
 {
 	struct devenv_state *d = state(core);
-	struct run *r = devenv_run(core, job_id, attempt);
+	struct run *r = d ? devenv_run(core, job_id, attempt) : NULL;
 	struct track *t;
 
-	if (!d || !r)
+	if (!r)
 		return;
 	t = track_get(d, r);
 	t->gpu_milli = util_milli;
@@ -328,10 +328,12 @@ void devenv_gpu_sample(struct server *core, int64_t job_id, int attempt,
 void devenv_session(struct server *core, int64_t job_id, int delta)
 {
 	struct devenv_state *d = state(core);
-	struct run *r = devenv_run(core, job_id, -1);
+	struct run *r = d ? devenv_run(core, job_id, -1) : NULL;
 	struct track *t;
 
-	if (!d || !r)
+	/* After the service stopped (open forwards end with the HTTP
+	   server), nothing is followed. */
+	if (!r)
 		return;
 	t = track_get(d, r);
 	t->sessions += delta;

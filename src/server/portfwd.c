@@ -8,7 +8,8 @@
  * an operator's (a viewer's is refused by its least role, another user's
  * here, both audited); the job must be running with task N started, and
  * a process of that task must hold the socket listening on P (found on
- * a worker from /proc/net/tcp{,6} and the task's processes' descriptors):
+ * a worker from /proc/net/tcp{,6} and the descriptors of the shim's
+ * descendants):
  * tasks share the machine's loopback, and without that check a forward
  * would reach any service listening there. The server then connects to
  * 127.0.0.1:P without blocking (a task whose listen backlog is full
@@ -42,7 +43,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define PROTOCOL "kiln-port-forward"
@@ -316,48 +316,15 @@ static size_t listening_inodes(int port, unsigned long *inodes)
 	return n;
 }
 
-/* A process's session, or -1. */
-static int proc_session(const char *pid)
-{
-	char path[300], buf[512], *p;
-	int fd, session = -1;
-	ssize_t len;
-
-	snprintf(path, sizeof(path), "/proc/%s/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	len = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (len <= 0)
-		return -1;
-	buf[len] = '\0';
-	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 1, " %*c %*d %*d %d", &session) != 1)
-		return -1;
-	return session;
-}
-
-/* The pid namespace's inode of a process, or 0. */
-static ino_t pid_ns(const char *pid)
-{
-	char path[300];
-	struct stat st;
-
-	snprintf(path, sizeof(path), "/proc/%s/ns/pid", pid);
-	return stat(path, &st) == 0 ? st.st_ino : 0;
-}
-
 /* Whether process pid holds a socket whose inode is in inodes. */
-static bool holds_socket(const char *pid, const unsigned long *inodes,
-			 size_t n)
+static bool holds_socket(int pid, const unsigned long *inodes, size_t n)
 {
-	char path[300], link[64];
+	char path[64], link[64];
 	struct dirent *e;
 	bool found = false;
 	DIR *d;
 
-	snprintf(path, sizeof(path), "/proc/%s/fd", pid);
+	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
 	d = opendir(path);
 	while (d && !found && (e = readdir(d))) {
 		unsigned long inode;
@@ -377,42 +344,69 @@ static bool holds_socket(const char *pid, const unsigned long *inodes,
 	return found;
 }
 
+/* The task's processes looked at, at most: a bound, not a size limit
+   on tasks (one with more is refused with its listener unfound). */
+#define TREE_MAX 4096
+
+/* Append pid's children (those of each of its threads) to tree. */
+static void add_children(int pid, int *tree, size_t *n)
+{
+	char path[64], buf[4096];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	while (d && (e = readdir(d))) {
+		char *p = buf, *end;
+		ssize_t len;
+		int fd;
+
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/children",
+			 pid, e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		len = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+		if (fd >= 0)
+			close(fd);
+		if (len <= 0)
+			continue;
+		buf[len] = '\0';
+		for (long child = strtol(p, &end, 10); end != p && *n < TREE_MAX;
+		     child = strtol(p, &end, 10)) {
+			tree[(*n)++] = (int)child;
+			p = end;
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
 /*
  * On a worker: whether a process of the task listens on the port. The
- * task's processes are those of its shim's session and, where it has a
- * pid namespace of its own, every process in that namespace (one that
- * left the session too).
+ * task's processes are the shim's descendants, walked through each
+ * thread's children: an orphan inside the task is adopted by its pid
+ * namespace's init, itself the shim's child, so none leaves the tree.
  */
 static void find_listener(void *arg)
 {
 	struct forward *f = arg;
 	unsigned long inodes[LISTENERS_MAX];
-	size_t n = listening_inodes(f->port, inodes);
-	ino_t own = pid_ns("self"), task_ns = 0;
-	char shim[16];
-	struct dirent *e;
-	DIR *d;
+	size_t n = listening_inodes(f->port, inodes), head = 0, tail = 0;
+	int *tree;
 
 	if (!n)
 		return;
-	snprintf(shim, sizeof(shim), "%d", f->shim_pid);
-	d = opendir("/proc");
-	while (d && !f->listens && (e = readdir(d))) {
-		bool mine;
-		ino_t ns;
+	tree = kn_xcalloc(TREE_MAX, sizeof(*tree));
+	add_children(f->shim_pid, tree, &tail);
+	while (head < tail && !f->listens) {
+		int pid = tree[head++];
 
-		if (!isdigit((unsigned char)e->d_name[0]) ||
-		    !strcmp(e->d_name, shim))
-			continue;
-		ns = pid_ns(e->d_name);
-		mine = proc_session(e->d_name) == f->shim_pid;
-		if (mine && ns && ns != own)
-			task_ns = ns;
-		if (mine || (task_ns && ns == task_ns))
-			f->listens = holds_socket(e->d_name, inodes, n);
+		f->listens = holds_socket(pid, inodes, n);
+		add_children(pid, tree, &tail);
 	}
-	if (d)
-		closedir(d);
+	free(tree);
 }
 
 static void listener_found(void *arg, bool ran)
