@@ -8,8 +8,8 @@
  * an operator's (a viewer's is refused by its least role, another user's
  * here, both audited); the job must be running with task N started, and
  * a process of that task must hold the socket listening on P (found on
- * a worker from /proc/net/tcp{,6} and the descriptors of the shim's
- * descendants):
+ * a worker from the kernel's socket diagnostics and the descriptors of
+ * the shim's descendants):
  * tasks share the machine's loopback, and without that check a forward
  * would reach any service listening there. The server then connects to
  * 127.0.0.1:P without blocking (a task whose listen backlog is full
@@ -42,6 +42,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -284,35 +287,64 @@ static void start_connect(struct forward *f)
 
 /* ---- whose is the port: a listening socket of the task's ---- */
 
-/* Listening TCP sockets on port, by inode, from /proc/net/tcp and tcp6. */
 #define LISTENERS_MAX 16
+
+/*
+ * The inodes of the TCP sockets of family listening on port, appended
+ * to inodes, asked of the kernel's socket diagnostics (sock_diag): only
+ * listeners are dumped, not every connection /proc/net/tcp would list.
+ */
+static void listeners_of(int family, int port, unsigned long *inodes,
+			 size_t *n)
+{
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 r;
+	} req = {
+		.nlh = {.nlmsg_len = sizeof(req),
+			.nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP},
+		.r = {.sdiag_family = (uint8_t)family,
+		      .sdiag_protocol = IPPROTO_TCP,
+		      .idiag_states = 1u << 10 /* TCP_LISTEN */},
+	};
+	char buf[32768]; /* on a worker: its own */
+	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC,
+			NETLINK_SOCK_DIAG);
+	bool done = false;
+
+	if (fd < 0)
+		return;
+	if (send(fd, &req, sizeof(req), 0) != (ssize_t)sizeof(req))
+		done = true;
+	while (!done) {
+		ssize_t len = recv(fd, buf, sizeof(buf), 0);
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+		if (len <= 0)
+			break;
+		for (; NLMSG_OK(h, (size_t)len); h = NLMSG_NEXT(h, len)) {
+			const struct inet_diag_msg *m = NLMSG_DATA(h);
+
+			if (h->nlmsg_type == NLMSG_DONE ||
+			    h->nlmsg_type == NLMSG_ERROR) {
+				done = true;
+				break;
+			}
+			if (ntohs(m->id.idiag_sport) == port &&
+			    *n < LISTENERS_MAX)
+				inodes[(*n)++] = m->idiag_inode;
+		}
+	}
+	close(fd);
+}
 
 static size_t listening_inodes(int port, unsigned long *inodes)
 {
-	static const char *const tables[] = {"/proc/net/tcp",
-					     "/proc/net/tcp6"};
-	char line[512];
 	size_t n = 0;
 
-	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
-		FILE *f = fopen(tables[t], "re");
-
-		while (f && fgets(line, sizeof(line), f) && n < LISTENERS_MAX) {
-			unsigned lport, state;
-			unsigned long inode;
-
-			/* sl local rem st tx:rx tr:when retrnsmt uid timeout
-			   inode */
-			if (sscanf(line,
-				   " %*u: %*[0-9A-Fa-f]:%X %*[0-9A-Fa-f]:%*X %X "
-				   "%*X:%*X %*X:%*X %*X %*u %*u %lu",
-				   &lport, &state, &inode) == 3 &&
-			    state == 0x0A && (int)lport == port)
-				inodes[n++] = inode;
-		}
-		if (f)
-			fclose(f);
-	}
+	listeners_of(AF_INET, port, inodes, &n);
+	listeners_of(AF_INET6, port, inodes, &n);
 	return n;
 }
 
