@@ -20,6 +20,13 @@
 set -euo pipefail
 
 dir=${KILN_SLURM_DIR:-/var/lib/kiln-slurm}
+# Another cluster beside the default one (its own state directory, ports
+# and name) lets two test runs use Slurm at the same time.
+cluster=${KILN_SLURM_CLUSTER:-kiln}
+# Lines added to slurm.conf (a HealthCheckProgram, say), and words added to
+# the node's line (Feature=...).
+extra_conf=${KILN_SLURM_EXTRA_CONF:-}
+node_extra=${KILN_SLURM_NODE_EXTRA:-}
 ctld_port=${KILN_SLURM_CTLD_PORT:-6817}
 slurmd_port=${KILN_SLURM_SLURMD_PORT:-6818}
 # Seconds a job credential stays valid; also how long a requeued job waits
@@ -108,7 +115,7 @@ done
 
 new_conf=$(cat <<EOF
 # Written by scripts/slurm-up.sh; edits are overwritten.
-ClusterName=kiln
+ClusterName=$cluster
 SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
@@ -153,8 +160,9 @@ MaxJobCount=100000
 MaxArraySize=100001
 KillWait=5
 InactiveLimit=0
-NodeName=$node NodeAddr=127.0.0.1 NodeHostname=$node CPUs=64 Sockets=1 CoresPerSocket=64 ThreadsPerCore=1 RealMemory=$real_memory Gres=gpu:8 State=UNKNOWN
+NodeName=$node NodeAddr=127.0.0.1 NodeHostname=$node CPUs=64 Sockets=1 CoresPerSocket=64 ThreadsPerCore=1 RealMemory=$real_memory Gres=gpu:8 State=UNKNOWN${node_extra:+ $node_extra}
 PartitionName=kiln Nodes=$node Default=YES MaxTime=INFINITE State=UP
+$extra_conf
 EOF
 )
 new_gres="Name=gpu File=$dir/dev/nvidia[0-7]"

@@ -279,6 +279,17 @@ int kn_blob_put_file(struct kn_blob_store *store, const char *name,
 				    size_out, err);
 }
 
+int kn_blob_put_link(struct kn_blob_store *store, const char *name,
+		     const char *path, struct kn_error *err)
+{
+	int rc = kn_blob_check_name(name, "name", err);
+	if (rc < 0)
+		return rc;
+	if (!store->ops->put_link)
+		return -EXDEV;
+	return store->ops->put_link(store, name, path, err);
+}
+
 int kn_blob_put_bytes(struct kn_blob_store *store, const char *name,
 		      const void *data, size_t len, unsigned flags,
 		      struct kn_error *err)

@@ -108,6 +108,16 @@ void kn_blob_list_release(struct kn_blob_list *list);
 int kn_blob_put_file(struct kn_blob_store *store, const char *name,
 		     const char *path, unsigned flags, char *sha256_hex,
 		     int64_t *size_out, struct kn_error *err);
+/*
+ * Put the file at path in the store as blob name, create-only (-EEXIST,
+ * KN_ECONFLICT, if present), without copying a byte where the store keeps
+ * blobs as files on path's file system: a hard link, after which the
+ * caller unlinks path and never writes the file again. -EXDEV where it
+ * cannot (a remote store, another file system): the caller copies with
+ * kn_blob_put_file. The bytes are the caller's to have checked.
+ */
+int kn_blob_put_link(struct kn_blob_store *store, const char *name,
+		     const char *path, struct kn_error *err);
 /* Upload bytes. KN_BLOB_CREATE_ONLY: -EEXIST (KN_ECONFLICT) if present. */
 int kn_blob_put_bytes(struct kn_blob_store *store, const char *name,
 		      const void *data, size_t len, unsigned flags,
@@ -161,6 +171,10 @@ struct kn_blob_store_ops {
 	int (*put_bytes)(struct kn_blob_store *store, const char *name,
 			 const void *data, size_t len, unsigned flags,
 			 struct kn_error *err);
+	/* A local file linked in place, create-only; NULL for remote
+	   stores. */
+	int (*put_link)(struct kn_blob_store *store, const char *name,
+			const char *path, struct kn_error *err);
 	int (*get_file)(struct kn_blob_store *store, const char *name,
 			const char *path, int64_t offset, int64_t length,
 			char *sha256_hex, struct kn_error *err);

@@ -302,6 +302,32 @@ out:
 	return rc;
 }
 
+/*
+ * A finished file of the caller's own put in place by a second name,
+ * create-only (link decides "already exists" atomically, as for a copy's
+ * temporary), with no byte copied. -EXDEV, quietly, when path is on
+ * another file system.
+ */
+static int fs_put_link(struct kn_blob_store *s, const char *name,
+		       const char *path, struct kn_error *err)
+{
+	char *target = full_path(s, name);
+	int rc = make_parent(s, target);
+
+	if (rc == 0 && chmod(path, fs_of(s)->file_mode) < 0)
+		rc = -errno;
+	if (rc == 0 && link(path, target) < 0)
+		rc = -errno;
+	if (rc == -EEXIST)
+		rc = kn_errorf(err, KN_ECONFLICT, "name",
+			       "blob %s: already exists", name);
+	else if (rc < 0 && rc != -EXDEV)
+		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
+			       "blob %s: %s", name, strerror(-rc));
+	free(target);
+	return rc;
+}
+
 static int fs_put_bytes(struct kn_blob_store *s, const char *name,
 			const void *data, size_t len, unsigned flags,
 			struct kn_error *err)
@@ -516,6 +542,7 @@ const struct kn_blob_store_ops kn_file_store_ops = {
 	.concurrency = 4,
 	.put_file = fs_put_file,
 	.put_bytes = fs_put_bytes,
+	.put_link = fs_put_link,
 	.get_file = fs_get_file,
 	.list = fs_list,
 	.del = fs_del,

@@ -11,6 +11,10 @@
  * and other control characters but \n and \t appear escaped, as \x1b.
  * Into a pipe or a file the bytes pass unchanged, and --raw passes them
  * to a terminal too.
+ *
+ * --since and --timestamps are the server's: it knows when each line came
+ * (the shim records it beside the log) and leads each line with its time,
+ * so with --all the rank's prefix comes first.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -107,6 +111,8 @@ struct log_query {
 	int64_t id;
 	int attempt; /* 0: the latest */
 	int tail;    /* -1: the whole log */
+	const char *since; /* a duration, or NULL */
+	bool timestamps;
 	bool follow;
 	unsigned stream;
 };
@@ -128,6 +134,10 @@ static char *log_path(const struct log_query *q, int rank)
 		snprintf(number, sizeof(number), "%d", q->tail);
 		cli_query_add(&path, "tail", number);
 	}
+	if (q->since)
+		cli_query_add(&path, "since", q->since);
+	if (q->timestamps)
+		cli_query_add(&path, "timestamps", "1");
 	if (q->follow)
 		cli_query_add(&path, "follow", "1");
 	return path.data;
@@ -265,11 +275,14 @@ int cmd_logs(struct cli_ctx *ctx, int argc, char **argv)
 		{"follow", 'f', CLI_FLAG_BOOL, &q.follow},
 		{"all", 0, CLI_FLAG_BOOL, &all},
 		{"tail", 0, CLI_FLAG_COUNT, &q.tail},
+		{"since", 0, CLI_FLAG_STRING, &q.since},
+		{"timestamps", 0, CLI_FLAG_BOOL, &q.timestamps},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct cli_client *c = NULL;
 	const char *id_arg = NULL;
 	json_t *job = NULL;
+	int64_t since_ms;
 	int rc, tasks;
 
 	rc = cli_parse(ctx, argc, argv, flags, "ID", &id_arg);
@@ -280,6 +293,11 @@ int cmd_logs(struct cli_ctx *ctx, int argc, char **argv)
 		goto out;
 	if (attempt == 0) {
 		rc = cli_usage_error(ctx, "attempts are numbered from 1");
+		goto out;
+	}
+	if (q.since && kn_parse_duration(q.since, &since_ms) < 0) {
+		rc = cli_usage_error(ctx, "--since: not a duration such as 90s, "
+					  "5m or 2h: \"%s\"", q.since);
 		goto out;
 	}
 	q.attempt = attempt > 0 ? attempt : 0;

@@ -103,7 +103,7 @@ static const struct cli_command commands[] = {
 	 false},
 	{"logs", cmd_logs, NULL, "print or follow a task's output",
 	 "usage: kiln logs ID|ID[K] [--task N | --all] [--attempt K] [--tail N]\n"
-	 "                 [-f] [--raw]\n"
+	 "                 [--since DUR] [--timestamps] [-f] [--raw]\n"
 	 "\n"
 	 "Print the output (stdout and stderr) of one task of job ID (or of\n"
 	 "element K of job array ID) as it arrives. On a terminal, escape sequences and other control\n"
@@ -115,6 +115,8 @@ static const struct cli_command commands[] = {
 	 "  --all        every rank, each line prefixed [rank N]\n"
 	 "  --attempt K  the attempt (default the latest)\n"
 	 "  --tail N     only the last N lines (then, with -f, what follows)\n"
+	 "  --since DUR  only lines that came in the last DUR (90s, 5m, 2h)\n"
+	 "  --timestamps each line led by when it came (UTC, ms)\n"
 	 "  -f, --follow keep printing until the task has ended; a queued job\n"
 	 "               is waited for\n"
 	 "  --raw        the bytes as they are, on a terminal too\n",

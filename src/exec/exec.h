@@ -97,6 +97,29 @@ int kn_device_mig_nodes(char **nodes, const char *caps_dir,
 #define KN_LOG_MAX_BYTES (64LL * 1024 * 1024)
 #define KN_LOG_KEEP 3
 #define KN_LOG_FILE "output.log"
+/*
+ * When each line of output.log arrived (logtimes.c): records of (offset,
+ * wall ms) the shim appends, one per read from the task's pipe that starts
+ * a line in a new millisecond, rotated with the log.
+ */
+#define KN_LOG_TIMES_FILE "output.times"
+
+/* The shim's side: append one record to fd. 0 or -errno. */
+int kn_log_times_append(int fd, int64_t offset, int64_t ms);
+
+/*
+ * A reader of a times file opened as fd (taken: closed by _free). The
+ * records are counted once, at _new: a later one is for a later reader.
+ */
+struct kn_log_times;
+struct kn_log_times *kn_log_times_new(int fd);
+void kn_log_times_free(struct kn_log_times *lt);
+int64_t kn_log_times_count(const struct kn_log_times *lt);
+/* When the line whose first byte is at offset arrived (epoch ms); 0 when
+   there are no records. */
+int64_t kn_log_times_at(struct kn_log_times *lt, int64_t offset);
+/* The offset of the first read at or after ms, or -1 when none is. */
+int64_t kn_log_times_since(struct kn_log_times *lt, int64_t ms);
 
 struct kn_job_spec; /* spec/spec.h */
 
@@ -269,6 +292,30 @@ struct kn_executor_ops {
 	/* Deployments the engine runs itself, or NULL: the server runs
 	   each replica as a job of its own. */
 	const struct kn_deploy_ops *deployments;
+	/*
+	 * The engine's own inventory of nodes (Slurm's), or NULL where the
+	 * server's nodes are its own. Never waits: starts a reading when
+	 * one is due (refresh: now), takes in one that has finished, and
+	 * returns the inventory when it differs from what the last call
+	 * returned, else NULL. Valid until the next call.
+	 */
+	const struct kn_slurm_inventory *(*inventory)(struct kn_executor *ex,
+						       bool refresh);
+	/*
+	 * Whether the engine could ever run spec on the nodes it last read:
+	 * 0, or -ENOSPC with err (the 409 of a submission). NULL, or no
+	 * reading yet: no judgement.
+	 */
+	int (*admit)(struct kn_executor *ex, const struct kn_job_spec *spec,
+		     struct kn_error *err);
+	/*
+	 * Take node name out of the engine's service (drain: no new work,
+	 * running work ends as it will) with reason, or put it back. The
+	 * engine acts on it without the server waiting; the next reading
+	 * shows it. NULL: nodes are the server's alone.
+	 */
+	int (*set_node)(struct kn_executor *ex, const char *name, bool drain,
+			const char *reason, struct kn_error *err);
 };
 
 /* One executor: its engine's ops and that engine's own state. */
@@ -317,6 +364,8 @@ struct kn_slurm_task {
 	gid_t gid;
 };
 
+struct kn_slurm_inventory; /* below */
+
 /*
  * What the Slurm executor takes from the server's options: gres.conf's
  * shards per GPU (a share of a GPU asks for that many), and the partition
@@ -327,6 +376,9 @@ struct kn_slurm_task {
 struct kn_slurm_config {
 	int shards_per_gpu;
 	const char *partitions;
+	/* Where the inventory's readings are written (the server's
+	   HOME/slurm), or NULL: no inventory. */
+	const char *state_dir;
 };
 
 /*
@@ -367,6 +419,99 @@ int kn_slurm_config_check(const struct kn_slurm_config *cfg,
 			  struct kn_error *err);
 /* cfg is copied (checked first with kn_slurm_config_check). */
 struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg);
+
+/* ---- Slurm's inventory (slurm_nodes.c) ---- */
+
+/*
+ * What the server reads of a Slurm cluster: its nodes from `sinfo --json`
+ * (22.05 has it; scontrol there has no --json, and its -o text cannot be
+ * split on spaces: Reason= and OS= hold them), and its partitions' limits
+ * from `scontrol show partition -o` (sinfo --json has none there).
+ */
+#define KN_SLURM_GRES_MAX 16
+
+/* One GRES of a node: "gpu:a100:4", "shard:64", "gpu:1g.10gb:2". */
+struct kn_slurm_gres {
+	char name[16];  /* "gpu", "shard", ... */
+	char type[48];  /* "a100", "1g.10gb", or "" */
+	int64_t count;
+	int64_t used;
+	bool mig;       /* a gpu whose type is a MIG profile ("1g.10gb",
+			   "a100_1g.10gb") */
+};
+
+struct kn_slurm_node {
+	char name[64];
+	/* As sinfo %T says it, without its suffixes: idle, mixed,
+	   allocated, completing, drained, draining, down, future, unknown. */
+	char state[16];
+	char flags[96];    /* Slurm's state flags: "DRAIN,NOT_RESPONDING" */
+	char reason[192];  /* why it is drained or down, or "" */
+	char partitions[256];
+	char features[256];
+	int cpus, cpus_alloc;
+	int64_t memory_mb, memory_alloc_mb;
+	struct kn_slurm_gres gres[KN_SLURM_GRES_MAX];
+	size_t n_gres;
+	/* Slurm would start a new job on it: idle, mixed or allocated, and
+	   neither draining nor unresponsive. */
+	bool schedulable;
+};
+
+struct kn_slurm_partition {
+	char name[64];
+	bool is_default;
+	bool up;
+	int64_t max_time_min;        /* -1: UNLIMITED */
+	int max_nodes;               /* -1: UNLIMITED */
+	int max_cpus_per_node;       /* -1: UNLIMITED */
+	int64_t max_mem_per_node_mb; /* -1: UNLIMITED */
+};
+
+struct kn_slurm_inventory {
+	struct kn_slurm_node *nodes;
+	size_t n_nodes;
+	struct kn_slurm_partition *partitions;
+	size_t n_partitions;
+};
+
+/*
+ * The nodes of `sinfo --json` (len bytes of text) into inv->nodes, which
+ * they replace. A document that is not sinfo's, or a node without a name,
+ * is -EINVAL with err naming the field; unknown fields are ignored.
+ */
+int kn_slurm_nodes_parse(const char *text, size_t len,
+			 struct kn_slurm_inventory *inv, struct kn_error *err);
+/*
+ * The partitions of `scontrol show partition -o` (one "PartitionName=..."
+ * line each) into inv->partitions, which they replace. A line without a
+ * name, or a limit that is not a number, a time or UNLIMITED, is -EINVAL
+ * with err naming the line and field.
+ */
+int kn_slurm_partitions_parse(const char *text, size_t len,
+			      struct kn_slurm_inventory *inv,
+			      struct kn_error *err);
+void kn_slurm_inventory_release(struct kn_slurm_inventory *inv);
+/* A node's whole GPUs (gpu GRES that are not MIG instances). */
+int64_t kn_slurm_node_gpus(const struct kn_slurm_node *n);
+/* The GPU type of a node's first typed whole-GPU GRES, or "". */
+const char *kn_slurm_node_gpu_type(const struct kn_slurm_node *n);
+/*
+ * sbatch's --time for a task: a backstop one minute after its timeout
+ * plus the checkpoint grace, in minutes; 0 when timeout_ms is 0.
+ */
+int64_t kn_slurm_time_minutes(const struct kn_slurm_task *t,
+			      int64_t timeout_ms);
+/*
+ * Whether the gang t (with its --time from timeout_ms) could ever run in
+ * its partition (t->partition, else inv's default one), every node of it
+ * empty and up: 0, or -ENOSPC with why (len bytes) naming the partition's
+ * limits and its largest node. A partition inv does not have is -ENOENT
+ * with why naming those it has. No partitions known: 0.
+ */
+int kn_slurm_admit(const struct kn_slurm_inventory *inv,
+		   const struct kn_slurm_task *t, int64_t timeout_ms,
+		   char *why, size_t len);
 
 /*
  * `kiln shim --slurm ATTEMPT_DIR`, run by srun once per task: picks the

@@ -66,4 +66,33 @@ bool exec_proc_alive(const struct kn_task_proc *proc);
 /* Its start time (field 22 of /proc/PID/stat), in clock ticks. */
 int exec_proc_start_time(int pid, int64_t *out);
 
+/* ---- the Slurm executor's files ---- */
+
+/*
+ * A Slurm command as a detached child (slurm.c): its own session, only
+ * PATH, the locale and SLURM_* of the server's environment plus
+ * extra_env, stdout and stderr to files (NULL: /dev/null). *out is the
+ * child; the server's SIGCHLD handler reaps it.
+ */
+int exec_slurm_spawn(char *const *argv, char *const *extra_env,
+		     const char *out_path, const char *err_path,
+		     struct kn_task_proc *out, struct kn_error *err);
+
+/* The Slurm executor's state: its options first, so impl is both. */
+struct slurm_poll;
+struct slurm_exec {
+	struct kn_slurm_config cfg;
+	struct slurm_poll *poll; /* NULL: no inventory (no state_dir) */
+};
+
+/* The inventory's readings (slurm_inventory.c), into dir. */
+struct slurm_poll *slurm_poll_new(const char *dir);
+void slurm_poll_free(struct slurm_poll *p);
+const struct kn_slurm_inventory *slurm_inventory(struct kn_executor *ex,
+						 bool refresh);
+int slurm_admit(struct kn_executor *ex, const struct kn_job_spec *spec,
+		struct kn_error *err);
+int slurm_set_node(struct kn_executor *ex, const char *name, bool drain,
+		   const char *reason, struct kn_error *err);
+
 #endif

@@ -1,7 +1,8 @@
 /*
  * The task shim: `kiln shim --dir TASK_DIR`, one per task, in its own
  * session. It runs the task in a new process group, copies the group's
- * output into TASK_DIR/output.log (rotated by size), turns SIGTERM into
+ * output into TASK_DIR/output.log (rotated by size) and when each line
+ * came into TASK_DIR/output.times (logtimes.c), turns SIGTERM into
  * a signal-then-SIGKILL for the whole group (SIGTERM and the launch's grace,
  * or what TASK_DIR/stop.json asks for), passes SIGUSR1 and SIGUSR2 on to
  * the group, enforces the timeout (with the launch's timeout_signal,
@@ -30,6 +31,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -70,6 +72,9 @@ struct shim {
 
 	int log_fd;
 	int64_t log_size;
+	int times_fd;         /* output.times, or -1: no line times */
+	int64_t times_last_ms; /* the last record's time; -1: none yet */
+	bool line_start;      /* the log's next byte starts a line */
 	int record_fd;      /* the exit record, written before the task */
 	pid_t child;
 	bool stopping;
@@ -192,6 +197,13 @@ static int open_log(struct shim *s)
 		s->log_max_bytes = INT64_MAX;
 		return s->log_fd < 0 ? -errno : 0;
 	}
+	/* Before the log, so a reader that finds the log finds its times. */
+	path = kn_asprintf("%s/" KN_LOG_TIMES_FILE, s->dir);
+	s->times_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+			   0600);
+	free(path);
+	s->times_last_ms = -1;
+	s->line_start = true;
 	path = kn_asprintf("%s/" KN_LOG_FILE, s->dir);
 
 	s->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -203,32 +215,78 @@ static int open_log(struct shim *s)
 	return 0;
 }
 
-/* output.log -> output.log.1 -> ... -> output.log.KEEP (dropped). */
-static void rotate_log(struct shim *s)
+/* name -> name.1 -> ... -> name.KEEP (dropped). */
+static void rotate_file(struct shim *s, const char *name)
 {
-	close(s->log_fd);
 	for (int i = s->log_keep; i >= 1; i--) {
-		char *from = i == 1 ? kn_asprintf("%s/" KN_LOG_FILE, s->dir)
-				    : kn_asprintf("%s/" KN_LOG_FILE ".%d",
-						  s->dir, i - 1);
-		char *to = kn_asprintf("%s/" KN_LOG_FILE ".%d", s->dir, i);
+		char *from = i == 1 ? kn_asprintf("%s/%s", s->dir, name)
+				    : kn_asprintf("%s/%s.%d", s->dir, name,
+						  i - 1);
+		char *to = kn_asprintf("%s/%s.%d", s->dir, name, i);
 		rename(from, to);
 		free(from);
 		free(to);
 	}
+}
+
+/* The log and its line times rotate together. */
+static void rotate_log(struct shim *s)
+{
+	close(s->log_fd);
+	if (s->times_fd >= 0)
+		close(s->times_fd);
+	rotate_file(s, KN_LOG_FILE);
+	rotate_file(s, KN_LOG_TIMES_FILE);
 	if (open_log(s) < 0)
 		s->log_fd = -1;
 }
 
+/*
+ * Record that the log's bytes from s->log_size on arrived at now_ms. A
+ * record cut short (a full disk) is cut off whole and the times stop:
+ * the task goes on, its later lines shown with the last time known.
+ */
+static void record_time(struct shim *s, int64_t now_ms)
+{
+	struct stat st;
+
+	if (s->times_fd < 0 || now_ms == s->times_last_ms)
+		return;
+	if (kn_log_times_append(s->times_fd, s->log_size, now_ms) == 0) {
+		s->times_last_ms = now_ms;
+		return;
+	}
+	if (fstat(s->times_fd, &st) == 0 &&
+	    ftruncate(s->times_fd, st.st_size - st.st_size % 16) < 0)
+		kn_log(KN_LOG_WARN, "%s/" KN_LOG_TIMES_FILE ": %s", s->dir,
+		       strerror(errno));
+	close(s->times_fd);
+	s->times_fd = -1;
+}
+
 static void write_log(struct shim *s, const char *buf, size_t len)
 {
+	/* A read that starts no line (the middle of a long one) needs no
+	   time: its lines' times are in the record before it. */
+	bool timed = len && (s->line_start || memchr(buf, '\n', len - 1));
+	int64_t now = timed ? kn_now_ms() : 0;
+
+	if (len)
+		s->line_start = buf[len - 1] == '\n';
 	while (len > 0 && s->log_fd >= 0) {
 		ssize_t n;
 		size_t room = (size_t)(s->log_max_bytes - s->log_size);
 
 		if (s->log_size >= s->log_max_bytes) {
 			rotate_log(s);
+			/* The new file's first byte is a line's, to a reader. */
+			timed = true;
+			now = kn_now_ms();
 			continue;
+		}
+		if (timed) {
+			record_time(s, now);
+			timed = false;
 		}
 		n = write(s->log_fd, buf, len < room ? len : room);
 		if (n < 0) {
@@ -246,11 +304,11 @@ extern char **environ;
 
 /* The shim's own files: the task may read them, not write or replace. */
 static const char *const shim_files[] = {
-	"launch.json", "shim.pid", "shim.log", KN_LOG_FILE, EXEC_EXIT_RECORD,
-	NULL,
+	"launch.json", "shim.pid", "shim.log", KN_LOG_FILE, KN_LOG_TIMES_FILE,
+	EXEC_EXIT_RECORD, NULL,
 };
 
-#define MAX_SHIM_PATHS 8
+#define MAX_SHIM_PATHS 10
 
 /* A uid or gid: (uid_t)-1 means "unchanged" to setresuid, never an id. */
 static bool valid_id(json_t *v, unsigned *out)
@@ -690,6 +748,7 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 	memset(&s, 0, sizeof(s));
 	s.dir = task_dir;
 	s.log_fd = -1;
+	s.times_fd = -1;
 	s.record_fd = -1;
 	s.host = host;
 	rc = load_launch(&s, err);
@@ -866,6 +925,8 @@ out:
 		close(tfd);
 	if (s.log_fd >= 0)
 		close(s.log_fd);
+	if (s.times_fd >= 0)
+		close(s.times_fd);
 	if (s.record_fd >= 0)
 		close(s.record_fd);
 	free_strings(s.argv);

@@ -213,10 +213,9 @@ char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 		 * millisecond, so the limit is a backstop one minute after
 		 * the timeout plus the grace.
 		 */
-		int64_t ms = timeout_ms + t->checkpoint_grace_ms;
 		args_add(&v, &n, kn_asprintf("--time=%lld",
-					     (long long)((ms + 59999) / 60000 +
-							 1)));
+					     (long long)kn_slurm_time_minutes(
+						     t, timeout_ms)));
 	}
 	if (grace_s > 0) {
 		const char *sig = sigabbrev_np(t->checkpoint_signal > 0
@@ -292,6 +291,13 @@ static int spawn_child(char *const *argv, char *const *extra_env,
 	if (exec_proc_start_time(pid, &out->start) < 0)
 		out->start = 0; /* gone already; its files say how it went */
 	return 0;
+}
+
+int exec_slurm_spawn(char *const *argv, char *const *extra_env,
+		     const char *out_path, const char *err_path,
+		     struct kn_task_proc *out, struct kn_error *err)
+{
+	return spawn_child(argv, extra_env, out_path, err_path, out, err);
 }
 
 static int write_proc(const char *path, const struct kn_task_proc *p)
@@ -930,10 +936,12 @@ static int slurm_adopt(struct kn_executor *ex, const char *task_dir,
 
 static void slurm_release(struct kn_executor *ex)
 {
-	struct kn_slurm_config *cfg = ex->impl;
+	struct slurm_exec *se = ex->impl;
 
-	free((char *)cfg->partitions);
-	free(cfg);
+	slurm_poll_free(se->poll);
+	free((char *)se->cfg.partitions);
+	free((char *)se->cfg.state_dir);
+	free(se);
 }
 
 static const struct kn_executor_ops slurm_ops = {
@@ -948,6 +956,9 @@ static const struct kn_executor_ops slurm_ops = {
 	.status = slurm_status,
 	.adopt = slurm_adopt,
 	.release = slurm_release,
+	.inventory = slurm_inventory,
+	.admit = slurm_admit,
+	.set_node = slurm_set_node,
 };
 
 int kn_slurm_config_check(const struct kn_slurm_config *cfg,
@@ -982,11 +993,15 @@ int kn_slurm_config_check(const struct kn_slurm_config *cfg,
 
 struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg)
 {
-	struct kn_slurm_config *own = kn_xcalloc(1, sizeof(*own));
+	struct slurm_exec *own = kn_xcalloc(1, sizeof(*own));
 
-	own->shards_per_gpu = cfg->shards_per_gpu;
-	own->partitions = cfg->partitions ? kn_xstrdup(cfg->partitions)
-					  : NULL;
+	own->cfg.shards_per_gpu = cfg->shards_per_gpu;
+	own->cfg.partitions = cfg->partitions ? kn_xstrdup(cfg->partitions)
+					      : NULL;
+	if (cfg->state_dir) {
+		own->cfg.state_dir = kn_xstrdup(cfg->state_dir);
+		own->poll = slurm_poll_new(cfg->state_dir);
+	}
 	return kn_executor_new(&slurm_ops, own);
 }
 

@@ -32,6 +32,8 @@
 #define FIRST_FETCH_TIMEOUT_MS 3000
 #define FETCH_TIMEOUT_MS 5000
 #define SAVE_INTERVAL_MS 1000
+/* Traffic goes to the server with each poll, at most this often. */
+#define REPORT_MIN_MS 1000
 #define COUNTERS_MAX_BYTES (64 * 1024 * 1024)
 
 struct kn_gw_config *gw_current_config(struct kn_gateway *gw)
@@ -155,6 +157,71 @@ static void poll_tick(void *arg)
 		poll_again(gw);
 }
 
+/* POST the JSON body to the server's path with the gateway's token:
+   0, or -errno when it cannot be sent (done is not called then). */
+static int post_to_server(struct kn_gateway *gw, const char *path,
+			  const char *body, kn_http_fetch_cb done)
+{
+	char *url = kn_asprintf("%s%s", gw->server, path);
+	char *auth = gw->token ? kn_asprintf("Authorization: Bearer %s",
+					     gw->token)
+			       : NULL;
+	const char *headers[] = {"Content-Type: application/json", auth, NULL};
+	int rc = kn_http_fetch(gw->loop, "POST", url, headers, body,
+			       FETCH_TIMEOUT_MS, done, gw);
+
+	free(url);
+	free(auth);
+	return rc;
+}
+
+/* ---- traffic reports ---- */
+
+static int64_t report_period_ms(const struct kn_gateway *gw)
+{
+	return gw->opts.refresh_ms > REPORT_MIN_MS ? gw->opts.refresh_ms
+						   : REPORT_MIN_MS;
+}
+
+static void report_sent(int status, const char *body, size_t len,
+			const char *error, void *arg)
+{
+	struct kn_gateway *gw = arg;
+
+	(void)len;
+	/* Once per change of problem, as for polling. */
+	if ((status < 200 || status > 299) && !gw->report_problem) {
+		kn_log(KN_LOG_WARN, "gateway: reporting traffic to %s failed: "
+		       "%d %.200s", gw->server, status,
+		       status ? (body ? body : "") : error ? error : "");
+		gw->report_problem = true;
+	} else if (status >= 200 && status <= 299) {
+		gw->report_problem = false;
+	}
+	kn_timer_arm(gw->report_timer, report_period_ms(gw));
+}
+
+/*
+ * Every deployment's counters and latency histogram to the server's
+ * /v1/gateway/metrics, which keeps them over a window for the API and
+ * the console; one report in flight at a time.
+ */
+static void report_tick(void *arg)
+{
+	struct kn_gateway *gw = arg;
+	json_t *doc = gw_metrics_report(gw->metrics);
+	char *body;
+
+	json_object_set_new(doc, "instance", json_string(gw->instance));
+	json_object_set_new(doc, "uptime_ms",
+			    json_integer(kn_now_ms() - gw->started_ms));
+	body = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	if (post_to_server(gw, "/v1/gateway/metrics", body, report_sent) < 0)
+		kn_timer_arm(gw->report_timer, report_period_ms(gw));
+	free(body);
+}
+
 /* ---- anomalies ---- */
 
 static void alert_sent(int status, const char *body, size_t len,
@@ -177,7 +244,7 @@ static void alert_sent(int status, const char *body, size_t len,
 static void report_anomaly(struct kn_gateway *gw,
 			   const struct kn_anomaly_alert *a)
 {
-	char *url, *auth, *body;
+	char *body;
 	json_t *doc;
 
 	if (a->resolved)
@@ -201,19 +268,9 @@ static void report_anomaly(struct kn_gateway *gw,
 			a->resolved ? "resolved" : "firing");
 	body = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
-	url = kn_asprintf("%s/v1/gateway/alerts", gw->server);
-	auth = gw->token ? kn_asprintf("Authorization: Bearer %s", gw->token)
-			 : NULL;
-	{
-		const char *headers[] = {"Content-Type: application/json",
-					 auth, NULL};
-		if (kn_http_fetch(gw->loop, "POST", url, headers, body,
-				  FETCH_TIMEOUT_MS, alert_sent, gw) < 0)
-			kn_log(KN_LOG_WARN, "gateway: cannot report an anomaly "
-			       "to %s", gw->server);
-	}
-	free(url);
-	free(auth);
+	if (post_to_server(gw, "/v1/gateway/alerts", body, alert_sent) < 0)
+		kn_log(KN_LOG_WARN, "gateway: cannot report an anomaly to %s",
+		       gw->server);
 	free(body);
 }
 
@@ -440,6 +497,16 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 	pthread_mutex_init(&gw->log_lock, NULL);
 	gw->limiter = kn_gw_limiter_new();
 	gw->metrics = gw_metrics_new();
+	gw->started_ms = kn_now_ms();
+	{
+		/* Counters start at zero under a new name at each start. */
+		unsigned char id[8];
+
+		if (kn_random_bytes(id, sizeof(id)) < 0)
+			memcpy(id, &gw->started_ms, sizeof(id));
+		for (size_t i = 0; i < sizeof(id); i++)
+			snprintf(gw->instance + 2 * i, 3, "%02x", id[i]);
+	}
 	{
 		struct kn_anomaly_config acfg;
 
@@ -523,6 +590,8 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 	if (gw->server) {
 		gw->poll_timer = kn_timer_new(gw->loop, poll_tick, gw);
 		poll_again(gw);
+		gw->report_timer = kn_timer_new(gw->loop, report_tick, gw);
+		kn_timer_arm(gw->report_timer, report_period_ms(gw));
 	}
 	gw->save_timer = kn_timer_new(gw->loop, save_tick, gw);
 	kn_timer_arm(gw->save_timer, SAVE_INTERVAL_MS);
@@ -567,6 +636,7 @@ void kn_gateway_free(struct kn_gateway *gw)
 	kn_timer_free(gw->poll_timer);
 	kn_timer_free(gw->save_timer);
 	kn_timer_free(gw->anomaly_timer);
+	kn_timer_free(gw->report_timer);
 	kn_tls_watch_free(gw->tls_watch);
 	if (gw->loop)
 		kn_loop_free(gw->loop);

@@ -35,6 +35,10 @@ void gw_metrics_observe(struct gw_metrics *m, const struct gw_observation *o);
 void gw_metrics_breaker_opened(struct gw_metrics *m, const char *deployment);
 /* The Prometheus text of everything so far. Thread-safe. */
 void gw_metrics_write(struct gw_metrics *m, struct kn_buf *out);
+/* {"deployments": [...]}: each deployment's counters and latency
+   histogram so far, as the server's /v1/gateway/metrics takes them.
+   Thread-safe. */
+json_t *gw_metrics_report(struct gw_metrics *m);
 
 /* ---- the gateway (gateway.c) ---- */
 
@@ -64,6 +68,10 @@ struct kn_gateway {
 	struct kn_gw_limiter *limiter; /* under lim_lock */
 
 	struct gw_metrics *metrics;
+	char instance[17];  /* random hex: this run's counters on the server */
+	int64_t started_ms; /* when this run started */
+	struct kn_timer *report_timer;
+	bool report_problem; /* the last report failed (logged once) */
 	struct kn_anomaly *anomaly;   /* per-deployment bands; locks itself */
 	struct kn_timer *anomaly_timer;
 	int log_fd;

@@ -321,3 +321,42 @@ void gw_metrics_write(struct gw_metrics *m, struct kn_buf *out)
 	write_keys(m, out);
 	pthread_mutex_unlock(&m->lock);
 }
+
+/* d's entry of gw_metrics_report; the lock is held. */
+static json_t *dep_report(const struct dep_metrics *d)
+{
+	json_t *bounds = json_array(), *counts = json_array();
+	uint64_t requests = d->other_codes, errors = 0;
+
+	for (size_t j = 0; j < d->n_codes; j++) {
+		requests += d->by_code[j];
+		if (d->codes[j] >= 500)
+			errors += d->by_code[j];
+	}
+	for (size_t j = 0; j < N_BOUNDS; j++)
+		json_array_append_new(bounds, json_real(LATENCY_BOUNDS[j]));
+	for (size_t j = 0; j <= N_BOUNDS; j++)
+		json_array_append_new(
+			counts, json_integer((json_int_t)d->latency.buckets[j]));
+	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}",
+			 "name", d->name, "requests", (json_int_t)requests,
+			 "errors", (json_int_t)errors, "rate_limited",
+			 (json_int_t)d->rate_limited, "fallbacks",
+			 (json_int_t)d->fallbacks, "upstream_errors",
+			 (json_int_t)d->upstream_errors, "tokens",
+			 (json_int_t)d->tokens, "latency_bounds_s", bounds,
+			 "latency_counts", counts);
+}
+
+json_t *gw_metrics_report(struct gw_metrics *m)
+{
+	json_t *deps = json_array();
+
+	pthread_mutex_lock(&m->lock);
+	/* Requests that named no deployment we know are no deployment's. */
+	for (size_t i = 0; i < m->n; i++)
+		if (m->deps[i].name[0])
+			json_array_append_new(deps, dep_report(&m->deps[i]));
+	pthread_mutex_unlock(&m->lock);
+	return json_pack("{s:o}", "deployments", deps);
+}

@@ -594,7 +594,9 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 	struct kn_job_row j;
 	struct kn_task_row *tasks = NULL;
 	struct kn_error err;
-	int64_t id, rank = 0, attempt = 0, offset = 0, follow = 0, tail = -1;
+	struct logs_query q = {.tail_lines = -1};
+	const char *since = kn_http_query(req, "since");
+	int64_t id, rank = 0, attempt = 0, follow = 0, stamps = 0, ago;
 	size_t nt = 0;
 	const struct kn_task_row *t = NULL;
 
@@ -603,18 +605,35 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 		return;
 	if (kn_http_query_int(req, "task", 0, KN_SPEC_MAX_TASKS, &rank) < 0 ||
 	    kn_http_query_int(req, "attempt", 1, 1000000, &attempt) < 0 ||
-	    kn_http_query_int(req, "offset", 0, INT64_MAX, &offset) < 0 ||
+	    kn_http_query_int(req, "offset", 0, INT64_MAX, &q.offset) < 0 ||
 	    kn_http_query_int(req, "follow", 0, 1, &follow) < 0) {
 		reply_err(req, KN_EINVAL, NULL,
 			  "task, attempt, offset and follow must be "
 			  "non-negative integers (follow 0 or 1)%s", "");
 		return;
 	}
-	if (kn_http_query_int(req, "tail", 0, LOGS_TAIL_MAX, &tail) < 0) {
+	if (kn_http_query_int(req, "tail", 0, LOGS_TAIL_MAX, &q.tail_lines) < 0) {
 		reply_err(req, KN_EINVAL, "tail",
 			  "tail must be a number of lines, 0..1000000%s", "");
 		return;
 	}
+	if (since && kn_parse_duration(since, &ago) < 0) {
+		reply_err(req, KN_EINVAL, "since",
+			  "since must be a duration such as 90s, 5m or 2h; "
+			  "got \"%s\"", since);
+		return;
+	}
+	if (kn_http_query_int(req, "timestamps", 0, 1, &stamps) < 0) {
+		reply_err(req, KN_EINVAL, "timestamps",
+			  "timestamps must be 0 or 1%s", "");
+		return;
+	}
+	/* At least 1: 0 means "every line", and since=0s asks for now on. */
+	q.since_ms = since ? kn_now_ms() - ago : 0;
+	if (since && q.since_ms < 1)
+		q.since_ms = 1;
+	q.timestamps = stamps != 0;
+	q.follow = follow != 0;
 	if (follow && !api_follow_admitted(s, req))
 		return;
 	if (kn_store_job_get(s->store, id, &j, &err) < 0) {
@@ -642,8 +661,7 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 			  "no such task in that attempt%s", "");
 		return;
 	}
-	logs_serve(s, req, id, t->task_dir, (int)attempt, (int)rank, offset,
-		   tail, follow != 0);
+	logs_serve(s, req, id, t->task_dir, (int)attempt, (int)rank, &q);
 	kn_task_list_free(tasks, nt);
 }
 

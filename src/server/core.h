@@ -124,6 +124,11 @@ struct kn_store *core_store(struct server *s);
 struct kn_loop *core_loop(struct server *s);
 /* Slow work off the loop (checkpoint sync, backups' uploads). */
 struct kn_workers *core_workers(struct server *s);
+/* Slow work an API request waits for (a copy to the store, a model's
+   checks): apart from the above, so neither holds up the other. */
+struct kn_workers *core_request_workers(struct server *s);
+/* What the services that own jobs answer (a task's environment). */
+const struct job_hooks *core_hooks(const struct server *s);
 const struct kn_server_config *core_config(const struct server *s);
 /* $KILN_HOME */
 const char *core_home(const struct server *s);
@@ -140,9 +145,36 @@ size_t core_node_count(const struct server *s);
 const char *core_node_name(const struct server *s, size_t i);
 /* ready, cordoned, draining or unhealthy */
 const char *core_node_state(const struct server *s, size_t i);
+/* The GPUs of node i as this server found them. */
+const struct kn_device_set *core_node_devices(const struct server *s,
+					      size_t i);
 /* The value of node i's label key, or NULL. */
 const char *core_node_label(const struct server *s, size_t i,
 			    const char *key);
+
+/* ---- nodes (nodes.c) ---- */
+
+/* The index of the node called name, or -1. */
+int nodes_find(const struct server *s, const char *name);
+/*
+ * Set a node's state: "ready" (uncordon), "cordoned" (no new work) or
+ * "draining" (no new work, its preemptible jobs evicted). c may be NULL
+ * for the system. Persists the state and audits the change.
+ */
+int nodes_set_state(struct server *s, const struct caller *c,
+		    const char *name, const char *state, const char *reason,
+		    struct kn_error *err);
+/* Write node i's row (state, devices) to the store. */
+int nodes_save(struct server *s, size_t i, struct kn_error *err);
+/* Evict the preemptible jobs with a task running on node i. */
+void nodes_evict_preemptible(struct server *s, size_t i, const char *why);
+/*
+ * Node i's fragmentation as FGD measures it (docs/scheduling.md):
+ * {milli, percent, workload_jobs, typical_shapes}, the expected idle GPU a
+ * job shaped like this server's GPU jobs could not use; JSON null before
+ * any GPU job or without GPUs outside MIG mode.
+ */
+json_t *nodes_fragmentation(struct server *s, size_t i);
 
 /* ---- questions ---- */
 

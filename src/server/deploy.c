@@ -578,6 +578,7 @@ static int deploy_start(struct server *s, struct kn_error *err)
 	d->s = s;
 	s->deploy = d;
 	d->timer = kn_timer_new(s->loop, deploy_tick, d);
+	d->traffic = kn_traffic_new(KN_TRAFFIC_DEFAULT_WINDOW_MS);
 	rc = kn_model_presets_load_shipped(&d->presets, err);
 	if (rc == 0)
 		rc = kn_store_deployment_list(s->store, &rows, &n, err);
@@ -660,6 +661,7 @@ static void deploy_free(struct server *s)
 	}
 	kn_timer_free(d->timer);
 	kn_model_presets_free(d->presets);
+	kn_traffic_free(d->traffic);
 	free(d);
 	s->deploy = NULL;
 }
@@ -1431,6 +1433,8 @@ static const struct route routes[] = {
 	 "gateway.config", deploy_h_gateway_config},
 	{"POST", "/v1/gateway/alerts", KN_ROLE_OPERATOR, false,
 	 "gateway.alert", deploy_h_gateway_alert},
+	{"POST", "/v1/gateway/metrics", KN_ROLE_OPERATOR, false,
+	 "gateway.metrics", deploy_h_gateway_metrics},
 };
 
 const struct service deploy_service = {

@@ -412,3 +412,28 @@ void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 	json_decref(body);
 	kn_http_reply_json(req, 202, json_pack("{s:b}", "accepted", 1));
 }
+
+/*
+ * The gateway's counters and latency histogram per deployment, kept
+ * over a window (src/traffic) for the deployments' `traffic`. Not
+ * audited: a gateway reports every second or so.
+ */
+void deploy_h_gateway_metrics(struct server *s, struct kn_http_req *req,
+			      const struct caller *c, const char *param)
+{
+	size_t len;
+	const char *text = kn_http_body(req, &len);
+	/* Not JSON: NULL, which the table refuses as not an object. */
+	json_t *report = json_loadb(text, len, 0, NULL);
+	struct kn_error err;
+	int rc;
+
+	(void)c;
+	(void)param;
+	rc = kn_traffic_report(s->deploy->traffic, report, kn_now_ms(), &err);
+	json_decref(report);
+	if (rc < 0)
+		kn_http_reply_error(req, &err);
+	else
+		kn_http_reply_json(req, 202, json_pack("{s:b}", "accepted", 1));
+}

@@ -98,7 +98,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 json_t *deploy_deployment_json(struct server *s, const struct deployment *p)
 {
 	int ready = 0;
-	json_t *reps, *st = NULL, *o;
+	json_t *reps, *st = NULL, *o, *traffic;
 	struct kn_model_ref ref;
 	const char *alias = deploy_followed_alias(p, &ref);
 	int64_t version = deploy_dir_version(p, p->model_dir);
@@ -136,6 +136,8 @@ json_t *deploy_deployment_json(struct server *s, const struct deployment *p)
 			    alias ? json_string(alias) : json_null());
 	json_object_set_new(o, "model_version",
 			    version ? json_integer(version) : json_null());
+	traffic = kn_traffic_summary(s->deploy->traffic, p->name, kn_now_ms());
+	json_object_set_new(o, "traffic", traffic ? traffic : json_null());
 	return o;
 }
 

@@ -10,6 +10,7 @@
 #define KILN_SERVER_DEPLOYSVC_H
 
 #include "internal.h"
+#include "traffic/traffic.h"
 
 /* The longest a probe waits for its answer, whatever its period. */
 #define PROBE_TIMEOUT_MAX_MS 5000
@@ -75,6 +76,7 @@ struct deploy_state {
 	int64_t config_generation;
 	int64_t config_fetched_at; /* a gateway's last GET of the config */
 	int64_t config_fetches;    /* how many there were */
+	struct kn_traffic *traffic; /* what the gateways report */
 };
 
 /* deploy.c */
@@ -97,6 +99,8 @@ void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
 void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 		const struct caller *c, const char *param);
 void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
+		const struct caller *c, const char *param);
+void deploy_h_gateway_metrics(struct server *s, struct kn_http_req *req,
 		const struct caller *c, const char *param);
 
 /* deploy.c */

@@ -49,11 +49,14 @@ static int local_create(const struct server *s, struct kn_executor **out,
 static int slurm_create(const struct server *s, struct kn_executor **out,
 			struct kn_error *err)
 {
+	/* The inventory's readings go to HOME/slurm. */
+	char *dir = kn_asprintf("%s/slurm", s->cfg.home);
 	struct kn_slurm_config slurm = {s->cfg.slurm_shards_per_gpu,
-					s->cfg.slurm_partitions};
+					s->cfg.slurm_partitions, dir};
 	int rc = kn_slurm_config_check(&slurm, err);
 
 	*out = rc < 0 ? NULL : kn_slurm_executor_new(&slurm);
+	free(dir);
 	return rc;
 }
 

@@ -116,8 +116,6 @@ struct monitor;
 struct node_health;
 struct deploy_state;
 struct kn_catalog;
-struct model_state;
-struct wf_state;
 
 /* One node's own state, beside its scheduler view. */
 struct server_node {
@@ -183,12 +181,9 @@ struct server {
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
 	struct node_health *health; /* periodic health checks, or NULL */
 	struct deploy_state *deploy; /* deployments and their replicas */
-	struct model_state *models;  /* the model registry (models.c) */
-	struct wf_state *workflows; /* workflow runs (workflows.c) */
 	bool closing;               /* shutting down: late work is dropped */
 
 	struct server_metrics *metrics; /* GET /metrics's counts (metrics.c) */
-	struct reval_state *reval;   /* model re-validation (revalidate.c) */
 
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
@@ -221,33 +216,7 @@ struct server {
 	struct queued_job *idem_queued;
 };
 
-/* idempotency.c: creates that a retry with the same Idempotency-Key repeats */
-
-/*
- * A create request whose key was seen: 1 when req was answered (the
- * first answer again, 409 for another request under the key, 400 for a
- * malformed key, or a store error), else 0. For a create that first
- * waits on a worker: a cheap early answer, before idem_begin.
- */
-int idem_replayed(struct server *s, struct kn_http_req *req,
-		  const struct caller *c);
-/*
- * Right before the create writes anything: idem_replayed, and for a
- * request with a key a store transaction the create's writes join. 0:
- * create, then end with idem_reply or (on failure) idem_abort; 1: req
- * was answered.
- */
-int idem_begin(struct server *s, struct kn_http_req *req,
-	       const struct caller *c);
-/* The create failed: undo what the key's transaction holds. */
-void idem_abort(struct server *s, struct kn_http_req *req);
-/*
- * The create succeeded: record answer under the request's key and
- * commit, then send it (a failed commit answers its error instead).
- * Steals answer.
- */
-void idem_reply(struct server *s, struct kn_http_req *req,
-		const struct caller *c, int status, json_t *answer);
+#include "server/idempotency.h"
 
 /* isolation.c */
 
@@ -272,34 +241,7 @@ int isolation_task_devices(struct server *s,
 			   const struct kn_sched_binding *b, char ***out,
 			   struct kn_error *err);
 
-/* auth.c */
-const char *role_name(enum kn_role r);
-int role_parse(const char *s, enum kn_role *out);
-/* A new secret "kiln_<43 base64url chars>" and its hex sha256. */
-void token_generate(char secret[64], char hash[65]);
-/* A new secret prefix + 43 base64url chars (prefix at most 8) and its
-   hex sha256. */
-void secret_generate(const char *prefix, char secret[64], char hash[65]);
-void token_hash(const char *secret, char hash[65]);
-/* A token's or gateway key's name: 1..64 of A-Z a-z 0-9 - _ . @. */
-bool credential_name_ok(const char *name);
-/* Whether name is one the audit log uses for the server itself
-   ("system", in any case), which no token may take. */
-bool credential_name_reserved(const char *name);
-/* A new gateway key "kgw_<43 base64url chars>" and its hex sha256. */
-void key_generate(char secret[64], char hash[65]);
-/* Create the admin token on the first start; writes admin.token 0600. */
-int auth_bootstrap(struct server *s, struct kn_error *err);
-/* The token whose hash is hash: 0 and *out, or a negative errno + err. */
-int auth_check_hash(struct server *s, const char *hash, struct caller *out,
-		    struct kn_error *err);
-/* The hash of the token an Authorization header shows (through the
-   console session it names, when it names one): 0, or -EACCES + err. */
-int auth_bearer_hash(struct server *s, const char *header, char hash[65],
-		     struct kn_error *err);
-/* From the Authorization header: 0 and *out, or a negative errno + err. */
-int auth_check(struct server *s, const char *header, struct caller *out,
-	       struct kn_error *err);
+#include "server/access.h"
 
 /* console.c */
 /* GET / and /ui/NAME: the console's page and assets, answered; false
@@ -372,27 +314,6 @@ const struct kn_task_limits *limits_for(const struct server *s,
 /* What GET /v1/nodes says each node enforces. */
 json_t *limits_json(const struct server *s);
 
-/* user_caps.c: per-owner caps (kiln server --max-*-per-user) */
-enum cap {
-	CAP_JOB,         /* queued jobs, and tasks queued or running */
-	CAP_DEPLOYMENT,  /* deployments owned */
-	CAP_GATEWAY_KEY, /* active gateway keys created */
-};
-/*
- * Whether c may add one more of what (a job of tasks tasks; tasks is
- * ignored otherwise): 0, or -EDQUOT (KN_ELIMIT: 429) with a message
- * naming the cap and the flag that sets it; -EIO when the store cannot
- * count.
- */
-int caps_check(struct server *s, const struct caller *c, enum cap what,
-	       int tasks, struct kn_error *err);
-/* The same for jobs jobs at once (an array's elements), each of
-   tasks_each tasks. */
-int caps_check_jobs(struct server *s, const struct caller *c, int jobs,
-		    int tasks_each, struct kn_error *err);
-/* deploy.c: how many deployments owner owns. */
-int64_t deploy_count_owned(struct server *s, const char *owner);
-
 /* workload.c: the jobs' GPU shapes, for packing and fragmentation. */
 int workload_load(struct server *s, struct kn_error *err);
 void workload_add(struct server *s, const struct kn_job_spec *spec);
@@ -407,29 +328,6 @@ int usage_start(struct server *s, struct kn_error *err);
 void usage_free(struct server *s);
 /* The simulated GPU usage file's name in a task directory. */
 const char *usage_sim_file(void);
-
-/* nodes.c */
-/* The index of the node called name, or -1. */
-int nodes_find(const struct server *s, const char *name);
-/*
- * Set a node's state: "ready" (uncordon), "cordoned" (no new work) or
- * "draining" (no new work, its preemptible jobs evicted). c may be NULL
- * for the system. Persists the state and audits the change.
- */
-int nodes_set_state(struct server *s, const struct caller *c,
-		    const char *name, const char *state, const char *reason,
-		    struct kn_error *err);
-/* Write node i's row (state, devices) to the store. */
-int nodes_save(struct server *s, size_t i, struct kn_error *err);
-/* Evict the preemptible jobs with a task running on node i. */
-void nodes_evict_preemptible(struct server *s, size_t i, const char *why);
-/*
- * Node i's fragmentation as FGD measures it (docs/scheduling.md):
- * {milli, percent, workload_jobs, typical_shapes}, the expected idle GPU a
- * job shaped like this server's GPU jobs could not use; JSON null before
- * any GPU job or without GPUs outside MIG mode.
- */
-json_t *nodes_fragmentation(struct server *s, size_t i);
 
 /*
  * metrics.c: what GET /metrics counts as it happens (nothing before the
@@ -451,23 +349,7 @@ void events_free(struct kn_events *ev);
 
 #include "server/blobstores.h"
 
-/* feed.c: recent server events, streamed to GET /v1/events followers */
-struct feed *feed_new(struct server *s);
-/* End every follower's stream and free the ring. */
-void feed_free(struct feed *f);
-/* Publish one event (steals doc); adds "seq", "time_ms" and "type". */
-void feed_publish(struct server *s, const char *type, json_t *doc);
-void feed_job(struct server *s, int64_t job_id, const char *state,
-	      const char *reason);
-/*
- * A file a task wrote was refused (a link, a FIFO, a device): a warning
- * and a "task.file_refused" event, once per path.
- */
-void server_task_file_refused(struct server *s, int64_t job_id,
-			      const char *path, const struct kn_error *why);
-/* GET /v1/events[?follow=1][&since=SEQ]: JSON lines. */
-void feed_serve(struct server *s, struct kn_http_req *req, int64_t since,
-		bool follow);
+#include "server/feed.h"
 
 /* monitor.c: scrapes, history, alert rules, webhook */
 int monitor_start(struct server *s, struct monitor **out,
@@ -476,164 +358,8 @@ void monitor_free(struct monitor *m);
 
 #include "server/server_alert.h"
 
-/* deploy.c: deployments, probes, rollouts, gateway keys and config */
-struct deployment;
-/*
- * deploy.c: replace the replica whose job is job_id without a gap
- * (rolling maintenance): a surge replica, a new job of its deployment, is
- * submitted now and placed as any job is (the caller cordons the node
- * first). Once it passes readiness and a gateway has fetched a config
- * listing it (or none polls), job_id is cancelled and the new job takes
- * its replica's place: the replica count is the spec's again. One surge
- * per replica: asking again gives the one on its way. Returns 0 with
- * *surge_job set, or -ENOENT (not a replica) or jobs_submit's error.
- */
-int deploy_surge(struct server *s, int64_t job_id, int64_t *surge_job,
-		 struct kn_error *err);
-/*
- * Where surge replica surge_job stands: 1 once it has taken its
- * replica's place (or became one by a scale-up), 0 while it waits, -1
- * when it is gone (its deployment deleted or scaled down, its job
- * cancelled). why (len bytes) says on what it waits, or why it is gone.
- */
-int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
-		       size_t len);
-/* Give a waiting surge up: its job is cancelled, the old replica stays. */
-void deploy_surge_cancel(struct server *s, int64_t surge_job);
-/*
- * Create or update a deployment from spec text, as POST /v1/deployments
- * does (file names it in errors; path, absolute, is where it was read):
- * a changed spec rolls out one replica at a time. *out is the deployment.
- */
-/* Called on the loop when deploy_apply_start's apply ends (as rc, err). */
-typedef void (*deploy_applied_cb)(struct server *s, int rc,
-				  const struct kn_error *err, void *arg);
-/*
- * deploy_apply with a registry model's check and copy on a worker:
- * returns 1 when cb will be called once, later; 0 when applied now (a
- * model that is not a registry version) and < 0 with err when refused
- * now, cb never called then.
- */
-int deploy_apply_start(struct server *s, const struct caller *c,
-		       const char *body, size_t len, const char *file,
-		       const char *path, deploy_applied_cb cb, void *arg,
-		       struct kn_error *err);
-int deploy_apply(struct server *s, const struct caller *c, const char *body,
-		 size_t len, const char *file, const char *path,
-		 const struct deployment **out, struct kn_error *err);
+#include "server/peers.h"
 
-/* models.c: the model registry's API (docs/registry.md) */
-/*
- * A new version of name from a succeeded job's outputs (their blobs put
- * in the registry create-only, digests checked), its manifest's lineage
- * the job's and its metrics the job's metrics.json; alias (may be NULL)
- * moves to it. *reply is the version as POST .../versions answers it.
- * Audits only success: callers audit their failures.
- */
-int models_from_job(struct server *s, const struct caller *c,
-		    const char *name, int64_t job_id, const char *alias,
-		    json_t **reply, struct kn_error *err);
-/* Point alias of name at version (as a promote, by c) unless it does. */
-int models_alias_point(struct server *s, const struct caller *c,
-		       const char *name, const char *alias, int64_t version,
-		       struct kn_error *err);
-/* Whether the server's trusted keys hold key_id. */
-bool models_key_trusted(struct server *s, const char *key_id);
-/*
- * The one check before the server signs anything: signer is a signer of
- * the server's config and c may sign with it (its role or token name is
- * granted). 0 with *out the signer, or -EPERM with err naming the signer;
- * a refusal is audited as model.sign_refused on object.
- */
-int models_signer_check(struct server *s, const struct caller *c,
-			const char *signer, const char *object,
-			const struct kn_signer_conf **out, struct kn_error *err);
-/*
- * Sign name@version's canonical manifest with signer's key, for c (after
- * models_signer_check; the key file is checked again), kept as a posted
- * signature is: only when it verifies. Audited as model.sign (ok or
- * error). key_id gets the key's id, trusted whether the server's trusted
- * keys hold it.
- */
-int models_sign(struct server *s, const struct caller *c, const char *name,
-		int64_t version, const char *signer,
-		char key_id[KN_SHA256_HEX + 1], bool *trusted,
-		struct kn_error *err);
-/*
- * A deployment's `model: NAME@VERSION|NAME@ALIAS`: refuse (naming the
- * problem) a version that is unsigned, signed by no trusted key or whose
- * files do not match their digests; else *out (malloc'd) is the directory
- * holding its files, $KILN_HOME/registry/models/NAME/VERSION, copied from
- * the store once and hashed again on each later use.
- */
-int models_deploy_dir(struct server *s, const char *text, char **out,
-		      struct kn_error *err);
-/*
- * Called on the loop when models_deploy_dir_start's check ends: rc 0 and
- * dir the copy of version (valid for the call only), or rc < 0 and err
- * (KN_EUNAVAIL when the server stopped first).
- */
-typedef void (*models_dir_cb)(struct server *s, int rc, const char *dir,
-			      int64_t version, const struct kn_error *err,
-			      void *arg);
-/*
- * models_deploy_dir with its file work (hashing or copying every file) on
- * a worker: what the database decides (the version, its signatures) is
- * checked now, and a refusal there is returned with cb never called;
- * otherwise cb is called once, later.
- */
-int models_deploy_dir_start(struct server *s, const char *text,
-			    models_dir_cb cb, void *arg, struct kn_error *err);
-/*
- * Called on the loop when models_from_job_start ends: rc 0 and reply (the
- * version made, as POST .../from-job answers; valid for the call only),
- * or rc < 0 and err (KN_EUNAVAIL when the server stopped first).
- */
-typedef void (*models_made_cb)(struct server *s, int rc, json_t *reply,
-			       const struct kn_error *err, void *arg);
-/*
- * models_from_job with its copies on a worker: what the database says
- * (the job, its outputs) is checked now, and a refusal there is returned
- * with cb never called; otherwise cb is called once, later.
- */
-int models_from_job_start(struct server *s, const struct caller *c,
-			  const char *name, int64_t job_id, const char *alias,
-			  models_made_cb cb, void *arg, struct kn_error *err);
-/*
- * Roll alias of model name back (as POST .../rollback does), acting as c;
- * *to and *from the versions. -ECONFLICT when there is nothing earlier.
- */
-int models_alias_rollback(struct server *s, const struct caller *c,
-			  const char *name, const char *alias, int64_t *to,
-			  int64_t *from, struct kn_error *err);
-/* One version's stored evaluations (revalidate.c records them), oldest
-   first (a new array). */
-json_t *models_evaluations_json(struct server *s, const char *name,
-				int64_t version);
-/* revalidate.c: scheduled evaluation of a model alias (docs/registry.md) */
-/*
- * A deployment's revalidate: (docs/deployments.md). reval_for_deployment
- * checks what the spec of deployment (owned by owner, stored under
- * filename) asks for: *out the row to set (NULL when the spec has none),
- * or an error naming the field: the alias is another deployment's, or
- * its job does not parse. job_text is the shipped text of a job file,
- * or NULL: then the text this deployment set before for the same file.
- */
-int reval_for_deployment(struct server *s, const char *deployment,
-			 const char *owner,
-			 const struct kn_deployment_spec *spec,
-			 const char *filename, const char *job_text,
-			 struct kn_revalidation_row **out,
-			 struct kn_error *err);
-/*
- * Once the deployment is stored: set row (taken; NULL for none) as
- * deployment's re-validation, acting as c, and remove any other that
- * deployment set. Ones set by hand are left alone.
- */
-void reval_deployment_set(struct server *s, const char *deployment,
-			  const struct caller *c,
-			  struct kn_revalidation_row *row);
-void reval_row_free(struct kn_revalidation_row *row);
 /* health.c: the node checks at start and periodically */
 int health_start(struct server *s, struct node_health **out,
 		 struct kn_error *err);
@@ -674,11 +400,17 @@ int job_overrides_apply(struct kn_job_spec **spec, const char *text,
 
 /* logs.c: the most lines ?tail= may ask for. */
 #define LOGS_TAIL_MAX 1000000
-/* The log from offset, or its last tail_lines lines when that is
-   not negative. */
+/* What of a task's log a request asks for. */
+struct logs_query {
+	int64_t offset;     /* from this byte */
+	int64_t tail_lines; /* or its last lines, when not negative */
+	int64_t since_ms;   /* and only lines that came at or after (0: all) */
+	bool timestamps;    /* each line led by when it came */
+	bool follow;
+};
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,
-		const char *task_dir, int attempt, int rank, int64_t offset,
-		int64_t tail_lines, bool follow);
+		const char *task_dir, int attempt, int rank,
+		const struct logs_query *q);
 void logs_free_all(struct server *s);
 
 #endif

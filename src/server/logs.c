@@ -10,6 +10,14 @@
  * server secret. Every read opens it afresh with kn_task_file_open on a
  * request worker, never on the loop, and a refusal answers with why (or
  * ends a stream already under way) and goes to the event feed once.
+ *
+ * ?since= and ?timestamps= read the shim's record of when each line came
+ * (output.times, src/exec/logtimes.c) beside the log, which stays the
+ * task's bytes: since moves the first read's start to the first line that
+ * came at or after it, timestamps leads each line with its time as the
+ * bytes go out. A log without that record (an executor whose shim does
+ * not keep one) answers 409 naming the parameter, rather than lines
+ * without times.
  */
 #include "internal.h"
 
@@ -35,9 +43,15 @@ struct log_read {
 	int64_t offset;
 	int64_t tail_lines; /* the first read starts this many lines from the
 			       end; -1: at offset */
+	int64_t since_ms;   /* and at the first line that came at or after
+			       this; 0: not */
+	bool timestamps;    /* data is the log's lines led by their times */
+	bool mid_line;      /* the next byte continues a line already led */
+	bool untimed;       /* times asked for, and the log has none */
 	ino_t inode;
 	char *data;
 	size_t len;
+	size_t raw_len;     /* how much of the log data holds */
 	bool at_end;
 	int rc;
 	struct kn_error err;
@@ -132,10 +146,96 @@ static int64_t tail_offset(int fd, int64_t size, int64_t lines)
 	return 0;
 }
 
+/* Where the first line starting at or after from does, or size. */
+static int64_t next_line_start(int fd, int64_t from, int64_t size)
+{
+	char buf[TAIL_SCAN_BYTES];
+	ssize_t n;
+
+	if (from <= 0)
+		return 0;
+	/* from - 1 is the byte before: a newline there starts one at from. */
+	for (int64_t at = from - 1; at < size; at += n) {
+		const char *nl;
+
+		n = pread(fd, buf, sizeof(buf), (off_t)at);
+		if (n <= 0)
+			break;
+		nl = memchr(buf, '\n', (size_t)n);
+		if (nl)
+			return at + (nl - buf) + 1;
+	}
+	return size;
+}
+
+/* The log's line times, opened after the log was sized (the shim records
+   a time before the bytes it covers), or NULL with rd->untimed set. */
+static struct kn_log_times *times_open(struct log_read *rd)
+{
+	struct kn_error why;
+	const char *field;
+	int fd = kn_task_file_open(rd->dir, KN_LOG_TIMES_FILE, O_RDONLY,
+				   KN_ANY_OWNER, &why);
+
+	if (fd >= 0)
+		return kn_log_times_new(fd);
+	rd->untimed = true;
+	field = rd->timestamps ? "timestamps" : "since";
+	kn_errorf(&rd->err, KN_ECONFLICT, field,
+		  "%s: this task's log has no record of when its lines came "
+		  "(%s)", field, why.message);
+	return NULL;
+}
+
+/* The first read's start: at offset, the tail's, or since's if later. */
+static void first_offset(struct log_read *rd, int fd, int64_t size,
+			 struct kn_log_times *times)
+{
+	int64_t from;
+
+	if (rd->tail_lines >= 0)
+		rd->offset = tail_offset(fd, size, rd->tail_lines);
+	if (!rd->since_ms)
+		return;
+	from = kn_log_times_since(times, rd->since_ms);
+	from = from < 0 ? size : next_line_start(fd, from, size);
+	if (from > rd->offset)
+		rd->offset = from;
+}
+
+/* rd->data as its lines, each led by "TIME " (when it came). */
+static void stamp_lines(struct log_read *rd, struct kn_log_times *times)
+{
+	struct kn_buf out;
+
+	kn_buf_init(&out, SIZE_MAX);
+	for (size_t i = 0; i < rd->len;) {
+		const char *nl = memchr(rd->data + i, '\n', rd->len - i);
+		size_t end = nl ? (size_t)(nl - rd->data) + 1 : rd->len;
+
+		if (!rd->mid_line) {
+			char when[40] = "-";
+			int64_t ms = kn_log_times_at(times,
+						     rd->offset + (int64_t)i);
+
+			if (ms > 0)
+				kn_format_time(ms, when, sizeof(when));
+			kn_buf_printf(&out, "%s ", when);
+		}
+		kn_buf_append(&out, rd->data + i, end - i);
+		rd->mid_line = !nl;
+		i = end;
+	}
+	free(rd->data);
+	rd->data = out.data;
+	rd->len = out.len;
+}
+
 static void read_work(void *arg)
 {
 	struct log_read *rd = arg;
 	struct stat st = {0};
+	struct kn_log_times *times = NULL;
 	int fd = kn_task_file_open(rd->dir, KN_LOG_FILE, O_RDONLY,
 				   KN_ANY_OWNER, &rd->err);
 	ssize_t n = 0;
@@ -152,12 +252,21 @@ static void read_work(void *arg)
 		if (!first && st.st_ino != rd->inode)
 			rd->offset = 0;
 		rd->inode = st.st_ino;
-		if (first && rd->tail_lines >= 0)
-			rd->offset = tail_offset(fd, st.st_size, rd->tail_lines);
+		if (rd->timestamps || (first && rd->since_ms)) {
+			times = times_open(rd);
+			if (!times) {
+				close(fd);
+				return;
+			}
+		}
+		if (first)
+			first_offset(rd, fd, st.st_size, times);
 		/* An offset= past the end asks for nothing (a follower goes
 		   on from the end); later, a shorter file was truncated. */
 		if (st.st_size < rd->offset)
 			rd->offset = first ? st.st_size : 0;
+		if (rd->offset == 0)
+			rd->mid_line = false;
 	}
 	/* Sized to what is there: an idle follower's poll allocates nothing. */
 	if (st.st_size > rd->offset)
@@ -170,6 +279,10 @@ static void read_work(void *arg)
 			  (off_t)(rd->offset + (int64_t)rd->len))) > 0)
 		rd->len += (size_t)n;
 	rd->at_end = n < 0 || rd->offset + (int64_t)rd->len >= st.st_size;
+	rd->raw_len = rd->len;
+	if (rd->timestamps && rd->len)
+		stamp_lines(rd, times);
+	kn_log_times_free(times);
 	close(fd);
 }
 
@@ -217,6 +330,14 @@ static void read_done(void *arg, bool ran)
 			follower_free(f);
 		return;
 	}
+	if (rd->untimed) {
+		if (f->started)
+			kn_http_stream_end(f->req);
+		else
+			kn_http_reply_error(f->req, &rd->err);
+		follower_release(f);
+		return;
+	}
 	if (rd->rc < 0 && rd->rc != -ENOENT) { /* missing: not created yet */
 		read_refused(f);
 		return;
@@ -228,11 +349,12 @@ static void read_done(void *arg, bool ran)
 	}
 	if (rd->len)
 		kn_http_stream_chunk(f->req, rd->data, rd->len);
-	rd->offset += (int64_t)rd->len;
+	rd->offset += (int64_t)rd->raw_len;
 	drained = rd->at_end;
 	free(rd->data);
 	rd->data = NULL;
 	rd->len = 0;
+	rd->raw_len = 0;
 	active = f->follow &&
 		 jobs_task_active(f->s, f->job_id, f->attempt, f->rank);
 	if (drained && !active) {
@@ -250,20 +372,22 @@ static void read_done(void *arg, bool ran)
 }
 
 void logs_serve(struct server *s, struct kn_http_req *req, int64_t job_id,
-		const char *task_dir, int attempt, int rank, int64_t offset,
-		int64_t tail_lines, bool follow)
+		const char *task_dir, int attempt, int rank,
+		const struct logs_query *q)
 {
 	struct log_follower *f = kn_xcalloc(1, sizeof(*f));
 
 	f->s = s;
 	f->req = req;
 	f->rd.dir = kn_xstrdup(task_dir);
-	f->rd.offset = offset;
-	f->rd.tail_lines = tail_lines;
+	f->rd.offset = q->offset;
+	f->rd.tail_lines = q->tail_lines;
+	f->rd.since_ms = q->since_ms;
+	f->rd.timestamps = q->timestamps;
 	f->job_id = job_id;
 	f->attempt = attempt;
 	f->rank = rank;
-	f->follow = follow;
+	f->follow = q->follow;
 	f->timer = kn_timer_new(s->loop, follower_tick, f);
 	f->next = s->followers;
 	s->followers = f;

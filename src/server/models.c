@@ -26,7 +26,7 @@
 
 static int64_t upload_sweep_ms(const struct server *s)
 {
-	return s->cfg.upload_idle_ms / 2 > 500 ? s->cfg.upload_idle_ms / 2
+	return core_config(s)->upload_idle_ms / 2 > 500 ? core_config(s)->upload_idle_ms / 2
 					       : 500;
 }
 
@@ -35,10 +35,15 @@ static void upload_sweep(void *arg)
 	struct server *s = arg;
 
 	models_uploads_expire(s);
-	kn_timer_arm(s->models->idle_timer, upload_sweep_ms(s));
+	kn_timer_arm(models_state(s)->idle_timer, upload_sweep_ms(s));
 }
 
 static int signers_start(struct server *s, struct kn_error *err);
+
+struct model_state *models_state(struct server *s)
+{
+	return service_state(s, &models_service);
+}
 
 int models_start(struct server *s, struct kn_error *err)
 {
@@ -48,11 +53,11 @@ int models_start(struct server *s, struct kn_error *err)
 	char *pattern;
 	int rc;
 
-	m->staging = kn_asprintf("%s/registry/uploads", s->home);
-	m->trusted_keys = s->cfg.trusted_keys
-				  ? kn_xstrdup(s->cfg.trusted_keys)
-				  : kn_asprintf("%s/keys/trusted", s->home);
-	s->models = m;
+	m->staging = kn_asprintf("%s/registry/uploads", core_home(s));
+	m->trusted_keys = core_config(s)->trusted_keys
+				  ? kn_xstrdup(core_config(s)->trusted_keys)
+				  : kn_asprintf("%s/keys/trusted", core_home(s));
+	service_state_set(s, &models_service, m);
 	/* Parts of uploads cut short by a stop are of no use to anyone. */
 	kn_rm_rf(m->staging);
 	rc = kn_mkdir_p(m->staging, 0700);
@@ -60,14 +65,14 @@ int models_start(struct server *s, struct kn_error *err)
 		return kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s",
 				 m->staging, strerror(-rc));
 	/* Deployment copies cut short by a stop (see make_copy). */
-	pattern = kn_asprintf("%s/registry/models/*/*.partial*", s->home);
+	pattern = kn_asprintf("%s/registry/models/*/*.partial*", core_home(s));
 	if (glob(pattern, 0, NULL, &partials) == 0)
 		for (size_t i = 0; i < partials.gl_pathc; i++)
 			kn_rm_rf(partials.gl_pathv[i]);
 	globfree(&partials);
 	free(pattern);
 	/* Idle uploads go within half the idle time past it. */
-	m->idle_timer = kn_timer_new(s->loop, upload_sweep, s);
+	m->idle_timer = kn_timer_new(core_loop(s), upload_sweep, s);
 	kn_timer_arm(m->idle_timer, upload_sweep_ms(s));
 	/* A bad key file is reported at start, not at the first pull. */
 	rc = kn_model_keyring_load(m->trusted_keys, &ring, err);
@@ -81,7 +86,7 @@ int models_start(struct server *s, struct kn_error *err)
 
 void models_stop(struct server *s)
 {
-	struct model_state *m = s->models;
+	struct model_state *m = models_state(s);
 
 	if (!m)
 		return;
@@ -90,7 +95,7 @@ void models_stop(struct server *s)
 	free(m->staging);
 	free(m->trusted_keys);
 	free(m);
-	s->models = NULL;
+	service_state_set(s, &models_service, NULL);
 }
 
 /* ---- helpers ---- */
@@ -102,13 +107,13 @@ void models_audit(struct server *s, const struct caller *c,
 	struct kn_audit a;
 
 	caller_audit(&a, c, action, object, outcome, detail);
-	kn_store_audit_insert(s->store, &a, NULL);
+	kn_store_audit_insert(core_store(s), &a, NULL);
 }
 
 int models_open_store(struct server *s, struct kn_blob_store **out,
 		      struct kn_error *err)
 {
-	struct kn_blob_store_config cfg = {.url = s->blob_url, .use_env = true};
+	struct kn_blob_store_config cfg = {.url = core_blob_url(s), .use_env = true};
 
 	return kn_blob_store_open(&cfg, out, err);
 }
@@ -120,12 +125,12 @@ int models_resolve(struct server *s, const struct kn_model_ref *ref,
 	int rc;
 
 	if (ref->alias[0]) {
-		rc = kn_store_model_alias_get(s->store, ref->name, ref->alias,
+		rc = kn_store_model_alias_get(core_store(s), ref->name, ref->alias,
 					      &version, err);
 		if (rc < 0)
 			return rc;
 	}
-	return kn_store_model_version_get(s->store, ref->name, version, out,
+	return kn_store_model_version_get(core_store(s), ref->name, version, out,
 					  err);
 }
 
@@ -168,7 +173,7 @@ int models_alias_move(struct server *s, const struct caller *c,
 	int rc;
 
 	*from = 0;
-	rc = kn_store_model_alias_get(s->store, name, alias, from, err);
+	rc = kn_store_model_alias_get(core_store(s), name, alias, from, err);
 	if (rc < 0 && rc != -ENOENT)
 		return rc;
 	memset(&ev, 0, sizeof(ev));
@@ -185,7 +190,7 @@ int models_alias_move(struct server *s, const struct caller *c,
 		     strcmp(action, "promote") ? "model.rollback"
 					       : "model.promote",
 		     object, "ok", detail);
-	rc = kn_store_model_alias_move(s->store, name, &ev, &a, err);
+	rc = kn_store_model_alias_move(core_store(s), name, &ev, &a, err);
 	if (rc == 0)
 		services_alias_moved(s, name, alias);
 	return rc;
@@ -196,7 +201,7 @@ int models_alias_point(struct server *s, const struct caller *c,
 		       struct kn_error *err)
 {
 	int64_t now = 0, from;
-	int rc = kn_store_model_alias_get(s->store, name, alias, &now, err);
+	int rc = kn_store_model_alias_get(core_store(s), name, alias, &now, err);
 
 	if (rc < 0 && rc != -ENOENT)
 		return rc;
@@ -211,7 +216,7 @@ bool models_key_trusted(struct server *s, const char *key_id)
 	struct kn_error err;
 	bool trusted = false;
 
-	if (kn_model_keyring_load(s->models->trusted_keys, &ring, &err) == 0)
+	if (kn_model_keyring_load(models_state(s)->trusted_keys, &ring, &err) == 0)
 		trusted = kn_model_keyring_has(&ring, key_id);
 	kn_model_keyring_release(&ring);
 	return trusted;
@@ -233,7 +238,7 @@ static int alias_push_allowed(struct server *s, const struct caller *c,
 
 	if (!alias || c->role >= KN_ROLE_OPERATOR)
 		return 0;
-	rc = kn_store_model_alias_history(s->store, name, &hist, &n, err);
+	rc = kn_store_model_alias_history(core_store(s), name, &hist, &n, err);
 	if (rc < 0)
 		return rc;
 	for (size_t i = 0; i < n; i++) /* oldest first: the last one holds */
@@ -264,10 +269,10 @@ int models_version_create(struct server *s, const struct caller *c,
 	rc = alias_push_allowed(s, c, name, alias, err);
 	if (rc < 0)
 		return rc;
-	rc = kn_store_begin(s->store, err);
+	rc = kn_store_begin(core_store(s), err);
 	if (rc < 0)
 		return rc;
-	rc = kn_store_model_version_next(s->store, name, now, &version, err);
+	rc = kn_store_model_version_next(core_store(s), name, now, &version, err);
 	if (rc == 0) {
 		manifest = kn_model_manifest_new(name, version, files, c->name,
 						 now);
@@ -294,12 +299,12 @@ int models_version_create(struct server *s, const struct caller *c,
 		a.object = object;
 		a.outcome = "ok";
 		a.detail = detail;
-		rc = kn_store_model_version_insert(s->store, &v, &a, err);
+		rc = kn_store_model_version_insert(core_store(s), &v, &a, err);
 	}
 	if (rc == 0)
-		rc = kn_store_commit(s->store, err);
+		rc = kn_store_commit(core_store(s), err);
 	else
-		kn_store_rollback(s->store);
+		kn_store_rollback(core_store(s));
 	if (rc < 0)
 		goto out;
 
@@ -310,7 +315,7 @@ int models_version_create(struct server *s, const struct caller *c,
 		rc = kn_blob_put_bytes(store, blob, canonical, strlen(canonical),
 				       KN_BLOB_CREATE_ONLY, err);
 	if (rc < 0) {
-		kn_store_model_version_delete(s->store, name, version, NULL);
+		kn_store_model_version_delete(core_store(s), name, version, NULL);
 		goto out;
 	}
 	if (alias)
@@ -347,7 +352,7 @@ int models_alias_rollback(struct server *s, const struct caller *c,
 {
 	struct kn_model_alias_row *hist = NULL;
 	size_t nh = 0;
-	int rc = kn_store_model_alias_history(s->store, name, &hist, &nh, err);
+	int rc = kn_store_model_alias_history(core_store(s), name, &hist, &nh, err);
 
 	if (rc == 0) {
 		*to = model_rollback_target(hist, nh, alias);
@@ -496,10 +501,10 @@ static int model_copy_begin(struct server *s, const char *text,
 		goto out;
 	snprintf(w->at, sizeof(w->at), "%s@%lld", v.name,
 		 (long long)v.version);
-	rc = kn_store_model_signature_list(s->store, v.name, v.version, &rows,
+	rc = kn_store_model_signature_list(core_store(s), v.name, v.version, &rows,
 					   &ns, err);
 	if (rc == 0)
-		rc = kn_model_keyring_load(s->models->trusted_keys, &ring, err);
+		rc = kn_model_keyring_load(models_state(s)->trusted_keys, &ring, err);
 	if (rc < 0)
 		goto out;
 	sigs = kn_xcalloc(ns + 1, sizeof(*sigs));
@@ -519,9 +524,9 @@ static int model_copy_begin(struct server *s, const char *text,
 		goto out;
 	w->s = s;
 	w->version = v.version;
-	w->dir = kn_asprintf("%s/registry/models/%s/%lld", s->home, v.name,
+	w->dir = kn_asprintf("%s/registry/models/%s/%lld", core_home(s), v.name,
 			     (long long)v.version);
-	w->store_url = kn_xstrdup(s->blob_url);
+	w->store_url = kn_xstrdup(core_blob_url(s));
 out:
 	json_decref(manifest);
 	free(sigs);
@@ -592,7 +597,7 @@ int models_deploy_dir_start(struct server *s, const char *text,
 		return rc;
 	w->cb = cb;
 	w->arg = arg;
-	kn_workers_submit(s->request_workers, model_copy_work, model_copy_done,
+	kn_workers_submit(core_request_workers(s), model_copy_work, model_copy_done,
 			  w);
 	return 0;
 }
@@ -664,7 +669,7 @@ static json_t *job_inputs_json(struct server *s, int64_t job_id,
 		return out;
 	}
 	/* A step's inputs are what its tasks are given (workflows.c). */
-	env = job_hooks_task_env(s->hooks,
+	env = job_hooks_task_env(core_hooks(s),
 				 &(struct job_task){ .job_id = job_id });
 	text = json_string_value(json_object_get(env, "KILN_INPUTS"));
 	out = json_array();
@@ -703,7 +708,7 @@ static int lineage_of_job(struct server *s, const struct kn_job_row *j,
 			  json_t **out, struct kn_error *err)
 {
 	char spec[KN_SHA256_HEX + 1], *revision = NULL;
-	int rc = kn_store_job_revision_get(s->store, j->id, &revision, err);
+	int rc = kn_store_job_revision_get(core_store(s), j->id, &revision, err);
 
 	if (rc == -ENOENT)
 		rc = 0;
@@ -728,7 +733,7 @@ static int job_lineage(struct server *s, struct kn_blob_store *store,
 	json_t *ckpt = NULL;
 	int rc;
 
-	rc = kn_store_job_get(s->store, job_id, &j, err);
+	rc = kn_store_job_get(core_store(s), job_id, &j, err);
 	if (rc == -ENOENT)
 		rc = kn_errorf(err, KN_ENOTFOUND, "job", "no job %lld",
 			       (long long)job_id);
@@ -875,9 +880,9 @@ static int from_job_begin(struct server *s, const struct caller *c,
 	w->name = kn_xstrdup(name);
 	w->alias = alias ? kn_xstrdup(alias) : NULL;
 	w->job_id = job_id;
-	w->store_url = kn_xstrdup(s->blob_url);
-	w->staging = kn_xstrdup(s->models->staging);
-	rc = kn_store_job_get(s->store, job_id, &j, err);
+	w->store_url = kn_xstrdup(core_blob_url(s));
+	w->staging = kn_xstrdup(models_state(s)->staging);
+	rc = kn_store_job_get(core_store(s), job_id, &j, err);
 	if (rc == -ENOENT)
 		rc = kn_errorf(err, KN_ENOTFOUND, "job", "no job %lld",
 			       (long long)job_id);
@@ -887,7 +892,7 @@ static int from_job_begin(struct server *s, const struct caller *c,
 			       "make a model version", (long long)job_id,
 			       kn_job_state_name(j.state));
 	if (rc == 0)
-		rc = kn_store_output_list(s->store, job_id, &w->outs, &w->n,
+		rc = kn_store_output_list(core_store(s), job_id, &w->outs, &w->n,
 					  err);
 	if (rc == 0 && w->n == 0)
 		rc = kn_errorf(err, KN_ECONFLICT, "job",
@@ -897,8 +902,8 @@ static int from_job_begin(struct server *s, const struct caller *c,
 	for (size_t i = 0; rc == 0 && i < w->n; i++) {
 		const struct kn_output_row *o = &w->outs[i];
 		char *want = kn_asprintf("%.*s/%lld/outputs/%s",
-					 (int)kn_url_base_len(s->blob_url),
-					 s->blob_url, (long long)o->job_id,
+					 (int)kn_url_base_len(core_blob_url(s)),
+					 core_blob_url(s), (long long)o->job_id,
 					 o->name);
 
 		if (strcmp(o->url, want) != 0)
@@ -906,7 +911,7 @@ static int from_job_begin(struct server *s, const struct caller *c,
 				       "output %s of job %lld is in %s, not in "
 				       "this server's store %s", o->name,
 				       (long long)o->job_id, o->url,
-				       s->blob_url);
+				       core_blob_url(s));
 		free(want);
 	}
 	if (rc == 0)
@@ -1001,7 +1006,7 @@ int models_from_job_start(struct server *s, const struct caller *c,
 		return rc;
 	w->cb = cb;
 	w->arg = arg;
-	kn_workers_submit(s->request_workers, from_job_work, from_job_done,
+	kn_workers_submit(core_request_workers(s), from_job_work, from_job_done,
 			  w);
 	return 0;
 }
@@ -1063,7 +1068,7 @@ static int signer_key_check(const struct kn_signer_conf *sg,
 /* Every signer's key, checked and tried once before the server serves. */
 static int signers_start(struct server *s, struct kn_error *err)
 {
-	const struct kn_server_conf *conf = &s->cfg.sections;
+	const struct kn_server_conf *conf = &core_config(s)->sections;
 
 	for (size_t i = 0; i < conf->n_signers; i++) {
 		const struct kn_signer_conf *sg = &conf->signers[i];
@@ -1106,7 +1111,7 @@ int models_signer_check(struct server *s, const struct caller *c,
 			const char *signer, const char *object,
 			const struct kn_signer_conf **out, struct kn_error *err)
 {
-	const struct kn_server_conf *conf = &s->cfg.sections;
+	const struct kn_server_conf *conf = &core_config(s)->sections;
 	const struct kn_signer_conf *sg = NULL;
 	char *detail;
 	int rc;
@@ -1157,7 +1162,7 @@ int models_sign(struct server *s, const struct caller *c, const char *name,
 		return rc;
 	rc = signer_key_check(sg, err);
 	if (rc == 0)
-		rc = kn_store_model_version_get(s->store, name, version, &v,
+		rc = kn_store_model_version_get(core_store(s), name, version, &v,
 						err);
 	if (rc == 0)
 		rc = kn_model_sign(sg->key_file, v.manifest,
@@ -1172,7 +1177,7 @@ int models_sign(struct server *s, const struct caller *c, const char *name,
 			       signer, object + 6);
 		goto out;
 	}
-	rc = kn_model_keyring_load(s->models->trusted_keys, &ring, err);
+	rc = kn_model_keyring_load(models_state(s)->trusted_keys, &ring, err);
 	if (rc < 0)
 		goto out;
 	*trusted = kn_model_keyring_has(&ring, key_id);
@@ -1192,7 +1197,7 @@ int models_sign(struct server *s, const struct caller *c, const char *name,
 	a.object = object;
 	a.outcome = "ok";
 	a.detail = detail;
-	rc = kn_store_model_signature_insert(s->store, name, version, &row, &a,
+	rc = kn_store_model_signature_insert(core_store(s), name, version, &row, &a,
 					     err);
 out:
 	if (rc < 0)
@@ -1215,7 +1220,7 @@ json_t *models_evaluations_json(struct server *s, const char *name,
 	json_t *list = json_array();
 	size_t n = 0;
 
-	if (kn_store_evaluation_list(s->store, name, version, &rows, &n,
+	if (kn_store_evaluation_list(core_store(s), name, version, &rows, &n,
 				     &err) < 0) {
 		kn_log(KN_LOG_ERROR, "model %s@%lld: %s", name,
 		       (long long)version, err.message);

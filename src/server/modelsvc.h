@@ -1,29 +1,37 @@
 /*
- * The model registry service's own header: its domain (models.c) and its
- * HTTP handlers with the blob uploads in progress (models_http.c). Nothing
- * outside these two files includes it or touches struct model_state.
+ * The model registry service's own header: its domain (models.c), its
+ * HTTP handlers (models_http.c) and its blobs with the uploads in
+ * progress (models_blobs.c). Nothing outside these files includes it or
+ * touches struct model_state.
  */
 #ifndef KILN_SERVER_MODELSVC_H
 #define KILN_SERVER_MODELSVC_H
 
-#include "internal.h"
-#include "service.h"
-
+#include "ckpt/ckpt.h"
 #include "registry/registry.h"
+#include "server/access.h"
+#include "server/core.h"
+#include "server/feed.h"
+#include "server/idempotency.h"
 #include "server/modelrules.h"
+#include "server/peers.h"
+#include "server/service.h"
 
 struct upload;
 
-/* The registry's state, s->models: made by models_start, freed by
+/* The registry's state, in its slot: made by models_start, freed by
    models_stop. */
 struct model_state {
 	char *staging;          /* $KILN_HOME/registry/uploads */
 	char *trusted_keys;     /* directory of *.pub files */
-	struct upload *uploads; /* in progress (models_http.c) */
+	struct upload *uploads; /* in progress (models_blobs.c) */
 	struct kn_timer *idle_timer; /* drops uploads idle too long */
 };
 
-/* Drop the uploads idle longer than --upload-idle (models_http.c). */
+/* The registry's state (NULL before models_start). */
+struct model_state *models_state(struct server *s);
+
+/* Drop the uploads idle longer than --upload-idle (models_blobs.c). */
 void models_uploads_expire(struct server *s);
 
 /* models.c */
@@ -66,7 +74,29 @@ bool models_name_checked(const char *name, struct kn_error *err);
 int models_lineage_expand(struct server *s, struct kn_blob_store *store,
 			  json_t *lineage, int depth, struct kn_error *err);
 
-/* models_http.c: drop every upload in progress (the service stops). */
+/* models_blobs.c: drop every upload in progress (the service stops). */
 void models_uploads_drop(struct model_state *m);
+
+/* models_blobs.c: the blob routes (docs/api.md). */
+void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
+			    const struct caller *c, const char *param);
+void models_h_blob_put(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param);
+void models_h_blob_status(struct server *s, struct kn_http_req *req,
+			  const struct caller *c, const char *param);
+void models_h_upload_part(struct server *s, struct kn_http_req *req,
+			  const struct caller *c, const char *param);
+void models_h_upload_status(struct server *s, struct kn_http_req *req,
+			    const struct caller *c, const char *param);
+void models_h_upload_commit(struct server *s, struct kn_http_req *req,
+			    const struct caller *c, const char *param);
+
+/* models_http.c: a failed call, audited as c's action on object, and
+   its error answered. */
+void models_fail(struct server *s, struct kn_http_req *req,
+		 const struct caller *c, const char *action, const char *object,
+		 const struct kn_error *err);
+/* The request's body as a JSON object, or NULL with err set. */
+json_t *models_body_object(struct kn_http_req *req, struct kn_error *err);
 
 #endif

@@ -35,6 +35,12 @@ const char *core_node_state(const struct server *s, size_t i)
 	return s->nodes[i].state;
 }
 
+const struct kn_device_set *core_node_devices(const struct server *s,
+					      size_t i)
+{
+	return &s->nodes[i].devices;
+}
+
 const char *core_node_label(const struct server *s, size_t i,
 			    const char *key)
 {

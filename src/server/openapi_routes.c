@@ -54,7 +54,7 @@ const struct oa_op oa_ops[] = {
 	 "503 error the connect failed"},
 	{"GET", "/v1/jobs/{id}/logs", "a task's output, or a stream of it",
 	 "task:integer attempt:integer follow:integer offset:integer "
-	 "tail:integer",
+	 "tail:integer since:string timestamps:integer",
 	 NULL, "200 text"},
 	{"GET", "/v1/nodes", "the nodes and their devices", NULL, NULL,
 	 "200 json nodes:[Node]"},
@@ -150,22 +150,48 @@ const struct oa_op oa_ops[] = {
 	 "json deployment:string signal:string value:number low:number "
 	 "high:number window_s:integer started_at_ms:integer ~state:string",
 	 "202 json accepted:boolean"},
+	{"POST", "/v1/gateway/metrics",
+	 "the gateway's counters and latency histogram per deployment since "
+	 "it started; kept over a window for each deployment's traffic",
+	 NULL, "json instance:string uptime_ms:integer "
+	 "deployments:[GatewayDeploymentCounters]",
+	 "202 json accepted:boolean; 429 error the server already keeps as "
+	 "many gateways or deployments as it holds"},
 	{"POST", "/v1/model-blobs/missing",
 	 "which of these blobs the store lacks, and the largest part the "
 	 "server takes", NULL, "json digests:[string]",
 	 "200 json missing:[string] present:integer part_max:integer"},
 	{"POST", "/v1/model-blobs/{name}", "upload a part of a blob",
 	 "upload:string offset:integer final:integer size:integer", "bytes",
-	 "200 json digest:string received:integer stored:boolean "
-	 "~size:integer; "
+	 "200 json ~upload:string digest:string received:integer "
+	 "stored:boolean ~size:integer; "
 	 "201 json digest:string received:integer stored:boolean "
 	 "existed:boolean; 409 error offset is not where the upload stands, "
 	 "or the part overlaps other bytes the upload holds"},
 	{"GET", "/v1/model-blobs/{name}",
 	 "what an upload in progress holds", "upload:string", NULL,
-	 "200 json digest:string received:integer size:integer "
+	 "200 json upload:string digest:string received:integer "
+	 "size:integer stored:boolean ranges:[[integer]] part_max:integer; "
+	 "404 error no such upload in progress"},
+	{"POST", "/v1/model-uploads/{name}",
+	 "upload a part of a blob named at its commit", "offset:integer "
+	 "size:integer", "bytes",
+	 "200 json upload:string received:integer size:integer "
+	 "stored:boolean; 409 error the part overlaps other bytes the "
+	 "upload holds, or lies too far past the bytes held from the start"},
+	{"GET", "/v1/model-uploads/{name}",
+	 "what an upload named at its commit holds", NULL, NULL,
+	 "200 json upload:string received:integer size:integer "
 	 "stored:boolean ranges:[[integer]] part_max:integer; "
 	 "404 error no such upload in progress"},
+	{"POST", "/v1/model-uploads/{name}/commit",
+	 "store a whole upload as the blob of this digest", NULL,
+	 "json digest:string",
+	 "201 json digest:string received:integer stored:boolean "
+	 "existed:boolean; 200 json digest:string received:integer "
+	 "stored:boolean existed:boolean; 400 error the bytes hash to "
+	 "another digest; 404 error no such upload in progress; 409 error "
+	 "the upload lacks bytes"},
 	{"GET", "/v1/models", "the registry's models, by name", NULL, NULL,
 	 "200 json models:[ModelSummary]"},
 	{"GET", "/v1/models/{name}",

@@ -115,7 +115,20 @@ const struct oa_object oa_objects[] = {
 	 "fallback:string? limits:object created_at_ms:integer "
 	 "updated_at_ms:integer rollout:object? ~spec:object "
 	 "replicas:[Replica] ~follows:string? ~model_version:integer? "
-	 "~kubernetes:object", NULL},
+	 "~kubernetes:object traffic:Traffic?", NULL},
+	{"Traffic", "What the gateways reported of a deployment's requests "
+	 "over the last 5 minutes (window_s: the span their numbers cover), "
+	 "summed over gateways; null when none reported it",
+	 "window_s:number requests:integer requests_per_s:number "
+	 "errors:integer rate_limited:integer fallbacks:integer "
+	 "upstream_errors:integer tokens:integer latency_p50_ms:number? "
+	 "latency_p99_ms:number? gateways:integer reported_at_ms:integer",
+	 NULL},
+	{"GatewayDeploymentCounters", "One deployment's counters in a "
+	 "gateway's report, cumulative since it started",
+	 "name:string requests:integer errors:integer rate_limited:integer "
+	 "fallbacks:integer upstream_errors:integer tokens:integer "
+	 "latency_bounds_s:[number] latency_counts:[integer]", NULL},
 	{"Replica", NULL,
 	 "replica:integer ~job:integer? state:string ready:boolean "
 	 "~restarts:integer address:string? node:string? zone:string?", NULL},

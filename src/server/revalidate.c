@@ -28,8 +28,12 @@
  * restart forgets a run in flight (its job still ends, unjudged) and starts
  * the schedule over from the restart.
  */
-#include "internal.h"
-#include "service.h"
+#include "server/access.h"
+#include "server/core.h"
+#include "server/feed.h"
+#include "server/peers.h"
+#include "server/server_alert.h"
+#include "server/service.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -67,6 +71,11 @@ struct reval_state {
 	uint64_t checks; /* the last check number given */
 };
 
+static struct reval_state *reval_state_of(struct server *s)
+{
+	return service_state(s, &reval_service);
+}
+
 static void reval_free_one(struct reval *r)
 {
 	if (!r)
@@ -93,7 +102,7 @@ static struct reval *find(struct reval_state *rs, const char *name,
 
 static void unlink_reval(struct server *s, struct reval *r)
 {
-	for (struct reval **q = &s->reval->list; *q; q = &(*q)->next)
+	for (struct reval **q = &reval_state_of(s)->list; *q; q = &(*q)->next)
 		if (*q == r) {
 			*q = r->next;
 			break;
@@ -158,7 +167,7 @@ static void record(struct server *s, struct reval *r, int64_t job_id,
 	};
 	struct kn_error err;
 
-	if (kn_store_evaluation_add(s->store, &e, &err) < 0)
+	if (kn_store_evaluation_add(core_store(s), &e, &err) < 0)
 		kn_log(KN_LOG_ERROR, "re-validation of %s@%s: %s", r->name,
 		       r->alias, err.message);
 	kn_log(strcmp(outcome, "passed") ? KN_LOG_WARN : KN_LOG_INFO,
@@ -211,14 +220,14 @@ static void check_done(struct server *s, int rc, const char *dir,
 	char at[KN_MODEL_NAME_MAX + 24];
 	int64_t id = 0;
 
-	if (s->closing) {
+	if (core_closing(s)) {
 		/* Not judged: the schedule starts over at the next start. */
 		kn_errorf(&err, KN_EUNAVAIL, NULL,
 			  "the server is stopping; run it again");
 		rc = -1;
 		goto reply;
 	}
-	for (r = s->reval->list; r; r = r->next)
+	for (r = reval_state_of(s)->list; r; r = r->next)
 		if (!strcmp(r->name, k->name) && !strcmp(r->alias, k->alias))
 			break;
 	if (!r || r->checking != k->number) {
@@ -256,10 +265,10 @@ static void check_done(struct server *s, int rc, const char *dir,
 reply:
 	if (k->req)
 		run_reply(s, k, r, rc, &err);
-	else if (rc < 0 && !s->closing)
+	else if (rc < 0 && !core_closing(s))
 		kn_log(KN_LOG_WARN, "re-validation of %s@%s: %s", k->name,
 		       k->alias, err.message);
-	if (!s->closing)
+	if (!core_closing(s))
 		arm_next(s);
 	reval_check_free(k);
 }
@@ -278,7 +287,7 @@ static int run_now(struct server *s, struct reval *r, struct kn_http_req *req,
 	int rc;
 
 	r->next_at = kn_now_ms() + r->every_ms;
-	rc = kn_store_model_alias_get(s->store, r->name, r->alias, &version,
+	rc = kn_store_model_alias_get(core_store(s), r->name, r->alias, &version,
 				      err);
 	if (rc < 0)
 		return rc;
@@ -287,7 +296,7 @@ static int run_now(struct server *s, struct reval *r, struct kn_http_req *req,
 	k = kn_xcalloc(1, sizeof(*k));
 	k->name = kn_xstrdup(r->name);
 	k->alias = kn_xstrdup(r->alias);
-	k->number = ++s->reval->checks;
+	k->number = ++reval_state_of(s)->checks;
 	k->req = req;
 	if (c)
 		k->caller = *c;
@@ -303,7 +312,7 @@ static int run_now(struct server *s, struct reval *r, struct kn_http_req *req,
 
 static void arm_next(struct server *s)
 {
-	struct reval_state *rs = s->reval;
+	struct reval_state *rs = reval_state_of(s);
 	int64_t now = kn_now_ms(), due = -1;
 
 	for (struct reval *r = rs->list; r; r = r->next)
@@ -322,10 +331,10 @@ static void tick(void *arg)
 	int64_t now = kn_now_ms();
 	struct kn_error err;
 
-	for (struct reval *r = s->reval->list; r; r = r->next)
+	for (struct reval *r = reval_state_of(s)->list; r; r = r->next)
 		if (r->ended)
 			judge(s, r);
-	for (struct reval *r = s->reval->list; r; r = r->next)
+	for (struct reval *r = reval_state_of(s)->list; r; r = r->next)
 		if (!r->job_id && !r->checking && r->next_at <= now &&
 		    run_now(s, r, NULL, NULL, &err) < 0)
 			kn_log(KN_LOG_WARN, "re-validation of %s@%s: %s",
@@ -339,9 +348,9 @@ static bool hook_model(void *arg, int64_t job_id, struct job_model *out)
 {
 	struct server *s = arg;
 
-	if (!s->reval)
+	if (!reval_state_of(s))
 		return false;
-	for (struct reval *r = s->reval->list; r; r = r->next)
+	for (struct reval *r = reval_state_of(s)->list; r; r = r->next)
 		if (r->job_id == job_id) {
 			if (!r->run_dir)
 				return false;
@@ -357,12 +366,12 @@ static void hook_job_ended(void *arg, int64_t job_id)
 {
 	struct server *s = arg;
 
-	if (!s->reval)
+	if (!reval_state_of(s))
 		return;
-	for (struct reval *r = s->reval->list; r; r = r->next)
+	for (struct reval *r = reval_state_of(s)->list; r; r = r->next)
 		if (r->job_id == job_id) {
 			r->ended = true;
-			kn_timer_arm(s->reval->timer, 0);
+			kn_timer_arm(reval_state_of(s)->timer, 0);
 		}
 }
 
@@ -385,7 +394,7 @@ static void judge(struct server *s, struct reval *r)
 	r->job_id = 0;
 	r->ended = false;
 	memset(&j, 0, sizeof(j));
-	if (kn_store_job_get(s->store, job_id, &j, &err) < 0) {
+	if (kn_store_job_get(core_store(s), job_id, &j, &err) < 0) {
 		record(s, r, job_id, "error", NULL, err.message);
 		goto out;
 	}
@@ -409,7 +418,7 @@ static void judge(struct server *s, struct reval *r)
 
 		/* Only the version tested is rolled back, not a newer one
 		   promoted while the evaluation ran. */
-		if (kn_store_model_alias_get(s->store, r->name, r->alias,
+		if (kn_store_model_alias_get(core_store(s), r->name, r->alias,
 					     &now_at, &err) == 0 &&
 		    now_at == r->version &&
 		    models_alias_rollback(s, &c, r->name, r->alias, &to, &from,
@@ -454,9 +463,9 @@ static int reval_start(struct server *s, struct kn_error *err)
 	size_t n = 0;
 	int rc;
 
-	s->reval = rs;
-	rs->timer = kn_timer_new(s->loop, tick, s);
-	rc = kn_store_revalidation_list(s->store, &rows, &n, err);
+	service_state_set(s, &reval_service, rs);
+	rs->timer = kn_timer_new(core_loop(s), tick, s);
+	rc = kn_store_revalidation_list(core_store(s), &rows, &n, err);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct reval *r = reval_from_row(&rows[i], kn_now_ms());
 		r->next = rs->list;
@@ -470,7 +479,7 @@ static int reval_start(struct server *s, struct kn_error *err)
 
 static void reval_free(struct server *s)
 {
-	struct reval_state *rs = s->reval;
+	struct reval_state *rs = reval_state_of(s);
 
 	if (!rs)
 		return;
@@ -481,7 +490,7 @@ static void reval_free(struct server *s)
 	}
 	kn_timer_free(rs->timer);
 	free(rs);
-	s->reval = NULL;
+	service_state_set(s, &reval_service, NULL);
 }
 
 /*
@@ -492,7 +501,7 @@ static struct reval *install(struct server *s,
 			     const struct kn_revalidation_row *row)
 {
 	struct reval *r = reval_from_row(row, kn_now_ms());
-	struct reval *old = find(s->reval, row->name, row->alias);
+	struct reval *old = find(reval_state_of(s), row->name, row->alias);
 
 	if (old) {
 		r->job_id = old->job_id;
@@ -505,8 +514,8 @@ static struct reval *install(struct server *s,
 		r->failing = old->failing;
 		unlink_reval(s, old);
 	}
-	r->next = s->reval->list;
-	s->reval->list = r;
+	r->next = reval_state_of(s)->list;
+	reval_state_of(s)->list = r;
 	arm_next(s);
 	return r;
 }
@@ -567,7 +576,7 @@ int reval_for_deployment(struct server *s, const char *deployment,
 	row = kn_xcalloc(1, sizeof(*row));
 	row->name = kn_asprintf("%.*s", (int)(at - spec->model), spec->model);
 	row->alias = kn_xstrdup(at + 1);
-	cur = find(s->reval, row->name, row->alias);
+	cur = find(reval_state_of(s), row->name, row->alias);
 	if (cur && cur->deployment && strcmp(cur->deployment, deployment)) {
 		rc = kn_errorf(err, KN_ECONFLICT, "revalidate",
 			       "revalidate: %s is re-validated by deployment "
@@ -575,7 +584,7 @@ int reval_for_deployment(struct server *s, const char *deployment,
 			       cur->deployment);
 		goto out;
 	}
-	rc = kn_store_model_alias_get(s->store, row->name, row->alias,
+	rc = kn_store_model_alias_get(core_store(s), row->name, row->alias,
 				      &version, err);
 	if (rc < 0)
 		goto out;
@@ -631,7 +640,7 @@ void reval_deployment_set(struct server *s, const char *deployment,
 	struct reval *r, *next;
 	char object[160];
 
-	for (r = s->reval->list; r; r = next) {
+	for (r = reval_state_of(s)->list; r; r = next) {
 		next = r->next;
 		if (!r->deployment || strcmp(r->deployment, deployment) ||
 		    (row && !strcmp(r->name, row->name) &&
@@ -647,7 +656,7 @@ void reval_deployment_set(struct server *s, const char *deployment,
 			.outcome = "ok",
 			.detail = (char *)deployment,
 		};
-		if (kn_store_revalidation_delete(s->store, r->name, r->alias,
+		if (kn_store_revalidation_delete(core_store(s), r->name, r->alias,
 						 &a, &err) < 0) {
 			kn_log(KN_LOG_ERROR, "re-validation of %s@%s: %s",
 			       r->name, r->alias, err.message);
@@ -671,7 +680,7 @@ void reval_deployment_set(struct server *s, const char *deployment,
 		.outcome = "ok",
 		.detail = row->thresholds_json,
 	};
-	if (kn_store_revalidation_put(s->store, row, &a, &err) < 0)
+	if (kn_store_revalidation_put(core_store(s), row, &a, &err) < 0)
 		kn_log(KN_LOG_ERROR, "re-validation of %s@%s for deployment "
 		       "%s: %s", row->name, row->alias, deployment,
 		       err.message);
@@ -715,7 +724,7 @@ static void audit_put(struct server *s, const struct caller *c,
 	};
 	struct kn_error err;
 
-	if (kn_store_audit_insert(s->store, &a, &err) < 0)
+	if (kn_store_audit_insert(core_store(s), &a, &err) < 0)
 		kn_log(KN_LOG_ERROR, "audit: %s", err.message);
 }
 
@@ -765,7 +774,7 @@ static void reval_h_put(struct server *s, struct kn_http_req *req,
 	if (!(alias = body_alias(body, &err)))
 		goto fail;
 	snprintf(object, sizeof(object), "model/%s@%s", param, alias);
-	if (kn_store_model_alias_get(s->store, param, alias, &v, &err) < 0)
+	if (kn_store_model_alias_get(core_store(s), param, alias, &v, &err) < 0)
 		goto fail;
 	job = json_string_value(json_object_get(body, "job"));
 	filename = json_string_value(json_object_get(body, "filename"));
@@ -808,7 +817,7 @@ static void reval_h_put(struct server *s, struct kn_http_req *req,
 	a.object = object;
 	a.outcome = "ok";
 	a.detail = th_text;
-	if (kn_store_revalidation_put(s->store, &row, &a, &err) < 0)
+	if (kn_store_revalidation_put(core_store(s), &row, &a, &err) < 0)
 		goto fail;
 	r = install(s, &row);
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "revalidation",
@@ -829,7 +838,7 @@ static void reval_h_list(struct server *s, struct kn_http_req *req,
 	json_t *list = json_array();
 
 	(void)c;
-	for (struct reval *r = s->reval->list; r; r = r->next)
+	for (struct reval *r = reval_state_of(s)->list; r; r = r->next)
 		if (!strcmp(r->name, param))
 			json_array_append_new(list, reval_json(r));
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "revalidations", list));
@@ -854,7 +863,7 @@ static void reval_h_run(struct server *s, struct kn_http_req *req,
 	if (!(alias = body_alias(body, &err)))
 		goto fail;
 	snprintf(object, sizeof(object), "model/%.64s@%.64s", param, alias);
-	r = find(s->reval, param, alias);
+	r = find(reval_state_of(s), param, alias);
 	if (!r) {
 		kn_errorf(&err, KN_ENOTFOUND, "alias",
 			  "%s@%s has no re-validation: set one with kiln model "
@@ -920,7 +929,7 @@ static void reval_h_evaluations(struct server *s, struct kn_http_req *req,
 		return;
 	}
 	version = ref.version;
-	if (ref.alias[0] && kn_store_model_alias_get(s->store, ref.name,
+	if (ref.alias[0] && kn_store_model_alias_get(core_store(s), ref.name,
 						     ref.alias, &version,
 						     &err) < 0) {
 		kn_http_reply_error(req, &err);

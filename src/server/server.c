@@ -583,6 +583,16 @@ struct kn_workers *core_workers(struct server *s)
 	return s->workers;
 }
 
+struct kn_workers *core_request_workers(struct server *s)
+{
+	return s->request_workers;
+}
+
+const struct job_hooks *core_hooks(const struct server *s)
+{
+	return s->hooks;
+}
+
 const struct kn_server_config *core_config(const struct server *s)
 {
 	return &s->cfg;

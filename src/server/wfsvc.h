@@ -6,10 +6,15 @@
 #ifndef KILN_SERVER_WFSVC_H
 #define KILN_SERVER_WFSVC_H
 
-#include "internal.h"
-#include "service.h"
-
 #include "ckpt/ckpt.h"
+#include "exec/exec.h"
+#include "server/access.h"
+#include "server/core.h"
+#include "server/costsvc.h"
+#include "server/feed.h"
+#include "server/idempotency.h"
+#include "server/peers.h"
+#include "server/service.h"
 #include "server/wfplan.h"
 
 /* A run read from the store, with its parsed workflow. */

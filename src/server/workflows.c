@@ -73,11 +73,11 @@ int wf_run_load(struct server *s, int64_t id, struct wf_run *r,
 	int rc;
 
 	memset(r, 0, sizeof(*r));
-	rc = kn_store_wf_run_get(s->store, id, &r->row, err);
+	rc = kn_store_wf_run_get(core_store(s), id, &r->row, err);
 	if (rc == 0)
-		rc = kn_store_wf_step_list(s->store, id, &r->steps, &r->n, err);
+		rc = kn_store_wf_step_list(core_store(s), id, &r->steps, &r->n, err);
 	if (rc == 0)
-		rc = kn_store_wf_attempt_list(s->store, id, &r->att, &r->n_att,
+		rc = kn_store_wf_attempt_list(core_store(s), id, &r->att, &r->n_att,
 					      err);
 	if (rc == 0)
 		rc = kn_workflow_spec_parse(r->row.spec_yaml,
@@ -113,7 +113,7 @@ int wf_step_save(struct server *s, struct wf_run *r, size_t i,
 {
 	wf_set_str(&r->steps[i].state, kn_xstrdup(state));
 	view_set(r, i);
-	return kn_store_wf_step_put(s->store, &r->steps[i], err);
+	return kn_store_wf_step_put(core_store(s), &r->steps[i], err);
 }
 
 /* Step i's newest attempt, or NULL before its first. */
@@ -151,7 +151,7 @@ static int attempt_open(struct server *s, struct wf_run *r, size_t i,
 	a->outcome = outcome ? kn_xstrdup(outcome) : NULL;
 	a->started_at = kn_now_ms();
 	a->ended_at = ended_at;
-	return kn_store_wf_attempt_put(s->store, a, err);
+	return kn_store_wf_attempt_put(core_store(s), a, err);
 }
 
 /* Step i's newest attempt, when still open, ends with outcome. */
@@ -166,7 +166,7 @@ int wf_attempt_close(struct server *s, struct wf_run *r, size_t i,
 		return 0;
 	a->outcome = kn_xstrdup(outcome);
 	a->ended_at = ended_at;
-	return kn_store_wf_attempt_put(s->store, a, err);
+	return kn_store_wf_attempt_put(core_store(s), a, err);
 }
 
 void wf_publish(struct server *s, const struct wf_run *r, size_t i)
@@ -251,7 +251,7 @@ static int inputs_json(struct server *s, const struct wf_run *r, size_t i,
 		}
 		from = kn_workflow_step_find(r->spec, in->step);
 		job_id = from ? r->steps[from - r->spec->steps].job_id : 0;
-		rc = kn_store_output_list(s->store, job_id, &outs, &n_outs,
+		rc = kn_store_output_list(core_store(s), job_id, &outs, &n_outs,
 					  err);
 		if (rc < 0)
 			break;
@@ -343,13 +343,13 @@ static char *requires_text(struct server *s, const struct wf_run *r,
 	if (json_is_object(req) && json_object_size(req)) {
 		if (json_is_true(json_object_get(req, "store")))
 			json_object_set_new(req, "store",
-					    json_string(s->blob_url));
+					    json_string(core_blob_url(s)));
 		/* The models of the GPUs the task was given, for gpus.model:
 		   the node's devices as this server found them. */
 		gpus = json_object_get(req, "gpus");
 		if (json_is_string(json_object_get(gpus, "model")) && b) {
 			const struct kn_device_set *set =
-				&s->nodes[b->node].devices;
+				core_node_devices(s, b->node);
 			json_t *models = json_array();
 
 			for (int k = 0; k < b->n_devices; k++)
@@ -381,7 +381,7 @@ static json_t *step_env(struct server *s, int64_t job_id,
 	json_t *env = NULL, *inputs = NULL;
 	char *text;
 
-	if (kn_store_wf_run_of_job(s->store, job_id, &run_id, &err) < 0)
+	if (kn_store_wf_run_of_job(core_store(s), job_id, &run_id, &err) < 0)
 		return NULL;
 	if (wf_run_load(s, run_id, &r, &err) < 0) {
 		kn_log(KN_LOG_ERROR, "job %lld: workflow run %lld: %s",
@@ -431,7 +431,7 @@ static int deployment_get(struct server *s, const char *name,
 {
 	struct kn_deployment_row *rows = NULL;
 	size_t n = 0;
-	int rc = kn_store_deployment_list(s->store, &rows, &n, err);
+	int rc = kn_store_deployment_list(core_store(s), &rows, &n, err);
 
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		if (strcmp(rows[i].name, name) != 0)
@@ -504,7 +504,7 @@ static int64_t version_made_since(struct server *s, const char *model,
 	int64_t found = 0;
 	size_t n = 0;
 
-	if (kn_store_model_version_list(s->store, model, &rows, &n, &err) < 0)
+	if (kn_store_model_version_list(core_store(s), model, &rows, &n, &err) < 0)
 		return 0;
 	for (size_t k = n; k-- > 0 && !found;) {
 		json_t *m;
@@ -532,7 +532,7 @@ static bool signed_since(struct server *s, const char *model,
 	bool found = false;
 	size_t n = 0;
 
-	if (kn_store_model_signature_list(s->store, model, version, &rows, &n,
+	if (kn_store_model_signature_list(core_store(s), model, version, &rows, &n,
 					  &err) < 0)
 		return false;
 	for (size_t k = 0; k < n && !found; k++)
@@ -563,7 +563,7 @@ struct wf_acting {
 	struct wf_acting *next;
 };
 
-/* The service's state, s->workflows: from workflows_start to
+/* The service's state, in its slot: from workflows_start to
    workflows_stop. */
 struct wf_state {
 	/* Register and deploy steps whose work is on a request worker;
@@ -571,10 +571,15 @@ struct wf_state {
 	struct wf_acting *acting;
 };
 
+static struct wf_state *wf_state_of(struct server *s)
+{
+	return service_state(s, &workflows_service);
+}
+
 static struct wf_acting *acting_find(struct server *s, int64_t run_id,
 				     size_t index)
 {
-	for (struct wf_acting *a = s->workflows->acting; a; a = a->next)
+	for (struct wf_acting *a = wf_state_of(s)->acting; a; a = a->next)
 		if (a->run_id == run_id && a->index == index)
 			return a;
 	return NULL;
@@ -582,7 +587,7 @@ static struct wf_acting *acting_find(struct server *s, int64_t run_id,
 
 static void acting_free(struct server *s, struct wf_acting *a)
 {
-	for (struct wf_acting **q = &s->workflows->acting; *q; q = &(*q)->next)
+	for (struct wf_acting **q = &wf_state_of(s)->acting; *q; q = &(*q)->next)
 		if (*q == a) {
 			*q = a->next;
 			break;
@@ -601,7 +606,7 @@ static int owner_now(struct server *s, const struct caller *owner,
 {
 	struct kn_token_row *rows = NULL;
 	size_t n = 0;
-	int rc = kn_store_token_list(s->store, &rows, &n, err);
+	int rc = kn_store_token_list(core_store(s), &rows, &n, err);
 
 	if (rc < 0)
 		return rc;
@@ -803,15 +808,15 @@ static int act_end(struct server *s, struct wf_run *r, size_t i, int rc,
 	kn_log(rc < 0 ? KN_LOG_ERROR : KN_LOG_INFO,
 	       "workflow run %lld: step %s: %s", (long long)r->row.id,
 	       st->name, p->reason);
-	rc = kn_store_begin(s->store, err);
+	rc = kn_store_begin(core_store(s), err);
 	if (rc == 0)
 		rc = wf_attempt_close(s, r, i, outcome, p->ended_at, err);
 	if (rc == 0)
 		rc = wf_step_save(s, r, i, outcome, err);
 	if (rc == 0)
-		rc = kn_store_commit(s->store, err);
+		rc = kn_store_commit(core_store(s), err);
 	if (rc < 0) {
-		kn_store_rollback(s->store);
+		kn_store_rollback(core_store(s));
 		return rc;
 	}
 	wf_publish(s, r, i);
@@ -830,7 +835,7 @@ static void act_done(struct wf_acting *a, int rc, const struct kn_error *why,
 	size_t i = a->index;
 
 	/* Stopping: the step stays running, to be done again at start. */
-	if (s->closing) {
+	if (core_closing(s)) {
 		acting_free(s, a);
 		return;
 	}
@@ -871,7 +876,7 @@ out:
  * is saved, the step is still running at the next start with that
  * attempt open, which tells step_register to look for the version it may
  * have made rather than make another. A step whose work is on a worker
- * (in s->workflows->acting) is left to it.
+ * (in the service's acting list) is left to it.
  */
 static int step_act(struct server *s, struct wf_run *r, size_t i,
 		    const struct caller *owner, struct kn_error *err)
@@ -912,8 +917,8 @@ static int step_act(struct server *s, struct wf_run *r, size_t i,
 		     ? step_register(s, r, i, a, resumed_since, &why)
 		     : step_deploy(s, r, i, a, &why);
 	if (rc > 0) {
-		a->next = s->workflows->acting;
-		s->workflows->acting = a;
+		a->next = wf_state_of(s)->acting;
+		wf_state_of(s)->acting = a;
 		return 0;
 	}
 	free(a->detail);
@@ -964,13 +969,13 @@ static int step_start(struct server *s, struct wf_run *r, size_t i,
 		if (rc < 0)
 			goto fail;
 	}
-	rc = kn_store_begin(s->store, err);
+	rc = kn_store_begin(core_store(s), err);
 	if (rc < 0)
 		goto out;
 	rc = jobs_submit(s, &owner, text, strlen(text), name, path, &job_id,
 			 err);
 	if (rc < 0) {
-		kn_store_rollback(s->store);
+		kn_store_rollback(core_store(s));
 		goto fail;
 	}
 	p->job_id = job_id;
@@ -983,9 +988,9 @@ static int step_start(struct server *s, struct wf_run *r, size_t i,
 	if (rc == 0)
 		rc = wf_step_save(s, r, i, "running", err);
 	if (rc == 0)
-		rc = kn_store_commit(s->store, err);
+		rc = kn_store_commit(core_store(s), err);
 	if (rc < 0) {
-		kn_store_rollback(s->store);
+		kn_store_rollback(core_store(s));
 		kn_log(KN_LOG_ERROR, "workflow run %lld: step %s: job %lld "
 		       "queued but not recorded: %s", (long long)r->row.id,
 		       st->name, (long long)job_id, err->message);
@@ -1025,7 +1030,7 @@ static int step_judge(struct server *s, struct wf_run *r, size_t i,
 	int rc;
 
 	memset(&j, 0, sizeof(j));
-	rc = kn_store_job_get(s->store, p->job_id, &j, err);
+	rc = kn_store_job_get(core_store(s), p->job_id, &j, err);
 	if (rc < 0)
 		return rc;
 	if (!kn_job_state_terminal(j.state))
@@ -1087,7 +1092,7 @@ int wf_run_save(struct server *s, struct wf_run *r, const char *state,
 		    const struct kn_audit *a, struct kn_error *err)
 {
 	wf_set_str(&r->row.state, kn_xstrdup(state));
-	return kn_store_wf_run_update(s->store, &r->row, a, err);
+	return kn_store_wf_run_update(core_store(s), &r->row, a, err);
 }
 
 /* Every step has ended: the run succeeds or fails. */
@@ -1221,9 +1226,9 @@ static void hook_job_ended(void *arg, int64_t job_id)
 
 	/* A job that ends while jobs are recovered, before the service
 	   starts: workflows_start advances every active run. */
-	if (!s->workflows)
+	if (!wf_state_of(s))
 		return;
-	if (kn_store_wf_run_of_job(s->store, job_id, &run_id, &err) == 0)
+	if (kn_store_wf_run_of_job(core_store(s), job_id, &run_id, &err) == 0)
 		wf_advance_logged(s, run_id);
 }
 
@@ -1240,8 +1245,9 @@ int workflows_start(struct server *s, struct kn_error *err)
 	size_t n = 0;
 	int rc;
 
-	s->workflows = kn_xcalloc(1, sizeof(*s->workflows));
-	rc = kn_store_wf_run_list(s->store, true, &rows, &n, err);
+	service_state_set(s, &workflows_service,
+			  kn_xcalloc(1, sizeof(struct wf_state)));
+	rc = kn_store_wf_run_list(core_store(s), true, &rows, &n, err);
 	if (rc < 0)
 		return rc;
 	for (size_t i = 0; i < n; i++)
@@ -1257,10 +1263,12 @@ int workflows_start(struct server *s, struct kn_error *err)
    step running, done again at the next start). */
 void workflows_stop(struct server *s)
 {
-	if (!s->workflows)
+	struct wf_state *w = wf_state_of(s);
+
+	if (!w)
 		return;
-	while (s->workflows->acting)
-		acting_free(s, s->workflows->acting);
-	free(s->workflows);
-	s->workflows = NULL;
+	while (w->acting)
+		acting_free(s, w->acting);
+	free(w);
+	service_state_set(s, &workflows_service, NULL);
 }

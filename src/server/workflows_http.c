@@ -433,7 +433,7 @@ static void workflows_h_run(struct server *s, struct kn_http_req *req,
 	caller_audit(&a, c, "workflow.run", NULL, "ok", w->name);
 	if (idem_begin(s, req, c))
 		goto out;
-	if (kn_store_wf_run_insert(s->store, &row, steps, w->n_steps, &a, &id,
+	if (kn_store_wf_run_insert(core_store(s), &row, steps, w->n_steps, &a, &id,
 				   &err) < 0)
 		goto fail;
 	kn_log(KN_LOG_INFO, "workflow run %lld (%s, %zu steps) by %s",
@@ -464,7 +464,7 @@ static void workflows_h_list(struct server *s, struct kn_http_req *req,
 
 	(void)c;
 	(void)param;
-	if (kn_store_wf_run_list(s->store, false, &rows, &n, &err) < 0) {
+	if (kn_store_wf_run_list(core_store(s), false, &rows, &n, &err) < 0) {
 		json_decref(list);
 		kn_http_reply_error(req, &err);
 		return;
@@ -539,7 +539,7 @@ static int load_for_change(struct server *s, struct kn_http_req *req,
 		snprintf(object, sizeof(object), "workflow/%lld",
 			 (long long)id);
 		caller_audit(&a, c, action, object, "denied", err.message);
-		kn_store_audit_insert(s->store, &a, NULL);
+		kn_store_audit_insert(core_store(s), &a, NULL);
 		kn_http_reply_error(req, &err);
 		wf_run_release(r);
 		return -1;
@@ -573,7 +573,7 @@ static void workflows_h_cancel(struct server *s, struct kn_http_req *req,
 	r.row.ended_at = kn_now_ms();
 	wf_set_str(&r.row.reason, kn_asprintf("cancelled by %s", c->name));
 	caller_audit(&a, c, "workflow.cancel", NULL, "ok", NULL);
-	rc = kn_store_begin(s->store, &err);
+	rc = kn_store_begin(core_store(s), &err);
 	if (rc == 0)
 		rc = wf_run_save(s, &r, "cancelled", &a, &err);
 	for (size_t i = 0; rc == 0 && i < r.n; i++) {
@@ -595,9 +595,9 @@ static void workflows_h_cancel(struct server *s, struct kn_http_req *req,
 			rc = wf_step_save(s, &r, i, "cancelled", &err);
 	}
 	if (rc == 0)
-		rc = kn_store_commit(s->store, &err);
+		rc = kn_store_commit(core_store(s), &err);
 	if (rc < 0) {
-		kn_store_rollback(s->store);
+		kn_store_rollback(core_store(s));
 		goto fail;
 	}
 	for (size_t i = 0; i < r.n; i++)
@@ -638,7 +638,7 @@ static void workflows_h_retry(struct server *s, struct kn_http_req *req,
 	}
 	again = kn_xcalloc(r.n ? r.n : 1, sizeof(*again));
 	n_again = wf_retry_plan(r.spec, r.v, again);
-	rc = kn_store_begin(s->store, &err);
+	rc = kn_store_begin(core_store(s), &err);
 	for (size_t i = 0; rc == 0 && i < r.n; i++) {
 		struct kn_wf_step_row *p = &r.steps[i];
 
@@ -660,9 +660,9 @@ static void workflows_h_retry(struct server *s, struct kn_http_req *req,
 		rc = wf_run_save(s, &r, "running", &a, &err);
 	}
 	if (rc == 0)
-		rc = kn_store_commit(s->store, &err);
+		rc = kn_store_commit(core_store(s), &err);
 	if (rc < 0) {
-		kn_store_rollback(s->store);
+		kn_store_rollback(core_store(s));
 		goto fail;
 	}
 	wf_publish(s, &r, r.n);

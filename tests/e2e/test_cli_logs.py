@@ -1,8 +1,11 @@
 """kiln logs --all/--tail, -f on a queued job, and submit --follow."""
+import datetime
 import os
+import re
 import subprocess
+import time
 
-from conftest import KILN, job_yaml
+from conftest import KILN, job_yaml, wait_for
 
 COUNT = 'for i in 1 2 3 4 5; do echo "line $i"; done'
 
@@ -84,3 +87,82 @@ def test_logs_follow_of_a_job_cancelled_while_queued(server):
     r = server.cli("logs", "-f", str(jid))
     assert r.returncode == 1
     assert "without starting" in r.stderr
+
+
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
+
+
+def stamped(line):
+    """A --timestamps line's time (epoch seconds) and text."""
+    assert STAMP.match(line), line
+    when = datetime.datetime.strptime(line[:23], "%Y-%m-%dT%H:%M:%S.%f")
+    return when.replace(tzinfo=datetime.timezone.utc).timestamp(), line[25:]
+
+
+def test_logs_since_and_timestamps(server, tmp_path):
+    # "new" comes in two pieces, 4 s after "old"; the job then waits, so
+    # --since is asked while the gap is still ahead of the window.
+    gate = tmp_path / "go"
+    jid = server.submit(job_yaml("t", [
+        "/bin/sh", "-c",
+        "echo old; sleep 4; printf ne; sleep 0.2; echo w; "
+        f"while [ ! -e {gate} ]; do sleep 0.05; done"]))
+    wait_for(lambda: "new\n" in server.cli("logs", str(jid)).stdout,
+             what="the second line")
+    r = server.cli("logs", str(jid), "--since", "3s", check=True)
+    assert r.stdout == "new\n"
+    r = server.cli("logs", str(jid), "--timestamps", check=True)
+    (t_old, old), (t_new, new) = map(stamped, r.stdout.splitlines())
+    assert (old, new) == ("old", "new")
+    # A line's time is its first piece's; the sleep bounds it below only.
+    assert t_new - t_old >= 4.0
+    assert abs(t_new - time.time()) < 600
+    r = server.cli("logs", str(jid), "--all", "--timestamps", "--tail", "1",
+                   check=True)
+    assert r.stdout.startswith("[rank 0] ") and r.stdout.endswith(" new\n")
+    assert stamped(r.stdout[len("[rank 0] "):])[0] == t_new
+    gate.write_text("")
+    server.wait_state(jid, "succeeded")
+    # Both windows at once: the later start of --since and --tail.
+    r = server.cli("logs", str(jid), "--since", "1h", "--tail", "1",
+                   check=True)
+    assert r.stdout == "new\n"
+    r = server.cli("logs", str(jid), "-f", "--since", "1h", "--timestamps",
+                   check=True)
+    assert [stamped(ln)[1] for ln in r.stdout.splitlines()] == ["old", "new"]
+    r = server.cli("logs", str(jid), "--since", "0s", check=True)
+    assert r.stdout == ""
+    # The log itself holds only the task's bytes.
+    assert server.logs(jid) == "old\nnew\n"
+
+
+def test_logs_since_refuses_what_is_not_a_duration(server):
+    jid = server.submit(job_yaml("j", ["/bin/echo", "hi"]))
+    server.wait_state(jid, "succeeded")
+    r = server.cli("logs", str(jid), "--since", "5")
+    assert r.returncode == 2 and "--since" in r.stderr
+    r = server.request("GET", f"/v1/jobs/{jid}/logs", params={"since": "5"})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "since"
+    r = server.request("GET", f"/v1/jobs/{jid}/logs",
+                       params={"timestamps": "2"})
+    assert r.status_code == 400 and "timestamps" in r.text
+
+
+def test_logs_without_line_times_says_so(server):
+    # A log whose times are gone (as under an executor that keeps none):
+    # asked for times, the answer names the flag rather than guessing.
+    jid = server.submit(job_yaml("j", ["/bin/echo", "hi"]))
+    server.wait_state(jid, "succeeded")
+    (server.home / "tasks" / str(jid) / "1" / "0" / "output.times").unlink()
+    assert server.cli("logs", str(jid), check=True).stdout == "hi\n"
+    r = server.cli("logs", str(jid), "--timestamps")
+    assert r.returncode != 0 and "timestamps" in r.stderr
+    r = server.request("GET", f"/v1/jobs/{jid}/logs", params={"since": "1h"})
+    assert r.status_code == 409 and r.json()["error"]["field"] == "since"
+    # Nor is a link to another file followed for them.
+    times = server.home / "tasks" / str(jid) / "1" / "0" / "output.times"
+    times.symlink_to(server.home / "admin.token")
+    r = server.request("GET", f"/v1/jobs/{jid}/logs",
+                       params={"timestamps": "1"})
+    assert r.status_code == 409 and "link" in r.text
+    assert server.admin_token not in r.text

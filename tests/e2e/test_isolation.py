@@ -356,13 +356,14 @@ def test_task_cannot_replace_the_shims_files(iso):
     for the task: it cannot swap output.log for a link to the admin
     token, and its log keeps coming through."""
     token = user_token(iso)
-    script = ('for f in output.log launch.json shim.pid exit.rec; do '
+    script = ('for f in output.log output.times launch.json shim.pid exit.rec; do '
               'rm -f "$KILN_TASK_DIR/$f" || echo "kept $f"; '
               f'ln -sf "{iso.home}/admin.token" "$KILN_TASK_DIR/$f" '
               '2>/dev/null || echo "not linked $f"; done; echo end')
     jid, job, log = run_job(iso, "swap", script, token)
     assert job["state"] == "succeeded", log
-    for f in ("output.log", "launch.json", "shim.pid", "exit.rec"):
+    for f in ("output.log", "output.times", "launch.json", "shim.pid",
+              "exit.rec"):
         assert f"kept {f}" in log and f"not linked {f}" in log, log
     assert "end" in log
     assert iso.admin_token not in log

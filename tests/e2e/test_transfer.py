@@ -228,6 +228,96 @@ def test_an_upload_is_its_owners(server):
     assert r.status_code == 200 and r.json()["received"] == MiB, r.text
 
 
+def proc_io(pid):
+    """What a process moved through read- and write-like calls."""
+    with open(f"/proc/{pid}/io") as f:
+        return {k: int(v) for k, v in
+                (line.split(": ") for line in f.read().splitlines())}
+
+
+def test_each_byte_is_written_once_and_never_read_back(server):
+    """The server hashes parts as they come (one that came early from its
+    pages once the gap before it is filled) and links the finished
+    staging file into the file store: N bytes pushed are N bytes written,
+    not a staging copy and then a store copy, and none read back."""
+    data = os.urandom(48 * MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    before = proc_io(server.proc.pid)
+    for off in (16 * MiB, 0, 32 * MiB):
+        r = put_part(server, digest, "once", off, len(data),
+                     data[off:off + 16 * MiB])
+        assert r.status_code in (200, 201), r.text
+    assert r.status_code == 201, r.text
+    after = proc_io(server.proc.pid)
+    written = after["wchar"] - before["wchar"]
+    read = after["rchar"] - before["rchar"]
+    assert len(data) <= written < 1.25 * len(data), (written, len(data))
+    assert read < 1.25 * len(data), (read, len(data))
+    assert stored(server, digest) == data
+    assert os.stat(server.home / "blobs" / "sha256" / digest).st_nlink == 1
+    assert os.listdir(server.home / "registry" / "uploads") == []
+
+
+def test_a_part_far_past_the_bytes_held_from_the_start_is_refused(server):
+    """Parts that came early are hashed once the gap before them fills:
+    a part may end at most 256 MiB past the bytes held from 0."""
+    r = put_part(server, "c" * 64, "far", 299 * MiB, 300 * MiB, b"z" * MiB)
+    assert r.status_code == 409, r.text
+    assert "send the parts before them first" in r.text, r.text
+    r = put_part(server, "c" * 64, "far", 255 * MiB, 300 * MiB, b"z" * MiB)
+    assert r.status_code == 200, r.text
+
+
+def put_unnamed(server, upload, offset, size, body, token="admin"):
+    return server.request("POST", f"/v1/model-uploads/{upload}", token=token,
+                          params={"offset": offset, "size": size}, data=body)
+
+
+def commit(server, upload, digest, token="admin"):
+    return server.request("POST", f"/v1/model-uploads/{upload}/commit",
+                          token=token, json={"digest": digest})
+
+
+def test_an_upload_named_at_its_commit(server):
+    """A client hashing as it sends learns the digest last: parts under
+    its id alone, then a commit naming the digest."""
+    data = os.urandom(20 * MiB + 5)
+    digest = hashlib.sha256(data).hexdigest()
+    r = put_unnamed(server, "late", 16 * MiB, len(data), data[16 * MiB:])
+    assert r.status_code == 200 and "digest" not in r.json(), r.text
+    r = commit(server, "late", digest)
+    assert r.status_code == 409 and "send the rest" in r.text, r.text
+    r = put_unnamed(server, "late", 0, len(data), data[:16 * MiB])
+    assert r.status_code == 200, r.text
+    assert (r.json()["received"], r.json()["stored"]) == (len(data), False)
+    r = server.request("GET", "/v1/model-uploads/late")
+    assert r.json()["ranges"] == [[0, len(data)]], r.text
+    other = server.create_token("other", "user")
+    assert commit(server, "late", digest, token=other).status_code == 404
+    r = commit(server, "late", digest)
+    assert r.status_code == 201, r.text
+    assert (r.json()["stored"], r.json()["existed"]) == (True, False)
+    assert stored(server, digest) == data
+    # Sent again after its answer was lost: the blob is there.
+    r = commit(server, "late", digest)
+    assert r.status_code == 200 and r.json()["existed"], r.text
+    assert os.listdir(server.home / "registry" / "uploads") == []
+
+
+def test_an_upload_that_hashes_to_another_digest_is_refused(server):
+    data = os.urandom(2 * MiB)
+    claimed = hashlib.sha256(b"other bytes").hexdigest()
+    r = put_unnamed(server, "liar", 0, len(data), data)
+    assert r.status_code == 200, r.text
+    r = commit(server, "liar", claimed)
+    assert r.status_code == 400 and "hash to" in r.text, r.text
+    assert stored(server, claimed) is None
+    assert server.request("GET", "/v1/model-uploads/liar").status_code == 404
+    assert os.listdir(server.home / "registry" / "uploads") == []
+    r = commit(server, "liar", "not hex")
+    assert r.status_code == 400 and "digest" in r.text, r.text
+
+
 # ---- kiln model push over these parts ----
 
 class Proxy:

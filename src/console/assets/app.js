@@ -64,10 +64,14 @@ class ApiError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
-/* A JSON API call; throws ApiError with the server's message. */
+/* A JSON API call; throws ApiError with the server's message. A string
+   body goes as it is (a spec's YAML), anything else as JSON. */
 Kiln.api = async (method, path, body) => {
   const init = { method, headers: authHeaders(), cache: 'no-store', credentials: 'omit' };
-  if (body !== undefined) {
+  if (typeof body === 'string') {
+    init.headers['Content-Type'] = 'application/yaml';
+    init.body = body;
+  } else if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
@@ -136,6 +140,11 @@ Kiln.action = (role, label, fn) => {
   });
   return b;
 };
+
+/* An action on something owner owns: an operator's on anything, a
+   user's on its own (the API's rule for jobs, runs and deployments). */
+Kiln.ownAction = (owner, label, fn) =>
+  Kiln.action(owner === Kiln.name ? 'user' : 'operator', label, fn);
 
 Kiln.toast = (text, bad) => {
   const t = el('p', { class: bad ? 'error toast' : 'muted toast', role: 'status', text });

@@ -114,10 +114,29 @@
   function jobActions(j) {
     const live = j.state === 'queued' || j.state === 'running';
     return [
-      live ? K.action('user', 'cancel', () => K.api('POST', `/v1/jobs/${j.id}/cancel`)) : null,
+      live ? K.ownAction(j.owner, 'cancel', () => K.api('POST', `/v1/jobs/${j.id}/cancel`)) : null,
       j.state === 'running' && j.preemptible
-        ? K.action('user', 'evict', () => K.api('POST', `/v1/jobs/${j.id}/evict`)) : null,
+        ? K.ownAction(j.owner, 'evict', () => K.api('POST', `/v1/jobs/${j.id}/evict`)) : null,
+      (j.state === 'failed' || j.state === 'cancelled') && !j.array
+        ? K.ownAction(j.owner, 'retry', () => retryJob(j.id)) : null,
     ];
+  }
+
+  /* A retry is a new job, the caller's, from the same spec text resolved
+     against the same spec file (its workdir and relative inputs), as
+     `kiln submit` of that file would make; then its page. */
+  async function retryJob(id) {
+    const { job } = await K.api('GET', `/v1/jobs/${id}`);
+    const q = new URLSearchParams();
+    const f = job.filename || '';
+    if (f.startsWith('/')) {
+      q.set('path', f);
+      q.set('file', f.slice(f.lastIndexOf('/') + 1));
+    } else if (f) {
+      q.set('file', f);
+    }
+    const made = await K.api('POST', '/v1/jobs?' + q, job.spec_yaml);
+    location.hash = '#/job/' + made.job.id;
   }
 
   /* A task's log, following as it is written until the page changes. */
@@ -186,12 +205,34 @@
   K.pages.deployments = async (box) => {
     const { deployments } = await K.api('GET', '/v1/deployments');
     K.append(box, el('h1', { text: 'Deployments' }),
-      deployments.length ? K.table(['Name', 'Model', 'Owner', 'Ready', 'Zones', 'Generation', 'Rollout'],
-        deployments.map((d) => [el('a', { href: '#/deployment/' + enc(d.name), text: d.name }),
-          d.model, d.owner, `${d.replicas_ready} / ${d.replicas_wanted}`,
-          zones(d.replicas), d.generation, d.rollout ? JSON.stringify(d.rollout) : '']))
+      deployments.length ? K.table(['Name', 'Model', 'Owner', 'Ready', 'Zones', 'Requests/s', 'p50 / p99',
+        'Errors', '429s', 'Fallbacks', 'Rollout'],
+      deployments.map((d) => {
+        const t = d.traffic;
+        return [el('a', { href: '#/deployment/' + enc(d.name), text: d.name }),
+          d.model, d.owner, `${d.replicas_ready} / ${d.replicas_wanted}`, zones(d.replicas),
+          t ? t.requests_per_s.toFixed(2) : '-', t ? `${ms(t.latency_p50_ms)} / ${ms(t.latency_p99_ms)}` : '-',
+          t ? t.errors : '-', t ? t.rate_limited : '-', t ? t.fallbacks : '-',
+          d.rollout ? JSON.stringify(d.rollout) : ''];
+      }))
         : el('p', { class: 'muted', text: 'No deployments.' }));
   };
+
+  const ms = (v) => (v === null || v === undefined ? '-' : v < 10 ? v.toFixed(1) + ' ms' : v.toFixed(0) + ' ms');
+
+  /* What the gateways reported of the deployment over the server's window. */
+  function traffic(t) {
+    if (!t) return el('p', { class: 'muted traffic', text: 'No gateway has reported traffic for it in the last 5 minutes.' });
+    return el('div', { class: 'traffic' }, K.kv([
+      ['Requests', `${t.requests} in ${K.duration(t.window_s)} (${t.requests_per_s.toFixed(2)}/s)`],
+      ['Latency p50 / p99', `${ms(t.latency_p50_ms)} / ${ms(t.latency_p99_ms)}`],
+      ['Errors (5xx)', `${t.errors}` + (t.upstream_errors ? ` (${t.upstream_errors} upstream failures)` : '')],
+      ['Rate limited (429)', String(t.rate_limited)],
+      ['Fallbacks', String(t.fallbacks)],
+      ['Tokens', String(t.tokens)],
+      ['Gateways', `${t.gateways}, last report ${K.time(t.reported_at_ms)}`],
+    ]));
+  }
 
   function zones(replicas) {
     const by = {};
@@ -209,10 +250,10 @@
     const scale = el('input', { type: 'number', min: 0, value: d.replicas_wanted, 'aria-label': 'replicas', class: 'replicas' });
     const limits = Object.entries(d.limits || {}).map(([k, v]) => k + '=' + JSON.stringify(v)).join(' ');
     K.append(box, el('h1', {}, `Deployment ${d.name}`),
-      K.can('user') ? el('p', {}, scale,
-        K.action('user', 'scale', () => K.api('POST', `/v1/deployments/${enc(d.name)}/scale`,
+      K.can('operator') || (K.can('user') && d.owner === K.name) ? el('p', {}, scale,
+        K.ownAction(d.owner, 'scale', () => K.api('POST', `/v1/deployments/${enc(d.name)}/scale`,
           { replicas: Number(scale.value) })),
-        K.action('user', 'rollout restart', () => K.api('POST', `/v1/deployments/${enc(d.name)}/restart`))) : null,
+        K.ownAction(d.owner, 'rollout restart', () => K.api('POST', `/v1/deployments/${enc(d.name)}/restart`))) : null,
       K.kv([
         ['Model', d.model + (d.model_version ? '@' + d.model_version : '')],
         ['Follows', d.follows || '-'], ['Owner', d.owner],
@@ -220,6 +261,7 @@
         ['Generation', d.generation], ['Fallback', d.fallback || '-'], ['Limits', limits || '-'],
         ['Rollout', d.rollout ? JSON.stringify(d.rollout) : '-'], ['Updated', K.time(d.updated_at_ms)],
       ]),
+      el('h2', { text: 'Traffic' }), traffic(d.traffic),
       el('h2', { text: 'Replicas' }),
       K.table(['Replica', 'Job', 'State', 'Ready', 'Zone', 'Node', 'Address', 'Restarts'],
         d.replicas.map((r) => [r.replica, r.job ? el('a', { href: '#/job/' + r.job, text: '#' + r.job }) : '',
@@ -354,19 +396,24 @@
       level[s.name] = needs.length ? 1 + Math.max(...needs.map((n) => levelOf(steps[index[n]]))) : 0;
       return level[s.name];
     };
-    const nodes = steps.map((s, i) => ({ id: i, label: `${s.name} (${s.state})`, level: levelOf(s), cls: 's-' + s.state, name: s.name }));
+    const cost = (x) => (x.cost_usd === null || x.cost_usd === undefined ? '' : '$' + x.cost_usd.toFixed(2));
+    const nodes = steps.map((s, i) => ({ id: i, label: `${s.name} (${s.state}) ${cost(s)}`.trim(), level: levelOf(s),
+      cls: 's-' + s.state, name: s.name }));
     const edges = steps.flatMap((s, i) => (s.needs || []).filter((n) => index[n] !== undefined).map((n) => [index[n], i]));
     K.append(box, el('h1', {}, `Workflow #${w.id} ${w.name} `, K.pill(w.state)),
       el('p', {},
-        ['running', 'pending'].includes(w.state) ? K.action('user', 'cancel', () => K.api('POST', `/v1/workflows/${w.id}/cancel`)) : null,
-        ['failed', 'cancelled'].includes(w.state) ? K.action('user', 'retry', () => K.api('POST', `/v1/workflows/${w.id}/retry`)) : null),
+        ['queued', 'running'].includes(w.state)
+          ? K.ownAction(w.owner, 'cancel', () => K.api('POST', `/v1/workflows/${w.id}/cancel`)) : null,
+        ['failed', 'cancelled'].includes(w.state)
+          ? K.ownAction(w.owner, 'retry', () => K.api('POST', `/v1/workflows/${w.id}/retry`)) : null),
       K.kv([['Owner', w.owner], ['Reason', w.reason || ''], ['Revision', w.revision || '-'],
         ['Cost', w.cost_usd === null || w.cost_usd === undefined ? '-' : '$' + w.cost_usd.toFixed(4)],
         ['Submitted', K.time(w.submitted_at_ms)], ['Ended', K.time(w.ended_at_ms)]]),
       el('h2', { text: 'Steps' }), drawGraph(nodes, edges, false),
-      K.table(['Step', 'State', 'Needs', 'Job', 'Attempts', 'Reason'], steps.map((s) => [s.name, K.pill(s.state),
-        (s.needs || []).join(', '), s.job ? el('a', { href: '#/job/' + s.job, text: '#' + s.job }) : '',
-        `${s.attempts}`, el('span', { text: s.reason || '' })])));
+      K.table(['Step', 'State', 'Needs', 'Job', 'Attempts', 'GPU-hours', 'Cost', 'Reason'], steps.map((s) => [s.name,
+        K.pill(s.state), (s.needs || []).join(', '), s.job ? el('a', { href: '#/job/' + s.job, text: '#' + s.job }) : '',
+        `${s.attempts}`, s.gpu_seconds === undefined ? '' : hours(s.gpu_seconds),
+        s.cost_unpriced ? 'unpriced' : cost(s), el('span', { class: 'wrap', text: s.reason || '' })])));
   };
 
   /*

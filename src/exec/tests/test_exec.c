@@ -411,6 +411,133 @@ static void test_shim_rotates_log(void **state)
 	p = kn_asprintf("%s/" KN_LOG_FILE ".3", dir);
 	assert_int_equal(stat(p, &sb), -1); /* log_keep = 2 */
 	free(p);
+	/* The line times rotate with the log, each file's offsets its own. */
+	for (int i = 0; i <= 2; i++) {
+		char *log_path = i ? kn_asprintf("%s/" KN_LOG_FILE ".%d", dir, i)
+				   : kn_asprintf("%s/" KN_LOG_FILE, dir);
+		p = i ? kn_asprintf("%s/" KN_LOG_TIMES_FILE ".%d", dir, i)
+		      : kn_asprintf("%s/" KN_LOG_TIMES_FILE, dir);
+		struct stat lb;
+		int fd = open(p, O_RDONLY);
+		struct kn_log_times *lt;
+
+		assert_true(fd >= 0);
+		assert_int_equal(stat(log_path, &lb), 0);
+		lt = kn_log_times_new(fd);
+		assert_true(kn_log_times_count(lt) >= 1);
+		/* A rotated file starts with a record of its first byte. */
+		assert_int_equal(kn_log_times_since(lt, 0), 0);
+		assert_true(kn_log_times_since(lt, 0) < lb.st_size);
+		kn_log_times_free(lt);
+		free(p);
+		free(log_path);
+	}
+	p = kn_asprintf("%s/" KN_LOG_TIMES_FILE ".3", dir);
+	assert_int_equal(stat(p, &sb), -1);
+	free(p);
+	kn_rm_rf(dir);
+	free(dir);
+}
+
+static struct kn_log_times *times_file(const char *path,
+				       const int64_t (*recs)[2], size_t n,
+				       const char *tail)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+
+	assert_true(fd >= 0);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(kn_log_times_append(fd, recs[i][0], recs[i][1]),
+				 0);
+	if (tail)
+		assert_int_equal(write(fd, tail, strlen(tail)),
+				 (ssize_t)strlen(tail));
+	return kn_log_times_new(fd);
+}
+
+/* A line's time is the record at or before its first byte; since finds
+   the first read at or after a time; a torn last record is not one. */
+static void test_log_times_lookup(void **state)
+{
+	static const int64_t recs[][2] = {
+		{0, 100}, {5, 200}, {20, 300}, {40, 400},
+	};
+	char *dir = make_task_dir();
+	char *path = kn_asprintf("%s/times", dir);
+	struct kn_log_times *lt = times_file(path, recs, 4, "torn");
+	int64_t (*many)[2] = kn_xcalloc(1000, sizeof(*many));
+	(void)state;
+
+	assert_int_equal(kn_log_times_count(lt), 4);
+	assert_int_equal(kn_log_times_at(lt, 0), 100);
+	assert_int_equal(kn_log_times_at(lt, 4), 100);
+	assert_int_equal(kn_log_times_at(lt, 5), 200);
+	assert_int_equal(kn_log_times_at(lt, 19), 200);
+	assert_int_equal(kn_log_times_at(lt, 20), 300);
+	assert_int_equal(kn_log_times_at(lt, 1000000), 400);
+	/* Out of order: looked up again from the start. */
+	assert_int_equal(kn_log_times_at(lt, 6), 200);
+	assert_int_equal(kn_log_times_since(lt, 0), 0);
+	assert_int_equal(kn_log_times_since(lt, 150), 5);
+	assert_int_equal(kn_log_times_since(lt, 300), 20);
+	assert_int_equal(kn_log_times_since(lt, 401), -1);
+	kn_log_times_free(lt);
+
+	lt = times_file(path, NULL, 0, NULL);
+	assert_int_equal(kn_log_times_at(lt, 0), 0);
+	assert_int_equal(kn_log_times_since(lt, 0), -1);
+	kn_log_times_free(lt);
+
+	/* More records than one block: forward walks and jumps agree. */
+	for (int i = 0; i < 1000; i++) {
+		many[i][0] = 3 * i;
+		many[i][1] = 5000 + i;
+	}
+	lt = times_file(path, (const int64_t(*)[2])many, 1000, NULL);
+	for (int i = 0; i < 1000; i++)
+		assert_int_equal(kn_log_times_at(lt, 3 * i + 2), 5000 + i);
+	for (int i = 999; i >= 0; i -= 7)
+		assert_int_equal(kn_log_times_at(lt, 3 * i + 1), 5000 + i);
+	assert_int_equal(kn_log_times_since(lt, 5700), 2100);
+	kn_log_times_free(lt);
+	free(many);
+	free(path);
+	kn_rm_rf(dir);
+	free(dir);
+}
+
+/* The shim records when lines came beside the log, which stays exactly
+   the task's bytes. */
+static void test_shim_records_line_times(void **state)
+{
+	char *dir = make_task_dir(), *log, *path;
+	struct kn_error err;
+	struct kn_log_times *lt;
+	int64_t before = kn_now_ms(), after;
+	int fd;
+	(void)state;
+
+	write_launch(dir, "echo first; sleep 0.3; printf 'sec'; sleep 0.1; echo ond",
+		     0, 1 << 20);
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
+	after = kn_now_ms();
+	log = read_log(dir, KN_LOG_FILE);
+	assert_string_equal(log, "first\nsecond\n");
+	free(log);
+	path = kn_asprintf("%s/" KN_LOG_TIMES_FILE, dir);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	lt = kn_log_times_new(fd);
+	/* The second line's rest ("ond\n") starts no line and needs no
+	   record (two, or one if the shim read both lines at once). */
+	assert_true(kn_log_times_count(lt) >= 1);
+	assert_true(kn_log_times_count(lt) <= 2);
+	assert_true(kn_log_times_at(lt, 0) >= before);
+	assert_true(kn_log_times_at(lt, 6) >= kn_log_times_at(lt, 0));
+	assert_true(kn_log_times_at(lt, 6) <= after);
+	assert_true(kn_log_times_since(lt, kn_log_times_at(lt, 6)) <= 6);
+	kn_log_times_free(lt);
+	free(path);
 	kn_rm_rf(dir);
 	free(dir);
 }
@@ -876,7 +1003,7 @@ static void test_slurm_sbatch_args(void **state)
    executor it has. */
 static void test_executor_instances(void **state)
 {
-	struct kn_slurm_config cfg = {100, "default=batch"};
+	struct kn_slurm_config cfg = {100, "default=batch", NULL};
 	struct kn_executor *local = kn_local_executor_new();
 	struct kn_executor *slurm = kn_slurm_executor_new(&cfg);
 
@@ -936,7 +1063,7 @@ static void test_local_check(void **state)
 static void test_slurm_task_fill(void **state)
 {
 	struct kn_slurm_config cfg = {
-		100, "default=batch,spot=cheap,pool:a100=big"};
+		100, "default=batch,spot=cheap,pool:a100=big", NULL};
 	struct kn_task_launch l = {.rank = 1, .ntasks = 2};
 	struct kn_slurm_task t;
 	char partition[16];
@@ -985,7 +1112,8 @@ static void test_slurm_config_check(void **state)
 		"batch", "=batch", "default=", "gpu=batch", "pool:=batch",
 		"default=batch,,spot", NULL,
 	};
-	struct kn_slurm_config cfg = {100, "default=batch,spot=c,pool:a=b"};
+	struct kn_slurm_config cfg = {100, "default=batch,spot=c,pool:a=b",
+				      NULL};
 	struct kn_error err;
 
 	(void)state;
@@ -1059,6 +1187,8 @@ int main(void)
 		cmocka_unit_test(test_local_check),
 		cmocka_unit_test(test_slurm_config_check),
 		cmocka_unit_test(test_exit_record_in_place),
+		cmocka_unit_test(test_log_times_lookup),
+		cmocka_unit_test(test_shim_records_line_times),
 		cmocka_unit_test(test_shim_exit_read_from_record),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,874 @@
+/*
+ * Model blobs: which the store lacks, and their uploads (docs/registry.md,
+ * Uploads).
+ *
+ * A blob arrives in parts into a staging file under
+ * $KILN_HOME/registry/uploads, parts of up to MODEL_PART_MAX bytes, one
+ * of two ways. In order: each appended. Or sized (the client gives the
+ * blob's size with every part): parts at any offset within
+ * MODEL_AHEAD_MAX of the bytes held from 0, several connections at once,
+ * written where they belong, a part sent again answered from what is
+ * held. Either way an EVP context hashes the bytes from 0 as they come:
+ * a part that is the next straight from its body, parts that came early
+ * from the staging file's pages once the gap before them is filled; no
+ * byte is read back from disk to be hashed. The digest must be the one
+ * the upload is named by, and only then is the file put in the store
+ * (create-only, so a blob is never overwritten): a file store on the
+ * staging file's file system takes the file itself by a hard link, so
+ * each byte is written once; other stores get a copy, on a worker.
+ * An upload may also be named only at its commit (/v1/model-uploads/ID,
+ * then .../commit with the digest): a client that hashes a file as it
+ * reads it to send learns the digest last. Uploads in progress live in
+ * memory, one per digest (none yet, for those) and client-chosen
+ * upload id (two pushes of one new blob stage apart; the second to finish
+ * finds it stored), and a client asks what one holds (GET with its id) to
+ * send only the rest after a lost connection; after a server restart a
+ * client starts them again.
+ */
+#include "modelsvc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "ckpt/ckpt.h"
+
+struct upload {
+	char digest[KN_SHA256_HEX + 1];
+	char id[MODEL_UPLOAD_ID_MAX + 1]; /* the client's name for this upload */
+	char owner[128]; /* the token that started it: its caps count it */
+	char *path; /* the staging file */
+	int fd;
+	EVP_MD_CTX *ctx;     /* the bytes from 0 to hashed */
+	int64_t hashed;
+	int64_t offset;      /* bytes staged (in order: where the next goes) */
+	int64_t size;        /* sized: the blob's size; in order: -1 */
+	struct model_ranges got; /* sized: the parts received */
+	int64_t touched_ms;
+	struct upload *next;
+};
+
+/* What messages call an upload: its blob, or (named at its commit) its
+   id. */
+static const char *upload_label(const struct upload *u)
+{
+	return u->digest[0] ? u->digest : u->id;
+}
+
+/* Out of the list of uploads in progress: no later request finds it. */
+static void upload_detach(struct model_state *m, struct upload *u)
+{
+	for (struct upload **p = &m->uploads; *p; p = &(*p)->next) {
+		if (*p == u) {
+			*p = u->next;
+			break;
+		}
+	}
+}
+
+static void upload_release(struct upload *u)
+{
+	if (u->fd >= 0)
+		close(u->fd);
+	unlink(u->path);
+	free(u->path);
+	EVP_MD_CTX_free(u->ctx);
+	model_ranges_release(&u->got);
+	free(u);
+}
+
+static void upload_drop(struct model_state *m, struct upload *u)
+{
+	upload_detach(m, u);
+	upload_release(u);
+}
+
+void models_uploads_drop(struct model_state *m)
+{
+	while (m->uploads)
+		upload_drop(m, m->uploads);
+}
+
+/* ---- blobs ---- */
+
+void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
+			    const struct caller *c, const char *param)
+{
+	struct kn_blob_store *store = NULL;
+	struct kn_error err;
+	json_t *body = models_body_object(req, &err), *digests, *missing = NULL, *d;
+	size_t i, present = 0;
+	char detail[96];
+
+	(void)param;
+	if (!body)
+		goto fail;
+	digests = json_object_get(body, "digests");
+	if (!json_is_array(digests)) {
+		kn_errorf(&err, KN_EINVAL, "digests",
+			  "must be an array of sha256 hex digests");
+		goto fail;
+	}
+	if (models_open_store(s, &store, &err) < 0)
+		goto fail;
+	missing = json_array();
+	json_array_foreach(digests, i, d) {
+		const char *hex = json_string_value(d);
+		struct kn_blob_info info = {0};
+		char *name;
+		int rc;
+
+		if (!kn_sha256_hex_ok(hex)) {
+			kn_errorf(&err, KN_EINVAL, "digests",
+				  "digests[%zu] is not 64 lowercase hex digits",
+				  i);
+			goto fail;
+		}
+		name = kn_model_blob_name(hex);
+		rc = kn_blob_stat(store, name, &info, &err);
+		free(name);
+		if (rc == -ENOENT)
+			json_array_append_new(missing, json_string(hex));
+		else if (rc < 0)
+			goto fail;
+		else
+			present++;
+	}
+	snprintf(detail, sizeof(detail), "%zu present, %zu missing", present,
+		 json_array_size(missing));
+	models_audit(s, c, "model.blob.check", "blobs", "ok", detail);
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:o, s:I, s:i}", "missing", missing,
+				     "present", (json_int_t)present,
+				     "part_max", MODEL_PART_MAX));
+	missing = NULL;
+	goto out;
+fail:
+	models_fail(s, req, c, "model.blob.check", "blobs", &err);
+out:
+	json_decref(missing);
+	json_decref(body);
+	kn_blob_store_free(store);
+}
+
+/* An upload is its owner's: another token's same digest and id is not. */
+static struct upload *upload_find(struct model_state *m, const char *digest,
+				  const char *id, const char *owner)
+{
+	for (struct upload *u = m->uploads; u; u = u->next)
+		if (!strcmp(u->digest, digest) && !strcmp(u->id, id) &&
+		    !strcmp(u->owner, owner))
+			return u;
+	return NULL;
+}
+
+void models_uploads_expire(struct server *s)
+{
+	struct model_state *m = models_state(s);
+	int64_t now = kn_mono_ms();
+	struct upload *u, *next;
+
+	for (u = m->uploads; u; u = next) {
+		next = u->next;
+		if (now - u->touched_ms <= core_config(s)->upload_idle_ms)
+			continue;
+		kn_log(KN_LOG_INFO, "dropping %s's upload %s: idle for %llds",
+		       u->owner, upload_label(u),
+		       (long long)((now - u->touched_ms) / 1000));
+		upload_drop(m, u);
+	}
+}
+
+/* How many uploads owner has open, and the bytes they staged. */
+static void owner_usage(const struct model_state *m, const char *owner,
+			int64_t *open, int64_t *staged)
+{
+	*open = 0;
+	*staged = 0;
+	for (const struct upload *u = m->uploads; u; u = u->next) {
+		if (strcmp(u->owner, owner) != 0)
+			continue;
+		(*open)++;
+		*staged += u->offset;
+	}
+}
+
+/*
+ * Room to stage len more bytes: the owner's cap on bytes staged (429)
+ * and the free-space reserve of the staging file system (507), checked
+ * before the bytes are written, so a full disk is never reached through
+ * uploads.
+ */
+static int staging_room(struct server *s, const char *owner, int64_t len,
+			struct kn_error *err)
+{
+	struct model_state *m = models_state(s);
+	int64_t open, staged;
+	struct statvfs fs;
+
+	owner_usage(m, owner, &open, &staged);
+	if (staged + len > core_config(s)->upload_max_staged)
+		return kn_errorf(err, KN_ELIMIT, "upload",
+				 "%s's uploads would stage %lld bytes, over the "
+				 "cap of %lld (--upload-max-staged): finish or "
+				 "abandon one first",
+				 owner, (long long)(staged + len),
+				 (long long)core_config(s)->upload_max_staged);
+	if (statvfs(m->staging, &fs) < 0)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", m->staging,
+				 strerror(errno));
+	/* In 1/100ths of a block, so a large file system cannot overflow. */
+	if (((long double)fs.f_bavail * fs.f_frsize - (long double)len) * 100 <
+	    (long double)fs.f_blocks * fs.f_frsize * core_config(s)->staging_reserve_pct)
+		return kn_errorf(err, KN_ENOSPACE, NULL,
+				 "insufficient storage: staging %lld more bytes "
+				 "would leave less than %lld%% of the upload "
+				 "file system free (--staging-reserve)",
+				 (long long)len,
+				 (long long)core_config(s)->staging_reserve_pct);
+	return 0;
+}
+
+static int upload_begin(struct server *s, const char *digest,
+			const char *id, const char *owner, struct upload **out,
+			struct kn_error *err)
+{
+	struct model_state *m = models_state(s);
+	int64_t now = kn_mono_ms(), open, staged;
+	struct upload *u;
+	int rc;
+
+	/* Starting over from 0 replaces the owner's upload of that id. */
+	u = upload_find(m, digest, id, owner);
+	if (u)
+		upload_drop(m, u);
+	models_uploads_expire(s);
+	owner_usage(m, owner, &open, &staged);
+	if (open >= core_config(s)->upload_max_open)
+		return kn_errorf(err, KN_ELIMIT, "upload",
+				 "%s has %lld uploads open, the cap "
+				 "(--upload-max-open): finish one, or wait "
+				 "for an idle one to expire",
+				 owner, (long long)open);
+	rc = staging_room(s, owner, 0, err);
+	if (rc < 0)
+		return rc;
+	u = kn_xcalloc(1, sizeof(*u));
+	kn_strlcpy(u->digest, digest, sizeof(u->digest));
+	kn_strlcpy(u->id, id, sizeof(u->id));
+	kn_strlcpy(u->owner, owner, sizeof(u->owner));
+	/* A file of its own: one being stored by a worker may have the same
+	   digest and id (a client that sent the last part again). */
+	u->path = kn_asprintf("%s/%s.%s.XXXXXX", m->staging, digest, id);
+	u->fd = mkostemp(u->path, O_CLOEXEC);
+	u->ctx = EVP_MD_CTX_new();
+	u->size = -1;
+	u->touched_ms = now;
+	u->next = m->uploads;
+	m->uploads = u;
+	if (u->fd < 0 || EVP_DigestInit_ex(u->ctx, EVP_sha256(), NULL) != 1) {
+		int e = errno;
+		upload_drop(m, u);
+		return kn_errorf(err, KN_EIO, NULL, "cannot stage an upload: %s",
+				 strerror(e));
+	}
+	*out = u;
+	return 0;
+}
+
+/*
+ * A finished upload goes into the store on a worker (a link, or a copy
+ * to a remote store); the request is answered when it ends. The upload
+ * is out of the list by then, so a restart of it stages apart.
+ */
+struct upload_commit {
+	struct server *s; /* used on the loop only */
+	struct kn_http_req *req;
+	struct caller caller;
+	struct upload *u;
+	char *store_url;
+	bool existed;
+	int rc;
+	struct kn_error err;
+};
+
+static void upload_commit_work(void *arg)
+{
+	struct upload_commit *w = arg;
+	struct kn_blob_store_config cfg = {.url = w->store_url,
+					   .use_env = true};
+	struct kn_blob_store *store = NULL;
+	char *name = kn_model_blob_name(w->u->digest);
+	char sent[KN_SHA256_HEX + 1];
+	int rc = kn_blob_store_open(&cfg, &store, &w->err);
+
+	if (rc == 0)
+		rc = kn_blob_put_link(store, name, w->u->path, &w->err);
+	if (rc == 0)
+		memcpy(sent, w->u->digest, sizeof(sent));
+	else if (rc == -EXDEV)
+		rc = kn_blob_put_file(store, name, w->u->path,
+				      KN_BLOB_CREATE_ONLY, sent, NULL, &w->err);
+	w->existed = rc == -EEXIST;
+	if (rc == -EEXIST)
+		rc = 0;
+	else if (rc == 0 && strcmp(sent, w->u->digest) != 0) {
+		/* The staging file changed under us: never keep a blob whose
+		   name lies about its bytes. */
+		kn_blob_delete(store, name, NULL);
+		rc = kn_errorf(&w->err, KN_EIO, NULL,
+			       "blob %s: staged bytes changed while stored",
+			       w->u->digest);
+	}
+	w->rc = rc;
+	free(name);
+	kn_blob_store_free(store);
+}
+
+static void upload_commit_done(void *arg, bool ran)
+{
+	struct upload_commit *w = arg;
+	char object[96], detail[64];
+
+	/* Stored or refused, its staging file is done with: gone before
+	   the answer, so a client never sees it after. */
+	unlink(w->u->path);
+	snprintf(object, sizeof(object), "blob/sha256/%s", w->u->digest);
+	if (!ran)
+		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
+				  "the server stopped before blob %s was "
+				  "stored; send it again", w->u->digest);
+	if (w->rc < 0) {
+		models_fail(w->s, w->req, &w->caller, "model.blob.put", object,
+		     &w->err);
+	} else {
+		snprintf(detail, sizeof(detail), "%lld bytes%s",
+			 (long long)w->u->offset,
+			 w->existed ? ", already stored" : "");
+		models_audit(w->s, &w->caller, "model.blob.put", object, "ok", detail);
+		kn_http_reply_json(w->req, 201,
+				   json_pack("{s:s, s:I, s:b, s:b}", "digest",
+					     w->u->digest, "received",
+					     (json_int_t)w->u->offset, "stored",
+					     1, "existed", w->existed));
+	}
+	upload_release(w->u);
+	free(w->store_url);
+	free(w);
+}
+
+/*
+ * The staged file is whole and hashed: check that it hashes to
+ * u->digest, then hand it (out of the list) to a worker that puts it in
+ * the store.
+ */
+static int upload_commit(struct server *s, struct kn_http_req *req,
+			 const struct caller *c, struct upload *u,
+			 struct kn_error *err)
+{
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+	char hex[KN_SHA256_HEX + 1];
+	struct upload_commit *w;
+
+	EVP_DigestFinal_ex(u->ctx, md, &mdlen);
+	for (unsigned i = 0; i < mdlen; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	if (strcmp(hex, u->digest) != 0)
+		return kn_errorf(err, KN_EINVAL, "sha256",
+				 "blob %s: the %lld bytes sent hash to %s; "
+				 "refused", u->digest, (long long)u->offset,
+				 hex);
+	upload_detach(models_state(s), u);
+	close(u->fd);
+	u->fd = -1;
+	w = kn_xcalloc(1, sizeof(*w));
+	w->s = s;
+	w->req = req;
+	w->caller = *c;
+	w->u = u;
+	w->store_url = kn_xstrdup(core_blob_url(s));
+	kn_workers_submit(core_request_workers(s), upload_commit_work,
+			  upload_commit_done, w);
+	return 0;
+}
+
+static int pwrite_all(int fd, const char *data, size_t len, int64_t at)
+{
+	while (len) {
+		ssize_t n = pwrite(fd, data, len, (off_t)at);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		data += n;
+		len -= (size_t)n;
+		at += n;
+	}
+	return 0;
+}
+
+/*
+ * Hash on from u->hashed to the end of the bytes held from 0: the part
+ * just written (len bytes of data at at) from its body when it is the
+ * next, parts that came before their turn from the staging file's pages,
+ * mapped (in the page cache since they were written: not read again).
+ */
+static int upload_hash_on(struct upload *u, const char *data, int64_t at,
+			  size_t len, struct kn_error *err)
+{
+	int64_t end = u->size < 0 ? u->offset : model_ranges_prefix(&u->got);
+	long page = sysconf(_SC_PAGESIZE);
+
+	if (at == u->hashed && len) {
+		EVP_DigestUpdate(u->ctx, data, len);
+		u->hashed += (int64_t)len;
+	}
+	while (u->hashed < end) {
+		int64_t base = u->hashed - u->hashed % page;
+		size_t span = (size_t)(end - base);
+		char *map;
+
+		if (span > MODEL_PART_MAX)
+			span = MODEL_PART_MAX;
+		map = mmap(NULL, span, PROT_READ, MAP_SHARED, u->fd, base);
+		if (map == MAP_FAILED)
+			return kn_errorf(err, KN_EIO, NULL,
+					 "hashing the staged %s: %s", upload_label(u),
+					 strerror(errno));
+		EVP_DigestUpdate(u->ctx, map + (u->hashed - base),
+				 span - (size_t)(u->hashed - base));
+		munmap(map, span);
+		u->hashed = base + (int64_t)span;
+	}
+	return 0;
+}
+
+/* A part sent again: the same bytes as those held, or a conflict. */
+static int part_matches(const struct upload *u, const char *data,
+			size_t len, int64_t at, struct kn_error *err)
+{
+	char buf[65536];
+	size_t done = 0;
+
+	while (done < len) {
+		size_t want = len - done < sizeof(buf) ? len - done
+						       : sizeof(buf);
+		ssize_t n = pread(u->fd, buf, want, (off_t)(at + (int64_t)done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return kn_errorf(err, KN_EIO, NULL,
+					 "reading the staged %s: %s", upload_label(u),
+					 n < 0 ? strerror(errno) : "short");
+		if (memcmp(buf, data + done, (size_t)n) != 0)
+			return kn_errorf(err, KN_ECONFLICT, "offset",
+					 "bytes %lld-%lld of %s were received "
+					 "before with other contents",
+					 (long long)at,
+					 (long long)(at + (int64_t)len),
+					 upload_label(u));
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+static json_t *part_answer(const struct upload *u)
+{
+	json_t *o = json_pack("{s:s, s:I, s:I, s:b}", "upload", u->id,
+			      "received", (json_int_t)u->offset, "size",
+			      (json_int_t)u->size, "stored", 0);
+
+	if (u->digest[0])
+		json_object_set_new(o, "digest", json_string(u->digest));
+	return o;
+}
+
+/* The checks of a sized part before its bytes are written. */
+static int part_check(struct server *s, const struct caller *c,
+		      struct upload *u, int64_t offset, size_t len,
+		      int64_t size, struct kn_error *err)
+{
+	if (u->size != size)
+		return kn_errorf(err, KN_ECONFLICT, "size",
+				 u->size < 0 ? "upload %s of %s is sent in "
+					       "order, without a size"
+					     : "upload %s of %s is of %lld "
+					       "bytes, not %lld",
+				 u->id, upload_label(u), (long long)u->size,
+				 (long long)size);
+	switch (model_ranges_fit(&u->got, offset, offset + (int64_t)len)) {
+	case MODEL_RANGE_OVERLAP:
+		return kn_errorf(err, KN_ECONFLICT, "offset",
+				 "bytes %lld-%lld of %s overlap bytes the "
+				 "upload holds; ask what it holds (GET with "
+				 "upload=%s) and send the rest",
+				 (long long)offset,
+				 (long long)(offset + (int64_t)len),
+				 upload_label(u), u->id);
+	case MODEL_RANGE_HELD:
+		return 1;
+	case MODEL_RANGE_NEW:
+		break;
+	}
+	if (offset + (int64_t)len - u->hashed > MODEL_AHEAD_MAX)
+		return kn_errorf(err, KN_ECONFLICT, "offset",
+				 "bytes %lld-%lld of %s are more than %lld "
+				 "bytes past the %lld held from the start: "
+				 "send the parts before them first",
+				 (long long)offset,
+				 (long long)(offset + (int64_t)len),
+				 upload_label(u), (long long)MODEL_AHEAD_MAX,
+				 (long long)u->hashed);
+	if (u->got.n >= MODEL_RANGES_MAX)
+		return kn_errorf(err, KN_ELIMIT, "offset",
+				 "upload %s of %s holds %d separate ranges, "
+				 "the most it may: send the parts between them "
+				 "first", u->id, upload_label(u),
+				 MODEL_RANGES_MAX);
+	return staging_room(s, c->name, (int64_t)len, err);
+}
+
+/*
+ * A part of a blob whose size the client gives (see the top of this
+ * file). The request whose part completes the blob is answered when it
+ * is stored; the others at once, with what the upload holds.
+ */
+static void blob_put_part(struct server *s, struct kn_http_req *req,
+			  const struct caller *c, const char *digest,
+			  const char *id, int64_t offset, int64_t size,
+			  const char *object)
+{
+	struct model_state *m = models_state(s);
+	struct upload *u = upload_find(m, digest, id, c->name);
+	struct kn_error err;
+	size_t len;
+	const char *data = kn_http_body(req, &len);
+	int rc;
+
+	if (offset > size || (int64_t)len > size - offset ||
+	    (len == 0 && size != 0)) {
+		kn_errorf(&err, KN_EINVAL, "offset",
+			  "a part of %lld bytes at offset %lld is not within "
+			  "a blob of %lld bytes", (long long)len,
+			  (long long)offset, (long long)size);
+		goto fail;
+	}
+	if (!u) {
+		if (upload_begin(s, digest, id, c->name, &u, &err) < 0)
+			goto fail;
+		u->size = size;
+	}
+	rc = part_check(s, c, u, offset, len, size, &err);
+	if (rc < 0)
+		goto fail;
+	if (rc == 1 && part_matches(u, data, len, offset, &err) < 0)
+		goto fail;
+	if (rc == 0 && len) {
+		rc = pwrite_all(u->fd, data, len, offset);
+		if (rc < 0) {
+			kn_errorf(&err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO,
+				  NULL, "staging %s: %s", upload_label(u),
+				  strerror(-rc));
+			upload_drop(m, u);
+			goto fail;
+		}
+		model_ranges_add(&u->got, offset, offset + (int64_t)len);
+		if (upload_hash_on(u, data, offset, len, &err) < 0) {
+			upload_drop(m, u);
+			goto fail;
+		}
+	}
+	u->offset = model_ranges_total(&u->got);
+	u->touched_ms = kn_mono_ms();
+	/* One named at its commit waits for it, whole. */
+	if (u->offset < size || !u->digest[0]) {
+		kn_http_reply_json(req, 200, part_answer(u));
+		return;
+	}
+	if (upload_commit(s, req, c, u, &err) == 0)
+		return;
+	upload_drop(m, u);
+fail:
+	models_fail(s, req, c, "model.blob.put", object, &err);
+}
+
+void models_h_blob_put(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, const char *param)
+{
+	struct model_state *m = models_state(s);
+	struct upload *u;
+	struct kn_error err;
+	int64_t offset = -1, final = 0, size = -1;
+	size_t len;
+	const char *data = kn_http_body(req, &len);
+	const char *id = kn_http_query(req, "upload");
+	char object[96];
+	int rc;
+
+	snprintf(object, sizeof(object), "blob/sha256/%.64s", param);
+	if (!kn_sha256_hex_ok(param)) {
+		kn_errorf(&err, KN_EINVAL, "digest",
+			  "\"%s\" is not 64 lowercase hex digits", param);
+		models_fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	if (kn_http_query_int(req, "offset", 0, INT64_MAX, &offset) != 0 ||
+	    kn_http_query_int(req, "final", 0, 1, &final) < 0) {
+		kn_errorf(&err, KN_EINVAL, "offset",
+			  "offset (bytes already sent) is required, final is "
+			  "0 or 1");
+		models_fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	if (!model_upload_id_ok(id)) {
+		kn_errorf(&err, KN_EINVAL, "upload",
+			  "upload (the client's id for this upload) must be "
+			  "1-%d letters and digits", MODEL_UPLOAD_ID_MAX);
+		models_fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	rc = kn_http_query_int(req, "size", 0, INT64_MAX, &size);
+	if (rc < 0) {
+		kn_errorf(&err, KN_EINVAL, "size",
+			  "size (the blob's bytes) is a number");
+		models_fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	if (rc == 0) {
+		blob_put_part(s, req, c, param, id, offset, size, object);
+		return;
+	}
+	u = upload_find(m, param, id, c->name);
+	if (u && u->size >= 0) {
+		kn_errorf(&err, KN_ECONFLICT, "size",
+			  "upload %s of %s is sized: send size with each part",
+			  id, param);
+		models_fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	if (offset == 0) {
+		if (upload_begin(s, param, id, c->name, &u, &err) < 0) {
+			models_fail(s, req, c, "model.blob.put", object, &err);
+			return;
+		}
+	} else if (!u || u->offset != offset) {
+		kn_errorf(&err, KN_ECONFLICT, "offset",
+			  "upload of %s is at byte %lld, not %lld: start again "
+			  "from offset 0", param, u ? (long long)u->offset : 0LL,
+			  (long long)offset);
+		if (u)
+			upload_drop(m, u);
+		models_fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	if (staging_room(s, c->name, (int64_t)len, &err) < 0) {
+		upload_drop(m, u);
+		models_fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	rc = pwrite_all(u->fd, data, len, u->offset);
+	if (rc < 0) {
+		kn_errorf(&err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO, NULL,
+			  "staging %s: %s", param, strerror(-rc));
+		upload_drop(m, u);
+		models_fail(s, req, c, "model.blob.put", object, &err);
+		return;
+	}
+	EVP_DigestUpdate(u->ctx, data, len);
+	u->offset += (int64_t)len;
+	u->hashed = u->offset;
+	u->touched_ms = kn_mono_ms();
+	offset = u->offset;
+	if (!final) {
+		kn_http_reply_json(req, 200,
+				   json_pack("{s:s, s:I, s:b}", "digest", param,
+					     "received", (json_int_t)offset,
+					     "stored", 0));
+		return;
+	}
+	if (upload_commit(s, req, c, u, &err) < 0) {
+		upload_drop(m, u);
+		models_fail(s, req, c, "model.blob.put", object, &err);
+	}
+}
+
+/* What the caller's upload (digest "": one named at its commit) holds,
+   for a client that lost a part's answer: the parts to send again are
+   the ones outside "ranges". */
+static void upload_status(struct server *s, struct kn_http_req *req,
+			  const struct caller *c, const char *digest,
+			  const char *id)
+{
+	struct upload *u = upload_find(models_state(s), digest, id, c->name);
+	struct kn_error err;
+	json_t *o;
+
+	if (!u) {
+		kn_errorf(&err, KN_ENOTFOUND, "upload",
+			  "no upload %s%s%s in progress for %s (never begun, "
+			  "stored, dropped, or expired after --upload-idle)",
+			  id, digest[0] ? " of " : "", digest, c->name);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	o = part_answer(u);
+	json_object_set_new(o, "ranges",
+			    u->size >= 0 ? model_ranges_json(&u->got)
+					 : json_pack("[[I, I]]", (json_int_t)0,
+						     (json_int_t)u->offset));
+	json_object_set_new(o, "part_max", json_integer(MODEL_PART_MAX));
+	kn_http_reply_json(req, 200, o);
+}
+
+void models_h_blob_status(struct server *s, struct kn_http_req *req,
+				 const struct caller *c, const char *param)
+{
+	const char *id = kn_http_query(req, "upload");
+	struct kn_error err;
+
+	if (!kn_sha256_hex_ok(param) || !model_upload_id_ok(id)) {
+		kn_errorf(&err, KN_EINVAL, "upload",
+			  "GET /v1/model-blobs/DIGEST?upload=ID: a sha256 hex "
+			  "digest and the upload's id (1-%d letters and "
+			  "digits)", MODEL_UPLOAD_ID_MAX);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	upload_status(s, req, c, param, id);
+}
+
+/*
+ * Uploads named at their commit: a client that hashes a file as it
+ * reads it to send (one read) learns the digest only at the end. Parts
+ * as for a sized upload, under the client's id alone; the commit names
+ * the digest, which the server's own hash of the bytes must match.
+ */
+static int upload_id_checked(const char *id, struct kn_error *err)
+{
+	if (model_upload_id_ok(id))
+		return 0;
+	return kn_errorf(err, KN_EINVAL, "upload",
+			 "an upload's id is 1-%d letters and digits",
+			 MODEL_UPLOAD_ID_MAX);
+}
+
+void models_h_upload_part(struct server *s, struct kn_http_req *req,
+				 const struct caller *c, const char *param)
+{
+	struct kn_error err;
+	int64_t offset = -1, size = -1;
+	char object[64];
+
+	snprintf(object, sizeof(object), "upload/%.32s", param);
+	if (upload_id_checked(param, &err) < 0)
+		goto fail;
+	if (kn_http_query_int(req, "offset", 0, INT64_MAX, &offset) != 0 ||
+	    kn_http_query_int(req, "size", 0, INT64_MAX, &size) != 0) {
+		kn_errorf(&err, KN_EINVAL, "offset",
+			  "offset (where the part goes) and size (the blob's "
+			  "bytes) are required numbers");
+		goto fail;
+	}
+	blob_put_part(s, req, c, "", param, offset, size, object);
+	return;
+fail:
+	models_fail(s, req, c, "model.blob.put", object, &err);
+}
+
+void models_h_upload_status(struct server *s,
+				   struct kn_http_req *req,
+				   const struct caller *c, const char *param)
+{
+	struct kn_error err;
+
+	if (upload_id_checked(param, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	upload_status(s, req, c, "", param);
+}
+
+/* A commit whose upload is gone: its answer was lost and it is sent
+   again, the blob stored; else there is nothing to commit. */
+static void upload_commit_again(struct server *s, struct kn_http_req *req,
+				const struct caller *c, const char *id,
+				const char *digest, const char *object)
+{
+	struct kn_blob_store *store = NULL;
+	struct kn_blob_info info = {0};
+	struct kn_error err;
+	char *name = kn_model_blob_name(digest);
+	int rc = models_open_store(s, &store, &err);
+
+	if (rc == 0)
+		rc = kn_blob_stat(store, name, &info, &err);
+	if (rc == -ENOENT)
+		kn_errorf(&err, KN_ENOTFOUND, "upload",
+			  "no upload %s in progress for %s (never begun, "
+			  "dropped, or expired after --upload-idle)", id,
+			  c->name);
+	if (rc == 0)
+		kn_http_reply_json(req, 200,
+				   json_pack("{s:s, s:I, s:b, s:b}", "digest",
+					     digest, "received",
+					     (json_int_t)info.size, "stored", 1,
+					     "existed", 1));
+	else
+		models_fail(s, req, c, "model.blob.put", object, &err);
+	free(name);
+	kn_blob_store_free(store);
+}
+
+void models_h_upload_commit(struct server *s,
+				   struct kn_http_req *req,
+				   const struct caller *c, const char *param)
+{
+	struct kn_error err;
+	json_t *body = NULL;
+	const char *digest;
+	struct upload *u;
+	char object[96];
+
+	snprintf(object, sizeof(object), "upload/%.32s", param);
+	if (upload_id_checked(param, &err) < 0)
+		goto fail;
+	body = models_body_object(req, &err);
+	if (!body)
+		goto fail;
+	digest = json_string_value(json_object_get(body, "digest"));
+	if (!kn_sha256_hex_ok(digest)) {
+		kn_errorf(&err, KN_EINVAL, "digest",
+			  "digest: the blob's sha256, 64 lowercase hex digits");
+		goto fail;
+	}
+	snprintf(object, sizeof(object), "blob/sha256/%s", digest);
+	u = upload_find(models_state(s), "", param, c->name);
+	if (!u) {
+		upload_commit_again(s, req, c, param, digest, object);
+		goto out;
+	}
+	if (u->offset < u->size) {
+		kn_errorf(&err, KN_ECONFLICT, "upload",
+			  "upload %s holds %lld of its %lld bytes: send the "
+			  "rest first (GET /v1/model-uploads/%s says what it "
+			  "holds)", param, (long long)u->offset,
+			  (long long)u->size, param);
+		goto fail;
+	}
+	kn_strlcpy(u->digest, digest, sizeof(u->digest));
+	if (upload_commit(s, req, c, u, &err) == 0)
+		goto out;
+	upload_drop(models_state(s), u);
+fail:
+	models_fail(s, req, c, "model.blob.put", object, &err);
+out:
+	json_decref(body);
+}

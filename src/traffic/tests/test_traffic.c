@@ -1,0 +1,314 @@
+/*
+ * Unit tests for the traffic table: windowed differences summed over
+ * gateways, percentiles from merged histograms, restarts, expiry, the
+ * bounds on what it holds, and reports it refuses whole.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "traffic/traffic.h"
+
+#define WINDOW 300000
+#define T0 1764690000000LL
+
+/* A report of one deployment with the gateway's usual three bounds
+   (0.01, 0.1, 1 s) and counts per bucket c0..c3. */
+static json_t *report(const char *instance, int64_t uptime_ms,
+		      const char *dep, json_int_t requests, json_int_t errors,
+		      json_int_t limited, json_int_t fallbacks, json_int_t c0,
+		      json_int_t c1, json_int_t c2, json_int_t c3)
+{
+	return json_pack(
+		"{s:s, s:I, s:[{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:[f,f,f], "
+		"s:[I,I,I,I]}]}",
+		"instance", instance, "uptime_ms", (json_int_t)uptime_ms,
+		"deployments", "name", dep, "requests", requests, "errors",
+		errors, "rate_limited", limited, "fallbacks", fallbacks,
+		"upstream_errors", (json_int_t)0, "tokens", (json_int_t)7,
+		"latency_bounds_s", 0.01, 0.1, 1.0, "latency_counts", c0, c1,
+		c2, c3);
+}
+
+static int take(struct kn_traffic *t, json_t *doc, int64_t now,
+		struct kn_error *err)
+{
+	int rc = kn_traffic_report(t, doc, now, err);
+
+	json_decref(doc);
+	return rc;
+}
+
+static json_int_t num(const json_t *o, const char *k)
+{
+	return json_integer_value(json_object_get(o, k));
+}
+
+static void a_fresh_gateway_counts_from_zero(void **state)
+{
+	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_error err;
+	json_t *s;
+
+	(void)state;
+	assert_null(kn_traffic_summary(t, "chat", T0));
+	/* Started 10 s ago: everything it counted is inside the window. */
+	assert_int_equal(take(t, report("gw1", 10000, "chat", 20, 1, 3, 2, 0,
+					 10, 10, 0),
+			      T0, &err),
+			 0);
+	s = kn_traffic_summary(t, "chat", T0);
+	assert_non_null(s);
+	assert_int_equal(num(s, "requests"), 20);
+	assert_int_equal(num(s, "errors"), 1);
+	assert_int_equal(num(s, "rate_limited"), 3);
+	assert_int_equal(num(s, "fallbacks"), 2);
+	assert_int_equal(num(s, "tokens"), 7);
+	assert_int_equal(num(s, "gateways"), 1);
+	assert_float_equal(json_real_value(json_object_get(s, "window_s")),
+			   10.0, 1e-9);
+	assert_float_equal(
+		json_real_value(json_object_get(s, "requests_per_s")), 2.0,
+		1e-9);
+	/* Half at or below 100 ms: the median is the 0.1 s bound. */
+	assert_float_equal(
+		json_real_value(json_object_get(s, "latency_p50_ms")), 100.0,
+		1e-6);
+	/* p99: 19.8 of 20, in the (0.1, 1] bucket: 0.1 + 0.9 * 9.8/10. */
+	assert_float_equal(
+		json_real_value(json_object_get(s, "latency_p99_ms")), 982.0,
+		1e-6);
+	assert_null(kn_traffic_summary(t, "other", T0));
+	json_decref(s);
+	kn_traffic_free(t);
+}
+
+static void the_window_is_a_difference(void **state)
+{
+	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_error err;
+	json_t *s;
+	int64_t now = T0;
+
+	(void)state;
+	/* A gateway up for an hour: its first report has no baseline. */
+	assert_int_equal(take(t, report("gw1", 3600000, "chat", 1000, 0, 0, 0,
+					 1000, 0, 0, 0),
+			      now, &err),
+			 0);
+	assert_null(kn_traffic_summary(t, "chat", now));
+	/* Reports every second for 400 s, one request each. */
+	for (int i = 1; i <= 400; i++) {
+		now += 1000;
+		assert_int_equal(take(t, report("gw1", 3600000 + i * 1000,
+						 "chat", 1000 + i, 0, 0, 0,
+						 1000, i, 0, 0),
+				      now, &err),
+				 0);
+	}
+	s = kn_traffic_summary(t, "chat", now);
+	/* Only what the window holds, from the sample at its start (kept
+	   at most a sixteenth of the window early). */
+	assert_in_range(num(s, "requests"), 300, 300 + WINDOW / 16 / 1000);
+	assert_true(json_real_value(json_object_get(s, "window_s")) >= 300.0);
+	/* Everything in the window was in the (0.01, 0.1] bucket. */
+	assert_true(json_real_value(json_object_get(s, "latency_p99_ms")) >
+		    10.0);
+	assert_true(json_real_value(json_object_get(s, "latency_p99_ms")) <=
+		    100.0);
+	json_decref(s);
+	/* Silent for a window: gone. */
+	assert_null(kn_traffic_summary(t, "chat", now + WINDOW + 1));
+	kn_traffic_free(t);
+}
+
+static void gateways_add_up(void **state)
+{
+	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_error err;
+	json_t *s;
+
+	(void)state;
+	assert_int_equal(take(t, report("gw1", 5000, "chat", 10, 0, 4, 0, 10,
+					 0, 0, 0),
+			      T0, &err),
+			 0);
+	assert_int_equal(take(t, report("gw2", 5000, "chat", 10, 2, 0, 1, 0,
+					 0, 0, 10),
+			      T0, &err),
+			 0);
+	s = kn_traffic_summary(t, "chat", T0);
+	assert_int_equal(num(s, "requests"), 20);
+	assert_int_equal(num(s, "errors"), 2);
+	assert_int_equal(num(s, "rate_limited"), 4);
+	assert_int_equal(num(s, "gateways"), 2);
+	/* Half under 10 ms, half past the last bound: p99 is that bound. */
+	assert_float_equal(
+		json_real_value(json_object_get(s, "latency_p50_ms")), 10.0,
+		1e-6);
+	assert_float_equal(
+		json_real_value(json_object_get(s, "latency_p99_ms")), 1000.0,
+		1e-6);
+	json_decref(s);
+	kn_traffic_free(t);
+}
+
+static void a_restart_starts_the_series_again(void **state)
+{
+	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_error err;
+	json_t *s;
+
+	(void)state;
+	assert_int_equal(take(t, report("gw1", 1000, "chat", 50, 0, 0, 0, 50,
+					 0, 0, 0),
+			      T0, &err),
+			 0);
+	/* The same instance with smaller counters, up for 2 s again. */
+	assert_int_equal(take(t, report("gw1", 2000, "chat", 5, 0, 0, 0, 5, 0,
+					 0, 0),
+			      T0 + 60000, &err),
+			 0);
+	s = kn_traffic_summary(t, "chat", T0 + 60000);
+	assert_int_equal(num(s, "requests"), 5);
+	json_decref(s);
+	kn_traffic_free(t);
+}
+
+static void quantiles(void **state)
+{
+	const double b[] = {1, 2, 4};
+	const uint64_t empty[] = {0, 0, 0, 0};
+	const uint64_t c[] = {0, 4, 0, 0};
+	const uint64_t over[] = {0, 0, 0, 3};
+
+	(void)state;
+	assert_true(kn_traffic_quantile(b, empty, 3, 0.5) < 0);
+	assert_float_equal(kn_traffic_quantile(b, c, 3, 0.5), 1.5, 1e-9);
+	assert_float_equal(kn_traffic_quantile(b, c, 3, 1.0), 2.0, 1e-9);
+	assert_float_equal(kn_traffic_quantile(b, over, 3, 0.5), 4.0, 1e-9);
+}
+
+/* Bad reports are refused whole, naming the field; nothing is kept. */
+static void hostile_reports_are_refused(void **state)
+{
+	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_error err;
+	static const char *const bad[][2] = {
+		{"[]", ""},
+		{"{\"instance\": \"a b\", \"uptime_ms\": 1, \"deployments\": []}",
+		 "instance"},
+		{"{\"instance\": \"a\", \"uptime_ms\": -1, \"deployments\": []}",
+		 "uptime_ms"},
+		{"{\"instance\": \"a\", \"uptime_ms\": 1, \"deployments\": {}}",
+		 "deployments"},
+		{"{\"instance\": \"a\", \"uptime_ms\": 1, \"deployments\": "
+		 "[{\"name\": \"../x\"}]}",
+		 "deployments"},
+		{"{\"instance\": \"a\", \"uptime_ms\": 1, \"deployments\": "
+		 "[{\"name\": \"x\", \"requests\": -4, \"errors\": 0, "
+		 "\"rate_limited\": 0, \"fallbacks\": 0, \"upstream_errors\": "
+		 "0, \"tokens\": 0, \"latency_bounds_s\": [], "
+		 "\"latency_counts\": [0]}]}",
+		 "deployments"},
+		{"{\"instance\": \"a\", \"uptime_ms\": 1, \"deployments\": "
+		 "[{\"name\": \"x\", \"requests\": 1, \"errors\": 0, "
+		 "\"rate_limited\": 0, \"fallbacks\": 0, \"upstream_errors\": "
+		 "0, \"tokens\": 0, \"latency_bounds_s\": [2, 1], "
+		 "\"latency_counts\": [0, 0, 1]}]}",
+		 "deployments"},
+		{"{\"instance\": \"a\", \"uptime_ms\": 1, \"deployments\": "
+		 "[{\"name\": \"x\", \"requests\": 1, \"errors\": 0, "
+		 "\"rate_limited\": 0, \"fallbacks\": 0, \"upstream_errors\": "
+		 "0, \"tokens\": 0, \"latency_bounds_s\": [1], "
+		 "\"latency_counts\": [1]}]}",
+		 "deployments"},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		json_t *doc = json_loads(bad[i][0], 0, NULL);
+
+		assert_non_null(doc);
+		assert_int_equal(take(t, doc, T0, &err), -EINVAL);
+		assert_int_equal(err.code, KN_EINVAL);
+		assert_string_equal(err.field, bad[i][1]);
+	}
+	assert_null(kn_traffic_summary(t, "x", T0));
+	kn_traffic_free(t);
+}
+
+/* A report of n deployments d0..d(n-1), one request each. */
+static json_t *many(const char *instance, int n)
+{
+	json_t *doc = json_pack("{s:s, s:i, s:[]}", "instance", instance,
+				"uptime_ms", 1, "deployments");
+
+	for (int i = 0; i < n; i++) {
+		json_t *r = report(instance, 1, "x", 1, 0, 0, 0, 1, 0, 0, 0);
+		json_t *e = json_array_get(json_object_get(r, "deployments"),
+					   0);
+		char name[16];
+
+		snprintf(name, sizeof(name), "d%d", i);
+		json_object_set_new(e, "name", json_string(name));
+		json_array_append(json_object_get(doc, "deployments"), e);
+		json_decref(r);
+	}
+	return doc;
+}
+
+static void what_it_holds_is_bounded(void **state)
+{
+	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_error err;
+	char id[16];
+
+	(void)state;
+	for (int i = 0; i < KN_TRAFFIC_GATEWAYS_MAX; i++) {
+		snprintf(id, sizeof(id), "gw%d", i);
+		assert_int_equal(take(t, many(id, 1), T0, &err), 0);
+	}
+	assert_int_not_equal(take(t, many("one-more", 1), T0, &err), 0);
+	assert_int_equal(err.code, KN_ELIMIT);
+	assert_string_equal(err.field, "instance");
+	/* Once the others have been silent for a window, it is taken. */
+	assert_int_equal(take(t, many("one-more", 1), T0 + WINDOW + 1, &err),
+			 0);
+	kn_traffic_free(t);
+
+	/* Gateway and deployment pairs: one gateway fills the table, the
+	   next one's new pair is refused, the first's known ones are not. */
+	t = kn_traffic_new(WINDOW);
+	assert_int_equal(take(t, many("a", KN_TRAFFIC_SERIES_MAX), T0, &err),
+			 0);
+	assert_int_not_equal(take(t, many("b", 1), T0, &err), 0);
+	assert_int_equal(err.code, KN_ELIMIT);
+	assert_string_equal(err.field, "deployments");
+	assert_int_equal(take(t, many("a", 10), T0 + 1000, &err), 0);
+	/* More entries than the table could ever hold: a bad report. */
+	assert_int_equal(take(t, many("c", KN_TRAFFIC_SERIES_MAX + 1), T0,
+			      &err),
+			 -EINVAL);
+	kn_traffic_free(t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(a_fresh_gateway_counts_from_zero),
+		cmocka_unit_test(the_window_is_a_difference),
+		cmocka_unit_test(gateways_add_up),
+		cmocka_unit_test(a_restart_starts_the_series_again),
+		cmocka_unit_test(quantiles),
+		cmocka_unit_test(hostile_reports_are_refused),
+		cmocka_unit_test(what_it_holds_is_bounded),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
