@@ -15,14 +15,16 @@ and an echo port. Three sides reach it:
           cipher is OpenSSH's default;
   kiln    `kiln port-forward JOB 0:PORT` against the run's server on
           loopback (plain HTTP unless --tls, which gives the server
-          --tls-self-signed and the client its certificate: encrypted like
+          --tls-self-signed and the client its CA: encrypted like
           ssh).
 
 Per round, sides in alternating order: bytes/s of one download of
---bytes (default 256 MiB) over one connection; the mean round trip of
---requests (default 2000) 64-byte echoes over one established
-connection; and the mean of --connects (default 100) new connections
-each carrying one echo (what opening a forwarded connection costs).
+--bytes (default 256 MiB) over one connection; the mean and median round
+trip of --requests (default 2000) 64-byte echoes over one established
+connection; and the mean and median of --connects (default 100) new
+connections each carrying one echo (what opening a forwarded connection
+costs). On a loaded machine the median is the steadier figure: a mean
+takes in every time the scheduler put a process aside.
 Summary: each side's mean and standard deviation over --rounds (default
 5), and per round kiln/ssh ratios with their mean and sd. Goal: kiln >=
 1.0x ssh's bytes/s and <= 1.2x its established round trip. The load
@@ -173,7 +175,7 @@ class Kiln:
                                  (work / "server.log").read_text()[-2000:])
             time.sleep(0.05)
         if tls:
-            self.env["KILN_CA"] = str(self.home / "tls" / "server.crt")
+            self.env["KILN_CA"] = str(self.home / "tls" / "ca.pem")
         self.forwards = []
 
     def cli(self, *args):
@@ -206,7 +208,10 @@ class Kiln:
             p.terminate()
             p.wait(timeout=10)
         if self.proc.poll() is None:
-            self.cli("cancel", "--all", "--yes")
+            # The backend is a task: it would outlive its server.
+            subprocess.run([self.kiln, "cancel", "--all", "--yes"],
+                           env=self.env, capture_output=True)
+            time.sleep(1)
             self.proc.terminate()
             self.proc.wait(timeout=30)
         self.log.close()
