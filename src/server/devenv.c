@@ -434,7 +434,7 @@ static void home_done(void *arg, bool ran)
 	struct devenv_state *d = state(s);
 	struct track *t = d ? track_find(d, w->job_id, w->attempt) : NULL;
 
-	if (!ran || s->closing || !t)
+	if (!ran || s->closing || !d)
 		goto out;
 	if (w->rc < 0)
 		kn_log(KN_LOG_WARN, "job %lld: %s its home: %s",
@@ -444,16 +444,24 @@ static void home_done(void *arg, bool ran)
 	if (w->warnings)
 		kn_log(KN_LOG_WARN, "job %lld: %s", (long long)w->job_id,
 		       w->warnings);
+	/* The core goes on whatever became of the track meanwhile. */
 	if (w->save) {
-		t->save = HOME_DONE;
+		if (t)
+			t->save = HOME_DONE;
 		feed_publish(s, w->rc < 0 ? "devenv.home_refused"
 					  : "devenv.home_saved",
 			     home_event(w));
 		jobs_end_resume(s, w->job_id, w->attempt);
 	} else {
-		t->restore = HOME_DONE;
-		/* Its idle time starts when it does. */
-		t->busy_ms = t->last_tick_ms = kn_now_ms();
+		struct run *r = devenv_run(s, w->job_id, w->attempt);
+
+		if (!t && r)
+			t = track_get(d, r);
+		if (t) {
+			t->restore = HOME_DONE;
+			/* Its idle time starts when it does. */
+			t->busy_ms = t->last_tick_ms = kn_now_ms();
+		}
 		jobs_launch_resume(s, w->job_id, w->attempt);
 	}
 out:

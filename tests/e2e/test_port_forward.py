@@ -288,3 +288,27 @@ def test_flooding_client_leaves_another_users_session_responsive(s):
     assert worst < 2.0, worst
     # What the server holds for the reader that never reads is bounded.
     assert rss_kib(s.proc.pid) - rss_before < 64 << 10
+
+
+def test_open_forward_keeps_a_dev_environment_up(s):
+    """A forward is a session: an idle dev environment with one open is
+    not stopped; once it closes, the idle timeout runs again."""
+    alice = s.create_token("alice", "user")
+    port = free_port()
+    spec = "\n".join([
+        "kind: DevEnvironment", "name: box",
+        f"command: {json.dumps(['/usr/bin/python3', '-c', HTTP_TASK])}",
+        f"env: {json.dumps({'PORT': str(port), 'MSG': 'dev'})}",
+        "idle_timeout: 2s"]) + "\n"
+    jid = s.submit(spec, token=alice)
+    s.wait_state(jid, "running")
+    wait_for(lambda: listening(port), what="the environment's server")
+    status, sock = upgrade(s, alice, jid, port)
+    assert " 101 " in status, status
+    try:
+        time.sleep(5)  # well past idle_timeout and its warning's lead
+        assert s.job(jid)["state"] == "running", s.job(jid)
+    finally:
+        sock.close()
+    job = s.wait_state(jid, ("cancelled", "failed", "succeeded"), timeout=30)
+    assert job["reason"].startswith("stopped: idle for 2s"), job
