@@ -23,7 +23,6 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include <curl/curl.h>
 #include <jansson.h>
 
 #include "base/base.h"
@@ -71,6 +70,22 @@ int cli_find_credentials(const struct cli_ctx *ctx, const char *home,
 int cli_call(struct cli_client *c, const char *method, const char *path,
 	     const char *content_type, const char *body, size_t body_len,
 	     json_t **out);
+
+/*
+ * An upgraded session (docs/api.md, "Interactive sessions"): method and
+ * path with Connection: Upgrade to protocol. On 101 returns 0 with *conn,
+ * a libcurl CONNECT_ONLY handle (curl_easy_send and curl_easy_recv; free
+ * with curl_easy_cleanup), and the bytes that came behind the answer's
+ * head in *early (malloc'd, *n_early of them). Otherwise prints why (the
+ * API's error) and returns the exit status.
+ */
+int cli_client_upgrade(struct cli_client *c, const char *method,
+		       const char *path, const char *protocol, void **conn,
+		       char **early, size_t *n_early);
+/* Wait until conn's socket is writable (or readable): poll's answer. */
+int cli_conn_wait(void *conn, bool writing, int timeout_ms);
+/* Send all of data on conn, waiting as needed: 0, or -1 when it broke. */
+int cli_conn_send(void *conn, const void *data, size_t len);
 
 /*
  * POST a create (a job, a deployment, a workflow run, a model version)
@@ -124,21 +139,6 @@ void cli_query_add(struct kn_buf *path, const char *key, const char *value);
 
 /* Append a percent-encoded path segment (a token name) to path. */
 void cli_path_add(struct kn_buf *path, const char *segment);
-
-/*
- * Ask the server to turn a GET of path into a byte pipe speaking
- * protocol (HTTP/1.1 Upgrade, answered 101), on a connection of its own
- * made as every call's (TLS, token). 0 with *out the connected handle
- * (curl_easy_send/recv carry the pipe; curl_easy_cleanup ends it) and
- * the pipe's first bytes, read with the answer, appended to early; else
- * the exit status after printing the server's refusal. Thread-safe for
- * one client: it uses a handle of its own.
- */
-int cli_upgrade(struct cli_client *c, const char *path, const char *protocol,
-		CURL **out, struct kn_buf *early);
-/* Wait up to timeout_ms for events (POLLIN, POLLOUT) on the socket of
-   a connected handle: 0, -ETIMEDOUT, or another negative errno. */
-int cli_socket_wait(CURL *curl, short events, int timeout_ms);
 
 /*
  * POST a spec's text to collection ("/v1/jobs"), with the name it is

@@ -24,14 +24,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
 #define PROTOCOL "kiln-port-forward"
 #define RELAY_BUF (256 * 1024)
-/* Bytes the task may send before the client's first read, kept. */
-#define EARLY_MAX (1 << 20)
 
 struct relay {
 	struct cli_client *c;
@@ -144,19 +144,27 @@ static void relay_loop(int fd, CURL *api)
 	free(down);
 }
 
+/* The client has one error buffer: one upgrade at a time, while the
+   relays of the connections already open run side by side. */
+static pthread_mutex_t upgrade_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void *relay_run(void *arg)
 {
 	struct relay *k = arg;
-	struct kn_buf early;
-	CURL *api = NULL;
+	char *early = NULL;
+	size_t n_early = 0;
+	void *api = NULL;
+	int rc;
 
-	kn_buf_init(&early, EARLY_MAX);
-	if (cli_upgrade(k->c, k->path, PROTOCOL, &api, &early) == 0 &&
-	    write_all(k->fd, early.data ? early.data : "", early.len))
+	pthread_mutex_lock(&upgrade_lock);
+	rc = cli_client_upgrade(k->c, "GET", k->path, PROTOCOL, &api, &early,
+				&n_early);
+	pthread_mutex_unlock(&upgrade_lock);
+	if (rc == 0 && write_all(k->fd, early ? early : "", n_early))
 		relay_loop(k->fd, api);
 	if (api)
 		curl_easy_cleanup(api);
-	kn_buf_release(&early);
+	free(early);
 	close(k->fd);
 	free(k);
 	return NULL;
