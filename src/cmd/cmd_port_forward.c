@@ -241,6 +241,55 @@ static void serve(struct cli_client *c, int lfd, const char *path)
 	}
 }
 
+struct listener {
+	struct cli_client *c;
+	int fd;
+	char *path;
+};
+
+static void *listener_run(void *arg)
+{
+	struct listener *l = arg;
+
+	serve(l->c, l->fd, l->path);
+	return NULL;
+}
+
+int cli_port_forward_start(const struct cli_ctx *ctx, struct cli_client *c,
+			   int64_t id, int task, const char *ports,
+			   const char *address)
+{
+	struct listener *l;
+	int local, remote, bound, fd, rc;
+	pthread_t t;
+
+	if (!parse_ports(ports, &local, &remote))
+		return cli_usage_error(ctx, "--port %s: want LOCAL:REMOTE, two "
+					    "TCP ports (LOCAL 0: any free one)",
+				       ports);
+	rc = listen_on(address, local, &fd, &bound);
+	if (rc < 0)
+		return cli_fail(ctx, "cannot listen on %s:%d: %s", address,
+				local, strerror(-rc));
+	l = kn_xcalloc(1, sizeof(*l));
+	l->c = c;
+	l->fd = fd;
+	l->path = kn_asprintf("/v1/jobs/%lld/port-forward?port=%d&task=%d",
+			      (long long)id, remote, task);
+	signal(SIGPIPE, SIG_IGN);
+	/* It lives as long as the process: the command's end ends it. */
+	if (pthread_create(&t, NULL, listener_run, l) != 0) {
+		close(fd);
+		free(l->path);
+		free(l);
+		return cli_fail(ctx, "cannot start the port-forward");
+	}
+	pthread_detach(t);
+	fprintf(stderr, "forwarding %s:%d to job %lld task %d port %d\n",
+		address, bound, (long long)id, task, remote);
+	return 0;
+}
+
 int cmd_port_forward(struct cli_ctx *ctx, int argc, char **argv)
 {
 	int task = 0, local = 0, remote = 0, lfd = -1, bound = 0;

@@ -140,7 +140,7 @@ static const struct cli_command commands[] = {
 	 "  --name N     the job's name (default run)\n",
 	 false},
 	{"attach", cmd_attach, NULL, "attach this terminal to a job's terminal",
-	 "usage: kiln attach ID [--task N]\n"
+	 "usage: kiln attach ID [--task N] [--port LOCAL:REMOTE]\n"
 	 "\n"
 	 "Attach this terminal to the terminal of job ID's task (one started\n"
 	 "with kiln run -it, or a spec with tty: true), showing first what it\n"
@@ -148,7 +148,10 @@ static const struct cli_command commands[] = {
 	 "detached. Ctrl-P Ctrl-Q detaches; kiln exits with the task's exit\n"
 	 "code when it ends meanwhile. The job's owner and operators only.\n"
 	 "\n"
-	 "  --task N  the task's rank (default 0)\n",
+	 "  --task N              the task's rank (default 0)\n"
+	 "  --port LOCAL:REMOTE   also forward 127.0.0.1:LOCAL to the task's\n"
+	 "                        port REMOTE while attached, as kiln\n"
+	 "                        port-forward does\n",
 	 false},
 	{"exec", cmd_exec, NULL, "run a command beside a running task",
 	 "usage: kiln exec ID [--task N] [-i] [-t] -- CMD [ARG...]\n"

@@ -299,16 +299,65 @@ def test_open_forward_keeps_a_dev_environment_up(s):
         "kind: DevEnvironment", "name: box",
         f"command: {json.dumps(['/usr/bin/python3', '-c', HTTP_TASK])}",
         f"env: {json.dumps({'PORT': str(port), 'MSG': 'dev'})}",
-        "idle_timeout: 2s"]) + "\n"
+        "idle_timeout: 10s"]) + "\n"
     jid = s.submit(spec, token=alice)
     s.wait_state(jid, "running")
+    # Long enough for Python to start listening on a loaded machine.
     wait_for(lambda: listening(port), what="the environment's server")
     status, sock = upgrade(s, alice, jid, port)
     assert " 101 " in status, status
     try:
-        time.sleep(5)  # well past idle_timeout and its warning's lead
+        time.sleep(12)  # past idle_timeout and its warning's lead
         assert s.job(jid)["state"] == "running", s.job(jid)
     finally:
         sock.close()
-    job = s.wait_state(jid, ("cancelled", "failed", "succeeded"), timeout=30)
-    assert job["reason"].startswith("stopped: idle for 2s"), job
+    job = s.wait_state(jid, ("cancelled", "failed", "succeeded"), timeout=40)
+    assert job["reason"].startswith("stopped: idle for 10s"), job
+
+
+def test_exec_session_keeps_a_dev_environment_up(s):
+    """kiln exec -it is a session too: while its shell is open the idle
+    environment stays; when it exits the idle timeout runs again."""
+    from test_interactive import drain, expect, spawn, wait_exit
+    alice = s.create_token("alice", "user")
+    jid = s.submit("kind: DevEnvironment\nname: box\nidle_timeout: 8s\n",
+                   token=alice)
+    s.wait_state(jid, "running")
+    pid, fd = spawn(s, "exec", "-it", str(jid), "--", "bash", "--norc",
+                    "--noprofile", "-i", token=alice)
+    expect(fd, "$ ")
+    os.write(fd, b"echo home=$HOME\r")
+    expect(fd, f"home.{jid}.1")
+    time.sleep(10)  # past idle_timeout and its warning's lead
+    assert s.job(jid)["state"] == "running", s.job(jid)
+    os.write(fd, b"exit\r")
+    assert wait_exit(pid) == 0
+    drain(fd)
+    job = s.wait_state(jid, ("cancelled", "failed", "succeeded"), timeout=40)
+    assert job["reason"].startswith("stopped: idle for 8s"), job
+
+
+def test_attach_with_a_port(s):
+    """kiln attach --port forwards while the terminal is attached."""
+    from test_interactive import drain, expect, spawn, wait_exit
+    port = free_port()
+    pid, fd = spawn(s, "run", "-it", "--", "bash", "--norc", "--noprofile",
+                    "-i")
+    seen = expect(fd, "$ ")
+    jid = int(seen.split(b"kiln: job ", 1)[1].split()[0])
+    os.write(fd, (f"cd $KILN_TASK_DIR && echo attached > index.html && "
+                  f"python3 -m http.server {port} --bind 127.0.0.1 "
+                  ">/dev/null 2>&1 &\r").encode())
+    wait_for(lambda: listening(port), what="the task's server")
+    os.write(fd, b"\x10\x11")
+    assert wait_exit(pid) == 0
+    drain(fd)
+    pid, fd = spawn(s, "attach", "--port", f"0:{port}", str(jid))
+    seen = expect(fd, f"to job {jid} task 0 port {port}")
+    local = int(seen.split(b"forwarding 127.0.0.1:", 1)[1].split()[0])
+    r = requests.get(f"http://127.0.0.1:{local}/index.html", timeout=10)
+    assert r.text == "attached\n"
+    os.write(fd, b"kill %1; exit\r")
+    assert wait_exit(pid) == 0
+    drain(fd)
+    s.wait_state(jid, ("succeeded", "failed"), timeout=30)
