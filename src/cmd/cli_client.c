@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <poll.h>
 
 /* server.url and admin.token hold one short line; anything bigger is not. */
 #define CONFIG_FILE_MAX 4096
@@ -698,6 +699,144 @@ static int perform(struct cli_client *c, const char *method,
 		}
 	}
 	kn_buf_release(&a.body);
+	return rc;
+}
+
+/* ---- upgraded sessions ---- */
+
+/* The answer's head, and what came behind it, bounded. */
+#define UPGRADE_HEAD_MAX (64 * 1024)
+
+int cli_conn_wait(void *conn, bool writing, int timeout_ms)
+{
+	curl_socket_t fd = CURL_SOCKET_BAD;
+	struct pollfd p;
+
+	curl_easy_getinfo(conn, CURLINFO_ACTIVESOCKET, &fd);
+	p = (struct pollfd){fd, (short)(writing ? POLLOUT : POLLIN), 0};
+	return poll(&p, 1, timeout_ms);
+}
+
+int cli_conn_send(void *conn, const void *data, size_t len)
+{
+	const char *p = data;
+
+	while (len) {
+		size_t n = 0;
+		CURLcode cc = curl_easy_send(conn, p, len, &n);
+		if (cc == CURLE_AGAIN) {
+			if (cli_conn_wait(conn, true, -1) < 0 && errno != EINTR)
+				return -1;
+			continue;
+		}
+		if (cc != CURLE_OK)
+			return -1;
+		p += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* The answer's head into b, then the rest of its body if it has one. */
+static int read_answer(void *conn, struct kn_buf *b, size_t *head_len)
+{
+	char buf[16384], *end = NULL;
+
+	while (!end) {
+		size_t n = 0;
+		CURLcode cc = curl_easy_recv(conn, buf, sizeof(buf), &n);
+		if (cc == CURLE_AGAIN) {
+			if (cli_conn_wait(conn, false, CLI_REQUEST_TIMEOUT_MS) <= 0)
+				return -1;
+			continue;
+		}
+		if (cc != CURLE_OK || n == 0 || kn_buf_append(b, buf, n) < 0)
+			return -1;
+		end = memmem(b->data, b->len, "\r\n\r\n", 4);
+	}
+	*head_len = (size_t)(end - b->data) + 4;
+	return 0;
+}
+
+/* A refusal's JSON body (Content-Length, then the connection closes). */
+static void read_rest(void *conn, struct kn_buf *b)
+{
+	char buf[16384];
+
+	for (;;) {
+		size_t n = 0;
+		CURLcode cc = curl_easy_recv(conn, buf, sizeof(buf), &n);
+		if (cc == CURLE_AGAIN) {
+			if (cli_conn_wait(conn, false, 2000) <= 0)
+				return;
+			continue;
+		}
+		if (cc != CURLE_OK || n == 0 || kn_buf_append(b, buf, n) < 0)
+			return;
+	}
+}
+
+int cli_client_upgrade(struct cli_client *c, const char *method,
+		       const char *path, const char *protocol, void **conn,
+		       char **early, size_t *n_early)
+{
+	CURL *h = curl_easy_init();
+	const char *host = strstr(c->base_url, "://");
+	struct kn_buf answer, body;
+	char *url = kn_asprintf("%s%s", c->base_url, path), *request;
+	size_t head_len = 0;
+	long status = 0;
+	CURLcode cc;
+	int rc = CLI_EXIT_UNREACHABLE;
+
+	kn_buf_init(&answer, UPGRADE_HEAD_MAX);
+	kn_buf_init(&body, UPGRADE_HEAD_MAX);
+	if (!h) {
+		fputs("kiln: cannot start libcurl\n", stderr);
+		free(url);
+		return CLI_EXIT_FAIL;
+	}
+	kn_httpc_defaults(h, (long)CLI_CONNECT_TIMEOUT_MS);
+	tls_options(h);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_CONNECT_ONLY, 1L);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->errbuf);
+	c->errbuf[0] = '\0';
+	request = kn_asprintf(
+		"%s %s HTTP/1.1\r\nHost: %s\r\n%s%s%sConnection: Upgrade\r\n"
+		"Upgrade: %s\r\n\r\n",
+		method, path, host ? host + 3 : c->base_url,
+		c->token ? "Authorization: Bearer " : "",
+		c->token ? c->token : "", c->token ? "\r\n" : "", protocol);
+	if ((cc = curl_easy_perform(h)) != CURLE_OK) {
+		fprintf(stderr, "kiln: cannot reach the server at %s: %s%s\n",
+			c->base_url,
+			c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc),
+			tls_hint(cc, c->errbuf));
+	} else if (cli_conn_send(h, request, strlen(request)) < 0 ||
+		   read_answer(h, &answer, &head_len) < 0 ||
+		   sscanf(answer.data, "HTTP/1.%*d %ld", &status) != 1) {
+		fprintf(stderr, "kiln: lost the connection to the server at "
+				"%s\n", c->base_url);
+	} else if (status != 101) {
+		kn_buf_append(&body, answer.data + head_len,
+			      answer.len - head_len);
+		read_rest(h, &body);
+		print_api_error(c, status, &body);
+		rc = CLI_EXIT_FAIL;
+	} else {
+		*n_early = answer.len - head_len;
+		*early = kn_xmalloc(*n_early + 1);
+		memcpy(*early, answer.data + head_len, *n_early);
+		*conn = h;
+		h = NULL;
+		rc = 0;
+	}
+	curl_easy_cleanup(h);
+	kn_buf_release(&answer);
+	kn_buf_release(&body);
+	free(request);
+	free(url);
 	return rc;
 }
 

@@ -681,7 +681,7 @@ static json_t *node_json(struct server *s, size_t n)
 {
 	const struct server_node *nd = &s->nodes[n];
 	const struct kn_sched_node *sn = &s->cluster.nodes[n];
-	json_t *devs = json_array(), *labels = json_object(), *node;
+	json_t *devs = json_array(), *labels = json_object(), *node, *slurm;
 
 	for (size_t i = 0; i < nd->devices.n; i++) {
 		const struct kn_device_info *d = &nd->devices.devices[i];
@@ -725,6 +725,9 @@ static json_t *node_json(struct server *s, size_t n)
 	json_object_set_new(node, "fragmentation", nodes_fragmentation(s, n));
 	json_object_set_new(node, "isolation", json_string(s->isolation));
 	json_object_set_new(node, "limits", limits_json(s));
+	/* Under Slurm: Slurm's own state, reason and resources. */
+	slurm = slurm_nodes_json(s, nd->name);
+	json_object_set_new(node, "slurm", slurm ? slurm : json_null());
 	return node;
 }
 

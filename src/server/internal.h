@@ -114,7 +114,6 @@ struct kn_events;
 struct feed;
 struct monitor;
 struct node_health;
-struct deploy_state;
 struct kn_catalog;
 
 /* One node's own state, beside its scheduler view. */
@@ -125,10 +124,6 @@ struct server_node {
 	struct kn_device_set devices;
 	char *labels_text; /* the labels' text, split in place */
 	struct kn_sched_label *labels; /* into labels_text */
-	/* Node pools (pools.c): the pool's index + 1 (0: no pool), and
-	   since when the node has run nothing (0: busy). */
-	size_t pool;
-	int64_t idle_since;
 };
 
 struct server {
@@ -185,7 +180,6 @@ struct server {
 	struct feed *feed;          /* the event stream (feed.c) */
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
 	struct node_health *health; /* periodic health checks, or NULL */
-	struct deploy_state *deploy; /* deployments and their replicas */
 	bool closing;               /* shutting down: late work is dropped */
 
 	struct server_metrics *metrics; /* GET /metrics's counts (metrics.c) */
@@ -193,7 +187,8 @@ struct server {
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
-	struct pools *pools;        /* node pools and autoscaling (pools.c) */
+	/* The engine's inventory of nodes (slurm_nodes.c), or NULL. */
+	struct slurm_nodes *slurm_nodes;
 	struct usage_state *usage;  /* per-task usage sampling (usage_sampling.c) */
 	struct kn_console_grants *console; /* console logins (console.c) */
 	/* Task isolation (isolation.c): what nodes report, whether tasks
@@ -411,11 +406,18 @@ void audit_h_verify(struct server *s, struct kn_http_req *req,
 
 #include "server/costsvc.h"
 
-/* server.c: node set-up, shared with the pools that add nodes later */
+/* server.c: node set-up, shared with the nodes added later (nodes.c) */
 /* Node n's scheduler view of its devices, this machine's CPUs and memory. */
 void setup_sched_node(struct server *s, size_t n);
 /* Labels "k=v,k=v" split on sep into node n's labels; flag names the
    option in errors. */
+/*
+ * slurm_nodes.c: what Slurm last said of node name (state, reason,
+ * partitions, features, GRES), a new object, or NULL when the server
+ * reads no engine's inventory or Slurm does not list name.
+ */
+json_t *slurm_nodes_json(const struct server *s, const char *name);
+
 int setup_labels(struct server *s, size_t n, const char *text,
 		 const char *sep, const char *flag, struct kn_error *err);
 
