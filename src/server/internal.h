@@ -154,6 +154,11 @@ struct server {
 	const struct kn_pack_policy *policy;
 	struct kn_sched_shape *workload;
 	size_t n_workload, cap_workload;
+	/* The same jobs as distinct shapes with their counts: what placement
+	   and the fragmentation measure read, a few entries however many
+	   jobs (an array of 10,000 is one). */
+	struct kn_sched_shape *shapes;
+	size_t n_shapes, cap_shapes;
 
 	struct queued_job *queue;
 	size_t queue_len;
