@@ -143,6 +143,8 @@ class Deployment(Object):
     generation: int = 0
     fallback: Optional[str] = None
     replicas: Optional[List[Replica]] = _nested(Replica, many=True)
+    # What the gateways reported over the last 5 minutes, or None.
+    traffic: Optional[Dict[str, Any]] = None
 
 
 @dataclass

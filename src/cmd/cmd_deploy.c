@@ -123,6 +123,36 @@ static void print_kube_detail(json_t *d, json_t *k)
 	cli_table_free(t);
 }
 
+/* A latency in ms, or "-" when none was measured. */
+static void print_ms(const char *label, json_t *v)
+{
+	if (json_is_number(v))
+		printf(", %s %.1f ms", label, json_number_value(v));
+	else
+		printf(", %s -", label);
+}
+
+/* What the gateways reported over the server's window, if any did. */
+static void print_traffic(json_t *t)
+{
+	if (!json_is_object(t)) {
+		printf("traffic:     none reported in the last 5 minutes\n");
+		return;
+	}
+	printf("traffic:     %lld requests in %.0f s (%.2f/s)",
+	       (long long)cli_json_int(t, "requests"),
+	       json_number_value(json_object_get(t, "window_s")),
+	       json_number_value(json_object_get(t, "requests_per_s")));
+	print_ms("p50", json_object_get(t, "latency_p50_ms"));
+	print_ms("p99", json_object_get(t, "latency_p99_ms"));
+	printf(", %lld 5xx, %lld 429, %lld fallbacks (%lld gateway%s)\n",
+	       (long long)cli_json_int(t, "errors"),
+	       (long long)cli_json_int(t, "rate_limited"),
+	       (long long)cli_json_int(t, "fallbacks"),
+	       (long long)cli_json_int(t, "gateways"),
+	       cli_json_int(t, "gateways") == 1 ? "" : "s");
+}
+
 static void print_detail(json_t *d)
 {
 	static const char *const headers[] = {
@@ -145,6 +175,7 @@ static void print_detail(json_t *d)
 	       (long long)cli_json_int(d, "replicas_ready"),
 	       (long long)cli_json_int(d, "replicas_wanted"));
 	printf("fallback:    %s\n", cli_json_str(d, "fallback"));
+	print_traffic(json_object_get(d, "traffic"));
 	if (json_is_object(rollout))
 		printf("rollout:     at replica %lld\n",
 		       (long long)cli_json_int(rollout, "next_replica"));

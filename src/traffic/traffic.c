@@ -50,7 +50,7 @@ struct series {
 struct gateway {
 	char instance[INSTANCE_MAX + 1];
 	int64_t started_at_ms, last_ms;
-	struct series **series;
+	struct series **series; /* by deployment name: found by bisection */
 	size_t n_series;
 };
 
@@ -109,7 +109,8 @@ static void expire(struct kn_traffic *t, int64_t now)
 
 			if (s->samples[s->n_samples - 1].at_ms < start) {
 				free(s);
-				g->series[j] = g->series[--g->n_series];
+				memmove(&g->series[j], &g->series[j + 1],
+					(--g->n_series - j) * sizeof(*g->series));
 				t->n_series--;
 				continue;
 			}
@@ -220,12 +221,37 @@ static struct gateway *gateway_for(struct kn_traffic *t, const char *instance)
 	return NULL;
 }
 
-static struct series *series_for(struct gateway *g, const char *deployment)
+/* Where deployment's series is in g, or would go: its index, *found
+   whether it is there. */
+static size_t series_index(const struct gateway *g, const char *deployment,
+			   bool *found)
 {
-	for (size_t i = 0; i < g->n_series; i++)
-		if (!strcmp(g->series[i]->deployment, deployment))
-			return g->series[i];
-	return NULL;
+	size_t lo = 0, hi = g->n_series;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(g->series[mid]->deployment, deployment);
+
+		if (c == 0) {
+			*found = true;
+			return mid;
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*found = false;
+	return lo;
+}
+
+static struct series *series_for(const struct gateway *g,
+				 const char *deployment)
+{
+	bool found;
+	size_t i = series_index(g, deployment, &found);
+
+	return found ? g->series[i] : NULL;
 }
 
 /* Whether s went backwards from last (or changed its buckets): a
@@ -308,23 +334,28 @@ static int check_report(const json_t *doc, struct kn_error *err)
 	return 0;
 }
 
-/* How many series doc adds to g (NULL: a new gateway). */
-static size_t new_series(struct gateway *g, const json_t *deps)
+static int name_cmp(const void *a, const void *b)
 {
-	size_t n = 0;
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
-	for (size_t i = 0; i < json_array_size(deps); i++) {
-		const char *name = json_string_value(
+/* How many series deps adds to g (NULL: a new gateway): its distinct
+   names g does not hold yet. */
+static size_t new_series(const struct gateway *g, const json_t *deps)
+{
+	size_t n = json_array_size(deps), adds = 0;
+	const char **names = kn_xcalloc(n ? n : 1, sizeof(*names));
+
+	for (size_t i = 0; i < n; i++)
+		names[i] = json_string_value(
 			json_object_get(json_array_get(deps, i), "name"));
-		bool seen = g && series_for(g, name);
-
-		for (size_t j = 0; !seen && j < i; j++)
-			seen = !strcmp(name,
-				       json_string_value(json_object_get(
-					       json_array_get(deps, j), "name")));
-		n += !seen;
-	}
-	return n;
+	qsort(names, n, sizeof(*names), name_cmp);
+	for (size_t i = 0; i < n; i++)
+		if ((i == 0 || strcmp(names[i - 1], names[i])) &&
+		    !(g && series_for(g, names[i])))
+			adds++;
+	free(names);
+	return adds;
 }
 
 static void take_entry(struct kn_traffic *t, struct gateway *g,
@@ -333,17 +364,23 @@ static void take_entry(struct kn_traffic *t, struct gateway *g,
 	struct series in;
 	struct sample smp;
 	struct series *s;
+	bool found;
+	size_t at;
 
 	memset(&in, 0, sizeof(in));
 	memset(&smp, 0, sizeof(smp));
 	parse_entry(e, 0, &in, &smp, NULL);
 	smp.at_ms = now;
-	s = series_for(g, in.deployment);
+	at = series_index(g, in.deployment, &found);
+	s = found ? g->series[at] : NULL;
 	if (!s) {
 		s = kn_xcalloc(1, sizeof(*s));
 		g->series = kn_xrealloc(g->series,
 					(g->n_series + 1) * sizeof(*g->series));
-		g->series[g->n_series++] = s;
+		memmove(&g->series[at + 1], &g->series[at],
+			(g->n_series - at) * sizeof(*g->series));
+		g->series[at] = s;
+		g->n_series++;
 		t->n_series++;
 	} else if (went_back(s, &in, &s->samples[s->n_samples - 1], &smp)) {
 		s->n_samples = 0;
@@ -498,7 +535,7 @@ json_t *kn_traffic_summary(const struct kn_traffic *t, const char *deployment,
 
 		if (g->last_ms < now - t->window_ms)
 			continue;
-		s = series_for((struct gateway *)g, deployment);
+		s = series_for(g, deployment);
 		if (s && s->samples[s->n_samples - 1].at_ms >= now - t->window_ms)
 			add_series(&sum, g, s, now, t->window_ms);
 	}

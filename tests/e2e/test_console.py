@@ -15,8 +15,9 @@ import requests
 from conftest import Server, job_yaml, kill_processes_under, wait_for
 from test_deployments import MODEL_SERVER, deploy, wait_ready
 from test_gateway import Gateway
-from test_pipeline import keygen, prepare_train
-from test_workflows import run, steps, wait_run, write_workflow
+from test_cost import COMMIT
+from test_pipeline import PREPARE, TRAIN, keygen
+from test_workflows import run, sh, steps, wait_run, write_workflow
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
@@ -265,10 +266,19 @@ def populate(s, g, tmp_path):
     """Jobs, a workflow whose train step made a signed model with
     lineage, a deployment served through the gateway, and an alert."""
     ids = {}
-    run_id = run(s, write_workflow(tmp_path, prepare_train()))
+    # prepare → train, which saves a checkpoint (and waits for it to be
+    # synced) before it writes its model.
+    train = COMMIT + "sleep 2; " + TRAIN
+    run_id = run(s, write_workflow(tmp_path, (
+        "kind: Workflow\nname: pipe\nsteps:\n"
+        f"  - name: prepare\n    job: {{command: {sh(PREPARE)}}}\n"
+        "  - name: train\n    needs: [prepare]\n"
+        "    inputs: [prepare.outputs/data.txt]\n"
+        f"    job: {{command: {sh(train)}, checkpoint: {{every: 1s}}}}\n")))
     w = wait_run(s, run_id, timeout=60)
     assert w["state"] == "succeeded", json.dumps(w["steps"])
     ids["workflow"] = run_id
+    ids["prepare"] = steps(w)["prepare"]["job"]
     ids["train"] = steps(w)["train"]["job"]
     s.cli("model", "push", "--from-job", str(ids["train"]), "--name", "tiny",
           "--alias", "staging", check=True)
@@ -292,6 +302,12 @@ def populate(s, g, tmp_path):
         "low": 10.0, "high": 200.0, "window_s": 60,
         "started_at_ms": int(time.time() * 1000)})
     assert r.status_code == 202, r.text
+    # A job with an input, done before the queue fills.
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("a b c\n")
+    ids["reader"] = s.submit(job_yaml("reader", ["/bin/true"],
+                                      inputs=[f"file://{vocab}"]))
+    s.wait_state(ids["reader"], "succeeded")
     # A job that prints a line a second until cancelled on 3 GPUs, one
     # on half a GPU, and one that waits for 2.
     ids["ticker"] = s.submit(job_yaml(
@@ -346,6 +362,21 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
                           driver.find_element(By.CSS_SELECTOR, "pre.log"))
     shot(driver, "job")
 
+    # The train step's job: its outputs and goodput.
+    train = s.job(ids["train"])
+    assert train["outputs"]
+    page(f"job/{ids['train']}", "#page-job", "succeeded")
+    for o in train["outputs"]:
+        wait_text(driver, "#page-job td", o["name"])
+    wait_text(driver, "#page-job dd",
+              f"{train['goodput']['percent']:.1f}% (useful")
+    # A job's inputs, with the digest of what it fetched.
+    reader = ids["reader"]
+    inputs = s.job(reader)["inputs"]
+    page(f"job/{reader}", "#page-job", "succeeded")
+    wait_text(driver, "#page-job td", "vocab.txt")
+    wait_text(driver, "#page-job td", inputs[0]["sha256"][:16])
+
     page("deployments", "#page-deployments", "zone-1: 1/1")
     page("deployment/chat", "#page-deployment", "zone-1")
     wait_text(driver, "#page-deployment", "gateway_anomaly_latency_ms")
@@ -359,7 +390,11 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
                                                   "#page-model svg.graph"),
                      what="the lineage graph")
     assert f"job #{ids['train']}" in graph[0].get_attribute("textContent")
-    assert "input prepare/data.txt" in graph[0].get_attribute("textContent")
+    drawn = graph[0].get_attribute("textContent")
+    assert "input prepare/data.txt" in drawn
+    # Back through the input to the job that made it, and the checkpoint.
+    assert f"job #{ids['prepare']} prepare" in drawn
+    assert "checkpoint step-1" in drawn
     driver.execute_script("arguments[0].scrollIntoView()", graph[0])
     shot(driver, "model")
 
@@ -375,6 +410,13 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
     shot(driver, "cost")
 
     page("alerts", "#page-alerts", "gateway_anomaly_latency_ms")
+    # A new alert shows in the open page's table, without a reload.
+    r = s.request("POST", "/v1/gateway/alerts", json={
+        "deployment": "chat", "signal": "error_rate", "value": 40.0,
+        "low": 0.0, "high": 5.0, "window_s": 60,
+        "started_at_ms": int(time.time() * 1000)})
+    assert r.status_code == 202, r.text
+    wait_text(driver, "#alerts tr", "gateway_anomaly_error_rate")
     # Live events: a cancel shows up in the open stream.
     wait_text(driver, "#events", "job")
     s.request("POST", f"/v1/jobs/{ids['waiting']}/cancel")
@@ -389,8 +431,14 @@ def test_every_page_with_real_content(stack, browser, tmp_path):
     # tables scroll inside their own box).
     driver.set_window_size(390, 844)
     for hash_, css, text in (("jobs", "#page-jobs", "ticker"),
+                             (f"job/{ids['ticker']}", "#page-job", "tick"),
+                             ("deployment/chat", "#page-deployment", "zone-1"),
+                             ("model/tiny", "#page-model", "admin"),
                              (f"workflow/{ids['workflow']}", "#page-workflow",
                               "succeeded"),
+                             ("cost", "#page-cost", "GPU-hours"),
+                             ("alerts", "#page-alerts", "gateway_anomaly"),
+                             ("audit", "#page-audit", "console.login"),
                              ("overview", "#page-overview", "zone=zone-1")):
         page(hash_, css, text)
         width = driver.execute_script(

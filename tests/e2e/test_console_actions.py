@@ -7,6 +7,7 @@ its own jobs only."""
 import pytest
 
 from conftest import job_yaml, wait_for
+from test_cost import COMMIT
 from test_console import js_errors, login, wait_text
 from test_deployments import deploy, deployment_yaml, detail, wait_ready
 
@@ -35,7 +36,12 @@ def click(driver, page_css, action):
 
 
 def open_page(driver, s, hash_, css, text):
-    driver.get(f"{s.url}/#/{hash_}")
+    url = f"{s.url}/#/{hash_}"
+    # The same address again changes no fragment: load the page anew.
+    if driver.current_url == url:
+        driver.refresh()
+    else:
+        driver.get(url)
     return wait_text(driver, css, text)
 
 
@@ -57,8 +63,12 @@ def world(server, tmp_path):
     s = server
     ids = {}
     ids["sleeper"] = s.submit(job_yaml("sleeper", ["/bin/sleep", "300"]))
-    ids["spot"] = s.submit(job_yaml("spot", ["/bin/sleep", "300"],
-                                    preemptible=True))
+    # Saves a checkpoint, then sleeps; once resumed from it, ends.
+    script = ('if [ -n "$KILN_RESUME_FROM" ]; then exit 0; fi; ' + COMMIT +
+              'sleep 300 & wait')
+    ids["spot"] = s.submit(job_yaml("spot", ["/bin/sh", "-c", script],
+                                    preemptible=True,
+                                    checkpoint={"grace": "5s"}))
     specs = tmp_path / "specs"
     (specs / "work").mkdir(parents=True)
     r = s.request("POST", "/v1/jobs", data=job_yaml(
@@ -69,6 +79,9 @@ def world(server, tmp_path):
     ids["failer"] = r.json()["job"]["id"]
     for j in ("sleeper", "spot"):
         s.wait_state(ids[j], "running")
+    synced = (s.home / "blobs" / str(ids["spot"]) / "checkpoints" /
+              "step-1" / "MANIFEST.json")
+    wait_for(synced.exists, what="the checkpoint synced")
     s.wait_state(ids["failer"], "failed")
     deploy(s, deployment_yaml("chat", replicas=1))
     wait_ready(s, "chat", 1, timeout=60)
@@ -92,9 +105,18 @@ def test_operator_clicks_every_action(world, browser):
     s.wait_state(ids["sleeper"], "cancelled")
     open_page(driver, s, f"job/{ids['spot']}", "#page-job", "spot")
     click(driver, "#page-job", "evict")
-    wait_for(lambda: s.job(ids["spot"])["attempts_detail"][0]["state"] ==
-             "preempted", what="the evicted attempt")
-    assert "evicted by op" in s.job(ids["spot"])["attempts_detail"][0]["reason"]
+    # Resumed from its checkpoint, it ends.
+    first, _ = s.wait_state(ids["spot"], "succeeded",
+                            timeout=60)["attempts_detail"]
+    assert first["state"] == "preempted" and "evicted by op" in first["reason"]
+    assert first["checkpoint"] == "step-1" and first["lost_task_ms"] > 0
+    # Its page says where the time went: the preempted attempt's
+    # checkpoint and the work lost after it.
+    open_page(driver, s, f"job/{ids['spot']}", "#page-job", "succeeded")
+    row = wait_text(driver, "#page-job tr", "evicted by op")
+    assert "step-1 @" in row.text
+    lost = row.find_elements(By.CSS_SELECTOR, "span.error")
+    assert lost and lost[0].text.endswith(" s")
     old = s.job(ids["failer"])
     open_page(driver, s, f"job/{ids['failer']}", "#page-job", "failer")
     click(driver, "#page-job", "retry")
@@ -116,6 +138,9 @@ def test_operator_clicks_every_action(world, browser):
     open_page(driver, s, "overview", "#page-overview", "ready")
     click(driver, "#page-overview", "cordon")
     wait_for(lambda: node_state(s) == "cordoned", what="the cordon")
+    # Drawn again: its free GPUs shown as off.
+    wait_text(driver, "#page-overview", "uncordon")
+    assert driver.find_elements(By.CSS_SELECTOR, "#page-overview .gpu.off")
     click(driver, "#page-overview", "uncordon")
     wait_for(lambda: node_state(s) == "ready", what="the uncordon")
     click(driver, "#page-overview", "drain")

@@ -3,20 +3,29 @@ requests through a real `kiln gateway` (some refused with 429, some
 served by the fallback) show up in the deployment API's `traffic` and
 on the console's deployment pages; what the report route takes is
 bounded and refused to a viewer."""
+from decimal import Decimal, ROUND_HALF_UP
+import sys
+from pathlib import Path
+
 import pytest
 
-from conftest import wait_for
-from test_console import (assert_same_origin, js_errors, login, shot,
-                          stack, wait_text)  # noqa: F401 (fixture)
-from test_deployments import deploy, deployment_yaml, detail, wait_ready
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+import kiln  # noqa: E402
+from conftest import wait_for  # noqa: E402
+from test_console import (assert_same_origin, js_errors, login,  # noqa: E402
+                          shot, stack, wait_text)  # noqa: F401 (fixture)
+from test_deployments import deploy, deployment_yaml, detail, wait_ready  # noqa: E402
 
 pytest.importorskip("selenium")
 from test_console import browser  # noqa: E402,F401 (fixture)
 
 
 def ms(v):
-    """A latency as the console writes it."""
-    return f"{v:.1f} ms" if v < 10 else f"{v:.0f} ms"
+    """A latency as the console writes it: JavaScript's toFixed rounds a
+    tie (6.25, exact in binary) up, where Python's format rounds it to
+    even."""
+    places = Decimal("0.1") if v < 10 else Decimal("1")
+    return f"{Decimal(v).quantize(places, rounding=ROUND_HALF_UP)} ms"
 
 
 def key(s, name, deployments, **limits):
@@ -76,7 +85,17 @@ def test_deployment_traffic_from_the_gateway(stack, browser):
     assert t["gateways"] == 1
     assert 0 < t["latency_p50_ms"] <= t["latency_p99_ms"]
     assert t["requests_per_s"] > 0 and t["window_s"] > 0
-    # The list carries it too; a deployment nobody called has none.
+    # `kiln deployments chat` says it too.
+    shown = s.cli("deployments", "chat", check=True).stdout
+    line = next(x for x in shown.splitlines() if x.startswith("traffic:"))
+    assert f" {seen['requests']} requests in " in line
+    assert f", {seen['errors']} 5xx, 3 429, {seen['fallbacks']} fallbacks " \
+        "(1 gateway)" in line
+    assert f"p50 {t['latency_p50_ms']:.1f} ms" in line
+    # The Python client's Deployment has it.
+    client = kiln.Client(s.url, token=s.admin_token, timeout=30)
+    assert client.deployments.get("chat").traffic["rate_limited"] == 3
+    # The list carries it too.
     listed = {d["name"]: d for d in
               s.request("GET", "/v1/deployments").json()["deployments"]}
     assert listed["chat"]["traffic"]["requests"] == seen["requests"]

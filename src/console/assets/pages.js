@@ -61,7 +61,7 @@
       K.api('GET', `/v1/jobs?state=queued&limit=${PAGE}`),
     ]);
     const devs = nodes.nodes.flatMap((n) => n.devices);
-    const used = devs.filter((d) => d.allocated_milli > 0).length;
+    const used = devs.filter((d) => d.allocated_milli > 0 || d.mig_slices_used > 0).length;
     K.append(box, el('h1', { text: 'Overview' }),
       el('p', {}, `${nodes.nodes.length} nodes, ${devs.length} GPUs, ${used} in use, ` +
         `${queued.jobs.length} jobs queued`),
@@ -352,7 +352,9 @@
         : el('p', { class: 'muted', text: 'pushed from a directory: no lineage' }));
   }
 
-  /* The lineage tree as a left-to-right graph: version ← job ← inputs ← jobs. */
+  /* The lineage tree as a left-to-right graph: version ← job ← its
+     checkpoint and inputs ← the jobs that produced them (produced_by),
+     back to the first. */
   function lineageGraph(root, lineage) {
     const nodes = [], edges = [];
     const add = (label, kind, depth) => { nodes.push({ label, kind, depth }); return nodes.length - 1; };
@@ -363,7 +365,7 @@
       for (const i of lin.inputs || []) {
         const input = add('input ' + i.name, 'input', depth + 1);
         edges.push([input, job]);
-        if (i.lineage) walk(i.lineage, input, depth + 2);
+        if (i.produced_by) walk(i.produced_by, input, depth + 2);
       }
     };
     walk(lineage, add(root, 'model', 0), 1);
@@ -468,15 +470,17 @@
     const row = (r, key) => [key, hours(r.gpu_seconds), hours(r.idle_gpu_seconds), hours(r.lost_gpu_seconds),
       money(r.cost_usd), money(r.idle_cost_usd), money(r.total_cost_usd),
       r.goodput === null || r.goodput === undefined ? '' : (100 * r.goodput).toFixed(1) + '%'];
+    const amount = (v, unit) => (unit === 'bytes' ? gib(v) + ' GiB' : `${Number(v.toFixed(2))} ${unit}`);
     const advice = rightsize.jobs.flatMap((j) => j.resources.filter((r) => r.over).map((r) =>
-      [j.name, r.resource, `${r.requested} ${r.unit}`, `${r.p95.toFixed(2)} ${r.unit}`,
-        `${r.suggested.toFixed(2)} ${r.unit}` + (r.suggested_gpus ? ` (${r.suggested_gpus} GPUs)` : '')]));
+      [j.name, r.resource, amount(r.requested, r.unit), amount(r.p95, r.unit),
+        amount(r.suggested, r.unit) + (r.suggested_gpus ? ` (${r.suggested_gpus} GPUs)` : '')]));
     K.append(box, el('h1', { text: 'Cost' }),
       el('p', { class: 'pager' }, 'by ', ['day', 'user', 'job', 'deployment', 'node'].map((b) =>
         el('a', { href: '#/cost?by=' + b, class: b === by ? 'on' : '', text: b }))),
-      barChart(report.rows.map((r) => ({ label: r.key, value: r.total_cost_usd || 0 }))),
+      barChart(report.rows.map((r) => ({ label: keyText(by, r.key), value: r.total_cost_usd || 0 }))),
       K.table([by, 'busy GPU-hours', 'idle GPU-hours', 'lost GPU-hours', 'busy cost', 'idle cost', 'total', 'goodput'],
-        report.rows.map((r) => row(r, r.key)).concat([row(report.total, el('b', { text: 'total' }))])),
+        report.rows.map((r) => row(r, by === 'job' ? el('a', { href: '#/job/' + r.key, text: keyText(by, r.key) })
+          : keyText(by, r.key))).concat([row(report.total, el('b', { text: 'total' }))])),
       report.unpriced_nodes.length ? el('p', { class: 'muted', text: 'No price for: ' + report.unpriced_nodes.join(', ') }) : null,
       el('h2', { text: 'Right-size advice' }),
       advice.length ? K.table(['Job name', 'Resource', 'Requested', 'p95 used', 'Suggested'], advice)
@@ -492,6 +496,10 @@
           K.duration(j.checkpoint_every_ms / 1000), K.duration(j.longest_unsaved_ms / 1000)]))
         : el('p', { class: 'muted', text: 'No job checkpoints often enough for spot.' }));
   };
+
+  /* A row's key as the table says it: jobs by id, the jobs of no
+     deployment by that. */
+  const keyText = (by, key) => (by === 'job' ? '#' + key : by === 'deployment' && key === '' ? '(no deployment)' : String(key));
 
   function barChart(items) {
     const W = 640, BH = 18, GAP = 4, LABEL = 150;
@@ -510,16 +518,25 @@
 
   /* ---- alerts and events ---- */
 
+  function alertsTable(a) {
+    return a.alerts.length ? K.table(['Rule', 'Severity', 'State', 'Summary', 'Labels', 'Fired', 'Resolved'],
+      a.alerts.map((x) => [x.rule, x.severity, K.pill(x.state), el('span', { text: x.summary || '' }),
+        Object.entries(x.labels || {}).map(([k, v]) => k + '=' + v).join(' '),
+        K.time(x.fired_at_ms), K.time(x.resolved_at_ms)]))
+      : el('p', { class: 'muted', text: 'No alerts.' });
+  }
+
+  /* The alerts, drawn again whenever the stream says one fired or
+     resolved; the events as they come. */
   K.pages.alerts = async (box) => {
     const a = await K.api('GET', '/v1/alerts?all=1');
     const feed = el('tbody');
+    const alerts = el('div', { id: 'alerts' }, alertsTable(a));
+    const redraw = () => K.api('GET', '/v1/alerts?all=1').then((b) => alerts.replaceChildren(alertsTable(b)))
+      .catch((e) => { if (e.name !== 'AbortError') alerts.replaceChildren(el('p', { class: 'error', text: e.message })); });
     K.append(box, el('h1', { text: 'Alerts and events' }),
       a.enabled ? null : el('p', { class: 'muted', text: 'Alert rules are off on this server.' }),
-      a.alerts.length ? K.table(['Rule', 'Severity', 'State', 'Summary', 'Labels', 'Fired', 'Resolved'],
-        a.alerts.map((x) => [x.rule, x.severity, K.pill(x.state), el('span', { text: x.summary || '' }),
-          Object.entries(x.labels || {}).map(([k, v]) => k + '=' + v).join(' '),
-          K.time(x.fired_at_ms), K.time(x.resolved_at_ms)]))
-        : el('p', { class: 'muted', text: 'No alerts.' }),
+      alerts,
       el('h2', { text: 'Events (live)' }),
       el('div', { class: 'feed scroll' }, el('table', { id: 'events' },
         el('thead', {}, el('tr', {}, ['Seq', 'Time', 'Type', 'Detail'].map((h) => el('th', { text: h })))), feed)));
@@ -528,6 +545,7 @@
       feed.prepend(el('tr', { 'data-type': type }, el('td', { text: seq }), el('td', { text: K.time(t) }),
         el('td', { text: type }), el('td', { class: 'wrap', text: JSON.stringify(rest) })));
       while (feed.children.length > 500) feed.lastChild.remove();
+      if (type.startsWith('alert.')) redraw();
     }).catch((e) => { if (e.name !== 'AbortError') K.append(box, el('p', { class: 'error', text: e.message })); });
   };
 

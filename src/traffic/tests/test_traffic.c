@@ -264,6 +264,57 @@ static json_t *many(const char *instance, int n)
 	return doc;
 }
 
+/* Series are kept in name order: each is found whatever order they
+   came in, and one dropped for silence leaves the others found. */
+static void each_of_many_is_found(void **state)
+{
+	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_error err;
+	json_t *doc = many("g", 300), *deps = json_object_get(doc, "deployments");
+	json_t *late = many("g", 0);
+	char name[16];
+
+	(void)state;
+	/* Backwards, and d7 twice (its later entry counts). */
+	for (size_t i = 0; i < json_array_size(deps) / 2; i++) {
+		size_t j = json_array_size(deps) - 1 - i;
+		json_t *a = json_incref(json_array_get(deps, i));
+
+		json_array_set(deps, i, json_array_get(deps, j));
+		json_array_set_new(deps, j, a);
+	}
+	json_array_append_new(deps, json_deep_copy(json_array_get(deps, 0)));
+	json_object_set_new(json_array_get(deps, 300), "name",
+			    json_string("d7"));
+	json_object_set_new(json_array_get(deps, 300), "requests",
+			    json_integer(5));
+	/* d150's entry (backwards: at 149), for a later report. */
+	json_array_append_new(json_object_get(late, "deployments"),
+			      json_deep_copy(json_array_get(deps, 149)));
+	assert_int_equal(take(t, doc, T0, &err), 0);
+	for (int i = 0; i < 300; i++) {
+		json_t *s;
+
+		snprintf(name, sizeof(name), "d%d", i);
+		s = kn_traffic_summary(t, name, T0);
+		assert_non_null(s);
+		assert_int_equal(num(s, "requests"), i == 7 ? 5 : 1);
+		json_decref(s);
+	}
+	/* Later, only d150 reports again; past the window the rest go. */
+	assert_int_equal(take(t, late, T0 + WINDOW - 1, &err), 0);
+	assert_int_equal(take(t, many("other", 0), T0 + WINDOW + 1, &err), 0);
+	assert_null(kn_traffic_summary(t, "d0", T0 + WINDOW + 1));
+	assert_null(kn_traffic_summary(t, "d299", T0 + WINDOW + 1));
+	{
+		json_t *s = kn_traffic_summary(t, "d150", T0 + WINDOW + 1);
+
+		assert_non_null(s);
+		json_decref(s);
+	}
+	kn_traffic_free(t);
+}
+
 static void what_it_holds_is_bounded(void **state)
 {
 	struct kn_traffic *t = kn_traffic_new(WINDOW);
@@ -308,6 +359,7 @@ int main(void)
 		cmocka_unit_test(a_restart_starts_the_series_again),
 		cmocka_unit_test(quantiles),
 		cmocka_unit_test(hostile_reports_are_refused),
+		cmocka_unit_test(each_of_many_is_found),
 		cmocka_unit_test(what_it_holds_is_bounded),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
