@@ -78,6 +78,10 @@ struct run {
 	char resume_from[512]; /* KILN_RESUME_FROM, or "" */
 	char checkpoint[128];  /* the newest checkpoint synced, or "" */
 	int64_t checkpoint_at; /* when it was committed by the task */
+	/* The checkpoint being written (NAME.tmp), not committed yet, and
+	   the bytes of its files already sent ahead: "" and 0 when none. */
+	char checkpoint_next[128];
+	int64_t checkpoint_next_sent;
 	int64_t restore_ms;    /* time spent restoring before the start */
 	char restored[128];    /* the checkpoint it resumed from, or "" */
 
