@@ -50,6 +50,18 @@ static json_int_t num(const json_t *o, const char *k)
 	return json_integer_value(json_object_get(o, k));
 }
 
+/* s's requests, errors, rate_limited and gateways are these. */
+static void assert_counts(const json_t *s, json_int_t requests,
+			  json_int_t errors, json_int_t limited,
+			  json_int_t gateways)
+{
+	assert_non_null(s);
+	assert_int_equal(num(s, "requests"), requests);
+	assert_int_equal(num(s, "errors"), errors);
+	assert_int_equal(num(s, "rate_limited"), limited);
+	assert_int_equal(num(s, "gateways"), gateways);
+}
+
 static void a_fresh_gateway_counts_from_zero(void **state)
 {
 	struct kn_traffic *t = kn_traffic_new(WINDOW);
@@ -64,13 +76,9 @@ static void a_fresh_gateway_counts_from_zero(void **state)
 			      T0, &err),
 			 0);
 	s = kn_traffic_summary(t, "chat", T0);
-	assert_non_null(s);
-	assert_int_equal(num(s, "requests"), 20);
-	assert_int_equal(num(s, "errors"), 1);
-	assert_int_equal(num(s, "rate_limited"), 3);
+	assert_counts(s, 20, 1, 3, 1);
 	assert_int_equal(num(s, "fallbacks"), 2);
 	assert_int_equal(num(s, "tokens"), 7);
-	assert_int_equal(num(s, "gateways"), 1);
 	assert_float_equal(json_real_value(json_object_get(s, "window_s")),
 			   10.0, 1e-9);
 	assert_float_equal(
@@ -144,10 +152,7 @@ static void gateways_add_up(void **state)
 			      T0, &err),
 			 0);
 	s = kn_traffic_summary(t, "chat", T0);
-	assert_int_equal(num(s, "requests"), 20);
-	assert_int_equal(num(s, "errors"), 2);
-	assert_int_equal(num(s, "rate_limited"), 4);
-	assert_int_equal(num(s, "gateways"), 2);
+	assert_counts(s, 20, 2, 4, 2);
 	/* Half under 10 ms, half past the last bound: p99 is that bound. */
 	assert_float_equal(
 		json_real_value(json_object_get(s, "latency_p50_ms")), 10.0,
