@@ -114,7 +114,10 @@ static void the_window_is_a_difference(void **state)
 	/* Reports every second for 400 s, one request each. */
 	for (int i = 1; i <= 400; i++) {
 		now += 1000;
-		take_ok(t, report("gw1", 3600000 + i * 1000, "chat", 1000 + i, 0, 0, 0, 1000, i, 0, 0), now);
+		take_ok(t,
+			report("gw1", 3600000 + i * 1000, "chat", 1000 + i, 0,
+			       0, 0, 1000, i, 0, 0),
+			now);
 	}
 	s = kn_traffic_summary(t, "chat", now);
 	/* Only what the window holds, from the sample at its start (kept
@@ -161,7 +164,8 @@ static void a_restart_starts_the_series_again(void **state)
 	(void)state;
 	take_ok(t, report("gw1", 1000, "chat", 50, 0, 0, 0, 50, 0, 0, 0), T0);
 	/* The same instance with smaller counters, up for 2 s again. */
-	take_ok(t, report("gw1", 2000, "chat", 5, 0, 0, 0, 5, 0, 0, 0), T0 + 60000);
+	take_ok(t, report("gw1", 2000, "chat", 5, 0, 0, 0, 5, 0, 0, 0),
+		T0 + 60000);
 	s = kn_traffic_summary(t, "chat", T0 + 60000);
 	assert_int_equal(num(s, "requests"), 5);
 	json_decref(s);
