@@ -12,12 +12,36 @@
 # it needs only for munge: run slurm-up.sh first. The file system is shared
 # (one machine), as a multi-node kiln needs. Needs root, ip(8) and
 # namespaces. Idempotent.
+#
+# Several such clusters can run at once (two test sets, say), each with its
+# own KILN_SLURM2_NAME (cluster), KILN_SLURM2_NODES (the prefix of the node,
+# namespace and bridge names: PREFIX1, PREFIX2, PREFIX-br0), KILN_SLURM2_NET
+# (the first three octets of the bridge's /24), KILN_SLURM2_CTLD_PORT and
+# KILN_SLURM2_DIR.
+#
+# Node names resolve inside the namespaces: each slurmd runs in a mount
+# namespace of its own with /etc/netns/NS/hosts over /etc/hosts (as
+# `ip netns exec` would, which also hides the cgroup file system slurmd
+# needs), for it and all it starts. That file names both nodes, and this machine's hostname as
+# the node's own address, so a rank finds MASTER_ADDR by the node's name and
+# gloo binds the node's address rather than falling back to loopback.
+#
+# The cluster also has what the sharing, MIG and preemption tests ask of
+# Slurm: on each node one whole GPU split into 100 shards and two MIG
+# instances of type 1g.10gb (fake device files, as scripts/slurm-up.sh), and
+# two partitions, PREFIX (default, priority tier 1, preempted by requeue
+# with a grace) and PREFIX-high (tier 10), under preempt/partition_prio.
 set -euo pipefail
 
 dir=${KILN_SLURM2_DIR:-/var/lib/kiln-slurm2}
 ctld_port=${KILN_SLURM2_CTLD_PORT:-6827}
-bridge=kn-br0
-net=10.77.0
+cluster=${KILN_SLURM2_NAME:-kiln2}
+prefix=${KILN_SLURM2_NODES:-kn}
+net=${KILN_SLURM2_NET:-10.77.0}
+# A preempted job's time to checkpoint, in seconds (partition GraceTime).
+preempt_grace_s=${KILN_SLURM2_PREEMPT_GRACE:-30}
+bridge=$prefix-br0
+nodes=("${prefix}1" "${prefix}2")
 host_ip=$net.1
 # Bounded waits, in seconds.
 idle_wait_s=60
@@ -49,24 +73,49 @@ stop_daemon() {
 }
 
 down() {
-  for n in kn1 kn2; do
+  for n in "${nodes[@]}"; do
     stop_daemon slurmd "$dir/run/slurmd.$n.pid"
   done
   stop_daemon slurmctld "$dir/run/slurmctld.pid"
-  for n in kn1 kn2; do
+  for n in "${nodes[@]}"; do
     ip netns del "$n" 2>/dev/null || true
     # A namespace outlives its name while a process still runs in it, and
     # keeps its veth pair: delete the host end, which takes both.
     ip link del "$n-h" 2>/dev/null || true
+    rm -rf "/etc/netns/$n"
   done
   ip link del "$bridge" 2>/dev/null || true
+}
+
+# /etc/netns/NS/hosts for node number $1: both nodes by name, and this
+# machine's hostname as that node's address.
+write_hosts() {
+  local i=$1 n=${nodes[$(($1 - 1))]} j
+  mkdir -p "/etc/netns/$n"
+  {
+    echo "127.0.0.1 localhost"
+    echo "$net.1$i $n $(hostname) $(hostname -s)"
+    for j in 1 2; do
+      [ "$j" -eq "$i" ] || echo "$net.1$j ${nodes[$((j - 1))]}"
+    done
+  } > "/etc/netns/$n/hosts.tmp"
+  mv "/etc/netns/$n/hosts.tmp" "/etc/netns/$n/hosts"
 }
 
 up() {
   munge -n 2>/dev/null | unmunge >/dev/null 2>&1 ||
     die "munged is not running: run scripts/slurm-up.sh first"
-  mkdir -p "$dir/state" "$dir/spool" "$dir/log" "$dir/run"
+  mkdir -p "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/dev"
   chmod 0755 "$dir" "$dir/log"
+  # Fake GPUs with the numbers of /dev/null (see scripts/slurm-up.sh):
+  # nvidia0 whole or in shards, nvidia1 and nvidia2 MIG instances.
+  local f
+  for f in nvidia0 nvidia1 nvidia2; do
+    if [ ! -c "$dir/dev/$f" ]; then
+      rm -f "$dir/dev/$f"
+      mknod "$dir/dev/$f" c 1 3
+    fi
+  done
 
   # The bridge, with the controller's address on the host side.
   if ! ip link show "$bridge" >/dev/null 2>&1; then
@@ -75,8 +124,9 @@ up() {
   fi
   ip link set "$bridge" up
   local i=0 n
-  for n in kn1 kn2; do
+  for n in "${nodes[@]}"; do
     i=$((i + 1))
+    write_hosts "$i"
     if ! ip netns list | grep -qw "$n"; then
       ip netns add "$n"
       ip link add "$n-h" type veth peer name "$n-n"
@@ -91,7 +141,7 @@ up() {
   local new_conf
   new_conf=$(cat <<EOF
 # Written by scripts/slurm-2node.sh; edits are overwritten.
-ClusterName=kiln2
+ClusterName=$cluster
 SlurmctldHost=$(hostname -s)($host_ip)
 SlurmctldPort=$ctld_port
 SlurmdPort=6818
@@ -111,50 +161,68 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
+GresTypes=gpu,shard
 MpiDefault=none
 SwitchType=switch/none
 ReturnToService=2
 SlurmdParameters=config_overrides
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+# preempt_send_user_signal: a preempted job gets its --signal (kiln's
+# checkpoint signal, to the batch shell) at once, not SIGTERM to its tasks.
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,preempt_send_user_signal
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 MinJobAge=2
 KillWait=5
 InactiveLimit=0
-NodeName=kn1 NodeAddr=$net.11 CPUs=1 RealMemory=1024 State=UNKNOWN
-NodeName=kn2 NodeAddr=$net.12 CPUs=1 RealMemory=1024 State=UNKNOWN
-PartitionName=kiln2 Nodes=kn[1-2] Default=YES MaxTime=INFINITE State=UP
+NodeName=${nodes[0]} NodeAddr=$net.11 CPUs=1 RealMemory=1024 Gres=gpu:h100:1,gpu:1g.10gb:2,shard:100 State=UNKNOWN
+NodeName=${nodes[1]} NodeAddr=$net.12 CPUs=1 RealMemory=1024 Gres=gpu:h100:1,gpu:1g.10gb:2,shard:100 State=UNKNOWN
+PartitionName=$prefix Nodes=${nodes[0]},${nodes[1]} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=$preempt_grace_s
+PartitionName=$prefix-high Nodes=${nodes[0]},${nodes[1]} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 EOF
 )
-  if [ ! -f "$conf" ] || [ "$(cat "$conf")" != "$new_conf" ]; then
+  local new_gres
+  new_gres=$(cat <<EOF
+Name=gpu Type=h100 File=$dir/dev/nvidia0
+Name=gpu Type=1g.10gb File=$dir/dev/nvidia[1-2]
+Name=shard Count=100 File=$dir/dev/nvidia0
+EOF
+)
+  if [ ! -f "$conf" ] || [ "$(cat "$conf")" != "$new_conf" ] ||
+     [ ! -f "$dir/gres.conf" ] || [ "$(cat "$dir/gres.conf")" != "$new_gres" ]; then
     printf '%s\n' "$new_conf" > "$conf"
-    for n in kn1 kn2; do stop_daemon slurmd "$dir/run/slurmd.$n.pid"; done
+    printf '%s\n' "$new_gres" > "$dir/gres.conf"
+    for n in "${nodes[@]}"; do stop_daemon slurmd "$dir/run/slurmd.$n.pid"; done
     stop_daemon slurmctld "$dir/run/slurmctld.pid"
   fi
   daemon_pid slurmctld "$dir/run/slurmctld.pid" >/dev/null ||
     slurmctld -f "$conf" || die "slurmctld failed to start"
-  for n in kn1 kn2; do
+  for n in "${nodes[@]}"; do
     mkdir -p "$dir/spool/$n"
     daemon_pid slurmd "$dir/run/slurmd.$n.pid" >/dev/null ||
-      nsenter --net="/run/netns/$n" slurmd -f "$conf" -N "$n" ||
+      nsenter --net="/run/netns/$n" unshare --mount --propagation slave \
+        sh -c 'mount --bind "$1" /etc/hosts && exec slurmd -f "$2" -N "$3"' \
+        sh "/etc/netns/$n/hosts" "$conf" "$n" ||
       die "slurmd $n failed to start (see $dir/log/slurmd.$n.log)"
   done
 
   export SLURM_CONF="$conf"
   local deadline=$((SECONDS + idle_wait_s)) states=""
+  local idle="${nodes[0]}=idle ${nodes[1]}=idle "
   while [ $SECONDS -lt $deadline ]; do
     states=$(timeout 10 sinfo -h -N -o '%N=%T' 2>/dev/null | sort -u | tr '\n' ' ' || true)
     case "$states" in
-      "kn1=idle kn2=idle ") break ;;
+      "$idle") break ;;
       # A drain or down left in the saved state by an earlier run (a test
       # that failed a health check, a killed slurmd): this cluster is the
       # tests' own, so put its nodes back in service.
       *drain*|*down*)
-        scontrol update nodename=kn1,kn2 state=resume >/dev/null 2>&1 || true ;;
+        scontrol update nodename="${nodes[0]},${nodes[1]}" state=resume >/dev/null 2>&1 || true ;;
     esac
     sleep 0.5
   done
-  [ "$states" = "kn1=idle kn2=idle " ] ||
+  [ "$states" = "$idle" ] ||
     die "nodes are '${states:-unknown}' after ${idle_wait_s}s, not idle"
-  log "nodes kn1 and kn2 are idle"
+  log "nodes ${nodes[0]} and ${nodes[1]} are idle"
   echo "$conf"
 }
 

@@ -118,6 +118,17 @@ int kn_blob_put_file(struct kn_blob_store *store, const char *name,
  */
 int kn_blob_put_link(struct kn_blob_store *store, const char *name,
 		     const char *path, struct kn_error *err);
+/*
+ * Copy len bytes of in, from its start, to out (written in order),
+ * hashing them on a second thread: one pass, the hash beside the copy.
+ * The source is read with pread into buffers of its own, never mapped,
+ * so a source another process may truncate meanwhile (a client's file)
+ * makes a short read, an error, not a fault. hex (65 bytes) receives
+ * the digest of the bytes copied and *copied their count. 0, or -errno
+ * with *failed_op naming the step.
+ */
+int kn_copy_fd_hashed(int in, int out, int64_t len, char *hex,
+		      int64_t *copied, const char **failed_op);
 /* Upload bytes. KN_BLOB_CREATE_ONLY: -EEXIST (KN_ECONFLICT) if present. */
 int kn_blob_put_bytes(struct kn_blob_store *store, const char *name,
 		      const void *data, size_t len, unsigned flags,

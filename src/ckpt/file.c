@@ -172,6 +172,55 @@ out:
 	return rc;
 }
 
+int kn_copy_fd_hashed(int in, int out, int64_t len, char *hex,
+		      int64_t *copied, const char **failed_op)
+{
+	struct kn_hashpipe *hp = kn_hashpipe_start();
+	struct {
+		char *buf;
+		uint64_t seq;
+		bool hashing;
+	} ring[RING] = {{0}};
+	int64_t total = 0;
+	int rc = 0;
+
+	for (unsigned i = 0; total < len; i++) {
+		unsigned r = i % RING;
+		size_t want = (size_t)(len - total) < KN_FILE_CHUNK
+				      ? (size_t)(len - total)
+				      : KN_FILE_CHUNK;
+		ssize_t n;
+
+		if (ring[r].hashing)
+			kn_hashpipe_wait(hp, ring[r].seq);
+		if (!ring[r].buf)
+			ring[r].buf = kn_xmalloc(KN_FILE_CHUNK);
+		do
+			n = pread(in, ring[r].buf, want, (off_t)total);
+		while (n < 0 && errno == EINTR);
+		if (n <= 0) {
+			rc = n < 0 ? -errno : -EIO;
+			*failed_op = n < 0 ? "read" : "source shrank while read";
+			ring[r].hashing = false;
+			break;
+		}
+		ring[r].seq = kn_hashpipe_submit(hp, ring[r].buf, (size_t)n);
+		ring[r].hashing = true;
+		rc = write_full(out, ring[r].buf, (size_t)n);
+		if (rc < 0) {
+			*failed_op = "write";
+			break;
+		}
+		total += n;
+	}
+	kn_hashpipe_finish(hp, rc == 0 ? hex : NULL);
+	for (unsigned r = 0; r < RING; r++)
+		free(ring[r].buf);
+	if (rc == 0)
+		*copied = total;
+	return rc;
+}
+
 /*
  * Remove the temporaries of target that writers killed mid-write left:
  * a redone write leaves no trace of the one before it. A temporary is

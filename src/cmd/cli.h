@@ -89,6 +89,10 @@ int cli_wait_started(struct cli_client *c, int64_t id, int after,
 int cli_logs_follow(const struct cli_ctx *ctx, struct cli_client *c,
 		    int64_t id, int attempt, int tasks, unsigned stream);
 int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv);
+/* cmd_session.c: interactive sessions. */
+int cmd_run(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_attach(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_exec(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_evict(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_drain(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_cordon(struct cli_ctx *ctx, int argc, char **argv);

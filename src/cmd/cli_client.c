@@ -1,6 +1,8 @@
 /*
- * client: one libcurl easy handle per command, reused across requests so
- * `submit --wait` polls over one connection.
+ * client: for a server on the loopback over plain http, cli_plain.c's
+ * client, one connection per request, so a command never loads libcurl;
+ * for any other URL one libcurl easy handle per command, reused across
+ * requests so `submit --wait` polls over one connection.
  *
  * An answer's body goes either to memory (JSON, capped at 64 MiB) or, for
  * a 2xx answer to cli_stream, straight to the caller's FILE as it arrives:
@@ -11,6 +13,7 @@
  * characters that could break out of the header, and no message quotes it.
  */
 #include "cmd/cli_client.h"
+#include "cmd/cli_plain.h"
 #include "httpc/httpc.h"
 
 #include <ctype.h>
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <poll.h>
 
 /* server.url and admin.token hold one short line; anything bigger is not. */
 #define CONFIG_FILE_MAX 4096
@@ -30,7 +34,10 @@
 #define WAIT_MAX_POLL_MS 1000
 
 struct cli_client {
-	CURL *curl;
+	CURL *curl;       /* NULL when plain */
+	bool plain;       /* http to the loopback: cli_plain.c */
+	char plain_host[64];
+	int plain_port;
 	char *base_url;   /* without a trailing slash */
 	char *token;      /* NULL when none was found */
 	char *token_note; /* for 401 messages: the token's source, or why none */
@@ -222,8 +229,11 @@ int cli_client_open(const struct cli_ctx *ctx, struct cli_client **out)
 	rc = find_token(c, ctx, home);
 	if (rc)
 		goto out;
-	c->curl = curl_easy_init();
-	if (!c->curl) {
+	c->plain = cli_plain_url(c->base_url, c->plain_host,
+				 sizeof(c->plain_host), &c->plain_port);
+	if (!c->plain)
+		c->curl = curl_easy_init();
+	if (!c->plain && !c->curl) {
 		fputs("kiln: cannot start libcurl\n", stderr);
 		rc = CLI_EXIT_FAIL;
 		goto out;
@@ -254,7 +264,6 @@ void cli_client_free(struct cli_client *c)
 }
 
 struct answer {
-	CURL *curl;
 	FILE *sink;       /* where a 2xx body goes, or NULL: to memory */
 	bool decided;     /* streaming has been chosen, on the first piece */
 	bool streaming;
@@ -302,33 +311,45 @@ static int write_inert(struct answer *a, const char *data, size_t len,
 	return 0;
 }
 
-static size_t on_data(char *data, size_t size, size_t n, void *arg)
+/* A piece of the answer's body, of status: 0, or -1 to stop. */
+static int take_piece(void *arg, long status, const char *data, size_t len)
 {
 	struct answer *a = arg;
-	size_t len = size * n;
 
 	if (!a->decided) {
-		long status = 0;
-		curl_easy_getinfo(a->curl, CURLINFO_RESPONSE_CODE, &status);
 		a->streaming = a->sink && status >= 200 && status < 300;
 		a->decided = true;
 	}
 	if (a->streaming) {
 		if (a->inert && write_inert(a, data, len, true) < 0)
-			return 0;
+			return -1;
 		errno = 0;
 		if ((!a->inert && fwrite(data, 1, len, a->sink) != len) ||
 		    fflush(a->sink) != 0) {
 			a->sink_errno = errno ? errno : EIO;
-			return 0;
+			return -1;
 		}
-		return len;
+		return 0;
 	}
 	if (kn_buf_append(&a->body, data, len) < 0) {
 		a->too_big = true;
-		return 0;
+		return -1;
 	}
-	return len;
+	return 0;
+}
+
+struct curl_answer {
+	CURL *curl;
+	struct answer *a;
+};
+
+static size_t on_data(char *data, size_t size, size_t n, void *arg)
+{
+	struct curl_answer *ca = arg;
+	long status = 0;
+
+	curl_easy_getinfo(ca->curl, CURLINFO_RESPONSE_CODE, &status);
+	return take_piece(ca->a, status, data, size * n) < 0 ? 0 : size * n;
 }
 
 /* Length of text's first line, at most max. */
@@ -496,23 +517,40 @@ static const char *tls_hint(CURLcode cc, const char *why)
 	}
 }
 
-static int perform(struct cli_client *c, const char *method,
-		   const char *path, const char *content_type,
-		   const char *body, size_t body_len, FILE *sink,
-		   unsigned stream_flags, json_t **out)
-{
-	struct answer a = {.curl = c->curl, .sink = sink,
-			   .inert = stream_flags & CLI_STREAM_INERT};
-	bool unbounded = stream_flags & CLI_STREAM_UNBOUNDED;
-	struct curl_slist *headers;
-	char *url = kn_asprintf("%s%s", c->base_url, path);
-	long status = 0;
-	CURLcode cc;
-	int rc = 0;
+/* How an exchange ended, whichever client made it. */
+enum exchange_end {
+	EXCHANGE_DONE,
+	EXCHANGE_UNREACHABLE, /* no connection, or one that broke */
+	EXCHANGE_LOST,        /* sent, and the answer may be lost */
+	EXCHANGE_UNREADABLE,  /* an answer that is not HTTP as expected */
+};
 
-	kn_buf_init(&a.body, CLI_MAX_RESPONSE_BYTES);
-	headers = request_headers(c, body ? content_type : NULL, !sink);
-	if (stream_flags & PERFORM_KEYED) {
+struct exchange {
+	long status;
+	enum exchange_end end;
+	bool too_big;
+	char why[CURL_ERROR_SIZE + 64];
+	const char *hint;
+};
+
+struct request {
+	const char *method, *path, *content_type, *body;
+	size_t body_len;
+	unsigned flags;
+	bool want_json;
+};
+
+static void curl_exchange(struct cli_client *c, const struct request *rq,
+			  struct answer *a, struct exchange *x)
+{
+	struct curl_answer ca = {.curl = c->curl, .a = a};
+	struct curl_slist *headers;
+	char *url = kn_asprintf("%s%s", c->base_url, rq->path);
+	CURLcode cc;
+
+	headers = request_headers(c, rq->body ? rq->content_type : NULL,
+				  rq->want_json);
+	if (rq->flags & PERFORM_KEYED) {
 		char *line = kn_asprintf("Idempotency-Key: %s", c->idem_key);
 		headers = add_header(headers, line);
 		free(line);
@@ -525,18 +563,97 @@ static int perform(struct cli_client *c, const char *method,
 	curl_easy_setopt(c->curl, CURLOPT_HTTP_VERSION,
 			 (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS,
-			 unbounded ? 0L : (long)CLI_REQUEST_TIMEOUT_MS);
-	if (!sink)
+			 rq->flags & CLI_STREAM_UNBOUNDED
+				 ? 0L
+				 : (long)CLI_REQUEST_TIMEOUT_MS);
+	if (rq->want_json)
 		curl_easy_setopt(c->curl, CURLOPT_MAXFILESIZE_LARGE,
 				 (curl_off_t)CLI_MAX_RESPONSE_BYTES);
 	curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, headers);
 	curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, c->errbuf);
 	curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &a);
-	set_method(c->curl, method, body, body_len);
+	curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &ca);
+	set_method(c->curl, rq->method, rq->body, rq->body_len);
 
 	cc = curl_easy_perform(c->curl);
-	curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &x->status);
+	x->too_big = cc == CURLE_FILESIZE_EXCEEDED;
+	if (cc != CURLE_OK && !x->too_big) {
+		x->end = lost_answer(cc) ? EXCHANGE_LOST
+					 : EXCHANGE_UNREACHABLE;
+		snprintf(x->why, sizeof(x->why), "%s",
+			 c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc));
+		x->hint = tls_hint(cc, c->errbuf);
+	}
+	curl_slist_free_all(headers);
+	free(url);
+}
+
+/* The header lines request_headers gives libcurl, as text. */
+static char *plain_headers(const struct cli_client *c,
+			   const struct request *rq)
+{
+	struct kn_buf h;
+
+	kn_buf_init(&h, SIZE_MAX);
+	kn_buf_printf(&h, "User-Agent: kiln/%s\r\n", KN_VERSION);
+	if (c->token)
+		kn_buf_printf(&h, "Authorization: Bearer %s\r\n", c->token);
+	if (rq->want_json)
+		kn_buf_printf(&h, "Accept: application/json\r\n");
+	if (rq->body && rq->content_type)
+		kn_buf_printf(&h, "Content-Type: %s\r\n", rq->content_type);
+	if (rq->flags & PERFORM_KEYED)
+		kn_buf_printf(&h, "Idempotency-Key: %s\r\n", c->idem_key);
+	return h.data;
+}
+
+static void plain_exchange(struct cli_client *c, const struct request *rq,
+			   struct answer *a, struct exchange *x)
+{
+	char *headers = plain_headers(c, rq);
+	enum cli_plain_result r = cli_plain_request(
+		c->plain_host, c->plain_port, rq->method, rq->path, headers,
+		rq->body, rq->body_len,
+		rq->flags & CLI_STREAM_UNBOUNDED ? 0 : CLI_REQUEST_TIMEOUT_MS,
+		take_piece, a, &x->status, x->why, sizeof(x->why));
+
+	free(headers);
+	x->hint = "";
+	switch (r) {
+	case CLI_PLAIN_REFUSED:
+		x->end = EXCHANGE_UNREACHABLE;
+		break;
+	case CLI_PLAIN_LOST:
+		x->end = EXCHANGE_LOST;
+		break;
+	case CLI_PLAIN_BAD:
+		x->end = EXCHANGE_UNREADABLE;
+		break;
+	default: /* stopped by take_piece: it says why */
+		x->end = EXCHANGE_DONE;
+	}
+}
+
+static int perform(struct cli_client *c, const char *method,
+		   const char *path, const char *content_type,
+		   const char *body, size_t body_len, FILE *sink,
+		   unsigned stream_flags, json_t **out)
+{
+	struct answer a = {.sink = sink,
+			   .inert = stream_flags & CLI_STREAM_INERT};
+	struct request rq = {.method = method, .path = path,
+			     .content_type = content_type, .body = body,
+			     .body_len = body_len, .flags = stream_flags,
+			     .want_json = !sink};
+	struct exchange x = {0};
+	int rc = 0;
+
+	kn_buf_init(&a.body, CLI_MAX_RESPONSE_BYTES);
+	if (c->plain)
+		plain_exchange(c, &rq, &a, &x);
+	else
+		curl_exchange(c, &rq, &a, &x);
 	/* A sequence the stream ended in the middle of is shown escaped. */
 	if (a.streaming && a.n_held && !a.sink_errno)
 		write_inert(&a, "", 0, false);
@@ -544,26 +661,31 @@ static int perform(struct cli_client *c, const char *method,
 		fprintf(stderr, "kiln: cannot write the output: %s\n",
 			strerror(a.sink_errno));
 		rc = CLI_EXIT_FAIL;
-	} else if (a.too_big || cc == CURLE_FILESIZE_EXCEEDED) {
+	} else if (a.too_big || x.too_big) {
 		fprintf(stderr,
 			"kiln: the server's answer is larger than %d MiB\n",
 			CLI_MAX_RESPONSE_BYTES >> 20);
 		rc = CLI_EXIT_FAIL;
-	} else if (cc != CURLE_OK && lost_answer(cc) &&
+	} else if (x.end == EXCHANGE_LOST &&
 		   (stream_flags & PERFORM_QUIET_LOST)) {
 		rc = PERFORM_LOST;
-	} else if (cc != CURLE_OK) {
+	} else if (x.end == EXCHANGE_UNREADABLE) {
+		fprintf(stderr, "kiln: cannot read the answer of the server "
+				"at %s: %s\n",
+			c->base_url, x.why);
+		rc = CLI_EXIT_FAIL;
+	} else if (x.end != EXCHANGE_DONE) {
 		fprintf(stderr, "kiln: %s the server at %s: %s%s\n",
-			status ? "lost the connection to" : "cannot reach",
-			c->base_url,
-			c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc),
-			tls_hint(cc, c->errbuf));
+			x.status || (c->plain && x.end == EXCHANGE_LOST)
+				? "lost the connection to"
+				: "cannot reach",
+			c->base_url, x.why, x.hint);
 		rc = CLI_EXIT_UNREACHABLE;
-	} else if (status == 404 &&
+	} else if (x.status == 404 &&
 		   (stream_flags & PERFORM_QUIET_NOT_FOUND)) {
 		rc = CLI_NOT_FOUND;
-	} else if (status < 200 || status >= 300) {
-		print_api_error(c, status, &a.body);
+	} else if (x.status < 200 || x.status >= 300) {
+		print_api_error(c, x.status, &a.body);
 		rc = CLI_EXIT_FAIL;
 	} else if (out) {
 		json_error_t jerr;
@@ -576,8 +698,144 @@ static int perform(struct cli_client *c, const char *method,
 			rc = CLI_EXIT_FAIL;
 		}
 	}
-	curl_slist_free_all(headers);
 	kn_buf_release(&a.body);
+	return rc;
+}
+
+/* ---- upgraded sessions ---- */
+
+/* The answer's head, and what came behind it, bounded. */
+#define UPGRADE_HEAD_MAX (64 * 1024)
+
+int cli_conn_wait(void *conn, bool writing, int timeout_ms)
+{
+	curl_socket_t fd = CURL_SOCKET_BAD;
+	struct pollfd p;
+
+	curl_easy_getinfo(conn, CURLINFO_ACTIVESOCKET, &fd);
+	p = (struct pollfd){fd, (short)(writing ? POLLOUT : POLLIN), 0};
+	return poll(&p, 1, timeout_ms);
+}
+
+int cli_conn_send(void *conn, const void *data, size_t len)
+{
+	const char *p = data;
+
+	while (len) {
+		size_t n = 0;
+		CURLcode cc = curl_easy_send(conn, p, len, &n);
+		if (cc == CURLE_AGAIN) {
+			if (cli_conn_wait(conn, true, -1) < 0 && errno != EINTR)
+				return -1;
+			continue;
+		}
+		if (cc != CURLE_OK)
+			return -1;
+		p += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* The answer's head into b, then the rest of its body if it has one. */
+static int read_answer(void *conn, struct kn_buf *b, size_t *head_len)
+{
+	char buf[16384], *end = NULL;
+
+	while (!end) {
+		size_t n = 0;
+		CURLcode cc = curl_easy_recv(conn, buf, sizeof(buf), &n);
+		if (cc == CURLE_AGAIN) {
+			if (cli_conn_wait(conn, false, CLI_REQUEST_TIMEOUT_MS) <= 0)
+				return -1;
+			continue;
+		}
+		if (cc != CURLE_OK || n == 0 || kn_buf_append(b, buf, n) < 0)
+			return -1;
+		end = memmem(b->data, b->len, "\r\n\r\n", 4);
+	}
+	*head_len = (size_t)(end - b->data) + 4;
+	return 0;
+}
+
+/* A refusal's JSON body (Content-Length, then the connection closes). */
+static void read_rest(void *conn, struct kn_buf *b)
+{
+	char buf[16384];
+
+	for (;;) {
+		size_t n = 0;
+		CURLcode cc = curl_easy_recv(conn, buf, sizeof(buf), &n);
+		if (cc == CURLE_AGAIN) {
+			if (cli_conn_wait(conn, false, 2000) <= 0)
+				return;
+			continue;
+		}
+		if (cc != CURLE_OK || n == 0 || kn_buf_append(b, buf, n) < 0)
+			return;
+	}
+}
+
+int cli_client_upgrade(struct cli_client *c, const char *method,
+		       const char *path, const char *protocol, void **conn,
+		       char **early, size_t *n_early)
+{
+	CURL *h = curl_easy_init();
+	const char *host = strstr(c->base_url, "://");
+	struct kn_buf answer, body;
+	char *url = kn_asprintf("%s%s", c->base_url, path), *request;
+	size_t head_len = 0;
+	long status = 0;
+	CURLcode cc;
+	int rc = CLI_EXIT_UNREACHABLE;
+
+	kn_buf_init(&answer, UPGRADE_HEAD_MAX);
+	kn_buf_init(&body, UPGRADE_HEAD_MAX);
+	if (!h) {
+		fputs("kiln: cannot start libcurl\n", stderr);
+		free(url);
+		return CLI_EXIT_FAIL;
+	}
+	kn_httpc_defaults(h, (long)CLI_CONNECT_TIMEOUT_MS);
+	tls_options(h);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_CONNECT_ONLY, 1L);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->errbuf);
+	c->errbuf[0] = '\0';
+	request = kn_asprintf(
+		"%s %s HTTP/1.1\r\nHost: %s\r\n%s%s%sConnection: Upgrade\r\n"
+		"Upgrade: %s\r\n\r\n",
+		method, path, host ? host + 3 : c->base_url,
+		c->token ? "Authorization: Bearer " : "",
+		c->token ? c->token : "", c->token ? "\r\n" : "", protocol);
+	if ((cc = curl_easy_perform(h)) != CURLE_OK) {
+		fprintf(stderr, "kiln: cannot reach the server at %s: %s%s\n",
+			c->base_url,
+			c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc),
+			tls_hint(cc, c->errbuf));
+	} else if (cli_conn_send(h, request, strlen(request)) < 0 ||
+		   read_answer(h, &answer, &head_len) < 0 ||
+		   sscanf(answer.data, "HTTP/1.%*d %ld", &status) != 1) {
+		fprintf(stderr, "kiln: lost the connection to the server at "
+				"%s\n", c->base_url);
+	} else if (status != 101) {
+		kn_buf_append(&body, answer.data + head_len,
+			      answer.len - head_len);
+		read_rest(h, &body);
+		print_api_error(c, status, &body);
+		rc = CLI_EXIT_FAIL;
+	} else {
+		*n_early = answer.len - head_len;
+		*early = kn_xmalloc(*n_early + 1);
+		memcpy(*early, answer.data + head_len, *n_early);
+		*conn = h;
+		h = NULL;
+		rc = 0;
+	}
+	curl_easy_cleanup(h);
+	kn_buf_release(&answer);
+	kn_buf_release(&body);
+	free(request);
 	free(url);
 	return rc;
 }

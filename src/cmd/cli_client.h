@@ -72,6 +72,22 @@ int cli_call(struct cli_client *c, const char *method, const char *path,
 	     json_t **out);
 
 /*
+ * An upgraded session (docs/api.md, "Interactive sessions"): method and
+ * path with Connection: Upgrade to protocol. On 101 returns 0 with *conn,
+ * a libcurl CONNECT_ONLY handle (curl_easy_send and curl_easy_recv; free
+ * with curl_easy_cleanup), and the bytes that came behind the answer's
+ * head in *early (malloc'd, *n_early of them). Otherwise prints why (the
+ * API's error) and returns the exit status.
+ */
+int cli_client_upgrade(struct cli_client *c, const char *method,
+		       const char *path, const char *protocol, void **conn,
+		       char **early, size_t *n_early);
+/* Wait until conn's socket is writable (or readable): poll's answer. */
+int cli_conn_wait(void *conn, bool writing, int timeout_ms);
+/* Send all of data on conn, waiting as needed: 0, or -1 when it broke. */
+int cli_conn_send(void *conn, const void *data, size_t len);
+
+/*
  * POST a create (a job, a deployment, a workflow run, a model version)
  * with a fresh random Idempotency-Key; when the connection is lost
  * before the answer (reset, closed, silent), send it once more with the

@@ -259,6 +259,62 @@ static void print_advice(const struct kn_advise_request *req,
 		fprintf(stderr, "warning: %s\n", a->notes[i].message);
 }
 
+/* The request the flags describe, each checked (a preset's size is
+   read later); CLI_GO, or the usage error. */
+static int request_from_flags(struct cli_ctx *ctx,
+			      const struct advise_flags *f,
+			      struct kn_advise_request *req)
+{
+	struct kn_error err;
+	int rc;
+
+	if (!f->phase)
+		return cli_usage_error(ctx, "--phase is required (train, "
+				       "finetune, infer)");
+	if (kn_phase_parse(f->phase, &req->phase, &err) < 0)
+		return cli_usage_error(ctx, "--phase: %s", err.message);
+	if (kn_workload_parse(f->workload ? f->workload : "generative",
+			      &req->workload, &err) < 0)
+		return cli_usage_error(ctx, "--workload: %s", err.message);
+	if (f->preset && f->params)
+		return cli_usage_error(ctx, "--preset and --params: give one");
+	if (!f->preset && !f->params)
+		return cli_usage_error(ctx, "--params N (such as 7B) or "
+				       "--preset NAME is required");
+	if (f->nodes && f->throughput)
+		return cli_usage_error(ctx, "--nodes and --throughput: give "
+				       "one");
+	if (f->params) {
+		if (kn_parse_params(f->params, &req->params, &err) < 0)
+			return cli_usage_error(ctx, "--params: %s", err.message);
+		req->dtype = f->dtype ? f->dtype : "bf16";
+	}
+	if (f->dtype && kn_dtype_bytes(f->dtype, &(double){0}, &err) < 0)
+		return cli_usage_error(ctx, "--dtype: %s", err.message);
+	if (f->throughput &&
+	    (rc = number_flag(ctx, "throughput", f->throughput,
+			      &req->throughput)) != CLI_GO)
+		return rc;
+	if (f->budget &&
+	    (rc = number_flag(ctx, "budget", f->budget,
+			      &req->budget_usd_month)) != CLI_GO)
+		return rc;
+	if ((f->layers > 0) != (f->hidden > 0))
+		return cli_usage_error(ctx, "--layers and --hidden go together");
+	if (f->options > KN_ADVISE_OPTIONS_MAX)
+		return cli_usage_error(ctx, "--options: at most %d",
+				       KN_ADVISE_OPTIONS_MAX);
+	req->nodes = f->nodes;
+	req->context = f->context;
+	req->batch = f->batch;
+	req->layers = f->layers;
+	req->hidden = f->hidden;
+	req->interruptible = f->interruptible;
+	req->checkpoints = f->checkpoints;
+	req->max_options = f->options;
+	return CLI_GO;
+}
+
 int cmd_advise(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct advise_flags f = {.phase = NULL, .workload = NULL};
@@ -292,50 +348,8 @@ int cmd_advise(struct cli_ctx *ctx, int argc, char **argv)
 	if ((rc = cli_parse(ctx, argc, argv, flags, NULL, NULL)) != CLI_GO ||
 	    (rc = cli_check_output(ctx)) != CLI_GO)
 		return rc;
-	if (!f.phase)
-		return cli_usage_error(ctx, "--phase is required (train, "
-				       "finetune, infer)");
-	if (kn_phase_parse(f.phase, &req.phase, &err) < 0)
-		return cli_usage_error(ctx, "--phase: %s", err.message);
-	if (kn_workload_parse(f.workload ? f.workload : "generative",
-			      &req.workload, &err) < 0)
-		return cli_usage_error(ctx, "--workload: %s", err.message);
-	if (f.preset && f.params)
-		return cli_usage_error(ctx, "--preset and --params: give one");
-	if (!f.preset && !f.params)
-		return cli_usage_error(ctx, "--params N (such as 7B) or "
-				       "--preset NAME is required");
-	if (f.nodes && f.throughput)
-		return cli_usage_error(ctx, "--nodes and --throughput: give "
-				       "one");
-	if (f.params) {
-		if (kn_parse_params(f.params, &req.params, &err) < 0)
-			return cli_usage_error(ctx, "--params: %s", err.message);
-		req.dtype = f.dtype ? f.dtype : "bf16";
-	}
-	if (f.dtype && kn_dtype_bytes(f.dtype, &(double){0}, &err) < 0)
-		return cli_usage_error(ctx, "--dtype: %s", err.message);
-	if (f.throughput &&
-	    (rc = number_flag(ctx, "throughput", f.throughput,
-			      &req.throughput)) != CLI_GO)
+	if ((rc = request_from_flags(ctx, &f, &req)) != CLI_GO)
 		return rc;
-	if (f.budget &&
-	    (rc = number_flag(ctx, "budget", f.budget,
-			      &req.budget_usd_month)) != CLI_GO)
-		return rc;
-	if ((f.layers > 0) != (f.hidden > 0))
-		return cli_usage_error(ctx, "--layers and --hidden go together");
-	if (f.options > KN_ADVISE_OPTIONS_MAX)
-		return cli_usage_error(ctx, "--options: at most %d",
-				       KN_ADVISE_OPTIONS_MAX);
-	req.nodes = f.nodes;
-	req.context = f.context;
-	req.batch = f.batch;
-	req.layers = f.layers;
-	req.hidden = f.hidden;
-	req.interruptible = f.interruptible;
-	req.checkpoints = f.checkpoints;
-	req.max_options = f.options;
 
 	if (f.preset) {
 		const struct kn_model_preset *p;

@@ -199,6 +199,42 @@ static int exporter_tls(struct cli_ctx *ctx, struct exporter *x,
 	return CLI_GO;
 }
 
+/*
+ * Check the node's sources once, so a wrong --root fails at start, and
+ * open NVML (none: no GPU metrics, said once).
+ */
+static int sources_open(struct cli_ctx *ctx, struct exporter *x)
+{
+	struct kn_buf probe;
+	struct kn_error err;
+	unsigned n;
+	const char *driver;
+	int rc;
+
+	kn_buf_init(&probe, KN_PROM_MAX_BYTES);
+	rc = kn_node_collect(&x->node, &probe, &err);
+	kn_buf_release(&probe);
+	if (rc < 0)
+		return cli_fail(ctx, "%s", err.message);
+	rc = kn_nvml_open(&x->nvml, &err);
+	if (rc == -ENOENT) {
+		fprintf(stderr, "%s: no GPU metrics (%s)\n", ctx->prog,
+			err.message);
+		return CLI_GO;
+	}
+	if (rc < 0)
+		return cli_fail(ctx, "%s", err.message);
+	n = kn_nvml_count(x->nvml);
+	driver = kn_nvml_driver_version(x->nvml);
+	x->last_xid = kn_xcalloc(n ? n : 1, sizeof(*x->last_xid));
+	x->samples = kn_xcalloc(n ? n : 1, sizeof(*x->samples));
+	/* Which driver answered: the first thing to check when a GPU's
+	   metrics look wrong. */
+	fprintf(stderr, "%s: %u GPU%s, NVIDIA driver %s\n", ctx->prog, n,
+		n == 1 ? "" : "s", driver[0] ? driver : "unknown");
+	return CLI_GO;
+}
+
 int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *listen = "127.0.0.1:9470", *root = "/", *token_file = NULL,
@@ -258,36 +294,8 @@ int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 		kn_strlcpy(x.hostname, "localhost", sizeof(x.hostname));
 	x.hostname[sizeof(x.hostname) - 1] = '\0';
 
-	/* Check the sources once, so a wrong --root fails at start. */
-	{
-		struct kn_buf probe;
-		kn_buf_init(&probe, KN_PROM_MAX_BYTES);
-		rc = kn_node_collect(&x.node, &probe, &err);
-		kn_buf_release(&probe);
-		if (rc < 0) {
-			rc = cli_fail(ctx, "%s", err.message);
-			goto out;
-		}
-	}
-	rc = kn_nvml_open(&x.nvml, &err);
-	if (rc == -ENOENT) {
-		fprintf(stderr, "%s: no GPU metrics (%s)\n", ctx->prog,
-			err.message);
-	} else if (rc < 0) {
-		rc = cli_fail(ctx, "%s", err.message);
+	if ((rc = sources_open(ctx, &x)) != CLI_GO)
 		goto out;
-	} else {
-		unsigned n = kn_nvml_count(x.nvml);
-		const char *driver = kn_nvml_driver_version(x.nvml);
-
-		x.last_xid = kn_xcalloc(n ? n : 1, sizeof(*x.last_xid));
-		x.samples = kn_xcalloc(n ? n : 1, sizeof(*x.samples));
-		/* Which driver answered: the first thing to check when a
-		   GPU's metrics look wrong. */
-		fprintf(stderr, "%s: %u GPU%s, NVIDIA driver %s\n", ctx->prog,
-			n, n == 1 ? "" : "s", driver[0] ? driver : "unknown");
-	}
-
 	x.loop = kn_loop_new();
 	if (kn_http_server_new(x.loop, host, (int)port, NULL, x.tls, handle, &x,
 			       &srv, &bound, &err) < 0) {

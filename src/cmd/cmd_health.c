@@ -8,7 +8,9 @@
  * and exit 1. --drain also tells the kiln server (POST
  * /v1/nodes/{name}/health, healthy or not, so a recovered node comes
  * back) and, where Slurm's scontrol is on PATH, drains the node in Slurm
- * with the first failure as the reason, as NHC does.
+ * itself with the first failure as the reason, as NHC does, so a node is
+ * drained even when the kiln server cannot be reached; a passing run
+ * resumes a node whose Slurm reason is still this command's.
  *
  * --perf adds the GPU memory-bandwidth and GEMM checks, which occupy every
  * GPU for seconds; they run only when asked for.
@@ -76,6 +78,52 @@ static void drain_in_slurm(struct cli_ctx *ctx, const char *node,
 	}
 	free(name_arg);
 	free(reason_arg);
+}
+
+/*
+ * A node this command drained comes back once its checks pass, as NHC
+ * does: when Slurm's reason for it is still ours ("kiln health: ..."),
+ * scontrol update NodeName=N State=RESUME. A reason anyone else set stays.
+ */
+static void resume_in_slurm(struct cli_ctx *ctx, const char *node)
+{
+	char *argv[] = {"sinfo", "-h", "-N", "-n", (char *)node, "-o", "%E",
+			NULL};
+	char *name_arg = kn_asprintf("NodeName=%s", node);
+	char *resume[] = {"scontrol", "update", name_arg, "State=RESUME",
+			  NULL};
+	posix_spawn_file_actions_t fa;
+	char reason[256] = "";
+	int fds[2], status;
+	pid_t pid;
+	ssize_t n = 0, got;
+
+	if (pipe(fds) < 0) {
+		free(name_arg);
+		return;
+	}
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+	posix_spawn_file_actions_addclose(&fa, fds[0]);
+	if (posix_spawnp(&pid, "sinfo", &fa, NULL, argv, environ) != 0)
+		pid = -1;
+	posix_spawn_file_actions_destroy(&fa);
+	close(fds[1]);
+	while (pid > 0 && (size_t)n < sizeof(reason) - 1 &&
+	       (got = read(fds[0], reason + n, sizeof(reason) - 1 - (size_t)n)) >
+		       0)
+		n += got;
+	reason[n] = '\0';
+	close(fds[0]);
+	if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+	    WEXITSTATUS(status) == 0 &&
+	    !strncmp(reason, "kiln health:", strlen("kiln health:")) &&
+	    posix_spawnp(&pid, "scontrol", NULL, NULL, resume, environ) == 0 &&
+	    (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+	     WEXITSTATUS(status) != 0))
+		fprintf(stderr, "%s: scontrol could not resume %s\n", ctx->prog,
+			node);
+	free(name_arg);
 }
 
 static int split_dirs(struct cli_ctx *ctx, const char *arg, char **buf,
@@ -214,6 +262,8 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 		}
 		if (failed)
 			drain_in_slurm(ctx, node, first);
+		else
+			resume_in_slurm(ctx, node);
 		drc = drain_in_kiln(ctx, node, failed == 0,
 				    failed ? first : "all checks passed");
 		if (drc != 0 && rc == CLI_EXIT_OK)

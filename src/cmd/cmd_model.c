@@ -26,6 +26,7 @@
 #include "ckpt/ckpt.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
+#include "cmd/digest_cache.h"
 #include "cmd/model_upload.h"
 #include "loop/loop.h"
 #include "registry/registry.h"
@@ -38,6 +39,7 @@ struct args {
 	const char *pos[MAX_POS];
 	size_t n;
 	const char *name, *alias, *out, *key, *from_job;
+	bool http; /* push: over HTTP even on the server's machine */
 };
 
 static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
@@ -49,6 +51,7 @@ static int parse(struct cli_ctx *ctx, int argc, char **argv, struct args *a,
 		{"out", 0, CLI_FLAG_STRING, &a->out},
 		{"key", 0, CLI_FLAG_STRING, &a->key},
 		{"from-job", 0, CLI_FLAG_STRING, &a->from_job},
+		{"http", 0, CLI_FLAG_BOOL, &a->http},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	int rc;
@@ -189,43 +192,6 @@ static int walk(struct cli_ctx *ctx, const char *root, const char *rel,
 	return rc;
 }
 
-/* Hash files (paths relative to root) in place, in parallel. */
-static int hash_files(struct cli_ctx *ctx, const char *root,
-		      struct kn_model_files *f)
-{
-	struct kn_hash_item *items = kn_xcalloc(f->n + 1, sizeof(*items));
-	char **paths = kn_xcalloc(f->n + 1, sizeof(*paths));
-	struct progress p;
-	int rc = CLI_GO;
-
-	for (size_t i = 0; i < f->n; i++) {
-		paths[i] = kn_asprintf("%s/%s", root, f->items[i].path);
-		items[i].path = paths[i];
-	}
-	progress_init(&p, "hashing", kn_model_files_bytes(f));
-	kn_hash_files(items, f->n, kn_hash_threads_default(),
-		      kn_model_files_bytes(f), progress_print, &p);
-	for (size_t i = 0; i < f->n; i++) {
-		if (items[i].error) {
-			rc = cli_fail(ctx, "%s: %s", paths[i],
-				      strerror(-items[i].error));
-			break;
-		}
-		if (items[i].size != f->items[i].size) {
-			rc = cli_fail(ctx, "%s changed while it was hashed",
-				      paths[i]);
-			break;
-		}
-		memcpy(f->items[i].sha256, items[i].sha256,
-		       sizeof(f->items[i].sha256));
-	}
-	for (size_t i = 0; i < f->n; i++)
-		free(paths[i]);
-	free(paths);
-	free(items);
-	return rc;
-}
-
 static void upload_progress(int64_t done, void *arg)
 {
 	struct progress *p = arg;
@@ -277,6 +243,236 @@ out:
 	return rc;
 }
 
+/*
+ * The files whose digests the cache knows (f's sha256 filled, known[i])
+ * and, of those, the blobs the server lacks; part_max from its answer.
+ */
+static int ask_missing(struct cli_client *c, struct kn_model_files *f,
+		       const bool *known, json_t **missing, int64_t *part_max,
+		       json_t **local)
+{
+	json_t *digests = json_array(), *req, *answer = NULL;
+	int rc;
+
+	for (size_t i = 0; i < f->n; i++)
+		if (known[i])
+			json_array_append_new(digests,
+					      json_string(f->items[i].sha256));
+	req = json_pack("{s:o}", "digests", digests);
+	rc = post_json(c, "/v1/model-blobs/missing", req, &answer);
+	if (!rc) {
+		*missing = json_incref(json_object_get(answer, "missing"));
+		*part_max = cli_json_int(answer, "part_max");
+		*local = json_incref(json_object_get(answer, "local"));
+	}
+	json_decref(answer);
+	json_decref(req);
+	return rc;
+}
+
+static bool listed(json_t *digests, const char *digest)
+{
+	size_t k;
+	json_t *d;
+
+	json_array_foreach(digests, k, d)
+		if (!strcmp(json_string_value(d), digest))
+			return true;
+	return false;
+}
+
+/* What push uploads: files the cache does not know, and of those it
+   knows, the first file of each blob the server lacks. */
+static bool *files_to_send(const struct kn_model_files *f, const bool *known,
+			   json_t *missing, int64_t *bytes)
+{
+	bool *send = kn_xcalloc(f->n + 1, sizeof(*send));
+	json_t *sent = json_array();
+
+	*bytes = 0;
+	for (size_t i = 0; i < f->n; i++) {
+		const char *d = f->items[i].sha256;
+		send[i] = !known[i] || (listed(missing, d) && !listed(sent, d));
+		if (known[i] && send[i])
+			json_array_append_new(sent, json_string(d));
+		if (send[i])
+			*bytes += f->items[i].size;
+	}
+	json_decref(sent);
+	return send;
+}
+
+/* Where files go and what they share. */
+struct sending {
+	int64_t part_max;
+	struct model_push_totals *totals;
+	struct digest_cache *cache;
+	const char *socket; /* the server's push.sock, or NULL: HTTP */
+	char *token;
+};
+
+/* One file: by descriptor to a server on this machine, else over HTTP
+   (read once, hashed as it is sent). */
+static int send_file(struct cli_ctx *ctx, struct sending *how,
+		     struct model_upload *u)
+{
+	struct model_push_totals *t = how->totals;
+	int rc = MODEL_UPLOAD_OVER_HTTP;
+
+	if (how->socket)
+		rc = model_upload_local(ctx, how->socket, how->token, u);
+	if (rc == 0) {
+		pthread_mutex_lock(&t->lock);
+		t->sent += u->st.st_size;
+		if (t->progress)
+			t->progress(t->sent + t->resumed, t->progress_arg);
+		pthread_mutex_unlock(&t->lock);
+	} else if (rc == MODEL_UPLOAD_OVER_HTTP) {
+		how->socket = NULL; /* not for this push's other files either */
+		rc = model_upload_file(ctx, u);
+	}
+	return rc;
+}
+
+/* Send the files marked, each once, and remember their digests. */
+static int send_files(struct cli_ctx *ctx, const char *root,
+		      struct kn_model_files *f, const bool *send,
+		      struct sending *how, size_t *n_up)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < f->n && !rc; i++) {
+		char *path;
+		struct model_upload u = {.part_max = how->part_max,
+					 .totals = how->totals};
+
+		if (!send[i])
+			continue;
+		path = kn_asprintf("%s/%s", root, f->items[i].path);
+		u.path = path;
+		rc = send_file(ctx, how, &u);
+		if (!rc) {
+			memcpy(f->items[i].sha256, u.digest, sizeof(u.digest));
+			f->items[i].size = u.st.st_size;
+			digest_cache_put(how->cache, &u.st, u.digest,
+					 time(NULL));
+			(*n_up)++;
+		}
+		free(path);
+	}
+	return rc;
+}
+
+/* A server on this machine takes files by descriptor, unless --http. */
+static void choose_path(struct cli_ctx *ctx, const struct args *a,
+			json_t *local, struct sending *how)
+{
+	char *server = NULL, *home = cli_kiln_home();
+
+	if (!a->http && local && model_local_same_machine(local) &&
+	    cli_find_credentials(ctx, home, &server, &how->token) == 0)
+		how->socket = json_string_value(json_object_get(local,
+								"socket"));
+	free(server);
+	free(home);
+}
+
+/* Hash the files marked (a second read of each, if it is sent too), in
+   parallel, and remember their digests. */
+static int hash_files(struct cli_ctx *ctx, const char *root,
+		      struct kn_model_files *f, const bool *marked,
+		      struct digest_cache *cache)
+{
+	struct kn_hash_item *items = kn_xcalloc(f->n + 1, sizeof(*items));
+	size_t *which = kn_xcalloc(f->n + 1, sizeof(*which)), n = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < f->n; i++) {
+		if (!marked[i])
+			continue;
+		items[n].path = kn_asprintf("%s/%s", root, f->items[i].path);
+		which[n++] = i;
+	}
+	kn_hash_files(items, n, kn_hash_threads_default(), 0, NULL, NULL);
+	for (size_t k = 0; k < n && !rc; k++) {
+		struct kn_model_file *file = &f->items[which[k]];
+		struct stat st;
+
+		if (items[k].error)
+			rc = cli_fail(ctx, "%s: %s", items[k].path,
+				      strerror(-items[k].error));
+		else if (stat(items[k].path, &st) < 0 ||
+			 st.st_size != items[k].size || items[k].size != file->size)
+			rc = cli_fail(ctx, "%s changed while it was hashed",
+				      items[k].path);
+		else
+			digest_cache_put(cache, &st, items[k].sha256, time(NULL));
+		memcpy(file->sha256, items[k].sha256, sizeof(file->sha256));
+	}
+	for (size_t k = 0; k < n; k++)
+		free((char *)items[k].path);
+	free(items);
+	free(which);
+	return rc;
+}
+
+/* Fill f's digests from the cache, by each file's state now; files it
+   holds too near a change are hashed here. known[i] on return: f's
+   digest is filled. */
+static int known_digests(struct cli_ctx *ctx, const char *root,
+			 struct kn_model_files *f, struct digest_cache *cache,
+			 bool **known)
+{
+	bool *check = kn_xcalloc(f->n + 1, sizeof(*check));
+	int rc;
+
+	*known = kn_xcalloc(f->n + 1, sizeof(**known));
+	for (size_t i = 0; i < f->n; i++) {
+		char *path = kn_asprintf("%s/%s", root, f->items[i].path);
+		struct stat st;
+		enum digest_known k = DIGEST_UNKNOWN;
+
+		if (stat(path, &st) == 0 && st.st_size == f->items[i].size)
+			k = digest_cache_find(cache, &st, f->items[i].sha256);
+		(*known)[i] = k != DIGEST_UNKNOWN;
+		check[i] = k == DIGEST_CHECK;
+		free(path);
+	}
+	rc = hash_files(ctx, root, f, check, cache);
+	free(check);
+	return rc;
+}
+
+static void print_pushed(struct cli_ctx *ctx, const struct args *a,
+			 const struct kn_model_files *f, json_t *answer,
+			 size_t n_up, const struct model_push_totals *t)
+{
+	char size_text[32], up_text[32];
+
+	kn_format_bytes(kn_model_files_bytes(f), size_text, sizeof(size_text));
+	kn_format_bytes(t->sent, up_text, sizeof(up_text));
+	if (cli_want_json(ctx)) {
+		json_t *o = json_pack("{s:s, s:O, s:I, s:I, s:I, s:I, s:I}",
+				      "name", a->name, "version",
+				      json_object_get(answer, "version"), "files",
+				      (json_int_t)f->n, "bytes",
+				      (json_int_t)kn_model_files_bytes(f),
+				      "uploaded", (json_int_t)n_up,
+				      "uploaded_bytes", (json_int_t)t->sent,
+				      "resumed_bytes", (json_int_t)t->resumed);
+		cli_print_data(ctx, o);
+		json_decref(o);
+		return;
+	}
+	printf("%s@%lld\n", a->name, (long long)cli_json_int(answer, "version"));
+	fprintf(stderr,
+		"pushed %s@%lld: %zu files (%s); uploaded %zu file%s (%s), the "
+		"rest were in the store%s%s\n",
+		a->name, (long long)cli_json_int(answer, "version"), f->n,
+		size_text, n_up, n_up == 1 ? "" : "s", up_text,
+		a->alias ? "; alias " : "", a->alias ? a->alias : "");
+}
+
 static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a;
@@ -284,97 +480,74 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 	struct cli_client *c = NULL;
 	struct kn_error err;
 	struct progress p;
-	json_t *digests = NULL, *answer = NULL, *missing, *req = NULL;
-	int64_t upload_bytes = 0, sent = 0, resumed = 0;
-	size_t i, n_up = 0;
-	char size_text[32], up_text[32];
-	struct timespec hashed_at;
-	int64_t part_max;
+	struct model_push_totals totals = {.lock = PTHREAD_MUTEX_INITIALIZER,
+					   .progress = upload_progress,
+					   .progress_arg = &p};
+	json_t *answer = NULL, *missing = NULL, *req = NULL, *local = NULL;
+	bool *known = NULL, *send = NULL;
+	struct sending how = {.totals = &totals};
+	char *cache_path = digest_cache_default_path();
+	struct digest_cache *cache = digest_cache_load(cache_path);
+	int64_t upload_bytes = 0, part_max = 0;
+	size_t n_up = 0;
 	int rc = parse(ctx, argc, argv, &a, -1, "");
 
 	if (rc != CLI_GO)
-		return rc;
-	if (a.n != (a.from_job ? 0 : 1))
-		return cli_usage_error(ctx, "usage: %s DIR --name NAME [--alias "
-				       "A] or --from-job JOB --name NAME "
-				       "[--alias A]", ctx->prog);
-	if (!a.name || !kn_model_name_ok(a.name))
-		return cli_usage_error(ctx, "--name NAME is required: 1-64 of "
-				       "letters, digits, '.', '_', '-'");
-	if (a.alias && !kn_model_alias_ok(a.alias))
-		return cli_usage_error(ctx, "--alias: \"%s\" is not an alias (a "
-				       "name that is not all digits)", a.alias);
-	if (a.from_job)
-		return push_from_job(ctx, &a);
+		goto out;
+	if (a.n != (a.from_job ? 0 : 1)) {
+		rc = cli_usage_error(ctx, "usage: %s DIR --name NAME [--alias "
+				     "A] or --from-job JOB --name NAME "
+				     "[--alias A]", ctx->prog);
+		goto out;
+	}
+	if (!a.name || !kn_model_name_ok(a.name)) {
+		rc = cli_usage_error(ctx, "--name NAME is required: 1-64 of "
+				     "letters, digits, '.', '_', '-'");
+		goto out;
+	}
+	if (a.alias && !kn_model_alias_ok(a.alias)) {
+		rc = cli_usage_error(ctx, "--alias: \"%s\" is not an alias (a "
+				     "name that is not all digits)", a.alias);
+		goto out;
+	}
+	if (a.from_job) {
+		rc = push_from_job(ctx, &a);
+		goto out;
+	}
 	rc = walk(ctx, a.pos[0], "", &f);
 	if (rc == CLI_GO && f.n == 0)
 		rc = cli_fail(ctx, "%s has no files", a.pos[0]);
 	if (rc == CLI_GO && kn_model_files_sort(&f, &err) < 0)
 		rc = cli_fail(ctx, "%s", err.message);
-	clock_gettime(CLOCK_REALTIME, &hashed_at);
-	if (rc == CLI_GO)
-		rc = hash_files(ctx, a.pos[0], &f);
 	if (rc != CLI_GO)
 		goto out;
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	digests = json_array();
-	for (i = 0; i < f.n; i++)
-		json_array_append_new(digests, json_string(f.items[i].sha256));
-	req = json_pack("{s:O}", "digests", digests);
-	rc = post_json(c, "/v1/model-blobs/missing", req, &answer);
+	rc = known_digests(ctx, a.pos[0], &f, cache, &known);
+	if (!rc)
+		rc = ask_missing(c, &f, known, &missing, &part_max, &local);
 	if (rc)
 		goto out;
-	missing = json_object_get(answer, "missing");
-	/* Each missing digest once, from the first file that has it. */
-	for (i = 0; i < f.n; i++) {
-		size_t k;
-		json_t *d;
-		json_array_foreach(missing, k, d) {
-			if (!strcmp(json_string_value(d), f.items[i].sha256)) {
-				upload_bytes += f.items[i].size;
-				break;
-			}
-		}
-	}
-	part_max = cli_json_int(answer, "part_max");
-	if (part_max <= 0 && json_array_size(missing)) {
+	send = files_to_send(&f, known, missing, &upload_bytes);
+	if (part_max <= 0 && upload_bytes) {
 		rc = cli_fail(ctx, "the server does not say how large a part it "
 			      "takes: it is older than this kiln; push with "
 			      "a kiln of its version");
 		goto out;
 	}
 	progress_init(&p, "uploading", upload_bytes);
-	for (i = 0; i < f.n && !rc; i++) {
-		size_t k;
-		json_t *d;
-		json_array_foreach(missing, k, d) {
-			if (strcmp(json_string_value(d), f.items[i].sha256))
-				continue;
-			char *path = kn_asprintf("%s/%s", a.pos[0],
-						 f.items[i].path);
-			struct model_upload u = {
-				.path = path, .digest = f.items[i].sha256,
-				.size = f.items[i].size, .hashed_at = hashed_at,
-				.part_max = part_max,
-				.progress = upload_progress, .progress_arg = &p,
-				.sent = &sent, .resumed = &resumed};
-			rc = model_upload_blob(ctx, &u);
-			free(path);
-			json_array_remove(missing, k);
-			n_up++;
-			break;
-		}
-	}
+	how.part_max = part_max;
+	how.cache = cache;
+	choose_path(ctx, &a, local, &how);
+	rc = send_files(ctx, a.pos[0], &f, send, &how, &n_up);
+	/* What was read is remembered even when a later file failed. */
+	digest_cache_save(cache);
 	if (rc)
 		goto out;
-	json_decref(req);
 	req = json_pack("{s:o}", "files", kn_model_files_to_json(&f));
 	if (a.alias)
 		json_object_set_new(req, "alias", json_string(a.alias));
-	json_decref(answer);
-	answer = NULL;
 	{
 		char *path = model_path(a.name, "/versions");
 		char *body = json_dumps(req, JSON_COMPACT);
@@ -383,37 +556,20 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 		free(body);
 		free(path);
 	}
-	if (rc)
-		goto out;
-	kn_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));
-	kn_format_bytes(sent, up_text, sizeof(up_text));
-	if (cli_want_json(ctx)) {
-		json_t *o = json_pack("{s:s, s:O, s:I, s:I, s:I, s:I, s:I}",
-				      "name", a.name, "version",
-				      json_object_get(answer, "version"), "files",
-				      (json_int_t)f.n, "bytes",
-				      (json_int_t)kn_model_files_bytes(&f),
-				      "uploaded", (json_int_t)n_up,
-				      "uploaded_bytes", (json_int_t)sent,
-				      "resumed_bytes", (json_int_t)resumed);
-		cli_print_data(ctx, o);
-		json_decref(o);
-	} else {
-		printf("%s@%lld\n", a.name,
-		       (long long)cli_json_int(answer, "version"));
-		fprintf(stderr,
-			"pushed %s@%lld: %zu files (%s); uploaded %zu blob%s "
-			"(%s), the rest were in the store%s%s\n",
-			a.name, (long long)cli_json_int(answer, "version"), f.n,
-			size_text, n_up, n_up == 1 ? "" : "s", up_text,
-			a.alias ? "; alias " : "", a.alias ? a.alias : "");
-	}
+	if (!rc)
+		print_pushed(ctx, &a, &f, answer, n_up, &totals);
 out:
 	json_decref(req);
-	json_decref(digests);
+	json_decref(missing);
+	json_decref(local);
 	json_decref(answer);
+	free(how.token);
+	free(known);
+	free(send);
 	cli_client_free(c);
 	kn_model_files_release(&f);
+	digest_cache_free(cache);
+	free(cache_path);
 	return rc;
 }
 

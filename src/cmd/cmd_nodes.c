@@ -126,6 +126,44 @@ static void describe_limits(json_t *limits, struct kn_buf *b)
 	line(b->data);
 }
 
+static bool nonempty(json_t *obj, const char *key)
+{
+	const char *v = json_string_value(json_object_get(obj, key));
+
+	return v && *v;
+}
+
+/*
+ * "  slurm: drained (kiln health: ...); partitions kiln; features ib;
+ * gres gpu:a100:4 (1 used)": what Slurm says of the node, if anything.
+ */
+static void describe_slurm(json_t *slurm, struct kn_buf *b)
+{
+	json_t *g;
+	size_t i;
+
+	if (!json_is_object(slurm))
+		return;
+	b->len = 0;
+	kn_buf_printf(b, "  slurm: %s", cli_json_str(slurm, "state"));
+	if (json_is_string(json_object_get(slurm, "reason")))
+		kn_buf_printf(b, " (%s)", cli_json_str(slurm, "reason"));
+	if (nonempty(slurm, "partitions"))
+		kn_buf_printf(b, "; partitions %s",
+			      cli_json_str(slurm, "partitions"));
+	if (nonempty(slurm, "features"))
+		kn_buf_printf(b, "; features %s",
+			      cli_json_str(slurm, "features"));
+	json_array_foreach(json_object_get(slurm, "gres"), i, g)
+		kn_buf_printf(b, "%s%s%s%s:%lld (%lld used)",
+			      i ? ", " : "; gres ", cli_json_str(g, "name"),
+			      nonempty(g, "type") ? ":" : "",
+			      nonempty(g, "type") ? cli_json_str(g, "type") : "",
+			      (long long)cli_json_int(g, "count"),
+			      (long long)cli_json_int(g, "used"));
+	line(b->data);
+}
+
 static void show_node(json_t *node)
 {
 	static const char *const headers[] = {
@@ -156,6 +194,7 @@ static void show_node(json_t *node)
 		kn_buf_printf(&b, "  why: %s", cli_json_str(node, "reason"));
 		line(b.data);
 	}
+	describe_slurm(json_object_get(node, "slurm"), &b);
 	if (simulated)
 		line("  simulated devices: tasks run on the CPU; no GPU is used");
 	if (json_is_string(json_object_get(node, "isolation"))) {

@@ -105,6 +105,50 @@ static const struct cli_command commands[] = {
 	 "               is waited for\n"
 	 "  --raw        the bytes as they are, on a terminal too\n",
 	 false},
+	{"run", cmd_run, NULL, "run a command on a terminal in a new job",
+	 "usage: kiln run -it [--gpus N] [--image I] [--name N] [-- CMD [ARG...]]\n"
+	 "\n"
+	 "Submit a job whose one task runs CMD (default a login shell, bash -l)\n"
+	 "on a terminal, wait for it to start (queued like any job, with its\n"
+	 "GPUs, limits and sandbox), then attach this terminal to it: keys,\n"
+	 "window size and Ctrl-C go to the task, its output comes back, and\n"
+	 "kiln exits with its exit code (128 + N when signal N ended it).\n"
+	 "Ctrl-P Ctrl-Q detaches and leaves it running, as does a lost\n"
+	 "connection; `kiln attach ID` comes back. Local executor only.\n"
+	 "\n"
+	 "  -i, --stdin  send this terminal's keys (required, with -t)\n"
+	 "  -t, --tty    the task runs on a terminal (required)\n"
+	 "  --gpus N     GPUs for the task (default 0)\n"
+	 "  --image I    the job's container image (an executor's that runs\n"
+	 "               images; the local one runs CMD on the machine)\n"
+	 "  --name N     the job's name (default run)\n",
+	 false},
+	{"attach", cmd_attach, NULL, "attach this terminal to a job's terminal",
+	 "usage: kiln attach ID [--task N]\n"
+	 "\n"
+	 "Attach this terminal to the terminal of job ID's task (one started\n"
+	 "with kiln run -it, or a spec with tty: true), showing first what it\n"
+	 "printed last (up to 64 KiB). Another client attached to it is\n"
+	 "detached. Ctrl-P Ctrl-Q detaches; kiln exits with the task's exit\n"
+	 "code when it ends meanwhile. The job's owner and operators only.\n"
+	 "\n"
+	 "  --task N  the task's rank (default 0)\n",
+	 false},
+	{"exec", cmd_exec, NULL, "run a command beside a running task",
+	 "usage: kiln exec ID [--task N] [-i] [-t] -- CMD [ARG...]\n"
+	 "\n"
+	 "Run CMD in the sandbox of job ID's running task (its namespaces,\n"
+	 "cgroup, user, devices and environment, CUDA_VISIBLE_DEVICES\n"
+	 "included), with its output here, and exit with its exit code (128\n"
+	 "+ N when signal N ended it). CMD ends when this command does.\n"
+	 "The job's owner and operators only; each exec is audited with its\n"
+	 "command line.\n"
+	 "\n"
+	 "  --task N     the task's rank (default 0)\n"
+	 "  -i, --stdin  send standard input to CMD (else it gets none)\n"
+	 "  -t, --tty    run CMD on a terminal (this one goes raw); without,\n"
+	 "               its stdout and stderr come apart\n",
+	 false},
 	{"cancel", cmd_cancel, NULL, "cancel jobs",
 	 "usage: kiln cancel ID|ID[K]...\n"
 	 "       kiln cancel [--state S] [--name N] [--owner O] | --all [--yes]\n"
@@ -300,7 +344,7 @@ static const struct cli_command commands[] = {
 	 false},
 	{"model", cmd_model, NULL,
 	 "push, sign, verify, pull and promote model versions",
-	 "usage: kiln model push DIR --name NAME [--alias ALIAS]\n"
+	 "usage: kiln model push DIR --name NAME [--alias ALIAS] [--http]\n"
 	 "       kiln model push --from-job JOB --name NAME [--alias ALIAS]\n"
 	 "       kiln model ls\n"
 	 "       kiln model show NAME[@VERSION|@ALIAS]\n"
@@ -322,9 +366,13 @@ static const struct cli_command commands[] = {
 	 "are immutable; files are stored once by sha256 in the server's blob\n"
 	 "store. Wherever a version is wanted, an alias (NAME@prod) does too.\n"
 	 "\n"
-	 "  push      hash DIR's files (one thread per CPU), upload only the\n"
-	 "            blobs the server lacks, create the next version; prints\n"
-	 "            NAME@VERSION. --alias points ALIAS at it. With\n"
+	 "  push      upload DIR's files, each read once and hashed as it is\n"
+	 "            sent; a file pushed before unchanged (its digest kept in\n"
+	 "            $XDG_CACHE_HOME/kiln/digests) is sent only if the server\n"
+	 "            lacks its blob; create the next version; prints\n"
+	 "            NAME@VERSION. --alias points ALIAS at it. On the\n"
+	 "            server's machine files go by open descriptor (no copy\n"
+	 "            here); --http sends them over HTTP anyway. With\n"
 	 "            --from-job, the version is the succeeded job's outputs\n"
 	 "            (already in the store; nothing is uploaded), with its\n"
 	 "            lineage and the metrics of its metrics.json\n"

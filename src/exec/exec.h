@@ -174,6 +174,9 @@ struct kn_task_launch {
 	   one (`kiln server --unisolated`). */
 	const char *home;
 	bool unisolated;
+	/* The task's first process gets a terminal (the spec's tty): its
+	   shim takes sessions that attach to it. */
+	bool tty;
 };
 
 /* Enough to find a running task again after a restart. */
@@ -205,6 +208,21 @@ struct kn_task_status {
 	int outputs_files;
 	char outputs_manifest_sha256[65];
 };
+
+/*
+ * Interactive sessions: a local task's shim listens on TASK_DIR.sock,
+ * beside the task's directory, where no task's sandbox shows it. The
+ * server connects there and relays a client's session in src/mux's
+ * frames (docs/api.md); the shim checks the peer is the server's user.
+ */
+#define KN_SESSION_SOCKET_SUFFIX ".sock"
+/*
+ * A connected, non-blocking socket to task_dir's shim, whose peer runs
+ * as this process's user: the descriptor, or the negative errno of what
+ * failed (-ENOENT: no socket yet, -ECONNREFUSED: no shim behind it) with
+ * err (KN_EUNAVAIL).
+ */
+int kn_session_socket_connect(const char *task_dir, struct kn_error *err);
 
 struct kn_executor;
 struct kn_deployment_spec; /* spec/spec.h */

@@ -66,6 +66,60 @@ bool exec_proc_alive(const struct kn_task_proc *proc);
 /* Its start time (field 22 of /proc/PID/stat), in clock ticks. */
 int exec_proc_start_time(int pid, int64_t *out);
 
+/* ---- interactive sessions (shim_session.c) ---- */
+
+#include <poll.h>
+
+struct kn_cgroup;
+
+/* What the shim's sessions need of the task it runs. */
+struct shim_session_cfg {
+	const char *task_dir;
+	const struct kn_sandbox *sandbox;
+	int init_pid;          /* the sandbox's init (the shim's child) */
+	const char *workdir;
+	char **env;            /* the task's environment */
+	struct kn_cgroup *cgroup; /* the task's, or NULL */
+	int tty_master;        /* the task's terminal, or -1 */
+};
+struct shim_sessions;
+
+/* pollfd entries shim_sessions_poll_fill takes. */
+#define SHIM_SESSIONS_POLL_MAX (1 + 8 * 4)
+
+/*
+ * Listen on TASK_DIR.sock, before the task starts (connections wait in
+ * the backlog until shim_sessions_task): NULL and err when it cannot.
+ */
+struct shim_sessions *shim_sessions_new(const char *task_dir,
+					struct kn_error *err);
+/* The task runs: what its sessions need of it. NULL ss is fine. */
+void shim_sessions_task(struct shim_sessions *ss,
+			const struct shim_session_cfg *cfg);
+/* The entries to poll (cap >= SHIM_SESSIONS_POLL_MAX): how many. */
+size_t shim_sessions_poll_fill(struct shim_sessions *ss, struct pollfd *fds,
+			       size_t cap);
+/* After poll, on the same entries. */
+void shim_sessions_poll_done(struct shim_sessions *ss,
+			     const struct pollfd *fds, size_t n);
+/* poll's timeout while a session waits on a turn (0), else -1. */
+int shim_sessions_timeout(const struct shim_sessions *ss);
+/* How much of the task's terminal output may be read now. */
+size_t shim_sessions_task_room(const struct shim_sessions *ss);
+/* The task's terminal output: to the attached client and the replay. */
+void shim_sessions_task_output(struct shim_sessions *ss, const void *buf,
+			       size_t n);
+/* SIGCHLD came: wait for the sessions' processes that ended. */
+void shim_sessions_reap(struct shim_sessions *ss);
+/* The task ended: EXIT to the attached client, sent within a bound. */
+void shim_sessions_finish(struct shim_sessions *ss, int wstatus,
+			  const char *reason);
+/* Close every session and the socket (removed). NULL is fine. */
+void shim_sessions_free(struct shim_sessions *ss);
+/* A terminal pair for the task: 0 with the master (non-blocking) and
+   the slave, or -errno. */
+int exec_open_pty(int *master, int *slave);
+
 /* ---- the Slurm executor's files ---- */
 
 /*

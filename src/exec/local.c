@@ -130,6 +130,8 @@ int exec_write_launch(const struct kn_task_launch *l,
 				    json_integer(stop_poll_ms));
 	if (l->run_as)
 		json_object_set_new(doc, "run_as", json_string(l->run_as));
+	if (l->tty)
+		json_object_set_new(doc, "tty", json_true());
 	if (l->user)
 		json_object_set_new(doc, "user", user_object(l->user));
 	if (l->server_user)

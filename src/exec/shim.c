@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -69,6 +70,8 @@ struct shim {
 
 	char **task_env;    /* built before the fork */
 	struct kn_sandbox *sandbox;
+	bool tty;           /* launch "tty": the task runs on a terminal */
+	struct shim_sessions *sessions; /* TASK_DIR.sock, or NULL */
 
 	int log_fd;
 	int64_t log_size;
@@ -166,6 +169,7 @@ static int load_launch(struct shim *s, struct kn_error *err)
 	if (s->stop_signal < 0 || s->stop_signal >= 65)
 		s->stop_signal = 0;
 	s->log_stdout = json_is_true(json_object_get(doc, "log_stdout"));
+	s->tty = json_is_true(json_object_get(doc, "tty"));
 	if (json_is_string(json_object_get(doc, "run_as")))
 		s->run_as = kn_xstrdup(
 			json_string_value(json_object_get(doc, "run_as")));
@@ -470,7 +474,9 @@ static int release_child(struct shim *s, int go, struct kn_error *err)
 {
 	int rc = 0;
 
-	setpgid(s->child, s->child); /* also done by the child: no race */
+	/* On a terminal the child makes its own session (and group). */
+	if (!s->tty)
+		setpgid(s->child, s->child); /* also done by the child */
 	if (s->cgroup)
 		rc = kn_cgroup_enter(s->cgroup, (int)s->child, err);
 	if (rc == 0 && write(go, "g", 1) == 1)
@@ -527,15 +533,21 @@ static int start_child(struct shim *s, int out_fd, struct kn_error *err)
 		return rc;
 	}
 	die_with_shim(shim_fd);
-	/* Child: its own process group, so a stop reaches all it starts. */
+	/* Child: its own process group, so a stop reaches all it starts;
+	   on a terminal, its own session, whose terminal it is. */
 	close(go[1]);
-	setpgid(0, 0);
+	if (s->tty) {
+		if (setsid() < 0 || ioctl(out_fd, TIOCSCTTY, 0) < 0)
+			_exit(127);
+	} else {
+		setpgid(0, 0);
+	}
 	{
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 	}
-	int devnull = open("/dev/null", O_RDONLY);
+	int devnull = s->tty ? dup(out_fd) : open("/dev/null", O_RDONLY);
 	if (devnull >= 0) {
 		dup2(devnull, 0);
 		close(devnull);
@@ -726,6 +738,37 @@ static int end_unstarted(struct shim *s, int code, const char *why,
 	return rc;
 }
 
+/*
+ * The task's sessions (shim_session.c): listened for before the task
+ * starts, so a client that sees it running finds the socket, and taken
+ * once it runs. Without them the task still runs, and the server says
+ * no session can be had.
+ */
+static void sessions_listen(struct shim *s)
+{
+	struct kn_error err;
+
+	s->sessions = shim_sessions_new(s->dir, &err);
+	if (!s->sessions)
+		kn_log(KN_LOG_WARN, "no interactive sessions: %s",
+		       err.message);
+}
+
+static void sessions_start(struct shim *s, int tty_master)
+{
+	struct shim_session_cfg cfg = {
+		.task_dir = s->dir,
+		.sandbox = s->sandbox,
+		.init_pid = (int)s->child,
+		.workdir = s->workdir ? s->workdir : s->dir,
+		.env = s->task_env,
+		.cgroup = s->cgroup,
+		.tty_master = s->tty ? tty_master : -1,
+	};
+
+	shim_sessions_task(s->sessions, &cfg);
+}
+
 int kn_shim_main_prepared(const char *task_dir,
 			  const struct kn_shim_prepare *prep,
 			  struct kn_error *err)
@@ -772,7 +815,10 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
-	if (sfd < 0 || tfd < 0 || pipe2(pipefd, O_CLOEXEC) < 0) {
+	if (sfd < 0 || tfd < 0 ||
+	    (s.tty && host == KN_SANDBOX_LOCAL
+		     ? exec_open_pty(&pipefd[0], &pipefd[1])
+		     : pipe2(pipefd, O_CLOEXEC)) < 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "shim set-up failed: %s",
 			       strerror(errno));
 		goto out;
@@ -785,6 +831,8 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		goto out;
 	}
 	started = kn_now_ms();
+	if (host == KN_SANDBOX_LOCAL)
+		sessions_listen(&s);
 	/* Room for the exit is taken now; a task is not started without. */
 	rc = exec_exit_record_prepare(task_dir, &s.record_fd);
 	if (rc < 0) {
@@ -828,13 +876,20 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 	}
 	if (s.timeout_ms > 0)
 		arm_timer(tfd, s.timeout_ms);
+	sessions_start(&s, pipefd[0]);
 
 	while (!child_done || out_open) {
-		struct pollfd fds[3] = {
+		struct pollfd fds[3 + SHIM_SESSIONS_POLL_MAX] = {
 			{pipefd[0], POLLIN, 0},
 			{sfd, POLLIN, 0},
 			{tfd, POLLIN, 0},
 		};
+		size_t nfds = 3 + shim_sessions_poll_fill(
+					  s.sessions, fds + 3,
+					  SHIM_SESSIONS_POLL_MAX);
+		size_t room = s.tty && s.sessions
+				      ? shim_sessions_task_room(s.sessions)
+				      : sizeof(buf);
 		int wait_ms = -1;
 
 		if (child_done) {
@@ -856,25 +911,36 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 			}
 			wait_ms = s.stop_poll_ms;
 		}
-		if (!out_open)
+		if (!out_open || !room)
 			fds[0].fd = -1;
-		if (poll(fds, 3, wait_ms) < 0) {
+		if (shim_sessions_timeout(s.sessions) == 0)
+			wait_ms = 0;
+		if (poll(fds, nfds, wait_ms) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
 		if (fds[0].revents) {
-			ssize_t n = read(pipefd[0], buf, sizeof(buf));
-			if (n > 0)
+			ssize_t n = read(pipefd[0], buf,
+					 room < sizeof(buf) ? room
+							    : sizeof(buf));
+			if (n > 0) {
 				write_log(&s, buf, (size_t)n);
-			else if (n == 0 || errno != EINTR)
+				if (s.tty)
+					shim_sessions_task_output(
+						s.sessions, buf, (size_t)n);
+			} else if (n == 0 ||
+				   (errno != EINTR && errno != EAGAIN)) {
 				out_open = false;
+			}
 		}
+		shim_sessions_poll_done(s.sessions, fds + 3, nfds - 3);
 		if (fds[1].revents & POLLIN) {
 			struct signalfd_siginfo si;
 			if (read(sfd, &si, sizeof(si)) != sizeof(si))
 				continue;
 			if (si.ssi_signo == SIGCHLD) {
+				shim_sessions_reap(s.sessions);
 				if (!child_done &&
 				    waitpid(s.child, &wstatus, WNOHANG) ==
 					    s.child) {
@@ -908,12 +974,14 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 				kill(-s.child, SIGKILL);
 		}
 	}
+	shim_sessions_finish(s.sessions, wstatus, s.reason);
 	limits_end(&s, wstatus);
 	rc = write_status(&s, wstatus, started, kn_now_ms());
 	if (rc < 0)
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s/status.json: %s",
 			       task_dir, strerror(-rc));
 out:
+	shim_sessions_free(s.sessions);
 	limits_end(&s, wstatus);
 	if (pipefd[0] >= 0)
 		close(pipefd[0]);

@@ -30,6 +30,10 @@
  * scontrol show job is used rather than squeue --json because 22.05's
  * squeue --json ignores --jobs and prints the whole cluster, and
  * scontrol has no --json there; -o gives one line of KEY=VALUE.
+ * A task that failed without kiln asking it to stop is held as running
+ * until Slurm has answered once more: if that answer has a PreemptTime,
+ * Slurm preempted the job (its SIGTERM reached the task), and the task
+ * ends preempted, which a preemptible job resumes from without a retry.
  *
  * Stop writes stop.json into the task directory and the shim, which
  * looks for it four times a second, signals its task and kills it after
@@ -69,6 +73,8 @@ extern char **environ;
 #define STOP_POLL_MS 250
 /* After a stop's grace, how long the shim has to end the task itself. */
 #define STOP_BACKSTOP_MS 10000
+/* How long an unasked failure waits for Slurm to say if it preempted. */
+#define PREEMPT_ANSWER_WAIT_MS 15000
 
 /*
  * All a Slurm job gets of its submitter's environment (--export): a path
@@ -724,15 +730,51 @@ static void field(const char *line, const char *key, char *out, size_t len)
 	}
 }
 
+/* What Slurm last said of one job (slurm_state). */
+struct slurm_answer {
+	char state[32];    /* "PENDING", ..., "GONE" when forgotten, "" none */
+	char reason[96];   /* Reason=, or why Slurm could not be asked */
+	char preempt[32];  /* PreemptTime=: a time once Slurm preempted it */
+	int64_t at_ms;     /* when the answer was written; 0 when none */
+	bool fresh;        /* taken in on this call */
+};
+
+/* The wall-clock time of a file's last change, in ms. */
+static int64_t mtime_ms(const struct stat *sb)
+{
+	return (int64_t)sb->st_mtim.tv_sec * 1000 +
+	       sb->st_mtim.tv_nsec / 1000000;
+}
+
 /*
- * What Slurm last said of the job: "PENDING", "CANCELLED", ..., "GONE" when
- * it no longer knows the job, "" when there is no answer yet. Starts a new
- * query when the last one is over and older than QUERY_INTERVAL_MS; *fresh
- * is set when a query's answer was taken in on this call.
+ * slurm.state as the server's query wrote it, with its stat: the attempt
+ * directory may be the task's user's, who could put a file of their own
+ * there (saying, for one, that Slurm preempted the job). Only a regular
+ * file the server owns is read; anything else is no answer, and the next
+ * query's rename replaces it.
+ */
+static int read_own_state(const char *attempt_dir, char **text,
+			  struct stat *sb)
+{
+	struct kn_error err;
+	int fd = kn_task_file_open(attempt_dir, "slurm.state", O_RDONLY,
+				   geteuid(), &err);
+	int rc;
+
+	if (fd < 0)
+		return fd;
+	rc = fstat(fd, sb) < 0 ? -errno : kn_read_fd(fd, STATE_MAX, text,
+						      NULL);
+	close(fd);
+	return rc;
+}
+
+/*
+ * What Slurm last said of the job, into *a. Starts a new query when the
+ * last one is over and older than QUERY_INTERVAL_MS.
  */
 static void slurm_state(const char *attempt_dir, long long job_id,
-			char *state, size_t len, char *reason, size_t rlen,
-			bool *fresh)
+			struct slurm_answer *a)
 {
 	char *qpid = kn_asprintf("%s/query.pid", attempt_dir);
 	char *tmp = kn_asprintf("%s/slurm.state.tmp", attempt_dir);
@@ -740,34 +782,36 @@ static void slurm_state(const char *attempt_dir, long long job_id,
 	char *text = NULL, id[32];
 	struct kn_task_proc p;
 	struct stat sb;
-	bool busy = false;
+	bool busy = false, answered;
 
-	state[0] = reason[0] = '\0';
-	*fresh = false;
+	memset(a, 0, sizeof(*a));
 	if (read_proc(qpid, &p) == 0) {
 		if (exec_proc_alive(&p)) {
 			busy = true;
 		} else {
 			rename(tmp, final);
 			unlink(qpid);
-			*fresh = true;
+			a->fresh = true;
 		}
 	}
-	if (read_attempt_file(final, STATE_MAX, &text) == 0) {
-		field(text, "JobState", state, len);
-		field(text, "Reason", reason, rlen);
-		if (!state[0] && strstr(text, "Invalid job id"))
-			kn_strlcpy(state, "GONE", len);
+	answered = read_own_state(attempt_dir, &text, &sb) == 0;
+	if (answered) {
+		a->at_ms = mtime_ms(&sb);
+		field(text, "JobState", a->state, sizeof(a->state));
+		field(text, "Reason", a->reason, sizeof(a->reason));
+		field(text, "PreemptTime", a->preempt, sizeof(a->preempt));
+		if (!a->state[0] && strstr(text, "Invalid job id"))
+			kn_strlcpy(a->state, "GONE", sizeof(a->state));
 		free(text);
 	}
-	if (!busy && (stat(final, &sb) < 0 ||
-		      kn_now_ms() - (int64_t)sb.st_mtim.tv_sec * 1000 -
-				      sb.st_mtim.tv_nsec / 1000000 >=
-			      QUERY_INTERVAL_MS)) {
+	if (!busy && (!answered ||
+		      kn_now_ms() - a->at_ms >= QUERY_INTERVAL_MS)) {
 		char *argv[] = {"scontrol", "show", "job", "-o", id, NULL};
 		struct kn_error err;
 
 		snprintf(id, sizeof(id), "%lld", job_id);
+		/* Made afresh by the child, so the server's own. */
+		unlink(tmp);
 		if (spawn_child(argv, NULL, tmp, tmp, &p, &err) == 0) {
 			write_proc(qpid, &p);
 		} else {
@@ -776,7 +820,8 @@ static void slurm_state(const char *attempt_dir, long long job_id,
 			static int64_t warned_at;
 			int64_t now = kn_mono_ms();
 
-			kn_strlcpy(reason, err.message, rlen);
+			kn_strlcpy(a->reason, err.message,
+				   sizeof(a->reason));
 			if (!warned_at || now - warned_at >= 60000) {
 				warned_at = now;
 				kn_log(KN_LOG_WARN, "slurm: cannot ask Slurm "
@@ -846,21 +891,63 @@ static void ended_lost(struct kn_task_status *st, const char *why)
 	kn_strlcpy(st->reason, why, sizeof(st->reason));
 }
 
+/*
+ * A task that ended unsuccessfully and unasked by kiln may have been
+ * preempted by Slurm: Slurm (22.05, PreemptMode=REQUEUE with a GraceTime)
+ * sends SIGTERM to every process of the job and sets the job's
+ * PreemptTime. Such an end is told only from an answer Slurm gave after
+ * it; false while one is awaited (at most PREEMPT_ANSWER_WAIT_MS). A
+ * preempted task is marked so, with Slurm's time, and the job Slurm
+ * requeued is cancelled: kiln resumes it as a new attempt of its own.
+ */
+static bool ended_slurm_checked(const char *task_dir, const char *attempt_dir,
+				struct kn_task_status *st)
+{
+	char *stop = kn_asprintf("%s/stop.json", task_dir);
+	bool asked = access(stop, F_OK) == 0;
+	struct slurm_answer a;
+	struct kn_error err;
+	long long job_id;
+
+	free(stop);
+	if (asked || st->reason[0] || (st->exit_code == 0 && st->signal == 0))
+		return true;
+	job_id = read_job_id(attempt_dir);
+	if (job_id == 0)
+		return true;
+	slurm_state(attempt_dir, job_id, &a);
+	if (a.at_ms < st->ended_at_ms)
+		return kn_now_ms() - st->ended_at_ms >= PREEMPT_ANSWER_WAIT_MS;
+	if (!a.preempt[0] || !strcmp(a.preempt, "None") ||
+	    !strcmp(a.preempt, "Unknown"))
+		return true;
+	st->preempted = true;
+	/* Slurm's Reason, cut to fit after its time. */
+	snprintf(st->reason, sizeof(st->reason), "by Slurm at %s%s%.40s",
+		 a.preempt, strcmp(a.reason, "None") ? ": " : "",
+		 strcmp(a.reason, "None") ? a.reason : "");
+	if (!kn_slurm_state_final(a.state))
+		(void)run_scancel(job_id, NULL, &err);
+	return true;
+}
+
 static int slurm_status(struct kn_executor *ex, const char *task_dir,
 			const struct kn_task_proc *proc,
 			struct kn_task_status *out, struct kn_error *err)
 {
 	char *attempt_dir = attempt_dir_of(task_dir), *path = NULL,
-	     *text = NULL, state[32], reason[96], why[256];
+	     *text = NULL, why[256];
 	struct kn_task_status st;
 	struct kn_task_proc sbatch;
+	struct slurm_answer a;
 	long long job_id;
-	bool fresh;
 	int rc;
 
 	(void)proc;
 	memset(&st, 0, sizeof(st));
 	rc = read_status_json(task_dir, &st, err);
+	if (rc == 1 && !ended_slurm_checked(task_dir, attempt_dir, &st))
+		goto running;
 	if (rc != 0)
 		goto done;
 	job_id = read_job_id(attempt_dir);
@@ -881,24 +968,25 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 			goto done;
 		}
 	}
-	slurm_state(attempt_dir, job_id, state, sizeof(state), reason,
-		    sizeof(reason), &fresh);
-	if (!state[0])
+	slurm_state(attempt_dir, job_id, &a);
+	if (!a.state[0])
 		goto running;
-	if (!kn_slurm_state_final(state)) {
-		if (fresh)
-			stop_backstop(task_dir, job_id, state);
+	if (!kn_slurm_state_final(a.state)) {
+		if (a.fresh)
+			stop_backstop(task_dir, job_id, a.state);
 		goto running;
 	}
 	/* Over in Slurm: the shim's record may have landed meanwhile. */
 	rc = read_status_json(task_dir, &st, err);
+	if (rc == 1 && !ended_slurm_checked(task_dir, attempt_dir, &st))
+		goto running;
 	if (rc != 0)
 		goto done;
 	/* Cut to the status's reason by ended_lost. */
 	snprintf(why, sizeof(why), "lost: Slurm job %lld is %s%s%s with no "
-		 "exit recorded", job_id, state,
-		 reason[0] && strcmp(reason, "None") ? " " : "",
-		 reason[0] && strcmp(reason, "None") ? reason : "");
+		 "exit recorded", job_id, a.state,
+		 a.reason[0] && strcmp(a.reason, "None") ? " " : "",
+		 a.reason[0] && strcmp(a.reason, "None") ? a.reason : "");
 	ended_lost(&st, why);
 	goto done;
 running:

@@ -57,10 +57,30 @@ struct slurm_poll *slurm_poll_new(const char *dir)
 	return p;
 }
 
+/*
+ * Whether a command is still at work: alive and not a zombie. Before the
+ * loop runs (the first reading at start-up) nobody reaps it, and the
+ * server's SIGCHLD handler does once the loop is up.
+ */
+static bool child_running(const struct kn_task_proc *c)
+{
+	char path[64], *text = NULL, *paren;
+	bool zombie = false;
+
+	if (!exec_proc_alive(c))
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/stat", c->pid);
+	if (kn_read_file(path, 4096, &text, NULL) == 0 &&
+	    (paren = strrchr(text, ')')) != NULL)
+		zombie = paren[1] == ' ' && paren[2] == 'Z';
+	free(text);
+	return !zombie;
+}
+
 static void children_kill(struct slurm_poll *p)
 {
 	for (int i = 0; i < 2; i++)
-		if (p->child[i].pid > 0 && exec_proc_alive(&p->child[i]))
+		if (p->child[i].pid > 0 && child_running(&p->child[i]))
 			kill(p->child[i].pid, SIGKILL);
 }
 
@@ -183,8 +203,8 @@ static int poll_step(struct slurm_poll *p, bool refresh)
 		p->wait_ms = READ_MIN_MS;
 	}
 	if (p->reading) {
-		bool alive = exec_proc_alive(&p->child[0]) ||
-			     exec_proc_alive(&p->child[1]);
+		bool alive = child_running(&p->child[0]) ||
+			     child_running(&p->child[1]);
 
 		if (alive && now - p->started_ms < READ_TIMEOUT_MS)
 			return 0;

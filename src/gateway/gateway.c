@@ -461,16 +461,13 @@ static char *dup_or_null(const char *s)
 	return s ? kn_xstrdup(s) : NULL;
 }
 
-int kn_gateway_new(const struct kn_gateway_options *opts,
-		   struct kn_gateway **out, struct kn_error *err)
+/* The options with their defaults, the files under the home, and the
+   counters' instance name. */
+static void gateway_fill(struct kn_gateway *gw,
+			 const struct kn_gateway_options *opts)
 {
-	struct kn_gateway *gw = kn_xcalloc(1, sizeof(*gw));
-	int rc, fd, port;
+	unsigned char id[8];
 
-	evthread_use_pthreads();
-	/* A client or model server that went away must cost a write's
-	 * EPIPE, not the process. */
-	signal(SIGPIPE, SIG_IGN);
 	gw->opts = *opts;
 	gw->lock_fd = -1;
 	gw->host = kn_xstrdup(opts->host);
@@ -498,28 +495,91 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 	gw->limiter = kn_gw_limiter_new();
 	gw->metrics = gw_metrics_new();
 	gw->started_ms = kn_now_ms();
-	{
-		/* Counters start at zero under a new name at each start. */
-		unsigned char id[8];
+	/* Counters start at zero under a new name at each start. */
+	if (kn_random_bytes(id, sizeof(id)) < 0)
+		memcpy(id, &gw->started_ms, sizeof(id));
+	for (size_t i = 0; i < sizeof(id); i++)
+		snprintf(gw->instance + 2 * i, 3, "%02x", id[i]);
+}
 
-		if (kn_random_bytes(id, sizeof(id)) < 0)
-			memcpy(id, &gw->started_ms, sizeof(id));
-		for (size_t i = 0; i < sizeof(id); i++)
-			snprintf(gw->instance + 2 * i, 3, "%02x", id[i]);
-	}
-	{
-		struct kn_anomaly_config acfg;
+static int anomaly_start(struct kn_gateway *gw,
+			 const struct kn_gateway_options *opts,
+			 struct kn_error *err)
+{
+	struct kn_anomaly_config acfg;
 
-		kn_anomaly_config_default(&acfg);
-		if (opts->anomaly_window_ms > 0)
-			acfg.window_ms = opts->anomaly_window_ms;
-		gw->opts.anomaly_window_ms = acfg.window_ms;
-		gw->anomaly = kn_anomaly_new(&acfg);
-		if (!gw->anomaly) {
-			rc = kn_anomaly_config_check(&acfg, err);
-			goto fail;
-		}
+	kn_anomaly_config_default(&acfg);
+	if (opts->anomaly_window_ms > 0)
+		acfg.window_ms = opts->anomaly_window_ms;
+	gw->opts.anomaly_window_ms = acfg.window_ms;
+	gw->anomaly = kn_anomaly_new(&acfg);
+	return gw->anomaly ? 0 : kn_anomaly_config_check(&acfg, err);
+}
+
+static int access_log_open(struct kn_gateway *gw, const char *path,
+			   struct kn_error *err)
+{
+	if (!path)
+		return 0;
+	gw->log_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+			  0600);
+	if (gw->log_fd < 0) {
+		gw->log_fd = STDERR_FILENO;
+		return kn_errorf(err, KN_EIO, "access-log", "%s: %s", path,
+				 strerror(errno));
 	}
+	gw->own_log_fd = true;
+	return 0;
+}
+
+/* One listening socket per worker on the same address, each worker
+   started; then the address the gateway serves, in gateway.url. */
+static int workers_start(struct kn_gateway *gw, int workers, int port,
+			 struct kn_error *err)
+{
+	char *line;
+	int rc, fd;
+
+	gw->workers = kn_xcalloc((size_t)workers, sizeof(*gw->workers));
+	for (int i = 0; i < workers; i++) {
+		if ((fd = kn_http_listen(gw->host, &port, true, err)) < 0)
+			return fd;
+		if (!(gw->workers[i] = gw_worker_new(gw, i, fd, err)))
+			return -EIO;
+		gw->n_workers++;
+	}
+	for (int i = 0; i < gw->n_workers; i++)
+		if ((rc = gw_worker_start(gw->workers[i])) < 0)
+			return kn_errorf(err, KN_EIO, NULL,
+					 "cannot start worker %d: %s", i,
+					 strerror(-rc));
+	gw->port = port;
+	snprintf(gw->url, sizeof(gw->url), "%s://%s%s%s:%d",
+		 gw->tls ? "https" : "http", strchr(gw->host, ':') ? "[" : "",
+		 gw->host,
+		 strchr(gw->host, ':') ? "]" : "", port);
+	line = kn_asprintf("%s\n", gw->url);
+	rc = kn_write_file_replace(gw->url_path, line, strlen(line), 0644);
+	free(line);
+	if (rc < 0)
+		return kn_errorf(err, KN_EIO, NULL, "%s: %s", gw->url_path,
+				 strerror(-rc));
+	return 0;
+}
+
+int kn_gateway_new(const struct kn_gateway_options *opts,
+		   struct kn_gateway **out, struct kn_error *err)
+{
+	struct kn_gateway *gw = kn_xcalloc(1, sizeof(*gw));
+	int rc;
+
+	evthread_use_pthreads();
+	/* A client or model server that went away must cost a write's
+	 * EPIPE, not the process. */
+	signal(SIGPIPE, SIG_IGN);
+	gateway_fill(gw, opts);
+	if ((rc = anomaly_start(gw, opts, err)) < 0)
+		goto fail;
 	gw->loop = kn_loop_new();
 	if (!gw->routes_file && !gw->server) {
 		rc = kn_errorf(err, KN_EINVAL, "server",
@@ -534,59 +594,12 @@ int kn_gateway_new(const struct kn_gateway_options *opts,
 		rc = gw->lock_fd;
 		goto fail;
 	}
-	if (opts->access_log) {
-		gw->log_fd = open(opts->access_log,
-				  O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
-				  0600);
-		if (gw->log_fd < 0) {
-			rc = kn_errorf(err, KN_EIO, "access-log", "%s: %s",
-				       opts->access_log, strerror(errno));
-			gw->log_fd = STDERR_FILENO;
-			goto fail;
-		}
-		gw->own_log_fd = true;
-	}
-	if ((rc = tls_start(gw, opts, err)) < 0 ||
+	if ((rc = access_log_open(gw, opts->access_log, err)) < 0 ||
+	    (rc = tls_start(gw, opts, err)) < 0 ||
 	    (rc = load_counters(gw, err)) < 0 ||
-	    (rc = first_config(gw, err)) < 0)
+	    (rc = first_config(gw, err)) < 0 ||
+	    (rc = workers_start(gw, opts->workers, opts->port, err)) < 0)
 		goto fail;
-	port = opts->port;
-	gw->workers = kn_xcalloc((size_t)opts->workers, sizeof(*gw->workers));
-	for (int i = 0; i < opts->workers; i++) {
-		/* One listening socket per worker on the same address. */
-		if ((fd = kn_http_listen(gw->host, &port, true, err)) < 0) {
-			rc = fd;
-			goto fail;
-		}
-		if (!(gw->workers[i] = gw_worker_new(gw, i, fd, err))) {
-			rc = -EIO;
-			goto fail;
-		}
-		gw->n_workers++;
-	}
-	for (int i = 0; i < gw->n_workers; i++)
-		if ((rc = gw_worker_start(gw->workers[i])) < 0) {
-			rc = kn_errorf(err, KN_EIO, NULL,
-				       "cannot start worker %d: %s", i,
-				       strerror(-rc));
-			goto fail;
-		}
-	gw->port = port;
-	snprintf(gw->url, sizeof(gw->url), "%s://%s%s%s:%d",
-		 gw->tls ? "https" : "http", strchr(gw->host, ':') ? "[" : "",
-		 gw->host,
-		 strchr(gw->host, ':') ? "]" : "", port);
-	{
-		char *line = kn_asprintf("%s\n", gw->url);
-		rc = kn_write_file_replace(gw->url_path, line, strlen(line),
-					   0644);
-		free(line);
-		if (rc < 0) {
-			rc = kn_errorf(err, KN_EIO, NULL, "%s: %s",
-				       gw->url_path, strerror(-rc));
-			goto fail;
-		}
-	}
 	if (gw->server) {
 		gw->poll_timer = kn_timer_new(gw->loop, poll_tick, gw);
 		poll_again(gw);

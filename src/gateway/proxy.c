@@ -960,17 +960,67 @@ static void log_front(struct gw_worker *w, const char *target,
 static const char *const MODEL_PATHS[] = {"/v1/chat/completions",
 					  "/v1/completions", "/v1/embeddings"};
 
+/*
+ * A call that passed its checks: kept on the worker's list, admitted by
+ * the key's and the deployment's limits (else answered 429 with
+ * Retry-After), then sent to a replica.
+ */
+static void call_start(struct gw_worker *w, struct kn_front_req *req,
+		       const struct kn_gw_key *key,
+		       const struct kn_gw_deployment *dep, const char *path,
+		       bool stream, int64_t t0)
+{
+	struct kn_gateway *gw = w->gw;
+	struct gw_call *c = kn_xcalloc(1, sizeof(*c));
+	const char *accept;
+
+	c->w = w;
+	c->req = req;
+	c->cfg = kn_gw_config_ref(w->cfg);
+	c->key = key;
+	c->dep = c->target = dep;
+	c->path = path;
+	c->stream_asked = stream;
+	c->score = NAN;
+	c->t0_us = t0;
+	accept = kn_front_req_header(req, "Accept");
+	if (accept)
+		kn_strlcpy(c->accept, accept, sizeof(c->accept));
+	c->next = w->calls;
+	if (w->calls)
+		w->calls->prev = c;
+	w->calls = c;
+	pthread_mutex_lock(&gw->lim_lock);
+	kn_gw_limiter_admit(gw->limiter, key, dep, kn_now_ms(), &c->verdict);
+	pthread_mutex_unlock(&gw->lim_lock);
+	if (!c->verdict.allowed) {
+		char retry[32], msg[256];
+		bool quota = !strncmp(c->verdict.limit, "quota", 5);
+		snprintf(retry, sizeof(retry), "%lld",
+			 (long long)c->verdict.retry_after_s);
+		add_header(req, "Retry-After", retry);
+		snprintf(msg, sizeof(msg),
+			 "Rate limit reached for %s (%s); retry after %s s.",
+			 dep->name, c->verdict.limit, retry);
+		call_fail(c, 429, quota ? "insufficient_quota" : "requests",
+			  quota ? "insufficient_quota" : "rate_limit_exceeded",
+			  msg);
+		return;
+	}
+	c->body = kn_front_req_take_body(req, &c->body_len);
+	kn_front_req_on_gone(req, client_gone, c);
+	attempt(c);
+}
+
 static void handle(struct kn_front_req *req, void *arg)
 {
 	struct gw_worker *w = arg;
-	struct kn_gateway *gw = w->gw;
-	const char *method = kn_front_req_method(req), *accept;
+	const char *method = kn_front_req_method(req);
 	char target[256]; /* for the log: the request is freed by its answer */
 	size_t qlen, len;
 	const char *path = NULL, *body;
 	const struct kn_gw_key *key;
 	const struct kn_gw_deployment *dep;
-	struct gw_call *c;
 	struct kn_gw_body fields;
 	int64_t t0 = now_us();
 	bool get = !strcmp(method, "GET");
@@ -1051,43 +1101,7 @@ static void handle(struct kn_front_req *req, void *arg)
 		log_front(w, target, key->name, NULL, 404, t0);
 		return;
 	}
-	c = kn_xcalloc(1, sizeof(*c));
-	c->w = w;
-	c->req = req;
-	c->cfg = kn_gw_config_ref(w->cfg);
-	c->key = key;
-	c->dep = c->target = dep;
-	c->path = path;
-	c->stream_asked = fields.stream;
-	c->score = NAN;
-	c->t0_us = t0;
-	accept = kn_front_req_header(req, "Accept");
-	if (accept)
-		kn_strlcpy(c->accept, accept, sizeof(c->accept));
-	c->next = w->calls;
-	if (w->calls)
-		w->calls->prev = c;
-	w->calls = c;
-	pthread_mutex_lock(&gw->lim_lock);
-	kn_gw_limiter_admit(gw->limiter, key, dep, kn_now_ms(), &c->verdict);
-	pthread_mutex_unlock(&gw->lim_lock);
-	if (!c->verdict.allowed) {
-		char retry[32], msg[256];
-		bool quota = !strncmp(c->verdict.limit, "quota", 5);
-		snprintf(retry, sizeof(retry), "%lld",
-			 (long long)c->verdict.retry_after_s);
-		add_header(req, "Retry-After", retry);
-		snprintf(msg, sizeof(msg),
-			 "Rate limit reached for %s (%s); retry after %s s.",
-			 dep->name, c->verdict.limit, retry);
-		call_fail(c, 429, quota ? "insufficient_quota" : "requests",
-			  quota ? "insufficient_quota" : "rate_limit_exceeded",
-			  msg);
-		return;
-	}
-	c->body = kn_front_req_take_body(req, &c->body_len);
-	kn_front_req_on_gone(req, client_gone, c);
-	attempt(c);
+	call_start(w, req, key, dep, path, fields.stream, t0);
 }
 
 /* A request with a body still coming: without a valid key it gets 401

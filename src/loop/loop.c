@@ -800,6 +800,112 @@ void kn_http_stream_end(struct kn_http_req *req)
 	kn_front_req_stream_end(fr);
 }
 
+/* ---- a socket of the server's own ---- */
+
+struct kn_fd_stream {
+	struct bufferevent *bev;
+	struct kn_tunnel_ops ops;
+	void *arg;
+	bool write_broken; /* the peer reads no more: output is dropped */
+};
+
+static void fd_stream_read(struct bufferevent *bev, void *arg)
+{
+	struct kn_fd_stream *s = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	struct evbuffer_iovec v;
+
+	while (evbuffer_peek(in, -1, NULL, &v, 1) > 0 && v.iov_len) {
+		size_t n = v.iov_len;
+		bool go_on = s->ops.on_data(s->arg, v.iov_base, n);
+		if (!go_on)
+			return; /* freed */
+		evbuffer_drain(in, n);
+	}
+}
+
+static void fd_stream_write(struct bufferevent *bev, void *arg)
+{
+	struct kn_fd_stream *s = arg;
+
+	(void)bev;
+	if (s->ops.on_drain)
+		s->ops.on_drain(s->arg);
+}
+
+static void fd_stream_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct kn_fd_stream *s = arg;
+
+	(void)bev;
+	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+		return;
+	/* A peer that closed may have sent its last bytes first: they are
+	   read (as the owner wants them) until the end of its side. */
+	if (what & BEV_EVENT_WRITING) {
+		s->write_broken = true;
+		bufferevent_disable(s->bev, EV_WRITE);
+		evbuffer_drain(bufferevent_get_output(s->bev),
+			       evbuffer_get_length(
+				       bufferevent_get_output(s->bev)));
+		return;
+	}
+	if (s->ops.on_closed)
+		s->ops.on_closed(s->arg);
+	kn_fd_stream_free(s);
+}
+
+struct kn_fd_stream *kn_fd_stream_new(struct kn_loop *loop, int fd,
+				      const struct kn_tunnel_ops *ops,
+				      void *arg)
+{
+	struct kn_fd_stream *s = kn_xcalloc(1, sizeof(*s));
+
+	s->bev = bufferevent_socket_new(loop->base, fd,
+					BEV_OPT_CLOSE_ON_FREE |
+						BEV_OPT_DEFER_CALLBACKS);
+	if (!s->bev) {
+		close(fd);
+		free(s);
+		return NULL;
+	}
+	s->ops = *ops;
+	s->arg = arg;
+	bufferevent_setcb(s->bev, fd_stream_read, fd_stream_write,
+			  fd_stream_event, s);
+	bufferevent_setwatermark(s->bev, EV_WRITE, KN_TUNNEL_LOW_WATER, 0);
+	bufferevent_enable(s->bev, EV_READ | EV_WRITE);
+	return s;
+}
+
+void kn_fd_stream_write(struct kn_fd_stream *s, const void *data,
+			size_t len)
+{
+	if (!s->write_broken)
+		bufferevent_write(s->bev, data, len);
+}
+
+size_t kn_fd_stream_pending(const struct kn_fd_stream *s)
+{
+	return evbuffer_get_length(bufferevent_get_output(s->bev));
+}
+
+void kn_fd_stream_pause(struct kn_fd_stream *s, bool paused)
+{
+	if (paused)
+		bufferevent_disable(s->bev, EV_READ);
+	else
+		bufferevent_enable(s->bev, EV_READ);
+}
+
+void kn_fd_stream_free(struct kn_fd_stream *s)
+{
+	if (!s)
+		return;
+	bufferevent_free(s->bev);
+	free(s);
+}
+
 /* ---- HTTP client ---- */
 
 #define FETCH_MAX_BODY (1024 * 1024)

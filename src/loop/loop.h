@@ -284,6 +284,28 @@ void kn_tunnel_close(struct kn_tunnel *t);
 /* Open tunnels of owner on f. */
 size_t kn_front_tunnels_of(const struct kn_front *f, const char *owner);
 
+/*
+ * A connected non-blocking socket of the server's own (a task shim's
+ * session socket) with the same callbacks as a tunnel, each on a later
+ * turn of the loop than the call that caused it; on_drain may also come
+ * when nothing was held back. When writing fails, what the peer sent
+ * before it closed is still read; on_closed comes at the end of that. The owner frees it (kn_fd_stream_free),
+ * from any callback but on_closed, after which it must not touch it: an
+ * on_data that freed it returns false.
+ */
+struct kn_fd_stream;
+/* Takes fd (closed with the stream); NULL when libevent refuses (fd is
+   closed then too). */
+struct kn_fd_stream *kn_fd_stream_new(struct kn_loop *loop, int fd,
+				      const struct kn_tunnel_ops *ops,
+				      void *arg);
+void kn_fd_stream_write(struct kn_fd_stream *s, const void *data,
+			size_t len);
+size_t kn_fd_stream_pending(const struct kn_fd_stream *s);
+void kn_fd_stream_pause(struct kn_fd_stream *s, bool paused);
+/* Close it now, dropping what is queued. NULL is fine. */
+void kn_fd_stream_free(struct kn_fd_stream *s);
+
 /* The digits of v at p (no NUL); returns the end. No printf per call. */
 char *kn_put_uint(char *p, uint64_t v);
 

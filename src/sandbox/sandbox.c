@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -740,6 +741,83 @@ int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
 	if (pid < 0)
 		return fail(why, len, "cannot start the task", NULL);
 	init_wait(pid, sb->status_fd[1]);
+}
+
+/* ---- joining a running task's sandbox ---- */
+
+/* A task's namespaces, in the order they are joined: the user namespace
+   first, which gives the rights to join the others. */
+static const struct {
+	const char *name;
+	int flag;
+} joined[] = {
+	{"user", CLONE_NEWUSER},
+	{"ipc", CLONE_NEWIPC},
+	{"mnt", CLONE_NEWNS},
+	{"pid", CLONE_NEWPID},
+};
+
+#define N_JOINED (sizeof(joined) / sizeof(joined[0]))
+
+/* All are opened first: once in the task's mount namespace, /proc is
+   the task's, where init has another pid. */
+static int enter_task(const struct kn_sandbox *sb, pid_t init_pid,
+		      char *why, size_t len)
+{
+	int flags = namespace_flags(sb), fds[N_JOINED], rc = 0;
+	char path[64];
+	size_t i;
+
+	for (i = 0; i < N_JOINED; i++) {
+		fds[i] = -1;
+		if (!(flags & joined[i].flag) || rc)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)init_pid,
+			 joined[i].name);
+		if ((fds[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			rc = fail(why, len, "cannot open the task's namespace",
+				  joined[i].name);
+	}
+	for (i = 0; i < N_JOINED && !rc; i++)
+		if (fds[i] >= 0 && setns(fds[i], joined[i].flag) < 0)
+			rc = fail(why, len, "cannot enter the task's namespace",
+				  joined[i].name);
+	for (i = 0; i < N_JOINED; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return rc;
+}
+
+pid_t kn_sandbox_join(const struct kn_sandbox *sb, pid_t init_pid,
+		      const char *workdir, char *const *argv, char **envp,
+		      bool tty, char *why, size_t len)
+{
+	sigset_t none;
+	pid_t pid;
+
+	if (sb->mode != KN_SANDBOX_NONE &&
+	    enter_task(sb, init_pid, why, len) < 0)
+		return -1;
+	/* The shim's child, so the shim waits for it and sees its status;
+	   born in the task's pid namespace, which it dies with. */
+	pid = (pid_t)syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL,
+			     NULL, NULL);
+	if (pid != 0) {
+		if (pid < 0)
+			fail(why, len, "cannot start the command", NULL);
+		return pid;
+	}
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* Its own session, so its group is signalled alone, and the
+	   terminal on its stdin is its controlling one. */
+	if (setsid() < 0 || (tty && ioctl(0, TIOCSCTTY, 0) < 0))
+		fail(why, len, "cannot take the terminal", NULL);
+	else if (sb->mode == KN_SANDBOX_NONE ||
+		 drop_privileges(sb, why, len) == 0)
+		exec_task(workdir, argv, envp, why, len);
+	dprintf(2, "kiln: %s\n", why);
+	_exit(127);
 }
 
 /* ---- what this machine allows ---- */

@@ -222,6 +222,21 @@ int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
 		    char *const *argv, char **envp, char *why, size_t len);
 
 /*
+ * In a child of the shim forked after the task started (and already put
+ * in the task's cgroup): join the task's sandbox, whose init is init_pid
+ * (its namespaces; a process the task's user cannot reach from outside
+ * them), and start argv there with envp in workdir, the task's user
+ * dropped as for the task itself. The command is the shim's child, not
+ * this process's (so the shim waits for it), in its own session, with
+ * this process's stdin, stdout and stderr; tty: stdin becomes its
+ * controlling terminal. Returns its pid (for the caller to pass to the
+ * shim, then _exit), or -1 and why when nothing was started.
+ */
+pid_t kn_sandbox_join(const struct kn_sandbox *sb, pid_t init_pid,
+		      const char *workdir, char *const *argv, char **envp,
+		      bool tty, char *why, size_t len);
+
+/*
  * After waitpid reaped kn_sandbox_fork's child with *wstatus: the task's
  * own wait status, which init passed on, replaces init's (an exit code or
  * the signal that killed the task); left as it is when init died before

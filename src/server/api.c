@@ -303,6 +303,7 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 	const char *path = kn_http_query(req, "path");
 	json_t *answer;
 	int64_t id, hold = 0;
+	bool keyed = idem_keyed(req);
 
 	(void)param;
 	if (path && path[0] != '/') {
@@ -316,14 +317,25 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 	}
 	if (idem_begin(s, req, c))
 		return;
-	if (jobs_submit_fit(s, c, body, len, file, path, hold != 0,
-			    kn_http_query(req, "overrides"), &id, &err) < 0 ||
-	    !(answer = job_answer(s, id, &err))) {
-		idem_abort(s, req);
+	/* Without a key, submits share a commit (submit_group.c). */
+	if (!keyed && submit_group_join(s, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	idem_reply(s, req, c, 201, answer);
+	if (jobs_submit_fit(s, c, body, len, file, path, hold != 0,
+			    kn_http_query(req, "overrides"), &id, &err) < 0 ||
+	    !(answer = job_answer(s, id, &err))) {
+		if (keyed)
+			idem_abort(s, req);
+		else
+			submit_group_leave(s, req, NULL);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	if (keyed)
+		idem_reply(s, req, c, 201, answer);
+	else
+		submit_group_leave(s, req, answer);
 }
 
 static void h_job_list(struct server *s, struct kn_http_req *req,
@@ -669,7 +681,7 @@ static json_t *node_json(struct server *s, size_t n)
 {
 	const struct server_node *nd = &s->nodes[n];
 	const struct kn_sched_node *sn = &s->cluster.nodes[n];
-	json_t *devs = json_array(), *labels = json_object(), *node;
+	json_t *devs = json_array(), *labels = json_object(), *node, *slurm;
 
 	for (size_t i = 0; i < nd->devices.n; i++) {
 		const struct kn_device_info *d = &nd->devices.devices[i];
@@ -713,6 +725,9 @@ static json_t *node_json(struct server *s, size_t n)
 	json_object_set_new(node, "fragmentation", nodes_fragmentation(s, n));
 	json_object_set_new(node, "isolation", json_string(s->isolation));
 	json_object_set_new(node, "limits", limits_json(s));
+	/* Under Slurm: Slurm's own state, reason and resources. */
+	slurm = slurm_nodes_json(s, nd->name);
+	json_object_set_new(node, "slurm", slurm ? slurm : json_null());
 	return node;
 }
 

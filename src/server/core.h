@@ -65,6 +65,10 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
  * the store forgot them.
  */
 void jobs_idem_settle(struct server *s, bool committed);
+/* Jobs held for a commit (linked by next): queued, or freed. */
+struct queued_job;
+void jobs_held_settle(struct server *s, struct queued_job *held,
+		      bool committed);
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		struct kn_error *err);
 /*
@@ -122,6 +126,8 @@ void fair_release(struct server *s);
  */
 struct kn_store *core_store(struct server *s);
 struct kn_loop *core_loop(struct server *s);
+/* The executor the server runs tasks with (exec.h). */
+struct kn_executor *core_executor(struct server *s);
 /* Slow work off the loop (checkpoint sync, backups' uploads). */
 struct kn_workers *core_workers(struct server *s);
 /* Slow work an API request waits for (a copy to the store, a model's
@@ -176,7 +182,58 @@ void nodes_evict_preemptible(struct server *s, size_t i, const char *why);
  */
 json_t *nodes_fragmentation(struct server *s, size_t i);
 
+/* Whether a task runs on node i. */
+bool core_node_busy(const struct server *s, size_t i);
+/* The job of the first deployment replica still running on node i (its
+   model serves), or 0. */
+int64_t core_node_replica(struct server *s, size_t i);
+/* A node that joins while the server runs (node pools). */
+struct node_new {
+	const char *name;
+	const char *state;  /* a restarted server keeps a cordon */
+	const char *reason; /* why it is not ready, or NULL */
+	const char *gpus;   /* its simulated GPUs, as --sim-node gives them */
+	const char *labels; /* "KEY=VALUE ..." */
+	const char *flag;   /* the option that asked for it, for errors */
+	/* Added after start-up: its row and its ledger interval are written
+	   now (at start-up, the cost service opens the interval). */
+	bool running;
+};
+/* Add a node: its index, or a negative errno with err. */
+int core_node_add(struct server *s, const struct node_new *nn,
+		  struct kn_error *err);
+/*
+ * Take node i, an empty one, out of the server: its row stays in the
+ * store as "removed" (the ledger prices its past by its labels), its
+ * state interval ends, and indexes past it move down one. -ECONFLICT
+ * while a task runs there.
+ */
+int core_node_remove(struct server *s, size_t i, struct kn_error *err);
+
 /* ---- questions ---- */
+
+/* Where a job is, for the services that own jobs. */
+enum job_place { JOB_GONE, JOB_QUEUED, JOB_RUNNING };
+struct job_view {
+	enum job_place place; /* JOB_GONE: ended, or never known */
+	/* Queued: why it waits ("" when not yet said; valid until the next
+	   scheduler turn) and when it may start again (a restart's
+	   backoff). */
+	const char *reason;
+	int64_t not_before;
+	/* Running: its attempt, when it started, rank 0's port, the node of
+	   its first task, whether a stop was sent, and whether its first
+	   task is up (launched, not ended, not being stopped). */
+	int attempt;
+	int64_t started_at;
+	int master_port;
+	size_t node;
+	bool stopping;
+	bool serving;
+};
+/* Fill *out for job id; returns out->place. */
+enum job_place core_job_view(struct server *s, int64_t id,
+			     struct job_view *out);
 
 /* The queue reason of a queued job, or NULL. */
 const char *jobs_queue_reason(struct server *s, int64_t id);

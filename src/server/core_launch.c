@@ -521,6 +521,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	l.ntasks = r->n_tasks;
 	l.inputs = e.inputs;
 	l.requires = e.requires;
+	l.tty = spec->tty;
 	rc = kn_mkdir_p(t->task_dir, 0700);
 	if (rc == 0 && sync_wanted(r))
 		rc = kn_mkdir_p(r->checkpoint_dir, 0700);

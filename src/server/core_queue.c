@@ -270,10 +270,18 @@ void queue_push(struct server *s, int64_t id, int priority,
 
 void jobs_idem_settle(struct server *s, bool committed)
 {
-	struct queued_job *q = s->idem_queued, *next;
+	struct queued_job *q = s->idem_queued;
 
 	s->idem_open = false;
 	s->idem_queued = NULL;
+	jobs_held_settle(s, q, committed);
+}
+
+void jobs_held_settle(struct server *s, struct queued_job *q,
+		      bool committed)
+{
+	struct queued_job *next;
+
 	for (; q; q = next) {
 		next = q->next;
 		if (!committed) {
@@ -308,6 +316,35 @@ const char *jobs_queue_reason(struct server *s, int64_t id)
 {
 	struct queued_job *q = queue_find(s, id, NULL);
 	return q && q->reason[0] ? q->reason : NULL;
+}
+
+enum job_place core_job_view(struct server *s, int64_t id,
+			     struct job_view *out)
+{
+	struct queued_job *q = queue_find(s, id, NULL);
+
+	memset(out, 0, sizeof(*out));
+	out->reason = "";
+	if (q) {
+		out->place = JOB_QUEUED;
+		out->reason = q->reason;
+		out->not_before = q->not_before;
+		return out->place;
+	}
+	for (const struct run *r = s->runs; r; r = r->next) {
+		if (r->job_id != id)
+			continue;
+		out->place = JOB_RUNNING;
+		out->attempt = r->attempt;
+		out->started_at = r->started_at;
+		out->master_port = r->master_port;
+		out->node = r->n_tasks > 0 ? r->bindings[0].node : 0;
+		out->stopping = r->stopping;
+		out->serving = !r->stopping && r->n_tasks > 0 &&
+			       r->tasks[0].launched && !r->tasks[0].ended;
+		break;
+	}
+	return out->place;
 }
 
 size_t jobs_pending(struct server *s, struct pending_job **out)
@@ -460,6 +497,12 @@ static int executor_check(struct server *s, const struct kn_job_spec *spec,
 {
 	struct kn_error why;
 
+	/* The shim's terminal and session socket are the local executor's. */
+	if (spec->tty && strcmp(s->exec->ops->name, "local") != 0)
+		return kn_errorf(err, KN_EINVAL, "tty",
+				 "%s: tty: interactive tasks need the local "
+				 "executor; this server runs %s",
+				 filename, s->exec->ops->name);
 	if (!s->exec->ops->check ||
 	    s->exec->ops->check(s->exec, spec, &why) == 0)
 		return 0;
@@ -471,17 +514,26 @@ static int executor_check(struct server *s, const struct kn_job_spec *spec,
  * A job the cluster could not hold even empty is refused (409) rather
  * than queued for ever, as sbatch refuses it. Not where the engine places
  * tasks itself, nor while a pool may add nodes: the autoscaler judges
- * those.
+ * those. An engine with limits of its own (a Slurm partition's) judges
+ * first.
  */
 static int fit_check(struct server *s, const struct kn_job_spec *spec,
 		     const char *filename, struct kn_error *err)
 {
 	struct kn_sched_binding *bindings;
+	struct kn_error why;
 	struct sreq sr;
 	char reason[512];
 	int rc;
 
-	if (s->exec->ops->places_tasks || s->pools)
+	/* An engine that knows its own limits (Slurm's partitions). */
+	if (s->exec->ops->admit && s->exec->ops->admit(s->exec, spec, &why) < 0)
+		return kn_errorf(err, KN_ECONFLICT, why.field[0] ? why.field
+								 : "resources",
+				 "%s: %s (hold=1 queues it anyway, for nodes "
+				 "to come)", filename ? filename : "job",
+				 why.message);
+	if (s->exec->ops->places_tasks || s->cfg.n_pools)
 		return 0;
 	sreq_build(s, spec, &sr);
 	bindings = kn_xcalloc((size_t)spec->tasks, sizeof(*bindings));
@@ -501,6 +553,12 @@ static int fit_check(struct server *s, const struct kn_job_spec *spec,
 /* A job just stored joins the queue, or waits for its key's commit. */
 static void queue_submitted(struct server *s, struct queued_job *q)
 {
+	if (s->group_member) {
+		/* Queued once the group's commit is on disk. */
+		q->next = s->group_queued;
+		s->group_queued = q;
+		return;
+	}
 	if (s->idem_open) {
 		/* Queued only if the key's transaction commits: its rollback
 		   must leave no job behind, nor an id the next one reuses. */

@@ -37,7 +37,6 @@
  * only this file knows which jobs are replicas.
  */
 #include "deploysvc.h"
-#include "internal.h"
 #include "service.h"
 
 #include <errno.h>
@@ -74,7 +73,12 @@ static void audit_denied(struct server *s, const struct caller *c,
 	struct kn_audit a;
 
 	caller_audit(&a, c, action, object, "denied", why);
-	kn_store_audit_insert(s->store, &a, NULL);
+	kn_store_audit_insert(core_store(s), &a, NULL);
+}
+
+struct deploy_state *deploy_state_of(struct server *s)
+{
+	return service_state(s, &deploy_service);
 }
 
 struct deployment *deploy_find(struct deploy_state *d, const char *name)
@@ -89,7 +93,7 @@ int64_t deploy_count_owned(struct server *s, const char *owner)
 {
 	int64_t n = 0;
 
-	for (struct deployment *p = s->deploy->list; p; p = p->next)
+	for (struct deployment *p = deploy_state_of(s)->list; p; p = p->next)
 		n += !strcmp(p->owner, owner);
 	return n;
 }
@@ -130,50 +134,37 @@ static void ensure_slots(struct deployment *p, int n)
 	p->n_reps = n;
 }
 
-struct run *deploy_find_run(struct server *s, int64_t job_id)
-{
-	for (struct run *r = s->runs; r; r = r->next)
-		if (r->job_id == job_id)
-			return r;
-	return NULL;
-}
-
-struct queued_job *deploy_find_queued(struct server *s, int64_t job_id)
-{
-	for (struct queued_job *q = s->queue; q; q = q->next)
-		if (q->id == job_id)
-			return q;
-	return NULL;
-}
-
-/* A run whose task is up: launched, not ended, not being stopped. */
-bool deploy_run_serving(const struct run *r)
-{
-	return r && !r->stopping && r->n_tasks > 0 && r->tasks[0].launched &&
-	       !r->tasks[0].ended;
-}
-
 /*
  * Ready as far as anyone outside is told: its run is up and the probe
  * verdict is about that very attempt (a new attempt starts not ready even
  * before the deploy_tick has noticed it).
  */
-bool deploy_replica_ready(const struct replica *r, const struct run *run)
+bool deploy_replica_ready(const struct replica *r, const struct job_view *v)
 {
-	return deploy_run_serving(run) && r->ready && r->attempt == run->attempt;
+	return v->serving && r->ready && r->attempt == v->attempt;
 }
 
-/* The node a replica's run is bound to (its only task's). */
-const struct kn_sched_node *deploy_run_node(struct server *s,
-					    const struct run *run)
+/* deploy_replica_ready for the replica's job as it is now. */
+static bool replica_ready_now(struct server *s, const struct replica *r)
 {
-	return &s->cluster.nodes[run->bindings[0].node];
+	struct job_view v;
+
+	core_job_view(s, r->job_id, &v);
+	return deploy_replica_ready(r, &v);
 }
 
-/* The zone label of the node the run is bound to, or "". */
-const char *deploy_node_zone(struct server *s, const struct run *run)
+/* Whether job id is queued or running. */
+static bool job_active(struct server *s, int64_t id)
 {
-	const char *zone = core_node_label(s, run->bindings[0].node, "zone");
+	struct job_view v;
+
+	return id && core_job_view(s, id, &v) != JOB_GONE;
+}
+
+/* The zone label of the node the running job is bound to, or "". */
+const char *deploy_node_zone(struct server *s, const struct job_view *v)
+{
+	const char *zone = core_node_label(s, v->node, "zone");
 
 	return zone ? zone : "";
 }
@@ -223,7 +214,7 @@ int deploy_save(struct deploy_state *d, struct deployment *p,
 		.updated_at = p->updated_at,
 	};
 
-	return kn_store_deployment_put(d->s->store, &row, a, err);
+	return kn_store_deployment_put(core_store(d->s), &row, a, err);
 }
 
 static int save_replica(struct deploy_state *d, struct deployment *p, int i,
@@ -232,7 +223,7 @@ static int save_replica(struct deploy_state *d, struct deployment *p, int i,
 	struct kn_replica_row row = {
 		.deployment = p->name, .replica = i, .job_id = job_id};
 
-	return kn_store_replica_put(d->s->store, &row, err);
+	return kn_store_replica_put(core_store(d->s), &row, err);
 }
 
 /* ---- replicas as jobs ---- */
@@ -283,16 +274,11 @@ static void stop_replica(struct deploy_state *d, struct deployment *p, int i)
 	owner_caller(p, &c);
 	p->reps[i].job_id = 0;
 	p->reps[i].ready = false;
-	if ((deploy_find_run(d->s, id) || deploy_find_queued(d->s, id)) &&
-	    jobs_cancel(d->s, &c, id, &err) < 0)
+	if (job_active(d->s, id) && jobs_cancel(d->s, &c, id, &err) < 0)
 		kn_log(KN_LOG_WARN, "deployment %s replica %d: %s", p->name, i,
 		       err.message);
 }
 
-static bool job_active(struct server *s, int64_t id)
-{
-	return id && (deploy_find_run(s, id) || deploy_find_queued(s, id));
-}
 
 /*
  * Replicas beyond the wanted count: stopped and forgotten, but for surge
@@ -312,7 +298,7 @@ static void trim(struct deploy_state *d, struct deployment *p)
 		}
 		if (r->job_id) {
 			stop_replica(d, p, i);
-			if (kn_store_replica_delete(d->s->store, p->name, i,
+			if (kn_store_replica_delete(core_store(d->s), p->name, i,
 						    &err) < 0)
 				kn_log(KN_LOG_ERROR, "deployment %s: %s",
 				       p->name, err.message);
@@ -357,7 +343,7 @@ static void surge_step(struct deploy_state *d, struct deployment *p, int k)
 	int64_t now = kn_now_ms(), old = p->reps[t].job_id;
 	struct kn_error err;
 
-	if (!deploy_replica_ready(r, deploy_find_run(d->s, r->job_id))) {
+	if (!replica_ready_now(d->s, r)) {
 		r->surge_ready = false;
 		return;
 	}
@@ -379,7 +365,7 @@ static void surge_step(struct deploy_state *d, struct deployment *p, int k)
 	p->reps[t].surge = p->reps[t].surge_ready = false;
 	memset(r, 0, sizeof(*r));
 	probes_move(d, p, k, t);
-	if (kn_store_replica_delete(d->s->store, p->name, k, &err) < 0)
+	if (kn_store_replica_delete(core_store(d->s), p->name, k, &err) < 0)
 		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
 	while (p->n_reps > p->replicas && !p->reps[p->n_reps - 1].job_id)
 		p->n_reps--;
@@ -422,16 +408,14 @@ void deploy_reconcile(struct deploy_state *d, struct deployment *p)
 		} else {
 			r = &p->reps[i];
 			if (r->replacing &&
-			    !deploy_replica_ready(r, deploy_find_run(d->s, r->job_id)))
+			    !replica_ready_now(d->s, r))
 				return; /* the new one is not serving yet */
 			if (!r->replacing) {
 				/* One unavailable at a time: the others must
 				 * be serving before this one stops. */
 				for (int k = 0; k < p->replicas; k++)
 					if (k != i &&
-					    !deploy_replica_ready(&p->reps[k],
-							   deploy_find_run(d->s,
-								    p->reps[k].job_id)))
+					    !replica_ready_now(d->s, &p->reps[k]))
 						return;
 				stop_replica(d, p, i);
 				if (start_replica(d, p, i, &err) < 0) {
@@ -463,7 +447,7 @@ void deploy_reconcile(struct deploy_state *d, struct deployment *p)
 
 const struct kn_deploy_ops *deploy_engine(struct server *s)
 {
-	return s->exec->ops->deployments;
+	return core_executor(s)->ops->deployments;
 }
 
 /*
@@ -476,7 +460,7 @@ static void engine_want(struct server *s, struct deployment *p,
 {
 	struct kn_error err;
 
-	if (deploy_engine(s)->set(s->exec, p->spec, p->replicas,
+	if (deploy_engine(s)->set(core_executor(s), p->spec, p->replicas,
 				  p->generation, spec_changed, &err) < 0)
 		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
 }
@@ -489,8 +473,8 @@ static void deploy_changed(struct server *s, struct deployment *p,
 	if (deploy_engine(s)) {
 		engine_want(s, p, spec_changed);
 	} else {
-		deploy_reconcile(s->deploy, p);
-		deploy_arm(s->deploy, 0);
+		deploy_reconcile(deploy_state_of(s), p);
+		deploy_arm(deploy_state_of(s), 0);
 	}
 }
 
@@ -576,14 +560,14 @@ static int deploy_start(struct server *s, struct kn_error *err)
 	int rc;
 
 	d->s = s;
-	s->deploy = d;
-	d->timer = kn_timer_new(s->loop, deploy_tick, d);
+	service_state_set(s, &deploy_service, d);
+	d->timer = kn_timer_new(core_loop(s), deploy_tick, d);
 	d->traffic = kn_traffic_new(KN_TRAFFIC_DEFAULT_WINDOW_MS);
 	rc = kn_model_presets_load_shipped(&d->presets, err);
 	if (rc == 0)
-		rc = kn_store_deployment_list(s->store, &rows, &n, err);
+		rc = kn_store_deployment_list(core_store(s), &rows, &n, err);
 	if (rc == 0)
-		rc = kn_store_replica_list(s->store, &reps, &nr, err);
+		rc = kn_store_replica_list(core_store(s), &reps, &nr, err);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct kn_error perr;
 		struct deployment *p =
@@ -607,7 +591,7 @@ static int deploy_start(struct server *s, struct kn_error *err)
 				struct kn_error jerr;
 
 				memset(&j, 0, sizeof(j));
-				if (kn_store_job_get(s->store, reps[k].job_id, &j,
+				if (kn_store_job_get(core_store(s), reps[k].job_id, &j,
 						     &jerr) == 0 &&
 				    j.submitted_at >= p->updated_at)
 					p->reps[reps[k].replica].replacing = true;
@@ -631,7 +615,7 @@ static int deploy_start(struct server *s, struct kn_error *err)
 		/* Found again by label: only what differs is written. */
 		for (struct deployment *p = d->list; p; p = p->next)
 			engine_want(s, p, true);
-		deploy_engine(s)->loaded(s->exec);
+		deploy_engine(s)->loaded(core_executor(s));
 		return 0;
 	}
 	if (rc == 0 && d->list) {
@@ -644,7 +628,7 @@ static int deploy_start(struct server *s, struct kn_error *err)
 
 static void deploy_free(struct server *s)
 {
-	struct deploy_state *d = s->deploy;
+	struct deploy_state *d = deploy_state_of(s);
 
 	if (!d)
 		return;
@@ -663,15 +647,15 @@ static void deploy_free(struct server *s)
 	kn_model_presets_free(d->presets);
 	kn_traffic_free(d->traffic);
 	free(d);
-	s->deploy = NULL;
+	service_state_set(s, &deploy_service, NULL);
 }
 
 /* The deployment whose replica job_id is, or NULL. */
 static const struct deployment *deploy_of(struct server *s, int64_t job_id)
 {
-	if (!s->deploy)
+	if (!deploy_state_of(s))
 		return NULL;
-	for (struct deployment *p = s->deploy->list; p; p = p->next)
+	for (struct deployment *p = deploy_state_of(s)->list; p; p = p->next)
 		for (int i = 0; i < p->n_reps; i++)
 			if (p->reps[i].job_id == job_id)
 				return p;
@@ -681,7 +665,7 @@ static const struct deployment *deploy_of(struct server *s, int64_t job_id)
 /* The deployment and slot whose job is job_id, or NULL. */
 static struct deployment *slot_of(struct server *s, int64_t job_id, int *slot)
 {
-	for (struct deployment *p = s->deploy ? s->deploy->list : NULL; p;
+	for (struct deployment *p = deploy_state_of(s) ? deploy_state_of(s)->list : NULL; p;
 	     p = p->next)
 		for (int i = 0; job_id && i < p->n_reps; i++)
 			if (p->reps[i].job_id == job_id) {
@@ -709,7 +693,7 @@ int deploy_surge(struct server *s, int64_t job_id, int64_t *surge_job,
 		}
 	k = p->n_reps;
 	ensure_slots(p, k + 1);
-	rc = start_replica(s->deploy, p, k, err);
+	rc = start_replica(deploy_state_of(s), p, k, err);
 	if (rc < 0) {
 		p->n_reps = k;
 		return rc;
@@ -720,7 +704,7 @@ int deploy_surge(struct server *s, int64_t job_id, int64_t *surge_job,
 	kn_log(KN_LOG_INFO, "deployment %s replica %d: surge job %lld to take "
 	       "the place of job %lld", p->name, t, (long long)*surge_job,
 	       (long long)job_id);
-	deploy_arm(s->deploy, 0);
+	deploy_arm(deploy_state_of(s), 0);
 	return 0;
 }
 
@@ -730,8 +714,7 @@ int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
 	int k = -1;
 	struct deployment *p = slot_of(s, surge_job, &k);
 	struct replica *r;
-	struct queued_job *q;
-	struct run *run;
+	struct job_view v;
 
 	if (!p || (k >= p->replicas && !p->reps[k].surge)) {
 		snprintf(why, len, "the surge replica (job %lld) is gone: its "
@@ -742,26 +725,24 @@ int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
 	if (k < p->replicas)
 		return 1;
 	r = &p->reps[k];
-	run = deploy_find_run(s, surge_job);
-	q = deploy_find_queued(s, surge_job);
-	if (!run && !q) {
+	if (core_job_view(s, surge_job, &v) == JOB_GONE) {
 		snprintf(why, len, "the surge replica of deployment %s (job "
 			 "%lld) ended", p->name, (long long)surge_job);
 		return -1;
 	}
-	if (q)
+	if (v.place == JOB_QUEUED)
 		snprintf(why, len, "the surge replica of deployment %s (job "
 			 "%lld) is queued: %s", p->name, (long long)surge_job,
-			 q->reason[0] ? q->reason : "waiting to be placed");
-	else if (!deploy_replica_ready(r, run))
+			 v.reason[0] ? v.reason : "waiting to be placed");
+	else if (!deploy_replica_ready(r, &v))
 		snprintf(why, len, "the surge replica of deployment %s (job "
 			 "%lld) is starting on %s: not ready yet", p->name,
-			 (long long)surge_job, deploy_run_node(s, run)->name);
+			 (long long)surge_job, core_node_name(s, v.node));
 	else
 		snprintf(why, len, "the surge replica of deployment %s (job "
 			 "%lld) is ready on %s; waiting for the gateway to "
 			 "route to it", p->name, (long long)surge_job,
-			 deploy_run_node(s, run)->name);
+			 core_node_name(s, v.node));
 	return 0;
 }
 
@@ -773,8 +754,8 @@ void deploy_surge_cancel(struct server *s, int64_t surge_job)
 
 	if (!p || k < p->replicas || !p->reps[k].surge)
 		return;
-	stop_replica(s->deploy, p, k);
-	if (kn_store_replica_delete(s->store, p->name, k, &err) < 0)
+	stop_replica(deploy_state_of(s), p, k);
+	if (kn_store_replica_delete(core_store(s), p->name, k, &err) < 0)
 		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
 	free(p->reps[k].model_dir);
 	memset(&p->reps[k], 0, sizeof(p->reps[k]));
@@ -834,7 +815,7 @@ static int spec_from_body(struct server *s, const char *body, size_t len,
 		return kn_errorf(err, KN_EINVAL, "path",
 				 "path must be absolute; got \"%s\"", path);
 	rc = kn_deployment_spec_parse(body, len, file ? file : "deployment",
-				      s->deploy->presets, spec, err);
+				      deploy_state_of(s)->presets, spec, err);
 	if (rc < 0)
 		return rc;
 	if (checked_dir)
@@ -909,7 +890,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 		 struct deployment **out, struct kn_error *err)
 {
 	struct kn_revalidation_row *reval = NULL;
-	struct deploy_state *d = s->deploy;
+	struct deploy_state *d = deploy_state_of(s);
 	struct kn_deployment_spec *spec = NULL;
 	struct kn_deployment_row row;
 	struct deployment *p;
@@ -928,7 +909,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	/* What cannot render (no image, a GPU model without a product
 	   label) is refused before anything is stored. */
 	if (deploy_engine(s) &&
-	    (rc = deploy_engine(s)->check(s->exec, spec, err)) < 0)
+	    (rc = deploy_engine(s)->check(core_executor(s), spec, err)) < 0)
 		goto out;
 	norm = kn_deployment_spec_to_json(spec);
 	json_text = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
@@ -968,7 +949,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	row.updated_at = now;
 	caller_audit(&a, c, p ? "deployment.update" : "deployment.create",
 		     object, "ok", changed ? NULL : "replicas only");
-	rc = kn_store_deployment_put(s->store, &row, &a, err);
+	rc = kn_store_deployment_put(core_store(s), &row, &a, err);
 	if (rc < 0)
 		goto out;
 	if (!p) {
@@ -1044,7 +1025,7 @@ static void deploy_checked(struct server *s, int rc, const char *dir,
 	struct deployment *p = NULL;
 	struct kn_error e;
 
-	if (rc == 0 && s->closing)
+	if (rc == 0 && core_closing(s))
 		rc = kn_errorf(&e, KN_EUNAVAIL, NULL,
 			       "the server is stopping; deploy again");
 	else if (rc < 0)
@@ -1087,7 +1068,7 @@ int deploy_apply_start(struct server *s, const struct caller *c,
 	int rc;
 
 	if (kn_deployment_spec_parse(body, len, file ? file : "deployment",
-				     s->deploy->presets, &spec, err) < 0 ||
+				     deploy_state_of(s)->presets, &spec, err) < 0 ||
 	    !deploy_registry_model(spec)) {
 		kn_deployment_spec_free(spec);
 		return deploy_apply(s, c, body, len, file, path, &p, err);
@@ -1184,7 +1165,7 @@ static void deploy_h_create(struct server *s, struct kn_http_req *req,
 	}
 	/* A spec that does not parse is refused by deploy_apply below. */
 	if (kn_deployment_spec_parse(body, len, file ? file : "deployment",
-				     s->deploy->presets, &spec, &err) < 0 ||
+				     deploy_state_of(s)->presets, &spec, &err) < 0 ||
 	    !deploy_registry_model(spec)) {
 		if (idem_begin(s, req, c))
 			goto out;
@@ -1229,7 +1210,7 @@ static void deploy_h_list(struct server *s, struct kn_http_req *req,
 
 	(void)c;
 	(void)param;
-	for (struct deployment *p = s->deploy->list; p; p = p->next) {
+	for (struct deployment *p = deploy_state_of(s)->list; p; p = p->next) {
 		json_t *o = deploy_deployment_json(s, p);
 		json_object_del(o, "spec");
 		json_array_append_new(list, o);
@@ -1240,7 +1221,7 @@ static void deploy_h_list(struct server *s, struct kn_http_req *req,
 static struct deployment *lookup(struct server *s, struct kn_http_req *req,
 				 const char *name)
 {
-	struct deployment *p = deploy_find(s->deploy, name);
+	struct deployment *p = deploy_find(deploy_state_of(s), name);
 	char msg[160];
 
 	if (!p) {
@@ -1315,7 +1296,7 @@ static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 	snprintf(detail, sizeof(detail), "%d -> %d replicas", old, p->replicas);
 	caller_audit(&a, c, "deployment.scale", object, "ok", detail);
 	/* Written with the new count; put back if the store refused it. */
-	if (deploy_save(s->deploy, p, &a, &err) < 0) {
+	if (deploy_save(deploy_state_of(s), p, &a, &err) < 0) {
 		p->replicas = old;
 		p->generation--;
 		p->updated_at = old_updated;
@@ -1357,9 +1338,9 @@ static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	caller_audit(&a, c, "deployment.restart", object, "ok", NULL);
 	/* Written with the new position; put back if the store refused. */
-	if (deploy_save(s->deploy, p, &a, &err) < 0 ||
+	if (deploy_save(deploy_state_of(s), p, &a, &err) < 0 ||
 	    (engine &&
-	     engine->restart(s->exec, p->name, kn_now_ms(), &err) < 0)) {
+	     engine->restart(core_executor(s), p->name, kn_now_ms(), &err) < 0)) {
 		p->rollout_next = old;
 		p->generation = old_generation;
 		p->updated_at = old_updated;
@@ -1388,17 +1369,17 @@ static void deploy_h_delete(struct server *s, struct kn_http_req *req,
 		return;
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
 	caller_audit(&a, c, "deployment.delete", object, "ok", NULL);
-	if (kn_store_deployment_delete(s->store, p->name, &a, &err) < 0) {
+	if (kn_store_deployment_delete(core_store(s), p->name, &a, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
 	}
 	if (deploy_engine(s))
-		deploy_engine(s)->remove(s->exec, p->name);
+		deploy_engine(s)->remove(core_executor(s), p->name);
 	/* The re-validation its revalidate: set goes with it. */
 	reval_deployment_set(s, p->name, c, NULL);
 	for (int i = 0; i < p->n_reps; i++)
-		stop_replica(s->deploy, p, i);
-	unlink_deployment(s->deploy, p);
+		stop_replica(deploy_state_of(s), p, i);
+	unlink_deployment(deploy_state_of(s), p);
 	feed_publish(s, "deployment.state",
 		     json_pack("{s:s, s:s}", "deployment", p->name, "state",
 			       "deleted"));

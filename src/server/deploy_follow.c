@@ -92,7 +92,7 @@ int64_t deploy_followed_version(struct server *s, const struct deployment *p)
 	const char *alias = deploy_followed_alias(p, &ref);
 	int64_t version = 0;
 
-	if (!alias || kn_store_model_alias_get(s->store, ref.name, alias,
+	if (!alias || kn_store_model_alias_get(core_store(s), ref.name, alias,
 					       &version, &err) < 0)
 		return 0;
 	return version;
@@ -141,7 +141,7 @@ static void follow_to(struct server *s, struct deployment *p,
 	for (int i = 0; i < p->n_reps; i++)
 		p->reps[i].replacing = false;
 	p->rollout_next = p->replicas > 0 ? 0 : -1;
-	if (deploy_save(s->deploy, p, &a, &err) < 0)
+	if (deploy_save(deploy_state_of(s), p, &a, &err) < 0)
 		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
 	kn_log(KN_LOG_INFO, "deployment %s: rolling to %s (version %lld)",
 	       p->name, p->spec->model, (long long)to);
@@ -149,8 +149,8 @@ static void follow_to(struct server *s, struct deployment *p,
 		     json_pack("{s:s, s:s, s:I, s:I}", "deployment", p->name,
 			       "state", "started", "from", (json_int_t)from,
 			       "to", (json_int_t)to));
-	deploy_reconcile(s->deploy, p);
-	deploy_arm(s->deploy, 0);
+	deploy_reconcile(deploy_state_of(s), p);
+	deploy_arm(deploy_state_of(s), 0);
 }
 
 /* A deploy_follow whose check runs on a worker: names, not pointers. */
@@ -163,7 +163,7 @@ static void follow_checked(struct server *s, int rc, const char *dir,
 			   void *arg)
 {
 	struct follow_check *w = arg;
-	struct deployment *p = s->closing ? NULL : deploy_find(s->deploy,
+	struct deployment *p = core_closing(s) ? NULL : deploy_find(deploy_state_of(s),
 							 w->deployment);
 
 	/* Gone, given another model, or its alias moved again meanwhile
@@ -213,9 +213,9 @@ void deploy_alias_moved(struct server *s, const char *model,
 	struct kn_model_ref ref;
 	const char *a;
 
-	if (!s->deploy)
+	if (!deploy_state_of(s))
 		return;
-	for (struct deployment *p = s->deploy->list; p; p = p->next)
+	for (struct deployment *p = deploy_state_of(s)->list; p; p = p->next)
 		if ((a = deploy_followed_alias(p, &ref)) && !strcmp(a, alias) &&
 		    !strcmp(ref.name, model))
 			deploy_follow(s, p);

@@ -120,7 +120,7 @@ void deploy_h_key_create(struct server *s, struct kn_http_req *req,
 	snprintf(object, sizeof(object), "key/%s", name);
 	caller_audit(&a, c, "key.create", object, "ok",
 		     k.deployments_json);
-	if (kn_store_gateway_key_insert(s->store, &k, &a, &k.id, &err) < 0) {
+	if (kn_store_gateway_key_insert(core_store(s), &k, &a, &k.id, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		free(k.deployments_json);
 		goto out;
@@ -143,7 +143,7 @@ void deploy_h_key_list(struct server *s, struct kn_http_req *req,
 
 	(void)c;
 	(void)param;
-	if (kn_store_gateway_key_list(s->store, true, &rows, &n, &err) < 0) {
+	if (kn_store_gateway_key_list(core_store(s), true, &rows, &n, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
 	}
@@ -163,7 +163,7 @@ void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
 
 	snprintf(object, sizeof(object), "key/%s", param);
 	caller_audit(&a, c, "key.revoke", object, "ok", NULL);
-	if (kn_store_gateway_key_revoke(s->store, param, &a, &err) < 0) {
+	if (kn_store_gateway_key_revoke(core_store(s), param, &a, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
 	}
@@ -209,7 +209,7 @@ static struct deployment **by_name(struct deploy_state *d, size_t *n)
 static void engine_gateway_replicas(struct server *s,
 				    const struct deployment *p, json_t *reps)
 {
-	json_t *st = deploy_engine(s)->status(s->exec, p->name), *pod;
+	json_t *st = deploy_engine(s)->status(core_executor(s), p->name), *pod;
 	const char *svc = json_string_value(json_object_get(st, "service"));
 	size_t i;
 
@@ -227,7 +227,7 @@ static void engine_gateway_replicas(struct server *s,
 void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 			     const struct caller *c, const char *param)
 {
-	struct deploy_state *d = s->deploy;
+	struct deploy_state *d = deploy_state_of(s);
 	struct kn_gateway_key_row *rows = NULL;
 	struct kn_error err;
 	json_t *deps = json_array(), *keys = json_array(), *doc;
@@ -237,7 +237,7 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 
 	(void)c;
 	(void)param;
-	if (kn_store_gateway_key_list(s->store, true, &rows, &n, &err) < 0) {
+	if (kn_store_gateway_key_list(core_store(s), true, &rows, &n, &err) < 0) {
 		json_decref(deps);
 		json_decref(keys);
 		kn_http_reply_error(req, &err);
@@ -271,21 +271,20 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 		/* Surge slots too: a replica being replaced keeps serving
 		 * beside its replacement until the gateway knows both. */
 		for (int i = 0; !deploy_engine(s) && i < p->n_reps; i++) {
-			struct run *run = p->reps[i].job_id
-						  ? deploy_find_run(s, p->reps[i].job_id)
-						  : NULL;
+			struct job_view v;
 			char addr[32];
 
+			core_job_view(s, p->reps[i].job_id, &v);
 			if ((i >= p->replicas && !p->reps[i].surge) ||
-			    !deploy_run_serving(run))
+			    !v.serving)
 				continue;
 			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
-				 run->master_port);
+				 v.master_port);
 			json_array_append_new(
 				reps, json_pack("{s:i, s:s, s:s, s:b}",
 						"replica", i, "address", addr,
-						"zone", deploy_node_zone(s, run), "ready",
-						deploy_replica_ready(&p->reps[i], run) &&
+						"zone", deploy_node_zone(s, &v), "ready",
+						deploy_replica_ready(&p->reps[i], &v) &&
 							!deploy_retiring(p, i)));
 		}
 		json_array_append_new(
@@ -405,7 +404,7 @@ void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 
 		snprintf(object, sizeof(object), "deployment/%s", dep);
 		caller_audit(&a, c, "gateway.alert", object, "ok", signal);
-		if (kn_store_audit_insert(s->store, &a, &err) < 0)
+		if (kn_store_audit_insert(core_store(s), &a, &err) < 0)
 			kn_log(KN_LOG_ERROR, "auditing a gateway alert: %s",
 			       err.message);
 	}
@@ -430,7 +429,7 @@ void deploy_h_gateway_metrics(struct server *s, struct kn_http_req *req,
 
 	(void)c;
 	(void)param;
-	rc = kn_traffic_report(s->deploy->traffic, report, kn_now_ms(), &err);
+	rc = kn_traffic_report(deploy_state_of(s)->traffic, report, kn_now_ms(), &err);
 	json_decref(report);
 	if (rc < 0)
 		kn_http_reply_error(req, &err);

@@ -12,25 +12,18 @@
 
 /* ---- JSON ---- */
 
-static const char *replica_state(struct server *s, const struct replica *r,
-				 const char **reason)
+static const char *replica_state(const struct replica *r,
+				 const struct job_view *v, const char **reason)
 {
-	struct queued_job *q;
-	struct run *run;
-
 	*reason = NULL;
-	if (!r->job_id)
+	if (v->place == JOB_RUNNING)
+		return v->stopping                  ? "stopping"
+		       : deploy_replica_ready(r, v) ? "ready"
+						    : "starting";
+	if (v->place != JOB_QUEUED)
 		return "pending";
-	run = deploy_find_run(s, r->job_id);
-	if (run)
-		return run->stopping            ? "stopping"
-		       : deploy_replica_ready(r, run)  ? "ready"
-						: "starting";
-	q = deploy_find_queued(s, r->job_id);
-	if (!q)
-		return "pending";
-	*reason = q->reason[0] ? q->reason : NULL;
-	return q->not_before > kn_now_ms() ? "restarting" : "queued";
+	*reason = v->reason[0] ? v->reason : NULL;
+	return v->not_before > kn_now_ms() ? "restarting" : "queued";
 }
 
 static json_t *replicas_json(struct server *s, const struct deployment *p,
@@ -41,17 +34,19 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 	*ready_count = 0;
 	for (int i = 0; i < p->replicas && i < p->n_reps; i++) {
 		const struct replica *r = &p->reps[i];
-		struct run *run = r->job_id ? deploy_find_run(s, r->job_id) : NULL;
+		struct job_view v;
 		struct kn_job_row j;
 		struct kn_error err;
-		const char *reason;
-		const char *state = replica_state(s, r, &reason);
+		const char *reason, *state;
 		int restarts = 0;
 		json_t *o;
 
+		core_job_view(s, r->job_id, &v);
+		state = replica_state(r, &v, &reason);
+
 		memset(&j, 0, sizeof(j));
 		if (r->job_id &&
-		    kn_store_job_get(s->store, r->job_id, &j, &err) == 0) {
+		    kn_store_job_get(core_store(s), r->job_id, &j, &err) == 0) {
 			restarts = j.attempts > 1 ? j.attempts - 1 : 0;
 			/* Why it is waiting to come back: its last exit. */
 			if (!strcmp(state, "restarting"))
@@ -59,7 +54,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 		}
 		o = json_pack("{s:i, s:I, s:s, s:b, s:i, s:o}", "replica", i,
 			      "job", (json_int_t)r->job_id, "state", state,
-			      "ready", deploy_replica_ready(r, run), "restarts",
+			      "ready", deploy_replica_ready(r, &v), "restarts",
 			      restarts, "model_dir",
 			      r->model_dir ? json_string(r->model_dir)
 					   : json_null());
@@ -69,17 +64,17 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 				r->model_dir
 					? json_integer(deploy_dir_version(p, r->model_dir))
 					: json_null());
-		if (deploy_run_serving(run)) {
+		if (v.serving) {
 			char addr[32];
 			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
-				 run->master_port);
+				 v.master_port);
 			json_object_set_new(o, "address", json_string(addr));
 			json_object_set_new(o, "node",
-					    json_string(deploy_run_node(s, run)->name));
+					    json_string(core_node_name(s, v.node)));
 			json_object_set_new(o, "zone",
-					    json_string(deploy_node_zone(s, run)));
+					    json_string(deploy_node_zone(s, &v)));
 			json_object_set_new(o, "attempt",
-					    json_integer(run->attempt));
+					    json_integer(v.attempt));
 		} else {
 			json_object_set_new(o, "address", json_null());
 			json_object_set_new(o, "node", json_null());
@@ -88,7 +83,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 		json_object_set_new(o, "reason",
 				    reason ? json_string(reason) : json_null());
 		kn_job_row_release(&j);
-		if (deploy_replica_ready(r, run))
+		if (deploy_replica_ready(r, &v))
 			(*ready_count)++;
 		json_array_append_new(list, o);
 	}
@@ -104,7 +99,7 @@ json_t *deploy_deployment_json(struct server *s, const struct deployment *p)
 	int64_t version = deploy_dir_version(p, p->model_dir);
 
 	if (deploy_engine(s)) {
-		st = deploy_engine(s)->status(s->exec, p->name);
+		st = deploy_engine(s)->status(core_executor(s), p->name);
 		reps = deploy_engine_replicas_json(st);
 		ready = (int)json_integer_value(json_object_get(st, "ready"));
 	} else {
@@ -136,7 +131,7 @@ json_t *deploy_deployment_json(struct server *s, const struct deployment *p)
 			    alias ? json_string(alias) : json_null());
 	json_object_set_new(o, "model_version",
 			    version ? json_integer(version) : json_null());
-	traffic = kn_traffic_summary(s->deploy->traffic, p->name, kn_now_ms());
+	traffic = kn_traffic_summary(deploy_state_of(s)->traffic, p->name, kn_now_ms());
 	json_object_set_new(o, "traffic", traffic ? traffic : json_null());
 	return o;
 }

@@ -50,7 +50,7 @@ static int model_path_outside_home(struct server *s, const char *given,
 	int why = errno, rc = 0;
 	size_t n;
 
-	home = realpath(s->home, NULL);
+	home = realpath(core_home(s), NULL);
 	n = home ? strlen(home) : 0;
 	if (!real)
 		rc = kn_errorf(err, KN_EINVAL, "model", "model: %s: %s", given,
@@ -102,7 +102,7 @@ int deploy_resolve_model_dir(struct server *s,
 					      path, spec->model);
 		/* An engine that places tasks itself reads the path on its
 		   nodes, where this home is not. */
-		if (s->exec->ops->places_tasks) {
+		if (core_executor(s)->ops->places_tasks) {
 			*out = given;
 			return 0;
 		}
@@ -111,12 +111,12 @@ int deploy_resolve_model_dir(struct server *s,
 		return rc;
 	}
 	memset(&j, 0, sizeof(j));
-	rc = kn_store_job_get(s->store, spec->model_job, &j, err);
+	rc = kn_store_job_get(core_store(s), spec->model_job, &j, err);
 	if (rc < 0)
 		return kn_errorf(err, KN_EINVAL, "model",
 				 "model: job %lld not found",
 				 (long long)spec->model_job);
-	rc = kn_store_output_list(s->store, j.id, &outs, &n, err);
+	rc = kn_store_output_list(core_store(s), j.id, &outs, &n, err);
 	if (rc == 0 && (j.state != KN_JOB_SUCCEEDED || n == 0))
 		rc = kn_errorf(err, KN_ECONFLICT, "model",
 			       "model: job %lld is %s with %zu output file%s; "

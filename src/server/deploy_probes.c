@@ -84,7 +84,7 @@ static void probe_done(int status, const char *body, size_t len,
 }
 
 static void probe_send(struct deploy_state *d, struct deployment *p, int i,
-		       const struct run *run, enum probe_kind kind)
+		       const struct job_view *run, enum probe_kind kind)
 {
 	const struct kn_probe *spec =
 		kind == PROBE_READY ? &p->spec->readiness : &p->spec->liveness;
@@ -98,7 +98,7 @@ static void probe_send(struct deploy_state *d, struct deployment *p, int i,
 	pr->d = d;
 	kn_strlcpy(pr->deployment, p->name, sizeof(pr->deployment));
 	pr->replica = i;
-	pr->job_id = run->job_id;
+	pr->job_id = p->reps[i].job_id;
 	pr->attempt = run->attempt;
 	pr->kind = kind;
 	pr->next = d->probes;
@@ -107,7 +107,7 @@ static void probe_send(struct deploy_state *d, struct deployment *p, int i,
 		p->reps[i].ready_in_flight = true;
 	else
 		p->reps[i].live_in_flight = true;
-	if (kn_http_fetch(d->s->loop, "GET", url, NULL, NULL, timeout,
+	if (kn_http_fetch(core_loop(d->s), "GET", url, NULL, NULL, timeout,
 			  probe_done, pr) < 0)
 		probe_done(0, NULL, 0, "bad URL", pr);
 	free(url);
@@ -122,9 +122,10 @@ static int64_t probe_replicas(struct deploy_state *d, struct deployment *p,
 
 	for (int i = 0; i < p->n_reps; i++) {
 		struct replica *r = &p->reps[i];
-		struct run *run = r->job_id ? deploy_find_run(d->s, r->job_id) : NULL;
+		struct job_view view, *run = &view;
 
-		if (!deploy_run_serving(run)) {
+		core_job_view(d->s, r->job_id, run);
+		if (!run->serving) {
 			r->ready = false;
 			continue;
 		}
@@ -168,7 +169,7 @@ void deploy_tick(void *arg)
 	struct deploy_state *d = arg;
 	int64_t now = kn_now_ms(), next = now + RECONCILE_MS;
 
-	if (d->s->closing || deploy_engine(d->s))
+	if (core_closing(d->s) || deploy_engine(d->s))
 		return;
 	for (struct deployment *p = d->list; p; p = p->next) {
 		int64_t due;

@@ -9,7 +9,16 @@
 #ifndef KILN_SERVER_DEPLOYSVC_H
 #define KILN_SERVER_DEPLOYSVC_H
 
-#include "internal.h"
+#include "exec/exec.h"
+#include "server/access.h"
+#include "server/core.h"
+#include "server/feed.h"
+#include "server/idempotency.h"
+#include "server/peers.h"
+#include "server/server_alert.h"
+#include "server/service.h"
+#include "spec/spec.h"
+#include "store/store.h"
 #include "traffic/traffic.h"
 
 /* The longest a probe waits for its answer, whatever its period. */
@@ -80,13 +89,13 @@ struct deploy_state {
 };
 
 /* deploy.c */
+/* The service's state (NULL before deploy_start). */
+struct deploy_state *deploy_state_of(struct server *s);
 void deploy_reply_msg(struct kn_http_req *req, enum kn_errcode code,
 		      const char *field, const char *msg);
 struct deployment *deploy_find(struct deploy_state *d, const char *name);
-struct run *deploy_find_run(struct server *s, int64_t job_id);
-bool deploy_run_serving(const struct run *r);
-bool deploy_replica_ready(const struct replica *r, const struct run *run);
-const char *deploy_node_zone(struct server *s, const struct run *run);
+bool deploy_replica_ready(const struct replica *r, const struct job_view *v);
+const char *deploy_node_zone(struct server *s, const struct job_view *v);
 bool deploy_retiring(const struct deployment *p, int i);
 
 /* deploy_gateway.c: the routes of keys and of the gateway's view */
@@ -106,8 +115,6 @@ void deploy_h_gateway_metrics(struct server *s, struct kn_http_req *req,
 /* deploy.c */
 void deploy_arm(struct deploy_state *d, int64_t ms);
 void deploy_reconcile(struct deploy_state *d, struct deployment *p);
-const struct kn_sched_node *deploy_run_node(struct server *s, const struct run *run);
-struct queued_job *deploy_find_queued(struct server *s, int64_t job_id);
 int deploy_save(struct deploy_state *d, struct deployment *p, const struct kn_audit *a, struct kn_error *err);
 /* The executor's own deployments (exec.h), or NULL: each replica is a
    job of the server's. */

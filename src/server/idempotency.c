@@ -120,6 +120,11 @@ int idem_replayed(struct server *s, struct kn_http_req *req,
 	return 1;
 }
 
+bool idem_keyed(const struct kn_http_req *req)
+{
+	return kn_http_header(req, IDEM_HEADER) != NULL;
+}
+
 int idem_begin(struct server *s, struct kn_http_req *req,
 	       const struct caller *c)
 {

@@ -114,7 +114,6 @@ struct kn_events;
 struct feed;
 struct monitor;
 struct node_health;
-struct deploy_state;
 struct kn_catalog;
 
 /* One node's own state, beside its scheduler view. */
@@ -125,10 +124,6 @@ struct server_node {
 	struct kn_device_set devices;
 	char *labels_text; /* the labels' text, split in place */
 	struct kn_sched_label *labels; /* into labels_text */
-	/* Node pools (pools.c): the pool's index + 1 (0: no pool), and
-	   since when the node has run nothing (0: busy). */
-	size_t pool;
-	int64_t idle_since;
 };
 
 struct server {
@@ -180,7 +175,6 @@ struct server {
 	struct feed *feed;          /* the event stream (feed.c) */
 	struct monitor *monitor;    /* scrapes and alert rules, or NULL */
 	struct node_health *health; /* periodic health checks, or NULL */
-	struct deploy_state *deploy; /* deployments and their replicas */
 	bool closing;               /* shutting down: late work is dropped */
 
 	struct server_metrics *metrics; /* GET /metrics's counts (metrics.c) */
@@ -188,7 +182,8 @@ struct server {
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
 	bool audit_anchor_frozen;   /* the log lost rows: keep audit.head */
-	struct pools *pools;        /* node pools and autoscaling (pools.c) */
+	/* The engine's inventory of nodes (slurm_nodes.c), or NULL. */
+	struct slurm_nodes *slurm_nodes;
 	struct usage_state *usage;  /* per-task usage sampling (usage_sampling.c) */
 	struct kn_console_grants *console; /* console logins (console.c) */
 	/* Task isolation (isolation.c): what nodes report, whether tasks
@@ -214,9 +209,35 @@ struct server {
 	   in idem_queued and join the queue only once it commits. */
 	bool idem_open;
 	struct queued_job *idem_queued;
+	/* Group commit of plain submits (submit_group.c): the answers and
+	   jobs waiting for the group's commit, the jobs there when the
+	   running member joined (its rollback frees those after), and the
+	   timer that commits on the loop's next turn. */
+	struct submit_answer *group_answers, **group_tail;
+	struct queued_job *group_queued, *group_mark;
+	bool group_member;
+	struct kn_timer *group_timer;
 };
 
 #include "server/idempotency.h"
+
+/* Whether req carries an Idempotency-Key (its create commits alone). */
+bool idem_keyed(const struct kn_http_req *req);
+
+/*
+ * submit_group.c: plain job submits (no Idempotency-Key) share one store
+ * commit, and are answered only after it. submit_group_join before the
+ * submit writes (0, or an error in err); then submit_group_leave with
+ * the answer (stolen) to send once committed, or with NULL when the
+ * submit failed and is answered now: what it wrote is undone. The jobs a
+ * member submits wait in group_queued until the commit. The commit runs
+ * on the loop's next turn, or earlier when another write comes first;
+ * submit_group_flush runs it now (the server's stop).
+ */
+int submit_group_join(struct server *s, struct kn_error *err);
+void submit_group_leave(struct server *s, struct kn_http_req *req,
+			json_t *answer);
+void submit_group_flush(struct server *s);
 
 /* isolation.c */
 
@@ -380,11 +401,18 @@ void audit_h_verify(struct server *s, struct kn_http_req *req,
 
 #include "server/costsvc.h"
 
-/* server.c: node set-up, shared with the pools that add nodes later */
+/* server.c: node set-up, shared with the nodes added later (nodes.c) */
 /* Node n's scheduler view of its devices, this machine's CPUs and memory. */
 void setup_sched_node(struct server *s, size_t n);
 /* Labels "k=v,k=v" split on sep into node n's labels; flag names the
    option in errors. */
+/*
+ * slurm_nodes.c: what Slurm last said of node name (state, reason,
+ * partitions, features, GRES), a new object, or NULL when the server
+ * reads no engine's inventory or Slurm does not list name.
+ */
+json_t *slurm_nodes_json(const struct server *s, const char *name);
+
 int setup_labels(struct server *s, size_t n, const char *text,
 		 const char *sep, const char *flag, struct kn_error *err);
 

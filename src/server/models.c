@@ -81,6 +81,9 @@ int models_start(struct server *s, struct kn_error *err)
 	kn_log(KN_LOG_INFO, "model registry: %zu trusted key%s in %s", ring.n,
 	       ring.n == 1 ? "" : "s", m->trusted_keys);
 	kn_model_keyring_release(&ring);
+	rc = models_local_start(s, err);
+	if (rc < 0)
+		return rc;
 	return signers_start(s, err);
 }
 
@@ -91,6 +94,7 @@ void models_stop(struct server *s)
 	if (!m)
 		return;
 	models_uploads_drop(m);
+	models_local_stop(m);
 	kn_timer_free(m->idle_timer);
 	free(m->staging);
 	free(m->trusted_keys);

@@ -104,6 +104,7 @@ void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
 	struct kn_blob_store *store = NULL;
 	struct kn_error err;
 	json_t *body = models_body_object(req, &err), *digests, *missing = NULL, *d;
+	json_t *answer, *local;
 	size_t i, present = 0;
 	char detail[96];
 
@@ -144,11 +145,13 @@ void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
 	snprintf(detail, sizeof(detail), "%zu present, %zu missing", present,
 		 json_array_size(missing));
 	models_audit(s, c, "model.blob.check", "blobs", "ok", detail);
-	kn_http_reply_json(req, 200,
-			   json_pack("{s:o, s:I, s:i}", "missing", missing,
-				     "present", (json_int_t)present,
-				     "part_max", MODEL_PART_MAX));
+	answer = json_pack("{s:o, s:I, s:i}", "missing", missing, "present",
+			   (json_int_t)present, "part_max", MODEL_PART_MAX);
 	missing = NULL;
+	local = models_local_json(s);
+	if (local)
+		json_object_set_new(answer, "local", local);
+	kn_http_reply_json(req, 200, answer);
 	goto out;
 fail:
 	models_fail(s, req, c, "model.blob.check", "blobs", &err);
@@ -206,7 +209,7 @@ static void owner_usage(const struct model_state *m, const char *owner,
  * before the bytes are written, so a full disk is never reached through
  * uploads.
  */
-static int staging_room(struct server *s, const char *owner, int64_t len,
+int models_staging_room(struct server *s, const char *owner, int64_t len,
 			struct kn_error *err)
 {
 	struct model_state *m = models_state(s);
@@ -257,7 +260,7 @@ static int upload_begin(struct server *s, const char *digest,
 				 "(--upload-max-open): finish one, or wait "
 				 "for an idle one to expire",
 				 owner, (long long)open);
-	rc = staging_room(s, owner, 0, err);
+	rc = models_staging_room(s, owner, 0, err);
 	if (rc < 0)
 		return rc;
 	u = kn_xcalloc(1, sizeof(*u));
@@ -533,7 +536,7 @@ static int part_check(struct server *s, const struct caller *c,
 				 "the most it may: send the parts between them "
 				 "first", u->id, upload_label(u),
 				 MODEL_RANGES_MAX);
-	return staging_room(s, c->name, (int64_t)len, err);
+	return models_staging_room(s, c->name, (int64_t)len, err);
 }
 
 /*
@@ -669,7 +672,7 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		models_fail(s, req, c, "model.blob.put", object, &err);
 		return;
 	}
-	if (staging_room(s, c->name, (int64_t)len, &err) < 0) {
+	if (models_staging_room(s, c->name, (int64_t)len, &err) < 0) {
 		upload_drop(m, u);
 		models_fail(s, req, c, "model.blob.put", object, &err);
 		return;

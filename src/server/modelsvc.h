@@ -18,6 +18,7 @@
 #include "server/service.h"
 
 struct upload;
+struct model_local;
 
 /* The registry's state, in its slot: made by models_start, freed by
    models_stop. */
@@ -25,6 +26,7 @@ struct model_state {
 	char *staging;          /* $KILN_HOME/registry/uploads */
 	char *trusted_keys;     /* directory of *.pub files */
 	struct upload *uploads; /* in progress (models_blobs.c) */
+	struct model_local *local; /* push.sock (models_local.c), or NULL */
 	struct kn_timer *idle_timer; /* drops uploads idle too long */
 };
 
@@ -90,6 +92,22 @@ void models_h_upload_status(struct server *s, struct kn_http_req *req,
 			    const struct caller *c, const char *param);
 void models_h_upload_commit(struct server *s, struct kn_http_req *req,
 			    const struct caller *c, const char *param);
+
+/*
+ * models_blobs.c: room to stage len more bytes for owner: its cap on
+ * bytes staged (429) and the staging file system's free-space reserve
+ * (507). 0, or a negative errno with err set.
+ */
+int models_staging_room(struct server *s, const char *owner, int64_t len,
+			struct kn_error *err);
+
+/* models_local.c: blobs from clients on this machine, by descriptor,
+   when the store is a file store. */
+int models_local_start(struct server *s, struct kn_error *err);
+void models_local_stop(struct model_state *m);
+/* {"socket", "boot_id"} for the missing-blobs answer, or NULL when
+   there is no such path. */
+json_t *models_local_json(struct server *s);
 
 /* models_http.c: a failed call, audited as c's action on object, and
    its error answered. */

@@ -124,6 +124,143 @@ void nodes_evict_preemptible(struct server *s, size_t node, const char *why)
 	free(ids);
 }
 
+bool core_node_busy(const struct server *s, size_t i)
+{
+	for (const struct run *r = s->runs; r; r = r->next)
+		if (runs_on(r, i))
+			return true;
+	return false;
+}
+
+int64_t core_node_replica(struct server *s, size_t i)
+{
+	struct job_model model;
+
+	for (const struct run *r = s->runs; r; r = r->next)
+		if (!r->stopping && r->n_tasks > 0 && r->bindings[0].node == i &&
+		    job_hooks_model(s->hooks, r->job_id, &model) &&
+		    model.serves)
+			return r->job_id;
+	return 0;
+}
+
+/* cluster.nodes[i].name points into nodes[i]: after a move, again. */
+static void nodes_repoint(struct server *s)
+{
+	for (size_t i = 0; i < s->cluster.n_nodes; i++)
+		s->cluster.nodes[i].name = s->nodes[i].name;
+}
+
+/* The new node's row and its ledger interval, in one transaction. */
+static int node_added_save(struct server *s, size_t n, struct kn_error *err)
+{
+	int rc = kn_store_begin(s->store, err);
+
+	if (rc == 0)
+		rc = nodes_save(s, n, err);
+	if (rc == 0)
+		rc = kn_store_node_state_open(s->store, s->nodes[n].name,
+					      s->nodes[n].state, kn_now_ms(),
+					      err);
+	if (rc == 0)
+		rc = kn_store_commit(s->store, err);
+	else
+		kn_store_rollback(s->store);
+	return rc;
+}
+
+int core_node_add(struct server *s, const struct node_new *nn,
+		  struct kn_error *err)
+{
+	size_t n = s->cluster.n_nodes;
+	struct server_node *node;
+	int rc;
+
+	s->nodes = kn_xrealloc(s->nodes, (n + 1) * sizeof(*s->nodes));
+	s->cluster.nodes =
+		kn_xrealloc(s->cluster.nodes, (n + 1) * sizeof(*s->cluster.nodes));
+	node = &s->nodes[n];
+	memset(node, 0, sizeof(*node));
+	memset(&s->cluster.nodes[n], 0, sizeof(s->cluster.nodes[n]));
+	nodes_repoint(s);
+	rc = kn_devices_simulated(nn->gpus, &node->devices, err);
+	if (rc < 0)
+		return rc;
+	kn_strlcpy(node->name, nn->name, sizeof(node->name));
+	kn_strlcpy(node->state, nn->state, sizeof(node->state));
+	kn_strlcpy(node->reason, nn->reason ? nn->reason : "",
+		   sizeof(node->reason));
+	s->cluster.n_nodes = n + 1;
+	setup_sched_node(s, n);
+	s->cluster.nodes[n].schedulable = strcmp(nn->state, "ready") == 0;
+	rc = setup_labels(s, n, nn->labels, " ", nn->flag, err);
+	if (rc == 0 && nn->running)
+		rc = node_added_save(s, n, err);
+	return rc < 0 ? rc : (int)n;
+}
+
+int core_node_remove(struct server *s, size_t i, struct kn_error *err)
+{
+	struct server_node *node = &s->nodes[i];
+	char name[sizeof(node->name)];
+	int rc;
+
+	if (core_node_busy(s, i))
+		return kn_errorf(err, KN_ECONFLICT, "node",
+				 "node %s still runs tasks", node->name);
+	kn_strlcpy(name, node->name, sizeof(name));
+	kn_strlcpy(node->state, "removed", sizeof(node->state));
+	kn_strlcpy(node->reason, "scaled down", sizeof(node->reason));
+	rc = kn_store_begin(s->store, err);
+	if (rc == 0)
+		rc = nodes_save(s, i, err);
+	if (rc == 0)
+		rc = kn_store_node_state_close(s->store, name, kn_now_ms(), err);
+	if (rc == 0)
+		rc = kn_store_commit(s->store, err);
+	if (rc < 0) {
+		kn_store_rollback(s->store);
+		kn_strlcpy(node->state, "ready", sizeof(node->state));
+		node->reason[0] = '\0';
+		return rc;
+	}
+	free(s->cluster.nodes[i].devices);
+	free(node->labels);
+	free(node->labels_text);
+	kn_device_set_release(&node->devices);
+	memmove(&s->nodes[i], &s->nodes[i + 1],
+		(s->cluster.n_nodes - i - 1) * sizeof(*s->nodes));
+	memmove(&s->cluster.nodes[i], &s->cluster.nodes[i + 1],
+		(s->cluster.n_nodes - i - 1) * sizeof(*s->cluster.nodes));
+	s->cluster.n_nodes--;
+	nodes_repoint(s);
+	for (struct run *r = s->runs; r; r = r->next)
+		for (int t = 0; t < r->n_tasks; t++)
+			if (r->bindings[t].node > i)
+				r->bindings[t].node--;
+	feed_publish(s, "node.removed", json_pack("{s:s}", "node", name));
+	return 0;
+}
+
+/*
+ * The engine's side of a state change (Slurm: scontrol update), with
+ * who and why in Slurm's reason, so `sinfo -R` says it came from kiln.
+ */
+static void engine_set_node(struct server *s, const char *name,
+			    const char *state, const char *reason)
+{
+	bool drain = strcmp(state, "ready") != 0;
+	struct kn_error err;
+	char why[192];
+
+	/* The reason already names who ("cordoned by alice: ..."). */
+	snprintf(why, sizeof(why), "kiln: %s",
+		 reason && *reason ? reason : state);
+	if (s->exec->ops->set_node(s->exec, name, drain, why, &err) < 0)
+		kn_log(KN_LOG_WARN, "node %s: Slurm not told: %s", name,
+		       err.message);
+}
+
 int nodes_set_state(struct server *s, const struct caller *c,
 		    const char *name, const char *state, const char *reason,
 		    struct kn_error *err)
@@ -155,7 +292,7 @@ int nodes_set_state(struct server *s, const struct caller *c,
 					      err);
 	if (rc == 0) {
 		struct kn_audit a;
-		char object[96];
+		char object[96], detail[320];
 
 		snprintf(object, sizeof(object), "node/%s", name);
 		memset(&a, 0, sizeof(a));
@@ -168,6 +305,14 @@ int nodes_set_state(struct server *s, const struct caller *c,
 		a.object = object;
 		a.outcome = "ok";
 		a.detail = (char *)reason;
+		if (s->exec->ops->set_node && strcmp(state, "unhealthy")) {
+			/* What the engine is asked to do is on the record. */
+			snprintf(detail, sizeof(detail), "%s%sslurm: State=%s",
+				 reason ? reason : "",
+				 reason && *reason ? "; " : "",
+				 strcmp(state, "ready") ? "DRAIN" : "RESUME");
+			a.detail = detail;
+		}
 		rc = kn_store_audit_insert(s->store, &a, err);
 	}
 	if (rc == 0)
@@ -179,6 +324,10 @@ int nodes_set_state(struct server *s, const struct caller *c,
 		sn->schedulable = strcmp(prev_state, "ready") == 0;
 		return rc;
 	}
+	/* Unhealthy: `kiln health --drain` drains the node in Slurm
+	   itself, with the check's own words (cmd_health.c). */
+	if (s->exec->ops->set_node && strcmp(state, "unhealthy"))
+		engine_set_node(s, name, state, reason);
 	if (strcmp(prev_state, state) || strcmp(prev_reason, node->reason))
 		feed_publish(s, "node.state",
 			     json_pack("{s:s, s:s, s:o}", "node", name, "state",

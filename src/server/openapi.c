@@ -228,6 +228,11 @@ static int add_answer(json_t *responses, const char *answer,
 		return kn_errorf(err, KN_EIO, "answers",
 				 "%s is not STATUS KIND ...", answer);
 	rest = answer + used;
+	if (!strcmp(kind, "upgrade")) { /* 101: the connection changes hands */
+		json_object_set_new(responses, status,
+				    json_pack("{s:s}", "description", rest));
+		return 0;
+	}
 	if (!strcmp(kind, "error")) {
 		json_object_set_new(responses, status, error_response(rest));
 		return 0;

@@ -49,6 +49,22 @@ const struct oa_op oa_ops[] = {
 	 "task:integer attempt:integer follow:integer offset:integer "
 	 "tail:integer since:string timestamps:integer",
 	 NULL, "200 text"},
+	{"GET", "/v1/jobs/{id}/attach",
+	 "attach to the terminal of a running task (a tty job): the "
+	 "connection upgrades to kiln-mux/1 (docs/api.md, Interactive "
+	 "sessions); the job's owner and operators",
+	 "task:integer rows:integer cols:integer", NULL,
+	 "101 upgrade switching to kiln-mux/1; 409 error the job is not "
+	 "running; 429 error the token's streams are at their cap"},
+	{"POST", "/v1/jobs/{id}/exec",
+	 "run command (a JSON array of strings) in a running task's sandbox "
+	 "on a terminal (tty=1) or pipes: the connection upgrades to "
+	 "kiln-mux/1; the job's owner and operators; audited with the "
+	 "command line",
+	 "task:integer tty:integer rows:integer cols:integer command:string",
+	 NULL,
+	 "101 upgrade switching to kiln-mux/1; 409 error the job is not "
+	 "running; 429 error the token's streams are at their cap"},
 	{"GET", "/v1/nodes", "the nodes and their devices", NULL, NULL,
 	 "200 json nodes:[Node]"},
 	{"POST", "/v1/nodes/{name}/cordon", "stop new work on a node",
@@ -153,7 +169,8 @@ const struct oa_op oa_ops[] = {
 	{"POST", "/v1/model-blobs/missing",
 	 "which of these blobs the store lacks, and the largest part the "
 	 "server takes", NULL, "json digests:[string]",
-	 "200 json missing:[string] present:integer part_max:integer"},
+	 "200 json missing:[string] present:integer part_max:integer "
+	 "~local:object"},
 	{"POST", "/v1/model-blobs/{name}", "upload a part of a blob",
 	 "upload:string offset:integer final:integer size:integer", "bytes",
 	 "200 json ~upload:string digest:string received:integer "

@@ -74,7 +74,25 @@ const struct oa_object oa_objects[] = {
 	 "device_source:string labels:{string} taints:[any] cpus:number "
 	 "memory_bytes:integer cpus_allocated:number "
 	 "memory_allocated_bytes:integer devices:[Device] "
-	 "~fragmentation:object? ~isolation:string ~limits:object", NULL},
+	 "~fragmentation:object? ~isolation:string ~limits:object "
+	 "slurm:SlurmNode?", NULL},
+	{"SlurmNode", "What Slurm last said of a node (under --executor "
+	 "slurm; null otherwise): its state as sinfo names it (idle, mixed, "
+	 "allocated, draining, drained, down, ...), its flags and reason",
+	 "state:string flags:string reason:string? partitions:string "
+	 "features:string cpus:integer cpus_allocated:integer "
+	 "memory_mb:integer memory_allocated_mb:integer gres:[SlurmGres] "
+	 "schedulable:boolean",
+	 "{\"state\": \"drained\", \"flags\": \"DRAIN\", \"reason\": "
+	 "\"kiln health: disk_free: / has 1.2 GiB free\", \"partitions\": "
+	 "\"gpu,debug\", \"features\": \"ib\", \"cpus\": 64, "
+	 "\"cpus_allocated\": 0, \"memory_mb\": 512000, "
+	 "\"memory_allocated_mb\": 0, \"gres\": [{\"name\": \"gpu\", "
+	 "\"type\": \"a100\", \"count\": 8, \"used\": 0, \"mig\": "
+	 "false}], \"schedulable\": false}"},
+	{"SlurmGres", NULL,
+	 "name:string type:string count:integer used:integer mig:boolean",
+	 NULL},
 	{"Device", NULL,
 	 "index:integer uuid:string model:string memory_bytes:integer "
 	 "simulated:boolean allocated_milli:integer allocations:[object] "

@@ -147,8 +147,8 @@ static int command_start(struct server *s, struct pool_op *op,
 	size_t k = 0;
 	int rc;
 
-	op->dir = kn_asprintf("%s/pools/%s-%lld", s->home, p->spec.name,
-			      (long long)s->pools->next_op++);
+	op->dir = kn_asprintf("%s/pools/%s-%lld", core_home(s), p->spec.name,
+			      (long long)pools_state(s)->next_op++);
 	cmd[k++] = p->spec.command;
 	for (size_t i = 0; args[i] && k < 15; i++)
 		cmd[k++] = args[i];
@@ -163,8 +163,8 @@ static int command_start(struct server *s, struct pool_op *op,
 		free(extra[i]);
 	if (rc < 0)
 		return rc;
-	op->next = s->pools->ops;
-	s->pools->ops = op;
+	op->next = pools_state(s)->ops;
+	pools_state(s)->ops = op;
 	return 0;
 }
 
@@ -257,7 +257,7 @@ static void pool_failed(struct server *s, struct pool *p, bool scale_up,
 		a.object = object;
 		a.outcome = "failed";
 		a.detail = (char *)why;
-		if (kn_store_audit_insert(s->store, &a, &err) < 0)
+		if (kn_store_audit_insert(core_store(s), &a, &err) < 0)
 			kn_log(KN_LOG_WARN, "auditing: %s", err.message);
 	}
 }
@@ -316,7 +316,7 @@ out:
    nodes came up. */
 bool pool_ops_poll(struct server *s)
 {
-	struct pool_op **link = &s->pools->ops;
+	struct pool_op **link = &pools_state(s)->ops;
 	bool added = false;
 
 	while (*link) {
@@ -353,8 +353,7 @@ bool pool_ops_poll(struct server *s)
 					    &err) < 0)
 				kn_log(KN_LOG_ERROR, "pool %s: %s",
 				       op->pool->spec.name, err.message);
-			s->nodes[nodes_find(s, op->node)].idle_since =
-				kn_now_ms();
+			pool_idle_from_now(s, op->node);
 		}
 		if (why[0])
 			op_failed(s, op, why);
@@ -595,7 +594,7 @@ static void azure_done(void *arg, bool ran)
 	char why[1024] = "";
 	struct kn_error err;
 
-	if (!ran || s->closing)
+	if (!ran || core_closing(s))
 		goto out;
 	if (call->scale_up) {
 		int held = call->rc < 0 ? call->n - (int)call->n_joined : 0;
@@ -638,7 +637,7 @@ static void azure_done(void *arg, bool ran)
 					    &err) < 0)
 				kn_log(KN_LOG_ERROR, "pool %s: %s", p->spec.name,
 				       err.message);
-			s->nodes[i].idle_since = kn_now_ms();
+			pool_idle_from_now(s, call->node);
 		}
 	}
 	if (call->rc < 0)
@@ -695,17 +694,17 @@ const struct pool_provider_ops azure_provider = {
 /* Each azure pool's worker, knowing the nodes the pool has now. */
 void pool_azure_run(struct server *s)
 {
-	for (size_t i = 0; i < s->pools->n; i++) {
-		struct pool *p = &s->pools->pool[i];
+	for (size_t i = 0; i < pools_state(s)->n; i++) {
+		struct pool *p = &pools_state(s)->pool[i];
 
 		if (!p->azure)
 			continue;
-		for (size_t n = 0; n < s->cluster.n_nodes; n++)
+		for (size_t n = 0; n < core_node_count(s); n++)
 			if (pool_of_node(s, n) == p)
-				azure_know(p->azure, s->nodes[n].name);
-		p->azure->worker = kn_workers_new(s->loop, 1);
+				azure_know(p->azure, core_node_name(s, n));
+		p->azure->worker = kn_workers_new(core_loop(s), 1);
 		p->azure->cooldown =
-			kn_timer_new(s->loop, azure_cooldown_over, p->azure);
+			kn_timer_new(core_loop(s), azure_cooldown_over, p->azure);
 	}
 }
 

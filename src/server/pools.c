@@ -4,11 +4,11 @@
  * stay idle (docs/capacity.md). A provider makes and deletes the nodes;
  * the decision is kn_autoscale_plan's (src/sched), taken on a timer.
  *
- * The server's node arrays (s->nodes, s->cluster.nodes) grow and shrink
- * here; the providers that make and delete the nodes are in
- * pool_providers.c, the HTTP handlers in pools_http.c. A node is removed
- * only when no run is bound to it, and every binding's node index past
- * it moves down one, so no index dangles.
+ * The core's nodes grow and shrink here (core_node_add and
+ * core_node_remove; a node is removed only when no run is bound to it);
+ * which pool each belongs to is this service's own. The providers that
+ * make and delete the nodes are in pool_providers.c, the HTTP handlers in
+ * pools_http.c.
  */
 #include "poolsvc.h"
 
@@ -70,17 +70,34 @@ static int pool_parse(const char *text, struct pool *p, struct kn_error *err)
 
 /* ---- nodes ---- */
 
-/* cluster.nodes[i].name points into nodes[i]: after a move, again. */
-static void nodes_repoint(struct server *s)
+struct pools *pools_state(struct server *s)
 {
-	for (size_t i = 0; i < s->cluster.n_nodes; i++)
-		s->cluster.nodes[i].name = s->nodes[i].name;
+	return service_state(s, &pools_service);
+}
+
+struct pool_member *pool_member_of(struct server *s, const char *name)
+{
+	struct pools *ps = pools_state(s);
+
+	for (size_t i = 0; ps && i < ps->n_members; i++)
+		if (!strcmp(ps->members[i].name, name))
+			return &ps->members[i];
+	return NULL;
+}
+
+void pool_idle_from_now(struct server *s, const char *name)
+{
+	struct pool_member *m = pool_member_of(s, name);
+
+	if (m)
+		m->idle_since = kn_now_ms();
 }
 
 struct pool *pool_of_node(struct server *s, size_t i)
 {
-	return s->nodes[i].pool ? &s->pools->pool[s->nodes[i].pool - 1]
-				: NULL;
+	struct pool_member *m = pool_member_of(s, core_node_name(s, i));
+
+	return m ? m->pool : NULL;
 }
 
 static void pool_audit(struct server *s, const char *action,
@@ -96,7 +113,7 @@ static void pool_audit(struct server *s, const char *action,
 	a.object = (char *)object;
 	a.outcome = "ok";
 	a.detail = (char *)detail;
-	if (kn_store_audit_insert(s->store, &a, &err) < 0)
+	if (kn_store_audit_insert(core_store(s), &a, &err) < 0)
 		kn_log(KN_LOG_WARN, "auditing %s: %s", action, err.message);
 }
 
@@ -109,30 +126,13 @@ int pool_node_add(struct server *s, struct pool *p, const char *name,
 		  const char *state, const char *reason, bool running,
 		  struct kn_error *err)
 {
-	size_t n = s->cluster.n_nodes;
+	struct pools *ps = pools_state(s);
 	int index = p->next_index;
-	struct server_node *node;
+	struct pool_member *m;
 	const char *zone;
 	char *labels;
 	int rc;
 
-	s->nodes = kn_xrealloc(s->nodes, (n + 1) * sizeof(*s->nodes));
-	s->cluster.nodes =
-		kn_xrealloc(s->cluster.nodes, (n + 1) * sizeof(*s->cluster.nodes));
-	node = &s->nodes[n];
-	memset(node, 0, sizeof(*node));
-	memset(&s->cluster.nodes[n], 0, sizeof(s->cluster.nodes[n]));
-	nodes_repoint(s);
-	rc = kn_devices_simulated(p->spec.gpus, &node->devices, err);
-	if (rc < 0)
-		return rc;
-	kn_strlcpy(node->name, name, sizeof(node->name));
-	node->pool = (size_t)(p - s->pools->pool) + 1;
-	kn_strlcpy(node->state, state, sizeof(node->state));
-	kn_strlcpy(node->reason, reason ? reason : "", sizeof(node->reason));
-	s->cluster.n_nodes = n + 1;
-	setup_sched_node(s, n);
-	s->cluster.nodes[n].schedulable = strcmp(state, "ready") == 0;
 	/* Only POOL-N names are kiln's own (an azure node has its VM's). */
 	if (!strncmp(name, p->spec.name, strlen(p->spec.name)))
 		sscanf(name + strlen(p->spec.name), "-%d", &index);
@@ -144,22 +144,24 @@ int pool_node_add(struct server *s, struct pool *p, const char *name,
 			     p->spec.sku, p->spec.spot ? "spot" : "on_demand",
 			     zone ? " zone=" : "", zone ? zone : "",
 			     p->spec.labels);
-	rc = setup_labels(s, n, labels, " ", "--pool", err);
+	rc = core_node_add(s,
+			   &(struct node_new){ .name = name,
+					       .state = state,
+					       .reason = reason,
+					       .gpus = p->spec.gpus,
+					       .labels = labels,
+					       .flag = "--pool",
+					       .running = running },
+			   err);
 	free(labels);
-	if (rc == 0 && running) {
-		rc = kn_store_begin(s->store, err);
-		if (rc == 0)
-			rc = nodes_save(s, n, err);
-		if (rc == 0)
-			rc = kn_store_node_state_open(s->store, name, state,
-						      kn_now_ms(), err);
-		if (rc == 0)
-			rc = kn_store_commit(s->store, err);
-		else
-			kn_store_rollback(s->store);
-	}
 	if (rc < 0)
 		return rc;
+	ps->members = kn_xrealloc(ps->members,
+				  (ps->n_members + 1) * sizeof(*ps->members));
+	m = &ps->members[ps->n_members++];
+	memset(m, 0, sizeof(*m));
+	kn_strlcpy(m->name, name, sizeof(m->name));
+	m->pool = p;
 	if (index >= p->next_index)
 		p->next_index = index + 1;
 	if (running)
@@ -171,60 +173,17 @@ int pool_node_add(struct server *s, struct pool *p, const char *name,
 	return 0;
 }
 
-static bool node_busy(const struct server *s, size_t i)
-{
-	for (const struct run *r = s->runs; r; r = r->next)
-		for (int t = 0; t < r->n_tasks; t++)
-			if (r->bindings[t].node == i)
-				return true;
-	return false;
-}
-
-/*
- * Take node i out of the server: only an empty one. Its row stays in the
- * store as "removed" (the ledger prices its past by its labels), its
- * state interval ends, and bindings past it move down one.
- */
 int pool_node_remove(struct server *s, size_t i, struct kn_error *err)
 {
-	struct server_node *node = &s->nodes[i];
-	char name[sizeof(node->name)];
-	int rc;
+	struct pools *ps = pools_state(s);
+	struct pool_member *m = pool_member_of(s, core_node_name(s, i));
+	int rc = core_node_remove(s, i, err);
 
-	if (node_busy(s, i))
-		return kn_errorf(err, KN_ECONFLICT, "node",
-				 "node %s still runs tasks", node->name);
-	kn_strlcpy(name, node->name, sizeof(name));
-	kn_strlcpy(node->state, "removed", sizeof(node->state));
-	kn_strlcpy(node->reason, "scaled down", sizeof(node->reason));
-	rc = kn_store_begin(s->store, err);
-	if (rc == 0)
-		rc = nodes_save(s, i, err);
-	if (rc == 0)
-		rc = kn_store_node_state_close(s->store, name, kn_now_ms(), err);
-	if (rc == 0)
-		rc = kn_store_commit(s->store, err);
-	if (rc < 0) {
-		kn_store_rollback(s->store);
-		kn_strlcpy(node->state, "ready", sizeof(node->state));
-		node->reason[0] = '\0';
+	if (rc < 0 || !m)
 		return rc;
-	}
-	free(s->cluster.nodes[i].devices);
-	free(node->labels);
-	free(node->labels_text);
-	kn_device_set_release(&node->devices);
-	memmove(&s->nodes[i], &s->nodes[i + 1],
-		(s->cluster.n_nodes - i - 1) * sizeof(*s->nodes));
-	memmove(&s->cluster.nodes[i], &s->cluster.nodes[i + 1],
-		(s->cluster.n_nodes - i - 1) * sizeof(*s->cluster.nodes));
-	s->cluster.n_nodes--;
-	nodes_repoint(s);
-	for (struct run *r = s->runs; r; r = r->next)
-		for (int t = 0; t < r->n_tasks; t++)
-			if (r->bindings[t].node > i)
-				r->bindings[t].node--;
-	feed_publish(s, "node.removed", json_pack("{s:s}", "node", name));
+	ps->n_members--;
+	memmove(m, m + 1,
+		(size_t)(ps->members + ps->n_members - m) * sizeof(*m));
 	return 0;
 }
 
@@ -238,9 +197,9 @@ static struct pool *row_pool(struct server *s, const struct kn_node_row *row)
 	const char *name = json_string_value(json_object_get(labels, "pool"));
 	struct pool *found = NULL;
 
-	for (size_t i = 0; name && i < s->pools->n; i++)
-		if (!strcmp(s->pools->pool[i].spec.name, name))
-			found = &s->pools->pool[i];
+	for (size_t i = 0; name && i < pools_state(s)->n; i++)
+		if (!strcmp(pools_state(s)->pool[i].spec.name, name))
+			found = &pools_state(s)->pool[i];
 	json_decref(labels);
 	return found;
 }
@@ -269,7 +228,7 @@ static int pools_adopt(struct server *s, struct kn_error *err)
 {
 	struct kn_node_row *rows = NULL;
 	size_t n_rows = 0;
-	int rc = kn_store_node_list(s->store, &rows, &n_rows, err);
+	int rc = kn_store_node_list(core_store(s), &rows, &n_rows, err);
 
 	for (size_t k = 0; rc == 0 && k < n_rows; k++) {
 		struct pool *p = row_pool(s, &rows[k]);
@@ -293,15 +252,15 @@ static int pools_adopt(struct server *s, struct kn_error *err)
 		json_decref(labels);
 	}
 	kn_node_list_free(rows, n_rows);
-	for (size_t i = 0; rc == 0 && i < s->pools->n; i++) {
-		struct pool *p = &s->pools->pool[i];
+	for (size_t i = 0; rc == 0 && i < pools_state(s)->n; i++) {
+		struct pool *p = &pools_state(s)->pool[i];
 		int have = 0;
 
 		/* A scale set's VMs join when listed: the autoscaler asks
 		   for min. */
 		if (p->provider == &azure_provider)
 			continue;
-		for (size_t n = 0; n < s->cluster.n_nodes; n++)
+		for (size_t n = 0; n < core_node_count(s); n++)
 			have += pool_of_node(s, n) == p;
 		while (rc == 0 && have++ < p->spec.min) {
 			char name[64];
@@ -311,8 +270,8 @@ static int pools_adopt(struct server *s, struct kn_error *err)
 			rc = pool_node_add(s, p, name, "ready", NULL, false, err);
 		}
 	}
-	for (size_t n = 0; rc == 0 && n < s->cluster.n_nodes; n++)
-		if (s->nodes[n].pool)
+	for (size_t n = 0; rc == 0 && n < core_node_count(s); n++)
+		if (pool_of_node(s, n))
 			rc = nodes_save(s, n, err);
 	return rc;
 }
@@ -323,42 +282,42 @@ int pools_start(struct server *s, struct kn_error *err)
 	struct pools *ps;
 	int rc = 0;
 
-	if (!s->cfg.n_pools)
+	if (!core_config(s)->n_pools)
 		return 0;
 	ps = kn_xcalloc(1, sizeof(*ps));
-	ps->pool = kn_xcalloc(s->cfg.n_pools, sizeof(*ps->pool));
-	s->pools = ps;
+	ps->pool = kn_xcalloc(core_config(s)->n_pools, sizeof(*ps->pool));
+	service_state_set(s, &pools_service, ps);
 	{
 		/* The command provider's calls of an earlier run are over or
 		   forgotten. */
-		char *dir = kn_asprintf("%s/pools", s->home);
+		char *dir = kn_asprintf("%s/pools", core_home(s));
 
 		kn_rm_rf(dir);
 		free(dir);
 	}
-	for (size_t i = 0; rc == 0 && i < s->cfg.n_pools; i++) {
-		rc = pool_parse(s->cfg.pools[i], &ps->pool[i], err);
+	for (size_t i = 0; rc == 0 && i < core_config(s)->n_pools; i++) {
+		rc = pool_parse(core_config(s)->pools[i], &ps->pool[i], err);
 		ps->n = i + 1;
 		for (size_t k = 0; rc == 0 && k < i; k++)
 			if (!strcmp(ps->pool[k].spec.name, ps->pool[i].spec.name))
 				rc = kn_errorf(err, KN_EINVAL, "pool",
 					       "--pool: pool %s is given twice",
 					       ps->pool[i].spec.name);
-		for (size_t k = 0; rc == 0 && k < s->cluster.n_nodes; k++)
-			if (!strncmp(s->nodes[k].name, ps->pool[i].spec.name,
+		for (size_t k = 0; rc == 0 && k < core_node_count(s); k++)
+			if (!strncmp(core_node_name(s, k), ps->pool[i].spec.name,
 				     strlen(ps->pool[i].spec.name)) &&
-			    s->nodes[k].name[strlen(ps->pool[i].spec.name)] == '-')
+			    core_node_name(s, k)[strlen(ps->pool[i].spec.name)] == '-')
 				rc = kn_errorf(err, KN_EINVAL, "pool",
 					       "--pool %s: node %s would clash "
 					       "with its nodes' names",
 					       ps->pool[i].spec.name,
-					       s->nodes[k].name);
+					       core_node_name(s, k));
 		if (rc == 0)
 			shape_build(&ps->pool[i]);
 	}
 	if (rc == 0)
 		rc = pools_adopt(s, err);
-	if (rc == 0 && s->cluster.n_nodes == 0)
+	if (rc == 0 && core_node_count(s) == 0)
 		rc = kn_errorf(err, KN_EINVAL, "pool",
 			       "--pool: every pool has min=0 or is an azure "
 			       "pool (whose VMs join once listed), so the "
@@ -368,6 +327,39 @@ int pools_start(struct server *s, struct kn_error *err)
 }
 
 /* ---- the autoscaler ---- */
+
+/*
+ * The pools' nodes as the plan sees them (an_node[k]: the core's index of
+ * an[k]), each pool's count in ap; returns how many. A node's idle time
+ * is kept here.
+ */
+static size_t autoscale_nodes(struct server *s, const struct pools *ps,
+			      int64_t now, struct kn_autoscale_pool *ap,
+			      struct kn_autoscale_node *an, size_t *an_node)
+{
+	size_t n_an = 0;
+
+	for (size_t n = 0; n < core_node_count(s); n++) {
+		struct pool_member *m = pool_member_of(s, core_node_name(s, n));
+		size_t pool;
+
+		if (!m)
+			continue;
+		/* Only a ready node counts as idle: a cordoned one is an
+		   operator's, not the autoscaler's. */
+		if (core_node_busy(s, n) ||
+		    strcmp(core_node_state(s, n), "ready") != 0)
+			m->idle_since = 0;
+		else if (!m->idle_since)
+			m->idle_since = now;
+		pool = (size_t)(m->pool - ps->pool);
+		ap[pool].current++;
+		an[n_an].pool = pool;
+		an[n_an].idle_since = m->idle_since;
+		an_node[n_an++] = n;
+	}
+	return n_an;
+}
 
 double pools_gpu_price(struct server *s, const struct pool *p)
 {
@@ -402,13 +394,13 @@ static void decide(struct server *s, struct pool *p, const char *why,
 static void pools_tick(void *arg)
 {
 	struct server *s = arg;
-	struct pools *ps = s->pools;
+	struct pools *ps = pools_state(s);
 	int64_t now = kn_now_ms();
 	struct kn_autoscale_pool *ap = kn_xcalloc(ps->n, sizeof(*ap));
 	struct kn_autoscale_job *aj;
 	struct kn_autoscale_node *an;
 	struct pending_job *pending = NULL;
-	size_t n_pending, n_an = 0, n_nodes = s->cluster.n_nodes;
+	size_t n_pending, n_an = 0, n_nodes = core_node_count(s);
 	size_t *an_node;
 	char (*why)[KN_AUTOSCALE_WHY_LEN] = kn_xcalloc(ps->n, sizeof(*why));
 	char blocked[KN_AUTOSCALE_WHY_LEN], (*doomed)[64];
@@ -416,7 +408,7 @@ static void pools_tick(void *arg)
 	bool *remove, added = false;
 	size_t n_doomed = 0;
 
-	if (s->closing)
+	if (core_closing(s))
 		goto out_early;
 	/* New nodes: the scheduler places the queue on them first, or the
 	   jobs they will take would look unplaced and ask again. */
@@ -438,22 +430,7 @@ static void pools_tick(void *arg)
 		ap[i].scale_down_delay_ms = ps->pool[i].spec.scale_down_delay_ms;
 		ap[i].shape = &ps->pool[i].shape;
 	}
-	for (size_t n = 0; n < n_nodes; n++) {
-		struct server_node *node = &s->nodes[n];
-
-		/* Only a ready node counts as idle: a cordoned one is an
-		   operator's, not the autoscaler's. */
-		if (node_busy(s, n) || strcmp(node->state, "ready") != 0)
-			node->idle_since = 0;
-		else if (!node->idle_since)
-			node->idle_since = now;
-		if (!node->pool)
-			continue;
-		ap[node->pool - 1].current++;
-		an[n_an].pool = node->pool - 1;
-		an[n_an].idle_since = node->idle_since;
-		an_node[n_an++] = n;
-	}
+	n_an = autoscale_nodes(s, ps, now, ap, an, an_node);
 	n_pending = jobs_pending(s, &pending);
 	aj = kn_xcalloc(n_pending ? n_pending : 1, sizeof(*aj));
 	for (size_t i = 0; i < n_pending; i++) {
@@ -471,7 +448,7 @@ static void pools_tick(void *arg)
 	/* Names first: removal moves the nodes. */
 	for (size_t k = 0; k < n_an; k++)
 		if (remove[k])
-			kn_strlcpy(doomed[n_doomed++], s->nodes[an_node[k]].name,
+			kn_strlcpy(doomed[n_doomed++], core_node_name(s, an_node[k]),
 				   sizeof(doomed[0]));
 	for (size_t i = 0; i < ps->n; i++) {
 		struct pool *p = &ps->pool[i];
@@ -494,7 +471,7 @@ static void pools_tick(void *arg)
 		char object[96];
 
 		/* The server keeps a node: its routes name one. */
-		if (!p || s->cluster.n_nodes <= 1)
+		if (!p || core_node_count(s) <= 1)
 			continue;
 		if (p->provider->delete_node(s, p, doomed[k], &err) < 0) {
 			kn_log(KN_LOG_ERROR, "pool %s: deleting %s: %s", p->spec.name,
@@ -522,33 +499,38 @@ out_early:
 /* Arm the autoscaler's timer once the loop exists. */
 void pools_run(struct server *s)
 {
-	if (!s->pools)
+	struct pools *ps = pools_state(s);
+
+	if (!ps)
 		return;
-	s->pools->timer = kn_timer_new(s->loop, pools_tick, s);
+	ps->timer = kn_timer_new(core_loop(s), pools_tick, s);
 	pool_azure_run(s);
-	kn_timer_arm(s->pools->timer, POOLS_TICK_MS);
+	kn_timer_arm(ps->timer, POOLS_TICK_MS);
 }
 
 void pools_stop(struct server *s)
 {
-	if (!s->pools)
+	struct pools *ps = pools_state(s);
+
+	if (!ps)
 		return;
-	kn_timer_free(s->pools->timer);
+	kn_timer_free(ps->timer);
 	/* Calls in flight run on; their nodes are unknown to the next
 	   start (docs/capacity.md). */
-	while (s->pools->ops) {
-		struct pool_op *op = s->pools->ops;
+	while (ps->ops) {
+		struct pool_op *op = ps->ops;
 
-		s->pools->ops = op->next;
+		ps->ops = op->next;
 		pool_op_free(op, false);
 	}
-	for (size_t i = 0; i < s->pools->n; i++) {
-		rolling_free(s->pools->pool[i].rolling);
-		pool_release(&s->pools->pool[i]);
+	for (size_t i = 0; i < ps->n; i++) {
+		rolling_free(ps->pool[i].rolling);
+		pool_release(&ps->pool[i]);
 	}
-	free(s->pools->pool);
-	free(s->pools);
-	s->pools = NULL;
+	free(ps->pool);
+	free(ps->members);
+	free(ps);
+	service_state_set(s, &pools_service, NULL);
 }
 
 /* ---- rolling maintenance ---- */
@@ -635,25 +617,12 @@ static void rolling_end(struct rolling *r, const char *error)
 	a.object = object;
 	a.outcome = error ? "failed" : "ok";
 	a.detail = (char *)error;
-	if (kn_store_audit_insert(r->s->store, &a, &err) < 0)
+	if (kn_store_audit_insert(core_store(r->s), &a, &err) < 0)
 		kn_log(KN_LOG_WARN, "auditing: %s", err.message);
 	feed_publish(r->s, "pool.rolling",
 		     json_pack("{s:s, s:s, s:o}", "pool", r->pool->spec.name,
 			       "state", r->state, "error",
 			       error ? json_string(error) : json_null()));
-}
-
-/* The first deployment replica still running on node i, or NULL. */
-static const struct run *replica_on(struct server *s, size_t i)
-{
-	struct job_model model;
-
-	for (const struct run *run = s->runs; run; run = run->next)
-		if (!run->stopping && run->bindings[0].node == i &&
-		    job_hooks_model(s->hooks, run->job_id, &model) &&
-		    model.serves)
-			return run;
-	return NULL;
 }
 
 static void health_work(void *arg)
@@ -682,7 +651,7 @@ static void health_done(void *arg, bool ran)
 	struct rolling *r = arg;
 
 	r->health_busy = false;
-	if (!ran || r->s->closing)
+	if (!ran || core_closing(r->s))
 		return;
 	if (r->health_failed) {
 		char why[512];
@@ -755,15 +724,15 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 		r->surge_job = 0;
 		/* fall through */
 	case STEP_MOVE: {
-		const struct run *run;
+		int64_t replica;
 
 		if (r->surge_job && surge_pending(r, name))
 			return false;
 		/* Each replica there gets a surge replica elsewhere first; it
 		 * retires the old one once it serves. */
-		run = replica_on(s, (size_t)i);
-		if (run) {
-			if (deploy_surge(s, run->job_id, &r->surge_job, &err) <
+		replica = core_node_replica(s, (size_t)i);
+		if (replica) {
+			if (deploy_surge(s, replica, &r->surge_job, &err) <
 			    0) {
 				rolling_end(r, err.message);
 				return false;
@@ -783,10 +752,10 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 		char *cmd[4], *extra[3];
 		int rc;
 
-		if (node_busy(s, (size_t)i))
+		if (core_node_busy(s, (size_t)i))
 			return false;
 		free(r->dir);
-		r->dir = kn_asprintf("%s/pools/rolling-%s", s->home, name);
+		r->dir = kn_asprintf("%s/pools/rolling-%s", core_home(s), name);
 		cmd[0] = "/bin/sh";
 		cmd[1] = "-c";
 		cmd[2] = r->command;
@@ -824,7 +793,7 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 		}
 		r->step = STEP_HEALTH;
 		r->health_busy = true;
-		kn_workers_submit(s->workers, health_work, health_done, r);
+		kn_workers_submit(core_workers(s), health_work, health_done, r);
 		return false;
 	}
 	case STEP_HEALTH:
@@ -843,7 +812,7 @@ static void rolling_tick(void *arg)
 {
 	struct rolling *r = arg;
 
-	while (!r->s->closing && !strcmp(r->state, "running")) {
+	while (!core_closing(r->s) && !strcmp(r->state, "running")) {
 		const char *name = r->nodes[r->at];
 		int i = nodes_find(r->s, name);
 
@@ -884,8 +853,8 @@ int pools_rolling_start(struct server *s, struct pool *p,
 	r = kn_xcalloc(1, sizeof(*r));
 	r->s = s;
 	r->pool = p;
-	if (s->cfg.health_sku && *s->cfg.health_sku) {
-		rc = kn_sku_load(s->cfg.health_sku_file, s->cfg.health_sku,
+	if (core_config(s)->health_sku && *core_config(s)->health_sku) {
+		rc = kn_sku_load(core_config(s)->health_sku_file, core_config(s)->health_sku,
 				 &r->sku, err);
 		if (rc < 0) {
 			free(r);
@@ -896,21 +865,21 @@ int pools_rolling_start(struct server *s, struct pool *p,
 	r->command = kn_xstrdup(command);
 	r->surge_timeout_ms = surge_timeout_ms;
 	kn_strlcpy(r->actor, c->name, sizeof(r->actor));
-	r->health_root = kn_xstrdup(s->cfg.health_root ? s->cfg.health_root
+	r->health_root = kn_xstrdup(core_config(s)->health_root ? core_config(s)->health_root
 						       : "/");
-	r->health_kernel_log = s->cfg.health_kernel_log
-				       ? kn_xstrdup(s->cfg.health_kernel_log)
+	r->health_kernel_log = core_config(s)->health_kernel_log
+				       ? kn_xstrdup(core_config(s)->health_kernel_log)
 				       : NULL;
-	r->nodes = kn_xcalloc(s->cluster.n_nodes, sizeof(*r->nodes));
-	for (size_t n = 0; n < s->cluster.n_nodes; n++)
+	r->nodes = kn_xcalloc(core_node_count(s), sizeof(*r->nodes));
+	for (size_t n = 0; n < core_node_count(s); n++)
 		if (pool_of_node(s, n) == p)
-			kn_strlcpy(r->nodes[r->n_nodes++], s->nodes[n].name,
+			kn_strlcpy(r->nodes[r->n_nodes++], core_node_name(s, n),
 				   sizeof(r->nodes[0]));
 	kn_strlcpy(r->state, r->n_nodes ? "running" : "succeeded",
 		   sizeof(r->state));
 	r->started_at = kn_now_ms();
 	r->ended_at = r->n_nodes ? 0 : r->started_at;
-	r->timer = kn_timer_new(s->loop, rolling_tick, r);
+	r->timer = kn_timer_new(core_loop(s), rolling_tick, r);
 	rolling_free(p->rolling);
 	p->rolling = r;
 	snprintf(object, sizeof(object), "pool/%s", p->spec.name);
@@ -921,7 +890,7 @@ int pools_rolling_start(struct server *s, struct pool *p,
 	a.object = object;
 	a.outcome = "ok";
 	a.detail = r->command;
-	if (kn_store_audit_insert(s->store, &a, &audit_err) < 0)
+	if (kn_store_audit_insert(core_store(s), &a, &audit_err) < 0)
 		kn_log(KN_LOG_WARN, "auditing: %s", audit_err.message);
 	kn_log(KN_LOG_INFO, "rolling maintenance of pool %s (%zu nodes): %s",
 	       p->spec.name, r->n_nodes, r->command);
@@ -954,9 +923,9 @@ json_t *pools_rolling_json(const struct rolling *r)
 
 struct pool *pools_pool_named(struct server *s, const char *name)
 {
-	for (size_t i = 0; s->pools && i < s->pools->n; i++)
-		if (!strcmp(s->pools->pool[i].spec.name, name))
-			return &s->pools->pool[i];
+	for (size_t i = 0; pools_state(s) && i < pools_state(s)->n; i++)
+		if (!strcmp(pools_state(s)->pool[i].spec.name, name))
+			return &pools_state(s)->pool[i];
 	return NULL;
 }
 

@@ -79,19 +79,20 @@ static json_t *pool_json(struct server *s, const struct pool *p, int64_t now)
 
 	for (size_t i = 0; i < p->spec.n_zones; i++)
 		json_array_append_new(zones, json_string(p->spec.zones[i]));
-	for (size_t n = 0; n < s->cluster.n_nodes; n++) {
-		const struct server_node *node = &s->nodes[n];
+	for (size_t n = 0; n < core_node_count(s); n++) {
+		const struct pool_member *m =
+			pool_member_of(s, core_node_name(s, n));
 
-		if (pool_of_node(s, n) != p)
+		if (!m || m->pool != p)
 			continue;
 		current++;
 		json_array_append_new(
 			nodes,
-			json_pack("{s:s, s:s, s:o}", "name", node->name, "state",
-				  node->state, "idle_s",
-				  node->idle_since
+			json_pack("{s:s, s:s, s:o}", "name", m->name, "state",
+				  core_node_state(s, n), "idle_s",
+				  m->idle_since
 					  ? json_real((double)(now -
-							       node->idle_since) /
+							       m->idle_since) /
 						      1000.0)
 					  : json_null()));
 	}
@@ -124,14 +125,14 @@ static void pools_h_list(struct server *s, struct kn_http_req *req,
 
 	(void)c;
 	(void)param;
-	for (size_t i = 0; s->pools && i < s->pools->n; i++)
+	for (size_t i = 0; pools_state(s) && i < pools_state(s)->n; i++)
 		json_array_append_new(list,
-				      pool_json(s, &s->pools->pool[i], now));
+				      pool_json(s, &pools_state(s)->pool[i], now));
 	kn_http_reply_json(
 		req, 200,
 		json_pack("{s:o, s:o}", "pools", list, "blocked",
-			  s->pools && s->pools->blocked[0]
-				  ? json_string(s->pools->blocked)
+			  pools_state(s) && pools_state(s)->blocked[0]
+				  ? json_string(pools_state(s)->blocked)
 				  : json_null()));
 }
 

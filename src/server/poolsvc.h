@@ -6,8 +6,16 @@
 #ifndef KILN_SERVER_POOLSVC_H
 #define KILN_SERVER_POOLSVC_H
 
-#include "internal.h"
-#include "service.h"
+#include "exec/exec.h"
+#include "sched/sched.h"
+#include "server/access.h"
+#include "server/core.h"
+#include "server/costsvc.h"
+#include "server/feed.h"
+#include "server/peers.h"
+#include "server/service.h"
+#include "spec/spec.h"
+#include "store/store.h"
 
 struct azure_pool;
 struct rolling;
@@ -57,9 +65,23 @@ struct pool_op {
 	struct pool_op *next;
 };
 
+/*
+ * A node of a pool: which pool, and since when it has run nothing (0:
+ * busy or not ready). Kept by name: the core's node indexes move when a
+ * node goes.
+ */
+struct pool_member {
+	char name[64];
+	struct pool *pool;
+	int64_t idle_since;
+};
+
+/* The service's state, in its slot. */
 struct pools {
 	struct pool *pool;
 	size_t n;
+	struct pool_member *members;
+	size_t n_members;
 	struct pool_op *ops;
 	int64_t next_op;
 	struct kn_timer *timer;
@@ -76,6 +98,13 @@ extern const struct pool_provider_ops sim_provider, command_provider,
 #define SURGE_TIMEOUT_MAX_S (7 * 24 * 3600)
 
 /* pools.c */
+/* The service's state (NULL without --pool). */
+struct pools *pools_state(struct server *s);
+/* The pool member named name, or NULL (not a pool's node). */
+struct pool_member *pool_member_of(struct server *s, const char *name);
+/* Node name is back in service: idle from now, so a next try to delete
+   it waits a whole delay. */
+void pool_idle_from_now(struct server *s, const char *name);
 /* Parse --pool, create or adopt each pool's nodes. */
 int pools_start(struct server *s, struct kn_error *err);
 /* Arm the autoscaler's timer once the loop exists. */
@@ -105,8 +134,8 @@ struct pool *pool_of_node(struct server *s, size_t i);
 int pool_node_add(struct server *s, struct pool *p, const char *name,
 		  const char *state, const char *reason, bool running,
 		  struct kn_error *err);
-/* Take node i, an empty one, out of the server (its row stays, as
-   "removed"); bindings past it move down one. */
+/* Take node i, an empty one, out of the server and its pool
+   (core_node_remove). */
 int pool_node_remove(struct server *s, size_t i, struct kn_error *err);
 
 /* pool_providers.c */

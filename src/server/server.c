@@ -355,9 +355,10 @@ static int setup_nodes(struct server *s, struct kn_error *err)
  * before re-validation).
  */
 const struct service *const kn_services[] = {
-	&pools_service,    &cost_service,      &backup_service, &deploy_service,
+	&slurm_nodes_service, &pools_service, &cost_service,
+	&backup_service,   &deploy_service,
 	&models_service,   &workflows_service, &reval_service,  &metrics_service,
-	&console_service,  &devenv_service, NULL,
+	&console_service,  &devenv_service, &sessions_service, NULL,
 };
 
 _Static_assert(sizeof(kn_services) / sizeof(kn_services[0]) <=
@@ -439,6 +440,11 @@ static void services_stop(struct server *s)
 static void server_release(struct server *s)
 {
 	s->closing = true;
+	/* Submits waiting on the group's commit get it, and their answer. */
+	if (s->store)
+		submit_group_flush(s);
+	kn_timer_free(s->group_timer);
+	s->group_timer = NULL;
 	logs_free_all(s);
 	feed_free(s->feed);
 	s->feed = NULL;
@@ -581,6 +587,11 @@ struct kn_loop *core_loop(struct server *s)
 struct kn_workers *core_workers(struct server *s)
 {
 	return s->workers;
+}
+
+struct kn_executor *core_executor(struct server *s)
+{
+	return s->exec;
 }
 
 struct kn_workers *core_request_workers(struct server *s)

@@ -955,6 +955,7 @@ enum {
 	JF_IMAGE,
 	JF_INPUTS,
 	JF_ARRAY,
+	JF_TTY,
 	JF_COUNT
 };
 
@@ -1002,6 +1003,8 @@ static const struct field job_fields[JF_COUNT] = {
 		       .read = read_inputs},
 	[JF_ARRAY] = {.name = "array", .type = FT_CUSTOM,
 		      .read = spec_read_array},
+	[JF_TTY] = {.name = "tty", .type = FT_BOOL,
+		    .offset = offsetof(struct kn_job_spec, tty)},
 };
 
 _Static_assert(JF_COUNT <= MAX_FIELDS, "MAX_FIELDS");

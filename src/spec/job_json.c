@@ -213,6 +213,8 @@ json_t *kn_job_spec_to_json(const struct kn_job_spec *spec)
 		terms_json(pl->preferred, pl->n_preferred, true));
 	if (spec->image)
 		json_object_set_new(doc, "image", json_string(spec->image));
+	if (spec->tty)
+		json_object_set_new(doc, "tty", json_true());
 	if (spec->devenv.set)
 		json_object_set_new(
 			doc, "devenv",
@@ -373,6 +375,8 @@ char *kn_job_spec_to_input_text(const struct kn_job_spec *spec,
 		"placement", input_placement(&spec->placement));
 	if (spec->workdir)
 		json_object_set_new(o, "workdir", json_string(spec->workdir));
+	if (spec->tty)
+		json_object_set_new(o, "tty", json_true());
 	if (spec->array.count) {
 		const struct kn_job_array *a = &spec->array;
 		char range[48];

@@ -198,6 +198,9 @@ struct kn_job_spec {
 	struct kn_job_input *inputs; /* `inputs:`, or NULL */
 	size_t n_inputs;
 	struct kn_job_array array; /* `array:`; count 0 = a single job */
+	/* The task's first process runs on a terminal that `kiln attach`
+	   reaches (`kiln run -it`); local executor. */
+	bool tty;
 	struct kn_devenv_policy devenv; /* set: a DevEnvironment */
 };
 

@@ -153,6 +153,20 @@ struct kn_store {
 	void *on_head_arg;
 	kn_store_commit_cb on_commit; /* kn_store_on_commit, or NULL */
 	void *on_commit_arg;
+
+	/* Group commit (kn_store_group_begin): the shared transaction is
+	   open; a member's savepoint is open inside it; the group was
+	   committed early (for a write from outside it) with this result,
+	   not yet collected by kn_store_group_commit. */
+	bool group_open;
+	bool group_member;
+	bool group_done;
+	int group_rc;
+	struct kn_error group_err;
+	/* The chain's head as the member found it, for its rollback. */
+	bool member_head_dirty;
+	int64_t member_head_id;
+	char member_head_hash[KN_AUDIT_HASH_HEX_LEN + 1];
 };
 
 /* ---- column tables ---- */

@@ -77,6 +77,28 @@ typedef void (*kn_store_commit_cb)(void *arg, double seconds);
 void kn_store_on_commit(struct kn_store *st, kn_store_commit_cb cb,
 			void *arg);
 
+/*
+ * Group commit: the writes of many requests share one COMMIT, one fsync.
+ * kn_store_group_begin joins the group's transaction (opening it when
+ * none is) as a member with a savepoint of its own; kn_store_group_end
+ * keeps what the member wrote, or undoes only that. Nothing a member
+ * wrote is durable, so nothing may be answered for it, before
+ * kn_store_group_commit returns 0; a failed one rolled back every member.
+ * Any write, kn_store_begin or write call from outside a member while
+ * the group is open commits the group first, so that caller's own
+ * promise (durable when its call returns) holds; that early commit's
+ * result is kept for kn_store_group_commit, which then commits nothing.
+ * A group may not start inside another transaction (KN_EINVAL).
+ * kn_store_group_open: members may still join the group (false once it
+ * was committed early: collect its result before a new group starts, or
+ * the new one's commit answers for both). kn_store_free commits an open
+ * group.
+ */
+int kn_store_group_begin(struct kn_store *st, struct kn_error *err);
+void kn_store_group_end(struct kn_store *st, bool keep);
+int kn_store_group_commit(struct kn_store *st, struct kn_error *err);
+bool kn_store_group_open(const struct kn_store *st);
+
 /* ---- audit ---- */
 
 struct kn_audit {

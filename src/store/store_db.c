@@ -191,11 +191,16 @@ int bind_fail(struct kn_store *st, sqlite3_stmt *s, const char *what,
 	return rc;
 }
 
+static void group_yield(struct kn_store *st);
+
 int store_run(struct kn_store *st, sqlite3_stmt *s, const char *what,
 	       struct kn_error *err)
 {
-	int rc = sqlite3_step(s);
-	int ret = 0;
+	int rc, ret = 0;
+
+	if (!sqlite3_stmt_readonly(s))
+		group_yield(st);
+	rc = sqlite3_step(s);
 
 	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
 		ret = store_db_fail(st, rc, what, err);
@@ -210,7 +215,11 @@ int store_run(struct kn_store *st, sqlite3_stmt *s, const char *what,
 int step_row(struct kn_store *st, sqlite3_stmt *s, const char *what,
 		    struct kn_error *err)
 {
-	int rc = sqlite3_step(s);
+	int rc;
+
+	if (!sqlite3_stmt_readonly(s))
+		group_yield(st);
+	rc = sqlite3_step(s);
 
 	if (rc == SQLITE_ROW)
 		return 1;
@@ -489,6 +498,7 @@ static void rollback_open(struct kn_store *st)
 /* Start a transaction for a write call unless the caller has one open. */
 int write_begin(struct kn_store *st, bool *own, struct kn_error *err)
 {
+	group_yield(st);
 	*own = sqlite3_get_autocommit(st->db) != 0;
 	if (!*own)
 		return 0;
@@ -597,6 +607,7 @@ int kn_store_begin(struct kn_store *st, struct kn_error *err)
 {
 	int rc;
 
+	group_yield(st);
 	if (sqlite3_get_autocommit(st->db)) {
 		st->nested = 0;
 		return store_run(st, st->stmt[STMT_BEGIN],
@@ -652,6 +663,110 @@ void kn_store_rollback(struct kn_store *st)
 	}
 	rollback_open(st);
 	st->head_dirty = false;
+}
+
+/* ---- group commit ---- */
+
+/* Commit the open group now, keeping the result for its collector. */
+static void group_close(struct kn_store *st)
+{
+	struct kn_error err = {0};
+	int rc;
+
+	st->group_open = false;
+	st->nested = 0;
+	rc = run_commit(st, &err);
+	if (rc < 0)
+		rollback_open(st);
+	committed(st, rc);
+	/* An earlier group's failure not yet collected stays the answer. */
+	if (!st->group_done || st->group_rc == 0) {
+		st->group_rc = rc;
+		st->group_err = err;
+	}
+	st->group_done = true;
+}
+
+/* A write from outside the group's members: the group goes first. */
+static void group_yield(struct kn_store *st)
+{
+	if (st->group_open && !st->group_member)
+		group_close(st);
+}
+
+int kn_store_group_begin(struct kn_store *st, struct kn_error *err)
+{
+	int rc;
+
+	if (st->group_member ||
+	    (!st->group_open && !sqlite3_get_autocommit(st->db)))
+		return kn_errorf(err, KN_EINVAL, NULL,
+				 "store: a group cannot start inside a "
+				 "transaction");
+	if (!st->group_open) {
+		rc = store_run(st, st->stmt[STMT_BEGIN],
+			       "starting a transaction", err);
+		if (rc < 0)
+			return rc;
+		st->nested = 0;
+		st->group_open = true;
+	}
+	rc = store_run(st, st->stmt[STMT_SAVEPOINT], "starting a savepoint",
+		       err);
+	if (rc < 0)
+		return rc;
+	st->nested++;
+	st->group_member = true;
+	st->member_head_dirty = st->head_dirty;
+	st->member_head_id = st->head_id;
+	memcpy(st->member_head_hash, st->head_hash, sizeof(st->head_hash));
+	return 0;
+}
+
+void kn_store_group_end(struct kn_store *st, bool keep)
+{
+	struct kn_error err;
+
+	if (!st->group_member)
+		return;
+	st->group_member = false;
+	if (keep && store_run(st, st->stmt[STMT_RELEASE],
+			      "releasing a savepoint", &err) == 0) {
+		st->nested--;
+		return;
+	}
+	rollback_nested(st);
+	st->head_dirty = st->member_head_dirty;
+	st->head_id = st->member_head_id;
+	memcpy(st->head_hash, st->member_head_hash, sizeof(st->head_hash));
+	/* SQLite gave up the whole transaction (a full disk): every
+	   member's writes are gone, and the group's commit must say so. */
+	if (st->group_open && sqlite3_get_autocommit(st->db)) {
+		st->group_open = false;
+		st->group_done = true;
+		st->group_rc = kn_errorf(&st->group_err, KN_EIO, NULL,
+					 "store: the group's transaction was "
+					 "rolled back");
+	}
+}
+
+int kn_store_group_commit(struct kn_store *st, struct kn_error *err)
+{
+	if (st->group_member)
+		kn_store_group_end(st, false);
+	if (st->group_open)
+		group_close(st);
+	if (!st->group_done)
+		return 0;
+	st->group_done = false;
+	if (st->group_rc < 0)
+		*err = st->group_err;
+	return st->group_rc;
+}
+
+bool kn_store_group_open(const struct kn_store *st)
+{
+	return st->group_open;
 }
 
 /* ---- open, migrate, free ---- */
@@ -923,6 +1038,8 @@ void kn_store_free(struct kn_store *st)
 {
 	if (!st)
 		return;
+	if (st->group_open)
+		group_close(st);
 	for (int i = 0; i < STMT_COUNT; i++)
 		sqlite3_finalize(st->stmt[i]);
 	sqlite3_close(st->db);

@@ -277,6 +277,98 @@ const char *kn_nvml_driver_version(const struct kn_nvml *nv)
 /* Call an optional entry point: true when it answered. */
 #define ASK(nv, fn, ...) ((nv)->api.fn && (nv)->api.fn(__VA_ARGS__) == NVML_SUCCESS)
 
+/* The clocks now, at most and as set for applications. */
+static void sample_clocks(const struct kn_nvml *nv, nvml_device d,
+			  struct kn_gpu_sample *s)
+{
+	unsigned int a, b;
+
+	if (ASK(nv, clock, d, NVML_CLOCK_SM, &a) &&
+	    ASK(nv, clock, d, NVML_CLOCK_MEM, &b)) {
+		s->sm_clock = a;
+		s->mem_clock = b;
+		s->have |= KN_GPU_CLOCKS;
+	}
+	if (ASK(nv, max_clock, d, NVML_CLOCK_SM, &a) &&
+	    ASK(nv, max_clock, d, NVML_CLOCK_MEM, &b)) {
+		s->max_sm_clock = a;
+		s->max_mem_clock = b;
+		s->have |= KN_GPU_MAX_CLOCKS;
+	}
+	if (ASK(nv, app_clock, d, NVML_CLOCK_SM, &a) &&
+	    ASK(nv, app_clock, d, NVML_CLOCK_MEM, &b)) {
+		s->app_sm_clock = a;
+		s->app_mem_clock = b;
+		s->have |= KN_GPU_APP_CLOCKS;
+	}
+}
+
+/* What says the board is failing: ECC counts, retired pages, remapped
+   rows. */
+static void sample_memory_errors(const struct kn_nvml *nv, nvml_device d,
+				 struct kn_gpu_sample *s)
+{
+	unsigned int a = 0, b = 0, c, e;
+	unsigned long long x, y, z, w;
+	int state;
+
+	if (ASK(nv, ecc_total, d, NVML_MEMORY_ERROR_CORRECTED,
+		NVML_VOLATILE_ECC, &x) &&
+	    ASK(nv, ecc_total, d, NVML_MEMORY_ERROR_UNCORRECTED,
+		NVML_VOLATILE_ECC, &y) &&
+	    ASK(nv, ecc_total, d, NVML_MEMORY_ERROR_CORRECTED,
+		NVML_AGGREGATE_ECC, &z) &&
+	    ASK(nv, ecc_total, d, NVML_MEMORY_ERROR_UNCORRECTED,
+		NVML_AGGREGATE_ECC, &w)) {
+		s->ecc_sbe_vol = x;
+		s->ecc_dbe_vol = y;
+		s->ecc_sbe_agg = z;
+		s->ecc_dbe_agg = w;
+		s->have |= KN_GPU_ECC;
+	}
+	/* A NULL address list with count 0 asks for the count alone. */
+	if (ASK(nv, retired_pages, d, NVML_PAGE_RETIREMENT_MULTIPLE_SBE, &a,
+		NULL) &&
+	    ASK(nv, retired_pages, d, NVML_PAGE_RETIREMENT_DBE, &b, NULL) &&
+	    ASK(nv, retired_pending, d, &state)) {
+		s->retired_sbe = a;
+		s->retired_dbe = b;
+		s->retired_pending = state == NVML_FEATURE_ENABLED;
+		s->have |= KN_GPU_RETIRED;
+	}
+	if (ASK(nv, remapped_rows, d, &a, &b, &c, &e)) {
+		s->remap_correctable = a;
+		s->remap_uncorrectable = b;
+		s->remap_pending = c != 0;
+		s->remap_failure = e != 0;
+		s->have |= KN_GPU_REMAP;
+	}
+}
+
+/* The PCIe link as it runs and at most, and which NVLinks are up. */
+static void sample_links(const struct kn_nvml *nv, nvml_device d,
+			 struct kn_gpu_sample *s)
+{
+	unsigned int a, b, c, e;
+	int state;
+
+	if (ASK(nv, pcie_gen, d, &a) && ASK(nv, pcie_max_gen, d, &b) &&
+	    ASK(nv, pcie_width, d, &c) && ASK(nv, pcie_max_width, d, &e)) {
+		s->pcie_gen = a;
+		s->pcie_max_gen = b;
+		s->pcie_width = c;
+		s->pcie_max_width = e;
+		s->have |= KN_GPU_PCIE;
+	}
+	/* Links answer until the first one the device does not have. */
+	for (unsigned l = 0; l < KN_NVLINK_MAX; l++) {
+		if (!ASK(nv, nvlink_state, d, l, &state))
+			break;
+		s->nvlink_up[l] = state == NVML_FEATURE_ENABLED;
+		s->nvlinks = (int)l + 1;
+	}
+}
+
 int kn_nvml_sample(struct kn_nvml *nv, unsigned index,
 		   struct kn_gpu_sample *out, struct kn_error *err)
 {
@@ -285,9 +377,9 @@ int kn_nvml_sample(struct kn_nvml *nv, unsigned index,
 	struct nvml_utilization util;
 	struct nvml_memory mem;
 	struct nvml_pci_info pci;
-	unsigned int a, b, c, e;
-	unsigned long long x, y, z, w;
-	int state, code;
+	unsigned int a;
+	unsigned long long x;
+	int code;
 
 	if (index >= nv->count)
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
@@ -330,76 +422,13 @@ int kn_nvml_sample(struct kn_nvml *nv, unsigned index,
 		s.energy_mj = x;
 		s.have |= KN_GPU_ENERGY;
 	}
-	if (ASK(nv, clock, d, NVML_CLOCK_SM, &a) &&
-	    ASK(nv, clock, d, NVML_CLOCK_MEM, &b)) {
-		s.sm_clock = a;
-		s.mem_clock = b;
-		s.have |= KN_GPU_CLOCKS;
-	}
-	if (ASK(nv, max_clock, d, NVML_CLOCK_SM, &a) &&
-	    ASK(nv, max_clock, d, NVML_CLOCK_MEM, &b)) {
-		s.max_sm_clock = a;
-		s.max_mem_clock = b;
-		s.have |= KN_GPU_MAX_CLOCKS;
-	}
-	if (ASK(nv, app_clock, d, NVML_CLOCK_SM, &a) &&
-	    ASK(nv, app_clock, d, NVML_CLOCK_MEM, &b)) {
-		s.app_sm_clock = a;
-		s.app_mem_clock = b;
-		s.have |= KN_GPU_APP_CLOCKS;
-	}
+	sample_clocks(nv, d, &s);
 	if (ASK(nv, event_reasons, d, &x) || ASK(nv, throttle_reasons, d, &x)) {
 		s.throttle = x;
 		s.have |= KN_GPU_THROTTLE;
 	}
-	if (ASK(nv, ecc_total, d, NVML_MEMORY_ERROR_CORRECTED,
-		NVML_VOLATILE_ECC, &x) &&
-	    ASK(nv, ecc_total, d, NVML_MEMORY_ERROR_UNCORRECTED,
-		NVML_VOLATILE_ECC, &y) &&
-	    ASK(nv, ecc_total, d, NVML_MEMORY_ERROR_CORRECTED,
-		NVML_AGGREGATE_ECC, &z) &&
-	    ASK(nv, ecc_total, d, NVML_MEMORY_ERROR_UNCORRECTED,
-		NVML_AGGREGATE_ECC, &w)) {
-		s.ecc_sbe_vol = x;
-		s.ecc_dbe_vol = y;
-		s.ecc_sbe_agg = z;
-		s.ecc_dbe_agg = w;
-		s.have |= KN_GPU_ECC;
-	}
-	/* A NULL address list with count 0 asks for the count alone. */
-	a = 0;
-	b = 0;
-	if (ASK(nv, retired_pages, d, NVML_PAGE_RETIREMENT_MULTIPLE_SBE, &a,
-		NULL) &&
-	    ASK(nv, retired_pages, d, NVML_PAGE_RETIREMENT_DBE, &b, NULL) &&
-	    ASK(nv, retired_pending, d, &state)) {
-		s.retired_sbe = a;
-		s.retired_dbe = b;
-		s.retired_pending = state == NVML_FEATURE_ENABLED;
-		s.have |= KN_GPU_RETIRED;
-	}
-	if (ASK(nv, remapped_rows, d, &a, &b, &c, &e)) {
-		s.remap_correctable = a;
-		s.remap_uncorrectable = b;
-		s.remap_pending = c != 0;
-		s.remap_failure = e != 0;
-		s.have |= KN_GPU_REMAP;
-	}
-	if (ASK(nv, pcie_gen, d, &a) && ASK(nv, pcie_max_gen, d, &b) &&
-	    ASK(nv, pcie_width, d, &c) && ASK(nv, pcie_max_width, d, &e)) {
-		s.pcie_gen = a;
-		s.pcie_max_gen = b;
-		s.pcie_width = c;
-		s.pcie_max_width = e;
-		s.have |= KN_GPU_PCIE;
-	}
-	/* Links answer until the first one the device does not have. */
-	for (unsigned l = 0; l < KN_NVLINK_MAX; l++) {
-		if (!ASK(nv, nvlink_state, d, l, &state))
-			break;
-		s.nvlink_up[l] = state == NVML_FEATURE_ENABLED;
-		s.nvlinks = (int)l + 1;
-	}
+	sample_memory_errors(nv, d, &s);
+	sample_links(nv, d, &s);
 	*out = s;
 	return 0;
 }

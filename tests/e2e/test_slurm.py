@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import KILN, Server, job_yaml, wait_for
+from slurm_cluster import squeue_ids
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = socket.gethostname().split(".")[0]
@@ -37,13 +38,6 @@ def slurm_env():
     down = subprocess.run(["bash", str(REPO / "scripts/slurm-down.sh")],
                           capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr
-
-
-def squeue_ids(env, name):
-    out = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], env=env,
-                         capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.split()
 
 
 def shared_gate_dir(tmp_path):

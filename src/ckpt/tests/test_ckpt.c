@@ -567,6 +567,46 @@ static void test_file_store_large(void **state)
 	free(cmd);
 }
 
+static void test_copy_fd_hashed(void **state)
+{
+	/* Several chunks, a size not a multiple of one; then a source
+	   shorter than it was said to be: an error, not a fault. */
+	char *dir = make_tmpdir();
+	char *src = kn_asprintf("%s/src", dir), *dst = kn_asprintf("%s/dst", dir);
+	char *cmd = kn_asprintf("head -c 40000123 /dev/urandom > '%s' && "
+				"sha256sum '%s' | cut -c1-64", src, src);
+	char want[80] = "", sha[KN_SHA256_HEX_LEN + 1] = "";
+	const char *op = "";
+	int64_t copied = 0;
+	FILE *p = popen(cmd, "r");
+	int in, out;
+	struct stat st;
+	(void)state;
+
+	assert_non_null(fgets(want, sizeof(want), p));
+	pclose(p);
+	want[64] = '\0';
+	in = open(src, O_RDONLY);
+	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_int_equal(kn_copy_fd_hashed(in, out, 40000123, sha, &copied,
+					   &op), 0);
+	assert_string_equal(sha, want);
+	assert_int_equal(copied, 40000123);
+	assert_int_equal(fstat(out, &st), 0);
+	assert_int_equal(st.st_size, 40000123);
+	assert_int_equal(ftruncate(out, 0), 0);
+	assert_int_equal(kn_copy_fd_hashed(in, out, 40000124, sha, &copied,
+					   &op), -EIO);
+	assert_string_equal(op, "source shrank while read");
+	close(in);
+	close(out);
+	kn_rm_rf(dir);
+	free(dir);
+	free(src);
+	free(dst);
+	free(cmd);
+}
+
 /* ---- checkpoints on the file store ---- */
 
 static void make_checkpoint(const char *parent, const char *name,
@@ -1310,6 +1350,7 @@ int main(void)
 		cmocka_unit_test(test_file_store),
 		cmocka_unit_test(test_file_store_sweeps_dead_temps),
 		cmocka_unit_test(test_file_store_large),
+		cmocka_unit_test(test_copy_fd_hashed),
 		cmocka_unit_test(test_checkpoints),
 		cmocka_unit_test(test_prune_syncs_only_to_delete),
 		cmocka_unit_test(test_watch),

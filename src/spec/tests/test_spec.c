@@ -364,7 +364,7 @@ static const struct bad_case bad_cases[] = {
 	 "job.yaml:1:1: a job spec must be a mapping with fields kind, "
 	 "apiVersion, name, command, env, workdir, resources, tasks, retries, "
 	 "backoff, backoff_max, priority, preemptible, timeout, checkpoint, "
-	 "placement, image, inputs, array; got a list"},
+	 "placement, image, inputs, array, tty; got a list"},
 	{BASE "workdir: &w /data\nenv: {A: *w}\n", "env.A",
 	 "job.yaml:5:10: env.A: aliases (*name) are not supported; write the "
 	 "value out"},

@@ -1,0 +1,381 @@
+/*
+ * The cluster an engine keeps its own inventory of (Slurm's, through the
+ * executor's inventory op): its nodes become the server's, so `kiln
+ * nodes`, GET /v1/nodes and the scheduler's fit see what Slurm sees.
+ *
+ * Each Slurm node is a server node: whole GPUs from its gpu GRES (the
+ * GRES type as the model, "gpu" when untyped), its CPUs and memory, and
+ * labels slurm_partitions= and slurm_features=. It takes new work when
+ * kiln has it ready and Slurm would start a job on it. Slurm's own state
+ * and reason ride along for the listing. A node Slurm no longer lists
+ * leaves once nothing runs on it.
+ *
+ * --gpus under Slurm declares the capacity by hand instead: the server's
+ * one node stays as declared and the inventory serves the listing's
+ * Slurm view and admission only.
+ *
+ * The first reading is waited for at start-up, at most FIRST_READ_MS
+ * (no loop runs yet); then a timer looks every CHECK_MS, and asks for a
+ * reading at once when the set of runs changed or a job ended.
+ */
+#include "internal.h"
+#include "poolsvc.h"
+#include "service.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define FIRST_READ_MS 10000
+#define CHECK_MS 1000
+
+struct slurm_nodes {
+	struct kn_slurm_inventory inv; /* a copy of the last reading */
+	bool replaces;                 /* its nodes are the server's */
+	struct kn_timer *timer;
+	size_t runs_seen;
+	bool job_ended;                /* since the last check */
+};
+
+static const struct kn_slurm_node *inv_node(const struct slurm_nodes *sn,
+					    const char *name)
+{
+	for (size_t i = 0; i < sn->inv.n_nodes; i++)
+		if (!strcmp(sn->inv.nodes[i].name, name))
+			return &sn->inv.nodes[i];
+	return NULL;
+}
+
+/* ---- one server node from one Slurm node ---- */
+
+/* What node i's GPUs should be: count and model. */
+static bool devices_differ(const struct server_node *node, int64_t gpus,
+			   const char *model)
+{
+	if ((int64_t)node->devices.n != gpus)
+		return true;
+	return gpus > 0 && strcmp(node->devices.devices[0].model, model);
+}
+
+/* Node i's devices from Slurm, with what its runs hold charged again. */
+static void devices_set(struct server *s, size_t i, int64_t gpus,
+			const char *model)
+{
+	struct server_node *node = &s->nodes[i];
+	struct kn_sched_node *sn = &s->cluster.nodes[i];
+	size_t n = gpus > KN_MAX_DEVICES ? KN_MAX_DEVICES : (size_t)gpus;
+
+	kn_device_set_release(&node->devices);
+	free(sn->devices);
+	node->devices.devices = kn_xcalloc(n ? n : 1,
+					   sizeof(*node->devices.devices));
+	node->devices.n = n;
+	kn_strlcpy(node->devices.source, "slurm",
+		   sizeof(node->devices.source));
+	sn->devices = kn_xcalloc(n ? n : 1, sizeof(*sn->devices));
+	sn->n_devices = n;
+	for (size_t k = 0; k < n; k++) {
+		struct kn_device_info *d = &node->devices.devices[k];
+
+		d->index = (int)k;
+		kn_strlcpy(d->model, model, sizeof(d->model));
+		snprintf(d->uuid, sizeof(d->uuid), "slurm-%s-gpu%zu",
+			 node->name, k);
+		sn->devices[k].index = (int)k;
+		sn->devices[k].model = d->model;
+	}
+	for (const struct run *r = s->runs; r; r = r->next)
+		for (int t = 0; t < r->n_tasks; t++) {
+			const struct kn_sched_binding *b = &r->bindings[t];
+
+			for (int d = 0; b->node == i && d < b->n_devices; d++)
+				if (b->devices[d] >= 0 &&
+				    (size_t)b->devices[d] < n)
+					sn->devices[b->devices[d]].used_milli +=
+						b->milli_per_device;
+		}
+}
+
+/* "slurm_partitions=a,b slurm_features=x": the labels node i gets. */
+static char *labels_text(const struct kn_slurm_node *n)
+{
+	return kn_asprintf("%s%s%s%s%s", n->partitions[0] ? "slurm_partitions="
+							  : "",
+			   n->partitions, n->features[0] ? " " : "",
+			   n->features[0] ? "slurm_features=" : "",
+			   n->features);
+}
+
+/* Bring server node i to what Slurm says of it; true when changed. */
+static bool node_update(struct server *s, size_t i,
+			const struct kn_slurm_node *n)
+{
+	struct server_node *node = &s->nodes[i];
+	struct kn_sched_node *sn = &s->cluster.nodes[i];
+	const char *type = kn_slurm_node_gpu_type(n);
+	int64_t gpus = kn_slurm_node_gpus(n);
+	char *labels = labels_text(n);
+	bool changed = false;
+	struct kn_error err;
+
+	if (devices_differ(node, gpus, type[0] ? type : "gpu")) {
+		devices_set(s, i, gpus, type[0] ? type : "gpu");
+		changed = true;
+	}
+	if (sn->cpu_milli_total != n->cpus * 1000 ||
+	    sn->memory_total != (n->memory_mb << 20)) {
+		sn->cpu_milli_total = n->cpus * 1000;
+		sn->memory_total = n->memory_mb << 20;
+		changed = true;
+	}
+	if (!node->labels_text || strcmp(node->labels_text, labels)) {
+		free(node->labels);
+		free(node->labels_text);
+		node->labels = NULL;
+		node->labels_text = NULL;
+		sn->labels = NULL;
+		sn->n_labels = 0;
+		/* Slurm's names hold no space or '=' (slurm_nodes.c). */
+		if (setup_labels(s, i, labels, " ", "slurm", &err) < 0)
+			kn_log(KN_LOG_WARN, "slurm: node %s: %s", node->name,
+			       err.message);
+		changed = true;
+	}
+	free(labels);
+	sn->schedulable = n->schedulable && !strcmp(node->state, "ready");
+	return changed;
+}
+
+/*
+ * The state kiln last kept for node i in the store (a cordon outlives a
+ * restart, as for the server's own nodes); ready when none, or when the
+ * row says Slurm had dropped it.
+ */
+static void stored_state(struct server *s, size_t i)
+{
+	struct server_node *node = &s->nodes[i];
+	struct kn_node_row *rows = NULL;
+	struct kn_error err;
+	size_t n = 0;
+
+	kn_strlcpy(node->state, "ready", sizeof(node->state));
+	if (kn_store_node_list(s->store, &rows, &n, &err) < 0)
+		return;
+	for (size_t k = 0; k < n; k++)
+		if (!strcmp(rows[k].name, node->name) &&
+		    strcmp(rows[k].state, "removed")) {
+			kn_strlcpy(node->state, rows[k].state,
+				   sizeof(node->state));
+			kn_strlcpy(node->reason,
+				   rows[k].reason ? rows[k].reason : "",
+				   sizeof(node->reason));
+		}
+	kn_node_list_free(rows, n);
+}
+
+/* A Slurm node kiln has not had yet, in the state kiln kept for it. */
+static void node_add(struct server *s, const struct kn_slurm_node *n)
+{
+	size_t i = s->cluster.n_nodes;
+	struct kn_error err;
+
+	s->nodes = kn_xrealloc(s->nodes, (i + 1) * sizeof(*s->nodes));
+	s->cluster.nodes =
+		kn_xrealloc(s->cluster.nodes, (i + 1) * sizeof(*s->cluster.nodes));
+	memset(&s->nodes[i], 0, sizeof(s->nodes[i]));
+	memset(&s->cluster.nodes[i], 0, sizeof(s->cluster.nodes[i]));
+	for (size_t k = 0; k < i; k++)
+		s->cluster.nodes[k].name = s->nodes[k].name;
+	kn_strlcpy(s->nodes[i].name, n->name, sizeof(s->nodes[i].name));
+	stored_state(s, i);
+	kn_strlcpy(s->nodes[i].devices.source, "slurm",
+		   sizeof(s->nodes[i].devices.source));
+	s->cluster.n_nodes = i + 1;
+	setup_sched_node(s, i);
+	node_update(s, i, n);
+	if (nodes_save(s, i, &err) < 0 ||
+	    kn_store_node_state_open(s->store, n->name, s->nodes[i].state,
+				     kn_now_ms(), &err) < 0)
+		kn_log(KN_LOG_WARN, "slurm: node %s: %s", n->name, err.message);
+	feed_publish(s, "node.added",
+		     json_pack("{s:s, s:s}", "node", n->name, "engine",
+			       "slurm"));
+	kn_log(KN_LOG_INFO, "slurm: node %s: %lld GPU%s, %d CPUs, %s", n->name,
+	       (long long)kn_slurm_node_gpus(n),
+	       kn_slurm_node_gpus(n) == 1 ? "" : "s", n->cpus, n->state);
+}
+
+/* The server's nodes made Slurm's: new ones added, gone ones removed. */
+static void nodes_sync(struct server *s, const struct slurm_nodes *sl)
+{
+	struct kn_error err;
+	bool listed = false;
+
+	for (size_t k = 0; k < sl->inv.n_nodes; k++) {
+		const struct kn_slurm_node *n = &sl->inv.nodes[k];
+		int i = nodes_find(s, n->name);
+
+		if (i < 0)
+			node_add(s, n);
+		else if (node_update(s, (size_t)i, n) &&
+			 nodes_save(s, (size_t)i, &err) < 0)
+			kn_log(KN_LOG_WARN, "slurm: node %s: %s", n->name,
+			       err.message);
+		listed = true;
+	}
+	for (size_t i = 0; i < s->cluster.n_nodes;) {
+		if (!listed || inv_node(sl, s->nodes[i].name)) {
+			i++;
+			continue;
+		}
+		/* Not Slurm's (any more): out once nothing runs on it, its
+		   row kept as removed. */
+		s->cluster.nodes[i].schedulable = false;
+		if (pool_node_remove(s, i, &err) < 0)
+			i++;
+	}
+	if (s->loop)
+		jobs_wake(s); /* not at start-up: the first turn is to come */
+}
+
+/* ---- readings ---- */
+
+static void inventory_take(struct server *s,
+			   const struct kn_slurm_inventory *inv)
+{
+	struct slurm_nodes *sl = s->slurm_nodes;
+
+	kn_slurm_inventory_release(&sl->inv);
+	sl->inv.nodes = kn_xcalloc(inv->n_nodes ? inv->n_nodes : 1,
+				   sizeof(*inv->nodes));
+	memcpy(sl->inv.nodes, inv->nodes, inv->n_nodes * sizeof(*inv->nodes));
+	sl->inv.n_nodes = inv->n_nodes;
+	sl->inv.partitions = kn_xcalloc(inv->n_partitions ? inv->n_partitions
+							  : 1,
+					sizeof(*inv->partitions));
+	memcpy(sl->inv.partitions, inv->partitions,
+	       inv->n_partitions * sizeof(*inv->partitions));
+	sl->inv.n_partitions = inv->n_partitions;
+	if (sl->replaces)
+		nodes_sync(s, sl);
+}
+
+static size_t runs_count(const struct server *s)
+{
+	size_t n = 0;
+
+	for (const struct run *r = s->runs; r; r = r->next)
+		n++;
+	return n;
+}
+
+static void on_check(void *arg)
+{
+	struct server *s = arg;
+	struct slurm_nodes *sl = s->slurm_nodes;
+	size_t runs = runs_count(s);
+	const struct kn_slurm_inventory *inv = s->exec->ops->inventory(
+		s->exec, runs != sl->runs_seen || sl->job_ended);
+
+	sl->runs_seen = runs;
+	sl->job_ended = false;
+	if (inv)
+		inventory_take(s, inv);
+	kn_timer_arm(sl->timer, CHECK_MS);
+}
+
+static int slurm_nodes_start(struct server *s, struct kn_error *err)
+{
+	const struct kn_slurm_inventory *inv = NULL;
+	int64_t deadline = kn_mono_ms() + FIRST_READ_MS;
+
+	(void)err;
+	if (!s->exec->ops->inventory)
+		return 0;
+	s->slurm_nodes = kn_xcalloc(1, sizeof(*s->slurm_nodes));
+	s->slurm_nodes->replaces = !s->cfg.gpus;
+	for (bool first = true; !inv && kn_mono_ms() < deadline;
+	     first = false) {
+		inv = s->exec->ops->inventory(s->exec, first);
+		if (!inv)
+			nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+	}
+	if (inv)
+		inventory_take(s, inv);
+	else
+		kn_log(KN_LOG_WARN, "slurm: no reading of the cluster's nodes "
+		       "within %d s; the server's own node stands in until "
+		       "one comes", FIRST_READ_MS / 1000);
+	return 0;
+}
+
+static void slurm_nodes_run(struct server *s)
+{
+	if (!s->slurm_nodes)
+		return;
+	s->slurm_nodes->timer = kn_timer_new(s->loop, on_check, s);
+	kn_timer_arm(s->slurm_nodes->timer, CHECK_MS);
+}
+
+static void slurm_nodes_stop(struct server *s)
+{
+	if (!s->slurm_nodes)
+		return;
+	kn_timer_free(s->slurm_nodes->timer);
+	kn_slurm_inventory_release(&s->slurm_nodes->inv);
+	free(s->slurm_nodes);
+	s->slurm_nodes = NULL;
+}
+
+json_t *slurm_nodes_json(const struct server *s, const char *name)
+{
+	const struct kn_slurm_node *n =
+		s->slurm_nodes ? inv_node(s->slurm_nodes, name) : NULL;
+	json_t *gres;
+
+	if (!n)
+		return NULL;
+	gres = json_array();
+	for (size_t i = 0; i < n->n_gres; i++)
+		json_array_append_new(
+			gres, json_pack("{s:s, s:s, s:I, s:I, s:b}", "name",
+					n->gres[i].name, "type",
+					n->gres[i].type, "count",
+					(json_int_t)n->gres[i].count, "used",
+					(json_int_t)n->gres[i].used, "mig",
+					n->gres[i].mig));
+	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:i, s:i, s:I, s:I, s:o, "
+			 "s:b}",
+			 "state", n->state, "flags", n->flags, "reason",
+			 n->reason[0] ? json_string(n->reason) : json_null(),
+			 "partitions", n->partitions, "features", n->features,
+			 "cpus", n->cpus, "cpus_allocated", n->cpus_alloc,
+			 "memory_mb", (json_int_t)n->memory_mb,
+			 "memory_allocated_mb", (json_int_t)n->memory_alloc_mb,
+			 "gres", gres, "schedulable", n->schedulable);
+}
+
+/* A job's end frees what it held in Slurm: read again at once. */
+static void on_job_ended(void *arg, int64_t job_id)
+{
+	struct server *s = arg;
+
+	(void)job_id;
+	if (s->slurm_nodes)
+		s->slurm_nodes->job_ended = true;
+}
+
+static const struct job_hook_ops hooks = {
+	.name = "slurm_nodes",
+	.job_ended = on_job_ended,
+};
+
+const struct service slurm_nodes_service = {
+	.name = "slurm_nodes",
+	.phase = SERVICE_PHASE_NODES,
+	.hooks = &hooks,
+	.start = slurm_nodes_start,
+	.run = slurm_nodes_run,
+	.stop = slurm_nodes_stop,
+};
