@@ -738,6 +738,32 @@ static int end_unstarted(struct shim *s, int code, const char *why,
 	return rc;
 }
 
+/* How much of the task's output to read now: on a terminal, what its
+   attached client has credit for. */
+static size_t task_output_room(const struct shim *s, size_t cap)
+{
+	size_t room = s->tty && s->sessions
+			      ? shim_sessions_task_room(s->sessions)
+			      : cap;
+
+	return room < cap ? room : cap;
+}
+
+/* One read of the task's output into its log (and terminal sessions):
+   false at its end. */
+static bool read_task_output(struct shim *s, int fd, char *buf, size_t room)
+{
+	ssize_t n = read(fd, buf, room);
+
+	if (n > 0) {
+		write_log(s, buf, (size_t)n);
+		if (s->tty)
+			shim_sessions_task_output(s->sessions, buf, (size_t)n);
+		return true;
+	}
+	return n < 0 && (errno == EINTR || errno == EAGAIN);
+}
+
 /*
  * The task's sessions (shim_session.c): listened for before the task
  * starts, so a client that sees it running finds the socket, and taken
@@ -887,9 +913,7 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		size_t nfds = 3 + shim_sessions_poll_fill(
 					  s.sessions, fds + 3,
 					  SHIM_SESSIONS_POLL_MAX);
-		size_t room = s.tty && s.sessions
-				      ? shim_sessions_task_room(s.sessions)
-				      : sizeof(buf);
+		size_t room = task_output_room(&s, sizeof(buf));
 		int wait_ms = -1;
 
 		if (child_done) {
@@ -913,31 +937,14 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		}
 		if (!out_open || !room)
 			fds[0].fd = -1;
-		{
-			int sessions_ms = shim_sessions_timeout(s.sessions);
-			if (sessions_ms >= 0 &&
-			    (wait_ms < 0 || sessions_ms < wait_ms))
-				wait_ms = sessions_ms;
-		}
+		wait_ms = shim_sessions_wait_ms(s.sessions, wait_ms);
 		if (poll(fds, nfds, wait_ms) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
-		if (fds[0].revents) {
-			ssize_t n = read(pipefd[0], buf,
-					 room < sizeof(buf) ? room
-							    : sizeof(buf));
-			if (n > 0) {
-				write_log(&s, buf, (size_t)n);
-				if (s.tty)
-					shim_sessions_task_output(
-						s.sessions, buf, (size_t)n);
-			} else if (n == 0 ||
-				   (errno != EINTR && errno != EAGAIN)) {
-				out_open = false;
-			}
-		}
+		if (fds[0].revents)
+			out_open = read_task_output(&s, pipefd[0], buf, room);
 		shim_sessions_poll_done(s.sessions, fds + 3, nfds - 3);
 		if (fds[1].revents & POLLIN) {
 			struct signalfd_siginfo si;
