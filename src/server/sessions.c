@@ -269,7 +269,6 @@ static char *session_task(struct server *s, const struct caller *c,
 {
 	struct kn_job_row j;
 	struct kn_task_row *tasks = NULL;
-	struct kn_audit a;
 	char object[48], *dir = NULL;
 	size_t nt = 0;
 
@@ -281,8 +280,7 @@ static char *session_task(struct server *s, const struct caller *c,
 			  "job %lld belongs to %s: only its owner and "
 			  "operators may open a session on it",
 			  (long long)id, j.owner);
-		caller_audit(&a, c, action, object, "denied", err->message);
-		kn_store_audit_insert(s->store, &a, NULL);
+		core_audit(s, c, action, object, "denied", err->message);
 	} else if (strcmp(s->exec->ops->name, "local") != 0) {
 		kn_errorf(err, KN_ECONFLICT, NULL,
 			  "interactive sessions need the local executor; "
@@ -342,15 +340,13 @@ static void audit_session(const struct opening *o)
 {
 	char object[48], detail[COMMAND_LINE_MAX + 32];
 	char *line = o->exec ? command_line(o->argv) : NULL;
-	struct kn_audit a;
 
 	snprintf(object, sizeof(object), "job/%lld", (long long)o->id);
 	snprintf(detail, sizeof(detail), "task %lld%s%s%s",
 		 (long long)o->rank, line ? ": " : "", line ? line : "",
 		 o->exec && o->tty ? " (tty)" : "");
-	caller_audit(&a, &o->c, o->exec ? "job.exec" : "job.attach", object,
-		     "ok", detail);
-	kn_store_audit_insert(o->s->store, &a, NULL);
+	core_audit(o->s, &o->c, o->exec ? "job.exec" : "job.attach", object,
+		   "ok", detail);
 	free(line);
 }
 
