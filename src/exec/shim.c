@@ -915,8 +915,12 @@ static int supervise(struct shim *s, int out_fd, int sfd, int tfd)
 		}
 		if (!w.out_open || !room)
 			fds[0].fd = -1;
-		if (shim_sessions_timeout(s->sessions) == 0)
-			wait_ms = 0;
+		{
+			int sessions_ms = shim_sessions_timeout(s->sessions);
+			if (sessions_ms >= 0 &&
+			    (wait_ms < 0 || sessions_ms < wait_ms))
+				wait_ms = sessions_ms;
+		}
 		if (poll(fds, nfds, wait_ms) < 0) {
 			if (errno == EINTR)
 				continue;
