@@ -15,6 +15,7 @@
 #ifndef KILN_EXEC_H
 #define KILN_EXEC_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -618,6 +619,13 @@ int kn_kube_shim_run(const char *task_dir, char *const *argv,
 		     int stop_signal, int64_t grace_ms,
 		     const struct kn_shim_prepare *prep, int *exit_code,
 		     char *reason, size_t len, struct kn_error *err);
+/*
+ * Block the signals a task's shim handles: a child's end, a stop
+ * (SIGTERM, SIGINT, SIGHUP, and stop_signal when > 0) and Slurm's
+ * SIGUSR1 and SIGUSR2, passed on. Before any thread starts, so only the
+ * shim's signalfd takes them.
+ */
+void kn_shim_signals_block(int stop_signal, sigset_t *mask);
 /* Write TASK_DIR/shim.pid ("PID START") for the calling process. */
 int kn_shim_record_pid(const char *task_dir);
 
