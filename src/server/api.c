@@ -285,12 +285,10 @@ static void audit_denied(struct server *s, const struct caller *c,
 			 const char *action, int64_t id,
 			 const struct kn_error *err)
 {
-	struct kn_audit a;
 	char object[48];
 
 	snprintf(object, sizeof(object), "job/%lld", (long long)id);
-	caller_audit(&a, c, action, object, "denied", err->message);
-	kn_store_audit_insert(s->store, &a, NULL);
+	core_audit(s, c, action, object, "denied", err->message);
 }
 
 static void h_job_submit(struct server *s, struct kn_http_req *req,
@@ -726,7 +724,7 @@ static json_t *node_json(struct server *s, size_t n)
 	json_object_set_new(node, "isolation", json_string(s->isolation));
 	json_object_set_new(node, "limits", limits_json(s));
 	/* Under Slurm: Slurm's own state, reason and resources. */
-	slurm = slurm_nodes_json(s, nd->name);
+	slurm = slurm_nodes_json(s, n);
 	json_object_set_new(node, "slurm", slurm ? slurm : json_null());
 	return node;
 }
@@ -1040,7 +1038,6 @@ static bool authorize(struct server *s, struct kn_http_req *req,
 	const char *method = kn_http_method(req), *path = kn_http_path(req);
 	const char *authz, *cert;
 	struct kn_error err;
-	struct kn_audit a;
 	char object[96];
 
 	memset(c, 0, sizeof(*c));
@@ -1059,9 +1056,8 @@ static bool authorize(struct server *s, struct kn_http_req *req,
 	kn_errorf(&err, KN_EPERM, NULL, "role %s may not %s %s (needs %s)",
 		  role_name(c->role), method, path, role_name(r->least));
 	snprintf(object, sizeof(object), "%s %s", method, path);
-	caller_audit(&a, c, r->action ? r->action : "request", object,
-		     "denied", err.message);
-	kn_store_audit_insert(s->store, &a, NULL);
+	core_audit(s, c, r->action ? r->action : "request", object, "denied",
+		   err.message);
 	kn_http_reply_error(req, &err);
 	return false;
 }

@@ -158,6 +158,13 @@ const struct kn_device_set *core_node_devices(const struct server *s,
 const char *core_node_label(const struct server *s, size_t i,
 			    const char *key);
 
+/*
+ * An audit row of c's act (NULL: the system's, as admin); a row the
+ * store refuses is logged, not returned: the act itself stands.
+ */
+void core_audit(struct server *s, const struct caller *c, const char *action,
+		const char *object, const char *outcome, const char *detail);
+
 /* ---- nodes (nodes.c) ---- */
 
 /* The index of the node called name, or -1. */

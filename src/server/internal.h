@@ -407,11 +407,11 @@ void setup_sched_node(struct server *s, size_t n);
 /* Labels "k=v,k=v" split on sep into node n's labels; flag names the
    option in errors. */
 /*
- * slurm_nodes.c: what Slurm last said of node name (state, reason,
+ * slurm_nodes.c: what Slurm last said of node i (state, reason,
  * partitions, features, GRES), a new object, or NULL when the server
- * reads no engine's inventory or Slurm does not list name.
+ * reads no engine's inventory or Slurm does not list it.
  */
-json_t *slurm_nodes_json(const struct server *s, const char *name);
+json_t *slurm_nodes_json(const struct server *s, size_t i);
 
 int setup_labels(struct server *s, size_t n, const char *text,
 		 const char *sep, const char *flag, struct kn_error *err);

@@ -201,16 +201,11 @@ static const struct kn_tunnel_ops tunnel_ops = {
 
 static void audit_opened(const struct forward *f)
 {
-	struct kn_audit a;
 	char object[48], detail[64];
-	struct kn_error err;
 
 	snprintf(object, sizeof(object), "job/%lld", (long long)f->job_id);
 	snprintf(detail, sizeof(detail), "task %d port %d", f->rank, f->port);
-	caller_audit(&a, &f->caller, "job.port_forward", object, "ok", detail);
-	if (kn_store_audit_insert(f->s->store, &a, &err) < 0)
-		kn_log(KN_LOG_WARN, "job %lld: port-forward not audited: %s",
-		       (long long)f->job_id, err.message);
+	core_audit(f->s, &f->caller, "job.port_forward", object, "ok", detail);
 }
 
 /* The connect ended: upgrade the request, or answer why not. */
@@ -490,7 +485,6 @@ static int check_caller(struct server *s, const struct caller *c,
 			int64_t id, struct kn_error *err)
 {
 	struct kn_job_row j;
-	struct kn_audit a;
 	char object[48];
 	int rc;
 
@@ -504,9 +498,8 @@ static int check_caller(struct server *s, const struct caller *c,
 			       "only to its own jobs' ports",
 			       (long long)id, j.owner);
 		snprintf(object, sizeof(object), "job/%lld", (long long)id);
-		caller_audit(&a, c, "job.port_forward", object, "denied",
-			     err->message);
-		kn_store_audit_insert(s->store, &a, NULL);
+		core_audit(s, c, "job.port_forward", object, "denied",
+			   err->message);
 	}
 	kn_job_row_release(&j);
 	return rc;
