@@ -480,23 +480,16 @@ static int find_task(struct server *s, int64_t id, int64_t rank,
 			 (long long)rank);
 }
 
-/* Whether c may forward to job j's ports: its owner, or an operator. */
+/* Whether c may forward to job id's ports: its owner, or an operator;
+   a refusal is audited. */
 static int check_caller(struct server *s, const struct caller *c,
 			int64_t id, struct kn_error *err)
 {
 	struct kn_job_row j;
 	char object[48];
-	int rc;
+	int rc = jobs_get_for(s, c, id, "forward to the ports of", &j, err);
 
-	memset(&j, 0, sizeof(j));
-	rc = kn_store_job_get(s->store, id, &j, err);
-	if (rc < 0)
-		return rc;
-	if (c->role < KN_ROLE_OPERATOR && strcmp(j.owner, c->name) != 0) {
-		rc = kn_errorf(err, KN_EPERM, NULL,
-			       "job %lld belongs to %s; a user may forward "
-			       "only to its own jobs' ports",
-			       (long long)id, j.owner);
+	if (rc == -EPERM) {
 		snprintf(object, sizeof(object), "job/%lld", (long long)id);
 		core_audit(s, c, "job.port_forward", object, "denied",
 			   err->message);
