@@ -263,12 +263,16 @@ struct kn_executor_ops {
 	 * and outputs from inside the task (a pod's shim); honours this
 	 * placement.selector key (Slurm's "pool", a partition) or NULL;
 	 * needs the home searchable (o+x) for a task's user to reach its
-	 * directory (Slurm).
+	 * directory (Slurm); reports the times the engine accounted in the
+	 * tasks' statuses, so that an attempt runs from its tasks' first
+	 * start to their last end rather than from the server's launch
+	 * (Slurm: the allocation's Start and End in sacct).
 	 */
 	bool places_tasks;
 	bool syncs_checkpoints;
 	const char *selector_key;
 	bool home_searchable;
+	bool times_from_engine;
 	/*
 	 * When tasks are not processes of this machine: the nodes answer's
 	 * isolation (the engine's) and why the server sets no resource

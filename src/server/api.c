@@ -104,6 +104,35 @@ static json_t *devices_json(const char *text)
 	return a;
 }
 
+/*
+ * A running attempt's checkpoints, from its run (its row gets them when
+ * it ends): the newest synced, when the task committed it, and the one
+ * being written with the bytes of it already sent ahead.
+ */
+static void running_checkpoints(struct server *s, int64_t job_id,
+				json_t *attempt)
+{
+	int number = (int)json_integer_value(json_object_get(attempt, "number"));
+
+	for (const struct run *r = s->runs; r; r = r->next) {
+		if (r->job_id != job_id || r->attempt != number)
+			continue;
+		if (r->checkpoint[0]) {
+			json_object_set_new(attempt, "checkpoint",
+					    json_string(r->checkpoint));
+			json_object_set_new(attempt, "checkpoint_at_ms",
+					    json_integer(r->checkpoint_at));
+		}
+		if (r->checkpoint_next[0])
+			json_object_set_new(
+				attempt, "checkpoint_next",
+				json_pack("{s:s, s:I}", "name",
+					  r->checkpoint_next, "sent_bytes",
+					  (json_int_t)r->checkpoint_next_sent));
+		return;
+	}
+}
+
 static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 			       struct kn_error *err)
 {
@@ -189,6 +218,9 @@ static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 				  (json_int_t)att[i].restore_ms, "useful_task_ms",
 				  (json_int_t)att[i].useful_ms, "lost_task_ms",
 				  (json_int_t)att[i].lost_ms, "tasks", ta));
+		if (att[i].state == KN_JOB_RUNNING)
+			running_checkpoints(s, j->id,
+					    json_array_get(list, i));
 	}
 	json_object_set_new(o, "attempts_detail", list);
 	list = json_array();

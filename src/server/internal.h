@@ -78,6 +78,10 @@ struct run {
 	char resume_from[512]; /* KILN_RESUME_FROM, or "" */
 	char checkpoint[128];  /* the newest checkpoint synced, or "" */
 	int64_t checkpoint_at; /* when it was committed by the task */
+	/* The checkpoint being written (NAME.tmp), not committed yet, and
+	   the bytes of its files already sent ahead: "" and 0 when none. */
+	char checkpoint_next[128];
+	int64_t checkpoint_next_sent;
 	int64_t restore_ms;    /* time spent restoring before the start */
 	char restored[128];    /* the checkpoint it resumed from, or "" */
 
@@ -154,6 +158,11 @@ struct server {
 	const struct kn_pack_policy *policy;
 	struct kn_sched_shape *workload;
 	size_t n_workload, cap_workload;
+	/* The same jobs as distinct shapes with their counts: what placement
+	   and the fragmentation measure read, a few entries however many
+	   jobs (an array of 10,000 is one). */
+	struct kn_sched_shape *shapes;
+	size_t n_shapes, cap_shapes;
 
 	struct queued_job *queue;
 	size_t queue_len;

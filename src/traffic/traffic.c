@@ -120,33 +120,31 @@ static void expire(struct kn_traffic *t, int64_t now)
 	}
 }
 
-static bool instance_ok(const char *s)
+/* s is 1..max of lowercase letters, digits, the characters of punct,
+   and uppercase letters when upper. */
+static bool word_ok(const char *s, size_t max, const char *punct, bool upper)
 {
 	size_t n = s ? strlen(s) : 0;
 
-	if (n == 0 || n > INSTANCE_MAX)
+	if (n == 0 || n > max)
 		return false;
 	for (size_t i = 0; i < n; i++)
 		if (!(s[i] >= 'a' && s[i] <= 'z') &&
-		    !(s[i] >= 'A' && s[i] <= 'Z') &&
-		    !(s[i] >= '0' && s[i] <= '9') && s[i] != '-' && s[i] != '_')
+		    !(upper && s[i] >= 'A' && s[i] <= 'Z') &&
+		    !(s[i] >= '0' && s[i] <= '9') && !strchr(punct, s[i]))
 			return false;
 	return true;
+}
+
+static bool instance_ok(const char *s)
+{
+	return word_ok(s, INSTANCE_MAX, "-_", true);
 }
 
 /* A deployment name's shape: lowercase letters, digits, '.', '_', '-'. */
 static bool name_ok(const char *s)
 {
-	size_t n = s ? strlen(s) : 0;
-
-	if (n == 0 || n > NAME_MAX_LEN)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!(s[i] >= 'a' && s[i] <= 'z') &&
-		    !(s[i] >= '0' && s[i] <= '9') && s[i] != '.' &&
-		    s[i] != '_' && s[i] != '-')
-			return false;
-	return true;
+	return word_ok(s, NAME_MAX_LEN, "._-", false);
 }
 
 static bool count_ok(const json_t *v, uint64_t *out)

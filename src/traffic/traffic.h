@@ -6,10 +6,11 @@
  *
  * A gateway sends its cumulative counters and latency histogram per
  * deployment (they start at zero when it starts, under an instance id
- * it draws then, and it says how long ago that was). The table keeps a few samples per gateway and
- * deployment, at least a sixteenth of the window apart, and answers the
- * difference between the newest and the one at the window's start,
- * summed over gateways (histograms merged bucket by bucket). It holds
+ * it draws then, and it says how long ago that was). The table keeps a
+ * few samples per gateway and deployment, at least a sixteenth of the
+ * window apart, and answers the difference between the newest and the
+ * one at the window's start, summed over gateways (histograms merged
+ * bucket by bucket). It holds
  * bounded memory whatever is reported, and is pure: the time is passed
  * in, so its rules are unit-tested without a server or a gateway.
  */

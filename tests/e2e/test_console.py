@@ -266,9 +266,9 @@ def populate(s, g, tmp_path):
     """Jobs, a workflow whose train step made a signed model with
     lineage, a deployment served through the gateway, and an alert."""
     ids = {}
-    # prepare → train, which saves a checkpoint (and waits for it to be
-    # synced) before it writes its model.
-    train = COMMIT + "sleep 2; " + TRAIN
+    # prepare → train, which commits a checkpoint (synced at the latest
+    # when its attempt ends) before it writes its model.
+    train = COMMIT + TRAIN
     run_id = run(s, write_workflow(tmp_path, (
         "kind: Workflow\nname: pipe\nsteps:\n"
         f"  - name: prepare\n    job: {{command: {sh(PREPARE)}}}\n"

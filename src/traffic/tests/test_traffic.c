@@ -45,32 +45,44 @@ static int take(struct kn_traffic *t, json_t *doc, int64_t now,
 	return rc;
 }
 
+/* Take doc at now, which must be accepted. */
+static void take_ok(struct kn_traffic *t, json_t *doc, int64_t now)
+{
+	struct kn_error err;
+
+	assert_int_equal(take(t, doc, now, &err), 0);
+}
+
 static json_int_t num(const json_t *o, const char *k)
 {
 	return json_integer_value(json_object_get(o, k));
 }
 
+/* s's requests, errors, rate_limited and gateways are these. */
+static void assert_counts(const json_t *s, json_int_t requests,
+			  json_int_t errors, json_int_t limited,
+			  json_int_t gateways)
+{
+	assert_non_null(s);
+	assert_int_equal(num(s, "requests"), requests);
+	assert_int_equal(num(s, "errors"), errors);
+	assert_int_equal(num(s, "rate_limited"), limited);
+	assert_int_equal(num(s, "gateways"), gateways);
+}
+
 static void a_fresh_gateway_counts_from_zero(void **state)
 {
 	struct kn_traffic *t = kn_traffic_new(WINDOW);
-	struct kn_error err;
 	json_t *s;
 
 	(void)state;
 	assert_null(kn_traffic_summary(t, "chat", T0));
 	/* Started 10 s ago: everything it counted is inside the window. */
-	assert_int_equal(take(t, report("gw1", 10000, "chat", 20, 1, 3, 2, 0,
-					 10, 10, 0),
-			      T0, &err),
-			 0);
+	take_ok(t, report("gw1", 10000, "chat", 20, 1, 3, 2, 0, 10, 10, 0), T0);
 	s = kn_traffic_summary(t, "chat", T0);
-	assert_non_null(s);
-	assert_int_equal(num(s, "requests"), 20);
-	assert_int_equal(num(s, "errors"), 1);
-	assert_int_equal(num(s, "rate_limited"), 3);
+	assert_counts(s, 20, 1, 3, 1);
 	assert_int_equal(num(s, "fallbacks"), 2);
 	assert_int_equal(num(s, "tokens"), 7);
-	assert_int_equal(num(s, "gateways"), 1);
 	assert_float_equal(json_real_value(json_object_get(s, "window_s")),
 			   10.0, 1e-9);
 	assert_float_equal(
@@ -92,25 +104,20 @@ static void a_fresh_gateway_counts_from_zero(void **state)
 static void the_window_is_a_difference(void **state)
 {
 	struct kn_traffic *t = kn_traffic_new(WINDOW);
-	struct kn_error err;
 	json_t *s;
 	int64_t now = T0;
 
 	(void)state;
 	/* A gateway up for an hour: its first report has no baseline. */
-	assert_int_equal(take(t, report("gw1", 3600000, "chat", 1000, 0, 0, 0,
-					 1000, 0, 0, 0),
-			      now, &err),
-			 0);
+	take_ok(t, report("gw1", 3600000, "chat", 1000, 0, 0, 0, 1000, 0, 0, 0), now);
 	assert_null(kn_traffic_summary(t, "chat", now));
 	/* Reports every second for 400 s, one request each. */
 	for (int i = 1; i <= 400; i++) {
 		now += 1000;
-		assert_int_equal(take(t, report("gw1", 3600000 + i * 1000,
-						 "chat", 1000 + i, 0, 0, 0,
-						 1000, i, 0, 0),
-				      now, &err),
-				 0);
+		take_ok(t,
+			report("gw1", 3600000 + i * 1000, "chat", 1000 + i, 0,
+			       0, 0, 1000, i, 0, 0),
+			now);
 	}
 	s = kn_traffic_summary(t, "chat", now);
 	/* Only what the window holds, from the sample at its start (kept
@@ -131,23 +138,13 @@ static void the_window_is_a_difference(void **state)
 static void gateways_add_up(void **state)
 {
 	struct kn_traffic *t = kn_traffic_new(WINDOW);
-	struct kn_error err;
 	json_t *s;
 
 	(void)state;
-	assert_int_equal(take(t, report("gw1", 5000, "chat", 10, 0, 4, 0, 10,
-					 0, 0, 0),
-			      T0, &err),
-			 0);
-	assert_int_equal(take(t, report("gw2", 5000, "chat", 10, 2, 0, 1, 0,
-					 0, 0, 10),
-			      T0, &err),
-			 0);
+	take_ok(t, report("gw1", 5000, "chat", 10, 0, 4, 0, 10, 0, 0, 0), T0);
+	take_ok(t, report("gw2", 5000, "chat", 10, 2, 0, 1, 0, 0, 0, 10), T0);
 	s = kn_traffic_summary(t, "chat", T0);
-	assert_int_equal(num(s, "requests"), 20);
-	assert_int_equal(num(s, "errors"), 2);
-	assert_int_equal(num(s, "rate_limited"), 4);
-	assert_int_equal(num(s, "gateways"), 2);
+	assert_counts(s, 20, 2, 4, 2);
 	/* Half under 10 ms, half past the last bound: p99 is that bound. */
 	assert_float_equal(
 		json_real_value(json_object_get(s, "latency_p50_ms")), 10.0,
@@ -162,19 +159,13 @@ static void gateways_add_up(void **state)
 static void a_restart_starts_the_series_again(void **state)
 {
 	struct kn_traffic *t = kn_traffic_new(WINDOW);
-	struct kn_error err;
 	json_t *s;
 
 	(void)state;
-	assert_int_equal(take(t, report("gw1", 1000, "chat", 50, 0, 0, 0, 50,
-					 0, 0, 0),
-			      T0, &err),
-			 0);
+	take_ok(t, report("gw1", 1000, "chat", 50, 0, 0, 0, 50, 0, 0, 0), T0);
 	/* The same instance with smaller counters, up for 2 s again. */
-	assert_int_equal(take(t, report("gw1", 2000, "chat", 5, 0, 0, 0, 5, 0,
-					 0, 0),
-			      T0 + 60000, &err),
-			 0);
+	take_ok(t, report("gw1", 2000, "chat", 5, 0, 0, 0, 5, 0, 0, 0),
+		T0 + 60000);
 	s = kn_traffic_summary(t, "chat", T0 + 60000);
 	assert_int_equal(num(s, "requests"), 5);
 	json_decref(s);
@@ -269,7 +260,6 @@ static json_t *many(const char *instance, int n)
 static void each_of_many_is_found(void **state)
 {
 	struct kn_traffic *t = kn_traffic_new(WINDOW);
-	struct kn_error err;
 	json_t *doc = many("g", 300), *deps = json_object_get(doc, "deployments");
 	json_t *late = many("g", 0);
 	char name[16];
@@ -291,7 +281,7 @@ static void each_of_many_is_found(void **state)
 	/* d150's entry (backwards: at 149), for a later report. */
 	json_array_append_new(json_object_get(late, "deployments"),
 			      json_deep_copy(json_array_get(deps, 149)));
-	assert_int_equal(take(t, doc, T0, &err), 0);
+	take_ok(t, doc, T0);
 	for (int i = 0; i < 300; i++) {
 		json_t *s;
 
@@ -302,8 +292,8 @@ static void each_of_many_is_found(void **state)
 		json_decref(s);
 	}
 	/* Later, only d150 reports again; past the window the rest go. */
-	assert_int_equal(take(t, late, T0 + WINDOW - 1, &err), 0);
-	assert_int_equal(take(t, many("other", 0), T0 + WINDOW + 1, &err), 0);
+	take_ok(t, late, T0 + WINDOW - 1);
+	take_ok(t, many("other", 0), T0 + WINDOW + 1);
 	assert_null(kn_traffic_summary(t, "d0", T0 + WINDOW + 1));
 	assert_null(kn_traffic_summary(t, "d299", T0 + WINDOW + 1));
 	{
@@ -324,25 +314,23 @@ static void what_it_holds_is_bounded(void **state)
 	(void)state;
 	for (int i = 0; i < KN_TRAFFIC_GATEWAYS_MAX; i++) {
 		snprintf(id, sizeof(id), "gw%d", i);
-		assert_int_equal(take(t, many(id, 1), T0, &err), 0);
+		take_ok(t, many(id, 1), T0);
 	}
 	assert_int_not_equal(take(t, many("one-more", 1), T0, &err), 0);
 	assert_int_equal(err.code, KN_ELIMIT);
 	assert_string_equal(err.field, "instance");
 	/* Once the others have been silent for a window, it is taken. */
-	assert_int_equal(take(t, many("one-more", 1), T0 + WINDOW + 1, &err),
-			 0);
+	take_ok(t, many("one-more", 1), T0 + WINDOW + 1);
 	kn_traffic_free(t);
 
 	/* Gateway and deployment pairs: one gateway fills the table, the
 	   next one's new pair is refused, the first's known ones are not. */
 	t = kn_traffic_new(WINDOW);
-	assert_int_equal(take(t, many("a", KN_TRAFFIC_SERIES_MAX), T0, &err),
-			 0);
+	take_ok(t, many("a", KN_TRAFFIC_SERIES_MAX), T0);
 	assert_int_not_equal(take(t, many("b", 1), T0, &err), 0);
 	assert_int_equal(err.code, KN_ELIMIT);
 	assert_string_equal(err.field, "deployments");
-	assert_int_equal(take(t, many("a", 10), T0 + 1000, &err), 0);
+	take_ok(t, many("a", 10), T0 + 1000);
 	/* More entries than the table could ever hold: a bad report. */
 	assert_int_equal(take(t, many("c", KN_TRAFFIC_SERIES_MAX + 1), T0,
 			      &err),
