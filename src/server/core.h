@@ -72,6 +72,14 @@ void jobs_held_settle(struct server *s, struct queued_job *held,
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		struct kn_error *err);
 /*
+ * Job id's row into *j (kn_job_row_release it, also after an error)
+ * when c may act on it (c NULL: the system): its owner, an operator or
+ * an admin. -ENOENT when there is none; -EPERM naming the owner ("a
+ * user may VERB only its own jobs") otherwise.
+ */
+int jobs_get_for(struct server *s, const struct caller *c, int64_t id,
+		 const char *verb, struct kn_job_row *j, struct kn_error *err);
+/*
  * Evict a running preemptible job: its checkpoint signal, then SIGKILL
  * after grace_ms (< 0: the spec's checkpoint grace); the attempt ends
  * preempted and the job goes back to the queue without using a retry.

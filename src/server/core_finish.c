@@ -628,6 +628,22 @@ static int request_stop(struct server *s, struct kn_job_row *j, char *reason,
 	return 0;
 }
 
+int jobs_get_for(struct server *s, const struct caller *c, int64_t id,
+		 const char *verb, struct kn_job_row *j, struct kn_error *err)
+{
+	int rc;
+
+	memset(j, 0, sizeof(*j));
+	rc = kn_store_job_get(s->store, id, j, err);
+	if (rc < 0 || !c || c->role >= KN_ROLE_OPERATOR ||
+	    strcmp(j->owner, c->name) == 0)
+		return rc;
+	return kn_errorf(err, KN_EPERM, NULL,
+			 "job %lld belongs to %s; a user may %s only its own "
+			 "jobs",
+			 (long long)id, j->owner, verb);
+}
+
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		struct kn_error *err)
 {
@@ -636,17 +652,11 @@ int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 	char object[48];
 	int rc;
 
-	memset(&j, 0, sizeof(j));
-	rc = kn_store_job_get(s->store, id, &j, err);
-	if (rc < 0)
+	rc = jobs_get_for(s, c, id, "cancel", &j, err);
+	if (rc == -ENOENT)
 		return rc;
-	if (c->role < KN_ROLE_OPERATOR && strcmp(j.owner, c->name) != 0) {
-		rc = kn_errorf(err, KN_EPERM, NULL,
-			       "job %lld belongs to %s; a user may cancel only "
-			       "its own jobs",
-			       (long long)id, j.owner);
+	if (rc < 0)
 		goto out;
-	}
 	if (kn_job_state_terminal(j.state)) {
 		rc = kn_errorf(err, KN_ECONFLICT, "state",
 			       "job %lld has already %s", (long long)id,
@@ -730,17 +740,11 @@ int jobs_evict(struct server *s, const struct caller *c, int64_t id,
 	char object[48];
 	int rc;
 
-	memset(&j, 0, sizeof(j));
-	rc = kn_store_job_get(s->store, id, &j, err);
-	if (rc < 0)
+	rc = jobs_get_for(s, c, id, "evict", &j, err);
+	if (rc == -ENOENT)
 		return rc;
-	if (c && c->role < KN_ROLE_OPERATOR && strcmp(j.owner, c->name) != 0) {
-		rc = kn_errorf(err, KN_EPERM, NULL,
-			       "job %lld belongs to %s; a user may evict only "
-			       "its own jobs",
-			       (long long)id, j.owner);
+	if (rc < 0)
 		goto out;
-	}
 	for (struct run *p = s->runs; p; p = p->next)
 		if (p->job_id == id)
 			r = p;

@@ -201,16 +201,11 @@ static const struct kn_tunnel_ops tunnel_ops = {
 
 static void audit_opened(const struct forward *f)
 {
-	struct kn_audit a;
 	char object[48], detail[64];
-	struct kn_error err;
 
 	snprintf(object, sizeof(object), "job/%lld", (long long)f->job_id);
 	snprintf(detail, sizeof(detail), "task %d port %d", f->rank, f->port);
-	caller_audit(&a, &f->caller, "job.port_forward", object, "ok", detail);
-	if (kn_store_audit_insert(f->s->store, &a, &err) < 0)
-		kn_log(KN_LOG_WARN, "job %lld: port-forward not audited: %s",
-		       (long long)f->job_id, err.message);
+	core_audit(f->s, &f->caller, "job.port_forward", object, "ok", detail);
 }
 
 /* The connect ended: upgrade the request, or answer why not. */
@@ -485,28 +480,19 @@ static int find_task(struct server *s, int64_t id, int64_t rank,
 			 (long long)rank);
 }
 
-/* Whether c may forward to job j's ports: its owner, or an operator. */
+/* Whether c may forward to job id's ports: its owner, or an operator;
+   a refusal is audited. */
 static int check_caller(struct server *s, const struct caller *c,
 			int64_t id, struct kn_error *err)
 {
 	struct kn_job_row j;
-	struct kn_audit a;
 	char object[48];
-	int rc;
+	int rc = jobs_get_for(s, c, id, "forward to the ports of", &j, err);
 
-	memset(&j, 0, sizeof(j));
-	rc = kn_store_job_get(s->store, id, &j, err);
-	if (rc < 0)
-		return rc;
-	if (c->role < KN_ROLE_OPERATOR && strcmp(j.owner, c->name) != 0) {
-		rc = kn_errorf(err, KN_EPERM, NULL,
-			       "job %lld belongs to %s; a user may forward "
-			       "only to its own jobs' ports",
-			       (long long)id, j.owner);
+	if (rc == -EPERM) {
 		snprintf(object, sizeof(object), "job/%lld", (long long)id);
-		caller_audit(&a, c, "job.port_forward", object, "denied",
-			     err->message);
-		kn_store_audit_insert(s->store, &a, NULL);
+		core_audit(s, c, "job.port_forward", object, "denied",
+			   err->message);
 	}
 	kn_job_row_release(&j);
 	return rc;
