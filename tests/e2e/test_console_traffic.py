@@ -103,14 +103,23 @@ def test_deployment_traffic_from_the_gateway(stack, browser):
     # it routed chat.
     truth = gateway_counts(g, "chat")
     assert truth["rate_limited"] == seen["rate_limited"] >= 4
-    assert truth["fallbacks"] == seen["fallbacks"] >= 3
+    # A call that fell back and failed there too counts as a fallback
+    # without the header on its answer.
+    assert truth["fallbacks"] >= seen["fallbacks"] >= 3
     assert truth["requests"] >= seen["requests"]
     assert truth["errors"] >= seen["errors"]
 
+    last = []
+
     def settled():
-        t = detail(s, "chat")["traffic"]
+        last[:] = [detail(s, "chat")["traffic"]]
+        t = last[0]
         return t if t and t["requests"] == truth["requests"] else None
-    t = wait_for(settled, timeout=30, what=f"traffic to reach {truth}")
+    try:
+        t = wait_for(settled, timeout=30, what=f"traffic to reach {truth}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the server has {last}; "
+                             f"the gateway's log:\n{g.log.read_text()[-3000:]}")
     for k in ("rate_limited", "fallbacks", "errors"):
         assert t[k] == truth[k], (k, t, truth)
     assert t["gateways"] == 1
