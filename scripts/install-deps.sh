@@ -65,6 +65,10 @@ test_packages=(
   python3-setuptools
   # tests/e2e/test_console.py drives the web console in a headless browser
   chromium chromium-driver python3-selenium
+  # tests/e2e/test_slurm*.py: a real Slurm (scripts/slurm-up.sh and
+  # slurm-2node.sh), whose accounting test runs slurmdbd on a MariaDB of
+  # its own; ip(8) and nsenter/unshare make the two-node cluster
+  slurm-wlm munge slurmdbd mariadb-server mariadb-client iproute2
 )
 
 demo_packages=(

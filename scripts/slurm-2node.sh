@@ -31,6 +31,12 @@
 # instances of type 1g.10gb (fake device files, as scripts/slurm-up.sh), and
 # two partitions, PREFIX (default, priority tier 1, preempted by requeue
 # with a grace) and PREFIX-high (tier 10), under preempt/partition_prio.
+#
+# With KILN_SLURM2_ACCT_PORT set, the cluster has accounting: a MariaDB of
+# its own (datadir, socket and pid file under $dir/acct, listening on
+# 127.0.0.1 at that port + 1) behind a slurmdbd on that port, both started
+# here and stopped by `down`, no system service; gres/gpu and gres/shard
+# are accounted TRES, so sacct's AllocTRES names the GPUs a job held.
 set -euo pipefail
 
 dir=${KILN_SLURM2_DIR:-/var/lib/kiln-slurm2}
@@ -40,9 +46,11 @@ prefix=${KILN_SLURM2_NODES:-kn}
 net=${KILN_SLURM2_NET:-10.77.0}
 # A preempted job's time to checkpoint, in seconds (partition GraceTime).
 preempt_grace_s=${KILN_SLURM2_PREEMPT_GRACE:-30}
+acct_port=${KILN_SLURM2_ACCT_PORT:-}
 bridge=$prefix-br0
 nodes=("${prefix}1" "${prefix}2")
 host_ip=$net.1
+acct=$dir/acct
 # Bounded waits, in seconds.
 idle_wait_s=60
 term_wait_s=10
@@ -77,6 +85,8 @@ down() {
     stop_daemon slurmd "$dir/run/slurmd.$n.pid"
   done
   stop_daemon slurmctld "$dir/run/slurmctld.pid"
+  stop_daemon slurmdbd "$dir/run/slurmdbd.pid"
+  stop_daemon mariadbd "$acct/run/mariadbd.pid"
   for n in "${nodes[@]}"; do
     ip netns del "$n" 2>/dev/null || true
     # A namespace outlives its name while a process still runs in it, and
@@ -85,6 +95,70 @@ down() {
     rm -rf "/etc/netns/$n"
   done
   ip link del "$bridge" 2>/dev/null || true
+}
+
+# MariaDB and slurmdbd for accounting, when asked for (see above).
+acct_up() {
+  local db_port=$((acct_port + 1)) sock=$acct/run/mysql.sock
+  mkdir -p "$acct/db" "$acct/run"
+  chown mysql:mysql "$acct/db" "$acct/run"
+  if [ ! -d "$acct/db/mysql" ]; then
+    mariadb-install-db --no-defaults --user=mysql --datadir="$acct/db" \
+      --auth-root-authentication-method=socket --skip-test-db \
+      > "$dir/log/mariadb-install.log" 2>&1 ||
+      die "mariadb-install-db failed (see $dir/log/mariadb-install.log)"
+  fi
+  if ! daemon_pid mariadbd "$acct/run/mariadbd.pid" >/dev/null; then
+    mariadbd --no-defaults --user=mysql --datadir="$acct/db" \
+      --socket="$sock" --port="$db_port" --bind-address=127.0.0.1 \
+      --pid-file="$acct/run/mariadbd.pid" --log-error="$dir/log/mariadbd.log" \
+      --skip-name-resolve --innodb-buffer-pool-size=16M \
+      </dev/null >/dev/null 2>&1 &
+  fi
+  local deadline=$((SECONDS + idle_wait_s))
+  until mariadb --no-defaults --socket="$sock" -u root -e "SELECT 1" \
+          >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] ||
+      die "mariadbd did not answer (see $dir/log/mariadbd.log)"
+    sleep 0.2
+  done
+  mariadb --no-defaults --socket="$sock" -u root -e \
+    "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'kiln';
+     GRANT ALL ON \`${cluster}_acct\`.* TO 'slurm'@'127.0.0.1';" ||
+    die "cannot make the slurm database user"
+  # slurmdbd refuses a configuration others may read (it has a password).
+  (umask 077 && cat > "$dir/slurmdbd.conf" <<EOF
+# Written by scripts/slurm-2node.sh; edits are overwritten.
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$acct_port
+SlurmUser=root
+PidFile=$dir/run/slurmdbd.pid
+LogFile=$dir/log/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$db_port
+StorageUser=slurm
+StoragePass=kiln
+StorageLoc=${cluster}_acct
+EOF
+  )
+  if ! daemon_pid slurmdbd "$dir/run/slurmdbd.pid" >/dev/null; then
+    # slurmdbd.conf is read from slurm.conf's directory.
+    SLURM_CONF=$conf slurmdbd ||
+      die "slurmdbd failed to start (see $dir/log/slurmdbd.log)"
+  fi
+  deadline=$((SECONDS + idle_wait_s))
+  until SLURM_CONF=$conf sacctmgr -n list cluster >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] ||
+      die "slurmdbd did not answer (see $dir/log/slurmdbd.log)"
+    sleep 0.2
+  done
+  SLURM_CONF=$conf sacctmgr -n list cluster format=cluster -P |
+    grep -qx "$cluster" ||
+    SLURM_CONF=$conf sacctmgr -i add cluster "$cluster" >/dev/null ||
+    die "sacctmgr could not add cluster $cluster"
 }
 
 # /etc/netns/NS/hosts for node number $1: both nodes by name, and this
@@ -138,6 +212,13 @@ up() {
     fi
   done
 
+  local accounting="AccountingStorageType=accounting_storage/none"
+  if [ -n "$acct_port" ]; then
+    accounting="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$acct_port
+AccountingStorageTRES=gres/gpu,gres/shard"
+  fi
   local new_conf
   new_conf=$(cat <<EOF
 # Written by scripts/slurm-2node.sh; edits are overwritten.
@@ -158,7 +239,7 @@ SlurmdLogFile=$dir/log/slurmd.%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$accounting
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 GresTypes=gpu,shard
@@ -194,6 +275,7 @@ EOF
     for n in "${nodes[@]}"; do stop_daemon slurmd "$dir/run/slurmd.$n.pid"; done
     stop_daemon slurmctld "$dir/run/slurmctld.pid"
   fi
+  [ -z "$acct_port" ] || acct_up
   daemon_pid slurmctld "$dir/run/slurmctld.pid" >/dev/null ||
     slurmctld -f "$conf" || die "slurmctld failed to start"
   for n in "${nodes[@]}"; do

@@ -285,6 +285,16 @@ size_t kn_ckpt_sent_reused(const struct kn_ckpt_sent *sent)
 	return sent->reused;
 }
 
+int64_t kn_ckpt_sent_bytes(const struct kn_ckpt_sent *sent, const char *name)
+{
+	int64_t bytes = 0;
+
+	for (size_t i = 0; sent && i < sent->n; i++)
+		if (!strcmp(sent->files[i].name, name))
+			bytes += sent->files[i].id.size;
+	return bytes;
+}
+
 static struct sent_file *sent_find(const struct kn_ckpt_sent *sent,
 				   const char *name, const char *path)
 {

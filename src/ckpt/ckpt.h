@@ -332,6 +332,8 @@ struct kn_ckpt_sent *kn_ckpt_sent_new(void);
 void kn_ckpt_sent_free(struct kn_ckpt_sent *sent);
 /* Files the last kn_ckpt_upload with this record took from it. */
 size_t kn_ckpt_sent_reused(const struct kn_ckpt_sent *sent);
+/* The bytes of checkpoint name's files recorded as sent ahead. */
+int64_t kn_ckpt_sent_bytes(const struct kn_ckpt_sent *sent, const char *name);
 
 /*
  * Send DIR/NAME.tmp/PATH, a file the task finished writing into a

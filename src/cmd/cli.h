@@ -93,6 +93,18 @@ int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_run(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_attach(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_exec(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_port_forward(struct cli_ctx *ctx, int argc, char **argv);
+struct cli_client;
+/*
+ * cmd_port_forward.c, also for `kiln attach --port`: listen on
+ * address:LOCAL of ports ("LOCAL:REMOTE") and carry each connection to
+ * port REMOTE of task of job id from threads of its own, until the
+ * process ends; says where on stderr. 0, or the exit status after
+ * printing why not.
+ */
+int cli_port_forward_start(const struct cli_ctx *ctx, struct cli_client *c,
+			   int64_t id, int task, const char *ports,
+			   const char *address);
 int cmd_evict(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_drain(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_cordon(struct cli_ctx *ctx, int argc, char **argv);

@@ -145,6 +145,59 @@ static int split_dirs(struct cli_ctx *ctx, const char *arg, char **buf,
 	return CLI_GO;
 }
 
+/* The checks as JSON, or each failure as a line Slurm's health check
+   convention reads. */
+static void results_print(struct cli_ctx *ctx,
+			  const struct kn_check_result *r, int n, int failed,
+			  bool json)
+{
+	json_t *checks, *doc;
+
+	if (!json) {
+		for (int i = 0; i < n; i++)
+			if (r[i].status == KN_CHECK_FAIL)
+				printf("ERROR:  kiln:  Health check failed:  "
+				       "%s: %s\n", r[i].name, r[i].message);
+		return;
+	}
+	checks = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(
+			checks, json_pack("{s:s,s:s,s:s}", "name", r[i].name,
+					  "status",
+					  kn_check_status_name(r[i].status),
+					  "message", r[i].message));
+	doc = json_pack("{s:b,s:i,s:o}", "healthy", failed == 0, "failed",
+			failed, "checks", checks);
+	cli_print_data(ctx, doc);
+	json_decref(doc);
+}
+
+/*
+ * --drain: node (NULL: this host's short name) drained in Slurm and in
+ * kiln when a check failed (first says which), resumed when all passed.
+ * Returns kiln's answer (0 when it took it).
+ */
+static int drain_or_resume(struct cli_ctx *ctx, const char *node,
+			   int failed, const char *first)
+{
+	char host[256];
+
+	if (!node) {
+		if (gethostname(host, sizeof(host)) < 0)
+			kn_strlcpy(host, "localhost", sizeof(host));
+		host[sizeof(host) - 1] = '\0';
+		host[strcspn(host, ".")] = '\0';
+		node = host;
+	}
+	if (failed)
+		drain_in_slurm(ctx, node, first);
+	else
+		resume_in_slurm(ctx, node);
+	return drain_in_kiln(ctx, node, failed == 0,
+			     failed ? first : "all checks passed");
+}
+
 int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *root = "/", *sku_name = getenv("KILN_SKU"),
@@ -174,7 +227,7 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 	struct kn_sku sku;
 	struct kn_error err;
 	const char *dirs[DIRS_MAX];
-	char *dir_buf = NULL, host[256], first[700] = "";
+	char *dir_buf = NULL, first[700] = "";
 	char *shipped_sku = NULL, *shipped_perf = NULL;
 	int rc, failed;
 
@@ -232,40 +285,11 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 		if (r[i].status == KN_CHECK_FAIL && !first[0])
 			snprintf(first, sizeof(first), "%s: %s", r[i].name,
 				 r[i].message);
-	if (json) {
-		json_t *checks = json_array();
-		for (int i = 0; i < nchecks; i++)
-			json_array_append_new(
-				checks, json_pack("{s:s,s:s,s:s}", "name",
-						  r[i].name, "status",
-						  kn_check_status_name(r[i].status),
-						  "message", r[i].message));
-		json_t *doc = json_pack("{s:b,s:i,s:o}", "healthy", failed == 0,
-					"failed", failed, "checks", checks);
-		cli_print_data(ctx, doc);
-		json_decref(doc);
-	} else {
-		for (int i = 0; i < nchecks; i++)
-			if (r[i].status == KN_CHECK_FAIL)
-				printf("ERROR:  kiln:  Health check failed:  "
-				       "%s: %s\n", r[i].name, r[i].message);
-	}
+	results_print(ctx, r, nchecks, failed, json);
 	rc = failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 	if (drain) {
-		int drc;
-		if (!node) {
-			if (gethostname(host, sizeof(host)) < 0)
-				kn_strlcpy(host, "localhost", sizeof(host));
-			host[sizeof(host) - 1] = '\0';
-			host[strcspn(host, ".")] = '\0';
-			node = host;
-		}
-		if (failed)
-			drain_in_slurm(ctx, node, first);
-		else
-			resume_in_slurm(ctx, node);
-		drc = drain_in_kiln(ctx, node, failed == 0,
-				    failed ? first : "all checks passed");
+		int drc = drain_or_resume(ctx, node, failed, first);
+
 		if (drc != 0 && rc == CLI_EXIT_OK)
 			rc = drc;
 	}

@@ -107,8 +107,10 @@ static int attach(struct cli_client *c, int64_t id, int task)
 int cmd_attach(struct cli_ctx *ctx, int argc, char **argv)
 {
 	int task = 0, rc;
+	const char *port = NULL;
 	const struct cli_flag flags[] = {
 		{"task", 0, CLI_FLAG_COUNT, &task},
+		{"port", 0, CLI_FLAG_STRING, &port},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct cli_client *c = NULL;
@@ -121,6 +123,9 @@ int cmd_attach(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc != CLI_GO)
 		return rc;
 	rc = cli_client_open(ctx, &c);
+	if (rc == 0 && port)
+		rc = cli_port_forward_start(ctx, c, id, task, port,
+					    "127.0.0.1");
 	if (rc == 0)
 		rc = attach(c, id, task);
 	cli_client_free(c);

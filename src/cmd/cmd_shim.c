@@ -20,7 +20,7 @@ int cmd_shim(int argc, char **argv)
 {
 	const struct kn_shim_prepare prep = {kn_shimrt_prepare, NULL};
 	struct kn_error err;
-	int rc;
+	int rc, task_exit = 0;
 
 	if (argc >= 2 && !strcmp(argv[1], "--kube"))
 		return kn_shimrt_kube(argv + 2 + (argc > 2 &&
@@ -36,10 +36,10 @@ int cmd_shim(int argc, char **argv)
 		return 2;
 	}
 	if (!strcmp(argv[1], "--slurm"))
-		rc = kn_slurm_shim_main(argv[2], &prep, &err);
+		rc = kn_slurm_shim_main(argv[2], &prep, &task_exit, &err);
 	else
 		rc = kn_shim_main_prepared(argv[2], &prep, &err);
 	if (rc != 0)
 		fprintf(stderr, "kiln shim: %s\n", err.message);
-	return rc;
+	return rc != 0 ? rc : task_exit;
 }

@@ -298,8 +298,21 @@ static void show_attempt(json_t *attempt, int64_t now)
 		field("exit", "%s", exit_text);
 	if (reason && *reason)
 		field("reason", "%s", reason);
-	if (json_is_string(json_object_get(attempt, "checkpoint")))
-		field("checkpoint", "%s", cli_json_str(attempt, "checkpoint"));
+	if (json_is_string(json_object_get(attempt, "checkpoint"))) {
+		cli_format_when(cli_json_int(attempt, "checkpoint_at_ms"), now,
+				when, sizeof(when));
+		field("checkpoint", "%s (taken %s)",
+		      cli_json_str(attempt, "checkpoint"), when);
+	}
+	if (json_is_object(json_object_get(attempt, "checkpoint_next"))) {
+		json_t *next = json_object_get(attempt, "checkpoint_next");
+		char sent[32];
+
+		kn_format_bytes(cli_json_int(next, "sent_bytes"), sent,
+				sizeof(sent));
+		field("next checkpoint", "%s, %s sent ahead",
+		      cli_json_str(next, "name"), sent);
+	}
 	if (!json_array_size(tasks))
 		return;
 	t = cli_table_new(headers);

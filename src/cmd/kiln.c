@@ -85,6 +85,22 @@ static const struct cli_command commands[] = {
 	 "\n"
 	 "  -o json  print the server's JSON, including the spec\n",
 	 false},
+	{"port-forward", cmd_port_forward, NULL,
+	 "forward a local port to a port a job's task listens on",
+	 "usage: kiln port-forward ID|ID[K] LOCAL:REMOTE [--task N]\n"
+	 "                         [--address A]\n"
+	 "\n"
+	 "Listen on A:LOCAL and carry every connection made there to port\n"
+	 "REMOTE of the job's task (a notebook, TensorBoard, a model server\n"
+	 "under test), each over an API connection of its own: the task\n"
+	 "listens on loopback and nothing of it is exposed on the network.\n"
+	 "Waits for a queued job to start; runs until interrupted. LOCAL 0\n"
+	 "picks a free port; the first line printed names it. The job's\n"
+	 "owner and operators only.\n"
+	 "\n"
+	 "  --task N     the task's rank (default 0)\n"
+	 "  --address A  the local address to listen on (default 127.0.0.1)\n",
+	 false},
 	{"logs", cmd_logs, NULL, "print or follow a task's output",
 	 "usage: kiln logs ID|ID[K] [--task N | --all] [--attempt K] [--tail N]\n"
 	 "                 [--since DUR] [--timestamps] [-f] [--raw]\n"
@@ -124,7 +140,7 @@ static const struct cli_command commands[] = {
 	 "  --name N     the job's name (default run)\n",
 	 false},
 	{"attach", cmd_attach, NULL, "attach this terminal to a job's terminal",
-	 "usage: kiln attach ID [--task N]\n"
+	 "usage: kiln attach ID [--task N] [--port LOCAL:REMOTE]\n"
 	 "\n"
 	 "Attach this terminal to the terminal of job ID's task (one started\n"
 	 "with kiln run -it, or a spec with tty: true), showing first what it\n"
@@ -132,7 +148,10 @@ static const struct cli_command commands[] = {
 	 "detached. Ctrl-P Ctrl-Q detaches; kiln exits with the task's exit\n"
 	 "code when it ends meanwhile. The job's owner and operators only.\n"
 	 "\n"
-	 "  --task N  the task's rank (default 0)\n",
+	 "  --task N              the task's rank (default 0)\n"
+	 "  --port LOCAL:REMOTE   also forward 127.0.0.1:LOCAL to the task's\n"
+	 "                        port REMOTE while attached, as kiln\n"
+	 "                        port-forward does\n",
 	 false},
 	{"exec", cmd_exec, NULL, "run a command beside a running task",
 	 "usage: kiln exec ID [--task N] [-i] [-t] -- CMD [ARG...]\n"

@@ -281,12 +281,14 @@ static void loop(struct term *t, int sfd)
 						       NULL, 0));
 			next_ping = kn_mono_ms() + PING_MS;
 		}
-		if (p[0].revents)
-			read_conn(t);
-		if (p[1].revents && !t->ended && !t->failed)
-			read_stdin(t);
+		/* A resize that came before keys goes out before them. */
 		if (p[2].revents)
 			take_signal(t, sfd);
+		if (p[0].revents)
+			read_conn(t);
+		if (p[1].revents && !t->ended && !t->failed &&
+		    !t->detached)
+			read_stdin(t);
 	}
 }
 

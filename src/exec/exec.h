@@ -385,6 +385,36 @@ struct kn_slurm_task {
 struct kn_slurm_inventory; /* below */
 
 /*
+ * One run of a Slurm job in Slurm's accounting (src/exec/sacct.c), from
+ *   SLURM_TIME_FORMAT=%s sacct -n -P -X -D -j ID -o KN_SACCT_FORMAT
+ * Times are seconds since the epoch, 0 when Slurm has none ("Unknown",
+ * "None"); the counts are AllocTRES's totals, 0 when absent.
+ */
+#define KN_SACCT_FORMAT "JobIDRaw,State,ExitCode,Start,End,ElapsedRaw,AllocTRES"
+struct kn_sacct_job {
+	long long job_id;
+	char state[32];  /* "COMPLETED", "FAILED", "CANCELLED", ... */
+	int exit_code;   /* ExitCode's code (the batch script's) */
+	int signal;      /* and its signal */
+	int64_t start_s;
+	int64_t end_s;
+	int64_t elapsed_s;
+	int64_t cpus;
+	int64_t gpus;    /* gres/gpu */
+	int64_t shards;  /* gres/shard */
+	int64_t nodes;
+	int64_t mem_mb;
+};
+/*
+ * job_id's record in text, that output: 1 and *out (of several runs, the
+ * first that started: kiln's attempt, not the run a requeue queued
+ * again), 0 when it has none, or -EINVAL with err naming the line and
+ * column of a line that is not sacct's.
+ */
+int kn_sacct_parse(const char *text, long long job_id,
+		   struct kn_sacct_job *out, struct kn_error *err);
+
+/*
  * What the Slurm executor takes from the server's options: gres.conf's
  * shards per GPU (a share of a GPU asks for that many), and the partition
  * map "KEY=PARTITION,..." with keys "default", "spot" (preemptible jobs)
@@ -537,12 +567,14 @@ int kn_slurm_admit(const struct kn_slurm_inventory *inv,
  * LOCAL_RANK, NODE_RANK and MASTER_ADDR from Slurm's variables, keeps the
  * CUDA_VISIBLE_DEVICES Slurm set, then runs kn_shim_main_prepared with
  * prep (may be NULL). A task that has already recorded its exit (Slurm
- * restarted a finished attempt) is not run again. Returns the process
- * exit code.
+ * restarted a finished attempt) is not run again. Returns 0 with
+ * *task_exit, the task's exit status as a shell gives it (code, or 128 +
+ * signal), which the shim exits with so that Slurm's accounting (sacct's
+ * ExitCode) holds the task's; else the shim's own failure, with err.
  */
 struct kn_shim_prepare;
 int kn_slurm_shim_main(const char *attempt_dir,
-		       const struct kn_shim_prepare *prep,
+		       const struct kn_shim_prepare *prep, int *task_exit,
 		       struct kn_error *err);
 
 /*

@@ -102,7 +102,8 @@ size_t shim_sessions_poll_fill(struct shim_sessions *ss, struct pollfd *fds,
 /* After poll, on the same entries. */
 void shim_sessions_poll_done(struct shim_sessions *ss,
 			     const struct pollfd *fds, size_t n);
-/* poll's timeout while a session waits on a turn (0), else -1. */
+/* poll's timeout while sessions wait on a turn or on the sandbox, else
+   -1. */
 int shim_sessions_timeout(const struct shim_sessions *ss);
 /* How much of the task's terminal output may be read now. */
 size_t shim_sessions_task_room(const struct shim_sessions *ss);

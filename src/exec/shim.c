@@ -776,17 +776,186 @@ int kn_shim_main_prepared(const char *task_dir,
 	return exec_shim_main(task_dir, prep, KN_SANDBOX_LOCAL, err);
 }
 
+/* The signals the shim handles, blocked and read from a signalfd. */
+static int signals_open(const struct shim *s)
+{
+	sigset_t mask;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	/* Passed on to the task: Slurm's --signal before the time limit. */
+	sigaddset(&mask, SIGUSR1);
+	sigaddset(&mask, SIGUSR2);
+	if (s->stop_signal)
+		sigaddset(&mask, s->stop_signal);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	return signalfd(-1, &mask, SFD_CLOEXEC);
+}
+
+/* What supervise follows of the task. */
+struct watch {
+	bool child_done; /* reaped: wstatus holds its end */
+	bool out_open;   /* its output may still come */
+	int64_t drain_deadline;
+	int wstatus;
+};
+
+/*
+ * Under Slurm the server cannot signal the shim alone (Slurm signals
+ * every process of the step), so it leaves stop.json in the shared task
+ * directory.
+ */
+static bool stop_asked(const struct shim *s)
+{
+	char *stop = kn_asprintf("%s/stop.json", s->dir);
+	bool asked = access(stop, F_OK) == 0;
+
+	free(stop);
+	return asked;
+}
+
+/* A signal to the shim: the task's end, passed on, or a stop. */
+static void on_signal(struct shim *s, int sfd, int tfd, struct watch *w)
+{
+	struct signalfd_siginfo si;
+
+	if (read(sfd, &si, sizeof(si)) != sizeof(si))
+		return;
+	if (si.ssi_signo == SIGCHLD) {
+		shim_sessions_reap(s->sessions);
+		if (!w->child_done &&
+		    waitpid(s->child, &w->wstatus, WNOHANG) == s->child) {
+			w->child_done = true;
+			kn_sandbox_task_status(s->sandbox, &w->wstatus);
+			/* Leftovers of the group go with it. */
+			kill(-s->child, SIGKILL);
+			w->drain_deadline = kn_mono_ms() + DRAIN_MS;
+		}
+	} else if (s->stop_signal && (int)si.ssi_signo == s->stop_signal &&
+		   !w->child_done) {
+		begin_stop(s, tfd, NULL, s->stop_signal);
+	} else if ((si.ssi_signo == SIGUSR1 || si.ssi_signo == SIGUSR2) &&
+		   !w->child_done) {
+		kill(-s->child, (int)si.ssi_signo);
+	} else if (si.ssi_signo != SIGHUP && !w->child_done) {
+		begin_stop(s, tfd, NULL, 0);
+	}
+}
+
+/* The timeout, or the stop's grace, ran out. */
+static void on_timer(struct shim *s, int tfd, const struct watch *w)
+{
+	uint64_t ticks;
+
+	if (read(tfd, &ticks, sizeof(ticks)) < 0 || w->child_done)
+		return;
+	if (!s->stopping)
+		begin_stop(s, tfd, "timeout", 0);
+	else
+		kill(-s->child, SIGKILL);
+}
+
+/* The task's output to the log (and its sessions, on a terminal). */
+static void on_output(struct shim *s, int out_fd, size_t room,
+		      struct watch *w)
+{
+	char buf[65536];
+	ssize_t n = read(out_fd, buf, room < sizeof(buf) ? room : sizeof(buf));
+
+	if (n > 0) {
+		write_log(s, buf, (size_t)n);
+		if (s->tty)
+			shim_sessions_task_output(s->sessions, buf, (size_t)n);
+	} else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+		w->out_open = false;
+	}
+}
+
+/*
+ * Until the task has ended and its output is drained: its output, the
+ * sessions, signals passed on or turned into a stop, the timeout and the
+ * stop's grace. Returns the task's wait status.
+ */
+static int supervise(struct shim *s, int out_fd, int sfd, int tfd)
+{
+	struct watch w = {.out_open = true};
+
+	while (!w.child_done || w.out_open) {
+		struct pollfd fds[3 + SHIM_SESSIONS_POLL_MAX] = {
+			{out_fd, POLLIN, 0},
+			{sfd, POLLIN, 0},
+			{tfd, POLLIN, 0},
+		};
+		size_t nfds = 3 + shim_sessions_poll_fill(
+					  s->sessions, fds + 3,
+					  SHIM_SESSIONS_POLL_MAX);
+		size_t room = s->tty && s->sessions
+				      ? shim_sessions_task_room(s->sessions)
+				      : SIZE_MAX;
+		int wait_ms = -1;
+
+		if (w.child_done) {
+			wait_ms = (int)(w.drain_deadline - kn_mono_ms());
+			if (wait_ms <= 0)
+				break;
+		} else if (s->stop_poll_ms > 0 && !s->stopping) {
+			if (stop_asked(s)) {
+				begin_stop(s, tfd, NULL, 0);
+				continue;
+			}
+			wait_ms = s->stop_poll_ms;
+		}
+		if (!w.out_open || !room)
+			fds[0].fd = -1;
+		{
+			int sessions_ms = shim_sessions_timeout(s->sessions);
+			if (sessions_ms >= 0 &&
+			    (wait_ms < 0 || sessions_ms < wait_ms))
+				wait_ms = sessions_ms;
+		}
+		if (poll(fds, nfds, wait_ms) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (fds[0].revents)
+			on_output(s, out_fd, room, &w);
+		shim_sessions_poll_done(s->sessions, fds + 3, nfds - 3);
+		if (fds[1].revents & POLLIN)
+			on_signal(s, sfd, tfd, &w);
+		if (fds[2].revents & POLLIN)
+			on_timer(s, tfd, &w);
+	}
+	return w.wstatus;
+}
+
+static void shim_release(struct shim *s)
+{
+	free_strings(s->argv);
+	free_strings(s->env);
+	free_strings(s->devices);
+	kn_sandbox_strings_free(s->task_env);
+	kn_sandbox_free(s->sandbox);
+	free(s->run_as);
+	json_decref(s->user_doc);
+	json_decref(s->server_user_doc);
+	free(s->home);
+	free(s->cgroup_root);
+	free(s->cgroup_parent);
+	free(s->workdir);
+}
+
 int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		   enum kn_sandbox_host host, struct kn_error *err)
 {
 	char why[256];
 	struct kn_error limit_err;
 	struct shim s;
-	sigset_t mask;
 	int pipefd[2] = {-1, -1}, sfd = -1, tfd = -1, rc, wstatus = 0;
-	bool child_done = false, out_open = true;
-	int64_t started, drain_deadline = 0;
-	char buf[65536];
+	int64_t started;
 
 	memset(&s, 0, sizeof(s));
 	s.dir = task_dir;
@@ -802,18 +971,7 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 			       task_dir, strerror(-rc));
 		goto out;
 	}
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGCHLD);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	/* Passed on to the task: Slurm's --signal before the time limit. */
-	sigaddset(&mask, SIGUSR1);
-	sigaddset(&mask, SIGUSR2);
-	if (s.stop_signal)
-		sigaddset(&mask, s.stop_signal);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
-	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+	sfd = signals_open(&s);
 	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
 	if (sfd < 0 || tfd < 0 ||
 	    (s.tty && host == KN_SANDBOX_LOCAL
@@ -878,102 +1036,7 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		arm_timer(tfd, s.timeout_ms);
 	sessions_start(&s, pipefd[0]);
 
-	while (!child_done || out_open) {
-		struct pollfd fds[3 + SHIM_SESSIONS_POLL_MAX] = {
-			{pipefd[0], POLLIN, 0},
-			{sfd, POLLIN, 0},
-			{tfd, POLLIN, 0},
-		};
-		size_t nfds = 3 + shim_sessions_poll_fill(
-					  s.sessions, fds + 3,
-					  SHIM_SESSIONS_POLL_MAX);
-		size_t room = s.tty && s.sessions
-				      ? shim_sessions_task_room(s.sessions)
-				      : sizeof(buf);
-		int wait_ms = -1;
-
-		if (child_done) {
-			wait_ms = (int)(drain_deadline - kn_mono_ms());
-			if (wait_ms <= 0)
-				break;
-		} else if (s.stop_poll_ms > 0 && !s.stopping) {
-			/*
-			 * Under Slurm the server cannot signal the shim alone
-			 * (Slurm signals every process of the step), so it
-			 * leaves stop.json in the shared task directory.
-			 */
-			char *stop = kn_asprintf("%s/stop.json", task_dir);
-			bool asked = access(stop, F_OK) == 0;
-			free(stop);
-			if (asked) {
-				begin_stop(&s, tfd, NULL, 0);
-				continue;
-			}
-			wait_ms = s.stop_poll_ms;
-		}
-		if (!out_open || !room)
-			fds[0].fd = -1;
-		if (shim_sessions_timeout(s.sessions) == 0)
-			wait_ms = 0;
-		if (poll(fds, nfds, wait_ms) < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		if (fds[0].revents) {
-			ssize_t n = read(pipefd[0], buf,
-					 room < sizeof(buf) ? room
-							    : sizeof(buf));
-			if (n > 0) {
-				write_log(&s, buf, (size_t)n);
-				if (s.tty)
-					shim_sessions_task_output(
-						s.sessions, buf, (size_t)n);
-			} else if (n == 0 ||
-				   (errno != EINTR && errno != EAGAIN)) {
-				out_open = false;
-			}
-		}
-		shim_sessions_poll_done(s.sessions, fds + 3, nfds - 3);
-		if (fds[1].revents & POLLIN) {
-			struct signalfd_siginfo si;
-			if (read(sfd, &si, sizeof(si)) != sizeof(si))
-				continue;
-			if (si.ssi_signo == SIGCHLD) {
-				shim_sessions_reap(s.sessions);
-				if (!child_done &&
-				    waitpid(s.child, &wstatus, WNOHANG) ==
-					    s.child) {
-					child_done = true;
-					kn_sandbox_task_status(s.sandbox,
-							       &wstatus);
-					/* Leftovers of the group go with it. */
-					kill(-s.child, SIGKILL);
-					drain_deadline = kn_mono_ms() + DRAIN_MS;
-				}
-			} else if (s.stop_signal &&
-				   (int)si.ssi_signo == s.stop_signal &&
-				   !child_done) {
-				begin_stop(&s, tfd, NULL, s.stop_signal);
-			} else if ((si.ssi_signo == SIGUSR1 ||
-				    si.ssi_signo == SIGUSR2) && !child_done) {
-				kill(-s.child, (int)si.ssi_signo);
-			} else if (si.ssi_signo != SIGHUP && !child_done) {
-				begin_stop(&s, tfd, NULL, 0);
-			}
-		}
-		if (fds[2].revents & POLLIN) {
-			uint64_t ticks;
-			if (read(tfd, &ticks, sizeof(ticks)) < 0)
-				continue;
-			if (child_done)
-				continue;
-			if (!s.stopping)
-				begin_stop(&s, tfd, "timeout", 0);
-			else
-				kill(-s.child, SIGKILL);
-		}
-	}
+	wstatus = supervise(&s, pipefd[0], sfd, tfd);
 	shim_sessions_finish(s.sessions, wstatus, s.reason);
 	limits_end(&s, wstatus);
 	rc = write_status(&s, wstatus, started, kn_now_ms());
@@ -997,18 +1060,7 @@ out:
 		close(s.times_fd);
 	if (s.record_fd >= 0)
 		close(s.record_fd);
-	free_strings(s.argv);
-	free_strings(s.env);
-	free_strings(s.devices);
-	kn_sandbox_strings_free(s.task_env);
-	kn_sandbox_free(s.sandbox);
-	free(s.run_as);
-	json_decref(s.user_doc);
-	json_decref(s.server_user_doc);
-	free(s.home);
-	free(s.cgroup_root);
-	free(s.cgroup_parent);
-	free(s.workdir);
+	shim_release(&s);
 	return rc < 0 ? 1 : 0;
 }
 

@@ -26,6 +26,7 @@
 #include "cgroup/cgroup.h"
 #include "mux/mux.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -77,6 +78,7 @@ struct sess {
 struct shim_sessions {
 	struct shim_session_cfg cfg;
 	bool ready;    /* the task runs: cfg is whole */
+	bool view_built; /* the sandbox's mounts are in place: joinable */
 	char *workdir; /* absolute: joining a mount namespace loses the cwd */
 	char *path;
 	int listen_fd;
@@ -698,12 +700,64 @@ static void accept_one(struct shim_sessions *ss)
 	ss->s[slot] = x;
 }
 
+/*
+ * Whether the sandbox's init has started the task, which it does once
+ * it has built the task's view of the files: a command that joined its
+ * mount namespace before would see it half built. Its children are
+ * listed by /proc/PID/task/PID/children where the kernel has it, else
+ * found by their parent in /proc.
+ */
+static bool init_has_child(int init_pid)
+{
+	char path[64], buf[32];
+	ssize_t n;
+	int fd;
+	DIR *d;
+	struct dirent *e;
+	bool found = false;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", init_pid,
+		 init_pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+		n = read(fd, buf, sizeof(buf));
+		close(fd);
+		return n > 0;
+	}
+	if (!(d = opendir("/proc")))
+		return true;
+	while (!found && (e = readdir(d))) {
+		char stat[512], *close_paren;
+		int ppid = 0;
+		snprintf(path, sizeof(path), "/proc/%.20s/stat", e->d_name);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			continue;
+		n = read(fd, stat, sizeof(stat) - 1);
+		close(fd);
+		stat[n > 0 ? n : 0] = '\0';
+		close_paren = strrchr(stat, ')');
+		found = close_paren &&
+			sscanf(close_paren + 1, " %*c %d", &ppid) == 1 &&
+			ppid == init_pid;
+	}
+	closedir(d);
+	return found;
+}
+
+static bool joinable(struct shim_sessions *ss)
+{
+	if (!ss->view_built)
+		ss->view_built = !kn_sandbox_user(ss->cfg.sandbox) ||
+				 init_has_child(ss->cfg.init_pid);
+	return ss->view_built;
+}
+
 size_t shim_sessions_poll_fill(struct shim_sessions *ss, struct pollfd *fds,
 			       size_t cap)
 {
 	size_t n = 0;
 
-	if (!ss || !ss->ready || cap < SHIM_SESSIONS_POLL_MAX)
+	if (!ss || !ss->ready || !joinable(ss) ||
+	    cap < SHIM_SESSIONS_POLL_MAX)
 		return 0;
 	fds[n++] = (struct pollfd){ss->listen_fd, POLLIN, 0};
 	for (size_t i = 0; i < SESSIONS_MAX; i++) {
@@ -748,7 +802,8 @@ static void exec_maybe_done(struct sess *x, const struct pollfd *out,
 void shim_sessions_poll_done(struct shim_sessions *ss,
 			     const struct pollfd *fds, size_t n)
 {
-	if (!ss || !ss->ready || n < SHIM_SESSIONS_POLL_MAX)
+	if (!ss || !ss->ready || !ss->view_built ||
+	    n < SHIM_SESSIONS_POLL_MAX)
 		return;
 	if (fds[0].revents & POLLIN)
 		accept_one(ss);
@@ -815,8 +870,13 @@ void shim_sessions_task_output(struct shim_sessions *ss, const void *buf,
 	}
 }
 
+/* While the sandbox is being built, sessions wait: looked at this often. */
+#define VIEW_POLL_MS 20
+
 int shim_sessions_timeout(const struct shim_sessions *ss)
 {
+	if (ss && ss->ready && !ss->view_built)
+		return VIEW_POLL_MS;
 	for (size_t i = 0; ss && i < SESSIONS_MAX; i++) {
 		const struct sess *x = ss->s[i];
 		if (x && !x->attach && x->started && x->reaped &&

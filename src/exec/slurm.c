@@ -34,6 +34,8 @@
  * until Slurm has answered once more: if that answer has a PreemptTime,
  * Slurm preempted the job (its SIGTERM reached the task), and the task
  * ends preempted, which a preemptible job resumes from without a retry.
+ * A task that succeeded takes the allocation's Start and End from sacct
+ * (sacct.out, asked as slurm.state is), where the cluster keeps accounts.
  *
  * Stop writes stop.json into the task directory and the shim, which
  * looks for it four times a second, signals its task and kills it after
@@ -75,6 +77,8 @@ extern char **environ;
 #define STOP_BACKSTOP_MS 10000
 /* How long an unasked failure waits for Slurm to say if it preempted. */
 #define PREEMPT_ANSWER_WAIT_MS 15000
+/* How long a task's end waits for its job's record in Slurm's accounting. */
+#define ACCT_WAIT_MS 30000
 
 /*
  * All a Slurm job gets of its submitter's environment (--export): a path
@@ -746,19 +750,27 @@ static int64_t mtime_ms(const struct stat *sb)
 	       sb->st_mtim.tv_nsec / 1000000;
 }
 
+/* One kind of question to Slurm, answered into a file of the attempt. */
+struct slurm_query {
+	const char *pid_name; /* the child in flight: "PID START" */
+	const char *name;     /* its answer; NAME.tmp while it is written */
+	char *const *argv;
+	char *const *env;     /* more of the child's environment, or NULL */
+};
+
 /*
- * slurm.state as the server's query wrote it, with its stat: the attempt
- * directory may be the task's user's, who could put a file of their own
- * there (saying, for one, that Slurm preempted the job). Only a regular
- * file the server owns is read; anything else is no answer, and the next
- * query's rename replaces it.
+ * The last answer to q, with its stat, as the server's child wrote it:
+ * the attempt directory may be the task's user's, who could put a file
+ * of their own there (saying, for one, that Slurm preempted the job).
+ * Only a regular file the server owns is read; anything else is no
+ * answer, and the next query's rename replaces it.
  */
-static int read_own_state(const char *attempt_dir, char **text,
-			  struct stat *sb)
+static int read_own_answer(const char *attempt_dir, const char *name,
+			   char **text, struct stat *sb)
 {
 	struct kn_error err;
-	int fd = kn_task_file_open(attempt_dir, "slurm.state", O_RDONLY,
-				   geteuid(), &err);
+	int fd = kn_task_file_open(attempt_dir, name, O_RDONLY, geteuid(),
+				   &err);
 	int rc;
 
 	if (fd < 0)
@@ -770,58 +782,51 @@ static int read_own_state(const char *attempt_dir, char **text,
 }
 
 /*
- * What Slurm last said of the job, into *a. Starts a new query when the
- * last one is over and older than QUERY_INTERVAL_MS.
+ * Ask Slurm q at most once per QUERY_INTERVAL_MS, one child in flight:
+ * 1 and *text (malloc'd) and *at_ms, its time, when there is an answer;
+ * 0 when none yet. *fresh is set when an answer was taken in on this
+ * call; *why says why the child could not be started, if it could not.
  */
-static void slurm_state(const char *attempt_dir, long long job_id,
-			struct slurm_answer *a)
+static int slurm_ask(const char *attempt_dir, long long job_id,
+		     const struct slurm_query *q, char **text, int64_t *at_ms,
+		     bool *fresh, char *why, size_t why_len)
 {
-	char *qpid = kn_asprintf("%s/query.pid", attempt_dir);
-	char *tmp = kn_asprintf("%s/slurm.state.tmp", attempt_dir);
-	char *final = kn_asprintf("%s/slurm.state", attempt_dir);
-	char *text = NULL, id[32];
+	char *qpid = kn_asprintf("%s/%s", attempt_dir, q->pid_name);
+	char *tmp = kn_asprintf("%s/%s.tmp", attempt_dir, q->name);
+	char *final = kn_asprintf("%s/%s", attempt_dir, q->name);
 	struct kn_task_proc p;
 	struct stat sb;
 	bool busy = false, answered;
 
-	memset(a, 0, sizeof(*a));
+	*text = NULL;
+	*at_ms = 0;
+	*fresh = false;
 	if (read_proc(qpid, &p) == 0) {
 		if (exec_proc_alive(&p)) {
 			busy = true;
 		} else {
 			rename(tmp, final);
 			unlink(qpid);
-			a->fresh = true;
+			*fresh = true;
 		}
 	}
-	answered = read_own_state(attempt_dir, &text, &sb) == 0;
-	if (answered) {
-		a->at_ms = mtime_ms(&sb);
-		field(text, "JobState", a->state, sizeof(a->state));
-		field(text, "Reason", a->reason, sizeof(a->reason));
-		field(text, "PreemptTime", a->preempt, sizeof(a->preempt));
-		if (!a->state[0] && strstr(text, "Invalid job id"))
-			kn_strlcpy(a->state, "GONE", sizeof(a->state));
-		free(text);
-	}
-	if (!busy && (!answered ||
-		      kn_now_ms() - a->at_ms >= QUERY_INTERVAL_MS)) {
-		char *argv[] = {"scontrol", "show", "job", "-o", id, NULL};
+	answered = read_own_answer(attempt_dir, q->name, text, &sb) == 0;
+	if (answered)
+		*at_ms = mtime_ms(&sb);
+	if (!busy && (!answered || kn_now_ms() - *at_ms >= QUERY_INTERVAL_MS)) {
 		struct kn_error err;
 
-		snprintf(id, sizeof(id), "%lld", job_id);
 		/* Made afresh by the child, so the server's own. */
 		unlink(tmp);
-		if (spawn_child(argv, NULL, tmp, tmp, &p, &err) == 0) {
+		if (spawn_child(q->argv, q->env, tmp, tmp, &p, &err) == 0) {
 			write_proc(qpid, &p);
 		} else {
-			/* The caller sees no state and keeps the task
+			/* The caller sees no answer and keeps the task
 			 * running: say why, once a minute at most. */
 			static int64_t warned_at;
 			int64_t now = kn_mono_ms();
 
-			kn_strlcpy(a->reason, err.message,
-				   sizeof(a->reason));
+			kn_strlcpy(why, err.message, why_len);
 			if (!warned_at || now - warned_at >= 60000) {
 				warned_at = now;
 				kn_log(KN_LOG_WARN, "slurm: cannot ask Slurm "
@@ -833,6 +838,28 @@ static void slurm_state(const char *attempt_dir, long long job_id,
 	free(qpid);
 	free(tmp);
 	free(final);
+	return answered ? 1 : 0;
+}
+
+/* What Slurm last said of the job (scontrol show job), into *a. */
+static void slurm_state(const char *attempt_dir, long long job_id,
+			struct slurm_answer *a)
+{
+	char id[32], *text;
+	char *argv[] = {"scontrol", "show", "job", "-o", id, NULL};
+	const struct slurm_query q = {"query.pid", "slurm.state", argv, NULL};
+
+	memset(a, 0, sizeof(*a));
+	snprintf(id, sizeof(id), "%lld", job_id);
+	if (slurm_ask(attempt_dir, job_id, &q, &text, &a->at_ms, &a->fresh,
+		      a->reason, sizeof(a->reason)) == 1) {
+		field(text, "JobState", a->state, sizeof(a->state));
+		field(text, "Reason", a->reason, sizeof(a->reason));
+		field(text, "PreemptTime", a->preempt, sizeof(a->preempt));
+		if (!a->state[0] && strstr(text, "Invalid job id"))
+			kn_strlcpy(a->state, "GONE", sizeof(a->state));
+	}
+	free(text);
 }
 
 /*
@@ -931,6 +958,58 @@ static bool ended_slurm_checked(const char *task_dir, const char *attempt_dir,
 	return true;
 }
 
+/*
+ * A task that succeeded takes its times from Slurm's accounting when the
+ * cluster keeps it: the allocation's Start and End as sacct has them, so
+ * that the cost ledger and goodput count what Slurm counted. False while
+ * the run's record is not over yet (slurmdbd hears of a job's end a
+ * moment after it), for at most ACCT_WAIT_MS; a cluster without
+ * accounting answers at once, and the shim's times stand. A task that
+ * failed is not held: the rest of its gang must be stopped at once.
+ */
+static bool ended_with_accounting(const char *attempt_dir,
+				  struct kn_task_status *st)
+{
+	char id[32], *text = NULL, why[96];
+	char *argv[] = {"sacct", "-n", "-P", "-X", "-D", "-j", id, "-o",
+			KN_SACCT_FORMAT, NULL};
+	/* %s: seconds since the epoch, whatever the server's time zone. */
+	char *env[] = {"SLURM_TIME_FORMAT=%s", NULL};
+	const struct slurm_query q = {"sacct.pid", "sacct.out", argv, env};
+	long long job_id = read_job_id(attempt_dir);
+	bool late = kn_now_ms() - st->ended_at_ms >= ACCT_WAIT_MS, fresh;
+	struct kn_sacct_job j;
+	struct kn_error err;
+	int64_t at_ms;
+	int rc;
+
+	if (job_id == 0 || st->exit_code != 0 || st->signal != 0)
+		return true;
+	snprintf(id, sizeof(id), "%lld", job_id);
+	if (slurm_ask(attempt_dir, job_id, &q, &text, &at_ms, &fresh, why,
+		      sizeof(why)) == 0 ||
+	    at_ms < st->ended_at_ms) {
+		free(text);
+		return late;
+	}
+	if (strstr(text, "accounting storage is disabled")) {
+		free(text);
+		return true;
+	}
+	rc = kn_sacct_parse(text, job_id, &j, &err);
+	free(text);
+	if (rc < 0) {
+		kn_log(KN_LOG_WARN, "slurm: job %lld: %s", job_id,
+		       err.message);
+		return true;
+	}
+	if (rc == 0 || j.start_s == 0 || j.end_s < j.start_s)
+		return late;
+	st->started_at_ms = j.start_s * 1000;
+	st->ended_at_ms = j.end_s * 1000;
+	return true;
+}
+
 static int slurm_status(struct kn_executor *ex, const char *task_dir,
 			const struct kn_task_proc *proc,
 			struct kn_task_status *out, struct kn_error *err)
@@ -946,7 +1025,8 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 	(void)proc;
 	memset(&st, 0, sizeof(st));
 	rc = read_status_json(task_dir, &st, err);
-	if (rc == 1 && !ended_slurm_checked(task_dir, attempt_dir, &st))
+	if (rc == 1 && (!ended_slurm_checked(task_dir, attempt_dir, &st) ||
+			!ended_with_accounting(attempt_dir, &st)))
 		goto running;
 	if (rc != 0)
 		goto done;
@@ -978,7 +1058,8 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 	}
 	/* Over in Slurm: the shim's record may have landed meanwhile. */
 	rc = read_status_json(task_dir, &st, err);
-	if (rc == 1 && !ended_slurm_checked(task_dir, attempt_dir, &st))
+	if (rc == 1 && (!ended_slurm_checked(task_dir, attempt_dir, &st) ||
+			!ended_with_accounting(attempt_dir, &st)))
 		goto running;
 	if (rc != 0)
 		goto done;
@@ -1096,7 +1177,8 @@ struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg)
 /* ---- inside the allocation ---- */
 
 int kn_slurm_shim_main(const char *attempt_dir,
-		       const struct kn_shim_prepare *prep, struct kn_error *err)
+		       const struct kn_shim_prepare *prep, int *task_exit,
+		       struct kn_error *err)
 {
 	const char *procid = getenv("SLURM_PROCID");
 	const char *ntasks = getenv("SLURM_NTASKS");
@@ -1134,7 +1216,17 @@ int kn_slurm_shim_main(const char *attempt_dir,
 	/* No GPU in the allocation: hide them all, as the local executor. */
 	setenv("CUDA_VISIBLE_DEVICES", cuda ? cuda : "", 1);
 	setenv("NVIDIA_VISIBLE_DEVICES", cuda && *cuda ? cuda : "void", 1);
+	*task_exit = 0;
 	rc = exec_shim_main(task_dir, prep, KN_SANDBOX_SLURM, err);
+	if (rc == 0) {
+		struct kn_task_status st;
+		struct kn_error ignored;
+
+		memset(&st, 0, sizeof(st));
+		if (exec_read_status(task_dir, &st, &ignored) == 0)
+			*task_exit = st.signal ? 128 + st.signal
+					       : st.exit_code & 255;
+	}
 	free(status);
 	free(task_dir);
 	return rc;

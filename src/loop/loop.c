@@ -217,14 +217,14 @@ static void fd_ready(evutil_socket_t fd, short what, void *arg)
 	w->cb(w->arg);
 }
 
-struct kn_fd_watch *kn_fd_watch_new(struct kn_loop *loop, int fd,
-				    kn_loop_cb cb, void *arg)
+static struct kn_fd_watch *fd_watch_new(struct kn_loop *loop, int fd,
+					short what, kn_loop_cb cb, void *arg)
 {
 	struct kn_fd_watch *w = kn_xcalloc(1, sizeof(*w));
 
 	w->cb = cb;
 	w->arg = arg;
-	w->ev = event_new(loop->base, fd, EV_READ | EV_PERSIST, fd_ready, w);
+	w->ev = event_new(loop->base, fd, what | EV_PERSIST, fd_ready, w);
 	if (!w->ev || event_add(w->ev, NULL) < 0) {
 		if (w->ev)
 			event_free(w->ev);
@@ -232,6 +232,18 @@ struct kn_fd_watch *kn_fd_watch_new(struct kn_loop *loop, int fd,
 		return NULL;
 	}
 	return w;
+}
+
+struct kn_fd_watch *kn_fd_watch_new(struct kn_loop *loop, int fd,
+				    kn_loop_cb cb, void *arg)
+{
+	return fd_watch_new(loop, fd, EV_READ, cb, arg);
+}
+
+struct kn_fd_watch *kn_fd_watch_writable_new(struct kn_loop *loop, int fd,
+					     kn_loop_cb cb, void *arg)
+{
+	return fd_watch_new(loop, fd, EV_WRITE, cb, arg);
 }
 
 void kn_fd_watch_free(struct kn_fd_watch *w)

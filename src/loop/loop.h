@@ -58,6 +58,9 @@ struct kn_fd_watch;
 /* Call cb on the loop thread whenever fd is readable, until freed. */
 struct kn_fd_watch *kn_fd_watch_new(struct kn_loop *loop, int fd,
 				    kn_loop_cb cb, void *arg);
+/* The same whenever fd is writable (a connect done, room to write). */
+struct kn_fd_watch *kn_fd_watch_writable_new(struct kn_loop *loop, int fd,
+					     kn_loop_cb cb, void *arg);
 void kn_fd_watch_free(struct kn_fd_watch *w);
 
 /* ---- work off the loop ---- */

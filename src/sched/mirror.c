@@ -80,6 +80,7 @@ static void set_typical(struct kn_pack *pack,
 	size_t n = 0;
 	struct kn_pack_pod *pods =
 		kn_xcalloc(packing->n_workload + 1, sizeof(*pods));
+	size_t *weights = kn_xcalloc(packing->n_workload + 1, sizeof(*weights));
 	char **names = kn_xcalloc(packing->n_workload + 1, sizeof(*names));
 
 	for (size_t i = 0; i < packing->n_workload; i++) {
@@ -92,6 +93,7 @@ static void set_typical(struct kn_pack *pack,
 		p->num_gpu = num;
 		p->gpu_milli = shape->gpu_milli >= MILLI ? MILLI
 							 : shape->gpu_milli;
+		weights[n] = shape->count ? shape->count : 1;
 		if (shape->gpu_models && shape->n_gpu_models) {
 			names[n] = shape_models(specs, n_nodes, shape);
 			p->gpu_spec = names[n];
@@ -100,10 +102,11 @@ static void set_typical(struct kn_pack *pack,
 		}
 		n++;
 	}
-	kn_pack_set_typical(pack, pods, n);
+	kn_pack_set_typical_weighted(pack, pods, weights, n);
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);
 	free(names);
+	free(weights);
 	free(pods);
 }
 

@@ -217,8 +217,15 @@ static int typical_order(const void *pa, const void *pb)
 void kn_pack_set_typical(struct kn_pack *c, const struct kn_pack_pod *pods,
 			 size_t n)
 {
+	kn_pack_set_typical_weighted(c, pods, NULL, n);
+}
+
+void kn_pack_set_typical_weighted(struct kn_pack *c,
+				  const struct kn_pack_pod *pods,
+				  const size_t *weights, size_t n)
+{
 	struct typical_count *counts = kn_xcalloc(n ? n : 1, sizeof(*counts));
-	size_t n_counts = 0, covered = 0, kept = 0;
+	size_t n_counts = 0, covered = 0, kept = 0, n_pods = 0;
 	double total = 0, cpu = 0, gpu = 0;
 
 	for (size_t i = 0; i < n; i++) {
@@ -241,11 +248,12 @@ void kn_pack_set_typical(struct kn_pack *c, const struct kn_pack_pod *pods,
 			counts[j].models = p->models;
 			n_counts++;
 		}
-		counts[j].count++;
+		counts[j].count += weights ? weights[i] : 1;
+		n_pods += weights ? weights[i] : 1;
 	}
 	qsort(counts, n_counts, sizeof(*counts), typical_order);
 	/* Stop once the kept shapes cover 95 % of the pods (integers: 20x). */
-	while (kept < n_counts && covered * 20 < n * 19)
+	while (kept < n_counts && covered * 20 < n_pods * 19)
 		covered += counts[kept++].count;
 	free(c->typical);
 	c->typical = kn_xcalloc(kept ? kept : 1, sizeof(*c->typical));

@@ -200,6 +200,10 @@ struct kn_sched_shape {
 	int gpu_milli;                 /* per task, as in a request */
 	const char *const *gpu_models; /* acceptable models, or NULL = any */
 	size_t n_gpu_models;
+	/* How many jobs had this shape (0 counts as one): a workload of many
+	   alike jobs is a few shapes, so a placement's cost does not grow
+	   with the number of jobs. */
+	size_t count;
 };
 
 struct kn_sched_packing {
@@ -446,6 +450,10 @@ int kn_pack_check_pod(const struct kn_pack_pod *pod, struct kn_error *err);
  */
 void kn_pack_set_typical(struct kn_pack *c, const struct kn_pack_pod *pods,
 			 size_t n);
+/* The same, pod i standing for weights[i] pods (weights NULL: one each). */
+void kn_pack_set_typical_weighted(struct kn_pack *c,
+				  const struct kn_pack_pod *pods,
+				  const size_t *weights, size_t n);
 /* How many shapes the typical set kept. */
 size_t kn_pack_n_typical(const struct kn_pack *c);
 

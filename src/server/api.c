@@ -104,6 +104,35 @@ static json_t *devices_json(const char *text)
 	return a;
 }
 
+/*
+ * A running attempt's checkpoints, from its run (its row gets them when
+ * it ends): the newest synced, when the task committed it, and the one
+ * being written with the bytes of it already sent ahead.
+ */
+static void running_checkpoints(struct server *s, int64_t job_id,
+				json_t *attempt)
+{
+	int number = (int)json_integer_value(json_object_get(attempt, "number"));
+
+	for (const struct run *r = s->runs; r; r = r->next) {
+		if (r->job_id != job_id || r->attempt != number)
+			continue;
+		if (r->checkpoint[0]) {
+			json_object_set_new(attempt, "checkpoint",
+					    json_string(r->checkpoint));
+			json_object_set_new(attempt, "checkpoint_at_ms",
+					    json_integer(r->checkpoint_at));
+		}
+		if (r->checkpoint_next[0])
+			json_object_set_new(
+				attempt, "checkpoint_next",
+				json_pack("{s:s, s:I}", "name",
+					  r->checkpoint_next, "sent_bytes",
+					  (json_int_t)r->checkpoint_next_sent));
+		return;
+	}
+}
+
 static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 			       struct kn_error *err)
 {
@@ -189,6 +218,9 @@ static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 				  (json_int_t)att[i].restore_ms, "useful_task_ms",
 				  (json_int_t)att[i].useful_ms, "lost_task_ms",
 				  (json_int_t)att[i].lost_ms, "tasks", ta));
+		if (att[i].state == KN_JOB_RUNNING)
+			running_checkpoints(s, j->id,
+					    json_array_get(list, i));
 	}
 	json_object_set_new(o, "attempts_detail", list);
 	list = json_array();
@@ -285,12 +317,10 @@ static void audit_denied(struct server *s, const struct caller *c,
 			 const char *action, int64_t id,
 			 const struct kn_error *err)
 {
-	struct kn_audit a;
 	char object[48];
 
 	snprintf(object, sizeof(object), "job/%lld", (long long)id);
-	caller_audit(&a, c, action, object, "denied", err->message);
-	kn_store_audit_insert(s->store, &a, NULL);
+	core_audit(s, c, action, object, "denied", err->message);
 }
 
 static void h_job_submit(struct server *s, struct kn_http_req *req,
@@ -726,7 +756,7 @@ static json_t *node_json(struct server *s, size_t n)
 	json_object_set_new(node, "isolation", json_string(s->isolation));
 	json_object_set_new(node, "limits", limits_json(s));
 	/* Under Slurm: Slurm's own state, reason and resources. */
-	slurm = slurm_nodes_json(s, nd->name);
+	slurm = slurm_nodes_json(s, n);
 	json_object_set_new(node, "slurm", slurm ? slurm : json_null());
 	return node;
 }
@@ -1040,7 +1070,6 @@ static bool authorize(struct server *s, struct kn_http_req *req,
 	const char *method = kn_http_method(req), *path = kn_http_path(req);
 	const char *authz, *cert;
 	struct kn_error err;
-	struct kn_audit a;
 	char object[96];
 
 	memset(c, 0, sizeof(*c));
@@ -1059,9 +1088,8 @@ static bool authorize(struct server *s, struct kn_http_req *req,
 	kn_errorf(&err, KN_EPERM, NULL, "role %s may not %s %s (needs %s)",
 		  role_name(c->role), method, path, role_name(r->least));
 	snprintf(object, sizeof(object), "%s %s", method, path);
-	caller_audit(&a, c, r->action ? r->action : "request", object,
-		     "denied", err.message);
-	kn_store_audit_insert(s->store, &a, NULL);
+	core_audit(s, c, r->action ? r->action : "request", object, "denied",
+		   err.message);
 	kn_http_reply_error(req, &err);
 	return false;
 }

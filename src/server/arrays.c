@@ -115,6 +115,7 @@ int array_elements_json(struct server *s, const struct kn_job_row *j,
 	struct kn_job_filter f;
 	struct kn_job_row *rows = NULL;
 	json_t *elements = json_array(), *counts = json_object();
+	const char **reasons;
 	size_t n = 0;
 	int rc;
 
@@ -122,12 +123,14 @@ int array_elements_json(struct server *s, const struct kn_job_row *j,
 	f.state = -1;
 	f.array_id = j->array_id;
 	rc = kn_store_job_list(s->store, &f, &rows, &n, err);
+	reasons = kn_xcalloc(n ? n : 1, sizeof(*reasons));
+	if (rc == 0)
+		jobs_queue_reasons(s, rows, n, reasons);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		const char *st = kn_job_state_name(rows[i].state);
 		json_int_t had = json_integer_value(json_object_get(counts, st));
-		const char *why = rows[i].state == KN_JOB_QUEUED
-					  ? jobs_queue_reason(s, rows[i].id)
-					  : NULL;
+		const char *why = rows[i].state == KN_JOB_QUEUED ? reasons[i]
+								 : NULL;
 
 		json_object_set_new(counts, st, json_integer(had + 1));
 		json_array_append_new(
@@ -143,6 +146,7 @@ int array_elements_json(struct server *s, const struct kn_job_row *j,
 					  : json_null()));
 	}
 	kn_job_list_free(rows, n);
+	free(reasons);
 	if (rc < 0) {
 		json_decref(elements);
 		json_decref(counts);

@@ -333,3 +333,16 @@ out:
 	free(path);
 	return rc;
 }
+
+void core_audit(struct server *s, const struct caller *c, const char *action,
+		const char *object, const char *outcome, const char *detail)
+{
+	static const struct caller system_caller = {"system", KN_ROLE_ADMIN};
+	struct kn_audit a;
+	struct kn_error err;
+
+	caller_audit(&a, c ? c : &system_caller, action, object, outcome,
+		     detail);
+	if (kn_store_audit_insert(s->store, &a, &err) < 0)
+		kn_log(KN_LOG_WARN, "auditing %s: %s", action, err.message);
+}

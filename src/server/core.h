@@ -158,6 +158,13 @@ const struct kn_device_set *core_node_devices(const struct server *s,
 const char *core_node_label(const struct server *s, size_t i,
 			    const char *key);
 
+/*
+ * An audit row of c's act (NULL: the system's, as admin); a row the
+ * store refuses is logged, not returned: the act itself stands.
+ */
+void core_audit(struct server *s, const struct caller *c, const char *action,
+		const char *object, const char *outcome, const char *detail);
+
 /* ---- nodes (nodes.c) ---- */
 
 /* The index of the node called name, or -1. */
@@ -237,6 +244,11 @@ enum job_place core_job_view(struct server *s, int64_t id,
 
 /* The queue reason of a queued job, or NULL. */
 const char *jobs_queue_reason(struct server *s, int64_t id);
+/* The same for the rows[i].id of n rows at once (an array's elements),
+   each reason or NULL into why[i]: one index for every lookup, where
+   one search each would cost the queue's length per row. */
+void jobs_queue_reasons(struct server *s, const struct kn_job_row *rows,
+			size_t n, const char **why);
 /* Why a running job has not ended yet though its tasks have (a full
    disk), or NULL. */
 const char *jobs_run_reason(struct server *s, int64_t id);

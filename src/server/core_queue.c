@@ -318,6 +318,19 @@ const char *jobs_queue_reason(struct server *s, int64_t id)
 	return q && q->reason[0] ? q->reason : NULL;
 }
 
+void jobs_queue_reasons(struct server *s, const struct kn_job_row *rows,
+			size_t n, const char **why)
+{
+	struct queued_job **ix = queue_index(s);
+
+	for (size_t i = 0; i < n; i++) {
+		struct queued_job *q = queue_lookup(s, ix, rows[i].id);
+
+		why[i] = q && q->reason[0] ? q->reason : NULL;
+	}
+	free(ix);
+}
+
 enum job_place core_job_view(struct server *s, int64_t id,
 			     struct job_view *out)
 {
@@ -934,8 +947,8 @@ void jobs_tick(void *arg)
 	struct kn_sched_queue_entry *order;
 	struct kn_sched_packing packing = {
 		.policy = s->policy,
-		.workload = s->workload,
-		.n_workload = s->n_workload,
+		.workload = s->shapes,
+		.n_workload = s->n_shapes,
 	};
 	struct placed *pl;
 	struct queued_job **ix;

@@ -251,6 +251,14 @@ static void upload_done(void *arg, bool ran)
 	w->sent = NULL;
 	w->store = NULL;
 	if (w->kind == WORK_EARLY) {
+		/* The record is the loop's again: what it holds of the
+		   checkpoint, each file once however often it went. */
+		if (w->rc == 0 && kn_ckpt_sent_bytes(r->sent, w->name) > 0) {
+			kn_strlcpy(r->checkpoint_next, w->name,
+				   sizeof(r->checkpoint_next));
+			r->checkpoint_next_sent =
+				kn_ckpt_sent_bytes(r->sent, w->name);
+		}
 		/* The commit's upload sends it; no more go ahead until an
 		   upload succeeds (one warning, not one per file, while the
 		   store is down). */
@@ -265,6 +273,11 @@ static void upload_done(void *arg, bool ran)
 		const char *name = strrchr(w->dir, '/') + 1;
 		kn_strlcpy(r->checkpoint, name, sizeof(r->checkpoint));
 		r->checkpoint_at = w->committed_at;
+		/* Sent ahead and now synced whole: no longer the next. */
+		if (!strcmp(r->checkpoint_next, name)) {
+			r->checkpoint_next[0] = '\0';
+			r->checkpoint_next_sent = 0;
+		}
 		kn_log(KN_LOG_INFO, "job %lld: checkpoint %s synced (%zu files, "
 		       "%zu sent before the commit, %lld ms)",
 		       (long long)r->job_id, name, w->manifest.n,

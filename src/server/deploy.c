@@ -66,15 +66,6 @@ void deploy_reply_msg(struct kn_http_req *req, enum kn_errcode code,
 }
 
 
-static void audit_denied(struct server *s, const struct caller *c,
-			 const char *action, const char *object,
-			 const char *why)
-{
-	struct kn_audit a;
-
-	caller_audit(&a, c, action, object, "denied", why);
-	kn_store_audit_insert(core_store(s), &a, NULL);
-}
 
 struct deploy_state *deploy_state_of(struct server *s)
 {
@@ -920,7 +911,8 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	if (!p && (rc = caps_check(s, c, CAP_DEPLOYMENT, 0, err)) < 0)
 		goto out;
 	if (p && (rc = may_change(p, c, err)) < 0) {
-		audit_denied(s, c, "deployment.update", object, err->message);
+		core_audit(s, c, "deployment.update", object, "denied",
+			   err->message);
 		goto out;
 	}
 	if (p)
@@ -1252,7 +1244,7 @@ static bool change_allowed(struct server *s, struct kn_http_req *req,
 	if (may_change(p, c, &err) == 0)
 		return true;
 	snprintf(object, sizeof(object), "deployment/%s", p->name);
-	audit_denied(s, c, action, object, err.message);
+	core_audit(s, c, action, object, "denied", err.message);
 	kn_http_reply_error(req, &err);
 	return false;
 }

@@ -399,14 +399,10 @@ void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
 		return;
 	}
 	{
-		struct kn_audit a;
 		char object[160];
 
 		snprintf(object, sizeof(object), "deployment/%s", dep);
-		caller_audit(&a, c, "gateway.alert", object, "ok", signal);
-		if (kn_store_audit_insert(core_store(s), &a, &err) < 0)
-			kn_log(KN_LOG_ERROR, "auditing a gateway alert: %s",
-			       err.message);
+		core_audit(s, c, "gateway.alert", object, "ok", signal);
 	}
 	json_decref(body);
 	kn_http_reply_json(req, 202, json_pack("{s:b}", "accepted", 1));

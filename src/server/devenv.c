@@ -315,10 +315,10 @@ void devenv_gpu_sample(struct server *core, int64_t job_id, int attempt,
 		       int util_milli, int64_t at_ms)
 {
 	struct devenv_state *d = state(core);
-	struct run *r = devenv_run(core, job_id, attempt);
+	struct run *r = d ? devenv_run(core, job_id, attempt) : NULL;
 	struct track *t;
 
-	if (!d || !r)
+	if (!r)
 		return;
 	t = track_get(d, r);
 	t->gpu_milli = util_milli;
@@ -328,10 +328,12 @@ void devenv_gpu_sample(struct server *core, int64_t job_id, int attempt,
 void devenv_session(struct server *core, int64_t job_id, int delta)
 {
 	struct devenv_state *d = state(core);
-	struct run *r = devenv_run(core, job_id, -1);
+	struct run *r = d ? devenv_run(core, job_id, -1) : NULL;
 	struct track *t;
 
-	if (!d || !r)
+	/* After the service stopped (open forwards end with the HTTP
+	   server), nothing is followed. */
+	if (!r)
 		return;
 	t = track_get(d, r);
 	t->sessions += delta;
@@ -432,7 +434,7 @@ static void home_done(void *arg, bool ran)
 	struct devenv_state *d = state(s);
 	struct track *t = d ? track_find(d, w->job_id, w->attempt) : NULL;
 
-	if (!ran || s->closing || !t)
+	if (!ran || s->closing || !d)
 		goto out;
 	if (w->rc < 0)
 		kn_log(KN_LOG_WARN, "job %lld: %s its home: %s",
@@ -442,16 +444,24 @@ static void home_done(void *arg, bool ran)
 	if (w->warnings)
 		kn_log(KN_LOG_WARN, "job %lld: %s", (long long)w->job_id,
 		       w->warnings);
+	/* The core goes on whatever became of the track meanwhile. */
 	if (w->save) {
-		t->save = HOME_DONE;
+		if (t)
+			t->save = HOME_DONE;
 		feed_publish(s, w->rc < 0 ? "devenv.home_refused"
 					  : "devenv.home_saved",
 			     home_event(w));
 		jobs_end_resume(s, w->job_id, w->attempt);
 	} else {
-		t->restore = HOME_DONE;
-		/* Its idle time starts when it does. */
-		t->busy_ms = t->last_tick_ms = kn_now_ms();
+		struct run *r = devenv_run(s, w->job_id, w->attempt);
+
+		if (!t && r)
+			t = track_get(d, r);
+		if (t) {
+			t->restore = HOME_DONE;
+			/* Its idle time starts when it does. */
+			t->busy_ms = t->last_tick_ms = kn_now_ms();
+		}
 		jobs_launch_resume(s, w->job_id, w->attempt);
 	}
 out:

@@ -7,10 +7,12 @@
  * ops, never a question about which engine it is. A new executor is a row
  * here and an ops table in its own module.
  *
- * Under Slurm and Kubernetes the server's one node stands for the
- * capacity it may hand the cluster (--gpus), so the queue, priorities and
- * preemption work as they do locally; where tasks go is the engine's
- * business (a Slurm partition, a pod's selector and affinity).
+ * Under Kubernetes the server's one node stands for the capacity it may
+ * hand the cluster (--gpus), so the queue, priorities and preemption work
+ * as they do locally; where tasks go is the engine's business (a pod's
+ * selector and affinity). Under Slurm the nodes are Slurm's own, read
+ * through the executor's inventory (slurm_nodes.c), unless --gpus
+ * declares one; Slurm still places each task in its partition.
  */
 #include "internal.h"
 #include "executors.h"

@@ -78,6 +78,10 @@ struct run {
 	char resume_from[512]; /* KILN_RESUME_FROM, or "" */
 	char checkpoint[128];  /* the newest checkpoint synced, or "" */
 	int64_t checkpoint_at; /* when it was committed by the task */
+	/* The checkpoint being written (NAME.tmp), not committed yet, and
+	   the bytes of its files already sent ahead: "" and 0 when none. */
+	char checkpoint_next[128];
+	int64_t checkpoint_next_sent;
 	int64_t restore_ms;    /* time spent restoring before the start */
 	char restored[128];    /* the checkpoint it resumed from, or "" */
 
@@ -154,6 +158,11 @@ struct server {
 	const struct kn_pack_policy *policy;
 	struct kn_sched_shape *workload;
 	size_t n_workload, cap_workload;
+	/* The same jobs as distinct shapes with their counts: what placement
+	   and the fragmentation measure read, a few entries however many
+	   jobs (an array of 10,000 is one). */
+	struct kn_sched_shape *shapes;
+	size_t n_shapes, cap_shapes;
 
 	struct queued_job *queue;
 	size_t queue_len;
@@ -407,11 +416,11 @@ void setup_sched_node(struct server *s, size_t n);
 /* Labels "k=v,k=v" split on sep into node n's labels; flag names the
    option in errors. */
 /*
- * slurm_nodes.c: what Slurm last said of node name (state, reason,
+ * slurm_nodes.c: what Slurm last said of node i (state, reason,
  * partitions, features, GRES), a new object, or NULL when the server
- * reads no engine's inventory or Slurm does not list name.
+ * reads no engine's inventory or Slurm does not list it.
  */
-json_t *slurm_nodes_json(const struct server *s, const char *name);
+json_t *slurm_nodes_json(const struct server *s, size_t i);
 
 int setup_labels(struct server *s, size_t n, const char *text,
 		 const char *sep, const char *flag, struct kn_error *err);

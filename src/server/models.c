@@ -104,16 +104,6 @@ void models_stop(struct server *s)
 
 /* ---- helpers ---- */
 
-void models_audit(struct server *s, const struct caller *c,
-		  const char *action, const char *object, const char *outcome,
-		  const char *detail)
-{
-	struct kn_audit a;
-
-	caller_audit(&a, c, action, object, outcome, detail);
-	kn_store_audit_insert(core_store(s), &a, NULL);
-}
-
 int models_open_store(struct server *s, struct kn_blob_store **out,
 		      struct kn_error *err)
 {
@@ -296,13 +286,8 @@ int models_version_create(struct server *s, const struct caller *c,
 		snprintf(detail, sizeof(detail), "%zu files, %lld bytes%s",
 			 files->n, (long long)kn_model_files_bytes(files),
 			 lineage ? ", from a job" : "");
-		memset(&a, 0, sizeof(a));
-		a.actor = (char *)c->name;
-		a.role = (char *)role_name(c->role);
-		a.action = "model.push";
-		a.object = object;
-		a.outcome = "ok";
-		a.detail = detail;
+		caller_audit(&a, c, "model.push", object,
+			     "ok", detail);
 		rc = kn_store_model_version_insert(core_store(s), &v, &a, err);
 	}
 	if (rc == 0)
@@ -1136,7 +1121,7 @@ int models_signer_check(struct server *s, const struct caller *c,
 		rc = 0;
 	if (rc < 0) {
 		detail = kn_asprintf("signer %s: %s", signer, err->message);
-		models_audit(s, c, "model.sign_refused", object, "denied",
+		core_audit(s, c, "model.sign_refused", object, "denied",
 			     detail);
 		free(detail);
 		return rc;
@@ -1194,18 +1179,13 @@ int models_sign(struct server *s, const struct caller *c, const char *name,
 	row.signature = sig_b64;
 	row.signed_by = (char *)c->name;
 	row.signed_at = kn_now_ms();
-	memset(&a, 0, sizeof(a));
-	a.actor = (char *)c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = "model.sign";
-	a.object = object;
-	a.outcome = "ok";
-	a.detail = detail;
+	caller_audit(&a, c, "model.sign", object,
+		     "ok", detail);
 	rc = kn_store_model_signature_insert(core_store(s), name, version, &row, &a,
 					     err);
 out:
 	if (rc < 0)
-		models_audit(s, c, "model.sign", object, "error", err->message);
+		core_audit(s, c, "model.sign", object, "error", err->message);
 	free(detail);
 	free(pub_b64);
 	free(sig_b64);

@@ -144,7 +144,7 @@ void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
 	}
 	snprintf(detail, sizeof(detail), "%zu present, %zu missing", present,
 		 json_array_size(missing));
-	models_audit(s, c, "model.blob.check", "blobs", "ok", detail);
+	core_audit(s, c, "model.blob.check", "blobs", "ok", detail);
 	answer = json_pack("{s:o, s:I, s:i}", "missing", missing, "present",
 			   (json_int_t)present, "part_max", MODEL_PART_MAX);
 	missing = NULL;
@@ -355,7 +355,7 @@ static void upload_commit_done(void *arg, bool ran)
 		snprintf(detail, sizeof(detail), "%lld bytes%s",
 			 (long long)w->u->offset,
 			 w->existed ? ", already stored" : "");
-		models_audit(w->s, &w->caller, "model.blob.put", object, "ok", detail);
+		core_audit(w->s, &w->caller, "model.blob.put", object, "ok", detail);
 		kn_http_reply_json(w->req, 201,
 				   json_pack("{s:s, s:I, s:b, s:b}", "digest",
 					     w->u->digest, "received",

@@ -17,7 +17,7 @@ void models_fail(struct server *s, struct kn_http_req *req,
 		 const struct caller *c, const char *action, const char *object,
 		 const struct kn_error *err)
 {
-	models_audit(s, c, action, object, "error", err->message);
+	core_audit(s, c, action, object, "error", err->message);
 	kn_http_reply_error(req, err);
 }
 
@@ -186,7 +186,7 @@ static void models_h_list(struct server *s, struct kn_http_req *req,
 				  (json_int_t)rows[i].updated_at));
 	}
 	kn_model_list_free(rows, n);
-	models_audit(s, c, "model.list", "models", "ok", NULL);
+	core_audit(s, c, "model.list", "models", "ok", NULL);
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "models", list));
 }
 
@@ -315,7 +315,7 @@ static void models_h_get(struct server *s, struct kn_http_req *req,
 	}
 	if (!o)
 		goto fail;
-	models_audit(s, c, action, object, "ok", NULL);
+	core_audit(s, c, action, object, "ok", NULL);
 	kn_http_reply_json(req, 200, o);
 	kn_model_version_row_release(&v);
 	return;
@@ -378,13 +378,8 @@ static void models_h_sign(struct server *s, struct kn_http_req *req,
 	row.signature = (char *)sig_b64;
 	row.signed_by = (char *)c->name;
 	row.signed_at = kn_now_ms();
-	memset(&a, 0, sizeof(a));
-	a.actor = (char *)c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = "model.sign";
-	a.object = object;
-	a.outcome = "ok";
-	a.detail = key_id;
+	caller_audit(&a, c, "model.sign", object,
+		     "ok", key_id);
 	rc = kn_store_model_signature_insert(core_store(s), v.name, v.version, &row,
 					     &a, &err);
 	if (rc == -EEXIST)
@@ -568,7 +563,7 @@ static void models_h_lineage(struct server *s, struct kn_http_req *req,
 	if (json_is_object(lineage) &&
 	    models_lineage_expand(s, store, lineage, 0, &err) < 0)
 		goto fail;
-	models_audit(s, c, "model.read", object, "ok", "lineage");
+	core_audit(s, c, "model.read", object, "ok", "lineage");
 	kn_http_reply_json(req, 200,
 			   json_pack("{s:s, s:I, s:O, s:O}", "name", v.name,
 				     "version", (json_int_t)v.version,

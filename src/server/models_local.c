@@ -118,7 +118,7 @@ static void reply_error(struct local_conn *c, const struct kn_error *err)
 	const char *object = c->digest[0] ? c->digest : "local";
 
 	if (c->caller.name[0])
-		models_audit(c->s, &c->caller, "model.blob.put", object, "error",
+		core_audit(c->s, &c->caller, "model.blob.put", object, "error",
 			     err->message);
 	reply(c, json_pack("{s:{s:s, s:s, s:s}}", "error", "code",
 			   kn_errcode_name(err->code), "field", err->field,
@@ -193,7 +193,7 @@ static void copy_done(void *arg, bool ran)
 		snprintf(detail, sizeof(detail), "%lld bytes%s, local",
 			 (long long)c->size,
 			 c->existed ? ", already stored" : "");
-		models_audit(c->s, &c->caller, "model.blob.put", object, "ok",
+		core_audit(c->s, &c->caller, "model.blob.put", object, "ok",
 			     detail);
 		reply(c, json_pack("{s:s, s:I, s:b, s:b}", "digest", c->digest,
 				   "size", (json_int_t)c->size, "stored", 1,

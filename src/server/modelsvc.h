@@ -39,10 +39,6 @@ void models_uploads_expire(struct server *s);
 /* models.c */
 int models_start(struct server *s, struct kn_error *err);
 void models_stop(struct server *s);
-/* Record a model.* call in the audit log as c. */
-void models_audit(struct server *s, const struct caller *c,
-		  const char *action, const char *object, const char *outcome,
-		  const char *detail);
 /* Open the server's default blob store. */
 int models_open_store(struct server *s, struct kn_blob_store **out,
 		      struct kn_error *err);

@@ -406,19 +406,23 @@ static char *frag_gpu_spec(const struct kn_sched_shape *shape,
 }
 
 /*
- * The workload's shapes (workload.c) as pack pods, GPUs only. Returns the
- * count; *specs owns the strings.
+ * The workload's distinct shapes (workload.c) as pack pods, GPUs only,
+ * each weighing its count of jobs. Returns the number of pods; *specs
+ * owns the strings, *jobs gets the jobs they stand for.
  */
 static size_t frag_workload(struct server *s, struct kn_pack *pack,
 			    const struct frag_group *g, int n_groups,
-			    struct kn_pack_pod **out, char ***specs)
+			    struct kn_pack_pod **out, size_t **weights,
+			    char ***specs, size_t *jobs)
 {
 	size_t k = 0;
 
-	*out = kn_xcalloc(s->n_workload + 1, sizeof(**out));
-	*specs = kn_xcalloc(s->n_workload + 1, sizeof(**specs));
-	for (size_t i = 0; i < s->n_workload; i++) {
-		const struct kn_sched_shape *shape = &s->workload[i];
+	*out = kn_xcalloc(s->n_shapes + 1, sizeof(**out));
+	*weights = kn_xcalloc(s->n_shapes + 1, sizeof(**weights));
+	*specs = kn_xcalloc(s->n_shapes + 1, sizeof(**specs));
+	*jobs = 0;
+	for (size_t i = 0; i < s->n_shapes; i++) {
+		const struct kn_sched_shape *shape = &s->shapes[i];
 		struct kn_pack_pod *p = &(*out)[k];
 		int milli = shape->gpu_milli;
 
@@ -434,6 +438,8 @@ static size_t frag_workload(struct server *s, struct kn_pack *pack,
 			p->models = kn_pack_models(pack, p->gpu_spec,
 						   &p->constrained);
 		}
+		(*weights)[k] = shape->count ? shape->count : 1;
+		*jobs += (*weights)[k];
 		k++;
 	}
 	return k;
@@ -476,6 +482,7 @@ json_t *nodes_fragmentation(struct server *s, size_t node)
 	struct kn_pack_node_spec specs[KN_PACK_MAX_MODELS];
 	struct frag_group g[KN_PACK_MAX_MODELS];
 	struct kn_pack_pod *pods = NULL;
+	size_t *weights = NULL, jobs = 0;
 	struct kn_pack *pack = NULL;
 	struct kn_error err;
 	char **gpu_specs = NULL;
@@ -494,22 +501,24 @@ json_t *nodes_fragmentation(struct server *s, size_t node)
 	if (n_groups == 0 ||
 	    kn_pack_new(specs, (size_t)n_groups, &pack, &err) < 0)
 		goto out;
-	n_pods = frag_workload(s, pack, g, n_groups, &pods, &gpu_specs);
+	n_pods = frag_workload(s, pack, g, n_groups, &pods, &weights,
+			       &gpu_specs, &jobs);
 	if (n_pods == 0)
 		goto out; /* no GPU job yet: nothing to measure against */
-	kn_pack_set_typical(pack, pods, n_pods);
+	kn_pack_set_typical_weighted(pack, pods, weights, n_pods);
 	frag_charge(s, node, pack, g, n_groups);
 	for (int k = 0; k < n_groups; k++)
 		milli += kn_pack_node_frag(pack, (size_t)k);
 	json_decref(out);
 	out = json_pack("{s:f, s:f, s:I, s:I}", "milli", milli, "percent",
 			100.0 * milli / (double)capacity, "workload_jobs",
-			(json_int_t)n_pods, "typical_shapes",
+			(json_int_t)jobs, "typical_shapes",
 			(json_int_t)kn_pack_n_typical(pack));
 out:
 	for (size_t i = 0; gpu_specs && i < n_pods; i++)
 		free(gpu_specs[i]);
 	free(gpu_specs);
+	free(weights);
 	free(pods);
 	kn_pack_free(pack);
 	return out;

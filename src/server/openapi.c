@@ -237,6 +237,11 @@ static int add_answer(json_t *responses, const char *answer,
 		json_object_set_new(responses, status, error_response(rest));
 		return 0;
 	}
+	if (!strcmp(kind, "upgrade")) {
+		json_object_set_new(responses, status,
+				    json_pack("{s:s}", "description", rest));
+		return 0;
+	}
 	if (!strcmp(kind, "text")) {
 		content = json_pack("{s:{s:{s:s}}}", "text/plain", "schema",
 				    "type", "string");

@@ -45,6 +45,13 @@ const struct oa_op oa_ops[] = {
 	 "grace:string reason:string array:integer", NULL,
 	 "200 json job:Job; 409 error the job is not running or not "
 	 "preemptible"},
+	{"GET", "/v1/jobs/{id}/port-forward",
+	 "a connection to a port the job's task listens on (owner or "
+	 "operator): send Connection: Upgrade and Upgrade: kiln-port-forward",
+	 "port:integer task:integer", NULL,
+	 "101 upgrade the connection is now a byte pipe to the task's port; "
+	 "409 error the task is not running or does not listen on the port; "
+	 "503 error the connect failed"},
 	{"GET", "/v1/jobs/{id}/logs", "a task's output, or a stream of it",
 	 "task:integer attempt:integer follow:integer offset:integer "
 	 "tail:integer since:string timestamps:integer",

@@ -63,7 +63,7 @@ const struct oa_object oa_objects[] = {
 	 "number:integer state:string started_at_ms:integer "
 	 "ended_at_ms:integer exit_code:integer signal:integer "
 	 "reason:string? ~checkpoint:string? ~checkpoint_at_ms:integer "
-	 "~restore_ms:integer ~useful_task_ms:integer ~lost_task_ms:integer "
+	 "~checkpoint_next:object ~restore_ms:integer ~useful_task_ms:integer ~lost_task_ms:integer "
 	 "tasks:[Task]", NULL},
 	{"Task", "One rank of an attempt",
 	 "rank:integer node:string? devices:[integer] ~gpu_milli:integer "

@@ -100,23 +100,6 @@ struct pool *pool_of_node(struct server *s, size_t i)
 	return m ? m->pool : NULL;
 }
 
-static void pool_audit(struct server *s, const char *action,
-		       const char *object, const char *detail)
-{
-	struct kn_audit a;
-	struct kn_error err;
-
-	memset(&a, 0, sizeof(a));
-	a.actor = "system";
-	a.role = "admin";
-	a.action = (char *)action;
-	a.object = (char *)object;
-	a.outcome = "ok";
-	a.detail = (char *)detail;
-	if (kn_store_audit_insert(core_store(s), &a, &err) < 0)
-		kn_log(KN_LOG_WARN, "auditing %s: %s", action, err.message);
-}
-
 /*
  * Add node name to pool p in state (a restarted server keeps a cordon);
  * running marks a node made after start-up, whose ledger interval opens
@@ -385,8 +368,8 @@ static void decide(struct server *s, struct pool *p, const char *why,
 	p->decision_at = now;
 	kn_log(KN_LOG_INFO, "pool %s: %s", p->spec.name, why);
 	snprintf(object, sizeof(object), "pool/%s", p->spec.name);
-	pool_audit(s, why[0] == '+' ? "pool.scale_up" : "pool.scale_down",
-		   object, why);
+	core_audit(s, NULL, why[0] == '+' ? "pool.scale_up" : "pool.scale_down",
+		   object, "ok", why);
 	feed_publish(s, "pool.scale",
 		     json_pack("{s:s, s:s}", "pool", p->spec.name, "why", why));
 }
@@ -479,7 +462,8 @@ static void pools_tick(void *arg)
 			continue;
 		}
 		snprintf(object, sizeof(object), "node/%s", doomed[k]);
-		pool_audit(s, "node.remove", object, "idle: scaled down");
+		core_audit(s, NULL, "node.remove", object, "ok",
+			   "idle: scaled down");
 	}
 	if (added)
 		jobs_wake(s);
@@ -839,8 +823,6 @@ int pools_rolling_start(struct server *s, struct pool *p,
 			int64_t surge_timeout_ms, struct kn_error *err)
 {
 	struct rolling *r;
-	struct kn_audit a;
-	struct kn_error audit_err;
 	char object[96];
 	int rc;
 
@@ -883,15 +865,7 @@ int pools_rolling_start(struct server *s, struct pool *p,
 	rolling_free(p->rolling);
 	p->rolling = r;
 	snprintf(object, sizeof(object), "pool/%s", p->spec.name);
-	memset(&a, 0, sizeof(a));
-	a.actor = (char *)c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = "pool.rolling";
-	a.object = object;
-	a.outcome = "ok";
-	a.detail = r->command;
-	if (kn_store_audit_insert(core_store(s), &a, &audit_err) < 0)
-		kn_log(KN_LOG_WARN, "auditing: %s", audit_err.message);
+	core_audit(s, c, "pool.rolling", object, "ok", r->command);
 	kn_log(KN_LOG_INFO, "rolling maintenance of pool %s (%zu nodes): %s",
 	       p->spec.name, r->n_nodes, r->command);
 	if (r->n_nodes)

@@ -648,14 +648,10 @@ void reval_deployment_set(struct server *s, const char *deployment,
 			continue;
 		snprintf(object, sizeof(object), "model/%.64s@%.64s", r->name,
 			 r->alias);
-		struct kn_audit a = {
-			.actor = (char *)c->name,
-			.role = (char *)role_name(c->role),
-			.action = "model.revalidate.remove",
-			.object = object,
-			.outcome = "ok",
-			.detail = (char *)deployment,
-		};
+		struct kn_audit a;
+
+		caller_audit(&a, c, "model.revalidate.remove", object,
+			     "ok", deployment);
 		if (kn_store_revalidation_delete(core_store(s), r->name, r->alias,
 						 &a, &err) < 0) {
 			kn_log(KN_LOG_ERROR, "re-validation of %s@%s: %s",
@@ -672,14 +668,10 @@ void reval_deployment_set(struct server *s, const char *deployment,
 		return;
 	snprintf(object, sizeof(object), "model/%.64s@%.64s", row->name,
 		 row->alias);
-	struct kn_audit a = {
-		.actor = (char *)c->name,
-		.role = (char *)role_name(c->role),
-		.action = "model.revalidate",
-		.object = object,
-		.outcome = "ok",
-		.detail = row->thresholds_json,
-	};
+	struct kn_audit a;
+
+	caller_audit(&a, c, "model.revalidate", object,
+		     "ok", row->thresholds_json);
 	if (kn_store_revalidation_put(core_store(s), row, &a, &err) < 0)
 		kn_log(KN_LOG_ERROR, "re-validation of %s@%s for deployment "
 		       "%s: %s", row->name, row->alias, deployment,
@@ -708,24 +700,6 @@ static json_t *reval_json(const struct reval *r)
 			 "rollback", r->rollback, "next_at_ms",
 			 (json_int_t)r->next_at, "failing", r->failing, "job",
 			 r->job_id ? json_integer(r->job_id) : json_null());
-}
-
-static void audit_put(struct server *s, const struct caller *c,
-		      const char *action, const char *object,
-		      const char *outcome, const char *detail)
-{
-	struct kn_audit a = {
-		.actor = (char *)c->name,
-		.role = (char *)role_name(c->role),
-		.action = (char *)action,
-		.object = (char *)object,
-		.outcome = (char *)outcome,
-		.detail = (char *)detail,
-	};
-	struct kn_error err;
-
-	if (kn_store_audit_insert(core_store(s), &a, &err) < 0)
-		kn_log(KN_LOG_ERROR, "audit: %s", err.message);
 }
 
 /* The alias a request body names, checked. */
@@ -810,13 +784,8 @@ static void reval_h_put(struct server *s, struct kn_http_req *req,
 	row.thresholds_json = th_text;
 	row.rollback = json_is_true(json_object_get(body, "rollback"));
 	row.created_at = kn_now_ms();
-	memset(&a, 0, sizeof(a));
-	a.actor = (char *)c->name;
-	a.role = (char *)role_name(c->role);
-	a.action = "model.revalidate";
-	a.object = object;
-	a.outcome = "ok";
-	a.detail = th_text;
+	caller_audit(&a, c, "model.revalidate", object,
+		     "ok", th_text);
 	if (kn_store_revalidation_put(core_store(s), &row, &a, &err) < 0)
 		goto fail;
 	r = install(s, &row);
@@ -824,7 +793,7 @@ static void reval_h_put(struct server *s, struct kn_http_req *req,
 					       reval_json(r)));
 	goto out;
 fail:
-	audit_put(s, c, "model.revalidate", object, "error", err.message);
+	core_audit(s, c, "model.revalidate", object, "error", err.message);
 	kn_http_reply_error(req, &err);
 out:
 	free(th_text);
@@ -889,7 +858,7 @@ static void reval_h_run(struct server *s, struct kn_http_req *req,
 	}
 	goto out;
 fail:
-	audit_put(s, c, "model.revalidate.run", object, "error", err.message);
+	core_audit(s, c, "model.revalidate.run", object, "error", err.message);
 	kn_http_reply_error(req, &err);
 out:
 	json_decref(body);
@@ -904,7 +873,7 @@ static void run_reply(struct server *s, const struct reval_check *k,
 
 	snprintf(object, sizeof(object), "model/%.64s@%.64s", k->name,
 		 k->alias);
-	audit_put(s, &k->caller, "model.revalidate.run", object,
+	core_audit(s, &k->caller, "model.revalidate.run", object,
 		  rc < 0 ? "error" : "ok", rc < 0 ? err->message : NULL);
 	if (rc < 0) {
 		kn_http_reply_error(k->req, err);

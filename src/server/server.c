@@ -358,7 +358,8 @@ const struct service *const kn_services[] = {
 	&slurm_nodes_service, &pools_service, &cost_service,
 	&backup_service,   &deploy_service,
 	&models_service,   &workflows_service, &reval_service,  &metrics_service,
-	&console_service,  &devenv_service, &sessions_service, NULL,
+	&console_service,  &devenv_service, &sessions_service,
+	&portfwd_service,  NULL,
 };
 
 _Static_assert(sizeof(kn_services) / sizeof(kn_services[0]) <=

@@ -79,7 +79,8 @@ struct service {
 extern const struct service slurm_nodes_service, pools_service, cost_service,
 	backup_service,
 	deploy_service, models_service, workflows_service, reval_service,
-	metrics_service, console_service, devenv_service, sessions_service;
+	metrics_service, console_service, devenv_service, sessions_service,
+	portfwd_service;
 
 /* The job core's routes and the server's own (api.c). */
 extern const struct route api_routes[];

@@ -19,6 +19,7 @@
  * for no gain: the shim and the client already keep one).
  */
 #include "internal.h"
+#include "server/devenvsvc.h"
 #include "server/service.h"
 
 #include "exec/exec.h"
@@ -55,6 +56,8 @@
 
 struct session {
 	struct sessions *all;
+	struct server *core;
+	int64_t job_id;
 	struct kn_tunnel *client;
 	struct kn_fd_stream *shim;
 	struct kn_mux_reader from_client, from_shim;
@@ -72,6 +75,8 @@ static void session_free(struct session *x)
 {
 	struct sessions *all = x->all;
 
+	/* A dev environment with a session open is in use. */
+	devenv_session(x->core, x->job_id, -1);
 	if (x->prev)
 		x->prev->next = x->next;
 	else
@@ -260,11 +265,10 @@ static char *command_line(json_t *argv)
  */
 static char *session_task(struct server *s, const struct caller *c,
 			  int64_t id, int64_t rank, const char *action,
-			  struct kn_error *err)
+			  int64_t *started_at, struct kn_error *err)
 {
 	struct kn_job_row j;
 	struct kn_task_row *tasks = NULL;
-	struct kn_audit a;
 	char object[48], *dir = NULL;
 	size_t nt = 0;
 
@@ -276,8 +280,7 @@ static char *session_task(struct server *s, const struct caller *c,
 			  "job %lld belongs to %s: only its owner and "
 			  "operators may open a session on it",
 			  (long long)id, j.owner);
-		caller_audit(&a, c, action, object, "denied", err->message);
-		kn_store_audit_insert(s->store, &a, NULL);
+		core_audit(s, c, action, object, "denied", err->message);
 	} else if (strcmp(s->exec->ops->name, "local") != 0) {
 		kn_errorf(err, KN_ECONFLICT, NULL,
 			  "interactive sessions need the local executor; "
@@ -289,8 +292,10 @@ static char *session_task(struct server *s, const struct caller *c,
 				      err) == 0) {
 		for (size_t i = 0; i < nt && !dir; i++)
 			if (tasks[i].rank == rank &&
-			    tasks[i].state == KN_TASK_RUNNING)
+			    tasks[i].state == KN_TASK_RUNNING) {
 				dir = kn_xstrdup(tasks[i].task_dir);
+				*started_at = tasks[i].started_at;
+			}
 		if (!dir)
 			kn_errorf(err, KN_ENOTFOUND, "task",
 				  "job %lld has no running task %lld",
@@ -335,15 +340,13 @@ static void audit_session(const struct opening *o)
 {
 	char object[48], detail[COMMAND_LINE_MAX + 32];
 	char *line = o->exec ? command_line(o->argv) : NULL;
-	struct kn_audit a;
 
 	snprintf(object, sizeof(object), "job/%lld", (long long)o->id);
 	snprintf(detail, sizeof(detail), "task %lld%s%s%s",
 		 (long long)o->rank, line ? ": " : "", line ? line : "",
 		 o->exec && o->tty ? " (tty)" : "");
-	caller_audit(&a, &o->c, o->exec ? "job.exec" : "job.attach", object,
-		     "ok", detail);
-	kn_store_audit_insert(o->s->store, &a, NULL);
+	core_audit(o->s, &o->c, o->exec ? "job.exec" : "job.attach", object,
+		   "ok", detail);
 	free(line);
 }
 
@@ -358,6 +361,8 @@ static void session_start(struct opening *o, int fd)
 	char *text;
 
 	x->all = all;
+	x->core = o->s;
+	x->job_id = o->id;
 	kn_mux_reader_init(&x->from_client);
 	kn_mux_reader_init(&x->from_shim);
 	if (!(x->shim = kn_fd_stream_new(o->s->loop, fd, &shim_ops, x))) {
@@ -390,6 +395,7 @@ static void session_start(struct opening *o, int fd)
 	if (all->list)
 		all->list->prev = x;
 	all->list = x;
+	devenv_session(o->s, o->id, 1);
 }
 
 /*
@@ -424,7 +430,7 @@ static void session_open(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param, bool exec)
 {
 	struct opening *o = kn_xcalloc(1, sizeof(*o));
-	int64_t tty = 0;
+	int64_t tty = 0, started_at = 0;
 	struct kn_error err;
 	char *end;
 
@@ -462,10 +468,14 @@ static void session_open(struct server *s, struct kn_http_req *req,
 		return;
 	}
 	o->dir = session_task(s, c, o->id, o->rank,
-			      exec ? "job.exec" : "job.attach", &err);
+			      exec ? "job.exec" : "job.attach", &started_at,
+			      &err);
 	if (!o->dir)
 		goto refuse;
-	o->deadline_ms = kn_mono_ms() + SHIM_WAIT_MS;
+	/* Only a task that just started may have a shim not listening yet
+	   (one from before sessions never will). */
+	if (kn_now_ms() - started_at < SHIM_WAIT_MS)
+		o->deadline_ms = kn_mono_ms() + SHIM_WAIT_MS;
 	opening_try(o);
 	return;
 refuse:

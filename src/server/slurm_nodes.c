@@ -148,21 +148,17 @@ static bool node_update(struct server *s, size_t i,
 }
 
 /*
- * The state kiln last kept for node i in the store (a cordon outlives a
- * restart, as for the server's own nodes); ready when none, or when the
- * row says Slurm had dropped it.
+ * The state kiln last kept for node i in the store, rows (a cordon
+ * outlives a restart, as for the server's own nodes); ready when none, or
+ * when the row says Slurm had dropped it.
  */
-static void stored_state(struct server *s, size_t i)
+static void stored_state(struct server *s, size_t i,
+			 const struct kn_node_row *rows, size_t n_rows)
 {
 	struct server_node *node = &s->nodes[i];
-	struct kn_node_row *rows = NULL;
-	struct kn_error err;
-	size_t n = 0;
 
 	kn_strlcpy(node->state, "ready", sizeof(node->state));
-	if (kn_store_node_list(s->store, &rows, &n, &err) < 0)
-		return;
-	for (size_t k = 0; k < n; k++)
+	for (size_t k = 0; k < n_rows; k++)
 		if (!strcmp(rows[k].name, node->name) &&
 		    strcmp(rows[k].state, "removed")) {
 			kn_strlcpy(node->state, rows[k].state,
@@ -171,11 +167,11 @@ static void stored_state(struct server *s, size_t i)
 				   rows[k].reason ? rows[k].reason : "",
 				   sizeof(node->reason));
 		}
-	kn_node_list_free(rows, n);
 }
 
 /* A Slurm node kiln has not had yet, in the state kiln kept for it. */
-static void node_add(struct server *s, const struct kn_slurm_node *n)
+static void node_add(struct server *s, const struct kn_slurm_node *n,
+		     const struct kn_node_row *rows, size_t n_rows)
 {
 	size_t i = s->cluster.n_nodes;
 	struct kn_error err;
@@ -188,7 +184,7 @@ static void node_add(struct server *s, const struct kn_slurm_node *n)
 	for (size_t k = 0; k < i; k++)
 		s->cluster.nodes[k].name = s->nodes[k].name;
 	kn_strlcpy(s->nodes[i].name, n->name, sizeof(s->nodes[i].name));
-	stored_state(s, i);
+	stored_state(s, i, rows, n_rows);
 	kn_strlcpy(s->nodes[i].devices.source, "slurm",
 		   sizeof(s->nodes[i].devices.source));
 	s->cluster.n_nodes = i + 1;
@@ -201,51 +197,117 @@ static void node_add(struct server *s, const struct kn_slurm_node *n)
 	feed_publish(s, "node.added",
 		     json_pack("{s:s, s:s}", "node", n->name, "engine",
 			       "slurm"));
-	kn_log(KN_LOG_INFO, "slurm: node %s: %lld GPU%s, %d CPUs, %s", n->name,
-	       (long long)kn_slurm_node_gpus(n),
-	       kn_slurm_node_gpus(n) == 1 ? "" : "s", n->cpus, n->state);
 }
 
-/* The server's nodes made Slurm's: new ones added, gone ones removed. */
+/*
+ * The server's node named name, looked for first at *hint (Slurm lists
+ * its nodes in the same order each time, and kiln added them in that
+ * order), then everywhere; -1 when none. *hint moves past a hit.
+ */
+static int node_index(const struct server *s, const char *name,
+		      size_t *hint)
+{
+	int i;
+
+	if (*hint < s->cluster.n_nodes && !strcmp(s->nodes[*hint].name, name))
+		i = (int)*hint;
+	else
+		i = nodes_find(s, name);
+	if (i >= 0)
+		*hint = (size_t)i + 1;
+	return i;
+}
+
+/*
+ * The server's nodes made Slurm's, in one transaction: new ones added,
+ * changed ones saved; then those Slurm no longer lists go once nothing
+ * runs on them, each row kept as removed.
+ */
 static void nodes_sync(struct server *s, const struct slurm_nodes *sl)
 {
+	struct kn_node_row *rows = NULL;
+	size_t n_rows = 0, hint = 0, added = 0, before = s->cluster.n_nodes;
+	bool *seen = kn_xcalloc(before + sl->inv.n_nodes + 1, sizeof(*seen));
 	struct kn_error err;
-	bool listed = false;
+	int rc = kn_store_node_list(s->store, &rows, &n_rows, &err);
 
+	if (rc == 0)
+		rc = kn_store_begin(s->store, &err);
+	if (rc < 0)
+		kn_log(KN_LOG_WARN, "slurm: nodes: %s", err.message);
 	for (size_t k = 0; k < sl->inv.n_nodes; k++) {
 		const struct kn_slurm_node *n = &sl->inv.nodes[k];
-		int i = nodes_find(s, n->name);
+		int i = node_index(s, n->name, &hint);
 
-		if (i < 0)
-			node_add(s, n);
-		else if (node_update(s, (size_t)i, n) &&
-			 nodes_save(s, (size_t)i, &err) < 0)
+		if (i < 0) {
+			node_add(s, n, rows, n_rows);
+			i = (int)s->cluster.n_nodes - 1;
+			added++;
+		} else if (node_update(s, (size_t)i, n) &&
+			   nodes_save(s, (size_t)i, &err) < 0) {
 			kn_log(KN_LOG_WARN, "slurm: node %s: %s", n->name,
 			       err.message);
-		listed = true;
-	}
-	for (size_t i = 0; i < s->cluster.n_nodes;) {
-		if (!listed || inv_node(sl, s->nodes[i].name)) {
-			i++;
-			continue;
 		}
-		/* Not Slurm's (any more): out once nothing runs on it, its
-		   row kept as removed. */
+		seen[i] = true;
+	}
+	if (rc == 0 && kn_store_commit(s->store, &err) < 0) {
+		kn_store_rollback(s->store);
+		kn_log(KN_LOG_WARN, "slurm: nodes not stored: %s", err.message);
+	}
+	kn_node_list_free(rows, n_rows);
+	if (added)
+		kn_log(KN_LOG_INFO, "slurm: %zu node%s added (%zu listed)",
+		       added, added == 1 ? "" : "s", sl->inv.n_nodes);
+	/* Backwards: a removal moves the nodes after it down one. */
+	for (size_t i = s->cluster.n_nodes; sl->inv.n_nodes && i-- > 0;) {
+		if (seen[i])
+			continue;
 		s->cluster.nodes[i].schedulable = false;
 		if (pool_node_remove(s, i, &err) < 0)
-			i++;
+			kn_log(KN_LOG_INFO, "slurm: node %s stays until its "
+			       "work ends: %s", s->nodes[i].name, err.message);
 	}
+	free(seen);
 	if (s->loop)
 		jobs_wake(s); /* not at start-up: the first turn is to come */
 }
 
 /* ---- readings ---- */
 
+/*
+ * An event for each node whose Slurm state or reason the reading changed
+ * (old: the one before), so `kiln nodes -w` and the console follow Slurm.
+ */
+static void publish_changes(struct server *s,
+			    const struct kn_slurm_inventory *old,
+			    const struct kn_slurm_inventory *inv)
+{
+	for (size_t k = 0; k < inv->n_nodes; k++) {
+		const struct kn_slurm_node *n = &inv->nodes[k], *o = NULL;
+
+		if (k < old->n_nodes && !strcmp(old->nodes[k].name, n->name))
+			o = &old->nodes[k];
+		for (size_t j = 0; !o && j < old->n_nodes; j++)
+			if (!strcmp(old->nodes[j].name, n->name))
+				o = &old->nodes[j];
+		if (o && !strcmp(o->state, n->state) &&
+		    !strcmp(o->reason, n->reason))
+			continue;
+		feed_publish(s, "node.slurm",
+			     json_pack("{s:s, s:s, s:o}", "node", n->name,
+				       "state", n->state, "reason",
+				       n->reason[0] ? json_string(n->reason)
+						    : json_null()));
+	}
+}
+
 static void inventory_take(struct server *s,
 			   const struct kn_slurm_inventory *inv)
 {
 	struct slurm_nodes *sl = s->slurm_nodes;
 
+	if (s->loop)
+		publish_changes(s, &sl->inv, inv);
 	kn_slurm_inventory_release(&sl->inv);
 	sl->inv.nodes = kn_xcalloc(inv->n_nodes ? inv->n_nodes : 1,
 				   sizeof(*inv->nodes));
@@ -328,23 +390,28 @@ static void slurm_nodes_stop(struct server *s)
 	s->slurm_nodes = NULL;
 }
 
-json_t *slurm_nodes_json(const struct server *s, const char *name)
+json_t *slurm_nodes_json(const struct server *s, size_t i)
 {
+	const struct slurm_nodes *sl = s->slurm_nodes;
+	const char *name = s->nodes[i].name;
 	const struct kn_slurm_node *n =
-		s->slurm_nodes ? inv_node(s->slurm_nodes, name) : NULL;
+		!sl ? NULL
+		: i < sl->inv.n_nodes && !strcmp(sl->inv.nodes[i].name, name)
+			? &sl->inv.nodes[i]
+			: inv_node(sl, name);
 	json_t *gres;
 
 	if (!n)
 		return NULL;
 	gres = json_array();
-	for (size_t i = 0; i < n->n_gres; i++)
+	for (size_t k = 0; k < n->n_gres; k++)
 		json_array_append_new(
 			gres, json_pack("{s:s, s:s, s:I, s:I, s:b}", "name",
-					n->gres[i].name, "type",
-					n->gres[i].type, "count",
-					(json_int_t)n->gres[i].count, "used",
-					(json_int_t)n->gres[i].used, "mig",
-					n->gres[i].mig));
+					n->gres[k].name, "type",
+					n->gres[k].type, "count",
+					(json_int_t)n->gres[k].count, "used",
+					(json_int_t)n->gres[k].used, "mig",
+					n->gres[k].mig));
 	return json_pack("{s:s, s:s, s:o, s:s, s:s, s:i, s:i, s:I, s:I, s:o, "
 			 "s:b}",
 			 "state", n->state, "flags", n->flags, "reason",

@@ -529,7 +529,6 @@ static int load_for_change(struct server *s, struct kn_http_req *req,
 		return -1;
 	}
 	if (c->role < KN_ROLE_OPERATOR && strcmp(r->row.owner, c->name)) {
-		struct kn_audit a;
 		char object[40];
 
 		kn_errorf(&err, KN_EPERM, NULL,
@@ -538,8 +537,7 @@ static int load_for_change(struct server *s, struct kn_http_req *req,
 			  (long long)id, r->row.owner);
 		snprintf(object, sizeof(object), "workflow/%lld",
 			 (long long)id);
-		caller_audit(&a, c, action, object, "denied", err.message);
-		kn_store_audit_insert(core_store(s), &a, NULL);
+		core_audit(s, c, action, object, "denied", err.message);
 		kn_http_reply_error(req, &err);
 		wf_run_release(r);
 		return -1;

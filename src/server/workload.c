@@ -3,7 +3,12 @@
  * last, for the packing policy's typical workload (kn_sched_packing) and
  * the nodes' fragmentation measure. Loaded from the store at start-up,
  * grown on every submission, capped at WORKLOAD_MAX so a long-lived
- * server weighs its recent jobs and its memory stays bounded.
+ * server weighs its recent jobs and its memory stays bounded. Beside the
+ * list, the same jobs counted by distinct shape (s->shapes), which is
+ * what placement reads: each placement builds its typical set from the
+ * workload, and from the list that cost grew with the jobs submitted (a
+ * 10,000-element array made every tick of its 10,000 queued elements
+ * take minutes, and the API wait behind it).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +24,67 @@ static void shape_release(struct kn_sched_shape *shape)
 	free((void *)shape->gpu_models);
 }
 
+static bool same_shape(const struct kn_sched_shape *a,
+		       const struct kn_sched_shape *b)
+{
+	if (a->gpu_milli != b->gpu_milli || a->n_gpu_models != b->n_gpu_models)
+		return false;
+	for (size_t m = 0; m < a->n_gpu_models; m++)
+		if (strcmp(a->gpu_models[m], b->gpu_models[m]))
+			return false;
+	return true;
+}
+
+static struct kn_sched_shape *summary_find(struct server *s,
+					   const struct kn_sched_shape *shape)
+{
+	for (size_t i = 0; i < s->n_shapes; i++)
+		if (same_shape(&s->shapes[i], shape))
+			return &s->shapes[i];
+	return NULL;
+}
+
+static void summary_add(struct server *s, const struct kn_sched_shape *shape)
+{
+	struct kn_sched_shape *have = summary_find(s, shape);
+	char **copy = NULL;
+
+	if (have) {
+		have->count++;
+		return;
+	}
+	if (s->n_shapes == s->cap_shapes) {
+		s->cap_shapes = s->cap_shapes ? 2 * s->cap_shapes : 8;
+		s->shapes = kn_xrealloc(s->shapes,
+					s->cap_shapes * sizeof(*s->shapes));
+	}
+	if (shape->n_gpu_models) {
+		copy = kn_xcalloc(shape->n_gpu_models, sizeof(*copy));
+		for (size_t m = 0; m < shape->n_gpu_models; m++)
+			copy[m] = kn_xstrdup(shape->gpu_models[m]);
+	}
+	have = &s->shapes[s->n_shapes++];
+	*have = *shape;
+	have->gpu_models = (const char *const *)copy;
+	have->count = 1;
+}
+
+static void summary_drop(struct server *s, const struct kn_sched_shape *shape)
+{
+	struct kn_sched_shape *have = summary_find(s, shape);
+
+	if (!have || --have->count)
+		return;
+	shape_release(have);
+	memmove(have, have + 1,
+		(size_t)(s->shapes + s->n_shapes - (have + 1)) * sizeof(*have));
+	s->n_shapes--;
+}
+
 /* Drop the oldest entry. */
 static void drop_oldest(struct server *s)
 {
+	summary_drop(s, &s->workload[0]);
 	shape_release(&s->workload[0]);
 	memmove(s->workload, s->workload + 1,
 		(s->n_workload - 1) * sizeof(*s->workload));
@@ -52,6 +115,8 @@ static void add_shape(struct server *s, int gpu_milli, const char *const *models
 	shape->gpu_milli = gpu_milli;
 	shape->gpu_models = (const char *const *)copy;
 	shape->n_gpu_models = n_models;
+	shape->count = 1;
+	summary_add(s, shape);
 }
 
 void workload_add(struct server *s, const struct kn_job_spec *spec)
@@ -110,4 +175,9 @@ void workload_release(struct server *s)
 	free(s->workload);
 	s->workload = NULL;
 	s->cap_workload = 0;
+	for (size_t i = 0; i < s->n_shapes; i++)
+		shape_release(&s->shapes[i]);
+	free(s->shapes);
+	s->shapes = NULL;
+	s->n_shapes = s->cap_shapes = 0;
 }

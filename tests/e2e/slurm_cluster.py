@@ -1,8 +1,9 @@
 """The two-node Slurm cluster of scripts/slurm-2node.sh that the multi-node,
 GRES, accounting and preemption tests share: a cluster of its own (name,
 namespaces, bridge, subnet, port and state directory differ from the one
-tests/e2e/test_slurm.py starts), so both sets can run at once. Brought up
-once per session and torn down at its end: daemons, namespaces, bridge."""
+tests/e2e/test_slurm.py starts), so both sets can run at once, with
+accounting (slurmdbd on a MariaDB of its own). Brought up once per session
+and torn down at its end: daemons, namespaces, bridge."""
 import os
 import subprocess
 from pathlib import Path
@@ -17,6 +18,8 @@ CLUSTER = {
     "KILN_SLURM2_NODES": "kb",
     "KILN_SLURM2_NET": "10.78.0",
     "KILN_SLURM2_CTLD_PORT": "6837",
+    # Accounting: slurmdbd on 6838, its MariaDB on 6839.
+    "KILN_SLURM2_ACCT_PORT": "6838",
     "KILN_SLURM2_DIR": os.environ.get("KILN_SLURMB_DIR",
                                       "/var/lib/kiln-slurm-b"),
 }

@@ -3,7 +3,7 @@ each element its own job (index variables, attempts, logs), one row in
 `kiln ls`, the elements in `kiln show`, and cancel of one element or all."""
 import json
 
-from conftest import job_yaml, wait_for
+from conftest import Server, job_yaml, kill_processes_under, wait_for
 
 PRINT_INDEX = ["/bin/sh", "-c",
                "echo index=$KILN_ARRAY_INDEX slurm=$SLURM_ARRAY_TASK_ID "
@@ -147,3 +147,31 @@ def test_elements_survive_a_restart(server, tmp_path):
     for k in range(2):
         server.wait_state(array_id + k, "succeeded")
         assert f"index={k} " in server.logs(array_id + k)
+
+
+def test_a_large_array_is_one_shape_to_placement(tmp_path):
+    """Every queued element is placed each turn, and each placement builds
+    its typical workload from the jobs seen: counted by shape, a large
+    array of alike elements is one entry, so the turns (and the API waiting
+    behind them) do not slow with the array's size. The nodes' measure
+    still weighs every element."""
+    home = tmp_path / "home"
+    home.mkdir()
+    server = Server(home, extra=["--max-queued-jobs-per-user",
+                                 "100000"]).start()
+    try:
+        jid = server.submit(job_yaml("wide", ["/bin/true"],
+                                     resources={"gpus": 8}, array="0-1999"))
+        r = server.cli("ls", check=True)
+        assert f"{jid}[0-1999]" in r.stdout and "2000 queued" in r.stdout
+        r = server.cli("show", str(jid), check=True)
+        assert r.stdout.count("queued  0         -     can never fit") == 2000
+        node = server.request("GET", "/v1/nodes").json()["nodes"][0]
+        assert node["fragmentation"]["workload_jobs"] == 2000
+        assert node["fragmentation"]["typical_shapes"] == 1
+        server.cli("cancel", str(jid), check=True)
+        server.stop()
+    finally:
+        if server.proc.poll() is None:
+            server.kill9()
+        kill_processes_under(home)

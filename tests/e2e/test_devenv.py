@@ -73,19 +73,21 @@ def gate_dir():
 
 def test_idle_stop_warns_and_home_comes_back(s, gate_dir):
     gate = gate_dir / "idle"
-    spec = devenv_yaml("box", gate, idle_timeout="3s")
+    # Long enough for Python to start on a loaded machine: a start
+    # counts as use, and the script's first sample says busy.
+    spec = devenv_yaml("box", gate, idle_timeout="6s")
     first = s.submit(spec, filename="box.yaml")
     s.wait_state(first, "running")
     wait_for(lambda: "home is" in s.logs(first), what="the first start")
     assert "fresh home" in s.logs(first)
     # Busy GPUs keep it up past its idle_timeout.
-    time.sleep(4)
+    time.sleep(8)
     assert s.job(first)["state"] == "running", s.job(first)
 
     gate.write_text("")
-    job = s.wait_state(first, ("cancelled", "failed", "succeeded"), timeout=30)
+    job = s.wait_state(first, ("cancelled", "failed", "succeeded"), timeout=45)
     assert job["state"] == "cancelled", job
-    assert job["reason"].startswith("stopped: idle for 3s"), job["reason"]
+    assert job["reason"].startswith("stopped: idle for 6s"), job["reason"]
     ev = events(s)
     kinds = [e["type"] for e in ev if e.get("job") == first]
     assert "devenv.idle_warning" in kinds, kinds
@@ -106,7 +108,7 @@ def test_idle_stop_warns_and_home_comes_back(s, gate_dir):
     wait_for(lambda: "home is" in s.logs(second), what="the second start")
     assert f"found: remember {first}" in s.logs(second)
     assert f"home.{second}.1" in s.logs(second)
-    s.wait_state(second, "cancelled", timeout=30)
+    s.wait_state(second, "cancelled", timeout=45)
 
     # kiln cost: how long each sat idle, and what the first's idle stop
     # saved: its GPU from the stop to the second start.
@@ -115,7 +117,7 @@ def test_idle_stop_warns_and_home_comes_back(s, gate_dir):
     one, two = s.job(first), s.job(second)
     assert rows[first]["stopped_for"] == "idle"
     assert rows[first]["gpus"] == 1
-    assert 2 <= rows[first]["idle_hours"] * 3600 <= 30, rows[first]
+    assert 5 <= rows[first]["idle_hours"] * 3600 <= 40, rows[first]
     gap_s = (two["started_at_ms"] - one["ended_at_ms"]) / 1000
     assert abs(rows[first]["saved_gpu_hours"] * 3600 - gap_s) < 2, (
         rows[first], gap_s)
@@ -130,12 +132,12 @@ def test_another_owner_gets_a_home_of_its_own(s, gate_dir):
     gate.write_text("")
     alice = s.create_token("alice", "user")
     bob = s.create_token("bob", "user")
-    spec = devenv_yaml("box", gate, idle_timeout="1s")
+    spec = devenv_yaml("box", gate, idle_timeout="4s")
     a = s.submit(spec, token=alice)
-    s.wait_state(a, "cancelled", timeout=30)
+    s.wait_state(a, "cancelled", timeout=45)
     wait_for(lambda: "home is" in s.logs(a), what="alice's start")
     b = s.submit(spec, token=bob)
-    s.wait_state(b, "cancelled", timeout=30)
+    s.wait_state(b, "cancelled", timeout=45)
     assert "fresh home" in s.logs(b)
     assert "found:" not in s.logs(b)
 
@@ -144,7 +146,7 @@ def test_max_duration_stops_a_busy_environment(s, gate_dir):
     spec = devenv_yaml("long", gate_dir / "never", idle_timeout="1h",
                        max_duration="3s")
     jid = s.submit(spec)
-    job = s.wait_state(jid, ("cancelled", "failed", "succeeded"), timeout=30)
+    job = s.wait_state(jid, ("cancelled", "failed", "succeeded"), timeout=45)
     assert job["state"] == "cancelled", job
     assert job["reason"] == "stopped: ran for its max_duration of 3s", job
 

@@ -173,8 +173,9 @@ def test_exec_beside_a_task(server, tmp_path):
     user, its own /tmp; stdout and stderr apart; the exit code back."""
     marker = tmp_path / "env"
     job_id = running_job(
-        server, ["sh", "-c", f"echo $CUDA_VISIBLE_DEVICES > {marker}; "
-                             "echo task > /tmp/mine; sleep 300"],
+        server, ["sh", "-c", "echo task > /tmp/mine; "
+                             f"echo $CUDA_VISIBLE_DEVICES > {marker}; "
+                             "sleep 300"],
         resources={"gpus": 2})
     wait_for(lambda: marker.exists() and marker.read_text().strip(),
              what="the task's devices")
@@ -427,3 +428,110 @@ def test_sessions_count_against_the_stream_cap(tmp_path):
     finally:
         s.stop()
         kill_processes_under(s.home)
+
+
+def test_a_session_keeps_a_dev_environment_in_use(tmp_path):
+    """A dev environment with a session open is in use, however idle its
+    GPUs: it outlives its idle_timeout while an exec is attached and
+    stops once the session closes."""
+    import subprocess
+    from conftest import Server, kill_processes_under
+    s = Server(tmp_path / "home", gpus="1xH100-80GB",
+               extra=["--usage-interval", "200ms"])
+    s.home.mkdir()
+    s.start()
+    try:
+        spec = ("kind: DevEnvironment\nname: box\n"
+                'command: ["sleep", "300"]\nresources: {gpus: 1}\n'
+                "idle_timeout: 2s\n")
+        job_id = s.submit(spec, filename="box.yaml")
+        s.wait_state(job_id, "running")
+        env = dict(os.environ, KILN_HOME=str(s.home))
+        held = subprocess.Popen([KILN, "exec", str(job_id), "-i", "--",
+                                 "cat"], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)
+        held.stdin.write(b"ping\n")
+        held.stdin.flush()
+        assert held.stdout.readline() == b"ping\n"  # the session is open
+        time.sleep(4)  # twice its idle_timeout, its GPU idle throughout
+        assert s.job(job_id)["state"] == "running"
+        held.stdin.close()
+        held.wait(timeout=20)
+        job = s.wait_state(job_id, ("cancelled", "failed", "succeeded"),
+                           timeout=30)
+        assert job["reason"].startswith("stopped: idle"), job
+    finally:
+        s.stop()
+        kill_processes_under(s.home)
+
+
+def test_sessions_over_tls(tmp_path, monkeypatch):
+    """Over HTTPS the upgrade and the frames run inside the TLS session
+    (the server's front on OpenSSL, the CLI on libcurl's connection):
+    a terminal session and a bulk exec both come through whole."""
+    from conftest import Server, kill_processes_under
+    home = tmp_path / "home"
+    home.mkdir()
+    s = Server(home, extra=["--tls-self-signed"]).start()
+    try:
+        assert s.url.startswith("https://")
+        ca = str(home / "tls" / "ca.pem")
+        monkeypatch.setenv("KILN_CA", ca)
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", ca)
+        pid, fd, job_id = start_shell(s)
+        os.write(fd, b"echo over-$((3*3))\r")
+        expect(fd, "over-9")
+        res = s.cli("exec", str(job_id), "--", "seq", "300000")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout == "".join(f"{i}\n" for i in range(1, 300001))
+        os.write(fd, b"exit 4\r")
+        assert wait_exit(pid) == 4
+        drain(fd)
+    finally:
+        s.stop()
+        kill_processes_under(s.home)
+
+
+def test_attach_after_a_server_restart(tmp_path):
+    """Tasks outlive the server; so do their terminals: after a restart
+    (the task re-adopted) attach finds the same shell."""
+    from conftest import Server, kill_processes_under
+    s = Server(tmp_path / "home")
+    s.home.mkdir()
+    s.start()
+    try:
+        pid, fd, job_id = start_shell(s)
+        os.write(fd, b"x=kept-$((5*5))\r")
+        os.write(fd, b"\x10\x11")
+        assert wait_exit(pid) == 0
+        drain(fd)
+        s.kill9()
+        s.start()
+        s.wait_state(job_id, "running")
+        pid, fd = spawn(s, "attach", str(job_id))
+        os.write(fd, b"echo $x\r")
+        expect(fd, "kept-25\r\n")
+        os.write(fd, b"exit\r")
+        assert wait_exit(pid) == 0
+        drain(fd)
+        s.wait_state(job_id, "succeeded")
+    finally:
+        s.stop()
+        kill_processes_under(s.home)
+
+
+def test_exec_passes_ctrl_c_on(server):
+    """Without a terminal, SIGINT to kiln reaches the command (as a
+    SIGNAL frame), which decides what it means."""
+    import subprocess
+    job_id = running_job(server, ["sleep", "300"])
+    env = dict(os.environ, KILN_HOME=str(server.home))
+    p = subprocess.Popen(
+        [KILN, "exec", str(job_id), "--", "sh", "-c",
+         'trap "echo got-int; exit 9" INT; echo ready; '
+         "while :; do sleep 0.1; done"],
+        env=env, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "ready\n"
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=20) == 9
+    assert p.stdout.read() == "got-int\n"

@@ -6,6 +6,7 @@ minutes): the listing shows Slurm's state and reason and follows a job,
 a job no partition could ever run is refused at submission naming the
 partition's limits, and cordon, drain and uncordon are scontrol updates,
 audited."""
+import json
 import subprocess
 
 import pytest
@@ -112,6 +113,12 @@ def test_cordon_drain_uncordon_are_scontrol_updates(inv_server, own_slurm):
     node = the_node(inv_server)
     assert node["state"] == "cordoned"
     assert node["slurm"]["reason"] == "kiln: cordoned by admin: disk swap"
+    # The event stream says so too, for `kiln nodes -w`.
+    events = [json.loads(line) for line in
+              inv_server.request("GET", "/v1/events").text.splitlines()]
+    assert {"type": "node.slurm", "node": NODE, "state": "drained",
+            "reason": "kiln: cordoned by admin: disk swap"}.items() <= \
+        next(e for e in events if e["type"] == "node.slurm").items(), events
     # kiln's cordon of a Slurm node outlives a restart, as of its own.
     inv_server.stop()
     inv_server.start()

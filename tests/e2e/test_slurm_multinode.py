@@ -52,7 +52,9 @@ def submit(server, tmp_path, name):
 
 def final_sha(server, jid):
     job = server.wait_state(jid, ("succeeded", "failed"), timeout=300)
-    assert job["state"] == "succeeded", job["reason"]
+    assert job["state"] == "succeeded", (job["reason"], [
+        server.logs(jid, task=t["rank"], attempt=a["number"])[-1500:]
+        for a in job["attempts_detail"] for t in a["tasks"]])
     outs = {o["name"]: o for o in job["outputs"]}
     return outs["final_weights.bin"]["sha256"], job
 

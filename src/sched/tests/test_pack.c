@@ -325,6 +325,34 @@ static void test_typical_cut(void **state)
 	kn_pack_free(c);
 }
 
+/* A shape given once with its count is the same typical set, and the
+   same fragmentation, as the shape given that many times. */
+static void test_typical_weighted(void **state)
+{
+	struct kn_pack *listed = two_nodes(), *counted = two_nodes();
+	struct kn_pack_pod pods[20], shapes[3] = {
+		share(500, 1000), whole(2, 1000), whole(4, 1000)};
+	const size_t weights[3] = {17, 2, 1};
+	struct kn_pack_pod held = share(300, 1000);
+	int pos = 0;
+
+	for (int i = 0; i < 20; i++)
+		pods[i] = shapes[i < 17 ? 0 : i < 19 ? 1 : 2];
+	kn_pack_set_typical(listed, pods, 20);
+	kn_pack_set_typical_weighted(counted, shapes, weights, 3);
+	assert_int_equal(kn_pack_n_typical(counted), kn_pack_n_typical(listed));
+	assert_int_equal(kn_pack_bind(listed, 0, &held, &pos, 1), 0);
+	assert_int_equal(kn_pack_bind(counted, 0, &held, &pos, 1), 0);
+	for (size_t n = 0; n < 2; n++)
+		assert_true(kn_pack_node_frag(counted, n) ==
+			    kn_pack_node_frag(listed, n));
+	/* NULL weights: one pod each. */
+	kn_pack_set_typical_weighted(counted, pods, NULL, 20);
+	assert_int_equal(kn_pack_n_typical(counted), kn_pack_n_typical(listed));
+	kn_pack_free(listed);
+	kn_pack_free(counted);
+}
+
 /* Ties go to the earliest node of the tie order. */
 static void test_tie_order(void **state)
 {
@@ -530,6 +558,7 @@ int main(void)
 		cmocka_unit_test(test_gpu_choice),
 		cmocka_unit_test(test_constraints_and_errors),
 		cmocka_unit_test(test_rng),
+		cmocka_unit_test(test_typical_weighted),
 		cmocka_unit_test(test_random_snapshots),
 	};
 
