@@ -78,6 +78,7 @@ bench: bench-deps build
 	$(PYTHON) bench/coll/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-coll.json
 	$(PYTHON) bench/gateway/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-gateway.json
 	$(PYTHON) bench/verify/run.py --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-verify.json
+	$(PYTHON) bench/transfer/run.py --azurite --kiln $(abspath $(BUILD))/src/cmd/kiln --out $(abspath $(BUILD))/bench-transfer.json
 
 # Not in `make test`: 30 minutes of load with kill -9 and a disk that
 # fills (bench/soak/run.py); SOAK_MINUTES=5 for a short one.

@@ -19,6 +19,17 @@ bench/slurm/dispatch.py. Pass --no-slurm to measure kiln alone.
 `array: 0-(N-1)` to kiln, one `sbatch --array=0-(N-1)` to Slurm; every
 element's submit time is that one call's.
 
+--clients C submits from C concurrent clients on both sides (kiln: C
+threads, each its own keep-alive connection; Slurm: C concurrent sbatch
+callers). Besides jobs/s to the last end, each side reports
+
+  accepted/s    = N / (last submit answered - first submit)
+  started/s     = N / (last start - first submit)
+
+--rounds R (without --isolation) runs kiln then Slurm R times, bringing
+Slurm up once, and prints each round's kiln/Slurm ratios with the mean
+and sample standard deviation of the ratios.
+
 Prints a table and writes the JSON of both sides to --out.
 
 --isolation compares kiln with itself instead: the same binary with tasks
@@ -48,6 +59,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -55,6 +67,10 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_LIMIT_S = 900
+# How long Slurm's side waits for its queue to drain. Under load its
+# launches can fail and requeue held, never to run: those jobs are
+# cancelled then, and the round counts what completed.
+SLURM_WAIT_S = 300
 
 
 def percentile(values, p):
@@ -112,8 +128,34 @@ def lone_starts(session, url, spec, records, count):
     return out
 
 
+def submit_all(url, token, spec, jobs, clients):
+    """POST spec jobs times from clients threads; {job id: submit ns}."""
+    submitted, lock = {}, threading.Lock()
+    left = iter(range(jobs))
+
+    def client():
+        with requests.Session() as session:
+            session.headers["Authorization"] = f"Bearer {token}"
+            while True:
+                with lock:
+                    if next(left, None) is None:
+                        return
+                t = time.time_ns()
+                r = session.post(url + "/v1/jobs", data=spec)
+                r.raise_for_status()
+                with lock:
+                    submitted[str(r.json()["job"]["id"])] = t
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return submitted
+
+
 def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
-             array=False):
+             array=False, clients=1):
     home = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     # Outside the home and /tmp, which tasks do not see, and writable for
     # the task's user.
@@ -122,8 +164,11 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
     records.chmod(0o777)
     env = dict(os.environ, KILN_HOME=str(home))
     load_before = load1()
+    # The whole batch may wait queued at once (concurrent clients).
     server = subprocess.Popen([*wrap, kiln, "server", "--listen", "127.0.0.1:0",
-                               "--gpus", "8xH100-80GB", *extra], env=env,
+                               "--gpus", "8xH100-80GB",
+                               "--max-queued-jobs-per-user", str(jobs + 1),
+                               *extra], env=env,
                               stdout=subprocess.DEVNULL,
                               stderr=open(home / "server.log", "wb"))
     try:
@@ -145,7 +190,10 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
                            "resources": {"gpus": gpus_per_job}})
         submitted = {}
         t0 = time.time()
-        for _ in range(1 if array else jobs):
+        if clients > 1 and not array:
+            submitted = submit_all(url, token, spec, jobs, clients)
+        for _ in range(0 if clients > 1 and not array else
+                       1 if array else jobs):
             t = time.time_ns()
             r = session.post(url + "/v1/jobs", data=spec if not array else
                              json.dumps(dict(json.loads(spec),
@@ -186,6 +234,12 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
             "jobs": jobs, "completed": len(ends), "failed": len(failed),
             "gpus_per_job": gpus_per_job, "wall_s": round(wall, 3),
             "submit_phase_s": round(submit_phase, 3),
+            "accepted_per_s": (round(jobs / submit_phase, 2)
+                               if submit_phase > 0 else None),
+            "started_per_s": (round(len(starts) /
+                                    ((max(starts.values()) - first) / 1e9), 2)
+                              if starts else None),
+            "clients": clients,
             "jobs_per_s": round(len(ends) / wall, 2) if wall > 0 else None,
             "submit_to_start_p50_ms": round(percentile(lat, 50), 2),
             "submit_to_start_p99_ms": round(percentile(lat, 99), 2),
@@ -204,24 +258,90 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
         shutil.rmtree(records, ignore_errors=True)
 
 
-def run_slurm(jobs, mode, gpus_per_job):
+def slurm_up():
+    """scripts/slurm-up.sh (its KILN_SLURM_* settings from the
+    environment): the slurm.conf, or None with why on stderr."""
     up = subprocess.run(["bash", str(ROOT / "scripts/slurm-up.sh")],
                         capture_output=True, text=True)
     if up.returncode != 0:
-        return {"peer": "slurm", "error": "slurm-up failed: " + up.stderr[-2000:]}
-    conf = up.stdout.strip().splitlines()[-1].split("=", 1)[-1]
+        print("slurm-up failed: " + up.stderr[-2000:], file=sys.stderr)
+        return None
+    return up.stdout.strip().splitlines()[-1].split("=", 1)[-1]
+
+
+def slurm_down():
+    subprocess.run(["bash", str(ROOT / "scripts/slurm-down.sh")],
+                   capture_output=True)
+
+
+def slurm_side(conf, jobs, mode, gpus_per_job, clients=1):
+    res = subprocess.run(
+        ["/usr/bin/python3", str(ROOT / "bench/slurm/dispatch.py"),
+         "--jobs", str(jobs), "--mode", mode,
+         "--gpus-per-job", str(gpus_per_job), "--conf", conf,
+         "--submitters", str(clients), "--timeout", str(SLURM_WAIT_S)],
+        capture_output=True, text=True, timeout=WAIT_LIMIT_S + 120)
     try:
-        res = subprocess.run(
-            ["/usr/bin/python3", str(ROOT / "bench/slurm/dispatch.py"),
-             "--jobs", str(jobs), "--mode", mode,
-             "--gpus-per-job", str(gpus_per_job), "--conf", conf],
-            capture_output=True, text=True, timeout=WAIT_LIMIT_S + 120)
-        if res.returncode != 0:
-            return {"peer": "slurm", "error": res.stderr[-2000:]}
-        return json.loads(res.stdout)
+        # Exit 1 with its figures when not every job ended in time.
+        out = json.loads(res.stdout)
+    except ValueError:
+        return {"peer": "slurm", "error": res.stderr[-2000:] or
+                f"exit {res.returncode}"}
+    phase, last_start = out.get("submit_phase_s"), out.get("last_start_s")
+    out["accepted_per_s"] = round(jobs / phase, 2) if phase else None
+    out["started_per_s"] = (round(out["completed"] / last_start, 2)
+                            if last_start else None)
+    return out
+
+
+def run_slurm(jobs, mode, gpus_per_job, clients=1):
+    conf = slurm_up()
+    if not conf:
+        return {"peer": "slurm", "error": "slurm-up failed"}
+    try:
+        return slurm_side(conf, jobs, mode, gpus_per_job, clients)
     finally:
-        subprocess.run(["bash", str(ROOT / "scripts/slurm-down.sh")],
-                       capture_output=True)
+        slurm_down()
+
+
+def compare_slurm(a):
+    """kiln then Slurm, a.rounds times; each round's ratios and their
+    mean and spread."""
+    conf = slurm_up()
+    if not conf:
+        return 1
+    rounds, ratios = [], {"accepted": [], "started": [], "jobs": []}
+    try:
+        for n in range(a.rounds):
+            k = run_kiln(a.kiln, a.jobs, a.gpus_per_job, array=a.array,
+                         clients=a.clients)
+            s = slurm_side(conf, a.jobs, "array" if a.array else
+                           a.slurm_mode, a.slurm_gpus_per_job, a.clients)
+            rounds.append({"kiln": k, "slurm": s})
+            if "error" in s:
+                print(f"round {n + 1}: kiln accepted/s {k['accepted_per_s']}"
+                      f" started/s {k['started_per_s']} jobs/s "
+                      f"{k['jobs_per_s']}; slurm: "
+                      f"{s['error'].strip().splitlines()[-1][:200]}",
+                      flush=True)
+                continue
+            line = [f"round {n + 1} (load {k['load1_before']:.1f})"]
+            for key, field in (("accepted", "accepted_per_s"),
+                               ("started", "started_per_s"),
+                               ("jobs", "jobs_per_s")):
+                if k.get(field) and s.get(field):
+                    ratios[key].append(k[field] / s[field])
+                    line.append(f"{key}/s kiln {k[field]} slurm {s[field]} "
+                                f"({k[field] / s[field]:.2f}x)")
+            print("; ".join(line), flush=True)
+    finally:
+        slurm_down()
+    Path(a.out).write_text(json.dumps({"rounds": rounds}, indent=2) + "\n")
+    for key, values in ratios.items():
+        print(f"kiln/slurm {key}/s: {spread(values)} "
+              f"(rounds: {', '.join(f'{v:.2f}' for v in values)})")
+    print(f"results: {a.out}")
+    return 0
 
 
 def spread(values):
@@ -312,22 +432,29 @@ def main():
     p.add_argument("--out", default="bench-dispatch.json")
     p.add_argument("--isolation", action="store_true",
                    help="compare sandboxed and limited tasks with neither")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="with --isolation: rounds of each side")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="rounds of each side, alternating (with "
+                   "--isolation: default 3)")
+    p.add_argument("--clients", type=int, default=1,
+                   help="concurrent submitting clients on each side")
     p.add_argument("--lone", type=int, default=20,
                    help="with --isolation: jobs sent one at a time after "
                    "each side's batch, for the start latency without a queue")
     a = p.parse_args()
     if a.isolation:
-        return compare_isolation(a.kiln, a.jobs, a.gpus_per_job, a.rounds,
-                                 a.lone, a.out)
+        return compare_isolation(a.kiln, a.jobs, a.gpus_per_job,
+                                 a.rounds if a.rounds > 1 else 3, a.lone,
+                                 a.out)
+    if a.rounds > 1 and not a.no_slurm:
+        return compare_slurm(a)
 
-    kiln = run_kiln(a.kiln, a.jobs, a.gpus_per_job, array=a.array)
+    kiln = run_kiln(a.kiln, a.jobs, a.gpus_per_job, array=a.array,
+                    clients=a.clients)
     results = {"kiln": kiln}
     if not a.no_slurm:
         results["slurm"] = run_slurm(a.jobs,
                                      "array" if a.array else a.slurm_mode,
-                                     a.slurm_gpus_per_job)
+                                     a.slurm_gpus_per_job, a.clients)
     Path(a.out).write_text(json.dumps(results, indent=2) + "\n")
 
     rows = [("", "jobs/s", "submit->start p50 ms", "p99 ms", "completed")]

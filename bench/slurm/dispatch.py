@@ -301,6 +301,10 @@ def bench(args):
         "jobs_per_s": (round(completed / (last_end_ns / 1e9), 3)
                        if last_end_ns else None),
         "last_end_s": round(last_end_ns / 1e9, 3) if last_end_ns else None,
+        "last_start_s": (round((max(int(f[2]) for f in start_lines
+                                    if len(f) == 3) - first_submit_ns) / 1e9,
+                               3)
+                         if any(len(f) == 3 for f in start_lines) else None),
         "wall_s": round(wall_ns / 1e9, 3),
         "jobs_per_s_to_drained": (round(completed / (wall_ns / 1e9), 3)
                                   if wall_ns > 0 else None),

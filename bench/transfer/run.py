@@ -19,7 +19,25 @@ alternating order, each side once per set:
   cp_pull    `cp` of the same blobs from the store to NEW, and sync -f.
 
 Before each push the set's blobs are deleted from the store and the
-push gets an empty digest cache, so every push sends every byte.
+push gets an empty digest cache, so every push sends every byte. A
+`sync` (untimed) comes before every side, so none waits on another's
+dirty pages.
+
+With --azurite, against the real Azure Blob emulator (scripts/azurite.sh,
+a fresh in-memory Azurite for each measurement: it keeps blobs, deleted
+ones too, in its heap and slows as that grows), also per set:
+
+  push_az    `kiln model push --http DIR` to a server whose store is that
+             Azurite: the parts go to the server, which puts each blob
+             (Put Blob, or Put Block + Put Block List above 64 MiB).
+  curl_put   `curl -T` of the same files as Put Blob with a SAS, one
+             process, one after another.
+  ckpt_up    `kiln ckpt upload URL JOB DIR`: the set's directory as a
+             saved checkpoint, straight to the store.
+  curl_par   `curl --parallel` (6 at once) of the same files.
+
+--no-file leaves the file-store sides out. Ratios for Azurite:
+curl_put / push_az, curl_put / ckpt_up and curl_par / ckpt_up.
 
 Reports mean +- sd of each over the rounds, and the ratios cp / push,
 cp / push_http and cp_pull / pull (above 1.0 kiln is faster), with the
@@ -39,6 +57,10 @@ import time
 from pathlib import Path
 
 MiB = 1 << 20
+ROOT = Path(__file__).resolve().parents[2]
+# Azurite's account, SAS and curl Put Blob lines: bench/ckpt's.
+sys.path.insert(0, str(ROOT / "bench" / "ckpt"))
+import run as ckpt_bench  # noqa: E402
 
 
 def timed(args, env=None):
@@ -66,11 +88,12 @@ def write_set(root, files, mib):
     return digests
 
 
-def start_server(kiln, home):
-    env = dict(os.environ, KILN_HOME=str(home))
+def start_server(kiln, home, extra=(), env=None):
+    env = dict(env or os.environ, KILN_HOME=str(home))
     server = subprocess.Popen([kiln, "server", "--listen", "127.0.0.1:0",
                                "--gpus", "1xH100-80GB",
-                               "--upload-max-staged", "64Gi"], env=env,
+                               "--upload-max-staged", "64Gi", *extra],
+                              env=env,
                               stdout=subprocess.DEVNULL,
                               stderr=open(home / "server.log", "wb"))
     deadline = time.monotonic() + 60
@@ -95,6 +118,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--sets", default="1x1024,16x256",
                     help="comma-separated FILESxMIB")
+    ap.add_argument("--azurite", action="store_true")
+    ap.add_argument("--no-file", action="store_true")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kiln-bench-transfer-",
                                  dir="/var/tmp"))
@@ -117,6 +142,8 @@ def main():
             sets.append((spec, src, write_set(src, n, mib), n * mib))
         blobs = home / "blobs" / "sha256"
         version = {}
+        warm = work / "warm"
+        warm.write_bytes(os.urandom(MiB))
 
         def drop_blobs(digests):
             for d in digests:
@@ -163,33 +190,92 @@ def main():
             shutil.rmtree(dest)
             return took
 
-        sides = [("push", push, ()), ("push_http", push, ("--http",)),
-                 ("cp", cp, ()), ("pull", pull, ()), ("cp_pull", cp_pull, ())]
+        def with_azurite(measure):
+            state = Path(tempfile.mkdtemp(dir=work))
+            endpoint = subprocess.run(
+                ["bash", str(ROOT / "scripts/azurite.sh"), "start",
+                 str(state)], capture_output=True, text=True,
+                check=True).stdout.strip().splitlines()[-1]
+            e = dict(os.environ, AZURE_STORAGE_CONNECTION_STRING=(
+                f"DefaultEndpointsProtocol=http;"
+                f"AccountName={ckpt_bench.ACCOUNT};"
+                f"AccountKey={ckpt_bench.KEY};BlobEndpoint={endpoint};"))
+            for k in ("AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN",
+                      "AZURE_STORAGE_ACCOUNT"):
+                e.pop(k, None)
+            url = f"{endpoint}/bench"
+            try:
+                # The container, and a warm Azurite, outside the timing.
+                timed([a.kiln, "blob", "put", url, "warm", str(warm)], env=e)
+                return measure(url, e)
+            finally:
+                subprocess.run(["bash", str(ROOT / "scripts/azurite.sh"),
+                                "stop", str(state)], capture_output=True)
+                shutil.rmtree(state, ignore_errors=True)
+
+        def push_az(spec, src, digests, extra):
+            def measure(url, e):
+                az_home = Path(tempfile.mkdtemp(dir=work))
+                srv, senv = start_server(a.kiln, az_home,
+                                         ["--blob-store", url], e)
+                try:
+                    senv["XDG_CACHE_HOME"] = str(az_home / "cache")
+                    took, _ = timed([a.kiln, "model", "push", str(src),
+                                     "--name", "az", "--http"], env=senv)
+                finally:
+                    srv.terminate()
+                    srv.wait(timeout=30)
+                    shutil.rmtree(az_home, ignore_errors=True)
+                return took
+            return with_azurite(measure)
+
+        def curl_side(parallel):
+            def side(spec, src, digests, extra):
+                files = sorted(src.iterdir())
+                return with_azurite(lambda url, e: timed(
+                    ckpt_bench.curl_args(url, files, parallel))[0])
+            return side
+
+        def ckpt_up(spec, src, digests, extra):
+            return with_azurite(lambda url, e: timed(
+                [a.kiln, "ckpt", "upload", url, "1", str(src)], env=e)[0])
+
+        sides = []
+        if not a.no_file:
+            sides += [("push", push, ()), ("push_http", push, ("--http",)),
+                      ("cp", cp, ()), ("pull", pull, ()),
+                      ("cp_pull", cp_pull, ())]
+        if a.azurite:
+            sides += [("push_az", push_az, ()),
+                      ("curl_put", curl_side(False), ()),
+                      ("ckpt_up", ckpt_up, ()),
+                      ("curl_par", curl_side(True), ())]
         times = {spec: {name: [] for name, _, _ in sides}
                  for spec, _, _, _ in sets}
         for r in range(a.rounds):
             # pull needs a version: a push goes first; then alternate.
-            order = sides if r % 2 == 0 else [sides[1], sides[0]] + \
-                list(reversed(sides[2:]))
+            order = sides if r % 2 == 0 or a.no_file else \
+                [sides[1], sides[0]] + list(reversed(sides[2:]))
             for spec, src, digests, _ in sets:
                 for name, fn, extra in order:
+                    # Nothing dirty left for the next side's flush to
+                    # wait for (the sets written, the last side's files).
+                    subprocess.run(["sync"], check=True)
                     times[spec][name].append(fn(spec, src, digests, extra))
                 print(f"round {r + 1}/{a.rounds} {spec}: " + ", ".join(
                     f"{n} {times[spec][n][-1]:.2f}s" for n, _, _ in sides),
                     flush=True)
         for spec, _, _, mib in sets:
             t = {n: stats(xs) for n, xs in times[spec].items()}
-            ratio = {
-                "cp/push": statistics.mean(
-                    c / p for c, p in zip(times[spec]["cp"],
-                                          times[spec]["push"])),
-                "cp/push_http": statistics.mean(
-                    c / p for c, p in zip(times[spec]["cp"],
-                                          times[spec]["push_http"])),
-                "cp_pull/pull": statistics.mean(
-                    c / p for c, p in zip(times[spec]["cp_pull"],
-                                          times[spec]["pull"])),
-            }
+            ratio = {}
+            for peer, side in (("cp", "push"), ("cp", "push_http"),
+                               ("cp_pull", "pull"), ("curl_put", "push_az"),
+                               ("curl_put", "ckpt_up"),
+                               ("curl_par", "ckpt_up")):
+                if times[spec].get(peer) and times[spec].get(side):
+                    ratio[f"{peer}/{side}"] = statistics.mean(
+                        c / p for c, p in zip(times[spec][peer],
+                                              times[spec][side]))
             results["sets"][spec] = {"mib": mib, "times": t, "ratios": ratio}
         results["load_after"] = os.getloadavg()
     finally:

@@ -1280,6 +1280,8 @@ static int model_pull(struct cli_ctx *ctx, int argc, char **argv)
 	char at[KN_MODEL_NAME_MAX + 24], size_text[32];
 	json_t *v = NULL;
 	bool made = false;
+	struct progress p;
+	int64_t done = 0;
 	int rc = parse(ctx, argc, argv, &a, 2, "NAME@VERSION|NAME@ALIAS DIR");
 
 	if (rc != CLI_GO)
@@ -1292,6 +1294,7 @@ static int model_pull(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc != CLI_GO)
 		goto out;
 	made = true;
+	progress_init(&p, "pulling", kn_model_files_bytes(&f));
 	for (size_t i = 0; i < f.n && rc == CLI_GO; i++) {
 		const struct kn_model_file *mf = &f.items[i];
 		char *path = kn_asprintf("%s/%s", a.pos[1], mf->path);
@@ -1310,6 +1313,8 @@ static int model_pull(struct cli_ctx *ctx, int argc, char **argv)
 			rc = cli_fail(ctx, "refused: %s: file %s does not match "
 				      "its digest: blob %s hashes to %s", at,
 				      mf->path, blob, got);
+		else
+			progress_print(done += mf->size, p.total, &p);
 		free(blob);
 		free(path);
 	}

@@ -15,6 +15,7 @@
 #ifndef KILN_EXEC_H
 #define KILN_EXEC_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -263,12 +264,16 @@ struct kn_executor_ops {
 	 * and outputs from inside the task (a pod's shim); honours this
 	 * placement.selector key (Slurm's "pool", a partition) or NULL;
 	 * needs the home searchable (o+x) for a task's user to reach its
-	 * directory (Slurm).
+	 * directory (Slurm); reports the times the engine accounted in the
+	 * tasks' statuses, so that an attempt runs from its tasks' first
+	 * start to their last end rather than from the server's launch
+	 * (Slurm: the allocation's Start and End in sacct).
 	 */
 	bool places_tasks;
 	bool syncs_checkpoints;
 	const char *selector_key;
 	bool home_searchable;
+	bool times_from_engine;
 	/*
 	 * When tasks are not processes of this machine: the nodes answer's
 	 * isolation (the engine's) and why the server sets no resource
@@ -614,6 +619,13 @@ int kn_kube_shim_run(const char *task_dir, char *const *argv,
 		     int stop_signal, int64_t grace_ms,
 		     const struct kn_shim_prepare *prep, int *exit_code,
 		     char *reason, size_t len, struct kn_error *err);
+/*
+ * Block the signals a task's shim handles: a child's end, a stop
+ * (SIGTERM, SIGINT, SIGHUP, and stop_signal when > 0) and Slurm's
+ * SIGUSR1 and SIGUSR2, passed on. Before any thread starts, so only the
+ * shim's signalfd takes them.
+ */
+void kn_shim_signals_block(int stop_signal, sigset_t *mask);
 /* Write TASK_DIR/shim.pid ("PID START") for the calling process. */
 int kn_shim_record_pid(const char *task_dir);
 

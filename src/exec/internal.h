@@ -102,9 +102,10 @@ size_t shim_sessions_poll_fill(struct shim_sessions *ss, struct pollfd *fds,
 /* After poll, on the same entries. */
 void shim_sessions_poll_done(struct shim_sessions *ss,
 			     const struct pollfd *fds, size_t n);
-/* poll's timeout while sessions wait on a turn or on the sandbox, else
-   -1. */
-int shim_sessions_timeout(const struct shim_sessions *ss);
+/* wait_ms (-1: none), shortened to what the sessions need: a turn at
+   once for an exec whose end waits on it, a look at the sandbox while
+   it is being built. */
+int shim_sessions_wait_ms(const struct shim_sessions *ss, int wait_ms);
 /* How much of the task's terminal output may be read now. */
 size_t shim_sessions_task_room(const struct shim_sessions *ss);
 /* The task's terminal output: to the attached client and the replay. */

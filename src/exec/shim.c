@@ -776,22 +776,27 @@ int kn_shim_main_prepared(const char *task_dir,
 	return exec_shim_main(task_dir, prep, KN_SANDBOX_LOCAL, err);
 }
 
+void kn_shim_signals_block(int stop_signal, sigset_t *mask)
+{
+	sigemptyset(mask);
+	sigaddset(mask, SIGCHLD);
+	sigaddset(mask, SIGTERM);
+	sigaddset(mask, SIGINT);
+	sigaddset(mask, SIGHUP);
+	/* Passed on to the task: Slurm's --signal before the time limit. */
+	sigaddset(mask, SIGUSR1);
+	sigaddset(mask, SIGUSR2);
+	if (stop_signal > 0)
+		sigaddset(mask, stop_signal);
+	sigprocmask(SIG_BLOCK, mask, NULL);
+}
+
 /* The signals the shim handles, blocked and read from a signalfd. */
 static int signals_open(const struct shim *s)
 {
 	sigset_t mask;
 
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGCHLD);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	/* Passed on to the task: Slurm's --signal before the time limit. */
-	sigaddset(&mask, SIGUSR1);
-	sigaddset(&mask, SIGUSR2);
-	if (s->stop_signal)
-		sigaddset(&mask, s->stop_signal);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
+	kn_shim_signals_block(s->stop_signal, &mask);
 	return signalfd(-1, &mask, SFD_CLOEXEC);
 }
 
@@ -910,12 +915,7 @@ static int supervise(struct shim *s, int out_fd, int sfd, int tfd)
 		}
 		if (!w.out_open || !room)
 			fds[0].fd = -1;
-		{
-			int sessions_ms = shim_sessions_timeout(s->sessions);
-			if (sessions_ms >= 0 &&
-			    (wait_ms < 0 || sessions_ms < wait_ms))
-				wait_ms = sessions_ms;
-		}
+		wait_ms = shim_sessions_wait_ms(s->sessions, wait_ms);
 		if (poll(fds, nfds, wait_ms) < 0) {
 			if (errno == EINTR)
 				continue;

@@ -873,7 +873,9 @@ void shim_sessions_task_output(struct shim_sessions *ss, const void *buf,
 /* While the sandbox is being built, sessions wait: looked at this often. */
 #define VIEW_POLL_MS 20
 
-int shim_sessions_timeout(const struct shim_sessions *ss)
+/* poll's timeout while sessions wait on a turn or on the sandbox, else
+   -1. */
+static int shim_sessions_timeout(const struct shim_sessions *ss)
 {
 	if (ss && ss->ready && !ss->view_built)
 		return VIEW_POLL_MS;
@@ -886,6 +888,13 @@ int shim_sessions_timeout(const struct shim_sessions *ss)
 			return 0;
 	}
 	return -1;
+}
+
+int shim_sessions_wait_ms(const struct shim_sessions *ss, int wait_ms)
+{
+	int mine = shim_sessions_timeout(ss);
+
+	return mine >= 0 && (wait_ms < 0 || mine < wait_ms) ? mine : wait_ms;
 }
 
 void shim_sessions_reap(struct shim_sessions *ss)

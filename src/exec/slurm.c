@@ -1117,6 +1117,7 @@ static const struct kn_executor_ops slurm_ops = {
 	.name = "slurm",
 	.selector_key = "pool",
 	.home_searchable = true,
+	.times_from_engine = true,
 	.isolation = "slurm executor: its own; pid namespace, home hidden, "
 		     "environment built",
 	.limits = "tasks run under the slurm executor",

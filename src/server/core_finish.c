@@ -86,6 +86,32 @@ static void account_goodput(const struct run *r, struct kn_attempt_row *a)
 }
 
 /*
+ * The attempt's span as the engine accounted it: its tasks' first start
+ * to their last end, when every task has both (one that never started
+ * leaves the server's own times).
+ */
+static void span_from_tasks(const struct run *r, struct kn_attempt_row *a)
+{
+	int64_t first = 0, last = 0;
+
+	for (int k = 0; k < r->n_tasks; k++) {
+		const struct kn_task_status *st = &r->tasks[k].status;
+
+		if (!r->tasks[k].ended || st->started_at_ms <= 0 ||
+		    st->ended_at_ms < st->started_at_ms)
+			return;
+		if (!first || st->started_at_ms < first)
+			first = st->started_at_ms;
+		if (st->ended_at_ms > last)
+			last = st->ended_at_ms;
+	}
+	if (first) {
+		a->started_at = first;
+		a->ended_at = last;
+	}
+}
+
+/*
  * The job's reason once attempt a ended as a.reason says: when it
  * restarts or retries (a failure that was no timeout: retried), or how
  * many retries it used (malloc'd).
@@ -268,6 +294,8 @@ static int finish_run(struct server *s, struct run *r, int64_t now,
 	a.number = r->attempt;
 	a.started_at = r->started_at;
 	a.ended_at = now;
+	if (s->exec->ops->times_from_engine)
+		span_from_tasks(r, &a);
 	a.exit_code = e.failed ? e.failed->status.exit_code : 0;
 	a.signal = e.failed ? e.failed->status.signal : 0;
 	j.exit_code = a.exit_code;

@@ -385,17 +385,8 @@ int kn_shimrt_kube(char **argv)
 	}
 	if (signo <= 0)
 		signo = SIGTERM;
-	/* Blocked before any thread starts, so only the shim's signalfd
-	   takes them (and PID 1 does not lose them). */
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGCHLD);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	sigaddset(&mask, SIGUSR1);
-	sigaddset(&mask, SIGUSR2);
-	sigaddset(&mask, signo);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
+	/* Before any thread starts (and so PID 1 does not lose them). */
+	kn_shim_signals_block(signo, &mask);
 	if (store && ckpt_dir && job) {
 		/* Attempt 1 has nothing to resume; a Job applied by hand
 		   (no KILN_ATTEMPT) may have been restarted. */

@@ -2,7 +2,7 @@
 MariaDB, a kiln job run through Slurm is costed from the allocation's
 Start and End as sacct reports them, so `kiln cost` of the job is sacct's
 elapsed time times the GPUs of its AllocTRES, priced from the shipped
-catalog."""
+catalog, and its goodput counts the same seconds."""
 import json
 import subprocess
 
@@ -44,6 +44,11 @@ def test_kiln_cost_of_a_slurm_job_is_sacct_priced(tmp_path, slurmb_env):
         task = job["attempts_detail"][0]["tasks"][0]
         assert task["started_at_ms"] == acct["start"] * 1000, (task, acct)
         assert task["ended_at_ms"] == acct["end"] * 1000, (task, acct)
+        # So is the attempt's, and the goodput counts those seconds.
+        attempt = job["attempts_detail"][0]
+        assert attempt["started_at_ms"] == acct["start"] * 1000
+        assert attempt["ended_at_ms"] == acct["end"] * 1000
+        assert job["goodput"]["useful_task_seconds"] == acct["elapsed"]
 
         r = subprocess.run([KILN, "cost", "--by", "job", "-o", "json"],
                            env=dict(slurmb_env, KILN_SERVER=s.url,

@@ -45,7 +45,8 @@ def test_slurm_preemption_resumes_from_the_checkpoint(tmp_path, slurmb_env):
         high = r.stdout.strip()
         job = s.wait_state(jid, ("succeeded", "failed"), timeout=120)
         a = job["attempts_detail"]
-        assert [x["state"] for x in a] == ["preempted", "succeeded"], job
+        assert [x["state"] for x in a] == ["preempted", "succeeded"], \
+            [(x["state"], x["reason"]) for x in a]
         assert "by Slurm at" in a[0]["reason"], a[0]
         assert a[0]["exit_code"] == 143
         for rank in (0, 1):

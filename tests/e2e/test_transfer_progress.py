@@ -1,7 +1,45 @@
-"""A running job shows its checkpoints as they are synced: the newest
-synced one and when the task committed it, and the one being written
-with the bytes of it already sent ahead of its commit."""
-from conftest import job_yaml, wait_for
+"""Long transfers show their progress: a pull on a terminal (nothing
+when not one), and a running job its checkpoints as they are synced:
+the newest synced one and when the task committed it, and the one being
+written with the bytes of it already sent ahead of its commit."""
+import os
+import shutil
+import subprocess
+
+from conftest import KILN, job_yaml, wait_for
+
+MiB = 1 << 20
+
+
+def test_pull_shows_progress_on_a_terminal_only(server, tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    for i in range(5):
+        (model / f"w{i}.bin").write_bytes(os.urandom(64 * MiB))
+    server.cli("model", "push", str(model), "--name", "big", check=True,
+               timeout=300)
+    key = tmp_path / "key"
+    server.cli("model", "keygen", "--out", str(key), check=True)
+    trusted = server.home / "keys" / "trusted"
+    trusted.mkdir(parents=True, exist_ok=True)
+    shutil.copy(f"{key}.pub", trusted / "key.pub")
+    server.cli("model", "sign", "big@1", "--key", str(key), check=True)
+    env = dict(os.environ, KILN_HOME=str(server.home), KILN_SERVER=server.url)
+    env.pop("KILN_TOKEN", None)
+    pull = f"{KILN} model pull big@1 {tmp_path / 'shown'}"
+    # script(1) gives the pull a pseudo-terminal and copies what it wrote.
+    res = subprocess.run(["script", "-qefc", pull, "/dev/null"], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.replace("\r", "\n").splitlines()
+    moving = [ln for ln in lines if ln.startswith("pulling ")]
+    assert len(moving) >= 2 and any("/s, ETA " in ln for ln in moving), \
+        res.stdout
+    assert "(100%)" in moving[-1] and "/s in " in moving[-1], moving
+    res = subprocess.run(pull.replace("shown", "quiet").split(), env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "pulling" not in res.stderr, res.stderr
 
 
 def test_a_running_job_shows_its_synced_and_next_checkpoints(server,

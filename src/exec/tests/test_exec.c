@@ -1022,6 +1022,8 @@ static void test_executor_instances(void **state)
 	assert_string_equal(slurm->ops->limits,
 			    "tasks run under the slurm executor");
 	assert_true(slurm->ops->home_searchable);
+	assert_true(slurm->ops->times_from_engine);
+	assert_false(local->ops->times_from_engine);
 	assert_false(slurm->ops->places_tasks || local->ops->places_tasks);
 	assert_false(slurm->ops->syncs_checkpoints ||
 		     local->ops->syncs_checkpoints);
