@@ -9,7 +9,8 @@ import pytest
 from conftest import job_yaml, wait_for
 from test_cost import COMMIT
 from test_console import js_errors, login, wait_text
-from test_deployments import deploy, deployment_yaml, detail, wait_ready
+from test_console_traffic import patient
+from test_deployments import deploy, detail, wait_ready
 
 pytest.importorskip("selenium")
 from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
@@ -83,7 +84,7 @@ def world(server, tmp_path):
               "step-1" / "MANIFEST.json")
     wait_for(synced.exists, what="the checkpoint synced")
     s.wait_state(ids["failer"], "failed")
-    deploy(s, deployment_yaml("chat", replicas=1))
+    deploy(s, patient("chat"))
     wait_ready(s, "chat", 1, timeout=60)
     out = tmp_path / "out"
     out.mkdir()
