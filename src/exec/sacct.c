@@ -24,15 +24,13 @@ static bool parse_count(const char *s, size_t n, int64_t max, int64_t *out)
 {
 	int64_t v = 0;
 
-	if (n == 0 || n > 19)
+	if (n == 0)
 		return false;
 	for (size_t i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
+		if (s[i] < '0' || s[i] > '9' || v > (max - (s[i] - '0')) / 10)
 			return false;
 		v = v * 10 + (s[i] - '0');
 	}
-	if (v > max)
-		return false;
 	*out = v;
 	return true;
 }

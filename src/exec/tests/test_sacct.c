@@ -133,6 +133,9 @@ static void test_lines_that_are_not_sacct(void **state)
 		{"1|COMPLETED|0:0|1|-2|1|\n", "End", "End"},
 		{"1|COMPLETED|0:0|1|2|99999999999999999999|\n", "ElapsedRaw",
 		 "ElapsedRaw"},
+		/* 19 digits: past int64 while it is read, not only after. */
+		{"1|COMPLETED|0:0|1|2|9999999999999999991|\n", "ElapsedRaw",
+		 "ElapsedRaw"},
 		{"1|COMPLETED|0:0|1|2|1|cpu\n", "AllocTRES", "AllocTRES"},
 		{"1|COMPLETED|0:0|1|2|1|gres/gpu=two\n", "AllocTRES",
 		 "AllocTRES"},
