@@ -332,8 +332,8 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 	const char *file = kn_http_query(req, "file");
 	const char *path = kn_http_query(req, "path");
 	json_t *answer;
+	char *stored;
 	int64_t id, hold = 0;
-	bool keyed = idem_keyed(req);
 
 	(void)param;
 	if (path && path[0] != '/') {
@@ -345,27 +345,27 @@ static void h_job_submit(struct server *s, struct kn_http_req *req,
 		reply_err(req, KN_EINVAL, "hold", "hold must be 0 or 1%s", "");
 		return;
 	}
-	if (idem_begin(s, req, c))
+	if (idem_replayed(s, req, c))
 		return;
-	/* Without a key, submits share a commit (submit_group.c). */
-	if (!keyed && submit_group_join(s, &err) < 0) {
+	/* Submits share a commit, a key's row with its job (submit_group.c). */
+	if (submit_group_join(s, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
 	}
 	if (jobs_submit_fit(s, c, body, len, file, path, hold != 0,
 			    kn_http_query(req, "overrides"), &id, &err) < 0 ||
 	    !(answer = job_answer(s, id, &err))) {
-		if (keyed)
-			idem_abort(s, req);
-		else
-			submit_group_leave(s, req, NULL);
+		submit_group_leave(s, req, NULL, NULL);
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	if (keyed)
-		idem_reply(s, req, c, 201, answer);
-	else
-		submit_group_leave(s, req, answer);
+	if (idem_record(s, req, c, 201, answer, &stored, &err) < 0) {
+		json_decref(answer);
+		submit_group_leave(s, req, NULL, NULL);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	submit_group_leave(s, req, answer, stored);
 }
 
 static void h_job_list(struct server *s, struct kn_http_req *req,

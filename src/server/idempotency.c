@@ -15,6 +15,14 @@
  * (jobs_idem_settle): a commit the disk refuses leaves no job queued, no
  * event, and no id that the next job, given the same one, would share.
  *
+ * A job submit with a key joins the submits' group commit instead
+ * (submit_group.c): idem_record writes its key row as part of the
+ * member's writes, so the key and the job share a savepoint and the
+ * group's one COMMIT, and its answer waits for that commit like any
+ * member's. A key found while a group is open may be one of that
+ * group's, not yet on disk: the group commits before it is replayed,
+ * so a replay never answers for a job the disk may still lose.
+ *
  * Rejected: keeping keys in memory (lost with the server, which is when
  * clients retry), and storing the key after the answer was sent (a crash
  * between the two creates the object twice).
@@ -97,6 +105,14 @@ int idem_replayed(struct server *s, struct kn_http_req *req,
 	sweep(s, now);
 	rc = kn_store_idem_get(s->store, c->name, key, now - IDEM_TTL_MS, &row,
 			       &err);
+	if (rc > 0 && kn_store_group_open(s->store)) {
+		/* Perhaps the open group's own row: on disk first. A failed
+		   commit took the row with it, and the get says so. */
+		kn_idem_row_release(&row);
+		submit_group_flush(s);
+		rc = kn_store_idem_get(s->store, c->name, key,
+				       now - IDEM_TTL_MS, &row, &err);
+	}
 	if (rc < 0) {
 		kn_http_reply_error(req, &err);
 		return 1;
@@ -118,11 +134,6 @@ int idem_replayed(struct server *s, struct kn_http_req *req,
 	}
 	kn_idem_row_release(&row);
 	return 1;
-}
-
-bool idem_keyed(const struct kn_http_req *req)
-{
-	return kn_http_header(req, IDEM_HEADER) != NULL;
 }
 
 int idem_begin(struct server *s, struct kn_http_req *req,
@@ -149,28 +160,56 @@ void idem_abort(struct server *s, struct kn_http_req *req)
 	jobs_idem_settle(s, false);
 }
 
+/* The key's row for req's answer; row.answer is malloc'd. */
+static void row_fill(struct kn_http_req *req, const struct caller *c,
+		     int status, const json_t *answer, char route[320],
+		     char hash[65], struct kn_idem_row *row)
+{
+	route_of(req, route, 320);
+	body_hash(req, hash);
+	memset(row, 0, sizeof(*row));
+	row->owner = (char *)c->name;
+	row->key = (char *)kn_http_header(req, IDEM_HEADER);
+	row->route = route;
+	row->body_sha256 = hash;
+	row->status = status;
+	row->answer = json_dumps(answer, JSON_COMPACT);
+	row->created_at = kn_now_ms();
+}
+
+int idem_record(struct server *s, struct kn_http_req *req,
+		const struct caller *c, int status, const json_t *answer,
+		char **stored, struct kn_error *err)
+{
+	struct kn_idem_row row;
+	char route[320], hash[65];
+	int rc;
+
+	if (!kn_http_header(req, IDEM_HEADER)) {
+		*stored = NULL;
+		return 0;
+	}
+	row_fill(req, c, status, answer, route, hash, &row);
+	rc = kn_store_idem_put(s->store, &row, err);
+	if (rc < 0)
+		free(row.answer);
+	else
+		*stored = row.answer;
+	return rc;
+}
+
 void idem_reply(struct server *s, struct kn_http_req *req,
 		const struct caller *c, int status, json_t *answer)
 {
-	const char *key = kn_http_header(req, IDEM_HEADER);
 	struct kn_idem_row row;
 	struct kn_error err;
 	char route[320], hash[65];
 
-	if (!key) {
+	if (!kn_http_header(req, IDEM_HEADER)) {
 		kn_http_reply_json(req, status, answer);
 		return;
 	}
-	route_of(req, route, sizeof(route));
-	body_hash(req, hash);
-	memset(&row, 0, sizeof(row));
-	row.owner = (char *)c->name;
-	row.key = (char *)key;
-	row.route = route;
-	row.body_sha256 = hash;
-	row.status = status;
-	row.answer = json_dumps(answer, JSON_COMPACT);
-	row.created_at = kn_now_ms();
+	row_fill(req, c, status, answer, route, hash, &row);
 	if (kn_store_idem_put(s->store, &row, &err) < 0 ||
 	    kn_store_commit(s->store, &err) < 0) {
 		kn_store_rollback(s->store);

@@ -43,5 +43,15 @@ void idem_abort(struct server *s, struct kn_http_req *req);
  */
 void idem_reply(struct server *s, struct kn_http_req *req,
 		const struct caller *c, int status, json_t *answer);
+/*
+ * For a create that joined the submits' group commit instead of
+ * idem_begin's transaction: write answer's row under the request's key
+ * into the open transaction. 0 with *stored the row's answer text
+ * (malloc'd; NULL and nothing written without a key), or a store error
+ * in err: the caller undoes its writes and answers that.
+ */
+int idem_record(struct server *s, struct kn_http_req *req,
+		const struct caller *c, int status, const json_t *answer,
+		char **stored, struct kn_error *err);
 
 #endif

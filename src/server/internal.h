@@ -218,7 +218,7 @@ struct server {
 	   in idem_queued and join the queue only once it commits. */
 	bool idem_open;
 	struct queued_job *idem_queued;
-	/* Group commit of plain submits (submit_group.c): the answers and
+	/* Group commit of job submits (submit_group.c): the answers and
 	   jobs waiting for the group's commit, the jobs there when the
 	   running member joined (its rollback frees those after), and the
 	   timer that commits on the loop's next turn. */
@@ -230,22 +230,21 @@ struct server {
 
 #include "server/idempotency.h"
 
-/* Whether req carries an Idempotency-Key (its create commits alone). */
-bool idem_keyed(const struct kn_http_req *req);
-
 /*
- * submit_group.c: plain job submits (no Idempotency-Key) share one store
- * commit, and are answered only after it. submit_group_join before the
+ * submit_group.c: job submits share one store commit (a keyed one's key
+ * row included, idem_record), and are answered only after it. submit_group_join before the
  * submit writes (0, or an error in err); then submit_group_leave with
  * the answer (stolen) to send once committed, or with NULL when the
- * submit failed and is answered now: what it wrote is undone. The jobs a
+ * submit failed and is answered now: what it wrote is undone. A keyed
+ * submit passes stored (stolen), its key row's answer, sent instead of
+ * answer's own dump so that a replay is the same bytes; NULL otherwise. The jobs a
  * member submits wait in group_queued until the commit. The commit runs
  * on the loop's next turn, or earlier when another write comes first;
  * submit_group_flush runs it now (the server's stop).
  */
 int submit_group_join(struct server *s, struct kn_error *err);
 void submit_group_leave(struct server *s, struct kn_http_req *req,
-			json_t *answer);
+			json_t *answer, char *stored);
 void submit_group_flush(struct server *s);
 
 /* isolation.c */

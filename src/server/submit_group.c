@@ -1,7 +1,7 @@
 /*
  * Group commit of job submits. Each accepted submit used to cost one
  * fsync, the bound on how many jobs a second the server could accept.
- * Now the plain submits that reach the loop in one turn (and the next)
+ * Now the submits that reach the loop in one turn (and the next)
  * write into one store transaction, each as a member with a savepoint of
  * its own (kn_store_group_begin), and one COMMIT makes them all durable.
  * The promise is unchanged: no submit is answered before its job is on
@@ -13,8 +13,12 @@
  * group first (the store sees to that), and that early commit's result
  * is what the timer answers with.
  *
- * A submit with an Idempotency-Key keeps its own transaction
- * (idempotency.c): its key row must commit with its job.
+ * A submit with an Idempotency-Key is a member too: its key row is one
+ * of its writes (idem_record), so the row commits with its job, in the
+ * same savepoint, and a replay of the key waits for the group's commit
+ * (idempotency.c). The answer a member gets is the bytes its key row
+ * holds (idem_record's text, sent as it is), so a retry's answer is the
+ * first one exactly.
  *
  * Rejected: a writer thread with a queue of submits (the store is one
  * connection, used on the loop, and the submit path reads the loop's
@@ -24,10 +28,12 @@
 #include "internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct submit_answer {
 	struct kn_http_req *req;
 	json_t *answer;
+	char *stored; /* a keyed member's: its key row's bytes */
 	struct submit_answer *next;
 };
 
@@ -53,7 +59,7 @@ int submit_group_join(struct server *s, struct kn_error *err)
 }
 
 void submit_group_leave(struct server *s, struct kn_http_req *req,
-			json_t *answer)
+			json_t *answer, char *stored)
 {
 	struct submit_answer *a;
 
@@ -73,6 +79,7 @@ void submit_group_leave(struct server *s, struct kn_http_req *req,
 	a = kn_xcalloc(1, sizeof(*a));
 	a->req = req;
 	a->answer = answer;
+	a->stored = stored;
 	if (!s->group_answers)
 		s->group_tail = &s->group_answers;
 	*s->group_tail = a;
@@ -105,12 +112,17 @@ void submit_group_flush(struct server *s)
 	jobs_held_settle(s, held, rc == 0);
 	for (; a; a = next) {
 		next = a->next;
-		if (rc == 0) {
+		if (rc == 0 && a->stored) {
+			json_decref(a->answer);
+			kn_http_reply_text(a->req, 201, "application/json",
+					   a->stored, strlen(a->stored));
+		} else if (rc == 0) {
 			kn_http_reply_json(a->req, 201, a->answer);
 		} else {
 			json_decref(a->answer);
 			kn_http_reply_error(a->req, &err);
 		}
+		free(a->stored);
 		free(a);
 	}
 }

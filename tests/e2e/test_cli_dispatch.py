@@ -1,8 +1,11 @@
 """Submits share the store's commits (group commit) and keep its promise:
 a job is on disk before its submit is answered, so a server killed with
 SIGKILL in the middle of a burst of concurrent submits loses none that
-it acknowledged."""
+it acknowledged. Submits with an Idempotency-Key share commits too, with
+their keys: after the kill each acknowledged key replays its first
+answer, byte for byte, and creates nothing."""
 import threading
+import uuid
 
 import requests
 
@@ -11,32 +14,40 @@ from conftest import Server, job_yaml, kill_processes_under
 CLIENTS = 8
 
 
-def burst(server, stop, acked, errors):
-    """Submit until told to stop; record the ids acknowledged (201)."""
-    spec = job_yaml("burst", ["/bin/true"], resources={"gpus": 8})
+SPEC = job_yaml("burst", ["/bin/true"], resources={"gpus": 8})
+
+
+def burst(server, stop, acked, errors, keys=None):
+    """Submit until told to stop; record the ids acknowledged (201), and
+    with keys (a dict) each acknowledged key with its answer's bytes."""
     headers = {"Authorization": f"Bearer {server.admin_token}"}
     url = server.url + "/v1/jobs"
     with requests.Session() as http:
         while not stop.is_set():
+            key = uuid.uuid4().hex
+            if keys is not None:
+                headers["Idempotency-Key"] = key
             try:
-                r = http.post(url, data=spec, headers=headers,
+                r = http.post(url, data=SPEC, headers=headers,
                               params={"file": "burst.yaml", "hold": "1"},
                               timeout=30)
             except requests.RequestException:
                 return  # the server is gone: what it said stands
             if r.status_code == 201:
                 acked.append(r.json()["job"]["id"])
+                if keys is not None:
+                    keys[key] = r.content
             else:
                 errors.append(r.text)
 
 
-def test_kill_during_a_burst_of_submits_loses_no_acknowledged_job(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
+def kill_during_burst(home, keys=None):
+    """Start a server on home, kill it -9 while 8 clients submit, and
+    start it again: (the restarted server, the ids acknowledged)."""
     server = Server(home).start()
     stop, acked, errors = threading.Event(), [], []
     clients = [threading.Thread(target=burst,
-                                args=(server, stop, acked, errors))
+                                args=(server, stop, acked, errors, keys))
                for _ in range(CLIENTS)]
     try:
         for c in clients:
@@ -49,8 +60,19 @@ def test_kill_during_a_burst_of_submits_loses_no_acknowledged_job(tmp_path):
         for c in clients:
             c.join(timeout=60)
         assert not errors, errors[:3]
-        seen = list(acked)
-        server = Server(home).start()
+        return Server(home).start(), list(acked)
+    finally:
+        stop.set()
+        if server.proc and server.proc.poll() is None:
+            server.kill9()
+
+
+def test_kill_during_a_burst_of_submits_loses_no_acknowledged_job(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    server = None
+    try:
+        server, seen = kill_during_burst(home)
         missing = [i for i in seen
                    if server.request("GET", f"/v1/jobs/{i}").status_code
                    != 200]
@@ -63,8 +85,34 @@ def test_kill_during_a_burst_of_submits_loses_no_acknowledged_job(tmp_path):
         assert set(seen) <= queued
         server.stop()
     finally:
-        stop.set()
-        if server.proc and server.proc.poll() is None:
+        if server and server.proc and server.proc.poll() is None:
+            server.kill9()
+        kill_processes_under(home)
+
+
+def test_kill_during_a_keyed_burst_replays_every_acknowledged_key(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    keys = {}
+    server = None
+    try:
+        server, seen = kill_during_burst(home, keys)
+        assert len(keys) == len(seen)
+        before = server.request("GET", "/v1/jobs",
+                                params={"limit": 100000}).json()["jobs"]
+        assert set(seen) <= {j["id"] for j in before}
+        for key, first in keys.items():
+            r = server.request("POST", "/v1/jobs", data=SPEC,
+                               headers={"Idempotency-Key": key},
+                               params={"file": "burst.yaml", "hold": "1"})
+            assert r.status_code == 201, r.text
+            assert r.content == first
+        after = server.request("GET", "/v1/jobs",
+                               params={"limit": 100000}).json()["jobs"]
+        assert len(after) == len(before)
+        server.stop()
+    finally:
+        if server and server.proc and server.proc.poll() is None:
             server.kill9()
         kill_processes_under(home)
 
