@@ -593,8 +593,11 @@ static void mig_apply(struct kn_sched_device *dev,
 		}
 		return;
 	}
+	/* The same start may hold two instances while one is promised
+	   over another (kn_sched_charge): give back the binding's own. */
 	for (int i = 0; i < dev->n_mig_slices; i++)
-		if (dev->mig_slices[i].start == b->mig_start) {
+		if (dev->mig_slices[i].start == b->mig_start &&
+		    dev->mig_slices[i].profile == b->mig_profile) {
 			dev->mig_slices[i] =
 				dev->mig_slices[--dev->n_mig_slices];
 			return;
@@ -1217,6 +1220,72 @@ void kn_sched_release(struct kn_sched_cluster *cluster,
 {
 	if (req->tasks > 0)
 		release_first(cluster, req, bindings, (size_t)req->tasks);
+}
+
+void kn_sched_charge(struct kn_sched_cluster *cluster,
+		     const struct kn_sched_request *req,
+		     const struct kn_sched_binding *bindings)
+{
+	for (int t = 0; t < req->tasks; t++)
+		apply_binding(cluster, req, &bindings[t], +1);
+}
+
+static bool same_texts(const char *const *a, size_t na, const char *const *b,
+		       size_t nb)
+{
+	if (na != nb)
+		return false;
+	for (size_t i = 0; i < na; i++)
+		if (!same_text(a[i], b[i]))
+			return false;
+	return true;
+}
+
+static bool same_terms(const struct kn_sched_affinity_term *a, size_t na,
+		       const struct kn_sched_affinity_term *b, size_t nb)
+{
+	if (na != nb)
+		return false;
+	for (size_t i = 0; i < na; i++)
+		if (!same_text(a[i].key, b[i].key) || a[i].op != b[i].op ||
+		    a[i].weight != b[i].weight ||
+		    !same_texts(a[i].values, a[i].n_values, b[i].values,
+				b[i].n_values))
+			return false;
+	return true;
+}
+
+bool kn_sched_request_same(const struct kn_sched_request *a,
+			   const struct kn_sched_request *b)
+{
+	if (a->spread_key || b->spread_key)
+		return false;
+	if (a->tasks != b->tasks || a->gpu_milli != b->gpu_milli ||
+	    a->cpu_milli != b->cpu_milli ||
+	    a->memory_bytes != b->memory_bytes ||
+	    !same_text(a->mig_profile, b->mig_profile) ||
+	    !same_texts(a->gpu_models, a->n_gpu_models, b->gpu_models,
+			b->n_gpu_models) ||
+	    a->n_selector != b->n_selector ||
+	    a->n_tolerations != b->n_tolerations)
+		return false;
+	for (size_t i = 0; i < a->n_selector; i++)
+		if (!same_text(a->selector[i].key, b->selector[i].key) ||
+		    !same_text(a->selector[i].value, b->selector[i].value))
+			return false;
+	for (size_t i = 0; i < a->n_tolerations; i++) {
+		const struct kn_sched_toleration *x = &a->tolerations[i];
+		const struct kn_sched_toleration *y = &b->tolerations[i];
+
+		if (!same_text(x->key, y->key) || x->exists != y->exists ||
+		    !same_text(x->value, y->value) ||
+		    !same_text(x->effect, y->effect))
+			return false;
+	}
+	return same_terms(a->required, a->n_required, b->required,
+			  b->n_required) &&
+	       same_terms(a->preferred, a->n_preferred, b->preferred,
+			  b->n_preferred);
 }
 
 static int compare_queue(const void *a, const void *b)

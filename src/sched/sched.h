@@ -285,6 +285,31 @@ void kn_sched_release(struct kn_sched_cluster *cluster,
 		      const struct kn_sched_binding *bindings);
 
 /*
+ * Charge req->tasks bindings to cluster as kn_sched_place would have,
+ * even where that fills a device, a node's CPUs or its memory past its
+ * total: what was promised to a job still waiting (kn_sched_place_after)
+ * then counts as taken, and a device or node so overfilled has no room
+ * for anyone. kn_sched_release gives it back.
+ */
+void kn_sched_charge(struct kn_sched_cluster *cluster,
+		     const struct kn_sched_request *req,
+		     const struct kn_sched_binding *bindings);
+
+/*
+ * Whether a and b ask for the same (tasks, GPUs, MIG profile, models,
+ * CPU, memory, selector, tolerations, affinity terms, spread key;
+ * strings compared by content): one that did not fit a cluster does not
+ * fit it while nothing is released (but for a gang over several nodes
+ * under a packing policy that draws at random, which another draw might
+ * place), so a queue of many alike jobs is tried once per shape, not
+ * once per job. Requests that spread
+ * (spread_key) count as different from every other: where their
+ * gang's earlier tasks are is their own.
+ */
+bool kn_sched_request_same(const struct kn_sched_request *a,
+			   const struct kn_sched_request *b);
+
+/*
  * What a task that names no CPUs or memory counts: the server's
  * --default-task-cpus and --default-task-memory. Every task then counts
  * against its node, so a gang of tasks that ask for nothing cannot be
@@ -363,6 +388,20 @@ int kn_sched_find_victims(const struct kn_sched_cluster *cluster,
 			  const struct kn_sched_request *req, int priority,
 			  const struct kn_sched_victim *cands, size_t n,
 			  size_t *victims, size_t *n_victims);
+
+/*
+ * Where req would go once the running jobs going[0..n_going-1] have
+ * stopped (the victims being preempted for it): 0 with bindings filled
+ * (req->tasks of them), or -ENOSPC. The cluster is not changed. While
+ * the victims stop, the server charges these bindings (kn_sched_charge)
+ * so that jobs behind req start only on what req does not need, where
+ * holding every job behind it would keep, say, a CPU-only job waiting
+ * for GPUs it never asked for.
+ */
+int kn_sched_place_after(const struct kn_sched_cluster *cluster,
+			 const struct kn_sched_request *req,
+			 const struct kn_sched_victim *going, size_t n_going,
+			 struct kn_sched_binding *bindings);
 
 /*
  * Packing: the openb cluster model and the scoring policies of the FGD

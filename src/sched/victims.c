@@ -4,7 +4,9 @@
  * on a private copy of the cluster until the request fits, then drop every
  * victim the rest make unnecessary. The exact minimum is a set-cover
  * problem; the greedy order already prefers the victims that cost least,
- * and the pruning removes what was over-taken.
+ * and the pruning removes what was over-taken. kn_sched_place_after
+ * places the request for which the victims stop on the same kind of
+ * copy, so what it will take is known before they are gone.
  */
 #include "sched.h"
 
@@ -44,26 +46,53 @@ static void free_copy(struct copy *c)
 	free(c->devices);
 }
 
+/*
+ * Place req on a copy of cluster without the chosen candidates (chosen
+ * NULL: cands[0..n_chosen-1]; skip excepted): 0 with b, or -ENOSPC.
+ */
+static int place_without(const struct kn_sched_cluster *cluster,
+			 const struct kn_sched_request *req,
+			 const struct kn_sched_victim *cands,
+			 const size_t *chosen, size_t n_chosen, size_t skip,
+			 struct kn_sched_binding *b)
+{
+	struct copy c;
+	int rc;
+
+	copy_cluster(cluster, &c);
+	for (size_t i = 0; i < n_chosen; i++) {
+		const struct kn_sched_victim *v = &cands[chosen ? chosen[i] : i];
+
+		if (i != skip)
+			kn_sched_release(&c.cluster, v->req, v->bindings);
+	}
+	rc = kn_sched_place(&c.cluster, req, b, NULL, 0) == 0 ? 0 : -ENOSPC;
+	free_copy(&c);
+	return rc;
+}
+
 /* Does req fit once the chosen candidates (skip excepted) are gone? */
 static bool fits_without(const struct kn_sched_cluster *cluster,
 			 const struct kn_sched_request *req,
 			 const struct kn_sched_victim *cands,
 			 const size_t *chosen, size_t n_chosen, size_t skip)
 {
-	struct copy c;
 	struct kn_sched_binding *b =
 		kn_xcalloc((size_t)(req->tasks > 0 ? req->tasks : 1), sizeof(*b));
-	bool ok;
+	bool ok = place_without(cluster, req, cands, chosen, n_chosen, skip,
+				b) == 0;
 
-	copy_cluster(cluster, &c);
-	for (size_t i = 0; i < n_chosen; i++)
-		if (i != skip)
-			kn_sched_release(&c.cluster, cands[chosen[i]].req,
-					 cands[chosen[i]].bindings);
-	ok = kn_sched_place(&c.cluster, req, b, NULL, 0) == 0;
-	free_copy(&c);
 	free(b);
 	return ok;
+}
+
+int kn_sched_place_after(const struct kn_sched_cluster *cluster,
+			 const struct kn_sched_request *req,
+			 const struct kn_sched_victim *going, size_t n_going,
+			 struct kn_sched_binding *bindings)
+{
+	return place_without(cluster, req, going, NULL, n_going, SIZE_MAX,
+			     bindings);
 }
 
 static int cheaper_first(const void *a, const void *b, void *arg)

@@ -940,29 +940,240 @@ static bool array_full(struct array_slots *a, struct queued_job *q)
 	return true;
 }
 
+/*
+ * The shapes that found no room this turn: a job asking for the same as
+ * one of them (kn_sched_request_same), at the same priority (which
+ * preemption depends on), waits for the same reason without being tried
+ * again. A queue of thousands of alike jobs behind full GPUs so costs a
+ * turn one placement per shape, not one per job: each start, which
+ * comes with a turn, no longer tries the whole queue. Capped so that a
+ * queue of all different shapes costs no more than trying each.
+ */
+#define TURN_SHAPES_MAX 32
+
+struct no_room {
+	struct sreq sr;
+	int priority;
+	char reason[256];
+};
+
+/*
+ * What a job waiting for its victims to stop is promised this turn
+ * (kn_sched_place_after), charged to the cluster until the turn's
+ * placements are made: the jobs behind it start on what it does not
+ * need, and none takes what it does.
+ */
+struct promise {
+	struct queued_job *q;
+	struct sreq sr;
+	struct kn_sched_binding *bindings;
+};
+
+struct turn {
+	int64_t now, next_wake;
+	struct kn_sched_packing packing;
+	struct placed *pl;
+	size_t np;
+	struct array_slots slots;
+	struct no_room shapes[TURN_SHAPES_MAX];
+	size_t n_shapes;
+	struct promise promise;
+};
+
+/* q waits while lower-priority jobs are preempted for the job holder. */
+static void say_behind(struct queued_job *q, int64_t holder)
+{
+	snprintf(q->reason, sizeof(q->reason),
+		 "waiting behind job %lld, for which lower-priority jobs are "
+		 "being preempted",
+		 (long long)holder);
+}
+
+static const struct no_room *no_room_find(const struct turn *t,
+					  const struct queued_job *q,
+					  const struct kn_sched_request *req)
+{
+	if (q->preempting)
+		return NULL;
+	for (size_t i = 0; i < t->n_shapes; i++)
+		if (t->shapes[i].priority == q->priority &&
+		    kn_sched_request_same(&t->shapes[i].sr.req, req))
+			return &t->shapes[i];
+	return NULL;
+}
+
+/* Keep q's request (taken from *sr) as a shape without room. */
+static bool no_room_keep(struct turn *t, const struct queued_job *q,
+			 struct sreq *sr)
+{
+	struct no_room *n;
+
+	if (t->n_shapes == TURN_SHAPES_MAX || q->preempting)
+		return false;
+	n = &t->shapes[t->n_shapes++];
+	n->sr = *sr;
+	n->priority = q->priority;
+	snprintf(n->reason, sizeof(n->reason), "%s", q->reason);
+	return true;
+}
+
+/* The running jobs being evicted: what a promise counts as gone. */
+static size_t evicting_runs(struct server *s, struct kn_sched_victim **out)
+{
+	size_t n = 0;
+
+	for (struct run *r = s->runs; r; r = r->next)
+		n += r->evicting;
+	*out = kn_xcalloc(n ? n : 1, sizeof(**out));
+	n = 0;
+	for (struct run *r = s->runs; r; r = r->next)
+		if (r->evicting) {
+			(*out)[n].job_id = r->job_id;
+			(*out)[n].req = &r->req;
+			(*out)[n++].bindings = r->bindings;
+		}
+	return n;
+}
+
+/* Promise q, whose victims are stopping, what it will take (p's request
+   and bindings move to the promise); false when none can be made. */
+static bool promise_make(struct server *s, struct turn *t,
+			 struct queued_job *q, struct placed *p)
+{
+	struct kn_sched_victim *going;
+	size_t n = evicting_runs(s, &going);
+	int rc = kn_sched_place_after(&s->cluster, &p->sr.req, going, n,
+				      p->bindings);
+
+	free(going);
+	if (rc < 0)
+		return false;
+	kn_sched_charge(&s->cluster, &p->sr.req, p->bindings);
+	t->promise.q = q;
+	t->promise.sr = p->sr;
+	t->promise.bindings = p->bindings;
+	return true;
+}
+
+static void promise_release(struct server *s, struct turn *t)
+{
+	if (!t->promise.q)
+		return;
+	kn_sched_release(&s->cluster, &t->promise.sr.req, t->promise.bindings);
+	free(t->promise.bindings);
+	sreq_release(&t->promise.sr);
+}
+
+/* q found no room; whether it must hold every job behind it. */
+static bool turn_no_room(struct server *s, struct turn *t,
+			 struct queued_job *q, struct placed *p)
+{
+	bool hold = false;
+
+	if (!strncmp(q->reason, KN_SCHED_NEVER, strlen(KN_SCHED_NEVER))) {
+		/* It says why better than a wait behind another would. */
+	} else if (t->promise.q) {
+		say_behind(q, t->promise.q->id);
+	} else {
+		if (q->preempting && evictions_in_flight(s)) {
+			snprintf(q->reason, sizeof(q->reason),
+				 "waiting for preempted jobs to stop");
+			hold = true;
+		} else {
+			q->preempting = preempt_for(s, q, &p->sr.req);
+			hold = q->preempting;
+		}
+	}
+	if (hold && promise_make(s, t, q, p)) {
+		memset(p, 0, sizeof(*p));
+		return false;
+	}
+	free(p->bindings);
+	if (hold || !no_room_keep(t, q, &p->sr))
+		sreq_release(&p->sr);
+	memset(p, 0, sizeof(*p));
+	return hold;
+}
+
+/* Try q this turn: placed into t->pl, or its reason says why not.
+   Returns true when every job behind q must wait for it. */
+static bool turn_try(struct server *s, struct turn *t, struct queued_job *q)
+{
+	struct placed *p = &t->pl[t->np];
+	const struct no_room *same;
+	int *spread_placed;
+	double decide_began;
+	int rc;
+
+	if (q->not_before > t->now) {
+		char in[32];
+		kn_format_duration(q->not_before - t->now, in, sizeof(in));
+		snprintf(q->reason, sizeof(q->reason),
+			 q->disk_wait ? "waiting for disk space to start "
+					"(next try in %s)"
+				      : "waiting for retry backoff (%s left)",
+			 in);
+		if (!t->next_wake || q->not_before < t->next_wake)
+			t->next_wake = q->not_before;
+		return false;
+	}
+	if (array_full(&t->slots, q))
+		return false;
+	sreq_build(s, q->spec, &p->sr);
+	same = no_room_find(t, q, &p->sr.req);
+	if (same) {
+		snprintf(q->reason, sizeof(q->reason), "%s", same->reason);
+		if (t->promise.q && strncmp(same->reason, KN_SCHED_NEVER,
+					    strlen(KN_SCHED_NEVER)))
+			say_behind(q, t->promise.q->id);
+		sreq_release(&p->sr);
+		memset(p, 0, sizeof(*p));
+		return false;
+	}
+	p->bindings = kn_xcalloc((size_t)q->spec->tasks, sizeof(*p->bindings));
+	spread_placed = spread_group_placed(s, q, &p->sr.req, t->pl, t->np);
+	p->sr.req.spread_placed = spread_placed;
+	t->packing.seed = (uint64_t)q->id;
+	p->sr.req.packing = &t->packing;
+	decide_began = metrics_clock();
+	rc = kn_sched_place(&s->cluster, &p->sr.req, p->bindings, q->reason,
+			    sizeof(q->reason));
+	metrics_placement_decided(s, metrics_clock() - decide_began, rc == 0);
+	/* Of this turn only: the run keeps no pointer to them. */
+	p->sr.req.spread_placed = NULL;
+	p->sr.req.packing = NULL;
+	free(spread_placed);
+	if (rc < 0)
+		return turn_no_room(s, t, q, p);
+	p->q = q;
+	q->reason[0] = '\0';
+	q->preempting = false;
+	if (q->spec->array.parallel)
+		(*array_used(&t->slots, q->spec->array.job_id))++;
+	t->np++;
+	return false;
+}
+
 void jobs_tick(void *arg)
 {
 	struct server *s = arg;
-	int64_t now = kn_now_ms(), next_wake = 0;
 	struct kn_sched_queue_entry *order;
-	struct kn_sched_packing packing = {
-		.policy = s->policy,
-		.workload = s->shapes,
-		.n_workload = s->n_shapes,
-	};
-	struct placed *pl;
 	struct queued_job **ix;
-	struct array_slots slots;
-	size_t n = 0, np = 0;
-	bool hold = false;
+	struct turn *t;
+	size_t n = 0;
 
 	if (!s->queue)
 		return;
-	array_slots_count(s, &slots);
+	t = kn_xcalloc(1, sizeof(*t));
+	t->now = kn_now_ms();
+	t->packing.policy = s->policy;
+	t->packing.workload = s->shapes;
+	t->packing.n_workload = s->n_shapes;
+	array_slots_count(s, &t->slots);
 	ix = queue_index(s);
 	order = kn_xcalloc(s->queue_len, sizeof(*order));
-	pl = kn_xcalloc(s->queue_len, sizeof(*pl));
-	fair_advance(s, now);
+	t->pl = kn_xcalloc(s->queue_len, sizeof(*t->pl));
+	fair_advance(s, t->now);
 	for (struct queued_job *q = s->queue; q; q = q->next) {
 		order[n].job_id = q->id;
 		order[n].priority = q->priority;
@@ -973,88 +1184,30 @@ void jobs_tick(void *arg)
 	kn_sched_sort_queue(order, n);
 	for (size_t i = 0; i < n; i++) {
 		struct queued_job *q = queue_lookup(s, ix, order[i].job_id);
-		struct placed *p = &pl[np];
-		int *spread_placed;
-		double decide_began;
-		int rc;
 
-		if (q->not_before > now) {
-			char in[32];
-			kn_format_duration(q->not_before - now, in, sizeof(in));
-			snprintf(q->reason, sizeof(q->reason),
-				 q->disk_wait ? "waiting for disk space to start "
-						"(next try in %s)"
-					      : "waiting for retry backoff (%s "
-						"left)", in);
-			if (!next_wake || q->not_before < next_wake)
-				next_wake = q->not_before;
+		if (!turn_try(s, t, q))
 			continue;
-		}
-		if (array_full(&slots, q))
-			continue;
-		sreq_build(s, q->spec, &p->sr);
-		p->bindings = kn_xcalloc((size_t)q->spec->tasks,
-					 sizeof(*p->bindings));
-		spread_placed = spread_group_placed(s, q, &p->sr.req, pl, np);
-		p->sr.req.spread_placed = spread_placed;
-		packing.seed = (uint64_t)q->id;
-		p->sr.req.packing = &packing;
-		decide_began = metrics_clock();
-		rc = kn_sched_place(&s->cluster, &p->sr.req, p->bindings,
-				    q->reason, sizeof(q->reason));
-		metrics_placement_decided(s, metrics_clock() - decide_began,
-					  rc == 0);
-		/* Of this turn only: the run keeps no pointer to them. */
-		p->sr.req.spread_placed = NULL;
-		p->sr.req.packing = NULL;
-		free(spread_placed);
-		if (rc == 0) {
-			p->q = q;
-			q->reason[0] = '\0';
-			q->preempting = false;
-			if (q->spec->array.parallel)
-				(*array_used(&slots, q->spec->array.job_id))++;
-			np++;
-			continue;
-		}
-		if (strncmp(q->reason, KN_SCHED_NEVER,
-			    strlen(KN_SCHED_NEVER)) != 0) {
-			if (q->preempting && evictions_in_flight(s)) {
-				snprintf(q->reason, sizeof(q->reason),
-					 "waiting for preempted jobs to stop");
-				hold = true;
-			} else {
-				q->preempting = preempt_for(s, q, &p->sr.req);
-				hold = q->preempting;
-			}
-		}
-		free(p->bindings);
-		sreq_release(&p->sr);
-		memset(p, 0, sizeof(*p));
-		/* What the victims free is for q: nothing behind it jumps in. */
-		if (hold) {
-			for (size_t k = i + 1; k < n; k++) {
-				struct queued_job *w =
-					queue_lookup(s, ix, order[k].job_id);
-				snprintf(w->reason, sizeof(w->reason),
-					 "waiting behind job %lld, for which "
-					 "lower-priority jobs are being preempted",
-					 (long long)q->id);
-			}
-			break;
-		}
+		/* No promise could be made: what the victims free is for
+		   q, and nothing behind it jumps in. */
+		for (size_t k = i + 1; k < n; k++)
+			say_behind(queue_lookup(s, ix, order[k].job_id), q->id);
+		break;
 	}
-	if (np)
-		bind_placed(s, pl, np, now);
-	for (size_t i = 0; i < np; i++) {
-		free(pl[i].bindings);
-		sreq_release(&pl[i].sr);
+	promise_release(s, t);
+	if (t->np)
+		bind_placed(s, t->pl, t->np, t->now);
+	for (size_t i = 0; i < t->np; i++) {
+		free(t->pl[i].bindings);
+		sreq_release(&t->pl[i].sr);
 	}
-	free(pl);
+	for (size_t i = 0; i < t->n_shapes; i++)
+		sreq_release(&t->shapes[i].sr);
+	if (t->next_wake)
+		kn_timer_arm(s->tick_timer, t->next_wake - t->now);
+	free(t->pl);
+	free(t->slots.ids);
+	free(t->slots.used);
+	free(t);
 	free(order);
 	free(ix);
-	free(slots.ids);
-	free(slots.used);
-	if (next_wake)
-		kn_timer_arm(s->tick_timer, next_wake - now);
 }

@@ -221,6 +221,37 @@ def test_jobs_behind_a_preempting_job_wait_for_it(server, tmp_path):
     server.wait_state(small, "succeeded")
 
 
+def test_a_cpu_job_behind_a_preempting_job_starts_beside_it(server, tmp_path):
+    """The preempting job is promised the GPUs it waits for, not the
+    whole machine: a CPU-only job behind it starts while the victim is
+    still stopping, and a GPU job behind it does not take the promise."""
+    stop = tmp_path / "stop"
+    low = server.submit(job_yaml("stops-when-told", ["/bin/sh", "-c",
+                                                     f"trap 'while [ ! -e {stop} ]; "
+                                                     "do sleep 0.05; done; exit 143' TERM; "
+                                                     "echo up; sleep 300 & wait"],
+                                 preemptible=True, priority=1,
+                                 resources={"gpus": 4},
+                                 # No SIGKILL before the test says stop.
+                                 checkpoint={"grace": "10m"}))
+    wait_for(lambda: "up" in server.logs(low), what="the victim")
+    high = server.submit(job_yaml("high", ["/bin/true"], priority=100,
+                                  resources={"gpus": 2}))
+    gpu = server.submit(job_yaml("gpu", ["/bin/true"], priority=0,
+                                 resources={"gpus": 2}))
+    cpu = server.submit(job_yaml("cpu", ["/bin/true"], priority=0,
+                                 resources={"gpus": 0}))
+    server.wait_state(cpu, "succeeded")
+    # The victim has not stopped: the promise still holds its GPUs.
+    assert server.job(high)["state"] == "queued"
+    assert server.job(low)["state"] == "running"
+    assert f"waiting behind job {high}" in server.job(gpu)["reason"]
+    stop.touch()
+    server.wait_state(high, "succeeded")
+    server.request("POST", f"/v1/jobs/{low}/cancel")
+    server.wait_state(gpu, "succeeded")
+
+
 def test_evicting_another_users_job_is_refused_and_audited(server):
     alice = server.create_token("alice", "user")
     bob = server.create_token("bob", "user")

@@ -123,6 +123,106 @@ static void test_gang_needs_two_victims(void **state)
 		    (victims[0] == 1 && victims[1] == 0));
 }
 
+/*
+ * A job that waits for its victims to stop holds only what it will get:
+ * B (GPU 2) is evicted for a 1-GPU job of priority 10 while C keeps GPU
+ * 3; a CPU-only job behind it may start now, a GPU job may not take the
+ * GPU promised to it, and once the promise is given back the cluster is
+ * as it was.
+ */
+static void test_place_after_holds_only_what_the_waiting_job_needs(void **state)
+{
+	struct world w;
+	struct kn_sched_request held = {.tasks = 1, .gpu_milli = 1000,
+					.cpu_milli = 1000};
+	struct kn_sched_request cpu_only = {.tasks = 1, .cpu_milli = 2000};
+	struct kn_sched_request gpu = {.tasks = 1, .gpu_milli = 1000};
+	struct kn_sched_binding plan, b;
+	size_t victims[3], n = 0;
+	char reason[256];
+	(void)state;
+
+	build(&w);
+	w.node.cpu_milli_total = 8000;
+	assert_int_equal(kn_sched_find_victims(&w.cluster, &held, 10, w.cands,
+					       3, victims, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(victims[0], 1);
+	/* B has not stopped yet: nothing is free for the held job now. */
+	assert_int_equal(kn_sched_place(&w.cluster, &held, &b, NULL, 0),
+			 -ENOSPC);
+	assert_int_equal(kn_sched_place_after(&w.cluster, &held, &w.cands[1],
+					      1, &plan), 0);
+	assert_int_equal(plan.n_devices, 1);
+	assert_int_equal(plan.devices[0], 2);
+	assert_int_equal(w.devices[2].used_milli, 1000); /* unchanged */
+	kn_sched_charge(&w.cluster, &held, &plan);
+	assert_int_equal(w.node.cpu_milli_used, 1000);
+	assert_int_equal(kn_sched_place(&w.cluster, &cpu_only, &b, reason,
+					sizeof(reason)), 0);
+	assert_int_equal(b.n_devices, 0);
+	assert_int_equal(w.node.cpu_milli_used, 3000);
+	kn_sched_release(&w.cluster, &cpu_only, &b);
+	/* B's GPU is promised: when B stops, it is still not free. */
+	kn_sched_release(&w.cluster, w.cands[1].req, w.cands[1].bindings);
+	assert_int_equal(kn_sched_place(&w.cluster, &gpu, &b, reason,
+					sizeof(reason)), -ENOSPC);
+	kn_sched_release(&w.cluster, &held, &plan);
+	assert_int_equal(w.node.cpu_milli_used, 0);
+	assert_int_equal(w.devices[2].used_milli, 0);
+	assert_int_equal(kn_sched_place(&w.cluster, &held, &b, NULL, 0), 0);
+	assert_int_equal(b.devices[0], 2);
+}
+
+/* Victims that would not make room: no promise. */
+static void test_place_after_without_room(void **state)
+{
+	struct world w;
+	struct kn_sched_request big = {.tasks = 1, .gpu_milli = 4000};
+	struct kn_sched_binding plan = {.node = 7};
+	(void)state;
+
+	build(&w);
+	assert_int_equal(kn_sched_place_after(&w.cluster, &big, w.cands, 2,
+					      &plan), -ENOSPC);
+	assert_int_equal(plan.node, 7); /* written only on success */
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(w.devices[i].used_milli, 1000);
+}
+
+static void test_request_same(void **state)
+{
+	const char *h100[] = {"H100"}, *a100[] = {"A100"}, *h100b[] = {"H100"};
+	struct kn_sched_label zone_a = {"zone", "a"}, zone_b = {"zone", "b"};
+	struct kn_sched_request x = {.tasks = 2, .gpu_milli = 1000,
+				     .cpu_milli = 500, .gpu_models = h100,
+				     .n_gpu_models = 1, .selector = &zone_a,
+				     .n_selector = 1};
+	struct kn_sched_request y = x;
+	(void)state;
+
+	y.gpu_models = h100b; /* equal by content, not by pointer */
+	assert_true(kn_sched_request_same(&x, &y));
+	y.gpu_models = a100;
+	assert_false(kn_sched_request_same(&x, &y));
+	y = x;
+	y.selector = &zone_b;
+	assert_false(kn_sched_request_same(&x, &y));
+	y = x;
+	y.tasks = 1;
+	assert_false(kn_sched_request_same(&x, &y));
+	y = x;
+	y.memory_bytes = 1;
+	assert_false(kn_sched_request_same(&x, &y));
+	y = x;
+	y.mig_profile = "1g.10gb";
+	assert_false(kn_sched_request_same(&x, &y));
+	/* A spreading request is never the same as another, nor itself. */
+	y = x;
+	x.spread_key = y.spread_key = "zone";
+	assert_false(kn_sched_request_same(&x, &y));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -130,6 +230,9 @@ int main(void)
 		cmocka_unit_test(test_cheapest_when_one_is_enough),
 		cmocka_unit_test(test_only_lower_priority_and_preemptible),
 		cmocka_unit_test(test_gang_needs_two_victims),
+		cmocka_unit_test(test_place_after_holds_only_what_the_waiting_job_needs),
+		cmocka_unit_test(test_place_after_without_room),
+		cmocka_unit_test(test_request_same),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
