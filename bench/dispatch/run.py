@@ -28,7 +28,14 @@ callers). Besides jobs/s to the last end, each side reports
 
 --rounds R (without --isolation) runs kiln then Slurm R times, bringing
 Slurm up once, and prints each round's kiln/Slurm ratios with the mean
-and sample standard deviation of the ratios.
+and sample standard deviation of the ratios. --before OLD-KILN adds an
+earlier kiln binary to each round, run just before kiln, so a change is
+measured against its baseline and Slurm in the same run (the paired
+kiln/before ratios with their spread).
+
+Each kiln side also reports what the server itself spent: its CPU time
+(user + system, from /proc, the shims and tasks not included) per job,
+and its store commits per job (from /metrics: each commit is one fsync).
 
 Prints a table and writes the JSON of both sides to --out.
 
@@ -128,6 +135,20 @@ def lone_starts(session, url, spec, records, count):
     return out
 
 
+def server_cpu_s(pid):
+    """User + system CPU seconds of process pid so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def store_commits(session, url):
+    """How many store transactions the server has committed (/metrics)."""
+    for line in session.get(url + "/metrics").text.splitlines():
+        if line.startswith("kiln_store_commit_duration_seconds_count"):
+            return int(float(line.split()[-1]))
+    return None
+
+
 def submit_all(url, token, spec, jobs, clients):
     """POST spec jobs times from clients threads; {job id: submit ns}."""
     submitted, lock = {}, threading.Lock()
@@ -189,6 +210,8 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
                            "command": ["/bin/sh", "-c", script],
                            "resources": {"gpus": gpus_per_job}})
         submitted = {}
+        cpu_before = server_cpu_s(server.pid)
+        commits_before = store_commits(session, url)
         t0 = time.time()
         if clients > 1 and not array:
             submitted = submit_all(url, token, spec, jobs, clients)
@@ -220,6 +243,9 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
                 break
             time.sleep(0.05)
         done_ns = time.time_ns()
+        # Before the lone jobs: the batch's own cost to the server.
+        cpu_s = server_cpu_s(server.pid) - cpu_before
+        commits = store_commits(session, url) - commits_before
         starts = read_records(records / "starts")
         ends = read_records(records / "ends")
         lone_ms = lone_starts(session, url, spec, records, lone)
@@ -246,6 +272,8 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
             "submit_to_start_mean_ms": round(statistics.mean(lat), 2),
             "lone_start_p50_ms": (round(statistics.median(lone_ms), 2)
                                   if lone_ms else None),
+            "server_cpu_ms_per_job": round(cpu_s * 1000 / jobs, 3),
+            "store_commits_per_job": round(commits / jobs, 3),
             "isolation": node.get("isolation"),
             "limits_enforced": node.get("limits", {}).get("enforced"),
             "load1_before": load_before, "load1_after": load1(),
@@ -311,13 +339,21 @@ def compare_slurm(a):
     if not conf:
         return 1
     rounds, ratios = [], {"accepted": [], "started": [], "jobs": []}
+    changed = {"accepted": [], "started": [], "jobs": [],
+               "server_cpu_per_job": []}
     try:
         for n in range(a.rounds):
+            b = None
+            if a.before:
+                b = run_kiln(a.before, a.jobs, a.gpus_per_job,
+                             array=a.array, clients=a.clients)
             k = run_kiln(a.kiln, a.jobs, a.gpus_per_job, array=a.array,
                          clients=a.clients)
             s = slurm_side(conf, a.jobs, "array" if a.array else
                            a.slurm_mode, a.slurm_gpus_per_job, a.clients)
-            rounds.append({"kiln": k, "slurm": s})
+            rounds.append({"kiln": k, "slurm": s, "before": b})
+            if b:
+                print(before_line(n, b, k, changed), flush=True)
             if "error" in s:
                 print(f"round {n + 1}: kiln accepted/s {k['accepted_per_s']}"
                       f" started/s {k['started_per_s']} jobs/s "
@@ -340,8 +376,27 @@ def compare_slurm(a):
     for key, values in ratios.items():
         print(f"kiln/slurm {key}/s: {spread(values)} "
               f"(rounds: {', '.join(f'{v:.2f}' for v in values)})")
+    for key, values in changed.items() if a.before else ():
+        print(f"kiln/before {key}: {spread(values)} "
+              f"(rounds: {', '.join(f'{v:.2f}' for v in values)})")
     print(f"results: {a.out}")
     return 0
+
+
+def before_line(n, b, k, changed):
+    """One round's kiln/before ratios, kept in changed, as a line."""
+    line = [f"round {n + 1} kiln/before (load {b['load1_before']:.1f})"]
+    for key, field in (("accepted", "accepted_per_s"),
+                       ("started", "started_per_s"),
+                       ("jobs", "jobs_per_s"),
+                       ("server_cpu_per_job", "server_cpu_ms_per_job")):
+        if k.get(field) and b.get(field):
+            changed[key].append(k[field] / b[field])
+            line.append(f"{key} {k[field]} before {b[field]} "
+                        f"({k[field] / b[field]:.2f}x)")
+    line.append(f"commits/job {k['store_commits_per_job']} before "
+                f"{b['store_commits_per_job']}")
+    return "; ".join(line)
 
 
 def spread(values):
@@ -435,6 +490,9 @@ def main():
     p.add_argument("--rounds", type=int, default=1,
                    help="rounds of each side, alternating (with "
                    "--isolation: default 3)")
+    p.add_argument("--before", metavar="OLD-KILN",
+                   help="with --rounds: an earlier kiln binary, run in "
+                   "each round just before kiln")
     p.add_argument("--clients", type=int, default=1,
                    help="concurrent submitting clients on each side")
     p.add_argument("--lone", type=int, default=20,
@@ -445,7 +503,7 @@ def main():
         return compare_isolation(a.kiln, a.jobs, a.gpus_per_job,
                                  a.rounds if a.rounds > 1 else 3, a.lone,
                                  a.out)
-    if a.rounds > 1 and not a.no_slurm:
+    if (a.rounds > 1 or a.before) and not a.no_slurm:
         return compare_slurm(a)
 
     kiln = run_kiln(a.kiln, a.jobs, a.gpus_per_job, array=a.array,
