@@ -467,9 +467,11 @@ void settle(struct server *s, struct run **changed, size_t n)
 		run_unlink(s, r);
 		if (requeue[i]) {
 			queue_push(s, r->job_id, r->spec->priority,
-				   r->submitted_at, r->requeue_at, r->spec);
+				   r->submitted_at, r->requeue_at, r->spec,
+				   r->owner);
 			s->queue->disk_wait = r->launch_no_space; /* pushed first */
 			r->spec = NULL;
+			r->owner = NULL;
 		}
 		run_free(r);
 		if (!requeue[i])

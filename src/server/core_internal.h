@@ -23,10 +23,13 @@ struct sreq {
 /* The scheduler's request for spec, in *out (arrays owned by *out). */
 void sreq_build(const struct server *s, const struct kn_job_spec *spec,
 		struct sreq *out);
-/* Queue a job (the entry takes spec), in priority order. */
+/*
+ * Queue a job (the entry takes spec, and owner, the job's owner, or
+ * reads it from the store when NULL).
+ */
 void queue_push(struct server *s, int64_t id, int priority,
 		int64_t submitted_at, int64_t not_before,
-		struct kn_job_spec *spec);
+		struct kn_job_spec *spec, char *owner);
 void queued_free(struct queued_job *q);
 void queue_remove(struct server *s, int64_t id);
 /* Run the scheduler on the next turn. */
@@ -51,9 +54,10 @@ int free_port(void);
 void devices_text(const struct kn_sched_binding *b, char *buf, size_t len);
 /* $KILN_HOME/tasks/JOB/ATTEMPT/RANK (malloc'd). */
 char *task_dir_path(struct server *s, int64_t job, int attempt, int rank);
-/* A run of attempt of job_id (taking spec), linked into the server's. */
+/* A run of attempt of job_id (taking spec, and owner, or reading the
+   owner from the store when NULL), linked into the server's. */
 struct run *run_new(struct server *s, int64_t job_id, int attempt,
-		    struct kn_job_spec *spec);
+		    struct kn_job_spec *spec, char *owner);
 void run_free(struct run *r);
 void run_unlink(struct server *s, struct run *r);
 /*

@@ -84,7 +84,7 @@ char *task_dir_path(struct server *s, int64_t job, int attempt,
 }
 
 struct run *run_new(struct server *s, int64_t job_id, int attempt,
-			   struct kn_job_spec *spec)
+			   struct kn_job_spec *spec, char *owner)
 {
 	struct run *r = kn_xcalloc(1, sizeof(*r));
 	struct sreq sr;
@@ -92,7 +92,7 @@ struct run *run_new(struct server *s, int64_t job_id, int attempt,
 	/* Charge owners up to now at the rates before this run. */
 	fair_advance(s, kn_now_ms());
 	r->job_id = job_id;
-	r->owner = job_owner(s, job_id);
+	r->owner = owner ? owner : job_owner(s, job_id);
 	r->attempt = attempt;
 	r->spec = spec;
 	r->stop_grace_ms = -1;

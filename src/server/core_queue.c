@@ -237,10 +237,11 @@ static struct queued_job *queue_lookup(struct server *s,
 	return hit ? *hit : NULL;
 }
 
+/* owner: the job's owner (taken), or NULL to read it from the store. */
 static struct queued_job *queued_new(struct server *s, int64_t id,
 				      int priority, int64_t submitted_at,
 				      int64_t not_before,
-				      struct kn_job_spec *spec)
+				      struct kn_job_spec *spec, char *owner)
 {
 	struct queued_job *q = kn_xcalloc(1, sizeof(*q));
 
@@ -249,7 +250,7 @@ static struct queued_job *queued_new(struct server *s, int64_t id,
 	q->submitted_at = submitted_at;
 	q->not_before = not_before;
 	q->spec = spec;
-	q->owner = job_owner(s, id);
+	q->owner = owner ? owner : job_owner(s, id);
 	return q;
 }
 
@@ -262,10 +263,10 @@ static void queue_link(struct server *s, struct queued_job *q)
 
 void queue_push(struct server *s, int64_t id, int priority,
 		       int64_t submitted_at, int64_t not_before,
-		       struct kn_job_spec *spec)
+		       struct kn_job_spec *spec, char *owner)
 {
 	queue_link(s, queued_new(s, id, priority, submitted_at, not_before,
-				 spec));
+				 spec, owner));
 }
 
 void jobs_idem_settle(struct server *s, bool committed)
@@ -609,7 +610,8 @@ static void queue_elements(struct server *s, int64_t id,
 		copy->array.index = spec->array.first + i;
 		workload_add(s, copy);
 		queue_submitted(s, queued_new(s, id + i, copy->priority,
-					      j->submitted_at, 0, copy));
+					      j->submitted_at, 0, copy,
+					      kn_xstrdup(j->owner)));
 	}
 }
 
@@ -702,7 +704,7 @@ int jobs_submit_fit(struct server *s, const struct caller *c,
 	}
 	workload_add(s, spec);
 	queue_submitted(s, queued_new(s, id, spec->priority, j.submitted_at,
-				      0, spec));
+				      0, spec, kn_xstrdup(c->name)));
 	if (spec->array.count)
 		queue_elements(s, id, &j, spec);
 	free(effective);
@@ -821,8 +823,9 @@ static int bind_placed(struct server *s, struct placed *pl, size_t n,
 		struct queued_job *q = pl[i].q, **link = NULL;
 		struct run *r;
 		/* The run takes over the spec from the queue entry. */
-		r = run_new(s, q->id, pl[i].attempt, q->spec);
+		r = run_new(s, q->id, pl[i].attempt, q->spec, q->owner);
 		q->spec = NULL;
+		q->owner = NULL;
 		r->submitted_at = q->submitted_at;
 		r->started_at = now;
 		r->master_port = ports[i];

@@ -123,7 +123,8 @@ static int recover_running(struct server *s, const struct kn_job_row *j,
 		kn_job_spec_free(spec);
 		return rc;
 	}
-	r = run_new(s, j->id, j->attempts, spec);
+	r = run_new(s, j->id, j->attempts, spec,
+		    j->owner ? kn_xstrdup(j->owner) : NULL);
 	r->submitted_at = j->submitted_at;
 	r->started_at = na ? attempts[na - 1].started_at : j->started_at;
 	for (size_t i = 0; i < nt && (int)tasks[i].rank < r->n_tasks; i++) {
@@ -219,7 +220,8 @@ int jobs_recover(struct server *s, struct kn_error *err)
 		spec->array.job_id = jobs[i].array_id;
 		spec->array.index = jobs[i].array_index;
 		queue_push(s, jobs[i].id, jobs[i].priority, jobs[i].submitted_at,
-			   jobs[i].not_before, spec);
+			   jobs[i].not_before, spec,
+			   jobs[i].owner ? kn_xstrdup(jobs[i].owner) : NULL);
 		queued++;
 	}
 	kn_job_list_free(jobs, n);
