@@ -340,15 +340,15 @@ def compare_slurm(a):
         return 1
     rounds, ratios = [], {"accepted": [], "started": [], "jobs": []}
     changed = {"accepted": [], "started": [], "jobs": [],
-               "server_cpu_per_job": []}
+               "server_cpu_per_job": [], "lone_start_p50": []}
     try:
         for n in range(a.rounds):
             b = None
             if a.before:
                 b = run_kiln(a.before, a.jobs, a.gpus_per_job,
-                             array=a.array, clients=a.clients)
+                             array=a.array, clients=a.clients, lone=a.lone)
             k = run_kiln(a.kiln, a.jobs, a.gpus_per_job, array=a.array,
-                         clients=a.clients)
+                         clients=a.clients, lone=a.lone)
             s = slurm_side(conf, a.jobs, "array" if a.array else
                            a.slurm_mode, a.slurm_gpus_per_job, a.clients)
             rounds.append({"kiln": k, "slurm": s, "before": b})
@@ -389,7 +389,8 @@ def before_line(n, b, k, changed):
     for key, field in (("accepted", "accepted_per_s"),
                        ("started", "started_per_s"),
                        ("jobs", "jobs_per_s"),
-                       ("server_cpu_per_job", "server_cpu_ms_per_job")):
+                       ("server_cpu_per_job", "server_cpu_ms_per_job"),
+                       ("lone_start_p50", "lone_start_p50_ms")):
         if k.get(field) and b.get(field):
             changed[key].append(k[field] / b[field])
             line.append(f"{key} {k[field]} before {b[field]} "
@@ -496,8 +497,9 @@ def main():
     p.add_argument("--clients", type=int, default=1,
                    help="concurrent submitting clients on each side")
     p.add_argument("--lone", type=int, default=20,
-                   help="with --isolation: jobs sent one at a time after "
-                   "each side's batch, for the start latency without a queue")
+                   help="jobs sent one at a time after each kiln batch "
+                   "(with --isolation or --rounds/--before), for the start "
+                   "latency without a queue")
     a = p.parse_args()
     if a.isolation:
         return compare_isolation(a.kiln, a.jobs, a.gpus_per_job,
