@@ -542,10 +542,14 @@ static int start_child(struct shim *s, int out_fd, struct kn_error *err)
 	} else {
 		setpgid(0, 0);
 	}
+	/* Every signal stays blocked, so none sent to the group is lost
+	   before the task can take it: the task's process unblocks them
+	   just before its exec, and a sandbox's init passes on to the task
+	   what came before the task was there (kn_sandbox_exec). */
 	{
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
+		sigset_t all;
+		sigfillset(&all);
+		sigprocmask(SIG_SETMASK, &all, NULL);
 	}
 	int devnull = s->tty ? dup(out_fd) : open("/dev/null", O_RDONLY);
 	if (devnull >= 0) {

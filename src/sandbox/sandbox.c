@@ -719,18 +719,42 @@ _Noreturn static void run_task(const struct kn_sandbox *sb,
 	_exit(127);
 }
 
+/*
+ * What was sent to init's process group before the task was in it (a
+ * stop that came while the sandbox was being built): init, blocking
+ * every signal, kept it pending, since a namespace's init drops an
+ * unblocked signal it has no handler for. The task gets it now, as it
+ * would have had it been there. A signal sent after the task was forked
+ * reached it too; it comes again only before the task's program could
+ * have set a handler, where the first one already ended it.
+ */
+static void pass_on_pending(pid_t task)
+{
+	sigset_t pending;
+
+	if (sigpending(&pending) < 0)
+		return;
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGCHLD && sigismember(&pending, sig) == 1)
+			kill(task, sig);
+}
+
 int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
 		    char *const *argv, char **envp, char *why, size_t len)
 {
 	sigset_t all;
 	pid_t pid;
 
-	if (sb->mode == KN_SANDBOX_NONE)
+	if (sb->mode == KN_SANDBOX_NONE) {
+		sigemptyset(&all);
+		sigprocmask(SIG_SETMASK, &all, NULL);
 		return exec_task(workdir, argv, envp, why, len);
-	if (map_ids(sb, why, len) < 0 || build_view(sb, why, len) < 0)
-		return -1;
+	}
+	/* Blocked, not dropped: pass_on_pending gives them to the task. */
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, NULL);
+	if (map_ids(sb, why, len) < 0 || build_view(sb, why, len) < 0)
+		return -1;
 	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
 		  NULL) < 0)
 		return fail(why, len, "cannot mount", "/proc");
@@ -740,6 +764,7 @@ int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
 		run_task(sb, workdir, argv, envp);
 	if (pid < 0)
 		return fail(why, len, "cannot start the task", NULL);
+	pass_on_pending(pid);
 	init_wait(pid, sb->status_fd[1]);
 }
 

@@ -215,8 +215,11 @@ pid_t kn_sandbox_fork(struct kn_sandbox *sb);
  * namespace's init (it reaps, exits when the task does, and never
  * returns) and the task is pid 2, with all signals unblocked and its user
  * dropped; a task that cannot start there says why on its stderr and
- * exits 127. Returns only when nothing was started: -1 and why (len
- * bytes), and the caller must _exit without running the task.
+ * exits 127. The caller keeps signals blocked from the fork on: then a
+ * signal sent to the child's process group before the task exists is
+ * not lost but passed on to the task once it does. Returns only when
+ * nothing was started: -1 and why (len bytes), and the caller must
+ * _exit without running the task.
  */
 int kn_sandbox_exec(const struct kn_sandbox *sb, const char *workdir,
 		    char *const *argv, char **envp, char *why, size_t len);

@@ -8,6 +8,7 @@ import json
 import os
 import pwd
 import re
+import signal
 import subprocess
 import uuid
 
@@ -470,4 +471,32 @@ def test_unprivileged_shim_refuses_another_server_user(tmp_path):
     assert status["exit_code"] == 127, status
     assert ("launch.json: server_user.uid: not this shim's uid "
             f"{NOBODY.pw_uid}") in status["reason"], status
+    assert not marker.exists()
+
+
+def stop_pending_at_start():
+    """In the shim's process before its exec: a SIGTERM that is already
+    there when the shim starts, as a cancel that came at once would be
+    (blocked and pending signals survive exec)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("unprivileged", [False, True])
+def test_stop_that_comes_before_the_task_reaches_it(tmp_path, unprivileged):
+    """A stop that reaches the shim while the sandbox is still being
+    built (here: before the shim has started anything) ends the task
+    with the stop's signal, not with the SIGKILL after the grace: the
+    sandbox's init, which the shim signals with the task's process
+    group, keeps it for the task."""
+    marker = tmp_path / "home" / "tasks" / "1" / "1" / "0" / "ran-on"
+    task = shim_alone(tmp_path, f"sleep 30; touch {marker}",
+                      grace_ms=20000)
+    wrap = as_nobody(task) if unprivileged else []
+    res = subprocess.run([*wrap, KILN, "shim", "--dir", str(task)],
+                         timeout=60, capture_output=True, text=True,
+                         preexec_fn=stop_pending_at_start)
+    assert res.returncode == 0, res.stderr
+    status = json.loads((task / "status.json").read_text())
+    assert status["signal"] == signal.SIGTERM, status
     assert not marker.exists()

@@ -472,6 +472,86 @@ static void test_procs_unprivileged_task_dies_with_its_shim(void **state)
 	procs_case(geteuid() == 0);
 }
 
+/*
+ * A stop sent to the task's process group before the task exists (the
+ * sandbox's init still building its view) reaches the task: init keeps
+ * it pending and passes it on, rather than the task running unstopped
+ * until a later SIGKILL. The stand-in sends SIGTERM before init even
+ * starts to build, so without that hand-over the task would run on.
+ */
+static void early_stop_case(bool as_nobody)
+{
+	const struct kn_sandbox_config cfg = {.mode = KN_SANDBOX_PROCS};
+	char dir[] = "/tmp/kn-sandbox-test-XXXXXX", why[256], b;
+	/* Ends by itself (status 7) if the stop is lost, so a failing
+	   run fails rather than hangs. */
+	char *argv[] = {"/bin/sh", "-c", "sleep 5; exit 7", NULL};
+	char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+	struct kn_sandbox *sb = NULL;
+	struct kn_error err;
+	sigset_t all;
+	int go[2], wstatus, task_status = 0;
+	pid_t shim, init;
+
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(chmod(dir, 0777), 0);
+	shim = fork();
+	assert_true(shim >= 0);
+	if (shim == 0) {
+		if (as_nobody && (setresgid(65534, 65534, 65534) < 0 ||
+				  setresuid(65534, 65534, 65534) < 0 ||
+				  prctl(PR_SET_DUMPABLE, 1) < 0))
+			_exit(1);
+		if (pipe(go) < 0 || kn_sandbox_new(&cfg, &sb, &err) < 0)
+			_exit(1);
+		/* As the shim's child: every signal blocked from the fork. */
+		sigfillset(&all);
+		sigprocmask(SIG_SETMASK, &all, NULL);
+		init = kn_sandbox_fork(sb);
+		if (init < 0)
+			_exit(errno == EPERM || errno == EINVAL
+				      ? SHIM_NO_NAMESPACES : 1);
+		if (init == 0) {
+			close(go[1]);
+			if (read(go[0], &b, 1) != 1)
+				_exit(1);
+			kn_sandbox_exec(sb, dir, argv, envp, why, sizeof(why));
+			_exit(127);
+		}
+		close(go[0]);
+		setpgid(init, init);
+		kill(-init, SIGTERM);
+		if (write(go[1], "g", 1) != 1 ||
+		    waitpid(init, &wstatus, 0) != init)
+			_exit(1);
+		task_status = wstatus;
+		kn_sandbox_task_status(sb, &task_status);
+		/* 100 + the signal that ended the task, or its exit code. */
+		_exit(WIFSIGNALED(task_status) ? 100 + WTERMSIG(task_status)
+					       : WEXITSTATUS(task_status));
+	}
+	assert_int_equal(waitpid(shim, &wstatus, 0), shim);
+	rmdir(dir);
+	assert_true(WIFEXITED(wstatus));
+	if (WEXITSTATUS(wstatus) == SHIM_NO_NAMESPACES)
+		skip(); /* this kernel refuses the namespaces */
+	assert_int_equal(WEXITSTATUS(wstatus), 100 + SIGTERM);
+}
+
+static void test_stop_before_the_task_reaches_it(void **state)
+{
+	(void)state;
+	if (geteuid() != 0)
+		skip(); /* the root case needs root */
+	early_stop_case(false);
+}
+
+static void test_unprivileged_stop_before_the_task_reaches_it(void **state)
+{
+	(void)state;
+	early_stop_case(geteuid() == 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -486,6 +566,9 @@ int main(void)
 		cmocka_unit_test(test_user_cache),
 		cmocka_unit_test(test_procs_task_dies_with_its_shim),
 		cmocka_unit_test(test_procs_unprivileged_task_dies_with_its_shim),
+		cmocka_unit_test(test_stop_before_the_task_reaches_it),
+		cmocka_unit_test(
+			test_unprivileged_stop_before_the_task_reaches_it),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
