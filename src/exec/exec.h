@@ -549,6 +549,9 @@ void kn_slurm_inventory_release(struct kn_slurm_inventory *inv);
 int64_t kn_slurm_node_gpus(const struct kn_slurm_node *n);
 /* The GPU type of a node's first typed whole-GPU GRES, or "". */
 const char *kn_slurm_node_gpu_type(const struct kn_slurm_node *n);
+/* A MIG instance GRES's profile: "1g.10gb" of "a100_1g.10gb" or of
+   "1g.10gb". */
+const char *kn_slurm_gres_mig_profile(const struct kn_slurm_gres *g);
 /*
  * sbatch's --time for a task: a backstop one minute after its timeout
  * plus the checkpoint grace, in minutes; 0 when timeout_ms is 0.

@@ -551,6 +551,11 @@ static int start_child(struct shim *s, int out_fd, struct kn_error *err)
 		sigfillset(&all);
 		sigprocmask(SIG_SETMASK, &all, NULL);
 	}
+	/* Slurm signals every process of the step, the task too: a task
+	   whose checkpoint signal is another gets it from this shim
+	   instead, and ignoring SIGTERM keeps Slurm's from killing it. */
+	if (s->stop_poll_ms > 0 && s->timeout_signal != SIGTERM)
+		signal(SIGTERM, SIG_IGN);
 	int devnull = s->tty ? dup(out_fd) : open("/dev/null", O_RDONLY);
 	if (devnull >= 0) {
 		dup2(devnull, 0);
@@ -660,6 +665,11 @@ static void begin_stop(struct shim *s, int tfd, const char *reason,
 	} else if (signo_given) {
 		signo = signo_given;
 	} else {
+		/* Under Slurm a SIGTERM without stop.json is Slurm's own
+		   (preemption, its time limit): the task gets its job's
+		   checkpoint signal, the launch's timeout_signal there. */
+		if (s->stop_poll_ms > 0)
+			signo = s->timeout_signal;
 		read_stop_request(s, &signo, &grace);
 	}
 	kill(-s->child, signo);

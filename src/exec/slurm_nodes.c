@@ -183,6 +183,13 @@ const char *kn_slurm_node_gpu_type(const struct kn_slurm_node *n)
 	return "";
 }
 
+const char *kn_slurm_gres_mig_profile(const struct kn_slurm_gres *g)
+{
+	const char *us = strrchr(g->type, '_');
+
+	return us ? us + 1 : g->type;
+}
+
 /* Of a node's GRES name (and type, when not NULL): the total count. */
 static int64_t gres_total(const struct kn_slurm_node *n, const char *name,
 			  const char *type)
@@ -191,13 +198,12 @@ static int64_t gres_total(const struct kn_slurm_node *n, const char *name,
 
 	for (size_t i = 0; i < n->n_gres; i++) {
 		const struct kn_slurm_gres *g = &n->gres[i];
-		const char *us = strrchr(g->type, '_');
 
 		if (strcmp(g->name, name))
 			continue;
 		/* A MIG profile matches with or without the model in front. */
 		if (type && strcmp(g->type, type) &&
-		    !(g->mig && us && !strcmp(us + 1, type)))
+		    !(g->mig && !strcmp(kn_slurm_gres_mig_profile(g), type)))
 			continue;
 		sum += g->count;
 	}

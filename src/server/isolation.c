@@ -202,8 +202,11 @@ int isolation_task_devices(struct server *s,
 	else
 		nodes = kn_device_nodes(s->cfg.gpu_dev_dir, b->devices,
 					s->cfg.gpu_dev_dir ? b->n_devices : 0);
-	/* Without its own nodes a task opens no GPU at all, MIG or not. */
-	if (b->mig_profile && b->n_devices == 1 && nodes[0])
+	/* Without its own nodes a task opens no GPU at all, MIG or not.
+	   An instance Slurm lists is Slurm's to bind, with its capability
+	   nodes (gres.conf, ConstrainDevices): kiln has no minors there. */
+	if (b->mig_profile && b->n_devices == 1 && nodes[0] &&
+	    strcmp(set->source, "slurm"))
 		rc = mig_nodes(s, b, nodes, err);
 	if (rc < 0) {
 		kn_device_nodes_free(nodes);

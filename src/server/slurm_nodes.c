@@ -36,6 +36,10 @@ struct slurm_nodes {
 	struct kn_timer *timer;
 	size_t runs_seen;
 	bool job_ended;                /* since the last check */
+	/* One-slice geometries of the MIG profiles Slurm lists, which the
+	   scheduler's devices point to (mig_model). */
+	struct kn_mig_model **mig_models;
+	size_t n_mig_models;
 };
 
 static const struct kn_slurm_node *inv_node(const struct slurm_nodes *sn,
@@ -49,22 +53,119 @@ static const struct kn_slurm_node *inv_node(const struct slurm_nodes *sn,
 
 /* ---- one server node from one Slurm node ---- */
 
-/* What node i's GPUs should be: count and model. */
-static bool devices_differ(const struct server_node *node, int64_t gpus,
-			   const char *model)
+/*
+ * The devices of a Slurm node: its whole GPUs (gpu GRES not typed as a
+ * MIG profile), then one device per MIG instance Slurm lists
+ * (gres/gpu:1g.10gb:N, or a100_1g.10gb). An instance is already made, so
+ * its device holds exactly one instance of its profile and nothing else:
+ * a geometry of one slice (mig_model), which kiln's MIG placement then
+ * fills or leaves free like any other.
+ */
+struct gres_device {
+	const char *model; /* the GRES type, "gpu" when untyped */
+	const struct kn_slurm_gres *mig; /* the instance's GRES, or NULL */
+};
+
+/* Node n's devices into out (at most KN_MAX_DEVICES): how many. A MIG
+   profile too long for kiln's tables is left out: none could ask for it. */
+static size_t gres_devices(const struct kn_slurm_node *n,
+			   struct gres_device *out)
 {
-	if ((int64_t)node->devices.n != gpus)
+	const char *type = kn_slurm_node_gpu_type(n);
+	int64_t gpus = kn_slurm_node_gpus(n);
+	size_t k = 0;
+
+	for (int64_t g = 0; g < gpus && k < KN_MAX_DEVICES; g++)
+		out[k++] = (struct gres_device){type[0] ? type : "gpu", NULL};
+	for (size_t i = 0; i < n->n_gres; i++) {
+		const struct kn_slurm_gres *gr = &n->gres[i];
+
+		if (!gr->mig || strlen(kn_slurm_gres_mig_profile(gr)) >=
+					sizeof(((struct kn_mig_profile *)0)->name))
+			continue;
+		for (int64_t c = 0; c < gr->count && k < KN_MAX_DEVICES; c++)
+			out[k++] = (struct gres_device){gr->type, gr};
+	}
+	return k;
+}
+
+/*
+ * The one-slice geometry of MIG instances of g's profile (a name that
+ * fits, gres_devices), shared by every device of that profile and kept
+ * until the server stops.
+ */
+static const struct kn_mig_model *mig_model(struct slurm_nodes *sl,
+					    const struct kn_slurm_gres *g)
+{
+	const char *profile = kn_slurm_gres_mig_profile(g);
+	struct kn_mig_model *m;
+
+	for (size_t i = 0; i < sl->n_mig_models; i++)
+		if (!strcmp(sl->mig_models[i]->profiles[0].name, profile))
+			return sl->mig_models[i];
+	m = kn_xcalloc(1, sizeof(*m));
+	snprintf(m->name, sizeof(m->name), "slurm:%s", profile);
+	m->compute = m->memory = 1;
+	kn_strlcpy(m->profiles[0].name, profile, sizeof(m->profiles[0].name));
+	m->profiles[0].compute = m->profiles[0].memory = 1;
+	m->profiles[0].max_instances = 1;
+	m->profiles[0].starts = 1;
+	m->n_profiles = 1;
+	sl->mig_models = kn_xrealloc(sl->mig_models, (sl->n_mig_models + 1) *
+							     sizeof(*sl->mig_models));
+	sl->mig_models[sl->n_mig_models++] = m;
+	return m;
+}
+
+/* Whether node i's devices are other than want[0..n). */
+static bool devices_differ(const struct server_node *node,
+			   const struct gres_device *want, size_t n)
+{
+	if (node->devices.n != n)
 		return true;
-	return gpus > 0 && strcmp(node->devices.devices[0].model, model);
+	for (size_t k = 0; k < n; k++)
+		if (strcmp(node->devices.devices[k].model, want[k].model) ||
+		    node->devices.devices[k].mig != (want[k].mig != NULL))
+			return true;
+	return false;
+}
+
+/* What runs hold of node i's devices, charged again. */
+static void devices_charge(struct server *s, size_t i)
+{
+	struct kn_sched_node *sn = &s->cluster.nodes[i];
+
+	for (const struct run *r = s->runs; r; r = r->next)
+		for (int t = 0; t < r->n_tasks; t++) {
+			const struct kn_sched_binding *b = &r->bindings[t];
+
+			for (int d = 0; b->node == i && d < b->n_devices; d++) {
+				struct kn_sched_device *sd;
+
+				if (b->devices[d] < 0 ||
+				    (size_t)b->devices[d] >= sn->n_devices)
+					continue;
+				sd = &sn->devices[b->devices[d]];
+				if (!b->mig_profile) {
+					sd->used_milli += b->milli_per_device;
+				} else if (sd->mig &&
+					   sd->n_mig_slices < KN_MIG_MAX_SLICES) {
+					sd->mig_slices[sd->n_mig_slices]
+						.profile = kn_mig_profile(
+						sd->mig, b->mig_profile->name);
+					sd->mig_slices[sd->n_mig_slices++]
+						.start = b->mig_start;
+				}
+			}
+		}
 }
 
 /* Node i's devices from Slurm, with what its runs hold charged again. */
-static void devices_set(struct server *s, size_t i, int64_t gpus,
-			const char *model)
+static void devices_set(struct server *s, size_t i,
+			const struct gres_device *want, size_t n)
 {
 	struct server_node *node = &s->nodes[i];
 	struct kn_sched_node *sn = &s->cluster.nodes[i];
-	size_t n = gpus > KN_MAX_DEVICES ? KN_MAX_DEVICES : (size_t)gpus;
 
 	kn_device_set_release(&node->devices);
 	free(sn->devices);
@@ -79,22 +180,18 @@ static void devices_set(struct server *s, size_t i, int64_t gpus,
 		struct kn_device_info *d = &node->devices.devices[k];
 
 		d->index = (int)k;
-		kn_strlcpy(d->model, model, sizeof(d->model));
+		kn_strlcpy(d->model, want[k].model, sizeof(d->model));
 		snprintf(d->uuid, sizeof(d->uuid), "slurm-%s-gpu%zu",
 			 node->name, k);
 		sn->devices[k].index = (int)k;
 		sn->devices[k].model = d->model;
-	}
-	for (const struct run *r = s->runs; r; r = r->next)
-		for (int t = 0; t < r->n_tasks; t++) {
-			const struct kn_sched_binding *b = &r->bindings[t];
-
-			for (int d = 0; b->node == i && d < b->n_devices; d++)
-				if (b->devices[d] >= 0 &&
-				    (size_t)b->devices[d] < n)
-					sn->devices[b->devices[d]].used_milli +=
-						b->milli_per_device;
+		if (want[k].mig) {
+			d->mig = true;
+			sn->devices[k].mig =
+				mig_model(s->slurm_nodes, want[k].mig);
 		}
+	}
+	devices_charge(s, i);
 }
 
 /* "slurm_partitions=a,b slurm_features=x": the labels node i gets. */
@@ -113,14 +210,14 @@ static bool node_update(struct server *s, size_t i,
 {
 	struct server_node *node = &s->nodes[i];
 	struct kn_sched_node *sn = &s->cluster.nodes[i];
-	const char *type = kn_slurm_node_gpu_type(n);
-	int64_t gpus = kn_slurm_node_gpus(n);
+	struct gres_device want[KN_MAX_DEVICES];
+	size_t n_want = gres_devices(n, want);
 	char *labels = labels_text(n);
 	bool changed = false;
 	struct kn_error err;
 
-	if (devices_differ(node, gpus, type[0] ? type : "gpu")) {
-		devices_set(s, i, gpus, type[0] ? type : "gpu");
+	if (devices_differ(node, want, n_want)) {
+		devices_set(s, i, want, n_want);
 		changed = true;
 	}
 	if (sn->cpu_milli_total != n->cpus * 1000 ||
@@ -386,6 +483,9 @@ static void slurm_nodes_stop(struct server *s)
 		return;
 	kn_timer_free(s->slurm_nodes->timer);
 	kn_slurm_inventory_release(&s->slurm_nodes->inv);
+	for (size_t i = 0; i < s->slurm_nodes->n_mig_models; i++)
+		free(s->slurm_nodes->mig_models[i]);
+	free(s->slurm_nodes->mig_models);
 	free(s->slurm_nodes);
 	s->slurm_nodes = NULL;
 }

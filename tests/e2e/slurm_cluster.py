@@ -108,12 +108,13 @@ class SlurmServer(Server):
                      what=f"Slurm job {name} to leave the queue")
 
 
-def slurm_server(tmp_path, env, extra=(), gpus=None):
+def slurm_server(tmp_path, env, extra=(), gpus=None, slurm_nodes=False):
     """A started SlurmServer in tmp_path/home; tmp_path is opened to the
-    unprivileged user a root server runs Slurm tasks as."""
+    unprivileged user a root server runs Slurm tasks as. slurm_nodes: no
+    --gpus at all, so kiln's nodes are Slurm's."""
     tmp_path.mkdir(exist_ok=True)
     tmp_path.chmod(0o1777)
-    kw = {"gpus": gpus} if gpus else {}
+    kw = {"gpus": gpus} if gpus or slurm_nodes else {}
     s = SlurmServer(tmp_path / "home", env,
                     extra=["--executor", "slurm", *extra], **kw)
     s.home.mkdir()

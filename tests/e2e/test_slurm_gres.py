@@ -2,7 +2,8 @@
 fake GPU per node split into 100 shards, and two MIG instances of type
 1g.10gb): a 0.25-GPU job asks for shards and a mig:1g.10gb job for one
 instance, and what Slurm allocated, as `scontrol show job -d` and the
-task's environment tell it, is what kiln asked for."""
+task's environment tell it, is what kiln asked for. Without a declared
+capacity, Slurm's MIG GRES are the instances kiln's scheduler places on."""
 from conftest import job_yaml, wait_for
 from slurm_cluster import (scontrol_job, slurm_job_id,  # noqa: F401
                            slurm_server, slurmb_env)
@@ -62,6 +63,38 @@ def test_quarter_gpu_and_mig_slice_are_slurm_gres(tmp_path, slurmb_env):
         for jid in (shared, mig):
             job = s.wait_state(jid, ("succeeded", "failed"))
             assert job["state"] == "succeeded", job
+    finally:
+        gate.touch()
+        s.stop()
+
+
+def test_mig_slice_from_slurms_own_gres(tmp_path, slurmb_env):
+    # No --gpus: kiln's nodes are Slurm's, each its whole H100 and its two
+    # 1g.10gb instances, and the MIG job is admitted on those instances.
+    s = slurm_server(tmp_path, slurmb_env, slurm_nodes=True)
+    gate = tmp_path / "gate"
+    try:
+        listed = s.request("GET", "/v1/nodes").json()["nodes"]
+        nodes = [n for n in listed if n.get("slurm")]
+        assert len(nodes) == 2, listed
+        for n in nodes:
+            devs = n["devices"]
+            assert [(d["model"], d["mig"]) for d in devs] == [
+                ("h100", False), ("1g.10gb", True), ("1g.10gb", True)], n
+        mig = s.submit_named(job_yaml("kiln-mig", held(gate),
+                                      resources={"gpus": "mig:1g.10gb"}),
+                             "kiln-mig")
+        job = running(slurmb_env, slurm_job_id(s, mig))
+        assert job["TresPerNode"] == "gres:gpu:1g.10gb:1", job
+        assert job["GRES"].startswith("gpu:1g.10gb:1("), job
+        # kiln holds one instance of the four.
+        held_now = sum(d.get("mig_slices_used", 0) for n in
+                       s.request("GET", "/v1/nodes").json()["nodes"]
+                       for d in n["devices"])
+        assert held_now == 1
+        gate.touch()
+        job = s.wait_state(mig, ("succeeded", "failed"))
+        assert job["state"] == "succeeded", job
     finally:
         gate.touch()
         s.stop()

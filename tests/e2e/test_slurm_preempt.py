@@ -4,8 +4,11 @@ low partition), a job on the high-priority partition takes the nodes of a
 running kiln job. The kiln task gets its checkpoint signal, the attempt ends
 preempted with Slurm's word for it, and the job resumes from its
 checkpoint as a new attempt without using a retry; the job Slurm requeued
-is cancelled, as kiln runs the next attempt itself."""
+is cancelled, as kiln runs the next attempt itself. A job whose checkpoint
+signal is another than SIGTERM gets that signal and not Slurm's SIGTERM."""
 import subprocess
+
+import pytest
 
 from conftest import job_yaml, wait_for
 from slurm_cluster import (HIGH_PARTITION, slurm_job_id,  # noqa: F401
@@ -15,12 +18,16 @@ COMMIT = ('ck() { d="$KILN_CHECKPOINT_DIR/$1"; mkdir -p "$d.tmp"; '
           'echo "$2" > "$d.tmp/state"; mv "$d.tmp" "$d"; }; ')
 
 
-def test_slurm_preemption_resumes_from_the_checkpoint(tmp_path, slurmb_env):
+@pytest.mark.parametrize("signal,got,code", [
+    ("SIGTERM", "got-term", 143), ("SIGUSR1", "got-usr1", 138)])
+def test_slurm_preemption_resumes_from_the_checkpoint(tmp_path, slurmb_env,
+                                                       signal, got, code):
     s = slurm_server(tmp_path, slurmb_env)
     gate = tmp_path / "gate"
     script = COMMIT + (
         'if [ -z "$KILN_RESUME_FROM" ]; then '
         "  trap 'echo got-term; exit 143' TERM; "
+        "  trap 'echo got-usr1; exit 138' USR1; "
         f'  ck step-000001 "state 1"; touch {gate}; '
         '  while :; do sleep 0.1; done; '
         'else echo "resumed with $(cat $KILN_RESUME_FROM/state)"; fi')
@@ -29,7 +36,7 @@ def test_slurm_preemption_resumes_from_the_checkpoint(tmp_path, slurmb_env):
         jid = s.submit_named(job_yaml(
             "kiln-low", ["/bin/sh", "-c", script], tasks=2,
             preemptible=True, retries=0,
-            checkpoint={"signal": "SIGTERM", "grace": "10s"}), "kiln-low")
+            checkpoint={"signal": signal, "grace": "10s"}), "kiln-low")
         wait_for(lambda: gate.exists(), what="the first checkpoint")
         wait_for(lambda: (s.home / "blobs" / str(jid) / "checkpoints" /
                           "step-000001" / "MANIFEST.json").exists(),
@@ -48,9 +55,12 @@ def test_slurm_preemption_resumes_from_the_checkpoint(tmp_path, slurmb_env):
         assert [x["state"] for x in a] == ["preempted", "succeeded"], \
             [(x["state"], x["reason"]) for x in a]
         assert "by Slurm at" in a[0]["reason"], a[0]
-        assert a[0]["exit_code"] == 143
+        assert a[0]["exit_code"] == code
         for rank in (0, 1):
-            assert "got-term" in s.logs(jid, task=rank, attempt=1)
+            first_log = s.logs(jid, task=rank, attempt=1)
+            assert got in first_log, first_log
+            if got != "got-term":
+                assert "got-term" not in first_log, first_log
             assert "resumed with state 1" in s.logs(jid, task=rank,
                                                     attempt=2)
         assert job["retries_used"] == 0, job

@@ -112,6 +112,16 @@ static void test_typed_gres_down_and_drained(void **state)
 	assert_true(gpu02->gres[1].mig);
 	assert_string_equal(gpu02->gres[1].type, "1g.10gb");
 	assert_int_equal(gpu02->gres[1].count, 2);
+	assert_string_equal(kn_slurm_gres_mig_profile(&gpu02->gres[1]),
+			    "1g.10gb");
+	{
+		/* With the GPU's model in front, as AutoDetect=nvml may
+		   name it. */
+		struct kn_slurm_gres g = {.name = "gpu", .type =
+						  "a100_3g.40gb", .mig = true};
+
+		assert_string_equal(kn_slurm_gres_mig_profile(&g), "3g.40gb");
+	}
 	assert_false(gpu02->gres[2].mig);
 	assert_string_equal(gpu02->gres[2].name, "shard");
 	assert_int_equal(gpu02->gres[2].count, 64);

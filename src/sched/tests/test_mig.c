@@ -269,6 +269,52 @@ static void test_place(void **state)
 }
 
 /* Random profiles in random order never break a rule of the model. */
+/*
+ * An instance already made (a Slurm node's gres/gpu:1g.10gb): a device
+ * whose geometry is one slice holding one instance of its profile takes
+ * exactly one request of that profile, and nothing else.
+ */
+static void test_instance_already_made(void **state)
+{
+	struct kn_mig_model one = {
+		.name = "slurm:1g.10gb", .compute = 1, .memory = 1,
+		.profiles = {{.name = "1g.10gb", .compute = 1, .memory = 1,
+			      .max_instances = 1, .starts = 1}},
+		.n_profiles = 1,
+	};
+	struct kn_sched_device devs[2] = {
+		{.index = 0, .model = "1g.10gb", .mig = &one},
+		{.index = 1, .model = "1g.10gb", .mig = &one},
+	};
+	struct kn_sched_node node = {.name = "n", .schedulable = true,
+				     .devices = devs, .n_devices = 2};
+	struct kn_sched_cluster c = {&node, 1};
+	struct kn_sched_request mig = {.tasks = 2, .mig_profile = "1g.10gb"};
+	struct kn_sched_request whole = {.tasks = 1, .gpu_milli = 1000};
+	struct kn_sched_binding b[2], w;
+	char reason[256];
+	(void)state;
+
+	assert_int_equal(kn_sched_place(&c, &whole, &w, reason,
+					sizeof(reason)),
+			 -ENOSPC);
+	assert_int_equal(kn_sched_place(&c, &mig, b, reason, sizeof(reason)),
+			 0);
+	assert_int_equal(b[0].devices[0] + b[1].devices[0], 1);
+	assert_int_equal(b[0].mig_start, 0);
+	assert_int_equal(devs[0].n_mig_slices, 1);
+	assert_int_equal(devs[1].n_mig_slices, 1);
+	/* Both instances are held: a third waits, it does not share. */
+	mig.tasks = 1;
+	assert_int_equal(kn_sched_place(&c, &mig, &w, reason, sizeof(reason)),
+			 -ENOSPC);
+	assert_null(strstr(reason, KN_SCHED_NEVER));
+	kn_sched_release(&c, &mig, &b[1]);
+	assert_int_equal(kn_sched_place(&c, &mig, &w, reason, sizeof(reason)),
+			 0);
+	assert_int_equal(w.devices[0], b[1].devices[0]);
+}
+
 static void test_random_sequences(void **state)
 {
 	struct kn_mig_table *t = load();
@@ -322,6 +368,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_start_choice),
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_place),
+		cmocka_unit_test(test_instance_already_made),
 		cmocka_unit_test(test_random_sequences),
 	};
 
