@@ -3,8 +3,9 @@
  * each task (src/exec/shim.c); kiln shim --slurm ATTEMPT_DIR: the same,
  * started by srun inside a Slurm allocation (src/exec/slurm.c); kiln
  * shim --kube -- CMD...: the same as a Kubernetes pod's first process,
- * and kiln shim --install DIR, the pod's initContainer that puts kiln
- * there. Not listed in `kiln --help`. What the shim does beyond the
+ * kiln shim --install DIR, the pod's initContainer that puts kiln
+ * there, and kiln shim --bridge TASK_DIR, what the server's srun runs on
+ * a Slurm task's node to reach its shim's sessions. Not listed in `kiln --help`. What the shim does beyond the
  * task's process (prerequisites, inputs, a pod's checkpoints and
  * outputs) is src/shimrt's; this file picks the mode.
  */
@@ -27,10 +28,12 @@ int cmd_shim(int argc, char **argv)
 					     !strcmp(argv[2], "--")));
 	if (argc == 3 && !strcmp(argv[1], "--install"))
 		return kn_shimrt_install(argv[2]);
+	if (argc == 3 && !strcmp(argv[1], "--bridge"))
+		return kn_session_bridge(argv[2]);
 	if (argc != 3 || (strcmp(argv[1], "--dir") != 0 &&
 			  strcmp(argv[1], "--slurm") != 0)) {
 		fputs("usage: kiln shim --dir TASK_DIR | --slurm ATTEMPT_DIR | "
-		      "--kube -- CMD... | --install DIR\n"
+		      "--kube -- CMD... | --install DIR | --bridge TASK_DIR\n"
 		      "(internal: started by kiln server and in its pods)\n",
 		      stderr);
 		return 2;

@@ -130,7 +130,7 @@ static const struct cli_command commands[] = {
 	 "window size and Ctrl-C go to the task, its output comes back, and\n"
 	 "kiln exits with its exit code (128 + N when signal N ended it).\n"
 	 "Ctrl-P Ctrl-Q detaches and leaves it running, as does a lost\n"
-	 "connection; `kiln attach ID` comes back. Local executor only.\n"
+	 "connection; `kiln attach ID` comes back. Local and Slurm executors.\n"
 	 "\n"
 	 "  -i, --stdin  send this terminal's keys (required, with -t)\n"
 	 "  -t, --tty    the task runs on a terminal (required)\n"
@@ -1075,11 +1075,12 @@ static const struct cli_command commands[] = {
 	 false},
 	{"shim", NULL, cmd_shim, "run one task (internal: started by the server)",
 	 "usage: kiln shim --dir TASK_DIR | --slurm ATTEMPT_DIR |\n"
-	 "                 --kube -- CMD... | --install DIR\n"
+	 "                 --kube -- CMD... | --install DIR | --bridge TASK_DIR\n"
 	 "\n"
 	 "Internal: the server starts one shim per task; in a Kubernetes pod\n"
 	 "the initContainer runs --install and the task container --kube\n"
-	 "(docs/kubernetes.md, \"The shim in the pod\").\n",
+	 "(docs/kubernetes.md, \"The shim in the pod\"); the server's srun\n"
+	 "runs --bridge on a Slurm task's node for an interactive session.\n",
 	 true},
 };
 

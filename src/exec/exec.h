@@ -211,9 +211,10 @@ struct kn_task_status {
 };
 
 /*
- * Interactive sessions: a local task's shim listens on TASK_DIR.sock,
- * beside the task's directory, where no task's sandbox shows it. The
- * server connects there and relays a client's session in src/mux's
+ * Interactive sessions: a local or Slurm task's shim listens on
+ * TASK_DIR.sock, beside the task's directory, where no task's sandbox
+ * shows it. The server connects there (under Slurm through srun and
+ * kn_session_bridge on the task's node) and relays a client's session in src/mux's
  * frames (docs/api.md); the shim checks the peer is the server's user.
  */
 #define KN_SESSION_SOCKET_SUFFIX ".sock"
@@ -224,6 +225,15 @@ struct kn_task_status {
  * err (KN_EUNAVAIL).
  */
 int kn_session_socket_connect(const char *task_dir, struct kn_error *err);
+/*
+ * `kiln shim --bridge TASK_DIR`, on a Slurm task's node in a step that
+ * srun started in the task's allocation as the task's user: connect to
+ * TASK_DIR's session socket (waiting a moment for the shim to listen)
+ * and copy bytes between it and stdin/stdout until either side ends.
+ * A socket it cannot reach is a mux ERROR frame on stdout, so the
+ * client reads why. Returns the process's exit status.
+ */
+int kn_session_bridge(const char *task_dir);
 
 struct kn_executor;
 struct kn_deployment_spec; /* spec/spec.h */
@@ -339,6 +349,17 @@ struct kn_executor_ops {
 	 */
 	int (*set_node)(struct kn_executor *ex, const char *name, bool drain,
 			const char *reason, struct kn_error *err);
+	/*
+	 * A connected, non-blocking stream to a running task's shim that
+	 * carries one interactive session in src/mux's frames: the
+	 * descriptor, or a negative errno with err (KN_EUNAVAIL); -ENOENT
+	 * or -ECONNREFUSED while the shim does not listen yet. Local: the
+	 * shim's socket; Slurm: srun joining the allocation on the task's
+	 * node (`kiln shim --bridge`). NULL: the engine takes no sessions
+	 * (tty jobs are refused at submission).
+	 */
+	int (*session_connect)(struct kn_executor *ex, const char *task_dir,
+			       struct kn_error *err);
 };
 
 /* One executor: its engine's ops and that engine's own state. */

@@ -134,6 +134,13 @@ int exec_slurm_spawn(char *const *argv, char *const *extra_env,
 		     const char *out_path, const char *err_path,
 		     struct kn_task_proc *out, struct kn_error *err);
 
+/*
+ * A node or partition name kiln passes on (to scontrol's and srun's
+ * argv, into labels and the API): 1..len-1 bytes of letters, digits,
+ * '.', '_', '-', the first a letter or digit (never read as an option).
+ */
+bool exec_slurm_name_ok(const char *name, size_t n, size_t len);
+
 /* The Slurm executor's state: its options first, so impl is both. */
 struct slurm_poll;
 struct slurm_exec {

@@ -472,6 +472,13 @@ static int local_check(struct kn_executor *ex, const struct kn_job_spec *spec,
 			 "--executor kubernetes)");
 }
 
+static int local_session_connect(struct kn_executor *ex, const char *task_dir,
+				 struct kn_error *err)
+{
+	(void)ex;
+	return kn_session_socket_connect(task_dir, err);
+}
+
 static const struct kn_executor_ops local_ops = {
 	.name = "local",
 	.start = local_start,
@@ -479,6 +486,7 @@ static const struct kn_executor_ops local_ops = {
 	.status = local_status,
 	.adopt = local_adopt,
 	.check = local_check,
+	.session_connect = local_session_connect,
 };
 
 struct kn_executor *kn_local_executor_new(void)

@@ -753,7 +753,8 @@ static int end_unstarted(struct shim *s, int code, const char *why,
 }
 
 /*
- * The task's sessions (shim_session.c): listened for before the task
+ * The task's sessions (shim_session.c), locally and under Slurm (a
+ * pod's go through the API server): listened for before the task
  * starts, so a client that sees it running finds the socket, and taken
  * once it runs. Without them the task still runs, and the server says
  * no session can be had.
@@ -988,7 +989,7 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 	sfd = signals_open(&s);
 	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
 	if (sfd < 0 || tfd < 0 ||
-	    (s.tty && host == KN_SANDBOX_LOCAL
+	    (s.tty && host != KN_SANDBOX_POD
 		     ? exec_open_pty(&pipefd[0], &pipefd[1])
 		     : pipe2(pipefd, O_CLOEXEC)) < 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "shim set-up failed: %s",
@@ -1003,7 +1004,7 @@ int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
 		goto out;
 	}
 	started = kn_now_ms();
-	if (host == KN_SANDBOX_LOCAL)
+	if (host != KN_SANDBOX_POD)
 		sessions_listen(&s);
 	/* Room for the exit is taken now; a task is not started without. */
 	rc = exec_exit_record_prepare(task_dir, &s.record_fd);

@@ -29,6 +29,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,6 +216,74 @@ int kn_session_socket_connect(const char *task_dir, struct kn_error *err)
 	}
 	free(path);
 	return rc < 0 ? rc : fd;
+}
+
+/* ---- the bridge on a Slurm node ---- */
+
+/* How long the bridge waits for the shim to listen, and how often it
+   looks: srun may start it a moment after the task. */
+#define BRIDGE_WAIT_MS 10000
+#define BRIDGE_RETRY_MS 50
+
+/* Write all of buf to a blocking fd: 0, or -1 when the other side went. */
+static int write_all(int fd, const uint8_t *buf, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, buf, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		buf += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int kn_session_bridge(const char *task_dir)
+{
+	int64_t deadline = kn_mono_ms() + BRIDGE_WAIT_MS;
+	uint8_t buf[KN_MUX_MAX_FRAME];
+	struct kn_error err;
+	int fd;
+
+	while ((fd = kn_session_socket_connect(task_dir, &err)) == -ENOENT ||
+	       fd == -ECONNREFUSED) {
+		if (kn_mono_ms() >= deadline)
+			break;
+		usleep(BRIDGE_RETRY_MS * 1000);
+	}
+	if (fd < 0) {
+		write_all(1, buf, kn_mux_encode_text(buf, KN_MUX_ERROR,
+						     KN_MUX_STREAM_CONTROL,
+						     err.message));
+		return 1;
+	}
+	/* Blocking: this process carries one session and nothing else. */
+	fcntl(fd, F_SETFL, 0);
+	for (;;) {
+		struct pollfd p[2] = {{0, POLLIN, 0}, {fd, POLLIN, 0}};
+		ssize_t n;
+
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (p[0].revents) {
+			n = read(0, buf, sizeof(buf));
+			if (n <= 0 || write_all(fd, buf, (size_t)n) < 0)
+				break;
+		}
+		if (p[1].revents) {
+			n = read(fd, buf, sizeof(buf));
+			if (n <= 0 || write_all(1, buf, (size_t)n) < 0)
+				break;
+		}
+	}
+	/* Closing the socket detaches from the task (or ends an exec). */
+	close(fd);
+	return 0;
 }
 
 void shim_sessions_task(struct shim_sessions *ss,

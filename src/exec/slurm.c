@@ -46,6 +46,20 @@
  * shim has not ended it a while after the grace is cancelled outright.
  * Both are sent again with each fresh answer from Slurm while needed, so
  * a stop that came before sbatch answered is not lost.
+ *
+ * Interactive sessions: the shim listens on TASK_DIR.sock on its node as
+ * locally, after writing the node's name to TASK_DIR.node; both lie
+ * beside the task's directory, in the attempt directory the task's mount
+ * namespace hides. The server reaches the socket as Slurm users reach a
+ * running job: `srun --jobid=J --overlap` on that node, run as the job's
+ * user, starts `kiln shim --bridge TASK_DIR` there, which connects to the
+ * socket and copies bytes between it and srun's stdio; srun's own stdin
+ * and stdout are the server's end of a socket pair. So no port is opened
+ * on the node and no secret handed out: Slurm (munge) authenticates the
+ * step, the shim checks its peer is its own user, and only the server
+ * and the job's user may start steps in the allocation. Rejected: the
+ * shim listening on TCP with a per-task secret (a second credential to
+ * keep from the task, and a port every node's users can reach).
  */
 #include "exec.h"
 #include "internal.h"
@@ -59,6 +73,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,6 +104,11 @@ extern char **environ;
 #define SLURM_EXPORT                                                       \
 	"--export=PATH,LANG,LC_ALL,TZ,KILN_SLURM_BIN,KILN_SLURM_ATTEMPT_DIR," \
 	"KILN_SLURM_STOP_SIGNAL,KILN_SLURM_STOP"
+/* Where the shim writes its node's name, beside TASK_DIR (see above). */
+#define SESSION_NODE_SUFFIX ".node"
+/* The bound on a node name read back (Slurm's HOST_NAME_MAX is 64). */
+#define NODE_NAME_MAX 64
+
 /* The account a root server runs Slurm tasks as when none is named. */
 #define SLURM_DEFAULT_USER "kiln-task"
 
@@ -1113,6 +1134,128 @@ static void slurm_release(struct kn_executor *ex)
 	free(se);
 }
 
+/* ---- sessions ---- */
+
+/* The node task_dir's shim runs on, from TASK_DIR.node: 0, -ENOENT while
+   it has not written it, -EINVAL when it is not a node name. */
+static int session_node(const char *attempt_dir, const char *task_dir,
+			char *node, size_t len)
+{
+	const char *slash = strrchr(task_dir, '/');
+	char *name = kn_asprintf("%s" SESSION_NODE_SUFFIX,
+				 slash ? slash + 1 : task_dir);
+	char *text = NULL;
+	size_t n;
+	int rc = kn_task_file_read(attempt_dir, name, NODE_NAME_MAX + 2, &text,
+				   NULL, NULL);
+
+	free(name);
+	if (rc < 0)
+		return rc == -EFBIG ? -EINVAL : rc;
+	n = strcspn(text, "\n");
+	if (!exec_slurm_name_ok(text, n, len) ||
+	    (text[n] && text[n + 1])) {
+		free(text);
+		return -EINVAL;
+	}
+	memcpy(node, text, n);
+	node[n] = '\0';
+	free(text);
+	return 0;
+}
+
+/*
+ * In the forked child: srun as the job's user (uid, gid) with stdin and
+ * stdout on fd, stderr to /dev/null, its own session and no signal
+ * blocked or ignored. Only async-signal-safe calls (and execvpe).
+ */
+static void session_srun_child(int fd, uid_t uid, gid_t gid,
+			       char *const *argv, char *const *env)
+{
+	sigset_t none;
+	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_DFL);
+	if (setsid() < 0 || dup2(fd, 0) < 0 || dup2(fd, 1) < 0 || null < 0 ||
+	    dup2(null, 2) < 0)
+		_exit(127);
+	if (geteuid() == 0 && uid != 0 &&
+	    (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0))
+		_exit(127);
+	execvpe(argv[0], argv, env);
+	_exit(127);
+}
+
+static int slurm_session_connect(struct kn_executor *ex, const char *task_dir,
+				 struct kn_error *err)
+{
+	char *attempt_dir = attempt_dir_of(task_dir), *bin = NULL;
+	char node[NODE_NAME_MAX + 1], **args = NULL, **env = NULL;
+	long long job_id = read_job_id(attempt_dir);
+	int sv[2] = {-1, -1}, rc;
+	size_t n = 0;
+	struct stat st;
+	pid_t pid;
+
+	(void)ex;
+	rc = job_id > 0 ? session_node(attempt_dir, task_dir, node,
+				       sizeof(node))
+			: -ENOENT;
+	if (rc == -EINVAL)
+		kn_errorf(err, KN_EUNAVAIL, NULL,
+			  "the task's node file is not a node name");
+	else if (rc < 0)
+		kn_errorf(err, KN_EUNAVAIL, NULL,
+			  "the task's shim has not started on its node yet");
+	else if (stat(attempt_dir, &st) < 0 ||
+		 !(bin = realpath("/proc/self/exe", NULL)) ||
+		 socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		rc = kn_errorf(err, KN_EUNAVAIL, NULL,
+			       "cannot start srun for the session: %s",
+			       strerror(errno));
+	if (rc < 0)
+		goto out;
+	args_add(&args, &n, kn_xstrdup("srun"));
+	args_add(&args, &n, kn_asprintf("--jobid=%lld", job_id));
+	args_add(&args, &n, kn_xstrdup("--overlap"));
+	args_add(&args, &n, kn_xstrdup("--nodes=1"));
+	args_add(&args, &n, kn_xstrdup("--ntasks=1"));
+	args_add(&args, &n, kn_asprintf("--nodelist=%s", node));
+	args_add(&args, &n, kn_xstrdup("--unbuffered"));
+	args_add(&args, &n, kn_xstrdup("--quiet"));
+	args_add(&args, &n, kn_xstrdup(bin));
+	args_add(&args, &n, kn_xstrdup("shim"));
+	args_add(&args, &n, kn_xstrdup("--bridge"));
+	args_add(&args, &n, kn_xstrdup(task_dir));
+	n = 0;
+	for (char **e = environ; *e; e++)
+		if (slurm_command_env(*e))
+			args_add(&env, &n, *e);
+	/* The server's SIGCHLD handler reaps it; it ends with its stdin. */
+	pid = fork();
+	if (pid == 0)
+		session_srun_child(sv[1], st.st_uid, st.st_gid, args, env);
+	if (pid < 0 || fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0) {
+		rc = kn_errorf(err, KN_EUNAVAIL, NULL,
+			       "cannot start srun for the session: %s",
+			       strerror(errno));
+		goto out;
+	}
+	rc = sv[0];
+	sv[0] = -1;
+out:
+	for (int i = 0; i < 2; i++)
+		if (sv[i] >= 0)
+			close(sv[i]);
+	kn_slurm_args_free(args);
+	free(env);
+	free(bin);
+	free(attempt_dir);
+	return rc;
+}
+
 static const struct kn_executor_ops slurm_ops = {
 	.name = "slurm",
 	.selector_key = "pool",
@@ -1129,6 +1272,7 @@ static const struct kn_executor_ops slurm_ops = {
 	.inventory = slurm_inventory,
 	.admit = slurm_admit,
 	.set_node = slurm_set_node,
+	.session_connect = slurm_session_connect,
 };
 
 int kn_slurm_config_check(const struct kn_slurm_config *cfg,
@@ -1177,6 +1321,22 @@ struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg)
 
 /* ---- inside the allocation ---- */
 
+/*
+ * TASK_DIR.node: where the server's srun finds this task's shim for a
+ * session. Without it the task runs and takes no session.
+ */
+static void session_node_record(const char *task_dir)
+{
+	const char *node = getenv("SLURMD_NODENAME");
+	char *path = kn_asprintf("%s" SESSION_NODE_SUFFIX, task_dir);
+	char *line = kn_asprintf("%s\n", node ? node : "");
+
+	if (node && *node)
+		kn_write_file_replace(path, line, strlen(line), 0600);
+	free(line);
+	free(path);
+}
+
 int kn_slurm_shim_main(const char *attempt_dir,
 		       const struct kn_shim_prepare *prep, int *task_exit,
 		       struct kn_error *err)
@@ -1198,6 +1358,7 @@ int kn_slurm_shim_main(const char *attempt_dir,
 	}
 	task_dir = kn_asprintf("%s/%s", attempt_dir, procid);
 	status = kn_asprintf("%s/status.json", task_dir);
+	session_node_record(task_dir);
 	if (access(status, F_OK) == 0 ||
 	    exec_exit_record_read(task_dir, &recorded, NULL) == 0) {
 		/* Slurm restarted an attempt that kiln has already seen end. */

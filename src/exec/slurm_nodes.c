@@ -19,12 +19,7 @@
 #define NODES_MAX 100000
 #define PARTITIONS_MAX 10000
 
-/*
- * A node or partition name kiln passes on (to scontrol's argv, into
- * labels and the API): 1..len-1 bytes of letters, digits, '.', '_', '-',
- * the first a letter or digit (never read as an option).
- */
-static bool name_ok(const char *name, size_t n, size_t len)
+bool exec_slurm_name_ok(const char *name, size_t n, size_t len)
 {
 	if (n == 0 || n >= len || name[0] == '.' || name[0] == '_' ||
 	    name[0] == '-')
@@ -292,7 +287,7 @@ static int node_parse(json_t *jn, size_t i, struct kn_slurm_node *n,
 	const char *name = json_string_value(json_object_get(jn, "name"));
 
 	memset(n, 0, sizeof(*n));
-	if (!name || !name_ok(name, strlen(name), sizeof(n->name)))
+	if (!name || !exec_slurm_name_ok(name, strlen(name), sizeof(n->name)))
 		return kn_errorf(err, KN_EINVAL, "nodes", "sinfo --json: node "
 				 "%zu has no name of 1..%zu letters, digits, "
 				 "'.', '_' or '-' starting with a letter or "
@@ -450,7 +445,7 @@ static int partition_parse(const char *line, size_t len, size_t lineno,
 	int rc;
 
 	memset(p, 0, sizeof(*p));
-	if (!v || !name_ok(v, vlen, sizeof(p->name)))
+	if (!v || !exec_slurm_name_ok(v, vlen, sizeof(p->name)))
 		return kn_errorf(err, KN_EINVAL, "PartitionName",
 				 "scontrol show partition:%zu: no "
 				 "PartitionName of 1..%zu letters, digits, "

@@ -511,11 +511,11 @@ static int executor_check(struct server *s, const struct kn_job_spec *spec,
 {
 	struct kn_error why;
 
-	/* The shim's terminal and session socket are the local executor's. */
-	if (spec->tty && strcmp(s->exec->ops->name, "local") != 0)
+	/* A terminal nobody could attach to is refused. */
+	if (spec->tty && !s->exec->ops->session_connect)
 		return kn_errorf(err, KN_EINVAL, "tty",
-				 "%s: tty: interactive tasks need the local "
-				 "executor; this server runs %s",
+				 "%s: tty: the %s executor takes no "
+				 "interactive sessions",
 				 filename, s->exec->ops->name);
 	if (!s->exec->ops->check ||
 	    s->exec->ops->check(s->exec, spec, &why) == 0)

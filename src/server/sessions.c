@@ -281,10 +281,10 @@ static char *session_task(struct server *s, const struct caller *c,
 			  "operators may open a session on it",
 			  (long long)id, j.owner);
 		core_audit(s, c, action, object, "denied", err->message);
-	} else if (strcmp(s->exec->ops->name, "local") != 0) {
+	} else if (!s->exec->ops->session_connect) {
 		kn_errorf(err, KN_ECONFLICT, NULL,
-			  "interactive sessions need the local executor; "
-			  "this server runs %s", s->exec->ops->name);
+			  "the %s executor takes no interactive sessions",
+			  s->exec->ops->name);
 	} else if (j.state != KN_JOB_RUNNING) {
 		kn_errorf(err, KN_ECONFLICT, NULL, "job %lld is %s, not running",
 			  (long long)id, kn_job_state_name(j.state));
@@ -406,7 +406,7 @@ static void opening_try(void *arg)
 {
 	struct opening *o = arg;
 	struct kn_error err;
-	int fd = kn_session_socket_connect(o->dir, &err);
+	int fd = o->s->exec->ops->session_connect(o->s->exec, o->dir, &err);
 
 	if (fd < 0 && (fd == -ENOENT || fd == -ECONNREFUSED) &&
 	    kn_mono_ms() < o->deadline_ms) {
