@@ -15,7 +15,9 @@
  * order, a second thread reads the file for it through one reused buffer. Per-block
  * Content-MD5 is not sent: every download is checked against the
  * manifest's sha256, TLS protects the transfer, and MD5 would cost a
- * core-second per ~600 MB on the upload path.
+ * core-second per ~600 MB on the upload path. Downloads come back as
+ * parallel Range GETs, resumed where a connection broke (see "downloads"
+ * below).
  *
  * Failures: curl transport errors (connect, timeouts, resets, short
  * replies) and HTTP 408/429/5xx are transient and retried with exponential
@@ -37,7 +39,7 @@
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
-#include "ckpt/internal.h"
+#include "ckpt/azure_store.h"
 #include "httpc/httpc.h"
 
 /* Replies read into memory (errors, lists) are capped: List Blobs pages
@@ -48,25 +50,6 @@
 /* Longest backoff between retries. */
 #define BACKOFF_MAX_MS 10000
 
-struct azure {
-	char *origin;    /* scheme://host[:port] */
-	char *path_base; /* "" or "/account" */
-	char *account;
-	char *container;
-	char *prefix;
-	unsigned char key[128];
-	size_t key_len;
-	char *sas;
-	char *version;
-	size_t block_size;
-	size_t single_put_max;
-	int parallel;
-	int max_retries;
-	int64_t retry_base_ms;
-	CURL *easy;
-	CURLM *multi;
-	CURL *block_easy[KN_BLOB_MAX_PARALLEL];
-};
 
 static struct azure *az_of(struct kn_blob_store *s)
 {
@@ -83,6 +66,7 @@ struct az_req {
 	struct kn_kv xms[6];
 	size_t nx;
 	const char *content_type;
+	const char *if_match;
 	const char *if_none_match;
 	const char *range;
 	const char *body;  /* memory, or NULL to read the body from body_fd */
@@ -110,14 +94,15 @@ struct az_body {
 	struct body_hash *hash;
 };
 
-/* Where a reply's body goes: memory, or a file with its hash. */
+/* A reply: its status, the headers kiln reads, and a body kept in memory
+ * (errors, lists) unless its request writes it elsewhere. */
 struct az_reply {
 	long status;
 	char error_code[96];
-	int64_t content_length;
+	int64_t content_length; /* -1: none, or not a plain count */
+	char content_range[96]; /* as sent, "" when absent or too long */
+	char etag[128];         /* as sent, "" when absent or too long */
 	struct kn_buf mem;
-	int fd;           /* >= 0: 2xx bodies go here */
-	EVP_MD_CTX *hash; /* with fd */
 	int write_errno;
 };
 
@@ -169,27 +154,71 @@ static int seek_body(void *arg, curl_off_t offset, int origin)
 	return CURL_SEEKFUNC_OK;
 }
 
+/*
+ * If the header line buf (len bytes) is name's, its value without the
+ * surrounding white space in *v, *vlen.
+ */
+static bool header_value(const char *buf, size_t len, const char *name,
+			 const char **v, size_t *vlen)
+{
+	size_t nlen = strlen(name);
+
+	if (len <= nlen || strncasecmp(buf, name, nlen) != 0 ||
+	    buf[nlen] != ':')
+		return false;
+	*v = buf + nlen + 1;
+	*vlen = len - nlen - 1;
+	while (*vlen && (**v == ' ' || **v == '\t'))
+		(*v)++, (*vlen)--;
+	while (*vlen && ((*v)[*vlen - 1] == '\r' || (*v)[*vlen - 1] == '\n' ||
+			 (*v)[*vlen - 1] == ' ' || (*v)[*vlen - 1] == '\t'))
+		(*vlen)--;
+	return true;
+}
+
+/* A header's value kept whole when it is printable and fits, else "". */
+static void header_copy(const char *v, size_t vlen, char *out, size_t cap)
+{
+	out[0] = '\0';
+	if (vlen >= cap)
+		return;
+	for (size_t i = 0; i < vlen; i++)
+		if (v[i] < 0x20 || v[i] > 0x7e)
+			return;
+	memcpy(out, v, vlen);
+	out[vlen] = '\0';
+}
+
+/* Content-Length: 1 to 18 digits (no sign, no overflow), else -1. */
+static int64_t parse_length(const char *v, size_t vlen)
+{
+	int64_t n = 0;
+
+	if (vlen == 0 || vlen > 18)
+		return -1;
+	for (size_t i = 0; i < vlen; i++) {
+		if (v[i] < '0' || v[i] > '9')
+			return -1;
+		n = n * 10 + (v[i] - '0');
+	}
+	return n;
+}
+
 static size_t on_header(char *buf, size_t size, size_t n, void *arg)
 {
 	struct az_reply *r = arg;
-	size_t len = size * n;
-	static const char code[] = "x-ms-error-code:";
-	static const char clen[] = "content-length:";
+	size_t len = size * n, vlen;
+	const char *v;
 
 	if (len > 9 && strncmp(buf, "HTTP/", 5) == 0) {
 		/* A status line: a new reply (after a redirect or 100). */
 		const char *sp = memchr(buf, ' ', len);
 		r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
 		r->error_code[0] = '\0';
-	} else if (len > sizeof(code) &&
-		   strncasecmp(buf, code, sizeof(code) - 1) == 0) {
-		const char *v = buf + sizeof(code) - 1;
-		size_t vlen = len - (sizeof(code) - 1);
-		while (vlen && (*v == ' ' || *v == '\t'))
-			v++, vlen--;
-		while (vlen && (v[vlen - 1] == '\r' || v[vlen - 1] == '\n' ||
-				v[vlen - 1] == ' '))
-			vlen--;
+		r->content_range[0] = '\0';
+		r->etag[0] = '\0';
+		r->content_length = 0;
+	} else if (header_value(buf, len, "x-ms-error-code", &v, &vlen)) {
 		if (vlen >= sizeof(r->error_code))
 			vlen = sizeof(r->error_code) - 1;
 		/* Codes are identifiers; keep only those characters. */
@@ -200,9 +229,13 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
 			    (v[i] >= '0' && v[i] <= '9'))
 				r->error_code[o++] = v[i];
 		r->error_code[o] = '\0';
-	} else if (len > sizeof(clen) &&
-		   strncasecmp(buf, clen, sizeof(clen) - 1) == 0) {
-		r->content_length = strtoll(buf + sizeof(clen) - 1, NULL, 10);
+	} else if (header_value(buf, len, "content-length", &v, &vlen)) {
+		r->content_length = parse_length(v, vlen);
+	} else if (header_value(buf, len, "content-range", &v, &vlen)) {
+		header_copy(v, vlen, r->content_range,
+			    sizeof(r->content_range));
+	} else if (header_value(buf, len, "etag", &v, &vlen)) {
+		header_copy(v, vlen, r->etag, sizeof(r->etag));
 	}
 	return len;
 }
@@ -213,21 +246,6 @@ static size_t on_data(char *buf, size_t size, size_t n, void *arg)
 	struct az_reply *r = &c->reply;
 	size_t len = size * n;
 
-	if (r->fd >= 0 && r->status >= 200 && r->status < 300) {
-		size_t done = 0;
-		while (done < len) {
-			ssize_t w = write(r->fd, buf + done, len - done);
-			if (w < 0) {
-				if (errno == EINTR)
-					continue;
-				r->write_errno = errno;
-				return 0;
-			}
-			done += (size_t)w;
-		}
-		EVP_DigestUpdate(r->hash, buf, len);
-		return len;
-	}
 	if (kn_buf_append(&r->mem, buf, len) < 0)
 		return 0;
 	return len;
@@ -290,6 +308,11 @@ static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 		c->headers = curl_slist_append(c->headers, line);
 		free(line);
 	}
+	if (r->if_match) {
+		line = kn_asprintf("If-Match: %s", r->if_match);
+		c->headers = curl_slist_append(c->headers, line);
+		free(line);
+	}
 	if (r->if_none_match) {
 		line = kn_asprintf("If-None-Match: %s", r->if_none_match);
 		c->headers = curl_slist_append(c->headers, line);
@@ -307,6 +330,7 @@ static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 			.method = r->method,
 			.content_length = r->body_len,
 			.content_type = r->content_type,
+			.if_match = r->if_match,
 			.if_none_match = r->if_none_match,
 			.range = r->range,
 			.headers = xms,
@@ -457,32 +481,18 @@ static int call_error(struct azure *a, const struct az_req *r, CURLcode cc,
 
 /*
  * Run r on the store's easy handle with retries. A 2xx reply succeeds;
- * its body is in c->reply (memory, or file fd when fd >= 0, restarted from
- * the top on each retry).
+ * its body is in c->reply.mem.
  */
-static int perform(struct azure *a, const struct az_req *r, int fd,
-		   struct az_call *c, struct kn_error *err)
+static int perform(struct azure *a, const struct az_req *r, struct az_call *c,
+		   struct kn_error *err)
 {
 	CURLcode cc = CURLE_OK;
 	int attempt;
 
 	for (attempt = 0;; attempt++) {
-		EVP_MD_CTX *hash = c->reply.hash;
-
 		call_release(c);
 		memset(&c->reply, 0, sizeof(c->reply));
 		kn_buf_init(&c->reply.mem, REPLY_MAX);
-		c->reply.fd = fd;
-		c->reply.hash = hash;
-		if (fd >= 0) {
-			if (ftruncate(fd, 0) < 0 || lseek(fd, 0, SEEK_SET) < 0)
-				return kn_errorf(err, KN_EIO, NULL,
-						 "azure: truncate: %s",
-						 strerror(errno));
-			if (!c->reply.hash)
-				c->reply.hash = EVP_MD_CTX_new();
-			EVP_DigestInit_ex(c->reply.hash, EVP_sha256(), NULL);
-		}
 		prepare(a, a->easy, r, c);
 		cc = curl_easy_perform(a->easy);
 		curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE,
@@ -515,7 +525,7 @@ static int create_container(struct azure *a, struct kn_error *err)
 	struct az_req r = {.method = "PUT", .body = "", .body_len = 0,
 			   .query = {{"restype", "container"}}, .nq = 1};
 	struct az_call c = {0};
-	int rc = perform(a, &r, -1, &c, err);
+	int rc = perform(a, &r, &c, err);
 	if (rc < 0 && c.reply.status == 409)
 		rc = 0; /* created meanwhile by someone else */
 	call_release(&c);
@@ -544,7 +554,7 @@ static int put_blob(struct azure *a, const char *full, const void *data,
 		.body_len = (int64_t)len,
 		.hash = hash,
 	};
-	return perform(a, &r, -1, c, err);
+	return perform(a, &r, c, err);
 }
 
 static int conflict_or(int rc, const struct az_call *c, const char *name,
@@ -587,21 +597,40 @@ static void block_id(uint32_t index, char *out)
 }
 
 /*
- * SHA-256 of a whole file on its own thread, reading it with pread into
- * one reused buffer while the upload reads the same pages (from the page
- * cache) for the wire: the hash never holds the upload up. Both read the
- * file independently, which is sound because committed checkpoint files
- * do not change; one that did would fail verification at restore.
+ * SHA-256 of a file on its own thread, reading it with pread into one
+ * reused buffer up to a mark the caller raises as bytes become final:
+ * the whole file at once for an upload, whose wire reads the same pages
+ * from the page cache (committed checkpoint files do not change; one
+ * that did would fail verification at restore), or, for a download whose
+ * ranges land out of order, the prefix already complete. The hash never
+ * holds the transfer up.
  */
 struct file_hash {
 	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t more;
 	int fd;
 	char *buf;
 	size_t buf_len;
+	int64_t ready; /* bytes below this are final; guarded by lock */
+	bool last;     /* ready will not rise again; guarded by lock */
 	int64_t bytes;
 	int rc;
 	char hex[KN_SHA256_HEX_LEN + 1];
 };
+
+/* How far the thread may read: waits until ready passes bytes or is last. */
+static int64_t file_hash_limit(struct file_hash *h)
+{
+	int64_t limit;
+
+	pthread_mutex_lock(&h->lock);
+	while (!h->last && h->ready <= h->bytes)
+		pthread_cond_wait(&h->more, &h->lock);
+	limit = h->ready;
+	pthread_mutex_unlock(&h->lock);
+	return limit;
+}
 
 static void *file_hash_main(void *arg)
 {
@@ -613,7 +642,14 @@ static void *file_hash_main(void *arg)
 	if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))
 		abort();
 	for (;;) {
-		ssize_t n = pread(h->fd, h->buf, h->buf_len, (off_t)h->bytes);
+		int64_t limit = file_hash_limit(h);
+		size_t want = h->buf_len;
+
+		if (limit <= h->bytes)
+			break;
+		if ((int64_t)want > limit - h->bytes)
+			want = (size_t)(limit - h->bytes);
+		ssize_t n = pread(h->fd, h->buf, want, (off_t)h->bytes);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -629,6 +665,57 @@ static void *file_hash_main(void *arg)
 	kn_hex(md, 32, h->hex);
 	EVP_MD_CTX_free(ctx);
 	return NULL;
+}
+
+/*
+ * Start hashing fd through buf up to ready; last when ready is final
+ * (INT64_MAX and last: to the end of the file).
+ */
+static void file_hash_start(struct file_hash *h, int fd, char *buf,
+			    size_t buf_len, int64_t ready, bool last)
+{
+	*h = (struct file_hash){.fd = fd, .buf = buf, .buf_len = buf_len,
+				.ready = ready, .last = last};
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->more, NULL);
+	if (pthread_create(&h->thread, NULL, file_hash_main, h) != 0)
+		abort();
+}
+
+/* Let the thread read up to ready. */
+static void file_hash_raise(struct file_hash *h, int64_t ready)
+{
+	pthread_mutex_lock(&h->lock);
+	if (ready > h->ready) {
+		h->ready = ready;
+		pthread_cond_signal(&h->more);
+	}
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* Let the thread finish at ready (or where it is) and join it. */
+static void file_hash_finish(struct file_hash *h, int64_t ready)
+{
+	pthread_mutex_lock(&h->lock);
+	if (ready > h->ready)
+		h->ready = ready;
+	h->last = true;
+	pthread_cond_signal(&h->more);
+	pthread_mutex_unlock(&h->lock);
+	pthread_join(h->thread, NULL);
+	pthread_mutex_destroy(&h->lock);
+	pthread_cond_destroy(&h->more);
+}
+
+/* Handle i of those that carry blocks or ranges in parallel, kept open
+ * (with its connection) from one call to the next. */
+static CURL *block_handle(struct azure *a, int i)
+{
+	if (!a->block_easy[i])
+		a->block_easy[i] = curl_easy_init();
+	if (!a->block_easy[i])
+		abort();
+	return a->block_easy[i];
 }
 
 struct slot {
@@ -647,7 +734,6 @@ static void slot_start(struct azure *a, struct slot *sl)
 	call_release(&sl->call);
 	memset(&sl->call.reply, 0, sizeof(sl->call.reply));
 	kn_buf_init(&sl->call.reply.mem, REPLY_MAX);
-	sl->call.reply.fd = -1;
 	prepare(a, sl->h, &sl->req, &sl->call);
 	curl_multi_add_handle(a->multi, sl->h);
 	sl->in_multi = true;
@@ -754,7 +840,7 @@ static int put_block_list(struct azure *a, const char *full,
 		.body = xml.data,
 		.body_len = (int64_t)xml.len,
 	};
-	rc = perform(a, &r, -1, list_call, err);
+	rc = perform(a, &r, list_call, err);
 	kn_buf_release(&xml);
 	return rc;
 }
@@ -775,11 +861,8 @@ static int put_blocks(struct azure *a, const char *full, int fd, int64_t size,
 	int rc = 0;
 
 	memset(slots, 0, sizeof(slots));
-	for (int i = 0; i < a->parallel; i++) {
-		if (!a->block_easy[i])
-			a->block_easy[i] = curl_easy_init();
-		slots[i].h = a->block_easy[i];
-	}
+	for (int i = 0; i < a->parallel; i++)
+		slots[i].h = block_handle(a, i);
 	while (rc == 0 && done < nblocks) {
 		int64_t now = kn_mono_ms();
 		int running = 0;
@@ -852,12 +935,8 @@ static int az_put_file(struct kn_blob_store *s, const char *name,
 		    !EVP_DigestInit_ex(inline_hash.ctx, EVP_sha256(), NULL))
 			abort();
 	} else {
-		hash.fd = fd;
-		hash.buf = kn_bufpool_get(&s->pool, 0);
-		hash.buf_len = s->pool.size;
-		if (pthread_create(&hash.thread, NULL, file_hash_main, &hash) !=
-		    0)
-			abort();
+		file_hash_start(&hash, fd, kn_bufpool_get(&s->pool, 0),
+				s->pool.size, INT64_MAX, true);
 		hashing = true;
 	}
 	rc = put_file_once(a, full, fd, st.st_size, flags,
@@ -872,7 +951,7 @@ static int az_put_file(struct kn_blob_store *s, const char *name,
 	}
 	rc = conflict_or(rc, &c, name, err);
 	if (hashing) {
-		pthread_join(hash.thread, NULL);
+		file_hash_finish(&hash, INT64_MAX);
 		hashing = false;
 	} else if (rc == 0) {
 		unsigned char md[32];
@@ -895,7 +974,7 @@ static int az_put_file(struct kn_blob_store *s, const char *name,
 out:
 	EVP_MD_CTX_free(inline_hash.ctx);
 	if (hashing)
-		pthread_join(hash.thread, NULL);
+		file_hash_finish(&hash, INT64_MAX);
 	if (fd >= 0)
 		close(fd);
 	call_release(&c);
@@ -903,68 +982,347 @@ out:
 	return rc;
 }
 
+/* ---- downloads: parallel ranges ---- */
+
+/*
+ * Get Blob Properties: the blob's size and (when etag is not NULL) its
+ * ETag, "" when the service sent none that fits.
+ */
+static int head_blob(struct azure *a, const char *full, const char *name,
+		     int64_t *size, char etag[128], struct kn_error *err)
+{
+	struct az_req r = {.method = "HEAD", .blob = full, .body_len = -1};
+	struct az_call c = {0};
+	int rc = perform(a, &r, &c, err);
+
+	if (rc < 0 && c.reply.status == 404)
+		rc = kn_errorf(err, KN_ENOTFOUND, "name", "blob %s: not found",
+			       name);
+	if (rc == 0 && c.reply.content_length < 0)
+		rc = kn_errorf(err, KN_EIO, "name",
+			       "blob %s: the service's Content-Length is not "
+			       "a byte count",
+			       name);
+	if (rc == 0) {
+		*size = c.reply.content_length;
+		if (etag)
+			memcpy(etag, c.reply.etag, sizeof(c.reply.etag));
+	}
+	call_release(&c);
+	return rc;
+}
+
+/*
+ * A download is a HEAD (size and ETag), then the window cut in parts of
+ * block_size, up to `parallel` Range GETs in flight on the multi handle
+ * (as the SDKs' max_concurrency), each written with pwrite where it
+ * belongs in the temporary file. Every GET carries If-Match with the
+ * HEAD's ETag: a blob replaced meanwhile is refused with its name, never
+ * stitched from two versions. A part whose connection dies is asked for
+ * again from its first missing byte (resumed, not restarted); its
+ * retries count only while it makes no progress. A reply must be a 206
+ * whose Content-Range is exactly the range asked for, with no byte more:
+ * anything else is refused, naming the blob and the range. The SHA-256
+ * follows the complete prefix on the hashing thread, so the file is
+ * written once and read back from the page cache, never from the disk.
+ */
+struct az_get {
+	struct azure *a;
+	const char *full, *name;
+	int fd;
+	int64_t base;  /* the window's first byte in the blob */
+	int64_t total; /* the blob's size */
+	char etag[128];
+};
+
+struct part {
+	CURL *h;
+	struct az_get *get;
+	int64_t start, len; /* in the window */
+	int64_t got;        /* bytes written; kept across retries */
+	int64_t got_before; /* got when this attempt began */
+	int attempts;       /* in a row without progress */
+	int64_t retry_at;
+	bool busy, in_multi, checked;
+	const char *refused; /* why a reply was refused, or NULL */
+	char range[64], expect[96];
+	struct az_req req;
+	struct az_call call;
+};
+
+static size_t on_part_data(char *buf, size_t size, size_t n, void *arg)
+{
+	struct part *p = arg;
+	struct az_reply *r = &p->call.reply;
+	size_t len = size * n, done = 0;
+
+	if (r->status < 200 || r->status >= 300) /* an error's body */
+		return kn_buf_append(&r->mem, buf, len) < 0 ? 0 : len;
+	if (r->status != 206) {
+		p->refused = "the whole blob came where a range was asked for";
+		return 0;
+	}
+	if (!p->checked && strcmp(r->content_range, p->expect) != 0) {
+		p->refused = "the reply's Content-Range is not the range "
+			     "asked for";
+		return 0;
+	}
+	p->checked = true;
+	if ((int64_t)len > p->len - p->got) {
+		p->refused = "more bytes came than the range asked for";
+		return 0;
+	}
+	while (done < len) {
+		ssize_t w = pwrite(p->get->fd, buf + done, len - done,
+				   (off_t)(p->start + p->got));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			r->write_errno = errno;
+			return 0;
+		}
+		done += (size_t)w;
+		p->got += w;
+	}
+	return len;
+}
+
+/* Send part p's GET for the bytes it still lacks. */
+static void part_start(struct part *p)
+{
+	struct az_get *g = p->get;
+	long long first = (long long)(g->base + p->start + p->got);
+	long long last = (long long)(g->base + p->start + p->len - 1);
+
+	snprintf(p->range, sizeof(p->range), "bytes=%lld-%lld", first, last);
+	snprintf(p->expect, sizeof(p->expect), "bytes %lld-%lld/%lld", first,
+		 last, (long long)g->total);
+	p->req = (struct az_req){
+		.method = "GET",
+		.blob = g->full,
+		.xms = {{"x-ms-range", p->range}},
+		.nx = 1,
+		.if_match = g->etag[0] ? g->etag : NULL,
+		.body_len = -1,
+	};
+	call_release(&p->call);
+	memset(&p->call.reply, 0, sizeof(p->call.reply));
+	kn_buf_init(&p->call.reply.mem, REPLY_MAX);
+	p->checked = false;
+	p->refused = NULL;
+	p->got_before = p->got;
+	prepare(g->a, p->h, &p->req, &p->call);
+	curl_easy_setopt(p->h, CURLOPT_WRITEFUNCTION, on_part_data);
+	curl_easy_setopt(p->h, CURLOPT_WRITEDATA, p);
+	curl_multi_add_handle(g->a->multi, p->h);
+	p->in_multi = true;
+}
+
+/*
+ * What a finished attempt of part p means: 1 done, 0 retry later, or
+ * the error that ends the download.
+ */
+static int part_end(struct part *p, CURLcode cc, long status,
+		    struct kn_error *err)
+{
+	struct az_get *g = p->get;
+	bool short_reply = cc == CURLE_OK && status == 206;
+
+	p->call.reply.status = status;
+	if (short_reply && p->got == p->len)
+		return 1;
+	if (p->refused)
+		return kn_errorf(err, KN_EIO, "name", "blob %s: %s: %s",
+				 g->name, p->range, p->refused);
+	if (cc == CURLE_OK && status >= 200 && status < 300)
+		return kn_errorf(err, KN_EIO, "name",
+				 "blob %s: %s: HTTP %ld where 206 was due",
+				 g->name, p->range, status);
+	if (status == 412)
+		return kn_errorf(err, KN_ECONFLICT, "name",
+				 "blob %s: changed while it was downloaded",
+				 g->name);
+	if (status == 404)
+		return kn_errorf(err, KN_ENOTFOUND, "name",
+				 "blob %s: deleted while it was downloaded",
+				 g->name);
+	if (p->got > p->got_before)
+		p->attempts = 0;
+	if (!p->call.reply.write_errno && p->attempts < g->a->max_retries &&
+	    (short_reply || (cc != CURLE_OK ? transient_curl(cc)
+					    : transient_status(status)))) {
+		p->retry_at = kn_mono_ms() + backoff_ms(g->a, p->attempts);
+		p->attempts++;
+		return 0;
+	}
+	if (short_reply)
+		return kn_errorf(err, KN_EUNAVAIL, "name",
+				 "blob %s: %s: the reply ended short (after "
+				 "%d attempts)",
+				 g->name, p->range, p->attempts + 1);
+	return call_error(g->a, &p->req, cc, &p->call.reply, p->attempts + 1,
+			  err);
+}
+
+/* Take in the attempts curl finished; *done counts the parts complete. */
+static int parts_reap(struct az_get *g, struct part *parts, int64_t *done,
+		      struct kn_error *err)
+{
+	CURLMsg *msg;
+	int left, rc = 0;
+
+	while ((msg = curl_multi_info_read(g->a->multi, &left))) {
+		struct part *p = NULL;
+		long status = 0;
+		int end;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		for (int i = 0; i < g->a->parallel; i++)
+			if (parts[i].h == msg->easy_handle)
+				p = &parts[i];
+		curl_multi_remove_handle(g->a->multi, msg->easy_handle);
+		p->in_multi = false;
+		curl_easy_getinfo(p->h, CURLINFO_RESPONSE_CODE, &status);
+		end = part_end(p, msg->data.result, status,
+			       rc == 0 ? err : NULL);
+		if (end == 1) {
+			p->busy = false;
+			(*done)++;
+		} else if (end < 0 && rc == 0) {
+			rc = end;
+		}
+	}
+	return rc;
+}
+
+/* The bytes of the window before the first one still missing. */
+static int64_t parts_complete(const struct part *parts, int n, int64_t next)
+{
+	int64_t low = next;
+
+	for (int i = 0; i < n; i++)
+		if (parts[i].busy && parts[i].start + parts[i].got < low)
+			low = parts[i].start + parts[i].got;
+	return low;
+}
+
+/* Every part of the window's len bytes, up to `parallel` at once. */
+static int get_parts(struct az_get *g, int64_t len, struct file_hash *hash,
+		     struct kn_error *err)
+{
+	struct azure *a = g->a;
+	int64_t bs = (int64_t)a->block_size, next = 0, done = 0;
+	int64_t nparts = (len + bs - 1) / bs;
+	struct part parts[KN_BLOB_MAX_PARALLEL];
+	int rc = 0;
+
+	memset(parts, 0, sizeof(parts));
+	for (int i = 0; i < a->parallel; i++) {
+		parts[i].h = block_handle(a, i);
+		parts[i].get = g;
+	}
+	while (rc == 0 && done < nparts) {
+		int64_t now = kn_mono_ms();
+		int running = 0;
+
+		for (int i = 0; i < a->parallel && next < len; i++) {
+			struct part *p = &parts[i];
+
+			if (p->busy)
+				continue;
+			p->start = next;
+			p->len = len - next < bs ? len - next : bs;
+			p->got = 0;
+			p->attempts = 0;
+			p->busy = true;
+			next += p->len;
+			part_start(p);
+		}
+		for (int i = 0; i < a->parallel; i++)
+			if (parts[i].busy && !parts[i].in_multi &&
+			    parts[i].retry_at <= now)
+				part_start(&parts[i]);
+		curl_multi_perform(a->multi, &running);
+		rc = parts_reap(g, parts, &done, err);
+		file_hash_raise(hash, parts_complete(parts, a->parallel, next));
+		if (rc == 0 && done < nparts)
+			curl_multi_poll(a->multi, NULL, 0, 50, NULL);
+	}
+	for (int i = 0; i < a->parallel; i++) {
+		if (parts[i].in_multi)
+			curl_multi_remove_handle(a->multi, parts[i].h);
+		call_release(&parts[i].call);
+	}
+	return rc;
+}
+
+/* A temporary file beside path (its directory made): the fd, or -errno. */
+static int open_download_temp(const char *path, char **tmp_out)
+{
+	char *dir = kn_xstrdup(path), *slash = strrchr(dir, '/');
+	int fd;
+
+	if (slash && slash != dir) {
+		*slash = '\0';
+		kn_mkdir_p(dir, 0755);
+	}
+	free(dir);
+	*tmp_out = kn_asprintf("%s.kiln-tmp-XXXXXX", path);
+	fd = mkostemp(*tmp_out, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	fchmod(fd, 0644);
+	return fd;
+}
+
 static int az_get_file(struct kn_blob_store *s, const char *name,
 		       const char *path, int64_t offset, int64_t length,
 		       char *sha256_hex, struct kn_error *err)
 {
 	struct azure *a = az_of(s);
-	char *full = full_name(a, name), *tmp = NULL, range[64] = "";
-	struct az_call c = {0};
-	unsigned char md[32];
-	unsigned int mdlen = 0;
-	int fd = -1, rc;
-	struct az_req r = {.method = "GET", .body_len = -1};
+	struct az_get g = {.a = a, .name = name, .fd = -1, .base = offset};
+	struct file_hash hash;
+	char *full = full_name(a, name), *tmp = NULL;
+	int64_t len;
+	int rc;
 
-	r.blob = full;
-	if (offset > 0 || length > 0) {
-		if (length > 0)
-			snprintf(range, sizeof(range), "bytes=%lld-%lld",
-				 (long long)offset,
-				 (long long)(offset + length - 1));
-		else
-			snprintf(range, sizeof(range), "bytes=%lld-",
-				 (long long)offset);
-		r.xms[r.nx++] = (struct kn_kv){"x-ms-range", range};
-	}
-	{
-		char *dir = kn_xstrdup(path), *slash = strrchr(dir, '/');
-		if (slash && slash != dir) {
-			*slash = '\0';
-			kn_mkdir_p(dir, 0755);
-		}
-		free(dir);
-	}
-	tmp = kn_asprintf("%s.kiln-tmp-XXXXXX", path);
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		rc = kn_errorf(err, KN_EIO, "path", "%s: %s", path,
-			       strerror(errno));
+	g.full = full;
+	rc = head_blob(a, full, name, &g.total, g.etag, err);
+	if (rc < 0)
 		goto out;
-	}
-	fchmod(fd, 0644);
-	rc = perform(a, &r, fd, &c, err);
-	if (rc < 0 && c.reply.status == 416)
+	if (offset > g.total || (offset == g.total && offset > 0)) {
 		rc = kn_errorf(err, KN_EINVAL, "offset",
 			       "blob %s: range starts past its end", name);
-	if (rc == 0) {
-		EVP_DigestFinal_ex(c.reply.hash, md, &mdlen);
-		if (rename(tmp, path) < 0)
-			rc = kn_errorf(err, KN_EIO, "path", "%s: %s", path,
-				       strerror(errno));
-		else if (sha256_hex)
-			kn_hex(md, 32, sha256_hex);
+		goto out;
 	}
-	if (rc < 0 && c.reply.status == 404)
-		rc = kn_errorf(err, KN_ENOTFOUND, "name", "blob %s: not found",
-			       name);
+	len = length > 0 && length < g.total - offset ? length
+						      : g.total - offset;
+	g.fd = open_download_temp(path, &tmp);
+	if (g.fd < 0) {
+		rc = kn_errorf(err, KN_EIO, "path", "%s: %s", path,
+			       strerror(-g.fd));
+		goto out;
+	}
+	file_hash_start(&hash, g.fd, kn_bufpool_get(&s->pool, 0),
+			s->pool.size, 0, false);
+	rc = len > 0 ? get_parts(&g, len, &hash, err) : 0;
+	file_hash_finish(&hash, rc == 0 ? len : 0);
+	if (rc == 0 && (hash.rc < 0 || hash.bytes != len))
+		rc = kn_errorf(err, KN_EIO, "path", "%s: reading it back: %s",
+			       path,
+			       hash.rc < 0 ? strerror(-hash.rc) : "short");
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = kn_errorf(err, KN_EIO, "path", "%s: %s", path,
+			       strerror(errno));
+	if (rc == 0 && sha256_hex)
+		memcpy(sha256_hex, hash.hex, sizeof(hash.hex));
 out:
-	if (fd >= 0) {
-		close(fd);
+	if (g.fd >= 0) {
+		close(g.fd);
 		if (rc < 0)
 			unlink(tmp);
 	}
-	EVP_MD_CTX_free(c.reply.hash);
-	call_release(&c);
 	free(tmp);
 	free(full);
 	return rc;
@@ -991,7 +1349,7 @@ static int az_list(struct kn_blob_store *s, const char *prefix,
 			r.query[r.nq++] = (struct kn_kv){"prefix", full};
 		if (marker)
 			r.query[r.nq++] = (struct kn_kv){"marker", marker};
-		rc = perform(a, &r, -1, &c, err);
+		rc = perform(a, &r, &c, err);
 		if (rc < 0 && container_missing(&c))
 			rc = 0; /* no container yet: nothing in it */
 		else if (rc == 0)
@@ -1014,7 +1372,7 @@ static int az_del(struct kn_blob_store *s, const char *name,
 	char *full = full_name(a, name);
 	struct az_req r = {.method = "DELETE", .blob = full, .body_len = -1};
 	struct az_call c = {0};
-	int rc = perform(a, &r, -1, &c, err);
+	int rc = perform(a, &r, &c, err);
 
 	if (rc < 0 && c.reply.status == 404)
 		rc = kn_errorf(err, KN_ENOTFOUND, "name", "blob %s: not found",
@@ -1029,18 +1387,13 @@ static int az_stat(struct kn_blob_store *s, const char *name,
 {
 	struct azure *a = az_of(s);
 	char *full = full_name(a, name);
-	struct az_req r = {.method = "HEAD", .blob = full, .body_len = -1};
-	struct az_call c = {0};
-	int rc = perform(a, &r, -1, &c, err);
+	int64_t size = 0;
+	int rc = head_blob(a, full, name, &size, NULL, err);
 
-	if (rc < 0 && c.reply.status == 404)
-		rc = kn_errorf(err, KN_ENOTFOUND, "name", "blob %s: not found",
-			       name);
 	if (rc == 0) {
 		out->name = NULL;
-		out->size = c.reply.content_length;
+		out->size = size;
 	}
-	call_release(&c);
 	free(full);
 	return rc;
 }
@@ -1085,221 +1438,3 @@ const struct kn_blob_store_ops kn_azure_store_ops = {
 	.sync = NULL, /* a write is durable once the service answers it */
 	.free = az_free,
 };
-
-/* ---- opening ---- */
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-
-static void curl_init_once(void)
-{
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-static const char *env_or(const char *value, bool use_env, const char *var)
-{
-	if (value && *value)
-		return value;
-	if (use_env) {
-		const char *e = getenv(var);
-		if (e && *e)
-			return e;
-	}
-	return NULL;
-}
-
-static int decode_key(const char *b64, unsigned char *out, size_t cap,
-		      size_t *out_len)
-{
-	size_t n = strlen(b64), pad = 0;
-	unsigned char tmp[256];
-	int got;
-
-	if (n == 0 || n % 4 != 0 || n / 4 * 3 > sizeof(tmp))
-		return -EINVAL;
-	for (size_t i = 0; i < n; i++) {
-		char ch = b64[i];
-		bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
-			  (ch >= '0' && ch <= '9') || ch == '+' || ch == '/' ||
-			  (ch == '=' && i >= n - 2);
-		if (!ok)
-			return -EINVAL;
-	}
-	got = EVP_DecodeBlock(tmp, (const unsigned char *)b64, (int)n);
-	if (got < 0)
-		return -EINVAL;
-	if (b64[n - 1] == '=')
-		pad++;
-	if (b64[n - 2] == '=')
-		pad++;
-	if ((size_t)got - pad > cap || (size_t)got == pad)
-		return -EINVAL;
-	memcpy(out, tmp, (size_t)got - pad);
-	*out_len = (size_t)got - pad;
-	OPENSSL_cleanse(tmp, sizeof(tmp));
-	return 0;
-}
-
-/*
- * azure://CONTAINER[/PREFIX]: the endpoint comes from the credentials
- * (BlobEndpoint, or the account's default); *out (malloc'd) is the URL.
- */
-static int azure_url_expand(const struct kn_blob_store_config *cfg,
-			    const struct kn_azure_conn *conn, char **out,
-			    struct kn_error *err)
-{
-	const char *container = cfg->url + 8;
-	const char *account = conn->account_name
-		? conn->account_name
-		: env_or(NULL, cfg->use_env, "AZURE_STORAGE_ACCOUNT");
-
-	if (conn->blob_endpoint)
-		*out = kn_asprintf("%s/%s", conn->blob_endpoint, container);
-	else if (account)
-		*out = kn_asprintf("https://%s.blob.core.windows.net/%s",
-				   account, container);
-	else
-		return kn_errorf(err, KN_EINVAL, "url",
-				 "store url: azure:// needs an account "
-				 "(AZURE_STORAGE_ACCOUNT or a connection "
-				 "string)");
-	return 0;
-}
-
-/* a's key or SAS token: the config's, the connection string's, the
-   environment's, then the URL's SAS. */
-static int azure_credentials(struct azure *a,
-			     const struct kn_blob_store_config *cfg,
-			     const struct kn_azure_conn *conn,
-			     const struct kn_azure_url *u,
-			     struct kn_error *err)
-{
-	const char *key, *sas;
-
-	key = cfg->account_key && *cfg->account_key ? cfg->account_key
-						    : conn->account_key;
-	if (!key)
-		key = env_or(NULL, cfg->use_env, "AZURE_STORAGE_KEY");
-	sas = cfg->sas_token && *cfg->sas_token ? cfg->sas_token : conn->sas;
-	if (!sas)
-		sas = env_or(NULL, cfg->use_env, "AZURE_STORAGE_SAS_TOKEN");
-	if (!sas)
-		sas = u->sas;
-	if (!key && !sas && !cfg->anonymous)
-		return kn_errorf(err, KN_EINVAL, "credentials",
-				 "azure store %s: no credentials (account "
-				 "key, SAS token or connection string; or "
-				 "AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN, "
-				 "AZURE_STORAGE_CONNECTION_STRING)",
-				 u->container);
-	if (key && decode_key(key, a->key, sizeof(a->key), &a->key_len) < 0)
-		return kn_errorf(err, KN_EINVAL, "account_key",
-				 "azure store: the account key is not valid "
-				 "base64");
-	if (sas) {
-		while (*sas == '?')
-			sas++;
-		if (!strstr(sas, "sig="))
-			return kn_errorf(err, KN_EINVAL, "sas_token",
-					 "azure store: the SAS token has no "
-					 "sig=");
-		a->sas = kn_xstrdup(sas);
-	}
-	return 0;
-}
-
-/* The transfer tuning's bounds; 0 stands for the default. */
-static int azure_tuning_check(const struct kn_blob_store_config *cfg,
-			      struct kn_error *err)
-{
-	if (cfg->block_size && (cfg->block_size < (64u << 10) ||
-				cfg->block_size > KN_BLOB_MAX_BLOCK))
-		return kn_errorf(err, KN_EINVAL, "block_size",
-				 "block_size: must be 64 KiB..%u MiB",
-				 KN_BLOB_MAX_BLOCK >> 20);
-	if (cfg->single_put_max > KN_BLOB_MAX_SINGLE_PUT)
-		return kn_errorf(err, KN_EINVAL, "single_put_max",
-				 "single_put_max: at most %zu MiB (Put Blob's "
-				 "limit)",
-				 KN_BLOB_MAX_SINGLE_PUT >> 20);
-	if (cfg->parallel < 0 || cfg->parallel > KN_BLOB_MAX_PARALLEL)
-		return kn_errorf(err, KN_EINVAL, "parallel",
-				 "parallel: must be 1..%d",
-				 KN_BLOB_MAX_PARALLEL);
-	return 0;
-}
-
-/* a's place (taken from u), API version, tuning and curl handles. */
-static void azure_setup(struct azure *a, const struct kn_blob_store_config *cfg,
-			struct kn_azure_url *u)
-{
-	a->origin = strndup(u->endpoint,
-			    strlen(u->endpoint) - strlen(u->path_base));
-	a->path_base = u->path_base;
-	a->account = u->account;
-	a->container = u->container;
-	a->prefix = u->prefix;
-	u->path_base = u->account = u->container = u->prefix = NULL;
-	a->version = kn_xstrdup(cfg->api_version && *cfg->api_version
-					? cfg->api_version
-					: KN_BLOB_DEFAULT_API_VERSION);
-	a->block_size = cfg->block_size ? cfg->block_size : (8u << 20);
-	a->single_put_max = cfg->single_put_max ? cfg->single_put_max
-						: (64u << 20);
-	a->parallel = cfg->parallel ? cfg->parallel : 6;
-	a->max_retries = cfg->max_retries == 0 ? 5
-			 : cfg->max_retries < 0 ? 0 : cfg->max_retries;
-	a->retry_base_ms = cfg->retry_base_ms > 0 ? cfg->retry_base_ms : 200;
-	pthread_once(&curl_once, curl_init_once);
-	a->easy = curl_easy_init();
-	a->multi = curl_multi_init();
-	if (!a->easy || !a->multi)
-		abort();
-	curl_multi_setopt(a->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
-			  (long)a->parallel);
-}
-
-int kn_azure_store_open(const struct kn_blob_store_config *cfg,
-			struct kn_blob_store *store, struct kn_error *err)
-{
-	struct kn_azure_conn conn = {0};
-	struct kn_azure_url u = {0};
-	struct azure *a = NULL;
-	const char *cs;
-	char *built = NULL;
-	int rc = 0;
-
-	cs = env_or(cfg->connection_string, cfg->use_env,
-		    "AZURE_STORAGE_CONNECTION_STRING");
-	if (cs)
-		rc = kn_azure_parse_connection_string(cs, &conn, err);
-	if (rc == 0 && strncmp(cfg->url, "azure://", 8) == 0)
-		rc = azure_url_expand(cfg, &conn, &built, err);
-	if (rc == 0)
-		rc = kn_azure_parse_url(built ? built : cfg->url, &u, err);
-	if (rc < 0)
-		goto out;
-	a = kn_xcalloc(1, sizeof(*a));
-	rc = azure_credentials(a, cfg, &conn, &u, err);
-	if (rc == 0)
-		rc = azure_tuning_check(cfg, err);
-	if (rc < 0)
-		goto out;
-	azure_setup(a, cfg, &u);
-	store->ops = &kn_azure_store_ops;
-	store->impl = a;
-	store->pool.size = a->block_size;
-	store->url = kn_asprintf("%s/%s%s%s", u.endpoint, a->container,
-				 a->prefix[0] ? "/" : "", a->prefix);
-	if (store->url[strlen(store->url) - 1] == '/')
-		store->url[strlen(store->url) - 1] = '\0';
-	a = NULL;
-out:
-	if (a) {
-		struct kn_blob_store tmp = {.impl = a};
-		az_free(&tmp);
-	}
-	kn_azure_url_release(&u);
-	kn_azure_conn_release(&conn);
-	free(built);
-	return rc;
-}

@@ -301,10 +301,10 @@ char *kn_azure_string_to_sign(const struct kn_azure_sign_input *in)
 		snprintf(len, sizeof(len), "%lld", (long long)in->content_length);
 	kn_buf_init(&b, SIZE_MAX);
 #define OR_EMPTY(s) ((s) ? (s) : "")
-	kn_buf_printf(&b, "%s\n\n\n%s\n%s\n%s\n\n\n\n%s\n\n%s\n", in->method,
+	kn_buf_printf(&b, "%s\n\n\n%s\n%s\n%s\n\n\n%s\n%s\n\n%s\n", in->method,
 		      len, OR_EMPTY(in->content_md5),
-		      OR_EMPTY(in->content_type), OR_EMPTY(in->if_none_match),
-		      OR_EMPTY(in->range));
+		      OR_EMPTY(in->content_type), OR_EMPTY(in->if_match),
+		      OR_EMPTY(in->if_none_match), OR_EMPTY(in->range));
 	/* Sort by header name only: sorting "name:value" lines would put
 	 * x-ms-range-get-content-md5 before x-ms-range, and Azure says 403. */
 	if (in->n_headers)

@@ -61,7 +61,7 @@ struct kn_blob_store_config {
 	/* Files up to this size go in one Put Blob, larger ones in blocks;
 	   0 = 64 MiB, the Azure SDKs' max_single_put_size. */
 	size_t single_put_max;
-	int parallel;        /* blocks in flight; 0 = 6 */
+	int parallel;        /* blocks (put) or ranges (get) in flight; 0 = 6 */
 	int max_retries;     /* transient failures retried; 0 = 5, <0 = none */
 	int files_in_flight; /* files copied at once by checkpoint calls;
 				0 = the backend's default (file: up to 4) */

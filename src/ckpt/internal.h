@@ -102,6 +102,7 @@ struct kn_azure_sign_input {
 	int64_t content_length; /* 0 or less: signed as "" */
 	const char *content_md5;
 	const char *content_type;
+	const char *if_match;
 	const char *if_none_match;
 	const char *range;
 	const struct kn_kv *headers; /* x-ms-* headers, any order */

@@ -982,8 +982,9 @@ static const struct cli_command commands[] = {
 	 "  --create-only     fail if the blob exists (If-None-Match: *)\n"
 	 "  --single-put S    files up to S go in one Put Blob (default 64Mi,\n"
 	 "                    as Azure's SDKs); larger ones in blocks\n"
-	 "  --parallel N      blocks in flight for large files (default 6)\n"
-	 "  --block-size S    Put Block size (default 8Mi)\n",
+	 "  --parallel N      blocks (uploads) or ranges (downloads) in flight\n"
+	 "                    for large files (default 6)\n"
+	 "  --block-size S    Put Block and download range size (default 8Mi)\n",
 	 false},
 	{"ckpt", cmd_ckpt, NULL, "upload, list, restore and prune checkpoints",
 	 "usage: kiln ckpt upload URL JOB DIR\n"
