@@ -291,6 +291,13 @@ struct fy_node;
 bool kn_yaml_node_position(struct fy_diag *diag, struct fy_node *node,
 			   int *line, int *col);
 /*
+ * Why libfyaml refused a document, from what diag (collecting errors)
+ * holds: -EINVAL with "FILE:LINE:COLUMN: invalid YAML: WHY" from its
+ * first error with a position, else "FILE: invalid YAML".
+ */
+int kn_yaml_parse_error(struct fy_diag *diag, const char *file,
+			struct kn_error *err);
+/*
  * Text that libfyaml may be given: no NUL byte and valid UTF-8 (Debian's
  * libfyaml 0.7.12 loops forever on some invalid UTF-8, e.g. "%m\xef" in
  * a directive). 0, or -EINVAL with "FILE:LINE:COLUMN: WHAT contains a

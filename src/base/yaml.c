@@ -74,6 +74,21 @@ int kn_yaml_text_check(const char *text, size_t len, const char *file,
 			 is_nul ? "contains a NUL byte" : "is not valid UTF-8");
 }
 
+int kn_yaml_parse_error(struct fy_diag *diag, const char *file,
+			struct kn_error *err)
+{
+	struct fy_diag_error *e;
+	void *iter = NULL;
+
+	while ((e = fy_diag_errors_iterate(diag, &iter)))
+		if (e->type >= FYET_ERROR && e->line > 0 && e->column > 0)
+			return kn_errorf(err, KN_EINVAL, NULL,
+					 "%s:%d:%d: invalid YAML: %s", file,
+					 e->line, e->column,
+					 e->msg ? e->msg : "syntax error");
+	return kn_errorf(err, KN_EINVAL, NULL, "%s: invalid YAML", file);
+}
+
 bool kn_yaml_node_position(struct fy_diag *diag, struct fy_node *node,
 			   int *line, int *col)
 {

@@ -19,7 +19,7 @@
  *
  * Written against NVIDIA's documented API; untested on a real GPU here.
  */
-#include "health.h"
+#include "internal.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -521,40 +521,6 @@ out:
 
 /* ---- reporting ---- */
 
-__attribute__((format(printf, 3, 4))) static void
-set(struct kn_check_result *r, enum kn_check_status st, const char *fmt, ...)
-{
-	va_list ap;
-
-	r->status = st;
-	va_start(ap, fmt);
-	vsnprintf(r->message, sizeof(r->message), fmt, ap);
-	va_end(ap);
-}
-
-/* Append "; text" to r's message; a failure replaces a pass or skip. */
-__attribute__((format(printf, 3, 4))) static void
-add(struct kn_check_result *r, enum kn_check_status st, const char *fmt, ...)
-{
-	size_t len;
-	va_list ap;
-
-	if (st == KN_CHECK_FAIL && r->status != KN_CHECK_FAIL) {
-		r->status = KN_CHECK_FAIL;
-		r->message[0] = '\0';
-	} else if (st != KN_CHECK_FAIL && r->status == KN_CHECK_FAIL) {
-		return; /* a failing report lists only the failures */
-	}
-	len = strlen(r->message);
-	if (len && len + 2 < sizeof(r->message)) {
-		strcpy(r->message + len, "; ");
-		len += 2;
-	}
-	va_start(ap, fmt);
-	vsnprintf(r->message + len, sizeof(r->message) - len, fmt, ap);
-	va_end(ap);
-}
-
 /*
  * One check over all GPUs: which = 0 bandwidth, 1 GEMM. Status: fail if
  * any GPU failed or measured below its fraction (the message then lists
@@ -587,26 +553,29 @@ static void report_one(const struct kn_gpu_perf_table *t, double fraction,
 				 s[i].gemm_n, s[i].gemm_type ? s[i].gemm_type
 							     : "bf16");
 		if (!(got > 0)) {
-			add(r, KN_CHECK_FAIL, "GPU %zu (%s): %s", i, s[i].name,
-			    s[i].error[0] ? s[i].error
-					  : "no elapsed time measured");
+			check_add(r, KN_CHECK_FAIL, "GPU %zu (%s): %s", i,
+				  s[i].name,
+				  s[i].error[0] ? s[i].error
+						: "no elapsed time measured");
 			continue;
 		}
 		switch (kn_gpu_perf_judge(got, want, fraction)) {
 		case KN_CHECK_SKIP:
-			add(r, KN_CHECK_SKIP, "%s; no expected figure for %s, "
-					      "nothing compared", what,
-			    row ? row->model : "this model");
+			check_add(r, KN_CHECK_SKIP,
+				  "%s; no expected figure for %s, "
+				  "nothing compared",
+				  what, row ? row->model : "this model");
 			break;
 		case KN_CHECK_FAIL:
-			add(r, KN_CHECK_FAIL, "%s, below %.0f%% of %s's %g %s",
-			    what, fraction * 100, row->model, want, unit);
+			check_add(r, KN_CHECK_FAIL,
+				  "%s, below %.0f%% of %s's %g %s", what,
+				  fraction * 100, row->model, want, unit);
 			break;
 		case KN_CHECK_PASS:
 			if (r->status == KN_CHECK_SKIP)
 				r->status = KN_CHECK_PASS;
-			add(r, KN_CHECK_PASS, "%s, %.0f%% of %s's %g", what,
-			    100 * got / want, row->model, want);
+			check_add(r, KN_CHECK_PASS, "%s, %.0f%% of %s's %g",
+				  what, 100 * got / want, row->model, want);
 			break;
 		}
 	}
@@ -624,13 +593,13 @@ int kn_gpu_perf_report(const struct kn_gpu_perf_table *table, double fraction,
 	results[1].name = "gpu_gemm";
 	if (n == 0) {
 		for (int i = 0; i < KN_GPU_PERF_CHECKS; i++)
-			set(&results[i], KN_CHECK_SKIP, "%s",
-			    skip_reason ? skip_reason : "no GPU");
+			check_set(&results[i], KN_CHECK_SKIP, "%s",
+				  skip_reason ? skip_reason : "no GPU");
 		return 0;
 	}
 	report_one(table, fraction, s, n, 0, &results[0]);
 	if (cublas_missing)
-		set(&results[1], KN_CHECK_SKIP, "%s", cublas_missing);
+		check_set(&results[1], KN_CHECK_SKIP, "%s", cublas_missing);
 	else
 		report_one(table, fraction, s, n, 1, &results[1]);
 	for (int i = 0; i < KN_GPU_PERF_CHECKS; i++)

@@ -11,7 +11,7 @@
  * any NVLink down. PCIe generation is only judged on a busy GPU: an idle
  * GPU drops to Gen1 to save power, which NVML reports as the idle reason.
  */
-#include "health.h"
+#include "internal.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -113,8 +113,9 @@ out:
 
 /* ---- helpers ---- */
 
-__attribute__((format(printf, 3, 4))) static void
-set(struct kn_check_result *r, enum kn_check_status st, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) void
+check_set(struct kn_check_result *r, enum kn_check_status st,
+	  const char *fmt, ...)
 {
 	va_list ap;
 
@@ -124,18 +125,21 @@ set(struct kn_check_result *r, enum kn_check_status st, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Append "; text" (or text) to a failing result's message. */
-__attribute__((format(printf, 2, 3))) static void
-add_problem(struct kn_check_result *r, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) void
+check_add(struct kn_check_result *r, enum kn_check_status st,
+	  const char *fmt, ...)
 {
-	size_t len = strlen(r->message);
+	size_t len;
 	va_list ap;
 
-	if (r->status != KN_CHECK_FAIL) {
+	if (st == KN_CHECK_FAIL && r->status != KN_CHECK_FAIL) {
 		r->status = KN_CHECK_FAIL;
 		r->message[0] = '\0';
-		len = 0;
-	} else if (len + 2 < sizeof(r->message)) {
+	} else if (st != KN_CHECK_FAIL && r->status == KN_CHECK_FAIL) {
+		return;
+	}
+	len = strlen(r->message);
+	if (len && len + 2 < sizeof(r->message)) {
 		strcpy(r->message + len, "; ");
 		len += 2;
 	}
@@ -190,11 +194,11 @@ static bool gpu_skip(const struct kn_health_config *cfg,
 		     const struct gpus *g, struct kn_check_result *r)
 {
 	if (!cfg->nvml) {
-		set(r, KN_CHECK_SKIP, "no GPU (NVML not available)");
+		check_set(r, KN_CHECK_SKIP, "no GPU (NVML not available)");
 		return true;
 	}
 	if (g->error[0]) {
-		set(r, KN_CHECK_FAIL, "%s", g->error);
+		check_set(r, KN_CHECK_FAIL, "%s", g->error);
 		return true;
 	}
 	return false;
@@ -207,72 +211,72 @@ static void check_inventory(const struct kn_health_config *cfg,
 	const struct kn_sku *sku = cfg->sku;
 
 	if (!sku) {
-		set(r, KN_CHECK_SKIP, "no VM size given (--sku)");
+		check_set(r, KN_CHECK_SKIP, "no VM size given (--sku)");
 		return;
 	}
 	model_family(sku->gpu_model, family, sizeof(family));
 	if (!family[0]) {
-		set(r, KN_CHECK_SKIP, "%s has %s GPUs; only NVIDIA GPUs are "
-				      "checked (through NVML)", sku->size,
-		    sku->gpu_model);
+		check_set(r, KN_CHECK_SKIP,
+			  "%s has %s GPUs; only NVIDIA GPUs are "
+			  "checked (through NVML)",
+			  sku->size, sku->gpu_model);
 		return;
 	}
 	if (!cfg->nvml) {
-		set(r, KN_CHECK_FAIL, "%s has %d %s GPUs, but NVML is not "
-				      "available", sku->size, sku->gpu_count,
-		    family);
+		check_set(r, KN_CHECK_FAIL,
+			  "%s has %d %s GPUs, but NVML is not "
+			  "available",
+			  sku->size, sku->gpu_count, family);
 		return;
 	}
 	if (g->error[0]) {
-		set(r, KN_CHECK_FAIL, "%s", g->error);
+		check_set(r, KN_CHECK_FAIL, "%s", g->error);
 		return;
 	}
-	set(r, KN_CHECK_PASS, "%u %s GPUs as %s has", g->n, family, sku->size);
+	check_set(r, KN_CHECK_PASS, "%u %s GPUs as %s has", g->n, family,
+		  sku->size);
 	if ((int)g->n != sku->gpu_count)
-		add_problem(r, "%s has %d GPUs, NVML sees %u", sku->size,
-			    sku->gpu_count, g->n);
+		check_add(r, KN_CHECK_FAIL, "%s has %d GPUs, NVML sees %u",
+			  sku->size, sku->gpu_count, g->n);
 	for (unsigned i = 0; i < g->n; i++)
 		if (!has_word(g->s[i].name, family))
-			add_problem(r, "GPU %u is a %s, %s has %s", i,
-				    g->s[i].name, sku->size, sku->gpu_model);
+			check_add(r, KN_CHECK_FAIL, "GPU %u is a %s, %s has %s",
+				  i, g->s[i].name, sku->size, sku->gpu_model);
 }
 
-static void check_ecc(const struct kn_health_config *cfg,
-		      const struct gpus *g, struct kn_check_result *r)
+static void check_ecc(const struct gpus *g, struct kn_check_result *r)
 {
-	if (gpu_skip(cfg, g, r))
-		return;
-	set(r, KN_CHECK_PASS, "no uncorrectable ECC errors on %u GPUs", g->n);
+	check_set(r, KN_CHECK_PASS, "no uncorrectable ECC errors on %u GPUs",
+		  g->n);
 	for (unsigned i = 0; i < g->n; i++)
 		if ((g->s[i].have & KN_GPU_ECC) && g->s[i].ecc_dbe_vol > 0)
-			add_problem(r, "GPU %u (%s): %llu double-bit ECC errors "
-				       "since boot", i, g->s[i].uuid,
-				    (unsigned long long)g->s[i].ecc_dbe_vol);
+			check_add(r, KN_CHECK_FAIL, "GPU %u (%s): %llu "
+				  "double-bit ECC errors since boot", i,
+				  g->s[i].uuid,
+				  (unsigned long long)g->s[i].ecc_dbe_vol);
 }
 
-static void check_retired(const struct kn_health_config *cfg,
-			  const struct gpus *g, struct kn_check_result *r)
+static void check_retired(const struct gpus *g, struct kn_check_result *r)
 {
-	if (gpu_skip(cfg, g, r))
-		return;
-	set(r, KN_CHECK_PASS, "no pending page retirement or row remapping "
-			      "problem on %u GPUs", g->n);
+	check_set(r, KN_CHECK_PASS, "no pending page retirement or row "
+		  "remapping problem on %u GPUs", g->n);
 	for (unsigned i = 0; i < g->n; i++) {
 		const struct kn_gpu_sample *s = &g->s[i];
 		if ((s->have & KN_GPU_RETIRED) && s->retired_pending)
-			add_problem(r, "GPU %u (%s): pages pending retirement "
-				       "(reset the GPU)", i, s->uuid);
+			check_add(r, KN_CHECK_FAIL, "GPU %u (%s): pages "
+				  "pending retirement (reset the GPU)", i,
+				  s->uuid);
 		if ((s->have & KN_GPU_REMAP) && s->remap_failure)
-			add_problem(r, "GPU %u (%s): row remapping failed "
-				       "(replace the GPU)", i, s->uuid);
+			check_add(r, KN_CHECK_FAIL, "GPU %u (%s): row "
+				  "remapping failed (replace the GPU)", i,
+				  s->uuid);
 		if ((s->have & KN_GPU_REMAP) && s->remap_pending)
-			add_problem(r, "GPU %u (%s): row remap pending (reset "
-				       "the GPU)", i, s->uuid);
+			check_add(r, KN_CHECK_FAIL, "GPU %u (%s): row "
+				  "remap pending (reset the GPU)", i, s->uuid);
 	}
 }
 
-static void check_throttle(const struct kn_health_config *cfg,
-			   const struct gpus *g, struct kn_check_result *r)
+static void check_throttle(const struct gpus *g, struct kn_check_result *r)
 {
 	static const struct {
 		uint64_t bit;
@@ -284,24 +288,20 @@ static void check_throttle(const struct kn_health_config *cfg,
 		{KN_THROTTLE_HW_POWER_BRAKE, "power brake slowdown"},
 	};
 
-	if (gpu_skip(cfg, g, r))
-		return;
-	set(r, KN_CHECK_PASS, "no hardware or thermal clock slowdown on %u "
-			      "GPUs", g->n);
+	check_set(r, KN_CHECK_PASS, "no hardware or thermal clock slowdown "
+		  "on %u GPUs", g->n);
 	for (unsigned i = 0; i < g->n; i++)
 		for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++)
 			if ((g->s[i].have & KN_GPU_THROTTLE) &&
 			    (g->s[i].throttle & bad[b].bit))
-				add_problem(r, "GPU %u (%s): %s", i,
-					    g->s[i].uuid, bad[b].what);
+				check_add(r, KN_CHECK_FAIL, "GPU %u (%s): %s",
+					  i, g->s[i].uuid, bad[b].what);
 }
 
-static void check_pcie(const struct kn_health_config *cfg,
-		       const struct gpus *g, struct kn_check_result *r)
+static void check_pcie(const struct gpus *g, struct kn_check_result *r)
 {
-	if (gpu_skip(cfg, g, r))
-		return;
-	set(r, KN_CHECK_PASS, "PCIe links at capability on %u GPUs", g->n);
+	check_set(r, KN_CHECK_PASS, "PCIe links at capability on %u GPUs",
+		  g->n);
 	for (unsigned i = 0; i < g->n; i++) {
 		const struct kn_gpu_sample *s = &g->s[i];
 		bool idle = (s->have & KN_GPU_THROTTLE) &&
@@ -309,35 +309,43 @@ static void check_pcie(const struct kn_health_config *cfg,
 		if (!(s->have & KN_GPU_PCIE))
 			continue;
 		if (s->pcie_width < s->pcie_max_width)
-			add_problem(r, "GPU %u (%s): PCIe x%u, capable of x%u", i,
-				    s->uuid, s->pcie_width, s->pcie_max_width);
+			check_add(r, KN_CHECK_FAIL,
+				  "GPU %u (%s): PCIe x%u, capable of x%u", i,
+				  s->uuid, s->pcie_width, s->pcie_max_width);
 		if (!idle && s->pcie_gen < s->pcie_max_gen)
-			add_problem(r, "GPU %u (%s): PCIe Gen%u while busy, "
-				       "capable of Gen%u", i, s->uuid,
-				    s->pcie_gen, s->pcie_max_gen);
+			check_add(r, KN_CHECK_FAIL, "GPU %u (%s): PCIe "
+				  "Gen%u while busy, capable of Gen%u", i,
+				  s->uuid, s->pcie_gen, s->pcie_max_gen);
 	}
 }
 
-static void check_nvlink(const struct kn_health_config *cfg,
-			 const struct gpus *g, struct kn_check_result *r)
+static void check_nvlink(const struct gpus *g, struct kn_check_result *r)
 {
 	int links = 0;
 
-	if (gpu_skip(cfg, g, r))
-		return;
 	for (unsigned i = 0; i < g->n; i++)
 		links += g->s[i].nvlinks;
 	if (links == 0) {
-		set(r, KN_CHECK_SKIP, "no NVLink on %u GPUs", g->n);
+		check_set(r, KN_CHECK_SKIP, "no NVLink on %u GPUs", g->n);
 		return;
 	}
-	set(r, KN_CHECK_PASS, "%d NVLinks up", links);
+	check_set(r, KN_CHECK_PASS, "%d NVLinks up", links);
 	for (unsigned i = 0; i < g->n; i++)
 		for (int l = 0; l < g->s[i].nvlinks; l++)
 			if (!g->s[i].nvlink_up[l])
-				add_problem(r, "GPU %u (%s): NVLink %d down", i,
-					    g->s[i].uuid, l);
+				check_add(r, KN_CHECK_FAIL,
+					  "GPU %u (%s): NVLink %d down", i,
+					  g->s[i].uuid, l);
 }
+
+/*
+ * The checks that read the NVML samples, results[1] onwards, run once
+ * gpu_skip finds samples to read.
+ */
+static void (*const GPU_CHECKS[])(const struct gpus *g,
+				  struct kn_check_result *r) = {
+	check_ecc, check_retired, check_throttle, check_pcie, check_nvlink,
+};
 
 /* ---- kernel log: XIDs and machine checks ---- */
 
@@ -381,26 +389,28 @@ static void check_klog(const struct kn_health_config *cfg,
 	kn_buf_init(&log, KLOG_MAX);
 	rc = read_klog(path, &log);
 	if (rc < 0) {
-		set(xid, KN_CHECK_SKIP, "cannot read the kernel log %s: %s",
-		    path, strerror(-rc));
+		check_set(xid, KN_CHECK_SKIP,
+			  "cannot read the kernel log %s: %s", path,
+			  strerror(-rc));
 		*mce = *xid;
 		mce->name = "machine_check";
 		goto edac;
 	}
-	set(xid, KN_CHECK_PASS, "no NVIDIA XID in the kernel log");
-	set(mce, KN_CHECK_PASS, "no machine-check error in the kernel log");
+	check_set(xid, KN_CHECK_PASS, "no NVIDIA XID in the kernel log");
+	check_set(mce, KN_CHECK_PASS,
+		  "no machine-check error in the kernel log");
 	for (line = log.data ? strtok_r(log.data, "\n", &save) : NULL; line;
 	     line = strtok_r(NULL, "\n", &save)) {
 		const char *msg = strchr(line, ';'), *x;
 		msg = msg ? msg + 1 : line;
 		if ((x = strstr(msg, "NVRM: Xid ")) != NULL && xids++ < 4)
-			add_problem(xid, "%.200s", x + 6);
+			check_add(xid, KN_CHECK_FAIL, "%.200s", x + 6);
 		if ((strstr(msg, "Machine check events logged") ||
 		     strstr(msg, "[Hardware Error]")) && mces++ < 2)
-			add_problem(mce, "kernel: %.200s", msg);
+			check_add(mce, KN_CHECK_FAIL, "kernel: %.200s", msg);
 	}
 	if (xids > 4)
-		add_problem(xid, "and %d more", xids - 4);
+		check_add(xid, KN_CHECK_FAIL, "and %d more", xids - 4);
 edac:
 	/* EDAC memory controllers: uncorrectable DIMM errors since boot. */
 	{
@@ -416,8 +426,10 @@ edac:
 			p = kn_asprintf("%s/%s/ue_count", base, de->d_name);
 			if (kn_read_file(p, 64, &text, &len) == 0 &&
 			    (ue = strtol(text, NULL, 10)) > 0)
-				add_problem(mce, "%s: %ld uncorrectable memory "
-						 "errors (EDAC)", de->d_name, ue);
+				check_add(mce, KN_CHECK_FAIL,
+					  "%s: %ld uncorrectable memory "
+					  "errors (EDAC)",
+					  de->d_name, ue);
 			free(text);
 			free(p);
 		}
@@ -439,14 +451,15 @@ static void check_ib(const struct kn_health_config *cfg,
 	size_t n = 0, ib = 0;
 
 	if (kn_ib_ports(cfg->root, &ports, &n, &err) < 0) {
-		set(r, KN_CHECK_FAIL, "%s", err.message);
+		check_set(r, KN_CHECK_FAIL, "%s", err.message);
 		return;
 	}
 	if (n == 0 && (!cfg->sku || cfg->sku->ib_ports == 0)) {
-		set(r, KN_CHECK_SKIP, "no InfiniBand port, and none expected");
+		check_set(r, KN_CHECK_SKIP,
+			  "no InfiniBand port, and none expected");
 		goto out;
 	}
-	set(r, KN_CHECK_PASS, "%zu InfiniBand ports Active", n);
+	check_set(r, KN_CHECK_PASS, "%zu InfiniBand ports Active", n);
 	for (size_t i = 0; i < n; i++) {
 		const struct kn_ib_port *p = &ports[i];
 		if (strcasecmp(p->link_layer, "InfiniBand") != 0 &&
@@ -454,18 +467,20 @@ static void check_ib(const struct kn_health_config *cfg,
 			continue; /* RoCE/Ethernet ports are not counted */
 		ib++;
 		if (strcasecmp(p->state, "ACTIVE") != 0)
-			add_problem(r, "%s port %d is %s (physical %s)",
-				    p->device, p->port, p->state,
-				    p->phys_state);
+			check_add(r, KN_CHECK_FAIL,
+				  "%s port %d is %s (physical %s)", p->device,
+				  p->port, p->state, p->phys_state);
 		else if (cfg->sku && cfg->sku->ib_gbps > 0 &&
 			 p->rate_gbps < cfg->sku->ib_gbps)
-			add_problem(r, "%s port %d runs at %g Gb/s, %s expects "
-				       "%g", p->device, p->port, p->rate_gbps,
-				    cfg->sku->size, cfg->sku->ib_gbps);
+			check_add(r, KN_CHECK_FAIL,
+				  "%s port %d runs at %g Gb/s, %s expects "
+				  "%g",
+				  p->device, p->port, p->rate_gbps,
+				  cfg->sku->size, cfg->sku->ib_gbps);
 	}
 	if (cfg->sku && (int)ib < cfg->sku->ib_ports)
-		add_problem(r, "%zu InfiniBand ports, %s has %d", ib,
-			    cfg->sku->size, cfg->sku->ib_ports);
+		check_add(r, KN_CHECK_FAIL, "%zu InfiniBand ports, %s has %d",
+			  ib, cfg->sku->size, cfg->sku->ib_ports);
 out:
 	free(ports);
 }
@@ -478,46 +493,53 @@ static void check_memory(const struct kn_health_config *cfg,
 	double gib, want;
 
 	if (kn_node_mem_total(cfg->root, &total, &err) < 0) {
-		set(r, KN_CHECK_FAIL, "%s", err.message);
+		check_set(r, KN_CHECK_FAIL, "%s", err.message);
 		return;
 	}
 	gib = (double)total / (1024.0 * 1024 * 1024);
 	if (!cfg->sku) {
-		set(r, KN_CHECK_SKIP, "%.1f GiB; no VM size given (--sku)", gib);
+		check_set(r, KN_CHECK_SKIP,
+			  "%.1f GiB; no VM size given (--sku)", gib);
 		return;
 	}
 	want = cfg->sku->ram_gib * (1.0 - KN_HEALTH_MEM_TOLERANCE);
 	if (gib < want)
-		set(r, KN_CHECK_FAIL, "%.1f GiB of memory, %s has %.0f GiB "
-				      "(a DIMM lost?)", gib, cfg->sku->size,
-		    cfg->sku->ram_gib);
+		check_set(r, KN_CHECK_FAIL,
+			  "%.1f GiB of memory, %s has %.0f GiB "
+			  "(a DIMM lost?)",
+			  gib, cfg->sku->size, cfg->sku->ram_gib);
 	else
-		set(r, KN_CHECK_PASS, "%.1f GiB of memory (%s: %.0f GiB)", gib,
-		    cfg->sku->size, cfg->sku->ram_gib);
+		check_set(r, KN_CHECK_PASS, "%.1f GiB of memory (%s: %.0f GiB)",
+			  gib, cfg->sku->size, cfg->sku->ram_gib);
 }
 
 static void check_disk(const struct kn_health_config *cfg,
 		       struct kn_check_result *r)
 {
 	if (!cfg->dirs || !cfg->dirs[0]) {
-		set(r, KN_CHECK_SKIP, "no scratch or checkpoint directory "
-				      "given (--dir)");
+		check_set(r, KN_CHECK_SKIP,
+			  "no scratch or checkpoint directory "
+			  "given (--dir)");
 		return;
 	}
-	set(r, KN_CHECK_PASS, "free space at least %lld bytes in each "
-			      "directory", (long long)cfg->min_free_bytes);
+	check_set(r, KN_CHECK_PASS,
+		  "free space at least %lld bytes in each "
+		  "directory",
+		  (long long)cfg->min_free_bytes);
 	for (const char *const *d = cfg->dirs; *d; d++) {
 		struct statvfs st;
 		double avail;
 		if (statvfs(*d, &st) < 0) {
-			add_problem(r, "%s: %s", *d, strerror(errno));
+			check_add(r, KN_CHECK_FAIL, "%s: %s", *d,
+				  strerror(errno));
 			continue;
 		}
 		avail = (double)st.f_bavail * (double)st.f_frsize;
 		if (avail < (double)cfg->min_free_bytes)
-			add_problem(r, "%s: %.1f GiB free, below %.1f GiB", *d,
-				    avail / (1 << 30),
-				    (double)cfg->min_free_bytes / (1 << 30));
+			check_add(r, KN_CHECK_FAIL,
+				  "%s: %.1f GiB free, below %.1f GiB", *d,
+				  avail / (1 << 30),
+				  (double)cfg->min_free_bytes / (1 << 30));
 	}
 }
 
@@ -546,11 +568,9 @@ int kn_health_run(const struct kn_health_config *cfg,
 			}
 	}
 	check_inventory(cfg, &g, &results[0]);
-	check_ecc(cfg, &g, &results[1]);
-	check_retired(cfg, &g, &results[2]);
-	check_throttle(cfg, &g, &results[3]);
-	check_pcie(cfg, &g, &results[4]);
-	check_nvlink(cfg, &g, &results[5]);
+	for (size_t i = 0; i < sizeof(GPU_CHECKS) / sizeof(GPU_CHECKS[0]); i++)
+		if (!gpu_skip(cfg, &g, &results[1 + i]))
+			GPU_CHECKS[i](&g, &results[1 + i]);
 	check_klog(cfg, &results[6], &results[7]);
 	check_ib(cfg, &results[8]);
 	check_memory(cfg, &results[9]);

@@ -46,8 +46,6 @@ static int yaml_to_json(const char *text, size_t len, const char *file,
 	struct fy_diag_cfg dcfg;
 	struct fy_diag *diag;
 	struct fy_document *doc = NULL;
-	struct fy_diag_error *e;
-	void *iter = NULL;
 	char *js = NULL;
 	json_t *root;
 	int rc = kn_yaml_text_check(text, len, file, "kubeconfig", err);
@@ -65,14 +63,7 @@ static int yaml_to_json(const char *text, size_t len, const char *file,
 	cfg.diag = diag;
 	doc = fy_document_build_from_string(&cfg, text, len);
 	if (!doc || fy_diag_got_error(diag)) {
-		while ((e = fy_diag_errors_iterate(diag, &iter)))
-			if (e->type >= FYET_ERROR && e->line > 0)
-				break;
-		rc = e ? kn_errorf(err, KN_EINVAL, NULL,
-				   "%s:%d:%d: invalid YAML: %s", file, e->line,
-				   e->column, e->msg ? e->msg : "syntax error") :
-			 kn_errorf(err, KN_EINVAL, NULL, "%s: invalid YAML",
-				   file);
+		rc = kn_yaml_parse_error(diag, file, err);
 		goto out;
 	}
 	js = fy_emit_document_to_string(doc, FYECF_MODE_JSON);

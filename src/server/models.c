@@ -1122,7 +1122,7 @@ int models_signer_check(struct server *s, const struct caller *c,
 	if (rc < 0) {
 		detail = kn_asprintf("signer %s: %s", signer, err->message);
 		core_audit(s, c, "model.sign_refused", object, "denied",
-			     detail);
+			   detail);
 		free(detail);
 		return rc;
 	}

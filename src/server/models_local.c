@@ -119,7 +119,7 @@ static void reply_error(struct local_conn *c, const struct kn_error *err)
 
 	if (c->caller.name[0])
 		core_audit(c->s, &c->caller, "model.blob.put", object, "error",
-			     err->message);
+			   err->message);
 	reply(c, json_pack("{s:{s:s, s:s, s:s}}", "error", "code",
 			   kn_errcode_name(err->code), "field", err->field,
 			   "message", err->message));
@@ -194,7 +194,7 @@ static void copy_done(void *arg, bool ran)
 			 (long long)c->size,
 			 c->existed ? ", already stored" : "");
 		core_audit(c->s, &c->caller, "model.blob.put", object, "ok",
-			     detail);
+			   detail);
 		reply(c, json_pack("{s:s, s:I, s:b, s:b}", "digest", c->digest,
 				   "size", (json_int_t)c->size, "stored", 1,
 				   "existed", c->existed));

@@ -874,7 +874,7 @@ static void run_reply(struct server *s, const struct reval_check *k,
 	snprintf(object, sizeof(object), "model/%.64s@%.64s", k->name,
 		 k->alias);
 	core_audit(s, &k->caller, "model.revalidate.run", object,
-		  rc < 0 ? "error" : "ok", rc < 0 ? err->message : NULL);
+		   rc < 0 ? "error" : "ok", rc < 0 ? err->message : NULL);
 	if (rc < 0) {
 		kn_http_reply_error(k->req, err);
 		return;

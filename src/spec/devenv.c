@@ -44,12 +44,11 @@ static int read_idle_gpu(struct walk *w, struct fy_node *node, void *target)
 	char got[GOT_BUF];
 	struct value v;
 	int64_t milli = 0;
-	int rc = spec_classify(w, node, &v);
+	int rc = spec_read_share(w, node, KN_MILLI, NULL, &v, &milli);
 
-	if (rc)
+	if (rc < 0)
 		return rc;
-	if ((v.kind == V_INT || v.kind == V_FLOAT) &&
-	    spec_parse_milli(v.text, KN_MILLI, &milli) == MILLI_OK) {
+	if (rc == 0) {
 		spec->devenv.idle_gpu_milli = (int)milli;
 		return 0;
 	}

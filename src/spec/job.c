@@ -138,44 +138,21 @@ static bool valid_mig_profile(const char *p)
 	return true;
 }
 
-/*
- * A number in thousandths (0.5, 2), at most max_milli, into *milli: 0; 1
- * when v is no such number (the caller says what it wants); an error when
- * it is finer than a thousandth ("CPUs are" counted in thousandths).
- */
-static int read_thousandths(struct walk *w, struct fy_node *node,
-			    const struct value *v, int64_t max_milli,
-			    const char *counted, int64_t *milli)
-{
-	char got[GOT_BUF];
-
-	if (v->kind != V_INT && v->kind != V_FLOAT)
-		return 1;
-	switch (spec_parse_milli(v->text, max_milli, milli)) {
-	case MILLI_OK:
-		return 0;
-	case MILLI_TOO_FINE:
-		return spec_fail(w, node,
-				 "%s counted in thousandths (0.001 steps); "
-				 "got %s",
-				 counted, spec_describe(v, got, sizeof(got)));
-	case MILLI_SYNTAX:
-	case MILLI_TOO_BIG:
-		break;
-	}
-	return 1;
-}
-
 static int read_gpus(struct walk *w, struct fy_node *node, void *target)
 {
 	struct kn_resources *res = target;
 	char got[GOT_BUF];
 	struct value v;
 	int64_t milli = 0;
-	int rc = spec_classify(w, node, &v);
+	int rc = spec_read_share(w, node, KN_SPEC_MAX_GPUS * KN_MILLI,
+				 "a share of a GPU is", &v, &milli);
 
-	if (rc)
+	if (rc < 0)
 		return rc;
+	if (rc == 0 && (milli < KN_MILLI || milli % KN_MILLI == 0)) {
+		res->gpu_milli = (int)milli;
+		return 0;
+	}
 	if (v.kind == V_STRING && strncmp(v.text, "mig:", 4) == 0) {
 		if (!valid_mig_profile(v.text + 4))
 			return spec_fail(
@@ -186,14 +163,6 @@ static int read_gpus(struct walk *w, struct fy_node *node, void *target)
 				spec_describe(&v, got, sizeof(got)));
 		res->mig_profile = kn_xstrdup(v.text + 4);
 		res->gpu_milli = 0;
-		return 0;
-	}
-	rc = read_thousandths(w, node, &v, KN_SPEC_MAX_GPUS * KN_MILLI,
-			      "a share of a GPU is", &milli);
-	if (rc < 0)
-		return rc;
-	if (rc == 0 && (milli < KN_MILLI || milli % KN_MILLI == 0)) {
-		res->gpu_milli = (int)milli;
 		return 0;
 	}
 	return spec_fail(w, node, "%s; got %s", GPUS_ALLOWED,
@@ -232,12 +201,9 @@ static int read_cpus(struct walk *w, struct fy_node *node, void *target)
 	char got[GOT_BUF];
 	struct value v;
 	int64_t milli = 0;
-	int rc = spec_classify(w, node, &v);
+	int rc = spec_read_share(w, node, KN_SPEC_MAX_CPUS * KN_MILLI,
+				 "CPUs are", &v, &milli);
 
-	if (rc)
-		return rc;
-	rc = read_thousandths(w, node, &v, KN_SPEC_MAX_CPUS * KN_MILLI,
-			      "CPUs are", &milli);
 	if (rc < 0)
 		return rc;
 	if (rc == 0 && milli > 0) {

@@ -434,6 +434,33 @@ enum milli_result spec_parse_milli(const char *s, int64_t max_milli,
 	return MILLI_OK;
 }
 
+int spec_read_share(struct walk *w, struct fy_node *node, int64_t max_milli,
+		    const char *counted, struct value *v, int64_t *milli)
+{
+	char got[GOT_BUF];
+	int rc = spec_classify(w, node, v);
+
+	if (rc)
+		return rc;
+	if (v->kind != V_INT && v->kind != V_FLOAT)
+		return 1;
+	switch (spec_parse_milli(v->text, max_milli, milli)) {
+	case MILLI_OK:
+		return 0;
+	case MILLI_TOO_FINE:
+		if (!counted)
+			break;
+		return spec_fail(w, node,
+				 "%s counted in thousandths (0.001 steps); "
+				 "got %s",
+				 counted, spec_describe(v, got, sizeof(got)));
+	case MILLI_SYNTAX:
+	case MILLI_TOO_BIG:
+		break;
+	}
+	return 1;
+}
+
 /* Decimal integer; false on syntax or overflow. */
 bool spec_parse_int64(const char *s, int64_t *out)
 {
@@ -1073,21 +1100,6 @@ spec_fail_at_pair(struct walk *w, struct fy_node_pair *pair, const char *name,
 
 /* --- documents ---------------------------------------------------------- */
 
-static int parse_failed(struct walk *w)
-{
-	struct fy_diag_error *e;
-	void *iter = NULL;
-
-	while ((e = fy_diag_errors_iterate(w->diag, &iter)))
-		if (e->type >= FYET_ERROR && e->line > 0 && e->column > 0)
-			return kn_errorf(w->err, KN_EINVAL, NULL,
-					 "%s:%d:%d: invalid YAML: %s", w->file,
-					 e->line, e->column,
-					 e->msg ? e->msg : "syntax error");
-	return kn_errorf(w->err, KN_EINVAL, NULL, "%s: invalid YAML",
-			 w->file);
-}
-
 static int check_text(struct walk *w, const char *text, size_t len)
 {
 	return kn_yaml_text_check(text, len, w->file, "spec", w->err);
@@ -1147,7 +1159,7 @@ int spec_parse_document(const char *text, size_t len, const char *filename,
 	if (!fy_diag_got_error(w.diag) && doc)
 		extra = fy_parse_load_document(parser);
 	if (fy_diag_got_error(w.diag)) {
-		rc = parse_failed(&w);
+		rc = kn_yaml_parse_error(w.diag, w.file, w.err);
 		goto out;
 	}
 	if (extra) {

@@ -16,25 +16,14 @@
 #include <string.h>
 
 #include "kube/kube.h"
-
-static const char *fixtures;
-
-static json_t *load(const char *name)
-{
-	char path[512];
-	json_t *v;
-
-	snprintf(path, sizeof(path), "%s/executor/%s", fixtures, name);
-	v = json_load_file(path, 0, NULL);
-	assert_non_null(v);
-	return v;
-}
+#include "fixture.h"
 
 /* The view of a Deployment fixture (or none) and up to three pods. */
 static json_t *view_of(const char *deployment, const char *p0,
 		       const char *p1, const char *p2)
 {
-	json_t *d = deployment ? load(deployment) : NULL, *pods = json_array();
+	json_t *d = deployment ? fixture_load("executor", deployment) : NULL,
+	       *pods = json_array();
 	const char *names[] = {p0, p1, p2};
 	json_t *v;
 
@@ -44,7 +33,7 @@ static json_t *view_of(const char *deployment, const char *p0,
 
 		if (!names[i])
 			continue;
-		pod = load(names[i]);
+		pod = fixture_load("executor", names[i]);
 		/* Listed out of order: the view sorts by name. */
 		snprintf(name, sizeof(name), "chat-7d4b9c6f5d-%d", 2 - i);
 		json_object_set_new(json_object_get(pod, "metadata"), "name",
@@ -57,26 +46,13 @@ static json_t *view_of(const char *deployment, const char *p0,
 	return v;
 }
 
-static json_int_t num(json_t *o, const char *key)
-{
-	json_t *v = json_object_get(o, key);
-
-	assert_true(json_is_integer(v));
-	return json_integer_value(v);
-}
-
-static const char *str(json_t *o, const char *key)
-{
-	return json_string_value(json_object_get(o, key));
-}
-
 static void test_not_created(void **state)
 {
 	json_t *v = view_of(NULL, NULL, NULL, NULL);
 
 	(void)state;
-	assert_string_equal(str(v, "rollout"), "pending");
-	assert_int_equal(num(v, "ready"), 0);
+	assert_string_equal(fixture_str(v, "rollout"), "pending");
+	assert_int_equal(fixture_num(v, "ready"), 0);
 	assert_int_equal(json_array_size(json_object_get(v, "pods")), 0);
 	assert_true(json_is_null(json_object_get(v, "reason")));
 	json_decref(v);
@@ -90,26 +66,28 @@ static void test_progressing(void **state)
 	json_t *pods = json_object_get(v, "pods"), *p;
 
 	(void)state;
-	assert_int_equal(num(v, "desired"), 2);
-	assert_int_equal(num(v, "ready"), 1);
-	assert_int_equal(num(v, "updated"), 2);
-	assert_int_equal(num(v, "available"), 1);
-	assert_string_equal(str(v, "rollout"), "progressing");
+	assert_int_equal(fixture_num(v, "desired"), 2);
+	assert_int_equal(fixture_num(v, "ready"), 1);
+	assert_int_equal(fixture_num(v, "updated"), 2);
+	assert_int_equal(fixture_num(v, "available"), 1);
+	assert_string_equal(fixture_str(v, "rollout"), "progressing");
 	/* Available=False says why better than Progressing=True. */
-	assert_string_equal(str(v, "reason"), "MinimumReplicasUnavailable");
-	assert_string_equal(str(v, "message"),
+	assert_string_equal(fixture_str(v, "reason"),
+			    "MinimumReplicasUnavailable");
+	assert_string_equal(fixture_str(v, "message"),
 			    "Deployment does not have minimum availability.");
 	assert_int_equal(json_array_size(json_object_get(v, "conditions")), 2);
 	assert_int_equal(json_array_size(pods), 2);
 	p = json_array_get(pods, 0);
-	assert_string_equal(str(p, "name"), "chat-7d4b9c6f5d-1");
+	assert_string_equal(fixture_str(p, "name"), "chat-7d4b9c6f5d-1");
 	assert_true(json_is_true(json_object_get(p, "ready")));
 	assert_true(json_is_null(json_object_get(p, "reason")));
-	assert_string_equal(str(p, "node"), "aks-gpunc-12345678-vmss000001");
+	assert_string_equal(fixture_str(p, "node"),
+			    "aks-gpunc-12345678-vmss000001");
 	p = json_array_get(pods, 1);
-	assert_string_equal(str(p, "name"), "chat-7d4b9c6f5d-2");
+	assert_string_equal(fixture_str(p, "name"), "chat-7d4b9c6f5d-2");
 	assert_false(json_is_true(json_object_get(p, "ready")));
-	assert_string_equal(str(p, "reason"),
+	assert_string_equal(fixture_str(p, "reason"),
 			    "ContainersNotReady: containers with unready "
 			    "status: [server]");
 	json_decref(v);
@@ -122,9 +100,9 @@ static void test_complete(void **state)
 			    NULL);
 
 	(void)state;
-	assert_int_equal(num(v, "ready"), 2);
-	assert_string_equal(str(v, "rollout"), "complete");
-	assert_string_equal(str(v, "reason"), "NewReplicaSetAvailable");
+	assert_int_equal(fixture_num(v, "ready"), 2);
+	assert_string_equal(fixture_str(v, "rollout"), "complete");
+	assert_string_equal(fixture_str(v, "reason"), "NewReplicaSetAvailable");
 	json_decref(v);
 }
 
@@ -137,27 +115,33 @@ static void test_deadline_and_pod_reasons(void **state)
 	json_t *pods = json_object_get(v, "pods"), *p;
 
 	(void)state;
-	assert_string_equal(str(v, "rollout"), "failed");
-	assert_string_equal(str(v, "reason"), "ProgressDeadlineExceeded");
-	assert_string_equal(str(v, "message"), "ReplicaSet \"chat-5f8c7b9d4e\" "
+	assert_string_equal(fixture_str(v, "rollout"), "failed");
+	assert_string_equal(fixture_str(v, "reason"),
+			    "ProgressDeadlineExceeded");
+	assert_string_equal(fixture_str(v, "message"),
+			    "ReplicaSet \"chat-5f8c7b9d4e\" "
 			    "has timed out progressing.");
 	p = json_array_get(pods, 1);
-	assert_string_equal(str(p, "phase"), "Running");
-	assert_int_equal(num(p, "restarts"), 3);
-	assert_non_null(strstr(str(p, "reason"), "CrashLoopBackOff: back-off "
-					       "40s restarting failed"));
+	assert_string_equal(fixture_str(p, "phase"), "Running");
+	assert_int_equal(fixture_num(p, "restarts"), 3);
+	assert_non_null(strstr(fixture_str(p, "reason"),
+			       "CrashLoopBackOff: back-off "
+			       "40s restarting failed"));
 	p = json_array_get(pods, 2);
-	assert_string_equal(str(p, "phase"), "Pending");
+	assert_string_equal(fixture_str(p, "phase"), "Pending");
 	assert_true(json_is_null(json_object_get(p, "node")));
-	assert_non_null(strstr(str(p, "reason"), "Unschedulable: 0/5 nodes are "
-					       "available"));
+	assert_non_null(strstr(fixture_str(p, "reason"),
+			       "Unschedulable: 0/5 nodes are "
+			       "available"));
 	json_decref(v);
 }
 
 static void test_unobserved_and_terminating(void **state)
 {
-	json_t *d = load("deployment-available.json"), *pods = json_array();
-	json_t *pod = load("pod-serving-ready.json"), *v, *p;
+	json_t *d = fixture_load("executor", "deployment-available.json"),
+	       *pods = json_array();
+	json_t *pod = fixture_load("executor", "pod-serving-ready.json"), *v,
+	       *p;
 
 	(void)state;
 	/* A spec the controller has not seen yet: nothing is complete. */
@@ -168,10 +152,10 @@ static void test_unobserved_and_terminating(void **state)
 			    json_string("2026-12-03T04:30:00Z"));
 	json_array_append_new(pods, pod);
 	v = kn_kube_deployment_view(d, pods);
-	assert_string_equal(str(v, "rollout"), "pending");
+	assert_string_equal(fixture_str(v, "rollout"), "pending");
 	p = json_array_get(json_object_get(v, "pods"), 0);
 	assert_false(json_is_true(json_object_get(p, "ready")));
-	assert_string_equal(str(p, "reason"), "terminating");
+	assert_string_equal(fixture_str(p, "reason"), "terminating");
 	json_decref(v);
 	json_decref(d);
 	json_decref(pods);
@@ -196,18 +180,21 @@ static void test_manifests(void **state)
 	tlabels = json_object_get(json_object_get(json_object_get(
 		json_object_get(dep, "spec"), "template"), "metadata"),
 		"labels");
-	assert_string_equal(str(json_object_get(dep, "metadata"), "name"),
+	assert_string_equal(
+		fixture_str(json_object_get(dep, "metadata"), "name"),
+		"chat-v2");
+	assert_string_equal(fixture_str(labels, KN_KUBE_LABEL_GENERATION), "7");
+	assert_string_equal(fixture_str(labels, KN_KUBE_LABEL_DEPLOYMENT),
 			    "chat-v2");
-	assert_string_equal(str(labels, KN_KUBE_LABEL_GENERATION), "7");
-	assert_string_equal(str(labels, KN_KUBE_LABEL_DEPLOYMENT), "chat-v2");
 	/* The template keeps no generation: a scale would roll pods. */
 	assert_null(json_object_get(tlabels, KN_KUBE_LABEL_GENERATION));
-	assert_int_equal(num(json_object_get(dep, "spec"), "replicas"), 5);
-	assert_string_equal(str(json_object_get(json_object_get(dep,
-								 "metadata"),
-						 "annotations"),
-				"kiln.dev/name"),
-			    "chat_v2");
+	assert_int_equal(fixture_num(json_object_get(dep, "spec"), "replicas"),
+			 5);
+	assert_string_equal(
+		fixture_str(json_object_get(json_object_get(dep, "metadata"),
+					    "annotations"),
+			    "kiln.dev/name"),
+		"chat_v2");
 	json_decref(docs);
 	cfg.image = NULL;
 	assert_int_equal(kn_kube_deploy_manifests(&cfg, d, 1, 1, &docs, &err),
@@ -231,6 +218,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s FIXTURES_DIR\n", argv[0]);
 		return 2;
 	}
-	fixtures = argv[1];
+	kube_fixtures = argv[1];
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

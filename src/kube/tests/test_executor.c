@@ -16,24 +16,12 @@
 #include <string.h>
 
 #include "kube/kube.h"
-
-static const char *fixtures;
-
-static json_t *load(const char *name)
-{
-	char path[512];
-	json_t *v;
-
-	snprintf(path, sizeof(path), "%s/executor/%s", fixtures, name);
-	v = json_load_file(path, 0, NULL);
-	assert_non_null(v);
-	return v;
-}
+#include "fixture.h"
 
 /* A pod fixture as the pod of index (its annotation rewritten). */
 static json_t *pod_at(const char *name, int index)
 {
-	json_t *pod = load(name);
+	json_t *pod = fixture_load("executor", name);
 	char idx[16];
 
 	snprintf(idx, sizeof(idx), "%d", index);
@@ -49,7 +37,7 @@ static void state_of(const char *job_file, bool stopping, int rank,
 		     struct kn_kube_task_view *v, const char *pod0,
 		     const char *pod1)
 {
-	json_t *job = job_file ? load(job_file) : NULL;
+	json_t *job = job_file ? fixture_load("executor", job_file) : NULL;
 	json_t *pods = json_array();
 
 	if (pod0)
@@ -76,7 +64,7 @@ static void test_running_and_succeeded(void **state)
 	/* Not started yet (waiting for a node or its image): not ended. */
 	{
 		json_t *pods = json_array(), *pod = pod_at("pod-running.json", 0);
-		json_t *job = load("job-active.json");
+		json_t *job = fixture_load("executor", "job-active.json");
 
 		json_object_set_new(json_object_get(pod, "status"), "phase",
 				    json_string("Pending"));
@@ -251,7 +239,8 @@ static void test_gone_and_stopped(void **state)
 static void test_single_task(void **state)
 {
 	struct kn_kube_task_view v;
-	json_t *pod = load("pod-failed.json"), *pods = json_array();
+	json_t *pod = fixture_load("executor", "pod-failed.json"),
+	       *pods = json_array();
 
 	(void)state;
 	json_object_del(json_object_get(json_object_get(pod, "metadata"),
@@ -413,6 +402,6 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_attempt_manifests),
 	};
 
-	fixtures = argc > 1 ? argv[1] : "tests/fixtures/kube";
+	kube_fixtures = argc > 1 ? argv[1] : "tests/fixtures/kube";
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,30 +16,20 @@
 #include <string.h>
 
 #include "kube/kube.h"
+#include "fixture.h"
 
-static const char *fixtures;
 static struct kn_kube_products *products;
 
 #define N0 "aks-gpunc-12345678-vmss000000"
 #define N1 "aks-gpunc-12345678-vmss000001"
 #define N2 "aks-gpunc-12345678-vmss000002"
 
-static json_t *load(const char *name)
-{
-	char path[512];
-	json_t *v;
-
-	snprintf(path, sizeof(path), "%s/%s", fixtures, name);
-	v = json_load_file(path, 0, NULL);
-	assert_non_null(v);
-	return v;
-}
-
 /* The recorded cluster: nodes.json and pods.json. */
 static struct kn_kube_cluster *recorded(void)
 {
 	struct kn_kube_cluster *c = kn_kube_cluster_new("kiln", products);
-	json_t *nodes = load("nodes.json"), *pods = load("pods.json");
+	json_t *nodes = fixture_load("", "nodes.json"),
+	       *pods = fixture_load("", "pods.json");
 	struct kn_error err = {0};
 
 	assert_int_equal(kn_kube_cluster_set_nodes(c, nodes, &err), 0);
@@ -398,7 +388,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s FIXTURE-DIR\n", argv[0]);
 		return 2;
 	}
-	fixtures = argv[1];
+	kube_fixtures = argv[1];
 	if (kn_kube_products_load(KN_TEST_DATA_DIR "/gpu-products.csv", &products, &err) < 0)
 		return 1;
 	rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kube/kube.h"
+#include "fixture.h"
 
 static struct kn_kube_products *products;
 
@@ -70,70 +71,19 @@ static int render_job_error(const char *yaml, const char *image,
 	return rc;
 }
 
-/*
- * The value at a dotted path ("spec.template.spec"); "[n]" indexes an
- * array. Keys may hold dots ("nvidia.com/gpu"): the longest key present
- * wins.
- */
-static json_t *at(json_t *v, const char *path)
-{
-	const char *p = path;
-
-	while (v && *p) {
-		size_t len = strlen(p), best = 0;
-		char key[256];
-
-		if (p[0] == '[') {
-			v = json_array_get(v, (size_t)atoi(p + 1));
-			p = strchr(p, ']') + 1;
-		} else {
-			for (size_t n = len; n > 0; n--) {
-				if (n < len && p[n] != '.')
-					continue;
-				snprintf(key, sizeof(key), "%.*s", (int)n, p);
-				if (json_object_get(v, key)) {
-					best = n;
-					break;
-				}
-			}
-			if (!best)
-				return NULL;
-			snprintf(key, sizeof(key), "%.*s", (int)best, p);
-			v = json_object_get(v, key);
-			p += best;
-		}
-		if (*p == '.')
-			p++;
-	}
-	return v;
-}
-
-static const char *str(json_t *v, const char *path)
-{
-	const char *s = json_string_value(at(v, path));
-
-	assert_non_null(s);
-	return s;
-}
-
-static json_int_t num(json_t *v, const char *path)
-{
-	json_t *n = at(v, path);
-
-	assert_true(json_is_integer(n));
-	return json_integer_value(n);
-}
-
 static const char *env(json_t *container, const char *name)
 {
 	size_t i;
 	json_t *e;
 
-	json_array_foreach(json_object_get(container, "env"), i, e)
-		if (!strcmp(json_string_value(json_object_get(e, "name")), name))
-			return json_string_value(json_object_get(e, "value")) ?
-			  json_string_value(json_object_get(e, "value")) :
-			  json_string_value(at(e, "valueFrom.fieldRef.fieldPath"));
+	json_array_foreach(json_object_get(container, "env"), i, e) if (
+		!strcmp(json_string_value(json_object_get(e, "name")),
+			name)) return json_string_value(json_object_get(e,
+									"valu"
+									"e"))
+		? json_string_value(json_object_get(e, "value"))
+		: json_string_value(
+			  fixture_at(e, "valueFrom.fieldRef.fieldPath"));
 	return NULL;
 }
 
@@ -156,23 +106,24 @@ static void test_single_task(void **state)
 {
 	json_t *docs = render_job("name: one\ncommand: [a, b]\n", "img");
 	json_t *job = json_array_get(docs, 0);
-	json_t *pod = at(job, "spec.template.spec");
-	json_t *c = at(pod, "containers.[0]");
+	json_t *pod = fixture_at(job, "spec.template.spec");
+	json_t *c = fixture_at(pod, "containers.[0]");
 
 	(void)state;
 	assert_int_equal(json_array_size(docs), 1); /* no Service */
-	assert_string_equal(str(job, "kind"), "Job");
-	assert_null(at(job, "spec.completionMode"));
-	assert_int_equal(num(job, "spec.completions"), 1);
-	assert_int_equal(num(job, "spec.backoffLimit"), 0);
-	assert_null(at(job, "spec.activeDeadlineSeconds"));
+	assert_string_equal(fixture_str(job, "kind"), "Job");
+	assert_null(fixture_at(job, "spec.completionMode"));
+	assert_int_equal(fixture_num(job, "spec.completions"), 1);
+	assert_int_equal(fixture_num(job, "spec.backoffLimit"), 0);
+	assert_null(fixture_at(job, "spec.activeDeadlineSeconds"));
 	assert_string_equal(env(c, "RANK"), "0");
 	assert_null(env(c, "MASTER_ADDR"));
-	assert_null(at(pod, "tolerations")); /* no GPU, not preemptible */
-	assert_null(at(pod, "terminationGracePeriodSeconds"));
-	assert_null(at(c, "lifecycle"));
-	assert_string_equal(str(c, "image"), "img");
-	assert_string_equal(str(c, "command.[1]"), "b");
+	assert_null(
+		fixture_at(pod, "tolerations")); /* no GPU, not preemptible */
+	assert_null(fixture_at(pod, "terminationGracePeriodSeconds"));
+	assert_null(fixture_at(c, "lifecycle"));
+	assert_string_equal(fixture_str(c, "image"), "img");
+	assert_string_equal(fixture_str(c, "command.[1]"), "b");
 	json_decref(docs);
 }
 
@@ -181,27 +132,32 @@ static void test_gang(void **state)
 	json_t *docs = render_job("name: g\ncommand: [a]\ntasks: 3\n"
 				  "retries: 4\ntimeout: 61s\n", "img");
 	json_t *job = json_array_get(docs, 0), *svc = json_array_get(docs, 1);
-	json_t *c = at(job, "spec.template.spec.containers.[0]");
+	json_t *c = fixture_at(job, "spec.template.spec.containers.[0]");
 
 	(void)state;
-	assert_string_equal(str(job, "spec.completionMode"), "Indexed");
-	assert_int_equal(num(job, "spec.completions"), 3);
-	assert_int_equal(num(job, "spec.parallelism"), 3);
-	assert_int_equal(num(job, "spec.backoffLimit"), 4);
-	assert_int_equal(num(job, "spec.activeDeadlineSeconds"), 61);
-	assert_string_equal(str(job, "spec.template.spec.subdomain"), "g");
-	assert_string_equal(str(job, "spec.template.metadata.annotations."
-				     "kiln.dev/gang-size"), "3");
+	assert_string_equal(fixture_str(job, "spec.completionMode"), "Indexed");
+	assert_int_equal(fixture_num(job, "spec.completions"), 3);
+	assert_int_equal(fixture_num(job, "spec.parallelism"), 3);
+	assert_int_equal(fixture_num(job, "spec.backoffLimit"), 4);
+	assert_int_equal(fixture_num(job, "spec.activeDeadlineSeconds"), 61);
+	assert_string_equal(fixture_str(job, "spec.template.spec.subdomain"),
+			    "g");
+	assert_string_equal(fixture_str(job,
+					"spec.template.metadata.annotations."
+					"kiln.dev/gang-size"),
+			    "3");
 	assert_string_equal(env(c, "RANK"),
 			    "metadata.annotations['batch.kubernetes.io/"
 			    "job-completion-index']");
 	assert_string_equal(env(c, "WORLD_SIZE"), "3");
 	assert_string_equal(env(c, "MASTER_ADDR"), "g-0.g");
 	assert_string_equal(env(c, "MASTER_PORT"), "29500");
-	assert_string_equal(str(svc, "kind"), "Service");
-	assert_string_equal(str(svc, "spec.clusterIP"), "None");
-	assert_true(json_is_true(at(svc, "spec.publishNotReadyAddresses")));
-	assert_string_equal(str(svc, "spec.selector.kiln.dev/job"), "g");
+	assert_string_equal(fixture_str(svc, "kind"), "Service");
+	assert_string_equal(fixture_str(svc, "spec.clusterIP"), "None");
+	assert_true(
+		json_is_true(fixture_at(svc, "spec.publishNotReadyAddresses")));
+	assert_string_equal(fixture_str(svc, "spec.selector.kiln.dev/job"),
+			    "g");
 	json_decref(docs);
 }
 
@@ -212,36 +168,37 @@ static void test_gpus(void **state)
 	(void)state;
 	docs = render_job("name: w\ncommand: [a]\nresources: {gpus: 2, "
 			  "cpus: 1.5, memory: 1536Mi}\n", "img");
-	pod = at(json_array_get(docs, 0), "spec.template.spec");
-	lim = at(pod, "containers.[0].resources");
-	assert_string_equal(str(lim, "limits.nvidia.com/gpu"), "2");
-	assert_string_equal(str(lim, "requests.cpu"), "1500m");
-	assert_string_equal(str(lim, "requests.memory"), "1536Mi");
-	assert_string_equal(str(lim, "limits.memory"), "1536Mi");
+	pod = fixture_at(json_array_get(docs, 0), "spec.template.spec");
+	lim = fixture_at(pod, "containers.[0].resources");
+	assert_string_equal(fixture_str(lim, "limits.nvidia.com/gpu"), "2");
+	assert_string_equal(fixture_str(lim, "requests.cpu"), "1500m");
+	assert_string_equal(fixture_str(lim, "requests.memory"), "1536Mi");
+	assert_string_equal(fixture_str(lim, "limits.memory"), "1536Mi");
 	assert_true(has_toleration(pod, "sku", "gpu"));
-	assert_null(at(pod, "schedulerName"));
+	assert_null(fixture_at(pod, "schedulerName"));
 	json_decref(docs);
 
 	docs = render_job("name: m\ncommand: [a]\n"
 			  "resources: {gpus: 'mig:3g.40gb'}\n", "img");
-	pod = at(json_array_get(docs, 0), "spec.template.spec");
-	assert_string_equal(
-		str(pod, "containers.[0].resources.limits.nvidia.com/mig-3g.40gb"),
-		"1");
-	assert_null(at(pod, "containers.[0].resources.limits.nvidia.com/gpu"));
+	pod = fixture_at(json_array_get(docs, 0), "spec.template.spec");
+	assert_string_equal(fixture_str(pod, "containers.[0].resources.limits."
+					     "nvidia.com/mig-3g.40gb"),
+			    "1");
+	assert_null(fixture_at(
+		pod, "containers.[0].resources.limits.nvidia.com/gpu"));
 	assert_true(has_toleration(pod, "sku", "gpu"));
 	json_decref(docs);
 
 	docs = render_job("name: s\ncommand: [a]\nresources: {gpus: 0.5}\n",
 			  "img");
-	pod = at(json_array_get(docs, 0), "spec.template.spec");
-	assert_string_equal(str(pod, "schedulerName"), "kiln");
-	assert_null(at(pod, "containers.[0].resources.limits"));
-	assert_string_equal(
-		str(json_array_get(docs, 0),
-		    "spec.template.metadata.annotations.kiln.dev/gpu-milli"),
-		"500");
-	assert_string_equal(env(at(pod, "containers.[0]"),
+	pod = fixture_at(json_array_get(docs, 0), "spec.template.spec");
+	assert_string_equal(fixture_str(pod, "schedulerName"), "kiln");
+	assert_null(fixture_at(pod, "containers.[0].resources.limits"));
+	assert_string_equal(fixture_str(json_array_get(docs, 0),
+					"spec.template.metadata.annotations."
+					"kiln.dev/gpu-milli"),
+			    "500");
+	assert_string_equal(env(fixture_at(pod, "containers.[0]"),
 				"NVIDIA_VISIBLE_DEVICES"),
 			    "metadata.annotations['kiln.dev/gpu']");
 	json_decref(docs);
@@ -257,34 +214,43 @@ static void test_models_and_placement(void **state)
 		"  affinity:\n    required: [{key: zone, operator: In, values: "
 		"[a, b]}]\n    preferred: [{key: ib, operator: Exists, "
 		"weight: 30}]\n", "img");
-	json_t *pod = at(json_array_get(docs, 0), "spec.template.spec");
-	json_t *term = at(pod, "affinity.nodeAffinity."
-			  "requiredDuringSchedulingIgnoredDuringExecution."
-			  "nodeSelectorTerms.[0].matchExpressions");
-	json_t *pref = at(pod, "affinity.nodeAffinity."
-			  "preferredDuringSchedulingIgnoredDuringExecution.[0]");
+	json_t *pod = fixture_at(json_array_get(docs, 0), "spec.template.spec");
+	json_t *term = fixture_at(
+		pod, "affinity.nodeAffinity."
+		     "requiredDuringSchedulingIgnoredDuringExecution."
+		     "nodeSelectorTerms.[0].matchExpressions");
+	json_t *pref = fixture_at(
+		pod, "affinity.nodeAffinity."
+		     "preferredDuringSchedulingIgnoredDuringExecution.[0]");
 
 	(void)state;
-	assert_string_equal(str(pod, "nodeSelector.pool"), "gpu");
-	assert_string_equal(str(term, "[0].key"), "zone");
-	assert_string_equal(str(term, "[0].values.[1]"), "b");
-	assert_string_equal(str(term, "[1].key"), "nvidia.com/gpu.product");
-	assert_string_equal(str(term, "[1].operator"), "In");
+	assert_string_equal(fixture_str(pod, "nodeSelector.pool"), "gpu");
+	assert_string_equal(fixture_str(term, "[0].key"), "zone");
+	assert_string_equal(fixture_str(term, "[0].values.[1]"), "b");
+	assert_string_equal(fixture_str(term, "[1].key"),
+			    "nvidia.com/gpu.product");
+	assert_string_equal(fixture_str(term, "[1].operator"), "In");
 	/* A100-80GB has two boards (SXM4 and PCIe), then the T4. */
-	assert_string_equal(str(term, "[1].values.[0]"), "NVIDIA-A100-SXM4-80GB");
-	assert_string_equal(str(term, "[1].values.[1]"), "NVIDIA-A100-80GB-PCIe");
-	assert_string_equal(str(term, "[1].values.[2]"), "Tesla-T4");
-	assert_int_equal(num(pref, "weight"), 30);
-	assert_string_equal(str(pref, "preference.matchExpressions.[0].operator"),
-			    "Exists");
-	assert_null(at(pref, "preference.matchExpressions.[0].values"));
+	assert_string_equal(fixture_str(term, "[1].values.[0]"),
+			    "NVIDIA-A100-SXM4-80GB");
+	assert_string_equal(fixture_str(term, "[1].values.[1]"),
+			    "NVIDIA-A100-80GB-PCIe");
+	assert_string_equal(fixture_str(term, "[1].values.[2]"), "Tesla-T4");
+	assert_int_equal(fixture_num(pref, "weight"), 30);
+	assert_string_equal(
+		fixture_str(pref, "preference.matchExpressions.[0].operator"),
+		"Exists");
+	assert_null(fixture_at(pref, "preference.matchExpressions.[0].values"));
 	assert_true(has_toleration(pod, "kubernetes.azure.com/scalesetpriority",
 				   "spot"));
-	assert_string_equal(str(pod, "tolerations.[2].key"), "team");
-	assert_string_equal(str(pod, "tolerations.[2].operator"), "Exists");
-	assert_string_equal(str(pod, "topologySpreadConstraints.[0].topologyKey"),
-			    "topology.kubernetes.io/zone");
-	assert_int_equal(num(pod, "topologySpreadConstraints.[0].maxSkew"), 1);
+	assert_string_equal(fixture_str(pod, "tolerations.[2].key"), "team");
+	assert_string_equal(fixture_str(pod, "tolerations.[2].operator"),
+			    "Exists");
+	assert_string_equal(
+		fixture_str(pod, "topologySpreadConstraints.[0].topologyKey"),
+		"topology.kubernetes.io/zone");
+	assert_int_equal(
+		fixture_num(pod, "topologySpreadConstraints.[0].maxSkew"), 1);
 	json_decref(docs);
 }
 
@@ -292,12 +258,14 @@ static void test_checkpoint_grace(void **state)
 {
 	json_t *docs = render_job("name: c\ncommand: [a]\ncheckpoint: "
 				  "{grace: 1500ms, signal: USR2}\n", "img");
-	json_t *pod = at(json_array_get(docs, 0), "spec.template.spec");
+	json_t *pod = fixture_at(json_array_get(docs, 0), "spec.template.spec");
 
 	(void)state;
-	assert_int_equal(num(pod, "terminationGracePeriodSeconds"), 2);
+	assert_int_equal(fixture_num(pod, "terminationGracePeriodSeconds"), 2);
 	assert_string_equal(
-		str(pod, "containers.[0].lifecycle.preStop.exec.command.[2]"),
+		fixture_str(
+			pod,
+			"containers.[0].lifecycle.preStop.exec.command.[2]"),
 		"kill -s USR2 1; while kill -0 1 2>/dev/null; do sleep 1; "
 		"done");
 	json_decref(docs);
@@ -343,24 +311,29 @@ static void test_deployment(void **state)
 	assert_int_equal(kn_kube_render_deployment(d, &opts, &docs, &err), 0);
 	dep = json_array_get(docs, 0);
 	svc = json_array_get(docs, 1);
-	c = at(dep, "spec.template.spec.containers.[0]");
-	assert_string_equal(str(dep, "apiVersion"), "apps/v1");
-	assert_string_equal(str(dep, "metadata.name"), "web-v2");
-	assert_string_equal(str(dep, "metadata.namespace"), "prod");
-	assert_int_equal(num(dep, "spec.replicas"), 2);
-	assert_int_equal(num(dep, "spec.strategy.rollingUpdate.maxUnavailable"),
-			 0);
-	assert_string_equal(str(dep, "spec.template.spec.schedulerName"),
-			    "kiln");
+	c = fixture_at(dep, "spec.template.spec.containers.[0]");
+	assert_string_equal(fixture_str(dep, "apiVersion"), "apps/v1");
+	assert_string_equal(fixture_str(dep, "metadata.name"), "web-v2");
+	assert_string_equal(fixture_str(dep, "metadata.namespace"), "prod");
+	assert_int_equal(fixture_num(dep, "spec.replicas"), 2);
+	assert_int_equal(
+		fixture_num(dep, "spec.strategy.rollingUpdate.maxUnavailable"),
+		0);
+	assert_string_equal(
+		fixture_str(dep, "spec.template.spec.schedulerName"), "kiln");
 	assert_string_equal(env(c, "KILN_MODEL"), "job:7");
 	assert_string_equal(env(c, "KILN_PORT"), "8000");
-	assert_string_equal(str(c, "readinessProbe.httpGet.path"), "/r");
-	assert_int_equal(num(c, "readinessProbe.periodSeconds"), 3);
-	assert_int_equal(num(c, "readinessProbe.initialDelaySeconds"), 10);
-	assert_null(at(c, "livenessProbe"));
-	assert_string_equal(str(svc, "spec.selector.kiln.dev/deployment"),
-			    "web-v2");
-	assert_string_equal(str(svc, "spec.ports.[0].targetPort"), "http");
+	assert_string_equal(fixture_str(c, "readinessProbe.httpGet.path"),
+			    "/r");
+	assert_int_equal(fixture_num(c, "readinessProbe.periodSeconds"), 3);
+	assert_int_equal(fixture_num(c, "readinessProbe.initialDelaySeconds"),
+			 10);
+	assert_null(fixture_at(c, "livenessProbe"));
+	assert_string_equal(
+		fixture_str(svc, "spec.selector.kiln.dev/deployment"),
+		"web-v2");
+	assert_string_equal(fixture_str(svc, "spec.ports.[0].targetPort"),
+			    "http");
 	json_decref(docs);
 	kn_deployment_spec_free(d);
 }
