@@ -471,7 +471,6 @@ static int write_file(const char *path, const void *data, size_t len,
 		      mode_t mode, bool durable)
 {
 	char tmp[PATH_MAX];
-	const char *p = data;
 	int fd, rc = 0;
 
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, getpid()) >=
@@ -491,18 +490,8 @@ static int write_file(const char *path, const void *data, size_t len,
 		rc = -errno;
 		goto out;
 	}
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			rc = -errno;
-			goto out;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	if (durable && fsync(fd) < 0)
+	rc = kn_write_all(fd, data, len);
+	if (rc == 0 && durable && fsync(fd) < 0)
 		rc = -errno;
 out:
 	close(fd);

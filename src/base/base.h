@@ -180,6 +180,16 @@ int kn_write_file_atomic(const char *path, const void *data, size_t len,
 int kn_write_file_replace(const char *path, const void *data, size_t len,
 			  mode_t mode);
 /*
+ * The whole of data out to fd, through short writes and EINTR: 0, or a
+ * negative errno (-EIO when the descriptor takes nothing). kn_pwrite_all
+ * writes at offset at and leaves the file offset alone; kn_send_all sends
+ * with MSG_NOSIGNAL, so a closed peer is -EPIPE rather than SIGPIPE, and
+ * a socket's SO_SNDTIMEO running out is -EAGAIN.
+ */
+int kn_write_all(int fd, const void *data, size_t len);
+int kn_pwrite_all(int fd, const void *data, size_t len, int64_t at);
+int kn_send_all(int fd, const void *data, size_t len);
+/*
  * Read a whole file of at most max bytes into a malloc'd NUL-terminated
  * buffer. -EFBIG when larger, -errno otherwise.
  */

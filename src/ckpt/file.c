@@ -79,21 +79,6 @@ static int open_temp(struct kn_blob_store *s, const char *target,
 	return fd;
 }
 
-static int write_full(int fd, const char *buf, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, buf, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		buf += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /*
  * Copy up to limit bytes (limit < 0: to the end) of in, from offset, to
  * out, hashing on the side. The source is mapped window by window and
@@ -154,7 +139,7 @@ static int copy_hashed(int in, int64_t offset, int out, int64_t limit,
 		}
 		ring[r].map = map;
 		ring[r].len = maplen;
-		rc = write_full(out, map + (pos - aligned), n);
+		rc = kn_write_all(out, map + (pos - aligned), n);
 		if (rc < 0) {
 			*failed_op = "write";
 			break;
@@ -206,7 +191,7 @@ int kn_copy_fd_hashed(int in, int out, int64_t len, char *hex,
 		}
 		ring[r].seq = kn_hashpipe_submit(hp, ring[r].buf, (size_t)n);
 		ring[r].hashing = true;
-		rc = write_full(out, ring[r].buf, (size_t)n);
+		rc = kn_write_all(out, ring[r].buf, (size_t)n);
 		if (rc < 0) {
 			*failed_op = "write";
 			break;
@@ -393,7 +378,7 @@ static int fs_put_bytes(struct kn_blob_store *s, const char *name,
 		goto out;
 	}
 	fd = rc;
-	rc = write_full(fd, data, len);
+	rc = kn_write_all(fd, data, len);
 	if (rc < 0) {
 		close(fd);
 		unlink(tmp);

@@ -576,6 +576,20 @@ void cli_table_cellf(struct cli_table *t, const char *fmt, ...)
 	free(s);
 }
 
+void cli_table_int(struct cli_table *t, json_t *obj, const char *key)
+{
+	cli_table_cellf(t, "%lld", (long long)cli_json_int(obj, key));
+}
+
+void cli_table_ago(struct cli_table *t, json_t *obj, const char *key,
+		   int64_t now_ms)
+{
+	char ago[32];
+
+	kn_format_ago(cli_json_int(obj, key), now_ms, ago, sizeof(ago));
+	cli_table_cell(t, ago);
+}
+
 static size_t *column_widths(const struct cli_table *t)
 {
 	size_t *width = kn_xcalloc(t->n_cols, sizeof(size_t));

@@ -349,6 +349,11 @@ void cli_table_free(struct cli_table *t);
 void cli_table_cell(struct cli_table *t, const char *text);
 void cli_table_cellf(struct cli_table *t, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* A cell with obj's key as an integer, as cli_json_int. */
+void cli_table_int(struct cli_table *t, json_t *obj, const char *key);
+/* A cell with how long ago obj's key (epoch ms) was, as kn_format_ago. */
+void cli_table_ago(struct cli_table *t, json_t *obj, const char *key,
+		   int64_t now_ms);
 /* Print to f with each line starting with indent spaces. */
 void cli_table_print(const struct cli_table *t, FILE *f, int indent);
 

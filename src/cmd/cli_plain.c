@@ -28,6 +28,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define HEAD_MAX 65536
@@ -336,23 +337,22 @@ bool cli_plain_url(const char *url, char *host, size_t host_len, int *port)
 	return loopback_addr(host, *port, &sa, &len) == 0;
 }
 
-/* The whole request out, before the deadline: 0, or -errno. */
-static int send_all(int fd, const char *data, size_t len, long deadline)
+/*
+ * The whole request out. A send that makes no progress for the timeout
+ * fails (SO_SNDTIMEO): a server that stops reading cannot hold the CLI.
+ * 0, or -errno.
+ */
+static int send_request(int fd, const struct kn_buf *req, int timeout_ms)
 {
-	while (len) {
-		ssize_t n;
+	struct timeval tv = {.tv_sec = timeout_ms / 1000,
+			     .tv_usec = (timeout_ms % 1000) * 1000};
+	int rc;
 
-		if (wait_fd(fd, POLLOUT, deadline) < 0)
-			return -ETIMEDOUT;
-		n = send(fd, data, len, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		data += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	if (timeout_ms &&
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+		return -errno;
+	rc = kn_send_all(fd, req->data, req->len);
+	return rc == -EAGAIN ? -ETIMEDOUT : rc;
 }
 
 enum cli_plain_result cli_plain_request(const char *host, int port,
@@ -390,7 +390,7 @@ enum cli_plain_result cli_plain_request(const char *host, int port,
 		      headers ? headers : "");
 	if (body && body_len)
 		kn_buf_append(&req, body, body_len);
-	err = send_all(fd, req.data, req.len, deadline);
+	err = send_request(fd, &req, timeout_ms);
 	kn_buf_release(&req);
 	/* A server that answers before reading it all (an error) may have
 	   closed its side: its answer is still worth reading. */

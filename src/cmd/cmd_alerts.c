@@ -20,7 +20,6 @@ static void print_alerts(const struct cli_ctx *ctx, json_t *answer,
 	};
 	json_t *rows = json_object_get(answer, "alerts"), *row;
 	int64_t now = kn_now_ms();
-	char since[48], resolved[48];
 	struct cli_table *t;
 	size_t i;
 
@@ -40,12 +39,8 @@ static void print_alerts(const struct cli_ctx *ctx, json_t *answer,
 		cli_table_cell(t, cli_json_str(row, "state"));
 		cli_table_cell(t, cli_json_str(row, "severity"));
 		cli_table_cell(t, cli_json_str(row, "rule"));
-		kn_format_ago(cli_json_int(row, "fired_at_ms"), now, since,
-			      sizeof(since));
-		kn_format_ago(cli_json_int(row, "resolved_at_ms"), now, resolved,
-			      sizeof(resolved));
-		cli_table_cell(t, since);
-		cli_table_cell(t, resolved);
+		cli_table_ago(t, row, "fired_at_ms", now);
+		cli_table_ago(t, row, "resolved_at_ms", now);
 		cli_table_cell(t, cli_json_str(row, "summary"));
 	}
 	cli_table_show(ctx, t, stdout, 0);

@@ -126,60 +126,53 @@ static void say_error(const struct rank_state *s, const char *what,
 		err->message);
 }
 
-/* All ranks' value of v combined by op (SUM becomes an average). */
-static int agree_double(struct rank_state *s, double *v, int how)
+/*
+ * One value at v (size bytes of type), made the same on every rank:
+ * rank 0's when broadcast, else all ranks' combined by op. v is written
+ * only on success; what failed is said as what.
+ */
+static int agree(struct rank_state *s, void *v, size_t size,
+		 enum kn_coll_type type, bool broadcast, enum kn_coll_op op,
+		 const char *what)
 {
 	struct kn_error err = {0};
-	double out;
+	uint64_t out; /* the widest type agreed on */
 	int rc;
 
-	rc = kn_coll_mem_write(s->comm, s->small, v, sizeof(*v), &err);
-	if (rc == 0) {
-		if (how == 0)
-			rc = kn_coll_broadcast(s->comm, s->small, s->small, 1,
-					       KN_COLL_DOUBLE, 0, &err);
-		else
-			rc = kn_coll_all_reduce(
-				s->comm, s->small, s->small, 1, KN_COLL_DOUBLE,
-				how == 2   ? KN_COLL_MIN
-				: how == 3 ? KN_COLL_MAX
-					   : KN_COLL_AVG,
-				&err);
-	}
+	rc = kn_coll_mem_write(s->comm, s->small, v, size, &err);
+	if (rc == 0 && broadcast)
+		rc = kn_coll_broadcast(s->comm, s->small, s->small, 1, type, 0,
+				       &err);
+	else if (rc == 0)
+		rc = kn_coll_all_reduce(s->comm, s->small, s->small, 1, type,
+					op, &err);
 	if (rc == 0)
 		rc = kn_coll_sync(s->comm, &err);
 	if (rc == 0)
-		rc = kn_coll_mem_read(s->comm, &out, s->small, sizeof(out),
-				      &err);
+		rc = kn_coll_mem_read(s->comm, &out, s->small, size, &err);
 	if (rc < 0) {
-		say_error(s, "combining times", &err);
+		say_error(s, what, &err);
 		return rc;
 	}
-	*v = out;
+	memcpy(v, &out, size);
 	return 0;
+}
+
+/* A time agreed as -a asks: 0 rank 0's, 1 the average, 2 the minimum,
+   3 the maximum. */
+static int agree_time(struct rank_state *s, double *sec, int how)
+{
+	static const enum kn_coll_op ops[] = {KN_COLL_AVG, KN_COLL_AVG,
+					      KN_COLL_MIN, KN_COLL_MAX};
+
+	return agree(s, sec, sizeof(*sec), KN_COLL_DOUBLE, how == 0, ops[how],
+		     "combining times");
 }
 
 static int sum_u64(struct rank_state *s, uint64_t *v)
 {
-	struct kn_error err = {0};
-	uint64_t out;
-	int rc;
-
-	rc = kn_coll_mem_write(s->comm, s->small, v, sizeof(*v), &err);
-	if (rc == 0)
-		rc = kn_coll_all_reduce(s->comm, s->small, s->small, 1,
-					KN_COLL_UINT64, KN_COLL_SUM, &err);
-	if (rc == 0)
-		rc = kn_coll_sync(s->comm, &err);
-	if (rc == 0)
-		rc = kn_coll_mem_read(s->comm, &out, s->small, sizeof(out),
-				      &err);
-	if (rc < 0) {
-		say_error(s, "adding up wrong elements", &err);
-		return rc;
-	}
-	*v = out;
-	return 0;
+	return agree(s, v, sizeof(*v), KN_COLL_UINT64, false, KN_COLL_SUM,
+		     "adding up wrong elements");
 }
 
 /* The collective's arguments for this rank, with NCCL's in-place layout. */
@@ -293,7 +286,7 @@ static int bench_size(struct rank_state *s, struct bench *b,
 		if (rc < 0)
 			return rc;
 		sec = (now_s() - t0) / b->iters;
-		rc = agree_double(s, &sec, b->average);
+		rc = agree_time(s, &sec, b->average);
 		if (rc < 0)
 			return rc;
 		algbw = sec > 0 ? (double)shown / 1e9 / sec : 0;

@@ -25,11 +25,7 @@ int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv)
 	size_t n_args = 0, n = 0;
 	int rc;
 
-	rc = cli_parse_positionals(ctx, argc, argv, flags, args,
-				   (size_t)argc, &n_args);
-	if (rc != CLI_GO)
-		goto out;
-	rc = job_select_check(ctx, &sel, n_args);
+	rc = job_select_parse(ctx, argc, argv, flags, &sel, args, &n_args);
 	if (rc != CLI_GO)
 		goto out;
 	rc = cli_client_open(ctx, &c);

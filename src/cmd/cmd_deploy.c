@@ -75,8 +75,7 @@ static void print_list(const struct cli_ctx *ctx, json_t *deps)
 		cli_table_cell(t, cli_json_str(d, "model"));
 		cli_table_cell(t, cli_json_str(d, "owner"));
 		cli_table_cell(t, cli_json_str(d, "fallback"));
-		cli_table_cellf(t, "%lld",
-				(long long)cli_json_int(d, "generation"));
+		cli_table_int(t, d, "generation");
 	}
 	cli_table_show(ctx, t, stdout, 0);
 	cli_table_free(t);
@@ -110,13 +109,12 @@ static void print_kube_detail(json_t *d, json_t *k)
 		printf("error:       %s\n", cli_json_str(k, "error"));
 	printf("\n");
 	json_array_foreach(json_object_get(d, "replicas"), i, r) {
-		cli_table_cellf(t, "%lld", (long long)cli_json_int(r, "replica"));
+		cli_table_int(t, r, "replica");
 		cli_table_cell(t, cli_json_str(r, "state"));
 		cli_table_cell(t, cli_json_str(r, "pod"));
 		cli_table_cell(t, cli_json_str(r, "node"));
 		cli_table_cell(t, cli_json_str(r, "zone"));
-		cli_table_cellf(t, "%lld",
-				(long long)cli_json_int(r, "restarts"));
+		cli_table_int(t, r, "restarts");
 		cli_table_cell(t, cli_json_str(r, "reason"));
 	}
 	cli_table_print(t, stdout, 0);
@@ -186,7 +184,7 @@ static void print_detail(json_t *d)
 	}
 	printf("\n");
 	json_array_foreach(json_object_get(d, "replicas"), i, r) {
-		cli_table_cellf(t, "%lld", (long long)cli_json_int(r, "replica"));
+		cli_table_int(t, r, "replica");
 		cli_table_cell(t, cli_json_str(r, "state"));
 		if (json_is_integer(json_object_get(r, "model_version")))
 			cli_table_cellf(t, "%lld", (long long)cli_json_int(
@@ -196,9 +194,8 @@ static void print_detail(json_t *d)
 		cli_table_cell(t, cli_json_str(r, "address"));
 		cli_table_cell(t, cli_json_str(r, "node"));
 		cli_table_cell(t, cli_json_str(r, "zone"));
-		cli_table_cellf(t, "%lld",
-				(long long)cli_json_int(r, "restarts"));
-		cli_table_cellf(t, "%lld", (long long)cli_json_int(r, "job"));
+		cli_table_int(t, r, "restarts");
+		cli_table_int(t, r, "job");
 		cli_table_cell(t, cli_json_str(r, "reason"));
 	}
 	cli_table_print(t, stdout, 0);

@@ -34,11 +34,7 @@ int cmd_evict(struct cli_ctx *ctx, int argc, char **argv)
 	int rc;
 
 	kn_buf_init(&query, SIZE_MAX);
-	rc = cli_parse_positionals(ctx, argc, argv, flags, args,
-				   (size_t)argc, &n_args);
-	if (rc != CLI_GO)
-		goto out;
-	rc = job_select_check(ctx, &sel, n_args);
+	rc = job_select_parse(ctx, argc, argv, flags, &sel, args, &n_args);
 	if (rc != CLI_GO)
 		goto out;
 	if (grace && kn_parse_duration(grace, &ms) < 0) {

@@ -128,7 +128,6 @@ static int key_ls(struct cli_ctx *ctx, int argc, char **argv)
 	struct cli_table *t;
 	json_t *answer, *key, *dep;
 	int64_t now = kn_now_ms();
-	char ago[32];
 	size_t i, k;
 	int rc = cli_get_listing(ctx, argc, argv, "/v1/keys", &answer);
 
@@ -150,9 +149,7 @@ static int key_ls(struct cli_ctx *ctx, int argc, char **argv)
 		limit_cell(t, key, "quota_day");
 		limit_cell(t, key, "quota_month");
 		cli_table_cell(t, cli_json_str(key, "created_by"));
-		kn_format_ago(cli_json_int(key, "created_at_ms"), now, ago,
-			      sizeof(ago));
-		cli_table_cell(t, ago);
+		cli_table_ago(t, key, "created_at_ms", now);
 	}
 	cli_table_show(ctx, t, stdout, 0);
 	cli_table_free(t);

@@ -39,18 +39,8 @@ struct prefixer {
    into it (whole for a pipe up to PIPE_BUF, and in practice beyond). */
 static int emit_line(struct prefixer *p)
 {
-	const char *data = p->line.data;
-	size_t left = p->line.len;
-
-	while (left) {
-		ssize_t n = write(STDOUT_FILENO, data, left);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		data += n;
-		left -= (size_t)n;
-	}
+	if (kn_write_all(STDOUT_FILENO, p->line.data, p->line.len) < 0)
+		return -1;
 	p->line.len = 0;
 	return 0;
 }

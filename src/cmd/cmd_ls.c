@@ -55,19 +55,17 @@ static void add_job_row(struct cli_table *t, json_t *job, int64_t now)
 					counts, sizeof(counts));
 		reason = counts;
 	} else {
-		cli_table_cellf(t, "%lld", (long long)cli_json_int(job, "id"));
+		cli_table_int(t, job, "id");
 	}
 	cli_table_cell(t, cli_json_str(job, "name"));
 	cli_table_cell(t, cli_json_str(job, "state"));
-	cli_table_cellf(t, "%lld", (long long)cli_json_int(job, "tasks"));
+	cli_table_int(t, job, "tasks");
 	cli_format_gpus(json_object_get(json_object_get(job, "resources"),
 					"gpus"),
 			buf, sizeof(buf));
 	cli_table_cell(t, buf);
 	cli_table_cell(t, cli_json_str(job, "owner"));
-	kn_format_ago(cli_json_int(job, "submitted_at_ms"), now, buf,
-		      sizeof(buf));
-	cli_table_cell(t, buf);
+	cli_table_ago(t, job, "submitted_at_ms", now);
 	cli_format_ran(cli_json_int(job, "started_at_ms"),
 		       cli_json_int(job, "ended_at_ms"), now, buf, sizeof(buf));
 	cli_table_cell(t, buf);

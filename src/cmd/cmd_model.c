@@ -619,21 +619,17 @@ static int model_ls(struct cli_ctx *ctx, int argc, char **argv)
 			struct kn_buf al;
 			const char *k;
 			json_t *v;
-			char when[64];
+
 			kn_buf_init(&al, 4096);
 			json_object_foreach(json_object_get(m, "aliases"), k, v)
 				kn_buf_printf(&al, "%s%s=%lld",
 					      al.len ? "," : "", k,
 					      (long long)json_integer_value(v));
 			cli_table_cell(t, cli_json_str(m, "name"));
-			cli_table_cellf(t, "%lld",
-					(long long)cli_json_int(m, "versions"));
-			cli_table_cellf(t, "%lld",
-					(long long)cli_json_int(m, "latest"));
+			cli_table_int(t, m, "versions");
+			cli_table_int(t, m, "latest");
 			cli_table_cell(t, al.len ? al.data : "-");
-			kn_format_ago(cli_json_int(m, "updated_at_ms"), now, when,
-				      sizeof(when));
-			cli_table_cell(t, when);
+			cli_table_ago(t, m, "updated_at_ms", now);
 			kn_buf_release(&al);
 		}
 		cli_table_show(ctx, t, stdout, 0);
@@ -658,11 +654,10 @@ static void print_history(json_t *model)
 		cli_table_cell(t, cli_json_str(h, "alias"));
 		cli_table_cell(t, cli_json_str(h, "action"));
 		if (json_is_integer(json_object_get(h, "from")))
-			cli_table_cellf(t, "%lld",
-					(long long)cli_json_int(h, "from"));
+			cli_table_int(t, h, "from");
 		else
 			cli_table_cell(t, "-");
-		cli_table_cellf(t, "%lld", (long long)cli_json_int(h, "version"));
+		cli_table_int(t, h, "version");
 		cli_table_cell(t, cli_json_str(h, "by"));
 		cli_format_when(cli_json_int(h, "time_ms"), now, when,
 				sizeof(when));
@@ -687,8 +682,8 @@ static void print_model(json_t *m)
 		kn_format_bytes(cli_json_int(v, "bytes"), size, sizeof(size));
 		cli_format_when(cli_json_int(v, "created_at_ms"), now, when,
 				sizeof(when));
-		cli_table_cellf(t, "%lld", (long long)cli_json_int(v, "version"));
-		cli_table_cellf(t, "%lld", (long long)cli_json_int(v, "files"));
+		cli_table_int(t, v, "version");
+		cli_table_int(t, v, "files");
 		cli_table_cell(t, size);
 		cli_table_cell(t, cli_json_str(v, "created_by"));
 		cli_table_cell(t, when);
@@ -730,8 +725,7 @@ static void print_evaluations(json_t *list, int64_t now)
 		cli_table_cell(t, when);
 		cli_table_cell(t, cli_json_str(it, "alias"));
 		if (json_is_integer(json_object_get(it, "job")))
-			cli_table_cellf(t, "%lld",
-					(long long)cli_json_int(it, "job"));
+			cli_table_int(t, it, "job");
 		else
 			cli_table_cell(t, "-");
 		cli_table_cell(t, cli_json_str(it, "outcome"));

@@ -234,7 +234,7 @@ static void show_node(json_t *node)
 	}
 	t = cli_table_new(headers);
 	json_array_foreach(devices, i, dev) {
-		cli_table_cellf(t, "%lld", (long long)cli_json_int(dev, "index"));
+		cli_table_int(t, dev, "index");
 		/* Say it per device too when only some are simulated. */
 		cli_table_cellf(t, "%s%s%s", cli_json_str(dev, "model"),
 				!simulated &&

@@ -45,21 +45,6 @@ struct pipe_buf {
 	size_t len, off;
 };
 
-static bool write_all(int fd, const char *data, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, data, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return false;
-		data += n;
-		len -= (size_t)n;
-	}
-	return true;
-}
-
 /* Move what can move without waiting: 1 progress, 0 none, -1 ended. */
 static int relay_step(int fd, CURL *api, struct pipe_buf *up,
 		      struct pipe_buf *down)
@@ -160,7 +145,7 @@ static void *relay_run(void *arg)
 	rc = cli_client_upgrade(k->c, "GET", k->path, PROTOCOL, &api, &early,
 				&n_early);
 	pthread_mutex_unlock(&upgrade_lock);
-	if (rc == 0 && write_all(k->fd, early ? early : "", n_early))
+	if (rc == 0 && kn_write_all(k->fd, early ? early : "", n_early) == 0)
 		relay_loop(k->fd, api);
 	if (api)
 		curl_easy_cleanup(api);

@@ -243,7 +243,7 @@ static void add_task_row(struct cli_table *t, json_t *task)
 	char buf[64];
 	size_t i;
 
-	cli_table_cellf(t, "%lld", (long long)cli_json_int(task, "rank"));
+	cli_table_int(t, task, "rank");
 	cli_table_cell(t, cli_json_str(task, "node"));
 	kn_buf_init(&list, SIZE_MAX);
 	json_array_foreach(devices, i, dev)
@@ -263,8 +263,7 @@ static void add_task_row(struct cli_table *t, json_t *task)
 		cli_table_cellf(t, "signal %lld",
 				(long long)cli_json_int(task, "signal"));
 	else if (cli_json_int(task, "ended_at_ms") > 0)
-		cli_table_cellf(t, "%lld",
-				(long long)cli_json_int(task, "exit_code"));
+		cli_table_int(t, task, "exit_code");
 	else
 		cli_table_cell(t, "-");
 }
@@ -358,11 +357,10 @@ static void show_array(json_t *job)
 								       "reason"));
 		int64_t code = cli_json_int(e, "exit_code");
 
-		cli_table_cellf(t, "%lld", (long long)cli_json_int(e, "index"));
-		cli_table_cellf(t, "%lld", (long long)cli_json_int(e, "id"));
+		cli_table_int(t, e, "index");
+		cli_table_int(t, e, "id");
 		cli_table_cell(t, cli_json_str(e, "state"));
-		cli_table_cellf(t, "%lld",
-				(long long)cli_json_int(e, "attempts"));
+		cli_table_int(t, e, "attempts");
 		if (code >= 0)
 			cli_table_cellf(t, "%lld", (long long)code);
 		else

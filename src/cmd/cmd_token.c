@@ -102,7 +102,6 @@ static int token_ls(struct cli_ctx *ctx, int argc, char **argv)
 	struct cli_table *t;
 	json_t *answer, *token;
 	int64_t now = kn_now_ms();
-	char ago[32];
 	size_t i;
 	int rc = cli_get_listing(ctx, argc, argv, "/v1/tokens", &answer);
 
@@ -113,15 +112,9 @@ static int token_ls(struct cli_ctx *ctx, int argc, char **argv)
 		cli_table_cell(t, cli_json_str(token, "name"));
 		cli_table_cell(t, cli_json_str(token, "role"));
 		cli_table_cell(t, cli_json_str(token, "created_by"));
-		kn_format_ago(cli_json_int(token, "created_at_ms"), now, ago,
-			      sizeof(ago));
-		cli_table_cell(t, ago);
-		kn_format_ago(cli_json_int(token, "last_used_at_ms"), now, ago,
-			      sizeof(ago));
-		cli_table_cell(t, ago);
-		kn_format_ago(cli_json_int(token, "revoked_at_ms"), now, ago,
-			      sizeof(ago));
-		cli_table_cell(t, ago);
+		cli_table_ago(t, token, "created_at_ms", now);
+		cli_table_ago(t, token, "last_used_at_ms", now);
+		cli_table_ago(t, token, "revoked_at_ms", now);
 	}
 	cli_table_show(ctx, t, stdout, 0);
 	cli_table_free(t);

@@ -241,18 +241,16 @@ static void print_list(json_t *runs)
 
 	json_array_foreach(runs, i, r) {
 		json_t *by = json_object_get(r, "steps_by_state");
-		char when[64], ran[32];
+		char ran[32];
 
-		cli_table_cellf(t, "%lld", (long long)cli_json_int(r, "id"));
+		cli_table_int(t, r, "id");
 		cli_table_cell(t, cli_json_str(r, "name"));
 		cli_table_cell(t, cli_json_str(r, "state"));
 		cli_table_cellf(t, "%lld/%lld",
 				(long long)cli_json_int(by, "succeeded"),
 				(long long)cli_json_int(r, "steps_total"));
 		cli_table_cell(t, cli_json_str(r, "owner"));
-		kn_format_ago(cli_json_int(r, "submitted_at_ms"), now, when,
-			      sizeof(when));
-		cli_table_cell(t, when);
+		cli_table_ago(t, r, "submitted_at_ms", now);
 		cli_format_ran(cli_json_int(r, "started_at_ms"),
 			       cli_json_int(r, "ended_at_ms"), now, ran,
 			       sizeof(ran));
@@ -331,8 +329,7 @@ static void print_detail(json_t *r)
 			       cli_json_int(st, "ended_at_ms"), now, ran,
 			       sizeof(ran));
 		cli_table_cell(t, ran);
-		cli_table_cellf(t, "%lld",
-				(long long)cli_json_int(st, "attempts"));
+		cli_table_int(t, st, "attempts");
 		cli_table_cell(t, jobs.len ? jobs.data : "-");
 		cost_text(st, cost, sizeof(cost));
 		cli_table_cell(t, cost);

@@ -87,14 +87,20 @@ static int matching(struct cli_ctx *ctx, struct cli_client *c,
 	return rc;
 }
 
-int job_select_check(const struct cli_ctx *ctx, const struct job_select *sel,
-		     size_t n_args)
+int job_select_parse(struct cli_ctx *ctx, int argc, char **argv,
+		     const struct cli_flag *flags, const struct job_select *sel,
+		     const char **args, size_t *n_args)
 {
-	if (n_args && (filtered(sel) || sel->all))
+	int rc = cli_parse_positionals(ctx, argc, argv, flags, args,
+				       (size_t)argc, n_args);
+
+	if (rc != CLI_GO)
+		return rc;
+	if (*n_args && (filtered(sel) || sel->all))
 		return cli_usage_error(ctx, "give job IDs or filters "
 					    "(--state, --name, --owner, "
 					    "--all), not both");
-	if (!n_args && !filtered(sel) && !sel->all)
+	if (!*n_args && !filtered(sel) && !sel->all)
 		return cli_usage_error(ctx, "missing ID (or --state, --name, "
 					    "--owner, --all); see '%s --help'",
 				       ctx->prog);

@@ -34,11 +34,14 @@ struct job_select {
 	{"yes", 'y', CLI_FLAG_BOOL, &(sel)->yes}
 
 /*
- * Before anything is asked of the server: CLI_GO, or CLI_EXIT_USAGE when
- * there are neither ids nor filters, or both.
+ * Before anything is asked of the server: argv parsed with flags (which
+ * hold JOB_SELECT_FLAGS(sel)), the ids into args (room for argc) and
+ * *n_args. CLI_GO, or an exit status after printing why: CLI_EXIT_USAGE
+ * when there are neither ids nor filters, or both.
  */
-int job_select_check(const struct cli_ctx *ctx, const struct job_select *sel,
-		     size_t n_args);
+int job_select_parse(struct cli_ctx *ctx, int argc, char **argv,
+		     const struct cli_flag *flags, const struct job_select *sel,
+		     const char **args, size_t *n_args);
 
 /* A job to act on: a job or a whole array, or one element of an array. */
 struct job_ref {

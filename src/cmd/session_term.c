@@ -76,19 +76,6 @@ static void send_resize(struct term *t)
 		send_frame(t, f, kn_mux_encode_resize(f, rows, cols));
 }
 
-static void write_all(int fd, const uint8_t *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return; /* our output is gone: the bytes are dropped */
-		p += w;
-		n -= (size_t)w;
-	}
-}
-
 static void take_frame(struct term *t, const struct kn_mux_frame *f)
 {
 	uint8_t w[KN_MUX_MAX_FRAME];
@@ -106,8 +93,9 @@ static void take_frame(struct term *t, const struct kn_mux_frame *f)
 			kn_strlcpy(t->why, err.message, sizeof(t->why));
 			break;
 		}
-		write_all(f->stream == KN_MUX_STREAM_STDOUT ? 1 : 2,
-			  f->payload, f->len);
+		/* Our output gone: the bytes are dropped. */
+		(void)kn_write_all(f->stream == KN_MUX_STREAM_STDOUT ? 1 : 2,
+				   f->payload, f->len);
 		if ((grant = kn_mux_window_consume(&t->win[f->stream],
 						   f->len)))
 			send_frame(t, w,

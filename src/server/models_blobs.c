@@ -403,21 +403,6 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 	return 0;
 }
 
-static int pwrite_all(int fd, const char *data, size_t len, int64_t at)
-{
-	while (len) {
-		ssize_t n = pwrite(fd, data, len, (off_t)at);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		data += n;
-		len -= (size_t)n;
-		at += n;
-	}
-	return 0;
-}
-
 /*
  * Hash on from u->hashed to the end of the bytes held from 0: the part
  * just written (len bytes of data at at) from its body when it is the
@@ -575,7 +560,7 @@ static void blob_put_part(struct server *s, struct kn_http_req *req,
 	if (rc == 1 && part_matches(u, data, len, offset, &err) < 0)
 		goto fail;
 	if (rc == 0 && len) {
-		rc = pwrite_all(u->fd, data, len, offset);
+		rc = kn_pwrite_all(u->fd, data, len, offset);
 		if (rc < 0) {
 			kn_errorf(&err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO,
 				  NULL, "staging %s: %s", upload_label(u),
@@ -677,7 +662,7 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 		models_fail(s, req, c, "model.blob.put", object, &err);
 		return;
 	}
-	rc = pwrite_all(u->fd, data, len, u->offset);
+	rc = kn_pwrite_all(u->fd, data, len, u->offset);
 	if (rc < 0) {
 		kn_errorf(&err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO, NULL,
 			  "staging %s: %s", param, strerror(-rc));
