@@ -244,26 +244,32 @@ static bool node_update(struct server *s, size_t i,
 	return changed;
 }
 
+static int row_name_cmp(const void *name, const void *row)
+{
+	return strcmp(name, ((const struct kn_node_row *)row)->name);
+}
+
 /*
- * The state kiln last kept for node i in the store, rows (a cordon
- * outlives a restart, as for the server's own nodes); ready when none, or
- * when the row says Slurm had dropped it.
+ * The state kiln last kept for node i in the store, rows (by name, as
+ * the store lists them: a search, where a scan per node made adding
+ * thousands quadratic); a cordon outlives a restart, as for the server's
+ * own nodes. Ready when none, or when the row says Slurm had dropped it.
  */
 static void stored_state(struct server *s, size_t i,
 			 const struct kn_node_row *rows, size_t n_rows)
 {
 	struct server_node *node = &s->nodes[i];
+	const struct kn_node_row *row =
+		n_rows ? bsearch(node->name, rows, n_rows, sizeof(*rows),
+				 row_name_cmp)
+		       : NULL;
 
 	kn_strlcpy(node->state, "ready", sizeof(node->state));
-	for (size_t k = 0; k < n_rows; k++)
-		if (!strcmp(rows[k].name, node->name) &&
-		    strcmp(rows[k].state, "removed")) {
-			kn_strlcpy(node->state, rows[k].state,
-				   sizeof(node->state));
-			kn_strlcpy(node->reason,
-				   rows[k].reason ? rows[k].reason : "",
-				   sizeof(node->reason));
-		}
+	if (row && strcmp(row->state, "removed")) {
+		kn_strlcpy(node->state, row->state, sizeof(node->state));
+		kn_strlcpy(node->reason, row->reason ? row->reason : "",
+			   sizeof(node->reason));
+	}
 }
 
 /* A Slurm node kiln has not had yet, in the state kiln kept for it. */

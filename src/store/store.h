@@ -28,7 +28,7 @@
 struct kn_store;
 
 /* The schema version this build writes; older files are migrated. */
-#define KN_STORE_SCHEMA_VERSION 18
+#define KN_STORE_SCHEMA_VERSION 19
 
 /*
  * Open (creating if needed) the database at path, set WAL and

@@ -454,6 +454,16 @@ static const char SQL_SCHEMA_V18[] =
 	"CREATE INDEX devenv_runs_by_name ON devenv_runs"
 	" (owner, name, started_at);";
 
+/*
+ * v19: each node's open state interval by name. Opening one closes the
+ * node's last (node = ? AND ended_at = 0), which by the end-time index
+ * alone read every open interval: quadratic in the nodes at start-up.
+ * Partial, so listing the intervals keeps its plan.
+ */
+static const char SQL_SCHEMA_V19[] =
+	"CREATE INDEX node_states_open ON node_states (node)"
+	" WHERE ended_at = 0;";
+
 const char *const store_migrations[] = {
 	SQL_SCHEMA_V1,
 	SQL_SCHEMA_V2,
@@ -473,6 +483,7 @@ const char *const store_migrations[] = {
 	SQL_SCHEMA_V16,
 	SQL_SCHEMA_V17,
 	SQL_SCHEMA_V18,
+	SQL_SCHEMA_V19,
 };
 _Static_assert(sizeof(store_migrations) / sizeof(store_migrations[0]) ==
 		       KN_STORE_SCHEMA_VERSION,

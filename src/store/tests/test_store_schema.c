@@ -231,6 +231,36 @@ static void test_old_files_upgrade(void **state)
 	}
 }
 
+/* ---- plans ---- */
+
+/*
+ * Opening a node's state interval closes its last one by the node's
+ * name: a search of one node's open interval, not of every open one
+ * (which made start-up with thousands of nodes quadratic).
+ */
+static void test_node_state_close_searches_one_node(void **state)
+{
+	struct fixture *fx = *state;
+	char *sql = kn_asprintf(
+		"EXPLAIN QUERY PLAN %s",
+		sqlite3_sql(fx->st->stmt[STMT_NODE_STATE_CLOSE]));
+	sqlite3_stmt *s = NULL;
+	bool by_node = false;
+
+	assert_int_equal(sqlite3_prepare_v2(fx->st->db, sql, -1, &s, NULL),
+			 SQLITE_OK);
+	while (sqlite3_step(s) == SQLITE_ROW) {
+		const char *detail = (const char *)sqlite3_column_text(s, 3);
+
+		assert_null(strstr(detail, "SCAN"));
+		if (strstr(detail, "node_states_open (node=?)"))
+			by_node = true;
+	}
+	assert_true(by_node);
+	sqlite3_finalize(s);
+	free(sql);
+}
+
 /* ---- a full disk ---- */
 
 /*
@@ -277,6 +307,9 @@ int main(void)
 						setup_dir, teardown),
 		cmocka_unit_test_setup_teardown(test_old_files_upgrade,
 						setup_dir, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_node_state_close_searches_one_node, setup_store,
+			teardown),
 		cmocka_unit_test_setup_teardown(
 			test_full_database_is_insufficient_storage,
 			setup_store, teardown),
