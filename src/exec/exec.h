@@ -502,6 +502,16 @@ bool kn_slurm_state_final(const char *state);
  */
 void kn_slurm_first_host(const char *nodelist, char *out, size_t len);
 /*
+ * The node a Slurm task's shim runs on, from the text of its
+ * TASK_DIR.node (len bytes, not terminated): one node name and at most
+ * a newline after it. 0 and out (len_out bytes with the NUL), or -EINVAL
+ * when it is anything else: the name goes to srun's --nodelist, so it
+ * must be a node name (letters, digits, '.', '_', '-', never first one
+ * of the last three), never an option or a list.
+ */
+int kn_slurm_node_file_parse(const char *text, size_t len, char *out,
+			     size_t len_out);
+/*
  * sbatch's command line for a gang, "sbatch" first, the batch script
  * (ATTEMPT_DIR/slurm.sh) last; NULL-terminated, freed with
  * kn_slurm_args_free. timeout_ms 0 = no --time. The job gets only the

@@ -1145,23 +1145,15 @@ static int session_node(const char *attempt_dir, const char *task_dir,
 	char *name = kn_asprintf("%s" SESSION_NODE_SUFFIX,
 				 slash ? slash + 1 : task_dir);
 	char *text = NULL;
-	size_t n;
+	size_t text_len = 0;
 	int rc = kn_task_file_read(attempt_dir, name, NODE_NAME_MAX + 2, &text,
-				   NULL, NULL);
+				   &text_len, NULL);
 
 	free(name);
-	if (rc < 0)
-		return rc == -EFBIG ? -EINVAL : rc;
-	n = strcspn(text, "\n");
-	if (!exec_slurm_name_ok(text, n, len) ||
-	    (text[n] && text[n + 1])) {
-		free(text);
-		return -EINVAL;
-	}
-	memcpy(node, text, n);
-	node[n] = '\0';
+	if (rc == 0)
+		rc = kn_slurm_node_file_parse(text, text_len, node, len);
 	free(text);
-	return 0;
+	return rc == -EFBIG ? -EINVAL : rc;
 }
 
 /*

@@ -85,7 +85,8 @@ def test_session_boundary_under_slurm(sserver):
     """Only the job's owner and operators get a session; the task itself
     sees neither the session socket nor the node file beside its
     directory, so it can neither talk to its shim as the server does nor
-    send the server's srun to another node."""
+    send the server's srun to another node; a node file forged outside
+    the task gets no session."""
     alice = sserver.create_token("alice", "user")
     bob = sserver.create_token("bob", "user")
     viewer = sserver.create_token("watcher", "viewer")
@@ -118,6 +119,19 @@ def test_session_boundary_under_slurm(sserver):
     assert node_file.read_text().strip() not in ("", "evil")
     res = sserver.cli("exec", str(jid), "--", "echo", "mine", token=alice)
     assert res.returncode == 0 and res.stdout == "mine\n", res.stderr
+    # A node file forged by the job's user outside the task: an option
+    # never reaches srun's argv; a node outside the allocation gets no
+    # step. Either way no session, and the real one works again after.
+    real = node_file.read_text()
+    node_file.write_text("--help\n")
+    res = sserver.cli("exec", str(jid), "--", "true", token=alice)
+    assert res.returncode != 0 and "not a node name" in res.stderr, res
+    node_file.write_text("nowhere\n")
+    res = sserver.cli("exec", str(jid), "--", "echo", "there", token=alice)
+    assert res.returncode != 0 and "there" not in res.stdout, res
+    node_file.write_text(real)
+    res = sserver.cli("exec", str(jid), "--", "echo", "back", token=alice)
+    assert res.returncode == 0 and res.stdout == "back\n", res.stderr
     # And from an exec, which is no more than the task.
     res = sserver.cli("exec", str(jid), "--", "sh", "-c",
                       f"ls {attempt}/{jid}/1 2>&1; echo done", token=alice)
