@@ -1076,12 +1076,14 @@ static const struct cli_command commands[] = {
 	 false},
 	{"shim", NULL, cmd_shim, "run one task (internal: started by the server)",
 	 "usage: kiln shim --dir TASK_DIR | --slurm ATTEMPT_DIR |\n"
-	 "                 --kube -- CMD... | --install DIR | --bridge TASK_DIR\n"
+	 "                 --kube -- CMD... | --install DIR |\n"
+	 "                 --bridge TASK_DIR [--port P]\n"
 	 "\n"
 	 "Internal: the server starts one shim per task; in a Kubernetes pod\n"
 	 "the initContainer runs --install and the task container --kube\n"
 	 "(docs/kubernetes.md, \"The shim in the pod\"); the server's srun\n"
-	 "runs --bridge on a Slurm task's node for an interactive session.\n",
+	 "runs --bridge on a Slurm task's node for an interactive session or\n"
+	 "a port-forward.\n",
 	 true},
 };
 

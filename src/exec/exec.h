@@ -226,14 +226,31 @@ struct kn_task_status {
  */
 int kn_session_socket_connect(const char *task_dir, struct kn_error *err);
 /*
- * `kiln shim --bridge TASK_DIR`, on a Slurm task's node in a step that
- * srun started in the task's allocation as the task's user: connect to
- * TASK_DIR's session socket (waiting a moment for the shim to listen)
- * and copy bytes between it and stdin/stdout until either side ends.
- * A socket it cannot reach is a mux ERROR frame on stdout, so the
- * client reads why. Returns the process's exit status.
+ * `kiln shim --bridge TASK_DIR [--port P]`, on a Slurm task's node in a
+ * step that srun started in the task's allocation as the task's user.
+ * Without a port: connect to TASK_DIR's session socket (waiting a moment
+ * for the shim to listen); one it cannot reach is a mux ERROR frame on
+ * stdout, so the client reads why. With port P: first one status byte
+ * on stdout (a KN_BRIDGE_PORT_* value), then, when it is OK, the bytes
+ * of a connection to 127.0.0.1:P, which a process of the task (the
+ * shim's, from TASK_DIR/shim.pid) must hold listening. Then bytes are
+ * copied between the connection and stdin/stdout until either side
+ * ends. Returns the process's exit status.
  */
-int kn_session_bridge(const char *task_dir);
+enum {
+	KN_BRIDGE_PORT_OK = 0,
+	KN_BRIDGE_PORT_NOT_THE_TASKS = 1, /* no listener of the task's there */
+	KN_BRIDGE_PORT_NO_ANSWER = 2,     /* the connect failed */
+	KN_BRIDGE_PORT_NO_TASK = 3,       /* no shim.pid to go by */
+};
+int kn_session_bridge(const char *task_dir, int port);
+
+/*
+ * Whether a process of the task whose shim is shim_pid (the shim's
+ * descendants) holds a TCP socket listening on port, IPv4 or IPv6.
+ * Blocking (sock_diag and /proc): a worker's or the bridge's.
+ */
+bool kn_task_port_listening(int shim_pid, int port);
 
 struct kn_executor;
 struct kn_deployment_spec; /* spec/spec.h */
@@ -360,6 +377,16 @@ struct kn_executor_ops {
 	 */
 	int (*session_connect)(struct kn_executor *ex, const char *task_dir,
 			       struct kn_error *err);
+	/*
+	 * For an engine whose tasks are not processes of this machine: a
+	 * connected, non-blocking stream to the bridge of port (Slurm: srun
+	 * and `kiln shim --bridge --port`), whose first byte is a
+	 * KN_BRIDGE_PORT_* status: the descriptor or a negative errno with
+	 * err. NULL: the server connects to its own tasks' ports itself,
+	 * or (with isolation set) takes no port-forward.
+	 */
+	int (*port_connect)(struct kn_executor *ex, const char *task_dir,
+			    int port, struct kn_error *err);
 };
 
 /* One executor: its engine's ops and that engine's own state. */
@@ -474,6 +501,16 @@ bool kn_slurm_state_final(const char *state);
  * out gets "" for an empty list.
  */
 void kn_slurm_first_host(const char *nodelist, char *out, size_t len);
+/*
+ * The node a Slurm task's shim runs on, from the text of its
+ * TASK_DIR.node (len bytes, not terminated): one node name and at most
+ * a newline after it. 0 and out (len_out bytes with the NUL), or -EINVAL
+ * when it is anything else: the name goes to srun's --nodelist, so it
+ * must be a node name (letters, digits, '.', '_', '-', never first one
+ * of the last three), never an option or a list.
+ */
+int kn_slurm_node_file_parse(const char *text, size_t len, char *out,
+			     size_t len_out);
 /*
  * sbatch's command line for a gang, "sbatch" first, the batch script
  * (ATTEMPT_DIR/slurm.sh) last; NULL-terminated, freed with

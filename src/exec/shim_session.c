@@ -34,6 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -240,13 +243,82 @@ static int write_all(int fd, const uint8_t *buf, size_t n)
 	return 0;
 }
 
-int kn_session_bridge(const char *task_dir)
+/* Copy bytes between fd and stdin/stdout until either side ends. */
+static void bridge_copy(int fd)
+{
+	uint8_t buf[KN_MUX_MAX_FRAME];
+
+	for (;;) {
+		struct pollfd p[2] = {{0, POLLIN, 0}, {fd, POLLIN, 0}};
+		ssize_t n;
+
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		if (p[0].revents) {
+			n = read(0, buf, sizeof(buf));
+			if (n <= 0 || write_all(fd, buf, (size_t)n) < 0)
+				return;
+		}
+		if (p[1].revents) {
+			n = read(fd, buf, sizeof(buf));
+			if (n <= 0 || write_all(1, buf, (size_t)n) < 0)
+				return;
+		}
+	}
+}
+
+/* The task's port: a status byte on stdout, and the connection or -1. */
+static int bridge_port(const char *task_dir, int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	char *dir = kn_xstrdup(task_dir), *text = NULL;
+	uint8_t status = KN_BRIDGE_PORT_OK;
+	int fd = -1, pid = 0;
+
+	if (kn_task_file_read(dir, "shim.pid", 64, &text, NULL, NULL) < 0 ||
+	    sscanf(text, "%d", &pid) != 1 || pid <= 0)
+		status = KN_BRIDGE_PORT_NO_TASK;
+	else if (!kn_task_port_listening(pid, port))
+		status = KN_BRIDGE_PORT_NOT_THE_TASKS;
+	else if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+		 connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		status = KN_BRIDGE_PORT_NO_ANSWER;
+	free(text);
+	free(dir);
+	if (status != KN_BRIDGE_PORT_OK && fd >= 0) {
+		close(fd);
+		fd = -1;
+	}
+	if (write_all(1, &status, 1) < 0 && fd >= 0) {
+		close(fd);
+		fd = -1;
+	}
+	if (fd >= 0)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1},
+			   sizeof(int));
+	return fd;
+}
+
+int kn_session_bridge(const char *task_dir, int port)
 {
 	int64_t deadline = kn_mono_ms() + BRIDGE_WAIT_MS;
 	uint8_t buf[KN_MUX_MAX_FRAME];
 	struct kn_error err;
 	int fd;
 
+	if (port > 0) {
+		fd = bridge_port(task_dir, port);
+		if (fd < 0)
+			return 1;
+		bridge_copy(fd);
+		close(fd);
+		return 0;
+	}
 	while ((fd = kn_session_socket_connect(task_dir, &err)) == -ENOENT ||
 	       fd == -ECONNREFUSED) {
 		if (kn_mono_ms() >= deadline)
@@ -261,26 +333,7 @@ int kn_session_bridge(const char *task_dir)
 	}
 	/* Blocking: this process carries one session and nothing else. */
 	fcntl(fd, F_SETFL, 0);
-	for (;;) {
-		struct pollfd p[2] = {{0, POLLIN, 0}, {fd, POLLIN, 0}};
-		ssize_t n;
-
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		if (p[0].revents) {
-			n = read(0, buf, sizeof(buf));
-			if (n <= 0 || write_all(fd, buf, (size_t)n) < 0)
-				break;
-		}
-		if (p[1].revents) {
-			n = read(fd, buf, sizeof(buf));
-			if (n <= 0 || write_all(1, buf, (size_t)n) < 0)
-				break;
-		}
-	}
+	bridge_copy(fd);
 	/* Closing the socket detaches from the task (or ends an exec). */
 	close(fd);
 	return 0;

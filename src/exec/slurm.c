@@ -1145,23 +1145,15 @@ static int session_node(const char *attempt_dir, const char *task_dir,
 	char *name = kn_asprintf("%s" SESSION_NODE_SUFFIX,
 				 slash ? slash + 1 : task_dir);
 	char *text = NULL;
-	size_t n;
+	size_t text_len = 0;
 	int rc = kn_task_file_read(attempt_dir, name, NODE_NAME_MAX + 2, &text,
-				   NULL, NULL);
+				   &text_len, NULL);
 
 	free(name);
-	if (rc < 0)
-		return rc == -EFBIG ? -EINVAL : rc;
-	n = strcspn(text, "\n");
-	if (!exec_slurm_name_ok(text, n, len) ||
-	    (text[n] && text[n + 1])) {
-		free(text);
-		return -EINVAL;
-	}
-	memcpy(node, text, n);
-	node[n] = '\0';
+	if (rc == 0)
+		rc = kn_slurm_node_file_parse(text, text_len, node, len);
 	free(text);
-	return 0;
+	return rc == -EFBIG ? -EINVAL : rc;
 }
 
 /*
@@ -1188,8 +1180,9 @@ static void session_srun_child(int fd, uid_t uid, gid_t gid,
 	_exit(127);
 }
 
-static int slurm_session_connect(struct kn_executor *ex, const char *task_dir,
-				 struct kn_error *err)
+/* srun running `kiln shim --bridge TASK_DIR [--port P]` on the task's
+   node: the server's end of its stdin and stdout, or -errno with err. */
+static int srun_bridge(const char *task_dir, int port, struct kn_error *err)
 {
 	char *attempt_dir = attempt_dir_of(task_dir), *bin = NULL;
 	char node[NODE_NAME_MAX + 1], **args = NULL, **env = NULL;
@@ -1199,7 +1192,6 @@ static int slurm_session_connect(struct kn_executor *ex, const char *task_dir,
 	struct stat st;
 	pid_t pid;
 
-	(void)ex;
 	rc = job_id > 0 ? session_node(attempt_dir, task_dir, node,
 				       sizeof(node))
 			: -ENOENT;
@@ -1229,6 +1221,10 @@ static int slurm_session_connect(struct kn_executor *ex, const char *task_dir,
 	args_add(&args, &n, kn_xstrdup("shim"));
 	args_add(&args, &n, kn_xstrdup("--bridge"));
 	args_add(&args, &n, kn_xstrdup(task_dir));
+	if (port > 0) {
+		args_add(&args, &n, kn_xstrdup("--port"));
+		args_add(&args, &n, kn_asprintf("%d", port));
+	}
 	n = 0;
 	for (char **e = environ; *e; e++)
 		if (slurm_command_env(*e))
@@ -1256,6 +1252,20 @@ out:
 	return rc;
 }
 
+static int slurm_session_connect(struct kn_executor *ex, const char *task_dir,
+				 struct kn_error *err)
+{
+	(void)ex;
+	return srun_bridge(task_dir, 0, err);
+}
+
+static int slurm_port_connect(struct kn_executor *ex, const char *task_dir,
+			      int port, struct kn_error *err)
+{
+	(void)ex;
+	return srun_bridge(task_dir, port, err);
+}
+
 static const struct kn_executor_ops slurm_ops = {
 	.name = "slurm",
 	.selector_key = "pool",
@@ -1273,6 +1283,7 @@ static const struct kn_executor_ops slurm_ops = {
 	.admit = slurm_admit,
 	.set_node = slurm_set_node,
 	.session_connect = slurm_session_connect,
+	.port_connect = slurm_port_connect,
 };
 
 int kn_slurm_config_check(const struct kn_slurm_config *cfg,

@@ -33,6 +33,19 @@ bool exec_slurm_name_ok(const char *name, size_t n, size_t len)
 	return true;
 }
 
+int kn_slurm_node_file_parse(const char *text, size_t len, char *out,
+			     size_t len_out)
+{
+	const char *nl = memchr(text, '\n', len);
+	size_t n = nl ? (size_t)(nl - text) : len;
+
+	if (n + (nl ? 1 : 0) != len || !exec_slurm_name_ok(text, n, len_out))
+		return -EINVAL;
+	memcpy(out, text, n);
+	out[n] = '\0';
+	return 0;
+}
+
 static void copy_field(char *out, size_t len, const char *value)
 {
 	kn_strlcpy(out, value ? value : "", len);

@@ -26,6 +26,12 @@
  *
  * Tasks share the server's network namespace today (docs/security.md);
  * a task in one of its own would need the connect made inside it.
+ *
+ * A task on another machine (Slurm) is reached through its engine's
+ * bridge (port_connect: srun and `kiln shim --bridge --port` on the
+ * task's node), which makes the same listener check there and connects
+ * to the node's loopback; its first byte says how that went, and the
+ * rest flows as from a local connection.
  */
 #include "internal.h"
 
@@ -33,8 +39,6 @@
 #include "service.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -42,14 +46,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/inet_diag.h>
-#include <linux/netlink.h>
-#include <linux/sock_diag.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #define PROTOCOL "kiln-port-forward"
 #define CONNECT_TIMEOUT_MS 5000
+/* An engine's bridge starts a process on the task's node first (srun). */
+#define BRIDGE_TIMEOUT_MS 30000
 #define READ_CHUNK (256 * 1024)
 /* Bytes kept here for either side before the other's reading pauses;
    reading goes on when the client's side is back at the tunnel's low
@@ -282,173 +285,18 @@ static void start_connect(struct forward *f)
 
 /* ---- whose is the port: a listening socket of the task's ---- */
 
-#define LISTENERS_MAX 16
-
-/*
- * The inodes of the TCP sockets of family listening on port, appended
- * to inodes, asked of the kernel's socket diagnostics (sock_diag): only
- * listeners are dumped, not every connection /proc/net/tcp would list.
- */
-static void listeners_of(int family, int port, unsigned long *inodes,
-			 size_t *n)
-{
-	struct {
-		struct nlmsghdr nlh;
-		struct inet_diag_req_v2 r;
-	} req = {
-		.nlh = {.nlmsg_len = sizeof(req),
-			.nlmsg_type = SOCK_DIAG_BY_FAMILY,
-			.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP},
-		.r = {.sdiag_family = (uint8_t)family,
-		      .sdiag_protocol = IPPROTO_TCP,
-		      .idiag_states = 1u << 10 /* TCP_LISTEN */},
-	};
-	char buf[32768]; /* on a worker: its own */
-	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC,
-			NETLINK_SOCK_DIAG);
-	bool done = false;
-
-	if (fd < 0)
-		return;
-	if (send(fd, &req, sizeof(req), 0) != (ssize_t)sizeof(req))
-		done = true;
-	while (!done) {
-		ssize_t len = recv(fd, buf, sizeof(buf), 0);
-		struct nlmsghdr *h = (struct nlmsghdr *)buf;
-
-		if (len <= 0)
-			break;
-		for (; NLMSG_OK(h, (size_t)len); h = NLMSG_NEXT(h, len)) {
-			const struct inet_diag_msg *m = NLMSG_DATA(h);
-
-			if (h->nlmsg_type == NLMSG_DONE ||
-			    h->nlmsg_type == NLMSG_ERROR) {
-				done = true;
-				break;
-			}
-			if (ntohs(m->id.idiag_sport) == port &&
-			    *n < LISTENERS_MAX)
-				inodes[(*n)++] = m->idiag_inode;
-		}
-	}
-	close(fd);
-}
-
-static size_t listening_inodes(int port, unsigned long *inodes)
-{
-	size_t n = 0;
-
-	listeners_of(AF_INET, port, inodes, &n);
-	listeners_of(AF_INET6, port, inodes, &n);
-	return n;
-}
-
-/* Whether process pid holds a socket whose inode is in inodes. */
-static bool holds_socket(int pid, const unsigned long *inodes, size_t n)
-{
-	char path[64], link[64];
-	struct dirent *e;
-	bool found = false;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
-	d = opendir(path);
-	while (d && !found && (e = readdir(d))) {
-		unsigned long inode;
-		ssize_t len = readlinkat(dirfd(d), e->d_name, link,
-					 sizeof(link) - 1);
-
-		if (len <= 0)
-			continue;
-		link[len] = '\0';
-		if (sscanf(link, "socket:[%lu]", &inode) != 1)
-			continue;
-		for (size_t i = 0; i < n && !found; i++)
-			found = inodes[i] == inode;
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
-
-/* The task's processes looked at, at most: a bound, not a size limit
-   on tasks (one with more is refused with its listener unfound). */
-#define TREE_MAX 4096
-
-/* Append pid's children (those of each of its threads) to tree. */
-static void add_children(int pid, int *tree, size_t *n)
-{
-	char path[64], buf[4096];
-	struct dirent *e;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/task", pid);
-	d = opendir(path);
-	while (d && (e = readdir(d))) {
-		char *p = buf, *end;
-		ssize_t len;
-		int fd;
-
-		if (!isdigit((unsigned char)e->d_name[0]))
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/children",
-			 pid, e->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		len = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
-		if (fd >= 0)
-			close(fd);
-		if (len <= 0)
-			continue;
-		buf[len] = '\0';
-		for (long child = strtol(p, &end, 10); end != p && *n < TREE_MAX;
-		     child = strtol(p, &end, 10)) {
-			tree[(*n)++] = (int)child;
-			p = end;
-		}
-	}
-	if (d)
-		closedir(d);
-}
-
-/*
- * On a worker: whether a process of the task listens on the port. The
- * task's processes are the shim's descendants, walked through each
- * thread's children: an orphan inside the task is adopted by its pid
- * namespace's init, itself the shim's child, so none leaves the tree.
- */
+/* On a worker: whether a process of the task listens on the port. */
 static void find_listener(void *arg)
 {
 	struct forward *f = arg;
-	unsigned long inodes[LISTENERS_MAX];
-	size_t n = listening_inodes(f->port, inodes), head = 0, tail = 0;
-	int *tree;
 
-	if (!n)
-		return;
-	tree = kn_xcalloc(TREE_MAX, sizeof(*tree));
-	add_children(f->shim_pid, tree, &tail);
-	while (head < tail && !f->listens) {
-		int pid = tree[head++];
-
-		f->listens = holds_socket(pid, inodes, n);
-		add_children(pid, tree, &tail);
-	}
-	free(tree);
+	f->listens = kn_task_port_listening(f->shim_pid, f->port);
 }
 
-static void listener_found(void *arg, bool ran)
+static void not_listening(struct forward *f)
 {
-	struct forward *f = arg;
 	struct kn_error err;
 
-	if (!ran) {
-		forward_free(f);
-		return;
-	}
-	if (f->listens) {
-		start_connect(f);
-		return;
-	}
 	kn_errorf(&err, KN_ECONFLICT, "port",
 		  "job %lld task %d does not listen on port %d",
 		  (long long)f->job_id, f->rank, f->port);
@@ -456,10 +304,80 @@ static void listener_found(void *arg, bool ran)
 	forward_free(f);
 }
 
+static void listener_found(void *arg, bool ran)
+{
+	struct forward *f = arg;
+
+	if (!ran) {
+		forward_free(f);
+		return;
+	}
+	if (f->listens)
+		start_connect(f);
+	else
+		not_listening(f);
+}
+
+/* ---- a task on another machine: the engine's bridge ---- */
+
+/* The bridge's status byte came (or it ended first, or timed out). */
+static void bridge_answered(struct forward *f, int status)
+{
+	kn_fd_watch_free(f->readable);
+	f->readable = NULL;
+	if (status == KN_BRIDGE_PORT_NOT_THE_TASKS) {
+		kn_timer_free(f->timer);
+		f->timer = NULL;
+		not_listening(f);
+		return;
+	}
+	connected(f, status == KN_BRIDGE_PORT_OK      ? 0
+		     : status == KN_BRIDGE_PORT_NO_ANSWER ? ECONNREFUSED
+		     : status == -ETIMEDOUT               ? ETIMEDOUT
+							  : EPIPE);
+}
+
+static void bridge_readable(void *arg)
+{
+	struct forward *f = arg;
+	uint8_t status;
+	ssize_t n = read(f->fd, &status, 1);
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	bridge_answered(f, n == 1 ? status : -EPIPE);
+}
+
+static void bridge_timeout(void *arg)
+{
+	bridge_answered(arg, -ETIMEDOUT);
+}
+
+/* The engine checks the listener and connects on the task's node. */
+static void start_bridge(struct forward *f, const char *task_dir)
+{
+	struct server *s = f->s;
+	struct kn_error err;
+
+	f->fd = s->exec->ops->port_connect(s->exec, task_dir, f->port, &err);
+	if (f->fd < 0) {
+		kn_http_reply_error(f->req, &err);
+		forward_free(f);
+		return;
+	}
+	f->readable = kn_fd_watch_new(s->loop, f->fd, bridge_readable, f);
+	f->timer = kn_timer_new(s->loop, bridge_timeout, f);
+	kn_timer_arm(f->timer, BRIDGE_TIMEOUT_MS);
+}
+
 /* The running task rank of job id, or an error naming why not. */
 static int find_task(struct server *s, int64_t id, int64_t rank,
-		     int *shim_pid, struct kn_error *err)
+		     int *shim_pid, const char **task_dir,
+		     struct kn_error *err)
 {
+	/* An engine's task may have no process of this machine. */
+	bool remote = s->exec->ops->port_connect != NULL;
+
 	for (struct run *r = s->runs; r; r = r->next) {
 		if (r->job_id != id || r->stopping)
 			continue;
@@ -470,9 +388,10 @@ static int find_task(struct server *s, int64_t id, int64_t rank,
 					 r->n_tasks == 1 ? "" : "s",
 					 r->n_tasks - 1);
 		if (!r->tasks[rank].launched || r->tasks[rank].ended ||
-		    r->tasks[rank].proc.pid <= 0)
+		    (!remote && r->tasks[rank].proc.pid <= 0))
 			break;
 		*shim_pid = r->tasks[rank].proc.pid;
+		*task_dir = r->tasks[rank].task_dir;
 		return 0;
 	}
 	return kn_errorf(err, KN_ECONFLICT, "state",
@@ -506,6 +425,7 @@ static void h_port_forward(struct server *s, struct kn_http_req *req,
 	struct kn_error err;
 	int64_t id = 0, port = 0, rank = 0;
 	int shim_pid = 0;
+	const char *task_dir = NULL;
 	char *end = NULL;
 
 	id = strtoll(param, &end, 10);
@@ -530,8 +450,8 @@ static void h_port_forward(struct server *s, struct kn_http_req *req,
 		goto fail;
 	}
 	/* Its tasks' ports are on this machine's loopback only when they
-	   are this machine's processes. */
-	if (s->exec->ops->isolation) {
+	   are this machine's processes, or the engine bridges to them. */
+	if (s->exec->ops->isolation && !s->exec->ops->port_connect) {
 		kn_errorf(&err, KN_EINVAL, NULL,
 			  "port-forward reaches tasks this server runs itself; "
 			  "the %s executor's run elsewhere",
@@ -539,7 +459,7 @@ static void h_port_forward(struct server *s, struct kn_http_req *req,
 		goto fail;
 	}
 	if (check_caller(s, c, id, &err) < 0 ||
-	    find_task(s, id, rank, &shim_pid, &err) < 0)
+	    find_task(s, id, rank, &shim_pid, &task_dir, &err) < 0)
 		goto fail;
 	if (!api_follow_admitted(s, req))
 		return;
@@ -552,7 +472,11 @@ static void h_port_forward(struct server *s, struct kn_http_req *req,
 	f->rank = (int)rank;
 	f->port = (int)port;
 	f->shim_pid = shim_pid;
-	kn_workers_submit(s->request_workers, find_listener, listener_found, f);
+	if (s->exec->ops->port_connect)
+		start_bridge(f, task_dir);
+	else
+		kn_workers_submit(s->request_workers, find_listener,
+				  listener_found, f);
 	return;
 fail:
 	kn_http_reply_error(req, &err);

@@ -1,14 +1,22 @@
 """Interactive sessions on tasks that run under a real single-node Slurm
 (scripts/slurm-up.sh): `kiln run -it` on a terminal the shim holds on the
-Slurm node, detach and attach, and `kiln exec` beside the task, all
-reached through `srun --overlap` into the job's allocation; and the
-boundary: another user's token is refused, and the task cannot reach the
-session socket or the node file the server's srun relies on."""
+Slurm node, detach and attach, `kiln exec` beside the task and `kiln
+port-forward` to a port it listens on, all reached through `srun
+--overlap` into the job's allocation; and the boundary: another user's
+token is refused, a port the task does not hold is refused on the node,
+and the task cannot reach the session socket or the node file the
+server's srun relies on."""
 import os
+import socket
+
+import pytest
+import requests
 
 from conftest import job_yaml, wait_for
 from test_interactive import (drain, expect, set_size, spawn, start_shell,
                               wait_exit)
+from test_port_forward import (HTTP_TASK, Forward, free_port, listening,
+                               upgrade)
 from test_slurm import slurm_env, sserver, submit  # noqa: F401 (fixtures)
 
 RES = {"cpus": 1, "memory": "64Mi"}
@@ -77,7 +85,8 @@ def test_session_boundary_under_slurm(sserver):
     """Only the job's owner and operators get a session; the task itself
     sees neither the session socket nor the node file beside its
     directory, so it can neither talk to its shim as the server does nor
-    send the server's srun to another node."""
+    send the server's srun to another node; a node file forged outside
+    the task gets no session."""
     alice = sserver.create_token("alice", "user")
     bob = sserver.create_token("bob", "user")
     viewer = sserver.create_token("watcher", "viewer")
@@ -110,9 +119,69 @@ def test_session_boundary_under_slurm(sserver):
     assert node_file.read_text().strip() not in ("", "evil")
     res = sserver.cli("exec", str(jid), "--", "echo", "mine", token=alice)
     assert res.returncode == 0 and res.stdout == "mine\n", res.stderr
+    # A node file forged by the job's user outside the task: an option
+    # never reaches srun's argv; a node outside the allocation gets no
+    # step. Either way no session, and the real one works again after.
+    real = node_file.read_text()
+    node_file.write_text("--help\n")
+    res = sserver.cli("exec", str(jid), "--", "true", token=alice)
+    assert res.returncode != 0 and "not a node name" in res.stderr, res
+    node_file.write_text("nowhere\n")
+    res = sserver.cli("exec", str(jid), "--", "echo", "there", token=alice)
+    assert res.returncode != 0 and "there" not in res.stdout, res
+    node_file.write_text(real)
+    res = sserver.cli("exec", str(jid), "--", "echo", "back", token=alice)
+    assert res.returncode == 0 and res.stdout == "back\n", res.stderr
     # And from an exec, which is no more than the task.
     res = sserver.cli("exec", str(jid), "--", "sh", "-c",
                       f"ls {attempt}/{jid}/1 2>&1; echo done", token=alice)
     assert "0.sock" not in res.stdout and "done" in res.stdout, res
+    sserver.cli("cancel", str(jid), check=True)
+    sserver.wait_state(jid, "cancelled", timeout=60)
+
+
+def test_port_forward_to_a_slurm_task(sserver):
+    """A web server in a Slurm task answers through the local port; the
+    node's bridge refuses a port the task does not hold (another
+    process's listener is never connected to), and another user gets
+    403."""
+    alice = sserver.create_token("alice", "user")
+    bob = sserver.create_token("bob", "user")
+    port = free_port()
+    sserver.names.append("kiln-web")
+    jid = sserver.submit(job_yaml(
+        "kiln-web", ["/usr/bin/python3", "-c", HTTP_TASK], resources=RES,
+        env={"PORT": str(port), "MSG": "hello from slurm"}), token=alice)
+    sserver.wait_state(jid, "running", timeout=60)
+    wait_for(lambda: listening(port), what="the task's server")
+    fwd = Forward(sserver, alice, jid, port)
+    try:
+        for _ in range(2):
+            r = requests.get(fwd.url(), timeout=30)
+            assert r.status_code == 200 and r.text == "hello from slurm"
+    finally:
+        fwd.stop()
+    status, sock = upgrade(sserver, alice, jid, free_port())
+    sock.close()
+    assert " 409 " in status, status
+    other = socket.socket()
+    other.bind(("127.0.0.1", 0))
+    other.listen(1)
+    try:
+        status, sock = upgrade(sserver, alice, jid, other.getsockname()[1])
+        sock.close()
+        assert " 409 " in status, status
+        other.settimeout(0.5)
+        with pytest.raises(socket.timeout):
+            other.accept()
+    finally:
+        other.close()
+    status, sock = upgrade(sserver, bob, jid, port)
+    sock.close()
+    assert " 403 " in status, status
+    audit = sserver.request("GET", "/v1/audit").json()["audit"]
+    opened = [a for a in audit if a["action"] == "job.port_forward"]
+    assert any(a["outcome"] == "ok" and a["actor"] == "alice"
+               for a in opened), opened
     sserver.cli("cancel", str(jid), check=True)
     sserver.wait_state(jid, "cancelled", timeout=60)

@@ -4,7 +4,8 @@
  * `scontrol show partition -o`. What parses must hold to its bounds (a
  * node's allocated CPUs within its CPUs, GRES counts not negative, names
  * terminated), and admission over it must answer without a fault for a
- * few gangs.
+ * few gangs. It is also tried as a shim's node file (TASK_DIR.node),
+ * which must give a node name or nothing.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -63,5 +64,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 	}
 	kn_slurm_inventory_release(&inv);
+	/* The input as a shim's node file: a name, terminated, or refused. */
+	if (kn_slurm_node_file_parse((const char *)data, size, why, 65) == 0 &&
+	    (strlen(why) > 64 || !why[0] || why[0] == '-'))
+		abort();
 	return 0;
 }

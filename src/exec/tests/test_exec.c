@@ -1151,6 +1151,26 @@ static void test_slurm_host_list_and_states(void **state)
 	kn_slurm_first_host("averyveryverylongname[1-2]", host, sizeof(host));
 	assert_string_equal(host, "averyveryverylo");
 
+	/* A shim's node file: one name, what srun's --nodelist gets. */
+	static const char *const bad_nodes[] = {
+		"", "\n", "-w\n", "--help", ".hidden", "a b\n", "vm\nvm2\n",
+		"vm\n\n", "gpu[1-2]\n", "a,b", "vm\0x", "averyveryverylongname",
+	};
+	assert_int_equal(kn_slurm_node_file_parse("vm\n", 3, host,
+						  sizeof(host)), 0);
+	assert_string_equal(host, "vm");
+	assert_int_equal(kn_slurm_node_file_parse("gpu-03.x_1", 10, host,
+						  sizeof(host)), 0);
+	assert_string_equal(host, "gpu-03.x_1");
+	for (size_t i = 0; i < sizeof(bad_nodes) / sizeof(bad_nodes[0]); i++) {
+		size_t n = strlen(bad_nodes[i]) + (i == 10 ? 2 : 0);
+		strcpy(host, "untouched");
+		assert_int_equal(kn_slurm_node_file_parse(bad_nodes[i], n, host,
+							  sizeof(host)),
+				 -EINVAL);
+		assert_string_equal(host, "untouched");
+	}
+
 	assert_false(kn_slurm_state_final("PENDING"));
 	assert_false(kn_slurm_state_final("RUNNING"));
 	assert_false(kn_slurm_state_final("COMPLETING"));
