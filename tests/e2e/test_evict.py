@@ -176,6 +176,24 @@ def test_no_preemption_of_higher_or_equal_priority(server):
     server.wait_state(b, "succeeded")
 
 
+def test_alike_queued_jobs_each_say_why_they_wait(server):
+    """A turn tries a shape that found no room once; the jobs that ask
+    for the same still each get the reason, and start in turn."""
+    blocker = server.submit(job_yaml("blocker", ["/bin/sleep", "300"],
+                                     resources={"gpus": 4}))
+    server.wait_state(blocker, "running")
+    alike = [server.submit(job_yaml(f"alike-{i}", ["/bin/true"],
+                                    resources={"gpus": 2}))
+             for i in range(3)]
+    reasons = wait_for(lambda: (lambda r: r if all(r) else None)(
+        [server.job(j)["reason"] for j in alike]), what="three reasons")
+    assert len(set(reasons)) == 1, reasons
+    assert "GPU" in reasons[0]
+    server.request("POST", f"/v1/jobs/{blocker}/cancel")
+    for j in alike:
+        server.wait_state(j, "succeeded")
+
+
 def test_health_report_marks_node_unhealthy_and_back(server):
     node = server.request("GET", "/v1/nodes").json()["nodes"][0]["name"]
     r = server.request("POST", f"/v1/nodes/{node}/health",

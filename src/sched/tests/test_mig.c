@@ -268,7 +268,42 @@ static void test_place(void **state)
 	kn_mig_free(t);
 }
 
-/* Random profiles in random order never break a rule of the model. */
+/*
+ * An instance promised where a victim's still is (kn_sched_charge: both
+ * start at slice 0 until the victim stops) is given back as itself: the
+ * victim's instance stays, with its own profile.
+ */
+static void test_promise_over_a_victim(void **state)
+{
+	struct kn_mig_table *t = load();
+	const struct kn_mig_model *m = kn_mig_find(t, "H100-80GB");
+	struct kn_sched_device dev = {.index = 0, .model = "H100-80GB",
+				      .mig = m};
+	struct kn_sched_node node = {.name = "n", .schedulable = true,
+				     .devices = &dev, .n_devices = 1};
+	struct kn_sched_cluster c = {&node, 1};
+	struct kn_sched_request small = {.tasks = 1, .mig_profile = "4g.40gb"};
+	struct kn_sched_request big = {.tasks = 1, .mig_profile = "7g.80gb"};
+	struct kn_sched_victim victim = {.job_id = 1, .preemptible = true,
+					 .req = &small};
+	struct kn_sched_binding held, promised;
+	(void)state;
+
+	assert_int_equal(kn_sched_place(&c, &small, &held, NULL, 0), 0);
+	assert_int_equal(held.mig_start, 0);
+	victim.bindings = &held;
+	assert_int_equal(kn_sched_place_after(&c, &big, &victim, 1,
+					      &promised), 0);
+	assert_int_equal(promised.mig_start, 0);
+	kn_sched_charge(&c, &big, &promised);
+	assert_int_equal(dev.n_mig_slices, 2);
+	kn_sched_release(&c, &big, &promised);
+	assert_int_equal(dev.n_mig_slices, 1);
+	assert_ptr_equal(dev.mig_slices[0].profile, held.mig_profile);
+	assert_int_equal(dev.mig_slices[0].start, held.mig_start);
+	kn_mig_free(t);
+}
+
 /*
  * An instance already made (a Slurm node's gres/gpu:1g.10gb): a device
  * whose geometry is one slice holding one instance of its profile takes
@@ -315,6 +350,7 @@ static void test_instance_already_made(void **state)
 	assert_int_equal(w.devices[0], b[1].devices[0]);
 }
 
+/* Random profiles in random order never break a rule of the model. */
 static void test_random_sequences(void **state)
 {
 	struct kn_mig_table *t = load();
@@ -369,6 +405,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_place),
 		cmocka_unit_test(test_instance_already_made),
+		cmocka_unit_test(test_promise_over_a_victim),
 		cmocka_unit_test(test_random_sequences),
 	};
 
