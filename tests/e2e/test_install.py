@@ -74,6 +74,7 @@ def elsewhere(tmp_path):
 
 def test_install_lays_out_binary_data_docs_units_and_config(prefix):
     assert os.access(prefix / "bin" / "kiln", os.X_OK)
+    assert os.access(prefix / "libexec" / "kiln" / "kiln-shim", os.X_OK)
     data = {p.name for p in (prefix / "share" / "kiln").iterdir()}
     assert {"azure-gpu-skus.csv", "azure-cpu-skus.csv", "gpu-perf.csv",
             "gpu-products.csv", "mig-profiles.csv", "model-presets.csv",
@@ -160,12 +161,16 @@ def test_server_from_config_file_runs_a_job(prefix, elsewhere, tmp_path):
                  proc.poll() is not None, what="server.url")
         assert proc.poll() is None, (tmp_path / "server.log").read_text()
         job = elsewhere / "job.yaml"
+        # Its namespace's init is its shim's child: the lean shim from
+        # the moved prefix, not the build tree's.
         job.write_text("kind: Job\nname: installed\n"
-                       "command: [/bin/sh, -c, 'echo from-the-package']\n")
+                       "command: [/bin/sh, -c, 'echo from-the-package; "
+                       "tr \"\\\\0\" \" \" </proc/1/cmdline']\n")
         res = run(kiln, "submit", job, "--wait", cwd=elsewhere, env=env)
         assert res.returncode == 0, res.stderr
         res = run(kiln, "logs", res.stdout.strip(), cwd=elsewhere, env=env)
         assert "from-the-package" in res.stdout
+        assert "kiln-shim --dir " in res.stdout, res.stdout
         res = run(kiln, "nodes", cwd=elsewhere, env=env)
         assert "H100" in res.stdout
     finally:
@@ -357,7 +362,8 @@ def test_deb_depends_only_on_what_the_binary_links(deb):
 def test_deb_contents_and_maintainer_scripts(deb, tmp_path):
     listing = subprocess.run(["dpkg-deb", "-c", str(deb)], check=True,
                              capture_output=True, text=True).stdout
-    for path in ("./usr/bin/kiln", "./usr/share/kiln/gpu-products.csv",
+    for path in ("./usr/bin/kiln", "./usr/libexec/kiln/kiln-shim",
+                 "./usr/share/kiln/gpu-products.csv",
                  "./usr/share/man/man1/kiln.1.gz",
                  "./usr/share/man/man1/kiln-server.1.gz",
                  "./usr/share/bash-completion/completions/kiln",
