@@ -21,6 +21,7 @@ trap cleanup EXIT
 
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$deb" >/dev/null
 getent passwd kiln-task >/dev/null || { echo "smoke: no kiln-task user" >&2; exit 1; }
+[ -x /usr/libexec/kiln/kiln-shim ] || { echo "smoke: no /usr/libexec/kiln/kiln-shim" >&2; exit 1; }
 [ "$(stat -c %a /var/lib/kiln)" = 700 ] || { echo "smoke: /var/lib/kiln is not 0700" >&2; exit 1; }
 
 man_check=--man=yes

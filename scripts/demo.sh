@@ -33,7 +33,7 @@ stop() {
     fi
   done
   # Tasks outlive a server by design; the demo's must not outlive it.
-  pkill -KILL -f "kiln shim --dir $KILN_HOME" 2>/dev/null || true
+  pkill -KILL -f "shim --dir $KILN_HOME" 2>/dev/null || true
   rm -rf "$KILN_HOME" "$ex"
 }
 trap stop EXIT

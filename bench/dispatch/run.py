@@ -281,7 +281,7 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"])
+        subprocess.run(["pkill", "-KILL", "-f", f"shim --dir {home}"])
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(records, ignore_errors=True)
 

@@ -14,7 +14,9 @@ Sides:
   isolated, no "user"  the same, but the shim looks its user up itself
 
 --before KILN runs another binary on the same launch files too (one that
-ignores "user" looks its user up on every side). --strace adds, per side,
+ignores "user" looks its user up on every side). kiln-shim beside --kiln
+(the lean shim the server starts for tasks without inputs) is counted as
+a binary of its own when it is there. --strace adds, per side,
 `strace -f -c` of one run: the calls by name, to see where they go.
 
 Needs root: the sandbox drops to the kiln-task user.
@@ -67,10 +69,17 @@ def fresh_task(home, side):
     return task
 
 
+def shim_command(kiln, task):
+    """kiln-shim takes --dir itself; kiln takes it as `kiln shim`."""
+    if Path(kiln).name == "kiln-shim":
+        return [kiln, "--dir", str(task)]
+    return [kiln, "shim", "--dir", str(task)]
+
+
 def perf_counts(kiln, home, side):
     task = fresh_task(home, side)
     out = subprocess.run(["perf", "stat", "-x", ",", "-e", EVENTS, "--",
-                          kiln, "shim", "--dir", str(task)],
+                          *shim_command(kiln, task)],
                          capture_output=True, text=True, check=True)
     status = json.loads((task / "status.json").read_text())
     assert status["exit_code"] == 0, (status, out.stderr)
@@ -85,8 +94,8 @@ def perf_counts(kiln, home, side):
 def strace_table(kiln, home, side):
     task = fresh_task(home, side)
     with tempfile.NamedTemporaryFile("r") as f:
-        subprocess.run(["strace", "-f", "-c", "-o", f.name, kiln, "shim",
-                        "--dir", str(task)], check=True)
+        subprocess.run(["strace", "-f", "-c", "-o", f.name,
+                        *shim_command(kiln, task)], check=True)
         return f.read()
 
 
@@ -103,7 +112,10 @@ def main():
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--strace", action="store_true")
     a = p.parse_args()
-    binaries = [("now", a.kiln)] + ([("before", a.before)] if a.before else [])
+    lean = Path(a.kiln).parent / "kiln-shim"
+    binaries = ([("now", a.kiln)] +
+                ([("now, kiln-shim", str(lean))] if lean.exists() else []) +
+                ([("before", a.before)] if a.before else []))
     sides = ["unisolated", "isolated", 'isolated, no "user"']
     home = Path(tempfile.mkdtemp(prefix="kiln-shim-count-", dir="/var/tmp"))
     home.chmod(0o700)

@@ -284,6 +284,14 @@ char *kn_data_dir(void);
 /* kn_data_dir()/name, malloc'd. */
 char *kn_data_path(const char *name);
 /*
+ * A helper program installed with kiln (name, e.g. "kiln-shim"): beside
+ * the running binary's prefix, EXE/../LIBEXECDIR/kiln/name (a relocated
+ * prefix too), or EXE's own directory (the build tree, where both are
+ * built). Only a regular file owned by root or this user that no one
+ * else may write is taken. Malloc'd path, or NULL when there is none.
+ */
+char *kn_libexec_path(const char *name);
+/*
  * Tell the service manager (systemd's $NOTIFY_SOCKET) the state, e.g.
  * "READY=1" or "STOPPING=1". 0 when sent or when no manager listens;
  * a negative errno when the socket is refused.

@@ -18,7 +18,8 @@
 #include <unistd.h>
 
 /* KN_BUILD_ROOT, KN_SOURCE_DATA_DIR and KN_INSTALL_DATA_DIR come from
-   meson: the build tree, its source's data/, and the install's. */
+   meson: the build tree, its source's data/, and the install's;
+   KN_LIBEXEC_DIR is the prefix's libexec directory, relative to it. */
 
 static bool is_dir(const char *path)
 {
@@ -84,6 +85,38 @@ char *kn_data_path(const char *name)
 
 	free(dir);
 	return path;
+}
+
+/* Run by a root server as root: only root's (or this user's) to change. */
+static bool trusted_program(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+	       (st.st_uid == 0 || st.st_uid == geteuid()) &&
+	       !(st.st_mode & (S_IWGRP | S_IWOTH)) && access(path, X_OK) == 0;
+}
+
+char *kn_libexec_path(const char *name)
+{
+	char dir[PATH_MAX];
+	char *path;
+
+	exe_dir(dir, sizeof(dir));
+	if (!dir[0])
+		return NULL;
+	path = KN_LIBEXEC_DIR[0] == '/'
+		       ? kn_asprintf("%s/kiln/%s", KN_LIBEXEC_DIR, name)
+		       : kn_asprintf("%s/../%s/kiln/%s", dir, KN_LIBEXEC_DIR,
+				     name);
+	if (trusted_program(path))
+		return path;
+	free(path);
+	path = kn_asprintf("%s/%s", dir, name);
+	if (trusted_program(path))
+		return path;
+	free(path);
+	return NULL;
 }
 
 /* Who may have written the file: only this user or root. */

@@ -665,6 +665,12 @@ int kn_shim_main_prepared(const char *task_dir,
 			  const struct kn_shim_prepare *prep,
 			  struct kn_error *err);
 /*
+ * Whether a task with environment env needs `kiln shim`'s prep (its
+ * KILN_INPUTS to fetch, its KILN_REQUIRES to check), which kiln-shim, the
+ * lean shim, does not link: the local executor starts `kiln shim` then.
+ */
+bool kn_shim_needs_prepare(char *const *env);
+/*
  * `kiln shim --kube`, a Kubernetes pod's first process: writes
  * TASK_DIR/launch.json for argv (NULL-terminated; run in the current
  * directory, the container's workingDir, with the pod's environment and

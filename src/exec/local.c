@@ -4,6 +4,14 @@
  * nor the server's death reaches it. What the shim needs (argv, env,
  * limits) travels in TASK_DIR/launch.json rather than on its command line,
  * which keeps environment values out of `ps` and has no length limit.
+ *
+ * The shim is kiln-shim, installed beside kiln and linked with only what
+ * a task start needs (loading the whole kiln binary and its libraries
+ * was most of a shim's own CPU time), or `kiln shim` itself for a task
+ * whose inputs must be fetched (blob stores, digests) or prerequisites
+ * checked, and wherever no kiln-shim was installed. A kiln-shim
+ * replaced since the server started (an upgrade) is not run: its
+ * launch.json may not be this server's.
  */
 #include "exec.h"
 #include "internal.h"
@@ -18,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -187,11 +196,36 @@ static int reserve_shim_files(const char *task_dir, struct kn_error *err)
 	return rc;
 }
 
+bool kn_shim_needs_prepare(char *const *env)
+{
+	return kn_env_get(env, "KILN_INPUTS") || kn_env_get(env, "KILN_REQUIRES");
+}
+
+/* The local executor's state: the lean shim found at its start. */
+struct local {
+	char *lean_shim; /* kiln-shim's path, or NULL: none installed */
+	dev_t lean_dev;
+	ino_t lean_ino;
+};
+
+/* The lean shim, if it is still the file the server started with. */
+static const char *lean_shim(const struct local *lo)
+{
+	struct stat st;
+
+	if (!lo->lean_shim || stat(lo->lean_shim, &st) < 0 ||
+	    st.st_dev != lo->lean_dev || st.st_ino != lo->lean_ino)
+		return NULL;
+	return lo->lean_shim;
+}
+
 static int local_start(struct kn_executor *ex, const struct kn_task_launch *l,
 		       struct kn_task_proc *out, struct kn_error *err)
 {
 	char *shim_log = kn_asprintf("%s/shim.log", l->task_dir);
-	char *argv[] = {"kiln", "shim", "--dir", (char *)l->task_dir, NULL};
+	char *full[] = {"kiln", "shim", "--dir", (char *)l->task_dir, NULL};
+	char *lean[] = {"kiln-shim", "--dir", (char *)l->task_dir, NULL};
+	const char *path = NULL;
 	pid_t pid;
 	int rc;
 
@@ -201,9 +235,13 @@ static int local_start(struct kn_executor *ex, const struct kn_task_launch *l,
 	if (rc < 0)
 		goto out;
 
+	/* What only the whole binary can do: fetch, check prerequisites. */
+	if (!kn_shim_needs_prepare(l->env))
+		path = lean_shim(ex->impl);
 	/* Detached: the shim outlives the server and its terminal. */
-	rc = kn_spawn_detached(&(struct kn_spawn){.path = "/proc/self/exe",
-						  .argv = argv,
+	rc = kn_spawn_detached(&(struct kn_spawn){.path = path ? path
+							       : "/proc/self/exe",
+						  .argv = path ? lean : full,
 						  .envp = environ,
 						  .out_path = shim_log,
 						  .err_path = shim_log,
@@ -479,6 +517,14 @@ static int local_session_connect(struct kn_executor *ex, const char *task_dir,
 	return kn_session_socket_connect(task_dir, err);
 }
 
+static void local_release(struct kn_executor *ex)
+{
+	struct local *lo = ex->impl;
+
+	free(lo->lean_shim);
+	free(lo);
+}
+
 static const struct kn_executor_ops local_ops = {
 	.name = "local",
 	.start = local_start,
@@ -487,9 +533,21 @@ static const struct kn_executor_ops local_ops = {
 	.adopt = local_adopt,
 	.check = local_check,
 	.session_connect = local_session_connect,
+	.release = local_release,
 };
 
 struct kn_executor *kn_local_executor_new(void)
 {
-	return kn_executor_new(&local_ops, NULL);
+	struct local *lo = kn_xcalloc(1, sizeof(*lo));
+	struct stat st;
+
+	lo->lean_shim = kn_libexec_path("kiln-shim");
+	if (lo->lean_shim && stat(lo->lean_shim, &st) == 0) {
+		lo->lean_dev = st.st_dev;
+		lo->lean_ino = st.st_ino;
+	} else {
+		free(lo->lean_shim);
+		lo->lean_shim = NULL;
+	}
+	return kn_executor_new(&local_ops, lo);
 }

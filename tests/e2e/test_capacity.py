@@ -24,7 +24,7 @@ def make_server(tmp_path):
     yield make
     for s in started:
         s.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+        subprocess.run(["pkill", "-KILL", "-f", f"shim --dir {s.home}"],
                        check=False)
 
 

@@ -45,7 +45,7 @@ def signing(tmp_path):
     s.start()
     yield s
     s.stop()
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {s.home}"],
+    subprocess.run(["pkill", "-KILL", "-f", f"shim --dir {s.home}"],
                    check=False)
 
 

@@ -46,7 +46,7 @@ def end_all(server, home):
     if server.proc and server.proc.poll() is None:
         server.proc.kill()
         server.proc.wait(timeout=10)
-    subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"],
+    subprocess.run(["pkill", "-KILL", "-f", f"shim --dir {home}"],
                    check=False)
 
 

@@ -74,6 +74,7 @@ def elsewhere(tmp_path):
 
 def test_install_lays_out_binary_data_docs_units_and_config(prefix):
     assert os.access(prefix / "bin" / "kiln", os.X_OK)
+    assert os.access(prefix / "libexec" / "kiln" / "kiln-shim", os.X_OK)
     data = {p.name for p in (prefix / "share" / "kiln").iterdir()}
     assert {"azure-gpu-skus.csv", "azure-cpu-skus.csv", "gpu-perf.csv",
             "gpu-products.csv", "mig-profiles.csv", "model-presets.csv",
@@ -160,18 +161,84 @@ def test_server_from_config_file_runs_a_job(prefix, elsewhere, tmp_path):
                  proc.poll() is not None, what="server.url")
         assert proc.poll() is None, (tmp_path / "server.log").read_text()
         job = elsewhere / "job.yaml"
+        # Its namespace's init is its shim's child: the lean shim from
+        # the moved prefix, not the build tree's.
         job.write_text("kind: Job\nname: installed\n"
-                       "command: [/bin/sh, -c, 'echo from-the-package']\n")
+                       "command: [/bin/sh, -c, 'echo from-the-package; "
+                       "tr \"\\\\0\" \" \" </proc/1/cmdline']\n")
         res = run(kiln, "submit", job, "--wait", cwd=elsewhere, env=env)
         assert res.returncode == 0, res.stderr
         res = run(kiln, "logs", res.stdout.strip(), cwd=elsewhere, env=env)
         assert "from-the-package" in res.stdout
+        assert "kiln-shim --dir " in res.stdout, res.stdout
         res = run(kiln, "nodes", cwd=elsewhere, env=env)
         assert "H100" in res.stdout
     finally:
         proc.terminate()
         assert proc.wait(timeout=15) == 0, (tmp_path / "server.log").read_text()
         log.close()
+        kill_processes_under(home)
+
+
+def shim_of_a_job(kiln, elsewhere, env):
+    """The command line of the shim a job ran under: its namespace's init
+    is the shim's child."""
+    job = elsewhere / "init.yaml"
+    job.write_text("kind: Job\nname: init\ncommand: [/bin/sh, -c, "
+                   "'tr \"\\\\0\" \" \" </proc/1/cmdline']\n")
+    res = run(kiln, "submit", job, "--wait", cwd=elsewhere, env=env)
+    assert res.returncode == 0, res.stderr
+    return run(kiln, "logs", res.stdout.strip(), cwd=elsewhere,
+               env=env).stdout
+
+
+def test_a_replaced_or_writable_lean_shim_is_not_run(prefix, elsewhere,
+                                                     tmp_path):
+    """The root server runs kiln-shim only while it is the file found at
+    start (an upgrade replacing it leaves the server on its own binary's
+    `kiln shim`) and only when no one but root may write it."""
+    kiln = prefix / "bin" / "kiln"
+    lean = prefix / "libexec" / "kiln" / "kiln-shim"
+    home = tmp_path / "home"
+    cfg = installed_config(prefix, tmp_path / "server.yaml",
+                           "gpus: 1xH100-80GB\nhealth-interval: 0\n")
+    env = clean_env(KILN_HOME=str(home))
+
+    def server():
+        log = open(tmp_path / "server.log", "ab")
+        proc = subprocess.Popen([str(kiln), "server", "--config", str(cfg),
+                                 "--home", str(home)], cwd=elsewhere,
+                                env=env, stdout=log, stderr=log)
+        wait_for(lambda: (home / "server.url").exists() or
+                 proc.poll() is not None, what="server.url")
+        assert proc.poll() is None, (tmp_path / "server.log").read_text()
+        return proc
+
+    def stop(proc):
+        proc.terminate()
+        assert proc.wait(timeout=15) == 0
+        (home / "server.url").unlink(missing_ok=True)
+
+    proc = server()
+    try:
+        assert shim_of_a_job(kiln, elsewhere, env).startswith("kiln-shim ")
+        # Replaced while the server runs, as a package upgrade does.
+        shutil.copy2(lean, tmp_path / "kiln-shim")
+        os.replace(tmp_path / "kiln-shim", lean)
+        assert shim_of_a_job(kiln, elsewhere, env).startswith("kiln shim ")
+        stop(proc)
+        lean.chmod(0o775)
+        proc = server()
+        assert shim_of_a_job(kiln, elsewhere, env).startswith("kiln shim ")
+        stop(proc)
+        lean.chmod(0o755)
+        proc = server()
+        assert shim_of_a_job(kiln, elsewhere, env).startswith("kiln-shim ")
+    finally:
+        lean.chmod(0o755)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=15)
         kill_processes_under(home)
 
 
@@ -357,7 +424,8 @@ def test_deb_depends_only_on_what_the_binary_links(deb):
 def test_deb_contents_and_maintainer_scripts(deb, tmp_path):
     listing = subprocess.run(["dpkg-deb", "-c", str(deb)], check=True,
                              capture_output=True, text=True).stdout
-    for path in ("./usr/bin/kiln", "./usr/share/kiln/gpu-products.csv",
+    for path in ("./usr/bin/kiln", "./usr/libexec/kiln/kiln-shim",
+                 "./usr/share/kiln/gpu-products.csv",
                  "./usr/share/man/man1/kiln.1.gz",
                  "./usr/share/man/man1/kiln-server.1.gz",
                  "./usr/share/bash-completion/completions/kiln",

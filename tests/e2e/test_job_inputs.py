@@ -6,7 +6,7 @@ import hashlib
 import json
 import subprocess
 
-from conftest import KILN, wait_for
+from conftest import KILN, job_yaml, wait_for
 from test_kube_executor import api, start_server  # noqa: F401 (a fixture)
 from test_workflows import write_workflow
 
@@ -258,3 +258,20 @@ def test_validate_and_render_see_inputs(tmp_path):
         "store": "https://acct.blob.core.windows.net/data/corpus",
         "blob": "train.txt"}]
     assert env["KILN_INPUT_DIR"] == "/kiln/inputs"
+
+
+def test_only_a_task_with_inputs_runs_under_the_whole_kiln(server, tmp_path):
+    """A task with nothing to fetch starts under kiln-shim, the lean shim
+    beside the binary; one with inputs under `kiln shim`, which fetches
+    them. Seen by the task as its namespace's init (the shim's child),
+    whose command line is the shim's."""
+    init = "tr '\\0' ' ' </proc/1/cmdline; echo"
+    plain = server.submit(job_yaml("plain", ["/bin/sh", "-c", init]))
+    job = server.wait_state(plain, ("succeeded", "failed"))
+    assert job["state"] == "succeeded", job["reason"]
+    assert server.logs(plain).startswith("kiln-shim --dir "), server.logs(plain)
+    fetched = submit(server, project(tmp_path, init))
+    job = server.wait_state(fetched, ("succeeded", "failed"))
+    assert job["state"] == "succeeded", job["reason"]
+    # After the shim's lines on what it fetched.
+    assert "\nkiln shim --dir " in server.logs(fetched), server.logs(fetched)

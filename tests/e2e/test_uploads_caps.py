@@ -100,6 +100,6 @@ def test_staging_stops_before_the_disk_is_full(tmp_path):
         assert r.status_code == 201, r.text
     finally:
         srv.stop()
-        subprocess.run(["pkill", "-KILL", "-f", f"kiln shim --dir {home}"],
+        subprocess.run(["pkill", "-KILL", "-f", f"shim --dir {home}"],
                        check=False)
         subprocess.run(["umount", "-l", str(home)], check=False)
