@@ -35,9 +35,15 @@ ones too, in its heap and slows as that grows), also per set:
   ckpt_up    `kiln ckpt upload URL JOB DIR`: the set's directory as a
              saved checkpoint, straight to the store.
   curl_par   `curl --parallel` (6 at once) of the same files.
+  ckpt_down  `kiln ckpt restore URL JOB DEST` of the set uploaded as a
+             checkpoint (untimed): parallel Range GETs, every digest
+             checked, against
+  curl_get   `curl -o` of the same blobs with a SAS, one process, one
+             after another (no digest).
 
 --no-file leaves the file-store sides out. Ratios for Azurite:
-curl_put / push_az, curl_put / ckpt_up and curl_par / ckpt_up.
+curl_put / push_az, curl_put / ckpt_up, curl_par / ckpt_up and
+curl_get / ckpt_down.
 
 Reports mean +- sd of each over the rounds, and the ratios cp / push,
 cp / push_http and cp_pull / pull (above 1.0 kiln is faster), with the
@@ -240,6 +246,31 @@ def main():
             return with_azurite(lambda url, e: timed(
                 [a.kiln, "ckpt", "upload", url, "1", str(src)], env=e)[0])
 
+        def download_side(kiln_side):
+            """ckpt_down: `kiln ckpt restore` of the set, uploaded as a
+            checkpoint outside the timing; curl_get: `curl -o` of the same
+            blobs with a SAS, one after another in one process."""
+            def side(spec, src, digests, extra):
+                def measure(url, e):
+                    timed([a.kiln, "ckpt", "upload", url, "1", str(src)],
+                          env=e)
+                    dest = Path(tempfile.mkdtemp(dir=work))
+                    try:
+                        if kiln_side:
+                            return timed([a.kiln, "ckpt", "restore", url,
+                                          "1", str(dest / "r")], env=e)[0]
+                        args = ["curl", "-sS", "--fail",
+                                "-H", "x-ms-version: 2023-11-03"]
+                        for f in sorted(src.iterdir()):
+                            args += [f"{url}/1/checkpoints/{src.name}/"
+                                     f"{f.name}?{ckpt_bench.sas('bench')}",
+                                     "-o", str(dest / f.name)]
+                        return timed(args)[0]
+                    finally:
+                        shutil.rmtree(dest, ignore_errors=True)
+                return with_azurite(measure)
+            return side
+
         sides = []
         if not a.no_file:
             sides += [("push", push, ()), ("push_http", push, ("--http",)),
@@ -249,7 +280,9 @@ def main():
             sides += [("push_az", push_az, ()),
                       ("curl_put", curl_side(False), ()),
                       ("ckpt_up", ckpt_up, ()),
-                      ("curl_par", curl_side(True), ())]
+                      ("curl_par", curl_side(True), ()),
+                      ("ckpt_down", download_side(True), ()),
+                      ("curl_get", download_side(False), ())]
         times = {spec: {name: [] for name, _, _ in sides}
                  for spec, _, _, _ in sets}
         for r in range(a.rounds):
@@ -271,7 +304,8 @@ def main():
             for peer, side in (("cp", "push"), ("cp", "push_http"),
                                ("cp_pull", "pull"), ("curl_put", "push_az"),
                                ("curl_put", "ckpt_up"),
-                               ("curl_par", "ckpt_up")):
+                               ("curl_par", "ckpt_up"),
+                               ("curl_get", "ckpt_down")):
                 if times[spec].get(peer) and times[spec].get(side):
                     ratio[f"{peer}/{side}"] = statistics.mean(
                         c / p for c, p in zip(times[spec][peer],

@@ -119,11 +119,13 @@ int kn_blob_put_file(struct kn_blob_store *store, const char *name,
 int kn_blob_put_link(struct kn_blob_store *store, const char *name,
 		     const char *path, struct kn_error *err);
 /*
- * Copy len bytes of in, from its start, to out (written in order),
- * hashing them on a second thread: one pass, the hash beside the copy.
- * The source is read with pread into buffers of its own, never mapped,
- * so a source another process may truncate meanwhile (a client's file)
- * makes a short read, an error, not a fault. hex (65 bytes) receives
+ * Copy len bytes of in, from its start, to out (a fresh temporary of
+ * the caller's, opened for reading and writing), hashing them on a
+ * second thread: one pass, the hash beside the copy. Where the file
+ * system shares blocks (FICLONE) in is cloned, not copied, and the clone
+ * is hashed. The source is read with pread into buffers of its own,
+ * never mapped, so a source another process may truncate meanwhile (a
+ * client's file) makes a short read, an error, not a fault. hex (65 bytes) receives
  * the digest of the bytes copied and *copied their count. 0, or -errno
  * with *failed_op naming the step.
  */
