@@ -195,12 +195,7 @@ static int perform(struct kn_vmss_client *c, const char *method,
 	if (!h)
 		abort();
 	reply_reset(r);
-	kn_httpc_defaults(h, 10000);
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-	if (body)
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+	kn_httpc_request(h, 10000, method, url, headers, body);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, kn_httpc_collect);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &r->body);
 	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
