@@ -185,9 +185,7 @@ static int perform(struct kn_kube_client *c, const char *method,
 			 payload);
 	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(curl, CURLOPT_WRITEDATA, t);
-	curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, progress);
-	curl_easy_setopt(curl, CURLOPT_XFERINFODATA, t);
+	kn_httpc_on_progress(curl, progress, t);
 	curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
 	if (!t->fn)
 		curl_easy_setopt(curl, CURLOPT_TIMEOUT, REQUEST_TIMEOUT_S);

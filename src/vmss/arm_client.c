@@ -200,9 +200,7 @@ static int perform(struct kn_vmss_client *c, const char *method,
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &r->body);
 	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-	curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
+	kn_httpc_on_progress(h, on_progress, c);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
 	cc = curl_easy_perform(h);
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
