@@ -18,6 +18,21 @@
 void kn_httpc_defaults(CURL *h, long connect_timeout_ms);
 
 /*
+ * kn_httpc_defaults, then the request: method to url with headers and
+ * body (NULL for none), each of which must outlive the transfer.
+ */
+void kn_httpc_request(CURL *h, long connect_timeout_ms, const char *method,
+		      const char *url, struct curl_slist *headers,
+		      const char *body);
+
+/*
+ * Call fn with arg as the transfer progresses (CURLOPT_XFERINFOFUNCTION,
+ * which libcurl only calls with CURLOPT_NOPROGRESS off); a nonzero
+ * return aborts the transfer.
+ */
+void kn_httpc_on_progress(CURL *h, curl_xferinfo_callback fn, void *arg);
+
+/*
  * A CURLOPT_WRITEFUNCTION appending to the struct kn_buf given as
  * CURLOPT_WRITEDATA; past the buffer's cap it fails the transfer
  * (CURLE_WRITE_ERROR) rather than hold an unbounded answer.

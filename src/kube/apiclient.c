@@ -181,17 +181,11 @@ static int perform(struct kn_kube_client *c, const char *method,
 		headers = curl_slist_append(headers, ct);
 		free(ct);
 	}
-	kn_httpc_defaults(curl, CONNECT_TIMEOUT_S * 1000L);
-	curl_easy_setopt(curl, CURLOPT_URL, url);
-	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
-	if (payload)
-		curl_easy_setopt(curl, CURLOPT_POSTFIELDS, payload);
+	kn_httpc_request(curl, CONNECT_TIMEOUT_S * 1000L, method, url, headers,
+			 payload);
 	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(curl, CURLOPT_WRITEDATA, t);
-	curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, progress);
-	curl_easy_setopt(curl, CURLOPT_XFERINFODATA, t);
+	kn_httpc_on_progress(curl, progress, t);
 	curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
 	if (!t->fn)
 		curl_easy_setopt(curl, CURLOPT_TIMEOUT, REQUEST_TIMEOUT_S);

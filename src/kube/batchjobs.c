@@ -883,23 +883,6 @@ static void fetch_log(struct kube_exec *ex, const char *task_dir,
 	free(path);
 }
 
-/* The list's items labelled kiln.dev/job=name. New array. */
-static json_t *items_of(json_t *list, const char *name)
-{
-	json_t *out = json_array(), *item;
-	size_t i;
-
-	json_array_foreach(json_object_get(list, "items"), i, item) {
-		const char *job = json_string_value(json_object_get(
-			json_object_get(json_object_get(item, "metadata"),
-					"labels"),
-			KN_KUBE_LABEL_JOB));
-		if (job && !strcmp(job, name))
-			json_array_append(out, item);
-	}
-	return out;
-}
-
 static int list(struct kube_exec *ex, const char *path, json_t **out)
 {
 	struct kn_error err;
@@ -938,7 +921,7 @@ static void follow(struct kube_exec *ex, struct attempt *head)
 		if (!a->submitted)
 			continue;
 		job = kube_item_named(jobs, a->name);
-		mine = items_of(pods, a->name);
+		mine = kube_items_labelled(pods, KN_KUBE_LABEL_JOB, a->name);
 		for (int r = 0; r < a->ntasks; r++) {
 			struct kn_kube_task_view v;
 			char *dir;

@@ -640,23 +640,6 @@ static int call(struct kn_kube_client *c, enum call kind, const char *path,
 	return rc;
 }
 
-/* The list's items labelled kiln.dev/deployment=kname. New array. */
-static json_t *pods_of(json_t *list, const char *kname)
-{
-	json_t *out = json_array(), *item;
-	size_t i;
-
-	json_array_foreach(json_object_get(list, "items"), i, item) {
-		const char *d = json_string_value(json_object_get(
-			json_object_get(json_object_get(item, "metadata"),
-					"labels"),
-			KN_KUBE_LABEL_DEPLOYMENT));
-		if (d && !strcmp(d, kname))
-			json_array_append(out, item);
-	}
-	return out;
-}
-
 static int64_t generation_of(json_t *d)
 {
 	const char *g = json_string_value(json_object_get(
@@ -976,7 +959,8 @@ void kube_deploy_turn(struct kube_deploys *deploys, struct kn_kube_client *c,
 			continue;
 		}
 		apply(c, ns, it, kube_item_named(deps, it->kname), &current);
-		mine = pods_of(pods, it->kname);
+		mine = kube_items_labelled(pods, KN_KUBE_LABEL_DEPLOYMENT,
+					   it->kname);
 		it->view = kn_kube_deployment_view(current, mine);
 		add_zones(deploys, c, it->view);
 		json_decref(mine);

@@ -37,6 +37,24 @@ static inline json_t *kube_item_named(json_t *list, const char *name)
 	return NULL;
 }
 
+/* The items of an API list whose label is value: a new array. */
+static inline json_t *kube_items_labelled(json_t *list, const char *label,
+					  const char *value)
+{
+	json_t *out = json_array(), *item;
+	size_t i;
+
+	json_array_foreach(json_object_get(list, "items"), i, item) {
+		const char *v = json_string_value(json_object_get(
+			json_object_get(json_object_get(item, "metadata"),
+					"labels"),
+			label));
+		if (v && !strcmp(v, value))
+			json_array_append(out, item);
+	}
+	return out;
+}
+
 /* The Kubernetes executor's state (batchjobs.c). */
 struct kube_exec;
 /* The deployments an executor keeps (deployments.c). */

@@ -73,22 +73,20 @@ static int read_seconds(struct walk *w, struct fy_node *node, int64_t min_ms,
 	char got[GOT_BUF];
 	struct value v;
 	int64_t ms = 0;
-	int rc = spec_classify(w, node, &v);
+	int rc = spec_read_thousandths(w, node, PROBE_MAX_SECONDS * 1000LL,
+				       NULL, &v, &ms);
 
-	if (rc)
+	if (rc < 0)
 		return rc;
-	if ((v.kind != V_INT && v.kind != V_FLOAT) ||
-	    spec_parse_milli(v.text, PROBE_MAX_SECONDS * 1000LL, &ms) !=
-		    MILLI_OK ||
-	    ms < min_ms)
-		return spec_fail(
-			w, node,
-			"must be a number of seconds %g..%d (e.g. 0.5 or "
-			"10); got %s",
-			(double)min_ms / 1000, PROBE_MAX_SECONDS,
-			spec_describe(&v, got, sizeof(got)));
-	*out = ms;
-	return 0;
+	if (rc == 0 && ms >= min_ms) {
+		*out = ms;
+		return 0;
+	}
+	return spec_fail(w, node,
+			 "must be a number of seconds %g..%d (e.g. 0.5 or "
+			 "10); got %s",
+			 (double)min_ms / 1000, PROBE_MAX_SECONDS,
+			 spec_describe(&v, got, sizeof(got)));
 }
 
 static int read_probe_path(struct walk *w, struct fy_node *node, void *target)

@@ -44,7 +44,7 @@ static int read_idle_gpu(struct walk *w, struct fy_node *node, void *target)
 	char got[GOT_BUF];
 	struct value v;
 	int64_t milli = 0;
-	int rc = spec_read_share(w, node, KN_MILLI, NULL, &v, &milli);
+	int rc = spec_read_thousandths(w, node, KN_MILLI, NULL, &v, &milli);
 
 	if (rc < 0)
 		return rc;

@@ -149,14 +149,15 @@ int spec_classify(struct walk *w, struct fy_node *node, struct value *v);
 /* The "got ..." part of a message, in buf or a constant. */
 const char *spec_describe(const struct value *v, char *buf, size_t size);
 /*
- * A share counted in thousandths (0.5, 2), at most max_milli, classified
- * into *v: 0 with *milli set; 1 when node is no such number (the caller
- * takes another form or says what it wants); an error when node cannot
- * be read or, where counted says what ("CPUs are"), when the number is
- * finer than a thousandth.
+ * A number counted in thousandths (0.5 GPUs, 2 CPUs, 0.25 seconds), at
+ * most max_milli, classified into *v: 0 with *milli set; 1 when node is
+ * no such number (the caller takes another form or says what it wants);
+ * an error when node cannot be read or, where counted says what ("CPUs
+ * are"), when the number is finer than a thousandth.
  */
-int spec_read_share(struct walk *w, struct fy_node *node, int64_t max_milli,
-		    const char *counted, struct value *v, int64_t *milli);
+int spec_read_thousandths(struct walk *w, struct fy_node *node,
+			  int64_t max_milli, const char *counted,
+			  struct value *v, int64_t *milli);
 /* A value where text is wanted: strings, and numbers as written. */
 int spec_want_text(struct walk *w, struct fy_node *node, bool allow_bool,
 		   const char *allowed, struct value *v);

@@ -144,8 +144,8 @@ static int read_gpus(struct walk *w, struct fy_node *node, void *target)
 	char got[GOT_BUF];
 	struct value v;
 	int64_t milli = 0;
-	int rc = spec_read_share(w, node, KN_SPEC_MAX_GPUS * KN_MILLI,
-				 "a share of a GPU is", &v, &milli);
+	int rc = spec_read_thousandths(w, node, KN_SPEC_MAX_GPUS * KN_MILLI,
+				       "a share of a GPU is", &v, &milli);
 
 	if (rc < 0)
 		return rc;
@@ -201,8 +201,8 @@ static int read_cpus(struct walk *w, struct fy_node *node, void *target)
 	char got[GOT_BUF];
 	struct value v;
 	int64_t milli = 0;
-	int rc = spec_read_share(w, node, KN_SPEC_MAX_CPUS * KN_MILLI,
-				 "CPUs are", &v, &milli);
+	int rc = spec_read_thousandths(w, node, KN_SPEC_MAX_CPUS * KN_MILLI,
+				       "CPUs are", &v, &milli);
 
 	if (rc < 0)
 		return rc;

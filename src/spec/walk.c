@@ -434,8 +434,9 @@ enum milli_result spec_parse_milli(const char *s, int64_t max_milli,
 	return MILLI_OK;
 }
 
-int spec_read_share(struct walk *w, struct fy_node *node, int64_t max_milli,
-		    const char *counted, struct value *v, int64_t *milli)
+int spec_read_thousandths(struct walk *w, struct fy_node *node,
+			  int64_t max_milli, const char *counted,
+			  struct value *v, int64_t *milli)
 {
 	char got[GOT_BUF];
 	int rc = spec_classify(w, node, v);

@@ -195,19 +195,12 @@ static int perform(struct kn_vmss_client *c, const char *method,
 	if (!h)
 		abort();
 	reply_reset(r);
-	kn_httpc_defaults(h, 10000);
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-	if (body)
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+	kn_httpc_request(h, 10000, method, url, headers, body);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, kn_httpc_collect);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &r->body);
 	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-	curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
+	kn_httpc_on_progress(h, on_progress, c);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
 	cc = curl_easy_perform(h);
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
@@ -435,19 +428,20 @@ int kn_vmss_capacity(struct kn_vmss_client *c, int64_t *capacity,
 	return rc;
 }
 
-int kn_vmss_set_capacity(struct kn_vmss_client *c, int64_t capacity,
-			 struct kn_error *err)
+/*
+ * Send body (freed here) by method to the scale set's URL plus suffix,
+ * and wait for the long operation it starts; what names a failure.
+ */
+static int change(struct kn_vmss_client *c, const char *method,
+		  const char *suffix, char *body, const char *what,
+		  struct kn_error *err)
 {
-	char *url = kn_vmss_url(c->arm_url, c->id, NULL);
-	char *body = kn_vmss_capacity_body(capacity);
-	char what[64];
+	char *url = kn_vmss_url(c->arm_url, c->id, suffix);
 	struct reply r = {0};
 	int rc;
 
-	snprintf(what, sizeof(what), "setting the capacity to %lld",
-		 (long long)capacity);
 	kn_buf_init(&r.body, BODY_MAX);
-	rc = arm(c, "PATCH", url, body, &r, what, err);
+	rc = arm(c, method, url, body, &r, what, err);
 	if (rc == 0 && r.status != 200 && r.status != 202)
 		rc = answer_error(&r, what, err);
 	if (rc == 0)
@@ -456,6 +450,17 @@ int kn_vmss_set_capacity(struct kn_vmss_client *c, int64_t capacity,
 	free(body);
 	free(url);
 	return rc;
+}
+
+int kn_vmss_set_capacity(struct kn_vmss_client *c, int64_t capacity,
+			 struct kn_error *err)
+{
+	char what[64];
+
+	snprintf(what, sizeof(what), "setting the capacity to %lld",
+		 (long long)capacity);
+	return change(c, "PATCH", NULL, kn_vmss_capacity_body(capacity), what,
+		      err);
 }
 
 int kn_vmss_list(struct kn_vmss_client *c, struct kn_vmss_vm **vms,
@@ -493,21 +498,9 @@ int kn_vmss_list(struct kn_vmss_client *c, struct kn_vmss_vm **vms,
 int kn_vmss_delete_instance(struct kn_vmss_client *c, const char *instance_id,
 			    struct kn_error *err)
 {
-	char *url = kn_vmss_url(c->arm_url, c->id, "/delete");
-	char *body = kn_vmss_delete_body(instance_id);
 	char what[80];
-	struct reply r = {0};
-	int rc;
 
 	snprintf(what, sizeof(what), "deleting instance %.32s", instance_id);
-	kn_buf_init(&r.body, BODY_MAX);
-	rc = arm(c, "POST", url, body, &r, what, err);
-	if (rc == 0 && r.status != 200 && r.status != 202)
-		rc = answer_error(&r, what, err);
-	if (rc == 0)
-		rc = wait_operation(c, &r, what, err);
-	kn_buf_release(&r.body);
-	free(body);
-	free(url);
-	return rc;
+	return change(c, "POST", "/delete", kn_vmss_delete_body(instance_id),
+		      what, err);
 }
