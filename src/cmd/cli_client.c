@@ -978,8 +978,11 @@ int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 	if (rc == 0)
 		rc = cli_get(c, path, answer);
 	cli_client_free(c);
-	if (rc)
-		return rc;
+	return rc ? rc : cli_answer_json(ctx, answer);
+}
+
+int cli_answer_json(const struct cli_ctx *ctx, json_t **answer)
+{
 	if (!cli_want_json(ctx))
 		return CLI_GO;
 	cli_print_data(ctx, *answer);

@@ -162,6 +162,12 @@ int cli_post_spec(struct cli_client *c, const char *collection,
  */
 int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 		    const char *path, json_t **answer);
+/*
+ * An answer that came: with -o json printed as it is and released
+ * (*answer NULL, CLI_EXIT_OK), else left to the caller to describe
+ * (CLI_GO).
+ */
+int cli_answer_json(const struct cli_ctx *ctx, json_t **answer);
 
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 		     const char *collection, const char **name);
