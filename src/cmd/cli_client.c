@@ -892,6 +892,18 @@ int cli_get(struct cli_client *c, const char *path, json_t **out)
 	return perform(c, "GET", path, NULL, NULL, 0, NULL, 0, out);
 }
 
+int cli_get_after(struct cli_client *c, int pause_ms, const char *path,
+		  json_t **out)
+{
+	struct timespec pause = {pause_ms / 1000,
+				 (long)(pause_ms % 1000) * 1000000L};
+
+	nanosleep(&pause, NULL);
+	json_decref(*out);
+	*out = NULL;
+	return cli_get(c, path, out);
+}
+
 int cli_job_element(struct cli_client *c, int64_t id, int64_t index,
 		    int64_t *out)
 {
@@ -978,8 +990,11 @@ int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 	if (rc == 0)
 		rc = cli_get(c, path, answer);
 	cli_client_free(c);
-	if (rc)
-		return rc;
+	return rc ? rc : cli_answer_json(ctx, answer);
+}
+
+int cli_answer_json(const struct cli_ctx *ctx, json_t **answer)
+{
 	if (!cli_want_json(ctx))
 		return CLI_GO;
 	cli_print_data(ctx, *answer);

@@ -114,6 +114,12 @@ int cli_call_quiet(struct cli_client *c, unsigned quiet, const char *method,
 		   const char *body, size_t body_len, json_t **out);
 /* cli_call for a GET without a body. */
 int cli_get(struct cli_client *c, const char *path, json_t **out);
+/*
+ * A poll's next look: wait pause_ms, release the answer *out held, then
+ * cli_get path into it.
+ */
+int cli_get_after(struct cli_client *c, int pause_ms, const char *path,
+		  json_t **out);
 /* The job id of element index of job array id, asked of the server. */
 int cli_job_element(struct cli_client *c, int64_t id, int64_t index,
 		    int64_t *out);
@@ -162,6 +168,12 @@ int cli_post_spec(struct cli_client *c, const char *collection,
  */
 int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 		    const char *path, json_t **answer);
+/*
+ * An answer that came: with -o json printed as it is and released
+ * (*answer NULL, CLI_EXIT_OK), else left to the caller to describe
+ * (CLI_GO).
+ */
+int cli_answer_json(const struct cli_ctx *ctx, json_t **answer);
 
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 		     const char *collection, const char **name);

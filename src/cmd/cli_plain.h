@@ -32,8 +32,10 @@ bool cli_plain_url(const char *url, char *host, size_t host_len, int *port);
 /*
  * Send method target (origin-form) with the header lines in headers
  * (each "Name: value\r\n", or NULL) and body, to host:port; the answer's
- * body goes to sink. timeout_ms bounds the whole exchange (0: none after
- * the connect, which has its own). *status gets the answer's status
+ * body goes to sink. timeout_ms bounds the exchange (0: none after the
+ * connect, which has its own): the answer must be whole within it from
+ * the start, and sending fails once the server takes nothing for as
+ * long. *status gets the answer's status
  * (0 before one came); why says what went wrong, in words.
  */
 enum cli_plain_result cli_plain_request(const char *host, int port,

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -69,18 +68,13 @@ static int backup_create(struct cli_ctx *ctx, int argc, char **argv)
 	cli_path_add(&path, cli_json_str(run, "name"));
 	deadline = kn_mono_ms() + BACKUP_WAIT_MS;
 	while (!strcmp(cli_json_str(run, "state"), "running")) {
-		struct timespec pause = {0, BACKUP_POLL_MS * 1000000L};
-
 		if (kn_mono_ms() > deadline) {
 			rc = cli_fail(ctx, "backup %s is still running after"
 				      " 30m; see kiln backup ls",
 				      cli_json_str(run, "name"));
 			goto out;
 		}
-		nanosleep(&pause, NULL);
-		json_decref(answer);
-		answer = NULL;
-		rc = cli_get(c, path.data, &answer);
+		rc = cli_get_after(c, BACKUP_POLL_MS, path.data, &answer);
 		if (rc)
 			goto out;
 		run = json_object_get(answer, "backup");

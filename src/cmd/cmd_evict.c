@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
@@ -185,7 +184,6 @@ static int rolling_drain(struct cli_ctx *ctx, int argc, char **argv)
 	       (long long)cli_json_int(json_object_get(answer, "rolling"),
 				       "nodes"));
 	for (;;) {
-		struct timespec pause = {0, 250 * 1000 * 1000};
 		const char *state;
 
 		r = json_object_get(answer, "rolling");
@@ -203,10 +201,7 @@ static int rolling_drain(struct cli_ctx *ctx, int argc, char **argv)
 		}
 		if (no_wait)
 			break;
-		nanosleep(&pause, NULL);
-		json_decref(answer);
-		answer = NULL;
-		rc = cli_get(c, path.data, &answer);
+		rc = cli_get_after(c, 250, path.data, &answer);
 		if (rc)
 			goto out;
 	}

@@ -927,13 +927,34 @@ static const char *from_text(json_t *answer, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * POST {"alias": alias} to the model path what (model_path(ref, what)):
+ * CLI_GO with *answer for the caller to describe, else an exit status
+ * (CLI_EXIT_OK once the answer is printed as -o json asks).
+ */
+static int alias_post(struct cli_ctx *ctx, const char *ref, const char *what,
+		      const char *alias, json_t **answer)
+{
+	struct cli_client *c = NULL;
+	char *path = model_path(ref, what);
+	json_t *req = json_pack("{s:s}", "alias", alias);
+	int rc = cli_client_open(ctx, &c);
+
+	*answer = NULL;
+	if (!rc)
+		rc = model_post_json(c, path, req, answer);
+	free(path);
+	json_decref(req);
+	cli_client_free(c);
+	return rc ? rc : cli_answer_json(ctx, answer);
+}
+
 static int model_promote(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a;
 	struct kn_model_ref ref;
-	struct cli_client *c = NULL;
-	json_t *req = NULL, *answer = NULL;
-	char *path = NULL, from[32];
+	json_t *answer;
+	char from[32];
 	int rc = parse(ctx, argc, argv, &a, 2, "NAME@VERSION ALIAS");
 
 	if (rc == CLI_GO)
@@ -941,54 +962,34 @@ static int model_promote(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc == CLI_GO && !kn_model_alias_ok(a.pos[1]))
 		rc = cli_usage_error(ctx, "\"%s\" is not an alias (a name that "
 				     "is not all digits)", a.pos[1]);
+	if (rc == CLI_GO)
+		rc = alias_post(ctx, a.pos[0], "/promote", a.pos[1], &answer);
 	if (rc != CLI_GO)
 		return rc;
-	rc = cli_client_open(ctx, &c);
-	path = model_path(a.pos[0], "/promote");
-	req = json_pack("{s:s}", "alias", a.pos[1]);
-	if (!rc)
-		rc = model_post_json(c, path, req, &answer);
-	if (!rc && cli_want_json(ctx))
-		cli_print_data(ctx, answer);
-	else if (!rc)
-		fprintf(stderr, "%s@%s: %s -> %lld\n", ref.name, a.pos[1],
-			from_text(answer, from, sizeof(from)),
-			(long long)cli_json_int(answer, "version"));
-	free(path);
-	json_decref(req);
+	fprintf(stderr, "%s@%s: %s -> %lld\n", ref.name, a.pos[1],
+		from_text(answer, from, sizeof(from)),
+		(long long)cli_json_int(answer, "version"));
 	json_decref(answer);
-	cli_client_free(c);
-	return rc;
+	return CLI_EXIT_OK;
 }
 
 static int model_rollback(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a;
-	struct cli_client *c = NULL;
-	json_t *req = NULL, *answer = NULL;
-	char *path = NULL;
+	json_t *answer;
 	int rc = parse(ctx, argc, argv, &a, 2, "NAME ALIAS");
 
 	if (rc == CLI_GO && !kn_model_name_ok(a.pos[0]))
 		rc = cli_usage_error(ctx, "\"%s\" is not a model name", a.pos[0]);
+	if (rc == CLI_GO)
+		rc = alias_post(ctx, a.pos[0], "/rollback", a.pos[1], &answer);
 	if (rc != CLI_GO)
 		return rc;
-	rc = cli_client_open(ctx, &c);
-	path = model_path(a.pos[0], "/rollback");
-	req = json_pack("{s:s}", "alias", a.pos[1]);
-	if (!rc)
-		rc = model_post_json(c, path, req, &answer);
-	if (!rc && cli_want_json(ctx))
-		cli_print_data(ctx, answer);
-	else if (!rc)
-		fprintf(stderr, "%s@%s rolled back: %lld -> %lld\n", a.pos[0],
-			a.pos[1], (long long)cli_json_int(answer, "from"),
-			(long long)cli_json_int(answer, "version"));
-	free(path);
-	json_decref(req);
+	fprintf(stderr, "%s@%s rolled back: %lld -> %lld\n", a.pos[0],
+		a.pos[1], (long long)cli_json_int(answer, "from"),
+		(long long)cli_json_int(answer, "version"));
 	json_decref(answer);
-	cli_client_free(c);
-	return rc;
+	return CLI_EXIT_OK;
 }
 
 /* ---- keys and signatures ---- */

@@ -353,14 +353,24 @@ static int wf_ls(struct cli_ctx *ctx, int argc, char **argv)
 	return CLI_EXIT_OK;
 }
 
-/* A run id argument: a whole number >= 1. */
-static int run_id_arg(const struct cli_ctx *ctx, const char *arg,
-		      int64_t *out)
+/*
+ * argv parsed with flags and one argument, RUN: a run id, a whole number
+ * >= 1 (one past 64 bits is refused, not clamped). CLI_GO with *out, or
+ * an exit status after saying why.
+ */
+static int parse_run(struct cli_ctx *ctx, int argc, char **argv,
+		     const struct cli_flag *flags, int64_t *out)
 {
+	const char *arg = NULL;
 	char *end;
-	long long v = strtoll(arg, &end, 10);
+	long long v;
+	int rc = cli_parse(ctx, argc, argv, flags, "RUN", &arg);
 
-	if (*end || end == arg || v < 1)
+	if (rc != CLI_GO)
+		return rc;
+	errno = 0;
+	v = strtoll(arg, &end, 10);
+	if (*end || end == arg || v < 1 || errno)
 		return cli_usage_error(ctx, "RUN must be a run id (a whole "
 				       "number >= 1); got '%s'", arg);
 	*out = v;
@@ -382,15 +392,11 @@ static int wf_show(struct cli_ctx *ctx, int argc, char **argv)
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct watch_listing run = {NULL, print_run, NULL, NULL, NULL};
-	const char *arg = NULL;
 	char path[64];
 	int64_t id = 0;
 	int rc;
 
-	rc = cli_parse(ctx, argc, argv, flags, "RUN", &arg);
-	if (rc != CLI_GO)
-		return rc;
-	rc = run_id_arg(ctx, arg, &id);
+	rc = parse_run(ctx, argc, argv, flags, &id);
 	if (rc != CLI_GO)
 		return rc;
 	snprintf(path, sizeof(path), "/v1/workflows/%lld", (long long)id);
@@ -403,15 +409,11 @@ static int change(struct cli_ctx *ctx, int argc, char **argv,
 		  const char *action, const char *done)
 {
 	struct cli_client *c = NULL;
-	const char *arg = NULL;
 	char path[80];
 	int64_t id = 0;
 	int rc;
 
-	rc = cli_parse(ctx, argc, argv, NULL, "RUN", &arg);
-	if (rc != CLI_GO)
-		return rc;
-	rc = run_id_arg(ctx, arg, &id);
+	rc = parse_run(ctx, argc, argv, NULL, &id);
 	if (rc != CLI_GO)
 		return rc;
 	snprintf(path, sizeof(path), "/v1/workflows/%lld/%s", (long long)id,

@@ -55,25 +55,29 @@ static void money(char *buf, size_t len, double usd, bool unpriced)
 	snprintf(buf, len, "$%.2f%s", usd, unpriced ? "*" : "");
 }
 
+/* A cell with r's key in dollars, starred where unpriced. */
+static void money_cell(struct cli_table *t, json_t *r, const char *key,
+		       bool unpriced)
+{
+	char buf[48];
+
+	money(buf, sizeof(buf), num(r, key), unpriced);
+	cli_table_cell(t, buf);
+}
+
 static void table_row(struct cli_table *t, json_t *r)
 {
 	bool unpriced = json_is_true(json_object_get(r, "unpriced"));
 	json_t *eff = json_object_get(r, "efficiency");
 	const char *key = cli_json_str(r, "key");
-	char buf[48];
 
 	cli_table_cell(t, *key ? key : "(none)");
 	cli_table_cellf(t, "%.2f", num(r, "gpu_seconds") / 3600);
-	money(buf, sizeof(buf), num(r, "cost_usd"), unpriced);
-	cli_table_cell(t, buf);
-	money(buf, sizeof(buf), num(r, "idle_cost_usd"), unpriced);
-	cli_table_cell(t, buf);
-	money(buf, sizeof(buf), num(r, "unhealthy_cost_usd"), unpriced);
-	cli_table_cell(t, buf);
-	money(buf, sizeof(buf), num(r, "lost_cost_usd"), unpriced);
-	cli_table_cell(t, buf);
-	money(buf, sizeof(buf), num(r, "total_cost_usd"), unpriced);
-	cli_table_cell(t, buf);
+	money_cell(t, r, "cost_usd", unpriced);
+	money_cell(t, r, "idle_cost_usd", unpriced);
+	money_cell(t, r, "unhealthy_cost_usd", unpriced);
+	money_cell(t, r, "lost_cost_usd", unpriced);
+	money_cell(t, r, "total_cost_usd", unpriced);
 	cli_table_cellf(t, "%.1f%%", 100 * num(r, "goodput"));
 	if (json_is_number(eff))
 		cli_table_cellf(t, "%.1f%%", 100 * json_number_value(eff));
@@ -104,12 +108,10 @@ static void devenv_table(json_t *devenvs, FILE *out)
 		cli_table_cell(t, cli_json_str(r, "owner"));
 		cli_table_cellf(t, "%.2f", num(r, "hours"));
 		cli_table_cellf(t, "%.2f", num(r, "idle_hours"));
-		money(buf, sizeof(buf), num(r, "idle_cost_usd"), false);
-		cli_table_cell(t, buf);
+		money_cell(t, r, "idle_cost_usd", false);
 		cli_table_cell(t, cli_json_str(r, "stopped_for"));
 		cli_table_cellf(t, "%.2f", num(r, "saved_gpu_hours"));
-		money(buf, sizeof(buf), num(r, "saved_usd"), false);
-		cli_table_cell(t, buf);
+		money_cell(t, r, "saved_usd", false);
 	}
 	fputs("\ndev environments:\n", out);
 	cli_table_print(t, out, 0);
@@ -441,6 +443,16 @@ static void amount(char *buf, size_t len, json_t *v, const char *unit)
 		snprintf(buf, len, "%.0fMiB", x / (1024.0 * 1024));
 }
 
+/* A cell with r's key as amount() writes it. */
+static void amount_cell(struct cli_table *t, json_t *r, const char *key,
+			const char *unit)
+{
+	char buf[96];
+
+	amount(buf, sizeof(buf), json_object_get(r, key), unit);
+	cli_table_cell(t, buf);
+}
+
 static void rightsize_advice(char *buf, size_t len, json_t *r,
 			     int64_t min_samples)
 {
@@ -495,15 +507,10 @@ void cost_report_rightsize(json_t *reply, FILE *out)
 			cli_table_cellf(t, "%" JSON_INTEGER_FORMAT,
 					json_integer_value(
 						json_object_get(r, "samples")));
-			amount(buf, sizeof(buf), json_object_get(r, "p50"), unit);
-			cli_table_cell(t, buf);
-			amount(buf, sizeof(buf), json_object_get(r, "p95"), unit);
-			cli_table_cell(t, buf);
-			amount(buf, sizeof(buf), json_object_get(r, "max"), unit);
-			cli_table_cell(t, buf);
-			amount(buf, sizeof(buf), json_object_get(r, "requested"),
-			       unit);
-			cli_table_cell(t, buf);
+			amount_cell(t, r, "p50", unit);
+			amount_cell(t, r, "p95", unit);
+			amount_cell(t, r, "max", unit);
+			amount_cell(t, r, "requested", unit);
 			rightsize_advice(buf, sizeof(buf), r, min_samples);
 			cli_table_cell(t, buf);
 		}

@@ -213,8 +213,15 @@ static void learn(const struct kn_anomaly_config *cfg, struct band *b,
 		b->learned++;
 }
 
-static void push_alert(struct kn_anomaly *a, const struct kn_anomaly_alert *al)
+/*
+ * Queue the alert for band b of signal s of d (x outside center +- h),
+ * firing or resolving; the oldest is dropped when the queue is full.
+ */
+static void push_alert(struct kn_anomaly *a, const struct deployment *d,
+		       enum signal s, const struct band *b, double x, double h,
+		       bool resolved)
 {
+	struct kn_anomaly_alert *al;
 	size_t slot;
 
 	if (a->n_pending == KN_ANOMALY_MAX_PENDING) {
@@ -222,7 +229,18 @@ static void push_alert(struct kn_anomaly *a, const struct kn_anomaly_alert *al)
 		a->n_pending--;
 	}
 	slot = (a->head + a->n_pending) % KN_ANOMALY_MAX_PENDING;
-	a->pending[slot] = *al;
+	al = &a->pending[slot];
+	memset(al, 0, sizeof(*al));
+	memcpy(al->deployment, d->name, sizeof(al->deployment));
+	strcpy(al->signal, SIGNAL_NAMES[s]);
+	al->value = x;
+	al->center = b->center;
+	al->low = b->center - h;
+	al->high = b->center + h;
+	al->window_ms = a->cfg.window_ms;
+	al->started_at_ms = b->run_start;
+	al->windows = b->out_run;
+	al->resolved = resolved;
 	a->n_pending++;
 }
 
@@ -231,7 +249,6 @@ static void judge(struct kn_anomaly *a, struct deployment *d, enum signal s,
 {
 	const struct kn_anomaly_config *cfg = &a->cfg;
 	struct band *b = &d->bands[s];
-	struct kn_anomaly_alert al;
 	double h;
 
 	if (b->learned < cfg->warmup_windows) {
@@ -240,20 +257,8 @@ static void judge(struct kn_anomaly *a, struct deployment *d, enum signal s,
 	}
 	h = half_width(cfg, s, b);
 	if (x >= b->center - h && x <= b->center + h) {
-		if (b->alerted) {
-			memset(&al, 0, sizeof(al));
-			memcpy(al.deployment, d->name, sizeof(al.deployment));
-			strcpy(al.signal, SIGNAL_NAMES[s]);
-			al.value = x;
-			al.center = b->center;
-			al.low = b->center - h;
-			al.high = b->center + h;
-			al.window_ms = cfg->window_ms;
-			al.started_at_ms = b->run_start;
-			al.windows = b->out_run;
-			al.resolved = true;
-			push_alert(a, &al);
-		}
+		if (b->alerted)
+			push_alert(a, d, s, b, x, h, true);
 		learn(cfg, b, x);
 		b->out_run = 0;
 		b->alerted = false;
@@ -264,17 +269,7 @@ static void judge(struct kn_anomaly *a, struct deployment *d, enum signal s,
 	b->out_run++;
 	if (b->out_run < cfg->sustain_windows || b->alerted)
 		return;
-	memset(&al, 0, sizeof(al));
-	memcpy(al.deployment, d->name, sizeof(al.deployment));
-	strcpy(al.signal, SIGNAL_NAMES[s]);
-	al.value = x;
-	al.center = b->center;
-	al.low = b->center - h;
-	al.high = b->center + h;
-	al.window_ms = cfg->window_ms;
-	al.started_at_ms = b->run_start;
-	al.windows = b->out_run;
-	push_alert(a, &al);
+	push_alert(a, d, s, b, x, h, false);
 	b->alerted = true;
 }
 

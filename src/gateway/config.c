@@ -145,6 +145,21 @@ static int parse_replica(json_t *v, const char *prefix,
 	return 0;
 }
 
+/*
+ * Element i of the list named list: it must be an object; prefix gets
+ * its path ("keys[3]"), field the start of its members' ("keys[3].").
+ */
+static int element_open(json_t *v, const char *list, size_t i,
+			char prefix[static 64], char field[static 128],
+			struct kn_error *err)
+{
+	snprintf(prefix, 64, "%s[%zu]", list, i);
+	if (!json_is_object(v))
+		return bad(err, prefix, "must be an object");
+	snprintf(field, 128, "%s.", prefix);
+	return 0;
+}
+
 static int parse_deployment(json_t *v, size_t i, struct kn_gw_deployment *d,
 			    struct kn_error *err)
 {
@@ -153,10 +168,8 @@ static int parse_deployment(json_t *v, size_t i, struct kn_gw_deployment *d,
 	size_t j;
 	int rc;
 
-	snprintf(prefix, sizeof(prefix), "deployments[%zu]", i);
-	if (!json_is_object(v))
-		return bad(err, prefix, "must be an object");
-	snprintf(field, sizeof(field), "%s.", prefix);
+	if ((rc = element_open(v, "deployments", i, prefix, field, err)) < 0)
+		return rc;
 	if ((rc = get_name(v, "name", field, true, d->name, sizeof(d->name),
 			   err)) < 0 ||
 	    (rc = get_name(v, "fallback", field, false, d->fallback,
@@ -221,10 +234,8 @@ static int parse_key(const struct kn_gw_config *cfg, json_t *v, size_t i,
 	size_t j;
 	int rc;
 
-	snprintf(prefix, sizeof(prefix), "keys[%zu]", i);
-	if (!json_is_object(v))
-		return bad(err, prefix, "must be an object");
-	snprintf(field, sizeof(field), "%s.", prefix);
+	if ((rc = element_open(v, "keys", i, prefix, field, err)) < 0)
+		return rc;
 	if ((rc = get_name(v, "name", field, true, k->name, sizeof(k->name),
 			   err)) < 0 ||
 	    (rc = get_name(v, "hash", field, true, k->hash_hex,

@@ -306,15 +306,9 @@ static void backup_alert(struct backup_state *b, const struct backup_run *run,
 				       run->name, run->url, run->error)
 			 : kn_asprintf("scheduled backup %s to %s succeeded",
 				       run->name, run->url);
-	struct server_alert a = {
-		.rule = "backup_failed",
-		.severity = "critical",
-		.fingerprint = "backup:failed",
-		.summary = summary,
-		.labels = labels,
-		.value = 1,
-		.active_at_ms = run->started_at,
-	};
+	struct server_alert a = server_alert_critical(
+		"backup_failed", "backup:failed", summary, labels,
+		run->started_at);
 
 	if (monitor_server_alert(b->core, &a, firing, &err) < 0)
 		kn_log(KN_LOG_ERROR, "backup alert: %s", err.message);

@@ -547,6 +547,26 @@ static int record_load(const struct cost_state *cs, int64_t since, struct record
 	return 0;
 }
 
+/*
+ * The record over the window the request names (?since, ?until): 0, or
+ * -1 once the error is answered. rec is ready for record_release either
+ * way.
+ */
+static int window_load(const struct cost_state *cs, struct kn_http_req *req,
+		       struct record *rec, int64_t *since, int64_t *until)
+{
+	struct kn_error err;
+
+	memset(rec, 0, sizeof(*rec));
+	if (query_window(req, kn_now_ms(), since, until) < 0)
+		return -1;
+	if (record_load(cs, *since, rec, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return -1;
+	}
+	return 0;
+}
+
 /* The by-job rows of rep as an object keyed by job id. */
 static json_t *rows_by_key(const struct kn_ledger_report *rep)
 {
@@ -818,11 +838,9 @@ static void cost_h_reservations(struct server *core, struct kn_http_req *req,
 
 	(void)c;
 	(void)param;
-	memset(&rec, 0, sizeof(rec));
-	if (query_window(req, kn_now_ms(), &since, &until) < 0)
+	if (window_load(cs, req, &rec, &since, &until) < 0)
 		goto out;
-	if (record_load(cs, since, &rec, &err) < 0 ||
-	    kn_ledger_report(rec.ledger, KN_LEDGER_BY_NODE, since, until, &rep,
+	if (kn_ledger_report(rec.ledger, KN_LEDGER_BY_NODE, since, until, &rep,
 			     &err) < 0 ||
 	    spot_candidates(cs, &rec, &spot, &err) < 0) {
 		kn_http_reply_error(req, &err);
@@ -935,17 +953,11 @@ static void cost_h_rightsize(struct server *core, struct kn_http_req *req,
 	size_t n_names = 0;
 	int64_t since, until;
 	json_t *list;
-	struct kn_error err;
 
 	(void)c;
 	(void)param;
-	memset(&rec, 0, sizeof(rec));
-	if (query_window(req, kn_now_ms(), &since, &until) < 0)
+	if (window_load(cs, req, &rec, &since, &until) < 0)
 		goto out;
-	if (record_load(cs, since, &rec, &err) < 0) {
-		kn_http_reply_error(req, &err);
-		goto out;
-	}
 	names = kn_xcalloc(rec.n_usage + 1, sizeof(*names));
 	for (size_t i = 0; i < rec.n_usage; i++) {
 		const struct task_usage *u = &rec.usage[i];

@@ -1000,6 +1000,23 @@ struct deploy_wait {
 	size_t len;
 };
 
+/* A copy of what was asked, to apply once the model's files are in. */
+static struct deploy_wait *deploy_wait_new(const struct caller *c,
+					   const char *body, size_t len,
+					   const char *file, const char *path)
+{
+	struct deploy_wait *w = kn_xcalloc(1, sizeof(*w));
+
+	w->caller = *c;
+	w->body = kn_xmalloc(len + 1);
+	memcpy(w->body, body, len);
+	w->body[len] = '\0';
+	w->len = len;
+	w->file = file ? kn_xstrdup(file) : NULL;
+	w->path = path ? kn_xstrdup(path) : NULL;
+	return w;
+}
+
 static void deploy_wait_free(struct deploy_wait *w)
 {
 	free(w->body);
@@ -1065,16 +1082,9 @@ int deploy_apply_start(struct server *s, const struct caller *c,
 		kn_deployment_spec_free(spec);
 		return deploy_apply(s, c, body, len, file, path, &p, err);
 	}
-	w = kn_xcalloc(1, sizeof(*w));
+	w = deploy_wait_new(c, body, len, file, path);
 	w->cb = cb;
 	w->arg = arg;
-	w->caller = *c;
-	w->body = kn_xmalloc(len + 1);
-	memcpy(w->body, body, len);
-	w->body[len] = '\0';
-	w->len = len;
-	w->file = file ? kn_xstrdup(file) : NULL;
-	w->path = path ? kn_xstrdup(path) : NULL;
 	rc = models_deploy_dir_start(s, spec->model, deploy_checked, w, err);
 	kn_deployment_spec_free(spec);
 	if (rc < 0) {
@@ -1175,15 +1185,8 @@ static void deploy_h_create(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		goto out;
 	}
-	w = kn_xcalloc(1, sizeof(*w));
+	w = deploy_wait_new(c, body, len, file, path);
 	w->req = req;
-	w->caller = *c;
-	w->body = kn_xmalloc(len + 1);
-	memcpy(w->body, body, len);
-	w->body[len] = '\0';
-	w->len = len;
-	w->file = file ? kn_xstrdup(file) : NULL;
-	w->path = path ? kn_xstrdup(path) : NULL;
 	w->reval_job = reval_job ? kn_xstrdup(reval_job) : NULL;
 	if (models_deploy_dir_start(s, spec->model, deploy_checked, w,
 				    &err) < 0) {

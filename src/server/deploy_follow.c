@@ -56,15 +56,9 @@ static void follow_alert(struct server *s, struct deployment *p,
 					  "%s", p->name, p->spec->model, why)
 			    : kn_asprintf("deployment %s follows %s again",
 					  p->name, p->spec->model);
-	struct server_alert a = {
-		.rule = "deployment_model_refused",
-		.severity = "critical",
-		.fingerprint = fingerprint,
-		.summary = summary,
-		.labels = labels,
-		.value = 1,
-		.active_at_ms = kn_now_ms(),
-	};
+	struct server_alert a = server_alert_critical(
+		"deployment_model_refused", fingerprint, summary, labels,
+		kn_now_ms());
 	int rc = 0;
 
 	snprintf(fingerprint, sizeof(fingerprint), "deployment:%s:model",

@@ -240,6 +240,22 @@ static void announce(struct monitor *m, const struct kn_alert_transition *t)
 	alert_send(m->s, alert, t->state == KN_ALERT_FIRING);
 }
 
+struct server_alert server_alert_critical(const char *rule,
+					  const char *fingerprint,
+					  const char *summary, json_t *labels,
+					  int64_t active_at_ms)
+{
+	return (struct server_alert){
+		.rule = rule,
+		.severity = "critical",
+		.fingerprint = fingerprint,
+		.summary = summary,
+		.labels = labels,
+		.value = 1,
+		.active_at_ms = active_at_ms,
+	};
+}
+
 int monitor_server_alert(struct server *s, const struct server_alert *a,
 			 bool firing, struct kn_error *err)
 {

@@ -133,15 +133,9 @@ static void reval_alert(struct server *s, struct reval *r, const char *why)
 		      : kn_asprintf("re-validation of %s@%s (version %lld) "
 				    "passed", r->name, r->alias,
 				    (long long)r->version);
-	struct server_alert a = {
-		.rule = "model_revalidation_failed",
-		.severity = "critical",
-		.fingerprint = fingerprint,
-		.summary = summary,
-		.labels = labels,
-		.value = 1,
-		.active_at_ms = kn_now_ms(),
-	};
+	struct server_alert a = server_alert_critical(
+		"model_revalidation_failed", fingerprint, summary, labels,
+		kn_now_ms());
 
 	if (monitor_server_alert(s, &a, why != NULL, &err) < 0)
 		kn_log(KN_LOG_ERROR, "re-validation alert: %s", err.message);

@@ -29,5 +29,10 @@ struct server_alert {
 };
 int monitor_server_alert(struct server *s, const struct server_alert *a,
 			 bool firing, struct kn_error *err);
+/* A critical alert of value 1: something failed, or works again. */
+struct server_alert server_alert_critical(const char *rule,
+					  const char *fingerprint,
+					  const char *summary, json_t *labels,
+					  int64_t active_at_ms);
 
 #endif

@@ -125,6 +125,11 @@ def test_usage_errors_exit_2(server):
     assert r.returncode == 0 and "--gpus" in r.stdout
     r = server.cli("server", "--listen", "nowhere")
     assert r.returncode == 2 and "HOST:PORT" in r.stderr
+    # A run id one past 64 bits is refused, not clamped to the largest.
+    for bad in ("0", "x1", "9223372036854775808"):
+        for verb in ("show", "cancel"):
+            r = server.cli("workflow", verb, bad)
+            assert r.returncode == 2 and "RUN must be a run id" in r.stderr
 
 
 def test_relative_workdir_from_spec_directory(server, tmp_path):
