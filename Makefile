@@ -9,6 +9,10 @@ FUZZ_BUILD ?= build-fuzz
 DEB_OUT ?= build-deb
 PYTHON := /usr/bin/python3
 NINJA_JOBS ?= 2
+# E2E_WORKERS=2 runs the end-to-end tests on two pytest-xdist workers, a
+# test module at a time on each; 1 (the default) runs them one by one.
+E2E_WORKERS ?= 1
+E2E_PYTEST = $(PYTHON) -m pytest -q $(if $(filter-out 1,$(E2E_WORKERS)),-n $(E2E_WORKERS) --dist loadgroup)
 # make install PREFIX=/opt/kiln DESTDIR=/tmp/stage
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -45,7 +49,7 @@ unit: build
 	meson test -C $(BUILD) --suite unit --print-errorlogs
 
 e2e: test-deps build
-	KILN_BIN=$(abspath $(BUILD))/src/cmd/kiln $(PYTHON) -m pytest -q tests/e2e
+	KILN_BIN=$(abspath $(BUILD))/src/cmd/kiln $(E2E_PYTEST) tests/e2e
 
 test: test-deps unit e2e
 
@@ -64,7 +68,7 @@ $(ASAN_BUILD)/build.ninja:
 asan: test-deps $(ASAN_BUILD)/build.ninja
 	ninja -C $(ASAN_BUILD) -j $(NINJA_JOBS)
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson test -C $(ASAN_BUILD) --suite unit --print-errorlogs
-	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 KILN_BIN=$(abspath $(ASAN_BUILD))/src/cmd/kiln $(PYTHON) -m pytest -q tests/e2e
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 KILN_BIN=$(abspath $(ASAN_BUILD))/src/cmd/kiln $(E2E_PYTEST) tests/e2e
 
 demo: demo-deps build
 	bash scripts/demo.sh $(abspath $(BUILD))/src/cmd/kiln

@@ -28,21 +28,27 @@ cache_dir() {
 install() {
   local dir
   dir=$(cache_dir)
-  if [ -x "$dir/node_modules/.bin/azurite-blob" ]; then
-    echo "$dir"
-    return
-  fi
+  mkdir -p "$dir"
+  # Test workers running at once may all start Azurite: one installs it,
+  # the others wait for it.
+  {
+    flock 9
+    [ -x "$dir/node_modules/.bin/azurite-blob" ] || install_into "$dir"
+  } 9>"$dir/.install.lock"
+  echo "$dir"
+}
+
+install_into() {
+  local dir=$1
   if ! command -v npm >/dev/null; then
     local sudo=""
     [ "$(id -u)" -ne 0 ] && sudo=sudo
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >&2
   fi
-  mkdir -p "$dir"
   # npm 11 refuses --prefix into a folder without a package.json.
   [ -f "$dir/package.json" ] || echo '{"name":"kiln-azurite","private":true}' >"$dir/package.json"
   npm install --prefix "$dir" --no-audit --no-fund --loglevel=error azurite >&2
-  echo "$dir"
 }
 
 free_port() {

@@ -35,6 +35,8 @@ build_packages=(
 
 test_packages=(
   python3 python3-pytest python3-requests
+  # `make e2e E2E_WORKERS=2` runs the end-to-end tests on two workers
+  python3-pytest-xdist
   sqlite3 procps iproute2
   # tests/e2e/test_kube.py: PyYAML reads rendered manifests back; the
   # openssl tool makes the replayed API server's certificate

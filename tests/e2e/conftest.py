@@ -112,6 +112,46 @@ def end_what_the_test_started(request, tmp_path):
         kill_processes_under(tmp_path)
 
 
+# Test modules that share something machine-wide run on one worker of a
+# parallel run (pytest-xdist, `--dist loadgroup`), one after another; any
+# other module is a group of its own, so its module-scoped fixtures start
+# once. Slurm: each cluster has fixed state directories and ports, and the
+# one that started munged stops it at its end, so all Slurm tests share a
+# worker. Every other module starts its own servers on free ports in its
+# own tmp_path.
+SAME_WORKER = {
+    "slurm": ("test_slurm", "test_isolation_slurm", "test_slurm_health",
+              "test_slurm_inventory", "test_slurm_multinode",
+              "test_slurm_acct", "test_slurm_preempt", "test_slurm_gres"),
+}
+GROUP_OF_MODULE = {m: g for g, mods in SAME_WORKER.items() for m in mods}
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "xdist_group(name): run on the same pytest-xdist worker "
+        "as the other tests of the group")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not item.get_closest_marker("xdist_group"):
+            stem = item.path.stem
+            item.add_marker(pytest.mark.xdist_group(
+                GROUP_OF_MODULE.get(stem, stem)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """In the controller of a parallel run: what a worker found at its end
+    (see pytest_sessionfinish) is reported, and fails the run, here."""
+    found = getattr(node, "workeroutput", {})
+    LEAKS.extend(found.get("kiln_leaks", []))
+    LEFT_AT_END.extend(found.get("kiln_left_at_end", []))
+    contract.merge(found.get("kiln_contract", []))
+
+
 def pytest_terminal_summary(terminalreporter):
     for nodeid, left in LEAKS:
         terminalreporter.write_line(
@@ -216,11 +256,23 @@ def pytest_sessionfinish(session, exitstatus):
     pid file the run wrote names (processes_in_pid_files). This runs
     after every fixture is torn down (a session fixture's teardown may
     come before another's). They are listed, then killed. Answers that
-    break the API's OpenAPI document fail it too (contract.py)."""
-    contract.report(session)
-    if not RUN_ROOT:
+    break the API's OpenAPI document fail it too (contract.py). A worker
+    of a parallel run hands all it found to the controller instead
+    (pytest_testnodedown), whose terminal and exit status are the run's."""
+    if RUN_ROOT:
+        end_what_the_run_left(RUN_ROOT[0])
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker_output["kiln_leaks"] = LEAKS
+        worker_output["kiln_left_at_end"] = LEFT_AT_END
+        worker_output["kiln_contract"] = contract.violations()
         return
-    root = RUN_ROOT[0]
+    contract.report(session)
+    if LEFT_AT_END:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def end_what_the_run_left(root):
     try:
         wait_for(lambda: not left_running(root), timeout=10,
                  what="processes to end")
@@ -231,9 +283,7 @@ def pytest_sessionfinish(session, exitstatus):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        if left:
-            LEFT_AT_END.extend(left)
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        LEFT_AT_END.extend(left)
 
 
 def wait_for(predicate, timeout=20.0, interval=0.05, what="condition"):

@@ -140,6 +140,18 @@ def install(kiln):
     requests.Session.send = checked_send
 
 
+def violations():
+    """The violations as plain lists, which pass between processes."""
+    with _lock:
+        return [[list(key), url] for key, url in VIOLATIONS.items()]
+
+
+def merge(found):
+    """Adds what violations() returned in another process."""
+    for key, url in found:
+        _record(*key, url)
+
+
 def report(session):
     """At the session's end: list the violations and fail the run."""
     if not VIOLATIONS:
