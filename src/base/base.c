@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/file.h>
@@ -298,6 +299,19 @@ const char *kn_env_get(char *const *env, const char *key)
 	for (char *const *e = env; e && *e; e++)
 		if (!strncmp(*e, key, n) && (*e)[n] == '=')
 			return *e + n + 1;
+	return NULL;
+}
+
+const char *kn_header_value(const char *const *names,
+			    const char *const *values, size_t n,
+			    const char *name)
+{
+	int first = tolower((unsigned char)name[0]);
+
+	for (size_t i = 0; i < n; i++)
+		if (tolower((unsigned char)names[i][0]) == first &&
+		    !strcasecmp(names[i], name))
+			return values[i];
 	return NULL;
 }
 

@@ -121,6 +121,12 @@ void kn_format_bytes(int64_t bytes, char *buf, size_t len);
    is empty), or NULL. */
 const char *kn_env_get(char *const *env, const char *key);
 
+/* The value of the HTTP header called name (any case) among n names and
+   values, the first of a repeated one; NULL when absent. */
+const char *kn_header_value(const char *const *names,
+			    const char *const *values, size_t n,
+			    const char *name);
+
 /* Bounded string helpers. kn_strlcpy returns strlen(src). */
 size_t kn_strlcpy(char *dst, const char *src, size_t size);
 /* malloc'd printf; aborts on out-of-memory (as do all allocation helpers). */

@@ -33,7 +33,6 @@
  * happens inside them, bounded by the head timeout like a first head.
  */
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -458,13 +457,7 @@ const char *kn_front_req_target(const struct kn_front_req *r)
 
 const char *kn_front_req_header(const struct kn_front_req *r, const char *name)
 {
-	int first = tolower((unsigned char)name[0]);
-
-	for (size_t i = 0; i < r->n_headers; i++)
-		if (tolower((unsigned char)r->names[i][0]) == first &&
-		    !strcasecmp(r->names[i], name))
-			return r->values[i];
-	return NULL;
+	return kn_header_value(r->names, r->values, r->n_headers, name);
 }
 
 /* Note a field front.c reads itself (the first of a repeated one, as

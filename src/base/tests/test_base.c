@@ -104,6 +104,23 @@ static void test_env_get(void **state)
 	assert_null(kn_env_get(NULL, "KILN_X"));
 }
 
+/* Any case names a header; a repeated one answers with its first value;
+   a whole name matches, not a prefix. */
+static void test_header_value(void **state)
+{
+	const char *const names[] = {"Host", "X-Kiln", "x-kiln", "X"};
+	const char *const values[] = {"a", "first", "second", "x"};
+
+	(void)state;
+	assert_string_equal(kn_header_value(names, values, 4, "host"), "a");
+	assert_string_equal(kn_header_value(names, values, 4, "X-KILN"),
+			    "first");
+	assert_string_equal(kn_header_value(names, values, 4, "x"), "x");
+	assert_null(kn_header_value(names, values, 4, "X-Kil"));
+	assert_null(kn_header_value(names, values, 3, "X"));
+	assert_null(kn_header_value(names, values, 0, "Host"));
+}
+
 static void test_buf_cap(void **state)
 {
 	struct kn_buf b;
@@ -495,6 +512,7 @@ int main(void)
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_format_size),
 		cmocka_unit_test(test_env_get),
+		cmocka_unit_test(test_header_value),
 		cmocka_unit_test(test_buf_cap),
 		cmocka_unit_test(test_errorf),
 		cmocka_unit_test(test_files),
