@@ -78,7 +78,7 @@ static int pools_read(const struct cli_ctx *ctx, const char *arg,
 			*p = '\n';
 	/* strtok_r would skip empty lines and lose the numbering. */
 	for (line = text; rc == CLI_GO && line; line = save) {
-		char *hash, *end, where[64];
+		char *hash, *end, *where;
 
 		save = strchr(line, '\n');
 		if (save)
@@ -93,8 +93,10 @@ static int pools_read(const struct cli_ctx *ctx, const char *arg,
 			*--end = '\0';
 		if (!*line)
 			continue;
-		snprintf(where, sizeof(where), "%s:%d", arg + 1, n);
+		/* Allocated: a long path must keep its line number. */
+		where = kn_asprintf("%s:%d", arg + 1, n);
 		rc = pool_add(ctx, l, line, arg[0] == '@' ? where : NULL);
+		free(where);
 	}
 	free(text);
 	if (rc == CLI_GO && l->n == 0)

@@ -605,8 +605,8 @@ bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank)
 
 /*
  * How long one loop turn may spend starting a gang's tasks. Each start
- * spawns a shim (the whole kiln binary, ~20 ms here and several times
- * that under load), so a gang of hundreds started in one turn would hold
+ * spawns a shim (milliseconds here, several times that under load), so
+ * a gang of hundreds started in one turn would hold
  * every API request for seconds; a batch ends once this much time has
  * passed (after at least one task), and the loop answers what came in
  * before the next. Bounding time rather than a count of tasks keeps the

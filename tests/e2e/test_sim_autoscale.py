@@ -145,6 +145,13 @@ def test_errors(tmp_path):
                          "b Standard_NC24ads_A100_v4 1xA100-80GB bogus\n")
     r = sim("--autoscale", f"@{pool_file}", "--pods", str(openb))
     assert r.returncode == 2 and f"{pool_file}:3: pool \"b " in r.stderr
+    # A long path keeps its line number.
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    long_file = deep / "pools.txt"
+    long_file.write_text(pool_file.read_text())
+    r = sim("--autoscale", f"@{long_file}", "--pods", str(openb))
+    assert r.returncode == 2 and f"{long_file}:3: pool \"b " in r.stderr
     # A packing trace has no times: the file and the column are named.
     untimed = tmp_path / "untimed.csv"
     untimed.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,"
