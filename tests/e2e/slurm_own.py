@@ -21,7 +21,7 @@ SCRIPT_ENV = {
     "KILN_SLURM_DIR": str(DIR),
     "KILN_SLURM_CLUSTER": "kilninv",
     # Apart from the other clusters' (6817-6848 are taken by test_slurm.py,
-    # the two-node cluster and other lanes' benches).
+    # the two-node cluster and benchmarks' clusters).
     "KILN_SLURM_CTLD_PORT": "6917",
     "KILN_SLURM_SLURMD_PORT": "6918",
     "KILN_SLURM_NODE_EXTRA": "Feature=fast,ib",
