@@ -96,8 +96,11 @@ def test_gang_succeeds(kserver, api):
                                         "job-completion-index']"}}
     assert env["MASTER_ADDR"] == f"{name}-0.{name}"
     assert env["KILN_JOB_ID"] == str(jid) and env["KILN_ATTEMPT"] == "1"
-    # The gang's headless Service, owned by the Job.
-    (svc,) = [r["body"] for r in api.sent("POST", "/services")]
+    # The gang's headless Service, owned by the Job: posted once the
+    # Job's answer gives its uid, so after the Job's POST.
+    (svc,) = wait_for(lambda: [r["body"] for r in
+                               api.sent("POST", "/services")],
+                      what="the Service's POST")
     assert svc["metadata"]["name"] == name
     assert svc["metadata"]["ownerReferences"] == [{
         "apiVersion": "batch/v1", "kind": "Job", "name": name,
