@@ -154,28 +154,6 @@ static int seek_body(void *arg, curl_off_t offset, int origin)
 	return CURL_SEEKFUNC_OK;
 }
 
-/*
- * If the header line buf (len bytes) is name's, its value without the
- * surrounding white space in *v, *vlen.
- */
-static bool header_value(const char *buf, size_t len, const char *name,
-			 const char **v, size_t *vlen)
-{
-	size_t nlen = strlen(name);
-
-	if (len <= nlen || strncasecmp(buf, name, nlen) != 0 ||
-	    buf[nlen] != ':')
-		return false;
-	*v = buf + nlen + 1;
-	*vlen = len - nlen - 1;
-	while (*vlen && (**v == ' ' || **v == '\t'))
-		(*v)++, (*vlen)--;
-	while (*vlen && ((*v)[*vlen - 1] == '\r' || (*v)[*vlen - 1] == '\n' ||
-			 (*v)[*vlen - 1] == ' ' || (*v)[*vlen - 1] == '\t'))
-		(*vlen)--;
-	return true;
-}
-
 /* A header's value kept whole when it is printable and fits, else "". */
 static void header_copy(const char *v, size_t vlen, char *out, size_t cap)
 {
@@ -218,7 +196,7 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
 		r->content_range[0] = '\0';
 		r->etag[0] = '\0';
 		r->content_length = 0;
-	} else if (header_value(buf, len, "x-ms-error-code", &v, &vlen)) {
+	} else if (kn_httpc_header(buf, len, "x-ms-error-code", &v, &vlen)) {
 		if (vlen >= sizeof(r->error_code))
 			vlen = sizeof(r->error_code) - 1;
 		/* Codes are identifiers; keep only those characters. */
@@ -229,12 +207,12 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
 			    (v[i] >= '0' && v[i] <= '9'))
 				r->error_code[o++] = v[i];
 		r->error_code[o] = '\0';
-	} else if (header_value(buf, len, "content-length", &v, &vlen)) {
+	} else if (kn_httpc_header(buf, len, "content-length", &v, &vlen)) {
 		r->content_length = parse_length(v, vlen);
-	} else if (header_value(buf, len, "content-range", &v, &vlen)) {
+	} else if (kn_httpc_header(buf, len, "content-range", &v, &vlen)) {
 		header_copy(v, vlen, r->content_range,
 			    sizeof(r->content_range));
-	} else if (header_value(buf, len, "etag", &v, &vlen)) {
+	} else if (kn_httpc_header(buf, len, "etag", &v, &vlen)) {
 		header_copy(v, vlen, r->etag, sizeof(r->etag));
 	}
 	return len;

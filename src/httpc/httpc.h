@@ -7,6 +7,7 @@
 #define KN_HTTPC_H
 
 #include <curl/curl.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /*
@@ -38,5 +39,13 @@ void kn_httpc_on_progress(CURL *h, curl_xferinfo_callback fn, void *arg);
  * (CURLE_WRITE_ERROR) rather than hold an unbounded answer.
  */
 size_t kn_httpc_collect(char *data, size_t size, size_t n, void *buf);
+
+/*
+ * For a CURLOPT_HEADERFUNCTION: when the header line (len bytes, not
+ * NUL-terminated) is the header called name (any case), its value
+ * without surrounding blanks and line end in *v, *vlen, and true.
+ */
+bool kn_httpc_header(const char *line, size_t len, const char *name,
+		     const char **v, size_t *vlen);
 
 #endif

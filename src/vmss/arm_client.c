@@ -140,21 +140,15 @@ static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut,
 static void header_value(const char *line, size_t len, const char *name,
 			 char *out, size_t out_len)
 {
-	size_t nlen = strlen(name);
+	const char *v;
+	size_t vlen;
 
-	if (len <= nlen || strncasecmp(line, name, nlen) || line[nlen] != ':')
+	if (!kn_httpc_header(line, len, name, &v, &vlen))
 		return;
-	line += nlen + 1;
-	len -= nlen + 1;
-	while (len && (*line == ' ' || *line == '\t'))
-		line++, len--;
-	while (len && (line[len - 1] == '\r' || line[len - 1] == '\n' ||
-		       line[len - 1] == ' '))
-		len--;
-	if (len >= out_len)
+	if (vlen >= out_len)
 		return; /* too long to be one of Azure's: ignored */
-	memcpy(out, line, len);
-	out[len] = '\0';
+	memcpy(out, v, vlen);
+	out[vlen] = '\0';
 }
 
 static size_t on_header(char *data, size_t size, size_t n, void *arg)
