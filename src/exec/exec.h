@@ -372,15 +372,18 @@ struct kn_executor_ops {
 	 * descriptor, or a negative errno with err (KN_EUNAVAIL); -ENOENT
 	 * or -ECONNREFUSED while the shim does not listen yet. Local: the
 	 * shim's socket; Slurm: srun joining the allocation on the task's
-	 * node (`kiln shim --bridge`). NULL: the engine takes no sessions
-	 * (tty jobs are refused at submission).
+	 * node (`kiln shim --bridge`); Kubernetes: a thread of the server
+	 * that plays the shim over the API server's pods/exec or
+	 * pods/attach. NULL: the engine takes no sessions (tty jobs are
+	 * refused at submission).
 	 */
 	int (*session_connect)(struct kn_executor *ex, const char *task_dir,
 			       struct kn_error *err);
 	/*
 	 * For an engine whose tasks are not processes of this machine: a
 	 * connected, non-blocking stream to the bridge of port (Slurm: srun
-	 * and `kiln shim --bridge --port`), whose first byte is a
+	 * and `kiln shim --bridge --port`; Kubernetes: a thread over the
+	 * API server's pods/portforward), whose first byte is a
 	 * KN_BRIDGE_PORT_* status: the descriptor or a negative errno with
 	 * err. NULL: the server connects to its own tasks' ports itself,
 	 * or (with isolation set) takes no port-forward.

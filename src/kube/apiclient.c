@@ -16,6 +16,7 @@
 
 #include <curl/curl.h>
 
+#include "kube/internal.h"
 #include "kube/kube.h"
 #include "httpc/httpc.h"
 
@@ -34,6 +35,49 @@ static char *dup_or_null(const char *s)
 	return s ? kn_xstrdup(s) : NULL;
 }
 
+void kn_kube_auth_copy(struct kn_kube_auth *dst,
+		       const struct kn_kube_auth *src)
+{
+	dst->server = dup_or_null(src->server);
+	dst->token = dup_or_null(src->token);
+	dst->token_file = dup_or_null(src->token_file);
+	dst->ca_file = dup_or_null(src->ca_file);
+	dst->ca_pem = dup_or_null(src->ca_pem);
+	dst->cert_pem = dup_or_null(src->cert_pem);
+	dst->key_pem = dup_or_null(src->key_pem);
+	dst->cert_file = dup_or_null(src->cert_file);
+	dst->key_file = dup_or_null(src->key_file);
+	dst->insecure = src->insecure;
+}
+
+const struct kn_kube_auth *kube_client_auth(const struct kn_kube_client *c)
+{
+	return &c->auth;
+}
+
+int kn_kube_auth_token(const struct kn_kube_auth *auth, char **out,
+		       struct kn_error *err)
+{
+	char *token = NULL;
+	size_t len;
+	int rc;
+
+	*out = NULL;
+	if (auth->token_file) {
+		rc = kn_read_file(auth->token_file, TOKEN_MAX_BYTES, &token,
+				  &len);
+		if (rc < 0)
+			return kn_errorf(err, KN_EIO, NULL, "%s: %s",
+					 auth->token_file, strerror(-rc));
+		while (len && (token[len - 1] == '\n' || token[len - 1] == '\r'))
+			token[--len] = '\0';
+	} else if (auth->token) {
+		token = kn_xstrdup(auth->token);
+	}
+	*out = token;
+	return 0;
+}
+
 int kn_kube_client_new(const struct kn_kube_auth *auth,
 		       struct kn_kube_client **out, struct kn_error *err)
 {
@@ -43,16 +87,7 @@ int kn_kube_client_new(const struct kn_kube_auth *auth,
 		return kn_errorf(err, KN_EINVAL, "server",
 				 "server: no API server URL");
 	c = kn_xcalloc(1, sizeof(*c));
-	c->auth.server = kn_xstrdup(auth->server);
-	c->auth.token = dup_or_null(auth->token);
-	c->auth.token_file = dup_or_null(auth->token_file);
-	c->auth.ca_file = dup_or_null(auth->ca_file);
-	c->auth.ca_pem = dup_or_null(auth->ca_pem);
-	c->auth.cert_pem = dup_or_null(auth->cert_pem);
-	c->auth.key_pem = dup_or_null(auth->key_pem);
-	c->auth.cert_file = dup_or_null(auth->cert_file);
-	c->auth.key_file = dup_or_null(auth->key_file);
-	c->auth.insecure = auth->insecure;
+	kn_kube_auth_copy(&c->auth, auth);
 	*out = c;
 	return 0;
 }
@@ -150,7 +185,6 @@ static int perform(struct kn_kube_client *c, const char *method,
 	char *token = NULL, *auth_header = NULL;
 	struct curl_blob blob;
 	CURLcode code;
-	size_t len;
 	int rc = 0;
 	CURL *curl = curl_easy_init();
 
@@ -158,19 +192,9 @@ static int perform(struct kn_kube_client *c, const char *method,
 		abort();
 	t->client = c;
 	t->curl = curl;
-	if (c->auth.token_file) {
-		rc = kn_read_file(c->auth.token_file, TOKEN_MAX_BYTES, &token,
-				  &len);
-		if (rc < 0) {
-			rc = kn_errorf(err, KN_EIO, NULL, "%s: %s",
-				       c->auth.token_file, strerror(-rc));
-			goto out;
-		}
-		while (len && (token[len - 1] == '\n' || token[len - 1] == '\r'))
-			token[--len] = '\0';
-	} else if (c->auth.token) {
-		token = kn_xstrdup(c->auth.token);
-	}
+	rc = kn_kube_auth_token(&c->auth, &token, err);
+	if (rc < 0)
+		goto out;
 	if (token) {
 		auth_header = kn_asprintf("Authorization: Bearer %s", token);
 		headers = curl_slist_append(headers, auth_header);

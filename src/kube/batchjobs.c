@@ -1223,6 +1223,45 @@ static int kube_check(struct kn_executor *self, const struct kn_job_spec *spec,
 	return rc;
 }
 
+/*
+ * A session on, or a connection to port of, task_dir's pod (session.c):
+ * the Job's name from the attempt this executor keeps, the rank from the
+ * task directory's name (ATTEMPT_DIR/RANK).
+ */
+static int kube_connect(struct kn_executor *self, const char *task_dir,
+			int port, struct kn_error *err)
+{
+	struct kube_exec *ex = self->impl;
+	char *dir = attempt_dir_of(task_dir), job[64] = "", *end = NULL;
+	const char *base = strrchr(task_dir, '/');
+	long rank = base ? strtol(base + 1, &end, 10) : -1;
+	struct attempt *a;
+
+	pthread_mutex_lock(&ex->lock);
+	a = attempt_find(ex, dir);
+	if (a && base && !*end && rank >= 0 && rank < a->ntasks)
+		kn_strlcpy(job, a->name, sizeof(job)); /* set once, at add */
+	pthread_mutex_unlock(&ex->lock);
+	free(dir);
+	if (!job[0])
+		return kn_errorf(err, KN_ENOTFOUND, NULL,
+				 "%s: no task of a Kubernetes Job", task_dir);
+	return kube_session_start(kube_client_auth(ex->client),
+				  ex->cfg.namespace_, job, (int)rank, port, err);
+}
+
+static int kube_session_connect(struct kn_executor *self,
+				const char *task_dir, struct kn_error *err)
+{
+	return kube_connect(self, task_dir, 0, err);
+}
+
+static int kube_port_connect(struct kn_executor *self, const char *task_dir,
+			     int port, struct kn_error *err)
+{
+	return kube_connect(self, task_dir, port, err);
+}
+
 static void config_release(struct kn_kube_exec_config *cfg)
 {
 	free((char *)cfg->namespace_);
@@ -1277,6 +1316,8 @@ static const struct kn_executor_ops kube_ops = {
 	.check = kube_check,
 	.release = kube_release,
 	.deployments = &kube_deploy_ops,
+	.session_connect = kube_session_connect,
+	.port_connect = kube_port_connect,
 };
 
 static char *dup_or_null(const char *s)

@@ -7,10 +7,12 @@
 
 #include <stdbool.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 
 #include "kube/kube.h"
+#include "ws/ws.h"
 
 /* obj.a.b (or obj.a when b is NULL) as a string, or NULL. */
 static inline const char *kube_str_at(json_t *obj, const char *a,
@@ -81,5 +83,45 @@ void kube_deploys_free(struct kube_deploys *d);
  */
 void kube_deploy_turn(struct kube_deploys *deploys, struct kn_kube_client *c,
 		      const char *ns, volatile const int *stop);
+
+/* ---- WebSocket connections to the API server (wsconn.c) ---- */
+
+struct kube_ws;
+
+/* The credentials a client was made with. */
+const struct kn_kube_auth *kube_client_auth(const struct kn_kube_client *c);
+
+/*
+ * Connect to auth's API server (TLS, token, client certificate as for
+ * every kube call) and upgrade GET path to a WebSocket with one of
+ * protocols: 0 with *out and the chosen subprotocol, or a negative errno
+ * with err (KN_EPERM for a 401 or 403, KN_ENOTFOUND for a 404, with the
+ * API's Status message). Blocking: a session's thread only.
+ */
+int kube_ws_open(const struct kn_kube_auth *auth, const char *path,
+		 const char *protocols, struct kube_ws **out, char *chosen,
+		 size_t cap, struct kn_error *err);
+void kube_ws_close(struct kube_ws *c);
+int kube_ws_fd(const struct kube_ws *c);
+/* Bytes are held already (read with the handshake, or TLS's): read
+   without polling. */
+bool kube_ws_buffered(const struct kube_ws *c);
+/* Raw bytes: the count, 0 at the end, a negative errno. */
+ssize_t kube_ws_read(struct kube_ws *c, void *buf, size_t cap);
+/* One masked frame of prefix then data: 0 or a negative errno. */
+int kube_ws_send(struct kube_ws *c, enum kn_ws_opcode opcode,
+		 const void *prefix, size_t prefix_len, const void *data,
+		 size_t len);
+
+/*
+ * A session on, or a connection to a port of, the pod of rank in the
+ * Job called job (session.c): a connected socket whose other end a
+ * thread of its own bridges to the API server's pods/exec, pods/attach
+ * (port 0: the server's SESSION frame says which) or pods/portforward.
+ * The descriptor (non-blocking), or a negative errno with err.
+ */
+int kube_session_start(const struct kn_kube_auth *auth, const char *ns,
+		       const char *job, int rank, int port,
+		       struct kn_error *err);
 
 #endif

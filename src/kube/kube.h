@@ -205,6 +205,16 @@ int kn_kube_auth_load(const char *kubeconfig, const char *context,
 		      const char *sa_dir, struct kn_kube_auth *out,
 		      struct kn_error *err);
 void kn_kube_auth_release(struct kn_kube_auth *auth);
+/* A deep copy of src into dst (released with kn_kube_auth_release). */
+void kn_kube_auth_copy(struct kn_kube_auth *dst,
+		       const struct kn_kube_auth *src);
+/*
+ * The bearer token to send now (token_file read again, for rotated
+ * tokens): 0 with *out malloc'd, or NULL when auth has none; -EIO with
+ * err when the file cannot be read. The caller wipes and frees it.
+ */
+int kn_kube_auth_token(const struct kn_kube_auth *auth, char **out,
+		       struct kn_error *err);
 
 /* ---- the API client (blocking; the scheduler has no event loop) ---- */
 

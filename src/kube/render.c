@@ -651,6 +651,25 @@ static void array_env(const struct kn_job_spec *spec, json_t *env)
 	json_array_append_new(env, env_value("SLURM_ARRAY_TASK_MAX", buf));
 }
 
+/* A terminal's task runs without the shim (see kn_kube_render_job), so
+   without what only the shim does in a pod. */
+static int check_tty(const struct kn_job_spec *spec, struct kn_error *err)
+{
+	if (!spec->tty)
+		return 0;
+	if (spec->checkpoint.set)
+		return kn_errorf(err, KN_EINVAL, "checkpoint",
+				 "checkpoint: a job with a terminal (tty) runs "
+				 "as its pod's first process on Kubernetes, "
+				 "without kiln's shim to sync checkpoints");
+	if (spec->n_inputs)
+		return kn_errorf(err, KN_EINVAL, "inputs",
+				 "inputs: a job with a terminal (tty) runs as "
+				 "its pod's first process on Kubernetes, without "
+				 "kiln's shim to fetch inputs");
+	return 0;
+}
+
 static int check_opts(const struct kn_kube_render_opts *opts,
 		      struct kn_error *err)
 {
@@ -675,6 +694,8 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 	rc = check_opts(opts, err);
 	if (rc == 0)
 		rc = check_array(spec, err);
+	if (rc == 0)
+		rc = check_tty(spec, err);
 	if (rc < 0)
 		return rc;
 	rc = kube_name(spec->name, kname, sizeof(kname), err);
@@ -709,8 +730,16 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 	json_object_set_new(pod, "restartPolicy", json_string("Never"));
 	if (gang)
 		json_object_set_new(pod, "subdomain", json_string(kname));
-	if (opts->shim_image)
+	if (spec->tty) {
+		/* A terminal to attach to (pods/attach): the task is the
+		   container's first process, on the terminal the runtime
+		   gives it, as `kubectl run -it` makes it. kiln's shim would
+		   sit between them and give the task no terminal. */
+		json_object_set_new(container, "stdin", json_true());
+		json_object_set_new(container, "tty", json_true());
+	} else if (opts->shim_image) {
 		shim_wrap(spec, opts, pod, container);
+	}
 	if (gang) {
 		/* kiln's scheduler places the gang's pods all at once. */
 		snprintf(buf, sizeof(buf), "%d", spec->tasks);

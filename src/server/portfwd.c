@@ -31,7 +31,9 @@
  * bridge (port_connect: srun and `kiln shim --bridge --port` on the
  * task's node), which makes the same listener check there and connects
  * to the node's loopback; its first byte says how that went, and the
- * rest flows as from a local connection.
+ * rest flows as from a local connection. A Kubernetes pod's port is
+ * reached the same way through the API server's pods/portforward
+ * (src/kube/session.c), inside the pod's own network namespace.
  */
 #include "internal.h"
 

@@ -23,13 +23,19 @@ labelSelector's `key=value` and `key` terms, as the API server does.
 
 Secrets: a POST stores one (409 when it exists), a PUT replaces it;
 stringData is kept as sent (the kubelet would hand its values to a pod's
-envFrom)."""
+envFrom).
+
+A GET asking to upgrade to a WebSocket (pods/exec, pods/attach,
+pods/portforward) is served by kube_ws_replay.py after the same token
+check."""
 import copy
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
+
+import kube_ws_replay
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "kube"
@@ -74,6 +80,7 @@ class JobApi:
         self.dpods = {}        # Deployment name -> [Pod]
         self.version = 51000   # resourceVersion counter
         self.lock = threading.Lock()
+        kube_ws_replay.setup(self)
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -92,6 +99,8 @@ class JobApi:
                 self.wfile.write(data)
 
             def handle_any(self):
+                if kube_ws_replay.is_upgrade(self):
+                    return self.handle_upgrade()
                 length = int(self.headers.get("Content-Length", 0) or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
                 url = urlsplit(self.path)
@@ -107,6 +116,21 @@ class JobApi:
                     status, answer, text = api.answer(req)
                 self.reply(status, answer, text)
 
+            def handle_upgrade(self):
+                url = urlsplit(self.path)
+                req = {"method": self.command, "path": url.path,
+                       "query": parse_qs(url.query),
+                       "auth": self.headers.get("Authorization"),
+                       "protocols": self.headers.get(
+                           "Sec-WebSocket-Protocol"),
+                       "content_type": None, "body": None}
+                with api.lock:
+                    api.requests.append(req)
+                if req["auth"] != f"Bearer {TOKEN}":
+                    self.close_connection = True
+                    return self.reply(401, recorded("status-401.json"))
+                kube_ws_replay.serve(api, self, req)
+
             do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = handle_any
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -115,6 +139,7 @@ class JobApi:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self):
+        kube_ws_replay.stop(self)
         if self.httpd:
             self.httpd.shutdown()
             self.httpd.server_close()

@@ -294,12 +294,6 @@ def test_api_errors(tmp_path, api):
         assert r.status_code == 400
         assert "no nvidia.com/gpu.product label is known for MI300X" in \
             r.json()["error"]["message"]
-        # So is a terminal nobody could attach to.
-        r = s.request("POST", "/v1/jobs", data=job_yaml(
-            "shell", ["bash"], tty=True))
-        assert r.status_code == 400
-        assert "tty: the kubernetes executor takes no interactive " \
-            "sessions" in r.json()["error"]["message"], r.text
     finally:
         s.stop()
 

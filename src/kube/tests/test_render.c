@@ -291,6 +291,38 @@ static void test_errors(void **state)
 	assert_string_equal(err.field, "name");
 }
 
+/* A terminal's task is the container's first process, on its terminal:
+   no shim, even with a shim image; what only the shim does is refused. */
+static void test_tty(void **state)
+{
+	struct kn_kube_render_opts opts = {.image = "img",
+					   .shim_image = "kiln:1",
+					   .products = products};
+	const char *yaml = "kind: Job\nname: sh\ncommand: [bash, -i]\n"
+			   "tty: true\n";
+	struct kn_job_spec *spec;
+	struct kn_error err = {0};
+	json_t *docs = NULL, *pod, *c;
+
+	(void)state;
+	assert_int_equal(kn_job_spec_parse(yaml, strlen(yaml), "j.yaml", &spec,
+					   &err), 0);
+	assert_int_equal(kn_kube_render_job(spec, &opts, &docs, &err), 0);
+	kn_job_spec_free(spec);
+	pod = fixture_at(json_array_get(docs, 0), "spec.template.spec");
+	c = fixture_at(pod, "containers.[0]");
+	assert_true(json_is_true(json_object_get(c, "stdin")));
+	assert_true(json_is_true(json_object_get(c, "tty")));
+	assert_string_equal(fixture_str(c, "command.[0]"), "bash");
+	assert_null(fixture_at(pod, "initContainers"));
+	json_decref(docs);
+
+	assert_int_equal(render_job_error("name: e\ncommand: [a]\ntty: true\n"
+					  "checkpoint: {every: 10m}\n",
+					  "img", &err), -EINVAL);
+	assert_string_equal(err.field, "checkpoint");
+}
+
 static void test_deployment(void **state)
 {
 	const char *yaml = "kind: Deployment\nname: web.v2\nmodel: job:7\n"
@@ -426,6 +458,7 @@ int main(void)
 		cmocka_unit_test(test_models_and_placement),
 		cmocka_unit_test(test_checkpoint_grace),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_tty),
 		cmocka_unit_test(test_deployment),
 		cmocka_unit_test(test_products),
 		cmocka_unit_test(test_yaml),

@@ -1,0 +1,228 @@
+"""Interactive sessions on the Kubernetes executor: `kiln exec`,
+`kiln run -it` / `kiln attach` and `kiln port-forward` reach a job's pod
+through the API server's pods/exec, pods/attach and pods/portforward
+subresources, here JobApi with kube_ws_replay.py speaking their recorded
+WebSocket format (no API server can run here). The replay runs an
+exec's command, or the container's first process for attach, as local
+processes, so the terminal checks are real: prompt, output, the size
+`stty size` sees after a resize, Ctrl-C ending a child and not the
+shell, the exit status. Then who may, and an API server that breaks the
+protocol ending its session only."""
+import os
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from conftest import job_yaml
+from kube_replay import JobApi, TOKEN
+from test_interactive import (SHELL, drain, expect, set_size, spawn,
+                              wait_exit)
+from test_kube_executor import start_server
+from test_port_forward import Forward
+
+NS = "ml"
+
+
+@pytest.fixture
+def api():
+    a = JobApi(NS)
+    yield a
+    a.close()
+
+
+@pytest.fixture
+def kserver(tmp_path, api):
+    s = start_server(tmp_path, api.port)
+    yield s
+    s.stop()
+
+
+def running(kserver, command=("sleep", "300"), token="admin", **fields):
+    jid = kserver.submit(job_yaml("busy", list(command), **fields),
+                         token=token)
+    kserver.wait_state(jid, "running")
+    return jid
+
+
+def upgrades(api, op):
+    return [r for r in api.requests
+            if r["method"] == "GET" and r["path"].endswith("/" + op)]
+
+
+def test_exec_runs_in_the_pod(kserver, api):
+    """exec asks the pod's task container for the command, with the
+    cluster's token and both subprotocols; stdout and stderr come apart
+    and the exit code comes back from the error channel's Status."""
+    jid = running(kserver)
+    res = kserver.cli("exec", str(jid), "--", "sh", "-c",
+                      "echo out-$((6*7)) $KILN_POD; echo err >&2; exit 7")
+    assert res.returncode == 7, res.stderr
+    assert res.stdout == f"out-42 kiln-{jid}-1-0-x7k2p\n"
+    assert res.stderr.strip() == "err"
+    (req,) = upgrades(api, "exec")
+    assert req["path"] == f"/api/v1/namespaces/{NS}/pods/kiln-{jid}-1-0-" \
+                          "x7k2p/exec"
+    q = req["query"]
+    assert q["command"] == ["sh", "-c", "echo out-$((6*7)) $KILN_POD; "
+                                        "echo err >&2; exit 7"]
+    assert q["container"] == ["task"]
+    assert (q["stdin"], q["stdout"], q["stderr"], q["tty"]) == \
+        (["true"], ["true"], ["true"], ["false"])
+    assert req["auth"] == f"Bearer {TOKEN}"
+    assert req["protocols"] == "v5.channel.k8s.io,v4.channel.k8s.io"
+    # stdin with -i; its end is v5's close of channel 0.
+    res = kserver.cli("exec", str(jid), "-i", "--", "tr", "a-z", "A-Z",
+                      input="shout\n")
+    assert res.returncode == 0 and res.stdout == "SHOUT\n", res.stderr
+    assert api.ws_sessions[-1]["stdin_closed"]
+    # Success is exit 0; an API server that speaks only v4 works too.
+    api.ws_protocols = ("v4.channel.k8s.io",)
+    res = kserver.cli("exec", str(jid), "--", "echo", "v4")
+    assert res.returncode == 0 and res.stdout == "v4\n", res.stderr
+    # Audited with the command line, as on other executors.
+    audit = kserver.request("GET", "/v1/audit",
+                            params={"action": "job.exec"}).json()["audit"]
+    assert any("tr a-z A-Z" in (e.get("detail") or "") for e in audit)
+
+
+def test_run_it_and_attach_through_a_terminal(kserver, api):
+    """run -it: the pod's container gets a terminal and runs the command
+    itself; attach reaches it; the window's size, Ctrl-C and the exit
+    status pass through; a detach leaves it for the next attach."""
+    pid, fd = spawn(kserver, "run", "-it", "--", *SHELL)
+    seen = expect(fd, "$ ")
+    jid = int(seen.split(b"kiln: job ", 1)[1].split()[0])
+    (job,) = [r["body"] for r in api.sent("POST", "/jobs")]
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    assert c["stdin"] is True and c["tty"] is True
+    assert c["command"] == SHELL  # no shim between it and its terminal
+    os.write(fd, b"echo answer-$((6*7))\r")
+    expect(fd, "answer-42")
+    set_size(fd, 40, 132)
+    os.write(fd, b"stty size\r")
+    expect(fd, "40 132")
+    assert (40, 132) in api.ws_sessions[-1]["resizes"]
+    os.write(fd, b"sh -c 'echo started-$((1+1)); exec sleep 300'; "
+                 b"echo not-$((1+1))\r")
+    expect(fd, "started-2")
+    os.write(fd, b"\x03")
+    os.write(fd, b"KEPT=kept-$((2+2))\r")
+    os.write(fd, b"echo alive-$((1+1))\r")
+    seen = expect(fd, "alive-2")
+    assert b"not-2" not in seen
+    # Detach: the pod's shell runs on, and attach finds it again.
+    os.write(fd, b"\x10\x11")
+    expect(fd, f"kiln attach {jid}")
+    assert wait_exit(pid) == 0
+    drain(fd)
+    pid, fd = spawn(kserver, "attach", str(jid))
+    os.write(fd, b"echo $KEPT\r")
+    expect(fd, "kept-4")
+    (req,) = upgrades(api, "attach")[-1:]
+    assert req["query"]["tty"] == ["true"] and \
+        req["query"]["container"] == ["task"]
+    os.write(fd, b"exit 3\r")
+    assert wait_exit(pid) == 3
+    drain(fd)
+
+
+def test_tty_refuses_what_needs_the_shim(kserver):
+    """A terminal's task has no shim in its pod: a checkpoint section is
+    refused by name rather than silently not synced."""
+    r = kserver.request("POST", "/v1/jobs", data=job_yaml(
+        "t", ["bash"], tty=True,
+        checkpoint={"every": "10m", "grace": "30s"}),
+        params={"file": "job.yaml"})
+    assert r.status_code == 400, r.text
+    assert "checkpoint: a job with a terminal" in r.text
+
+
+class Hello(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"hello from the pod {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_port_forward_answers_through_the_local_port(kserver, api):
+    """port-forward asks portforward.k8s.io for the port and carries an
+    HTTP exchange with the pod's server; a port nobody listens on in the
+    pod ends the connection, not the forward."""
+    web = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    api.pod_ports[8888] = web.server_address[1]
+    jid = running(kserver)
+    try:
+        fwd = Forward(kserver, kserver.admin_token, jid, 8888)
+        try:
+            r = requests.get(fwd.url("/lab"), timeout=20)
+            assert r.status_code == 200
+            assert r.text == "hello from the pod /lab"
+            r = requests.get(fwd.url("/again"), timeout=20)
+            assert r.text == "hello from the pod /again"
+        finally:
+            fwd.stop()
+        reqs = upgrades(api, "portforward")
+        assert len(reqs) >= 2
+        assert reqs[0]["query"]["ports"] == ["8888"]
+        assert reqs[0]["protocols"] == "portforward.k8s.io"
+        assert api.ws_forwards.count(8888) == len(reqs)
+        fwd = Forward(kserver, kserver.admin_token, jid, 9999)
+        try:
+            s = socket.create_connection(("127.0.0.1", fwd.port),
+                                         timeout=20)
+            s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            assert s.recv(100) == b""
+            s.close()
+        finally:
+            fwd.stop()
+    finally:
+        web.shutdown()
+        web.server_close()
+
+
+def test_sessions_refused_to_viewers_and_other_users(kserver, api):
+    """The owner and operators only: a viewer and another user are
+    refused before anything reaches the API server."""
+    alice = kserver.create_token("alice", "user")
+    bob = kserver.create_token("bob", "user")
+    viewer = kserver.create_token("watcher", "viewer")
+    jid = running(kserver, token=alice)
+    for token in (viewer, bob):
+        res = kserver.cli("exec", str(jid), "--", "true", token=token)
+        assert res.returncode == 1 and "permission_denied" in res.stderr
+    res = kserver.cli("attach", str(jid), token=bob)
+    assert res.returncode == 1 and "permission_denied" in res.stderr
+    r = kserver.request("GET", f"/v1/jobs/{jid}/port-forward",
+                        params={"port": 8888}, token=bob,
+                        headers={"Connection": "Upgrade",
+                                 "Upgrade": "kiln-port-forward"})
+    assert r.status_code == 403
+    assert not upgrades(api, "exec") and not upgrades(api, "attach") and \
+        not upgrades(api, "portforward")
+    res = kserver.cli("exec", str(jid), "--", "echo", "mine", token=alice)
+    assert res.returncode == 0 and res.stdout == "mine\n", res.stderr
+
+
+@pytest.mark.parametrize("hostile", ["masked", "oversize"])
+def test_a_broken_api_server_ends_its_session_only(kserver, api, hostile):
+    """A masked frame or one claiming a terabyte from the API server ends
+    that session with the reason; the server and later sessions go on."""
+    jid = running(kserver)
+    api.ws_hostile = hostile
+    res = kserver.cli("exec", str(jid), "--", "echo", "hi")
+    assert res.returncode != 0
+    assert "WebSocket frame from the server" in res.stderr, res.stderr
+    assert ("masked" if hostile == "masked" else "over") in res.stderr
+    api.ws_hostile = None
+    res = kserver.cli("exec", str(jid), "--", "echo", "still")
+    assert res.returncode == 0 and res.stdout == "still\n", res.stderr
+    assert kserver.request("GET", "/v1/jobs").status_code == 200
