@@ -18,7 +18,8 @@ import requests
 
 from conftest import job_yaml
 from kube_replay import JobApi, TOKEN
-from test_interactive import (SHELL, drain, expect, set_size, spawn,
+from test_interactive import (DATA, SHELL, drain, exec_path, expect,
+                              frames, server_rss, set_size, spawn, upgrade,
                               wait_exit)
 from test_kube_executor import start_server
 from test_port_forward import Forward
@@ -86,6 +87,39 @@ def test_exec_runs_in_the_pod(kserver, api):
     audit = kserver.request("GET", "/v1/audit",
                             params={"action": "job.exec"}).json()["audit"]
     assert any("tr a-z A-Z" in (e.get("detail") or "") for e in audit)
+
+
+def test_exec_output_comes_whole(kserver, api):
+    """Bulk output, many windows of credit and many WebSocket messages,
+    arrives whole and in order, then the exit status."""
+    jid = running(kserver)
+    want = "".join(f"{i}\n" for i in range(1, 400001))
+    for _ in range(2):
+        res = kserver.cli("exec", str(jid), "--", "seq", "400000")
+        assert res.returncode == 0, res.stderr
+        assert len(res.stdout) == len(want) and res.stdout == want
+
+
+def test_flooding_pod_does_not_stall_others(kserver, api):
+    """A pod flooding an exec's output to a client that reads nothing
+    holds back that session only: another user's session completes, and
+    the server's memory does not grow with the flood."""
+    alice = kserver.create_token("alice", "user")
+    bob = kserver.create_token("bob", "user")
+    flood_job = running(kserver, token=alice)
+    other_job = running(kserver, token=bob)
+    sock, _ = upgrade(kserver, exec_path(flood_job, ["yes", "x" * 200]),
+                      token=alice)
+    assert sock
+    rss_before = server_rss(kserver)
+    assert any(f[0] == DATA for f in frames(sock, until=DATA))
+    # From now on nothing more is read.
+    for _ in range(3):
+        res = kserver.cli("exec", str(other_job), "--", "echo", "quick",
+                          token=bob)
+        assert res.returncode == 0 and res.stdout == "quick\n", res.stderr
+    assert server_rss(kserver) - rss_before < 64 * 1024 * 1024
+    sock.close()
 
 
 def test_run_it_and_attach_through_a_terminal(kserver, api):
