@@ -30,6 +30,7 @@ pods/portforward) is served by kube_ws_replay.py after the same token
 check."""
 import copy
 import json
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -67,7 +68,8 @@ def recorded(name):
 
 
 class JobApi:
-    def __init__(self, namespace="ml"):
+    def __init__(self, namespace="ml", tls=None):
+        """tls: (certificate, key) files to serve HTTPS with."""
         self.ns = namespace
         self.requests = []
         self.jobs = {}      # name -> Job
@@ -135,6 +137,11 @@ class JobApi:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket,
+                                                server_side=True)
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 

@@ -8,6 +8,7 @@ processes, so the terminal checks are real: prompt, output, the size
 `stty size` sees after a resize, Ctrl-C ending a child and not the
 shell, the exit status. Then who may, and an API server that breaks the
 protocol ending its session only."""
+import base64
 import os
 import socket
 import threading
@@ -16,11 +17,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from conftest import job_yaml
+from conftest import Server, job_yaml
 from kube_replay import JobApi, TOKEN
 from test_interactive import (DATA, SHELL, drain, exec_path, expect,
                               frames, server_rss, set_size, spawn, upgrade,
                               wait_exit)
+from test_kube import make_cert
 from test_kube_executor import start_server
 from test_port_forward import Forward
 
@@ -260,3 +262,53 @@ def test_a_broken_api_server_ends_its_session_only(kserver, api, hostile):
     res = kserver.cli("exec", str(jid), "--", "echo", "still")
     assert res.returncode == 0 and res.stdout == "still\n", res.stderr
     assert kserver.request("GET", "/v1/jobs").status_code == 200
+
+
+def test_sessions_over_tls(tmp_path):
+    """Over https:// the session's own connection trusts the kubeconfig's
+    certificate-authority-data, names the host it checks, and sends the
+    token, as every other call does."""
+    key, cert = make_cert(tmp_path, "api")
+    api = JobApi(NS, tls=(str(cert), str(key)))
+    config = tmp_path / "kubeconfig"
+    config.write_text(f"""apiVersion: v1
+kind: Config
+current-context: test
+clusters:
+- name: tls
+  cluster:
+    server: https://127.0.0.1:{api.port}
+    certificate-authority-data: {base64.b64encode(cert.read_bytes()).decode()}
+contexts:
+- name: test
+  context: {{cluster: tls, user: kiln, namespace: {NS}}}
+users:
+- name: kiln
+  user:
+    token: {TOKEN}
+""")
+    s = Server(tmp_path / "home", gpus="8xH100-80GB",
+               extra=["--executor", "kubernetes", "--kubeconfig", str(config),
+                      "--kube-namespace", NS, "--image", "ghcr.io/me/t:1"])
+    s.home.mkdir()
+    s.start()
+    web = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    api.pod_ports[8080] = web.server_address[1]
+    try:
+        jid = running(s)
+        res = s.cli("exec", str(jid), "--", "sh", "-c",
+                    "echo tls-$((1+1)); exit 4")
+        assert res.returncode == 4 and res.stdout == "tls-2\n", res.stderr
+        fwd = Forward(s, s.admin_token, jid, 8080)
+        try:
+            assert requests.get(fwd.url("/x"), timeout=20).text == \
+                "hello from the pod /x"
+        finally:
+            fwd.stop()
+        assert all(r["auth"] == f"Bearer {TOKEN}" for r in api.requests)
+    finally:
+        web.shutdown()
+        web.server_close()
+        s.stop()
+        api.close()
