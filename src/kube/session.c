@@ -190,21 +190,24 @@ static int find_pod(struct bridge *b, char *pod, size_t cap,
 	return rc;
 }
 
-/* s into b percent-escaped for a query value. */
-static void query_escape(struct kn_buf *b, const char *s)
+/* s into b percent-escaped for a query value: 0, or -E2BIG when b's cap
+   was reached (b then holds a cut copy, to be thrown away). */
+static int query_escape(struct kn_buf *b, const char *s)
 {
 	static const char hex[] = "0123456789ABCDEF";
+	int rc = 0;
 
-	for (; *s; s++) {
+	for (; *s && rc == 0; s++) {
 		unsigned char c = (unsigned char)*s;
 		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
 		    (c >= '0' && c <= '9') || strchr("-._~", c)) {
-			kn_buf_append(b, s, 1);
+			rc = kn_buf_append(b, s, 1);
 		} else {
 			char e[3] = {'%', hex[c >> 4], hex[c & 15]};
-			kn_buf_append(b, e, 3);
+			rc = kn_buf_append(b, e, 3);
 		}
 	}
+	return rc;
 }
 
 /* ---- the API server's messages ---- */
@@ -563,6 +566,7 @@ static char *session_path(struct bridge *b, const char *pod, json_t *req,
 	json_t *argv = json_object_get(req, "argv"), *a;
 	struct kn_buf path;
 	size_t i;
+	int rc;
 
 	if (!op || (!exec && strcmp(op, "attach") != 0) ||
 	    (exec && !json_array_size(argv))) {
@@ -571,18 +575,20 @@ static char *session_path(struct bridge *b, const char *pod, json_t *req,
 		return NULL;
 	}
 	kn_buf_init(&path, MAX_PATH);
-	kn_buf_printf(&path, "/api/v1/namespaces/%s/pods/%s/%s?container="
-		      "task&stdin=true&stdout=true&stderr=%s&tty=%s",
-		      b->ns, pod, exec ? "exec" : "attach",
-		      b->tty ? "false" : "true", b->tty ? "true" : "false");
+	rc = kn_buf_printf(&path, "/api/v1/namespaces/%s/pods/%s/%s?container="
+			   "task&stdin=true&stdout=true&stderr=%s&tty=%s",
+			   b->ns, pod, exec ? "exec" : "attach",
+			   b->tty ? "false" : "true", b->tty ? "true" : "false");
 	json_array_foreach(argv, i, a) {
-		if (!exec)
+		if (!exec || rc < 0)
 			break;
-		kn_buf_append(&path, "&command=", 9);
-		query_escape(&path, json_string_value(a) ? json_string_value(a)
+		rc = kn_buf_append(&path, "&command=", 9);
+		if (rc == 0)
+			rc = query_escape(&path, json_string_value(a)
+							 ? json_string_value(a)
 							 : "");
 	}
-	if (!path.data || path.len >= MAX_PATH - 1) {
+	if (rc < 0 || !path.data) {
 		kn_buf_release(&path);
 		snprintf(why, cap, "the command is too long for the API "
 			 "server's query (%d bytes)", MAX_PATH);
