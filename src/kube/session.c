@@ -526,35 +526,50 @@ static void relay(struct bridge *b)
 
 /* ---- a session ---- */
 
-/* The server's SESSION request: its JSON, or NULL when none came. */
+/* Exactly n bytes from the server's side before until: 0, or -1. */
+static int read_exactly(struct bridge *b, uint8_t *buf, size_t n,
+			int64_t until)
+{
+	while (n) {
+		struct pollfd p = {b->fd, POLLIN, 0};
+		int64_t left = until - kn_mono_ms();
+		ssize_t got;
+
+		if (left <= 0 || poll(&p, 1, (int)left) != 1)
+			return -1;
+		got = recv(b->fd, buf, n, 0);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return -1;
+		buf += got;
+		n -= (size_t)got;
+	}
+	return 0;
+}
+
+/*
+ * The server's SESSION request: its JSON, or NULL when none came. Only
+ * that frame is read, so what the client sent right behind it stays in
+ * the socket for the relay.
+ */
 static json_t *session_request(struct bridge *b)
 {
 	uint8_t buf[KN_MUX_MAX_FRAME];
 	struct kn_mux_frame f;
 	struct kn_error err;
 	int64_t until = kn_mono_ms() + REQUEST_WAIT_MS;
+	size_t len, used;
 
-	for (;;) {
-		struct pollfd p = {b->fd, POLLIN, 0};
-		int64_t left = until - kn_mono_ms();
-		ssize_t n;
-		int rc = kn_mux_reader_next(&b->from_server, &f, &err);
-
-		if (rc == 1)
-			return f.type == KN_MUX_SESSION
-				       ? json_loadb((const char *)f.payload,
-						    f.len, 0, NULL)
-				       : NULL;
-		if (rc < 0 || left <= 0 || poll(&p, 1, (int)left) != 1)
-			return NULL;
-		n = recv(b->fd, buf, sizeof(buf), 0);
-		if (n <= 0)
-			return NULL;
-		/* Holds one frame: what does not fit is refused. */
-		if (kn_mux_reader_fill(&b->from_server, buf, (size_t)n) !=
-		    (size_t)n)
-			return NULL;
-	}
+	if (read_exactly(b, buf, KN_MUX_HEAD, until) < 0)
+		return NULL;
+	len = (size_t)buf[2] << 8 | buf[3];
+	if (len > KN_MUX_MAX_PAYLOAD ||
+	    read_exactly(b, buf + KN_MUX_HEAD, len, until) < 0 ||
+	    kn_mux_decode(buf, KN_MUX_HEAD + len, &f, &used, &err) != 1 ||
+	    f.type != KN_MUX_SESSION)
+		return NULL;
+	return json_loadb((const char *)f.payload, f.len, 0, NULL);
 }
 
 /* The exec's or attach's path on pod, or NULL with why. */
