@@ -63,6 +63,10 @@
 #define PORT_PROTOCOL "portforward.k8s.io"
 /* The server's SESSION request comes right after it connects. */
 #define REQUEST_WAIT_MS 10000
+/* How long a session waits for its task's pod to run (scheduling and
+   an image pull), and how often it looks. */
+#define POD_WAIT_MS (5 * 60 * 1000)
+#define POD_RETRY_MS 1000
 /* The longest message taken from the API server (the kubelet copies
    output in 32 KiB pieces). */
 #define MAX_MESSAGE (256 * 1024)
@@ -155,7 +159,10 @@ static void to_api(struct bridge *b, uint8_t channel, const void *data,
 
 /*
  * The running pod of the bridge's rank: 0 with its name in pod, or a
- * negative errno with err (the pod not running: KN_ECONFLICT).
+ * negative errno with err. A task is running for kiln from its Job's
+ * submission, before its pod is scheduled, pulled and started: a pod
+ * not there yet or not running yet is looked for again each second
+ * until POD_WAIT_MS, unless the server's side goes away meanwhile.
  */
 static int find_pod(struct bridge *b, char *pod, size_t cap,
 		    struct kn_error *err)
@@ -163,27 +170,41 @@ static int find_pod(struct bridge *b, char *pod, size_t cap,
 	char *path = kn_asprintf("/api/v1/namespaces/%s/pods?labelSelector="
 				 "kiln.dev%%2Fjob%%3D%s", b->ns, b->job);
 	struct kn_kube_client *client = NULL;
-	struct kn_kube_task_view v;
-	json_t *list = NULL, *job = json_object();
-	long status = 0;
+	struct kn_kube_task_view v = {0};
+	json_t *job = json_object();
+	int64_t until = kn_mono_ms() + POD_WAIT_MS;
 	int rc = kn_kube_client_new(&b->auth, &client, err);
 
-	if (rc == 0)
+	while (rc == 0) {
+		struct pollfd p = {b->fd, POLLRDHUP, 0};
+		json_t *list = NULL;
+		long status = 0;
+
 		rc = kn_kube_get(client, path, &status, &list, err);
-	if (rc == 0 && status != 200)
-		rc = kn_errorf(err, KN_EUNAVAIL, NULL, "GET %s: HTTP %ld", path,
-			       status);
-	if (rc == 0) {
-		kn_kube_task_state(job, json_object_get(list, "items"),
-				   b->rank, false, &v);
-		if (!v.running || !v.pod[0])
+		if (rc == 0 && status != 200)
+			rc = kn_errorf(err, KN_EUNAVAIL, NULL, "GET %s: HTTP %ld",
+				       path, status);
+		if (rc == 0)
+			kn_kube_task_state(job, json_object_get(list, "items"),
+					   b->rank, false, &v);
+		json_decref(list);
+		if (rc < 0 || (v.running && v.pod[0]))
+			break;
+		if (v.ended || kn_mono_ms() >= until) {
 			rc = kn_errorf(err, KN_ECONFLICT, NULL,
-				       "task %d's pod%s%s is not running", b->rank,
-				       v.pod[0] ? " " : "", v.pod);
-		else
-			kn_strlcpy(pod, v.pod, cap);
+				       "task %d's pod%s%s is not running%s",
+				       b->rank, v.pod[0] ? " " : "", v.pod,
+				       v.ended ? " (it ended)" : "");
+			break;
+		}
+		if (poll(&p, 1, POD_RETRY_MS) != 0) {
+			rc = kn_errorf(err, KN_EUNAVAIL, NULL,
+				       "the session was closed");
+			break;
+		}
 	}
-	json_decref(list);
+	if (rc == 0)
+		kn_strlcpy(pod, v.pod, cap);
 	json_decref(job);
 	kn_kube_client_free(client);
 	free(path);

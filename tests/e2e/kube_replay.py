@@ -128,9 +128,12 @@ class JobApi:
                        "content_type": None, "body": None}
                 with api.lock:
                     api.requests.append(req)
+                self.close_connection = True
                 if req["auth"] != f"Bearer {TOKEN}":
-                    self.close_connection = True
                     return self.reply(401, recorded("status-401.json"))
+                if api.ws_refuse:  # (status, fixture): RBAC's answer
+                    return self.reply(api.ws_refuse[0],
+                                      recorded(api.ws_refuse[1]))
                 kube_ws_replay.serve(api, self, req)
 
             do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = handle_any
@@ -348,6 +351,7 @@ class JobApi:
         pod = recorded(fixture)
         meta = pod["metadata"]
         meta["name"] = f"{job}-{index}-x7k2p"
+        meta.setdefault("annotations", {})
         template = self.jobs[job]["spec"]["template"]["metadata"]
         meta["labels"] = dict(template["labels"], **{
             "batch.kubernetes.io/job-name": job, "job-name": job})

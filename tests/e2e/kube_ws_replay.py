@@ -338,6 +338,7 @@ def setup(api):
     """The state JobApi keeps for these subresources."""
     api.ws_protocols = SESSION_PROTOCOLS
     api.ws_hostile = None
+    api.ws_refuse = None
     api.ws_sessions = []
     api.ws_forwards = []
     api.pod_ports = {}

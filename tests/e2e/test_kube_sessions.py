@@ -11,13 +11,14 @@ protocol ending its session only."""
 import base64
 import os
 import socket
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
 
-from conftest import Server, job_yaml
+from conftest import KILN, Server, job_yaml, wait_for
 from kube_replay import JobApi, TOKEN
 from test_interactive import (DATA, SHELL, drain, exec_path, expect,
                               frames, server_rss, set_size, spawn, upgrade,
@@ -246,6 +247,57 @@ def test_sessions_refused_to_viewers_and_other_users(kserver, api):
         not upgrades(api, "portforward")
     res = kserver.cli("exec", str(jid), "--", "echo", "mine", token=alice)
     assert res.returncode == 0 and res.stdout == "mine\n", res.stderr
+
+
+def test_exec_waits_for_the_pod_to_run(kserver, api):
+    """A task runs for kiln from its Job's submission; a session opened
+    while its pod is still pending waits for the pod to run, and one
+    whose pod ended says so."""
+    jid = running(kserver)
+    name = f"kiln-{jid}-1"
+    api.set_pod(name, 0, "pod-serving-unschedulable.json")
+    lists = len(api.sent("GET", "/pods"))
+    env = dict(os.environ, KILN_HOME=str(kserver.home))
+    env.pop("KILN_SERVER", None)
+    env.pop("KILN_TOKEN", None)
+    proc = subprocess.Popen([KILN, "exec", str(jid), "--", "echo", "late"],
+                            env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        # The session has looked at the pending pod at least twice.
+        wait_for(lambda: sum(1 for r in api.sent("GET", "/pods")
+                             if "kiln.dev/job=" + name in
+                             r["query"].get("labelSelector", [""])[0])
+                 >= 2, what="the session looking for its pod")
+        assert proc.poll() is None
+        api.set_pod(name, 0, "pod-running.json")
+        out, errs = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and out == "late\n", errs
+    assert len(api.sent("GET", "/pods")) > lists
+    api.set_pod(name, 0, "pod-failed.json")
+    res = kserver.cli("exec", str(jid), "--", "true")
+    # The session's own look, or the server's if it saw the end first.
+    assert res.returncode != 0 and ("pod kiln-" in res.stderr and
+                                    "is not running (it ended)" in
+                                    res.stderr or "not running" in
+                                    res.stderr), res.stderr
+
+
+def test_cluster_refusal_is_shown(kserver, api):
+    """The cluster's own refusal (RBAC without pods/exec) reaches the
+    user with the API server's message."""
+    jid = running(kserver)
+    api.ws_refuse = (403, "status-403-exec.json")
+    res = kserver.cli("exec", str(jid), "--", "true")
+    assert res.returncode != 0
+    assert "the API server refused GET" in res.stderr, res.stderr
+    assert "HTTP 403" in res.stderr
+    assert 'cannot create resource \\"pods/exec\\"' in res.stderr or \
+        'cannot create resource "pods/exec"' in res.stderr, res.stderr
 
 
 @pytest.mark.parametrize("hostile", ["masked", "oversize"])
