@@ -8,7 +8,7 @@ left as found: no kiln jobs."""
 import subprocess
 
 from conftest import job_yaml, wait_for
-from test_slurm import slurm_env, sserver  # noqa: F401 (fixtures)
+from test_slurm import COMMIT, slurm_env, sserver  # noqa: F401 (fixtures)
 
 PRINT_INDEX = ('echo index=$KILN_ARRAY_INDEX slurm=$SLURM_ARRAY_TASK_ID '
                'attempt=$KILN_ATTEMPT; ')
@@ -134,3 +134,41 @@ def test_an_element_cannot_touch_what_tells_the_server(sserver):
     for k in (0, 1):
         assert (tasks / str(array_id + k) / "1.slurm-array").read_text() == (
             f"{batch}\n{k}\n")
+
+
+def test_evict_one_element_resumes_from_its_own_checkpoint(sserver,
+                                                           tmp_path):
+    s = sserver
+    gates = tmp_path
+    # Each element checkpoints its own index, then waits; resumed, it
+    # prints what it had written.
+    cmd = COMMIT + (
+        'if [ -z "$KILN_RESUME_FROM" ]; then '
+        '  trap "exit 143" USR1; '
+        '  ck step-000001 "index $KILN_ARRAY_INDEX"; '
+        f'  touch {gates}/ck-$KILN_ARRAY_INDEX; '
+        f'  while [ ! -e {gates}/go ]; do sleep 0.1; done; '
+        'else echo "resumed with $(cat $KILN_RESUME_FROM/state)"; fi')
+    array_id = submit_array(s, "kiln-arr-evict", cmd, "0-1",
+                            preemptible=True,
+                            checkpoint={"signal": "SIGUSR1", "grace": "5s"})
+    for k in (0, 1):
+        wait_for(lambda: (gates / f"ck-{k}").exists(), timeout=60,
+                 what=f"element {k}'s checkpoint")
+        wait_for(lambda: (s.home / "blobs" / str(array_id + k) /
+                          "checkpoints" / "step-000001" /
+                          "MANIFEST.json").exists(),
+                 timeout=60, what=f"element {k}'s checkpoint synced")
+    r = s.cli("evict", f"{array_id}[1]")
+    assert r.returncode == 0, r.stderr
+    one = s.wait_state(array_id + 1, "succeeded", timeout=120)
+    assert [x["state"] for x in one["attempts_detail"]] == [
+        "preempted", "succeeded"]
+    assert "resumed with index 1" in s.logs(array_id + 1, attempt=2)
+    # The other element was not touched, and ends on its own.
+    assert s.job(array_id)["state"] == "running"
+    (gates / "go").write_text("")
+    zero = s.wait_state(array_id, "succeeded", timeout=120)
+    assert zero["attempts"] == 1
+    assert (s.home / "tasks" / str(array_id) /
+            f"slurm-array-{array_id + 1}-2").is_dir()
