@@ -204,8 +204,11 @@ int slurm_array_add(struct slurm_batches *b, const struct kn_task_launch *l,
 		    struct kn_error *err);
 /* The executor's flush: submit what was added, cancel what was stopped. */
 void slurm_array_flush(struct kn_executor *ex);
-/* An element's stop after its stop.json: its pending job is cancelled. */
-void slurm_array_stop(struct slurm_batches *b, const char *task_dir);
+/* An element's stop after its stop.json: while Slurm has it, it is
+   cancelled if pending, and outright grace_ms (-1: a default) and a
+   backstop after. */
+void slurm_array_stop(struct slurm_batches *b, const char *task_dir,
+		      int64_t grace_ms);
 /* An element's state, as slurm.c's status for a whole attempt. */
 int slurm_array_status(struct slurm_batches *b, const char *task_dir,
 		       struct kn_task_status *out, struct kn_error *err);

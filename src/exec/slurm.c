@@ -742,7 +742,7 @@ static int slurm_stop(struct kn_executor *ex, const char *task_dir,
 	}
 	if (slurm_array_element(task_dir)) {
 		slurm_array_stop(((struct slurm_exec *)ex->impl)->batches,
-				 task_dir);
+				 task_dir, grace_ms);
 		goto out;
 	}
 	job_id = read_job_id(attempt_dir);

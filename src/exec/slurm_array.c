@@ -26,8 +26,10 @@
  * one squeue for the whole batch (slurm_elements.c), at most once a
  * second whatever the number of elements, parsed once per answer and
  * looked up per element by bisection. A stop writes stop.json (the shim
- * signals its task) and cancels the element while it is pending; the
- * cancels of a flush go as one scancel of many JOBID_INDEX. Rejected:
+ * signals its task) and keeps the element in a list that each new answer
+ * goes through: cancelled while pending, outright if it runs well past
+ * its grace; the cancels of a flush go as one scancel of many
+ * JOBID_INDEX. Rejected:
  * one sbatch per element (ten thousand submissions to slurmctld, and the
  * array's throttle kept by kiln), and asking scontrol per element (one
  * child per element a second, each answer thirty times longer).
@@ -57,6 +59,10 @@
 #define ANSWERS_KEPT 64
 /* After a stop's grace, how long the shim has to end the task itself. */
 #define STOP_BACKSTOP_MS 10000
+/* The grace assumed of a stop that takes the launch's own. */
+#define STOP_GRACE_DEFAULT_MS 60000
+/* How often one array's squeue answer is looked at, by all elements. */
+#define ANSWER_INTERVAL_MS 1000
 
 struct batch {
 	char *dir;
@@ -74,8 +80,19 @@ struct batch {
 
 struct answer {
 	char *dir;
-	int64_t at_ms;
+	int64_t at_ms;    /* the answer's time */
+	int64_t read_ms;  /* when it was last looked for (monotonic) */
 	struct kn_slurm_elements e;
+};
+
+/* An element asked to stop, until Slurm no longer runs it: each new
+   answer cancels it while it is pending, and outright once the stop's
+   grace and STOP_BACKSTOP_MS have passed (a node whose shim cannot act). */
+struct stopping {
+	char *dir;
+	int index;
+	int64_t deadline_ms; /* monotonic */
+	struct stopping *next;
 };
 
 struct slurm_batches {
@@ -86,6 +103,7 @@ struct slurm_batches {
 	size_t n_cancel;
 	char **kill;   /* ... and outright (a stop's backstop) */
 	size_t n_kill;
+	struct stopping *stopping;
 };
 
 struct slurm_batches *slurm_batches_new(void)
@@ -136,6 +154,13 @@ void slurm_batches_free(struct slurm_batches *bs)
 	}
 	strv_free(bs->cancel, bs->n_cancel);
 	strv_free(bs->kill, bs->n_kill);
+	while (bs->stopping) {
+		struct stopping *st = bs->stopping;
+
+		bs->stopping = st->next;
+		free(st->dir);
+		free(st);
+	}
 	free(bs);
 }
 
@@ -441,8 +466,10 @@ static void queue_id(char ***v, size_t *n, long long job_id, int index)
 	(*v)[(*n)++] = kn_asprintf("%lld_%d", job_id, index);
 }
 
-void slurm_array_stop(struct slurm_batches *bs, const char *task_dir)
+void slurm_array_stop(struct slurm_batches *bs, const char *task_dir,
+		      int64_t grace_ms)
 {
+	struct stopping *st;
 	char *dir = NULL;
 	long long job_id;
 	int index;
@@ -450,10 +477,52 @@ void slurm_array_stop(struct slurm_batches *bs, const char *task_dir)
 	if (pointer_read(task_dir, &dir, &index) < 0)
 		return;
 	job_id = batch_job_id(dir);
-	/* Not submitted yet: cancelled at the first answer (backstop). */
+	/* Not submitted yet: cancelled at the first answer. */
 	if (job_id > 0)
 		queue_id(&bs->cancel, &bs->n_cancel, job_id, index);
+	for (st = bs->stopping; st; st = st->next)
+		if (st->index == index && !strcmp(st->dir, dir))
+			break;
+	if (!st) {
+		st = kn_xcalloc(1, sizeof(*st));
+		st->dir = dir;
+		st->index = index;
+		st->next = bs->stopping;
+		bs->stopping = st;
+		dir = NULL;
+	}
+	st->deadline_ms = kn_mono_ms() + STOP_BACKSTOP_MS +
+			  (grace_ms >= 0 ? grace_ms : STOP_GRACE_DEFAULT_MS);
 	free(dir);
+}
+
+/* A new answer a for array job job_id: its stopping elements' cancels. */
+static void stopping_answered(struct slurm_batches *bs,
+			      const struct answer *a, long long job_id)
+{
+	struct stopping **link = &bs->stopping;
+
+	while (*link) {
+		struct stopping *st = *link;
+		const struct kn_slurm_element *el;
+
+		if (strcmp(st->dir, a->dir)) {
+			link = &st->next;
+			continue;
+		}
+		el = kn_slurm_elements_find(&a->e, st->index);
+		if (!el || kn_slurm_state_final(el->state)) {
+			*link = st->next;
+			free(st->dir);
+			free(st);
+			continue;
+		}
+		if (!strcmp(el->state, "PENDING"))
+			queue_id(&bs->cancel, &bs->n_cancel, job_id, st->index);
+		else if (kn_mono_ms() > st->deadline_ms)
+			queue_id(&bs->kill, &bs->n_kill, job_id, st->index);
+		link = &st->next;
+	}
 }
 
 static bool batch_pending(const struct slurm_batches *bs, const char *dir)
@@ -465,12 +534,12 @@ static bool batch_pending(const struct slurm_batches *bs, const char *dir)
 }
 
 /*
- * The batch's latest squeue answer, parsed once per answer: NULL while
- * there is none; *fresh when it was taken in on this call.
+ * The batch's latest squeue answer, looked for once a second and parsed
+ * once per answer, whatever the number of elements asking: NULL while
+ * there is none.
  */
 static const struct answer *batch_answer(struct slurm_batches *bs,
-					 const char *dir, long long job_id,
-					 bool *fresh)
+					 const char *dir, long long job_id)
 {
 	char id[32], *text = NULL, why[128];
 	char *argv[] = {"squeue", "-h", "-r", "-t", "all", "-j", id, "-o",
@@ -482,14 +551,19 @@ static const struct answer *batch_answer(struct slurm_batches *bs,
 	struct answer *a = NULL;
 	size_t len = 0;
 	int64_t at_ms;
+	bool fresh;
 
-	snprintf(id, sizeof(id), "%lld", job_id);
-	if (exec_slurm_ask(dir, job_id, &q, &text, &len, &at_ms, fresh, why,
-			   sizeof(why)) == 0)
-		return NULL;
 	for (size_t i = 0; i < ANSWERS_KEPT; i++)
 		if (bs->answers[i].dir && !strcmp(bs->answers[i].dir, dir))
 			a = &bs->answers[i];
+	if (a && kn_mono_ms() - a->read_ms < ANSWER_INTERVAL_MS)
+		return a;
+	snprintf(id, sizeof(id), "%lld", job_id);
+	if (exec_slurm_ask(dir, job_id, &q, &text, &len, &at_ms, &fresh, why,
+			   sizeof(why)) == 0)
+		return NULL;
+	if (a)
+		a->read_ms = kn_mono_ms();
 	if (a && a->at_ms == at_ms) {
 		free(text);
 		return a;
@@ -510,25 +584,9 @@ static const struct answer *batch_answer(struct slurm_batches *bs,
 	kn_slurm_elements_release(&a->e);
 	a->e = e;
 	a->at_ms = at_ms;
+	a->read_ms = kn_mono_ms();
+	stopping_answered(bs, a, job_id);
 	return a;
-}
-
-/* A stop under way and Slurm still has the element: cancel it while it
-   is pending, or outright well after the stop's grace. */
-static void stop_backstop(struct slurm_batches *bs, const char *task_dir,
-			  long long job_id, int index, const char *state)
-{
-	char *path = kn_asprintf("%s/stop.json", task_dir);
-	struct stat sb;
-
-	if (stat(path, &sb) == 0) {
-		if (!strcmp(state, "PENDING"))
-			queue_id(&bs->cancel, &bs->n_cancel, job_id, index);
-		else if (kn_now_ms() - (int64_t)sb.st_mtim.tv_sec * 1000 >
-			 STOP_BACKSTOP_MS + 60000)
-			queue_id(&bs->kill, &bs->n_kill, job_id, index);
-	}
-	free(path);
 }
 
 static bool stop_asked(const char *task_dir)
@@ -567,7 +625,6 @@ int slurm_array_status(struct slurm_batches *bs, const char *task_dir,
 	struct kn_task_status st;
 	struct kn_task_proc sbatch;
 	long long job_id;
-	bool fresh = false;
 	int index, rc;
 
 	memset(&st, 0, sizeof(st));
@@ -594,15 +651,12 @@ int slurm_array_status(struct slurm_batches *bs, const char *task_dir,
 			goto done;
 		}
 	}
-	a = batch_answer(bs, dir, job_id, &fresh);
+	a = batch_answer(bs, dir, job_id);
 	if (!a)
 		goto running;
 	el = kn_slurm_elements_find(&a->e, index);
-	if (el && !kn_slurm_state_final(el->state)) {
-		if (fresh)
-			stop_backstop(bs, task_dir, job_id, index, el->state);
+	if (el && !kn_slurm_state_final(el->state))
 		goto running;
-	}
 	/* squeue leaves out a pending element scancel took out of its
 	   array; without a stop asked for, absent is not yet over. */
 	if (!el && !a->e.gone && !stop_asked(task_dir))
