@@ -37,6 +37,11 @@ Each kiln side also reports what the server itself spent: its CPU time
 (user + system, from /proc, the shims and tasks not included) per job,
 and its store commits per job (from /metrics: each commit is one fsync).
 
+--spawn-limit build/bench/dispatch/spawn-limit adds the machine's
+ceiling, measured in the same run after each kiln and Slurm side: one
+process forking, exec-ing and reaping /bin/true as fast as it can
+(bench/dispatch/spawn_limit.c), and kiln's jobs/s as a fraction of it.
+
 Prints a table and writes the JSON of both sides to --out.
 
 --isolation compares kiln with itself instead: the same binary with tasks
@@ -286,6 +291,17 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
         shutil.rmtree(records, ignore_errors=True)
 
 
+def spawn_limit(path, jobs):
+    """The machine's ceiling: bench/dispatch/spawn-limit forking, exec-ing
+    and reaping /bin/true `jobs` times (at most 10,000), in /s."""
+    out = subprocess.run([path, str(min(jobs, 10000))], capture_output=True,
+                         text=True, timeout=600)
+    if out.returncode != 0:
+        raise SystemExit("spawn-limit failed: " + out.stderr)
+    words = out.stdout.split()
+    return float(words[words.index("per_s") + 1])
+
+
 def slurm_up():
     """scripts/slurm-up.sh (its KILN_SLURM_* settings from the
     environment): the slurm.conf, or None with why on stderr."""
@@ -338,7 +354,8 @@ def compare_slurm(a):
     conf = slurm_up()
     if not conf:
         return 1
-    rounds, ratios = [], {"accepted": [], "started": [], "jobs": []}
+    rounds = []
+    ratios = {"accepted": [], "started": [], "jobs": [], "of_spawn_limit": []}
     changed = {"accepted": [], "started": [], "jobs": [],
                "server_cpu_per_job": [], "lone_start_p50": []}
     try:
@@ -352,6 +369,11 @@ def compare_slurm(a):
             s = slurm_side(conf, a.jobs, "array" if a.array else
                            a.slurm_mode, a.slurm_gpus_per_job, a.clients)
             rounds.append({"kiln": k, "slurm": s, "before": b})
+            if a.spawn_limit:
+                limit = spawn_limit(a.spawn_limit, a.jobs)
+                rounds[-1]["spawn_limit_per_s"] = limit
+                if k.get("jobs_per_s"):
+                    ratios["of_spawn_limit"].append(k["jobs_per_s"] / limit)
             if b:
                 print(before_line(n, b, k, changed), flush=True)
             if "error" in s:
@@ -374,6 +396,10 @@ def compare_slurm(a):
         slurm_down()
     Path(a.out).write_text(json.dumps({"rounds": rounds}, indent=2) + "\n")
     for key, values in ratios.items():
+        if key == "of_spawn_limit":
+            if values:
+                print(f"kiln jobs/s / spawn limit: {spread(values)}")
+            continue
         print(f"kiln/slurm {key}/s: {spread(values)} "
               f"(rounds: {', '.join(f'{v:.2f}' for v in values)})")
     for key, values in changed.items() if a.before else ():
@@ -494,6 +520,10 @@ def main():
     p.add_argument("--before", metavar="OLD-KILN",
                    help="with --rounds: an earlier kiln binary, run in "
                    "each round just before kiln")
+    p.add_argument("--spawn-limit", metavar="SPAWN-LIMIT",
+                   help="build/bench/dispatch/spawn-limit: also measure the "
+                   "machine's fork/exec/wait rate and report kiln's jobs/s "
+                   "as a fraction of it")
     p.add_argument("--clients", type=int, default=1,
                    help="concurrent submitting clients on each side")
     p.add_argument("--lone", type=int, default=20,
@@ -529,6 +559,12 @@ def main():
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    if a.spawn_limit:
+        limit = spawn_limit(a.spawn_limit, a.jobs)
+        results["spawn_limit_per_s"] = limit
+        Path(a.out).write_text(json.dumps(results, indent=2) + "\n")
+        print(f"spawn limit {limit:.0f}/s; kiln {kiln['jobs_per_s']} jobs/s "
+              f"= {(kiln['jobs_per_s'] or 0) / limit:.4f} of it")
     s = results.get("slurm", {})
     if "jobs_per_s" in s and s["jobs_per_s"] and kiln["jobs_per_s"]:
         print(f"ratio kiln/slurm: throughput {kiln['jobs_per_s'] / s['jobs_per_s']:.1f}x, "

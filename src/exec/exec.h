@@ -302,6 +302,19 @@ struct kn_executor_ops {
 	bool home_searchable;
 	bool times_from_engine;
 	/*
+	 * The engine runs a job array's elements as one array of its own
+	 * (Slurm's sbatch --array): the server starts every queued element
+	 * at once, charging no placement for them and leaving the array's
+	 * parallel limit to the engine, and calls flush after its starts.
+	 */
+	bool runs_arrays;
+	/*
+	 * Hand the engine what start and stop collected since the last call
+	 * (the elements started as one engine array, their cancels as one
+	 * command). Never waits. NULL: start and stop act at once.
+	 */
+	void (*flush)(struct kn_executor *ex);
+	/*
 	 * When tasks are not processes of this machine: the nodes answer's
 	 * isolation (the engine's) and why the server sets no resource
 	 * limits; NULL for tasks the server isolates, limits and samples.
@@ -436,6 +449,9 @@ struct kn_slurm_task {
 	bool run_as_set;
 	uid_t uid;
 	gid_t gid;
+	/* A job array's elements: --array's list ("0-999%50"), or NULL.
+	   The batch script and its output (%A_%a) are then the array's. */
+	const char *array;
 };
 
 struct kn_slurm_inventory; /* below */
@@ -517,13 +533,53 @@ int kn_slurm_node_file_parse(const char *text, size_t len, char *out,
 /*
  * sbatch's command line for a gang, "sbatch" first, the batch script
  * (ATTEMPT_DIR/slurm.sh) last; NULL-terminated, freed with
- * kn_slurm_args_free. timeout_ms 0 = no --time. The job gets only the
+ * kn_slurm_args_free. timeout_ms 0 = no --time. With t->array,
+ * attempt_dir is the array's directory and each element's output goes to
+ * its out/slurm-%A_%a.out. The job gets only the
  * variables named in --export (PATH, the locale and kiln's own), never
  * the server's environment.
  */
 char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 			    int64_t timeout_ms, const char *attempt_dir);
 void kn_slurm_args_free(char **args);
+
+/* ---- Slurm job arrays (slurm_elements.c) ---- */
+
+/*
+ * What the executor asks of a Slurm job array, every element on a line:
+ *   squeue -h -r -t all -j ARRAY_JOB_ID -o KN_SQUEUE_ELEMENTS_FORMAT
+ */
+#define KN_SQUEUE_ELEMENTS_FORMAT "%K|%A|%T|%r"
+struct kn_slurm_element {
+	int index;          /* SLURM_ARRAY_TASK_ID */
+	long long job_id;   /* the element's own job id */
+	char state[32];     /* "PENDING", "RUNNING", "COMPLETED", ... */
+	char reason[96];    /* squeue's %r, control bytes made '?' */
+};
+struct kn_slurm_elements {
+	struct kn_slurm_element *v; /* sorted by index */
+	size_t n;
+	bool gone;          /* Slurm no longer knows the array */
+};
+/*
+ * squeue's answer (len bytes) into *out. A line that is not
+ * INDEX|JOBID|STATE|REASON with a bounded index and job id and an
+ * upper-case state is -EINVAL with err naming its line and column;
+ * "N/A" indexes (no array) are passed over. *out only on success.
+ */
+int kn_slurm_elements_parse(const char *text, size_t len,
+			    struct kn_slurm_elements *out,
+			    struct kn_error *err);
+/* Element index of e, or NULL when the answer does not list it. */
+const struct kn_slurm_element *
+kn_slurm_elements_find(const struct kn_slurm_elements *e, int index);
+void kn_slurm_elements_release(struct kn_slurm_elements *e);
+/*
+ * sbatch's --array list for indexes (n, ascending): runs folded into
+ * ranges, "%P" after when parallel > 0: {0,1,2,5}, 2 -> "0-2,5%2".
+ * Malloc'd.
+ */
+char *kn_slurm_array_list(const int *indexes, size_t n, int parallel);
 
 /*
  * Whether cfg is one the executor can use: shards per GPU in 1..1000, and

@@ -141,11 +141,84 @@ int exec_slurm_spawn(char *const *argv, char *const *extra_env,
  */
 bool exec_slurm_name_ok(const char *name, size_t n, size_t len);
 
-/* The Slurm executor's state: its options first, so impl is both. */
+/* "123" (n bytes), within 0..max: true and *out; false for anything
+   else, a sign, a space or a value past max included (sacct.c). */
+bool exec_slurm_count(const char *s, size_t n, int64_t max, int64_t *out);
+
+/* The batch steps sbatch runs (slurm.c): one attempt's gang, and one
+   element of a job array (its attempt directory from its index). */
+extern const char exec_slurm_batch_script[];
+extern const char exec_slurm_array_script[];
+/* "PID START" files of the Slurm commands' children (slurm.c). */
+int exec_slurm_write_proc(const char *path, const struct kn_task_proc *p);
+/* 0 and *out from such a file, or -errno. */
+int exec_slurm_read_proc(const char *path, struct kn_task_proc *out);
+/* 1 and *st when the shim has recorded the exit, 0 when not yet. */
+int exec_slurm_read_status_json(const char *task_dir,
+				struct kn_task_status *st,
+				struct kn_error *err);
+/* *st: ended now, lost, with why as its reason. */
+void exec_slurm_ended_lost(struct kn_task_status *st, const char *why);
+/* The same for job id that Slurm says is over in state (reason) or has
+   forgotten, with no exit the shim recorded. */
+void exec_slurm_ended_unrecorded(struct kn_task_status *st, const char *id,
+				 const char *state, const char *reason);
+
+/* One kind of question to Slurm, answered into a file of a directory. */
+struct exec_slurm_query {
+	const char *pid_name; /* the child in flight: "PID START" */
+	const char *name;     /* its answer; NAME.tmp while it is written */
+	char *const *argv;
+	char *const *env;     /* more of the child's environment, or NULL */
+	size_t max;           /* the answer's cap; 0: 64 KiB */
+};
+/*
+ * Ask Slurm q at most once a second, one child in flight, the answer in
+ * dir: 1 and *text (malloc'd), *len (may be NULL) and *at_ms, its time,
+ * when there is an answer, read only from a regular file the server owns;
+ * 0 when none yet. *fresh is set when an answer was taken in on this
+ * call; *why says why the child could not be started, if it could not.
+ */
+int exec_slurm_ask(const char *dir, long long job_id,
+		   const struct exec_slurm_query *q, char **text, size_t *len,
+		   int64_t *at_ms, bool *fresh, char *why, size_t why_len);
+
+/* ---- job arrays (slurm_array.c) ---- */
+
+struct kn_slurm_task;
+struct slurm_batches;
+struct slurm_batches *slurm_batches_new(void);
+void slurm_batches_free(struct slurm_batches *b);
+/*
+ * Whether the attempt of task_dir is an element of a Slurm job array
+ * (the server wrote ATTEMPT_DIR.slurm-array beside it).
+ */
+bool slurm_array_element(const char *task_dir);
+/*
+ * Keep launch l's element (its last rank; every launch.json written) for
+ * the next flush, which submits it with its array's other new elements
+ * as one sbatch --array under t's options. 0, or -errno with err.
+ */
+int slurm_array_add(struct slurm_batches *b, const struct kn_task_launch *l,
+		    const struct kn_slurm_task *t, const char *const *env,
+		    struct kn_error *err);
+/* The executor's flush: submit what was added, cancel what was stopped. */
+void slurm_array_flush(struct kn_executor *ex);
+/* An element's stop after its stop.json: while Slurm has it, it is
+   cancelled if pending, and outright grace_ms (-1: a default) and a
+   backstop after. */
+void slurm_array_stop(struct slurm_batches *b, const char *task_dir,
+		      int64_t grace_ms);
+/* An element's state, as slurm.c's status for a whole attempt. */
+int slurm_array_status(struct slurm_batches *b, const char *task_dir,
+		       struct kn_task_status *out, struct kn_error *err);
+
 struct slurm_poll;
+/* The Slurm executor's state: its options first, so impl is both. */
 struct slurm_exec {
 	struct kn_slurm_config cfg;
 	struct slurm_poll *poll; /* NULL: no inventory (no state_dir) */
+	struct slurm_batches *batches; /* job arrays' elements */
 };
 
 /* The inventory's readings (slurm_inventory.c), into dir. */

@@ -10,6 +10,7 @@
  * holds is an error naming the line, the column and the field.
  */
 #include "exec.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,8 +20,7 @@
 
 #define SACCT_FIELDS 7
 
-/* "123", within 0..max; false for anything else. */
-static bool parse_count(const char *s, size_t n, int64_t max, int64_t *out)
+bool exec_slurm_count(const char *s, size_t n, int64_t max, int64_t *out)
 {
 	int64_t v = 0;
 
@@ -43,7 +43,7 @@ static bool parse_time(const char *s, size_t n, int64_t *out)
 		*out = 0;
 		return true;
 	}
-	return parse_count(s, n, INT64_C(1) << 40, out);
+	return exec_slurm_count(s, n, INT64_C(1) << 40, out);
 }
 
 /* "0:15": the exit code and the signal. */
@@ -52,8 +52,8 @@ static bool parse_exit(const char *s, size_t n, int *code, int *sig)
 	const char *colon = memchr(s, ':', n);
 	int64_t c, g;
 
-	if (!colon || !parse_count(s, (size_t)(colon - s), 255, &c) ||
-	    !parse_count(colon + 1, n - (size_t)(colon - s) - 1, 255, &g))
+	if (!colon || !exec_slurm_count(s, (size_t)(colon - s), 255, &c) ||
+	    !exec_slurm_count(colon + 1, n - (size_t)(colon - s) - 1, 255, &g))
 		return false;
 	*code = (int)c;
 	*sig = (int)g;
@@ -68,7 +68,7 @@ static bool parse_mem(const char *s, size_t n, int64_t *mb)
 	int shift = unit == 'K' ? -10 : unit == 'M' ? 0 : unit == 'G' ? 10
 		  : unit == 'T' ? 20 : 99;
 
-	if (shift == 99 || !parse_count(s, n - 1, INT64_C(1) << 40, &v))
+	if (shift == 99 || !exec_slurm_count(s, n - 1, INT64_C(1) << 40, &v))
 		return false;
 	*mb = shift < 0 ? v >> -shift : v << shift;
 	return true;
@@ -106,7 +106,7 @@ static bool parse_tres(const char *s, size_t n, struct kn_sacct_job *j)
 			if (!parse_mem(eq + 1, len - klen - 1, &j->mem_mb))
 				return false;
 		} else if (slot &&
-			   !parse_count(eq + 1, len - klen - 1,
+			   !exec_slurm_count(eq + 1, len - klen - 1,
 					INT64_C(1) << 40, slot)) {
 			return false;
 		}
@@ -145,7 +145,7 @@ static int parse_line(const char *line, size_t n, struct kn_sacct_job *j)
 	if (k != SACCT_FIELDS)
 		return FIELD_COUNT + (int)k;
 	memset(j, 0, sizeof(*j));
-	if (!parse_count(f[0], len[0], INT64_C(1) << 40, &id))
+	if (!exec_slurm_count(f[0], len[0], INT64_C(1) << 40, &id))
 		return 1;
 	j->job_id = id;
 	/* "CANCELLED by 0": the state is the first word. */
@@ -163,7 +163,7 @@ static int parse_line(const char *line, size_t n, struct kn_sacct_job *j)
 		return 4;
 	if (!parse_time(f[4], len[4], &j->end_s))
 		return 5;
-	if (!parse_count(f[5], len[5], INT64_C(1) << 40, &j->elapsed_s))
+	if (!exec_slurm_count(f[5], len[5], INT64_C(1) << 40, &j->elapsed_s))
 		return 6;
 	if (!parse_tres(f[6], len[6], j))
 		return 7;

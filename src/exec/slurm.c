@@ -103,7 +103,7 @@ extern char **environ;
  */
 #define SLURM_EXPORT                                                       \
 	"--export=PATH,LANG,LC_ALL,TZ,KILN_SLURM_BIN,KILN_SLURM_ATTEMPT_DIR," \
-	"KILN_SLURM_STOP_SIGNAL,KILN_SLURM_STOP"
+	"KILN_SLURM_STOP_SIGNAL,KILN_SLURM_STOP,KILN_SLURM_ARRAY_DIR"
 /* Where the shim writes its node's name, beside TASK_DIR (see above). */
 #define SESSION_NODE_SUFFIX ".node"
 /* The bound on a node name read back (Slurm's HOST_NAME_MAX is 64). */
@@ -118,29 +118,42 @@ static const char *const slurm_owned_env[] = {
 	"LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", NULL,
 };
 
-static const char batch_script[] =
+/* The batch step's body, after its shell's line and opening comment. */
+#define BATCH_BODY \
+	"# srun does not inherit --cpus-per-task from sbatch since 22.05.\n" \
+	"srun --kill-on-bad-exit=0 " \
+	"${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} " \
+	"\"$KILN_SLURM_BIN\" shim --slurm \"$KILN_SLURM_ATTEMPT_DIR\" &\n" \
+	"step=$!\n" \
+	"# --signal=B:SIG@GRACE reaches this shell alone. It becomes a stop\n" \
+	"# request for every shim (the signal to its task, SIGKILL after the\n" \
+	"# grace), where srun would signal every process of the step.\n" \
+	"if [ -n \"$KILN_SLURM_STOP_SIGNAL\" ]; then\n" \
+	"  trap 'for d in \"$KILN_SLURM_ATTEMPT_DIR\"/*/; do\n" \
+	"          [ -e \"${d}launch.json\" ] && [ ! -e \"${d}stop.json\" ] &&\n" \
+	"            echo \"$KILN_SLURM_STOP\" > \"${d}stop.json\"\n" \
+	"        done' \"$KILN_SLURM_STOP_SIGNAL\"\n" \
+	"fi\n" \
+	"while :; do\n" \
+	"  wait $step\n" \
+	"  rc=$?\n" \
+	"  kill -0 $step 2>/dev/null || exit $rc\n" \
+	"done\n"
+
+const char exec_slurm_batch_script[] =
 	"#!/bin/sh\n"
 	"# Written by kiln: the batch step of one attempt. srun starts one\n"
 	"# kiln shim per task; each picks its task directory by SLURM_PROCID.\n"
-	"# srun does not inherit --cpus-per-task from sbatch since 22.05.\n"
-	"srun --kill-on-bad-exit=0 "
-	"${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} "
-	"\"$KILN_SLURM_BIN\" shim --slurm \"$KILN_SLURM_ATTEMPT_DIR\" &\n"
-	"step=$!\n"
-	"# --signal=B:SIG@GRACE reaches this shell alone. It becomes a stop\n"
-	"# request for every shim (the signal to its task, SIGKILL after the\n"
-	"# grace), where srun would signal every process of the step.\n"
-	"if [ -n \"$KILN_SLURM_STOP_SIGNAL\" ]; then\n"
-	"  trap 'for d in \"$KILN_SLURM_ATTEMPT_DIR\"/*/; do\n"
-	"          [ -e \"${d}launch.json\" ] && [ ! -e \"${d}stop.json\" ] &&\n"
-	"            echo \"$KILN_SLURM_STOP\" > \"${d}stop.json\"\n"
-	"        done' \"$KILN_SLURM_STOP_SIGNAL\"\n"
-	"fi\n"
-	"while :; do\n"
-	"  wait $step\n"
-	"  rc=$?\n"
-	"  kill -0 $step 2>/dev/null || exit $rc\n"
-	"done\n";
+	BATCH_BODY;
+
+const char exec_slurm_array_script[] =
+	"#!/bin/sh\n"
+	"# Written by kiln: the batch step of one element of a job array.\n"
+	"# Its attempt directory is the one kiln wrote down for its index.\n"
+	"KILN_SLURM_ATTEMPT_DIR=$(cat "
+	"\"$KILN_SLURM_ARRAY_DIR/e/$SLURM_ARRAY_TASK_ID\") || exit 1\n"
+	"export KILN_SLURM_ATTEMPT_DIR\n"
+	BATCH_BODY;
 
 bool kn_slurm_state_final(const char *state)
 {
@@ -264,8 +277,16 @@ char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 	}
 	if (t->image && *t->image)
 		args_add(&v, &n, kn_asprintf("--container-image=%s", t->image));
-	args_add(&v, &n, kn_asprintf("--output=%s/slurm-%%j.out", attempt_dir));
-	args_add(&v, &n, kn_asprintf("--chdir=%s", attempt_dir));
+	if (t->array) {
+		args_add(&v, &n, kn_asprintf("--array=%s", t->array));
+		args_add(&v, &n, kn_asprintf("--output=%s/out/slurm-%%A_%%a.out",
+					     attempt_dir));
+		args_add(&v, &n, kn_asprintf("--chdir=%s/out", attempt_dir));
+	} else {
+		args_add(&v, &n, kn_asprintf("--output=%s/slurm-%%j.out",
+					     attempt_dir));
+		args_add(&v, &n, kn_asprintf("--chdir=%s", attempt_dir));
+	}
 	args_add(&v, &n, kn_asprintf("%s/slurm.sh", attempt_dir));
 	return v;
 }
@@ -331,7 +352,7 @@ int exec_slurm_spawn(char *const *argv, char *const *extra_env,
 	return spawn_child(argv, extra_env, out_path, err_path, out, err);
 }
 
-static int write_proc(const char *path, const struct kn_task_proc *p)
+int exec_slurm_write_proc(const char *path, const struct kn_task_proc *p)
 {
 	char line[64];
 
@@ -358,8 +379,7 @@ static int read_attempt_file(const char *path, size_t max, char **out)
 	return rc;
 }
 
-/* 0 and *out from a "PID START" file, or -errno. */
-static int read_proc(const char *path, struct kn_task_proc *out)
+int exec_slurm_read_proc(const char *path, struct kn_task_proc *out)
 {
 	char *text = NULL;
 	long long pid, start;
@@ -603,6 +623,7 @@ static int slurm_start(struct kn_executor *ex, const struct kn_task_launch *l,
 	     *out_path = NULL, *err_path = NULL, *bin = NULL;
 	char **args = NULL, *env[5] = {NULL, NULL, NULL, NULL, NULL};
 	struct kn_task_proc p = {0, 0};
+	size_t n_env = 0;
 	int rc;
 
 	if (!l->spec)
@@ -628,14 +649,6 @@ static int slurm_start(struct kn_executor *ex, const struct kn_task_launch *l,
 		return 0;
 	}
 	attempt_dir = attempt_dir_of(l->task_dir);
-	script = kn_asprintf("%s/slurm.sh", attempt_dir);
-	rc = kn_write_file_replace(script, batch_script, strlen(batch_script),
-				   0700);
-	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", script,
-			       strerror(-rc));
-		goto out;
-	}
 	if (t->run_as_set) {
 		rc = give_attempt_dir(attempt_dir, t, err);
 		if (rc < 0)
@@ -648,18 +661,36 @@ static int slurm_start(struct kn_executor *ex, const struct kn_task_launch *l,
 			       strerror(errno));
 		goto out;
 	}
-	env[0] = kn_asprintf("KILN_SLURM_BIN=%s", bin);
-	env[1] = kn_asprintf("KILN_SLURM_ATTEMPT_DIR=%s", attempt_dir);
+	env[n_env++] = kn_asprintf("KILN_SLURM_BIN=%s", bin);
 	if (t->checkpoint_grace_ms > 0) {
 		int sig = t->checkpoint_signal > 0 ? t->checkpoint_signal
 						   : SIGTERM;
 		const char *name = sigabbrev_np(sig);
 
-		env[2] = kn_asprintf("KILN_SLURM_STOP_SIGNAL=%s",
-				     name ? name : "TERM");
-		env[3] = kn_asprintf("KILN_SLURM_STOP={\"signal\":%d,"
-				     "\"grace_ms\":%lld}",
-				     sig, (long long)t->checkpoint_grace_ms);
+		env[n_env++] = kn_asprintf("KILN_SLURM_STOP_SIGNAL=%s",
+					   name ? name : "TERM");
+		env[n_env++] = kn_asprintf("KILN_SLURM_STOP={\"signal\":%d,"
+					   "\"grace_ms\":%lld}",
+					   sig, (long long)t->checkpoint_grace_ms);
+	}
+	if (l->spec->array.count) {
+		/* Submitted with its array's other new elements at flush. */
+		struct slurm_exec *se = ex->impl;
+
+		rc = slurm_array_add(se->batches, l, t,
+				     (const char *const *)env, err);
+		if (rc == 0)
+			*out = p;
+		goto out;
+	}
+	env[n_env++] = kn_asprintf("KILN_SLURM_ATTEMPT_DIR=%s", attempt_dir);
+	script = kn_asprintf("%s/slurm.sh", attempt_dir);
+	rc = kn_write_file_replace(script, exec_slurm_batch_script,
+				   strlen(exec_slurm_batch_script), 0700);
+	if (rc < 0) {
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", script,
+			       strerror(-rc));
+		goto out;
 	}
 	args = kn_slurm_sbatch_args(t, l->timeout_ms, attempt_dir);
 	out_path = kn_asprintf("%s/sbatch.out", attempt_dir);
@@ -668,7 +699,7 @@ static int slurm_start(struct kn_executor *ex, const struct kn_task_launch *l,
 	if (rc < 0)
 		goto out;
 	pid_path = kn_asprintf("%s/sbatch.pid", attempt_dir);
-	rc = write_proc(pid_path, &p);
+	rc = exec_slurm_write_proc(pid_path, &p);
 	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s",
 			       pid_path, strerror(-rc));
@@ -709,6 +740,11 @@ static int slurm_stop(struct kn_executor *ex, const char *task_dir,
 			       strerror(-rc));
 		goto out;
 	}
+	if (slurm_array_element(task_dir)) {
+		slurm_array_stop(((struct slurm_exec *)ex->impl)->batches,
+				 task_dir, grace_ms);
+		goto out;
+	}
 	job_id = read_job_id(attempt_dir);
 	if (job_id > 0)
 		rc = run_scancel(job_id, "PENDING", err);
@@ -719,8 +755,7 @@ out:
 	return rc;
 }
 
-/* 1 and *st when the shim has recorded the exit, 0 when not yet. */
-static int read_status_json(const char *task_dir, struct kn_task_status *st,
+int exec_slurm_read_status_json(const char *task_dir, struct kn_task_status *st,
 			    struct kn_error *err)
 {
 	struct kn_task_status s;
@@ -771,13 +806,6 @@ static int64_t mtime_ms(const struct stat *sb)
 	       sb->st_mtim.tv_nsec / 1000000;
 }
 
-/* One kind of question to Slurm, answered into a file of the attempt. */
-struct slurm_query {
-	const char *pid_name; /* the child in flight: "PID START" */
-	const char *name;     /* its answer; NAME.tmp while it is written */
-	char *const *argv;
-	char *const *env;     /* more of the child's environment, or NULL */
-};
 
 /*
  * The last answer to q, with its stat, as the server's child wrote it:
@@ -787,7 +815,8 @@ struct slurm_query {
  * answer, and the next query's rename replaces it.
  */
 static int read_own_answer(const char *attempt_dir, const char *name,
-			   char **text, struct stat *sb)
+			   size_t max, char **text, size_t *len,
+			   struct stat *sb)
 {
 	struct kn_error err;
 	int fd = kn_task_file_open(attempt_dir, name, O_RDONLY, geteuid(),
@@ -796,21 +825,14 @@ static int read_own_answer(const char *attempt_dir, const char *name,
 
 	if (fd < 0)
 		return fd;
-	rc = fstat(fd, sb) < 0 ? -errno : kn_read_fd(fd, STATE_MAX, text,
-						      NULL);
+	rc = fstat(fd, sb) < 0 ? -errno : kn_read_fd(fd, max, text, len);
 	close(fd);
 	return rc;
 }
 
-/*
- * Ask Slurm q at most once per QUERY_INTERVAL_MS, one child in flight:
- * 1 and *text (malloc'd) and *at_ms, its time, when there is an answer;
- * 0 when none yet. *fresh is set when an answer was taken in on this
- * call; *why says why the child could not be started, if it could not.
- */
-static int slurm_ask(const char *attempt_dir, long long job_id,
-		     const struct slurm_query *q, char **text, int64_t *at_ms,
-		     bool *fresh, char *why, size_t why_len)
+int exec_slurm_ask(const char *attempt_dir, long long job_id,
+		   const struct exec_slurm_query *q, char **text, size_t *len,
+		   int64_t *at_ms, bool *fresh, char *why, size_t why_len)
 {
 	char *qpid = kn_asprintf("%s/%s", attempt_dir, q->pid_name);
 	char *tmp = kn_asprintf("%s/%s.tmp", attempt_dir, q->name);
@@ -822,7 +844,7 @@ static int slurm_ask(const char *attempt_dir, long long job_id,
 	*text = NULL;
 	*at_ms = 0;
 	*fresh = false;
-	if (read_proc(qpid, &p) == 0) {
+	if (exec_slurm_read_proc(qpid, &p) == 0) {
 		if (exec_proc_alive(&p)) {
 			busy = true;
 		} else {
@@ -831,7 +853,9 @@ static int slurm_ask(const char *attempt_dir, long long job_id,
 			*fresh = true;
 		}
 	}
-	answered = read_own_answer(attempt_dir, q->name, text, &sb) == 0;
+	answered = read_own_answer(attempt_dir, q->name,
+				   q->max ? q->max : STATE_MAX, text, len,
+				   &sb) == 0;
 	if (answered)
 		*at_ms = mtime_ms(&sb);
 	if (!busy && (!answered || kn_now_ms() - *at_ms >= QUERY_INTERVAL_MS)) {
@@ -840,7 +864,7 @@ static int slurm_ask(const char *attempt_dir, long long job_id,
 		/* Made afresh by the child, so the server's own. */
 		unlink(tmp);
 		if (spawn_child(q->argv, q->env, tmp, tmp, &p, &err) == 0) {
-			write_proc(qpid, &p);
+			exec_slurm_write_proc(qpid, &p);
 		} else {
 			/* The caller sees no answer and keeps the task
 			 * running: say why, once a minute at most. */
@@ -868,12 +892,13 @@ static void slurm_state(const char *attempt_dir, long long job_id,
 {
 	char id[32], *text;
 	char *argv[] = {"scontrol", "show", "job", "-o", id, NULL};
-	const struct slurm_query q = {"query.pid", "slurm.state", argv, NULL};
+	const struct exec_slurm_query q = {"query.pid", "slurm.state", argv,
+					   NULL, 0};
 
 	memset(a, 0, sizeof(*a));
 	snprintf(id, sizeof(id), "%lld", job_id);
-	if (slurm_ask(attempt_dir, job_id, &q, &text, &a->at_ms, &a->fresh,
-		      a->reason, sizeof(a->reason)) == 1) {
+	if (exec_slurm_ask(attempt_dir, job_id, &q, &text, NULL, &a->at_ms,
+			   &a->fresh, a->reason, sizeof(a->reason)) == 1) {
 		field(text, "JobState", a->state, sizeof(a->state));
 		field(text, "Reason", a->reason, sizeof(a->reason));
 		field(text, "PreemptTime", a->preempt, sizeof(a->preempt));
@@ -930,13 +955,26 @@ out:
 	free(path);
 }
 
-static void ended_lost(struct kn_task_status *st, const char *why)
+void exec_slurm_ended_lost(struct kn_task_status *st, const char *why)
 {
 	memset(st, 0, sizeof(*st));
 	st->ended = true;
 	st->exit_code = -1;
 	st->ended_at_ms = kn_now_ms();
 	kn_strlcpy(st->reason, why, sizeof(st->reason));
+}
+
+void exec_slurm_ended_unrecorded(struct kn_task_status *st, const char *id,
+				 const char *state, const char *reason)
+{
+	bool said = reason[0] && strcmp(reason, "None");
+	char why[256];
+
+	/* Cut to the status's reason by ended_lost. */
+	snprintf(why, sizeof(why), "lost: Slurm job %s is %s%s%s with no "
+		 "exit recorded", id, state, said ? " " : "",
+		 said ? reason : "");
+	exec_slurm_ended_lost(st, why);
 }
 
 /*
@@ -996,7 +1034,8 @@ static bool ended_with_accounting(const char *attempt_dir,
 			KN_SACCT_FORMAT, NULL};
 	/* %s: seconds since the epoch, whatever the server's time zone. */
 	char *env[] = {"SLURM_TIME_FORMAT=%s", NULL};
-	const struct slurm_query q = {"sacct.pid", "sacct.out", argv, env};
+	const struct exec_slurm_query q = {"sacct.pid", "sacct.out", argv, env,
+					   0};
 	long long job_id = read_job_id(attempt_dir);
 	bool late = kn_now_ms() - st->ended_at_ms >= ACCT_WAIT_MS, fresh;
 	struct kn_sacct_job j;
@@ -1007,8 +1046,8 @@ static bool ended_with_accounting(const char *attempt_dir,
 	if (job_id == 0 || st->exit_code != 0 || st->signal != 0)
 		return true;
 	snprintf(id, sizeof(id), "%lld", job_id);
-	if (slurm_ask(attempt_dir, job_id, &q, &text, &at_ms, &fresh, why,
-		      sizeof(why)) == 0 ||
+	if (exec_slurm_ask(attempt_dir, job_id, &q, &text, NULL, &at_ms, &fresh,
+			   why, sizeof(why)) == 0 ||
 	    at_ms < st->ended_at_ms) {
 		free(text);
 		return late;
@@ -1044,8 +1083,13 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 	int rc;
 
 	(void)proc;
+	if (slurm_array_element(task_dir)) {
+		free(attempt_dir);
+		return slurm_array_status(((struct slurm_exec *)ex->impl)->batches,
+					  task_dir, out, err);
+	}
 	memset(&st, 0, sizeof(st));
-	rc = read_status_json(task_dir, &st, err);
+	rc = exec_slurm_read_status_json(task_dir, &st, err);
 	if (rc == 1 && (!ended_slurm_checked(task_dir, attempt_dir, &st) ||
 			!ended_with_accounting(attempt_dir, &st)))
 		goto running;
@@ -1054,7 +1098,7 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 	job_id = read_job_id(attempt_dir);
 	if (job_id == 0) {
 		path = kn_asprintf("%s/sbatch.pid", attempt_dir);
-		if (read_proc(path, &sbatch) == 0 && exec_proc_alive(&sbatch))
+		if (exec_slurm_read_proc(path, &sbatch) == 0 && exec_proc_alive(&sbatch))
 			goto running; /* sbatch has not answered yet */
 		job_id = read_job_id(attempt_dir);
 		if (job_id == 0) {
@@ -1065,7 +1109,7 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 				text[strcspn(text, "\n")] = '\0';
 			snprintf(why, sizeof(why), "cannot submit: %s",
 				 text && *text ? text : "sbatch gave no job id");
-			ended_lost(&st, why);
+			exec_slurm_ended_lost(&st, why);
 			goto done;
 		}
 	}
@@ -1078,18 +1122,14 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 		goto running;
 	}
 	/* Over in Slurm: the shim's record may have landed meanwhile. */
-	rc = read_status_json(task_dir, &st, err);
+	rc = exec_slurm_read_status_json(task_dir, &st, err);
 	if (rc == 1 && (!ended_slurm_checked(task_dir, attempt_dir, &st) ||
 			!ended_with_accounting(attempt_dir, &st)))
 		goto running;
 	if (rc != 0)
 		goto done;
-	/* Cut to the status's reason by ended_lost. */
-	snprintf(why, sizeof(why), "lost: Slurm job %lld is %s%s%s with no "
-		 "exit recorded", job_id, a.state,
-		 a.reason[0] && strcmp(a.reason, "None") ? " " : "",
-		 a.reason[0] && strcmp(a.reason, "None") ? a.reason : "");
-	ended_lost(&st, why);
+	snprintf(why, sizeof(why), "%lld", job_id);
+	exec_slurm_ended_unrecorded(&st, why, a.state, a.reason);
 	goto done;
 running:
 	memset(&st, 0, sizeof(st));
@@ -1115,7 +1155,7 @@ static int slurm_adopt(struct kn_executor *ex, const char *task_dir,
 	free(path);
 	if (rc == 0) {
 		path = kn_asprintf("%s/sbatch.pid", attempt_dir);
-		if (read_proc(path, &p) < 0)
+		if (exec_slurm_read_proc(path, &p) < 0)
 			p.pid = p.start = 0;
 		free(path);
 		*out = p;
@@ -1129,6 +1169,7 @@ static void slurm_release(struct kn_executor *ex)
 	struct slurm_exec *se = ex->impl;
 
 	slurm_poll_free(se->poll);
+	slurm_batches_free(se->batches);
 	free((char *)se->cfg.partitions);
 	free((char *)se->cfg.state_dir);
 	free(se);
@@ -1271,6 +1312,8 @@ static const struct kn_executor_ops slurm_ops = {
 	.selector_key = "pool",
 	.home_searchable = true,
 	.times_from_engine = true,
+	.runs_arrays = true,
+	.flush = slurm_array_flush,
 	.isolation = "slurm executor: its own; pid namespace, home hidden, "
 		     "environment built",
 	.limits = "tasks run under the slurm executor",
@@ -1321,6 +1364,7 @@ struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg)
 	struct slurm_exec *own = kn_xcalloc(1, sizeof(*own));
 
 	own->cfg.shards_per_gpu = cfg->shards_per_gpu;
+	own->batches = slurm_batches_new();
 	own->cfg.partitions = cfg->partitions ? kn_xstrdup(cfg->partitions)
 					      : NULL;
 	if (cfg->state_dir) {

@@ -595,6 +595,10 @@ void jobs_poll(void *arg)
 
 	/* Children are reaped here too, in case a SIGCHLD was coalesced. */
 	jobs_on_sigchld(s);
+	/* What starts and stops since the last turn left for the engine
+	   (launches after a restore, cancels from the API). */
+	if (s->exec->ops->flush)
+		s->exec->ops->flush(s->exec);
 	for (struct run *r = s->runs; r; r = r->next)
 		for (int k = 0; k < r->n_tasks; k++) {
 			struct run_task *t = &r->tasks[k];

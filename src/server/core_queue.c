@@ -45,6 +45,10 @@ void sreq_build(const struct server *s, const struct kn_job_spec *spec,
 
 	memset(r, 0, sizeof(*r));
 	r->req.tasks = spec->tasks;
+	/* An engine that runs arrays places their elements itself: kiln
+	   hands them over whole and charges none of its nodes for them. */
+	if (spec->array.count && s->exec->ops->runs_arrays)
+		return;
 	r->req.gpu_milli = spec->resources.gpu_milli;
 	r->req.mig_profile = spec->resources.mig_profile;
 	r->req.gpu_models = (const char *const *)spec->resources.gpu_models;
@@ -931,10 +935,14 @@ static void array_slots_count(struct server *s, struct array_slots *a)
 }
 
 /* Whether q is an element its array's limit holds back this turn. */
-static bool array_full(struct array_slots *a, struct queued_job *q)
+static bool array_full(const struct server *s, struct array_slots *a,
+		       struct queued_job *q)
 {
 	const struct kn_job_array *arr = &q->spec->array;
 
+	/* Its engine keeps the limit (sbatch --array=...%P). */
+	if (s->exec->ops->runs_arrays)
+		return false;
 	if (!arr->parallel || *array_used(a, arr->job_id) < arr->parallel)
 		return false;
 	snprintf(q->reason, sizeof(q->reason),
@@ -1120,7 +1128,7 @@ static bool turn_try(struct server *s, struct turn *t, struct queued_job *q)
 			t->next_wake = q->not_before;
 		return false;
 	}
-	if (array_full(&t->slots, q))
+	if (array_full(s, &t->slots, q))
 		return false;
 	sreq_build(s, q->spec, &p->sr);
 	same = no_room_find(t, q, &p->sr.req);
@@ -1199,6 +1207,8 @@ void jobs_tick(void *arg)
 	promise_release(s, t);
 	if (t->np)
 		bind_placed(s, t->pl, t->np, t->now);
+	if (s->exec->ops->flush)
+		s->exec->ops->flush(s->exec);
 	for (size_t i = 0; i < t->np; i++) {
 		free(t->pl[i].bindings);
 		sreq_release(&t->pl[i].sr);

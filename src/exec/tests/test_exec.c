@@ -964,7 +964,7 @@ static void test_slurm_sbatch_args(void **state)
 	/* Only named variables reach the job; the submitter's user. */
 	assert_true(has_arg(a, "--export=PATH,LANG,LC_ALL,TZ,KILN_SLURM_BIN,"
 			       "KILN_SLURM_ATTEMPT_DIR,KILN_SLURM_STOP_SIGNAL,"
-			       "KILN_SLURM_STOP"));
+			       "KILN_SLURM_STOP,KILN_SLURM_ARRAY_DIR"));
 	for (char **p = a; *p; p++)
 		assert_null(strstr(*p, "--uid"));
 	kn_slurm_args_free(a);
