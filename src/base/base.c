@@ -562,6 +562,17 @@ int kn_read_fd(int fd, size_t max, char **out, size_t *out_len)
 	return 0;
 }
 
+bool kn_fd_unchanged(int fd, const struct stat *before)
+{
+	struct stat now;
+
+	return fstat(fd, &now) == 0 && now.st_size == before->st_size &&
+	       now.st_mtim.tv_sec == before->st_mtim.tv_sec &&
+	       now.st_mtim.tv_nsec == before->st_mtim.tv_nsec &&
+	       now.st_ctim.tv_sec == before->st_ctim.tv_sec &&
+	       now.st_ctim.tv_nsec == before->st_ctim.tv_nsec;
+}
+
 int kn_read_file(const char *path, size_t max, char **out, size_t *out_len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC), rc;

@@ -202,6 +202,11 @@ int kn_send_all(int fd, const void *data, size_t len);
 int kn_read_file(const char *path, size_t max, char **out, size_t *out_len);
 /* The same from an open descriptor, read to its end. */
 int kn_read_fd(int fd, size_t max, char **out, size_t *out_len);
+struct stat;
+/* Whether fd's file still has before's size and modification and change
+   times: any write since changes the change time, which no call sets
+   back. */
+bool kn_fd_unchanged(int fd, const struct stat *before);
 /*
  * One process per state directory: an exclusive flock on dir/file (dir is
  * made 0700 if missing), held until the returned descriptor is closed or

@@ -97,11 +97,7 @@ struct az_body {
 /* A reply: its status, the headers kiln reads, and a body kept in memory
  * (errors, lists) unless its request writes it elsewhere. */
 struct az_reply {
-	long status;
-	char error_code[96];
-	int64_t content_length; /* -1: none, or not a plain count */
-	char content_range[96]; /* as sent, "" when absent or too long */
-	char etag[128];         /* as sent, "" when absent or too long */
+	struct kn_azure_head h;
 	struct kn_buf mem;
 	int write_errno;
 };
@@ -154,68 +150,12 @@ static int seek_body(void *arg, curl_off_t offset, int origin)
 	return CURL_SEEKFUNC_OK;
 }
 
-/* A header's value kept whole when it is printable and fits, else "". */
-static void header_copy(const char *v, size_t vlen, char *out, size_t cap)
-{
-	out[0] = '\0';
-	if (vlen >= cap)
-		return;
-	for (size_t i = 0; i < vlen; i++)
-		if (v[i] < 0x20 || v[i] > 0x7e)
-			return;
-	memcpy(out, v, vlen);
-	out[vlen] = '\0';
-}
-
-/* Content-Length: 1 to 18 digits (no sign, no overflow), else -1. */
-static int64_t parse_length(const char *v, size_t vlen)
-{
-	int64_t n = 0;
-
-	if (vlen == 0 || vlen > 18)
-		return -1;
-	for (size_t i = 0; i < vlen; i++) {
-		if (v[i] < '0' || v[i] > '9')
-			return -1;
-		n = n * 10 + (v[i] - '0');
-	}
-	return n;
-}
-
 static size_t on_header(char *buf, size_t size, size_t n, void *arg)
 {
 	struct az_reply *r = arg;
-	size_t len = size * n, vlen;
-	const char *v;
 
-	if (len > 9 && strncmp(buf, "HTTP/", 5) == 0) {
-		/* A status line: a new reply (after a redirect or 100). */
-		const char *sp = memchr(buf, ' ', len);
-		r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-		r->error_code[0] = '\0';
-		r->content_range[0] = '\0';
-		r->etag[0] = '\0';
-		r->content_length = 0;
-	} else if (kn_httpc_header(buf, len, "x-ms-error-code", &v, &vlen)) {
-		if (vlen >= sizeof(r->error_code))
-			vlen = sizeof(r->error_code) - 1;
-		/* Codes are identifiers; keep only those characters. */
-		size_t o = 0;
-		for (size_t i = 0; i < vlen; i++)
-			if ((v[i] >= 'A' && v[i] <= 'Z') ||
-			    (v[i] >= 'a' && v[i] <= 'z') ||
-			    (v[i] >= '0' && v[i] <= '9'))
-				r->error_code[o++] = v[i];
-		r->error_code[o] = '\0';
-	} else if (kn_httpc_header(buf, len, "content-length", &v, &vlen)) {
-		r->content_length = parse_length(v, vlen);
-	} else if (kn_httpc_header(buf, len, "content-range", &v, &vlen)) {
-		header_copy(v, vlen, r->content_range,
-			    sizeof(r->content_range));
-	} else if (kn_httpc_header(buf, len, "etag", &v, &vlen)) {
-		header_copy(v, vlen, r->etag, sizeof(r->etag));
-	}
-	return len;
+	kn_azure_head_line(&r->h, buf, size * n);
+	return size * n;
 }
 
 static size_t on_data(char *buf, size_t size, size_t n, void *arg)
@@ -450,10 +390,10 @@ static int call_error(struct azure *a, const struct az_req *r, CURLcode cc,
 				 "azure %s %s%s%s: %s%s", r->method,
 				 a->container, sep, blob, curl_easy_strerror(cc),
 				 tries);
-	return kn_errorf(err, status_code(reply->status), NULL,
+	return kn_errorf(err, status_code(reply->h.status), NULL,
 			 "azure %s %s%s%s: HTTP %ld %s%s", r->method,
-			 a->container, sep, blob, reply->status,
-			 reply->error_code[0] ? reply->error_code : "(no code)",
+			 a->container, sep, blob, reply->h.status,
+			 reply->h.error_code[0] ? reply->h.error_code : "(no code)",
 			 tries);
 }
 
@@ -474,13 +414,13 @@ static int perform(struct azure *a, const struct az_req *r, struct az_call *c,
 		prepare(a, a->easy, r, c);
 		cc = curl_easy_perform(a->easy);
 		curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE,
-				  &c->reply.status);
-		if (cc == CURLE_OK && c->reply.status >= 200 &&
-		    c->reply.status < 300)
+				  &c->reply.h.status);
+		if (cc == CURLE_OK && c->reply.h.status >= 200 &&
+		    c->reply.h.status < 300)
 			return 0;
 		if (c->reply.write_errno || attempt >= a->max_retries ||
 		    !(cc != CURLE_OK ? transient_curl(cc)
-				     : transient_status(c->reply.status)))
+				     : transient_status(c->reply.h.status)))
 			break;
 		sleep_ms(backoff_ms(a, attempt));
 	}
@@ -494,8 +434,8 @@ static char *full_name(struct azure *a, const char *name)
 
 static bool container_missing(const struct az_call *c)
 {
-	return c->reply.status == 404 &&
-	       strcmp(c->reply.error_code, "ContainerNotFound") == 0;
+	return c->reply.h.status == 404 &&
+	       strcmp(c->reply.h.error_code, "ContainerNotFound") == 0;
 }
 
 static int create_container(struct azure *a, struct kn_error *err)
@@ -504,7 +444,7 @@ static int create_container(struct azure *a, struct kn_error *err)
 			   .query = {{"restype", "container"}}, .nq = 1};
 	struct az_call c = {0};
 	int rc = perform(a, &r, &c, err);
-	if (rc < 0 && c.reply.status == 409)
+	if (rc < 0 && c.reply.h.status == 409)
 		rc = 0; /* created meanwhile by someone else */
 	call_release(&c);
 	return rc;
@@ -538,8 +478,8 @@ static int put_blob(struct azure *a, const char *full, const void *data,
 static int conflict_or(int rc, const struct az_call *c, const char *name,
 		       struct kn_error *err)
 {
-	if (rc < 0 && c->reply.status == 409 &&
-	    strcmp(c->reply.error_code, "BlobAlreadyExists") == 0)
+	if (rc < 0 && c->reply.h.status == 409 &&
+	    strcmp(c->reply.h.error_code, "BlobAlreadyExists") == 0)
 		return kn_errorf(err, KN_ECONFLICT, "name",
 				 "blob %s: already exists", name);
 	return rc;
@@ -767,7 +707,7 @@ static int slots_reap(struct azure *a, struct slot *slots, uint32_t *done,
 		curl_multi_remove_handle(a->multi, msg->easy_handle);
 		sl->in_multi = false;
 		curl_easy_getinfo(sl->h, CURLINFO_RESPONSE_CODE, &status);
-		sl->call.reply.status = status;
+		sl->call.reply.h.status = status;
 		if (cc == CURLE_OK && status >= 200 && status < 300) {
 			sl->busy = false;
 			(*done)++;
@@ -777,10 +717,10 @@ static int slots_reap(struct azure *a, struct slot *slots, uint32_t *done,
 			sl->retry_at = kn_mono_ms() + backoff_ms(a, sl->attempts);
 			sl->attempts++;
 		} else if (rc == 0) {
-			list_call->reply.status = status;
-			memcpy(list_call->reply.error_code,
-			       sl->call.reply.error_code,
-			       sizeof(list_call->reply.error_code));
+			list_call->reply.h.status = status;
+			memcpy(list_call->reply.h.error_code,
+			       sl->call.reply.h.error_code,
+			       sizeof(list_call->reply.h.error_code));
 			rc = call_error(a, &sl->req, cc, &sl->call.reply,
 					sl->attempts + 1, err);
 		}
@@ -973,18 +913,18 @@ static int head_blob(struct azure *a, const char *full, const char *name,
 	struct az_call c = {0};
 	int rc = perform(a, &r, &c, err);
 
-	if (rc < 0 && c.reply.status == 404)
+	if (rc < 0 && c.reply.h.status == 404)
 		rc = kn_errorf(err, KN_ENOTFOUND, "name", "blob %s: not found",
 			       name);
-	if (rc == 0 && c.reply.content_length < 0)
+	if (rc == 0 && c.reply.h.content_length < 0)
 		rc = kn_errorf(err, KN_EIO, "name",
 			       "blob %s: the service's Content-Length is not "
 			       "a byte count",
 			       name);
 	if (rc == 0) {
-		*size = c.reply.content_length;
+		*size = c.reply.h.content_length;
 		if (etag)
-			memcpy(etag, c.reply.etag, sizeof(c.reply.etag));
+			memcpy(etag, c.reply.h.etag, sizeof(c.reply.h.etag));
 	}
 	call_release(&c);
 	return rc;
@@ -1034,13 +974,13 @@ static size_t on_part_data(char *buf, size_t size, size_t n, void *arg)
 	struct az_reply *r = &p->call.reply;
 	size_t len = size * n, done = 0;
 
-	if (r->status < 200 || r->status >= 300) /* an error's body */
+	if (r->h.status < 200 || r->h.status >= 300) /* an error's body */
 		return kn_buf_append(&r->mem, buf, len) < 0 ? 0 : len;
-	if (r->status != 206) {
+	if (r->h.status != 206) {
 		p->refused = "the whole blob came where a range was asked for";
 		return 0;
 	}
-	if (!p->checked && strcmp(r->content_range, p->expect) != 0) {
+	if (!p->checked && strcmp(r->h.content_range, p->expect) != 0) {
 		p->refused = "the reply's Content-Range is not the range "
 			     "asked for";
 		return 0;
@@ -1106,7 +1046,7 @@ static int part_end(struct part *p, CURLcode cc, long status,
 	struct az_get *g = p->get;
 	bool short_reply = cc == CURLE_OK && status == 206;
 
-	p->call.reply.status = status;
+	p->call.reply.h.status = status;
 	if (short_reply && p->got == p->len)
 		return 1;
 	if (p->refused)
@@ -1352,7 +1292,7 @@ static int az_del(struct kn_blob_store *s, const char *name,
 	struct az_call c = {0};
 	int rc = perform(a, &r, &c, err);
 
-	if (rc < 0 && c.reply.status == 404)
+	if (rc < 0 && c.reply.h.status == 404)
 		rc = kn_errorf(err, KN_ENOTFOUND, "name", "blob %s: not found",
 			       name);
 	call_release(&c);

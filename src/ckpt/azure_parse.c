@@ -1,8 +1,9 @@
 /*
  * The pure half of the Azure Blob backend: URL and connection-string
  * parsing, the Shared Key string-to-sign and signature, percent-encoding,
- * and the List Blobs XML reader. No network, no clock, so unit tests pin
- * them against independently computed vectors and fuzzers can drive them.
+ * the reply-header reader and the List Blobs XML reader. No network, no
+ * clock, so unit tests pin them against independently computed vectors
+ * and fuzzers can drive them.
  *
  * Parse errors name the field but never echo a value: connection strings
  * and URLs carry keys and SAS signatures.
@@ -16,6 +17,7 @@
 #include <openssl/hmac.h>
 
 #include "ckpt/internal.h"
+#include "httpc/httpc.h"
 
 char *kn_url_encode(const char *s, int keep_slash)
 {
@@ -35,6 +37,86 @@ char *kn_url_encode(const char *s, int keep_slash)
 	}
 	*o = '\0';
 	return out;
+}
+
+/* ---- reply headers ---- */
+
+/* A header's value kept whole when it is printable and fits, else "". */
+static void header_copy(const char *v, size_t vlen, char *out, size_t cap)
+{
+	out[0] = '\0';
+	if (vlen >= cap)
+		return;
+	for (size_t i = 0; i < vlen; i++)
+		if (v[i] < 0x20 || v[i] > 0x7e)
+			return;
+	memcpy(out, v, vlen);
+	out[vlen] = '\0';
+}
+
+/* Content-Length: 1 to 18 digits (no sign, no overflow), else -1. */
+static int64_t parse_length(const char *v, size_t vlen)
+{
+	int64_t n = 0;
+
+	if (vlen == 0 || vlen > 18)
+		return -1;
+	for (size_t i = 0; i < vlen; i++) {
+		if (v[i] < '0' || v[i] > '9')
+			return -1;
+		n = n * 10 + (v[i] - '0');
+	}
+	return n;
+}
+
+/* "HTTP/x SSS ...": the three digits after the first space, a status
+   of 100 to 599 (RFC 9110), else 0. The line is not NUL-terminated, so
+   no strtol. */
+static long parse_status(const char *line, size_t len)
+{
+	const char *sp = memchr(line, ' ', len);
+	size_t at = sp ? (size_t)(sp - line) + 1 : len;
+	long status = 0;
+
+	if (len - at < 3)
+		return 0;
+	for (size_t i = at; i < at + 3; i++) {
+		if (line[i] < '0' || line[i] > '9')
+			return 0;
+		status = status * 10 + (line[i] - '0');
+	}
+	if (len - at > 3 && line[at + 3] >= '0' && line[at + 3] <= '9')
+		return 0;
+	return status >= 100 && status <= 599 ? status : 0;
+}
+
+void kn_azure_head_line(struct kn_azure_head *h, const char *line,
+			size_t len)
+{
+	const char *v;
+	size_t vlen, o = 0;
+
+	if (len > 9 && strncmp(line, "HTTP/", 5) == 0) {
+		*h = (struct kn_azure_head){.status = parse_status(line, len),
+					    .content_length = -1};
+	} else if (kn_httpc_header(line, len, "x-ms-error-code", &v, &vlen)) {
+		if (vlen >= sizeof(h->error_code))
+			vlen = sizeof(h->error_code) - 1;
+		/* Codes are identifiers; keep only those characters. */
+		for (size_t i = 0; i < vlen; i++)
+			if ((v[i] >= 'A' && v[i] <= 'Z') ||
+			    (v[i] >= 'a' && v[i] <= 'z') ||
+			    (v[i] >= '0' && v[i] <= '9'))
+				h->error_code[o++] = v[i];
+		h->error_code[o] = '\0';
+	} else if (kn_httpc_header(line, len, "content-length", &v, &vlen)) {
+		h->content_length = parse_length(v, vlen);
+	} else if (kn_httpc_header(line, len, "content-range", &v, &vlen)) {
+		header_copy(v, vlen, h->content_range,
+			    sizeof(h->content_range));
+	} else if (kn_httpc_header(line, len, "etag", &v, &vlen)) {
+		header_copy(v, vlen, h->etag, sizeof(h->etag));
+	}
 }
 
 /* ---- URL ---- */

@@ -66,20 +66,49 @@ void kn_hex(const unsigned char *in, size_t n, char *out)
 /* ---- hashing pipeline ---- */
 
 #define HASHPIPE_QUEUE 32
+/* Read-back buffer: 256 KiB hashed fastest here (L2-sized; 16 MiB
+   buffers cost 10-20 % more CPU per byte). */
+#define HASHPIPE_READ (256u << 10)
 
 struct kn_hashpipe {
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct {
-		const void *data;
+		const void *data; /* NULL: read len bytes of fd at offset */
 		size_t len;
+		int fd;
+		int64_t offset;
 	} queue[HASHPIPE_QUEUE];
 	uint64_t submitted; /* sequence numbers start at 1 */
 	uint64_t hashed;
 	bool closing;
+	int read_error; /* -errno of a failed read-back; later spans skipped */
+	char *readbuf; /* the thread's, for spans read back from a file */
 	EVP_MD_CTX *ctx;
 };
+
+/* A span of a file read back (from the page cache, where it was just
+   written) through a buffer small enough to stay in the CPU's cache. */
+static int hash_file_span(struct kn_hashpipe *p, int fd, int64_t offset,
+			  size_t len)
+{
+	if (!p->readbuf)
+		p->readbuf = kn_xmalloc(HASHPIPE_READ);
+	while (len > 0) {
+		ssize_t n = pread(fd, p->readbuf,
+				  len < HASHPIPE_READ ? len : HASHPIPE_READ,
+				  (off_t)offset);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		EVP_DigestUpdate(p->ctx, p->readbuf, (size_t)n);
+		offset += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
 
 static void *hashpipe_main(void *arg)
 {
@@ -94,9 +123,15 @@ static void *hashpipe_main(void *arg)
 		size_t slot = p->hashed % HASHPIPE_QUEUE;
 		const void *data = p->queue[slot].data;
 		size_t len = p->queue[slot].len;
+		int fd = p->queue[slot].fd, rc = p->read_error;
+		int64_t offset = p->queue[slot].offset;
 		pthread_mutex_unlock(&p->mu);
-		EVP_DigestUpdate(p->ctx, data, len);
+		if (data)
+			EVP_DigestUpdate(p->ctx, data, len);
+		else if (rc == 0)
+			rc = hash_file_span(p, fd, offset, len);
 		pthread_mutex_lock(&p->mu);
+		p->read_error = rc;
 		p->hashed++;
 		pthread_cond_broadcast(&p->cv);
 	}
@@ -116,8 +151,8 @@ struct kn_hashpipe *kn_hashpipe_start(void)
 	return p;
 }
 
-uint64_t kn_hashpipe_submit(struct kn_hashpipe *p, const void *data,
-			    size_t len)
+static uint64_t submit(struct kn_hashpipe *p, const void *data, int fd,
+		       int64_t offset, size_t len)
 {
 	uint64_t seq;
 
@@ -126,10 +161,24 @@ uint64_t kn_hashpipe_submit(struct kn_hashpipe *p, const void *data,
 		pthread_cond_wait(&p->cv, &p->mu);
 	p->queue[p->submitted % HASHPIPE_QUEUE].data = data;
 	p->queue[p->submitted % HASHPIPE_QUEUE].len = len;
+	p->queue[p->submitted % HASHPIPE_QUEUE].fd = fd;
+	p->queue[p->submitted % HASHPIPE_QUEUE].offset = offset;
 	seq = ++p->submitted;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	return seq;
+}
+
+uint64_t kn_hashpipe_submit(struct kn_hashpipe *p, const void *data,
+			    size_t len)
+{
+	return submit(p, data, -1, 0, len);
+}
+
+uint64_t kn_hashpipe_submit_file(struct kn_hashpipe *p, int fd,
+				 int64_t offset, size_t len)
+{
+	return submit(p, NULL, fd, offset, len);
 }
 
 void kn_hashpipe_wait(struct kn_hashpipe *p, uint64_t seq)
@@ -140,25 +189,29 @@ void kn_hashpipe_wait(struct kn_hashpipe *p, uint64_t seq)
 	pthread_mutex_unlock(&p->mu);
 }
 
-void kn_hashpipe_finish(struct kn_hashpipe *p, char *hex)
+int kn_hashpipe_finish(struct kn_hashpipe *p, char *hex)
 {
 	unsigned char md[32];
 	unsigned int n = 0;
+	int rc;
 
 	if (!p)
-		return;
+		return 0;
 	pthread_mutex_lock(&p->mu);
 	p->closing = true;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	pthread_join(p->thread, NULL);
 	EVP_DigestFinal_ex(p->ctx, md, &n);
-	if (hex)
+	rc = p->read_error;
+	if (hex && rc == 0)
 		kn_hex(md, 32, hex);
 	EVP_MD_CTX_free(p->ctx);
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->cv);
+	free(p->readbuf);
 	free(p);
+	return rc;
 }
 
 /* ---- names and lists ---- */

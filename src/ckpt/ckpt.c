@@ -105,12 +105,7 @@ static int file_cmp(const void *a, const void *b)
 	return strcmp(x->path, y->path);
 }
 
-/*
- * Run fn(ctx, i) for every i < n, up to the backend's concurrency at once
- * (capped by the CPUs: SHA-256 is what the workers share out), the calling
- * thread being one of the workers. Stops handing out work at the first
- * error, which is the one returned.
- */
+/* kn_blob_for_each_file's shared state. */
 struct each {
 	int (*fn)(void *ctx, size_t i, struct kn_error *err);
 	void *ctx;
@@ -148,9 +143,9 @@ static void *each_worker(void *arg)
 	}
 }
 
-static int for_each_file(struct kn_blob_store *s, size_t n,
-			 int (*fn)(void *ctx, size_t i, struct kn_error *err),
-			 void *ctx, struct kn_error *err)
+int kn_blob_for_each_file(struct kn_blob_store *s, size_t n,
+			  int (*fn)(void *ctx, size_t i, struct kn_error *err),
+			  void *ctx, struct kn_error *err)
 {
 	struct each e = {.fn = fn, .ctx = ctx, .n = n};
 	pthread_t threads[KN_BLOB_MAX_PARALLEL];
@@ -437,11 +432,12 @@ static int upload_tree(struct kn_blob_store *s, const char *prefix,
 		reused = kn_xcalloc(m.n + 1, sizeof(reused[0]));
 		sent->reused = 0;
 	}
-	rc = for_each_file(s, m.n, put_one,
-			   &(struct tree){.s = s, .prefix = prefix, .dir = dir,
-					  .m = &m, .sent = sent,
-					  .reused = reused},
-			   err);
+	rc = kn_blob_for_each_file(s, m.n, put_one,
+				   &(struct tree){.s = s, .prefix = prefix,
+						  .dir = dir, .m = &m,
+						  .sent = sent,
+						  .reused = reused},
+				   err);
 	for (size_t i = 0; reused && i < m.n; i++)
 		sent->reused += reused[i];
 	if (rc < 0)
@@ -746,10 +742,11 @@ int kn_ckpt_restore(struct kn_blob_store *store, const char *job,
 			     m.name);
 		else if (kn_mkdir_p(partial, 0755) < 0)
 			warn(warnings, name, "%s: cannot create", partial);
-		else if (for_each_file(store, m.n, get_one,
-				       &(struct tree){.s = store, .prefix = prefix,
-						      .dir = partial, .m = &m},
-				       &merr) < 0)
+		else if (kn_blob_for_each_file(
+				 store, m.n, get_one,
+				 &(struct tree){.s = store, .prefix = prefix,
+						.dir = partial, .m = &m},
+				 &merr) < 0)
 			warn(warnings, name, "%s", merr.message);
 		else if (rename(partial, final) < 0)
 			rc = kn_errorf(err, KN_EIO, "dest", "%s: %s", final,

@@ -123,11 +123,14 @@ int kn_blob_put_link(struct kn_blob_store *store, const char *name,
  * the caller's, opened for reading and writing), hashing them on a
  * second thread: one pass, the hash beside the copy. Where the file
  * system shares blocks (FICLONE) in is cloned, not copied, and the clone
- * is hashed. The source is read with pread into buffers of its own,
- * never mapped, so a source another process may truncate meanwhile (a
- * client's file) makes a short read, an error, not a fault. hex (65 bytes) receives
- * the digest of the bytes copied and *copied their count. 0, or -errno
- * with *failed_op naming the step.
+ * is hashed; elsewhere on one file system the kernel copies
+ * (copy_file_range) and out's pages are hashed as each span lands;
+ * between two file systems the source is read with pread into buffers
+ * of its own. Never mapped, so a source another process may truncate
+ * meanwhile (a client's file) makes a short copy, an error, not a
+ * fault. hex (65 bytes) receives the digest of the bytes copied (what
+ * out holds) and *copied their count. 0, or -errno with *failed_op
+ * naming the step.
  */
 int kn_copy_fd_hashed(int in, int out, int64_t len, char *hex,
 		      int64_t *copied, const char **failed_op);
@@ -163,6 +166,17 @@ int kn_blob_stat(struct kn_blob_store *store, const char *name,
  * no copy; malloc'd, or NULL for a remote store.
  */
 char *kn_blob_local_path(struct kn_blob_store *store, const char *name);
+
+/*
+ * Run fn(ctx, i, err) for every i < n, up to the store's files in flight
+ * at once (its backend's concurrency, or files_in_flight; capped by the
+ * CPUs: SHA-256 is what the workers share out), the calling thread being
+ * one of the workers. Stops handing out work at the first error, which
+ * is the one returned, with its message in err.
+ */
+int kn_blob_for_each_file(struct kn_blob_store *store, size_t n,
+			  int (*fn)(void *ctx, size_t i, struct kn_error *err),
+			  void *ctx, struct kn_error *err);
 
 /*
  * Make every finished write durable (the file store's writes reach the

@@ -51,9 +51,16 @@ struct kn_hashpipe;
 struct kn_hashpipe *kn_hashpipe_start(void);
 uint64_t kn_hashpipe_submit(struct kn_hashpipe *p, const void *data,
 			    size_t len);
+/* The same for len bytes of fd from offset, read back by the hashing
+   thread: for bytes a copy just wrote into a file of the caller's, which
+   must not change until kn_hashpipe_wait(the sequence number). */
+uint64_t kn_hashpipe_submit_file(struct kn_hashpipe *p, int fd,
+				 int64_t offset, size_t len);
 void kn_hashpipe_wait(struct kn_hashpipe *p, uint64_t seq);
-/* Joins the thread; hex gets 64 digits + NUL. NULL hex just discards. */
-void kn_hashpipe_finish(struct kn_hashpipe *p, char *hex);
+/* Joins the thread; hex gets 64 digits + NUL (NULL hex just discards).
+   0, or the -errno of a span that could not be read back (a short read:
+   -EIO), and then hex is left alone. */
+int kn_hashpipe_finish(struct kn_hashpipe *p, char *hex);
 /* Lowercase hex of n bytes into out (2n+1 bytes). */
 void kn_hex(const unsigned char *in, size_t n, char *out);
 
@@ -127,6 +134,24 @@ char *kn_url_encode(const char *s, int keep_slash);
 int kn_azure_parse_list(const char *xml, size_t len, const char *strip_prefix,
 			struct kn_blob_list *out, char **next_marker,
 			struct kn_error *err);
+
+/*
+ * What the Azure store reads of a reply's header: written line by line
+ * as curl hands them over (not NUL-terminated, CRLF included), each
+ * value kept only when it is whole, printable and fits. The service's
+ * bytes are hostile like any peer's: nothing here reads past len.
+ */
+struct kn_azure_head {
+	long status;            /* 0 until a status line, or when unreadable */
+	char error_code[96];    /* x-ms-error-code, letters and digits only */
+	int64_t content_length; /* -1: none, or not a plain count */
+	char content_range[96]; /* as sent, "" when absent or too long */
+	char etag[128];         /* as sent, "" when absent or too long */
+};
+/* One header line into h; a status line ("HTTP/1.1 206 ...") starts a
+   new reply (after a redirect or a 100) and clears what came before. */
+void kn_azure_head_line(struct kn_azure_head *h, const char *line,
+			size_t len);
 
 /* Add a blob to a list (takes a copy of name). */
 void kn_blob_list_add(struct kn_blob_list *list, const char *name,

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1267,6 +1268,52 @@ out:
 	return rc;
 }
 
+/* A pull's files, copied by several workers at once. */
+struct pull {
+	const struct kn_model_files *f;
+	struct kn_blob_store *store;
+	const char *dir;
+	pthread_mutex_t mu; /* over done and the progress line */
+	int64_t done;
+	struct progress *p;
+};
+
+/* File i of the version into its place under the pull's directory, its
+   digest and size checked. */
+static int pull_one(void *arg, size_t i, struct kn_error *err)
+{
+	struct pull *pl = arg;
+	const struct kn_model_file *mf = &pl->f->items[i];
+	char *path = kn_asprintf("%s/%s", pl->dir, mf->path);
+	char *blob = kn_model_blob_name(mf->sha256);
+	char *slash = strrchr(path, '/'), got[KN_SHA256_HEX + 1];
+	struct kn_error gerr;
+	struct stat st;
+	int rc;
+
+	*slash = '\0';
+	kn_mkdir_p(path, 0755);
+	*slash = '/';
+	rc = kn_blob_get_file(pl->store, blob, path, 0, -1, got, &gerr);
+	if (rc < 0)
+		kn_errorf(err, gerr.code, NULL, "file %s: %s", mf->path,
+			  gerr.message);
+	else if (strcmp(got, mf->sha256) ||
+		 (stat(path, &st) == 0 && st.st_size != mf->size))
+		rc = kn_errorf(err, KN_ECONFLICT, NULL, "file %s does not "
+			       "match its digest: blob %s hashes to %s",
+			       mf->path, blob, got);
+	if (rc == 0) {
+		pthread_mutex_lock(&pl->mu);
+		pl->done += mf->size;
+		progress_print(pl->done, pl->p->total, pl->p);
+		pthread_mutex_unlock(&pl->mu);
+	}
+	free(blob);
+	free(path);
+	return rc;
+}
+
 static int model_pull(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a;
@@ -1277,7 +1324,7 @@ static int model_pull(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *v = NULL;
 	bool made = false;
 	struct progress p;
-	int64_t done = 0;
+	struct pull pl = {.f = &f, .p = &p};
 	int rc = parse(ctx, argc, argv, &a, 2, "NAME@VERSION|NAME@ALIAS DIR");
 
 	if (rc != CLI_GO)
@@ -1291,29 +1338,14 @@ static int model_pull(struct cli_ctx *ctx, int argc, char **argv)
 		goto out;
 	made = true;
 	progress_init(&p, "pulling", kn_model_files_bytes(&f));
-	for (size_t i = 0; i < f.n && rc == CLI_GO; i++) {
-		const struct kn_model_file *mf = &f.items[i];
-		char *path = kn_asprintf("%s/%s", a.pos[1], mf->path);
-		char *blob = kn_model_blob_name(mf->sha256);
-		char *slash = strrchr(path, '/'), got[KN_SHA256_HEX + 1];
-		struct stat st;
-
-		*slash = '\0';
-		kn_mkdir_p(path, 0755);
-		*slash = '/';
-		if (kn_blob_get_file(store, blob, path, 0, -1, got, &err) < 0)
-			rc = cli_fail(ctx, "refused: %s: file %s: %s", at,
-				      mf->path, err.message);
-		else if (strcmp(got, mf->sha256) ||
-			 (stat(path, &st) == 0 && st.st_size != mf->size))
-			rc = cli_fail(ctx, "refused: %s: file %s does not match "
-				      "its digest: blob %s hashes to %s", at,
-				      mf->path, blob, got);
-		else
-			progress_print(done += mf->size, p.total, &p);
-		free(blob);
-		free(path);
-	}
+	pl.store = store;
+	pl.dir = a.pos[1];
+	pthread_mutex_init(&pl.mu, NULL);
+	/* Files at once, as many as the store copies well: one file's copy
+	   waits on its hash, another's fills that time. */
+	if (kn_blob_for_each_file(store, f.n, pull_one, &pl, &err) < 0)
+		rc = cli_fail(ctx, "refused: %s: %s", at, err.message);
+	pthread_mutex_destroy(&pl.mu);
 	if (rc != CLI_GO)
 		goto out;
 	kn_format_bytes(kn_model_files_bytes(&f), size_text, sizeof(size_text));

@@ -122,7 +122,7 @@ int model_upload_local(struct cli_ctx *ctx, const char *socket_path,
 	else if (!kn_sha256_hex_ok(digest))
 		rc = cli_fail(ctx, "%s: the server's answer names no digest",
 			      u->path);
-	else if (!model_upload_unchanged(file, &u->st))
+	else if (!kn_fd_unchanged(file, &u->st))
 		rc = cli_fail(ctx, "%s changed while it was pushed; push again "
 			      "once it is written", u->path);
 	else {

@@ -312,17 +312,6 @@ static int run_senders(struct push *p, struct sender *w, int fd,
 	return p->rc;
 }
 
-bool model_upload_unchanged(int fd, const struct stat *before)
-{
-	struct stat now;
-
-	return fstat(fd, &now) == 0 && now.st_size == before->st_size &&
-	       now.st_mtim.tv_sec == before->st_mtim.tv_sec &&
-	       now.st_mtim.tv_nsec == before->st_mtim.tv_nsec &&
-	       now.st_ctim.tv_sec == before->st_ctim.tv_sec &&
-	       now.st_ctim.tv_nsec == before->st_ctim.tv_nsec;
-}
-
 static int commit(struct push *p, struct cli_client *c)
 {
 	char *url = kn_asprintf("/v1/model-uploads/%s/commit", p->id);
@@ -372,7 +361,7 @@ int model_upload_file(struct cli_ctx *ctx, struct model_upload *u)
 	}
 	p.held = ask_held(w[0].c, &p);
 	rc = p.held ? run_senders(&p, w, fd, md) : CLI_EXIT_FAIL;
-	if (!rc && !model_upload_unchanged(fd, &u->st))
+	if (!rc && !kn_fd_unchanged(fd, &u->st))
 		rc = cli_fail(ctx, "%s changed while it was pushed; push again "
 			      "once it is written", u->path);
 	if (!rc) {

@@ -51,9 +51,6 @@ struct model_upload {
  */
 int model_upload_file(struct cli_ctx *ctx, struct model_upload *u);
 
-/* Whether fd's file is as st says: the same size and times. */
-bool model_upload_unchanged(int fd, const struct stat *st);
-
 /* model_local.c: whether the server's "local" (from the missing-blobs
    answer) is on this machine: its boot id is this kernel's. */
 bool model_local_same_machine(json_t *local);

@@ -10,10 +10,14 @@
  * The server never opens a path for a client: the kernel checked the
  * client's right to read the file when the client opened it, and a
  * descriptor not open for reading (write-only, O_PATH) is refused, so
- * the server reads nothing the client could not read itself. The source
- * is read with pread into a buffer of the server's, never mapped: a file
- * the client truncates meanwhile is a short read (refused), not a
- * SIGBUS; a second thread hashes beside the copy. Copies run on the request workers, at most LOCAL_IN_FLIGHT at
+ * the server reads nothing the client could not read itself. The kernel
+ * copies the bytes into the staging file (copy_file_range; pread into a
+ * buffer of the server's from another file system), never a mapping of
+ * the client's file: a file the client truncates meanwhile is a short
+ * copy (refused), not a SIGBUS. A second thread hashes the staging
+ * file, the server's own, as each span lands, so the digest is that of
+ * the bytes stored; a file whose times moved during the copy is refused.
+ * Copies run on the request workers, at most LOCAL_IN_FLIGHT at
  * once for all clients, each within the staging free-space reserve.
  * One request per connection: a message of at most LOCAL_MSG_MAX bytes,
  * {"token": T, "size": N}, with exactly one descriptor; one answer,
@@ -125,14 +129,22 @@ static void reply_error(struct local_conn *c, const struct kn_error *err)
 			   "message", err->message));
 }
 
-/* Copy c->size bytes of the client's file to out, hashing them. */
+/* Copy c->size bytes of the client's file to out, hashing them: the
+   digest is of what out holds, and a file written meanwhile (its times
+   moved) is refused, as what was copied may mix old and new bytes. */
 static int copy_hashing(struct local_conn *c, int out)
 {
 	const char *op = "";
 	int64_t copied = 0;
-	int rc = kn_copy_fd_hashed(c->file, out, c->size, c->digest, &copied,
-				   &op);
+	struct stat before;
+	int rc = fstat(c->file, &before) < 0 ? -errno
+		 : kn_copy_fd_hashed(c->file, out, c->size, c->digest,
+				     &copied, &op);
 
+	if (rc == 0 && !kn_fd_unchanged(c->file, &before))
+		return kn_errorf(&c->err, KN_ECONFLICT, "file",
+				 "changed while it was pushed; push again "
+				 "once it is written");
 	if (rc == -EIO && !strcmp(op, "source shrank while read"))
 		return kn_errorf(&c->err, KN_ECONFLICT, "size",
 				 "the file shrank while it was copied");
@@ -165,8 +177,10 @@ static void copy_work(void *arg)
 			rc = kn_blob_put_file(store, name, c->staging,
 					      KN_BLOB_CREATE_ONLY, NULL, NULL,
 					      &c->err);
+		/* Only the store's "already there" is a blob that existed;
+		   a refused copy is a conflict too, and stays an error. */
+		c->existed = rc == -EEXIST;
 	}
-	c->existed = rc == -EEXIST;
 	c->rc = c->existed ? 0 : rc;
 	if (out >= 0)
 		unlink(c->staging);

@@ -6,10 +6,16 @@ descriptor that is not a regular file open for reading."""
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
+import threading
+from pathlib import Path
 
-from conftest import KILN
+import pytest
+
+from conftest import KILN, Server, kill_processes_under
 from test_transfer import MiB, proc_io, push_env, stored
 
 
@@ -78,15 +84,19 @@ def test_a_push_falls_back_to_http_without_the_socket(server, tmp_path):
     assert stored(server, hashlib.sha256(data).hexdigest()) == data
 
 
+def ask_file(server, path, size):
+    """path's descriptor on push.sock with the admin's token."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return ask(server, {"token": server.admin_token, "size": size}, [fd])
+    finally:
+        os.close(fd)
+
+
 def test_a_descriptor_is_copied_and_hashed_by_the_server(server, tmp_path):
     data = os.urandom(3 * MiB + 1)
     (tmp_path / "f").write_bytes(data)
-    fd = os.open(tmp_path / "f", os.O_RDONLY)
-    try:
-        a = ask(server, {"token": server.admin_token, "size": len(data)},
-                [fd])
-    finally:
-        os.close(fd)
+    a = ask_file(server, tmp_path / "f", len(data))
     assert a["digest"] == hashlib.sha256(data).hexdigest(), a
     assert (a["stored"], a["existed"], a["size"]) == (True, False, len(data))
     assert stored(server, a["digest"]) == data
@@ -162,3 +172,113 @@ def test_a_descriptor_needs_a_users_token(server, tmp_path):
     viewer = server.create_token("watcher", "viewer")
     refused(server, tmp_path, {"token": viewer, "size": MiB},
             [os.O_RDONLY], "may not upload blobs")
+
+
+def test_a_descriptor_copied_in_the_kernel_is_hashed_from_the_copy(
+        server, tmp_path):
+    """Store and file on one file system: the kernel copies
+    (copy_file_range) and the server hashes its staging file. Several
+    16 MiB spans and an odd tail; an empty file; the same file twice."""
+    data = os.urandom(40 * MiB + 12345)
+    (tmp_path / "f").write_bytes(data)
+    (tmp_path / "empty").write_bytes(b"")
+    for name, want, existed in (("f", data, False), ("empty", b"", False),
+                                ("f", data, True)):
+        a = ask_file(server, tmp_path / name, len(want))
+        assert a["digest"] == hashlib.sha256(want).hexdigest(), a
+        assert (a["size"], a["existed"]) == (len(want), existed), a
+        assert stored(server, a["digest"]) == want
+    assert os.listdir(server.home / "registry" / "uploads") == []
+
+
+@pytest.fixture
+def tmpfs_server(tmp_path):
+    """A server whose home (staging and store) is on tmpfs, the pushed
+    files on the test's file system: the kernel will not copy between
+    the two (EXDEV), and the server copies through its own buffers."""
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable tmpfs at /dev/shm")
+    home = Path(tempfile.mkdtemp(prefix="kiln-test-", dir="/dev/shm"))
+    s = Server(home, extra=["--file-root", str(tmp_path)])
+    try:
+        s.start()
+        yield s
+        s.stop()
+    finally:
+        kill_processes_under(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_push_to_a_store_on_another_file_system_is_copied_right(
+        tmpfs_server, tmp_path):
+    assert os.stat(tmp_path).st_dev != os.stat(tmpfs_server.home).st_dev
+    model = tmp_path / "m"
+    model.mkdir()
+    data = os.urandom(20 * MiB + 7)
+    (model / "w.bin").write_bytes(data)
+    out, io = push(push_env(tmpfs_server, tmp_path), model, "across")
+    assert out["uploaded_bytes"] == len(data), out
+    assert io["rchar"] < MiB, io
+    assert stored(tmpfs_server, hashlib.sha256(data).hexdigest()) == data
+
+
+class Scribbler:
+    """Writes one byte in place, over and over, until stopped: a file
+    that changes all the while (its size stays, its times move)."""
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_WRONLY)
+        self.stop = threading.Event()
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+        self.started.wait(timeout=30)
+
+    def run(self):
+        n = 0
+        while not self.stop.is_set():
+            os.pwrite(self.fd, bytes([n & 255]), 5 * MiB)
+            n += 1
+            self.started.set()
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=30)
+        os.close(self.fd)
+
+
+def test_a_file_written_during_the_servers_copy_is_refused(server, tmp_path):
+    """The server's own check: the descriptor's times moved between the
+    start and the end of its copy, so what it copied may mix old and new
+    bytes; nothing is stored."""
+    path = tmp_path / "moving"
+    path.write_bytes(os.urandom(128 * MiB))
+    scribbler = Scribbler(path)
+    try:
+        a = ask_file(server, path, 128 * MiB)
+    finally:
+        scribbler.close()
+    assert "changed while it was pushed" in a["error"]["message"], a
+    assert a["error"]["field"] == "file", a
+    blobs = server.home / "blobs" / "sha256"
+    assert not blobs.exists() or os.listdir(blobs) == []
+    assert os.listdir(server.home / "registry" / "uploads") == []
+
+
+def test_a_file_written_during_a_local_push_is_refused_by_name(
+        server, tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    weights = model / "w.bin"
+    weights.write_bytes(os.urandom(128 * MiB))
+    scribbler = Scribbler(weights)
+    try:
+        res = subprocess.run([KILN, "model", "push", str(model), "--name",
+                              "moving"], env=push_env(server, tmp_path),
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        scribbler.close()
+    assert res.returncode != 0, res.stdout
+    assert str(weights) in res.stderr, res.stderr
+    assert "changed while it was pushed" in res.stderr, res.stderr
+    assert server.request("GET", "/v1/models/moving").status_code == 404

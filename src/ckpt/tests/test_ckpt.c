@@ -567,37 +567,55 @@ static void test_file_store_large(void **state)
 	free(cmd);
 }
 
-static void test_copy_fd_hashed(void **state)
+/*
+ * Several chunks, a size not a multiple of one; then a source shorter
+ * than it was said to be: an error, not a fault. out_flags O_RDWR lets
+ * the kernel copy (copy_file_range, out read back for the hash);
+ * O_WRONLY, or through_memory (the tests' knob), copies through a buffer.
+ */
+static void copy_fd_hashed_case(int out_flags, bool through_memory)
 {
-	/* Several chunks, a size not a multiple of one; then a source
-	   shorter than it was said to be: an error, not a fault. */
 	char *dir = make_tmpdir();
 	char *src = kn_asprintf("%s/src", dir), *dst = kn_asprintf("%s/dst", dir);
 	char *cmd = kn_asprintf("head -c 40000123 /dev/urandom > '%s' && "
 				"sha256sum '%s' | cut -c1-64", src, src);
-	char want[80] = "", sha[KN_SHA256_HEX_LEN + 1] = "";
+	char want[80] = "", sha[KN_SHA256_HEX_LEN + 1] = "", head[5];
+	char head_sha[KN_SHA256_HEX_LEN + 1];
 	const char *op = "";
 	int64_t copied = 0;
 	FILE *p = popen(cmd, "r");
 	int in, out;
 	struct stat st;
-	(void)state;
 
+	if (through_memory)
+		setenv("KILN_TEST_COPY_THROUGH_MEMORY", "1", 1);
 	assert_non_null(fgets(want, sizeof(want), p));
 	pclose(p);
 	want[64] = '\0';
 	in = open(src, O_RDONLY);
-	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	out = open(dst, out_flags | O_CREAT | O_TRUNC, 0600);
 	assert_int_equal(kn_copy_fd_hashed(in, out, 40000123, sha, &copied,
 					   &op), 0);
 	assert_string_equal(sha, want);
 	assert_int_equal(copied, 40000123);
 	assert_int_equal(fstat(out, &st), 0);
 	assert_int_equal(st.st_size, 40000123);
+	/* Fewer bytes than the file holds: those, hashed as such. */
 	assert_int_equal(ftruncate(out, 0), 0);
+	assert_int_equal(lseek(out, 0, SEEK_SET), 0);
+	assert_int_equal(kn_copy_fd_hashed(in, out, 5, sha, &copied, &op), 0);
+	assert_int_equal(copied, 5);
+	assert_int_equal(fstat(out, &st), 0);
+	assert_int_equal(st.st_size, 5);
+	assert_int_equal(pread(in, head, 5, 0), 5);
+	kn_sha256_hex(head, 5, head_sha);
+	assert_string_equal(sha, head_sha);
+	assert_int_equal(ftruncate(out, 0), 0);
+	assert_int_equal(lseek(out, 0, SEEK_SET), 0);
 	assert_int_equal(kn_copy_fd_hashed(in, out, 40000124, sha, &copied,
 					   &op), -EIO);
 	assert_string_equal(op, "source shrank while read");
+	unsetenv("KILN_TEST_COPY_THROUGH_MEMORY");
 	close(in);
 	close(out);
 	kn_rm_rf(dir);
@@ -605,6 +623,74 @@ static void test_copy_fd_hashed(void **state)
 	free(src);
 	free(dst);
 	free(cmd);
+}
+
+static void test_copy_fd_hashed(void **state)
+{
+	(void)state;
+	copy_fd_hashed_case(O_RDWR, false);
+	copy_fd_hashed_case(O_WRONLY, false);
+	copy_fd_hashed_case(O_RDWR, true);
+}
+
+/* The file store's copies on both paths: the kernel's and a buffer's. */
+static void test_file_store_through_memory(void **state)
+{
+	setenv("KILN_TEST_COPY_THROUGH_MEMORY", "1", 1);
+	test_file_store_large(state);
+	test_file_store(state);
+	unsetenv("KILN_TEST_COPY_THROUGH_MEMORY");
+}
+
+/* Reply headers as curl hands them over: no NUL, CRLF kept. */
+static void head_lines(struct kn_azure_head *h, const char *const *lines)
+{
+	for (; *lines; lines++) {
+		size_t len = strlen(*lines);
+		char *exact = kn_xmalloc(len ? len : 1);
+
+		memcpy(exact, *lines, len);
+		kn_azure_head_line(h, exact, len);
+		free(exact);
+	}
+}
+
+static void test_azure_head(void **state)
+{
+	struct kn_azure_head h = {0};
+	(void)state;
+
+	head_lines(&h, (const char *const[]){
+		"HTTP/1.1 100 Continue\r\n", "x-ms-error-code: Early\r\n",
+		"HTTP/1.1 206 Partial Content\r\n",
+		"Content-Length: 8388608\r\n",
+		"content-range:   bytes 0-8388607/1073741824 \r\n",
+		"ETag: \"0x8DC5\"\r\n", "x-ms-request-id: r\r\n", NULL});
+	assert_int_equal(h.status, 206);
+	assert_string_equal(h.error_code, "");
+	assert_int_equal(h.content_length, 8388608);
+	assert_string_equal(h.content_range, "bytes 0-8388607/1073741824");
+	assert_string_equal(h.etag, "\"0x8DC5\"");
+	/* A new reply forgets the last; no length is -1, not 0. */
+	head_lines(&h, (const char *const[]){
+		"HTTP/1.1 404 The specified blob does not exist.\r\n",
+		"x-ms-error-code: Blob<Not>Found\r\n", NULL});
+	assert_int_equal(h.status, 404);
+	assert_string_equal(h.error_code, "BlobNotFound");
+	assert_int_equal(h.content_length, -1);
+	assert_string_equal(h.etag, "");
+	/* 19 digits and signs are no length; a control byte drops a value;
+	   a status is three digits or nothing. */
+	head_lines(&h, (const char *const[]){
+		"HTTP/1.1 2000 OK\r\n", "Content-Length: 9999999999999999999\r\n",
+		"ETag: \"a\x01b\"\r\n", NULL});
+	assert_int_equal(h.status, 0);
+	assert_int_equal(h.content_length, -1);
+	assert_string_equal(h.etag, "");
+	head_lines(&h, (const char *const[]){"HTTP/1.1 20", "Content-Length: -1",
+					      NULL});
+	assert_int_equal(h.status, 0);
+	assert_int_equal(h.content_length, -1);
 }
 
 /* ---- checkpoints on the file store ---- */
@@ -1351,6 +1437,8 @@ int main(void)
 		cmocka_unit_test(test_file_store_sweeps_dead_temps),
 		cmocka_unit_test(test_file_store_large),
 		cmocka_unit_test(test_copy_fd_hashed),
+		cmocka_unit_test(test_file_store_through_memory),
+		cmocka_unit_test(test_azure_head),
 		cmocka_unit_test(test_checkpoints),
 		cmocka_unit_test(test_prune_syncs_only_to_delete),
 		cmocka_unit_test(test_watch),
