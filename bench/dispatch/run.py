@@ -60,6 +60,13 @@ on a machine busy with other work gets the CPU of one process where
 unlimited tasks get one share each, both servers run in a cpu cgroup of
 their own (cgroup v1), as on a node that runs nothing else: each side's
 server, shims and tasks then share the same weight against the rest.
+Each side is also put in a cpuacct cgroup of its own, so every round
+reports the CPU the whole side spent per job of the batch (server,
+shims and tasks together; kiln never moves a task out of cpuacct), and
+the CPU all kernel threads spent per job meanwhile (machine-wide, so it
+counts other work too): the work the kernel defers when a task's
+cgroup and namespaces go lands there. CPU per job depends far less on
+what else the machine runs than jobs/s does.
 Needs root (the sandbox drops to the kiln-task user) and unshare(1).
 """
 import argparse
@@ -110,11 +117,36 @@ WITHOUT_CGROUPS = ["unshare", "--mount", "--propagation", "private", "sh",
 
 
 CPU_V1 = Path("/sys/fs/cgroup/cpu")
+CPUACCT_V1 = Path("/sys/fs/cgroup/cpuacct")
 
 
-def into_cgroup(cg):
-    """A wrapper that starts a command in cgroup cg (a directory)."""
-    return ["sh", "-c", 'echo $$ >"$0/cgroup.procs" && exec "$@"', str(cg)]
+def into_cgroups(cgs):
+    """A wrapper that starts a command in each of the cgroups cgs
+    (directories, one per hierarchy)."""
+    return ["sh", "-c", 'for cg in $0; do echo $$ >"$cg/cgroup.procs" '
+            '|| exit; done; exec "$@"', " ".join(str(cg) for cg in cgs)]
+
+
+def tree_cpu_ns(cpuacct):
+    """CPU nanoseconds used so far by everything in cgroup cpuacct: the
+    server, its shims and their tasks (kiln moves tasks into cgroups of
+    memory, cpu, pids and devices, never cpuacct)."""
+    return int((cpuacct / "cpuacct.usage").read_text())
+
+
+def kthreads_cpu_ns():
+    """CPU nanoseconds of all kernel threads so far, machine-wide: the
+    work the kernel defers (RCU callbacks, cgroup and namespace teardown,
+    writeback) lands there, not in the tasks that caused it."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if stat.parent.name == "2" or fields[1] == "2":
+            total += int(fields[11]) + int(fields[12])
+    return total * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
 def load1():
@@ -181,7 +213,7 @@ def submit_all(url, token, spec, jobs, clients):
 
 
 def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
-             array=False, clients=1):
+             array=False, clients=1, cpuacct=None):
     home = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     # Outside the home and /tmp, which tasks do not see, and writable for
     # the task's user.
@@ -216,6 +248,8 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
                            "resources": {"gpus": gpus_per_job}})
         submitted = {}
         cpu_before = server_cpu_s(server.pid)
+        tree_before = tree_cpu_ns(cpuacct) if cpuacct else None
+        kthreads_before = kthreads_cpu_ns()
         commits_before = store_commits(session, url)
         t0 = time.time()
         if clients > 1 and not array:
@@ -250,6 +284,8 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
         done_ns = time.time_ns()
         # Before the lone jobs: the batch's own cost to the server.
         cpu_s = server_cpu_s(server.pid) - cpu_before
+        tree_ns = tree_cpu_ns(cpuacct) - tree_before if cpuacct else None
+        kthreads_ns = kthreads_cpu_ns() - kthreads_before
         commits = store_commits(session, url) - commits_before
         starts = read_records(records / "starts")
         ends = read_records(records / "ends")
@@ -278,6 +314,9 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
             "lone_start_p50_ms": (round(statistics.median(lone_ms), 2)
                                   if lone_ms else None),
             "server_cpu_ms_per_job": round(cpu_s * 1000 / jobs, 3),
+            "tree_cpu_ms_per_job": (round(tree_ns / 1e6 / jobs, 3)
+                                    if tree_ns is not None else None),
+            "kthreads_cpu_ms_per_job": round(kthreads_ns / 1e6 / jobs, 3),
             "store_commits_per_job": round(commits / jobs, 3),
             "isolation": node.get("isolation"),
             "limits_enforced": node.get("limits", {}).get("enforced"),
@@ -436,10 +475,11 @@ def spread(values):
 def compare_isolation(kiln, jobs, gpus_per_job, rounds, lone, out):
     """Isolated vs unisolated kiln, alternating, one round at a time."""
     cg = CPU_V1 / f"kiln-bench-{os.getpid()}"
-    wrap = []
-    if (CPU_V1 / "cgroup.procs").exists():
-        cg.mkdir()
-        wrap = into_cgroup(cg)
+    acct = CPUACCT_V1 / f"kiln-bench-{os.getpid()}"
+    made = [d for d in (cg, acct) if (d.parent / "cgroup.procs").exists()]
+    for d in made:
+        d.mkdir()
+    wrap = into_cgroups(made) if made else []
     sides = {"isolated": ((), wrap),
              "unisolated": (("--unisolated", "--no-limits"),
                             wrap + WITHOUT_CGROUPS)}
@@ -449,11 +489,12 @@ def compare_isolation(kiln, jobs, gpus_per_job, rounds, lone, out):
             order = list(sides) if i % 2 == 0 else list(reversed(sides))
             for name in order:
                 extra, side_wrap = sides[name]
-                runs[name].append(run_kiln(kiln, jobs, gpus_per_job, extra,
-                                           side_wrap, lone))
+                runs[name].append(run_kiln(
+                    kiln, jobs, gpus_per_job, extra, side_wrap, lone,
+                    cpuacct=acct if acct in made else None))
     finally:
         # The isolated server's tasks' parent, then the side's own.
-        for d in (cg / "kiln", cg):
+        for d in (cg / "kiln", *made):
             if d.exists():
                 d.rmdir()
     iso, uni = runs["isolated"], runs["unisolated"]
@@ -470,14 +511,21 @@ def compare_isolation(kiln, jobs, gpus_per_job, rounds, lone, out):
     lone_r = [a["lone_start_p50_ms"] / b["lone_start_p50_ms"]
               for a, b in zip(iso, uni)
               if a["lone_start_p50_ms"] and b["lone_start_p50_ms"]]
+    cpu_r = [a["tree_cpu_ms_per_job"] / b["tree_cpu_ms_per_job"]
+             for a, b in zip(iso, uni)
+             if a["tree_cpu_ms_per_job"] and b["tree_cpu_ms_per_job"]]
+    cpu_d = [a["tree_cpu_ms_per_job"] - b["tree_cpu_ms_per_job"]
+             for a, b in zip(iso, uni)
+             if a["tree_cpu_ms_per_job"] and b["tree_cpu_ms_per_job"]]
     summary = {"throughput_ratio": thr, "p50_ratio": p50,
                "lone_start_p50_ratio": lone_r,
                "mean_start_diff_ms": mean_d,
-               "own_cpu_cgroup": bool(wrap)}
+               "cpu_per_job_ratio": cpu_r, "cpu_per_job_diff_ms": cpu_d,
+               "own_cpu_cgroup": cg in made}
     Path(out).write_text(json.dumps({"rounds": runs, "summary": summary},
                                     indent=2) + "\n")
     print("round  side        jobs/s   p50 ms   mean ms  p99 ms  "
-          "lone p50 ms  completed  load")
+          "lone p50 ms  CPU ms/job  kthreads ms/job  completed  load")
     for i in range(rounds):
         for name in sides:
             r = runs[name][i]
@@ -486,6 +534,8 @@ def compare_isolation(kiln, jobs, gpus_per_job, rounds, lone, out):
                   f"{r['submit_to_start_mean_ms']:<8} "
                   f"{r['submit_to_start_p99_ms']:<7} "
                   f"{r['lone_start_p50_ms']!s:<12} "
+                  f"{r['tree_cpu_ms_per_job']!s:<11} "
+                  f"{r['kthreads_cpu_ms_per_job']!s:<16} "
                   f"{r['completed']}/{r['jobs']:<6} "
                   f"{r['load1_before']:.1f}-{r['load1_after']:.1f}")
     print(f"throughput isolated/unisolated: {spread(thr)} "
@@ -497,6 +547,10 @@ def compare_isolation(kiln, jobs, gpus_per_job, rounds, lone, out):
           f"(per round: {', '.join(f'{x:.3f}' for x in lone_r)})")
     print(f"mean start latency, isolated minus unisolated: "
           f"{spread(mean_d)} ms")
+    print(f"CPU per job (server, shims and tasks) isolated/unisolated: "
+          f"{spread(cpu_r)} (per round: "
+          f"{', '.join(f'{x:.3f}' for x in cpu_r)}); isolated minus "
+          f"unisolated: {spread(cpu_d)} ms")
     print(f"results: {out}")
     return 0 if all(r["completed"] == jobs for r in iso + uni) else 1
 
