@@ -139,7 +139,8 @@ static void test_drifted_params_caught(void **state)
 		STORE_COL_AS(struct pair, id, "id", STORE_INT),
 		STORE_COL_AS(struct pair, name, "name", STORE_TEXT),
 	};
-	static const struct store_row row = STORE_ROW(struct pair, "pair", cols);
+	static const struct store_row row =
+		STORE_ROW(struct pair, "pair", cols);
 
 	(void)state;
 	check_stmt(store_check_params,
@@ -155,7 +156,7 @@ static void test_drifted_params_caught(void **state)
 		   "INSERT INTO t (id, name) VALUES (:id, :nmae)", &row, -EIO,
 		   "parameter :nmae is no column of its pair table");
 	check_stmt(store_check_params, "DELETE FROM t WHERE id = :id", NULL,
-		   -EIO, "names parameter :id but has no table to bind it from");
+		   -EIO, "names parameter :id but has no table");
 }
 
 /* A state outside its enum is refused by name before anything is bound. */
