@@ -11,6 +11,11 @@
  * sqlite3_column_name, with its table, so a select list and its reader
  * cannot drift apart unnoticed. The alternative, an enum
  * of column numbers beside each select list, was kept in step by hand.
+ *
+ * Writes go the other way through the same tables: a statement's :name
+ * parameters are bound from the row's fields of those names
+ * (store_bind_row), and open refuses a :name that is no column, so an
+ * INSERT's value list and its row struct cannot drift apart either.
  */
 #ifndef KN_STORE_INTERNAL_H
 #define KN_STORE_INTERNAL_H
@@ -141,6 +146,7 @@ enum stmt_id {
 struct kn_store {
 	sqlite3 *db;
 	sqlite3_stmt *stmt[STMT_COUNT];
+	const struct store_row *row[STMT_COUNT]; /* store_stmt's row */
 	int nested; /* savepoints open inside the transaction */
 
 	/* The audit chain (kn_store_audit_chain_start); unchained before. */
@@ -203,7 +209,12 @@ struct store_row {
 	{ .kind = kind_, .size = sizeof(row_type), .cols = cols_,              \
 	  .n_cols = sizeof(cols_) / sizeof(cols_[0]) }
 
-/* A named statement; row is its result's column table, NULL for none. */
+/*
+ * A named statement and the row struct it serves, NULL for none: the
+ * columns it returns are read into one (store_read_row), and its :name
+ * parameters bound from one (store_bind_row); ?N parameters are the
+ * caller's to bind.
+ */
 struct store_stmt {
 	enum stmt_id id;
 	const char *sql;
@@ -234,9 +245,9 @@ extern const struct store_stmt *const store_families[];
 extern const char *const store_migrations[KN_STORE_SCHEMA_VERSION];
 
 /*
- * Every statement with a column table returns exactly those columns, by
- * name and in order, and every field's size fits its type. -EIO naming
- * the statement and column otherwise.
+ * Every statement with a column table that returns columns returns
+ * exactly those, by name and in order, and every field's size fits its
+ * type. -EIO naming the statement and column otherwise.
  */
 int store_check_columns(struct kn_store *st, struct kn_error *err);
 
@@ -311,6 +322,28 @@ int step_row(struct kn_store *st, sqlite3_stmt *s, const char *what,
 int bind_text(sqlite3_stmt *s, int i, const char *v);
 int bind_i64(sqlite3_stmt *s, int i, int64_t v);
 
+/*
+ * Bind every :name parameter of statement id from the field of its
+ * table's column of that name in row (a state by its name); ?N
+ * parameters are left to the caller. A state out of range fails with
+ * KN_EINVAL on the column's field ("unknown job state 9"), a failed bind
+ * as bind_fail; nothing stays bound on failure.
+ */
+int store_bind_row(struct kn_store *st, enum stmt_id id, const void *row,
+		   const char *what, struct kn_error *err);
+
+/* store_bind_row, then store_run: a write without an audit row. */
+int store_put(struct kn_store *st, enum stmt_id id, const void *row,
+	      const char *what, struct kn_error *err);
+
+/*
+ * A statement's parameters against its table: every :name parameter
+ * names one of its columns, and one without a table has none. -EIO
+ * naming the statement and parameter otherwise (checked at open).
+ */
+int store_check_params(sqlite3_stmt *s, const struct store_row *row,
+		       struct kn_error *err);
+
 /* ---- transactions ---- */
 
 /* Start a transaction for a write call unless the caller has one open. */
@@ -337,6 +370,11 @@ struct store_write {
 int store_write(struct kn_store *st, sqlite3_stmt *s,
 		const struct store_write *w, const struct kn_audit *a,
 		int64_t *out_id, struct kn_error *err);
+
+/* store_bind_row, then store_write. */
+int store_write_row(struct kn_store *st, enum stmt_id id, const void *row,
+		    const struct store_write *w, const struct kn_audit *a,
+		    int64_t *out_id, struct kn_error *err);
 
 /*
  * store_write for a statement on the row called name: audited as

@@ -21,8 +21,9 @@ static const struct store_row ALERT_ROW =
 
 static const char SQL_ALERT_INSERT[] =
 	"INSERT INTO alerts (fingerprint, rule, severity, state, labels_json,"
-	" summary, value, active_at, fired_at) VALUES (?1, ?2, ?3, 'firing', ?4,"
-	" ?5, ?6, ?7, ?8)";
+	" summary, value, active_at, fired_at) VALUES (:fingerprint, :rule,"
+	" :severity, 'firing', :labels_json, :summary, :value, :active_at,"
+	" :fired_at)";
 static const char SQL_ALERT_RESOLVE[] =
 	"UPDATE alerts SET state = 'resolved', resolved_at = ?2"
 	" WHERE state = 'firing' AND fingerprint = ?1";
@@ -37,7 +38,7 @@ static const char SQL_ALERT_LIST[] =
 
 
 const struct store_stmt store_alert_stmts[] = {
-	{STMT_ALERT_INSERT, SQL_ALERT_INSERT, NULL},
+	{STMT_ALERT_INSERT, SQL_ALERT_INSERT, &ALERT_ROW},
 	{STMT_ALERT_RESOLVE, SQL_ALERT_RESOLVE, NULL},
 	{STMT_ALERT_RESOLVE_ALL, SQL_ALERT_RESOLVE_ALL, NULL},
 	{STMT_ALERT_LIST, SQL_ALERT_LIST, &ALERT_ROW},
@@ -52,17 +53,8 @@ void kn_alert_row_release(struct kn_alert_row *a)
 int kn_store_alert_fire(struct kn_store *st, const struct kn_alert_row *a,
 			int64_t *out_id, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_ALERT_INSERT];
-	const char *what = "recording an alert";
-	int rc;
+	int rc = store_put(st, STMT_ALERT_INSERT, a, "recording an alert", err);
 
-	if (bind_text(s, 1, a->fingerprint) || bind_text(s, 2, a->rule) ||
-	    bind_text(s, 3, a->severity) || bind_text(s, 4, a->labels_json) ||
-	    bind_text(s, 5, a->summary) ||
-	    sqlite3_bind_double(s, 6, a->value) ||
-	    bind_i64(s, 7, a->active_at) || bind_i64(s, 8, a->fired_at))
-		return bind_fail(st, s, what, err);
-	rc = store_run(st, s, what, err);
 	if (rc == 0 && out_id)
 		*out_id = sqlite3_last_insert_rowid(st->db);
 	return rc;

@@ -421,6 +421,137 @@ int store_one_text(struct kn_store *st, sqlite3_stmt *s, const char *what,
 	return rc;
 }
 
+/* ---- binding rows through column tables ---- */
+
+/* put_int's inverse: an int64_t, int or bool field by its size. */
+static int64_t get_int(const void *field, size_t size)
+{
+	int64_t wide;
+	int narrow;
+	bool flag;
+
+	if (size == sizeof(int64_t)) {
+		memcpy(&wide, field, sizeof(wide));
+		return wide;
+	}
+	if (size == sizeof(int)) {
+		memcpy(&narrow, field, sizeof(narrow));
+		return narrow;
+	}
+	memcpy(&flag, field, sizeof(flag));
+	return flag;
+}
+
+/* The column of def called name, or NULL. */
+static const struct store_col *col_named(const struct store_row *def,
+					 const char *name)
+{
+	for (size_t i = 0; i < def->n_cols; i++)
+		if (strcmp(def->cols[i].name, name) == 0)
+			return &def->cols[i];
+	return NULL;
+}
+
+/* A state field's name; NULL when it holds none (or -1 for "none"). */
+static const char *state_name(const struct store_col *c, const void *field)
+{
+	int64_t value = get_int(field, c->size);
+
+	if (c->type == STORE_TASK_STATE)
+		return store_task_state_valid(value) ? kn_task_state_name(value)
+						     : NULL;
+	return store_job_state_valid(value) ? kn_job_state_name(value) : NULL;
+}
+
+/* Bind parameter i from c's field of row: an SQLite code. */
+static int bind_col(sqlite3_stmt *s, int i, const struct store_col *c,
+		    const void *row)
+{
+	const void *field = (const char *)row + c->offset;
+	const char *text;
+	double real;
+
+	switch (c->type) {
+	case STORE_INT:
+		return bind_i64(s, i, get_int(field, c->size));
+	case STORE_REAL:
+		memcpy(&real, field, sizeof(real));
+		return sqlite3_bind_double(s, i, real);
+	case STORE_TEXT:
+		memcpy(&text, field, sizeof(text));
+		return bind_text(s, i, text);
+	case STORE_JOB_STATE:
+	case STORE_TASK_STATE:
+	case STORE_JOB_STATE_OR_NONE:
+		return bind_text(s, i, state_name(c, field));
+	}
+	return SQLITE_MISUSE;
+}
+
+int store_bind_row(struct kn_store *st, enum stmt_id id, const void *row,
+		   const char *what, struct kn_error *err)
+{
+	sqlite3_stmt *s = st->stmt[id];
+	const struct store_row *def = st->row[id];
+	int n = sqlite3_bind_parameter_count(s);
+
+	for (int i = 1; i <= n; i++) {
+		const char *name = sqlite3_bind_parameter_name(s, i);
+		const struct store_col *c;
+		const void *field;
+
+		if (!name || name[0] != ':')
+			continue; /* ?N: the caller's */
+		/* store_check_params made every :name a column's. */
+		c = col_named(def, name + 1);
+		field = (const char *)row + c->offset;
+		if ((c->type == STORE_JOB_STATE ||
+		     c->type == STORE_TASK_STATE) &&
+		    !state_name(c, field)) {
+			stmt_done(s);
+			return kn_errorf(
+				err, KN_EINVAL, c->name, "unknown %s state %d",
+				c->type == STORE_TASK_STATE ? "task" : "job",
+				(int)get_int(field, c->size));
+		}
+		if (bind_col(s, i, c, row) != SQLITE_OK)
+			return bind_fail(st, s, what, err);
+	}
+	return 0;
+}
+
+int store_put(struct kn_store *st, enum stmt_id id, const void *row,
+	      const char *what, struct kn_error *err)
+{
+	int rc = store_bind_row(st, id, row, what, err);
+
+	return rc < 0 ? rc : store_run(st, st->stmt[id], what, err);
+}
+
+int store_check_params(sqlite3_stmt *s, const struct store_row *row,
+		       struct kn_error *err)
+{
+	int n = sqlite3_bind_parameter_count(s);
+
+	for (int i = 1; i <= n; i++) {
+		const char *name = sqlite3_bind_parameter_name(s, i);
+
+		if (!name || name[0] != ':')
+			continue;
+		if (!row)
+			return kn_errorf(err, KN_EIO, NULL,
+					 "store: \"%s\" names parameter %s"
+					 " but has no table to bind it from",
+					 sqlite3_sql(s), name);
+		if (!col_named(row, name + 1))
+			return kn_errorf(err, KN_EIO, NULL,
+					 "store: \"%s\" parameter %s is no"
+					 " column of its %s table",
+					 sqlite3_sql(s), name, row->kind);
+	}
+	return 0;
+}
+
 /* The field sizes each column type may fill. */
 static bool col_size_fits(const struct store_col *c)
 {
@@ -474,9 +605,10 @@ int store_check_columns(struct kn_store *st, struct kn_error *err)
 	for (size_t f = 0; store_families[f]; f++) {
 		for (const struct store_stmt *d = store_families[f]; d->sql;
 		     d++) {
-			int rc = d->row ? store_check_row(st->stmt[d->id],
-							  d->row, err)
-					: 0;
+			sqlite3_stmt *s = st->stmt[d->id];
+			int rc = d->row && sqlite3_column_count(s) > 0
+					 ? store_check_row(s, d->row, err)
+					 : 0;
 			if (rc < 0)
 				return rc;
 		}
@@ -584,6 +716,16 @@ out:
 	if (rc == 0 && out_id)
 		*out_id = id;
 	return rc;
+}
+
+int store_write_row(struct kn_store *st, enum stmt_id id, const void *row,
+		    const struct store_write *w, const struct kn_audit *a,
+		    int64_t *out_id, struct kn_error *err)
+{
+	int rc = store_bind_row(st, id, row, w->what, err);
+
+	return rc < 0 ? rc
+		      : store_write(st, st->stmt[id], w, a, out_id, err);
 }
 
 int store_write_named(struct kn_store *st, sqlite3_stmt *s,
@@ -931,7 +1073,8 @@ static int prepare_one(struct kn_store *st, const char *path,
 			       &st->stmt[d->id], NULL) != SQLITE_OK)
 		return kn_errorf(err, KN_EIO, NULL, "%s: preparing \"%s\": %s",
 				 path, d->sql, sqlite3_errmsg(st->db));
-	return 0;
+	st->row[d->id] = d->row;
+	return store_check_params(st->stmt[d->id], d->row, err);
 }
 
 /* Every statement the store runs, prepared once per connection. */

@@ -35,8 +35,10 @@ static const struct store_row REPLICA_ROW =
 	STORE_ROW(struct kn_replica_row, "replica", REPLICA_COLS);
 
 static const char SQL_DEPLOYMENT_PUT[] =
-	"INSERT INTO deployments (" DEPLOYMENT_COLUMNS ") VALUES (?1, ?2, ?3,"
-	" ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (name) DO UPDATE SET"
+	"INSERT INTO deployments (" DEPLOYMENT_COLUMNS ") VALUES (:name,"
+	" :owner, coalesce(:filename, ''), :spec_yaml, :spec_json, :model_dir,"
+	" :replicas, :generation, :rollout_next, :created_at, :updated_at)"
+	" ON CONFLICT (name) DO UPDATE SET"
 	" owner = excluded.owner, filename = excluded.filename,"
 	" spec_yaml = excluded.spec_yaml, spec_json = excluded.spec_json,"
 	" model_dir = excluded.model_dir, replicas = excluded.replicas,"
@@ -49,7 +51,8 @@ static const char SQL_DEPLOYMENT_DELETE[] =
 	"DELETE FROM deployments WHERE name = ?1";
 static const char SQL_REPLICA_PUT[] =
 	"INSERT INTO deployment_replicas (deployment, replica, job_id)"
-	" VALUES (?1, ?2, ?3) ON CONFLICT (deployment, replica) DO UPDATE SET"
+	" VALUES (:deployment, :replica, :job_id)"
+	" ON CONFLICT (deployment, replica) DO UPDATE SET"
 	" job_id = excluded.job_id";
 static const char SQL_REPLICA_DELETE[] =
 	"DELETE FROM deployment_replicas WHERE deployment = ?1 AND replica = ?2";
@@ -75,8 +78,9 @@ static const struct store_row GWKEY_ROW =
 	STORE_ROW(struct kn_gateway_key_row, "gateway key", GWKEY_COLS);
 static const char SQL_GWKEY_INSERT[] =
 	"INSERT INTO gateway_keys (name, hash, deployments_json, rpm, tpm,"
-	" quota_day, quota_month, created_by, created_at) VALUES (?1, ?2, ?3,"
-	" ?4, ?5, ?6, ?7, ?8, ?9)";
+	" quota_day, quota_month, created_by, created_at) VALUES (:name, :hash,"
+	" :deployments_json, :rpm, :tpm, :quota_day, :quota_month,"
+	" :created_by, :created_at)";
 static const char SQL_GWKEY_LIST[] =
 	"SELECT " GWKEY_COLUMNS " FROM gateway_keys"
 	" WHERE ?1 = 0 OR revoked_at = 0 ORDER BY id";
@@ -85,19 +89,19 @@ static const char SQL_GWKEY_REVOKE[] =
 	" AND revoked_at = 0";
 static const char SQL_JOB_DEPLOYMENT_PUT[] =
 	"INSERT OR IGNORE INTO job_deployments (job_id, deployment)"
-	" VALUES (?1, ?2)";
+	" VALUES (:job_id, :deployment)";
 
 const struct store_stmt store_deploy_stmts[] = {
-	{STMT_DEPLOYMENT_PUT, SQL_DEPLOYMENT_PUT, NULL},
+	{STMT_DEPLOYMENT_PUT, SQL_DEPLOYMENT_PUT, &DEPLOYMENT_ROW},
 	{STMT_DEPLOYMENT_LIST, SQL_DEPLOYMENT_LIST, &DEPLOYMENT_ROW},
 	{STMT_DEPLOYMENT_DELETE, SQL_DEPLOYMENT_DELETE, NULL},
-	{STMT_REPLICA_PUT, SQL_REPLICA_PUT, NULL},
+	{STMT_REPLICA_PUT, SQL_REPLICA_PUT, &REPLICA_ROW},
 	{STMT_REPLICA_DELETE, SQL_REPLICA_DELETE, NULL},
 	{STMT_REPLICA_LIST, SQL_REPLICA_LIST, &REPLICA_ROW},
-	{STMT_GWKEY_INSERT, SQL_GWKEY_INSERT, NULL},
+	{STMT_GWKEY_INSERT, SQL_GWKEY_INSERT, &GWKEY_ROW},
 	{STMT_GWKEY_LIST, SQL_GWKEY_LIST, &GWKEY_ROW},
 	{STMT_GWKEY_REVOKE, SQL_GWKEY_REVOKE, NULL},
-	{STMT_JOB_DEPLOYMENT_PUT, SQL_JOB_DEPLOYMENT_PUT, NULL},
+	{STMT_JOB_DEPLOYMENT_PUT, SQL_JOB_DEPLOYMENT_PUT, &REPLICA_ROW},
 	{0},
 };
 
@@ -112,19 +116,11 @@ int kn_store_deployment_put(struct kn_store *st,
 			    const struct kn_deployment_row *d,
 			    const struct kn_audit *a, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_DEPLOYMENT_PUT];
 	struct store_write w = {.what = "writing a deployment"};
 	int rc;
 
-	if (bind_text(s, 1, d->name) || bind_text(s, 2, d->owner) ||
-	    bind_text(s, 3, d->filename ? d->filename : "") ||
-	    bind_text(s, 4, d->spec_yaml) || bind_text(s, 5, d->spec_json) ||
-	    bind_text(s, 6, d->model_dir) || bind_i64(s, 7, d->replicas) ||
-	    bind_i64(s, 8, d->generation) || bind_i64(s, 9, d->rollout_next) ||
-	    bind_i64(s, 10, d->created_at) || bind_i64(s, 11, d->updated_at))
-		return bind_fail(st, s, w.what, err);
 	w.object = kn_asprintf("deployment/%s", d->name);
-	rc = store_write(st, s, &w, a, NULL, err);
+	rc = store_write_row(st, STMT_DEPLOYMENT_PUT, d, &w, a, NULL, err);
 	free((char *)w.object);
 	return rc;
 }
@@ -157,31 +153,17 @@ int kn_store_deployment_delete(struct kn_store *st, const char *name,
 int kn_store_replica_put(struct kn_store *st, const struct kn_replica_row *r,
 			 struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_REPLICA_PUT];
 	const char *what = "writing a replica";
-
 	bool own;
 	int rc = write_begin(st, &own, err);
 
 	if (rc < 0)
 		return rc;
-	if (bind_text(s, 1, r->deployment) || bind_i64(s, 2, r->replica) ||
-	    bind_i64(s, 3, r->job_id)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc < 0)
-		goto out;
+	rc = store_put(st, STMT_REPLICA_PUT, r, what, err);
 	/* The ledger's: which deployment the job ran for, kept after the
 	   replica moves on to another job. */
-	s = st->stmt[STMT_JOB_DEPLOYMENT_PUT];
-	if (bind_i64(s, 1, r->job_id) || bind_text(s, 2, r->deployment)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-out:
+	if (rc == 0)
+		rc = store_put(st, STMT_JOB_DEPLOYMENT_PUT, r, what, err);
 	return write_end(st, own, rc, err);
 }
 
@@ -220,21 +202,14 @@ int kn_store_gateway_key_insert(struct kn_store *st,
 				const struct kn_audit *a, int64_t *out_id,
 				struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_GWKEY_INSERT];
 	struct store_write w = {.what = "inserting a gateway key"};
 	int rc;
 
-	if (bind_text(s, 1, k->name) || bind_text(s, 2, k->hash) ||
-	    bind_text(s, 3, k->deployments_json) || bind_i64(s, 4, k->rpm) ||
-	    bind_i64(s, 5, k->tpm) || bind_i64(s, 6, k->quota_day) ||
-	    bind_i64(s, 7, k->quota_month) || bind_text(s, 8, k->created_by) ||
-	    bind_i64(s, 9, k->created_at))
-		return bind_fail(st, s, w.what, err);
 	w.object = kn_asprintf("key/%s", k->name);
 	/* The only unique key is the active name. */
 	w.conflict = kn_asprintf("a gateway key named %s already exists",
 				 k->name);
-	rc = store_write(st, s, &w, a, out_id, err);
+	rc = store_write_row(st, STMT_GWKEY_INSERT, k, &w, a, out_id, err);
 	free((char *)w.object);
 	free((char *)w.conflict);
 	return rc;

@@ -25,7 +25,8 @@ static const struct store_row DEVENV_ROW =
 /* A run is added once; a restart that sees it again changes nothing. */
 static const char SQL_DEVENV_START[] =
 	"INSERT INTO devenv_runs (" DEVENV_COLUMNS ") VALUES"
-	" (?1, ?2, ?3, ?4, ?5, 0, ?6, 0, '')"
+	" (:job_id, :owner, :name, :gpu_milli, :started_at, 0, :max_end_at, 0,"
+	" '')"
 	" ON CONFLICT (job_id) DO NOTHING";
 /* Each attempt's idle time adds up; the last end and stop stand. */
 static const char SQL_DEVENV_END[] =
@@ -43,7 +44,7 @@ static const char SQL_DEVENV_NEXT[] =
 	" ORDER BY started_at, job_id LIMIT 1";
 
 const struct store_stmt store_devenv_stmts[] = {
-	{STMT_DEVENV_START, SQL_DEVENV_START, NULL},
+	{STMT_DEVENV_START, SQL_DEVENV_START, &DEVENV_ROW},
 	{STMT_DEVENV_END, SQL_DEVENV_END, NULL},
 	{STMT_DEVENV_LIST, SQL_DEVENV_LIST, &DEVENV_ROW},
 	{STMT_DEVENV_NEXT, SQL_DEVENV_NEXT, &DEVENV_ROW},
@@ -58,14 +59,8 @@ void kn_devenv_row_release(struct kn_devenv_row *d)
 int kn_store_devenv_start(struct kn_store *st, const struct kn_devenv_row *d,
 			  struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_DEVENV_START];
-	const char *what = "recording a dev environment's start";
-
-	if (bind_i64(s, 1, d->job_id) || bind_text(s, 2, d->owner) ||
-	    bind_text(s, 3, d->name) || bind_i64(s, 4, d->gpu_milli) ||
-	    bind_i64(s, 5, d->started_at) || bind_i64(s, 6, d->max_end_at))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_put(st, STMT_DEVENV_START, d,
+			 "recording a dev environment's start", err);
 }
 
 int kn_store_devenv_end(struct kn_store *st, int64_t job_id, int64_t ended_at,

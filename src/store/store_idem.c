@@ -27,13 +27,14 @@ static const char SQL_IDEM_GET[] =
 /* A row past its day may still be there: a reuse of the key replaces it. */
 static const char SQL_IDEM_PUT[] =
 	"INSERT OR REPLACE INTO idempotency_keys (" IDEM_COLUMNS ")"
-	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+	" VALUES (:owner, :key, :route, :body_sha256, :status, :answer,"
+	" :created_at)";
 static const char SQL_IDEM_EXPIRE[] =
 	"DELETE FROM idempotency_keys WHERE created_at < ?1";
 
 const struct store_stmt store_idem_stmts[] = {
 	{STMT_IDEM_GET, SQL_IDEM_GET, &IDEM_ROW},
-	{STMT_IDEM_PUT, SQL_IDEM_PUT, NULL},
+	{STMT_IDEM_PUT, SQL_IDEM_PUT, &IDEM_ROW},
 	{STMT_IDEM_EXPIRE, SQL_IDEM_EXPIRE, NULL},
 	{0},
 };
@@ -59,15 +60,8 @@ int kn_store_idem_get(struct kn_store *st, const char *owner, const char *key,
 int kn_store_idem_put(struct kn_store *st, const struct kn_idem_row *r,
 		      struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_IDEM_PUT];
-	const char *what = "recording an idempotency key";
-
-	if (bind_text(s, 1, r->owner) || bind_text(s, 2, r->key) ||
-	    bind_text(s, 3, r->route) || bind_text(s, 4, r->body_sha256) ||
-	    bind_i64(s, 5, r->status) || bind_text(s, 6, r->answer) ||
-	    bind_i64(s, 7, r->created_at))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_put(st, STMT_IDEM_PUT, r, "recording an idempotency key",
+			 err);
 }
 
 int kn_store_idem_expire(struct kn_store *st, int64_t before,

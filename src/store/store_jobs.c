@@ -37,17 +37,21 @@ static const char SQL_JOB_INSERT[] =
 	"INSERT INTO jobs (name, owner, state, priority, tasks, filename,"
 	" submitted_at, started_at, ended_at, not_before, attempts,"
 	" retries_used, cancel_requested, reason, exit_code, spec_yaml,"
-	" spec_json, array_id, array_index) VALUES (?1, ?2, ?3, ?4, ?5, ?6,"
-	" ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
+	" spec_json, array_id, array_index) VALUES (:name, :owner, :state,"
+	" :priority, :tasks, :filename, :submitted_at, :started_at, :ended_at,"
+	" :not_before, :attempts, :retries_used, :cancel_requested, :reason,"
+	" :exit_code, :spec_yaml, :spec_json, :array_id, :array_index)";
 /* An array's first element names the array: its own id. */
 static const char SQL_JOB_ARRAY_HEAD[] =
 	"UPDATE jobs SET array_id = id WHERE id = ?1";
 static const char SQL_JOB_GET[] =
 	"SELECT " JOB_COLUMNS ", spec_yaml, spec_json FROM jobs WHERE id = ?1";
 static const char SQL_JOB_UPDATE[] =
-	"UPDATE jobs SET state = ?1, started_at = ?2, ended_at = ?3,"
-	" not_before = ?4, attempts = ?5, retries_used = ?6,"
-	" cancel_requested = ?7, reason = ?8, exit_code = ?9 WHERE id = ?10";
+	"UPDATE jobs SET state = :state, started_at = :started_at,"
+	" ended_at = :ended_at, not_before = :not_before,"
+	" attempts = :attempts, retries_used = :retries_used,"
+	" cancel_requested = :cancel_requested, reason = :reason,"
+	" exit_code = :exit_code WHERE id = :id";
 /*
  * Five listings share their parameters so one binder serves them all:
  * ?1 owner, ?2 name, ?3 with_spec, ?4 limit (-1 = none), ?7 the id to
@@ -107,7 +111,9 @@ static const struct store_row ATTEMPT_ROW =
 /* An upsert, not INSERT OR REPLACE: REPLACE deletes the old row first. */
 static const char SQL_ATTEMPT_PUT[] =
 	"INSERT INTO attempts (" ATTEMPT_COLUMNS ")"
-	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+	" VALUES (:job_id, :number, :state, :started_at, :ended_at, :exit_code,"
+	" :signal, :reason, :checkpoint, :checkpoint_at, :restore_ms,"
+	" :useful_ms, :lost_ms)"
 	" ON CONFLICT (job_id, number) DO UPDATE SET state = excluded.state,"
 	" started_at = excluded.started_at, ended_at = excluded.ended_at,"
 	" exit_code = excluded.exit_code, signal = excluded.signal,"
@@ -140,8 +146,9 @@ static const struct store_row TASK_ROW =
 
 static const char SQL_TASK_PUT[] =
 	"INSERT INTO tasks (" TASK_COLUMNS ")"
-	" VALUES (?1, ?2, ?3, ?4, coalesce(?5, ''), ?6, ?7, ?8, ?9, ?10, ?11,"
-	" ?12, ?13, ?14, ?15)"
+	" VALUES (:job_id, :attempt, :rank, :node, coalesce(:devices, ''),"
+	" :gpu_milli, :task_dir, :state, :shim_pid, :shim_start, :started_at,"
+	" :ended_at, :exit_code, :signal, :master_port)"
 	" ON CONFLICT (job_id, attempt, rank) DO UPDATE SET"
 	" node = excluded.node, devices = excluded.devices,"
 	" gpu_milli = excluded.gpu_milli, task_dir = excluded.task_dir,"
@@ -165,7 +172,8 @@ static const struct store_row OUTPUT_ROW =
 	STORE_ROW(struct kn_output_row, "output of job", OUTPUT_COLS);
 
 static const char SQL_OUTPUT_PUT[] =
-	"INSERT INTO outputs (" OUTPUT_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5)"
+	"INSERT INTO outputs (" OUTPUT_COLUMNS ")"
+	" VALUES (:job_id, :name, :size, :sha256, :url)"
 	" ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size,"
 	" sha256 = excluded.sha256, url = excluded.url";
 static const char SQL_OUTPUT_LIST[] =
@@ -190,7 +198,8 @@ static const char SQL_JOB_REVISION_GET[] =
    it, never written over it. */
 static const char SQL_JOB_INPUT_PUT[] =
 	"INSERT OR IGNORE INTO job_inputs (job_id, name, url, sha256, size,"
-	" attempt, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+	" attempt, recorded_at) VALUES (:job_id, :name, :url, :sha256, :size,"
+	" :attempt, :recorded_at)";
 static const char SQL_JOB_INPUT_LIST[] =
 	"SELECT job_id, name, url, sha256, size, attempt, recorded_at"
 	" FROM job_inputs WHERE job_id = ?1 ORDER BY name";
@@ -202,9 +211,9 @@ static const char SQL_ATTEMPT_GOODPUT[] =
 	" FROM attempts";
 
 const struct store_stmt store_job_stmts[] = {
-	{STMT_JOB_INSERT, SQL_JOB_INSERT, NULL},
+	{STMT_JOB_INSERT, SQL_JOB_INSERT, &JOB_ROW},
 	{STMT_JOB_GET, SQL_JOB_GET, &JOB_ROW},
-	{STMT_JOB_UPDATE, SQL_JOB_UPDATE, NULL},
+	{STMT_JOB_UPDATE, SQL_JOB_UPDATE, &JOB_ROW},
 	{STMT_JOB_ARRAY_HEAD, SQL_JOB_ARRAY_HEAD, NULL},
 	{STMT_JOB_LIST_ALL, SQL_JOB_LIST_ALL, &JOB_ROW},
 	{STMT_JOB_LIST_STATE, SQL_JOB_LIST_STATE, &JOB_ROW},
@@ -216,15 +225,15 @@ const struct store_stmt store_job_stmts[] = {
 	{STMT_JOB_LIST_ACTIVE_DESC, SQL_JOB_LIST_ACTIVE_DESC, &JOB_ROW},
 	{STMT_JOB_LIST_NAME_DESC, SQL_JOB_LIST_NAME_DESC, &JOB_ROW},
 	{STMT_JOB_LIST_OWNER_DESC, SQL_JOB_LIST_OWNER_DESC, &JOB_ROW},
-	{STMT_ATTEMPT_PUT, SQL_ATTEMPT_PUT, NULL},
+	{STMT_ATTEMPT_PUT, SQL_ATTEMPT_PUT, &ATTEMPT_ROW},
 	{STMT_ATTEMPT_LIST, SQL_ATTEMPT_LIST, &ATTEMPT_ROW},
-	{STMT_TASK_PUT, SQL_TASK_PUT, NULL},
+	{STMT_TASK_PUT, SQL_TASK_PUT, &TASK_ROW},
 	{STMT_TASK_LIST, SQL_TASK_LIST, &TASK_ROW},
-	{STMT_OUTPUT_PUT, SQL_OUTPUT_PUT, NULL},
+	{STMT_OUTPUT_PUT, SQL_OUTPUT_PUT, &OUTPUT_ROW},
 	{STMT_OUTPUT_LIST, SQL_OUTPUT_LIST, &OUTPUT_ROW},
 	{STMT_JOB_REVISION_PUT, SQL_JOB_REVISION_PUT, NULL},
 	{STMT_JOB_REVISION_GET, SQL_JOB_REVISION_GET, NULL},
-	{STMT_JOB_INPUT_PUT, SQL_JOB_INPUT_PUT, NULL},
+	{STMT_JOB_INPUT_PUT, SQL_JOB_INPUT_PUT, &JOB_INPUT_ROW},
 	{STMT_JOB_INPUT_LIST, SQL_JOB_INPUT_LIST, &JOB_INPUT_ROW},
 	{STMT_JOB_STATE_COUNTS, SQL_JOB_STATE_COUNTS, NULL},
 	{STMT_ATTEMPT_GOODPUT, SQL_ATTEMPT_GOODPUT, NULL},
@@ -242,26 +251,10 @@ int kn_store_job_insert(struct kn_store *st, const struct kn_job_row *j,
 			const struct kn_audit *a, int64_t *out_id,
 			struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_INSERT];
 	static const struct store_write w = {.what = "inserting a job",
 					     .object_kind = "job"};
 
-	if (!store_job_state_valid(j->state))
-		return kn_errorf(err, KN_EINVAL, "state",
-				 "unknown job state %d", (int)j->state);
-	if (bind_text(s, 1, j->name) || bind_text(s, 2, j->owner) ||
-	    bind_text(s, 3, kn_job_state_name(j->state)) ||
-	    bind_i64(s, 4, j->priority) || bind_i64(s, 5, j->tasks) ||
-	    bind_text(s, 6, j->filename) || bind_i64(s, 7, j->submitted_at) ||
-	    bind_i64(s, 8, j->started_at) || bind_i64(s, 9, j->ended_at) ||
-	    bind_i64(s, 10, j->not_before) || bind_i64(s, 11, j->attempts) ||
-	    bind_i64(s, 12, j->retries_used) ||
-	    bind_i64(s, 13, j->cancel_requested) ||
-	    bind_text(s, 14, j->reason) || bind_i64(s, 15, j->exit_code) ||
-	    bind_text(s, 16, j->spec_yaml) || bind_text(s, 17, j->spec_json) ||
-	    bind_i64(s, 18, j->array_id) || bind_i64(s, 19, j->array_index))
-		return bind_fail(st, s, w.what, err);
-	return store_write(st, s, &w, a, out_id, err);
+	return store_write_row(st, STMT_JOB_INSERT, j, &w, a, out_id, err);
 }
 
 int kn_store_job_insert_array(struct kn_store *st, const struct kn_job_row *j,
@@ -324,24 +317,13 @@ int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
 int kn_store_job_update(struct kn_store *st, const struct kn_job_row *j,
 			const struct kn_audit *a, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_UPDATE];
 	char object[32], missing[48];
 	struct store_write w = {.what = "updating a job", .object = object,
 				.missing_field = "id", .missing = missing};
 
-	if (!store_job_state_valid(j->state))
-		return kn_errorf(err, KN_EINVAL, "state",
-				 "unknown job state %d", (int)j->state);
-	if (bind_text(s, 1, kn_job_state_name(j->state)) ||
-	    bind_i64(s, 2, j->started_at) || bind_i64(s, 3, j->ended_at) ||
-	    bind_i64(s, 4, j->not_before) || bind_i64(s, 5, j->attempts) ||
-	    bind_i64(s, 6, j->retries_used) ||
-	    bind_i64(s, 7, j->cancel_requested) || bind_text(s, 8, j->reason) ||
-	    bind_i64(s, 9, j->exit_code) || bind_i64(s, 10, j->id))
-		return bind_fail(st, s, w.what, err);
 	snprintf(object, sizeof(object), "job/%" PRId64, j->id);
 	snprintf(missing, sizeof(missing), "job %" PRId64 " not found", j->id);
-	return store_write(st, s, &w, a, NULL, err);
+	return store_write_row(st, STMT_JOB_UPDATE, j, &w, a, NULL, err);
 }
 
 int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
@@ -417,22 +399,9 @@ int store_job_missing(int rc, int64_t job_id, struct kn_error *err)
 int kn_store_attempt_put(struct kn_store *st, const struct kn_attempt_row *a,
 			 struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_ATTEMPT_PUT];
-	const char *what = "writing an attempt";
-
-	if (!store_job_state_valid(a->state))
-		return kn_errorf(err, KN_EINVAL, "state",
-				 "unknown attempt state %d", (int)a->state);
-	if (bind_i64(s, 1, a->job_id) || bind_i64(s, 2, a->number) ||
-	    bind_text(s, 3, kn_job_state_name(a->state)) ||
-	    bind_i64(s, 4, a->started_at) || bind_i64(s, 5, a->ended_at) ||
-	    bind_i64(s, 6, a->exit_code) || bind_i64(s, 7, a->signal) ||
-	    bind_text(s, 8, a->reason) || bind_text(s, 9, a->checkpoint) ||
-	    bind_i64(s, 10, a->checkpoint_at) ||
-	    bind_i64(s, 11, a->restore_ms) || bind_i64(s, 12, a->useful_ms) ||
-	    bind_i64(s, 13, a->lost_ms))
-		return bind_fail(st, s, what, err);
-	return store_job_missing(store_run(st, s, what, err), a->job_id, err);
+	return store_job_missing(store_put(st, STMT_ATTEMPT_PUT, a,
+					   "writing an attempt", err),
+				 a->job_id, err);
 }
 
 int kn_store_attempt_list(struct kn_store *st, int64_t job_id,
@@ -462,23 +431,9 @@ void kn_task_row_release(struct kn_task_row *t)
 int kn_store_task_put(struct kn_store *st, const struct kn_task_row *t,
 		      struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_TASK_PUT];
-	const char *what = "writing a task";
-
-	if (!store_task_state_valid(t->state))
-		return kn_errorf(err, KN_EINVAL, "state",
-				 "unknown task state %d", (int)t->state);
-	if (bind_i64(s, 1, t->job_id) || bind_i64(s, 2, t->attempt) ||
-	    bind_i64(s, 3, t->rank) || bind_text(s, 4, t->node) ||
-	    bind_text(s, 5, t->devices) || bind_i64(s, 6, t->gpu_milli) ||
-	    bind_text(s, 7, t->task_dir) ||
-	    bind_text(s, 8, kn_task_state_name(t->state)) ||
-	    bind_i64(s, 9, t->shim_pid) || bind_i64(s, 10, t->shim_start) ||
-	    bind_i64(s, 11, t->started_at) || bind_i64(s, 12, t->ended_at) ||
-	    bind_i64(s, 13, t->exit_code) || bind_i64(s, 14, t->signal) ||
-	    bind_i64(s, 15, t->master_port))
-		return bind_fail(st, s, what, err);
-	return store_job_missing(store_run(st, s, what, err), t->job_id, err);
+	return store_job_missing(
+		store_put(st, STMT_TASK_PUT, t, "writing a task", err),
+		t->job_id, err);
 }
 
 int kn_store_task_list(struct kn_store *st, int64_t job_id, int attempt,
@@ -508,14 +463,9 @@ void kn_output_row_release(struct kn_output_row *o)
 int kn_store_output_put(struct kn_store *st, const struct kn_output_row *o,
 			struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_OUTPUT_PUT];
-	const char *what = "writing an output";
-
-	if (bind_i64(s, 1, o->job_id) || bind_text(s, 2, o->name) ||
-	    bind_i64(s, 3, o->size) || bind_text(s, 4, o->sha256) ||
-	    bind_text(s, 5, o->url))
-		return bind_fail(st, s, what, err);
-	return store_job_missing(store_run(st, s, what, err), o->job_id, err);
+	return store_job_missing(
+		store_put(st, STMT_OUTPUT_PUT, o, "writing an output", err),
+		o->job_id, err);
 }
 
 int kn_store_output_list(struct kn_store *st, int64_t job_id,
@@ -575,15 +525,9 @@ int kn_store_job_input_put(struct kn_store *st,
 			   const struct kn_job_input_row *r,
 			   struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_INPUT_PUT];
-	const char *what = "recording a job's input";
-
-	if (bind_i64(s, 1, r->job_id) || bind_text(s, 2, r->name) ||
-	    bind_text(s, 3, r->url) || bind_text(s, 4, r->sha256) ||
-	    bind_i64(s, 5, r->size) || bind_i64(s, 6, r->attempt) ||
-	    bind_i64(s, 7, r->recorded_at))
-		return bind_fail(st, s, what, err);
-	return store_job_missing(store_run(st, s, what, err), r->job_id, err);
+	return store_job_missing(store_put(st, STMT_JOB_INPUT_PUT, r,
+					   "recording a job's input", err),
+				 r->job_id, err);
 }
 
 int kn_store_job_input_list(struct kn_store *st, int64_t job_id,

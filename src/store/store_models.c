@@ -91,8 +91,8 @@ static const char SQL_MODEL_NEXT[] =
 	" RETURNING next_version - 1";
 #define VERSION_COLUMNS "name, version, manifest, created_by, created_at"
 static const char SQL_MODEL_VERSION_INSERT[] =
-	"INSERT INTO model_versions (name, version, manifest, created_by,"
-	" created_at) VALUES (?1, ?2, ?3, ?4, ?5)";
+	"INSERT INTO model_versions (" VERSION_COLUMNS ") VALUES (:name,"
+	" :version, :manifest, :created_by, :created_at)";
 static const char SQL_MODEL_VERSION_DELETE[] =
 	"DELETE FROM model_versions WHERE name = ?1 AND version = ?2";
 static const char SQL_MODEL_VERSION_GET[] =
@@ -104,7 +104,8 @@ static const char SQL_MODEL_VERSION_LIST[] =
 static const char SQL_REVAL_PUT[] =
 	"INSERT OR REPLACE INTO model_revalidations (name, alias, owner,"
 	" spec_yaml, filename, every_ms, thresholds_json, rollback, created_at,"
-	" deployment) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+	" deployment) VALUES (:name, :alias, :owner, :spec_yaml, :filename,"
+	" :every_ms, :thresholds_json, :rollback, :created_at, :deployment)";
 static const char SQL_REVAL_LIST[] =
 	"SELECT name, alias, owner, spec_yaml, filename, every_ms,"
 	" thresholds_json, rollback, created_at, deployment"
@@ -113,7 +114,8 @@ static const char SQL_REVAL_DELETE[] =
 	"DELETE FROM model_revalidations WHERE name = ?1 AND alias = ?2";
 static const char SQL_EVAL_INSERT[] =
 	"INSERT INTO model_evaluations (name, version, alias, job_id, outcome,"
-	" metrics_json, detail, time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+	" metrics_json, detail, time_ms) VALUES (:name, :version, :alias,"
+	" :job_id, :outcome, :metrics_json, :detail, :time_ms)";
 static const char SQL_EVAL_LIST[] =
 	"SELECT id, name, version, alias, job_id, outcome, metrics_json, detail,"
 	" time_ms FROM model_evaluations WHERE name = ?1 AND version = ?2"
@@ -148,7 +150,7 @@ const struct store_stmt store_model_stmts[] = {
 	{STMT_MODEL_LIST, SQL_MODEL_LIST, &MODEL_ROW},
 	{STMT_MODEL_CREATE, SQL_MODEL_CREATE, NULL},
 	{STMT_MODEL_NEXT, SQL_MODEL_NEXT, NULL},
-	{STMT_MODEL_VERSION_INSERT, SQL_MODEL_VERSION_INSERT, NULL},
+	{STMT_MODEL_VERSION_INSERT, SQL_MODEL_VERSION_INSERT, &VERSION_ROW},
 	{STMT_MODEL_VERSION_DELETE, SQL_MODEL_VERSION_DELETE, NULL},
 	{STMT_MODEL_VERSION_GET, SQL_MODEL_VERSION_GET, &VERSION_ROW},
 	{STMT_MODEL_VERSION_LIST, SQL_MODEL_VERSION_LIST, &VERSION_ROW},
@@ -159,10 +161,10 @@ const struct store_stmt store_model_stmts[] = {
 	{STMT_MODEL_ALIAS_HISTORY, SQL_MODEL_ALIAS_HISTORY, &ALIAS_ROW},
 	{STMT_MODEL_SIGNATURE_INSERT, SQL_MODEL_SIGNATURE_INSERT, NULL},
 	{STMT_MODEL_SIGNATURE_LIST, SQL_MODEL_SIGNATURE_LIST, &SIGNATURE_ROW},
-	{STMT_REVAL_PUT, SQL_REVAL_PUT, NULL},
+	{STMT_REVAL_PUT, SQL_REVAL_PUT, &REVAL_ROW},
 	{STMT_REVAL_LIST, SQL_REVAL_LIST, &REVAL_ROW},
 	{STMT_REVAL_DELETE, SQL_REVAL_DELETE, NULL},
-	{STMT_EVAL_INSERT, SQL_EVAL_INSERT, NULL},
+	{STMT_EVAL_INSERT, SQL_EVAL_INSERT, &EVAL_ROW},
 	{STMT_EVAL_LIST, SQL_EVAL_LIST, &EVAL_ROW},
 	{0},
 };
@@ -223,14 +225,10 @@ int kn_store_model_version_insert(struct kn_store *st,
 				  const struct kn_audit *a,
 				  struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_INSERT];
 	static const struct store_write w = {.what = "inserting a model version"};
 
-	if (bind_text(s, 1, v->name) || bind_i64(s, 2, v->version) ||
-	    bind_text(s, 3, v->manifest) || bind_text(s, 4, v->created_by) ||
-	    bind_i64(s, 5, v->created_at))
-		return bind_fail(st, s, w.what, err);
-	return store_write(st, s, &w, a, NULL, err);
+	return store_write_row(st, STMT_MODEL_VERSION_INSERT, v, &w, a, NULL,
+			       err);
 }
 
 int kn_store_model_version_delete(struct kn_store *st, const char *name,
@@ -408,17 +406,10 @@ int kn_store_revalidation_put(struct kn_store *st,
 			      const struct kn_revalidation_row *r,
 			      const struct kn_audit *a, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_REVAL_PUT];
-	static const struct store_write w = {.what = "saving a model re-validation"};
+	static const struct store_write w = {
+		.what = "saving a model re-validation"};
 
-	if (bind_text(s, 1, r->name) || bind_text(s, 2, r->alias) ||
-	    bind_text(s, 3, r->owner) || bind_text(s, 4, r->spec_yaml) ||
-	    bind_text(s, 5, r->filename) || bind_i64(s, 6, r->every_ms) ||
-	    bind_text(s, 7, r->thresholds_json) ||
-	    bind_i64(s, 8, r->rollback) || bind_i64(s, 9, r->created_at) ||
-	    bind_text(s, 10, r->deployment))
-		return bind_fail(st, s, w.what, err);
-	return store_write(st, s, &w, a, NULL, err);
+	return store_write_row(st, STMT_REVAL_PUT, r, &w, a, NULL, err);
 }
 
 int kn_store_revalidation_list(struct kn_store *st,
@@ -450,15 +441,8 @@ int kn_store_evaluation_add(struct kn_store *st,
 			    const struct kn_evaluation_row *e,
 			    struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_EVAL_INSERT];
-	const char *what = "recording a model evaluation";
-
-	if (bind_text(s, 1, e->name) || bind_i64(s, 2, e->version) ||
-	    bind_text(s, 3, e->alias) || bind_i64(s, 4, e->job_id) ||
-	    bind_text(s, 5, e->outcome) || bind_text(s, 6, e->metrics_json) ||
-	    bind_text(s, 7, e->detail) || bind_i64(s, 8, e->time_ms))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_put(st, STMT_EVAL_INSERT, e, "recording a model evaluation",
+			 err);
 }
 
 int kn_store_evaluation_list(struct kn_store *st, const char *name,

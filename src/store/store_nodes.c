@@ -25,8 +25,10 @@ static const struct store_row NODE_ROW =
 
 static const char SQL_NODE_PUT[] =
 	"INSERT INTO nodes (" NODE_COLUMNS ")"
-	" VALUES (?1, ?2, coalesce(?3, '{}'), coalesce(?4, '[]'), ?5, ?6, ?7,"
-	" ?8, ?9) ON CONFLICT (name) DO UPDATE SET state = excluded.state,"
+	" VALUES (:name, :state, coalesce(:labels_json, '{}'),"
+	" coalesce(:taints_json, '[]'), :cpu_milli, :memory_bytes, :simulated,"
+	" :updated_at, :reason) ON CONFLICT (name) DO UPDATE SET"
+	" state = excluded.state,"
 	" labels_json = excluded.labels_json,"
 	" taints_json = excluded.taints_json, cpu_milli = excluded.cpu_milli,"
 	" memory_bytes = excluded.memory_bytes,"
@@ -55,8 +57,8 @@ static const struct store_row DEVICE_ROW =
 static const char SQL_DEVICE_DELETE_NODE[] =
 	"DELETE FROM devices WHERE node = ?1";
 static const char SQL_DEVICE_INSERT[] =
-	"INSERT INTO devices (" DEVICE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5,"
-	" ?6)";
+	"INSERT INTO devices (" DEVICE_COLUMNS ") VALUES (:node, :idx, :uuid,"
+	" :model, :memory_bytes, :simulated)";
 static const char SQL_DEVICE_LIST_NODE[] =
 	"SELECT " DEVICE_COLUMNS " FROM devices WHERE node = ?1 ORDER BY idx";
 
@@ -90,10 +92,10 @@ static const char SQL_NODE_STATE_LIST[] =
 	" WHERE ended_at = 0 OR ended_at > ?1 ORDER BY node, started_at";
 
 const struct store_stmt store_node_stmts[] = {
-	{STMT_NODE_PUT, SQL_NODE_PUT, NULL},
+	{STMT_NODE_PUT, SQL_NODE_PUT, &NODE_ROW},
 	{STMT_NODE_LIST, SQL_NODE_LIST, &NODE_ROW},
 	{STMT_DEVICE_DELETE_NODE, SQL_DEVICE_DELETE_NODE, NULL},
-	{STMT_DEVICE_INSERT, SQL_DEVICE_INSERT, NULL},
+	{STMT_DEVICE_INSERT, SQL_DEVICE_INSERT, &DEVICE_ROW},
 	{STMT_DEVICE_LIST_NODE, SQL_DEVICE_LIST_NODE, &DEVICE_ROW},
 	{STMT_NODE_STATE_CLOSE, SQL_NODE_STATE_CLOSE, NULL},
 	{STMT_NODE_STATE_CLOSE_ALL, SQL_NODE_STATE_CLOSE_ALL, NULL},
@@ -115,9 +117,7 @@ void kn_node_row_release(struct kn_node_row *n)
 int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
 		      struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_NODE_PUT];
 	sqlite3_stmt *del = st->stmt[STMT_DEVICE_DELETE_NODE];
-	sqlite3_stmt *ins = st->stmt[STMT_DEVICE_INSERT];
 	const char *what = "writing a node";
 	bool own;
 	int rc;
@@ -125,15 +125,7 @@ int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
 	rc = write_begin(st, &own, err);
 	if (rc < 0)
 		return rc;
-	if (bind_text(s, 1, n->name) || bind_text(s, 2, n->state) ||
-	    bind_text(s, 3, n->labels_json) || bind_text(s, 4, n->taints_json) ||
-	    bind_i64(s, 5, n->cpu_milli) || bind_i64(s, 6, n->memory_bytes) ||
-	    bind_i64(s, 7, n->simulated) || bind_i64(s, 8, n->updated_at) ||
-	    bind_text(s, 9, n->reason)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
+	rc = store_put(st, STMT_NODE_PUT, n, what, err);
 	if (rc < 0)
 		goto out;
 	if (bind_text(del, 1, n->name)) {
@@ -142,21 +134,16 @@ int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
 	}
 	rc = store_run(st, del, what, err);
 	for (size_t i = 0; rc == 0 && i < n->n_devices; i++) {
-		const struct kn_device_row *d = &n->devices[i];
+		struct kn_device_row d = n->devices[i];
 
-		/* The device belongs to the node it is put with. */
-		if (bind_text(ins, 1, n->name) || bind_i64(ins, 2, d->index) ||
-		    bind_text(ins, 3, d->uuid) || bind_text(ins, 4, d->model) ||
-		    bind_i64(ins, 5, d->memory_bytes) ||
-		    bind_i64(ins, 6, d->simulated)) {
-			rc = bind_fail(st, ins, what, err);
-			goto out;
-		}
-		rc = store_run(st, ins, what, err);
+		/* The device belongs to the node it is put with; the copy
+		   only lends the name to the binding. */
+		d.node = n->name;
+		rc = store_put(st, STMT_DEVICE_INSERT, &d, what, err);
 		if (rc == -EEXIST)
 			rc = kn_errorf(err, KN_ECONFLICT, "devices",
 				       "node %s lists device %d twice",
-				       n->name, d->index);
+				       n->name, d.index);
 	}
 out:
 	return write_end(st, own, rc, err);

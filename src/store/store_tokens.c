@@ -28,7 +28,8 @@ static const struct store_row TOKEN_ROW =
 
 static const char SQL_TOKEN_INSERT[] =
 	"INSERT INTO tokens (name, role, hash, created_by, created_at,"
-	" revoked_at, last_used_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+	" revoked_at, last_used_at) VALUES (:name, :role, :hash, :created_by,"
+	" :created_at, :revoked_at, :last_used_at)";
 static const char SQL_TOKEN_BY_HASH[] =
 	"SELECT " TOKEN_COLUMNS " FROM tokens"
 	" WHERE hash = ?1 AND revoked_at = 0";
@@ -42,7 +43,7 @@ static const char SQL_TOKEN_COUNT[] =
 	"SELECT count(*) FROM tokens WHERE revoked_at = 0";
 
 const struct store_stmt store_token_stmts[] = {
-	{STMT_TOKEN_INSERT, SQL_TOKEN_INSERT, NULL},
+	{STMT_TOKEN_INSERT, SQL_TOKEN_INSERT, &TOKEN_ROW},
 	{STMT_TOKEN_BY_HASH, SQL_TOKEN_BY_HASH, &TOKEN_ROW},
 	{STMT_TOKEN_TOUCH, SQL_TOKEN_TOUCH, NULL},
 	{STMT_TOKEN_LIST, SQL_TOKEN_LIST, &TOKEN_ROW},
@@ -60,19 +61,13 @@ int kn_store_token_insert(struct kn_store *st, const struct kn_token_row *t,
 			  const struct kn_audit *a, int64_t *out_id,
 			  struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_TOKEN_INSERT];
 	struct store_write w = {.what = "inserting a token"};
 	int rc;
 
-	if (bind_text(s, 1, t->name) || bind_text(s, 2, t->role) ||
-	    bind_text(s, 3, t->hash) || bind_text(s, 4, t->created_by) ||
-	    bind_i64(s, 5, t->created_at) || bind_i64(s, 6, t->revoked_at) ||
-	    bind_i64(s, 7, t->last_used_at))
-		return bind_fail(st, s, w.what, err);
 	w.object = kn_asprintf("token/%s", t->name);
 	/* The only unique key on tokens is the active name. */
 	w.conflict = kn_asprintf("a token named %s already exists", t->name);
-	rc = store_write(st, s, &w, a, out_id, err);
+	rc = store_write_row(st, STMT_TOKEN_INSERT, t, &w, a, out_id, err);
 	free((char *)w.object);
 	free((char *)w.conflict);
 	return rc;

@@ -62,13 +62,14 @@ static const struct store_row WF_ATTEMPT_ROW = STORE_ROW(
 static const char SQL_WF_RUN_INSERT[] =
 	"INSERT INTO workflow_runs (name, owner, filename, path, spec_yaml,"
 	" files_json, digest, revision, state, reason, submitted_at,"
-	" started_at, ended_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
-	" ?10, ?11, ?12, ?13)";
+	" started_at, ended_at) VALUES (:name, :owner, :filename, :path,"
+	" :spec_yaml, :files_json, :digest, :revision, :state, :reason,"
+	" :submitted_at, :started_at, :ended_at)";
 static const char SQL_WF_RUN_GET[] =
 	"SELECT " WF_RUN_COLUMNS " FROM workflow_runs WHERE id = ?1";
 static const char SQL_WF_RUN_UPDATE[] =
-	"UPDATE workflow_runs SET state = ?2, reason = ?3, started_at = ?4,"
-	" ended_at = ?5 WHERE id = ?1";
+	"UPDATE workflow_runs SET state = :state, reason = :reason,"
+	" started_at = :started_at, ended_at = :ended_at WHERE id = :id";
 static const char SQL_WF_RUN_LIST[] =
 	"SELECT " WF_RUN_COLUMNS " FROM workflow_runs"
 	" WHERE ?1 = 0 OR state IN ('queued', 'running') ORDER BY id";
@@ -76,8 +77,9 @@ static const char SQL_WF_RUN_LIST[] =
 	"run_id, idx, name, state, by_condition, job_id, attempts,"        \
 	" started_at, ended_at, reason, metrics_json"
 static const char SQL_WF_STEP_PUT[] =
-	"INSERT INTO workflow_steps (" WF_STEP_COLUMNS ") VALUES (?1, ?2, ?3,"
-	" ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (run_id, idx) DO"
+	"INSERT INTO workflow_steps (" WF_STEP_COLUMNS ") VALUES (:run_id,"
+	" :idx, :name, :state, :by_condition, :job_id, :attempts, :started_at,"
+	" :ended_at, :reason, :metrics_json) ON CONFLICT (run_id, idx) DO"
 	" UPDATE SET state = excluded.state,"
 	" by_condition = excluded.by_condition, job_id = excluded.job_id,"
 	" attempts = excluded.attempts, started_at = excluded.started_at,"
@@ -92,20 +94,21 @@ static const char SQL_WF_STEP_BY_JOB[] =
 	"run_id, idx, attempt, job_id, outcome, started_at, ended_at"
 static const char SQL_WF_ATTEMPT_PUT[] =
 	"INSERT OR REPLACE INTO workflow_attempts (" WF_ATTEMPT_COLUMNS ")"
-	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+	" VALUES (:run_id, :idx, :attempt, :job_id, :outcome, :started_at,"
+	" :ended_at)";
 static const char SQL_WF_ATTEMPT_LIST[] =
 	"SELECT " WF_ATTEMPT_COLUMNS " FROM workflow_attempts"
 	" WHERE run_id = ?1 ORDER BY idx, attempt";
 
 const struct store_stmt store_workflow_stmts[] = {
-	{STMT_WF_RUN_INSERT, SQL_WF_RUN_INSERT, NULL},
+	{STMT_WF_RUN_INSERT, SQL_WF_RUN_INSERT, &WF_RUN_ROW},
 	{STMT_WF_RUN_GET, SQL_WF_RUN_GET, &WF_RUN_ROW},
-	{STMT_WF_RUN_UPDATE, SQL_WF_RUN_UPDATE, NULL},
+	{STMT_WF_RUN_UPDATE, SQL_WF_RUN_UPDATE, &WF_RUN_ROW},
 	{STMT_WF_RUN_LIST, SQL_WF_RUN_LIST, &WF_RUN_ROW},
-	{STMT_WF_STEP_PUT, SQL_WF_STEP_PUT, NULL},
+	{STMT_WF_STEP_PUT, SQL_WF_STEP_PUT, &WF_STEP_ROW},
 	{STMT_WF_STEP_LIST, SQL_WF_STEP_LIST, &WF_STEP_ROW},
 	{STMT_WF_STEP_BY_JOB, SQL_WF_STEP_BY_JOB, NULL},
-	{STMT_WF_ATTEMPT_PUT, SQL_WF_ATTEMPT_PUT, NULL},
+	{STMT_WF_ATTEMPT_PUT, SQL_WF_ATTEMPT_PUT, &WF_ATTEMPT_ROW},
 	{STMT_WF_ATTEMPT_LIST, SQL_WF_ATTEMPT_LIST, &WF_ATTEMPT_ROW},
 	{0},
 };
@@ -122,28 +125,11 @@ void kn_wf_step_row_release(struct kn_wf_step_row *p)
 	store_row_release(&WF_STEP_ROW, p);
 }
 
-static int wf_step_write(struct kn_store *st, const struct kn_wf_step_row *p,
-			 struct kn_error *err)
-{
-	sqlite3_stmt *s = st->stmt[STMT_WF_STEP_PUT];
-	const char *what = "writing a workflow step";
-
-	if (bind_i64(s, 1, p->run_id) || bind_i64(s, 2, p->index) ||
-	    bind_text(s, 3, p->name) || bind_text(s, 4, p->state) ||
-	    bind_i64(s, 5, p->by_condition) || bind_i64(s, 6, p->job_id) ||
-	    bind_i64(s, 7, p->attempts) || bind_i64(s, 8, p->started_at) ||
-	    bind_i64(s, 9, p->ended_at) || bind_text(s, 10, p->reason) ||
-	    bind_text(s, 11, p->metrics_json))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
-}
-
 int kn_store_wf_run_insert(struct kn_store *st, const struct kn_wf_run_row *r,
 			   const struct kn_wf_step_row *steps, size_t n,
 			   const struct kn_audit *a, int64_t *out_id,
 			   struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_INSERT];
 	const char *what = "inserting a workflow run";
 	char object[40];
 	int64_t id = 0;
@@ -153,17 +139,7 @@ int kn_store_wf_run_insert(struct kn_store *st, const struct kn_wf_run_row *r,
 	rc = write_begin(st, &own, err);
 	if (rc < 0)
 		return rc;
-	if (bind_text(s, 1, r->name) || bind_text(s, 2, r->owner) ||
-	    bind_text(s, 3, r->filename) || bind_text(s, 4, r->path) ||
-	    bind_text(s, 5, r->spec_yaml) || bind_text(s, 6, r->files_json) ||
-	    bind_text(s, 7, r->digest) || bind_text(s, 8, r->revision) ||
-	    bind_text(s, 9, r->state) || bind_text(s, 10, r->reason) ||
-	    bind_i64(s, 11, r->submitted_at) || bind_i64(s, 12, r->started_at) ||
-	    bind_i64(s, 13, r->ended_at)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
+	rc = store_put(st, STMT_WF_RUN_INSERT, r, what, err);
 	if (rc < 0)
 		goto out;
 	id = sqlite3_last_insert_rowid(st->db);
@@ -171,7 +147,7 @@ int kn_store_wf_run_insert(struct kn_store *st, const struct kn_wf_run_row *r,
 		struct kn_wf_step_row p = steps[i];
 
 		p.run_id = id;
-		rc = wf_step_write(st, &p, err);
+		rc = kn_store_wf_step_put(st, &p, err);
 	}
 	if (rc < 0)
 		goto out;
@@ -203,17 +179,12 @@ int kn_store_wf_run_get(struct kn_store *st, int64_t id,
 int kn_store_wf_run_update(struct kn_store *st, const struct kn_wf_run_row *r,
 			   const struct kn_audit *a, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_UPDATE];
 	char object[40];
 	struct store_write w = {.what = "updating a workflow run",
 				.object = object};
 
-	if (bind_i64(s, 1, r->id) || bind_text(s, 2, r->state) ||
-	    bind_text(s, 3, r->reason) || bind_i64(s, 4, r->started_at) ||
-	    bind_i64(s, 5, r->ended_at))
-		return bind_fail(st, s, w.what, err);
 	snprintf(object, sizeof(object), "workflow/%" PRId64, r->id);
-	return store_write(st, s, &w, a, NULL, err);
+	return store_write_row(st, STMT_WF_RUN_UPDATE, r, &w, a, NULL, err);
 }
 
 int kn_store_wf_run_list(struct kn_store *st, bool active_only,
@@ -236,7 +207,8 @@ void kn_wf_run_list_free(struct kn_wf_run_row *rows, size_t n)
 int kn_store_wf_step_put(struct kn_store *st, const struct kn_wf_step_row *p,
 			 struct kn_error *err)
 {
-	return wf_step_write(st, p, err);
+	return store_put(st, STMT_WF_STEP_PUT, p, "writing a workflow step",
+			 err);
 }
 
 int kn_store_wf_step_list(struct kn_store *st, int64_t run_id,
@@ -283,15 +255,8 @@ int kn_store_wf_attempt_put(struct kn_store *st,
 			    const struct kn_wf_attempt_row *a,
 			    struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_WF_ATTEMPT_PUT];
-	const char *what = "writing a workflow step attempt";
-
-	if (bind_i64(s, 1, a->run_id) || bind_i64(s, 2, a->index) ||
-	    bind_i64(s, 3, a->attempt) || bind_i64(s, 4, a->job_id) ||
-	    bind_text(s, 5, a->outcome) || bind_i64(s, 6, a->started_at) ||
-	    bind_i64(s, 7, a->ended_at))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_put(st, STMT_WF_ATTEMPT_PUT, a,
+			 "writing a workflow step attempt", err);
 }
 
 int kn_store_wf_attempt_list(struct kn_store *st, int64_t run_id,

@@ -39,7 +39,8 @@ static void test_every_statement_matches_its_table(void **state)
 		     d++) {
 			sqlite3_stmt *s = st->stmt[d->id];
 
-			if (!d->row)
+			/* A write binds from its table and returns nothing. */
+			if (!d->row || sqlite3_column_count(s) == 0)
 				continue;
 			assert_int_equal(sqlite3_column_count(s),
 					 (int)d->row->n_cols);
@@ -61,8 +62,14 @@ struct pair {
 	int small;
 };
 
-static void check_table(const char *sql, const struct store_row *row,
-			int want, const char *want_message)
+/* store_check_row or store_check_params: a statement against a table. */
+typedef int (*stmt_check)(sqlite3_stmt *s, const struct store_row *row,
+			  struct kn_error *err);
+
+/* check's answer on sql, prepared over a table t (id, name). */
+static void check_stmt(stmt_check check, const char *sql,
+		       const struct store_row *row, int want,
+		       const char *want_message)
 {
 	sqlite3 *db = NULL;
 	sqlite3_stmt *s = NULL;
@@ -73,7 +80,7 @@ static void check_table(const char *sql, const struct store_row *row,
 				      NULL, NULL),
 			 SQLITE_OK);
 	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
-	assert_int_equal(store_check_row(s, row, &err), want);
+	assert_int_equal(check(s, row, &err), want);
 	if (want_message)
 		assert_non_null(strstr(err.message, want_message));
 	sqlite3_finalize(s);
@@ -107,21 +114,76 @@ static void test_drifted_table_caught(void **state)
 		STORE_ROW(struct pair, "pair", wrong_size);
 
 	(void)state;
-	check_table("SELECT id, name FROM t", &good_row, 0, NULL);
+	check_stmt(store_check_row, "SELECT id, name FROM t", &good_row, 0,
+		   NULL);
 	/* A select list reordered under its table. */
-	check_table("SELECT name, id FROM t", &good_row, -EIO,
-		    "column 0 is name, its pair table reads id there");
-	check_table("SELECT id, name FROM t", &swapped_row, -EIO,
-		    "column 0 is id");
+	check_stmt(store_check_row, "SELECT name, id FROM t", &good_row, -EIO,
+		   "column 0 is name, its pair table reads id there");
+	check_stmt(store_check_row, "SELECT id, name FROM t", &swapped_row,
+		   -EIO, "column 0 is id");
 	/* A column added to the select list and not to the table. */
-	check_table("SELECT id, name FROM t", &short_row, -EIO,
-		    "returns 2 columns, its pair table reads 1");
+	check_stmt(store_check_row, "SELECT id, name FROM t", &short_row, -EIO,
+		   "returns 2 columns, its pair table reads 1");
 	/* An expression without a name. */
-	check_table("SELECT id, upper(name) FROM t", &good_row, -EIO,
-		    "column 1 is upper(name)");
+	check_stmt(store_check_row, "SELECT id, upper(name) FROM t", &good_row,
+		   -EIO, "column 1 is upper(name)");
 	/* A field whose size is not its type's (text into an int). */
-	check_table("SELECT id, name FROM t", &size_row, -EIO,
-		    "name has a field of 4 bytes");
+	check_stmt(store_check_row, "SELECT id, name FROM t", &size_row, -EIO,
+		   "name has a field of 4 bytes");
+}
+
+/* A :name parameter binds from the field of that name, or open fails. */
+static void test_drifted_params_caught(void **state)
+{
+	static const struct store_col cols[] = {
+		STORE_COL_AS(struct pair, id, "id", STORE_INT),
+		STORE_COL_AS(struct pair, name, "name", STORE_TEXT),
+	};
+	static const struct store_row row =
+		STORE_ROW(struct pair, "pair", cols);
+
+	(void)state;
+	check_stmt(store_check_params,
+		   "INSERT INTO t (id, name) VALUES (:id, :name)", &row, 0,
+		   NULL);
+	/* ?N parameters are the caller's, with or without a table. */
+	check_stmt(store_check_params,
+		   "UPDATE t SET name = :name WHERE id = ?1", &row, 0, NULL);
+	check_stmt(store_check_params, "DELETE FROM t WHERE id = ?1", NULL, 0,
+		   NULL);
+	/* A misspelt parameter would bind NULL unnoticed. */
+	check_stmt(store_check_params,
+		   "INSERT INTO t (id, name) VALUES (:id, :nmae)", &row, -EIO,
+		   "parameter :nmae is no column of its pair table");
+	check_stmt(store_check_params, "DELETE FROM t WHERE id = :id", NULL,
+		   -EIO, "names parameter :id but has no table");
+}
+
+/* A state outside its enum is refused by name before anything is bound. */
+static void test_bad_state_not_written(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_store *st = NULL;
+	struct kn_error err = {0};
+	struct kn_job_row j = {.name = "j", .owner = "alice", .tasks = 1};
+	struct kn_task_row t = {.job_id = 1, .attempt = 1};
+	int64_t id = 0;
+
+	assert_int_equal(kn_store_open(fx->path, &st, &err), 0);
+	assert_int_equal(kn_store_job_insert(st, &j, NULL, &id, &err), 0);
+	j.id = id;
+	j.state = (enum kn_job_state)-1;
+	assert_int_equal(kn_store_job_update(st, &j, NULL, &err), -EINVAL);
+	assert_string_equal(err.field, "state");
+	assert_string_equal(err.message, "unknown job state -1");
+	t.state = (enum kn_task_state)7;
+	assert_int_equal(kn_store_task_put(st, &t, &err), -EINVAL);
+	assert_string_equal(err.message, "unknown task state 7");
+	/* Nothing stayed bound: the next write of the statement is whole. */
+	t.state = KN_TASK_RUNNING;
+	t.node = "n1";
+	assert_int_equal(kn_store_task_put(st, &t, &err), 0);
+	kn_store_free(st);
 }
 
 /* An unknown state names the row by its key and leaves nothing behind. */
@@ -303,6 +365,9 @@ int main(void)
 			test_every_statement_matches_its_table, setup_dir,
 			teardown),
 		cmocka_unit_test(test_drifted_table_caught),
+		cmocka_unit_test(test_drifted_params_caught),
+		cmocka_unit_test_setup_teardown(test_bad_state_not_written,
+						setup_dir, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_state_names_row,
 						setup_dir, teardown),
 		cmocka_unit_test_setup_teardown(test_old_files_upgrade,
