@@ -338,17 +338,15 @@ static int gateway_alert(struct server *s, const char *source,
 				   "signal", signal, "source", source);
 	json_t *extra = json_pack("{s:f, s:f, s:f}", "low", low, "high", high,
 				  "window_s", window_s);
-	struct server_alert a = {
-		.rule = rule,
-		.severity = "warning",
-		.fingerprint = fingerprint,
-		.summary = summary,
-		.labels = labels,
-		.value = value,
-		.active_at_ms = started_at_ms,
-		.extra = extra,
-	};
-	int rc = monitor_server_alert(s, &a, firing, err);
+	struct server_alert a = server_alert_critical(rule, fingerprint, summary,
+						      labels, started_at_ms);
+	int rc;
+
+	/* Not a failure: a measure outside its band, and by how much. */
+	a.severity = "warning";
+	a.value = value;
+	a.extra = extra;
+	rc = monitor_server_alert(s, &a, firing, err);
 
 	json_decref(extra);
 	json_decref(labels);
