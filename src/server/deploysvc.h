@@ -51,11 +51,10 @@ struct replica {
 };
 
 struct deployment {
-	char *name, *owner, *filename, *spec_yaml, *spec_json, *model_dir;
+	/* As stored: name, owner, the spec's text and JSON, the replicas
+	   wanted, the generation, the next replica a rollout restarts. */
+	struct kn_deployment_row row;
 	struct kn_deployment_spec *spec;
-	int replicas; /* wanted */
-	int64_t generation, created_at, updated_at;
-	int rollout_next; /* -1 = no rollout */
 	bool model_refused; /* deployment_model_refused is firing */
 	struct replica *reps;
 	int n_reps; /* slots: at least replicas, more while scaling down */
