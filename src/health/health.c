@@ -580,3 +580,25 @@ int kn_health_run(const struct kn_health_config *cfg,
 		failed += results[i].status == KN_CHECK_FAIL;
 	return failed;
 }
+
+int kn_health_run_here(const struct kn_health_config *cfg, char *first,
+		       size_t first_size)
+{
+	struct kn_check_result r[KN_HEALTH_CHECKS];
+	struct kn_health_config here = *cfg;
+	struct kn_error err;
+	int failed;
+
+	if (kn_nvml_open(&here.nvml, &err) < 0)
+		here.nvml = NULL; /* no GPU: its checks skip */
+	failed = kn_health_run(&here, r);
+	kn_nvml_close(here.nvml);
+	first[0] = '\0';
+	for (int i = 0; i < KN_HEALTH_CHECKS; i++)
+		if (r[i].status == KN_CHECK_FAIL) {
+			snprintf(first, first_size, "%s: %s", r[i].name,
+				 r[i].message);
+			break;
+		}
+	return failed;
+}

@@ -66,6 +66,16 @@ struct kn_health_config {
 int kn_health_run(const struct kn_health_config *cfg,
 		  struct kn_check_result *results);
 
+/*
+ * kn_health_run on this machine's GPUs, for a caller that only needs the
+ * verdict: NVML is opened for the run and closed after (none: the GPU
+ * checks skip; cfg->nvml is not used). Returns the number of failed
+ * checks and writes "check: message" of the first failure to first
+ * (first_size bytes, truncated), or "" when none failed.
+ */
+int kn_health_run_here(const struct kn_health_config *cfg, char *first,
+		       size_t first_size);
+
 const char *kn_check_status_name(enum kn_check_status s);
 
 /* ---- GPU performance: memory bandwidth and GEMM throughput (--perf) ---- */

@@ -41,22 +41,12 @@ static void health_work(void *arg)
 {
 	struct health_job *j = arg;
 	struct node_health *nh = j->nh;
-	struct kn_check_result r[KN_HEALTH_CHECKS];
 	struct kn_health_config cfg = {0};
-	struct kn_error err;
 
 	cfg.root = nh->s->cfg.health_root;
 	cfg.kernel_log = nh->s->cfg.health_kernel_log;
 	cfg.sku = nh->have_sku ? &nh->sku : NULL;
-	if (kn_nvml_open(&cfg.nvml, &err) < 0)
-		cfg.nvml = NULL; /* no GPU: its checks skip */
-	j->failed = kn_health_run(&cfg, r);
-	kn_nvml_close(cfg.nvml);
-	j->first[0] = '\0';
-	for (int i = 0; i < KN_HEALTH_CHECKS; i++)
-		if (r[i].status == KN_CHECK_FAIL && !j->first[0])
-			snprintf(j->first, sizeof(j->first), "%s: %s", r[i].name,
-				 r[i].message);
+	j->failed = kn_health_run_here(&cfg, j->first, sizeof(j->first));
 }
 
 static void health_done(void *arg, bool ran)

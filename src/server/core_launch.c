@@ -6,8 +6,6 @@
  */
 #include "core_internal.h"
 
-#include "kube/kube.h"
-
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>

@@ -75,7 +75,7 @@ struct deploy_state *deploy_state_of(struct server *s)
 struct deployment *deploy_find(struct deploy_state *d, const char *name)
 {
 	for (struct deployment *p = d->list; p; p = p->next)
-		if (!strcmp(p->name, name))
+		if (!strcmp(p->row.name, name))
 			return p;
 	return NULL;
 }
@@ -85,7 +85,7 @@ int64_t deploy_count_owned(struct server *s, const char *owner)
 	int64_t n = 0;
 
 	for (struct deployment *p = deploy_state_of(s)->list; p; p = p->next)
-		n += !strcmp(p->owner, owner);
+		n += !strcmp(p->row.owner, owner);
 	return n;
 }
 
@@ -93,12 +93,7 @@ static void deployment_free(struct deployment *p)
 {
 	if (!p)
 		return;
-	free(p->name);
-	free(p->owner);
-	free(p->filename);
-	free(p->spec_yaml);
-	free(p->spec_json);
-	free(p->model_dir);
+	kn_deployment_row_release(&p->row);
 	kn_deployment_spec_free(p->spec);
 	for (int i = 0; i < p->n_reps; i++)
 		free(p->reps[i].model_dir);
@@ -164,7 +159,7 @@ const char *deploy_node_zone(struct server *s, const struct job_view *v)
 static void owner_caller(const struct deployment *p, struct caller *c)
 {
 	memset(c, 0, sizeof(*c));
-	kn_strlcpy(c->name, p->owner, sizeof(c->name));
+	kn_strlcpy(c->name, p->row.owner, sizeof(c->name));
 	c->role = KN_ROLE_USER;
 }
 
@@ -172,12 +167,12 @@ static void owner_caller(const struct deployment *p, struct caller *c)
 static int may_change(const struct deployment *p, const struct caller *c,
 		      struct kn_error *err)
 {
-	if (c->role >= KN_ROLE_OPERATOR || !strcmp(p->owner, c->name))
+	if (c->role >= KN_ROLE_OPERATOR || !strcmp(p->row.owner, c->name))
 		return 0;
 	return kn_errorf(err, KN_EPERM, NULL,
 			 "deployment %s belongs to %s; a user may change only "
 			 "its own deployments",
-			 p->name, p->owner);
+			 p->row.name, p->row.owner);
 }
 
 void deploy_arm(struct deploy_state *d, int64_t ms)
@@ -191,28 +186,14 @@ void deploy_arm(struct deploy_state *d, int64_t ms)
 int deploy_save(struct deploy_state *d, struct deployment *p,
 		const struct kn_audit *a, struct kn_error *err)
 {
-	struct kn_deployment_row row = {
-		.name = p->name,
-		.owner = p->owner,
-		.filename = p->filename,
-		.spec_yaml = p->spec_yaml,
-		.spec_json = p->spec_json,
-		.model_dir = p->model_dir,
-		.replicas = p->replicas,
-		.generation = p->generation,
-		.rollout_next = p->rollout_next,
-		.created_at = p->created_at,
-		.updated_at = p->updated_at,
-	};
-
-	return kn_store_deployment_put(core_store(d->s), &row, a, err);
+	return kn_store_deployment_put(core_store(d->s), &p->row, a, err);
 }
 
 static int save_replica(struct deploy_state *d, struct deployment *p, int i,
 			int64_t job_id, struct kn_error *err)
 {
 	struct kn_replica_row row = {
-		.deployment = p->name, .replica = i, .job_id = job_id};
+		.deployment = p->row.name, .replica = i, .job_id = job_id};
 
 	return kn_store_replica_put(core_store(d->s), &row, err);
 }
@@ -230,11 +211,11 @@ static int start_replica(struct deploy_state *d, struct deployment *p, int i,
 	int rc;
 
 	/* Job names are 63 characters at most: the index always fits. */
-	snprintf(name, sizeof(name), "%.*s-%d", 59, p->name, i);
+	snprintf(name, sizeof(name), "%.*s-%d", 59, p->row.name, i);
 	text = kn_job_spec_to_input_text(&p->spec->job, name);
 	owner_caller(p, &c);
-	rc = jobs_submit(d->s, &c, text, strlen(text), p->filename,
-			 p->filename[0] == '/' ? p->filename : NULL, &id, err);
+	rc = jobs_submit(d->s, &c, text, strlen(text), p->row.filename,
+			 p->row.filename[0] == '/' ? p->row.filename : NULL, &id, err);
 	free(text);
 	if (rc < 0)
 		return rc;
@@ -249,7 +230,7 @@ static int start_replica(struct deploy_state *d, struct deployment *p, int i,
 	p->reps[i].job_id = id;
 	/* Its own copy: a later rollout must not change what it serves
 	   when it restarts before its turn. */
-	p->reps[i].model_dir = kn_xstrdup(p->model_dir);
+	p->reps[i].model_dir = kn_xstrdup(p->row.model_dir);
 	return 0;
 }
 
@@ -266,7 +247,7 @@ static void stop_replica(struct deploy_state *d, struct deployment *p, int i)
 	p->reps[i].job_id = 0;
 	p->reps[i].ready = false;
 	if (job_active(d->s, id) && jobs_cancel(d->s, &c, id, &err) < 0)
-		kn_log(KN_LOG_WARN, "deployment %s replica %d: %s", p->name, i,
+		kn_log(KN_LOG_WARN, "deployment %s replica %d: %s", p->row.name, i,
 		       err.message);
 }
 
@@ -278,21 +259,21 @@ static void stop_replica(struct deploy_state *d, struct deployment *p, int i)
 static void trim(struct deploy_state *d, struct deployment *p)
 {
 	struct kn_error err;
-	int keep = p->replicas;
+	int keep = p->row.replicas;
 
-	for (int i = p->replicas; i < p->n_reps; i++) {
+	for (int i = p->row.replicas; i < p->n_reps; i++) {
 		struct replica *r = &p->reps[i];
 
-		if (r->surge && r->surge_for < p->replicas && r->job_id) {
+		if (r->surge && r->surge_for < p->row.replicas && r->job_id) {
 			keep = i + 1;
 			continue;
 		}
 		if (r->job_id) {
 			stop_replica(d, p, i);
-			if (kn_store_replica_delete(core_store(d->s), p->name, i,
+			if (kn_store_replica_delete(core_store(d->s), p->row.name, i,
 						    &err) < 0)
 				kn_log(KN_LOG_ERROR, "deployment %s: %s",
-				       p->name, err.message);
+				       p->row.name, err.message);
 		}
 		free(r->model_dir);
 		memset(r, 0, sizeof(*r));
@@ -304,7 +285,7 @@ static void trim(struct deploy_state *d, struct deployment *p)
 /* Replica i has a ready surge replica taking its place. */
 bool deploy_retiring(const struct deployment *p, int i)
 {
-	for (int k = p->replicas; k < p->n_reps; k++)
+	for (int k = p->row.replicas; k < p->n_reps; k++)
 		if (p->reps[k].surge && p->reps[k].surge_for == i &&
 		    p->reps[k].surge_ready)
 			return true;
@@ -316,7 +297,7 @@ static void probes_move(struct deploy_state *d, const struct deployment *p,
 			int from, int to)
 {
 	for (struct probe *pr = d->probes; pr; pr = pr->next)
-		if (pr->replica == from && !strcmp(pr->deployment, p->name))
+		if (pr->replica == from && !strcmp(pr->deployment, p->row.name))
 			pr->replica = to;
 }
 
@@ -346,7 +327,7 @@ static void surge_step(struct deploy_state *d, struct deployment *p, int k)
 	    now - d->config_fetched_at < GATEWAY_GONE_MS)
 		return;
 	if (save_replica(d, p, t, r->job_id, &err) < 0) {
-		kn_log(KN_LOG_ERROR, "deployment %s replica %d: %s", p->name,
+		kn_log(KN_LOG_ERROR, "deployment %s replica %d: %s", p->row.name,
 		       t, err.message);
 		return;
 	}
@@ -356,16 +337,16 @@ static void surge_step(struct deploy_state *d, struct deployment *p, int k)
 	p->reps[t].surge = p->reps[t].surge_ready = false;
 	memset(r, 0, sizeof(*r));
 	probes_move(d, p, k, t);
-	if (kn_store_replica_delete(core_store(d->s), p->name, k, &err) < 0)
-		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
-	while (p->n_reps > p->replicas && !p->reps[p->n_reps - 1].job_id)
+	if (kn_store_replica_delete(core_store(d->s), p->row.name, k, &err) < 0)
+		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->row.name, err.message);
+	while (p->n_reps > p->row.replicas && !p->reps[p->n_reps - 1].job_id)
 		p->n_reps--;
 	kn_log(KN_LOG_INFO, "deployment %s replica %d: job %lld took the "
-	       "place of job %lld", p->name, t, (long long)p->reps[t].job_id,
+	       "place of job %lld", p->row.name, t, (long long)p->reps[t].job_id,
 	       (long long)old);
 	feed_publish(d->s, "deployment.replica",
 		     json_pack("{s:s, s:i, s:s, s:I, s:I}", "deployment",
-			       p->name, "replica", t, "state", "replaced",
+			       p->row.name, "replica", t, "state", "replaced",
 			       "job", (json_int_t)p->reps[t].job_id,
 			       "retired_job", (json_int_t)old));
 }
@@ -376,11 +357,11 @@ void deploy_reconcile(struct deploy_state *d, struct deployment *p)
 	struct kn_error err;
 
 	trim(d, p);
-	ensure_slots(p, p->replicas);
-	for (int i = p->replicas; i < p->n_reps; i++)
+	ensure_slots(p, p->row.replicas);
+	for (int i = p->row.replicas; i < p->n_reps; i++)
 		if (p->reps[i].surge)
 			surge_step(d, p, i);
-	for (int i = 0; i < p->replicas; i++) {
+	for (int i = 0; i < p->row.replicas; i++) {
 		/* Scaled up over a surge slot: it is a replica now. */
 		p->reps[i].surge = false;
 		if (job_active(d->s, p->reps[i].job_id))
@@ -388,14 +369,14 @@ void deploy_reconcile(struct deploy_state *d, struct deployment *p)
 		/* No job yet, or its job ended for good (cancelled by hand). */
 		if (start_replica(d, p, i, &err) < 0)
 			kn_log(KN_LOG_ERROR, "deployment %s replica %d: %s",
-			       p->name, i, err.message);
+			       p->row.name, i, err.message);
 	}
-	while (p->rollout_next >= 0) {
+	while (p->row.rollout_next >= 0) {
 		struct replica *r;
-		int i = p->rollout_next;
+		int i = p->row.rollout_next;
 
-		if (i >= p->replicas) {
-			p->rollout_next = -1;
+		if (i >= p->row.replicas) {
+			p->row.rollout_next = -1;
 		} else {
 			r = &p->reps[i];
 			if (r->replacing &&
@@ -404,7 +385,7 @@ void deploy_reconcile(struct deploy_state *d, struct deployment *p)
 			if (!r->replacing) {
 				/* One unavailable at a time: the others must
 				 * be serving before this one stops. */
-				for (int k = 0; k < p->replicas; k++)
+				for (int k = 0; k < p->row.replicas; k++)
 					if (k != i &&
 					    !replica_ready_now(d->s, &p->reps[k]))
 						return;
@@ -412,25 +393,25 @@ void deploy_reconcile(struct deploy_state *d, struct deployment *p)
 				if (start_replica(d, p, i, &err) < 0) {
 					kn_log(KN_LOG_ERROR,
 					       "deployment %s replica %d: %s",
-					       p->name, i, err.message);
+					       p->row.name, i, err.message);
 					return;
 				}
 				p->reps[i].replacing = true;
 				kn_log(KN_LOG_INFO,
 				       "deployment %s: rolling replica %d",
-				       p->name, i);
+				       p->row.name, i);
 				return;
 			}
 			r->replacing = false;
-			p->rollout_next = i + 1 < p->replicas ? i + 1 : -1;
+			p->row.rollout_next = i + 1 < p->row.replicas ? i + 1 : -1;
 		}
 		if (deploy_save(d, p, NULL, &err) < 0)
-			kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name,
+			kn_log(KN_LOG_ERROR, "deployment %s: %s", p->row.name,
 			       err.message);
-		if (p->rollout_next < 0)
+		if (p->row.rollout_next < 0)
 			feed_publish(d->s, "deployment.rollout",
 				     json_pack("{s:s, s:s}", "deployment",
-					       p->name, "state", "done"));
+					       p->row.name, "state", "done"));
 	}
 }
 
@@ -451,9 +432,9 @@ static void engine_want(struct server *s, struct deployment *p,
 {
 	struct kn_error err;
 
-	if (deploy_engine(s)->set(core_executor(s), p->spec, p->replicas,
-				  p->generation, spec_changed, &err) < 0)
-		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
+	if (deploy_engine(s)->set(core_executor(s), p->spec, p->row.replicas,
+				  p->row.generation, spec_changed, &err) < 0)
+		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->row.name, err.message);
 }
 
 /* p changed (spec_changed: its spec, else its count or position): the
@@ -515,7 +496,8 @@ json_t *deploy_engine_replicas_json(json_t *st)
 
 /* ---- start, stop, the job hooks ---- */
 
-static struct deployment *deployment_from_row(const struct kn_deployment_row *row,
+/* The deployment of a stored row, which it takes: row is left empty. */
+static struct deployment *deployment_from_row(struct kn_deployment_row *row,
 					      struct kn_model_presets *presets,
 					      struct kn_error *err)
 {
@@ -526,18 +508,11 @@ static struct deployment *deployment_from_row(const struct kn_deployment_row *ro
 				     row->filename, presets, &spec, err) < 0)
 		return NULL;
 	p = kn_xcalloc(1, sizeof(*p));
-	p->name = kn_xstrdup(row->name);
-	p->owner = kn_xstrdup(row->owner);
-	p->filename = kn_xstrdup(row->filename ? row->filename : "");
-	p->spec_yaml = kn_xstrdup(row->spec_yaml);
-	p->spec_json = kn_xstrdup(row->spec_json);
-	p->model_dir = kn_xstrdup(row->model_dir);
+	p->row = *row;
+	memset(row, 0, sizeof(*row));
+	if (!p->row.filename)
+		p->row.filename = kn_xstrdup("");
 	p->spec = spec;
-	p->replicas = row->replicas;
-	p->generation = row->generation;
-	p->rollout_next = row->rollout_next;
-	p->created_at = row->created_at;
-	p->updated_at = row->updated_at;
 	return p;
 }
 
@@ -570,32 +545,32 @@ static int deploy_start(struct server *s, struct kn_error *err)
 			continue;
 		}
 		for (size_t k = 0; k < nr; k++) {
-			if (strcmp(reps[k].deployment, p->name) != 0)
+			if (strcmp(reps[k].deployment, p->row.name) != 0)
 				continue;
 			ensure_slots(p, reps[k].replica + 1);
 			p->reps[reps[k].replica].job_id = reps[k].job_id;
 			/* A rollout under way: if the replica it reached runs
 			 * a job newer than the rollout, wait for that one
 			 * rather than replace it again. */
-			if (reps[k].replica == p->rollout_next) {
+			if (reps[k].replica == p->row.rollout_next) {
 				struct kn_job_row j;
 				struct kn_error jerr;
 
 				memset(&j, 0, sizeof(j));
 				if (kn_store_job_get(core_store(s), reps[k].job_id, &j,
 						     &jerr) == 0 &&
-				    j.submitted_at >= p->updated_at)
+				    j.submitted_at >= p->row.updated_at)
 					p->reps[reps[k].replica].replacing = true;
 				kn_job_row_release(&j);
 			}
 			/* Replicas a rollout has reached serve the current
 			   model; which one the others were given is not
 			   kept across a restart. */
-			if (p->rollout_next < 0 ||
-			    reps[k].replica < p->rollout_next ||
+			if (p->row.rollout_next < 0 ||
+			    reps[k].replica < p->row.rollout_next ||
 			    p->reps[reps[k].replica].replacing)
 				p->reps[reps[k].replica].model_dir =
-					kn_xstrdup(p->model_dir);
+					kn_xstrdup(p->row.model_dir);
 		}
 		p->next = d->list;
 		d->list = p;
@@ -673,11 +648,11 @@ int deploy_surge(struct server *s, int64_t job_id, int64_t *surge_job,
 	struct deployment *p = slot_of(s, job_id, &t);
 	int rc;
 
-	if (!p || t >= p->replicas)
+	if (!p || t >= p->row.replicas)
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
 				 "job %lld is no deployment's replica",
 				 (long long)job_id);
-	for (k = p->replicas; k < p->n_reps; k++)
+	for (k = p->row.replicas; k < p->n_reps; k++)
 		if (p->reps[k].surge && p->reps[k].surge_for == t) {
 			*surge_job = p->reps[k].job_id;
 			return 0; /* one is on its way already */
@@ -693,7 +668,7 @@ int deploy_surge(struct server *s, int64_t job_id, int64_t *surge_job,
 	p->reps[k].surge_for = t;
 	*surge_job = p->reps[k].job_id;
 	kn_log(KN_LOG_INFO, "deployment %s replica %d: surge job %lld to take "
-	       "the place of job %lld", p->name, t, (long long)*surge_job,
+	       "the place of job %lld", p->row.name, t, (long long)*surge_job,
 	       (long long)job_id);
 	deploy_arm(deploy_state_of(s), 0);
 	return 0;
@@ -707,32 +682,32 @@ int deploy_surge_state(struct server *s, int64_t surge_job, char *why,
 	struct replica *r;
 	struct job_view v;
 
-	if (!p || (k >= p->replicas && !p->reps[k].surge)) {
+	if (!p || (k >= p->row.replicas && !p->reps[k].surge)) {
 		snprintf(why, len, "the surge replica (job %lld) is gone: its "
 			 "deployment was deleted or scaled down",
 			 (long long)surge_job);
 		return -1;
 	}
-	if (k < p->replicas)
+	if (k < p->row.replicas)
 		return 1;
 	r = &p->reps[k];
 	if (core_job_view(s, surge_job, &v) == JOB_GONE) {
 		snprintf(why, len, "the surge replica of deployment %s (job "
-			 "%lld) ended", p->name, (long long)surge_job);
+			 "%lld) ended", p->row.name, (long long)surge_job);
 		return -1;
 	}
 	if (v.place == JOB_QUEUED)
 		snprintf(why, len, "the surge replica of deployment %s (job "
-			 "%lld) is queued: %s", p->name, (long long)surge_job,
+			 "%lld) is queued: %s", p->row.name, (long long)surge_job,
 			 v.reason[0] ? v.reason : "waiting to be placed");
 	else if (!deploy_replica_ready(r, &v))
 		snprintf(why, len, "the surge replica of deployment %s (job "
-			 "%lld) is starting on %s: not ready yet", p->name,
+			 "%lld) is starting on %s: not ready yet", p->row.name,
 			 (long long)surge_job, core_node_name(s, v.node));
 	else
 		snprintf(why, len, "the surge replica of deployment %s (job "
 			 "%lld) is ready on %s; waiting for the gateway to "
-			 "route to it", p->name, (long long)surge_job,
+			 "route to it", p->row.name, (long long)surge_job,
 			 core_node_name(s, v.node));
 	return 0;
 }
@@ -743,14 +718,14 @@ void deploy_surge_cancel(struct server *s, int64_t surge_job)
 	struct deployment *p = slot_of(s, surge_job, &k);
 	struct kn_error err;
 
-	if (!p || k < p->replicas || !p->reps[k].surge)
+	if (!p || k < p->row.replicas || !p->reps[k].surge)
 		return;
 	stop_replica(deploy_state_of(s), p, k);
-	if (kn_store_replica_delete(core_store(s), p->name, k, &err) < 0)
-		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
+	if (kn_store_replica_delete(core_store(s), p->row.name, k, &err) < 0)
+		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->row.name, err.message);
 	free(p->reps[k].model_dir);
 	memset(&p->reps[k], 0, sizeof(p->reps[k]));
-	while (p->n_reps > p->replicas && !p->reps[p->n_reps - 1].job_id)
+	while (p->n_reps > p->row.replicas && !p->reps[p->n_reps - 1].job_id)
 		p->n_reps--;
 }
 
@@ -764,7 +739,7 @@ static const char *deploy_model_dir(struct server *s, int64_t job_id)
 	for (int i = 0; i < p->n_reps; i++)
 		if (p->reps[i].job_id == job_id && p->reps[i].model_dir)
 			return p->reps[i].model_dir;
-	return p->model_dir;
+	return p->row.model_dir;
 }
 
 /* A replica serves on its attempt's port and comes back after any exit. */
@@ -842,10 +817,10 @@ static char *spec_identity(const char *spec_json)
 static bool spec_changed(const struct deployment *p, const char *json_text,
 			 const char *model_dir)
 {
-	char *old = spec_identity(p->spec_json);
+	char *old = spec_identity(p->row.spec_json);
 	char *now_id = spec_identity(json_text);
 	bool changed = strcmp(old, now_id) != 0 ||
-		       strcmp(p->model_dir, model_dir) != 0;
+		       strcmp(p->row.model_dir, model_dir) != 0;
 
 	free(old);
 	free(now_id);
@@ -858,16 +833,16 @@ static void deploy_take_spec(struct deployment *p, const char *filename,
 			     char **yaml, char **json_text, char **model_dir,
 			     struct kn_deployment_spec **spec)
 {
-	free(p->filename);
-	p->filename = kn_xstrdup(filename);
-	free(p->spec_yaml);
-	p->spec_yaml = *yaml;
+	free(p->row.filename);
+	p->row.filename = kn_xstrdup(filename);
+	free(p->row.spec_yaml);
+	p->row.spec_yaml = *yaml;
 	*yaml = NULL;
-	free(p->spec_json);
-	p->spec_json = *json_text;
+	free(p->row.spec_json);
+	p->row.spec_json = *json_text;
 	*json_text = NULL;
-	free(p->model_dir);
-	p->model_dir = *model_dir;
+	free(p->row.model_dir);
+	p->row.model_dir = *model_dir;
 	*model_dir = NULL;
 	kn_deployment_spec_free(p->spec);
 	p->spec = *spec;
@@ -917,27 +892,27 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	}
 	if (p)
 		changed = spec_changed(p, json_text, model_dir);
-	rc = reval_for_deployment(s, spec->job.name, p ? p->owner : c->name,
+	rc = reval_for_deployment(s, spec->job.name, p ? p->row.owner : c->name,
 				  spec, filename, reval_job, &reval, err);
 	if (rc < 0)
 		goto out;
 	memset(&row, 0, sizeof(row));
 	row.name = spec->job.name;
-	row.owner = p ? p->owner : (char *)c->name;
+	row.owner = p ? p->row.owner : (char *)c->name;
 	row.filename = (char *)filename;
 	row.spec_yaml = yaml;
 	row.spec_json = json_text;
 	row.model_dir = model_dir;
 	row.replicas = spec->replicas;
-	row.generation = p ? p->generation + 1 : 1;
+	row.generation = p ? p->row.generation + 1 : 1;
 	/* A new spec reaches running replicas one at a time. */
 	if (!p || deploy_engine(s))
 		row.rollout_next = -1;
 	else
 		row.rollout_next = changed && spec->replicas > 0
 					   ? 0
-					   : p->rollout_next;
-	row.created_at = p ? p->created_at : now;
+					   : p->row.rollout_next;
+	row.created_at = p ? p->row.created_at : now;
 	row.updated_at = now;
 	caller_audit(&a, c, p ? "deployment.update" : "deployment.create",
 		     object, "ok", changed ? NULL : "replicas only");
@@ -946,28 +921,28 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 		goto out;
 	if (!p) {
 		p = kn_xcalloc(1, sizeof(*p));
-		p->name = kn_xstrdup(row.name);
-		p->owner = kn_xstrdup(c->name);
-		p->created_at = now;
+		p->row.name = kn_xstrdup(row.name);
+		p->row.owner = kn_xstrdup(c->name);
+		p->row.created_at = now;
 		p->next = d->list;
 		d->list = p;
 	}
 	deploy_take_spec(p, filename, &yaml, &json_text, &model_dir, &spec);
-	p->replicas = row.replicas;
-	p->generation = row.generation;
-	p->updated_at = now;
-	if (row.rollout_next != p->rollout_next) {
+	p->row.replicas = row.replicas;
+	p->row.generation = row.generation;
+	p->row.updated_at = now;
+	if (row.rollout_next != p->row.rollout_next) {
 		for (int i = 0; i < p->n_reps; i++)
 			p->reps[i].replacing = false;
-		p->rollout_next = row.rollout_next;
+		p->row.rollout_next = row.rollout_next;
 	}
-	reval_deployment_set(s, p->name, c, reval);
+	reval_deployment_set(s, p->row.name, c, reval);
 	reval = NULL;
 	feed_publish(s, "deployment.state",
-		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
+		     json_pack("{s:s, s:s, s:i}", "deployment", p->row.name,
 			       "state", row.generation == 1 ? "created"
 							    : "updated",
-			       "replicas", p->replicas));
+			       "replicas", p->row.replicas));
 	deploy_changed(s, p, changed || row.generation == 1);
 	*out = p;
 out:
@@ -1060,7 +1035,7 @@ static void deploy_checked(struct server *s, int rc, const char *dir,
 		idem_abort(s, w->req);
 		kn_http_reply_error(w->req, &e);
 	} else {
-		idem_reply(s, w->req, &w->caller, p->generation == 1 ? 201 : 200,
+		idem_reply(s, w->req, &w->caller, p->row.generation == 1 ? 201 : 200,
 			   deploy_answer(s, p));
 	}
 	deploy_wait_free(w);
@@ -1175,7 +1150,7 @@ static void deploy_h_create(struct server *s, struct kn_http_req *req,
 			idem_abort(s, req);
 			kn_http_reply_error(req, &err);
 		} else {
-			idem_reply(s, req, c, p->generation == 1 ? 201 : 200,
+			idem_reply(s, req, c, p->row.generation == 1 ? 201 : 200,
 				   deploy_answer(s, p));
 		}
 		goto out;
@@ -1246,7 +1221,7 @@ static bool change_allowed(struct server *s, struct kn_http_req *req,
 
 	if (may_change(p, c, &err) == 0)
 		return true;
-	snprintf(object, sizeof(object), "deployment/%s", p->name);
+	snprintf(object, sizeof(object), "deployment/%s", p->row.name);
 	core_audit(s, c, action, object, "denied", err.message);
 	kn_http_reply_error(req, &err);
 	return false;
@@ -1281,26 +1256,26 @@ static void deploy_h_scale(struct server *s, struct kn_http_req *req,
 		deploy_reply_msg(req, KN_EINVAL, "replicas", msg);
 		return;
 	}
-	old = p->replicas;
-	old_updated = p->updated_at;
-	p->replicas = (int)json_integer_value(n);
+	old = p->row.replicas;
+	old_updated = p->row.updated_at;
+	p->row.replicas = (int)json_integer_value(n);
 	json_decref(body);
-	p->generation++;
-	p->updated_at = kn_now_ms();
-	snprintf(object, sizeof(object), "deployment/%s", p->name);
-	snprintf(detail, sizeof(detail), "%d -> %d replicas", old, p->replicas);
+	p->row.generation++;
+	p->row.updated_at = kn_now_ms();
+	snprintf(object, sizeof(object), "deployment/%s", p->row.name);
+	snprintf(detail, sizeof(detail), "%d -> %d replicas", old, p->row.replicas);
 	caller_audit(&a, c, "deployment.scale", object, "ok", detail);
 	/* Written with the new count; put back if the store refused it. */
 	if (deploy_save(deploy_state_of(s), p, &a, &err) < 0) {
-		p->replicas = old;
-		p->generation--;
-		p->updated_at = old_updated;
+		p->row.replicas = old;
+		p->row.generation--;
+		p->row.updated_at = old_updated;
 		kn_http_reply_error(req, &err);
 		return;
 	}
 	feed_publish(s, "deployment.state",
-		     json_pack("{s:s, s:s, s:i}", "deployment", p->name,
-			       "state", "scaled", "replicas", p->replicas));
+		     json_pack("{s:s, s:s, s:i}", "deployment", p->row.name,
+			       "state", "scaled", "replicas", p->row.replicas));
 	deploy_changed(s, p, false);
 	deploy_reply_deployment(s, req, p, 200);
 }
@@ -1318,34 +1293,34 @@ static void deploy_h_restart(struct server *s, struct kn_http_req *req,
 
 	if (!p || !change_allowed(s, req, c, p, "deployment.restart"))
 		return;
-	old = p->rollout_next;
-	old_generation = p->generation;
-	old_updated = p->updated_at;
+	old = p->row.rollout_next;
+	old_generation = p->row.generation;
+	old_updated = p->row.updated_at;
 	/* An engine's own rollout replaces its replicas; kiln's replaces
 	   them one at a time from the first. */
 	if (!engine) {
-		p->rollout_next = p->replicas > 0 ? 0 : -1;
-		p->generation++;
+		p->row.rollout_next = p->row.replicas > 0 ? 0 : -1;
+		p->row.generation++;
 		/* Jobs submitted from now on are the rollout's (see
 		   deploy_start). */
-		p->updated_at = kn_now_ms();
+		p->row.updated_at = kn_now_ms();
 	}
-	snprintf(object, sizeof(object), "deployment/%s", p->name);
+	snprintf(object, sizeof(object), "deployment/%s", p->row.name);
 	caller_audit(&a, c, "deployment.restart", object, "ok", NULL);
 	/* Written with the new position; put back if the store refused. */
 	if (deploy_save(deploy_state_of(s), p, &a, &err) < 0 ||
 	    (engine &&
-	     engine->restart(core_executor(s), p->name, kn_now_ms(), &err) < 0)) {
-		p->rollout_next = old;
-		p->generation = old_generation;
-		p->updated_at = old_updated;
+	     engine->restart(core_executor(s), p->row.name, kn_now_ms(), &err) < 0)) {
+		p->row.rollout_next = old;
+		p->row.generation = old_generation;
+		p->row.updated_at = old_updated;
 		kn_http_reply_error(req, &err);
 		return;
 	}
 	for (int i = 0; !engine && i < p->n_reps; i++)
 		p->reps[i].replacing = false;
 	feed_publish(s, "deployment.rollout",
-		     json_pack("{s:s, s:s}", "deployment", p->name, "state",
+		     json_pack("{s:s, s:s}", "deployment", p->row.name, "state",
 			       "started"));
 	if (!engine)
 		deploy_changed(s, p, false);
@@ -1362,25 +1337,25 @@ static void deploy_h_delete(struct server *s, struct kn_http_req *req,
 
 	if (!p || !change_allowed(s, req, c, p, "deployment.delete"))
 		return;
-	snprintf(object, sizeof(object), "deployment/%s", p->name);
+	snprintf(object, sizeof(object), "deployment/%s", p->row.name);
 	caller_audit(&a, c, "deployment.delete", object, "ok", NULL);
-	if (kn_store_deployment_delete(core_store(s), p->name, &a, &err) < 0) {
+	if (kn_store_deployment_delete(core_store(s), p->row.name, &a, &err) < 0) {
 		kn_http_reply_error(req, &err);
 		return;
 	}
 	if (deploy_engine(s))
-		deploy_engine(s)->remove(core_executor(s), p->name);
+		deploy_engine(s)->remove(core_executor(s), p->row.name);
 	/* The re-validation its revalidate: set goes with it. */
-	reval_deployment_set(s, p->name, c, NULL);
+	reval_deployment_set(s, p->row.name, c, NULL);
 	for (int i = 0; i < p->n_reps; i++)
 		stop_replica(deploy_state_of(s), p, i);
 	unlink_deployment(deploy_state_of(s), p);
 	feed_publish(s, "deployment.state",
-		     json_pack("{s:s, s:s}", "deployment", p->name, "state",
+		     json_pack("{s:s, s:s}", "deployment", p->row.name, "state",
 			       "deleted"));
 	kn_http_reply_json(req, 200,
 			   json_pack("{s:{s:s, s:b}}", "deployment", "name",
-				     p->name, "deleted", 1));
+				     p->row.name, "deleted", 1));
 	deployment_free(p);
 }
 

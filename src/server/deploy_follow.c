@@ -50,19 +50,19 @@ static void follow_alert(struct server *s, struct deployment *p,
 {
 	char fingerprint[96];
 	struct kn_error err;
-	json_t *labels = json_pack("{s:s, s:s}", "deployment", p->name,
+	json_t *labels = json_pack("{s:s, s:s}", "deployment", p->row.name,
 				   "model", p->spec->model);
 	char *summary = why ? kn_asprintf("deployment %s does not follow %s: "
-					  "%s", p->name, p->spec->model, why)
+					  "%s", p->row.name, p->spec->model, why)
 			    : kn_asprintf("deployment %s follows %s again",
-					  p->name, p->spec->model);
+					  p->row.name, p->spec->model);
 	struct server_alert a = server_alert_critical(
 		"deployment_model_refused", fingerprint, summary, labels,
 		kn_now_ms());
 	int rc = 0;
 
 	snprintf(fingerprint, sizeof(fingerprint), "deployment:%s:model",
-		 p->name);
+		 p->row.name);
 	if (p->model_refused)
 		rc = monitor_server_alert(s, &a, false, &err);
 	if (rc == 0)
@@ -72,7 +72,7 @@ static void follow_alert(struct server *s, struct deployment *p,
 	if (rc == 0 && why)
 		p->model_refused = true;
 	if (rc < 0)
-		kn_log(KN_LOG_ERROR, "deployment %s alert: %s", p->name,
+		kn_log(KN_LOG_ERROR, "deployment %s alert: %s", p->row.name,
 		       err.message);
 	free(summary);
 	json_decref(labels);
@@ -95,13 +95,13 @@ int64_t deploy_followed_version(struct server *s, const struct deployment *p)
 static void follow_refused(struct server *s, struct deployment *p,
 			   const struct kn_error *err)
 {
-	kn_log(KN_LOG_WARN, "deployment %s: not rolled to %s: %s", p->name,
+	kn_log(KN_LOG_WARN, "deployment %s: not rolled to %s: %s", p->row.name,
 	       p->spec->model, err->message);
 	feed_publish(s, "deployment.rollout",
-		     json_pack("{s:s, s:s, s:s, s:I}", "deployment", p->name,
+		     json_pack("{s:s, s:s, s:s, s:I}", "deployment", p->row.name,
 			       "state", "refused", "reason", err->message,
 			       "version",
-			       (json_int_t)deploy_dir_version(p, p->model_dir)));
+			       (json_int_t)deploy_dir_version(p, p->row.model_dir)));
 	follow_alert(s, p, err->message);
 }
 
@@ -112,13 +112,13 @@ static void follow_to(struct server *s, struct deployment *p,
 	struct kn_audit a;
 	struct kn_error err;
 	char object[96], detail[160];
-	int64_t from = deploy_dir_version(p, p->model_dir), to;
+	int64_t from = deploy_dir_version(p, p->row.model_dir), to;
 
 	follow_alert(s, p, NULL);
-	if (!strcmp(dir, p->model_dir))
+	if (!strcmp(dir, p->row.model_dir))
 		return;
 	to = deploy_dir_version(p, dir);
-	snprintf(object, sizeof(object), "deployment/%s", p->name);
+	snprintf(object, sizeof(object), "deployment/%s", p->row.name);
 	snprintf(detail, sizeof(detail), "%s: %lld -> %lld", p->spec->model,
 		 (long long)from, (long long)to);
 	memset(&a, 0, sizeof(a));
@@ -128,19 +128,19 @@ static void follow_to(struct server *s, struct deployment *p,
 	a.object = object;
 	a.outcome = "ok";
 	a.detail = detail;
-	free(p->model_dir);
-	p->model_dir = kn_xstrdup(dir);
-	p->generation++;
-	p->updated_at = kn_now_ms();
+	free(p->row.model_dir);
+	p->row.model_dir = kn_xstrdup(dir);
+	p->row.generation++;
+	p->row.updated_at = kn_now_ms();
 	for (int i = 0; i < p->n_reps; i++)
 		p->reps[i].replacing = false;
-	p->rollout_next = p->replicas > 0 ? 0 : -1;
+	p->row.rollout_next = p->row.replicas > 0 ? 0 : -1;
 	if (deploy_save(deploy_state_of(s), p, &a, &err) < 0)
-		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->name, err.message);
+		kn_log(KN_LOG_ERROR, "deployment %s: %s", p->row.name, err.message);
 	kn_log(KN_LOG_INFO, "deployment %s: rolling to %s (version %lld)",
-	       p->name, p->spec->model, (long long)to);
+	       p->row.name, p->spec->model, (long long)to);
 	feed_publish(s, "deployment.rollout",
-		     json_pack("{s:s, s:s, s:I, s:I}", "deployment", p->name,
+		     json_pack("{s:s, s:s, s:I, s:I}", "deployment", p->row.name,
 			       "state", "started", "from", (json_int_t)from,
 			       "to", (json_int_t)to));
 	deploy_reconcile(deploy_state_of(s), p);
@@ -186,7 +186,7 @@ void deploy_follow(struct server *s, struct deployment *p)
 	struct follow_check *w = kn_xcalloc(1, sizeof(*w));
 	struct kn_error err;
 
-	w->deployment = kn_xstrdup(p->name);
+	w->deployment = kn_xstrdup(p->row.name);
 	w->model = kn_xstrdup(p->spec->model);
 	if (models_deploy_dir_start(s, p->spec->model, follow_checked, w,
 				    &err) < 0) {

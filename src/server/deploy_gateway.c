@@ -178,7 +178,7 @@ static int name_cmp(const void *a, const void *b)
 {
 	const struct deployment *const *x = a, *const *y = b;
 
-	return strcmp((*x)->name, (*y)->name);
+	return strcmp((*x)->row.name, (*y)->row.name);
 }
 
 /* The deployments ordered by name (an array the caller frees). */
@@ -209,7 +209,7 @@ static struct deployment **by_name(struct deploy_state *d, size_t *n)
 static void engine_gateway_replicas(struct server *s,
 				    const struct deployment *p, json_t *reps)
 {
-	json_t *st = deploy_engine(s)->status(core_executor(s), p->name), *pod;
+	json_t *st = deploy_engine(s)->status(core_executor(s), p->row.name), *pod;
 	const char *svc = json_string_value(json_object_get(st, "service"));
 	size_t i;
 
@@ -275,7 +275,7 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 			char addr[32];
 
 			core_job_view(s, p->reps[i].job_id, &v);
-			if ((i >= p->replicas && !p->reps[i].surge) ||
+			if ((i >= p->row.replicas && !p->reps[i].surge) ||
 			    !v.serving)
 				continue;
 			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
@@ -290,7 +290,7 @@ void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
 		json_array_append_new(
 			deps,
 			json_pack("{s:s, s:s, s:o, s:{s:i, s:i}, s:o}", "name",
-				  p->name, "model", p->spec->model, "fallback",
+				  p->row.name, "model", p->spec->model, "fallback",
 				  p->spec->fallback &&
 						  deploy_find(d, p->spec->fallback)
 					  ? json_string(p->spec->fallback)
@@ -338,17 +338,15 @@ static int gateway_alert(struct server *s, const char *source,
 				   "signal", signal, "source", source);
 	json_t *extra = json_pack("{s:f, s:f, s:f}", "low", low, "high", high,
 				  "window_s", window_s);
-	struct server_alert a = {
-		.rule = rule,
-		.severity = "warning",
-		.fingerprint = fingerprint,
-		.summary = summary,
-		.labels = labels,
-		.value = value,
-		.active_at_ms = started_at_ms,
-		.extra = extra,
-	};
-	int rc = monitor_server_alert(s, &a, firing, err);
+	struct server_alert a = server_alert_critical(rule, fingerprint, summary,
+						      labels, started_at_ms);
+	int rc;
+
+	/* Not a failure: a measure outside its band, and by how much. */
+	a.severity = "warning";
+	a.value = value;
+	a.extra = extra;
+	rc = monitor_server_alert(s, &a, firing, err);
 
 	json_decref(extra);
 	json_decref(labels);

@@ -32,7 +32,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 	json_t *list = json_array();
 
 	*ready_count = 0;
-	for (int i = 0; i < p->replicas && i < p->n_reps; i++) {
+	for (int i = 0; i < p->row.replicas && i < p->n_reps; i++) {
 		const struct replica *r = &p->reps[i];
 		struct job_view v;
 		struct kn_job_row j;
@@ -58,7 +58,7 @@ static json_t *replicas_json(struct server *s, const struct deployment *p,
 			      restarts, "model_dir",
 			      r->model_dir ? json_string(r->model_dir)
 					   : json_null());
-		if (deploy_dir_version(p, p->model_dir))
+		if (deploy_dir_version(p, p->row.model_dir))
 			json_object_set_new(
 				o, "model_version",
 				r->model_dir
@@ -96,10 +96,10 @@ json_t *deploy_deployment_json(struct server *s, const struct deployment *p)
 	json_t *reps, *st = NULL, *o, *traffic;
 	struct kn_model_ref ref;
 	const char *alias = deploy_followed_alias(p, &ref);
-	int64_t version = deploy_dir_version(p, p->model_dir);
+	int64_t version = deploy_dir_version(p, p->row.model_dir);
 
 	if (deploy_engine(s)) {
-		st = deploy_engine(s)->status(core_executor(s), p->name);
+		st = deploy_engine(s)->status(core_executor(s), p->row.name);
 		reps = deploy_engine_replicas_json(st);
 		ready = (int)json_integer_value(json_object_get(st, "ready"));
 	} else {
@@ -108,21 +108,21 @@ json_t *deploy_deployment_json(struct server *s, const struct deployment *p)
 	o = json_pack(
 		"{s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:I, s:o, s:{s:i, s:i}, "
 		"s:o, s:I, s:I, s:o, s:o}",
-		"name", p->name, "owner", p->owner, "model", p->spec->model,
-		"model_dir", p->model_dir, "replicas_wanted", p->replicas,
+		"name", p->row.name, "owner", p->row.owner, "model", p->spec->model,
+		"model_dir", p->row.model_dir, "replicas_wanted", p->row.replicas,
 		"replicas_ready", ready, "replicas", reps, "generation",
-		(json_int_t)p->generation, "fallback",
+		(json_int_t)p->row.generation, "fallback",
 		p->spec->fallback ? json_string(p->spec->fallback)
 				  : json_null(),
 		"limits", "rpm", p->spec->limit_rpm, "tpm", p->spec->limit_tpm,
 		"preset",
 		p->spec->preset ? json_string(p->spec->preset) : json_null(),
-		"created_at_ms", (json_int_t)p->created_at, "updated_at_ms",
-		(json_int_t)p->updated_at, "rollout",
-		p->rollout_next >= 0
-			? json_pack("{s:i}", "next_replica", p->rollout_next)
+		"created_at_ms", (json_int_t)p->row.created_at, "updated_at_ms",
+		(json_int_t)p->row.updated_at, "rollout",
+		p->row.rollout_next >= 0
+			? json_pack("{s:i}", "next_replica", p->row.rollout_next)
 			: json_null(),
-		"spec", json_loads(p->spec_json, 0, NULL));
+		"spec", json_loads(p->row.spec_json, 0, NULL));
 	if (st) {
 		json_object_del(st, "pods");
 		json_object_set_new(o, "kubernetes", st);
@@ -131,7 +131,7 @@ json_t *deploy_deployment_json(struct server *s, const struct deployment *p)
 			    alias ? json_string(alias) : json_null());
 	json_object_set_new(o, "model_version",
 			    version ? json_integer(version) : json_null());
-	traffic = kn_traffic_summary(deploy_state_of(s)->traffic, p->name, kn_now_ms());
+	traffic = kn_traffic_summary(deploy_state_of(s)->traffic, p->row.name, kn_now_ms());
 	json_object_set_new(o, "traffic", traffic ? traffic : json_null());
 	return o;
 }

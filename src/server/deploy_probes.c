@@ -68,14 +68,14 @@ static void probe_done(int status, const char *body, size_t len,
 				 "liveness probe %s failed %d times in a row",
 				 p->spec->liveness.path, r->live_failures);
 			kn_log(KN_LOG_WARN, "deployment %s replica %d: %s; "
-			       "restarting it", p->name, pr->replica, why);
+			       "restarting it", p->row.name, pr->replica, why);
 			r->live_failures = 0;
 			r->ready = false;
 			if (jobs_restart(d->s, r->job_id, why, &err) < 0)
 				kn_log(KN_LOG_WARN, "%s", err.message);
 			feed_publish(d->s, "deployment.replica",
 				     json_pack("{s:s, s:i, s:s, s:s}",
-					       "deployment", p->name, "replica",
+					       "deployment", p->row.name, "replica",
 					       pr->replica, "state",
 					       "restarting", "reason", why));
 		}
@@ -96,7 +96,7 @@ static void probe_send(struct deploy_state *d, struct deployment *p, int i,
 				spec->path);
 
 	pr->d = d;
-	kn_strlcpy(pr->deployment, p->name, sizeof(pr->deployment));
+	kn_strlcpy(pr->deployment, p->row.name, sizeof(pr->deployment));
 	pr->replica = i;
 	pr->job_id = p->reps[i].job_id;
 	pr->attempt = run->attempt;

@@ -51,11 +51,10 @@ struct replica {
 };
 
 struct deployment {
-	char *name, *owner, *filename, *spec_yaml, *spec_json, *model_dir;
+	/* As stored: name, owner, the spec's text and JSON, the replicas
+	   wanted, the generation, the next replica a rollout restarts. */
+	struct kn_deployment_row row;
 	struct kn_deployment_spec *spec;
-	int replicas; /* wanted */
-	int64_t generation, created_at, updated_at;
-	int rollout_next; /* -1 = no rollout */
 	bool model_refused; /* deployment_model_refused is firing */
 	struct replica *reps;
 	int n_reps; /* slots: at least replicas, more while scaling down */
@@ -99,18 +98,9 @@ const char *deploy_node_zone(struct server *s, const struct job_view *v);
 bool deploy_retiring(const struct deployment *p, int i);
 
 /* deploy_gateway.c: the routes of keys and of the gateway's view */
-void deploy_h_key_create(struct server *s, struct kn_http_req *req,
-		const struct caller *c, const char *param);
-void deploy_h_key_list(struct server *s, struct kn_http_req *req,
-		const struct caller *c, const char *param);
-void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
-		const struct caller *c, const char *param);
-void deploy_h_gateway_config(struct server *s, struct kn_http_req *req,
-		const struct caller *c, const char *param);
-void deploy_h_gateway_alert(struct server *s, struct kn_http_req *req,
-		const struct caller *c, const char *param);
-void deploy_h_gateway_metrics(struct server *s, struct kn_http_req *req,
-		const struct caller *c, const char *param);
+route_handler deploy_h_key_create, deploy_h_key_list, deploy_h_key_revoke,
+	deploy_h_gateway_config, deploy_h_gateway_alert,
+	deploy_h_gateway_metrics;
 
 /* deploy.c */
 void deploy_arm(struct deploy_state *d, int64_t ms);

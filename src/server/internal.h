@@ -404,8 +404,7 @@ int audit_anchor_read(const char *home, int64_t *id,
 int audit_anchor_write(const char *home, int64_t id, const char *hash,
 		       struct kn_error *err);
 /* GET /v1/audit/verify */
-void audit_h_verify(struct server *s, struct kn_http_req *req,
-		    const struct caller *c, const char *param);
+route_handler audit_h_verify;
 
 #include "server/costsvc.h"
 

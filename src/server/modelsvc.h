@@ -76,18 +76,9 @@ int models_lineage_expand(struct server *s, struct kn_blob_store *store,
 void models_uploads_drop(struct model_state *m);
 
 /* models_blobs.c: the blob routes (docs/api.md). */
-void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
-			    const struct caller *c, const char *param);
-void models_h_blob_put(struct server *s, struct kn_http_req *req,
-		       const struct caller *c, const char *param);
-void models_h_blob_status(struct server *s, struct kn_http_req *req,
-			  const struct caller *c, const char *param);
-void models_h_upload_part(struct server *s, struct kn_http_req *req,
-			  const struct caller *c, const char *param);
-void models_h_upload_status(struct server *s, struct kn_http_req *req,
-			    const struct caller *c, const char *param);
-void models_h_upload_commit(struct server *s, struct kn_http_req *req,
-			    const struct caller *c, const char *param);
+route_handler models_h_blobs_missing, models_h_blob_put,
+	models_h_blob_status, models_h_upload_part, models_h_upload_status,
+	models_h_upload_commit;
 
 /*
  * models_blobs.c: room to stage len more bytes for owner: its cap on

@@ -59,7 +59,6 @@ extern const struct oa_op oa_ops[];
 extern const size_t oa_n_ops;
 
 /* GET /v1/openapi.json: public, like /healthz. */
-void openapi_h_document(struct server *s, struct kn_http_req *req,
-			const struct caller *c, const char *param);
+route_handler openapi_h_document;
 
 #endif

@@ -612,22 +612,13 @@ static void rolling_end(struct rolling *r, const char *error)
 static void health_work(void *arg)
 {
 	struct rolling *r = arg;
-	struct kn_check_result res[KN_HEALTH_CHECKS];
 	struct kn_health_config cfg = {0};
-	struct kn_error err;
 
 	cfg.root = r->health_root;
 	cfg.kernel_log = r->health_kernel_log;
 	cfg.sku = r->have_sku ? &r->sku : NULL;
-	if (kn_nvml_open(&cfg.nvml, &err) < 0)
-		cfg.nvml = NULL; /* no GPU: its checks skip */
-	r->health_failed = kn_health_run(&cfg, res);
-	kn_nvml_close(cfg.nvml);
-	r->health_first[0] = '\0';
-	for (int i = 0; i < KN_HEALTH_CHECKS; i++)
-		if (res[i].status == KN_CHECK_FAIL && !r->health_first[0])
-			snprintf(r->health_first, sizeof(r->health_first),
-				 "%s: %s", res[i].name, res[i].message);
+	r->health_failed = kn_health_run_here(&cfg, r->health_first,
+					      sizeof(r->health_first));
 }
 
 static void health_done(void *arg, bool ran)

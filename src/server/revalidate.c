@@ -48,11 +48,9 @@
 #define EVERY_MAX_MS (366LL * 24 * 3600 * 1000)
 
 struct reval {
-	char *name, *alias, *owner, *spec_yaml, *filename;
-	char *deployment; /* the deployment whose spec set it; NULL: by hand */
-	json_t *thresholds;
-	int64_t every_ms, created_at, next_at;
-	bool rollback;
+	struct kn_revalidation_row *row; /* as stored; its own copy */
+	json_t *thresholds;              /* row's, parsed */
+	int64_t next_at;
 	bool failing;    /* model_revalidation_failed is firing */
 	int64_t job_id;  /* the run in flight; 0 = none */
 	/* A run's model check is on a worker: the check_done that ends it
@@ -80,12 +78,7 @@ static void reval_free_one(struct reval *r)
 {
 	if (!r)
 		return;
-	free(r->name);
-	free(r->alias);
-	free(r->owner);
-	free(r->spec_yaml);
-	free(r->filename);
-	free(r->deployment);
+	reval_row_free(r->row);
 	free(r->run_dir);
 	json_decref(r->thresholds);
 	free(r);
@@ -95,7 +88,7 @@ static struct reval *find(struct reval_state *rs, const char *name,
 			  const char *alias)
 {
 	for (struct reval *r = rs->list; r; r = r->next)
-		if (!strcmp(r->name, name) && !strcmp(r->alias, alias))
+		if (!strcmp(r->row->name, name) && !strcmp(r->row->alias, alias))
 			return r;
 	return NULL;
 }
@@ -123,15 +116,15 @@ static void reval_alert(struct server *s, struct reval *r, const char *why)
 
 	if ((why != NULL) == r->failing)
 		return;
-	snprintf(fingerprint, sizeof(fingerprint), "revalidate:%s@%s", r->name,
-		 r->alias);
-	labels = json_pack("{s:s, s:s, s:I}", "model", r->name, "alias",
-			   r->alias, "version", (json_int_t)r->version);
+	snprintf(fingerprint, sizeof(fingerprint), "revalidate:%s@%s", r->row->name,
+		 r->row->alias);
+	labels = json_pack("{s:s, s:s, s:I}", "model", r->row->name, "alias",
+			   r->row->alias, "version", (json_int_t)r->version);
 	summary = why ? kn_asprintf("re-validation of %s@%s (version %lld) "
-				    "failed: %s", r->name, r->alias,
+				    "failed: %s", r->row->name, r->row->alias,
 				    (long long)r->version, why)
 		      : kn_asprintf("re-validation of %s@%s (version %lld) "
-				    "passed", r->name, r->alias,
+				    "passed", r->row->name, r->row->alias,
 				    (long long)r->version);
 	struct server_alert a = server_alert_critical(
 		"model_revalidation_failed", fingerprint, summary, labels,
@@ -150,9 +143,9 @@ static void record(struct server *s, struct reval *r, int64_t job_id,
 		   const char *outcome, const char *metrics, const char *why)
 {
 	struct kn_evaluation_row e = {
-		.name = r->name,
+		.name = r->row->name,
 		.version = r->version,
-		.alias = r->alias,
+		.alias = r->row->alias,
 		.job_id = job_id,
 		.outcome = (char *)outcome,
 		.metrics_json = (char *)metrics,
@@ -162,16 +155,16 @@ static void record(struct server *s, struct reval *r, int64_t job_id,
 	struct kn_error err;
 
 	if (kn_store_evaluation_add(core_store(s), &e, &err) < 0)
-		kn_log(KN_LOG_ERROR, "re-validation of %s@%s: %s", r->name,
-		       r->alias, err.message);
+		kn_log(KN_LOG_ERROR, "re-validation of %s@%s: %s", r->row->name,
+		       r->row->alias, err.message);
 	kn_log(strcmp(outcome, "passed") ? KN_LOG_WARN : KN_LOG_INFO,
-	       "re-validation of %s@%lld (%s): %s%s%s", r->name,
-	       (long long)r->version, r->alias, outcome, why ? ": " : "",
+	       "re-validation of %s@%lld (%s): %s%s%s", r->row->name,
+	       (long long)r->version, r->row->alias, outcome, why ? ": " : "",
 	       why ? why : "");
 	feed_publish(s, "model.evaluation",
 		     json_pack("{s:s, s:I, s:s, s:I, s:s, s:o}", "model",
-			       r->name, "version", (json_int_t)r->version,
-			       "alias", r->alias, "job", (json_int_t)job_id,
+			       r->row->name, "version", (json_int_t)r->version,
+			       "alias", r->row->alias, "job", (json_int_t)job_id,
 			       "outcome", outcome, "detail",
 			       why ? json_string(why) : json_null()));
 	reval_alert(s, r, strcmp(outcome, "passed") ? why : NULL);
@@ -222,7 +215,7 @@ static void check_done(struct server *s, int rc, const char *dir,
 		goto reply;
 	}
 	for (r = reval_state_of(s)->list; r; r = r->next)
-		if (!strcmp(r->name, k->name) && !strcmp(r->alias, k->alias))
+		if (!strcmp(r->row->name, k->name) && !strcmp(r->row->alias, k->alias))
 			break;
 	if (!r || r->checking != k->number) {
 		r = NULL;
@@ -234,18 +227,18 @@ static void check_done(struct server *s, int rc, const char *dir,
 	}
 	r->checking = 0;
 	r->version = version;
-	snprintf(at, sizeof(at), "%s@%lld", r->name, (long long)version);
+	snprintf(at, sizeof(at), "%s@%lld", r->row->name, (long long)version);
 	if (rc < 0) {
 		err = *check_err;
 		record(s, r, 0, "error", NULL, err.message);
 		goto reply;
 	}
 	memset(&c, 0, sizeof(c));
-	kn_strlcpy(c.name, r->owner, sizeof(c.name));
+	kn_strlcpy(c.name, r->row->owner, sizeof(c.name));
 	c.role = KN_ROLE_USER;
-	rc = jobs_submit(s, &c, r->spec_yaml, strlen(r->spec_yaml),
-			 r->filename,
-			 r->filename[0] == '/' ? r->filename : NULL, &id, &err);
+	rc = jobs_submit(s, &c, r->row->spec_yaml, strlen(r->row->spec_yaml),
+			 r->row->filename,
+			 r->row->filename[0] == '/' ? r->row->filename : NULL, &id, &err);
 	if (rc < 0) {
 		record(s, r, 0, "error", NULL, err.message);
 		goto reply;
@@ -255,7 +248,7 @@ static void check_done(struct server *s, int rc, const char *dir,
 	r->run_dir = kn_xstrdup(dir);
 	snprintf(r->run_ref, sizeof(r->run_ref), "%s", at);
 	kn_log(KN_LOG_INFO, "re-validation of %s (%s@%s): job %lld", at,
-	       r->name, r->alias, (long long)id);
+	       r->row->name, r->row->alias, (long long)id);
 reply:
 	if (k->req)
 		run_reply(s, k, r, rc, &err);
@@ -280,16 +273,16 @@ static int run_now(struct server *s, struct reval *r, struct kn_http_req *req,
 	int64_t version = 0;
 	int rc;
 
-	r->next_at = kn_now_ms() + r->every_ms;
-	rc = kn_store_model_alias_get(core_store(s), r->name, r->alias, &version,
+	r->next_at = kn_now_ms() + r->row->every_ms;
+	rc = kn_store_model_alias_get(core_store(s), r->row->name, r->row->alias, &version,
 				      err);
 	if (rc < 0)
 		return rc;
 	r->version = version;
-	snprintf(at, sizeof(at), "%s@%lld", r->name, (long long)version);
+	snprintf(at, sizeof(at), "%s@%lld", r->row->name, (long long)version);
 	k = kn_xcalloc(1, sizeof(*k));
-	k->name = kn_xstrdup(r->name);
-	k->alias = kn_xstrdup(r->alias);
+	k->name = kn_xstrdup(r->row->name);
+	k->alias = kn_xstrdup(r->row->alias);
 	k->number = ++reval_state_of(s)->checks;
 	k->req = req;
 	if (c)
@@ -332,7 +325,7 @@ static void tick(void *arg)
 		if (!r->job_id && !r->checking && r->next_at <= now &&
 		    run_now(s, r, NULL, NULL, &err) < 0)
 			kn_log(KN_LOG_WARN, "re-validation of %s@%s: %s",
-			       r->name, r->alias, err.message);
+			       r->row->name, r->row->alias, err.message);
 	arm_next(s);
 }
 
@@ -406,23 +399,23 @@ static void judge(struct server *s, struct reval *r)
 		goto out;
 	}
 	record(s, r, job_id, "failed", metrics, why);
-	if (r->rollback) {
+	if (r->row->rollback) {
 		struct caller c = {.name = "system", .role = KN_ROLE_ADMIN};
 		int64_t now_at = 0, to, from;
 
 		/* Only the version tested is rolled back, not a newer one
 		   promoted while the evaluation ran. */
-		if (kn_store_model_alias_get(core_store(s), r->name, r->alias,
+		if (kn_store_model_alias_get(core_store(s), r->row->name, r->row->alias,
 					     &now_at, &err) == 0 &&
 		    now_at == r->version &&
-		    models_alias_rollback(s, &c, r->name, r->alias, &to, &from,
+		    models_alias_rollback(s, &c, r->row->name, r->row->alias, &to, &from,
 					  &err) == 0)
 			kn_log(KN_LOG_WARN, "re-validation rolled %s@%s back: "
-			       "%lld -> %lld", r->name, r->alias,
+			       "%lld -> %lld", r->row->name, r->row->alias,
 			       (long long)from, (long long)to);
 		else if (now_at == r->version)
 			kn_log(KN_LOG_ERROR, "re-validation of %s@%s: no "
-			       "rollback: %s", r->name, r->alias, err.message);
+			       "rollback: %s", r->row->name, r->row->alias, err.message);
 	}
 out:
 	json_decref(doc);
@@ -434,17 +427,19 @@ static struct reval *reval_from_row(const struct kn_revalidation_row *row,
 				    int64_t now)
 {
 	struct reval *r = kn_xcalloc(1, sizeof(*r));
+	struct kn_revalidation_row *own = kn_xmalloc(sizeof(*own));
 
-	r->name = kn_xstrdup(row->name);
-	r->alias = kn_xstrdup(row->alias);
-	r->owner = kn_xstrdup(row->owner);
-	r->spec_yaml = kn_xstrdup(row->spec_yaml);
-	r->filename = kn_xstrdup(row->filename);
-	r->deployment = row->deployment ? kn_xstrdup(row->deployment) : NULL;
+	*own = *row; /* the numbers; each text is copied below */
+	own->name = kn_xstrdup(row->name);
+	own->alias = kn_xstrdup(row->alias);
+	own->owner = kn_xstrdup(row->owner);
+	own->spec_yaml = kn_xstrdup(row->spec_yaml);
+	own->filename = kn_xstrdup(row->filename);
+	own->thresholds_json =
+		row->thresholds_json ? kn_xstrdup(row->thresholds_json) : NULL;
+	own->deployment = row->deployment ? kn_xstrdup(row->deployment) : NULL;
+	r->row = own;
 	r->thresholds = json_loads(row->thresholds_json, 0, NULL);
-	r->every_ms = row->every_ms;
-	r->rollback = row->rollback;
-	r->created_at = row->created_at;
 	r->next_at = now + row->every_ms;
 	return r;
 }
@@ -571,11 +566,11 @@ int reval_for_deployment(struct server *s, const char *deployment,
 	row->name = kn_asprintf("%.*s", (int)(at - spec->model), spec->model);
 	row->alias = kn_xstrdup(at + 1);
 	cur = find(reval_state_of(s), row->name, row->alias);
-	if (cur && cur->deployment && strcmp(cur->deployment, deployment)) {
+	if (cur && cur->row->deployment && strcmp(cur->row->deployment, deployment)) {
 		rc = kn_errorf(err, KN_ECONFLICT, "revalidate",
 			       "revalidate: %s is re-validated by deployment "
 			       "%s's spec; remove it there first", spec->model,
-			       cur->deployment);
+			       cur->row->deployment);
 		goto out;
 	}
 	rc = kn_store_model_alias_get(core_store(s), row->name, row->alias,
@@ -592,9 +587,9 @@ int reval_for_deployment(struct server *s, const char *deployment,
 		   spec): the text this deployment set before for that file. */
 		if (job_text)
 			row->spec_yaml = kn_xstrdup(job_text);
-		else if (cur && cur->deployment &&
-			 !strcmp(cur->filename, row->filename))
-			row->spec_yaml = kn_xstrdup(cur->spec_yaml);
+		else if (cur && cur->row->deployment &&
+			 !strcmp(cur->row->filename, row->filename))
+			row->spec_yaml = kn_xstrdup(cur->row->spec_yaml);
 		if (!row->spec_yaml) {
 			rc = kn_errorf(err, KN_EINVAL, "revalidate.job",
 				       "revalidate.job: %s was not sent with "
@@ -636,24 +631,24 @@ void reval_deployment_set(struct server *s, const char *deployment,
 
 	for (r = reval_state_of(s)->list; r; r = next) {
 		next = r->next;
-		if (!r->deployment || strcmp(r->deployment, deployment) ||
-		    (row && !strcmp(r->name, row->name) &&
-		     !strcmp(r->alias, row->alias)))
+		if (!r->row->deployment || strcmp(r->row->deployment, deployment) ||
+		    (row && !strcmp(r->row->name, row->name) &&
+		     !strcmp(r->row->alias, row->alias)))
 			continue;
-		snprintf(object, sizeof(object), "model/%.64s@%.64s", r->name,
-			 r->alias);
+		snprintf(object, sizeof(object), "model/%.64s@%.64s", r->row->name,
+			 r->row->alias);
 		struct kn_audit a;
 
 		caller_audit(&a, c, "model.revalidate.remove", object,
 			     "ok", deployment);
-		if (kn_store_revalidation_delete(core_store(s), r->name, r->alias,
+		if (kn_store_revalidation_delete(core_store(s), r->row->name, r->row->alias,
 						 &a, &err) < 0) {
 			kn_log(KN_LOG_ERROR, "re-validation of %s@%s: %s",
-			       r->name, r->alias, err.message);
+			       r->row->name, r->row->alias, err.message);
 			continue;
 		}
 		kn_log(KN_LOG_INFO, "re-validation of %s@%s removed with "
-		       "deployment %s's revalidate:", r->name, r->alias,
+		       "deployment %s's revalidate:", r->row->name, r->row->alias,
 		       deployment);
 		reval_alert(s, r, NULL);
 		unlink_reval(s, r);
@@ -681,17 +676,17 @@ static json_t *reval_json(const struct reval *r)
 {
 	return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:I, s:O, s:b, s:I, "
 			 "s:b, s:o}",
-			 "name", r->name, "alias", r->alias, "owner", r->owner,
+			 "name", r->row->name, "alias", r->row->alias, "owner", r->row->owner,
 			 "deployment",
-			 r->deployment ? json_string(r->deployment)
+			 r->row->deployment ? json_string(r->row->deployment)
 				       : json_null(),
 			 "source",
-			 r->deployment ? json_sprintf("deployment %s",
-						      r->deployment)
+			 r->row->deployment ? json_sprintf("deployment %s",
+						      r->row->deployment)
 				       : json_string("hand"),
-			 "filename", r->filename, "every_ms",
-			 (json_int_t)r->every_ms, "thresholds", r->thresholds,
-			 "rollback", r->rollback, "next_at_ms",
+			 "filename", r->row->filename, "every_ms",
+			 (json_int_t)r->row->every_ms, "thresholds", r->thresholds,
+			 "rollback", r->row->rollback, "next_at_ms",
 			 (json_int_t)r->next_at, "failing", r->failing, "job",
 			 r->job_id ? json_integer(r->job_id) : json_null());
 }
@@ -802,7 +797,7 @@ static void reval_h_list(struct server *s, struct kn_http_req *req,
 
 	(void)c;
 	for (struct reval *r = reval_state_of(s)->list; r; r = r->next)
-		if (!strcmp(r->name, param))
+		if (!strcmp(r->row->name, param))
 			json_array_append_new(list, reval_json(r));
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "revalidations", list));
 }

@@ -23,6 +23,15 @@
 struct server;
 struct kn_http_req;
 
+/*
+ * What serves a route: c is the caller, already admitted by the
+ * route's least role; param is the path's {id} or {name} segment (NULL
+ * when the pattern has none). A handler answers req before it returns
+ * or keeps it for a later answer.
+ */
+typedef void route_handler(struct server *s, struct kn_http_req *req,
+			   const struct caller *c, const char *param);
+
 /* One HTTP route: method, path pattern, least role, handler. */
 struct route {
 	const char *method;
@@ -30,8 +39,7 @@ struct route {
 	enum kn_role least;  /* the lowest role allowed */
 	bool public_route;   /* no token needed */
 	const char *action;  /* audit action of a refused write, or NULL */
-	void (*fn)(struct server *s, struct kn_http_req *req,
-		   const struct caller *c, const char *param);
+	route_handler *fn;
 };
 
 /* When a service starts, after what the server has set up by then. */

@@ -169,6 +169,37 @@ static void test_without_gpu_or_sku(void **state)
 	assert_int_equal(find(r, "infiniband")->status, KN_CHECK_SKIP);
 }
 
+/* The verdict alone, with NVML opened for the run as the server does. */
+static void test_run_here_names_the_first_failure(void **state)
+{
+	struct kn_sku sku;
+	struct kn_error err;
+	const char *dirs[] = {fixture(1, "node-faulty"), NULL};
+	struct kn_health_config cfg = {fixture(0, "node-faulty"), &sku, NULL,
+				       NULL, dirs, INT64_MAX};
+	char first[700], small[12];
+	(void)state;
+
+	assert_int_equal(kn_sku_load(fixture(2, "skus.csv"), "Test_2xH100", &sku,
+				     &err), 0);
+	kn_nvml_close(open_nvml("nvml/h100x2-faulty.json"));
+	assert_int_equal(kn_health_run_here(&cfg, first, sizeof(first)),
+			 KN_HEALTH_CHECKS - 1);
+	/* gpu_inventory passes (the faulty answers are H100s): ECC is first. */
+	if (strncmp(first, "gpu_ecc: GPU 0 (GPU-5a1c9e00-", 29) ||
+	    !strstr(first, "2 double-bit"))
+		fail_msg("first failure: \"%s\"", first);
+	assert_int_equal(kn_health_run_here(&cfg, small, sizeof(small)),
+			 KN_HEALTH_CHECKS - 1);
+	assert_string_equal(small, "gpu_ecc: GP");
+
+	kn_nvml_close(open_nvml("nvml/h100x2.json"));
+	cfg.root = dirs[0] = fixture(1, "node-basic");
+	cfg.min_free_bytes = 1;
+	assert_int_equal(kn_health_run_here(&cfg, first, sizeof(first)), 0);
+	assert_string_equal(first, "");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -176,6 +207,7 @@ int main(void)
 		cmocka_unit_test(test_all_pass_on_healthy_fixtures),
 		cmocka_unit_test(test_each_fails_on_faulty_fixtures),
 		cmocka_unit_test(test_without_gpu_or_sku),
+		cmocka_unit_test(test_run_here_names_the_first_failure),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

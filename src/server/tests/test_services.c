@@ -65,16 +65,30 @@ static bool covers(const char *a, const char *b)
 
 static void test_overlap_matcher(void **state)
 {
+	static const struct {
+		const char *a, *b;
+		bool overlap; /* some path matches both */
+		bool covers;  /* every path b matches, a matches */
+	} cases[] = {
+		{"/v1/models/{name}", "/v1/models/x", true, true},
+		{"/v1/pools/{name}/rolling", "/v1/pools/a/rolling", true, true},
+		{"/v1/models/{name}", "/v1/models/{name}/revalidation", false,
+		 false},
+		{"/v1/keys", "/v1/keys/{name}", false, false},
+		{"/v1/deployments", "/v1/workflows", false, false},
+		{"/v1/model-blobs/{name}", "/v1/model-blobs/missing", true, true},
+		{"/v1/model-blobs/missing", "/v1/model-blobs/{name}", true, false},
+		{"/v1/models/{name}", "/v1/models/{name}", true, true},
+	};
 	(void)state;
-	assert_true(overlap("/v1/models/{name}", "/v1/models/x"));
-	assert_true(overlap("/v1/pools/{name}/rolling", "/v1/pools/a/rolling"));
-	assert_false(overlap("/v1/models/{name}",
-			     "/v1/models/{name}/revalidation"));
-	assert_false(overlap("/v1/keys", "/v1/keys/{name}"));
-	assert_false(overlap("/v1/deployments", "/v1/workflows"));
-	assert_true(covers("/v1/model-blobs/{name}", "/v1/model-blobs/missing"));
-	assert_false(covers("/v1/model-blobs/missing", "/v1/model-blobs/{name}"));
-	assert_true(covers("/v1/models/{name}", "/v1/models/{name}"));
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (overlap(cases[i].a, cases[i].b) != cases[i].overlap)
+			fail_msg("overlap(%s, %s) is not %d", cases[i].a,
+				 cases[i].b, cases[i].overlap);
+		if (covers(cases[i].a, cases[i].b) != cases[i].covers)
+			fail_msg("covers(%s, %s) is not %d", cases[i].a,
+				 cases[i].b, cases[i].covers);
+	}
 }
 
 static void test_services_named_once(void **state)
