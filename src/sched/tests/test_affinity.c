@@ -330,17 +330,10 @@ static bool holds(const struct kn_sched_node *node,
 			value = node->labels[l].value;
 	for (size_t v = 0; value && v < term->n_values; v++)
 		listed |= strcmp(term->values[v], value) == 0;
-	switch (term->op) {
-	case KN_SCHED_IN:
-		return listed;
-	case KN_SCHED_NOT_IN:
-		return !listed;
-	case KN_SCHED_EXISTS:
-		return value != NULL;
-	case KN_SCHED_DOES_NOT_EXIST:
-		return value == NULL;
-	}
-	return false;
+	/* Written apart from sched.c's switch, so the two check each other. */
+	if (term->op == KN_SCHED_EXISTS || term->op == KN_SCHED_DOES_NOT_EXIST)
+		return (value != NULL) == (term->op == KN_SCHED_EXISTS);
+	return listed == (term->op == KN_SCHED_IN);
 }
 
 static bool has_label(const struct kn_sched_node *node,
