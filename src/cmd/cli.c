@@ -388,6 +388,15 @@ int cli_read_spec(const struct cli_ctx *ctx, const char *path, char **text,
 	return CLI_GO;
 }
 
+int cli_parse_spec(struct cli_ctx *ctx, int argc, char **argv,
+		   const struct cli_flag *flags, const char **file,
+		   char **text, size_t *len, const char **name)
+{
+	int rc = cli_parse(ctx, argc, argv, flags, "FILE", file);
+
+	return rc == CLI_GO ? cli_read_spec(ctx, *file, text, len, name) : rc;
+}
+
 void cli_print_json(json_t *value)
 {
 	json_dumpf(value, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -579,6 +588,21 @@ void cli_table_cellf(struct cli_table *t, const char *fmt, ...)
 void cli_table_int(struct cli_table *t, json_t *obj, const char *key)
 {
 	cli_table_cellf(t, "%lld", (long long)cli_json_int(obj, key));
+}
+
+void cli_table_list(struct cli_table *t, json_t *obj, const char *key,
+		    const char *empty)
+{
+	struct kn_buf list;
+	json_t *item;
+	size_t i;
+
+	kn_buf_init(&list, SIZE_MAX);
+	json_array_foreach(json_object_get(obj, key), i, item)
+		kn_buf_printf(&list, "%s%s", i ? "," : "",
+			      json_string_value(item));
+	cli_table_cell(t, list.len ? list.data : empty);
+	kn_buf_release(&list);
 }
 
 void cli_table_ago(struct cli_table *t, json_t *obj, const char *key,

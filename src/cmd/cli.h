@@ -302,6 +302,14 @@ int cli_parse_job_ref(const struct cli_ctx *ctx, const char *arg,
  */
 int cli_read_spec(const struct cli_ctx *ctx, const char *path, char **text,
 		  size_t *len, const char **name);
+/*
+ * argv parsed with flags and one argument, FILE (*file), then FILE read
+ * as cli_read_spec reads it. Returns CLI_GO, or an exit status after
+ * printing why.
+ */
+int cli_parse_spec(struct cli_ctx *ctx, int argc, char **argv,
+		   const struct cli_flag *flags, const char **file,
+		   char **text, size_t *len, const char **name);
 
 /* Output. */
 
@@ -351,6 +359,10 @@ void cli_table_cellf(struct cli_table *t, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* A cell with obj's key as an integer, as cli_json_int. */
 void cli_table_int(struct cli_table *t, json_t *obj, const char *key);
+/* A cell with the strings in obj's array key joined by commas; none as
+   empty says. */
+void cli_table_list(struct cli_table *t, json_t *obj, const char *key,
+		    const char *empty);
 /* A cell with how long ago obj's key (epoch ms) was, as kn_format_ago. */
 void cli_table_ago(struct cli_table *t, json_t *obj, const char *key,
 		   int64_t now_ms);

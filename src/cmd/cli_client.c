@@ -19,6 +19,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pwd.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -1003,6 +1004,14 @@ int cli_answer_json(const struct cli_ctx *ctx, json_t **answer)
 	return CLI_EXIT_OK;
 }
 
+int cli_get_answer(const struct cli_ctx *ctx, struct cli_client *c,
+		   const char *path, json_t **answer)
+{
+	int rc = cli_get(c, path, answer);
+
+	return rc ? rc : cli_answer_json(ctx, answer);
+}
+
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 		     const char *collection, const char **name)
 {
@@ -1023,6 +1032,46 @@ int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 	rc = cli_call(c, "DELETE", path.data, NULL, NULL, 0, NULL);
 out:
 	kn_buf_release(&path);
+	cli_client_free(c);
+	return rc;
+}
+
+int cli_create_secret(struct cli_ctx *ctx, const char *collection,
+		      json_t *request, const char *not_text, const char *fmt,
+		      ...)
+{
+	struct cli_client *c = NULL;
+	json_t *answer = NULL;
+	const char *secret;
+	char *body;
+	va_list ap;
+	int rc;
+
+	/* json_pack refuses text that is not UTF-8, leaving request NULL. */
+	body = request ? json_dumps(request, JSON_COMPACT) : NULL;
+	if (!body)
+		return cli_usage_error(ctx, "%s", not_text);
+	rc = cli_client_open(ctx, &c);
+	if (rc == 0)
+		rc = cli_call(c, "POST", collection, "application/json", body,
+			      strlen(body), &answer);
+	if (rc)
+		goto out;
+	secret = json_string_value(json_object_get(answer, "secret"));
+	if (!secret) {
+		fputs("kiln: the server's answer has no secret\n", stderr);
+		rc = CLI_EXIT_FAIL;
+		goto out;
+	}
+	printf("%s\n", secret);
+	fflush(stdout);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("; keep the secret above: it will not be shown again\n", stderr);
+out:
+	free(body);
+	json_decref(answer);
 	cli_client_free(c);
 	return rc;
 }

@@ -156,11 +156,6 @@ int cli_post_spec(struct cli_client *c, const char *collection,
 		  size_t len, json_t **answer);
 
 /*
- * `kiln token revoke NAME` and the like: read NAME from argv and DELETE
- * collection/NAME. *name is set for the caller's message. Returns as
- * cli_call (or a usage exit status).
- */
-/*
  * A listing command with no arguments of its own: parse the global flags,
  * GET path and, with -o json, print the answer as it is. Returns CLI_GO
  * with *answer set when the caller is to print it for humans (the caller
@@ -174,9 +169,28 @@ int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
  * (CLI_GO).
  */
 int cli_answer_json(const struct cli_ctx *ctx, json_t **answer);
+/* cli_get path into *answer, then as cli_answer_json. */
+int cli_get_answer(const struct cli_ctx *ctx, struct cli_client *c,
+		   const char *path, json_t **answer);
 
+/*
+ * `kiln token revoke NAME` and the like: read NAME from argv and DELETE
+ * collection/NAME. *name is set for the caller's message. Returns as
+ * cli_call (or a usage exit status).
+ */
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 		     const char *collection, const char **name);
+/*
+ * `kiln token create` and the like: POST request (borrowed; NULL when
+ * json_pack refused text that is not UTF-8, which is then a usage error
+ * saying not_text) to collection and print the answer's secret alone on
+ * stdout, so it can be piped into a file; then, on stderr where it cannot
+ * end up in that file, what was created (fmt) and that the secret will
+ * not be shown again. Returns as cli_call.
+ */
+int cli_create_secret(struct cli_ctx *ctx, const char *collection,
+		      json_t *request, const char *not_text, const char *fmt,
+		      ...) __attribute__((format(printf, 5, 6)));
 
 /*
  * `kiln submit --wait`, `kiln workflow run --wait`: poll path until the

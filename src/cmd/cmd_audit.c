@@ -93,13 +93,10 @@ static int audit_ls(struct cli_ctx *ctx, int argc, char **argv)
 			 (long long)(since_ms > 0 ? since_ms : 0));
 		cli_query_add(&path, "since", number);
 	}
-	rc = cli_get(c, path.data, &answer);
-	if (rc)
+	rc = cli_get_answer(ctx, c, path.data, &answer);
+	if (rc != CLI_GO)
 		goto out;
-	if (cli_want_json(ctx)) {
-		cli_print_data(ctx, answer);
-		goto out;
-	}
+	rc = CLI_EXIT_OK;
 	rows = json_object_get(answer, "audit");
 	if (!json_array_size(rows)) {
 		fputs(actor || action || since ? "no audit records match\n"

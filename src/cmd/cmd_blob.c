@@ -143,47 +143,56 @@ static int run_blob(struct cli_ctx *ctx, const char *verb, struct args *a)
 	return rc;
 }
 
-static const struct {
-	const char *verb;
-	int args;
+/* A verb of `kiln blob` or `kiln ckpt`: min..max positionals after it. */
+struct verb {
+	const char *name;
+	int min, max;
 	const char *usage;
-} blob_verbs[] = {
-	{"ls", 2, "URL [PREFIX]"},
-	{"put", 3, "URL NAME FILE [--create-only]"},
-	{"get", 3, "URL NAME FILE [--offset N] [--length N]"},
-	{"rm", 2, "URL NAME"},
-	{"stat", 2, "URL NAME"},
 };
+
+/*
+ * argv[1] found among the n verbs (listed as choices in messages) and the
+ * rest parsed into a. CLI_GO with *verb set, CLI_EXIT_OK after printing
+ * the help, or an exit status after saying why.
+ */
+static int parse_verb(struct cli_ctx *ctx, int argc, char **argv,
+		      const struct verb *verbs, size_t n, const char *choices,
+		      struct args *a, const char **verb)
+{
+	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+		fputs(ctx->cmd->help, stdout);
+		return CLI_EXIT_OK;
+	}
+	if (argc < 2 || argv[1][0] == '-')
+		return cli_usage_error(ctx, "missing what to do: %s", choices);
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(argv[1], verbs[i].name))
+			continue;
+		snprintf(ctx->prog, sizeof(ctx->prog), "kiln %s %s",
+			 ctx->cmd->name, verbs[i].name);
+		*verb = verbs[i].name;
+		return parse(ctx, argc - 1, argv + 1, a, verbs[i].min,
+			     verbs[i].max, verbs[i].usage);
+	}
+	return cli_usage_error(ctx, "no '%s'; choose %s", argv[1], choices);
+}
 
 int cmd_blob(struct cli_ctx *ctx, int argc, char **argv)
 {
+	static const struct verb verbs[] = {
+		{"ls", 1, 2, "URL [PREFIX]"},
+		{"put", 3, 3, "URL NAME FILE [--create-only]"},
+		{"get", 3, 3, "URL NAME FILE [--offset N] [--length N]"},
+		{"rm", 2, 2, "URL NAME"},
+		{"stat", 2, 2, "URL NAME"},
+	};
 	struct args a = {0};
-	if (argc < 2 || argv[1][0] == '-') {
-		if (argc >= 2 && (!strcmp(argv[1], "-h") ||
-				  !strcmp(argv[1], "--help"))) {
-			fputs(ctx->cmd->help, stdout);
-			return CLI_EXIT_OK;
-		}
-		return cli_usage_error(ctx, "missing what to do: ls, put, get, "
-					    "rm or stat");
-	}
-	for (size_t i = 0; i < sizeof(blob_verbs) / sizeof(blob_verbs[0]); i++) {
-		int want = blob_verbs[i].args, rc;
+	const char *verb;
+	int rc = parse_verb(ctx, argc, argv, verbs,
+			    sizeof(verbs) / sizeof(verbs[0]),
+			    "ls, put, get, rm or stat", &a, &verb);
 
-		if (strcmp(argv[1], blob_verbs[i].verb))
-			continue;
-		snprintf(ctx->prog, sizeof(ctx->prog), "kiln blob %s",
-			 blob_verbs[i].verb);
-		/* ls takes its prefix optionally */
-		rc = parse(ctx, argc - 1, argv + 1, &a,
-			   strcmp(argv[1], "ls") ? want : 1, want,
-			   blob_verbs[i].usage);
-		if (rc != CLI_GO)
-			return rc;
-		return run_blob(ctx, argv[1], &a);
-	}
-	return cli_usage_error(ctx, "no '%s'; choose ls, put, get, rm or stat",
-			       argv[1]);
+	return rc == CLI_GO ? run_blob(ctx, verb, &a) : rc;
 }
 
 static void print_manifest(const struct kn_ckpt_manifest *m)
@@ -195,45 +204,24 @@ static void print_manifest(const struct kn_ckpt_manifest *m)
 
 int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv)
 {
-	static const struct {
-		const char *verb;
-		int args;
-		const char *usage;
-	} verbs[] = {
-		{"upload", 3, "URL JOB DIR"},
-		{"ls", 2, "URL JOB"},
-		{"restore", 3, "URL JOB DEST"},
-		{"prune", 2, "URL JOB --keep K"},
-		{"outputs", 3, "URL JOB DIR"},
+	static const struct verb verbs[] = {
+		{"upload", 3, 3, "URL JOB DIR"},
+		{"ls", 2, 2, "URL JOB"},
+		{"restore", 3, 3, "URL JOB DEST"},
+		{"prune", 2, 2, "URL JOB --keep K"},
+		{"outputs", 3, 3, "URL JOB DIR"},
 	};
 	struct kn_blob_store *s = NULL;
 	struct kn_ckpt_manifest m = {0};
 	struct kn_error err = {0};
 	struct args a = {0};
 	const char *verb;
-	int rc = CLI_EXIT_USAGE;
+	int rc = parse_verb(ctx, argc, argv, verbs,
+			    sizeof(verbs) / sizeof(verbs[0]),
+			    "upload, ls, restore, prune or outputs", &a, &verb);
 
-	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-		fputs(ctx->cmd->help, stdout);
-		return CLI_EXIT_OK;
-	}
-	if (argc < 2)
-		return cli_usage_error(ctx, "missing what to do: upload, ls, "
-					    "restore, prune or outputs");
-	verb = argv[1];
-	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
-		if (strcmp(verb, verbs[i].verb))
-			continue;
-		snprintf(ctx->prog, sizeof(ctx->prog), "kiln ckpt %s", verb);
-		rc = parse(ctx, argc - 1, argv + 1, &a, verbs[i].args,
-			   verbs[i].args, verbs[i].usage);
-		if (rc != CLI_GO)
-			return rc;
-		break;
-	}
-	if (rc == CLI_EXIT_USAGE)
-		return cli_usage_error(ctx, "no '%s'; choose upload, ls, "
-					    "restore, prune or outputs", verb);
+	if (rc != CLI_GO)
+		return rc;
 	rc = open_store(ctx, &a, &s);
 	if (rc != CLI_GO)
 		return rc;

@@ -259,10 +259,7 @@ int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *answer = NULL, *d;
 	int rc;
 
-	rc = cli_parse(ctx, argc, argv, NULL, "FILE", &file);
-	if (rc != CLI_GO)
-		goto out;
-	rc = cli_read_spec(ctx, file, &text, &len, &name);
+	rc = cli_parse_spec(ctx, argc, argv, NULL, &file, &text, &len, &name);
 	if (rc != CLI_GO)
 		goto out;
 	rc = cli_client_open(ctx, &c);
@@ -288,13 +285,12 @@ int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 		rc = cli_post_spec(c, "/v1/deployments", file, name, text, len,
 				   &answer);
 	}
-	if (rc)
+	if (rc == 0)
+		rc = cli_answer_json(ctx, &answer);
+	if (rc != CLI_GO)
 		goto out;
+	rc = CLI_EXIT_OK;
 	d = json_object_get(answer, "deployment");
-	if (cli_want_json(ctx)) {
-		cli_print_data(ctx, answer);
-		goto out;
-	}
 	printf("deployment %s: generation %lld, %lld replica%s wanted\n",
 	       cli_json_str(d, "name"), (long long)cli_json_int(d, "generation"),
 	       (long long)cli_json_int(d, "replicas_wanted"),

@@ -44,11 +44,9 @@ static int key_create(struct cli_ctx *ctx, int argc, char **argv)
 		{"quota-month", 0, CLI_FLAG_STRING, &month},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
-	struct cli_client *c = NULL;
-	json_t *request = NULL, *answer = NULL, *list;
+	json_t *request = NULL, *list;
 	json_int_t v_rpm, v_tpm, v_day, v_month;
-	const char *secret;
-	char *body = NULL, *copy = NULL, *item, *save = NULL;
+	char *copy = NULL, *item, *save = NULL;
 	int rc;
 
 	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
@@ -76,36 +74,12 @@ static int key_create(struct cli_ctx *ctx, int argc, char **argv)
 	request = json_pack("{s:s, s:o, s:I, s:I, s:I, s:I}", "name", name,
 			    "deployments", list, "rpm", v_rpm, "tpm", v_tpm,
 			    "quota_day", v_day, "quota_month", v_month);
-	body = request ? json_dumps(request, JSON_COMPACT) : NULL;
-	if (!body) {
-		rc = cli_usage_error(ctx, "names must be UTF-8 text");
-		goto out;
-	}
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
-	rc = cli_call(c, "POST", "/v1/keys", "application/json", body,
-		      strlen(body), &answer);
-	if (rc)
-		goto out;
-	secret = json_string_value(json_object_get(answer, "secret"));
-	if (!secret) {
-		fputs("kiln: the server's answer has no secret\n", stderr);
-		rc = CLI_EXIT_FAIL;
-		goto out;
-	}
-	printf("%s\n", secret);
-	fflush(stdout);
-	fprintf(stderr,
-		"gateway key '%s' created for %s; keep the secret above: it "
-		"will not be shown again\n",
-		name, deps);
+	rc = cli_create_secret(ctx, "/v1/keys", request,
+			       "names must be UTF-8 text",
+			       "gateway key '%s' created for %s", name, deps);
 out:
 	free(copy);
-	free(body);
 	json_decref(request);
-	json_decref(answer);
-	cli_client_free(c);
 	return rc;
 }
 
@@ -126,24 +100,17 @@ static int key_ls(struct cli_ctx *ctx, int argc, char **argv)
 		"CREATED_BY", "CREATED", NULL,
 	};
 	struct cli_table *t;
-	json_t *answer, *key, *dep;
+	json_t *answer, *key;
 	int64_t now = kn_now_ms();
-	size_t i, k;
+	size_t i;
 	int rc = cli_get_listing(ctx, argc, argv, "/v1/keys", &answer);
 
 	if (rc != CLI_GO)
 		return rc;
 	t = cli_table_new(headers);
 	json_array_foreach(json_object_get(answer, "keys"), i, key) {
-		struct kn_buf deps;
-
-		kn_buf_init(&deps, SIZE_MAX);
-		json_array_foreach(json_object_get(key, "deployments"), k, dep)
-			kn_buf_printf(&deps, "%s%s", k ? "," : "",
-				      json_string_value(dep));
 		cli_table_cell(t, cli_json_str(key, "name"));
-		cli_table_cell(t, deps.data ? deps.data : "-");
-		kn_buf_release(&deps);
+		cli_table_list(t, key, "deployments", "-");
 		limit_cell(t, key, "rpm");
 		limit_cell(t, key, "tpm");
 		limit_cell(t, key, "quota_day");

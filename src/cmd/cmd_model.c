@@ -1418,13 +1418,9 @@ static int model_lineage(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc)
 		return rc;
 	path = model_path(a.pos[0], "/lineage");
-	rc = cli_get(c, path, &answer);
-	if (rc)
+	rc = cli_get_answer(ctx, c, path, &answer);
+	if (rc != CLI_GO)
 		goto out;
-	if (cli_want_json(ctx)) {
-		cli_print_data(ctx, answer);
-		goto out;
-	}
 	lineage = json_object_get(answer, "lineage");
 	metrics = json_object_get(answer, "metrics");
 	printf("model %s@%lld\n", cli_json_str(answer, "name"),

@@ -394,13 +394,10 @@ int cmd_show(struct cli_ctx *ctx, int argc, char **argv)
 	path = index >= 0 ? kn_asprintf("/v1/jobs/%lld?index=%lld",
 					(long long)id, (long long)index)
 			  : kn_asprintf("/v1/jobs/%lld", (long long)id);
-	rc = cli_get(c, path, &answer);
-	if (rc)
+	rc = cli_get_answer(ctx, c, path, &answer);
+	if (rc != CLI_GO)
 		goto out;
-	if (cli_want_json(ctx)) {
-		cli_print_data(ctx, answer);
-		goto out;
-	}
+	rc = CLI_EXIT_OK;
 	job = json_object_get(answer, "job");
 	if (!json_is_object(job)) {
 		fputs("kiln: the server's answer has no job\n", stderr);

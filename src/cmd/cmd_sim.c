@@ -255,6 +255,16 @@ static void print_speed(const struct result *res, size_t n)
 	cli_table_free(t);
 }
 
+/* A policy's name, then series' mean ±sd at each reported point. */
+static void points_row(struct cli_table *t, const char *policy,
+		       const struct kn_sim_stats *series)
+{
+	cli_table_cell(t, policy);
+	for (size_t i = 0; i < N_POINTS; i++)
+		cli_table_cellf(t, "%.2f±%.2f", series[report_points[i]].mean,
+				series[report_points[i]].sd);
+}
+
 static void print_tables(const struct result *res, size_t n, size_t n_seeds,
 			 int baseline)
 {
@@ -271,11 +281,7 @@ static void print_tables(const struct result *res, size_t n, size_t n_seeds,
 	       n_seeds, n_seeds == 1 ? "" : "s");
 	t = cli_table_new(headers);
 	for (size_t p = 0; p < n; p++) {
-		cli_table_cell(t, res[p].policy->name);
-		for (size_t i = 0; i < N_POINTS; i++)
-			cli_table_cellf(t, "%.2f±%.2f",
-					res[p].unalloc[report_points[i]].mean,
-					res[p].unalloc[report_points[i]].sd);
+		points_row(t, res[p].policy->name, res[p].unalloc);
 		cli_table_cellf(t, "%.2f", res[p].unalloc[100].median);
 		cli_table_cellf(t, "%.2f-%.2f", res[p].lo[100],
 				res[p].hi[100]);
@@ -288,13 +294,8 @@ static void print_tables(const struct result *res, size_t n, size_t n_seeds,
 	       "mean ±sd:\n");
 	headers[N_POINTS + 1] = NULL;
 	t = cli_table_new(headers);
-	for (size_t p = 0; p < n; p++) {
-		cli_table_cell(t, res[p].policy->name);
-		for (size_t i = 0; i < N_POINTS; i++)
-			cli_table_cellf(t, "%.2f±%.2f",
-					res[p].frag[report_points[i]].mean,
-					res[p].frag[report_points[i]].sd);
-	}
+	for (size_t p = 0; p < n; p++)
+		points_row(t, res[p].policy->name, res[p].frag);
 	cli_table_print(t, stdout, 2);
 	cli_table_free(t);
 	if (baseline >= 0 && n > 1 && n_seeds > 1)

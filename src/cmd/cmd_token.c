@@ -43,53 +43,22 @@ static int token_create(struct cli_ctx *ctx, int argc, char **argv)
 		{"role", 0, CLI_FLAG_STRING, &role},
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
-	struct cli_client *c = NULL;
-	json_t *request = NULL, *answer = NULL;
-	const char *secret;
-	char *body = NULL;
+	json_t *request;
 	int rc;
 
 	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 	if (rc != CLI_GO)
-		goto out;
-	if (!name || !role) {
-		rc = cli_usage_error(ctx, "needs --name NAME and --role ROLE");
-		goto out;
-	}
+		return rc;
+	if (!name || !role)
+		return cli_usage_error(ctx, "needs --name NAME and --role ROLE");
 	rc = check_role(ctx, role);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
+		return rc;
 	request = json_pack("{s:s, s:s}", "name", name, "role", role);
-	body = request ? json_dumps(request, JSON_COMPACT) : NULL;
-	if (!body) {
-		/* json_pack refuses text that is not UTF-8. */
-		rc = cli_usage_error(ctx, "the name must be UTF-8 text");
-		goto out;
-	}
-	rc = cli_call(c, "POST", "/v1/tokens", "application/json", body,
-		      strlen(body), &answer);
-	if (rc)
-		goto out;
-	secret = json_string_value(json_object_get(answer, "secret"));
-	if (!secret) {
-		fputs("kiln: the server's answer has no secret\n", stderr);
-		rc = CLI_EXIT_FAIL;
-		goto out;
-	}
-	printf("%s\n", secret);
-	fflush(stdout);
-	fprintf(stderr,
-		"token '%s' (role %s) created; keep the secret above: it will "
-		"not be shown again\n",
-		name, role);
-out:
-	free(body);
+	rc = cli_create_secret(ctx, "/v1/tokens", request,
+			       "the name must be UTF-8 text",
+			       "token '%s' (role %s) created", name, role);
 	json_decref(request);
-	json_decref(answer);
-	cli_client_free(c);
 	return rc;
 }
 

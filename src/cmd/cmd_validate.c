@@ -181,10 +181,7 @@ int cmd_validate(struct cli_ctx *ctx, int argc, char **argv)
 	int rc;
 
 	kn_buf_init(&summary, SIZE_MAX);
-	rc = cli_parse(ctx, argc, argv, NULL, "FILE", &file);
-	if (rc != CLI_GO)
-		goto out;
-	rc = cli_read_spec(ctx, file, &text, &len, &name);
+	rc = cli_parse_spec(ctx, argc, argv, NULL, &file, &text, &len, &name);
 	if (rc != CLI_GO)
 		goto out;
 	kind = kn_spec_kind(text, len);

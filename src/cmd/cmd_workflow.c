@@ -192,10 +192,7 @@ static int wf_run(struct cli_ctx *ctx, int argc, char **argv)
 	int64_t id = 0;
 	int rc;
 
-	rc = cli_parse(ctx, argc, argv, flags, "FILE", &file);
-	if (rc != CLI_GO)
-		goto out;
-	rc = cli_read_spec(ctx, file, &text, &len, &name);
+	rc = cli_parse_spec(ctx, argc, argv, flags, &file, &text, &len, &name);
 	if (rc != CLI_GO)
 		goto out;
 	rc = build_request(ctx, file, name, text, len, &req);
@@ -306,15 +303,11 @@ static void print_detail(json_t *r)
 		       : "");
 	printf("\n");
 	json_array_foreach(json_object_get(r, "steps"), i, st) {
-		struct kn_buf needs, jobs;
-		json_t *n, *a;
+		struct kn_buf jobs;
+		json_t *a;
 		size_t k;
 		char ran[32];
 
-		kn_buf_init(&needs, SIZE_MAX);
-		json_array_foreach(json_object_get(st, "needs"), k, n)
-			kn_buf_printf(&needs, "%s%s", k ? "," : "",
-				      json_string_value(n));
 		/* Every job the step ran, earlier attempts' too. */
 		kn_buf_init(&jobs, SIZE_MAX);
 		json_array_foreach(json_object_get(st, "attempt_history"), k, a)
@@ -324,7 +317,7 @@ static void print_detail(json_t *r)
 					      (long long)cli_json_int(a, "job"));
 		cli_table_cell(t, cli_json_str(st, "name"));
 		cli_table_cell(t, cli_json_str(st, "state"));
-		cli_table_cell(t, needs.len ? needs.data : "-");
+		cli_table_list(t, st, "needs", "-");
 		cli_format_ran(cli_json_int(st, "started_at_ms"),
 			       cli_json_int(st, "ended_at_ms"), now, ran,
 			       sizeof(ran));
@@ -335,7 +328,6 @@ static void print_detail(json_t *r)
 		cli_table_cell(t, cost);
 		cli_table_cell(t, cli_json_str(st, "reason"));
 		kn_buf_release(&jobs);
-		kn_buf_release(&needs);
 	}
 	cli_table_print(t, stdout, 0);
 	cli_table_free(t);
@@ -355,11 +347,13 @@ static int wf_ls(struct cli_ctx *ctx, int argc, char **argv)
 
 /*
  * argv parsed with flags and one argument, RUN: a run id, a whole number
- * >= 1 (one past 64 bits is refused, not clamped). CLI_GO with *out, or
- * an exit status after saying why.
+ * >= 1 (one past 64 bits is refused, not clamped). CLI_GO with *out and
+ * the run's path in path ("/v1/workflows/ID", then "/action" when action
+ * is not NULL), or an exit status after saying why.
  */
 static int parse_run(struct cli_ctx *ctx, int argc, char **argv,
-		     const struct cli_flag *flags, int64_t *out)
+		     const struct cli_flag *flags, const char *action,
+		     int64_t *out, char *path, size_t path_len)
 {
 	const char *arg = NULL;
 	char *end;
@@ -374,6 +368,8 @@ static int parse_run(struct cli_ctx *ctx, int argc, char **argv,
 		return cli_usage_error(ctx, "RUN must be a run id (a whole "
 				       "number >= 1); got '%s'", arg);
 	*out = v;
+	snprintf(path, path_len, "/v1/workflows/%lld%s%s", v,
+		 action ? "/" : "", action ? action : "");
 	return CLI_GO;
 }
 
@@ -396,10 +392,9 @@ static int wf_show(struct cli_ctx *ctx, int argc, char **argv)
 	int64_t id = 0;
 	int rc;
 
-	rc = parse_run(ctx, argc, argv, flags, &id);
+	rc = parse_run(ctx, argc, argv, flags, NULL, &id, path, sizeof(path));
 	if (rc != CLI_GO)
 		return rc;
-	snprintf(path, sizeof(path), "/v1/workflows/%lld", (long long)id);
 	run.path = path;
 	return watch_listing(ctx, watch, &run);
 }
@@ -413,11 +408,10 @@ static int change(struct cli_ctx *ctx, int argc, char **argv,
 	int64_t id = 0;
 	int rc;
 
-	rc = parse_run(ctx, argc, argv, NULL, &id);
+	rc = parse_run(ctx, argc, argv, NULL, action, &id, path,
+		       sizeof(path));
 	if (rc != CLI_GO)
 		return rc;
-	snprintf(path, sizeof(path), "/v1/workflows/%lld/%s", (long long)id,
-		 action);
 	rc = cli_client_open(ctx, &c);
 	if (rc == 0)
 		rc = cli_call(c, "POST", path, "application/json", "{}", 2,

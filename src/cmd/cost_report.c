@@ -372,8 +372,8 @@ void cost_report_reservations(json_t *reply, FILE *out)
 	json_t *skus = json_object_get(reply, "skus");
 	json_t *spot = json_object_get(reply, "spot_candidates");
 	struct cli_table *t;
-	json_t *s, *node;
-	size_t i, k;
+	json_t *s;
+	size_t i;
 	char buf[48];
 
 	fputs("Reservations (a term pays off when the nodes' GPUs are busy at "
@@ -384,15 +384,8 @@ void cost_report_reservations(json_t *reply, FILE *out)
 	} else {
 		t = cli_table_new(sku_headers);
 		json_array_foreach(skus, i, s) {
-			struct kn_buf nodes;
-
-			kn_buf_init(&nodes, SIZE_MAX);
-			json_array_foreach(json_object_get(s, "nodes"), k, node)
-				kn_buf_printf(&nodes, "%s%s", k ? "," : "",
-					      json_string_value(node));
 			cli_table_cell(t, cli_json_str(s, "sku"));
-			cli_table_cell(t, nodes.data ? nodes.data : "");
-			kn_buf_release(&nodes);
+			cli_table_list(t, s, "nodes", "");
 			percent_or_dash(t, json_object_get(s, "utilisation"));
 			price_or_dash(t, json_object_get(s, "on_demand_usd_hr"));
 			price_or_dash(t, json_object_get(s, "reserved_1y_usd_hr"));

@@ -60,10 +60,36 @@ static void assert_file(const char *dir, const char *file, const char *want)
 	free(got);
 }
 
+/* A fake hierarchy in a temporary directory, removed after the test;
+   self stands for /proc/self/cgroup. */
+struct tree {
+	char *root, *self;
+};
+
+static int tree_empty(void **state)
+{
+	struct tree *t = kn_xcalloc(1, sizeof(*t));
+
+	t->root = make_dir();
+	t->self = kn_asprintf("%s/self", t->root);
+	*state = t;
+	return 0;
+}
+
+static int tree_remove(void **state)
+{
+	struct tree *t = *state;
+
+	kn_rm_rf(t->root);
+	free(t->root);
+	free(t->self);
+	free(t);
+	return 0;
+}
+
 static void test_detect(void **state)
 {
-	char *root = make_dir();
-	(void)state;
+	const char *root = ((struct tree *)*state)->root;
 
 	assert_int_equal(kn_cgroup_detect(root), KN_CGROUP_NONE);
 	/* A hybrid's empty cgroup2 at ROOT/unified does not make it v2. */
@@ -73,12 +99,10 @@ static void test_detect(void **state)
 	touch(root, "cgroup.controllers", "cpu memory pids\n");
 	assert_int_equal(kn_cgroup_detect(root), KN_CGROUP_V2);
 	assert_string_equal(kn_cgroup_version_name(KN_CGROUP_V2), "v2");
-	kn_rm_rf(root);
-	free(root);
 }
 
 /* A v1 tree: each controller's own cgroup from /proc/self/cgroup. */
-static char *fake_v1(const char *root)
+static void fake_v1(const struct tree *t)
 {
 	static const char *const files[] = {
 		"memory/cgroup.procs",
@@ -99,20 +123,28 @@ static char *fake_v1(const char *root)
 		"devices/kiln/t1/cgroup.procs",
 		NULL,
 	};
-	char *self = kn_asprintf("%s/self", root);
 	const char *text = "5:devices:/\n4:memory:/srv\n3:pids:/\n"
 			   "2:cpu,cpuacct:/\n0::/\n";
 
 	for (int i = 0; files[i]; i++)
-		touch(root, files[i], "");
-	assert_int_equal(kn_write_file_replace(self, text, strlen(text), 0600),
+		touch(t->root, files[i], "");
+	assert_int_equal(kn_write_file_replace(t->self, text, strlen(text),
+					       0600),
 			 0);
-	return self;
+}
+
+static int tree_v1(void **state)
+{
+	tree_empty(state);
+	fake_v1(*state);
+	return 0;
 }
 
 static void test_v1_files(void **state)
 {
-	char *root = make_dir(), *self = fake_v1(root), *mem, *dev;
+	struct tree *tree = *state;
+	const char *root = tree->root, *self = tree->self;
+	char *mem, *dev;
 	char *node = kn_asprintf("%s/nvidia2", root);
 	char *missing = kn_asprintf("%s/nvidia3", root);
 	char *devices[] = {node, missing, NULL};
@@ -122,7 +154,6 @@ static void test_v1_files(void **state)
 				       .devices = devices};
 	struct kn_cgroup *cg = NULL;
 	struct kn_error err;
-	(void)state;
 
 	/* A regular file is no device: only a node of the given type counts. */
 	touch(root, "nvidia2", "");
@@ -159,9 +190,6 @@ static void test_v1_files(void **state)
 	kn_cgroup_free(cg);
 	free(node);
 	free(missing);
-	free(self);
-	kn_rm_rf(root);
-	free(root);
 }
 
 /* Make DIR (and its parents) with an old modification time. */
@@ -190,11 +218,11 @@ static bool dir_exists(const char *root, const char *dir)
  */
 static void test_sweep_fake(void **state)
 {
-	char *root = make_dir(), *self = fake_v1(root);
+	struct tree *tree = *state;
+	const char *root = tree->root, *self = tree->self;
 	struct kn_cgroup_place place = {root, "kiln", self};
 	struct kn_error err;
 	size_t removed = 9;
-	(void)state;
 
 	old_dir(root, "memory/srv/kiln/task-left", true);
 	old_dir(root, "cpu/kiln/task-left", true);
@@ -217,19 +245,17 @@ static void test_sweep_fake(void **state)
 	place.parent = "never";
 	assert_int_equal(kn_cgroup_sweep(&place, 60, &removed, &err), 0);
 	assert_int_equal(removed, 0);
-	free(self);
-	kn_rm_rf(root);
-	free(root);
 }
 
 static void test_v1_missing_controller(void **state)
 {
-	char *root = make_dir(), *self = fake_v1(root), *pids;
+	struct tree *tree = *state;
+	const char *root = tree->root, *self = tree->self;
+	char *pids;
 	struct kn_cgroup_place place = {root, "kiln", self};
 	struct kn_cgroup_limits lim = {.pids_max = 10};
 	struct kn_cgroup *cg = NULL;
 	struct kn_error err;
-	(void)state;
 
 	pids = kn_asprintf("%s/pids", root);
 	kn_rm_rf(pids);
@@ -239,19 +265,16 @@ static void test_v1_missing_controller(void **state)
 					    "mounted"));
 	kn_cgroup_free(cg);
 	free(pids);
-	free(self);
-	kn_rm_rf(root);
-	free(root);
 }
 
 static void test_bad_names(void **state)
 {
-	char *root = make_dir(), *self = fake_v1(root);
+	struct tree *tree = *state;
+	const char *root = tree->root, *self = tree->self;
 	struct kn_cgroup_place place = {root, "kiln", self};
 	struct kn_cgroup_place up = {root, "kiln/../..", self};
 	struct kn_cgroup *cg = NULL;
 	struct kn_error err;
-	(void)state;
 
 	assert_true(kn_cgroup_new(&place, "a/b", &cg, &err) < 0);
 	assert_true(kn_cgroup_new(&place, "..", &cg, &err) < 0);
@@ -261,21 +284,19 @@ static void test_bad_names(void **state)
 	assert_true(kn_cgroup_new(&place, "t1", &cg, &err) < 0);
 	assert_non_null(strstr(err.message, "no cgroup hierarchy"));
 	assert_null(cg);
-	free(self);
-	kn_rm_rf(root);
-	free(root);
 }
 
 /* v2: controllers enabled from the root down, limits in the leaf. */
 static void test_v2_files(void **state)
 {
-	char *root = make_dir(), *self = kn_asprintf("%s/self", root), *task;
+	struct tree *tree = *state;
+	const char *root = tree->root, *self = tree->self;
+	char *task;
 	struct kn_cgroup_place place = {root, "/kiln.slice/tasks", self};
 	struct kn_cgroup_limits lim = {.memory_bytes = 1LL << 30,
 				       .cpu_milli = 250, .pids_max = 64};
 	struct kn_cgroup *cg = NULL;
 	struct kn_error err;
-	(void)state;
 
 	touch(root, "cgroup.controllers", "cpuset cpu io memory pids\n");
 	touch(root, "cgroup.subtree_control", "cpu\n");
@@ -317,20 +338,18 @@ static void test_v2_files(void **state)
 	assert_non_null(strstr(err.message, "the memory cgroup controller is "
 					    "not available in"));
 	kn_cgroup_free(cg);
-	free(self);
-	kn_rm_rf(root);
-	free(root);
 }
 
 /* A relative parent goes below our own cgroup, found in the "0::" line. */
 static void test_v2_relative_parent(void **state)
 {
-	char *root = make_dir(), *self = kn_asprintf("%s/self", root), *want;
+	struct tree *tree = *state;
+	const char *root = tree->root, *self = tree->self;
+	char *want;
 	const char *text = "1:name=systemd:/x\n0::/system.slice/kiln.service\n";
 	struct kn_cgroup_place place = {root, "tasks", self};
 	struct kn_cgroup *cg = NULL;
 	struct kn_error err;
-	(void)state;
 
 	touch(root, "cgroup.controllers", "memory\n");
 	assert_int_equal(kn_write_file_replace(self, text, strlen(text), 0600),
@@ -340,9 +359,6 @@ static void test_v2_relative_parent(void **state)
 	assert_string_equal(kn_cgroup_path(cg), want);
 	free(want);
 	kn_cgroup_free(cg);
-	free(self);
-	kn_rm_rf(root);
-	free(root);
 }
 
 /* Run fn(arg) in a child placed in cg before it starts; its wait status. */
@@ -410,6 +426,29 @@ static void remove_parent(const char *root, enum kn_cgroup_version v,
 }
 
 /*
+ * A parent cgroup for a test under the real hierarchy at root, named
+ * after what and this process; the test is skipped unless it runs as
+ * root and root holds version v.
+ */
+static char *real_parent(const char *root, enum kn_cgroup_version v,
+			 const char *what)
+{
+	if (geteuid() != 0 || kn_cgroup_detect(root) != v)
+		skip();
+	return kn_asprintf("/kiln-unit-%s%d", what, (int)getpid());
+}
+
+/* A hog run in cg is killed by the kernel's OOM killer, and counted. */
+static void expect_oom_kill(struct kn_cgroup *cg)
+{
+	int wstatus = run_in(cg, hog, NULL);
+
+	assert_true(WIFSIGNALED(wstatus));
+	assert_int_equal(WTERMSIG(wstatus), SIGKILL);
+	assert_true(kn_cgroup_oom_kills(cg) >= 1);
+}
+
+/*
  * Under the real hierarchy at root (skipped unless root and version v):
  * two GPU nodes without a driver, the first allowed. Opening the allowed
  * one reaches the (missing) driver, ENXIO; the other is refused, EPERM.
@@ -418,18 +457,13 @@ static void remove_parent(const char *root, enum kn_cgroup_version v,
 static void device_case(const char *root, enum kn_cgroup_version v,
 			struct kn_cgroup_limits *lim)
 {
-	char *parent = kn_asprintf("/kiln-unit-%d", (int)getpid());
+	char *parent = real_parent(root, v, "");
 	struct kn_cgroup_place place = {root, parent, "/proc/self/cgroup"};
-	char *dir, *nodes[3] = {NULL}, *path;
+	char *dir = make_dir(), *nodes[3] = {NULL}, *path;
 	struct kn_cgroup *cg = NULL;
 	struct kn_error err;
 	int wstatus;
 
-	if (geteuid() != 0 || kn_cgroup_detect(root) != v) {
-		free(parent);
-		skip();
-	}
-	dir = make_dir();
 	nodes[0] = kn_asprintf("%s/nvidia0", dir);
 	nodes[1] = kn_asprintf("%s/nvidia1", dir);
 	assert_int_equal(mknod(nodes[0], S_IFCHR | 0600, makedev(195, 0)), 0);
@@ -488,7 +522,7 @@ static int wait_for_gate(const void *arg)
  */
 static void test_real_v1_sweep(void **state)
 {
-	char *parent = kn_asprintf("/kiln-unit-sweep-%d", (int)getpid());
+	char *parent = real_parent(KN_CGROUP_ROOT, KN_CGROUP_V1, "sweep-");
 	struct kn_cgroup_place place = {KN_CGROUP_ROOT, parent,
 					"/proc/self/cgroup"};
 	struct kn_cgroup_limits lim = {.memory_bytes = 32LL << 20,
@@ -500,10 +534,6 @@ static void test_real_v1_sweep(void **state)
 	pid_t pid;
 	(void)state;
 
-	if (geteuid() != 0 || kn_cgroup_detect(KN_CGROUP_ROOT) != KN_CGROUP_V1) {
-		free(parent);
-		skip();
-	}
 	assert_int_equal(kn_cgroup_new(&place, "task-left", &left, &err), 0);
 	assert_int_equal(kn_cgroup_create(left, &lim, &err), 0);
 	assert_int_equal(kn_cgroup_new(&place, "task-busy", &busy, &err), 0);
@@ -535,25 +565,17 @@ static void test_real_v1_sweep(void **state)
 static void test_real_v1_oom(void **state)
 {
 	const char *root = KN_CGROUP_ROOT;
-	char *parent = kn_asprintf("/kiln-unit-oom-%d", (int)getpid());
+	char *parent = real_parent(root, KN_CGROUP_V1, "oom-");
 	struct kn_cgroup_place place = {root, parent, "/proc/self/cgroup"};
 	struct kn_cgroup_limits lim = {.memory_bytes = 16LL << 20};
 	struct kn_cgroup *cg = NULL;
 	struct kn_error err;
-	int wstatus;
 	(void)state;
 
-	if (geteuid() != 0 || kn_cgroup_detect(root) != KN_CGROUP_V1) {
-		free(parent);
-		skip();
-	}
 	assert_int_equal(kn_cgroup_new(&place, "t1", &cg, &err), 0);
 	assert_int_equal(kn_cgroup_create(cg, &lim, &err), 0);
 	assert_int_equal(kn_cgroup_oom_kills(cg), 0);
-	wstatus = run_in(cg, hog, NULL);
-	assert_true(WIFSIGNALED(wstatus));
-	assert_int_equal(WTERMSIG(wstatus), SIGKILL);
-	assert_true(kn_cgroup_oom_kills(cg) >= 1);
+	expect_oom_kill(cg);
 	assert_int_equal(kn_cgroup_destroy(cg, &err), 0);
 	kn_cgroup_free(cg);
 	remove_parent(root, KN_CGROUP_V1, parent);
@@ -569,29 +591,21 @@ static void test_real_v1_oom(void **state)
 static void test_real_v2_limits(void **state)
 {
 	const char *root = KN_CGROUP_ROOT;
-	char *parent = kn_asprintf("/kiln-unit-v2-%d", (int)getpid());
+	char *parent = real_parent(root, KN_CGROUP_V2, "v2-");
 	struct kn_cgroup_place place = {root, parent, "/proc/self/cgroup"};
 	struct kn_cgroup_limits lim = {.memory_bytes = 16LL << 20,
 				       .cpu_milli = 500, .pids_max = 16};
 	struct kn_cgroup *cg = NULL;
 	struct kn_error err;
-	int wstatus;
 	(void)state;
 
-	if (geteuid() != 0 || kn_cgroup_detect(root) != KN_CGROUP_V2) {
-		free(parent);
-		skip();
-	}
 	assert_int_equal(kn_cgroup_new(&place, "t1", &cg, &err), 0);
 	if (kn_cgroup_create(cg, &lim, &err) < 0)
 		fail_msg("%s", err.message);
 	assert_file(kn_cgroup_path(cg), "memory.max", "16777216\n");
 	assert_file(kn_cgroup_path(cg), "cpu.max", "50000 100000\n");
 	assert_file(kn_cgroup_path(cg), "pids.max", "16\n");
-	wstatus = run_in(cg, hog, NULL);
-	assert_true(WIFSIGNALED(wstatus));
-	assert_int_equal(WTERMSIG(wstatus), SIGKILL);
-	assert_true(kn_cgroup_oom_kills(cg) >= 1);
+	expect_oom_kill(cg);
 	assert_int_equal(kn_cgroup_destroy(cg, &err), 0);
 	kn_cgroup_free(cg);
 	remove_parent(root, KN_CGROUP_V2, parent);
@@ -604,13 +618,20 @@ static void test_real_v2_limits(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_detect),
-		cmocka_unit_test(test_v1_files),
-		cmocka_unit_test(test_sweep_fake),
-		cmocka_unit_test(test_v1_missing_controller),
-		cmocka_unit_test(test_bad_names),
-		cmocka_unit_test(test_v2_files),
-		cmocka_unit_test(test_v2_relative_parent),
+		cmocka_unit_test_setup_teardown(test_detect, tree_empty,
+						tree_remove),
+		cmocka_unit_test_setup_teardown(test_v1_files, tree_v1,
+						tree_remove),
+		cmocka_unit_test_setup_teardown(test_sweep_fake, tree_v1,
+						tree_remove),
+		cmocka_unit_test_setup_teardown(test_v1_missing_controller, tree_v1,
+						tree_remove),
+		cmocka_unit_test_setup_teardown(test_bad_names, tree_v1,
+						tree_remove),
+		cmocka_unit_test_setup_teardown(test_v2_files, tree_empty,
+						tree_remove),
+		cmocka_unit_test_setup_teardown(test_v2_relative_parent, tree_empty,
+						tree_remove),
 		cmocka_unit_test(test_real_v1),
 		cmocka_unit_test(test_real_v2_devices),
 		cmocka_unit_test(test_real_v1_sweep),

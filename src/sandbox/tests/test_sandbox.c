@@ -55,88 +55,88 @@ static char *const server_env[] = {
 	NULL,
 };
 
-static void test_env_local_allow_list(void **state)
+/*
+ * What a task's environment holds, by how the task runs: a local task
+ * from the server's environment (allow-listed) and its launch's, a local
+ * task whose server has next to nothing set, a Slurm task and a pod.
+ */
+static void test_env(void **state)
 {
+	enum { LOCAL, BARE, SLURM, POD, N_ENVS };
 	char *const launch[] = {"KILN_JOB_ID=7", "CUDA_VISIBLE_DEVICES=2",
 				"TZ=Europe/Paris", NULL};
-	char **env;
-	(void)state;
-
-	env = kn_sandbox_env_build(KN_SANDBOX_LOCAL, launch, server_env,
-				   "/home/t/task", "kiln-task");
-	assert_string_equal(get(env, "PATH"), "/opt/bin:/usr/bin");
-	assert_string_equal(get(env, "LANG"), "C.UTF-8");
-	assert_string_equal(get(env, "LC_ALL"), "C");
-	assert_string_equal(get(env, "TERM"), "xterm");
-	/* The launch wins over the shim's own. */
-	assert_string_equal(get(env, "TZ"), "Europe/Paris");
-	assert_string_equal(get(env, "KILN_JOB_ID"), "7");
-	assert_string_equal(get(env, "CUDA_VISIBLE_DEVICES"), "2");
-	assert_string_equal(get(env, "HOME"), "/home/t/task");
-	assert_string_equal(get(env, "USER"), "kiln-task");
-	assert_string_equal(get(env, "LOGNAME"), "kiln-task");
-	assert_null(get(env, "AZURE_STORAGE_KEY"));
-	assert_null(get(env, "AZURE_STORAGE_SAS_TOKEN"));
-	assert_null(get(env, "KILN_TOKEN"));
-	assert_null(get(env, "KILN_HOME"));
-	assert_null(get(env, "LD_PRELOAD"));
-	assert_null(get(env, "SLURM_PROCID"));
-	assert_null(get(env, "RANK"));
-	/* "LC_*" is a prefix with its underscore. */
-	assert_null(get(env, "LCX"));
-	kn_sandbox_strings_free(env);
-}
-
-static void test_env_launch_sets_home_and_default_path(void **state)
-{
-	char *const launch[] = {"HOME=/data", "USER=me", NULL};
+	char *const bare_launch[] = {"HOME=/data", "USER=me", NULL};
 	char *const bare[] = {"AZURE_CLIENT_SECRET=x", NULL};
-	char **env;
+	static const struct {
+		int env;
+		const char *name, *value; /* value NULL: not set */
+	} cases[] = {
+		{LOCAL, "PATH", "/opt/bin:/usr/bin"},
+		{LOCAL, "LANG", "C.UTF-8"},
+		{LOCAL, "LC_ALL", "C"},
+		{LOCAL, "TERM", "xterm"},
+		/* The launch wins over the shim's own. */
+		{LOCAL, "TZ", "Europe/Paris"},
+		{LOCAL, "KILN_JOB_ID", "7"},
+		{LOCAL, "CUDA_VISIBLE_DEVICES", "2"},
+		{LOCAL, "HOME", "/home/t/task"},
+		{LOCAL, "USER", "kiln-task"},
+		{LOCAL, "LOGNAME", "kiln-task"},
+		{LOCAL, "AZURE_STORAGE_KEY", NULL},
+		{LOCAL, "AZURE_STORAGE_SAS_TOKEN", NULL},
+		{LOCAL, "KILN_TOKEN", NULL},
+		{LOCAL, "KILN_HOME", NULL},
+		{LOCAL, "LD_PRELOAD", NULL},
+		{LOCAL, "SLURM_PROCID", NULL},
+		{LOCAL, "RANK", NULL},
+		/* "LC_*" is a prefix with its underscore. */
+		{LOCAL, "LCX", NULL},
+		/* The launch sets HOME; PATH has a default. */
+		{BARE, "HOME", "/data"},
+		{BARE, "USER", "me"},
+		{BARE, "LOGNAME", "u"},
+		{BARE, "PATH", "/usr/local/bin:/usr/bin:/bin"},
+		{SLURM, "SLURM_PROCID", "3"},
+		{SLURM, "SLURMD_NODENAME", "kn1"},
+		{SLURM, "CUDA_VISIBLE_DEVICES", "0,1"},
+		{SLURM, "RANK", "3"},
+		{SLURM, "AZURE_STORAGE_KEY", NULL},
+		{SLURM, "KILN_TOKEN", NULL},
+		{SLURM, "USER", NULL},
+		/* A pod drops the credentials only. */
+		{POD, "KILN_HOME", "/var/lib/kiln"},
+		{POD, "HOME", "/root"},
+		{POD, "RANK", "3"},
+		{POD, "AZURE_STORAGE_KEY", NULL},
+		{POD, "AZURE_STORAGE_SAS_TOKEN", NULL},
+		{POD, "KILN_TOKEN", NULL},
+	};
+	char **env[N_ENVS];
 	size_t n = 0;
 	(void)state;
 
-	env = kn_sandbox_env_build(KN_SANDBOX_LOCAL, launch, bare, "/t", "u");
-	assert_string_equal(get(env, "HOME"), "/data");
-	assert_string_equal(get(env, "USER"), "me");
-	assert_string_equal(get(env, "LOGNAME"), "u");
-	assert_string_equal(get(env, "PATH"), "/usr/local/bin:/usr/bin:/bin");
-	for (char **e = env; *e; e++)
+	env[LOCAL] = kn_sandbox_env_build(KN_SANDBOX_LOCAL, launch, server_env,
+					  "/home/t/task", "kiln-task");
+	env[BARE] = kn_sandbox_env_build(KN_SANDBOX_LOCAL, bare_launch, bare,
+					 "/t", "u");
+	env[SLURM] = kn_sandbox_env_build(KN_SANDBOX_SLURM, NULL, server_env,
+					  "/t", NULL);
+	env[POD] = kn_sandbox_env_build(KN_SANDBOX_POD, NULL, server_env, NULL,
+					NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *got = get(env[cases[i].env], cases[i].name);
+
+		if (cases[i].value)
+			assert_string_equal(got, cases[i].value);
+		else
+			assert_null(got);
+	}
+	/* Nothing of the bare server's: the four above alone. */
+	for (char **e = env[BARE]; *e; e++)
 		n++;
 	assert_int_equal(n, 4);
-	kn_sandbox_strings_free(env);
-}
-
-static void test_env_slurm_keeps_its_variables(void **state)
-{
-	char **env;
-	(void)state;
-
-	env = kn_sandbox_env_build(KN_SANDBOX_SLURM, NULL, server_env, "/t",
-				   NULL);
-	assert_string_equal(get(env, "SLURM_PROCID"), "3");
-	assert_string_equal(get(env, "SLURMD_NODENAME"), "kn1");
-	assert_string_equal(get(env, "CUDA_VISIBLE_DEVICES"), "0,1");
-	assert_string_equal(get(env, "RANK"), "3");
-	assert_null(get(env, "AZURE_STORAGE_KEY"));
-	assert_null(get(env, "KILN_TOKEN"));
-	assert_null(get(env, "USER"));
-	kn_sandbox_strings_free(env);
-}
-
-static void test_env_pod_drops_credentials_only(void **state)
-{
-	char **env;
-	(void)state;
-
-	env = kn_sandbox_env_build(KN_SANDBOX_POD, NULL, server_env, NULL,
-				   NULL);
-	assert_string_equal(get(env, "KILN_HOME"), "/var/lib/kiln");
-	assert_string_equal(get(env, "HOME"), "/root");
-	assert_string_equal(get(env, "RANK"), "3");
-	assert_null(get(env, "AZURE_STORAGE_KEY"));
-	assert_null(get(env, "AZURE_STORAGE_SAS_TOKEN"));
-	assert_null(get(env, "KILN_TOKEN"));
-	kn_sandbox_strings_free(env);
+	for (int k = 0; k < N_ENVS; k++)
+		kn_sandbox_strings_free(env[k]);
 }
 
 static void test_user_map_parses(void **state)
@@ -555,10 +555,7 @@ static void test_unprivileged_stop_before_the_task_reaches_it(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_env_local_allow_list),
-		cmocka_unit_test(test_env_launch_sets_home_and_default_path),
-		cmocka_unit_test(test_env_slurm_keeps_its_variables),
-		cmocka_unit_test(test_env_pod_drops_credentials_only),
+		cmocka_unit_test(test_env),
 		cmocka_unit_test(test_user_map_parses),
 		cmocka_unit_test(test_user_map_errors),
 		cmocka_unit_test(test_sandbox_unknown_user),

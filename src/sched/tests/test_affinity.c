@@ -71,66 +71,52 @@ static struct kn_sched_cluster *build(struct fixture *f,
 	return &f->cluster;
 }
 
+/* req placed on a fresh cluster of specs: task t on node want[t]. */
+static void expect_placed(struct fixture *f, const struct node_spec *specs,
+			  size_t n, const struct kn_sched_request *req,
+			  const int *want)
+{
+	struct kn_sched_binding b[MAX_TASKS];
+
+	assert_true(req->tasks <= MAX_TASKS);
+	assert_int_equal(kn_sched_place(build(f, specs, n), req, b, NULL, 0),
+			 0);
+	for (int t = 0; t < req->tasks; t++)
+		assert_int_equal(b[t].node, want[t]);
+}
+
 static const char *const ZONE_B[] = {"b"};
 static const char *const ZONES_AC[] = {"a", "c"};
 
-static void test_required_in_and_not_in(void **state)
+static void test_required_terms(void **state)
 {
 	static const struct node_spec specs[] = {
 		{"n0", 4, "a", NULL, NULL},
-		{"n1", 4, "b", NULL, NULL},
+		{"n1", 4, "b", NULL, "h100"},
 		{"n2", 4, NULL, NULL, NULL},
 	};
-	struct kn_sched_affinity_term in = {"zone", KN_SCHED_IN, ZONE_B, 1, 0};
-	struct kn_sched_affinity_term not_in = {"zone", KN_SCHED_NOT_IN,
-						ZONES_AC, 2, 0};
-	struct kn_sched_request req = {.tasks = 1, .gpu_milli = 1000,
-				       .required = &in, .n_required = 1};
-	struct kn_sched_binding b[2];
-	struct fixture f;
-	char reason[256];
-
-	(void)state;
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, reason, sizeof(reason)),
-			 0);
-	assert_int_equal(b[0].node, 1);
-	/* NotIn holds on the node without the label too: n1 then n2. */
-	req.required = &not_in;
-	req.tasks = 2;
-	req.gpu_milli = 4000;
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, reason, sizeof(reason)),
-			 0);
-	assert_int_equal(b[0].node, 1);
-	assert_int_equal(b[1].node, 2);
-}
-
-static void test_required_exists(void **state)
-{
-	static const struct node_spec specs[] = {
-		{"n0", 2, NULL, NULL, NULL},
-		{"n1", 2, NULL, NULL, "h100"},
+	static const struct {
+		struct kn_sched_affinity_term term;
+		int tasks, gpu_milli;
+		int nodes[2];
+	} cases[] = {
+		{{"zone", KN_SCHED_IN, ZONE_B, 1, 0}, 1, 1000, {1}},
+		/* NotIn holds on the node without the label too. */
+		{{"zone", KN_SCHED_NOT_IN, ZONES_AC, 2, 0}, 2, 4000, {1, 2}},
+		{{"gpu", KN_SCHED_EXISTS, NULL, 0, 0}, 1, 1000, {1}},
+		{{"gpu", KN_SCHED_DOES_NOT_EXIST, NULL, 0, 0}, 1, 1000, {0}},
 	};
-	struct kn_sched_affinity_term exists = {"gpu", KN_SCHED_EXISTS, NULL,
-						0, 0};
-	struct kn_sched_affinity_term absent = {"gpu", KN_SCHED_DOES_NOT_EXIST,
-						NULL, 0, 0};
-	struct kn_sched_request req = {.tasks = 1, .gpu_milli = 1000,
-				       .required = &exists, .n_required = 1};
-	struct kn_sched_binding b[1];
 	struct fixture f;
 
 	(void)state;
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, NULL, 0),
-			 0);
-	assert_int_equal(b[0].node, 1);
-	req.required = &absent;
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, NULL, 0),
-			 0);
-	assert_int_equal(b[0].node, 0);
+	for (size_t i = 0; i < COUNT(cases); i++) {
+		struct kn_sched_request req = {.tasks = cases[i].tasks,
+					       .gpu_milli = cases[i].gpu_milli,
+					       .required = &cases[i].term,
+					       .n_required = 1};
+
+		expect_placed(&f, specs, COUNT(specs), &req, cases[i].nodes);
+	}
 }
 
 static void test_required_never_fits(void **state)
@@ -172,19 +158,13 @@ static void test_preferred_weights(void **state)
 	struct fixture f;
 
 	(void)state;
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, NULL, 0),
-			 0);
-	assert_int_equal(b[0].node, 0);
+	expect_placed(&f, specs, COUNT(specs), &req, (const int[]){0});
 	/* Weights add up: zone b (30) and gpu Exists (40) beat 50. */
 	struct kn_sched_affinity_term more[] = {
 		prefs[0], prefs[1], {"gpu", KN_SCHED_EXISTS, NULL, 0, 40}};
 	req.preferred = more;
 	req.n_preferred = 3;
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, NULL, 0),
-			 0);
-	assert_int_equal(b[0].node, 1);
+	expect_placed(&f, specs, COUNT(specs), &req, (const int[]){1});
 	/* A preference never overrides a full node: n1 has no room left. */
 	f.devices[1][0].used_milli = 1000;
 	f.devices[1][1].used_milli = 1000;
@@ -200,28 +180,15 @@ static void test_spread_zones(void **state)
 		{"n2", 8, "b", NULL, NULL},
 		{"n3", 8, NULL, NULL, NULL},
 	};
-	struct kn_sched_request req = {.tasks = 4, .gpu_milli = 1000,
-				       .spread_key = "zone"};
-	struct kn_sched_binding b[4];
+	struct kn_sched_request req = {.tasks = 4, .gpu_milli = 1000};
 	struct fixture f;
 
 	(void)state;
 	/* Without spread the whole gang stays on n0. */
-	req.spread_key = NULL;
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, NULL, 0),
-			 0);
-	for (int t = 0; t < 4; t++)
-		assert_int_equal(b[t].node, 0);
+	expect_placed(&f, specs, COUNT(specs), &req, (const int[]){0, 0, 0, 0});
 	/* With it: zone a, zone b, no zone, then zone a again on n0. */
 	req.spread_key = "zone";
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, NULL, 0),
-			 0);
-	assert_int_equal(b[0].node, 0);
-	assert_int_equal(b[1].node, 2);
-	assert_int_equal(b[2].node, 3);
-	assert_int_equal(b[3].node, 0);
+	expect_placed(&f, specs, COUNT(specs), &req, (const int[]){0, 2, 3, 0});
 }
 
 static void test_spread_fault_domains_with_full_domain(void **state)
@@ -232,7 +199,6 @@ static void test_spread_fault_domains_with_full_domain(void **state)
 	};
 	struct kn_sched_request req = {.tasks = 3, .gpu_milli = 1000,
 				       .spread_key = "fault_domain"};
-	struct kn_sched_binding b[3];
 	struct fixture f;
 
 	(void)state;
@@ -241,12 +207,7 @@ static void test_spread_fault_domains_with_full_domain(void **state)
 	 * second to the unused domain fd0, and the third back to fd1 since
 	 * fd0 is full: spread is a preference, never a reason to fail.
 	 */
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, NULL, 0),
-			 0);
-	assert_int_equal(b[0].node, 1);
-	assert_int_equal(b[1].node, 0);
-	assert_int_equal(b[2].node, 1);
+	expect_placed(&f, specs, COUNT(specs), &req, (const int[]){1, 0, 1});
 }
 
 static void test_spread_placed_replicas(void **state)
@@ -266,22 +227,13 @@ static void test_spread_placed_replicas(void **state)
 
 	(void)state;
 	/* Alone it takes the first node, as before. */
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, NULL, 0),
-			 0);
-	assert_int_equal(b[0].node, 0);
+	expect_placed(&f, specs, COUNT(specs), &req, (const int[]){0});
 	/* The group's other tasks count: zone c is the one still empty. */
 	req.spread_placed = placed;
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, NULL, 0),
-			 0);
-	assert_int_equal(b[0].node, 3);
+	expect_placed(&f, specs, COUNT(specs), &req, (const int[]){3});
 	/* Without a spread key the counts are ignored. */
 	req.spread_key = NULL;
-	assert_int_equal(kn_sched_place(build(&f, specs, COUNT(specs)), &req,
-					b, NULL, 0),
-			 0);
-	assert_int_equal(b[0].node, 0);
+	expect_placed(&f, specs, COUNT(specs), &req, (const int[]){0});
 	/* A full zone c: the next least used zone, b's n2 before a. */
 	req.spread_key = "zone";
 	build(&f, specs, COUNT(specs));
@@ -330,17 +282,10 @@ static bool holds(const struct kn_sched_node *node,
 			value = node->labels[l].value;
 	for (size_t v = 0; value && v < term->n_values; v++)
 		listed |= strcmp(term->values[v], value) == 0;
-	switch (term->op) {
-	case KN_SCHED_IN:
-		return listed;
-	case KN_SCHED_NOT_IN:
-		return !listed;
-	case KN_SCHED_EXISTS:
-		return value != NULL;
-	case KN_SCHED_DOES_NOT_EXIST:
-		return value == NULL;
-	}
-	return false;
+	/* Written apart from sched.c's switch, so the two check each other. */
+	if (term->op == KN_SCHED_EXISTS || term->op == KN_SCHED_DOES_NOT_EXIST)
+		return (value != NULL) == (term->op == KN_SCHED_EXISTS);
+	return listed == (term->op == KN_SCHED_IN);
 }
 
 static bool has_label(const struct kn_sched_node *node,
@@ -429,8 +374,7 @@ static void test_random_snapshots_respect_constraints(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_required_in_and_not_in),
-		cmocka_unit_test(test_required_exists),
+		cmocka_unit_test(test_required_terms),
 		cmocka_unit_test(test_required_never_fits),
 		cmocka_unit_test(test_preferred_weights),
 		cmocka_unit_test(test_spread_zones),

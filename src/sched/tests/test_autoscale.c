@@ -16,6 +16,7 @@ struct world {
 	struct kn_sched_node shape;
 	struct kn_autoscale_pool pools[2];
 	struct kn_sched_request one_gpu, two_gpus, gang4, huge;
+	struct kn_autoscale_job burst[5]; /* jobs 1-5, one GPU each */
 	int add[2];
 	bool remove[8];
 	char why[2][KN_AUTOSCALE_WHY_LEN];
@@ -43,6 +44,9 @@ static void build(struct world *w)
 	w->two_gpus = (struct kn_sched_request){.tasks = 1, .gpu_milli = 2000};
 	w->gang4 = (struct kn_sched_request){.tasks = 4, .gpu_milli = 1000};
 	w->huge = (struct kn_sched_request){.tasks = 1, .gpu_milli = 4000};
+	for (int i = 0; i < 5; i++)
+		w->burst[i] = (struct kn_autoscale_job){i + 1, false,
+							&w->one_gpu};
 }
 
 static void plan(struct world *w, const struct kn_autoscale_job *jobs,
@@ -53,19 +57,24 @@ static void plan(struct world *w, const struct kn_autoscale_job *jobs,
 			  w->add, w->remove, w->why, w->blocked);
 }
 
+/* Plan as plan does and check how many nodes each pool is to add. */
+static void plan_adds(struct world *w, const struct kn_autoscale_job *jobs,
+		      size_t n_jobs, const struct kn_autoscale_node *nodes,
+		      size_t n_nodes, int64_t now, int add0, int add1)
+{
+	plan(w, jobs, n_jobs, nodes, n_nodes, now);
+	assert_int_equal(w->add[0], add0);
+	assert_int_equal(w->add[1], add1);
+}
+
 /* Five 1-GPU jobs need three 2-GPU nodes: the burst asks for what fits. */
 static void test_burst_scales_up_by_what_fits(void **state)
 {
 	struct world w;
-	struct kn_autoscale_job jobs[5];
 
 	(void)state;
 	build(&w);
-	for (int i = 0; i < 5; i++)
-		jobs[i] = (struct kn_autoscale_job){i + 1, false, &w.one_gpu};
-	plan(&w, jobs, 5, NULL, 0, 0);
-	assert_int_equal(w.add[0], 3);
-	assert_int_equal(w.add[1], 0);
+	plan_adds(&w, w.burst, 5, NULL, 0, 0, 3, 0);
 	assert_string_equal(w.why[0], "+3: 5 queued jobs fit no node up or "
 				      "coming, the first job 1 (1 task x 1 GPU)");
 	assert_string_equal(w.blocked, "");
@@ -96,10 +105,8 @@ static void test_max_and_blocked(void **state)
 	w.pools[1].max = 1;
 	jobs[0] = (struct kn_autoscale_job){1, false, &w.huge};
 	jobs[1] = (struct kn_autoscale_job){2, false, &w.two_gpus};
-	plan(&w, jobs, 2, NULL, 0, 0);
+	plan_adds(&w, jobs, 2, NULL, 0, 0, 1, 0);
 	assert_non_null(strstr(w.blocked, "job 1 "));
-	assert_int_equal(w.add[0], 1);
-	assert_int_equal(w.add[1], 0);
 }
 
 /* Preemptible work goes to the spot pool, the rest on demand, even
@@ -113,46 +120,33 @@ static void test_spot_preferred_for_preemptible(void **state)
 	build(&w);
 	pre.req = &w.two_gpus;
 	firm.req = &w.two_gpus;
-	plan(&w, &pre, 1, NULL, 0, 0);
-	assert_int_equal(w.add[0], 0);
-	assert_int_equal(w.add[1], 1);
-	plan(&w, &firm, 1, NULL, 0, 0);
-	assert_int_equal(w.add[0], 1);
-	assert_int_equal(w.add[1], 0);
+	plan_adds(&w, &pre, 1, NULL, 0, 0, 0, 1);
+	plan_adds(&w, &firm, 1, NULL, 0, 0, 1, 0);
 	/* Both on demand: the cheaper one. */
 	w.pools[1].spot = false;
-	plan(&w, &firm, 1, NULL, 0, 0);
-	assert_int_equal(w.add[0], 0);
-	assert_int_equal(w.add[1], 1);
+	plan_adds(&w, &firm, 1, NULL, 0, 0, 0, 1);
 	/* A full preferred pool spills to the other. */
 	w.pools[1].spot = true;
 	w.pools[1].current = 4;
-	plan(&w, &pre, 1, NULL, 0, 0);
-	assert_int_equal(w.add[0], 1);
-	assert_int_equal(w.add[1], 0);
+	plan_adds(&w, &pre, 1, NULL, 0, 0, 1, 0);
 }
 
 /* Nodes being provisioned hold the burst: no second ask. */
 static void test_no_overshoot_while_provisioning(void **state)
 {
 	struct world w;
-	struct kn_autoscale_job jobs[5];
 
 	(void)state;
 	build(&w);
-	for (int i = 0; i < 5; i++)
-		jobs[i] = (struct kn_autoscale_job){i + 1, false, &w.one_gpu};
 	w.pools[0].provisioning = 3;
-	plan(&w, jobs, 5, NULL, 0, 0);
-	assert_int_equal(w.add[0], 0);
-	assert_int_equal(w.add[1], 0);
+	plan_adds(&w, w.burst, 5, NULL, 0, 0, 0, 0);
 	/* Two of the three came up and took four jobs; one still comes. */
 	w.pools[0].provisioning = 1;
 	w.pools[0].current = 2;
-	plan(&w, jobs + 4, 1, NULL, 0, 0);
+	plan(&w, w.burst + 4, 1, NULL, 0, 0);
 	assert_int_equal(w.add[0], 0);
 	/* One more job than the coming node holds: one more node. */
-	plan(&w, jobs + 2, 3, NULL, 0, 0);
+	plan(&w, w.burst + 2, 3, NULL, 0, 0);
 	assert_int_equal(w.add[0], 1);
 }
 

@@ -49,6 +49,22 @@ static void test_defaults_fill_only_what_is_unset(void **state)
 	assert_int_equal(set.memory_bytes, 64 << 20);
 }
 
+/* req can never fit on a small node, for reason; the node is untouched. */
+static void expect_never_fits(const struct kn_sched_request *req,
+			      struct kn_sched_binding *b, const char *reason)
+{
+	struct kn_sched_cluster cluster;
+	struct kn_sched_node node;
+	char got[512];
+
+	small_node(&node, &cluster);
+	assert_int_equal(kn_sched_place(&cluster, req, b, got, sizeof(got)),
+			 -ENOSPC);
+	assert_string_equal(got, reason);
+	assert_int_equal(node.cpu_milli_used, 0);
+	assert_int_equal(node.memory_used, 0);
+}
+
 /*
  * A gang of CPU-only tasks that ask for nothing: without defaults the
  * whole gang lands on a 2-CPU node; with them it can never fit, and the
@@ -62,27 +78,21 @@ static void test_cpu_gang_counts_defaults(void **state)
 	struct kn_sched_binding *b = calloc(1024, sizeof(*b));
 	struct kn_sched_cluster cluster;
 	struct kn_sched_node node;
-	char reason[512];
 
 	(void)state;
 	small_node(&node, &cluster);
-	assert_int_equal(kn_sched_place(&cluster, &req, b, reason,
-					sizeof(reason)), 0);
-	small_node(&node, &cluster);
+	assert_int_equal(kn_sched_place(&cluster, &req, b, NULL, 0), 0);
 	kn_sched_request_defaults(&req, &d);
-	assert_int_equal(kn_sched_place(&cluster, &req, b, reason,
-					sizeof(reason)), -ENOSPC);
-	assert_string_equal(reason,
-			    "can never fit: needs 1024 tasks x 1 CPU and "
-			    "1024 MiB memory but the cluster holds at most 2 "
-			    "such tasks; 1024 CPUs in all, the largest node "
-			    "has 2 CPUs (local)");
-	assert_int_equal(node.cpu_milli_used, 0);
+	expect_never_fits(&req, b,
+			  "can never fit: needs 1024 tasks x 1 CPU and "
+			  "1024 MiB memory but the cluster holds at most 2 "
+			  "such tasks; 1024 CPUs in all, the largest node "
+			  "has 2 CPUs (local)");
 
 	/* Two such tasks fit, and use the whole node. */
 	req.tasks = 2;
-	assert_int_equal(kn_sched_place(&cluster, &req, b, reason,
-					sizeof(reason)), 0);
+	small_node(&node, &cluster);
+	assert_int_equal(kn_sched_place(&cluster, &req, b, NULL, 0), 0);
 	assert_int_equal(node.cpu_milli_used, 2000);
 	assert_int_equal(node.memory_used, 2 * GIB);
 	free(b);
@@ -94,19 +104,13 @@ static void test_never_fits_names_memory(void **state)
 	struct kn_sched_request req = {.tasks = 20, .cpu_milli = 1,
 				       .memory_bytes = GIB};
 	struct kn_sched_binding b[20];
-	struct kn_sched_cluster cluster;
-	struct kn_sched_node node;
-	char reason[512];
 
 	(void)state;
-	small_node(&node, &cluster);
-	assert_int_equal(kn_sched_place(&cluster, &req, b, reason,
-					sizeof(reason)), -ENOSPC);
-	assert_string_equal(reason,
-			    "can never fit: needs 20 tasks x 0.001 CPU and "
-			    "1024 MiB memory but the cluster holds at most 8 "
-			    "such tasks; 20480 MiB memory in all, the largest "
-			    "node has 8192 MiB (local)");
+	expect_never_fits(&req, b,
+			  "can never fit: needs 20 tasks x 0.001 CPU and "
+			  "1024 MiB memory but the cluster holds at most 8 "
+			  "such tasks; 20480 MiB memory in all, the largest "
+			  "node has 8192 MiB (local)");
 }
 
 /* ---- fair share ------------------------------------------------------ */

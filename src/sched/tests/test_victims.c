@@ -55,72 +55,50 @@ static void build(struct world *w)
 					       &w->bind_c};
 }
 
-static void test_smallest_sufficient_set(void **state)
+/* Which of A, B and C a request evicts; the snapshot stays as it was. */
+static void test_victim_choice(void **state)
 {
-	struct world w;
-	struct kn_sched_request want = {.tasks = 1, .gpu_milli = 2000};
-	size_t victims[3], n = 99;
+	static const struct {
+		int tasks, gpu_milli, priority;
+		bool c_preemptible;
+		int rc;
+		bool evicted[3]; /* A, B, C */
+	} cases[] = {
+		/* B is cheapest (youngest) but alone frees too little; A
+		   suffices. */
+		{1, 2000, 10, false, 0, {true, false, false}},
+		/* B: youngest of the lowest. */
+		{1, 1000, 10, false, 0, {false, true, false}},
+		/* All four GPUs would need C, which is not preemptible. */
+		{1, 4000, 10, false, -ENOSPC, {false, false, false}},
+		/* Equal priority is not lower. */
+		{1, 1000, 0, false, -ENOSPC, {false, false, false}},
+		{1, 4000, 6, true, 0, {true, true, true}},
+		/* A gang of three: A and B, in either order. */
+		{3, 1000, 10, false, 0, {true, true, false}},
+	};
 	(void)state;
 
-	build(&w);
-	/* B is cheapest (youngest) but alone frees too little; A suffices. */
-	assert_int_equal(kn_sched_find_victims(&w.cluster, &want, 10, w.cands,
-					       3, victims, &n), 0);
-	assert_int_equal(n, 1);
-	assert_int_equal(victims[0], 0);
-	for (int i = 0; i < 4; i++)
-		assert_int_equal(w.devices[i].used_milli, 1000);
-}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct kn_sched_request want = {.tasks = cases[i].tasks,
+						.gpu_milli = cases[i].gpu_milli};
+		struct world w;
+		bool evicted[3] = {false, false, false};
+		size_t victims[3], n = 0;
 
-static void test_cheapest_when_one_is_enough(void **state)
-{
-	struct world w;
-	struct kn_sched_request want = {.tasks = 1, .gpu_milli = 1000};
-	size_t victims[3], n = 0;
-	(void)state;
-
-	build(&w);
-	assert_int_equal(kn_sched_find_victims(&w.cluster, &want, 10, w.cands,
-					       3, victims, &n), 0);
-	assert_int_equal(n, 1);
-	assert_int_equal(victims[0], 1); /* B: youngest of the lowest */
-}
-
-static void test_only_lower_priority_and_preemptible(void **state)
-{
-	struct world w;
-	struct kn_sched_request want = {.tasks = 1, .gpu_milli = 4000};
-	size_t victims[3], n = 0;
-	(void)state;
-
-	build(&w);
-	/* All four GPUs would need C, which is not preemptible. */
-	assert_int_equal(kn_sched_find_victims(&w.cluster, &want, 10, w.cands,
-					       3, victims, &n), -ENOSPC);
-	/* Equal priority is not lower. */
-	want.gpu_milli = 1000;
-	assert_int_equal(kn_sched_find_victims(&w.cluster, &want, 0, w.cands,
-					       3, victims, &n), -ENOSPC);
-	w.cands[2].preemptible = true;
-	want.gpu_milli = 4000;
-	assert_int_equal(kn_sched_find_victims(&w.cluster, &want, 6, w.cands,
-					       3, victims, &n), 0);
-	assert_int_equal(n, 3);
-}
-
-static void test_gang_needs_two_victims(void **state)
-{
-	struct world w;
-	struct kn_sched_request want = {.tasks = 3, .gpu_milli = 1000};
-	size_t victims[3], n = 0;
-	(void)state;
-
-	build(&w);
-	assert_int_equal(kn_sched_find_victims(&w.cluster, &want, 10, w.cands,
-					       3, victims, &n), 0);
-	assert_int_equal(n, 2);
-	assert_true((victims[0] == 0 && victims[1] == 1) ||
-		    (victims[0] == 1 && victims[1] == 0));
+		build(&w);
+		w.cands[2].preemptible = cases[i].c_preemptible;
+		assert_int_equal(kn_sched_find_victims(&w.cluster, &want,
+						       cases[i].priority,
+						       w.cands, 3, victims, &n),
+				 cases[i].rc);
+		for (size_t k = 0; cases[i].rc == 0 && k < n; k++)
+			evicted[victims[k]] = true;
+		for (int c = 0; c < 3; c++)
+			assert_int_equal(evicted[c], cases[i].evicted[c]);
+		for (int d = 0; d < 4; d++)
+			assert_int_equal(w.devices[d].used_milli, 1000);
+	}
 }
 
 /*
@@ -226,10 +204,7 @@ static void test_request_same(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_smallest_sufficient_set),
-		cmocka_unit_test(test_cheapest_when_one_is_enough),
-		cmocka_unit_test(test_only_lower_priority_and_preemptible),
-		cmocka_unit_test(test_gang_needs_two_victims),
+		cmocka_unit_test(test_victim_choice),
 		cmocka_unit_test(test_place_after_holds_only_what_the_waiting_job_needs),
 		cmocka_unit_test(test_place_after_without_room),
 		cmocka_unit_test(test_request_same),

@@ -267,39 +267,39 @@ static void test_revalidate(void **state)
 
 static void test_presets_fill_resources(void **state)
 {
-	struct kn_deployment_spec *d;
+	static const struct {
+		const char *yaml;
+		int gpu_milli;
+		const char *gpu_model; /* NULL: none */
+	} cases[] = {
+		/* 70.6B x 2 bytes x 1.2 = 169 GB over 72 usable GB each: 3,
+		   so 4. */
+		{BASE "preset: llama-3-70b\n", 4000, "H100-80GB"},
+		{BASE "preset: llama-3-8b\n", 1000, "A10-24GB"},
+		/* Explicit resources win, field by field. */
+		{BASE "preset: llama-3-70b\nresources:\n  gpus: 8\n", 8000,
+		 "H100-80GB"},
+		{BASE "preset: llama-3-8b\nresources:\n"
+		      "  gpu_model: H100-80GB\n",
+		 1000, "H100-80GB"},
+		/* The tiny example model runs on CPUs: memory, no GPU. */
+		{BASE "preset: tiny-gpt\n", 0, NULL},
+	};
 
 	(void)state;
-	d = parse_ok(BASE "preset: llama-3-70b\n");
-	/* 70.6B x 2 bytes x 1.2 = 169 GB over 72 usable GB each: 3, so 4. */
-	assert_int_equal(d->job.resources.gpu_milli, 4000);
-	assert_int_equal(d->job.resources.n_gpu_models, 1);
-	assert_string_equal(d->job.resources.gpu_models[0], "H100-80GB");
-	kn_deployment_spec_free(d);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct kn_deployment_spec *d = parse_ok(cases[i].yaml);
+		const struct kn_resources *r = &d->job.resources;
 
-	d = parse_ok(BASE "preset: llama-3-8b\n");
-	assert_int_equal(d->job.resources.gpu_milli, 1000);
-	assert_string_equal(d->job.resources.gpu_models[0], "A10-24GB");
-	kn_deployment_spec_free(d);
-
-	/* Explicit resources win, field by field. */
-	d = parse_ok(BASE "preset: llama-3-70b\nresources:\n  gpus: 8\n");
-	assert_int_equal(d->job.resources.gpu_milli, 8000);
-	assert_string_equal(d->job.resources.gpu_models[0], "H100-80GB");
-	kn_deployment_spec_free(d);
-	d = parse_ok(BASE "preset: llama-3-8b\nresources:\n"
-			  "  gpu_model: H100-80GB\n");
-	assert_int_equal(d->job.resources.gpu_milli, 1000);
-	assert_int_equal(d->job.resources.n_gpu_models, 1);
-	assert_string_equal(d->job.resources.gpu_models[0], "H100-80GB");
-	kn_deployment_spec_free(d);
-
-	/* The tiny example model runs on CPUs: memory, no GPU. */
-	d = parse_ok(BASE "preset: tiny-gpt\n");
-	assert_int_equal(d->job.resources.gpu_milli, 0);
-	assert_int_equal(d->job.resources.n_gpu_models, 0);
-	assert_true(d->job.resources.memory_bytes >= 512LL * 1024 * 1024);
-	kn_deployment_spec_free(d);
+		assert_int_equal(r->gpu_milli, cases[i].gpu_milli);
+		assert_int_equal(r->n_gpu_models, cases[i].gpu_model ? 1 : 0);
+		if (cases[i].gpu_model)
+			assert_string_equal(r->gpu_models[0],
+					    cases[i].gpu_model);
+		else
+			assert_true(r->memory_bytes >= 512LL * 1024 * 1024);
+		kn_deployment_spec_free(d);
+	}
 }
 
 static void test_preset_table(void **state)
