@@ -482,6 +482,19 @@ def server(tmp_path):
     kill_processes_under(s.home)
 
 
+@pytest.fixture
+def gpu_server(tmp_path):
+    """A server with one simulated GPU whose use it samples every 200 ms
+    (a task writes it to the file KILN_SIM_GPU_USAGE names)."""
+    s = Server(tmp_path / "home", gpus="1xH100-80GB",
+               extra=["--usage-interval", "200ms"])
+    s.home.mkdir()
+    s.start()
+    yield s
+    s.stop()
+    kill_processes_under(s.home)
+
+
 AZURITE_ACCOUNT = "devstoreaccount1"
 # Azurite's well-known development key (public, in Azure's documentation).
 AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
