@@ -54,6 +54,7 @@ acct=$dir/acct
 # Bounded waits, in seconds.
 idle_wait_s=60
 term_wait_s=10
+kill_wait_s=5
 
 log() { echo "slurm-2node: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -61,32 +62,24 @@ die() { log "$*"; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "must run as root"
 conf="$dir/slurm.conf"
 
-daemon_pid() {
-  local name=$1 pidfile=$2 pid
-  [ -r "$pidfile" ] || return 1
-  pid=$(cat "$pidfile" 2>/dev/null) || return 1
-  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ] || return 1
-  echo "$pid"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/daemons.sh"
 
-stop_daemon() {
-  local pid
-  pid=$(daemon_pid "$1" "$2") || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq $((term_wait_s * 10))); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
+# slurmctld and both slurmd, together.
+stop_slurm() {
+  local n daemons=("slurmctld:$dir/run/slurmctld.pid")
+  for n in "${nodes[@]}"; do
+    daemons+=("slurmd:$dir/run/slurmd.$n.pid")
   done
-  kill -KILL "$pid" 2>/dev/null || true
+  stop_daemons "$term_wait_s" "$kill_wait_s" "${daemons[@]}"
 }
 
 down() {
-  for n in "${nodes[@]}"; do
-    stop_daemon slurmd "$dir/run/slurmd.$n.pid"
-  done
-  stop_daemon slurmctld "$dir/run/slurmctld.pid"
-  stop_daemon slurmdbd "$dir/run/slurmdbd.pid"
-  stop_daemon mariadbd "$acct/run/mariadbd.pid"
+  local n status=0
+  # slurmctld reports to slurmdbd as it stops, and slurmdbd writes to
+  # MariaDB: those two go after it, together.
+  stop_slurm || status=1
+  stop_daemons "$term_wait_s" "$kill_wait_s" "slurmdbd:$dir/run/slurmdbd.pid" \
+    "mariadbd:$acct/run/mariadbd.pid" || status=1
   for n in "${nodes[@]}"; do
     ip netns del "$n" 2>/dev/null || true
     # A namespace outlives its name while a process still runs in it, and
@@ -95,6 +88,7 @@ down() {
     rm -rf "/etc/netns/$n"
   done
   ip link del "$bridge" 2>/dev/null || true
+  return "$status"
 }
 
 # MariaDB and slurmdbd for accounting, when asked for (see above).
@@ -272,8 +266,7 @@ EOF
      [ ! -f "$dir/gres.conf" ] || [ "$(cat "$dir/gres.conf")" != "$new_gres" ]; then
     printf '%s\n' "$new_conf" > "$conf"
     printf '%s\n' "$new_gres" > "$dir/gres.conf"
-    for n in "${nodes[@]}"; do stop_daemon slurmd "$dir/run/slurmd.$n.pid"; done
-    stop_daemon slurmctld "$dir/run/slurmctld.pid"
+    stop_slurm
   fi
   [ -z "$acct_port" ] || acct_up
   daemon_pid slurmctld "$dir/run/slurmctld.pid" >/dev/null ||

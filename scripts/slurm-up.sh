@@ -42,6 +42,7 @@ conf="$dir/slurm.conf"
 
 log() { echo "slurm-up: $*" >&2; }
 die() { log "$*"; exit 1; }
+. "$here/daemons.sh"
 
 if [ "$(id -u)" -ne 0 ]; then
   die "must run as root (slurmctld and slurmd run as root here)"
@@ -90,9 +91,11 @@ if ! munge_alive; then
   done
   munge_alive || die "munged did not answer within ${munge_wait_s}s"
 fi
-if [ "$munge_was_running" -eq 0 ] && [ ! -e "$dir/munged.ours" ]; then
-  # slurm-down.sh stops munged only when this marker is present.
-  echo "started by slurm-up.sh" > "$dir/munged.ours"
+if [ "$munge_was_running" -eq 0 ]; then
+  # slurm-down.sh stops munged only when this marker names it: a marker
+  # left from a munged since restarted by someone else names another pid.
+  daemon_pid munged /run/munge/munged.pid > "$dir/munged.ours" ||
+    rm -f "$dir/munged.ours"
 fi
 
 # --- configuration --------------------------------------------------------
@@ -181,18 +184,8 @@ fi
 
 # --- daemons --------------------------------------------------------------
 
-# A pid file names our daemon only if that process is alive and has the
-# expected name (pids are reused after a crash or a reboot).
-daemon_alive() {
-  local name=$1 pidfile=$2 pid
-  [ -r "$pidfile" ] || return 1
-  pid=$(cat "$pidfile" 2>/dev/null) || return 1
-  [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] || return 1
-  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]
-}
-
-if [ "$changed" -eq 1 ] && { daemon_alive slurmctld "$dir/run/slurmctld.pid" ||
-                             daemon_alive slurmd "$dir/run/slurmd.pid"; }; then
+if [ "$changed" -eq 1 ] && { daemon_pid slurmctld "$dir/run/slurmctld.pid" >/dev/null ||
+                             daemon_pid slurmd "$dir/run/slurmd.pid" >/dev/null; }; then
   log "configuration changed: restarting slurmctld and slurmd"
   "$here/slurm-down.sh" --keep-munge >&2
 fi
@@ -206,11 +199,11 @@ tail_logs() {
   done
 }
 
-if ! daemon_alive slurmctld "$dir/run/slurmctld.pid"; then
+if ! daemon_pid slurmctld "$dir/run/slurmctld.pid" >/dev/null; then
   log "starting slurmctld"
   slurmctld -f "$conf" || { tail_logs; die "slurmctld failed to start"; }
 fi
-if ! daemon_alive slurmd "$dir/run/slurmd.pid"; then
+if ! daemon_pid slurmd "$dir/run/slurmd.pid" >/dev/null; then
   log "starting slurmd"
   slurmd -f "$conf" || { tail_logs; die "slurmd failed to start"; }
 fi

@@ -122,7 +122,8 @@ def end_what_the_test_started(request, tmp_path):
 SAME_WORKER = {
     "slurm": ("test_slurm", "test_isolation_slurm", "test_slurm_health",
               "test_slurm_inventory", "test_slurm_multinode",
-              "test_slurm_acct", "test_slurm_preempt", "test_slurm_gres"),
+              "test_slurm_acct", "test_slurm_preempt", "test_slurm_gres",
+              "test_slurm_sessions"),
 }
 GROUP_OF_MODULE = {m: g for g, mods in SAME_WORKER.items() for m in mods}
 
@@ -149,6 +150,7 @@ def pytest_testnodedown(node, error):
     found = getattr(node, "workeroutput", {})
     LEAKS.extend(found.get("kiln_leaks", []))
     LEFT_AT_END.extend(found.get("kiln_left_at_end", []))
+    FAILED_STOPS.extend(found.get("kiln_failed_stops", []))
     contract.merge(found.get("kiln_contract", []))
 
 
@@ -163,6 +165,9 @@ def pytest_terminal_summary(terminalreporter):
             "the end (killed):\n" +
             "\n".join(f"  {pid} {cmd}" for pid, cmd in LEFT_AT_END),
             red=True)
+    for what, out in FAILED_STOPS:
+        terminalreporter.write_line(
+            f"FAILED: stopping {what}:\n{out[-4000:]}", red=True)
 
 
 SESSION_STARTED = time.time()
@@ -172,7 +177,8 @@ FIXTURES_USED = set()
 SLURM_RUN_DIRS = [
     Path(os.environ.get("KILN_SLURM_DIR", "/var/lib/kiln-slurm")) / "run",
     Path(os.environ.get("KILN_SLURM2_DIR", "/var/lib/kiln-slurm2")) / "run",
-    Path("/var/lib/kiln-slurm-inv/run"),  # slurm_own.py's
+    Path(os.environ.get("KILN_SLURM_INV_DIR",
+                        "/var/lib/kiln-slurm-inv")) / "run",  # slurm_own.py's
     Path(os.environ.get("KILN_SLURMB_DIR", "/var/lib/kiln-slurm-b")) / "run",
 ]
 
@@ -255,21 +261,66 @@ def pytest_sessionfinish(session, exitstatus):
     process processes_under() finds for the run's directory, or that a
     pid file the run wrote names (processes_in_pid_files). This runs
     after every fixture is torn down (a session fixture's teardown may
-    come before another's). They are listed, then killed. Answers that
-    break the API's OpenAPI document fail it too (contract.py). A worker
-    of a parallel run hands all it found to the controller instead
-    (pytest_testnodedown), whose terminal and exit status are the run's."""
+    come before another's), and after the stops they began
+    (stop_at_end) have ended. They are listed, then killed. Answers
+    that break the API's OpenAPI document fail it too (contract.py), as
+    does a stop that failed. A worker of a parallel run hands all it
+    found to the controller instead (pytest_testnodedown), whose
+    terminal and exit status are the run's."""
+    finish_stops()
     if RUN_ROOT:
         end_what_the_run_left(RUN_ROOT[0])
     worker_output = getattr(session.config, "workeroutput", None)
     if worker_output is not None:
         worker_output["kiln_leaks"] = LEAKS
         worker_output["kiln_left_at_end"] = LEFT_AT_END
+        worker_output["kiln_failed_stops"] = FAILED_STOPS
         worker_output["kiln_contract"] = contract.violations()
         return
     contract.report(session)
-    if LEFT_AT_END:
+    if LEFT_AT_END or FAILED_STOPS:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# Stops begun by session fixtures' teardowns, [(what, process)], and the
+# commands to run once they have all ended, [(what, args, env)].
+STOPPING = []
+AFTER_STOPS = []
+# (what, output) of the stops that failed.
+FAILED_STOPS = []
+
+
+def stop_at_end(what, args, env=None, then=None):
+    """Begin stopping what a session fixture started (a Slurm cluster,
+    Azurite) and go on: each takes seconds, most of them waiting on
+    daemons that shut down, so the session's clusters stop side by side
+    rather than one after another. pytest_sessionfinish waits for every
+    one, and fails the run if one fails. then: a command run after all
+    of them have ended (stopping munged, which every cluster talks to
+    while it stops)."""
+    STOPPING.append((what, subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)))
+    if then:
+        AFTER_STOPS.append((what, then, env))
+
+
+def finish_stops():
+    for what, proc in STOPPING:
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        if proc.returncode != 0:
+            FAILED_STOPS.append((what, out))
+    STOPPING.clear()
+    for what, args, env in AFTER_STOPS:
+        done = subprocess.run(args, env=env, capture_output=True, text=True,
+                              timeout=120)
+        if done.returncode != 0:
+            FAILED_STOPS.append((what, done.stdout + done.stderr))
+    AFTER_STOPS.clear()
 
 
 def end_what_the_run_left(root):
@@ -431,6 +482,19 @@ def server(tmp_path):
     kill_processes_under(s.home)
 
 
+@pytest.fixture
+def gpu_server(tmp_path):
+    """A server with one simulated GPU whose use it samples every 200 ms
+    (a task writes it to the file KILN_SIM_GPU_USAGE names)."""
+    s = Server(tmp_path / "home", gpus="1xH100-80GB",
+               extra=["--usage-interval", "200ms"])
+    s.home.mkdir()
+    s.start()
+    yield s
+    s.stop()
+    kill_processes_under(s.home)
+
+
 AZURITE_ACCOUNT = "devstoreaccount1"
 # Azurite's well-known development key (public, in Azure's documentation).
 AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
@@ -449,8 +513,8 @@ def azurite(tmp_path_factory):
     assert started.returncode == 0, started.stderr
     endpoint = started.stdout.strip().splitlines()[-1]
     yield endpoint
-    subprocess.run(["bash", str(repo / "scripts/azurite.sh"), "stop", str(state)],
-                   timeout=60)
+    stop_at_end("Azurite", ["bash", str(repo / "scripts/azurite.sh"), "stop",
+                            str(state)])
 
 
 def azurite_env(endpoint):

@@ -10,23 +10,26 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Server, wait_for
+from conftest import Server, stop_at_end, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+# KILN_SLURMB_* move it (another test run's cluster beside this one's).
+PREFIX = os.environ.get("KILN_SLURMB_NODES", "kb")
+NET = os.environ.get("KILN_SLURMB_NET", "10.78.0")
+CTLD_PORT = int(os.environ.get("KILN_SLURMB_CTLD_PORT", "6837"))
 CLUSTER = {
-    "KILN_SLURM2_NAME": "kilnb",
-    "KILN_SLURM2_NODES": "kb",
-    "KILN_SLURM2_NET": "10.78.0",
-    "KILN_SLURM2_CTLD_PORT": "6837",
-    # Accounting: slurmdbd on 6838, its MariaDB on 6839.
-    "KILN_SLURM2_ACCT_PORT": "6838",
+    "KILN_SLURM2_NAME": os.environ.get("KILN_SLURMB_NAME", "kilnb"),
+    "KILN_SLURM2_NODES": PREFIX,
+    "KILN_SLURM2_NET": NET,
+    "KILN_SLURM2_CTLD_PORT": str(CTLD_PORT),
+    # Accounting: slurmdbd on the next port, its MariaDB on the one after.
+    "KILN_SLURM2_ACCT_PORT": str(CTLD_PORT + 1),
     "KILN_SLURM2_DIR": os.environ.get("KILN_SLURMB_DIR",
                                       "/var/lib/kiln-slurm-b"),
 }
-NODES = ("kb1", "kb2")
-PARTITION = "kb"
-HIGH_PARTITION = "kb-high"
-
+NODES = (f"{PREFIX}1", f"{PREFIX}2")
+PARTITION = PREFIX
+HIGH_PARTITION = f"{PREFIX}-high"
 
 def munge_alive():
     r = subprocess.run("munge -n | unmunge", shell=True,
@@ -52,13 +55,11 @@ def slurmb_env():
     assert up.returncode == 0, up.stderr
     env["SLURM_CONF"] = up.stdout.strip().splitlines()[-1]
     yield env
-    down = subprocess.run(["bash", script, "down"], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert down.returncode == 0, down.stderr
+    stop_at_end("the two-node Slurm cluster with accounting",
+                ["bash", script, "down"], env=env)
     if started_single:
-        down = subprocess.run(["bash", str(REPO / "scripts/slurm-down.sh")],
-                              capture_output=True, text=True, timeout=120)
-        assert down.returncode == 0, down.stderr
+        down = ["bash", str(REPO / "scripts/slurm-down.sh")]
+        stop_at_end("the Slurm cluster", down + ["--keep-munge"], then=down)
 
 
 def squeue_ids(env, name):

@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import stop_at_end
+
 REPO = Path(__file__).resolve().parents[2]
 NODE = socket.gethostname().split(".")[0]
-DIR = Path("/var/lib/kiln-slurm-inv")
+# KILN_SLURM_INV_DIR and KILN_SLURM_INV_CTLD_PORT (slurmd on the next
+# port) move it: another test run's cluster beside this one's.
+DIR = Path(os.environ.get("KILN_SLURM_INV_DIR", "/var/lib/kiln-slurm-inv"))
+CTLD_PORT = int(os.environ.get("KILN_SLURM_INV_CTLD_PORT", "6917"))
 HEALTH_CHECK = DIR / "healthcheck.sh"
 # Seconds between slurmd's runs of HEALTH_CHECK.
 HEALTH_INTERVAL = 2
@@ -22,8 +27,8 @@ SCRIPT_ENV = {
     "KILN_SLURM_CLUSTER": "kilninv",
     # Apart from the other clusters' (6817-6848 are taken by test_slurm.py,
     # the two-node cluster and benchmarks' clusters).
-    "KILN_SLURM_CTLD_PORT": "6917",
-    "KILN_SLURM_SLURMD_PORT": "6918",
+    "KILN_SLURM_CTLD_PORT": str(CTLD_PORT),
+    "KILN_SLURM_SLURMD_PORT": str(CTLD_PORT + 1),
     "KILN_SLURM_NODE_EXTRA": "Feature=fast,ib",
     "KILN_SLURM_EXTRA_CONF":
         "PartitionName=small Nodes=ALL MaxTime=30 MaxNodes=1 "
@@ -96,9 +101,7 @@ def own_slurm():
     subprocess.run(["scontrol", "update", f"NodeName={NODE}", "State=RESUME"],
                    env=env, capture_output=True, timeout=30)
     # munged serves every cluster on the machine: it stays while another
-    # one (test_slurm.py's, a second lane's) still runs.
-    keep = ["--keep-munge"] if other_slurm_daemons() else []
-    down = subprocess.run(["bash", str(REPO / "scripts/slurm-down.sh")] +
-                          keep, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert down.returncode == 0, down.stderr
+    # one (test_slurm.py's, another test run's) still runs.
+    down = ["bash", str(REPO / "scripts/slurm-down.sh")]
+    stop_at_end("the inventory tests' Slurm cluster", down + ["--keep-munge"],
+                env=env, then=None if other_slurm_daemons() else down)

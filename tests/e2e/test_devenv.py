@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Server, kill_processes_under, wait_for
+from conftest import wait_for
 
 # Says whether its home holds what the last start left, writes it, keeps
 # its simulated GPU busy until GATE exists, then idle.
@@ -51,14 +51,8 @@ def events(s):
 
 
 @pytest.fixture
-def s(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    srv = Server(home, gpus="1xH100-80GB",
-                 extra=["--usage-interval", "200ms"]).start()
-    yield srv
-    srv.stop()
-    kill_processes_under(home)
+def s(gpu_server):
+    return gpu_server
 
 
 @pytest.fixture

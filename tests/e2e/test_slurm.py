@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KILN, Server, job_yaml, wait_for
+from conftest import KILN, Server, job_yaml, stop_at_end, wait_for
 from slurm_cluster import squeue_ids
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,10 +34,9 @@ def slurm_env():
     subprocess.run(["scontrol", "update", f"NodeName={NODE}", "State=RESUME"],
                    env=env, capture_output=True, timeout=30)
     # Tests leave no daemon behind; the state directory stays, so the
-    # next start is quick.
-    down = subprocess.run(["bash", str(REPO / "scripts/slurm-down.sh")],
-                          capture_output=True, text=True, timeout=120)
-    assert down.returncode == 0, down.stderr
+    # next start is quick. munged goes once every cluster has stopped.
+    down = ["bash", str(REPO / "scripts/slurm-down.sh")]
+    stop_at_end("the Slurm cluster", down + ["--keep-munge"], then=down)
 
 
 def shared_gate_dir(tmp_path):
@@ -313,9 +312,7 @@ def slurm2_env(slurm_env):
                         text=True, timeout=120)
     assert up.returncode == 0, up.stderr
     yield dict(slurm_env, SLURM_CONF=up.stdout.strip().splitlines()[-1])
-    down = subprocess.run(["bash", script, "down"], capture_output=True,
-                          text=True, timeout=120)
-    assert down.returncode == 0, down.stderr
+    stop_at_end("the two-node Slurm cluster", ["bash", script, "down"])
 
 
 def test_two_node_gang_evicted_and_resumed(tmp_path, slurm2_env):
@@ -348,11 +345,13 @@ def test_two_node_gang_evicted_and_resumed(tmp_path, slurm2_env):
         job = s.wait_state(jid, ("succeeded", "failed"), timeout=60)
         assert [x["state"] for x in job["attempts_detail"]] == \
             ["preempted", "succeeded"], job
+        # The script's node names, KILN_SLURM2_NODES 1 and 2.
+        prefix = os.environ.get("KILN_SLURM2_NODES", "kn")
         for attempt in (1, 2):
-            for rank, node in ((0, "kn1"), (1, "kn2")):
+            for rank in (0, 1):
                 log = s.logs(jid, task=rank, attempt=attempt)
-                assert (f"NODE={node} RANK={rank} LOCAL_RANK=0 "
-                        f"NODE_RANK={rank} MASTER_ADDR=kn1") in log, log
+                assert (f"NODE={prefix}{rank + 1} RANK={rank} LOCAL_RANK=0 "
+                        f"NODE_RANK={rank} MASTER_ADDR={prefix}1") in log, log
                 if attempt == 1:
                     assert "got-usr1" in log
                 else:

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from conftest import wait_for
-from slurm_cluster import (NODES, slurm_server,  # noqa: F401 (fixture)
+from slurm_cluster import (NET, NODES, slurm_server,  # noqa: F401 (fixture)
                            slurmb_env)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,7 +87,7 @@ def test_tiny_gpt_across_two_nodes_evicted_matches_one_machine(
                 # One rank per node; rank 0's node is the rendezvous, by a
                 # name that resolves there; gloo bound the node's own
                 # bridge address, not loopback.
-                ip = f"10.78.0.1{rank + 1}"
+                ip = f"{NET}.1{rank + 1}"
                 assert where == f"WHERE {node} {rank} {NODES[0]} {ip}", log
         assert "resuming from checkpoint" in s.logs(jid, attempt=2)
         want, _ = final_sha(server, reference)
