@@ -10,6 +10,10 @@
  * libcurl, which every other kube call uses, cannot carry it: Debian 12's
  * libcurl has no WebSocket support, and CURLOPT_CONNECT_ONLY leaves the
  * handshake and framing to the caller anyway.
+ *
+ * Never run against a real API server: tested against the replay of
+ * tests/e2e/kube_ws_replay.py, over plain HTTP and over TLS with a
+ * kubeconfig's CA data and token.
  */
 #include <errno.h>
 #include <fcntl.h>
