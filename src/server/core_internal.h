@@ -60,6 +60,10 @@ struct run *run_new(struct server *s, int64_t job_id, int attempt,
 		    struct kn_job_spec *spec, char *owner);
 void run_free(struct run *r);
 void run_unlink(struct server *s, struct run *r);
+/* Task t never ran (or could not start): ended now, exit -1, with the
+   reason (printf-style, truncated to the status's field). */
+void task_end_unstarted(struct run_task *t, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 /*
  * Record what the shim of rank 0 fetched (its inputs.json), once per run
  * (when its task t has ended or is found running).

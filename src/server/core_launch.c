@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,19 @@ void run_unlink(struct server *s, struct run *r)
 			return;
 		}
 	}
+}
+
+void task_end_unstarted(struct run_task *t, const char *fmt, ...)
+{
+	va_list ap;
+
+	t->ended = true;
+	t->status.ended = true;
+	t->status.exit_code = -1;
+	t->status.ended_at_ms = kn_now_ms();
+	va_start(ap, fmt);
+	vsnprintf(t->status.reason, sizeof(t->status.reason), fmt, ap);
+	va_end(ap);
 }
 
 static void add_env(char ***env, size_t *n, char *entry)
@@ -540,12 +554,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	if (rc < 0) {
 		kn_log(KN_LOG_ERROR, "job %lld rank %d: %s",
 		       (long long)r->job_id, t->rank, err.message);
-		t->ended = true;
-		t->status.ended = true;
-		t->status.exit_code = -1;
-		t->status.ended_at_ms = kn_now_ms();
-		snprintf(t->status.reason, sizeof(t->status.reason),
-			 "cannot start: %.80s", err.message);
+		task_end_unstarted(t, "cannot start: %.80s", err.message);
 		if (err.code == KN_ENOSPACE)
 			r->launch_no_space = true;
 	}
@@ -620,15 +629,8 @@ bool jobs_task_active(struct server *s, int64_t job_id, int attempt, int rank)
  */
 static void end_unlaunched(struct server *s, struct run *r)
 {
-	for (int i = r->launch_next; i < r->n_tasks; i++) {
-		struct run_task *t = &r->tasks[i];
-		t->ended = true;
-		t->status.ended = true;
-		t->status.exit_code = -1;
-		t->status.ended_at_ms = kn_now_ms();
-		kn_strlcpy(t->status.reason, "stopped before it started",
-			   sizeof(t->status.reason));
-	}
+	for (int i = r->launch_next; i < r->n_tasks; i++)
+		task_end_unstarted(&r->tasks[i], "stopped before it started");
 	r->launch_next = r->n_tasks;
 	settle(s, &r, 1); /* may free r */
 }

@@ -145,12 +145,7 @@ static int recover_running(struct server *s, const struct kn_job_row *j,
 		if (s->exec->ops->adopt(s->exec, t->task_dir, &t->proc,
 					&aerr) < 0) {
 			/* Bound but never started: the crash came first. */
-			t->ended = true;
-			t->status.ended = true;
-			t->status.exit_code = -1;
-			t->status.ended_at_ms = kn_now_ms();
-			kn_strlcpy(t->status.reason, "never started",
-				   sizeof(t->status.reason));
+			task_end_unstarted(t, "never started");
 			snprintf(r->stop_reason, sizeof(r->stop_reason),
 				 "interrupted: the server stopped while starting "
 				 "attempt %d",
