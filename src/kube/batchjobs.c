@@ -1243,9 +1243,12 @@ static int kube_connect(struct kn_executor *self, const char *task_dir,
 		kn_strlcpy(job, a->name, sizeof(job)); /* set once, at add */
 	pthread_mutex_unlock(&ex->lock);
 	free(dir);
+	/* The executor forgets an attempt once its Job ended, which the
+	   server may not have seen yet: the same answer as the server's. */
 	if (!job[0])
-		return kn_errorf(err, KN_ENOTFOUND, NULL,
-				 "%s: no task of a Kubernetes Job", task_dir);
+		return kn_errorf(err, KN_ECONFLICT, "state",
+				 "task %ld is not running (its Kubernetes Job "
+				 "has ended)", rank);
 	return kube_session_start(kube_client_auth(ex->client),
 				  ex->cfg.namespace_, job, (int)rank, port, err);
 }
