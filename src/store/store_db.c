@@ -520,6 +520,53 @@ int store_bind_row(struct kn_store *st, enum stmt_id id, const void *row,
 	return 0;
 }
 
+int store_bind_keys(struct kn_store *st, sqlite3_stmt *s,
+		    const struct store_key *keys, size_t n_keys,
+		    const char *what, struct kn_error *err)
+{
+	for (size_t i = 0; i < n_keys; i++) {
+		int at = (int)i + 1;
+		int rc = keys[i].is_text ? bind_text(s, at, keys[i].text)
+					 : bind_i64(s, at, keys[i].i64);
+
+		if (rc != SQLITE_OK)
+			return bind_fail(st, s, what, err);
+	}
+	return 0;
+}
+
+int store_run_keyed(struct kn_store *st, enum stmt_id id,
+		    const struct store_key *keys, size_t n_keys,
+		    const char *what, struct kn_error *err)
+{
+	int rc = store_bind_keys(st, st->stmt[id], keys, n_keys, what, err);
+
+	return rc < 0 ? rc : store_run(st, st->stmt[id], what, err);
+}
+
+int store_list_keyed(struct kn_store *st, enum stmt_id id,
+		     const struct store_key *keys, size_t n_keys,
+		     const char *what, void *out, size_t *n,
+		     struct kn_error *err)
+{
+	int rc = store_bind_keys(st, st->stmt[id], keys, n_keys, what, err);
+
+	return rc < 0 ? rc
+		      : store_list(st, st->stmt[id], st->row[id], what, out,
+				   n, err);
+}
+
+int store_get_keyed(struct kn_store *st, enum stmt_id id,
+		    const struct store_key *keys, size_t n_keys,
+		    const char *what, void *row, struct kn_error *err)
+{
+	int rc = store_bind_keys(st, st->stmt[id], keys, n_keys, what, err);
+
+	return rc < 0 ? rc
+		      : store_get(st, st->stmt[id], st->row[id], what, row,
+				  err);
+}
+
 int store_put(struct kn_store *st, enum stmt_id id, const void *row,
 	      const char *what, struct kn_error *err)
 {

@@ -275,14 +275,12 @@ int kn_store_job_insert_array(struct kn_store *st, const struct kn_job_row *j,
 			head = id;
 	}
 	if (rc == 0) {
-		sqlite3_stmt *s = st->stmt[STMT_JOB_ARRAY_HEAD];
+		const struct store_key keys[] = {KEY_I64(head)};
 		char object[32];
 		struct kn_audit row = a ? *a : (struct kn_audit){0};
 
-		if (bind_i64(s, 1, head))
-			rc = bind_fail(st, s, "naming a job array", err);
-		else
-			rc = store_run(st, s, "naming a job array", err);
+		rc = store_run_keyed(st, STMT_JOB_ARRAY_HEAD, keys, N_KEYS(keys),
+				     "naming a job array", err);
 		snprintf(object, sizeof(object), "job/%" PRId64, head);
 		row.object = object;
 		if (rc == 0)
@@ -297,14 +295,11 @@ int kn_store_job_insert_array(struct kn_store *st, const struct kn_job_row *j,
 int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
 		     struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_GET];
-	const char *what = "reading a job";
+	const struct store_key keys[] = {KEY_I64(id)};
 	struct kn_job_row j;
-	int rc;
+	int rc = store_get_keyed(st, STMT_JOB_GET, keys, N_KEYS(keys),
+				 "reading a job", &j, err);
 
-	if (bind_i64(s, 1, id))
-		return bind_fail(st, s, what, err);
-	rc = store_get(st, s, &JOB_ROW, what, &j, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, "id",
 				 "job %" PRId64 " not found", id);
@@ -408,12 +403,10 @@ int kn_store_attempt_list(struct kn_store *st, int64_t job_id,
 			  struct kn_attempt_row **out, size_t *n,
 			  struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_ATTEMPT_LIST];
-	const char *what = "listing attempts";
+	const struct store_key keys[] = {KEY_I64(job_id)};
 
-	if (bind_i64(s, 1, job_id))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &ATTEMPT_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_ATTEMPT_LIST, keys, N_KEYS(keys),
+				"listing attempts", out, n, err);
 }
 
 void kn_attempt_list_free(struct kn_attempt_row *rows, size_t n)
@@ -440,12 +433,10 @@ int kn_store_task_list(struct kn_store *st, int64_t job_id, int attempt,
 		       struct kn_task_row **out, size_t *n,
 		       struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_TASK_LIST];
-	const char *what = "listing tasks";
+	const struct store_key keys[] = {KEY_I64(job_id), KEY_I64(attempt)};
 
-	if (bind_i64(s, 1, job_id) || bind_i64(s, 2, attempt))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &TASK_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_TASK_LIST, keys, N_KEYS(keys),
+				"listing tasks", out, n, err);
 }
 
 void kn_task_list_free(struct kn_task_row *rows, size_t n)
@@ -472,12 +463,10 @@ int kn_store_output_list(struct kn_store *st, int64_t job_id,
 			 struct kn_output_row **out, size_t *n,
 			 struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_OUTPUT_LIST];
-	const char *what = "listing outputs";
+	const struct store_key keys[] = {KEY_I64(job_id)};
 
-	if (bind_i64(s, 1, job_id))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &OUTPUT_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_OUTPUT_LIST, keys, N_KEYS(keys),
+				"listing outputs", out, n, err);
 }
 
 void kn_output_list_free(struct kn_output_row *rows, size_t n)
@@ -490,23 +479,24 @@ void kn_output_list_free(struct kn_output_row *rows, size_t n)
 int kn_store_job_revision_put(struct kn_store *st, int64_t job_id,
 			      const char *revision, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_REVISION_PUT];
-	const char *what = "recording a job's code revision";
+	const struct store_key keys[] = {KEY_I64(job_id), KEY_TEXT(revision)};
 
-	if (bind_i64(s, 1, job_id) || bind_text(s, 2, revision))
-		return bind_fail(st, s, what, err);
-	return store_job_missing(store_run(st, s, what, err), job_id, err);
+	return store_job_missing(
+		store_run_keyed(st, STMT_JOB_REVISION_PUT, keys, N_KEYS(keys),
+				"recording a job's code revision", err),
+		job_id, err);
 }
 
 int kn_store_job_revision_get(struct kn_store *st, int64_t job_id,
 			      char **out, struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_JOB_REVISION_GET];
+	const struct store_key keys[] = {KEY_I64(job_id)};
 	const char *what = "reading a job's code revision";
-	int rc;
+	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
 
-	if (bind_i64(s, 1, job_id))
-		return bind_fail(st, s, what, err);
+	if (rc < 0)
+		return rc;
 	rc = store_one_text(st, s, what, out, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
@@ -534,12 +524,10 @@ int kn_store_job_input_list(struct kn_store *st, int64_t job_id,
 			    struct kn_job_input_row **out, size_t *n,
 			    struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_INPUT_LIST];
-	const char *what = "listing a job's inputs";
+	const struct store_key keys[] = {KEY_I64(job_id)};
 
-	if (bind_i64(s, 1, job_id))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &JOB_INPUT_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_JOB_INPUT_LIST, keys, N_KEYS(keys),
+				"listing a job's inputs", out, n, err);
 }
 
 void kn_job_input_list_free(struct kn_job_input_row *rows, size_t n)
