@@ -204,11 +204,30 @@ static const char SQL_JOB_INPUT_LIST[] =
 	"SELECT job_id, name, url, sha256, size, attempt, recorded_at"
 	" FROM job_inputs WHERE job_id = ?1 ORDER BY name";
 
+/* How many jobs are in one state; -1 for a name kiln does not know. */
+struct state_count {
+	int state;
+	int64_t count;
+};
+static const struct store_col STATE_COUNT_COLS[] = {
+	STORE_COL_AS(struct state_count, state, "state",
+		     STORE_JOB_STATE_OR_NONE),
+	STORE_COL_AS(struct state_count, count, "count", STORE_INT),
+};
+static const struct store_row STATE_COUNT_ROW =
+	STORE_ROW(struct state_count, "job state count", STATE_COUNT_COLS);
+static const struct store_col GOODPUT_COLS[] = {
+	STORE_COL_AS(struct kn_job_totals, useful_ms, "useful_ms", STORE_INT),
+	STORE_COL_AS(struct kn_job_totals, lost_ms, "lost_ms", STORE_INT),
+};
+static const struct store_row GOODPUT_ROW =
+	STORE_ROW(struct kn_job_totals, "goodput", GOODPUT_COLS);
+
 static const char SQL_JOB_STATE_COUNTS[] =
-	"SELECT state, COUNT(*) FROM jobs GROUP BY state";
+	"SELECT state, COUNT(*) AS count FROM jobs GROUP BY state";
 static const char SQL_ATTEMPT_GOODPUT[] =
-	"SELECT COALESCE(SUM(useful_ms), 0), COALESCE(SUM(lost_ms), 0)"
-	" FROM attempts";
+	"SELECT COALESCE(SUM(useful_ms), 0) AS useful_ms,"
+	" COALESCE(SUM(lost_ms), 0) AS lost_ms FROM attempts";
 
 const struct store_stmt store_job_stmts[] = {
 	{STMT_JOB_INSERT, SQL_JOB_INSERT, &JOB_ROW},
@@ -235,8 +254,8 @@ const struct store_stmt store_job_stmts[] = {
 	{STMT_JOB_REVISION_GET, SQL_JOB_REVISION_GET, NULL},
 	{STMT_JOB_INPUT_PUT, SQL_JOB_INPUT_PUT, &JOB_INPUT_ROW},
 	{STMT_JOB_INPUT_LIST, SQL_JOB_INPUT_LIST, &JOB_INPUT_ROW},
-	{STMT_JOB_STATE_COUNTS, SQL_JOB_STATE_COUNTS, NULL},
-	{STMT_ATTEMPT_GOODPUT, SQL_ATTEMPT_GOODPUT, NULL},
+	{STMT_JOB_STATE_COUNTS, SQL_JOB_STATE_COUNTS, &STATE_COUNT_ROW},
+	{STMT_ATTEMPT_GOODPUT, SQL_ATTEMPT_GOODPUT, &GOODPUT_ROW},
 	{0},
 };
 
@@ -540,26 +559,24 @@ void kn_job_input_list_free(struct kn_job_input_row *rows, size_t n)
 int kn_store_job_totals(struct kn_store *st, struct kn_job_totals *out,
 			struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_STATE_COUNTS];
-	const char *what = "counting jobs by state";
-	int rc;
+	struct state_count *counts = NULL;
+	struct kn_job_totals goodput;
+	size_t n = 0;
+	int rc = store_list_keyed(st, STMT_JOB_STATE_COUNTS, NULL, 0,
+				  "counting jobs by state", &counts, &n, err);
 
-	memset(out, 0, sizeof(*out));
-	while ((rc = step_row(st, s, what, err)) == 1) {
-		int state = kn_job_state_parse(
-			(const char *)sqlite3_column_text(s, 0));
-		if (state >= 0 && state <= KN_JOB_PREEMPTED)
-			out->by_state[state] = sqlite3_column_int64(s, 1);
-	}
-	stmt_done(s);
 	if (rc < 0)
 		return rc;
-	s = st->stmt[STMT_ATTEMPT_GOODPUT];
-	rc = step_row(st, s, "summing goodput", err);
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; i < n; i++)
+		if (counts[i].state >= 0)
+			out->by_state[counts[i].state] = counts[i].count;
+	store_rows_free(&STATE_COUNT_ROW, counts, n);
+	rc = store_get_keyed(st, STMT_ATTEMPT_GOODPUT, NULL, 0,
+			     "summing goodput", &goodput, err);
 	if (rc == 1) {
-		out->useful_ms = sqlite3_column_int64(s, 0);
-		out->lost_ms = sqlite3_column_int64(s, 1);
+		out->useful_ms = goodput.useful_ms;
+		out->lost_ms = goodput.lost_ms;
 	}
-	stmt_done(s);
 	return rc < 0 ? rc : 0;
 }
