@@ -452,7 +452,7 @@ static const struct store_col *col_named(const struct store_row *def,
 	return NULL;
 }
 
-/* A state field's name; NULL when it holds none (or -1 for "none"). */
+/* A state field's name, or NULL when its value names no state. */
 static const char *state_name(const struct store_col *c, const void *field)
 {
 	int64_t value = get_int(field, c->size);

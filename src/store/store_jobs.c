@@ -345,49 +345,51 @@ int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 		      struct kn_error *err)
 {
 	static const struct kn_job_filter none = {.state = -1};
-	const char *what = "listing jobs";
-	sqlite3_stmt *s;
-	int brc, desc;
+	const char *state = NULL, *state_too = NULL; /* ?5, ?6 */
+	enum stmt_id id = STMT_JOB_LIST_ALL;
 
 	if (!f)
 		f = &none;
-	desc = f->newest_first ? STMT_JOB_LIST_ALL_DESC - STMT_JOB_LIST_ALL : 0;
 	if (f->state >= 0 &&
 	    !store_job_state_valid((enum kn_job_state)f->state))
 		return kn_errorf(err, KN_EINVAL, "state",
 				 "unknown job state %d", f->state);
 	if (f->state >= 0 && f->active_only && f->state != KN_JOB_QUEUED &&
-	    f->state != KN_JOB_RUNNING)
-		goto none; /* no job is both */
-
-	if (f->state >= 0) {
-		s = st->stmt[STMT_JOB_LIST_STATE + desc];
-		brc = bind_text(s, 5, kn_job_state_name(f->state));
-	} else if (f->active_only) {
-		s = st->stmt[STMT_JOB_LIST_ACTIVE + desc];
-		brc = bind_text(s, 5, kn_job_state_name(KN_JOB_QUEUED)) ||
-		      bind_text(s, 6, kn_job_state_name(KN_JOB_RUNNING));
-	} else if (f->name) {
-		s = st->stmt[STMT_JOB_LIST_NAME + desc];
-		brc = SQLITE_OK;
-	} else if (f->owner) {
-		s = st->stmt[STMT_JOB_LIST_OWNER + desc];
-		brc = SQLITE_OK;
-	} else {
-		s = st->stmt[STMT_JOB_LIST_ALL + desc];
-		brc = SQLITE_OK;
+	    f->state != KN_JOB_RUNNING) {
+		*out = NULL; /* no job is both */
+		*n = 0;
+		return 0;
 	}
-	if (brc || bind_text(s, 1, f->owner) || bind_text(s, 2, f->name) ||
-	    bind_i64(s, 3, f->with_spec) ||
-	    bind_i64(s, 4, f->limit > 0 ? f->limit : -1) ||
-	    bind_i64(s, 7, f->before_id > 0 ? f->before_id : INT64_MAX) ||
-	    bind_i64(s, 8, f->array_id))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &JOB_ROW, what, out, n, err);
-none:
-	*out = NULL;
-	*n = 0;
-	return 0;
+	if (f->state >= 0) {
+		id = STMT_JOB_LIST_STATE;
+		state = kn_job_state_name(f->state);
+	} else if (f->active_only) {
+		id = STMT_JOB_LIST_ACTIVE;
+		state = kn_job_state_name(KN_JOB_QUEUED);
+		state_too = kn_job_state_name(KN_JOB_RUNNING);
+	} else if (f->name) {
+		id = STMT_JOB_LIST_NAME;
+	} else if (f->owner) {
+		id = STMT_JOB_LIST_OWNER;
+	}
+	if (f->newest_first)
+		id += STMT_JOB_LIST_ALL_DESC - STMT_JOB_LIST_ALL;
+
+	/* The five share their parameters: a listing ignores those it has
+	   no condition on. */
+	const struct store_key keys[] = {
+		KEY_TEXT(f->owner),
+		KEY_TEXT(f->name),
+		KEY_I64(f->with_spec),
+		KEY_I64(f->limit > 0 ? f->limit : -1),
+		KEY_TEXT(state),
+		KEY_TEXT(state_too),
+		KEY_I64(f->before_id > 0 ? f->before_id : INT64_MAX),
+		KEY_I64(f->array_id),
+	};
+
+	return store_list_keyed(st, id, keys, N_KEYS(keys), "listing jobs", out,
+				n, err);
 }
 
 void kn_job_list_free(struct kn_job_row *rows, size_t n)
