@@ -334,12 +334,14 @@ int store_bind_row(struct kn_store *st, enum stmt_id id, const void *row,
 
 /* A value for a query's ?N parameter, N its place in a list of them. */
 struct store_key {
-	bool is_text;
+	enum store_col_type type; /* STORE_INT, STORE_REAL or STORE_TEXT */
 	int64_t i64;
+	double real;
 	const char *text; /* NULL binds NULL */
 };
-#define KEY_I64(v) ((struct store_key){.i64 = (v)})
-#define KEY_TEXT(v) ((struct store_key){.is_text = true, .text = (v)})
+#define KEY_I64(v) ((struct store_key){.type = STORE_INT, .i64 = (v)})
+#define KEY_REAL(v) ((struct store_key){.type = STORE_REAL, .real = (v)})
+#define KEY_TEXT(v) ((struct store_key){.type = STORE_TEXT, .text = (v)})
 #define N_KEYS(keys) (sizeof(keys) / sizeof((keys)[0]))
 
 /* Bind keys[i] to ?i+1 of s; bind_fail's answer when one fails. */

@@ -520,18 +520,26 @@ int store_bind_row(struct kn_store *st, enum stmt_id id, const void *row,
 	return 0;
 }
 
+/* Bind k to parameter at: an SQLite code. */
+static int bind_key(sqlite3_stmt *s, int at, const struct store_key *k)
+{
+	switch (k->type) {
+	case STORE_TEXT:
+		return bind_text(s, at, k->text);
+	case STORE_REAL:
+		return sqlite3_bind_double(s, at, k->real);
+	default:
+		return bind_i64(s, at, k->i64);
+	}
+}
+
 int store_bind_keys(struct kn_store *st, sqlite3_stmt *s,
 		    const struct store_key *keys, size_t n_keys,
 		    const char *what, struct kn_error *err)
 {
-	for (size_t i = 0; i < n_keys; i++) {
-		int at = (int)i + 1;
-		int rc = keys[i].is_text ? bind_text(s, at, keys[i].text)
-					 : bind_i64(s, at, keys[i].i64);
-
-		if (rc != SQLITE_OK)
+	for (size_t i = 0; i < n_keys; i++)
+		if (bind_key(s, (int)i + 1, &keys[i]) != SQLITE_OK)
 			return bind_fail(st, s, what, err);
-	}
 	return 0;
 }
 

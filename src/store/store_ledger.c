@@ -168,17 +168,15 @@ int kn_store_task_usage_put(struct kn_store *st,
 			    const struct kn_task_usage_row *u, int64_t now_ms,
 			    struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_TASK_USAGE_PUT];
-	const char *what = "recording a task's usage";
+	const struct store_key keys[] = {
+		KEY_I64(u->job_id), KEY_I64(u->attempt), KEY_I64(u->rank),
+		KEY_TEXT(u->resource), KEY_I64(u->samples), KEY_REAL(u->sum),
+		KEY_REAL(u->max), KEY_TEXT(u->histogram ? u->histogram : ""),
+		KEY_I64(now_ms),
+	};
 
-	if (bind_i64(s, 1, u->job_id) || bind_i64(s, 2, u->attempt) ||
-	    bind_i64(s, 3, u->rank) || bind_text(s, 4, u->resource) ||
-	    bind_i64(s, 5, u->samples) || sqlite3_bind_double(s, 6, u->sum) ||
-	    sqlite3_bind_double(s, 7, u->max) ||
-	    bind_text(s, 8, u->histogram ? u->histogram : "") ||
-	    bind_i64(s, 9, now_ms))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_run_keyed(st, STMT_TASK_USAGE_PUT, keys, N_KEYS(keys),
+			       "recording a task's usage", err);
 }
 
 int kn_store_task_usage_list(struct kn_store *st, int64_t since,
