@@ -332,6 +332,38 @@ int bind_i64(sqlite3_stmt *s, int i, int64_t v);
 int store_bind_row(struct kn_store *st, enum stmt_id id, const void *row,
 		   const char *what, struct kn_error *err);
 
+/* A value for a query's ?N parameter, N its place in a list of them. */
+struct store_key {
+	enum store_col_type type; /* STORE_INT, STORE_REAL or STORE_TEXT */
+	int64_t i64;
+	double real;
+	const char *text; /* NULL binds NULL */
+};
+#define KEY_I64(v) ((struct store_key){.type = STORE_INT, .i64 = (v)})
+#define KEY_REAL(v) ((struct store_key){.type = STORE_REAL, .real = (v)})
+#define KEY_TEXT(v) ((struct store_key){.type = STORE_TEXT, .text = (v)})
+#define N_KEYS(keys) (sizeof(keys) / sizeof((keys)[0]))
+
+/* Bind keys[i] to ?i+1 of s; bind_fail's answer when one fails. */
+int store_bind_keys(struct kn_store *st, sqlite3_stmt *s,
+		    const struct store_key *keys, size_t n_keys,
+		    const char *what, struct kn_error *err);
+
+/*
+ * store_bind_keys on statement id, then: store_run; store_list or
+ * store_get through the statement's table.
+ */
+int store_run_keyed(struct kn_store *st, enum stmt_id id,
+		    const struct store_key *keys, size_t n_keys,
+		    const char *what, struct kn_error *err);
+int store_list_keyed(struct kn_store *st, enum stmt_id id,
+		     const struct store_key *keys, size_t n_keys,
+		     const char *what, void *out, size_t *n,
+		     struct kn_error *err);
+int store_get_keyed(struct kn_store *st, enum stmt_id id,
+		    const struct store_key *keys, size_t n_keys,
+		    const char *what, void *row, struct kn_error *err);
+
 /* store_bind_row, then store_run: a write without an audit row. */
 int store_put(struct kn_store *st, enum stmt_id id, const void *row,
 	      const char *what, struct kn_error *err);

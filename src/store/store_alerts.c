@@ -63,35 +63,32 @@ int kn_store_alert_fire(struct kn_store *st, const struct kn_alert_row *a,
 int kn_store_alert_resolve(struct kn_store *st, const char *fingerprint,
 			   int64_t at, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_ALERT_RESOLVE];
-	const char *what = "resolving an alert";
+	const struct store_key keys[] = {KEY_TEXT(fingerprint), KEY_I64(at)};
 
-	if (bind_text(s, 1, fingerprint) || bind_i64(s, 2, at))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_run_keyed(st, STMT_ALERT_RESOLVE, keys, N_KEYS(keys),
+			       "resolving an alert", err);
 }
 
 int kn_store_alert_resolve_all(struct kn_store *st, int64_t at,
 			       struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_ALERT_RESOLVE_ALL];
-	const char *what = "resolving alerts";
+	const struct store_key keys[] = {KEY_I64(at)};
 
-	if (bind_i64(s, 1, at))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_run_keyed(st, STMT_ALERT_RESOLVE_ALL, keys, N_KEYS(keys),
+			       "resolving alerts", err);
 }
 
 int kn_store_alert_list(struct kn_store *st, int64_t resolved_since,
 			int limit, struct kn_alert_row **out, size_t *n,
 			struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_ALERT_LIST];
-	const char *what = "listing alerts";
+	const struct store_key keys[] = {
+		KEY_I64(resolved_since),
+		KEY_I64(limit),
+	};
 
-	if (bind_i64(s, 1, resolved_since) || bind_i64(s, 2, limit))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &ALERT_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_ALERT_LIST, keys, N_KEYS(keys),
+				"listing alerts", out, n, err);
 }
 
 void kn_alert_list_free(struct kn_alert_row *rows, size_t n)

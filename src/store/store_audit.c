@@ -67,7 +67,8 @@ static const struct store_row AUDIT_HEAD_ROW =
 
 static const char SQL_AUDIT_INSERT[] =
 	"INSERT INTO audit (time_ms, actor, role, action, object, outcome,"
-	" detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+	" detail) VALUES (:time_ms, :actor, :role, :action, :object, :outcome,"
+	" :detail)";
 /* ?2 is an action prefix; substr keeps "_" and "%" literal, unlike LIKE. */
 static const char SQL_AUDIT_LIST[] =
 	"SELECT " AUDIT_COLUMNS " FROM audit"
@@ -91,7 +92,7 @@ static const char SQL_AUDIT_HASH_OF[] =
 static const char SQL_AUDIT_MAX_ID[] = "SELECT coalesce(max(id), 0) FROM audit";
 
 const struct store_stmt store_audit_stmts[] = {
-	{STMT_AUDIT_INSERT, SQL_AUDIT_INSERT, NULL},
+	{STMT_AUDIT_INSERT, SQL_AUDIT_INSERT, &AUDIT_ROW},
 	{STMT_AUDIT_LIST, SQL_AUDIT_LIST, &AUDIT_ROW},
 	{STMT_AUDIT_PREV, SQL_AUDIT_PREV, NULL},
 	{STMT_AUDIT_SET_CHAIN, SQL_AUDIT_SET_CHAIN, NULL},
@@ -222,14 +223,16 @@ static int chain_prev(struct kn_store *st, int64_t id, unsigned char prev[32],
 		      struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_AUDIT_PREV];
+	const struct store_key keys[] = {KEY_I64(id)};
 	const char *what = "reading the audit chain";
 	char *h = NULL;
 	int rc;
 
 	memset(prev, 0, 32);
 	hash_to_hex(prev, prev_hex);
-	if (bind_i64(s, 1, id))
-		return bind_fail(st, s, what, err);
+	rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
+	if (rc < 0)
+		return rc;
 	rc = store_one_text(st, s, what, &h, err);
 	if (rc == 1) {
 		if (!hash_from_hex(h, prev))
@@ -248,19 +251,18 @@ static int chain_prev(struct kn_store *st, int64_t id, unsigned char prev[32],
 static int chain_row(struct kn_store *st, const struct kn_audit *a,
 		     struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_AUDIT_SET_CHAIN];
 	unsigned char prev[32];
 	char prev_hex[KN_AUDIT_HASH_HEX_LEN + 1];
 	char hash[KN_AUDIT_HASH_HEX_LEN + 1];
+	const struct store_key keys[] = {KEY_TEXT(prev_hex), KEY_TEXT(hash),
+					 KEY_I64(a->id)};
 	int rc = chain_prev(st, a->id, prev, prev_hex, err);
 
 	if (rc < 0)
 		return rc;
 	chain_hash(st->audit_mac, prev, a->id, a, hash);
-	if (bind_text(s, 1, prev_hex) || bind_text(s, 2, hash) ||
-	    bind_i64(s, 3, a->id))
-		return bind_fail(st, s, "chaining an audit row", err);
-	rc = store_run(st, s, "chaining an audit row", err);
+	rc = store_run_keyed(st, STMT_AUDIT_SET_CHAIN, keys, N_KEYS(keys),
+			     "chaining an audit row", err);
 	if (rc == 0) {
 		st->head_dirty = true;
 		st->head_id = a->id;
@@ -277,8 +279,6 @@ static int chain_row(struct kn_store *st, const struct kn_audit *a,
 int audit_write(struct kn_store *st, const struct kn_audit *a,
 		       const char *object, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_AUDIT_INSERT];
-	const char *what = "writing an audit row";
 	struct kn_audit row;
 	int rc;
 
@@ -287,12 +287,7 @@ int audit_write(struct kn_store *st, const struct kn_audit *a,
 	row = *a;
 	row.time_ms = a->time_ms ? a->time_ms : kn_now_ms();
 	row.object = a->object ? a->object : (char *)object;
-	if (bind_i64(s, 1, row.time_ms) || bind_text(s, 2, row.actor) ||
-	    bind_text(s, 3, row.role) || bind_text(s, 4, row.action) ||
-	    bind_text(s, 5, row.object) || bind_text(s, 6, row.outcome) ||
-	    bind_text(s, 7, row.detail))
-		return bind_fail(st, s, what, err);
-	rc = store_run(st, s, what, err);
+	rc = store_put(st, STMT_AUDIT_INSERT, &row, "writing an audit row", err);
 	if (rc < 0 || !st->audit_mac)
 		return rc;
 	row.id = sqlite3_last_insert_rowid(st->db);
@@ -315,16 +310,14 @@ int kn_store_audit_list(struct kn_store *st, const struct kn_audit_filter *f,
 			struct kn_audit **out, size_t *n, struct kn_error *err)
 {
 	static const struct kn_audit_filter none = {0};
-	sqlite3_stmt *s = st->stmt[STMT_AUDIT_LIST];
-	const char *what = "listing the audit log";
+	const struct kn_audit_filter *by = f ? f : &none;
+	const struct store_key keys[] = {
+		KEY_TEXT(by->actor), KEY_TEXT(by->action), KEY_I64(by->since_ms),
+		KEY_I64(by->limit > 0 ? by->limit : AUDIT_LIST_DEFAULT_LIMIT),
+	};
 
-	if (!f)
-		f = &none;
-	if (bind_text(s, 1, f->actor) || bind_text(s, 2, f->action) ||
-	    bind_i64(s, 3, f->since_ms) ||
-	    bind_i64(s, 4, f->limit > 0 ? f->limit : AUDIT_LIST_DEFAULT_LIMIT))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &AUDIT_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_AUDIT_LIST, keys, N_KEYS(keys),
+				"listing the audit log", out, n, err);
 }
 
 void kn_audit_list_free(struct kn_audit *rows, size_t n)
@@ -400,12 +393,13 @@ int kn_store_audit_hash_of(struct kn_store *st, int64_t id,
 			   struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_AUDIT_HASH_OF];
+	const struct store_key keys[] = {KEY_I64(id)};
 	const char *what = "reading an audit row";
 	char *h = NULL;
-	int rc;
+	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
 
-	if (bind_i64(s, 1, id))
-		return bind_fail(st, s, what, err);
+	if (rc < 0)
+		return rc;
 	rc = store_one_text(st, s, what, &h, err);
 	if (rc == 1) {
 		kn_strlcpy(hash, h ? h : "", KN_AUDIT_HASH_HEX_LEN + 1);

@@ -452,7 +452,7 @@ static const struct store_col *col_named(const struct store_row *def,
 	return NULL;
 }
 
-/* A state field's name; NULL when it holds none (or -1 for "none"). */
+/* A state field's name, or NULL when its value names no state. */
 static const char *state_name(const struct store_col *c, const void *field)
 {
 	int64_t value = get_int(field, c->size);
@@ -518,6 +518,61 @@ int store_bind_row(struct kn_store *st, enum stmt_id id, const void *row,
 			return bind_fail(st, s, what, err);
 	}
 	return 0;
+}
+
+/* Bind k to parameter at: an SQLite code. */
+static int bind_key(sqlite3_stmt *s, int at, const struct store_key *k)
+{
+	switch (k->type) {
+	case STORE_TEXT:
+		return bind_text(s, at, k->text);
+	case STORE_REAL:
+		return sqlite3_bind_double(s, at, k->real);
+	default:
+		return bind_i64(s, at, k->i64);
+	}
+}
+
+int store_bind_keys(struct kn_store *st, sqlite3_stmt *s,
+		    const struct store_key *keys, size_t n_keys,
+		    const char *what, struct kn_error *err)
+{
+	for (size_t i = 0; i < n_keys; i++)
+		if (bind_key(s, (int)i + 1, &keys[i]) != SQLITE_OK)
+			return bind_fail(st, s, what, err);
+	return 0;
+}
+
+int store_run_keyed(struct kn_store *st, enum stmt_id id,
+		    const struct store_key *keys, size_t n_keys,
+		    const char *what, struct kn_error *err)
+{
+	int rc = store_bind_keys(st, st->stmt[id], keys, n_keys, what, err);
+
+	return rc < 0 ? rc : store_run(st, st->stmt[id], what, err);
+}
+
+int store_list_keyed(struct kn_store *st, enum stmt_id id,
+		     const struct store_key *keys, size_t n_keys,
+		     const char *what, void *out, size_t *n,
+		     struct kn_error *err)
+{
+	int rc = store_bind_keys(st, st->stmt[id], keys, n_keys, what, err);
+
+	return rc < 0 ? rc
+		      : store_list(st, st->stmt[id], st->row[id], what, out,
+				   n, err);
+}
+
+int store_get_keyed(struct kn_store *st, enum stmt_id id,
+		    const struct store_key *keys, size_t n_keys,
+		    const char *what, void *row, struct kn_error *err)
+{
+	int rc = store_bind_keys(st, st->stmt[id], keys, n_keys, what, err);
+
+	return rc < 0 ? rc
+		      : store_get(st, st->stmt[id], st->row[id], what, row,
+				  err);
 }
 
 int store_put(struct kn_store *st, enum stmt_id id, const void *row,

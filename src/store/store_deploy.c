@@ -142,12 +142,13 @@ int kn_store_deployment_delete(struct kn_store *st, const char *name,
 			       const struct kn_audit *a, struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_DEPLOYMENT_DELETE];
+	const struct store_key keys[] = {KEY_TEXT(name)};
 	const char *what = "deleting a deployment";
+	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
 
-	if (bind_text(s, 1, name))
-		return bind_fail(st, s, what, err);
-	return store_write_named(st, s, what, "deployment",
-				 "no deployment named", name, a, err);
+	return rc < 0 ? rc
+		      : store_write_named(st, s, what, "deployment",
+					  "no deployment named", name, a, err);
 }
 
 int kn_store_replica_put(struct kn_store *st, const struct kn_replica_row *r,
@@ -170,12 +171,13 @@ int kn_store_replica_put(struct kn_store *st, const struct kn_replica_row *r,
 int kn_store_replica_delete(struct kn_store *st, const char *deployment,
 			    int replica, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_REPLICA_DELETE];
-	const char *what = "deleting a replica";
+	const struct store_key keys[] = {
+		KEY_TEXT(deployment),
+		KEY_I64(replica),
+	};
 
-	if (bind_text(s, 1, deployment) || bind_i64(s, 2, replica))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_run_keyed(st, STMT_REPLICA_DELETE, keys, N_KEYS(keys),
+			       "deleting a replica", err);
 }
 
 int kn_store_replica_list(struct kn_store *st, struct kn_replica_row **out,
@@ -219,12 +221,10 @@ int kn_store_gateway_key_list(struct kn_store *st, bool active_only,
 			      struct kn_gateway_key_row **out, size_t *n,
 			      struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_GWKEY_LIST];
-	const char *what = "listing gateway keys";
+	const struct store_key keys[] = {KEY_I64(active_only)};
 
-	if (bind_i64(s, 1, active_only))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &GWKEY_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_GWKEY_LIST, keys, N_KEYS(keys),
+				"listing gateway keys", out, n, err);
 }
 
 void kn_gateway_key_list_free(struct kn_gateway_key_row *rows, size_t n)
@@ -236,10 +236,12 @@ int kn_store_gateway_key_revoke(struct kn_store *st, const char *name,
 				const struct kn_audit *a, struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_GWKEY_REVOKE];
+	const struct store_key keys[] = {KEY_I64(kn_now_ms()), KEY_TEXT(name)};
 	const char *what = "revoking a gateway key";
+	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
 
-	if (bind_i64(s, 1, kn_now_ms()) || bind_text(s, 2, name))
-		return bind_fail(st, s, what, err);
-	return store_write_named(st, s, what, "key",
-				 "no active gateway key named", name, a, err);
+	return rc < 0 ? rc
+		      : store_write_named(st, s, what, "key",
+					  "no active gateway key named", name,
+					  a, err);
 }

@@ -66,39 +66,37 @@ int kn_store_devenv_start(struct kn_store *st, const struct kn_devenv_row *d,
 int kn_store_devenv_end(struct kn_store *st, int64_t job_id, int64_t ended_at,
 			int64_t idle_ms, const char *stop, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_DEVENV_END];
-	const char *what = "recording a dev environment's end";
+	const struct store_key keys[] = {
+		KEY_I64(job_id),
+		KEY_I64(ended_at),
+		KEY_I64(idle_ms),
+		KEY_TEXT(stop),
+	};
 
-	if (bind_i64(s, 1, job_id) || bind_i64(s, 2, ended_at) ||
-	    bind_i64(s, 3, idle_ms) || bind_text(s, 4, stop))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_run_keyed(st, STMT_DEVENV_END, keys, N_KEYS(keys),
+			       "recording a dev environment's end", err);
 }
 
 int kn_store_devenv_list(struct kn_store *st, int64_t since, int64_t until,
 			 struct kn_devenv_row **out, size_t *n,
 			 struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_DEVENV_LIST];
-	const char *what = "listing dev environments";
+	const struct store_key keys[] = {KEY_I64(since), KEY_I64(until)};
 
-	if (bind_i64(s, 1, since) || bind_i64(s, 2, until))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &DEVENV_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_DEVENV_LIST, keys, N_KEYS(keys),
+				"listing dev environments", out, n, err);
 }
 
 int kn_store_devenv_next(struct kn_store *st, const char *owner,
 			 const char *name, int64_t after,
 			 struct kn_devenv_row *out, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_DEVENV_NEXT];
-	const char *what = "finding a dev environment's next start";
-	int rc;
+	const struct store_key keys[] = {KEY_TEXT(owner), KEY_TEXT(name),
+					 KEY_I64(after)};
+	int rc = store_get_keyed(st, STMT_DEVENV_NEXT, keys, N_KEYS(keys),
+				 "finding a dev environment's next start", out,
+				 err);
 
-	if (bind_text(s, 1, owner) || bind_text(s, 2, name) ||
-	    bind_i64(s, 3, after))
-		return bind_fail(st, s, what, err);
-	rc = store_get(st, s, &DEVENV_ROW, what, out, err);
 	return rc == 0 ? -ENOENT : rc < 0 ? rc : 0;
 }
 

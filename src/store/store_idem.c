@@ -48,13 +48,11 @@ int kn_store_idem_get(struct kn_store *st, const char *owner, const char *key,
 		      int64_t since, struct kn_idem_row *out,
 		      struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_IDEM_GET];
-	const char *what = "reading an idempotency key";
+	const struct store_key keys[] = {KEY_TEXT(owner), KEY_TEXT(key),
+					 KEY_I64(since)};
 
-	if (bind_text(s, 1, owner) || bind_text(s, 2, key) ||
-	    bind_i64(s, 3, since))
-		return bind_fail(st, s, what, err);
-	return store_get(st, s, &IDEM_ROW, what, out, err);
+	return store_get_keyed(st, STMT_IDEM_GET, keys, N_KEYS(keys),
+			       "reading an idempotency key", out, err);
 }
 
 int kn_store_idem_put(struct kn_store *st, const struct kn_idem_row *r,
@@ -67,10 +65,8 @@ int kn_store_idem_put(struct kn_store *st, const struct kn_idem_row *r,
 int kn_store_idem_expire(struct kn_store *st, int64_t before,
 			 struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_IDEM_EXPIRE];
-	const char *what = "expiring idempotency keys";
+	const struct store_key keys[] = {KEY_I64(before)};
 
-	if (bind_i64(s, 1, before))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_run_keyed(st, STMT_IDEM_EXPIRE, keys, N_KEYS(keys),
+			       "expiring idempotency keys", err);
 }

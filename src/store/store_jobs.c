@@ -204,11 +204,30 @@ static const char SQL_JOB_INPUT_LIST[] =
 	"SELECT job_id, name, url, sha256, size, attempt, recorded_at"
 	" FROM job_inputs WHERE job_id = ?1 ORDER BY name";
 
+/* How many jobs are in one state; -1 for a name kiln does not know. */
+struct state_count {
+	int state;
+	int64_t count;
+};
+static const struct store_col STATE_COUNT_COLS[] = {
+	STORE_COL_AS(struct state_count, state, "state",
+		     STORE_JOB_STATE_OR_NONE),
+	STORE_COL_AS(struct state_count, count, "count", STORE_INT),
+};
+static const struct store_row STATE_COUNT_ROW =
+	STORE_ROW(struct state_count, "job state count", STATE_COUNT_COLS);
+static const struct store_col GOODPUT_COLS[] = {
+	STORE_COL_AS(struct kn_job_totals, useful_ms, "useful_ms", STORE_INT),
+	STORE_COL_AS(struct kn_job_totals, lost_ms, "lost_ms", STORE_INT),
+};
+static const struct store_row GOODPUT_ROW =
+	STORE_ROW(struct kn_job_totals, "goodput", GOODPUT_COLS);
+
 static const char SQL_JOB_STATE_COUNTS[] =
-	"SELECT state, COUNT(*) FROM jobs GROUP BY state";
+	"SELECT state, COUNT(*) AS count FROM jobs GROUP BY state";
 static const char SQL_ATTEMPT_GOODPUT[] =
-	"SELECT COALESCE(SUM(useful_ms), 0), COALESCE(SUM(lost_ms), 0)"
-	" FROM attempts";
+	"SELECT COALESCE(SUM(useful_ms), 0) AS useful_ms,"
+	" COALESCE(SUM(lost_ms), 0) AS lost_ms FROM attempts";
 
 const struct store_stmt store_job_stmts[] = {
 	{STMT_JOB_INSERT, SQL_JOB_INSERT, &JOB_ROW},
@@ -235,8 +254,8 @@ const struct store_stmt store_job_stmts[] = {
 	{STMT_JOB_REVISION_GET, SQL_JOB_REVISION_GET, NULL},
 	{STMT_JOB_INPUT_PUT, SQL_JOB_INPUT_PUT, &JOB_INPUT_ROW},
 	{STMT_JOB_INPUT_LIST, SQL_JOB_INPUT_LIST, &JOB_INPUT_ROW},
-	{STMT_JOB_STATE_COUNTS, SQL_JOB_STATE_COUNTS, NULL},
-	{STMT_ATTEMPT_GOODPUT, SQL_ATTEMPT_GOODPUT, NULL},
+	{STMT_JOB_STATE_COUNTS, SQL_JOB_STATE_COUNTS, &STATE_COUNT_ROW},
+	{STMT_ATTEMPT_GOODPUT, SQL_ATTEMPT_GOODPUT, &GOODPUT_ROW},
 	{0},
 };
 
@@ -275,14 +294,12 @@ int kn_store_job_insert_array(struct kn_store *st, const struct kn_job_row *j,
 			head = id;
 	}
 	if (rc == 0) {
-		sqlite3_stmt *s = st->stmt[STMT_JOB_ARRAY_HEAD];
+		const struct store_key keys[] = {KEY_I64(head)};
 		char object[32];
 		struct kn_audit row = a ? *a : (struct kn_audit){0};
 
-		if (bind_i64(s, 1, head))
-			rc = bind_fail(st, s, "naming a job array", err);
-		else
-			rc = store_run(st, s, "naming a job array", err);
+		rc = store_run_keyed(st, STMT_JOB_ARRAY_HEAD, keys, N_KEYS(keys),
+				     "naming a job array", err);
 		snprintf(object, sizeof(object), "job/%" PRId64, head);
 		row.object = object;
 		if (rc == 0)
@@ -297,14 +314,11 @@ int kn_store_job_insert_array(struct kn_store *st, const struct kn_job_row *j,
 int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
 		     struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_GET];
-	const char *what = "reading a job";
+	const struct store_key keys[] = {KEY_I64(id)};
 	struct kn_job_row j;
-	int rc;
+	int rc = store_get_keyed(st, STMT_JOB_GET, keys, N_KEYS(keys),
+				 "reading a job", &j, err);
 
-	if (bind_i64(s, 1, id))
-		return bind_fail(st, s, what, err);
-	rc = store_get(st, s, &JOB_ROW, what, &j, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, "id",
 				 "job %" PRId64 " not found", id);
@@ -331,49 +345,51 @@ int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 		      struct kn_error *err)
 {
 	static const struct kn_job_filter none = {.state = -1};
-	const char *what = "listing jobs";
-	sqlite3_stmt *s;
-	int brc, desc;
+	const char *state = NULL, *state_too = NULL; /* ?5, ?6 */
+	enum stmt_id id = STMT_JOB_LIST_ALL;
 
 	if (!f)
 		f = &none;
-	desc = f->newest_first ? STMT_JOB_LIST_ALL_DESC - STMT_JOB_LIST_ALL : 0;
 	if (f->state >= 0 &&
 	    !store_job_state_valid((enum kn_job_state)f->state))
 		return kn_errorf(err, KN_EINVAL, "state",
 				 "unknown job state %d", f->state);
 	if (f->state >= 0 && f->active_only && f->state != KN_JOB_QUEUED &&
-	    f->state != KN_JOB_RUNNING)
-		goto none; /* no job is both */
-
-	if (f->state >= 0) {
-		s = st->stmt[STMT_JOB_LIST_STATE + desc];
-		brc = bind_text(s, 5, kn_job_state_name(f->state));
-	} else if (f->active_only) {
-		s = st->stmt[STMT_JOB_LIST_ACTIVE + desc];
-		brc = bind_text(s, 5, kn_job_state_name(KN_JOB_QUEUED)) ||
-		      bind_text(s, 6, kn_job_state_name(KN_JOB_RUNNING));
-	} else if (f->name) {
-		s = st->stmt[STMT_JOB_LIST_NAME + desc];
-		brc = SQLITE_OK;
-	} else if (f->owner) {
-		s = st->stmt[STMT_JOB_LIST_OWNER + desc];
-		brc = SQLITE_OK;
-	} else {
-		s = st->stmt[STMT_JOB_LIST_ALL + desc];
-		brc = SQLITE_OK;
+	    f->state != KN_JOB_RUNNING) {
+		*out = NULL; /* no job is both */
+		*n = 0;
+		return 0;
 	}
-	if (brc || bind_text(s, 1, f->owner) || bind_text(s, 2, f->name) ||
-	    bind_i64(s, 3, f->with_spec) ||
-	    bind_i64(s, 4, f->limit > 0 ? f->limit : -1) ||
-	    bind_i64(s, 7, f->before_id > 0 ? f->before_id : INT64_MAX) ||
-	    bind_i64(s, 8, f->array_id))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &JOB_ROW, what, out, n, err);
-none:
-	*out = NULL;
-	*n = 0;
-	return 0;
+	if (f->state >= 0) {
+		id = STMT_JOB_LIST_STATE;
+		state = kn_job_state_name(f->state);
+	} else if (f->active_only) {
+		id = STMT_JOB_LIST_ACTIVE;
+		state = kn_job_state_name(KN_JOB_QUEUED);
+		state_too = kn_job_state_name(KN_JOB_RUNNING);
+	} else if (f->name) {
+		id = STMT_JOB_LIST_NAME;
+	} else if (f->owner) {
+		id = STMT_JOB_LIST_OWNER;
+	}
+	if (f->newest_first)
+		id += STMT_JOB_LIST_ALL_DESC - STMT_JOB_LIST_ALL;
+
+	/* The five share their parameters: a listing ignores those it has
+	   no condition on. */
+	const struct store_key keys[] = {
+		KEY_TEXT(f->owner),
+		KEY_TEXT(f->name),
+		KEY_I64(f->with_spec),
+		KEY_I64(f->limit > 0 ? f->limit : -1),
+		KEY_TEXT(state),
+		KEY_TEXT(state_too),
+		KEY_I64(f->before_id > 0 ? f->before_id : INT64_MAX),
+		KEY_I64(f->array_id),
+	};
+
+	return store_list_keyed(st, id, keys, N_KEYS(keys), "listing jobs", out,
+				n, err);
 }
 
 void kn_job_list_free(struct kn_job_row *rows, size_t n)
@@ -408,12 +424,10 @@ int kn_store_attempt_list(struct kn_store *st, int64_t job_id,
 			  struct kn_attempt_row **out, size_t *n,
 			  struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_ATTEMPT_LIST];
-	const char *what = "listing attempts";
+	const struct store_key keys[] = {KEY_I64(job_id)};
 
-	if (bind_i64(s, 1, job_id))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &ATTEMPT_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_ATTEMPT_LIST, keys, N_KEYS(keys),
+				"listing attempts", out, n, err);
 }
 
 void kn_attempt_list_free(struct kn_attempt_row *rows, size_t n)
@@ -440,12 +454,10 @@ int kn_store_task_list(struct kn_store *st, int64_t job_id, int attempt,
 		       struct kn_task_row **out, size_t *n,
 		       struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_TASK_LIST];
-	const char *what = "listing tasks";
+	const struct store_key keys[] = {KEY_I64(job_id), KEY_I64(attempt)};
 
-	if (bind_i64(s, 1, job_id) || bind_i64(s, 2, attempt))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &TASK_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_TASK_LIST, keys, N_KEYS(keys),
+				"listing tasks", out, n, err);
 }
 
 void kn_task_list_free(struct kn_task_row *rows, size_t n)
@@ -472,12 +484,10 @@ int kn_store_output_list(struct kn_store *st, int64_t job_id,
 			 struct kn_output_row **out, size_t *n,
 			 struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_OUTPUT_LIST];
-	const char *what = "listing outputs";
+	const struct store_key keys[] = {KEY_I64(job_id)};
 
-	if (bind_i64(s, 1, job_id))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &OUTPUT_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_OUTPUT_LIST, keys, N_KEYS(keys),
+				"listing outputs", out, n, err);
 }
 
 void kn_output_list_free(struct kn_output_row *rows, size_t n)
@@ -490,23 +500,24 @@ void kn_output_list_free(struct kn_output_row *rows, size_t n)
 int kn_store_job_revision_put(struct kn_store *st, int64_t job_id,
 			      const char *revision, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_REVISION_PUT];
-	const char *what = "recording a job's code revision";
+	const struct store_key keys[] = {KEY_I64(job_id), KEY_TEXT(revision)};
 
-	if (bind_i64(s, 1, job_id) || bind_text(s, 2, revision))
-		return bind_fail(st, s, what, err);
-	return store_job_missing(store_run(st, s, what, err), job_id, err);
+	return store_job_missing(
+		store_run_keyed(st, STMT_JOB_REVISION_PUT, keys, N_KEYS(keys),
+				"recording a job's code revision", err),
+		job_id, err);
 }
 
 int kn_store_job_revision_get(struct kn_store *st, int64_t job_id,
 			      char **out, struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_JOB_REVISION_GET];
+	const struct store_key keys[] = {KEY_I64(job_id)};
 	const char *what = "reading a job's code revision";
-	int rc;
+	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
 
-	if (bind_i64(s, 1, job_id))
-		return bind_fail(st, s, what, err);
+	if (rc < 0)
+		return rc;
 	rc = store_one_text(st, s, what, out, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
@@ -534,12 +545,10 @@ int kn_store_job_input_list(struct kn_store *st, int64_t job_id,
 			    struct kn_job_input_row **out, size_t *n,
 			    struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_INPUT_LIST];
-	const char *what = "listing a job's inputs";
+	const struct store_key keys[] = {KEY_I64(job_id)};
 
-	if (bind_i64(s, 1, job_id))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &JOB_INPUT_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_JOB_INPUT_LIST, keys, N_KEYS(keys),
+				"listing a job's inputs", out, n, err);
 }
 
 void kn_job_input_list_free(struct kn_job_input_row *rows, size_t n)
@@ -552,26 +561,24 @@ void kn_job_input_list_free(struct kn_job_input_row *rows, size_t n)
 int kn_store_job_totals(struct kn_store *st, struct kn_job_totals *out,
 			struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_STATE_COUNTS];
-	const char *what = "counting jobs by state";
-	int rc;
+	struct state_count *counts = NULL;
+	struct kn_job_totals goodput;
+	size_t n = 0;
+	int rc = store_list_keyed(st, STMT_JOB_STATE_COUNTS, NULL, 0,
+				  "counting jobs by state", &counts, &n, err);
 
-	memset(out, 0, sizeof(*out));
-	while ((rc = step_row(st, s, what, err)) == 1) {
-		int state = kn_job_state_parse(
-			(const char *)sqlite3_column_text(s, 0));
-		if (state >= 0 && state <= KN_JOB_PREEMPTED)
-			out->by_state[state] = sqlite3_column_int64(s, 1);
-	}
-	stmt_done(s);
 	if (rc < 0)
 		return rc;
-	s = st->stmt[STMT_ATTEMPT_GOODPUT];
-	rc = step_row(st, s, "summing goodput", err);
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; i < n; i++)
+		if (counts[i].state >= 0)
+			out->by_state[counts[i].state] = counts[i].count;
+	store_rows_free(&STATE_COUNT_ROW, counts, n);
+	rc = store_get_keyed(st, STMT_ATTEMPT_GOODPUT, NULL, 0,
+			     "summing goodput", &goodput, err);
 	if (rc == 1) {
-		out->useful_ms = sqlite3_column_int64(s, 0);
-		out->lost_ms = sqlite3_column_int64(s, 1);
+		out->useful_ms = goodput.useful_ms;
+		out->lost_ms = goodput.lost_ms;
 	}
-	stmt_done(s);
 	return rc < 0 ? rc : 0;
 }

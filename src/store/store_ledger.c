@@ -111,31 +111,28 @@ const struct store_stmt store_ledger_stmts[] = {
 
 /* ---- tasks for the ledger ---- */
 
-static int cost_task_list(struct kn_store *st, sqlite3_stmt *s,
+static int cost_task_list(struct kn_store *st, enum stmt_id id,
 			  int64_t since, struct kn_cost_task_row **out,
 			  size_t *n, struct kn_error *err)
 {
-	const char *what = "listing tasks for the ledger";
+	const struct store_key keys[] = {KEY_I64(since)};
 
-	if (bind_i64(s, 1, since))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &COST_TASK_ROW, what, out, n, err);
+	return store_list_keyed(st, id, keys, N_KEYS(keys),
+				"listing tasks for the ledger", out, n, err);
 }
 
 int kn_store_cost_task_list(struct kn_store *st, int64_t since,
 			    struct kn_cost_task_row **out, size_t *n,
 			    struct kn_error *err)
 {
-	return cost_task_list(st, st->stmt[STMT_COST_TASK_LIST], since, out, n,
-			      err);
+	return cost_task_list(st, STMT_COST_TASK_LIST, since, out, n, err);
 }
 
 int kn_store_cost_cpu_task_list(struct kn_store *st, int64_t since,
 				struct kn_cost_task_row **out, size_t *n,
 				struct kn_error *err)
 {
-	return cost_task_list(st, st->stmt[STMT_COST_CPU_TASK_LIST], since, out,
-			      n, err);
+	return cost_task_list(st, STMT_COST_CPU_TASK_LIST, since, out, n, err);
 }
 
 void kn_cost_task_list_free(struct kn_cost_task_row *rows, size_t n)
@@ -149,14 +146,11 @@ int kn_store_task_usage_get(struct kn_store *st, int64_t job_id, int attempt,
 			    int rank, const char *resource,
 			    struct kn_task_usage_row *out, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_TASK_USAGE_GET];
-	const char *what = "reading a task's usage";
-	int rc;
+	const struct store_key keys[] = {KEY_I64(job_id), KEY_I64(attempt),
+					 KEY_I64(rank), KEY_TEXT(resource)};
+	int rc = store_get_keyed(st, STMT_TASK_USAGE_GET, keys, N_KEYS(keys),
+				 "reading a task's usage", out, err);
 
-	if (bind_i64(s, 1, job_id) || bind_i64(s, 2, attempt) ||
-	    bind_i64(s, 3, rank) || bind_text(s, 4, resource))
-		return bind_fail(st, s, what, err);
-	rc = store_get(st, s, &USAGE_SKETCH_ROW, what, out, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
 				 "no usage of job %" PRId64 " task %d %s",
@@ -174,29 +168,25 @@ int kn_store_task_usage_put(struct kn_store *st,
 			    const struct kn_task_usage_row *u, int64_t now_ms,
 			    struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_TASK_USAGE_PUT];
-	const char *what = "recording a task's usage";
+	const struct store_key keys[] = {
+		KEY_I64(u->job_id), KEY_I64(u->attempt), KEY_I64(u->rank),
+		KEY_TEXT(u->resource), KEY_I64(u->samples), KEY_REAL(u->sum),
+		KEY_REAL(u->max), KEY_TEXT(u->histogram ? u->histogram : ""),
+		KEY_I64(now_ms),
+	};
 
-	if (bind_i64(s, 1, u->job_id) || bind_i64(s, 2, u->attempt) ||
-	    bind_i64(s, 3, u->rank) || bind_text(s, 4, u->resource) ||
-	    bind_i64(s, 5, u->samples) || sqlite3_bind_double(s, 6, u->sum) ||
-	    sqlite3_bind_double(s, 7, u->max) ||
-	    bind_text(s, 8, u->histogram ? u->histogram : "") ||
-	    bind_i64(s, 9, now_ms))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_run_keyed(st, STMT_TASK_USAGE_PUT, keys, N_KEYS(keys),
+			       "recording a task's usage", err);
 }
 
 int kn_store_task_usage_list(struct kn_store *st, int64_t since,
 			     struct kn_task_usage_row **out, size_t *n,
 			     struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_TASK_USAGE_LIST];
-	const char *what = "listing task usage";
+	const struct store_key keys[] = {KEY_I64(since)};
 
-	if (bind_i64(s, 1, since))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &USAGE_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_TASK_USAGE_LIST, keys, N_KEYS(keys),
+				"listing task usage", out, n, err);
 }
 
 void kn_task_usage_row_release(struct kn_task_usage_row *u)

@@ -192,26 +192,23 @@ int kn_store_model_version_next(struct kn_store *st, const char *name,
 				int64_t now_ms, int64_t *out,
 				struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_MODEL_CREATE];
+	const struct store_key create[] = {KEY_TEXT(name), KEY_I64(now_ms)};
+	const struct store_key named[] = {KEY_TEXT(name)};
 	const char *what = "numbering a model version";
 	bool own;
 	int rc = write_begin(st, &own, err);
 
 	if (rc < 0)
 		return rc;
-	if (bind_text(s, 1, name) || bind_i64(s, 2, now_ms)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
+	rc = store_run_keyed(st, STMT_MODEL_CREATE, create, N_KEYS(create),
+			     what, err);
 	if (rc < 0)
 		goto out;
-	s = st->stmt[STMT_MODEL_NEXT];
-	if (bind_text(s, 1, name)) {
-		rc = bind_fail(st, s, what, err);
+	rc = store_bind_keys(st, st->stmt[STMT_MODEL_NEXT], named,
+			     N_KEYS(named), what, err);
+	if (rc < 0)
 		goto out;
-	}
-	rc = store_one_i64(st, s, what, out, err);
+	rc = store_one_i64(st, st->stmt[STMT_MODEL_NEXT], what, out, err);
 	if (rc == 1)
 		rc = 0;
 	else if (rc == 0)
@@ -234,12 +231,10 @@ int kn_store_model_version_insert(struct kn_store *st,
 int kn_store_model_version_delete(struct kn_store *st, const char *name,
 				  int64_t version, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_DELETE];
-	const char *what = "deleting a model version";
+	const struct store_key keys[] = {KEY_TEXT(name), KEY_I64(version)};
 
-	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_run_keyed(st, STMT_MODEL_VERSION_DELETE, keys,
+			       N_KEYS(keys), "deleting a model version", err);
 }
 
 int kn_store_model_version_get(struct kn_store *st, const char *name,
@@ -247,14 +242,12 @@ int kn_store_model_version_get(struct kn_store *st, const char *name,
 			       struct kn_model_version_row *out,
 			       struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_GET];
-	const char *what = "reading a model version";
+	const struct store_key keys[] = {KEY_TEXT(name), KEY_I64(version)};
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
-		return bind_fail(st, s, what, err);
-	rc = store_get(st, s, &VERSION_ROW, what, out, err);
+	rc = store_get_keyed(st, STMT_MODEL_VERSION_GET, keys, N_KEYS(keys),
+			     "reading a model version", out, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
 				 "model %s has no version %lld", name,
@@ -266,12 +259,10 @@ int kn_store_model_version_list(struct kn_store *st, const char *name,
 				struct kn_model_version_row **out, size_t *n,
 				struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_MODEL_VERSION_LIST];
-	const char *what = "listing model versions";
+	const struct store_key keys[] = {KEY_TEXT(name)};
 
-	if (bind_text(s, 1, name))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &VERSION_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_MODEL_VERSION_LIST, keys, N_KEYS(keys),
+				"listing model versions", out, n, err);
 }
 
 void kn_model_version_list_free(struct kn_model_version_row *rows, size_t n)
@@ -284,11 +275,12 @@ int kn_store_model_alias_get(struct kn_store *st, const char *name,
 			     struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_MODEL_ALIAS_GET];
+	const struct store_key keys[] = {KEY_TEXT(name), KEY_TEXT(alias)};
 	const char *what = "reading a model alias";
-	int rc;
+	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
 
-	if (bind_text(s, 1, name) || bind_text(s, 2, alias))
-		return bind_fail(st, s, what, err);
+	if (rc < 0)
+		return rc;
 	rc = store_one_i64(st, s, what, version, err);
 	if (rc == 1)
 		rc = 0;
@@ -302,34 +294,28 @@ int kn_store_model_alias_move(struct kn_store *st, const char *name,
 			      const struct kn_model_alias_row *ev,
 			      const struct kn_audit *a, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_MODEL_ALIAS_PUT];
+	const struct store_key alias[] = {
+		KEY_TEXT(name), KEY_TEXT(ev->alias), KEY_I64(ev->version),
+		KEY_TEXT(ev->actor), KEY_I64(ev->time_ms),
+	};
+	const struct store_key event[] = {
+		KEY_TEXT(name), KEY_TEXT(ev->alias), KEY_TEXT(ev->action),
+		KEY_I64(ev->from_version), KEY_I64(ev->version),
+		KEY_TEXT(ev->actor), KEY_I64(ev->time_ms),
+	};
 	const char *what = "moving a model alias";
 	bool own;
 	int rc = write_begin(st, &own, err);
 
 	if (rc < 0)
 		return rc;
-	if (bind_text(s, 1, name) || bind_text(s, 2, ev->alias) ||
-	    bind_i64(s, 3, ev->version) || bind_text(s, 4, ev->actor) ||
-	    bind_i64(s, 5, ev->time_ms)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc < 0)
-		goto out;
-	s = st->stmt[STMT_MODEL_ALIAS_EVENT];
-	if (bind_text(s, 1, name) || bind_text(s, 2, ev->alias) ||
-	    bind_text(s, 3, ev->action) || bind_i64(s, 4, ev->from_version) ||
-	    bind_i64(s, 5, ev->version) || bind_text(s, 6, ev->actor) ||
-	    bind_i64(s, 7, ev->time_ms)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
+	rc = store_run_keyed(st, STMT_MODEL_ALIAS_PUT, alias, N_KEYS(alias),
+			     what, err);
+	if (rc == 0)
+		rc = store_run_keyed(st, STMT_MODEL_ALIAS_EVENT, event,
+				     N_KEYS(event), what, err);
 	if (rc == 0)
 		rc = audit_write(st, a, NULL, err);
-out:
 	return write_end(st, own, rc, err);
 }
 
@@ -337,12 +323,10 @@ static int alias_rows(struct kn_store *st, enum stmt_id id, const char *name,
 		      struct kn_model_alias_row **out, size_t *n,
 		      struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[id];
-	const char *what = "listing model aliases";
+	const struct store_key keys[] = {KEY_TEXT(name)};
 
-	if (bind_text(s, 1, name))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &ALIAS_ROW, what, out, n, err);
+	return store_list_keyed(st, id, keys, N_KEYS(keys),
+				"listing model aliases", out, n, err);
 }
 
 int kn_store_model_alias_list(struct kn_store *st, const char *name,
@@ -371,14 +355,16 @@ int kn_store_model_signature_insert(struct kn_store *st, const char *name,
 				    struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_MODEL_SIGNATURE_INSERT];
-	static const struct store_write w = {.what = "inserting a model signature"};
+	static const struct store_write w = {
+		.what = "inserting a model signature"};
+	const struct store_key keys[] = {
+		KEY_TEXT(name), KEY_I64(version), KEY_TEXT(sig->key_id),
+		KEY_TEXT(sig->public_key), KEY_TEXT(sig->signature),
+		KEY_TEXT(sig->signed_by), KEY_I64(sig->signed_at),
+	};
+	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), w.what, err);
 
-	if (bind_text(s, 1, name) || bind_i64(s, 2, version) ||
-	    bind_text(s, 3, sig->key_id) || bind_text(s, 4, sig->public_key) ||
-	    bind_text(s, 5, sig->signature) || bind_text(s, 6, sig->signed_by) ||
-	    bind_i64(s, 7, sig->signed_at))
-		return bind_fail(st, s, w.what, err);
-	return store_write(st, s, &w, a, NULL, err);
+	return rc < 0 ? rc : store_write(st, s, &w, a, NULL, err);
 }
 
 int kn_store_model_signature_list(struct kn_store *st, const char *name,
@@ -386,12 +372,11 @@ int kn_store_model_signature_list(struct kn_store *st, const char *name,
 				  struct kn_model_signature_row **out,
 				  size_t *n, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_MODEL_SIGNATURE_LIST];
-	const char *what = "listing model signatures";
+	const struct store_key keys[] = {KEY_TEXT(name), KEY_I64(version)};
 
-	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &SIGNATURE_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_MODEL_SIGNATURE_LIST, keys,
+				N_KEYS(keys), "listing model signatures", out,
+				n, err);
 }
 
 void kn_model_signature_list_free(struct kn_model_signature_row *rows,
@@ -430,11 +415,12 @@ int kn_store_revalidation_delete(struct kn_store *st, const char *name,
 				 struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_REVAL_DELETE];
-	static const struct store_write w = {.what = "removing a model re-validation"};
+	static const struct store_write w = {
+		.what = "removing a model re-validation"};
+	const struct store_key keys[] = {KEY_TEXT(name), KEY_TEXT(alias)};
+	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), w.what, err);
 
-	if (bind_text(s, 1, name) || bind_text(s, 2, alias))
-		return bind_fail(st, s, w.what, err);
-	return store_write(st, s, &w, a, NULL, err);
+	return rc < 0 ? rc : store_write(st, s, &w, a, NULL, err);
 }
 
 int kn_store_evaluation_add(struct kn_store *st,
@@ -449,12 +435,10 @@ int kn_store_evaluation_list(struct kn_store *st, const char *name,
 			     int64_t version, struct kn_evaluation_row **out,
 			     size_t *n, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_EVAL_LIST];
-	const char *what = "listing model evaluations";
+	const struct store_key keys[] = {KEY_TEXT(name), KEY_I64(version)};
 
-	if (bind_text(s, 1, name) || bind_i64(s, 2, version))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &EVAL_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_EVAL_LIST, keys, N_KEYS(keys),
+				"listing model evaluations", out, n, err);
 }
 
 void kn_evaluation_list_free(struct kn_evaluation_row *rows, size_t n)

@@ -117,7 +117,7 @@ void kn_node_row_release(struct kn_node_row *n)
 int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
 		      struct kn_error *err)
 {
-	sqlite3_stmt *del = st->stmt[STMT_DEVICE_DELETE_NODE];
+	const struct store_key name[] = {KEY_TEXT(n->name)};
 	const char *what = "writing a node";
 	bool own;
 	int rc;
@@ -126,13 +126,9 @@ int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
 	if (rc < 0)
 		return rc;
 	rc = store_put(st, STMT_NODE_PUT, n, what, err);
-	if (rc < 0)
-		goto out;
-	if (bind_text(del, 1, n->name)) {
-		rc = bind_fail(st, del, what, err);
-		goto out;
-	}
-	rc = store_run(st, del, what, err);
+	if (rc == 0)
+		rc = store_run_keyed(st, STMT_DEVICE_DELETE_NODE, name,
+				     N_KEYS(name), what, err);
 	for (size_t i = 0; rc == 0 && i < n->n_devices; i++) {
 		struct kn_device_row d = n->devices[i];
 
@@ -145,7 +141,6 @@ int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
 				       "node %s lists device %d twice",
 				       n->name, d.index);
 	}
-out:
 	return write_end(st, own, rc, err);
 }
 
@@ -153,13 +148,11 @@ out:
 static int read_devices(struct kn_store *st, struct kn_node_row *n,
 			struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_DEVICE_LIST_NODE];
-	const char *what = "listing devices";
+	const struct store_key keys[] = {KEY_TEXT(n->name)};
 
-	if (bind_text(s, 1, n->name))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &DEVICE_ROW, what, &n->devices, &n->n_devices,
-			  err);
+	return store_list_keyed(st, STMT_DEVICE_LIST_NODE, keys, N_KEYS(keys),
+				"listing devices", &n->devices, &n->n_devices,
+				err);
 }
 
 /*
@@ -208,69 +201,53 @@ int kn_store_node_state_open(struct kn_store *st, const char *node,
 			     const char *state, int64_t at,
 			     struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_CLOSE];
-	const char *what = "recording a node state";
+	const struct store_key keys[] = {KEY_TEXT(node), KEY_TEXT(state),
+					 KEY_I64(at)};
 	bool own;
 	int rc = write_begin(st, &own, err);
 
 	if (rc < 0)
 		return rc;
-	if (bind_text(s, 1, node) || bind_i64(s, 2, at)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-	if (rc < 0)
-		goto out;
-	s = st->stmt[STMT_NODE_STATE_OPEN];
-	if (bind_text(s, 1, node) || bind_text(s, 2, state) ||
-	    bind_i64(s, 3, at)) {
-		rc = bind_fail(st, s, what, err);
-		goto out;
-	}
-	rc = store_run(st, s, what, err);
-out:
+	/* Inside this transaction: the node's open interval ends here. */
+	rc = kn_store_node_state_close(st, node, at, err);
+	if (rc == 0)
+		rc = store_run_keyed(st, STMT_NODE_STATE_OPEN, keys,
+				     N_KEYS(keys), "recording a node state",
+				     err);
 	return write_end(st, own, rc, err);
 }
 
 int kn_store_node_state_close(struct kn_store *st, const char *node,
 			      int64_t at, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_CLOSE];
-	const char *what = "closing a node state";
+	const struct store_key keys[] = {KEY_TEXT(node), KEY_I64(at)};
 	bool own;
 	int rc = write_begin(st, &own, err);
 
 	if (rc < 0)
 		return rc;
-	if (bind_text(s, 1, node) || bind_i64(s, 2, at))
-		rc = bind_fail(st, s, what, err);
-	else
-		rc = store_run(st, s, what, err);
+	rc = store_run_keyed(st, STMT_NODE_STATE_CLOSE, keys, N_KEYS(keys),
+			     "closing a node state", err);
 	return write_end(st, own, rc, err);
 }
 
 int kn_store_node_state_close_all(struct kn_store *st, int64_t at,
 				  struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_CLOSE_ALL];
-	const char *what = "closing node states";
+	const struct store_key keys[] = {KEY_I64(at)};
 
-	if (bind_i64(s, 1, at))
-		return bind_fail(st, s, what, err);
-	return store_run(st, s, what, err);
+	return store_run_keyed(st, STMT_NODE_STATE_CLOSE_ALL, keys,
+			       N_KEYS(keys), "closing node states", err);
 }
 
 int kn_store_node_state_list(struct kn_store *st, int64_t since,
 			     struct kn_node_state_row **out, size_t *n,
 			     struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_NODE_STATE_LIST];
-	const char *what = "listing node states";
+	const struct store_key keys[] = {KEY_I64(since)};
 
-	if (bind_i64(s, 1, since))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &NODE_STATE_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_NODE_STATE_LIST, keys, N_KEYS(keys),
+				"listing node states", out, n, err);
 }
 
 void kn_node_state_list_free(struct kn_node_state_row *rows, size_t n)

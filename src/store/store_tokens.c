@@ -76,17 +76,13 @@ int kn_store_token_insert(struct kn_store *st, const struct kn_token_row *t,
 int kn_store_token_by_hash(struct kn_store *st, const char *hash,
 			   struct kn_token_row *out, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_TOKEN_BY_HASH];
-	sqlite3_stmt *touch = st->stmt[STMT_TOKEN_TOUCH];
-	const char *what = "looking up a token";
+	const struct store_key keys[] = {KEY_TEXT(hash)};
 	struct kn_token_row t = {0};
 	struct kn_error touch_err;
 	int64_t now;
-	int rc;
+	int rc = store_get_keyed(st, STMT_TOKEN_BY_HASH, keys, N_KEYS(keys),
+				 "looking up a token", &t, err);
 
-	if (bind_text(s, 1, hash))
-		return bind_fail(st, s, what, err);
-	rc = store_get(st, s, &TOKEN_ROW, what, &t, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, "token",
 				 "no active token matches");
@@ -95,12 +91,10 @@ int kn_store_token_by_hash(struct kn_store *st, const char *hash,
 
 	now = kn_now_ms();
 	if (now - t.last_used_at >= TOKEN_LAST_USED_GRANULARITY_MS) {
-		what = "recording a token's use";
-		if (bind_i64(touch, 1, now) || bind_i64(touch, 2, t.id)) {
-			rc = bind_fail(st, touch, what, err);
-			goto out;
-		}
-		rc = store_run(st, touch, what, &touch_err);
+		const struct store_key use[] = {KEY_I64(now), KEY_I64(t.id)};
+
+		rc = store_run_keyed(st, STMT_TOKEN_TOUCH, use, N_KEYS(use),
+				     "recording a token's use", &touch_err);
 		/* Informational: a full disk must not refuse every caller,
 		   reads included; the next use past the minute retries. */
 		if (rc < 0 && touch_err.code == KN_ENOSPACE)
@@ -109,10 +103,7 @@ int kn_store_token_by_hash(struct kn_store *st, const char *hash,
 			t.last_used_at = now;
 		if (rc < 0 && err)
 			*err = touch_err;
-		if (rc < 0)
-			goto out;
 	}
-out:
 	if (rc < 0) {
 		kn_token_row_release(&t);
 		return rc;
@@ -137,12 +128,14 @@ int kn_store_token_revoke(struct kn_store *st, const char *name,
 			  const struct kn_audit *a, struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_TOKEN_REVOKE];
+	const struct store_key keys[] = {KEY_I64(kn_now_ms()), KEY_TEXT(name)};
 	const char *what = "revoking a token";
+	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
 
-	if (bind_i64(s, 1, kn_now_ms()) || bind_text(s, 2, name))
-		return bind_fail(st, s, what, err);
-	return store_write_named(st, s, what, "token",
-				 "no active token named", name, a, err);
+	return rc < 0 ? rc
+		      : store_write_named(st, s, what, "token",
+					  "no active token named", name, a,
+					  err);
 }
 
 int kn_store_token_count(struct kn_store *st, int *out, struct kn_error *err)

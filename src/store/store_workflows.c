@@ -163,13 +163,10 @@ out:
 int kn_store_wf_run_get(struct kn_store *st, int64_t id,
 			struct kn_wf_run_row *out, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_GET];
-	const char *what = "reading a workflow run";
-	int rc;
+	const struct store_key keys[] = {KEY_I64(id)};
+	int rc = store_get_keyed(st, STMT_WF_RUN_GET, keys, N_KEYS(keys),
+				 "reading a workflow run", out, err);
 
-	if (bind_i64(s, 1, id))
-		return bind_fail(st, s, what, err);
-	rc = store_get(st, s, &WF_RUN_ROW, what, out, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
 				 "workflow run %" PRId64 " not found", id);
@@ -191,12 +188,10 @@ int kn_store_wf_run_list(struct kn_store *st, bool active_only,
 			 struct kn_wf_run_row **out, size_t *n,
 			 struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_WF_RUN_LIST];
-	const char *what = "listing workflow runs";
+	const struct store_key keys[] = {KEY_I64(active_only)};
 
-	if (bind_i64(s, 1, active_only))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &WF_RUN_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_WF_RUN_LIST, keys, N_KEYS(keys),
+				"listing workflow runs", out, n, err);
 }
 
 void kn_wf_run_list_free(struct kn_wf_run_row *rows, size_t n)
@@ -215,12 +210,10 @@ int kn_store_wf_step_list(struct kn_store *st, int64_t run_id,
 			  struct kn_wf_step_row **out, size_t *n,
 			  struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_WF_STEP_LIST];
-	const char *what = "listing workflow steps";
+	const struct store_key keys[] = {KEY_I64(run_id)};
 
-	if (bind_i64(s, 1, run_id))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &WF_STEP_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_WF_STEP_LIST, keys, N_KEYS(keys),
+				"listing workflow steps", out, n, err);
 }
 
 void kn_wf_step_list_free(struct kn_wf_step_row *rows, size_t n)
@@ -232,11 +225,12 @@ int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
 			   int64_t *run_id, struct kn_error *err)
 {
 	sqlite3_stmt *s = st->stmt[STMT_WF_STEP_BY_JOB];
+	const struct store_key keys[] = {KEY_I64(job_id)};
 	const char *what = "finding a job's workflow run";
-	int rc;
+	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
 
-	if (bind_i64(s, 1, job_id))
-		return bind_fail(st, s, what, err);
+	if (rc < 0)
+		return rc;
 	rc = store_one_i64(st, s, what, run_id, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
@@ -263,10 +257,8 @@ int kn_store_wf_attempt_list(struct kn_store *st, int64_t run_id,
 			     struct kn_wf_attempt_row **out, size_t *n,
 			     struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_WF_ATTEMPT_LIST];
-	const char *what = "listing workflow step attempts";
+	const struct store_key keys[] = {KEY_I64(run_id)};
 
-	if (bind_i64(s, 1, run_id))
-		return bind_fail(st, s, what, err);
-	return store_list(st, s, &WF_ATTEMPT_ROW, what, out, n, err);
+	return store_list_keyed(st, STMT_WF_ATTEMPT_LIST, keys, N_KEYS(keys),
+				"listing workflow step attempts", out, n, err);
 }

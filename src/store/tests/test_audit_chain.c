@@ -265,22 +265,6 @@ static void test_rollback_reports_no_head(void **state)
 	assert_int_equal(fx->head_id, 2);
 }
 
-static void test_edited_row(void **state)
-{
-	struct fixture *fx = *state;
-	struct kn_audit_verify v;
-
-	start_chain(fx, 0);
-	insert_rows(fx, 5);
-	raw_exec(fx->path, "UPDATE audit SET outcome = 'denied' WHERE id = 3");
-	verify(fx, 5, fx->head_hash, &v);
-	assert_int_equal(v.problem, KN_AUDIT_EDITED);
-	assert_int_equal(v.bad_id, 3);
-	assert_int_equal(v.rows, 3);
-	assert_non_null(strstr(v.message, "row 3"));
-	assert_non_null(strstr(v.message, "edited"));
-}
-
 static void test_wrong_key(void **state)
 {
 	struct fixture *fx = *state;
@@ -297,49 +281,65 @@ static void test_wrong_key(void **state)
 	assert_int_equal(v.bad_id, 1);
 }
 
-static void test_deleted_middle_row(void **state)
-{
-	struct fixture *fx = *state;
-	struct kn_audit_verify v;
+/* One way to tamper with five chained rows, and what verify says. */
+struct tamper_case {
+	const char *name;
+	const char *sql;               /* through a second connection */
+	bool anchored;                 /* verify against the head it had */
+	bool any_problem;              /* instead of problem: any but ok */
+	enum kn_audit_problem problem;
+	int64_t bad_id;
+	int64_t rows;                  /* read, bad one included; 0: any */
+	const char *message;           /* part of it; NULL: not checked */
+};
 
-	start_chain(fx, 0);
-	insert_rows(fx, 5);
-	raw_exec(fx->path, "DELETE FROM audit WHERE id = 3");
-	verify(fx, 5, fx->head_hash, &v);
-	assert_int_equal(v.problem, KN_AUDIT_DELETED);
-	assert_int_equal(v.bad_id, 3);
-	assert_non_null(strstr(v.message, "row 3 is missing"));
-}
-
-static void test_deleted_and_renumbered(void **state)
-{
-	struct fixture *fx = *state;
-	struct kn_audit_verify v;
-
-	start_chain(fx, 0);
-	insert_rows(fx, 5);
+static const struct tamper_case TAMPERING[] = {
+	{"edited", "UPDATE audit SET outcome = 'denied' WHERE id = 3", true,
+	 false, KN_AUDIT_EDITED, 3, 3,
+	 "row 3 (job.submit job/3 by alice) does not match its hash"
+	 " (edited)"},
+	{"deleted middle row", "DELETE FROM audit WHERE id = 3", true, false,
+	 KN_AUDIT_DELETED, 3, 0, "row 3 is missing"},
 	/* Close the gap: the rows after it move down by one. */
-	raw_exec(fx->path, "DELETE FROM audit WHERE id = 3;"
-			   " UPDATE audit SET id = id - 1 WHERE id > 3");
-	verify(fx, 0, NULL, &v);
-	assert_int_not_equal(v.problem, KN_AUDIT_OK);
-	assert_int_equal(v.bad_id, 3);
-}
+	{"deleted and renumbered",
+	 "DELETE FROM audit WHERE id = 3;"
+	 " UPDATE audit SET id = id - 1 WHERE id > 3",
+	 false, true, KN_AUDIT_OK, 3, 0, NULL},
+	{"reordered",
+	 "UPDATE audit SET id = -1 WHERE id = 2;"
+	 " UPDATE audit SET id = 2 WHERE id = 4;"
+	 " UPDATE audit SET id = 4 WHERE id = -1",
+	 true, false, KN_AUDIT_REORDERED, 2, 0, "written as row 4"},
+};
 
-static void test_reordered_rows(void **state)
+static void test_tampering_found(void **state)
 {
-	struct fixture *fx = *state;
-	struct kn_audit_verify v;
+	(void)state;
+	for (size_t i = 0; i < sizeof(TAMPERING) / sizeof(TAMPERING[0]); i++) {
+		const struct tamper_case *c = &TAMPERING[i];
+		struct kn_audit_verify v;
+		struct fixture *fx;
+		void *fresh = NULL;
 
-	start_chain(fx, 0);
-	insert_rows(fx, 5);
-	raw_exec(fx->path, "UPDATE audit SET id = -1 WHERE id = 2;"
-			   " UPDATE audit SET id = 2 WHERE id = 4;"
-			   " UPDATE audit SET id = 4 WHERE id = -1");
-	verify(fx, 5, fx->head_hash, &v);
-	assert_int_equal(v.problem, KN_AUDIT_REORDERED);
-	assert_int_equal(v.bad_id, 2);
-	assert_non_null(strstr(v.message, "written as row 4"));
+		print_message("tampering: %s\n", c->name);
+		assert_int_equal(setup(&fresh), 0);
+		fx = fresh;
+		start_chain(fx, 0);
+		insert_rows(fx, 5);
+		raw_exec(fx->path, c->sql);
+		verify(fx, c->anchored ? 5 : 0,
+		       c->anchored ? fx->head_hash : NULL, &v);
+		if (c->any_problem)
+			assert_int_not_equal(v.problem, KN_AUDIT_OK);
+		else
+			assert_int_equal(v.problem, c->problem);
+		assert_int_equal(v.bad_id, c->bad_id);
+		if (c->rows)
+			assert_int_equal(v.rows, c->rows);
+		if (c->message)
+			assert_non_null(strstr(v.message, c->message));
+		teardown(&fresh);
+	}
 }
 
 static void test_truncated_tail(void **state)
@@ -436,16 +436,9 @@ int main(void)
 			test_chain_start_chains_old_rows, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rollback_reports_no_head,
 						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_edited_row, setup,
-						teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_key, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_deleted_middle_row, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_deleted_and_renumbered,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_reordered_rows, setup,
-						teardown),
+		cmocka_unit_test(test_tampering_found),
 		cmocka_unit_test_setup_teardown(test_truncated_tail, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_backup_copy, setup,

@@ -521,6 +521,44 @@ static void test_idempotency_keys(void **state)
 					   &err), 0);
 }
 
+/* A task's usage sketch: written, replaced, and read back to the bit. */
+static void test_task_usage(void **state)
+{
+	struct fixture *fx = *state;
+	struct kn_task_usage_row u = {
+		.attempt = 1, .rank = 0, .resource = (char *)"gpu_util",
+		.samples = 3, .sum = 1.5, .max = 0.875,
+	};
+	struct kn_task_usage_row got = {0};
+	struct kn_error err = {0};
+
+	u.job_id = insert_job(fx->st, "u", "alice", KN_JOB_RUNNING);
+	assert_int_equal(kn_store_task_usage_get(fx->st, u.job_id, 1, 0,
+						 "gpu_util", &got, &err),
+			 -ENOENT);
+	/* No histogram yet: stored as empty text, not NULL. */
+	assert_int_equal(kn_store_task_usage_put(fx->st, &u, 10, &err), 0);
+	assert_int_equal(kn_store_task_usage_get(fx->st, u.job_id, 1, 0,
+						 "gpu_util", &got, &err),
+			 0);
+	assert_int_equal(got.samples, 3);
+	assert_true(got.sum == 1.5 && got.max == 0.875);
+	assert_string_equal(got.histogram, "");
+	assert_string_equal(got.resource, "gpu_util");
+	kn_task_usage_row_release(&got);
+	u.samples = 4;
+	u.max = 0.9375;
+	u.histogram = (char *)"h1";
+	assert_int_equal(kn_store_task_usage_put(fx->st, &u, 20, &err), 0);
+	assert_int_equal(kn_store_task_usage_get(fx->st, u.job_id, 1, 0,
+						 "gpu_util", &got, &err),
+			 0);
+	assert_int_equal(got.samples, 4);
+	assert_true(got.max == 0.9375);
+	assert_string_equal(got.histogram, "h1");
+	kn_task_usage_row_release(&got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -539,6 +577,8 @@ int main(void)
 			teardown),
 		cmocka_unit_test_setup_teardown(test_idempotency_keys,
 						setup_store, teardown),
+		cmocka_unit_test_setup_teardown(test_task_usage, setup_store,
+						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
