@@ -222,6 +222,42 @@ static void test_sweep_fake(void **state)
 	free(root);
 }
 
+/* A v1 hierarchy whose controller limits nothing is not joined. */
+static void test_v1_unlimited_not_joined(void **state)
+{
+	/* No CPU quota, no device list: the task stays where it was there. */
+	static const struct {
+		const char *dir, *procs, *file, *want;
+	} each[] = {
+		{"memory/srv/kiln/t1", "4242\n", "memory.limit_in_bytes",
+		 "67108864"},
+		{"pids/kiln/t1", "4242\n", "pids.max", "100"},
+		{"cpu/kiln/t1", "", "cpu.cfs_quota_us", ""},
+		{"devices/kiln/t1", "", "devices.deny", ""},
+	};
+	char *root = make_dir(), *self = fake_v1(root);
+	struct kn_cgroup_place place = {root, "kiln", self};
+	struct kn_cgroup_limits lim = {.memory_bytes = 64LL << 20,
+				       .pids_max = 100};
+	struct kn_cgroup *cg = NULL;
+	struct kn_error err;
+	(void)state;
+
+	assert_int_equal(kn_cgroup_new(&place, "t1", &cg, &err), 0);
+	assert_int_equal(kn_cgroup_create(cg, &lim, &err), 0);
+	assert_int_equal(kn_cgroup_enter(cg, 4242, &err), 0);
+	for (size_t i = 0; i < sizeof(each) / sizeof(each[0]); i++) {
+		char *dir = kn_asprintf("%s/%s", root, each[i].dir);
+		assert_file(dir, "cgroup.procs", each[i].procs);
+		assert_file(dir, each[i].file, each[i].want);
+		free(dir);
+	}
+	kn_cgroup_free(cg);
+	free(self);
+	kn_rm_rf(root);
+	free(root);
+}
+
 static void test_v1_missing_controller(void **state)
 {
 	char *root = make_dir(), *self = fake_v1(root), *pids;
@@ -404,7 +440,9 @@ static void remove_parent(const char *root, enum kn_cgroup_version v,
 
 	for (const char *const *c = v == KN_CGROUP_V1 ? v1 : v2; *c; c++) {
 		char *p = kn_asprintf("%s%s%s", root, *c, parent);
-		assert_int_equal(rmdir(p), 0);
+		/* A v1 hierarchy the test limited nothing in has none. */
+		if (rmdir(p) < 0)
+			assert_int_equal(errno, ENOENT);
 		free(p);
 	}
 }
@@ -549,6 +587,12 @@ static void test_real_v1_oom(void **state)
 	}
 	assert_int_equal(kn_cgroup_new(&place, "t1", &cg, &err), 0);
 	assert_int_equal(kn_cgroup_create(cg, &lim, &err), 0);
+	{
+		/* A memory limit alone: no cgroup in the other hierarchies. */
+		char *cpu = kn_asprintf("%s/cpu%s", root, parent);
+		assert_int_equal(access(cpu, F_OK), -1);
+		free(cpu);
+	}
 	assert_int_equal(kn_cgroup_oom_kills(cg), 0);
 	wstatus = run_in(cg, hog, NULL);
 	assert_true(WIFSIGNALED(wstatus));
@@ -607,6 +651,7 @@ int main(void)
 		cmocka_unit_test(test_detect),
 		cmocka_unit_test(test_v1_files),
 		cmocka_unit_test(test_sweep_fake),
+		cmocka_unit_test(test_v1_unlimited_not_joined),
 		cmocka_unit_test(test_v1_missing_controller),
 		cmocka_unit_test(test_bad_names),
 		cmocka_unit_test(test_v2_files),
