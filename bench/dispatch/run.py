@@ -135,18 +135,27 @@ def tree_cpu_ns(cpuacct):
 
 
 def kthreads_cpu_ns():
-    """CPU nanoseconds of all kernel threads so far, machine-wide: the
-    work the kernel defers (RCU callbacks, cgroup and namespace teardown,
-    writeback) lands there, not in the tasks that caused it."""
-    total = 0
+    """{pid: CPU nanoseconds so far} of every kernel thread, machine-wide:
+    the work the kernel defers (RCU callbacks, cgroup and namespace
+    teardown, writeback) lands there, not in the tasks that caused it."""
+    out = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if stat.parent.name == "2" or fields[1] == "2":
-            total += int(fields[11]) + int(fields[12])
-    return total * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+            out[stat.parent.name] = ((int(fields[11]) + int(fields[12])) *
+                                     1_000_000_000 //
+                                     os.sysconf("SC_CLK_TCK"))
+    return out
+
+
+def kthreads_spent_ns(before):
+    """What kernel threads spent since the snapshot before: a worker that
+    exited since took its time with it and is not counted."""
+    return sum(max(0, ns - before.get(pid, 0))
+               for pid, ns in kthreads_cpu_ns().items())
 
 
 def load1():
@@ -285,7 +294,7 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
         # Before the lone jobs: the batch's own cost to the server.
         cpu_s = server_cpu_s(server.pid) - cpu_before
         tree_ns = tree_cpu_ns(cpuacct) - tree_before if cpuacct else None
-        kthreads_ns = kthreads_cpu_ns() - kthreads_before
+        kthreads_ns = kthreads_spent_ns(kthreads_before)
         commits = store_commits(session, url) - commits_before
         starts = read_records(records / "starts")
         ends = read_records(records / "ends")

@@ -66,19 +66,44 @@ static int v1_devices(const char *dir, char *const *devices,
 	return rc;
 }
 
+/* Whether lim asks anything of controller c. */
+static bool limited(const struct kn_cgroup_limits *lim, enum cg_controller c)
+{
+	switch (c) {
+	case CG_MEMORY:
+		return lim->memory_bytes > 0;
+	case CG_CPU:
+		return lim->cpu_milli > 0;
+	case CG_PIDS:
+		return lim->pids_max > 0;
+	default:
+		return lim->devices != NULL;
+	}
+}
+
 static int v1_create(struct kn_cgroup *cg, const struct kn_cgroup_limits *lim,
 		     struct kn_error *err)
 {
 	char num[32];
 	int rc = 0;
 
-	if ((lim->memory_bytes > 0 && (rc = need(cg, CG_MEMORY, err)) < 0) ||
-	    (lim->cpu_milli > 0 && (rc = need(cg, CG_CPU, err)) < 0) ||
-	    (lim->pids_max > 0 && (rc = need(cg, CG_PIDS, err)) < 0) ||
-	    (lim->devices && (rc = need(cg, CG_DEVICES, err)) < 0))
-		return rc;
+	for (int i = 0; i < CG_N; i++)
+		if (limited(lim, (enum cg_controller)i) &&
+		    (rc = need(cg, (enum cg_controller)i, err)) < 0)
+			return rc;
 	for (int i = 0; i < CG_N; i++) {
 		char *parent;
+		/*
+		 * A hierarchy the task has no limit in is not joined: a task
+		 * without a CPU quota stays in the server's cpu cgroup, as
+		 * the kernel shares CPU time anyway, and one mkdir, one
+		 * migration and one rmdir fewer (each a kernel object made
+		 * and torn down) go with it.
+		 */
+		if (cg->dirs[i] && !limited(lim, (enum cg_controller)i)) {
+			free(cg->dirs[i]);
+			cg->dirs[i] = NULL;
+		}
 		/* The parent is there after the first task: one mkdir. */
 		if (!cg->dirs[i] || mkdir(cg->dirs[i], 0755) == 0 ||
 		    errno == EEXIST)

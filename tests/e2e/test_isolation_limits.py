@@ -39,6 +39,12 @@ def own_cgroups(text):
     return out
 
 
+def task_cgroups(paths, parent):
+    """{controller: path} of the task's own cgroups among paths; a task
+    without a CPU quota is in none of cpu (it stays in the server's)."""
+    return {c: p for c, p in paths.items() if p.startswith(parent + "/task-")}
+
+
 @pytest.fixture
 def limited(tmp_path):
     """Servers whose tasks' cgroups go under a parent of this test's own;
@@ -331,6 +337,8 @@ def test_adopted_task_keeps_its_limits_and_cgroup_goes(limited, tmp_path):
     paths = own_cgroups(s.logs(jid))
     mem = V1 / "memory" / paths["memory"].lstrip("/")
     assert paths["memory"].startswith(parent + "/task-"), paths
+    own = task_cgroups(paths, parent)
+    assert sorted(own) == ["devices", "memory", "pids"], paths
     s.kill9()
     s.start()
     assert s.job(jid)["state"] == "running"
@@ -338,8 +346,8 @@ def test_adopted_task_keeps_its_limits_and_cgroup_goes(limited, tmp_path):
         str(256 << 20)
     go.touch()
     s.wait_state(jid, "succeeded")
-    for c in CONTROLLERS:
-        assert not (V1 / c / paths[c].lstrip("/")).exists(), paths[c]
+    for c, path in own.items():
+        assert not (V1 / c / path.lstrip("/")).exists(), path
 
 
 def descendants(pid):
@@ -380,7 +388,8 @@ def test_task_dies_with_a_killed_shim(limited):
                                        "sleep 300 & echo ready; wait"]))
     s.wait_state(jid, "running")
     wait_for(lambda: "ready" in s.logs(jid), what="the task")
-    paths = own_cgroups(s.logs(jid))
+    paths = task_cgroups(own_cgroups(s.logs(jid)), parent)
+    assert sorted(paths) == ["devices", "memory", "pids"], paths
     shim_pid = int(next(s.home.glob(f"tasks/{jid}/*/0/shim.pid"))
                    .read_text().split()[0])
     below = descendants(shim_pid)
@@ -390,8 +399,8 @@ def test_task_dies_with_a_killed_shim(limited):
         wait_for(lambda: not any(running(p) for p in below), timeout=10,
                  what="the task to die with its shim")
         assert "lost" in (s.wait_state(jid, "failed")["reason"] or "")
-        for c in CONTROLLERS:
-            d = V1 / c / paths[c].lstrip("/")
+        for c, path in paths.items():
+            d = V1 / c / path.lstrip("/")
             wait_for(lambda: not d.exists(), what=f"{d} to go")
     finally:
         for p in below:

@@ -247,6 +247,39 @@ static void test_sweep_fake(void **state)
 	assert_int_equal(removed, 0);
 }
 
+/* A v1 hierarchy whose controller limits nothing is not joined. */
+static void test_v1_unlimited_not_joined(void **state)
+{
+	/* No CPU quota, no device list: the task stays where it was there. */
+	static const struct {
+		const char *dir, *procs, *file, *want;
+	} each[] = {
+		{"memory/srv/kiln/t1", "4242\n", "memory.limit_in_bytes",
+		 "67108864"},
+		{"pids/kiln/t1", "4242\n", "pids.max", "100"},
+		{"cpu/kiln/t1", "", "cpu.cfs_quota_us", ""},
+		{"devices/kiln/t1", "", "devices.deny", ""},
+	};
+	struct tree *tree = *state;
+	const char *root = tree->root, *self = tree->self;
+	struct kn_cgroup_place place = {root, "kiln", self};
+	struct kn_cgroup_limits lim = {.memory_bytes = 64LL << 20,
+				       .pids_max = 100};
+	struct kn_cgroup *cg = NULL;
+	struct kn_error err;
+
+	assert_int_equal(kn_cgroup_new(&place, "t1", &cg, &err), 0);
+	assert_int_equal(kn_cgroup_create(cg, &lim, &err), 0);
+	assert_int_equal(kn_cgroup_enter(cg, 4242, &err), 0);
+	for (size_t i = 0; i < sizeof(each) / sizeof(each[0]); i++) {
+		char *dir = kn_asprintf("%s/%s", root, each[i].dir);
+		assert_file(dir, "cgroup.procs", each[i].procs);
+		assert_file(dir, each[i].file, each[i].want);
+		free(dir);
+	}
+	kn_cgroup_free(cg);
+}
+
 static void test_v1_missing_controller(void **state)
 {
 	struct tree *tree = *state;
@@ -420,7 +453,9 @@ static void remove_parent(const char *root, enum kn_cgroup_version v,
 
 	for (const char *const *c = v == KN_CGROUP_V1 ? v1 : v2; *c; c++) {
 		char *p = kn_asprintf("%s%s%s", root, *c, parent);
-		assert_int_equal(rmdir(p), 0);
+		/* A v1 hierarchy the test limited nothing in has none. */
+		if (rmdir(p) < 0)
+			assert_int_equal(errno, ENOENT);
 		free(p);
 	}
 }
@@ -574,6 +609,12 @@ static void test_real_v1_oom(void **state)
 
 	assert_int_equal(kn_cgroup_new(&place, "t1", &cg, &err), 0);
 	assert_int_equal(kn_cgroup_create(cg, &lim, &err), 0);
+	{
+		/* A memory limit alone: no cgroup in the other hierarchies. */
+		char *cpu = kn_asprintf("%s/cpu%s", root, parent);
+		assert_int_equal(access(cpu, F_OK), -1);
+		free(cpu);
+	}
 	assert_int_equal(kn_cgroup_oom_kills(cg), 0);
 	expect_oom_kill(cg);
 	assert_int_equal(kn_cgroup_destroy(cg, &err), 0);
@@ -624,6 +665,8 @@ int main(void)
 						tree_remove),
 		cmocka_unit_test_setup_teardown(test_sweep_fake, tree_v1,
 						tree_remove),
+		cmocka_unit_test_setup_teardown(test_v1_unlimited_not_joined,
+						tree_v1, tree_remove),
 		cmocka_unit_test_setup_teardown(test_v1_missing_controller, tree_v1,
 						tree_remove),
 		cmocka_unit_test_setup_teardown(test_bad_names, tree_v1,
