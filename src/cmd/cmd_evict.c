@@ -76,11 +76,8 @@ static int node_verb(struct cli_ctx *ctx, int argc, char **argv,
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
-	rc = cli_parse(ctx, argc, argv, flags, "NODE", &name);
+	rc = cli_parse_open(ctx, argc, argv, flags, "NODE", &name, &c);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
 		goto out;
 	kn_buf_printf(&path, "/v1/nodes");
 	cli_path_add(&path, name);
