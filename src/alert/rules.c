@@ -42,28 +42,10 @@ struct walk {
 	char path[128];
 };
 
-
-/* Where the scalar's text starts (after an opening quote). */
-static bool scalar_start(struct fy_node *node, int *line, int *col)
-{
-	struct fy_token *tok;
-	const struct fy_mark *mark;
-
-	if (!node || !fy_node_is_scalar(node))
-		return false;
-	tok = fy_node_get_scalar_token(node);
-	mark = tok ? fy_token_start_mark(tok) : NULL;
-	if (!mark)
-		return false;
-	*line = mark->line + 1;
-	*col = mark->column + 1;
-	return true;
-}
-
 static void node_position(struct walk *w, struct fy_node *node, int *line,
 			  int *col)
 {
-	if (scalar_start(node, line, col)) {
+	if (kn_yaml_scalar_start(node, line, col)) {
 		enum fy_node_style st = fy_node_get_style(node);
 		if ((st == FYNS_SINGLE_QUOTED || st == FYNS_DOUBLE_QUOTED) &&
 		    *col > 1)
@@ -109,7 +91,7 @@ fail_inside(struct walk *w, struct fy_node *node, size_t off,
 	const char *text = fy_node_get_scalar0(node);
 	int line, col, rc;
 
-	if (!scalar_start(node, &line, &col)) {
+	if (!kn_yaml_scalar_start(node, &line, &col)) {
 		line = 1;
 		col = 1;
 	} else if (text && !memchr(text, '\n', off)) {
@@ -462,27 +444,11 @@ static int read_rules(struct walk *w, struct fy_node *root,
 	return 0;
 }
 
-static int parse_failed(struct walk *w)
-{
-	struct fy_diag_error *e;
-	void *iter = NULL;
-
-	while ((e = fy_diag_errors_iterate(w->diag, &iter)))
-		if (e->type >= FYET_ERROR && e->line > 0 && e->column > 0)
-			return kn_errorf(w->err, KN_EINVAL, NULL,
-					 "%s:%d:%d: invalid YAML: %s", w->file,
-					 e->line, e->column,
-					 e->msg ? e->msg : "syntax error");
-	return kn_errorf(w->err, KN_EINVAL, NULL, "%s: invalid YAML", w->file);
-}
-
 int kn_alert_rules_parse(const char *text, size_t len, const char *filename,
 			 struct kn_alert_rules **out, struct kn_error *err)
 {
 	struct walk w = {.file = filename ? filename : "<rules>", .err = err};
-	struct fy_parse_cfg parse_cfg = {0};
-	struct fy_diag_cfg diag_cfg;
-	struct fy_parser *parser = NULL;
+	struct fy_parser *parser;
 	struct fy_document *doc = NULL;
 	struct kn_alert_rules *rules = NULL;
 	struct fy_node *root;
@@ -494,25 +460,12 @@ int kn_alert_rules_parse(const char *text, size_t len, const char *filename,
 				 KN_ALERT_RULES_MAX_BYTES);
 	if ((rc = kn_yaml_text_check(text, len, w.file, "rules file", err)) < 0)
 		return rc;
-	fy_diag_cfg_default(&diag_cfg);
-	diag_cfg.fp = NULL;
-	diag_cfg.colorize = false;
-	w.diag = fy_diag_create(&diag_cfg);
-	if (!w.diag)
-		return kn_errorf(err, KN_EIO, NULL, "%s: cannot start the YAML "
-				 "parser", w.file);
-	fy_diag_set_collect_errors(w.diag, true);
-	parse_cfg.flags = FYPCF_QUIET;
-	parse_cfg.diag = w.diag;
-	parser = fy_parser_create(&parse_cfg);
-	if (!parser || fy_parser_set_string(parser, text, len) != 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "%s: cannot start the YAML "
-			       "parser", w.file);
-		goto out;
-	}
+	if ((rc = kn_yaml_parser_new(text, len, w.file, 0, &w.diag, &parser,
+				     err)) < 0)
+		return rc;
 	doc = fy_parse_load_document(parser);
 	if (fy_diag_got_error(w.diag)) {
-		rc = parse_failed(&w);
+		rc = kn_yaml_parse_error(w.diag, w.file, w.err);
 		goto out;
 	}
 	root = doc ? fy_document_root(doc) : NULL;
@@ -531,8 +484,7 @@ out:
 	kn_alert_rules_free(rules);
 	if (doc)
 		fy_parse_document_destroy(parser, doc);
-	if (parser)
-		fy_parser_destroy(parser);
+	fy_parser_destroy(parser);
 	fy_diag_destroy(w.diag);
 	return rc;
 }

@@ -320,6 +320,22 @@ struct fy_node;
 bool kn_yaml_node_position(struct fy_diag *diag, struct fy_node *node,
 			   int *line, int *col);
 /*
+ * Where a scalar's text starts, 1-based (after an opening quote or '*'):
+ * false when node is not a scalar or libfyaml kept no mark.
+ */
+bool kn_yaml_scalar_start(struct fy_node *node, int *line, int *col);
+/*
+ * A parser over text (len bytes, already passed by kn_yaml_text_check)
+ * whose diagnostics are collected in *diag, never printed (libraries do
+ * not print); flags are added to FYPCF_QUIET. Returns 0 with *diag and
+ * *parser set, or -EIO ("FILE: cannot start the YAML parser") with both
+ * NULL. The caller destroys the parser, then the diag.
+ */
+struct fy_parser;
+int kn_yaml_parser_new(const char *text, size_t len, const char *file,
+		       unsigned flags, struct fy_diag **diag,
+		       struct fy_parser **parser, struct kn_error *err);
+/*
  * Why libfyaml refused a document, from what diag (collecting errors)
  * holds: -EINVAL with "FILE:LINE:COLUMN: invalid YAML: WHY" from its
  * first error with a position, else "FILE: invalid YAML".

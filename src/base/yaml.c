@@ -74,6 +74,35 @@ int kn_yaml_text_check(const char *text, size_t len, const char *file,
 			 is_nul ? "contains a NUL byte" : "is not valid UTF-8");
 }
 
+int kn_yaml_parser_new(const char *text, size_t len, const char *file,
+		       unsigned flags, struct fy_diag **diag,
+		       struct fy_parser **parser, struct kn_error *err)
+{
+	struct fy_parse_cfg parse_cfg = {.flags = FYPCF_QUIET | flags};
+	struct fy_diag_cfg diag_cfg;
+
+	*parser = NULL;
+	fy_diag_cfg_default(&diag_cfg);
+	diag_cfg.fp = NULL;
+	diag_cfg.colorize = false;
+	*diag = fy_diag_create(&diag_cfg);
+	if (!*diag)
+		goto fail;
+	fy_diag_set_collect_errors(*diag, true);
+	parse_cfg.diag = *diag;
+	*parser = fy_parser_create(&parse_cfg);
+	if (*parser && fy_parser_set_string(*parser, text, len) == 0)
+		return 0;
+	if (*parser)
+		fy_parser_destroy(*parser);
+	fy_diag_destroy(*diag);
+	*parser = NULL;
+	*diag = NULL;
+fail:
+	return kn_errorf(err, KN_EIO, NULL, "%s: cannot start the YAML parser",
+			 file);
+}
+
 int kn_yaml_parse_error(struct fy_diag *diag, const char *file,
 			struct kn_error *err)
 {
@@ -87,6 +116,22 @@ int kn_yaml_parse_error(struct fy_diag *diag, const char *file,
 					 e->line, e->column,
 					 e->msg ? e->msg : "syntax error");
 	return kn_errorf(err, KN_EINVAL, NULL, "%s: invalid YAML", file);
+}
+
+bool kn_yaml_scalar_start(struct fy_node *node, int *line, int *col)
+{
+	struct fy_token *tok;
+	const struct fy_mark *mark;
+
+	if (!node || !fy_node_is_scalar(node))
+		return false;
+	tok = fy_node_get_scalar_token(node);
+	mark = tok ? fy_token_start_mark(tok) : NULL;
+	if (!mark)
+		return false;
+	*line = mark->line + 1;
+	*col = mark->column + 1;
+	return true;
 }
 
 bool kn_yaml_node_position(struct fy_diag *diag, struct fy_node *node,

@@ -977,19 +977,30 @@ int cli_post_spec(struct cli_client *c, const char *collection,
 	return rc;
 }
 
+int cli_parse_open(struct cli_ctx *ctx, int argc, char **argv,
+		   const struct cli_flag *flags, const char *positional,
+		   const char **arg, struct cli_client **c)
+{
+	int rc = cli_parse(ctx, argc, argv, flags, positional, arg);
+
+	*c = NULL;
+	if (rc != CLI_GO)
+		return rc;
+	rc = cli_client_open(ctx, c);
+	return rc ? rc : CLI_GO;
+}
+
 int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 		    const char *path, json_t **answer)
 {
-	struct cli_client *c = NULL;
+	struct cli_client *c;
 	int rc;
 
 	*answer = NULL;
-	rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
+	rc = cli_parse_open(ctx, argc, argv, NULL, NULL, NULL, &c);
 	if (rc != CLI_GO)
 		return rc;
-	rc = cli_client_open(ctx, &c);
-	if (rc == 0)
-		rc = cli_get(c, path, answer);
+	rc = cli_get(c, path, answer);
 	cli_client_free(c);
 	return rc ? rc : cli_answer_json(ctx, answer);
 }
@@ -1021,11 +1032,8 @@ int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 
 	*name = NULL;
 	kn_buf_init(&path, SIZE_MAX);
-	rc = cli_parse(ctx, argc, argv, NULL, "NAME", name);
+	rc = cli_parse_open(ctx, argc, argv, NULL, "NAME", name, &c);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
 		goto out;
 	kn_buf_printf(&path, "%s", collection);
 	cli_path_add(&path, *name);
@@ -1034,6 +1042,16 @@ out:
 	kn_buf_release(&path);
 	cli_client_free(c);
 	return rc;
+}
+
+int cli_answer_text(json_t *answer, const char *key, const char *what,
+		    const char **out)
+{
+	*out = json_string_value(json_object_get(answer, key));
+	if (*out)
+		return 0;
+	fprintf(stderr, "kiln: the server's answer has no %s\n", what);
+	return CLI_EXIT_FAIL;
 }
 
 int cli_create_secret(struct cli_ctx *ctx, const char *collection,
@@ -1055,14 +1073,10 @@ int cli_create_secret(struct cli_ctx *ctx, const char *collection,
 	if (rc == 0)
 		rc = cli_call(c, "POST", collection, "application/json", body,
 			      strlen(body), &answer);
+	if (rc == 0)
+		rc = cli_answer_text(answer, "secret", "secret", &secret);
 	if (rc)
 		goto out;
-	secret = json_string_value(json_object_get(answer, "secret"));
-	if (!secret) {
-		fputs("kiln: the server's answer has no secret\n", stderr);
-		rc = CLI_EXIT_FAIL;
-		goto out;
-	}
 	printf("%s\n", secret);
 	fflush(stdout);
 	va_start(ap, fmt);

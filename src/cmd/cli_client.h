@@ -156,6 +156,13 @@ int cli_post_spec(struct cli_client *c, const char *collection,
 		  size_t len, json_t **answer);
 
 /*
+ * cli_parse, then cli_client_open: CLI_GO with *c set, or the exit status
+ * to give back (CLI_EXIT_OK after --help) with *c NULL.
+ */
+int cli_parse_open(struct cli_ctx *ctx, int argc, char **argv,
+		   const struct cli_flag *flags, const char *positional,
+		   const char **arg, struct cli_client **c);
+/*
  * A listing command with no arguments of its own: parse the global flags,
  * GET path and, with -o json, print the answer as it is. Returns CLI_GO
  * with *answer set when the caller is to print it for humans (the caller
@@ -180,6 +187,12 @@ int cli_get_answer(const struct cli_ctx *ctx, struct cli_client *c,
  */
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 		     const char *collection, const char **name);
+/*
+ * The text under key in an answer: 0 with *out set (borrowed from answer),
+ * or CLI_EXIT_FAIL after saying the answer has no what.
+ */
+int cli_answer_text(json_t *answer, const char *key, const char *what,
+		    const char **out);
 /*
  * `kiln token create` and the like: POST request (borrowed; NULL when
  * json_pack refused text that is not UTF-8, which is then a usage error

@@ -79,11 +79,8 @@ int cmd_events(struct cli_ctx *ctx, int argc, char **argv)
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
-	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	rc = cli_parse_open(ctx, argc, argv, flags, NULL, NULL, &c);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
 		goto out;
 	kn_buf_printf(&path, "/v1/events");
 	snprintf(number, sizeof(number), "%d", since);

@@ -49,11 +49,8 @@ static int backup_create(struct cli_ctx *ctx, int argc, char **argv)
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
-	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
+	rc = cli_parse_open(ctx, argc, argv, flags, NULL, NULL, &c);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
 		goto out;
 	body = json_pack("{s:b}", "with_audit_key", with_key);
 	if (to)

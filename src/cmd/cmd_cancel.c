@@ -20,24 +20,13 @@ int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv)
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	const char **args = kn_xcalloc((size_t)argc, sizeof(char *));
-	struct cli_client *c = NULL;
-	struct job_ref *ids = NULL;
-	size_t n_args = 0, n = 0;
+	size_t n_args = 0;
 	int rc;
 
 	rc = job_select_parse(ctx, argc, argv, flags, &sel, args, &n_args);
-	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
-	rc = job_select(ctx, c, &sel, args, n_args, &ids, &n);
-	if (rc != CLI_GO)
-		goto out;
-	rc = job_select_act(c, ids, n, "cancel", "", "cancel requested");
-out:
-	free(ids);
+	if (rc == CLI_GO)
+		rc = job_select_run(ctx, &sel, args, n_args, "cancel", "",
+				    "cancel requested");
 	free(args);
-	cli_client_free(c);
 	return rc;
 }

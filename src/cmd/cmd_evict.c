@@ -25,11 +25,9 @@ int cmd_evict(struct cli_ctx *ctx, int argc, char **argv)
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	const char **args = kn_xcalloc((size_t)argc, sizeof(char *));
-	struct cli_client *c = NULL;
 	struct kn_buf query;
-	struct job_ref *ids = NULL;
 	int64_t ms;
-	size_t n_args = 0, n = 0;
+	size_t n_args = 0;
 	int rc;
 
 	kn_buf_init(&query, SIZE_MAX);
@@ -41,22 +39,14 @@ int cmd_evict(struct cli_ctx *ctx, int argc, char **argv)
 				     "(e.g. 30s)", grace);
 		goto out;
 	}
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		goto out;
-	rc = job_select(ctx, c, &sel, args, n_args, &ids, &n);
-	if (rc != CLI_GO)
-		goto out;
 	cli_query_add(&query, "grace", grace);
 	cli_query_add(&query, "reason", reason);
 	/* The job returns to the queue once its tasks have stopped. */
-	rc = job_select_act(c, ids, n, "evict", query.data ? query.data : "",
-			    "eviction started");
+	rc = job_select_run(ctx, &sel, args, n_args, "evict",
+			    query.data ? query.data : "", "eviction started");
 out:
-	free(ids);
 	free(args);
 	kn_buf_release(&query);
-	cli_client_free(c);
 	return rc;
 }
 
@@ -76,11 +66,8 @@ static int node_verb(struct cli_ctx *ctx, int argc, char **argv,
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
-	rc = cli_parse(ctx, argc, argv, flags, "NODE", &name);
+	rc = cli_parse_open(ctx, argc, argv, flags, "NODE", &name, &c);
 	if (rc != CLI_GO)
-		goto out;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
 		goto out;
 	kn_buf_printf(&path, "/v1/nodes");
 	cli_path_add(&path, name);

@@ -80,6 +80,16 @@ static int ref_arg(struct cli_ctx *ctx, const char *text, bool need_at,
 	return CLI_GO;
 }
 
+/* parse, then the first argument as a model reference (ref_arg). */
+static int parse_ref(struct cli_ctx *ctx, int argc, char **argv,
+		     struct args *a, int want, const char *usage, bool need_at,
+		     struct kn_model_ref *ref)
+{
+	int rc = parse(ctx, argc, argv, a, want, usage);
+
+	return rc == CLI_GO ? ref_arg(ctx, a->pos[0], need_at, ref) : rc;
+}
+
 /* "/v1/models/REF" plus suffix. */
 char *model_path(const char *ref, const char *suffix)
 {
@@ -794,10 +804,9 @@ static int model_show(struct cli_ctx *ctx, int argc, char **argv)
 	struct args a;
 	struct kn_model_ref ref;
 	json_t *answer = NULL;
-	int rc = parse(ctx, argc, argv, &a, 1, "NAME[@VERSION|@ALIAS]");
+	int rc = parse_ref(ctx, argc, argv, &a, 1, "NAME[@VERSION|@ALIAS]",
+			   false, &ref);
 
-	if (rc == CLI_GO)
-		rc = ref_arg(ctx, a.pos[0], false, &ref);
 	if (rc != CLI_GO)
 		return rc;
 	rc = model_get(ctx, a.pos[0], NULL, &answer);
@@ -816,10 +825,8 @@ static int model_aliases(struct cli_ctx *ctx, int argc, char **argv)
 	struct args a;
 	struct kn_model_ref ref;
 	json_t *answer = NULL;
-	int rc = parse(ctx, argc, argv, &a, 1, "NAME");
+	int rc = parse_ref(ctx, argc, argv, &a, 1, "NAME", false, &ref);
 
-	if (rc == CLI_GO)
-		rc = ref_arg(ctx, a.pos[0], false, &ref);
 	if (rc == CLI_GO && kn_model_ref_has_at(&ref))
 		rc = cli_usage_error(ctx, "give the model's NAME alone");
 	if (rc != CLI_GO)
@@ -852,10 +859,9 @@ static int model_diff(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *v1 = NULL, *v2 = NULL, *f1 = NULL, *f2 = NULL, *out = NULL;
 	json_t *added, *removed, *changed, *f;
 	const char *path;
-	int rc = parse(ctx, argc, argv, &a, 2, "NAME@V1 NAME@V2");
+	int rc = parse_ref(ctx, argc, argv, &a, 2, "NAME@V1 NAME@V2",
+			   true, &r1);
 
-	if (rc == CLI_GO)
-		rc = ref_arg(ctx, a.pos[0], true, &r1);
 	if (rc == CLI_GO)
 		rc = ref_arg(ctx, a.pos[1], true, &r2);
 	if (rc != CLI_GO)
@@ -956,10 +962,9 @@ static int model_promote(struct cli_ctx *ctx, int argc, char **argv)
 	struct kn_model_ref ref;
 	json_t *answer;
 	char from[32];
-	int rc = parse(ctx, argc, argv, &a, 2, "NAME@VERSION ALIAS");
+	int rc = parse_ref(ctx, argc, argv, &a, 2, "NAME@VERSION ALIAS",
+			   true, &ref);
 
-	if (rc == CLI_GO)
-		rc = ref_arg(ctx, a.pos[0], true, &ref);
 	if (rc == CLI_GO && !kn_model_alias_ok(a.pos[1]))
 		rc = cli_usage_error(ctx, "\"%s\" is not an alias (a name that "
 				     "is not all digits)", a.pos[1]);
@@ -1026,10 +1031,9 @@ static int model_sign(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *version = NULL, *req = NULL, *answer = NULL;
 	char *canonical = NULL, *pub_b64 = NULL, *sig_b64 = NULL, *path = NULL;
 	char at[KN_MODEL_NAME_MAX + 24];
-	int rc = parse(ctx, argc, argv, &a, 1, "NAME@VERSION --key FILE");
+	int rc = parse_ref(ctx, argc, argv, &a, 1, "NAME@VERSION --key FILE",
+			   true, &ref);
 
-	if (rc == CLI_GO)
-		rc = ref_arg(ctx, a.pos[0], true, &ref);
 	if (rc == CLI_GO && !a.key)
 		rc = cli_usage_error(ctx, "--key FILE (from `kiln model "
 				     "keygen`) is required");
@@ -1408,10 +1412,9 @@ static int model_lineage(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *answer = NULL, *lineage, *metrics, *v;
 	char *path = NULL;
 	const char *key;
-	int rc = parse(ctx, argc, argv, &a, 1, "NAME@VERSION|NAME@ALIAS");
+	int rc = parse_ref(ctx, argc, argv, &a, 1, "NAME@VERSION|NAME@ALIAS",
+			   true, &ref);
 
-	if (rc == CLI_GO)
-		rc = ref_arg(ctx, a.pos[0], true, &ref);
 	if (rc != CLI_GO)
 		return rc;
 	rc = cli_client_open(ctx, &c);

@@ -14,22 +14,15 @@ int cmd_ui(struct cli_ctx *ctx, int argc, char **argv)
 	struct cli_client *c = NULL;
 	json_t *answer = NULL;
 	const char *code;
-	int rc = cli_parse(ctx, argc, argv, NULL, NULL, NULL);
+	int rc = cli_parse_open(ctx, argc, argv, NULL, NULL, NULL, &c);
 
 	if (rc != CLI_GO)
 		return rc;
-	rc = cli_client_open(ctx, &c);
-	if (rc)
-		return rc;
 	rc = cli_call(c, "POST", "/v1/console/codes", NULL, NULL, 0, &answer);
+	if (rc == 0)
+		rc = cli_answer_text(answer, "code", "login code", &code);
 	if (rc)
 		goto out;
-	code = json_string_value(json_object_get(answer, "code"));
-	if (!code) {
-		fputs("kiln: the server's answer has no login code\n", stderr);
-		rc = CLI_EXIT_FAIL;
-		goto out;
-	}
 	printf("%s/#code=%s\n", cli_client_url(c), code);
 	fputs("kiln: the link works once, within 5 minutes\n", stderr);
 out:

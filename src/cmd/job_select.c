@@ -169,3 +169,22 @@ int job_select_act(struct cli_client *c, const struct job_ref *ids, size_t n,
 	}
 	return worst;
 }
+
+int job_select_run(struct cli_ctx *ctx, const struct job_select *sel,
+		   const char *const *args, size_t n_args, const char *action,
+		   const char *query, const char *done)
+{
+	struct cli_client *c = NULL;
+	struct job_ref *ids = NULL;
+	size_t n = 0;
+	int rc = cli_client_open(ctx, &c);
+
+	if (rc)
+		return rc;
+	rc = job_select(ctx, c, sel, args, n_args, &ids, &n);
+	if (rc == CLI_GO)
+		rc = job_select_act(c, ids, n, action, query, done);
+	free(ids);
+	cli_client_free(c);
+	return rc;
+}

@@ -69,5 +69,13 @@ int job_select(struct cli_ctx *ctx, struct cli_client *c,
  */
 int job_select_act(struct cli_client *c, const struct job_ref *ids, size_t n,
 		   const char *action, const char *query, const char *done);
+/*
+ * After job_select_parse: open the client, pick the jobs (job_select)
+ * and act on each (job_select_act). Returns as job_select_act, or an exit
+ * status after printing why.
+ */
+int job_select_run(struct cli_ctx *ctx, const struct job_select *sel,
+		   const char *const *args, size_t n_args, const char *action,
+		   const char *query, const char *done);
 
 #endif

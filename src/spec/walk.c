@@ -86,17 +86,8 @@ void spec_quote(char *buf, size_t size, const char *s, size_t len,
 
 bool spec_scalar_position(struct fy_node *node, int *line, int *col)
 {
-	struct fy_token *tok;
-	const struct fy_mark *mark;
-
-	if (!node || !fy_node_is_scalar(node))
+	if (!kn_yaml_scalar_start(node, line, col))
 		return false;
-	tok = fy_node_get_scalar_token(node);
-	mark = tok ? fy_token_start_mark(tok) : NULL;
-	if (!mark)
-		return false;
-	*line = mark->line + 1;
-	*col = mark->column + 1;
 	/* The token starts after an opening quote or '*'; point at those. */
 	switch (fy_node_get_style(node)) {
 	case FYNS_SINGLE_QUOTED:
@@ -1118,10 +1109,8 @@ int spec_parse_document(const char *text, size_t len, const char *filename,
 			void *obj, struct kn_error *err)
 {
 	struct walk w = {.file = filename ? filename : "<spec>", .err = err};
-	struct fy_parse_cfg parse_cfg = {0};
 	struct fy_document *doc = NULL, *extra = NULL;
-	struct fy_parser *parser = NULL;
-	struct fy_diag_cfg diag_cfg;
+	struct fy_parser *parser;
 	struct fy_node *root;
 	int rc;
 
@@ -1138,24 +1127,11 @@ int spec_parse_document(const char *text, size_t len, const char *filename,
 	if (rc)
 		return rc;
 
-	/* Diagnostics are collected, never printed: libraries do not print. */
-	fy_diag_cfg_default(&diag_cfg);
-	diag_cfg.fp = NULL;
-	diag_cfg.colorize = false;
-	w.diag = fy_diag_create(&diag_cfg);
-	if (!w.diag)
-		return kn_errorf(err, KN_EIO, NULL,
-				 "%s: cannot start the YAML parser", w.file);
-	fy_diag_set_collect_errors(w.diag, true);
 	/* Duplicate keys are found by the walk, which knows the field path. */
-	parse_cfg.flags = FYPCF_QUIET | FYPCF_ALLOW_DUPLICATE_KEYS;
-	parse_cfg.diag = w.diag;
-	parser = fy_parser_create(&parse_cfg);
-	if (!parser || fy_parser_set_string(parser, text, len) != 0) {
-		rc = kn_errorf(err, KN_EIO, NULL,
-			       "%s: cannot start the YAML parser", w.file);
-		goto out;
-	}
+	rc = kn_yaml_parser_new(text, len, w.file, FYPCF_ALLOW_DUPLICATE_KEYS,
+				&w.diag, &parser, err);
+	if (rc)
+		return rc;
 	doc = fy_parse_load_document(parser);
 	if (!fy_diag_got_error(w.diag) && doc)
 		extra = fy_parse_load_document(parser);
@@ -1191,8 +1167,7 @@ out:
 		fy_parse_document_destroy(parser, extra);
 	if (doc)
 		fy_parse_document_destroy(parser, doc);
-	if (parser)
-		fy_parser_destroy(parser);
+	fy_parser_destroy(parser);
 	fy_diag_destroy(w.diag);
 	return rc;
 }
