@@ -65,6 +65,8 @@ test_packages=(
   # (typeshed has the stubs of requests) and installs it with pip
   python3-jsonschema python3-mypy python3-typeshed python3-pip
   python3-setuptools
+  # tests/e2e/conftest.py preloads libeatmydata into what the tests start
+  libeatmydata1
   # tests/e2e/test_console.py drives the web console in a headless browser
   chromium chromium-driver python3-selenium
   # tests/e2e/test_slurm*.py: a real Slurm (scripts/slurm-up.sh and

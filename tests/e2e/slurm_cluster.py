@@ -52,6 +52,10 @@ def slurmb_env():
     script = str(REPO / "scripts/slurm-2node.sh")
     up = subprocess.run(["bash", script, "up"], env=env, capture_output=True,
                         text=True, timeout=120)
+    if up.returncode != 0:
+        # Whatever of it started (MariaDB, slurmdbd, the bridge) goes again.
+        subprocess.run(["bash", script, "down"], env=env, capture_output=True,
+                       timeout=120)
     assert up.returncode == 0, up.stderr
     env["SLURM_CONF"] = up.stdout.strip().splitlines()[-1]
     yield env

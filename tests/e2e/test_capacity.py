@@ -98,7 +98,9 @@ def test_large_gang_launch_keeps_api_answering(make_server):
                        token=bob)
         job = s.wait_state(jid, ("succeeded", "failed"), timeout=180)
     elapsed = time.monotonic() - t0
-    assert job["state"] == "succeeded", job
+    assert job["state"] == "succeeded", (job["reason"], [
+        (t["rank"], t.get("exit_code"), s.logs(jid, task=t["rank"])[-300:])
+        for t in job["attempts_detail"][0]["tasks"] if t.get("exit_code")])
     assert len(job["attempts_detail"][0]["tasks"]) == tasks
     assert health.answers > 5 and not health.failures, health.failures
     assert health.worst < max(1.0, elapsed / 5), \

@@ -37,8 +37,11 @@ def test_evict_requeues_without_using_a_retry(server, tmp_path):
 
 
 def test_evict_escalates_to_kill_after_grace(server):
+    # Only the first attempt ignores SIGTERM: the cancel at the end
+    # need not wait out the second one's grace.
     spec = job_yaml("stubborn", ["/bin/sh", "-c",
-                                 "trap '' TERM; echo ready; sleep 300 & wait"],
+                                 "if [ $KILN_ATTEMPT = 1 ]; then trap '' TERM; "
+                                 "fi; echo ready; sleep 300 & wait"],
                     preemptible=True)
     jid = server.submit(spec)
     wait_for(lambda: server.job(jid)["state"] == "running" and
@@ -215,9 +218,11 @@ def test_health_report_marks_node_unhealthy_and_back(server):
 
 
 def test_jobs_behind_a_preempting_job_wait_for_it(server, tmp_path):
-    # The victim takes its time to stop, so the wait can be seen.
+    # The victim takes its time to stop, so the wait can be seen; its
+    # second attempt, cancelled at the end, does not.
     low = server.submit(job_yaml("slow-to-stop", ["/bin/sh", "-c",
-                                                  "trap 'sleep 2; exit 143' TERM; "
+                                                  "trap '[ $KILN_ATTEMPT = 1 ] && "
+                                                  "sleep 2; exit 143' TERM; "
                                                   "echo up; sleep 300 & wait"],
                                  preemptible=True, priority=1,
                                  resources={"gpus": 4}))

@@ -96,7 +96,9 @@ def test_retry_succeeds_on_second_attempt(server, tmp_path):
     jid = server.submit(job_yaml("second-time", ["/bin/sh", "-c", script],
                                  retries=3, backoff="50ms"))
     job = server.wait_state(jid, "succeeded")
-    assert job["attempts"] == 2
+    assert job["attempts"] == 2, [
+        (a["state"], a.get("reason"), server.logs(jid, attempt=a["number"]))
+        for a in job["attempts_detail"]]
 
 
 def pgid_alive(pgid):

@@ -306,9 +306,9 @@ BUSY_UNTIL_GATE = (
     "    use(0.0)\n"
     "use(0.9)\n"
     "threading.Thread(target=idle_at_gate, daemon=True).start()\n")
-# Long enough for one usage sample and a tick between the gate and a
-# stop on a loaded machine, short enough not to be waited out long.
-IDLE_S = 3
+# The task's first sample must come within it (Python's start, about a
+# second on a loaded machine), and it is waited out twice per test.
+IDLE_S = 4
 
 
 def busy_devenv(gate, script, **env):

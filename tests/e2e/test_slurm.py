@@ -310,6 +310,10 @@ def slurm2_env(slurm_env):
     script = str(REPO / "scripts/slurm-2node.sh")
     up = subprocess.run(["bash", script, "up"], capture_output=True,
                         text=True, timeout=120)
+    if up.returncode != 0:
+        # Whatever of it started (a daemon, the bridge) goes again.
+        subprocess.run(["bash", script, "down"], capture_output=True,
+                       timeout=120)
     assert up.returncode == 0, up.stderr
     yield dict(slurm_env, SLURM_CONF=up.stdout.strip().splitlines()[-1])
     stop_at_end("the two-node Slurm cluster", ["bash", script, "down"])
