@@ -1236,7 +1236,12 @@ static int srun_bridge(const char *task_dir, int port, struct kn_error *err)
 	rc = job_id > 0 ? session_node(attempt_dir, task_dir, node,
 				       sizeof(node))
 			: -ENOENT;
-	if (rc == -EINVAL)
+	if (slurm_array_element(task_dir))
+		/* srun --jobid needs the element's own id, not kept. */
+		rc = kn_errorf(err, KN_EUNAVAIL, NULL,
+			       "a job array's element under Slurm takes no "
+			       "session");
+	else if (rc == -EINVAL)
 		kn_errorf(err, KN_EUNAVAIL, NULL,
 			  "the task's node file is not a node name");
 	else if (rc < 0)
