@@ -42,6 +42,11 @@ ceiling, measured in the same run after each kiln and Slurm side: one
 process forking, exec-ing and reaping /bin/true as fast as it can
 (bench/dispatch/spawn_limit.c), and kiln's jobs/s as a fraction of it.
 
+--kiln-executor slurm runs kiln's side as `kiln server --executor slurm`
+on the same Slurm cluster (scripts/slurm-up.sh): kiln then dispatches
+through Slurm, and with --array its array is one `sbatch --array`, so the
+ratio is what kiln's own bookkeeping adds on top of Slurm.
+
 Prints a table and writes the JSON of both sides to --out.
 
 --isolation compares kiln with itself instead: the same binary with tasks
@@ -587,6 +592,9 @@ def main():
                    help="build/bench/dispatch/spawn-limit: also measure the "
                    "machine's fork/exec/wait rate and report kiln's jobs/s "
                    "as a fraction of it")
+    p.add_argument("--kiln-executor", choices=("local", "slurm"),
+                   default="local",
+                   help="kiln's executor (slurm: on the same cluster)")
     p.add_argument("--clients", type=int, default=1,
                    help="concurrent submitting clients on each side")
     p.add_argument("--lone", type=int, default=20,
@@ -601,8 +609,15 @@ def main():
     if (a.rounds > 1 or a.before) and not a.no_slurm:
         return compare_slurm(a)
 
-    kiln = run_kiln(a.kiln, a.jobs, a.gpus_per_job, array=a.array,
-                    clients=a.clients)
+    extra = ()
+    if a.kiln_executor == "slurm":
+        conf = slurm_up()
+        if not conf:
+            return 1
+        os.environ["SLURM_CONF"] = conf
+        extra = ("--executor", "slurm")
+    kiln = run_kiln(a.kiln, a.jobs, a.gpus_per_job, extra=extra,
+                    array=a.array, clients=a.clients)
     results = {"kiln": kiln}
     if not a.no_slurm:
         results["slurm"] = run_slurm(a.jobs,

@@ -118,12 +118,15 @@ static const char *const slurm_owned_env[] = {
 	"LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", NULL,
 };
 
-/* The batch step's body, after its shell's line and opening comment. */
-#define BATCH_BODY \
+/* The batch step's srun of one shim per task, in the background. */
+#define BATCH_SRUN \
 	"# srun does not inherit --cpus-per-task from sbatch since 22.05.\n" \
 	"srun --kill-on-bad-exit=0 " \
 	"${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} " \
-	"\"$KILN_SLURM_BIN\" shim --slurm \"$KILN_SLURM_ATTEMPT_DIR\" &\n" \
+	"\"$KILN_SLURM_BIN\" shim --slurm \"$KILN_SLURM_ATTEMPT_DIR\" &\n"
+
+/* The rest of the batch step: stops, and waiting for the tasks. */
+#define BATCH_BODY \
 	"step=$!\n" \
 	"# --signal=B:SIG@GRACE reaches this shell alone. It becomes a stop\n" \
 	"# request for every shim (the signal to its task, SIGKILL after the\n" \
@@ -144,7 +147,7 @@ const char exec_slurm_batch_script[] =
 	"#!/bin/sh\n"
 	"# Written by kiln: the batch step of one attempt. srun starts one\n"
 	"# kiln shim per task; each picks its task directory by SLURM_PROCID.\n"
-	BATCH_BODY;
+	BATCH_SRUN BATCH_BODY;
 
 const char exec_slurm_array_script[] =
 	"#!/bin/sh\n"
@@ -153,6 +156,14 @@ const char exec_slurm_array_script[] =
 	"KILN_SLURM_ATTEMPT_DIR=$(cat "
 	"\"$KILN_SLURM_ARRAY_DIR/e/$SLURM_ARRAY_TASK_ID\") || exit 1\n"
 	"export KILN_SLURM_ATTEMPT_DIR\n"
+	"# One task: its shim runs in this step, as sbatch --wrap would run\n"
+	"# it, sparing slurmd a step launch per element (which times out\n"
+	"# when many elements start at once on a busy node).\n"
+	"if [ \"$SLURM_NTASKS\" = 1 ]; then\n"
+	"  \"$KILN_SLURM_BIN\" shim --slurm \"$KILN_SLURM_ATTEMPT_DIR\" &\n"
+	"else\n"
+	BATCH_SRUN
+	"fi\n"
 	BATCH_BODY;
 
 bool kn_slurm_state_final(const char *state)
@@ -1236,7 +1247,12 @@ static int srun_bridge(const char *task_dir, int port, struct kn_error *err)
 	rc = job_id > 0 ? session_node(attempt_dir, task_dir, node,
 				       sizeof(node))
 			: -ENOENT;
-	if (rc == -EINVAL)
+	if (slurm_array_element(task_dir))
+		/* srun --jobid needs the element's own id, not kept. */
+		rc = kn_errorf(err, KN_EUNAVAIL, NULL,
+			       "a job array's element under Slurm takes no "
+			       "session");
+	else if (rc == -EINVAL)
 		kn_errorf(err, KN_EUNAVAIL, NULL,
 			  "the task's node file is not a node name");
 	else if (rc < 0)
