@@ -146,16 +146,31 @@ def test_a_commit_sent_again_while_the_first_runs_gets_its_answer(
         r = commit(s, "slow", {"digest": digest, "size": len(data) + 1})
         assert r.status_code == 409, r.text
         assert r.json()["error"]["field"] == "size", r.text
-        assert first.is_alive() and second.is_alive()
+        # At most 4 wait; one more is refused rather than held.
+        more = [threading.Thread(target=send, args=(f"more{i}",
+                                                    {"digest": digest}))
+                for i in range(3)]
+        for t in more:
+            t.start()
+        wait_for(lambda: s.log.read_text().count("sent again while it "
+                                                 "runs") == 4,
+                 what="four commits to wait")
+        r = commit(s, "slow", {"digest": digest})
+        assert r.status_code == 429, r.text
+        assert r.json()["error"]["field"] == "upload", r.text
+        waiting = [first, second, *more]
+        assert all(t.is_alive() for t in waiting)
         relay.open.set()
-        first.join(timeout=120)
-        second.join(timeout=120)
-        a, b = answers["first"], answers["second"]
+        for t in waiting:
+            t.join(timeout=120)
+        a = answers["first"]
         assert a.status_code == 201, a.text
         assert (a.json()["digest"], a.json()["received"]) == (digest,
                                                               len(data))
         assert (a.json()["stored"], a.json()["existed"]) == (True, False)
-        assert (b.status_code, b.json()) == (201, a.json())
+        for name in ("second", "more0", "more1", "more2"):
+            b = answers[name]
+            assert (b.status_code, b.json()) == (201, a.json()), name
         # After it ended: the same answer, from what it stored.
         c = commit(s, "slow", {"digest": digest})
         assert (c.status_code, c.json()) == (201, a.json())
