@@ -98,6 +98,9 @@ static void upload_drop(struct model_state *m, struct upload *u)
  * again, and gets the first one's answer, waiting for it while it runs.
  */
 #define COMMIT_WAITERS_MAX 4
+/* Per token: a client committing many small uploads cannot grow the
+   server's memory without bound. */
+#define COMMITS_KEPT_MAX 64
 
 struct commit_seen {
 	char id[MODEL_UPLOAD_ID_MAX + 1];
@@ -154,7 +157,20 @@ static void commit_seen_drop(struct model_state *m, struct commit_seen *k)
 static struct commit_seen *commit_seen_add(struct model_state *m,
 					   const struct upload *u)
 {
-	struct commit_seen *k = kn_xcalloc(1, sizeof(*k));
+	struct commit_seen *k, *oldest_done = NULL;
+	size_t kept = 0;
+
+	/* Newest first: the last ended one of the owner's is the oldest. */
+	for (k = m->commits; k; k = k->next) {
+		if (strcmp(k->owner, u->owner) != 0)
+			continue;
+		kept++;
+		if (k->done)
+			oldest_done = k;
+	}
+	if (kept >= COMMITS_KEPT_MAX && oldest_done)
+		commit_seen_drop(m, oldest_done);
+	k = kn_xcalloc(1, sizeof(*k));
 
 	kn_strlcpy(k->id, u->id, sizeof(k->id));
 	kn_strlcpy(k->owner, u->owner, sizeof(k->owner));

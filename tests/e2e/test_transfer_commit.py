@@ -225,3 +225,30 @@ def test_a_refused_commit_sent_again_is_refused_the_same(server):
     again = commit(server, "liar", {"digest": claimed})
     assert (again.status_code, again.json()) == (400, first.json())
     assert staged(server) == []
+
+
+def test_the_commits_kept_per_token_are_capped(server):
+    """64 kept per token: a client committing many small uploads cannot
+    grow the server's memory; the oldest ended one goes first."""
+    answers = {}
+    for i in range(65):
+        data = b"blob %d" % i
+        digest = hashlib.sha256(data).hexdigest()
+        upload = f"small{i}"
+        r = put_unnamed(server, upload, 0, len(data), data)
+        assert r.status_code == 200, r.text
+        r = commit(server, upload, {"digest": digest})
+        assert r.status_code == 201, r.text
+        answers[upload] = (digest, r.json())
+    # The oldest was let go: only whether the store holds its blob.
+    digest, _ = answers["small0"]
+    r = commit(server, "small0", {"digest": "f" * 64})
+    assert r.status_code == 404, r.text
+    r = commit(server, "small0", {"digest": digest})
+    assert r.status_code == 200 and r.json()["existed"], r.text
+    # The newer are kept: their own answer, and another digest refused.
+    digest, first = answers["small1"]
+    r = commit(server, "small1", {"digest": digest})
+    assert (r.status_code, r.json()) == (201, first)
+    r = commit(server, "small1", {"digest": "f" * 64})
+    assert r.status_code == 409 and r.json()["error"]["field"] == "digest"
