@@ -315,7 +315,8 @@ static int run_senders(struct push *p, struct sender *w, int fd,
 static int commit(struct push *p, struct cli_client *c)
 {
 	char *url = kn_asprintf("/v1/model-uploads/%s/commit", p->id);
-	json_t *req = json_pack("{s:s}", "digest", p->u->digest);
+	json_t *req = json_pack("{s:s, s:I}", "digest", p->u->digest, "size",
+				(json_int_t)p->u->st.st_size);
 	char *body = json_dumps(req, JSON_COMPACT);
 	int rc = call_until_answered(p, c, url, "application/json", body,
 				     strlen(body), "its commit");

@@ -52,6 +52,7 @@ struct upload {
 	int64_t size;        /* sized: the blob's size; in order: -1 */
 	struct model_ranges got; /* sized: the parts received */
 	int64_t touched_ms;
+	bool at_commit;      /* its commit is kept (struct commit_seen) */
 	struct upload *next;
 };
 
@@ -90,10 +91,149 @@ static void upload_drop(struct model_state *m, struct upload *u)
 	upload_release(u);
 }
 
+/*
+ * A commit of an upload named at its commit, kept from its start until
+ * --upload-idle after its end: a client whose answer was lost (its
+ * request timed out while a slow store took the blob) sends the commit
+ * again, and gets the first one's answer, waiting for it while it runs.
+ */
+#define COMMIT_WAITERS_MAX 4
+/* Per token: a client committing many small uploads cannot grow the
+   server's memory without bound. */
+#define COMMITS_KEPT_MAX 64
+
+struct commit_seen {
+	char id[MODEL_UPLOAD_ID_MAX + 1];
+	char owner[128];
+	char digest[KN_SHA256_HEX + 1];
+	int64_t size;
+	bool done;
+	int rc;         /* done: 0, or the failure in err */
+	struct kn_error err;
+	json_t *answer; /* done and stored: the 201 answer */
+	int64_t done_ms;
+	struct kn_http_req *waiting[COMMIT_WAITERS_MAX]; /* sent again */
+	size_t n_waiting;
+	struct commit_seen *next;
+};
+
+static struct commit_seen *commit_seen_find(struct model_state *m,
+					    const char *id, const char *owner)
+{
+	for (struct commit_seen *k = m->commits; k; k = k->next)
+		if (strcmp(k->id, id) == 0 && strcmp(k->owner, owner) == 0)
+			return k;
+	return NULL;
+}
+
+static void commit_seen_reply(const struct commit_seen *k,
+			      struct kn_http_req *req)
+{
+	if (k->rc < 0)
+		kn_http_reply_error(req, &k->err);
+	else
+		kn_http_reply_json(req, 201, json_incref(k->answer));
+}
+
+static void commit_seen_drop(struct model_state *m, struct commit_seen *k)
+{
+	struct kn_error err;
+
+	for (struct commit_seen **p = &m->commits; *p; p = &(*p)->next) {
+		if (*p == k) {
+			*p = k->next;
+			break;
+		}
+	}
+	kn_errorf(&err, KN_EUNAVAIL, NULL,
+		  "the server stopped before upload %s was stored; send it "
+		  "again", k->id);
+	for (size_t i = 0; i < k->n_waiting; i++)
+		kn_http_reply_error(k->waiting[i], &err);
+	json_decref(k->answer);
+	free(k);
+}
+
+static struct commit_seen *commit_seen_add(struct model_state *m,
+					   const struct upload *u)
+{
+	struct commit_seen *k, *oldest_done = NULL;
+	size_t kept = 0;
+
+	/* Newest first: the last ended one of the owner's is the oldest. */
+	for (k = m->commits; k; k = k->next) {
+		if (strcmp(k->owner, u->owner) != 0)
+			continue;
+		kept++;
+		if (k->done)
+			oldest_done = k;
+	}
+	if (kept >= COMMITS_KEPT_MAX && oldest_done)
+		commit_seen_drop(m, oldest_done);
+	k = kn_xcalloc(1, sizeof(*k));
+
+	kn_strlcpy(k->id, u->id, sizeof(k->id));
+	kn_strlcpy(k->owner, u->owner, sizeof(k->owner));
+	kn_strlcpy(k->digest, u->digest, sizeof(k->digest));
+	k->size = u->size;
+	k->next = m->commits;
+	m->commits = k;
+	return k;
+}
+
+/* The commit ended (answer: the 201 body, or NULL with err): every
+   commit of it sent again meanwhile gets the same answer. */
+static void commit_seen_end(struct commit_seen *k, int rc,
+			    const struct kn_error *err, json_t *answer)
+{
+	k->done = true;
+	k->done_ms = kn_mono_ms();
+	k->rc = rc;
+	if (rc < 0)
+		k->err = *err;
+	else
+		k->answer = json_incref(answer);
+	for (size_t i = 0; i < k->n_waiting; i++)
+		commit_seen_reply(k, k->waiting[i]);
+	k->n_waiting = 0;
+}
+
+/* The same commit sent again: the first one's answer, now or when it
+   ends; another digest or size is refused by name. */
+static int commit_seen_again(struct commit_seen *k, struct kn_http_req *req,
+			     const char *digest, int64_t size,
+			     struct kn_error *err)
+{
+	if (strcmp(digest, k->digest) != 0)
+		return kn_errorf(err, KN_ECONFLICT, "digest",
+				 "upload %s was committed as %s, not %s",
+				 k->id, k->digest, digest);
+	if (size >= 0 && size != k->size)
+		return kn_errorf(err, KN_ECONFLICT, "size",
+				 "upload %s was committed with %lld bytes, "
+				 "not %lld", k->id, (long long)k->size,
+				 (long long)size);
+	if (k->done) {
+		commit_seen_reply(k, req);
+		return 0;
+	}
+	if (k->n_waiting == COMMIT_WAITERS_MAX)
+		return kn_errorf(err, KN_ELIMIT, "upload",
+				 "upload %s's commit is running and sent "
+				 "again %d times already: wait for its answer",
+				 k->id, COMMIT_WAITERS_MAX);
+	k->waiting[k->n_waiting++] = req;
+	kn_log(KN_LOG_INFO, "%s's commit of upload %s sent again while it "
+	       "runs: answered when it ends", k->owner, k->id);
+	return 0;
+}
+
 void models_uploads_drop(struct model_state *m)
 {
 	while (m->uploads)
 		upload_drop(m, m->uploads);
+	while (m->commits)
+		commit_seen_drop(m, m->commits);
 }
 
 /* ---- blobs ---- */
@@ -177,6 +317,7 @@ void models_uploads_expire(struct server *s)
 	struct model_state *m = models_state(s);
 	int64_t now = kn_mono_ms();
 	struct upload *u, *next;
+	struct commit_seen *k, *next_k;
 
 	for (u = m->uploads; u; u = next) {
 		next = u->next;
@@ -186,6 +327,11 @@ void models_uploads_expire(struct server *s)
 		       u->owner, upload_label(u),
 		       (long long)((now - u->touched_ms) / 1000));
 		upload_drop(m, u);
+	}
+	for (k = m->commits; k; k = next_k) {
+		next_k = k->next;
+		if (k->done && now - k->done_ms > core_config(s)->upload_idle_ms)
+			commit_seen_drop(m, k);
 	}
 }
 
@@ -338,6 +484,9 @@ static void upload_commit_work(void *arg)
 static void upload_commit_done(void *arg, bool ran)
 {
 	struct upload_commit *w = arg;
+	struct model_state *m = models_state(w->s);
+	struct commit_seen *k = NULL;
+	json_t *answer = NULL;
 	char object[96], detail[64];
 
 	/* Stored or refused, its staging file is done with: gone before
@@ -356,12 +505,17 @@ static void upload_commit_done(void *arg, bool ran)
 			 (long long)w->u->offset,
 			 w->existed ? ", already stored" : "");
 		core_audit(w->s, &w->caller, "model.blob.put", object, "ok", detail);
-		kn_http_reply_json(w->req, 201,
-				   json_pack("{s:s, s:I, s:b, s:b}", "digest",
-					     w->u->digest, "received",
-					     (json_int_t)w->u->offset, "stored",
-					     1, "existed", w->existed));
+		answer = json_pack("{s:s, s:I, s:b, s:b}", "digest",
+				   w->u->digest, "received",
+				   (json_int_t)w->u->offset, "stored", 1,
+				   "existed", w->existed);
+		kn_http_reply_json(w->req, 201, json_incref(answer));
 	}
+	if (m && w->u->at_commit)
+		k = commit_seen_find(m, w->u->id, w->u->owner);
+	if (k && !k->done)
+		commit_seen_end(k, w->rc, &w->err, answer);
+	json_decref(answer);
 	upload_release(w->u);
 	free(w->store_url);
 	free(w);
@@ -819,11 +973,15 @@ void models_h_upload_commit(struct server *s,
 				   struct kn_http_req *req,
 				   const struct caller *c, const char *param)
 {
+	struct model_state *m = models_state(s);
 	struct kn_error err;
-	json_t *body = NULL;
+	json_t *body = NULL, *size_field;
 	const char *digest;
 	struct upload *u;
+	struct commit_seen *k;
+	int64_t size = -1;
 	char object[96];
+	int rc;
 
 	snprintf(object, sizeof(object), "upload/%.32s", param);
 	if (upload_id_checked(param, &err) < 0)
@@ -837,12 +995,36 @@ void models_h_upload_commit(struct server *s,
 			  "digest: the blob's sha256, 64 lowercase hex digits");
 		goto fail;
 	}
+	size_field = json_object_get(body, "size");
+	if (size_field && (!json_is_integer(size_field) ||
+			   json_integer_value(size_field) < 0)) {
+		kn_errorf(&err, KN_EINVAL, "size",
+			  "size: the blob's bytes, a number (optional)");
+		goto fail;
+	}
+	if (size_field)
+		size = json_integer_value(size_field);
 	snprintf(object, sizeof(object), "blob/sha256/%s", digest);
-	u = upload_find(models_state(s), "", param, c->name);
+	u = upload_find(m, "", param, c->name);
+	k = commit_seen_find(m, param, c->name);
+	if (!u && k) {
+		if (commit_seen_again(k, req, digest, size, &err) < 0)
+			goto fail;
+		goto out;
+	}
 	if (!u) {
 		upload_commit_again(s, req, c, param, digest, object);
 		goto out;
 	}
+	if (k && !k->done) {
+		kn_errorf(&err, KN_ECONFLICT, "upload",
+			  "upload %s's earlier commit is still running: wait "
+			  "for it before committing the upload begun since",
+			  param);
+		goto fail;
+	}
+	if (k)
+		commit_seen_drop(m, k);
 	if (u->offset < u->size) {
 		kn_errorf(&err, KN_ECONFLICT, "upload",
 			  "upload %s holds %lld of its %lld bytes: send the "
@@ -851,10 +1033,20 @@ void models_h_upload_commit(struct server *s,
 			  (long long)u->size, param);
 		goto fail;
 	}
+	if (size >= 0 && size != u->size) {
+		kn_errorf(&err, KN_ECONFLICT, "size",
+			  "upload %s holds %lld bytes, not %lld", param,
+			  (long long)u->size, (long long)size);
+		goto fail;
+	}
 	kn_strlcpy(u->digest, digest, sizeof(u->digest));
-	if (upload_commit(s, req, c, u, &err) == 0)
+	u->at_commit = true;
+	k = commit_seen_add(m, u);
+	rc = upload_commit(s, req, c, u, &err);
+	if (rc == 0)
 		goto out;
-	upload_drop(models_state(s), u);
+	commit_seen_end(k, rc, &err, NULL);
+	upload_drop(m, u);
 fail:
 	models_fail(s, req, c, "model.blob.put", object, &err);
 out:

@@ -18,6 +18,7 @@
 #include "server/service.h"
 
 struct upload;
+struct commit_seen;
 struct model_local;
 
 /* The registry's state, in its slot: made by models_start, freed by
@@ -26,6 +27,7 @@ struct model_state {
 	char *staging;          /* $KILN_HOME/registry/uploads */
 	char *trusted_keys;     /* directory of *.pub files */
 	struct upload *uploads; /* in progress (models_blobs.c) */
+	struct commit_seen *commits; /* begun, kept for commits sent again */
 	struct model_local *local; /* push.sock (models_local.c), or NULL */
 	struct kn_timer *idle_timer; /* drops uploads idle too long */
 };
@@ -33,7 +35,8 @@ struct model_state {
 /* The registry's state (NULL before models_start). */
 struct model_state *models_state(struct server *s);
 
-/* Drop the uploads idle longer than --upload-idle (models_blobs.c). */
+/* Drop the uploads idle longer than --upload-idle, and the commits
+   ended longer ago than that (models_blobs.c). */
 void models_uploads_expire(struct server *s);
 
 /* models.c */
@@ -72,7 +75,8 @@ bool models_name_checked(const char *name, struct kn_error *err);
 int models_lineage_expand(struct server *s, struct kn_blob_store *store,
 			  json_t *lineage, int depth, struct kn_error *err);
 
-/* models_blobs.c: drop every upload in progress (the service stops). */
+/* models_blobs.c: drop every upload in progress and every commit kept
+   (the service stops). */
 void models_uploads_drop(struct model_state *m);
 
 /* models_blobs.c: the blob routes (docs/api.md). */

@@ -203,12 +203,13 @@ const struct oa_op oa_ops[] = {
 	 "404 error no such upload in progress"},
 	{"POST", "/v1/model-uploads/{name}/commit",
 	 "store a whole upload as the blob of this digest", NULL,
-	 "json digest:string",
+	 "json digest:string size:integer",
 	 "201 json digest:string received:integer stored:boolean "
 	 "existed:boolean; 200 json digest:string received:integer "
 	 "stored:boolean existed:boolean; 400 error the bytes hash to "
 	 "another digest; 404 error no such upload in progress; 409 error "
-	 "the upload lacks bytes"},
+	 "the upload lacks bytes, or was committed with another digest or "
+	 "size; 429 error its running commit was sent again too often"},
 	{"GET", "/v1/models", "the registry's models, by name", NULL, NULL,
 	 "200 json models:[ModelSummary]"},
 	{"GET", "/v1/models/{name}",
