@@ -3,6 +3,7 @@ its own temporary KILN_HOME, on a free loopback port, with simulated GPUs.
 Tests wait on conditions with deadlines, never on fixed sleeps."""
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -85,6 +86,9 @@ def processes_under(root):
     became of their parents; pytest itself and its ancestors are left
     out. [(pid, command line)]."""
     root = str(root)
+    # The path whole, not a prefix of another (test_x1 of test_x10).
+    mention = re.compile(rb"(?<![\w./-])" + re.escape(root.encode()) +
+                         rb"(?![\w.-])")
     skip = _ancestors()
     found = []
     for entry in Path("/proc").iterdir():
@@ -98,7 +102,7 @@ def processes_under(root):
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue  # gone, or not ours to read
-        if (root.encode() in cmdline or root.encode() in environ or
+        if (mention.search(cmdline) or mention.search(environ) or
                 cwd == root or cwd.startswith(root + "/")):
             found.append((int(entry.name),
                           cmdline.replace(b"\0", b" ").decode(
