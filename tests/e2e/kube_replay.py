@@ -81,7 +81,10 @@ class JobApi:
         self.secrets = {}      # name -> Secret
         self.dpods = {}        # Deployment name -> [Pod]
         self.version = 51000   # resourceVersion counter
-        self.lock = threading.Lock()
+        # A Condition, so that a test can wait for kiln's POST of a Job:
+        # kiln counts a task running once it sends the Job, not once the
+        # API server has answered.
+        self.lock = threading.Condition()
         kube_ws_replay.setup(self)
         api = self
 
@@ -344,6 +347,7 @@ class JobApi:
         self.pods[name] = {}
         for index in range(body["spec"]["completions"]):
             self.pods[name][index] = self.pod(name, index, "pod-running.json")
+        self.lock.notify_all()
         return 201, job, False
 
     def pod(self, job, index, fixture):
@@ -367,6 +371,8 @@ class JobApi:
         """message: the task container's termination message, as the
         kubelet copies it from its terminationMessagePath."""
         with self.lock:
+            if not self.lock.wait_for(lambda: job in self.jobs, timeout=60):
+                raise AssertionError(f"kiln never posted the Job {job}")
             self.pods[job][index] = self.pod(job, index, fixture)
             if message is not None:
                 (c,) = self.pods[job][index]["status"]["containerStatuses"]
