@@ -351,6 +351,10 @@ static int pod_spec(const struct kn_job_spec *spec,
 	rc = node_affinity(spec, opts, &affinity, err);
 	if (rc < 0)
 		goto out;
+	/* The namespace's service-account token would let the task call the
+	   API server as that account; the store's Secret is the only
+	   credential a pod gets. */
+	json_object_set_new(pod, "automountServiceAccountToken", json_false());
 	if (opts->scheduler_name)
 		json_object_set_new(pod, "schedulerName",
 				    json_string(opts->scheduler_name));

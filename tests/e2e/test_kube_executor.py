@@ -78,6 +78,8 @@ def test_gang_succeeds(kserver, api):
     assert pod["terminationGracePeriodSeconds"] == 30
     assert pod["restartPolicy"] == "Never"
     assert pod["subdomain"] == name
+    # The namespace's service-account token stays out of the task.
+    assert pod["automountServiceAccountToken"] is False
     assert {"key": "sku", "operator": "Equal", "value": "gpu",
             "effect": "NoSchedule"} in pod["tolerations"]
     affinity = pod["affinity"]["nodeAffinity"][
