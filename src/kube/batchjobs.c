@@ -200,6 +200,10 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 					     task->spec->name));
 	if (task->spec->array.count)
 		kn_job_array_env(&task->spec->array, add_env_value, env);
+	if (task->spec->devenv.set)
+		json_array_append_new(env, json_pack("{s:s, s:s}", "name",
+						     "KILN_DEVENV", "value",
+						     task->spec->name));
 	*out = docs;
 	return 0;
 }

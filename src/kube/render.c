@@ -727,6 +727,11 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 	}
 	if (spec->array.count)
 		array_env(spec, env);
+	/* A dev environment's home is not kept in a pod (the server cannot
+	   reach its files); the image's may lie on the read-only root, so
+	   it gets the writable /tmp, which ends with the pod. */
+	if (spec->devenv.set)
+		json_array_append_new(env, env_value("HOME", "/tmp"));
 	rc = pod_spec(spec, opts, "kiln.dev/job", kname, container, env, &pod,
 		      &ann, err);
 	if (rc < 0)

@@ -363,7 +363,8 @@ static void assert_locked_down(json_t *pod, bool read_only_root)
 }
 
 /* Every pod template kiln renders, the terminal's too, gets no API
-   credential and the same locked-down containers. */
+   credential and the same locked-down containers; a dev environment's
+   a writable home. */
 static void test_pods_locked_down(void **state)
 {
 	static const struct {
@@ -392,7 +393,8 @@ static void test_pods_locked_down(void **state)
 	struct kn_deployment_spec *d;
 	struct kn_job_spec *spec;
 	struct kn_error err = {0};
-	json_t *docs;
+	const char *home;
+	json_t *docs, *pod;
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -402,9 +404,14 @@ static void test_pods_locked_down(void **state)
 		assert_int_equal(kn_kube_render_job(spec, &opts, &docs, &err),
 				 0);
 		kn_job_spec_free(spec);
-		assert_locked_down(fixture_at(json_array_get(docs, 0),
-					      "spec.template.spec"),
-				   cases[i].read_only_root);
+		pod = fixture_at(json_array_get(docs, 0), "spec.template.spec");
+		assert_locked_down(pod, cases[i].read_only_root);
+		/* A dev environment's home is the pod's writable /tmp. */
+		home = env(fixture_at(pod, "containers.[0]"), "HOME");
+		if (strstr(cases[i].yaml, "DevEnvironment"))
+			assert_string_equal(home, "/tmp");
+		else
+			assert_null(home);
 		json_decref(docs);
 	}
 	/* A deployment's server writes where its image says. */
