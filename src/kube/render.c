@@ -441,6 +441,17 @@ out:
 	return rc;
 }
 
+/* A Job's or a Deployment's pod template: its labels, its annotations
+   when there are any, and pod as its spec. */
+static json_t *pod_template(json_t *labels, json_t *ann, json_t *pod)
+{
+	json_t *meta = json_pack("{s:O}", "labels", labels);
+
+	if (json_object_size(ann))
+		json_object_set(meta, "annotations", ann);
+	return json_pack("{s:o, s:O}", "metadata", meta, "spec", pod);
+}
+
 static json_t *metadata(const char *kname, const char *ns, json_t *labels)
 {
 	json_t *m = json_pack("{s:s, s:O}", "name", kname, "labels", labels);
@@ -690,7 +701,7 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 		       struct kn_error *err)
 {
 	json_t *docs = NULL, *labels = NULL, *container = NULL, *env;
-	json_t *pod = NULL, *ann = NULL, *job_spec, *template_meta;
+	json_t *pod = NULL, *ann = NULL, *job_spec;
 	char kname[64], buf[160];
 	bool gang = spec->tasks > 1;
 	int rc;
@@ -754,13 +765,10 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 		snprintf(buf, sizeof(buf), "%d", spec->tasks);
 		json_object_set_new(ann, KN_KUBE_ANN_GANG, json_string(buf));
 	}
-	template_meta = json_pack("{s:O}", "labels", labels);
-	if (json_object_size(ann))
-		json_object_set(template_meta, "annotations", ann);
-	job_spec = json_pack("{s:i, s:i, s:i, s:{s:o, s:O}}", "completions",
+	job_spec = json_pack("{s:i, s:i, s:i, s:o}", "completions",
 			     spec->tasks, "parallelism", spec->tasks,
 			     "backoffLimit", spec->retries, "template",
-			     "metadata", template_meta, "spec", pod);
+			     pod_template(labels, ann, pod));
 	if (gang || spec->array.count)
 		json_object_set_new(job_spec, "completionMode",
 				    json_string("Indexed"));
@@ -820,7 +828,7 @@ int kn_kube_render_deployment(const struct kn_deployment_spec *d,
 			      json_t **out, struct kn_error *err)
 {
 	json_t *labels = NULL, *container = NULL, *env, *pod = NULL;
-	json_t *ann = NULL, *template_meta, *docs;
+	json_t *ann = NULL, *docs;
 	char kname[64], port[16];
 	int rc;
 
@@ -855,23 +863,20 @@ int kn_kube_render_deployment(const struct kn_deployment_spec *d,
 		goto out;
 	json_object_set_new(pod, "terminationGracePeriodSeconds",
 			    json_integer(SERVE_GRACE_S));
-	template_meta = json_pack("{s:O}", "labels", labels);
-	if (json_object_size(ann))
-		json_object_set(template_meta, "annotations", ann);
 	docs = json_array();
 	/* One replica at a time, never below the wanted count: the rolling
 	   replacement the well-architected guidance asks for. */
 	json_array_append_new(
 		docs,
 		json_pack("{s:s, s:s, s:o, s:{s:i, s:{s:{s:s}}, "
-			  "s:{s:s, s:{s:i, s:i}}, s:{s:o, s:O}}}",
+			  "s:{s:s, s:{s:i, s:i}}, s:o}}",
 			  "apiVersion", "apps/v1", "kind", "Deployment",
 			  "metadata", metadata(kname, opts->namespace_, labels),
 			  "spec", "replicas", d->replicas, "selector",
 			  "matchLabels", "kiln.dev/deployment", kname,
 			  "strategy", "type", "RollingUpdate", "rollingUpdate",
 			  "maxUnavailable", 0, "maxSurge", 1, "template",
-			  "metadata", template_meta, "spec", pod));
+			  pod_template(labels, ann, pod)));
 	json_array_append_new(
 		docs,
 		json_pack("{s:s, s:s, s:o, s:{s:{s:s}, s:[{s:s, s:i, s:s}]}}",
