@@ -228,21 +228,6 @@ int kn_session_socket_connect(const char *task_dir, struct kn_error *err)
 #define BRIDGE_WAIT_MS 10000
 #define BRIDGE_RETRY_MS 50
 
-/* Write all of buf to a blocking fd: 0, or -1 when the other side went. */
-static int write_all(int fd, const uint8_t *buf, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, buf, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		buf += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* Copy bytes between fd and stdin/stdout until either side ends. */
 static void bridge_copy(int fd)
 {
@@ -259,12 +244,12 @@ static void bridge_copy(int fd)
 		}
 		if (p[0].revents) {
 			n = read(0, buf, sizeof(buf));
-			if (n <= 0 || write_all(fd, buf, (size_t)n) < 0)
+			if (n <= 0 || kn_write_all(fd, buf, (size_t)n) < 0)
 				return;
 		}
 		if (p[1].revents) {
 			n = read(fd, buf, sizeof(buf));
-			if (n <= 0 || write_all(1, buf, (size_t)n) < 0)
+			if (n <= 0 || kn_write_all(1, buf, (size_t)n) < 0)
 				return;
 		}
 	}
@@ -294,7 +279,7 @@ static int bridge_port(const char *task_dir, int port)
 		close(fd);
 		fd = -1;
 	}
-	if (write_all(1, &status, 1) < 0 && fd >= 0) {
+	if (kn_write_all(1, &status, 1) < 0 && fd >= 0) {
 		close(fd);
 		fd = -1;
 	}
@@ -326,7 +311,7 @@ int kn_session_bridge(const char *task_dir, int port)
 		usleep(BRIDGE_RETRY_MS * 1000);
 	}
 	if (fd < 0) {
-		write_all(1, buf, kn_mux_encode_text(buf, KN_MUX_ERROR,
+		kn_write_all(1, buf, kn_mux_encode_text(buf, KN_MUX_ERROR,
 						     KN_MUX_STREAM_CONTROL,
 						     err.message));
 		return 1;

@@ -307,61 +307,50 @@ int kn_kube_get(struct kn_kube_client *c, const char *path, long *status,
 	return request(c, "GET", path, NULL, NULL, status, body, err);
 }
 
-int kn_kube_post(struct kn_kube_client *c, const char *path, json_t *body,
-		 long *status, json_t **answer, struct kn_error *err)
+/* A request with body as its compact JSON payload. */
+static int request_json(struct kn_kube_client *c, const char *method,
+			const char *path, const char *content_type,
+			json_t *body, long *status, json_t **answer,
+			struct kn_error *err)
 {
 	char *payload = json_dumps(body, JSON_COMPACT);
 	int rc;
 
 	if (!payload)
 		abort();
-	rc = request(c, "POST", path, payload, "application/json", status,
-		     answer, err);
+	rc = request(c, method, path, payload, content_type, status, answer,
+		     err);
 	free(payload);
 	return rc;
+}
+
+int kn_kube_post(struct kn_kube_client *c, const char *path, json_t *body,
+		 long *status, json_t **answer, struct kn_error *err)
+{
+	return request_json(c, "POST", path, "application/json", body, status,
+			    answer, err);
 }
 
 int kn_kube_delete(struct kn_kube_client *c, const char *path, json_t *body,
 		   long *status, json_t **answer, struct kn_error *err)
 {
-	char *payload = json_dumps(body, JSON_COMPACT);
-	int rc;
-
-	if (!payload)
-		abort();
-	rc = request(c, "DELETE", path, payload, "application/json", status,
-		     answer, err);
-	free(payload);
-	return rc;
+	return request_json(c, "DELETE", path, "application/json", body,
+			    status, answer, err);
 }
 
 int kn_kube_put(struct kn_kube_client *c, const char *path, json_t *body,
 		long *status, json_t **answer, struct kn_error *err)
 {
-	char *payload = json_dumps(body, JSON_COMPACT);
-	int rc;
-
-	if (!payload)
-		abort();
-	rc = request(c, "PUT", path, payload, "application/json", status,
-		     answer, err);
-	free(payload);
-	return rc;
+	return request_json(c, "PUT", path, "application/json", body, status,
+			    answer, err);
 }
 
 int kn_kube_patch(struct kn_kube_client *c, const char *path,
 		  const char *content_type, json_t *body, long *status,
 		  json_t **answer, struct kn_error *err)
 {
-	char *payload = json_dumps(body, JSON_COMPACT);
-	int rc;
-
-	if (!payload)
-		abort();
-	rc = request(c, "PATCH", path, payload, content_type, status, answer,
-		     err);
-	free(payload);
-	return rc;
+	return request_json(c, "PATCH", path, content_type, body, status,
+			    answer, err);
 }
 
 int kn_kube_get_text(struct kn_kube_client *c, const char *path,

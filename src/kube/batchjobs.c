@@ -127,8 +127,7 @@ static void add_env_value(void *env, const char *name, long long value)
 	char buf[24];
 
 	snprintf(buf, sizeof(buf), "%lld", value);
-	json_array_append_new(env, json_pack("{s:s, s:s}", "name", name,
-					     "value", buf));
+	json_array_append_new(env, kube_env_value(name, buf));
 }
 
 int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
@@ -191,15 +190,15 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 			"containers"),
 		0);
 	env = json_object_get(container, "env");
-	json_array_append_new(env, json_pack("{s:s, s:s}", "name",
-					     "KILN_JOB_ID", "value", id));
-	json_array_append_new(env, json_pack("{s:s, s:s}", "name",
-					     "KILN_ATTEMPT", "value", attempt));
-	json_array_append_new(env, json_pack("{s:s, s:s}", "name",
-					     "KILN_JOB_NAME", "value",
-					     task->spec->name));
+	json_array_append_new(env, kube_env_value("KILN_JOB_ID", id));
+	json_array_append_new(env, kube_env_value("KILN_ATTEMPT", attempt));
+	json_array_append_new(env, kube_env_value("KILN_JOB_NAME",
+						  task->spec->name));
 	if (task->spec->array.count)
 		kn_job_array_env(&task->spec->array, add_env_value, env);
+	if (task->spec->devenv.set)
+		json_array_append_new(env, kube_env_value("KILN_DEVENV",
+							  task->spec->name));
 	*out = docs;
 	return 0;
 }

@@ -25,6 +25,12 @@ static inline const char *kube_str_at(json_t *obj, const char *a,
 	return json_string_value(v);
 }
 
+/* A container's environment variable: {"name": name, "value": value}. */
+static inline json_t *kube_env_value(const char *name, const char *value)
+{
+	return json_pack("{s:s, s:s}", "name", name, "value", value);
+}
+
 /* The item of an API list whose metadata.name is name, or NULL. */
 static inline json_t *kube_item_named(json_t *list, const char *name)
 {

@@ -87,28 +87,29 @@ static json_t *items_copy(json_t *list)
 	return json_is_array(items) ? json_deep_copy(items) : json_array();
 }
 
-int kn_kube_cluster_set_nodes(struct kn_kube_cluster *c, json_t *node_list,
-			      struct kn_error *err)
+/* *slot becomes a copy of list's items, once they are all objects. */
+static int set_items(json_t **slot, json_t *list, const char *what,
+		     struct kn_error *err)
 {
-	int rc = check_items(node_list, "node", err);
+	int rc = check_items(list, what, err);
 
 	if (rc < 0)
 		return rc;
-	json_decref(c->nodes);
-	c->nodes = items_copy(node_list);
+	json_decref(*slot);
+	*slot = items_copy(list);
 	return 0;
+}
+
+int kn_kube_cluster_set_nodes(struct kn_kube_cluster *c, json_t *node_list,
+			      struct kn_error *err)
+{
+	return set_items(&c->nodes, node_list, "node", err);
 }
 
 int kn_kube_cluster_set_pods(struct kn_kube_cluster *c, json_t *pod_list,
 			     struct kn_error *err)
 {
-	int rc = check_items(pod_list, "pod", err);
-
-	if (rc < 0)
-		return rc;
-	json_decref(c->pods);
-	c->pods = items_copy(pod_list);
-	return 0;
+	return set_items(&c->pods, pod_list, "pod", err);
 }
 
 static bool same_pod(json_t *pod, const char *ns, const char *name)

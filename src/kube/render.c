@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kube/kube.h"
+#include "kube/internal.h"
 
 /* The port a deployment's server listens on (KILN_PORT) inside its pod;
    one pod per replica, so one fixed port is enough. */
@@ -292,11 +292,6 @@ static json_t *security_context(const struct kn_kube_render_opts *opts,
 			 "type", "RuntimeDefault");
 }
 
-static json_t *env_value(const char *name, const char *value)
-{
-	return json_pack("{s:s, s:s}", "name", name, "value", value);
-}
-
 static json_t *env_field(const char *name, const char *path)
 {
 	return json_pack("{s:s, s:{s:{s:s}}}", "name", name, "valueFrom",
@@ -351,6 +346,10 @@ static int pod_spec(const struct kn_job_spec *spec,
 	rc = node_affinity(spec, opts, &affinity, err);
 	if (rc < 0)
 		goto out;
+	/* The namespace's service-account token would let the task call the
+	   API server as that account; the store's Secret is the only
+	   credential a pod gets. */
+	json_object_set_new(pod, "automountServiceAccountToken", json_false());
 	if (opts->scheduler_name)
 		json_object_set_new(pod, "schedulerName",
 				    json_string(opts->scheduler_name));
@@ -370,7 +369,7 @@ static int pod_spec(const struct kn_job_spec *spec,
 				       "']"));
 	}
 	for (size_t i = 0; i < spec->n_env; i++)
-		json_array_append_new(env, env_value(spec->env[i].key,
+		json_array_append_new(env, kube_env_value(spec->env[i].key,
 						     spec->env[i].value));
 	json_object_set_new(container, "env", env);
 	env = NULL;
@@ -437,6 +436,17 @@ out:
 	return rc;
 }
 
+/* A Job's or a Deployment's pod template: its labels, its annotations
+   when there are any, and pod as its spec. */
+static json_t *pod_template(json_t *labels, json_t *ann, json_t *pod)
+{
+	json_t *meta = json_pack("{s:O}", "labels", labels);
+
+	if (json_object_size(ann))
+		json_object_set(meta, "annotations", ann);
+	return json_pack("{s:o, s:O}", "metadata", meta, "spec", pod);
+}
+
 static json_t *metadata(const char *kname, const char *ns, json_t *labels)
 {
 	json_t *m = json_pack("{s:s, s:O}", "name", kname, "labels", labels);
@@ -486,43 +496,45 @@ static void shim_wrap(const struct kn_job_spec *spec,
 				      "mountPath", "/tmp"));
 	json_object_set_new(container, "securityContext",
 			    security_context(opts, true));
-	json_array_append_new(env, env_value("KILN_TASK_DIR",
+	json_array_append_new(env, kube_env_value("KILN_TASK_DIR",
 					     KN_KUBE_SHIM_DIR "/task"));
-	json_array_append_new(env, env_value("KILN_CHECKPOINT_DIR",
+	json_array_append_new(env, kube_env_value("KILN_CHECKPOINT_DIR",
 					     KN_KUBE_SHIM_DIR "/checkpoints"));
-	json_array_append_new(env, env_value("KILN_TERMINATION_LOG",
+	json_array_append_new(env, kube_env_value("KILN_TERMINATION_LOG",
 					     KN_KUBE_TERMINATION_LOG));
 	snprintf(buf, sizeof(buf), "SIG%s", sig ? sig : "TERM");
-	json_array_append_new(env, env_value("KILN_CHECKPOINT_SIGNAL", buf));
+	json_array_append_new(env,
+			      kube_env_value("KILN_CHECKPOINT_SIGNAL", buf));
 	/* The pod's terminationGracePeriodSeconds: Kubernetes' default
 	   (30 s) without a checkpoint section. */
 	snprintf(buf, sizeof(buf), "%lld",
 		 spec->checkpoint.set ?
 			 (long long)ceil_seconds(spec->checkpoint.grace_ms) *
 				 1000 : 30000LL);
-	json_array_append_new(env, env_value("KILN_CHECKPOINT_GRACE_MS", buf));
+	json_array_append_new(env,
+			      kube_env_value("KILN_CHECKPOINT_GRACE_MS", buf));
 	/* What the shim fetches the job's inputs into and uploads from
 	   when the task succeeds: the emptyDir, as the checkpoints. */
-	json_array_append_new(env, env_value("KILN_INPUT_DIR",
+	json_array_append_new(env, kube_env_value("KILN_INPUT_DIR",
 					     KN_KUBE_SHIM_DIR "/inputs"));
-	json_array_append_new(env, env_value("KILN_OUTPUT_DIR",
+	json_array_append_new(env, kube_env_value("KILN_OUTPUT_DIR",
 					     KN_KUBE_SHIM_DIR "/outputs"));
 	if (opts->inputs)
-		json_array_append_new(env, env_value("KILN_INPUTS",
+		json_array_append_new(env, kube_env_value("KILN_INPUTS",
 						     opts->inputs));
 	if (opts->requires)
-		json_array_append_new(env, env_value("KILN_REQUIRES",
+		json_array_append_new(env, kube_env_value("KILN_REQUIRES",
 						     opts->requires));
 	if (store && (spec->preemptible || spec->checkpoint.set)) {
-		json_array_append_new(env, env_value("KILN_STORE", store));
+		json_array_append_new(env, kube_env_value("KILN_STORE", store));
 		snprintf(buf, sizeof(buf), "%d",
 			 spec->checkpoint.set ? spec->checkpoint.keep : 3);
-		json_array_append_new(env,
-				      env_value("KILN_CHECKPOINT_KEEP", buf));
+		json_array_append_new(
+			env, kube_env_value("KILN_CHECKPOINT_KEEP", buf));
 	}
 	/* Every job's outputs go to the store; inputs come from stores. */
 	if (store) {
-		json_array_append_new(env, env_value("KILN_OUTPUT_STORE",
+		json_array_append_new(env, kube_env_value("KILN_OUTPUT_STORE",
 						     store));
 		json_object_set_new(
 			container, "envFrom",
@@ -644,11 +656,12 @@ static void array_env(const struct kn_job_spec *spec, json_t *env)
 				       "metadata.annotations['" INDEX_ANNOTATION
 				       "']"));
 	snprintf(buf, sizeof(buf), "%d", spec->array.count);
-	json_array_append_new(env, env_value("KILN_ARRAY_COUNT", buf));
-	json_array_append_new(env, env_value("SLURM_ARRAY_TASK_COUNT", buf));
-	json_array_append_new(env, env_value("SLURM_ARRAY_TASK_MIN", "0"));
+	json_array_append_new(env, kube_env_value("KILN_ARRAY_COUNT", buf));
+	json_array_append_new(env,
+			      kube_env_value("SLURM_ARRAY_TASK_COUNT", buf));
+	json_array_append_new(env, kube_env_value("SLURM_ARRAY_TASK_MIN", "0"));
 	snprintf(buf, sizeof(buf), "%d", spec->array.count - 1);
-	json_array_append_new(env, env_value("SLURM_ARRAY_TASK_MAX", buf));
+	json_array_append_new(env, kube_env_value("SLURM_ARRAY_TASK_MAX", buf));
 }
 
 /* A terminal's task runs without the shim (see kn_kube_render_job), so
@@ -686,7 +699,7 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 		       struct kn_error *err)
 {
 	json_t *docs = NULL, *labels = NULL, *container = NULL, *env;
-	json_t *pod = NULL, *ann = NULL, *job_spec, *template_meta;
+	json_t *pod = NULL, *ann = NULL, *job_spec;
 	char kname[64], buf[160];
 	bool gang = spec->tasks > 1;
 	int rc;
@@ -707,22 +720,27 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 			      opts->image, "command", command(spec));
 	env = json_array();
 	snprintf(buf, sizeof(buf), "%d", spec->tasks);
-	json_array_append_new(env, env_value("WORLD_SIZE", buf));
-	json_array_append_new(env, env_value("LOCAL_RANK", "0"));
-	json_array_append_new(env, env_value("KILN_JOB", kname));
+	json_array_append_new(env, kube_env_value("WORLD_SIZE", buf));
+	json_array_append_new(env, kube_env_value("LOCAL_RANK", "0"));
+	json_array_append_new(env, kube_env_value("KILN_JOB", kname));
 	if (gang) {
 		json_array_append_new(
 			env, env_field("RANK", "metadata.annotations['"
 					       INDEX_ANNOTATION "']"));
 		snprintf(buf, sizeof(buf), "%s-0.%s", kname, kname);
-		json_array_append_new(env, env_value("MASTER_ADDR", buf));
+		json_array_append_new(env, kube_env_value("MASTER_ADDR", buf));
 		snprintf(buf, sizeof(buf), "%d", KN_KUBE_MASTER_PORT);
-		json_array_append_new(env, env_value("MASTER_PORT", buf));
+		json_array_append_new(env, kube_env_value("MASTER_PORT", buf));
 	} else {
-		json_array_append_new(env, env_value("RANK", "0"));
+		json_array_append_new(env, kube_env_value("RANK", "0"));
 	}
 	if (spec->array.count)
 		array_env(spec, env);
+	/* A dev environment's home is not kept in a pod (the server cannot
+	   reach its files); the image's may lie on the read-only root, so
+	   it gets the writable /tmp, which ends with the pod. */
+	if (spec->devenv.set)
+		json_array_append_new(env, kube_env_value("HOME", "/tmp"));
 	rc = pod_spec(spec, opts, "kiln.dev/job", kname, container, env, &pod,
 		      &ann, err);
 	if (rc < 0)
@@ -745,13 +763,10 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 		snprintf(buf, sizeof(buf), "%d", spec->tasks);
 		json_object_set_new(ann, KN_KUBE_ANN_GANG, json_string(buf));
 	}
-	template_meta = json_pack("{s:O}", "labels", labels);
-	if (json_object_size(ann))
-		json_object_set(template_meta, "annotations", ann);
-	job_spec = json_pack("{s:i, s:i, s:i, s:{s:o, s:O}}", "completions",
+	job_spec = json_pack("{s:i, s:i, s:i, s:o}", "completions",
 			     spec->tasks, "parallelism", spec->tasks,
 			     "backoffLimit", spec->retries, "template",
-			     "metadata", template_meta, "spec", pod);
+			     pod_template(labels, ann, pod));
 	if (gang || spec->array.count)
 		json_object_set_new(job_spec, "completionMode",
 				    json_string("Indexed"));
@@ -811,7 +826,7 @@ int kn_kube_render_deployment(const struct kn_deployment_spec *d,
 			      json_t **out, struct kn_error *err)
 {
 	json_t *labels = NULL, *container = NULL, *env, *pod = NULL;
-	json_t *ann = NULL, *template_meta, *docs;
+	json_t *ann = NULL, *docs;
 	char kname[64], port[16];
 	int rc;
 
@@ -834,8 +849,8 @@ int kn_kube_render_deployment(const struct kn_deployment_spec *d,
 		json_object_set_new(container, "livenessProbe",
 				    probe(&d->liveness));
 	snprintf(port, sizeof(port), "%d", SERVE_PORT);
-	env = json_pack("[o, o]", env_value("KILN_PORT", port),
-			env_value("KILN_MODEL", d->model));
+	env = json_pack("[o, o]", kube_env_value("KILN_PORT", port),
+			kube_env_value("KILN_MODEL", d->model));
 	json_object_set_new(container, "lifecycle",
 			    json_pack("{s:{s:{s:[s,s,s]}}}", "preStop", "exec",
 				      "command", "/bin/sh", "-c",
@@ -846,23 +861,20 @@ int kn_kube_render_deployment(const struct kn_deployment_spec *d,
 		goto out;
 	json_object_set_new(pod, "terminationGracePeriodSeconds",
 			    json_integer(SERVE_GRACE_S));
-	template_meta = json_pack("{s:O}", "labels", labels);
-	if (json_object_size(ann))
-		json_object_set(template_meta, "annotations", ann);
 	docs = json_array();
 	/* One replica at a time, never below the wanted count: the rolling
 	   replacement the well-architected guidance asks for. */
 	json_array_append_new(
 		docs,
 		json_pack("{s:s, s:s, s:o, s:{s:i, s:{s:{s:s}}, "
-			  "s:{s:s, s:{s:i, s:i}}, s:{s:o, s:O}}}",
+			  "s:{s:s, s:{s:i, s:i}}, s:o}}",
 			  "apiVersion", "apps/v1", "kind", "Deployment",
 			  "metadata", metadata(kname, opts->namespace_, labels),
 			  "spec", "replicas", d->replicas, "selector",
 			  "matchLabels", "kiln.dev/deployment", kname,
 			  "strategy", "type", "RollingUpdate", "rollingUpdate",
 			  "maxUnavailable", 0, "maxSurge", 1, "template",
-			  "metadata", template_meta, "spec", pod));
+			  pod_template(labels, ann, pod)));
 	json_array_append_new(
 		docs,
 		json_pack("{s:s, s:s, s:o, s:{s:{s:s}, s:[{s:s, s:i, s:s}]}}",

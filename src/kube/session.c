@@ -120,20 +120,11 @@ static void bridge_free(struct bridge *b)
 
 static int to_server(struct bridge *b, const void *data, size_t len)
 {
-	const char *p = data;
+	int rc = kn_send_all(b->fd, data, len);
 
-	while (len) {
-		ssize_t n = send(b->fd, p, len, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			b->done = true;
-			return -errno;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	if (rc < 0)
+		b->done = true;
+	return rc;
 }
 
 /* The session ends with why (an ERROR frame), or silently (NULL). */

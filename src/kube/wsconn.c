@@ -273,21 +273,15 @@ static int write_all(struct kube_ws *c, const void *data, size_t len)
 {
 	const char *p = data;
 
+	if (!c->ssl)
+		return kn_send_all(c->fd, data, len);
 	while (len) {
-		ssize_t n;
-		if (c->ssl) {
-			n = SSL_write(c->ssl, p, (int)(len > INT32_MAX ? INT32_MAX
-								       : len));
-			if (n <= 0) {
-				ERR_clear_error();
-				return -EIO;
-			}
-		} else {
-			n = send(c->fd, p, len, MSG_NOSIGNAL);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0)
-				return -errno;
+		int n = SSL_write(c->ssl, p,
+				  (int)(len > INT32_MAX ? INT32_MAX : len));
+
+		if (n <= 0) {
+			ERR_clear_error();
+			return -EIO;
 		}
 		p += n;
 		len -= (size_t)n;

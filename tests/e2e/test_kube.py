@@ -585,6 +585,7 @@ def test_render_locks_pods_down_and_holds_no_secret(monkeypatch):
     assert "c2VydmVyLXNlY3JldC1rZXk=" not in text
     assert "kiln_server_token_not_for_pods" not in text
     pod = pod_spec(json.loads(text)[0])
+    assert pod["automountServiceAccountToken"] is False
     for c in pod["containers"] + pod["initContainers"]:
         sc = c["securityContext"]
         assert sc["runAsNonRoot"] is True and sc["runAsUser"] > 0
@@ -597,6 +598,7 @@ def test_render_locks_pods_down_and_holds_no_secret(monkeypatch):
     # writable, the rest is as locked down.
     dep = render_docs("kind: Deployment\nname: chat\nmodel: /models/llama\n"
                       "command: [serve]\n")
+    assert pod_spec(dep[0])["automountServiceAccountToken"] is False
     sc = pod_spec(dep[0])["containers"][0]["securityContext"]
     assert sc["readOnlyRootFilesystem"] is False
     assert sc["runAsNonRoot"] is True and sc["capabilities"] == {

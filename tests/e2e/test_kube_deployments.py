@@ -85,6 +85,8 @@ def test_lifecycle(tmp_path, api):
             "app.kubernetes.io/managed-by": "kiln",
             "kiln.dev/deployment": "chat"}
         pod = tmpl["spec"]
+        # No service-account token for the server to call the API with.
+        assert pod["automountServiceAccountToken"] is False
         assert pod["terminationGracePeriodSeconds"] == 30
         assert pod["nodeSelector"] == {"agentpool": "gpunc"}
         assert pod["tolerations"] == [

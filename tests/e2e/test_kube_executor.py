@@ -78,6 +78,8 @@ def test_gang_succeeds(kserver, api):
     assert pod["terminationGracePeriodSeconds"] == 30
     assert pod["restartPolicy"] == "Never"
     assert pod["subdomain"] == name
+    # The namespace's service-account token stays out of the task.
+    assert pod["automountServiceAccountToken"] is False
     assert {"key": "sku", "operator": "Equal", "value": "gpu",
             "effect": "NoSchedule"} in pod["tolerations"]
     affinity = pod["affinity"]["nodeAffinity"][
@@ -332,3 +334,37 @@ def test_server_flags(tmp_path):
     assert r.returncode == 2 and "need --executor kubernetes" in r.stderr
     r = s.cli("server", "--help")
     assert "--executor local|slurm|kubernetes" in r.stdout
+
+
+def test_dev_environment_stops_idle_and_keeps_no_home(kserver, api):
+    """A dev environment's pod: its name in KILN_DEVENV, $HOME the pod's
+    writable /tmp (no home is restored or saved: the server cannot reach
+    a pod's files), stopped when no session is attached for its
+    idle_timeout, its Job deleted."""
+    jid = kserver.submit("kind: DevEnvironment\nname: box\n"
+                         "resources: {gpus: 1}\nidle_timeout: 3s\n",
+                         filename="box.yaml")
+    name = f"kiln-{jid}-1"
+    job = wait_for(lambda: posted(api, name), what="the Job's POST")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    (c,) = pod["containers"]
+    assert c["command"][-2:] == ["sleep", "infinity"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    env = env_of(c)
+    assert env["KILN_DEVENV"] == "box" and env["HOME"] == "/tmp"
+    assert "KILN_DEVENV_HOME" not in env
+    kserver.wait_state(jid, "running")
+    api.set_pod(name, 0, "pod-running.json")
+    done = kserver.wait_state(jid, ("cancelled", "failed", "succeeded"),
+                              timeout=60)
+    assert done["state"] == "cancelled", done
+    assert done["reason"].startswith("stopped: idle for 3s"), done["reason"]
+    (delete,) = wait_for(lambda: api.sent("DELETE"), what="the DELETE")
+    assert delete["path"] == f"{JOBS}/{name}"
+    events = kserver.request("GET", "/v1/events").text
+    assert "devenv.idle_warning" in events
+    assert "devenv.home_saved" not in events
+    assert "devenv.home_refused" not in events
+    rows = kserver.request("GET", "/v1/cost").json()["devenvs"]["rows"]
+    assert [r["stopped_for"] for r in rows if r["job"] == jid] == ["idle"]

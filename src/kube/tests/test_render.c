@@ -323,6 +323,107 @@ static void test_tty(void **state)
 	assert_string_equal(err.field, "checkpoint");
 }
 
+/* Every container of pod as docs/kubernetes.md promises; its root file
+   system read-only as read_only_root says. */
+static void assert_locked_down(json_t *pod, bool read_only_root)
+{
+	const char *const lists[] = {"containers", "initContainers"};
+	size_t i;
+	json_t *c;
+
+	assert_true(json_is_false(
+		json_object_get(pod, "automountServiceAccountToken")));
+	for (size_t l = 0; l < 2; l++)
+		json_array_foreach(json_object_get(pod, lists[l]), i, c) {
+			json_t *sc = json_object_get(c, "securityContext");
+
+			assert_true(json_is_true(
+				json_object_get(sc, "runAsNonRoot")));
+			assert_true(fixture_num(sc, "runAsUser") > 0);
+			assert_true(fixture_num(sc, "runAsGroup") > 0);
+			assert_true(json_is_false(json_object_get(
+				sc, "allowPrivilegeEscalation")));
+			assert_int_equal(json_is_true(json_object_get(
+						 sc, "readOnlyRootFilesystem")),
+					 read_only_root);
+			assert_string_equal(fixture_str(sc, "capabilities.drop.[0]"),
+					    "ALL");
+			assert_int_equal(json_array_size(fixture_at(
+						 sc, "capabilities.drop")), 1);
+			assert_null(fixture_at(sc, "capabilities.add"));
+			assert_null(json_object_get(sc, "privileged"));
+			assert_string_equal(fixture_str(sc, "seccompProfile.type"),
+					    "RuntimeDefault");
+		}
+	/* Nothing of the node's is shared with the task. */
+	assert_null(json_object_get(pod, "hostNetwork"));
+	assert_null(json_object_get(pod, "hostPID"));
+	assert_null(json_object_get(pod, "hostIPC"));
+	assert_null(json_object_get(pod, "serviceAccountName"));
+}
+
+/* Every pod template kiln renders, the terminal's too, gets no API
+   credential and the same locked-down containers; a dev environment's
+   a writable home. */
+static void test_pods_locked_down(void **state)
+{
+	static const struct {
+		const char *yaml;
+		bool read_only_root;
+	} cases[] = {
+		{"kind: Job\nname: one\ncommand: [a]\n", true},
+		{"kind: Job\nname: gang\ncommand: [a]\ntasks: 3\n"
+		 "resources: {gpus: 1}\n", true},
+		{"kind: Job\nname: arr\ncommand: [a]\narray: {count: 4}\n",
+		 true},
+		{"kind: Job\nname: ckpt\ncommand: [a]\npreemptible: true\n"
+		 "checkpoint: {every: 10m}\n", true},
+		/* Without the shim, whose directories a task writes in: the
+		   root stays writable, nothing else widens. */
+		{"kind: Job\nname: sh\ncommand: [bash]\ntty: true\n", false},
+		{"kind: DevEnvironment\nname: box\nresources: {gpus: 1}\n",
+		 true},
+	};
+	struct kn_kube_render_opts opts = {.image = "img",
+					   .shim_image = "kiln:1",
+					   .store_url = "azure://acct/ckpt",
+					   .products = products};
+	const char *dep_yaml = "kind: Deployment\nname: web\nmodel: job:7\n"
+			       "command: [srv]\n";
+	struct kn_deployment_spec *d;
+	struct kn_job_spec *spec;
+	struct kn_error err = {0};
+	const char *home;
+	json_t *docs, *pod;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(kn_job_spec_parse(cases[i].yaml,
+						   strlen(cases[i].yaml),
+						   "j.yaml", &spec, &err), 0);
+		assert_int_equal(kn_kube_render_job(spec, &opts, &docs, &err),
+				 0);
+		kn_job_spec_free(spec);
+		pod = fixture_at(json_array_get(docs, 0), "spec.template.spec");
+		assert_locked_down(pod, cases[i].read_only_root);
+		/* A dev environment's home is the pod's writable /tmp. */
+		home = env(fixture_at(pod, "containers.[0]"), "HOME");
+		if (strstr(cases[i].yaml, "DevEnvironment"))
+			assert_string_equal(home, "/tmp");
+		else
+			assert_null(home);
+		json_decref(docs);
+	}
+	/* A deployment's server writes where its image says. */
+	assert_int_equal(kn_deployment_spec_parse(dep_yaml, strlen(dep_yaml),
+						  "d.yaml", NULL, &d, &err), 0);
+	assert_int_equal(kn_kube_render_deployment(d, &opts, &docs, &err), 0);
+	kn_deployment_spec_free(d);
+	assert_locked_down(fixture_at(json_array_get(docs, 0),
+				      "spec.template.spec"), false);
+	json_decref(docs);
+}
+
 static void test_deployment(void **state)
 {
 	const char *yaml = "kind: Deployment\nname: web.v2\nmodel: job:7\n"
@@ -459,6 +560,7 @@ int main(void)
 		cmocka_unit_test(test_checkpoint_grace),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_tty),
+		cmocka_unit_test(test_pods_locked_down),
 		cmocka_unit_test(test_deployment),
 		cmocka_unit_test(test_products),
 		cmocka_unit_test(test_yaml),
