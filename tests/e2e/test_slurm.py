@@ -286,6 +286,36 @@ def test_server_restart_adopts_the_slurm_job(sserver, tmp_path):
     assert "done" in sserver.logs(jid)
 
 
+def test_an_attempt_an_older_kiln_submitted_is_still_followed(sserver,
+                                                              tmp_path):
+    # An older kiln kept the attempt's Slurm files in the attempt
+    # directory itself. After a restart the server reads them from there,
+    # only from files it owns: it asks Slurm about that job id.
+    gate = tmp_path / "gate"
+    jid = submit(sserver, "kiln-older", ["/bin/sh", "-c",
+                                         f"echo up; while [ ! -e {gate} ]; do "
+                                         "sleep 0.05; done; echo done"])
+    wait_for(lambda: "up" in sserver.logs(jid), what="the task to start")
+    sserver.kill9()
+    attempt = sserver.home / "tasks" / str(jid) / "1"
+    control = attempt.with_suffix(".slurm")
+    own_id = (control / "sbatch.out").read_text().split(";")[0].strip()
+    for f in control.iterdir():
+        if f.name in ("sbatch.out", "sbatch.err", "sbatch.pid"):
+            shutil.move(f, attempt / f.name)
+        else:
+            f.unlink()
+    control.rmdir()
+    sserver.start()
+    wait_for(lambda: (attempt / "slurm.state").exists() and
+             f"JobId={own_id} " in (attempt / "slurm.state").read_text(),
+             what="the server to ask Slurm about the older attempt's job")
+    gate.touch()
+    job = sserver.wait_state(jid, ("succeeded", "failed"))
+    assert job["state"] == "succeeded", job
+    assert not control.exists()
+
+
 def test_partition_map_and_a_refused_submission(tmp_path, slurm_env):
     s = Server(tmp_path / "home", gpus="8xH100-80GB",
                extra=["--executor", "slurm", "--slurm-partitions",
