@@ -145,6 +145,10 @@ bool exec_slurm_name_ok(const char *name, size_t n, size_t len);
    else, a sign, a space or a value past max included (sacct.c). */
 bool exec_slurm_count(const char *s, size_t n, int64_t max, int64_t *out);
 
+/* Where a Slurm task's shim writes its node's name, beside TASK_DIR, for
+   the server's srun of an interactive session to find (slurm.c). */
+#define SESSION_NODE_SUFFIX ".node"
+
 /* The batch steps sbatch runs (slurm.c): one attempt's gang, and one
    element of a job array (its attempt directory from its index). */
 extern const char exec_slurm_batch_script[];

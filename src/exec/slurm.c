@@ -14,14 +14,27 @@
  *
  * Nothing here waits for Slurm. sbatch, scancel and scontrol are started
  * as children in their own sessions with their output going to files in
- * the attempt directory (the server's SIGCHLD handler reaps them):
+ * ATTEMPT_DIR.slurm, beside the attempt directory (the server's SIGCHLD
+ * handler reaps them):
  *
- *   sbatch.pid      "PID START" of the sbatch child (all ranks read it)
- *   sbatch.out      its --parsable answer: "JOBID" (or "JOBID;CLUSTER")
- *   sbatch.err      its complaints, the reason when no job id came back
- *   slurm.state     the last `scontrol show job -o JOBID`, at most one
- *                   query in flight (query.pid) and one a second
- *   slurm-JOBID.out what the batch step itself prints (srun's errors)
+ *   ATTEMPT_DIR.slurm/  the server's, mode 0700, made before sbatch runs
+ *     sbatch.pid      "PID START" of the sbatch child (all ranks read it)
+ *     sbatch.out      its --parsable answer: "JOBID" (or "JOBID;CLUSTER")
+ *     sbatch.err      its complaints, the reason when no job id came back
+ *     slurm.state     the last `scontrol show job -o JOBID`, at most one
+ *                     query in flight (query.pid) and one a second
+ *     sacct.out       the last sacct of the job (sacct.pid)
+ *   ATTEMPT_DIR/      the task's user's (slurm.sh, task directories)
+ *     slurm-JOBID.out what the batch step itself prints (srun's errors)
+ *
+ * The attempt directory is the task's user's, who could replace any file
+ * in it: a job id there would be a scancel the server makes for them on
+ * someone else's job. So what the server decides by (the job id, its
+ * children's pids, Slurm's answers) lies where only the server writes,
+ * in the job's directory, and is read only from regular files the server
+ * owns. An attempt submitted before ATTEMPT_DIR.slurm existed has these
+ * files in its attempt directory; they are read from there, under the
+ * same owner check.
  *
  * Task state comes first from the shim's status.json, as locally. Slurm's
  * view matters only while no status.json exists: PENDING or RUNNING mean
@@ -104,10 +117,11 @@ extern char **environ;
 #define SLURM_EXPORT                                                       \
 	"--export=PATH,LANG,LC_ALL,TZ,KILN_SLURM_BIN,KILN_SLURM_ATTEMPT_DIR," \
 	"KILN_SLURM_STOP_SIGNAL,KILN_SLURM_STOP,KILN_SLURM_ARRAY_DIR"
-/* Where the shim writes its node's name, beside TASK_DIR (see above). */
-#define SESSION_NODE_SUFFIX ".node"
 /* The bound on a node name read back (Slurm's HOST_NAME_MAX is 64). */
 #define NODE_NAME_MAX 64
+
+/* Beside an attempt directory: the server's files about its job. */
+#define CONTROL_SUFFIX ".slurm"
 
 /* The account a root server runs Slurm tasks as when none is named. */
 #define SLURM_DEFAULT_USER "kiln-task"
@@ -215,6 +229,22 @@ static char *attempt_dir_of(const char *task_dir)
 	memcpy(d, task_dir, n);
 	d[n] = '\0';
 	return d;
+}
+
+/*
+ * Where the attempt's Slurm files are (see the top): ATTEMPT_DIR.slurm,
+ * or the attempt directory itself for an attempt submitted before that.
+ */
+static char *control_dir_of(const char *attempt_dir)
+{
+	char *dir = kn_asprintf("%s" CONTROL_SUFFIX, attempt_dir);
+	struct stat st;
+
+	if (lstat(dir, &st) < 0 && errno == ENOENT) {
+		free(dir);
+		return kn_xstrdup(attempt_dir);
+	}
+	return dir;
 }
 
 /* ---- sbatch's command line ---- */
@@ -390,11 +420,40 @@ static int read_attempt_file(const char *path, size_t max, char **out)
 	return rc;
 }
 
+/*
+ * dir/name, with its stat, as the server or its child wrote it: only a
+ * regular file the server owns is read. Where the task's user can write
+ * in dir, one they put there (a job id, a pid, an answer of Slurm's, or
+ * one bent with a future time to look fresh) is not read, and the next
+ * write of the server's replaces it.
+ */
+static int read_own_file(const char *dir, const char *name, size_t max,
+			 char **text, size_t *len, struct stat *sb)
+{
+	struct kn_error err;
+	int fd = kn_task_file_open(dir, name, O_RDONLY, geteuid(), &err);
+	int rc;
+
+	if (fd < 0)
+		return fd;
+	rc = fstat(fd, sb) < 0 ? -errno : kn_read_fd(fd, max, text, len);
+	close(fd);
+	return rc;
+}
+
 int exec_slurm_read_proc(const char *path, struct kn_task_proc *out)
 {
+	char *dir = kn_xstrdup(path), *slash = strrchr(dir, '/');
 	char *text = NULL;
 	long long pid, start;
-	int rc = read_attempt_file(path, 256, &text);
+	struct stat sb;
+	int rc = -EINVAL;
+
+	if (slash) {
+		*slash = '\0';
+		rc = read_own_file(dir, slash + 1, 256, &text, NULL, &sb);
+	}
+	free(dir);
 
 	if (rc < 0)
 		return rc;
@@ -408,17 +467,30 @@ int exec_slurm_read_proc(const char *path, struct kn_task_proc *out)
 	return 0;
 }
 
-/* The attempt's Slurm job id from sbatch.out, or 0 when none (yet). */
-static long long read_job_id(const char *attempt_dir)
+/*
+ * The attempt's Slurm job id from sbatch.out in its control directory
+ * (control_dir_of), or 0 when none (yet). Only sbatch's exact answer,
+ * "JOBID" or "JOBID;CLUSTER" and a newline, counts: none of the server's
+ * other files (a "PID START" one renamed there in an older attempt's
+ * directory) reads as a job id.
+ */
+static long long read_job_id(const char *control_dir)
 {
-	char *path = kn_asprintf("%s/sbatch.out", attempt_dir), *text = NULL;
-	long long id = 0;
+	char *text = NULL;
+	size_t len = 0, n;
+	int64_t id = 0;
+	struct stat sb;
 
-	if (read_attempt_file(path, SBATCH_OUT_MAX, &text) == 0 &&
-	    sscanf(text, "%lld", &id) != 1)
-		id = 0;
+	if (read_own_file(control_dir, "sbatch.out", SBATCH_OUT_MAX, &text,
+			  &len, &sb) == 0) {
+		n = strcspn(text, ";\n");
+		if ((text[n] != ';' && text[n] != '\n') ||
+		    !exec_slurm_count(text, n, UINT32_MAX, &id) ||
+		    text[len - 1] != '\n' || memchr(text, '\n', len) !=
+						     text + len - 1)
+			id = 0;
+	}
 	free(text);
-	free(path);
 	return id > 0 ? id : 0;
 }
 
@@ -553,6 +625,26 @@ static int give_like_dir(const char *dir, const char *path)
 	return lchown(path, st.st_uid, st.st_gid) < 0 ? -errno : 0;
 }
 
+/*
+ * ATTEMPT_DIR.slurm, the server's alone: in the job's directory, where
+ * the task's user cannot write, so nothing there is theirs. One already
+ * there (a start tried again) must be the server's own directory.
+ */
+static int make_control_dir(const char *dir, struct kn_error *err)
+{
+	struct stat st;
+
+	if (mkdir(dir, 0700) == 0)
+		return 0;
+	if (errno == EEXIST && lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
+	    st.st_uid == geteuid() && !(st.st_mode & 077))
+		return 0;
+	return kn_errorf(err, KN_EIO, NULL, "cannot make %s, the server's own "
+			 "directory for the attempt: %s", dir,
+			 errno == EEXIST ? "it is there and not the server's "
+					   "own" : strerror(errno));
+}
+
 /* ---- the task's sbatch options ---- */
 
 /* The partition for key from the map, copied into out; false if absent. */
@@ -631,7 +723,7 @@ static int slurm_start(struct kn_executor *ex, const struct kn_task_launch *l,
 	struct kn_task_launch own;
 	char partition[128];
 	char *attempt_dir = NULL, *script = NULL, *pid_path = NULL,
-	     *out_path = NULL, *err_path = NULL, *bin = NULL;
+	     *out_path = NULL, *err_path = NULL, *bin = NULL, *ctl = NULL;
 	char **args = NULL, *env[5] = {NULL, NULL, NULL, NULL, NULL};
 	struct kn_task_proc p = {0, 0};
 	size_t n_env = 0;
@@ -703,13 +795,17 @@ static int slurm_start(struct kn_executor *ex, const struct kn_task_launch *l,
 			       strerror(-rc));
 		goto out;
 	}
+	ctl = kn_asprintf("%s" CONTROL_SUFFIX, attempt_dir);
+	rc = make_control_dir(ctl, err);
+	if (rc < 0)
+		goto out;
 	args = kn_slurm_sbatch_args(t, l->timeout_ms, attempt_dir);
-	out_path = kn_asprintf("%s/sbatch.out", attempt_dir);
-	err_path = kn_asprintf("%s/sbatch.err", attempt_dir);
+	out_path = kn_asprintf("%s/sbatch.out", ctl);
+	err_path = kn_asprintf("%s/sbatch.err", ctl);
 	rc = spawn_child(args, env, out_path, err_path, &p, err);
 	if (rc < 0)
 		goto out;
-	pid_path = kn_asprintf("%s/sbatch.pid", attempt_dir);
+	pid_path = kn_asprintf("%s/sbatch.pid", ctl);
 	rc = exec_slurm_write_proc(pid_path, &p);
 	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s",
@@ -726,6 +822,7 @@ out:
 	free(err_path);
 	free(pid_path);
 	free(script);
+	free(ctl);
 	free(attempt_dir);
 	return rc;
 }
@@ -738,6 +835,7 @@ static int slurm_stop(struct kn_executor *ex, const char *task_dir,
 	char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}", signo,
 				 (long long)grace_ms);
 	char *attempt_dir = attempt_dir_of(task_dir);
+	char *ctl = control_dir_of(attempt_dir);
 	long long job_id;
 	int rc;
 
@@ -756,12 +854,13 @@ static int slurm_stop(struct kn_executor *ex, const char *task_dir,
 				 task_dir, grace_ms);
 		goto out;
 	}
-	job_id = read_job_id(attempt_dir);
+	job_id = read_job_id(ctl);
 	if (job_id > 0)
 		rc = run_scancel(job_id, "PENDING", err);
 out:
 	free(path);
 	free(text);
+	free(ctl);
 	free(attempt_dir);
 	return rc;
 }
@@ -818,36 +917,13 @@ static int64_t mtime_ms(const struct stat *sb)
 }
 
 
-/*
- * The last answer to q, with its stat, as the server's child wrote it:
- * the attempt directory may be the task's user's, who could put a file
- * of their own there (saying, for one, that Slurm preempted the job).
- * Only a regular file the server owns is read; anything else is no
- * answer, and the next query's rename replaces it.
- */
-static int read_own_answer(const char *attempt_dir, const char *name,
-			   size_t max, char **text, size_t *len,
-			   struct stat *sb)
-{
-	struct kn_error err;
-	int fd = kn_task_file_open(attempt_dir, name, O_RDONLY, geteuid(),
-				   &err);
-	int rc;
-
-	if (fd < 0)
-		return fd;
-	rc = fstat(fd, sb) < 0 ? -errno : kn_read_fd(fd, max, text, len);
-	close(fd);
-	return rc;
-}
-
-int exec_slurm_ask(const char *attempt_dir, long long job_id,
+int exec_slurm_ask(const char *dir, long long job_id,
 		   const struct exec_slurm_query *q, char **text, size_t *len,
 		   int64_t *at_ms, bool *fresh, char *why, size_t why_len)
 {
-	char *qpid = kn_asprintf("%s/%s", attempt_dir, q->pid_name);
-	char *tmp = kn_asprintf("%s/%s.tmp", attempt_dir, q->name);
-	char *final = kn_asprintf("%s/%s", attempt_dir, q->name);
+	char *qpid = kn_asprintf("%s/%s", dir, q->pid_name);
+	char *tmp = kn_asprintf("%s/%s.tmp", dir, q->name);
+	char *final = kn_asprintf("%s/%s", dir, q->name);
 	struct kn_task_proc p;
 	struct stat sb;
 	bool busy = false, answered;
@@ -864,9 +940,9 @@ int exec_slurm_ask(const char *attempt_dir, long long job_id,
 			*fresh = true;
 		}
 	}
-	answered = read_own_answer(attempt_dir, q->name,
-				   q->max ? q->max : STATE_MAX, text, len,
-				   &sb) == 0;
+	answered = read_own_file(dir, q->name,
+				 q->max ? q->max : STATE_MAX, text, len,
+				 &sb) == 0;
 	if (answered)
 		*at_ms = mtime_ms(&sb);
 	if (!busy && (!answered || kn_now_ms() - *at_ms >= QUERY_INTERVAL_MS)) {
@@ -898,7 +974,7 @@ int exec_slurm_ask(const char *attempt_dir, long long job_id,
 }
 
 /* What Slurm last said of the job (scontrol show job), into *a. */
-static void slurm_state(const char *attempt_dir, long long job_id,
+static void slurm_state(const char *control_dir, long long job_id,
 			struct slurm_answer *a)
 {
 	char id[32], *text;
@@ -908,7 +984,7 @@ static void slurm_state(const char *attempt_dir, long long job_id,
 
 	memset(a, 0, sizeof(*a));
 	snprintf(id, sizeof(id), "%lld", job_id);
-	if (exec_slurm_ask(attempt_dir, job_id, &q, &text, NULL, &a->at_ms,
+	if (exec_slurm_ask(control_dir, job_id, &q, &text, NULL, &a->at_ms,
 			   &a->fresh, a->reason, sizeof(a->reason)) == 1) {
 		field(text, "JobState", a->state, sizeof(a->state));
 		field(text, "Reason", a->reason, sizeof(a->reason));
@@ -997,7 +1073,7 @@ void exec_slurm_ended_unrecorded(struct kn_task_status *st, const char *id,
  * preempted task is marked so, with Slurm's time, and the job Slurm
  * requeued is cancelled: kiln resumes it as a new attempt of its own.
  */
-static bool ended_slurm_checked(const char *task_dir, const char *attempt_dir,
+static bool ended_slurm_checked(const char *task_dir, const char *control_dir,
 				struct kn_task_status *st)
 {
 	char *stop = kn_asprintf("%s/stop.json", task_dir);
@@ -1009,10 +1085,10 @@ static bool ended_slurm_checked(const char *task_dir, const char *attempt_dir,
 	free(stop);
 	if (asked || st->reason[0] || (st->exit_code == 0 && st->signal == 0))
 		return true;
-	job_id = read_job_id(attempt_dir);
+	job_id = read_job_id(control_dir);
 	if (job_id == 0)
 		return true;
-	slurm_state(attempt_dir, job_id, &a);
+	slurm_state(control_dir, job_id, &a);
 	if (a.at_ms < st->ended_at_ms)
 		return kn_now_ms() - st->ended_at_ms >= PREEMPT_ANSWER_WAIT_MS;
 	if (!a.preempt[0] || !strcmp(a.preempt, "None") ||
@@ -1037,7 +1113,7 @@ static bool ended_slurm_checked(const char *task_dir, const char *attempt_dir,
  * accounting answers at once, and the shim's times stand. A task that
  * failed is not held: the rest of its gang must be stopped at once.
  */
-static bool ended_with_accounting(const char *attempt_dir,
+static bool ended_with_accounting(const char *control_dir,
 				  struct kn_task_status *st)
 {
 	char id[32], *text = NULL, why[96];
@@ -1047,7 +1123,7 @@ static bool ended_with_accounting(const char *attempt_dir,
 	char *env[] = {"SLURM_TIME_FORMAT=%s", NULL};
 	const struct exec_slurm_query q = {"sacct.pid", "sacct.out", argv, env,
 					   0};
-	long long job_id = read_job_id(attempt_dir);
+	long long job_id = read_job_id(control_dir);
 	bool late = kn_now_ms() - st->ended_at_ms >= ACCT_WAIT_MS, fresh;
 	struct kn_sacct_job j;
 	struct kn_error err;
@@ -1057,7 +1133,7 @@ static bool ended_with_accounting(const char *attempt_dir,
 	if (job_id == 0 || st->exit_code != 0 || st->signal != 0)
 		return true;
 	snprintf(id, sizeof(id), "%lld", job_id);
-	if (exec_slurm_ask(attempt_dir, job_id, &q, &text, NULL, &at_ms, &fresh,
+	if (exec_slurm_ask(control_dir, job_id, &q, &text, NULL, &at_ms, &fresh,
 			   why, sizeof(why)) == 0 ||
 	    at_ms < st->ended_at_ms) {
 		free(text);
@@ -1086,7 +1162,7 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 			struct kn_task_status *out, struct kn_error *err)
 {
 	char *attempt_dir = attempt_dir_of(task_dir), *path = NULL,
-	     *text = NULL, why[256];
+	     *text = NULL, why[256], *ctl = control_dir_of(attempt_dir);
 	struct kn_task_status st;
 	struct kn_task_proc sbatch;
 	struct slurm_answer a;
@@ -1096,26 +1172,28 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 	(void)proc;
 	if (slurm_array_element(task_dir)) {
 		free(attempt_dir);
+		free(ctl);
 		return slurm_array_status(((struct slurm_exec *)ex->impl)->batches,
 					  task_dir, out, err);
 	}
 	memset(&st, 0, sizeof(st));
 	rc = exec_slurm_read_status_json(task_dir, &st, err);
-	if (rc == 1 && (!ended_slurm_checked(task_dir, attempt_dir, &st) ||
-			!ended_with_accounting(attempt_dir, &st)))
+	if (rc == 1 && (!ended_slurm_checked(task_dir, ctl, &st) ||
+			!ended_with_accounting(ctl, &st)))
 		goto running;
 	if (rc != 0)
 		goto done;
-	job_id = read_job_id(attempt_dir);
+	job_id = read_job_id(ctl);
 	if (job_id == 0) {
-		path = kn_asprintf("%s/sbatch.pid", attempt_dir);
+		path = kn_asprintf("%s/sbatch.pid", ctl);
 		if (exec_slurm_read_proc(path, &sbatch) == 0 && exec_proc_alive(&sbatch))
 			goto running; /* sbatch has not answered yet */
-		job_id = read_job_id(attempt_dir);
+		job_id = read_job_id(ctl);
 		if (job_id == 0) {
-			free(path);
-			path = kn_asprintf("%s/sbatch.err", attempt_dir);
-			read_attempt_file(path, SBATCH_OUT_MAX, &text);
+			struct stat sb;
+
+			read_own_file(ctl, "sbatch.err", SBATCH_OUT_MAX, &text,
+				      NULL, &sb);
 			if (text)
 				text[strcspn(text, "\n")] = '\0';
 			snprintf(why, sizeof(why), "cannot submit: %s",
@@ -1124,7 +1202,7 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 			goto done;
 		}
 	}
-	slurm_state(attempt_dir, job_id, &a);
+	slurm_state(ctl, job_id, &a);
 	if (!a.state[0])
 		goto running;
 	if (!kn_slurm_state_final(a.state)) {
@@ -1134,8 +1212,8 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 	}
 	/* Over in Slurm: the shim's record may have landed meanwhile. */
 	rc = exec_slurm_read_status_json(task_dir, &st, err);
-	if (rc == 1 && (!ended_slurm_checked(task_dir, attempt_dir, &st) ||
-			!ended_with_accounting(attempt_dir, &st)))
+	if (rc == 1 && (!ended_slurm_checked(task_dir, ctl, &st) ||
+			!ended_with_accounting(ctl, &st)))
 		goto running;
 	if (rc != 0)
 		goto done;
@@ -1150,6 +1228,7 @@ done:
 		*out = st;
 	free(text);
 	free(path);
+	free(ctl);
 	free(attempt_dir);
 	return rc < 0 ? rc : 0;
 }
@@ -1159,18 +1238,20 @@ static int slurm_adopt(struct kn_executor *ex, const char *task_dir,
 {
 	char *path = kn_asprintf("%s/launch.json", task_dir);
 	char *attempt_dir = attempt_dir_of(task_dir);
+	char *ctl = control_dir_of(attempt_dir);
 	struct kn_task_proc p = {0, 0};
 	int rc = access(path, F_OK) == 0 ? 0 : -ENOENT;
 
 	(void)err;
 	free(path);
 	if (rc == 0) {
-		path = kn_asprintf("%s/sbatch.pid", attempt_dir);
+		path = kn_asprintf("%s/sbatch.pid", ctl);
 		if (exec_slurm_read_proc(path, &p) < 0)
 			p.pid = p.start = 0;
 		free(path);
 		*out = p;
 	}
+	free(ctl);
 	free(attempt_dir);
 	return rc;
 }
@@ -1237,8 +1318,9 @@ static void session_srun_child(int fd, uid_t uid, gid_t gid,
 static int srun_bridge(const char *task_dir, int port, struct kn_error *err)
 {
 	char *attempt_dir = attempt_dir_of(task_dir), *bin = NULL;
+	char *ctl = control_dir_of(attempt_dir);
 	char node[NODE_NAME_MAX + 1], **args = NULL, **env = NULL;
-	long long job_id = read_job_id(attempt_dir);
+	long long job_id = read_job_id(ctl);
 	int sv[2] = {-1, -1}, rc;
 	size_t n = 0;
 	struct stat st;
@@ -1305,6 +1387,7 @@ out:
 	kn_slurm_args_free(args);
 	free(env);
 	free(bin);
+	free(ctl);
 	free(attempt_dir);
 	return rc;
 }
@@ -1388,79 +1471,4 @@ struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg)
 		own->poll = slurm_poll_new(cfg->state_dir);
 	}
 	return kn_executor_new(&slurm_ops, own);
-}
-
-/* ---- inside the allocation ---- */
-
-/*
- * TASK_DIR.node: where the server's srun finds this task's shim for a
- * session. Without it the task runs and takes no session.
- */
-static void session_node_record(const char *task_dir)
-{
-	const char *node = getenv("SLURMD_NODENAME");
-	char *path = kn_asprintf("%s" SESSION_NODE_SUFFIX, task_dir);
-	char *line = kn_asprintf("%s\n", node ? node : "");
-
-	if (node && *node)
-		kn_write_file_replace(path, line, strlen(line), 0600);
-	free(line);
-	free(path);
-}
-
-int kn_slurm_shim_main(const char *attempt_dir,
-		       const struct kn_shim_prepare *prep, int *task_exit,
-		       struct kn_error *err)
-{
-	const char *procid = getenv("SLURM_PROCID");
-	const char *ntasks = getenv("SLURM_NTASKS");
-	const char *localid = getenv("SLURM_LOCALID");
-	const char *nodeid = getenv("SLURM_NODEID");
-	const char *nodelist = getenv("SLURM_JOB_NODELIST");
-	const char *cuda = getenv("CUDA_VISIBLE_DEVICES");
-	char master[256], *task_dir, *status, *recorded = NULL;
-	int rc;
-
-	if (!procid || !ntasks || !nodelist) {
-		kn_errorf(err, KN_EINVAL, NULL,
-			  "SLURM_PROCID, SLURM_NTASKS or SLURM_JOB_NODELIST "
-			  "is not set: run under srun");
-		return 1;
-	}
-	task_dir = kn_asprintf("%s/%s", attempt_dir, procid);
-	status = kn_asprintf("%s/status.json", task_dir);
-	session_node_record(task_dir);
-	if (access(status, F_OK) == 0 ||
-	    exec_exit_record_read(task_dir, &recorded, NULL) == 0) {
-		/* Slurm restarted an attempt that kiln has already seen end. */
-		fprintf(stderr, "kiln shim: %s has already ended; not run "
-			"again\n", task_dir);
-		free(recorded);
-		free(status);
-		free(task_dir);
-		return 0;
-	}
-	kn_slurm_first_host(nodelist, master, sizeof(master));
-	setenv("RANK", procid, 1);
-	setenv("WORLD_SIZE", ntasks, 1);
-	setenv("LOCAL_RANK", localid ? localid : "0", 1);
-	setenv("NODE_RANK", nodeid ? nodeid : "0", 1);
-	setenv("MASTER_ADDR", master, 1);
-	/* No GPU in the allocation: hide them all, as the local executor. */
-	setenv("CUDA_VISIBLE_DEVICES", cuda ? cuda : "", 1);
-	setenv("NVIDIA_VISIBLE_DEVICES", cuda && *cuda ? cuda : "void", 1);
-	*task_exit = 0;
-	rc = exec_shim_main(task_dir, prep, KN_SANDBOX_SLURM, err);
-	if (rc == 0) {
-		struct kn_task_status st;
-		struct kn_error ignored;
-
-		memset(&st, 0, sizeof(st));
-		if (exec_read_status(task_dir, &st, &ignored) == 0)
-			*task_exit = st.signal ? 128 + st.signal
-					       : st.exit_code & 255;
-	}
-	free(status);
-	free(task_dir);
-	return rc;
 }

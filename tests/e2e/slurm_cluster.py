@@ -87,7 +87,8 @@ def scontrol_job(env, slurm_id):
 
 
 def slurm_job_id(server, jid, attempt=1):
-    path = server.home / "tasks" / str(jid) / str(attempt) / "sbatch.out"
+    path = (server.home / "tasks" / str(jid) / f"{attempt}.slurm" /
+            "sbatch.out")
     return wait_for(lambda: path.exists() and path.read_text().strip(),
                     what=f"job {jid}'s sbatch answer").split(";")[0]
 

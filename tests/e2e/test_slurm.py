@@ -88,7 +88,7 @@ def test_gang_of_two_in_one_allocation(sserver):
     ids = {env_line(l, "SLURM_JOB_ID") for l in logs}
     assert len(ids) == 1 and ids != {"SLURM_JOB_ID="}
     assert env_line(logs[0], "MASTER_PORT") == env_line(logs[1], "MASTER_PORT")
-    attempt = sserver.home / "tasks" / str(jid) / "1"
+    attempt = sserver.home / "tasks" / str(jid) / "1.slurm"
     assert (attempt / "sbatch.out").read_text().split(";")[0].strip() == \
         env_line(logs[0], "SLURM_JOB_ID").split("=")[1]
     # `kiln logs` reads the same files.
@@ -145,6 +145,56 @@ def test_cancel_ends_the_slurm_job(sserver, slurm_env):
              what="the Slurm job to end")
 
 
+def test_the_tasks_user_cannot_point_the_servers_scancel_elsewhere(
+        sserver, slurm_env):
+    # The victim: a job of another user (root here), held so it stays
+    # pending, which is what a cancel's `scancel --state=PENDING` reaches.
+    victim = subprocess.run(["sbatch", "--parsable", "--hold",
+                             "--job-name=kiln-victim", "--wrap", "sleep 300"],
+                            env=slurm_env, capture_output=True, text=True,
+                            timeout=30)
+    assert victim.returncode == 0, victim.stderr
+    victim_id = victim.stdout.strip().split(";")[0]
+    sserver.names.append("kiln-victim")
+    # The task writes the victim's id where the server used to keep its
+    # job id, in its attempt directory (its user's), and tries the
+    # server's own directory beside it (hidden from the task) ...
+    jid = submit(sserver, "kiln-deputy", [
+        "/bin/sh", "-c",
+        f'for f in ../sbatch.out ../../1.slurm/sbatch.out; do '
+        f'echo {victim_id} > "$f" && echo "wrote $f"; done; '
+        'echo up; sleep 300 & wait'])
+    wait_for(lambda: "up" in sserver.logs(jid), what="the task to start")
+    assert "wrote ../sbatch.out" in sserver.logs(jid)
+    assert "wrote ../../1.slurm" not in sserver.logs(jid)
+    attempt = sserver.home / "tasks" / str(jid) / "1"
+    control = attempt.with_suffix(".slurm")
+    own_id = (control / "sbatch.out").read_text().split(";")[0].strip()
+    # ... and its Unix user from outside, where it owns the attempt
+    # directory: the job id it puts there is not the server's.
+    forge = f'echo {victim_id} > forged && mv -f forged sbatch.out'
+    r = subprocess.run(["runuser", "-u", "kiln-task", "--", "sh", "-c", forge],
+                       cwd=attempt, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["runuser", "-u", "kiln-task", "--", "sh", "-c",
+                        f"echo {victim_id} > {control}/sbatch.out"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "Permission denied" in r.stderr, r
+    assert control.stat().st_uid == 0 and control.stat().st_mode & 0o077 == 0
+    r = sserver.request("POST", f"/v1/jobs/{jid}/cancel")
+    assert r.status_code == 200, r.text
+    sserver.wait_state(jid, "cancelled")
+    wait_for(lambda: not squeue_ids(slurm_env, "kiln-deputy"),
+             what="the kiln job's own Slurm job to end")
+    assert own_id != victim_id
+    # The server's scancel went to its own job; the victim still waits.
+    shown = subprocess.run(["squeue", "-h", "-j", victim_id, "-o", "%T"],
+                           env=slurm_env, capture_output=True, text=True,
+                           timeout=30)
+    assert shown.stdout.strip() == "PENDING", shown
+
+
 def test_timeout_sends_the_checkpoint_signal_before_the_kill(sserver):
     script = "trap 'echo got-usr1' USR1; echo up; while :; do sleep 0.1; done"
     jid = submit(sserver, "kiln-timeout", ["/bin/sh", "-c", script],
@@ -170,7 +220,7 @@ def test_evict_then_resume_from_checkpoint(sserver, slurm_env, tmp_path):
                  checkpoint={"signal": "SIGUSR1", "grace": "5s"})
     wait_for(lambda: gate.exists(), what="the first checkpoint")
     # What sbatch was given, as Slurm holds it.
-    slurm_id = (sserver.home / "tasks" / str(jid) / "1" / "sbatch.out") \
+    slurm_id = (sserver.home / "tasks" / str(jid) / "1.slurm" / "sbatch.out") \
         .read_text().strip()
     shown = subprocess.run(["scontrol", "show", "job", "-o", slurm_id],
                            env=slurm_env, capture_output=True, text=True,
@@ -187,7 +237,7 @@ def test_evict_then_resume_from_checkpoint(sserver, slurm_env, tmp_path):
     assert a[0]["exit_code"] == 143
     assert "resumed with state 1" in sserver.logs(jid, attempt=2)
     # Each attempt was its own Slurm job.
-    ids = [(sserver.home / "tasks" / str(jid) / str(n) / "sbatch.out")
+    ids = [(sserver.home / "tasks" / str(jid) / f"{n}.slurm" / "sbatch.out")
            .read_text().strip() for n in (1, 2)]
     assert ids[0] != ids[1]
     assert r.returncode == 0
@@ -234,6 +284,36 @@ def test_server_restart_adopts_the_slurm_job(sserver, tmp_path):
     assert job["state"] == "succeeded", job
     assert len(job["attempts_detail"]) == 1
     assert "done" in sserver.logs(jid)
+
+
+def test_an_attempt_an_older_kiln_submitted_is_still_followed(sserver,
+                                                              tmp_path):
+    # An older kiln kept the attempt's Slurm files in the attempt
+    # directory itself. After a restart the server reads them from there,
+    # only from files it owns: it asks Slurm about that job id.
+    gate = tmp_path / "gate"
+    jid = submit(sserver, "kiln-older", ["/bin/sh", "-c",
+                                         f"echo up; while [ ! -e {gate} ]; do "
+                                         "sleep 0.05; done; echo done"])
+    wait_for(lambda: "up" in sserver.logs(jid), what="the task to start")
+    sserver.kill9()
+    attempt = sserver.home / "tasks" / str(jid) / "1"
+    control = attempt.with_suffix(".slurm")
+    own_id = (control / "sbatch.out").read_text().split(";")[0].strip()
+    for f in control.iterdir():
+        if f.name in ("sbatch.out", "sbatch.err", "sbatch.pid"):
+            shutil.move(f, attempt / f.name)
+        else:
+            f.unlink()
+    control.rmdir()
+    sserver.start()
+    wait_for(lambda: (attempt / "slurm.state").exists() and
+             f"JobId={own_id} " in (attempt / "slurm.state").read_text(),
+             what="the server to ask Slurm about the older attempt's job")
+    gate.touch()
+    job = sserver.wait_state(jid, ("succeeded", "failed"))
+    assert job["state"] == "succeeded", job
+    assert not control.exists()
 
 
 def test_partition_map_and_a_refused_submission(tmp_path, slurm_env):
@@ -379,7 +459,8 @@ def test_slurm_signal_to_the_batch_shell_stops_through_the_shim(sserver,
                  checkpoint={"signal": "SIGUSR1", "grace": "1s"})
     wait_for(lambda: "up" in sserver.logs(jid), what="the task to start")
     attempt = sserver.home / "tasks" / str(jid) / "1"
-    slurm_id = (attempt / "sbatch.out").read_text().strip()
+    slurm_id = (attempt.with_suffix(".slurm") / "sbatch.out").read_text() \
+        .strip()
     subprocess.run(["scancel", "--batch", "--signal=USR1", slurm_id],
                    env=slurm_env, check=True, timeout=30)
     job = sserver.wait_state(jid, ("failed", "succeeded"))

@@ -38,7 +38,7 @@ def test_run_it_detach_and_attach(sserver):
     drain(fd)
     assert sserver.job(job_id)["state"] == "running"
     # The shell runs in the Slurm job the attempt submitted.
-    slurm_id = (sserver.home / "tasks" / str(job_id) / "1" /
+    slurm_id = (sserver.home / "tasks" / str(job_id) / "1.slurm" /
                 "sbatch.out").read_text().split(";")[0].strip()
     assert f"job={slurm_id}".encode() in seen
 
