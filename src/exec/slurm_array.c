@@ -25,7 +25,10 @@
  * State: the shim's status.json first, as for any attempt. Before it,
  * one squeue for the whole batch (slurm_elements.c), at most once a
  * second whatever the number of elements, parsed once per answer and
- * looked up per element by bisection. A stop writes stop.json (the shim
+ * looked up per element by bisection. An element over in Slurm, or one
+ * two answers in a row leave out while listing its array (Slurm purged
+ * it), with no status.json ended without the shim's record, as a single
+ * job Slurm has forgotten does. A stop writes stop.json (the shim
  * signals its task) and keeps the element in a list that each new answer
  * goes through: cancelled while pending, outright if it runs well past
  * its grace; the cancels of a flush go as one scancel of many
@@ -83,6 +86,11 @@ struct answer {
 	int64_t at_ms;    /* the answer's time */
 	int64_t read_ms;  /* when it was last looked for (monotonic) */
 	struct kn_slurm_elements e;
+	/* The indexes the answer before listed, sorted; none when it listed
+	   no element of the array (or there was none). */
+	int *prev_indexes;
+	size_t n_prev;
+	bool prev_listed;
 };
 
 /* An element asked to stop, until Slurm no longer runs it: each new
@@ -150,6 +158,7 @@ void slurm_batches_free(struct slurm_batches *bs)
 	}
 	for (size_t i = 0; i < ANSWERS_KEPT; i++) {
 		free(bs->answers[i].dir);
+		free(bs->answers[i].prev_indexes);
 		kn_slurm_elements_release(&bs->answers[i].e);
 	}
 	strv_free(bs->cancel, bs->n_cancel);
@@ -525,6 +534,42 @@ static void stopping_answered(struct slurm_batches *bs,
 	}
 }
 
+/* Whether e is an answer that lists elements of the array: neither one
+   saying the array is gone nor an empty one (squeue said nothing). */
+static bool lists_array(const struct kn_slurm_elements *e)
+{
+	return !e->gone && e->n > 0;
+}
+
+/* a's elements become the answer before the next: their indexes only. */
+static void answer_keep_previous(struct answer *a)
+{
+	a->prev_listed = lists_array(&a->e);
+	a->n_prev = a->prev_listed ? a->e.n : 0;
+	a->prev_indexes = kn_xrealloc(a->prev_indexes,
+				      (a->n_prev ? a->n_prev : 1) *
+					      sizeof(int));
+	/* Sorted already, as e is. */
+	for (size_t i = 0; i < a->n_prev; i++)
+		a->prev_indexes[i] = a->e.v[i].index;
+}
+
+/*
+ * Whether Slurm has forgotten element index of a submitted array: the
+ * last two answers both list the array and neither lists the element.
+ * squeue -r lists every element Slurm holds, pending ones too, so one
+ * left out was purged (an element cancelled, then past MinJobAge, or a
+ * pending one scancel took out of the array); the second answer makes
+ * sure one odd answer ends no element.
+ */
+static bool element_forgotten(const struct answer *a, int index)
+{
+	return lists_array(&a->e) && a->prev_listed &&
+	       !kn_slurm_elements_find(&a->e, index) &&
+	       !bsearch(&index, a->prev_indexes, a->n_prev, sizeof(int),
+			index_cmp);
+}
+
 static bool batch_pending(const struct slurm_batches *bs, const char *dir)
 {
 	for (const struct batch *b = bs->pending; b; b = b->next)
@@ -580,7 +625,13 @@ static const struct answer *batch_answer(struct slurm_batches *bs,
 		bs->next_answer = (bs->next_answer + 1) % ANSWERS_KEPT;
 		free(a->dir);
 		a->dir = kn_xstrdup(dir);
+		a->at_ms = 0;
 	}
+	/* The answer this one follows, or none for a slot taken anew. */
+	if (a->at_ms)
+		answer_keep_previous(a);
+	else
+		a->prev_listed = false;
 	kn_slurm_elements_release(&a->e);
 	a->e = e;
 	a->at_ms = at_ms;
@@ -614,6 +665,16 @@ static void not_submitted(const char *dir, bool server_gone,
 			       : "sbatch gave no job id");
 	exec_slurm_ended_lost(st, why);
 	free(text);
+}
+
+/* An element Slurm no longer knows, with no exit the shim recorded. */
+static void forgotten_ended(struct kn_task_status *st, const char *id)
+{
+	char why[128];
+
+	snprintf(why, sizeof(why), "lost: Slurm no longer knows job %s, and "
+		 "no exit was recorded", id);
+	exec_slurm_ended_lost(st, why);
 }
 
 int slurm_array_status(struct slurm_batches *bs, const char *task_dir,
@@ -657,17 +718,20 @@ int slurm_array_status(struct slurm_batches *bs, const char *task_dir,
 	el = kn_slurm_elements_find(&a->e, index);
 	if (el && !kn_slurm_state_final(el->state))
 		goto running;
-	/* squeue leaves out a pending element scancel took out of its
-	   array; without a stop asked for, absent is not yet over. */
-	if (!el && !a->e.gone && !stop_asked(task_dir))
+	/* Left out of one answer is not yet forgotten, unless kiln itself
+	   cancelled it (a pending element leaves squeue at once). */
+	if (!el && !a->e.gone && !stop_asked(task_dir) &&
+	    !element_forgotten(a, index))
 		goto running;
 	/* Over in Slurm, or forgotten: the shim's record may be there now. */
 	rc = exec_slurm_read_status_json(task_dir, &st, err);
 	if (rc != 0)
 		goto done;
 	snprintf(why, sizeof(why), "%lld_%d", job_id, index);
-	exec_slurm_ended_unrecorded(&st, why, el ? el->state : "gone",
-				    el ? el->reason : "");
+	if (el)
+		exec_slurm_ended_unrecorded(&st, why, el->state, el->reason);
+	else
+		forgotten_ended(&st, why);
 	goto done;
 running:
 	memset(&st, 0, sizeof(st));

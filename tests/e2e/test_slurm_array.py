@@ -24,6 +24,23 @@ def slurm_job_id(batch):
     return int((batch / "sbatch.out").read_text().split(";")[0])
 
 
+def submitted_job_id(s, array_id):
+    """The Slurm array job id of array_id's one batch, once sbatch has
+    answered."""
+    wait_for(lambda: len(batch_dirs(s, array_id)) == 1 and
+             (batch_dirs(s, array_id)[0] / "sbatch.out").exists() and
+             (batch_dirs(s, array_id)[0] / "sbatch.out").read_text().strip(),
+             timeout=60, what="the array's sbatch to answer")
+    return slurm_job_id(batch_dirs(s, array_id)[0])
+
+
+def squeue_rows(s, job, *flags):
+    """squeue's "INDEX|STATE" lines for Slurm array job job."""
+    return subprocess.run(["squeue", "-h", *flags, "-j", str(job), "-o",
+                           "%K|%T"], env=s.env, capture_output=True,
+                          text=True, timeout=30).stdout.split()
+
+
 def elements(s, array_id):
     r = s.request("GET", "/v1/jobs", params={"array": array_id})
     assert r.status_code == 200, r.text
@@ -36,24 +53,24 @@ def submit_array(s, name, command, array, **fields):
                              **fields))
 
 
+def submit_gated(s, name, gate, array, **fields):
+    """An array whose elements print their index, then wait for gate: its
+    id and its Slurm array job id."""
+    array_id = submit_array(
+        s, name, PRINT_INDEX + f'while [ ! -e {gate} ]; do sleep 0.2; done',
+        array, **fields)
+    return array_id, submitted_job_id(s, array_id)
+
+
 def test_array_is_one_slurm_array_with_its_throttle(sserver, tmp_path):
     s = sserver
     gate = tmp_path / "go"
-    array_id = submit_array(
-        s, "kiln-arr-one",
-        PRINT_INDEX + f'while [ ! -e {gate} ]; do sleep 0.2; done',
-        {"count": 5, "parallel": 2})
-    wait_for(lambda: len(batch_dirs(s, array_id)) == 1 and
-             (batch_dirs(s, array_id)[0] / "sbatch.out").exists() and
-             (batch_dirs(s, array_id)[0] / "sbatch.out").read_text().strip(),
-             timeout=60, what="the array's sbatch to answer")
-    job = slurm_job_id(batch_dirs(s, array_id)[0])
+    array_id, job = submit_gated(s, "kiln-arr-one", gate,
+                                 {"count": 5, "parallel": 2})
     # Slurm keeps the array's limit: two elements run, the rest wait in
     # one folded record "2-4%2".
     def folded():
-        out = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%K|%T"],
-                             env=s.env, capture_output=True, text=True,
-                             timeout=30).stdout.split()
+        out = squeue_rows(s, job)
         return out if sum(l.endswith("RUNNING") for l in out) == 2 else None
     rows = wait_for(folded, timeout=60, what="two elements running")
     assert "2-4%2|PENDING" in rows
@@ -172,3 +189,41 @@ def test_evict_one_element_resumes_from_its_own_checkpoint(sserver,
     assert zero["attempts"] == 1
     assert (s.home / "tasks" / str(array_id) /
             f"slurm-array-{array_id + 1}-2").is_dir()
+
+
+def test_an_element_slurm_forgot_ends_lost_while_the_others_run(sserver,
+                                                               tmp_path):
+    s = sserver
+    gate = tmp_path / "go"
+    array_id, job = submit_gated(s, "kiln-arr-forgot", gate,
+                                 {"count": 3, "parallel": 1}, retries=1)
+
+    def states():
+        return dict(l.split("|") for l in squeue_rows(s, job, "-r"))
+    wait_for(lambda: states() == {"0": "RUNNING", "1": "PENDING",
+                                  "2": "PENDING"},
+             timeout=60, what="element 0 running, 1 and 2 pending")
+    # Behind kiln's back: Slurm takes a pending element out of its array
+    # at once, and squeue no longer lists it.
+    subprocess.run(["scancel", f"{job}_2"], env=s.env, check=True,
+                   timeout=30)
+    assert "2" not in states()
+    first = wait_for(lambda: (lambda d: d[0] if d and d[0]["state"] not in
+                              ("queued", "running") else None)(
+        s.job(array_id + 2)["attempts_detail"]),
+        timeout=60, what="element 2's first attempt to end")
+    assert first["state"] == "failed"
+    assert first["reason"] == (
+        f"rank 0: lost: Slurm no longer knows job {job}_2, and no exit "
+        "was recorded"), first["reason"]
+    # The others were not touched, and element 2 is retried as any failed
+    # element is; all finish on their own.
+    assert s.job(array_id)["state"] == "running"
+    assert s.job(array_id + 1)["state"] == "running"
+    gate.write_text("")
+    for k in (0, 1, 2):
+        e = s.wait_state(array_id + k, "succeeded", timeout=120)
+        attempt = 2 if k == 2 else 1
+        assert e["attempts"] == attempt
+        assert s.logs(array_id + k, attempt=attempt).strip() == (
+            f"index={k} slurm={k} attempt={attempt}")
