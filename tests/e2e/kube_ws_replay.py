@@ -72,6 +72,17 @@ def read_frame(f):
     return b0 & 0x0F, data
 
 
+def channel_frames(f):
+    """The client's binary frames as (channel, body) until it closes;
+    other frames (pings, empty ones) are passed over."""
+    while True:
+        opcode, data = read_frame(f)
+        if opcode == 0x8:
+            return
+        if opcode == 0x2 and data:
+            yield data[0], data[1:]
+
+
 def frame(opcode, data, masked=False):
     n = len(data)
     head = bytes([0x80 | opcode])
@@ -220,13 +231,7 @@ def run(api, conn, argv, tty, v5, pod, attach):
 
     def from_client():
         try:
-            while True:
-                opcode, data = read_frame(conn.rfile)
-                if opcode == 0x8:
-                    break
-                if opcode != 0x2 or not data:
-                    continue
-                ch, body = data[0], data[1:]
+            for ch, body in channel_frames(conn.rfile):
                 if ch == 0:
                     os.write(stdin_fd, body)
                 elif ch == 4 and master is not None:
@@ -304,12 +309,9 @@ def forward(api, conn, port):
 
     def from_client():
         try:
-            while True:
-                opcode, data = read_frame(conn.rfile)
-                if opcode == 0x8:
-                    break
-                if opcode == 0x2 and data and data[0] == 0:
-                    s.sendall(data[1:])
+            for ch, body in channel_frames(conn.rfile):
+                if ch == 0:
+                    s.sendall(body)
         except (EOFError, ValueError, OSError):
             pass
         try:
