@@ -100,6 +100,14 @@ void kn_loop_free(struct kn_loop *loop)
 	fetches_free(loop, false);
 	if (loop->reap_ev)
 		event_free(loop->reap_ev);
+	/* A connection freed while a read it made still waits to be handed
+	   on (a stop between the two) is released only when that hand-on
+	   runs: give them their turns. Every other event is gone by now. */
+	for (int turn = 0; turn < 8 && event_base_get_num_events(
+					       loop->base,
+					       EVENT_BASE_COUNT_ACTIVE) > 0;
+	     turn++)
+		event_base_loop(loop->base, EVLOOP_NONBLOCK);
 	free(loop->signals);
 	SSL_CTX_free(loop->client_tls);
 	event_base_free(loop->base);
