@@ -2,7 +2,8 @@
  * Unit tests for the CLI's plain loopback HTTP client: which URLs it
  * takes, and how it reads answers (a length, chunks, until close), and
  * the malformed ones it refuses rather than guesses at, each written
- * into one end of a socket pair.
+ * into one end of a socket pair; and whole requests to a loopback
+ * listener, whose bodies arrive byte for byte.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,8 +11,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -210,12 +214,94 @@ static void test_bounds(void **state)
 	kn_buf_release(&g.body);
 }
 
+/* The listener's side: read one request (head, then Content-Length
+   bytes), answer 200 with the body's size and its first and last bytes
+   if they are as sent, 400 if not. */
+static void serve_one(int listener)
+{
+	struct kn_buf in;
+	char chunk[65536], answer[128];
+	int fd = accept(listener, NULL, NULL);
+	size_t head = 0, want = 0, i;
+	bool same = true;
+	ssize_t n;
+
+	kn_buf_init(&in, SIZE_MAX);
+	while ((n = read(fd, chunk, sizeof(chunk))) > 0) {
+		const char *eoh, *cl;
+
+		kn_buf_append(&in, chunk, (size_t)n);
+		eoh = memmem(in.data, in.len, "\r\n\r\n", 4);
+		if (!eoh)
+			continue;
+		head = (size_t)(eoh - in.data) + 4;
+		cl = strstr(in.data, "Content-Length: ");
+		want = cl ? strtoull(cl + 16, NULL, 10) : 0;
+		if (in.len >= head + want)
+			break;
+	}
+	for (i = 0; i < want && head + i < in.len; i++)
+		same &= in.data[head + i] == (char)(i * 7);
+	snprintf(answer, sizeof(answer),
+		 "HTTP/1.1 %d X\r\nContent-Length: 0\r\n\r\n",
+		 same && in.len == head + want ? 200 : 400);
+	(void)!write(fd, answer, strlen(answer));
+	close(fd);
+	kn_buf_release(&in);
+}
+
+/* A body sent behind the head and one sent from the caller's buffer
+   after it (over BODY_BEHIND_HEAD_MAX) both arrive whole. */
+static void test_request_bodies(void **state)
+{
+	static const size_t sizes[] = {0, 1000, 64 * 1024 + 1, 3 << 20};
+	(void)state;
+
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		struct sockaddr_in sa = {.sin_family = AF_INET};
+		socklen_t sa_len = sizeof(sa);
+		int listener = socket(AF_INET, SOCK_STREAM, 0);
+		char *body = malloc(sizes[k] + 1), why[128];
+		struct got g = {0};
+		long status = 0;
+		pid_t pid;
+
+		for (size_t i = 0; i < sizes[k]; i++)
+			body[i] = (char)(i * 7);
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		assert_int_equal(bind(listener, (struct sockaddr *)&sa,
+				      sizeof(sa)), 0);
+		assert_int_equal(listen(listener, 1), 0);
+		assert_int_equal(getsockname(listener, (struct sockaddr *)&sa,
+					     &sa_len), 0);
+		pid = fork();
+		if (pid == 0) {
+			serve_one(listener);
+			_exit(0);
+		}
+		close(listener);
+		kn_buf_init(&g.body, SIZE_MAX);
+		assert_int_equal(cli_plain_request("127.0.0.1",
+						   ntohs(sa.sin_port), "POST",
+						   "/x", NULL, body, sizes[k],
+						   10000, collect, &g, &status,
+						   why, sizeof(why)),
+				 CLI_PLAIN_OK);
+		assert_int_equal(status, 200);
+		kn_buf_release(&g.body);
+		free(body);
+		while (waitpid(pid, NULL, 0) < 0)
+			;
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_loopback_urls_only),
 		cmocka_unit_test(test_framing),
 		cmocka_unit_test(test_bounds),
+		cmocka_unit_test(test_request_bodies),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
