@@ -1,9 +1,16 @@
 /*
  * The shim's exit record, TASK_DIR/exit.rec: the task's exit where a full
  * disk cannot stop the shim from writing it. The shim writes the record
- * at its full size (and syncs it) before the task starts, saying "no exit
- * yet"; when the task ends it overwrites the same bytes in place, which
- * needs no new blocks on any file system (nor new pages on tmpfs).
+ * at its full size before the task starts, saying "no exit yet"; when the
+ * task ends it overwrites the same bytes in place, which needs no new
+ * blocks on any file system (nor new pages on tmpfs): the first write
+ * took the room (a delayed allocation reserves it then), so a full disk
+ * refuses the start, never the exit.
+ *
+ * Only the exit is synced, with the directory that names the record: a
+ * "no exit yet" record tells a server started after a crash of the
+ * machine nothing it would not conclude without one (every task of that
+ * machine died with it), so the start does not wait for the disk.
  *
  * Layout, EXEC_EXIT_RECORD_SIZE bytes: the magic "KNEXIT01", the
  * payload's length (u32, little endian), 4 zero bytes, an FNV-1a 64
@@ -50,7 +57,7 @@ static uint64_t checksum(const unsigned char *rec, size_t len)
 	return h;
 }
 
-/* The whole record at offset 0, synced: in place once it exists. */
+/* The whole record at offset 0: in place once it exists. */
 static int put_record(int fd, const char *payload, size_t len)
 {
 	unsigned char rec[EXEC_EXIT_RECORD_SIZE];
@@ -72,7 +79,7 @@ static int put_record(int fd, const char *payload, size_t len)
 			return n < 0 ? -errno : -EIO;
 		done += (size_t)n;
 	}
-	return fdatasync(fd) < 0 ? -errno : 0;
+	return 0;
 }
 
 int exec_exit_record_prepare(const char *task_dir, int *fd_out)
@@ -91,12 +98,6 @@ int exec_exit_record_prepare(const char *task_dir, int *fd_out)
 	if (rc == 0 && ftruncate(fd, EXEC_EXIT_RECORD_SIZE) < 0)
 		rc = -errno;
 	if (rc == 0) {
-		/* The name too must survive a crash of the machine. */
-		int dfd = open(task_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dfd >= 0) {
-			fsync(dfd);
-			close(dfd);
-		}
 		*fd_out = fd;
 		return 0;
 	}
@@ -104,11 +105,26 @@ int exec_exit_record_prepare(const char *task_dir, int *fd_out)
 	return rc;
 }
 
-int exec_exit_record_write(int fd, const char *payload, size_t len)
+int exec_exit_record_write(const char *task_dir, int fd, const char *payload,
+			   size_t len)
 {
+	int rc, dfd;
+
 	if (len == 0)
 		return -EINVAL; /* an empty payload means "no exit yet" */
-	return put_record(fd, payload, len);
+	rc = put_record(fd, payload, len);
+	if (rc == 0 && fdatasync(fd) < 0)
+		rc = -errno;
+	if (rc < 0)
+		return rc;
+	/* The name, made unsynced before the task, must survive too. */
+	dfd = open(task_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	if (fsync(dfd) < 0)
+		rc = -errno;
+	close(dfd);
+	return rc;
 }
 
 int exec_exit_record_read(const char *task_dir, char **payload,

@@ -41,16 +41,17 @@ int exec_read_status(const char *task_dir, struct kn_task_status *st,
  * written whole before the task starts and overwritten in place when it
  * ends, so a full disk cannot keep the exit from being recorded.
  *
- * prepare creates it saying "no exit yet", synced, and gives its open
+ * prepare creates it saying "no exit yet", unsynced, and gives its open
  * descriptor; write overwrites it with payload (the status JSON, not
- * empty) and syncs; read gives the payload (malloc'd): -ENOENT while
+ * empty) and syncs it and task_dir; read gives the payload (malloc'd): -ENOENT while
  * there is none or no record, -EBADMSG when torn or not a record, or the
  * errors of kn_task_file_read.
  */
 #define EXEC_EXIT_RECORD "exit.rec"
 #define EXEC_EXIT_RECORD_SIZE 4096
 int exec_exit_record_prepare(const char *task_dir, int *fd_out);
-int exec_exit_record_write(int fd, const char *payload, size_t len);
+int exec_exit_record_write(const char *task_dir, int fd, const char *payload,
+			   size_t len);
 int exec_exit_record_read(const char *task_dir, char **payload,
 			  struct kn_error *err);
 

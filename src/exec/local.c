@@ -291,24 +291,44 @@ static int local_stop(struct kn_executor *ex, const char *task_dir,
 	return 0;
 }
 
+/* The exit's text as a JSON object, or NULL. */
+static json_t *exit_doc(char *text)
+{
+	json_t *doc = json_loads(text, 0, NULL);
+
+	free(text);
+	if (json_is_object(doc))
+		return doc;
+	json_decref(doc);
+	return NULL;
+}
+
 /*
- * status.json, or when the shim could not write it (a full disk) the
- * exit record it wrote in place: the text of the exit, or -ENOENT.
+ * status.json, or the exit record the shim wrote in place where
+ * status.json is missing (a full disk refused it) or not whole (it is
+ * not synced where the record is, so a crash of the machine can leave it
+ * empty): the exit as a JSON object, or -ENOENT.
  */
-static int read_exit_text(const char *task_dir, char **text,
-			  struct kn_error *err)
+static int read_exit_doc(const char *task_dir, json_t **out,
+			 struct kn_error *err)
 {
 	struct kn_error why;
+	char *text = NULL;
 	int rc;
 
 	/* The task can write its directory: no links, FIFOs or devices. */
-	rc = kn_task_file_read(task_dir, "status.json", 65536, text, NULL,
+	rc = kn_task_file_read(task_dir, "status.json", 65536, &text, NULL,
 			       &why);
-	if (rc == -ENOENT) {
-		rc = exec_exit_record_read(task_dir, text, &why);
+	if (rc == 0 && (*out = exit_doc(text)) != NULL)
+		return 0;
+	if (rc == 0 || rc == -ENOENT) {
+		text = NULL;
+		rc = exec_exit_record_read(task_dir, &text, &why);
 		/* Torn: the shim is still writing it, or died doing so. */
 		if (rc == -EBADMSG)
 			rc = -ENOENT;
+		if (rc == 0 && (*out = exit_doc(text)) == NULL)
+			rc = kn_errorf(&why, KN_EIO, NULL, "not a JSON object");
 	}
 	if (rc < 0)
 		kn_errorf(err, why.code, why.field, "cannot read the exit in "
@@ -319,20 +339,12 @@ static int read_exit_text(const char *task_dir, char **text,
 int exec_read_status(const char *task_dir, struct kn_task_status *st,
 		     struct kn_error *err)
 {
-	char *text = NULL;
 	json_t *doc = NULL, *v;
 	int rc;
 
-	rc = read_exit_text(task_dir, &text, err);
+	rc = read_exit_doc(task_dir, &doc, err);
 	if (rc < 0)
 		return rc; /* -ENOENT (no exit recorded yet) is the caller's */
-	doc = json_loads(text, 0, NULL);
-	free(text);
-	if (!json_is_object(doc)) {
-		json_decref(doc);
-		return kn_errorf(err, KN_EIO, NULL,
-				 "the exit in %s is not a JSON object", task_dir);
-	}
 	st->ended = true;
 	st->exit_code = (int)json_integer_value(json_object_get(doc, "exit_code"));
 	st->signal = (int)json_integer_value(json_object_get(doc, "signal"));

@@ -701,7 +701,10 @@ static char *status_text(const struct shim *s, int wstatus, int64_t started,
 
 /*
  * The exit, in the record written in place (which a full disk cannot
- * refuse) and in status.json. A shim that can write neither for lack of
+ * refuse) and in status.json. The record is synced; status.json, the same
+ * text, is synced only when the record could not be written, so one
+ * durable copy is made, not two (a status.json a crash left empty is
+ * read past, to the record). A shim that can write neither for lack of
  * space stays alive and tries again: while it lives its task counts as
  * running, so the exit is recorded late but never lost or invented.
  */
@@ -718,9 +721,12 @@ static int write_status(struct shim *s, int wstatus, int64_t started,
 			exec_exit_record_prepare(s->dir, &s->record_fd);
 		rc_rec = s->record_fd < 0 ? -ENOSPC
 					  : exec_exit_record_write(
-						    s->record_fd, text,
+						    s->dir, s->record_fd, text,
 						    strlen(text));
-		rc = kn_write_file_atomic(path, text, strlen(text), 0600);
+		rc = rc_rec == 0 ? kn_write_file_replace(path, text,
+							 strlen(text), 0600)
+				 : kn_write_file_atomic(path, text,
+							strlen(text), 0600);
 		if (rc == 0 || rc_rec == 0 ||
 		    kn_errcode_for_write(rc) != KN_ENOSPACE)
 			break;
