@@ -16,6 +16,9 @@
  * parameters are bound from the row's fields of those names
  * (store_bind_row), and open refuses a :name that is no column, so an
  * INSERT's value list and its row struct cannot drift apart either.
+ * Where a statement reads or writes every column of its table, open
+ * writes its select list, or its insert and upsert, from the table
+ * (enum store_sql_form), so those names are spelled once.
  */
 #ifndef KN_STORE_INTERNAL_H
 #define KN_STORE_INTERNAL_H
@@ -210,6 +213,22 @@ struct store_row {
 	  .n_cols = sizeof(cols_) / sizeof(cols_[0]) }
 
 /*
+ * How a statement's SQL is written. A select list or an insert that
+ * names every column of the row is written from its table at open,
+ * so the column names are spelled once, in the table.
+ */
+enum store_sql_form {
+	STORE_SQL_AS_WRITTEN, /* sql is the whole statement */
+	STORE_SQL_SELECT,     /* "SELECT <every column> " sql ("FROM ...") */
+	/* sql ("INSERT INTO t") " (<columns>) VALUES (:<columns>)", from
+	   column n_auto on: the leading ones the database assigns (an id) */
+	STORE_SQL_INSERT,
+	/* sql ("t"): the insert of every column, and on a clash of the
+	   first n_key columns the others overwrite the row's */
+	STORE_SQL_UPSERT,
+};
+
+/*
  * A named statement and the row struct it serves, NULL for none: the
  * columns it returns are read into one (store_read_row), and its :name
  * parameters bound from one (store_bind_row); ?N parameters are the
@@ -219,7 +238,19 @@ struct store_stmt {
 	enum stmt_id id;
 	const char *sql;
 	const struct store_row *row;
+	enum store_sql_form form;
+	size_t n_key;  /* STORE_SQL_UPSERT's key columns */
+	size_t n_auto; /* STORE_SQL_INSERT's columns the database assigns */
 };
+#define STORE_STMT(id_, sql_, row_) { .id = id_, .sql = sql_, .row = row_ }
+#define STORE_SELECT(id_, row_, from)                                      \
+	{ .id = id_, .sql = from, .row = row_, .form = STORE_SQL_SELECT }
+#define STORE_INSERT(id_, row_, into, n_auto_)                             \
+	{ .id = id_, .sql = into, .row = row_, .form = STORE_SQL_INSERT,     \
+	  .n_auto = n_auto_ }
+#define STORE_UPSERT(id_, row_, table, n_key_)                             \
+	{ .id = id_, .sql = table, .row = row_, .form = STORE_SQL_UPSERT,    \
+	  .n_key = n_key_ }
 
 /*
  * Each file's statements, ended by an entry whose sql is NULL; store_db.c

@@ -3,9 +3,6 @@
  */
 #include "internal.h"
 
-#define ALERT_COLUMNS                                                         \
-	"id, fingerprint, rule, severity, state, labels_json, summary, value,"\
-	" active_at, fired_at, resolved_at"
 #define A(field, type) STORE_COL_AS(struct kn_alert_row, field, #field, type)
 static const struct store_col ALERT_COLS[] = {
 	A(id, STORE_INT),           A(fingerprint, STORE_TEXT),
@@ -30,18 +27,16 @@ static const char SQL_ALERT_RESOLVE[] =
 static const char SQL_ALERT_RESOLVE_ALL[] =
 	"UPDATE alerts SET state = 'resolved', resolved_at = ?1"
 	" WHERE state = 'firing'";
-static const char SQL_ALERT_LIST[] =
-	"SELECT " ALERT_COLUMNS " FROM alerts WHERE state = 'firing'"
-	" OR resolved_at >= ?1"
-	" ORDER BY state = 'firing' DESC, max(fired_at, resolved_at) DESC, id DESC"
-	" LIMIT ?2";
 
 
 const struct store_stmt store_alert_stmts[] = {
-	{STMT_ALERT_INSERT, SQL_ALERT_INSERT, &ALERT_ROW},
-	{STMT_ALERT_RESOLVE, SQL_ALERT_RESOLVE, NULL},
-	{STMT_ALERT_RESOLVE_ALL, SQL_ALERT_RESOLVE_ALL, NULL},
-	{STMT_ALERT_LIST, SQL_ALERT_LIST, &ALERT_ROW},
+	STORE_STMT(STMT_ALERT_INSERT, SQL_ALERT_INSERT, &ALERT_ROW),
+	STORE_STMT(STMT_ALERT_RESOLVE, SQL_ALERT_RESOLVE, NULL),
+	STORE_STMT(STMT_ALERT_RESOLVE_ALL, SQL_ALERT_RESOLVE_ALL, NULL),
+	STORE_SELECT(STMT_ALERT_LIST, &ALERT_ROW,
+		     "FROM alerts WHERE state = 'firing' OR resolved_at >= ?1"
+		     " ORDER BY state = 'firing' DESC,"
+		     " max(fired_at, resolved_at) DESC, id DESC LIMIT ?2"),
 	{0},
 };
 

@@ -18,9 +18,6 @@
 /* The audit list's page size when the filter names none. */
 #define AUDIT_LIST_DEFAULT_LIMIT 100
 
-#define AUDIT_COLUMNS \
-	"id, time_ms, actor, role, action, object, outcome, detail, hash"
-
 #define A(field, type) STORE_COL_AS(struct kn_audit, field, #field, type)
 static const struct store_col AUDIT_COLS[] = {
 	A(id, STORE_INT),        A(time_ms, STORE_INT),
@@ -64,43 +61,38 @@ static const struct store_col AUDIT_HEAD_COLS[] = {
 static const struct store_row AUDIT_HEAD_ROW =
 	STORE_ROW(struct audit_head, "audit head", AUDIT_HEAD_COLS);
 
-
 static const char SQL_AUDIT_INSERT[] =
 	"INSERT INTO audit (time_ms, actor, role, action, object, outcome,"
 	" detail) VALUES (:time_ms, :actor, :role, :action, :object, :outcome,"
 	" :detail)";
-/* ?2 is an action prefix; substr keeps "_" and "%" literal, unlike LIKE. */
-static const char SQL_AUDIT_LIST[] =
-	"SELECT " AUDIT_COLUMNS " FROM audit"
-	" WHERE (?1 IS NULL OR actor = ?1)"
-	" AND (?2 IS NULL OR substr(action, 1, length(?2)) = ?2)"
-	" AND time_ms >= ?3"
-	" ORDER BY time_ms DESC, id DESC LIMIT ?4";
-/* The chain: the row before ?1, filling in a row's links, walking. */
+/* The chain: the row before ?1, and filling in a row's links. */
 static const char SQL_AUDIT_PREV[] =
 	"SELECT hash FROM audit WHERE id < ?1 ORDER BY id DESC LIMIT 1";
 static const char SQL_AUDIT_SET_CHAIN[] =
 	"UPDATE audit SET prev_hash = ?1, hash = ?2 WHERE id = ?3";
-static const char SQL_AUDIT_UNCHAINED[] =
-	"SELECT " AUDIT_COLUMNS " FROM audit WHERE hash IS NULL ORDER BY id";
-static const char SQL_AUDIT_WALK[] =
-	"SELECT " AUDIT_COLUMNS ", prev_hash FROM audit ORDER BY id";
-static const char SQL_AUDIT_HEAD[] =
-	"SELECT id, hash FROM audit ORDER BY id DESC LIMIT 1";
 static const char SQL_AUDIT_HASH_OF[] =
 	"SELECT hash FROM audit WHERE id = ?1";
 static const char SQL_AUDIT_MAX_ID[] = "SELECT coalesce(max(id), 0) FROM audit";
 
 const struct store_stmt store_audit_stmts[] = {
-	{STMT_AUDIT_INSERT, SQL_AUDIT_INSERT, &AUDIT_ROW},
-	{STMT_AUDIT_LIST, SQL_AUDIT_LIST, &AUDIT_ROW},
-	{STMT_AUDIT_PREV, SQL_AUDIT_PREV, NULL},
-	{STMT_AUDIT_SET_CHAIN, SQL_AUDIT_SET_CHAIN, NULL},
-	{STMT_AUDIT_UNCHAINED, SQL_AUDIT_UNCHAINED, &AUDIT_ROW},
-	{STMT_AUDIT_WALK, SQL_AUDIT_WALK, &AUDIT_LINK_ROW},
-	{STMT_AUDIT_HEAD, SQL_AUDIT_HEAD, &AUDIT_HEAD_ROW},
-	{STMT_AUDIT_HASH_OF, SQL_AUDIT_HASH_OF, NULL},
-	{STMT_AUDIT_MAX_ID, SQL_AUDIT_MAX_ID, NULL},
+	STORE_STMT(STMT_AUDIT_INSERT, SQL_AUDIT_INSERT, &AUDIT_ROW),
+	/* ?2 is an action prefix; substr keeps "_" and "%" literal, unlike
+	   LIKE. */
+	STORE_SELECT(STMT_AUDIT_LIST, &AUDIT_ROW,
+		     "FROM audit WHERE (?1 IS NULL OR actor = ?1)"
+		     " AND (?2 IS NULL OR substr(action, 1, length(?2)) = ?2)"
+		     " AND time_ms >= ?3"
+		     " ORDER BY time_ms DESC, id DESC LIMIT ?4"),
+	STORE_STMT(STMT_AUDIT_PREV, SQL_AUDIT_PREV, NULL),
+	STORE_STMT(STMT_AUDIT_SET_CHAIN, SQL_AUDIT_SET_CHAIN, NULL),
+	STORE_SELECT(STMT_AUDIT_UNCHAINED, &AUDIT_ROW,
+		     "FROM audit WHERE hash IS NULL ORDER BY id"),
+	STORE_SELECT(STMT_AUDIT_WALK, &AUDIT_LINK_ROW,
+		     "FROM audit ORDER BY id"),
+	STORE_SELECT(STMT_AUDIT_HEAD, &AUDIT_HEAD_ROW,
+		     "FROM audit ORDER BY id DESC LIMIT 1"),
+	STORE_STMT(STMT_AUDIT_HASH_OF, SQL_AUDIT_HASH_OF, NULL),
+	STORE_STMT(STMT_AUDIT_MAX_ID, SQL_AUDIT_MAX_ID, NULL),
 	{0},
 };
 

@@ -59,12 +59,12 @@ static const char SQL_RELEASE[] = "RELEASE nested";
 static const char SQL_ROLLBACK_TO[] = "ROLLBACK TO nested";
 
 const struct store_stmt store_db_stmts[] = {
-	{STMT_BEGIN, SQL_BEGIN, NULL},
-	{STMT_COMMIT, SQL_COMMIT, NULL},
-	{STMT_ROLLBACK, SQL_ROLLBACK, NULL},
-	{STMT_SAVEPOINT, SQL_SAVEPOINT, NULL},
-	{STMT_RELEASE, SQL_RELEASE, NULL},
-	{STMT_ROLLBACK_TO, SQL_ROLLBACK_TO, NULL},
+	STORE_STMT(STMT_BEGIN, SQL_BEGIN, NULL),
+	STORE_STMT(STMT_COMMIT, SQL_COMMIT, NULL),
+	STORE_STMT(STMT_ROLLBACK, SQL_ROLLBACK, NULL),
+	STORE_STMT(STMT_SAVEPOINT, SQL_SAVEPOINT, NULL),
+	STORE_STMT(STMT_RELEASE, SQL_RELEASE, NULL),
+	STORE_STMT(STMT_ROLLBACK_TO, SQL_ROLLBACK_TO, NULL),
 	{0},
 };
 
@@ -1116,18 +1116,74 @@ static int setup_connection(sqlite3 *db, const char *path,
 	return migrate(db, path, err);
 }
 
+/*
+ * The row's columns [from, to) as "<pre><name>, ...", or with set as
+ * "<name> = excluded.<name>, ...". The buffer is unbounded: an append
+ * cannot fail (running out of memory aborts).
+ */
+static void write_cols(struct kn_buf *b, const struct store_row *row,
+		       size_t from, size_t to, const char *pre, bool set)
+{
+	for (size_t i = from; i < to; i++) {
+		const char *name = row->cols[i].name;
+
+		kn_buf_printf(b, "%s%s%s", i > from ? ", " : "", pre, name);
+		if (set)
+			kn_buf_printf(b, " = excluded.%s", name);
+	}
+}
+
+/* d's statement as SQLite reads it: as written, or from its table. */
+static void write_sql(struct kn_buf *b, const struct store_stmt *d)
+{
+	const struct store_row *r = d->row;
+	size_t from = d->form == STORE_SQL_INSERT ? d->n_auto : 0;
+
+	if (d->form == STORE_SQL_AS_WRITTEN) {
+		kn_buf_printf(b, "%s", d->sql);
+		return;
+	}
+	if (d->form == STORE_SQL_SELECT) {
+		kn_buf_printf(b, "SELECT ");
+		write_cols(b, r, 0, r->n_cols, "", false);
+		kn_buf_printf(b, " %s", d->sql);
+		return;
+	}
+	kn_buf_printf(b, "%s%s (",
+		      d->form == STORE_SQL_UPSERT ? "INSERT INTO " : "",
+		      d->sql);
+	write_cols(b, r, from, r->n_cols, "", false);
+	kn_buf_printf(b, ") VALUES (");
+	write_cols(b, r, from, r->n_cols, ":", false);
+	kn_buf_printf(b, ")");
+	if (d->form != STORE_SQL_UPSERT)
+		return;
+	kn_buf_printf(b, " ON CONFLICT (");
+	write_cols(b, r, 0, d->n_key, "", false);
+	kn_buf_printf(b, ") DO UPDATE SET ");
+	write_cols(b, r, d->n_key, r->n_cols, "", true);
+}
+
 /* Prepare one statement into its slot; a slot named twice is a bug. */
 static int prepare_one(struct kn_store *st, const char *path,
 		       const struct store_stmt *d, struct kn_error *err)
 {
+	struct kn_buf sql;
+	int rc = 0;
+
 	if (st->stmt[d->id])
 		return kn_errorf(err, KN_EIO, NULL,
 				 "%s: statement %d is defined twice", path,
 				 (int)d->id);
-	if (sqlite3_prepare_v3(st->db, d->sql, -1, SQLITE_PREPARE_PERSISTENT,
+	kn_buf_init(&sql, SIZE_MAX);
+	write_sql(&sql, d);
+	if (sqlite3_prepare_v3(st->db, sql.data, -1, SQLITE_PREPARE_PERSISTENT,
 			       &st->stmt[d->id], NULL) != SQLITE_OK)
-		return kn_errorf(err, KN_EIO, NULL, "%s: preparing \"%s\": %s",
-				 path, d->sql, sqlite3_errmsg(st->db));
+		rc = kn_errorf(err, KN_EIO, NULL, "%s: preparing \"%s\": %s",
+			       path, sql.data, sqlite3_errmsg(st->db));
+	kn_buf_release(&sql);
+	if (rc < 0)
+		return rc;
 	st->row[d->id] = d->row;
 	return store_check_params(st->stmt[d->id], d->row, err);
 }

@@ -49,20 +49,9 @@ static const char SQL_DEPLOYMENT_LIST[] =
 	"SELECT " DEPLOYMENT_COLUMNS " FROM deployments ORDER BY name";
 static const char SQL_DEPLOYMENT_DELETE[] =
 	"DELETE FROM deployments WHERE name = ?1";
-static const char SQL_REPLICA_PUT[] =
-	"INSERT INTO deployment_replicas (deployment, replica, job_id)"
-	" VALUES (:deployment, :replica, :job_id)"
-	" ON CONFLICT (deployment, replica) DO UPDATE SET"
-	" job_id = excluded.job_id";
 static const char SQL_REPLICA_DELETE[] =
 	"DELETE FROM deployment_replicas WHERE deployment = ?1 AND replica = ?2";
-static const char SQL_REPLICA_LIST[] =
-	"SELECT deployment, replica, job_id FROM deployment_replicas"
-	" ORDER BY deployment, replica";
 
-#define GWKEY_COLUMNS                                                         \
-	"id, name, hash, deployments_json, rpm, tpm, quota_day, quota_month," \
-	" created_by, created_at, revoked_at"
 #define K(field, type) \
 	STORE_COL_AS(struct kn_gateway_key_row, field, #field, type)
 static const struct store_col GWKEY_COLS[] = {
@@ -81,9 +70,6 @@ static const char SQL_GWKEY_INSERT[] =
 	" quota_day, quota_month, created_by, created_at) VALUES (:name, :hash,"
 	" :deployments_json, :rpm, :tpm, :quota_day, :quota_month,"
 	" :created_by, :created_at)";
-static const char SQL_GWKEY_LIST[] =
-	"SELECT " GWKEY_COLUMNS " FROM gateway_keys"
-	" WHERE ?1 = 0 OR revoked_at = 0 ORDER BY id";
 static const char SQL_GWKEY_REVOKE[] =
 	"UPDATE gateway_keys SET revoked_at = ?1 WHERE name = ?2"
 	" AND revoked_at = 0";
@@ -92,16 +78,20 @@ static const char SQL_JOB_DEPLOYMENT_PUT[] =
 	" VALUES (:job_id, :deployment)";
 
 const struct store_stmt store_deploy_stmts[] = {
-	{STMT_DEPLOYMENT_PUT, SQL_DEPLOYMENT_PUT, &DEPLOYMENT_ROW},
-	{STMT_DEPLOYMENT_LIST, SQL_DEPLOYMENT_LIST, &DEPLOYMENT_ROW},
-	{STMT_DEPLOYMENT_DELETE, SQL_DEPLOYMENT_DELETE, NULL},
-	{STMT_REPLICA_PUT, SQL_REPLICA_PUT, &REPLICA_ROW},
-	{STMT_REPLICA_DELETE, SQL_REPLICA_DELETE, NULL},
-	{STMT_REPLICA_LIST, SQL_REPLICA_LIST, &REPLICA_ROW},
-	{STMT_GWKEY_INSERT, SQL_GWKEY_INSERT, &GWKEY_ROW},
-	{STMT_GWKEY_LIST, SQL_GWKEY_LIST, &GWKEY_ROW},
-	{STMT_GWKEY_REVOKE, SQL_GWKEY_REVOKE, NULL},
-	{STMT_JOB_DEPLOYMENT_PUT, SQL_JOB_DEPLOYMENT_PUT, &REPLICA_ROW},
+	STORE_STMT(STMT_DEPLOYMENT_PUT, SQL_DEPLOYMENT_PUT, &DEPLOYMENT_ROW),
+	STORE_STMT(STMT_DEPLOYMENT_LIST, SQL_DEPLOYMENT_LIST, &DEPLOYMENT_ROW),
+	STORE_STMT(STMT_DEPLOYMENT_DELETE, SQL_DEPLOYMENT_DELETE, NULL),
+	STORE_UPSERT(STMT_REPLICA_PUT, &REPLICA_ROW, "deployment_replicas", 2),
+	STORE_STMT(STMT_REPLICA_DELETE, SQL_REPLICA_DELETE, NULL),
+	STORE_SELECT(STMT_REPLICA_LIST, &REPLICA_ROW,
+		     "FROM deployment_replicas ORDER BY deployment, replica"),
+	STORE_STMT(STMT_GWKEY_INSERT, SQL_GWKEY_INSERT, &GWKEY_ROW),
+	STORE_SELECT(STMT_GWKEY_LIST, &GWKEY_ROW,
+		     "FROM gateway_keys WHERE ?1 = 0 OR revoked_at = 0"
+		     " ORDER BY id"),
+	STORE_STMT(STMT_GWKEY_REVOKE, SQL_GWKEY_REVOKE, NULL),
+	STORE_STMT(STMT_JOB_DEPLOYMENT_PUT, SQL_JOB_DEPLOYMENT_PUT,
+		   &REPLICA_ROW),
 	{0},
 };
 

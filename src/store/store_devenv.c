@@ -7,9 +7,6 @@
 
 #include <errno.h>
 
-#define DEVENV_COLUMNS                                                       \
-	"job_id, owner, name, gpu_milli, started_at, ended_at, max_end_at,"  \
-	" idle_ms, stop"
 #define D(field, type) STORE_COL_AS(struct kn_devenv_row, field, #field, type)
 static const struct store_col DEVENV_COLS[] = {
 	D(job_id, STORE_INT),     D(owner, STORE_TEXT),
@@ -24,30 +21,29 @@ static const struct store_row DEVENV_ROW =
 
 /* A run is added once; a restart that sees it again changes nothing. */
 static const char SQL_DEVENV_START[] =
-	"INSERT INTO devenv_runs (" DEVENV_COLUMNS ") VALUES"
-	" (:job_id, :owner, :name, :gpu_milli, :started_at, 0, :max_end_at, 0,"
-	" '')"
+	"INSERT INTO devenv_runs (job_id, owner, name, gpu_milli, started_at,"
+	" ended_at, max_end_at, idle_ms, stop) VALUES (:job_id, :owner, :name,"
+	" :gpu_milli, :started_at, 0, :max_end_at, 0, '')"
 	" ON CONFLICT (job_id) DO NOTHING";
 /* Each attempt's idle time adds up; the last end and stop stand. */
 static const char SQL_DEVENV_END[] =
 	"UPDATE devenv_runs SET ended_at = ?2, idle_ms = idle_ms + ?3,"
 	" stop = ?4 WHERE job_id = ?1";
-/* Runs that overlap [?1, ?2), by environment and start. */
-static const char SQL_DEVENV_LIST[] =
-	"SELECT " DEVENV_COLUMNS " FROM devenv_runs"
-	" WHERE started_at < ?2 AND (ended_at = 0 OR ended_at >= ?1)"
-	" ORDER BY owner, name, started_at, job_id";
-/* The first start of owner's name after ?3: what ended an idle gap. */
-static const char SQL_DEVENV_NEXT[] =
-	"SELECT " DEVENV_COLUMNS " FROM devenv_runs"
-	" WHERE owner = ?1 AND name = ?2 AND started_at > ?3"
-	" ORDER BY started_at, job_id LIMIT 1";
 
 const struct store_stmt store_devenv_stmts[] = {
-	{STMT_DEVENV_START, SQL_DEVENV_START, &DEVENV_ROW},
-	{STMT_DEVENV_END, SQL_DEVENV_END, NULL},
-	{STMT_DEVENV_LIST, SQL_DEVENV_LIST, &DEVENV_ROW},
-	{STMT_DEVENV_NEXT, SQL_DEVENV_NEXT, &DEVENV_ROW},
+	STORE_STMT(STMT_DEVENV_START, SQL_DEVENV_START, &DEVENV_ROW),
+	STORE_STMT(STMT_DEVENV_END, SQL_DEVENV_END, NULL),
+	/* Runs that overlap [?1, ?2), by environment and start. */
+	STORE_SELECT(STMT_DEVENV_LIST, &DEVENV_ROW,
+		     "FROM devenv_runs WHERE started_at < ?2"
+		     " AND (ended_at = 0 OR ended_at >= ?1)"
+		     " ORDER BY owner, name, started_at, job_id"),
+	/* The first start of owner's name after ?3: what ended an idle
+	   gap. */
+	STORE_SELECT(STMT_DEVENV_NEXT, &DEVENV_ROW,
+		     "FROM devenv_runs"
+		     " WHERE owner = ?1 AND name = ?2 AND started_at > ?3"
+		     " ORDER BY started_at, job_id LIMIT 1"),
 	{0},
 };
 

@@ -9,7 +9,6 @@
  */
 #include "internal.h"
 
-#define IDEM_COLUMNS "owner, key, route, body_sha256, status, answer, created_at"
 #define I(field, type) STORE_COL_AS(struct kn_idem_row, field, #field, type)
 static const struct store_col IDEM_COLS[] = {
 	I(owner, STORE_TEXT),       I(key, STORE_TEXT),
@@ -21,21 +20,18 @@ static const struct store_col IDEM_COLS[] = {
 static const struct store_row IDEM_ROW =
 	STORE_ROW(struct kn_idem_row, "idempotency key", IDEM_COLS);
 
-static const char SQL_IDEM_GET[] =
-	"SELECT " IDEM_COLUMNS " FROM idempotency_keys"
-	" WHERE owner = ?1 AND key = ?2 AND created_at >= ?3";
-/* A row past its day may still be there: a reuse of the key replaces it. */
-static const char SQL_IDEM_PUT[] =
-	"INSERT OR REPLACE INTO idempotency_keys (" IDEM_COLUMNS ")"
-	" VALUES (:owner, :key, :route, :body_sha256, :status, :answer,"
-	" :created_at)";
 static const char SQL_IDEM_EXPIRE[] =
 	"DELETE FROM idempotency_keys WHERE created_at < ?1";
 
 const struct store_stmt store_idem_stmts[] = {
-	{STMT_IDEM_GET, SQL_IDEM_GET, &IDEM_ROW},
-	{STMT_IDEM_PUT, SQL_IDEM_PUT, &IDEM_ROW},
-	{STMT_IDEM_EXPIRE, SQL_IDEM_EXPIRE, NULL},
+	STORE_SELECT(STMT_IDEM_GET, &IDEM_ROW,
+		     "FROM idempotency_keys"
+		     " WHERE owner = ?1 AND key = ?2 AND created_at >= ?3"),
+	/* A row past its day may still be there: a reuse of the key
+	   replaces it. */
+	STORE_INSERT(STMT_IDEM_PUT, &IDEM_ROW,
+		     "INSERT OR REPLACE INTO idempotency_keys", 0),
+	STORE_STMT(STMT_IDEM_EXPIRE, SQL_IDEM_EXPIRE, NULL),
 	{0},
 };
 

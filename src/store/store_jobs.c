@@ -33,19 +33,9 @@ static const struct store_col JOB_COLS[] = {
 static const struct store_row JOB_ROW =
 	STORE_ROW(struct kn_job_row, "job", JOB_COLS);
 
-static const char SQL_JOB_INSERT[] =
-	"INSERT INTO jobs (name, owner, state, priority, tasks, filename,"
-	" submitted_at, started_at, ended_at, not_before, attempts,"
-	" retries_used, cancel_requested, reason, exit_code, spec_yaml,"
-	" spec_json, array_id, array_index) VALUES (:name, :owner, :state,"
-	" :priority, :tasks, :filename, :submitted_at, :started_at, :ended_at,"
-	" :not_before, :attempts, :retries_used, :cancel_requested, :reason,"
-	" :exit_code, :spec_yaml, :spec_json, :array_id, :array_index)";
 /* An array's first element names the array: its own id. */
 static const char SQL_JOB_ARRAY_HEAD[] =
 	"UPDATE jobs SET array_id = id WHERE id = ?1";
-static const char SQL_JOB_GET[] =
-	"SELECT " JOB_COLUMNS ", spec_yaml, spec_json FROM jobs WHERE id = ?1";
 static const char SQL_JOB_UPDATE[] =
 	"UPDATE jobs SET state = :state, started_at = :started_at,"
 	" ended_at = :ended_at, not_before = :not_before,"
@@ -90,9 +80,6 @@ static const char SQL_JOB_LIST_ACTIVE_DESC[] = JOB_LIST_ACTIVE JOB_LIST_DESC;
 static const char SQL_JOB_LIST_NAME_DESC[] = JOB_LIST_NAME JOB_LIST_DESC;
 static const char SQL_JOB_LIST_OWNER_DESC[] = JOB_LIST_OWNER JOB_LIST_DESC;
 
-#define ATTEMPT_COLUMNS                                                    \
-	"job_id, number, state, started_at, ended_at, exit_code, signal,"     \
-	" reason, checkpoint, checkpoint_at, restore_ms, useful_ms, lost_ms"
 #define A(field, type) STORE_COL_AS(struct kn_attempt_row, field, #field, type)
 static const struct store_col ATTEMPT_COLS[] = {
 	A(job_id, STORE_INT),        A(number, STORE_INT),
@@ -108,27 +95,6 @@ static const struct store_row ATTEMPT_ROW =
 	STORE_ROW(struct kn_attempt_row, "attempt of job", ATTEMPT_COLS);
 
 
-/* An upsert, not INSERT OR REPLACE: REPLACE deletes the old row first. */
-static const char SQL_ATTEMPT_PUT[] =
-	"INSERT INTO attempts (" ATTEMPT_COLUMNS ")"
-	" VALUES (:job_id, :number, :state, :started_at, :ended_at, :exit_code,"
-	" :signal, :reason, :checkpoint, :checkpoint_at, :restore_ms,"
-	" :useful_ms, :lost_ms)"
-	" ON CONFLICT (job_id, number) DO UPDATE SET state = excluded.state,"
-	" started_at = excluded.started_at, ended_at = excluded.ended_at,"
-	" exit_code = excluded.exit_code, signal = excluded.signal,"
-	" reason = excluded.reason, checkpoint = excluded.checkpoint,"
-	" checkpoint_at = excluded.checkpoint_at,"
-	" restore_ms = excluded.restore_ms, useful_ms = excluded.useful_ms,"
-	" lost_ms = excluded.lost_ms";
-static const char SQL_ATTEMPT_LIST[] =
-	"SELECT " ATTEMPT_COLUMNS " FROM attempts WHERE job_id = ?1"
-	" ORDER BY number";
-
-#define TASK_COLUMNS                                                       \
-	"job_id, attempt, rank, node, devices, gpu_milli, task_dir, state,"  \
-	" shim_pid, shim_start, started_at, ended_at, exit_code, signal,"    \
-	" master_port"
 #define T(field, type) STORE_COL_AS(struct kn_task_row, field, #field, type)
 static const struct store_col TASK_COLS[] = {
 	T(job_id, STORE_INT),      T(attempt, STORE_INT),
@@ -144,24 +110,6 @@ static const struct store_col TASK_COLS[] = {
 static const struct store_row TASK_ROW =
 	STORE_ROW(struct kn_task_row, "task of job", TASK_COLS);
 
-static const char SQL_TASK_PUT[] =
-	"INSERT INTO tasks (" TASK_COLUMNS ")"
-	" VALUES (:job_id, :attempt, :rank, :node, coalesce(:devices, ''),"
-	" :gpu_milli, :task_dir, :state, :shim_pid, :shim_start, :started_at,"
-	" :ended_at, :exit_code, :signal, :master_port)"
-	" ON CONFLICT (job_id, attempt, rank) DO UPDATE SET"
-	" node = excluded.node, devices = excluded.devices,"
-	" gpu_milli = excluded.gpu_milli, task_dir = excluded.task_dir,"
-	" state = excluded.state, shim_pid = excluded.shim_pid,"
-	" shim_start = excluded.shim_start, started_at = excluded.started_at,"
-	" ended_at = excluded.ended_at, exit_code = excluded.exit_code,"
-	" signal = excluded.signal, master_port = excluded.master_port";
-static const char SQL_TASK_LIST[] =
-	"SELECT " TASK_COLUMNS " FROM tasks"
-	" WHERE job_id = ?1 AND (?2 = 0 OR attempt = ?2)"
-	" ORDER BY attempt, rank";
-
-#define OUTPUT_COLUMNS "job_id, name, size, sha256, url"
 #define O(field, type) STORE_COL_AS(struct kn_output_row, field, #field, type)
 static const struct store_col OUTPUT_COLS[] = {
 	O(job_id, STORE_INT), O(name, STORE_TEXT),   O(size, STORE_INT),
@@ -170,14 +118,6 @@ static const struct store_col OUTPUT_COLS[] = {
 #undef O
 static const struct store_row OUTPUT_ROW =
 	STORE_ROW(struct kn_output_row, "output of job", OUTPUT_COLS);
-
-static const char SQL_OUTPUT_PUT[] =
-	"INSERT INTO outputs (" OUTPUT_COLUMNS ")"
-	" VALUES (:job_id, :name, :size, :sha256, :url)"
-	" ON CONFLICT (job_id, name) DO UPDATE SET size = excluded.size,"
-	" sha256 = excluded.sha256, url = excluded.url";
-static const char SQL_OUTPUT_LIST[] =
-	"SELECT " OUTPUT_COLUMNS " FROM outputs WHERE job_id = ?1 ORDER BY name";
 
 #define I(field, type) \
 	STORE_COL_AS(struct kn_job_input_row, field, #field, type)
@@ -194,15 +134,6 @@ static const char SQL_JOB_REVISION_PUT[] =
 	"INSERT OR REPLACE INTO job_revisions (job_id, revision) VALUES (?1, ?2)";
 static const char SQL_JOB_REVISION_GET[] =
 	"SELECT revision FROM job_revisions WHERE job_id = ?1";
-/* The first recording of an input stays: later ones are checked against
-   it, never written over it. */
-static const char SQL_JOB_INPUT_PUT[] =
-	"INSERT OR IGNORE INTO job_inputs (job_id, name, url, sha256, size,"
-	" attempt, recorded_at) VALUES (:job_id, :name, :url, :sha256, :size,"
-	" :attempt, :recorded_at)";
-static const char SQL_JOB_INPUT_LIST[] =
-	"SELECT job_id, name, url, sha256, size, attempt, recorded_at"
-	" FROM job_inputs WHERE job_id = ?1 ORDER BY name";
 
 /* How many jobs are in one state; -1 for a name kiln does not know. */
 struct state_count {
@@ -230,32 +161,45 @@ static const char SQL_ATTEMPT_GOODPUT[] =
 	" COALESCE(SUM(lost_ms), 0) AS lost_ms FROM attempts";
 
 const struct store_stmt store_job_stmts[] = {
-	{STMT_JOB_INSERT, SQL_JOB_INSERT, &JOB_ROW},
-	{STMT_JOB_GET, SQL_JOB_GET, &JOB_ROW},
-	{STMT_JOB_UPDATE, SQL_JOB_UPDATE, &JOB_ROW},
-	{STMT_JOB_ARRAY_HEAD, SQL_JOB_ARRAY_HEAD, NULL},
-	{STMT_JOB_LIST_ALL, SQL_JOB_LIST_ALL, &JOB_ROW},
-	{STMT_JOB_LIST_STATE, SQL_JOB_LIST_STATE, &JOB_ROW},
-	{STMT_JOB_LIST_ACTIVE, SQL_JOB_LIST_ACTIVE, &JOB_ROW},
-	{STMT_JOB_LIST_NAME, SQL_JOB_LIST_NAME, &JOB_ROW},
-	{STMT_JOB_LIST_OWNER, SQL_JOB_LIST_OWNER, &JOB_ROW},
-	{STMT_JOB_LIST_ALL_DESC, SQL_JOB_LIST_ALL_DESC, &JOB_ROW},
-	{STMT_JOB_LIST_STATE_DESC, SQL_JOB_LIST_STATE_DESC, &JOB_ROW},
-	{STMT_JOB_LIST_ACTIVE_DESC, SQL_JOB_LIST_ACTIVE_DESC, &JOB_ROW},
-	{STMT_JOB_LIST_NAME_DESC, SQL_JOB_LIST_NAME_DESC, &JOB_ROW},
-	{STMT_JOB_LIST_OWNER_DESC, SQL_JOB_LIST_OWNER_DESC, &JOB_ROW},
-	{STMT_ATTEMPT_PUT, SQL_ATTEMPT_PUT, &ATTEMPT_ROW},
-	{STMT_ATTEMPT_LIST, SQL_ATTEMPT_LIST, &ATTEMPT_ROW},
-	{STMT_TASK_PUT, SQL_TASK_PUT, &TASK_ROW},
-	{STMT_TASK_LIST, SQL_TASK_LIST, &TASK_ROW},
-	{STMT_OUTPUT_PUT, SQL_OUTPUT_PUT, &OUTPUT_ROW},
-	{STMT_OUTPUT_LIST, SQL_OUTPUT_LIST, &OUTPUT_ROW},
-	{STMT_JOB_REVISION_PUT, SQL_JOB_REVISION_PUT, NULL},
-	{STMT_JOB_REVISION_GET, SQL_JOB_REVISION_GET, NULL},
-	{STMT_JOB_INPUT_PUT, SQL_JOB_INPUT_PUT, &JOB_INPUT_ROW},
-	{STMT_JOB_INPUT_LIST, SQL_JOB_INPUT_LIST, &JOB_INPUT_ROW},
-	{STMT_JOB_STATE_COUNTS, SQL_JOB_STATE_COUNTS, &STATE_COUNT_ROW},
-	{STMT_ATTEMPT_GOODPUT, SQL_ATTEMPT_GOODPUT, &GOODPUT_ROW},
+	/* The database assigns the id. */
+	STORE_INSERT(STMT_JOB_INSERT, &JOB_ROW, "INSERT INTO jobs", 1),
+	STORE_SELECT(STMT_JOB_GET, &JOB_ROW, "FROM jobs WHERE id = ?1"),
+	STORE_STMT(STMT_JOB_UPDATE, SQL_JOB_UPDATE, &JOB_ROW),
+	STORE_STMT(STMT_JOB_ARRAY_HEAD, SQL_JOB_ARRAY_HEAD, NULL),
+	STORE_STMT(STMT_JOB_LIST_ALL, SQL_JOB_LIST_ALL, &JOB_ROW),
+	STORE_STMT(STMT_JOB_LIST_STATE, SQL_JOB_LIST_STATE, &JOB_ROW),
+	STORE_STMT(STMT_JOB_LIST_ACTIVE, SQL_JOB_LIST_ACTIVE, &JOB_ROW),
+	STORE_STMT(STMT_JOB_LIST_NAME, SQL_JOB_LIST_NAME, &JOB_ROW),
+	STORE_STMT(STMT_JOB_LIST_OWNER, SQL_JOB_LIST_OWNER, &JOB_ROW),
+	STORE_STMT(STMT_JOB_LIST_ALL_DESC, SQL_JOB_LIST_ALL_DESC, &JOB_ROW),
+	STORE_STMT(STMT_JOB_LIST_STATE_DESC, SQL_JOB_LIST_STATE_DESC, &JOB_ROW),
+	STORE_STMT(STMT_JOB_LIST_ACTIVE_DESC, SQL_JOB_LIST_ACTIVE_DESC,
+		   &JOB_ROW),
+	STORE_STMT(STMT_JOB_LIST_NAME_DESC, SQL_JOB_LIST_NAME_DESC, &JOB_ROW),
+	STORE_STMT(STMT_JOB_LIST_OWNER_DESC, SQL_JOB_LIST_OWNER_DESC, &JOB_ROW),
+	/* Upserts, not INSERT OR REPLACE: REPLACE deletes the old row
+	   first. */
+	STORE_UPSERT(STMT_ATTEMPT_PUT, &ATTEMPT_ROW, "attempts", 2),
+	STORE_SELECT(STMT_ATTEMPT_LIST, &ATTEMPT_ROW,
+		     "FROM attempts WHERE job_id = ?1 ORDER BY number"),
+	STORE_UPSERT(STMT_TASK_PUT, &TASK_ROW, "tasks", 3),
+	STORE_SELECT(STMT_TASK_LIST, &TASK_ROW,
+		     "FROM tasks WHERE job_id = ?1 AND (?2 = 0 OR attempt = ?2)"
+		     " ORDER BY attempt, rank"),
+	STORE_UPSERT(STMT_OUTPUT_PUT, &OUTPUT_ROW, "outputs", 2),
+	STORE_SELECT(STMT_OUTPUT_LIST, &OUTPUT_ROW,
+		     "FROM outputs WHERE job_id = ?1 ORDER BY name"),
+	STORE_STMT(STMT_JOB_REVISION_PUT, SQL_JOB_REVISION_PUT, NULL),
+	STORE_STMT(STMT_JOB_REVISION_GET, SQL_JOB_REVISION_GET, NULL),
+	/* The first recording of an input stays: later ones are checked
+	   against it, never written over it. */
+	STORE_INSERT(STMT_JOB_INPUT_PUT, &JOB_INPUT_ROW,
+		     "INSERT OR IGNORE INTO job_inputs", 0),
+	STORE_SELECT(STMT_JOB_INPUT_LIST, &JOB_INPUT_ROW,
+		     "FROM job_inputs WHERE job_id = ?1 ORDER BY name"),
+	STORE_STMT(STMT_JOB_STATE_COUNTS, SQL_JOB_STATE_COUNTS,
+		   &STATE_COUNT_ROW),
+	STORE_STMT(STMT_ATTEMPT_GOODPUT, SQL_ATTEMPT_GOODPUT, &GOODPUT_ROW),
 	{0},
 };
 
@@ -445,8 +389,13 @@ void kn_task_row_release(struct kn_task_row *t)
 int kn_store_task_put(struct kn_store *st, const struct kn_task_row *t,
 		      struct kn_error *err)
 {
+	struct kn_task_row row = *t;
+
+	/* '' is a task that holds no device: the ledger's CPU side. */
+	if (!row.devices)
+		row.devices = "";
 	return store_job_missing(
-		store_put(st, STMT_TASK_PUT, t, "writing a task", err),
+		store_put(st, STMT_TASK_PUT, &row, "writing a task", err),
 		t->job_id, err);
 }
 

@@ -89,37 +89,10 @@ static const char SQL_MODEL_CREATE[] =
 static const char SQL_MODEL_NEXT[] =
 	"UPDATE models SET next_version = next_version + 1 WHERE name = ?1"
 	" RETURNING next_version - 1";
-#define VERSION_COLUMNS "name, version, manifest, created_by, created_at"
-static const char SQL_MODEL_VERSION_INSERT[] =
-	"INSERT INTO model_versions (" VERSION_COLUMNS ") VALUES (:name,"
-	" :version, :manifest, :created_by, :created_at)";
 static const char SQL_MODEL_VERSION_DELETE[] =
 	"DELETE FROM model_versions WHERE name = ?1 AND version = ?2";
-static const char SQL_MODEL_VERSION_GET[] =
-	"SELECT " VERSION_COLUMNS " FROM model_versions"
-	" WHERE name = ?1 AND version = ?2";
-static const char SQL_MODEL_VERSION_LIST[] =
-	"SELECT " VERSION_COLUMNS " FROM model_versions WHERE name = ?1"
-	" ORDER BY version";
-static const char SQL_REVAL_PUT[] =
-	"INSERT OR REPLACE INTO model_revalidations (name, alias, owner,"
-	" spec_yaml, filename, every_ms, thresholds_json, rollback, created_at,"
-	" deployment) VALUES (:name, :alias, :owner, :spec_yaml, :filename,"
-	" :every_ms, :thresholds_json, :rollback, :created_at, :deployment)";
-static const char SQL_REVAL_LIST[] =
-	"SELECT name, alias, owner, spec_yaml, filename, every_ms,"
-	" thresholds_json, rollback, created_at, deployment"
-	" FROM model_revalidations ORDER BY name, alias";
 static const char SQL_REVAL_DELETE[] =
 	"DELETE FROM model_revalidations WHERE name = ?1 AND alias = ?2";
-static const char SQL_EVAL_INSERT[] =
-	"INSERT INTO model_evaluations (name, version, alias, job_id, outcome,"
-	" metrics_json, detail, time_ms) VALUES (:name, :version, :alias,"
-	" :job_id, :outcome, :metrics_json, :detail, :time_ms)";
-static const char SQL_EVAL_LIST[] =
-	"SELECT id, name, version, alias, job_id, outcome, metrics_json, detail,"
-	" time_ms FROM model_evaluations WHERE name = ?1 AND version = ?2"
-	" ORDER BY id";
 static const char SQL_MODEL_ALIAS_GET[] =
 	"SELECT version FROM model_aliases WHERE name = ?1 AND alias = ?2";
 static const char SQL_MODEL_ALIAS_PUT[] =
@@ -141,31 +114,40 @@ static const char SQL_MODEL_ALIAS_HISTORY[] =
 static const char SQL_MODEL_SIGNATURE_INSERT[] =
 	"INSERT INTO model_signatures (name, version, key_id, public_key,"
 	" signature, signed_by, signed_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
-static const char SQL_MODEL_SIGNATURE_LIST[] =
-	"SELECT key_id, public_key, signature, signed_by, signed_at"
-	" FROM model_signatures WHERE name = ?1 AND version = ?2"
-	" ORDER BY signed_at, key_id";
 
 const struct store_stmt store_model_stmts[] = {
-	{STMT_MODEL_LIST, SQL_MODEL_LIST, &MODEL_ROW},
-	{STMT_MODEL_CREATE, SQL_MODEL_CREATE, NULL},
-	{STMT_MODEL_NEXT, SQL_MODEL_NEXT, NULL},
-	{STMT_MODEL_VERSION_INSERT, SQL_MODEL_VERSION_INSERT, &VERSION_ROW},
-	{STMT_MODEL_VERSION_DELETE, SQL_MODEL_VERSION_DELETE, NULL},
-	{STMT_MODEL_VERSION_GET, SQL_MODEL_VERSION_GET, &VERSION_ROW},
-	{STMT_MODEL_VERSION_LIST, SQL_MODEL_VERSION_LIST, &VERSION_ROW},
-	{STMT_MODEL_ALIAS_GET, SQL_MODEL_ALIAS_GET, NULL},
-	{STMT_MODEL_ALIAS_PUT, SQL_MODEL_ALIAS_PUT, NULL},
-	{STMT_MODEL_ALIAS_LIST, SQL_MODEL_ALIAS_LIST, &ALIAS_ROW},
-	{STMT_MODEL_ALIAS_EVENT, SQL_MODEL_ALIAS_EVENT, NULL},
-	{STMT_MODEL_ALIAS_HISTORY, SQL_MODEL_ALIAS_HISTORY, &ALIAS_ROW},
-	{STMT_MODEL_SIGNATURE_INSERT, SQL_MODEL_SIGNATURE_INSERT, NULL},
-	{STMT_MODEL_SIGNATURE_LIST, SQL_MODEL_SIGNATURE_LIST, &SIGNATURE_ROW},
-	{STMT_REVAL_PUT, SQL_REVAL_PUT, &REVAL_ROW},
-	{STMT_REVAL_LIST, SQL_REVAL_LIST, &REVAL_ROW},
-	{STMT_REVAL_DELETE, SQL_REVAL_DELETE, NULL},
-	{STMT_EVAL_INSERT, SQL_EVAL_INSERT, &EVAL_ROW},
-	{STMT_EVAL_LIST, SQL_EVAL_LIST, &EVAL_ROW},
+	STORE_STMT(STMT_MODEL_LIST, SQL_MODEL_LIST, &MODEL_ROW),
+	STORE_STMT(STMT_MODEL_CREATE, SQL_MODEL_CREATE, NULL),
+	STORE_STMT(STMT_MODEL_NEXT, SQL_MODEL_NEXT, NULL),
+	STORE_INSERT(STMT_MODEL_VERSION_INSERT, &VERSION_ROW,
+		     "INSERT INTO model_versions", 0),
+	STORE_STMT(STMT_MODEL_VERSION_DELETE, SQL_MODEL_VERSION_DELETE, NULL),
+	STORE_SELECT(STMT_MODEL_VERSION_GET, &VERSION_ROW,
+		     "FROM model_versions WHERE name = ?1 AND version = ?2"),
+	STORE_SELECT(STMT_MODEL_VERSION_LIST, &VERSION_ROW,
+		     "FROM model_versions WHERE name = ?1 ORDER BY version"),
+	STORE_STMT(STMT_MODEL_ALIAS_GET, SQL_MODEL_ALIAS_GET, NULL),
+	STORE_STMT(STMT_MODEL_ALIAS_PUT, SQL_MODEL_ALIAS_PUT, NULL),
+	STORE_STMT(STMT_MODEL_ALIAS_LIST, SQL_MODEL_ALIAS_LIST, &ALIAS_ROW),
+	STORE_STMT(STMT_MODEL_ALIAS_EVENT, SQL_MODEL_ALIAS_EVENT, NULL),
+	STORE_STMT(STMT_MODEL_ALIAS_HISTORY, SQL_MODEL_ALIAS_HISTORY,
+		   &ALIAS_ROW),
+	STORE_STMT(STMT_MODEL_SIGNATURE_INSERT, SQL_MODEL_SIGNATURE_INSERT,
+		   NULL),
+	STORE_SELECT(STMT_MODEL_SIGNATURE_LIST, &SIGNATURE_ROW,
+		     "FROM model_signatures WHERE name = ?1 AND version = ?2"
+		     " ORDER BY signed_at, key_id"),
+	STORE_INSERT(STMT_REVAL_PUT, &REVAL_ROW,
+		     "INSERT OR REPLACE INTO model_revalidations", 0),
+	STORE_SELECT(STMT_REVAL_LIST, &REVAL_ROW,
+		     "FROM model_revalidations ORDER BY name, alias"),
+	STORE_STMT(STMT_REVAL_DELETE, SQL_REVAL_DELETE, NULL),
+	/* The database assigns the id. */
+	STORE_INSERT(STMT_EVAL_INSERT, &EVAL_ROW,
+		     "INSERT INTO model_evaluations", 1),
+	STORE_SELECT(STMT_EVAL_LIST, &EVAL_ROW,
+		     "FROM model_evaluations WHERE name = ?1 AND version = ?2"
+		     " ORDER BY id"),
 	{0},
 };
 

@@ -8,9 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NODE_COLUMNS                                                     \
-	"name, state, labels_json, taints_json, cpu_milli, memory_bytes,"  \
-	" simulated, updated_at, reason"
 #define N(field, type) STORE_COL_AS(struct kn_node_row, field, #field, type)
 static const struct store_col NODE_COLS[] = {
 	N(name, STORE_TEXT),        N(state, STORE_TEXT),
@@ -23,23 +20,7 @@ static const struct store_col NODE_COLS[] = {
 static const struct store_row NODE_ROW =
 	STORE_ROW(struct kn_node_row, "node", NODE_COLS);
 
-static const char SQL_NODE_PUT[] =
-	"INSERT INTO nodes (" NODE_COLUMNS ")"
-	" VALUES (:name, :state, coalesce(:labels_json, '{}'),"
-	" coalesce(:taints_json, '[]'), :cpu_milli, :memory_bytes, :simulated,"
-	" :updated_at, :reason) ON CONFLICT (name) DO UPDATE SET"
-	" state = excluded.state,"
-	" labels_json = excluded.labels_json,"
-	" taints_json = excluded.taints_json, cpu_milli = excluded.cpu_milli,"
-	" memory_bytes = excluded.memory_bytes,"
-	" simulated = excluded.simulated, updated_at = excluded.updated_at,"
-	" reason = excluded.reason";
-static const char SQL_NODE_LIST[] =
-	"SELECT " NODE_COLUMNS " FROM nodes ORDER BY name";
-
-
 /* idx is struct kn_device_row's index ("index" is an SQL keyword). */
-#define DEVICE_COLUMNS "node, idx, uuid, model, memory_bytes, simulated"
 #define D(field, name, type) \
 	STORE_COL_AS(struct kn_device_row, field, name, type)
 static const struct store_col DEVICE_COLS[] = {
@@ -56,12 +37,6 @@ static const struct store_row DEVICE_ROW =
 
 static const char SQL_DEVICE_DELETE_NODE[] =
 	"DELETE FROM devices WHERE node = ?1";
-static const char SQL_DEVICE_INSERT[] =
-	"INSERT INTO devices (" DEVICE_COLUMNS ") VALUES (:node, :idx, :uuid,"
-	" :model, :memory_bytes, :simulated)";
-static const char SQL_DEVICE_LIST_NODE[] =
-	"SELECT " DEVICE_COLUMNS " FROM devices WHERE node = ?1 ORDER BY idx";
-
 
 #define S(field, type) \
 	STORE_COL_AS(struct kn_node_state_row, field, #field, type)
@@ -87,20 +62,20 @@ static const char SQL_NODE_STATE_CLOSE_ALL[] =
 	" WHERE ended_at = 0";
 static const char SQL_NODE_STATE_OPEN[] =
 	"INSERT INTO node_states (node, state, started_at) VALUES (?1, ?2, ?3)";
-static const char SQL_NODE_STATE_LIST[] =
-	"SELECT node, state, started_at, ended_at FROM node_states"
-	" WHERE ended_at = 0 OR ended_at > ?1 ORDER BY node, started_at";
 
 const struct store_stmt store_node_stmts[] = {
-	{STMT_NODE_PUT, SQL_NODE_PUT, &NODE_ROW},
-	{STMT_NODE_LIST, SQL_NODE_LIST, &NODE_ROW},
-	{STMT_DEVICE_DELETE_NODE, SQL_DEVICE_DELETE_NODE, NULL},
-	{STMT_DEVICE_INSERT, SQL_DEVICE_INSERT, &DEVICE_ROW},
-	{STMT_DEVICE_LIST_NODE, SQL_DEVICE_LIST_NODE, &DEVICE_ROW},
-	{STMT_NODE_STATE_CLOSE, SQL_NODE_STATE_CLOSE, NULL},
-	{STMT_NODE_STATE_CLOSE_ALL, SQL_NODE_STATE_CLOSE_ALL, NULL},
-	{STMT_NODE_STATE_OPEN, SQL_NODE_STATE_OPEN, NULL},
-	{STMT_NODE_STATE_LIST, SQL_NODE_STATE_LIST, &NODE_STATE_ROW},
+	STORE_UPSERT(STMT_NODE_PUT, &NODE_ROW, "nodes", 1),
+	STORE_SELECT(STMT_NODE_LIST, &NODE_ROW, "FROM nodes ORDER BY name"),
+	STORE_STMT(STMT_DEVICE_DELETE_NODE, SQL_DEVICE_DELETE_NODE, NULL),
+	STORE_INSERT(STMT_DEVICE_INSERT, &DEVICE_ROW, "INSERT INTO devices", 0),
+	STORE_SELECT(STMT_DEVICE_LIST_NODE, &DEVICE_ROW,
+		     "FROM devices WHERE node = ?1 ORDER BY idx"),
+	STORE_STMT(STMT_NODE_STATE_CLOSE, SQL_NODE_STATE_CLOSE, NULL),
+	STORE_STMT(STMT_NODE_STATE_CLOSE_ALL, SQL_NODE_STATE_CLOSE_ALL, NULL),
+	STORE_STMT(STMT_NODE_STATE_OPEN, SQL_NODE_STATE_OPEN, NULL),
+	STORE_SELECT(STMT_NODE_STATE_LIST, &NODE_STATE_ROW,
+		     "FROM node_states WHERE ended_at = 0 OR ended_at > ?1"
+		     " ORDER BY node, started_at"),
 	{0},
 };
 
@@ -119,13 +94,19 @@ int kn_store_node_put(struct kn_store *st, const struct kn_node_row *n,
 {
 	const struct store_key name[] = {KEY_TEXT(n->name)};
 	const char *what = "writing a node";
+	struct kn_node_row row = *n;
 	bool own;
 	int rc;
 
+	/* No labels or taints read back as JSON all the same. */
+	if (!row.labels_json)
+		row.labels_json = "{}";
+	if (!row.taints_json)
+		row.taints_json = "[]";
 	rc = write_begin(st, &own, err);
 	if (rc < 0)
 		return rc;
-	rc = store_put(st, STMT_NODE_PUT, n, what, err);
+	rc = store_put(st, STMT_NODE_PUT, &row, what, err);
 	if (rc == 0)
 		rc = store_run_keyed(st, STMT_DEVICE_DELETE_NODE, name,
 				     N_KEYS(name), what, err);

@@ -13,8 +13,6 @@
  */
 #define TOKEN_LAST_USED_GRANULARITY_MS 60000
 
-#define TOKEN_COLUMNS \
-	"id, name, role, hash, created_by, created_at, revoked_at, last_used_at"
 #define T(field, type) STORE_COL_AS(struct kn_token_row, field, #field, type)
 static const struct store_col TOKEN_COLS[] = {
 	T(id, STORE_INT),          T(name, STORE_TEXT),
@@ -26,29 +24,22 @@ static const struct store_col TOKEN_COLS[] = {
 static const struct store_row TOKEN_ROW =
 	STORE_ROW(struct kn_token_row, "token", TOKEN_COLS);
 
-static const char SQL_TOKEN_INSERT[] =
-	"INSERT INTO tokens (name, role, hash, created_by, created_at,"
-	" revoked_at, last_used_at) VALUES (:name, :role, :hash, :created_by,"
-	" :created_at, :revoked_at, :last_used_at)";
-static const char SQL_TOKEN_BY_HASH[] =
-	"SELECT " TOKEN_COLUMNS " FROM tokens"
-	" WHERE hash = ?1 AND revoked_at = 0";
 static const char SQL_TOKEN_TOUCH[] =
 	"UPDATE tokens SET last_used_at = ?1 WHERE id = ?2";
-static const char SQL_TOKEN_LIST[] =
-	"SELECT " TOKEN_COLUMNS " FROM tokens ORDER BY id";
 static const char SQL_TOKEN_REVOKE[] =
 	"UPDATE tokens SET revoked_at = ?1 WHERE name = ?2 AND revoked_at = 0";
 static const char SQL_TOKEN_COUNT[] =
 	"SELECT count(*) FROM tokens WHERE revoked_at = 0";
 
 const struct store_stmt store_token_stmts[] = {
-	{STMT_TOKEN_INSERT, SQL_TOKEN_INSERT, &TOKEN_ROW},
-	{STMT_TOKEN_BY_HASH, SQL_TOKEN_BY_HASH, &TOKEN_ROW},
-	{STMT_TOKEN_TOUCH, SQL_TOKEN_TOUCH, NULL},
-	{STMT_TOKEN_LIST, SQL_TOKEN_LIST, &TOKEN_ROW},
-	{STMT_TOKEN_REVOKE, SQL_TOKEN_REVOKE, NULL},
-	{STMT_TOKEN_COUNT, SQL_TOKEN_COUNT, NULL},
+	/* The database assigns the id. */
+	STORE_INSERT(STMT_TOKEN_INSERT, &TOKEN_ROW, "INSERT INTO tokens", 1),
+	STORE_SELECT(STMT_TOKEN_BY_HASH, &TOKEN_ROW,
+		     "FROM tokens WHERE hash = ?1 AND revoked_at = 0"),
+	STORE_STMT(STMT_TOKEN_TOUCH, SQL_TOKEN_TOUCH, NULL),
+	STORE_SELECT(STMT_TOKEN_LIST, &TOKEN_ROW, "FROM tokens ORDER BY id"),
+	STORE_STMT(STMT_TOKEN_REVOKE, SQL_TOKEN_REVOKE, NULL),
+	STORE_STMT(STMT_TOKEN_COUNT, SQL_TOKEN_COUNT, NULL),
 	{0},
 };
 

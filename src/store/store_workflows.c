@@ -8,9 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define WF_RUN_COLUMNS                                                      \
-	"id, name, owner, filename, path, spec_yaml, files_json, digest,"   \
-	" revision, state, reason, submitted_at, started_at, ended_at"
 #define R(field, type) STORE_COL_AS(struct kn_wf_run_row, field, #field, type)
 static const struct store_col WF_RUN_COLS[] = {
 	R(id, STORE_INT),           R(name, STORE_TEXT),
@@ -59,57 +56,43 @@ static const struct store_col WF_ATTEMPT_COLS[] = {
 static const struct store_row WF_ATTEMPT_ROW = STORE_ROW(
 	struct kn_wf_attempt_row, "workflow step attempt", WF_ATTEMPT_COLS);
 
-static const char SQL_WF_RUN_INSERT[] =
-	"INSERT INTO workflow_runs (name, owner, filename, path, spec_yaml,"
-	" files_json, digest, revision, state, reason, submitted_at,"
-	" started_at, ended_at) VALUES (:name, :owner, :filename, :path,"
-	" :spec_yaml, :files_json, :digest, :revision, :state, :reason,"
-	" :submitted_at, :started_at, :ended_at)";
-static const char SQL_WF_RUN_GET[] =
-	"SELECT " WF_RUN_COLUMNS " FROM workflow_runs WHERE id = ?1";
 static const char SQL_WF_RUN_UPDATE[] =
 	"UPDATE workflow_runs SET state = :state, reason = :reason,"
 	" started_at = :started_at, ended_at = :ended_at WHERE id = :id";
-static const char SQL_WF_RUN_LIST[] =
-	"SELECT " WF_RUN_COLUMNS " FROM workflow_runs"
-	" WHERE ?1 = 0 OR state IN ('queued', 'running') ORDER BY id";
-#define WF_STEP_COLUMNS                                                    \
-	"run_id, idx, name, state, by_condition, job_id, attempts,"        \
-	" started_at, ended_at, reason, metrics_json"
+/* A step keeps the name it was first written with. */
 static const char SQL_WF_STEP_PUT[] =
-	"INSERT INTO workflow_steps (" WF_STEP_COLUMNS ") VALUES (:run_id,"
-	" :idx, :name, :state, :by_condition, :job_id, :attempts, :started_at,"
-	" :ended_at, :reason, :metrics_json) ON CONFLICT (run_id, idx) DO"
-	" UPDATE SET state = excluded.state,"
+	"INSERT INTO workflow_steps (run_id, idx, name, state, by_condition,"
+	" job_id, attempts, started_at, ended_at, reason, metrics_json)"
+	" VALUES (:run_id, :idx, :name, :state, :by_condition, :job_id,"
+	" :attempts, :started_at, :ended_at, :reason, :metrics_json)"
+	" ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state,"
 	" by_condition = excluded.by_condition, job_id = excluded.job_id,"
 	" attempts = excluded.attempts, started_at = excluded.started_at,"
 	" ended_at = excluded.ended_at, reason = excluded.reason,"
 	" metrics_json = excluded.metrics_json";
-static const char SQL_WF_STEP_LIST[] =
-	"SELECT " WF_STEP_COLUMNS " FROM workflow_steps WHERE run_id = ?1"
-	" ORDER BY idx";
 static const char SQL_WF_STEP_BY_JOB[] =
 	"SELECT run_id FROM workflow_steps WHERE job_id = ?1";
-#define WF_ATTEMPT_COLUMNS \
-	"run_id, idx, attempt, job_id, outcome, started_at, ended_at"
-static const char SQL_WF_ATTEMPT_PUT[] =
-	"INSERT OR REPLACE INTO workflow_attempts (" WF_ATTEMPT_COLUMNS ")"
-	" VALUES (:run_id, :idx, :attempt, :job_id, :outcome, :started_at,"
-	" :ended_at)";
-static const char SQL_WF_ATTEMPT_LIST[] =
-	"SELECT " WF_ATTEMPT_COLUMNS " FROM workflow_attempts"
-	" WHERE run_id = ?1 ORDER BY idx, attempt";
 
 const struct store_stmt store_workflow_stmts[] = {
-	{STMT_WF_RUN_INSERT, SQL_WF_RUN_INSERT, &WF_RUN_ROW},
-	{STMT_WF_RUN_GET, SQL_WF_RUN_GET, &WF_RUN_ROW},
-	{STMT_WF_RUN_UPDATE, SQL_WF_RUN_UPDATE, &WF_RUN_ROW},
-	{STMT_WF_RUN_LIST, SQL_WF_RUN_LIST, &WF_RUN_ROW},
-	{STMT_WF_STEP_PUT, SQL_WF_STEP_PUT, &WF_STEP_ROW},
-	{STMT_WF_STEP_LIST, SQL_WF_STEP_LIST, &WF_STEP_ROW},
-	{STMT_WF_STEP_BY_JOB, SQL_WF_STEP_BY_JOB, NULL},
-	{STMT_WF_ATTEMPT_PUT, SQL_WF_ATTEMPT_PUT, &WF_ATTEMPT_ROW},
-	{STMT_WF_ATTEMPT_LIST, SQL_WF_ATTEMPT_LIST, &WF_ATTEMPT_ROW},
+	/* The database assigns the id. */
+	STORE_INSERT(STMT_WF_RUN_INSERT, &WF_RUN_ROW,
+		     "INSERT INTO workflow_runs", 1),
+	STORE_SELECT(STMT_WF_RUN_GET, &WF_RUN_ROW,
+		     "FROM workflow_runs WHERE id = ?1"),
+	STORE_STMT(STMT_WF_RUN_UPDATE, SQL_WF_RUN_UPDATE, &WF_RUN_ROW),
+	STORE_SELECT(STMT_WF_RUN_LIST, &WF_RUN_ROW,
+		     "FROM workflow_runs"
+		     " WHERE ?1 = 0 OR state IN ('queued', 'running')"
+		     " ORDER BY id"),
+	STORE_STMT(STMT_WF_STEP_PUT, SQL_WF_STEP_PUT, &WF_STEP_ROW),
+	STORE_SELECT(STMT_WF_STEP_LIST, &WF_STEP_ROW,
+		     "FROM workflow_steps WHERE run_id = ?1 ORDER BY idx"),
+	STORE_STMT(STMT_WF_STEP_BY_JOB, SQL_WF_STEP_BY_JOB, NULL),
+	STORE_INSERT(STMT_WF_ATTEMPT_PUT, &WF_ATTEMPT_ROW,
+		     "INSERT OR REPLACE INTO workflow_attempts", 0),
+	STORE_SELECT(STMT_WF_ATTEMPT_LIST, &WF_ATTEMPT_ROW,
+		     "FROM workflow_attempts WHERE run_id = ?1"
+		     " ORDER BY idx, attempt"),
 	{0},
 };
 
