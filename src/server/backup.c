@@ -569,7 +569,6 @@ static void backup_free(struct server *core)
 		free(b->runs[i].actor);
 	}
 	free(b);
-	service_state_set(core, &backup_service, NULL);
 }
 
 static json_t *run_json(const struct backup_run *run)

@@ -108,7 +108,6 @@ static void cost_stop(struct server *core)
 		kn_log(KN_LOG_WARN, "closing node states: %s", err.message);
 	kn_catalog_free(cs->catalog);
 	free(cs);
-	service_state_set(core, &cost_service, NULL);
 }
 
 const struct kn_catalog *cost_catalog(struct server *core)

@@ -613,7 +613,6 @@ static void deploy_free(struct server *s)
 	kn_model_presets_free(d->presets);
 	kn_traffic_free(d->traffic);
 	free(d);
-	service_state_set(s, &deploy_service, NULL);
 }
 
 /* The deployment whose replica job_id is, or NULL. */

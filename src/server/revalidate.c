@@ -479,7 +479,6 @@ static void reval_free(struct server *s)
 	}
 	kn_timer_free(rs->timer);
 	free(rs);
-	service_state_set(s, &reval_service, NULL);
 }
 
 /*

@@ -103,8 +103,9 @@ extern const struct service *const kn_services[];
 /*
  * A service's own state: the server keeps one slot per service and
  * never looks inside, so only the service's files know its type. The
- * service fills its slot in start and empties it in stop; its handlers
- * find it here. NULL before start.
+ * service fills its slot in start and frees what it holds in stop; the
+ * server empties the slot after stop. Its handlers find it here. NULL
+ * before start.
  */
 void *service_state(struct server *core, const struct service *v);
 void service_state_set(struct server *core, const struct service *v,

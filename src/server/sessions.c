@@ -517,7 +517,6 @@ static void sessions_stop(struct server *s)
 	while (all && all->list)
 		session_end(all->list, "the server is stopping", true);
 	free(all);
-	service_state_set(s, &sessions_service, NULL);
 }
 
 static const struct route sessions_routes[] = {
