@@ -699,6 +699,5 @@ const struct service backup_service = {
 	.config_check = backup_config_check,
 	.start = backups_start,
 	.stop = backup_free,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };

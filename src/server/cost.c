@@ -1024,6 +1024,5 @@ const struct service cost_service = {
 	.phase = SERVICE_PHASE_NODES,
 	.start = cost_start,
 	.stop = cost_stop,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };

@@ -1394,6 +1394,5 @@ const struct service deploy_service = {
 	.stop = deploy_free,
 	.hooks = &deploy_job_hooks,
 	.alias_moved = deploy_alias_moved,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };

@@ -492,6 +492,5 @@ static const struct route routes[] = {
 const struct service portfwd_service = {
 	.name = "port-forward",
 	.phase = SERVICE_PHASE_RECOVERED,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };

@@ -918,6 +918,5 @@ const struct service reval_service = {
 	.start = reval_start,
 	.stop = reval_free,
 	.hooks = &reval_job_hooks,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };

@@ -531,6 +531,5 @@ const struct service sessions_service = {
 	.phase = SERVICE_PHASE_LOOP,
 	.start = sessions_start,
 	.stop = sessions_stop,
-	.routes = sessions_routes,
-	.n_routes = sizeof(sessions_routes) / sizeof(sessions_routes[0]),
+	SERVICE_ROUTES(sessions_routes),
 };

@@ -694,6 +694,5 @@ const struct service workflows_service = {
 	.start = workflows_start,
 	.stop = workflows_stop,
 	.hooks = &workflows_job_hooks,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };
