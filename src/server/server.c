@@ -387,6 +387,19 @@ void service_state_set(struct server *core, const struct service *v,
 	*service_slot(core, v) = state;
 }
 
+bool route_param_id(const char *param, int64_t *id)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(param, &end, 10);
+	if (errno || end == param || *end || v <= 0)
+		return false;
+	*id = v;
+	return true;
+}
+
 /* Register every service's job hooks, in table order. */
 static void services_hook(struct server *s)
 {

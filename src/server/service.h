@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/base.h"
 #include "server/caller.h"
@@ -31,6 +32,13 @@ struct kn_http_req;
  */
 typedef void route_handler(struct server *s, struct kn_http_req *req,
 			   const struct caller *c, const char *param);
+
+/*
+ * A route's {id} segment as an id: a positive decimal that fits in 64
+ * bits. True with *id set; false for anything else (each route words
+ * its own refusal).
+ */
+bool route_param_id(const char *param, int64_t *id);
 
 /* One HTTP route: method, path pattern, least role, handler. */
 struct route {

@@ -432,7 +432,6 @@ static void session_open(struct server *s, struct kn_http_req *req,
 	struct opening *o = kn_xcalloc(1, sizeof(*o));
 	int64_t tty = 0, started_at = 0;
 	struct kn_error err;
-	char *end;
 
 	o->s = s;
 	o->req = req;
@@ -445,8 +444,7 @@ static void session_open(struct server *s, struct kn_http_req *req,
 			  KN_MUX_PROTOCOL);
 		goto refuse;
 	}
-	o->id = strtoll(param, &end, 10);
-	if (*end || o->id <= 0) {
+	if (!route_param_id(param, &o->id)) {
 		kn_errorf(&err, KN_EINVAL, "id", "not a job id: \"%s\"", param);
 		goto refuse;
 	}
