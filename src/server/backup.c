@@ -569,7 +569,6 @@ static void backup_free(struct server *core)
 		free(b->runs[i].actor);
 	}
 	free(b);
-	service_state_set(core, &backup_service, NULL);
 }
 
 static json_t *run_json(const struct backup_run *run)
@@ -700,6 +699,5 @@ const struct service backup_service = {
 	.config_check = backup_config_check,
 	.start = backups_start,
 	.stop = backup_free,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };

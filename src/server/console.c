@@ -268,6 +268,5 @@ const struct service console_service = {
 	.phase = SERVICE_PHASE_NODES,
 	.start = console_start,
 	.stop = console_stop,
-	.routes = console_routes,
-	.n_routes = sizeof(console_routes) / sizeof(console_routes[0]),
+	SERVICE_ROUTES(console_routes),
 };

@@ -108,7 +108,6 @@ static void cost_stop(struct server *core)
 		kn_log(KN_LOG_WARN, "closing node states: %s", err.message);
 	kn_catalog_free(cs->catalog);
 	free(cs);
-	service_state_set(core, &cost_service, NULL);
 }
 
 const struct kn_catalog *cost_catalog(struct server *core)
@@ -1025,6 +1024,5 @@ const struct service cost_service = {
 	.phase = SERVICE_PHASE_NODES,
 	.start = cost_start,
 	.stop = cost_stop,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };

@@ -613,7 +613,6 @@ static void deploy_free(struct server *s)
 	kn_model_presets_free(d->presets);
 	kn_traffic_free(d->traffic);
 	free(d);
-	service_state_set(s, &deploy_service, NULL);
 }
 
 /* The deployment whose replica job_id is, or NULL. */
@@ -1395,6 +1394,5 @@ const struct service deploy_service = {
 	.stop = deploy_free,
 	.hooks = &deploy_job_hooks,
 	.alias_moved = deploy_alias_moved,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };

@@ -583,7 +583,6 @@ static void devenv_stop(struct server *s)
 	while (d->tracks)
 		track_drop(d, d->tracks->job_id);
 	free(d);
-	service_state_set(s, &devenv_service, NULL);
 }
 
 const struct service devenv_service = {

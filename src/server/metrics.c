@@ -520,6 +520,5 @@ const struct service metrics_service = {
 	.phase = SERVICE_PHASE_NODES,
 	.start = metrics_start,
 	.stop = metrics_stop,
-	.routes = metrics_routes,
-	.n_routes = N_OF(metrics_routes),
+	SERVICE_ROUTES(metrics_routes),
 };

@@ -514,7 +514,6 @@ void pools_stop(struct server *s)
 	free(ps->pool);
 	free(ps->members);
 	free(ps);
-	service_state_set(s, &pools_service, NULL);
 }
 
 /* ---- rolling maintenance ---- */

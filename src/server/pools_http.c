@@ -150,7 +150,6 @@ const struct service pools_service = {
 	.start = pools_start,
 	.run = pools_run,
 	.stop = pools_stop,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };
 

@@ -428,10 +428,8 @@ static void h_port_forward(struct server *s, struct kn_http_req *req,
 	int64_t id = 0, port = 0, rank = 0;
 	int shim_pid = 0;
 	const char *task_dir = NULL;
-	char *end = NULL;
 
-	id = strtoll(param, &end, 10);
-	if (!*param || *end || id <= 0) {
+	if (!route_param_id(param, &id)) {
 		kn_errorf(&err, KN_ENOTFOUND, NULL, "no job %s", param);
 		goto fail;
 	}
@@ -492,6 +490,5 @@ static const struct route routes[] = {
 const struct service portfwd_service = {
 	.name = "port-forward",
 	.phase = SERVICE_PHASE_RECOVERED,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };

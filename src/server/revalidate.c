@@ -479,7 +479,6 @@ static void reval_free(struct server *s)
 	}
 	kn_timer_free(rs->timer);
 	free(rs);
-	service_state_set(s, &reval_service, NULL);
 }
 
 /*
@@ -919,6 +918,5 @@ const struct service reval_service = {
 	.start = reval_start,
 	.stop = reval_free,
 	.hooks = &reval_job_hooks,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };

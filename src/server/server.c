@@ -387,6 +387,19 @@ void service_state_set(struct server *core, const struct service *v,
 	*service_slot(core, v) = state;
 }
 
+bool route_param_id(const char *param, int64_t *id)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(param, &end, 10);
+	if (errno || end == param || *end || v <= 0)
+		return false;
+	*id = v;
+	return true;
+}
+
 /* Register every service's job hooks, in table order. */
 static void services_hook(struct server *s)
 {
@@ -426,16 +439,20 @@ void services_alias_moved(struct server *s, const char *model,
 			kn_services[i]->alias_moved(s, model, alias);
 }
 
-/* In reverse order; every service's, started or not. */
+/* In reverse order; every service's, started or not. A stopped
+   service's slot is emptied here, so none can be left pointing at the
+   state its stop freed. */
 static void services_stop(struct server *s)
 {
 	size_t n = 0;
 
 	while (kn_services[n])
 		n++;
-	while (n-- > 0)
+	while (n-- > 0) {
 		if (kn_services[n]->stop)
 			kn_services[n]->stop(s);
+		s->service_states[n] = NULL;
+	}
 }
 
 static void server_release(struct server *s)

@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/base.h"
 #include "server/caller.h"
@@ -31,6 +32,13 @@ struct kn_http_req;
  */
 typedef void route_handler(struct server *s, struct kn_http_req *req,
 			   const struct caller *c, const char *param);
+
+/*
+ * A route's {id} segment as an id: a positive decimal that fits in 64
+ * bits. True with *id set; false for anything else (each route words
+ * its own refusal).
+ */
+bool route_param_id(const char *param, int64_t *id);
 
 /* One HTTP route: method, path pattern, least role, handler. */
 struct route {
@@ -83,6 +91,11 @@ struct service {
 	size_t (*body_cap)(const struct route *r);
 };
 
+/* A service's route table, named once in its struct service: the rows
+   and their count, so the two cannot disagree. */
+#define SERVICE_ROUTES(table)                                             \
+	.routes = (table), .n_routes = sizeof(table) / sizeof((table)[0])
+
 /* The services, in server.c's table order. */
 extern const struct service slurm_nodes_service, pools_service, cost_service,
 	backup_service,
@@ -103,8 +116,9 @@ extern const struct service *const kn_services[];
 /*
  * A service's own state: the server keeps one slot per service and
  * never looks inside, so only the service's files know its type. The
- * service fills its slot in start and empties it in stop; its handlers
- * find it here. NULL before start.
+ * service fills its slot in start and frees what it holds in stop; the
+ * server empties the slot after stop. Its handlers find it here. NULL
+ * before start.
  */
 void *service_state(struct server *core, const struct service *v);
 void service_state_set(struct server *core, const struct service *v,

@@ -432,7 +432,6 @@ static void session_open(struct server *s, struct kn_http_req *req,
 	struct opening *o = kn_xcalloc(1, sizeof(*o));
 	int64_t tty = 0, started_at = 0;
 	struct kn_error err;
-	char *end;
 
 	o->s = s;
 	o->req = req;
@@ -445,8 +444,7 @@ static void session_open(struct server *s, struct kn_http_req *req,
 			  KN_MUX_PROTOCOL);
 		goto refuse;
 	}
-	o->id = strtoll(param, &end, 10);
-	if (*end || o->id <= 0) {
+	if (!route_param_id(param, &o->id)) {
 		kn_errorf(&err, KN_EINVAL, "id", "not a job id: \"%s\"", param);
 		goto refuse;
 	}
@@ -517,7 +515,6 @@ static void sessions_stop(struct server *s)
 	while (all && all->list)
 		session_end(all->list, "the server is stopping", true);
 	free(all);
-	service_state_set(s, &sessions_service, NULL);
 }
 
 static const struct route sessions_routes[] = {
@@ -532,6 +529,5 @@ const struct service sessions_service = {
 	.phase = SERVICE_PHASE_LOOP,
 	.start = sessions_start,
 	.stop = sessions_stop,
-	.routes = sessions_routes,
-	.n_routes = sizeof(sessions_routes) / sizeof(sessions_routes[0]),
+	SERVICE_ROUTES(sessions_routes),
 };

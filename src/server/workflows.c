@@ -1270,5 +1270,4 @@ void workflows_stop(struct server *s)
 	while (w->acting)
 		acting_free(s, w->acting);
 	free(w);
-	service_state_set(s, &workflows_service, NULL);
 }

@@ -488,17 +488,13 @@ static int parse_run_id(struct kn_http_req *req, const char *param,
 			int64_t *id)
 {
 	struct kn_error err;
-	char *end;
-	long long v = strtoll(param, &end, 10);
 
-	if (*end || v <= 0) {
-		kn_errorf(&err, KN_EINVAL, "id", "not a workflow run id: \"%s\"",
-			  param);
-		kn_http_reply_error(req, &err);
-		return -EINVAL;
-	}
-	*id = v;
-	return 0;
+	if (route_param_id(param, id))
+		return 0;
+	kn_errorf(&err, KN_EINVAL, "id", "not a workflow run id: \"%s\"",
+		  param);
+	kn_http_reply_error(req, &err);
+	return -EINVAL;
 }
 
 static void workflows_h_get(struct server *s, struct kn_http_req *req,
@@ -694,6 +690,5 @@ const struct service workflows_service = {
 	.start = workflows_start,
 	.stop = workflows_stop,
 	.hooks = &workflows_job_hooks,
-	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
+	SERVICE_ROUTES(routes),
 };

@@ -5,7 +5,8 @@
  * two services' routes may answer the same request, and within one
  * service no route may be hidden by an earlier one (a literal segment
  * before a capture that would match it is how a table says which wins).
- * The services that own jobs register job hooks.
+ * The services that own jobs register job hooks, and a route's {id}
+ * segment is read one way.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -160,6 +161,30 @@ static void test_job_owners_hooked(void **state)
 	}
 }
 
+/* An {id} segment is a positive decimal that fits in 64 bits: a 19-digit
+   one past INT64_MAX is refused, not read as INT64_MAX. */
+static void test_route_param_id(void **state)
+{
+	static const char *const refused[] = {
+		"9223372036854775808", "99999999999999999999", "0", "-3", "",
+		"12x", "x12", "1.5",
+	};
+	int64_t id = 0;
+
+	(void)state;
+	assert_true(route_param_id("42", &id));
+	assert_int_equal(id, 42);
+	assert_true(route_param_id("9223372036854775807", &id));
+	assert_int_equal(id, INT64_MAX);
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		id = -1;
+		if (route_param_id(refused[i], &id))
+			fail_msg("\"%s\" was taken as %lld", refused[i],
+				 (long long)id);
+		assert_int_equal(id, -1);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -167,6 +192,7 @@ int main(void)
 		cmocka_unit_test(test_services_named_once),
 		cmocka_unit_test(test_routes_do_not_shadow),
 		cmocka_unit_test(test_job_owners_hooked),
+		cmocka_unit_test(test_route_param_id),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
