@@ -72,6 +72,29 @@ const char *cli_closest(const char *word, const char *const *names)
 	return best;
 }
 
+int cli_check_choice(const struct cli_ctx *ctx, const char *what,
+		     const char *plural, const char *word,
+		     const char *const *names)
+{
+	char all[256] = "";
+	const char *near;
+	size_t i, used = 0;
+
+	for (i = 0; names[i]; i++)
+		if (!strcmp(word, names[i]))
+			return CLI_GO;
+	near = cli_closest(word, names);
+	if (near)
+		return cli_usage_error(ctx, "no %s '%s'; did you mean '%s'?",
+				       what, word, near);
+	for (i = 0; names[i] && used < sizeof(all); i++)
+		used += (size_t)snprintf(all + used, sizeof(all) - used, "%s%s",
+					 !i ? "" : names[i + 1] ? ", " : " and ",
+					 names[i]);
+	return cli_usage_error(ctx, "no %s '%s'; %s are %s", what, word,
+			       plural, all);
+}
+
 #define N_GLOBAL_FLAGS 4
 
 static void global_flags(struct cli_ctx *ctx,

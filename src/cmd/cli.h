@@ -264,6 +264,16 @@ int cli_fail(const struct cli_ctx *ctx, const char *fmt, ...)
  */
 const char *cli_closest(const char *word, const char *const *names);
 
+/*
+ * CLI_GO when word is one of names (NULL-terminated); otherwise a usage
+ * error that names the closest ("no role 'admn'; did you mean 'admin'?")
+ * or, with none close, them all ("no role 'x'; roles are viewer, ... and
+ * admin").
+ */
+int cli_check_choice(const struct cli_ctx *ctx, const char *what,
+		     const char *plural, const char *word,
+		     const char *const *names);
+
 /* A verb of a command with several (`kiln token create`). */
 struct cli_verb {
 	const char *name;

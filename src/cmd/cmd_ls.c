@@ -18,25 +18,6 @@ static const char *const job_states[] = {
 	NULL,
 };
 
-static int check_state(const struct cli_ctx *ctx, const char *state)
-{
-	const char *near;
-	size_t i;
-
-	for (i = 0; job_states[i]; i++)
-		if (!strcmp(state, job_states[i]))
-			return CLI_GO;
-	near = cli_closest(state, job_states);
-	if (near)
-		return cli_usage_error(ctx,
-				       "no job state '%s'; did you mean '%s'?",
-				       state, near);
-	return cli_usage_error(ctx,
-			       "no job state '%s'; states are queued, running, "
-			       "succeeded, failed, cancelled and preempted",
-			       state);
-}
-
 static void add_job_row(struct cli_table *t, json_t *job, int64_t now)
 {
 	const char *reason = json_string_value(json_object_get(job, "reason"));
@@ -119,7 +100,8 @@ int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc != CLI_GO)
 		goto out;
 	if (state) {
-		rc = check_state(ctx, state);
+		rc = cli_check_choice(ctx, "job state", "states", state,
+				      job_states);
 		if (rc != CLI_GO)
 			goto out;
 	}

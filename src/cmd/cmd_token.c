@@ -17,24 +17,6 @@ static const char *const roles[] = {
 	"viewer", "user", "operator", "admin", NULL,
 };
 
-static int check_role(const struct cli_ctx *ctx, const char *role)
-{
-	const char *near;
-	size_t i;
-
-	for (i = 0; roles[i]; i++)
-		if (!strcmp(role, roles[i]))
-			return CLI_GO;
-	near = cli_closest(role, roles);
-	if (near)
-		return cli_usage_error(ctx, "no role '%s'; did you mean '%s'?",
-				       role, near);
-	return cli_usage_error(ctx,
-			       "no role '%s'; roles are viewer, user, "
-			       "operator and admin",
-			       role);
-}
-
 static int token_create(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *name = NULL, *role = NULL;
@@ -51,7 +33,7 @@ static int token_create(struct cli_ctx *ctx, int argc, char **argv)
 		return rc;
 	if (!name || !role)
 		return cli_usage_error(ctx, "needs --name NAME and --role ROLE");
-	rc = check_role(ctx, role);
+	rc = cli_check_choice(ctx, "role", "roles", role, roles);
 	if (rc != CLI_GO)
 		return rc;
 	request = json_pack("{s:s, s:s}", "name", name, "role", role);

@@ -91,40 +91,23 @@ uint16_t kn_coll_float_to_bf16(float f)
 #define MIN_OF(x, y) ((y) < (x) ? (y) : (x))
 #define MAX_OF(x, y) ((y) > (x) ? (y) : (x))
 
-/* Integer and native float kernels: one function per (type, operator). */
+/* Integer and native float kernels: one function per (type, operator),
+   combining x[i] and y[i] as EXPR says. */
+#define NATIVE_KERNEL(NAME, OPNAME, T, EXPR)                                \
+	static void NAME##_##OPNAME(void *dst, const void *a, const void *b,\
+				    size_t n)                               \
+	{                                                                   \
+		T *d = dst;                                                 \
+		const T *x = a, *y = b;                                     \
+		for (size_t i = 0; i < n; i++)                              \
+			d[i] = (T)(EXPR);                                   \
+	}
+
 #define NATIVE_KERNELS(NAME, T, U)                                          \
-	static void NAME##_sum(void *dst, const void *a, const void *b,     \
-			       size_t n)                                    \
-	{                                                                   \
-		T *d = dst;                                                 \
-		const T *x = a, *y = b;                                     \
-		for (size_t i = 0; i < n; i++)                              \
-			d[i] = (T)ADD_WRAP(U, x[i], y[i]);                  \
-	}                                                                   \
-	static void NAME##_prod(void *dst, const void *a, const void *b,    \
-				size_t n)                                   \
-	{                                                                   \
-		T *d = dst;                                                 \
-		const T *x = a, *y = b;                                     \
-		for (size_t i = 0; i < n; i++)                              \
-			d[i] = (T)MUL_WRAP(U, x[i], y[i]);                  \
-	}                                                                   \
-	static void NAME##_min(void *dst, const void *a, const void *b,     \
-			       size_t n)                                    \
-	{                                                                   \
-		T *d = dst;                                                 \
-		const T *x = a, *y = b;                                     \
-		for (size_t i = 0; i < n; i++)                              \
-			d[i] = MIN_OF(x[i], y[i]);                          \
-	}                                                                   \
-	static void NAME##_max(void *dst, const void *a, const void *b,     \
-			       size_t n)                                    \
-	{                                                                   \
-		T *d = dst;                                                 \
-		const T *x = a, *y = b;                                     \
-		for (size_t i = 0; i < n; i++)                              \
-			d[i] = MAX_OF(x[i], y[i]);                          \
-	}                                                                   \
+	NATIVE_KERNEL(NAME, sum, T, ADD_WRAP(U, x[i], y[i]))                \
+	NATIVE_KERNEL(NAME, prod, T, MUL_WRAP(U, x[i], y[i]))               \
+	NATIVE_KERNEL(NAME, min, T, MIN_OF(x[i], y[i]))                     \
+	NATIVE_KERNEL(NAME, max, T, MAX_OF(x[i], y[i]))                     \
 	static void NAME##_div(void *dst, size_t n, int divisor)            \
 	{                                                                   \
 		T *d = dst;                                                 \

@@ -59,37 +59,25 @@ static const struct {
 };
 
 /*
- * Seed 004's table. Fine-tuning is training (the table has a training
- * row and an inference row). Generative and complex non-generative
- * models: GPU; small non-generative: CPU.
+ * Seed 004's table, indexed [training][gpu]. Fine-tuning is training
+ * (the table has a training row and an inference row). Generative and
+ * complex non-generative models: GPU; small non-generative: CPU.
  */
-static const struct {
-	bool train;
-	enum kn_workload workload;
-	struct kn_family_advice advice;
-} TABLE[] = {
-	{true, KN_WORKLOAD_GENERATIVE,
-	 {true, KN_CLASS_ND, KN_CLASS_NC, false,
-	  "GPU: ND family preferred, NC with Ethernet-connected VMs as an "
-	  "alternative"}},
-	{true, KN_WORKLOAD_COMPLEX,
-	 {true, KN_CLASS_ND, KN_CLASS_NC, false,
-	  "GPU: ND family preferred, NC with Ethernet-connected VMs as an "
-	  "alternative"}},
-	{true, KN_WORKLOAD_SMALL,
-	 {false, KN_CLASS_CPU_MEMORY, KN_CLASS_CPU_MEMORY, false,
-	  "CPU: memory-optimized sizes (E series)"}},
-	{false, KN_WORKLOAD_GENERATIVE,
-	 {true, KN_CLASS_NC, KN_CLASS_ND, false,
-	  "GPU: NC or ND family, without InfiniBand (inference does not "
-	  "need it)"}},
-	{false, KN_WORKLOAD_COMPLEX,
-	 {true, KN_CLASS_NC, KN_CLASS_ND, false,
-	  "GPU: NC or ND family, without InfiniBand (inference does not "
-	  "need it)"}},
-	{false, KN_WORKLOAD_SMALL,
-	 {false, KN_CLASS_CPU_COMPUTE, KN_CLASS_CPU_COMPUTE, false,
-	  "CPU: compute-optimized sizes (F series)"}},
+static const struct kn_family_advice ADVICE[2][2] = {
+	{
+		{false, KN_CLASS_CPU_COMPUTE, KN_CLASS_CPU_COMPUTE, false,
+		 "CPU: compute-optimized sizes (F series)"},
+		{true, KN_CLASS_NC, KN_CLASS_ND, false,
+		 "GPU: NC or ND family, without InfiniBand (inference does "
+		 "not need it)"},
+	},
+	{
+		{false, KN_CLASS_CPU_MEMORY, KN_CLASS_CPU_MEMORY, false,
+		 "CPU: memory-optimized sizes (E series)"},
+		{true, KN_CLASS_ND, KN_CLASS_NC, false,
+		 "GPU: ND family preferred, NC with Ethernet-connected VMs as "
+		 "an alternative"},
+	},
 };
 
 static const char MULTI_NODE_TEXT[] =
@@ -177,11 +165,7 @@ void kn_advise_family(enum kn_phase phase, enum kn_workload workload,
 {
 	bool train = phase != KN_PHASE_INFER;
 
-	for (size_t i = 0; i < sizeof(TABLE) / sizeof(*TABLE); i++)
-		if (TABLE[i].train == train && TABLE[i].workload == workload) {
-			*out = TABLE[i].advice;
-			break;
-		}
+	*out = ADVICE[train][workload != KN_WORKLOAD_SMALL];
 	if (train && out->gpu && nodes > 1) {
 		out->infiniband = true;
 		out->text = MULTI_NODE_TEXT;

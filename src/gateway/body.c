@@ -91,37 +91,6 @@ static void put_utf8(char *buf, size_t cap, size_t *len, bool *cut,
 	*len += n;
 }
 
-/* The length of a valid UTF-8 sequence at p (lead byte >= 0x80), or 0. */
-static size_t utf8_length(const unsigned char *p, const unsigned char *end)
-{
-	unsigned cp;
-	size_t n;
-
-	if (p[0] >= 0xC2 && p[0] <= 0xDF) {
-		n = 2;
-		cp = p[0] & 0x1F;
-	} else if (p[0] >= 0xE0 && p[0] <= 0xEF) {
-		n = 3;
-		cp = p[0] & 0x0F;
-	} else if (p[0] >= 0xF0 && p[0] <= 0xF4) {
-		n = 4;
-		cp = p[0] & 0x07;
-	} else {
-		return 0;
-	}
-	if ((size_t)(end - p) < n)
-		return 0;
-	for (size_t i = 1; i < n; i++) {
-		if ((p[i] & 0xC0) != 0x80)
-			return 0;
-		cp = cp << 6 | (p[i] & 0x3F);
-	}
-	if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-	    (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
-		return 0;
-	return n;
-}
-
 static int hex4(const char *p, const char *end, unsigned *v)
 {
 	*v = 0;
@@ -177,8 +146,8 @@ static int scan_string(struct scan *sc, char *buf, size_t cap, size_t *len,
 		if ((unsigned char)*p < 0x20)
 			return fail(sc, p, "control character in a string");
 		if ((unsigned char)*p >= 0x80) {
-			size_t n = utf8_length((const unsigned char *)p,
-					       (const unsigned char *)end);
+			size_t n = kn_utf8_seq_len((const unsigned char *)p,
+						   (size_t)(end - p));
 			if (!n)
 				return fail(sc, p, "invalid UTF-8");
 			if (buf) {

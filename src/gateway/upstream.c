@@ -463,8 +463,8 @@ static int status_line(const char *p, int *minor, int *status)
  */
 static int split_head(struct gw_conn *c, size_t len)
 {
-	char *p = c->head, *end = c->head + len;
-	int minor = 1;
+	char *p = c->head, *end = c->head + len, *name, *v;
+	int minor = 1, rc;
 
 	c->hdrs.n = 0;
 	c->left = -1;
@@ -475,39 +475,22 @@ static int split_head(struct gw_conn *c, size_t len)
 	p = memchr(p, '\n', len);
 	if (!p)
 		return -1;
-	for (p++; p < end;) {
-		char *nl = memchr(p, '\n', (size_t)(end - p)), *colon, *v;
-		if (!nl)
-			break;
-		*nl = '\0';
-		if (nl > p && nl[-1] == '\r')
-			nl[-1] = '\0';
-		if (!*p)
-			break;
-		colon = strchr(p, ':');
-		if (!colon || c->hdrs.n == GW_HEADERS_MAX)
+	for (p++; (rc = kn_http_field_next(&p, end, &name, &v)) > 0;) {
+		if (c->hdrs.n == GW_HEADERS_MAX)
 			return -1;
-		*colon = '\0';
-		for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
-			;
-		for (char *t = v + strlen(v);
-		     t > v && (t[-1] == ' ' || t[-1] == '\t');)
-			*--t = '\0';
-		size_t name_len = (size_t)(colon - p);
-		if (name_len == 14 && !strcasecmp(p, "Content-Length"))
+		if (!strcasecmp(name, "Content-Length"))
 			c->left = strtoll(v, NULL, 10);
-		else if (name_len == 17 && !strcasecmp(p, "Transfer-Encoding") &&
+		else if (!strcasecmp(name, "Transfer-Encoding") &&
 			 strcasestr(v, "chunked"))
 			c->chunked = true;
-		else if (name_len == 10 && !strcasecmp(p, "Connection"))
+		else if (!strcasecmp(name, "Connection"))
 			c->keep_alive = strcasecmp(v, "close") &&
 					(minor >= 1 ||
 					 !strcasecmp(v, "keep-alive"));
-		c->hdrs.names[c->hdrs.n] = p;
+		c->hdrs.names[c->hdrs.n] = name;
 		c->hdrs.values[c->hdrs.n++] = v;
-		p = nl + 1;
 	}
-	return 0;
+	return rc;
 }
 
 /* 1: the answer is complete; 0: more is needed; -1: not HTTP. */

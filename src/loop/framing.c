@@ -140,3 +140,27 @@ int kn_http_framing_check(const char *head, size_t len, struct kn_http_framing *
 		return out->has_length ? 400 : 411;
 	return 0;
 }
+
+int kn_http_field_next(char **p, char *end, char **name, char **value)
+{
+	char *line = *p, *nl, *colon, *v;
+
+	if (line >= end || !(nl = memchr(line, '\n', (size_t)(end - line))))
+		return 0;
+	*nl = '\0';
+	if (nl > line && nl[-1] == '\r')
+		nl[-1] = '\0';
+	if (!*line)
+		return 0;
+	if (!(colon = strchr(line, ':')))
+		return -1;
+	*colon = '\0';
+	for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
+		;
+	for (char *t = v + strlen(v); t > v && (t[-1] == ' ' || t[-1] == '\t');)
+		*--t = '\0';
+	*p = nl + 1;
+	*name = line;
+	*value = v;
+	return 1;
+}

@@ -553,7 +553,8 @@ static void refuse(struct front_conn *c, int status, const char *code,
  */
 static int split_head(struct kn_front_req *r, size_t len, bool *http10)
 {
-	char *p = r->head, *end = r->head + len, *line, *sp;
+	char *p = r->head, *end = r->head + len, *line, *sp, *name, *value;
+	int rc;
 
 	r->n_headers = 0;
 	r->connection = r->expect = NULL;
@@ -575,29 +576,14 @@ static int split_head(struct kn_front_req *r, size_t len, bool *http10)
 	if (strncmp(sp, "HTTP/1.", 7))
 		return -1;
 	*http10 = sp[7] == '0';
-	while (p < end) {
-		char *nl = memchr(p, '\n', (size_t)(end - p)), *colon, *v;
-		if (!nl)
-			break;
-		*nl = '\0';
-		if (nl > p && nl[-1] == '\r')
-			nl[-1] = '\0';
-		if (!*p)
-			break;
-		if (!(colon = strchr(p, ':')) || r->n_headers == HEADERS_MAX)
+	while ((rc = kn_http_field_next(&p, end, &name, &value)) > 0) {
+		if (r->n_headers == HEADERS_MAX)
 			return -1;
-		*colon = '\0';
-		for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
-			;
-		for (char *t = v + strlen(v); t > v && (t[-1] == ' ' ||
-							  t[-1] == '\t');)
-			*--t = '\0';
-		note_field(r, p, (size_t)(colon - p), v);
-		r->names[r->n_headers] = p;
-		r->values[r->n_headers++] = v;
-		p = nl + 1;
+		note_field(r, name, strlen(name), value);
+		r->names[r->n_headers] = name;
+		r->values[r->n_headers++] = value;
 	}
-	return 0;
+	return rc;
 }
 
 /* Drop the first n bytes of the input (a request taken). */

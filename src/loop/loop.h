@@ -328,6 +328,15 @@ struct kn_http_framing {
  */
 int kn_http_framing_check(const char *head, size_t len, struct kn_http_framing *out);
 
+/*
+ * The next "Name: value" line of an HTTP/1.x head at *p (before end),
+ * split in place: *name and *value NUL-terminated, the value without the
+ * blanks around it, *p moved past the line. 1 with a field; 0 at the
+ * empty line that ends the head, or where no whole line is left; -1 for
+ * a line without a colon.
+ */
+int kn_http_field_next(char **p, char *end, char **name, char **value);
+
 /* ---- HTTP server ---- */
 
 /*

@@ -53,6 +53,28 @@ def test_validate_needs_no_server(tmp_path):
     assert "bad.yaml:5:9: resources.gpus" in r.stderr + r.stdout
 
 
+def test_unknown_choice_names_the_closest_or_all(tmp_path):
+    from conftest import KILN
+    import subprocess
+    env = {"KILN_HOME": str(tmp_path / "none"), "PATH": "/usr/bin:/bin"}
+    cases = [
+        (["ls", "--state", "runing"],
+         "kiln ls: no job state 'runing'; did you mean 'running'?"),
+        (["ls", "--state", "zzzzzz"],
+         "kiln ls: no job state 'zzzzzz'; states are queued, running, "
+         "succeeded, failed, cancelled and preempted"),
+        (["token", "create", "--name", "a", "--role", "admn"],
+         "kiln token create: no role 'admn'; did you mean 'admin'?"),
+        (["token", "create", "--name", "a", "--role", "qqqqqq"],
+         "kiln token create: no role 'qqqqqq'; roles are viewer, user, "
+         "operator and admin"),
+    ]
+    for args, want in cases:
+        r = subprocess.run([KILN, *args], capture_output=True, text=True,
+                           env=env)
+        assert (r.returncode, r.stderr.strip()) == (2, want), args
+
+
 def test_ls_show_json_and_cancel(server, tmp_path):
     spec = write(tmp_path, "big.yaml", job_yaml("big", ["/bin/true"],
                                                 resources={"gpus": 8}))

@@ -163,6 +163,22 @@ static void test_closest(void **state)
 	assert_null(cli_closest("a", names));
 }
 
+static void test_check_choice(void **state)
+{
+	static const char *const names[] = {"state", "owner", "all", NULL};
+	struct cli_ctx ctx;
+
+	(void)state;
+	new_ctx(&ctx);
+	assert_int_equal(cli_check_choice(&ctx, "field", "fields", "all", names),
+			 CLI_GO);
+	assert_int_equal(cli_check_choice(&ctx, "field", "fields", "sate",
+					  names),
+			 CLI_EXIT_USAGE);
+	assert_int_equal(cli_check_choice(&ctx, "field", "fields", "al", names),
+			 CLI_EXIT_USAGE);
+}
+
 static void test_job_id(void **state)
 {
 	struct cli_ctx ctx;
@@ -361,6 +377,7 @@ int main(void)
 		cmocka_unit_test(test_parse_value_that_looks_global),
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_closest),
+		cmocka_unit_test(test_check_choice),
 		cmocka_unit_test(test_job_id),
 		cmocka_unit_test(test_clean),
 		cmocka_unit_test(test_formats),

@@ -1,7 +1,7 @@
 /*
  * The request framing rules (framing.c), case by case: the known request
  * smuggling shapes are refused, plain requests are taken with the right
- * body length.
+ * body length; then the field splitter both HTTP readers share.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -119,10 +119,50 @@ static void test_framing_cases(void **state)
 	}
 }
 
+struct field_case {
+	const char *fields; /* the lines after the start line */
+	int rc;             /* of the last call */
+	const char *split;  /* "name=value;" per field taken */
+};
+
+static const struct field_case FIELD_CASES[] = {
+	{"Host: x\r\nX-A:  a b \t\r\n\r\nbody", 0, "Host=x;X-A=a b;"},
+	{"X-Empty:\r\nX-Blank: \t \r\n\r\n", 0, "X-Empty=;X-Blank=;"},
+	{"Bare-LF: 1\nX: a:b\n\n", 0, "Bare-LF=1;X=a:b;"},
+	{"Host: x\r\nno colon\r\n\r\n", -1, "Host=x;"},
+	{"Host: x\r\nCut: y", 0, "Host=x;"},
+	{"", 0, ""},
+};
+
+static void test_field_split(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(FIELD_CASES) / sizeof(FIELD_CASES[0]);
+	     i++) {
+		const struct field_case *c = &FIELD_CASES[i];
+		char buf[256], split[256] = "", *p = buf, *name, *value;
+		size_t len = strlen(c->fields);
+		int rc;
+
+		memcpy(buf, c->fields, len + 1);
+		while ((rc = kn_http_field_next(&p, buf + len, &name, &value)) >
+		       0)
+			snprintf(split + strlen(split),
+				 sizeof(split) - strlen(split), "%s=%s;", name,
+				 value);
+		if (rc != c->rc || strcmp(split, c->split)) {
+			fprintf(stderr, "case %zu: %d \"%s\" (want %d \"%s\")\n",
+				i, rc, split, c->rc, c->split);
+			fail();
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_framing_cases),
+		cmocka_unit_test(test_field_split),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

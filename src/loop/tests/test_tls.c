@@ -48,6 +48,35 @@ static void remove_dir(const char *dir)
 	rmdir(dir);
 }
 
+/* A temporary directory with a self-signed CA and a server certificate
+   for localhost in its tls/, for the tests that serve https. */
+struct tls_dir {
+	char dir[32], tls[64], ca[96], cert[96], key[96];
+};
+
+static int tls_dir_setup(void **state)
+{
+	struct tls_dir *d = kn_xcalloc(1, sizeof(*d));
+	char *dir = temp_dir();
+	struct kn_error err;
+
+	kn_strlcpy(d->dir, dir, sizeof(d->dir));
+	free(dir);
+	snprintf(d->tls, sizeof(d->tls), "%s/tls", d->dir);
+	snprintf(d->ca, sizeof(d->ca), "%s/ca.pem", d->tls);
+	snprintf(d->cert, sizeof(d->cert), "%s/server.pem", d->tls);
+	snprintf(d->key, sizeof(d->key), "%s/server.key", d->tls);
+	*state = d;
+	return kn_tls_self_signed(d->tls, "localhost", &err);
+}
+
+static int tls_dir_teardown(void **state)
+{
+	remove_dir(((struct tls_dir *)*state)->dir);
+	free(*state);
+	return 0;
+}
+
 static void test_self_signed_loads_and_keeps_its_ca(void **state)
 {
 	char *dir = temp_dir(), *tls = kn_asprintf("%s/tls", dir);
@@ -198,20 +227,16 @@ static void fetch(struct fetch_case *fc, const char *url)
    the handshake, the host name check and the CA both ways. */
 static void test_https_fetch_verifies_the_server(void **state)
 {
-	char *dir = temp_dir(), *tls = kn_asprintf("%s/tls", dir);
-	char *ca = kn_asprintf("%s/ca.pem", tls),
-	     *cert = kn_asprintf("%s/server.pem", tls),
-	     *key = kn_asprintf("%s/server.key", tls);
-	struct kn_tls_files files = {.cert = cert, .key = key, .client_ca = ca};
+	const struct tls_dir *d = *state;
+	struct kn_tls_files files = {.cert = d->cert, .key = d->key,
+				     .client_ca = d->ca};
 	struct fetch_case fc = {0};
 	struct kn_http_server *srv = NULL;
 	struct kn_tls *t = NULL;
 	struct kn_error err;
 	char url[128];
 	int port = 0;
-	(void)state;
 
-	assert_int_equal(kn_tls_self_signed(tls, "localhost", &err), 0);
 	assert_int_equal(kn_tls_new(&files, &t, &err), 0);
 	assert_true(kn_tls_verifies_clients(t));
 	fc.loop = kn_loop_new();
@@ -224,7 +249,8 @@ static void test_https_fetch_verifies_the_server(void **state)
 	assert_int_equal(fc.status, 0);
 	if (!strstr(fc.error, "not trusted"))
 		fail_msg("error: %s", fc.error);
-	assert_int_equal(kn_loop_client_tls(fc.loop, ca, NULL, NULL, &err), 0);
+	assert_int_equal(kn_loop_client_tls(fc.loop, d->ca, NULL, NULL, &err),
+			 0);
 	fetch(&fc, url);
 	assert_int_equal(fc.status, 200);
 	assert_string_equal(fc.client, "");
@@ -238,18 +264,12 @@ static void test_https_fetch_verifies_the_server(void **state)
 	if (!strstr(fc.error, "not trusted"))
 		fail_msg("error: %s", fc.error);
 	/* A client certificate file that is none. */
-	assert_int_equal(kn_loop_client_tls(fc.loop, ca, ca, NULL, &err),
+	assert_int_equal(kn_loop_client_tls(fc.loop, d->ca, d->ca, NULL, &err),
 			 -EINVAL);
 	assert_string_equal(err.field, "client-cert");
 	kn_http_server_free(srv);
 	kn_loop_free(fc.loop);
 	kn_tls_free(t);
-	free(ca);
-	free(cert);
-	free(key);
-	free(tls);
-	remove_dir(dir);
-	free(dir);
 }
 
 struct stop_case {
@@ -289,18 +309,13 @@ static void stop_after_turns(void *arg)
    checks). A read that queued work for a later turn is the hard one. */
 static void test_a_stop_mid_fetch_frees_everything(void **state)
 {
-	char *dir = temp_dir(), *tls = kn_asprintf("%s/tls", dir);
-	char *ca = kn_asprintf("%s/ca.pem", tls),
-	     *cert = kn_asprintf("%s/server.pem", tls),
-	     *key = kn_asprintf("%s/server.key", tls);
-	struct kn_tls_files files = {.cert = cert, .key = key};
+	const struct tls_dir *d = *state;
+	struct kn_tls_files files = {.cert = d->cert, .key = d->key};
 	struct fetch_case fc = {0};
 	struct kn_tls *t = NULL;
 	struct kn_error err;
 	bool fetched = false;
-	(void)state;
 
-	assert_int_equal(kn_tls_self_signed(tls, "localhost", &err), 0);
 	assert_int_equal(kn_tls_new(&files, &t, &err), 0);
 	for (int turns = 1; !fetched; turns++) {
 		struct stop_case sc = {.turns_left = turns};
@@ -313,7 +328,7 @@ static void test_a_stop_mid_fetch_frees_everything(void **state)
 		assert_int_equal(kn_http_server_new(sc.loop, "127.0.0.1", 0,
 						    NULL, t, whoami, &fc, &srv,
 						    &port, &err), 0);
-		assert_int_equal(kn_loop_client_tls(sc.loop, ca, NULL, NULL,
+		assert_int_equal(kn_loop_client_tls(sc.loop, d->ca, NULL, NULL,
 						    &err), 0);
 		snprintf(url, sizeof(url), "https://localhost:%d/", port);
 		assert_int_equal(kn_http_fetch(sc.loop, "GET", url, NULL, NULL,
@@ -327,12 +342,6 @@ static void test_a_stop_mid_fetch_frees_everything(void **state)
 		kn_loop_free(sc.loop);
 	}
 	kn_tls_free(t);
-	free(ca);
-	free(cert);
-	free(key);
-	free(tls);
-	remove_dir(dir);
-	free(dir);
 }
 
 int main(void)
@@ -341,8 +350,12 @@ int main(void)
 		cmocka_unit_test(test_self_signed_loads_and_keeps_its_ca),
 		cmocka_unit_test(test_errors_name_the_setting),
 		cmocka_unit_test(test_plain_listeners_stay_on_loopback),
-		cmocka_unit_test(test_https_fetch_verifies_the_server),
-		cmocka_unit_test(test_a_stop_mid_fetch_frees_everything),
+		cmocka_unit_test_setup_teardown(
+			test_https_fetch_verifies_the_server, tls_dir_setup,
+			tls_dir_teardown),
+		cmocka_unit_test_setup_teardown(
+			test_a_stop_mid_fetch_frees_everything, tls_dir_setup,
+			tls_dir_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
