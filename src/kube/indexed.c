@@ -54,12 +54,14 @@ struct element {
 	int64_t job_id;
 	int parallel;
 	char *attempt_dir;
-	json_t *docs; /* its manifests as a Job of its own */
+	/* Its manifests as a Job of its own; NULL when it follows the
+	   element kept before it, so it starts no run. */
+	json_t *docs;
 };
 
 struct kube_runs {
 	struct element *v;
-	size_t n;
+	size_t n, cap;
 };
 
 struct kube_runs *kube_runs_new(void)
@@ -75,7 +77,7 @@ static void elements_clear(struct kube_runs *r)
 	}
 	free(r->v);
 	r->v = NULL;
-	r->n = 0;
+	r->n = r->cap = 0;
 }
 
 void kube_runs_free(struct kube_runs *r)
@@ -98,14 +100,26 @@ int kube_runs_add(struct kube_runs *r, const struct kn_kube_exec_config *cfg,
 		  const struct kn_kube_task *task, const char *task_dir,
 		  struct kn_error *err)
 {
+	const struct element *prev = r->n ? &r->v[r->n - 1] : NULL;
 	struct element *e;
 	json_t *docs = NULL;
 	int rc;
 
-	rc = kn_kube_attempt_manifests(cfg, task, &docs, err);
-	if (rc < 0)
-		return rc;
-	r->v = kn_xrealloc(r->v, (r->n + 1) * sizeof(*r->v));
+	/* Started in order, the element after one kept is never a run's
+	   first: its Job (the same spec's) is not rendered, nor held, so an
+	   array of thousands costs one rendering per run. */
+	if (!prev || prev->array_id != task->spec->array.job_id ||
+	    prev->attempt != task->attempt ||
+	    prev->index + 1 != task->spec->array.index ||
+	    prev->job_id + 1 != task->job_id) {
+		rc = kn_kube_attempt_manifests(cfg, task, &docs, err);
+		if (rc < 0)
+			return rc;
+	}
+	if (r->n == r->cap) {
+		r->cap = r->cap ? 2 * r->cap : 64;
+		r->v = kn_xrealloc(r->v, r->cap * sizeof(*r->v));
+	}
 	e = &r->v[r->n++];
 	e->array_id = task->spec->array.job_id;
 	e->attempt = task->attempt;

@@ -31,6 +31,17 @@ def pod_name(job, index):
     return f"{job}-{index}-x7k2p"
 
 
+def started(server, api, spec, n):
+    """Submit array spec of n elements; its id and Job's name once the Job
+    is posted and every element runs."""
+    aid = server.submit(spec)
+    name = f"kiln-{aid}-1"
+    wait_for(lambda: posted(api, name), what="the array's POST")
+    for k in range(n):
+        server.wait_state(aid + k, "running")
+    return aid, name
+
+
 def shim_as_element(tmp_path, env, index):
     """`kiln shim --kube` as the pod of completion index would run it,
     with the run's variables as posted: the task prints what it sees."""
@@ -162,13 +173,9 @@ def test_failed_element_is_retried_alone(kserver, api):
 
 
 def test_cancel_one_element_deletes_only_its_pod(kserver, api):
-    aid = kserver.submit(job_yaml("long", ["sleep", "1000"], array="0-4%3",
-                                  checkpoint={"every": "5m",
-                                              "grace": "45s"}))
-    name = f"kiln-{aid}-1"
-    wait_for(lambda: posted(api, name), what="the array's POST")
-    for k in range(5):
-        kserver.wait_state(aid + k, "running")
+    aid, name = started(kserver, api, job_yaml(
+        "long", ["sleep", "1000"], array="0-4%3",
+        checkpoint={"every": "5m", "grace": "45s"}), 5)
     kserver.cli("cancel", f"{aid}[1]", check=True)
     (delete,) = wait_for(lambda: api.sent("DELETE"), what="the pod's DELETE")
     assert delete["path"] == f"{PODS}/{pod_name(name, 1)}"
@@ -196,11 +203,8 @@ def test_cancel_one_element_deletes_only_its_pod(kserver, api):
 
 
 def test_cancel_of_the_array_deletes_its_job(kserver, api):
-    aid = kserver.submit(job_yaml("all", ["sleep", "1000"], array="0-3"))
-    name = f"kiln-{aid}-1"
-    wait_for(lambda: posted(api, name), what="the array's POST")
-    for k in range(4):
-        kserver.wait_state(aid + k, "running")
+    aid, name = started(kserver, api,
+                        job_yaml("all", ["sleep", "1000"], array="0-3"), 4)
     kserver.cli("cancel", str(aid), check=True)
     for k in range(4):
         kserver.wait_state(aid + k, "cancelled")
@@ -212,12 +216,8 @@ def test_cancel_of_the_array_deletes_its_job(kserver, api):
 def test_restart_adopts_the_arrays_job(tmp_path, api):
     s = start_server(tmp_path, api.port)
     try:
-        aid = s.submit(job_yaml("adopt", ["python", "sweep.py"],
-                                array="0-2"))
-        name = f"kiln-{aid}-1"
-        wait_for(lambda: posted(api, name), what="the array's POST")
-        for k in range(3):
-            s.wait_state(aid + k, "running")
+        aid, name = started(s, api, job_yaml("adopt", ["python", "sweep.py"],
+                                             array="0-2"), 3)
         # Each other element points to its run's attempt directory.
         pointer = s.home / "tasks" / str(aid + 2) / "1" / "kube-array-run"
         assert pointer.read_text() == str(s.home / "tasks" / str(aid) / "1")
@@ -239,3 +239,45 @@ def test_array_of_gangs_is_refused(kserver):
         "gangs", ["x"], tasks=2, array="0-3"), params={"file": "job.yaml"})
     assert r.status_code == 400, r.text
     assert "array of gangs" in r.text
+
+
+def test_a_large_array_is_one_post_and_two_lists(kserver, api):
+    aid = kserver.submit(job_yaml("wide", ["x"], array="0-999%10"))
+    name = f"kiln-{aid}-1"
+    job = wait_for(lambda: posted(api, name), what="the array's POST")
+    assert job["spec"]["completions"] == 1000
+    assert job["spec"]["parallelism"] == 10
+    kserver.wait_state(aid + 999, "running")
+    seen = len(api.requests)
+    wait_for(lambda: len(api.sent("GET", "/jobs")) >= 3,
+             what="list passes")
+    # Every request after the POST is a list or a running pod's log:
+    # none per element.
+    with api.lock:
+        later = api.requests[seen:]
+    assert len(api.sent("POST", "/jobs")) == 1
+    assert all(r["method"] == "GET" and
+               (r["path"] in (JOBS, PODS) or r["path"].endswith("/log"))
+               for r in later), later
+    jobs_lists = [r for r in later if r["path"] == JOBS]
+    pods_lists = [r for r in later if r["path"] == PODS]
+    assert abs(len(jobs_lists) - len(pods_lists)) <= 1
+
+
+def test_evict_one_element_requeues_it_alone(kserver, api):
+    aid, name = started(kserver, api, job_yaml(
+        "spot", ["python", "train.py"], array="0-2", preemptible=True,
+        checkpoint={"every": "5m", "grace": "20s"}), 3)
+    kserver.cli("evict", f"{aid}[2]", "--grace", "5s", check=True)
+    (delete,) = wait_for(lambda: api.sent("DELETE"), what="the pod's DELETE")
+    assert delete["path"] == f"{PODS}/{pod_name(name, 2)}"
+    assert delete["body"]["gracePeriodSeconds"] == 5
+    # Back in the queue and started again: a run of one, its index 2.
+    again = f"kiln-{aid + 2}-2"
+    job = wait_for(lambda: posted(api, again), what="element 2 again")
+    env = env_of(job["spec"]["template"]["spec"]["containers"][0])
+    assert (env["KILN_ARRAY_RUN_INDEX"], env["KILN_ARRAY_RUN_JOB_ID"]) == \
+        ("2", str(aid + 2))
+    assert name in api.jobs and len(api.sent("DELETE")) == 1
+    for k in (0, 1):
+        assert kserver.job(aid + k)["state"] == "running"
