@@ -962,6 +962,8 @@ static void run_init(struct attempt *a, json_t *job)
 	a->first_job = a->run ? strtoll(first, NULL, 10) : 0;
 	a->run_attempt = a->run ? atoi(attempt) : 0;
 	a->tasks_root = attempt_dir_of(job_dir);
+	/* A stop adopted from stop.json: the pods' own grace. */
+	a->delete_grace_s = a->grace_s;
 	a->stop = kn_xcalloc((size_t)a->ntasks, sizeof(*a->stop));
 	a->stopping = kn_xcalloc((size_t)a->ntasks, sizeof(*a->stopping));
 	free(job_dir);
