@@ -655,10 +655,8 @@ static void delete_job(struct kube_exec *ex, struct attempt *a,
  * appears after the stop (the element was waiting for the parallel
  * limit) goes as soon as a list shows it.
  */
-static void stop_pod(struct kube_exec *ex, json_t *pods, int rank,
-		     int64_t grace_s)
+static void stop_pod(struct kube_exec *ex, json_t *pod, int64_t grace_s)
 {
-	json_t *pod = kube_rank_pod(pods, rank);
 	const char *phase = kube_str_at(pod, "status", "phase");
 	const char *name = kube_str_at(pod, "metadata", "name");
 	char *path, *what;
@@ -759,7 +757,7 @@ static int list(struct kube_exec *ex, const char *path, json_t **out)
  * kiln before Kubernetes created its pod (the parallel limit) and whose
  * pod appears later. true when some element is stopping.
  */
-static bool run_stops(struct kube_exec *ex, struct attempt *a, json_t *mine)
+static bool run_stops(struct kube_exec *ex, struct attempt *a, json_t **by)
 {
 	bool all = true, any = false;
 	int64_t grace;
@@ -782,7 +780,7 @@ static bool run_stops(struct kube_exec *ex, struct attempt *a, json_t *mine)
 	}
 	for (int r = 0; r < a->ntasks; r++)
 		if (a->stopping[r])
-			stop_pod(ex, mine, r, grace);
+			stop_pod(ex, by[r], grace);
 	return any;
 }
 
@@ -806,24 +804,35 @@ static void follow(struct kube_exec *ex, struct attempt *head)
 	if (list(ex, jobs_path, &jobs) < 0 || list(ex, pods_path, &pods) < 0)
 		goto out;
 	for (struct attempt *a = head; a; a = a->next) {
-		json_t *job, *mine;
+		json_t *job, *mine, **by = NULL;
 		bool stops = false;
 
 		if (!a->submitted)
 			continue;
 		job = kube_item_named(jobs, a->name);
 		mine = kube_items_labelled(pods, KN_KUBE_LABEL_JOB, a->name);
-		if (a->run)
-			stops = run_stops(ex, a, mine);
+		if (a->run) {
+			/* Each element's pod found once, not per element. */
+			by = kube_pods_by_index(mine, a->ntasks);
+			stops = run_stops(ex, a, by);
+		}
 		for (int r = 0; r < a->ntasks; r++) {
 			bool stopping = a->run && a->stopping[r];
+			json_t *rank_pods = mine;
 			struct kn_kube_task_view v;
 			char *dir;
 
 			if (a->ended[r])
 				continue;
-			kn_kube_task_state(job, mine, r, a->deleted || stopping,
-					   &v);
+			if (by) {
+				rank_pods = json_array();
+				if (by[r])
+					json_array_append(rank_pods, by[r]);
+			}
+			kn_kube_task_state(job, rank_pods, r,
+					   a->deleted || stopping, &v);
+			if (by)
+				json_decref(rank_pods);
 			if (stopping && !a->deleted && v.ended && !v.pod[0])
 				snprintf(v.reason, sizeof(v.reason),
 					 "stopped: its pod deleted");
@@ -854,6 +863,7 @@ static void follow(struct kube_exec *ex, struct attempt *head)
 		    !kube_condition_true(job, "Complete") &&
 		    !kube_condition_true(job, "Failed"))
 			delete_job(ex, a, 0);
+		free(by);
 		json_decref(mine);
 	}
 out:

@@ -82,6 +82,9 @@ json_t *kube_condition_true(json_t *obj, const char *type);
    index, or any pod for rank 0 of a Job that is not Indexed. */
 json_t *kube_rank_pod(json_t *pods, int rank);
 /* v says the task ended with exit_code, sig and reason. */
+/* pods by completion index 0..n-1, the newest of each, NULL where none:
+   one pass over the pods for a run of many elements. New array. */
+json_t **kube_pods_by_index(json_t *pods, int n);
 void kube_view_ended(struct kn_kube_task_view *v, int exit_code, int sig,
 		     const char *reason);
 

@@ -43,6 +43,30 @@ json_t *kube_condition_true(json_t *obj, const char *type)
 	return NULL;
 }
 
+/* The completion index of pod, or -1 (none: a one-task Job's). */
+static long pod_index(json_t *pod)
+{
+	const char *idx = json_string_value(json_object_get(
+		json_object_get(json_object_get(pod, "metadata"),
+				"annotations"),
+		KUBE_INDEX_ANNOTATION));
+	char *end = NULL;
+	long k = idx ? strtol(idx, &end, 10) : -1;
+
+	return idx && *idx && !*end && k >= 0 ? k : -1;
+}
+
+/* Whether pod is newer than best (NULL: none yet). RFC 3339 in UTC
+   sorts as text. */
+static bool newer(json_t *pod, json_t *best)
+{
+	const char *at = kube_str_at(pod, "metadata", "creationTimestamp");
+	const char *best_at = kube_str_at(best, "metadata",
+					  "creationTimestamp");
+
+	return !best || (at && (!best_at || strcmp(at, best_at) > 0));
+}
+
 /*
  * The pod of rank: an Indexed Job's pods carry their index as an
  * annotation; a one-task Job's have none, and all are rank 0's. The
@@ -51,25 +75,31 @@ json_t *kube_condition_true(json_t *obj, const char *type)
 json_t *kube_rank_pod(json_t *pods, int rank)
 {
 	json_t *pod, *best = NULL;
-	const char *best_at = NULL;
 	size_t i;
 
 	json_array_foreach(pods, i, pod) {
-		const char *idx = json_string_value(json_object_get(
-			json_object_get(json_object_get(pod, "metadata"),
-					"annotations"),
-			KUBE_INDEX_ANNOTATION));
-		const char *at = kube_str_at(pod, "metadata", "creationTimestamp");
+		long k = pod_index(pod);
 
-		if (idx ? atoi(idx) != rank : rank != 0)
+		if (k < 0 ? rank != 0 : k != rank)
 			continue;
-		/* RFC 3339 in UTC sorts as text. */
-		if (!best || (at && (!best_at || strcmp(at, best_at) > 0))) {
+		if (newer(pod, best))
 			best = pod;
-			best_at = at;
-		}
 	}
 	return best;
+}
+
+json_t **kube_pods_by_index(json_t *pods, int n)
+{
+	json_t **by = kn_xcalloc(n > 0 ? (size_t)n : 1, sizeof(*by)), *pod;
+	size_t i;
+
+	json_array_foreach(pods, i, pod) {
+		long k = pod_index(pod);
+
+		if (k >= 0 && k < n && newer(pod, by[k]))
+			by[k] = pod;
+	}
+	return by;
 }
 
 /* The task's container status ("task"; else the first). */
