@@ -7,6 +7,10 @@
  * (kiln-JOBID-ATTEMPT) finds the attempt again after a restart. Its
  * backoffLimit is 0 so that a failed pod fails the attempt and kiln's own
  * retry policy (with its backoff and its accounting) decides what next.
+ * The elements of a job array started together are one Indexed Job
+ * instead (indexed.c): one attempt here whose ranks are the elements,
+ * each with its own task directory, and a stop of one element deletes
+ * its pod rather than the Job.
  *
  * libcurl's easy calls block, and the server's loop must not, so every
  * API call happens on one worker thread. The ops only write files and
@@ -66,10 +70,8 @@
 #define TTL_AFTER_FINISHED_S 3600
 /* The same API failure is logged again after this long at most. */
 #define WARN_EVERY_MS 30000
-#define INDEX_ANNOTATION "batch.kubernetes.io/job-completion-index"
 #define MANAGED_SELECTOR "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dkiln"
 #define STATE_FILE "kube.json"
-#define MANIFEST_FILE "kube-job.json"
 #define SUBMITTED_FILE "kube-submitted"
 #define INPUTS_FILE "inputs.json"
 #define STATE_MAX 4096
@@ -90,8 +92,21 @@ struct attempt {
 	/* Written by the worker alone (deleted under the lock). */
 	bool submitted;
 	bool deleted;
+	/* A job array's run of elements (indexed.c): rank r is the element
+	   whose kiln job is first_job + r, its attempt run_attempt, its
+	   task directory under tasks_root. Each rank's stop moves from
+	   STOP_NEW (asked) to STOP_ASKED (flushed, for the worker) under
+	   the lock: a whole array's cancel reaches the worker at once. */
+	bool run;
+	int64_t first_job;
+	int run_attempt;
+	char *tasks_root;
+	unsigned char *stop;
+	bool *stopping; /* the worker's copy of stop, each pass */
 	struct attempt *next;
 };
+
+enum { STOP_NONE, STOP_NEW, STOP_ASKED };
 
 struct kube_exec {
 	struct kn_kube_exec_config cfg; /* strings owned */
@@ -105,6 +120,7 @@ struct kube_exec {
 	char last_warning[256];
 	int64_t warned_at;
 	json_t *secret;             /* to write first; NULL once written */
+	struct kube_runs *runs;     /* array elements until the flush */
 	/* The deployments the same worker keeps in step. */
 	struct kube_deploys *deploys;
 };
@@ -201,239 +217,6 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 							  task->spec->name));
 	*out = docs;
 	return 0;
-}
-
-/* ---- a task's state from the API's objects ---- */
-
-/* RFC 3339 "2026-12-03T04:05:06Z" as ms since the epoch, 0 if not. */
-static int64_t time_ms(const char *s)
-{
-	struct tm tm;
-	const char *end;
-
-	if (!s)
-		return 0;
-	memset(&tm, 0, sizeof(tm));
-	end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (!end)
-		return 0;
-	return (int64_t)timegm(&tm) * 1000;
-}
-
-/* The condition of type in obj's status.conditions when it is True. */
-static json_t *condition_true(json_t *obj, const char *type)
-{
-	json_t *conds = json_object_get(json_object_get(obj, "status"),
-					"conditions"), *c;
-	size_t i;
-
-	json_array_foreach(conds, i, c) {
-		const char *t = json_string_value(json_object_get(c, "type"));
-		const char *st = json_string_value(json_object_get(c, "status"));
-		if (t && st && !strcmp(t, type) && !strcmp(st, "True"))
-			return c;
-	}
-	return NULL;
-}
-
-/*
- * The pod of rank: an Indexed Job's pods carry their index as an
- * annotation; a one-task Job's have none, and all are rank 0's. The
- * newest wins (a Job with backoffLimit 0 has one).
- */
-static json_t *rank_pod(json_t *pods, int rank)
-{
-	json_t *pod, *best = NULL;
-	const char *best_at = NULL;
-	size_t i;
-
-	json_array_foreach(pods, i, pod) {
-		const char *idx = json_string_value(json_object_get(
-			json_object_get(json_object_get(pod, "metadata"),
-					"annotations"),
-			INDEX_ANNOTATION));
-		const char *at = kube_str_at(pod, "metadata", "creationTimestamp");
-
-		if (idx ? atoi(idx) != rank : rank != 0)
-			continue;
-		/* RFC 3339 in UTC sorts as text. */
-		if (!best || (at && (!best_at || strcmp(at, best_at) > 0))) {
-			best = pod;
-			best_at = at;
-		}
-	}
-	return best;
-}
-
-/* The task's container status ("task"; else the first). */
-static json_t *task_container(json_t *pod)
-{
-	json_t *list = json_object_get(json_object_get(pod, "status"),
-				       "containerStatuses"), *c;
-	size_t i;
-
-	json_array_foreach(list, i, c) {
-		const char *n = json_string_value(json_object_get(c, "name"));
-		if (n && !strcmp(n, "task"))
-			return c;
-	}
-	return json_array_get(list, 0);
-}
-
-static void ended(struct kn_kube_task_view *v, int exit_code, int sig,
-		  const char *reason)
-{
-	v->ended = true;
-	v->running = false;
-	v->exit_code = exit_code;
-	v->signal = sig;
-	snprintf(v->reason, sizeof(v->reason), "%s", reason ? reason : "");
-}
-
-/*
- * The shim's termination message (shim.c) into v, and the reason it gave
- * for the task's end (a refused input, a failed outputs' upload) into
- * why; others are ignored.
- */
-static void shim_report(json_t *term, struct kn_kube_task_view *v,
-			char *why, size_t len)
-{
-	json_t *doc = json_loads(kube_str_at(term, "message", NULL) ?
-				 kube_str_at(term, "message", NULL) : "", 0, NULL);
-	const char *ck = json_string_value(json_object_get(doc, "checkpoint"));
-	const char *re = json_string_value(json_object_get(doc, "restored"));
-	const char *reason = json_string_value(json_object_get(doc, "reason"));
-	json_t *inputs = json_object_get(doc, "inputs");
-	json_t *outputs = json_object_get(doc, "outputs");
-	const char *digest = json_string_value(
-		json_object_get(outputs, "manifest_sha256"));
-
-	if (ck) {
-		kn_strlcpy(v->checkpoint, ck, sizeof(v->checkpoint));
-		v->checkpoint_at_ms = json_integer_value(
-			json_object_get(doc, "checkpoint_at_ms"));
-	}
-	if (re)
-		kn_strlcpy(v->restored, re, sizeof(v->restored));
-	v->restore_ms = json_integer_value(json_object_get(doc, "restore_ms"));
-	if (json_is_array(inputs)) {
-		char *text = json_dumps(inputs, JSON_COMPACT);
-
-		if (text && strlen(text) < sizeof(v->inputs))
-			kn_strlcpy(v->inputs, text, sizeof(v->inputs));
-		free(text);
-	}
-	if (digest && strlen(digest) == 64) {
-		kn_strlcpy(v->outputs_manifest_sha256, digest,
-			   sizeof(v->outputs_manifest_sha256));
-		v->outputs_files = (int)json_integer_value(
-			json_object_get(outputs, "files"));
-	}
-	kn_strlcpy(why, reason ? reason : "", len);
-	json_decref(doc);
-}
-
-/* From a pod that has ended (or is being disrupted): true when it has. */
-static bool pod_state(json_t *pod, struct kn_kube_task_view *v)
-{
-	json_t *cs = task_container(pod);
-	json_t *term = json_object_get(json_object_get(cs, "state"),
-				       "terminated");
-	json_t *run = json_object_get(json_object_get(cs, "state"), "running");
-	json_t *disrupted = condition_true(pod, "DisruptionTarget");
-	const char *phase = kube_str_at(pod, "status", "phase");
-	const char *pod_reason = kube_str_at(pod, "status", "reason");
-	const char *term_reason = kube_str_at(term, "reason", NULL);
-	int code = term ? (int)json_integer_value(json_object_get(term,
-								  "exitCode"))
-			: -1;
-	int sig = term ? (int)json_integer_value(json_object_get(term,
-								 "signal"))
-		       : 0;
-	char why[96], shim_why[96] = "";
-
-	v->started_at_ms = time_ms(kube_str_at(run ? run : term, "startedAt", NULL));
-	if (!v->started_at_ms)
-		v->started_at_ms = time_ms(kube_str_at(pod, "status", "startTime"));
-	v->ended_at_ms = time_ms(kube_str_at(term, "finishedAt", NULL));
-	if (term)
-		shim_report(term, v, shim_why, sizeof(shim_why));
-	if (disrupted) {
-		/* Taken away (spot eviction, preemption, node drain): not the
-		   task's failure; it may still be saving its checkpoint. */
-		snprintf(why, sizeof(why), "disrupted: %s",
-			 kube_str_at(disrupted, "reason", NULL) ?
-				 kube_str_at(disrupted, "reason", NULL) : "unknown");
-		ended(v, code, sig, why);
-		v->preempted = true;
-		return true;
-	}
-	if (phase && !strcmp(phase, "Succeeded")) {
-		ended(v, term ? code : 0, 0, NULL);
-		return true;
-	}
-	if (!phase || strcmp(phase, "Failed") != 0) {
-		v->running = run != NULL;
-		return false;
-	}
-	if (pod_reason && !strcmp(pod_reason, "DeadlineExceeded")) {
-		ended(v, code, sig ? sig : SIGKILL, "timeout");
-	} else if (pod_reason) {
-		snprintf(why, sizeof(why), "%s: %s", pod_reason,
-			 kube_str_at(pod, "status", "message") ?
-				 kube_str_at(pod, "status", "message") : "");
-		ended(v, code, sig, why);
-	} else if (term_reason && strcmp(term_reason, "Error") != 0 &&
-		   strcmp(term_reason, "Completed") != 0) {
-		snprintf(why, sizeof(why), "%s, exit code %d", term_reason, code);
-		ended(v, code, sig, why);
-	} else {
-		/* The shim's own reason, as status.json carries it locally. */
-		ended(v, code, sig, shim_why);
-	}
-	return true;
-}
-
-void kn_kube_task_state(json_t *job, json_t *pods, int rank, bool stopping,
-			struct kn_kube_task_view *out)
-{
-	json_t *pod = rank_pod(pods, rank), *cond;
-	char why[96];
-
-	memset(out, 0, sizeof(*out));
-	out->exit_code = -1;
-	if (pod) {
-		snprintf(out->pod, sizeof(out->pod), "%s",
-			 kube_str_at(pod, "metadata", "name") ?
-				 kube_str_at(pod, "metadata", "name") : "");
-		if (pod_state(pod, out))
-			return;
-	}
-	if (!job) {
-		if (stopping)
-			ended(out, -1, SIGTERM, "stopped: Job deleted");
-		else
-			ended(out, -1, 0, "lost: the Kubernetes Job is gone");
-		return;
-	}
-	if ((cond = condition_true(job, "Failed"))) {
-		const char *reason = kube_str_at(cond, "reason", NULL);
-
-		if (reason && !strcmp(reason, "DeadlineExceeded")) {
-			ended(out, -1, SIGKILL, "timeout");
-		} else {
-			snprintf(why, sizeof(why), "Job failed: %s",
-				 reason ? reason : "no reason given");
-			ended(out, -1, SIGTERM, why);
-		}
-		return;
-	}
-	if (condition_true(job, "Complete")) {
-		ended(out, 0, 0, NULL);
-		return;
-	}
-	if (stopping && !pod)
-		ended(out, -1, SIGTERM, "stopped: Job deleted");
 }
 
 /* ---- files ---- */
@@ -543,7 +326,32 @@ static bool view_read(const char *task_dir, struct kn_task_status *st)
 
 static char *task_dir_of(const struct attempt *a, int rank)
 {
+	if (a->run)
+		return kn_asprintf("%s/%lld/%d/0", a->tasks_root,
+				   (long long)(a->first_job + rank),
+				   a->run_attempt);
 	return kn_asprintf("%s/%d", a->dir, rank);
+}
+
+/* The rank of the run a that task_dir (TASKS/JOB/ATTEMPT/0) is, or -1. */
+static int run_rank(const struct attempt *a, const char *task_dir)
+{
+	char *attempt = attempt_dir_of(task_dir);
+	char *job_dir = attempt_dir_of(attempt), *mine, *end = NULL;
+	const char *base = strrchr(job_dir, '/');
+	long long job = base ? strtoll(base + 1, &end, 10) : -1;
+	int rank = -1;
+
+	if (base && end && !*end && job >= a->first_job &&
+	    job - a->first_job < a->ntasks) {
+		mine = task_dir_of(a, (int)(job - a->first_job));
+		if (!strcmp(mine, task_dir))
+			rank = (int)(job - a->first_job);
+		free(mine);
+	}
+	free(job_dir);
+	free(attempt);
+	return rank;
 }
 
 /* ---- the worker ---- */
@@ -593,7 +401,7 @@ static void fail_attempt(struct attempt *a, const char *reason)
 	struct kn_kube_task_view v;
 
 	memset(&v, 0, sizeof(v));
-	ended(&v, -1, 0, reason);
+	kube_view_ended(&v, -1, 0, reason);
 	v.ended_at_ms = kn_now_ms();
 	for (int r = 0; r < a->ntasks; r++) {
 		char *dir = task_dir_of(a, r);
@@ -786,32 +594,47 @@ out:
 	free(path);
 }
 
+/* DELETE path, what names it ("Job kiln-7-1"); Foreground: its pods
+   go first. true once the API has it gone or going. */
+static bool delete_object(struct kube_exec *ex, const char *path,
+			  const char *what, int64_t grace_s, bool foreground)
+{
+	json_t *body = json_pack("{s:s, s:s}", "kind", "DeleteOptions",
+				 "apiVersion", "v1"), *answer = NULL;
+	struct kn_error err;
+	long status = 0;
+	bool done = false;
+
+	if (foreground)
+		json_object_set_new(body, "propagationPolicy",
+				    json_string("Foreground"));
+	if (grace_s >= 0)
+		json_object_set_new(body, "gracePeriodSeconds",
+				    json_integer(grace_s));
+	if (kn_kube_delete(ex->client, path, body, &status, &answer, &err) < 0) {
+		warn(ex, "cannot delete %s: %s", what, err.message);
+	} else if (status == 200 || status == 202 || status == 404) {
+		done = true;
+		kn_log(KN_LOG_INFO, "kubernetes: deleted %s (grace %llds)",
+		       what, (long long)grace_s);
+	} else {
+		char detail[200];
+		http_error(status, answer, detail, sizeof(detail));
+		warn(ex, "cannot delete %s: %s", what, detail);
+	}
+	json_decref(body);
+	json_decref(answer);
+	return done;
+}
+
 static void delete_job(struct kube_exec *ex, struct attempt *a,
 		       int64_t grace_s)
 {
 	char *path = kn_asprintf("/apis/batch/v1/namespaces/%s/jobs/%s",
 				 ex->cfg.namespace_, a->name);
-	json_t *body = json_pack("{s:s, s:s, s:s}", "kind", "DeleteOptions",
-				 "apiVersion", "v1", "propagationPolicy",
-				 "Foreground"), *answer = NULL;
-	struct kn_error err;
-	long status = 0;
-	bool done = false;
+	char *what = kn_asprintf("Job %s", a->name);
+	bool done = delete_object(ex, path, what, grace_s, true);
 
-	if (grace_s >= 0)
-		json_object_set_new(body, "gracePeriodSeconds",
-				    json_integer(grace_s));
-	if (kn_kube_delete(ex->client, path, body, &status, &answer, &err) < 0) {
-		warn(ex, "cannot delete Job %s: %s", a->name, err.message);
-	} else if (status == 200 || status == 202 || status == 404) {
-		done = true;
-		kn_log(KN_LOG_INFO, "kubernetes: deleted Job %s (grace %llds)",
-		       a->name, (long long)grace_s);
-	} else {
-		char detail[200];
-		http_error(status, answer, detail, sizeof(detail));
-		warn(ex, "cannot delete Job %s: %s", a->name, detail);
-	}
 	pthread_mutex_lock(&ex->lock);
 	if (done) {
 		a->deleted = true;
@@ -821,8 +644,32 @@ static void delete_job(struct kube_exec *ex, struct attempt *a,
 		a->delete_grace_s = grace_s;
 	}
 	pthread_mutex_unlock(&ex->lock);
-	json_decref(body);
-	json_decref(answer);
+	free(what);
+	free(path);
+}
+
+/*
+ * The pod of a run's element asked to stop, unless it has ended or is
+ * going: the Job controller counts a deleted pod as its index's failure
+ * and, with backoffLimitPerIndex 0, starts no other. Also a pod that
+ * appears after the stop (the element was waiting for the parallel
+ * limit) goes as soon as a list shows it.
+ */
+static void stop_pod(struct kube_exec *ex, json_t *pod, int64_t grace_s)
+{
+	const char *phase = kube_str_at(pod, "status", "phase");
+	const char *name = kube_str_at(pod, "metadata", "name");
+	char *path, *what;
+
+	if (!name || kube_str_at(pod, "metadata", "deletionTimestamp") ||
+	    (phase && (!strcmp(phase, "Succeeded") ||
+		       !strcmp(phase, "Failed"))))
+		return;
+	path = kn_asprintf("/api/v1/namespaces/%s/pods/%s", ex->cfg.namespace_,
+			   name);
+	what = kn_asprintf("pod %s", name);
+	delete_object(ex, path, what, grace_s, false);
+	free(what);
 	free(path);
 }
 
@@ -903,6 +750,48 @@ static int list(struct kube_exec *ex, const char *path, json_t **out)
 	return 0;
 }
 
+/*
+ * A run's stops, read into a->stopping before its ranks are: when every
+ * element not yet ended is stopping (the array's cancel) the Job goes as
+ * a whole; else each stopping element's pod goes, also one that ended in
+ * kiln before Kubernetes created its pod (the parallel limit) and whose
+ * pod appears later. true when some element is stopping.
+ */
+static bool run_stops(struct kube_exec *ex, struct attempt *a, json_t **by)
+{
+	bool all = true, any = false;
+	int64_t grace;
+
+	pthread_mutex_lock(&ex->lock);
+	for (int r = 0; r < a->ntasks; r++)
+		a->stopping[r] = a->stop[r] == STOP_ASKED;
+	grace = a->delete_grace_s;
+	pthread_mutex_unlock(&ex->lock);
+	for (int r = 0; r < a->ntasks; r++) {
+		any |= a->stopping[r];
+		if (!a->ended[r] && !a->stopping[r])
+			all = false;
+	}
+	if (!any || a->deleted)
+		return any;
+	if (all) {
+		delete_job(ex, a, grace);
+		return any;
+	}
+	for (int r = 0; r < a->ntasks; r++)
+		if (a->stopping[r])
+			stop_pod(ex, by[r], grace);
+	return any;
+}
+
+static bool attempt_over(const struct attempt *a)
+{
+	for (int r = 0; r < a->ntasks; r++)
+		if (!a->ended[r])
+			return false;
+	return true;
+}
+
 static void follow(struct kube_exec *ex, struct attempt *head)
 {
 	char *jobs_path = kn_asprintf("/apis/batch/v1/namespaces/%s/jobs?%s",
@@ -915,19 +804,38 @@ static void follow(struct kube_exec *ex, struct attempt *head)
 	if (list(ex, jobs_path, &jobs) < 0 || list(ex, pods_path, &pods) < 0)
 		goto out;
 	for (struct attempt *a = head; a; a = a->next) {
-		json_t *job, *mine;
+		json_t *job, *mine, **by = NULL;
+		bool stops = false;
 
 		if (!a->submitted)
 			continue;
 		job = kube_item_named(jobs, a->name);
 		mine = kube_items_labelled(pods, KN_KUBE_LABEL_JOB, a->name);
+		if (a->run) {
+			/* Each element's pod found once, not per element. */
+			by = kube_pods_by_index(mine, a->ntasks);
+			stops = run_stops(ex, a, by);
+		}
 		for (int r = 0; r < a->ntasks; r++) {
+			bool stopping = a->run && a->stopping[r];
+			json_t *rank_pods = mine;
 			struct kn_kube_task_view v;
 			char *dir;
 
 			if (a->ended[r])
 				continue;
-			kn_kube_task_state(job, mine, r, a->deleted, &v);
+			if (by) {
+				rank_pods = json_array();
+				if (by[r])
+					json_array_append(rank_pods, by[r]);
+			}
+			kn_kube_task_state(job, rank_pods, r,
+					   a->deleted || stopping, &v);
+			if (by)
+				json_decref(rank_pods);
+			if (stopping && !a->deleted && v.ended && !v.pod[0])
+				snprintf(v.reason, sizeof(v.reason),
+					 "stopped: its pod deleted");
 			dir = task_dir_of(a, r);
 			if (v.pod[0] && (v.ended || (v.running &&
 						     now - a->log_at[r] >=
@@ -942,11 +850,20 @@ static void follow(struct kube_exec *ex, struct attempt *head)
 					a->ended[r] = true;
 			}
 			/* The attempt is over for kiln, which requeues it: no
-			   pod of it may run beside the next attempt's. */
-			if (v.preempted && !a->deleted)
+			   pod of it may run beside the next attempt's. A run's
+			   disrupted pod fails its index, which no other pod
+			   takes up (backoffLimitPerIndex 0). */
+			if (v.preempted && !a->deleted && !a->run)
 				delete_job(ex, a, a->grace_s);
 			free(dir);
 		}
+		/* Over for kiln while Kubernetes still owes a stopped
+		   element's pod: the Job goes, so that none starts. */
+		if (stops && !a->deleted && job && attempt_over(a) &&
+		    !kube_condition_true(job, "Complete") &&
+		    !kube_condition_true(job, "Failed"))
+			delete_job(ex, a, 0);
+		free(by);
 		json_decref(mine);
 	}
 out:
@@ -956,19 +873,14 @@ out:
 	free(pods_path);
 }
 
-static bool attempt_over(const struct attempt *a)
-{
-	for (int r = 0; r < a->ntasks; r++)
-		if (!a->ended[r])
-			return false;
-	return true;
-}
-
 static void attempt_free(struct attempt *a)
 {
 	json_decref(a->manifests);
 	free(a->ended);
 	free(a->log_at);
+	free(a->stop);
+	free(a->stopping);
+	free(a->tasks_root);
 	free(a->dir);
 	free(a);
 }
@@ -1044,12 +956,37 @@ static struct attempt *attempt_find(struct kube_exec *ex, const char *dir)
 	return NULL;
 }
 
+/* A job array's run, from its Job's labels: its ranks are elements. */
+static void run_init(struct attempt *a, json_t *job)
+{
+	json_t *labels = json_object_get(json_object_get(job, "metadata"),
+					 "labels");
+	const char *first = json_string_value(json_object_get(
+		labels, KN_KUBE_LABEL_JOB_ID));
+	const char *attempt = json_string_value(json_object_get(
+		labels, KN_KUBE_LABEL_ATTEMPT));
+	char *job_dir = attempt_dir_of(a->dir);
+
+	a->run = json_object_get(labels, KN_KUBE_LABEL_ARRAY_ID) && first &&
+		 attempt;
+	a->first_job = a->run ? strtoll(first, NULL, 10) : 0;
+	a->run_attempt = a->run ? atoi(attempt) : 0;
+	a->tasks_root = attempt_dir_of(job_dir);
+	/* A stop adopted from stop.json: the pods' own grace. */
+	a->delete_grace_s = a->grace_s;
+	a->stop = kn_xcalloc((size_t)a->ntasks, sizeof(*a->stop));
+	a->stopping = kn_xcalloc((size_t)a->ntasks, sizeof(*a->stopping));
+	free(job_dir);
+}
+
 /*
  * Track an attempt (taking manifests over, so that no other thread holds
- * them); its ranks' kube.json say which have ended.
+ * them); its ranks' kube.json say which have ended, and a run's
+ * stop.json which were asked to stop. why: it cannot be submitted, and
+ * its ranks end so.
  */
 static void attempt_add(struct kube_exec *ex, const char *dir,
-			json_t *manifests, bool to_submit)
+			json_t *manifests, bool to_submit, const char *why)
 {
 	json_t *job = json_array_get(manifests, 0);
 	json_t *grace = json_object_get(json_object_get(json_object_get(
@@ -1070,13 +1007,21 @@ static void attempt_add(struct kube_exec *ex, const char *dir,
 	a->grace_s = json_is_integer(grace) ? json_integer_value(grace) : -1;
 	a->ended = kn_xcalloc((size_t)a->ntasks, sizeof(*a->ended));
 	a->log_at = kn_xcalloc((size_t)a->ntasks, sizeof(*a->log_at));
+	run_init(a, job);
 	for (int r = 0; r < a->ntasks; r++) {
 		char *t = task_dir_of(a, r);
+		char *stop = kn_asprintf("%s/stop.json", t);
+
 		a->ended[r] = view_read(t, &st);
+		if (a->run && access(stop, F_OK) == 0)
+			a->stop[r] = STOP_ASKED;
+		free(stop);
 		free(t);
 	}
-	a->submit = to_submit;
+	a->submit = to_submit && !why;
 	a->submitted = !to_submit;
+	if (why)
+		fail_attempt(a, why);
 	pthread_mutex_lock(&ex->lock);
 	a->next = ex->attempts;
 	ex->attempts = a;
@@ -1106,13 +1051,17 @@ static int kube_start(struct kn_executor *self, const struct kn_task_launch *l,
 				 "has no job to submit");
 	out->pid = 0;
 	out->start = 0;
+	/* Submitted with the other elements started with it at the flush. */
+	if (l->spec->array.count)
+		return kube_runs_add(ex->runs, &ex->cfg, &task, l->task_dir,
+				     err);
 	if (l->rank != 0)
 		return 0; /* rank 0 submits the whole attempt */
 	rc = kn_kube_attempt_manifests(&ex->cfg, &task, &docs, err);
 	if (rc < 0)
 		return rc;
 	dir = attempt_dir_of(l->task_dir);
-	path = kn_asprintf("%s/" MANIFEST_FILE, dir);
+	path = kn_asprintf("%s/" KUBE_MANIFEST_FILE, dir);
 	text = json_dumps(docs, JSON_COMPACT);
 	rc = kn_write_file_replace(path, text, strlen(text), 0600);
 	if (rc < 0) {
@@ -1120,7 +1069,7 @@ static int kube_start(struct kn_executor *self, const struct kn_task_launch *l,
 			       strerror(-rc));
 		goto out;
 	}
-	attempt_add(ex, dir, docs, true);
+	attempt_add(ex, dir, docs, true, NULL);
 	docs = NULL;
 out:
 	json_decref(docs);
@@ -1138,9 +1087,9 @@ static int kube_stop(struct kn_executor *self, const char *task_dir,
 	char *path = kn_asprintf("%s/stop.json", task_dir);
 	char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}", signo,
 				 (long long)grace_ms);
-	char *dir = attempt_dir_of(task_dir);
+	char *dir = kube_run_dir_of(task_dir);
 	struct attempt *a;
-	int rc;
+	int rc, rank;
 
 	(void)proc;
 	rc = kn_write_file_replace(path, text, strlen(text), 0600);
@@ -1152,9 +1101,18 @@ static int kube_stop(struct kn_executor *self, const char *task_dir,
 	   checkpoint signal) and kills after the grace. */
 	pthread_mutex_lock(&ex->lock);
 	a = attempt_find(ex, dir);
-	if (a)
+	if (a && a->run) {
+		/* One element's pod, or the whole Job when the flush finds
+		   every element of the run stopping (the array's cancel). */
+		rank = run_rank(a, task_dir);
+		if (rank >= 0 && a->stop[rank] == STOP_NONE)
+			a->stop[rank] = STOP_NEW;
+		a->delete_grace_s = grace_ms >= 0 ? (grace_ms + 999) / 1000
+						  : a->grace_s;
+	} else if (a) {
 		ask_delete(ex, a, grace_ms >= 0 ? (grace_ms + 999) / 1000
 						: a->grace_s);
+	}
 	pthread_mutex_unlock(&ex->lock);
 	free(dir);
 	free(text);
@@ -1177,8 +1135,8 @@ static int kube_adopt(struct kn_executor *self, const char *task_dir,
 		      struct kn_task_proc *out, struct kn_error *err)
 {
 	struct kube_exec *ex = self->impl;
-	char *dir = attempt_dir_of(task_dir);
-	char *path = kn_asprintf("%s/" MANIFEST_FILE, dir), *text = NULL;
+	char *dir = kube_run_dir_of(task_dir);
+	char *path = kn_asprintf("%s/" KUBE_MANIFEST_FILE, dir), *text = NULL;
 	json_t *docs = NULL;
 	struct attempt *a;
 	int rc = 0;
@@ -1197,7 +1155,7 @@ static int kube_adopt(struct kn_executor *self, const char *task_dir,
 	if (!a) {
 		free(path);
 		path = kn_asprintf("%s/" SUBMITTED_FILE, dir);
-		attempt_add(ex, dir, docs, access(path, F_OK) != 0);
+		attempt_add(ex, dir, docs, access(path, F_OK) != 0, NULL);
 		docs = NULL;
 	}
 out:
@@ -1217,6 +1175,18 @@ static int kube_check(struct kn_executor *self, const struct kn_job_spec *spec,
 	json_t *docs = NULL;
 	int rc;
 
+	/* An array's elements are one Indexed Job's completion indexes. */
+	if (spec->array.count && spec->tasks > 1)
+		return kn_errorf(err, KN_EINVAL, "array",
+				 "array: an array of gangs (tasks: %d) does not "
+				 "run under the kubernetes executor: an Indexed "
+				 "Job indexes either the ranks or the elements",
+				 spec->tasks);
+	if (spec->array.count && spec->tty)
+		return kn_errorf(err, KN_EINVAL, "array",
+				 "array: an array's element takes its index from "
+				 "kiln's shim, which a job with a terminal (tty) "
+				 "runs without on Kubernetes");
 	rc = kn_kube_attempt_manifests(&ex->cfg, &task, &docs, err);
 	json_decref(docs);
 	return rc;
@@ -1231,13 +1201,15 @@ static int kube_connect(struct kn_executor *self, const char *task_dir,
 			int port, struct kn_error *err)
 {
 	struct kube_exec *ex = self->impl;
-	char *dir = attempt_dir_of(task_dir), job[64] = "", *end = NULL;
+	char *dir = kube_run_dir_of(task_dir), job[64] = "", *end = NULL;
 	const char *base = strrchr(task_dir, '/');
 	long rank = base ? strtol(base + 1, &end, 10) : -1;
 	struct attempt *a;
 
 	pthread_mutex_lock(&ex->lock);
 	a = attempt_find(ex, dir);
+	if (a && a->run) /* an array's element: its completion index */
+		rank = run_rank(a, task_dir);
 	if (a && base && !*end && rank >= 0 && rank < a->ntasks)
 		kn_strlcpy(job, a->name, sizeof(job)); /* set once, at add */
 	pthread_mutex_unlock(&ex->lock);
@@ -1264,6 +1236,29 @@ static int kube_port_connect(struct kn_executor *self, const char *task_dir,
 	return kube_connect(self, task_dir, port, err);
 }
 
+static void track_run(void *ctx, const char *dir, json_t *manifests,
+		      const char *why)
+{
+	attempt_add(ctx, dir, manifests, true, why);
+}
+
+/* The runs started since the last flush, and the stops asked since. */
+static void kube_flush(struct kn_executor *self)
+{
+	struct kube_exec *ex = self->impl;
+
+	kube_runs_flush(ex->runs, track_run, ex);
+	pthread_mutex_lock(&ex->lock);
+	for (struct attempt *a = ex->attempts; a; a = a->next)
+		for (int r = 0; a->run && r < a->ntasks; r++)
+			if (a->stop[r] == STOP_NEW) {
+				a->stop[r] = STOP_ASKED;
+				ex->work = true;
+			}
+	pthread_cond_signal(&ex->wake);
+	pthread_mutex_unlock(&ex->lock);
+}
+
 static void config_release(struct kn_kube_exec_config *cfg)
 {
 	free((char *)cfg->namespace_);
@@ -1283,6 +1278,7 @@ static void exec_free(struct kube_exec *ex)
 	config_release(&ex->cfg);
 	json_decref(ex->secret);
 	kube_deploys_free(ex->deploys);
+	kube_runs_free(ex->runs);
 	free(ex);
 }
 
@@ -1309,6 +1305,8 @@ static const struct kn_executor_ops kube_ops = {
 	.name = "kubernetes",
 	.places_tasks = true,
 	.syncs_checkpoints = true,
+	.runs_arrays = true,
+	.flush = kube_flush,
 	.isolation = "kubernetes executor: its own; environment built",
 	.limits = "tasks run under the kubernetes executor",
 	.start = kube_start,
@@ -1355,6 +1353,7 @@ int kn_kube_executor_new(const struct kn_kube_exec_config *cfg,
 	ex->cfg.store_url = dup_or_null(cfg->store_url);
 	ex->secret = secret_from_env(cfg->namespace_);
 	ex->deploys = kube_deploys_new();
+	ex->runs = kube_runs_new();
 	pthread_mutex_init(&ex->lock, NULL);
 	pthread_cond_init(&ex->wake, NULL);
 	rc = pthread_create(&ex->thread, NULL, worker, ex);

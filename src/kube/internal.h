@@ -32,6 +32,16 @@ static inline json_t *kube_env_value(const char *name, const char *value)
 }
 
 /* The item of an API list whose metadata.name is name, or NULL. */
+/* An Indexed Job's pod's index, set by the Job controller. */
+#define KUBE_INDEX_ANNOTATION "batch.kubernetes.io/job-completion-index"
+
+/* A variable the kubelet fills from the pod's own field at path. */
+static inline json_t *kube_env_field(const char *name, const char *path)
+{
+	return json_pack("{s:s, s:{s:{s:s}}}", "name", name, "valueFrom",
+			 "fieldRef", "fieldPath", path);
+}
+
 static inline json_t *kube_item_named(json_t *list, const char *name)
 {
 	json_t *item;
@@ -64,6 +74,20 @@ static inline json_t *kube_items_labelled(json_t *list, const char *label,
 }
 
 /* The Kubernetes executor's state (batchjobs.c). */
+/* ---- a task's state from the API's objects (taskstate.c) ---- */
+
+/* The condition of type in obj's status.conditions when it is True. */
+json_t *kube_condition_true(json_t *obj, const char *type);
+/* The newest of pods (a JSON array) that is rank's: its completion
+   index, or any pod for rank 0 of a Job that is not Indexed. */
+json_t *kube_rank_pod(json_t *pods, int rank);
+/* v says the task ended with exit_code, sig and reason. */
+/* pods by completion index 0..n-1, the newest of each, NULL where none:
+   one pass over the pods for a run of many elements. New array. */
+json_t **kube_pods_by_index(json_t *pods, int n);
+void kube_view_ended(struct kn_kube_task_view *v, int exit_code, int sig,
+		     const char *reason);
+
 struct kube_exec;
 /* The deployments an executor keeps (deployments.c). */
 struct kube_deploys;
@@ -78,6 +102,30 @@ struct kube_deploys *kube_exec_deploys(struct kube_exec *ex);
 
 /* The executor's deployments (deployments.c): its ops' deployments. */
 extern const struct kn_deploy_ops kube_deploy_ops;
+
+/* ---- job arrays under the executor (indexed.c) ---- */
+
+/* An attempt's manifests, in its directory; kube-submitted beside them
+   once the API took them. */
+#define KUBE_MANIFEST_FILE "kube-job.json"
+
+struct kube_runs;
+struct kube_runs *kube_runs_new(void);
+void kube_runs_free(struct kube_runs *r);
+/* Keep array element task (in task_dir) for the next flush, its own
+   Job rendered now. */
+int kube_runs_add(struct kube_runs *r, const struct kn_kube_exec_config *cfg,
+		  const struct kn_kube_task *task, const char *task_dir,
+		  struct kn_error *err);
+/* A run's manifests (taken) in its first element's attempt directory
+   dir, to submit; why: the run cannot be, and its elements end so. */
+typedef void (*kube_run_track_fn)(void *ctx, const char *dir,
+				  json_t *manifests, const char *why);
+/* Every kept element, cut into runs, each an Indexed Job for track. */
+void kube_runs_flush(struct kube_runs *r, kube_run_track_fn track, void *ctx);
+/* The attempt directory of the run of task_dir's element: its own
+   attempt directory unless it points to its run's first. New string. */
+char *kube_run_dir_of(const char *task_dir);
 
 struct kube_deploys *kube_deploys_new(void);
 /* After the worker has stopped; NULL is a no-op. */

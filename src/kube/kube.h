@@ -415,7 +415,8 @@ int kn_kube_quantity_bytes(const char *s, int64_t *out);
 
 /*
  * `kiln server --executor kubernetes`: each attempt is one batch/v1 Job
- * (Indexed for a gang), named kiln-JOBID-ATTEMPT, labelled with
+ * (Indexed for a gang, and for the elements of a job array started
+ * together: kn_kube_array_run), named kiln-JOBID-ATTEMPT, labelled with
  * KN_KUBE_LABEL_JOB_ID and KN_KUBE_LABEL_ATTEMPT. All API calls happen on
  * one worker thread; the ops (called on the server's loop) only write
  * files and queue work. The worker lists the namespace's kiln Jobs and
@@ -425,6 +426,8 @@ int kn_kube_quantity_bytes(const char *s, int64_t *out);
 #define KN_KUBE_LABEL_JOB_ID "kiln.dev/job-id"
 #define KN_KUBE_LABEL_ATTEMPT "kiln.dev/attempt"
 #define KN_KUBE_LABEL_MANAGED "app.kubernetes.io/managed-by"
+/* On the Job of a job array's run of elements (and its pods). */
+#define KN_KUBE_LABEL_ARRAY_ID "kiln.dev/array-id"
 
 /* What the server hands the executor with each task (kn_task_launch). */
 struct kn_kube_task {
@@ -464,6 +467,20 @@ struct kn_kube_exec_config {
 int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 			      const struct kn_kube_task *task, json_t **out,
 			      struct kn_error *err);
+
+/*
+ * A job array's run of n elements as one Indexed Job (indexed.c): docs,
+ * the run's first element's kn_kube_attempt_manifests, becomes a Job of
+ * n completions (parallelism: parallel, 0 = n), backoffLimitPerIndex 0,
+ * labelled KN_KUBE_LABEL_ARRAY_ID, its timeout each pod's; completion
+ * index i is the element first_index + i, kiln job first_job_id + i,
+ * which the pod's shim derives from KILN_COMPLETION_INDEX (the index
+ * annotation), KILN_ARRAY_RUN_INDEX, KILN_ARRAY_RUN_JOB_ID and
+ * KILN_ARRAY_RUN_SIZE. 0, or -EINVAL when docs is no one-task Job.
+ */
+int kn_kube_array_run(json_t *docs, int64_t array_id, int first_index,
+		      int64_t first_job_id, int n, int parallel,
+		      struct kn_error *err);
 
 /* A task's state as read from its Job and pods. */
 struct kn_kube_task_view {

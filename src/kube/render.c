@@ -46,7 +46,6 @@
 #define GPU_TAINT_KEY "sku"
 #define SPOT_TAINT_KEY "kubernetes.azure.com/scalesetpriority"
 #define ZONE_LABEL "topology.kubernetes.io/zone"
-#define INDEX_ANNOTATION "batch.kubernetes.io/job-completion-index"
 /* Product labels one spec may ask for across its models. */
 #define MAX_PRODUCTS 32
 
@@ -292,12 +291,6 @@ static json_t *security_context(const struct kn_kube_render_opts *opts,
 			 "type", "RuntimeDefault");
 }
 
-static json_t *env_field(const char *name, const char *path)
-{
-	return json_pack("{s:s, s:{s:{s:s}}}", "name", name, "valueFrom",
-			 "fieldRef", "fieldPath", path);
-}
-
 /*
  * The preStop hook: send the checkpoint signal to the task (PID 1 of the
  * container) and wait for it to exit, so the kubelet's own SIGTERM, sent
@@ -364,7 +357,7 @@ static int pod_spec(const struct kn_job_spec *spec,
 				    json_string(res->sharing == KN_SHARING_MPS ?
 						"mps" : "time-slicing"));
 		json_array_append_new(
-			env, env_field("NVIDIA_VISIBLE_DEVICES",
+			env, kube_env_field("NVIDIA_VISIBLE_DEVICES",
 				       "metadata.annotations['" KN_KUBE_ANN_GPU
 				       "']"));
 	}
@@ -652,8 +645,8 @@ static void array_env(const struct kn_job_spec *spec, json_t *env)
 
 	for (size_t i = 0; i < 2; i++)
 		json_array_append_new(
-			env, env_field(index_names[i],
-				       "metadata.annotations['" INDEX_ANNOTATION
+			env, kube_env_field(index_names[i],
+				       "metadata.annotations['" KUBE_INDEX_ANNOTATION
 				       "']"));
 	snprintf(buf, sizeof(buf), "%d", spec->array.count);
 	json_array_append_new(env, kube_env_value("KILN_ARRAY_COUNT", buf));
@@ -725,8 +718,8 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 	json_array_append_new(env, kube_env_value("KILN_JOB", kname));
 	if (gang) {
 		json_array_append_new(
-			env, env_field("RANK", "metadata.annotations['"
-					       INDEX_ANNOTATION "']"));
+			env, kube_env_field("RANK", "metadata.annotations['"
+					       KUBE_INDEX_ANNOTATION "']"));
 		snprintf(buf, sizeof(buf), "%s-0.%s", kname, kname);
 		json_array_append_new(env, kube_env_value("MASTER_ADDR", buf));
 		snprintf(buf, sizeof(buf), "%d", KN_KUBE_MASTER_PORT);

@@ -354,8 +354,69 @@ static const char *env_or(const char *key, const char *fallback)
 	return v && *v ? v : fallback;
 }
 
+/* A decimal count in 0..max, the whole of s: 0, or -1. */
+static int parse_count(const char *s, long long max, long long *out)
+{
+	char *end = NULL;
+	long long v;
+
+	if (!s || *s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || *end || v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/*
+ * A pod of a job array's run, one Indexed Job for many elements
+ * (kube/indexed.c): the element's own KILN_JOB_ID, KILN_ARRAY_INDEX and
+ * SLURM_ARRAY_TASK_ID from the pod's completion index, so that the task
+ * and this shim see what a Job of the element's own gives them. 0 (also
+ * for a pod of no run), or -1 with why when the run's variables are not
+ * counts or the index is past the run.
+ */
+static int array_element_env(char *why, size_t len)
+{
+	static const char *const names[] = {
+		"KILN_COMPLETION_INDEX", "KILN_ARRAY_RUN_INDEX",
+		"KILN_ARRAY_RUN_JOB_ID", "KILN_ARRAY_RUN_SIZE",
+	};
+	/* Sums of two stay far from overflow. */
+	static const long long max[] = {INT32_MAX, INT32_MAX, INT64_MAX / 2,
+					INT32_MAX};
+	long long v[4];
+	char buf[24];
+
+	if (!getenv("KILN_ARRAY_RUN_SIZE"))
+		return 0;
+	for (size_t i = 0; i < 4; i++)
+		if (parse_count(getenv(names[i]), max[i], &v[i]) < 0) {
+			snprintf(why, len, "%s is not a count: \"%.40s\"",
+				 names[i], getenv(names[i]) ? getenv(names[i])
+							    : "");
+			return -1;
+		}
+	if (v[0] >= v[3] || v[1] + v[0] > INT32_MAX) {
+		snprintf(why, len, "KILN_COMPLETION_INDEX %lld is past the "
+			 "run's %lld elements from %lld", v[0], v[3], v[1]);
+		return -1;
+	}
+	snprintf(buf, sizeof(buf), "%lld", v[1] + v[0]);
+	setenv("KILN_ARRAY_INDEX", buf, 1);
+	setenv("SLURM_ARRAY_TASK_ID", buf, 1);
+	snprintf(buf, sizeof(buf), "%lld", v[2] + v[0]);
+	setenv("KILN_JOB_ID", buf, 1);
+	return 0;
+}
+
 int kn_shimrt_kube(char **argv)
 {
+	char element_why[160];
+	/* First: what follows reads the element's KILN_JOB_ID. */
+	int element = array_element_env(element_why, sizeof(element_why));
 	const struct kn_shim_prepare prep = {prepare_pod_task, NULL};
 	const char *task_dir = env_or("KILN_TASK_DIR", NULL);
 	const char *ckpt_dir = env_or("KILN_CHECKPOINT_DIR", NULL);
@@ -378,6 +439,10 @@ int kn_shimrt_kube(char **argv)
 	sigset_t mask;
 	int code = 1;
 
+	if (element < 0) {
+		fprintf(stderr, "kiln shim --kube: %s\n", element_why);
+		return 2;
+	}
 	if (!task_dir || !*argv) {
 		fputs("kiln shim --kube: KILN_TASK_DIR and a command are "
 		      "needed\n", stderr);

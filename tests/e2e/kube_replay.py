@@ -7,9 +7,13 @@ records every request, so tests check exactly what kiln sent.
 JobApi keeps the objects a real API server would hold: a POSTed Job is
 stored and gets one pod per index (pod-running.json, renamed for it);
 the test then swaps in other recorded pods and Jobs (set_pod, set_job) to
-play what the kubelet and the Job controller would do. A DELETE removes
-the Job and its pods, as the garbage collector does once the pods have
-terminated.
+play what the kubelet and the Job controller would do. An Indexed Job
+gets pods for its first `parallelism` indexes; the test starts the
+others with set_pod, as the controller would once slots free. A DELETE
+removes the Job and its pods, as the garbage collector does once the
+pods have terminated; a pod's DELETE leaves it as pod-deleted.json (the
+kubelet's SIGTERM ended it; it still holds the Job's finalizer), which
+the Job controller counts as its index's failure.
 
 It also keeps apps/v1 Deployments the way the API server does for what
 kiln sends: a POST stores the object (metadata.generation 1, a
@@ -237,6 +241,14 @@ class JobApi:
             return 200, {"kind": "PodList", "apiVersion": "v1",
                          "metadata": {"resourceVersion": "48300"},
                          "items": selected(items, selector)}, False
+        if m == "DELETE" and kind == "pods":
+            name = path.rsplit("/", 1)[1]
+            for job, by in self.pods.items():
+                for index, pod in by.items():
+                    if pod["metadata"]["name"] == name:
+                        by[index] = self.pod(job, index, "pod-deleted.json")
+                        return 200, by[index], False
+            return 404, recorded("status-404.json"), False
         if m == "GET" and kind == "log":
             name = path.split("/")[-2]
             if name not in self.logs:
@@ -345,7 +357,8 @@ class JobApi:
         job["status"]["active"] = body["spec"]["parallelism"]
         self.jobs[name] = job
         self.pods[name] = {}
-        for index in range(body["spec"]["completions"]):
+        for index in range(min(body["spec"]["completions"],
+                               body["spec"]["parallelism"])):
             self.pods[name][index] = self.pod(name, index, "pod-running.json")
         self.lock.notify_all()
         return 201, job, False

@@ -213,6 +213,16 @@ def test_spot_eviction_requeues(kserver, api):
         "succeeded"
 
 
+def restart(s, api):
+    """Stop and start s, back once its executor lists Jobs again."""
+    s.stop()
+    seen = len(api.requests)
+    s.start()
+    wait_for(lambda: any(r["method"] == "GET" and r["path"].endswith("/jobs")
+                         for r in api.requests[seen:]),
+             what="a list after the restart")
+
+
 def test_restart_adopts_without_posting(tmp_path, api):
     s = start_server(tmp_path, api.port)
     try:
@@ -220,14 +230,8 @@ def test_restart_adopts_without_posting(tmp_path, api):
         name = f"kiln-{jid}-1"
         wait_for(lambda: posted(api, name), what="the Job's POST")
         s.wait_state(jid, "running")
-        s.stop()
-        seen = len(api.requests)
-        s.start()
         # Following again: lists after the restart, no second POST.
-        wait_for(lambda: any(r["method"] == "GET" and
-                             r["path"].endswith("/jobs")
-                             for r in api.requests[seen:]),
-                 what="a list after the restart")
+        restart(s, api)
         assert s.job(jid)["state"] == "running"
         api.set_pod(name, 0, "pod-succeeded.json")
         api.set_pod(name, 1, "pod-succeeded.json")

@@ -339,6 +339,109 @@ static void test_attempt_manifests(void **state)
 	kn_job_spec_free(spec);
 }
 
+static json_t *pod_of(json_t *docs)
+{
+	return json_object_get(json_object_get(json_object_get(
+		json_array_get(docs, 0), "spec"), "template"), "spec");
+}
+
+/* The run's pod template is the single Job's but for the container's
+   variables and the deadline moved onto the pod. */
+static void assert_pod_no_wider(json_t *single, json_t *run)
+{
+	json_t *a = json_deep_copy(pod_of(single));
+	json_t *b = json_deep_copy(pod_of(run));
+
+	json_object_del(b, "activeDeadlineSeconds");
+	json_object_del(json_array_get(json_object_get(a, "containers"), 0),
+			"env");
+	json_object_del(json_array_get(json_object_get(b, "containers"), 0),
+			"env");
+	assert_true(json_equal(a, b));
+	/* The store's credentials by reference, as a single Job's. */
+	assert_non_null(json_object_get(json_array_get(json_object_get(
+		b, "containers"), 0), "envFrom"));
+	assert_true(json_is_false(json_object_get(
+		b, "automountServiceAccountToken")));
+	json_decref(a);
+	json_decref(b);
+}
+
+/* A job array's run of elements 3-6 (kiln jobs 43-46) as one Indexed
+   Job; a gang's manifests are no run's. */
+static void test_array_run(void **state)
+{
+	const char *text =
+		"kind: Job\nname: sweep\ncommand: [python, s.py]\n"
+		"array: 0-9%2\ntimeout: 1h\nretries: 2\n";
+	struct kn_job_spec *spec = NULL;
+	struct kn_kube_exec_config cfg = {.namespace_ = "ml",
+					  .image = "img:1",
+					  .store_url = "file:///srv/kiln/blobs"};
+	struct kn_kube_task task = {.job_id = 43, .attempt = 1};
+	struct kn_error err = {0};
+	json_t *docs = NULL, *single, *js, *pod, *env;
+
+	(void)state;
+	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
+					   &err), 0);
+	spec->array.job_id = 40;
+	spec->array.index = 3;
+	task.spec = spec;
+	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
+			 0);
+	single = json_deep_copy(docs);
+	assert_int_equal(kn_kube_array_run(docs, 40, 3, 43, 4, 2, &err), 0);
+	js = json_object_get(json_array_get(docs, 0), "spec");
+	assert_pod_no_wider(single, docs);
+	json_decref(single);
+	assert_string_equal(json_string_value(json_object_get(
+		js, "completionMode")), "Indexed");
+	assert_int_equal(json_integer_value(json_object_get(js, "completions")),
+			 4);
+	assert_int_equal(json_integer_value(json_object_get(js, "parallelism")),
+			 2);
+	assert_null(json_object_get(js, "backoffLimit"));
+	assert_int_equal(json_integer_value(json_object_get(
+		js, "backoffLimitPerIndex")), 0);
+	assert_null(json_object_get(js, "activeDeadlineSeconds"));
+	pod = json_object_get(json_object_get(js, "template"), "spec");
+	assert_int_equal(json_integer_value(json_object_get(
+		pod, "activeDeadlineSeconds")), 3600);
+	assert_string_equal(json_string_value(json_object_get(
+		json_object_get(json_object_get(json_array_get(docs, 0),
+						"metadata"), "labels"),
+		KN_KUBE_LABEL_ARRAY_ID)), "40");
+	env = json_object_get(json_array_get(json_object_get(pod, "containers"),
+					     0), "env");
+	assert_null(env_value(env, "KILN_JOB_ID"));
+	assert_null(env_value(env, "KILN_ARRAY_INDEX"));
+	assert_null(env_value(env, "SLURM_ARRAY_TASK_ID"));
+	assert_string_equal(env_value(env, "KILN_ARRAY_RUN_INDEX"), "3");
+	assert_string_equal(env_value(env, "KILN_ARRAY_RUN_JOB_ID"), "43");
+	assert_string_equal(env_value(env, "KILN_ARRAY_RUN_SIZE"), "4");
+	assert_string_equal(env_value(env, "KILN_ARRAY_COUNT"), "10");
+	json_decref(docs);
+	/* A parallel limit above the run's size is the run's size. */
+	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
+			 0);
+	assert_int_equal(kn_kube_array_run(docs, 40, 3, 43, 1, 2, &err), 0);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(
+		json_array_get(docs, 0), "spec"), "parallelism")), 1);
+	json_decref(docs);
+	kn_job_spec_free(spec);
+	text = "kind: Job\nname: gang\ncommand: [x]\ntasks: 2\n";
+	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
+					   &err), 0);
+	task.spec = spec;
+	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
+			 0);
+	assert_int_equal(kn_kube_array_run(docs, 40, 0, 43, 2, 0, &err),
+			 -EINVAL);
+	json_decref(docs);
+	kn_job_spec_free(spec);
+}
+
 /* A pod places itself and its shim syncs checkpoints: the server's own
    placement and sync step aside for them. Each instance carries its own
    configuration (its check renders with its default image) and its own
@@ -400,6 +503,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_gone_and_stopped),
 		cmocka_unit_test(test_single_task),
 		cmocka_unit_test(test_attempt_manifests),
+		cmocka_unit_test(test_array_run),
 	};
 
 	kube_fixtures = argc > 1 ? argv[1] : "tests/fixtures/kube";
