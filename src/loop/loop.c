@@ -655,6 +655,14 @@ const char *kn_http_body(const struct kn_http_req *req, size_t *len)
 	return body;
 }
 
+char *kn_http_take_body(struct kn_http_req *req, size_t *len)
+{
+	if (req->fr)
+		return kn_front_req_take_body(req->fr, len);
+	*len = 0;
+	return kn_xstrdup("");
+}
+
 void kn_http_allow_body(struct kn_http_req *req, size_t max_body)
 {
 	if (req->fr)

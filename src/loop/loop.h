@@ -404,6 +404,10 @@ const char *kn_http_header(const struct kn_http_req *req, const char *name);
 const char *kn_http_client_cert(const struct kn_http_req *req);
 /* The body (NUL-terminated; may contain NULs within len). */
 const char *kn_http_body(const struct kn_http_req *req, size_t *len);
+/* The body, the caller's to free from now on (kn_http_body then has
+   none): for work that outlives the request's client, who may go
+   before the answer. */
+char *kn_http_take_body(struct kn_http_req *req, size_t *len);
 /* From the admit callback: see kn_front_req_allow_body. */
 void kn_http_allow_body(struct kn_http_req *req, size_t max_body);
 /*

@@ -32,9 +32,9 @@ bool model_upload_id_ok(const char *id);
 
 /* How far past the bytes held from 0 a part may end: the server hashes a
    blob in order as its parts arrive, the parts that came early from their
-   pages when the gap before them is filled, on the loop; this bounds
-   that catch-up (a client with a few parts in flight stays far within
-   it). */
+   pages when the gap before them is filled, on the worker that writes
+   the upload's parts; this bounds that catch-up (a client with a few
+   parts in flight stays far within it). */
 #define MODEL_AHEAD_MAX (16 * (int64_t)MODEL_PART_MAX)
 
 /* The byte ranges [start, end) an upload has received: sorted, disjoint,

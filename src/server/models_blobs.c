@@ -11,7 +11,9 @@
  * held. Either way an EVP context hashes the bytes from 0 as they come:
  * a part that is the next straight from its body, parts that came early
  * from the staging file's pages once the gap before them is filled; no
- * byte is read back from disk to be hashed. The digest must be the one
+ * byte is read back from disk to be hashed. A sized part is written and
+ * hashed on a request worker, one part of an upload at a time, so the
+ * loop never waits on the disk for it. The digest must be the one
  * the upload is named by, and only then is the file put in the store
  * (create-only, so a blob is never overwritten): a file store on the
  * staging file's file system takes the file itself by a hard link, so
@@ -53,8 +55,44 @@ struct upload {
 	struct model_ranges got; /* sized: the parts received */
 	int64_t touched_ms;
 	bool at_commit;      /* its commit is kept (struct commit_seen) */
+	/* Sized: the part a worker writes now (it alone touches fd, ctx
+	   and hashed meanwhile), and those that came since, in order. */
+	struct part_job *writing;
+	struct part_job *queued, **queued_tail;
+	bool dropped;        /* out of the list: freed when writing ends */
 	struct upload *next;
 };
+
+/* A part of a sized upload: checked on the loop, written and hashed on
+   a worker, answered on the loop. */
+struct part_job {
+	struct server *s; /* used on the loop only */
+	struct kn_http_req *req;
+	struct caller caller;
+	struct upload *u;
+	char object[96];
+	int64_t offset, size;
+	const char *data; /* the request's body; body once taken */
+	char *body;
+	size_t len;
+	int64_t hash_to;  /* the bytes held from 0 once this part is in */
+	int rc;
+	struct kn_error err;
+	struct part_job *next;
+};
+
+static void part_free(struct part_job *j)
+{
+	free(j->body);
+	free(j);
+}
+
+static void part_fail(struct part_job *j, struct kn_error *err)
+{
+	models_fail(j->s, j->req, &j->caller, "model.blob.put", j->object,
+		    err);
+	part_free(j);
+}
 
 /* What messages call an upload: its blob, or (named at its commit) its
    id. */
@@ -63,15 +101,29 @@ static const char *upload_label(const struct upload *u)
 	return u->digest[0] ? u->digest : u->id;
 }
 
-/* Out of the list of uploads in progress: no later request finds it. */
+/* Out of the list of uploads in progress: no later request finds it,
+   and the parts waiting their turn are refused. */
 static void upload_detach(struct model_state *m, struct upload *u)
 {
+	struct kn_error err;
+
 	for (struct upload **p = &m->uploads; *p; p = &(*p)->next) {
 		if (*p == u) {
 			*p = u->next;
 			break;
 		}
 	}
+	while (u->queued) {
+		struct part_job *j = u->queued;
+
+		u->queued = j->next;
+		kn_errorf(&err, KN_ECONFLICT, "upload",
+			  "upload %s of %s ended (stored, dropped or "
+			  "started again) while this part waited; ask what "
+			  "the server holds", u->id, upload_label(u));
+		part_fail(j, &err);
+	}
+	u->queued_tail = &u->queued;
 }
 
 static void upload_release(struct upload *u)
@@ -88,7 +140,10 @@ static void upload_release(struct upload *u)
 static void upload_drop(struct model_state *m, struct upload *u)
 {
 	upload_detach(m, u);
-	upload_release(u);
+	if (u->writing)
+		u->dropped = true;
+	else
+		upload_release(u);
 }
 
 /*
@@ -321,7 +376,8 @@ void models_uploads_expire(struct server *s)
 
 	for (u = m->uploads; u; u = next) {
 		next = u->next;
-		if (now - u->touched_ms <= core_config(s)->upload_idle_ms)
+		if (u->writing ||
+		    now - u->touched_ms <= core_config(s)->upload_idle_ms)
 			continue;
 		kn_log(KN_LOG_INFO, "dropping %s's upload %s: idle for %llds",
 		       u->owner, upload_label(u),
@@ -420,6 +476,7 @@ static int upload_begin(struct server *s, const char *digest,
 	u->ctx = EVP_MD_CTX_new();
 	u->size = -1;
 	u->touched_ms = now;
+	u->queued_tail = &u->queued;
 	u->next = m->uploads;
 	m->uploads = u;
 	if (u->fd < 0 || EVP_DigestInit_ex(u->ctx, EVP_sha256(), NULL) != 1) {
@@ -558,15 +615,15 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 }
 
 /*
- * Hash on from u->hashed to the end of the bytes held from 0: the part
- * just written (len bytes of data at at) from its body when it is the
- * next, parts that came before their turn from the staging file's pages,
- * mapped (in the page cache since they were written: not read again).
+ * Hash on from u->hashed to end, the end of the bytes held from 0: the
+ * part just written (len bytes of data at at) from its body when it is
+ * the next, parts that came before their turn from the staging file's
+ * pages, mapped (in the page cache since they were written: not read
+ * again).
  */
 static int upload_hash_on(struct upload *u, const char *data, int64_t at,
-			  size_t len, struct kn_error *err)
+			  size_t len, int64_t end, struct kn_error *err)
 {
-	int64_t end = u->size < 0 ? u->offset : model_ranges_prefix(&u->got);
 	long page = sysconf(_SC_PAGESIZE);
 
 	if (at == u->hashed && len) {
@@ -678,10 +735,153 @@ static int part_check(struct server *s, const struct caller *c,
 	return models_staging_room(s, c->name, (int64_t)len, err);
 }
 
+/* On a worker: the part written where it belongs, then hashed on. */
+static void part_work(void *arg)
+{
+	struct part_job *j = arg;
+	struct upload *u = j->u;
+	int rc = kn_pwrite_all(u->fd, j->data, j->len, j->offset);
+
+	if (rc < 0)
+		j->rc = kn_errorf(&j->err,
+				  rc == -ENOSPC ? KN_ENOSPACE : KN_EIO, NULL,
+				  "staging %s: %s", upload_label(u),
+				  strerror(-rc));
+	else
+		j->rc = upload_hash_on(u, j->data, j->offset, j->len,
+				       j->hash_to, &j->err);
+}
+
+/*
+ * A part is in (or was held already): answered with what the upload
+ * holds, or, the last of one whose digest is known, stored. False when
+ * the upload is over.
+ */
+static bool part_finish(struct part_job *j)
+{
+	struct model_state *m = models_state(j->s);
+	struct upload *u = j->u;
+	struct kn_error err;
+
+	u->touched_ms = kn_mono_ms();
+	/* One named at its commit waits for it, whole. */
+	if (u->offset < u->size || !u->digest[0]) {
+		kn_http_reply_json(j->req, 200, part_answer(u));
+		part_free(j);
+		return true;
+	}
+	if (upload_commit(j->s, j->req, &j->caller, u, &err) == 0) {
+		part_free(j);
+		return false;
+	}
+	upload_drop(m, u);
+	part_fail(j, &err);
+	return false;
+}
+
+static void parts_run(struct upload *u);
+
+static void part_done(void *arg, bool ran)
+{
+	struct part_job *j = arg;
+	struct upload *u = j->u;
+	struct server *s = j->s;
+	struct kn_error err;
+
+	u->writing = NULL;
+	if (u->dropped) {
+		upload_release(u);
+		kn_errorf(&err, KN_ECONFLICT, "upload",
+			  "the upload was dropped (started again, or the "
+			  "server stopping) while this part was written");
+		part_fail(j, &err);
+		return;
+	}
+	if (!ran)
+		j->rc = kn_errorf(&j->err, KN_EUNAVAIL, NULL,
+				  "the server stopped before the part was "
+				  "staged; send it again");
+	if (j->rc < 0) {
+		upload_drop(models_state(s), u);
+		part_fail(j, &j->err);
+		return;
+	}
+	/* j is gone after this. */
+	if (!part_finish(j))
+		return;
+	if (core_closing(s))
+		upload_drop(models_state(s), u);
+	else
+		parts_run(u);
+}
+
+/*
+ * Check the part against what the upload holds, then: one held already
+ * is compared and answered; a new one is counted as held (the caps see
+ * its bytes; a write that fails drops the upload) and goes to a worker.
+ * False when the upload is over.
+ */
+static bool part_start(struct part_job *j)
+{
+	struct upload *u = j->u;
+	struct kn_error err;
+	size_t len;
+	int rc;
+	bool fresh;
+
+	/* A client gone while its part waited took the body with it. */
+	j->data = kn_http_body(j->req, &len);
+	if (len != j->len) {
+		kn_errorf(&err, KN_EUNAVAIL, NULL, "the client went away");
+		part_fail(j, &err);
+		return true;
+	}
+	rc = part_check(j->s, &j->caller, u, j->offset, j->len, j->size, &err);
+	fresh = rc == 0 && j->len;
+	if (rc == 1)
+		rc = part_matches(u, j->data, j->len, j->offset, &err);
+	if (rc < 0) {
+		part_fail(j, &err);
+		return true;
+	}
+	if (fresh)
+		model_ranges_add(&u->got, j->offset,
+				 j->offset + (int64_t)j->len);
+	u->offset = model_ranges_total(&u->got);
+	if (!fresh)
+		return part_finish(j);
+	j->hash_to = model_ranges_prefix(&u->got);
+	/* The worker's own copy of the bytes: the client may go first. */
+	j->body = kn_http_take_body(j->req, &len);
+	j->data = j->body;
+	u->writing = j;
+	kn_workers_submit(core_request_workers(j->s), part_work, part_done, j);
+	return true;
+}
+
+/* The parts waiting their turn, in order, until one is being written. */
+static void parts_run(struct upload *u)
+{
+	while (!u->writing && u->queued) {
+		struct part_job *j = u->queued;
+
+		u->queued = j->next;
+		if (!u->queued)
+			u->queued_tail = &u->queued;
+		j->next = NULL;
+		if (!part_start(j))
+			return;
+	}
+}
+
 /*
  * A part of a blob whose size the client gives (see the top of this
  * file). The request whose part completes the blob is answered when it
- * is stored; the others at once, with what the upload holds.
+ * is stored; the others once their bytes are written, with what the
+ * upload holds. The loop only checks and counts: a worker writes and
+ * hashes, one part of an upload at a time, so the parts of one upload
+ * are checked and written in the order they came and the loop goes on
+ * reading other connections meanwhile.
  */
 static void blob_put_part(struct server *s, struct kn_http_req *req,
 			  const struct caller *c, const char *digest,
@@ -691,55 +891,38 @@ static void blob_put_part(struct server *s, struct kn_http_req *req,
 	struct model_state *m = models_state(s);
 	struct upload *u = upload_find(m, digest, id, c->name);
 	struct kn_error err;
+	struct part_job *j;
 	size_t len;
-	const char *data = kn_http_body(req, &len);
-	int rc;
 
+	kn_http_body(req, &len);
 	if (offset > size || (int64_t)len > size - offset ||
 	    (len == 0 && size != 0)) {
 		kn_errorf(&err, KN_EINVAL, "offset",
 			  "a part of %lld bytes at offset %lld is not within "
 			  "a blob of %lld bytes", (long long)len,
 			  (long long)offset, (long long)size);
-		goto fail;
+		models_fail(s, req, c, "model.blob.put", object, &err);
+		return;
 	}
 	if (!u) {
-		if (upload_begin(s, digest, id, c->name, &u, &err) < 0)
-			goto fail;
+		if (upload_begin(s, digest, id, c->name, &u, &err) < 0) {
+			models_fail(s, req, c, "model.blob.put", object, &err);
+			return;
+		}
 		u->size = size;
 	}
-	rc = part_check(s, c, u, offset, len, size, &err);
-	if (rc < 0)
-		goto fail;
-	if (rc == 1 && part_matches(u, data, len, offset, &err) < 0)
-		goto fail;
-	if (rc == 0 && len) {
-		rc = kn_pwrite_all(u->fd, data, len, offset);
-		if (rc < 0) {
-			kn_errorf(&err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO,
-				  NULL, "staging %s: %s", upload_label(u),
-				  strerror(-rc));
-			upload_drop(m, u);
-			goto fail;
-		}
-		model_ranges_add(&u->got, offset, offset + (int64_t)len);
-		if (upload_hash_on(u, data, offset, len, &err) < 0) {
-			upload_drop(m, u);
-			goto fail;
-		}
-	}
-	u->offset = model_ranges_total(&u->got);
-	u->touched_ms = kn_mono_ms();
-	/* One named at its commit waits for it, whole. */
-	if (u->offset < size || !u->digest[0]) {
-		kn_http_reply_json(req, 200, part_answer(u));
-		return;
-	}
-	if (upload_commit(s, req, c, u, &err) == 0)
-		return;
-	upload_drop(m, u);
-fail:
-	models_fail(s, req, c, "model.blob.put", object, &err);
+	j = kn_xcalloc(1, sizeof(*j));
+	j->s = s;
+	j->req = req;
+	j->caller = *c;
+	j->u = u;
+	kn_strlcpy(j->object, object, sizeof(j->object));
+	j->offset = offset;
+	j->size = size;
+	j->len = len;
+	*u->queued_tail = j;
+	u->queued_tail = &j->next;
+	parts_run(u);
 }
 
 void models_h_blob_put(struct server *s, struct kn_http_req *req,
@@ -1021,6 +1204,12 @@ void models_h_upload_commit(struct server *s,
 			  "upload %s's earlier commit is still running: wait "
 			  "for it before committing the upload begun since",
 			  param);
+		goto fail;
+	}
+	if (u->writing || u->queued) {
+		kn_errorf(&err, KN_ECONFLICT, "upload",
+			  "upload %s still has parts being written: commit "
+			  "once every part is answered", param);
 		goto fail;
 	}
 	if (k)

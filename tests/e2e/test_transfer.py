@@ -204,6 +204,47 @@ def test_resume_after_a_connection_cut_mid_part(server):
     assert stored(server, digest) == data
 
 
+def test_parts_whose_clients_go_before_the_answer(server):
+    """Whole parts sent at once on connections closed before their
+    answers: a worker writes an upload's parts one at a time, so some
+    are being written and some wait their turn when their clients go.
+    Each is either held whole or not at all; the server keeps serving,
+    and the client sends what it does not hold."""
+    data = os.urandom(64 * MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    part = 8 * MiB
+    u = urllib.parse.urlparse(server.url)
+    socks = []
+    for off in range(0, len(data), part):
+        head = (f"POST /v1/model-blobs/{digest}?upload=gone&offset={off}"
+                f"&size={len(data)} HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                f"Bearer {server.admin_token}\r\nContent-Length: {part}"
+                "\r\n\r\n")
+        s = socket.create_connection((u.hostname, u.port), timeout=30)
+        s.sendall(head.encode() + data[off:off + part])
+        socks.append(s)
+    for s in socks:
+        s.close()
+    r = held(server, digest, "gone")
+    assert r.status_code in (200, 404), r.text
+    ranges = r.json()["ranges"] if r.status_code == 200 else []
+    for a, b in ranges:
+        assert a % part == 0 and b % part == 0, ranges
+    last = None
+    for off in range(0, len(data), part):
+        if any(a <= off < b for a, b in ranges):
+            continue
+        last = put_part(server, digest, "gone", off, len(data),
+                        data[off:off + part])
+        assert last.status_code in (200, 201), last.text
+    if last is None or last.status_code != 201:
+        # Every part was held (or the last sent was not the last
+        # needed): the upload completes once the workers are done.
+        wait_for(lambda: stored(server, digest) is not None,
+                 what="the blob stored")
+    assert stored(server, digest) == data
+
+
 def test_sized_and_in_order_parts_do_not_mix(server):
     data = os.urandom(2 * MiB)
     digest = hashlib.sha256(data).hexdigest()
