@@ -33,6 +33,13 @@ earlier kiln binary to each round, run just before kiln, so a change is
 measured against its baseline and Slurm in the same run (the paired
 kiln/before ratios with their spread).
 
+With --no-slurm, --before OLD-KILN compares the two kiln binaries alone
+in --rounds rounds, alternating which goes first, each server in a
+cpuacct cgroup of the run's own: per round and side the CPU the whole
+side spent per job of the batch (server, shims and tasks), the server's
+own, the kernel threads', jobs/s and the lone start (--lone), then each
+side's mean and spread and the paired kiln/before ratios.
+
 Each kiln side also reports what the server itself spent: its CPU time
 (user + system, from /proc, the shims and tasks not included) per job,
 and its store commits per job (from /metrics: each commit is one fsync).
@@ -75,6 +82,7 @@ what else the machine runs than jobs/s does.
 Needs root (the sandbox drops to the kiln-task user) and unshare(1).
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -486,31 +494,40 @@ def spread(values):
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
-def compare_isolation(kiln, jobs, gpus_per_job, rounds, lone, out):
-    """Isolated vs unisolated kiln, alternating, one round at a time."""
+@contextlib.contextmanager
+def own_cgroups():
+    """A cpu and a cpuacct cgroup (v1) of the run's own, where those
+    hierarchies exist: yields (the wrapper that starts a server in them,
+    the cpuacct cgroup or None, whether the cpu cgroup was made)."""
     cg = CPU_V1 / f"kiln-bench-{os.getpid()}"
     acct = CPUACCT_V1 / f"kiln-bench-{os.getpid()}"
     made = [d for d in (cg, acct) if (d.parent / "cgroup.procs").exists()]
     for d in made:
         d.mkdir()
-    wrap = into_cgroups(made) if made else []
-    sides = {"isolated": ((), wrap),
-             "unisolated": (("--unisolated", "--no-limits"),
-                            wrap + WITHOUT_CGROUPS)}
-    runs = {name: [] for name in sides}
     try:
+        yield (into_cgroups(made) if made else [],
+               acct if acct in made else None, cg in made)
+    finally:
+        # An isolated server's tasks' parent, then the run's own.
+        for d in (cg / "kiln", *made):
+            if d.exists():
+                d.rmdir()
+
+
+def compare_isolation(kiln, jobs, gpus_per_job, rounds, lone, out):
+    """Isolated vs unisolated kiln, alternating, one round at a time."""
+    runs = {"isolated": [], "unisolated": []}
+    with own_cgroups() as (wrap, acct, own_cpu):
+        sides = {"isolated": ((), wrap),
+                 "unisolated": (("--unisolated", "--no-limits"),
+                                wrap + WITHOUT_CGROUPS)}
         for i in range(rounds):
             order = list(sides) if i % 2 == 0 else list(reversed(sides))
             for name in order:
                 extra, side_wrap = sides[name]
                 runs[name].append(run_kiln(
                     kiln, jobs, gpus_per_job, extra, side_wrap, lone,
-                    cpuacct=acct if acct in made else None))
-    finally:
-        # The isolated server's tasks' parent, then the side's own.
-        for d in (cg / "kiln", *made):
-            if d.exists():
-                d.rmdir()
+                    cpuacct=acct))
     iso, uni = runs["isolated"], runs["unisolated"]
     # A side that did not get what it is named after measures nothing.
     for r in iso:
@@ -535,7 +552,7 @@ def compare_isolation(kiln, jobs, gpus_per_job, rounds, lone, out):
                "lone_start_p50_ratio": lone_r,
                "mean_start_diff_ms": mean_d,
                "cpu_per_job_ratio": cpu_r, "cpu_per_job_diff_ms": cpu_d,
-               "own_cpu_cgroup": cg in made}
+               "own_cpu_cgroup": own_cpu}
     Path(out).write_text(json.dumps({"rounds": runs, "summary": summary},
                                     indent=2) + "\n")
     print("round  side        jobs/s   p50 ms   mean ms  p99 ms  "
@@ -569,6 +586,46 @@ def compare_isolation(kiln, jobs, gpus_per_job, rounds, lone, out):
     return 0 if all(r["completed"] == jobs for r in iso + uni) else 1
 
 
+BEFORE_FIGURES = (("CPU ms/job", "tree_cpu_ms_per_job"),
+                  ("server CPU ms/job", "server_cpu_ms_per_job"),
+                  ("kthreads ms/job", "kthreads_cpu_ms_per_job"),
+                  ("jobs/s", "jobs_per_s"),
+                  ("lone p50 ms", "lone_start_p50_ms"),
+                  ("commits/job", "store_commits_per_job"))
+
+
+def compare_before(a):
+    """kiln and --before OLD-KILN alone, alternating which goes first,
+    a.rounds times, each side's server in the run's own cgroups: each
+    round's figures, then each side's mean and spread and the paired
+    kiln/before ratios."""
+    runs = {"before": [], "kiln": []}
+    with own_cgroups() as (wrap, acct, _):
+        for i in range(a.rounds):
+            order = [("before", a.before), ("kiln", a.kiln)]
+            for name, binary in order if i % 2 == 0 else order[::-1]:
+                r = run_kiln(binary, a.jobs, a.gpus_per_job, wrap=wrap,
+                             lone=a.lone, array=a.array, clients=a.clients,
+                             cpuacct=acct)
+                runs[name].append(r)
+                print(f"round {i + 1} {name}: " + ", ".join(
+                    f"{label} {r[key]}" for label, key in BEFORE_FIGURES) +
+                    f"; completed {r['completed']}/{r['jobs']}, load "
+                    f"{r['load1_before']:.1f}-{r['load1_after']:.1f}",
+                    flush=True)
+    Path(a.out).write_text(json.dumps({"rounds": runs}, indent=2) + "\n")
+    for label, key in BEFORE_FIGURES:
+        b = [r[key] for r in runs["before"]]
+        k = [r[key] for r in runs["kiln"]]
+        if None in b or None in k:
+            continue  # no cpuacct hierarchy, or no lone jobs
+        print(f"{label}: before {spread(b)}, kiln {spread(k)}; kiln/before "
+              f"{spread([x / y for x, y in zip(k, b)])}")
+    print(f"results: {a.out}")
+    return 0 if all(r["completed"] == a.jobs
+                    for side in runs.values() for r in side) else 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kiln", required=True, help="path to the kiln binary")
@@ -586,8 +643,9 @@ def main():
                    help="rounds of each side, alternating (with "
                    "--isolation: default 3)")
     p.add_argument("--before", metavar="OLD-KILN",
-                   help="with --rounds: an earlier kiln binary, run in "
-                   "each round just before kiln")
+                   help="an earlier kiln binary, run in each round beside "
+                   "kiln (with --no-slurm: the two alone, with the CPU "
+                   "per job of the whole side)")
     p.add_argument("--spawn-limit", metavar="SPAWN-LIMIT",
                    help="build/bench/dispatch/spawn-limit: also measure the "
                    "machine's fork/exec/wait rate and report kiln's jobs/s "
@@ -606,6 +664,8 @@ def main():
         return compare_isolation(a.kiln, a.jobs, a.gpus_per_job,
                                  a.rounds if a.rounds > 1 else 3, a.lone,
                                  a.out)
+    if a.before and a.no_slurm:
+        return compare_before(a)
     if (a.rounds > 1 or a.before) and not a.no_slurm:
         return compare_slurm(a)
 

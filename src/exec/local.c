@@ -479,7 +479,8 @@ static int local_adopt(struct kn_executor *ex, const char *task_dir,
 /*
  * Called by the shim itself, so a restarted server can find it: over the
  * room local_start reserved when there is some (a full disk cannot
- * refuse that), else as a new file (a Slurm task's shim).
+ * refuse that), else as a new file (a Slurm task's shim). Not synced: a
+ * pid means something only while the machine that ran it is up.
  */
 int kn_shim_record_pid(const char *task_dir)
 {
@@ -500,8 +501,6 @@ int kn_shim_record_pid(const char *task_dir)
 		rc = pwrite(fd, line, sizeof(line), 0) == (ssize_t)sizeof(line)
 			     ? 0
 			     : -EIO;
-		if (rc == 0 && fdatasync(fd) < 0)
-			rc = -errno;
 		close(fd);
 	} else {
 		rc = kn_write_file_replace(path, line, sizeof(line), 0600);
