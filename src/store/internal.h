@@ -322,7 +322,6 @@ int store_get(struct kn_store *st, sqlite3_stmt *s,
 	      const struct store_row *def, const char *what, void *row,
 	      struct kn_error *err);
 
-
 /* ---- statements ---- */
 
 int store_db_fail(struct kn_store *st, int rc, const char *what,
