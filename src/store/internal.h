@@ -322,15 +322,6 @@ int store_get(struct kn_store *st, sqlite3_stmt *s,
 	      const struct store_row *def, const char *what, void *row,
 	      struct kn_error *err);
 
-/*
- * A query whose answer is one value in its only column: 1 with *out set,
- * 0 when no row, or a negative errno. Resets s.
- */
-int store_one_i64(struct kn_store *st, sqlite3_stmt *s, const char *what,
-		  int64_t *out, struct kn_error *err);
-int store_one_text(struct kn_store *st, sqlite3_stmt *s, const char *what,
-		   char **out, struct kn_error *err);
-
 /* ---- statements ---- */
 
 int store_db_fail(struct kn_store *st, int rc, const char *what,
@@ -395,6 +386,17 @@ int store_get_keyed(struct kn_store *st, enum stmt_id id,
 		    const struct store_key *keys, size_t n_keys,
 		    const char *what, void *row, struct kn_error *err);
 
+/*
+ * store_bind_keys on statement id, a query whose answer is one value in
+ * its only column: 1 with *out set, 0 when no row, or a negative errno.
+ */
+int store_one_i64(struct kn_store *st, enum stmt_id id,
+		  const struct store_key *keys, size_t n_keys, const char *what,
+		  int64_t *out, struct kn_error *err);
+int store_one_text(struct kn_store *st, enum stmt_id id,
+		   const struct store_key *keys, size_t n_keys,
+		   const char *what, char **out, struct kn_error *err);
+
 /* store_bind_row, then store_run: a write without an audit row. */
 int store_put(struct kn_store *st, enum stmt_id id, const void *row,
 	      const char *what, struct kn_error *err);
@@ -439,14 +441,27 @@ int store_write_row(struct kn_store *st, enum stmt_id id, const void *row,
 		    const struct store_write *w, const struct kn_audit *a,
 		    int64_t *out_id, struct kn_error *err);
 
+/* store_bind_keys on statement id, then store_write. */
+int store_write_keyed(struct kn_store *st, enum stmt_id id,
+		      const struct store_key *keys, size_t n_keys,
+		      const struct store_write *w, const struct kn_audit *a,
+		      struct kn_error *err);
+
+/* A write on the row called name, as store_write_named names it. */
+struct store_named {
+	const char *what;        /* "revoking a token" */
+	const char *object_kind; /* audited as "<object_kind>/<name>" */
+	const char *missing;     /* changed nothing: "<missing> <name>" */
+};
+
 /*
- * store_write for a statement on the row called name: audited as
+ * store_write_keyed for a statement on the row called name: audited as
  * "<object_kind>/<name>", and KN_ENOTFOUND "<missing> <name>" on field
  * "name" when it changed nothing.
  */
-int store_write_named(struct kn_store *st, sqlite3_stmt *s,
-		      const char *what, const char *object_kind,
-		      const char *missing, const char *name,
+int store_write_named(struct kn_store *st, enum stmt_id id,
+		      const struct store_key *keys, size_t n_keys,
+		      const struct store_named *named, const char *name,
 		      const struct kn_audit *a, struct kn_error *err);
 
 /*

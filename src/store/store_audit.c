@@ -214,18 +214,14 @@ static int chain_prev(struct kn_store *st, int64_t id, unsigned char prev[32],
 		      char prev_hex[KN_AUDIT_HASH_HEX_LEN + 1],
 		      struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_AUDIT_PREV];
 	const struct store_key keys[] = {KEY_I64(id)};
-	const char *what = "reading the audit chain";
 	char *h = NULL;
 	int rc;
 
 	memset(prev, 0, 32);
 	hash_to_hex(prev, prev_hex);
-	rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
-	if (rc < 0)
-		return rc;
-	rc = store_one_text(st, s, what, &h, err);
+	rc = store_one_text(st, STMT_AUDIT_PREV, keys, N_KEYS(keys),
+			    "reading the audit chain", &h, err);
 	if (rc == 1) {
 		if (!hash_from_hex(h, prev))
 			rc = kn_errorf(err, KN_EIO, NULL,
@@ -384,15 +380,11 @@ int kn_store_audit_hash_of(struct kn_store *st, int64_t id,
 			   char hash[KN_AUDIT_HASH_HEX_LEN + 1],
 			   struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_AUDIT_HASH_OF];
 	const struct store_key keys[] = {KEY_I64(id)};
-	const char *what = "reading an audit row";
 	char *h = NULL;
-	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
+	int rc = store_one_text(st, STMT_AUDIT_HASH_OF, keys, N_KEYS(keys),
+				"reading an audit row", &h, err);
 
-	if (rc < 0)
-		return rc;
-	rc = store_one_text(st, s, what, &h, err);
 	if (rc == 1) {
 		kn_strlcpy(hash, h ? h : "", KN_AUDIT_HASH_HEX_LEN + 1);
 		rc = 0;
@@ -445,11 +437,11 @@ static int64_t written_as(struct kn_store *st, EVP_MAC_CTX *keyed,
 			  const struct kn_audit *a, const unsigned char prev[32],
 			  struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_AUDIT_MAX_ID];
 	char hash[KN_AUDIT_HASH_HEX_LEN + 1];
 	int64_t max_id = 0;
 
-	store_one_i64(st, s, "reading the audit log", &max_id, err);
+	store_one_i64(st, STMT_AUDIT_MAX_ID, NULL, 0, "reading the audit log",
+		      &max_id, err);
 	for (int64_t id = 1; id <= max_id; id++) {
 		if (id == a->id)
 			continue;

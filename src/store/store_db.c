@@ -396,21 +396,32 @@ int store_get(struct kn_store *st, sqlite3_stmt *s,
 	return rc;
 }
 
-int store_one_i64(struct kn_store *st, sqlite3_stmt *s, const char *what,
+int store_one_i64(struct kn_store *st, enum stmt_id id,
+		  const struct store_key *keys, size_t n_keys, const char *what,
 		  int64_t *out, struct kn_error *err)
 {
-	int rc = step_row(st, s, what, err);
+	sqlite3_stmt *s = st->stmt[id];
+	int rc = store_bind_keys(st, s, keys, n_keys, what, err);
 
+	if (rc < 0)
+		return rc;
+	rc = step_row(st, s, what, err);
 	if (rc == 1)
 		*out = sqlite3_column_int64(s, STORE_ONLY_COLUMN);
 	stmt_done(s);
 	return rc;
 }
 
-int store_one_text(struct kn_store *st, sqlite3_stmt *s, const char *what,
-		   char **out, struct kn_error *err)
+int store_one_text(struct kn_store *st, enum stmt_id id,
+		   const struct store_key *keys, size_t n_keys,
+		   const char *what, char **out, struct kn_error *err)
 {
-	int rc = step_row(st, s, what, err);
+	sqlite3_stmt *s = st->stmt[id];
+	int rc = store_bind_keys(st, s, keys, n_keys, what, err);
+
+	if (rc < 0)
+		return rc;
+	rc = step_row(st, s, what, err);
 
 	if (rc == 1) {
 		const char *t =
@@ -783,18 +794,28 @@ int store_write_row(struct kn_store *st, enum stmt_id id, const void *row,
 		      : store_write(st, st->stmt[id], w, a, out_id, err);
 }
 
-int store_write_named(struct kn_store *st, sqlite3_stmt *s,
-		      const char *what, const char *object_kind,
-		      const char *missing, const char *name,
+int store_write_keyed(struct kn_store *st, enum stmt_id id,
+		      const struct store_key *keys, size_t n_keys,
+		      const struct store_write *w, const struct kn_audit *a,
+		      struct kn_error *err)
+{
+	int rc = store_bind_keys(st, st->stmt[id], keys, n_keys, w->what, err);
+
+	return rc < 0 ? rc : store_write(st, st->stmt[id], w, a, NULL, err);
+}
+
+int store_write_named(struct kn_store *st, enum stmt_id id,
+		      const struct store_key *keys, size_t n_keys,
+		      const struct store_named *named, const char *name,
 		      const struct kn_audit *a, struct kn_error *err)
 {
 	const char *shown = name ? name : "";
-	struct store_write w = {.what = what, .missing_field = "name"};
+	struct store_write w = {.what = named->what, .missing_field = "name"};
 	int rc;
 
-	w.object = kn_asprintf("%s/%s", object_kind, shown);
-	w.missing = kn_asprintf("%s %s", missing, shown);
-	rc = store_write(st, s, &w, a, NULL, err);
+	w.object = kn_asprintf("%s/%s", named->object_kind, shown);
+	w.missing = kn_asprintf("%s %s", named->missing, shown);
+	rc = store_write_keyed(st, id, keys, n_keys, &w, a, err);
 	free((char *)w.object);
 	free((char *)w.missing);
 	return rc;

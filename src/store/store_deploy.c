@@ -131,14 +131,13 @@ void kn_deployment_list_free(struct kn_deployment_row *rows, size_t n)
 int kn_store_deployment_delete(struct kn_store *st, const char *name,
 			       const struct kn_audit *a, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_DEPLOYMENT_DELETE];
+	static const struct store_named named = {
+		.what = "deleting a deployment", .object_kind = "deployment",
+		.missing = "no deployment named"};
 	const struct store_key keys[] = {KEY_TEXT(name)};
-	const char *what = "deleting a deployment";
-	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
 
-	return rc < 0 ? rc
-		      : store_write_named(st, s, what, "deployment",
-					  "no deployment named", name, a, err);
+	return store_write_named(st, STMT_DEPLOYMENT_DELETE, keys,
+				 N_KEYS(keys), &named, name, a, err);
 }
 
 int kn_store_replica_put(struct kn_store *st, const struct kn_replica_row *r,
@@ -225,13 +224,11 @@ void kn_gateway_key_list_free(struct kn_gateway_key_row *rows, size_t n)
 int kn_store_gateway_key_revoke(struct kn_store *st, const char *name,
 				const struct kn_audit *a, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_GWKEY_REVOKE];
+	static const struct store_named named = {
+		.what = "revoking a gateway key", .object_kind = "key",
+		.missing = "no active gateway key named"};
 	const struct store_key keys[] = {KEY_I64(kn_now_ms()), KEY_TEXT(name)};
-	const char *what = "revoking a gateway key";
-	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
 
-	return rc < 0 ? rc
-		      : store_write_named(st, s, what, "key",
-					  "no active gateway key named", name,
-					  a, err);
+	return store_write_named(st, STMT_GWKEY_REVOKE, keys, N_KEYS(keys),
+				 &named, name, a, err);
 }

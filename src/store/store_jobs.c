@@ -460,14 +460,10 @@ int kn_store_job_revision_put(struct kn_store *st, int64_t job_id,
 int kn_store_job_revision_get(struct kn_store *st, int64_t job_id,
 			      char **out, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_JOB_REVISION_GET];
 	const struct store_key keys[] = {KEY_I64(job_id)};
-	const char *what = "reading a job's code revision";
-	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
+	int rc = store_one_text(st, STMT_JOB_REVISION_GET, keys, N_KEYS(keys),
+				"reading a job's code revision", out, err);
 
-	if (rc < 0)
-		return rc;
-	rc = store_one_text(st, s, what, out, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
 				 "job %" PRId64 " has no code revision", job_id);

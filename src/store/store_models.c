@@ -186,11 +186,8 @@ int kn_store_model_version_next(struct kn_store *st, const char *name,
 			     what, err);
 	if (rc < 0)
 		goto out;
-	rc = store_bind_keys(st, st->stmt[STMT_MODEL_NEXT], named,
-			     N_KEYS(named), what, err);
-	if (rc < 0)
-		goto out;
-	rc = store_one_i64(st, st->stmt[STMT_MODEL_NEXT], what, out, err);
+	rc = store_one_i64(st, STMT_MODEL_NEXT, named, N_KEYS(named), what,
+			   out, err);
 	if (rc == 1)
 		rc = 0;
 	else if (rc == 0)
@@ -256,14 +253,10 @@ int kn_store_model_alias_get(struct kn_store *st, const char *name,
 			     const char *alias, int64_t *version,
 			     struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_MODEL_ALIAS_GET];
 	const struct store_key keys[] = {KEY_TEXT(name), KEY_TEXT(alias)};
-	const char *what = "reading a model alias";
-	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
+	int rc = store_one_i64(st, STMT_MODEL_ALIAS_GET, keys, N_KEYS(keys),
+			       "reading a model alias", version, err);
 
-	if (rc < 0)
-		return rc;
-	rc = store_one_i64(st, s, what, version, err);
 	if (rc == 1)
 		rc = 0;
 	else if (rc == 0)
@@ -336,7 +329,6 @@ int kn_store_model_signature_insert(struct kn_store *st, const char *name,
 				    const struct kn_audit *a,
 				    struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_MODEL_SIGNATURE_INSERT];
 	static const struct store_write w = {
 		.what = "inserting a model signature"};
 	const struct store_key keys[] = {
@@ -344,9 +336,9 @@ int kn_store_model_signature_insert(struct kn_store *st, const char *name,
 		KEY_TEXT(sig->public_key), KEY_TEXT(sig->signature),
 		KEY_TEXT(sig->signed_by), KEY_I64(sig->signed_at),
 	};
-	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), w.what, err);
 
-	return rc < 0 ? rc : store_write(st, s, &w, a, NULL, err);
+	return store_write_keyed(st, STMT_MODEL_SIGNATURE_INSERT, keys,
+				 N_KEYS(keys), &w, a, err);
 }
 
 int kn_store_model_signature_list(struct kn_store *st, const char *name,
@@ -396,13 +388,12 @@ int kn_store_revalidation_delete(struct kn_store *st, const char *name,
 				 const char *alias, const struct kn_audit *a,
 				 struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_REVAL_DELETE];
 	static const struct store_write w = {
 		.what = "removing a model re-validation"};
 	const struct store_key keys[] = {KEY_TEXT(name), KEY_TEXT(alias)};
-	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), w.what, err);
 
-	return rc < 0 ? rc : store_write(st, s, &w, a, NULL, err);
+	return store_write_keyed(st, STMT_REVAL_DELETE, keys, N_KEYS(keys), &w,
+				 a, err);
 }
 
 int kn_store_evaluation_add(struct kn_store *st,

@@ -118,22 +118,20 @@ void kn_token_list_free(struct kn_token_row *rows, size_t n)
 int kn_store_token_revoke(struct kn_store *st, const char *name,
 			  const struct kn_audit *a, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_TOKEN_REVOKE];
+	static const struct store_named named = {
+		.what = "revoking a token", .object_kind = "token",
+		.missing = "no active token named"};
 	const struct store_key keys[] = {KEY_I64(kn_now_ms()), KEY_TEXT(name)};
-	const char *what = "revoking a token";
-	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
 
-	return rc < 0 ? rc
-		      : store_write_named(st, s, what, "token",
-					  "no active token named", name, a,
-					  err);
+	return store_write_named(st, STMT_TOKEN_REVOKE, keys, N_KEYS(keys),
+				 &named, name, a, err);
 }
 
 int kn_store_token_count(struct kn_store *st, int *out, struct kn_error *err)
 {
 	int64_t count = 0;
-	int rc = store_one_i64(st, st->stmt[STMT_TOKEN_COUNT],
-			       "counting tokens", &count, err);
+	int rc = store_one_i64(st, STMT_TOKEN_COUNT, NULL, 0, "counting tokens",
+			       &count, err);
 
 	if (rc < 0)
 		return rc;

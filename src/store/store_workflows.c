@@ -207,14 +207,10 @@ void kn_wf_step_list_free(struct kn_wf_step_row *rows, size_t n)
 int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
 			   int64_t *run_id, struct kn_error *err)
 {
-	sqlite3_stmt *s = st->stmt[STMT_WF_STEP_BY_JOB];
 	const struct store_key keys[] = {KEY_I64(job_id)};
-	const char *what = "finding a job's workflow run";
-	int rc = store_bind_keys(st, s, keys, N_KEYS(keys), what, err);
+	int rc = store_one_i64(st, STMT_WF_STEP_BY_JOB, keys, N_KEYS(keys),
+			       "finding a job's workflow run", run_id, err);
 
-	if (rc < 0)
-		return rc;
-	rc = store_one_i64(st, s, what, run_id, err);
 	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, NULL,
 				 "job %" PRId64 " is no workflow step", job_id);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "spec/spec.h"
+#include "spec_cases.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -42,12 +43,6 @@ static int free_presets(void **state)
 	kn_model_presets_free(presets);
 	return 0;
 }
-
-struct bad_case {
-	const char *yaml;
-	const char *field;
-	const char *message;
-};
 
 static const struct bad_case bad_cases[] = {
 	{"kind: Deployment\nname: chat\ncommand: [srv]\n", "model",
@@ -135,24 +130,21 @@ static const struct bad_case bad_cases[] = {
 	 "\"train.py\"]; got 7"},
 };
 
+static void *parse_deployment(const char *yaml, const char *file, int *rc,
+			      struct kn_error *err)
+{
+	struct kn_deployment_spec *d = NULL;
+
+	*rc = kn_deployment_spec_parse(yaml, strlen(yaml), file, presets, &d,
+				       err);
+	return d;
+}
+
 static void test_bad(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < ARRAY_SIZE(bad_cases); i++) {
-		const struct bad_case *c = &bad_cases[i];
-		struct kn_deployment_spec *d = NULL;
-		struct kn_error err;
-		int rc;
-
-		memset(&err, 0, sizeof(err));
-		rc = kn_deployment_spec_parse(c->yaml, strlen(c->yaml),
-					      "d.yaml", presets, &d, &err);
-		if (rc == 0 || strcmp(err.message, c->message) != 0 ||
-		    strcmp(err.field, c->field) != 0)
-			fail_msg("case %zu:\n  got  [%s] %s\n  want [%s] %s", i,
-				 err.field, err.message, c->field, c->message);
-		assert_null(d);
-	}
+	expect_refused(bad_cases, ARRAY_SIZE(bad_cases), "d.yaml",
+		       parse_deployment);
 }
 
 static void test_good(void **state)

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "spec/spec.h"
+#include "spec_cases.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -66,12 +67,6 @@ static void test_fields(void **state)
 	kn_job_spec_free(spec);
 }
 
-struct bad_case {
-	const char *yaml;
-	const char *field;
-	const char *message;
-};
-
 static const struct bad_case bad_cases[] = {
 	{BASE "tasks: 2\n", "tasks",
 	 "dev.yaml:3:1: unknown field \"tasks\" in dev environment"},
@@ -102,21 +97,7 @@ static const struct bad_case bad_cases[] = {
 static void test_bad(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < ARRAY_SIZE(bad_cases); i++) {
-		const struct bad_case *c = &bad_cases[i];
-		struct kn_job_spec *spec = NULL;
-		struct kn_error err;
-		int rc = kn_job_spec_parse(c->yaml, strlen(c->yaml), "dev.yaml",
-					   &spec, &err);
-
-		if (rc == 0)
-			fail_msg("case %zu parsed: %s", i, c->yaml);
-		assert_null(spec);
-		assert_string_equal(err.field, c->field);
-		if (c->message && strcmp(err.message, c->message) != 0)
-			fail_msg("case %zu:\n got  %s\n want %s", i,
-				 err.message, c->message);
-	}
+	expect_refused(bad_cases, ARRAY_SIZE(bad_cases), "dev.yaml", parse_job);
 }
 
 static void test_json_and_input_text(void **state)

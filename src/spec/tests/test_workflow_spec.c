@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "spec/spec.h"
+#include "spec_cases.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -185,12 +186,6 @@ static void test_order(void **state)
 	kn_workflow_spec_free(w);
 }
 
-struct bad_case {
-	const char *yaml;
-	const char *field;
-	const char *message;
-};
-
 #define HEAD "kind: Workflow\nname: w\nsteps:\n"
 
 static const struct bad_case bad_cases[] = {
@@ -309,24 +304,20 @@ static const struct bad_case bad_cases[] = {
 	 "w.yaml:1:7: kind: must be \"Workflow\"; got \"Job\""},
 };
 
+static void *parse_workflow(const char *yaml, const char *file, int *rc,
+			    struct kn_error *err)
+{
+	struct kn_workflow_spec *spec = NULL;
+
+	*rc = kn_workflow_spec_parse(yaml, strlen(yaml), file, &spec, err);
+	return spec;
+}
+
 static void test_bad_workflows(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < ARRAY_SIZE(bad_cases); i++) {
-		const struct bad_case *c = &bad_cases[i];
-		struct kn_workflow_spec *spec = NULL;
-		struct kn_error err;
-		int rc = kn_workflow_spec_parse(c->yaml, strlen(c->yaml),
-						"w.yaml", &spec, &err);
-
-		if (rc == 0)
-			fail_msg("case %zu parsed", i);
-		assert_null(spec);
-		if (strcmp(err.message, c->message) != 0 ||
-		    strcmp(err.field, c->field) != 0)
-			fail_msg("case %zu:\n got %s [%s]\nwant %s [%s]", i,
-				 err.message, err.field, c->message, c->field);
-	}
+	expect_refused(bad_cases, ARRAY_SIZE(bad_cases), "w.yaml",
+		       parse_workflow);
 }
 
 int main(void)
