@@ -35,6 +35,11 @@ void caller_audit(struct kn_audit *a, const struct caller *c,
 	a->detail = (char *)detail;
 }
 
+bool caller_owns(const struct caller *c, const char *owner)
+{
+	return c->role >= KN_ROLE_OPERATOR || !strcmp(owner, c->name);
+}
+
 const char *role_name(enum kn_role r)
 {
 	return role_names[r];

@@ -5,6 +5,8 @@
 #ifndef KILN_SERVER_CALLER_H
 #define KILN_SERVER_CALLER_H
 
+#include <stdbool.h>
+
 enum kn_role { KN_ROLE_VIEWER, KN_ROLE_USER, KN_ROLE_OPERATOR, KN_ROLE_ADMIN };
 
 struct caller {
@@ -22,5 +24,9 @@ struct kn_audit;
 void caller_audit(struct kn_audit *a, const struct caller *c,
 		  const char *action, const char *object, const char *outcome,
 		  const char *detail);
+
+/* Whether c may change what owner owns: owners act on their own, an
+   operator or admin on anyone's (auth.c). */
+bool caller_owns(const struct caller *c, const char *owner);
 
 #endif

@@ -167,7 +167,7 @@ static void owner_caller(const struct deployment *p, struct caller *c)
 static int may_change(const struct deployment *p, const struct caller *c,
 		      struct kn_error *err)
 {
-	if (c->role >= KN_ROLE_OPERATOR || !strcmp(p->row.owner, c->name))
+	if (caller_owns(c, p->row.owner))
 		return 0;
 	return kn_errorf(err, KN_EPERM, NULL,
 			 "deployment %s belongs to %s; a user may change only "

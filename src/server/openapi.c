@@ -406,11 +406,10 @@ static const struct oa_op *op_for(const struct route *r)
 static int add_routes(json_t *paths, size_t *described,
 		      struct kn_error *err)
 {
-	for (size_t k = 0; k == 0 || kn_services[k - 1]; k++) {
-		const struct route *table = k ? kn_services[k - 1]->routes
-					      : api_routes;
-		size_t n = k ? kn_services[k - 1]->n_routes : api_n_routes;
+	const struct route *table;
+	size_t n;
 
+	for (size_t k = 0; route_table(k, &table, &n); k++) {
 		for (size_t i = 0; i < n; i++) {
 			const struct route *r = &table[i];
 			const struct oa_op *op = op_for(r);

@@ -366,6 +366,22 @@ _Static_assert(sizeof(kn_services) / sizeof(kn_services[0]) <=
 		       SERVICES_MAX + 1,
 	       "more services than SERVICES_MAX slots");
 
+bool route_table(size_t k, const struct route **table, size_t *n)
+{
+	if (k == 0) {
+		*table = api_routes;
+		*n = api_n_routes;
+		return true;
+	}
+	for (size_t i = 0; kn_services[i]; i++)
+		if (i == k - 1) {
+			*table = kn_services[i]->routes;
+			*n = kn_services[i]->n_routes;
+			return true;
+		}
+	return false;
+}
+
 /* The slot of v in s->service_states: v's index in kn_services. */
 static void **service_slot(struct server *s, const struct service *v)
 {

@@ -110,6 +110,14 @@ extern const size_t api_n_routes;
 /* server.c's table: NULL-terminated. */
 extern const struct service *const kn_services[];
 
+/*
+ * The server's route tables in the order a request tries them: k 0 is
+ * the job core's (api_routes), then each service's in kn_services order.
+ * True with table k in *table and its length in *n (0 for a service
+ * without routes); false past the last.
+ */
+bool route_table(size_t k, const struct route **table, size_t *n);
+
 /* More than the table holds; a fixed bound keeps the slots inline. */
 #define SERVICES_MAX 16
 

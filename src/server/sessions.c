@@ -275,7 +275,7 @@ static char *session_task(struct server *s, const struct caller *c,
 	if (kn_store_job_get(s->store, id, &j, err) < 0)
 		return NULL;
 	snprintf(object, sizeof(object), "job/%lld", (long long)id);
-	if (c->role < KN_ROLE_OPERATOR && strcmp(j.owner, c->name) != 0) {
+	if (!caller_owns(c, j.owner)) {
 		kn_errorf(err, KN_EPERM, NULL,
 			  "job %lld belongs to %s: only its owner and "
 			  "operators may open a session on it",

@@ -524,7 +524,7 @@ static int load_for_change(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return -1;
 	}
-	if (c->role < KN_ROLE_OPERATOR && strcmp(r->row.owner, c->name)) {
+	if (!caller_owns(c, r->row.owner)) {
 		char object[40];
 
 		kn_errorf(&err, KN_EPERM, NULL,

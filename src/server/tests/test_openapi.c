@@ -54,13 +54,11 @@ static void every_route_is_described(void **state)
 	size_t routes = 0, described = 0;
 	const char *path;
 	json_t *item;
+	const struct route *table;
+	size_t n;
 
 	(void)state;
-	for (size_t k = 0; k == 0 || kn_services[k - 1]; k++) {
-		const struct route *table = k ? kn_services[k - 1]->routes
-					      : api_routes;
-		size_t n = k ? kn_services[k - 1]->n_routes : api_n_routes;
-
+	for (size_t k = 0; route_table(k, &table, &n); k++) {
 		for (size_t i = 0; i < n; i++, routes++) {
 			op = operation_of(doc, &table[i]);
 			assert_string_equal(

@@ -5,8 +5,8 @@
  * two services' routes may answer the same request, and within one
  * service no route may be hidden by an earlier one (a literal segment
  * before a capture that would match it is how a table says which wins).
- * The services that own jobs register job hooks, and a route's {id}
- * segment is read one way.
+ * The services that own jobs register job hooks; a route's {id} segment
+ * is read one way, and one rule says who may change what a user owns.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -185,6 +185,33 @@ static void test_route_param_id(void **state)
 	}
 }
 
+/* A user changes only its own; an operator or admin changes anyone's. */
+static void test_caller_owns(void **state)
+{
+	static const struct {
+		enum kn_role role;
+		const char *name;
+		bool owns;
+	} callers[] = {
+		{KN_ROLE_VIEWER, "bob", false}, {KN_ROLE_USER, "bob", false},
+		{KN_ROLE_USER, "alice", true},  {KN_ROLE_USER, "alicex", false},
+		{KN_ROLE_USER, "", false},      {KN_ROLE_OPERATOR, "ops", true},
+		{KN_ROLE_ADMIN, "root", true},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(callers) / sizeof(callers[0]); i++) {
+		struct caller c = {.role = callers[i].role};
+
+		snprintf(c.name, sizeof(c.name), "%s", callers[i].name);
+		if (caller_owns(&c, "alice") != callers[i].owns)
+			fail_msg("%s (%s) %s alice's", c.name,
+				 role_name(c.role),
+				 callers[i].owns ? "may not change"
+						 : "may change");
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -193,6 +220,7 @@ int main(void)
 		cmocka_unit_test(test_routes_do_not_shadow),
 		cmocka_unit_test(test_job_owners_hooked),
 		cmocka_unit_test(test_route_param_id),
+		cmocka_unit_test(test_caller_owns),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
