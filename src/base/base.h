@@ -461,4 +461,21 @@ bool kn_csv_formula_start(const char *text);
 /* Fill buf with n cryptographically random bytes (getrandom). */
 int kn_random_bytes(void *buf, size_t n);
 
+/*
+ * A binary min-heap of elements of one size (heap.c): pop gives the
+ * element no other is before, as before(a, b) orders them. Zero it, set
+ * size and before, push and pop; kn_heap_release frees the storage.
+ */
+struct kn_heap {
+	void *v; /* n elements of size bytes, in heap order */
+	size_t n, cap, size;
+	bool (*before)(const void *a, const void *b);
+};
+
+/* Add a copy of the element at e. */
+void kn_heap_push(struct kn_heap *h, const void *e);
+/* Move the first element to out; the heap must not be empty. */
+void kn_heap_pop(struct kn_heap *h, void *out);
+void kn_heap_release(struct kn_heap *h);
+
 #endif

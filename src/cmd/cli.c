@@ -95,6 +95,29 @@ int cli_check_choice(const struct cli_ctx *ctx, const char *what,
 			       plural, all);
 }
 
+int cli_split_list(const struct cli_ctx *ctx, const char *flag,
+		   const char *arg, bool paths, char **buf, const char **items,
+		   size_t max)
+{
+	char *rest, *item;
+	size_t n = 0;
+
+	*buf = kn_xstrdup(arg);
+	rest = *buf;
+	while ((item = strsep(&rest, ",")) != NULL) {
+		if (!*item || (paths && *item != '/') || n + 1 >= max)
+			return cli_usage_error(ctx, "--%s: \"%s\": entries must be "
+						    "%s, at most %zu of them",
+					       flag, item,
+					       paths ? "absolute paths"
+						     : "non-empty",
+					       max - 1);
+		items[n++] = item;
+	}
+	items[n] = NULL;
+	return CLI_GO;
+}
+
 #define N_GLOBAL_FLAGS 4
 
 static void global_flags(struct cli_ctx *ctx,

@@ -274,6 +274,16 @@ int cli_check_choice(const struct cli_ctx *ctx, const char *what,
 		     const char *plural, const char *word,
 		     const char *const *names);
 
+/*
+ * Split the comma list given to --flag into items, NULL-terminated, in
+ * the malloc'd copy *buf (freed by the caller either way). CLI_GO, or a
+ * usage error for an empty entry, one that is not an absolute path when
+ * paths is set, or more than max - 1 of them.
+ */
+int cli_split_list(const struct cli_ctx *ctx, const char *flag,
+		   const char *arg, bool paths, char **buf, const char **items,
+		   size_t max);
+
 /* A verb of a command with several (`kiln token create`). */
 struct cli_verb {
 	const char *name;

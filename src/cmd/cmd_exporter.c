@@ -148,26 +148,6 @@ static int read_token(struct cli_ctx *ctx, const char *path, char **out)
 	return CLI_GO;
 }
 
-/* "a,b" -> {"a", "b", NULL} in the malloc'd copy *buf. */
-static int split_mounts(struct cli_ctx *ctx, const char *arg, char **buf,
-			const char **mounts)
-{
-	char *rest, *m;
-	size_t n = 0;
-
-	*buf = kn_xstrdup(arg);
-	rest = *buf;
-	while ((m = strsep(&rest, ",")) != NULL) {
-		if (m[0] != '/' || n + 1 >= MOUNTS_MAX)
-			return cli_usage_error(ctx, "--mount: \"%s\" is not an "
-						    "absolute path (at most %d)",
-					       m, MOUNTS_MAX - 1);
-		mounts[n++] = m;
-	}
-	mounts[n] = NULL;
-	return CLI_GO;
-}
-
 /* The TLS flags together, and no plain HTTP off loopback without
    --insecure. */
 static int check_tls_flags(struct cli_ctx *ctx, const char *host,
@@ -282,7 +262,8 @@ int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 	if ((rc = exporter_tls(ctx, &x, &tls)) != CLI_GO)
 		goto out;
 	if (mount_arg &&
-	    (rc = split_mounts(ctx, mount_arg, &mount_buf, mounts)) != CLI_GO)
+	    (rc = cli_split_list(ctx, "mount", mount_arg, true, &mount_buf,
+				  mounts, MOUNTS_MAX)) != CLI_GO)
 		goto out;
 	if (token_file && (rc = read_token(ctx, token_file, &x.token)) != CLI_GO)
 		goto out;

@@ -126,25 +126,6 @@ static void resume_in_slurm(struct cli_ctx *ctx, const char *node)
 	free(name_arg);
 }
 
-static int split_dirs(struct cli_ctx *ctx, const char *arg, char **buf,
-		      const char **dirs)
-{
-	char *rest, *d;
-	size_t n = 0;
-
-	*buf = kn_xstrdup(arg);
-	rest = *buf;
-	while ((d = strsep(&rest, ",")) != NULL) {
-		if (!*d || n + 1 >= DIRS_MAX)
-			return cli_usage_error(ctx, "--dir: empty entry or more "
-						    "than %d directories",
-					       DIRS_MAX - 1);
-		dirs[n++] = d;
-	}
-	dirs[n] = NULL;
-	return CLI_GO;
-}
-
 /* The checks as JSON, or each failure as a line Slurm's health check
    convention reads. */
 static void results_print(struct cli_ctx *ctx,
@@ -254,7 +235,8 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 	if (!sku_file)
 		sku_file = shipped_sku = kn_data_path("azure-gpu-skus.csv");
 	perf_cfg.table_path = perf_file;
-	if (dir_arg && (rc = split_dirs(ctx, dir_arg, &dir_buf, dirs)) != CLI_GO)
+	if (dir_arg && (rc = cli_split_list(ctx, "dir", dir_arg, false,
+					     &dir_buf, dirs, DIRS_MAX)) != CLI_GO)
 		goto out;
 	cfg.dirs = dir_arg ? dirs : NULL;
 	if (sku_name && *sku_name) {

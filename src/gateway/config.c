@@ -24,20 +24,32 @@ static int bad(struct kn_error *err, const char *field, const char *what)
 	return kn_errorf(err, KN_EINVAL, field, "%s: %s", field, what);
 }
 
+/*
+ * Member name of obj, its path (prefix then name) in field: 1 with *v
+ * set; 0 when absent or null and optional; an error when required.
+ */
+static int member(json_t *obj, const char *name, const char *prefix,
+		  bool required, json_t **v, char field[static 256],
+		  struct kn_error *err)
+{
+	*v = json_object_get(obj, name);
+	snprintf(field, 256, "%s%s", prefix, name);
+	if (*v && !json_is_null(*v))
+		return 1;
+	return required ? bad(err, field, "missing") : 0;
+}
+
 /* A non-negative integer member; absent or null is 0 when optional. */
 static int get_count(json_t *obj, const char *name, const char *prefix,
 		     bool required, int64_t *out, struct kn_error *err)
 {
-	json_t *v = json_object_get(obj, name);
 	char field[256];
+	json_t *v;
+	int rc = member(obj, name, prefix, required, &v, field, err);
 
-	snprintf(field, sizeof(field), "%s%s", prefix, name);
-	if (!v || json_is_null(v)) {
-		if (required)
-			return bad(err, field, "missing");
-		*out = 0;
-		return 0;
-	}
+	*out = 0;
+	if (rc <= 0)
+		return rc;
 	if (!json_is_integer(v) || json_integer_value(v) < 0)
 		return bad(err, field, "must be a whole number >= 0");
 	*out = json_integer_value(v);
@@ -48,16 +60,13 @@ static int get_count(json_t *obj, const char *name, const char *prefix,
 static int get_name(json_t *obj, const char *name, const char *prefix,
 		    bool required, char *dst, size_t max, struct kn_error *err)
 {
-	json_t *v = json_object_get(obj, name);
 	char field[256];
+	json_t *v;
+	int rc = member(obj, name, prefix, required, &v, field, err);
 
-	snprintf(field, sizeof(field), "%s%s", prefix, name);
-	if (!v || json_is_null(v)) {
-		if (required)
-			return bad(err, field, "missing");
-		dst[0] = '\0';
-		return 0;
-	}
+	dst[0] = '\0';
+	if (rc <= 0)
+		return rc;
 	if (!json_is_string(v))
 		return bad(err, field, "must be a string");
 	if (json_string_length(v) >= max)
@@ -146,18 +155,26 @@ static int parse_replica(json_t *v, const char *prefix,
 }
 
 /*
- * Element i of the list named list: it must be an object; prefix gets
- * its path ("keys[3]"), field the start of its members' ("keys[3].").
+ * Element i of the list named list: it must be an object with a name
+ * that can be a metric label (deployment and key names label the
+ * kiln_gateway_* series). name gets it, prefix the element's path
+ * ("keys[3]"), field the start of its members' ("keys[3].").
  */
-static int element_open(json_t *v, const char *list, size_t i,
-			char prefix[static 64], char field[static 128],
-			struct kn_error *err)
+static int element_open(json_t *v, const char *list, size_t i, char *name,
+			size_t name_size, char prefix[static 64],
+			char field[static 128], struct kn_error *err)
 {
+	char name_field[192];
+	int rc;
+
 	snprintf(prefix, 64, "%s[%zu]", list, i);
 	if (!json_is_object(v))
 		return bad(err, prefix, "must be an object");
 	snprintf(field, 128, "%s.", prefix);
-	return 0;
+	if ((rc = get_name(v, "name", field, true, name, name_size, err)) < 0)
+		return rc;
+	snprintf(name_field, sizeof(name_field), "%sname", field);
+	return check_label(name, name_field, err);
 }
 
 static int parse_deployment(json_t *v, size_t i, struct kn_gw_deployment *d,
@@ -168,17 +185,13 @@ static int parse_deployment(json_t *v, size_t i, struct kn_gw_deployment *d,
 	size_t j;
 	int rc;
 
-	if ((rc = element_open(v, "deployments", i, prefix, field, err)) < 0)
+	if ((rc = element_open(v, "deployments", i, d->name, sizeof(d->name),
+			       prefix, field, err)) < 0)
 		return rc;
-	if ((rc = get_name(v, "name", field, true, d->name, sizeof(d->name),
-			   err)) < 0 ||
-	    (rc = get_name(v, "fallback", field, false, d->fallback,
+	if ((rc = get_name(v, "fallback", field, false, d->fallback,
 			   sizeof(d->fallback), err)) < 0 ||
 	    (rc = get_name(v, "ca", field, false, d->ca, sizeof(d->ca),
 			   err)) < 0)
-		return rc;
-	snprintf(field, sizeof(field), "%s.name", prefix);
-	if ((rc = check_label(d->name, field, err)) < 0)
 		return rc;
 	model = json_object_get(v, "model");
 	snprintf(field, sizeof(field), "%s.model", prefix);
@@ -234,11 +247,10 @@ static int parse_key(const struct kn_gw_config *cfg, json_t *v, size_t i,
 	size_t j;
 	int rc;
 
-	if ((rc = element_open(v, "keys", i, prefix, field, err)) < 0)
+	if ((rc = element_open(v, "keys", i, k->name, sizeof(k->name), prefix,
+			       field, err)) < 0)
 		return rc;
-	if ((rc = get_name(v, "name", field, true, k->name, sizeof(k->name),
-			   err)) < 0 ||
-	    (rc = get_name(v, "hash", field, true, k->hash_hex,
+	if ((rc = get_name(v, "hash", field, true, k->hash_hex,
 			   sizeof(k->hash_hex), err)) < 0 ||
 	    (rc = get_count(v, "rpm", field, false, &k->rpm, err)) < 0 ||
 	    (rc = get_count(v, "tpm", field, false, &k->tpm, err)) < 0 ||
@@ -246,10 +258,6 @@ static int parse_key(const struct kn_gw_config *cfg, json_t *v, size_t i,
 			    err)) < 0 ||
 	    (rc = get_count(v, "quota_month", field, false, &k->quota_month,
 			    err)) < 0)
-		return rc;
-	/* Key names are metric labels too (kiln_gateway_key_*). */
-	snprintf(field, sizeof(field), "%s.name", prefix);
-	if ((rc = check_label(k->name, field, err)) < 0)
 		return rc;
 	snprintf(field, sizeof(field), "%s.hash", prefix);
 	if (strlen(k->hash_hex) != 64)

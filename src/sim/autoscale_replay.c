@@ -342,8 +342,7 @@ struct replay {
 	struct kn_sched_cluster cluster;
 	struct node_info *info;
 	size_t cap_nodes;
-	struct running *heap; /* a min-heap by end */
-	size_t n_heap, cap_heap;
+	struct kn_heap running; /* of struct running, by end */
 	struct coming *coming; /* by ready_at: one delay for all */
 	size_t coming_head, n_coming, cap_coming;
 	size_t *queue;        /* pod indexes, oldest first */
@@ -421,47 +420,27 @@ static void node_remove(struct replay *r, size_t i, int64_t now)
 	memmove(&r->info[i], &r->info[i + 1],
 		(r->cluster.n_nodes - i - 1) * sizeof(*r->info));
 	r->cluster.n_nodes--;
-	for (size_t k = 0; k < r->n_heap; k++)
-		if (r->heap[k].binding.node > i)
-			r->heap[k].binding.node--;
+	for (size_t k = 0; k < r->running.n; k++) {
+		struct running *e = (struct running *)r->running.v + k;
+
+		if (e->binding.node > i)
+			e->binding.node--;
+	}
 	r->up[pool]--;
 	r->out->pools[pool].nodes_removed++;
 }
 
-static void heap_push(struct replay *r, const struct running *e)
+static bool ends_before(const void *a, const void *b)
 {
-	size_t i;
-
-	if (r->n_heap == r->cap_heap) {
-		r->cap_heap = r->cap_heap ? 2 * r->cap_heap : 256;
-		r->heap = kn_xrealloc(r->heap, r->cap_heap * sizeof(*r->heap));
-	}
-	for (i = r->n_heap++; i > 0 && r->heap[(i - 1) / 2].end > e->end;
-	     i = (i - 1) / 2)
-		r->heap[i] = r->heap[(i - 1) / 2];
-	r->heap[i] = *e;
+	return ((const struct running *)a)->end <
+	       ((const struct running *)b)->end;
 }
 
-static struct running heap_pop(struct replay *r)
+/* When the next running pod ends; INT64_MAX with none running. */
+static int64_t next_departure(const struct replay *r)
 {
-	struct running top = r->heap[0], last = r->heap[--r->n_heap];
-	size_t i = 0;
-
-	for (;;) {
-		size_t c = 2 * i + 1;
-
-		if (c >= r->n_heap)
-			break;
-		if (c + 1 < r->n_heap && r->heap[c + 1].end < r->heap[c].end)
-			c++;
-		if (last.end <= r->heap[c].end)
-			break;
-		r->heap[i] = r->heap[c];
-		i = c;
-	}
-	if (r->n_heap)
-		r->heap[i] = last;
-	return top;
+	return r->running.n ? ((const struct running *)r->running.v)->end
+			    : INT64_MAX;
 }
 
 static void wait_add(struct replay *r, size_t pool, double s)
@@ -488,7 +467,7 @@ static bool try_place(struct replay *r, size_t k, int64_t now)
 	n = &r->info[e.binding.node];
 	n->pods++;
 	n->idle_since = 0;
-	heap_push(r, &e);
+	kn_heap_push(&r->running, &e);
 	pr = &r->out->pools[n->pool];
 	pr->pods++;
 	pr->gpu_hours_used += (double)p->req.gpu_milli / 1000.0 *
@@ -500,10 +479,13 @@ static bool try_place(struct replay *r, size_t k, int64_t now)
 
 static void depart(struct replay *r, int64_t now)
 {
-	struct running e = heap_pop(r);
-	struct kn_sched_request req = request_of(r, e.pod);
-	struct node_info *n = &r->info[e.binding.node];
+	struct running e;
+	struct kn_sched_request req;
+	struct node_info *n;
 
+	kn_heap_pop(&r->running, &e);
+	req = request_of(r, e.pod);
+	n = &r->info[e.binding.node];
 	kn_sched_release(&r->cluster, &req, &e.binding);
 	if (--n->pods == 0)
 		n->idle_since = now;
@@ -619,8 +601,8 @@ static int64_t next_event(const struct replay *r, size_t next_arrival,
 
 	if (next_arrival < r->t->n)
 		next = r->t->pods[next_arrival].arrival_ms - r->origin;
-	if (r->n_heap && r->heap[0].end < next)
-		next = r->heap[0].end;
+	if (next_departure(r) < next)
+		next = next_departure(r);
 	if (r->coming_head < r->n_coming &&
 	    r->coming[r->coming_head].ready_at < next)
 		next = r->coming[r->coming_head].ready_at;
@@ -691,7 +673,9 @@ int kn_sim_autoscale(const struct kn_sim_trace *t,
 		     struct kn_sim_autoscale_report *out)
 {
 	struct replay r = {.t = t, .pools = pools, .n_pools = n_pools,
-			   .opts = opts, .out = out};
+			   .opts = opts, .out = out,
+			   .running = {.size = sizeof(struct running),
+				       .before = ends_before}};
 	struct kn_sched_shape *workload = kn_xcalloc(t->n, sizeof(*workload));
 	size_t next_arrival = 0;
 	int64_t now = 1;
@@ -731,7 +715,7 @@ int kn_sim_autoscale(const struct kn_sim_trace *t,
 			node_add(&r, c->pool, now, c->asked_at);
 			freed = true;
 		}
-		while (r.n_heap && r.heap[0].end <= now) {
+		while (r.running.n && next_departure(&r) <= now) {
 			depart(&r, now);
 			freed = true;
 		}
@@ -749,7 +733,7 @@ int kn_sim_autoscale(const struct kn_sim_trace *t,
 		r.n_queue = kept;
 		if (!opts->fixed)
 			autoscale(&r, now);
-		if (next_arrival == t->n && r.n_queue == 0 && r.n_heap == 0)
+		if (next_arrival == t->n && r.n_queue == 0 && r.running.n == 0)
 			break;
 		next = next_event(&r, next_arrival, now);
 		/* Not reached: a queued pod fits an empty node of some pool,
@@ -776,7 +760,7 @@ int kn_sim_autoscale(const struct kn_sim_trace *t,
 	free(r.asked);
 	free(r.queue);
 	free(r.never_fit);
-	free(r.heap);
+	kn_heap_release(&r.running);
 	free(r.coming);
 	free(r.cluster.nodes);
 	free(r.info);

@@ -26,56 +26,15 @@ struct event {
 	bool give_up; /* at equal times departures come first */
 };
 
-struct heap {
-	struct event *v;
-	size_t n, cap;
-};
-
-static bool before(const struct event *a, const struct event *b)
+static bool event_before(const void *a, const void *b)
 {
-	if (a->t != b->t)
-		return a->t < b->t;
-	if (a->give_up != b->give_up)
-		return !a->give_up;
-	return a->pod < b->pod;
-}
+	const struct event *x = a, *y = b;
 
-static void heap_push(struct heap *h, struct event e)
-{
-	size_t i;
-
-	if (h->n == h->cap) {
-		h->cap = h->cap ? 2 * h->cap : 1024;
-		h->v = kn_xrealloc(h->v, h->cap * sizeof(*h->v));
-	}
-	i = h->n++;
-	while (i > 0 && before(&e, &h->v[(i - 1) / 2])) {
-		h->v[i] = h->v[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	h->v[i] = e;
-}
-
-static struct event heap_pop(struct heap *h)
-{
-	struct event top = h->v[0], last = h->v[--h->n];
-	size_t i = 0;
-
-	for (;;) {
-		size_t c = 2 * i + 1;
-
-		if (c >= h->n)
-			break;
-		if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c]))
-			c++;
-		if (!before(&h->v[c], &last))
-			break;
-		h->v[i] = h->v[c];
-		i = c;
-	}
-	if (h->n > 0)
-		h->v[i] = last;
-	return top;
+	if (x->t != y->t)
+		return x->t < y->t;
+	if (x->give_up != y->give_up)
+		return !x->give_up;
+	return x->pod < y->pod;
 }
 
 struct replay {
@@ -89,11 +48,25 @@ struct replay {
 	struct kn_pack_placement *where;
 	size_t *queue;    /* waiting pods, oldest first (gone ones skipped) */
 	size_t n_queue;
-	struct heap events;
+	struct kn_heap events; /* of struct event */
 	double *waits;    /* GPU pods placed */
 	size_t n_waits;
 	int64_t waiting_milli; /* GPU asked for by the queue */
 };
+
+static void push_event(struct replay *r, double t, size_t pod, bool give_up)
+{
+	struct event e = {t, pod, give_up};
+
+	kn_heap_push(&r->events, &e);
+}
+
+/* When the next event is due; INFINITY with none left. */
+static double next_event_time(const struct replay *r)
+{
+	return r->events.n > 0 ? ((const struct event *)r->events.v)->t
+			       : INFINITY;
+}
 
 static double run_time(const struct sim_pod *p)
 {
@@ -146,8 +119,7 @@ static void place_queue(struct replay *r, size_t first, double t)
 		r->waiting_milli -= gpu_milli(p);
 		if (is_gpu(p))
 			r->waits[r->n_waits++] = t - r->arrive[i];
-		heap_push(&r->events,
-			  (struct event){t + run_time(p), i, false});
+		push_event(r, t + run_time(p), i, false);
 	}
 	r->n_queue = kept;
 }
@@ -157,9 +129,12 @@ static bool due_events(struct replay *r, double t, struct kn_sim_replay *out)
 {
 	bool freed = false;
 
-	while (r->events.n > 0 && r->events.v[0].t <= t) {
-		struct event e = heap_pop(&r->events);
-		struct sim_pod *p = &r->sim->pods[e.pod];
+	while (r->events.n > 0 && next_event_time(r) <= t) {
+		struct event e;
+		struct sim_pod *p;
+
+		kn_heap_pop(&r->events, &e);
+		p = &r->sim->pods[e.pod];
 
 		if (!e.give_up) {
 			kn_pack_unbind(r->sim->cluster, &r->where[e.pod],
@@ -230,7 +205,7 @@ static void replay_release(struct replay *r)
 	free(r->where);
 	free(r->queue);
 	free(r->waits);
-	free(r->events.v);
+	kn_heap_release(&r->events);
 }
 
 /* Add the interval [from, to) at the cluster's present state. */
@@ -257,7 +232,11 @@ int kn_sim_replay_run(struct kn_sim *sim, const struct kn_pack_policy *policy,
 		      uint64_t seed, double load, struct kn_sim_replay *out,
 		      struct kn_error *err)
 {
-	struct replay r = {.sim = sim, .policy = policy};
+	struct replay r = {
+		.sim = sim,
+		.policy = policy,
+		.events = {.size = sizeof(struct event), .before = event_before},
+	};
 	struct kn_rng order_rng;
 	double now = 0, start = 0;
 	size_t next = 0;
@@ -278,8 +257,8 @@ int kn_sim_replay_run(struct kn_sim *sim, const struct kn_pack_policy *policy,
 		bool freed;
 		size_t first_new = r.n_queue;
 
-		if (r.events.n > 0 && r.events.v[0].t < t)
-			t = r.events.v[0].t;
+		if (next_event_time(&r) < t)
+			t = next_event_time(&r);
 		account(&r, now, t, out);
 		now = t;
 		freed = due_events(&r, t, out);
@@ -291,10 +270,8 @@ int kn_sim_replay_run(struct kn_sim *sim, const struct kn_pack_policy *policy,
 			r.state[i] = POD_WAITING;
 			r.queue[r.n_queue++] = i;
 			r.waiting_milli += gpu_milli(p);
-			heap_push(&r.events,
-				  (struct event){t + (double)(p->deleted -
-							      p->created),
-						 i, true});
+			push_event(&r, t + (double)(p->deleted - p->created), i,
+				   true);
 		}
 		/* Nothing left since the last pass: only newcomers can fit. */
 		place_queue(&r, freed ? 0 : first_new, t);

@@ -505,6 +505,45 @@ static void test_url_queries_cut(void **state)
 	assert_int_equal(kn_url_base_len("http://h/c"), 10);
 }
 
+static bool int_before(const void *a, const void *b)
+{
+	return *(const int *)a < *(const int *)b;
+}
+
+/* Each pop gives the least key in the heap, as a count per key says,
+   whatever the order of pushes and pops. */
+static void test_heap(void **state)
+{
+	struct kn_heap h = {.size = sizeof(int), .before = int_before};
+	int held[100] = {0};
+	unsigned x = 12345;
+
+	(void)state;
+	for (int i = 0; i < 3000; i++) {
+		int key, least = 0;
+
+		if (i < 2000 && (i % 3 != 2 || h.n == 0)) {
+			x = x * 1103515245u + 12345u;
+			key = (int)(x >> 16) % 100;
+			kn_heap_push(&h, &key);
+			held[key]++;
+			continue;
+		}
+		if (h.n == 0)
+			break;
+		kn_heap_pop(&h, &key);
+		while (!held[least])
+			least++;
+		assert_int_equal(key, least);
+		held[key]--;
+	}
+	assert_int_equal(h.n, 0);
+	for (int k = 0; k < 100; k++)
+		assert_int_equal(held[k], 0);
+	kn_heap_release(&h);
+	assert_null(h.v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -526,6 +565,7 @@ int main(void)
 		cmocka_unit_test(test_text_escape),
 		cmocka_unit_test(test_csv_cell),
 		cmocka_unit_test(test_url_queries_cut),
+		cmocka_unit_test(test_heap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -179,6 +179,42 @@ static void test_check_choice(void **state)
 			 CLI_EXIT_USAGE);
 }
 
+static void test_split_list(void **state)
+{
+	static const struct {
+		const char *arg;
+		bool paths;
+		int rc;
+		size_t n;
+	} cases[] = {
+		{"/a,/b,/c", true, CLI_GO, 3}, {"a,b,c", false, CLI_GO, 3},
+		{"/a", true, CLI_GO, 1},       {"a,b", true, CLI_EXIT_USAGE, 0},
+		{"a,,b", false, CLI_EXIT_USAGE, 0},
+		{"/a,", true, CLI_EXIT_USAGE, 0},
+		{"", false, CLI_EXIT_USAGE, 0},
+		/* One more than the room for max - 1 items. */
+		{"a,b,c,d", false, CLI_EXIT_USAGE, 0},
+	};
+	struct cli_ctx ctx;
+
+	(void)state;
+	new_ctx(&ctx);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *items[4];
+		char *buf = NULL;
+		size_t n = 0;
+		int rc = cli_split_list(&ctx, "dir", cases[i].arg,
+					cases[i].paths, &buf, items, 4);
+
+		while (rc == CLI_GO && items[n])
+			n++;
+		if (rc != cases[i].rc || n != cases[i].n)
+			fail_msg("case %zu (%s): rc %d, %zu items", i,
+				 cases[i].arg, rc, n);
+		free(buf);
+	}
+}
+
 static void test_job_id(void **state)
 {
 	struct cli_ctx ctx;
@@ -378,6 +414,7 @@ int main(void)
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_closest),
 		cmocka_unit_test(test_check_choice),
+		cmocka_unit_test(test_split_list),
 		cmocka_unit_test(test_job_id),
 		cmocka_unit_test(test_clean),
 		cmocka_unit_test(test_formats),

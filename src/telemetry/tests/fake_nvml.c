@@ -172,14 +172,20 @@ EXPORT int nvmlDeviceGetPowerUsage(dev_t_ d, unsigned *out)
 	return get_uint(d, "power_mw", out);
 }
 
-EXPORT int nvmlDeviceGetTotalEnergyConsumption(dev_t_ d,
-					       unsigned long long *out)
+/* A 32-bit field of the fixture where NVML answers 64 bits. */
+static int get_uint_wide(dev_t_ d, const char *key, unsigned long long *out)
 {
 	unsigned v;
-	int rc = get_uint(d, "energy_mj", &v);
+	int rc = get_uint(d, key, &v);
 	if (rc == OK)
 		*out = v;
 	return rc;
+}
+
+EXPORT int nvmlDeviceGetTotalEnergyConsumption(dev_t_ d,
+					       unsigned long long *out)
+{
+	return get_uint_wide(d, "energy_mj", out);
 }
 
 /* NVML_CLOCK_SM = 1 -> element 0, NVML_CLOCK_MEM = 2 -> element 1. */
@@ -213,11 +219,7 @@ EXPORT int nvmlDeviceGetApplicationsClock(dev_t_ d, int type, unsigned *out)
 EXPORT int nvmlDeviceGetCurrentClocksThrottleReasons(dev_t_ d,
 						     unsigned long long *out)
 {
-	unsigned v;
-	int rc = get_uint(d, "throttle_reasons", &v);
-	if (rc == OK)
-		*out = v;
-	return rc;
+	return get_uint_wide(d, "throttle_reasons", out);
 }
 
 EXPORT int nvmlDeviceGetTotalEccErrors(dev_t_ d, int type, int counter,

@@ -157,6 +157,72 @@ static void test_prom_histogram(void **state)
 	kn_buf_release(&b);
 }
 
+/* The line for want's series (all of want up to its value) in text. */
+static void assert_sample(const char *text, const char *want)
+{
+	const char *value = strrchr(want, ' ');
+	char series[512];
+
+	assert_non_null(value);
+	snprintf(series, sizeof(series), "%.*s", (int)(value - want + 1), want);
+	assert_string_equal(line_of(text, series), want);
+}
+
+/* What the node-basic root gives, as node_exporter would give it. */
+static const char *const NODE_SAMPLES[] = {
+	"node_boot_time_seconds 1764689166",
+	"node_load15 0.4",
+	"node_context_switches_total 987654321",
+	"node_intr_total 1234567",
+	"node_procs_running 2",
+	/* vmstat's default fields only, and file descriptors */
+	"node_vmstat_pgmajfault 321",
+	"node_vmstat_oom_kill 2",
+	"node_filefd_allocated 4096",
+	"node_filefd_maximum 1048576",
+	/* identity: uname's fields from the root's /proc/sys/kernel, and
+	   os-release, labelled as node_exporter labels them */
+	"node_uname_info{domainname=\"(none)\",machine=\"x86_64\","
+	"nodename=\"node-a\",release=\"6.1.0-27-amd64\","
+	"sysname=\"Linux\",version=\"#1 SMP PREEMPT_DYNAMIC Debian "
+	"6.1.115-1 (2024-11-01)\"} 1",
+	"node_os_info{build_id=\"\",id=\"debian\",id_like=\"\",image_id=\"\","
+	"image_version=\"\",name=\"Debian GNU/Linux\",pretty_name=\"Debian "
+	"GNU/Linux 12 (bookworm)\",variant=\"\",variant_id=\"\",version=\"12 "
+	"(bookworm)\",version_codename=\"bookworm\",version_id=\"12\"} 1",
+	"node_os_version{id=\"debian\",id_like=\"\","
+	"name=\"Debian GNU/Linux\"} 12",
+	/* memory: kB to bytes; parentheses folded; unitless keys as is */
+	"node_memory_MemTotal_bytes 2040109465600",
+	"node_memory_Active_anon_bytes 209715200",
+	"node_memory_HugePages_Total 0",
+	"node_network_receive_bytes_total{device=\"eth0\"} 9876543210",
+	"node_network_transmit_drop_total{device=\"eth0\"} 3",
+	/* disks: sectors are 512 bytes */
+	"node_disk_read_bytes_total{device=\"sda\"} 1228800000",
+	"node_disk_write_time_seconds_total{device=\"nvme0n1\"} 30",
+};
+
+/* Text the scrape holds, and text it must not. */
+static const char *const NODE_HOLDS[] = {
+	"# TYPE node_cpu_seconds_total counter\n",
+	"# TYPE node_vmstat_pswpout untyped\n",
+	"# TYPE node_time_seconds gauge\n",
+	"# HELP node_memory_MemAvailable_bytes Memory information field "
+	"MemAvailable_bytes.\n",
+	/* filesystems: real ones only, labelled as node_exporter does */
+	"node_filesystem_avail_bytes{device=\"/dev/nvme0n1\",fstype=\"xfs\","
+	"mountpoint=\"/mnt/scratch\"} ",
+	"mountpoint=\"/run\"",
+};
+static const char *const NODE_LACKS[] = {
+	"cpu=\"\"", /* the total of all CPUs */
+	"node_vmstat_nr_free_pages",
+	/* partitions and loop devices */
+	"device=\"sda1\"", "device=\"loop0\"", "device=\"nvme0n1p1\"",
+	"mountpoint=\"/proc\"", "mountpoint=\"/sys\"",
+};
+
 static void test_node_fixture(void **state)
 {
 	struct kn_node_options opt = {fixture("node-basic"), NULL};
@@ -171,85 +237,15 @@ static void test_node_fixture(void **state)
 	snprintf(want, sizeof(want),
 		 "node_cpu_seconds_total{cpu=\"1\",mode=\"user\"} %.0f",
 		 10200.0 / (double)sysconf(_SC_CLK_TCK));
-	assert_string_equal(line_of(b.data, "node_cpu_seconds_total{cpu=\"1\","
-					    "mode=\"user\"}"), want);
-	assert_non_null(strstr(b.data, "# TYPE node_cpu_seconds_total counter\n"));
-	assert_null(strstr(b.data, "cpu=\"\""));
-	assert_string_equal(line_of(b.data, "node_boot_time_seconds "),
-			    "node_boot_time_seconds 1764689166");
-	assert_string_equal(line_of(b.data, "node_load15 "), "node_load15 0.4");
-	assert_string_equal(line_of(b.data, "node_context_switches_total "),
-			    "node_context_switches_total 987654321");
-	assert_string_equal(line_of(b.data, "node_intr_total "),
-			    "node_intr_total 1234567");
-	assert_string_equal(line_of(b.data, "node_procs_running "),
-			    "node_procs_running 2");
-	/* vmstat's default fields only (untyped, as node_exporter), and
-	   file descriptors. */
-	assert_string_equal(line_of(b.data, "node_vmstat_pgmajfault "),
-			    "node_vmstat_pgmajfault 321");
-	assert_string_equal(line_of(b.data, "node_vmstat_oom_kill "),
-			    "node_vmstat_oom_kill 2");
-	assert_non_null(strstr(b.data, "# TYPE node_vmstat_pswpout untyped\n"));
-	assert_null(strstr(b.data, "node_vmstat_nr_free_pages"));
-	assert_string_equal(line_of(b.data, "node_filefd_allocated "),
-			    "node_filefd_allocated 4096");
-	assert_string_equal(line_of(b.data, "node_filefd_maximum "),
-			    "node_filefd_maximum 1048576");
-	/* Identity: uname's fields from the root's /proc/sys/kernel, and
-	   os-release, labelled as node_exporter labels them. */
-	assert_string_equal(
-		line_of(b.data, "node_uname_info{"),
-		"node_uname_info{domainname=\"(none)\",machine=\"x86_64\","
-		"nodename=\"node-a\",release=\"6.1.0-27-amd64\","
-		"sysname=\"Linux\",version=\"#1 SMP PREEMPT_DYNAMIC Debian "
-		"6.1.115-1 (2024-11-01)\"} 1");
-	assert_non_null(strstr(b.data, "node_os_info{build_id=\"\",id=\"debian\","
-				       "id_like=\"\",image_id=\"\","
-				       "image_version=\"\",name=\"Debian "
-				       "GNU/Linux\",pretty_name=\"Debian GNU/Linux "
-				       "12 (bookworm)\",variant=\"\","
-				       "variant_id=\"\",version=\"12 "
-				       "(bookworm)\",version_codename=\"bookworm\","
-				       "version_id=\"12\"} 1\n"));
-	assert_string_equal(line_of(b.data, "node_os_version{"),
-			    "node_os_version{id=\"debian\",id_like=\"\","
-			    "name=\"Debian GNU/Linux\"} 12");
-	assert_non_null(strstr(b.data, "# TYPE node_time_seconds gauge\n"));
-	/* Memory: kB to bytes; parentheses folded; unitless keys as is. */
-	assert_string_equal(line_of(b.data, "node_memory_MemTotal_bytes "),
-			    "node_memory_MemTotal_bytes 2040109465600");
-	assert_string_equal(line_of(b.data, "node_memory_Active_anon_bytes "),
-			    "node_memory_Active_anon_bytes 209715200");
-	assert_string_equal(line_of(b.data, "node_memory_HugePages_Total "),
-			    "node_memory_HugePages_Total 0");
-	assert_non_null(strstr(b.data, "# HELP node_memory_MemAvailable_bytes "
-				       "Memory information field "
-				       "MemAvailable_bytes.\n"));
-	/* Network. */
-	assert_string_equal(
-		line_of(b.data, "node_network_receive_bytes_total{device=\"eth0\"}"),
-		"node_network_receive_bytes_total{device=\"eth0\"} 9876543210");
-	assert_string_equal(
-		line_of(b.data, "node_network_transmit_drop_total{device=\"eth0\"}"),
-		"node_network_transmit_drop_total{device=\"eth0\"} 3");
-	/* Disks: sectors are 512 bytes; partitions and loop devices left out. */
-	assert_string_equal(
-		line_of(b.data, "node_disk_read_bytes_total{device=\"sda\"}"),
-		"node_disk_read_bytes_total{device=\"sda\"} 1228800000");
-	assert_string_equal(
-		line_of(b.data, "node_disk_write_time_seconds_total{device=\"nvme0n1\"}"),
-		"node_disk_write_time_seconds_total{device=\"nvme0n1\"} 30");
-	assert_null(strstr(b.data, "device=\"sda1\""));
-	assert_null(strstr(b.data, "device=\"loop0\""));
-	assert_null(strstr(b.data, "device=\"nvme0n1p1\""));
-	/* Filesystems: real ones only, labelled as node_exporter does. */
-	assert_non_null(strstr(b.data, "node_filesystem_avail_bytes{device=\"/dev/"
-				       "nvme0n1\",fstype=\"xfs\",mountpoint=\"/mnt/"
-				       "scratch\"} "));
-	assert_non_null(strstr(b.data, "mountpoint=\"/run\""));
-	assert_null(strstr(b.data, "mountpoint=\"/proc\""));
-	assert_null(strstr(b.data, "mountpoint=\"/sys\""));
+	assert_sample(b.data, want);
+	for (size_t i = 0; i < sizeof(NODE_SAMPLES) / sizeof(*NODE_SAMPLES); i++)
+		assert_sample(b.data, NODE_SAMPLES[i]);
+	for (size_t i = 0; i < sizeof(NODE_HOLDS) / sizeof(*NODE_HOLDS); i++)
+		if (!strstr(b.data, NODE_HOLDS[i]))
+			fail_msg("missing: %s", NODE_HOLDS[i]);
+	for (size_t i = 0; i < sizeof(NODE_LACKS) / sizeof(*NODE_LACKS); i++)
+		if (strstr(b.data, NODE_LACKS[i]))
+			fail_msg("present: %s", NODE_LACKS[i]);
 	assert_int_equal(b.data[b.len - 1], '\n');
 	kn_buf_release(&b);
 }
