@@ -58,6 +58,9 @@ enum field_type {
 	FT_BOOL,     /* bool at offset */
 	FT_DURATION, /* int64_t milliseconds at offset, at least min */
 	FT_TEXT,     /* non-empty char * at offset */
+	/* char ** at offset and its size_t length at count_offset: a
+	   non-empty list of non-empty strings, as allowed says */
+	FT_TEXT_LIST,
 	FT_CUSTOM,   /* read() fills the target */
 };
 
@@ -72,6 +75,8 @@ struct field {
 	int64_t min, max;
 	/* FT_DURATION: a bare 0 is accepted and means "none". */
 	bool zero_is_none;
+	size_t count_offset;  /* FT_TEXT_LIST */
+	const char *allowed;  /* FT_TEXT_LIST: "a list of ..." for messages */
 	bool required;
 	field_read_fn read;
 };

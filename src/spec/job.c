@@ -580,17 +580,6 @@ static int read_term_operator(struct walk *w, struct fy_node *node,
 	return 0;
 }
 
-static int read_term_values(struct walk *w, struct fy_node *node,
-			    void *target)
-{
-	struct kn_affinity_term *term = target;
-
-	return spec_read_text_list(w, node,
-				   "a non-empty list of label values, e.g. "
-				   "[eastus-1, eastus-2]",
-				   false, &term->values, &term->n_values);
-}
-
 enum { AF_KEY, AF_OPERATOR, AF_VALUES, AF_WEIGHT, AF_COUNT };
 
 static const struct field preferred_fields[AF_COUNT] = {
@@ -598,8 +587,12 @@ static const struct field preferred_fields[AF_COUNT] = {
 		    .required = true},
 	[AF_OPERATOR] = {.name = "operator", .type = FT_CUSTOM,
 			 .read = read_term_operator, .required = true},
-	[AF_VALUES] = {.name = "values", .type = FT_CUSTOM,
-		       .read = read_term_values},
+	[AF_VALUES] = {.name = "values", .type = FT_TEXT_LIST,
+		       .offset = offsetof(struct kn_affinity_term, values),
+		       .count_offset = offsetof(struct kn_affinity_term,
+						n_values),
+		       .allowed = "a non-empty list of label values, e.g. "
+				  "[eastus-1, eastus-2]"},
 	[AF_WEIGHT] = {.name = "weight", .type = FT_INT,
 		       .offset = offsetof(struct kn_affinity_term, weight),
 		       .min = 1, .max = 100, .required = true},

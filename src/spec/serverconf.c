@@ -346,14 +346,6 @@ static int read_roles(struct walk *w, struct fy_node *node, void *target)
 	return rc;
 }
 
-static int read_tokens(struct walk *w, struct fy_node *node, void *target)
-{
-	struct kn_signer_conf *s = target;
-
-	return spec_read_text_list(w, node, "a list of token names", false,
-				   &s->tokens, &s->n_tokens);
-}
-
 static const struct field signer_fields[] = {
 	{.name = "name", .type = FT_CUSTOM, .required = true,
 	 .offset = offsetof(struct kn_signer_conf, name),
@@ -361,7 +353,10 @@ static const struct field signer_fields[] = {
 	{.name = "key-file", .type = FT_TEXT, .required = true,
 	 .offset = offsetof(struct kn_signer_conf, key_file)},
 	{.name = "roles", .type = FT_CUSTOM, .read = read_roles},
-	{.name = "tokens", .type = FT_CUSTOM, .read = read_tokens},
+	{.name = "tokens", .type = FT_TEXT_LIST,
+	 .offset = offsetof(struct kn_signer_conf, tokens),
+	 .count_offset = offsetof(struct kn_signer_conf, n_tokens),
+	 .allowed = "a list of token names"},
 };
 
 /* credential: {env: NAME} or {file: PATH}, exactly one. */

@@ -548,6 +548,15 @@ static int read_text_field(struct walk *w, const struct field *f,
 	return 0;
 }
 
+static int read_text_list_field(struct walk *w, const struct field *f,
+				struct fy_node *node, void *target)
+{
+	char ***list = (char ***)((char *)target + f->offset);
+	size_t *n = (size_t *)((char *)target + f->count_offset);
+
+	return spec_read_text_list(w, node, f->allowed, false, list, n);
+}
+
 static int read_field(struct walk *w, const struct field *f,
 		      struct fy_node *node, void *target)
 {
@@ -560,6 +569,8 @@ static int read_field(struct walk *w, const struct field *f,
 		return read_duration_field(w, f, node, target);
 	case FT_TEXT:
 		return read_text_field(w, f, node, target);
+	case FT_TEXT_LIST:
+		return read_text_list_field(w, f, node, target);
 	case FT_CUSTOM:
 		break;
 	}

@@ -159,26 +159,6 @@ static int read_name_list(struct walk *w, struct fy_node *node,
 	return spec_read_text_list(w, node, allowed, false, list, n);
 }
 
-static int read_req_commands(struct walk *w, struct fy_node *node,
-			     void *target)
-{
-	struct kn_requirements *r = target;
-
-	return read_name_list(w, node, "a list of command names such as "
-				       "[nvidia-smi, torchrun]",
-			      &r->commands, &r->n_commands);
-}
-
-static int read_req_modules(struct walk *w, struct fy_node *node,
-			    void *target)
-{
-	struct kn_requirements *r = target;
-
-	return read_name_list(w, node, "a list of Python modules such as "
-				       "[torch, numpy]",
-			      &r->python_modules, &r->n_python_modules);
-}
-
 static int read_req_scratch_path(struct walk *w, struct fy_node *node,
 				 void *target)
 {
@@ -235,9 +215,14 @@ static const struct field requires_fields[] = {
 	{.name = "gpus", .type = FT_CUSTOM, .read = read_req_gpus},
 	{.name = "driver", .type = FT_CUSTOM, .read = read_req_driver},
 	{.name = "cuda", .type = FT_CUSTOM, .read = read_req_cuda},
-	{.name = "commands", .type = FT_CUSTOM, .read = read_req_commands},
-	{.name = "python_modules", .type = FT_CUSTOM,
-	 .read = read_req_modules},
+	{.name = "commands", .type = FT_TEXT_LIST,
+	 .offset = offsetof(struct kn_requirements, commands),
+	 .count_offset = offsetof(struct kn_requirements, n_commands),
+	 .allowed = "a list of command names such as [nvidia-smi, torchrun]"},
+	{.name = "python_modules", .type = FT_TEXT_LIST,
+	 .offset = offsetof(struct kn_requirements, python_modules),
+	 .count_offset = offsetof(struct kn_requirements, n_python_modules),
+	 .allowed = "a list of Python modules such as [torch, numpy]"},
 	{.name = "scratch", .type = FT_CUSTOM, .read = read_req_scratch},
 	{.name = "store", .type = FT_CUSTOM, .read = read_req_store},
 };

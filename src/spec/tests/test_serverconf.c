@@ -241,6 +241,9 @@ static void test_signers(void **state)
 	file_refused("signers:\n  - {name: r, key-file: /k, roles: [root]}\n",
 		     "s.yaml:2:37: signers[0].roles[0]: \"root\" is not a role: "
 		     "viewer, user, operator or admin");
+	file_refused("signers:\n  - {name: r, key-file: /k, tokens: ci}\n",
+		     "s.yaml:2:37: signers[0].tokens: must be a list of token "
+		     "names; got \"ci\"");
 	file_refused("signers:\n  - {name: r, roles: [admin]}\n",
 		     "s.yaml:2:5: missing required field "
 		     "\"key-file\" in signers[0]");

@@ -189,6 +189,16 @@ static void test_order(void **state)
 #define HEAD "kind: Workflow\nname: w\nsteps:\n"
 
 static const struct bad_case bad_cases[] = {
+	{"kind: Workflow\nname: w\nrequires: {commands: []}\nsteps:\n"
+	 "  - {name: a, job: a.yaml}\n",
+	 "requires.commands",
+	 "w.yaml:3:22: requires.commands: must be a list of command names "
+	 "such as [nvidia-smi, torchrun]; got an empty list"},
+	{HEAD "  - name: a\n    job: a.yaml\n"
+	 "    requires: {python_modules: [torch, '']}\n",
+	 "steps[0].requires.python_modules[1]",
+	 "w.yaml:6:40: steps[0].requires.python_modules[1]: must be a "
+	 "non-empty string; got an empty string"},
 	{HEAD "  - name: a\n    job: {command: [x], array: 0-9}\n",
 	 "steps[0].job.array",
 	 "w.yaml:5:32: steps[0].job.array: a workflow's job runs as one job; "
