@@ -699,5 +699,6 @@ const struct service backup_service = {
 	.config_check = backup_config_check,
 	.start = backups_start,
 	.stop = backup_free,
-	SERVICE_ROUTES(routes),
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

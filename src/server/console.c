@@ -268,5 +268,6 @@ const struct service console_service = {
 	.phase = SERVICE_PHASE_NODES,
 	.start = console_start,
 	.stop = console_stop,
-	SERVICE_ROUTES(console_routes),
+	.routes = console_routes,
+	.n_routes = sizeof(console_routes) / sizeof(console_routes[0]),
 };

@@ -1024,5 +1024,6 @@ const struct service cost_service = {
 	.phase = SERVICE_PHASE_NODES,
 	.start = cost_start,
 	.stop = cost_stop,
-	SERVICE_ROUTES(routes),
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

@@ -1394,5 +1394,6 @@ const struct service deploy_service = {
 	.stop = deploy_free,
 	.hooks = &deploy_job_hooks,
 	.alias_moved = deploy_alias_moved,
-	SERVICE_ROUTES(routes),
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

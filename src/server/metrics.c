@@ -520,5 +520,6 @@ const struct service metrics_service = {
 	.phase = SERVICE_PHASE_NODES,
 	.start = metrics_start,
 	.stop = metrics_stop,
-	SERVICE_ROUTES(metrics_routes),
+	.routes = metrics_routes,
+	.n_routes = N_OF(metrics_routes),
 };

@@ -150,6 +150,7 @@ const struct service pools_service = {
 	.start = pools_start,
 	.run = pools_run,
 	.stop = pools_stop,
-	SERVICE_ROUTES(routes),
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };
 

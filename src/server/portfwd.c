@@ -490,5 +490,6 @@ static const struct route routes[] = {
 const struct service portfwd_service = {
 	.name = "port-forward",
 	.phase = SERVICE_PHASE_RECOVERED,
-	SERVICE_ROUTES(routes),
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

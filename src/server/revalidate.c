@@ -918,5 +918,6 @@ const struct service reval_service = {
 	.start = reval_start,
 	.stop = reval_free,
 	.hooks = &reval_job_hooks,
-	SERVICE_ROUTES(routes),
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

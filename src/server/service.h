@@ -91,11 +91,6 @@ struct service {
 	size_t (*body_cap)(const struct route *r);
 };
 
-/* A service's route table, named once in its struct service: the rows
-   and their count, so the two cannot disagree. */
-#define SERVICE_ROUTES(table)                                             \
-	.routes = (table), .n_routes = sizeof(table) / sizeof((table)[0])
-
 /* The services, in server.c's table order. */
 extern const struct service slurm_nodes_service, pools_service, cost_service,
 	backup_service,

@@ -529,5 +529,6 @@ const struct service sessions_service = {
 	.phase = SERVICE_PHASE_LOOP,
 	.start = sessions_start,
 	.stop = sessions_stop,
-	SERVICE_ROUTES(sessions_routes),
+	.routes = sessions_routes,
+	.n_routes = sizeof(sessions_routes) / sizeof(sessions_routes[0]),
 };

@@ -690,5 +690,6 @@ const struct service workflows_service = {
 	.start = workflows_start,
 	.stop = workflows_stop,
 	.hooks = &workflows_job_hooks,
-	SERVICE_ROUTES(routes),
+	.routes = routes,
+	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };
