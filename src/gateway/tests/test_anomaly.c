@@ -70,22 +70,6 @@ static struct kn_anomaly *detector(void)
 	return a;
 }
 
-/* Each test gets a detector of its own. */
-static int detector_setup(void **state)
-{
-	*state = detector();
-	return 0;
-}
-
-static int detector_teardown(void **state)
-{
-	kn_anomaly_free(*state);
-	return 0;
-}
-
-#define DETECTOR_TEST(f) \
-	cmocka_unit_test_setup_teardown(f, detector_setup, detector_teardown)
-
 /* PER_WINDOW requests spread over window w. */
 static void window(struct kn_anomaly *a, const char *dep, int64_t w,
 		   const struct traffic *t)
@@ -118,19 +102,22 @@ static size_t run(struct kn_anomaly *a, const char *dep, int64_t from,
 
 static void test_steady_noise_raises_nothing(void **state)
 {
-	struct kn_anomaly *a = *state;
+	struct kn_anomaly *a = detector();
 	struct kn_anomaly_alert out[16];
 
+	(void)state;
 	rng_seed(42);
 	assert_int_equal(run(a, "chat", 0, 2000, &NORMAL, out, 16), 0);
+	kn_anomaly_free(a);
 }
 
 static void test_latency_shift_raises_exactly_one(void **state)
 {
-	struct kn_anomaly *a = *state;
+	struct kn_anomaly *a = detector();
 	struct kn_anomaly_alert out[16];
 	struct traffic slow = NORMAL;
 
+	(void)state;
 	rng_seed(7);
 	slow.latency = 200;
 	assert_int_equal(run(a, "chat", 0, 50, &NORMAL, out, 16), 0);
@@ -161,14 +148,16 @@ static void test_latency_shift_raises_exactly_one(void **state)
 	assert_string_equal(out[0].signal, "latency_ms");
 	assert_false(out[0].resolved);
 	assert_int_equal(out[0].started_at_ms, 100 * WINDOW_MS);
+	kn_anomaly_free(a);
 }
 
 static void test_brief_spike_raises_nothing(void **state)
 {
-	struct kn_anomaly *a = *state;
+	struct kn_anomaly *a = detector();
 	struct kn_anomaly_alert out[16];
 	struct traffic spike = NORMAL;
 
+	(void)state;
 	rng_seed(11);
 	spike.latency = 1000;
 	assert_int_equal(run(a, "chat", 0, 40, &NORMAL, out, 16), 0);
@@ -176,14 +165,16 @@ static void test_brief_spike_raises_nothing(void **state)
 		assert_int_equal(run(a, "chat", w, w + 2, &spike, out, 16), 0);
 		assert_int_equal(run(a, "chat", w + 2, w + 10, &NORMAL, out, 16), 0);
 	}
+	kn_anomaly_free(a);
 }
 
 static void test_error_rate_and_output_length(void **state)
 {
-	struct kn_anomaly *a = *state;
+	struct kn_anomaly *a = detector();
 	struct kn_anomaly_alert out[16];
 	struct traffic failing = NORMAL, terse = NORMAL;
 
+	(void)state;
 	rng_seed(3);
 	failing.error_p = 0.5;
 	terse.tokens = 5;
@@ -200,14 +191,16 @@ static void test_error_rate_and_output_length(void **state)
 	assert_int_equal(run(a, "chat", 80, 100, &terse, out, 16), 1);
 	assert_string_equal(out[0].signal, "output_tokens");
 	assert_true(out[0].value < out[0].low);
+	kn_anomaly_free(a);
 }
 
 static void test_score_signal(void **state)
 {
-	struct kn_anomaly *a = *state;
+	struct kn_anomaly *a = detector();
 	struct kn_anomaly_alert out[16];
 	struct traffic confused = NORMAL, unscored = NORMAL;
 
+	(void)state;
 	rng_seed(5);
 	confused.score = -3.0;
 	unscored.score = NAN;
@@ -218,6 +211,7 @@ static void test_score_signal(void **state)
 	assert_string_equal(out[0].signal, "score");
 	assert_true(out[0].value < -2.5);
 	assert_true(out[0].center > -1.6 && out[0].center < -1.4);
+	kn_anomaly_free(a);
 }
 
 static void test_warmup_is_respected(void **state)
@@ -250,10 +244,11 @@ static void test_warmup_is_respected(void **state)
 
 static void test_constant_series_uses_min_band(void **state)
 {
-	struct kn_anomaly *a = *state;
+	struct kn_anomaly *a = detector();
 	struct kn_anomaly_alert out[4];
 	int64_t w = 0;
 
+	(void)state;
 	/* Zero spread: without the floor any change at all would alert. */
 	for (; w < 20; w++)
 		kn_anomaly_observe(a, "c", w * WINDOW_MS, 100, false, 10, NAN);
@@ -264,14 +259,16 @@ static void test_constant_series_uses_min_band(void **state)
 		kn_anomaly_observe(a, "c", w * WINDOW_MS, 120, false, 10, NAN);
 	assert_int_equal(kn_anomaly_poll(a, w * WINDOW_MS, out, 4), 1);
 	assert_string_equal(out[0].signal, "latency_ms");
+	kn_anomaly_free(a);
 }
 
 static void test_quiet_windows_are_skipped_and_poll_closes(void **state)
 {
-	struct kn_anomaly *a = *state;
+	struct kn_anomaly *a = detector();
 	struct kn_anomaly_alert out[4];
 	int64_t w = 0;
 
+	(void)state;
 	for (; w < 20; w++)
 		kn_anomaly_observe(a, "q", w * WINDOW_MS, 100, false, 10, NAN);
 	/* Out-of-band windows with long silences between them still form a
@@ -283,15 +280,17 @@ static void test_quiet_windows_are_skipped_and_poll_closes(void **state)
 	assert_int_equal(kn_anomaly_poll(a, (w - 50) * WINDOW_MS + 1000, out, 4), 1);
 	assert_int_equal(out[0].windows, 3);
 	assert_int_equal(out[0].started_at_ms, 20 * WINDOW_MS);
+	kn_anomaly_free(a);
 }
 
 static void test_deployments_are_independent(void **state)
 {
-	struct kn_anomaly *a = *state;
+	struct kn_anomaly *a = detector();
 	struct kn_anomaly_alert out[16];
 	struct traffic slow = NORMAL;
 	size_t n = 0;
 
+	(void)state;
 	rng_seed(13);
 	slow.latency = 300;
 	for (int64_t w = 0; w < 40; w++) {
@@ -305,14 +304,16 @@ static void test_deployments_are_independent(void **state)
 	}
 	assert_int_equal(n, 1);
 	assert_string_equal(out[0].deployment, "a");
+	kn_anomaly_free(a);
 }
 
 static void test_poll_respects_max_and_keeps_the_rest(void **state)
 {
-	struct kn_anomaly *a = *state;
+	struct kn_anomaly *a = detector();
 	struct kn_anomaly_alert out[4];
 	char name[16];
 
+	(void)state;
 	for (int d = 0; d < 5; d++) {
 		snprintf(name, sizeof(name), "d%d", d);
 		for (int64_t w = 0; w < 13; w++)
@@ -325,14 +326,16 @@ static void test_poll_respects_max_and_keeps_the_rest(void **state)
 	assert_int_equal(kn_anomaly_poll(a, 13 * WINDOW_MS, out, 4), 3);
 	assert_string_equal(out[2].deployment, "d4");
 	assert_int_equal(kn_anomaly_poll(a, 13 * WINDOW_MS, out, 4), 0);
+	kn_anomaly_free(a);
 }
 
 static void test_bounds_on_names_and_deployments(void **state)
 {
-	struct kn_anomaly *a = *state;
+	struct kn_anomaly *a = detector();
 	struct kn_anomaly_alert out[4];
 	char name[80];
 
+	(void)state;
 	/* 64 bytes does not fit deployment[64]: not tracked, no alert. */
 	memset(name, 'x', 64);
 	name[64] = '\0';
@@ -345,6 +348,7 @@ static void test_bounds_on_names_and_deployments(void **state)
 		snprintf(name, sizeof(name), "dep-%d", d);
 		kn_anomaly_observe(a, name, 0, 100, false, 10, NAN);
 	}
+	kn_anomaly_free(a);
 	kn_anomaly_free(NULL);
 }
 
@@ -387,17 +391,17 @@ static void test_config_errors_name_the_field(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		DETECTOR_TEST(test_steady_noise_raises_nothing),
-		DETECTOR_TEST(test_latency_shift_raises_exactly_one),
-		DETECTOR_TEST(test_brief_spike_raises_nothing),
-		DETECTOR_TEST(test_error_rate_and_output_length),
-		DETECTOR_TEST(test_score_signal),
+		cmocka_unit_test(test_steady_noise_raises_nothing),
+		cmocka_unit_test(test_latency_shift_raises_exactly_one),
+		cmocka_unit_test(test_brief_spike_raises_nothing),
+		cmocka_unit_test(test_error_rate_and_output_length),
+		cmocka_unit_test(test_score_signal),
 		cmocka_unit_test(test_warmup_is_respected),
-		DETECTOR_TEST(test_constant_series_uses_min_band),
-		DETECTOR_TEST(test_quiet_windows_are_skipped_and_poll_closes),
-		DETECTOR_TEST(test_deployments_are_independent),
-		DETECTOR_TEST(test_poll_respects_max_and_keeps_the_rest),
-		DETECTOR_TEST(test_bounds_on_names_and_deployments),
+		cmocka_unit_test(test_constant_series_uses_min_band),
+		cmocka_unit_test(test_quiet_windows_are_skipped_and_poll_closes),
+		cmocka_unit_test(test_deployments_are_independent),
+		cmocka_unit_test(test_poll_respects_max_and_keeps_the_rest),
+		cmocka_unit_test(test_bounds_on_names_and_deployments),
 		cmocka_unit_test(test_config_errors_name_the_field),
 	};
 
