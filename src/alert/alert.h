@@ -32,6 +32,9 @@ struct kn_label {
 	char *value;
 };
 
+/* Free n labels' names and values, and the array (NULL is nothing). */
+void kn_labels_free(struct kn_label *labels, size_t n);
+
 struct kn_expo_sample {
 	char *metric;
 	struct kn_label *labels; /* sorted by name, no duplicates */

@@ -121,13 +121,18 @@ static int label_cmp(const void *a, const void *b)
 		      ((const struct kn_label *)b)->name);
 }
 
+void kn_labels_free(struct kn_label *labels, size_t n)
+{
+	for (size_t i = 0; labels && i < n; i++) {
+		free(labels[i].name);
+		free(labels[i].value);
+	}
+	free(labels);
+}
+
 static void sample_release(struct kn_expo_sample *smp)
 {
-	for (size_t i = 0; i < smp->n_labels; i++) {
-		free(smp->labels[i].name);
-		free(smp->labels[i].value);
-	}
-	free(smp->labels);
+	kn_labels_free(smp->labels, smp->n_labels);
 	free(smp->metric);
 	memset(smp, 0, sizeof(*smp));
 }

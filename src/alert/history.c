@@ -122,11 +122,7 @@ void *strmap_del(struct strmap *m, const char *key)
 
 static void series_free(struct series *s)
 {
-	for (size_t i = 0; i < s->n_labels; i++) {
-		free(s->labels[i].name);
-		free(s->labels[i].value);
-	}
-	free(s->labels);
+	kn_labels_free(s->labels, s->n_labels);
 	free(s->metric);
 	free(s->lkey);
 	free(s->key);
@@ -381,13 +377,7 @@ size_t kn_alert_history_add(struct kn_alert_history *h,
 		}
 		if (s)
 			series_push(s, t_ms, smp->value);
-		if (labels) {
-			for (size_t k = 0; k < nl; k++) {
-				free(labels[k].name);
-				free(labels[k].value);
-			}
-			free(labels);
-		}
+		kn_labels_free(labels, nl);
 		free(lkey);
 		free(key);
 	}

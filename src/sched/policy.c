@@ -161,6 +161,22 @@ static bool is_share(const struct kn_pack_pod *pod)
 	return pod->num_gpu == 1 && pod->gpu_milli < PACK_MILLI;
 }
 
+/* FGD's score for pod on n (on its GPU gpu, or -1 as after() spreads
+   it): how much the fragmentation, before there, drops. */
+static int64_t frag_drop_score(const struct kn_pack *c,
+			       const struct pack_node *n,
+			       const struct kn_pack_pod *pod, int gpu,
+			       double before)
+{
+	int g[KN_PACK_MAX_GPUS], cpu;
+
+	after(n, pod, gpu, &cpu, g);
+	return (int64_t)(MAX_NODE_SCORE *
+			 sigmoid((before - pack_frag(c, cpu, g, n->n_gpus,
+						     n->model)) /
+				 1000));
+}
+
 static int64_t fgd_score(const struct kn_pack *c, size_t node,
 			 const struct kn_pack_pod *pod, struct kn_rng *rng,
 			 int *gpu)
@@ -168,27 +184,16 @@ static int64_t fgd_score(const struct kn_pack *c, size_t node,
 	const struct pack_node *n = &c->nodes[node];
 	double before = pack_frag(c, n->cpu_free, n->gpu_free, n->n_gpus,
 				  n->model);
-	int g[KN_PACK_MAX_GPUS], cpu;
 	int64_t best = -1;
 
-	if (!is_share(pod)) {
-		after(n, pod, -1, &cpu, g);
-		return (int64_t)(MAX_NODE_SCORE *
-				 sigmoid((before - pack_frag(c, cpu, g,
-							     n->n_gpus,
-							     n->model)) /
-					 1000));
-	}
+	if (!is_share(pod))
+		return frag_drop_score(c, n, pod, -1, before);
 	for (int i = 0; i < n->n_gpus; i++) {
 		int64_t s;
 
 		if (n->gpu_free[i] < pod->gpu_milli)
 			continue;
-		after(n, pod, i, &cpu, g);
-		s = (int64_t)(MAX_NODE_SCORE *
-			      sigmoid((before - pack_frag(c, cpu, g, n->n_gpus,
-							  n->model)) /
-				      1000));
+		s = frag_drop_score(c, n, pod, i, before);
 		if (s > best) {
 			best = s;
 			*gpu = i;
@@ -274,18 +279,12 @@ static int64_t kiln_score(const struct kn_pack *c, size_t node,
 		return 4 * fgd_score(c, node, pod, rng, gpu) + 2 * used;
 	before = pack_frag(c, n->cpu_free, n->gpu_free, n->n_gpus, n->model);
 	for (int i = 0; i < n->n_gpus; i++) {
-		int g[KN_PACK_MAX_GPUS], cpu;
 		int shared = n->gpu_free[i] < PACK_MILLI;
-		int64_t fgd, key;
+		int64_t key;
 
 		if (n->gpu_free[i] < pod->gpu_milli)
 			continue;
-		after(n, pod, i, &cpu, g);
-		fgd = (int64_t)(MAX_NODE_SCORE *
-				sigmoid((before - pack_frag(c, cpu, g, n->n_gpus,
-							    n->model)) /
-					1000));
-		key = 4 * fgd + shared;
+		key = 4 * frag_drop_score(c, n, pod, i, before) + shared;
 		if (key > best) {
 			best = key;
 			*gpu = i;

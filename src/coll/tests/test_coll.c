@@ -22,6 +22,18 @@
 
 #include "coll/coll.h"
 
+/* Every finite value of a 16-bit float format (its exponent bits, in
+   exponent_mask, not all set) survives a round trip through float. */
+static void assert_round_trips(float (*widen)(uint16_t),
+			       uint16_t (*narrow)(float), uint32_t exponent_mask)
+{
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		if ((h & exponent_mask) == exponent_mask)
+			continue;
+		assert_int_equal(narrow(widen((uint16_t)h)), h);
+	}
+}
+
 static void test_half(void **state)
 {
 	assert_int_equal(kn_coll_float_to_half(1.0f), 0x3c00);
@@ -39,14 +51,8 @@ static void test_half(void **state)
 	assert_true(kn_coll_half_to_float(0x7c00) > 1e30f);
 	assert_true(kn_coll_half_to_float(0x0001) == 0x1p-24f);
 	assert_true(kn_coll_half_to_float(0xbc00) == -1.0f);
-	/* Every finite half survives a round trip through float. */
-	for (uint32_t h = 0; h < 0x10000; h++) {
-		if ((h & 0x7c00) == 0x7c00)
-			continue;
-		assert_int_equal(kn_coll_float_to_half(
-					 kn_coll_half_to_float((uint16_t)h)),
-				 h);
-	}
+	assert_round_trips(kn_coll_half_to_float, kn_coll_float_to_half,
+			   0x7c00);
 }
 
 static void test_bf16(void **state)
@@ -55,13 +61,8 @@ static void test_bf16(void **state)
 	assert_int_equal(kn_coll_float_to_bf16(1.0f + 0x1p-8f), 0x3f80);
 	assert_int_equal(kn_coll_float_to_bf16(1.0f + 0x3p-8f), 0x3f82);
 	assert_true(kn_coll_bf16_to_float(0xc000) == -2.0f);
-	for (uint32_t h = 0; h < 0x10000; h++) {
-		if ((h & 0x7f80) == 0x7f80)
-			continue;
-		assert_int_equal(kn_coll_float_to_bf16(
-					 kn_coll_bf16_to_float((uint16_t)h)),
-				 h);
-	}
+	assert_round_trips(kn_coll_bf16_to_float, kn_coll_float_to_bf16,
+			   0x7f80);
 }
 
 static void test_kernels(void **state)

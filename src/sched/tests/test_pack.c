@@ -72,90 +72,76 @@ static int64_t score(struct kn_pack *c, const char *policy, size_t node,
 	return p->score(c, node, pod, &rng, gpu);
 }
 
-static void test_dot_product(void **state)
-{
-	struct kn_pack *c = snapshot();
-	struct kn_pack_pod pod = share(300, 4000);
-	int gpu;
+/* The pods of the snapshot cases: a share of milli of a GPU, k whole
+   GPUs, each with cpu milli-CPUs and 1 GiB. */
+#define SHARE(milli, cpu) {cpu, 1024, 1, milli, 0, false, NULL}
+#define WHOLE(k, cpu) {cpu, 1024, k, 1000, 0, false, NULL}
+#define ANY_GPU (-2) /* the case does not check the GPU chosen */
 
+static const struct {
+	const char *policy;
+	size_t node; /* 0: a, 1: b */
+	struct kn_pack_pod pod;
+	int64_t score;
+	int gpu;
+} SNAPSHOT_SCORES[] = {
 	/* a: 88/128*4/128 + 7500/8000*300/8000 = 0.056640625;
 	   100 * (1 - 0.0283203125) = 97.17 -> 97. */
-	assert_int_equal(score(c, "dot-product", 0, &pod, &gpu), 97);
+	{"dot-product", 0, SHARE(300, 4000), 97, ANY_GPU},
 	/* b: 0.5*0.03125 + 0.25*0.0375 = 0.025 -> 98.75 -> 98. */
-	assert_int_equal(score(c, "dot-product", 1, &pod, &gpu), 98);
-	kn_pack_free(c);
-}
-
-static void test_gpu_clustering(void **state)
-{
-	struct kn_pack *c = snapshot();
-	struct kn_pack_pod pod = share(300, 4000), two = whole(2, 4000);
-	struct kn_pack_pod cpu_only = {1000, 1, 0, 0, 0, false, NULL};
-	int gpu;
-
+	{"dot-product", 1, SHARE(300, 4000), 98, ANY_GPU},
 	/* a holds only sharing pods: 25*500/8000 = 1, + 75. */
-	assert_int_equal(score(c, "gpu-clustering", 0, &pod, &gpu), 76);
+	{"gpu-clustering", 0, SHARE(300, 4000), 76, ANY_GPU},
 	/* b holds nothing: 25*6000/8000 = 18, + 25. */
-	assert_int_equal(score(c, "gpu-clustering", 1, &pod, &gpu), 43);
+	{"gpu-clustering", 1, SHARE(300, 4000), 43, ANY_GPU},
 	/* a holds only other kinds for a 2-GPU pod: base alone. */
-	assert_int_equal(score(c, "gpu-clustering", 0, &two, &gpu), 1);
-	assert_int_equal(score(c, "gpu-clustering", 0, &cpu_only, &gpu), 0);
-	kn_pack_free(c);
-}
-
-static void test_gpu_packing(void **state)
-{
-	struct kn_pack *c = snapshot();
-	struct kn_pack_pod pod = share(300, 4000), big = share(600, 4000);
-	struct kn_pack_pod two = whole(2, 4000);
-	int gpu;
-
+	{"gpu-clustering", 0, WHOLE(2, 4000), 1, ANY_GPU},
+	{"gpu-clustering", 0, {1000, 1, 0, 0, 0, false, NULL}, 0, ANY_GPU},
 	/* a: the 500-free GPU is taken: 100 - (500*100/1000)/10 = 95. */
-	assert_int_equal(score(c, "gpu-packing", 0, &pod, &gpu), 95);
+	{"gpu-packing", 0, SHARE(300, 4000), 95, ANY_GPU},
 	/* b: all GPUs free: 33 - 2. */
-	assert_int_equal(score(c, "gpu-packing", 1, &pod, &gpu), 31);
+	{"gpu-packing", 1, SHARE(300, 4000), 31, ANY_GPU},
 	/* a, 600 milli: only idle GPUs fit: max(50 - 1, 33). */
-	assert_int_equal(score(c, "gpu-packing", 0, &big, &gpu), 49);
-	assert_int_equal(score(c, "gpu-packing", 0, &two, &gpu), 48);
-	kn_pack_free(c);
-}
-
-static void test_best_fit(void **state)
-{
-	struct kn_pack *c = snapshot();
-	struct kn_pack_pod pod = share(300, 4000);
-	int gpu;
-
+	{"gpu-packing", 0, SHARE(600, 4000), 49, ANY_GPU},
+	{"gpu-packing", 0, WHOLE(2, 4000), 48, ANY_GPU},
 	/* a: 1 - (0.5*84000/128000 + 0.5*7200/8000) = 0.221875 -> 22. */
-	assert_int_equal(score(c, "best-fit", 0, &pod, &gpu), 22);
+	{"best-fit", 0, SHARE(300, 4000), 22, ANY_GPU},
 	/* b: 1 - (0.5*60000/128000 + 0.5*1700/8000) = 0.659375 -> 65. */
-	assert_int_equal(score(c, "best-fit", 1, &pod, &gpu), 65);
-	kn_pack_free(c);
-}
+	{"best-fit", 1, SHARE(300, 4000), 65, ANY_GPU},
+	/* a, GPU 0 -> 200 free: F' = 200, 100*sigmoid(0.3) = 57.4 -> 57;
+	   GPU 1 -> 700: F' = 0.5*500 + 0.5*1200 = 850, sigmoid(-0.35)
+	   -> 41. The best GPU is 0. */
+	{"fgd", 0, SHARE(300, 4000), 57, 0},
+	/* b: [700, 1000]: F' = 0.5*700 = 350 -> 41, on GPU 0. */
+	{"fgd", 1, SHARE(300, 4000), 41, 0},
+	/* kiln: 4 * fgd, + 2 on a node already in use, + 1 on a GPU
+	   already shared: a is used and GPU 0 shared, b neither. */
+	{"kiln", 0, SHARE(300, 4000), 4 * 57 + 2 + 1, 0},
+	{"kiln", 1, SHARE(300, 4000), 4 * 41, ANY_GPU},
+};
 
-static void test_fgd_and_kiln(void **state)
+static void test_snapshot_scores(void **state)
 {
 	struct kn_pack *c = snapshot();
-	struct kn_pack_pod pod = share(300, 4000);
-	int gpu;
 
 	/* a before: both shapes see the 500-free GPU as too small:
 	   0.5*500 + 0.5*500 = 500. */
 	assert_true(kn_pack_node_frag(c, 0) == 500.0);
 	assert_true(kn_pack_node_frag(c, 1) == 0.0);
-	/* a, GPU 0 -> 200 free: F' = 200, 100*sigmoid(0.3) = 57.4 -> 57;
-	   GPU 1 -> 700: F' = 0.5*500 + 0.5*1200 = 850, sigmoid(-0.35)
-	   -> 41. The best GPU is 0. */
-	assert_int_equal(score(c, "fgd", 0, &pod, &gpu), 57);
-	assert_int_equal(gpu, 0);
-	/* b: [700, 1000]: F' = 0.5*700 = 350 -> 41, on GPU 0. */
-	assert_int_equal(score(c, "fgd", 1, &pod, &gpu), 41);
-	assert_int_equal(gpu, 0);
-	/* kiln: 4 * fgd, + 2 on a node already in use, + 1 on a GPU
-	   already shared: a is used and GPU 0 shared, b neither. */
-	assert_int_equal(score(c, "kiln", 0, &pod, &gpu), 4 * 57 + 2 + 1);
-	assert_int_equal(gpu, 0);
-	assert_int_equal(score(c, "kiln", 1, &pod, &gpu), 4 * 41);
+	for (size_t i = 0; i < sizeof(SNAPSHOT_SCORES) / sizeof(*SNAPSHOT_SCORES);
+	     i++) {
+		int gpu;
+		int64_t got = score(c, SNAPSHOT_SCORES[i].policy,
+				    SNAPSHOT_SCORES[i].node,
+				    &SNAPSHOT_SCORES[i].pod, &gpu);
+
+		if (got != SNAPSHOT_SCORES[i].score ||
+		    (SNAPSHOT_SCORES[i].gpu != ANY_GPU &&
+		     gpu != SNAPSHOT_SCORES[i].gpu))
+			fail_msg("case %zu (%s on node %zu): %lld on GPU %d", i,
+				 SNAPSHOT_SCORES[i].policy,
+				 SNAPSHOT_SCORES[i].node, (long long)got, gpu);
+	}
 	kn_pack_free(c);
 }
 
@@ -544,11 +530,7 @@ static void test_random_snapshots(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_dot_product),
-		cmocka_unit_test(test_gpu_clustering),
-		cmocka_unit_test(test_gpu_packing),
-		cmocka_unit_test(test_best_fit),
-		cmocka_unit_test(test_fgd_and_kiln),
+		cmocka_unit_test(test_snapshot_scores),
 		cmocka_unit_test(test_kiln_ties),
 		cmocka_unit_test(test_kiln_cpu_only),
 		cmocka_unit_test(test_kiln_cpu_per_gpu),

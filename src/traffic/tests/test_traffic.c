@@ -58,6 +58,11 @@ static json_int_t num(const json_t *o, const char *k)
 	return json_integer_value(json_object_get(o, k));
 }
 
+static double real(const json_t *o, const char *k)
+{
+	return json_real_value(json_object_get(o, k));
+}
+
 /* s's requests, errors, rate_limited and gateways are these. */
 static void assert_counts(const json_t *s, json_int_t requests,
 			  json_int_t errors, json_int_t limited,
@@ -70,12 +75,27 @@ static void assert_counts(const json_t *s, json_int_t requests,
 	assert_int_equal(num(s, "gateways"), gateways);
 }
 
+/* Each test gets a store of its own. */
+static int traffic_setup(void **state)
+{
+	*state = kn_traffic_new(WINDOW);
+	return 0;
+}
+
+static int traffic_teardown(void **state)
+{
+	kn_traffic_free(*state);
+	return 0;
+}
+
+#define STORE_TEST(f) \
+	cmocka_unit_test_setup_teardown(f, traffic_setup, traffic_teardown)
+
 static void a_fresh_gateway_counts_from_zero(void **state)
 {
-	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_traffic *t = *state;
 	json_t *s;
 
-	(void)state;
 	assert_null(kn_traffic_summary(t, "chat", T0));
 	/* Started 10 s ago: everything it counted is inside the window. */
 	take_ok(t, report("gw1", 10000, "chat", 20, 1, 3, 2, 0, 10, 10, 0), T0);
@@ -83,31 +103,22 @@ static void a_fresh_gateway_counts_from_zero(void **state)
 	assert_counts(s, 20, 1, 3, 1);
 	assert_int_equal(num(s, "fallbacks"), 2);
 	assert_int_equal(num(s, "tokens"), 7);
-	assert_float_equal(json_real_value(json_object_get(s, "window_s")),
-			   10.0, 1e-9);
-	assert_float_equal(
-		json_real_value(json_object_get(s, "requests_per_s")), 2.0,
-		1e-9);
+	assert_float_equal(real(s, "window_s"), 10.0, 1e-9);
+	assert_float_equal(real(s, "requests_per_s"), 2.0, 1e-9);
 	/* Half at or below 100 ms: the median is the 0.1 s bound. */
-	assert_float_equal(
-		json_real_value(json_object_get(s, "latency_p50_ms")), 100.0,
-		1e-6);
+	assert_float_equal(real(s, "latency_p50_ms"), 100.0, 1e-6);
 	/* p99: 19.8 of 20, in the (0.1, 1] bucket: 0.1 + 0.9 * 9.8/10. */
-	assert_float_equal(
-		json_real_value(json_object_get(s, "latency_p99_ms")), 982.0,
-		1e-6);
+	assert_float_equal(real(s, "latency_p99_ms"), 982.0, 1e-6);
 	assert_null(kn_traffic_summary(t, "other", T0));
 	json_decref(s);
-	kn_traffic_free(t);
 }
 
 static void the_window_is_a_difference(void **state)
 {
-	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_traffic *t = *state;
 	json_t *s;
 	int64_t now = T0;
 
-	(void)state;
 	/* A gateway up for an hour: its first report has no baseline. */
 	take_ok(t, report("gw1", 3600000, "chat", 1000, 0, 0, 0, 1000, 0, 0, 0), now);
 	assert_null(kn_traffic_summary(t, "chat", now));
@@ -123,45 +134,35 @@ static void the_window_is_a_difference(void **state)
 	/* Only what the window holds, from the sample at its start (kept
 	   at most a sixteenth of the window early). */
 	assert_in_range(num(s, "requests"), 300, 300 + WINDOW / 16 / 1000);
-	assert_true(json_real_value(json_object_get(s, "window_s")) >= 300.0);
+	assert_true(real(s, "window_s") >= 300.0);
 	/* Everything in the window was in the (0.01, 0.1] bucket. */
-	assert_true(json_real_value(json_object_get(s, "latency_p99_ms")) >
-		    10.0);
-	assert_true(json_real_value(json_object_get(s, "latency_p99_ms")) <=
-		    100.0);
+	assert_true(real(s, "latency_p99_ms") > 10.0);
+	assert_true(real(s, "latency_p99_ms") <= 100.0);
 	json_decref(s);
 	/* Silent for a window: gone. */
 	assert_null(kn_traffic_summary(t, "chat", now + WINDOW + 1));
-	kn_traffic_free(t);
 }
 
 static void gateways_add_up(void **state)
 {
-	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_traffic *t = *state;
 	json_t *s;
 
-	(void)state;
 	take_ok(t, report("gw1", 5000, "chat", 10, 0, 4, 0, 10, 0, 0, 0), T0);
 	take_ok(t, report("gw2", 5000, "chat", 10, 2, 0, 1, 0, 0, 0, 10), T0);
 	s = kn_traffic_summary(t, "chat", T0);
 	assert_counts(s, 20, 2, 4, 2);
 	/* Half under 10 ms, half past the last bound: p99 is that bound. */
-	assert_float_equal(
-		json_real_value(json_object_get(s, "latency_p50_ms")), 10.0,
-		1e-6);
-	assert_float_equal(
-		json_real_value(json_object_get(s, "latency_p99_ms")), 1000.0,
-		1e-6);
+	assert_float_equal(real(s, "latency_p50_ms"), 10.0, 1e-6);
+	assert_float_equal(real(s, "latency_p99_ms"), 1000.0, 1e-6);
 	json_decref(s);
-	kn_traffic_free(t);
 }
 
 static void a_restart_starts_the_series_again(void **state)
 {
-	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_traffic *t = *state;
 	json_t *s;
 
-	(void)state;
 	take_ok(t, report("gw1", 1000, "chat", 50, 0, 0, 0, 50, 0, 0, 0), T0);
 	/* The same instance with smaller counters, up for 2 s again. */
 	take_ok(t, report("gw1", 2000, "chat", 5, 0, 0, 0, 5, 0, 0, 0),
@@ -169,7 +170,6 @@ static void a_restart_starts_the_series_again(void **state)
 	s = kn_traffic_summary(t, "chat", T0 + 60000);
 	assert_int_equal(num(s, "requests"), 5);
 	json_decref(s);
-	kn_traffic_free(t);
 }
 
 static void quantiles(void **state)
@@ -189,7 +189,7 @@ static void quantiles(void **state)
 /* Bad reports are refused whole, naming the field; nothing is kept. */
 static void hostile_reports_are_refused(void **state)
 {
-	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_traffic *t = *state;
 	struct kn_error err;
 	static const char *const bad[][2] = {
 		{"[]", ""},
@@ -222,7 +222,6 @@ static void hostile_reports_are_refused(void **state)
 		 "deployments"},
 	};
 
-	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		json_t *doc = json_loads(bad[i][0], 0, NULL);
 
@@ -232,7 +231,6 @@ static void hostile_reports_are_refused(void **state)
 		assert_string_equal(err.field, bad[i][1]);
 	}
 	assert_null(kn_traffic_summary(t, "x", T0));
-	kn_traffic_free(t);
 }
 
 /* A report of n deployments d0..d(n-1), one request each. */
@@ -259,12 +257,11 @@ static json_t *many(const char *instance, int n)
    came in, and one dropped for silence leaves the others found. */
 static void each_of_many_is_found(void **state)
 {
-	struct kn_traffic *t = kn_traffic_new(WINDOW);
+	struct kn_traffic *t = *state;
 	json_t *doc = many("g", 300), *deps = json_object_get(doc, "deployments");
 	json_t *late = many("g", 0);
 	char name[16];
 
-	(void)state;
 	/* Backwards, and d7 twice (its later entry counts). */
 	for (size_t i = 0; i < json_array_size(deps) / 2; i++) {
 		size_t j = json_array_size(deps) - 1 - i;
@@ -302,7 +299,6 @@ static void each_of_many_is_found(void **state)
 		assert_non_null(s);
 		json_decref(s);
 	}
-	kn_traffic_free(t);
 }
 
 static void what_it_holds_is_bounded(void **state)
@@ -341,13 +337,13 @@ static void what_it_holds_is_bounded(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(a_fresh_gateway_counts_from_zero),
-		cmocka_unit_test(the_window_is_a_difference),
-		cmocka_unit_test(gateways_add_up),
-		cmocka_unit_test(a_restart_starts_the_series_again),
+		STORE_TEST(a_fresh_gateway_counts_from_zero),
+		STORE_TEST(the_window_is_a_difference),
+		STORE_TEST(gateways_add_up),
+		STORE_TEST(a_restart_starts_the_series_again),
 		cmocka_unit_test(quantiles),
-		cmocka_unit_test(hostile_reports_are_refused),
-		cmocka_unit_test(each_of_many_is_found),
+		STORE_TEST(hostile_reports_are_refused),
+		STORE_TEST(each_of_many_is_found),
 		cmocka_unit_test(what_it_holds_is_bounded),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
