@@ -478,8 +478,13 @@ static int split_head(struct gw_conn *c, size_t len)
 	for (p++; (rc = kn_http_field_next(&p, end, &name, &v)) > 0;) {
 		if (c->hdrs.n == GW_HEADERS_MAX)
 			return -1;
-		if (!strcasecmp(name, "Content-Length"))
-			c->left = strtoll(v, NULL, 10);
+		if (!strcasecmp(name, "Content-Length")) {
+			/* One, and digits only: a replica that frames its
+			   answer two ways is refused, not guessed at. */
+			if (c->left >= 0 ||
+			    kn_http_content_length(v, strlen(v), &c->left) < 0)
+				return -1;
+		}
 		else if (!strcasecmp(name, "Transfer-Encoding") &&
 			 strcasestr(v, "chunked"))
 			c->chunked = true;

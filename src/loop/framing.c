@@ -21,6 +21,7 @@
  *   411, since the gateway takes bodies with a length only.
  * - HTTP/1.1 requests carry exactly one Host (RFC 9112 §3.2).
  */
+#include <errno.h>
 #include <string.h>
 #include <strings.h>
 
@@ -95,17 +96,28 @@ static int check_field(const char *p, const char *end,
 	} else if (names(name, name_len, "Transfer-Encoding")) {
 		out->chunked = true;
 	} else if (names(name, name_len, "Content-Length")) {
-		uint64_t n = 0;
-		if (out->has_length || v == end || end - v > 18)
+		int64_t n;
+		if (out->has_length ||
+		    kn_http_content_length(v, (size_t)(end - v), &n) < 0)
 			return 400;
-		for (; v < end; v++) {
-			if (*v < '0' || *v > '9')
-				return 400;
-			n = n * 10 + (uint64_t)(*v - '0');
-		}
 		out->has_length = true;
-		out->body_len = n;
+		out->body_len = (uint64_t)n;
 	}
+	return 0;
+}
+
+int kn_http_content_length(const char *v, size_t len, int64_t *out)
+{
+	int64_t n = 0;
+
+	if (len == 0 || len > 18)
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++) {
+		if (v[i] < '0' || v[i] > '9')
+			return -EINVAL;
+		n = n * 10 + (v[i] - '0');
+	}
+	*out = n;
 	return 0;
 }
 

@@ -337,6 +337,13 @@ int kn_http_framing_check(const char *head, size_t len, struct kn_http_framing *
  */
 int kn_http_field_next(char **p, char *end, char **name, char **value);
 
+/*
+ * A Content-Length value (len bytes at v, blanks already cut): digits
+ * only, at most 18 of them, so no sign, list or overflow; 0 with *out,
+ * or -EINVAL.
+ */
+int kn_http_content_length(const char *v, size_t len, int64_t *out);
+
 /* ---- HTTP server ---- */
 
 /*

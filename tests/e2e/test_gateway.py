@@ -28,10 +28,13 @@ class Upstream:
     sends the rest, the last data chunk carrying usage. hold makes it wait
     for release before answering anything."""
 
-    def __init__(self, name, port=0, http10=False):
+    def __init__(self, name, port=0, http10=False, lengths=None):
         self.name = name
         self.port = port
         self.http10 = http10
+        # Content-Length fields to send as they are, in place of the
+        # answer's true length (a replica that frames its answer wrong).
+        self.lengths = lengths
         self.release = threading.Event()
         self.hold = False
         self.calls = 0
@@ -96,7 +99,10 @@ class Upstream:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("x-kiln-score", "0.5")
-                if not upstream.http10:  # 1.0: the body ends at the close
+                if upstream.lengths is not None:
+                    for value in upstream.lengths:
+                        self.send_header("Content-Length", value)
+                elif not upstream.http10:  # 1.0: the body ends at the close
                     self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
                 self.wfile.write(answer)
@@ -240,8 +246,8 @@ def gateways():
 def upstreams():
     made = []
 
-    def make(name, port=0, http10=False):
-        u = Upstream(name, port, http10).start()
+    def make(name, port=0, http10=False, lengths=None):
+        u = Upstream(name, port, http10, lengths).start()
         made.append(u)
         return u
     yield make
@@ -585,6 +591,21 @@ def test_an_http10_upstream_without_length_is_read_to_its_close(
         assert r.json()["served_by"] == "old"
     assert g.metric("kiln_gateway_tokens_total", deployment="chat") == \
         3 * TOKENS_PER_ANSWER
+
+
+@pytest.mark.parametrize("lengths", [["-5"], ["12abc"], ["+12"], ["1e3"],
+                                     ["12, 12"], ["12", "12"],
+                                     ["99999999999999999999"], [""]])
+def test_an_answer_framed_two_ways_is_refused(home, gateways, upstreams,
+                                              lengths):
+    """A replica runs a user's code: a Content-Length that is not one run
+    of digits, or that comes twice, could make the gateway read the
+    answer's end where the replica did not put it (and the next answer on
+    that connection from the body of this one). The gateway refuses it."""
+    bad = upstreams("bad", lengths=lengths)
+    g = gateways(home, routes([deployment("chat", [bad])],
+                              [key("app1", "sk-one", ["chat"])]))
+    openai_error(g.call("sk-one", "chat"), 502)
 
 
 def test_one_dead_replica_is_retried_on_another(home, gateways, upstreams):
