@@ -852,8 +852,7 @@ static bool part_start(struct part_job *j)
 		return part_finish(j);
 	j->hash_to = model_ranges_prefix(&u->got);
 	/* The worker's own copy of the bytes: the client may go first. */
-	j->body = kn_http_take_body(j->req, &len);
-	j->data = j->body;
+	j->body = kn_http_take_body(j->req, &j->data, &len);
 	u->writing = j;
 	kn_workers_submit(core_request_workers(j->s), part_work, part_done, j);
 	return true;
