@@ -102,6 +102,7 @@ struct kn_front_req {
 	/* The fields front.c itself reads, found while splitting. */
 	const char *connection, *expect;
 	char *body;
+	char *body_base;  /* the allocation body lies in (body or before) */
 	size_t body_len;
 	size_t max_body; /* the front's cap, or what admit allowed */
 	struct kn_buf headers; /* "Name: value\r\n" lines to send */
@@ -346,8 +347,8 @@ static void req_done(struct kn_front_req *r)
 	struct front_conn *c = r->conn;
 
 	c->req = NULL;
-	free(r->body);
-	r->body = NULL;
+	free(r->body_base);
+	r->body = r->body_base = NULL;
 	large_release(c);
 	r->on_gone = NULL;
 	r->headers.len = 0;
@@ -486,14 +487,25 @@ const char *kn_front_req_body(const struct kn_front_req *r, size_t *len)
 	return r->body ? r->body : "";
 }
 
+char *kn_front_req_take_body_at(struct kn_front_req *r, const char **data,
+				 size_t *len)
+{
+	char *base = r->body_base ? r->body_base : kn_xstrdup("");
+
+	*data = r->body ? r->body : base;
+	*len = r->body_len;
+	r->body = r->body_base = NULL;
+	r->body_len = 0;
+	return base;
+}
+
 char *kn_front_req_take_body(struct kn_front_req *r, size_t *len)
 {
-	char *body = r->body ? r->body : kn_xstrdup("");
+	const char *data;
+	char *base = kn_front_req_take_body_at(r, &data, len);
 
-	*len = r->body_len;
-	r->body = NULL;
-	r->body_len = 0;
-	return body;
+	memmove(base, data, *len + 1);
+	return base;
 }
 
 /* An error document in the shape the server's clients read: OpenAI's
@@ -646,14 +658,16 @@ static void take_body(struct front_conn *c, struct kn_front_req *r,
 		      size_t head_len, size_t body_len)
 {
 	if (body_len > IN_KEEP_MAX && c->in_len == head_len + body_len) {
-		memmove(c->in, c->in + head_len, body_len);
-		r->body = c->in;
+		/* Left where it was read: moving megabytes costs more than
+		   the head before them. */
+		r->body_base = c->in;
+		r->body = c->in + head_len;
 		c->in = NULL;
 		c->in_cap = 0;
 		c->in_len = 0;
 		c->scanned = 0;
 	} else {
-		r->body = kn_xmalloc(body_len + 1);
+		r->body = r->body_base = kn_xmalloc(body_len + 1);
 		memcpy(r->body, c->in + head_len, body_len);
 		consume(c, head_len + body_len);
 	}
@@ -937,8 +951,8 @@ struct kn_tunnel *kn_front_req_upgrade(struct kn_front_req *r,
 	evbuffer_add(c->out, r->headers.data, r->headers.len);
 	r->headers.len = 0;
 	c->req = NULL;
-	free(r->body);
-	r->body = NULL;
+	free(r->body_base);
+	r->body = r->body_base = NULL;
 	large_release(c);
 	r->on_gone = NULL;
 	c->tunnel = t;
@@ -1075,7 +1089,7 @@ static void conn_free(struct front_conn *c)
 			r->on_gone(r->gone_arg);
 	}
 	free(c->slot.head);
-	free(c->slot.body);
+	free(c->slot.body_base);
 	kn_buf_release(&c->slot.headers);
 	if (c->prev)
 		c->prev->next = c->next;

@@ -655,12 +655,17 @@ const char *kn_http_body(const struct kn_http_req *req, size_t *len)
 	return body;
 }
 
-char *kn_http_take_body(struct kn_http_req *req, size_t *len)
+char *kn_http_take_body(struct kn_http_req *req, const char **data,
+			size_t *len)
 {
+	char *none;
+
 	if (req->fr)
-		return kn_front_req_take_body(req->fr, len);
+		return kn_front_req_take_body_at(req->fr, data, len);
+	none = kn_xstrdup("");
+	*data = none;
 	*len = 0;
-	return kn_xstrdup("");
+	return none;
 }
 
 void kn_http_allow_body(struct kn_http_req *req, size_t max_body)

@@ -216,6 +216,10 @@ const char *kn_front_req_body(const struct kn_front_req *r, size_t *len);
 void kn_front_req_allow_body(struct kn_front_req *r, size_t max_body);
 /* The body, malloc'd, for the caller to keep; the request has none after. */
 char *kn_front_req_take_body(struct kn_front_req *r, size_t *len);
+/* The same without moving it: the allocation to free is returned, the
+   body's bytes (NUL-terminated) start at *data within it. */
+char *kn_front_req_take_body_at(struct kn_front_req *r, const char **data,
+				size_t *len);
 /*
  * The common name of the client certificate the connection verified
  * against the front's client CAs, or NULL (no TLS, no certificate).
@@ -411,10 +415,11 @@ const char *kn_http_header(const struct kn_http_req *req, const char *name);
 const char *kn_http_client_cert(const struct kn_http_req *req);
 /* The body (NUL-terminated; may contain NULs within len). */
 const char *kn_http_body(const struct kn_http_req *req, size_t *len);
-/* The body, the caller's to free from now on (kn_http_body then has
-   none): for work that outlives the request's client, who may go
-   before the answer. */
-char *kn_http_take_body(struct kn_http_req *req, size_t *len);
+/* The body, the caller's from now on (kn_http_body then has none): for
+   work that outlives the request's client, who may go before the
+   answer. Returns the allocation to free; the bytes start at *data. */
+char *kn_http_take_body(struct kn_http_req *req, const char **data,
+			size_t *len);
 /* From the admit callback: see kn_front_req_allow_body. */
 void kn_http_allow_body(struct kn_http_req *req, size_t max_body);
 /*

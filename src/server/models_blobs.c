@@ -11,9 +11,9 @@
  * held. Either way an EVP context hashes the bytes from 0 as they come:
  * a part that is the next straight from its body, parts that came early
  * from the staging file's pages once the gap before them is filled; no
- * byte is read back from disk to be hashed. A sized part is written and
+ * byte is read back from disk to be hashed. Parts are written and
  * hashed on a request worker, one part of an upload at a time, so the
- * loop never waits on the disk for it. The digest must be the one
+ * loop never waits on the disk for them. The digest must be the one
  * the upload is named by, and only then is the file put in the store
  * (create-only, so a blob is never overwritten): a file store on the
  * staging file's file system takes the file itself by a hard link, so
@@ -71,7 +71,8 @@ struct part_job {
 	struct caller caller;
 	struct upload *u;
 	char object[96];
-	int64_t offset, size;
+	int64_t offset, size; /* size -1: in order */
+	bool final;           /* in order: the last part */
 	const char *data; /* the request's body; body once taken */
 	char *body;
 	size_t len;
@@ -764,8 +765,16 @@ static bool part_finish(struct part_job *j)
 	struct kn_error err;
 
 	u->touched_ms = kn_mono_ms();
+	if (j->size < 0 && !j->final) {
+		kn_http_reply_json(j->req, 200,
+				   json_pack("{s:s, s:I, s:b}", "digest",
+					     u->digest, "received",
+					     (json_int_t)u->offset, "stored", 0));
+		part_free(j);
+		return true;
+	}
 	/* One named at its commit waits for it, whole. */
-	if (u->offset < u->size || !u->digest[0]) {
+	if (j->size >= 0 && (u->offset < u->size || !u->digest[0])) {
 		kn_http_reply_json(j->req, 200, part_answer(u));
 		part_free(j);
 		return true;
@@ -815,6 +824,19 @@ static void part_done(void *arg, bool ran)
 		parts_run(u);
 }
 
+/* To a worker, with its own copy of the bytes: the client may go
+   first. */
+static void part_submit(struct part_job *j)
+{
+	size_t len;
+
+	j->body = kn_http_take_body(j->req, &j->data, &len);
+	j->u->writing = j;
+	kn_workers_submit(core_request_workers(j->s), part_work, part_done, j);
+}
+
+static bool part_start_in_order(struct part_job *j);
+
 /*
  * Check the part against what the upload holds, then: one held already
  * is compared and answered; a new one is counted as held (the caps see
@@ -836,6 +858,8 @@ static bool part_start(struct part_job *j)
 		part_fail(j, &err);
 		return true;
 	}
+	if (j->size < 0)
+		return part_start_in_order(j);
 	rc = part_check(j->s, &j->caller, u, j->offset, j->len, j->size, &err);
 	fresh = rc == 0 && j->len;
 	if (rc == 1)
@@ -851,13 +875,38 @@ static bool part_start(struct part_job *j)
 	if (!fresh)
 		return part_finish(j);
 	j->hash_to = model_ranges_prefix(&u->got);
-	/* The worker's own copy of the bytes: the client may go first. */
-	j->body = kn_http_take_body(j->req, &len);
-	j->data = j->body;
-	u->writing = j;
-	kn_workers_submit(core_request_workers(j->s), part_work, part_done, j);
+	part_submit(j);
 	return true;
 }
+
+/* A part of an in-order upload: the next bytes, or the upload is
+   dropped (the client starts again from 0). */
+static bool part_start_in_order(struct part_job *j)
+{
+	struct model_state *m = models_state(j->s);
+	struct upload *u = j->u;
+	struct kn_error err;
+
+	if (u->offset != j->offset)
+		kn_errorf(&err, KN_ECONFLICT, "offset",
+			  "upload of %s is at byte %lld, not %lld: start again "
+			  "from offset 0", u->digest, (long long)u->offset,
+			  (long long)j->offset);
+	if (u->offset != j->offset ||
+	    models_staging_room(j->s, j->caller.name, (int64_t)j->len,
+				&err) < 0) {
+		upload_drop(m, u);
+		part_fail(j, &err);
+		return false;
+	}
+	u->offset += (int64_t)j->len;
+	if (!j->len)
+		return part_finish(j);
+	j->hash_to = u->offset;
+	part_submit(j);
+	return true;
+}
+
 
 /* The parts waiting their turn, in order, until one is being written. */
 static void parts_run(struct upload *u)
@@ -872,6 +921,28 @@ static void parts_run(struct upload *u)
 		if (!part_start(j))
 			return;
 	}
+}
+
+/* A part into u's line, started at once when it is the first. */
+static void part_queue(struct server *s, struct kn_http_req *req,
+		       const struct caller *c, struct upload *u,
+		       const char *object, int64_t offset, int64_t size,
+		       bool final)
+{
+	struct part_job *j = kn_xcalloc(1, sizeof(*j));
+
+	j->s = s;
+	j->req = req;
+	j->caller = *c;
+	j->u = u;
+	kn_strlcpy(j->object, object, sizeof(j->object));
+	j->offset = offset;
+	j->size = size;
+	j->final = final;
+	kn_http_body(req, &j->len);
+	*u->queued_tail = j;
+	u->queued_tail = &j->next;
+	parts_run(u);
 }
 
 /*
@@ -891,7 +962,6 @@ static void blob_put_part(struct server *s, struct kn_http_req *req,
 	struct model_state *m = models_state(s);
 	struct upload *u = upload_find(m, digest, id, c->name);
 	struct kn_error err;
-	struct part_job *j;
 	size_t len;
 
 	kn_http_body(req, &len);
@@ -911,18 +981,7 @@ static void blob_put_part(struct server *s, struct kn_http_req *req,
 		}
 		u->size = size;
 	}
-	j = kn_xcalloc(1, sizeof(*j));
-	j->s = s;
-	j->req = req;
-	j->caller = *c;
-	j->u = u;
-	kn_strlcpy(j->object, object, sizeof(j->object));
-	j->offset = offset;
-	j->size = size;
-	j->len = len;
-	*u->queued_tail = j;
-	u->queued_tail = &j->next;
-	parts_run(u);
+	part_queue(s, req, c, u, object, offset, size, false);
 }
 
 void models_h_blob_put(struct server *s, struct kn_http_req *req,
@@ -932,8 +991,6 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 	struct upload *u;
 	struct kn_error err;
 	int64_t offset = -1, final = 0, size = -1;
-	size_t len;
-	const char *data = kn_http_body(req, &len);
 	const char *id = kn_http_query(req, "upload");
 	char object[96];
 	int rc;
@@ -984,45 +1041,14 @@ void models_h_blob_put(struct server *s, struct kn_http_req *req,
 			models_fail(s, req, c, "model.blob.put", object, &err);
 			return;
 		}
-	} else if (!u || u->offset != offset) {
+	} else if (!u) {
 		kn_errorf(&err, KN_ECONFLICT, "offset",
-			  "upload of %s is at byte %lld, not %lld: start again "
-			  "from offset 0", param, u ? (long long)u->offset : 0LL,
-			  (long long)offset);
-		if (u)
-			upload_drop(m, u);
+			  "upload of %s is at byte 0, not %lld: start again "
+			  "from offset 0", param, (long long)offset);
 		models_fail(s, req, c, "model.blob.put", object, &err);
 		return;
 	}
-	if (models_staging_room(s, c->name, (int64_t)len, &err) < 0) {
-		upload_drop(m, u);
-		models_fail(s, req, c, "model.blob.put", object, &err);
-		return;
-	}
-	rc = kn_pwrite_all(u->fd, data, len, u->offset);
-	if (rc < 0) {
-		kn_errorf(&err, rc == -ENOSPC ? KN_ENOSPACE : KN_EIO, NULL,
-			  "staging %s: %s", param, strerror(-rc));
-		upload_drop(m, u);
-		models_fail(s, req, c, "model.blob.put", object, &err);
-		return;
-	}
-	EVP_DigestUpdate(u->ctx, data, len);
-	u->offset += (int64_t)len;
-	u->hashed = u->offset;
-	u->touched_ms = kn_mono_ms();
-	offset = u->offset;
-	if (!final) {
-		kn_http_reply_json(req, 200,
-				   json_pack("{s:s, s:I, s:b}", "digest", param,
-					     "received", (json_int_t)offset,
-					     "stored", 0));
-		return;
-	}
-	if (upload_commit(s, req, c, u, &err) < 0) {
-		upload_drop(m, u);
-		models_fail(s, req, c, "model.blob.put", object, &err);
-	}
+	part_queue(s, req, c, u, object, offset, -1, final);
 }
 
 /* What the caller's upload (digest "": one named at its commit) holds,
