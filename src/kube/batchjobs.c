@@ -164,8 +164,9 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 	snprintf(attempt, sizeof(attempt), "%d", task->attempt);
 	/* kiln's names may repeat; a Job's may not. */
 	named.name = name;
-	/* An array's element is one Job of its own here: kiln schedules,
-	   retries and logs each element (its place goes in as env below). */
+	/* An array's element renders as a Job of its own (its place goes in
+	   as env below); kn_kube_array_run makes a run of elements of the
+	   first's, an Indexed Job whose indexes are elements. */
 	named.array.count = 0;
 	opts.image = task->spec->image ? task->spec->image : cfg->image;
 	opts.namespace_ = cfg->namespace_;
