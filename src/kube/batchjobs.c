@@ -1247,6 +1247,7 @@ static void track_run(void *ctx, const char *dir, json_t *manifests,
 static void kube_flush(struct kn_executor *self)
 {
 	struct kube_exec *ex = self->impl;
+	bool asked = false;
 
 	kube_runs_flush(ex->runs, track_run, ex);
 	pthread_mutex_lock(&ex->lock);
@@ -1254,9 +1255,14 @@ static void kube_flush(struct kn_executor *self)
 		for (int r = 0; a->run && r < a->ntasks; r++)
 			if (a->stop[r] == STOP_NEW) {
 				a->stop[r] = STOP_ASKED;
-				ex->work = true;
+				asked = true;
 			}
-	pthread_cond_signal(&ex->wake);
+	/* The server flushes every poll: the worker wakes for a stop only,
+	   not to list again before its second is up. */
+	if (asked) {
+		ex->work = true;
+		pthread_cond_signal(&ex->wake);
+	}
 	pthread_mutex_unlock(&ex->lock);
 }
 
