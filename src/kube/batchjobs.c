@@ -164,8 +164,9 @@ int kn_kube_attempt_manifests(const struct kn_kube_exec_config *cfg,
 	snprintf(attempt, sizeof(attempt), "%d", task->attempt);
 	/* kiln's names may repeat; a Job's may not. */
 	named.name = name;
-	/* An array's element is one Job of its own here: kiln schedules,
-	   retries and logs each element (its place goes in as env below). */
+	/* An array's element renders as a Job of its own (its place goes in
+	   as env below); kn_kube_array_run makes a run of elements of the
+	   first's, an Indexed Job whose indexes are elements. */
 	named.array.count = 0;
 	opts.image = task->spec->image ? task->spec->image : cfg->image;
 	opts.namespace_ = cfg->namespace_;
@@ -1246,6 +1247,7 @@ static void track_run(void *ctx, const char *dir, json_t *manifests,
 static void kube_flush(struct kn_executor *self)
 {
 	struct kube_exec *ex = self->impl;
+	bool asked = false;
 
 	kube_runs_flush(ex->runs, track_run, ex);
 	pthread_mutex_lock(&ex->lock);
@@ -1253,9 +1255,14 @@ static void kube_flush(struct kn_executor *self)
 		for (int r = 0; a->run && r < a->ntasks; r++)
 			if (a->stop[r] == STOP_NEW) {
 				a->stop[r] = STOP_ASKED;
-				ex->work = true;
+				asked = true;
 			}
-	pthread_cond_signal(&ex->wake);
+	/* The server flushes every poll: the worker wakes for a stop only,
+	   not to list again before its second is up. */
+	if (asked) {
+		ex->work = true;
+		pthread_cond_signal(&ex->wake);
+	}
 	pthread_mutex_unlock(&ex->lock);
 }
 

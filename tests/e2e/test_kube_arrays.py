@@ -281,3 +281,26 @@ def test_evict_one_element_requeues_it_alone(kserver, api):
     assert name in api.jobs and len(api.sent("DELETE")) == 1
     for k in (0, 1):
         assert kserver.job(aid + k)["state"] == "running"
+
+
+def test_a_stop_outlives_a_restart(tmp_path, api):
+    """An element cancelled before Kubernetes created its pod: after a
+    restart the server still deletes that pod when it appears."""
+    s = start_server(tmp_path, api.port)
+    try:
+        aid, name = started(s, api, job_yaml("late", ["sleep", "1000"],
+                                             array="0-2%2"), 3)
+        assert sorted(api.pods[name]) == [0, 1]
+        s.cli("cancel", f"{aid}[2]", check=True)
+        s.wait_state(aid + 2, "cancelled")
+        restart(s, api)
+        api.set_pod(name, 2, "pod-running.json")
+        wait_for(lambda: any(r["path"] == f"{PODS}/{pod_name(name, 2)}"
+                             for r in api.sent("DELETE")),
+                 what="the late pod's DELETE after the restart")
+        assert not api.sent("DELETE", f"/jobs/{name}")
+        for k in (0, 1):
+            assert s.job(aid + k)["state"] == "running"
+        assert len(api.sent("POST", "/jobs")) == 1
+    finally:
+        s.stop()
