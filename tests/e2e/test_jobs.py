@@ -12,6 +12,14 @@ def env_line(log, name):
     return m.group(1)
 
 
+def attempts_told(job):
+    """Each attempt's outcome, for an assertion's message: what ended it
+    says why a count or a state is not the one expected."""
+    return [(a["number"], a["state"], a["exit_code"], a["signal"],
+             a["reason"], a["started_at_ms"], a["ended_at_ms"])
+            for a in job["attempts_detail"]]
+
+
 PRINT_ENV = ["/bin/sh", "-c",
              "for v in RANK LOCAL_RANK WORLD_SIZE CUDA_VISIBLE_DEVICES "
              "NVIDIA_VISIBLE_DEVICES MASTER_ADDR MASTER_PORT KILN_JOB_ID "
@@ -77,17 +85,18 @@ def test_failing_job_is_retried_exactly_retries_times(server):
     jid = server.submit(job_yaml("flaky", ["/bin/sh", "-c", "exit 3"],
                                  retries=2, backoff="100ms"))
     job = server.wait_state(jid, "failed")
-    assert job["attempts"] == 3
-    assert job["retries_used"] == 2
-    assert job["exit_code"] == 3
+    told = attempts_told(job)
+    assert job["attempts"] == 3, told
+    assert job["retries_used"] == 2, told
+    assert job["exit_code"] == 3, told
     states = [a["state"] for a in job["attempts_detail"]]
-    assert states == ["failed", "failed", "failed"]
-    assert all(a["exit_code"] == 3 for a in job["attempts_detail"])
+    assert states == ["failed", "failed", "failed"], told
+    assert all(a["exit_code"] == 3 for a in job["attempts_detail"]), told
     assert "exit code 3" in job["reason"]
     # Backoff doubles: the third attempt starts at least 100+200 ms after the first ends.
     a = job["attempts_detail"]
-    assert a[1]["started_at_ms"] - a[0]["ended_at_ms"] >= 100
-    assert a[2]["started_at_ms"] - a[1]["ended_at_ms"] >= 200
+    assert a[1]["started_at_ms"] - a[0]["ended_at_ms"] >= 100, told
+    assert a[2]["started_at_ms"] - a[1]["ended_at_ms"] >= 200, told
 
 
 def test_retry_succeeds_on_second_attempt(server, tmp_path):
@@ -178,9 +187,10 @@ def test_timeout_ends_the_job_without_retry(server):
     jid = server.submit(job_yaml("slow", ["/bin/sleep", "30"], timeout="300ms",
                                  retries=2))
     job = server.wait_state(jid, "failed")
-    assert job["attempts"] == 1
-    assert "timeout" in job["reason"]
-    assert job["attempts_detail"][0]["signal"] == 15
+    told = attempts_told(job)
+    assert job["attempts"] == 1, told
+    assert "timeout" in job["reason"], told
+    assert job["attempts_detail"][0]["signal"] == 15, told
 
 
 def test_gang_member_failure_stops_the_rest(server):
