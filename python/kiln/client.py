@@ -10,8 +10,8 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
-                    Tuple, TypeVar, Union)
+from typing import (Any, Callable, Dict, Generator, Iterator, List, Mapping,
+                    Optional, Tuple, TypeVar, Union)
 from urllib.parse import quote, unquote, urlsplit
 
 import requests
@@ -165,22 +165,15 @@ class Client:
         return self.request(method, path, **kw).json()
 
     def _lines(self, path: str, params: Dict[str, Any],
-               follow: bool) -> Iterator[str]:
+               follow: bool) -> "Lines":
+        """The answer's lines. The request is made here, not at the first
+        line read, so a follower sees everything that happens after this
+        call returns (a job submitted next, say)."""
         # A follower may wait long between lines: only connecting is
         # timed, and the server ends the stream.
         r = self.request("GET", path, params=params, stream=True,
                          timeout=(self.timeout, None) if follow else None)
-        pending = b""
-        try:
-            for chunk in r.iter_content(chunk_size=None):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    yield line.decode(errors="replace")
-            if pending:
-                yield pending.decode(errors="replace")
-        finally:
-            r.close()
+        return _response_lines(r)
 
     # ---- the server ----
 
@@ -205,9 +198,7 @@ class Client:
         """The event log after seq `since`; with follow, a live stream
         that ends only when the server closes it."""
         params = {"since": since, "follow": int(follow)}
-        for line in self._lines("/v1/events", params, follow):
-            if line.strip():
-                yield Event.from_json(json.loads(line))
+        return _events_of(self._lines("/v1/events", params, follow))
 
     def cost(self, by: str = "job", since_ms: Optional[int] = None,
              until_ms: Optional[int] = None,
@@ -222,6 +213,32 @@ class Client:
             params["until"] = until_ms
         path = f"/v1/cost/{quote(report)}" if report else "/v1/cost"
         return dict(self.call("GET", path, params=params))
+
+
+Lines = Generator[str, None, None]
+
+
+def _response_lines(r: requests.Response) -> Lines:
+    pending = b""
+    try:
+        for chunk in r.iter_content(chunk_size=None):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line.decode(errors="replace")
+        if pending:
+            yield pending.decode(errors="replace")
+    finally:
+        r.close()
+
+
+def _events_of(lines: Lines) -> Iterator[Event]:
+    try:
+        for line in lines:
+            if line.strip():
+                yield Event.from_json(json.loads(line))
+    finally:
+        lines.close()
 
 
 def _spec_body(spec: Spec) -> Tuple[bytes, Dict[str, str]]:

@@ -144,13 +144,20 @@ def test_jobs_submit_follow_wait_outputs_and_events(client, tmp_path):
 
 
 def test_events_follow_sees_a_new_job(client):
+    """The follower is in place when events() returns: a job that has
+    come and gone before the first read is still seen."""
     stream = client.events(since=10**9, follow=True)
     job = client.jobs.submit(sh("true", name="seen"))
-    event = next(e for e in stream if e.type == "job.state"
-                 and e.raw.get("job") == job.id)
-    stream.close()
-    assert event.seq > 0
     client.jobs.wait(job.id, timeout=120)
+    seen = []
+    reader = threading.Thread(target=lambda: seen.append(next(
+        e for e in stream if e.type == "job.state"
+        and e.raw.get("job") == job.id)), daemon=True)
+    reader.start()
+    reader.join(60)
+    assert seen, "the stream missed the job's events"
+    assert seen[0].seq > 0
+    stream.close()
 
 
 def test_wait_on_a_failing_job_raises_with_the_reason(client):
