@@ -657,9 +657,11 @@ static void in_room_for(struct front_conn *c, size_t request_len)
 static void take_body(struct front_conn *c, struct kn_front_req *r,
 		      size_t head_len, size_t body_len)
 {
-	if (body_len > IN_KEEP_MAX && c->in_len == head_len + body_len) {
+	if (body_len > IN_KEEP_MAX && c->in_len == head_len + body_len &&
+	    c->in_cap > c->in_len) {
 		/* Left where it was read: moving megabytes costs more than
-		   the head before them. */
+		   the head before them. Only with room for the NUL after
+		   it: a read may have filled the buffer to the byte. */
 		r->body_base = c->in;
 		r->body = c->in + head_len;
 		c->in = NULL;
