@@ -337,6 +337,10 @@ def test_created_again_before_deleted(tmp_path, api):
     s = start_server(tmp_path, api.port)
     try:
         deploy(s, chat_yaml(replicas=1))
+        # Scaled once the Deployment exists: a scale that came before
+        # kiln's first turn would be in its POST, with no PATCH at all.
+        wait_for(lambda: api.sent("POST", "/deployments"),
+                 what="the create")
         r = s.request("POST", "/v1/deployments/chat/scale",
                       json={"replicas": 2})
         assert r.status_code == 200, r.text
