@@ -430,7 +430,8 @@ int kn_buf_append(struct kn_buf *b, const void *data, size_t len)
 		b->data = kn_xrealloc(b->data, n);
 		b->alloc = n;
 	}
-	memcpy(b->data + b->len, data, len);
+	if (len) /* data may be NULL then */
+		memcpy(b->data + b->len, data, len);
 	b->len += len;
 	b->data[b->len] = '\0';
 	return 0;
