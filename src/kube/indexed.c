@@ -271,7 +271,8 @@ void kube_runs_flush(struct kube_runs *r, kube_run_track_fn track, void *ctx)
 {
 	size_t i = 0;
 
-	qsort(r->v, r->n, sizeof(*r->v), element_cmp);
+	if (r->n > 1) /* r->v is NULL while none was kept */
+		qsort(r->v, r->n, sizeof(*r->v), element_cmp);
 	while (i < r->n) {
 		size_t j = i + 1;
 
