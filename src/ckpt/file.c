@@ -176,10 +176,14 @@ out:
  * two (another file system: EXDEV; one without it: EOPNOTSUPP, EINVAL;
  * or a file it reads as empty, as procfs): nothing was written, and the
  * caller copies through memory. KILN_TEST_COPY_THROUGH_MEMORY=1 forces
- * that answer, for the tests of the other path only.
+ * that answer, for the tests of the other path only. write_early: out
+ * is bound for a sync (a store's blob), so each span's writeback starts
+ * as it lands, beside the hash, and the sync finds little left to
+ * write; a copy no one syncs is left to the kernel's own pace.
  */
 static int range_hashed(int in, int64_t offset, int out, int64_t limit,
-			char *hex, int64_t *copied, const char **failed_op)
+			bool write_early, char *hex, int64_t *copied,
+			const char **failed_op)
 {
 	struct kn_hashpipe *hp;
 	int64_t total = 0, end;
@@ -221,6 +225,8 @@ static int range_hashed(int in, int64_t offset, int out, int64_t limit,
 			break;
 		}
 		kn_hashpipe_submit_file(hp, out, at, (size_t)n);
+		if (write_early)
+			sync_file_range(out, at, n, SYNC_FILE_RANGE_WRITE);
 		total += n;
 	}
 	if (kn_hashpipe_finish(hp, rc == 0 ? hex : NULL) < 0 && rc == 0) {
@@ -323,7 +329,7 @@ int kn_copy_fd_hashed(int in, int out, int64_t len, char *hex,
 
 	if (rc <= 0)
 		return rc;
-	rc = range_hashed(in, 0, out, len, hex, &n, failed_op);
+	rc = range_hashed(in, 0, out, len, true, hex, &n, failed_op);
 	if (rc == 1)
 		return copy_fd_hashed(in, out, len, hex, copied, failed_op);
 	if (rc == 0 && n < len) {
@@ -443,7 +449,7 @@ static int fs_put_file(struct kn_blob_store *s, const char *name,
 	out = rc;
 	rc = clone_hashed(in, out, -1, hex, &copied, &op);
 	if (rc == 1)
-		rc = range_hashed(in, 0, out, -1, hex, &copied, &op);
+		rc = range_hashed(in, 0, out, -1, true, hex, &copied, &op);
 	if (rc == 1)
 		rc = copy_hashed(in, 0, out, -1, hex, &copied, &op);
 	if (rc < 0) {
@@ -565,7 +571,8 @@ static int fs_get_file(struct kn_blob_store *s, const char *name,
 		     ? clone_hashed(in, out, -1, hex, &copied, &op)
 		     : 1;
 	if (rc == 1)
-		rc = range_hashed(in, offset, out, length, hex, &copied, &op);
+		rc = range_hashed(in, offset, out, length, false, hex,
+				  &copied, &op);
 	if (rc == 1)
 		rc = copy_hashed(in, offset, out, length, hex, &copied, &op);
 	close(out);
