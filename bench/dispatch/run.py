@@ -49,6 +49,12 @@ ceiling, measured in the same run after each kiln and Slurm side: one
 process forking, exec-ing and reaping /bin/true as fast as it can
 (bench/dispatch/spawn_limit.c), and kiln's jobs/s as a fraction of it.
 
+--task-alone P runs the same task --jobs times more, P at once, started
+by xargs with nothing else: no server, no shim, no sandbox. Its rate is
+the ceiling any dispatcher has for this task on this machine (the task
+is three processes: sh and two dates), and its CPU per task what the
+task itself costs; kiln's jobs/s is reported as a fraction of it.
+
 --kiln-executor slurm runs kiln's side as `kiln server --executor slurm`
 on the same Slurm cluster (scripts/slurm-up.sh): kiln then dispatches
 through Slurm, and with --array its array is one `sbatch --array`, so the
@@ -263,8 +269,7 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {token}"
         node = session.get(url + "/v1/nodes").json()["nodes"][0]
-        script = (f'echo "$KILN_JOB_ID $(date +%s%N)" >>{records}/starts; true; '
-                  f'echo "$KILN_JOB_ID $(date +%s%N)" >>{records}/ends')
+        script = task_script(records)
         spec = json.dumps({"kind": "Job", "name": "true",
                            "command": ["/bin/sh", "-c", script],
                            "resources": {"gpus": gpus_per_job}})
@@ -349,6 +354,38 @@ def run_kiln(kiln, jobs, gpus_per_job, extra=(), wrap=(), lone=0,
         server.wait(timeout=30)
         subprocess.run(["pkill", "-KILL", "-f", f"shim --dir {home}"])
         shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(records, ignore_errors=True)
+
+
+def task_script(records):
+    """The trivial task every side runs: its start and end time appended
+    to records/starts and records/ends."""
+    return (f'echo "$KILN_JOB_ID $(date +%s%N)" >>{records}/starts; true; '
+            f'echo "$KILN_JOB_ID $(date +%s%N)" >>{records}/ends')
+
+
+def task_alone(jobs, parallel):
+    """The task's own ceiling: the same task `jobs` times, `parallel` at
+    once, started by xargs with no scheduler and no shim. Its rate (/s)
+    and the CPU per task of everything it ran (ms)."""
+    records = Path(tempfile.mkdtemp(prefix="kiln-task-alone-"))
+    try:
+        line = " ".join(str(i) for i in range(jobs)) + "\n"
+        before = os.times()
+        t0 = time.monotonic()
+        subprocess.run(["xargs", "-P", str(parallel), "-n", "1", "/bin/sh",
+                        "-c", "KILN_JOB_ID=$1; " + task_script(records), "_"],
+                       input=line, text=True, check=True, timeout=1800)
+        took = time.monotonic() - t0
+        after = os.times()
+        ended = len((records / "ends").read_text().splitlines())
+        if ended != jobs:
+            raise SystemExit(f"task alone: {ended} of {jobs} ended")
+        cpu = (after.children_user - before.children_user +
+               after.children_system - before.children_system)
+        return {"per_s": round(jobs / took, 2), "parallel": parallel,
+                "cpu_ms_per_task": round(1000 * cpu / jobs, 2)}
+    finally:
         shutil.rmtree(records, ignore_errors=True)
 
 
@@ -650,6 +687,10 @@ def main():
                    help="build/bench/dispatch/spawn-limit: also measure the "
                    "machine's fork/exec/wait rate and report kiln's jobs/s "
                    "as a fraction of it")
+    p.add_argument("--task-alone", type=int, metavar="PARALLEL", default=0,
+                   help="also run the same task --jobs times, PARALLEL at "
+                   "once, by xargs with no scheduler: the ceiling any "
+                   "dispatcher has for it on this machine")
     p.add_argument("--kiln-executor", choices=("local", "slurm"),
                    default="local",
                    help="kiln's executor (slurm: on the same cluster)")
@@ -703,6 +744,14 @@ def main():
         Path(a.out).write_text(json.dumps(results, indent=2) + "\n")
         print(f"spawn limit {limit:.0f}/s; kiln {kiln['jobs_per_s']} jobs/s "
               f"= {(kiln['jobs_per_s'] or 0) / limit:.4f} of it")
+    if a.task_alone:
+        alone = task_alone(a.jobs, a.task_alone)
+        results["task_alone"] = alone
+        Path(a.out).write_text(json.dumps(results, indent=2) + "\n")
+        print(f"task alone ({alone['parallel']} at once, no scheduler): "
+              f"{alone['per_s']}/s, {alone['cpu_ms_per_task']} ms of CPU "
+              f"each; kiln {kiln['jobs_per_s']} jobs/s = "
+              f"{(kiln['jobs_per_s'] or 0) / alone['per_s']:.3f} of it")
     s = results.get("slurm", {})
     if "jobs_per_s" in s and s["jobs_per_s"] and kiln["jobs_per_s"]:
         print(f"ratio kiln/slurm: throughput {kiln['jobs_per_s'] / s['jobs_per_s']:.1f}x, "
