@@ -743,6 +743,12 @@ static void part_work(void *arg)
 	struct upload *u = j->u;
 	int rc = kn_pwrite_all(u->fd, j->data, j->len, j->offset);
 
+	/* The part's writeback starts now, beside the next parts: a blob
+	   linked into a file store is synced at its commit, and finds
+	   little left to write. */
+	if (rc == 0)
+		sync_file_range(u->fd, j->offset, (off_t)j->len,
+				SYNC_FILE_RANGE_WRITE);
 	if (rc < 0)
 		j->rc = kn_errorf(&j->err,
 				  rc == -ENOSPC ? KN_ENOSPACE : KN_EIO, NULL,
