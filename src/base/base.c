@@ -529,6 +529,29 @@ int kn_write_file_replace(const char *path, const void *data, size_t len,
 	return write_file(path, data, len, mode, false);
 }
 
+static int write_text(const char *path, const char *text, mode_t mode,
+		      bool durable, struct kn_error *err)
+{
+	int rc = write_file(path, text, strlen(text), mode, durable);
+
+	if (rc < 0)
+		return kn_errorf(err, kn_errcode_for_write(rc), NULL,
+				 "cannot write %s: %s", path, strerror(-rc));
+	return 0;
+}
+
+int kn_write_text_atomic(const char *path, const char *text, mode_t mode,
+			 struct kn_error *err)
+{
+	return write_text(path, text, mode, true, err);
+}
+
+int kn_write_text_replace(const char *path, const char *text, mode_t mode,
+			  struct kn_error *err)
+{
+	return write_text(path, text, mode, false, err);
+}
+
 int kn_read_fd(int fd, size_t max, char **out, size_t *out_len)
 {
 	struct kn_buf b;

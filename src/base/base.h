@@ -186,6 +186,14 @@ int kn_write_file_atomic(const char *path, const void *data, size_t len,
 int kn_write_file_replace(const char *path, const void *data, size_t len,
 			  mode_t mode);
 /*
+ * The two above for text, a failure put in err as "cannot write PATH:
+ * reason" (a full disk as KN_ENOSPACE, so that callers can wait for room).
+ */
+int kn_write_text_atomic(const char *path, const char *text, mode_t mode,
+			 struct kn_error *err);
+int kn_write_text_replace(const char *path, const char *text, mode_t mode,
+			  struct kn_error *err);
+/*
  * The whole of data out to fd, through short writes and EINTR: 0, or a
  * negative errno (-EIO when the descriptor takes nothing). kn_pwrite_all
  * writes at offset at and leaves the file offset alone; kn_send_all sends

@@ -155,11 +155,7 @@ int exec_write_launch(const struct kn_task_launch *l,
 		json_object_set_new(doc, "isolation", json_string("none"));
 	text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
-	rc = kn_write_file_replace(launch_path, text, strlen(text), 0600);
-	if (rc < 0)
-		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
-			       "cannot write %s: %s", launch_path,
-			       strerror(-rc));
+	rc = kn_write_text_replace(launch_path, text, 0600, err);
 	free(text);
 	free(launch_path);
 	return rc;
@@ -277,13 +273,12 @@ static int local_stop(struct kn_executor *ex, const char *task_dir,
 		char *path = kn_asprintf("%s/stop.json", task_dir);
 		char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}",
 					 signo, (long long)grace_ms);
-		int rc = kn_write_file_replace(path, text, strlen(text), 0600);
+		int rc = kn_write_text_replace(path, text, 0600, err);
+
 		free(path);
 		free(text);
 		if (rc < 0)
-			return kn_errorf(err, KN_EIO, NULL,
-					 "cannot write %s/stop.json: %s", task_dir,
-					 strerror(-rc));
+			return rc;
 	}
 	if (kill(proc->pid, SIGTERM) < 0 && errno != ESRCH)
 		return kn_errorf(err, KN_EIO, NULL, "cannot signal shim %d: %s",

@@ -1108,16 +1108,15 @@ int kn_kube_shim_run(const char *task_dir, char *const *argv,
 	text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	rc = kn_mkdir_p(task_dir, 0700);
-	if (rc == 0)
-		rc = kn_write_file_replace(path, text, strlen(text), 0600);
+	if (rc < 0)
+		rc = kn_errorf(err, KN_EIO, NULL, "cannot create %s: %s",
+			       task_dir, strerror(-rc));
+	else
+		rc = kn_write_text_replace(path, text, 0600, err);
 	free(text);
-	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
-			       strerror(-rc));
-		free(path);
-		return rc;
-	}
 	free(path);
+	if (rc < 0)
+		return rc;
 	if (exec_shim_main(task_dir, prep, KN_SANDBOX_POD, err) != 0)
 		return -EIO;
 	memset(&st, 0, sizeof(st));

@@ -788,13 +788,9 @@ static int slurm_start(struct kn_executor *ex, const struct kn_task_launch *l,
 	}
 	env[n_env++] = kn_asprintf("KILN_SLURM_ATTEMPT_DIR=%s", attempt_dir);
 	script = kn_asprintf("%s/slurm.sh", attempt_dir);
-	rc = kn_write_file_replace(script, exec_slurm_batch_script,
-				   strlen(exec_slurm_batch_script), 0700);
-	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", script,
-			       strerror(-rc));
+	rc = kn_write_text_replace(script, exec_slurm_batch_script, 0700, err);
+	if (rc < 0)
 		goto out;
-	}
 	ctl = kn_asprintf("%s" CONTROL_SUFFIX, attempt_dir);
 	rc = make_control_dir(ctl, err);
 	if (rc < 0)

@@ -307,10 +307,7 @@ int slurm_array_add(struct slurm_batches *bs, const struct kn_task_launch *l,
 	pointer_place(l->task_dir, &dir, &name);
 	path = kn_asprintf("%s/%s", dir, name);
 	text = kn_asprintf("%s\n%d\n", b->dir, l->spec->array.index);
-	rc = kn_write_file_replace(path, text, strlen(text), 0600);
-	if (rc < 0)
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
-			       strerror(-rc));
+	rc = kn_write_text_replace(path, text, 0600, err);
 	free(text);
 	free(path);
 	free(dir);

@@ -1064,12 +1064,9 @@ static int kube_start(struct kn_executor *self, const struct kn_task_launch *l,
 	dir = attempt_dir_of(l->task_dir);
 	path = kn_asprintf("%s/" KUBE_MANIFEST_FILE, dir);
 	text = json_dumps(docs, JSON_COMPACT);
-	rc = kn_write_file_replace(path, text, strlen(text), 0600);
-	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
-			       strerror(-rc));
+	rc = kn_write_text_replace(path, text, 0600, err);
+	if (rc < 0)
 		goto out;
-	}
 	attempt_add(ex, dir, docs, true, NULL);
 	docs = NULL;
 out:
@@ -1093,10 +1090,7 @@ static int kube_stop(struct kn_executor *self, const char *task_dir,
 	int rc, rank;
 
 	(void)proc;
-	rc = kn_write_file_replace(path, text, strlen(text), 0600);
-	if (rc < 0)
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
-			       strerror(-rc));
+	rc = kn_write_text_replace(path, text, 0600, err);
 	/* Found and marked under one lock: the worker frees attempts that
 	   are over. The kubelet sends SIGTERM (the preStop hook the
 	   checkpoint signal) and kills after the grace. */

@@ -37,41 +37,6 @@ static bool usable(const struct kn_sched_request *req,
 	return false;
 }
 
-/*
- * The pack constraint for a workload shape: the mirror's model names its
- * models accept, "A|B". A shape whose models the mirror lacks keeps its
- * names as given, so it stays a shape of its own and fits nowhere here.
- */
-static char *shape_models(const struct kn_pack_node_spec *specs, size_t n,
-			  const struct kn_sched_shape *shape)
-{
-	struct kn_buf b;
-	char *out;
-
-	kn_buf_init(&b, SIZE_MAX);
-	for (size_t i = 0; i < n; i++) {
-		const char *model = specs[i].model;
-		bool seen = false, accepted = false;
-
-		if (!model || !*model)
-			continue;
-		for (size_t k = 0; k < i && !seen; k++)
-			seen = specs[k].model && !strcmp(specs[k].model, model);
-		for (size_t w = 0; w < shape->n_gpu_models && !accepted; w++)
-			accepted = kn_sched_model_accepts(shape->gpu_models[w],
-							  model);
-		if (!seen && accepted)
-			kn_buf_printf(&b, "%s%s", b.len ? "|" : "", model);
-	}
-	if (!b.len)
-		for (size_t w = 0; w < shape->n_gpu_models; w++)
-			kn_buf_printf(&b, "%s%s", b.len ? "|" : "",
-				      shape->gpu_models[w]);
-	out = kn_xstrdup(b.data ? b.data : "");
-	kn_buf_release(&b);
-	return out;
-}
-
 /* The workload's GPU shapes as the pack cluster's typical set. */
 static void set_typical(struct kn_pack *pack,
 			const struct kn_pack_node_spec *specs, size_t n_nodes,
@@ -95,7 +60,7 @@ static void set_typical(struct kn_pack *pack,
 							 : shape->gpu_milli;
 		weights[n] = shape->count ? shape->count : 1;
 		if (shape->gpu_models && shape->n_gpu_models) {
-			names[n] = shape_models(specs, n_nodes, shape);
+			names[n] = kn_pack_gpu_spec(specs, n_nodes, shape);
 			p->gpu_spec = names[n];
 			p->models = kn_pack_models(pack, p->gpu_spec,
 						   &p->constrained);

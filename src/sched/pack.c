@@ -164,6 +164,36 @@ uint64_t kn_pack_models(const struct kn_pack *c, const char *spec,
 	return mask;
 }
 
+char *kn_pack_gpu_spec(const struct kn_pack_node_spec *nodes, size_t n,
+		       const struct kn_sched_shape *shape)
+{
+	struct kn_buf b;
+	char *out;
+
+	kn_buf_init(&b, SIZE_MAX);
+	for (size_t i = 0; i < n; i++) {
+		const char *model = nodes[i].model;
+		bool seen = false, accepted = false;
+
+		if (!model || !*model)
+			continue;
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = nodes[k].model && !strcmp(nodes[k].model, model);
+		for (size_t w = 0; w < shape->n_gpu_models && !accepted; w++)
+			accepted = kn_sched_model_accepts(shape->gpu_models[w],
+							  model);
+		if (!seen && accepted)
+			kn_buf_printf(&b, "%s%s", b.len ? "|" : "", model);
+	}
+	if (!b.len)
+		for (size_t w = 0; w < shape->n_gpu_models; w++)
+			kn_buf_printf(&b, "%s%s", b.len ? "|" : "",
+				      shape->gpu_models[w]);
+	out = kn_xstrdup(b.data ? b.data : "");
+	kn_buf_release(&b);
+	return out;
+}
+
 int kn_pack_check_pod(const struct kn_pack_pod *pod, struct kn_error *err)
 {
 	if (pod->cpu_milli < 0)

@@ -472,6 +472,14 @@ int64_t kn_pack_gpu_capacity(const struct kn_pack *c);
  */
 uint64_t kn_pack_models(const struct kn_pack *c, const char *spec,
 			bool *constrained);
+/*
+ * A workload shape's GPU constraint on nodes (n of them) as a spec for
+ * the above: "A|B", the nodes' models its gpu_models accept, each once,
+ * in node order. A shape that accepts none of them keeps its names as
+ * given, so it stays a shape of its own and fits nowhere. Caller frees.
+ */
+char *kn_pack_gpu_spec(const struct kn_pack_node_spec *nodes, size_t n,
+		       const struct kn_sched_shape *shape);
 
 /*
  * Check a pod's shape: -EINVAL and a reason in err otherwise (negative

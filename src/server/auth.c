@@ -130,15 +130,11 @@ int auth_bootstrap(struct server *s, struct kn_error *err)
 	/* The file first: a token in the store that nobody holds is useless. */
 	path = kn_asprintf("%s/admin.token", s->home);
 	line = kn_asprintf("%s\n", secret);
-	rc = kn_write_file_atomic(path, line, strlen(line), 0600);
+	rc = kn_write_text_atomic(path, line, 0600, err);
 	free(line);
-	if (rc < 0) {
-		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
-			       strerror(-rc));
-		free(path);
-		return rc;
-	}
 	free(path);
+	if (rc < 0)
+		return rc;
 	return kn_store_token_insert(s->store, &t, &a, NULL, err);
 }
 

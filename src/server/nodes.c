@@ -378,40 +378,13 @@ static int frag_groups(struct server *s, size_t node, struct frag_group *g,
 }
 
 /*
- * "A|B": the groups' models that a job's gpu_model list accepts (equal,
- * or the name followed by '-', ignoring case, as the scheduler matches).
- */
-static char *frag_gpu_spec(const struct kn_sched_shape *shape,
-			   const struct frag_group *g, int n)
-{
-	struct kn_buf b;
-	char *out;
-
-	kn_buf_init(&b, 4096);
-	for (size_t i = 0; i < shape->n_gpu_models; i++)
-		for (int k = 0; k < n; k++)
-			if (kn_sched_model_accepts(shape->gpu_models[i],
-						   g[k].model))
-				kn_buf_printf(&b, "%s%s", b.len ? "|" : "",
-					      g[k].model);
-	/* Accepts none of them: the names as given, so the shape stays
-	   apart from unconstrained ones and fits nowhere here. */
-	if (!b.len)
-		for (size_t i = 0; i < shape->n_gpu_models; i++)
-			kn_buf_printf(&b, "%s%s", b.len ? "|" : "",
-				      shape->gpu_models[i]);
-	out = kn_xstrdup(b.data ? b.data : "");
-	kn_buf_release(&b);
-	return out;
-}
-
-/*
  * The workload's distinct shapes (workload.c) as pack pods, GPUs only,
  * each weighing its count of jobs. Returns the number of pods; *specs
  * owns the strings, *jobs gets the jobs they stand for.
  */
 static size_t frag_workload(struct server *s, struct kn_pack *pack,
-			    const struct frag_group *g, int n_groups,
+			    const struct kn_pack_node_spec *nodes,
+			    size_t n_nodes,
 			    struct kn_pack_pod **out, size_t **weights,
 			    char ***specs, size_t *jobs)
 {
@@ -433,7 +406,7 @@ static size_t frag_workload(struct server *s, struct kn_pack *pack,
 			continue;
 		}
 		if (shape->n_gpu_models) {
-			(*specs)[k] = frag_gpu_spec(shape, g, n_groups);
+			(*specs)[k] = kn_pack_gpu_spec(nodes, n_nodes, shape);
 			p->gpu_spec = (*specs)[k];
 			p->models = kn_pack_models(pack, p->gpu_spec,
 						   &p->constrained);
@@ -501,8 +474,8 @@ json_t *nodes_fragmentation(struct server *s, size_t node)
 	if (n_groups == 0 ||
 	    kn_pack_new(specs, (size_t)n_groups, &pack, &err) < 0)
 		goto out;
-	n_pods = frag_workload(s, pack, g, n_groups, &pods, &weights,
-			       &gpu_specs, &jobs);
+	n_pods = frag_workload(s, pack, specs, (size_t)n_groups, &pods,
+			       &weights, &gpu_specs, &jobs);
 	if (n_pods == 0)
 		goto out; /* no GPU job yet: nothing to measure against */
 	kn_pack_set_typical_weighted(pack, pods, weights, n_pods);

@@ -787,10 +787,9 @@ static int serve(struct server *s, char **path, char **url,
 	*url = kn_asprintf("%s://%s:%d\n", s->tls ? "https" : "http",
 			   cfg->listen_host, port);
 	*path = kn_asprintf("%s/server.url", s->home);
-	rc = kn_write_file_atomic(*path, *url, strlen(*url), 0644);
+	rc = kn_write_text_atomic(*path, *url, 0644, err);
 	if (rc < 0)
-		return kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s",
-				 *path, strerror(-rc));
+		return rc;
 	kn_log(KN_LOG_INFO, "kiln %s listening on %.*s (home %s)", KN_VERSION,
 	       (int)strlen(*url) - 1, *url, s->home);
 	kn_timer_arm(s->poll_timer, 500);

@@ -15,6 +15,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,15 +283,116 @@ int kn_node_mem_total(const char *root, int64_t *out, struct kn_error *err)
 	return rc;
 }
 
+/* ---- per-device tables: network, disks, filesystems ---- */
+
+#define ROW_LABELS 3
+#define ROW_VALUES 16
+
+struct family {
+	const char *name, *type, *help;
+};
+
+/* One interface, disk or mount: its label values, a value per family. */
+struct row {
+	char label[ROW_LABELS][256];
+	double v[ROW_VALUES];
+};
+
+/*
+ * Family i holds value i of every row, labelled keys[k]=label[k]; a
+ * family's samples stand together, as the format requires, and no rows
+ * write no family at all.
+ */
+static int write_rows(struct kn_buf *out, const struct family *fams,
+		      size_t n_fams, const char *const *keys,
+		      const struct row *rows, size_t n, struct kn_error *err)
+{
+	for (size_t i = 0; i < n_fams && n; i++) {
+		int rc = kn_prom_family(out, fams[i].name, fams[i].type,
+					fams[i].help);
+
+		for (size_t r = 0; rc == 0 && r < n; r++) {
+			const char *labels[2 * ROW_LABELS + 1];
+			size_t k;
+
+			for (k = 0; keys[k]; k++) {
+				labels[2 * k] = keys[k];
+				labels[2 * k + 1] = rows[r].label[k];
+			}
+			labels[2 * k] = NULL;
+			rc = kn_prom_sample(out, fams[i].name, labels,
+					    rows[r].v[i]);
+		}
+		if (rc < 0)
+			return kn_errorf(err, KN_ETOOBIG, NULL,
+					 "scrape too large");
+	}
+	return 0;
+}
+
+static const char *const device_key[] = {"device", NULL};
+
+/*
+ * node_exporter's default exclusions: diskstats' device-exclude,
+ * filesystem's fs-types-exclude and mount-points-exclude. Compiled once,
+ * kept for the process.
+ */
+enum { SKIP_DISK, SKIP_FS_TYPE, SKIP_MOUNT_POINT, SKIP_COUNT };
+
+static const char *const exclude_patterns[SKIP_COUNT] = {
+	[SKIP_DISK] = "^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme[0-9]+n[0-9]+p)"
+		      "[0-9]+$",
+	[SKIP_FS_TYPE] = "^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|"
+			 "devpts|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|"
+			 "nsfs|overlay|proc|procfs|pstore|rpc_pipefs|"
+			 "securityfs|selinuxfs|squashfs|sysfs|tracefs)$",
+	[SKIP_MOUNT_POINT] = "^/(dev|proc|run/credentials/.+|sys|"
+			     "var/lib/docker/.+|"
+			     "var/lib/containers/storage/.+)($|/)",
+};
+
+static struct {
+	regex_t re[SKIP_COUNT];
+	int failed; /* the pattern that did not compile, or -1 */
+	char why[128];
+} exclude = {.failed = -1};
+static pthread_once_t exclude_once = PTHREAD_ONCE_INIT;
+
+static void compile_excludes(void)
+{
+	for (int i = 0; i < SKIP_COUNT && exclude.failed < 0; i++) {
+		int rc = regcomp(&exclude.re[i], exclude_patterns[i],
+				 REG_EXTENDED | REG_NOSUB);
+
+		if (rc != 0) {
+			regerror(rc, &exclude.re[i], exclude.why,
+				 sizeof(exclude.why));
+			exclude.failed = i;
+		}
+	}
+}
+
+/* Whether name matches exclusion i (once excludes_ready said yes). */
+static bool excluded(int i, const char *name)
+{
+	return regexec(&exclude.re[i], name, 0, NULL, 0) == 0;
+}
+
+/* The exclusions ready, or an error naming the one that is not. */
+static int excludes_ready(struct kn_error *err)
+{
+	pthread_once(&exclude_once, compile_excludes);
+	if (exclude.failed >= 0)
+		return kn_errorf(err, KN_EIO, NULL, "cannot compile %s: %s",
+				 exclude_patterns[exclude.failed],
+				 exclude.why);
+	return 0;
+}
+
 /* ---- network: /proc/net/dev ---- */
 
 #define NETDEV_FIELDS 16
 #define NETDEV_MAX 512 /* interfaces; a host with more is truncated */
-
-struct netdev {
-	char name[64];
-	unsigned long long v[NETDEV_FIELDS];
-};
 
 static int write_netdev(const char *root, struct kn_buf *out,
 			struct kn_error *err)
@@ -302,7 +404,9 @@ static int write_netdev(const char *root, struct kn_buf *out,
 		"transmit_packets", "transmit_errs", "transmit_drop",
 		"transmit_fifo", "transmit_colls", "transmit_carrier",
 		"transmit_compressed"};
-	struct netdev *devs = NULL;
+	char names[NETDEV_FIELDS][64], helps[NETDEV_FIELDS][64];
+	struct family fams[NETDEV_FIELDS];
+	struct row *devs = NULL;
 	char *text = NULL, *line, *save = NULL;
 	size_t n = 0;
 	int rc, lineno = 0;
@@ -321,10 +425,10 @@ static int write_netdev(const char *root, struct kn_buf *out,
 		*colon = '\0';
 		while (*name == ' ')
 			name++;
-		kn_strlcpy(devs[n].name, name, sizeof(devs[n].name));
+		kn_strlcpy(devs[n].label[0], name, sizeof(devs[n].label[0]));
 		p = colon + 1;
 		for (int i = 0; i < NETDEV_FIELDS; i++) {
-			devs[n].v[i] = strtoull(p, &end, 10);
+			devs[n].v[i] = (double)strtoull(p, &end, 10);
 			if (end == p)
 				goto bad;
 			p = end;
@@ -332,28 +436,17 @@ static int write_netdev(const char *root, struct kn_buf *out,
 		n++;
 	}
 	for (int i = 0; i < NETDEV_FIELDS; i++) {
-		char name[96], help[96];
-
-		snprintf(name, sizeof(name), "node_network_%s_total", stats[i]);
-		snprintf(help, sizeof(help), "Network device statistic %s.",
+		snprintf(names[i], sizeof(names[i]), "node_network_%s_total",
 			 stats[i]);
-		if (n && (rc = kn_prom_family(out, name, "counter", help)) < 0)
-			goto full;
-		for (size_t d = 0; d < n; d++) {
-			const char *labels[] = {"device", devs[d].name, NULL};
-			if ((rc = kn_prom_sample(out, name, labels,
-						 (double)devs[d].v[i])) < 0)
-				goto full;
-		}
+		snprintf(helps[i], sizeof(helps[i]),
+			 "Network device statistic %s.", stats[i]);
+		fams[i] = (struct family){names[i], "counter", helps[i]};
 	}
-	rc = 0;
+	rc = write_rows(out, fams, NETDEV_FIELDS, device_key, devs, n, err);
 	goto out;
 bad:
 	rc = kn_errorf(err, KN_EIO, NULL, "%s/proc/net/dev:%d: malformed line",
 		       root, lineno);
-	goto out;
-full:
-	rc = kn_errorf(err, KN_ETOOBIG, NULL, "scrape too large");
 out:
 	free(devs);
 	free(text);
@@ -362,98 +455,75 @@ out:
 
 /* ---- disks: /proc/diskstats ---- */
 
+#define DISK_FIELDS 11 /* the classic fields after the name */
 #define DISK_MAX 1024
-
-struct disk {
-	char name[64];
-	unsigned long long f[11]; /* the 11 classic fields after the name */
-};
 
 static int write_diskstats(const char *root, struct kn_buf *out,
 			   struct kn_error *err)
 {
-	/* Family, type, help, field, scale: node_exporter's diskstats set. */
-	static const struct {
-		const char *name, *type, *help;
-		int field;
-		double scale;
-	} fams[] = {
+	/* node_exporter's diskstats set, one family per field in order. */
+	static const struct family fams[DISK_FIELDS] = {
 		{"node_disk_reads_completed_total", "counter",
-		 "The total number of reads completed successfully.", 0, 1},
+		 "The total number of reads completed successfully."},
 		{"node_disk_reads_merged_total", "counter",
-		 "The total number of reads merged.", 1, 1},
+		 "The total number of reads merged."},
 		{"node_disk_read_bytes_total", "counter",
-		 "The total number of bytes read successfully.", 2, 512},
+		 "The total number of bytes read successfully."},
 		{"node_disk_read_time_seconds_total", "counter",
-		 "The total number of seconds spent by all reads.", 3, 0.001},
+		 "The total number of seconds spent by all reads."},
 		{"node_disk_writes_completed_total", "counter",
-		 "The total number of writes completed successfully.", 4, 1},
+		 "The total number of writes completed successfully."},
 		{"node_disk_writes_merged_total", "counter",
-		 "The number of writes merged.", 5, 1},
+		 "The number of writes merged."},
 		{"node_disk_written_bytes_total", "counter",
-		 "The total number of bytes written successfully.", 6, 512},
+		 "The total number of bytes written successfully."},
 		{"node_disk_write_time_seconds_total", "counter",
-		 "This is the total number of seconds spent by all writes.", 7,
-		 0.001},
+		 "This is the total number of seconds spent by all writes."},
 		{"node_disk_io_now", "gauge",
-		 "The number of I/Os currently in progress.", 8, 1},
+		 "The number of I/Os currently in progress."},
 		{"node_disk_io_time_seconds_total", "counter",
-		 "Total seconds spent doing I/Os.", 9, 0.001},
+		 "Total seconds spent doing I/Os."},
 		{"node_disk_io_time_weighted_seconds_total", "counter",
-		 "The weighted # of seconds spent doing I/Os.", 10, 0.001},
+		 "The weighted # of seconds spent doing I/Os."},
 	};
-	struct disk *disks = NULL;
+	/* The kernel counts sectors of 512 bytes and milliseconds. */
+	static const double scale[DISK_FIELDS] = {
+		1, 1, 512, 0.001, /* reads */
+		1, 1, 512, 0.001, /* writes */
+		1, 0.001, 0.001,  /* I/Os */
+	};
+	struct row *disks = NULL;
 	char *text = NULL, *line, *save = NULL;
-	regex_t skip;
 	size_t n = 0;
 	int rc, lineno = 0;
 
-	if ((rc = read_under(root, "/proc/diskstats", true, &text, err)) < 0)
+	if ((rc = excludes_ready(err)) < 0 ||
+	    (rc = read_under(root, "/proc/diskstats", true, &text, err)) < 0)
 		return rc == -ENOENT ? 0 : rc;
-	/* node_exporter's default --collector.diskstats.device-exclude. */
-	if (regcomp(&skip, "^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme[0-9]+n[0-9]+p)"
-			   "[0-9]+$", REG_EXTENDED | REG_NOSUB) != 0) {
-		free(text);
-		return kn_errorf(err, KN_EIO, NULL, "cannot compile regex");
-	}
 	disks = kn_xcalloc(DISK_MAX, sizeof(*disks));
 	for (line = strtok_r(text, "\n", &save); line && n < DISK_MAX;
 	     line = strtok_r(NULL, "\n", &save)) {
-		unsigned long long *f = disks[n].f;
+		unsigned long long f[DISK_FIELDS];
 		unsigned major, minor;
 
 		lineno++;
 		if (sscanf(line, "%u %u %63s %llu %llu %llu %llu %llu %llu %llu "
 				 "%llu %llu %llu %llu",
-			   &major, &minor, disks[n].name, &f[0], &f[1], &f[2],
-			   &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9],
-			   &f[10]) != 14) {
+			   &major, &minor, disks[n].label[0], &f[0], &f[1],
+			   &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8],
+			   &f[9], &f[10]) != 14) {
 			rc = kn_errorf(err, KN_EIO, NULL,
 				       "%s/proc/diskstats:%d: malformed line",
 				       root, lineno);
 			goto out;
 		}
-		if (regexec(&skip, disks[n].name, 0, NULL, 0) != 0)
+		for (int i = 0; i < DISK_FIELDS; i++)
+			disks[n].v[i] = (double)f[i] * scale[i];
+		if (!excluded(SKIP_DISK, disks[n].label[0]))
 			n++;
 	}
-	for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]) && n; i++) {
-		if ((rc = kn_prom_family(out, fams[i].name, fams[i].type,
-					 fams[i].help)) < 0)
-			goto full;
-		for (size_t d = 0; d < n; d++) {
-			const char *labels[] = {"device", disks[d].name, NULL};
-			if ((rc = kn_prom_sample(out, fams[i].name, labels,
-						 (double)disks[d].f[fams[i].field] *
-							 fams[i].scale)) < 0)
-				goto full;
-		}
-	}
-	rc = 0;
-	goto out;
-full:
-	rc = kn_errorf(err, KN_ETOOBIG, NULL, "scrape too large");
+	rc = write_rows(out, fams, DISK_FIELDS, device_key, disks, n, err);
 out:
-	regfree(&skip);
 	free(disks);
 	free(text);
 	return rc;
@@ -462,11 +532,6 @@ out:
 /* ---- filesystems: /proc/mounts + statvfs ---- */
 
 #define MOUNT_MAX 256
-
-struct fs {
-	char device[256], mountpoint[256], fstype[64];
-	double v[6];
-};
 
 /* /proc/mounts escapes space, tab, newline and backslash as \ooo. */
 static void unescape_mount(char *s)
@@ -494,100 +559,80 @@ static bool listed(const char *const *mounts, const char *mountpoint)
 	return false;
 }
 
+/* A mount's row: its labels in this order. */
+enum { FS_DEVICE, FS_TYPE, FS_POINT };
+
 static int write_filesystems(const struct kn_node_options *opt,
 			     struct kn_buf *out, struct kn_error *err)
 {
-	static const struct {
-		const char *name, *help;
-	} fams[] = {
-		{"node_filesystem_avail_bytes",
+	static const struct family fams[] = {
+		{"node_filesystem_avail_bytes", "gauge",
 		 "Filesystem space available to non-root users in bytes."},
-		{"node_filesystem_files", "Filesystem total file nodes."},
-		{"node_filesystem_files_free",
+		{"node_filesystem_files", "gauge",
+		 "Filesystem total file nodes."},
+		{"node_filesystem_files_free", "gauge",
 		 "Filesystem total free file nodes."},
-		{"node_filesystem_free_bytes", "Filesystem free space in bytes."},
-		{"node_filesystem_readonly", "Filesystem read-only status."},
-		{"node_filesystem_size_bytes", "Filesystem size in bytes."},
+		{"node_filesystem_free_bytes", "gauge",
+		 "Filesystem free space in bytes."},
+		{"node_filesystem_readonly", "gauge",
+		 "Filesystem read-only status."},
+		{"node_filesystem_size_bytes", "gauge",
+		 "Filesystem size in bytes."},
 	};
-	struct fs *fss = NULL;
+	static const char *const keys[] = {"device", "fstype", "mountpoint",
+					   NULL};
+	struct row *fss = NULL;
 	char *text = NULL, *line, *save = NULL;
-	regex_t skip_type, skip_point;
 	size_t n = 0;
 	int rc;
 
-	if ((rc = read_under(opt->root, "/proc/mounts", true, &text, err)) < 0)
+	if ((rc = excludes_ready(err)) < 0 ||
+	    (rc = read_under(opt->root, "/proc/mounts", true, &text, err)) < 0)
 		return rc == -ENOENT ? 0 : rc;
-	/* node_exporter's default fs-types-exclude and mount-points-exclude. */
-	regcomp(&skip_type,
-		"^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|"
-		"devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|"
-		"procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|sysfs|"
-		"tracefs)$", REG_EXTENDED | REG_NOSUB);
-	regcomp(&skip_point,
-		"^/(dev|proc|run/credentials/.+|sys|var/lib/docker/.+|"
-		"var/lib/containers/storage/.+)($|/)", REG_EXTENDED | REG_NOSUB);
 	fss = kn_xcalloc(MOUNT_MAX, sizeof(*fss));
 	for (line = strtok_r(text, "\n", &save); line && n < MOUNT_MAX;
 	     line = strtok_r(NULL, "\n", &save)) {
 		char options[512], *path;
-		struct fs cur, *f = &cur;
+		struct row cur;
+		char *device = cur.label[FS_DEVICE], *type = cur.label[FS_TYPE];
+		char *point = cur.label[FS_POINT];
 		struct statvfs st;
 		size_t slot = n;
 
-		if (sscanf(line, "%255s %255s %63s %511s", f->device,
-			   f->mountpoint, f->fstype, options) != 4)
+		if (sscanf(line, "%255s %255s %63s %511s", device, point, type,
+			   options) != 4)
 			continue;
-		unescape_mount(f->device);
-		unescape_mount(f->mountpoint);
-		if (opt->mounts ? !listed(opt->mounts, f->mountpoint)
-				: (regexec(&skip_type, f->fstype, 0, NULL, 0) == 0 ||
-				   regexec(&skip_point, f->mountpoint, 0, NULL,
-					   0) == 0))
+		unescape_mount(device);
+		unescape_mount(point);
+		if (opt->mounts ? !listed(opt->mounts, point)
+				: (excluded(SKIP_FS_TYPE, type) ||
+				   excluded(SKIP_MOUNT_POINT, point)))
 			continue;
 		/* A mount point mounted over: the last mount is the one seen. */
 		for (size_t i = 0; i < n; i++)
-			if (!strcmp(fss[i].mountpoint, f->mountpoint))
+			if (!strcmp(fss[i].label[FS_POINT], point))
 				slot = i;
-		path = under(opt->root, f->mountpoint);
+		path = under(opt->root, point);
 		rc = statvfs(path, &st);
 		free(path);
 		if (rc < 0)
 			continue; /* gone or inaccessible: no series, as upstream */
-		f->v[0] = (double)st.f_bavail * (double)st.f_frsize;
-		f->v[1] = (double)st.f_files;
-		f->v[2] = (double)st.f_ffree;
-		f->v[3] = (double)st.f_bfree * (double)st.f_frsize;
-		f->v[4] = (st.f_flag & ST_RDONLY) ||
-				  !strncmp(options, "ro,", 3) ||
-				  !strcmp(options, "ro")
-			  ? 1
-			  : 0;
-		f->v[5] = (double)st.f_blocks * (double)st.f_frsize;
+		cur.v[0] = (double)st.f_bavail * (double)st.f_frsize;
+		cur.v[1] = (double)st.f_files;
+		cur.v[2] = (double)st.f_ffree;
+		cur.v[3] = (double)st.f_bfree * (double)st.f_frsize;
+		cur.v[4] = (st.f_flag & ST_RDONLY) ||
+				   !strncmp(options, "ro,", 3) ||
+				   !strcmp(options, "ro")
+				   ? 1
+				   : 0;
+		cur.v[5] = (double)st.f_blocks * (double)st.f_frsize;
 		fss[slot] = cur;
 		if (slot == n)
 			n++;
 	}
-	for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]) && n; i++) {
-		if ((rc = kn_prom_family(out, fams[i].name, "gauge",
-					 fams[i].help)) < 0)
-			goto full;
-		for (size_t d = 0; d < n; d++) {
-			const char *labels[] = {"device", fss[d].device,
-						"fstype", fss[d].fstype,
-						"mountpoint", fss[d].mountpoint,
-						NULL};
-			if ((rc = kn_prom_sample(out, fams[i].name, labels,
-						 fss[d].v[i])) < 0)
-				goto full;
-		}
-	}
-	rc = 0;
-	goto out;
-full:
-	rc = kn_errorf(err, KN_ETOOBIG, NULL, "scrape too large");
-out:
-	regfree(&skip_type);
-	regfree(&skip_point);
+	rc = write_rows(out, fams, sizeof(fams) / sizeof(fams[0]), keys, fss, n,
+			err);
 	free(fss);
 	free(text);
 	return rc;

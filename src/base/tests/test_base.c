@@ -174,6 +174,35 @@ static void test_files(void **state)
 	free(nested);
 }
 
+static void test_write_text(void **state)
+{
+	char dir[] = "/tmp/kn-test-XXXXXX";
+	char *path, *missing, *data = NULL, *want;
+	size_t len = 0;
+	struct kn_error err;
+	(void)state;
+
+	assert_non_null(mkdtemp(dir));
+	path = kn_asprintf("%s/url", dir);
+	assert_int_equal(kn_write_text_atomic(path, "http://a\n", 0644, &err),
+			 0);
+	assert_int_equal(kn_write_text_replace(path, "http://b\n", 0644, &err),
+			 0);
+	assert_int_equal(kn_read_file(path, 100, &data, &len), 0);
+	assert_string_equal(data, "http://b\n");
+	/* A failure names the file and why. */
+	missing = kn_asprintf("%s/no/such/dir", dir);
+	assert_int_equal(kn_write_text_replace(missing, "x", 0600, &err), -EIO);
+	assert_int_equal(err.code, KN_EIO);
+	want = kn_asprintf("cannot write %s: %s", missing, strerror(ENOENT));
+	assert_string_equal(err.message, want);
+	assert_int_equal(kn_rm_rf(dir), 0);
+	free(want);
+	free(missing);
+	free(data);
+	free(path);
+}
+
 static void *background_thread(void *arg)
 {
 	int *policy = arg;
@@ -555,6 +584,7 @@ int main(void)
 		cmocka_unit_test(test_buf_cap),
 		cmocka_unit_test(test_errorf),
 		cmocka_unit_test(test_files),
+		cmocka_unit_test(test_write_text),
 		cmocka_unit_test(test_levenshtein),
 		cmocka_unit_test(test_thread_background),
 		cmocka_unit_test(test_yaml_text_check),

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "exec/exec.h"
@@ -26,90 +27,87 @@ static const char recorded[] =
 	"47|CANCELLED by 0|0:0|None|1796406858|0|\n"
 	"48|PENDING|0:0|Unknown|Unknown|0|\n";
 
-static void parse_ok(const char *text, long long id, struct kn_sacct_job *j)
-{
-	struct kn_error err;
+/* -D: the run Slurm preempted and requeued, then the requeued one kiln
+   cancelled before it started. */
+static const char preempted[] =
+	"60|PREEMPTED|0:15|1796407000|1796407031|31|billing=2,cpu=2,"
+	"gres/gpu=2,mem=128M,node=2\n"
+	"60|CANCELLED by 0|0:0|None|1796407040|0|\n";
+static const char only_queued[] =
+	"61|REQUEUED|0:0|Unknown|Unknown|0|\n"
+	"61|PENDING|0:0|Unknown|Unknown|0|\n";
 
-	memset(&err, 0, sizeof(err));
-	assert_int_equal(kn_sacct_parse(text, id, j, &err), 1);
+/*
+ * Each text and the whole record of the job asked for: id, state, exit
+ * code, signal, start, end, elapsed, cpus, gpus, shards, nodes, MB.
+ */
+static const struct {
+	const char *text;
+	struct kn_sacct_job want;
+} records[] = {
+	{recorded, {43, "FAILED", 3, 0, 1796406840, 1796406842, 2, 1, 1, 0,
+		    1, 0}},
+	{recorded, {44, "COMPLETED", 0, 0, 1796406840, 1796406842, 2, 1, 0,
+		    25, 1, 0}},
+	{recorded, {45, "COMPLETED", 0, 0, 1796406852, 1796406854, 2, 2, 2,
+		    0, 2, 0}},
+	{recorded, {46, "RUNNING", 0, 0, 1796406855, 0, 5, 1, 0, 0, 1, 0}},
+	{recorded, {47, "CANCELLED", 0, 0, 0, 1796406858, 0, 0, 0, 0, 0, 0}},
+	{recorded, {48, "PENDING", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+	/* The run that started counts, not the requeue after it. */
+	{preempted, {60, "PREEMPTED", 0, 15, 1796407000, 1796407031, 31, 2,
+		     2, 0, 2, 128}},
+	/* None started: the last word on it. */
+	{only_queued, {61, "PENDING", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+	/* Memory in each unit sacct writes, in MB. */
+	{"1|COMPLETED|0:0|1|2|1|mem=2G,node=1\n",
+	 {1, "COMPLETED", 0, 0, 1, 2, 1, 0, 0, 0, 1, 2048}},
+	{"1|COMPLETED|0:0|1|2|1|mem=1T\n",
+	 {1, "COMPLETED", 0, 0, 1, 2, 1, 0, 0, 0, 0, 1 << 20}},
+	{"1|COMPLETED|0:0|1|2|1|mem=4096K\n",
+	 {1, "COMPLETED", 0, 0, 1, 2, 1, 0, 0, 0, 0, 4}},
+};
+
+/* A record as one line, so that a mismatch reads as text. */
+static void describe(const struct kn_sacct_job *j, char *buf, size_t len)
+{
+	snprintf(buf, len,
+		 "%lld %s %d:%d start %lld end %lld elapsed %lld cpus %lld "
+		 "gpus %lld shards %lld nodes %lld mem %lldM",
+		 j->job_id, j->state, j->exit_code, j->signal,
+		 (long long)j->start_s, (long long)j->end_s,
+		 (long long)j->elapsed_s, (long long)j->cpus,
+		 (long long)j->gpus, (long long)j->shards, (long long)j->nodes,
+		 (long long)j->mem_mb);
 }
 
-static void test_recorded_jobs(void **state)
+static void test_records(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(records) / sizeof(records[0]); i++) {
+		const struct kn_sacct_job *want = &records[i].want;
+		struct kn_sacct_job j;
+		struct kn_error err;
+		char got_text[256], want_text[256];
+
+		memset(&j, 0xab, sizeof(j));
+		assert_int_equal(kn_sacct_parse(records[i].text, want->job_id,
+						&j, &err),
+				 1);
+		describe(&j, got_text, sizeof(got_text));
+		describe(want, want_text, sizeof(want_text));
+		assert_string_equal(got_text, want_text);
+	}
+}
+
+static void test_jobs_not_there(void **state)
 {
 	struct kn_sacct_job j;
 	struct kn_error err;
 
 	(void)state;
-	parse_ok(recorded, 43, &j);
-	assert_string_equal(j.state, "FAILED");
-	assert_int_equal(j.exit_code, 3);
-	assert_int_equal(j.signal, 0);
-	assert_int_equal(j.start_s, 1796406840);
-	assert_int_equal(j.end_s, 1796406842);
-	assert_int_equal(j.elapsed_s, 2);
-	assert_int_equal(j.gpus, 1);
-	assert_int_equal(j.cpus, 1);
-	assert_int_equal(j.nodes, 1);
-
-	parse_ok(recorded, 44, &j);
-	assert_int_equal(j.shards, 25);
-	assert_int_equal(j.gpus, 0);
-
-	parse_ok(recorded, 45, &j);
-	assert_int_equal(j.gpus, 2);
-	assert_int_equal(j.nodes, 2);
-
-	parse_ok(recorded, 46, &j);
-	assert_string_equal(j.state, "RUNNING");
-	assert_int_equal(j.end_s, 0);
-
-	parse_ok(recorded, 47, &j);
-	assert_string_equal(j.state, "CANCELLED");
-	assert_int_equal(j.start_s, 0);
-	assert_int_equal(j.end_s, 1796406858);
-	assert_int_equal(j.cpus, 0);
-
-	parse_ok(recorded, 48, &j);
-	assert_string_equal(j.state, "PENDING");
-
 	assert_int_equal(kn_sacct_parse(recorded, 49, &j, &err), 0);
 	assert_int_equal(kn_sacct_parse("", 49, &j, &err), 0);
-}
-
-static void test_the_run_that_started_counts(void **state)
-{
-	/* -D: the run Slurm preempted and requeued, then the requeued one
-	   kiln cancelled before it started. */
-	static const char runs[] =
-		"60|PREEMPTED|0:15|1796407000|1796407031|31|billing=2,cpu=2,"
-		"gres/gpu=2,mem=128M,node=2\n"
-		"60|CANCELLED by 0|0:0|None|1796407040|0|\n";
-	static const char only_queued[] =
-		"61|REQUEUED|0:0|Unknown|Unknown|0|\n"
-		"61|PENDING|0:0|Unknown|Unknown|0|\n";
-	struct kn_sacct_job j;
-
-	(void)state;
-	parse_ok(runs, 60, &j);
-	assert_string_equal(j.state, "PREEMPTED");
-	assert_int_equal(j.signal, 15);
-	assert_int_equal(j.elapsed_s, 31);
-	assert_int_equal(j.mem_mb, 128);
-	parse_ok(only_queued, 61, &j);
-	assert_string_equal(j.state, "PENDING");
-}
-
-static void test_memory_units(void **state)
-{
-	struct kn_sacct_job j;
-
-	(void)state;
-	parse_ok("1|COMPLETED|0:0|1|2|1|mem=2G,node=1\n", 1, &j);
-	assert_int_equal(j.mem_mb, 2048);
-	parse_ok("1|COMPLETED|0:0|1|2|1|mem=1T\n", 1, &j);
-	assert_int_equal(j.mem_mb, 1 << 20);
-	parse_ok("1|COMPLETED|0:0|1|2|1|mem=4096K\n", 1, &j);
-	assert_int_equal(j.mem_mb, 4);
 }
 
 static void test_lines_that_are_not_sacct(void **state)
@@ -159,9 +157,8 @@ static void test_lines_that_are_not_sacct(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_recorded_jobs),
-		cmocka_unit_test(test_the_run_that_started_counts),
-		cmocka_unit_test(test_memory_units),
+		cmocka_unit_test(test_records),
+		cmocka_unit_test(test_jobs_not_there),
 		cmocka_unit_test(test_lines_that_are_not_sacct),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -110,41 +110,133 @@ static void expect_refused(struct kn_sched_cluster *c,
 	assert_memory_equal(b, untouched, sizeof(b));
 }
 
+/* A task's binding as a case expects it: its node and device indexes,
+   as many as the request asks per task. */
+struct want {
+	size_t node;
+	int devices[NGPU];
+};
+
+/* Place and expect want's bindings, each charged exactly what it binds. */
+static void expect_placed(struct kn_sched_cluster *c,
+			  const struct kn_sched_request *req,
+			  const struct want *want)
+{
+	int per_task = req->gpu_milli >= 1000 ? req->gpu_milli / 1000
+					      : req->gpu_milli > 0;
+	int milli = req->gpu_milli >= 1000 ? 1000 : req->gpu_milli;
+	struct kn_sched_binding b[8];
+	struct snapshot charged, after;
+	char why[128] = "stale";
+
+	assert_true(req->tasks <= (int)COUNT(b));
+	take(c, &charged);
+	assert_int_equal(kn_sched_place(c, req, b, why, sizeof(why)), 0);
+	assert_string_equal(why, "");
+	for (int t = 0; t < req->tasks; t++) {
+		size_t n = want[t].node;
+
+		assert_int_equal(b[t].node, n);
+		assert_int_equal(b[t].n_devices, per_task);
+		assert_int_equal(b[t].milli_per_device, milli);
+		for (int d = 0; d < per_task; d++) {
+			assert_int_equal(b[t].devices[d], want[t].devices[d]);
+			/* build() puts device index i at position i. */
+			charged.used[n][want[t].devices[d]] += milli;
+		}
+		if (c->nodes[n].cpu_milli_total > 0)
+			charged.cpu_used[n] += req->cpu_milli;
+		if (c->nodes[n].memory_total > 0)
+			charged.mem_used[n] += req->memory_bytes;
+	}
+	take(c, &after);
+	assert_memory_equal(&charged, &after, sizeof(after));
+}
+
 static const struct kn_sched_label pool_train[] = {{"pool", "train"}};
 static const struct kn_sched_label pool_infer = {"pool", "infer"};
 static const char *const b200[] = {"B200"};
 
-/* ---- reasons ---------------------------------------------------------- */
+/* ---- cases: a cluster, a request, and its bindings or its refusal ------ */
 
-static const struct {
+static const struct place_case {
 	const char *what;
 	struct node_spec nodes[2];
 	size_t n_nodes;
 	struct kn_sched_request req;
 	int rc;
-	const char *reason;
-} reason_cases[] = {
+	const char *reason; /* NULL: placed as want says */
+	struct want want[3];
+} place_cases[] = {
+	/* whole GPUs and gangs */
+	{"a gang gets the lowest devices", {{.name = "local", .n_gpus = 4}},
+	 1, {.tasks = 2, .gpu_milli = 1000}, .want = {{0, {0}}, {0, {1}}}},
+	{"whole GPUs pass over a shared one",
+	 {{.name = "local", .n_gpus = 4, .used = {100}}}, 1,
+	 {.tasks = 1, .gpu_milli = 2000}, .want = {{0, {1, 2}}}},
+	{"whole GPUs need idle devices",
+	 {{.name = "local", .n_gpus = 4, .used = {100, 100, 100}}}, 1,
+	 {.tasks = 1, .gpu_milli = 2000}, .rc = -ENOSPC,
+	 "needs 2 GPUs per task; 1 of 4 GPUs free on local"},
+	{"a gang split across nodes",
+	 {{.name = "a", .n_gpus = 2}, {.name = "b", .n_gpus = 2}}, 2,
+	 {.tasks = 2, .gpu_milli = 2000}, .want = {{0, {0, 1}}, {1, {0, 1}}}},
+	/* a is fuller; b alone holds the whole 2 x 2 gang. */
+	{"a gang on the one node that holds it",
+	 {{.name = "a", .n_gpus = 4, .used = {1000}},
+	  {.name = "b", .n_gpus = 4}},
+	 2, {.tasks = 2, .gpu_milli = 2000},
+	 .want = {{1, {0, 1}}, {1, {2, 3}}}},
+	{"a gang on the fuller node when both hold it",
+	 {{.name = "a", .n_gpus = 4, .used = {1000}},
+	  {.name = "b", .n_gpus = 4}},
+	 2, {.tasks = 3, .gpu_milli = 1000},
+	 .want = {{0, {1}}, {0, {2}}, {0, {3}}}},
+	/* Two tasks fit on a before the third finds no room anywhere. */
+	{"a failed gang changes nothing",
+	 {{.name = "a", .n_gpus = 4, .cpu_total = 32000, .mem_total = 64 * GIB},
+	  {.name = "b", .n_gpus = 4, .used = {0, 1000, 1000, 1000},
+	   .cpu_total = 32000, .cpu_used = 1000, .mem_total = 64 * GIB}},
+	 2,
+	 {.tasks = 3, .gpu_milli = 2000, .cpu_milli = 4000,
+	  .memory_bytes = 8 * GIB},
+	 .rc = -ENOSPC,
+	 "needs 3 tasks x 2 GPUs; 4 of 4 GPUs free on a; room for 2 of 3 "
+	 "tasks now"},
+	/* shares */
+	{"shares pack one device", {{.name = "local", .n_gpus = 2}}, 1,
+	 {.tasks = 2, .gpu_milli = 500}, .want = {{0, {0}}, {0, {0}}}},
+	{"a cordoned node is skipped",
+	 {{.name = "a", .down = true, .n_gpus = 4, .used = {1000}},
+	  {.name = "b", .n_gpus = 4}},
+	 2, {.tasks = 1, .gpu_milli = 1000}, .want = {{1, {0}}}},
+	/* GPU-free nodes are the best fit for work that needs no GPU. */
+	{"CPU-only work on a node without GPUs",
+	 {{.name = "gpu", .n_gpus = 4, .cpu_total = 64000},
+	  {.name = "cpu", .cpu_total = 64000}},
+	 2, {.tasks = 1, .cpu_milli = 2000}, .want = {{.node = 1}}},
+	/* refusals and their reasons */
 	{"larger than any node", {{.name = "local", .n_gpus = 4}}, 1,
-	 {.tasks = 1, .gpu_milli = 8000}, -ENOSPC,
+	 {.tasks = 1, .gpu_milli = 8000}, .rc = -ENOSPC,
 	 "can never fit: needs 8 GPUs per task but the largest node has 4 "
 	 "(local)"},
 	{"busy now",
 	 {{.name = "local", .n_gpus = 4, .used = {1000, 1000, 1000}}}, 1,
-	 {.tasks = 2, .gpu_milli = 2000}, -ENOSPC,
+	 {.tasks = 2, .gpu_milli = 2000}, .rc = -ENOSPC,
 	 "needs 2 tasks x 2 GPUs; 1 of 4 GPUs free on local"},
 	{"gang larger than the cluster", {{.name = "local", .n_gpus = 4}}, 1,
-	 {.tasks = 3, .gpu_milli = 2000}, -ENOSPC,
+	 {.tasks = 3, .gpu_milli = 2000}, .rc = -ENOSPC,
 	 "can never fit: needs 3 tasks x 2 GPUs but the cluster holds at "
 	 "most 2 such tasks"},
 	{"selector",
 	 {{.name = "local", .n_gpus = 4, .label = {"pool", "infer"}}}, 1,
 	 {.tasks = 1, .gpu_milli = 1000, .selector = pool_train,
 	  .n_selector = 1},
-	 -ENOSPC, "can never fit: no node matches selector pool=train"},
+	 .rc = -ENOSPC, "can never fit: no node matches selector pool=train"},
 	{"taint",
 	 {{.name = "local", .n_gpus = 4,
 	   .taint = {"gpu", "true", "NoSchedule"}}},
-	 1, {.tasks = 1, .gpu_milli = 1000}, -ENOSPC,
+	 1, {.tasks = 1, .gpu_milli = 1000}, .rc = -ENOSPC,
 	 "can never fit: no node tolerates taint gpu=true:NoSchedule"},
 	{"model",
 	 {{.name = "a", .n_gpus = 2},
@@ -152,176 +244,186 @@ static const struct {
 	 2,
 	 {.tasks = 1, .gpu_milli = 1000, .gpu_models = b200,
 	  .n_gpu_models = 1},
-	 -ENOSPC,
+	 .rc = -ENOSPC,
 	 "can never fit: no GPU of model B200 (cluster has: H100-80GB, "
 	 "T4-16GB)"},
 	{"memory now",
 	 {{.name = "local", .mem_total = 8 * GIB, .mem_used = 6 * GIB}}, 1,
-	 {.tasks = 1, .memory_bytes = 4 * GIB}, -ENOSPC,
+	 {.tasks = 1, .memory_bytes = 4 * GIB}, .rc = -ENOSPC,
 	 "needs 4096 MiB memory per task; most free on any node is 2048 MiB "
 	 "(local)"},
 	{"memory never", {{.name = "local", .mem_total = 2 * GIB}}, 1,
-	 {.tasks = 1, .memory_bytes = 4 * GIB}, -ENOSPC,
+	 {.tasks = 1, .memory_bytes = 4 * GIB}, .rc = -ENOSPC,
 	 "can never fit: needs 4096 MiB memory per task but the largest "
 	 "node has 2048 MiB (local)"},
 	{"cpu now", {{.name = "local", .cpu_total = 8000, .cpu_used = 6000}},
-	 1, {.tasks = 1, .cpu_milli = 4000}, -ENOSPC,
+	 1, {.tasks = 1, .cpu_milli = 4000}, .rc = -ENOSPC,
 	 "needs 4 CPUs per task; most free on any node is 2 CPUs (local)"},
 	{"cpu never", {{.name = "local", .cpu_total = 2000}}, 1,
-	 {.tasks = 1, .cpu_milli = 4000}, -ENOSPC,
+	 {.tasks = 1, .cpu_milli = 4000}, .rc = -ENOSPC,
 	 "can never fit: needs 4 CPUs per task but the largest node has 2 "
 	 "CPUs (local)"},
 	{"cordoned", {{.name = "local", .down = true, .n_gpus = 4}}, 1,
-	 {.tasks = 1, .gpu_milli = 1000}, -ENOSPC,
+	 {.tasks = 1, .gpu_milli = 1000}, .rc = -ENOSPC,
 	 "no schedulable node (1 cordoned or unhealthy)"},
 	{"mig", {{.name = "local", .n_gpus = 4}}, 1,
-	 {.tasks = 1, .mig_profile = "1g.10gb"}, -ENOSPC,
+	 {.tasks = 1, .mig_profile = "1g.10gb"}, .rc = -ENOSPC,
 	 KN_SCHED_NEVER "no GPU in MIG mode offers profile 1g.10gb"},
 	{"share now", {{.name = "local", .n_gpus = 1, .used = {800}}}, 1,
-	 {.tasks = 1, .gpu_milli = 500}, -ENOSPC,
+	 {.tasks = 1, .gpu_milli = 500}, .rc = -ENOSPC,
 	 "needs 0.5 GPU per task; most free on one GPU is 0.2 (local)"},
 	{"part of the gang fits now",
 	 {{.name = "a", .n_gpus = 2, .used = {1000, 1000}},
 	  {.name = "b", .n_gpus = 2, .used = {0, 1000}}},
-	 2, {.tasks = 2, .gpu_milli = 1000}, -ENOSPC,
+	 2, {.tasks = 2, .gpu_milli = 1000}, .rc = -ENOSPC,
 	 "needs 2 tasks x 1 GPU; 1 of 2 GPUs free on b; room for 1 of 2 "
 	 "tasks now"},
 	{"no node has both",
 	 {{.name = "a", .n_gpus = 4, .cpu_total = 2000},
 	  {.name = "b", .cpu_total = 16000}},
-	 2, {.tasks = 1, .gpu_milli = 1000, .cpu_milli = 4000}, -ENOSPC,
+	 2, {.tasks = 1, .gpu_milli = 1000, .cpu_milli = 4000}, .rc = -ENOSPC,
 	 "can never fit: needs 1 GPU and 4 CPUs per task but no single node "
 	 "has all of it"},
 	{"no node has both free now",
 	 {{.name = "a", .n_gpus = 2, .cpu_total = 8000, .cpu_used = 8000},
 	  {.name = "b", .n_gpus = 2, .used = {1000, 1000},
 	   .cpu_total = 8000}},
-	 2, {.tasks = 1, .gpu_milli = 1000, .cpu_milli = 1000}, -ENOSPC,
+	 2, {.tasks = 1, .gpu_milli = 1000, .cpu_milli = 1000}, .rc = -ENOSPC,
 	 "needs 1 GPU and 1 CPU per task; no node has all of it free now"},
 	{"the node that fits is cordoned",
 	 {{.name = "a", .n_gpus = 2}, {.name = "b", .down = true, .n_gpus = 8}},
-	 2, {.tasks = 1, .gpu_milli = 4000}, -ENOSPC,
+	 2, {.tasks = 1, .gpu_milli = 4000}, .rc = -ENOSPC,
 	 "needs 4 GPUs per task; 2 of 2 GPUs free on a; 1 node cordoned or "
 	 "unhealthy"},
 	{"shares on a cluster without GPUs", {{.name = "cpu", .cpu_total = 8}},
-	 1, {.tasks = 1, .gpu_milli = 500}, -ENOSPC,
+	 1, {.tasks = 1, .gpu_milli = 500}, .rc = -ENOSPC,
 	 "can never fit: needs 0.5 GPU per task but no node has a GPU"},
-	{"no nodes", {{0}}, 0, {.tasks = 1, .gpu_milli = 1000}, -ENOSPC,
+	{"no nodes", {{0}}, 0, {.tasks = 1, .gpu_milli = 1000}, .rc = -ENOSPC,
 	 "can never fit: the cluster has no nodes"},
 	{"malformed gpu count", {{.name = "local", .n_gpus = 4}}, 1,
-	 {.tasks = 1, .gpu_milli = 1500}, -EINVAL,
+	 {.tasks = 1, .gpu_milli = 1500}, .rc = -EINVAL,
 	 "invalid request: gpu_milli 1500 is neither a share (1..999) nor 1 "
 	 "to 8 whole GPUs"},
 	{"memory not in whole MiB", {{.name = "local", .mem_total = 2 * GIB}},
-	 1, {.tasks = 1, .memory_bytes = 3000000000}, -ENOSPC,
+	 1, {.tasks = 1, .memory_bytes = 3000000000}, .rc = -ENOSPC,
 	 "can never fit: needs 3000000000 bytes memory per task but the "
 	 "largest node has 2048 MiB (local)"},
 	{"model on a cluster without GPUs", {{.name = "cpu", .cpu_total = 8}},
 	 1,
 	 {.tasks = 1, .gpu_milli = 1000, .gpu_models = b200,
 	  .n_gpu_models = 1},
-	 -ENOSPC, "can never fit: no GPU of model B200 (cluster has no GPUs)"},
+	 .rc = -ENOSPC,
+	 "can never fit: no GPU of model B200 (cluster has no GPUs)"},
 	{"only the GPU node is cordoned",
 	 {{.name = "cpu", .cpu_total = 8}, {.name = "g", .down = true,
 					    .n_gpus = 1}},
-	 2, {.tasks = 1, .gpu_milli = 500}, -ENOSPC,
+	 2, {.tasks = 1, .gpu_milli = 500}, .rc = -ENOSPC,
 	 "needs 0.5 GPU per task; none free on any schedulable node; 1 node "
 	 "cordoned or unhealthy"},
 	{"busy GPU node after a CPU node",
 	 {{.name = "cpu", .cpu_total = 8},
 	  {.name = "g", .n_gpus = 2, .used = {1000, 1000}}},
-	 2, {.tasks = 1, .gpu_milli = 1000}, -ENOSPC,
+	 2, {.tasks = 1, .gpu_milli = 1000}, .rc = -ENOSPC,
 	 "needs 1 GPU per task; 0 of 2 GPUs free on g"},
 	{"negative memory", {{.name = "local", .n_gpus = 4}}, 1,
-	 {.tasks = 1, .memory_bytes = -1}, -EINVAL,
+	 {.tasks = 1, .memory_bytes = -1}, .rc = -EINVAL,
 	 "invalid request: negative cpu or memory"},
 	{"no tasks", {{.name = "local", .n_gpus = 4}}, 1,
-	 {.tasks = 0, .gpu_milli = 1000}, -EINVAL,
+	 {.tasks = 0, .gpu_milli = 1000}, .rc = -EINVAL,
 	 "invalid request: tasks must be at least 1 (got 0)"},
 };
 
-static void test_reasons(void **state)
+static void test_cases(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < COUNT(reason_cases); i++) {
+	for (size_t i = 0; i < COUNT(place_cases); i++) {
+		const struct place_case *pc = &place_cases[i];
 		struct fixture f;
-		struct kn_sched_cluster *c;
+		struct kn_sched_cluster *c = build(&f, pc->nodes, pc->n_nodes);
 
-		print_message("case: %s\n", reason_cases[i].what);
-		c = build(&f, reason_cases[i].nodes, reason_cases[i].n_nodes);
-		expect_refused(c, &reason_cases[i].req, reason_cases[i].rc,
-			       reason_cases[i].reason);
+		print_message("case: %s\n", pc->what);
+		if (pc->reason)
+			expect_refused(c, &pc->req, pc->rc, pc->reason);
+		else
+			expect_placed(c, &pc->req, pc->want);
 	}
 }
 
-/* ---- whole GPUs and gangs --------------------------------------------- */
+/* ---- shares, filters, device indexes, models ------------------------- */
 
-static void test_gang_gets_lowest_devices(void **state)
+static void test_share_best_fit(void **state)
 {
-	static const struct node_spec spec[] = {{.name = "local", .n_gpus = 4}};
-	struct kn_sched_request req = {.tasks = 2, .gpu_milli = 1000};
-	struct kn_sched_binding b[2];
-	struct fixture f;
-	struct kn_sched_cluster *c = build(&f, spec, 1);
-	char why[128] = "stale";
-
-	(void)state;
-	assert_int_equal(kn_sched_place(c, &req, b, why, sizeof(why)), 0);
-	assert_string_equal(why, "");
-	for (int t = 0; t < 2; t++) {
-		assert_int_equal(b[t].node, 0);
-		assert_int_equal(b[t].n_devices, 1);
-		assert_int_equal(b[t].milli_per_device, 1000);
-		assert_int_equal(b[t].devices[0], t);
-	}
-	assert_int_equal(f.devices[0][0].used_milli, 1000);
-	assert_int_equal(f.devices[0][1].used_milli, 1000);
-	assert_int_equal(f.devices[0][2].used_milli, 0);
-	assert_int_equal(f.devices[0][3].used_milli, 0);
-}
-
-static void test_failed_gang_changes_nothing(void **state)
-{
-	/* Two tasks fit on a before the third finds no room anywhere. */
-	static const struct node_spec spec[] = {
-		{.name = "a", .n_gpus = 4, .cpu_total = 32000,
-		 .mem_total = 64 * GIB},
-		{.name = "b", .n_gpus = 4, .used = {0, 1000, 1000, 1000},
-		 .cpu_total = 32000, .cpu_used = 1000, .mem_total = 64 * GIB},
+	static const struct {
+		int used[4];
+		int share;
+		int device;
+	} shares[] = {
+		{{0, 300, 600, 0}, 400, 2},  /* fullest with room */
+		{{0, 300, 600, 0}, 500, 1},  /* 2 has only 400 left */
+		{{0, 300, 600, 0}, 800, 0},  /* idle, lowest index */
+		{{0, 600, 600, 0}, 100, 1},  /* tie: lowest index */
+		{{1000, 0, 999, 0}, 1, 2},   /* the last milli */
 	};
-	struct kn_sched_request req = {.tasks = 3, .gpu_milli = 2000,
-				       .cpu_milli = 4000,
-				       .memory_bytes = 8 * GIB};
-	struct fixture f;
-	struct kn_sched_cluster *c = build(&f, spec, 2);
 
 	(void)state;
-	expect_refused(c, &req, -ENOSPC,
-		       "needs 3 tasks x 2 GPUs; 4 of 4 GPUs free on a; room "
-		       "for 2 of 3 tasks now");
+	for (size_t i = 0; i < COUNT(shares); i++) {
+		struct node_spec spec = {.name = "local", .n_gpus = 4};
+		struct kn_sched_request req = {.tasks = 1,
+					       .gpu_milli = shares[i].share};
+		struct want want = {0, {shares[i].device}};
+		struct fixture f;
+
+		memcpy(spec.used, shares[i].used, sizeof(shares[i].used));
+		expect_placed(build(&f, &spec, 1), &req, &want);
+	}
 }
 
-static void test_whole_gpus_need_idle_devices(void **state)
+static void test_selector(void **state)
 {
-	static const struct node_spec some[] = {
-		{.name = "local", .n_gpus = 4, .used = {100}}};
-	static const struct node_spec most[] = {
-		{.name = "local", .n_gpus = 4, .used = {100, 100, 100}}};
-	struct kn_sched_request req = {.tasks = 1, .gpu_milli = 2000};
-	struct kn_sched_binding b[1];
-	struct fixture f;
-	struct kn_sched_cluster *c = build(&f, some, 1);
+	static const struct node_spec pools[] = {
+		{.name = "a", .n_gpus = 4, .label = {"pool", "infer"}},
+		{.name = "b", .n_gpus = 4, .label = {"pool", "train"}}};
+	/* Each pool's selector, and where it lands. */
+	static const struct {
+		const struct kn_sched_label *pool;
+		struct want on;
+	} picks[] = {{&pool_infer, {0, {0}}}, {pool_train, {1, {0}}}};
 
 	(void)state;
-	assert_int_equal(kn_sched_place(c, &req, b, NULL, 0), 0);
-	assert_int_equal(b[0].n_devices, 2);
-	assert_int_equal(b[0].devices[0], 1);
-	assert_int_equal(b[0].devices[1], 2);
-	assert_int_equal(f.devices[0][0].used_milli, 100);
+	for (size_t i = 0; i < COUNT(picks); i++) {
+		struct kn_sched_request req = {.tasks = 1, .gpu_milli = 1000,
+					       .selector = picks[i].pool,
+					       .n_selector = 1};
+		struct fixture f;
 
-	c = build(&f, most, 1);
-	expect_refused(c, &req, -ENOSPC,
-		       "needs 2 GPUs per task; 1 of 4 GPUs free on local");
+		expect_placed(build(&f, pools, 2), &req, &picks[i].on);
+	}
+}
+
+static void test_prefer_no_schedule(void **state)
+{
+	/* a is first and fuller, but asks to be avoided. */
+	static const struct node_spec spot_first[] = {
+		{.name = "a", .n_gpus = 4, .used = {1000},
+		 .taint = {"spot", NULL, "PreferNoSchedule"}},
+		{.name = "b", .n_gpus = 4}};
+	static const struct kn_sched_toleration spot_ok = {"spot", true, NULL,
+							   NULL};
+	static const struct want on_spot[] = {{0, {1}}}, on_b[] = {{1, {0}}};
+	struct kn_sched_request req = {.tasks = 1, .gpu_milli = 1000};
+	struct kn_sched_request tolerant = req;
+	struct fixture f;
+
+	(void)state;
+	expect_placed(build(&f, spot_first, 2), &req, on_b);
+	tolerant.tolerations = &spot_ok;
+	tolerant.n_tolerations = 1;
+	expect_placed(build(&f, spot_first, 2), &tolerant, on_spot);
+	/* With b full, the spot node after all. */
+	build(&f, spot_first, 2);
+	for (int d = 0; d < 4; d++)
+		f.devices[1][d].used_milli = 1000;
+	expect_placed(&f.cluster, &req, on_spot);
 }
 
 static void test_devices_by_index_not_position(void **state)
@@ -342,127 +444,6 @@ static void test_devices_by_index_not_position(void **state)
 	assert_int_equal(f.devices[0][3].used_milli, 1000);
 	assert_int_equal(f.devices[0][2].used_milli, 1000);
 	assert_int_equal(f.devices[0][0].used_milli, 0);
-}
-
-static void test_gang_split_across_nodes(void **state)
-{
-	static const struct node_spec spec[] = {{.name = "a", .n_gpus = 2},
-						{.name = "b", .n_gpus = 2}};
-	struct kn_sched_request req = {.tasks = 2, .gpu_milli = 2000};
-	struct kn_sched_binding b[2];
-	struct fixture f;
-	struct kn_sched_cluster *c = build(&f, spec, 2);
-
-	(void)state;
-	assert_int_equal(kn_sched_place(c, &req, b, NULL, 0), 0);
-	assert_int_equal(b[0].node, 0);
-	assert_int_equal(b[1].node, 1);
-	assert_int_equal(b[1].devices[0], 0);
-	assert_int_equal(b[1].devices[1], 1);
-}
-
-static void test_gang_packing(void **state)
-{
-	/* a is fuller; b alone holds the whole 2 x 2 gang. */
-	static const struct node_spec spec[] = {
-		{.name = "a", .n_gpus = 4, .used = {1000}},
-		{.name = "b", .n_gpus = 4}};
-	struct kn_sched_request two_by_two = {.tasks = 2, .gpu_milli = 2000};
-	struct kn_sched_request three_by_one = {.tasks = 3, .gpu_milli = 1000};
-	struct kn_sched_binding b[3];
-	struct fixture f;
-	struct kn_sched_cluster *c = build(&f, spec, 2);
-
-	(void)state;
-	assert_int_equal(kn_sched_place(c, &two_by_two, b, NULL, 0), 0);
-	assert_int_equal(b[0].node, 1);
-	assert_int_equal(b[1].node, 1);
-
-	/* Best fit: a holds all three, and is the fuller node. */
-	c = build(&f, spec, 2);
-	assert_int_equal(kn_sched_place(c, &three_by_one, b, NULL, 0), 0);
-	for (int t = 0; t < 3; t++) {
-		assert_int_equal(b[t].node, 0);
-		assert_int_equal(b[t].devices[0], t + 1);
-	}
-}
-
-/* ---- shares ------------------------------------------------------------ */
-
-static void test_shares_pack_one_device(void **state)
-{
-	static const struct node_spec spec[] = {{.name = "local", .n_gpus = 2}};
-	struct kn_sched_request req = {.tasks = 2, .gpu_milli = 500};
-	struct kn_sched_binding b[2];
-	struct fixture f;
-	struct kn_sched_cluster *c = build(&f, spec, 1);
-
-	(void)state;
-	assert_int_equal(kn_sched_place(c, &req, b, NULL, 0), 0);
-	for (int t = 0; t < 2; t++) {
-		assert_int_equal(b[t].n_devices, 1);
-		assert_int_equal(b[t].devices[0], 0);
-		assert_int_equal(b[t].milli_per_device, 500);
-	}
-	assert_int_equal(f.devices[0][0].used_milli, 1000);
-	assert_int_equal(f.devices[0][1].used_milli, 0);
-}
-
-static void test_share_best_fit(void **state)
-{
-	static const struct {
-		int used[4];
-		int share;
-		int device;
-	} cases[] = {
-		{{0, 300, 600, 0}, 400, 2},  /* fullest with room */
-		{{0, 300, 600, 0}, 500, 1},  /* 2 has only 400 left */
-		{{0, 300, 600, 0}, 800, 0},  /* idle, lowest index */
-		{{0, 600, 600, 0}, 100, 1},  /* tie: lowest index */
-		{{1000, 0, 999, 0}, 1, 2},   /* the last milli */
-	};
-
-	(void)state;
-	for (size_t i = 0; i < COUNT(cases); i++) {
-		struct node_spec spec = {.name = "local", .n_gpus = 4};
-		struct kn_sched_request req = {.tasks = 1,
-					       .gpu_milli = cases[i].share};
-		struct kn_sched_binding b[1];
-		struct fixture f;
-		struct kn_sched_cluster *c;
-		int d = cases[i].device;
-
-		memcpy(spec.used, cases[i].used, sizeof(cases[i].used));
-		c = build(&f, &spec, 1);
-		assert_int_equal(kn_sched_place(c, &req, b, NULL, 0), 0);
-		assert_int_equal(b[0].devices[0], d);
-		assert_int_equal(f.devices[0][d].used_milli,
-				 cases[i].used[d] + cases[i].share);
-	}
-}
-
-/* ---- filters ------------------------------------------------------------ */
-
-static void test_selector(void **state)
-{
-	static const struct node_spec spec[] = {
-		{.name = "a", .n_gpus = 4, .label = {"pool", "infer"}},
-		{.name = "b", .n_gpus = 4, .label = {"pool", "train"}}};
-	struct kn_sched_request req = {.tasks = 1, .gpu_milli = 1000,
-				       .selector = pool_train,
-				       .n_selector = 1};
-	struct kn_sched_request other = {.tasks = 1, .gpu_milli = 1000,
-					 .selector = &pool_infer,
-					 .n_selector = 1};
-	struct kn_sched_binding b[1];
-	struct fixture f;
-	struct kn_sched_cluster *c = build(&f, spec, 2);
-
-	(void)state;
-	assert_int_equal(kn_sched_place(c, &req, b, NULL, 0), 0);
-	assert_int_equal(b[0].node, 1);
-	assert_int_equal(kn_sched_place(c, &other, b, NULL, 0), 0);
-	assert_int_equal(b[0].node, 0);
 }
 
 static void test_tolerations(void **state)
@@ -508,41 +489,6 @@ static void test_tolerations(void **state)
 	}
 }
 
-static void test_prefer_no_schedule(void **state)
-{
-	/* a is first and fuller, but asks to be avoided. */
-	static const struct node_spec spec[] = {
-		{.name = "a", .n_gpus = 4, .used = {1000},
-		 .taint = {"spot", NULL, "PreferNoSchedule"}},
-		{.name = "b", .n_gpus = 4}};
-	static const struct node_spec b_full[] = {
-		{.name = "a", .n_gpus = 4, .used = {1000},
-		 .taint = {"spot", NULL, "PreferNoSchedule"}},
-		{.name = "b", .n_gpus = 4, .used = {1000, 1000, 1000, 1000}}};
-	static const struct kn_sched_toleration spot_ok = {"spot", true, NULL,
-							   NULL};
-	struct kn_sched_request req = {.tasks = 1, .gpu_milli = 1000};
-	struct kn_sched_request tolerant = req;
-	struct kn_sched_binding b[1];
-	struct fixture f;
-	struct kn_sched_cluster *c = build(&f, spec, 2);
-
-	(void)state;
-	assert_int_equal(kn_sched_place(c, &req, b, NULL, 0), 0);
-	assert_int_equal(b[0].node, 1);
-
-	tolerant.tolerations = &spot_ok;
-	tolerant.n_tolerations = 1;
-	c = build(&f, spec, 2);
-	assert_int_equal(kn_sched_place(c, &tolerant, b, NULL, 0), 0);
-	assert_int_equal(b[0].node, 0);
-
-	c = build(&f, b_full, 2);
-	assert_int_equal(kn_sched_place(c, &req, b, NULL, 0), 0);
-	assert_int_equal(b[0].node, 0);
-	assert_int_equal(b[0].devices[0], 1);
-}
-
 static void test_gpu_models(void **state)
 {
 	static const struct {
@@ -585,40 +531,23 @@ static void test_gpu_models_on_mixed_node(void **state)
 {
 	static const struct node_spec spec[] = {{.name = "mixed", .n_gpus = 4}};
 	static const char *const wanted[] = {"B200", "t4"};
+	static const struct want the_t4s[] = {{0, {1, 3}}};
 	struct kn_sched_request req = {.tasks = 1, .gpu_milli = 2000,
 				       .gpu_models = wanted,
 				       .n_gpu_models = 2};
-	struct kn_sched_binding b[1];
 	struct fixture f;
 	struct kn_sched_cluster *c = build(&f, spec, 1);
 
 	(void)state;
 	f.devices[0][1].model = "T4-16GB";
 	f.devices[0][3].model = "T4-16GB";
-	assert_int_equal(kn_sched_place(c, &req, b, NULL, 0), 0);
-	assert_int_equal(b[0].devices[0], 1);
-	assert_int_equal(b[0].devices[1], 3);
+	expect_placed(c, &req, the_t4s);
 	expect_refused(c, &req, -ENOSPC,
 		       "needs 2 GPUs per task; 0 of 2 GPUs free on mixed");
 	req.gpu_milli = 4000;
 	expect_refused(c, &req, -ENOSPC,
 		       "can never fit: needs 4 GPUs per task but the largest "
 		       "node has 2 (mixed)");
-}
-
-static void test_unschedulable_skipped(void **state)
-{
-	static const struct node_spec spec[] = {
-		{.name = "a", .down = true, .n_gpus = 4, .used = {1000}},
-		{.name = "b", .n_gpus = 4}};
-	struct kn_sched_request req = {.tasks = 1, .gpu_milli = 1000};
-	struct kn_sched_binding b[1];
-	struct fixture f;
-	struct kn_sched_cluster *c = build(&f, spec, 2);
-
-	(void)state;
-	assert_int_equal(kn_sched_place(c, &req, b, NULL, 0), 0);
-	assert_int_equal(b[0].node, 1);
 }
 
 /* ---- cpu and memory ----------------------------------------------------- */
@@ -634,22 +563,18 @@ static void test_cpu_and_memory(void **state)
 				       .memory_bytes = 4 * GIB};
 	struct kn_sched_request one = {.tasks = 1, .cpu_milli = 3000};
 	struct kn_sched_request big = {.tasks = 1, .memory_bytes = 9 * GIB};
-	struct kn_sched_binding b[2];
+	static const struct want both_on_local[] = {{0, {0}}, {0, {1}}};
+	static const struct want on_untracked[] = {{.node = 1}};
 	struct fixture f;
 	struct kn_sched_cluster *c = build(&f, spec, 2);
 
 	(void)state;
-	assert_int_equal(kn_sched_place(c, &req, b, NULL, 0), 0);
-	assert_int_equal(b[0].node, 0);
-	assert_int_equal(b[1].node, 0);
+	expect_placed(c, &req, both_on_local);
 	assert_int_equal(f.nodes[0].cpu_milli_used, 6000);
 	assert_int_equal(f.nodes[0].memory_used, 8 * GIB);
 
 	/* Only the untracked node is left; its counters stay at zero. */
-	assert_int_equal(kn_sched_place(c, &one, b, NULL, 0), 0);
-	assert_int_equal(b[0].node, 1);
-	assert_int_equal(b[0].n_devices, 0);
-	assert_int_equal(f.nodes[1].cpu_milli_used, 0);
+	expect_placed(c, &one, on_untracked);
 
 	c->nodes[1].schedulable = false;
 	expect_refused(c, &one, -ENOSPC,
@@ -659,25 +584,6 @@ static void test_cpu_and_memory(void **state)
 		       "needs 9216 MiB memory per task; most free on any "
 		       "node is 8192 MiB (local); 1 node cordoned or "
 		       "unhealthy");
-}
-
-static void test_cpu_only_task(void **state)
-{
-	/* GPU-free nodes are the best fit for work that needs no GPU. */
-	static const struct node_spec spec[] = {
-		{.name = "gpu", .n_gpus = 4, .cpu_total = 64000},
-		{.name = "cpu", .cpu_total = 64000}};
-	struct kn_sched_request req = {.tasks = 1, .cpu_milli = 2000};
-	struct kn_sched_binding b[1];
-	struct fixture f;
-	struct kn_sched_cluster *c = build(&f, spec, 2);
-
-	(void)state;
-	assert_int_equal(kn_sched_place(c, &req, b, NULL, 0), 0);
-	assert_int_equal(b[0].node, 1);
-	assert_int_equal(b[0].n_devices, 0);
-	assert_int_equal(b[0].milli_per_device, 0);
-	assert_int_equal(f.nodes[1].cpu_milli_used, 2000);
 }
 
 /* ---- release -------------------------------------------------------------- */
@@ -779,23 +685,15 @@ static void test_sort_queue(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_reasons),
-		cmocka_unit_test(test_gang_gets_lowest_devices),
-		cmocka_unit_test(test_failed_gang_changes_nothing),
-		cmocka_unit_test(test_whole_gpus_need_idle_devices),
-		cmocka_unit_test(test_devices_by_index_not_position),
-		cmocka_unit_test(test_gang_split_across_nodes),
-		cmocka_unit_test(test_gang_packing),
-		cmocka_unit_test(test_shares_pack_one_device),
+		cmocka_unit_test(test_cases),
 		cmocka_unit_test(test_share_best_fit),
 		cmocka_unit_test(test_selector),
-		cmocka_unit_test(test_tolerations),
 		cmocka_unit_test(test_prefer_no_schedule),
+		cmocka_unit_test(test_devices_by_index_not_position),
+		cmocka_unit_test(test_tolerations),
 		cmocka_unit_test(test_gpu_models),
 		cmocka_unit_test(test_gpu_models_on_mixed_node),
-		cmocka_unit_test(test_unschedulable_skipped),
 		cmocka_unit_test(test_cpu_and_memory),
-		cmocka_unit_test(test_cpu_only_task),
 		cmocka_unit_test(test_release_restores),
 		cmocka_unit_test(test_release_stale_binding),
 		cmocka_unit_test(test_sort_queue),
