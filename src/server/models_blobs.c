@@ -579,6 +579,8 @@ static void upload_commit_done(void *arg, bool ran)
 	free(w);
 }
 
+static void parts_answer_held(struct upload *u);
+
 /*
  * The staged file is whole and hashed: check that it hashes to
  * u->digest, then hand it (out of the list) to a worker that puts it in
@@ -601,6 +603,7 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 				 "blob %s: the %lld bytes sent hash to %s; "
 				 "refused", u->digest, (long long)u->offset,
 				 hex);
+	parts_answer_held(u);
 	upload_detach(models_state(s), u);
 	close(u->fd);
 	u->fd = -1;
@@ -734,6 +737,42 @@ static int part_check(struct server *s, const struct caller *c,
 				 "first", u->id, upload_label(u),
 				 MODEL_RANGES_MAX);
 	return models_staging_room(s, c->name, (int64_t)len, err);
+}
+
+/*
+ * The upload is whole, so a sized part still waiting its turn repeats
+ * bytes it holds: sent again by a client that asked what was held while
+ * parts whose clients had gone were still being written. Each is
+ * compared with what is held and answered as a part held before; the
+ * rest are left to the upload's end.
+ */
+static void parts_answer_held(struct upload *u)
+{
+	struct part_job **p = &u->queued;
+
+	while (*p) {
+		struct part_job *j = *p;
+		struct kn_error err;
+		size_t len;
+		int rc = -1;
+
+		j->data = kn_http_body(j->req, &len);
+		if (j->size >= 0 && len == j->len)
+			rc = part_check(j->s, &j->caller, u, j->offset, j->len,
+					j->size, &err);
+		if (rc != 1) {
+			p = &j->next;
+			continue;
+		}
+		*p = j->next;
+		if (part_matches(u, j->data, j->len, j->offset, &err) < 0) {
+			part_fail(j, &err);
+			continue;
+		}
+		kn_http_reply_json(j->req, 200, part_answer(u));
+		part_free(j);
+	}
+	u->queued_tail = p;
 }
 
 /* On a worker: the part written where it belongs, then hashed on. */

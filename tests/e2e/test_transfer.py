@@ -245,6 +245,33 @@ def test_parts_whose_clients_go_before_the_answer(server):
     assert stored(server, digest) == data
 
 
+def test_parts_sent_again_while_the_last_is_written_are_answered_held(server):
+    """Every part at once, then every part again before the first round
+    is all written: the copies that still wait their turn when the last
+    part makes the upload whole repeat bytes it holds, and are answered
+    as held, never refused for the upload's end."""
+    data = os.urandom(48 * MiB)  # twice over: 96 MiB, in the per-client cap
+    digest = hashlib.sha256(data).hexdigest()
+    part = 8 * MiB
+    answers = []
+
+    def send(off):
+        answers.append(put_part(server, digest, "twice", off, len(data),
+                                data[off:off + part]))
+
+    threads = [threading.Thread(target=send, args=(off,))
+               for _ in range(2) for off in range(0, len(data), part)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(r.status_code for r in answers)
+    assert all(c in (200, 201) for c in codes), [r.text for r in answers
+                                                  if r.status_code >= 300]
+    assert codes.count(201) == 1, codes
+    assert stored(server, digest) == data
+
+
 def test_sized_and_in_order_parts_do_not_mix(server):
     data = os.urandom(2 * MiB)
     digest = hashlib.sha256(data).hexdigest()
