@@ -224,9 +224,10 @@ def _deb_build_args():
 
 
 def pytest_collection_finish(session):
-    if (os.environ.get("KILN_DEB") or not can_build_deb() or
-            not any("deb" in getattr(item, "fixturenames", ())
-                    for item in session.items)):
+    wanted = any("deb" in getattr(item, "fixturenames", ())
+                 for item in session.items)
+    if (not wanted or os.environ.get("KILN_DEB") or
+            session.config.option.collectonly or not can_build_deb()):
         return
     DEB_OUT.mkdir(exist_ok=True)
     DEB_BUILDS.append(subprocess.Popen(
