@@ -4,6 +4,7 @@ Tests wait on conditions with deadlines, never on fixed sleeps."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -21,8 +22,9 @@ import contract
 # user's data directory would; see task_readable_tmp_path below.
 tempfile.tempdir = os.environ.get("KILN_E2E_TMPDIR", "/var/tmp")
 
+REPO = Path(__file__).resolve().parents[2]
 KILN = os.environ.get("KILN_BIN") or str(
-    Path(__file__).resolve().parents[2] / "build" / "src" / "cmd" / "kiln")
+    REPO / "build" / "src" / "cmd" / "kiln")
 
 
 def _searchable_for_tasks(path):
@@ -114,7 +116,10 @@ def kill_processes_under(root):
     """SIGKILL everything processes_under(root) finds (tasks outlive the
     server by design, so a test ends them itself), and wait until they
     are gone."""
-    for pid, _ in processes_under(root):
+    found = processes_under(root)
+    if not found:
+        return
+    for pid, _ in found:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
@@ -196,6 +201,69 @@ def pytest_terminal_summary(terminalreporter):
     for what, out in FAILED_STOPS:
         terminalreporter.write_line(
             f"FAILED: stopping {what}:\n{out[-4000:]}", red=True)
+
+
+# The Debian package test_install.py checks: KILN_DEB when CI built it,
+# else `make deb`'s in build-deb, which scripts/deb.sh builds again only
+# when the source changed. A build takes most of a minute of both cores,
+# which the tests before test_install.py leave idle much of the time: it
+# starts with the run, at the lowest priority, and the fixture that needs
+# the package waits for it (build_deb). flock keeps one build at a time,
+# so another worker of a parallel run, or the fixture, finds it made.
+DEB_OUT = REPO / "build-deb"
+DEB_BUILDS = []
+
+
+def can_build_deb():
+    return bool(shutil.which("dpkg-buildpackage") and shutil.which("dh"))
+
+
+def _deb_build_args():
+    return ["flock", str(DEB_OUT / ".lock"), "bash",
+            str(REPO / "scripts" / "deb.sh"), str(DEB_OUT)]
+
+
+def pytest_collection_finish(session):
+    wanted = any("deb" in getattr(item, "fixturenames", ())
+                 for item in session.items)
+    if (not wanted or os.environ.get("KILN_DEB") or
+            session.config.option.collectonly or not can_build_deb()):
+        return
+    DEB_OUT.mkdir(exist_ok=True)
+    DEB_BUILDS.append(subprocess.Popen(
+        ["nice", "-n", "19", *_deb_build_args()], stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True))
+
+
+def build_deb():
+    """The package in build-deb, once the run's own build of it (now
+    raised to the normal priority, where allowed) or this call's has made
+    it. Fails with the build's output."""
+    for proc in DEB_BUILDS:
+        try:
+            os.setpriority(os.PRIO_PGRP, proc.pid, 0)
+        except OSError:
+            pass  # not root, or it has ended
+    DEB_OUT.mkdir(exist_ok=True)
+    res = subprocess.run(_deb_build_args(), capture_output=True, text=True,
+                         timeout=1800)
+    assert res.returncode == 0, res.stdout + res.stderr
+    [pkg] = DEB_OUT.glob("kiln_*.deb")
+    return pkg
+
+
+def _end_deb_builds():
+    """A run that ends before test_install.py does not leave the build
+    running."""
+    for proc in DEB_BUILDS:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except OSError:
+                pass
+        proc.wait(timeout=60)
+    DEB_BUILDS.clear()
 
 
 SESSION_STARTED = time.time()
@@ -296,6 +364,7 @@ def pytest_sessionfinish(session, exitstatus):
     found to the controller instead (pytest_testnodedown), whose
     terminal and exit status are the run's."""
     finish_stops()
+    _end_deb_builds()
     if RUN_ROOT:
         end_what_the_run_left(RUN_ROOT[0])
     worker_output = getattr(session.config, "workeroutput", None)
@@ -533,15 +602,14 @@ AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
 def azurite(tmp_path_factory):
     """A real Azurite blob service on a free loopback port, installed from
     npm on first use by scripts/azurite.sh; yields its endpoint URL."""
-    repo = Path(__file__).resolve().parents[2]
     state = tmp_path_factory.mktemp("azurite")
-    started = subprocess.run(["bash", str(repo / "scripts/azurite.sh"), "start",
+    started = subprocess.run(["bash", str(REPO / "scripts/azurite.sh"), "start",
                               str(state)], capture_output=True, text=True,
                              timeout=600)
     assert started.returncode == 0, started.stderr
     endpoint = started.stdout.strip().splitlines()[-1]
     yield endpoint
-    stop_at_end("Azurite", ["bash", str(repo / "scripts/azurite.sh"), "stop",
+    stop_at_end("Azurite", ["bash", str(REPO / "scripts/azurite.sh"), "stop",
                             str(state)])
 
 

@@ -89,7 +89,7 @@ def wait_text(driver, css, text, timeout=30):
             pass
         return None
     try:
-        return wait_for(found, timeout=timeout, interval=0.2,
+        return wait_for(found, timeout=timeout, interval=0.05,
                         what=f"{text!r} in {css}")
     except AssertionError as e:
         shown = [x.text for x in driver.find_elements(By.CSS_SELECTOR, css)]

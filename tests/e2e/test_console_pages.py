@@ -28,12 +28,12 @@ ON_DEMAND = {"selector": {"sku": "Test_G2", "pricing": "on_demand"}}
 @pytest.fixture
 def priced(tmp_path):
     """test_cost's priced simulated nodes, their tasks' usage sampled
-    every 500 ms."""
+    every 200 ms."""
     cat = tmp_path / "catalog.csv"
     cat.write_text(CATALOG)
     s = Server(tmp_path / "home", gpus=None,
                extra=SIM_NODES + ["--catalog", str(cat), "--health-interval",
-                                  "0", "--usage-interval", "500ms"])
+                                  "0", "--usage-interval", "200ms"])
     s.home.mkdir()
     s.start()
     # Where a task looks for its stop: one its user can reach.

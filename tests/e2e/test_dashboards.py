@@ -160,8 +160,10 @@ class Prometheus:
     def __init__(self, dir, scrape_configs):
         self.dir = dir
         self.dir.mkdir()
-        config = {"global": {"scrape_interval": "1s",
-                             "evaluation_interval": "1s"},
+        # Scrapes and rule runs come quickly, so that the few a test
+        # waits for take a second or so.
+        config = {"global": {"scrape_interval": "250ms",
+                             "evaluation_interval": "250ms"},
                   "rule_files": [str(r) for r in RULES],
                   "scrape_configs": scrape_configs}
         (self.dir / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -320,7 +322,7 @@ def test_every_panel_and_rule_has_series(server, exporters, gateways,
         # Several scrapes of each, and the rules evaluated over them.
         wait_for(lambda: len(prom.query(
             "count_over_time(up[1m]) >= 5 and up == 1")) == 3,
-            timeout=60, interval=0.5, what="5 good scrapes of each target")
+            timeout=60, interval=0.1, what="5 good scrapes of each target")
         wait_for(lambda: prom.query("kiln:goodput:ratio"), timeout=30,
                  what="the recording rules evaluated")
         rules = requests.get(prom.url + "/api/v1/rules", timeout=10).json()

@@ -10,6 +10,11 @@ import pytest
 
 from conftest import wait_for
 
+# The environments' idle_timeout, in seconds: long enough for Python to
+# start on a loaded machine (a start counts as use, and the script's
+# first sample says busy), short for the tests that wait it out.
+IDLE_S = 3
+
 # Says whether its home holds what the last start left, writes it, keeps
 # its simulated GPU busy until GATE exists, then idle.
 ENV_SCRIPT = (
@@ -67,21 +72,21 @@ def gate_dir():
 
 def test_idle_stop_warns_and_home_comes_back(s, gate_dir):
     gate = gate_dir / "idle"
-    # Long enough for Python to start on a loaded machine: a start
-    # counts as use, and the script's first sample says busy.
-    spec = devenv_yaml("box", gate, idle_timeout="6s")
+    spec = devenv_yaml("box", gate, idle_timeout=f"{IDLE_S}s")
     first = s.submit(spec, filename="box.yaml")
     s.wait_state(first, "running")
     wait_for(lambda: "home is" in s.logs(first), what="the first start")
     assert "fresh home" in s.logs(first)
-    # Busy GPUs keep it up past its idle_timeout.
-    time.sleep(8)
+    # Busy GPUs keep it up past its idle_timeout, the warning's lead (a
+    # fifth of it) and a tick.
+    time.sleep(IDLE_S * 1.2 + 2)
     assert s.job(first)["state"] == "running", s.job(first)
 
     gate.write_text("")
     job = s.wait_state(first, ("cancelled", "failed", "succeeded"), timeout=45)
     assert job["state"] == "cancelled", job
-    assert job["reason"].startswith("stopped: idle for 6s"), job["reason"]
+    assert job["reason"].startswith(f"stopped: idle for {IDLE_S}s"), \
+        job["reason"]
     ev = events(s)
     kinds = [e["type"] for e in ev if e.get("job") == first]
     assert "devenv.idle_warning" in kinds, kinds
@@ -111,7 +116,7 @@ def test_idle_stop_warns_and_home_comes_back(s, gate_dir):
     one, two = s.job(first), s.job(second)
     assert rows[first]["stopped_for"] == "idle"
     assert rows[first]["gpus"] == 1
-    assert 5 <= rows[first]["idle_hours"] * 3600 <= 40, rows[first]
+    assert IDLE_S - 1 <= rows[first]["idle_hours"] * 3600 <= 40, rows[first]
     gap_s = (two["started_at_ms"] - one["ended_at_ms"]) / 1000
     assert abs(rows[first]["saved_gpu_hours"] * 3600 - gap_s) < 2, (
         rows[first], gap_s)
@@ -126,7 +131,7 @@ def test_another_owner_gets_a_home_of_its_own(s, gate_dir):
     gate.write_text("")
     alice = s.create_token("alice", "user")
     bob = s.create_token("bob", "user")
-    spec = devenv_yaml("box", gate, idle_timeout="4s")
+    spec = devenv_yaml("box", gate, idle_timeout=f"{IDLE_S}s")
     a = s.submit(spec, token=alice)
     s.wait_state(a, "cancelled", timeout=45)
     wait_for(lambda: "home is" in s.logs(a), what="alice's start")

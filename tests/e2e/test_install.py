@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KILN, kill_processes_under, wait_for
+from conftest import (KILN, build_deb, can_build_deb, kill_processes_under,
+                      wait_for)
 
 SOURCE = Path(__file__).resolve().parents[2]
 BUILD = Path(KILN).resolve().parents[2]
@@ -389,21 +390,16 @@ def test_server_tells_systemd_it_is_ready(prefix, tmp_path):
 @pytest.fixture(scope="module")
 def deb():
     """The package: KILN_DEB when CI built it, else `make deb`'s in
-    build-deb, which scripts/deb.sh builds only when the source changed
-    since it was built."""
+    build-deb, which the run began building in the background
+    (conftest.build_deb)."""
     if os.environ.get("KILN_DEB"):
         return Path(os.environ["KILN_DEB"])
-    if not (shutil.which("dpkg-buildpackage") and shutil.which("dh")):
+    if not can_build_deb():
         pytest.skip("dpkg-buildpackage or debhelper is not installed "
                     "(scripts/install-deps.sh deb)")
-    out = SOURCE / "build-deb"
     started = time.monotonic()
-    res = subprocess.run(["bash", str(SOURCE / "scripts" / "deb.sh"),
-                          str(out)], capture_output=True, text=True,
-                         timeout=1800)
-    assert res.returncode == 0, res.stdout + res.stderr
+    pkg = build_deb()
     print(f"deb built or found in {time.monotonic() - started:.0f}s")
-    [pkg] = out.glob("kiln_*.deb")
     return pkg
 
 

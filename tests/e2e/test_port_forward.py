@@ -308,7 +308,7 @@ BUSY_UNTIL_GATE = (
     "threading.Thread(target=idle_at_gate, daemon=True).start()\n")
 # The task's first sample must come within it (Python's start, about a
 # second on a loaded machine), and it is waited out twice per test.
-IDLE_S = 4
+IDLE_S = 3
 
 
 def busy_devenv(gate, script, **env):

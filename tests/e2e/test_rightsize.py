@@ -3,7 +3,7 @@ process that holds ~200 MiB and spins one core half of the time (10 ms
 on, 10 ms off) while asking for 4 CPUs (or all of a smaller machine's:
 the node has this machine's cores) and 4 GiB, and a task on a simulated GPU that declares 8 GiB of GPU
 memory at 25% utilisation (the simulated device model's usage file).
-The server samples them every 500 ms; the tests stop the jobs once
+The server samples them every 200 ms; the tests stop the jobs once
 enough samples are in, then check GET /v1/cost and /v1/cost/rightsize
 and `kiln cost --rightsize` against what the processes did."""
 import csv
@@ -73,7 +73,7 @@ def sampled(tmp_path_factory):
     # GPU task beside it names none, which would count the default CPU
     # and wait for spin to end: it counts nothing here.
     s = Server(home, gpus="1xH100-80GB",
-               extra=["--usage-interval", "500ms",
+               extra=["--usage-interval", "200ms",
                       "--default-task-cpus", "0"]).start()
     # Where the tasks look for their stop: one their user can reach.
     gate = Path(tempfile.mkdtemp(prefix="kiln-rightsize-"))

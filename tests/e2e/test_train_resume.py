@@ -15,8 +15,9 @@ from conftest import (AZURITE_KEY, KILN, Server, azurite_env, job_yaml,
 REPO = Path(__file__).resolve().parents[2]
 # Paced steps: each attempt must still be running when the test sees its
 # first new checkpoint and evicts it, even on a loaded machine under ASan
-# (unpaced, the 60 tiny steps take about a second).
-TINY = ["--steps", "60", "--checkpoint-every", "5", "--step-sleep", "0.15",
+# (unpaced, the 40 tiny steps take under a second). The second eviction
+# comes at step 10 or soon after, 30 steps (about 5 s) before the end.
+TINY = ["--steps", "40", "--checkpoint-every", "5", "--step-sleep", "0.15",
         "--batch", "4", "--context", "32", "--dim", "32", "--layers", "1",
         "--heads", "2"]
 
