@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sched/sched.h"
@@ -527,10 +528,46 @@ static void test_random_snapshots(void **state)
 	}
 }
 
+/* A shape's constraint names the nodes' models it accepts, each once, in
+   node order; one that accepts none keeps its own names. */
+static void test_gpu_spec(void **state)
+{
+	static const struct kn_pack_node_spec nodes[] = {
+		{"a", 8000, 65536, 8, "H100-80GB"},
+		{"b", 8000, 65536, 8, "A100-80GB"},
+		{"c", 8000, 65536, 8, "H100-80GB"},
+		{"d", 8000, 65536, 0, NULL},
+	};
+	static const char *const h100[] = {"h100"};
+	static const char *const both[] = {"A100", "H100"};
+	static const char *const absent[] = {"MI300X", "L40S"};
+	static const struct {
+		const char *const *models;
+		size_t n;
+		const char *want;
+	} cases[] = {
+		{h100, 1, "H100-80GB"},
+		{both, 2, "H100-80GB|A100-80GB"},
+		{absent, 2, "MI300X|L40S"},
+	};
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct kn_sched_shape shape = {.gpu_milli = 1000,
+					       .gpu_models = cases[i].models,
+					       .n_gpu_models = cases[i].n};
+		char *spec = kn_pack_gpu_spec(nodes, 4, &shape);
+
+		assert_string_equal(spec, cases[i].want);
+		free(spec);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_snapshot_scores),
+		cmocka_unit_test(test_gpu_spec),
 		cmocka_unit_test(test_kiln_ties),
 		cmocka_unit_test(test_kiln_cpu_only),
 		cmocka_unit_test(test_kiln_cpu_per_gpu),
