@@ -55,6 +55,7 @@ struct upload {
 	struct model_ranges got; /* sized: the parts received */
 	int64_t touched_ms;
 	bool at_commit;      /* its commit is kept (struct commit_seen) */
+	bool write_early;    /* bound for a file store, synced at its commit */
 	/* Sized: the part a worker writes now (it alone touches fd, ctx
 	   and hashed meanwhile), and those that came since, in order. */
 	struct part_job *writing;
@@ -476,6 +477,7 @@ static int upload_begin(struct server *s, const char *digest,
 	u->fd = mkostemp(u->path, O_CLOEXEC);
 	u->ctx = EVP_MD_CTX_new();
 	u->size = -1;
+	u->write_early = !strncmp(core_blob_url(s), "file://", 7);
 	u->touched_ms = now;
 	u->queued_tail = &u->queued;
 	u->next = m->uploads;
@@ -782,10 +784,11 @@ static void part_work(void *arg)
 	struct upload *u = j->u;
 	int rc = kn_pwrite_all(u->fd, j->data, j->len, j->offset);
 
-	/* The part's writeback starts now, beside the next parts: a blob
-	   linked into a file store is synced at its commit, and finds
-	   little left to write. */
-	if (rc == 0)
+	/* The part's writeback starts now, beside the next parts, so a
+	   file store's sync at the commit finds little left to write; for
+	   a remote store the staging file is read back and deleted, and
+	   writing it out would be wasted. */
+	if (rc == 0 && u->write_early)
 		sync_file_range(u->fd, j->offset, (off_t)j->len,
 				SYNC_FILE_RANGE_WRITE);
 	if (rc < 0)
