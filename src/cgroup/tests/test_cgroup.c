@@ -218,29 +218,41 @@ static bool dir_exists(const char *root, const char *dir)
  */
 static void test_sweep_fake(void **state)
 {
+	static const struct {
+		const char *dir;
+		bool old, busy, swept;
+	} dirs[] = {
+		{"memory/srv/kiln/task-left", true, false, true},
+		{"cpu/kiln/task-left", true, false, true},
+		{"pids/kiln/task-left", true, false, true},
+		{"devices/kiln/task-only-devices", true, false, true},
+		{"memory/srv/kiln/task-new", false, false, false},
+		{"memory/srv/kiln/other-old", true, false, false},
+		{"memory/srv/kiln/task-busy", true, true, false},
+	};
+	const size_t n = sizeof(dirs) / sizeof(dirs[0]);
 	struct tree *tree = *state;
 	const char *root = tree->root, *self = tree->self;
 	struct kn_cgroup_place place = {root, "kiln", self};
 	struct kn_error err;
 	size_t removed = 9;
 
-	old_dir(root, "memory/srv/kiln/task-left", true);
-	old_dir(root, "cpu/kiln/task-left", true);
-	old_dir(root, "pids/kiln/task-left", true);
-	old_dir(root, "devices/kiln/task-only-devices", true);
-	old_dir(root, "memory/srv/kiln/task-new", false);
-	old_dir(root, "memory/srv/kiln/other-old", true);
-	touch(root, "memory/srv/kiln/task-busy/cgroup.procs", "42\n");
-	old_dir(root, "memory/srv/kiln/task-busy", true);
+	for (size_t i = 0; i < n; i++) {
+		if (dirs[i].busy) {
+			char *procs = kn_asprintf("%s/cgroup.procs",
+						  dirs[i].dir);
+
+			touch(root, procs, "42\n");
+			free(procs);
+		}
+		old_dir(root, dirs[i].dir, dirs[i].old);
+	}
 	assert_int_equal(kn_cgroup_sweep(&place, 60, &removed, &err), 0);
 	assert_int_equal(removed, 2);
-	assert_false(dir_exists(root, "memory/srv/kiln/task-left"));
-	assert_false(dir_exists(root, "cpu/kiln/task-left"));
-	assert_false(dir_exists(root, "pids/kiln/task-left"));
-	assert_false(dir_exists(root, "devices/kiln/task-only-devices"));
-	assert_true(dir_exists(root, "memory/srv/kiln/task-new"));
-	assert_true(dir_exists(root, "memory/srv/kiln/other-old"));
-	assert_true(dir_exists(root, "memory/srv/kiln/task-busy"));
+	for (size_t i = 0; i < n; i++)
+		if (dir_exists(root, dirs[i].dir) == dirs[i].swept)
+			fail_msg("%s: %s", dirs[i].dir,
+				 dirs[i].swept ? "not swept" : "swept");
 	/* A parent not made yet (no task ran) is nothing to sweep. */
 	place.parent = "never";
 	assert_int_equal(kn_cgroup_sweep(&place, 60, &removed, &err), 0);

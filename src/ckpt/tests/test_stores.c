@@ -339,64 +339,70 @@ static bool connected(struct listener *l)
 #define EMPTY_201                                                            \
 	"HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
+/* A table holding the store "ckpt", the container at l's port, with its
+   SAS from KILN_TEST_STORE_SAS; *url is the container's URL. */
+static struct kn_stores *sas_stores(const struct listener *l, char **url)
+{
+	struct kn_stores *stores = kn_stores_new();
+	struct kn_error err;
+
+	*url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
+			   l->port);
+	setenv("KILN_TEST_STORE_SAS", SAS, 1);
+	assert_int_equal(kn_stores_add(stores, "ckpt", *url,
+				       "KILN_TEST_STORE_SAS", NULL, false, &err),
+			 0);
+	return stores;
+}
+
+/* One byte written as blob "a" of the store ref opens, for field; l has
+   then read the whole request. */
+static void put_through(struct kn_stores *stores, const char *ref,
+			const char *field, struct listener *l)
+{
+	struct kn_blob_store *s;
+	struct kn_error err;
+
+	assert_int_equal(kn_stores_open(stores, ref, field, NULL, &s, &err), 0);
+	assert_int_equal(kn_blob_put_bytes(s, "a", "x", 1, 0, &err), 0);
+	kn_blob_store_free(s);
+	pthread_join(l->thread, NULL);
+}
+
 static void test_credential_stays_with_its_store(void **state)
 {
 	struct listener store, other;
-	struct kn_stores *stores = kn_stores_new();
-	struct kn_blob_store *s;
-	struct kn_error err;
+	struct kn_stores *stores;
 	char *store_url, *other_url, *nested;
 	(void)state;
 
 	listen_on(&store, EMPTY_201, true);
 	listen_on(&other, EMPTY_201, true);
-	store_url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
-				store.port);
+	stores = sas_stores(&store, &store_url);
 	other_url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
 				other.port);
-	setenv("KILN_TEST_STORE_SAS", SAS, 1);
-	assert_int_equal(kn_stores_add(stores, "ckpt", store_url,
-				       "KILN_TEST_STORE_SAS", NULL, false, &err),
-			 0);
 	kn_stores_allow_unconfigured(stores, true);
 
 	/* by name, and by a URL inside it: the store's SAS goes along */
-	assert_int_equal(kn_stores_open(stores, "ckpt", "checkpoint.store",
-					NULL, &s, &err), 0);
-	assert_int_equal(kn_blob_put_bytes(s, "a", "x", 1, 0, &err), 0);
-	kn_blob_store_free(s);
-	pthread_join(store.thread, NULL);
+	put_through(stores, "ckpt", "checkpoint.store", &store);
 	assert_non_null(strstr(store.request, "sig=SeCrEtSiG"));
 
 	/* the same container on another port is another store: nothing */
-	assert_int_equal(kn_stores_open(stores, other_url, "inputs[0]", NULL,
-					&s, &err), 0);
-	assert_int_equal(kn_blob_put_bytes(s, "a", "x", 1, 0, &err), 0);
-	kn_blob_store_free(s);
-	pthread_join(other.thread, NULL);
+	put_through(stores, other_url, "inputs[0]", &other);
 	assert_non_null(strstr(other.request, "PUT /devstoreaccount1/ckpt/a"));
 	assert_null(strstr(other.request, "sig="));
 	assert_null(strstr(other.request, "SeCrEt"));
 	assert_null(strcasestr(other.request, "Authorization"));
 	close(store.fd);
 	close(other.fd);
+	kn_stores_free(stores);
+	free(store_url);
 
 	/* a URL below the store, opened as its own store, keeps the SAS */
 	listen_on(&store, EMPTY_201, true);
-	free(store_url);
-	store_url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
-				store.port);
-	kn_stores_free(stores);
-	stores = kn_stores_new();
-	assert_int_equal(kn_stores_add(stores, "ckpt", store_url,
-				       "KILN_TEST_STORE_SAS", NULL, false, &err),
-			 0);
+	stores = sas_stores(&store, &store_url);
 	nested = kn_asprintf("%s/data", store_url);
-	assert_int_equal(kn_stores_open(stores, nested, "inputs[0]", NULL, &s,
-					&err), 0);
-	assert_int_equal(kn_blob_put_bytes(s, "a", "x", 1, 0, &err), 0);
-	kn_blob_store_free(s);
-	pthread_join(store.thread, NULL);
+	put_through(stores, nested, "inputs[0]", &store);
 	assert_non_null(strstr(store.request, "PUT /devstoreaccount1/ckpt/"
 						  "data/a?"));
 	assert_non_null(strstr(store.request, "sig=SeCrEtSiG"));
@@ -411,7 +417,7 @@ static void test_credential_stays_with_its_store(void **state)
 static void test_redirect_is_not_followed(void **state)
 {
 	struct listener store, elsewhere;
-	struct kn_stores *stores = kn_stores_new();
+	struct kn_stores *stores;
 	struct kn_blob_store *s;
 	struct kn_error err;
 	char *reply, *store_url;
@@ -423,12 +429,7 @@ static void test_redirect_is_not_followed(void **state)
 			    "Content-Length: 0\r\nConnection: close\r\n\r\n",
 			    elsewhere.port);
 	listen_on(&store, reply, true);
-	store_url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
-				store.port);
-	setenv("KILN_TEST_STORE_SAS", SAS, 1);
-	assert_int_equal(kn_stores_add(stores, "ckpt", store_url,
-				       "KILN_TEST_STORE_SAS", NULL, false, &err),
-			 0);
+	stores = sas_stores(&store, &store_url);
 	assert_int_equal(kn_stores_open(stores, "ckpt", "checkpoint.store",
 					NULL, &s, &err), 0);
 	assert_true(kn_blob_put_bytes(s, "a", "x", 1, 0, &err) < 0);

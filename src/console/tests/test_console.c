@@ -36,110 +36,112 @@ static void assets_are_typed_and_tagged(void **state)
 	assert_null(kn_console_asset_find(""));
 }
 
-static void code_works_once(void **state)
-{
-	struct kn_console_grants *g = kn_console_grants_new(4);
-	char token[65];
+/* One call on a grants table and what it must return. */
+enum grant_op { END, ADD, USE, REVOKE, COUNT };
 
-	(void)state;
-	assert_int_equal(kn_console_grant_add(g, KN_CONSOLE_CODE, HASH_A, TOKEN,
-					      1000), 0);
-	assert_int_equal(kn_console_grant_use(g, KN_CONSOLE_CODE, HASH_A, 2000,
-					      token), 0);
-	assert_string_equal(token, TOKEN);
-	assert_int_equal(kn_console_grant_use(g, KN_CONSOLE_CODE, HASH_A, 2000,
-					      token), -ENOENT);
-	kn_console_grants_free(g);
-}
+struct grant_step {
+	enum grant_op op;
+	enum kn_console_grant_kind kind;
+	const char *hash;  /* the secret's hash */
+	const char *token; /* ADD's token hash */
+	int64_t now;
+	int want;          /* a USE that works also yields TOKEN */
+};
 
-static void grants_expire(void **state)
-{
-	struct kn_console_grants *g = kn_console_grants_new(4);
-	char token[65];
+/* A table of max grants and the calls made on it, in order, up to END
+   or the last. */
+struct grant_script {
+	size_t max;
+	struct grant_step steps[8];
+};
 
-	(void)state;
-	assert_int_equal(kn_console_grant_add(g, KN_CONSOLE_CODE, HASH_A, TOKEN,
-					      0), 0);
-	assert_int_equal(kn_console_grant_add(g, KN_CONSOLE_SESSION, HASH_B,
-					      TOKEN, 0), 0);
-	assert_int_equal(kn_console_grant_use(g, KN_CONSOLE_CODE, HASH_A,
-					      KN_CONSOLE_CODE_TTL_MS, token),
-			 -ENOENT);
-	assert_int_equal(kn_console_grant_use(g, KN_CONSOLE_SESSION, HASH_B,
-					      KN_CONSOLE_SESSION_TTL_MS - 1,
-					      token), 0);
+#define CODE KN_CONSOLE_CODE
+#define SESSION KN_CONSOLE_SESSION
+
+static struct grant_script code_works_once = {4, {
+	{ADD, CODE, HASH_A, TOKEN, 1000, 0},
+	{USE, CODE, HASH_A, NULL, 2000, 0},
+	{USE, CODE, HASH_A, NULL, 2000, -ENOENT},
+}};
+
+static struct grant_script grants_expire = {4, {
+	{ADD, CODE, HASH_A, TOKEN, 0, 0},
+	{ADD, SESSION, HASH_B, TOKEN, 0, 0},
+	{USE, CODE, HASH_A, NULL, KN_CONSOLE_CODE_TTL_MS, -ENOENT},
+	{USE, SESSION, HASH_B, NULL, KN_CONSOLE_SESSION_TTL_MS - 1, 0},
 	/* A session is not used up by use. */
-	assert_int_equal(kn_console_grant_use(g, KN_CONSOLE_SESSION, HASH_B,
-					      KN_CONSOLE_SESSION_TTL_MS - 1,
-					      token), 0);
-	assert_int_equal(kn_console_grant_use(g, KN_CONSOLE_SESSION, HASH_B,
-					      KN_CONSOLE_SESSION_TTL_MS, token),
-			 -ENOENT);
-	kn_console_grants_free(g);
-}
+	{USE, SESSION, HASH_B, NULL, KN_CONSOLE_SESSION_TTL_MS - 1, 0},
+	{USE, SESSION, HASH_B, NULL, KN_CONSOLE_SESSION_TTL_MS, -ENOENT},
+}};
 
-static void kinds_do_not_mix(void **state)
-{
-	struct kn_console_grants *g = kn_console_grants_new(4);
-	char token[65];
-
-	(void)state;
-	assert_int_equal(kn_console_grant_add(g, KN_CONSOLE_CODE, HASH_A, TOKEN,
-					      0), 0);
-	assert_int_equal(kn_console_grant_use(g, KN_CONSOLE_SESSION, HASH_A, 1,
-					      token), -ENOENT);
+static struct grant_script kinds_do_not_mix = {4, {
+	{ADD, CODE, HASH_A, TOKEN, 0, 0},
+	{USE, SESSION, HASH_A, NULL, 1, -ENOENT},
 	/* The failed try did not use the code up. */
-	assert_int_equal(kn_console_grant_use(g, KN_CONSOLE_CODE, HASH_A, 1,
-					      token), 0);
-	kn_console_grants_free(g);
-}
+	{USE, CODE, HASH_A, NULL, 1, 0},
+}};
 
-static void table_is_bounded_and_revocable(void **state)
+static struct grant_script table_is_bounded_and_revocable = {1, {
+	{ADD, SESSION, HASH_A, TOKEN, 0, 0},
+	{ADD, SESSION, HASH_B, TOKEN, 0, -ENOSPC},
+	{COUNT, SESSION, NULL, NULL, 0, 1},
+	{REVOKE, SESSION, HASH_A, NULL, 0, 0},
+	{REVOKE, SESSION, HASH_A, NULL, 0, -ENOENT},
+	{USE, SESSION, HASH_A, NULL, 0, -ENOENT},
+	/* Room again, and an expired grant makes room too. */
+	{ADD, CODE, HASH_B, TOKEN, 0, 0},
+	{ADD, CODE, HASH_A, TOKEN, KN_CONSOLE_CODE_TTL_MS, 0},
+}};
+
+static struct grant_script bad_hashes_are_refused = {2, {
+	{ADD, CODE, "abc", TOKEN, 0, -EINVAL},
+	{ADD, CODE, HASH_A, HASH_A "0", 0, -EINVAL},
+	{ADD, CODE, NULL, TOKEN, 0, -EINVAL},
+}};
+
+/* Runs the script in *state; a step that returns what it must not is
+   named by its number. */
+static void run_grant_script(void **state)
 {
-	struct kn_console_grants *g = kn_console_grants_new(1);
+	const struct grant_script *sc = *state;
+	struct kn_console_grants *g = kn_console_grants_new(sc->max);
 	char token[65];
 
-	(void)state;
-	assert_int_equal(kn_console_grant_add(g, KN_CONSOLE_SESSION, HASH_A,
-					      TOKEN, 0), 0);
-	assert_int_equal(kn_console_grant_add(g, KN_CONSOLE_SESSION, HASH_B,
-					      TOKEN, 0), -ENOSPC);
-	assert_int_equal(kn_console_grant_count(g, KN_CONSOLE_SESSION, 0), 1);
-	assert_int_equal(kn_console_grant_revoke(g, HASH_A), 0);
-	assert_int_equal(kn_console_grant_revoke(g, HASH_A), -ENOENT);
-	assert_int_equal(kn_console_grant_use(g, KN_CONSOLE_SESSION, HASH_A, 0,
-					      token), -ENOENT);
-	/* Room again, and an expired grant makes room too. */
-	assert_int_equal(kn_console_grant_add(g, KN_CONSOLE_CODE, HASH_B,
-					      TOKEN, 0), 0);
-	assert_int_equal(kn_console_grant_add(g, KN_CONSOLE_CODE, HASH_A, TOKEN,
-					      KN_CONSOLE_CODE_TTL_MS), 0);
+	for (size_t i = 0; i < 8 && sc->steps[i].op != END; i++) {
+		const struct grant_step *st = &sc->steps[i];
+		int got;
+
+		if (st->op == ADD) {
+			got = kn_console_grant_add(g, st->kind, st->hash,
+						   st->token, st->now);
+		} else if (st->op == USE) {
+			got = kn_console_grant_use(g, st->kind, st->hash,
+						   st->now, token);
+			if (got == 0 && strcmp(token, TOKEN))
+				fail_msg("step %zu: token %s", i, token);
+		} else if (st->op == REVOKE) {
+			got = kn_console_grant_revoke(g, st->hash);
+		} else {
+			got = (int)kn_console_grant_count(g, st->kind, st->now);
+		}
+		if (got != st->want)
+			fail_msg("step %zu: %d, not %d", i, got, st->want);
+	}
 	kn_console_grants_free(g);
 }
 
-static void bad_hashes_are_refused(void **state)
-{
-	struct kn_console_grants *g = kn_console_grants_new(2);
-
-	(void)state;
-	assert_int_equal(kn_console_grant_add(g, KN_CONSOLE_CODE, "abc", TOKEN,
-					      0), -EINVAL);
-	assert_int_equal(kn_console_grant_add(g, KN_CONSOLE_CODE, HASH_A,
-					      HASH_A "0", 0), -EINVAL);
-	assert_int_equal(kn_console_grant_add(g, KN_CONSOLE_CODE, NULL, TOKEN,
-					      0), -EINVAL);
-	kn_console_grants_free(g);
-}
+#define GRANT_TEST(script)                                                   \
+	{#script, run_grant_script, NULL, NULL, &script}
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(assets_are_typed_and_tagged),
-		cmocka_unit_test(code_works_once),
-		cmocka_unit_test(grants_expire),
-		cmocka_unit_test(kinds_do_not_mix),
-		cmocka_unit_test(table_is_bounded_and_revocable),
-		cmocka_unit_test(bad_hashes_are_refused),
+		GRANT_TEST(code_works_once),
+		GRANT_TEST(grants_expire),
+		GRANT_TEST(kinds_do_not_mix),
+		GRANT_TEST(table_is_bounded_and_revocable),
+		GRANT_TEST(bad_hashes_are_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

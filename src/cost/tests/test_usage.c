@@ -90,6 +90,15 @@ static void test_encode_merge(void **state)
 	assert_int_equal(back.counts[0], 0);
 }
 
+/* h holds n samples of one value. */
+static void steady(struct kn_usage_hist *h, enum kn_usage_resource r, int n,
+		   double value)
+{
+	kn_usage_hist_init(h, r);
+	for (int i = 0; i < n; i++)
+		kn_usage_hist_add(h, value);
+}
+
 static void test_rightsize(void **state)
 {
 	struct kn_usage_hist mem, cpu;
@@ -98,9 +107,7 @@ static void test_rightsize(void **state)
 	(void)state;
 	/* 200 MiB resident throughout, 4 GiB asked: p95 = max = 200 MiB,
 	   target 230 MiB rounded up to 64 MiB steps = 256 MiB. */
-	kn_usage_hist_init(&mem, KN_USAGE_MEMORY);
-	for (int i = 0; i < 20; i++)
-		kn_usage_hist_add(&mem, 200 * MIB);
+	steady(&mem, KN_USAGE_MEMORY, 20, 200 * MIB);
 	kn_rightsize(&mem, 4 * GIB, &r);
 	assert_int_equal(r.samples, 20);
 	assert_true(r.p50 == 200 * MIB && r.p95 == 200 * MIB);
@@ -108,9 +115,7 @@ static void test_rightsize(void **state)
 	assert_true(r.over);
 
 	/* One core (1000 milli) used, 4 asked: target 1150 -> 1200. */
-	kn_usage_hist_init(&cpu, KN_USAGE_CPU);
-	for (int i = 0; i < 20; i++)
-		kn_usage_hist_add(&cpu, 1000);
+	steady(&cpu, KN_USAGE_CPU, 20, 1000);
 	kn_rightsize(&cpu, 4000, &r);
 	assert_true(r.target == 1200 && r.over);
 	/* 1.3 cores asked: 1200 is above 70% of 1300 (910): keep it. */
@@ -121,15 +126,11 @@ static void test_rightsize(void **state)
 	assert_false(r.over);
 
 	/* Too few samples to judge. */
-	kn_usage_hist_init(&cpu, KN_USAGE_CPU);
-	for (int i = 0; i < KN_RIGHTSIZE_MIN_SAMPLES - 1; i++)
-		kn_usage_hist_add(&cpu, 1000);
+	steady(&cpu, KN_USAGE_CPU, KN_RIGHTSIZE_MIN_SAMPLES - 1, 1000);
 	kn_rightsize(&cpu, 4000, &r);
 	assert_false(r.over);
 	/* An idle task: the target is one step, never 0. */
-	kn_usage_hist_init(&cpu, KN_USAGE_CPU);
-	for (int i = 0; i < 20; i++)
-		kn_usage_hist_add(&cpu, 0);
+	steady(&cpu, KN_USAGE_CPU, 20, 0);
 	kn_rightsize(&cpu, 4000, &r);
 	assert_true(r.target == 100 && r.over);
 }

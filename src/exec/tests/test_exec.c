@@ -201,6 +201,21 @@ static char *make_task_dir(void)
 	return kn_xstrdup(tmpl);
 }
 
+/* cmocka setup and teardown: a task directory of the test's own, as
+   *state, removed after it whether it passed, failed or skipped. */
+static int task_dir(void **state)
+{
+	*state = make_task_dir();
+	return 0;
+}
+
+static int remove_task_dir(void **state)
+{
+	kn_rm_rf(*state);
+	free(*state);
+	return 0;
+}
+
 static void write_launch(const char *dir, const char *script, int64_t timeout,
 			 int64_t log_max)
 {
@@ -237,9 +252,35 @@ static char *read_log(const char *dir, const char *name)
  * The device nodes travel to the shim in launch.json's "devices", the
  * server's lookup of the task's user in "user".
  */
+/* The shim run on dir's launch.json, which must see the task end; the
+   status it wrote. */
+static json_t *shim_status(const char *dir)
+{
+	struct kn_error err;
+
+	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
+	return read_status(dir);
+}
+
+/* The integer at key of a status. */
+static json_int_t status_int(json_t *st, const char *key)
+{
+	return json_integer_value(json_object_get(st, key));
+}
+
+/* dir's task log holds text. */
+static void log_has(const char *dir, const char *text)
+{
+	char *log = read_log(dir, KN_LOG_FILE);
+
+	if (!strstr(log, text))
+		fail_msg("the log lacks \"%s\": %s", text, log);
+	free(log);
+}
+
 static void test_launch_carries_devices_and_user(void **state)
 {
-	char *dir = make_task_dir(), *path = kn_asprintf("%s/launch.json", dir);
+	char *dir = *state, *path = kn_asprintf("%s/launch.json", dir);
 	char *argv[] = {"/bin/true", NULL};
 	char *devices[] = {"/dev/nvidia2", "/dev/nvidiactl", NULL};
 	const struct kn_sandbox_user u = {"kiln-task", 999, 995, {995, 44}, 2};
@@ -247,7 +288,6 @@ static void test_launch_carries_devices_and_user(void **state)
 				   .devices = devices, .user = &u};
 	struct kn_error err;
 	json_t *doc, *got;
-	(void)state;
 
 	assert_int_equal(exec_write_launch(&l, NULL, 0, 0, &err), 0);
 	doc = json_load_file(path, 0, NULL);
@@ -267,30 +307,21 @@ static void test_launch_carries_devices_and_user(void **state)
 	assert_int_equal(json_integer_value(json_array_get(got, 1)), 44);
 	json_decref(doc);
 	free(path);
-	kn_rm_rf(dir);
-	free(dir);
 }
 
 static void test_shim_exit_code_and_output(void **state)
 {
-	char *dir = make_task_dir(), *log;
-	struct kn_error err;
+	char *dir = *state;
 	json_t *st;
-	(void)state;
 
 	write_launch(dir, "echo out-$KN_TEST_VALUE; echo err >&2; exit 3", 0,
 		     1 << 20);
-	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
-	st = read_status(dir);
-	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 3);
-	assert_int_equal(json_integer_value(json_object_get(st, "signal")), 0);
+	st = shim_status(dir);
+	assert_int_equal(status_int(st, "exit_code"), 3);
+	assert_int_equal(status_int(st, "signal"), 0);
 	json_decref(st);
-	log = read_log(dir, KN_LOG_FILE);
-	assert_non_null(strstr(log, "out-from-env\n"));
-	assert_non_null(strstr(log, "err\n"));
-	free(log);
-	kn_rm_rf(dir);
-	free(dir);
+	log_has(dir, "out-from-env\n");
+	log_has(dir, "err\n");
 }
 
 /*
@@ -346,11 +377,10 @@ static void test_exit_record_in_place(void **state)
  */
 static void test_shim_exit_read_from_record(void **state)
 {
-	char *dir = make_task_dir(), *path;
+	char *dir = *state, *path;
 	struct kn_task_status st;
 	struct kn_error err;
 	int fd;
-	(void)state;
 
 	write_launch(dir, "exit 5", 0, 1 << 20);
 	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
@@ -372,16 +402,13 @@ static void test_shim_exit_read_from_record(void **state)
 	assert_int_equal(st.exit_code, 5);
 	assert_true(st.ended_at_ms > 0);
 	free(path);
-	kn_rm_rf(dir);
-	free(dir);
 }
 
 static void test_shim_timeout_kills_group(void **state)
 {
-	char *dir = make_task_dir();
+	char *dir = *state;
 	struct kn_error err;
 	json_t *st;
-	(void)state;
 
 	/*
 	 * The task ignores TERM from its first instruction (an ignored
@@ -396,21 +423,18 @@ static void test_shim_timeout_kills_group(void **state)
 	st = read_status(dir);
 	assert_string_equal(json_string_value(json_object_get(st, "reason")),
 			    "timeout");
-	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), -1);
-	assert_int_equal(json_integer_value(json_object_get(st, "signal")),
+	assert_int_equal(status_int(st, "exit_code"), -1);
+	assert_int_equal(status_int(st, "signal"),
 			 SIGKILL);
 	json_decref(st);
-	kn_rm_rf(dir);
-	free(dir);
 }
 
 static void test_shim_rotates_log(void **state)
 {
-	char *dir = make_task_dir(), *log;
+	char *dir = *state, *log;
 	struct kn_error err;
 	struct stat sb;
 	char *p;
-	(void)state;
 
 	write_launch(dir, "i=0; while [ $i -lt 400 ]; do echo line-$i; i=$((i+1)); done",
 		     0, 1000);
@@ -450,8 +474,6 @@ static void test_shim_rotates_log(void **state)
 	p = kn_asprintf("%s/" KN_LOG_TIMES_FILE ".3", dir);
 	assert_int_equal(stat(p, &sb), -1);
 	free(p);
-	kn_rm_rf(dir);
-	free(dir);
 }
 
 static struct kn_log_times *times_file(const char *path,
@@ -525,12 +547,11 @@ static void test_log_times_lookup(void **state)
    the task's bytes. */
 static void test_shim_records_line_times(void **state)
 {
-	char *dir = make_task_dir(), *log, *path;
+	char *dir = *state, *log, *path;
 	struct kn_error err;
 	struct kn_log_times *lt;
 	int64_t before = kn_now_ms(), after;
 	int fd;
-	(void)state;
 
 	write_launch(dir, "echo first; sleep 0.3; printf 'sec'; sleep 0.1; echo ond",
 		     0, 1 << 20);
@@ -553,38 +574,26 @@ static void test_shim_records_line_times(void **state)
 	assert_true(kn_log_times_since(lt, kn_log_times_at(lt, 6)) <= 6);
 	kn_log_times_free(lt);
 	free(path);
-	kn_rm_rf(dir);
-	free(dir);
 }
 
 static void test_shim_bad_command(void **state)
 {
-	char *dir = make_task_dir(), *log;
-	struct kn_error err;
+	char *dir = *state;
 	json_t *st;
-	(void)state;
 
 	write_launch(dir, "exec /nonexistent/program", 0, 1 << 20);
-	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
-	st = read_status(dir);
-	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 127);
+	st = shim_status(dir);
+	assert_int_equal(status_int(st, "exit_code"), 127);
 	json_decref(st);
-	log = read_log(dir, KN_LOG_FILE);
-	assert_non_null(strstr(log, "nonexistent"));
-	free(log);
-	kn_rm_rf(dir);
-	free(dir);
+	log_has(dir, "nonexistent");
 }
 
 static void test_shim_missing_launch(void **state)
 {
-	char *dir = make_task_dir();
+	char *dir = *state;
 	struct kn_error err;
-	(void)state;
 	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 1);
 	assert_non_null(strstr(err.message, "launch.json"));
-	kn_rm_rf(dir);
-	free(dir);
 }
 
 /* Rewrite a launch.json field (value is taken), as the executors' writer
@@ -614,14 +623,12 @@ static void shim_refuses(const char *key, json_t *value, int code,
 {
 	char *dir = make_task_dir(), *marker = kn_asprintf("%s/ran", dir);
 	char *script = kn_asprintf("touch %s", marker);
-	struct kn_error err;
 	json_t *st;
 
 	write_launch(dir, script, 0, 1 << 20);
 	launch_set_json(dir, key, value);
-	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
-	st = read_status(dir);
-	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")),
+	st = shim_status(dir);
+	assert_int_equal(status_int(st, "exit_code"),
 			 code);
 	assert_non_null(strstr(json_string_value(json_object_get(st, "reason")),
 			       reason));
@@ -703,12 +710,10 @@ static void fake_cgroup_file(const char *root, const char *rel)
  */
 static void test_shim_child_refused_by_cgroup(void **state)
 {
-	char *dir = make_task_dir(), *root = make_task_dir(), name[32];
+	char *dir = *state, *root = make_task_dir(), name[32];
 	char *marker = kn_asprintf("%s/ran", dir), *rel;
 	char *script = kn_asprintf("touch %s", marker);
-	struct kn_error err;
 	json_t *st;
-	(void)state;
 
 	exec_task_cgroup_name(dir, name, sizeof(name));
 	fake_cgroup_file(root, "devices/cgroup.procs");
@@ -723,9 +728,8 @@ static void test_shim_child_refused_by_cgroup(void **state)
 	launch_set_json(dir, "limits",
 			json_pack("{s:s, s:s}", "cgroup_root", root,
 				  "cgroup_parent", "kiln"));
-	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
-	st = read_status(dir);
-	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 1);
+	st = shim_status(dir);
+	assert_int_equal(status_int(st, "exit_code"), 1);
 	assert_non_null(strstr(json_string_value(json_object_get(st, "reason")),
 			       "cannot set limits"));
 	assert_int_equal(access(marker, F_OK), -1);
@@ -733,9 +737,7 @@ static void test_shim_child_refused_by_cgroup(void **state)
 	free(script);
 	free(marker);
 	kn_rm_rf(root);
-	kn_rm_rf(dir);
 	free(root);
-	free(dir);
 }
 
 /*
@@ -744,17 +746,12 @@ static void test_shim_child_refused_by_cgroup(void **state)
  */
 static void test_shim_oom_reason(void **state)
 {
-	char *dir = make_task_dir(), *log, *parent, *mem;
-	struct kn_error err;
+	char *dir = *state, *log, *parent, *mem;
 	json_t *st;
-	(void)state;
 
 	if (geteuid() != 0 || access("/sys/fs/cgroup/memory/cgroup.procs",
-				     F_OK) != 0) {
-		kn_rm_rf(dir);
-		free(dir);
+				     F_OK) != 0)
 		skip();
-	}
 	parent = kn_asprintf("/kiln-unit-shim-%d", (int)getpid());
 	/* The task prints its memory cgroup, then touches 256 MiB. */
 	write_launch(dir,
@@ -766,9 +763,8 @@ static void test_shim_oom_reason(void **state)
 				  "/sys/fs/cgroup", "cgroup_parent", parent,
 				  "memory_bytes", (json_int_t)32 << 20,
 				  "pids_max", (json_int_t)64));
-	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
-	st = read_status(dir);
-	assert_int_equal(json_integer_value(json_object_get(st, "signal")),
+	st = shim_status(dir);
+	assert_int_equal(status_int(st, "signal"),
 			 SIGKILL);
 	assert_string_equal(json_string_value(json_object_get(st, "reason")),
 			    "out of memory (limit 32Mi)");
@@ -786,16 +782,12 @@ static void test_shim_oom_reason(void **state)
 	}
 	free(log);
 	free(parent);
-	kn_rm_rf(dir);
-	free(dir);
 }
 
 static void test_shim_timeout_signal_and_usr1(void **state)
 {
-	char *dir = make_task_dir(), *log;
-	struct kn_error err;
+	char *dir = *state;
 	json_t *st;
-	(void)state;
 
 	/*
 	 * USR1 sent to the shim itself reaches the task (Slurm's --signal
@@ -808,26 +800,19 @@ static void test_shim_timeout_signal_and_usr1(void **state)
 			  "while :; do sleep 0.05; done", 1000, 1 << 20);
 	launch_set(dir, "timeout_signal", SIGUSR2);
 	launch_set_json(dir, "isolation", json_string("none"));
-	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
-	st = read_status(dir);
+	st = shim_status(dir);
 	assert_string_equal(json_string_value(json_object_get(st, "reason")),
 			    "timeout");
-	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 7);
+	assert_int_equal(status_int(st, "exit_code"), 7);
 	json_decref(st);
-	log = read_log(dir, KN_LOG_FILE);
-	assert_non_null(strstr(log, "got-usr1\n"));
-	assert_non_null(strstr(log, "got-usr2\n"));
-	free(log);
-	kn_rm_rf(dir);
-	free(dir);
+	log_has(dir, "got-usr1\n");
+	log_has(dir, "got-usr2\n");
 }
 
 static void test_shim_polls_for_stop(void **state)
 {
-	char *dir = make_task_dir(), *log;
-	struct kn_error err;
+	char *dir = *state;
 	json_t *st;
-	(void)state;
 
 	/* The task asks for its own stop through the file, with USR1,
 	   written whole: the shim may look between a create and a write. */
@@ -836,15 +821,10 @@ static void test_shim_polls_for_stop(void **state)
 			  "mv stop.tmp stop.json; "
 			  "while :; do sleep 0.05; done", 0, 1 << 20);
 	launch_set(dir, "stop_poll_ms", 50);
-	assert_int_equal(kn_shim_main_prepared(dir, NULL, &err), 0);
-	st = read_status(dir);
-	assert_int_equal(json_integer_value(json_object_get(st, "exit_code")), 9);
+	st = shim_status(dir);
+	assert_int_equal(status_int(st, "exit_code"), 9);
 	json_decref(st);
-	log = read_log(dir, KN_LOG_FILE);
-	assert_non_null(strstr(log, "stopped\n"));
-	free(log);
-	kn_rm_rf(dir);
-	free(dir);
+	log_has(dir, "stopped\n");
 }
 
 /* kn_kube_shim_run with stdout in DIR/stdout; returns what it wrote. */
@@ -893,9 +873,8 @@ static int refuse_to_start(void *arg, char *const *env, int log_fd,
 
 static void test_kube_shim(void **state)
 {
-	char *dir = make_task_dir(), *out, *log, cwd[4096];
+	char *dir = *state, *out, *log, cwd[4096];
 	int code = -1;
-	(void)state;
 
 	/* The stop signal reaches the task, which exits on its own; its
 	   output is the container's (stdout), in the container's workdir. */
@@ -934,8 +913,6 @@ static void test_kube_shim(void **state)
 		assert_null(strstr(out, "ran"));
 		free(out);
 	}
-	kn_rm_rf(dir);
-	free(dir);
 }
 
 static bool has_arg(char **args, const char *want)
@@ -948,6 +925,19 @@ static bool has_arg(char **args, const char *want)
 
 static void test_slurm_sbatch_args(void **state)
 {
+	static const char *const want[] = {
+		"--parsable", "--job-name=train", "--ntasks=2",
+		"--partition=gpu", "--gpus-per-task=2", "--cpus-per-task=4",
+		"--mem-per-cpu=2500M",
+		/* 90 s + 30.5 s grace -> 3 minutes, rounded up, plus one. */
+		"--time=4", "--signal=B:USR1@31", "--requeue",
+		"--container-image=nvcr.io/nvidia/pytorch:24.01-py3",
+		"--output=/k/tasks/7/1/slurm-%j.out",
+		/* Only named variables reach the job; the submitter's user. */
+		"--export=PATH,LANG,LC_ALL,TZ,KILN_SLURM_BIN,"
+		"KILN_SLURM_ATTEMPT_DIR,KILN_SLURM_STOP_SIGNAL,"
+		"KILN_SLURM_STOP,KILN_SLURM_ARRAY_DIR",
+	};
 	struct kn_slurm_task t = {
 		.rank = 1, .ntasks = 2, .gpus = 2, .cpus = 4,
 		.memory_mb = 10000, .partition = "gpu", .requeue = true,
@@ -963,23 +953,9 @@ static void test_slurm_sbatch_args(void **state)
 	while (a[n])
 		n++;
 	assert_string_equal(a[n - 1], "/k/tasks/7/1/slurm.sh");
-	assert_true(has_arg(a, "--parsable"));
-	assert_true(has_arg(a, "--job-name=train"));
-	assert_true(has_arg(a, "--ntasks=2"));
-	assert_true(has_arg(a, "--partition=gpu"));
-	assert_true(has_arg(a, "--gpus-per-task=2"));
-	assert_true(has_arg(a, "--cpus-per-task=4"));
-	assert_true(has_arg(a, "--mem-per-cpu=2500M"));
-	/* 90 s + 30.5 s grace -> 3 minutes, rounded up, plus one. */
-	assert_true(has_arg(a, "--time=4"));
-	assert_true(has_arg(a, "--signal=B:USR1@31"));
-	assert_true(has_arg(a, "--requeue"));
-	assert_true(has_arg(a, "--container-image=nvcr.io/nvidia/pytorch:24.01-py3"));
-	assert_true(has_arg(a, "--output=/k/tasks/7/1/slurm-%j.out"));
-	/* Only named variables reach the job; the submitter's user. */
-	assert_true(has_arg(a, "--export=PATH,LANG,LC_ALL,TZ,KILN_SLURM_BIN,"
-			       "KILN_SLURM_ATTEMPT_DIR,KILN_SLURM_STOP_SIGNAL,"
-			       "KILN_SLURM_STOP,KILN_SLURM_ARRAY_DIR"));
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		if (!has_arg(a, want[i]))
+			fail_msg("sbatch lacks %s", want[i]);
 	for (char **p = a; *p; p++)
 		assert_null(strstr(*p, "--uid"));
 	kn_slurm_args_free(a);
@@ -1202,21 +1178,37 @@ int main(void)
 		cmocka_unit_test(test_simulated_devices_bad),
 		cmocka_unit_test(test_device_nodes),
 		cmocka_unit_test(test_device_mig_nodes),
-		cmocka_unit_test(test_launch_carries_devices_and_user),
+		cmocka_unit_test_setup_teardown(
+			test_launch_carries_devices_and_user, task_dir,
+			remove_task_dir),
 		cmocka_unit_test(test_shim_limits_refused),
-		cmocka_unit_test(test_shim_child_refused_by_cgroup),
+		cmocka_unit_test_setup_teardown(
+			test_shim_child_refused_by_cgroup, task_dir,
+			remove_task_dir),
 		cmocka_unit_test(test_shim_refuses_launch_user),
-		cmocka_unit_test(test_shim_oom_reason),
+		cmocka_unit_test_setup_teardown(test_shim_oom_reason, task_dir,
+						remove_task_dir),
 		cmocka_unit_test(test_model_names),
 		cmocka_unit_test(test_discover_without_nvml),
-		cmocka_unit_test(test_shim_exit_code_and_output),
-		cmocka_unit_test(test_shim_timeout_kills_group),
-		cmocka_unit_test(test_shim_rotates_log),
-		cmocka_unit_test(test_shim_bad_command),
-		cmocka_unit_test(test_shim_missing_launch),
-		cmocka_unit_test(test_shim_timeout_signal_and_usr1),
-		cmocka_unit_test(test_shim_polls_for_stop),
-		cmocka_unit_test(test_kube_shim),
+		cmocka_unit_test_setup_teardown(
+			test_shim_exit_code_and_output, task_dir,
+			remove_task_dir),
+		cmocka_unit_test_setup_teardown(
+			test_shim_timeout_kills_group, task_dir,
+			remove_task_dir),
+		cmocka_unit_test_setup_teardown(test_shim_rotates_log, task_dir,
+						remove_task_dir),
+		cmocka_unit_test_setup_teardown(test_shim_bad_command, task_dir,
+						remove_task_dir),
+		cmocka_unit_test_setup_teardown(
+			test_shim_missing_launch, task_dir, remove_task_dir),
+		cmocka_unit_test_setup_teardown(
+			test_shim_timeout_signal_and_usr1, task_dir,
+			remove_task_dir),
+		cmocka_unit_test_setup_teardown(
+			test_shim_polls_for_stop, task_dir, remove_task_dir),
+		cmocka_unit_test_setup_teardown(test_kube_shim, task_dir,
+						remove_task_dir),
 		cmocka_unit_test(test_slurm_sbatch_args),
 		cmocka_unit_test(test_slurm_host_list_and_states),
 		cmocka_unit_test(test_executor_instances),
@@ -1225,8 +1217,12 @@ int main(void)
 		cmocka_unit_test(test_slurm_config_check),
 		cmocka_unit_test(test_exit_record_in_place),
 		cmocka_unit_test(test_log_times_lookup),
-		cmocka_unit_test(test_shim_records_line_times),
-		cmocka_unit_test(test_shim_exit_read_from_record),
+		cmocka_unit_test_setup_teardown(
+			test_shim_records_line_times, task_dir,
+			remove_task_dir),
+		cmocka_unit_test_setup_teardown(
+			test_shim_exit_read_from_record, task_dir,
+			remove_task_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,270 +85,271 @@ static void window(struct kn_anomaly *a, const char *dep, int64_t w,
 	}
 }
 
-/* Windows [from, to) of traffic t, polling after each; returns the alerts
- * raised, copied into out (at most max). */
-static size_t run(struct kn_anomaly *a, const char *dep, int64_t from,
-		  int64_t to, const struct traffic *t,
-		  struct kn_anomaly_alert *out, size_t max)
+/* A detector and the alerts it last raised: each test's own. */
+static struct scene {
+	struct kn_anomaly *a;
+	struct kn_anomaly_alert out[16];
+} scene;
+
+static int setup(void **state)
 {
+	memset(&scene, 0, sizeof(scene));
+	scene.a = detector();
+	*state = &scene;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct scene *sc = *state;
+
+	kn_anomaly_free(sc->a);
+	return 0;
+}
+
+/* Windows [from, to) of traffic t on deployment "chat", polling after
+ * each; returns the alerts raised, copied into sc->out. */
+static size_t run(struct scene *sc, int64_t from, int64_t to,
+		  const struct traffic *t)
+{
+	const size_t max = sizeof(sc->out) / sizeof(sc->out[0]);
 	size_t n = 0;
 
 	for (int64_t w = from; w < to; w++) {
-		window(a, dep, w, t);
-		n += kn_anomaly_poll(a, (w + 1) * WINDOW_MS, out + n, max - n);
+		window(sc->a, "chat", w, t);
+		n += kn_anomaly_poll(sc->a, (w + 1) * WINDOW_MS, sc->out + n,
+				     max - n);
 	}
 	return n;
 }
 
+/* One request a window in windows [from, to) of dep, all at latency. */
+static void steady(struct kn_anomaly *a, const char *dep, int64_t from,
+		   int64_t to, double latency)
+{
+	for (int64_t w = from; w < to; w++)
+		kn_anomaly_observe(a, dep, w * WINDOW_MS, latency, false, 10,
+				   NAN);
+}
+
 static void test_steady_noise_raises_nothing(void **state)
 {
-	struct kn_anomaly *a = detector();
-	struct kn_anomaly_alert out[16];
+	struct scene *sc = *state;
 
-	(void)state;
 	rng_seed(42);
-	assert_int_equal(run(a, "chat", 0, 2000, &NORMAL, out, 16), 0);
-	kn_anomaly_free(a);
+	assert_int_equal(run(sc, 0, 2000, &NORMAL), 0);
 }
 
 static void test_latency_shift_raises_exactly_one(void **state)
 {
-	struct kn_anomaly *a = detector();
-	struct kn_anomaly_alert out[16];
+	struct scene *sc = *state;
+	const struct kn_anomaly_alert *al = &sc->out[0];
 	struct traffic slow = NORMAL;
 
-	(void)state;
 	rng_seed(7);
 	slow.latency = 200;
-	assert_int_equal(run(a, "chat", 0, 50, &NORMAL, out, 16), 0);
+	assert_int_equal(run(sc, 0, 50, &NORMAL), 0);
 	/* Two out-of-band windows are not yet sustained... */
-	assert_int_equal(run(a, "chat", 50, 52, &slow, out, 16), 0);
+	assert_int_equal(run(sc, 50, 52, &slow), 0);
 	/* ...the third is, and the shift lasting 30 more adds nothing. */
-	assert_int_equal(run(a, "chat", 52, 53, &slow, out, 16), 1);
-	assert_string_equal(out[0].deployment, "chat");
-	assert_string_equal(out[0].signal, "latency_ms");
-	assert_int_equal(out[0].windows, 3);
-	assert_int_equal(out[0].started_at_ms, 50 * WINDOW_MS);
-	assert_int_equal(out[0].window_ms, WINDOW_MS);
-	assert_true(out[0].value > 180 && out[0].value < 220);
-	assert_true(out[0].center > 95 && out[0].center < 105);
-	assert_true(out[0].low < out[0].center && out[0].center < out[0].high);
-	assert_true(out[0].high < out[0].value);
-	assert_false(out[0].resolved);
-	assert_int_equal(run(a, "chat", 53, 83, &slow, out, 16), 0);
+	assert_int_equal(run(sc, 52, 53, &slow), 1);
+	assert_string_equal(al->deployment, "chat");
+	assert_string_equal(al->signal, "latency_ms");
+	assert_int_equal(al->windows, 3);
+	assert_int_equal(al->started_at_ms, 50 * WINDOW_MS);
+	assert_int_equal(al->window_ms, WINDOW_MS);
+	assert_true(al->value > 180 && al->value < 220);
+	assert_true(al->center > 95 && al->center < 105);
+	assert_true(al->low < al->center && al->center < al->high);
+	assert_true(al->high < al->value);
+	assert_false(al->resolved);
+	assert_int_equal(run(sc, 53, 83, &slow), 0);
 
 	/* Back to normal resolves it, once, and re-arms it: the next shift
 	 * is a new alert. */
-	assert_int_equal(run(a, "chat", 83, 100, &NORMAL, out, 16), 1);
-	assert_true(out[0].resolved);
-	assert_string_equal(out[0].signal, "latency_ms");
-	assert_int_equal(out[0].started_at_ms, 50 * WINDOW_MS);
-	assert_true(out[0].value >= out[0].low && out[0].value <= out[0].high);
-	assert_int_equal(run(a, "chat", 100, 110, &slow, out, 16), 1);
-	assert_string_equal(out[0].signal, "latency_ms");
-	assert_false(out[0].resolved);
-	assert_int_equal(out[0].started_at_ms, 100 * WINDOW_MS);
-	kn_anomaly_free(a);
+	assert_int_equal(run(sc, 83, 100, &NORMAL), 1);
+	assert_true(al->resolved);
+	assert_string_equal(al->signal, "latency_ms");
+	assert_int_equal(al->started_at_ms, 50 * WINDOW_MS);
+	assert_true(al->value >= al->low && al->value <= al->high);
+	assert_int_equal(run(sc, 100, 110, &slow), 1);
+	assert_string_equal(al->signal, "latency_ms");
+	assert_false(al->resolved);
+	assert_int_equal(al->started_at_ms, 100 * WINDOW_MS);
 }
 
 static void test_brief_spike_raises_nothing(void **state)
 {
-	struct kn_anomaly *a = detector();
-	struct kn_anomaly_alert out[16];
+	struct scene *sc = *state;
 	struct traffic spike = NORMAL;
 
-	(void)state;
 	rng_seed(11);
 	spike.latency = 1000;
-	assert_int_equal(run(a, "chat", 0, 40, &NORMAL, out, 16), 0);
+	assert_int_equal(run(sc, 0, 40, &NORMAL), 0);
 	for (int64_t w = 40; w < 200; w += 10) {
-		assert_int_equal(run(a, "chat", w, w + 2, &spike, out, 16), 0);
-		assert_int_equal(run(a, "chat", w + 2, w + 10, &NORMAL, out, 16), 0);
+		assert_int_equal(run(sc, w, w + 2, &spike), 0);
+		assert_int_equal(run(sc, w + 2, w + 10, &NORMAL), 0);
 	}
-	kn_anomaly_free(a);
 }
 
 static void test_error_rate_and_output_length(void **state)
 {
-	struct kn_anomaly *a = detector();
-	struct kn_anomaly_alert out[16];
+	struct scene *sc = *state;
+	const struct kn_anomaly_alert *al = &sc->out[0];
 	struct traffic failing = NORMAL, terse = NORMAL;
 
-	(void)state;
 	rng_seed(3);
 	failing.error_p = 0.5;
 	terse.tokens = 5;
 	terse.tokens_sd = 1;
-	assert_int_equal(run(a, "chat", 0, 40, &NORMAL, out, 16), 0);
-	assert_int_equal(run(a, "chat", 40, 60, &failing, out, 16), 1);
-	assert_string_equal(out[0].signal, "error_rate");
-	assert_true(out[0].value > 0.3);
-	assert_true(out[0].high < out[0].value);
+	assert_int_equal(run(sc, 0, 40, &NORMAL), 0);
+	assert_int_equal(run(sc, 40, 60, &failing), 1);
+	assert_string_equal(al->signal, "error_rate");
+	assert_true(al->value > 0.3);
+	assert_true(al->high < al->value);
 
-	assert_int_equal(run(a, "chat", 60, 80, &NORMAL, out, 16), 1);
-	assert_true(out[0].resolved);
-	assert_string_equal(out[0].signal, "error_rate");
-	assert_int_equal(run(a, "chat", 80, 100, &terse, out, 16), 1);
-	assert_string_equal(out[0].signal, "output_tokens");
-	assert_true(out[0].value < out[0].low);
-	kn_anomaly_free(a);
+	assert_int_equal(run(sc, 60, 80, &NORMAL), 1);
+	assert_true(al->resolved);
+	assert_string_equal(al->signal, "error_rate");
+	assert_int_equal(run(sc, 80, 100, &terse), 1);
+	assert_string_equal(al->signal, "output_tokens");
+	assert_true(al->value < al->low);
 }
 
 static void test_score_signal(void **state)
 {
-	struct kn_anomaly *a = detector();
-	struct kn_anomaly_alert out[16];
+	struct scene *sc = *state;
+	const struct kn_anomaly_alert *al = &sc->out[0];
 	struct traffic confused = NORMAL, unscored = NORMAL;
 
-	(void)state;
 	rng_seed(5);
 	confused.score = -3.0;
 	unscored.score = NAN;
-	assert_int_equal(run(a, "chat", 0, 40, &NORMAL, out, 16), 0);
+	assert_int_equal(run(sc, 0, 40, &NORMAL), 0);
 	/* Windows without scores are skipped, not taken as a change. */
-	assert_int_equal(run(a, "chat", 40, 60, &unscored, out, 16), 0);
-	assert_int_equal(run(a, "chat", 60, 70, &confused, out, 16), 1);
-	assert_string_equal(out[0].signal, "score");
-	assert_true(out[0].value < -2.5);
-	assert_true(out[0].center > -1.6 && out[0].center < -1.4);
-	kn_anomaly_free(a);
+	assert_int_equal(run(sc, 40, 60, &unscored), 0);
+	assert_int_equal(run(sc, 60, 70, &confused), 1);
+	assert_string_equal(al->signal, "score");
+	assert_true(al->value < -2.5);
+	assert_true(al->center > -1.6 && al->center < -1.4);
 }
 
 static void test_warmup_is_respected(void **state)
 {
+	struct scene *sc = *state;
 	struct kn_anomaly_config cfg;
-	struct kn_anomaly *a;
-	struct kn_anomaly_alert out[16];
 	struct traffic wild = NORMAL, huge = NORMAL;
 
-	(void)state;
 	rng_seed(9);
 	kn_anomaly_config_default(&cfg);
 	cfg.window_ms = WINDOW_MS;
 	cfg.warmup_windows = 10;
-	a = kn_anomaly_new(&cfg);
-	assert_non_null(a);
+	kn_anomaly_free(sc->a);
+	sc->a = kn_anomaly_new(&cfg);
+	assert_non_null(sc->a);
 	/* Anything goes while the band is being learned. */
 	wild.latency = 5000;
-	assert_int_equal(run(a, "chat", 0, 5, &NORMAL, out, 16), 0);
-	assert_int_equal(run(a, "chat", 5, 10, &wild, out, 16), 0);
+	assert_int_equal(run(sc, 0, 5, &NORMAL), 0);
+	assert_int_equal(run(sc, 5, 10, &wild), 0);
 	/* The band learned from both halves is wide; far beyond it alerts,
 	 * exactly on the sustain_windows-th window after warm-up. */
 	huge.latency = 1e6;
-	assert_int_equal(run(a, "chat", 10, 12, &huge, out, 16), 0);
-	assert_int_equal(run(a, "chat", 12, 13, &huge, out, 16), 1);
-	assert_string_equal(out[0].signal, "latency_ms");
-	assert_int_equal(out[0].started_at_ms, 10 * WINDOW_MS);
-	kn_anomaly_free(a);
+	assert_int_equal(run(sc, 10, 12, &huge), 0);
+	assert_int_equal(run(sc, 12, 13, &huge), 1);
+	assert_string_equal(sc->out[0].signal, "latency_ms");
+	assert_int_equal(sc->out[0].started_at_ms, 10 * WINDOW_MS);
 }
 
 static void test_constant_series_uses_min_band(void **state)
 {
-	struct kn_anomaly *a = detector();
-	struct kn_anomaly_alert out[4];
-	int64_t w = 0;
+	struct scene *sc = *state;
 
-	(void)state;
 	/* Zero spread: without the floor any change at all would alert. */
-	for (; w < 20; w++)
-		kn_anomaly_observe(a, "c", w * WINDOW_MS, 100, false, 10, NAN);
-	for (; w < 40; w++)
-		kn_anomaly_observe(a, "c", w * WINDOW_MS, 104, false, 10, NAN);
-	assert_int_equal(kn_anomaly_poll(a, w * WINDOW_MS, out, 4), 0);
-	for (; w < 43; w++)
-		kn_anomaly_observe(a, "c", w * WINDOW_MS, 120, false, 10, NAN);
-	assert_int_equal(kn_anomaly_poll(a, w * WINDOW_MS, out, 4), 1);
-	assert_string_equal(out[0].signal, "latency_ms");
-	kn_anomaly_free(a);
+	steady(sc->a, "c", 0, 20, 100);
+	steady(sc->a, "c", 20, 40, 104);
+	assert_int_equal(kn_anomaly_poll(sc->a, 40 * WINDOW_MS, sc->out, 4),
+			 0);
+	steady(sc->a, "c", 40, 43, 120);
+	assert_int_equal(kn_anomaly_poll(sc->a, 43 * WINDOW_MS, sc->out, 4),
+			 1);
+	assert_string_equal(sc->out[0].signal, "latency_ms");
 }
 
 static void test_quiet_windows_are_skipped_and_poll_closes(void **state)
 {
-	struct kn_anomaly *a = detector();
-	struct kn_anomaly_alert out[4];
-	int64_t w = 0;
+	struct scene *sc = *state;
+	int64_t w = 20;
 
-	(void)state;
-	for (; w < 20; w++)
-		kn_anomaly_observe(a, "q", w * WINDOW_MS, 100, false, 10, NAN);
+	steady(sc->a, "q", 0, 20, 100);
 	/* Out-of-band windows with long silences between them still form a
 	 * run: empty windows neither extend nor break it. */
 	for (int i = 0; i < 3; i++, w += 50)
-		kn_anomaly_observe(a, "q", w * WINDOW_MS, 300, false, 10, NAN);
+		steady(sc->a, "q", w, w + 1, 300);
 	/* The last window is closed by poll alone, once its time is over. */
-	assert_int_equal(kn_anomaly_poll(a, (w - 50) * WINDOW_MS + 999, out, 4), 0);
-	assert_int_equal(kn_anomaly_poll(a, (w - 50) * WINDOW_MS + 1000, out, 4), 1);
-	assert_int_equal(out[0].windows, 3);
-	assert_int_equal(out[0].started_at_ms, 20 * WINDOW_MS);
-	kn_anomaly_free(a);
+	assert_int_equal(kn_anomaly_poll(sc->a, (w - 50) * WINDOW_MS + 999,
+					 sc->out, 4), 0);
+	assert_int_equal(kn_anomaly_poll(sc->a, (w - 50) * WINDOW_MS + 1000,
+					 sc->out, 4), 1);
+	assert_int_equal(sc->out[0].windows, 3);
+	assert_int_equal(sc->out[0].started_at_ms, 20 * WINDOW_MS);
 }
 
 static void test_deployments_are_independent(void **state)
 {
-	struct kn_anomaly *a = detector();
-	struct kn_anomaly_alert out[16];
+	struct scene *sc = *state;
 	struct traffic slow = NORMAL;
 	size_t n = 0;
 
-	(void)state;
 	rng_seed(13);
 	slow.latency = 300;
 	for (int64_t w = 0; w < 40; w++) {
-		window(a, "a", w, &NORMAL);
-		window(a, "b", w, &NORMAL);
+		window(sc->a, "a", w, &NORMAL);
+		window(sc->a, "b", w, &NORMAL);
 	}
 	for (int64_t w = 40; w < 60; w++) {
-		window(a, "a", w, &slow);
-		window(a, "b", w, &NORMAL);
-		n += kn_anomaly_poll(a, (w + 1) * WINDOW_MS, out + n, 16 - n);
+		window(sc->a, "a", w, &slow);
+		window(sc->a, "b", w, &NORMAL);
+		n += kn_anomaly_poll(sc->a, (w + 1) * WINDOW_MS, sc->out + n,
+				     16 - n);
 	}
 	assert_int_equal(n, 1);
-	assert_string_equal(out[0].deployment, "a");
-	kn_anomaly_free(a);
+	assert_string_equal(sc->out[0].deployment, "a");
 }
 
 static void test_poll_respects_max_and_keeps_the_rest(void **state)
 {
-	struct kn_anomaly *a = detector();
-	struct kn_anomaly_alert out[4];
+	struct scene *sc = *state;
 	char name[16];
 
-	(void)state;
 	for (int d = 0; d < 5; d++) {
 		snprintf(name, sizeof(name), "d%d", d);
-		for (int64_t w = 0; w < 13; w++)
-			kn_anomaly_observe(a, name, w * WINDOW_MS,
-					   w < 10 ? 100 : 900, false, 10, NAN);
+		steady(sc->a, name, 0, 10, 100);
+		steady(sc->a, name, 10, 13, 900);
 	}
-	assert_int_equal(kn_anomaly_poll(a, 13 * WINDOW_MS, out, 2), 2);
-	assert_string_equal(out[0].deployment, "d0");
-	assert_string_equal(out[1].deployment, "d1");
-	assert_int_equal(kn_anomaly_poll(a, 13 * WINDOW_MS, out, 4), 3);
-	assert_string_equal(out[2].deployment, "d4");
-	assert_int_equal(kn_anomaly_poll(a, 13 * WINDOW_MS, out, 4), 0);
-	kn_anomaly_free(a);
+	assert_int_equal(kn_anomaly_poll(sc->a, 13 * WINDOW_MS, sc->out, 2), 2);
+	assert_string_equal(sc->out[0].deployment, "d0");
+	assert_string_equal(sc->out[1].deployment, "d1");
+	assert_int_equal(kn_anomaly_poll(sc->a, 13 * WINDOW_MS, sc->out, 4), 3);
+	assert_string_equal(sc->out[2].deployment, "d4");
+	assert_int_equal(kn_anomaly_poll(sc->a, 13 * WINDOW_MS, sc->out, 4), 0);
 }
 
 static void test_bounds_on_names_and_deployments(void **state)
 {
-	struct kn_anomaly *a = detector();
-	struct kn_anomaly_alert out[4];
+	struct scene *sc = *state;
 	char name[80];
 
-	(void)state;
 	/* 64 bytes does not fit deployment[64]: not tracked, no alert. */
 	memset(name, 'x', 64);
 	name[64] = '\0';
-	for (int64_t w = 0; w < 13; w++)
-		kn_anomaly_observe(a, name, w * WINDOW_MS, w < 10 ? 100 : 900,
-				   false, 10, NAN);
-	assert_int_equal(kn_anomaly_poll(a, 13 * WINDOW_MS, out, 4), 0);
+	steady(sc->a, name, 0, 10, 100);
+	steady(sc->a, name, 10, 13, 900);
+	assert_int_equal(kn_anomaly_poll(sc->a, 13 * WINDOW_MS, sc->out, 4), 0);
 	/* Many deployments: all allocated, all freed (ASan checks). */
 	for (int d = 0; d < KN_ANOMALY_MAX_DEPLOYMENTS + 10; d++) {
 		snprintf(name, sizeof(name), "dep-%d", d);
-		kn_anomaly_observe(a, name, 0, 100, false, 10, NAN);
+		kn_anomaly_observe(sc->a, name, 0, 100, false, 10, NAN);
 	}
-	kn_anomaly_free(a);
 	kn_anomaly_free(NULL);
 }
 
@@ -391,17 +392,30 @@ static void test_config_errors_name_the_field(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_steady_noise_raises_nothing),
-		cmocka_unit_test(test_latency_shift_raises_exactly_one),
-		cmocka_unit_test(test_brief_spike_raises_nothing),
-		cmocka_unit_test(test_error_rate_and_output_length),
-		cmocka_unit_test(test_score_signal),
-		cmocka_unit_test(test_warmup_is_respected),
-		cmocka_unit_test(test_constant_series_uses_min_band),
-		cmocka_unit_test(test_quiet_windows_are_skipped_and_poll_closes),
-		cmocka_unit_test(test_deployments_are_independent),
-		cmocka_unit_test(test_poll_respects_max_and_keeps_the_rest),
-		cmocka_unit_test(test_bounds_on_names_and_deployments),
+		cmocka_unit_test_setup_teardown(
+			test_steady_noise_raises_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_latency_shift_raises_exactly_one, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_brief_spike_raises_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_error_rate_and_output_length, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_score_signal, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_warmup_is_respected, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_constant_series_uses_min_band, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_quiet_windows_are_skipped_and_poll_closes, setup,
+			teardown),
+		cmocka_unit_test_setup_teardown(
+			test_deployments_are_independent, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_poll_respects_max_and_keeps_the_rest, setup,
+			teardown),
+		cmocka_unit_test_setup_teardown(
+			test_bounds_on_names_and_deployments, setup, teardown),
 		cmocka_unit_test(test_config_errors_name_the_field),
 	};
 

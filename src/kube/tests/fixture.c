@@ -9,8 +9,27 @@
 #include <string.h>
 
 #include "fixture.h"
+#include "kube/kube.h"
+#include "spec/spec.h"
 
 const char *kube_fixtures;
+struct kn_kube_products *fixture_products;
+
+int fixture_products_load(void **state)
+{
+	struct kn_error err;
+
+	(void)state;
+	return kn_kube_products_load(KN_TEST_DATA_DIR "/gpu-products.csv",
+				     &fixture_products, &err);
+}
+
+int fixture_products_free(void **state)
+{
+	(void)state;
+	kn_kube_products_free(fixture_products);
+	return 0;
+}
 
 json_t *fixture_load(const char *dir, const char *name)
 {
@@ -73,3 +92,24 @@ json_int_t fixture_num(json_t *v, const char *path)
 	return json_integer_value(n);
 }
 
+
+struct kn_job_spec *fixture_job_spec(const char *text)
+{
+	struct kn_job_spec *spec = NULL;
+	struct kn_error err = {0};
+
+	if (kn_job_spec_parse(text, strlen(text), "j.yaml", &spec, &err) != 0)
+		fail_msg("j.yaml: %s", err.message);
+	return spec;
+}
+
+struct kn_deployment_spec *fixture_deployment_spec(const char *text)
+{
+	struct kn_deployment_spec *d = NULL;
+	struct kn_error err = {0};
+
+	if (kn_deployment_spec_parse(text, strlen(text), "d.yaml", NULL, &d,
+				     &err) != 0)
+		fail_msg("d.yaml: %s", err.message);
+	return d;
+}

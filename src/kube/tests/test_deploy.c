@@ -171,8 +171,7 @@ static void test_manifests(void **state)
 	json_t *docs, *dep, *labels, *tlabels;
 
 	(void)state;
-	assert_int_equal(kn_deployment_spec_parse(yaml, strlen(yaml), "d.yaml",
-						  NULL, &d, &err), 0);
+	d = fixture_deployment_spec(yaml);
 	assert_int_equal(kn_kube_deploy_manifests(&cfg, d, 5, 7, &docs, &err),
 			 0);
 	dep = json_array_get(docs, 0);

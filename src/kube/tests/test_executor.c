@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,108 +50,124 @@ static void state_of(const char *job_file, bool stopping, int rank,
 	json_decref(pods);
 }
 
-static void test_running_and_succeeded(void **state)
+/* Not looked at by a case. */
+#define ANY INT_MIN
+
+/* One rank's state from a Job fixture and pod fixtures (NULL: none) and
+   what is expected of it: ended, running, preempted are 0, 1 or ANY. */
+struct view_case {
+	const char *what;
+	const char *job, *pod0, *pod1;
+	bool stopping;
+	int rank;
+	int ended, running, preempted, exit_code, signal;
+	const char *reason;      /* the whole reason, NULL: not looked at */
+	const char *reason_part; /* a part of it, NULL: not looked at */
+};
+
+static const struct view_case VIEWS[] = {
+	/* what, job, pod0, pod1, stopping, rank,
+	   ended, running, preempted, exit_code, signal, reason, part */
+	{"running", "job-active.json", "pod-running.json", "pod-running.json",
+	 false, 0, 0, 1, ANY, ANY, ANY, NULL, NULL},
+	{"succeeded", "job-complete.json", "pod-succeeded.json",
+	 "pod-succeeded.json", false, 1, 1, ANY, ANY, 0, 0, "", NULL},
+	/* Pods gone (cleaned up), the Job complete: every rank exited 0. */
+	{"complete, pods gone", "job-complete.json", NULL, NULL, false, 1,
+	 1, ANY, ANY, 0, ANY, NULL, NULL},
+	/* Rank 1's own pod failed with exit code 3; rank 0 still runs. */
+	{"own pod failed", "job-active.json", "pod-running.json",
+	 "pod-failed.json", false, 1, 1, ANY, 0, 3, ANY, "", NULL},
+	{"another's pod failed", "job-active.json", "pod-running.json",
+	 "pod-failed.json", false, 0, 0, ANY, ANY, ANY, ANY, NULL, NULL},
+	/* The Job failed: rank 0, still terminating, ends with it. */
+	{"job failed", "job-failed.json", "pod-running.json",
+	 "pod-failed.json", false, 0, 1, ANY, ANY, -1, ANY,
+	 "Job failed: BackoffLimitExceeded", NULL},
+	{"oomkilled", "job-failed.json", "pod-oomkilled.json", NULL, false, 0,
+	 ANY, ANY, ANY, 137, ANY, "OOMKilled, exit code 137", NULL},
+	{"evicted", "job-failed.json", "pod-evicted.json", NULL, false, 0,
+	 1, ANY, 0, 137, ANY, NULL,
+	 "Evicted: The node was low on resource: memory"},
+	{"deadline", "job-deadline.json", "pod-deadline.json", NULL, false, 0,
+	 1, ANY, ANY, ANY, ANY, "timeout", NULL},
+	/* The pods already deleted by the Job controller. */
+	{"deadline, pods gone", "job-deadline.json", NULL, NULL, false, 1,
+	 1, ANY, ANY, ANY, SIGKILL, "timeout", NULL},
+	{"disrupted", "job-active.json", "pod-disrupted.json",
+	 "pod-running.json", false, 0, 1, ANY, 1, ANY, ANY,
+	 "disrupted: DeletionByTaintManager", NULL},
+	{"another disrupted", "job-active.json", "pod-disrupted.json",
+	 "pod-running.json", false, 1, 0, ANY, ANY, ANY, ANY, NULL, NULL},
+	{"job gone", NULL, NULL, NULL, false, 0, 1, ANY, 0, -1, ANY,
+	 "lost: the Kubernetes Job is gone", NULL},
+	{"job deleted", NULL, NULL, NULL, true, 0, 1, ANY, ANY, ANY, SIGTERM,
+	 "stopped: Job deleted", NULL},
+	/* Deleted (foreground): the Job stays while a pod still runs. */
+	{"deleted, pod runs", "job-active.json", "pod-running.json", NULL,
+	 true, 0, 0, ANY, ANY, ANY, ANY, NULL, NULL},
+	{"deleted, pod gone", "job-active.json", "pod-running.json", NULL,
+	 true, 1, 1, ANY, ANY, ANY, ANY, NULL, NULL},
+	/* Not deleted: a missing pod is the Job controller's to create. */
+	{"pod not yet made", "job-active.json", "pod-running.json", NULL,
+	 false, 1, 0, ANY, ANY, ANY, ANY, NULL, NULL},
+};
+
+static void expect_int(const char *what, const char *field, int want,
+		       int got)
+{
+	if (want != ANY && got != want)
+		fail_msg("%s: %s is %d, not %d", what, field, got, want);
+}
+
+static void test_views(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(VIEWS) / sizeof(VIEWS[0]); i++) {
+		const struct view_case *c = &VIEWS[i];
+		struct kn_kube_task_view v;
+
+		state_of(c->job, c->stopping, c->rank, &v, c->pod0, c->pod1);
+		expect_int(c->what, "ended", c->ended, v.ended);
+		expect_int(c->what, "running", c->running, v.running);
+		expect_int(c->what, "preempted", c->preempted, v.preempted);
+		expect_int(c->what, "exit_code", c->exit_code, v.exit_code);
+		expect_int(c->what, "signal", c->signal, v.signal);
+		if (c->reason && strcmp(v.reason, c->reason))
+			fail_msg("%s: reason \"%s\", not \"%s\"", c->what,
+				 v.reason, c->reason);
+		if (c->reason_part && !strstr(v.reason, c->reason_part))
+			fail_msg("%s: reason \"%s\" lacks \"%s\"", c->what,
+				 v.reason, c->reason_part);
+	}
+}
+
+/* The pod's name and times; a pod not started yet (waiting for a node or
+   its image) has not ended. */
+static void test_pod_and_times(void **state)
 {
 	struct kn_kube_task_view v;
+	json_t *pods = json_array(), *pod = pod_at("pod-running.json", 0);
+	json_t *job = fixture_load("executor", "job-active.json");
 
 	(void)state;
 	state_of("job-active.json", false, 0, &v, "pod-running.json",
 		 "pod-running.json");
-	assert_false(v.ended);
-	assert_true(v.running);
 	assert_string_equal(v.pod, "kiln-1-1-0-x7k2p");
 	/* 2026-12-03T04:00:04Z */
 	assert_int_equal(v.started_at_ms, 1796270404000LL);
-	/* Not started yet (waiting for a node or its image): not ended. */
-	{
-		json_t *pods = json_array(), *pod = pod_at("pod-running.json", 0);
-		json_t *job = fixture_load("executor", "job-active.json");
-
-		json_object_set_new(json_object_get(pod, "status"), "phase",
-				    json_string("Pending"));
-		json_object_del(json_object_get(pod, "status"),
-				"containerStatuses");
-		json_array_append_new(pods, pod);
-		kn_kube_task_state(job, pods, 0, false, &v);
-		assert_false(v.ended);
-		assert_false(v.running);
-		json_decref(job);
-		json_decref(pods);
-	}
 	state_of("job-complete.json", false, 1, &v, "pod-succeeded.json",
 		 "pod-succeeded.json");
-	assert_true(v.ended);
-	assert_int_equal(v.exit_code, 0);
-	assert_int_equal(v.signal, 0);
-	assert_string_equal(v.reason, "");
 	assert_int_equal(v.ended_at_ms, 1796270490000LL);
-	/* Pods gone (cleaned up), the Job complete: every rank exited 0. */
-	state_of("job-complete.json", false, 1, &v, NULL, NULL);
-	assert_true(v.ended);
-	assert_int_equal(v.exit_code, 0);
-}
-
-static void test_failures(void **state)
-{
-	struct kn_kube_task_view v;
-
-	(void)state;
-	/* Rank 1's own pod failed with exit code 3; rank 0 still runs. */
-	state_of("job-active.json", false, 1, &v, "pod-running.json",
-		 "pod-failed.json");
-	assert_true(v.ended);
-	assert_false(v.preempted);
-	assert_int_equal(v.exit_code, 3);
-	assert_string_equal(v.reason, "");
-	state_of("job-active.json", false, 0, &v, "pod-running.json",
-		 "pod-failed.json");
+	json_object_set_new(json_object_get(pod, "status"), "phase",
+			    json_string("Pending"));
+	json_object_del(json_object_get(pod, "status"), "containerStatuses");
+	json_array_append_new(pods, pod);
+	kn_kube_task_state(job, pods, 0, false, &v);
 	assert_false(v.ended);
-	/* The Job failed: rank 0, still terminating, ends with it. */
-	state_of("job-failed.json", false, 0, &v, "pod-running.json",
-		 "pod-failed.json");
-	assert_true(v.ended);
-	assert_int_equal(v.exit_code, -1);
-	assert_string_equal(v.reason, "Job failed: BackoffLimitExceeded");
-	state_of("job-failed.json", false, 0, &v, "pod-oomkilled.json", NULL);
-	assert_int_equal(v.exit_code, 137);
-	assert_string_equal(v.reason, "OOMKilled, exit code 137");
-	state_of("job-failed.json", false, 0, &v, "pod-evicted.json", NULL);
-	assert_true(v.ended);
-	assert_false(v.preempted);
-	assert_int_equal(v.exit_code, 137);
-	assert_non_null(strstr(v.reason, "Evicted: The node was low on "
-					 "resource: memory"));
-}
-
-static void test_timeout(void **state)
-{
-	struct kn_kube_task_view v;
-
-	(void)state;
-	state_of("job-deadline.json", false, 0, &v, "pod-deadline.json",
-		 NULL);
-	assert_true(v.ended);
-	assert_string_equal(v.reason, "timeout");
-	/* The pods already deleted by the Job controller. */
-	state_of("job-deadline.json", false, 1, &v, NULL, NULL);
-	assert_true(v.ended);
-	assert_string_equal(v.reason, "timeout");
-	assert_int_equal(v.signal, SIGKILL);
-}
-
-static void test_disruption(void **state)
-{
-	struct kn_kube_task_view v;
-
-	(void)state;
-	state_of("job-active.json", false, 0, &v, "pod-disrupted.json",
-		 "pod-running.json");
-	assert_true(v.ended);
-	assert_true(v.preempted);
-	assert_string_equal(v.reason, "disrupted: DeletionByTaintManager");
-	state_of("job-active.json", false, 1, &v, "pod-disrupted.json",
-		 "pod-running.json");
-	assert_false(v.ended);
+	assert_false(v.running);
+	json_decref(job);
+	json_decref(pods);
 }
 
 /* The shim's termination message: the checkpoint report the server
@@ -211,30 +228,6 @@ static void test_shim_inputs_outputs_reason(void **state)
 	free(message);
 }
 
-static void test_gone_and_stopped(void **state)
-{
-	struct kn_kube_task_view v;
-
-	(void)state;
-	state_of(NULL, false, 0, &v, NULL, NULL);
-	assert_true(v.ended);
-	assert_false(v.preempted);
-	assert_int_equal(v.exit_code, -1);
-	assert_string_equal(v.reason, "lost: the Kubernetes Job is gone");
-	state_of(NULL, true, 0, &v, NULL, NULL);
-	assert_true(v.ended);
-	assert_int_equal(v.signal, SIGTERM);
-	assert_string_equal(v.reason, "stopped: Job deleted");
-	/* Deleted (foreground): the Job stays while a pod still runs. */
-	state_of("job-active.json", true, 0, &v, "pod-running.json", NULL);
-	assert_false(v.ended);
-	state_of("job-active.json", true, 1, &v, "pod-running.json", NULL);
-	assert_true(v.ended);
-	/* Not deleted: a missing pod is the Job controller's to create. */
-	state_of("job-active.json", false, 1, &v, "pod-running.json", NULL);
-	assert_false(v.ended);
-}
-
 /* A one-task Job's pods have no index: rank 0 is theirs. */
 static void test_single_task(void **state)
 {
@@ -264,26 +257,37 @@ static const char *env_value(json_t *env, const char *name)
 	return NULL;
 }
 
+/* The executor's configuration the manifests are rendered with. */
+static const struct kn_kube_exec_config ML_CONFIG = {
+	.namespace_ = "ml",
+	.image = "img:1",
+	.store_url = "file:///srv/kiln/blobs",
+};
+
+/* The manifests of one attempt of task, which must render. */
+static json_t *manifests_of(const struct kn_kube_exec_config *cfg,
+			    const struct kn_kube_task *task)
+{
+	struct kn_error err = {0};
+	json_t *docs = NULL;
+
+	if (kn_kube_attempt_manifests(cfg, task, &docs, &err) != 0)
+		fail_msg("manifests: %s", err.message);
+	return docs;
+}
+
 static void test_attempt_manifests(void **state)
 {
-	static const char text[] =
+	struct kn_job_spec *spec = fixture_job_spec(
 		"kind: Job\nname: train_big\ncommand: [python, train.py]\n"
 		"tasks: 2\nretries: 3\nresources: {gpus: 1}\n"
-		"checkpoint: {every: 10m, grace: 45s}\n";
-	struct kn_job_spec *spec = NULL;
-	struct kn_kube_exec_config cfg = {.namespace_ = "ml",
-					  .image = "img:1",
-					  .store_url = "file:///srv/kiln/blobs"};
-	struct kn_kube_task task = {.job_id = 12, .attempt = 2};
+		"checkpoint: {every: 10m, grace: 45s}\n");
+	struct kn_kube_exec_config cfg = ML_CONFIG;
+	struct kn_kube_task task = {.job_id = 12, .attempt = 2, .spec = spec};
 	struct kn_error err = {0};
-	json_t *docs = NULL, *job, *tmpl, *c;
+	json_t *docs = manifests_of(&cfg, &task), *job, *tmpl, *c;
 
 	(void)state;
-	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
-					   &err), 0);
-	task.spec = spec;
-	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
-			 0);
 	assert_int_equal(json_array_size(docs), 2);
 	job = json_array_get(docs, 0);
 	assert_string_equal(json_string_value(json_object_get(
@@ -322,8 +326,7 @@ static void test_attempt_manifests(void **state)
 				      "KILN_CHECKPOINT_GRACE_MS"), "45000");
 	json_decref(docs);
 	cfg.shim_image = "reg/kiln:0.1";
-	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
-			 0);
+	docs = manifests_of(&cfg, &task);
 	tmpl = json_object_get(json_object_get(json_array_get(docs, 0), "spec"),
 			       "template");
 	assert_string_equal(json_string_value(json_object_get(json_array_get(
@@ -371,25 +374,18 @@ static void assert_pod_no_wider(json_t *single, json_t *run)
    Job; a gang's manifests are no run's. */
 static void test_array_run(void **state)
 {
-	const char *text =
+	struct kn_job_spec *spec = fixture_job_spec(
 		"kind: Job\nname: sweep\ncommand: [python, s.py]\n"
-		"array: 0-9%2\ntimeout: 1h\nretries: 2\n";
-	struct kn_job_spec *spec = NULL;
-	struct kn_kube_exec_config cfg = {.namespace_ = "ml",
-					  .image = "img:1",
-					  .store_url = "file:///srv/kiln/blobs"};
-	struct kn_kube_task task = {.job_id = 43, .attempt = 1};
+		"array: 0-9%2\ntimeout: 1h\nretries: 2\n");
+	struct kn_kube_exec_config cfg = ML_CONFIG;
+	struct kn_kube_task task = {.job_id = 43, .attempt = 1, .spec = spec};
 	struct kn_error err = {0};
-	json_t *docs = NULL, *single, *js, *pod, *env;
+	json_t *docs, *single, *js, *pod, *env;
 
 	(void)state;
-	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
-					   &err), 0);
 	spec->array.job_id = 40;
 	spec->array.index = 3;
-	task.spec = spec;
-	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
-			 0);
+	docs = manifests_of(&cfg, &task);
 	single = json_deep_copy(docs);
 	assert_int_equal(kn_kube_array_run(docs, 40, 3, 43, 4, 2, &err), 0);
 	js = json_object_get(json_array_get(docs, 0), "spec");
@@ -423,19 +419,16 @@ static void test_array_run(void **state)
 	assert_string_equal(env_value(env, "KILN_ARRAY_COUNT"), "10");
 	json_decref(docs);
 	/* A parallel limit above the run's size is the run's size. */
-	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
-			 0);
+	docs = manifests_of(&cfg, &task);
 	assert_int_equal(kn_kube_array_run(docs, 40, 3, 43, 1, 2, &err), 0);
 	assert_int_equal(json_integer_value(json_object_get(json_object_get(
 		json_array_get(docs, 0), "spec"), "parallelism")), 1);
 	json_decref(docs);
 	kn_job_spec_free(spec);
-	text = "kind: Job\nname: gang\ncommand: [x]\ntasks: 2\n";
-	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
-					   &err), 0);
+	spec = fixture_job_spec(
+		"kind: Job\nname: gang\ncommand: [x]\ntasks: 2\n");
 	task.spec = spec;
-	assert_int_equal(kn_kube_attempt_manifests(&cfg, &task, &docs, &err),
-			 0);
+	docs = manifests_of(&cfg, &task);
 	assert_int_equal(kn_kube_array_run(docs, 40, 0, 43, 2, 0, &err),
 			 -EINVAL);
 	json_decref(docs);
@@ -454,13 +447,11 @@ static void test_executor_instance(void **state)
 	struct kn_kube_exec_config cfg = {.auth = &auth, .namespace_ = "ns"};
 	struct kn_executor *ex = NULL, *second = NULL;
 	struct kn_executor *local = kn_local_executor_new();
-	struct kn_job_spec *spec = NULL;
+	struct kn_job_spec *spec =
+		fixture_job_spec("kind: Job\nname: x\ncommand: [\"true\"]\n");
 	struct kn_error err = {0};
-	const char *text = "kind: Job\nname: x\ncommand: [\"true\"]\n";
 
 	(void)state;
-	assert_int_equal(kn_job_spec_parse(text, strlen(text), "x.yaml", &spec,
-					   &err), 0);
 	assert_int_equal(kn_kube_executor_new(&cfg, &ex, &err), 0);
 	assert_string_equal(ex->ops->name, "kubernetes");
 	assert_true(ex->ops->places_tasks);
@@ -494,13 +485,10 @@ int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_executor_instance),
-		cmocka_unit_test(test_running_and_succeeded),
-		cmocka_unit_test(test_failures),
-		cmocka_unit_test(test_timeout),
-		cmocka_unit_test(test_disruption),
+		cmocka_unit_test(test_views),
+		cmocka_unit_test(test_pod_and_times),
 		cmocka_unit_test(test_shim_report),
 		cmocka_unit_test(test_shim_inputs_outputs_reason),
-		cmocka_unit_test(test_gone_and_stopped),
 		cmocka_unit_test(test_single_task),
 		cmocka_unit_test(test_attempt_manifests),
 		cmocka_unit_test(test_array_run),

@@ -18,26 +18,9 @@
 #include "kube/kube.h"
 #include "fixture.h"
 
-static struct kn_kube_products *products;
-
 #define N0 "aks-gpunc-12345678-vmss000000"
 #define N1 "aks-gpunc-12345678-vmss000001"
 #define N2 "aks-gpunc-12345678-vmss000002"
-
-/* The recorded cluster: nodes.json and pods.json. */
-static struct kn_kube_cluster *recorded(void)
-{
-	struct kn_kube_cluster *c = kn_kube_cluster_new("kiln", products);
-	json_t *nodes = fixture_load("", "nodes.json"),
-	       *pods = fixture_load("", "pods.json");
-	struct kn_error err = {0};
-
-	assert_int_equal(kn_kube_cluster_set_nodes(c, nodes, &err), 0);
-	assert_int_equal(kn_kube_cluster_set_pods(c, pods, &err), 0);
-	json_decref(nodes);
-	json_decref(pods);
-	return c;
-}
 
 /* A pending pod asking for what the arguments say. */
 static json_t *pending_pod(const char *name, const char *share, int gpus,
@@ -83,70 +66,98 @@ static void add(struct kn_kube_cluster *c, json_t *pod)
 	json_decref(pod);
 }
 
+/* Each placement test's state: the recorded cluster, the last decision
+   and the last error. */
+struct placing {
+	struct kn_kube_cluster *c;
+	struct kn_kube_decision d;
+	struct kn_error err;
+};
+
+/* The recorded cluster: nodes.json and pods.json. */
+static int setup(void **state)
+{
+	struct placing *p = calloc(1, sizeof(*p));
+	json_t *nodes = fixture_load("", "nodes.json"),
+	       *pods = fixture_load("", "pods.json");
+
+	assert_non_null(p);
+	p->c = kn_kube_cluster_new("kiln", fixture_products);
+	assert_int_equal(kn_kube_cluster_set_nodes(p->c, nodes, &p->err), 0);
+	assert_int_equal(kn_kube_cluster_set_pods(p->c, pods, &p->err), 0);
+	json_decref(nodes);
+	json_decref(pods);
+	*state = p;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct placing *p = *state;
+
+	kn_kube_cluster_free(p->c);
+	free(p);
+	return 0;
+}
+
+/* kn_kube_place of pod ml/name by the named policy into p->d. */
+static int place(struct placing *p, const char *policy, const char *name)
+{
+	return kn_kube_place(p->c, kn_pack_policy_find(policy), "ml", name,
+			     &p->d, &p->err);
+}
+
 static void test_pending_order(void **state)
 {
-	struct kn_kube_cluster *c = recorded();
+	struct placing *p = *state;
 	struct kn_kube_pod_ref refs[8];
 
-	(void)state;
 	/* other-f-0 is the default scheduler's; bound and ended pods wait
 	   for nothing. */
-	assert_int_equal(kn_kube_cluster_pending(c, refs, 8), 2);
+	assert_int_equal(kn_kube_cluster_pending(p->c, refs, 8), 2);
 	assert_string_equal(refs[0].name, "train-d-0");
 	assert_string_equal(refs[0].namespace_, "ml");
 	assert_string_equal(refs[1].name, "cpu-e-0");
-	kn_kube_cluster_free(c);
 }
 
 static void test_whole_gpus(void **state)
 {
-	struct kn_kube_cluster *c = recorded();
-	const struct kn_pack_policy *kiln = kn_pack_policy_find("kiln");
-	struct kn_kube_decision d;
-	struct kn_error err = {0};
+	struct placing *p = *state;
 
-	(void)state;
 	/* vmss000000 has a half-used GPU, vmss000001 a whole one in use,
 	   vmss000002's pod has ended, vmss000003 is not ready. */
-	assert_int_equal(kn_kube_place(c, kiln, "ml", "train-d-0", &d, &err),
+	assert_int_equal(place(p, "kiln", "train-d-0"), 0);
+	assert_string_equal(p->d.node, N2);
+	assert_int_equal(p->d.n_gpus, 2);
+	assert_int_equal(p->d.gpu_milli, 1000);
+	assert_int_equal(kn_kube_cluster_assume(p->c, "ml", "train-d-0", &p->d),
 			 0);
-	assert_string_equal(d.node, N2);
-	assert_int_equal(d.n_gpus, 2);
-	assert_int_equal(d.gpu_milli, 1000);
-	assert_int_equal(kn_kube_cluster_assume(c, "ml", "train-d-0", &d), 0);
 	/* Now no node has two idle GPUs. */
-	add(c, pending_pod("two", NULL, 2, true));
-	assert_int_equal(kn_kube_place(c, kiln, "ml", "two", &d, &err),
-			 -ENOSPC);
-	assert_non_null(strstr(err.message, "ml/two: no node has room for 2 "
-					    "GPUs"));
-	assert_non_null(strstr(err.message, "4 of 5 nodes eligible (1 not "
-					    "ready, 0 by selector, 0 by "
-					    "affinity, 0 by taints)"));
-	kn_kube_cluster_free(c);
+	add(p->c, pending_pod("two", NULL, 2, true));
+	assert_int_equal(place(p, "kiln", "two"), -ENOSPC);
+	assert_non_null(strstr(p->err.message, "ml/two: no node has room for "
+					       "2 GPUs"));
+	assert_non_null(strstr(p->err.message, "4 of 5 nodes eligible (1 not "
+					       "ready, 0 by selector, 0 by "
+					       "affinity, 0 by taints)"));
 }
 
 static void test_taints_and_shares(void **state)
 {
-	struct kn_kube_cluster *c = recorded();
-	const struct kn_pack_policy *kiln = kn_pack_policy_find("kiln");
-	struct kn_kube_decision d;
-	struct kn_error err = {0};
+	struct placing *p = *state;
 	json_t *binding;
 
-	(void)state;
 	/* Without the sku=gpu toleration no GPU node is left. */
-	assert_int_equal(kn_kube_place(c, kiln, "ml", "cpu-e-0", &d, &err),
-			 -ENOSPC);
-	assert_non_null(strstr(err.message, "3 by taints"));
+	assert_int_equal(place(p, "kiln", "cpu-e-0"), -ENOSPC);
+	assert_non_null(strstr(p->err.message, "3 by taints"));
 	/* A half share fills vmss000000's half-used GPU 0 (its annotation). */
-	add(c, pending_pod("half", "500", 0, true));
-	assert_int_equal(kn_kube_place(c, kiln, "ml", "half", &d, &err), 0);
-	assert_string_equal(d.node, N0);
-	assert_int_equal(d.n_gpus, 1);
-	assert_int_equal(d.gpus[0], 0);
-	assert_int_equal(d.gpu_milli, 500);
-	binding = kn_kube_binding("ml", "half", &d);
+	add(p->c, pending_pod("half", "500", 0, true));
+	assert_int_equal(place(p, "kiln", "half"), 0);
+	assert_string_equal(p->d.node, N0);
+	assert_int_equal(p->d.n_gpus, 1);
+	assert_int_equal(p->d.gpus[0], 0);
+	assert_int_equal(p->d.gpu_milli, 500);
+	binding = kn_kube_binding("ml", "half", &p->d);
 	assert_string_equal(
 		json_string_value(json_object_get(json_object_get(json_object_get(
 			binding, "metadata"), "annotations"), KN_KUBE_ANN_GPU)),
@@ -156,34 +167,28 @@ static void test_taints_and_shares(void **state)
 	json_decref(binding);
 	/* Once it is bound, GPU 0 is full: the next half share goes to a GPU
 	   that is not. */
-	assert_int_equal(kn_kube_cluster_assume(c, "ml", "half", &d), 0);
-	add(c, pending_pod("half2", "500", 0, true));
-	assert_int_equal(kn_kube_place(c, kiln, "ml", "half2", &d, &err), 0);
-	assert_false(!strcmp(d.node, N0) && d.gpus[0] == 0);
+	assert_int_equal(kn_kube_cluster_assume(p->c, "ml", "half", &p->d), 0);
+	add(p->c, pending_pod("half2", "500", 0, true));
+	assert_int_equal(place(p, "kiln", "half2"), 0);
+	assert_false(!strcmp(p->d.node, N0) && p->d.gpus[0] == 0);
 	/* A bad share annotation is refused by name. */
-	add(c, pending_pod("bad", "1500", 0, true));
-	assert_int_equal(kn_kube_place(c, kiln, "ml", "bad", &d, &err),
-			 -EINVAL);
-	assert_string_equal(err.field, KN_KUBE_ANN_GPU_MILLI);
-	kn_kube_cluster_free(c);
+	add(p->c, pending_pod("bad", "1500", 0, true));
+	assert_int_equal(place(p, "kiln", "bad"), -EINVAL);
+	assert_string_equal(p->err.field, KN_KUBE_ANN_GPU_MILLI);
 }
 
 static void test_selector_affinity_and_events(void **state)
 {
-	struct kn_kube_cluster *c = recorded();
-	const struct kn_pack_policy *best = kn_pack_policy_find("best-fit");
-	struct kn_kube_decision d;
-	struct kn_error err = {0};
+	struct placing *p = *state;
 	json_t *pod = pending_pod("zonal", NULL, 1, true), *copy;
 
-	(void)state;
 	json_object_set_new(json_object_get(pod, "spec"), "nodeSelector",
 			    json_pack("{s:s}", "topology.kubernetes.io/zone",
 				      "eastus-2"));
 	copy = json_deep_copy(pod);
-	add(c, pod);
-	assert_int_equal(kn_kube_place(c, best, "ml", "zonal", &d, &err), 0);
-	assert_string_equal(d.node, N1);
+	add(p->c, pod);
+	assert_int_equal(place(p, "best-fit", "zonal"), 0);
+	assert_string_equal(p->d.node, N1);
 	/* Required affinity on the product label: no node has a T4. */
 	json_object_del(json_object_get(copy, "spec"), "nodeSelector");
 	json_object_set_new(
@@ -193,25 +198,22 @@ static void test_selector_affinity_and_events(void **state)
 			   " [{\"matchExpressions\": [{\"key\": \"nvidia.com/"
 			   "gpu.product\", \"operator\": \"In\", \"values\": "
 			   "[\"Tesla-T4\"]}]}]}}}", 0, NULL));
-	assert_int_equal(kn_kube_cluster_pod_event(c, "MODIFIED", copy, &err),
-			 0);
-	assert_int_equal(kn_kube_place(c, best, "ml", "zonal", &d, &err),
-			 -ENOSPC);
-	assert_non_null(strstr(err.message, "by affinity"));
+	assert_int_equal(kn_kube_cluster_pod_event(p->c, "MODIFIED", copy,
+						   &p->err), 0);
+	assert_int_equal(place(p, "best-fit", "zonal"), -ENOSPC);
+	assert_non_null(strstr(p->err.message, "by affinity"));
 	/* Deleted: no longer known. */
-	assert_int_equal(kn_kube_cluster_pod_event(c, "DELETED", copy, &err),
-			 0);
-	assert_int_equal(kn_kube_place(c, best, "ml", "zonal", &d, &err),
-			 -ENOENT);
+	assert_int_equal(kn_kube_cluster_pod_event(p->c, "DELETED", copy,
+						   &p->err), 0);
+	assert_int_equal(place(p, "best-fit", "zonal"), -ENOENT);
 	json_decref(copy);
 	/* Bookmarks change nothing; a nameless object is an error. */
-	assert_int_equal(kn_kube_cluster_pod_event(c, "BOOKMARK", NULL, &err),
-			 0);
+	assert_int_equal(kn_kube_cluster_pod_event(p->c, "BOOKMARK", NULL,
+						   &p->err), 0);
 	copy = json_object();
-	assert_int_equal(kn_kube_cluster_pod_event(c, "ADDED", copy, &err),
-			 -EINVAL);
+	assert_int_equal(kn_kube_cluster_pod_event(p->c, "ADDED", copy,
+						   &p->err), -EINVAL);
 	json_decref(copy);
-	kn_kube_cluster_free(c);
 }
 
 static json_t *gang_pod(const char *name, int gpus, const char *size)
@@ -226,40 +228,46 @@ static json_t *gang_pod(const char *name, int gpus, const char *size)
 	return pod;
 }
 
-static void test_gang(void **state)
+/* kn_kube_place_gang by the kiln policy of the gang of ml/name. */
+static int place_gang(struct placing *p, const char *name,
+		      struct kn_kube_placement out[4], size_t *n)
 {
-	struct kn_kube_cluster *c = recorded();
-	const struct kn_pack_policy *kiln = kn_pack_policy_find("kiln");
+	return kn_kube_place_gang(p->c, kn_pack_policy_find("kiln"), "ml",
+				  name, out, 4, n, &p->err);
+}
+
+/* Two tasks of two GPUs: one would fit (vmss000002), both do not. */
+static void test_gang_too_big(void **state)
+{
+	struct placing *p = *state;
 	struct kn_kube_placement out[4];
 	struct kn_kube_pod_ref refs[8];
-	struct kn_error err = {0};
 	size_t n = 0;
 
-	(void)state;
-	/* Two tasks of two GPUs: one would fit (vmss000002), both do not. */
-	add(c, gang_pod("g-0", 2, "2"));
-	assert_int_equal(kn_kube_place_gang(c, kiln, "ml", "g-0", out, 4, &n,
-					    &err), -EAGAIN);
-	assert_non_null(strstr(err.message, "1 of 2 exist"));
-	add(c, gang_pod("g-1", 2, "2"));
-	assert_int_equal(kn_kube_place_gang(c, kiln, "ml", "g-1", out, 4, &n,
-					    &err), -ENOSPC);
-	assert_non_null(strstr(err.message, "the gang of 2 does not fit at "
-					    "once"));
+	add(p->c, gang_pod("g-0", 2, "2"));
+	assert_int_equal(place_gang(p, "g-0", out, &n), -EAGAIN);
+	assert_non_null(strstr(p->err.message, "1 of 2 exist"));
+	add(p->c, gang_pod("g-1", 2, "2"));
+	assert_int_equal(place_gang(p, "g-1", out, &n), -ENOSPC);
+	assert_non_null(strstr(p->err.message, "the gang of 2 does not fit at "
+					       "once"));
 	/* Nothing was charged: the single pod alone still fits. */
-	assert_int_equal(kn_kube_cluster_pending(c, refs, 8), 4);
-	assert_int_equal(kn_kube_place_gang(c, kiln, "ml", "train-d-0", out, 4,
-					    &n, &err), 0);
+	assert_int_equal(kn_kube_cluster_pending(p->c, refs, 8), 4);
+	assert_int_equal(place_gang(p, "train-d-0", out, &n), 0);
 	assert_int_equal(n, 1);
 	assert_string_equal(out[0].d.node, N2);
-	kn_kube_cluster_free(c);
+}
 
-	/* Two tasks of one GPU: both placed, on different GPUs. */
-	c = recorded();
-	add(c, gang_pod("g-0", 1, "2"));
-	add(c, gang_pod("g-1", 1, "2"));
-	assert_int_equal(kn_kube_place_gang(c, kiln, "ml", "g-1", out, 4, &n,
-					    &err), 0);
+/* Two tasks of one GPU: both placed, on different GPUs. */
+static void test_gang_fits(void **state)
+{
+	struct placing *p = *state;
+	struct kn_kube_placement out[4];
+	size_t n = 0;
+
+	add(p->c, gang_pod("g-0", 1, "2"));
+	add(p->c, gang_pod("g-1", 1, "2"));
+	assert_int_equal(place_gang(p, "g-1", out, &n), 0);
 	assert_int_equal(n, 2);
 	assert_string_equal(out[0].name, "g-0");
 	assert_string_equal(out[1].name, "g-1");
@@ -267,11 +275,9 @@ static void test_gang(void **state)
 	assert_false(!strcmp(out[0].d.node, out[1].d.node) &&
 		     out[0].d.gpus[0] == out[1].d.gpus[0]);
 	/* A bad size is refused by name. */
-	add(c, gang_pod("h-0", 1, "1"));
-	assert_int_equal(kn_kube_place_gang(c, kiln, "ml", "h-0", out, 4, &n,
-					    &err), -EINVAL);
-	assert_string_equal(err.field, KN_KUBE_ANN_GANG);
-	kn_kube_cluster_free(c);
+	add(p->c, gang_pod("h-0", 1, "1"));
+	assert_int_equal(place_gang(p, "h-0", out, &n), -EINVAL);
+	assert_string_equal(p->err.field, KN_KUBE_ANN_GANG);
 }
 
 static void test_kubeconfig(void **state)
@@ -373,25 +379,27 @@ static void test_quantities(void **state)
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_pending_order),
-		cmocka_unit_test(test_whole_gpus),
-		cmocka_unit_test(test_taints_and_shares),
-		cmocka_unit_test(test_selector_affinity_and_events),
-		cmocka_unit_test(test_gang),
+		cmocka_unit_test_setup_teardown(test_pending_order, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_whole_gpus, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_taints_and_shares, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_selector_affinity_and_events, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gang_too_big, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_gang_fits, setup,
+						teardown),
 		cmocka_unit_test(test_kubeconfig),
 		cmocka_unit_test(test_quantities),
 	};
-	struct kn_error err;
-	int rc;
 
 	if (argc != 2) {
 		fprintf(stderr, "usage: %s FIXTURE-DIR\n", argv[0]);
 		return 2;
 	}
 	kube_fixtures = argv[1];
-	if (kn_kube_products_load(KN_TEST_DATA_DIR "/gpu-products.csv", &products, &err) < 0)
-		return 1;
-	rc = cmocka_run_group_tests(tests, NULL, NULL);
-	kn_kube_products_free(products);
-	return rc;
+	return cmocka_run_group_tests(tests, fixture_products_load,
+				      fixture_products_free);
 }

@@ -18,34 +18,16 @@
 #include "kube/kube.h"
 #include "fixture.h"
 
-static struct kn_kube_products *products;
-
-static int setup(void **state)
-{
-	struct kn_error err;
-
-	(void)state;
-	return kn_kube_products_load(KN_TEST_DATA_DIR "/gpu-products.csv", &products, &err);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	kn_kube_products_free(products);
-	return 0;
-}
-
 static json_t *render_job(const char *yaml, const char *image)
 {
 	struct kn_kube_render_opts opts = {.image = image,
-					   .products = products};
+					   .products = fixture_products};
 	struct kn_job_spec *spec;
 	struct kn_error err = {0};
 	json_t *docs = NULL;
 	char *text = kn_asprintf("kind: Job\n%s", yaml);
 
-	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
-					   &err), 0);
+	spec = fixture_job_spec(text);
 	free(text);
 	assert_int_equal(kn_kube_render_job(spec, &opts, &docs, &err), 0);
 	kn_job_spec_free(spec);
@@ -56,14 +38,13 @@ static int render_job_error(const char *yaml, const char *image,
 			    struct kn_error *err)
 {
 	struct kn_kube_render_opts opts = {.image = image,
-					   .products = products};
+					   .products = fixture_products};
 	struct kn_job_spec *spec;
 	json_t *docs = NULL;
 	char *text = kn_asprintf("kind: Job\n%s", yaml);
 	int rc;
 
-	assert_int_equal(kn_job_spec_parse(text, strlen(text), "j.yaml", &spec,
-					   err), 0);
+	spec = fixture_job_spec(text);
 	free(text);
 	rc = kn_kube_render_job(spec, &opts, &docs, err);
 	assert_null(docs);
@@ -297,7 +278,7 @@ static void test_tty(void **state)
 {
 	struct kn_kube_render_opts opts = {.image = "img",
 					   .shim_image = "kiln:1",
-					   .products = products};
+					   .products = fixture_products};
 	const char *yaml = "kind: Job\nname: sh\ncommand: [bash, -i]\n"
 			   "tty: true\n";
 	struct kn_job_spec *spec;
@@ -305,8 +286,7 @@ static void test_tty(void **state)
 	json_t *docs = NULL, *pod, *c;
 
 	(void)state;
-	assert_int_equal(kn_job_spec_parse(yaml, strlen(yaml), "j.yaml", &spec,
-					   &err), 0);
+	spec = fixture_job_spec(yaml);
 	assert_int_equal(kn_kube_render_job(spec, &opts, &docs, &err), 0);
 	kn_job_spec_free(spec);
 	pod = fixture_at(json_array_get(docs, 0), "spec.template.spec");
@@ -387,7 +367,7 @@ static void test_pods_locked_down(void **state)
 	struct kn_kube_render_opts opts = {.image = "img",
 					   .shim_image = "kiln:1",
 					   .store_url = "azure://acct/ckpt",
-					   .products = products};
+					   .products = fixture_products};
 	const char *dep_yaml = "kind: Deployment\nname: web\nmodel: job:7\n"
 			       "command: [srv]\n";
 	struct kn_deployment_spec *d;
@@ -398,9 +378,7 @@ static void test_pods_locked_down(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		assert_int_equal(kn_job_spec_parse(cases[i].yaml,
-						   strlen(cases[i].yaml),
-						   "j.yaml", &spec, &err), 0);
+		spec = fixture_job_spec(cases[i].yaml);
 		assert_int_equal(kn_kube_render_job(spec, &opts, &docs, &err),
 				 0);
 		kn_job_spec_free(spec);
@@ -415,8 +393,7 @@ static void test_pods_locked_down(void **state)
 		json_decref(docs);
 	}
 	/* A deployment's server writes where its image says. */
-	assert_int_equal(kn_deployment_spec_parse(dep_yaml, strlen(dep_yaml),
-						  "d.yaml", NULL, &d, &err), 0);
+	d = fixture_deployment_spec(dep_yaml);
 	assert_int_equal(kn_kube_render_deployment(d, &opts, &docs, &err), 0);
 	kn_deployment_spec_free(d);
 	assert_locked_down(fixture_at(json_array_get(docs, 0),
@@ -433,14 +410,13 @@ static void test_deployment(void **state)
 	struct kn_kube_render_opts opts = {.image = "img",
 					   .namespace_ = "prod",
 					   .scheduler_name = "kiln",
-					   .products = products};
+					   .products = fixture_products};
 	struct kn_deployment_spec *d;
 	struct kn_error err = {0};
 	json_t *docs, *dep, *svc, *c;
 
 	(void)state;
-	assert_int_equal(kn_deployment_spec_parse(yaml, strlen(yaml), "d.yaml",
-						  NULL, &d, &err), 0);
+	d = fixture_deployment_spec(yaml);
 	assert_int_equal(kn_kube_render_deployment(d, &opts, &docs, &err), 0);
 	dep = json_array_get(docs, 0);
 	svc = json_array_get(docs, 1);
@@ -485,11 +461,12 @@ static void test_products(void **state)
 	const char *fields[] = {NULL, "model", "product", "source"};
 
 	(void)state;
-	assert_int_equal(kn_kube_products_for(products, "h100", names, 4), 2);
+	assert_int_equal(kn_kube_products_for(fixture_products, "h100", names,
+					      4), 2);
 	assert_string_equal(names[0], "NVIDIA-H100-80GB-HBM3");
-	assert_string_equal(kn_kube_model_for(products, "Tesla-T4"),
+	assert_string_equal(kn_kube_model_for(fixture_products, "Tesla-T4"),
 			    "T4-16GB");
-	assert_null(kn_kube_model_for(products, "NVIDIA-B200"));
+	assert_null(kn_kube_model_for(fixture_products, "NVIDIA-B200"));
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		memset(&err, 0, sizeof(err));
 		assert_int_equal(kn_kube_products_parse(bad[i], strlen(bad[i]),
@@ -566,5 +543,6 @@ int main(void)
 		cmocka_unit_test(test_yaml),
 		cmocka_unit_test(test_yaml_long_and_control),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, fixture_products_load,
+				      fixture_products_free);
 }

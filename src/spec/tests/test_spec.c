@@ -551,6 +551,49 @@ static struct kn_job_spec *parse_ok(const char *yaml)
 	return spec;
 }
 
+/* The job's numbers and switches, each named by its field when it is
+   not the one wanted; the checkpoint store by text. */
+static void expect_scalars(const struct kn_job_spec *got,
+			   const struct kn_job_spec *want)
+{
+#define FIELD(name, member)                                                  \
+	{name, (int64_t)got->member, (int64_t)want->member}
+	const struct {
+		const char *field;
+		int64_t got, want;
+	} f[] = {
+		FIELD("resources.gpus", resources.gpu_milli),
+		FIELD("resources.cpus", resources.cpu_milli),
+		FIELD("resources.memory", resources.memory_bytes),
+		FIELD("tasks", tasks),
+		FIELD("retries", retries),
+		FIELD("backoff", backoff_ms),
+		FIELD("backoff_max", backoff_max_ms),
+		FIELD("priority", priority),
+		FIELD("preemptible", preemptible),
+		FIELD("timeout", timeout_ms),
+		FIELD("checkpoint (set)", checkpoint.set),
+		FIELD("checkpoint.every", checkpoint.every_ms),
+		FIELD("checkpoint.keep", checkpoint.keep),
+		FIELD("checkpoint.grace", checkpoint.grace_ms),
+		FIELD("checkpoint.signal", checkpoint.signal),
+		FIELD("placement.selector (count)", placement.n_selector),
+		FIELD("placement.tolerations (count)", placement.n_tolerations),
+		FIELD("placement.spread", placement.spread),
+	};
+#undef FIELD
+
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+		if (f[i].got != f[i].want)
+			fail_msg("%s: %lld, not %lld", f[i].field,
+				 (long long)f[i].got, (long long)f[i].want);
+	if (want->checkpoint.store)
+		assert_string_equal(got->checkpoint.store,
+				    want->checkpoint.store);
+	else
+		assert_null(got->checkpoint.store);
+}
+
 static void test_defaults(void **state)
 {
 	struct kn_job_spec *spec = parse_ok(BASE);
@@ -562,27 +605,16 @@ static void test_defaults(void **state)
 	assert_null(spec->command[1]);
 	assert_int_equal(spec->n_env, 0);
 	assert_null(spec->workdir);
-	assert_int_equal(spec->resources.gpu_milli, 0);
 	assert_null(spec->resources.mig_profile);
 	assert_null(spec->resources.gpu_models);
-	assert_int_equal(spec->resources.cpu_milli, 0);
-	assert_int_equal(spec->resources.memory_bytes, 0);
-	assert_int_equal(spec->tasks, 1);
-	assert_int_equal(spec->retries, 0);
-	assert_int_equal(spec->backoff_ms, 10000);
-	assert_int_equal(spec->backoff_max_ms, 600000);
-	assert_int_equal(spec->priority, 0);
-	assert_false(spec->preemptible);
-	assert_int_equal(spec->timeout_ms, 0);
-	assert_false(spec->checkpoint.set);
-	assert_int_equal(spec->checkpoint.every_ms, 600000);
-	assert_int_equal(spec->checkpoint.keep, 3);
-	assert_null(spec->checkpoint.store);
-	assert_int_equal(spec->checkpoint.grace_ms, 30000);
-	assert_int_equal(spec->checkpoint.signal, SIGTERM);
-	assert_int_equal(spec->placement.n_selector, 0);
-	assert_int_equal(spec->placement.n_tolerations, 0);
-	assert_int_equal(spec->placement.spread, KN_SPREAD_NONE);
+	expect_scalars(spec, &(struct kn_job_spec){
+		.tasks = 1,
+		.backoff_ms = 10000,
+		.backoff_max_ms = 600000,
+		.checkpoint = {.every_ms = 600000, .keep = 3,
+			       .grace_ms = 30000, .signal = SIGTERM},
+		.placement = {.spread = KN_SPREAD_NONE},
+	});
 	kn_job_spec_free(spec);
 }
 
@@ -654,34 +686,32 @@ static void test_full_spec(void **state)
 	assert_string_equal(spec->env[2].value, "/data/set");
 	assert_string_equal(spec->env[3].value, "");
 	assert_string_equal(spec->workdir, "/work");
-	assert_int_equal(spec->resources.gpu_milli, 2000);
+	expect_scalars(spec, &(struct kn_job_spec){
+		.resources = {.gpu_milli = 2000, .cpu_milli = 500,
+			      .memory_bytes = 2LL << 30},
+		.tasks = 4,
+		.retries = 3,
+		.backoff_ms = 30000,
+		.backoff_max_ms = 3600000,
+		.priority = 1000,
+		.preemptible = true,
+		.timeout_ms = 9000000,
+		.checkpoint = {
+			.set = true, .every_ms = 300000, .keep = 2,
+			.store = "https://acct.blob.core.windows.net/ckpt",
+			.grace_ms = 45000, .signal = SIGUSR1},
+		.placement = {.n_selector = 2, .n_tolerations = 3,
+			      .spread = KN_SPREAD_FAULT_DOMAIN},
+	});
 	assert_null(spec->resources.mig_profile);
 	assert_int_equal(spec->resources.n_gpu_models, 2);
 	assert_string_equal(spec->resources.gpu_models[0], "H100");
 	assert_string_equal(spec->resources.gpu_models[1], "A100");
 	assert_null(spec->resources.gpu_models[2]);
-	assert_int_equal(spec->resources.cpu_milli, 500);
-	assert_int_equal(spec->resources.memory_bytes, 2LL << 30);
-	assert_int_equal(spec->tasks, 4);
-	assert_int_equal(spec->retries, 3);
-	assert_int_equal(spec->backoff_ms, 30000);
-	assert_int_equal(spec->backoff_max_ms, 3600000);
-	assert_int_equal(spec->priority, 1000);
-	assert_true(spec->preemptible);
-	assert_int_equal(spec->timeout_ms, 9000000);
-	assert_true(spec->checkpoint.set);
-	assert_int_equal(spec->checkpoint.every_ms, 300000);
-	assert_int_equal(spec->checkpoint.keep, 2);
-	assert_string_equal(spec->checkpoint.store,
-			    "https://acct.blob.core.windows.net/ckpt");
-	assert_int_equal(spec->checkpoint.grace_ms, 45000);
-	assert_int_equal(spec->checkpoint.signal, SIGUSR1);
-	assert_int_equal(spec->placement.n_selector, 2);
 	assert_string_equal(spec->placement.selector[0].key, "zone");
 	assert_string_equal(spec->placement.selector[0].value, "eastus-1");
 	assert_string_equal(spec->placement.selector[1].key, "spot");
 	assert_string_equal(spec->placement.selector[1].value, "true");
-	assert_int_equal(spec->placement.n_tolerations, 3);
 	t = &spec->placement.tolerations[0];
 	assert_string_equal(t->key, "kiln.io/gpu");
 	assert_string_equal(t->operator_, "Exists");
@@ -696,7 +726,6 @@ static void test_full_spec(void **state)
 	assert_string_equal(t->operator_, "Equal");
 	assert_string_equal(t->value, "");
 	assert_string_equal(t->effect, "PreferNoSchedule");
-	assert_int_equal(spec->placement.spread, KN_SPREAD_FAULT_DOMAIN);
 	assert_int_equal(spec->placement.n_required, 2);
 	assert_string_equal(spec->placement.required[0].key, "zone");
 	assert_int_equal(spec->placement.required[0].op, KN_AFFINITY_IN);

@@ -26,6 +26,19 @@ static void count_commit(void *arg, double seconds)
 	commits_seen++;
 }
 
+/* setup_store, with every commit counted from 0. */
+static int setup_counting(void **state)
+{
+	struct fixture *fx;
+
+	if (setup_store(state) != 0)
+		return -1;
+	fx = *state;
+	kn_store_on_commit(fx->st, count_commit, NULL);
+	commits_seen = 0;
+	return 0;
+}
+
 /* Queued jobs as a second connection (another thread's) sees them. */
 static int64_t queued_seen(const char *path)
 {
@@ -54,8 +67,6 @@ static void test_members_share_one_commit(void **state)
 	struct fixture *fx = *state;
 	struct kn_error err = {0};
 
-	kn_store_on_commit(fx->st, count_commit, NULL);
-	commits_seen = 0;
 	for (int i = 0; i < 5; i++)
 		member_insert(fx->st, "m", true);
 	assert_true(kn_store_group_open(fx->st));
@@ -69,7 +80,6 @@ static void test_members_share_one_commit(void **state)
 	/* Nothing open: nothing to commit. */
 	assert_int_equal(kn_store_group_commit(fx->st, &err), 0);
 	assert_int_equal(commits_seen, 1);
-	kn_store_on_commit(fx->st, NULL, NULL);
 }
 
 static void test_member_rollback_undoes_only_its_own(void **state)
@@ -96,8 +106,6 @@ static void test_outside_write_commits_the_group_first(void **state)
 	struct fixture *fx = *state;
 	struct kn_error err = {0};
 
-	kn_store_on_commit(fx->st, count_commit, NULL);
-	commits_seen = 0;
 	member_insert(fx->st, "member", true);
 	/* Another caller's write is durable when its call returns: the
 	   group's commit comes first, then its own. */
@@ -114,7 +122,6 @@ static void test_outside_write_commits_the_group_first(void **state)
 	/* The early commit's result is the group's answer, once. */
 	assert_int_equal(kn_store_group_commit(fx->st, &err), 0);
 	assert_int_equal(commits_seen, 3);
-	kn_store_on_commit(fx->st, NULL, NULL);
 }
 
 static void test_group_refused_inside_a_transaction(void **state)
@@ -149,13 +156,13 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_members_share_one_commit,
-						setup_store, teardown),
+						setup_counting, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_member_rollback_undoes_only_its_own, setup_store,
 			teardown),
 		cmocka_unit_test_setup_teardown(
 			test_outside_write_commits_the_group_first,
-			setup_store, teardown),
+			setup_counting, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_group_refused_inside_a_transaction, setup_store,
 			teardown),
