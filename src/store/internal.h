@@ -5,7 +5,9 @@
  *
  * Rows are read through a column table per row struct ({SQL name, type,
  * offset, size}) driving one reader, store_read_row, rather than one
- * hand-written loop per struct: column i of a statement lands in the
+ * hand-written loop per struct; a table names its fields, and each
+ * column's type follows from its field's C type (STORE_COL), so the
+ * two cannot disagree. Column i of a statement lands in the
  * field of entry i, and store_check_columns (run over every statement by
  * the unit tests) compares each statement's result columns, by
  * sqlite3_column_name, with its table, so a select list and its reader
@@ -208,9 +210,27 @@ struct store_row {
 	{ .name = sql_name, .type = col_type,                                  \
 	  .offset = offsetof(row_type, field),                                 \
 	  .size = sizeof(((row_type *)0)->field) }
-#define STORE_ROW(row_type, kind_, cols_)                                   \
-	{ .kind = kind_, .size = sizeof(row_type), .cols = cols_,              \
-	  .n_cols = sizeof(cols_) / sizeof(cols_[0]) }
+/*
+ * A column's type from its field's C type, so that the two cannot
+ * disagree: text for a char *, real for a double, a job's or a task's
+ * state by its name, an integer for the rest (int64_t, int, bool).
+ */
+#define STORE_TYPE_OF(row_type, field)                                    \
+	_Generic(((row_type *)0)->field,                                     \
+		char *: STORE_TEXT,                                          \
+		double: STORE_REAL,                                          \
+		enum kn_job_state: STORE_JOB_STATE,                          \
+		enum kn_task_state: STORE_TASK_STATE,                        \
+		default: STORE_INT)
+/* A column named as its field, of the field's type. */
+#define STORE_COL(row_type, field)                                         \
+	STORE_COL_AS(row_type, field, #field, STORE_TYPE_OF(row_type, field))
+/* A row struct and its columns, given as STORE_COL or STORE_COL_AS. */
+#define STORE_ROW(row_type, kind_, ...)                                     \
+	{ .kind = kind_, .size = sizeof(row_type),                             \
+	  .cols = (const struct store_col[]){__VA_ARGS__},                     \
+	  .n_cols = sizeof((const struct store_col[]){__VA_ARGS__}) /          \
+		    sizeof(struct store_col) }
 
 /*
  * How a statement's SQL is written. A select list or an insert that

@@ -3,18 +3,12 @@
  */
 #include "internal.h"
 
-#define A(field, type) STORE_COL_AS(struct kn_alert_row, field, #field, type)
-static const struct store_col ALERT_COLS[] = {
-	A(id, STORE_INT),           A(fingerprint, STORE_TEXT),
-	A(rule, STORE_TEXT),        A(severity, STORE_TEXT),
-	A(state, STORE_TEXT),       A(labels_json, STORE_TEXT),
-	A(summary, STORE_TEXT),     A(value, STORE_REAL),
-	A(active_at, STORE_INT),    A(fired_at, STORE_INT),
-	A(resolved_at, STORE_INT),
-};
-#undef A
+#define A(field) STORE_COL(struct kn_alert_row, field)
 static const struct store_row ALERT_ROW =
-	STORE_ROW(struct kn_alert_row, "alert", ALERT_COLS);
+	STORE_ROW(struct kn_alert_row, "alert", A(id), A(fingerprint), A(rule),
+		  A(severity), A(state), A(labels_json), A(summary), A(value),
+		  A(active_at), A(fired_at), A(resolved_at));
+#undef A
 
 static const char SQL_ALERT_INSERT[] =
 	"INSERT INTO alerts (fingerprint, rule, severity, state, labels_json,"

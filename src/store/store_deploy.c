@@ -10,29 +10,19 @@
 #define DEPLOYMENT_COLUMNS                                                    \
 	"name, owner, filename, spec_yaml, spec_json, model_dir, replicas,"   \
 	" generation, rollout_next, created_at, updated_at"
-#define D(field, type) \
-	STORE_COL_AS(struct kn_deployment_row, field, #field, type)
-static const struct store_col DEPLOYMENT_COLS[] = {
-	D(name, STORE_TEXT),       D(owner, STORE_TEXT),
-	D(filename, STORE_TEXT),   D(spec_yaml, STORE_TEXT),
-	D(spec_json, STORE_TEXT),  D(model_dir, STORE_TEXT),
-	D(replicas, STORE_INT),    D(generation, STORE_INT),
-	D(rollout_next, STORE_INT), D(created_at, STORE_INT),
-	D(updated_at, STORE_INT),
-};
-#undef D
+#define D(field) STORE_COL(struct kn_deployment_row, field)
 static const struct store_row DEPLOYMENT_ROW =
-	STORE_ROW(struct kn_deployment_row, "deployment", DEPLOYMENT_COLS);
+	STORE_ROW(struct kn_deployment_row, "deployment", D(name), D(owner),
+		  D(filename), D(spec_yaml), D(spec_json), D(model_dir),
+		  D(replicas), D(generation), D(rollout_next), D(created_at),
+		  D(updated_at));
+#undef D
 
-#define R(field, type) STORE_COL_AS(struct kn_replica_row, field, #field, type)
-static const struct store_col REPLICA_COLS[] = {
-	R(deployment, STORE_TEXT),
-	R(replica, STORE_INT),
-	R(job_id, STORE_INT),
-};
-#undef R
+#define R(field) STORE_COL(struct kn_replica_row, field)
 static const struct store_row REPLICA_ROW =
-	STORE_ROW(struct kn_replica_row, "replica", REPLICA_COLS);
+	STORE_ROW(struct kn_replica_row, "replica", R(deployment), R(replica),
+		  R(job_id));
+#undef R
 
 static const char SQL_DEPLOYMENT_PUT[] =
 	"INSERT INTO deployments (" DEPLOYMENT_COLUMNS ") VALUES (:name,"
@@ -52,19 +42,12 @@ static const char SQL_DEPLOYMENT_DELETE[] =
 static const char SQL_REPLICA_DELETE[] =
 	"DELETE FROM deployment_replicas WHERE deployment = ?1 AND replica = ?2";
 
-#define K(field, type) \
-	STORE_COL_AS(struct kn_gateway_key_row, field, #field, type)
-static const struct store_col GWKEY_COLS[] = {
-	K(id, STORE_INT),          K(name, STORE_TEXT),
-	K(hash, STORE_TEXT),       K(deployments_json, STORE_TEXT),
-	K(rpm, STORE_INT),         K(tpm, STORE_INT),
-	K(quota_day, STORE_INT),   K(quota_month, STORE_INT),
-	K(created_by, STORE_TEXT), K(created_at, STORE_INT),
-	K(revoked_at, STORE_INT),
-};
-#undef K
+#define K(field) STORE_COL(struct kn_gateway_key_row, field)
 static const struct store_row GWKEY_ROW =
-	STORE_ROW(struct kn_gateway_key_row, "gateway key", GWKEY_COLS);
+	STORE_ROW(struct kn_gateway_key_row, "gateway key", K(id), K(name),
+		  K(hash), K(deployments_json), K(rpm), K(tpm), K(quota_day),
+		  K(quota_month), K(created_by), K(created_at), K(revoked_at));
+#undef K
 static const char SQL_GWKEY_INSERT[] =
 	"INSERT INTO gateway_keys (name, hash, deployments_json, rpm, tpm,"
 	" quota_day, quota_month, created_by, created_at) VALUES (:name, :hash,"

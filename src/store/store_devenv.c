@@ -7,17 +7,12 @@
 
 #include <errno.h>
 
-#define D(field, type) STORE_COL_AS(struct kn_devenv_row, field, #field, type)
-static const struct store_col DEVENV_COLS[] = {
-	D(job_id, STORE_INT),     D(owner, STORE_TEXT),
-	D(name, STORE_TEXT),      D(gpu_milli, STORE_INT),
-	D(started_at, STORE_INT), D(ended_at, STORE_INT),
-	D(max_end_at, STORE_INT), D(idle_ms, STORE_INT),
-	D(stop, STORE_TEXT),
-};
-#undef D
+#define D(field) STORE_COL(struct kn_devenv_row, field)
 static const struct store_row DEVENV_ROW =
-	STORE_ROW(struct kn_devenv_row, "devenv run", DEVENV_COLS);
+	STORE_ROW(struct kn_devenv_row, "devenv run", D(job_id), D(owner),
+		  D(name), D(gpu_milli), D(started_at), D(ended_at),
+		  D(max_end_at), D(idle_ms), D(stop));
+#undef D
 
 /* A run is added once; a restart that sees it again changes nothing. */
 static const char SQL_DEVENV_START[] =

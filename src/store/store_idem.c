@@ -9,16 +9,12 @@
  */
 #include "internal.h"
 
-#define I(field, type) STORE_COL_AS(struct kn_idem_row, field, #field, type)
-static const struct store_col IDEM_COLS[] = {
-	I(owner, STORE_TEXT),       I(key, STORE_TEXT),
-	I(route, STORE_TEXT),       I(body_sha256, STORE_TEXT),
-	I(status, STORE_INT),       I(answer, STORE_TEXT),
-	I(created_at, STORE_INT),
-};
-#undef I
+#define I(field) STORE_COL(struct kn_idem_row, field)
 static const struct store_row IDEM_ROW =
-	STORE_ROW(struct kn_idem_row, "idempotency key", IDEM_COLS);
+	STORE_ROW(struct kn_idem_row, "idempotency key", I(owner), I(key),
+		  I(route), I(body_sha256), I(status), I(answer),
+		  I(created_at));
+#undef I
 
 static const char SQL_IDEM_EXPIRE[] =
 	"DELETE FROM idempotency_keys WHERE created_at < ?1";

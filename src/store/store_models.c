@@ -8,74 +8,45 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define M(field, type) STORE_COL_AS(struct kn_model_row, field, #field, type)
-static const struct store_col MODEL_COLS[] = {
-	M(name, STORE_TEXT),      M(versions, STORE_INT), M(latest, STORE_INT),
-	M(created_at, STORE_INT), M(updated_at, STORE_INT),
-};
-#undef M
+#define M(field) STORE_COL(struct kn_model_row, field)
 static const struct store_row MODEL_ROW =
-	STORE_ROW(struct kn_model_row, "model", MODEL_COLS);
+	STORE_ROW(struct kn_model_row, "model", M(name), M(versions), M(latest),
+		  M(created_at), M(updated_at));
+#undef M
 
-#define V(field, type) \
-	STORE_COL_AS(struct kn_model_version_row, field, #field, type)
-static const struct store_col VERSION_COLS[] = {
-	V(name, STORE_TEXT),       V(version, STORE_INT),
-	V(manifest, STORE_TEXT),   V(created_by, STORE_TEXT),
-	V(created_at, STORE_INT),
-};
-#undef V
+#define V(field) STORE_COL(struct kn_model_version_row, field)
 static const struct store_row VERSION_ROW =
-	STORE_ROW(struct kn_model_version_row, "model version", VERSION_COLS);
+	STORE_ROW(struct kn_model_version_row, "model version", V(name),
+		  V(version), V(manifest), V(created_by), V(created_at));
+#undef V
 
 /* An alias where it points now, or one move of it in its history. */
-#define L(field, type) \
-	STORE_COL_AS(struct kn_model_alias_row, field, #field, type)
-static const struct store_col ALIAS_COLS[] = {
-	L(alias, STORE_TEXT),        L(version, STORE_INT),
-	L(action, STORE_TEXT),       L(from_version, STORE_INT),
-	L(actor, STORE_TEXT),        L(time_ms, STORE_INT),
-};
-#undef L
+#define L(field) STORE_COL(struct kn_model_alias_row, field)
 static const struct store_row ALIAS_ROW =
-	STORE_ROW(struct kn_model_alias_row, "model alias", ALIAS_COLS);
+	STORE_ROW(struct kn_model_alias_row, "model alias", L(alias),
+		  L(version), L(action), L(from_version), L(actor), L(time_ms));
+#undef L
 
-#define G(field, type) \
-	STORE_COL_AS(struct kn_model_signature_row, field, #field, type)
-static const struct store_col SIGNATURE_COLS[] = {
-	G(key_id, STORE_TEXT),    G(public_key, STORE_TEXT),
-	G(signature, STORE_TEXT), G(signed_by, STORE_TEXT),
-	G(signed_at, STORE_INT),
-};
+#define G(field) STORE_COL(struct kn_model_signature_row, field)
+static const struct store_row SIGNATURE_ROW =
+	STORE_ROW(struct kn_model_signature_row, "model signature", G(key_id),
+		  G(public_key), G(signature), G(signed_by), G(signed_at));
 #undef G
-static const struct store_row SIGNATURE_ROW = STORE_ROW(
-	struct kn_model_signature_row, "model signature", SIGNATURE_COLS);
 
-#define R(field, type) \
-	STORE_COL_AS(struct kn_revalidation_row, field, #field, type)
-static const struct store_col REVAL_COLS[] = {
-	R(name, STORE_TEXT),       R(alias, STORE_TEXT),
-	R(owner, STORE_TEXT),      R(spec_yaml, STORE_TEXT),
-	R(filename, STORE_TEXT),   R(every_ms, STORE_INT),
-	R(thresholds_json, STORE_TEXT), R(rollback, STORE_INT),
-	R(created_at, STORE_INT),  R(deployment, STORE_TEXT),
-};
+#define R(field) STORE_COL(struct kn_revalidation_row, field)
+static const struct store_row REVAL_ROW =
+	STORE_ROW(struct kn_revalidation_row, "model re-validation", R(name),
+		  R(alias), R(owner), R(spec_yaml), R(filename), R(every_ms),
+		  R(thresholds_json), R(rollback), R(created_at),
+		  R(deployment));
 #undef R
-static const struct store_row REVAL_ROW = STORE_ROW(
-	struct kn_revalidation_row, "model re-validation", REVAL_COLS);
 
-#define E(field, type) \
-	STORE_COL_AS(struct kn_evaluation_row, field, #field, type)
-static const struct store_col EVAL_COLS[] = {
-	E(id, STORE_INT),            E(name, STORE_TEXT),
-	E(version, STORE_INT),       E(alias, STORE_TEXT),
-	E(job_id, STORE_INT),        E(outcome, STORE_TEXT),
-	E(metrics_json, STORE_TEXT), E(detail, STORE_TEXT),
-	E(time_ms, STORE_INT),
-};
-#undef E
+#define E(field) STORE_COL(struct kn_evaluation_row, field)
 static const struct store_row EVAL_ROW =
-	STORE_ROW(struct kn_evaluation_row, "model evaluation", EVAL_COLS);
+	STORE_ROW(struct kn_evaluation_row, "model evaluation", E(id), E(name),
+		  E(version), E(alias), E(job_id), E(outcome), E(metrics_json),
+		  E(detail), E(time_ms));
+#undef E
 
 static const char SQL_MODEL_LIST[] =
 	"SELECT m.name AS name, count(v.version) AS versions,"

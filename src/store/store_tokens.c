@@ -13,16 +13,12 @@
  */
 #define TOKEN_LAST_USED_GRANULARITY_MS 60000
 
-#define T(field, type) STORE_COL_AS(struct kn_token_row, field, #field, type)
-static const struct store_col TOKEN_COLS[] = {
-	T(id, STORE_INT),          T(name, STORE_TEXT),
-	T(role, STORE_TEXT),       T(hash, STORE_TEXT),
-	T(created_by, STORE_TEXT), T(created_at, STORE_INT),
-	T(revoked_at, STORE_INT),  T(last_used_at, STORE_INT),
-};
-#undef T
+#define T(field) STORE_COL(struct kn_token_row, field)
 static const struct store_row TOKEN_ROW =
-	STORE_ROW(struct kn_token_row, "token", TOKEN_COLS);
+	STORE_ROW(struct kn_token_row, "token", T(id), T(name), T(role),
+		  T(hash), T(created_by), T(created_at), T(revoked_at),
+		  T(last_used_at));
+#undef T
 
 static const char SQL_TOKEN_TOUCH[] =
 	"UPDATE tokens SET last_used_at = ?1 WHERE id = ?2";

@@ -8,53 +8,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define R(field, type) STORE_COL_AS(struct kn_wf_run_row, field, #field, type)
-static const struct store_col WF_RUN_COLS[] = {
-	R(id, STORE_INT),           R(name, STORE_TEXT),
-	R(owner, STORE_TEXT),       R(filename, STORE_TEXT),
-	R(path, STORE_TEXT),        R(spec_yaml, STORE_TEXT),
-	R(files_json, STORE_TEXT),  R(digest, STORE_TEXT),
-	R(revision, STORE_TEXT),    R(state, STORE_TEXT),
-	R(reason, STORE_TEXT),      R(submitted_at, STORE_INT),
-	R(started_at, STORE_INT),   R(ended_at, STORE_INT),
-};
-#undef R
+#define R(field) STORE_COL(struct kn_wf_run_row, field)
 static const struct store_row WF_RUN_ROW =
-	STORE_ROW(struct kn_wf_run_row, "workflow run", WF_RUN_COLS);
+	STORE_ROW(struct kn_wf_run_row, "workflow run", R(id), R(name),
+		  R(owner), R(filename), R(path), R(spec_yaml), R(files_json),
+		  R(digest), R(revision), R(state), R(reason), R(submitted_at),
+		  R(started_at), R(ended_at));
+#undef R
 
-#define P(field, name, type) \
-	STORE_COL_AS(struct kn_wf_step_row, field, name, type)
-static const struct store_col WF_STEP_COLS[] = {
-	P(run_id, "run_id", STORE_INT),
-	P(index, "idx", STORE_INT),
-	P(name, "name", STORE_TEXT),
-	P(state, "state", STORE_TEXT),
-	P(by_condition, "by_condition", STORE_INT),
-	P(job_id, "job_id", STORE_INT),
-	P(attempts, "attempts", STORE_INT),
-	P(started_at, "started_at", STORE_INT),
-	P(ended_at, "ended_at", STORE_INT),
-	P(reason, "reason", STORE_TEXT),
-	P(metrics_json, "metrics_json", STORE_TEXT),
-};
-#undef P
+#define P(field) STORE_COL(struct kn_wf_step_row, field)
 static const struct store_row WF_STEP_ROW =
-	STORE_ROW(struct kn_wf_step_row, "workflow step", WF_STEP_COLS);
+	STORE_ROW(struct kn_wf_step_row, "workflow step", P(run_id),
+		  STORE_COL_AS(struct kn_wf_step_row, index, "idx", STORE_INT),
+		  P(name), P(state), P(by_condition), P(job_id), P(attempts),
+		  P(started_at), P(ended_at), P(reason), P(metrics_json));
+#undef P
 
-#define A(field, name, type) \
-	STORE_COL_AS(struct kn_wf_attempt_row, field, name, type)
-static const struct store_col WF_ATTEMPT_COLS[] = {
-	A(run_id, "run_id", STORE_INT),
-	A(index, "idx", STORE_INT),
-	A(attempt, "attempt", STORE_INT),
-	A(job_id, "job_id", STORE_INT),
-	A(outcome, "outcome", STORE_TEXT),
-	A(started_at, "started_at", STORE_INT),
-	A(ended_at, "ended_at", STORE_INT),
-};
+#define A(field) STORE_COL(struct kn_wf_attempt_row, field)
+static const struct store_row WF_ATTEMPT_ROW =
+	STORE_ROW(struct kn_wf_attempt_row, "workflow step attempt", A(run_id),
+		  STORE_COL_AS(struct kn_wf_attempt_row, index, "idx",
+			       STORE_INT),
+		  A(attempt), A(job_id), A(outcome), A(started_at),
+		  A(ended_at));
 #undef A
-static const struct store_row WF_ATTEMPT_ROW = STORE_ROW(
-	struct kn_wf_attempt_row, "workflow step attempt", WF_ATTEMPT_COLS);
 
 static const char SQL_WF_RUN_UPDATE[] =
 	"UPDATE workflow_runs SET state = :state, reason = :reason,"
