@@ -244,7 +244,7 @@ enum store_sql_form {
 	   column n_auto on: the leading ones the database assigns (an id) */
 	STORE_SQL_INSERT,
 	/* sql ("t"): the insert of every column, and on a clash of the
-	   first n_key columns the others overwrite the row's */
+	   first n_key columns the others but keep overwrite the row's */
 	STORE_SQL_UPSERT,
 };
 
@@ -260,6 +260,7 @@ struct store_stmt {
 	const struct store_row *row;
 	enum store_sql_form form;
 	size_t n_key;  /* STORE_SQL_UPSERT's key columns */
+	const char *keep; /* STORE_SQL_UPSERT's column a clash leaves, or NULL */
 	size_t n_auto; /* STORE_SQL_INSERT's columns the database assigns */
 };
 #define STORE_STMT(id_, sql_, row_) { .id = id_, .sql = sql_, .row = row_ }
@@ -269,25 +270,23 @@ struct store_stmt {
 	{ .id = id_, .sql = into, .row = row_, .form = STORE_SQL_INSERT,     \
 	  .n_auto = n_auto_ }
 #define STORE_UPSERT(id_, row_, table, n_key_)                             \
+	STORE_UPSERT_KEEP(id_, row_, table, n_key_, NULL)
+#define STORE_UPSERT_KEEP(id_, row_, table, n_key_, keep_)                 \
 	{ .id = id_, .sql = table, .row = row_, .form = STORE_SQL_UPSERT,    \
-	  .n_key = n_key_ }
+	  .n_key = n_key_, .keep = keep_ }
 
 /*
- * Each file's statements, ended by an entry whose sql is NULL; store_db.c
- * prepares them all at open and refuses a gap or a double.
+ * Each file's statements, store_<family>_stmts, ended by an entry whose
+ * sql is NULL; store_db.c prepares them all at open and refuses a gap or
+ * a double. A new family is named here once.
  */
-extern const struct store_stmt store_db_stmts[];
-extern const struct store_stmt store_audit_stmts[];
-extern const struct store_stmt store_token_stmts[];
-extern const struct store_stmt store_job_stmts[];
-extern const struct store_stmt store_node_stmts[];
-extern const struct store_stmt store_deploy_stmts[];
-extern const struct store_stmt store_ledger_stmts[];
-extern const struct store_stmt store_model_stmts[];
-extern const struct store_stmt store_workflow_stmts[];
-extern const struct store_stmt store_alert_stmts[];
-extern const struct store_stmt store_idem_stmts[];
-extern const struct store_stmt store_devenv_stmts[];
+#define STORE_FAMILIES(X)                                                  \
+	X(db) X(audit) X(token) X(job) X(node) X(deploy) X(ledger) X(model) \
+	X(workflow) X(alert) X(idem) X(devenv)
+#define STORE_FAMILY_DECLARE(family)                                       \
+	extern const struct store_stmt store_##family##_stmts[];
+STORE_FAMILIES(STORE_FAMILY_DECLARE)
+#undef STORE_FAMILY_DECLARE
 
 /* The families above, NULL-terminated: what open prepares and tests walk. */
 extern const struct store_stmt *const store_families[];

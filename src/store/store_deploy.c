@@ -7,9 +7,6 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#define DEPLOYMENT_COLUMNS                                                    \
-	"name, owner, filename, spec_yaml, spec_json, model_dir, replicas,"   \
-	" generation, rollout_next, created_at, updated_at"
 #define D(field) STORE_COL(struct kn_deployment_row, field)
 static const struct store_row DEPLOYMENT_ROW =
 	STORE_ROW(struct kn_deployment_row, "deployment", D(name), D(owner),
@@ -24,19 +21,6 @@ static const struct store_row REPLICA_ROW =
 		  R(job_id));
 #undef R
 
-static const char SQL_DEPLOYMENT_PUT[] =
-	"INSERT INTO deployments (" DEPLOYMENT_COLUMNS ") VALUES (:name,"
-	" :owner, coalesce(:filename, ''), :spec_yaml, :spec_json, :model_dir,"
-	" :replicas, :generation, :rollout_next, :created_at, :updated_at)"
-	" ON CONFLICT (name) DO UPDATE SET"
-	" owner = excluded.owner, filename = excluded.filename,"
-	" spec_yaml = excluded.spec_yaml, spec_json = excluded.spec_json,"
-	" model_dir = excluded.model_dir, replicas = excluded.replicas,"
-	" generation = excluded.generation,"
-	" rollout_next = excluded.rollout_next,"
-	" updated_at = excluded.updated_at";
-static const char SQL_DEPLOYMENT_LIST[] =
-	"SELECT " DEPLOYMENT_COLUMNS " FROM deployments ORDER BY name";
 static const char SQL_DEPLOYMENT_DELETE[] =
 	"DELETE FROM deployments WHERE name = ?1";
 static const char SQL_REPLICA_DELETE[] =
@@ -61,8 +45,11 @@ static const char SQL_JOB_DEPLOYMENT_PUT[] =
 	" VALUES (:job_id, :deployment)";
 
 const struct store_stmt store_deploy_stmts[] = {
-	STORE_STMT(STMT_DEPLOYMENT_PUT, SQL_DEPLOYMENT_PUT, &DEPLOYMENT_ROW),
-	STORE_STMT(STMT_DEPLOYMENT_LIST, SQL_DEPLOYMENT_LIST, &DEPLOYMENT_ROW),
+	/* A deployment written again keeps when it was created. */
+	STORE_UPSERT_KEEP(STMT_DEPLOYMENT_PUT, &DEPLOYMENT_ROW, "deployments",
+			  1, "created_at"),
+	STORE_SELECT(STMT_DEPLOYMENT_LIST, &DEPLOYMENT_ROW,
+		     "FROM deployments ORDER BY name"),
 	STORE_STMT(STMT_DEPLOYMENT_DELETE, SQL_DEPLOYMENT_DELETE, NULL),
 	STORE_UPSERT(STMT_REPLICA_PUT, &REPLICA_ROW, "deployment_replicas", 2),
 	STORE_STMT(STMT_REPLICA_DELETE, SQL_REPLICA_DELETE, NULL),
@@ -90,10 +77,14 @@ int kn_store_deployment_put(struct kn_store *st,
 			    const struct kn_audit *a, struct kn_error *err)
 {
 	struct store_write w = {.what = "writing a deployment"};
+	struct kn_deployment_row row = *d;
 	int rc;
 
+	/* No file name is stored as "": the column holds no NULL. */
+	if (!row.filename)
+		row.filename = "";
 	w.object = kn_asprintf("deployment/%s", d->name);
-	rc = store_write_row(st, STMT_DEPLOYMENT_PUT, d, &w, a, NULL, err);
+	rc = store_write_row(st, STMT_DEPLOYMENT_PUT, &row, &w, a, NULL, err);
 	free((char *)w.object);
 	return rc;
 }

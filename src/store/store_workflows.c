@@ -36,17 +36,6 @@ static const struct store_row WF_ATTEMPT_ROW =
 static const char SQL_WF_RUN_UPDATE[] =
 	"UPDATE workflow_runs SET state = :state, reason = :reason,"
 	" started_at = :started_at, ended_at = :ended_at WHERE id = :id";
-/* A step keeps the name it was first written with. */
-static const char SQL_WF_STEP_PUT[] =
-	"INSERT INTO workflow_steps (run_id, idx, name, state, by_condition,"
-	" job_id, attempts, started_at, ended_at, reason, metrics_json)"
-	" VALUES (:run_id, :idx, :name, :state, :by_condition, :job_id,"
-	" :attempts, :started_at, :ended_at, :reason, :metrics_json)"
-	" ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state,"
-	" by_condition = excluded.by_condition, job_id = excluded.job_id,"
-	" attempts = excluded.attempts, started_at = excluded.started_at,"
-	" ended_at = excluded.ended_at, reason = excluded.reason,"
-	" metrics_json = excluded.metrics_json";
 static const char SQL_WF_STEP_BY_JOB[] =
 	"SELECT run_id FROM workflow_steps WHERE job_id = ?1";
 
@@ -61,7 +50,9 @@ const struct store_stmt store_workflow_stmts[] = {
 		     "FROM workflow_runs"
 		     " WHERE ?1 = 0 OR state IN ('queued', 'running')"
 		     " ORDER BY id"),
-	STORE_STMT(STMT_WF_STEP_PUT, SQL_WF_STEP_PUT, &WF_STEP_ROW),
+	/* A step keeps the name it was first written with. */
+	STORE_UPSERT_KEEP(STMT_WF_STEP_PUT, &WF_STEP_ROW, "workflow_steps", 2,
+			  "name"),
 	STORE_SELECT(STMT_WF_STEP_LIST, &WF_STEP_ROW,
 		     "FROM workflow_steps WHERE run_id = ?1 ORDER BY idx"),
 	STORE_STMT(STMT_WF_STEP_BY_JOB, SQL_WF_STEP_BY_JOB, NULL),
