@@ -406,6 +406,15 @@ int store_get_keyed(struct kn_store *st, enum stmt_id id,
 		    const char *what, void *row, struct kn_error *err);
 
 /*
+ * A lookup's answer as its caller returns it: 0 when rc is 1 (found),
+ * KN_ENOTFOUND on field (may be NULL) with the message when rc is 0 (no
+ * row), a failure (rc < 0) as it is.
+ */
+__attribute__((format(printf, 4, 5))) int
+store_found(int rc, struct kn_error *err, const char *field, const char *fmt,
+	    ...);
+
+/*
  * store_bind_keys on statement id, a query whose answer is one value in
  * its only column: 1 with *out set, 0 when no row, or a negative errno.
  */
@@ -427,6 +436,56 @@ int store_put(struct kn_store *st, enum stmt_id id, const void *row,
  */
 int store_check_params(sqlite3_stmt *s, const struct store_row *row,
 		       struct kn_error *err);
+
+/* ---- the functions alike for every row type ---- */
+
+/*
+ * Definitions of the functions store.h declares for a row type that are
+ * the same for every one: release a row, free a list of rows, and list
+ * rows by a statement with no key or one integer key (?1), put a row,
+ * each through the row's table. Each row type's are then one line apiece.
+ */
+#define STORE_RELEASE_FN(fn, row_type, def)                                \
+	void fn(row_type *row)                                              \
+	{                                                                   \
+		store_row_release(&(def), row);                             \
+	}
+#define STORE_LIST_FREE_FN(fn, row_type, def)                              \
+	void fn(row_type *rows, size_t n)                                   \
+	{                                                                   \
+		store_rows_free(&(def), rows, n);                           \
+	}
+#define STORE_LIST_FN(fn, row_type, id, what)                              \
+	int fn(struct kn_store *st, row_type **out, size_t *n,              \
+	       struct kn_error *err)                                        \
+	{                                                                   \
+		return store_list_keyed(st, id, NULL, 0, what, out, n, err); \
+	}
+/* A put of one row through store_put. */
+#define STORE_PUT_FN(fn, row_type, id, what)                               \
+	int fn(struct kn_store *st, const row_type *row,                    \
+	       struct kn_error *err)                                        \
+	{                                                                   \
+		return store_put(st, id, row, what, err);                   \
+	}
+/* The same for a row of a job: a job that is not there is named. */
+#define STORE_JOB_PUT_FN(fn, row_type, id, what)                           \
+	int fn(struct kn_store *st, const row_type *row,                    \
+	       struct kn_error *err)                                        \
+	{                                                                   \
+		return store_job_missing(store_put(st, id, row, what, err), \
+					 row->job_id, err);                 \
+	}
+/* key_type: an int64_t or a bool, bound as an integer. */
+#define STORE_LIST_BY_FN(fn, key_type, row_type, id, what)                 \
+	int fn(struct kn_store *st, key_type key, row_type **out,           \
+	       size_t *n, struct kn_error *err)                             \
+	{                                                                   \
+		const struct store_key keys[] = {KEY_I64(key)};             \
+									    \
+		return store_list_keyed(st, id, keys, N_KEYS(keys), what,   \
+					out, n, err);                       \
+	}
 
 /* ---- transactions ---- */
 

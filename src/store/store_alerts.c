@@ -34,10 +34,7 @@ const struct store_stmt store_alert_stmts[] = {
 	{0},
 };
 
-void kn_alert_row_release(struct kn_alert_row *a)
-{
-	store_row_release(&ALERT_ROW, a);
-}
+STORE_RELEASE_FN(kn_alert_row_release, struct kn_alert_row, ALERT_ROW)
 
 int kn_store_alert_fire(struct kn_store *st, const struct kn_alert_row *a,
 			int64_t *out_id, struct kn_error *err)
@@ -80,7 +77,4 @@ int kn_store_alert_list(struct kn_store *st, int64_t resolved_since,
 				"listing alerts", out, n, err);
 }
 
-void kn_alert_list_free(struct kn_alert_row *rows, size_t n)
-{
-	store_rows_free(&ALERT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_alert_list_free, struct kn_alert_row, ALERT_ROW)

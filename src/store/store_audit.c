@@ -85,10 +85,7 @@ const struct store_stmt store_audit_stmts[] = {
 	{0},
 };
 
-void kn_audit_release(struct kn_audit *a)
-{
-	store_row_release(&AUDIT_ROW, a);
-}
+STORE_RELEASE_FN(kn_audit_release, struct kn_audit, AUDIT_ROW)
 
 /* ---- the audit chain ---- */
 
@@ -297,10 +294,7 @@ int kn_store_audit_list(struct kn_store *st, const struct kn_audit_filter *f,
 				"listing the audit log", out, n, err);
 }
 
-void kn_audit_list_free(struct kn_audit *rows, size_t n)
-{
-	store_rows_free(&AUDIT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_audit_list_free, struct kn_audit, AUDIT_ROW)
 
 int kn_store_audit_chain_start(struct kn_store *st,
 			       const unsigned char key[KN_AUDIT_KEY_LEN],
@@ -374,13 +368,10 @@ int kn_store_audit_hash_of(struct kn_store *st, int64_t id,
 	int rc = store_one_text(st, STMT_AUDIT_HASH_OF, keys, N_KEYS(keys),
 				"reading an audit row", &h, err);
 
-	if (rc == 1) {
+	if (rc == 1)
 		kn_strlcpy(hash, h ? h : "", KN_AUDIT_HASH_HEX_LEN + 1);
-		rc = 0;
-	} else if (rc == 0) {
-		rc = kn_errorf(err, KN_ENOTFOUND, NULL,
-			       "audit row %lld not found", (long long)id);
-	}
+	rc = store_found(rc, err, NULL, "audit row %lld not found",
+			 (long long)id);
 	free(h);
 	return rc;
 }

@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -429,6 +430,20 @@ int store_one_text(struct kn_store *st, enum stmt_id id,
 	}
 	stmt_done(s);
 	return rc;
+}
+
+int store_found(int rc, struct kn_error *err, const char *field,
+		const char *fmt, ...)
+{
+	char message[sizeof(((struct kn_error *)0)->message)];
+	va_list ap;
+
+	if (rc != 0)
+		return rc < 0 ? rc : 0;
+	va_start(ap, fmt);
+	vsnprintf(message, sizeof(message), fmt, ap);
+	va_end(ap);
+	return kn_errorf(err, KN_ENOTFOUND, field, "%s", message);
 }
 
 /* ---- binding rows through column tables ---- */

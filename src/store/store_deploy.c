@@ -67,10 +67,8 @@ const struct store_stmt store_deploy_stmts[] = {
 
 /* ---- deployments and their replicas ---- */
 
-void kn_deployment_row_release(struct kn_deployment_row *d)
-{
-	store_row_release(&DEPLOYMENT_ROW, d);
-}
+STORE_RELEASE_FN(kn_deployment_row_release, struct kn_deployment_row,
+		 DEPLOYMENT_ROW)
 
 int kn_store_deployment_put(struct kn_store *st,
 			    const struct kn_deployment_row *d,
@@ -89,18 +87,11 @@ int kn_store_deployment_put(struct kn_store *st,
 	return rc;
 }
 
-int kn_store_deployment_list(struct kn_store *st,
-			     struct kn_deployment_row **out, size_t *n,
-			     struct kn_error *err)
-{
-	return store_list(st, st->stmt[STMT_DEPLOYMENT_LIST], &DEPLOYMENT_ROW,
-			  "listing deployments", out, n, err);
-}
+STORE_LIST_FN(kn_store_deployment_list, struct kn_deployment_row,
+	      STMT_DEPLOYMENT_LIST, "listing deployments")
 
-void kn_deployment_list_free(struct kn_deployment_row *rows, size_t n)
-{
-	store_rows_free(&DEPLOYMENT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_deployment_list_free, struct kn_deployment_row,
+		   DEPLOYMENT_ROW)
 
 int kn_store_deployment_delete(struct kn_store *st, const char *name,
 			       const struct kn_audit *a, struct kn_error *err)
@@ -143,24 +134,15 @@ int kn_store_replica_delete(struct kn_store *st, const char *deployment,
 			       "deleting a replica", err);
 }
 
-int kn_store_replica_list(struct kn_store *st, struct kn_replica_row **out,
-			  size_t *n, struct kn_error *err)
-{
-	return store_list(st, st->stmt[STMT_REPLICA_LIST], &REPLICA_ROW,
-			  "listing replicas", out, n, err);
-}
+STORE_LIST_FN(kn_store_replica_list, struct kn_replica_row, STMT_REPLICA_LIST,
+	      "listing replicas")
 
-void kn_replica_list_free(struct kn_replica_row *rows, size_t n)
-{
-	store_rows_free(&REPLICA_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_replica_list_free, struct kn_replica_row, REPLICA_ROW)
 
 /* ---- gateway keys ---- */
 
-void kn_gateway_key_row_release(struct kn_gateway_key_row *k)
-{
-	store_row_release(&GWKEY_ROW, k);
-}
+STORE_RELEASE_FN(kn_gateway_key_row_release, struct kn_gateway_key_row,
+		 GWKEY_ROW)
 
 int kn_store_gateway_key_insert(struct kn_store *st,
 				const struct kn_gateway_key_row *k,
@@ -180,20 +162,11 @@ int kn_store_gateway_key_insert(struct kn_store *st,
 	return rc;
 }
 
-int kn_store_gateway_key_list(struct kn_store *st, bool active_only,
-			      struct kn_gateway_key_row **out, size_t *n,
-			      struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(active_only)};
+STORE_LIST_BY_FN(kn_store_gateway_key_list, bool, struct kn_gateway_key_row,
+		 STMT_GWKEY_LIST, "listing gateway keys")
 
-	return store_list_keyed(st, STMT_GWKEY_LIST, keys, N_KEYS(keys),
-				"listing gateway keys", out, n, err);
-}
-
-void kn_gateway_key_list_free(struct kn_gateway_key_row *rows, size_t n)
-{
-	store_rows_free(&GWKEY_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_gateway_key_list_free, struct kn_gateway_key_row,
+		   GWKEY_ROW)
 
 int kn_store_gateway_key_revoke(struct kn_store *st, const char *name,
 				const struct kn_audit *a, struct kn_error *err)

@@ -42,17 +42,10 @@ const struct store_stmt store_devenv_stmts[] = {
 	{0},
 };
 
-void kn_devenv_row_release(struct kn_devenv_row *d)
-{
-	store_row_release(&DEVENV_ROW, d);
-}
+STORE_RELEASE_FN(kn_devenv_row_release, struct kn_devenv_row, DEVENV_ROW)
 
-int kn_store_devenv_start(struct kn_store *st, const struct kn_devenv_row *d,
-			  struct kn_error *err)
-{
-	return store_put(st, STMT_DEVENV_START, d,
-			 "recording a dev environment's start", err);
-}
+STORE_PUT_FN(kn_store_devenv_start, struct kn_devenv_row, STMT_DEVENV_START,
+	     "recording a dev environment's start")
 
 int kn_store_devenv_end(struct kn_store *st, int64_t job_id, int64_t ended_at,
 			int64_t idle_ms, const char *stop, struct kn_error *err)
@@ -91,7 +84,4 @@ int kn_store_devenv_next(struct kn_store *st, const char *owner,
 	return rc == 0 ? -ENOENT : rc < 0 ? rc : 0;
 }
 
-void kn_devenv_rows_free(struct kn_devenv_row *rows, size_t n)
-{
-	store_rows_free(&DEVENV_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_devenv_rows_free, struct kn_devenv_row, DEVENV_ROW)

@@ -31,10 +31,7 @@ const struct store_stmt store_idem_stmts[] = {
 	{0},
 };
 
-void kn_idem_row_release(struct kn_idem_row *r)
-{
-	store_row_release(&IDEM_ROW, r);
-}
+STORE_RELEASE_FN(kn_idem_row_release, struct kn_idem_row, IDEM_ROW)
 
 int kn_store_idem_get(struct kn_store *st, const char *owner, const char *key,
 		      int64_t since, struct kn_idem_row *out,
@@ -47,12 +44,8 @@ int kn_store_idem_get(struct kn_store *st, const char *owner, const char *key,
 			       "reading an idempotency key", out, err);
 }
 
-int kn_store_idem_put(struct kn_store *st, const struct kn_idem_row *r,
-		      struct kn_error *err)
-{
-	return store_put(st, STMT_IDEM_PUT, r, "recording an idempotency key",
-			 err);
-}
+STORE_PUT_FN(kn_store_idem_put, struct kn_idem_row, STMT_IDEM_PUT,
+	     "recording an idempotency key")
 
 int kn_store_idem_expire(struct kn_store *st, int64_t before,
 			 struct kn_error *err)

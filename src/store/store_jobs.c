@@ -172,10 +172,7 @@ const struct store_stmt store_job_stmts[] = {
 
 /* ---- jobs ---- */
 
-void kn_job_row_release(struct kn_job_row *j)
-{
-	store_row_release(&JOB_ROW, j);
-}
+STORE_RELEASE_FN(kn_job_row_release, struct kn_job_row, JOB_ROW)
 
 int kn_store_job_insert(struct kn_store *st, const struct kn_job_row *j,
 			const struct kn_audit *a, int64_t *out_id,
@@ -230,13 +227,10 @@ int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
 	int rc = store_get_keyed(st, STMT_JOB_GET, keys, N_KEYS(keys),
 				 "reading a job", &j, err);
 
+	rc = store_found(rc, err, "id", "job %" PRId64 " not found", id);
 	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, "id",
-				 "job %" PRId64 " not found", id);
-	if (rc < 0)
-		return rc;
-	*out = j;
-	return 0;
+		*out = j;
+	return rc;
 }
 
 int kn_store_job_update(struct kn_store *st, const struct kn_job_row *j,
@@ -303,17 +297,11 @@ int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 				n, err);
 }
 
-void kn_job_list_free(struct kn_job_row *rows, size_t n)
-{
-	store_rows_free(&JOB_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_job_list_free, struct kn_job_row, JOB_ROW)
 
 /* ---- attempts ---- */
 
-void kn_attempt_row_release(struct kn_attempt_row *a)
-{
-	store_row_release(&ATTEMPT_ROW, a);
-}
+STORE_RELEASE_FN(kn_attempt_row_release, struct kn_attempt_row, ATTEMPT_ROW)
 
 int store_job_missing(int rc, int64_t job_id, struct kn_error *err)
 {
@@ -323,35 +311,17 @@ int store_job_missing(int rc, int64_t job_id, struct kn_error *err)
 	return rc;
 }
 
-int kn_store_attempt_put(struct kn_store *st, const struct kn_attempt_row *a,
-			 struct kn_error *err)
-{
-	return store_job_missing(store_put(st, STMT_ATTEMPT_PUT, a,
-					   "writing an attempt", err),
-				 a->job_id, err);
-}
+STORE_JOB_PUT_FN(kn_store_attempt_put, struct kn_attempt_row, STMT_ATTEMPT_PUT,
+		 "writing an attempt")
 
-int kn_store_attempt_list(struct kn_store *st, int64_t job_id,
-			  struct kn_attempt_row **out, size_t *n,
-			  struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(job_id)};
+STORE_LIST_BY_FN(kn_store_attempt_list, int64_t, struct kn_attempt_row,
+		 STMT_ATTEMPT_LIST, "listing attempts")
 
-	return store_list_keyed(st, STMT_ATTEMPT_LIST, keys, N_KEYS(keys),
-				"listing attempts", out, n, err);
-}
-
-void kn_attempt_list_free(struct kn_attempt_row *rows, size_t n)
-{
-	store_rows_free(&ATTEMPT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_attempt_list_free, struct kn_attempt_row, ATTEMPT_ROW)
 
 /* ---- tasks ---- */
 
-void kn_task_row_release(struct kn_task_row *t)
-{
-	store_row_release(&TASK_ROW, t);
-}
+STORE_RELEASE_FN(kn_task_row_release, struct kn_task_row, TASK_ROW)
 
 int kn_store_task_put(struct kn_store *st, const struct kn_task_row *t,
 		      struct kn_error *err)
@@ -376,40 +346,19 @@ int kn_store_task_list(struct kn_store *st, int64_t job_id, int attempt,
 				"listing tasks", out, n, err);
 }
 
-void kn_task_list_free(struct kn_task_row *rows, size_t n)
-{
-	store_rows_free(&TASK_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_task_list_free, struct kn_task_row, TASK_ROW)
 
 /* ---- outputs ---- */
 
-void kn_output_row_release(struct kn_output_row *o)
-{
-	store_row_release(&OUTPUT_ROW, o);
-}
+STORE_RELEASE_FN(kn_output_row_release, struct kn_output_row, OUTPUT_ROW)
 
-int kn_store_output_put(struct kn_store *st, const struct kn_output_row *o,
-			struct kn_error *err)
-{
-	return store_job_missing(
-		store_put(st, STMT_OUTPUT_PUT, o, "writing an output", err),
-		o->job_id, err);
-}
+STORE_JOB_PUT_FN(kn_store_output_put, struct kn_output_row, STMT_OUTPUT_PUT,
+		 "writing an output")
 
-int kn_store_output_list(struct kn_store *st, int64_t job_id,
-			 struct kn_output_row **out, size_t *n,
-			 struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(job_id)};
+STORE_LIST_BY_FN(kn_store_output_list, int64_t, struct kn_output_row,
+		 STMT_OUTPUT_LIST, "listing outputs")
 
-	return store_list_keyed(st, STMT_OUTPUT_LIST, keys, N_KEYS(keys),
-				"listing outputs", out, n, err);
-}
-
-void kn_output_list_free(struct kn_output_row *rows, size_t n)
-{
-	store_rows_free(&OUTPUT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_output_list_free, struct kn_output_row, OUTPUT_ROW)
 
 /* ---- job code revisions ---- */
 
@@ -431,42 +380,23 @@ int kn_store_job_revision_get(struct kn_store *st, int64_t job_id,
 	int rc = store_one_text(st, STMT_JOB_REVISION_GET, keys, N_KEYS(keys),
 				"reading a job's code revision", out, err);
 
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, NULL,
-				 "job %" PRId64 " has no code revision", job_id);
-	return rc < 0 ? rc : 0;
+	return store_found(rc, err, NULL, "job %" PRId64 " has no code revision",
+			   job_id);
 }
 
 /* ---- job inputs (digests recorded at the first fetch) ---- */
 
-void kn_job_input_row_release(struct kn_job_input_row *r)
-{
-	store_row_release(&JOB_INPUT_ROW, r);
-}
+STORE_RELEASE_FN(kn_job_input_row_release, struct kn_job_input_row,
+		 JOB_INPUT_ROW)
 
-int kn_store_job_input_put(struct kn_store *st,
-			   const struct kn_job_input_row *r,
-			   struct kn_error *err)
-{
-	return store_job_missing(store_put(st, STMT_JOB_INPUT_PUT, r,
-					   "recording a job's input", err),
-				 r->job_id, err);
-}
+STORE_JOB_PUT_FN(kn_store_job_input_put, struct kn_job_input_row,
+		 STMT_JOB_INPUT_PUT, "recording a job's input")
 
-int kn_store_job_input_list(struct kn_store *st, int64_t job_id,
-			    struct kn_job_input_row **out, size_t *n,
-			    struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(job_id)};
+STORE_LIST_BY_FN(kn_store_job_input_list, int64_t, struct kn_job_input_row,
+		 STMT_JOB_INPUT_LIST, "listing a job's inputs")
 
-	return store_list_keyed(st, STMT_JOB_INPUT_LIST, keys, N_KEYS(keys),
-				"listing a job's inputs", out, n, err);
-}
-
-void kn_job_input_list_free(struct kn_job_input_row *rows, size_t n)
-{
-	store_rows_free(&JOB_INPUT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_job_input_list_free, struct kn_job_input_row,
+		   JOB_INPUT_ROW)
 
 /* ---- totals ---- */
 

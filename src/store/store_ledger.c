@@ -110,10 +110,8 @@ int kn_store_cost_cpu_task_list(struct kn_store *st, int64_t since,
 	return cost_task_list(st, STMT_COST_CPU_TASK_LIST, since, out, n, err);
 }
 
-void kn_cost_task_list_free(struct kn_cost_task_row *rows, size_t n)
-{
-	store_rows_free(&COST_TASK_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_cost_task_list_free, struct kn_cost_task_row,
+		   COST_TASK_ROW)
 
 /* ---- task usage ---- */
 
@@ -126,10 +124,8 @@ int kn_store_task_usage_get(struct kn_store *st, int64_t job_id, int attempt,
 	int rc = store_get_keyed(st, STMT_TASK_USAGE_GET, keys, N_KEYS(keys),
 				 "reading a task's usage", out, err);
 
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, NULL,
-				 "no usage of job %" PRId64 " task %d %s",
-				 job_id, rank, resource);
+	rc = store_found(rc, err, NULL, "no usage of job %" PRId64 " task %d %s",
+			 job_id, rank, resource);
 	if (rc < 0)
 		return rc;
 	out->job_id = job_id;
@@ -154,22 +150,9 @@ int kn_store_task_usage_put(struct kn_store *st,
 			       "recording a task's usage", err);
 }
 
-int kn_store_task_usage_list(struct kn_store *st, int64_t since,
-			     struct kn_task_usage_row **out, size_t *n,
-			     struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(since)};
+STORE_LIST_BY_FN(kn_store_task_usage_list, int64_t, struct kn_task_usage_row,
+		 STMT_TASK_USAGE_LIST, "listing task usage")
 
-	return store_list_keyed(st, STMT_TASK_USAGE_LIST, keys, N_KEYS(keys),
-				"listing task usage", out, n, err);
-}
+STORE_RELEASE_FN(kn_task_usage_row_release, struct kn_task_usage_row, USAGE_ROW)
 
-void kn_task_usage_row_release(struct kn_task_usage_row *u)
-{
-	store_row_release(&USAGE_ROW, u);
-}
-
-void kn_task_usage_list_free(struct kn_task_usage_row *rows, size_t n)
-{
-	store_rows_free(&USAGE_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_task_usage_list_free, struct kn_task_usage_row, USAGE_ROW)

@@ -124,22 +124,13 @@ const struct store_stmt store_model_stmts[] = {
 
 /* ---- models ---- */
 
-int kn_store_model_list(struct kn_store *st, struct kn_model_row **out,
-			size_t *n, struct kn_error *err)
-{
-	return store_list(st, st->stmt[STMT_MODEL_LIST], &MODEL_ROW,
-			  "listing models", out, n, err);
-}
+STORE_LIST_FN(kn_store_model_list, struct kn_model_row, STMT_MODEL_LIST,
+	      "listing models")
 
-void kn_model_list_free(struct kn_model_row *rows, size_t n)
-{
-	store_rows_free(&MODEL_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_model_list_free, struct kn_model_row, MODEL_ROW)
 
-void kn_model_version_row_release(struct kn_model_version_row *v)
-{
-	store_row_release(&VERSION_ROW, v);
-}
+STORE_RELEASE_FN(kn_model_version_row_release, struct kn_model_version_row,
+		 VERSION_ROW)
 
 int kn_store_model_version_next(struct kn_store *st, const char *name,
 				int64_t now_ms, int64_t *out,
@@ -198,11 +189,8 @@ int kn_store_model_version_get(struct kn_store *st, const char *name,
 	memset(out, 0, sizeof(*out));
 	rc = store_get_keyed(st, STMT_MODEL_VERSION_GET, keys, N_KEYS(keys),
 			     "reading a model version", out, err);
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, NULL,
-				 "model %s has no version %lld", name,
-				 (long long)version);
-	return rc < 0 ? rc : 0;
+	return store_found(rc, err, NULL, "model %s has no version %lld", name,
+			   (long long)version);
 }
 
 int kn_store_model_version_list(struct kn_store *st, const char *name,
@@ -215,10 +203,8 @@ int kn_store_model_version_list(struct kn_store *st, const char *name,
 				"listing model versions", out, n, err);
 }
 
-void kn_model_version_list_free(struct kn_model_version_row *rows, size_t n)
-{
-	store_rows_free(&VERSION_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_model_version_list_free, struct kn_model_version_row,
+		   VERSION_ROW)
 
 int kn_store_model_alias_get(struct kn_store *st, const char *name,
 			     const char *alias, int64_t *version,
@@ -228,12 +214,8 @@ int kn_store_model_alias_get(struct kn_store *st, const char *name,
 	int rc = store_one_i64(st, STMT_MODEL_ALIAS_GET, keys, N_KEYS(keys),
 			       "reading a model alias", version, err);
 
-	if (rc == 1)
-		rc = 0;
-	else if (rc == 0)
-		rc = kn_errorf(err, KN_ENOTFOUND, NULL,
-			       "model %s has no alias %s", name, alias);
-	return rc;
+	return store_found(rc, err, NULL, "model %s has no alias %s", name,
+			   alias);
 }
 
 int kn_store_model_alias_move(struct kn_store *st, const char *name,
@@ -289,10 +271,8 @@ int kn_store_model_alias_history(struct kn_store *st, const char *name,
 	return alias_rows(st, STMT_MODEL_ALIAS_HISTORY, name, out, n, err);
 }
 
-void kn_model_alias_list_free(struct kn_model_alias_row *rows, size_t n)
-{
-	store_rows_free(&ALIAS_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_model_alias_list_free, struct kn_model_alias_row,
+		   ALIAS_ROW)
 
 int kn_store_model_signature_insert(struct kn_store *st, const char *name,
 				    int64_t version,
@@ -324,11 +304,8 @@ int kn_store_model_signature_list(struct kn_store *st, const char *name,
 				n, err);
 }
 
-void kn_model_signature_list_free(struct kn_model_signature_row *rows,
-				  size_t n)
-{
-	store_rows_free(&SIGNATURE_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_model_signature_list_free, struct kn_model_signature_row,
+		   SIGNATURE_ROW)
 
 /* ---- model re-validation ---- */
 
@@ -342,18 +319,11 @@ int kn_store_revalidation_put(struct kn_store *st,
 	return store_write_row(st, STMT_REVAL_PUT, r, &w, a, NULL, err);
 }
 
-int kn_store_revalidation_list(struct kn_store *st,
-			       struct kn_revalidation_row **out, size_t *n,
-			       struct kn_error *err)
-{
-	return store_list(st, st->stmt[STMT_REVAL_LIST], &REVAL_ROW,
-			  "listing model re-validations", out, n, err);
-}
+STORE_LIST_FN(kn_store_revalidation_list, struct kn_revalidation_row,
+	      STMT_REVAL_LIST, "listing model re-validations")
 
-void kn_revalidation_list_free(struct kn_revalidation_row *rows, size_t n)
-{
-	store_rows_free(&REVAL_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_revalidation_list_free, struct kn_revalidation_row,
+		   REVAL_ROW)
 
 int kn_store_revalidation_delete(struct kn_store *st, const char *name,
 				 const char *alias, const struct kn_audit *a,
@@ -367,13 +337,8 @@ int kn_store_revalidation_delete(struct kn_store *st, const char *name,
 				 a, err);
 }
 
-int kn_store_evaluation_add(struct kn_store *st,
-			    const struct kn_evaluation_row *e,
-			    struct kn_error *err)
-{
-	return store_put(st, STMT_EVAL_INSERT, e, "recording a model evaluation",
-			 err);
-}
+STORE_PUT_FN(kn_store_evaluation_add, struct kn_evaluation_row,
+	     STMT_EVAL_INSERT, "recording a model evaluation")
 
 int kn_store_evaluation_list(struct kn_store *st, const char *name,
 			     int64_t version, struct kn_evaluation_row **out,
@@ -385,7 +350,4 @@ int kn_store_evaluation_list(struct kn_store *st, const char *name,
 				"listing model evaluations", out, n, err);
 }
 
-void kn_evaluation_list_free(struct kn_evaluation_row *rows, size_t n)
-{
-	store_rows_free(&EVAL_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_evaluation_list_free, struct kn_evaluation_row, EVAL_ROW)

@@ -203,17 +203,8 @@ int kn_store_node_state_close_all(struct kn_store *st, int64_t at,
 			       N_KEYS(keys), "closing node states", err);
 }
 
-int kn_store_node_state_list(struct kn_store *st, int64_t since,
-			     struct kn_node_state_row **out, size_t *n,
-			     struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(since)};
+STORE_LIST_BY_FN(kn_store_node_state_list, int64_t, struct kn_node_state_row,
+		 STMT_NODE_STATE_LIST, "listing node states")
 
-	return store_list_keyed(st, STMT_NODE_STATE_LIST, keys, N_KEYS(keys),
-				"listing node states", out, n, err);
-}
-
-void kn_node_state_list_free(struct kn_node_state_row *rows, size_t n)
-{
-	store_rows_free(&NODE_STATE_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_node_state_list_free, struct kn_node_state_row,
+		   NODE_STATE_ROW)

@@ -39,10 +39,7 @@ const struct store_stmt store_token_stmts[] = {
 	{0},
 };
 
-void kn_token_row_release(struct kn_token_row *t)
-{
-	store_row_release(&TOKEN_ROW, t);
-}
+STORE_RELEASE_FN(kn_token_row_release, struct kn_token_row, TOKEN_ROW)
 
 int kn_store_token_insert(struct kn_store *st, const struct kn_token_row *t,
 			  const struct kn_audit *a, int64_t *out_id,
@@ -70,9 +67,7 @@ int kn_store_token_by_hash(struct kn_store *st, const char *hash,
 	int rc = store_get_keyed(st, STMT_TOKEN_BY_HASH, keys, N_KEYS(keys),
 				 "looking up a token", &t, err);
 
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, "token",
-				 "no active token matches");
+	rc = store_found(rc, err, "token", "no active token matches");
 	if (rc < 0)
 		return rc;
 
@@ -99,17 +94,10 @@ int kn_store_token_by_hash(struct kn_store *st, const char *hash,
 	return 0;
 }
 
-int kn_store_token_list(struct kn_store *st, struct kn_token_row **out,
-			size_t *n, struct kn_error *err)
-{
-	return store_list(st, st->stmt[STMT_TOKEN_LIST], &TOKEN_ROW,
-			  "listing tokens", out, n, err);
-}
+STORE_LIST_FN(kn_store_token_list, struct kn_token_row, STMT_TOKEN_LIST,
+	      "listing tokens")
 
-void kn_token_list_free(struct kn_token_row *rows, size_t n)
-{
-	store_rows_free(&TOKEN_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_token_list_free, struct kn_token_row, TOKEN_ROW)
 
 int kn_store_token_revoke(struct kn_store *st, const char *name,
 			  const struct kn_audit *a, struct kn_error *err)

@@ -66,15 +66,9 @@ const struct store_stmt store_workflow_stmts[] = {
 
 /* ---- workflow runs and their steps ---- */
 
-void kn_wf_run_row_release(struct kn_wf_run_row *r)
-{
-	store_row_release(&WF_RUN_ROW, r);
-}
+STORE_RELEASE_FN(kn_wf_run_row_release, struct kn_wf_run_row, WF_RUN_ROW)
 
-void kn_wf_step_row_release(struct kn_wf_step_row *p)
-{
-	store_row_release(&WF_STEP_ROW, p);
-}
+STORE_RELEASE_FN(kn_wf_step_row_release, struct kn_wf_step_row, WF_STEP_ROW)
 
 int kn_store_wf_run_insert(struct kn_store *st, const struct kn_wf_run_row *r,
 			   const struct kn_wf_step_row *steps, size_t n,
@@ -118,10 +112,8 @@ int kn_store_wf_run_get(struct kn_store *st, int64_t id,
 	int rc = store_get_keyed(st, STMT_WF_RUN_GET, keys, N_KEYS(keys),
 				 "reading a workflow run", out, err);
 
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, NULL,
-				 "workflow run %" PRId64 " not found", id);
-	return rc < 0 ? rc : 0;
+	return store_found(rc, err, NULL, "workflow run %" PRId64 " not found",
+			   id);
 }
 
 int kn_store_wf_run_update(struct kn_store *st, const struct kn_wf_run_row *r,
@@ -135,42 +127,18 @@ int kn_store_wf_run_update(struct kn_store *st, const struct kn_wf_run_row *r,
 	return store_write_row(st, STMT_WF_RUN_UPDATE, r, &w, a, NULL, err);
 }
 
-int kn_store_wf_run_list(struct kn_store *st, bool active_only,
-			 struct kn_wf_run_row **out, size_t *n,
-			 struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(active_only)};
+STORE_LIST_BY_FN(kn_store_wf_run_list, bool, struct kn_wf_run_row,
+		 STMT_WF_RUN_LIST, "listing workflow runs")
 
-	return store_list_keyed(st, STMT_WF_RUN_LIST, keys, N_KEYS(keys),
-				"listing workflow runs", out, n, err);
-}
+STORE_LIST_FREE_FN(kn_wf_run_list_free, struct kn_wf_run_row, WF_RUN_ROW)
 
-void kn_wf_run_list_free(struct kn_wf_run_row *rows, size_t n)
-{
-	store_rows_free(&WF_RUN_ROW, rows, n);
-}
+STORE_PUT_FN(kn_store_wf_step_put, struct kn_wf_step_row, STMT_WF_STEP_PUT,
+	     "writing a workflow step")
 
-int kn_store_wf_step_put(struct kn_store *st, const struct kn_wf_step_row *p,
-			 struct kn_error *err)
-{
-	return store_put(st, STMT_WF_STEP_PUT, p, "writing a workflow step",
-			 err);
-}
+STORE_LIST_BY_FN(kn_store_wf_step_list, int64_t, struct kn_wf_step_row,
+		 STMT_WF_STEP_LIST, "listing workflow steps")
 
-int kn_store_wf_step_list(struct kn_store *st, int64_t run_id,
-			  struct kn_wf_step_row **out, size_t *n,
-			  struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(run_id)};
-
-	return store_list_keyed(st, STMT_WF_STEP_LIST, keys, N_KEYS(keys),
-				"listing workflow steps", out, n, err);
-}
-
-void kn_wf_step_list_free(struct kn_wf_step_row *rows, size_t n)
-{
-	store_rows_free(&WF_STEP_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_wf_step_list_free, struct kn_wf_step_row, WF_STEP_ROW)
 
 int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
 			   int64_t *run_id, struct kn_error *err)
@@ -179,33 +147,17 @@ int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
 	int rc = store_one_i64(st, STMT_WF_STEP_BY_JOB, keys, N_KEYS(keys),
 			       "finding a job's workflow run", run_id, err);
 
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, NULL,
-				 "job %" PRId64 " is no workflow step", job_id);
-	return rc < 0 ? rc : 0;
+	return store_found(rc, err, NULL, "job %" PRId64 " is no workflow step",
+			   job_id);
 }
 
 /* ---- workflow step attempts ---- */
 
-void kn_wf_attempt_list_free(struct kn_wf_attempt_row *rows, size_t n)
-{
-	store_rows_free(&WF_ATTEMPT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_wf_attempt_list_free, struct kn_wf_attempt_row,
+		   WF_ATTEMPT_ROW)
 
-int kn_store_wf_attempt_put(struct kn_store *st,
-			    const struct kn_wf_attempt_row *a,
-			    struct kn_error *err)
-{
-	return store_put(st, STMT_WF_ATTEMPT_PUT, a,
-			 "writing a workflow step attempt", err);
-}
+STORE_PUT_FN(kn_store_wf_attempt_put, struct kn_wf_attempt_row,
+	     STMT_WF_ATTEMPT_PUT, "writing a workflow step attempt")
 
-int kn_store_wf_attempt_list(struct kn_store *st, int64_t run_id,
-			     struct kn_wf_attempt_row **out, size_t *n,
-			     struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(run_id)};
-
-	return store_list_keyed(st, STMT_WF_ATTEMPT_LIST, keys, N_KEYS(keys),
-				"listing workflow step attempts", out, n, err);
-}
+STORE_LIST_BY_FN(kn_store_wf_attempt_list, int64_t, struct kn_wf_attempt_row,
+		 STMT_WF_ATTEMPT_LIST, "listing workflow step attempts")
