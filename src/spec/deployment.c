@@ -344,18 +344,6 @@ struct deploy_ctx {
 	const struct kn_model_presets *presets;
 };
 
-static int read_preset(struct walk *w, struct fy_node *node, void *target)
-{
-	struct kn_deployment_spec *d = target;
-	struct value v;
-	int rc = spec_want_nonempty_text(w, node, "a model preset's name", &v);
-
-	if (rc)
-		return rc;
-	d->preset = kn_xstrdup(v.text);
-	return 0;
-}
-
 enum {
 	DF_KIND,
 	DF_API_VERSION,
@@ -389,8 +377,9 @@ static const struct field deployment_fields[DF_COUNT] = {
 		     .required = true},
 	[DF_MODEL] = {.name = "model", .type = FT_CUSTOM, .read = read_model,
 		      .required = true},
-	[DF_PRESET] = {.name = "preset", .type = FT_CUSTOM,
-		       .read = read_preset},
+	[DF_PRESET] = {.name = "preset", .type = FT_TEXT,
+		       .offset = offsetof(struct kn_deployment_spec, preset),
+		       .allowed = "a model preset's name"},
 	[DF_COMMAND] = {.name = "command", .type = FT_CUSTOM,
 			.read = spec_read_command, .required = true},
 	[DF_ENV] = {.name = "env", .type = FT_CUSTOM, .read = spec_read_env},

@@ -57,7 +57,7 @@ enum field_type {
 	FT_INT,      /* int at offset, within min..max */
 	FT_BOOL,     /* bool at offset */
 	FT_DURATION, /* int64_t milliseconds at offset, at least min */
-	FT_TEXT,     /* non-empty char * at offset */
+	FT_TEXT,     /* non-empty char * at offset, as allowed says */
 	/* char ** at offset and its size_t length at count_offset: a
 	   non-empty list of non-empty strings, as allowed says */
 	FT_TEXT_LIST,
@@ -76,7 +76,9 @@ struct field {
 	/* FT_DURATION: a bare 0 is accepted and means "none". */
 	bool zero_is_none;
 	size_t count_offset;  /* FT_TEXT_LIST */
-	const char *allowed;  /* FT_TEXT_LIST: "a list of ..." for messages */
+	/* FT_TEXT_LIST: "a list of ..." for messages; FT_TEXT: what the
+	   text is ("a model preset's name"), NULL: "a non-empty string" */
+	const char *allowed;
 	bool required;
 	field_read_fn read;
 };

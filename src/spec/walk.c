@@ -540,7 +540,8 @@ static int read_text_field(struct walk *w, const struct field *f,
 {
 	char **slot = (char **)((char *)target + f->offset);
 	struct value v;
-	int rc = spec_want_nonempty_text(w, node, "a non-empty string", &v);
+	int rc = spec_want_nonempty_text(
+		w, node, f->allowed ? f->allowed : "a non-empty string", &v);
 
 	if (rc)
 		return rc;
