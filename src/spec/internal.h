@@ -244,6 +244,33 @@ int spec_parse_document(const char *text, size_t len, const char *filename,
 
 /* The job's field tables by path, for "did you mean". */
 const struct section *spec_job_sections(size_t *n);
+
+/*
+ * The entries of fields a deployment takes as the job takes them, for
+ * both tables: offsets into struct kn_job_spec, which a deployment
+ * begins with. apiVersion reads the same in every kind.
+ */
+#define SPEC_FIELD_API_VERSION                                              \
+	{.name = "apiVersion", .type = FT_CUSTOM,                           \
+	 .read = spec_read_api_version}
+#define SPEC_FIELD_JOB_NAME                                                 \
+	{.name = "name", .type = FT_CUSTOM, .read = spec_read_name,         \
+	 .required = true}
+#define SPEC_FIELD_COMMAND                                                  \
+	{.name = "command", .type = FT_CUSTOM, .read = spec_read_command,   \
+	 .required = true}
+#define SPEC_FIELD_ENV {.name = "env", .type = FT_CUSTOM, .read = spec_read_env}
+#define SPEC_FIELD_WORKDIR                                                  \
+	{.name = "workdir", .type = FT_TEXT,                                \
+	 .offset = offsetof(struct kn_job_spec, workdir)}
+#define SPEC_FIELD_RESOURCES                                                \
+	{.name = "resources", .type = FT_CUSTOM, .read = spec_read_resources}
+#define SPEC_FIELD_PLACEMENT                                                \
+	{.name = "placement", .type = FT_CUSTOM, .read = spec_read_placement}
+#define SPEC_FIELD_PRIORITY                                                 \
+	{.name = "priority", .type = FT_INT,                                \
+	 .offset = offsetof(struct kn_job_spec, priority), .min = 0,        \
+	 .max = KN_SPEC_MAX_PRIORITY}
 void spec_job_defaults(struct kn_job_spec *spec);
 /* backoff at most backoff_max; the pairs are where they were given. */
 int spec_check_backoff(struct walk *w, const struct kn_job_spec *spec,

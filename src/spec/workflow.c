@@ -718,8 +718,7 @@ enum {
 static const struct field workflow_fields[WF_COUNT] = {
 	[WF_KIND] = {.name = "kind", .type = FT_CUSTOM, .read = read_wf_kind,
 		     .required = true},
-	[WF_API_VERSION] = {.name = "apiVersion", .type = FT_CUSTOM,
-			    .read = spec_read_api_version},
+	[WF_API_VERSION] = SPEC_FIELD_API_VERSION,
 	[WF_NAME] = {.name = "name", .type = FT_CUSTOM, .read = read_wf_name,
 		     .required = true},
 	[WF_ON_FAILURE] = {.name = "on_failure", .type = FT_CUSTOM,
