@@ -197,27 +197,6 @@ static int read_revalidate_job(struct walk *w, struct fy_node *node,
 				     &r->job);
 }
 
-static int read_revalidate_every(struct walk *w, struct fy_node *node,
-				 void *target)
-{
-	struct kn_deployment_revalidate *r = target;
-	char got[GOT_BUF];
-	struct value v;
-	int rc = spec_classify(w, node, &v);
-
-	if (rc)
-		return rc;
-	if (v.kind != V_STRING || kn_parse_duration(v.text, &r->every_ms) < 0 ||
-	    r->every_ms < REVALIDATE_EVERY_MIN_MS ||
-	    r->every_ms > REVALIDATE_EVERY_MAX_MS)
-		return spec_fail(
-			w, node,
-			"must be a duration from 1s to 366d (e.g. 6h); "
-			"got %s",
-			spec_describe(&v, got, sizeof(got)));
-	return 0;
-}
-
 /* max: or min: a mapping of metric names to finite numbers. */
 static int read_thresholds(struct walk *w, struct fy_node *node,
 			   json_t *thresholds, const char *side_name)
@@ -293,8 +272,13 @@ enum { RV_JOB, RV_EVERY, RV_MAX, RV_MIN, RV_ROLLBACK, RV_COUNT };
 static const struct field revalidate_fields[RV_COUNT] = {
 	[RV_JOB] = {.name = "job", .type = FT_CUSTOM,
 		    .read = read_revalidate_job, .required = true},
-	[RV_EVERY] = {.name = "every", .type = FT_CUSTOM,
-		      .read = read_revalidate_every, .required = true},
+	[RV_EVERY] = {.name = "every", .type = FT_DURATION,
+		      .offset = offsetof(struct kn_deployment_revalidate,
+					 every_ms),
+		      .min = REVALIDATE_EVERY_MIN_MS,
+		      .max = REVALIDATE_EVERY_MAX_MS,
+		      .allowed = "a duration from 1s to 366d (e.g. 6h)",
+		      .required = true},
 	[RV_MAX] = {.name = "max", .type = FT_CUSTOM,
 		    .read = read_revalidate_max},
 	[RV_MIN] = {.name = "min", .type = FT_CUSTOM,

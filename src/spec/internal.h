@@ -56,7 +56,9 @@ struct value {
 enum field_type {
 	FT_INT,      /* int at offset, within min..max */
 	FT_BOOL,     /* bool at offset */
-	FT_DURATION, /* int64_t milliseconds at offset, at least min */
+	/* int64_t milliseconds at offset, at least min; a max (not 0)
+	   comes with allowed, which then names every bad value */
+	FT_DURATION,
 	FT_TEXT,     /* non-empty char * at offset, as allowed says */
 	/* char ** at offset and its size_t length at count_offset: a
 	   non-empty list of non-empty strings, as allowed says */
@@ -77,7 +79,8 @@ struct field {
 	bool zero_is_none;
 	size_t count_offset;  /* FT_TEXT_LIST */
 	/* FT_TEXT_LIST: "a list of ..." for messages; FT_TEXT: what the
-	   text is ("a model preset's name"), NULL: "a non-empty string" */
+	   text is ("a model preset's name"), NULL: "a non-empty string";
+	   FT_DURATION: "a duration from 1s to 366d", for any bad value */
 	const char *allowed;
 	bool required;
 	field_read_fn read;

@@ -124,6 +124,10 @@ static const struct bad_case bad_cases[] = {
 	 "revalidate.every",
 	 "d.yaml:7:10: revalidate.every: must be a duration from 1s to 366d "
 	 "(e.g. 6h); got \"500ms\""},
+	{RV_BASE "  job: e.yaml\n  every: 367d\n  min: {acc: 0.9}\n",
+	 "revalidate.every",
+	 "d.yaml:7:10: revalidate.every: must be a duration from 1s to 366d "
+	 "(e.g. 6h); got \"367d\""},
 	{RV_BASE "  every: 1h\n  min: {acc: 0.9}\n", "revalidate.job",
 	 "d.yaml:6:3: missing required field \"job\" in revalidate"},
 	{RV_BASE "  job: {command: 7}\n  every: 1h\n  min: {acc: 0.9}\n",
