@@ -10,11 +10,6 @@ static const struct store_row ALERT_ROW =
 		  A(active_at), A(fired_at), A(resolved_at));
 #undef A
 
-static const char SQL_ALERT_INSERT[] =
-	"INSERT INTO alerts (fingerprint, rule, severity, state, labels_json,"
-	" summary, value, active_at, fired_at) VALUES (:fingerprint, :rule,"
-	" :severity, 'firing', :labels_json, :summary, :value, :active_at,"
-	" :fired_at)";
 static const char SQL_ALERT_RESOLVE[] =
 	"UPDATE alerts SET state = 'resolved', resolved_at = ?2"
 	" WHERE state = 'firing' AND fingerprint = ?1";
@@ -24,7 +19,8 @@ static const char SQL_ALERT_RESOLVE_ALL[] =
 
 
 const struct store_stmt store_alert_stmts[] = {
-	STORE_STMT(STMT_ALERT_INSERT, SQL_ALERT_INSERT, &ALERT_ROW),
+	/* The database assigns the id. */
+	STORE_INSERT(STMT_ALERT_INSERT, &ALERT_ROW, "INSERT INTO alerts", 1),
 	STORE_STMT(STMT_ALERT_RESOLVE, SQL_ALERT_RESOLVE, NULL),
 	STORE_STMT(STMT_ALERT_RESOLVE_ALL, SQL_ALERT_RESOLVE_ALL, NULL),
 	STORE_SELECT(STMT_ALERT_LIST, &ALERT_ROW,
@@ -39,8 +35,13 @@ STORE_RELEASE_FN(kn_alert_row_release, struct kn_alert_row, ALERT_ROW)
 int kn_store_alert_fire(struct kn_store *st, const struct kn_alert_row *a,
 			int64_t *out_id, struct kn_error *err)
 {
-	int rc = store_put(st, STMT_ALERT_INSERT, a, "recording an alert", err);
+	struct kn_alert_row row = *a;
+	int rc;
 
+	/* An alert is written as it fires; resolving it is a later write. */
+	row.state = "firing";
+	row.resolved_at = 0;
+	rc = store_put(st, STMT_ALERT_INSERT, &row, "recording an alert", err);
 	if (rc == 0 && out_id)
 		*out_id = sqlite3_last_insert_rowid(st->db);
 	return rc;
