@@ -32,11 +32,6 @@ static const struct store_row GWKEY_ROW =
 		  K(hash), K(deployments_json), K(rpm), K(tpm), K(quota_day),
 		  K(quota_month), K(created_by), K(created_at), K(revoked_at));
 #undef K
-static const char SQL_GWKEY_INSERT[] =
-	"INSERT INTO gateway_keys (name, hash, deployments_json, rpm, tpm,"
-	" quota_day, quota_month, created_by, created_at) VALUES (:name, :hash,"
-	" :deployments_json, :rpm, :tpm, :quota_day, :quota_month,"
-	" :created_by, :created_at)";
 static const char SQL_GWKEY_REVOKE[] =
 	"UPDATE gateway_keys SET revoked_at = ?1 WHERE name = ?2"
 	" AND revoked_at = 0";
@@ -55,7 +50,9 @@ const struct store_stmt store_deploy_stmts[] = {
 	STORE_STMT(STMT_REPLICA_DELETE, SQL_REPLICA_DELETE, NULL),
 	STORE_SELECT(STMT_REPLICA_LIST, &REPLICA_ROW,
 		     "FROM deployment_replicas ORDER BY deployment, replica"),
-	STORE_STMT(STMT_GWKEY_INSERT, SQL_GWKEY_INSERT, &GWKEY_ROW),
+	/* The database assigns the id. */
+	STORE_INSERT(STMT_GWKEY_INSERT, &GWKEY_ROW, "INSERT INTO gateway_keys",
+		     1),
 	STORE_SELECT(STMT_GWKEY_LIST, &GWKEY_ROW,
 		     "FROM gateway_keys WHERE ?1 = 0 OR revoked_at = 0"
 		     " ORDER BY id"),
@@ -150,13 +147,15 @@ int kn_store_gateway_key_insert(struct kn_store *st,
 				struct kn_error *err)
 {
 	struct store_write w = {.what = "inserting a gateway key"};
+	struct kn_gateway_key_row row = *k;
 	int rc;
 
+	row.revoked_at = 0; /* a key is inserted active */
 	w.object = kn_asprintf("key/%s", k->name);
 	/* The only unique key is the active name. */
 	w.conflict = kn_asprintf("a gateway key named %s already exists",
 				 k->name);
-	rc = store_write_row(st, STMT_GWKEY_INSERT, k, &w, a, out_id, err);
+	rc = store_write_row(st, STMT_GWKEY_INSERT, &row, &w, a, out_id, err);
 	free((char *)w.object);
 	free((char *)w.conflict);
 	return rc;
