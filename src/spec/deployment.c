@@ -197,27 +197,6 @@ static int read_revalidate_job(struct walk *w, struct fy_node *node,
 				     &r->job);
 }
 
-static int read_revalidate_every(struct walk *w, struct fy_node *node,
-				 void *target)
-{
-	struct kn_deployment_revalidate *r = target;
-	char got[GOT_BUF];
-	struct value v;
-	int rc = spec_classify(w, node, &v);
-
-	if (rc)
-		return rc;
-	if (v.kind != V_STRING || kn_parse_duration(v.text, &r->every_ms) < 0 ||
-	    r->every_ms < REVALIDATE_EVERY_MIN_MS ||
-	    r->every_ms > REVALIDATE_EVERY_MAX_MS)
-		return spec_fail(
-			w, node,
-			"must be a duration from 1s to 366d (e.g. 6h); "
-			"got %s",
-			spec_describe(&v, got, sizeof(got)));
-	return 0;
-}
-
 /* max: or min: a mapping of metric names to finite numbers. */
 static int read_thresholds(struct walk *w, struct fy_node *node,
 			   json_t *thresholds, const char *side_name)
@@ -293,8 +272,13 @@ enum { RV_JOB, RV_EVERY, RV_MAX, RV_MIN, RV_ROLLBACK, RV_COUNT };
 static const struct field revalidate_fields[RV_COUNT] = {
 	[RV_JOB] = {.name = "job", .type = FT_CUSTOM,
 		    .read = read_revalidate_job, .required = true},
-	[RV_EVERY] = {.name = "every", .type = FT_CUSTOM,
-		      .read = read_revalidate_every, .required = true},
+	[RV_EVERY] = {.name = "every", .type = FT_DURATION,
+		      .offset = offsetof(struct kn_deployment_revalidate,
+					 every_ms),
+		      .min = REVALIDATE_EVERY_MIN_MS,
+		      .max = REVALIDATE_EVERY_MAX_MS,
+		      .allowed = "a duration from 1s to 366d (e.g. 6h)",
+		      .required = true},
 	[RV_MAX] = {.name = "max", .type = FT_CUSTOM,
 		    .read = read_revalidate_max},
 	[RV_MIN] = {.name = "min", .type = FT_CUSTOM,
@@ -344,18 +328,6 @@ struct deploy_ctx {
 	const struct kn_model_presets *presets;
 };
 
-static int read_preset(struct walk *w, struct fy_node *node, void *target)
-{
-	struct kn_deployment_spec *d = target;
-	struct value v;
-	int rc = spec_want_nonempty_text(w, node, "a model preset's name", &v);
-
-	if (rc)
-		return rc;
-	d->preset = kn_xstrdup(v.text);
-	return 0;
-}
-
 enum {
 	DF_KIND,
 	DF_API_VERSION,
@@ -383,30 +355,21 @@ enum {
 static const struct field deployment_fields[DF_COUNT] = {
 	[DF_KIND] = {.name = "kind", .type = FT_CUSTOM,
 		     .read = read_deployment_kind, .required = true},
-	[DF_API_VERSION] = {.name = "apiVersion", .type = FT_CUSTOM,
-			    .read = spec_read_api_version},
-	[DF_NAME] = {.name = "name", .type = FT_CUSTOM, .read = spec_read_name,
-		     .required = true},
+	[DF_API_VERSION] = SPEC_FIELD_API_VERSION,
+	[DF_NAME] = SPEC_FIELD_JOB_NAME,
 	[DF_MODEL] = {.name = "model", .type = FT_CUSTOM, .read = read_model,
 		      .required = true},
-	[DF_PRESET] = {.name = "preset", .type = FT_CUSTOM,
-		       .read = read_preset},
-	[DF_COMMAND] = {.name = "command", .type = FT_CUSTOM,
-			.read = spec_read_command, .required = true},
-	[DF_ENV] = {.name = "env", .type = FT_CUSTOM, .read = spec_read_env},
-	[DF_WORKDIR] = {.name = "workdir", .type = FT_TEXT,
-			.offset = offsetof(struct kn_deployment_spec,
-					   job.workdir)},
-	[DF_RESOURCES] = {.name = "resources", .type = FT_CUSTOM,
-			  .read = spec_read_resources},
-	[DF_PLACEMENT] = {.name = "placement", .type = FT_CUSTOM,
-			  .read = spec_read_placement},
+	[DF_PRESET] = {.name = "preset", .type = FT_TEXT,
+		       .offset = offsetof(struct kn_deployment_spec, preset),
+		       .allowed = "a model preset's name"},
+	[DF_COMMAND] = SPEC_FIELD_COMMAND,
+	[DF_ENV] = SPEC_FIELD_ENV,
+	[DF_WORKDIR] = SPEC_FIELD_WORKDIR,
+	[DF_RESOURCES] = SPEC_FIELD_RESOURCES,
+	[DF_PLACEMENT] = SPEC_FIELD_PLACEMENT,
 	[DF_SPREAD] = {.name = "spread", .type = FT_CUSTOM,
 		       .read = read_top_spread},
-	[DF_PRIORITY] = {.name = "priority", .type = FT_INT,
-			 .offset = offsetof(struct kn_deployment_spec,
-					    job.priority),
-			 .min = 0, .max = KN_SPEC_MAX_PRIORITY},
+	[DF_PRIORITY] = SPEC_FIELD_PRIORITY,
 	[DF_REPLICAS] = {.name = "replicas", .type = FT_INT,
 			 .offset = offsetof(struct kn_deployment_spec,
 					    replicas),

@@ -56,8 +56,10 @@ struct value {
 enum field_type {
 	FT_INT,      /* int at offset, within min..max */
 	FT_BOOL,     /* bool at offset */
-	FT_DURATION, /* int64_t milliseconds at offset, at least min */
-	FT_TEXT,     /* non-empty char * at offset */
+	/* int64_t milliseconds at offset, at least min; a max (not 0)
+	   comes with allowed, which then names every bad value */
+	FT_DURATION,
+	FT_TEXT,     /* non-empty char * at offset, as allowed says */
 	/* char ** at offset and its size_t length at count_offset: a
 	   non-empty list of non-empty strings, as allowed says */
 	FT_TEXT_LIST,
@@ -76,7 +78,10 @@ struct field {
 	/* FT_DURATION: a bare 0 is accepted and means "none". */
 	bool zero_is_none;
 	size_t count_offset;  /* FT_TEXT_LIST */
-	const char *allowed;  /* FT_TEXT_LIST: "a list of ..." for messages */
+	/* FT_TEXT_LIST: "a list of ..." for messages; FT_TEXT: what the
+	   text is ("a model preset's name"), NULL: "a non-empty string";
+	   FT_DURATION: "a duration from 1s to 366d", for any bad value */
+	const char *allowed;
 	bool required;
 	field_read_fn read;
 };
@@ -242,6 +247,33 @@ int spec_parse_document(const char *text, size_t len, const char *filename,
 
 /* The job's field tables by path, for "did you mean". */
 const struct section *spec_job_sections(size_t *n);
+
+/*
+ * The entries of fields a deployment takes as the job takes them, for
+ * both tables: offsets into struct kn_job_spec, which a deployment
+ * begins with. apiVersion reads the same in every kind.
+ */
+#define SPEC_FIELD_API_VERSION                                              \
+	{.name = "apiVersion", .type = FT_CUSTOM,                           \
+	 .read = spec_read_api_version}
+#define SPEC_FIELD_JOB_NAME                                                 \
+	{.name = "name", .type = FT_CUSTOM, .read = spec_read_name,         \
+	 .required = true}
+#define SPEC_FIELD_COMMAND                                                  \
+	{.name = "command", .type = FT_CUSTOM, .read = spec_read_command,   \
+	 .required = true}
+#define SPEC_FIELD_ENV {.name = "env", .type = FT_CUSTOM, .read = spec_read_env}
+#define SPEC_FIELD_WORKDIR                                                  \
+	{.name = "workdir", .type = FT_TEXT,                                \
+	 .offset = offsetof(struct kn_job_spec, workdir)}
+#define SPEC_FIELD_RESOURCES                                                \
+	{.name = "resources", .type = FT_CUSTOM, .read = spec_read_resources}
+#define SPEC_FIELD_PLACEMENT                                                \
+	{.name = "placement", .type = FT_CUSTOM, .read = spec_read_placement}
+#define SPEC_FIELD_PRIORITY                                                 \
+	{.name = "priority", .type = FT_INT,                                \
+	 .offset = offsetof(struct kn_job_spec, priority), .min = 0,        \
+	 .max = KN_SPEC_MAX_PRIORITY}
 void spec_job_defaults(struct kn_job_spec *spec);
 /* backoff at most backoff_max; the pairs are where they were given. */
 int spec_check_backoff(struct walk *w, const struct kn_job_spec *spec,

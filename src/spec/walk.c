@@ -514,18 +514,24 @@ static int read_duration_field(struct walk *w, const struct field *f,
 	char got[GOT_BUF];
 	struct value v;
 	int64_t ms = 0;
+	bool parsed, in_range;
 	int rc = spec_classify(w, node, &v);
 
 	if (rc)
 		return rc;
-	if (f->zero_is_none && v.kind == V_INT && strcmp(v.text, "0") == 0)
-		ms = 0;
-	else if (v.kind != V_STRING || kn_parse_duration(v.text, &ms) < 0)
+	parsed = (f->zero_is_none && v.kind == V_INT &&
+		  strcmp(v.text, "0") == 0) ||
+		 (v.kind == V_STRING && kn_parse_duration(v.text, &ms) == 0);
+	in_range = ms >= f->min && (f->max == 0 || ms <= f->max);
+	if (f->allowed && !(parsed && in_range))
+		return spec_fail(w, node, "must be %s; got %s", f->allowed,
+				 spec_describe(&v, got, sizeof(got)));
+	if (!parsed)
 		return spec_fail(w, node, "must be %s%s; got %s",
 				 DURATION_ALLOWED,
 				 f->zero_is_none ? " (0 for none)" : "",
 				 spec_describe(&v, got, sizeof(got)));
-	if (ms < f->min)
+	if (!in_range)
 		return spec_fail(
 			w, node,
 			"must be a duration greater than 0 (e.g. 90s or "
@@ -540,7 +546,8 @@ static int read_text_field(struct walk *w, const struct field *f,
 {
 	char **slot = (char **)((char *)target + f->offset);
 	struct value v;
-	int rc = spec_want_nonempty_text(w, node, "a non-empty string", &v);
+	int rc = spec_want_nonempty_text(
+		w, node, f->allowed ? f->allowed : "a non-empty string", &v);
 
 	if (rc)
 		return rc;

@@ -115,23 +115,10 @@ static int read_req_cuda(struct walk *w, struct fy_node *node, void *target)
 				 &((struct kn_requirements *)target)->cuda_min);
 }
 
-static int read_req_gpu_model(struct walk *w, struct fy_node *node,
-			      void *target)
-{
-	struct kn_requirements *r = target;
-	struct value v;
-	int rc = spec_want_nonempty_text(w, node, "a GPU model such as H100",
-					 &v);
-
-	if (rc)
-		return rc;
-	free(r->gpu_model);
-	r->gpu_model = kn_xstrdup(v.text);
-	return 0;
-}
-
 static const struct field req_gpu_fields[] = {
-	{.name = "model", .type = FT_CUSTOM, .read = read_req_gpu_model},
+	{.name = "model", .type = FT_TEXT,
+	 .offset = offsetof(struct kn_requirements, gpu_model),
+	 .allowed = "a GPU model such as H100"},
 	{.name = "count", .type = FT_INT,
 	 .offset = offsetof(struct kn_requirements, gpu_count), .min = 1,
 	 .max = KN_SPEC_MAX_GPUS},
@@ -731,8 +718,7 @@ enum {
 static const struct field workflow_fields[WF_COUNT] = {
 	[WF_KIND] = {.name = "kind", .type = FT_CUSTOM, .read = read_wf_kind,
 		     .required = true},
-	[WF_API_VERSION] = {.name = "apiVersion", .type = FT_CUSTOM,
-			    .read = spec_read_api_version},
+	[WF_API_VERSION] = SPEC_FIELD_API_VERSION,
 	[WF_NAME] = {.name = "name", .type = FT_CUSTOM, .read = read_wf_name,
 		     .required = true},
 	[WF_ON_FAILURE] = {.name = "on_failure", .type = FT_CUSTOM,

@@ -5,7 +5,9 @@
  *
  * Rows are read through a column table per row struct ({SQL name, type,
  * offset, size}) driving one reader, store_read_row, rather than one
- * hand-written loop per struct: column i of a statement lands in the
+ * hand-written loop per struct; a table names its fields, and each
+ * column's type follows from its field's C type (STORE_COL), so the
+ * two cannot disagree. Column i of a statement lands in the
  * field of entry i, and store_check_columns (run over every statement by
  * the unit tests) compares each statement's result columns, by
  * sqlite3_column_name, with its table, so a select list and its reader
@@ -208,9 +210,27 @@ struct store_row {
 	{ .name = sql_name, .type = col_type,                                  \
 	  .offset = offsetof(row_type, field),                                 \
 	  .size = sizeof(((row_type *)0)->field) }
-#define STORE_ROW(row_type, kind_, cols_)                                   \
-	{ .kind = kind_, .size = sizeof(row_type), .cols = cols_,              \
-	  .n_cols = sizeof(cols_) / sizeof(cols_[0]) }
+/*
+ * A column's type from its field's C type, so that the two cannot
+ * disagree: text for a char *, real for a double, a job's or a task's
+ * state by its name, an integer for the rest (int64_t, int, bool).
+ */
+#define STORE_TYPE_OF(row_type, field)                                    \
+	_Generic(((row_type *)0)->field,                                     \
+		char *: STORE_TEXT,                                          \
+		double: STORE_REAL,                                          \
+		enum kn_job_state: STORE_JOB_STATE,                          \
+		enum kn_task_state: STORE_TASK_STATE,                        \
+		default: STORE_INT)
+/* A column named as its field, of the field's type. */
+#define STORE_COL(row_type, field)                                         \
+	STORE_COL_AS(row_type, field, #field, STORE_TYPE_OF(row_type, field))
+/* A row struct and its columns, given as STORE_COL or STORE_COL_AS. */
+#define STORE_ROW(row_type, kind_, ...)                                     \
+	{ .kind = kind_, .size = sizeof(row_type),                             \
+	  .cols = (const struct store_col[]){__VA_ARGS__},                     \
+	  .n_cols = sizeof((const struct store_col[]){__VA_ARGS__}) /          \
+		    sizeof(struct store_col) }
 
 /*
  * How a statement's SQL is written. A select list or an insert that
@@ -224,7 +244,7 @@ enum store_sql_form {
 	   column n_auto on: the leading ones the database assigns (an id) */
 	STORE_SQL_INSERT,
 	/* sql ("t"): the insert of every column, and on a clash of the
-	   first n_key columns the others overwrite the row's */
+	   first n_key columns the others but keep overwrite the row's */
 	STORE_SQL_UPSERT,
 };
 
@@ -240,6 +260,7 @@ struct store_stmt {
 	const struct store_row *row;
 	enum store_sql_form form;
 	size_t n_key;  /* STORE_SQL_UPSERT's key columns */
+	const char *keep; /* STORE_SQL_UPSERT's column a clash leaves, or NULL */
 	size_t n_auto; /* STORE_SQL_INSERT's columns the database assigns */
 };
 #define STORE_STMT(id_, sql_, row_) { .id = id_, .sql = sql_, .row = row_ }
@@ -249,25 +270,23 @@ struct store_stmt {
 	{ .id = id_, .sql = into, .row = row_, .form = STORE_SQL_INSERT,     \
 	  .n_auto = n_auto_ }
 #define STORE_UPSERT(id_, row_, table, n_key_)                             \
+	STORE_UPSERT_KEEP(id_, row_, table, n_key_, NULL)
+#define STORE_UPSERT_KEEP(id_, row_, table, n_key_, keep_)                 \
 	{ .id = id_, .sql = table, .row = row_, .form = STORE_SQL_UPSERT,    \
-	  .n_key = n_key_ }
+	  .n_key = n_key_, .keep = keep_ }
 
 /*
- * Each file's statements, ended by an entry whose sql is NULL; store_db.c
- * prepares them all at open and refuses a gap or a double.
+ * Each file's statements, store_<family>_stmts, ended by an entry whose
+ * sql is NULL; store_db.c prepares them all at open and refuses a gap or
+ * a double. A new family is named here once.
  */
-extern const struct store_stmt store_db_stmts[];
-extern const struct store_stmt store_audit_stmts[];
-extern const struct store_stmt store_token_stmts[];
-extern const struct store_stmt store_job_stmts[];
-extern const struct store_stmt store_node_stmts[];
-extern const struct store_stmt store_deploy_stmts[];
-extern const struct store_stmt store_ledger_stmts[];
-extern const struct store_stmt store_model_stmts[];
-extern const struct store_stmt store_workflow_stmts[];
-extern const struct store_stmt store_alert_stmts[];
-extern const struct store_stmt store_idem_stmts[];
-extern const struct store_stmt store_devenv_stmts[];
+#define STORE_FAMILIES(X)                                                  \
+	X(db) X(audit) X(token) X(job) X(node) X(deploy) X(ledger) X(model) \
+	X(workflow) X(alert) X(idem) X(devenv)
+#define STORE_FAMILY_DECLARE(family)                                       \
+	extern const struct store_stmt store_##family##_stmts[];
+STORE_FAMILIES(STORE_FAMILY_DECLARE)
+#undef STORE_FAMILY_DECLARE
 
 /* The families above, NULL-terminated: what open prepares and tests walk. */
 extern const struct store_stmt *const store_families[];
@@ -387,6 +406,15 @@ int store_get_keyed(struct kn_store *st, enum stmt_id id,
 		    const char *what, void *row, struct kn_error *err);
 
 /*
+ * A lookup's answer as its caller returns it: 0 when rc is 1 (found),
+ * KN_ENOTFOUND on field (may be NULL) with the message when rc is 0 (no
+ * row), a failure (rc < 0) as it is.
+ */
+__attribute__((format(printf, 4, 5))) int
+store_found(int rc, struct kn_error *err, const char *field, const char *fmt,
+	    ...);
+
+/*
  * store_bind_keys on statement id, a query whose answer is one value in
  * its only column: 1 with *out set, 0 when no row, or a negative errno.
  */
@@ -408,6 +436,56 @@ int store_put(struct kn_store *st, enum stmt_id id, const void *row,
  */
 int store_check_params(sqlite3_stmt *s, const struct store_row *row,
 		       struct kn_error *err);
+
+/* ---- the functions alike for every row type ---- */
+
+/*
+ * Definitions of the functions store.h declares for a row type that are
+ * the same for every one: release a row, free a list of rows, and list
+ * rows by a statement with no key or one integer key (?1), put a row,
+ * each through the row's table. Each row type's are then one line apiece.
+ */
+#define STORE_RELEASE_FN(fn, row_type, def)                                \
+	void fn(row_type *row)                                              \
+	{                                                                   \
+		store_row_release(&(def), row);                             \
+	}
+#define STORE_LIST_FREE_FN(fn, row_type, def)                              \
+	void fn(row_type *rows, size_t n)                                   \
+	{                                                                   \
+		store_rows_free(&(def), rows, n);                           \
+	}
+#define STORE_LIST_FN(fn, row_type, id, what)                              \
+	int fn(struct kn_store *st, row_type **out, size_t *n,              \
+	       struct kn_error *err)                                        \
+	{                                                                   \
+		return store_list_keyed(st, id, NULL, 0, what, out, n, err); \
+	}
+/* A put of one row through store_put. */
+#define STORE_PUT_FN(fn, row_type, id, what)                               \
+	int fn(struct kn_store *st, const row_type *row,                    \
+	       struct kn_error *err)                                        \
+	{                                                                   \
+		return store_put(st, id, row, what, err);                   \
+	}
+/* The same for a row of a job: a job that is not there is named. */
+#define STORE_JOB_PUT_FN(fn, row_type, id, what)                           \
+	int fn(struct kn_store *st, const row_type *row,                    \
+	       struct kn_error *err)                                        \
+	{                                                                   \
+		return store_job_missing(store_put(st, id, row, what, err), \
+					 row->job_id, err);                 \
+	}
+/* key_type: an int64_t or a bool, bound as an integer. */
+#define STORE_LIST_BY_FN(fn, key_type, row_type, id, what)                 \
+	int fn(struct kn_store *st, key_type key, row_type **out,           \
+	       size_t *n, struct kn_error *err)                             \
+	{                                                                   \
+		const struct store_key keys[] = {KEY_I64(key)};             \
+									    \
+		return store_list_keyed(st, id, keys, N_KEYS(keys), what,   \
+					out, n, err);                       \
+	}
 
 /* ---- transactions ---- */
 

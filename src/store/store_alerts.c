@@ -3,24 +3,13 @@
  */
 #include "internal.h"
 
-#define A(field, type) STORE_COL_AS(struct kn_alert_row, field, #field, type)
-static const struct store_col ALERT_COLS[] = {
-	A(id, STORE_INT),           A(fingerprint, STORE_TEXT),
-	A(rule, STORE_TEXT),        A(severity, STORE_TEXT),
-	A(state, STORE_TEXT),       A(labels_json, STORE_TEXT),
-	A(summary, STORE_TEXT),     A(value, STORE_REAL),
-	A(active_at, STORE_INT),    A(fired_at, STORE_INT),
-	A(resolved_at, STORE_INT),
-};
-#undef A
+#define A(field) STORE_COL(struct kn_alert_row, field)
 static const struct store_row ALERT_ROW =
-	STORE_ROW(struct kn_alert_row, "alert", ALERT_COLS);
+	STORE_ROW(struct kn_alert_row, "alert", A(id), A(fingerprint), A(rule),
+		  A(severity), A(state), A(labels_json), A(summary), A(value),
+		  A(active_at), A(fired_at), A(resolved_at));
+#undef A
 
-static const char SQL_ALERT_INSERT[] =
-	"INSERT INTO alerts (fingerprint, rule, severity, state, labels_json,"
-	" summary, value, active_at, fired_at) VALUES (:fingerprint, :rule,"
-	" :severity, 'firing', :labels_json, :summary, :value, :active_at,"
-	" :fired_at)";
 static const char SQL_ALERT_RESOLVE[] =
 	"UPDATE alerts SET state = 'resolved', resolved_at = ?2"
 	" WHERE state = 'firing' AND fingerprint = ?1";
@@ -30,7 +19,8 @@ static const char SQL_ALERT_RESOLVE_ALL[] =
 
 
 const struct store_stmt store_alert_stmts[] = {
-	STORE_STMT(STMT_ALERT_INSERT, SQL_ALERT_INSERT, &ALERT_ROW),
+	/* The database assigns the id. */
+	STORE_INSERT(STMT_ALERT_INSERT, &ALERT_ROW, "INSERT INTO alerts", 1),
 	STORE_STMT(STMT_ALERT_RESOLVE, SQL_ALERT_RESOLVE, NULL),
 	STORE_STMT(STMT_ALERT_RESOLVE_ALL, SQL_ALERT_RESOLVE_ALL, NULL),
 	STORE_SELECT(STMT_ALERT_LIST, &ALERT_ROW,
@@ -40,16 +30,18 @@ const struct store_stmt store_alert_stmts[] = {
 	{0},
 };
 
-void kn_alert_row_release(struct kn_alert_row *a)
-{
-	store_row_release(&ALERT_ROW, a);
-}
+STORE_RELEASE_FN(kn_alert_row_release, struct kn_alert_row, ALERT_ROW)
 
 int kn_store_alert_fire(struct kn_store *st, const struct kn_alert_row *a,
 			int64_t *out_id, struct kn_error *err)
 {
-	int rc = store_put(st, STMT_ALERT_INSERT, a, "recording an alert", err);
+	struct kn_alert_row row = *a;
+	int rc;
 
+	/* An alert is written as it fires; resolving it is a later write. */
+	row.state = "firing";
+	row.resolved_at = 0;
+	rc = store_put(st, STMT_ALERT_INSERT, &row, "recording an alert", err);
 	if (rc == 0 && out_id)
 		*out_id = sqlite3_last_insert_rowid(st->db);
 	return rc;
@@ -86,7 +78,4 @@ int kn_store_alert_list(struct kn_store *st, int64_t resolved_since,
 				"listing alerts", out, n, err);
 }
 
-void kn_alert_list_free(struct kn_alert_row *rows, size_t n)
-{
-	store_rows_free(&ALERT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_alert_list_free, struct kn_alert_row, ALERT_ROW)

@@ -18,48 +18,37 @@
 /* The audit list's page size when the filter names none. */
 #define AUDIT_LIST_DEFAULT_LIMIT 100
 
-#define A(field, type) STORE_COL_AS(struct kn_audit, field, #field, type)
-static const struct store_col AUDIT_COLS[] = {
-	A(id, STORE_INT),        A(time_ms, STORE_INT),
-	A(actor, STORE_TEXT),    A(role, STORE_TEXT),
-	A(action, STORE_TEXT),   A(object, STORE_TEXT),
-	A(outcome, STORE_TEXT),  A(detail, STORE_TEXT),
-	A(hash, STORE_TEXT),
-};
-#undef A
+/* The audit table's columns: a row's, and a link's below. */
+#define AUDIT_FIELDS(X)                                                    \
+	X(id) X(time_ms) X(actor) X(role) X(action) X(object) X(outcome)    \
+	X(detail) X(hash)
+#define A(field) STORE_COL(struct kn_audit, field),
 static const struct store_row AUDIT_ROW =
-	STORE_ROW(struct kn_audit, "audit row", AUDIT_COLS);
+	STORE_ROW(struct kn_audit, "audit row", AUDIT_FIELDS(A));
+#undef A
 
 /* The verifying walk also reads each row's link to the one before. */
 struct audit_link {
 	struct kn_audit a;
 	char *prev_hash;
 };
-#define W(field, type) \
-	STORE_COL_AS(struct audit_link, a.field, #field, type)
-static const struct store_col AUDIT_LINK_COLS[] = {
-	W(id, STORE_INT),        W(time_ms, STORE_INT),
-	W(actor, STORE_TEXT),    W(role, STORE_TEXT),
-	W(action, STORE_TEXT),   W(object, STORE_TEXT),
-	W(outcome, STORE_TEXT),  W(detail, STORE_TEXT),
-	W(hash, STORE_TEXT),
-	STORE_COL_AS(struct audit_link, prev_hash, "prev_hash", STORE_TEXT),
-};
-#undef W
+#define W(field)                                                           \
+	STORE_COL_AS(struct audit_link, a.field, #field,                     \
+		     STORE_TYPE_OF(struct audit_link, a.field)),
 static const struct store_row AUDIT_LINK_ROW =
-	STORE_ROW(struct audit_link, "audit row", AUDIT_LINK_COLS);
+	STORE_ROW(struct audit_link, "audit row",
+		  AUDIT_FIELDS(W) STORE_COL(struct audit_link, prev_hash));
+#undef W
 
 /* The newest row: where the chain's head is. */
 struct audit_head {
 	int64_t id;
 	char *hash;
 };
-static const struct store_col AUDIT_HEAD_COLS[] = {
-	STORE_COL_AS(struct audit_head, id, "id", STORE_INT),
-	STORE_COL_AS(struct audit_head, hash, "hash", STORE_TEXT),
-};
 static const struct store_row AUDIT_HEAD_ROW =
-	STORE_ROW(struct audit_head, "audit head", AUDIT_HEAD_COLS);
+	STORE_ROW(struct audit_head, "audit head",
+		  STORE_COL(struct audit_head, id),
+		  STORE_COL(struct audit_head, hash));
 
 static const char SQL_AUDIT_INSERT[] =
 	"INSERT INTO audit (time_ms, actor, role, action, object, outcome,"
@@ -96,10 +85,7 @@ const struct store_stmt store_audit_stmts[] = {
 	{0},
 };
 
-void kn_audit_release(struct kn_audit *a)
-{
-	store_row_release(&AUDIT_ROW, a);
-}
+STORE_RELEASE_FN(kn_audit_release, struct kn_audit, AUDIT_ROW)
 
 /* ---- the audit chain ---- */
 
@@ -308,10 +294,7 @@ int kn_store_audit_list(struct kn_store *st, const struct kn_audit_filter *f,
 				"listing the audit log", out, n, err);
 }
 
-void kn_audit_list_free(struct kn_audit *rows, size_t n)
-{
-	store_rows_free(&AUDIT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_audit_list_free, struct kn_audit, AUDIT_ROW)
 
 int kn_store_audit_chain_start(struct kn_store *st,
 			       const unsigned char key[KN_AUDIT_KEY_LEN],
@@ -385,13 +368,10 @@ int kn_store_audit_hash_of(struct kn_store *st, int64_t id,
 	int rc = store_one_text(st, STMT_AUDIT_HASH_OF, keys, N_KEYS(keys),
 				"reading an audit row", &h, err);
 
-	if (rc == 1) {
+	if (rc == 1)
 		kn_strlcpy(hash, h ? h : "", KN_AUDIT_HASH_HEX_LEN + 1);
-		rc = 0;
-	} else if (rc == 0) {
-		rc = kn_errorf(err, KN_ENOTFOUND, NULL,
-			       "audit row %lld not found", (long long)id);
-	}
+	rc = store_found(rc, err, NULL, "audit row %lld not found",
+			 (long long)id);
 	free(h);
 	return rc;
 }

@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,12 +69,11 @@ const struct store_stmt store_db_stmts[] = {
 	{0},
 };
 
+#define STORE_FAMILY(family) store_##family##_stmts,
 const struct store_stmt *const store_families[] = {
-	store_db_stmts,     store_audit_stmts,  store_token_stmts,
-	store_job_stmts,    store_node_stmts,   store_deploy_stmts,
-	store_ledger_stmts, store_model_stmts,  store_workflow_stmts,
-	store_alert_stmts,  store_idem_stmts,   store_devenv_stmts, NULL,
+	STORE_FAMILIES(STORE_FAMILY) NULL,
 };
+#undef STORE_FAMILY
 
 /* ---- state names ---- */
 
@@ -430,6 +430,20 @@ int store_one_text(struct kn_store *st, enum stmt_id id,
 	}
 	stmt_done(s);
 	return rc;
+}
+
+int store_found(int rc, struct kn_error *err, const char *field,
+		const char *fmt, ...)
+{
+	char message[sizeof(((struct kn_error *)0)->message)];
+	va_list ap;
+
+	if (rc != 0)
+		return rc < 0 ? rc : 0;
+	va_start(ap, fmt);
+	vsnprintf(message, sizeof(message), fmt, ap);
+	va_end(ap);
+	return kn_errorf(err, KN_ENOTFOUND, field, "%s", message);
 }
 
 /* ---- binding rows through column tables ---- */
@@ -1139,18 +1153,25 @@ static int setup_connection(sqlite3 *db, const char *path,
 
 /*
  * The row's columns [from, to) as "<pre><name>, ...", or with set as
- * "<name> = excluded.<name>, ...". The buffer is unbounded: an append
- * cannot fail (running out of memory aborts).
+ * "<name> = excluded.<name>, ...", but the one called skip (NULL: none).
+ * The buffer is unbounded: an append cannot fail (running out of memory
+ * aborts).
  */
 static void write_cols(struct kn_buf *b, const struct store_row *row,
-		       size_t from, size_t to, const char *pre, bool set)
+		       size_t from, size_t to, const char *pre, bool set,
+		       const char *skip)
 {
+	const char *sep = "";
+
 	for (size_t i = from; i < to; i++) {
 		const char *name = row->cols[i].name;
 
-		kn_buf_printf(b, "%s%s%s", i > from ? ", " : "", pre, name);
+		if (skip && strcmp(name, skip) == 0)
+			continue;
+		kn_buf_printf(b, "%s%s%s", sep, pre, name);
 		if (set)
 			kn_buf_printf(b, " = excluded.%s", name);
+		sep = ", ";
 	}
 }
 
@@ -1166,23 +1187,23 @@ static void write_sql(struct kn_buf *b, const struct store_stmt *d)
 	}
 	if (d->form == STORE_SQL_SELECT) {
 		kn_buf_printf(b, "SELECT ");
-		write_cols(b, r, 0, r->n_cols, "", false);
+		write_cols(b, r, 0, r->n_cols, "", false, NULL);
 		kn_buf_printf(b, " %s", d->sql);
 		return;
 	}
 	kn_buf_printf(b, "%s%s (",
 		      d->form == STORE_SQL_UPSERT ? "INSERT INTO " : "",
 		      d->sql);
-	write_cols(b, r, from, r->n_cols, "", false);
+	write_cols(b, r, from, r->n_cols, "", false, NULL);
 	kn_buf_printf(b, ") VALUES (");
-	write_cols(b, r, from, r->n_cols, ":", false);
+	write_cols(b, r, from, r->n_cols, ":", false, NULL);
 	kn_buf_printf(b, ")");
 	if (d->form != STORE_SQL_UPSERT)
 		return;
 	kn_buf_printf(b, " ON CONFLICT (");
-	write_cols(b, r, 0, d->n_key, "", false);
+	write_cols(b, r, 0, d->n_key, "", false, NULL);
 	kn_buf_printf(b, ") DO UPDATE SET ");
-	write_cols(b, r, d->n_key, r->n_cols, "", true);
+	write_cols(b, r, d->n_key, r->n_cols, "", true, d->keep);
 }
 
 /* Prepare one statement into its slot; a slot named twice is a bug. */
@@ -1196,6 +1217,12 @@ static int prepare_one(struct kn_store *st, const char *path,
 		return kn_errorf(err, KN_EIO, NULL,
 				 "%s: statement %d is defined twice", path,
 				 (int)d->id);
+	/* A misspelt kept column would be overwritten unnoticed. */
+	if (d->keep && !col_named(d->row, d->keep))
+		return kn_errorf(err, KN_EIO, NULL,
+				 "%s: statement %d keeps %s, no column of its"
+				 " %s table",
+				 path, (int)d->id, d->keep, d->row->kind);
 	kn_buf_init(&sql, SIZE_MAX);
 	write_sql(&sql, d);
 	if (sqlite3_prepare_v3(st->db, sql.data, -1, SQLITE_PREPARE_PERSISTENT,

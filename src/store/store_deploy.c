@@ -7,69 +7,31 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#define DEPLOYMENT_COLUMNS                                                    \
-	"name, owner, filename, spec_yaml, spec_json, model_dir, replicas,"   \
-	" generation, rollout_next, created_at, updated_at"
-#define D(field, type) \
-	STORE_COL_AS(struct kn_deployment_row, field, #field, type)
-static const struct store_col DEPLOYMENT_COLS[] = {
-	D(name, STORE_TEXT),       D(owner, STORE_TEXT),
-	D(filename, STORE_TEXT),   D(spec_yaml, STORE_TEXT),
-	D(spec_json, STORE_TEXT),  D(model_dir, STORE_TEXT),
-	D(replicas, STORE_INT),    D(generation, STORE_INT),
-	D(rollout_next, STORE_INT), D(created_at, STORE_INT),
-	D(updated_at, STORE_INT),
-};
-#undef D
+#define D(field) STORE_COL(struct kn_deployment_row, field)
 static const struct store_row DEPLOYMENT_ROW =
-	STORE_ROW(struct kn_deployment_row, "deployment", DEPLOYMENT_COLS);
+	STORE_ROW(struct kn_deployment_row, "deployment", D(name), D(owner),
+		  D(filename), D(spec_yaml), D(spec_json), D(model_dir),
+		  D(replicas), D(generation), D(rollout_next), D(created_at),
+		  D(updated_at));
+#undef D
 
-#define R(field, type) STORE_COL_AS(struct kn_replica_row, field, #field, type)
-static const struct store_col REPLICA_COLS[] = {
-	R(deployment, STORE_TEXT),
-	R(replica, STORE_INT),
-	R(job_id, STORE_INT),
-};
-#undef R
+#define R(field) STORE_COL(struct kn_replica_row, field)
 static const struct store_row REPLICA_ROW =
-	STORE_ROW(struct kn_replica_row, "replica", REPLICA_COLS);
+	STORE_ROW(struct kn_replica_row, "replica", R(deployment), R(replica),
+		  R(job_id));
+#undef R
 
-static const char SQL_DEPLOYMENT_PUT[] =
-	"INSERT INTO deployments (" DEPLOYMENT_COLUMNS ") VALUES (:name,"
-	" :owner, coalesce(:filename, ''), :spec_yaml, :spec_json, :model_dir,"
-	" :replicas, :generation, :rollout_next, :created_at, :updated_at)"
-	" ON CONFLICT (name) DO UPDATE SET"
-	" owner = excluded.owner, filename = excluded.filename,"
-	" spec_yaml = excluded.spec_yaml, spec_json = excluded.spec_json,"
-	" model_dir = excluded.model_dir, replicas = excluded.replicas,"
-	" generation = excluded.generation,"
-	" rollout_next = excluded.rollout_next,"
-	" updated_at = excluded.updated_at";
-static const char SQL_DEPLOYMENT_LIST[] =
-	"SELECT " DEPLOYMENT_COLUMNS " FROM deployments ORDER BY name";
 static const char SQL_DEPLOYMENT_DELETE[] =
 	"DELETE FROM deployments WHERE name = ?1";
 static const char SQL_REPLICA_DELETE[] =
 	"DELETE FROM deployment_replicas WHERE deployment = ?1 AND replica = ?2";
 
-#define K(field, type) \
-	STORE_COL_AS(struct kn_gateway_key_row, field, #field, type)
-static const struct store_col GWKEY_COLS[] = {
-	K(id, STORE_INT),          K(name, STORE_TEXT),
-	K(hash, STORE_TEXT),       K(deployments_json, STORE_TEXT),
-	K(rpm, STORE_INT),         K(tpm, STORE_INT),
-	K(quota_day, STORE_INT),   K(quota_month, STORE_INT),
-	K(created_by, STORE_TEXT), K(created_at, STORE_INT),
-	K(revoked_at, STORE_INT),
-};
-#undef K
+#define K(field) STORE_COL(struct kn_gateway_key_row, field)
 static const struct store_row GWKEY_ROW =
-	STORE_ROW(struct kn_gateway_key_row, "gateway key", GWKEY_COLS);
-static const char SQL_GWKEY_INSERT[] =
-	"INSERT INTO gateway_keys (name, hash, deployments_json, rpm, tpm,"
-	" quota_day, quota_month, created_by, created_at) VALUES (:name, :hash,"
-	" :deployments_json, :rpm, :tpm, :quota_day, :quota_month,"
-	" :created_by, :created_at)";
+	STORE_ROW(struct kn_gateway_key_row, "gateway key", K(id), K(name),
+		  K(hash), K(deployments_json), K(rpm), K(tpm), K(quota_day),
+		  K(quota_month), K(created_by), K(created_at), K(revoked_at));
+#undef K
 static const char SQL_GWKEY_REVOKE[] =
 	"UPDATE gateway_keys SET revoked_at = ?1 WHERE name = ?2"
 	" AND revoked_at = 0";
@@ -78,14 +40,19 @@ static const char SQL_JOB_DEPLOYMENT_PUT[] =
 	" VALUES (:job_id, :deployment)";
 
 const struct store_stmt store_deploy_stmts[] = {
-	STORE_STMT(STMT_DEPLOYMENT_PUT, SQL_DEPLOYMENT_PUT, &DEPLOYMENT_ROW),
-	STORE_STMT(STMT_DEPLOYMENT_LIST, SQL_DEPLOYMENT_LIST, &DEPLOYMENT_ROW),
+	/* A deployment written again keeps when it was created. */
+	STORE_UPSERT_KEEP(STMT_DEPLOYMENT_PUT, &DEPLOYMENT_ROW, "deployments",
+			  1, "created_at"),
+	STORE_SELECT(STMT_DEPLOYMENT_LIST, &DEPLOYMENT_ROW,
+		     "FROM deployments ORDER BY name"),
 	STORE_STMT(STMT_DEPLOYMENT_DELETE, SQL_DEPLOYMENT_DELETE, NULL),
 	STORE_UPSERT(STMT_REPLICA_PUT, &REPLICA_ROW, "deployment_replicas", 2),
 	STORE_STMT(STMT_REPLICA_DELETE, SQL_REPLICA_DELETE, NULL),
 	STORE_SELECT(STMT_REPLICA_LIST, &REPLICA_ROW,
 		     "FROM deployment_replicas ORDER BY deployment, replica"),
-	STORE_STMT(STMT_GWKEY_INSERT, SQL_GWKEY_INSERT, &GWKEY_ROW),
+	/* The database assigns the id. */
+	STORE_INSERT(STMT_GWKEY_INSERT, &GWKEY_ROW, "INSERT INTO gateway_keys",
+		     1),
 	STORE_SELECT(STMT_GWKEY_LIST, &GWKEY_ROW,
 		     "FROM gateway_keys WHERE ?1 = 0 OR revoked_at = 0"
 		     " ORDER BY id"),
@@ -97,36 +64,31 @@ const struct store_stmt store_deploy_stmts[] = {
 
 /* ---- deployments and their replicas ---- */
 
-void kn_deployment_row_release(struct kn_deployment_row *d)
-{
-	store_row_release(&DEPLOYMENT_ROW, d);
-}
+STORE_RELEASE_FN(kn_deployment_row_release, struct kn_deployment_row,
+		 DEPLOYMENT_ROW)
 
 int kn_store_deployment_put(struct kn_store *st,
 			    const struct kn_deployment_row *d,
 			    const struct kn_audit *a, struct kn_error *err)
 {
 	struct store_write w = {.what = "writing a deployment"};
+	struct kn_deployment_row row = *d;
 	int rc;
 
+	/* No file name is stored as "": the column holds no NULL. */
+	if (!row.filename)
+		row.filename = "";
 	w.object = kn_asprintf("deployment/%s", d->name);
-	rc = store_write_row(st, STMT_DEPLOYMENT_PUT, d, &w, a, NULL, err);
+	rc = store_write_row(st, STMT_DEPLOYMENT_PUT, &row, &w, a, NULL, err);
 	free((char *)w.object);
 	return rc;
 }
 
-int kn_store_deployment_list(struct kn_store *st,
-			     struct kn_deployment_row **out, size_t *n,
-			     struct kn_error *err)
-{
-	return store_list(st, st->stmt[STMT_DEPLOYMENT_LIST], &DEPLOYMENT_ROW,
-			  "listing deployments", out, n, err);
-}
+STORE_LIST_FN(kn_store_deployment_list, struct kn_deployment_row,
+	      STMT_DEPLOYMENT_LIST, "listing deployments")
 
-void kn_deployment_list_free(struct kn_deployment_row *rows, size_t n)
-{
-	store_rows_free(&DEPLOYMENT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_deployment_list_free, struct kn_deployment_row,
+		   DEPLOYMENT_ROW)
 
 int kn_store_deployment_delete(struct kn_store *st, const char *name,
 			       const struct kn_audit *a, struct kn_error *err)
@@ -169,24 +131,15 @@ int kn_store_replica_delete(struct kn_store *st, const char *deployment,
 			       "deleting a replica", err);
 }
 
-int kn_store_replica_list(struct kn_store *st, struct kn_replica_row **out,
-			  size_t *n, struct kn_error *err)
-{
-	return store_list(st, st->stmt[STMT_REPLICA_LIST], &REPLICA_ROW,
-			  "listing replicas", out, n, err);
-}
+STORE_LIST_FN(kn_store_replica_list, struct kn_replica_row, STMT_REPLICA_LIST,
+	      "listing replicas")
 
-void kn_replica_list_free(struct kn_replica_row *rows, size_t n)
-{
-	store_rows_free(&REPLICA_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_replica_list_free, struct kn_replica_row, REPLICA_ROW)
 
 /* ---- gateway keys ---- */
 
-void kn_gateway_key_row_release(struct kn_gateway_key_row *k)
-{
-	store_row_release(&GWKEY_ROW, k);
-}
+STORE_RELEASE_FN(kn_gateway_key_row_release, struct kn_gateway_key_row,
+		 GWKEY_ROW)
 
 int kn_store_gateway_key_insert(struct kn_store *st,
 				const struct kn_gateway_key_row *k,
@@ -194,32 +147,25 @@ int kn_store_gateway_key_insert(struct kn_store *st,
 				struct kn_error *err)
 {
 	struct store_write w = {.what = "inserting a gateway key"};
+	struct kn_gateway_key_row row = *k;
 	int rc;
 
+	row.revoked_at = 0; /* a key is inserted active */
 	w.object = kn_asprintf("key/%s", k->name);
 	/* The only unique key is the active name. */
 	w.conflict = kn_asprintf("a gateway key named %s already exists",
 				 k->name);
-	rc = store_write_row(st, STMT_GWKEY_INSERT, k, &w, a, out_id, err);
+	rc = store_write_row(st, STMT_GWKEY_INSERT, &row, &w, a, out_id, err);
 	free((char *)w.object);
 	free((char *)w.conflict);
 	return rc;
 }
 
-int kn_store_gateway_key_list(struct kn_store *st, bool active_only,
-			      struct kn_gateway_key_row **out, size_t *n,
-			      struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(active_only)};
+STORE_LIST_BY_FN(kn_store_gateway_key_list, bool, struct kn_gateway_key_row,
+		 STMT_GWKEY_LIST, "listing gateway keys")
 
-	return store_list_keyed(st, STMT_GWKEY_LIST, keys, N_KEYS(keys),
-				"listing gateway keys", out, n, err);
-}
-
-void kn_gateway_key_list_free(struct kn_gateway_key_row *rows, size_t n)
-{
-	store_rows_free(&GWKEY_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_gateway_key_list_free, struct kn_gateway_key_row,
+		   GWKEY_ROW)
 
 int kn_store_gateway_key_revoke(struct kn_store *st, const char *name,
 				const struct kn_audit *a, struct kn_error *err)

@@ -7,17 +7,12 @@
 
 #include <errno.h>
 
-#define D(field, type) STORE_COL_AS(struct kn_devenv_row, field, #field, type)
-static const struct store_col DEVENV_COLS[] = {
-	D(job_id, STORE_INT),     D(owner, STORE_TEXT),
-	D(name, STORE_TEXT),      D(gpu_milli, STORE_INT),
-	D(started_at, STORE_INT), D(ended_at, STORE_INT),
-	D(max_end_at, STORE_INT), D(idle_ms, STORE_INT),
-	D(stop, STORE_TEXT),
-};
-#undef D
+#define D(field) STORE_COL(struct kn_devenv_row, field)
 static const struct store_row DEVENV_ROW =
-	STORE_ROW(struct kn_devenv_row, "devenv run", DEVENV_COLS);
+	STORE_ROW(struct kn_devenv_row, "devenv run", D(job_id), D(owner),
+		  D(name), D(gpu_milli), D(started_at), D(ended_at),
+		  D(max_end_at), D(idle_ms), D(stop));
+#undef D
 
 /* A run is added once; a restart that sees it again changes nothing. */
 static const char SQL_DEVENV_START[] =
@@ -47,17 +42,10 @@ const struct store_stmt store_devenv_stmts[] = {
 	{0},
 };
 
-void kn_devenv_row_release(struct kn_devenv_row *d)
-{
-	store_row_release(&DEVENV_ROW, d);
-}
+STORE_RELEASE_FN(kn_devenv_row_release, struct kn_devenv_row, DEVENV_ROW)
 
-int kn_store_devenv_start(struct kn_store *st, const struct kn_devenv_row *d,
-			  struct kn_error *err)
-{
-	return store_put(st, STMT_DEVENV_START, d,
-			 "recording a dev environment's start", err);
-}
+STORE_PUT_FN(kn_store_devenv_start, struct kn_devenv_row, STMT_DEVENV_START,
+	     "recording a dev environment's start")
 
 int kn_store_devenv_end(struct kn_store *st, int64_t job_id, int64_t ended_at,
 			int64_t idle_ms, const char *stop, struct kn_error *err)
@@ -96,7 +84,4 @@ int kn_store_devenv_next(struct kn_store *st, const char *owner,
 	return rc == 0 ? -ENOENT : rc < 0 ? rc : 0;
 }
 
-void kn_devenv_rows_free(struct kn_devenv_row *rows, size_t n)
-{
-	store_rows_free(&DEVENV_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_devenv_rows_free, struct kn_devenv_row, DEVENV_ROW)

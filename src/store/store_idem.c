@@ -9,16 +9,12 @@
  */
 #include "internal.h"
 
-#define I(field, type) STORE_COL_AS(struct kn_idem_row, field, #field, type)
-static const struct store_col IDEM_COLS[] = {
-	I(owner, STORE_TEXT),       I(key, STORE_TEXT),
-	I(route, STORE_TEXT),       I(body_sha256, STORE_TEXT),
-	I(status, STORE_INT),       I(answer, STORE_TEXT),
-	I(created_at, STORE_INT),
-};
-#undef I
+#define I(field) STORE_COL(struct kn_idem_row, field)
 static const struct store_row IDEM_ROW =
-	STORE_ROW(struct kn_idem_row, "idempotency key", IDEM_COLS);
+	STORE_ROW(struct kn_idem_row, "idempotency key", I(owner), I(key),
+		  I(route), I(body_sha256), I(status), I(answer),
+		  I(created_at));
+#undef I
 
 static const char SQL_IDEM_EXPIRE[] =
 	"DELETE FROM idempotency_keys WHERE created_at < ?1";
@@ -35,10 +31,7 @@ const struct store_stmt store_idem_stmts[] = {
 	{0},
 };
 
-void kn_idem_row_release(struct kn_idem_row *r)
-{
-	store_row_release(&IDEM_ROW, r);
-}
+STORE_RELEASE_FN(kn_idem_row_release, struct kn_idem_row, IDEM_ROW)
 
 int kn_store_idem_get(struct kn_store *st, const char *owner, const char *key,
 		      int64_t since, struct kn_idem_row *out,
@@ -51,12 +44,8 @@ int kn_store_idem_get(struct kn_store *st, const char *owner, const char *key,
 			       "reading an idempotency key", out, err);
 }
 
-int kn_store_idem_put(struct kn_store *st, const struct kn_idem_row *r,
-		      struct kn_error *err)
-{
-	return store_put(st, STMT_IDEM_PUT, r, "recording an idempotency key",
-			 err);
-}
+STORE_PUT_FN(kn_store_idem_put, struct kn_idem_row, STMT_IDEM_PUT,
+	     "recording an idempotency key")
 
 int kn_store_idem_expire(struct kn_store *st, int64_t before,
 			 struct kn_error *err)

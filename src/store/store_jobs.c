@@ -15,23 +15,15 @@
 	" started_at, ended_at, not_before, attempts, retries_used,"        \
 	" cancel_requested, reason, exit_code, array_id, array_index"
 
-#define J(field, type) STORE_COL_AS(struct kn_job_row, field, #field, type)
+#define J(field) STORE_COL(struct kn_job_row, field)
 /* JOB_COLUMNS, then the two spec columns. */
-static const struct store_col JOB_COLS[] = {
-	J(id, STORE_INT),           J(name, STORE_TEXT),
-	J(owner, STORE_TEXT),       J(state, STORE_JOB_STATE),
-	J(priority, STORE_INT),     J(tasks, STORE_INT),
-	J(filename, STORE_TEXT),    J(submitted_at, STORE_INT),
-	J(started_at, STORE_INT),   J(ended_at, STORE_INT),
-	J(not_before, STORE_INT),   J(attempts, STORE_INT),
-	J(retries_used, STORE_INT), J(cancel_requested, STORE_INT),
-	J(reason, STORE_TEXT),      J(exit_code, STORE_INT),
-	J(array_id, STORE_INT),     J(array_index, STORE_INT),
-	J(spec_yaml, STORE_TEXT),   J(spec_json, STORE_TEXT),
-};
-#undef J
 static const struct store_row JOB_ROW =
-	STORE_ROW(struct kn_job_row, "job", JOB_COLS);
+	STORE_ROW(struct kn_job_row, "job", J(id), J(name), J(owner), J(state),
+		  J(priority), J(tasks), J(filename), J(submitted_at),
+		  J(started_at), J(ended_at), J(not_before), J(attempts),
+		  J(retries_used), J(cancel_requested), J(reason), J(exit_code),
+		  J(array_id), J(array_index), J(spec_yaml), J(spec_json));
+#undef J
 
 /* An array's first element names the array: its own id. */
 static const char SQL_JOB_ARRAY_HEAD[] =
@@ -80,55 +72,34 @@ static const char SQL_JOB_LIST_ACTIVE_DESC[] = JOB_LIST_ACTIVE JOB_LIST_DESC;
 static const char SQL_JOB_LIST_NAME_DESC[] = JOB_LIST_NAME JOB_LIST_DESC;
 static const char SQL_JOB_LIST_OWNER_DESC[] = JOB_LIST_OWNER JOB_LIST_DESC;
 
-#define A(field, type) STORE_COL_AS(struct kn_attempt_row, field, #field, type)
-static const struct store_col ATTEMPT_COLS[] = {
-	A(job_id, STORE_INT),        A(number, STORE_INT),
-	A(state, STORE_JOB_STATE),   A(started_at, STORE_INT),
-	A(ended_at, STORE_INT),      A(exit_code, STORE_INT),
-	A(signal, STORE_INT),        A(reason, STORE_TEXT),
-	A(checkpoint, STORE_TEXT),   A(checkpoint_at, STORE_INT),
-	A(restore_ms, STORE_INT),    A(useful_ms, STORE_INT),
-	A(lost_ms, STORE_INT),
-};
-#undef A
+#define A(field) STORE_COL(struct kn_attempt_row, field)
 static const struct store_row ATTEMPT_ROW =
-	STORE_ROW(struct kn_attempt_row, "attempt of job", ATTEMPT_COLS);
+	STORE_ROW(struct kn_attempt_row, "attempt of job", A(job_id), A(number),
+		  A(state), A(started_at), A(ended_at), A(exit_code), A(signal),
+		  A(reason), A(checkpoint), A(checkpoint_at), A(restore_ms),
+		  A(useful_ms), A(lost_ms));
+#undef A
 
 
-#define T(field, type) STORE_COL_AS(struct kn_task_row, field, #field, type)
-static const struct store_col TASK_COLS[] = {
-	T(job_id, STORE_INT),      T(attempt, STORE_INT),
-	T(rank, STORE_INT),        T(node, STORE_TEXT),
-	T(devices, STORE_TEXT),    T(gpu_milli, STORE_INT),
-	T(task_dir, STORE_TEXT),   T(state, STORE_TASK_STATE),
-	T(shim_pid, STORE_INT),    T(shim_start, STORE_INT),
-	T(started_at, STORE_INT),  T(ended_at, STORE_INT),
-	T(exit_code, STORE_INT),   T(signal, STORE_INT),
-	T(master_port, STORE_INT),
-};
-#undef T
+#define T(field) STORE_COL(struct kn_task_row, field)
 static const struct store_row TASK_ROW =
-	STORE_ROW(struct kn_task_row, "task of job", TASK_COLS);
+	STORE_ROW(struct kn_task_row, "task of job", T(job_id), T(attempt),
+		  T(rank), T(node), T(devices), T(gpu_milli), T(task_dir),
+		  T(state), T(shim_pid), T(shim_start), T(started_at),
+		  T(ended_at), T(exit_code), T(signal), T(master_port));
+#undef T
 
-#define O(field, type) STORE_COL_AS(struct kn_output_row, field, #field, type)
-static const struct store_col OUTPUT_COLS[] = {
-	O(job_id, STORE_INT), O(name, STORE_TEXT),   O(size, STORE_INT),
-	O(sha256, STORE_TEXT), O(url, STORE_TEXT),
-};
-#undef O
+#define O(field) STORE_COL(struct kn_output_row, field)
 static const struct store_row OUTPUT_ROW =
-	STORE_ROW(struct kn_output_row, "output of job", OUTPUT_COLS);
+	STORE_ROW(struct kn_output_row, "output of job", O(job_id), O(name),
+		  O(size), O(sha256), O(url));
+#undef O
 
-#define I(field, type) \
-	STORE_COL_AS(struct kn_job_input_row, field, #field, type)
-static const struct store_col JOB_INPUT_COLS[] = {
-	I(job_id, STORE_INT),  I(name, STORE_TEXT), I(url, STORE_TEXT),
-	I(sha256, STORE_TEXT), I(size, STORE_INT),  I(attempt, STORE_INT),
-	I(recorded_at, STORE_INT),
-};
-#undef I
+#define I(field) STORE_COL(struct kn_job_input_row, field)
 static const struct store_row JOB_INPUT_ROW =
-	STORE_ROW(struct kn_job_input_row, "input of job", JOB_INPUT_COLS);
+	STORE_ROW(struct kn_job_input_row, "input of job", I(job_id), I(name),
+		  I(url), I(sha256), I(size), I(attempt), I(recorded_at));
+#undef I
 
 static const char SQL_JOB_REVISION_PUT[] =
 	"INSERT OR REPLACE INTO job_revisions (job_id, revision) VALUES (?1, ?2)";
@@ -140,19 +111,15 @@ struct state_count {
 	int state;
 	int64_t count;
 };
-static const struct store_col STATE_COUNT_COLS[] = {
-	STORE_COL_AS(struct state_count, state, "state",
-		     STORE_JOB_STATE_OR_NONE),
-	STORE_COL_AS(struct state_count, count, "count", STORE_INT),
-};
 static const struct store_row STATE_COUNT_ROW =
-	STORE_ROW(struct state_count, "job state count", STATE_COUNT_COLS);
-static const struct store_col GOODPUT_COLS[] = {
-	STORE_COL_AS(struct kn_job_totals, useful_ms, "useful_ms", STORE_INT),
-	STORE_COL_AS(struct kn_job_totals, lost_ms, "lost_ms", STORE_INT),
-};
+	STORE_ROW(struct state_count, "job state count",
+		  STORE_COL_AS(struct state_count, state, "state",
+			       STORE_JOB_STATE_OR_NONE),
+		  STORE_COL(struct state_count, count));
 static const struct store_row GOODPUT_ROW =
-	STORE_ROW(struct kn_job_totals, "goodput", GOODPUT_COLS);
+	STORE_ROW(struct kn_job_totals, "goodput",
+		  STORE_COL(struct kn_job_totals, useful_ms),
+		  STORE_COL(struct kn_job_totals, lost_ms));
 
 static const char SQL_JOB_STATE_COUNTS[] =
 	"SELECT state, COUNT(*) AS count FROM jobs GROUP BY state";
@@ -205,10 +172,7 @@ const struct store_stmt store_job_stmts[] = {
 
 /* ---- jobs ---- */
 
-void kn_job_row_release(struct kn_job_row *j)
-{
-	store_row_release(&JOB_ROW, j);
-}
+STORE_RELEASE_FN(kn_job_row_release, struct kn_job_row, JOB_ROW)
 
 int kn_store_job_insert(struct kn_store *st, const struct kn_job_row *j,
 			const struct kn_audit *a, int64_t *out_id,
@@ -263,13 +227,10 @@ int kn_store_job_get(struct kn_store *st, int64_t id, struct kn_job_row *out,
 	int rc = store_get_keyed(st, STMT_JOB_GET, keys, N_KEYS(keys),
 				 "reading a job", &j, err);
 
+	rc = store_found(rc, err, "id", "job %" PRId64 " not found", id);
 	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, "id",
-				 "job %" PRId64 " not found", id);
-	if (rc < 0)
-		return rc;
-	*out = j;
-	return 0;
+		*out = j;
+	return rc;
 }
 
 int kn_store_job_update(struct kn_store *st, const struct kn_job_row *j,
@@ -336,17 +297,11 @@ int kn_store_job_list(struct kn_store *st, const struct kn_job_filter *f,
 				n, err);
 }
 
-void kn_job_list_free(struct kn_job_row *rows, size_t n)
-{
-	store_rows_free(&JOB_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_job_list_free, struct kn_job_row, JOB_ROW)
 
 /* ---- attempts ---- */
 
-void kn_attempt_row_release(struct kn_attempt_row *a)
-{
-	store_row_release(&ATTEMPT_ROW, a);
-}
+STORE_RELEASE_FN(kn_attempt_row_release, struct kn_attempt_row, ATTEMPT_ROW)
 
 int store_job_missing(int rc, int64_t job_id, struct kn_error *err)
 {
@@ -356,35 +311,17 @@ int store_job_missing(int rc, int64_t job_id, struct kn_error *err)
 	return rc;
 }
 
-int kn_store_attempt_put(struct kn_store *st, const struct kn_attempt_row *a,
-			 struct kn_error *err)
-{
-	return store_job_missing(store_put(st, STMT_ATTEMPT_PUT, a,
-					   "writing an attempt", err),
-				 a->job_id, err);
-}
+STORE_JOB_PUT_FN(kn_store_attempt_put, struct kn_attempt_row, STMT_ATTEMPT_PUT,
+		 "writing an attempt")
 
-int kn_store_attempt_list(struct kn_store *st, int64_t job_id,
-			  struct kn_attempt_row **out, size_t *n,
-			  struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(job_id)};
+STORE_LIST_BY_FN(kn_store_attempt_list, int64_t, struct kn_attempt_row,
+		 STMT_ATTEMPT_LIST, "listing attempts")
 
-	return store_list_keyed(st, STMT_ATTEMPT_LIST, keys, N_KEYS(keys),
-				"listing attempts", out, n, err);
-}
-
-void kn_attempt_list_free(struct kn_attempt_row *rows, size_t n)
-{
-	store_rows_free(&ATTEMPT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_attempt_list_free, struct kn_attempt_row, ATTEMPT_ROW)
 
 /* ---- tasks ---- */
 
-void kn_task_row_release(struct kn_task_row *t)
-{
-	store_row_release(&TASK_ROW, t);
-}
+STORE_RELEASE_FN(kn_task_row_release, struct kn_task_row, TASK_ROW)
 
 int kn_store_task_put(struct kn_store *st, const struct kn_task_row *t,
 		      struct kn_error *err)
@@ -409,40 +346,19 @@ int kn_store_task_list(struct kn_store *st, int64_t job_id, int attempt,
 				"listing tasks", out, n, err);
 }
 
-void kn_task_list_free(struct kn_task_row *rows, size_t n)
-{
-	store_rows_free(&TASK_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_task_list_free, struct kn_task_row, TASK_ROW)
 
 /* ---- outputs ---- */
 
-void kn_output_row_release(struct kn_output_row *o)
-{
-	store_row_release(&OUTPUT_ROW, o);
-}
+STORE_RELEASE_FN(kn_output_row_release, struct kn_output_row, OUTPUT_ROW)
 
-int kn_store_output_put(struct kn_store *st, const struct kn_output_row *o,
-			struct kn_error *err)
-{
-	return store_job_missing(
-		store_put(st, STMT_OUTPUT_PUT, o, "writing an output", err),
-		o->job_id, err);
-}
+STORE_JOB_PUT_FN(kn_store_output_put, struct kn_output_row, STMT_OUTPUT_PUT,
+		 "writing an output")
 
-int kn_store_output_list(struct kn_store *st, int64_t job_id,
-			 struct kn_output_row **out, size_t *n,
-			 struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(job_id)};
+STORE_LIST_BY_FN(kn_store_output_list, int64_t, struct kn_output_row,
+		 STMT_OUTPUT_LIST, "listing outputs")
 
-	return store_list_keyed(st, STMT_OUTPUT_LIST, keys, N_KEYS(keys),
-				"listing outputs", out, n, err);
-}
-
-void kn_output_list_free(struct kn_output_row *rows, size_t n)
-{
-	store_rows_free(&OUTPUT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_output_list_free, struct kn_output_row, OUTPUT_ROW)
 
 /* ---- job code revisions ---- */
 
@@ -464,42 +380,23 @@ int kn_store_job_revision_get(struct kn_store *st, int64_t job_id,
 	int rc = store_one_text(st, STMT_JOB_REVISION_GET, keys, N_KEYS(keys),
 				"reading a job's code revision", out, err);
 
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, NULL,
-				 "job %" PRId64 " has no code revision", job_id);
-	return rc < 0 ? rc : 0;
+	return store_found(rc, err, NULL, "job %" PRId64 " has no code revision",
+			   job_id);
 }
 
 /* ---- job inputs (digests recorded at the first fetch) ---- */
 
-void kn_job_input_row_release(struct kn_job_input_row *r)
-{
-	store_row_release(&JOB_INPUT_ROW, r);
-}
+STORE_RELEASE_FN(kn_job_input_row_release, struct kn_job_input_row,
+		 JOB_INPUT_ROW)
 
-int kn_store_job_input_put(struct kn_store *st,
-			   const struct kn_job_input_row *r,
-			   struct kn_error *err)
-{
-	return store_job_missing(store_put(st, STMT_JOB_INPUT_PUT, r,
-					   "recording a job's input", err),
-				 r->job_id, err);
-}
+STORE_JOB_PUT_FN(kn_store_job_input_put, struct kn_job_input_row,
+		 STMT_JOB_INPUT_PUT, "recording a job's input")
 
-int kn_store_job_input_list(struct kn_store *st, int64_t job_id,
-			    struct kn_job_input_row **out, size_t *n,
-			    struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(job_id)};
+STORE_LIST_BY_FN(kn_store_job_input_list, int64_t, struct kn_job_input_row,
+		 STMT_JOB_INPUT_LIST, "listing a job's inputs")
 
-	return store_list_keyed(st, STMT_JOB_INPUT_LIST, keys, N_KEYS(keys),
-				"listing a job's inputs", out, n, err);
-}
-
-void kn_job_input_list_free(struct kn_job_input_row *rows, size_t n)
-{
-	store_rows_free(&JOB_INPUT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_job_input_list_free, struct kn_job_input_row,
+		   JOB_INPUT_ROW)
 
 /* ---- totals ---- */
 

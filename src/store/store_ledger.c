@@ -9,56 +9,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define C(field, name, type) \
-	STORE_COL_AS(struct kn_cost_task_row, field, name, type)
-static const struct store_col COST_TASK_COLS[] = {
-	C(job_id, "job_id", STORE_INT),
-	C(attempt, "attempt", STORE_INT),
-	C(rank, "rank", STORE_INT),
-	C(node, "node", STORE_TEXT),
-	C(devices, "devices", STORE_TEXT),
-	C(gpu_milli, "gpu_milli", STORE_INT),
-	C(started_at, "started_at", STORE_INT),
-	C(ended_at, "ended_at", STORE_INT),
-	C(attempt_state, "state", STORE_JOB_STATE_OR_NONE),
-	C(checkpoint_at, "checkpoint_at", STORE_INT),
-	C(owner, "owner", STORE_TEXT),
-	C(deployment, "deployment", STORE_TEXT),
-};
-#undef C
+#define C(field) STORE_COL(struct kn_cost_task_row, field)
 static const struct store_row COST_TASK_ROW =
-	STORE_ROW(struct kn_cost_task_row, "ledger task", COST_TASK_COLS);
+	STORE_ROW(struct kn_cost_task_row, "ledger task", C(job_id), C(attempt),
+		  C(rank), C(node), C(devices), C(gpu_milli), C(started_at),
+		  C(ended_at),
+		  STORE_COL_AS(struct kn_cost_task_row, attempt_state, "state",
+			       STORE_JOB_STATE_OR_NONE),
+		  C(checkpoint_at), C(owner), C(deployment));
+#undef C
 
-#define U(field, name, type) \
-	STORE_COL_AS(struct kn_task_usage_row, field, name, type)
-static const struct store_col USAGE_COLS[] = {
-	U(job_id, "job_id", STORE_INT),
-	U(attempt, "attempt", STORE_INT),
-	U(rank, "rank", STORE_INT),
-	U(resource, "resource", STORE_TEXT),
-	U(samples, "samples", STORE_INT),
-	U(sum, "sum", STORE_REAL),
-	U(max, "max", STORE_REAL),
-	U(histogram, "histogram", STORE_TEXT),
-	U(job_name, "name", STORE_TEXT),
-	U(spec_json, "spec_json", STORE_TEXT),
-	U(node, "node", STORE_TEXT),
-	U(devices, "devices", STORE_TEXT),
-	U(gpu_milli, "gpu_milli", STORE_INT),
-};
+#define U(field) STORE_COL(struct kn_task_usage_row, field)
 static const struct store_row USAGE_ROW =
-	STORE_ROW(struct kn_task_usage_row, "task usage", USAGE_COLS);
+	STORE_ROW(struct kn_task_usage_row, "task usage", U(job_id), U(attempt),
+		  U(rank), U(resource), U(samples), U(sum), U(max),
+		  U(histogram),
+		  STORE_COL_AS(struct kn_task_usage_row, job_name, "name",
+			       STORE_TEXT),
+		  U(spec_json), U(node), U(devices), U(gpu_milli));
 
 /* One task's sketch of one resource, its key given by the caller. */
-static const struct store_col USAGE_SKETCH_COLS[] = {
-	U(samples, "samples", STORE_INT),
-	U(sum, "sum", STORE_REAL),
-	U(max, "max", STORE_REAL),
-	U(histogram, "histogram", STORE_TEXT),
-};
-#undef U
 static const struct store_row USAGE_SKETCH_ROW =
-	STORE_ROW(struct kn_task_usage_row, "task usage", USAGE_SKETCH_COLS);
+	STORE_ROW(struct kn_task_usage_row, "task usage", U(samples), U(sum),
+		  U(max), U(histogram));
+#undef U
 
 /*
  * Tasks that ran since ?1 with their attempt's end, their job's owner and
@@ -136,10 +110,8 @@ int kn_store_cost_cpu_task_list(struct kn_store *st, int64_t since,
 	return cost_task_list(st, STMT_COST_CPU_TASK_LIST, since, out, n, err);
 }
 
-void kn_cost_task_list_free(struct kn_cost_task_row *rows, size_t n)
-{
-	store_rows_free(&COST_TASK_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_cost_task_list_free, struct kn_cost_task_row,
+		   COST_TASK_ROW)
 
 /* ---- task usage ---- */
 
@@ -152,10 +124,8 @@ int kn_store_task_usage_get(struct kn_store *st, int64_t job_id, int attempt,
 	int rc = store_get_keyed(st, STMT_TASK_USAGE_GET, keys, N_KEYS(keys),
 				 "reading a task's usage", out, err);
 
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, NULL,
-				 "no usage of job %" PRId64 " task %d %s",
-				 job_id, rank, resource);
+	rc = store_found(rc, err, NULL, "no usage of job %" PRId64 " task %d %s",
+			 job_id, rank, resource);
 	if (rc < 0)
 		return rc;
 	out->job_id = job_id;
@@ -180,22 +150,9 @@ int kn_store_task_usage_put(struct kn_store *st,
 			       "recording a task's usage", err);
 }
 
-int kn_store_task_usage_list(struct kn_store *st, int64_t since,
-			     struct kn_task_usage_row **out, size_t *n,
-			     struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(since)};
+STORE_LIST_BY_FN(kn_store_task_usage_list, int64_t, struct kn_task_usage_row,
+		 STMT_TASK_USAGE_LIST, "listing task usage")
 
-	return store_list_keyed(st, STMT_TASK_USAGE_LIST, keys, N_KEYS(keys),
-				"listing task usage", out, n, err);
-}
+STORE_RELEASE_FN(kn_task_usage_row_release, struct kn_task_usage_row, USAGE_ROW)
 
-void kn_task_usage_row_release(struct kn_task_usage_row *u)
-{
-	store_row_release(&USAGE_ROW, u);
-}
-
-void kn_task_usage_list_free(struct kn_task_usage_row *rows, size_t n)
-{
-	store_rows_free(&USAGE_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_task_usage_list_free, struct kn_task_usage_row, USAGE_ROW)

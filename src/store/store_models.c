@@ -8,74 +8,45 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define M(field, type) STORE_COL_AS(struct kn_model_row, field, #field, type)
-static const struct store_col MODEL_COLS[] = {
-	M(name, STORE_TEXT),      M(versions, STORE_INT), M(latest, STORE_INT),
-	M(created_at, STORE_INT), M(updated_at, STORE_INT),
-};
-#undef M
+#define M(field) STORE_COL(struct kn_model_row, field)
 static const struct store_row MODEL_ROW =
-	STORE_ROW(struct kn_model_row, "model", MODEL_COLS);
+	STORE_ROW(struct kn_model_row, "model", M(name), M(versions), M(latest),
+		  M(created_at), M(updated_at));
+#undef M
 
-#define V(field, type) \
-	STORE_COL_AS(struct kn_model_version_row, field, #field, type)
-static const struct store_col VERSION_COLS[] = {
-	V(name, STORE_TEXT),       V(version, STORE_INT),
-	V(manifest, STORE_TEXT),   V(created_by, STORE_TEXT),
-	V(created_at, STORE_INT),
-};
-#undef V
+#define V(field) STORE_COL(struct kn_model_version_row, field)
 static const struct store_row VERSION_ROW =
-	STORE_ROW(struct kn_model_version_row, "model version", VERSION_COLS);
+	STORE_ROW(struct kn_model_version_row, "model version", V(name),
+		  V(version), V(manifest), V(created_by), V(created_at));
+#undef V
 
 /* An alias where it points now, or one move of it in its history. */
-#define L(field, type) \
-	STORE_COL_AS(struct kn_model_alias_row, field, #field, type)
-static const struct store_col ALIAS_COLS[] = {
-	L(alias, STORE_TEXT),        L(version, STORE_INT),
-	L(action, STORE_TEXT),       L(from_version, STORE_INT),
-	L(actor, STORE_TEXT),        L(time_ms, STORE_INT),
-};
-#undef L
+#define L(field) STORE_COL(struct kn_model_alias_row, field)
 static const struct store_row ALIAS_ROW =
-	STORE_ROW(struct kn_model_alias_row, "model alias", ALIAS_COLS);
+	STORE_ROW(struct kn_model_alias_row, "model alias", L(alias),
+		  L(version), L(action), L(from_version), L(actor), L(time_ms));
+#undef L
 
-#define G(field, type) \
-	STORE_COL_AS(struct kn_model_signature_row, field, #field, type)
-static const struct store_col SIGNATURE_COLS[] = {
-	G(key_id, STORE_TEXT),    G(public_key, STORE_TEXT),
-	G(signature, STORE_TEXT), G(signed_by, STORE_TEXT),
-	G(signed_at, STORE_INT),
-};
+#define G(field) STORE_COL(struct kn_model_signature_row, field)
+static const struct store_row SIGNATURE_ROW =
+	STORE_ROW(struct kn_model_signature_row, "model signature", G(key_id),
+		  G(public_key), G(signature), G(signed_by), G(signed_at));
 #undef G
-static const struct store_row SIGNATURE_ROW = STORE_ROW(
-	struct kn_model_signature_row, "model signature", SIGNATURE_COLS);
 
-#define R(field, type) \
-	STORE_COL_AS(struct kn_revalidation_row, field, #field, type)
-static const struct store_col REVAL_COLS[] = {
-	R(name, STORE_TEXT),       R(alias, STORE_TEXT),
-	R(owner, STORE_TEXT),      R(spec_yaml, STORE_TEXT),
-	R(filename, STORE_TEXT),   R(every_ms, STORE_INT),
-	R(thresholds_json, STORE_TEXT), R(rollback, STORE_INT),
-	R(created_at, STORE_INT),  R(deployment, STORE_TEXT),
-};
+#define R(field) STORE_COL(struct kn_revalidation_row, field)
+static const struct store_row REVAL_ROW =
+	STORE_ROW(struct kn_revalidation_row, "model re-validation", R(name),
+		  R(alias), R(owner), R(spec_yaml), R(filename), R(every_ms),
+		  R(thresholds_json), R(rollback), R(created_at),
+		  R(deployment));
 #undef R
-static const struct store_row REVAL_ROW = STORE_ROW(
-	struct kn_revalidation_row, "model re-validation", REVAL_COLS);
 
-#define E(field, type) \
-	STORE_COL_AS(struct kn_evaluation_row, field, #field, type)
-static const struct store_col EVAL_COLS[] = {
-	E(id, STORE_INT),            E(name, STORE_TEXT),
-	E(version, STORE_INT),       E(alias, STORE_TEXT),
-	E(job_id, STORE_INT),        E(outcome, STORE_TEXT),
-	E(metrics_json, STORE_TEXT), E(detail, STORE_TEXT),
-	E(time_ms, STORE_INT),
-};
-#undef E
+#define E(field) STORE_COL(struct kn_evaluation_row, field)
 static const struct store_row EVAL_ROW =
-	STORE_ROW(struct kn_evaluation_row, "model evaluation", EVAL_COLS);
+	STORE_ROW(struct kn_evaluation_row, "model evaluation", E(id), E(name),
+		  E(version), E(alias), E(job_id), E(outcome), E(metrics_json),
+		  E(detail), E(time_ms));
+#undef E
 
 static const char SQL_MODEL_LIST[] =
 	"SELECT m.name AS name, count(v.version) AS versions,"
@@ -153,22 +124,13 @@ const struct store_stmt store_model_stmts[] = {
 
 /* ---- models ---- */
 
-int kn_store_model_list(struct kn_store *st, struct kn_model_row **out,
-			size_t *n, struct kn_error *err)
-{
-	return store_list(st, st->stmt[STMT_MODEL_LIST], &MODEL_ROW,
-			  "listing models", out, n, err);
-}
+STORE_LIST_FN(kn_store_model_list, struct kn_model_row, STMT_MODEL_LIST,
+	      "listing models")
 
-void kn_model_list_free(struct kn_model_row *rows, size_t n)
-{
-	store_rows_free(&MODEL_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_model_list_free, struct kn_model_row, MODEL_ROW)
 
-void kn_model_version_row_release(struct kn_model_version_row *v)
-{
-	store_row_release(&VERSION_ROW, v);
-}
+STORE_RELEASE_FN(kn_model_version_row_release, struct kn_model_version_row,
+		 VERSION_ROW)
 
 int kn_store_model_version_next(struct kn_store *st, const char *name,
 				int64_t now_ms, int64_t *out,
@@ -227,11 +189,8 @@ int kn_store_model_version_get(struct kn_store *st, const char *name,
 	memset(out, 0, sizeof(*out));
 	rc = store_get_keyed(st, STMT_MODEL_VERSION_GET, keys, N_KEYS(keys),
 			     "reading a model version", out, err);
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, NULL,
-				 "model %s has no version %lld", name,
-				 (long long)version);
-	return rc < 0 ? rc : 0;
+	return store_found(rc, err, NULL, "model %s has no version %lld", name,
+			   (long long)version);
 }
 
 int kn_store_model_version_list(struct kn_store *st, const char *name,
@@ -244,10 +203,8 @@ int kn_store_model_version_list(struct kn_store *st, const char *name,
 				"listing model versions", out, n, err);
 }
 
-void kn_model_version_list_free(struct kn_model_version_row *rows, size_t n)
-{
-	store_rows_free(&VERSION_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_model_version_list_free, struct kn_model_version_row,
+		   VERSION_ROW)
 
 int kn_store_model_alias_get(struct kn_store *st, const char *name,
 			     const char *alias, int64_t *version,
@@ -257,12 +214,8 @@ int kn_store_model_alias_get(struct kn_store *st, const char *name,
 	int rc = store_one_i64(st, STMT_MODEL_ALIAS_GET, keys, N_KEYS(keys),
 			       "reading a model alias", version, err);
 
-	if (rc == 1)
-		rc = 0;
-	else if (rc == 0)
-		rc = kn_errorf(err, KN_ENOTFOUND, NULL,
-			       "model %s has no alias %s", name, alias);
-	return rc;
+	return store_found(rc, err, NULL, "model %s has no alias %s", name,
+			   alias);
 }
 
 int kn_store_model_alias_move(struct kn_store *st, const char *name,
@@ -318,10 +271,8 @@ int kn_store_model_alias_history(struct kn_store *st, const char *name,
 	return alias_rows(st, STMT_MODEL_ALIAS_HISTORY, name, out, n, err);
 }
 
-void kn_model_alias_list_free(struct kn_model_alias_row *rows, size_t n)
-{
-	store_rows_free(&ALIAS_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_model_alias_list_free, struct kn_model_alias_row,
+		   ALIAS_ROW)
 
 int kn_store_model_signature_insert(struct kn_store *st, const char *name,
 				    int64_t version,
@@ -353,11 +304,8 @@ int kn_store_model_signature_list(struct kn_store *st, const char *name,
 				n, err);
 }
 
-void kn_model_signature_list_free(struct kn_model_signature_row *rows,
-				  size_t n)
-{
-	store_rows_free(&SIGNATURE_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_model_signature_list_free, struct kn_model_signature_row,
+		   SIGNATURE_ROW)
 
 /* ---- model re-validation ---- */
 
@@ -371,18 +319,11 @@ int kn_store_revalidation_put(struct kn_store *st,
 	return store_write_row(st, STMT_REVAL_PUT, r, &w, a, NULL, err);
 }
 
-int kn_store_revalidation_list(struct kn_store *st,
-			       struct kn_revalidation_row **out, size_t *n,
-			       struct kn_error *err)
-{
-	return store_list(st, st->stmt[STMT_REVAL_LIST], &REVAL_ROW,
-			  "listing model re-validations", out, n, err);
-}
+STORE_LIST_FN(kn_store_revalidation_list, struct kn_revalidation_row,
+	      STMT_REVAL_LIST, "listing model re-validations")
 
-void kn_revalidation_list_free(struct kn_revalidation_row *rows, size_t n)
-{
-	store_rows_free(&REVAL_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_revalidation_list_free, struct kn_revalidation_row,
+		   REVAL_ROW)
 
 int kn_store_revalidation_delete(struct kn_store *st, const char *name,
 				 const char *alias, const struct kn_audit *a,
@@ -396,13 +337,8 @@ int kn_store_revalidation_delete(struct kn_store *st, const char *name,
 				 a, err);
 }
 
-int kn_store_evaluation_add(struct kn_store *st,
-			    const struct kn_evaluation_row *e,
-			    struct kn_error *err)
-{
-	return store_put(st, STMT_EVAL_INSERT, e, "recording a model evaluation",
-			 err);
-}
+STORE_PUT_FN(kn_store_evaluation_add, struct kn_evaluation_row,
+	     STMT_EVAL_INSERT, "recording a model evaluation")
 
 int kn_store_evaluation_list(struct kn_store *st, const char *name,
 			     int64_t version, struct kn_evaluation_row **out,
@@ -414,7 +350,4 @@ int kn_store_evaluation_list(struct kn_store *st, const char *name,
 				"listing model evaluations", out, n, err);
 }
 
-void kn_evaluation_list_free(struct kn_evaluation_row *rows, size_t n)
-{
-	store_rows_free(&EVAL_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_evaluation_list_free, struct kn_evaluation_row, EVAL_ROW)

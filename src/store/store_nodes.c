@@ -8,47 +8,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N(field, type) STORE_COL_AS(struct kn_node_row, field, #field, type)
-static const struct store_col NODE_COLS[] = {
-	N(name, STORE_TEXT),        N(state, STORE_TEXT),
-	N(labels_json, STORE_TEXT), N(taints_json, STORE_TEXT),
-	N(cpu_milli, STORE_INT),    N(memory_bytes, STORE_INT),
-	N(simulated, STORE_INT),    N(updated_at, STORE_INT),
-	N(reason, STORE_TEXT),
-};
-#undef N
+#define N(field) STORE_COL(struct kn_node_row, field)
 static const struct store_row NODE_ROW =
-	STORE_ROW(struct kn_node_row, "node", NODE_COLS);
+	STORE_ROW(struct kn_node_row, "node", N(name), N(state), N(labels_json),
+		  N(taints_json), N(cpu_milli), N(memory_bytes), N(simulated),
+		  N(updated_at), N(reason));
+#undef N
 
 /* idx is struct kn_device_row's index ("index" is an SQL keyword). */
-#define D(field, name, type) \
-	STORE_COL_AS(struct kn_device_row, field, name, type)
-static const struct store_col DEVICE_COLS[] = {
-	D(node, "node", STORE_TEXT),
-	D(index, "idx", STORE_INT),
-	D(uuid, "uuid", STORE_TEXT),
-	D(model, "model", STORE_TEXT),
-	D(memory_bytes, "memory_bytes", STORE_INT),
-	D(simulated, "simulated", STORE_INT),
-};
-#undef D
+#define D(field) STORE_COL(struct kn_device_row, field)
 static const struct store_row DEVICE_ROW =
-	STORE_ROW(struct kn_device_row, "device", DEVICE_COLS);
+	STORE_ROW(struct kn_device_row, "device", D(node),
+		  STORE_COL_AS(struct kn_device_row, index, "idx", STORE_INT),
+		  D(uuid), D(model), D(memory_bytes), D(simulated));
+#undef D
 
 static const char SQL_DEVICE_DELETE_NODE[] =
 	"DELETE FROM devices WHERE node = ?1";
 
-#define S(field, type) \
-	STORE_COL_AS(struct kn_node_state_row, field, #field, type)
-static const struct store_col NODE_STATE_COLS[] = {
-	S(node, STORE_TEXT),
-	S(state, STORE_TEXT),
-	S(started_at, STORE_INT),
-	S(ended_at, STORE_INT),
-};
-#undef S
+#define S(field) STORE_COL(struct kn_node_state_row, field)
 static const struct store_row NODE_STATE_ROW =
-	STORE_ROW(struct kn_node_state_row, "node state", NODE_STATE_COLS);
+	STORE_ROW(struct kn_node_state_row, "node state", S(node), S(state),
+		  S(started_at), S(ended_at));
+#undef S
 
 /* The cost ledger's record (v5). */
 /* Named: without statistics SQLite takes the end-time index, which
@@ -221,17 +203,8 @@ int kn_store_node_state_close_all(struct kn_store *st, int64_t at,
 			       N_KEYS(keys), "closing node states", err);
 }
 
-int kn_store_node_state_list(struct kn_store *st, int64_t since,
-			     struct kn_node_state_row **out, size_t *n,
-			     struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(since)};
+STORE_LIST_BY_FN(kn_store_node_state_list, int64_t, struct kn_node_state_row,
+		 STMT_NODE_STATE_LIST, "listing node states")
 
-	return store_list_keyed(st, STMT_NODE_STATE_LIST, keys, N_KEYS(keys),
-				"listing node states", out, n, err);
-}
-
-void kn_node_state_list_free(struct kn_node_state_row *rows, size_t n)
-{
-	store_rows_free(&NODE_STATE_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_node_state_list_free, struct kn_node_state_row,
+		   NODE_STATE_ROW)

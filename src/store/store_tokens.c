@@ -13,16 +13,12 @@
  */
 #define TOKEN_LAST_USED_GRANULARITY_MS 60000
 
-#define T(field, type) STORE_COL_AS(struct kn_token_row, field, #field, type)
-static const struct store_col TOKEN_COLS[] = {
-	T(id, STORE_INT),          T(name, STORE_TEXT),
-	T(role, STORE_TEXT),       T(hash, STORE_TEXT),
-	T(created_by, STORE_TEXT), T(created_at, STORE_INT),
-	T(revoked_at, STORE_INT),  T(last_used_at, STORE_INT),
-};
-#undef T
+#define T(field) STORE_COL(struct kn_token_row, field)
 static const struct store_row TOKEN_ROW =
-	STORE_ROW(struct kn_token_row, "token", TOKEN_COLS);
+	STORE_ROW(struct kn_token_row, "token", T(id), T(name), T(role),
+		  T(hash), T(created_by), T(created_at), T(revoked_at),
+		  T(last_used_at));
+#undef T
 
 static const char SQL_TOKEN_TOUCH[] =
 	"UPDATE tokens SET last_used_at = ?1 WHERE id = ?2";
@@ -43,10 +39,7 @@ const struct store_stmt store_token_stmts[] = {
 	{0},
 };
 
-void kn_token_row_release(struct kn_token_row *t)
-{
-	store_row_release(&TOKEN_ROW, t);
-}
+STORE_RELEASE_FN(kn_token_row_release, struct kn_token_row, TOKEN_ROW)
 
 int kn_store_token_insert(struct kn_store *st, const struct kn_token_row *t,
 			  const struct kn_audit *a, int64_t *out_id,
@@ -74,9 +67,7 @@ int kn_store_token_by_hash(struct kn_store *st, const char *hash,
 	int rc = store_get_keyed(st, STMT_TOKEN_BY_HASH, keys, N_KEYS(keys),
 				 "looking up a token", &t, err);
 
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, "token",
-				 "no active token matches");
+	rc = store_found(rc, err, "token", "no active token matches");
 	if (rc < 0)
 		return rc;
 
@@ -103,17 +94,10 @@ int kn_store_token_by_hash(struct kn_store *st, const char *hash,
 	return 0;
 }
 
-int kn_store_token_list(struct kn_store *st, struct kn_token_row **out,
-			size_t *n, struct kn_error *err)
-{
-	return store_list(st, st->stmt[STMT_TOKEN_LIST], &TOKEN_ROW,
-			  "listing tokens", out, n, err);
-}
+STORE_LIST_FN(kn_store_token_list, struct kn_token_row, STMT_TOKEN_LIST,
+	      "listing tokens")
 
-void kn_token_list_free(struct kn_token_row *rows, size_t n)
-{
-	store_rows_free(&TOKEN_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_token_list_free, struct kn_token_row, TOKEN_ROW)
 
 int kn_store_token_revoke(struct kn_store *st, const char *name,
 			  const struct kn_audit *a, struct kn_error *err)

@@ -8,68 +8,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define R(field, type) STORE_COL_AS(struct kn_wf_run_row, field, #field, type)
-static const struct store_col WF_RUN_COLS[] = {
-	R(id, STORE_INT),           R(name, STORE_TEXT),
-	R(owner, STORE_TEXT),       R(filename, STORE_TEXT),
-	R(path, STORE_TEXT),        R(spec_yaml, STORE_TEXT),
-	R(files_json, STORE_TEXT),  R(digest, STORE_TEXT),
-	R(revision, STORE_TEXT),    R(state, STORE_TEXT),
-	R(reason, STORE_TEXT),      R(submitted_at, STORE_INT),
-	R(started_at, STORE_INT),   R(ended_at, STORE_INT),
-};
-#undef R
+#define R(field) STORE_COL(struct kn_wf_run_row, field)
 static const struct store_row WF_RUN_ROW =
-	STORE_ROW(struct kn_wf_run_row, "workflow run", WF_RUN_COLS);
+	STORE_ROW(struct kn_wf_run_row, "workflow run", R(id), R(name),
+		  R(owner), R(filename), R(path), R(spec_yaml), R(files_json),
+		  R(digest), R(revision), R(state), R(reason), R(submitted_at),
+		  R(started_at), R(ended_at));
+#undef R
 
-#define P(field, name, type) \
-	STORE_COL_AS(struct kn_wf_step_row, field, name, type)
-static const struct store_col WF_STEP_COLS[] = {
-	P(run_id, "run_id", STORE_INT),
-	P(index, "idx", STORE_INT),
-	P(name, "name", STORE_TEXT),
-	P(state, "state", STORE_TEXT),
-	P(by_condition, "by_condition", STORE_INT),
-	P(job_id, "job_id", STORE_INT),
-	P(attempts, "attempts", STORE_INT),
-	P(started_at, "started_at", STORE_INT),
-	P(ended_at, "ended_at", STORE_INT),
-	P(reason, "reason", STORE_TEXT),
-	P(metrics_json, "metrics_json", STORE_TEXT),
-};
-#undef P
+#define P(field) STORE_COL(struct kn_wf_step_row, field)
 static const struct store_row WF_STEP_ROW =
-	STORE_ROW(struct kn_wf_step_row, "workflow step", WF_STEP_COLS);
+	STORE_ROW(struct kn_wf_step_row, "workflow step", P(run_id),
+		  STORE_COL_AS(struct kn_wf_step_row, index, "idx", STORE_INT),
+		  P(name), P(state), P(by_condition), P(job_id), P(attempts),
+		  P(started_at), P(ended_at), P(reason), P(metrics_json));
+#undef P
 
-#define A(field, name, type) \
-	STORE_COL_AS(struct kn_wf_attempt_row, field, name, type)
-static const struct store_col WF_ATTEMPT_COLS[] = {
-	A(run_id, "run_id", STORE_INT),
-	A(index, "idx", STORE_INT),
-	A(attempt, "attempt", STORE_INT),
-	A(job_id, "job_id", STORE_INT),
-	A(outcome, "outcome", STORE_TEXT),
-	A(started_at, "started_at", STORE_INT),
-	A(ended_at, "ended_at", STORE_INT),
-};
+#define A(field) STORE_COL(struct kn_wf_attempt_row, field)
+static const struct store_row WF_ATTEMPT_ROW =
+	STORE_ROW(struct kn_wf_attempt_row, "workflow step attempt", A(run_id),
+		  STORE_COL_AS(struct kn_wf_attempt_row, index, "idx",
+			       STORE_INT),
+		  A(attempt), A(job_id), A(outcome), A(started_at),
+		  A(ended_at));
 #undef A
-static const struct store_row WF_ATTEMPT_ROW = STORE_ROW(
-	struct kn_wf_attempt_row, "workflow step attempt", WF_ATTEMPT_COLS);
 
 static const char SQL_WF_RUN_UPDATE[] =
 	"UPDATE workflow_runs SET state = :state, reason = :reason,"
 	" started_at = :started_at, ended_at = :ended_at WHERE id = :id";
-/* A step keeps the name it was first written with. */
-static const char SQL_WF_STEP_PUT[] =
-	"INSERT INTO workflow_steps (run_id, idx, name, state, by_condition,"
-	" job_id, attempts, started_at, ended_at, reason, metrics_json)"
-	" VALUES (:run_id, :idx, :name, :state, :by_condition, :job_id,"
-	" :attempts, :started_at, :ended_at, :reason, :metrics_json)"
-	" ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state,"
-	" by_condition = excluded.by_condition, job_id = excluded.job_id,"
-	" attempts = excluded.attempts, started_at = excluded.started_at,"
-	" ended_at = excluded.ended_at, reason = excluded.reason,"
-	" metrics_json = excluded.metrics_json";
 static const char SQL_WF_STEP_BY_JOB[] =
 	"SELECT run_id FROM workflow_steps WHERE job_id = ?1";
 
@@ -84,7 +50,9 @@ const struct store_stmt store_workflow_stmts[] = {
 		     "FROM workflow_runs"
 		     " WHERE ?1 = 0 OR state IN ('queued', 'running')"
 		     " ORDER BY id"),
-	STORE_STMT(STMT_WF_STEP_PUT, SQL_WF_STEP_PUT, &WF_STEP_ROW),
+	/* A step keeps the name it was first written with. */
+	STORE_UPSERT_KEEP(STMT_WF_STEP_PUT, &WF_STEP_ROW, "workflow_steps", 2,
+			  "name"),
 	STORE_SELECT(STMT_WF_STEP_LIST, &WF_STEP_ROW,
 		     "FROM workflow_steps WHERE run_id = ?1 ORDER BY idx"),
 	STORE_STMT(STMT_WF_STEP_BY_JOB, SQL_WF_STEP_BY_JOB, NULL),
@@ -98,15 +66,9 @@ const struct store_stmt store_workflow_stmts[] = {
 
 /* ---- workflow runs and their steps ---- */
 
-void kn_wf_run_row_release(struct kn_wf_run_row *r)
-{
-	store_row_release(&WF_RUN_ROW, r);
-}
+STORE_RELEASE_FN(kn_wf_run_row_release, struct kn_wf_run_row, WF_RUN_ROW)
 
-void kn_wf_step_row_release(struct kn_wf_step_row *p)
-{
-	store_row_release(&WF_STEP_ROW, p);
-}
+STORE_RELEASE_FN(kn_wf_step_row_release, struct kn_wf_step_row, WF_STEP_ROW)
 
 int kn_store_wf_run_insert(struct kn_store *st, const struct kn_wf_run_row *r,
 			   const struct kn_wf_step_row *steps, size_t n,
@@ -150,10 +112,8 @@ int kn_store_wf_run_get(struct kn_store *st, int64_t id,
 	int rc = store_get_keyed(st, STMT_WF_RUN_GET, keys, N_KEYS(keys),
 				 "reading a workflow run", out, err);
 
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, NULL,
-				 "workflow run %" PRId64 " not found", id);
-	return rc < 0 ? rc : 0;
+	return store_found(rc, err, NULL, "workflow run %" PRId64 " not found",
+			   id);
 }
 
 int kn_store_wf_run_update(struct kn_store *st, const struct kn_wf_run_row *r,
@@ -167,42 +127,18 @@ int kn_store_wf_run_update(struct kn_store *st, const struct kn_wf_run_row *r,
 	return store_write_row(st, STMT_WF_RUN_UPDATE, r, &w, a, NULL, err);
 }
 
-int kn_store_wf_run_list(struct kn_store *st, bool active_only,
-			 struct kn_wf_run_row **out, size_t *n,
-			 struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(active_only)};
+STORE_LIST_BY_FN(kn_store_wf_run_list, bool, struct kn_wf_run_row,
+		 STMT_WF_RUN_LIST, "listing workflow runs")
 
-	return store_list_keyed(st, STMT_WF_RUN_LIST, keys, N_KEYS(keys),
-				"listing workflow runs", out, n, err);
-}
+STORE_LIST_FREE_FN(kn_wf_run_list_free, struct kn_wf_run_row, WF_RUN_ROW)
 
-void kn_wf_run_list_free(struct kn_wf_run_row *rows, size_t n)
-{
-	store_rows_free(&WF_RUN_ROW, rows, n);
-}
+STORE_PUT_FN(kn_store_wf_step_put, struct kn_wf_step_row, STMT_WF_STEP_PUT,
+	     "writing a workflow step")
 
-int kn_store_wf_step_put(struct kn_store *st, const struct kn_wf_step_row *p,
-			 struct kn_error *err)
-{
-	return store_put(st, STMT_WF_STEP_PUT, p, "writing a workflow step",
-			 err);
-}
+STORE_LIST_BY_FN(kn_store_wf_step_list, int64_t, struct kn_wf_step_row,
+		 STMT_WF_STEP_LIST, "listing workflow steps")
 
-int kn_store_wf_step_list(struct kn_store *st, int64_t run_id,
-			  struct kn_wf_step_row **out, size_t *n,
-			  struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(run_id)};
-
-	return store_list_keyed(st, STMT_WF_STEP_LIST, keys, N_KEYS(keys),
-				"listing workflow steps", out, n, err);
-}
-
-void kn_wf_step_list_free(struct kn_wf_step_row *rows, size_t n)
-{
-	store_rows_free(&WF_STEP_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_wf_step_list_free, struct kn_wf_step_row, WF_STEP_ROW)
 
 int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
 			   int64_t *run_id, struct kn_error *err)
@@ -211,33 +147,17 @@ int kn_store_wf_run_of_job(struct kn_store *st, int64_t job_id,
 	int rc = store_one_i64(st, STMT_WF_STEP_BY_JOB, keys, N_KEYS(keys),
 			       "finding a job's workflow run", run_id, err);
 
-	if (rc == 0)
-		return kn_errorf(err, KN_ENOTFOUND, NULL,
-				 "job %" PRId64 " is no workflow step", job_id);
-	return rc < 0 ? rc : 0;
+	return store_found(rc, err, NULL, "job %" PRId64 " is no workflow step",
+			   job_id);
 }
 
 /* ---- workflow step attempts ---- */
 
-void kn_wf_attempt_list_free(struct kn_wf_attempt_row *rows, size_t n)
-{
-	store_rows_free(&WF_ATTEMPT_ROW, rows, n);
-}
+STORE_LIST_FREE_FN(kn_wf_attempt_list_free, struct kn_wf_attempt_row,
+		   WF_ATTEMPT_ROW)
 
-int kn_store_wf_attempt_put(struct kn_store *st,
-			    const struct kn_wf_attempt_row *a,
-			    struct kn_error *err)
-{
-	return store_put(st, STMT_WF_ATTEMPT_PUT, a,
-			 "writing a workflow step attempt", err);
-}
+STORE_PUT_FN(kn_store_wf_attempt_put, struct kn_wf_attempt_row,
+	     STMT_WF_ATTEMPT_PUT, "writing a workflow step attempt")
 
-int kn_store_wf_attempt_list(struct kn_store *st, int64_t run_id,
-			     struct kn_wf_attempt_row **out, size_t *n,
-			     struct kn_error *err)
-{
-	const struct store_key keys[] = {KEY_I64(run_id)};
-
-	return store_list_keyed(st, STMT_WF_ATTEMPT_LIST, keys, N_KEYS(keys),
-				"listing workflow step attempts", out, n, err);
-}
+STORE_LIST_BY_FN(kn_store_wf_attempt_list, int64_t, struct kn_wf_attempt_row,
+		 STMT_WF_ATTEMPT_LIST, "listing workflow step attempts")

@@ -89,6 +89,9 @@ static const struct bad_case bad_cases[] = {
 	{BASE "limits:\n  rpm: lots\n", "limits.rpm",
 	 "d.yaml:6:8: limits.rpm: must be an integer 0..1000000000; got "
 	 "\"lots\""},
+	{BASE "preset: \"\"\n", "preset",
+	 "d.yaml:5:9: preset: must be a model preset's name; got an empty "
+	 "string"},
 	{BASE "preset: gpt-5\n", "preset",
 	 "d.yaml:5:9: preset: unknown preset \"gpt-5\" (known: tiny-gpt, "
 	 "phi-3-mini, mistral-7b, llama-3-8b, llama-3-8b-int4, llama-3-70b, "
@@ -121,6 +124,10 @@ static const struct bad_case bad_cases[] = {
 	 "revalidate.every",
 	 "d.yaml:7:10: revalidate.every: must be a duration from 1s to 366d "
 	 "(e.g. 6h); got \"500ms\""},
+	{RV_BASE "  job: e.yaml\n  every: 367d\n  min: {acc: 0.9}\n",
+	 "revalidate.every",
+	 "d.yaml:7:10: revalidate.every: must be a duration from 1s to 366d "
+	 "(e.g. 6h); got \"367d\""},
 	{RV_BASE "  every: 1h\n  min: {acc: 0.9}\n", "revalidate.job",
 	 "d.yaml:6:3: missing required field \"job\" in revalidate"},
 	{RV_BASE "  job: {command: 7}\n  every: 1h\n  min: {acc: 0.9}\n",

@@ -194,6 +194,11 @@ static const struct bad_case bad_cases[] = {
 	 "requires.commands",
 	 "w.yaml:3:22: requires.commands: must be a list of command names "
 	 "such as [nvidia-smi, torchrun]; got an empty list"},
+	{"kind: Workflow\nname: w\nrequires: {gpus: {model: ''}}\nsteps:\n"
+	 "  - {name: a, job: a.yaml}\n",
+	 "requires.gpus.model",
+	 "w.yaml:3:26: requires.gpus.model: must be a GPU model such as H100; "
+	 "got an empty string"},
 	{HEAD "  - name: a\n    job: a.yaml\n"
 	 "    requires: {python_modules: [torch, '']}\n",
 	 "steps[0].requires.python_modules[1]",

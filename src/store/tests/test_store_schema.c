@@ -62,6 +62,20 @@ struct pair {
 	int small;
 };
 
+/* Tables over struct pair, right and drifted (file scope: a table's
+   columns are a compound literal, constant only here). */
+#define PAIR_ID STORE_COL_AS(struct pair, id, "id", STORE_INT)
+#define PAIR_NAME STORE_COL_AS(struct pair, name, "name", STORE_TEXT)
+static const struct store_row good_row =
+	STORE_ROW(struct pair, "pair", PAIR_ID, PAIR_NAME);
+static const struct store_row swapped_row =
+	STORE_ROW(struct pair, "pair", PAIR_NAME, PAIR_ID);
+static const struct store_row short_row =
+	STORE_ROW(struct pair, "pair", PAIR_ID);
+static const struct store_row size_row =
+	STORE_ROW(struct pair, "pair", PAIR_ID,
+		  STORE_COL_AS(struct pair, small, "name", STORE_TEXT));
+
 /* store_check_row or store_check_params: a statement against a table. */
 typedef int (*stmt_check)(sqlite3_stmt *s, const struct store_row *row,
 			  struct kn_error *err);
@@ -89,30 +103,6 @@ static void check_stmt(stmt_check check, const char *sql,
 
 static void test_drifted_table_caught(void **state)
 {
-	static const struct store_col good[] = {
-		STORE_COL_AS(struct pair, id, "id", STORE_INT),
-		STORE_COL_AS(struct pair, name, "name", STORE_TEXT),
-	};
-	static const struct store_col swapped[] = {
-		STORE_COL_AS(struct pair, name, "name", STORE_TEXT),
-		STORE_COL_AS(struct pair, id, "id", STORE_INT),
-	};
-	static const struct store_col short_of_one[] = {
-		STORE_COL_AS(struct pair, id, "id", STORE_INT),
-	};
-	static const struct store_col wrong_size[] = {
-		STORE_COL_AS(struct pair, id, "id", STORE_INT),
-		STORE_COL_AS(struct pair, small, "name", STORE_TEXT),
-	};
-	static const struct store_row good_row =
-		STORE_ROW(struct pair, "pair", good);
-	static const struct store_row swapped_row =
-		STORE_ROW(struct pair, "pair", swapped);
-	static const struct store_row short_row =
-		STORE_ROW(struct pair, "pair", short_of_one);
-	static const struct store_row size_row =
-		STORE_ROW(struct pair, "pair", wrong_size);
-
 	(void)state;
 	check_stmt(store_check_row, "SELECT id, name FROM t", &good_row, 0,
 		   NULL);
@@ -135,28 +125,44 @@ static void test_drifted_table_caught(void **state)
 /* A :name parameter binds from the field of that name, or open fails. */
 static void test_drifted_params_caught(void **state)
 {
-	static const struct store_col cols[] = {
-		STORE_COL_AS(struct pair, id, "id", STORE_INT),
-		STORE_COL_AS(struct pair, name, "name", STORE_TEXT),
-	};
-	static const struct store_row row =
-		STORE_ROW(struct pair, "pair", cols);
-
 	(void)state;
 	check_stmt(store_check_params,
-		   "INSERT INTO t (id, name) VALUES (:id, :name)", &row, 0,
-		   NULL);
+		   "INSERT INTO t (id, name) VALUES (:id, :name)", &good_row,
+		   0, NULL);
 	/* ?N parameters are the caller's, with or without a table. */
 	check_stmt(store_check_params,
-		   "UPDATE t SET name = :name WHERE id = ?1", &row, 0, NULL);
+		   "UPDATE t SET name = :name WHERE id = ?1", &good_row, 0,
+		   NULL);
 	check_stmt(store_check_params, "DELETE FROM t WHERE id = ?1", NULL, 0,
 		   NULL);
 	/* A misspelt parameter would bind NULL unnoticed. */
 	check_stmt(store_check_params,
-		   "INSERT INTO t (id, name) VALUES (:id, :nmae)", &row, -EIO,
+		   "INSERT INTO t (id, name) VALUES (:id, :nmae)", &good_row, -EIO,
 		   "parameter :nmae is no column of its pair table");
 	check_stmt(store_check_params, "DELETE FROM t WHERE id = :id", NULL,
 		   -EIO, "names parameter :id but has no table");
+}
+
+/* A column's type follows its field's C type. */
+static void test_column_type_from_field(void **state)
+{
+	static const struct {
+		struct store_col col;
+		enum store_col_type want;
+	} cases[] = {
+		{STORE_COL(struct kn_job_row, id), STORE_INT},
+		{STORE_COL(struct kn_job_row, priority), STORE_INT},
+		{STORE_COL(struct kn_job_row, cancel_requested), STORE_INT},
+		{STORE_COL(struct kn_job_row, name), STORE_TEXT},
+		{STORE_COL(struct kn_job_row, state), STORE_JOB_STATE},
+		{STORE_COL(struct kn_task_row, state), STORE_TASK_STATE},
+		{STORE_COL(struct kn_alert_row, value), STORE_REAL},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_int_equal(cases[i].col.type, cases[i].want);
+	assert_string_equal(cases[0].col.name, "id");
 }
 
 /* A state outside its enum is refused by name before anything is bound. */
@@ -366,6 +372,7 @@ int main(void)
 			teardown),
 		cmocka_unit_test(test_drifted_table_caught),
 		cmocka_unit_test(test_drifted_params_caught),
+		cmocka_unit_test(test_column_type_from_field),
 		cmocka_unit_test_setup_teardown(test_bad_state_not_written,
 						setup_dir, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_state_names_row,

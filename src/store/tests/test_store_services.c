@@ -356,6 +356,7 @@ static void test_workflow_runs(void **state)
 	p.job_id = job;
 	p.attempts = 1;
 	p.metrics_json = (char *)"{\"loss\":1.5}";
+	p.name = (char *)"renamed"; /* a step keeps its first name */
 	assert_int_equal(kn_store_wf_step_put(fx->st, &p, &err), 0);
 	assert_int_equal(kn_store_wf_run_of_job(fx->st, job, &run_id, &err), 0);
 	assert_int_equal(run_id, id);
@@ -367,6 +368,7 @@ static void test_workflow_runs(void **state)
 	assert_string_equal(rows[0].state, "running");
 	assert_int_equal(rows[0].job_id, job);
 	assert_string_equal(rows[0].metrics_json, "{\"loss\":1.5}");
+	assert_string_equal(rows[0].name, "a");
 	assert_string_equal(rows[1].name, "b");
 	assert_null(rows[1].reason);
 	kn_wf_step_list_free(rows, n);
