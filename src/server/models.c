@@ -104,10 +104,10 @@ void models_stop(struct server *s)
 
 /* ---- helpers ---- */
 
-int models_open_store(struct server *s, struct kn_blob_store **out,
+int models_open_store(const char *url, struct kn_blob_store **out,
 		      struct kn_error *err)
 {
-	struct kn_blob_store_config cfg = {.url = core_blob_url(s), .use_env = true};
+	struct kn_blob_store_config cfg = {.url = url, .use_env = true};
 
 	return kn_blob_store_open(&cfg, out, err);
 }
@@ -299,7 +299,7 @@ int models_version_create(struct server *s, const struct caller *c,
 
 	/* The store's copy, for whoever reads the store without the DB. */
 	blob = kn_model_manifest_blob_name(name, version);
-	rc = models_open_store(s, &store, err);
+	rc = models_open_store(core_blob_url(s), &store, err);
 	if (rc == 0)
 		rc = kn_blob_put_bytes(store, blob, canonical, strlen(canonical),
 				       KN_BLOB_CREATE_ONLY, err);
@@ -399,7 +399,6 @@ static int check_copy(const char *at, const char *dir,
 static int make_copy(const char *store_url, const char *at, const char *dir,
 		     const struct kn_model_files *f, struct kn_error *err)
 {
-	struct kn_blob_store_config cfg = {.url = store_url, .use_env = true};
 	char *partial = kn_asprintf("%s.partial-XXXXXX", dir);
 	char *parent = kn_xstrdup(dir);
 	struct kn_blob_store *store = NULL;
@@ -415,7 +414,7 @@ static int make_copy(const char *store_url, const char *at, const char *dir,
 		goto out;
 	}
 	chmod(partial, 0755);
-	rc = kn_blob_store_open(&cfg, &store, err);
+	rc = models_open_store(store_url, &store, err);
 	for (size_t i = 0; rc == 0 && i < f->n; i++) {
 		char *path = kn_asprintf("%s/%s", partial, f->items[i].path);
 		char *blob = kn_model_blob_name(f->items[i].sha256);
@@ -917,10 +916,8 @@ static int from_job_begin(struct server *s, const struct caller *c,
 static void from_job_work(void *arg)
 {
 	struct from_job *w = arg;
-	struct kn_blob_store_config cfg = {.url = w->store_url,
-					   .use_env = true};
 	struct kn_blob_store *store = NULL;
-	int rc = kn_blob_store_open(&cfg, &store, &w->err);
+	int rc = models_open_store(w->store_url, &store, &w->err);
 
 	for (size_t i = 0; rc == 0 && i < w->n; i++) {
 		rc = output_adopt(store, w->staging, &w->outs[i], &w->err);

@@ -65,11 +65,9 @@ struct version_push {
 static void version_push_work(void *arg)
 {
 	struct version_push *w = arg;
-	struct kn_blob_store_config cfg = {.url = w->store_url,
-					   .use_env = true};
 	struct kn_blob_store *store = NULL;
 
-	w->rc = kn_blob_store_open(&cfg, &store, &w->err);
+	w->rc = models_open_store(w->store_url, &store, &w->err);
 	if (w->rc == 0)
 		w->rc = models_check_blobs(store, &w->files, &w->err);
 	kn_blob_store_free(store);
@@ -554,7 +552,8 @@ static void models_h_lineage(struct server *s, struct kn_http_req *req,
 
 	snprintf(object, sizeof(object), "model/%.140s", param);
 	if (kn_model_ref_parse(param, true, "model", &ref, &err) < 0 ||
-	    models_resolve(s, &ref, &v, &err) < 0 || models_open_store(s, &store, &err) < 0)
+	    models_resolve(s, &ref, &v, &err) < 0 ||
+	    models_open_store(core_blob_url(s), &store, &err) < 0)
 		goto fail;
 	snprintf(object, sizeof(object), "model/%s@%lld", v.name,
 		 (long long)v.version);

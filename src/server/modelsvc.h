@@ -42,8 +42,11 @@ void models_uploads_expire(struct server *s);
 /* models.c */
 int models_start(struct server *s, struct kn_error *err);
 void models_stop(struct server *s);
-/* Open the server's default blob store. */
-int models_open_store(struct server *s, struct kn_blob_store **out,
+/*
+ * Open the registry's blob store at url (core_blob_url, or a worker's
+ * copy of it) with the credentials the environment gives; any thread.
+ */
+int models_open_store(const char *url, struct kn_blob_store **out,
 		      struct kn_error *err);
 /* The version a reference names (N@V or N@alias). */
 int models_resolve(struct server *s, const struct kn_model_ref *ref,
