@@ -948,21 +948,6 @@ static int from_job_finish(struct from_job *w, json_t **reply,
 			      w->lineage, w->metrics, w->alias, reply, err);
 }
 
-int models_from_job(struct server *s, const struct caller *c,
-		    const char *name, int64_t job_id, const char *alias,
-		    json_t **reply, struct kn_error *err)
-{
-	struct from_job *w = NULL;
-	int rc = from_job_begin(s, c, name, job_id, alias, &w, err);
-
-	if (rc < 0)
-		return rc;
-	from_job_work(w);
-	rc = from_job_finish(w, reply, err);
-	from_job_free(w);
-	return rc;
-}
-
 static void from_job_done(void *arg, bool ran)
 {
 	struct from_job *w = arg;
