@@ -35,6 +35,18 @@ json_t *models_body_object(struct kn_http_req *req, struct kn_error *err)
 	return body;
 }
 
+const char *models_body_alias(json_t *body, struct kn_error *err)
+{
+	const char *alias = json_string_value(json_object_get(body, "alias"));
+
+	if (!kn_model_alias_ok(alias)) {
+		kn_errorf(err, KN_EINVAL, "alias",
+			  "alias must be a name that is not all digits");
+		return NULL;
+	}
+	return alias;
+}
+
 static bool alias_checked(json_t *body, const char **alias,
 			  struct kn_error *err)
 {
@@ -405,18 +417,8 @@ out:
 static const char *body_alias(struct kn_http_req *req, json_t **body,
 			      struct kn_error *err)
 {
-	const char *alias;
-
 	*body = models_body_object(req, err);
-	if (!*body)
-		return NULL;
-	alias = json_string_value(json_object_get(*body, "alias"));
-	if (!kn_model_alias_ok(alias)) {
-		kn_errorf(err, KN_EINVAL, "alias",
-			  "alias must be a name that is not all digits");
-		return NULL;
-	}
-	return alias;
+	return *body ? models_body_alias(*body, err) : NULL;
 }
 
 static void models_h_promote(struct server *s, struct kn_http_req *req,
@@ -463,11 +465,8 @@ static void models_h_rollback(struct server *s, struct kn_http_req *req,
 	int64_t target, from;
 
 	snprintf(object, sizeof(object), "model/%.64s", param);
-	if (!kn_model_name_ok(param)) {
-		kn_errorf(&err, KN_EINVAL, "name", "\"%s\" is not a model name",
-			  param);
+	if (!models_name_checked(param, &err))
 		goto fail;
-	}
 	alias = body_alias(req, &body, &err);
 	if (!alias)
 		goto fail;

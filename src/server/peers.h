@@ -21,6 +21,7 @@
 #include "store/store.h"
 
 struct server;
+struct kn_http_req;
 
 /* deploy.c: how many deployments owner owns. */
 int64_t deploy_count_owned(struct server *s, const char *owner);
@@ -72,6 +73,21 @@ int deploy_apply(struct server *s, const struct caller *c, const char *body,
 		 const struct deployment **out, struct kn_error *err);
 
 /* models.c: the model registry's API (docs/registry.md) */
+/* Whether name is a model name; err names the field when not. */
+bool models_name_checked(const char *name, struct kn_error *err);
+/*
+ * models_http.c: what the registry's routes share with re-validation's,
+ * so both word a bad request alike. models_fail: a failed call, audited
+ * as c's action on object, and its error answered. models_body_object:
+ * the request's body as a JSON object, or NULL with err set.
+ * models_body_alias: the "alias" body names, or NULL with err set when
+ * it is absent or not an alias.
+ */
+void models_fail(struct server *s, struct kn_http_req *req,
+		 const struct caller *c, const char *action, const char *object,
+		 const struct kn_error *err);
+json_t *models_body_object(struct kn_http_req *req, struct kn_error *err);
+const char *models_body_alias(json_t *body, struct kn_error *err);
 /* Point alias of name at version (as a promote, by c) unless it does. */
 int models_alias_point(struct server *s, const struct caller *c,
 		       const char *name, const char *alias, int64_t version,
