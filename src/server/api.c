@@ -892,19 +892,8 @@ static void h_token_create(struct server *s, struct kn_http_req *req,
 static void h_token_revoke(struct server *s, struct kn_http_req *req,
 			   const struct caller *c, const char *param)
 {
-	struct kn_audit a;
-	struct kn_error err;
-	char object[96];
-
-	snprintf(object, sizeof(object), "token/%s", param);
-	caller_audit(&a, c, "token.revoke", object, "ok", NULL);
-	if (kn_store_token_revoke(s->store, param, &a, &err) < 0) {
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	kn_http_reply_json(req, 200,
-			   json_pack("{s:{s:s, s:b}}", "token", "name", param,
-				     "revoked", 1));
+	credential_revoke_reply(s, req, c, "token", param,
+				kn_store_token_revoke);
 }
 
 /* Without ?all=1, alerts resolved longer ago than this are left out. */
