@@ -72,10 +72,10 @@ void jobs_held_settle(struct server *s, struct queued_job *held,
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		struct kn_error *err);
 /*
- * Job id's row into *j (kn_job_row_release it, also after an error)
- * when c may act on it (c NULL: the system): its owner, an operator or
- * an admin. -ENOENT when there is none; -EPERM naming the owner ("a
- * user may VERB only its own jobs") otherwise.
+ * Job id's row into *j (kn_job_row_release it) when c may act on it
+ * (c NULL: the system): its owner, an operator or an admin. -ENOENT
+ * when there is none; -EPERM naming the owner ("a user may VERB only
+ * its own jobs") otherwise; *j is written only on success.
  */
 int jobs_get_for(struct server *s, const struct caller *c, int64_t id,
 		 const char *verb, struct kn_job_row *j, struct kn_error *err);
