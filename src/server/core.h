@@ -103,9 +103,8 @@ int jobs_restart(struct server *s, int64_t id, const char *why,
 int jobs_stop_system(struct server *s, int64_t id, const char *action,
 		     const char *why, struct kn_error *err);
 /*
- * A service that held an attempt's launch or end (the job hooks'
- * hold_launch, hold_end) is done: it goes on. Nothing when the attempt
- * is gone.
+ * A service that held an attempt's launch or end (the job hook hold)
+ * is done: it goes on. Nothing when the attempt is gone.
  */
 void jobs_launch_resume(struct server *s, int64_t id, int attempt);
 void jobs_end_resume(struct server *s, int64_t id, int attempt);
