@@ -815,7 +815,7 @@ out:
 
 /*
  * A version from a job's outputs, in three steps: what the database
- * says, on the loop (from_job_begin); the copy of every output into the
+ * says, on the loop (models_from_job_start); the copy of every output into the
  * registry, the blobs' check and the reads of the newest checkpoint and
  * metrics.json, on a worker with copies (from_job_work); the version's
  * record, on the loop (from_job_finish).
@@ -850,67 +850,6 @@ static void from_job_free(struct from_job *w)
 	json_decref(w->checkpoint);
 	json_decref(w->metrics);
 	free(w);
-}
-
-static int from_job_begin(struct server *s, const struct caller *c,
-			  const char *name, int64_t job_id, const char *alias,
-			  struct from_job **out, struct kn_error *err)
-{
-	struct from_job *w;
-	struct kn_job_row j = {0};
-	int rc;
-
-	if (!models_name_checked(name, err))
-		return -EINVAL;
-	w = kn_xcalloc(1, sizeof(*w));
-	w->s = s;
-	w->caller = *c;
-	w->name = kn_xstrdup(name);
-	w->alias = alias ? kn_xstrdup(alias) : NULL;
-	w->job_id = job_id;
-	w->store_url = kn_xstrdup(core_blob_url(s));
-	w->staging = kn_xstrdup(models_state(s)->staging);
-	rc = kn_store_job_get(core_store(s), job_id, &j, err);
-	if (rc == -ENOENT)
-		rc = kn_errorf(err, KN_ENOTFOUND, "job", "no job %lld",
-			       (long long)job_id);
-	if (rc == 0 && j.state != KN_JOB_SUCCEEDED)
-		rc = kn_errorf(err, KN_ECONFLICT, "job",
-			       "job %lld is %s: only a succeeded job's outputs "
-			       "make a model version", (long long)job_id,
-			       kn_job_state_name(j.state));
-	if (rc == 0)
-		rc = kn_store_output_list(core_store(s), job_id, &w->outs, &w->n,
-					  err);
-	if (rc == 0 && w->n == 0)
-		rc = kn_errorf(err, KN_ECONFLICT, "job",
-			       "job %lld left no outputs (files in "
-			       "KILN_OUTPUT_DIR) to make a model of",
-			       (long long)job_id);
-	for (size_t i = 0; rc == 0 && i < w->n; i++) {
-		const struct kn_output_row *o = &w->outs[i];
-		char *want = kn_asprintf("%.*s/%lld/outputs/%s",
-					 (int)kn_url_base_len(core_blob_url(s)),
-					 core_blob_url(s), (long long)o->job_id,
-					 o->name);
-
-		if (strcmp(o->url, want) != 0)
-			rc = kn_errorf(err, KN_ECONFLICT, "job",
-				       "output %s of job %lld is in %s, not in "
-				       "this server's store %s", o->name,
-				       (long long)o->job_id, o->url,
-				       core_blob_url(s));
-		free(want);
-	}
-	if (rc == 0)
-		rc = lineage_of_job(s, &j, &w->lineage, err);
-	kn_job_row_release(&j);
-	if (rc < 0) {
-		from_job_free(w);
-		return rc;
-	}
-	*out = w;
-	return 0;
 }
 
 static void from_job_work(void *arg)
@@ -970,11 +909,59 @@ int models_from_job_start(struct server *s, const struct caller *c,
 			  const char *name, int64_t job_id, const char *alias,
 			  models_made_cb cb, void *arg, struct kn_error *err)
 {
-	struct from_job *w = NULL;
-	int rc = from_job_begin(s, c, name, job_id, alias, &w, err);
+	struct from_job *w;
+	struct kn_job_row j = {0};
+	int rc;
 
-	if (rc < 0)
+	if (!models_name_checked(name, err))
+		return -EINVAL;
+	w = kn_xcalloc(1, sizeof(*w));
+	w->s = s;
+	w->caller = *c;
+	w->name = kn_xstrdup(name);
+	w->alias = alias ? kn_xstrdup(alias) : NULL;
+	w->job_id = job_id;
+	w->store_url = kn_xstrdup(core_blob_url(s));
+	w->staging = kn_xstrdup(models_state(s)->staging);
+	rc = kn_store_job_get(core_store(s), job_id, &j, err);
+	if (rc == -ENOENT)
+		rc = kn_errorf(err, KN_ENOTFOUND, "job", "no job %lld",
+			       (long long)job_id);
+	if (rc == 0 && j.state != KN_JOB_SUCCEEDED)
+		rc = kn_errorf(err, KN_ECONFLICT, "job",
+			       "job %lld is %s: only a succeeded job's outputs "
+			       "make a model version", (long long)job_id,
+			       kn_job_state_name(j.state));
+	if (rc == 0)
+		rc = kn_store_output_list(core_store(s), job_id, &w->outs, &w->n,
+					  err);
+	if (rc == 0 && w->n == 0)
+		rc = kn_errorf(err, KN_ECONFLICT, "job",
+			       "job %lld left no outputs (files in "
+			       "KILN_OUTPUT_DIR) to make a model of",
+			       (long long)job_id);
+	for (size_t i = 0; rc == 0 && i < w->n; i++) {
+		const struct kn_output_row *o = &w->outs[i];
+		char *want = kn_asprintf("%.*s/%lld/outputs/%s",
+					 (int)kn_url_base_len(core_blob_url(s)),
+					 core_blob_url(s), (long long)o->job_id,
+					 o->name);
+
+		if (strcmp(o->url, want) != 0)
+			rc = kn_errorf(err, KN_ECONFLICT, "job",
+				       "output %s of job %lld is in %s, not in "
+				       "this server's store %s", o->name,
+				       (long long)o->job_id, o->url,
+				       core_blob_url(s));
+		free(want);
+	}
+	if (rc == 0)
+		rc = lineage_of_job(s, &j, &w->lineage, err);
+	kn_job_row_release(&j);
+	if (rc < 0) {
+		from_job_free(w);
 		return rc;
+	}
 	w->cb = cb;
 	w->arg = arg;
 	kn_workers_submit(core_request_workers(s), from_job_work, from_job_done,
