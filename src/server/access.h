@@ -15,6 +15,9 @@
 #include "server/caller.h"
 
 struct server;
+struct kn_audit;
+struct kn_http_req;
+struct kn_store;
 
 const char *role_name(enum kn_role r);
 int role_parse(const char *s, enum kn_role *out);
@@ -31,6 +34,19 @@ bool credential_name_ok(const char *name);
 bool credential_name_reserved(const char *name);
 /* A new gateway key "kgw_<43 base64url chars>" and its hex sha256. */
 void key_generate(char secret[64], char hash[65]);
+/* The store's revoke of one kind of credential, by name. */
+typedef int credential_revoke_fn(struct kn_store *st, const char *name,
+				 const struct kn_audit *a,
+				 struct kn_error *err);
+/*
+ * DELETE of a token or a gateway key (kind "token" or "key") called
+ * name, by c: revoked through revoke, audited as KIND.revoke on
+ * KIND/NAME and answered {KIND: {name, revoked: true}}, or the store's
+ * error (404 when no active one has that name).
+ */
+void credential_revoke_reply(struct server *s, struct kn_http_req *req,
+			     const struct caller *c, const char *kind,
+			     const char *name, credential_revoke_fn *revoke);
 /* Create the admin token on the first start; writes admin.token 0600. */
 int auth_bootstrap(struct server *s, struct kn_error *err);
 /* The token whose hash is hash: 0 and *out, or a negative errno + err. */

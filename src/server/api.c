@@ -252,19 +252,6 @@ static json_t *token_json(const struct kn_token_row *t)
 
 /* ---- handlers ---- */
 
-static int parse_id(struct kn_http_req *req, const char *param, int64_t *id)
-{
-	char *end;
-	long long v = strtoll(param, &end, 10);
-
-	if (*end || v <= 0) {
-		reply_err(req, KN_EINVAL, "id", "not a job id: \"%s\"", param);
-		return -EINVAL;
-	}
-	*id = v;
-	return 0;
-}
-
 static void h_healthz(struct server *s, struct kn_http_req *req,
 		      const struct caller *c, const char *param)
 {
@@ -286,8 +273,7 @@ static void h_whoami(struct server *s, struct kn_http_req *req,
 				     role_name(c->role)));
 }
 
-/* Answer with job id as the store has it now. */
-/* {"job": ...} for job id, or NULL and err. */
+/* {"job": ...} for job id as the store has it now, or NULL and err. */
 static json_t *job_answer(struct server *s, int64_t id, struct kn_error *err)
 {
 	struct kn_job_row j;
@@ -298,18 +284,6 @@ static json_t *job_answer(struct server *s, int64_t id, struct kn_error *err)
 	o = json_pack("{s:o}", "job", job_to_json(s, &j));
 	kn_job_row_release(&j);
 	return o;
-}
-
-static void reply_job(struct server *s, struct kn_http_req *req, int64_t id,
-		      int status)
-{
-	struct kn_error err;
-	json_t *o = job_answer(s, id, &err);
-
-	if (!o)
-		kn_http_reply_error(req, &err);
-	else
-		kn_http_reply_json(req, status, o);
 }
 
 /* A user acting on another user's job: refused, and on the record. */
@@ -436,7 +410,7 @@ static void h_job_get(struct server *s, struct kn_http_req *req,
 	int64_t id, index = -1;
 
 	(void)c;
-	if (parse_id(req, param, &id) < 0)
+	if (!route_id_or_reply(req, param, "job", &id))
 		return;
 	if (kn_http_query_int(req, "index", 0, INT32_MAX, &index) < 0) {
 		reply_err(req, KN_EINVAL, "index",
@@ -467,6 +441,27 @@ static int array_query(struct kn_http_req *req, int64_t *array)
 	return -1;
 }
 
+/*
+ * verb on job id, or on each of its elements when array is set; answers
+ * the job, or the refusal (a user's act on another's job audited as
+ * action).
+ */
+static void job_verb_reply(struct server *s, struct kn_http_req *req,
+			   const struct caller *c, int64_t id, bool array,
+			   const char *action, array_verb_fn verb, void *arg)
+{
+	struct kn_error err;
+
+	if ((array ? jobs_array_each(s, id, verb, arg, &err)
+		   : verb(s, id, arg, &err)) < 0) {
+		if (err.code == KN_EPERM)
+			audit_denied(s, c, action, id, &err);
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	route_reply(req, 200, job_answer(s, id, &err), &err);
+}
+
 static int cancel_one(struct server *s, int64_t id, void *arg,
 		      struct kn_error *err)
 {
@@ -476,19 +471,12 @@ static int cancel_one(struct server *s, int64_t id, void *arg,
 static void h_job_cancel(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param)
 {
-	struct kn_error err;
 	int64_t id, array;
 
-	if (parse_id(req, param, &id) < 0 || array_query(req, &array) < 0)
-		return;
-	if ((array ? jobs_array_each(s, id, cancel_one, (void *)c, &err)
-		   : jobs_cancel(s, c, id, &err)) < 0) {
-		if (err.code == KN_EPERM)
-			audit_denied(s, c, "job.cancel", id, &err);
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	reply_job(s, req, id, 200);
+	if (route_id_or_reply(req, param, "job", &id) &&
+	    array_query(req, &array) == 0)
+		job_verb_reply(s, req, c, id, array != 0, "job.cancel",
+			       cancel_one, (void *)c);
 }
 
 struct evict_args {
@@ -508,14 +496,14 @@ static int evict_one(struct server *s, int64_t id, void *arg,
 static void h_job_evict(struct server *s, struct kn_http_req *req,
 			const struct caller *c, const char *param)
 {
-	struct kn_error err;
 	const char *grace = kn_http_query(req, "grace");
 	const char *why = kn_http_query(req, "reason");
 	char reason[160];
 	int64_t id, grace_ms = -1, array;
 	struct evict_args e = {.c = c, .reason = reason};
 
-	if (parse_id(req, param, &id) < 0 || array_query(req, &array) < 0)
+	if (!route_id_or_reply(req, param, "job", &id) ||
+	    array_query(req, &array) < 0)
 		return;
 	if (grace && kn_parse_duration(grace, &grace_ms) < 0) {
 		reply_err(req, KN_EINVAL, "grace",
@@ -525,14 +513,7 @@ static void h_job_evict(struct server *s, struct kn_http_req *req,
 	snprintf(reason, sizeof(reason), "evicted by %s%s%s", c->name,
 		 why ? ": " : "", why ? why : "");
 	e.grace_ms = grace_ms;
-	if ((array ? jobs_array_each(s, id, evict_one, &e, &err)
-		   : jobs_evict(s, c, id, grace_ms, reason, &err)) < 0) {
-		if (err.code == KN_EPERM)
-			audit_denied(s, c, "job.evict", id, &err);
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	reply_job(s, req, id, 200);
+	job_verb_reply(s, req, c, id, array != 0, "job.evict", evict_one, &e);
 }
 
 /* {"node": {name, state, reason}} of the node called name, which exists. */
@@ -643,7 +624,7 @@ static void h_job_logs(struct server *s, struct kn_http_req *req,
 	const struct kn_task_row *t = NULL;
 
 	(void)c;
-	if (parse_id(req, param, &id) < 0)
+	if (!route_id_or_reply(req, param, "job", &id))
 		return;
 	if (kn_http_query_int(req, "task", 0, KN_SPEC_MAX_TASKS, &rank) < 0 ||
 	    kn_http_query_int(req, "attempt", 1, 1000000, &attempt) < 0 ||
@@ -911,19 +892,8 @@ static void h_token_create(struct server *s, struct kn_http_req *req,
 static void h_token_revoke(struct server *s, struct kn_http_req *req,
 			   const struct caller *c, const char *param)
 {
-	struct kn_audit a;
-	struct kn_error err;
-	char object[96];
-
-	snprintf(object, sizeof(object), "token/%s", param);
-	caller_audit(&a, c, "token.revoke", object, "ok", NULL);
-	if (kn_store_token_revoke(s->store, param, &a, &err) < 0) {
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	kn_http_reply_json(req, 200,
-			   json_pack("{s:{s:s, s:b}}", "token", "name", param,
-				     "revoked", 1));
+	credential_revoke_reply(s, req, c, "token", param,
+				kn_store_token_revoke);
 }
 
 /* Without ?all=1, alerts resolved longer ago than this are left out. */

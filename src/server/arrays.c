@@ -157,31 +157,42 @@ int array_elements_json(struct server *s, const struct kn_job_row *j,
 	return 0;
 }
 
+/* 1 when job id is a job array's (its first element), with *first that
+   element's index; 0 when it is not; or the store's negative errno. */
+static int array_first(struct server *s, int64_t id, int64_t *first,
+		       struct kn_error *err)
+{
+	struct kn_job_row j;
+	int rc = kn_store_job_get(s->store, id, &j, err);
+
+	if (rc < 0)
+		return rc;
+	*first = j.array_index;
+	rc = j.array_id == id;
+	kn_job_row_release(&j);
+	return rc;
+}
+
 int jobs_array_element(struct server *s, int64_t id, int64_t index,
 		       int64_t *out, struct kn_error *err)
 {
-	struct kn_job_row head, e;
-	int64_t want;
-	int rc;
+	struct kn_job_row e;
+	int64_t first, want;
+	int rc = array_first(s, id, &first, err);
 
-	memset(&head, 0, sizeof(head));
-	memset(&e, 0, sizeof(e));
-	rc = kn_store_job_get(s->store, id, &head, err);
 	if (rc < 0)
 		return rc;
-	if (head.array_id != id) {
-		kn_job_row_release(&head);
+	if (rc == 0)
 		return kn_errorf(err, KN_ENOTFOUND, "index",
 				 "job %lld is no job array", (long long)id);
-	}
 	/* Ids are consecutive from the first element (the store's insert). */
-	want = id + (index - head.array_index);
+	want = id + (index - first);
+	memset(&e, 0, sizeof(e));
 	rc = want >= id ? kn_store_job_get(s->store, want, &e, err) : -1;
 	if (rc < 0 || e.array_id != id || e.array_index != index)
 		rc = kn_errorf(err, KN_ENOTFOUND, "index",
 			       "job array %lld has no element %lld",
 			       (long long)id, (long long)index);
-	kn_job_row_release(&head);
 	kn_job_row_release(&e);
 	if (rc == 0)
 		*out = want;
@@ -192,19 +203,15 @@ int jobs_array_each(struct server *s, int64_t id, array_verb_fn verb,
 		    void *arg, struct kn_error *err)
 {
 	struct kn_job_filter f;
-	struct kn_job_row j, *rows = NULL;
+	struct kn_job_row *rows = NULL;
 	size_t n = 0, done = 0;
-	int rc;
+	int64_t first;
+	int rc = array_first(s, id, &first, err);
 
-	memset(&j, 0, sizeof(j));
-	rc = kn_store_job_get(s->store, id, &j, err);
 	if (rc < 0)
 		return rc;
-	if (j.array_id != id) {
-		kn_job_row_release(&j);
+	if (rc == 0)
 		return verb(s, id, arg, err);
-	}
-	kn_job_row_release(&j);
 	memset(&f, 0, sizeof(f));
 	f.state = -1;
 	f.active_only = true;

@@ -103,6 +103,26 @@ void key_generate(char secret[64], char hash[65])
 	secret_generate("kgw_", secret, hash);
 }
 
+void credential_revoke_reply(struct server *s, struct kn_http_req *req,
+			     const struct caller *c, const char *kind,
+			     const char *name, credential_revoke_fn *revoke)
+{
+	struct kn_audit a;
+	struct kn_error err;
+	char action[16], object[96];
+
+	snprintf(action, sizeof(action), "%s.revoke", kind);
+	snprintf(object, sizeof(object), "%s/%s", kind, name);
+	caller_audit(&a, c, action, object, "ok", NULL);
+	if (revoke(s->store, name, &a, &err) < 0) {
+		kn_http_reply_error(req, &err);
+		return;
+	}
+	kn_http_reply_json(req, 200,
+			   json_pack("{s:{s:s, s:b}}", kind, "name", name,
+				     "revoked", 1));
+}
+
 int auth_bootstrap(struct server *s, struct kn_error *err)
 {
 	struct kn_token_row t;

@@ -72,10 +72,10 @@ void jobs_held_settle(struct server *s, struct queued_job *held,
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 		struct kn_error *err);
 /*
- * Job id's row into *j (kn_job_row_release it, also after an error)
- * when c may act on it (c NULL: the system): its owner, an operator or
- * an admin. -ENOENT when there is none; -EPERM naming the owner ("a
- * user may VERB only its own jobs") otherwise.
+ * Job id's row into *j (kn_job_row_release it) when c may act on it
+ * (c NULL: the system): its owner, an operator or an admin. -ENOENT
+ * when there is none; -EPERM naming the owner ("a user may VERB only
+ * its own jobs") otherwise; *j is written only on success.
  */
 int jobs_get_for(struct server *s, const struct caller *c, int64_t id,
 		 const char *verb, struct kn_job_row *j, struct kn_error *err);
@@ -103,9 +103,8 @@ int jobs_restart(struct server *s, int64_t id, const char *why,
 int jobs_stop_system(struct server *s, int64_t id, const char *action,
 		     const char *why, struct kn_error *err);
 /*
- * A service that held an attempt's launch or end (the job hooks'
- * hold_launch, hold_end) is done: it goes on. Nothing when the attempt
- * is gone.
+ * A service that held an attempt's launch or end (the job hook hold)
+ * is done: it goes on. Nothing when the attempt is gone.
  */
 void jobs_launch_resume(struct server *s, int64_t id, int attempt);
 void jobs_end_resume(struct server *s, int64_t id, int attempt);

@@ -637,17 +637,17 @@ static int request_stop(struct server *s, struct kn_job_row *j, char *reason,
 int jobs_get_for(struct server *s, const struct caller *c, int64_t id,
 		 const char *verb, struct kn_job_row *j, struct kn_error *err)
 {
-	int rc;
+	int rc = kn_store_job_get(s->store, id, j, err);
 
-	memset(j, 0, sizeof(*j));
-	rc = kn_store_job_get(s->store, id, j, err);
 	if (rc < 0 || !c || c->role >= KN_ROLE_OPERATOR ||
 	    strcmp(j->owner, c->name) == 0)
 		return rc;
-	return kn_errorf(err, KN_EPERM, NULL,
-			 "job %lld belongs to %s; a user may %s only its own "
-			 "jobs",
-			 (long long)id, j->owner, verb);
+	rc = kn_errorf(err, KN_EPERM, NULL,
+		       "job %lld belongs to %s; a user may %s only its own "
+		       "jobs",
+		       (long long)id, j->owner, verb);
+	kn_job_row_release(j);
+	return rc;
 }
 
 int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
@@ -659,10 +659,8 @@ int jobs_cancel(struct server *s, const struct caller *c, int64_t id,
 	int rc;
 
 	rc = jobs_get_for(s, c, id, "cancel", &j, err);
-	if (rc == -ENOENT)
-		return rc;
 	if (rc < 0)
-		goto out;
+		return rc;
 	if (kn_job_state_terminal(j.state)) {
 		rc = kn_errorf(err, KN_ECONFLICT, "state",
 			       "job %lld has already %s", (long long)id,
@@ -747,10 +745,8 @@ int jobs_evict(struct server *s, const struct caller *c, int64_t id,
 	int rc;
 
 	rc = jobs_get_for(s, c, id, "evict", &j, err);
-	if (rc == -ENOENT)
-		return rc;
 	if (rc < 0)
-		goto out;
+		return rc;
 	for (struct run *p = s->runs; p; p = p->next)
 		if (p->job_id == id)
 			r = p;

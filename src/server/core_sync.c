@@ -510,7 +510,7 @@ bool sync_finish_ready(struct server *s, struct run *r, bool succeeded)
 		return false;
 	}
 	/* A service's own work at the end (a dev environment's home). */
-	return !job_hooks_hold_end(s->hooks, r->job_id, r->attempt);
+	return !job_hooks_hold(s->hooks, r->job_id, r->attempt, JOB_HOLD_END);
 }
 
 /* ---- restore ---- */
@@ -552,7 +552,7 @@ void sync_restore_then_launch(struct server *s, struct run *r)
 	struct sync_work *w;
 
 	/* A service's own work first (a dev environment's home). */
-	if (job_hooks_hold_launch(s->hooks, r->job_id, r->attempt))
+	if (job_hooks_hold(s->hooks, r->job_id, r->attempt, JOB_HOLD_LAUNCH))
 		return;
 	/* A pod's shim restores into the pod, not here. */
 	if (r->attempt <= 1 || s->exec->ops->syncs_checkpoints) {

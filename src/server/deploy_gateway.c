@@ -157,19 +157,8 @@ void deploy_h_key_list(struct server *s, struct kn_http_req *req,
 void deploy_h_key_revoke(struct server *s, struct kn_http_req *req,
 			 const struct caller *c, const char *param)
 {
-	struct kn_error err;
-	struct kn_audit a;
-	char object[96];
-
-	snprintf(object, sizeof(object), "key/%s", param);
-	caller_audit(&a, c, "key.revoke", object, "ok", NULL);
-	if (kn_store_gateway_key_revoke(core_store(s), param, &a, &err) < 0) {
-		kn_http_reply_error(req, &err);
-		return;
-	}
-	kn_http_reply_json(req, 200,
-			   json_pack("{s:{s:s, s:b}}", "key", "name", param,
-				     "revoked", 1));
+	credential_revoke_reply(s, req, c, "key", param,
+				kn_store_gateway_key_revoke);
 }
 
 /* ---- what the gateway reads ---- */

@@ -13,10 +13,10 @@
  * warning.
  *
  * Home: $HOME is TASK_DIR/home.JOB.ATTEMPT. Before the attempt's tasks
- * start (the hold_launch hook) the newest saved home of the same owner
+ * start (the hold hook, at launch) the newest saved home of the same owner
  * and name is restored there with the checkpoint code (kn_ckpt_restore:
  * every file's size and sha256 checked); when its tasks have all ended
- * (hold_end) the directory is uploaded as the next saved home
+ * (hold, at the end) the directory is uploaded as the next saved home
  * (kn_ckpt_upload, which walks it without following links and refuses
  * it whole if it holds a link, FIFO, socket or device: the previous home
  * then stays the newest). Two are kept. The key in the store is
@@ -474,8 +474,11 @@ static bool home_kept(const struct server *s)
 	return !s->exec->ops->places_tasks;
 }
 
-static bool hold(struct server *s, int64_t job_id, int attempt, bool save)
+static bool hold(void *arg, int64_t job_id, int attempt,
+		 enum job_hold_at at)
 {
+	struct server *s = arg;
+	bool save = at == JOB_HOLD_END;
 	struct devenv_state *d = state(s);
 	struct run *r = devenv_run(s, job_id, attempt);
 	struct home_work *w;
@@ -508,16 +511,6 @@ static bool hold(struct server *s, int64_t job_id, int attempt, bool save)
 	return true;
 }
 
-static bool hold_launch(void *arg, int64_t job_id, int attempt)
-{
-	return hold(arg, job_id, attempt, false);
-}
-
-static bool hold_end(void *arg, int64_t job_id, int attempt)
-{
-	return hold(arg, job_id, attempt, true);
-}
-
 static void task_env(void *arg, const struct job_task *task, json_t *env)
 {
 	struct server *s = arg;
@@ -548,8 +541,7 @@ static const struct job_hook_ops hooks = {
 	.name = "devenv",
 	.job_ended = job_ended,
 	.task_env = task_env,
-	.hold_launch = hold_launch,
-	.hold_end = hold_end,
+	.hold = hold,
 };
 
 /* ---- the service ---- */

@@ -99,23 +99,12 @@ const void *job_hooks_spread_group(const struct job_hooks *h,
 	return NULL;
 }
 
-bool job_hooks_hold_launch(const struct job_hooks *h, int64_t job_id,
-			   int attempt)
+bool job_hooks_hold(const struct job_hooks *h, int64_t job_id, int attempt,
+		    enum job_hold_at at)
 {
 	for (size_t i = 0; i < h->n; i++)
-		if (h->list[i].ops->hold_launch &&
-		    h->list[i].ops->hold_launch(h->list[i].arg, job_id,
-						attempt))
-			return true;
-	return false;
-}
-
-bool job_hooks_hold_end(const struct job_hooks *h, int64_t job_id,
-			int attempt)
-{
-	for (size_t i = 0; i < h->n; i++)
-		if (h->list[i].ops->hold_end &&
-		    h->list[i].ops->hold_end(h->list[i].arg, job_id, attempt))
+		if (h->list[i].ops->hold &&
+		    h->list[i].ops->hold(h->list[i].arg, job_id, attempt, at))
 			return true;
 	return false;
 }

@@ -44,6 +44,12 @@ struct job_model {
 	bool serves;
 };
 
+/* The steps of an attempt a service may hold (job_hook_ops.hold). */
+enum job_hold_at {
+	JOB_HOLD_LAUNCH,
+	JOB_HOLD_END,
+};
+
 struct job_hook_ops {
 	const char *name; /* the service, for logs */
 	/* The job ended for good (not requeued: cancelled, succeeded, or
@@ -62,13 +68,14 @@ struct job_hook_ops {
 	 */
 	const void *(*spread_group)(void *arg, int64_t job_id);
 	/*
-	 * A bound attempt is about to start its tasks, or every task of it
-	 * has ended: true holds that step while the service does its own
-	 * work first (on a worker), until it calls jobs_launch_resume or
-	 * jobs_end_resume (core.h). Asked again then: answer false.
+	 * A bound attempt is about to start its tasks (JOB_HOLD_LAUNCH), or
+	 * every task of it has ended (JOB_HOLD_END): true holds that step
+	 * while the service does its own work first (on a worker), until it
+	 * calls jobs_launch_resume or jobs_end_resume (core.h). Asked again
+	 * then: answer false.
 	 */
-	bool (*hold_launch)(void *arg, int64_t job_id, int attempt);
-	bool (*hold_end)(void *arg, int64_t job_id, int attempt);
+	bool (*hold)(void *arg, int64_t job_id, int attempt,
+		     enum job_hold_at at);
 };
 
 /* Room for every service that owns jobs; a fixed table keeps the
@@ -98,11 +105,9 @@ json_t *job_hooks_task_env(const struct job_hooks *h, const struct job_task *t);
    *out untouched. */
 bool job_hooks_model(const struct job_hooks *h, int64_t job_id,
 		     struct job_model *out);
-/* Whether any service holds the launch (or the end) of an attempt. */
-bool job_hooks_hold_launch(const struct job_hooks *h, int64_t job_id,
-			   int attempt);
-bool job_hooks_hold_end(const struct job_hooks *h, int64_t job_id,
-			int attempt);
+/* Whether any service holds the launch or the end of an attempt. */
+bool job_hooks_hold(const struct job_hooks *h, int64_t job_id, int attempt,
+		    enum job_hold_at at);
 /* The first service's spread group for job_id, or NULL. */
 const void *job_hooks_spread_group(const struct job_hooks *h,
 				   int64_t job_id);

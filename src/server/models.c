@@ -104,10 +104,10 @@ void models_stop(struct server *s)
 
 /* ---- helpers ---- */
 
-int models_open_store(struct server *s, struct kn_blob_store **out,
+int models_open_store(const char *url, struct kn_blob_store **out,
 		      struct kn_error *err)
 {
-	struct kn_blob_store_config cfg = {.url = core_blob_url(s), .use_env = true};
+	struct kn_blob_store_config cfg = {.url = url, .use_env = true};
 
 	return kn_blob_store_open(&cfg, out, err);
 }
@@ -299,7 +299,7 @@ int models_version_create(struct server *s, const struct caller *c,
 
 	/* The store's copy, for whoever reads the store without the DB. */
 	blob = kn_model_manifest_blob_name(name, version);
-	rc = models_open_store(s, &store, err);
+	rc = models_open_store(core_blob_url(s), &store, err);
 	if (rc == 0)
 		rc = kn_blob_put_bytes(store, blob, canonical, strlen(canonical),
 				       KN_BLOB_CREATE_ONLY, err);
@@ -399,7 +399,6 @@ static int check_copy(const char *at, const char *dir,
 static int make_copy(const char *store_url, const char *at, const char *dir,
 		     const struct kn_model_files *f, struct kn_error *err)
 {
-	struct kn_blob_store_config cfg = {.url = store_url, .use_env = true};
 	char *partial = kn_asprintf("%s.partial-XXXXXX", dir);
 	char *parent = kn_xstrdup(dir);
 	struct kn_blob_store *store = NULL;
@@ -415,7 +414,7 @@ static int make_copy(const char *store_url, const char *at, const char *dir,
 		goto out;
 	}
 	chmod(partial, 0755);
-	rc = kn_blob_store_open(&cfg, &store, err);
+	rc = models_open_store(store_url, &store, err);
 	for (size_t i = 0; rc == 0 && i < f->n; i++) {
 		char *path = kn_asprintf("%s/%s", partial, f->items[i].path);
 		char *blob = kn_model_blob_name(f->items[i].sha256);
@@ -816,7 +815,7 @@ out:
 
 /*
  * A version from a job's outputs, in three steps: what the database
- * says, on the loop (from_job_begin); the copy of every output into the
+ * says, on the loop (models_from_job_start); the copy of every output into the
  * registry, the blobs' check and the reads of the newest checkpoint and
  * metrics.json, on a worker with copies (from_job_work); the version's
  * record, on the loop (from_job_finish).
@@ -853,9 +852,62 @@ static void from_job_free(struct from_job *w)
 	free(w);
 }
 
-static int from_job_begin(struct server *s, const struct caller *c,
+static void from_job_work(void *arg)
+{
+	struct from_job *w = arg;
+	struct kn_blob_store *store = NULL;
+	int rc = models_open_store(w->store_url, &store, &w->err);
+
+	for (size_t i = 0; rc == 0 && i < w->n; i++) {
+		rc = output_adopt(store, w->staging, &w->outs[i], &w->err);
+		kn_model_files_add(&w->files, w->outs[i].name, w->outs[i].size,
+				   w->outs[i].sha256);
+	}
+	if (rc == 0)
+		rc = kn_model_files_sort(&w->files, &w->err);
+	if (rc == 0)
+		rc = models_check_blobs(store, &w->files, &w->err);
+	if (rc == 0)
+		rc = checkpoint_json(store, w->job_id, &w->checkpoint, &w->err);
+	if (rc == 0)
+		w->metrics = job_metrics(store, w->job_id);
+	w->rc = rc;
+	kn_blob_store_free(store);
+}
+
+static int from_job_finish(struct from_job *w, json_t **reply,
+			   struct kn_error *err)
+{
+	if (w->rc < 0) {
+		*err = w->err;
+		return w->rc;
+	}
+	json_object_set(w->lineage, "checkpoint", w->checkpoint);
+	return models_version_create(w->s, &w->caller, w->name, &w->files,
+			      w->lineage, w->metrics, w->alias, reply, err);
+}
+
+static void from_job_done(void *arg, bool ran)
+{
+	struct from_job *w = arg;
+	struct kn_error err;
+	json_t *reply = NULL;
+	int rc;
+
+	if (!ran)
+		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
+				  "the server stopped before job %lld's "
+				  "outputs were copied; push again",
+				  (long long)w->job_id);
+	rc = from_job_finish(w, &reply, &err);
+	w->cb(w->s, rc, reply, &err, w->arg);
+	json_decref(reply);
+	from_job_free(w);
+}
+
+int models_from_job_start(struct server *s, const struct caller *c,
 			  const char *name, int64_t job_id, const char *alias,
-			  struct from_job **out, struct kn_error *err)
+			  models_made_cb cb, void *arg, struct kn_error *err)
 {
 	struct from_job *w;
 	struct kn_job_row j = {0};
@@ -910,89 +962,6 @@ static int from_job_begin(struct server *s, const struct caller *c,
 		from_job_free(w);
 		return rc;
 	}
-	*out = w;
-	return 0;
-}
-
-static void from_job_work(void *arg)
-{
-	struct from_job *w = arg;
-	struct kn_blob_store_config cfg = {.url = w->store_url,
-					   .use_env = true};
-	struct kn_blob_store *store = NULL;
-	int rc = kn_blob_store_open(&cfg, &store, &w->err);
-
-	for (size_t i = 0; rc == 0 && i < w->n; i++) {
-		rc = output_adopt(store, w->staging, &w->outs[i], &w->err);
-		kn_model_files_add(&w->files, w->outs[i].name, w->outs[i].size,
-				   w->outs[i].sha256);
-	}
-	if (rc == 0)
-		rc = kn_model_files_sort(&w->files, &w->err);
-	if (rc == 0)
-		rc = models_check_blobs(store, &w->files, &w->err);
-	if (rc == 0)
-		rc = checkpoint_json(store, w->job_id, &w->checkpoint, &w->err);
-	if (rc == 0)
-		w->metrics = job_metrics(store, w->job_id);
-	w->rc = rc;
-	kn_blob_store_free(store);
-}
-
-static int from_job_finish(struct from_job *w, json_t **reply,
-			   struct kn_error *err)
-{
-	if (w->rc < 0) {
-		*err = w->err;
-		return w->rc;
-	}
-	json_object_set(w->lineage, "checkpoint", w->checkpoint);
-	return models_version_create(w->s, &w->caller, w->name, &w->files,
-			      w->lineage, w->metrics, w->alias, reply, err);
-}
-
-int models_from_job(struct server *s, const struct caller *c,
-		    const char *name, int64_t job_id, const char *alias,
-		    json_t **reply, struct kn_error *err)
-{
-	struct from_job *w = NULL;
-	int rc = from_job_begin(s, c, name, job_id, alias, &w, err);
-
-	if (rc < 0)
-		return rc;
-	from_job_work(w);
-	rc = from_job_finish(w, reply, err);
-	from_job_free(w);
-	return rc;
-}
-
-static void from_job_done(void *arg, bool ran)
-{
-	struct from_job *w = arg;
-	struct kn_error err;
-	json_t *reply = NULL;
-	int rc;
-
-	if (!ran)
-		w->rc = kn_errorf(&w->err, KN_EUNAVAIL, NULL,
-				  "the server stopped before job %lld's "
-				  "outputs were copied; push again",
-				  (long long)w->job_id);
-	rc = from_job_finish(w, &reply, &err);
-	w->cb(w->s, rc, reply, &err, w->arg);
-	json_decref(reply);
-	from_job_free(w);
-}
-
-int models_from_job_start(struct server *s, const struct caller *c,
-			  const char *name, int64_t job_id, const char *alias,
-			  models_made_cb cb, void *arg, struct kn_error *err)
-{
-	struct from_job *w = NULL;
-	int rc = from_job_begin(s, c, name, job_id, alias, &w, err);
-
-	if (rc < 0)
-		return rc;
 	w->cb = cb;
 	w->arg = arg;
 	kn_workers_submit(core_request_workers(s), from_job_work, from_job_done,

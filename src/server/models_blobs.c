@@ -314,7 +314,7 @@ void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
 			  "must be an array of sha256 hex digests");
 		goto fail;
 	}
-	if (models_open_store(s, &store, &err) < 0)
+	if (models_open_store(core_blob_url(s), &store, &err) < 0)
 		goto fail;
 	missing = json_array();
 	json_array_foreach(digests, i, d) {
@@ -511,12 +511,10 @@ struct upload_commit {
 static void upload_commit_work(void *arg)
 {
 	struct upload_commit *w = arg;
-	struct kn_blob_store_config cfg = {.url = w->store_url,
-					   .use_env = true};
 	struct kn_blob_store *store = NULL;
 	char *name = kn_model_blob_name(w->u->digest);
 	char sent[KN_SHA256_HEX + 1];
-	int rc = kn_blob_store_open(&cfg, &store, &w->err);
+	int rc = models_open_store(w->store_url, &store, &w->err);
 
 	if (rc == 0)
 		rc = kn_blob_put_link(store, name, w->u->path, &w->err);
@@ -1205,7 +1203,7 @@ static void upload_commit_again(struct server *s, struct kn_http_req *req,
 	struct kn_blob_info info = {0};
 	struct kn_error err;
 	char *name = kn_model_blob_name(digest);
-	int rc = models_open_store(s, &store, &err);
+	int rc = models_open_store(core_blob_url(s), &store, &err);
 
 	if (rc == 0)
 		rc = kn_blob_stat(store, name, &info, &err);

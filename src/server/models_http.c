@@ -35,6 +35,18 @@ json_t *models_body_object(struct kn_http_req *req, struct kn_error *err)
 	return body;
 }
 
+const char *models_body_alias(json_t *body, struct kn_error *err)
+{
+	const char *alias = json_string_value(json_object_get(body, "alias"));
+
+	if (!kn_model_alias_ok(alias)) {
+		kn_errorf(err, KN_EINVAL, "alias",
+			  "alias must be a name that is not all digits");
+		return NULL;
+	}
+	return alias;
+}
+
 static bool alias_checked(json_t *body, const char **alias,
 			  struct kn_error *err)
 {
@@ -65,11 +77,9 @@ struct version_push {
 static void version_push_work(void *arg)
 {
 	struct version_push *w = arg;
-	struct kn_blob_store_config cfg = {.url = w->store_url,
-					   .use_env = true};
 	struct kn_blob_store *store = NULL;
 
-	w->rc = kn_blob_store_open(&cfg, &store, &w->err);
+	w->rc = models_open_store(w->store_url, &store, &w->err);
 	if (w->rc == 0)
 		w->rc = models_check_blobs(store, &w->files, &w->err);
 	kn_blob_store_free(store);
@@ -407,18 +417,8 @@ out:
 static const char *body_alias(struct kn_http_req *req, json_t **body,
 			      struct kn_error *err)
 {
-	const char *alias;
-
 	*body = models_body_object(req, err);
-	if (!*body)
-		return NULL;
-	alias = json_string_value(json_object_get(*body, "alias"));
-	if (!kn_model_alias_ok(alias)) {
-		kn_errorf(err, KN_EINVAL, "alias",
-			  "alias must be a name that is not all digits");
-		return NULL;
-	}
-	return alias;
+	return *body ? models_body_alias(*body, err) : NULL;
 }
 
 static void models_h_promote(struct server *s, struct kn_http_req *req,
@@ -465,11 +465,8 @@ static void models_h_rollback(struct server *s, struct kn_http_req *req,
 	int64_t target, from;
 
 	snprintf(object, sizeof(object), "model/%.64s", param);
-	if (!kn_model_name_ok(param)) {
-		kn_errorf(&err, KN_EINVAL, "name", "\"%s\" is not a model name",
-			  param);
+	if (!models_name_checked(param, &err))
 		goto fail;
-	}
 	alias = body_alias(req, &body, &err);
 	if (!alias)
 		goto fail;
@@ -554,7 +551,8 @@ static void models_h_lineage(struct server *s, struct kn_http_req *req,
 
 	snprintf(object, sizeof(object), "model/%.140s", param);
 	if (kn_model_ref_parse(param, true, "model", &ref, &err) < 0 ||
-	    models_resolve(s, &ref, &v, &err) < 0 || models_open_store(s, &store, &err) < 0)
+	    models_resolve(s, &ref, &v, &err) < 0 ||
+	    models_open_store(core_blob_url(s), &store, &err) < 0)
 		goto fail;
 	snprintf(object, sizeof(object), "model/%s@%lld", v.name,
 		 (long long)v.version);

@@ -158,7 +158,6 @@ static int copy_hashing(struct local_conn *c, int out)
 static void copy_work(void *arg)
 {
 	struct local_conn *c = arg;
-	struct kn_blob_store_config cfg = {.url = c->store_url, .use_env = true};
 	struct kn_blob_store *store = NULL;
 	char *name = NULL;
 	int out = mkostemp(c->staging, O_CLOEXEC);
@@ -169,7 +168,7 @@ static void copy_work(void *arg)
 	if (out >= 0)
 		close(out);
 	if (rc == 0)
-		rc = kn_blob_store_open(&cfg, &store, &c->err);
+		rc = models_open_store(c->store_url, &store, &c->err);
 	if (rc == 0) {
 		name = kn_model_blob_name(c->digest);
 		rc = kn_blob_put_link(store, name, c->staging, &c->err);

@@ -42,8 +42,11 @@ void models_uploads_expire(struct server *s);
 /* models.c */
 int models_start(struct server *s, struct kn_error *err);
 void models_stop(struct server *s);
-/* Open the server's default blob store. */
-int models_open_store(struct server *s, struct kn_blob_store **out,
+/*
+ * Open the registry's blob store at url (core_blob_url, or a worker's
+ * copy of it) with the credentials the environment gives; any thread.
+ */
+int models_open_store(const char *url, struct kn_blob_store **out,
 		      struct kn_error *err);
 /* The version a reference names (N@V or N@alias). */
 int models_resolve(struct server *s, const struct kn_model_ref *ref,
@@ -68,8 +71,6 @@ int models_version_create(struct server *s, const struct caller *c,
 			  const char *name, const struct kn_model_files *files,
 			  json_t *lineage, json_t *metrics, const char *alias,
 			  json_t **reply, struct kn_error *err);
-/* Whether name is a model name; err names the field when not. */
-bool models_name_checked(const char *name, struct kn_error *err);
 /* Each input of lineage that came from a job gets that job's lineage,
    recursively. */
 int models_lineage_expand(struct server *s, struct kn_blob_store *store,
@@ -99,13 +100,5 @@ void models_local_stop(struct model_state *m);
 /* {"socket", "boot_id"} for the missing-blobs answer, or NULL when
    there is no such path. */
 json_t *models_local_json(struct server *s);
-
-/* models_http.c: a failed call, audited as c's action on object, and
-   its error answered. */
-void models_fail(struct server *s, struct kn_http_req *req,
-		 const struct caller *c, const char *action, const char *object,
-		 const struct kn_error *err);
-/* The request's body as a JSON object, or NULL with err set. */
-json_t *models_body_object(struct kn_http_req *req, struct kn_error *err);
 
 #endif

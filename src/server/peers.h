@@ -21,6 +21,7 @@
 #include "store/store.h"
 
 struct server;
+struct kn_http_req;
 
 /* deploy.c: how many deployments owner owns. */
 int64_t deploy_count_owned(struct server *s, const char *owner);
@@ -72,16 +73,21 @@ int deploy_apply(struct server *s, const struct caller *c, const char *body,
 		 const struct deployment **out, struct kn_error *err);
 
 /* models.c: the model registry's API (docs/registry.md) */
+/* Whether name is a model name; err names the field when not. */
+bool models_name_checked(const char *name, struct kn_error *err);
 /*
- * A new version of name from a succeeded job's outputs (their blobs put
- * in the registry create-only, digests checked), its manifest's lineage
- * the job's and its metrics the job's metrics.json; alias (may be NULL)
- * moves to it. *reply is the version as POST .../versions answers it.
- * Audits only success: callers audit their failures.
+ * models_http.c: what the registry's routes share with re-validation's,
+ * so both word a bad request alike. models_fail: a failed call, audited
+ * as c's action on object, and its error answered. models_body_object:
+ * the request's body as a JSON object, or NULL with err set.
+ * models_body_alias: the "alias" body names, or NULL with err set when
+ * it is absent or not an alias.
  */
-int models_from_job(struct server *s, const struct caller *c,
-		    const char *name, int64_t job_id, const char *alias,
-		    json_t **reply, struct kn_error *err);
+void models_fail(struct server *s, struct kn_http_req *req,
+		 const struct caller *c, const char *action, const char *object,
+		 const struct kn_error *err);
+json_t *models_body_object(struct kn_http_req *req, struct kn_error *err);
+const char *models_body_alias(json_t *body, struct kn_error *err);
 /* Point alias of name at version (as a promote, by c) unless it does. */
 int models_alias_point(struct server *s, const struct caller *c,
 		       const char *name, const char *alias, int64_t version,
@@ -141,9 +147,14 @@ int models_deploy_dir_start(struct server *s, const char *text,
 typedef void (*models_made_cb)(struct server *s, int rc, json_t *reply,
 			       const struct kn_error *err, void *arg);
 /*
- * models_from_job with its copies on a worker: what the database says
- * (the job, its outputs) is checked now, and a refusal there is returned
- * with cb never called; otherwise cb is called once, later.
+ * A new version of name from a succeeded job's outputs (their blobs put
+ * in the registry create-only, digests checked), its manifest's lineage
+ * the job's and its metrics the job's metrics.json; alias (may be NULL)
+ * moves to it. The copies run on a worker: what the database says (the
+ * job, its outputs) is checked now, and a refusal there is returned with
+ * cb never called; otherwise cb is called once, later, with the version
+ * as POST .../versions answers it. Audits only success: callers audit
+ * their failures.
  */
 int models_from_job_start(struct server *s, const struct caller *c,
 			  const char *name, int64_t job_id, const char *alias,

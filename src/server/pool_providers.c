@@ -246,20 +246,8 @@ static void pool_failed(struct server *s, struct pool *p, bool scale_up,
 	kn_log(KN_LOG_ERROR, "pool %s: %s", p->spec.name, why);
 	kn_strlcpy(p->error, why, sizeof(p->error));
 	p->error_at = kn_now_ms();
-	{
-		struct kn_audit a;
-		struct kn_error err;
-
-		memset(&a, 0, sizeof(a));
-		a.actor = "system";
-		a.role = "admin";
-		a.action = scale_up ? "pool.scale_up" : "node.remove";
-		a.object = object;
-		a.outcome = "failed";
-		a.detail = (char *)why;
-		if (kn_store_audit_insert(core_store(s), &a, &err) < 0)
-			kn_log(KN_LOG_WARN, "auditing: %s", err.message);
-	}
+	core_audit(s, NULL, scale_up ? "pool.scale_up" : "node.remove", object,
+		   "failed", why);
 }
 
 static void op_failed(struct server *s, struct pool_op *op, const char *why)

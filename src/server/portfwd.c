@@ -415,7 +415,8 @@ static int check_caller(struct server *s, const struct caller *c,
 		core_audit(s, c, "job.port_forward", object, "denied",
 			   err->message);
 	}
-	kn_job_row_release(&j);
+	if (rc == 0)
+		kn_job_row_release(&j);
 	return rc;
 }
 

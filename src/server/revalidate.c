@@ -690,19 +690,6 @@ static json_t *reval_json(const struct reval *r)
 			 r->job_id ? json_integer(r->job_id) : json_null());
 }
 
-/* The alias a request body names, checked. */
-static const char *body_alias(json_t *body, struct kn_error *err)
-{
-	const char *alias = json_string_value(json_object_get(body, "alias"));
-
-	if (!kn_model_alias_ok(alias)) {
-		kn_errorf(err, KN_EINVAL, "alias",
-			  "alias must be a name that is not all digits");
-		return NULL;
-	}
-	return alias;
-}
-
 /*
  * POST /v1/models/{name}/revalidation: {"alias", "job" (spec text),
  * "filename", "every" ("6h"), "thresholds", "rollback"}. Sets or replaces
@@ -716,24 +703,15 @@ static void reval_h_put(struct server *s, struct kn_http_req *req,
 	struct kn_error err;
 	struct kn_audit a;
 	struct reval *r;
-	size_t len;
-	const char *text = kn_http_body(req, &len), *alias, *job, *every,
-		   *filename;
-	json_t *body = json_loadb(text, len, 0, NULL), *th;
+	const char *alias, *job, *every, *filename;
+	json_t *body, *th;
 	char object[160], *th_text = NULL;
 	int64_t every_ms = 0, v;
 
 	snprintf(object, sizeof(object), "model/%.140s", param);
-	if (!json_is_object(body)) {
-		kn_errorf(&err, KN_EINVAL, NULL, "body must be a JSON object");
-		goto fail;
-	}
-	if (!kn_model_name_ok(param)) {
-		kn_errorf(&err, KN_EINVAL, "name", "\"%s\" is not a model name",
-			  param);
-		goto fail;
-	}
-	if (!(alias = body_alias(body, &err)))
+	if (!(body = models_body_object(req, &err)) ||
+	    !models_name_checked(param, &err) ||
+	    !(alias = models_body_alias(body, &err)))
 		goto fail;
 	snprintf(object, sizeof(object), "model/%s@%s", param, alias);
 	if (kn_store_model_alias_get(core_store(s), param, alias, &v, &err) < 0)
@@ -781,8 +759,7 @@ static void reval_h_put(struct server *s, struct kn_http_req *req,
 					       reval_json(r)));
 	goto out;
 fail:
-	core_audit(s, c, "model.revalidate", object, "error", err.message);
-	kn_http_reply_error(req, &err);
+	models_fail(s, req, c, "model.revalidate", object, &err);
 out:
 	free(th_text);
 	json_decref(body);
@@ -807,17 +784,13 @@ static void reval_h_run(struct server *s, struct kn_http_req *req,
 {
 	struct kn_error err;
 	struct reval *r;
-	size_t len;
-	const char *text = kn_http_body(req, &len), *alias = NULL;
-	json_t *body = json_loadb(text, len, 0, NULL);
+	const char *alias;
+	json_t *body;
 	char object[160];
 
 	snprintf(object, sizeof(object), "model/%.140s", param);
-	if (!json_is_object(body)) {
-		kn_errorf(&err, KN_EINVAL, NULL, "body must be a JSON object");
-		goto fail;
-	}
-	if (!(alias = body_alias(body, &err)))
+	if (!(body = models_body_object(req, &err)) ||
+	    !(alias = models_body_alias(body, &err)))
 		goto fail;
 	snprintf(object, sizeof(object), "model/%.64s@%.64s", param, alias);
 	r = find(reval_state_of(s), param, alias);
@@ -846,8 +819,7 @@ static void reval_h_run(struct server *s, struct kn_http_req *req,
 	}
 	goto out;
 fail:
-	core_audit(s, c, "model.revalidate.run", object, "error", err.message);
-	kn_http_reply_error(req, &err);
+	models_fail(s, req, c, "model.revalidate.run", object, &err);
 out:
 	json_decref(body);
 }

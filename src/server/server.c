@@ -416,6 +416,27 @@ bool route_param_id(const char *param, int64_t *id)
 	return true;
 }
 
+bool route_id_or_reply(struct kn_http_req *req, const char *param,
+		       const char *what, int64_t *id)
+{
+	struct kn_error err;
+
+	if (route_param_id(param, id))
+		return true;
+	kn_errorf(&err, KN_EINVAL, "id", "not a %s id: \"%s\"", what, param);
+	kn_http_reply_error(req, &err);
+	return false;
+}
+
+void route_reply(struct kn_http_req *req, int status, json_t *o,
+		 const struct kn_error *err)
+{
+	if (o)
+		kn_http_reply_json(req, status, o);
+	else
+		kn_http_reply_error(req, err);
+}
+
 /* Register every service's job hooks, in table order. */
 static void services_hook(struct server *s)
 {

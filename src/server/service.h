@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "base/base.h"
 #include "server/caller.h"
 #include "server/jobhooks.h"
@@ -39,6 +41,15 @@ typedef void route_handler(struct server *s, struct kn_http_req *req,
  * its own refusal).
  */
 bool route_param_id(const char *param, int64_t *id);
+/*
+ * route_param_id for a handler: true with *id set, or false once a 400
+ * naming the field "id" and what ("job", "workflow run") is answered.
+ */
+bool route_id_or_reply(struct kn_http_req *req, const char *param,
+		       const char *what, int64_t *id);
+/* Answer o (taken) with status, or err when o is NULL. */
+void route_reply(struct kn_http_req *req, int status, json_t *o,
+		 const struct kn_error *err);
 
 /* One HTTP route: method, path pattern, least role, handler. */
 struct route {

@@ -206,17 +206,6 @@ static json_t *run_answer(struct server *s, int64_t id, struct kn_error *err)
 	return o;
 }
 
-static void reply_run(struct server *s, struct kn_http_req *req, int64_t id,
-		      int status)
-{
-	struct kn_error err;
-	json_t *o = run_answer(s, id, &err);
-
-	if (!o)
-		kn_http_reply_error(req, &err);
-	else
-		kn_http_reply_json(req, status, o);
-}
 
 static bool hex_text(const char *v, size_t min, size_t max)
 {
@@ -484,27 +473,15 @@ static void workflows_h_list(struct server *s, struct kn_http_req *req,
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "workflows", list));
 }
 
-static int parse_run_id(struct kn_http_req *req, const char *param,
-			int64_t *id)
-{
-	struct kn_error err;
-
-	if (route_param_id(param, id))
-		return 0;
-	kn_errorf(&err, KN_EINVAL, "id", "not a workflow run id: \"%s\"",
-		  param);
-	kn_http_reply_error(req, &err);
-	return -EINVAL;
-}
-
 static void workflows_h_get(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param)
 {
+	struct kn_error err;
 	int64_t id = 0;
 
 	(void)c;
-	if (parse_run_id(req, param, &id) == 0)
-		reply_run(s, req, id, 200);
+	if (route_id_or_reply(req, param, "workflow run", &id))
+		route_reply(req, 200, run_answer(s, id, &err), &err);
 }
 
 /*
@@ -518,7 +495,7 @@ static int load_for_change(struct server *s, struct kn_http_req *req,
 	struct kn_error err;
 	int64_t id = 0;
 
-	if (parse_run_id(req, param, &id) < 0)
+	if (!route_id_or_reply(req, param, "workflow run", &id))
 		return -1;
 	if (wf_run_load(s, id, r, &err) < 0) {
 		kn_http_reply_error(req, &err);
@@ -600,7 +577,7 @@ static void workflows_h_cancel(struct server *s, struct kn_http_req *req,
 			wf_publish(s, &r, i);
 	wf_publish(s, &r, r.n);
 	wf_run_release(&r);
-	reply_run(s, req, id, 200);
+	route_reply(req, 200, run_answer(s, id, &err), &err);
 	return;
 fail:
 	kn_http_reply_error(req, &err);
@@ -663,7 +640,7 @@ static void workflows_h_retry(struct server *s, struct kn_http_req *req,
 	wf_run_release(&r);
 	free(again);
 	wf_advance_logged(s, id);
-	reply_run(s, req, id, 200);
+	route_reply(req, 200, run_answer(s, id, &err), &err);
 	return;
 fail:
 	free(again);

@@ -53,6 +53,21 @@ def test_cpu_only_job_sees_no_gpu(server):
     assert env_line(server.logs(jid), "CUDA_VISIBLE_DEVICES") == ""
 
 
+def test_a_path_id_that_is_no_id_is_refused_naming_it(server):
+    # 20 digits overflow 64 bits: no id at all, not the largest one.
+    routes = ["GET /v1/jobs/{}", "POST /v1/jobs/{}/cancel",
+              "POST /v1/jobs/{}/evict", "GET /v1/jobs/{}/logs",
+              "GET /v1/workflows/{}", "POST /v1/workflows/{}/cancel"]
+    for route in routes:
+        method, path = route.split()
+        for bad in ("0", "-3", "12x", "99999999999999999999"):
+            r = server.request(method, path.format(bad))
+            assert r.status_code == 400, (route, bad, r.text)
+            err = r.json()["error"]
+            assert err["field"] == "id", (route, bad, err)
+            assert bad in err["message"], (route, bad, err)
+
+
 def test_too_big_job_stays_queued_with_reason(server):
     jid = server.submit(job_yaml("huge", ["/bin/true"], resources={"gpus": 8}))
     job = wait_for(lambda: (lambda j: j if j["reason"] else None)(server.job(jid)),
