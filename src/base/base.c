@@ -859,6 +859,38 @@ int kn_csv_columns(char **p, const char *path, const char *field,
 	return 0;
 }
 
+int kn_csv_read_columns(const char *path, size_t max, const char *field,
+			const char *const *wanted, int n, kn_csv_row_fn row,
+			void *arg, struct kn_error *err)
+{
+	char *text = NULL, *p, *fields[KN_CSV_FIELDS_MAX];
+	char *cells[KN_CSV_FIELDS_MAX];
+	int col[KN_CSV_FIELDS_MAX], nf, rc, line = 1;
+	size_t len;
+
+	if ((rc = kn_read_file(path, max, &text, &len)) < 0)
+		return kn_errorf(err, KN_EIO, field, "%s: %s", path,
+				 strerror(-rc));
+	p = text;
+	rc = kn_csv_columns(&p, path, field, wanted, n, col, err);
+	while (rc == 0 &&
+	       (nf = kn_csv_record(&p, fields, KN_CSV_FIELDS_MAX)) > 0) {
+		line++;
+		for (int w = 0; w < n && rc == 0; w++) {
+			if (nf <= col[w])
+				rc = kn_errorf(err, KN_EINVAL, field,
+					       "%s:%d: %d fields, too few",
+					       path, line, nf);
+			else
+				cells[w] = fields[col[w]];
+		}
+		if (rc == 0)
+			rc = row(arg, cells, line, err);
+	}
+	free(text);
+	return rc < 0 ? rc : 0;
+}
+
 void kn_csv_init(struct kn_csv *c, char *text, const char *path)
 {
 	memset(c, 0, sizeof(*c));

@@ -454,6 +454,22 @@ int kn_csv_columns(char **p, const char *path, const char *field,
 		   const char *const *wanted, int n, int *col,
 		   struct kn_error *err);
 
+/* A record's n wanted cells, in wanted's order, at line of its file:
+   0 to go on, 1 to stop reading, or an error (err filled). */
+typedef int (*kn_csv_row_fn)(void *arg, char **cells, int line,
+			     struct kn_error *err);
+/*
+ * Read the CSV file path (at most max bytes) whose header names each of
+ * the n (at most KN_CSV_FIELDS_MAX) wanted columns, and give each record
+ * after it to row. 0 at the end or once row says stop; else a negative
+ * errno with err naming field: "PATH: why" when it cannot be read, as
+ * kn_csv_columns for the header, "PATH:LINE: N fields, too few" for a
+ * record that ends before a wanted column, or what row returned.
+ */
+int kn_csv_read_columns(const char *path, size_t max, const char *field,
+			const char *const *wanted, int n, kn_csv_row_fn row,
+			void *arg, struct kn_error *err);
+
 /*
  * One text cell of a CSV that kiln writes, malloc'd: in double quotes
  * (with "" for a quote) when it holds a comma, quote, CR or LF, and

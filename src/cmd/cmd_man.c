@@ -224,12 +224,26 @@ static void print_words(FILE *f, const struct words *ws)
 		fprintf(f, "%s%s", i ? " " : "", ws->w[i]);
 }
 
-/* The flags and subcommands of every listed command, for each shell. */
-static void each_command(FILE *f, const char *case_fmt, const char *end)
+/* A summary inside zsh's single quotes (after the name and the colon
+   _describe splits at; later colons are the summary's). */
+static void zsh_quoted(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\'')
+			fputs("'\\''", f);
+		else
+			fputc(*s, f);
+	}
+}
+
+/* Both shells: a case that sets opts and subs to the flags and
+   subcommands of the command's word. */
+static void command_cases(FILE *f)
 {
 	size_t n;
 	const struct cli_command *cmds = cli_commands(&n);
 
+	fputs("    case $cmd in\n", f);
 	for (size_t i = 0; i < n; i++) {
 		struct words flags = {0}, verbs = {0};
 
@@ -237,14 +251,35 @@ static void each_command(FILE *f, const char *case_fmt, const char *end)
 			continue;
 		help_flags(cmds[i].help, &flags);
 		help_verbs(cmds[i].name, cmds[i].help, &verbs);
-		fprintf(f, case_fmt, cmds[i].name);
-		fputs("opts='", f);
+		fprintf(f, "        %s) opts='", cmds[i].name);
 		print_words(f, &flags);
 		fputs("'; subs='", f);
 		print_words(f, &verbs);
-		fprintf(f, "'%s", end);
+		fputs("' ;;\n", f);
 		free(flags.w);
 		free(verbs.w);
+	}
+	fputs("        *) opts=''; subs='' ;;\n"
+	      "    esac\n", f);
+}
+
+/* Each listed command's name: bash's word list ("ls submit ..."), or
+   with its summary, zsh's _describe entries, one a line. */
+static void command_names(FILE *f, bool summaries)
+{
+	size_t n;
+	const struct cli_command *cmds = cli_commands(&n);
+
+	for (size_t i = 0; i < n; i++) {
+		if (cmds[i].hidden)
+			continue;
+		if (!summaries) {
+			fprintf(f, "%s ", cmds[i].name);
+			continue;
+		}
+		fprintf(f, "        '%s:", cmds[i].name);
+		zsh_quoted(f, cmds[i].summary);
+		fputs("'\n", f);
 	}
 }
 
@@ -267,9 +302,6 @@ static void scan_for_command(FILE *f, int first, const char *limit,
 
 static void completion_bash(FILE *f)
 {
-	size_t n;
-	const struct cli_command *cmds = cli_commands(&n);
-
 	fputs("# bash completion for kiln (made by `kiln completion bash`)\n"
 	      "_kiln()\n{\n"
 	      "    local cur=${COMP_WORDS[COMP_CWORD]} cmd='' at=0 i\n"
@@ -277,17 +309,12 @@ static void completion_bash(FILE *f)
 	scan_for_command(f, 1, "COMP_CWORD", "COMP_WORDS");
 	fputs("    if [[ -z $cmd ]]; then\n"
 	      "        COMPREPLY=($(compgen -W '", f);
-	for (size_t i = 0; i < n; i++)
-		if (!cmds[i].hidden)
-			fprintf(f, "%s ", cmds[i].name);
+	command_names(f, false);
 	fprintf(f, "%s' -- \"$cur\"))\n"
 		   "        return\n"
-		   "    fi\n"
-		   "    case $cmd in\n", global_flags);
-	each_command(f, "        %s) ", " ;;\n");
-	fprintf(f, "        *) opts=''; subs='' ;;\n"
-		   "    esac\n"
-		   "    if [[ $cur == -* ]]; then\n"
+		   "    fi\n", global_flags);
+	command_cases(f);
+	fprintf(f, "    if [[ $cur == -* ]]; then\n"
 		   "        COMPREPLY=($(compgen -W \"$opts %s\" -- \"$cur\"))\n"
 		   "    elif [[ -n $subs && $COMP_CWORD -eq $((at + 1)) ]]; then\n"
 		   "        COMPREPLY=($(compgen -W \"$subs\" -- \"$cur\"))\n"
@@ -296,36 +323,15 @@ static void completion_bash(FILE *f)
 		   "complete -o default -F _kiln kiln\n", global_flags);
 }
 
-/* A summary inside zsh's single quotes (after the name and the colon
-   _describe splits at; later colons are the summary's). */
-static void zsh_quoted(FILE *f, const char *s)
-{
-	for (; *s; s++) {
-		if (*s == '\'')
-			fputs("'\\''", f);
-		else
-			fputc(*s, f);
-	}
-}
-
 static void completion_zsh(FILE *f)
 {
-	size_t n;
-	const struct cli_command *cmds = cli_commands(&n);
-
 	fputs("#compdef kiln\n"
 	      "# zsh completion for kiln (made by `kiln completion zsh`)\n"
 	      "_kiln() {\n"
 	      "    local -a commands\n"
 	      "    local cmd='' at=0 i opts subs\n"
 	      "    commands=(\n", f);
-	for (size_t i = 0; i < n; i++) {
-		if (cmds[i].hidden)
-			continue;
-		fprintf(f, "        '%s:", cmds[i].name);
-		zsh_quoted(f, cmds[i].summary);
-		fputs("'\n", f);
-	}
+	command_names(f, true);
 	fputs("    )\n", f);
 	scan_for_command(f, 2, "CURRENT", "words");
 	fprintf(f, "    if [[ -z $cmd ]]; then\n"
@@ -335,12 +341,9 @@ static void completion_zsh(FILE *f)
 		   "            _describe 'command' commands\n"
 		   "        fi\n"
 		   "        return\n"
-		   "    fi\n"
-		   "    case $cmd in\n", global_flags);
-	each_command(f, "        %s) ", " ;;\n");
-	fprintf(f, "        *) opts=''; subs='' ;;\n"
-		   "    esac\n"
-		   "    if [[ $PREFIX == -* ]]; then\n"
+		   "    fi\n", global_flags);
+	command_cases(f);
+	fprintf(f, "    if [[ $PREFIX == -* ]]; then\n"
 		   "        compadd -- ${=opts} %s\n"
 		   "    elif [[ -n $subs && $CURRENT -eq $((at + 1)) ]]; then\n"
 		   "        compadd -- ${=subs}\n"

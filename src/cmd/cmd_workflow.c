@@ -12,14 +12,9 @@
  * the server may restart meanwhile.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
 
 #include "base/base.h"
 #include "cmd/cli.h"
@@ -27,61 +22,6 @@
 #include "cmd/watch.h"
 #include "spec/spec.h"
 #include "ckpt/ckpt.h"
-
-/* `git rev-parse HEAD` prints one revision: 40 or 64 hex digits. */
-#define REVISION_MAX 64
-
-/*
- * The git revision checked out in dir, or NULL when dir is no repository
- * (or git is missing): `git -C DIR rev-parse HEAD`, its errors dropped.
- */
-static char *git_revision(const char *dir)
-{
-	char buf[REVISION_MAX + 2];
-	size_t got = 0;
-	int fds[2], status = 0;
-	pid_t pid;
-	ssize_t n;
-
-	if (pipe(fds) < 0)
-		return NULL;
-	pid = fork();
-	if (pid < 0) {
-		close(fds[0]);
-		close(fds[1]);
-		return NULL;
-	}
-	if (pid == 0) {
-		int null_fd = open("/dev/null", O_RDWR);
-
-		dup2(fds[1], STDOUT_FILENO);
-		if (null_fd >= 0) {
-			dup2(null_fd, STDERR_FILENO);
-			dup2(null_fd, STDIN_FILENO);
-		}
-		close(fds[0]);
-		close(fds[1]);
-		execlp("git", "git", "-C", dir, "rev-parse", "HEAD",
-		       (char *)NULL);
-		_exit(127);
-	}
-	close(fds[1]);
-	while (got < sizeof(buf) - 1 &&
-	       ((n = read(fds[0], buf + got, sizeof(buf) - 1 - got)) > 0 ||
-		(n < 0 && errno == EINTR)))
-		if (n > 0)
-			got += (size_t)n;
-	close(fds[0]);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		return NULL;
-	buf[got] = '\0';
-	buf[strcspn(buf, "\r\n")] = '\0';
-	if (strlen(buf) < 7 || strspn(buf, "0123456789abcdef") != strlen(buf))
-		return NULL;
-	return kn_xstrdup(buf);
-}
 
 /* "dir" of "dir/w.yaml"; "." without a slash. Malloc'd. */
 static char *dir_of(const char *path)
@@ -107,7 +47,9 @@ static int build_request(const struct cli_ctx *ctx, const char *file,
 {
 	struct kn_workflow_spec *w = NULL;
 	struct kn_error err = {0};
-	char *dir = NULL, *abs = NULL, *revision = NULL, digest[65];
+	char *dir = NULL, *abs = NULL, digest[65];
+	char revision[KN_SHA256_HEX + 1];
+	bool has_revision;
 	json_t *files = json_object();
 	int rc = CLI_GO;
 
@@ -141,17 +83,17 @@ static int build_request(const struct cli_ctx *ctx, const char *file,
 		free(path);
 	}
 	kn_sha256_hex(text, len, digest);
-	revision = git_revision(dir);
+	/* As the server reads a job's: from the repository's files. */
+	has_revision = kn_git_revision(dir, revision) == 0;
 	if (strcmp(file, "-") != 0)
 		abs = realpath(file, NULL);
 	*out = json_pack("{s:s%, s:s, s:O, s:s, s:o, s:o}", "spec", text, len,
 			 "filename", name, "files", files, "digest", digest,
 			 "revision",
-			 revision ? json_string(revision) : json_null(),
+			 has_revision ? json_string(revision) : json_null(),
 			 "path", abs ? json_string(abs) : json_null());
 out:
 	free(abs);
-	free(revision);
 	free(dir);
 	json_decref(files);
 	kn_workflow_spec_free(w);

@@ -66,39 +66,24 @@ static int parse_name(const char *name, const char *const *names, int n,
 			 field, field, name, choices);
 }
 
-int kn_coll_type_parse(const char *name, enum kn_coll_type *out,
-		       struct kn_error *err)
-{
-	int i = parse_name(name, type_names, KN_COLL_N_TYPES, "datatype", err);
+/* kn_coll_X_parse: the value of enum type whose name (in names, n of
+   them) is name; errors name field. */
+#define NAME_PARSER(fn, type, names, n, field)                               \
+	int fn(const char *name, type *out, struct kn_error *err)             \
+	{                                                                     \
+		int i = parse_name(name, names, n, field, err);               \
+                                                                              \
+		if (i < 0)                                                    \
+			return i;                                             \
+		*out = (type)i;                                               \
+		return 0;                                                     \
+	}
 
-	if (i < 0)
-		return i;
-	*out = (enum kn_coll_type)i;
-	return 0;
-}
-
-int kn_coll_op_parse(const char *name, enum kn_coll_op *out,
-		     struct kn_error *err)
-{
-	int i = parse_name(name, op_names, KN_COLL_N_OPS, "op", err);
-
-	if (i < 0)
-		return i;
-	*out = (enum kn_coll_op)i;
-	return 0;
-}
-
-int kn_coll_kind_parse(const char *name, enum kn_coll_kind *out,
-		       struct kn_error *err)
-{
-	int i = parse_name(name, kind_names, KN_COLL_N_KINDS, "collective",
-			   err);
-
-	if (i < 0)
-		return i;
-	*out = (enum kn_coll_kind)i;
-	return 0;
-}
+NAME_PARSER(kn_coll_type_parse, enum kn_coll_type, type_names,
+	    KN_COLL_N_TYPES, "datatype")
+NAME_PARSER(kn_coll_op_parse, enum kn_coll_op, op_names, KN_COLL_N_OPS, "op")
+NAME_PARSER(kn_coll_kind_parse, enum kn_coll_kind, kind_names,
+	    KN_COLL_N_KINDS, "collective")
 
 bool kn_coll_kind_reduces(enum kn_coll_kind kind)
 {
@@ -323,24 +308,28 @@ void kn_coll_mem_free(struct kn_coll_comm *c, void *p, size_t bytes)
 		kn_coll_host_free(p, bytes);
 }
 
+/* The backend's copy to the device (to_device) or from it; host memory
+   where the backend has no device memory of its own. */
+static int mem_copy(struct kn_coll_comm *c, void *dst, const void *src,
+		    size_t bytes, bool to_device, struct kn_error *err)
+{
+	if (c->world->backend->mem_copy)
+		return c->world->backend->mem_copy(c, dst, src, bytes,
+						   to_device, err);
+	memmove(dst, src, bytes);
+	return 0;
+}
+
 int kn_coll_mem_write(struct kn_coll_comm *c, void *dst, const void *src,
 		      size_t bytes, struct kn_error *err)
 {
-	if (c->world->backend->mem_copy)
-		return c->world->backend->mem_copy(c, dst, src, bytes, true,
-						   err);
-	memmove(dst, src, bytes);
-	return 0;
+	return mem_copy(c, dst, src, bytes, true, err);
 }
 
 int kn_coll_mem_read(struct kn_coll_comm *c, void *dst, const void *src,
 		     size_t bytes, struct kn_error *err)
 {
-	if (c->world->backend->mem_copy)
-		return c->world->backend->mem_copy(c, dst, src, bytes, false,
-						   err);
-	memmove(dst, src, bytes);
-	return 0;
+	return mem_copy(c, dst, src, bytes, false, err);
 }
 
 int kn_coll_sync(struct kn_coll_comm *c, struct kn_error *err)

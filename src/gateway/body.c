@@ -284,18 +284,46 @@ static int scan_literal(struct scan *sc, const char *word, size_t n)
 
 static int scan_value(struct scan *sc, int depth);
 
+/* Past the '{' or '[' at sc->p: true, and past close too, when nothing
+   stands between them. */
+static bool scan_open(struct scan *sc, char close)
+{
+	sc->p++;
+	skip_space(sc);
+	if (sc->p < sc->end && *sc->p == close) {
+		sc->p++;
+		return true;
+	}
+	return false;
+}
+
+/* After a member or an element: 1 past a ',' (another one follows), 0
+   past close (the object or array ended), else -1 as fail says. */
+static int scan_next(struct scan *sc, char close)
+{
+	skip_space(sc);
+	if (sc->p < sc->end && *sc->p == ',') {
+		sc->p++;
+		skip_space(sc);
+		return 1;
+	}
+	if (sc->p < sc->end && *sc->p == close) {
+		sc->p++;
+		return 0;
+	}
+	return fail(sc, sc->p, close == '}' ? "',' or '}' expected"
+					    : "',' or ']' expected");
+}
+
 /* The object at sc->p ('{'); at depth 1, its "model" and "stream" are read. */
 static int scan_object(struct scan *sc, int depth)
 {
 	struct kn_gw_body *o = sc->out;
 	bool top = depth == 1;
+	int rc;
 
-	sc->p++;
-	skip_space(sc);
-	if (sc->p < sc->end && *sc->p == '}') {
-		sc->p++;
+	if (scan_open(sc, '}'))
 		return 0;
-	}
 	for (;;) {
 		char key[KEY_MAX];
 		size_t key_len = 0;
@@ -331,43 +359,24 @@ static int scan_object(struct scan *sc, int depth)
 				o->stream = sc->p - value == 4 &&
 					    !memcmp(value, "true", 4);
 		}
-		skip_space(sc);
-		if (sc->p < sc->end && *sc->p == ',') {
-			sc->p++;
-			skip_space(sc);
-			continue;
-		}
-		if (sc->p < sc->end && *sc->p == '}') {
-			sc->p++;
-			return 0;
-		}
-		return fail(sc, sc->p, "',' or '}' expected");
+		rc = scan_next(sc, '}');
+		if (rc <= 0)
+			return rc;
 	}
 }
 
 static int scan_array(struct scan *sc, int depth)
 {
-	sc->p++;
-	skip_space(sc);
-	if (sc->p < sc->end && *sc->p == ']') {
-		sc->p++;
+	int rc;
+
+	if (scan_open(sc, ']'))
 		return 0;
-	}
-	for (;;) {
+	do {
 		if (scan_value(sc, depth + 1) < 0)
 			return -1;
-		skip_space(sc);
-		if (sc->p < sc->end && *sc->p == ',') {
-			sc->p++;
-			skip_space(sc);
-			continue;
-		}
-		if (sc->p < sc->end && *sc->p == ']') {
-			sc->p++;
-			return 0;
-		}
-		return fail(sc, sc->p, "',' or ']' expected");
-	}
+		rc = scan_next(sc, ']');
+	} while (rc > 0);
+	return rc;
 }
 
 /* The value at sc->p (no white space before it), at depth (top: 1). */

@@ -32,6 +32,7 @@ struct latency {
 	uint64_t count;
 };
 
+/* A deployment's or a key's row starts with its name (struct rows). */
 struct dep_metrics {
 	char name[KN_GW_NAME_MAX];
 	int codes[STATUS_SLOTS];
@@ -81,12 +82,25 @@ static void latency_write(struct kn_buf *out, const char *name,
 		      (unsigned long long)l->count);
 }
 
+_Static_assert(offsetof(struct dep_metrics, name) == 0 &&
+		       offsetof(struct key_metrics, name) == 0,
+	       "a row starts with its name");
+
+/*
+ * The rows of one kind, deployments or keys: up to max of size bytes
+ * each, in the order first seen. Samples name a row by label="name".
+ */
+struct rows {
+	char *at;
+	size_t n, alloc;
+	size_t size, max;
+	const char *label;
+	size_t latency; /* where a row's struct latency is */
+};
+
 struct gw_metrics {
 	pthread_mutex_t lock;
-	struct dep_metrics *deps;
-	size_t n, alloc;
-	struct key_metrics *keys;
-	size_t n_keys, alloc_keys;
+	struct rows deps, keys;
 	uint64_t dropped; /* observations past DEPLOYMENTS_MAX or KEYS_MAX */
 };
 
@@ -95,6 +109,18 @@ struct gw_metrics *gw_metrics_new(void)
 	struct gw_metrics *m = kn_xcalloc(1, sizeof(*m));
 
 	pthread_mutex_init(&m->lock, NULL);
+	m->deps = (struct rows){
+		.size = sizeof(struct dep_metrics),
+		.max = DEPLOYMENTS_MAX,
+		.label = "deployment",
+		.latency = offsetof(struct dep_metrics, latency),
+	};
+	m->keys = (struct rows){
+		.size = sizeof(struct key_metrics),
+		.max = KEYS_MAX,
+		.label = "key",
+		.latency = offsetof(struct key_metrics, latency),
+	};
 	return m;
 }
 
@@ -103,42 +129,35 @@ void gw_metrics_free(struct gw_metrics *m)
 	if (!m)
 		return;
 	pthread_mutex_destroy(&m->lock);
-	free(m->deps);
-	free(m->keys);
+	free(m->deps.at);
+	free(m->keys.at);
 	free(m);
 }
 
-static struct dep_metrics *dep_for(struct gw_metrics *m, const char *name)
+static void *row_at(const struct rows *r, size_t i)
 {
-	for (size_t i = 0; i < m->n; i++)
-		if (!strcmp(m->deps[i].name, name))
-			return &m->deps[i];
-	if (m->n == DEPLOYMENTS_MAX)
-		return NULL;
-	if (m->n == m->alloc) {
-		m->alloc = m->alloc ? m->alloc * 2 : 8;
-		m->deps = kn_xrealloc(m->deps, m->alloc * sizeof(*m->deps));
-	}
-	memset(&m->deps[m->n], 0, sizeof(m->deps[m->n]));
-	kn_strlcpy(m->deps[m->n].name, name, sizeof(m->deps[m->n].name));
-	return &m->deps[m->n++];
+	return r->at + i * r->size;
 }
 
-static struct key_metrics *key_for(struct gw_metrics *m, const char *name)
+/* The row called name, a new zeroed one if none is; NULL when r holds
+   its max already. */
+static void *row_for(struct rows *r, const char *name)
 {
-	for (size_t i = 0; i < m->n_keys; i++)
-		if (!strcmp(m->keys[i].name, name))
-			return &m->keys[i];
-	if (m->n_keys == KEYS_MAX)
+	char *row;
+
+	for (size_t i = 0; i < r->n; i++)
+		if (!strcmp(row_at(r, i), name))
+			return row_at(r, i);
+	if (r->n == r->max)
 		return NULL;
-	if (m->n_keys == m->alloc_keys) {
-		m->alloc_keys = m->alloc_keys ? m->alloc_keys * 2 : 8;
-		m->keys = kn_xrealloc(m->keys,
-				      m->alloc_keys * sizeof(*m->keys));
+	if (r->n == r->alloc) {
+		r->alloc = r->alloc ? r->alloc * 2 : 8;
+		r->at = kn_xrealloc(r->at, r->alloc * r->size);
 	}
-	memset(&m->keys[m->n_keys], 0, sizeof(m->keys[m->n_keys]));
-	kn_strlcpy(m->keys[m->n_keys].name, name, sizeof(m->keys[0].name));
-	return &m->keys[m->n_keys++];
+	row = row_at(r, r->n++);
+	memset(row, 0, r->size);
+	kn_strlcpy(row, name, KN_GW_NAME_MAX);
+	return row;
 }
 
 /* The key's share of o; the lock is held. A request without a key is
@@ -149,7 +168,7 @@ static void observe_key(struct gw_metrics *m, const struct gw_observation *o)
 
 	if (!o->key || !o->key[0])
 		return;
-	if (!(k = key_for(m, o->key))) {
+	if (!(k = row_for(&m->keys, o->key))) {
 		m->dropped++;
 		return;
 	}
@@ -168,7 +187,7 @@ void gw_metrics_breaker_opened(struct gw_metrics *m, const char *deployment)
 	struct dep_metrics *d;
 
 	pthread_mutex_lock(&m->lock);
-	if ((d = dep_for(m, deployment)))
+	if ((d = row_for(&m->deps, deployment)))
 		d->breaker_opens++;
 	else
 		m->dropped++;
@@ -182,7 +201,7 @@ void gw_metrics_observe(struct gw_metrics *m, const struct gw_observation *o)
 
 	pthread_mutex_lock(&m->lock);
 	observe_key(m, o);
-	d = dep_for(m, o->deployment);
+	d = row_for(&m->deps, o->deployment);
 	if (!d) {
 		m->dropped++;
 		goto out;
@@ -214,56 +233,87 @@ static void counter(struct kn_buf *out, const char *name, const char *help)
 		      name);
 }
 
-/* The per-key families; the lock is held. */
-static void write_keys(const struct gw_metrics *m, struct kn_buf *out)
-{
-	kn_buf_printf(out, "# HELP kiln_gateway_key_request_duration_seconds "
-			   "Time from a key's request to the end of the "
-			   "answer.\n"
-			   "# TYPE kiln_gateway_key_request_duration_seconds "
-			   "histogram\n");
-	for (size_t i = 0; i < m->n_keys; i++)
-		latency_write(out, "kiln_gateway_key_request_duration_seconds",
-			      "key", m->keys[i].name, &m->keys[i].latency);
-	static const struct {
-		const char *name, *help;
-		size_t offset;
-	} totals[] = {
-		{"kiln_gateway_key_requests_total",
-		 "Requests made with the key.",
-		 offsetof(struct key_metrics, requests)},
-		{"kiln_gateway_key_tokens_total",
-		 "Tokens reported in the answers to the key's requests.",
-		 offsetof(struct key_metrics, tokens)},
-		{"kiln_gateway_key_rate_limited_total",
-		 "The key's requests refused with 429.",
-		 offsetof(struct key_metrics, rate_limited)},
-		{"kiln_gateway_key_fallbacks_total",
-		 "The key's requests served by a fallback deployment.",
-		 offsetof(struct key_metrics, fallbacks)},
-	};
+/* A counter family of a kind of row: its name, its help, and where a
+   row's count is. */
+struct counter_family {
+	const char *name, *help;
+	size_t offset;
+};
 
-	for (size_t j = 0; j < sizeof(totals) / sizeof(totals[0]); j++) {
-		counter(out, totals[j].name, totals[j].help);
-		for (size_t i = 0; i < m->n_keys; i++)
-			kn_buf_printf(out, "%s{key=\"%s\"} %llu\n",
-				      totals[j].name, m->keys[i].name,
-				      *(const unsigned long long
-						*)((const char *)&m->keys[i] +
-						   totals[j].offset));
+static const struct counter_family DEPLOYMENT_COUNTERS[] = {
+	{"kiln_gateway_tokens_total", "Tokens reported in answers' usage.",
+	 offsetof(struct dep_metrics, tokens)},
+	{"kiln_gateway_rate_limited_total", "Requests refused with 429.",
+	 offsetof(struct dep_metrics, rate_limited)},
+	{"kiln_gateway_fallbacks_total",
+	 "Requests served by the fallback deployment.",
+	 offsetof(struct dep_metrics, fallbacks)},
+	{"kiln_gateway_upstream_errors_total",
+	 "Upstream connections or answers that failed.",
+	 offsetof(struct dep_metrics, upstream_errors)},
+	{"kiln_gateway_breaker_opens_total",
+	 "Times a replica's circuit breaker opened (or opened again after a "
+	 "failed trial) on a call for the deployment.",
+	 offsetof(struct dep_metrics, breaker_opens)},
+	{NULL, NULL, 0},
+};
+
+static const struct counter_family KEY_COUNTERS[] = {
+	{"kiln_gateway_key_requests_total", "Requests made with the key.",
+	 offsetof(struct key_metrics, requests)},
+	{"kiln_gateway_key_tokens_total",
+	 "Tokens reported in the answers to the key's requests.",
+	 offsetof(struct key_metrics, tokens)},
+	{"kiln_gateway_key_rate_limited_total",
+	 "The key's requests refused with 429.",
+	 offsetof(struct key_metrics, rate_limited)},
+	{"kiln_gateway_key_fallbacks_total",
+	 "The key's requests served by a fallback deployment.",
+	 offsetof(struct key_metrics, fallbacks)},
+	{NULL, NULL, 0},
+};
+
+/* The histogram family name of r's rows; the lock is held. */
+static void histogram_write(struct kn_buf *out, const struct rows *r,
+			    const char *name, const char *help)
+{
+	kn_buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help,
+		      name);
+	for (size_t i = 0; i < r->n; i++) {
+		const char *row = row_at(r, i);
+
+		latency_write(out, name, r->label, row,
+			      (const struct latency *)(row + r->latency));
+	}
+}
+
+/* Each counter family of r's rows (families ends with a NULL name); the
+   lock is held. */
+static void counters_write(struct kn_buf *out, const struct rows *r,
+			   const struct counter_family *families)
+{
+	for (const struct counter_family *f = families; f->name; f++) {
+		counter(out, f->name, f->help);
+		for (size_t i = 0; i < r->n; i++) {
+			const char *row = row_at(r, i);
+			uint64_t count;
+
+			memcpy(&count, row + f->offset, sizeof(count));
+			kn_buf_printf(out, "%s{%s=\"%s\"} %llu\n", f->name,
+				      r->label, row, (unsigned long long)count);
+		}
 	}
 }
 
 void gw_metrics_write(struct gw_metrics *m, struct kn_buf *out)
 {
-	size_t i, j;
-
 	pthread_mutex_lock(&m->lock);
 	counter(out, "kiln_gateway_requests_total",
 		"Requests answered, by deployment and HTTP status.");
-	for (i = 0; i < m->n; i++) {
-		const struct dep_metrics *d = &m->deps[i];
-		for (j = 0; j < d->n_codes; j++)
+	for (size_t i = 0; i < m->deps.n; i++) {
+		const struct dep_metrics *d = row_at(&m->deps, i);
+
+		for (size_t j = 0; j < d->n_codes; j++)
 			kn_buf_printf(out,
 				      "kiln_gateway_requests_total{deployment="
 				      "\"%s\",code=\"%d\"} %llu\n",
@@ -276,49 +326,13 @@ void gw_metrics_write(struct gw_metrics *m, struct kn_buf *out)
 				      d->name,
 				      (unsigned long long)d->other_codes);
 	}
-	kn_buf_printf(out, "# HELP kiln_gateway_request_duration_seconds "
-			   "Time from request to the end of the answer.\n"
-			   "# TYPE kiln_gateway_request_duration_seconds "
-			   "histogram\n");
-	for (i = 0; i < m->n; i++)
-		latency_write(out, "kiln_gateway_request_duration_seconds",
-			      "deployment", m->deps[i].name,
-			      &m->deps[i].latency);
-	{
-		static const struct {
-			const char *name, *help;
-			size_t offset;
-		} totals[] = {
-			{"kiln_gateway_tokens_total",
-			 "Tokens reported in answers' usage.",
-			 offsetof(struct dep_metrics, tokens)},
-			{"kiln_gateway_rate_limited_total",
-			 "Requests refused with 429.",
-			 offsetof(struct dep_metrics, rate_limited)},
-			{"kiln_gateway_fallbacks_total",
-			 "Requests served by the fallback deployment.",
-			 offsetof(struct dep_metrics, fallbacks)},
-			{"kiln_gateway_upstream_errors_total",
-			 "Upstream connections or answers that failed.",
-			 offsetof(struct dep_metrics, upstream_errors)},
-			{"kiln_gateway_breaker_opens_total",
-			 "Times a replica's circuit breaker opened (or opened "
-			 "again after a failed trial) on a call for the "
-			 "deployment.",
-			 offsetof(struct dep_metrics, breaker_opens)},
-		};
-		for (j = 0; j < sizeof(totals) / sizeof(totals[0]); j++) {
-			counter(out, totals[j].name, totals[j].help);
-			for (i = 0; i < m->n; i++)
-				kn_buf_printf(
-					out, "%s{deployment=\"%s\"} %llu\n",
-					totals[j].name, m->deps[i].name,
-					*(const unsigned long long
-						  *)((const char *)&m->deps[i] +
-						     totals[j].offset));
-		}
-	}
-	write_keys(m, out);
+	histogram_write(out, &m->deps, "kiln_gateway_request_duration_seconds",
+			"Time from request to the end of the answer.");
+	counters_write(out, &m->deps, DEPLOYMENT_COUNTERS);
+	histogram_write(out, &m->keys,
+			"kiln_gateway_key_request_duration_seconds",
+			"Time from a key's request to the end of the answer.");
+	counters_write(out, &m->keys, KEY_COUNTERS);
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -354,9 +368,12 @@ json_t *gw_metrics_report(struct gw_metrics *m)
 
 	pthread_mutex_lock(&m->lock);
 	/* Requests that named no deployment we know are no deployment's. */
-	for (size_t i = 0; i < m->n; i++)
-		if (m->deps[i].name[0])
-			json_array_append_new(deps, dep_report(&m->deps[i]));
+	for (size_t i = 0; i < m->deps.n; i++) {
+		const struct dep_metrics *d = row_at(&m->deps, i);
+
+		if (d->name[0])
+			json_array_append_new(deps, dep_report(d));
+	}
 	pthread_mutex_unlock(&m->lock);
 	return json_pack("{s:o}", "deployments", deps);
 }

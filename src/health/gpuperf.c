@@ -46,7 +46,6 @@ enum {
 };
 
 #define PERF_FILE_MAX (256 * 1024)
-#define PERF_FIELDS_MAX 16
 /* cudaDeviceProp only grows between CUDA versions (about 1 KiB in 12);
    only its first member, char name[256], is read, into a buffer larger
    than any version's struct. */
@@ -196,65 +195,59 @@ static int parse_figure(const char *s, double *out)
 	return *end || !(*out > 0) || !isfinite(*out) ? -1 : 0;
 }
 
+/* The table's columns, in the order perf_row's cells come. */
+static const char *const perf_columns[] = {"model", "mem_bandwidth_gbs",
+					   "tensor_tflops"};
+
+/* kn_gpu_perf_load's table as it grows. */
+struct perf_read {
+	const char *path;
+	struct kn_gpu_perf_table *out;
+	size_t cap;
+};
+
+/* A row: model, mem_bandwidth_gbs, tensor_tflops. */
+static int perf_row(void *arg, char **cells, int line, struct kn_error *err)
+{
+	struct perf_read *t = arg;
+	struct kn_gpu_perf_row *r;
+
+	if (t->out->n == t->cap) {
+		t->cap = t->cap ? t->cap * 2 : 16;
+		t->out->rows = kn_xrealloc(t->out->rows, t->cap * sizeof(*r));
+	}
+	r = &t->out->rows[t->out->n];
+	memset(r, 0, sizeof(*r));
+	if (!cells[0][0] ||
+	    kn_strlcpy(r->model, cells[0], sizeof(r->model)) >= sizeof(r->model))
+		return kn_errorf(err, KN_EINVAL, "perf",
+				 "%s:%d: model is empty or too long", t->path,
+				 line);
+	for (int w = 1; w < 3; w++) {
+		double *dst = w == 1 ? &r->mem_bandwidth_gbs : &r->tensor_tflops;
+
+		if (parse_figure(cells[w], dst) < 0)
+			return kn_errorf(err, KN_EINVAL, "perf",
+					 "%s:%d: %s \"%s\" is not a positive "
+					 "number or blank",
+					 t->path, line, perf_columns[w],
+					 cells[w]);
+	}
+	t->out->n++;
+	return 0;
+}
+
 int kn_gpu_perf_load(const char *path, struct kn_gpu_perf_table *out,
 		     struct kn_error *err)
 {
-	static const char *const wanted[] = {"model", "mem_bandwidth_gbs",
-					     "tensor_tflops"};
-	char *text = NULL, *p, *fields[PERF_FIELDS_MAX];
-	int col[3], n, rc, line = 1;
-	size_t len, cap = 0;
+	struct perf_read t = {.path = path, .out = out};
+	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = kn_read_file(path, PERF_FILE_MAX, &text, &len)) < 0)
-		return kn_errorf(err, KN_EIO, "perf", "%s: %s", path,
-				 strerror(-rc));
-	p = text;
-	rc = kn_csv_columns(&p, path, "perf", wanted, 3, col, err);
-	if (rc < 0)
-		goto out;
-	while ((n = kn_csv_record(&p, fields, PERF_FIELDS_MAX)) > 0) {
-		struct kn_gpu_perf_row *r;
-
-		line++;
-		if (n <= col[0] || n <= col[1] || n <= col[2]) {
-			rc = kn_errorf(err, KN_EINVAL, "perf",
-				       "%s:%d: %d fields, too few", path, line, n);
-			goto out;
-		}
-		if (out->n == cap) {
-			cap = cap ? cap * 2 : 16;
-			out->rows = kn_xrealloc(out->rows, cap * sizeof(*r));
-		}
-		r = &out->rows[out->n];
-		memset(r, 0, sizeof(*r));
-		if (!fields[col[0]][0] ||
-		    kn_strlcpy(r->model, fields[col[0]], sizeof(r->model)) >=
-			    sizeof(r->model)) {
-			rc = kn_errorf(err, KN_EINVAL, "perf",
-				       "%s:%d: model is empty or too long", path,
-				       line);
-			goto out;
-		}
-		for (int w = 1; w < 3; w++) {
-			double *dst = w == 1 ? &r->mem_bandwidth_gbs
-					     : &r->tensor_tflops;
-			if (parse_figure(fields[col[w]], dst) < 0) {
-				rc = kn_errorf(err, KN_EINVAL, "perf",
-					       "%s:%d: %s \"%s\" is not a "
-					       "positive number or blank",
-					       path, line, wanted[w],
-					       fields[col[w]]);
-				goto out;
-			}
-		}
-		out->n++;
-	}
-	rc = 0;
-out:
+	rc = kn_csv_read_columns(path, PERF_FILE_MAX, "perf", perf_columns, 3,
+				 perf_row, &t, err);
 	if (rc < 0)
 		kn_gpu_perf_table_release(out);
-	free(text);
 	return rc;
 }
 

@@ -28,7 +28,6 @@
 /* A catalogue is tens of rows; the kernel ring buffer is at most a few MiB. */
 #define SKU_FILE_MAX (1024 * 1024)
 #define KLOG_MAX (8 * 1024 * 1024)
-#define SKU_FIELDS_MAX 64
 
 const char *kn_check_status_name(enum kn_check_status s)
 {
@@ -39,76 +38,71 @@ const char *kn_check_status_name(enum kn_check_status s)
  * The five columns these checks need, for one size. src/cost/catalog.c
  * reads every column of the same file for `kiln advise`; the two are
  * siblings and may not call each other, so each interprets its columns
- * and both split records with base's kn_csv_record. */
+ * and both split records with base's CSV reader. */
+
+/* kn_sku_load's search: the size asked, and the closest name seen. */
+struct sku_search {
+	const char *path, *size;
+	struct kn_sku *out;
+	bool found;
+	char best[64];
+	int best_d;
+};
+
+/* A catalogue row: size, gpu_model, gpu_count, ram_gib, ib_bandwidth. */
+static int sku_row(void *arg, char **cells, int line, struct kn_error *err)
+{
+	struct sku_search *q = arg;
+	struct kn_sku s;
+	int d;
+
+	if (strcasecmp(cells[0], q->size) != 0) {
+		d = kn_levenshtein(cells[0], q->size);
+		if (d < q->best_d) {
+			q->best_d = d;
+			kn_strlcpy(q->best, cells[0], sizeof(q->best));
+		}
+		return 0;
+	}
+	memset(&s, 0, sizeof(s));
+	kn_strlcpy(s.size, cells[0], sizeof(s.size));
+	kn_strlcpy(s.gpu_model, cells[1], sizeof(s.gpu_model));
+	s.gpu_count = atoi(cells[2]);
+	if (strchr(cells[2], '/'))
+		s.gpu_count = 1; /* a vGPU share shows as one device */
+	s.ram_gib = strtod(cells[3], NULL);
+	if (sscanf(cells[4], "%d x %lf", &s.ib_ports, &s.ib_gbps) != 2) {
+		s.ib_ports = 0;
+		s.ib_gbps = 0;
+	}
+	if (s.gpu_count < 1 || s.ram_gib <= 0)
+		return kn_errorf(err, KN_EINVAL, "sku",
+				 "%s:%d: gpu_count or ram_gib is not a "
+				 "positive number", q->path, line);
+	*q->out = s;
+	q->found = true;
+	return 1;
+}
 
 int kn_sku_load(const char *path, const char *size, struct kn_sku *out,
 		struct kn_error *err)
 {
 	static const char *const wanted[] = {"size", "gpu_model", "gpu_count",
 					     "ram_gib", "ib_bandwidth"};
-	char *text = NULL, *p, *fields[SKU_FIELDS_MAX], best[64] = "";
-	int col[5], n, rc, line = 1, best_d = 1 << 30;
-	size_t len;
+	struct sku_search q = {
+		.path = path, .size = size, .out = out, .best_d = 1 << 30,
+	};
+	int rc = kn_csv_read_columns(path, SKU_FILE_MAX, "sku", wanted, 5,
+				     sku_row, &q, err);
 
-	if ((rc = kn_read_file(path, SKU_FILE_MAX, &text, &len)) < 0)
-		return kn_errorf(err, KN_EIO, "sku", "%s: %s", path,
-				 strerror(-rc));
-	p = text;
-	rc = kn_csv_columns(&p, path, "sku", wanted, 5, col, err);
-	if (rc < 0)
-		goto out;
-	while ((n = kn_csv_record(&p, fields, SKU_FIELDS_MAX)) > 0) {
-		struct kn_sku s;
-		const char *ib;
-		int d;
-
-		line++;
-		if (n <= col[0] || n <= col[1] || n <= col[2] ||
-		    n <= col[3] || n <= col[4]) {
-			rc = kn_errorf(err, KN_EINVAL, "sku",
-				       "%s:%d: %d fields, too few", path, line, n);
-			goto out;
-		}
-		if (strcasecmp(fields[col[0]], size) != 0) {
-			d = kn_levenshtein(fields[col[0]], size);
-			if (d < best_d) {
-				best_d = d;
-				kn_strlcpy(best, fields[col[0]], sizeof(best));
-			}
-			continue;
-		}
-		memset(&s, 0, sizeof(s));
-		kn_strlcpy(s.size, fields[col[0]], sizeof(s.size));
-		kn_strlcpy(s.gpu_model, fields[col[1]], sizeof(s.gpu_model));
-		s.gpu_count = atoi(fields[col[2]]);
-		if (strchr(fields[col[2]], '/'))
-			s.gpu_count = 1; /* a vGPU share shows as one device */
-		s.ram_gib = strtod(fields[col[3]], NULL);
-		ib = fields[col[4]];
-		if (sscanf(ib, "%d x %lf", &s.ib_ports, &s.ib_gbps) != 2) {
-			s.ib_ports = 0;
-			s.ib_gbps = 0;
-		}
-		if (s.gpu_count < 1 || s.ram_gib <= 0) {
-			rc = kn_errorf(err, KN_EINVAL, "sku",
-				       "%s:%d: gpu_count or ram_gib is not a "
-				       "positive number", path, line);
-			goto out;
-		}
-		*out = s;
-		rc = 0;
-		goto out;
-	}
-	if (best[0] && best_d <= 4)
-		rc = kn_errorf(err, KN_ENOTFOUND, "sku",
-			       "%s: no VM size \"%s\"; did you mean \"%s\"?",
-			       path, size, best);
-	else
-		rc = kn_errorf(err, KN_ENOTFOUND, "sku",
-			       "%s: no VM size \"%s\"", path, size);
-out:
-	free(text);
-	return rc;
+	if (rc < 0 || q.found)
+		return rc;
+	if (q.best[0] && q.best_d <= 4)
+		return kn_errorf(err, KN_ENOTFOUND, "sku",
+				 "%s: no VM size \"%s\"; did you mean \"%s\"?",
+				 path, size, q.best);
+	return kn_errorf(err, KN_ENOTFOUND, "sku", "%s: no VM size \"%s\"",
+			 path, size);
 }
 
 /* ---- helpers ---- */

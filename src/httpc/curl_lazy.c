@@ -148,22 +148,34 @@ CURL *curl_easy_init(void)
 	return ready() ? lib.easy_init() : NULL;
 }
 
-/* The option's type is in its number (curl.h's CURLOPTTYPE_ ranges). */
-CURLcode curl_easy_setopt(CURL *curl, CURLoption option, ...)
-{
-	va_list ap;
-	CURLcode rc;
+/*
+ * curl_easy_setopt and curl_multi_setopt, defined alike: the value after
+ * the option is read as the type the option's number says (curl.h's
+ * CURLOPTTYPE_ ranges, the same for easy and multi options), and passed
+ * on as that type: long, curl_off_t, or else an object, function or blob
+ * pointer.
+ */
+#define SETOPT_FORWARD(name, code, handle_type, option_type, target)         \
+	code name(handle_type *handle, option_type option, ...)               \
+	{                                                                      \
+		va_list ap;                                                    \
+		code rc;                                                       \
+                                                                               \
+		va_start(ap, option);                                          \
+		if (option < CURLOPTTYPE_OBJECTPOINT)                          \
+			rc = target(handle, option, va_arg(ap, long));         \
+		else if (option >= CURLOPTTYPE_OFF_T &&                        \
+			 option < CURLOPTTYPE_BLOB)                            \
+			rc = target(handle, option, va_arg(ap, curl_off_t));   \
+		else                                                           \
+			rc = target(handle, option, va_arg(ap, void *));       \
+		va_end(ap);                                                    \
+		return rc;                                                     \
+	}
 
-	va_start(ap, option);
-	if (option < CURLOPTTYPE_OBJECTPOINT)
-		rc = lib.easy_setopt(curl, option, va_arg(ap, long));
-	else if (option >= CURLOPTTYPE_OFF_T && option < CURLOPTTYPE_BLOB)
-		rc = lib.easy_setopt(curl, option, va_arg(ap, curl_off_t));
-	else /* object, function and blob pointers */
-		rc = lib.easy_setopt(curl, option, va_arg(ap, void *));
-	va_end(ap);
-	return rc;
-}
+SETOPT_FORWARD(curl_easy_setopt, CURLcode, CURL, CURLoption, lib.easy_setopt)
+SETOPT_FORWARD(curl_multi_setopt, CURLMcode, CURLM, CURLMoption,
+	       lib.multi_setopt)
 
 CURLcode curl_easy_perform(CURL *curl)
 {
@@ -270,18 +282,3 @@ CURLMcode curl_multi_cleanup(CURLM *multi)
 	return multi ? lib.multi_cleanup(multi) : CURLM_OK;
 }
 
-CURLMcode curl_multi_setopt(CURLM *multi, CURLMoption option, ...)
-{
-	va_list ap;
-	CURLMcode rc;
-
-	va_start(ap, option);
-	if (option < CURLOPTTYPE_OBJECTPOINT)
-		rc = lib.multi_setopt(multi, option, va_arg(ap, long));
-	else if (option >= CURLOPTTYPE_OFF_T && option < CURLOPTTYPE_BLOB)
-		rc = lib.multi_setopt(multi, option, va_arg(ap, curl_off_t));
-	else
-		rc = lib.multi_setopt(multi, option, va_arg(ap, void *));
-	va_end(ap);
-	return rc;
-}

@@ -712,6 +712,20 @@ static void say_memory(struct reason *r, int64_t bytes)
 		say(r, "%lld bytes", (long long)bytes);
 }
 
+/* "needs NEED[what] per task but the largest node has LARGEST (node)",
+   amounts as say_amount writes them. */
+static void say_beyond_largest(struct reason *r,
+			       void (*say_amount)(struct reason *, int64_t),
+			       int64_t need, const char *what,
+			       int64_t largest, const char *node)
+{
+	say(r, "needs ");
+	say_amount(r, need);
+	say(r, "%s per task but the largest node has ", what);
+	say_amount(r, largest);
+	say(r, " (%s)", node);
+}
+
 enum resource { RES_GPU, RES_CPU, RES_MEM, RES_ALL };
 
 /*
@@ -991,17 +1005,11 @@ static bool explain_never(const struct kn_sched_cluster *cluster,
 		else
 			say(r, " per task but no node has a GPU");
 	} else if (!cpu_fits) {
-		say(r, "needs ");
-		say_cpus(r, req->cpu_milli);
-		say(r, " per task but the largest node has ");
-		say_cpus(r, most_cpu->cpu_milli_total);
-		say(r, " (%s)", most_cpu->name);
+		say_beyond_largest(r, say_cpus, req->cpu_milli, "",
+				   most_cpu->cpu_milli_total, most_cpu->name);
 	} else if (!mem_fits) {
-		say(r, "needs ");
-		say_memory(r, req->memory_bytes);
-		say(r, " memory per task but the largest node has ");
-		say_memory(r, most_mem->memory_total);
-		say(r, " (%s)", most_mem->name);
+		say_beyond_largest(r, say_memory, req->memory_bytes, " memory",
+				   most_mem->memory_total, most_mem->name);
 	} else {
 		say(r, "needs ");
 		say_ask(r, req, RES_ALL);
