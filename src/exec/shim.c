@@ -1119,7 +1119,6 @@ int kn_kube_shim_run(const char *task_dir, char *const *argv,
 		return rc;
 	if (exec_shim_main(task_dir, prep, KN_SANDBOX_POD, err) != 0)
 		return -EIO;
-	memset(&st, 0, sizeof(st));
 	rc = exec_read_status(task_dir, &st, err);
 	if (rc < 0)
 		return rc;
