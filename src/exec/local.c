@@ -257,12 +257,7 @@ out:
 	return rc;
 }
 
-/*
- * The shim reads TASK_DIR/stop.json when SIGTERM arrives: which signal to
- * send the task and how long to wait before SIGKILL. A file rather than a
- * second signal keeps the request whole if the shim is busy, and it stays
- * there for a shim that has not yet blocked its signals.
- */
+/* The shim reads TASK_DIR/stop.json when SIGTERM arrives. */
 static int local_stop(struct kn_executor *ex, const char *task_dir,
 		      const struct kn_task_proc *proc, int signo,
 		      int64_t grace_ms, struct kn_error *err)
@@ -270,13 +265,8 @@ static int local_stop(struct kn_executor *ex, const char *task_dir,
 	if (!exec_proc_alive(proc))
 		return 0;
 	if (signo > 0 || grace_ms >= 0) {
-		char *path = kn_asprintf("%s/stop.json", task_dir);
-		char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}",
-					 signo, (long long)grace_ms);
-		int rc = kn_write_text_replace(path, text, 0600, err);
+		int rc = kn_task_stop_request(task_dir, signo, grace_ms, err);
 
-		free(path);
-		free(text);
 		if (rc < 0)
 			return rc;
 	}

@@ -855,8 +855,6 @@ static int slurm_stop(struct kn_executor *ex, const char *task_dir,
 		      int64_t grace_ms, struct kn_error *err)
 {
 	char *path = kn_asprintf("%s/stop.json", task_dir);
-	char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}", signo,
-				 (long long)grace_ms);
 	char *attempt_dir = attempt_dir_of(task_dir);
 	char *ctl = control_dir_of(attempt_dir);
 	long long job_id;
@@ -864,9 +862,10 @@ static int slurm_stop(struct kn_executor *ex, const char *task_dir,
 
 	(void)proc;
 	/* Always written: it also marks the stop for a resend. */
-	rc = kn_write_file_replace(path, text, strlen(text), 0600);
-	if (rc == 0)
-		rc = give_like_dir(task_dir, path);
+	rc = kn_task_stop_request(task_dir, signo, grace_ms, err);
+	if (rc < 0)
+		goto out;
+	rc = give_like_dir(task_dir, path);
 	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
 			       strerror(-rc));
@@ -882,7 +881,6 @@ static int slurm_stop(struct kn_executor *ex, const char *task_dir,
 		rc = run_scancel(job_id, "PENDING", err);
 out:
 	free(path);
-	free(text);
 	free(ctl);
 	free(attempt_dir);
 	return rc;

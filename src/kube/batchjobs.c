@@ -1082,15 +1082,12 @@ static int kube_stop(struct kn_executor *self, const char *task_dir,
 		     int64_t grace_ms, struct kn_error *err)
 {
 	struct kube_exec *ex = self->impl;
-	char *path = kn_asprintf("%s/stop.json", task_dir);
-	char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}", signo,
-				 (long long)grace_ms);
 	char *dir = kube_run_dir_of(task_dir);
 	struct attempt *a;
 	int rc, rank;
 
 	(void)proc;
-	rc = kn_write_text_replace(path, text, 0600, err);
+	rc = kn_task_stop_request(task_dir, signo, grace_ms, err);
 	/* Found and marked under one lock: the worker frees attempts that
 	   are over. The kubelet sends SIGTERM (the preStop hook the
 	   checkpoint signal) and kills after the grace. */
@@ -1110,8 +1107,6 @@ static int kube_stop(struct kn_executor *self, const char *task_dir,
 	}
 	pthread_mutex_unlock(&ex->lock);
 	free(dir);
-	free(text);
-	free(path);
 	return rc;
 }
 
