@@ -453,6 +453,28 @@ int kn_buf_printf(struct kn_buf *b, const char *fmt, ...)
 	return rc;
 }
 
+int kn_buf_append_url_encoded(struct kn_buf *b, const char *s,
+			      bool keep_slash)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	int rc = 0;
+
+	for (; *s && rc == 0; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		    (c >= '0' && c <= '9') || strchr("-._~", c) ||
+		    (keep_slash && c == '/')) {
+			rc = kn_buf_append(b, s, 1);
+		} else {
+			char e[3] = {'%', hex[c >> 4], hex[c & 15]};
+
+			rc = kn_buf_append(b, e, 3);
+		}
+	}
+	return rc;
+}
+
 int kn_mkdir_p(const char *path, mode_t mode)
 {
 	char tmp[PATH_MAX];

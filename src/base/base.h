@@ -151,6 +151,13 @@ void kn_buf_release(struct kn_buf *b);
 int kn_buf_append(struct kn_buf *b, const void *data, size_t len);
 int kn_buf_printf(struct kn_buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/*
+ * s percent-encoded for a URL: every byte but RFC 3986's unreserved
+ * characters (and '/' when keep_slash) as %XX. 0, or -E2BIG when the cap
+ * was reached (b then holds a cut copy, to be thrown away).
+ */
+int kn_buf_append_url_encoded(struct kn_buf *b, const char *s,
+			      bool keep_slash);
 
 /*
  * Start a program that outlives its caller's terminal: its own session,

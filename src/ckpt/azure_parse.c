@@ -21,22 +21,12 @@
 
 char *kn_url_encode(const char *s, int keep_slash)
 {
-	static const char hex[] = "0123456789ABCDEF";
-	char *out = kn_xmalloc(strlen(s) * 3 + 1), *o = out;
+	struct kn_buf b;
 
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
-		    *p == '.' || *p == '~' || (keep_slash && *p == '/')) {
-			*o++ = (char)*p;
-		} else {
-			*o++ = '%';
-			*o++ = hex[*p >> 4];
-			*o++ = hex[*p & 15];
-		}
-	}
-	*o = '\0';
-	return out;
+	kn_buf_init(&b, SIZE_MAX);
+	kn_buf_append(&b, "", 0);
+	kn_buf_append_url_encoded(&b, s, keep_slash);
+	return b.data;
 }
 
 /* ---- reply headers ---- */

@@ -69,11 +69,17 @@ static int make_parent(struct kn_blob_store *s, const char *path)
 	return rc;
 }
 
+/* A temporary beside target, its directory made: the fd, or -errno. */
 static int open_temp(struct kn_blob_store *s, const char *target,
 		     char **tmp_out)
 {
-	char *tmp = kn_asprintf("%s" TMP_MARK "XXXXXX", target);
-	int fd = mkostemp(tmp, O_CLOEXEC);
+	char *tmp;
+	int fd = make_parent(s, target);
+
+	if (fd < 0)
+		return fd;
+	tmp = kn_asprintf("%s" TMP_MARK "XXXXXX", target);
+	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
 		free(tmp);
@@ -321,6 +327,29 @@ static int clone_hashed(int in, int out, int64_t len, char *hex,
 	return copy_hashed(out, 0, -1, len, hex, copied, failed_op);
 }
 
+/*
+ * Up to limit bytes (limit < 0: to the end) of in from offset into out,
+ * a fresh temporary, hashed, by the cheapest way the file systems allow:
+ * a clone of a whole file, else the kernel's copy, else through a
+ * mapping. write_early as for range_hashed.
+ */
+static int copy_cheapest(int in, int64_t offset, int out, int64_t limit,
+			 bool write_early, char *hex, int64_t *copied,
+			 const char **failed_op)
+{
+	int rc = offset == 0 && limit < 0
+			 ? clone_hashed(in, out, -1, hex, copied, failed_op)
+			 : 1;
+
+	if (rc == 1)
+		rc = range_hashed(in, offset, out, limit, write_early, hex,
+				  copied, failed_op);
+	if (rc == 1)
+		rc = copy_hashed(in, offset, out, limit, hex, copied,
+				 failed_op);
+	return rc;
+}
+
 int kn_copy_fd_hashed(int in, int out, int64_t len, char *hex,
 		      int64_t *copied, const char **failed_op)
 {
@@ -438,20 +467,14 @@ static int fs_put_file(struct kn_blob_store *s, const char *name,
 		goto out;
 	}
 	posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
-	rc = make_parent(s, target);
-	if (rc == 0)
-		rc = open_temp(s, target, &tmp);
+	rc = open_temp(s, target, &tmp);
 	if (rc < 0) {
 		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
 			       "blob %s: %s", name, strerror(-rc));
 		goto out;
 	}
 	out = rc;
-	rc = clone_hashed(in, out, -1, hex, &copied, &op);
-	if (rc == 1)
-		rc = range_hashed(in, 0, out, -1, true, hex, &copied, &op);
-	if (rc == 1)
-		rc = copy_hashed(in, 0, out, -1, hex, &copied, &op);
+	rc = copy_cheapest(in, 0, out, -1, true, hex, &copied, &op);
 	if (rc < 0) {
 		close(out);
 		unlink(tmp);
@@ -508,9 +531,7 @@ static int fs_put_bytes(struct kn_blob_store *s, const char *name,
 	char *target = full_path(s, name), *tmp = NULL;
 	int fd, rc;
 
-	rc = make_parent(s, target);
-	if (rc == 0)
-		rc = open_temp(s, target, &tmp);
+	rc = open_temp(s, target, &tmp);
 	if (rc < 0) {
 		rc = kn_errorf(err, kn_errcode_for_write(rc), NULL,
 			       "blob %s: %s", name, strerror(-rc));
@@ -558,23 +579,14 @@ static int fs_get_file(struct kn_blob_store *s, const char *name,
 		goto out;
 	}
 	posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
-	rc = make_parent(s, path);
-	if (rc == 0)
-		rc = open_temp(s, path, &tmp);
+	rc = open_temp(s, path, &tmp);
 	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, "path", "%s: %s", path,
 			       strerror(-rc));
 		goto out;
 	}
 	out = rc;
-	rc = offset == 0 && length < 0
-		     ? clone_hashed(in, out, -1, hex, &copied, &op)
-		     : 1;
-	if (rc == 1)
-		rc = range_hashed(in, offset, out, length, false, hex,
-				  &copied, &op);
-	if (rc == 1)
-		rc = copy_hashed(in, offset, out, length, hex, &copied, &op);
+	rc = copy_cheapest(in, offset, out, length, false, hex, &copied, &op);
 	close(out);
 	if (rc == 0 && rename(tmp, path) < 0) {
 		rc = -errno;

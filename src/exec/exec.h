@@ -416,6 +416,17 @@ struct kn_executor *kn_executor_new(const struct kn_executor_ops *ops,
 				    void *impl);
 /* Releases the engine's state (ops->release) and ex; NULL is a no-op. */
 void kn_executor_free(struct kn_executor *ex);
+
+/*
+ * TASK_DIR/stop.json, which a task's shim reads when it is asked to stop
+ * (whatever the engine): the signal for the task (0 or less: the
+ * launch's) and the grace before SIGKILL (< 0: the launch's). A file
+ * rather than a second signal keeps the request whole if the shim is
+ * busy, and it stays for a shim that has not yet blocked its signals.
+ * 0 or the error, naming the file.
+ */
+int kn_task_stop_request(const char *task_dir, int signo, int64_t grace_ms,
+			 struct kn_error *err);
 /* Tasks as processes of this machine, each under its shim. */
 struct kn_executor *kn_local_executor_new(void);
 

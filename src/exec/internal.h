@@ -29,12 +29,15 @@ int exec_write_launch(const struct kn_task_launch *l,
 		      int stop_poll_ms, struct kn_error *err);
 
 /*
- * TASK_DIR/status.json, the shim's record of the exit: 0 and *st (ended),
- * -ENOENT while there is none, another -errno when unreadable or not a
- * regular file (err says why; the task can write its directory).
+ * TASK_DIR/status.json, the shim's record of the exit: 0 and *st (ended;
+ * what the record does not say, zero), -ENOENT while there is none,
+ * another -errno when unreadable or not a regular file (err says why;
+ * the task can write its directory).
  */
 int exec_read_status(const char *task_dir, struct kn_task_status *st,
 		     struct kn_error *err);
+/* *st: ended now, lost, with why as its reason. */
+void exec_ended_lost(struct kn_task_status *st, const char *why);
 
 /*
  * TASK_DIR/exit.rec (exitrec.c), the shim's exit record of a fixed size,
@@ -162,8 +165,23 @@ int exec_slurm_read_proc(const char *path, struct kn_task_proc *out);
 int exec_slurm_read_status_json(const char *task_dir,
 				struct kn_task_status *st,
 				struct kn_error *err);
-/* *st: ended now, lost, with why as its reason. */
-void exec_slurm_ended_lost(struct kn_task_status *st, const char *why);
+/*
+ * The Slurm job id sbatch gave in dir (an attempt's control directory or
+ * an array's batch directory), from its sbatch.out, or 0 when none (yet).
+ * Only sbatch's exact answer, "JOBID" or "JOBID;CLUSTER" and a newline,
+ * in a regular file the server owns, counts: none of the server's other
+ * files (a "PID START" one renamed there in an older attempt's
+ * directory) reads as a job id.
+ */
+long long exec_slurm_job_id(const char *dir);
+/*
+ * Where the sbatch of dir stands: the job id it gave; 0 while it still
+ * runs; or -1 when it ended without one, and *st ended with why: the
+ * first line of its sbatch.err, else unsent (when not NULL) if sbatch
+ * never ran there (no sbatch.pid), else "sbatch gave no job id".
+ */
+long long exec_slurm_submitted(const char *dir, const char *unsent,
+			       struct kn_task_status *st);
 /* The same for job id that Slurm says is over in state (reason) or has
    forgotten, with no exit the shim recorded. */
 void exec_slurm_ended_unrecorded(struct kn_task_status *st, const char *id,

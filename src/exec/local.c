@@ -257,12 +257,7 @@ out:
 	return rc;
 }
 
-/*
- * The shim reads TASK_DIR/stop.json when SIGTERM arrives: which signal to
- * send the task and how long to wait before SIGKILL. A file rather than a
- * second signal keeps the request whole if the shim is busy, and it stays
- * there for a shim that has not yet blocked its signals.
- */
+/* The shim reads TASK_DIR/stop.json when SIGTERM arrives. */
 static int local_stop(struct kn_executor *ex, const char *task_dir,
 		      const struct kn_task_proc *proc, int signo,
 		      int64_t grace_ms, struct kn_error *err)
@@ -270,13 +265,8 @@ static int local_stop(struct kn_executor *ex, const char *task_dir,
 	if (!exec_proc_alive(proc))
 		return 0;
 	if (signo > 0 || grace_ms >= 0) {
-		char *path = kn_asprintf("%s/stop.json", task_dir);
-		char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}",
-					 signo, (long long)grace_ms);
-		int rc = kn_write_text_replace(path, text, 0600, err);
+		int rc = kn_task_stop_request(task_dir, signo, grace_ms, err);
 
-		free(path);
-		free(text);
 		if (rc < 0)
 			return rc;
 	}
@@ -340,16 +330,30 @@ int exec_read_status(const char *task_dir, struct kn_task_status *st,
 	rc = read_exit_doc(task_dir, &doc, err);
 	if (rc < 0)
 		return rc; /* -ENOENT (no exit recorded yet) is the caller's */
-	st->ended = true;
-	st->exit_code = (int)json_integer_value(json_object_get(doc, "exit_code"));
-	st->signal = (int)json_integer_value(json_object_get(doc, "signal"));
-	st->started_at_ms = json_integer_value(json_object_get(doc, "started_at_ms"));
-	st->ended_at_ms = json_integer_value(json_object_get(doc, "ended_at_ms"));
+	*st = (struct kn_task_status){
+		.ended = true,
+		.exit_code = (int)json_integer_value(
+			json_object_get(doc, "exit_code")),
+		.signal = (int)json_integer_value(json_object_get(doc, "signal")),
+		.started_at_ms = json_integer_value(
+			json_object_get(doc, "started_at_ms")),
+		.ended_at_ms = json_integer_value(
+			json_object_get(doc, "ended_at_ms")),
+	};
 	v = json_object_get(doc, "reason");
 	kn_strlcpy(st->reason, json_is_string(v) ? json_string_value(v) : "",
 		   sizeof(st->reason));
 	json_decref(doc);
 	return 0;
+}
+
+void exec_ended_lost(struct kn_task_status *st, const char *why)
+{
+	memset(st, 0, sizeof(*st));
+	st->ended = true;
+	st->exit_code = -1;
+	st->ended_at_ms = kn_now_ms();
+	kn_strlcpy(st->reason, why, sizeof(st->reason));
 }
 
 void exec_task_cgroup_name(const char *task_dir, char *name, size_t len)
@@ -395,19 +399,14 @@ static int local_status(struct kn_executor *ex, const char *task_dir,
 			const struct kn_task_proc *proc,
 			struct kn_task_status *out, struct kn_error *err)
 {
-	struct kn_task_status st;
-	int rc;
+	int rc = exec_read_status(task_dir, out, err);
 
-	memset(&st, 0, sizeof(st));
-	rc = exec_read_status(task_dir, &st, err);
-	if (rc == 0) {
-		*out = st;
+	if (rc == 0)
 		return 0;
-	}
 	if (exec_proc_alive(proc)) {
 		if (rc != -ENOENT)
 			return rc; /* the shim replaces it when the task ends */
-		*out = st; /* running */
+		memset(out, 0, sizeof(*out)); /* running */
 		return 0;
 	}
 	/*
@@ -415,17 +414,11 @@ static int local_status(struct kn_executor *ex, const char *task_dir,
 	 * it can), so a dead shim without one was killed itself; read once
 	 * more in case it just finished.
 	 */
-	if (exec_read_status(task_dir, &st, NULL) == 0) {
-		*out = st;
+	if (exec_read_status(task_dir, out, NULL) == 0)
 		return 0;
-	}
 	remove_lost_cgroup(task_dir);
-	st.ended = true;
-	st.exit_code = -1;
-	st.ended_at_ms = kn_now_ms();
-	kn_strlcpy(st.reason, "lost: the task shim died without recording an exit",
-		   sizeof(st.reason));
-	*out = st;
+	exec_ended_lost(out, "lost: the task shim died without recording an "
+			"exit");
 	return 0;
 }
 

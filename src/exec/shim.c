@@ -103,6 +103,14 @@ static void free_strings(char **v)
 	free(v);
 }
 
+/* A copy of doc's string key, or NULL when it has none. */
+static char *string_copy(json_t *doc, const char *key)
+{
+	const char *v = json_string_value(json_object_get(doc, key));
+
+	return v ? kn_xstrdup(v) : NULL;
+}
+
 static void load_limits(struct shim *s, json_t *o)
 {
 	const char *root = json_string_value(json_object_get(o, "cgroup_root"));
@@ -150,9 +158,7 @@ static int load_launch(struct shim *s, struct kn_error *err)
 	s->argv = json_strings(json_object_get(doc, "argv"));
 	s->env = json_strings(json_object_get(doc, "env"));
 	s->devices = json_strings(json_object_get(doc, "devices"));
-	if (json_is_string(json_object_get(doc, "workdir")))
-		s->workdir = kn_xstrdup(
-			json_string_value(json_object_get(doc, "workdir")));
+	s->workdir = string_copy(doc, "workdir");
 	s->timeout_ms = json_integer_value(json_object_get(doc, "timeout_ms"));
 	s->grace_ms = json_integer_value(json_object_get(doc, "grace_ms"));
 	s->log_max_bytes =
@@ -170,14 +176,10 @@ static int load_launch(struct shim *s, struct kn_error *err)
 		s->stop_signal = 0;
 	s->log_stdout = json_is_true(json_object_get(doc, "log_stdout"));
 	s->tty = json_is_true(json_object_get(doc, "tty"));
-	if (json_is_string(json_object_get(doc, "run_as")))
-		s->run_as = kn_xstrdup(
-			json_string_value(json_object_get(doc, "run_as")));
+	s->run_as = string_copy(doc, "run_as");
 	s->user_doc = json_incref(json_object_get(doc, "user"));
 	s->server_user_doc = json_incref(json_object_get(doc, "server_user"));
-	if (json_is_string(json_object_get(doc, "home")))
-		s->home = kn_xstrdup(
-			json_string_value(json_object_get(doc, "home")));
+	s->home = string_copy(doc, "home");
 	s->unisolated = json_is_string(json_object_get(doc, "isolation")) &&
 			!strcmp(json_string_value(json_object_get(doc, "isolation")),
 				"none");
@@ -1119,7 +1121,6 @@ int kn_kube_shim_run(const char *task_dir, char *const *argv,
 		return rc;
 	if (exec_shim_main(task_dir, prep, KN_SANDBOX_POD, err) != 0)
 		return -EIO;
-	memset(&st, 0, sizeof(st));
 	rc = exec_read_status(task_dir, &st, err);
 	if (rc < 0)
 		return rc;

@@ -467,22 +467,15 @@ int exec_slurm_read_proc(const char *path, struct kn_task_proc *out)
 	return 0;
 }
 
-/*
- * The attempt's Slurm job id from sbatch.out in its control directory
- * (control_dir_of), or 0 when none (yet). Only sbatch's exact answer,
- * "JOBID" or "JOBID;CLUSTER" and a newline, counts: none of the server's
- * other files (a "PID START" one renamed there in an older attempt's
- * directory) reads as a job id.
- */
-static long long read_job_id(const char *control_dir)
+long long exec_slurm_job_id(const char *dir)
 {
 	char *text = NULL;
 	size_t len = 0, n;
 	int64_t id = 0;
 	struct stat sb;
 
-	if (read_own_file(control_dir, "sbatch.out", SBATCH_OUT_MAX, &text,
-			  &len, &sb) == 0) {
+	if (read_own_file(dir, "sbatch.out", SBATCH_OUT_MAX, &text, &len,
+			  &sb) == 0) {
 		n = strcspn(text, ";\n");
 		if ((text[n] != ';' && text[n] != '\n') ||
 		    !exec_slurm_count(text, n, UINT32_MAX, &id) ||
@@ -492,6 +485,40 @@ static long long read_job_id(const char *control_dir)
 	}
 	free(text);
 	return id > 0 ? id : 0;
+}
+
+long long exec_slurm_submitted(const char *dir, const char *unsent,
+			       struct kn_task_status *st)
+{
+	char *path, *text = NULL, why[256];
+	struct kn_task_proc sbatch;
+	long long job_id = exec_slurm_job_id(dir);
+	struct stat sb;
+
+	if (job_id > 0)
+		return job_id;
+	path = kn_asprintf("%s/sbatch.pid", dir);
+	if (exec_slurm_read_proc(path, &sbatch) == 0 &&
+	    exec_proc_alive(&sbatch)) {
+		free(path);
+		return 0; /* sbatch has not answered yet */
+	}
+	job_id = exec_slurm_job_id(dir);
+	if (job_id == 0) {
+		if (!unsent || access(path, F_OK) == 0)
+			unsent = "sbatch gave no job id";
+		read_own_file(dir, "sbatch.err", SBATCH_OUT_MAX, &text, NULL,
+			      &sb);
+		if (text)
+			text[strcspn(text, "\n")] = '\0';
+		snprintf(why, sizeof(why), "cannot submit: %s",
+			 text && *text ? text : unsent);
+		exec_ended_lost(st, why);
+		job_id = -1;
+	}
+	free(text);
+	free(path);
+	return job_id;
 }
 
 /*
@@ -828,8 +855,6 @@ static int slurm_stop(struct kn_executor *ex, const char *task_dir,
 		      int64_t grace_ms, struct kn_error *err)
 {
 	char *path = kn_asprintf("%s/stop.json", task_dir);
-	char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}", signo,
-				 (long long)grace_ms);
 	char *attempt_dir = attempt_dir_of(task_dir);
 	char *ctl = control_dir_of(attempt_dir);
 	long long job_id;
@@ -837,9 +862,10 @@ static int slurm_stop(struct kn_executor *ex, const char *task_dir,
 
 	(void)proc;
 	/* Always written: it also marks the stop for a resend. */
-	rc = kn_write_file_replace(path, text, strlen(text), 0600);
-	if (rc == 0)
-		rc = give_like_dir(task_dir, path);
+	rc = kn_task_stop_request(task_dir, signo, grace_ms, err);
+	if (rc < 0)
+		goto out;
+	rc = give_like_dir(task_dir, path);
 	if (rc < 0) {
 		rc = kn_errorf(err, KN_EIO, NULL, "cannot write %s: %s", path,
 			       strerror(-rc));
@@ -850,12 +876,11 @@ static int slurm_stop(struct kn_executor *ex, const char *task_dir,
 				 task_dir, grace_ms);
 		goto out;
 	}
-	job_id = read_job_id(ctl);
+	job_id = exec_slurm_job_id(ctl);
 	if (job_id > 0)
 		rc = run_scancel(job_id, "PENDING", err);
 out:
 	free(path);
-	free(text);
 	free(ctl);
 	free(attempt_dir);
 	return rc;
@@ -864,15 +889,10 @@ out:
 int exec_slurm_read_status_json(const char *task_dir, struct kn_task_status *st,
 			    struct kn_error *err)
 {
-	struct kn_task_status s;
-	int rc;
+	int rc = exec_read_status(task_dir, st, err);
 
-	memset(&s, 0, sizeof(s));
-	rc = exec_read_status(task_dir, &s, err);
-	if (rc == 0) {
-		*st = s;
+	if (rc == 0)
 		return 1;
-	}
 	return rc == -ENOENT ? 0 : rc;
 }
 
@@ -1038,15 +1058,6 @@ out:
 	free(path);
 }
 
-void exec_slurm_ended_lost(struct kn_task_status *st, const char *why)
-{
-	memset(st, 0, sizeof(*st));
-	st->ended = true;
-	st->exit_code = -1;
-	st->ended_at_ms = kn_now_ms();
-	kn_strlcpy(st->reason, why, sizeof(st->reason));
-}
-
 void exec_slurm_ended_unrecorded(struct kn_task_status *st, const char *id,
 				 const char *state, const char *reason)
 {
@@ -1057,7 +1068,7 @@ void exec_slurm_ended_unrecorded(struct kn_task_status *st, const char *id,
 	snprintf(why, sizeof(why), "lost: Slurm job %s is %s%s%s with no "
 		 "exit recorded", id, state, said ? " " : "",
 		 said ? reason : "");
-	exec_slurm_ended_lost(st, why);
+	exec_ended_lost(st, why);
 }
 
 /*
@@ -1081,7 +1092,7 @@ static bool ended_slurm_checked(const char *task_dir, const char *control_dir,
 	free(stop);
 	if (asked || st->reason[0] || (st->exit_code == 0 && st->signal == 0))
 		return true;
-	job_id = read_job_id(control_dir);
+	job_id = exec_slurm_job_id(control_dir);
 	if (job_id == 0)
 		return true;
 	slurm_state(control_dir, job_id, &a);
@@ -1119,7 +1130,7 @@ static bool ended_with_accounting(const char *control_dir,
 	char *env[] = {"SLURM_TIME_FORMAT=%s", NULL};
 	const struct exec_slurm_query q = {"sacct.pid", "sacct.out", argv, env,
 					   0};
-	long long job_id = read_job_id(control_dir);
+	long long job_id = exec_slurm_job_id(control_dir);
 	bool late = kn_now_ms() - st->ended_at_ms >= ACCT_WAIT_MS, fresh;
 	struct kn_sacct_job j;
 	struct kn_error err;
@@ -1153,14 +1164,29 @@ static bool ended_with_accounting(const char *control_dir,
 	return true;
 }
 
+/*
+ * The shim's record of the task's end, as exec_slurm_read_status_json,
+ * or -EAGAIN while Slurm's word on that end is awaited (a preemption,
+ * the accounting's times): until then the task runs for the server.
+ */
+static int ended_record(const char *task_dir, const char *ctl,
+			struct kn_task_status *st, struct kn_error *err)
+{
+	int rc = exec_slurm_read_status_json(task_dir, st, err);
+
+	if (rc == 1 && (!ended_slurm_checked(task_dir, ctl, st) ||
+			!ended_with_accounting(ctl, st)))
+		return -EAGAIN;
+	return rc;
+}
+
 static int slurm_status(struct kn_executor *ex, const char *task_dir,
 			const struct kn_task_proc *proc,
 			struct kn_task_status *out, struct kn_error *err)
 {
-	char *attempt_dir = attempt_dir_of(task_dir), *path = NULL,
-	     *text = NULL, why[256], *ctl = control_dir_of(attempt_dir);
+	char *attempt_dir = attempt_dir_of(task_dir), why[32],
+	     *ctl = control_dir_of(attempt_dir);
 	struct kn_task_status st;
-	struct kn_task_proc sbatch;
 	struct slurm_answer a;
 	long long job_id;
 	int rc;
@@ -1173,31 +1199,16 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 					  task_dir, out, err);
 	}
 	memset(&st, 0, sizeof(st));
-	rc = exec_slurm_read_status_json(task_dir, &st, err);
-	if (rc == 1 && (!ended_slurm_checked(task_dir, ctl, &st) ||
-			!ended_with_accounting(ctl, &st)))
+	rc = ended_record(task_dir, ctl, &st, err);
+	if (rc == -EAGAIN)
 		goto running;
 	if (rc != 0)
 		goto done;
-	job_id = read_job_id(ctl);
-	if (job_id == 0) {
-		path = kn_asprintf("%s/sbatch.pid", ctl);
-		if (exec_slurm_read_proc(path, &sbatch) == 0 && exec_proc_alive(&sbatch))
-			goto running; /* sbatch has not answered yet */
-		job_id = read_job_id(ctl);
-		if (job_id == 0) {
-			struct stat sb;
-
-			read_own_file(ctl, "sbatch.err", SBATCH_OUT_MAX, &text,
-				      NULL, &sb);
-			if (text)
-				text[strcspn(text, "\n")] = '\0';
-			snprintf(why, sizeof(why), "cannot submit: %s",
-				 text && *text ? text : "sbatch gave no job id");
-			exec_slurm_ended_lost(&st, why);
-			goto done;
-		}
-	}
+	job_id = exec_slurm_submitted(ctl, NULL, &st);
+	if (job_id == 0)
+		goto running;
+	if (job_id < 0)
+		goto done;
 	slurm_state(ctl, job_id, &a);
 	if (!a.state[0])
 		goto running;
@@ -1207,9 +1218,8 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 		goto running;
 	}
 	/* Over in Slurm: the shim's record may have landed meanwhile. */
-	rc = exec_slurm_read_status_json(task_dir, &st, err);
-	if (rc == 1 && (!ended_slurm_checked(task_dir, ctl, &st) ||
-			!ended_with_accounting(ctl, &st)))
+	rc = ended_record(task_dir, ctl, &st, err);
+	if (rc == -EAGAIN)
 		goto running;
 	if (rc != 0)
 		goto done;
@@ -1222,8 +1232,6 @@ running:
 done:
 	if (rc >= 0)
 		*out = st;
-	free(text);
-	free(path);
 	free(ctl);
 	free(attempt_dir);
 	return rc < 0 ? rc : 0;
@@ -1316,7 +1324,7 @@ static int srun_bridge(const char *task_dir, int port, struct kn_error *err)
 	char *attempt_dir = attempt_dir_of(task_dir), *bin = NULL;
 	char *ctl = control_dir_of(attempt_dir);
 	char node[NODE_NAME_MAX + 1], **args = NULL, **env = NULL;
-	long long job_id = read_job_id(ctl);
+	long long job_id = exec_slurm_job_id(ctl);
 	int sv[2] = {-1, -1}, rc;
 	size_t n = 0;
 	struct stat st;

@@ -444,20 +444,6 @@ void slurm_array_flush(struct kn_executor *ex)
 	bs->n_kill = 0;
 }
 
-/* The array job id of the batch in dir, or 0 when none (yet). */
-static long long batch_job_id(const char *dir)
-{
-	char *text = NULL;
-	long long id = 0;
-
-	if (kn_task_file_read(dir, "sbatch.out", 4096, &text, NULL, NULL) ==
-		    0 &&
-	    sscanf(text, "%lld", &id) != 1)
-		id = 0;
-	free(text);
-	return id > 0 ? id : 0;
-}
-
 static void queue_id(char ***v, size_t *n, long long job_id, int index)
 {
 	for (size_t i = 0; i < *n; i++) {
@@ -482,7 +468,7 @@ void slurm_array_stop(struct slurm_batches *bs, const char *task_dir,
 
 	if (pointer_read(task_dir, &dir, &index) < 0)
 		return;
-	job_id = batch_job_id(dir);
+	job_id = exec_slurm_job_id(dir);
 	/* Not submitted yet: cancelled at the first answer. */
 	if (job_id > 0)
 		queue_id(&bs->cancel, &bs->n_cancel, job_id, index);
@@ -646,24 +632,6 @@ static bool stop_asked(const char *task_dir)
 	return asked;
 }
 
-/* An element its batch never submitted: why, from sbatch.err. */
-static void not_submitted(const char *dir, bool server_gone,
-			  struct kn_task_status *st)
-{
-	char *text = NULL, why[256];
-
-	kn_task_file_read(dir, "sbatch.err", 1024, &text, NULL, NULL);
-	if (text)
-		text[strcspn(text, "\n")] = '\0';
-	snprintf(why, sizeof(why), "cannot submit: %s",
-		 text && *text ? text
-		 : server_gone ? "the server stopped before its array was "
-				 "submitted"
-			       : "sbatch gave no job id");
-	exec_slurm_ended_lost(st, why);
-	free(text);
-}
-
 /* An element Slurm no longer knows, with no exit the shim recorded. */
 static void forgotten_ended(struct kn_task_status *st, const char *id)
 {
@@ -671,17 +639,16 @@ static void forgotten_ended(struct kn_task_status *st, const char *id)
 
 	snprintf(why, sizeof(why), "lost: Slurm no longer knows job %s, and "
 		 "no exit was recorded", id);
-	exec_slurm_ended_lost(st, why);
+	exec_ended_lost(st, why);
 }
 
 int slurm_array_status(struct slurm_batches *bs, const char *task_dir,
 		       struct kn_task_status *out, struct kn_error *err)
 {
-	char *dir = NULL, *path = NULL, why[48];
+	char *dir = NULL, why[48];
 	const struct kn_slurm_element *el = NULL;
 	const struct answer *a;
 	struct kn_task_status st;
-	struct kn_task_proc sbatch;
 	long long job_id;
 	int index, rc;
 
@@ -697,18 +664,12 @@ int slurm_array_status(struct slurm_batches *bs, const char *task_dir,
 	}
 	if (batch_pending(bs, dir))
 		goto running;
-	job_id = batch_job_id(dir);
-	if (job_id == 0) {
-		path = kn_asprintf("%s/sbatch.pid", dir);
-		if (exec_slurm_read_proc(path, &sbatch) == 0 &&
-		    exec_proc_alive(&sbatch))
-			goto running;
-		job_id = batch_job_id(dir);
-		if (job_id == 0) {
-			not_submitted(dir, access(path, F_OK) != 0, &st);
-			goto done;
-		}
-	}
+	job_id = exec_slurm_submitted(dir, "the server stopped before its "
+				      "array was submitted", &st);
+	if (job_id == 0)
+		goto running;
+	if (job_id < 0)
+		goto done;
 	a = batch_answer(bs, dir, job_id);
 	if (!a)
 		goto running;
@@ -736,7 +697,6 @@ running:
 done:
 	if (rc >= 0)
 		*out = st;
-	free(path);
 	free(dir);
 	return rc < 0 ? rc : 0;
 }

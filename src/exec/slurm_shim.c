@@ -75,7 +75,6 @@ int kn_slurm_shim_main(const char *attempt_dir,
 		struct kn_task_status st;
 		struct kn_error ignored;
 
-		memset(&st, 0, sizeof(st));
 		if (exec_read_status(task_dir, &st, &ignored) == 0)
 			*task_exit = st.signal ? 128 + st.signal
 					       : st.exit_code & 255;

@@ -174,6 +174,37 @@ static size_t on_data(char *data, size_t size, size_t n, void *p)
 	return size * n;
 }
 
+/* A PEM held in memory as curl's option opt (curl keeps a copy). */
+static void set_pem(CURL *curl, CURLoption opt, char *pem)
+{
+	struct curl_blob blob = {pem, strlen(pem), CURL_BLOB_COPY};
+
+	curl_easy_setopt(curl, opt, &blob);
+}
+
+/* The cluster's CA and the client's certificate, from files or PEMs. */
+static void set_tls(CURL *curl, const struct kn_kube_auth *a)
+{
+	if (a->insecure) {
+		curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
+	if (a->ca_file)
+		curl_easy_setopt(curl, CURLOPT_CAINFO, a->ca_file);
+	if (a->ca_pem)
+		set_pem(curl, CURLOPT_CAINFO_BLOB, a->ca_pem);
+	if (a->cert_file) {
+		curl_easy_setopt(curl, CURLOPT_SSLCERT, a->cert_file);
+		curl_easy_setopt(curl, CURLOPT_SSLKEY, a->key_file);
+	}
+	if (a->cert_pem) {
+		set_pem(curl, CURLOPT_SSLCERT_BLOB, a->cert_pem);
+		curl_easy_setopt(curl, CURLOPT_SSLCERTTYPE, "PEM");
+		set_pem(curl, CURLOPT_SSLKEY_BLOB, a->key_pem);
+		curl_easy_setopt(curl, CURLOPT_SSLKEYTYPE, "PEM");
+	}
+}
+
 /* Run one request; the body (watch: what is left of it) in t->body. */
 static int perform(struct kn_kube_client *c, const char *method,
 		   const char *path, const char *payload,
@@ -183,7 +214,6 @@ static int perform(struct kn_kube_client *c, const char *method,
 	struct curl_slist *headers = NULL;
 	char *url = kn_asprintf("%s%s", c->auth.server, path);
 	char *token = NULL, *auth_header = NULL;
-	struct curl_blob blob;
 	CURLcode code;
 	int rc = 0;
 	CURL *curl = curl_easy_init();
@@ -213,34 +243,7 @@ static int perform(struct kn_kube_client *c, const char *method,
 	curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
 	if (!t->fn)
 		curl_easy_setopt(curl, CURLOPT_TIMEOUT, REQUEST_TIMEOUT_S);
-	if (c->auth.insecure) {
-		curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 0L);
-		curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 0L);
-	}
-	if (c->auth.ca_file)
-		curl_easy_setopt(curl, CURLOPT_CAINFO, c->auth.ca_file);
-	if (c->auth.ca_pem) {
-		blob = (struct curl_blob){c->auth.ca_pem,
-					  strlen(c->auth.ca_pem),
-					  CURL_BLOB_COPY};
-		curl_easy_setopt(curl, CURLOPT_CAINFO_BLOB, &blob);
-	}
-	if (c->auth.cert_file) {
-		curl_easy_setopt(curl, CURLOPT_SSLCERT, c->auth.cert_file);
-		curl_easy_setopt(curl, CURLOPT_SSLKEY, c->auth.key_file);
-	}
-	if (c->auth.cert_pem) {
-		blob = (struct curl_blob){c->auth.cert_pem,
-					  strlen(c->auth.cert_pem),
-					  CURL_BLOB_COPY};
-		curl_easy_setopt(curl, CURLOPT_SSLCERT_BLOB, &blob);
-		curl_easy_setopt(curl, CURLOPT_SSLCERTTYPE, "PEM");
-		blob = (struct curl_blob){c->auth.key_pem,
-					  strlen(c->auth.key_pem),
-					  CURL_BLOB_COPY};
-		curl_easy_setopt(curl, CURLOPT_SSLKEY_BLOB, &blob);
-		curl_easy_setopt(curl, CURLOPT_SSLKEYTYPE, "PEM");
-	}
+	set_tls(curl, &c->auth);
 	code = curl_easy_perform(curl);
 	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, status);
 	if (code == CURLE_ABORTED_BY_CALLBACK) {

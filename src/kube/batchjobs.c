@@ -1031,6 +1031,30 @@ static void attempt_add(struct kube_exec *ex, const char *dir,
 	pthread_mutex_unlock(&ex->lock);
 }
 
+int kube_manifests_write(const char *dir, json_t *docs, struct kn_error *err)
+{
+	char *path = kn_asprintf("%s/" KUBE_MANIFEST_FILE, dir);
+	char *text = json_dumps(docs, JSON_COMPACT);
+	int rc = kn_write_text_replace(path, text, 0600, err);
+
+	free(text);
+	free(path);
+	return rc;
+}
+
+/* The manifests kube_manifests_write left in dir, or NULL. */
+static json_t *manifests_read(const char *dir)
+{
+	char *path = kn_asprintf("%s/" KUBE_MANIFEST_FILE, dir), *text = NULL;
+	json_t *docs = NULL;
+
+	if (kn_read_file(path, MANIFEST_MAX, &text, NULL) == 0)
+		docs = json_loads(text, 0, NULL);
+	free(text);
+	free(path);
+	return docs;
+}
+
 static int kube_start(struct kn_executor *self, const struct kn_task_launch *l,
 		      struct kn_task_proc *out, struct kn_error *err)
 {
@@ -1044,7 +1068,7 @@ static int kube_start(struct kn_executor *self, const struct kn_task_launch *l,
 		.requires = l->requires,
 	};
 	json_t *docs = NULL;
-	char *dir = NULL, *path = NULL, *text = NULL;
+	char *dir;
 	int rc;
 
 	if (!l->spec)
@@ -1062,17 +1086,11 @@ static int kube_start(struct kn_executor *self, const struct kn_task_launch *l,
 	if (rc < 0)
 		return rc;
 	dir = attempt_dir_of(l->task_dir);
-	path = kn_asprintf("%s/" KUBE_MANIFEST_FILE, dir);
-	text = json_dumps(docs, JSON_COMPACT);
-	rc = kn_write_text_replace(path, text, 0600, err);
-	if (rc < 0)
-		goto out;
-	attempt_add(ex, dir, docs, true, NULL);
-	docs = NULL;
-out:
-	json_decref(docs);
-	free(text);
-	free(path);
+	rc = kube_manifests_write(dir, docs, err);
+	if (rc == 0)
+		attempt_add(ex, dir, docs, true, NULL);
+	else
+		json_decref(docs);
 	free(dir);
 	return rc;
 }
@@ -1082,15 +1100,12 @@ static int kube_stop(struct kn_executor *self, const char *task_dir,
 		     int64_t grace_ms, struct kn_error *err)
 {
 	struct kube_exec *ex = self->impl;
-	char *path = kn_asprintf("%s/stop.json", task_dir);
-	char *text = kn_asprintf("{\"signal\":%d,\"grace_ms\":%lld}", signo,
-				 (long long)grace_ms);
 	char *dir = kube_run_dir_of(task_dir);
 	struct attempt *a;
 	int rc, rank;
 
 	(void)proc;
-	rc = kn_write_text_replace(path, text, 0600, err);
+	rc = kn_task_stop_request(task_dir, signo, grace_ms, err);
 	/* Found and marked under one lock: the worker frees attempts that
 	   are over. The kubelet sends SIGTERM (the preStop hook the
 	   checkpoint signal) and kills after the grace. */
@@ -1110,8 +1125,6 @@ static int kube_stop(struct kn_executor *self, const char *task_dir,
 	}
 	pthread_mutex_unlock(&ex->lock);
 	free(dir);
-	free(text);
-	free(path);
 	return rc;
 }
 
@@ -1130,35 +1143,29 @@ static int kube_adopt(struct kn_executor *self, const char *task_dir,
 		      struct kn_task_proc *out, struct kn_error *err)
 {
 	struct kube_exec *ex = self->impl;
-	char *dir = kube_run_dir_of(task_dir);
-	char *path = kn_asprintf("%s/" KUBE_MANIFEST_FILE, dir), *text = NULL;
-	json_t *docs = NULL;
+	char *dir = kube_run_dir_of(task_dir), *path;
+	json_t *docs = manifests_read(dir);
 	struct attempt *a;
-	int rc = 0;
 
 	out->pid = 0;
 	out->start = 0;
-	if (kn_read_file(path, MANIFEST_MAX, &text, NULL) < 0 ||
-	    !(docs = json_loads(text, 0, NULL))) {
-		rc = kn_errorf(err, KN_ENOTFOUND, NULL, "%s: never submitted",
-			       dir);
-		goto out;
+	if (!docs) {
+		kn_errorf(err, KN_ENOTFOUND, NULL, "%s: never submitted", dir);
+		free(dir);
+		return -ENOENT;
 	}
 	pthread_mutex_lock(&ex->lock);
 	a = attempt_find(ex, dir);
 	pthread_mutex_unlock(&ex->lock);
-	if (!a) {
-		free(path);
+	if (a) {
+		json_decref(docs);
+	} else {
 		path = kn_asprintf("%s/" SUBMITTED_FILE, dir);
 		attempt_add(ex, dir, docs, access(path, F_OK) != 0, NULL);
-		docs = NULL;
+		free(path);
 	}
-out:
-	json_decref(docs);
-	free(text);
-	free(path);
 	free(dir);
-	return rc < 0 ? -ENOENT : 0;
+	return 0;
 }
 
 /* The spec renders into manifests (image, name, GPU model). */

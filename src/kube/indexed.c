@@ -234,7 +234,7 @@ static void run_submit(struct element *v, size_t n, kube_run_track_fn track,
 {
 	struct element *first = &v[0];
 	struct kn_error err;
-	char why[256] = "", *path, *text;
+	char why[256] = "", *path;
 	int rc;
 
 	rc = kn_kube_array_run(first->docs, first->array_id, first->index,
@@ -251,14 +251,10 @@ static void run_submit(struct element *v, size_t n, kube_run_track_fn track,
 		free(path);
 	}
 	if (rc == 0) {
-		path = kn_asprintf("%s/" KUBE_MANIFEST_FILE, first->attempt_dir);
-		text = json_dumps(first->docs, JSON_COMPACT);
-		rc = kn_write_file_replace(path, text, strlen(text), 0600);
+		rc = kube_manifests_write(first->attempt_dir, first->docs,
+					  &err);
 		if (rc < 0)
-			snprintf(why, sizeof(why), "cannot write %s: %s", path,
-				 strerror(-rc));
-		free(text);
-		free(path);
+			kn_strlcpy(why, err.message, sizeof(why));
 	}
 	if (rc < 0)
 		kn_log(KN_LOG_ERROR, "kubernetes: array %lld: %s",

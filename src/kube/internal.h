@@ -108,6 +108,11 @@ extern const struct kn_deploy_ops kube_deploy_ops;
 /* An attempt's manifests, in its directory; kube-submitted beside them
    once the API took them. */
 #define KUBE_MANIFEST_FILE "kube-job.json"
+/* An attempt's manifests into dir/KUBE_MANIFEST_FILE as they are
+   submitted, for adopt to take up after a restart: 0 or the error,
+   naming the file. */
+int kube_manifests_write(const char *dir, json_t *docs,
+			 struct kn_error *err);
 
 struct kube_runs;
 struct kube_runs *kube_runs_new(void);

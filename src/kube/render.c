@@ -319,16 +319,50 @@ static json_int_t ceil_seconds(int64_t ms)
 }
 
 /*
- * The pod template's spec and its annotations (GPU shares), shared by
- * jobs and deployments. container gets its env, resources and lifecycle
- * added; the caller has set name, image, command and ports.
+ * What a Job and a Deployment are rendered from alike: the Kubernetes
+ * name, the labels every object of the workload carries (selector_key
+ * the one that picks its pods), the task's container, and the pod spec
+ * with its annotations. Each reference is the workload's own until
+ * workload_release.
+ */
+struct workload {
+	char kname[64];
+	const char *selector_key;
+	json_t *labels, *container, *pod, *ann;
+};
+
+/* w named and labelled after name; 0 or the name's error. */
+static int workload_name(struct workload *w, const char *name,
+			 const char *selector_key, struct kn_error *err)
+{
+	int rc = kube_name(name, w->kname, sizeof(w->kname), err);
+
+	if (rc < 0)
+		return rc;
+	w->selector_key = selector_key;
+	w->labels = json_pack("{s:s, s:s}", "app.kubernetes.io/managed-by",
+			      "kiln", selector_key, w->kname);
+	return 0;
+}
+
+static void workload_release(struct workload *w)
+{
+	json_decref(w->labels);
+	json_decref(w->container);
+	json_decref(w->pod);
+	json_decref(w->ann);
+}
+
+/*
+ * The pod template's spec and its annotations (GPU shares) into w->pod
+ * and w->ann. w->container gets env, resources and lifecycle added; the
+ * caller has set its name, image, command and ports.
  */
 static int pod_spec(const struct kn_job_spec *spec,
 		    const struct kn_kube_render_opts *opts,
-		    const char *selector_key, const char *kname,
-		    json_t *container, json_t *env, json_t **spec_out,
-		    json_t **annotations_out, struct kn_error *err)
+		    struct workload *w, json_t *env, struct kn_error *err)
 {
+	json_t *container = w->container;
 	const struct kn_resources *res = &spec->resources;
 	const struct kn_placement_spec *pl = &spec->placement;
 	json_t *pod = json_object(), *ann = json_object();
@@ -412,13 +446,13 @@ static int pod_spec(const struct kn_job_spec *spec,
 			json_pack("[{s:i, s:s, s:s, s:{s:{s:s}}}]", "maxSkew",
 				  1, "topologyKey", ZONE_LABEL,
 				  "whenUnsatisfiable", "ScheduleAnyway",
-				  "labelSelector", "matchLabels", selector_key,
-				  kname));
+				  "labelSelector", "matchLabels",
+				  w->selector_key, w->kname));
 	json_object_set_new(pod, "containers",
 			    json_pack("[O]", container));
-	*spec_out = pod;
+	w->pod = pod;
 	pod = NULL;
-	*annotations_out = ann;
+	w->ann = ann;
 	ann = NULL;
 out:
 	json_decref(pod);
@@ -430,19 +464,21 @@ out:
 }
 
 /* A Job's or a Deployment's pod template: its labels, its annotations
-   when there are any, and pod as its spec. */
-static json_t *pod_template(json_t *labels, json_t *ann, json_t *pod)
+   when there are any, and its pod spec. */
+static json_t *pod_template(const struct workload *w)
 {
-	json_t *meta = json_pack("{s:O}", "labels", labels);
+	json_t *meta = json_pack("{s:O}", "labels", w->labels);
 
-	if (json_object_size(ann))
-		json_object_set(meta, "annotations", ann);
-	return json_pack("{s:o, s:O}", "metadata", meta, "spec", pod);
+	if (json_object_size(w->ann))
+		json_object_set(meta, "annotations", w->ann);
+	return json_pack("{s:o, s:O}", "metadata", meta, "spec", w->pod);
 }
 
-static json_t *metadata(const char *kname, const char *ns, json_t *labels)
+/* The metadata of each object of w, in namespace ns (NULL: none). */
+static json_t *metadata(const struct workload *w, const char *ns)
 {
-	json_t *m = json_pack("{s:s, s:O}", "name", kname, "labels", labels);
+	json_t *m = json_pack("{s:s, s:O}", "name", w->kname, "labels",
+			      w->labels);
 
 	if (ns)
 		json_object_set_new(m, "namespace", json_string(ns));
@@ -691,9 +727,9 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 		       const struct kn_kube_render_opts *opts, json_t **out,
 		       struct kn_error *err)
 {
-	json_t *docs = NULL, *labels = NULL, *container = NULL, *env;
-	json_t *pod = NULL, *ann = NULL, *job_spec;
-	char kname[64], buf[160];
+	struct workload w = {0};
+	json_t *docs = NULL, *env, *job_spec;
+	char buf[160];
 	bool gang = spec->tasks > 1;
 	int rc;
 
@@ -702,25 +738,22 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 		rc = check_array(spec, err);
 	if (rc == 0)
 		rc = check_tty(spec, err);
+	if (rc == 0)
+		rc = workload_name(&w, spec->name, "kiln.dev/job", err);
 	if (rc < 0)
 		return rc;
-	rc = kube_name(spec->name, kname, sizeof(kname), err);
-	if (rc < 0)
-		return rc;
-	labels = json_pack("{s:s, s:s}", "app.kubernetes.io/managed-by",
-			   "kiln", "kiln.dev/job", kname);
-	container = json_pack("{s:s, s:s, s:o}", "name", "task", "image",
-			      opts->image, "command", command(spec));
+	w.container = json_pack("{s:s, s:s, s:o}", "name", "task", "image",
+				opts->image, "command", command(spec));
 	env = json_array();
 	snprintf(buf, sizeof(buf), "%d", spec->tasks);
 	json_array_append_new(env, kube_env_value("WORLD_SIZE", buf));
 	json_array_append_new(env, kube_env_value("LOCAL_RANK", "0"));
-	json_array_append_new(env, kube_env_value("KILN_JOB", kname));
+	json_array_append_new(env, kube_env_value("KILN_JOB", w.kname));
 	if (gang) {
 		json_array_append_new(
 			env, kube_env_field("RANK", "metadata.annotations['"
 					       KUBE_INDEX_ANNOTATION "']"));
-		snprintf(buf, sizeof(buf), "%s-0.%s", kname, kname);
+		snprintf(buf, sizeof(buf), "%s-0.%s", w.kname, w.kname);
 		json_array_append_new(env, kube_env_value("MASTER_ADDR", buf));
 		snprintf(buf, sizeof(buf), "%d", KN_KUBE_MASTER_PORT);
 		json_array_append_new(env, kube_env_value("MASTER_PORT", buf));
@@ -734,32 +767,31 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 	   it gets the writable /tmp, which ends with the pod. */
 	if (spec->devenv.set)
 		json_array_append_new(env, kube_env_value("HOME", "/tmp"));
-	rc = pod_spec(spec, opts, "kiln.dev/job", kname, container, env, &pod,
-		      &ann, err);
+	rc = pod_spec(spec, opts, &w, env, err);
 	if (rc < 0)
 		goto out;
-	json_object_set_new(pod, "restartPolicy", json_string("Never"));
+	json_object_set_new(w.pod, "restartPolicy", json_string("Never"));
 	if (gang)
-		json_object_set_new(pod, "subdomain", json_string(kname));
+		json_object_set_new(w.pod, "subdomain", json_string(w.kname));
 	if (spec->tty) {
 		/* A terminal to attach to (pods/attach): the task is the
 		   container's first process, on the terminal the runtime
 		   gives it, as `kubectl run -it` makes it. kiln's shim would
 		   sit between them and give the task no terminal. */
-		json_object_set_new(container, "stdin", json_true());
-		json_object_set_new(container, "tty", json_true());
+		json_object_set_new(w.container, "stdin", json_true());
+		json_object_set_new(w.container, "tty", json_true());
 	} else if (opts->shim_image) {
-		shim_wrap(spec, opts, pod, container);
+		shim_wrap(spec, opts, w.pod, w.container);
 	}
 	if (gang) {
 		/* kiln's scheduler places the gang's pods all at once. */
 		snprintf(buf, sizeof(buf), "%d", spec->tasks);
-		json_object_set_new(ann, KN_KUBE_ANN_GANG, json_string(buf));
+		json_object_set_new(w.ann, KN_KUBE_ANN_GANG, json_string(buf));
 	}
 	job_spec = json_pack("{s:i, s:i, s:i, s:o}", "completions",
 			     spec->tasks, "parallelism", spec->tasks,
 			     "backoffLimit", spec->retries, "template",
-			     pod_template(labels, ann, pod));
+			     pod_template(&w));
 	if (gang || spec->array.count)
 		json_object_set_new(job_spec, "completionMode",
 				    json_string("Indexed"));
@@ -782,7 +814,7 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 	json_array_append_new(
 		docs, json_pack("{s:s, s:s, s:o, s:o}", "apiVersion",
 				"batch/v1", "kind", "Job", "metadata",
-				metadata(kname, opts->namespace_, labels),
+				metadata(&w, opts->namespace_),
 				"spec", job_spec));
 	if (gang)
 		json_array_append_new(
@@ -791,17 +823,14 @@ int kn_kube_render_job(const struct kn_job_spec *spec,
 				  "s:[{s:s, s:i}]}}",
 				  "apiVersion", "v1", "kind", "Service",
 				  "metadata",
-				  metadata(kname, opts->namespace_, labels),
+				  metadata(&w, opts->namespace_),
 				  "spec", "clusterIP", "None",
 				  "publishNotReadyAddresses", 1, "selector",
-				  "kiln.dev/job", kname, "ports", "name",
+				  "kiln.dev/job", w.kname, "ports", "name",
 				  "master", "port", KN_KUBE_MASTER_PORT));
 	*out = docs;
 out:
-	json_decref(labels);
-	json_decref(container);
-	json_decref(pod);
-	json_decref(ann);
+	workload_release(&w);
 	return rc;
 }
 
@@ -818,41 +847,37 @@ int kn_kube_render_deployment(const struct kn_deployment_spec *d,
 			      const struct kn_kube_render_opts *opts,
 			      json_t **out, struct kn_error *err)
 {
-	json_t *labels = NULL, *container = NULL, *env, *pod = NULL;
-	json_t *ann = NULL, *docs;
-	char kname[64], port[16];
+	struct workload w = {0};
+	json_t *env, *docs;
+	char port[16];
 	int rc;
 
 	rc = check_opts(opts, err);
+	if (rc == 0)
+		rc = workload_name(&w, d->job.name, "kiln.dev/deployment", err);
 	if (rc < 0)
 		return rc;
-	rc = kube_name(d->job.name, kname, sizeof(kname), err);
-	if (rc < 0)
-		return rc;
-	labels = json_pack("{s:s, s:s}", "app.kubernetes.io/managed-by",
-			   "kiln", "kiln.dev/deployment", kname);
-	container = json_pack("{s:s, s:s, s:o, s:[{s:s, s:i}]}", "name",
-			      "server", "image", opts->image, "command",
-			      command(&d->job), "ports", "name", "http",
-			      "containerPort", SERVE_PORT);
+	w.container = json_pack("{s:s, s:s, s:o, s:[{s:s, s:i}]}", "name",
+				"server", "image", opts->image, "command",
+				command(&d->job), "ports", "name", "http",
+				"containerPort", SERVE_PORT);
 	if (d->readiness.set)
-		json_object_set_new(container, "readinessProbe",
+		json_object_set_new(w.container, "readinessProbe",
 				    probe(&d->readiness));
 	if (d->liveness.set)
-		json_object_set_new(container, "livenessProbe",
+		json_object_set_new(w.container, "livenessProbe",
 				    probe(&d->liveness));
 	snprintf(port, sizeof(port), "%d", SERVE_PORT);
 	env = json_pack("[o, o]", kube_env_value("KILN_PORT", port),
 			kube_env_value("KILN_MODEL", d->model));
-	json_object_set_new(container, "lifecycle",
+	json_object_set_new(w.container, "lifecycle",
 			    json_pack("{s:{s:{s:[s,s,s]}}}", "preStop", "exec",
 				      "command", "/bin/sh", "-c",
 				      "sleep " SERVE_DRAIN_S));
-	rc = pod_spec(&d->job, opts, "kiln.dev/deployment", kname, container,
-		      env, &pod, &ann, err);
+	rc = pod_spec(&d->job, opts, &w, env, err);
 	if (rc < 0)
 		goto out;
-	json_object_set_new(pod, "terminationGracePeriodSeconds",
+	json_object_set_new(w.pod, "terminationGracePeriodSeconds",
 			    json_integer(SERVE_GRACE_S));
 	docs = json_array();
 	/* One replica at a time, never below the wanted count: the rolling
@@ -862,25 +887,22 @@ int kn_kube_render_deployment(const struct kn_deployment_spec *d,
 		json_pack("{s:s, s:s, s:o, s:{s:i, s:{s:{s:s}}, "
 			  "s:{s:s, s:{s:i, s:i}}, s:o}}",
 			  "apiVersion", "apps/v1", "kind", "Deployment",
-			  "metadata", metadata(kname, opts->namespace_, labels),
+			  "metadata", metadata(&w, opts->namespace_),
 			  "spec", "replicas", d->replicas, "selector",
-			  "matchLabels", "kiln.dev/deployment", kname,
+			  "matchLabels", "kiln.dev/deployment", w.kname,
 			  "strategy", "type", "RollingUpdate", "rollingUpdate",
 			  "maxUnavailable", 0, "maxSurge", 1, "template",
-			  pod_template(labels, ann, pod)));
+			  pod_template(&w)));
 	json_array_append_new(
 		docs,
 		json_pack("{s:s, s:s, s:o, s:{s:{s:s}, s:[{s:s, s:i, s:s}]}}",
 			  "apiVersion", "v1", "kind", "Service", "metadata",
-			  metadata(kname, opts->namespace_, labels), "spec",
-			  "selector", "kiln.dev/deployment", kname, "ports",
+			  metadata(&w, opts->namespace_), "spec",
+			  "selector", "kiln.dev/deployment", w.kname, "ports",
 			  "name", "http", "port", SERVICE_PORT, "targetPort",
 			  "http"));
 	*out = docs;
 out:
-	json_decref(labels);
-	json_decref(container);
-	json_decref(pod);
-	json_decref(ann);
+	workload_release(&w);
 	return rc;
 }

@@ -202,26 +202,6 @@ static int find_pod(struct bridge *b, char *pod, size_t cap,
 	return rc;
 }
 
-/* s into b percent-escaped for a query value: 0, or -E2BIG when b's cap
-   was reached (b then holds a cut copy, to be thrown away). */
-static int query_escape(struct kn_buf *b, const char *s)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	int rc = 0;
-
-	for (; *s && rc == 0; s++) {
-		unsigned char c = (unsigned char)*s;
-		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		    (c >= '0' && c <= '9') || strchr("-._~", c)) {
-			rc = kn_buf_append(b, s, 1);
-		} else {
-			char e[3] = {'%', hex[c >> 4], hex[c & 15]};
-			rc = kn_buf_append(b, e, 3);
-		}
-	}
-	return rc;
-}
-
 /* ---- the API server's messages ---- */
 
 /* Sends what credit allows of the held output (a port's: all of it,
@@ -611,9 +591,11 @@ static char *session_path(struct bridge *b, const char *pod, json_t *req,
 			break;
 		rc = kn_buf_append(&path, "&command=", 9);
 		if (rc == 0)
-			rc = query_escape(&path, json_string_value(a)
-							 ? json_string_value(a)
-							 : "");
+			rc = kn_buf_append_url_encoded(
+				&path,
+				json_string_value(a) ? json_string_value(a)
+						     : "",
+				false);
 	}
 	if (rc < 0 || !path.data) {
 		kn_buf_release(&path);

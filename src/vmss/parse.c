@@ -76,19 +76,6 @@ char *kn_vmss_delete_body(const char *instance_id)
 	return text;
 }
 
-/* Percent-encode all but RFC 3986's unreserved characters. */
-static void form_encode(struct kn_buf *b, const char *s)
-{
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (isalnum(c) || strchr("-._~", c))
-			kn_buf_append(b, s, 1);
-		else
-			kn_buf_printf(b, "%%%02X", c);
-	}
-}
-
 char *kn_vmss_imds_token_url(const char *imds_url, const char *client_id)
 {
 	struct kn_buf b;
@@ -98,10 +85,10 @@ char *kn_vmss_imds_token_url(const char *imds_url, const char *client_id)
 		      "%s/metadata/identity/oauth2/token?api-version=%s"
 		      "&resource=",
 		      imds_url, KN_VMSS_IMDS_API_VERSION);
-	form_encode(&b, KN_VMSS_RESOURCE);
+	kn_buf_append_url_encoded(&b, KN_VMSS_RESOURCE, false);
 	if (client_id) {
 		kn_buf_printf(&b, "&client_id=");
-		form_encode(&b, client_id);
+		kn_buf_append_url_encoded(&b, client_id, false);
 	}
 	return b.data;
 }
@@ -117,11 +104,11 @@ char *kn_vmss_login_token_body(const char *client_id, const char *secret)
 
 	kn_buf_init(&b, 64 * 1024);
 	kn_buf_printf(&b, "grant_type=client_credentials&client_id=");
-	form_encode(&b, client_id);
+	kn_buf_append_url_encoded(&b, client_id, false);
 	kn_buf_printf(&b, "&scope=");
-	form_encode(&b, KN_VMSS_RESOURCE ".default");
+	kn_buf_append_url_encoded(&b, KN_VMSS_RESOURCE ".default", false);
 	kn_buf_printf(&b, "&client_secret=");
-	form_encode(&b, secret);
+	kn_buf_append_url_encoded(&b, secret, false);
 	return b.data;
 }
 
