@@ -926,17 +926,6 @@ int cli_stream(struct cli_client *c, const char *path, FILE *sink,
 	return perform(c, "GET", path, NULL, NULL, 0, sink, flags, NULL);
 }
 
-static void add_escaped(struct kn_buf *b, const char *s)
-{
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (isalnum(ch) || strchr("-._~", ch))
-			kn_buf_append(b, s, 1);
-		else
-			kn_buf_printf(b, "%%%02X", ch);
-	}
-}
-
 /*
  * Paths are built in buffers whose cap is SIZE_MAX, so appends cannot
  * fail; what bounds them is the command line they come from.
@@ -947,13 +936,13 @@ void cli_query_add(struct kn_buf *path, const char *key, const char *value)
 		return;
 	kn_buf_printf(path, "%c%s=",
 		      path->data && strchr(path->data, '?') ? '&' : '?', key);
-	add_escaped(path, value);
+	kn_buf_append_url_encoded(path, value, false);
 }
 
 void cli_path_add(struct kn_buf *path, const char *segment)
 {
 	kn_buf_append(path, "/", 1);
-	add_escaped(path, segment);
+	kn_buf_append_url_encoded(path, segment, false);
 }
 
 int cli_post_spec(struct cli_client *c, const char *collection,
