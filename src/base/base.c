@@ -349,6 +349,13 @@ void *kn_xcalloc(size_t n, size_t size)
 	return p;
 }
 
+void kn_strv_free(char **v)
+{
+	for (char **p = v; p && *p; p++)
+		free(*p);
+	free(v);
+}
+
 void *kn_xrealloc(void *p, size_t n)
 {
 	void *q = realloc(p, n ? n : 1);

@@ -135,6 +135,9 @@ void *kn_xmalloc(size_t n);
 void *kn_xcalloc(size_t n, size_t size);
 void *kn_xrealloc(void *p, size_t n);
 char *kn_xstrdup(const char *s);
+/* Frees a NULL-terminated vector of malloc'd strings and the vector; NULL
+   is nothing. */
+void kn_strv_free(char **v);
 /* Edit distance, for "did you mean" suggestions. */
 int kn_levenshtein(const char *a, const char *b);
 

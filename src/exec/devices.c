@@ -326,9 +326,3 @@ int kn_device_mig_nodes(char **nodes, const char *caps_dir,
 	return 0;
 }
 
-void kn_device_nodes_free(char **nodes)
-{
-	for (char **p = nodes; p && *p; p++)
-		free(*p);
-	free(nodes);
-}

@@ -69,10 +69,9 @@ void kn_device_model_name(const char *name, int64_t memory_bytes, char *out,
  * first use), then those of NVIDIA's shared control nodes that exist in
  * DIR (nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset). DIR is
  * "/dev" for real GPUs. n 0: no nodes at all. NULL-terminated, freed with
- * kn_device_nodes_free; never NULL.
+ * kn_strv_free; never NULL.
  */
 char **kn_device_nodes(const char *dir, const int *indexes, int n);
-void kn_device_nodes_free(char **nodes);
 
 /* Where the NVIDIA driver lists the minors of its MIG capability nodes. */
 #define KN_MIG_MINORS_FILE "/proc/driver/nvidia-caps/mig-minors"
@@ -544,7 +543,7 @@ int kn_slurm_node_file_parse(const char *text, size_t len, char *out,
 /*
  * sbatch's command line for a gang, "sbatch" first, the batch script
  * (ATTEMPT_DIR/slurm.sh) last; NULL-terminated, freed with
- * kn_slurm_args_free. timeout_ms 0 = no --time. With t->array,
+ * kn_strv_free. timeout_ms 0 = no --time. With t->array,
  * attempt_dir is the array's directory and each element's output goes to
  * its out/slurm-%A_%a.out. The job gets only the
  * variables named in --export (PATH, the locale and kiln's own), never
@@ -552,7 +551,6 @@ int kn_slurm_node_file_parse(const char *text, size_t len, char *out,
  */
 char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 			    int64_t timeout_ms, const char *attempt_dir);
-void kn_slurm_args_free(char **args);
 
 /* ---- Slurm job arrays (slurm_elements.c) ---- */
 

@@ -96,13 +96,6 @@ static char **json_strings(json_t *a)
 	return v;
 }
 
-static void free_strings(char **v)
-{
-	for (char **p = v; p && *p; p++)
-		free(*p);
-	free(v);
-}
-
 /* A copy of doc's string key, or NULL when it has none. */
 static char *string_copy(json_t *doc, const char *key)
 {
@@ -957,10 +950,10 @@ static int supervise(struct shim *s, int out_fd, int sfd, int tfd)
 
 static void shim_release(struct shim *s)
 {
-	free_strings(s->argv);
-	free_strings(s->env);
-	free_strings(s->devices);
-	kn_sandbox_strings_free(s->task_env);
+	kn_strv_free(s->argv);
+	kn_strv_free(s->env);
+	kn_strv_free(s->devices);
+	kn_strv_free(s->task_env);
 	kn_sandbox_free(s->sandbox);
 	free(s->run_as);
 	json_decref(s->user_doc);

@@ -256,13 +256,6 @@ static void args_add(char ***v, size_t *n, char *arg)
 	(*v)[*n] = NULL;
 }
 
-void kn_slurm_args_free(char **args)
-{
-	for (char **p = args; p && *p; p++)
-		free(*p);
-	free(args);
-}
-
 char **kn_slurm_sbatch_args(const struct kn_slurm_task *t,
 			    int64_t timeout_ms, const char *attempt_dir)
 {
@@ -837,7 +830,7 @@ static int slurm_start(struct kn_executor *ex, const struct kn_task_launch *l,
 	}
 	*out = p;
 out:
-	kn_slurm_args_free(args);
+	kn_strv_free(args);
 	for (size_t i = 0; env[i]; i++)
 		free(env[i]);
 	free(bin);
@@ -1388,7 +1381,7 @@ out:
 	for (int i = 0; i < 2; i++)
 		if (sv[i] >= 0)
 			close(sv[i]);
-	kn_slurm_args_free(args);
+	kn_strv_free(args);
 	free(env);
 	free(bin);
 	free(ctl);

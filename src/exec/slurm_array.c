@@ -397,7 +397,7 @@ static void batch_submit(struct batch *b)
 		kn_log(KN_LOG_WARN, "slurm: array %lld: %s",
 		       (long long)b->array_id, why);
 	}
-	kn_slurm_args_free(args);
+	kn_strv_free(args);
 	free(out_path);
 	free(err_path);
 }

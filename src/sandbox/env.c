@@ -136,9 +136,3 @@ char **kn_sandbox_env_build(enum kn_sandbox_host host,
 	return l.v;
 }
 
-void kn_sandbox_strings_free(char **v)
-{
-	for (char **p = v; p && *p; p++)
-		free(*p);
-	free(v);
-}

@@ -53,7 +53,7 @@ enum kn_sandbox_host {
 
 /*
  * The environment a task gets, NULL-terminated and malloc'd (free with
- * kn_sandbox_strings_free): from the shim's environment only PATH, LANG,
+ * kn_strv_free): from the shim's environment only PATH, LANG,
  * LC_*, TZ and TERM (under Slurm also SLURM_*, SLURMD_NODENAME,
  * CUDA_VISIBLE_DEVICES,
  * NVIDIA_VISIBLE_DEVICES and the rank variables the Slurm shim sets;
@@ -66,7 +66,6 @@ enum kn_sandbox_host {
 char **kn_sandbox_env_build(enum kn_sandbox_host host,
 			    char *const *launch_env, char *const *shim_env,
 			    const char *home, const char *user);
-void kn_sandbox_strings_free(char **v);
 
 /* ---- owners to Unix users ---- */
 

@@ -561,7 +561,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 	for (size_t i = 0; i < e.n; i++)
 		free(e.env[i]);
 	free(e.env);
-	kn_device_nodes_free(dev_nodes);
+	kn_strv_free(dev_nodes);
 	free(e.inputs);
 	free(e.requires);
 }

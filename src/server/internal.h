@@ -263,7 +263,7 @@ int isolation_launch(struct server *s, int64_t job_id,
 /*
  * The device nodes binding b's task may open (its GPUs', the control
  * nodes, a MIG instance's own capability nodes) into *out, freed with
- * kn_device_nodes_free; a MIG instance whose nodes cannot be known fails
+ * kn_strv_free; a MIG instance whose nodes cannot be known fails
  * with err, and its task must not start.
  */
 int isolation_task_devices(struct server *s,

@@ -209,7 +209,7 @@ int isolation_task_devices(struct server *s,
 	    strcmp(set->source, "slurm"))
 		rc = mig_nodes(s, b, nodes, err);
 	if (rc < 0) {
-		kn_device_nodes_free(nodes);
+		kn_strv_free(nodes);
 		return rc;
 	}
 	*out = nodes;

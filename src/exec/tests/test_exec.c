@@ -85,7 +85,7 @@ static void test_device_mig_nodes(void **state)
 	assert_string_equal(nodes[0], "/dev/nvidia0");
 	assert_string_equal(nodes[k - 2], "/dev/nvidia-caps/nvidia-cap21");
 	assert_string_equal(nodes[k - 1], "/dev/nvidia-caps/nvidia-cap22");
-	kn_device_nodes_free(nodes);
+	kn_strv_free(nodes);
 
 	/* An instance the driver does not list: refused, nothing added. */
 	nodes = kn_device_nodes("/dev", gpu0, 1);
@@ -106,7 +106,7 @@ static void test_device_mig_nodes(void **state)
 					"mig-minors", 1, 1, 0, &err) < 0);
 	for (k = 0; nodes[k]; k++)
 		assert_null(strstr(nodes[k], "nvidia-cap"));
-	kn_device_nodes_free(nodes);
+	kn_strv_free(nodes);
 }
 
 static void test_device_nodes(void **state)
@@ -125,11 +125,11 @@ static void test_device_nodes(void **state)
 	assert_string_equal(strrchr(nodes[1], '/'), "/nvidia1");
 	assert_string_equal(nodes[2], ctl);
 	assert_null(nodes[3]);
-	kn_device_nodes_free(nodes);
+	kn_strv_free(nodes);
 	/* No GPU: nothing, not even the control nodes. */
 	nodes = kn_device_nodes(dir, gpus, 0);
 	assert_null(nodes[0]);
-	kn_device_nodes_free(nodes);
+	kn_strv_free(nodes);
 	unlink(ctl);
 	free(ctl);
 	rmdir(dir);
@@ -958,14 +958,14 @@ static void test_slurm_sbatch_args(void **state)
 			fail_msg("sbatch lacks %s", want[i]);
 	for (char **p = a; *p; p++)
 		assert_null(strstr(*p, "--uid"));
-	kn_slurm_args_free(a);
+	kn_strv_free(a);
 	t.run_as_set = true;
 	t.uid = 999;
 	t.gid = 995;
 	a = kn_slurm_sbatch_args(&t, 90000, "/k/tasks/7/1");
 	assert_true(has_arg(a, "--uid=999"));
 	assert_true(has_arg(a, "--gid=995"));
-	kn_slurm_args_free(a);
+	kn_strv_free(a);
 
 	/* A share, no limits, not preemptible, no checkpoint. */
 	memset(&t, 0, sizeof(t));
@@ -981,13 +981,13 @@ static void test_slurm_sbatch_args(void **state)
 		assert_null(strstr(*p, "--partition"));
 		assert_null(strstr(*p, "--mem"));
 	}
-	kn_slurm_args_free(a);
+	kn_strv_free(a);
 
 	t.shards = 0;
 	t.mig_profile = "1g.10gb";
 	a = kn_slurm_sbatch_args(&t, 0, "/k/tasks/9/1");
 	assert_true(has_arg(a, "--gres=gpu:1g.10gb:1"));
-	kn_slurm_args_free(a);
+	kn_strv_free(a);
 }
 
 /* What each engine does itself, which the server asks instead of which

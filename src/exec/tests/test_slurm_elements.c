@@ -161,7 +161,7 @@ static void test_sbatch_args_of_an_array(void **state)
 	}
 	assert_true(array && output && chdir);
 	assert_string_equal(a[n - 1], "/k/tasks/7/slurm-array-7-1/slurm.sh");
-	kn_slurm_args_free(a);
+	kn_strv_free(a);
 }
 
 int main(void)

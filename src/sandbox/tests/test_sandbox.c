@@ -136,7 +136,7 @@ static void test_env(void **state)
 		n++;
 	assert_int_equal(n, 4);
 	for (int k = 0; k < N_ENVS; k++)
-		kn_sandbox_strings_free(env[k]);
+		kn_strv_free(env[k]);
 }
 
 static void test_user_map_parses(void **state)
