@@ -15,6 +15,7 @@
 #include "cmd/cli_client.h"
 #include "cmd/cli_plain.h"
 #include "httpc/httpc.h"
+#include "loop/loop.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -759,12 +761,30 @@ static int read_answer(void *conn, struct kn_buf *b, size_t *head_len)
 	return 0;
 }
 
-/* A refusal's JSON body (Content-Length, then the connection closes). */
-static void read_rest(void *conn, struct kn_buf *b)
+/* The Content-Length of an answer's head (head_len bytes at head, split
+   in place), or -1 where it gives none that is valid. */
+static int64_t head_content_length(char *head, size_t head_len)
+{
+	char *p = memchr(head, '\n', head_len), *name, *value;
+	int64_t n = -1;
+
+	if (!p)
+		return -1;
+	for (p++; kn_http_field_next(&p, head + head_len, &name, &value) > 0;)
+		if (!strcasecmp(name, "Content-Length") &&
+		    kn_http_content_length(value, strlen(value), &n) < 0)
+			return -1;
+	return n;
+}
+
+/* A refusal's JSON body: its Content-Length bytes, since the server may
+   keep the connection open for another request; without one, up to the
+   connection's close. */
+static void read_rest(void *conn, struct kn_buf *b, int64_t length)
 {
 	char buf[16384];
 
-	for (;;) {
+	while (length < 0 || b->len < (uint64_t)length) {
 		size_t n = 0;
 		CURLcode cc = curl_easy_recv(conn, buf, sizeof(buf), &n);
 		if (cc == CURLE_AGAIN) {
@@ -822,7 +842,8 @@ int cli_client_upgrade(struct cli_client *c, const char *method,
 	} else if (status != 101) {
 		kn_buf_append(&body, answer.data + head_len,
 			      answer.len - head_len);
-		read_rest(h, &body);
+		read_rest(h, &body, head_content_length(answer.data,
+							 head_len));
 		print_api_error(c, status, &body);
 		rc = CLI_EXIT_FAIL;
 	} else {

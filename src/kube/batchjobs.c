@@ -27,16 +27,16 @@
  *   TASK_DIR/inputs.json        the inputs the pod's shim fetched (from
  *                               its termination message), written just
  *                               before kube.json
- *   TASK_DIR/output.log         the pod's log, fetched every few seconds
+ *   TASK_DIR/output.log         the pod's log, fetched every fifth pass
  *                               while it runs and once at its end
  *   TASK_DIR/stop.json          a stop asked for (as under Slurm)
  *
- * The worker lists the namespace's kiln Jobs and pods once a second while
- * attempts are live (two requests, whatever the number of attempts)
- * rather than keeping watches: a watch per kind would need a thread of
- * its own to let submits and deletes through, and a list is its own
- * resync, with no resourceVersion to lose. After each pass the same
- * worker keeps the deployments in step (deployments.c).
+ * The worker lists the namespace's kiln Jobs and pods once a pass, every
+ * second by default, while attempts are live (two requests, whatever the
+ * number of attempts) rather than keeping watches: a watch per kind
+ * would need a thread of its own to let submits and deletes through, and
+ * a list is its own resync, with no resourceVersion to lose. After each
+ * pass the same worker keeps the deployments in step (deployments.c).
  *
  * Pods run their task under `kiln shim --kube` (render.c), which syncs
  * the checkpoints, fetches the job's inputs (KILN_INPUTS here) and
@@ -61,9 +61,8 @@
 #include "kube/internal.h"
 #include "kube/kube.h"
 
-#define POLL_MS 1000
-/* A running pod's log is fetched again after this long. */
-#define LOG_EVERY_MS 5000
+/* A running pod's log is fetched again after this many passes' time. */
+#define LOG_EVERY_POLLS 5
 /* The log kept of a pod: its last bytes are what `kiln logs` serves. */
 #define LOG_MAX_BYTES (16 * 1024 * 1024)
 /* Finished Jobs are the API's to delete; kiln has read them by then. */
@@ -840,7 +839,8 @@ static void follow(struct kube_exec *ex, struct attempt *head)
 			dir = task_dir_of(a, r);
 			if (v.pod[0] && (v.ended || (v.running &&
 						     now - a->log_at[r] >=
-							     LOG_EVERY_MS))) {
+							     LOG_EVERY_POLLS *
+							     ex->cfg.poll_ms))) {
 				fetch_log(ex, dir, v.pod);
 				a->log_at[r] = now;
 			}
@@ -897,7 +897,12 @@ static void *worker(void *arg)
 
 		if (!ex->work) {
 			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_sec += POLL_MS / 1000;
+			until.tv_sec += ex->cfg.poll_ms / 1000;
+			until.tv_nsec += (ex->cfg.poll_ms % 1000) * 1000000;
+			if (until.tv_nsec >= 1000000000) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000;
+			}
 			pthread_cond_timedwait(&ex->wake, &ex->lock, &until);
 		}
 		if (ex->stop)
@@ -1259,7 +1264,7 @@ static void kube_flush(struct kn_executor *self)
 				asked = true;
 			}
 	/* The server flushes every poll: the worker wakes for a stop only,
-	   not to list again before its second is up. */
+	   not to list again before its pass is due. */
 	if (asked) {
 		ex->work = true;
 		pthread_cond_signal(&ex->wake);
@@ -1359,6 +1364,8 @@ int kn_kube_executor_new(const struct kn_kube_exec_config *cfg,
 	ex->cfg.scheduler_name = dup_or_null(cfg->scheduler_name);
 	ex->cfg.shim_image = dup_or_null(cfg->shim_image);
 	ex->cfg.store_url = dup_or_null(cfg->store_url);
+	ex->cfg.poll_ms = cfg->poll_ms > 0 ? cfg->poll_ms
+					    : KN_KUBE_POLL_DEFAULT_MS;
 	ex->secret = secret_from_env(cfg->namespace_);
 	ex->deploys = kube_deploys_new();
 	ex->runs = kube_runs_new();

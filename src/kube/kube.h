@@ -454,7 +454,14 @@ struct kn_kube_exec_config {
 	const char *shim_image;
 	/* The server's checkpoint store, for specs that name none. */
 	const char *store_url;
+	/* How often live attempts' Jobs and pods are listed; 0: the
+	   default. */
+	int64_t poll_ms;
 };
+
+/* Kubernetes is asked about live attempts once a second by default: a
+   task's end reaches kiln within that, for two list requests. */
+#define KN_KUBE_POLL_DEFAULT_MS 1000
 
 /*
  * The Job (and, for a gang, the headless Service) one attempt becomes:

@@ -65,9 +65,11 @@ static int slurm_create(const struct server *s, struct kn_executor **out,
 static const char *kube_options_given(const struct kn_server_config *cfg)
 {
 	if (cfg->kube_namespace || cfg->kubeconfig || cfg->kube_context ||
-	    cfg->kube_image || cfg->kube_scheduler || cfg->kube_shim_image)
+	    cfg->kube_image || cfg->kube_scheduler || cfg->kube_shim_image ||
+	    cfg->kube_poll_ms != KN_KUBE_POLL_DEFAULT_MS)
 		return "--kube-namespace, --kubeconfig, --kube-context, "
-		       "--image, --kube-scheduler-name and --kube-shim-image";
+		       "--image, --kube-scheduler-name, --kube-shim-image and "
+		       "--kube-poll-interval";
 	return NULL;
 }
 
@@ -99,6 +101,7 @@ static int kube_create(const struct server *s, struct kn_executor **out,
 	ec.image = cfg->kube_image;
 	ec.scheduler_name = cfg->kube_scheduler;
 	ec.shim_image = cfg->kube_shim_image;
+	ec.poll_ms = cfg->kube_poll_ms;
 	/* The pods' shims sync with the server's store (--blob-store). */
 	store_url = cfg->blob_store ? kn_xstrdup(cfg->blob_store)
 				    : kn_blob_default_url(s->home);

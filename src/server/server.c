@@ -12,6 +12,7 @@
 #include "executors.h"
 
 #include "ckpt/ckpt.h"
+#include "kube/kube.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -35,6 +36,7 @@ void kn_server_config_init(struct kn_server_config *cfg)
 	cfg->health_root = "/";
 	cfg->executor = "local";
 	cfg->slurm_shards_per_gpu = 100;
+	cfg->kube_poll_ms = KN_KUBE_POLL_DEFAULT_MS;
 	cfg->policy = "kiln";
 	cfg->backup_keep = 7;
 	cfg->cgroup_root = KN_CGROUP_ROOT;

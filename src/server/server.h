@@ -109,6 +109,8 @@ struct kn_server_config {
 	const char *kube_image;       /* for specs without image, or NULL */
 	const char *kube_scheduler;   /* every pod's schedulerName, or NULL */
 	const char *kube_shim_image;  /* the pods' kiln, or NULL: the task's */
+	int64_t kube_poll_ms;         /* list Jobs and pods this often
+					 (default 1s) */
 	const char *node_labels;  /* "zone=1,fault_domain=0", or NULL */
 	/* Simulated nodes run on this machine instead of the local node
 	   (docs/scheduling.md): each "NAME GPUS [KEY=VALUE ...]". */

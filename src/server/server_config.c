@@ -291,6 +291,11 @@ static const struct kn_option server_options[] = {
 	 .help = "schedulerName of every pod"},
 	{"kube-shim-image", KN_OPT_STRING, "IMAGE", F(kube_shim_image),
 	 .help = "the image whose kiln the pods run tasks under"},
+	/* Each pass is two list requests to the API server: a tenth of a
+	   second at most keeps that load bounded. */
+	{"kube-poll-interval", KN_OPT_DURATION, "DURATION", F(kube_poll_ms),
+	 .min = 100, .max = 60 * 1000, .example = "1s",
+	 .help = "how often the Jobs and pods of live attempts are listed"},
 	{"backup-every", KN_OPT_DURATION, "DURATION", F(backup_every_ms),
 	 .min = 100, .example = "6h", .help = "take a backup this often"},
 	{"backup-keep", KN_OPT_COUNT, "N", F(backup_keep), .min = 1,

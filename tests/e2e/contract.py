@@ -20,6 +20,8 @@ from jsonschema import Draft202012Validator, RefResolver
 _lock = threading.Lock()
 _bases = set()
 _state = {"doc": None, "ops": None, "checked": 0}
+# Per thread: one resolver for the document, and a validator per schema.
+_local = threading.local()
 VIOLATIONS = {}  # (method, path template, status, problem) -> example URL
 
 
@@ -52,6 +54,24 @@ def _load(kiln):
     return _state["doc"], _state["ops"]
 
 
+def _validator(schema):
+    """The validator of schema (an object of the loaded document), made
+    once per thread. A resolver finds a reference's target by searching
+    the whole document once and keeping what it found, so one is kept
+    rather than made for each answer, which searched again every time.
+    Not shared between threads: a resolver keeps a stack of scopes while
+    it validates."""
+    if getattr(_local, "doc", None) is not _state["doc"]:
+        _local.doc = _state["doc"]
+        _local.resolver = RefResolver("", _state["doc"])
+        _local.validators = {}
+    validator = _local.validators.get(id(schema))
+    if validator is None:
+        validator = Draft202012Validator(schema, resolver=_local.resolver)
+        _local.validators[id(schema)] = validator
+    return validator
+
+
 def _schema_of(responses, status):
     answer = responses.get(str(status)) or responses.get("default") or {}
     return answer.get("content", {})
@@ -73,8 +93,7 @@ def _problem(content, response):
                         response.content.splitlines() if line.strip()])
     except ValueError as e:
         return f"not JSON: {e}"
-    validator = Draft202012Validator(content[ctype]["schema"],
-                                     resolver=RefResolver("", _state["doc"]))
+    validator = _validator(content[ctype]["schema"])
     for body in bodies:  # an ndjson answer's schema is each line's
         error = next(iter(sorted(validator.iter_errors(body),
                                  key=lambda e: list(e.path))), None)
@@ -90,13 +109,12 @@ def _is_console(path):
     return path == "/" or path.startswith("/ui/")
 
 
-def check(kiln, method, response):
-    """Validate one answer; a problem is recorded, never raised, so a
-    test's own assertions are what it sees."""
-    url = response.url
-    path = urlsplit(url).path
+def answer_problem(kiln, method, response):
+    """(the path template, what breaks the document in one answer or
+    None); (None, None) for the console's files."""
+    path = urlsplit(response.url).path
     if _is_console(path):
-        return
+        return None, None
     _, ops = _load(kiln)
     for _, template, pattern, item in ops:
         if pattern.match(path) and method.lower() in item:
@@ -105,15 +123,24 @@ def check(kiln, method, response):
     else:
         template, responses = "(no route)", {}
         if response.status_code < 400:
-            _record(method, template, response.status_code,
-                    "an answer from a route the document does not have", url)
-            return
+            return template, ("an answer from a route the document does "
+                              "not have")
         responses = {"default": {"content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/Error"}}}}}
-    problem = _problem(_schema_of(responses, response.status_code), response)
+    return template, _problem(_schema_of(responses, response.status_code),
+                              response)
+
+
+def check(kiln, method, response):
+    """Validate one answer; a problem is recorded, never raised, so a
+    test's own assertions are what it sees."""
+    template, problem = answer_problem(kiln, method, response)
+    if template is None:
+        return
     _state["checked"] += 1
     if problem:
-        _record(method, template, response.status_code, problem, url)
+        _record(method, template, response.status_code, problem,
+                response.url)
 
 
 def _record(method, template, status, problem, url):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import KILN, wait_for
+from conftest import KILN, START_POLL_S, wait_for
 
 TOKENS_PER_ANSWER = 10
 
@@ -180,7 +180,8 @@ class Gateway:
                 [KILN, "gateway", "--listen", "127.0.0.1:0", *self.args],
                 env=env, stdout=log, stderr=log)
         wait_for(lambda: url_file.exists() and url_file.read_text().strip()
-                 or self.proc.poll() is not None, what="gateway.url")
+                 or self.proc.poll() is not None, interval=START_POLL_S,
+                 what="gateway.url")
         assert self.proc.poll() is None, self.log.read_text()
         self.url = url_file.read_text().strip()
         return self

@@ -21,6 +21,12 @@ def api():
     a.close()
 
 
+# The replay server answers at once: a tenth of a second between list
+# passes (the flag's least) lets a test see each change it plays sooner
+# than the default second would.
+POLL = ["--kube-poll-interval", "100ms"]
+
+
 def start_server(tmp_path, api_port, *extra, token=None, env=None):
     config = tmp_path / "kubeconfig"
     if token:
@@ -30,7 +36,7 @@ def start_server(tmp_path, api_port, *extra, token=None, env=None):
     s = Server(tmp_path / "home", gpus="8xH100-80GB",
                extra=["--executor", "kubernetes", "--kubeconfig", str(config),
                       "--kube-namespace", NS, "--image", "ghcr.io/me/train:1.4",
-                      *extra], env=env)
+                      *POLL, *extra], env=env)
     s.home.mkdir(exist_ok=True)
     return s.start()
 
@@ -336,6 +342,13 @@ def test_server_flags(tmp_path):
     assert r.returncode == 1 and 'no context named "x"' in r.stderr
     r = s.cli("server", "--kube-namespace", "ml")
     assert r.returncode == 2 and "need --executor kubernetes" in r.stderr
+    r = s.cli("server", "--kube-poll-interval", "2s")
+    assert r.returncode == 2 and "need --executor kubernetes" in r.stderr
+    for bad in ("50ms", "2m", "1x"):
+        r = s.cli("server", "--executor", "kubernetes",
+                  "--kube-poll-interval", bad)
+        assert r.returncode == 2 and "kube-poll-interval" in r.stderr, \
+            (bad, r.stderr)
     r = s.cli("server", "--help")
     assert "--executor local|slurm|kubernetes" in r.stdout
 
