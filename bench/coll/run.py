@@ -17,12 +17,12 @@ sizes; per size a barrier, ITERS calls, elapsed / ITERS, mean over ranks)
 and report busbw = bytes / time * 2(n-1)/n. The median of the rounds is
 kept per size.
 
-Goal (issue 6): kiln >= 1.0x OpenMPI (fair setting) at every size and
+Goal: kiln >= 1.0x OpenMPI (fair setting) at every size and
 >= 0.5x memcpy. memcpy is the physical bound once buffers exceed the
 caches; below that it runs from cache. Both ratios are printed: against
 memcpy at the same size, and against memcpy from memory (the median of the
-sizes of 64 MiB and more); the goal is judged on the second, the bound the
-issue names (about 15 GB/s per thread). Prints a table and writes JSON to
+sizes of 64 MiB and more); the goal is judged on the second, the bound that
+matters (about 15 GB/s per thread). Prints a table and writes JSON to
 --out.
 """
 import argparse

@@ -14,7 +14,7 @@ same blob files one after another. The blobs stay in the page cache for
 both sides (each side reads them once before the timed rounds). Each
 push's time (hash, upload of every blob in 1 MiB API parts, the server's
 check and store) is reported too, for information. The ratio
-is openssl's time / kiln's: above 1.0 kiln is faster. Goals (issue 7):
+is openssl's time / kiln's: above 1.0 kiln is faster. Goals:
 >= 1.8 for 8 files on 2 cores, >= 0.95 for the single file.
 
 The model files live under --dir (default: a temporary directory in

@@ -1,4 +1,4 @@
-"""Issue 3's acceptance tests: the 2-task tiny GPT evicted twice finishes,
+"""Resume after eviction: the 2-task tiny GPT evicted twice finishes,
 and its final_weights.bin has the same sha256 as an uninterrupted run's —
 with the default file:// store, and with Azure Blob Storage (a real
 Azurite); with Azure, the account key appears in no log, error or answer."""
@@ -15,9 +15,11 @@ from conftest import (AZURITE_KEY, KILN, Server, azurite_env, job_yaml,
 REPO = Path(__file__).resolve().parents[2]
 # Paced steps: each attempt must still be running when the test sees its
 # first new checkpoint and evicts it, even on a loaded machine under ASan
-# (unpaced, the 40 tiny steps take under a second). The second eviction
-# comes at step 10 or soon after, 30 steps (about 5 s) before the end.
-TINY = ["--steps", "40", "--checkpoint-every", "5", "--step-sleep", "0.15",
+# (unpaced, the 60 tiny steps take under a second). The second eviction
+# comes at step 10 or soon after, 50 steps (about 7.5 s) before the end:
+# with 40 steps a loaded machine once let the first attempt end before
+# the test saw its checkpoint.
+TINY = ["--steps", "60", "--checkpoint-every", "5", "--step-sleep", "0.15",
         "--batch", "4", "--context", "32", "--dim", "32", "--layers", "1",
         "--heads", "2"]
 
