@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -534,6 +535,100 @@ static void test_url_queries_cut(void **state)
 	assert_int_equal(kn_url_base_len("http://h/c"), 10);
 }
 
+/* Unreserved bytes as they are, every other byte as %XX (UTF-8 byte by
+   byte), '/' kept only when asked. */
+static void test_url_encoded(void **state)
+{
+	struct kn_buf b;
+	(void)state;
+
+	kn_buf_init(&b, 1024);
+	assert_int_equal(kn_buf_append_url_encoded(&b, "aZ09-._~ /?&=%#+\xc3\xa9",
+						   false), 0);
+	assert_string_equal(b.data, "aZ09-._~%20%2F%3F%26%3D%25%23%2B%C3%A9");
+	kn_buf_release(&b);
+	kn_buf_init(&b, 1024);
+	assert_int_equal(kn_buf_append_url_encoded(&b, "c/1/x y", true), 0);
+	assert_string_equal(b.data, "c/1/x%20y");
+	kn_buf_release(&b);
+	/* Past the buffer's cap the append fails, never overflows. */
+	kn_buf_init(&b, 4);
+	assert_true(kn_buf_append_url_encoded(&b, "     ", false) < 0);
+	kn_buf_release(&b);
+}
+
+struct csv_rows {
+	char seen[256];
+	int lines[4];
+	int n, stop_at;
+};
+
+static int csv_row(void *arg, char **cells, int line, struct kn_error *err)
+{
+	struct csv_rows *r = arg;
+	size_t at = strlen(r->seen);
+
+	(void)err;
+	snprintf(r->seen + at, sizeof(r->seen) - at, "%s=%s;", cells[0],
+		 cells[1]);
+	r->lines[r->n++] = line;
+	return r->n == r->stop_at ? 1 : 0;
+}
+
+/* The wanted columns in the caller's order wherever the header has them;
+   a short record, a missing column and a missing file each named. */
+static void test_csv_read_columns(void **state)
+{
+	char dir[] = "/tmp/kn-test-XXXXXX";
+	const char *const wanted[] = {"name", "price"};
+	struct csv_rows rows = {.stop_at = -1};
+	struct kn_error err;
+	char *path, *want;
+	(void)state;
+
+	assert_non_null(mkdtemp(dir));
+	path = kn_asprintf("%s/t.csv", dir);
+	assert_int_equal(kn_write_text_atomic(path, "price,x,name\n1,a,A\n"
+					      "2,b,B\n3,c,C\n", 0600, &err), 0);
+	assert_int_equal(kn_csv_read_columns(path, 4096, "sku", wanted, 2,
+					     csv_row, &rows, &err), 0);
+	assert_string_equal(rows.seen, "A=1;B=2;C=3;");
+	assert_int_equal(rows.lines[0], 2);
+	assert_int_equal(rows.lines[2], 4);
+	/* The row callback stops the reading. */
+	memset(&rows, 0, sizeof(rows));
+	rows.stop_at = 2;
+	assert_int_equal(kn_csv_read_columns(path, 4096, "sku", wanted, 2,
+					     csv_row, &rows, &err), 0);
+	assert_string_equal(rows.seen, "A=1;B=2;");
+	/* A record that ends before a wanted column. */
+	assert_int_equal(kn_write_text_replace(path, "price,x,name\n1,a,A\n"
+					       "2,b\n", 0600, &err), 0);
+	memset(&rows, 0, sizeof(rows));
+	assert_int_equal(kn_csv_read_columns(path, 4096, "sku", wanted, 2,
+					     csv_row, &rows, &err), -EINVAL);
+	want = kn_asprintf("%s:3: 2 fields, too few", path);
+	assert_string_equal(err.message, want);
+	assert_string_equal(err.field, "sku");
+	free(want);
+	/* A header without a wanted column. */
+	assert_int_equal(kn_write_text_replace(path, "price,x\n1,a\n", 0600,
+					       &err), 0);
+	assert_int_equal(kn_csv_read_columns(path, 4096, "sku", wanted, 2,
+					     csv_row, &rows, &err), -EINVAL);
+	want = kn_asprintf("%s:1: no column \"name\"", path);
+	assert_string_equal(err.message, want);
+	free(want);
+	assert_int_equal(kn_rm_rf(dir), 0);
+	/* A file that is not there. */
+	assert_int_equal(kn_csv_read_columns(path, 4096, "sku", wanted, 2,
+					     csv_row, &rows, &err), -EIO);
+	want = kn_asprintf("%s: %s", path, strerror(ENOENT));
+	assert_string_equal(err.message, want);
+	free(want);
+	free(path);
+}
+
 static bool int_before(const void *a, const void *b)
 {
 	return *(const int *)a < *(const int *)b;
@@ -595,6 +690,8 @@ int main(void)
 		cmocka_unit_test(test_text_escape),
 		cmocka_unit_test(test_csv_cell),
 		cmocka_unit_test(test_url_queries_cut),
+		cmocka_unit_test(test_url_encoded),
+		cmocka_unit_test(test_csv_read_columns),
 		cmocka_unit_test(test_heap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
