@@ -186,21 +186,7 @@ static void http_date(char *buf, size_t len)
 	strftime(buf, len, "%a, %d %b %Y %H:%M:%S GMT", &tm);
 }
 
-/* "name: value" onto list, unless value is NULL (a header not sent). */
-static void add_header(struct curl_slist **list, const char *name,
-		       const char *value)
-{
-	char *line;
-
-	if (!value)
-		return;
-	line = kn_asprintf("%s: %s", name, value);
-	*list = curl_slist_append(*list, line);
-	free(line);
-}
-
-/* Build URL and headers for r on handle h; the reply goes into c,
-   whose last attempt's is dropped. */
+/* Build URL and headers for r on handle h; the reply goes into c. */
 static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 		    struct az_call *c)
 {
@@ -211,17 +197,16 @@ static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 	struct kn_buf url;
 	struct kn_kv xms[8];
 	size_t nx = 0;
+	char *line;
 
-	call_release(c);
-	memset(&c->reply, 0, sizeof(c->reply));
-	kn_buf_init(&c->reply.mem, REPLY_MAX);
 	kn_buf_init(&url, SIZE_MAX);
 	kn_buf_printf(&url, "%s%s", a->origin, path);
 	for (size_t i = 0; i < r->nq; i++) {
-		kn_buf_append(&url, i ? "&" : "?", 1);
-		kn_buf_append_url_encoded(&url, r->query[i].name, false);
-		kn_buf_append(&url, "=", 1);
-		kn_buf_append_url_encoded(&url, r->query[i].value, false);
+		char *k = kn_url_encode(r->query[i].name, 0);
+		char *v = kn_url_encode(r->query[i].value, 0);
+		kn_buf_printf(&url, "%c%s=%s", i ? '&' : '?', k, v);
+		free(k);
+		free(v);
 	}
 	if (a->sas && a->key_len == 0)
 		kn_buf_printf(&url, "%c%s", r->nq ? '&' : '?', a->sas);
@@ -231,12 +216,31 @@ static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 	xms[nx++] = (struct kn_kv){"x-ms-version", a->version};
 	for (size_t i = 0; i < r->nx; i++)
 		xms[nx++] = r->xms[i];
-	for (size_t i = 0; i < nx; i++)
-		add_header(&c->headers, xms[i].name, xms[i].value);
-	add_header(&c->headers, "Content-Type", r->content_type);
-	add_header(&c->headers, "If-Match", r->if_match);
-	add_header(&c->headers, "If-None-Match", r->if_none_match);
-	add_header(&c->headers, "Range", r->range);
+	for (size_t i = 0; i < nx; i++) {
+		line = kn_asprintf("%s: %s", xms[i].name, xms[i].value);
+		c->headers = curl_slist_append(c->headers, line);
+		free(line);
+	}
+	if (r->content_type) {
+		line = kn_asprintf("Content-Type: %s", r->content_type);
+		c->headers = curl_slist_append(c->headers, line);
+		free(line);
+	}
+	if (r->if_match) {
+		line = kn_asprintf("If-Match: %s", r->if_match);
+		c->headers = curl_slist_append(c->headers, line);
+		free(line);
+	}
+	if (r->if_none_match) {
+		line = kn_asprintf("If-None-Match: %s", r->if_none_match);
+		c->headers = curl_slist_append(c->headers, line);
+		free(line);
+	}
+	if (r->range) {
+		line = kn_asprintf("Range: %s", r->range);
+		c->headers = curl_slist_append(c->headers, line);
+		free(line);
+	}
 	/* No 100-continue round trip before each block. */
 	c->headers = curl_slist_append(c->headers, "Expect:");
 	if (a->key_len > 0) {
@@ -328,12 +332,6 @@ static bool transient_status(long status)
 	return status == 408 || status == 429 || status >= 500;
 }
 
-/* Whether an attempt that ended with cc and status may go better again. */
-static bool transient(CURLcode cc, long status)
-{
-	return cc != CURLE_OK ? transient_curl(cc) : transient_status(status);
-}
-
 static int64_t backoff_ms(struct azure *a, int attempt)
 {
 	int64_t ms = a->retry_base_ms;
@@ -410,6 +408,9 @@ static int perform(struct azure *a, const struct az_req *r, struct az_call *c,
 	int attempt;
 
 	for (attempt = 0;; attempt++) {
+		call_release(c);
+		memset(&c->reply, 0, sizeof(c->reply));
+		kn_buf_init(&c->reply.mem, REPLY_MAX);
 		prepare(a, a->easy, r, c);
 		cc = curl_easy_perform(a->easy);
 		curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE,
@@ -418,25 +419,12 @@ static int perform(struct azure *a, const struct az_req *r, struct az_call *c,
 		    c->reply.h.status < 300)
 			return 0;
 		if (c->reply.write_errno || attempt >= a->max_retries ||
-		    !transient(cc, c->reply.h.status))
+		    !(cc != CURLE_OK ? transient_curl(cc)
+				     : transient_status(c->reply.h.status)))
 			break;
 		sleep_ms(backoff_ms(a, attempt));
 	}
 	return call_error(a, r, cc, &c->reply, attempt + 1, err);
-}
-
-/* perform, where a 404 means blob name (as the caller knows it) is not
-   there. */
-static int perform_on_blob(struct azure *a, const struct az_req *r,
-			   const char *name, struct az_call *c,
-			   struct kn_error *err)
-{
-	int rc = perform(a, r, c, err);
-
-	if (rc < 0 && c->reply.h.status == 404)
-		rc = kn_errorf(err, KN_ENOTFOUND, "name", "blob %s: not found",
-			       name);
-	return rc;
 }
 
 static char *full_name(struct azure *a, const char *name)
@@ -637,39 +625,6 @@ static void file_hash_finish(struct file_hash *h, int64_t ready)
 	pthread_cond_destroy(&h->more);
 }
 
-/* ---- parallel transfers ---- */
-
-/*
- * One of up to `parallel` requests in flight on the multi handle, as the
- * SDKs' max_concurrency: a block put or a range got. busy while it has a
- * piece, in_multi while an attempt of it runs; one that failed for a
- * passing reason is tried again at retry_at.
- */
-struct xfer {
-	CURL *h;
-	int attempts; /* failed ones, counted against max_retries */
-	int64_t retry_at;
-	bool busy, in_multi;
-	struct az_req req;
-	struct az_call call;
-};
-
-/* How a run of transfers gives out its pieces and judges each attempt. */
-struct xfer_ops {
-	/* Give idle transfer i the next piece and start it; false when
-	   none is left. */
-	bool (*next)(void *ctx, int i);
-	/* Start transfer i's next attempt at its piece. */
-	void (*again)(void *ctx, int i);
-	/* What transfer i's finished attempt means: 1 its piece is done,
-	   0 to be tried again (xfer_retry), or the error that ends the run,
-	   set in err unless err is NULL (the run has its error already). */
-	int (*ended)(void *ctx, int i, CURLcode cc, long status,
-		     struct kn_error *err);
-	/* After each round of curl's work, or NULL. */
-	void (*round)(void *ctx);
-};
-
 /* Handle i of those that carry blocks or ranges in parallel, kept open
  * (with its connection) from one call to the next. */
 static CURL *block_handle(struct azure *a, int i)
@@ -681,179 +636,96 @@ static CURL *block_handle(struct azure *a, int i)
 	return a->block_easy[i];
 }
 
-/* Start an attempt of x's request; on_body (NULL: into memory, as for
-   one call) takes the reply's body with arg. */
-static void xfer_start(struct azure *a, struct xfer *x,
-		       curl_write_callback on_body, void *arg)
+struct slot {
+	CURL *h;
+	uint32_t block;
+	char id[16];
+	int attempts;
+	int64_t retry_at;
+	bool busy, in_multi;
+	struct az_req req;
+	struct az_call call;
+};
+
+static void slot_start(struct azure *a, struct slot *sl)
 {
-	prepare(a, x->h, &x->req, &x->call);
-	if (on_body) {
-		curl_easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_body);
-		curl_easy_setopt(x->h, CURLOPT_WRITEDATA, arg);
-	}
-	curl_multi_add_handle(a->multi, x->h);
-	x->in_multi = true;
+	call_release(&sl->call);
+	memset(&sl->call.reply, 0, sizeof(sl->call.reply));
+	kn_buf_init(&sl->call.reply.mem, REPLY_MAX);
+	prepare(a, sl->h, &sl->req, &sl->call);
+	curl_multi_add_handle(a->multi, sl->h);
+	sl->in_multi = true;
 }
 
-/* A failed attempt of x: whether it is tried again (it may be, and has
-   retries left), and when. */
-static bool xfer_retry(struct azure *a, struct xfer *x, bool may)
+/* Give idle slot sl block number block of fd (size bytes) to put. */
+static void slot_put_block(struct azure *a, struct slot *sl, uint32_t block,
+			   const char *full, int fd, int64_t size)
 {
-	if (!may || x->attempts >= a->max_retries)
-		return false;
-	x->retry_at = kn_mono_ms() + backoff_ms(a, x->attempts);
-	x->attempts++;
-	return true;
+	int64_t off = (int64_t)block * (int64_t)a->block_size;
+
+	sl->block = block;
+	block_id(sl->block, sl->id);
+	sl->attempts = 0;
+	sl->busy = true;
+	sl->req = (struct az_req){
+		.method = "PUT",
+		.blob = full,
+		.query = {{"comp", "block"}, {"blockid", sl->id}},
+		.nq = 2,
+		.content_type = "application/octet-stream",
+		.body_fd = fd,
+		.body_off = off,
+		.body_len = size - off < (int64_t)a->block_size
+				    ? size - off
+				    : (int64_t)a->block_size,
+	};
+	slot_start(a, sl);
 }
 
-/* Take in the attempts curl finished; *done counts the pieces done. */
-static int xfers_reap(struct azure *a, struct xfer **x, int64_t *done,
-		      const struct xfer_ops *ops, void *ctx,
-		      struct kn_error *err)
+/*
+ * Take in the calls curl finished: a success frees its slot (*done
+ * counts it), a transient failure waits for its retry, any other fails
+ * the put (its status and error code copied to list_call, where the
+ * caller looks for ContainerNotFound).
+ */
+static int slots_reap(struct azure *a, struct slot *slots, uint32_t *done,
+		      struct az_call *list_call, struct kn_error *err)
 {
 	CURLMsg *msg;
 	int left, rc = 0;
 
 	while ((msg = curl_multi_info_read(a->multi, &left))) {
+		struct slot *sl = NULL;
+		CURLcode cc = msg->data.result;
 		long status = 0;
-		int i = 0, end;
 
 		if (msg->msg != CURLMSG_DONE)
 			continue;
-		while (i < a->parallel && x[i]->h != msg->easy_handle)
-			i++;
-		if (i == a->parallel)
-			continue;
+		for (int i = 0; i < a->parallel; i++)
+			if (slots[i].h == msg->easy_handle)
+				sl = &slots[i];
 		curl_multi_remove_handle(a->multi, msg->easy_handle);
-		x[i]->in_multi = false;
-		curl_easy_getinfo(x[i]->h, CURLINFO_RESPONSE_CODE, &status);
-		x[i]->call.reply.h.status = status;
-		end = ops->ended(ctx, i, msg->data.result, status,
-				 rc == 0 ? err : NULL);
-		if (end == 1) {
-			x[i]->busy = false;
+		sl->in_multi = false;
+		curl_easy_getinfo(sl->h, CURLINFO_RESPONSE_CODE, &status);
+		sl->call.reply.h.status = status;
+		if (cc == CURLE_OK && status >= 200 && status < 300) {
+			sl->busy = false;
 			(*done)++;
-		} else if (end < 0 && rc == 0) {
-			rc = end;
+		} else if (sl->attempts < a->max_retries &&
+			   (cc != CURLE_OK ? transient_curl(cc)
+					   : transient_status(status))) {
+			sl->retry_at = kn_mono_ms() + backoff_ms(a, sl->attempts);
+			sl->attempts++;
+		} else if (rc == 0) {
+			list_call->reply.h.status = status;
+			memcpy(list_call->reply.h.error_code,
+			       sl->call.reply.h.error_code,
+			       sizeof(list_call->reply.h.error_code));
+			rc = call_error(a, &sl->req, cc, &sl->call.reply,
+					sl->attempts + 1, err);
 		}
 	}
 	return rc;
-}
-
-/*
- * total pieces over transfers x (a->parallel of them, on the block
- * handles), driven by the calling thread: each idle one gets the next
- * piece, one due for a retry starts again, and the run ends when every
- * piece is done or at the first error.
- */
-static int xfers_run(struct azure *a, struct xfer **x, int64_t total,
-		     const struct xfer_ops *ops, void *ctx,
-		     struct kn_error *err)
-{
-	int64_t done = 0;
-	bool more = true;
-	int rc = 0;
-
-	for (int i = 0; i < a->parallel; i++)
-		x[i]->h = block_handle(a, i);
-	while (rc == 0 && done < total) {
-		int64_t now = kn_mono_ms();
-		int running = 0;
-
-		for (int i = 0; i < a->parallel && more; i++)
-			if (!x[i]->busy)
-				more = ops->next(ctx, i);
-		for (int i = 0; i < a->parallel; i++)
-			if (x[i]->busy && !x[i]->in_multi &&
-			    x[i]->retry_at <= now)
-				ops->again(ctx, i);
-		curl_multi_perform(a->multi, &running);
-		rc = xfers_reap(a, x, &done, ops, ctx, err);
-		if (ops->round)
-			ops->round(ctx);
-		if (rc == 0 && done < total)
-			curl_multi_poll(a->multi, NULL, 0, 50, NULL);
-	}
-	for (int i = 0; i < a->parallel; i++) {
-		if (x[i]->in_multi)
-			curl_multi_remove_handle(a->multi, x[i]->h);
-		call_release(&x[i]->call);
-	}
-	return rc;
-}
-
-/* ---- uploads in blocks ---- */
-
-struct slot {
-	struct xfer x;
-	char id[16];
-};
-
-/* A put in blocks: fd's size bytes as blob full, nblocks of them. */
-struct block_put {
-	struct azure *a;
-	const char *full;
-	int fd;
-	int64_t size;
-	uint32_t next, nblocks;
-	struct az_call *list_call; /* takes a failed block's status */
-	struct slot slots[KN_BLOB_MAX_PARALLEL];
-};
-
-/* Give idle slot i the next block to put. */
-static bool block_next(void *ctx, int i)
-{
-	struct block_put *bp = ctx;
-	struct slot *sl = &bp->slots[i];
-	int64_t bs = (int64_t)bp->a->block_size;
-	int64_t off = (int64_t)bp->next * bs;
-
-	if (bp->next >= bp->nblocks)
-		return false;
-	block_id(bp->next++, sl->id);
-	sl->x.attempts = 0;
-	sl->x.busy = true;
-	sl->x.req = (struct az_req){
-		.method = "PUT",
-		.blob = bp->full,
-		.query = {{"comp", "block"}, {"blockid", sl->id}},
-		.nq = 2,
-		.content_type = "application/octet-stream",
-		.body_fd = bp->fd,
-		.body_off = off,
-		.body_len = bp->size - off < bs ? bp->size - off : bs,
-	};
-	xfer_start(bp->a, &sl->x, NULL, NULL);
-	return true;
-}
-
-static void block_again(void *ctx, int i)
-{
-	struct block_put *bp = ctx;
-
-	xfer_start(bp->a, &bp->slots[i].x, NULL, NULL);
-}
-
-/* A block's attempt: a failure that is not retried fails the put, its
-   status and error code copied to list_call (where the caller looks
-   for ContainerNotFound). */
-static int block_ended(void *ctx, int i, CURLcode cc, long status,
-		       struct kn_error *err)
-{
-	struct block_put *bp = ctx;
-	struct xfer *x = &bp->slots[i].x;
-
-	if (cc == CURLE_OK && status >= 200 && status < 300)
-		return 1;
-	if (xfer_retry(bp->a, x, transient(cc, status)))
-		return 0;
-	if (!err)
-		return -EIO;
-	bp->list_call->reply.h.status = status;
-	memcpy(bp->list_call->reply.h.error_code, x->call.reply.h.error_code,
-	       sizeof(bp->list_call->reply.h.error_code));
-	return call_error(bp->a, &x->req, cc, &x->call.reply, x->attempts + 1,
-			  err);
 }
 
 /* Put Block List: the blob is blocks 0 to nblocks - 1, in order. */
@@ -900,24 +772,40 @@ static int put_blocks(struct azure *a, const char *full, int fd, int64_t size,
 		      unsigned flags, struct az_call *list_call,
 		      struct kn_error *err)
 {
-	static const struct xfer_ops ops = {
-		.next = block_next, .again = block_again, .ended = block_ended,
-	};
-	struct block_put bp = {
-		.a = a, .full = full, .fd = fd, .size = size,
-		.nblocks = (uint32_t)((size + (int64_t)a->block_size - 1) /
-				      (int64_t)a->block_size),
-		.list_call = list_call,
-	};
-	struct xfer *x[KN_BLOB_MAX_PARALLEL];
-	int rc;
+	uint32_t nblocks = (uint32_t)((size + (int64_t)a->block_size - 1) /
+				      (int64_t)a->block_size);
+	struct slot slots[KN_BLOB_MAX_PARALLEL];
+	uint32_t next = 0, done = 0;
+	int rc = 0;
 
+	memset(slots, 0, sizeof(slots));
 	for (int i = 0; i < a->parallel; i++)
-		x[i] = &bp.slots[i].x;
-	rc = xfers_run(a, x, bp.nblocks, &ops, &bp, err);
+		slots[i].h = block_handle(a, i);
+	while (rc == 0 && done < nblocks) {
+		int64_t now = kn_mono_ms();
+		int running = 0;
+
+		for (int i = 0; i < a->parallel && next < nblocks; i++)
+			if (!slots[i].busy)
+				slot_put_block(a, &slots[i], next++, full, fd,
+					       size);
+		for (int i = 0; i < a->parallel; i++)
+			if (slots[i].busy && !slots[i].in_multi &&
+			    slots[i].retry_at <= now)
+				slot_start(a, &slots[i]);
+		curl_multi_perform(a->multi, &running);
+		rc = slots_reap(a, slots, &done, list_call, err);
+		if (rc == 0 && done < nblocks)
+			curl_multi_poll(a->multi, NULL, 0, 50, NULL);
+	}
+	for (int i = 0; i < a->parallel; i++) {
+		if (slots[i].in_multi)
+			curl_multi_remove_handle(a->multi, slots[i].h);
+		call_release(&slots[i].call);
+	}
 	if (rc < 0)
 		return rc;
-	return put_block_list(a, full, bp.nblocks, flags, list_call, err);
+	return put_block_list(a, full, nblocks, flags, list_call, err);
 }
 
 static int put_file_once(struct azure *a, const char *full, int fd,
@@ -1023,8 +911,11 @@ static int head_blob(struct azure *a, const char *full, const char *name,
 {
 	struct az_req r = {.method = "HEAD", .blob = full, .body_len = -1};
 	struct az_call c = {0};
-	int rc = perform_on_blob(a, &r, name, &c, err);
+	int rc = perform(a, &r, &c, err);
 
+	if (rc < 0 && c.reply.h.status == 404)
+		rc = kn_errorf(err, KN_ENOTFOUND, "name", "blob %s: not found",
+			       name);
 	if (rc == 0 && c.reply.h.content_length < 0)
 		rc = kn_errorf(err, KN_EIO, "name",
 			       "blob %s: the service's Content-Length is not "
@@ -1053,17 +944,6 @@ static int head_blob(struct azure *a, const char *full, const char *name,
  * follows the complete prefix on the hashing thread, so the file is
  * written once and read back from the page cache, never from the disk.
  */
-struct part {
-	struct xfer x;      /* its attempts: those in a row without progress */
-	struct az_get *get;
-	int64_t start, len; /* in the window */
-	int64_t got;        /* bytes written; kept across retries */
-	int64_t got_before; /* got when this attempt began */
-	bool checked;
-	const char *refused; /* why a reply was refused, or NULL */
-	char range[64], expect[96];
-};
-
 struct az_get {
 	struct azure *a;
 	const char *full, *name;
@@ -1071,15 +951,27 @@ struct az_get {
 	int64_t base;  /* the window's first byte in the blob */
 	int64_t total; /* the blob's size */
 	char etag[128];
-	int64_t len, next; /* the window's size; its first byte not given out */
-	struct file_hash *hash;
-	struct part parts[KN_BLOB_MAX_PARALLEL];
+};
+
+struct part {
+	CURL *h;
+	struct az_get *get;
+	int64_t start, len; /* in the window */
+	int64_t got;        /* bytes written; kept across retries */
+	int64_t got_before; /* got when this attempt began */
+	int attempts;       /* in a row without progress */
+	int64_t retry_at;
+	bool busy, in_multi, checked;
+	const char *refused; /* why a reply was refused, or NULL */
+	char range[64], expect[96];
+	struct az_req req;
+	struct az_call call;
 };
 
 static size_t on_part_data(char *buf, size_t size, size_t n, void *arg)
 {
 	struct part *p = arg;
-	struct az_reply *r = &p->x.call.reply;
+	struct az_reply *r = &p->call.reply;
 	size_t len = size * n, done = 0;
 
 	if (r->h.status < 200 || r->h.status >= 300) /* an error's body */
@@ -1113,18 +1005,17 @@ static size_t on_part_data(char *buf, size_t size, size_t n, void *arg)
 	return len;
 }
 
-/* Send part i's GET for the bytes it still lacks. */
-static void part_again(void *ctx, int i)
+/* Send part p's GET for the bytes it still lacks. */
+static void part_start(struct part *p)
 {
-	struct az_get *g = ctx;
-	struct part *p = &g->parts[i];
+	struct az_get *g = p->get;
 	long long first = (long long)(g->base + p->start + p->got);
 	long long last = (long long)(g->base + p->start + p->len - 1);
 
 	snprintf(p->range, sizeof(p->range), "bytes=%lld-%lld", first, last);
 	snprintf(p->expect, sizeof(p->expect), "bytes %lld-%lld/%lld", first,
 		 last, (long long)g->total);
-	p->x.req = (struct az_req){
+	p->req = (struct az_req){
 		.method = "GET",
 		.blob = g->full,
 		.xms = {{"x-ms-range", p->range}},
@@ -1132,39 +1023,30 @@ static void part_again(void *ctx, int i)
 		.if_match = g->etag[0] ? g->etag : NULL,
 		.body_len = -1,
 	};
+	call_release(&p->call);
+	memset(&p->call.reply, 0, sizeof(p->call.reply));
+	kn_buf_init(&p->call.reply.mem, REPLY_MAX);
 	p->checked = false;
 	p->refused = NULL;
 	p->got_before = p->got;
-	xfer_start(g->a, &p->x, on_part_data, p);
+	prepare(g->a, p->h, &p->req, &p->call);
+	curl_easy_setopt(p->h, CURLOPT_WRITEFUNCTION, on_part_data);
+	curl_easy_setopt(p->h, CURLOPT_WRITEDATA, p);
+	curl_multi_add_handle(g->a->multi, p->h);
+	p->in_multi = true;
 }
 
-/* Give idle part i the window's next block_size bytes. */
-static bool part_next(void *ctx, int i)
+/*
+ * What a finished attempt of part p means: 1 done, 0 retry later, or
+ * the error that ends the download.
+ */
+static int part_end(struct part *p, CURLcode cc, long status,
+		    struct kn_error *err)
 {
-	struct az_get *g = ctx;
-	struct part *p = &g->parts[i];
-	int64_t bs = (int64_t)g->a->block_size;
-
-	if (g->next >= g->len)
-		return false;
-	p->start = g->next;
-	p->len = g->len - g->next < bs ? g->len - g->next : bs;
-	p->got = 0;
-	p->x.attempts = 0;
-	p->x.busy = true;
-	g->next += p->len;
-	part_again(g, i);
-	return true;
-}
-
-/* A finished attempt of part i. */
-static int part_ended(void *ctx, int i, CURLcode cc, long status,
-		      struct kn_error *err)
-{
-	struct az_get *g = ctx;
-	struct part *p = &g->parts[i];
+	struct az_get *g = p->get;
 	bool short_reply = cc == CURLE_OK && status == 206;
 
+	p->call.reply.h.status = status;
 	if (short_reply && p->got == p->len)
 		return 1;
 	if (p->refused)
@@ -1183,55 +1065,114 @@ static int part_ended(void *ctx, int i, CURLcode cc, long status,
 				 "blob %s: deleted while it was downloaded",
 				 g->name);
 	if (p->got > p->got_before)
-		p->x.attempts = 0;
-	if (xfer_retry(g->a, &p->x,
-		       !p->x.call.reply.write_errno &&
-			       (short_reply || transient(cc, status))))
+		p->attempts = 0;
+	if (!p->call.reply.write_errno && p->attempts < g->a->max_retries &&
+	    (short_reply || (cc != CURLE_OK ? transient_curl(cc)
+					    : transient_status(status)))) {
+		p->retry_at = kn_mono_ms() + backoff_ms(g->a, p->attempts);
+		p->attempts++;
 		return 0;
+	}
 	if (short_reply)
 		return kn_errorf(err, KN_EUNAVAIL, "name",
 				 "blob %s: %s: the reply ended short (after "
 				 "%d attempts)",
-				 g->name, p->range, p->x.attempts + 1);
-	return call_error(g->a, &p->x.req, cc, &p->x.call.reply,
-			  p->x.attempts + 1, err);
+				 g->name, p->range, p->attempts + 1);
+	return call_error(g->a, &p->req, cc, &p->call.reply, p->attempts + 1,
+			  err);
 }
 
-/* The hash may read the bytes of the window before the first one still
-   missing. */
-static void parts_round(void *ctx)
+/* Take in the attempts curl finished; *done counts the parts complete. */
+static int parts_reap(struct az_get *g, struct part *parts, int64_t *done,
+		      struct kn_error *err)
 {
-	struct az_get *g = ctx;
-	int64_t low = g->next;
+	CURLMsg *msg;
+	int left, rc = 0;
 
-	for (int i = 0; i < g->a->parallel; i++) {
-		const struct part *p = &g->parts[i];
+	while ((msg = curl_multi_info_read(g->a->multi, &left))) {
+		struct part *p = NULL;
+		long status = 0;
+		int end;
 
-		if (p->x.busy && p->start + p->got < low)
-			low = p->start + p->got;
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		for (int i = 0; i < g->a->parallel; i++)
+			if (parts[i].h == msg->easy_handle)
+				p = &parts[i];
+		curl_multi_remove_handle(g->a->multi, msg->easy_handle);
+		p->in_multi = false;
+		curl_easy_getinfo(p->h, CURLINFO_RESPONSE_CODE, &status);
+		end = part_end(p, msg->data.result, status,
+			       rc == 0 ? err : NULL);
+		if (end == 1) {
+			p->busy = false;
+			(*done)++;
+		} else if (end < 0 && rc == 0) {
+			rc = end;
+		}
 	}
-	file_hash_raise(g->hash, low);
+	return rc;
+}
+
+/* The bytes of the window before the first one still missing. */
+static int64_t parts_complete(const struct part *parts, int n, int64_t next)
+{
+	int64_t low = next;
+
+	for (int i = 0; i < n; i++)
+		if (parts[i].busy && parts[i].start + parts[i].got < low)
+			low = parts[i].start + parts[i].got;
+	return low;
 }
 
 /* Every part of the window's len bytes, up to `parallel` at once. */
 static int get_parts(struct az_get *g, int64_t len, struct file_hash *hash,
 		     struct kn_error *err)
 {
-	static const struct xfer_ops ops = {
-		.next = part_next, .again = part_again, .ended = part_ended,
-		.round = parts_round,
-	};
-	int64_t bs = (int64_t)g->a->block_size;
-	struct xfer *x[KN_BLOB_MAX_PARALLEL];
+	struct azure *a = g->a;
+	int64_t bs = (int64_t)a->block_size, next = 0, done = 0;
+	int64_t nparts = (len + bs - 1) / bs;
+	struct part parts[KN_BLOB_MAX_PARALLEL];
+	int rc = 0;
 
-	g->len = len;
-	g->next = 0;
-	g->hash = hash;
-	for (int i = 0; i < g->a->parallel; i++) {
-		g->parts[i] = (struct part){.get = g};
-		x[i] = &g->parts[i].x;
+	memset(parts, 0, sizeof(parts));
+	for (int i = 0; i < a->parallel; i++) {
+		parts[i].h = block_handle(a, i);
+		parts[i].get = g;
 	}
-	return xfers_run(g->a, x, (len + bs - 1) / bs, &ops, g, err);
+	while (rc == 0 && done < nparts) {
+		int64_t now = kn_mono_ms();
+		int running = 0;
+
+		for (int i = 0; i < a->parallel && next < len; i++) {
+			struct part *p = &parts[i];
+
+			if (p->busy)
+				continue;
+			p->start = next;
+			p->len = len - next < bs ? len - next : bs;
+			p->got = 0;
+			p->attempts = 0;
+			p->busy = true;
+			next += p->len;
+			part_start(p);
+		}
+		for (int i = 0; i < a->parallel; i++)
+			if (parts[i].busy && !parts[i].in_multi &&
+			    parts[i].retry_at <= now)
+				part_start(&parts[i]);
+		curl_multi_perform(a->multi, &running);
+		rc = parts_reap(g, parts, &done, err);
+		file_hash_raise(hash, parts_complete(parts, a->parallel, next));
+		if (rc == 0 && done < nparts)
+			curl_multi_poll(a->multi, NULL, 0, 50, NULL);
+	}
+	for (int i = 0; i < a->parallel; i++) {
+		if (parts[i].in_multi)
+			curl_multi_remove_handle(a->multi, parts[i].h);
+		call_release(&parts[i].call);
+	}
+	return rc;
 }
 
 /* A temporary file beside path (its directory made): the fd, or -errno. */
@@ -1349,8 +1290,11 @@ static int az_del(struct kn_blob_store *s, const char *name,
 	char *full = full_name(a, name);
 	struct az_req r = {.method = "DELETE", .blob = full, .body_len = -1};
 	struct az_call c = {0};
-	int rc = perform_on_blob(a, &r, name, &c, err);
+	int rc = perform(a, &r, &c, err);
 
+	if (rc < 0 && c.reply.h.status == 404)
+		rc = kn_errorf(err, KN_ENOTFOUND, "name", "blob %s: not found",
+			       name);
 	call_release(&c);
 	free(full);
 	return rc;
