@@ -716,6 +716,17 @@ int kn_random_bytes(void *buf, size_t n)
 	return 0;
 }
 
+void kn_hex(const unsigned char *in, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[in[i] >> 4];
+		out[2 * i + 1] = digits[in[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
 /* ---- CSV ---- */
 
 #define CSV_STR_(x) #x

@@ -494,6 +494,8 @@ bool kn_csv_formula_start(const char *text);
 
 /* Fill buf with n cryptographically random bytes (getrandom). */
 int kn_random_bytes(void *buf, size_t n);
+/* Lowercase hex of n bytes into out (2n+1 bytes). */
+void kn_hex(const unsigned char *in, size_t n, char *out);
 
 /*
  * A binary min-heap of elements of one size (heap.c): pop gives the

@@ -507,11 +507,15 @@ static int az_put_bytes(struct kn_blob_store *s, const char *name,
 	return rc;
 }
 
-static void block_id(uint32_t index, char *out)
+/* A block's id: a number (a block's index, or a staged block's offset,
+   below 256 TiB) in 12 hex digits, base64 as Azure wants; one length
+   for every block of a blob, as it also wants. */
+#define BLOCK_ID_LEN 17
+static void block_id(uint64_t n, char out[BLOCK_ID_LEN])
 {
-	char raw[16];
-	snprintf(raw, sizeof(raw), "%08u", index);
-	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)raw, 8);
+	char raw[13];
+	snprintf(raw, sizeof(raw), "%012llx", (unsigned long long)n);
+	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)raw, 12);
 }
 
 /*
@@ -639,7 +643,7 @@ static CURL *block_handle(struct azure *a, int i)
 struct slot {
 	CURL *h;
 	uint32_t block;
-	char id[16];
+	char id[BLOCK_ID_LEN];
 	int attempts;
 	int64_t retry_at;
 	bool busy, in_multi;
@@ -728,10 +732,12 @@ static int slots_reap(struct azure *a, struct slot *slots, uint32_t *done,
 	return rc;
 }
 
-/* Put Block List: the blob is blocks 0 to nblocks - 1, in order. */
+/* Put Block List: the blob is blocks 0 to nblocks - 1, in order, or
+   (offsets not NULL) the blocks staged at those offsets, in order. */
 static int put_block_list(struct azure *a, const char *full,
-			  uint32_t nblocks, unsigned flags,
-			  struct az_call *list_call, struct kn_error *err)
+			  uint32_t nblocks, const int64_t *offsets,
+			  unsigned flags, struct az_call *list_call,
+			  struct kn_error *err)
 {
 	struct kn_buf xml;
 	int rc;
@@ -740,9 +746,9 @@ static int put_block_list(struct azure *a, const char *full,
 	kn_buf_printf(&xml, "<?xml version=\"1.0\" encoding=\"utf-8\"?>"
 			    "<BlockList>");
 	for (uint32_t i = 0; i < nblocks; i++) {
-		char id[16];
+		char id[BLOCK_ID_LEN];
 
-		block_id(i, id);
+		block_id(offsets ? (uint64_t)offsets[i] : i, id);
 		kn_buf_printf(&xml, "<Latest>%s</Latest>", id);
 	}
 	kn_buf_printf(&xml, "</BlockList>");
@@ -805,7 +811,7 @@ static int put_blocks(struct azure *a, const char *full, int fd, int64_t size,
 	}
 	if (rc < 0)
 		return rc;
-	return put_block_list(a, full, nblocks, flags, list_call, err);
+	return put_block_list(a, full, nblocks, NULL, flags, list_call, err);
 }
 
 static int put_file_once(struct azure *a, const char *full, int fd,
@@ -1316,6 +1322,127 @@ static int az_stat(struct kn_blob_store *s, const char *name,
 	return rc;
 }
 
+/* ---- staged blocks ---- */
+
+/*
+ * A relay's parts go out as blocks of a staging blob as they arrive;
+ * at the end one Put Block List commits them and a copy inside the
+ * service gives the blob its name: Azure binds uncommitted blocks to
+ * the name they were put under, and the final name (a digest) is known
+ * only once every byte is in. A staging blob never committed is not
+ * listed and the service drops its blocks after a week; one committed
+ * is deleted once copied.
+ */
+static int az_stage_block(struct kn_blob_store *s, const char *stage,
+			  int64_t offset, const void *data, size_t len,
+			  struct kn_error *err)
+{
+	struct azure *a = az_of(s);
+	char *full = full_name(a, stage);
+	char id[BLOCK_ID_LEN];
+	struct az_req r = {
+		.method = "PUT",
+		.blob = full,
+		.query = {{"comp", "block"}, {"blockid", id}},
+		.nq = 2,
+		.content_type = "application/octet-stream",
+		.body = data,
+		.body_len = (int64_t)len,
+	};
+	struct az_call c = {0};
+	int rc;
+
+	block_id((uint64_t)offset, id);
+	rc = perform(a, &r, &c, err);
+	if (rc < 0 && container_missing(&c)) {
+		rc = create_container(a, err);
+		if (rc == 0)
+			rc = perform(a, &r, &c, err);
+	}
+	call_release(&c);
+	free(full);
+	return rc;
+}
+
+/* Longest wait between two looks at a copy the service still runs. */
+#define COPY_POLL_MAX_MS 5000
+
+/*
+ * Copy Blob of the staging blob `from` to `full`, then Get Blob
+ * Properties until the service says the copy ended (within one account
+ * it usually has by its answer). The source is named by URL: with
+ * Shared Key the request's own signature covers it (same account);
+ * with a SAS the source carries the SAS, which must allow reading.
+ */
+static int copy_blob(struct azure *a, const char *from, const char *full,
+		     unsigned flags, struct az_call *c, struct kn_error *err)
+{
+	char *enc = kn_url_encode(from, 1);
+	bool sas = a->sas && a->key_len == 0;
+	char *source = kn_asprintf("%s%s/%s/%s%s%s", a->origin, a->path_base,
+				   a->container, enc, sas ? "?" : "",
+				   sas ? a->sas : "");
+	struct az_req r = {
+		.method = "PUT",
+		.blob = full,
+		.xms = {{"x-ms-copy-source", source}},
+		.nx = 1,
+		.if_none_match = (flags & KN_BLOB_CREATE_ONLY) ? "*" : NULL,
+		.body = "",
+		.body_len = 0,
+	};
+	struct az_req look = {.method = "HEAD", .blob = full, .body_len = -1};
+	int64_t wait_ms = 100;
+	int rc = perform(a, &r, c, err);
+
+	while (rc == 0 && strcmp(c->reply.h.copy_status, "pending") == 0) {
+		sleep_ms(wait_ms);
+		wait_ms = wait_ms * 2 > COPY_POLL_MAX_MS ? COPY_POLL_MAX_MS
+							 : wait_ms * 2;
+		rc = perform(a, &look, c, err);
+	}
+	if (rc == 0 && strcmp(c->reply.h.copy_status, "success") != 0)
+		rc = kn_errorf(err, KN_EIO, "name",
+			       "the service's copy of staged blocks ended "
+			       "\"%s\"", c->reply.h.copy_status);
+	OPENSSL_cleanse(source, strlen(source));
+	free(source);
+	free(enc);
+	return rc;
+}
+
+static int az_stage_commit(struct kn_blob_store *s, const char *stage,
+			   const int64_t *offsets, size_t n, const char *name,
+			   unsigned flags, struct kn_error *err)
+{
+	struct azure *a = az_of(s);
+	char *from = full_name(a, stage), *full = full_name(a, name);
+	struct az_call c = {0};
+	struct kn_error left;
+	int rc;
+
+	if (n > MAX_BLOCKS) {
+		rc = kn_errorf(err, KN_ETOOBIG, "name",
+			       "blob %s: %zu staged blocks, more than the %d "
+			       "of a blob", name, n, MAX_BLOCKS);
+		goto out;
+	}
+	rc = put_block_list(a, from, (uint32_t)n, offsets, 0, &c, err);
+	if (rc < 0)
+		goto out;
+	rc = conflict_or(copy_blob(a, from, full, flags, &c, err), &c, name,
+			 err);
+	/* Copied or not, the staging blob has done its work. */
+	if (az_del(s, stage, &left) < 0)
+		kn_log(KN_LOG_WARN, "staging blob %s left in the store: %s",
+		       stage, left.message);
+out:
+	call_release(&c);
+	free(from);
+	free(full);
+	return rc;
+}
+
 static void az_free(struct kn_blob_store *s)
 {
 	struct azure *a = s->impl;
@@ -1352,6 +1479,8 @@ const struct kn_blob_store_ops kn_azure_store_ops = {
 	.list = az_list,
 	.del = az_del,
 	.stat = az_stat,
+	.stage_block = az_stage_block,
+	.stage_commit = az_stage_commit,
 	.local_path = NULL, /* blobs live in the service */
 	.sync = NULL, /* a write is durable once the service answers it */
 	.free = az_free,

@@ -106,6 +106,8 @@ void kn_azure_head_line(struct kn_azure_head *h, const char *line,
 			    sizeof(h->content_range));
 	} else if (kn_httpc_header(line, len, "etag", &v, &vlen)) {
 		header_copy(v, vlen, h->etag, sizeof(h->etag));
+	} else if (kn_httpc_header(line, len, "x-ms-copy-status", &v, &vlen)) {
+		header_copy(v, vlen, h->copy_status, sizeof(h->copy_status));
 	}
 }
 

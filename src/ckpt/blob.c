@@ -53,15 +53,6 @@ void kn_sha256_hex(const void *data, size_t len,
 	kn_hex(md, sizeof(md), hex);
 }
 
-void kn_hex(const unsigned char *in, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[in[i] >> 4];
-		out[2 * i + 1] = digits[in[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
 
 /* ---- hashing pipeline ---- */
 
@@ -341,6 +332,41 @@ int kn_blob_put_link(struct kn_blob_store *store, const char *name,
 	if (!store->ops->put_link)
 		return -EXDEV;
 	return store->ops->put_link(store, name, path, err);
+}
+
+bool kn_blob_can_stage(const struct kn_blob_store *store)
+{
+	return store->ops->stage_block && store->ops->stage_commit;
+}
+
+int kn_blob_stage_block(struct kn_blob_store *store, const char *stage,
+			int64_t offset, const void *data, size_t len,
+			struct kn_error *err)
+{
+	int rc = kn_blob_check_name(stage, "stage", err);
+	if (rc < 0)
+		return rc;
+	/* Past 256 TiB, larger than any Azure blob, an offset would not
+	   fit a block id. */
+	if (!kn_blob_can_stage(store) || offset < 0 ||
+	    offset >= (int64_t)1 << 48)
+		return -ENOTSUP;
+	return store->ops->stage_block(store, stage, offset, data, len, err);
+}
+
+int kn_blob_stage_commit(struct kn_blob_store *store, const char *stage,
+			 const int64_t *offsets, size_t n, const char *name,
+			 unsigned flags, struct kn_error *err)
+{
+	int rc = kn_blob_check_name(stage, "stage", err);
+	if (rc == 0)
+		rc = kn_blob_check_name(name, "name", err);
+	if (rc < 0)
+		return rc;
+	if (!kn_blob_can_stage(store))
+		return -ENOTSUP;
+	return store->ops->stage_commit(store, stage, offsets, n, name, flags,
+					err);
 }
 
 int kn_blob_put_bytes(struct kn_blob_store *store, const char *name,

@@ -161,6 +161,25 @@ int kn_blob_stat(struct kn_blob_store *store, const char *name,
 		 struct kn_blob_info *out, struct kn_error *err);
 
 /*
+ * Staged blocks, where the store offers them (Azure: true; elsewhere
+ * false, and the calls answer -ENOTSUP): a blob sent in parts that go
+ * to the store as they arrive, in any order, under a staging name no
+ * reader sees, then made blob name at once. kn_blob_stage_block puts
+ * len bytes at offset; kn_blob_stage_commit makes the n blocks staged
+ * at offsets (any order; the caller vouches that they tile the blob)
+ * blob name, create-only with KN_BLOB_CREATE_ONLY (-EEXIST when
+ * present), and removes the staging blob. A stage never committed
+ * costs nothing lasting: the service drops its blocks.
+ */
+bool kn_blob_can_stage(const struct kn_blob_store *store);
+int kn_blob_stage_block(struct kn_blob_store *store, const char *stage,
+			int64_t offset, const void *data, size_t len,
+			struct kn_error *err);
+int kn_blob_stage_commit(struct kn_blob_store *store, const char *stage,
+			 const int64_t *offsets, size_t n, const char *name,
+			 unsigned flags, struct kn_error *err);
+
+/*
  * Where blob name lies on this machine's file system when the store keeps
  * blobs as local files (file://), so a reader may hash it in place with
  * no copy; malloc'd, or NULL for a remote store.
@@ -211,6 +230,13 @@ struct kn_blob_store_ops {
 		   struct kn_error *err);
 	int (*stat)(struct kn_blob_store *store, const char *name,
 		    struct kn_blob_info *out, struct kn_error *err);
+	/* Staged blocks (kn_blob_stage_block); NULL where not offered. */
+	int (*stage_block)(struct kn_blob_store *store, const char *stage,
+			   int64_t offset, const void *data, size_t len,
+			   struct kn_error *err);
+	int (*stage_commit)(struct kn_blob_store *store, const char *stage,
+			    const int64_t *offsets, size_t n, const char *name,
+			    unsigned flags, struct kn_error *err);
 	/* The local file behind a blob; NULL for remote stores. */
 	char *(*local_path)(struct kn_blob_store *store, const char *name);
 	/* Make every finished write durable; NULL when they already are. */

@@ -61,8 +61,6 @@ void kn_hashpipe_wait(struct kn_hashpipe *p, uint64_t seq);
    0, or the -errno of a span that could not be read back (a short read:
    -EIO), and then hex is left alone. */
 int kn_hashpipe_finish(struct kn_hashpipe *p, char *hex);
-/* Lowercase hex of n bytes into out (2n+1 bytes). */
-void kn_hex(const unsigned char *in, size_t n, char *out);
 
 /* Names are relative, '/'-separated, without empty, "." or ".." parts. */
 int kn_blob_check_name(const char *name, const char *field,
@@ -147,6 +145,7 @@ struct kn_azure_head {
 	int64_t content_length; /* -1: none, or not a plain count */
 	char content_range[96]; /* as sent, "" when absent or too long */
 	char etag[128];         /* as sent, "" when absent or too long */
+	char copy_status[16];   /* x-ms-copy-status: "success", "pending" */
 };
 /* One header line into h; a status line ("HTTP/1.1 206 ...") starts a
    new reply (after a redirect or a 100) and clears what came before. */

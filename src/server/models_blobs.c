@@ -17,7 +17,12 @@
  * the upload is named by, and only then is the file put in the store
  * (create-only, so a blob is never overwritten): a file store on the
  * staging file's file system takes the file itself by a hard link, so
- * each byte is written once; other stores get a copy, on a worker.
+ * each byte is written once. A store that takes staged blocks (Azure)
+ * is sent each part by the worker that wrote it, as a block of a
+ * staging blob, so the store holds the bytes soon after the last part
+ * lands: the commit names them with one block list and a copy inside
+ * the service. Other stores, or a relay that failed, get a copy of the
+ * staging file at the commit, on a worker.
  * An upload may also be named only at its commit (/v1/model-uploads/ID,
  * then .../commit with the digest): a client that hashes a file as it
  * reads it to send learns the digest last. Uploads in progress live in
@@ -61,6 +66,14 @@ struct upload {
 	struct part_job *writing;
 	struct part_job *queued, **queued_tail;
 	bool dropped;        /* out of the list: freed when writing ends */
+	/* The relay: the store the parts go on to, and the offsets of the
+	   blocks it holds; NULL when the store takes no staged blocks or a
+	   block failed (the commit copies the staging file then). Used by
+	   the part's worker, and by the commit's once no part is left. */
+	struct kn_blob_store *relay;
+	char stage[48];
+	int64_t *blocks;
+	size_t n_blocks, blocks_cap;
 	struct upload *next;
 };
 
@@ -130,6 +143,8 @@ static void upload_detach(struct model_state *m, struct upload *u)
 
 static void upload_release(struct upload *u)
 {
+	kn_blob_store_free(u->relay);
+	free(u->blocks);
 	if (u->fd >= 0)
 		close(u->fd);
 	unlink(u->path);
@@ -443,6 +458,78 @@ int models_staging_room(struct server *s, const char *owner, int64_t len,
 	return 0;
 }
 
+/* The store as the relay of u's parts, when it takes staged blocks,
+   under a staging name of the server's choosing. */
+static void relay_open(struct server *s, struct upload *u)
+{
+	unsigned char nonce[16];
+	char hex[2 * sizeof(nonce) + 1];
+
+	if (models_open_store(core_blob_url(s), &u->relay, NULL) < 0 ||
+	    !kn_blob_can_stage(u->relay) ||
+	    kn_random_bytes(nonce, sizeof(nonce)) < 0) {
+		kn_blob_store_free(u->relay);
+		u->relay = NULL;
+		return;
+	}
+	kn_hex(nonce, sizeof(nonce), hex);
+	snprintf(u->stage, sizeof(u->stage), "staging/%s", hex);
+}
+
+/* On the part's worker: the part on to the relay as a block. A failure
+   ends the relay, not the upload: the staging file holds every byte. */
+static void relay_part(struct upload *u, const char *data, int64_t at,
+		       size_t len)
+{
+	struct kn_error err;
+
+	if (!u->relay || !len)
+		return;
+	if (kn_blob_stage_block(u->relay, u->stage, at, data, len,
+				&err) < 0) {
+		kn_log(KN_LOG_WARN, "upload of %s: the store refused a part "
+		       "(%s); the whole blob is copied at its commit",
+		       upload_label(u), err.message);
+		kn_blob_store_free(u->relay);
+		u->relay = NULL;
+		return;
+	}
+	if (u->n_blocks == u->blocks_cap) {
+		u->blocks_cap = u->blocks_cap ? 2 * u->blocks_cap : 64;
+		u->blocks = kn_xrealloc(u->blocks,
+					u->blocks_cap * sizeof(*u->blocks));
+	}
+	u->blocks[u->n_blocks++] = at;
+}
+
+static int offset_order(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* On the commit's worker: the relay's blocks made blob name in store.
+   0 or -EEXIST; -EXDEV when the staging file is to be copied instead. */
+static int relay_commit(struct upload *u, struct kn_blob_store *store,
+			const char *name)
+{
+	struct kn_error err;
+	int rc;
+
+	if (!u->relay)
+		return -EXDEV;
+	qsort(u->blocks, u->n_blocks, sizeof(*u->blocks), offset_order);
+	rc = kn_blob_stage_commit(store, u->stage, u->blocks, u->n_blocks,
+				  name, KN_BLOB_CREATE_ONLY, &err);
+	if (rc == 0 || rc == -EEXIST)
+		return rc;
+	kn_log(KN_LOG_WARN, "upload of %s: the store did not take its "
+	       "staged blocks (%s); copying the blob instead",
+	       upload_label(u), err.message);
+	return -EXDEV;
+}
+
 static int upload_begin(struct server *s, const char *digest,
 			const char *id, const char *owner, struct upload **out,
 			struct kn_error *err)
@@ -478,6 +565,8 @@ static int upload_begin(struct server *s, const char *digest,
 	u->ctx = EVP_MD_CTX_new();
 	u->size = -1;
 	u->write_early = !strncmp(core_blob_url(s), "file://", 7);
+	if (!u->write_early)
+		relay_open(s, u);
 	u->touched_ms = now;
 	u->queued_tail = &u->queued;
 	u->next = m->uploads;
@@ -517,6 +606,8 @@ static void upload_commit_work(void *arg)
 	int rc = models_open_store(w->store_url, &store, &w->err);
 
 	if (rc == 0)
+		rc = relay_commit(w->u, store, name);
+	if (rc == -EXDEV)
 		rc = kn_blob_put_link(store, name, w->u->path, &w->err);
 	if (rc == 0)
 		memcpy(sent, w->u->digest, sizeof(sent));
@@ -596,8 +687,7 @@ static int upload_commit(struct server *s, struct kn_http_req *req,
 	struct upload_commit *w;
 
 	EVP_DigestFinal_ex(u->ctx, md, &mdlen);
-	for (unsigned i = 0; i < mdlen; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	kn_hex(md, mdlen, hex);
 	if (strcmp(hex, u->digest) != 0)
 		return kn_errorf(err, KN_EINVAL, "sha256",
 				 "blob %s: the %lld bytes sent hash to %s; "
@@ -797,6 +887,8 @@ static void part_work(void *arg)
 	else
 		j->rc = upload_hash_on(u, j->data, j->offset, j->len,
 				       j->hash_to, &j->err);
+	if (j->rc == 0)
+		relay_part(u, j->data, j->offset, j->len);
 }
 
 /*

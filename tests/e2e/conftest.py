@@ -6,8 +6,10 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -618,6 +620,95 @@ def azurite(tmp_path_factory):
     yield endpoint
     stop_at_end("Azurite", ["bash", str(REPO / "scripts/azurite.sh"), "stop",
                             str(state)])
+
+
+class GateRelay:
+    """A TCP relay to upstream (an http://host:port/path endpoint) whose
+    new connections wait at a gate while it is held, or are closed at
+    once while refuse is set (cut() also breaks the open ones); sent
+    counts the bytes it passed upstream."""
+
+    def __init__(self, upstream):
+        rest = upstream.split("//", 1)[1]
+        host_port, _, path = rest.partition("/")
+        host, port = host_port.rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.path = "/" + path
+        self.open = threading.Event()
+        self.open.set()
+        self.waiting = 0
+        self.refuse = False
+        self.sent = 0
+        self.live = set()
+        self.lock = threading.Lock()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    @property
+    def endpoint(self):
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}{self.path}"
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(client,),
+                             daemon=True).start()
+
+    def serve(self, client):
+        if self.refuse:
+            client.close()
+            return
+        with self.lock:
+            self.waiting += 1
+        self.open.wait()
+        with self.lock:
+            self.waiting -= 1
+        up = socket.create_connection(self.upstream)
+        with self.lock:
+            self.live.add(client)
+        down = threading.Thread(target=self.pump, args=(up, client),
+                                daemon=True)
+        down.start()
+        self.pump(client, up, self)
+        down.join()
+        with self.lock:
+            self.live.discard(client)
+        client.close()
+        up.close()
+
+    @staticmethod
+    def pump(src, dst, counter=None):
+        try:
+            while True:
+                data = src.recv(1 << 20)
+                if not data:
+                    break
+                dst.sendall(data)
+                if counter:
+                    with counter.lock:
+                        counter.sent += len(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def cut(self):
+        """Refuse new connections and break the open ones."""
+        self.refuse = True
+        with self.lock:
+            for c in self.live:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.open.set()
+        self.listener.close()
 
 
 def azurite_env(endpoint):

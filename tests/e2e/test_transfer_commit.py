@@ -6,80 +6,15 @@ name. The slow store is a real Azurite behind a TCP relay here that holds
 new connections until told to let them through."""
 import hashlib
 import os
-import socket
 import subprocess
 import threading
 import uuid
 
 import pytest
 
-from conftest import KILN, Server, azurite_env, wait_for
+from conftest import KILN, GateRelay, Server, azurite_env, wait_for
 
 MiB = 1 << 20
-
-
-class GateRelay:
-    """A TCP relay to upstream (an http://host:port/path endpoint) whose
-    new connections wait at a gate while it is held."""
-
-    def __init__(self, upstream):
-        rest = upstream.split("//", 1)[1]
-        host_port, _, path = rest.partition("/")
-        host, port = host_port.rsplit(":", 1)
-        self.upstream = (host, int(port))
-        self.path = "/" + path
-        self.open = threading.Event()
-        self.open.set()
-        self.waiting = 0
-        self.lock = threading.Lock()
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        threading.Thread(target=self.accept, daemon=True).start()
-
-    @property
-    def endpoint(self):
-        return f"http://127.0.0.1:{self.listener.getsockname()[1]}{self.path}"
-
-    def accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.serve, args=(client,),
-                             daemon=True).start()
-
-    def serve(self, client):
-        with self.lock:
-            self.waiting += 1
-        self.open.wait()
-        with self.lock:
-            self.waiting -= 1
-        up = socket.create_connection(self.upstream)
-        down = threading.Thread(target=self.pump, args=(up, client),
-                                daemon=True)
-        down.start()
-        self.pump(client, up)
-        down.join()
-        client.close()
-        up.close()
-
-    @staticmethod
-    def pump(src, dst):
-        try:
-            while True:
-                data = src.recv(1 << 20)
-                if not data:
-                    break
-                dst.sendall(data)
-            dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
-    def close(self):
-        self.open.set()
-        self.listener.close()
 
 
 @pytest.fixture

@@ -53,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_text(h.error_code, sizeof(h.error_code), true);
 		check_text(h.content_range, sizeof(h.content_range), false);
 		check_text(h.etag, sizeof(h.etag), false);
+		check_text(h.copy_status, sizeof(h.copy_status), false);
 		if (h.content_length < -1 ||
 		    h.content_length > 999999999999999999LL)
 			abort();

@@ -1133,9 +1133,9 @@ static void test_early_upload(void **state)
 
 struct script {
 	int listen_fd;
-	const char *replies[8];
+	const char *replies[10];
 	int n;
-	char requests[8][4096];
+	char requests[10][4096];
 	int served;
 };
 
@@ -1282,14 +1282,85 @@ static void test_azure_blocks_retry(void **state)
 		assert_non_null(strstr(sc.requests[i], "comp=block&blockid="));
 	assert_non_null(strstr(sc.requests[4], "?comp=blocklist"));
 	assert_non_null(strstr(sc.requests[4],
-			       "<Latest>MDAwMDAwMDA=</Latest>"
-			       "<Latest>MDAwMDAwMDE=</Latest>"
-			       "<Latest>MDAwMDAwMDI=</Latest></BlockList>"));
+			       "<Latest>MDAwMDAwMDAwMDAw</Latest>"
+			       "<Latest>MDAwMDAwMDAwMDAx</Latest>"
+			       "<Latest>MDAwMDAwMDAwMDAy</Latest></BlockList>"));
 	kn_blob_store_free(s);
 	close(sc.listen_fd);
 	kn_rm_rf(dir);
 	free(dir);
 	free(src);
+	free(url);
+}
+
+/* A staged block, then the commit: the block list under the staging
+ * name (ids from the offsets, in offset order), a copy to the blob's
+ * name that the service reports pending until a look finds it ended,
+ * and the staging blob deleted. A copy that ends otherwise fails. */
+static void test_azure_staged_copy_waits_while_pending(void **state)
+{
+	struct script sc = {.replies = {REPLY("201 Created", ""),
+					REPLY("201 Created", ""),
+					REPLY("202 Accepted",
+					      "x-ms-copy-status: pending\r\n"),
+					REPLY("200 OK",
+					      "x-ms-copy-status: pending\r\n"),
+					REPLY("200 OK",
+					      "x-ms-copy-status: success\r\n"),
+					REPLY("202 Accepted", ""),
+					REPLY("201 Created", ""),
+					REPLY("202 Accepted",
+					      "x-ms-copy-status: failed\r\n"),
+					REPLY("202 Accepted", "")},
+			    .n = 9};
+	const int64_t offsets[] = {0, 65536};
+	pthread_t t;
+	int port = start_script(&sc, &t);
+	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt/pre",
+				port);
+	char *source = kn_asprintf("x-ms-copy-source: http://127.0.0.1:%d/"
+				   "devstoreaccount1/ckpt/pre/staging/s1\r\n",
+				   port);
+	struct kn_blob_store_config cfg = {.url = url,
+					   .account_key = AZURITE_KEY,
+					   .retry_base_ms = 1};
+	struct kn_blob_store *s;
+	struct kn_error err;
+	(void)state;
+
+	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	assert_true(kn_blob_can_stage(s));
+	assert_int_equal(kn_blob_stage_block(s, "staging/s1", 65536, "abc", 3,
+					     &err), 0);
+	assert_int_equal(kn_blob_stage_commit(s, "staging/s1", offsets, 2,
+					      "sha256/x", KN_BLOB_CREATE_ONLY,
+					      &err), 0);
+	assert_int_equal(kn_blob_stage_commit(s, "staging/s1", offsets, 2,
+					      "sha256/y", 0, &err), -EIO);
+	pthread_join(t, NULL);
+	assert_non_null(strstr(err.message, "\"failed\""));
+	assert_non_null(strstr(sc.requests[0], "PUT /devstoreaccount1/ckpt/pre/"
+					       "staging/s1?comp=block&blockid="
+					       "MDAwMDAwMDEwMDAw "));
+	assert_non_null(strstr(sc.requests[1], "PUT /devstoreaccount1/ckpt/pre/"
+					       "staging/s1?comp=blocklist"));
+	assert_non_null(strstr(sc.requests[1],
+			       "<Latest>MDAwMDAwMDAwMDAw</Latest>"
+			       "<Latest>MDAwMDAwMDEwMDAw</Latest></BlockList>"));
+	assert_non_null(strstr(sc.requests[2],
+			       "PUT /devstoreaccount1/ckpt/pre/sha256/x "));
+	assert_non_null(strcasestr(sc.requests[2], source));
+	assert_non_null(strstr(sc.requests[2], "If-None-Match: *"));
+	assert_non_null(strstr(sc.requests[3], "HEAD /devstoreaccount1/ckpt/"
+					       "pre/sha256/x "));
+	assert_non_null(strstr(sc.requests[4], "HEAD "));
+	assert_non_null(strstr(sc.requests[5], "DELETE /devstoreaccount1/ckpt/"
+					       "pre/staging/s1 "));
+	assert_null(strstr(sc.requests[7], "If-None-Match"));
+	assert_non_null(strstr(sc.requests[8], "DELETE "));
+	kn_blob_store_free(s);
+	close(sc.listen_fd);
+	free(source);
 	free(url);
 }
 
@@ -1461,6 +1532,7 @@ int main(void)
 		cmocka_unit_test(test_early_upload),
 		cmocka_unit_test(test_azure_retries_then_succeeds),
 		cmocka_unit_test(test_azure_blocks_retry),
+		cmocka_unit_test(test_azure_staged_copy_waits_while_pending),
 		cmocka_unit_test(test_azure_file_up_to_single_put_max_is_one_put_blob),
 		cmocka_unit_test(test_azure_errors_hide_secrets),
 		cmocka_unit_test(test_azure_open_errors),
