@@ -43,7 +43,10 @@ ones too, in its heap and slows as that grows), also per set:
 
 --no-file leaves the file-store sides out. Ratios for Azurite:
 curl_put / push_az, curl_put / ckpt_up, curl_par / ckpt_up and
-curl_get / ckpt_down.
+curl_get / ckpt_down. --kiln-before OLD adds push_az_before, the same
+push with an older build (its server and its client), measured in the
+same rounds, and the paired ratio push_az_before / push_az (above 1.0
+the build under test is faster).
 
 Reports mean +- sd of each over the rounds, and the ratios cp / push,
 cp / push_http and cp_pull / pull (above 1.0 kiln is faster), with the
@@ -126,6 +129,7 @@ def main():
                     help="comma-separated FILESxMIB")
     ap.add_argument("--azurite", action="store_true")
     ap.add_argument("--no-file", action="store_true")
+    ap.add_argument("--kiln-before", help="an older kiln for push_az")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kiln-bench-transfer-",
                                  dir="/var/tmp"))
@@ -220,13 +224,15 @@ def main():
                 shutil.rmtree(state, ignore_errors=True)
 
         def push_az(spec, src, digests, extra):
+            kiln = extra[0] if extra else a.kiln
+
             def measure(url, e):
                 az_home = Path(tempfile.mkdtemp(dir=work))
-                srv, senv = start_server(a.kiln, az_home,
+                srv, senv = start_server(kiln, az_home,
                                          ["--blob-store", url], e)
                 try:
                     senv["XDG_CACHE_HOME"] = str(az_home / "cache")
-                    took, _ = timed([a.kiln, "model", "push", str(src),
+                    took, _ = timed([kiln, "model", "push", str(src),
                                      "--name", "az", "--http"], env=senv)
                 finally:
                     srv.terminate()
@@ -277,8 +283,10 @@ def main():
                       ("cp", cp, ()), ("pull", pull, ()),
                       ("cp_pull", cp_pull, ())]
         if a.azurite:
-            sides += [("push_az", push_az, ()),
-                      ("curl_put", curl_side(False), ()),
+            sides += [("push_az", push_az, ())]
+            if a.kiln_before:
+                sides += [("push_az_before", push_az, (a.kiln_before,))]
+            sides += [("curl_put", curl_side(False), ()),
                       ("ckpt_up", ckpt_up, ()),
                       ("curl_par", curl_side(True), ()),
                       ("ckpt_down", download_side(True), ()),
@@ -287,8 +295,12 @@ def main():
                  for spec, _, _, _ in sets}
         for r in range(a.rounds):
             # pull needs a version: a push goes first; then alternate.
-            order = sides if r % 2 == 0 or a.no_file else \
-                [sides[1], sides[0]] + list(reversed(sides[2:]))
+            if r % 2 == 0:
+                order = sides
+            elif a.no_file:
+                order = list(reversed(sides))
+            else:
+                order = [sides[1], sides[0]] + list(reversed(sides[2:]))
             for spec, src, digests, _ in sets:
                 for name, fn, extra in order:
                     # Nothing dirty left for the next side's flush to
@@ -305,7 +317,8 @@ def main():
                                ("cp_pull", "pull"), ("curl_put", "push_az"),
                                ("curl_put", "ckpt_up"),
                                ("curl_par", "ckpt_up"),
-                               ("curl_get", "ckpt_down")):
+                               ("curl_get", "ckpt_down"),
+                               ("push_az_before", "push_az")):
                 if times[spec].get(peer) and times[spec].get(side):
                     ratio[f"{peer}/{side}"] = statistics.mean(
                         c / p for c, p in zip(times[spec][peer],
