@@ -40,10 +40,13 @@ ones too, in its heap and slows as that grows), also per set:
              checked, against
   curl_get   `curl -o` of the same blobs with a SAS, one process, one
              after another (no digest).
+  pull_az    `kiln model pull NAME@V DEST` of the set pushed (untimed)
+             to a server whose store is that Azurite, and signed: the
+             client reads the store itself, every digest checked.
 
 --no-file leaves the file-store sides out. Ratios for Azurite:
-curl_put / push_az, curl_put / ckpt_up, curl_par / ckpt_up and
-curl_get / ckpt_down. --kiln-before OLD adds push_az_before, the same
+curl_put / push_az, curl_put / ckpt_up, curl_par / ckpt_up,
+curl_get / ckpt_down and curl_get / pull_az. --kiln-before OLD adds push_az_before, the same
 push with an older build (its server and its client), measured in the
 same rounds, and the paired ratio push_az_before / push_az (above 1.0
 the build under test is faster).
@@ -223,17 +226,26 @@ def main():
                                 "stop", str(state)], capture_output=True)
                 shutil.rmtree(state, ignore_errors=True)
 
-        def push_az(spec, src, digests, extra):
+        def push_az(spec, src, digests, extra, pulled=False):
             kiln = extra[0] if extra else a.kiln
 
             def measure(url, e):
                 az_home = Path(tempfile.mkdtemp(dir=work))
+                trusted = az_home / "keys" / "trusted"
+                trusted.mkdir(parents=True)
+                shutil.copy(f"{key}.pub", trusted / "key.pub")
                 srv, senv = start_server(kiln, az_home,
                                          ["--blob-store", url], e)
                 try:
                     senv["XDG_CACHE_HOME"] = str(az_home / "cache")
                     took, _ = timed([kiln, "model", "push", str(src),
                                      "--name", "az", "--http"], env=senv)
+                    if pulled:
+                        timed([kiln, "model", "sign", "az@1", "--key",
+                               str(key)], env=senv)
+                        took, _ = timed([kiln, "model", "pull", "az@1",
+                                         str(az_home / "pulled")],
+                                        env=senv)
                 finally:
                     srv.terminate()
                     srv.wait(timeout=30)
@@ -290,7 +302,9 @@ def main():
                       ("ckpt_up", ckpt_up, ()),
                       ("curl_par", curl_side(True), ()),
                       ("ckpt_down", download_side(True), ()),
-                      ("curl_get", download_side(False), ())]
+                      ("curl_get", download_side(False), ()),
+                      ("pull_az", lambda *args: push_az(*args, pulled=True),
+                       ())]
         times = {spec: {name: [] for name, _, _ in sides}
                  for spec, _, _, _ in sets}
         for r in range(a.rounds):
@@ -318,6 +332,7 @@ def main():
                                ("curl_put", "ckpt_up"),
                                ("curl_par", "ckpt_up"),
                                ("curl_get", "ckpt_down"),
+                               ("curl_get", "pull_az"),
                                ("push_az_before", "push_az")):
                 if times[spec].get(peer) and times[spec].get(side):
                     ratio[f"{peer}/{side}"] = statistics.mean(
