@@ -1162,13 +1162,17 @@ static void test_slurm_host_list_and_states(void **state)
 		assert_string_equal(host, "untouched");
 	}
 
-	assert_false(kn_slurm_state_final("PENDING"));
-	assert_false(kn_slurm_state_final("RUNNING"));
-	assert_false(kn_slurm_state_final("COMPLETING"));
-	assert_true(kn_slurm_state_final("COMPLETED"));
-	assert_true(kn_slurm_state_final("CANCELLED"));
-	assert_true(kn_slurm_state_final("NODE_FAIL"));
-	assert_true(kn_slurm_state_final("GONE"));
+	/* Which job states sacct reports as final. */
+	static const char *const running[] = {"PENDING", "RUNNING",
+					      "COMPLETING"};
+	static const char *const final[] = {"COMPLETED", "CANCELLED",
+					    "NODE_FAIL", "GONE"};
+	for (size_t i = 0; i < sizeof(running) / sizeof(running[0]); i++)
+		if (kn_slurm_state_final(running[i]))
+			fail_msg("%s is taken as final", running[i]);
+	for (size_t i = 0; i < sizeof(final) / sizeof(final[0]); i++)
+		if (!kn_slurm_state_final(final[i]))
+			fail_msg("%s is not taken as final", final[i]);
 }
 
 int main(void)
