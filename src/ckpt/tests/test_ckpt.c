@@ -1131,12 +1131,16 @@ static void test_early_upload(void **state)
 
 /* ---- Azure client against a scripted server ---- */
 
+/* A loopback server that answers its n connections with replies[], in
+ * turn, keeping the head of each request it was sent. */
 struct script {
 	int listen_fd;
 	const char *replies[8];
 	int n;
 	char requests[8][4096];
 	int served;
+	pthread_t thread;
+	char *url; /* the container named at start, on this server */
 };
 
 static void *serve(void *arg)
@@ -1176,7 +1180,8 @@ static void *serve(void *arg)
 	return NULL;
 }
 
-static int start_script(struct script *sc, pthread_t *t)
+/* Serves sc from a thread; sc->url is /devstoreaccount1/CONTAINER on it. */
+static void start_script(struct script *sc, const char *container)
 {
 	struct sockaddr_in addr = {.sin_family = AF_INET};
 	socklen_t alen = sizeof(addr);
@@ -1186,8 +1191,15 @@ static int start_script(struct script *sc, pthread_t *t)
 			      sizeof(addr)), 0);
 	assert_int_equal(listen(sc->listen_fd, 8), 0);
 	getsockname(sc->listen_fd, (struct sockaddr *)&addr, &alen);
-	pthread_create(t, NULL, serve, sc);
-	return ntohs(addr.sin_port);
+	pthread_create(&sc->thread, NULL, serve, sc);
+	sc->url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/%s",
+			      ntohs(addr.sin_port), container);
+}
+
+static void stop_script(struct script *sc)
+{
+	close(sc->listen_fd);
+	free(sc->url);
 }
 
 #define REPLY(status, extra)                                                 \
@@ -1201,21 +1213,18 @@ static void test_azure_retries_then_succeeds(void **state)
 					REPLY("500 Internal", ""),
 					REPLY("201 Created", "")},
 			    .n = 3};
-	pthread_t t;
-	int port = start_script(&sc, &t);
-	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt/pre",
-				port);
-	struct kn_blob_store_config cfg = {.url = url,
-					   .account_key = AZURITE_KEY,
+	struct kn_blob_store_config cfg = {.account_key = AZURITE_KEY,
 					   .retry_base_ms = 1};
 	struct kn_blob_store *s;
 	struct kn_error err;
 	(void)state;
 
+	start_script(&sc, "ckpt/pre");
+	cfg.url = sc.url;
 	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
-	assert_string_equal(kn_blob_store_url(s), url);
+	assert_string_equal(kn_blob_store_url(s), sc.url);
 	assert_int_equal(kn_blob_put_bytes(s, "j/x y", "abc", 3, 0, &err), 0);
-	pthread_join(t, NULL);
+	pthread_join(sc.thread, NULL);
 	assert_int_equal(sc.served, 3);
 	assert_non_null(strstr(sc.requests[2],
 			       "PUT /devstoreaccount1/ckpt/pre/j/x%20y HTTP/1.1"));
@@ -1225,24 +1234,33 @@ static void test_azure_retries_then_succeeds(void **state)
 			       "Authorization: SharedKey devstoreaccount1:"));
 	assert_null(strstr(sc.requests[2], AZURITE_KEY));
 	kn_blob_store_free(s);
-	close(sc.listen_fd);
-	free(url);
+	stop_script(&sc);
 }
 
-/* DIR/src: 150,000 random bytes; want gets their sha256 (hex). */
-static char *random_file(const char *dir, char want[80])
+/* Puts a file of 150,000 random bytes as NAME: the hash and size the
+ * store reports must be the file's (sha256sum(1) hashes it here). */
+static void put_random_file(struct kn_blob_store *s, const char *name)
 {
+	char *dir = make_tmpdir(), want[80];
 	char *src = kn_asprintf("%s/src", dir);
 	char *cmd = kn_asprintf("head -c 150000 /dev/urandom > '%s' && "
 				"sha256sum '%s' | cut -c1-64", src, src);
+	char sha[KN_SHA256_HEX_LEN + 1];
 	FILE *p = popen(cmd, "r");
+	struct kn_error err;
+	int64_t size;
 
 	assert_non_null(p);
 	assert_non_null(fgets(want, 80, p));
 	pclose(p);
 	want[64] = '\0';
+	assert_int_equal(kn_blob_put_file(s, name, src, 0, sha, &size, &err), 0);
+	assert_string_equal(sha, want);
+	assert_int_equal(size, 150000);
+	kn_rm_rf(dir);
+	free(dir);
+	free(src);
 	free(cmd);
-	return src;
 }
 
 static void test_azure_blocks_retry(void **state)
@@ -1255,29 +1273,20 @@ static void test_azure_blocks_retry(void **state)
 					REPLY("201 Created", ""),
 					REPLY("201 Created", "")},
 			    .n = 5};
-	char *dir = make_tmpdir(), want[80];
-	char *src = random_file(dir, want);
-	char sha[KN_SHA256_HEX_LEN + 1];
-	pthread_t t;
-	int port = start_script(&sc, &t);
-	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
-				port);
-	struct kn_blob_store_config cfg = {.url = url,
-					   .account_key = AZURITE_KEY,
+	struct kn_blob_store_config cfg = {.account_key = AZURITE_KEY,
 					   .block_size = 64 << 10,
 					   .single_put_max = 64 << 10,
 					   .parallel = 2,
 					   .retry_base_ms = 1};
 	struct kn_blob_store *s;
 	struct kn_error err;
-	int64_t size;
 	(void)state;
 
+	start_script(&sc, "ckpt");
+	cfg.url = sc.url;
 	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
-	assert_int_equal(kn_blob_put_file(s, "big", src, 0, sha, &size, &err), 0);
-	pthread_join(t, NULL);
-	assert_string_equal(sha, want);
-	assert_int_equal(size, 150000);
+	put_random_file(s, "big");
+	pthread_join(sc.thread, NULL);
 	for (int i = 0; i < 4; i++)
 		assert_non_null(strstr(sc.requests[i], "comp=block&blockid="));
 	assert_non_null(strstr(sc.requests[4], "?comp=blocklist"));
@@ -1286,11 +1295,7 @@ static void test_azure_blocks_retry(void **state)
 			       "<Latest>MDAwMDAwMDE=</Latest>"
 			       "<Latest>MDAwMDAwMDI=</Latest></BlockList>"));
 	kn_blob_store_free(s);
-	close(sc.listen_fd);
-	kn_rm_rf(dir);
-	free(dir);
-	free(src);
-	free(url);
+	stop_script(&sc);
 }
 
 static void test_azure_file_up_to_single_put_max_is_one_put_blob(void **state)
@@ -1302,28 +1307,19 @@ static void test_azure_file_up_to_single_put_max_is_one_put_blob(void **state)
 	struct script sc = {.replies = {REPLY("503 Busy", ""),
 					REPLY("201 Created", "")},
 			    .n = 2};
-	char *dir = make_tmpdir(), want[80];
-	char *src = random_file(dir, want);
-	char sha[KN_SHA256_HEX_LEN + 1];
-	pthread_t t;
-	int port = start_script(&sc, &t);
-	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
-				port);
-	struct kn_blob_store_config cfg = {.url = url,
-					   .account_key = AZURITE_KEY,
+	struct kn_blob_store_config cfg = {.account_key = AZURITE_KEY,
 					   .block_size = 64 << 10,
 					   .retry_base_ms = 1};
 	struct kn_blob_store *s;
 	struct kn_error err;
-	int64_t size;
 	(void)state;
 
+	start_script(&sc, "ckpt");
+	cfg.url = sc.url;
 	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
-	assert_int_equal(kn_blob_put_file(s, "one", src, 0, sha, &size, &err), 0);
-	pthread_join(t, NULL);
+	put_random_file(s, "one");
+	pthread_join(sc.thread, NULL);
 	assert_int_equal(sc.served, 2);
-	assert_string_equal(sha, want);
-	assert_int_equal(size, 150000);
 	for (int i = 0; i < 2; i++) {
 		assert_non_null(strstr(sc.requests[i],
 				       "PUT /devstoreaccount1/ckpt/one HTTP/1.1"));
@@ -1333,11 +1329,7 @@ static void test_azure_file_up_to_single_put_max_is_one_put_blob(void **state)
 		assert_null(strstr(sc.requests[i], "comp=block"));
 	}
 	kn_blob_store_free(s);
-	close(sc.listen_fd);
-	kn_rm_rf(dir);
-	free(dir);
-	free(src);
-	free(url);
+	stop_script(&sc);
 
 	/* Over Put Blob's own limit is refused when the store opens. */
 	cfg.url = "http://127.0.0.1:1/devstoreaccount1/ckpt";
@@ -1355,12 +1347,7 @@ static void test_azure_errors_hide_secrets(void **state)
 			    REPLY("409 Conflict",
 				  "x-ms-error-code: BlobAlreadyExists\r\n")},
 		.n = 4};
-	pthread_t t;
-	int port = start_script(&sc, &t);
-	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
-				port);
 	struct kn_blob_store_config cfg = {
-		.url = url,
 		.sas_token = "?sv=2023-11-03&sr=c&sp=racwdl&sig=SeCrEtSiG%3D",
 		.retry_base_ms = 1,
 		.max_retries = 1,
@@ -1369,6 +1356,8 @@ static void test_azure_errors_hide_secrets(void **state)
 	struct kn_error err;
 	(void)state;
 
+	start_script(&sc, "ckpt");
+	cfg.url = sc.url;
 	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
 	/* Azure blobs are no local files */
 	assert_null(kn_blob_local_path(s, "a"));
@@ -1380,14 +1369,13 @@ static void test_azure_errors_hide_secrets(void **state)
 	assert_non_null(strstr(err.message, "after 2 attempts"));
 	assert_int_equal(kn_blob_put_bytes(s, "a", "x", 1, KN_BLOB_CREATE_ONLY,
 					   &err), -EEXIST);
-	pthread_join(t, NULL);
+	pthread_join(sc.thread, NULL);
 	/* the SAS rides on the query, and If-None-Match on create-only */
 	assert_non_null(strstr(sc.requests[0], "?sv=2023-11-03&sr=c"));
 	assert_null(strstr(sc.requests[0], "Authorization"));
 	assert_non_null(strstr(sc.requests[3], "If-None-Match: *"));
 	kn_blob_store_free(s);
-	close(sc.listen_fd);
-	free(url);
+	stop_script(&sc);
 
 	/* a connection refused is retried, then reported without the SAS */
 	cfg.url = "http://127.0.0.1:1/devstoreaccount1/ckpt";
