@@ -22,14 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/tests/testdir.h"
 #include "cgroup/cgroup.h"
-
-static char *make_dir(void)
-{
-	char tmpl[] = "/tmp/kn-cgroup-XXXXXX";
-	assert_non_null(mkdtemp(tmpl));
-	return kn_xstrdup(tmpl);
-}
 
 /* An empty file the kernel would have made, directories above it too. */
 static void touch(const char *dir, const char *file, const char *text)
@@ -70,7 +64,7 @@ static int tree_empty(void **state)
 {
 	struct tree *t = kn_xcalloc(1, sizeof(*t));
 
-	t->root = make_dir();
+	t->root = kn_test_dir("cgroup");
 	t->self = kn_asprintf("%s/self", t->root);
 	*state = t;
 	return 0;
@@ -506,7 +500,7 @@ static void device_case(const char *root, enum kn_cgroup_version v,
 {
 	char *parent = real_parent(root, v, "");
 	struct kn_cgroup_place place = {root, parent, "/proc/self/cgroup"};
-	char *dir = make_dir(), *nodes[3] = {NULL}, *path;
+	char *dir = kn_test_dir("cgroup"), *nodes[3] = {NULL}, *path;
 	struct kn_cgroup *cg = NULL;
 	struct kn_error err;
 	int wstatus;

@@ -26,20 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/tests/testdir.h"
 #include "ckpt/internal.h"
 
 #define AZURITE_KEY                                                          \
 	"Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFP" \
 	"TOtr/KBHBeksoGMGw=="
 #define HELLO_SHA "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
-
-static char *make_tmpdir(void)
-{
-	char tmpl[] = "/tmp/kiln-ckpt-test-XXXXXX";
-	char *dir = mkdtemp(tmpl);
-	assert_non_null(dir);
-	return kn_xstrdup(dir);
-}
 
 static void write_text(const char *path, const char *text)
 {
@@ -385,7 +378,7 @@ static struct kn_blob_store *open_file_store(const char *root)
 
 static void test_file_store(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *src = kn_asprintf("%s/src.txt", dir);
 	char *dst = kn_asprintf("%s/out/dst.txt", dir);
@@ -517,7 +510,7 @@ static int plant_temp(const char *path, int age_s, bool locked)
 
 static void test_file_store_sweeps_dead_temps(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *dead = kn_asprintf("%s/j/w.kiln-tmp-AAAAAA", root);
 	char *live = kn_asprintf("%s/j/w.kiln-tmp-BBBBBB", root);
@@ -554,7 +547,7 @@ static void test_file_store_sweeps_dead_temps(void **state)
 static void test_file_store_large(void **state)
 {
 	/* Several copy chunks, and a size that is not a multiple of one. */
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *src = kn_asprintf("%s/big", dir), *dst = kn_asprintf("%s/back", dir);
 	char *cmd = kn_asprintf("head -c 40000123 /dev/urandom > '%s' && "
@@ -591,7 +584,7 @@ static void test_file_store_large(void **state)
  */
 static void copy_fd_hashed_case(int out_flags, bool through_memory)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *src = kn_asprintf("%s/src", dir), *dst = kn_asprintf("%s/dst", dir);
 	char *cmd = kn_asprintf("head -c 40000123 /dev/urandom > '%s' && "
 				"sha256sum '%s' | cut -c1-64", src, src);
@@ -735,7 +728,7 @@ static void flip_byte(const char *path)
 
 static void test_checkpoints(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *local = kn_asprintf("%s/local", dir);
 	char *restore = kn_asprintf("%s/restore", dir);
@@ -886,7 +879,7 @@ static int counted_sync(struct kn_blob_store *s, struct kn_error *err)
 
 static void test_prune_syncs_only_to_delete(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *local = kn_asprintf("%s/local", dir);
 	struct kn_blob_store *s = open_file_store(root);
@@ -943,7 +936,7 @@ static char *wait_next(struct kn_ckpt_watch *w)
 
 static void test_watch(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *a_tmp = kn_asprintf("%s/step-2.tmp", dir);
 	char *a = kn_asprintf("%s/step-2", dir);
 	char *b = kn_asprintf("%s/step-10", dir);
@@ -1008,7 +1001,7 @@ static ino_t inode_of(const char *path)
 
 static void test_early_upload(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *ck = kn_asprintf("%s/ck", dir);
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *tmp = kn_asprintf("%s/step-5.tmp", ck);
@@ -1241,7 +1234,7 @@ static void test_azure_retries_then_succeeds(void **state)
  * store reports must be the file's (sha256sum(1) hashes it here). */
 static void put_random_file(struct kn_blob_store *s, const char *name)
 {
-	char *dir = make_tmpdir(), want[80];
+	char *dir = kn_test_dir("ckpt"), want[80];
 	char *src = kn_asprintf("%s/src", dir);
 	char *cmd = kn_asprintf("head -c 150000 /dev/urandom > '%s' && "
 				"sha256sum '%s' | cut -c1-64", src, src);

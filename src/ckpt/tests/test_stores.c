@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/tests/testdir.h"
 #include "ckpt/internal.h"
 
 #define STORE "https://acct.blob.core.windows.net/ckpt/runs"
@@ -111,13 +112,6 @@ static void test_covers_hostile_urls(void **state)
 	}
 }
 
-static char *make_tmpdir(void)
-{
-	char tmpl[] = "/tmp/kiln-stores-XXXXXX";
-	assert_non_null(mkdtemp(tmpl));
-	return kn_xstrdup(tmpl);
-}
-
 static void write_mode(const char *path, const char *text, mode_t mode)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -129,7 +123,7 @@ static void write_mode(const char *path, const char *text, mode_t mode)
 
 static void test_credentials(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("stores");
 	char *file = kn_asprintf("%s/sas", dir), *text = NULL;
 	char *link = kn_asprintf("%s/link", dir);
 	struct kn_stores *stores = kn_stores_new();
@@ -173,7 +167,7 @@ static void test_credentials(void **state)
 
 static void test_resolve(void **state)
 {
-	char *dir = make_tmpdir(), *url = NULL;
+	char *dir = kn_test_dir("stores"), *url = NULL;
 	char *root = kn_asprintf("%s/root", dir), *out = kn_asprintf("%s/out",
 								      dir);
 	char *link = kn_asprintf("%s/root/escape", dir);
