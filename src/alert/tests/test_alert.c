@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "alert/alert.h"
+#include "base/tests/testmain.h"
 
 /* ---- exposition ---- */
 
@@ -452,19 +453,14 @@ static void test_history_bounds(void **state)
 	kn_alert_rules_free(r);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_expo_parses_every_form),
-		cmocka_unit_test(test_expo_errors_name_line_and_column),
-		cmocka_unit_test(test_default_rules_load),
-		cmocka_unit_test(test_rules_fields),
-		cmocka_unit_test(test_rules_errors),
-		cmocka_unit_test(test_static_threshold_with_for),
-		cmocka_unit_test(test_vanished_series_resolves),
-		cmocka_unit_test(test_ratio_and_bitmask),
-		cmocka_unit_test(test_dynamic_band),
-		cmocka_unit_test(test_history_bounds),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_expo_parses_every_form),
+	cmocka_unit_test(test_expo_errors_name_line_and_column),
+	cmocka_unit_test(test_default_rules_load),
+	cmocka_unit_test(test_rules_fields),
+	cmocka_unit_test(test_rules_errors),
+	cmocka_unit_test(test_static_threshold_with_for),
+	cmocka_unit_test(test_vanished_series_resolves),
+	cmocka_unit_test(test_ratio_and_bitmask),
+	cmocka_unit_test(test_dynamic_band),
+	cmocka_unit_test(test_history_bounds))

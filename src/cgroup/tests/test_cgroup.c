@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "base/tests/testdir.h"
+#include "base/tests/testmain.h"
 #include "cgroup/cgroup.h"
 
 /* An empty file the kernel would have made, directories above it too. */
@@ -662,30 +663,25 @@ static void test_real_v2_limits(void **state)
 	device_case(root, KN_CGROUP_V2, &lim);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_detect, tree_empty,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_v1_files, tree_v1,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_sweep_fake, tree_v1,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_v1_unlimited_not_joined,
-						tree_v1, tree_remove),
-		cmocka_unit_test_setup_teardown(test_v1_missing_controller, tree_v1,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_bad_names, tree_v1,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_v2_files, tree_empty,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_v2_relative_parent, tree_empty,
-						tree_remove),
-		cmocka_unit_test(test_real_v1),
-		cmocka_unit_test(test_real_v2_devices),
-		cmocka_unit_test(test_real_v1_sweep),
-		cmocka_unit_test(test_real_v1_oom),
-		cmocka_unit_test(test_real_v2_limits),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test_setup_teardown(test_detect, tree_empty,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_v1_files, tree_v1,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_sweep_fake, tree_v1,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_v1_unlimited_not_joined,
+					tree_v1, tree_remove),
+	cmocka_unit_test_setup_teardown(test_v1_missing_controller, tree_v1,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_bad_names, tree_v1,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_v2_files, tree_empty,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_v2_relative_parent, tree_empty,
+					tree_remove),
+	cmocka_unit_test(test_real_v1),
+	cmocka_unit_test(test_real_v2_devices),
+	cmocka_unit_test(test_real_v1_sweep),
+	cmocka_unit_test(test_real_v1_oom),
+	cmocka_unit_test(test_real_v2_limits))

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "base/tests/testdir.h"
+#include "base/tests/testmain.h"
 #include "ckpt/internal.h"
 
 #define AZURITE_KEY                                                          \
@@ -1420,31 +1421,26 @@ static void test_azure_open_errors(void **state)
 	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), -EINVAL);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sign_put_blob),
-		cmocka_unit_test(test_sign_sorts_by_name),
-		cmocka_unit_test(test_url_encode),
-		cmocka_unit_test(test_parse_url),
-		cmocka_unit_test(test_parse_connection_string),
-		cmocka_unit_test(test_parse_list),
-		cmocka_unit_test(test_manifest_round_trip),
-		cmocka_unit_test(test_file_store),
-		cmocka_unit_test(test_file_store_sweeps_dead_temps),
-		cmocka_unit_test(test_file_store_large),
-		cmocka_unit_test(test_copy_fd_hashed),
-		cmocka_unit_test(test_file_store_through_memory),
-		cmocka_unit_test(test_azure_head),
-		cmocka_unit_test(test_checkpoints),
-		cmocka_unit_test(test_prune_syncs_only_to_delete),
-		cmocka_unit_test(test_watch),
-		cmocka_unit_test(test_early_upload),
-		cmocka_unit_test(test_azure_retries_then_succeeds),
-		cmocka_unit_test(test_azure_blocks_retry),
-		cmocka_unit_test(test_azure_file_up_to_single_put_max_is_one_put_blob),
-		cmocka_unit_test(test_azure_errors_hide_secrets),
-		cmocka_unit_test(test_azure_open_errors),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_sign_put_blob),
+	cmocka_unit_test(test_sign_sorts_by_name),
+	cmocka_unit_test(test_url_encode),
+	cmocka_unit_test(test_parse_url),
+	cmocka_unit_test(test_parse_connection_string),
+	cmocka_unit_test(test_parse_list),
+	cmocka_unit_test(test_manifest_round_trip),
+	cmocka_unit_test(test_file_store),
+	cmocka_unit_test(test_file_store_sweeps_dead_temps),
+	cmocka_unit_test(test_file_store_large),
+	cmocka_unit_test(test_copy_fd_hashed),
+	cmocka_unit_test(test_file_store_through_memory),
+	cmocka_unit_test(test_azure_head),
+	cmocka_unit_test(test_checkpoints),
+	cmocka_unit_test(test_prune_syncs_only_to_delete),
+	cmocka_unit_test(test_watch),
+	cmocka_unit_test(test_early_upload),
+	cmocka_unit_test(test_azure_retries_then_succeeds),
+	cmocka_unit_test(test_azure_blocks_retry),
+	cmocka_unit_test(test_azure_file_up_to_single_put_max_is_one_put_blob),
+	cmocka_unit_test(test_azure_errors_hide_secrets),
+	cmocka_unit_test(test_azure_open_errors))

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "base/tests/testdir.h"
+#include "base/tests/testmain.h"
 #include "ckpt/internal.h"
 
 #define STORE "https://acct.blob.core.windows.net/ckpt/runs"
@@ -441,15 +442,10 @@ static void test_redirect_is_not_followed(void **state)
 	free(store_url);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_covers_hostile_urls),
-		cmocka_unit_test(test_credentials),
-		cmocka_unit_test(test_resolve),
-		cmocka_unit_test(test_scopes_carry_no_secret),
-		cmocka_unit_test(test_credential_stays_with_its_store),
-		cmocka_unit_test(test_redirect_is_not_followed),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_covers_hostile_urls),
+	cmocka_unit_test(test_credentials),
+	cmocka_unit_test(test_resolve),
+	cmocka_unit_test(test_scopes_carry_no_secret),
+	cmocka_unit_test(test_credential_stays_with_its_store),
+	cmocka_unit_test(test_redirect_is_not_followed))

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "cmd/cost_report.h"
 
 static const char ANSWER[] =
@@ -240,15 +241,9 @@ static void test_since(void **state)
 	assert_int_equal(cost_parse_since("", 0, &ms), -EINVAL);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_reports),
-		cmocka_unit_test(test_csv),
-		cmocka_unit_test(test_csv_formula_key),
-		cmocka_unit_test(test_svg),
-		cmocka_unit_test(test_since),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_reports),
+	cmocka_unit_test(test_csv),
+	cmocka_unit_test(test_csv_formula_key),
+	cmocka_unit_test(test_svg),
+	cmocka_unit_test(test_since))

@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 
+#include "base/tests/testmain.h"
 #include "loop/loop.h"
 
 static char *temp_dir(void)
@@ -346,18 +347,13 @@ static void test_a_stop_mid_fetch_frees_everything(void **state)
 	kn_tls_free(t);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_self_signed_loads_and_keeps_its_ca),
-		cmocka_unit_test(test_errors_name_the_setting),
-		cmocka_unit_test(test_plain_listeners_stay_on_loopback),
-		cmocka_unit_test_setup_teardown(
-			test_https_fetch_verifies_the_server, tls_dir_setup,
-			tls_dir_teardown),
-		cmocka_unit_test_setup_teardown(
-			test_a_stop_mid_fetch_frees_everything, tls_dir_setup,
-			tls_dir_teardown),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_self_signed_loads_and_keeps_its_ca),
+	cmocka_unit_test(test_errors_name_the_setting),
+	cmocka_unit_test(test_plain_listeners_stay_on_loopback),
+	cmocka_unit_test_setup_teardown(
+		test_https_fetch_verifies_the_server, tls_dir_setup,
+		tls_dir_teardown),
+	cmocka_unit_test_setup_teardown(
+		test_a_stop_mid_fetch_frees_everything, tls_dir_setup,
+		tls_dir_teardown))

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/tests/testdir.h"
+#include "base/tests/testmain.h"
 #include "registry/registry.h"
 
 /* printf 'hello\n' | sha256sum */
@@ -360,15 +361,10 @@ static void test_thresholds(void **state)
 	json_decref(doc);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_refs),
-		cmocka_unit_test(test_files_json),
-		cmocka_unit_test(test_canonical_manifest),
-		cmocka_unit_test(test_sign_verify),
-		cmocka_unit_test(test_hash_files),
-		cmocka_unit_test(test_thresholds),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_refs),
+	cmocka_unit_test(test_files_json),
+	cmocka_unit_test(test_canonical_manifest),
+	cmocka_unit_test(test_sign_verify),
+	cmocka_unit_test(test_hash_files),
+	cmocka_unit_test(test_thresholds))

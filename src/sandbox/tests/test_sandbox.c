@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/tests/testmain.h"
 #include "sandbox/sandbox.h"
 
 static const char *get(char **env, const char *name)
@@ -555,22 +556,17 @@ static void test_shim_case(void **state)
 	{#name, test_shim_case, NULL, NULL,                               \
 	 &(struct shim_case){.run = run_case, .as_root = root}}
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_env),
-		cmocka_unit_test(test_user_map_parses),
-		cmocka_unit_test(test_user_map_errors),
-		cmocka_unit_test(test_sandbox_unknown_user),
-		cmocka_unit_test(test_user_check_refuses_root_and_server),
-		cmocka_unit_test(test_user_cache),
-		SHIM_TEST(test_procs_task_dies_with_its_shim, procs_case, true),
-		SHIM_TEST(test_procs_unprivileged_task_dies_with_its_shim,
-			  procs_case, false),
-		SHIM_TEST(test_stop_before_the_task_reaches_it, early_stop_case,
-			  true),
-		SHIM_TEST(test_unprivileged_stop_before_the_task_reaches_it,
-			  early_stop_case, false),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_env),
+	cmocka_unit_test(test_user_map_parses),
+	cmocka_unit_test(test_user_map_errors),
+	cmocka_unit_test(test_sandbox_unknown_user),
+	cmocka_unit_test(test_user_check_refuses_root_and_server),
+	cmocka_unit_test(test_user_cache),
+	SHIM_TEST(test_procs_task_dies_with_its_shim, procs_case, true),
+	SHIM_TEST(test_procs_unprivileged_task_dies_with_its_shim,
+		  procs_case, false),
+	SHIM_TEST(test_stop_before_the_task_reaches_it, early_stop_case,
+		  true),
+	SHIM_TEST(test_unprivileged_stop_before_the_task_reaches_it,
+		  early_stop_case, false))

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "spec/spec.h"
 
 struct target {
@@ -374,18 +375,12 @@ static void test_options_file_has_no_sections(void **state)
 	kn_strpool_release(&pool);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_values_and_bounds),
-		cmocka_unit_test(test_lists_append_and_clear),
-		cmocka_unit_test(test_file_reads_every_kind),
-		cmocka_unit_test(test_file_errors_name_the_key),
-		cmocka_unit_test(test_signers),
-		cmocka_unit_test(test_stores),
-		cmocka_unit_test(test_show_reads_back),
-		cmocka_unit_test(test_options_file_has_no_sections),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_values_and_bounds),
+	cmocka_unit_test(test_lists_append_and_clear),
+	cmocka_unit_test(test_file_reads_every_kind),
+	cmocka_unit_test(test_file_errors_name_the_key),
+	cmocka_unit_test(test_signers),
+	cmocka_unit_test(test_stores),
+	cmocka_unit_test(test_show_reads_back),
+	cmocka_unit_test(test_options_file_has_no_sections))
