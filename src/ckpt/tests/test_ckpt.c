@@ -68,6 +68,21 @@ static void decode_azurite_key(unsigned char *key, size_t *len)
  *   printf '<string>' | openssl dgst -sha256 -mac HMAC \
  *     -macopt hexkey:$(printf %s KEY | base64 -d | xxd -p -c 256) -binary | base64
  */
+static void assert_signs(const struct kn_azure_sign_input *in,
+			 const char *want_text, const char *want_sig)
+{
+	unsigned char key[64];
+	size_t key_len;
+	char sig[64];
+	char *text = kn_azure_string_to_sign(in);
+
+	assert_string_equal(text, want_text);
+	decode_azurite_key(key, &key_len);
+	assert_int_equal(kn_azure_sign(key, key_len, text, sig, sizeof(sig)), 0);
+	assert_string_equal(sig, want_sig);
+	free(text);
+}
+
 static void test_sign_put_blob(void **state)
 {
 	const struct kn_kv headers[] = {
@@ -84,22 +99,15 @@ static void test_sign_put_blob(void **state)
 		.account = "devstoreaccount1",
 		.path = "/devstoreaccount1/ckpt/run%201/meta.json",
 	};
-	unsigned char key[64];
-	size_t key_len;
-	char sig[64];
-	char *text = kn_azure_string_to_sign(&in);
 	(void)state;
 
-	assert_string_equal(text,
-			    "PUT\n\n\n26\n\napplication/octet-stream\n\n\n\n\n\n\n"
-			    "x-ms-blob-type:BlockBlob\n"
-			    "x-ms-date:Wed, 02 Dec 2026 16:00:00 GMT\n"
-			    "x-ms-version:2023-11-03\n"
-			    "/devstoreaccount1/devstoreaccount1/ckpt/run%201/meta.json");
-	decode_azurite_key(key, &key_len);
-	assert_int_equal(kn_azure_sign(key, key_len, text, sig, sizeof(sig)), 0);
-	assert_string_equal(sig, "zPtteY5KCECErTe1Q+Cx9nrTsK0g4EcSbGd2lmSsbps=");
-	free(text);
+	assert_signs(&in,
+		     "PUT\n\n\n26\n\napplication/octet-stream\n\n\n\n\n\n\n"
+		     "x-ms-blob-type:BlockBlob\n"
+		     "x-ms-date:Wed, 02 Dec 2026 16:00:00 GMT\n"
+		     "x-ms-version:2023-11-03\n"
+		     "/devstoreaccount1/devstoreaccount1/ckpt/run%201/meta.json",
+		     "zPtteY5KCECErTe1Q+Cx9nrTsK0g4EcSbGd2lmSsbps=");
 }
 
 static void test_sign_sorts_by_name(void **state)
@@ -127,24 +135,17 @@ static void test_sign_sorts_by_name(void **state)
 		.query = query,
 		.n_query = 3,
 	};
-	unsigned char key[64];
-	size_t key_len;
-	char sig[64];
-	char *text = kn_azure_string_to_sign(&in);
 	(void)state;
 
-	assert_string_equal(text,
-			    "GET\n\n\n\n\n\n\n\n\n\n\n\n"
-			    "x-ms-date:Wed, 02 Dec 2026 16:00:00 GMT\n"
-			    "x-ms-range:bytes=0-99\n"
-			    "x-ms-range-get-content-md5:true\n"
-			    "x-ms-version:2023-11-03\n"
-			    "/myaccount/ckpt/a/b.bin\ncomp:list\nprefix:job 1/\n"
-			    "restype:container");
-	decode_azurite_key(key, &key_len);
-	assert_int_equal(kn_azure_sign(key, key_len, text, sig, sizeof(sig)), 0);
-	assert_string_equal(sig, "OPCfYvHTZas/39oS2bQnyXcgd4wFjhKoSlm/hsD0guk=");
-	free(text);
+	assert_signs(&in,
+		     "GET\n\n\n\n\n\n\n\n\n\n\n\n"
+		     "x-ms-date:Wed, 02 Dec 2026 16:00:00 GMT\n"
+		     "x-ms-range:bytes=0-99\n"
+		     "x-ms-range-get-content-md5:true\n"
+		     "x-ms-version:2023-11-03\n"
+		     "/myaccount/ckpt/a/b.bin\ncomp:list\nprefix:job 1/\n"
+		     "restype:container",
+		     "OPCfYvHTZas/39oS2bQnyXcgd4wFjhKoSlm/hsD0guk=");
 }
 
 static void test_url_encode(void **state)
@@ -1190,6 +1191,20 @@ static void start_script(struct script *sc, const char *container)
 			      ntohs(addr.sin_port), container);
 }
 
+/* Serves sc and opens cfg's store on it, at /devstoreaccount1/CONTAINER. */
+static struct kn_blob_store *open_scripted(struct script *sc,
+					   const char *container,
+					   struct kn_blob_store_config *cfg)
+{
+	struct kn_blob_store *s;
+	struct kn_error err;
+
+	start_script(sc, container);
+	cfg->url = sc->url;
+	assert_int_equal(kn_blob_store_open(cfg, &s, &err), 0);
+	return s;
+}
+
 static void stop_script(struct script *sc)
 {
 	close(sc->listen_fd);
@@ -1213,9 +1228,7 @@ static void test_azure_retries_then_succeeds(void **state)
 	struct kn_error err;
 	(void)state;
 
-	start_script(&sc, "ckpt/pre");
-	cfg.url = sc.url;
-	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	s = open_scripted(&sc, "ckpt/pre", &cfg);
 	assert_string_equal(kn_blob_store_url(s), sc.url);
 	assert_int_equal(kn_blob_put_bytes(s, "j/x y", "abc", 3, 0, &err), 0);
 	pthread_join(sc.thread, NULL);
@@ -1273,12 +1286,9 @@ static void test_azure_blocks_retry(void **state)
 					   .parallel = 2,
 					   .retry_base_ms = 1};
 	struct kn_blob_store *s;
-	struct kn_error err;
 	(void)state;
 
-	start_script(&sc, "ckpt");
-	cfg.url = sc.url;
-	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	s = open_scripted(&sc, "ckpt", &cfg);
 	put_random_file(s, "big");
 	pthread_join(sc.thread, NULL);
 	for (int i = 0; i < 4; i++)
@@ -1308,9 +1318,7 @@ static void test_azure_file_up_to_single_put_max_is_one_put_blob(void **state)
 	struct kn_error err;
 	(void)state;
 
-	start_script(&sc, "ckpt");
-	cfg.url = sc.url;
-	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	s = open_scripted(&sc, "ckpt", &cfg);
 	put_random_file(s, "one");
 	pthread_join(sc.thread, NULL);
 	assert_int_equal(sc.served, 2);
@@ -1350,9 +1358,7 @@ static void test_azure_errors_hide_secrets(void **state)
 	struct kn_error err;
 	(void)state;
 
-	start_script(&sc, "ckpt");
-	cfg.url = sc.url;
-	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	s = open_scripted(&sc, "ckpt", &cfg);
 	/* Azure blobs are no local files */
 	assert_null(kn_blob_local_path(s, "a"));
 	assert_int_equal(kn_blob_put_bytes(s, "a", "x", 1, 0, &err), -EPERM);
