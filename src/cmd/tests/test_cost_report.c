@@ -120,8 +120,9 @@ static const struct report_case {
 	{"reservations", cost_report_reservations, RESERVATIONS, {
 		 /* G4 at 50 %: the 3-year break-even (40 %) is passed, the
 		    1-year (60 %) is not. */
-		 "G4   a,b    50.0%        $8.00/h    $4.80/h      60.0%          "
-		 "$3.20/h      40.0%          reserve 3y (1y does not pay off)\n",
+		 "G4   a,b    50.0%        $8.00/h    $4.80/h      "
+		 "60.0%          $3.20/h      40.0%          "
+		 "reserve 3y (1y does not pay off)\n",
 		 "X    c      90.0%        -",
 		 "no on-demand price",
 		 "7    train  alice  10m0s             1m30s            no\n",
@@ -130,8 +131,8 @@ static const struct report_case {
 	 "{\"skus\": [], \"spot_candidates\": []}",
 	 {"no node has a size", "none in this window"}},
 	{"rightsize", cost_report_rightsize, RIGHTSIZE, {
-		 "train  cpu         40       0.90    1.00    1.10    4.00       "
-		 "lower to 1.20 cores\n",
+		 "train  cpu         40       0.90    1.00    1.10    "
+		 "4.00       lower to 1.20 cores\n",
 		 /* Within the margin; too few samples; not asked for. */
 		 "200MiB  200MiB  200MiB  256MiB     keep\n",
 		 "80.0GiB    keep (too few samples)\n",
