@@ -551,7 +551,7 @@ static void test_shim_case(void **state)
 	c->run(!c->as_root && geteuid() == 0);
 }
 
-/* A cmocka test named NAME: the shim case RUN as root or not. */
+/* A cmocka test named NAME: the shim case RUN_CASE, by a root shim or not. */
 #define SHIM_TEST(name, run_case, root)                                   \
 	{#name, test_shim_case, NULL, NULL,                               \
 	 &(struct shim_case){.run = run_case, .as_root = root}}
