@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "alert/alert.h"
+#include "base/tests/testmain.h"
 
 /* ---- exposition ---- */
 
@@ -268,80 +269,99 @@ static void eval(struct kn_alert_eval *ev, struct kn_alert_history *h,
 	kn_alert_transitions_free(tr, n);
 }
 
+/* Rules, their history and an evaluator, driven one scrape at a time. */
+struct scripted {
+	struct kn_alert_rules *r;
+	struct kn_alert_history *h;
+	struct kn_alert_eval *ev;
+	struct seen s;
+};
+
+/* RULES with an hour of history kept at step_ms between points. */
+static void scripted_open(struct scripted *a, const char *rules,
+			  int64_t step_ms)
+{
+	a->r = rules_ok(rules);
+	a->h = kn_alert_history_new(S(3600), step_ms);
+	a->ev = kn_alert_eval_new(a->r);
+}
+
+/* One scrape of TEXT at t, then one evaluation at t: a->s is what it made. */
+static void step(struct scripted *a, const char *text, int64_t t)
+{
+	scrape(a->h, a->r, text, t);
+	eval(a->ev, a->h, t, &a->s);
+}
+
+static void scripted_close(struct scripted *a)
+{
+	kn_alert_eval_free(a->ev);
+	kn_alert_history_free(a->h);
+	kn_alert_rules_free(a->r);
+}
+
 static void test_static_threshold_with_for(void **state)
 {
-	struct kn_alert_rules *r = rules_ok(
+	static const char rules[] =
 		"rules:\n"
 		"  - name: Hot\n"
 		"    expr: temp{gpu=~\"0|1\"}\n"
 		"    op: \">\"\n"
 		"    value: 80\n"
 		"    for: 30s\n"
-		"    summary: \"GPU {{ $labels.gpu }} at {{ $value }}C\"\n");
-	struct kn_alert_history *h = kn_alert_history_new(S(3600), S(60));
-	struct kn_alert_eval *ev = kn_alert_eval_new(r);
-	struct seen s;
+		"    summary: \"GPU {{ $labels.gpu }} at {{ $value }}C\"\n";
+	struct scripted a;
 
 	(void)state;
-	scrape(h, r, "temp{gpu=\"0\"} 70\ntemp{gpu=\"1\"} 85\ntemp{gpu=\"2\"} 99\n",
-	       S(0));
-	eval(ev, h, S(0), &s);
-	assert_int_equal(s.n, 1);
-	assert_int_equal(s.state[0], KN_ALERT_PENDING);
-	assert_string_equal(s.fingerprint[0], "Hot{gpu=\"1\",instance=\"node-1\"}");
-	scrape(h, r, "temp{gpu=\"0\"} 70\ntemp{gpu=\"1\"} 86\n", S(15));
-	eval(ev, h, S(15), &s);
-	assert_int_equal(s.n, 0); /* still pending: 15s < 30s */
-	scrape(h, r, "temp{gpu=\"0\"} 90\ntemp{gpu=\"1\"} 87\n", S(30));
-	eval(ev, h, S(30), &s);
-	assert_int_equal(s.n, 2);
-	assert_int_equal(s.state[0], KN_ALERT_PENDING); /* gpu 0, new */
-	assert_string_equal(s.summary[0], "GPU 0 at 90C");
-	assert_int_equal(s.state[1], KN_ALERT_FIRING);  /* gpu 1, 30s */
-	assert_string_equal(s.summary[1], "GPU 1 at 87C");
+	scripted_open(&a, rules, S(60));
+	step(&a, "temp{gpu=\"0\"} 70\ntemp{gpu=\"1\"} 85\ntemp{gpu=\"2\"} 99\n",
+	     S(0));
+	assert_int_equal(a.s.n, 1);
+	assert_int_equal(a.s.state[0], KN_ALERT_PENDING);
+	assert_string_equal(a.s.fingerprint[0],
+			    "Hot{gpu=\"1\",instance=\"node-1\"}");
+	step(&a, "temp{gpu=\"0\"} 70\ntemp{gpu=\"1\"} 86\n", S(15));
+	assert_int_equal(a.s.n, 0); /* still pending: 15s < 30s */
+	step(&a, "temp{gpu=\"0\"} 90\ntemp{gpu=\"1\"} 87\n", S(30));
+	assert_int_equal(a.s.n, 2);
+	assert_int_equal(a.s.state[0], KN_ALERT_PENDING); /* gpu 0, new */
+	assert_string_equal(a.s.summary[0], "GPU 0 at 90C");
+	assert_int_equal(a.s.state[1], KN_ALERT_FIRING);  /* gpu 1, 30s */
+	assert_string_equal(a.s.summary[1], "GPU 1 at 87C");
 	/* gpu 0 drops before its for: elapses: forgotten, no transition. */
-	scrape(h, r, "temp{gpu=\"0\"} 60\ntemp{gpu=\"1\"} 88\n", S(45));
-	eval(ev, h, S(45), &s);
-	assert_int_equal(s.n, 0);
-	scrape(h, r, "temp{gpu=\"0\"} 60\ntemp{gpu=\"1\"} 50\n", S(60));
-	eval(ev, h, S(60), &s);
-	assert_int_equal(s.n, 1);
-	assert_int_equal(s.state[0], KN_ALERT_RESOLVED);
-	assert_string_equal(s.summary[0], "GPU 1 at 88C");
-	kn_alert_eval_free(ev);
-	kn_alert_history_free(h);
-	kn_alert_rules_free(r);
+	step(&a, "temp{gpu=\"0\"} 60\ntemp{gpu=\"1\"} 88\n", S(45));
+	assert_int_equal(a.s.n, 0);
+	step(&a, "temp{gpu=\"0\"} 60\ntemp{gpu=\"1\"} 50\n", S(60));
+	assert_int_equal(a.s.n, 1);
+	assert_int_equal(a.s.state[0], KN_ALERT_RESOLVED);
+	assert_string_equal(a.s.summary[0], "GPU 1 at 88C");
+	scripted_close(&a);
 }
 
 static void test_vanished_series_resolves(void **state)
 {
-	struct kn_alert_rules *r = rules_ok("rules:\n  - name: X\n    expr: xid\n"
-					    "    op: \"!=\"\n    value: 0\n");
-	struct kn_alert_history *h = kn_alert_history_new(S(3600), S(30));
-	struct kn_alert_eval *ev = kn_alert_eval_new(r);
-	struct seen s;
+	static const char rules[] =
+		"rules:\n  - name: X\n    expr: xid\n"
+		"    op: \"!=\"\n    value: 0\n";
+	struct scripted a;
 
 	(void)state;
-	scrape(h, r, "xid 79\n", S(0));
-	eval(ev, h, S(0), &s);
-	assert_int_equal(s.n, 1);
-	assert_int_equal(s.state[0], KN_ALERT_FIRING); /* for: 0 */
-	assert_true(s.value[0] == 79);
-	scrape(h, r, "other 1\n", S(15));
-	eval(ev, h, S(15), &s);
-	assert_int_equal(s.n, 0); /* its point is still within the lookback */
-	scrape(h, r, "other 1\n", S(31));
-	eval(ev, h, S(31), &s);
-	assert_int_equal(s.n, 1);
-	assert_int_equal(s.state[0], KN_ALERT_RESOLVED);
-	kn_alert_eval_free(ev);
-	kn_alert_history_free(h);
-	kn_alert_rules_free(r);
+	scripted_open(&a, rules, S(30));
+	step(&a, "xid 79\n", S(0));
+	assert_int_equal(a.s.n, 1);
+	assert_int_equal(a.s.state[0], KN_ALERT_FIRING); /* for: 0 */
+	assert_true(a.s.value[0] == 79);
+	step(&a, "other 1\n", S(15));
+	assert_int_equal(a.s.n, 0); /* its point is still within the lookback */
+	step(&a, "other 1\n", S(31));
+	assert_int_equal(a.s.n, 1);
+	assert_int_equal(a.s.state[0], KN_ALERT_RESOLVED);
+	scripted_close(&a);
 }
 
 static void test_ratio_and_bitmask(void **state)
 {
-	struct kn_alert_rules *r = rules_ok(
+	static const char rules[] =
 		"rules:\n"
 		"  - name: Full\n"
 		"    expr: used / (used + free)\n"
@@ -352,75 +372,65 @@ static void test_ratio_and_bitmask(void **state)
 		"    op: \"!=\"\n    value: 0\n"
 		"  - name: Neg\n"
 		"    expr: -used * 2 + 1\n"
-		"    op: \"<\"\n    value: -195\n");
-	struct kn_alert_history *h = kn_alert_history_new(S(3600), S(60));
-	struct kn_alert_eval *ev = kn_alert_eval_new(r);
-	struct seen s;
+		"    op: \"<\"\n    value: -195\n";
+	struct scripted a;
 
 	(void)state;
-	scrape(h, r,
-	       "used{gpu=\"0\"} 96\nfree{gpu=\"0\"} 4\n"
-	       "used{gpu=\"1\"} 10\nfree{gpu=\"1\"} 90\n"
-	       "used{gpu=\"2\"} 99\n" /* no free: no pair, no result */
-	       "reasons{gpu=\"0\"} 4\nreasons{gpu=\"1\"} 65\n",
-	       S(0));
-	eval(ev, h, S(0), &s);
-	assert_int_equal(s.n, 3);
-	assert_string_equal(s.fingerprint[0], "Full{gpu=\"0\",instance=\"node-1\"}");
-	assert_string_equal(s.summary[0], "0 0.96");
-	assert_string_equal(s.fingerprint[1],
+	scripted_open(&a, rules, S(60));
+	step(&a,
+	     "used{gpu=\"0\"} 96\nfree{gpu=\"0\"} 4\n"
+	     "used{gpu=\"1\"} 10\nfree{gpu=\"1\"} 90\n"
+	     "used{gpu=\"2\"} 99\n" /* no free: no pair, no result */
+	     "reasons{gpu=\"0\"} 4\nreasons{gpu=\"1\"} 65\n",
+	     S(0));
+	assert_int_equal(a.s.n, 3);
+	assert_string_equal(a.s.fingerprint[0],
+			    "Full{gpu=\"0\",instance=\"node-1\"}");
+	assert_string_equal(a.s.summary[0], "0 0.96");
+	assert_string_equal(a.s.fingerprint[1],
 			    "Thermal{gpu=\"1\",instance=\"node-1\"}");
-	assert_true(s.value[1] == 64);
-	assert_string_equal(s.fingerprint[2], "Neg{gpu=\"2\",instance=\"node-1\"}");
-	kn_alert_eval_free(ev);
-	kn_alert_history_free(h);
-	kn_alert_rules_free(r);
+	assert_true(a.s.value[1] == 64);
+	assert_string_equal(a.s.fingerprint[2],
+			    "Neg{gpu=\"2\",instance=\"node-1\"}");
+	scripted_close(&a);
 }
 
 static void test_dynamic_band(void **state)
 {
-	struct kn_alert_rules *r = rules_ok(
+	static const char rules[] =
 		"rules:\n"
 		"  - name: Odd\n"
 		"    expr: power\n"
-		"    band: {window: 5m, k: 3, min_samples: 4}\n");
-	struct kn_alert_history *h = kn_alert_history_new(S(3600), S(60));
-	struct kn_alert_eval *ev = kn_alert_eval_new(r);
+		"    band: {window: 5m, k: 3, min_samples: 4}\n";
 	static const double steady[] = {300, 302, 298, 301, 299, 300};
 	char line[64];
-	struct seen s;
+	struct scripted a;
 	int64_t t = 0;
 
 	(void)state;
+	scripted_open(&a, rules, S(60));
 	/* Too few earlier values: no verdict even for a wild first value. */
-	scrape(h, r, "power 300\n", t);
-	eval(ev, h, t, &s);
-	assert_int_equal(s.n, 0);
+	step(&a, "power 300\n", t);
+	assert_int_equal(a.s.n, 0);
 	for (size_t i = 0; i < sizeof(steady) / sizeof(steady[0]); i++) {
 		t += S(15);
 		snprintf(line, sizeof(line), "power %g\n", steady[i]);
-		scrape(h, r, line, t);
-		eval(ev, h, t, &s);
-		assert_int_equal(s.n, 0);
+		step(&a, line, t);
+		assert_int_equal(a.s.n, 0);
 	}
 	/* mean ~300, stddev ~1.3: 303 is inside 3 sigma, 320 is not. */
 	t += S(15);
-	scrape(h, r, "power 303\n", t);
-	eval(ev, h, t, &s);
-	assert_int_equal(s.n, 0);
+	step(&a, "power 303\n", t);
+	assert_int_equal(a.s.n, 0);
 	t += S(15);
-	scrape(h, r, "power 320\n", t);
-	eval(ev, h, t, &s);
-	assert_int_equal(s.n, 1);
-	assert_int_equal(s.state[0], KN_ALERT_FIRING);
+	step(&a, "power 320\n", t);
+	assert_int_equal(a.s.n, 1);
+	assert_int_equal(a.s.state[0], KN_ALERT_FIRING);
 	t += S(15);
-	scrape(h, r, "power 300\n", t);
-	eval(ev, h, t, &s);
-	assert_int_equal(s.n, 1);
-	assert_int_equal(s.state[0], KN_ALERT_RESOLVED);
-	kn_alert_eval_free(ev);
-	kn_alert_history_free(h);
-	kn_alert_rules_free(r);
+	step(&a, "power 300\n", t);
+	assert_int_equal(a.s.n, 1);
+	assert_int_equal(a.s.state[0], KN_ALERT_RESOLVED);
+	scripted_close(&a);
 }
 
 static void test_history_bounds(void **state)
@@ -443,19 +453,14 @@ static void test_history_bounds(void **state)
 	kn_alert_rules_free(r);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_expo_parses_every_form),
-		cmocka_unit_test(test_expo_errors_name_line_and_column),
-		cmocka_unit_test(test_default_rules_load),
-		cmocka_unit_test(test_rules_fields),
-		cmocka_unit_test(test_rules_errors),
-		cmocka_unit_test(test_static_threshold_with_for),
-		cmocka_unit_test(test_vanished_series_resolves),
-		cmocka_unit_test(test_ratio_and_bitmask),
-		cmocka_unit_test(test_dynamic_band),
-		cmocka_unit_test(test_history_bounds),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_expo_parses_every_form),
+	cmocka_unit_test(test_expo_errors_name_line_and_column),
+	cmocka_unit_test(test_default_rules_load),
+	cmocka_unit_test(test_rules_fields),
+	cmocka_unit_test(test_rules_errors),
+	cmocka_unit_test(test_static_threshold_with_for),
+	cmocka_unit_test(test_vanished_series_resolves),
+	cmocka_unit_test(test_ratio_and_bitmask),
+	cmocka_unit_test(test_dynamic_band),
+	cmocka_unit_test(test_history_bounds))

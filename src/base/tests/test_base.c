@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 
 static void test_durations(void **state)
 {
@@ -668,31 +669,26 @@ static void test_heap(void **state)
 	assert_null(h.v);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_durations),
-		cmocka_unit_test(test_sizes),
-		cmocka_unit_test(test_format_size),
-		cmocka_unit_test(test_env_get),
-		cmocka_unit_test(test_header_value),
-		cmocka_unit_test(test_buf_cap),
-		cmocka_unit_test(test_errorf),
-		cmocka_unit_test(test_files),
-		cmocka_unit_test(test_write_text),
-		cmocka_unit_test(test_levenshtein),
-		cmocka_unit_test(test_thread_background),
-		cmocka_unit_test(test_yaml_text_check),
-		cmocka_unit_test(test_csv),
-		cmocka_unit_test(test_csv_reader),
-		cmocka_unit_test(test_csv_reader_errors),
-		cmocka_unit_test(test_git_revision),
-		cmocka_unit_test(test_text_escape),
-		cmocka_unit_test(test_csv_cell),
-		cmocka_unit_test(test_url_queries_cut),
-		cmocka_unit_test(test_url_encoded),
-		cmocka_unit_test(test_csv_read_columns),
-		cmocka_unit_test(test_heap),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_durations),
+	cmocka_unit_test(test_sizes),
+	cmocka_unit_test(test_format_size),
+	cmocka_unit_test(test_env_get),
+	cmocka_unit_test(test_header_value),
+	cmocka_unit_test(test_buf_cap),
+	cmocka_unit_test(test_errorf),
+	cmocka_unit_test(test_files),
+	cmocka_unit_test(test_write_text),
+	cmocka_unit_test(test_levenshtein),
+	cmocka_unit_test(test_thread_background),
+	cmocka_unit_test(test_yaml_text_check),
+	cmocka_unit_test(test_csv),
+	cmocka_unit_test(test_csv_reader),
+	cmocka_unit_test(test_csv_reader_errors),
+	cmocka_unit_test(test_git_revision),
+	cmocka_unit_test(test_text_escape),
+	cmocka_unit_test(test_csv_cell),
+	cmocka_unit_test(test_url_queries_cut),
+	cmocka_unit_test(test_url_encoded),
+	cmocka_unit_test(test_csv_read_columns),
+	cmocka_unit_test(test_heap))

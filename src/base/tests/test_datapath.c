@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 
 /* A binary inside the build tree reads the source tree's tables. */
 static void test_build_tree(void **state)
@@ -109,13 +110,7 @@ static void test_notify(void **state)
 	free(path);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_build_tree),
-		cmocka_unit_test(test_env_overrides),
-		cmocka_unit_test(test_notify),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_build_tree),
+	cmocka_unit_test(test_env_overrides),
+	cmocka_unit_test(test_notify))

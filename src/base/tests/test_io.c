@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 
 #define BIG (1u << 20) /* beyond a pipe's or socket's buffer */
 
@@ -142,15 +143,10 @@ static void test_bad_descriptor(void **state)
 	close(fd);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_write_all_pipe),
-		cmocka_unit_test(test_send_all_socket),
-		cmocka_unit_test(test_pwrite_all_keeps_offset),
-		cmocka_unit_test(test_full_nonblocking_pipe_is_eagain),
-		cmocka_unit_test(test_closed_peer_is_epipe),
-		cmocka_unit_test(test_bad_descriptor),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_write_all_pipe),
+	cmocka_unit_test(test_send_all_socket),
+	cmocka_unit_test(test_pwrite_all_keeps_offset),
+	cmocka_unit_test(test_full_nonblocking_pipe_is_eagain),
+	cmocka_unit_test(test_closed_peer_is_epipe),
+	cmocka_unit_test(test_bad_descriptor))

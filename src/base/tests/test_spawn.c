@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 
 static char root[] = "/tmp/kn-spawn-XXXXXX";
 
@@ -104,12 +105,7 @@ static void test_no_output_through_a_link(void **state)
 	free(secret);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_one_file_for_both_and_own_session),
-		cmocka_unit_test(test_no_descriptor_is_inherited),
-		cmocka_unit_test(test_no_output_through_a_link),
-	};
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+KN_TEST_MAIN(setup, teardown,
+	cmocka_unit_test(test_one_file_for_both_and_own_session),
+	cmocka_unit_test(test_no_descriptor_is_inherited),
+	cmocka_unit_test(test_no_output_through_a_link))

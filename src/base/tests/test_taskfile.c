@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 
 static char root[] = "/tmp/kn-taskfile-XXXXXX";
 
@@ -234,17 +235,12 @@ static void test_write_does_not_follow_a_planted_link(void **state)
 	free(secret);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_regular_file),
-		cmocka_unit_test(test_links_refused),
-		cmocka_unit_test(test_names_stay_beneath),
-		cmocka_unit_test(test_fifo_does_not_block),
-		cmocka_unit_test(test_device_and_socket),
-		cmocka_unit_test(test_directories),
-		cmocka_unit_test(test_owner),
-		cmocka_unit_test(test_write_does_not_follow_a_planted_link),
-	};
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+KN_TEST_MAIN(setup, teardown,
+	cmocka_unit_test(test_regular_file),
+	cmocka_unit_test(test_links_refused),
+	cmocka_unit_test(test_names_stay_beneath),
+	cmocka_unit_test(test_fifo_does_not_block),
+	cmocka_unit_test(test_device_and_socket),
+	cmocka_unit_test(test_directories),
+	cmocka_unit_test(test_owner),
+	cmocka_unit_test(test_write_does_not_follow_a_planted_link))

@@ -22,14 +22,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/tests/testdir.h"
+#include "base/tests/testmain.h"
 #include "cgroup/cgroup.h"
-
-static char *make_dir(void)
-{
-	char tmpl[] = "/tmp/kn-cgroup-XXXXXX";
-	assert_non_null(mkdtemp(tmpl));
-	return kn_xstrdup(tmpl);
-}
 
 /* An empty file the kernel would have made, directories above it too. */
 static void touch(const char *dir, const char *file, const char *text)
@@ -70,7 +65,7 @@ static int tree_empty(void **state)
 {
 	struct tree *t = kn_xcalloc(1, sizeof(*t));
 
-	t->root = make_dir();
+	t->root = kn_test_dir("cgroup");
 	t->self = kn_asprintf("%s/self", t->root);
 	*state = t;
 	return 0;
@@ -506,7 +501,7 @@ static void device_case(const char *root, enum kn_cgroup_version v,
 {
 	char *parent = real_parent(root, v, "");
 	struct kn_cgroup_place place = {root, parent, "/proc/self/cgroup"};
-	char *dir = make_dir(), *nodes[3] = {NULL}, *path;
+	char *dir = kn_test_dir("cgroup"), *nodes[3] = {NULL}, *path;
 	struct kn_cgroup *cg = NULL;
 	struct kn_error err;
 	int wstatus;
@@ -668,30 +663,25 @@ static void test_real_v2_limits(void **state)
 	device_case(root, KN_CGROUP_V2, &lim);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_detect, tree_empty,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_v1_files, tree_v1,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_sweep_fake, tree_v1,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_v1_unlimited_not_joined,
-						tree_v1, tree_remove),
-		cmocka_unit_test_setup_teardown(test_v1_missing_controller, tree_v1,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_bad_names, tree_v1,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_v2_files, tree_empty,
-						tree_remove),
-		cmocka_unit_test_setup_teardown(test_v2_relative_parent, tree_empty,
-						tree_remove),
-		cmocka_unit_test(test_real_v1),
-		cmocka_unit_test(test_real_v2_devices),
-		cmocka_unit_test(test_real_v1_sweep),
-		cmocka_unit_test(test_real_v1_oom),
-		cmocka_unit_test(test_real_v2_limits),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test_setup_teardown(test_detect, tree_empty,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_v1_files, tree_v1,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_sweep_fake, tree_v1,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_v1_unlimited_not_joined,
+					tree_v1, tree_remove),
+	cmocka_unit_test_setup_teardown(test_v1_missing_controller, tree_v1,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_bad_names, tree_v1,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_v2_files, tree_empty,
+					tree_remove),
+	cmocka_unit_test_setup_teardown(test_v2_relative_parent, tree_empty,
+					tree_remove),
+	cmocka_unit_test(test_real_v1),
+	cmocka_unit_test(test_real_v2_devices),
+	cmocka_unit_test(test_real_v1_sweep),
+	cmocka_unit_test(test_real_v1_oom),
+	cmocka_unit_test(test_real_v2_limits))

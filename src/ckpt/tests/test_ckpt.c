@@ -26,20 +26,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/tests/testdir.h"
+#include "base/tests/testmain.h"
 #include "ckpt/internal.h"
 
 #define AZURITE_KEY                                                          \
 	"Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFP" \
 	"TOtr/KBHBeksoGMGw=="
 #define HELLO_SHA "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
-
-static char *make_tmpdir(void)
-{
-	char tmpl[] = "/tmp/kiln-ckpt-test-XXXXXX";
-	char *dir = mkdtemp(tmpl);
-	assert_non_null(dir);
-	return kn_xstrdup(dir);
-}
 
 static void write_text(const char *path, const char *text)
 {
@@ -74,6 +68,21 @@ static void decode_azurite_key(unsigned char *key, size_t *len)
  *   printf '<string>' | openssl dgst -sha256 -mac HMAC \
  *     -macopt hexkey:$(printf %s KEY | base64 -d | xxd -p -c 256) -binary | base64
  */
+static void assert_signs(const struct kn_azure_sign_input *in,
+			 const char *want_text, const char *want_sig)
+{
+	unsigned char key[64];
+	size_t key_len;
+	char sig[64];
+	char *text = kn_azure_string_to_sign(in);
+
+	assert_string_equal(text, want_text);
+	decode_azurite_key(key, &key_len);
+	assert_int_equal(kn_azure_sign(key, key_len, text, sig, sizeof(sig)), 0);
+	assert_string_equal(sig, want_sig);
+	free(text);
+}
+
 static void test_sign_put_blob(void **state)
 {
 	const struct kn_kv headers[] = {
@@ -90,22 +99,15 @@ static void test_sign_put_blob(void **state)
 		.account = "devstoreaccount1",
 		.path = "/devstoreaccount1/ckpt/run%201/meta.json",
 	};
-	unsigned char key[64];
-	size_t key_len;
-	char sig[64];
-	char *text = kn_azure_string_to_sign(&in);
 	(void)state;
 
-	assert_string_equal(text,
-			    "PUT\n\n\n26\n\napplication/octet-stream\n\n\n\n\n\n\n"
-			    "x-ms-blob-type:BlockBlob\n"
-			    "x-ms-date:Wed, 02 Dec 2026 16:00:00 GMT\n"
-			    "x-ms-version:2023-11-03\n"
-			    "/devstoreaccount1/devstoreaccount1/ckpt/run%201/meta.json");
-	decode_azurite_key(key, &key_len);
-	assert_int_equal(kn_azure_sign(key, key_len, text, sig, sizeof(sig)), 0);
-	assert_string_equal(sig, "zPtteY5KCECErTe1Q+Cx9nrTsK0g4EcSbGd2lmSsbps=");
-	free(text);
+	assert_signs(&in,
+		     "PUT\n\n\n26\n\napplication/octet-stream\n\n\n\n\n\n\n"
+		     "x-ms-blob-type:BlockBlob\n"
+		     "x-ms-date:Wed, 02 Dec 2026 16:00:00 GMT\n"
+		     "x-ms-version:2023-11-03\n"
+		     "/devstoreaccount1/devstoreaccount1/ckpt/run%201/meta.json",
+		     "zPtteY5KCECErTe1Q+Cx9nrTsK0g4EcSbGd2lmSsbps=");
 }
 
 static void test_sign_sorts_by_name(void **state)
@@ -133,24 +135,17 @@ static void test_sign_sorts_by_name(void **state)
 		.query = query,
 		.n_query = 3,
 	};
-	unsigned char key[64];
-	size_t key_len;
-	char sig[64];
-	char *text = kn_azure_string_to_sign(&in);
 	(void)state;
 
-	assert_string_equal(text,
-			    "GET\n\n\n\n\n\n\n\n\n\n\n\n"
-			    "x-ms-date:Wed, 02 Dec 2026 16:00:00 GMT\n"
-			    "x-ms-range:bytes=0-99\n"
-			    "x-ms-range-get-content-md5:true\n"
-			    "x-ms-version:2023-11-03\n"
-			    "/myaccount/ckpt/a/b.bin\ncomp:list\nprefix:job 1/\n"
-			    "restype:container");
-	decode_azurite_key(key, &key_len);
-	assert_int_equal(kn_azure_sign(key, key_len, text, sig, sizeof(sig)), 0);
-	assert_string_equal(sig, "OPCfYvHTZas/39oS2bQnyXcgd4wFjhKoSlm/hsD0guk=");
-	free(text);
+	assert_signs(&in,
+		     "GET\n\n\n\n\n\n\n\n\n\n\n\n"
+		     "x-ms-date:Wed, 02 Dec 2026 16:00:00 GMT\n"
+		     "x-ms-range:bytes=0-99\n"
+		     "x-ms-range-get-content-md5:true\n"
+		     "x-ms-version:2023-11-03\n"
+		     "/myaccount/ckpt/a/b.bin\ncomp:list\nprefix:job 1/\n"
+		     "restype:container",
+		     "OPCfYvHTZas/39oS2bQnyXcgd4wFjhKoSlm/hsD0guk=");
 }
 
 static void test_url_encode(void **state)
@@ -385,7 +380,7 @@ static struct kn_blob_store *open_file_store(const char *root)
 
 static void test_file_store(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *src = kn_asprintf("%s/src.txt", dir);
 	char *dst = kn_asprintf("%s/out/dst.txt", dir);
@@ -517,7 +512,7 @@ static int plant_temp(const char *path, int age_s, bool locked)
 
 static void test_file_store_sweeps_dead_temps(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *dead = kn_asprintf("%s/j/w.kiln-tmp-AAAAAA", root);
 	char *live = kn_asprintf("%s/j/w.kiln-tmp-BBBBBB", root);
@@ -554,7 +549,7 @@ static void test_file_store_sweeps_dead_temps(void **state)
 static void test_file_store_large(void **state)
 {
 	/* Several copy chunks, and a size that is not a multiple of one. */
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *src = kn_asprintf("%s/big", dir), *dst = kn_asprintf("%s/back", dir);
 	char *cmd = kn_asprintf("head -c 40000123 /dev/urandom > '%s' && "
@@ -591,7 +586,7 @@ static void test_file_store_large(void **state)
  */
 static void copy_fd_hashed_case(int out_flags, bool through_memory)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *src = kn_asprintf("%s/src", dir), *dst = kn_asprintf("%s/dst", dir);
 	char *cmd = kn_asprintf("head -c 40000123 /dev/urandom > '%s' && "
 				"sha256sum '%s' | cut -c1-64", src, src);
@@ -735,7 +730,7 @@ static void flip_byte(const char *path)
 
 static void test_checkpoints(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *local = kn_asprintf("%s/local", dir);
 	char *restore = kn_asprintf("%s/restore", dir);
@@ -886,7 +881,7 @@ static int counted_sync(struct kn_blob_store *s, struct kn_error *err)
 
 static void test_prune_syncs_only_to_delete(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *local = kn_asprintf("%s/local", dir);
 	struct kn_blob_store *s = open_file_store(root);
@@ -943,7 +938,7 @@ static char *wait_next(struct kn_ckpt_watch *w)
 
 static void test_watch(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *a_tmp = kn_asprintf("%s/step-2.tmp", dir);
 	char *a = kn_asprintf("%s/step-2", dir);
 	char *b = kn_asprintf("%s/step-10", dir);
@@ -1008,7 +1003,7 @@ static ino_t inode_of(const char *path)
 
 static void test_early_upload(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("ckpt");
 	char *ck = kn_asprintf("%s/ck", dir);
 	char *root = kn_asprintf("%s/blobs", dir);
 	char *tmp = kn_asprintf("%s/step-5.tmp", ck);
@@ -1131,12 +1126,16 @@ static void test_early_upload(void **state)
 
 /* ---- Azure client against a scripted server ---- */
 
+/* A loopback server that answers its n connections with replies[], in
+ * turn, keeping the head of each request it was sent. */
 struct script {
 	int listen_fd;
 	const char *replies[10];
 	int n;
 	char requests[10][4096];
 	int served;
+	pthread_t thread;
+	char *url; /* the container named at start, on this server */
 };
 
 static void *serve(void *arg)
@@ -1176,7 +1175,8 @@ static void *serve(void *arg)
 	return NULL;
 }
 
-static int start_script(struct script *sc, pthread_t *t)
+/* Serves sc from a thread; sc->url is /devstoreaccount1/CONTAINER on it. */
+static void start_script(struct script *sc, const char *container)
 {
 	struct sockaddr_in addr = {.sin_family = AF_INET};
 	socklen_t alen = sizeof(addr);
@@ -1186,8 +1186,29 @@ static int start_script(struct script *sc, pthread_t *t)
 			      sizeof(addr)), 0);
 	assert_int_equal(listen(sc->listen_fd, 8), 0);
 	getsockname(sc->listen_fd, (struct sockaddr *)&addr, &alen);
-	pthread_create(t, NULL, serve, sc);
-	return ntohs(addr.sin_port);
+	pthread_create(&sc->thread, NULL, serve, sc);
+	sc->url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/%s",
+			      ntohs(addr.sin_port), container);
+}
+
+/* Serves sc and opens cfg's store on it, at /devstoreaccount1/CONTAINER. */
+static struct kn_blob_store *open_scripted(struct script *sc,
+					   const char *container,
+					   struct kn_blob_store_config *cfg)
+{
+	struct kn_blob_store *s;
+	struct kn_error err;
+
+	start_script(sc, container);
+	cfg->url = sc->url;
+	assert_int_equal(kn_blob_store_open(cfg, &s, &err), 0);
+	return s;
+}
+
+static void stop_script(struct script *sc)
+{
+	close(sc->listen_fd);
+	free(sc->url);
 }
 
 #define REPLY(status, extra)                                                 \
@@ -1201,21 +1222,16 @@ static void test_azure_retries_then_succeeds(void **state)
 					REPLY("500 Internal", ""),
 					REPLY("201 Created", "")},
 			    .n = 3};
-	pthread_t t;
-	int port = start_script(&sc, &t);
-	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt/pre",
-				port);
-	struct kn_blob_store_config cfg = {.url = url,
-					   .account_key = AZURITE_KEY,
+	struct kn_blob_store_config cfg = {.account_key = AZURITE_KEY,
 					   .retry_base_ms = 1};
 	struct kn_blob_store *s;
 	struct kn_error err;
 	(void)state;
 
-	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
-	assert_string_equal(kn_blob_store_url(s), url);
+	s = open_scripted(&sc, "ckpt/pre", &cfg);
+	assert_string_equal(kn_blob_store_url(s), sc.url);
 	assert_int_equal(kn_blob_put_bytes(s, "j/x y", "abc", 3, 0, &err), 0);
-	pthread_join(t, NULL);
+	pthread_join(sc.thread, NULL);
 	assert_int_equal(sc.served, 3);
 	assert_non_null(strstr(sc.requests[2],
 			       "PUT /devstoreaccount1/ckpt/pre/j/x%20y HTTP/1.1"));
@@ -1225,24 +1241,33 @@ static void test_azure_retries_then_succeeds(void **state)
 			       "Authorization: SharedKey devstoreaccount1:"));
 	assert_null(strstr(sc.requests[2], AZURITE_KEY));
 	kn_blob_store_free(s);
-	close(sc.listen_fd);
-	free(url);
+	stop_script(&sc);
 }
 
-/* DIR/src: 150,000 random bytes; want gets their sha256 (hex). */
-static char *random_file(const char *dir, char want[80])
+/* Puts a file of 150,000 random bytes as NAME: the hash and size the
+ * store reports must be the file's (sha256sum(1) hashes it here). */
+static void put_random_file(struct kn_blob_store *s, const char *name)
 {
+	char *dir = kn_test_dir("ckpt"), want[80];
 	char *src = kn_asprintf("%s/src", dir);
 	char *cmd = kn_asprintf("head -c 150000 /dev/urandom > '%s' && "
 				"sha256sum '%s' | cut -c1-64", src, src);
+	char sha[KN_SHA256_HEX_LEN + 1];
 	FILE *p = popen(cmd, "r");
+	struct kn_error err;
+	int64_t size;
 
 	assert_non_null(p);
 	assert_non_null(fgets(want, 80, p));
 	pclose(p);
 	want[64] = '\0';
+	assert_int_equal(kn_blob_put_file(s, name, src, 0, sha, &size, &err), 0);
+	assert_string_equal(sha, want);
+	assert_int_equal(size, 150000);
+	kn_rm_rf(dir);
+	free(dir);
+	free(src);
 	free(cmd);
-	return src;
 }
 
 static void test_azure_blocks_retry(void **state)
@@ -1255,29 +1280,17 @@ static void test_azure_blocks_retry(void **state)
 					REPLY("201 Created", ""),
 					REPLY("201 Created", "")},
 			    .n = 5};
-	char *dir = make_tmpdir(), want[80];
-	char *src = random_file(dir, want);
-	char sha[KN_SHA256_HEX_LEN + 1];
-	pthread_t t;
-	int port = start_script(&sc, &t);
-	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
-				port);
-	struct kn_blob_store_config cfg = {.url = url,
-					   .account_key = AZURITE_KEY,
+	struct kn_blob_store_config cfg = {.account_key = AZURITE_KEY,
 					   .block_size = 64 << 10,
 					   .single_put_max = 64 << 10,
 					   .parallel = 2,
 					   .retry_base_ms = 1};
 	struct kn_blob_store *s;
-	struct kn_error err;
-	int64_t size;
 	(void)state;
 
-	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
-	assert_int_equal(kn_blob_put_file(s, "big", src, 0, sha, &size, &err), 0);
-	pthread_join(t, NULL);
-	assert_string_equal(sha, want);
-	assert_int_equal(size, 150000);
+	s = open_scripted(&sc, "ckpt", &cfg);
+	put_random_file(s, "big");
+	pthread_join(sc.thread, NULL);
 	for (int i = 0; i < 4; i++)
 		assert_non_null(strstr(sc.requests[i], "comp=block&blockid="));
 	assert_non_null(strstr(sc.requests[4], "?comp=blocklist"));
@@ -1286,11 +1299,7 @@ static void test_azure_blocks_retry(void **state)
 			       "<Latest>MDAwMDAwMDAwMDAx</Latest>"
 			       "<Latest>MDAwMDAwMDAwMDAy</Latest></BlockList>"));
 	kn_blob_store_free(s);
-	close(sc.listen_fd);
-	kn_rm_rf(dir);
-	free(dir);
-	free(src);
-	free(url);
+	stop_script(&sc);
 }
 
 /* A staged block, then the commit: the block list under the staging
@@ -1314,21 +1323,15 @@ static void test_azure_staged_copy_waits_while_pending(void **state)
 					REPLY("202 Accepted", "")},
 			    .n = 9};
 	const int64_t offsets[] = {0, 65536};
-	pthread_t t;
-	int port = start_script(&sc, &t);
-	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt/pre",
-				port);
-	char *source = kn_asprintf("x-ms-copy-source: http://127.0.0.1:%d/"
-				   "devstoreaccount1/ckpt/pre/staging/s1\r\n",
-				   port);
-	struct kn_blob_store_config cfg = {.url = url,
-					   .account_key = AZURITE_KEY,
+	struct kn_blob_store_config cfg = {.account_key = AZURITE_KEY,
 					   .retry_base_ms = 1};
 	struct kn_blob_store *s;
 	struct kn_error err;
+	char *source;
 	(void)state;
 
-	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	s = open_scripted(&sc, "ckpt/pre", &cfg);
+	source = kn_asprintf("x-ms-copy-source: %s/staging/s1\r\n", sc.url);
 	assert_true(kn_blob_can_stage(s));
 	assert_int_equal(kn_blob_stage_block(s, "staging/s1", 65536, "abc", 3,
 					     &err), 0);
@@ -1337,7 +1340,7 @@ static void test_azure_staged_copy_waits_while_pending(void **state)
 					      &err), 0);
 	assert_int_equal(kn_blob_stage_commit(s, "staging/s1", offsets, 2,
 					      "sha256/y", 0, &err), -EIO);
-	pthread_join(t, NULL);
+	pthread_join(sc.thread, NULL);
 	assert_non_null(strstr(err.message, "\"failed\""));
 	assert_non_null(strstr(sc.requests[0], "PUT /devstoreaccount1/ckpt/pre/"
 					       "staging/s1?comp=block&blockid="
@@ -1359,9 +1362,8 @@ static void test_azure_staged_copy_waits_while_pending(void **state)
 	assert_null(strstr(sc.requests[7], "If-None-Match"));
 	assert_non_null(strstr(sc.requests[8], "DELETE "));
 	kn_blob_store_free(s);
-	close(sc.listen_fd);
+	stop_script(&sc);
 	free(source);
-	free(url);
 }
 
 static void test_azure_file_up_to_single_put_max_is_one_put_blob(void **state)
@@ -1373,28 +1375,17 @@ static void test_azure_file_up_to_single_put_max_is_one_put_blob(void **state)
 	struct script sc = {.replies = {REPLY("503 Busy", ""),
 					REPLY("201 Created", "")},
 			    .n = 2};
-	char *dir = make_tmpdir(), want[80];
-	char *src = random_file(dir, want);
-	char sha[KN_SHA256_HEX_LEN + 1];
-	pthread_t t;
-	int port = start_script(&sc, &t);
-	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
-				port);
-	struct kn_blob_store_config cfg = {.url = url,
-					   .account_key = AZURITE_KEY,
+	struct kn_blob_store_config cfg = {.account_key = AZURITE_KEY,
 					   .block_size = 64 << 10,
 					   .retry_base_ms = 1};
 	struct kn_blob_store *s;
 	struct kn_error err;
-	int64_t size;
 	(void)state;
 
-	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
-	assert_int_equal(kn_blob_put_file(s, "one", src, 0, sha, &size, &err), 0);
-	pthread_join(t, NULL);
+	s = open_scripted(&sc, "ckpt", &cfg);
+	put_random_file(s, "one");
+	pthread_join(sc.thread, NULL);
 	assert_int_equal(sc.served, 2);
-	assert_string_equal(sha, want);
-	assert_int_equal(size, 150000);
 	for (int i = 0; i < 2; i++) {
 		assert_non_null(strstr(sc.requests[i],
 				       "PUT /devstoreaccount1/ckpt/one HTTP/1.1"));
@@ -1404,11 +1395,7 @@ static void test_azure_file_up_to_single_put_max_is_one_put_blob(void **state)
 		assert_null(strstr(sc.requests[i], "comp=block"));
 	}
 	kn_blob_store_free(s);
-	close(sc.listen_fd);
-	kn_rm_rf(dir);
-	free(dir);
-	free(src);
-	free(url);
+	stop_script(&sc);
 
 	/* Over Put Blob's own limit is refused when the store opens. */
 	cfg.url = "http://127.0.0.1:1/devstoreaccount1/ckpt";
@@ -1426,12 +1413,7 @@ static void test_azure_errors_hide_secrets(void **state)
 			    REPLY("409 Conflict",
 				  "x-ms-error-code: BlobAlreadyExists\r\n")},
 		.n = 4};
-	pthread_t t;
-	int port = start_script(&sc, &t);
-	char *url = kn_asprintf("http://127.0.0.1:%d/devstoreaccount1/ckpt",
-				port);
 	struct kn_blob_store_config cfg = {
-		.url = url,
 		.sas_token = "?sv=2023-11-03&sr=c&sp=racwdl&sig=SeCrEtSiG%3D",
 		.retry_base_ms = 1,
 		.max_retries = 1,
@@ -1440,7 +1422,7 @@ static void test_azure_errors_hide_secrets(void **state)
 	struct kn_error err;
 	(void)state;
 
-	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), 0);
+	s = open_scripted(&sc, "ckpt", &cfg);
 	/* Azure blobs are no local files */
 	assert_null(kn_blob_local_path(s, "a"));
 	assert_int_equal(kn_blob_put_bytes(s, "a", "x", 1, 0, &err), -EPERM);
@@ -1451,14 +1433,13 @@ static void test_azure_errors_hide_secrets(void **state)
 	assert_non_null(strstr(err.message, "after 2 attempts"));
 	assert_int_equal(kn_blob_put_bytes(s, "a", "x", 1, KN_BLOB_CREATE_ONLY,
 					   &err), -EEXIST);
-	pthread_join(t, NULL);
+	pthread_join(sc.thread, NULL);
 	/* the SAS rides on the query, and If-None-Match on create-only */
 	assert_non_null(strstr(sc.requests[0], "?sv=2023-11-03&sr=c"));
 	assert_null(strstr(sc.requests[0], "Authorization"));
 	assert_non_null(strstr(sc.requests[3], "If-None-Match: *"));
 	kn_blob_store_free(s);
-	close(sc.listen_fd);
-	free(url);
+	stop_script(&sc);
 
 	/* a connection refused is retried, then reported without the SAS */
 	cfg.url = "http://127.0.0.1:1/devstoreaccount1/ckpt";
@@ -1510,32 +1491,27 @@ static void test_azure_open_errors(void **state)
 	assert_int_equal(kn_blob_store_open(&cfg, &s, &err), -EINVAL);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sign_put_blob),
-		cmocka_unit_test(test_sign_sorts_by_name),
-		cmocka_unit_test(test_url_encode),
-		cmocka_unit_test(test_parse_url),
-		cmocka_unit_test(test_parse_connection_string),
-		cmocka_unit_test(test_parse_list),
-		cmocka_unit_test(test_manifest_round_trip),
-		cmocka_unit_test(test_file_store),
-		cmocka_unit_test(test_file_store_sweeps_dead_temps),
-		cmocka_unit_test(test_file_store_large),
-		cmocka_unit_test(test_copy_fd_hashed),
-		cmocka_unit_test(test_file_store_through_memory),
-		cmocka_unit_test(test_azure_head),
-		cmocka_unit_test(test_checkpoints),
-		cmocka_unit_test(test_prune_syncs_only_to_delete),
-		cmocka_unit_test(test_watch),
-		cmocka_unit_test(test_early_upload),
-		cmocka_unit_test(test_azure_retries_then_succeeds),
-		cmocka_unit_test(test_azure_blocks_retry),
-		cmocka_unit_test(test_azure_staged_copy_waits_while_pending),
-		cmocka_unit_test(test_azure_file_up_to_single_put_max_is_one_put_blob),
-		cmocka_unit_test(test_azure_errors_hide_secrets),
-		cmocka_unit_test(test_azure_open_errors),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_sign_put_blob),
+	cmocka_unit_test(test_sign_sorts_by_name),
+	cmocka_unit_test(test_url_encode),
+	cmocka_unit_test(test_parse_url),
+	cmocka_unit_test(test_parse_connection_string),
+	cmocka_unit_test(test_parse_list),
+	cmocka_unit_test(test_manifest_round_trip),
+	cmocka_unit_test(test_file_store),
+	cmocka_unit_test(test_file_store_sweeps_dead_temps),
+	cmocka_unit_test(test_file_store_large),
+	cmocka_unit_test(test_copy_fd_hashed),
+	cmocka_unit_test(test_file_store_through_memory),
+	cmocka_unit_test(test_azure_head),
+	cmocka_unit_test(test_checkpoints),
+	cmocka_unit_test(test_prune_syncs_only_to_delete),
+	cmocka_unit_test(test_watch),
+	cmocka_unit_test(test_early_upload),
+	cmocka_unit_test(test_azure_retries_then_succeeds),
+	cmocka_unit_test(test_azure_blocks_retry),
+	cmocka_unit_test(test_azure_staged_copy_waits_while_pending),
+	cmocka_unit_test(test_azure_file_up_to_single_put_max_is_one_put_blob),
+	cmocka_unit_test(test_azure_errors_hide_secrets),
+	cmocka_unit_test(test_azure_open_errors))

@@ -24,6 +24,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/tests/testdir.h"
+#include "base/tests/testmain.h"
 #include "ckpt/internal.h"
 
 #define STORE "https://acct.blob.core.windows.net/ckpt/runs"
@@ -111,13 +113,6 @@ static void test_covers_hostile_urls(void **state)
 	}
 }
 
-static char *make_tmpdir(void)
-{
-	char tmpl[] = "/tmp/kiln-stores-XXXXXX";
-	assert_non_null(mkdtemp(tmpl));
-	return kn_xstrdup(tmpl);
-}
-
 static void write_mode(const char *path, const char *text, mode_t mode)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -129,7 +124,7 @@ static void write_mode(const char *path, const char *text, mode_t mode)
 
 static void test_credentials(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("stores");
 	char *file = kn_asprintf("%s/sas", dir), *text = NULL;
 	char *link = kn_asprintf("%s/link", dir);
 	struct kn_stores *stores = kn_stores_new();
@@ -173,7 +168,7 @@ static void test_credentials(void **state)
 
 static void test_resolve(void **state)
 {
-	char *dir = make_tmpdir(), *url = NULL;
+	char *dir = kn_test_dir("stores"), *url = NULL;
 	char *root = kn_asprintf("%s/root", dir), *out = kn_asprintf("%s/out",
 								      dir);
 	char *link = kn_asprintf("%s/root/escape", dir);
@@ -447,15 +442,10 @@ static void test_redirect_is_not_followed(void **state)
 	free(store_url);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_covers_hostile_urls),
-		cmocka_unit_test(test_credentials),
-		cmocka_unit_test(test_resolve),
-		cmocka_unit_test(test_scopes_carry_no_secret),
-		cmocka_unit_test(test_credential_stays_with_its_store),
-		cmocka_unit_test(test_redirect_is_not_followed),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_covers_hostile_urls),
+	cmocka_unit_test(test_credentials),
+	cmocka_unit_test(test_resolve),
+	cmocka_unit_test(test_scopes_carry_no_secret),
+	cmocka_unit_test(test_credential_stays_with_its_store),
+	cmocka_unit_test(test_redirect_is_not_followed))

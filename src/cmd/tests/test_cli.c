@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
@@ -404,24 +405,19 @@ static void test_query(void **state)
 	kn_buf_release(&path);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_parse_flags),
-		cmocka_unit_test(test_parse_list_flag),
-		cmocka_unit_test(test_parse_globals_anywhere),
-		cmocka_unit_test(test_parse_value_that_looks_global),
-		cmocka_unit_test(test_parse_errors),
-		cmocka_unit_test(test_closest),
-		cmocka_unit_test(test_check_choice),
-		cmocka_unit_test(test_split_list),
-		cmocka_unit_test(test_job_id),
-		cmocka_unit_test(test_clean),
-		cmocka_unit_test(test_formats),
-		cmocka_unit_test(test_json_helpers),
-		cmocka_unit_test(test_table),
-		cmocka_unit_test(test_table_fits_80_columns),
-		cmocka_unit_test(test_query),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_parse_flags),
+	cmocka_unit_test(test_parse_list_flag),
+	cmocka_unit_test(test_parse_globals_anywhere),
+	cmocka_unit_test(test_parse_value_that_looks_global),
+	cmocka_unit_test(test_parse_errors),
+	cmocka_unit_test(test_closest),
+	cmocka_unit_test(test_check_choice),
+	cmocka_unit_test(test_split_list),
+	cmocka_unit_test(test_job_id),
+	cmocka_unit_test(test_clean),
+	cmocka_unit_test(test_formats),
+	cmocka_unit_test(test_json_helpers),
+	cmocka_unit_test(test_table),
+	cmocka_unit_test(test_table_fits_80_columns),
+	cmocka_unit_test(test_query))

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 #include "cmd/cli_plain.h"
 
 static void test_loopback_urls_only(void **state)
@@ -295,13 +296,8 @@ static void test_request_bodies(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_loopback_urls_only),
-		cmocka_unit_test(test_framing),
-		cmocka_unit_test(test_bounds),
-		cmocka_unit_test(test_request_bodies),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_loopback_urls_only),
+	cmocka_unit_test(test_framing),
+	cmocka_unit_test(test_bounds),
+	cmocka_unit_test(test_request_bodies))

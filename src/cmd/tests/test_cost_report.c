@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "cmd/cost_report.h"
 
 static const char ANSWER[] =
@@ -42,6 +43,44 @@ static const char DAYS[] =
 	" \"idle_cost_usd\": 0, \"unhealthy_cost_usd\": 0}],"
 	" \"total\": {}}";
 
+static const char RESERVATIONS[] =
+	"{\"skus\": ["
+	"{\"sku\": \"G4\", \"nodes\": [\"a\", \"b\"], \"utilisation\": 0.5,"
+	" \"on_demand_usd_hr\": 8, \"reserved_1y_usd_hr\": 4.8,"
+	" \"reserved_3y_usd_hr\": 3.2, \"break_even_1y\": 0.6,"
+	" \"break_even_3y\": 0.4, \"pays_off_1y\": false,"
+	" \"pays_off_3y\": true},"
+	"{\"sku\": \"X\", \"nodes\": [\"c\"], \"utilisation\": 0.9,"
+	" \"on_demand_usd_hr\": null, \"reserved_1y_usd_hr\": null,"
+	" \"reserved_3y_usd_hr\": null, \"break_even_1y\": null,"
+	" \"break_even_3y\": null, \"pays_off_1y\": false,"
+	" \"pays_off_3y\": false}],"
+	" \"spot_candidates\": [{\"job\": 7, \"name\": \"train\","
+	" \"user\": \"alice\", \"checkpoint_every_ms\": 600000,"
+	" \"longest_unsaved_ms\": 90000, \"on_spot\": false}]}";
+
+static const char RIGHTSIZE[] =
+	"{\"rule\": {\"percentile\": 0.95, \"headroom\": 1.15,"
+	" \"margin\": 0.7, \"min_samples\": 10}, \"jobs\": ["
+	"{\"name\": \"train\", \"resources\": ["
+	"{\"resource\": \"cpu\", \"unit\": \"cores\", \"samples\": 40,"
+	" \"p50\": 0.9, \"p95\": 1.0, \"max\": 1.1, \"requested\": 4,"
+	" \"suggested\": 1.2, \"over\": true},"
+	"{\"resource\": \"memory\", \"unit\": \"bytes\", \"samples\": 40,"
+	" \"p50\": 209715200, \"p95\": 209715200, \"max\": 209715200,"
+	" \"requested\": 268435456, \"suggested\": null, \"over\": false},"
+	"{\"resource\": \"gpu_memory\", \"unit\": \"bytes\", \"samples\": 4,"
+	" \"p50\": 8589934592, \"p95\": 8589934592, \"max\": 8589934592,"
+	" \"requested\": 85899345920, \"suggested\": null, \"over\": false}]},"
+	"{\"name\": \"a,b\", \"resources\": ["
+	"{\"resource\": \"gpu_memory\", \"unit\": \"bytes\", \"samples\": 12,"
+	" \"p50\": 8589934592, \"p95\": 8589934592, \"max\": 8589934592,"
+	" \"requested\": 85899345920, \"suggested\": 10737418240,"
+	" \"suggested_gpus\": 0.125, \"over\": true},"
+	"{\"resource\": \"cpu\", \"unit\": \"cores\", \"samples\": 12,"
+	" \"p50\": 0.5, \"p95\": 0.5, \"max\": 0.5, \"requested\": null,"
+	" \"suggested\": null, \"over\": false}]}]}";
+
 /* What f printed, NUL-terminated; the caller frees it. */
 static char *render(void (*fn)(json_t *, FILE *), const char *text)
 {
@@ -57,26 +96,76 @@ static char *render(void (*fn)(json_t *, FILE *), const char *text)
 	return buf;
 }
 
-static void test_table(void **state)
-{
-	char *out = render(cost_report_table, ANSWER);
+/* A report printed from an answer holds each of want[], in its place. */
+static const struct report_case {
+	const char *name;
+	void (*fn)(json_t *, FILE *);
+	const char *answer;
+	const char *want[12]; /* ends at the first NULL */
+} REPORTS[] = {
+	{"table", cost_report_table, ANSWER, {
+		 /* 7200 GPU-s = 2.00 GPU-hours; dollars to the cent. */
+		 "USER ",
+		 "GPU-HOURS",
+		 "alice   2.00       $4.25   $0.00 ",
+		 "75.0%",
+		 "50.0%",
+		 "$0.00*",  /* bob, unpriced */
+		 "$10.50*", /* total idle */
+		 "$14.75*",
+		 "total   2.50       $4.25*  $10.50* ",
+		 "unpriced: no size or price in the catalog for node n9",
+		 "idle and unhealthy GPU time belongs to no user",
+	 }},
+	{"reservations", cost_report_reservations, RESERVATIONS, {
+		 /* G4 at 50 %: the 3-year break-even (40 %) is passed, the
+		    1-year (60 %) is not. */
+		 "G4   a,b    50.0%        $8.00/h    $4.80/h      "
+		 "60.0%          $3.20/h      40.0%          "
+		 "reserve 3y (1y does not pay off)\n",
+		 "X    c      90.0%        -",
+		 "no on-demand price",
+		 "7    train  alice  10m0s             1m30s            no\n",
+	 }},
+	{"no reservations", cost_report_reservations,
+	 "{\"skus\": [], \"spot_candidates\": []}",
+	 {"no node has a size", "none in this window"}},
+	{"rightsize", cost_report_rightsize, RIGHTSIZE, {
+		 "train  cpu         40       0.90    1.00    1.10    "
+		 "4.00       lower to 1.20 cores\n",
+		 /* Within the margin; too few samples; not asked for. */
+		 "200MiB  200MiB  200MiB  256MiB     keep\n",
+		 "80.0GiB    keep (too few samples)\n",
+		 "lower to 10.0GiB (gpus: 0.125)\n",
+		 "-          not requested\n",
+		 "rule: suggest p95 x 1.15",
+	 }},
+	{"rightsize as CSV", cost_report_rightsize_csv, RIGHTSIZE, {
+		 "job,resource,unit,samples,p50,p95,max,requested,suggested,"
+		 "suggested_gpus,over\n"
+		 "train,cpu,cores,40,0.900000,1.000000,1.100000,4.000000,"
+		 "1.200000,,true\n",
+		 "\"a,b\",gpu_memory,bytes,12,",
+		 ",10737418240.000000,0.125000,true\n",
+		 "\"a,b\",cpu,cores,12,0.500000,0.500000,0.500000,,,,false\n",
+	 }},
+	{"no rightsizing", cost_report_rightsize, "{\"jobs\": []}",
+	 {"no task usage sampled"}},
+};
 
+static void test_reports(void **state)
+{
 	(void)state;
-	/* 7200 GPU-s = 2.00 GPU-hours; dollars to the cent. */
-	assert_non_null(strstr(out, "USER "));
-	assert_non_null(strstr(out, "GPU-HOURS"));
-	assert_non_null(strstr(out, "alice   2.00       $4.25   $0.00 "));
-	assert_non_null(strstr(out, "75.0%"));
-	assert_non_null(strstr(out, "50.0%"));
-	assert_non_null(strstr(out, "$0.00*"));     /* bob, unpriced */
-	assert_non_null(strstr(out, "$10.50*"));    /* total idle */
-	assert_non_null(strstr(out, "$14.75*"));
-	assert_non_null(strstr(out, "total   2.50       $4.25*  $10.50* "));
-	assert_non_null(strstr(out, "unpriced: no size or price in the catalog "
-				    "for node n9"));
-	assert_non_null(strstr(out, "idle and unhealthy GPU time belongs to no "
-				    "user"));
-	free(out);
+	for (size_t i = 0; i < sizeof(REPORTS) / sizeof(REPORTS[0]); i++) {
+		const struct report_case *c = &REPORTS[i];
+		char *out = render(c->fn, c->answer);
+
+		for (const char *const *w = c->want; *w; w++)
+			if (!strstr(out, *w))
+				fail_msg("%s: \"%s\" is not in:\n%s", c->name,
+					 *w, out);
+		free(out);
+	}
 }
 
 static void test_csv(void **state)
@@ -153,107 +242,9 @@ static void test_since(void **state)
 	assert_int_equal(cost_parse_since("", 0, &ms), -EINVAL);
 }
 
-static const char RESERVATIONS[] =
-	"{\"skus\": ["
-	"{\"sku\": \"G4\", \"nodes\": [\"a\", \"b\"], \"utilisation\": 0.5,"
-	" \"on_demand_usd_hr\": 8, \"reserved_1y_usd_hr\": 4.8,"
-	" \"reserved_3y_usd_hr\": 3.2, \"break_even_1y\": 0.6,"
-	" \"break_even_3y\": 0.4, \"pays_off_1y\": false,"
-	" \"pays_off_3y\": true},"
-	"{\"sku\": \"X\", \"nodes\": [\"c\"], \"utilisation\": 0.9,"
-	" \"on_demand_usd_hr\": null, \"reserved_1y_usd_hr\": null,"
-	" \"reserved_3y_usd_hr\": null, \"break_even_1y\": null,"
-	" \"break_even_3y\": null, \"pays_off_1y\": false,"
-	" \"pays_off_3y\": false}],"
-	" \"spot_candidates\": [{\"job\": 7, \"name\": \"train\","
-	" \"user\": \"alice\", \"checkpoint_every_ms\": 600000,"
-	" \"longest_unsaved_ms\": 90000, \"on_spot\": false}]}";
-
-static void test_reservations(void **state)
-{
-	char *out = render(cost_report_reservations, RESERVATIONS);
-
-	(void)state;
-	/* G4 at 50 %: the 3-year break-even (40 %) is passed, the 1-year
-	   (60 %) is not. */
-	assert_non_null(strstr(out, "G4   a,b    50.0%        $8.00/h    "
-				    "$4.80/h      60.0%          $3.20/h      "
-				    "40.0%          reserve 3y (1y does not pay "
-				    "off)\n"));
-	assert_non_null(strstr(out, "X    c      90.0%        -"));
-	assert_non_null(strstr(out, "no on-demand price"));
-	assert_non_null(strstr(out, "7    train  alice  10m0s             "
-				    "1m30s            no\n"));
-	free(out);
-	out = render(cost_report_reservations,
-		     "{\"skus\": [], \"spot_candidates\": []}");
-	assert_non_null(strstr(out, "no node has a size"));
-	assert_non_null(strstr(out, "none in this window"));
-	free(out);
-}
-
-static const char RIGHTSIZE[] =
-	"{\"rule\": {\"percentile\": 0.95, \"headroom\": 1.15,"
-	" \"margin\": 0.7, \"min_samples\": 10}, \"jobs\": ["
-	"{\"name\": \"train\", \"resources\": ["
-	"{\"resource\": \"cpu\", \"unit\": \"cores\", \"samples\": 40,"
-	" \"p50\": 0.9, \"p95\": 1.0, \"max\": 1.1, \"requested\": 4,"
-	" \"suggested\": 1.2, \"over\": true},"
-	"{\"resource\": \"memory\", \"unit\": \"bytes\", \"samples\": 40,"
-	" \"p50\": 209715200, \"p95\": 209715200, \"max\": 209715200,"
-	" \"requested\": 268435456, \"suggested\": null, \"over\": false},"
-	"{\"resource\": \"gpu_memory\", \"unit\": \"bytes\", \"samples\": 4,"
-	" \"p50\": 8589934592, \"p95\": 8589934592, \"max\": 8589934592,"
-	" \"requested\": 85899345920, \"suggested\": null, \"over\": false}]},"
-	"{\"name\": \"a,b\", \"resources\": ["
-	"{\"resource\": \"gpu_memory\", \"unit\": \"bytes\", \"samples\": 12,"
-	" \"p50\": 8589934592, \"p95\": 8589934592, \"max\": 8589934592,"
-	" \"requested\": 85899345920, \"suggested\": 10737418240,"
-	" \"suggested_gpus\": 0.125, \"over\": true},"
-	"{\"resource\": \"cpu\", \"unit\": \"cores\", \"samples\": 12,"
-	" \"p50\": 0.5, \"p95\": 0.5, \"max\": 0.5, \"requested\": null,"
-	" \"suggested\": null, \"over\": false}]}]}";
-
-static void test_rightsize(void **state)
-{
-	char *out = render(cost_report_rightsize, RIGHTSIZE);
-
-	(void)state;
-	assert_non_null(strstr(out, "train  cpu         40       0.90    1.00"
-				    "    1.10    4.00       lower to 1.20 cores\n"));
-	/* Within the margin; too few samples; not asked for. */
-	assert_non_null(strstr(out, "200MiB  200MiB  200MiB  256MiB     keep\n"));
-	assert_non_null(strstr(out, "80.0GiB    keep (too few samples)\n"));
-	assert_non_null(strstr(out, "lower to 10.0GiB (gpus: 0.125)\n"));
-	assert_non_null(strstr(out, "-          not requested\n"));
-	assert_non_null(strstr(out, "rule: suggest p95 x 1.15"));
-	free(out);
-	out = render(cost_report_rightsize_csv, RIGHTSIZE);
-	assert_non_null(strstr(out, "job,resource,unit,samples,p50,p95,max,"
-				    "requested,suggested,suggested_gpus,over\n"
-				    "train,cpu,cores,40,0.900000,1.000000,"
-				    "1.100000,4.000000,1.200000,,true\n"));
-	assert_non_null(strstr(out, "\"a,b\",gpu_memory,bytes,12,"));
-	assert_non_null(strstr(out, ",10737418240.000000,0.125000,true\n"));
-	assert_non_null(strstr(out, "\"a,b\",cpu,cores,12,0.500000,0.500000,"
-				    "0.500000,,,,false\n"));
-	free(out);
-	out = render(cost_report_rightsize, "{\"jobs\": []}");
-	assert_non_null(strstr(out, "no task usage sampled"));
-	free(out);
-}
-
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_table),
-		cmocka_unit_test(test_csv),
-		cmocka_unit_test(test_csv_formula_key),
-		cmocka_unit_test(test_svg),
-		cmocka_unit_test(test_since),
-		cmocka_unit_test(test_reservations),
-		cmocka_unit_test(test_rightsize),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_reports),
+	cmocka_unit_test(test_csv),
+	cmocka_unit_test(test_csv_formula_key),
+	cmocka_unit_test(test_svg),
+	cmocka_unit_test(test_since))

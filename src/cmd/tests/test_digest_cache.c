@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 #include "cmd/digest_cache.h"
 
 #define HEX_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -128,12 +129,7 @@ static void saved_loaded_and_replaced(void **state)
 	free(path);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(found_only_in_the_state_hashed),
-		cmocka_unit_test(a_file_changed_near_its_hashing_is_one_to_check),
-		cmocka_unit_test(saved_loaded_and_replaced),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(found_only_in_the_state_hashed),
+	cmocka_unit_test(a_file_changed_near_its_hashing_is_one_to_check),
+	cmocka_unit_test(saved_loaded_and_replaced))

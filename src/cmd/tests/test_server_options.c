@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/tests/testmain.h"
 #include "cmd/cli.h"
 #include "server/server.h"
 
@@ -215,17 +216,11 @@ static void test_executor_options_checked(void **state)
 	kn_server_config_release(&cfg);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_rows_are_distinct_and_well_formed),
-		cmocka_unit_test(test_help_documents_every_option),
-		cmocka_unit_test(test_executor_options_checked),
-		cmocka_unit_test(test_cli_md_documents_every_option),
-		cmocka_unit_test(test_file_sets_the_flags_fields),
-		cmocka_unit_test(test_file_others_may_write_is_refused),
-		cmocka_unit_test(test_checks_span_file_and_flags),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_rows_are_distinct_and_well_formed),
+	cmocka_unit_test(test_help_documents_every_option),
+	cmocka_unit_test(test_executor_options_checked),
+	cmocka_unit_test(test_cli_md_documents_every_option),
+	cmocka_unit_test(test_file_sets_the_flags_fields),
+	cmocka_unit_test(test_file_others_may_write_is_refused),
+	cmocka_unit_test(test_checks_span_file_and_flags))

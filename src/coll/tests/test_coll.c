@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/tests/testmain.h"
 #include "coll/coll.h"
 
 /* Every finite value of a 16-bit float format (its exponent bits, in
@@ -425,21 +426,15 @@ static void test_nccl_without_gpu(void **state)
 		    strstr(err.message, "libnccl"));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_half),
-		cmocka_unit_test(test_bf16),
-		cmocka_unit_test(test_kernels),
-		cmocka_unit_test(test_names),
-		cmocka_unit_test(test_by_hand),
-		cmocka_unit_test(test_bad_arguments),
-		cmocka_unit_test(test_nccl_without_gpu),
-		cmocka_unit_test(test_all_reduce_streaming),
-		cmocka_unit_test(test_all_2_ranks),
-		cmocka_unit_test(test_all_3_ranks),
-		cmocka_unit_test(test_all_4_ranks),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_half),
+	cmocka_unit_test(test_bf16),
+	cmocka_unit_test(test_kernels),
+	cmocka_unit_test(test_names),
+	cmocka_unit_test(test_by_hand),
+	cmocka_unit_test(test_bad_arguments),
+	cmocka_unit_test(test_nccl_without_gpu),
+	cmocka_unit_test(test_all_reduce_streaming),
+	cmocka_unit_test(test_all_2_ranks),
+	cmocka_unit_test(test_all_3_ranks),
+	cmocka_unit_test(test_all_4_ranks))

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "console/console.h"
 
 #define HASH_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -133,15 +134,10 @@ static void run_grant_script(void **state)
 #define GRANT_TEST(script)                                                   \
 	{#script, run_grant_script, NULL, NULL, &script}
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(assets_are_typed_and_tagged),
-		GRANT_TEST(code_works_once),
-		GRANT_TEST(grants_expire),
-		GRANT_TEST(kinds_do_not_mix),
-		GRANT_TEST(table_is_bounded_and_revocable),
-		GRANT_TEST(bad_hashes_are_refused),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(assets_are_typed_and_tagged),
+	GRANT_TEST(code_works_once),
+	GRANT_TEST(grants_expire),
+	GRANT_TEST(kinds_do_not_mix),
+	GRANT_TEST(table_is_bounded_and_revocable),
+	GRANT_TEST(bad_hashes_are_refused))

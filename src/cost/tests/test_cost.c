@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "cost/cost.h"
 
 #define HEADER "family,size,status,gpu_model,gpu_count,gpu_mem_per_gpu_gb," \
@@ -613,22 +614,17 @@ static void test_shipped_catalog(void **state)
 	kn_catalog_free(c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_catalog),
-		cmocka_unit_test(test_pricing_names),
-		cmocka_unit_test(test_catalog_override),
-		cmocka_unit_test(test_catalog_errors),
-		cmocka_unit_test(test_catalog_header_and_lines),
-		cmocka_unit_test(test_family_table),
-		cmocka_unit_test(test_parse_inputs),
-		cmocka_unit_test(test_memory),
-		cmocka_unit_test(test_cheapest_fit),
-		cmocka_unit_test(test_multi_node_and_spot),
-		cmocka_unit_test(test_budget_and_no_fit),
-		cmocka_unit_test(test_throughput),
-		cmocka_unit_test(test_shipped_catalog),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_catalog),
+	cmocka_unit_test(test_pricing_names),
+	cmocka_unit_test(test_catalog_override),
+	cmocka_unit_test(test_catalog_errors),
+	cmocka_unit_test(test_catalog_header_and_lines),
+	cmocka_unit_test(test_family_table),
+	cmocka_unit_test(test_parse_inputs),
+	cmocka_unit_test(test_memory),
+	cmocka_unit_test(test_cheapest_fit),
+	cmocka_unit_test(test_multi_node_and_spot),
+	cmocka_unit_test(test_budget_and_no_fit),
+	cmocka_unit_test(test_throughput),
+	cmocka_unit_test(test_shipped_catalog))

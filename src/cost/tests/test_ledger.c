@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "cost/cost.h"
 
 #define T0 1796083200000LL
@@ -422,22 +423,16 @@ static void test_many_rows(void **state)
 	kn_ledger_free(l);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_by_node, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_by_user_job_deployment,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_by_day, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_window, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_open_ended, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_reservations, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_many_rows, setup,
-						teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test_setup_teardown(test_by_node, setup, teardown),
+	cmocka_unit_test_setup_teardown(test_by_user_job_deployment,
+					setup, teardown),
+	cmocka_unit_test_setup_teardown(test_by_day, setup, teardown),
+	cmocka_unit_test_setup_teardown(test_window, setup, teardown),
+	cmocka_unit_test_setup_teardown(test_open_ended, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+	cmocka_unit_test_setup_teardown(test_reservations, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_many_rows, setup,
+					teardown))

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "base/tests/testmain.h"
 #include "cost/cost.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -208,14 +209,8 @@ static void test_efficiency(void **state)
 	kn_ledger_free(l);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_percentiles),
-		cmocka_unit_test(test_encode_merge),
-		cmocka_unit_test(test_rightsize),
-		cmocka_unit_test(test_efficiency),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_percentiles),
+	cmocka_unit_test(test_encode_merge),
+	cmocka_unit_test(test_rightsize),
+	cmocka_unit_test(test_efficiency))

@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 
+#include "base/tests/testmain.h"
 #include "exec/exec.h"
 #include "exec/internal.h"
 #include "sandbox/sandbox.h"
@@ -1162,67 +1163,66 @@ static void test_slurm_host_list_and_states(void **state)
 		assert_string_equal(host, "untouched");
 	}
 
-	assert_false(kn_slurm_state_final("PENDING"));
-	assert_false(kn_slurm_state_final("RUNNING"));
-	assert_false(kn_slurm_state_final("COMPLETING"));
-	assert_true(kn_slurm_state_final("COMPLETED"));
-	assert_true(kn_slurm_state_final("CANCELLED"));
-	assert_true(kn_slurm_state_final("NODE_FAIL"));
-	assert_true(kn_slurm_state_final("GONE"));
+	/* Which job states sacct reports as final. */
+	static const char *const running[] = {"PENDING", "RUNNING",
+					      "COMPLETING"};
+	static const char *const final[] = {"COMPLETED", "CANCELLED",
+					    "NODE_FAIL", "GONE"};
+	for (size_t i = 0; i < sizeof(running) / sizeof(running[0]); i++)
+		if (kn_slurm_state_final(running[i]))
+			fail_msg("%s is taken as final", running[i]);
+	for (size_t i = 0; i < sizeof(final) / sizeof(final[0]); i++)
+		if (!kn_slurm_state_final(final[i]))
+			fail_msg("%s is not taken as final", final[i]);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_simulated_devices),
-		cmocka_unit_test(test_simulated_devices_bad),
-		cmocka_unit_test(test_device_nodes),
-		cmocka_unit_test(test_device_mig_nodes),
-		cmocka_unit_test_setup_teardown(
-			test_launch_carries_devices_and_user, task_dir,
-			remove_task_dir),
-		cmocka_unit_test(test_shim_limits_refused),
-		cmocka_unit_test_setup_teardown(
-			test_shim_child_refused_by_cgroup, task_dir,
-			remove_task_dir),
-		cmocka_unit_test(test_shim_refuses_launch_user),
-		cmocka_unit_test_setup_teardown(test_shim_oom_reason, task_dir,
-						remove_task_dir),
-		cmocka_unit_test(test_model_names),
-		cmocka_unit_test(test_discover_without_nvml),
-		cmocka_unit_test_setup_teardown(
-			test_shim_exit_code_and_output, task_dir,
-			remove_task_dir),
-		cmocka_unit_test_setup_teardown(
-			test_shim_timeout_kills_group, task_dir,
-			remove_task_dir),
-		cmocka_unit_test_setup_teardown(test_shim_rotates_log, task_dir,
-						remove_task_dir),
-		cmocka_unit_test_setup_teardown(test_shim_bad_command, task_dir,
-						remove_task_dir),
-		cmocka_unit_test_setup_teardown(
-			test_shim_missing_launch, task_dir, remove_task_dir),
-		cmocka_unit_test_setup_teardown(
-			test_shim_timeout_signal_and_usr1, task_dir,
-			remove_task_dir),
-		cmocka_unit_test_setup_teardown(
-			test_shim_polls_for_stop, task_dir, remove_task_dir),
-		cmocka_unit_test_setup_teardown(test_kube_shim, task_dir,
-						remove_task_dir),
-		cmocka_unit_test(test_slurm_sbatch_args),
-		cmocka_unit_test(test_slurm_host_list_and_states),
-		cmocka_unit_test(test_executor_instances),
-		cmocka_unit_test(test_slurm_task_fill),
-		cmocka_unit_test(test_local_check),
-		cmocka_unit_test(test_slurm_config_check),
-		cmocka_unit_test(test_exit_record_in_place),
-		cmocka_unit_test(test_log_times_lookup),
-		cmocka_unit_test_setup_teardown(
-			test_shim_records_line_times, task_dir,
-			remove_task_dir),
-		cmocka_unit_test_setup_teardown(
-			test_shim_exit_read_from_record, task_dir,
-			remove_task_dir),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_simulated_devices),
+	cmocka_unit_test(test_simulated_devices_bad),
+	cmocka_unit_test(test_device_nodes),
+	cmocka_unit_test(test_device_mig_nodes),
+	cmocka_unit_test_setup_teardown(
+		test_launch_carries_devices_and_user, task_dir,
+		remove_task_dir),
+	cmocka_unit_test(test_shim_limits_refused),
+	cmocka_unit_test_setup_teardown(
+		test_shim_child_refused_by_cgroup, task_dir,
+		remove_task_dir),
+	cmocka_unit_test(test_shim_refuses_launch_user),
+	cmocka_unit_test_setup_teardown(test_shim_oom_reason, task_dir,
+					remove_task_dir),
+	cmocka_unit_test(test_model_names),
+	cmocka_unit_test(test_discover_without_nvml),
+	cmocka_unit_test_setup_teardown(
+		test_shim_exit_code_and_output, task_dir,
+		remove_task_dir),
+	cmocka_unit_test_setup_teardown(
+		test_shim_timeout_kills_group, task_dir,
+		remove_task_dir),
+	cmocka_unit_test_setup_teardown(test_shim_rotates_log, task_dir,
+					remove_task_dir),
+	cmocka_unit_test_setup_teardown(test_shim_bad_command, task_dir,
+					remove_task_dir),
+	cmocka_unit_test_setup_teardown(
+		test_shim_missing_launch, task_dir, remove_task_dir),
+	cmocka_unit_test_setup_teardown(
+		test_shim_timeout_signal_and_usr1, task_dir,
+		remove_task_dir),
+	cmocka_unit_test_setup_teardown(
+		test_shim_polls_for_stop, task_dir, remove_task_dir),
+	cmocka_unit_test_setup_teardown(test_kube_shim, task_dir,
+					remove_task_dir),
+	cmocka_unit_test(test_slurm_sbatch_args),
+	cmocka_unit_test(test_slurm_host_list_and_states),
+	cmocka_unit_test(test_executor_instances),
+	cmocka_unit_test(test_slurm_task_fill),
+	cmocka_unit_test(test_local_check),
+	cmocka_unit_test(test_slurm_config_check),
+	cmocka_unit_test(test_exit_record_in_place),
+	cmocka_unit_test(test_log_times_lookup),
+	cmocka_unit_test_setup_teardown(
+		test_shim_records_line_times, task_dir,
+		remove_task_dir),
+	cmocka_unit_test_setup_teardown(
+		test_shim_exit_read_from_record, task_dir,
+		remove_task_dir))

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "exec/exec.h"
 
 /* SLURM_TIME_FORMAT=%s sacct -n -P -X -o KN_SACCT_FORMAT, as recorded. */
@@ -154,12 +155,7 @@ static void test_lines_that_are_not_sacct(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_records),
-		cmocka_unit_test(test_jobs_not_there),
-		cmocka_unit_test(test_lines_that_are_not_sacct),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_records),
+	cmocka_unit_test(test_jobs_not_there),
+	cmocka_unit_test(test_lines_that_are_not_sacct))

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "exec/exec.h"
 
 /* sbatch --array=0-5%2 of `sleep 20`, a moment after, as recorded: the
@@ -164,15 +165,10 @@ static void test_sbatch_args_of_an_array(void **state)
 	kn_strv_free(a);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_recorded_elements),
-		cmocka_unit_test(test_gone_and_empty),
-		cmocka_unit_test(test_reason_is_cut_and_cleaned),
-		cmocka_unit_test(test_lines_that_are_not_squeue),
-		cmocka_unit_test(test_array_lists),
-		cmocka_unit_test(test_sbatch_args_of_an_array),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_recorded_elements),
+	cmocka_unit_test(test_gone_and_empty),
+	cmocka_unit_test(test_reason_is_cut_and_cleaned),
+	cmocka_unit_test(test_lines_that_are_not_squeue),
+	cmocka_unit_test(test_array_lists),
+	cmocka_unit_test(test_sbatch_args_of_an_array))

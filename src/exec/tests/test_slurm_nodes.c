@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "exec/exec.h"
 
 static const char *fixtures;
@@ -275,20 +276,9 @@ static void test_admission(void **state)
 	assert_int_equal(kn_slurm_admit(&inv, &t, 0, why, sizeof(why)), 0);
 }
 
-int main(int argc, char **argv)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_node_states),
-		cmocka_unit_test(test_typed_gres_down_and_drained),
-		cmocka_unit_test(test_partitions),
-		cmocka_unit_test(test_bad_documents),
-		cmocka_unit_test(test_admission),
-	};
-
-	if (argc < 2) {
-		fprintf(stderr, "usage: %s FIXTURES_DIR\n", argv[0]);
-		return 2;
-	}
-	fixtures = argv[1];
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN_WITH_PATH(fixtures, "FIXTURES_DIR", NULL, NULL,
+	cmocka_unit_test(test_node_states),
+	cmocka_unit_test(test_typed_gres_down_and_drained),
+	cmocka_unit_test(test_partitions),
+	cmocka_unit_test(test_bad_documents),
+	cmocka_unit_test(test_admission))

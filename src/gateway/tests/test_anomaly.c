@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "base/tests/testmain.h"
 #include "gateway/gateway.h"
 
 #define WINDOW_MS 1000
@@ -389,35 +390,29 @@ static void test_config_errors_name_the_field(void **state)
 	config_error(negative_band, "min_band");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(
-			test_steady_noise_raises_nothing, setup, teardown),
-		cmocka_unit_test_setup_teardown(
-			test_latency_shift_raises_exactly_one, setup, teardown),
-		cmocka_unit_test_setup_teardown(
-			test_brief_spike_raises_nothing, setup, teardown),
-		cmocka_unit_test_setup_teardown(
-			test_error_rate_and_output_length, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_score_signal, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_warmup_is_respected, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(
-			test_constant_series_uses_min_band, setup, teardown),
-		cmocka_unit_test_setup_teardown(
-			test_quiet_windows_are_skipped_and_poll_closes, setup,
-			teardown),
-		cmocka_unit_test_setup_teardown(
-			test_deployments_are_independent, setup, teardown),
-		cmocka_unit_test_setup_teardown(
-			test_poll_respects_max_and_keeps_the_rest, setup,
-			teardown),
-		cmocka_unit_test_setup_teardown(
-			test_bounds_on_names_and_deployments, setup, teardown),
-		cmocka_unit_test(test_config_errors_name_the_field),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test_setup_teardown(
+		test_steady_noise_raises_nothing, setup, teardown),
+	cmocka_unit_test_setup_teardown(
+		test_latency_shift_raises_exactly_one, setup, teardown),
+	cmocka_unit_test_setup_teardown(
+		test_brief_spike_raises_nothing, setup, teardown),
+	cmocka_unit_test_setup_teardown(
+		test_error_rate_and_output_length, setup, teardown),
+	cmocka_unit_test_setup_teardown(test_score_signal, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_warmup_is_respected, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(
+		test_constant_series_uses_min_band, setup, teardown),
+	cmocka_unit_test_setup_teardown(
+		test_quiet_windows_are_skipped_and_poll_closes, setup,
+		teardown),
+	cmocka_unit_test_setup_teardown(
+		test_deployments_are_independent, setup, teardown),
+	cmocka_unit_test_setup_teardown(
+		test_poll_respects_max_and_keeps_the_rest, setup,
+		teardown),
+	cmocka_unit_test_setup_teardown(
+		test_bounds_on_names_and_deployments, setup, teardown),
+	cmocka_unit_test(test_config_errors_name_the_field))

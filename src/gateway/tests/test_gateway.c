@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "gateway/gateway.h"
 
 /* sha256("sk-one") */
@@ -492,20 +493,15 @@ static void test_body_scan(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_config_parses),
-		cmocka_unit_test(test_config_errors_name_the_field),
-		cmocka_unit_test(test_config_https_replicas),
-		cmocka_unit_test(test_bucket),
-		cmocka_unit_test(test_rpm_counts_exactly),
-		cmocka_unit_test(test_deployment_limits_are_shared),
-		cmocka_unit_test(test_quota_day_and_month_roll_over),
-		cmocka_unit_test(test_calendar),
-		cmocka_unit_test(test_counters_round_trip),
-		cmocka_unit_test(test_usage_read),
-		cmocka_unit_test(test_body_scan),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_config_parses),
+	cmocka_unit_test(test_config_errors_name_the_field),
+	cmocka_unit_test(test_config_https_replicas),
+	cmocka_unit_test(test_bucket),
+	cmocka_unit_test(test_rpm_counts_exactly),
+	cmocka_unit_test(test_deployment_limits_are_shared),
+	cmocka_unit_test(test_quota_day_and_month_roll_over),
+	cmocka_unit_test(test_calendar),
+	cmocka_unit_test(test_counters_round_trip),
+	cmocka_unit_test(test_usage_read),
+	cmocka_unit_test(test_body_scan))

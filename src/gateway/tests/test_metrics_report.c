@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "base/tests/testmain.h"
 #include "gateway/internal.h"
 #include "traffic/traffic.h"
 
@@ -88,10 +89,5 @@ static void the_report_counts_and_the_server_takes_it(void **state)
 	gw_metrics_free(m);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(the_report_counts_and_the_server_takes_it),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(the_report_counts_and_the_server_takes_it))

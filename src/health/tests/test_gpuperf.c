@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/tests/testmain.h"
 #include "health/health.h"
 
 #define H100 "{\"name\":\"NVIDIA H100 80GB HBM3\",\"memory\":85899345920," \
@@ -264,15 +265,10 @@ static void test_run(void **state)
 	assert_non_null(strstr(r[1].message, "no cuBLAS"));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_arithmetic),
-		cmocka_unit_test(test_judge),
-		cmocka_unit_test(test_table),
-		cmocka_unit_test(test_table_errors),
-		cmocka_unit_test(test_report),
-		cmocka_unit_test(test_run),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_arithmetic),
+	cmocka_unit_test(test_judge),
+	cmocka_unit_test(test_table),
+	cmocka_unit_test(test_table_errors),
+	cmocka_unit_test(test_report),
+	cmocka_unit_test(test_run))

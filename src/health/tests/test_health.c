@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "health/health.h"
 
 static char paths[4][1024];
@@ -200,14 +201,9 @@ static void test_run_here_names_the_first_failure(void **state)
 	assert_string_equal(first, "");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sku_load),
-		cmocka_unit_test(test_all_pass_on_healthy_fixtures),
-		cmocka_unit_test(test_each_fails_on_faulty_fixtures),
-		cmocka_unit_test(test_without_gpu_or_sku),
-		cmocka_unit_test(test_run_here_names_the_first_failure),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_sku_load),
+	cmocka_unit_test(test_all_pass_on_healthy_fixtures),
+	cmocka_unit_test(test_each_fails_on_faulty_fixtures),
+	cmocka_unit_test(test_without_gpu_or_sku),
+	cmocka_unit_test(test_run_here_names_the_first_failure))

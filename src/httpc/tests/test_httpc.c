@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "httpc/httpc.h"
 
 static void test_header_lines(void **state)
@@ -40,11 +41,5 @@ static void test_header_lines(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_header_lines),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_header_lines))

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "kube/kube.h"
 #include "fixture.h"
 
@@ -202,21 +203,10 @@ static void test_manifests(void **state)
 	kn_deployment_spec_free(d);
 }
 
-int main(int argc, char **argv)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_not_created),
-		cmocka_unit_test(test_progressing),
-		cmocka_unit_test(test_complete),
-		cmocka_unit_test(test_deadline_and_pod_reasons),
-		cmocka_unit_test(test_unobserved_and_terminating),
-		cmocka_unit_test(test_manifests),
-	};
-
-	if (argc < 2) {
-		fprintf(stderr, "usage: %s FIXTURES_DIR\n", argv[0]);
-		return 2;
-	}
-	kube_fixtures = argv[1];
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN_WITH_PATH(kube_fixtures, "FIXTURES_DIR", NULL, NULL,
+	cmocka_unit_test(test_not_created),
+	cmocka_unit_test(test_progressing),
+	cmocka_unit_test(test_complete),
+	cmocka_unit_test(test_deadline_and_pod_reasons),
+	cmocka_unit_test(test_unobserved_and_terminating),
+	cmocka_unit_test(test_manifests))

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "kube/kube.h"
 #include "fixture.h"
 
@@ -376,30 +377,19 @@ static void test_quantities(void **state)
 		assert_int_equal(kn_kube_quantity_bytes(bad[i], &v), -EINVAL);
 }
 
-int main(int argc, char **argv)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_pending_order, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_whole_gpus, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_taints_and_shares, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(
-			test_selector_affinity_and_events, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_gang_too_big, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_gang_fits, setup,
-						teardown),
-		cmocka_unit_test(test_kubeconfig),
-		cmocka_unit_test(test_quantities),
-	};
-
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s FIXTURE-DIR\n", argv[0]);
-		return 2;
-	}
-	kube_fixtures = argv[1];
-	return cmocka_run_group_tests(tests, fixture_products_load,
-				      fixture_products_free);
-}
+KN_TEST_MAIN_WITH_PATH(kube_fixtures, "FIXTURE-DIR", fixture_products_load,
+		       fixture_products_free,
+	cmocka_unit_test_setup_teardown(test_pending_order, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_whole_gpus, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_taints_and_shares, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(
+		test_selector_affinity_and_events, setup, teardown),
+	cmocka_unit_test_setup_teardown(test_gang_too_big, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_gang_fits, setup,
+					teardown),
+	cmocka_unit_test(test_kubeconfig),
+	cmocka_unit_test(test_quantities))

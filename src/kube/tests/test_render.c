@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "kube/kube.h"
 #include "fixture.h"
 
@@ -527,22 +528,16 @@ static void test_yaml_long_and_control(void **state)
 	json_decref(docs);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_single_task),
-		cmocka_unit_test(test_gang),
-		cmocka_unit_test(test_gpus),
-		cmocka_unit_test(test_models_and_placement),
-		cmocka_unit_test(test_checkpoint_grace),
-		cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_tty),
-		cmocka_unit_test(test_pods_locked_down),
-		cmocka_unit_test(test_deployment),
-		cmocka_unit_test(test_products),
-		cmocka_unit_test(test_yaml),
-		cmocka_unit_test(test_yaml_long_and_control),
-	};
-	return cmocka_run_group_tests(tests, fixture_products_load,
-				      fixture_products_free);
-}
+KN_TEST_MAIN(fixture_products_load, fixture_products_free,
+	cmocka_unit_test(test_single_task),
+	cmocka_unit_test(test_gang),
+	cmocka_unit_test(test_gpus),
+	cmocka_unit_test(test_models_and_placement),
+	cmocka_unit_test(test_checkpoint_grace),
+	cmocka_unit_test(test_errors),
+	cmocka_unit_test(test_tty),
+	cmocka_unit_test(test_pods_locked_down),
+	cmocka_unit_test(test_deployment),
+	cmocka_unit_test(test_products),
+	cmocka_unit_test(test_yaml),
+	cmocka_unit_test(test_yaml_long_and_control))

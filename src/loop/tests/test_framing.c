@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "loop/loop.h"
 
 #define RL "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
@@ -158,11 +159,6 @@ static void test_field_split(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_framing_cases),
-		cmocka_unit_test(test_field_split),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_framing_cases),
+	cmocka_unit_test(test_field_split))

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/tests/testmain.h"
 #include "loop/loop.h"
 
 struct counter {
@@ -340,14 +341,9 @@ static void test_http_upgrade(void **state)
 	close(tc.queued[1]);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_timer),
-		cmocka_unit_test(test_workers_deliver_on_loop_thread),
-		cmocka_unit_test(test_workers_free_reports_unstarted),
-		cmocka_unit_test(test_http_round_trip),
-		cmocka_unit_test(test_http_upgrade),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_timer),
+	cmocka_unit_test(test_workers_deliver_on_loop_thread),
+	cmocka_unit_test(test_workers_free_reports_unstarted),
+	cmocka_unit_test(test_http_round_trip),
+	cmocka_unit_test(test_http_upgrade))

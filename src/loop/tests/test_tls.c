@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 
+#include "base/tests/testmain.h"
 #include "loop/loop.h"
 
 static char *temp_dir(void)
@@ -165,18 +166,20 @@ static void test_errors_name_the_setting(void **state)
 
 static void test_plain_listeners_stay_on_loopback(void **state)
 {
+	static const char *const loopback[] = {"127.0.0.1", "127.3.2.1", "::1",
+					       "localhost"};
+	static const char *const elsewhere[] = {"0.0.0.0", "::", "10.0.0.1",
+						"::ffff:10.0.0.1",
+						"no such host.invalid"};
 	struct kn_error err;
 	(void)state;
 
-	assert_true(kn_host_is_loopback("127.0.0.1"));
-	assert_true(kn_host_is_loopback("127.3.2.1"));
-	assert_true(kn_host_is_loopback("::1"));
-	assert_true(kn_host_is_loopback("localhost"));
-	assert_false(kn_host_is_loopback("0.0.0.0"));
-	assert_false(kn_host_is_loopback("::"));
-	assert_false(kn_host_is_loopback("10.0.0.1"));
-	assert_false(kn_host_is_loopback("::ffff:10.0.0.1"));
-	assert_false(kn_host_is_loopback("no such host.invalid"));
+	for (size_t i = 0; i < sizeof(loopback) / sizeof(loopback[0]); i++)
+		if (!kn_host_is_loopback(loopback[i]))
+			fail_msg("%s is not taken as loopback", loopback[i]);
+	for (size_t i = 0; i < sizeof(elsewhere) / sizeof(elsewhere[0]); i++)
+		if (kn_host_is_loopback(elsewhere[i]))
+			fail_msg("%s is taken as loopback", elsewhere[i]);
 	assert_int_equal(kn_tls_listen_check("127.0.0.1", false, false, &err), 0);
 	assert_int_equal(kn_tls_listen_check("0.0.0.0", true, false, &err), 0);
 	assert_int_equal(kn_tls_listen_check("0.0.0.0", false, true, &err), 0);
@@ -344,18 +347,13 @@ static void test_a_stop_mid_fetch_frees_everything(void **state)
 	kn_tls_free(t);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_self_signed_loads_and_keeps_its_ca),
-		cmocka_unit_test(test_errors_name_the_setting),
-		cmocka_unit_test(test_plain_listeners_stay_on_loopback),
-		cmocka_unit_test_setup_teardown(
-			test_https_fetch_verifies_the_server, tls_dir_setup,
-			tls_dir_teardown),
-		cmocka_unit_test_setup_teardown(
-			test_a_stop_mid_fetch_frees_everything, tls_dir_setup,
-			tls_dir_teardown),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_self_signed_loads_and_keeps_its_ca),
+	cmocka_unit_test(test_errors_name_the_setting),
+	cmocka_unit_test(test_plain_listeners_stay_on_loopback),
+	cmocka_unit_test_setup_teardown(
+		test_https_fetch_verifies_the_server, tls_dir_setup,
+		tls_dir_teardown),
+	cmocka_unit_test_setup_teardown(
+		test_a_stop_mid_fetch_frees_everything, tls_dir_setup,
+		tls_dir_teardown))

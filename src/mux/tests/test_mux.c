@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "mux/mux.h"
 
 static void test_round_trip(void **state)
@@ -197,14 +198,9 @@ static void test_window(void **state)
 	assert_int_equal(w.send, KN_MUX_WINDOW_MAX);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_round_trip),
-		cmocka_unit_test(test_refused),
-		cmocka_unit_test(test_refused_early),
-		cmocka_unit_test(test_reader_split),
-		cmocka_unit_test(test_window),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_round_trip),
+	cmocka_unit_test(test_refused),
+	cmocka_unit_test(test_refused_early),
+	cmocka_unit_test(test_reader_split),
+	cmocka_unit_test(test_window))

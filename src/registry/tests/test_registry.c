@@ -16,30 +16,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/tests/testdir.h"
+#include "base/tests/testmain.h"
 #include "registry/registry.h"
 
 /* printf 'hello\n' | sha256sum */
 #define HELLO_SHA "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
 /* printf '' | sha256sum */
 #define EMPTY_SHA "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-
-static char *make_tmpdir(void)
-{
-	char tmpl[] = "/tmp/kn-registry-test-XXXXXX";
-	char *dir = mkdtemp(tmpl);
-
-	assert_non_null(dir);
-	return kn_xstrdup(dir);
-}
-
-static void write_text(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
-}
 
 static void test_refs(void **state)
 {
@@ -161,7 +145,7 @@ static void test_canonical_manifest(void **state)
 
 static void test_sign_verify(void **state)
 {
-	char *dir = make_tmpdir(), *key, *pub_path, *trusted;
+	char *dir = kn_test_dir("registry"), *key, *pub_path, *trusted;
 	char id[KN_SHA256_HEX + 1], id2[KN_SHA256_HEX + 1];
 	unsigned char pub[KN_ED25519_PUB_LEN], pub2[KN_ED25519_PUB_LEN];
 	unsigned char sig[KN_ED25519_SIG_LEN];
@@ -268,15 +252,18 @@ static void count_progress(int64_t done, int64_t total, void *arg)
 
 static void test_hash_files(void **state)
 {
-	char *dir = make_tmpdir();
+	char *dir = kn_test_dir("registry");
 	char *paths[5];
 	struct kn_hash_item items[5];
 	int64_t last = 0;
 	(void)state;
 
 	for (int i = 0; i < 4; i++) {
+		const char *text = i == 3 ? "" : "hello\n";
+
 		paths[i] = kn_asprintf("%s/f%d", dir, i);
-		write_text(paths[i], i == 3 ? "" : "hello\n");
+		assert_int_equal(kn_write_file_replace(paths[i], text,
+						       strlen(text), 0644), 0);
 	}
 	paths[4] = kn_asprintf("%s/missing", dir);
 	memset(items, 0, sizeof(items));
@@ -374,15 +361,10 @@ static void test_thresholds(void **state)
 	json_decref(doc);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_refs),
-		cmocka_unit_test(test_files_json),
-		cmocka_unit_test(test_canonical_manifest),
-		cmocka_unit_test(test_sign_verify),
-		cmocka_unit_test(test_hash_files),
-		cmocka_unit_test(test_thresholds),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_refs),
+	cmocka_unit_test(test_files_json),
+	cmocka_unit_test(test_canonical_manifest),
+	cmocka_unit_test(test_sign_verify),
+	cmocka_unit_test(test_hash_files),
+	cmocka_unit_test(test_thresholds))

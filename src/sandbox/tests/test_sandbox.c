@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/tests/testmain.h"
 #include "sandbox/sandbox.h"
 
 static const char *get(char **env, const char *name)
@@ -360,17 +361,15 @@ static int marked_pids(const char *mark, pid_t *out, int max)
 }
 
 /*
- * A stand-in shim (as_nobody: unprivileged, as Slurm runs it) starts a
- * task in the process sandbox as kiln's shim does: dying with it.
+ * In a stand-in shim's process (as_nobody: unprivileged, as Slurm runs
+ * it): the process sandbox it starts its task in. The shim ends with
+ * status 1 where it cannot have one.
  */
-_Noreturn static void stand_in_shim(bool as_nobody, const char *dir,
-				    char *const *argv, char **envp)
+static struct kn_sandbox *stand_in_sandbox(bool as_nobody)
 {
 	const struct kn_sandbox_config cfg = {.mode = KN_SANDBOX_PROCS};
 	struct kn_sandbox *sb = NULL;
 	struct kn_error err;
-	char why[256];
-	pid_t pid;
 
 	if (as_nobody && (setresgid(65534, 65534, 65534) < 0 ||
 			  setresuid(65534, 65534, 65534) < 0 ||
@@ -380,9 +379,29 @@ _Noreturn static void stand_in_shim(bool as_nobody, const char *dir,
 		_exit(1);
 	if (kn_sandbox_new(&cfg, &sb, &err) < 0)
 		_exit(1);
-	pid = kn_sandbox_fork(sb);
+	return sb;
+}
+
+/* The sandbox's init, forked; the shim ends with SHIM_NO_NAMESPACES
+ * where this kernel refuses them. */
+static pid_t stand_in_fork(struct kn_sandbox *sb)
+{
+	pid_t pid = kn_sandbox_fork(sb);
+
 	if (pid < 0)
 		_exit(errno == EPERM || errno == EINVAL ? SHIM_NO_NAMESPACES : 1);
+	return pid;
+}
+
+/* A stand-in shim starts a task in the process sandbox as kiln's shim
+ * does: dying with it. */
+_Noreturn static void stand_in_shim(bool as_nobody, const char *dir,
+				    char *const *argv, char **envp)
+{
+	struct kn_sandbox *sb = stand_in_sandbox(as_nobody);
+	char why[256];
+	pid_t pid = stand_in_fork(sb);
+
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		kn_sandbox_exec(sb, dir, argv, envp, why, sizeof(why));
@@ -457,20 +476,6 @@ static void procs_case(bool as_nobody)
 	free(script);
 }
 
-static void test_procs_task_dies_with_its_shim(void **state)
-{
-	(void)state;
-	if (geteuid() != 0)
-		skip(); /* the root case needs root */
-	procs_case(false);
-}
-
-static void test_procs_unprivileged_task_dies_with_its_shim(void **state)
-{
-	(void)state;
-	/* As root the stand-in becomes nobody; else it already is not root. */
-	procs_case(geteuid() == 0);
-}
 
 /*
  * A stop sent to the task's process group before the task exists (the
@@ -481,14 +486,12 @@ static void test_procs_unprivileged_task_dies_with_its_shim(void **state)
  */
 static void early_stop_case(bool as_nobody)
 {
-	const struct kn_sandbox_config cfg = {.mode = KN_SANDBOX_PROCS};
 	char dir[] = "/tmp/kn-sandbox-test-XXXXXX", why[256], b;
 	/* Ends by itself (status 7) if the stop is lost, so a failing
 	   run fails rather than hangs. */
 	char *argv[] = {"/bin/sh", "-c", "sleep 5; exit 7", NULL};
 	char *envp[] = {"PATH=/usr/bin:/bin", NULL};
-	struct kn_sandbox *sb = NULL;
-	struct kn_error err;
+	struct kn_sandbox *sb;
 	sigset_t all;
 	int go[2], wstatus, task_status = 0;
 	pid_t shim, init;
@@ -498,19 +501,13 @@ static void early_stop_case(bool as_nobody)
 	shim = fork();
 	assert_true(shim >= 0);
 	if (shim == 0) {
-		if (as_nobody && (setresgid(65534, 65534, 65534) < 0 ||
-				  setresuid(65534, 65534, 65534) < 0 ||
-				  prctl(PR_SET_DUMPABLE, 1) < 0))
-			_exit(1);
-		if (pipe(go) < 0 || kn_sandbox_new(&cfg, &sb, &err) < 0)
+		sb = stand_in_sandbox(as_nobody);
+		if (pipe(go) < 0)
 			_exit(1);
 		/* As the shim's child: every signal blocked from the fork. */
 		sigfillset(&all);
 		sigprocmask(SIG_SETMASK, &all, NULL);
-		init = kn_sandbox_fork(sb);
-		if (init < 0)
-			_exit(errno == EPERM || errno == EINVAL
-				      ? SHIM_NO_NAMESPACES : 1);
+		init = stand_in_fork(sb);
 		if (init == 0) {
 			close(go[1]);
 			if (read(go[0], &b, 1) != 1)
@@ -538,34 +535,38 @@ static void early_stop_case(bool as_nobody)
 	assert_int_equal(WEXITSTATUS(wstatus), 100 + SIGTERM);
 }
 
-static void test_stop_before_the_task_reaches_it(void **state)
+/* A stand-in shim's case, run by a root shim or by an unprivileged one. */
+struct shim_case {
+	void (*run)(bool as_nobody);
+	bool as_root;
+};
+
+static void test_shim_case(void **state)
 {
-	(void)state;
-	if (geteuid() != 0)
+	const struct shim_case *c = *state;
+
+	if (c->as_root && geteuid() != 0)
 		skip(); /* the root case needs root */
-	early_stop_case(false);
+	/* As root the stand-in becomes nobody; else it already is not root. */
+	c->run(!c->as_root && geteuid() == 0);
 }
 
-static void test_unprivileged_stop_before_the_task_reaches_it(void **state)
-{
-	(void)state;
-	early_stop_case(geteuid() == 0);
-}
+/* A cmocka test named NAME: the shim case RUN_CASE, by a root shim or not. */
+#define SHIM_TEST(name, run_case, root)                                   \
+	{#name, test_shim_case, NULL, NULL,                               \
+	 &(struct shim_case){.run = run_case, .as_root = root}}
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_env),
-		cmocka_unit_test(test_user_map_parses),
-		cmocka_unit_test(test_user_map_errors),
-		cmocka_unit_test(test_sandbox_unknown_user),
-		cmocka_unit_test(test_user_check_refuses_root_and_server),
-		cmocka_unit_test(test_user_cache),
-		cmocka_unit_test(test_procs_task_dies_with_its_shim),
-		cmocka_unit_test(test_procs_unprivileged_task_dies_with_its_shim),
-		cmocka_unit_test(test_stop_before_the_task_reaches_it),
-		cmocka_unit_test(
-			test_unprivileged_stop_before_the_task_reaches_it),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_env),
+	cmocka_unit_test(test_user_map_parses),
+	cmocka_unit_test(test_user_map_errors),
+	cmocka_unit_test(test_sandbox_unknown_user),
+	cmocka_unit_test(test_user_check_refuses_root_and_server),
+	cmocka_unit_test(test_user_cache),
+	SHIM_TEST(test_procs_task_dies_with_its_shim, procs_case, true),
+	SHIM_TEST(test_procs_unprivileged_task_dies_with_its_shim,
+		  procs_case, false),
+	SHIM_TEST(test_stop_before_the_task_reaches_it, early_stop_case,
+		  true),
+	SHIM_TEST(test_unprivileged_stop_before_the_task_reaches_it,
+		  early_stop_case, false))

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "sched/sched.h"
 
 #define MAX_NODES 8
@@ -371,17 +372,11 @@ static void test_random_snapshots_respect_constraints(void **state)
 	assert_true(refused_some > 100);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_required_terms),
-		cmocka_unit_test(test_required_never_fits),
-		cmocka_unit_test(test_preferred_weights),
-		cmocka_unit_test(test_spread_zones),
-		cmocka_unit_test(test_spread_fault_domains_with_full_domain),
-		cmocka_unit_test(test_spread_placed_replicas),
-		cmocka_unit_test(test_random_snapshots_respect_constraints),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_required_terms),
+	cmocka_unit_test(test_required_never_fits),
+	cmocka_unit_test(test_preferred_weights),
+	cmocka_unit_test(test_spread_zones),
+	cmocka_unit_test(test_spread_fault_domains_with_full_domain),
+	cmocka_unit_test(test_spread_placed_replicas),
+	cmocka_unit_test(test_random_snapshots_respect_constraints))

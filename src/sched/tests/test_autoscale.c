@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "sched/sched.h"
 
 /* Two pools of 2-GPU nodes: "od" (on demand, $3/GPU-h) and "spot"
@@ -199,16 +200,11 @@ static void test_min_respected(void **state)
 	assert_non_null(strstr(w.why[1], "below min 2"));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_burst_scales_up_by_what_fits),
-		cmocka_unit_test(test_gang_gets_enough_nodes),
-		cmocka_unit_test(test_max_and_blocked),
-		cmocka_unit_test(test_spot_preferred_for_preemptible),
-		cmocka_unit_test(test_no_overshoot_while_provisioning),
-		cmocka_unit_test(test_idle_shutdown_after_delay_min_kept),
-		cmocka_unit_test(test_min_respected),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_burst_scales_up_by_what_fits),
+	cmocka_unit_test(test_gang_gets_enough_nodes),
+	cmocka_unit_test(test_max_and_blocked),
+	cmocka_unit_test(test_spot_preferred_for_preemptible),
+	cmocka_unit_test(test_no_overshoot_while_provisioning),
+	cmocka_unit_test(test_idle_shutdown_after_delay_min_kept),
+	cmocka_unit_test(test_min_respected))

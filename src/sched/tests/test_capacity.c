@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "sched/sched.h"
 
 #define GIB ((int64_t)1 << 30)
@@ -175,15 +176,10 @@ static void test_fair_usage_decays(void **state)
 	assert_true(kn_fair_usage_advance(5, 1, -10, hour) == 5);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_defaults_fill_only_what_is_unset),
-		cmocka_unit_test(test_cpu_gang_counts_defaults),
-		cmocka_unit_test(test_never_fits_names_memory),
-		cmocka_unit_test(test_fair_order),
-		cmocka_unit_test(test_fair_rate),
-		cmocka_unit_test(test_fair_usage_decays),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_defaults_fill_only_what_is_unset),
+	cmocka_unit_test(test_cpu_gang_counts_defaults),
+	cmocka_unit_test(test_never_fits_names_memory),
+	cmocka_unit_test(test_fair_order),
+	cmocka_unit_test(test_fair_rate),
+	cmocka_unit_test(test_fair_usage_decays))

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "sched/sched.h"
 
 static const char *data_path;
@@ -396,23 +397,12 @@ static void test_random_sequences(void **state)
 	kn_mig_free(t);
 }
 
-int main(int argc, char **argv)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_tables),
-		cmocka_unit_test(test_combinations),
-		cmocka_unit_test(test_start_choice),
-		cmocka_unit_test(test_parse_errors),
-		cmocka_unit_test(test_place),
-		cmocka_unit_test(test_instance_already_made),
-		cmocka_unit_test(test_promise_over_a_victim),
-		cmocka_unit_test(test_random_sequences),
-	};
-
-	if (argc < 2) {
-		fprintf(stderr, "usage: %s data/mig-profiles.csv\n", argv[0]);
-		return 2;
-	}
-	data_path = argv[1];
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN_WITH_PATH(data_path, "data/mig-profiles.csv", NULL, NULL,
+	cmocka_unit_test(test_tables),
+	cmocka_unit_test(test_combinations),
+	cmocka_unit_test(test_start_choice),
+	cmocka_unit_test(test_parse_errors),
+	cmocka_unit_test(test_place),
+	cmocka_unit_test(test_instance_already_made),
+	cmocka_unit_test(test_promise_over_a_victim),
+	cmocka_unit_test(test_random_sequences))

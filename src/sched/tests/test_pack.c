@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "sched/sched.h"
 
 static struct kn_pack *two_nodes(void)
@@ -563,23 +564,17 @@ static void test_gpu_spec(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_snapshot_scores),
-		cmocka_unit_test(test_gpu_spec),
-		cmocka_unit_test(test_kiln_ties),
-		cmocka_unit_test(test_kiln_cpu_only),
-		cmocka_unit_test(test_kiln_cpu_per_gpu),
-		cmocka_unit_test(test_unbind),
-		cmocka_unit_test(test_typical_cut),
-		cmocka_unit_test(test_tie_order),
-		cmocka_unit_test(test_gpu_choice),
-		cmocka_unit_test(test_constraints_and_errors),
-		cmocka_unit_test(test_rng),
-		cmocka_unit_test(test_typical_weighted),
-		cmocka_unit_test(test_random_snapshots),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_snapshot_scores),
+	cmocka_unit_test(test_gpu_spec),
+	cmocka_unit_test(test_kiln_ties),
+	cmocka_unit_test(test_kiln_cpu_only),
+	cmocka_unit_test(test_kiln_cpu_per_gpu),
+	cmocka_unit_test(test_unbind),
+	cmocka_unit_test(test_typical_cut),
+	cmocka_unit_test(test_tie_order),
+	cmocka_unit_test(test_gpu_choice),
+	cmocka_unit_test(test_constraints_and_errors),
+	cmocka_unit_test(test_rng),
+	cmocka_unit_test(test_typical_weighted),
+	cmocka_unit_test(test_random_snapshots))

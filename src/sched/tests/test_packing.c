@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "sched/sched.h"
 
 #define MAX_NODES 10
@@ -296,14 +297,8 @@ static void test_filters_and_gangs_hold(void **state)
 	assert_int_equal(kn_sched_place(&cluster, &req, b, NULL, 0), -ENOSPC);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_matches_pack_place),
-		cmocka_unit_test(test_random_is_seeded),
-		cmocka_unit_test(test_kiln_and_best_fit_differ),
-		cmocka_unit_test(test_filters_and_gangs_hold),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_matches_pack_place),
+	cmocka_unit_test(test_random_is_seeded),
+	cmocka_unit_test(test_kiln_and_best_fit_differ),
+	cmocka_unit_test(test_filters_and_gangs_hold))

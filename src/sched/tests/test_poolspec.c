@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "sched/sched.h"
 
 #define VMSS                                                                 \
@@ -169,14 +170,8 @@ static void test_flag_prefix(void **state)
 					 "\"x\" is not a number in 0..1000");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_defaults),
-		cmocka_unit_test(test_every_option),
-		cmocka_unit_test(test_each_bad_option),
-		cmocka_unit_test(test_flag_prefix),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_defaults),
+	cmocka_unit_test(test_every_option),
+	cmocka_unit_test(test_each_bad_option),
+	cmocka_unit_test(test_flag_prefix))

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "sched/sched.h"
 
 #define GIB ((int64_t)1 << 30)
@@ -682,21 +683,16 @@ static void test_sort_queue(void **state)
 	kn_sched_sort_queue(q, 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cases),
-		cmocka_unit_test(test_share_best_fit),
-		cmocka_unit_test(test_selector),
-		cmocka_unit_test(test_prefer_no_schedule),
-		cmocka_unit_test(test_devices_by_index_not_position),
-		cmocka_unit_test(test_tolerations),
-		cmocka_unit_test(test_gpu_models),
-		cmocka_unit_test(test_gpu_models_on_mixed_node),
-		cmocka_unit_test(test_cpu_and_memory),
-		cmocka_unit_test(test_release_restores),
-		cmocka_unit_test(test_release_stale_binding),
-		cmocka_unit_test(test_sort_queue),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_cases),
+	cmocka_unit_test(test_share_best_fit),
+	cmocka_unit_test(test_selector),
+	cmocka_unit_test(test_prefer_no_schedule),
+	cmocka_unit_test(test_devices_by_index_not_position),
+	cmocka_unit_test(test_tolerations),
+	cmocka_unit_test(test_gpu_models),
+	cmocka_unit_test(test_gpu_models_on_mixed_node),
+	cmocka_unit_test(test_cpu_and_memory),
+	cmocka_unit_test(test_release_restores),
+	cmocka_unit_test(test_release_stale_binding),
+	cmocka_unit_test(test_sort_queue))

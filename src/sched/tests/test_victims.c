@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "sched/sched.h"
 
 /* One node, 4 GPUs: A holds 0-1 (prio 0), B holds 2 (prio 0, younger),
@@ -201,13 +202,8 @@ static void test_request_same(void **state)
 	assert_false(kn_sched_request_same(&x, &y));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_victim_choice),
-		cmocka_unit_test(test_place_after_holds_only_what_the_waiting_job_needs),
-		cmocka_unit_test(test_place_after_without_room),
-		cmocka_unit_test(test_request_same),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_victim_choice),
+	cmocka_unit_test(test_place_after_holds_only_what_the_waiting_job_needs),
+	cmocka_unit_test(test_place_after_without_room),
+	cmocka_unit_test(test_request_same))

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "server/jobhooks.h"
 
 /* A service that owns the jobs whose ids it is given. */
@@ -184,14 +185,9 @@ static void test_table_bounded(void **state)
 	job_hooks_free(h);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_job_ended_in_order),
-		cmocka_unit_test(test_task_env_merges),
-		cmocka_unit_test(test_model_first_claim),
-		cmocka_unit_test(test_spread_group),
-		cmocka_unit_test(test_table_bounded),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_job_ended_in_order),
+	cmocka_unit_test(test_task_env_merges),
+	cmocka_unit_test(test_model_first_claim),
+	cmocka_unit_test(test_spread_group),
+	cmocka_unit_test(test_table_bounded))

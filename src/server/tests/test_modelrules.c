@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "server/modelrules.h"
 
 static void test_upload_id(void **state)
@@ -156,14 +157,9 @@ static void test_aliases_json(void **state)
 	json_decref(hist);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_upload_id),
-		cmocka_unit_test(test_ranges),
-		cmocka_unit_test(test_ranges_are_bounded),
-		cmocka_unit_test(test_rollback_target),
-		cmocka_unit_test(test_aliases_json),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_upload_id),
+	cmocka_unit_test(test_ranges),
+	cmocka_unit_test(test_ranges_are_bounded),
+	cmocka_unit_test(test_rollback_target),
+	cmocka_unit_test(test_aliases_json))

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "server/internal.h"
 #include "server/service.h"
 
@@ -130,12 +131,7 @@ static void refs_resolve(void **state)
 	json_decref(doc);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(every_route_is_described),
-		cmocka_unit_test(public_routes_need_no_token),
-		cmocka_unit_test(refs_resolve),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(every_route_is_described),
+	cmocka_unit_test(public_routes_need_no_token),
+	cmocka_unit_test(refs_resolve))

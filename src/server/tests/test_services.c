@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "server/internal.h"
 #include "server/service.h"
 
@@ -212,15 +213,10 @@ static void test_caller_owns(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_overlap_matcher),
-		cmocka_unit_test(test_services_named_once),
-		cmocka_unit_test(test_routes_do_not_shadow),
-		cmocka_unit_test(test_job_owners_hooked),
-		cmocka_unit_test(test_route_param_id),
-		cmocka_unit_test(test_caller_owns),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_overlap_matcher),
+	cmocka_unit_test(test_services_named_once),
+	cmocka_unit_test(test_routes_do_not_shadow),
+	cmocka_unit_test(test_job_owners_hooked),
+	cmocka_unit_test(test_route_param_id),
+	cmocka_unit_test(test_caller_owns))

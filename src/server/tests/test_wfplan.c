@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "server/wfplan.h"
 
 /*
@@ -234,23 +235,18 @@ static void test_state_names(void **state)
 	assert_true(wf_step_ended(WF_SKIPPED));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_waits_then_starts, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_failed_need_skips, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(
-			test_outcome_condition_runs_after_failure, setup,
-			teardown),
-		cmocka_unit_test_setup_teardown(test_metric_condition, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_condition_skip_propagates,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_retry_plan, setup,
-						teardown),
-		cmocka_unit_test(test_state_names),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test_setup_teardown(test_waits_then_starts, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_failed_need_skips, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(
+		test_outcome_condition_runs_after_failure, setup,
+		teardown),
+	cmocka_unit_test_setup_teardown(test_metric_condition, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_condition_skip_propagates,
+					setup, teardown),
+	cmocka_unit_test_setup_teardown(test_retry_plan, setup,
+					teardown),
+	cmocka_unit_test(test_state_names))

@@ -12,6 +12,7 @@
 
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "server/internal.h"
 
 static void add(struct server *s, int gpu_milli, char **models, size_t n)
@@ -77,11 +78,6 @@ static void test_counts_follow_the_window(void **state)
 	workload_release(&s);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_alike_jobs_are_one_shape),
-		cmocka_unit_test(test_counts_follow_the_window),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_alike_jobs_are_one_shape),
+	cmocka_unit_test(test_counts_follow_the_window))

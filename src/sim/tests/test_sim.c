@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/tests/testmain.h"
 #include "sim/sim.h"
 
 static char dir[] = "/tmp/kiln-test-sim.XXXXXX";
@@ -315,18 +316,12 @@ static void test_history_csv(void **state)
 	json_decref(nodes);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_five_columns),
-		cmocka_unit_test(test_required_columns),
-		cmocka_unit_test(test_placed_rate),
-		cmocka_unit_test(test_stats),
-		cmocka_unit_test(test_paired),
-		cmocka_unit_test(test_replay_by_hand),
-		cmocka_unit_test(test_replay_load),
-		cmocka_unit_test(test_history_csv),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+KN_TEST_MAIN(setup, teardown,
+	cmocka_unit_test(test_five_columns),
+	cmocka_unit_test(test_required_columns),
+	cmocka_unit_test(test_placed_rate),
+	cmocka_unit_test(test_stats),
+	cmocka_unit_test(test_paired),
+	cmocka_unit_test(test_replay_by_hand),
+	cmocka_unit_test(test_replay_load),
+	cmocka_unit_test(test_history_csv))

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/tests/testmain.h"
 #include "sim/sim.h"
 
 #define HEADER "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos," \
@@ -301,17 +302,11 @@ static void test_bad_traces(void **state)
 			   ":2:14: a quoted field is not closed");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_burst_scales_up_then_down_to_min),
-		cmocka_unit_test(test_never_below_min),
-		cmocka_unit_test(test_max_caps_the_burst),
-		cmocka_unit_test(test_spot_for_preemptible),
-		cmocka_unit_test(test_left_out),
-		cmocka_unit_test(test_bad_pools),
-		cmocka_unit_test(test_bad_traces),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+KN_TEST_MAIN(setup, teardown,
+	cmocka_unit_test(test_burst_scales_up_then_down_to_min),
+	cmocka_unit_test(test_never_below_min),
+	cmocka_unit_test(test_max_caps_the_burst),
+	cmocka_unit_test(test_spot_for_preemptible),
+	cmocka_unit_test(test_left_out),
+	cmocka_unit_test(test_bad_pools),
+	cmocka_unit_test(test_bad_traces))

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "spec/spec.h"
 #include "spec_cases.h"
 
@@ -430,18 +431,13 @@ static void test_kind(void **state)
 	assert_null(kn_spec_kind("%m\xef\nkind: Job\n", 14));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_bad),
-		cmocka_unit_test(test_good),
-		cmocka_unit_test(test_model_job),
-		cmocka_unit_test(test_revalidate),
-		cmocka_unit_test(test_presets_fill_resources),
-		cmocka_unit_test(test_preset_table),
-		cmocka_unit_test(test_preset_table_errors),
-		cmocka_unit_test(test_job_input_roundtrip),
-		cmocka_unit_test(test_kind),
-	};
-	return cmocka_run_group_tests(tests, load_presets, free_presets);
-}
+KN_TEST_MAIN(load_presets, free_presets,
+	cmocka_unit_test(test_bad),
+	cmocka_unit_test(test_good),
+	cmocka_unit_test(test_model_job),
+	cmocka_unit_test(test_revalidate),
+	cmocka_unit_test(test_presets_fill_resources),
+	cmocka_unit_test(test_preset_table),
+	cmocka_unit_test(test_preset_table_errors),
+	cmocka_unit_test(test_job_input_roundtrip),
+	cmocka_unit_test(test_kind))

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "spec/spec.h"
 #include "spec_cases.h"
 
@@ -148,15 +149,9 @@ static void test_kind(void **state)
 	kn_job_spec_free(spec);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_defaults),
-		cmocka_unit_test(test_fields),
-		cmocka_unit_test(test_bad),
-		cmocka_unit_test(test_json_and_input_text),
-		cmocka_unit_test(test_kind),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_defaults),
+	cmocka_unit_test(test_fields),
+	cmocka_unit_test(test_bad),
+	cmocka_unit_test(test_json_and_input_text),
+	cmocka_unit_test(test_kind))

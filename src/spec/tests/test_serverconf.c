@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "spec/spec.h"
 
 struct target {
@@ -138,54 +139,53 @@ static void test_lists_append_and_clear(void **state)
 	kn_strpool_release(&pool);
 }
 
-/* Parse text as "s.yaml"; on failure err holds the message. */
-static int parse(const char *text, struct target *t,
-		 struct kn_server_conf *conf, struct kn_strpool *pool,
-		 struct kn_error *err)
+/* A config file read: its options, its sections, the strings they keep. */
+struct conf_file {
+	struct target t;
+	struct kn_server_conf conf;
+	struct kn_strpool pool;
+	struct kn_error err;
+};
+
+/* Parse text as "s.yaml" into f; on failure f->err holds the message. */
+static int parse(struct conf_file *f, const char *text)
 {
 	return kn_server_conf_parse(text, strlen(text), "s.yaml", opts, N_OPTS,
-				    t, pool, conf, NULL, err);
+				    &f->t, &f->pool, &f->conf, NULL, &f->err);
 }
 
 static void test_file_reads_every_kind(void **state)
 {
-	struct target t = {.local = true};
-	struct kn_server_conf conf = {0};
-	struct kn_strpool pool = {0};
-	struct kn_error err;
+	struct conf_file f = {.t.local = true};
 
 	(void)state;
-	assert_int_equal(parse("# options\nname: n1\nevery: 0\ncount: 3\n"
-			       "size: 1Mi\non: true\nno-local: true\n"
-			       "item: [x, y]\n",
-			       &t, &conf, &pool, &err), 0);
-	assert_string_equal(t.name, "n1");
-	assert_int_equal(t.every_ms, 0);
-	assert_int_equal(t.count, 3);
-	assert_int_equal(t.size, 1 << 20);
-	assert_true(t.on);
-	assert_false(t.local);
-	assert_int_equal(t.n_items, 2);
-	assert_string_equal(t.items[1], "y");
-	assert_int_equal(conf.n_signers, 0);
-	kn_strpool_release(&pool);
+	assert_int_equal(parse(&f, "# options\nname: n1\nevery: 0\n"
+				   "count: 3\nsize: 1Mi\non: true\n"
+				   "no-local: true\nitem: [x, y]\n"), 0);
+	assert_string_equal(f.t.name, "n1");
+	assert_int_equal(f.t.every_ms, 0);
+	assert_int_equal(f.t.count, 3);
+	assert_int_equal(f.t.size, 1 << 20);
+	assert_true(f.t.on);
+	assert_false(f.t.local);
+	assert_int_equal(f.t.n_items, 2);
+	assert_string_equal(f.t.items[1], "y");
+	assert_int_equal(f.conf.n_signers, 0);
+	kn_strpool_release(&f.pool);
 
 	/* Comments only: no options, no error. */
-	assert_int_equal(parse("# nothing yet\n", &t, &conf, &pool, &err), 0);
-	kn_strpool_release(&pool);
+	assert_int_equal(parse(&f, "# nothing yet\n"), 0);
+	kn_strpool_release(&f.pool);
 }
 
 static void file_refused(const char *text, const char *want)
 {
-	struct target t = {0};
-	struct kn_server_conf conf = {.n_signers = 99};
-	struct kn_strpool pool = {0};
-	struct kn_error err;
+	struct conf_file f = {.conf.n_signers = 99};
 
-	assert_int_equal(parse(text, &t, &conf, &pool, &err), -EINVAL);
-	assert_string_equal(err.message, want);
-	assert_int_equal(conf.n_signers, 99);
-	kn_strpool_release(&pool);
+	assert_int_equal(parse(&f, text), -EINVAL);
+	assert_string_equal(f.err.message, want);
+	assert_int_equal(f.conf.n_signers, 99);
+	kn_strpool_release(&f.pool);
 }
 
 static void test_file_errors_name_the_key(void **state)
@@ -212,28 +212,25 @@ static void test_file_errors_name_the_key(void **state)
 
 static void test_signers(void **state)
 {
-	struct target t = {0};
-	struct kn_server_conf conf = {0};
-	struct kn_strpool pool = {0};
-	struct kn_error err;
+	struct conf_file f = {0};
 
 	(void)state;
-	assert_int_equal(parse("signers:\n"
-			       "  - name: release\n"
-			       "    key-file: /etc/kiln/release.pem\n"
-			       "    roles: [admin, operator]\n"
-			       "  - name: nightly\n"
-			       "    key-file: /etc/kiln/nightly.pem\n"
-			       "    tokens: [ci]\n",
-			       &t, &conf, &pool, &err), 0);
-	assert_int_equal(conf.n_signers, 2);
-	assert_string_equal(conf.signers[0].name, "release");
-	assert_string_equal(conf.signers[0].key_file, "/etc/kiln/release.pem");
-	assert_int_equal(conf.signers[0].n_roles, 2);
-	assert_string_equal(conf.signers[0].roles[1], "operator");
-	assert_int_equal(conf.signers[1].n_tokens, 1);
-	assert_string_equal(conf.signers[1].tokens[0], "ci");
-	kn_server_conf_release(&conf);
+	assert_int_equal(parse(&f, "signers:\n"
+				   "  - name: release\n"
+				   "    key-file: /etc/kiln/release.pem\n"
+				   "    roles: [admin, operator]\n"
+				   "  - name: nightly\n"
+				   "    key-file: /etc/kiln/nightly.pem\n"
+				   "    tokens: [ci]\n"), 0);
+	assert_int_equal(f.conf.n_signers, 2);
+	assert_string_equal(f.conf.signers[0].name, "release");
+	assert_string_equal(f.conf.signers[0].key_file,
+			    "/etc/kiln/release.pem");
+	assert_int_equal(f.conf.signers[0].n_roles, 2);
+	assert_string_equal(f.conf.signers[0].roles[1], "operator");
+	assert_int_equal(f.conf.signers[1].n_tokens, 1);
+	assert_string_equal(f.conf.signers[1].tokens[0], "ci");
+	kn_server_conf_release(&f.conf);
 
 	file_refused("signers:\n  - name: r\n    key-file: /k\n",
 		     "s.yaml:2:5: signers[0]: grants no one: give roles: or "
@@ -254,13 +251,11 @@ static void test_signers(void **state)
 
 static void test_stores(void **state)
 {
-	struct target t = {0};
-	struct kn_server_conf conf = {0};
-	struct kn_strpool pool = {0};
-	struct kn_error err;
+	struct conf_file f = {0};
 
 	(void)state;
-	assert_int_equal(parse("stores:\n"
+	assert_int_equal(parse(&f,
+			       "stores:\n"
 			       "  - name: archive\n"
 			       "    url: https://acct.blob.core.windows.net/c\n"
 			       "    credential: {env: ARCHIVE_SAS}\n"
@@ -268,14 +263,15 @@ static void test_stores(void **state)
 			       "    url: file:///var/kiln/scratch\n"
 			       "  - name: keyed\n"
 			       "    url: https://b.blob.core.windows.net/c\n"
-			       "    credential: {file: /etc/kiln/b.key}\n",
-			       &t, &conf, &pool, &err), 0);
-	assert_int_equal(conf.n_stores, 3);
-	assert_string_equal(conf.stores[0].credential_env, "ARCHIVE_SAS");
-	assert_null(conf.stores[0].credential_file);
-	assert_null(conf.stores[1].credential_env);
-	assert_string_equal(conf.stores[2].credential_file, "/etc/kiln/b.key");
-	kn_server_conf_release(&conf);
+			       "    credential: {file: /etc/kiln/b.key}\n"),
+			 0);
+	assert_int_equal(f.conf.n_stores, 3);
+	assert_string_equal(f.conf.stores[0].credential_env, "ARCHIVE_SAS");
+	assert_null(f.conf.stores[0].credential_file);
+	assert_null(f.conf.stores[1].credential_env);
+	assert_string_equal(f.conf.stores[2].credential_file,
+			    "/etc/kiln/b.key");
+	kn_server_conf_release(&f.conf);
 
 	file_refused("stores:\n  - {name: a, url: ftp://x}\n",
 		     "s.yaml:2:20: stores[0].url: must be file:///DIR or an "
@@ -309,51 +305,49 @@ static void expect_shown(const struct target *t, const char *name,
 /* What --print-config shows reads back to the same value. */
 static void test_show_reads_back(void **state)
 {
-	struct target t = {.local = true}, back = {0};
-	struct kn_strpool pool = {0};
-	struct kn_server_conf conf = {0};
-	struct kn_error err;
+	struct conf_file f = {.t.local = true}, back = {.t.local = true};
 	struct kn_buf file;
 	const char *const names[] = {"name", "every", "size", "count", "small",
 				     "on", "no-local", "item"};
 
 	(void)state;
-	expect_shown(&t, "name", "~");
-	expect_shown(&t, "every", "0");
-	expect_shown(&t, "no-local", "false");
-	expect_shown(&t, "item", "[]");
+	expect_shown(&f.t, "name", "~");
+	expect_shown(&f.t, "every", "0");
+	expect_shown(&f.t, "no-local", "false");
+	expect_shown(&f.t, "item", "[]");
 	/* An unset string is shown as ~, which reads back as unset. */
-	assert_int_equal(parse("name: ~\n", &t, &conf, &pool, &err), 0);
-	assert_null(t.name);
-	kn_server_conf_release(&conf);
-	assert_int_equal(parse("name: 'say \"hi\"'\nevery: 90s\nsize: 2Mi\n"
-			       "count: 3\nsmall: 7\non: true\nno-local: true\n"
-			       "item: [a, 'b c']\n", &t, &conf, &pool, &err), 0);
-	expect_shown(&t, "name", "\"say \\\"hi\\\"\"");
-	expect_shown(&t, "every", "90s");
-	expect_shown(&t, "size", "2Mi");
-	expect_shown(&t, "small", "7");
-	expect_shown(&t, "no-local", "true");
-	expect_shown(&t, "item", "[\"a\", \"b c\"]");
+	assert_int_equal(parse(&f, "name: ~\n"), 0);
+	assert_null(f.t.name);
+	kn_server_conf_release(&f.conf);
+	assert_int_equal(parse(&f, "name: 'say \"hi\"'\nevery: 90s\n"
+				   "size: 2Mi\ncount: 3\nsmall: 7\non: true\n"
+				   "no-local: true\nitem: [a, 'b c']\n"), 0);
+	expect_shown(&f.t, "name", "\"say \\\"hi\\\"\"");
+	expect_shown(&f.t, "every", "90s");
+	expect_shown(&f.t, "size", "2Mi");
+	expect_shown(&f.t, "small", "7");
+	expect_shown(&f.t, "no-local", "true");
+	expect_shown(&f.t, "item", "[\"a\", \"b c\"]");
 	kn_buf_init(&file, SIZE_MAX);
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		kn_buf_printf(&file, "%s: ", names[i]);
-		kn_option_show(opt(names[i]), &t, &file);
+		kn_option_show(opt(names[i]), &f.t, &file);
 		kn_buf_printf(&file, "\n");
 	}
-	back.local = true;
-	assert_int_equal(parse(file.data, &back, &conf, &pool, &err), 0);
-	assert_string_equal(back.name, t.name);
-	assert_int_equal(back.every_ms, 90000);
-	assert_int_equal(back.size, t.size);
-	assert_int_equal(back.small, 7);
-	assert_true(back.on);
-	assert_false(back.local);
-	assert_int_equal(back.n_items, 2);
-	assert_string_equal(back.items[1], "b c");
+	assert_int_equal(parse(&back, file.data), 0);
+	assert_string_equal(back.t.name, f.t.name);
+	assert_int_equal(back.t.every_ms, 90000);
+	assert_int_equal(back.t.size, f.t.size);
+	assert_int_equal(back.t.small, 7);
+	assert_true(back.t.on);
+	assert_false(back.t.local);
+	assert_int_equal(back.t.n_items, 2);
+	assert_string_equal(back.t.items[1], "b c");
 	kn_buf_release(&file);
-	kn_server_conf_release(&conf);
-	kn_strpool_release(&pool);
+	kn_server_conf_release(&f.conf);
+	kn_server_conf_release(&back.conf);
+	kn_strpool_release(&f.pool);
+	kn_strpool_release(&back.pool);
 }
 
 /* A file of options alone has no sections: signers: is an unknown key. */
@@ -374,18 +368,12 @@ static void test_options_file_has_no_sections(void **state)
 	kn_strpool_release(&pool);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_values_and_bounds),
-		cmocka_unit_test(test_lists_append_and_clear),
-		cmocka_unit_test(test_file_reads_every_kind),
-		cmocka_unit_test(test_file_errors_name_the_key),
-		cmocka_unit_test(test_signers),
-		cmocka_unit_test(test_stores),
-		cmocka_unit_test(test_show_reads_back),
-		cmocka_unit_test(test_options_file_has_no_sections),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_values_and_bounds),
+	cmocka_unit_test(test_lists_append_and_clear),
+	cmocka_unit_test(test_file_reads_every_kind),
+	cmocka_unit_test(test_file_errors_name_the_key),
+	cmocka_unit_test(test_signers),
+	cmocka_unit_test(test_stores),
+	cmocka_unit_test(test_show_reads_back),
+	cmocka_unit_test(test_options_file_has_no_sections))

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "spec/spec.h"
 #include "spec_cases.h"
 
@@ -1128,27 +1129,21 @@ static void test_free_null(void **state)
 	kn_job_spec_free(NULL);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_bad_specs),
-		cmocka_unit_test(test_out_untouched),
-		cmocka_unit_test(test_too_big),
-		cmocka_unit_test(test_nul_byte_and_length),
-		cmocka_unit_test(test_null_filename),
-		cmocka_unit_test(test_defaults),
-		cmocka_unit_test(test_full_spec),
-		cmocka_unit_test(test_gpu_forms),
-		cmocka_unit_test(test_single_gpu_model_and_cpus),
-		cmocka_unit_test(test_json_input),
-		cmocka_unit_test(test_to_json),
-		cmocka_unit_test(test_sharing),
-		cmocka_unit_test(test_many_env_duplicate_last),
-		cmocka_unit_test(test_signals),
-		cmocka_unit_test(test_inputs),
-		cmocka_unit_test(test_arrays),
-		cmocka_unit_test(test_free_null),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_bad_specs),
+	cmocka_unit_test(test_out_untouched),
+	cmocka_unit_test(test_too_big),
+	cmocka_unit_test(test_nul_byte_and_length),
+	cmocka_unit_test(test_null_filename),
+	cmocka_unit_test(test_defaults),
+	cmocka_unit_test(test_full_spec),
+	cmocka_unit_test(test_gpu_forms),
+	cmocka_unit_test(test_single_gpu_model_and_cpus),
+	cmocka_unit_test(test_json_input),
+	cmocka_unit_test(test_to_json),
+	cmocka_unit_test(test_sharing),
+	cmocka_unit_test(test_many_env_duplicate_last),
+	cmocka_unit_test(test_signals),
+	cmocka_unit_test(test_inputs),
+	cmocka_unit_test(test_arrays),
+	cmocka_unit_test(test_free_null))

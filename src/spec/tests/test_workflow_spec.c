@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "spec/spec.h"
 #include "spec_cases.h"
 
@@ -335,13 +336,7 @@ static void test_bad_workflows(void **state)
 		       parse_workflow);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_pipeline),
-		cmocka_unit_test(test_order),
-		cmocka_unit_test(test_bad_workflows),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_pipeline),
+	cmocka_unit_test(test_order),
+	cmocka_unit_test(test_bad_workflows))

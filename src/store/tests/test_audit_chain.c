@@ -22,6 +22,7 @@
 #include <sqlite3.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 #include "store/store.h"
 
 struct fixture {
@@ -427,24 +428,19 @@ static void test_reader_connection(void **state)
 	free(old);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_known_rows, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(
-			test_chain_start_chains_old_rows, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_rollback_reports_no_head,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_wrong_key, setup,
-						teardown),
-		cmocka_unit_test(test_tampering_found),
-		cmocka_unit_test_setup_teardown(test_truncated_tail, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_backup_copy, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_reader_connection, setup,
-						teardown),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test_setup_teardown(test_known_rows, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(
+		test_chain_start_chains_old_rows, setup, teardown),
+	cmocka_unit_test_setup_teardown(test_rollback_reports_no_head,
+					setup, teardown),
+	cmocka_unit_test_setup_teardown(test_wrong_key, setup,
+					teardown),
+	cmocka_unit_test(test_tampering_found),
+	cmocka_unit_test_setup_teardown(test_truncated_tail, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_backup_copy, setup,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_reader_connection, setup,
+					teardown))

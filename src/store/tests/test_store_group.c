@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 #include "store_fixture.h"
 
 static int commits_seen;
@@ -152,22 +153,17 @@ static void test_free_commits_an_open_group(void **state)
 	assert_int_equal(kn_store_open(fx->path, &fx->st, &err), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_members_share_one_commit,
-						setup_counting, teardown),
-		cmocka_unit_test_setup_teardown(
-			test_member_rollback_undoes_only_its_own, setup_store,
-			teardown),
-		cmocka_unit_test_setup_teardown(
-			test_outside_write_commits_the_group_first,
-			setup_counting, teardown),
-		cmocka_unit_test_setup_teardown(
-			test_group_refused_inside_a_transaction, setup_store,
-			teardown),
-		cmocka_unit_test_setup_teardown(test_free_commits_an_open_group,
-						setup_store, teardown),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test_setup_teardown(test_members_share_one_commit,
+					setup_counting, teardown),
+	cmocka_unit_test_setup_teardown(
+		test_member_rollback_undoes_only_its_own, setup_store,
+		teardown),
+	cmocka_unit_test_setup_teardown(
+		test_outside_write_commits_the_group_first,
+		setup_counting, teardown),
+	cmocka_unit_test_setup_teardown(
+		test_group_refused_inside_a_transaction, setup_store,
+		teardown),
+	cmocka_unit_test_setup_teardown(test_free_commits_an_open_group,
+					setup_store, teardown))

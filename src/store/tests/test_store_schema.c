@@ -19,6 +19,7 @@
 #include <sqlite3.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 #include "store/internal.h"
 #include "store_fixture.h"
 
@@ -364,27 +365,22 @@ static void test_full_database_is_insufficient_storage(void **state)
 	free(big);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(
-			test_every_statement_matches_its_table, setup_dir,
-			teardown),
-		cmocka_unit_test(test_drifted_table_caught),
-		cmocka_unit_test(test_drifted_params_caught),
-		cmocka_unit_test(test_column_type_from_field),
-		cmocka_unit_test_setup_teardown(test_bad_state_not_written,
-						setup_dir, teardown),
-		cmocka_unit_test_setup_teardown(test_bad_state_names_row,
-						setup_dir, teardown),
-		cmocka_unit_test_setup_teardown(test_old_files_upgrade,
-						setup_dir, teardown),
-		cmocka_unit_test_setup_teardown(
-			test_node_state_close_searches_one_node, setup_store,
-			teardown),
-		cmocka_unit_test_setup_teardown(
-			test_full_database_is_insufficient_storage,
-			setup_store, teardown),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test_setup_teardown(
+		test_every_statement_matches_its_table, setup_dir,
+		teardown),
+	cmocka_unit_test(test_drifted_table_caught),
+	cmocka_unit_test(test_drifted_params_caught),
+	cmocka_unit_test(test_column_type_from_field),
+	cmocka_unit_test_setup_teardown(test_bad_state_not_written,
+					setup_dir, teardown),
+	cmocka_unit_test_setup_teardown(test_bad_state_names_row,
+					setup_dir, teardown),
+	cmocka_unit_test_setup_teardown(test_old_files_upgrade,
+					setup_dir, teardown),
+	cmocka_unit_test_setup_teardown(
+		test_node_state_close_searches_one_node, setup_store,
+		teardown),
+	cmocka_unit_test_setup_teardown(
+		test_full_database_is_insufficient_storage,
+		setup_store, teardown))

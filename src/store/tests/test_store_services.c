@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/tests/testmain.h"
 #include "store_fixture.h"
 
 static void test_deployments(void **state)
@@ -561,26 +562,21 @@ static void test_task_usage(void **state)
 	kn_task_usage_row_release(&got);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_deployments, setup_store,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_gateway_keys, setup_store,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_cost_record, setup_store,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_workflow_runs, setup_store,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_workflow_attempts,
-						setup_store, teardown),
-		cmocka_unit_test_setup_teardown(
-			test_revalidations_and_evaluations, setup_store,
-			teardown),
-		cmocka_unit_test_setup_teardown(test_idempotency_keys,
-						setup_store, teardown),
-		cmocka_unit_test_setup_teardown(test_task_usage, setup_store,
-						teardown),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test_setup_teardown(test_deployments, setup_store,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_gateway_keys, setup_store,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_cost_record, setup_store,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_workflow_runs, setup_store,
+					teardown),
+	cmocka_unit_test_setup_teardown(test_workflow_attempts,
+					setup_store, teardown),
+	cmocka_unit_test_setup_teardown(
+		test_revalidations_and_evaluations, setup_store,
+		teardown),
+	cmocka_unit_test_setup_teardown(test_idempotency_keys,
+					setup_store, teardown),
+	cmocka_unit_test_setup_teardown(test_task_usage, setup_store,
+					teardown))

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/tests/testmain.h"
 #include "telemetry/telemetry.h"
 
 static char fixture_path[1024];
@@ -474,23 +475,18 @@ static void test_nvml_app_clocks(void **state)
 	kn_nvml_close(nv);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_prom_escaping),
-		cmocka_unit_test(test_prom_values),
-		cmocka_unit_test(test_prom_rejects_bad_names),
-		cmocka_unit_test(test_prom_cap),
-		cmocka_unit_test(test_prom_histogram),
-		cmocka_unit_test(test_node_fixture),
-		cmocka_unit_test(test_node_listed_mounts),
-		cmocka_unit_test(test_node_errors),
-		cmocka_unit_test(test_mem_total_and_ib),
-		cmocka_unit_test(test_nvml_sample_and_write),
-		cmocka_unit_test(test_nvml_processes),
-		cmocka_unit_test(test_nvml_unsupported_fields),
-		cmocka_unit_test(test_nvml_absent),
-		cmocka_unit_test(test_nvml_app_clocks),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_prom_escaping),
+	cmocka_unit_test(test_prom_values),
+	cmocka_unit_test(test_prom_rejects_bad_names),
+	cmocka_unit_test(test_prom_cap),
+	cmocka_unit_test(test_prom_histogram),
+	cmocka_unit_test(test_node_fixture),
+	cmocka_unit_test(test_node_listed_mounts),
+	cmocka_unit_test(test_node_errors),
+	cmocka_unit_test(test_mem_total_and_ib),
+	cmocka_unit_test(test_nvml_sample_and_write),
+	cmocka_unit_test(test_nvml_processes),
+	cmocka_unit_test(test_nvml_unsupported_fields),
+	cmocka_unit_test(test_nvml_absent),
+	cmocka_unit_test(test_nvml_app_clocks))

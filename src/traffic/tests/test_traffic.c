@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "traffic/traffic.h"
 
 #define WINDOW 300000
@@ -334,17 +335,12 @@ static void what_it_holds_is_bounded(void **state)
 	kn_traffic_free(t);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		STORE_TEST(a_fresh_gateway_counts_from_zero),
-		STORE_TEST(the_window_is_a_difference),
-		STORE_TEST(gateways_add_up),
-		STORE_TEST(a_restart_starts_the_series_again),
-		cmocka_unit_test(quantiles),
-		STORE_TEST(hostile_reports_are_refused),
-		STORE_TEST(each_of_many_is_found),
-		cmocka_unit_test(what_it_holds_is_bounded),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	STORE_TEST(a_fresh_gateway_counts_from_zero),
+	STORE_TEST(the_window_is_a_difference),
+	STORE_TEST(gateways_add_up),
+	STORE_TEST(a_restart_starts_the_series_again),
+	cmocka_unit_test(quantiles),
+	STORE_TEST(hostile_reports_are_refused),
+	STORE_TEST(each_of_many_is_found),
+	cmocka_unit_test(what_it_holds_is_bounded))

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "vmss/vmss.h"
 
 #define ID                                                                 \
@@ -261,15 +262,10 @@ static void test_client_config(void **state)
 	assert_string_equal(err.field, "vmss");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_check_id),
-		cmocka_unit_test(test_requests),
-		cmocka_unit_test(test_tokens),
-		cmocka_unit_test(test_capacity_and_vms),
-		cmocka_unit_test(test_operation_and_errors),
-		cmocka_unit_test(test_client_config),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_check_id),
+	cmocka_unit_test(test_requests),
+	cmocka_unit_test(test_tokens),
+	cmocka_unit_test(test_capacity_and_vms),
+	cmocka_unit_test(test_operation_and_errors),
+	cmocka_unit_test(test_client_config))

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tests/testmain.h"
 #include "ws/ws.h"
 
 /* The example of RFC 6455 section 1.3. */
@@ -289,14 +290,9 @@ static void test_refused(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_handshake),
-		cmocka_unit_test(test_handshake_refused),
-		cmocka_unit_test(test_encode),
-		cmocka_unit_test(test_read),
-		cmocka_unit_test(test_refused),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_handshake),
+	cmocka_unit_test(test_handshake_refused),
+	cmocka_unit_test(test_encode),
+	cmocka_unit_test(test_read),
+	cmocka_unit_test(test_refused))
