@@ -699,6 +699,20 @@ int kn_thread_background(void)
 	return rc;
 }
 
+void kn_run_threads(int n, void *(*fn)(void *), void *arg)
+{
+	pthread_t *tids = kn_xcalloc(n > 1 ? (size_t)n : 1, sizeof(*tids));
+	int started = 0;
+
+	for (int i = 1; i < n; i++)
+		if (pthread_create(&tids[started], NULL, fn, arg) == 0)
+			started++;
+	fn(arg);
+	for (int i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	free(tids);
+}
+
 int kn_random_bytes(void *buf, size_t n)
 {
 	char *p = buf;

@@ -148,9 +148,8 @@ int kn_blob_for_each_file(struct kn_blob_store *s, size_t n,
 			  void *ctx, struct kn_error *err)
 {
 	struct each e = {.fn = fn, .ctx = ctx, .n = n};
-	pthread_t threads[KN_BLOB_MAX_PARALLEL];
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	int workers = s->ops->concurrency, started = 0;
+	int workers = s->ops->concurrency;
 
 	if (s->files_in_flight > 0 && workers > s->files_in_flight)
 		workers = s->files_in_flight;
@@ -159,12 +158,7 @@ int kn_blob_for_each_file(struct kn_blob_store *s, size_t n,
 	if ((size_t)workers > n)
 		workers = (int)n;
 	pthread_mutex_init(&e.mu, NULL);
-	for (int i = 1; i < workers; i++)
-		if (pthread_create(&threads[started], NULL, each_worker, &e) == 0)
-			started++;
-	each_worker(&e);
-	for (int i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
+	kn_run_threads(workers, each_worker, &e);
 	pthread_mutex_destroy(&e.mu);
 	if (e.rc < 0 && err)
 		*err = e.err;
