@@ -356,6 +356,13 @@ void kn_strv_free(char **v)
 	free(v);
 }
 
+void kn_strv_free_n(char **v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
 void *kn_xrealloc(void *p, size_t n)
 {
 	void *q = realloc(p, n ? n : 1);

@@ -138,6 +138,8 @@ char *kn_xstrdup(const char *s);
 /* Frees a NULL-terminated vector of malloc'd strings and the vector; NULL
    is nothing. */
 void kn_strv_free(char **v);
+/* Frees the n malloc'd strings of v and v itself; NULL is nothing. */
+void kn_strv_free_n(char **v, size_t n);
 /* Edit distance, for "did you mean" suggestions. */
 int kn_levenshtein(const char *a, const char *b);
 

@@ -218,13 +218,6 @@ struct kn_ckpt_sent *kn_ckpt_sent_new(void)
 	return kn_xcalloc(1, sizeof(struct kn_ckpt_sent));
 }
 
-static void free_names(char **names, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(names[i]);
-	free(names);
-}
-
 static bool has_name(char **names, size_t n, const char *name)
 {
 	for (size_t i = 0; i < n; i++)
@@ -264,8 +257,8 @@ void kn_ckpt_sent_free(struct kn_ckpt_sent *sent)
 		free(sent->files[i].path);
 	}
 	free(sent->files);
-	free_names(sent->complete, sent->ncomplete);
-	free_names(sent->checked, sent->nchecked);
+	kn_strv_free_n(sent->complete, sent->ncomplete);
+	kn_strv_free_n(sent->checked, sent->nchecked);
 	free(sent);
 }
 
