@@ -46,7 +46,6 @@ static int check_part(const char *value, const char *field,
 static int walk_local(const char *root, const char *rel,
 		      struct kn_ckpt_manifest *m, struct kn_error *err)
 {
-	char *dir = *rel ? kn_asprintf("%s/%s", root, rel) : kn_xstrdup(root);
 	int fd = kn_task_file_open(root, *rel ? rel : ".",
 				   O_RDONLY | O_DIRECTORY, KN_ANY_OWNER, err);
 	DIR *d = fd < 0 ? NULL : fdopendir(fd);
@@ -56,7 +55,6 @@ static int walk_local(const char *root, const char *rel,
 	if (!d) {
 		if (fd >= 0)
 			close(fd);
-		free(dir);
 		return fd < 0 ? fd : -ENOMEM;
 	}
 	while (rc == 0 && (e = readdir(d))) {
@@ -95,7 +93,6 @@ static int walk_local(const char *root, const char *rel,
 		free(name);
 	}
 	closedir(d);
-	free(dir);
 	return rc;
 }
 
