@@ -356,6 +356,13 @@ void kn_strv_free(char **v)
 	free(v);
 }
 
+void kn_strv_free_n(char **v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
 void *kn_xrealloc(void *p, size_t n)
 {
 	void *q = realloc(p, n ? n : 1);
@@ -697,6 +704,20 @@ int kn_thread_background(void)
 		    class_idle << class_shift) < 0 && rc == 0)
 		rc = -errno;
 	return rc;
+}
+
+void kn_run_threads(int n, void *(*fn)(void *), void *arg)
+{
+	pthread_t *tids = kn_xcalloc(n > 1 ? (size_t)n : 1, sizeof(*tids));
+	int started = 0;
+
+	for (int i = 1; i < n; i++)
+		if (pthread_create(&tids[started], NULL, fn, arg) == 0)
+			started++;
+	fn(arg);
+	for (int i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	free(tids);
 }
 
 int kn_random_bytes(void *buf, size_t n)

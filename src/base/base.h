@@ -138,6 +138,8 @@ char *kn_xstrdup(const char *s);
 /* Frees a NULL-terminated vector of malloc'd strings and the vector; NULL
    is nothing. */
 void kn_strv_free(char **v);
+/* Frees the n malloc'd strings of v and v itself; NULL is nothing. */
+void kn_strv_free_n(char **v, size_t n);
 /* Edit distance, for "did you mean" suggestions. */
 int kn_levenshtein(const char *a, const char *b);
 
@@ -301,6 +303,13 @@ int kn_git_revision(const char *dir, char out[KN_SHA256_HEX + 1]);
  * Best effort: returns 0, or -errno of the first step refused.
  */
 int kn_thread_background(void);
+/*
+ * Run fn(arg) on n threads, the calling thread one of them, and return
+ * when all have returned. For a pool whose workers take their items from
+ * shared state: a thread that cannot be created leaves its share to the
+ * others, so fewer threads only make the work slower.
+ */
+void kn_run_threads(int n, void *(*fn)(void *), void *arg);
 
 /*
  * Where kiln's shipped data files are (GPU and VM catalogs, MIG profiles,

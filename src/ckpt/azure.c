@@ -186,6 +186,20 @@ static void http_date(char *buf, size_t len)
 	strftime(buf, len, "%a, %d %b %Y %H:%M:%S GMT", &tm);
 }
 
+/* "Name: value" onto list for each pair that has a value. */
+static void add_headers(struct curl_slist **list, const struct kn_kv *kv,
+			size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!kv[i].value)
+			continue;
+		char *line = kn_asprintf("%s: %s", kv[i].name, kv[i].value);
+
+		*list = curl_slist_append(*list, line);
+		free(line);
+	}
+}
+
 /* Build URL and headers for r on handle h; the reply goes into c. */
 static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 		    struct az_call *c)
@@ -196,8 +210,13 @@ static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 				 enc_blob ? "/" : "", enc_blob ? enc_blob : "");
 	struct kn_buf url;
 	struct kn_kv xms[8];
+	const struct kn_kv plain[] = {
+		{"Content-Type", r->content_type},
+		{"If-Match", r->if_match},
+		{"If-None-Match", r->if_none_match},
+		{"Range", r->range},
+	};
 	size_t nx = 0;
-	char *line;
 
 	kn_buf_init(&url, SIZE_MAX);
 	kn_buf_printf(&url, "%s%s", a->origin, path);
@@ -216,31 +235,8 @@ static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 	xms[nx++] = (struct kn_kv){"x-ms-version", a->version};
 	for (size_t i = 0; i < r->nx; i++)
 		xms[nx++] = r->xms[i];
-	for (size_t i = 0; i < nx; i++) {
-		line = kn_asprintf("%s: %s", xms[i].name, xms[i].value);
-		c->headers = curl_slist_append(c->headers, line);
-		free(line);
-	}
-	if (r->content_type) {
-		line = kn_asprintf("Content-Type: %s", r->content_type);
-		c->headers = curl_slist_append(c->headers, line);
-		free(line);
-	}
-	if (r->if_match) {
-		line = kn_asprintf("If-Match: %s", r->if_match);
-		c->headers = curl_slist_append(c->headers, line);
-		free(line);
-	}
-	if (r->if_none_match) {
-		line = kn_asprintf("If-None-Match: %s", r->if_none_match);
-		c->headers = curl_slist_append(c->headers, line);
-		free(line);
-	}
-	if (r->range) {
-		line = kn_asprintf("Range: %s", r->range);
-		c->headers = curl_slist_append(c->headers, line);
-		free(line);
-	}
+	add_headers(&c->headers, xms, nx);
+	add_headers(&c->headers, plain, sizeof(plain) / sizeof(plain[0]));
 	/* No 100-continue round trip before each block. */
 	c->headers = curl_slist_append(c->headers, "Expect:");
 	if (a->key_len > 0) {

@@ -46,7 +46,6 @@ static int check_part(const char *value, const char *field,
 static int walk_local(const char *root, const char *rel,
 		      struct kn_ckpt_manifest *m, struct kn_error *err)
 {
-	char *dir = *rel ? kn_asprintf("%s/%s", root, rel) : kn_xstrdup(root);
 	int fd = kn_task_file_open(root, *rel ? rel : ".",
 				   O_RDONLY | O_DIRECTORY, KN_ANY_OWNER, err);
 	DIR *d = fd < 0 ? NULL : fdopendir(fd);
@@ -56,7 +55,6 @@ static int walk_local(const char *root, const char *rel,
 	if (!d) {
 		if (fd >= 0)
 			close(fd);
-		free(dir);
 		return fd < 0 ? fd : -ENOMEM;
 	}
 	while (rc == 0 && (e = readdir(d))) {
@@ -95,7 +93,6 @@ static int walk_local(const char *root, const char *rel,
 		free(name);
 	}
 	closedir(d);
-	free(dir);
 	return rc;
 }
 
@@ -148,9 +145,8 @@ int kn_blob_for_each_file(struct kn_blob_store *s, size_t n,
 			  void *ctx, struct kn_error *err)
 {
 	struct each e = {.fn = fn, .ctx = ctx, .n = n};
-	pthread_t threads[KN_BLOB_MAX_PARALLEL];
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	int workers = s->ops->concurrency, started = 0;
+	int workers = s->ops->concurrency;
 
 	if (s->files_in_flight > 0 && workers > s->files_in_flight)
 		workers = s->files_in_flight;
@@ -159,12 +155,7 @@ int kn_blob_for_each_file(struct kn_blob_store *s, size_t n,
 	if ((size_t)workers > n)
 		workers = (int)n;
 	pthread_mutex_init(&e.mu, NULL);
-	for (int i = 1; i < workers; i++)
-		if (pthread_create(&threads[started], NULL, each_worker, &e) == 0)
-			started++;
-	each_worker(&e);
-	for (int i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
+	kn_run_threads(workers, each_worker, &e);
 	pthread_mutex_destroy(&e.mu);
 	if (e.rc < 0 && err)
 		*err = e.err;
@@ -224,13 +215,6 @@ struct kn_ckpt_sent *kn_ckpt_sent_new(void)
 	return kn_xcalloc(1, sizeof(struct kn_ckpt_sent));
 }
 
-static void free_names(char **names, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(names[i]);
-	free(names);
-}
-
 static bool has_name(char **names, size_t n, const char *name)
 {
 	for (size_t i = 0; i < n; i++)
@@ -270,8 +254,8 @@ void kn_ckpt_sent_free(struct kn_ckpt_sent *sent)
 		free(sent->files[i].path);
 	}
 	free(sent->files);
-	free_names(sent->complete, sent->ncomplete);
-	free_names(sent->checked, sent->nchecked);
+	kn_strv_free_n(sent->complete, sent->ncomplete);
+	kn_strv_free_n(sent->checked, sent->nchecked);
 	free(sent);
 }
 

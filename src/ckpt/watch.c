@@ -267,12 +267,8 @@ void kn_ckpt_watch_free(struct kn_ckpt_watch *w)
 		forget_written(w, w->nwritten - 1);
 	free(w->tmps);
 	free(w->written);
-	for (size_t i = 0; i < w->nseen; i++)
-		free(w->seen[i]);
-	for (size_t i = 0; i < w->npending; i++)
-		free(w->pending[i]);
-	free(w->seen);
-	free(w->pending);
+	kn_strv_free_n(w->seen, w->nseen);
+	kn_strv_free_n(w->pending, w->npending);
 	if (w->epfd >= 0)
 		close(w->epfd);
 	if (w->infd >= 0)

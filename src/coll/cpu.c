@@ -230,19 +230,33 @@ static bool claim(struct cpu_world *cw, size_t count, size_t block,
 	return true;
 }
 
+/*
+ * Reduce elements off to off + len of every rank's input into dst, rank
+ * first's input first: in place, that one is dst itself.
+ */
+static void reduce_block(struct cpu_world *cw, int n, int first, size_t off,
+			 size_t len, const struct kn_coll_args *a, void *dst)
+{
+	size_t size = kn_coll_type_size(a->type);
+	const void *src[n];
+	int k = 1;
+
+	src[0] = AT(cw->slots[first].src, off, size);
+	for (int j = 0; j < n; j++)
+		if (j != first)
+			src[k++] = AT(cw->slots[j].src, off, size);
+	kn_coll_reduce_many(dst, src, n, len, a->type, a->op);
+}
+
 static void all_reduce_streaming(struct cpu_world *cw, int n,
 				 const struct kn_coll_args *a)
 {
 	size_t size = kn_coll_type_size(a->type);
 	size_t block = STREAM_BLOCK_BYTES / size, off, len;
 	alignas(CACHE_LINE) char tmp[STREAM_BLOCK_BYTES];
-	const void *src[n];
 
 	while (claim(cw, a->count, block, &off, &len)) {
-
-		for (int j = 0; j < n; j++)
-			src[j] = AT(cw->slots[j].src, off, size);
-		kn_coll_reduce_many(tmp, src, n, len, a->type, a->op);
+		reduce_block(cw, n, 0, off, len, a, tmp);
 		for (int j = 0; j < n; j++)
 			stream_copy(AT(cw->slots[j].args.recv, off, size), tmp,
 				    len * size);
@@ -255,7 +269,6 @@ static void all_reduce(struct cpu_world *cw, int n,
 {
 	size_t size = kn_coll_type_size(a->type);
 	size_t block = BLOCK_BYTES / size, off, len;
-	const void *src[n];
 
 	if (a->count * size >= STREAM_BYTES) {
 		all_reduce_streaming(cw, n, a);
@@ -266,9 +279,7 @@ static void all_reduce(struct cpu_world *cw, int n,
 		 * first: in place that is the same block. */
 		char *dst = AT(cw->slots[0].args.recv, off, size);
 
-		for (int j = 0; j < n; j++)
-			src[j] = AT(cw->slots[j].src, off, size);
-		kn_coll_reduce_many(dst, src, n, len, a->type, a->op);
+		reduce_block(cw, n, 0, off, len, a, dst);
 		for (int j = 1; j < n; j++)
 			memcpy(AT(cw->slots[j].args.recv, off, size), dst,
 			       len * size);
@@ -278,36 +289,19 @@ static void all_reduce(struct cpu_world *cw, int n,
 static void reduce_scatter(struct cpu_world *cw, int r, int n,
 			   const struct kn_coll_args *a)
 {
-	size_t size = kn_coll_type_size(a->type);
-	size_t first = (size_t)r * a->count;
-	const void *src[n];
-	int k = 1;
-
 	/* In place, recv is this rank's own block of its input. */
-	src[0] = AT(cw->slots[r].src, first, size);
-	for (int j = 0; j < n; j++)
-		if (j != r)
-			src[k++] = AT(cw->slots[j].src, first, size);
-	kn_coll_reduce_many(a->recv, src, n, a->count, a->type, a->op);
+	reduce_block(cw, n, r, (size_t)r * a->count, a->count, a, a->recv);
 }
 
 static void reduce(struct cpu_world *cw, int n, const struct kn_coll_args *a)
 {
 	size_t size = kn_coll_type_size(a->type);
 	size_t block = BLOCK_BYTES / size, off, len;
-	int root = a->root, k;
-	const void *src[n];
 
-	while (claim(cw, a->count, block, &off, &len)) {
-		/* The root's input first: in place it is the output. */
-		src[0] = AT(cw->slots[root].src, off, size);
-		k = 1;
-		for (int j = 0; j < n; j++)
-			if (j != root)
-				src[k++] = AT(cw->slots[j].src, off, size);
-		kn_coll_reduce_many(AT(cw->slots[root].args.recv, off, size),
-				    src, n, len, a->type, a->op);
-	}
+	/* The root's input first: in place it is the output. */
+	while (claim(cw, a->count, block, &off, &len))
+		reduce_block(cw, n, a->root, off, len, a,
+			     AT(cw->slots[a->root].args.recv, off, size));
 }
 
 static void copy(void *dst, const void *src, size_t bytes)

@@ -661,9 +661,7 @@ static void take_frame(struct shim_sessions *ss, struct sess *x,
 		take_data(x, f);
 		break;
 	case KN_MUX_WINDOW_UPDATE:
-		if (f->stream > KN_MUX_STREAM_STDERR ||
-		    kn_mux_window_grant(&x->win[f->stream],
-					kn_mux_window_credit(f), &err) < 0)
+		if (kn_mux_window_update(x->win, f, &err) < 0)
 			refuse(x, "WINDOW on a stream it cannot be for");
 		break;
 	case KN_MUX_END:

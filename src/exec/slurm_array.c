@@ -119,23 +119,12 @@ struct slurm_batches *slurm_batches_new(void)
 	return kn_xcalloc(1, sizeof(struct slurm_batches));
 }
 
-static void strv_free(char **v, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(v[i]);
-	free(v);
-}
-
 static void batch_free(struct batch *b)
 {
-	size_t n_env = 0;
-
 	if (!b)
 		return;
-	while (b->env && b->env[n_env])
-		n_env++;
-	strv_free(b->env, n_env);
-	strv_free(b->attempt_dirs, b->n);
+	kn_strv_free(b->env);
+	kn_strv_free_n(b->attempt_dirs, b->n);
 	free(b->indexes);
 	free(b->dir);
 	free(b->partition);
@@ -161,8 +150,8 @@ void slurm_batches_free(struct slurm_batches *bs)
 		free(bs->answers[i].prev_indexes);
 		kn_slurm_elements_release(&bs->answers[i].e);
 	}
-	strv_free(bs->cancel, bs->n_cancel);
-	strv_free(bs->kill, bs->n_kill);
+	kn_strv_free_n(bs->cancel, bs->n_cancel);
+	kn_strv_free_n(bs->kill, bs->n_kill);
 	while (bs->stopping) {
 		struct stopping *st = bs->stopping;
 
@@ -435,11 +424,11 @@ void slurm_array_flush(struct kn_executor *ex)
 		batch_free(b);
 	}
 	cancel_ids(bs->cancel, bs->n_cancel, true);
-	strv_free(bs->cancel, bs->n_cancel);
+	kn_strv_free_n(bs->cancel, bs->n_cancel);
 	bs->cancel = NULL;
 	bs->n_cancel = 0;
 	cancel_ids(bs->kill, bs->n_kill, false);
-	strv_free(bs->kill, bs->n_kill);
+	kn_strv_free_n(bs->kill, bs->n_kill);
 	bs->kill = NULL;
 	bs->n_kill = 0;
 }

@@ -425,9 +425,7 @@ static void take_frame(struct bridge *b, const struct kn_mux_frame *f)
 						w, KN_MUX_STREAM_STDIN, grant));
 		break;
 	case KN_MUX_WINDOW_UPDATE:
-		if (f->stream > KN_MUX_STREAM_STDERR ||
-		    kn_mux_window_grant(&b->win[f->stream],
-					kn_mux_window_credit(f), &err) < 0)
+		if (kn_mux_window_update(b->win, f, &err) < 0)
 			end_session(b, "WINDOW on a stream it cannot be for");
 		break;
 	case KN_MUX_END:

@@ -40,22 +40,26 @@ static bool plain_key(const char *k)
 	return true;
 }
 
+/* A node libfyaml built: NULL only when memory ran out, which aborts, as
+   kn_x* does. */
+static struct fy_node *made(struct fy_node *n)
+{
+	if (!n)
+		abort();
+	return n;
+}
+
 /*
  * A scalar node from v's JSON text: a string comes out double-quoted,
- * anything else plain. The document owns the text. Allocation failure
- * aborts, as kn_x* does.
+ * anything else plain. The document owns the text.
  */
 static struct fy_node *scalar(struct fy_document *d, json_t *v)
 {
 	char *text = json_dumps(v, JSON_ENCODE_ANY);
-	struct fy_node *n;
 
 	if (!text)
 		abort();
-	n = fy_node_build_from_malloc_string(d, text, strlen(text));
-	if (!n)
-		abort();
-	return n;
+	return made(fy_node_build_from_malloc_string(d, text, strlen(text)));
 }
 
 static struct fy_node *key_node(struct fy_document *d, const char *key)
@@ -63,12 +67,8 @@ static struct fy_node *key_node(struct fy_document *d, const char *key)
 	struct fy_node *n;
 	json_t *k;
 
-	if (plain_key(key)) {
-		n = fy_node_create_scalar_copy(d, key, strlen(key));
-		if (!n)
-			abort();
-		return n;
-	}
+	if (plain_key(key))
+		return made(fy_node_create_scalar_copy(d, key, strlen(key)));
 	k = json_string(key);
 	n = scalar(d, k);
 	json_decref(k);
@@ -83,9 +83,7 @@ static struct fy_node *node(struct fy_document *d, json_t *v)
 	size_t i;
 
 	if (json_is_object(v)) {
-		n = fy_node_create_mapping(d);
-		if (!n)
-			abort();
+		n = made(fy_node_create_mapping(d));
 		json_object_foreach(v, key, item)
 			if (fy_node_mapping_append(n, key_node(d, key),
 						   node(d, item)) != 0)
@@ -93,9 +91,7 @@ static struct fy_node *node(struct fy_document *d, json_t *v)
 		return n;
 	}
 	if (json_is_array(v)) {
-		n = fy_node_create_sequence(d);
-		if (!n)
-			abort();
+		n = made(fy_node_create_sequence(d));
 		json_array_foreach(v, i, item)
 			if (fy_node_sequence_append(n, node(d, item)) != 0)
 				abort();

@@ -328,6 +328,19 @@ int kn_mux_window_grant(struct kn_mux_window *w, uint32_t credit,
 	return 0;
 }
 
+int kn_mux_window_update(struct kn_mux_window win[KN_MUX_STREAM_STDERR + 1],
+			 const struct kn_mux_frame *f, struct kn_error *err)
+{
+	if (f->stream > KN_MUX_STREAM_STDERR) {
+		kn_errorf(err, KN_EINVAL, "window",
+			  "frame: WINDOW for stream %u, which has none",
+			  (unsigned)f->stream);
+		return -EPROTO;
+	}
+	return kn_mux_window_grant(&win[f->stream], kn_mux_window_credit(f),
+				   err);
+}
+
 void kn_mux_window_spend(struct kn_mux_window *w, size_t n)
 {
 	w->send -= (int64_t)n;

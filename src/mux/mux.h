@@ -176,6 +176,13 @@ int kn_mux_window_take(struct kn_mux_window *w, size_t n,
    pass KN_MUX_WINDOW_MAX. */
 int kn_mux_window_grant(struct kn_mux_window *w, uint32_t credit,
 			struct kn_error *err);
+/*
+ * A WINDOW frame f for one of win's streams (stdin, stdout, stderr, by
+ * number): 0, or -EPROTO with err when f names another stream or its
+ * credit would pass KN_MUX_WINDOW_MAX.
+ */
+int kn_mux_window_update(struct kn_mux_window win[KN_MUX_STREAM_STDERR + 1],
+			 const struct kn_mux_frame *f, struct kn_error *err);
 /* This side sent n bytes (n <= send). */
 void kn_mux_window_spend(struct kn_mux_window *w, size_t n);
 /*

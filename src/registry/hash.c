@@ -117,22 +117,12 @@ void kn_hash_files(struct kn_hash_item *items, size_t n, int threads,
 {
 	struct pool p = {.items = items, .n = n, .total = total,
 			 .progress = progress, .arg = arg};
-	pthread_t *tids;
-	size_t started = 0;
 
 	if (threads < 1)
 		threads = 1;
 	if ((size_t)threads > n)
 		threads = (int)n;
 	pthread_mutex_init(&p.lock, NULL);
-	tids = kn_xcalloc((size_t)threads + 1, sizeof(*tids));
-	/* The calling thread is one of the workers. */
-	for (int i = 1; i < threads; i++)
-		if (pthread_create(&tids[started], NULL, worker, &p) == 0)
-			started++;
-	worker(&p);
-	for (size_t i = 0; i < started; i++)
-		pthread_join(tids[i], NULL);
-	free(tids);
+	kn_run_threads(threads, worker, &p);
 	pthread_mutex_destroy(&p.lock);
 }

@@ -251,9 +251,7 @@ static void hide_unenterable(struct kn_sandbox *sb)
 			*p = '/';
 		}
 	}
-	for (size_t i = 0; i < n_seen; i++)
-		free(seen[i]);
-	free(seen);
+	kn_strv_free_n(seen, n_seen);
 }
 
 /* Shorter paths first: a directory is shown before what lies in it. */
@@ -356,15 +354,11 @@ void kn_sandbox_free(struct kn_sandbox *sb)
 {
 	if (!sb)
 		return;
-	for (size_t i = 0; i < sb->n_hide; i++)
-		free(sb->hide[i]);
-	for (size_t i = 0; i < sb->n_paths; i++)
-		free(sb->paths[i]);
+	kn_strv_free_n(sb->hide, sb->n_hide);
+	kn_strv_free_n(sb->paths, sb->n_paths);
 	for (int i = 0; i < 2; i++)
 		if (sb->status_fd[i] >= 0)
 			close(sb->status_fd[i]);
-	free(sb->hide);
-	free(sb->paths);
 	free(sb->user);
 	free(sb);
 }
