@@ -660,65 +660,6 @@ void cli_table_ago(struct cli_table *t, json_t *obj, const char *key,
 	cli_table_cell(t, ago);
 }
 
-static void column_cell(struct cli_table *t, const struct cli_column *col,
-			json_t *row, int64_t now_ms)
-{
-	int64_t v = cli_json_int(row, col->key);
-	char text[80];
-
-	switch (col->cell) {
-	case CLI_CELL_TEXT:
-		cli_table_cell(t, cli_json_str(row, col->key));
-		return;
-	case CLI_CELL_INT:
-		cli_table_int(t, row, col->key);
-		return;
-	case CLI_CELL_SOME:
-		if (v)
-			cli_table_int(t, row, col->key);
-		else
-			cli_table_cell(t, "-");
-		return;
-	case CLI_CELL_LIST:
-		cli_table_list(t, row, col->key, "-");
-		return;
-	case CLI_CELL_BYTES:
-		kn_format_bytes(v, text, sizeof(text));
-		break;
-	case CLI_CELL_AGO:
-		kn_format_ago(v, now_ms, text, sizeof(text));
-		break;
-	case CLI_CELL_TIME:
-		kn_format_time(v, text, sizeof(text));
-		break;
-	case CLI_CELL_WHEN:
-		cli_format_when(v, now_ms, text, sizeof(text));
-		break;
-	}
-	cli_table_cell(t, text);
-}
-
-struct cli_table *cli_table_of(const struct cli_column *columns,
-			       json_t *rows)
-{
-	const char *headers[16];
-	struct cli_table *t;
-	int64_t now = kn_now_ms();
-	json_t *row;
-	size_t n = 0, i;
-
-	while (columns[n].header && n < 15) {
-		headers[n] = columns[n].header;
-		n++;
-	}
-	headers[n] = NULL;
-	t = cli_table_new(headers);
-	json_array_foreach(rows, i, row)
-		for (size_t c = 0; c < n; c++)
-			column_cell(t, &columns[c], row, now);
-	return t;
-}
-
 static size_t *column_widths(const struct cli_table *t)
 {
 	size_t *width = kn_xcalloc(t->n_cols, sizeof(size_t));

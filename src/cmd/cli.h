@@ -389,32 +389,6 @@ void cli_table_ago(struct cli_table *t, json_t *obj, const char *key,
 /* Print to f with each line starting with indent spaces. */
 void cli_table_print(const struct cli_table *t, FILE *f, int indent);
 
-/* How a column of a listing shows its key of each row. */
-enum cli_cell {
-	CLI_CELL_TEXT,  /* a string, "-" when absent (cli_json_str) */
-	CLI_CELL_INT,   /* a whole number (cli_table_int) */
-	CLI_CELL_SOME,  /* a whole number, "-" for 0 or absent (no limit) */
-	CLI_CELL_LIST,  /* strings joined by commas, "-" when none */
-	CLI_CELL_BYTES, /* a size in bytes, as kn_format_bytes */
-	CLI_CELL_AGO,   /* epoch ms, how long ago (cli_table_ago) */
-	CLI_CELL_TIME,  /* epoch ms, the UTC time (kn_format_time) */
-	CLI_CELL_WHEN,  /* epoch ms, time and how long ago (cli_format_when) */
-};
-
-/* One column of a listing; a NULL header ends the table. */
-struct cli_column {
-	const char *header;
-	const char *key;
-	enum cli_cell cell;
-};
-
-/*
- * A table with one column per entry of columns and one row per object
- * of the array rows, for the caller to print and free.
- */
-struct cli_table *cli_table_of(const struct cli_column *columns,
-			       json_t *rows);
-
 /* Width a table is cut to unless -o wide: what any terminal shows. */
 #define CLI_TABLE_WIDTH 80
 

@@ -1034,22 +1034,6 @@ int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 	return rc ? rc : cli_answer_json(ctx, answer);
 }
 
-int cli_list(struct cli_ctx *ctx, int argc, char **argv, const char *path,
-	     const char *member, const struct cli_column *columns)
-{
-	struct cli_table *t;
-	json_t *answer;
-	int rc = cli_get_listing(ctx, argc, argv, path, &answer);
-
-	if (rc != CLI_GO)
-		return rc;
-	t = cli_table_of(columns, json_object_get(answer, member));
-	cli_table_show(ctx, t, stdout, 0);
-	cli_table_free(t);
-	json_decref(answer);
-	return CLI_EXIT_OK;
-}
-
 int cli_answer_json(const struct cli_ctx *ctx, json_t **answer)
 {
 	if (!cli_want_json(ctx))

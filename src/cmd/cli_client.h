@@ -180,12 +180,6 @@ int cli_parse_open(struct cli_ctx *ctx, int argc, char **argv,
 int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 		    const char *path, json_t **answer);
 /*
- * kiln token ls and the like: as cli_get_listing, then the array under
- * member of the answer as a table of columns. Returns the exit status.
- */
-int cli_list(struct cli_ctx *ctx, int argc, char **argv, const char *path,
-	     const char *member, const struct cli_column *columns);
-/*
  * An answer that came: with -o json printed as it is and released
  * (*answer NULL, CLI_EXIT_OK), else left to the caller to describe
  * (CLI_GO).

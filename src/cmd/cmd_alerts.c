@@ -15,17 +15,13 @@
 static void print_alerts(const struct cli_ctx *ctx, json_t *answer,
 			 void *all)
 {
-	static const struct cli_column columns[] = {
-		{"STATE", "state", CLI_CELL_TEXT},
-		{"SEVERITY", "severity", CLI_CELL_TEXT},
-		{"RULE", "rule", CLI_CELL_TEXT},
-		{"SINCE", "fired_at_ms", CLI_CELL_AGO},
-		{"RESOLVED", "resolved_at_ms", CLI_CELL_AGO},
-		{"SUMMARY", "summary", CLI_CELL_TEXT},
-		{NULL, NULL, CLI_CELL_TEXT},
+	static const char *const headers[] = {
+		"STATE", "SEVERITY", "RULE", "SINCE", "RESOLVED", "SUMMARY", NULL,
 	};
-	json_t *rows = json_object_get(answer, "alerts");
+	json_t *rows = json_object_get(answer, "alerts"), *row;
+	int64_t now = kn_now_ms();
 	struct cli_table *t;
+	size_t i;
 
 	if (!json_is_true(json_object_get(answer, "enabled")))
 		fputs("alert rules are off on this server (--alert-rules \"\")\n",
@@ -37,8 +33,16 @@ static void print_alerts(const struct cli_ctx *ctx, json_t *answer,
 		      stderr);
 		return;
 	}
-	t = cli_table_of(columns, rows);
+	t = cli_table_new(headers);
 	cli_table_cuttable(t, 5);
+	json_array_foreach(rows, i, row) {
+		cli_table_cell(t, cli_json_str(row, "state"));
+		cli_table_cell(t, cli_json_str(row, "severity"));
+		cli_table_cell(t, cli_json_str(row, "rule"));
+		cli_table_ago(t, row, "fired_at_ms", now);
+		cli_table_ago(t, row, "resolved_at_ms", now);
+		cli_table_cell(t, cli_json_str(row, "summary"));
+	}
 	cli_table_show(ctx, t, stdout, 0);
 	cli_table_free(t);
 }

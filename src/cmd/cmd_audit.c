@@ -45,14 +45,8 @@ static int parse_since(const char *text, int64_t *out_ms)
 
 static int audit_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
-	static const struct cli_column columns[] = {
-		{"TIME", "time_ms", CLI_CELL_TIME},
-		{"ACTOR", "actor", CLI_CELL_TEXT},
-		{"ROLE", "role", CLI_CELL_TEXT},
-		{"ACTION", "action", CLI_CELL_TEXT},
-		{"OBJECT", "object", CLI_CELL_TEXT},
-		{"OUTCOME", "outcome", CLI_CELL_TEXT},
-		{NULL, NULL, CLI_CELL_TEXT},
+	static const char *const headers[] = {
+		"TIME", "ACTOR", "ROLE", "ACTION", "OBJECT", "OUTCOME", NULL,
 	};
 	const char *actor = NULL, *action = NULL, *since = NULL;
 	int limit = -1;
@@ -66,9 +60,10 @@ static int audit_ls(struct cli_ctx *ctx, int argc, char **argv)
 	struct cli_client *c = NULL;
 	struct cli_table *t = NULL;
 	struct kn_buf path;
-	json_t *answer = NULL, *rows;
-	char number[24];
+	json_t *answer = NULL, *rows, *row;
+	char when[40], number[24];
 	int64_t since_ms = 0;
+	size_t i;
 	int rc;
 
 	kn_buf_init(&path, SIZE_MAX);
@@ -109,7 +104,17 @@ static int audit_ls(struct cli_ctx *ctx, int argc, char **argv)
 		      stderr);
 		goto out;
 	}
-	t = cli_table_of(columns, rows);
+	t = cli_table_new(headers);
+	json_array_foreach(rows, i, row) {
+		kn_format_time(cli_json_int(row, "time_ms"), when,
+			       sizeof(when));
+		cli_table_cell(t, when);
+		cli_table_cell(t, cli_json_str(row, "actor"));
+		cli_table_cell(t, cli_json_str(row, "role"));
+		cli_table_cell(t, cli_json_str(row, "action"));
+		cli_table_cell(t, cli_json_str(row, "object"));
+		cli_table_cell(t, cli_json_str(row, "outcome"));
+	}
 	cli_table_show(ctx, t, stdout, 0);
 out:
 	cli_table_free(t);

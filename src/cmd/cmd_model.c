@@ -640,38 +640,52 @@ static int model_ls(struct cli_ctx *ctx, int argc, char **argv)
 
 static void print_history(json_t *model)
 {
-	static const struct cli_column columns[] = {
-		{"ALIAS", "alias", CLI_CELL_TEXT},
-		{"ACTION", "action", CLI_CELL_TEXT},
-		{"FROM", "from", CLI_CELL_SOME}, /* none when first set */
-		{"TO", "version", CLI_CELL_INT},
-		{"BY", "by", CLI_CELL_TEXT},
-		{"WHEN", "time_ms", CLI_CELL_WHEN},
-		{NULL, NULL, CLI_CELL_TEXT},
-	};
-	struct cli_table *t =
-		cli_table_of(columns, json_object_get(model, "alias_history"));
+	static const char *const headers[] = {"ALIAS", "ACTION", "FROM", "TO",
+					      "BY", "WHEN", NULL};
+	struct cli_table *t = cli_table_new(headers);
+	int64_t now = kn_now_ms();
+	json_t *h;
+	size_t i;
 
+	json_array_foreach(json_object_get(model, "alias_history"), i, h) {
+		char when[80];
+		cli_table_cell(t, cli_json_str(h, "alias"));
+		cli_table_cell(t, cli_json_str(h, "action"));
+		if (json_is_integer(json_object_get(h, "from")))
+			cli_table_int(t, h, "from");
+		else
+			cli_table_cell(t, "-");
+		cli_table_int(t, h, "version");
+		cli_table_cell(t, cli_json_str(h, "by"));
+		cli_format_when(cli_json_int(h, "time_ms"), now, when,
+				sizeof(when));
+		cli_table_cell(t, when);
+	}
 	cli_table_print(t, stdout, 0);
 	cli_table_free(t);
 }
 
 static void print_model(json_t *m)
 {
-	static const struct cli_column columns[] = {
-		{"VERSION", "version", CLI_CELL_INT},
-		{"FILES", "files", CLI_CELL_INT},
-		{"SIZE", "bytes", CLI_CELL_BYTES},
-		{"CREATED_BY", "created_by", CLI_CELL_TEXT},
-		{"CREATED", "created_at_ms", CLI_CELL_WHEN},
-		{NULL, NULL, CLI_CELL_TEXT},
-	};
-	struct cli_table *t =
-		cli_table_of(columns, json_object_get(m, "versions"));
+	static const char *const headers[] = {"VERSION", "FILES", "SIZE",
+					      "CREATED_BY", "CREATED", NULL};
+	struct cli_table *t = cli_table_new(headers);
+	int64_t now = kn_now_ms();
 	json_t *v;
 	size_t i;
 
 	printf("model %s\n\n", cli_json_str(m, "name"));
+	json_array_foreach(json_object_get(m, "versions"), i, v) {
+		char size[32], when[80];
+		kn_format_bytes(cli_json_int(v, "bytes"), size, sizeof(size));
+		cli_format_when(cli_json_int(v, "created_at_ms"), now, when,
+				sizeof(when));
+		cli_table_int(t, v, "version");
+		cli_table_int(t, v, "files");
+		cli_table_cell(t, size);
+		cli_table_cell(t, cli_json_str(v, "created_by"));
+		cli_table_cell(t, when);
+	}
 	cli_table_print(t, stdout, 0);
 	cli_table_free(t);
 	printf("\naliases:");

@@ -46,17 +46,31 @@ static int token_create(struct cli_ctx *ctx, int argc, char **argv)
 
 static int token_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
-	static const struct cli_column columns[] = {
-		{"NAME", "name", CLI_CELL_TEXT},
-		{"ROLE", "role", CLI_CELL_TEXT},
-		{"CREATED_BY", "created_by", CLI_CELL_TEXT},
-		{"CREATED", "created_at_ms", CLI_CELL_AGO},
-		{"LAST_USED", "last_used_at_ms", CLI_CELL_AGO},
-		{"REVOKED", "revoked_at_ms", CLI_CELL_AGO},
-		{NULL, NULL, CLI_CELL_TEXT},
+	static const char *const headers[] = {
+		"NAME", "ROLE", "CREATED_BY", "CREATED", "LAST_USED", "REVOKED",
+		NULL,
 	};
+	struct cli_table *t;
+	json_t *answer, *token;
+	int64_t now = kn_now_ms();
+	size_t i;
+	int rc = cli_get_listing(ctx, argc, argv, "/v1/tokens", &answer);
 
-	return cli_list(ctx, argc, argv, "/v1/tokens", "tokens", columns);
+	if (rc != CLI_GO)
+		return rc;
+	t = cli_table_new(headers);
+	json_array_foreach(json_object_get(answer, "tokens"), i, token) {
+		cli_table_cell(t, cli_json_str(token, "name"));
+		cli_table_cell(t, cli_json_str(token, "role"));
+		cli_table_cell(t, cli_json_str(token, "created_by"));
+		cli_table_ago(t, token, "created_at_ms", now);
+		cli_table_ago(t, token, "last_used_at_ms", now);
+		cli_table_ago(t, token, "revoked_at_ms", now);
+	}
+	cli_table_show(ctx, t, stdout, 0);
+	cli_table_free(t);
+	json_decref(answer);
+	return CLI_EXIT_OK;
 }
 
 static int token_revoke(struct cli_ctx *ctx, int argc, char **argv)
