@@ -41,7 +41,7 @@ static int backup_create(struct cli_ctx *ctx, int argc, char **argv)
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct cli_client *c = NULL;
-	json_t *body = NULL, *answer = NULL, *run;
+	json_t *body, *answer = NULL, *run;
 	struct kn_buf path;
 	char size[32];
 	const char *state;
@@ -56,6 +56,7 @@ static int backup_create(struct cli_ctx *ctx, int argc, char **argv)
 	if (to)
 		json_object_set_new(body, "to", json_string(to));
 	rc = cli_post_json(c, "/v1/backups", body, &answer);
+	json_decref(body);
 	if (rc)
 		goto out;
 	run = json_object_get(answer, "backup");
@@ -93,7 +94,6 @@ static int backup_create(struct cli_ctx *ctx, int argc, char **argv)
 			? " (with audit.key: keep it as a secret)"
 			: "");
 out:
-	json_decref(body);
 	json_decref(answer);
 	kn_buf_release(&path);
 	cli_client_free(c);

@@ -349,10 +349,9 @@ out:
 int cmd_scale(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct cli_client *c = NULL;
-	json_t *answer = NULL;
 	struct kn_buf path;
 	const char *pos[2] = {NULL, NULL};
-	json_t *body = NULL;
+	json_t *body;
 	char *end;
 	long n;
 	int rc;
@@ -372,14 +371,13 @@ int cmd_scale(struct cli_ctx *ctx, int argc, char **argv)
 		goto out;
 	cli_path_object(&path, "/v1/deployments", pos[0], "/scale");
 	body = json_pack("{s:I}", "replicas", (json_int_t)n);
-	rc = cli_post_json(c, path.data, body, &answer);
+	rc = cli_post_json(c, path.data, body, NULL);
+	json_decref(body);
 	if (rc)
 		goto out;
 	printf("deployment %s: %ld replica%s wanted\n", pos[0], n,
 	       n == 1 ? "" : "s");
 out:
-	json_decref(body);
-	json_decref(answer);
 	kn_buf_release(&path);
 	cli_client_free(c);
 	return rc;

@@ -155,6 +155,7 @@ static int rolling_drain(struct cli_ctx *ctx, int argc, char **argv)
 		json_object_set_new(body, "surge_timeout_s",
 				    json_real((double)surge_ms / 1000.0));
 	rc = cli_post_json(c, path.data, body, &answer);
+	json_decref(body);
 	if (rc)
 		goto out;
 	printf("rolling maintenance of pool %s started (%lld nodes)\n", pool,
@@ -183,7 +184,6 @@ static int rolling_drain(struct cli_ctx *ctx, int argc, char **argv)
 			goto out;
 	}
 out:
-	json_decref(body);
 	json_decref(answer);
 	kn_buf_release(&path);
 	cli_client_free(c);
