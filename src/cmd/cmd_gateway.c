@@ -45,12 +45,12 @@ static void client_tls_from_env(struct kn_gateway_options *o)
 	o->client_key = o->client_cert ? getenv("KILN_CLIENT_KEY") : NULL;
 }
 
-/* The flags as given (file, then command line) that are text to check;
-   those taken as they are go straight into the gateway's options. */
+/* The flags as given (file, then command line), before checking. */
 struct gateway_flags {
-	const char *listen, *refresh, *home, *max_body, *max_headers,
-		*upstream_timeout, *cooldown, *anomaly_window, *head_timeout,
-		*body_timeout, *config;
+	const char *listen, *zone, *routes, *refresh, *access_log, *home,
+		*max_body, *max_headers, *upstream_timeout, *cooldown,
+		*anomaly_window, *head_timeout, *body_timeout, *config;
+	int workers, breaker_failures, max_conns, max_conns_per_client;
 	bool print_config;
 };
 
@@ -90,13 +90,13 @@ static int check_flags(struct cli_ctx *ctx, const struct gateway_flags *g,
 	   --print-config shows it. */
 	if (kn_tls_listen_check(host, o->tls_cert, o->insecure, &err) < 0)
 		return cli_usage_error(ctx, "--%s", err.message);
-	if (o->workers < 1 || o->workers > 256)
+	if (g->workers < 1 || g->workers > 256)
 		return cli_usage_error(ctx, "--workers: must be 1..256");
-	if (o->max_conns < 1 || o->max_conns_per_client < 1)
+	if (g->max_conns < 1 || g->max_conns_per_client < 1)
 		return cli_usage_error(ctx, "--max-connections and "
 					    "--max-connections-per-client: "
 					    "must be >= 1");
-	if (o->breaker_failures < 1)
+	if (g->breaker_failures < 1)
 		return cli_usage_error(ctx, "--breaker-failures: must be >= 1");
 	for (size_t i = 0; i < sizeof(durations) / sizeof(durations[0]); i++)
 		if (parse_secs_or_duration(durations[i].value,
@@ -116,6 +116,13 @@ static int check_flags(struct cli_ctx *ctx, const struct gateway_flags *g,
 		return cli_usage_error(ctx, "--max-header-size: \"%s\" is not a "
 					    "size in 1Ki..1Mi",
 				       g->max_headers);
+	o->workers = g->workers;
+	o->max_conns = g->max_conns;
+	o->max_conns_per_client = g->max_conns_per_client;
+	o->breaker_failures = g->breaker_failures;
+	o->zone = g->zone;
+	o->routes_file = g->routes;
+	o->access_log = g->access_log;
 	return CLI_GO;
 }
 
@@ -126,36 +133,34 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		.max_body = "1Mi", .max_headers = "16Ki",
 		.upstream_timeout = "300s", .cooldown = "5s",
 		.anomaly_window = "10s", .head_timeout = "10s",
-		.body_timeout = "30s",
+		.body_timeout = "30s", .workers = 1, .breaker_failures = 3,
+		.max_conns = 4096, .max_conns_per_client = 256,
 	};
-	struct kn_gateway_options o = {
-		.workers = 1, .breaker_failures = 3, .max_conns = 4096,
-		.max_conns_per_client = 256,
-	};
+	struct kn_gateway_options o = {0};
 	struct cli_flag flags[] = {
 		{"config", 0, CLI_FLAG_STRING, &g.config},
 		{"print-config", 0, CLI_FLAG_BOOL, &g.print_config},
 		{"listen", 0, CLI_FLAG_STRING, &g.listen},
-		{"workers", 0, CLI_FLAG_COUNT, &o.workers},
-		{"zone", 0, CLI_FLAG_STRING, &o.zone},
-		{"routes", 0, CLI_FLAG_STRING, &o.routes_file},
+		{"workers", 0, CLI_FLAG_COUNT, &g.workers},
+		{"zone", 0, CLI_FLAG_STRING, &g.zone},
+		{"routes", 0, CLI_FLAG_STRING, &g.routes},
 		/* The global flags, so the file can name them too. */
 		{"server", 0, CLI_FLAG_STRING, &ctx->server},
 		{"token", 0, CLI_FLAG_STRING, &ctx->token},
 		{"refresh", 0, CLI_FLAG_STRING, &g.refresh},
-		{"access-log", 0, CLI_FLAG_STRING, &o.access_log},
+		{"access-log", 0, CLI_FLAG_STRING, &g.access_log},
 		{"home", 0, CLI_FLAG_STRING, &g.home},
 		{"max-body", 0, CLI_FLAG_STRING, &g.max_body},
 		{"max-header-size", 0, CLI_FLAG_STRING, &g.max_headers},
 		{"upstream-timeout", 0, CLI_FLAG_STRING, &g.upstream_timeout},
-		{"breaker-failures", 0, CLI_FLAG_COUNT, &o.breaker_failures},
+		{"breaker-failures", 0, CLI_FLAG_COUNT, &g.breaker_failures},
 		{"breaker-cooldown", 0, CLI_FLAG_STRING, &g.cooldown},
 		{"anomaly-window", 0, CLI_FLAG_STRING, &g.anomaly_window},
 		{"head-timeout", 0, CLI_FLAG_STRING, &g.head_timeout},
 		{"body-timeout", 0, CLI_FLAG_STRING, &g.body_timeout},
-		{"max-connections", 0, CLI_FLAG_COUNT, &o.max_conns},
+		{"max-connections", 0, CLI_FLAG_COUNT, &g.max_conns},
 		{"max-connections-per-client", 0, CLI_FLAG_COUNT,
-		 &o.max_conns_per_client},
+		 &g.max_conns_per_client},
 		{"tls-cert", 0, CLI_FLAG_STRING, &o.tls_cert},
 		{"tls-key", 0, CLI_FLAG_STRING, &o.tls_key},
 		{"insecure", 0, CLI_FLAG_BOOL, &o.insecure},
@@ -180,7 +185,7 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 	if (rc != CLI_GO)
 		return rc;
 	home = g.home ? kn_xstrdup(g.home) : cli_kiln_home();
-	if (!o.routes_file) {
+	if (!g.routes) {
 		rc = cli_find_credentials(ctx, home, &server, &token);
 		if (rc) {
 			fprintf(stderr, "%s: or pass --routes FILE for a "
@@ -201,9 +206,9 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 		goto out;
 	}
 	fprintf(stderr, "%s: serving %s (%d worker%s%s%s), routes from %s\n",
-		ctx->prog, kn_gateway_url(gw), o.workers,
-		o.workers == 1 ? "" : "s", o.zone ? ", zone " : "",
-		o.zone ? o.zone : "", o.routes_file ? o.routes_file : server);
+		ctx->prog, kn_gateway_url(gw), g.workers,
+		g.workers == 1 ? "" : "s", g.zone ? ", zone " : "",
+		g.zone ? g.zone : "", g.routes ? g.routes : server);
 	fflush(stderr);
 	kn_notify("READY=1");
 	rc = kn_gateway_run(gw) < 0 ? CLI_EXIT_FAIL : CLI_EXIT_OK;
