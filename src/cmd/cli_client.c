@@ -914,6 +914,17 @@ int cli_get(struct cli_client *c, const char *path, json_t **out)
 	return perform(c, "GET", path, NULL, NULL, 0, NULL, 0, out);
 }
 
+int cli_post_json(struct cli_client *c, const char *path, json_t *doc,
+		  json_t **out)
+{
+	char *body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+	int rc = cli_call(c, "POST", path, "application/json",
+			  body ? body : "{}", body ? strlen(body) : 2, out);
+
+	free(body);
+	return rc;
+}
+
 int cli_get_after(struct cli_client *c, int pause_ms, const char *path,
 		  json_t **out)
 {
@@ -964,6 +975,14 @@ void cli_path_add(struct kn_buf *path, const char *segment)
 {
 	kn_buf_append(path, "/", 1);
 	kn_buf_append_url_encoded(path, segment, false);
+}
+
+void cli_path_object(struct kn_buf *path, const char *collection,
+		     const char *name, const char *suffix)
+{
+	kn_buf_printf(path, "%s", collection);
+	cli_path_add(path, name);
+	kn_buf_printf(path, "%s", suffix);
 }
 
 int cli_post_spec(struct cli_client *c, const char *collection,
@@ -1045,8 +1064,7 @@ int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
 	rc = cli_parse_open(ctx, argc, argv, NULL, "NAME", name, &c);
 	if (rc != CLI_GO)
 		goto out;
-	kn_buf_printf(&path, "%s", collection);
-	cli_path_add(&path, *name);
+	cli_path_object(&path, collection, *name, "");
 	rc = cli_call(c, "DELETE", path.data, NULL, NULL, 0, NULL);
 out:
 	kn_buf_release(&path);

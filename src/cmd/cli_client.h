@@ -114,6 +114,9 @@ int cli_call_quiet(struct cli_client *c, unsigned quiet, const char *method,
 		   const char *body, size_t body_len, json_t **out);
 /* cli_call for a GET without a body. */
 int cli_get(struct cli_client *c, const char *path, json_t **out);
+/* cli_call POSTing doc (borrowed; NULL: an empty object) as JSON. */
+int cli_post_json(struct cli_client *c, const char *path, json_t *doc,
+		  json_t **out);
 /*
  * A poll's next look: wait pause_ms, release the answer *out held, then
  * cli_get path into it.
@@ -145,6 +148,12 @@ void cli_query_add(struct kn_buf *path, const char *key, const char *value);
 
 /* Append a percent-encoded path segment (a token name) to path. */
 void cli_path_add(struct kn_buf *path, const char *segment);
+/*
+ * Append an object's path to path: collection ("/v1/nodes"), name as a
+ * percent-encoded segment, then suffix ("/drain", or "" for the object).
+ */
+void cli_path_object(struct kn_buf *path, const char *collection,
+		     const char *name, const char *suffix);
 
 /*
  * POST a spec's text to collection ("/v1/jobs"), with the name it is

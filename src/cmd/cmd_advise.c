@@ -16,11 +16,11 @@
 #include "health/health.h"
 #include "spec/spec.h"
 
+/* The flags that are text to check; the numbers and switches go
+   straight into the request. */
 struct advise_flags {
 	const char *phase, *workload, *params, *dtype, *preset, *throughput,
 		*budget, *catalog;
-	int nodes, context, batch, layers, hidden, options;
-	bool interruptible, checkpoints;
 };
 
 /* A positive number from a flag; a usage error naming the flag else. */
@@ -259,8 +259,9 @@ static void print_advice(const struct kn_advise_request *req,
 		fprintf(stderr, "warning: %s\n", a->notes[i].message);
 }
 
-/* The request the flags describe, each checked (a preset's size is
-   read later); CLI_GO, or the usage error. */
+/* The request the flags describe, each checked (its numbers and
+   switches already in it; a preset's size is read later); CLI_GO, or
+   the usage error. */
 static int request_from_flags(struct cli_ctx *ctx,
 			      const struct advise_flags *f,
 			      struct kn_advise_request *req)
@@ -281,7 +282,7 @@ static int request_from_flags(struct cli_ctx *ctx,
 	if (!f->preset && !f->params)
 		return cli_usage_error(ctx, "--params N (such as 7B) or "
 				       "--preset NAME is required");
-	if (f->nodes && f->throughput)
+	if (req->nodes && f->throughput)
 		return cli_usage_error(ctx, "--nodes and --throughput: give "
 				       "one");
 	if (f->params) {
@@ -299,45 +300,37 @@ static int request_from_flags(struct cli_ctx *ctx,
 	    (rc = number_flag(ctx, "budget", f->budget,
 			      &req->budget_usd_month)) != CLI_GO)
 		return rc;
-	if ((f->layers > 0) != (f->hidden > 0))
+	if ((req->layers > 0) != (req->hidden > 0))
 		return cli_usage_error(ctx, "--layers and --hidden go together");
-	if (f->options > KN_ADVISE_OPTIONS_MAX)
+	if (req->max_options > KN_ADVISE_OPTIONS_MAX)
 		return cli_usage_error(ctx, "--options: at most %d",
 				       KN_ADVISE_OPTIONS_MAX);
-	req->nodes = f->nodes;
-	req->context = f->context;
-	req->batch = f->batch;
-	req->layers = f->layers;
-	req->hidden = f->hidden;
-	req->interruptible = f->interruptible;
-	req->checkpoints = f->checkpoints;
-	req->max_options = f->options;
 	return CLI_GO;
 }
 
 int cmd_advise(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct advise_flags f = {.phase = NULL, .workload = NULL};
+	struct kn_advise_request req = {0};
 	const struct cli_flag flags[] = {
 		{"phase", 0, CLI_FLAG_STRING, &f.phase},
 		{"workload", 0, CLI_FLAG_STRING, &f.workload},
 		{"params", 0, CLI_FLAG_STRING, &f.params},
 		{"dtype", 0, CLI_FLAG_STRING, &f.dtype},
 		{"preset", 0, CLI_FLAG_STRING, &f.preset},
-		{"nodes", 0, CLI_FLAG_COUNT, &f.nodes},
+		{"nodes", 0, CLI_FLAG_COUNT, &req.nodes},
 		{"throughput", 0, CLI_FLAG_STRING, &f.throughput},
-		{"interruptible", 0, CLI_FLAG_BOOL, &f.interruptible},
-		{"checkpoints", 0, CLI_FLAG_BOOL, &f.checkpoints},
+		{"interruptible", 0, CLI_FLAG_BOOL, &req.interruptible},
+		{"checkpoints", 0, CLI_FLAG_BOOL, &req.checkpoints},
 		{"budget", 0, CLI_FLAG_STRING, &f.budget},
-		{"context", 0, CLI_FLAG_COUNT, &f.context},
-		{"batch", 0, CLI_FLAG_COUNT, &f.batch},
-		{"layers", 0, CLI_FLAG_COUNT, &f.layers},
-		{"hidden", 0, CLI_FLAG_COUNT, &f.hidden},
-		{"options", 0, CLI_FLAG_COUNT, &f.options},
+		{"context", 0, CLI_FLAG_COUNT, &req.context},
+		{"batch", 0, CLI_FLAG_COUNT, &req.batch},
+		{"layers", 0, CLI_FLAG_COUNT, &req.layers},
+		{"hidden", 0, CLI_FLAG_COUNT, &req.hidden},
+		{"options", 0, CLI_FLAG_COUNT, &req.max_options},
 		{"catalog", 0, CLI_FLAG_STRING, &f.catalog},
 		{NULL, 0, 0, NULL},
 	};
-	struct kn_advise_request req = {0};
 	struct kn_model_presets *presets = NULL;
 	char *data_dir = NULL;
 	struct kn_catalog *cat = NULL;

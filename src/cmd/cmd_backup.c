@@ -41,9 +41,9 @@ static int backup_create(struct cli_ctx *ctx, int argc, char **argv)
 		{NULL, 0, CLI_FLAG_BOOL, NULL},
 	};
 	struct cli_client *c = NULL;
-	json_t *body = NULL, *answer = NULL, *run;
+	json_t *body, *answer = NULL, *run;
 	struct kn_buf path;
-	char *text = NULL, size[32];
+	char size[32];
 	const char *state;
 	int64_t deadline;
 	int rc;
@@ -55,14 +55,12 @@ static int backup_create(struct cli_ctx *ctx, int argc, char **argv)
 	body = json_pack("{s:b}", "with_audit_key", with_key);
 	if (to)
 		json_object_set_new(body, "to", json_string(to));
-	text = json_dumps(body, JSON_COMPACT);
-	rc = cli_call(c, "POST", "/v1/backups", "application/json", text,
-		      strlen(text), &answer);
+	rc = cli_post_json(c, "/v1/backups", body, &answer);
+	json_decref(body);
 	if (rc)
 		goto out;
 	run = json_object_get(answer, "backup");
-	kn_buf_printf(&path, "/v1/backups");
-	cli_path_add(&path, cli_json_str(run, "name"));
+	cli_path_object(&path, "/v1/backups", cli_json_str(run, "name"), "");
 	deadline = kn_mono_ms() + BACKUP_WAIT_MS;
 	while (!strcmp(cli_json_str(run, "state"), "running")) {
 		if (kn_mono_ms() > deadline) {
@@ -96,8 +94,6 @@ static int backup_create(struct cli_ctx *ctx, int argc, char **argv)
 			? " (with audit.key: keep it as a secret)"
 			: "");
 out:
-	free(text);
-	json_decref(body);
 	json_decref(answer);
 	kn_buf_release(&path);
 	cli_client_free(c);

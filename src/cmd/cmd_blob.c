@@ -5,6 +5,7 @@
  * runs. Credentials come from the environment (AZURE_STORAGE_*), never
  * from flags, so they stay out of shell history and process listings.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,32 +55,30 @@ static int open_store(struct cli_ctx *ctx, const struct args *a,
 {
 	struct kn_blob_store_config cfg = {.url = a->pos[0], .use_env = true};
 	struct kn_error err = {0};
-	int64_t v;
+	/* Each absent flag leaves its 0: the store's default. */
+	int64_t parallel = 0, files = 0, block = 0, single_put = 0;
+	const struct {
+		const char *flag, *text, *want;
+		int64_t max, *out;
+	} sizes[] = {
+		{"parallel", a->parallel, "1..16", 16, &parallel},
+		{"files", a->files, "1..16", 16, &files},
+		{"block-size", a->block_size, "a size such as 8Mi", INT64_MAX,
+		 &block},
+		{"single-put", a->single_put, "a size such as 64Mi", INT64_MAX,
+		 &single_put},
+	};
 
-	if (a->parallel) {
-		if (kn_parse_size(a->parallel, &v) < 0 || v < 1 || v > 16)
-			return cli_usage_error(ctx, "--parallel: want 1..16");
-		cfg.parallel = (int)v;
-	}
-	if (a->files) {
-		if (kn_parse_size(a->files, &v) < 0 || v < 1 || v > 16)
-			return cli_usage_error(ctx, "--files: want 1..16");
-		cfg.files_in_flight = (int)v;
-	}
-	if (a->block_size) {
-		if (kn_parse_size(a->block_size, &v) < 0 || v <= 0)
-			return cli_usage_error(ctx,
-					       "--block-size: want a size "
-					       "such as 8Mi");
-		cfg.block_size = (size_t)v;
-	}
-	if (a->single_put) {
-		if (kn_parse_size(a->single_put, &v) < 0 || v <= 0)
-			return cli_usage_error(ctx,
-					       "--single-put: want a size "
-					       "such as 64Mi");
-		cfg.single_put_max = (size_t)v;
-	}
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		if (sizes[i].text &&
+		    (kn_parse_size(sizes[i].text, sizes[i].out) < 0 ||
+		     *sizes[i].out < 1 || *sizes[i].out > sizes[i].max))
+			return cli_usage_error(ctx, "--%s: want %s",
+					       sizes[i].flag, sizes[i].want);
+	cfg.parallel = (int)parallel;
+	cfg.files_in_flight = (int)files;
+	cfg.block_size = (size_t)block;
+	cfg.single_put_max = (size_t)single_put;
 	if (kn_blob_store_open(&cfg, out, &err) < 0)
 		return cli_fail(ctx, "%s", err.message);
 	return CLI_GO;
@@ -143,30 +142,63 @@ static int run_blob(struct cli_ctx *ctx, const char *verb, struct args *a)
 	return rc;
 }
 
-/* A verb of `kiln blob` or `kiln ckpt`: min..max positionals after it. */
-struct verb {
-	const char *name;
+/* The verbs of `kiln blob` and `kiln ckpt`: min..max positionals after
+   each. */
+static const struct verb {
+	const char *command, *name;
 	int min, max;
 	const char *usage;
+} verbs[] = {
+	{"blob", "ls", 1, 2, "URL [PREFIX]"},
+	{"blob", "put", 3, 3, "URL NAME FILE [--create-only]"},
+	{"blob", "get", 3, 3, "URL NAME FILE [--offset N] [--length N]"},
+	{"blob", "rm", 2, 2, "URL NAME"},
+	{"blob", "stat", 2, 2, "URL NAME"},
+	{"ckpt", "upload", 3, 3, "URL JOB DIR"},
+	{"ckpt", "ls", 2, 2, "URL JOB"},
+	{"ckpt", "restore", 3, 3, "URL JOB DEST"},
+	{"ckpt", "prune", 2, 2, "URL JOB --keep K"},
+	{"ckpt", "outputs", 3, 3, "URL JOB DIR"},
 };
+#define N_VERBS (sizeof(verbs) / sizeof(verbs[0]))
+
+/* The running command's verbs, as "ls, put, get, rm or stat". */
+static void verb_choices(const struct cli_ctx *ctx, char *buf, size_t len)
+{
+	size_t n = 0, k = 0;
+
+	for (size_t i = 0; i < N_VERBS; i++)
+		n += !strcmp(verbs[i].command, ctx->cmd->name);
+	buf[0] = '\0';
+	for (size_t i = 0; i < N_VERBS; i++) {
+		if (strcmp(verbs[i].command, ctx->cmd->name))
+			continue;
+		k++;
+		snprintf(buf + strlen(buf), len - strlen(buf), "%s%s",
+			 k == 1 ? "" : k == n ? " or " : ", ", verbs[i].name);
+	}
+}
 
 /*
- * argv[1] found among the n verbs (listed as choices in messages) and the
- * rest parsed into a. CLI_GO with *verb set, CLI_EXIT_OK after printing
- * the help, or an exit status after saying why.
+ * argv[1] found among the running command's verbs and the rest parsed
+ * into a. CLI_GO with *verb set, CLI_EXIT_OK after printing the help, or
+ * an exit status after saying why (with the choices).
  */
 static int parse_verb(struct cli_ctx *ctx, int argc, char **argv,
-		      const struct verb *verbs, size_t n, const char *choices,
 		      struct args *a, const char **verb)
 {
+	char choices[128];
+
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
 		fputs(ctx->cmd->help, stdout);
 		return CLI_EXIT_OK;
 	}
+	verb_choices(ctx, choices, sizeof(choices));
 	if (argc < 2 || argv[1][0] == '-')
 		return cli_usage_error(ctx, "missing what to do: %s", choices);
-	for (size_t i = 0; i < n; i++) {
-		if (strcmp(argv[1], verbs[i].name))
+	for (size_t i = 0; i < N_VERBS; i++) {
+		if (strcmp(verbs[i].command, ctx->cmd->name) ||
+		    strcmp(argv[1], verbs[i].name))
 			continue;
 		snprintf(ctx->prog, sizeof(ctx->prog), "kiln %s %s",
 			 ctx->cmd->name, verbs[i].name);
@@ -179,18 +211,9 @@ static int parse_verb(struct cli_ctx *ctx, int argc, char **argv,
 
 int cmd_blob(struct cli_ctx *ctx, int argc, char **argv)
 {
-	static const struct verb verbs[] = {
-		{"ls", 1, 2, "URL [PREFIX]"},
-		{"put", 3, 3, "URL NAME FILE [--create-only]"},
-		{"get", 3, 3, "URL NAME FILE [--offset N] [--length N]"},
-		{"rm", 2, 2, "URL NAME"},
-		{"stat", 2, 2, "URL NAME"},
-	};
 	struct args a = {0};
 	const char *verb;
-	int rc = parse_verb(ctx, argc, argv, verbs,
-			    sizeof(verbs) / sizeof(verbs[0]),
-			    "ls, put, get, rm or stat", &a, &verb);
+	int rc = parse_verb(ctx, argc, argv, &a, &verb);
 
 	return rc == CLI_GO ? run_blob(ctx, verb, &a) : rc;
 }
@@ -204,21 +227,12 @@ static void print_manifest(const struct kn_ckpt_manifest *m)
 
 int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv)
 {
-	static const struct verb verbs[] = {
-		{"upload", 3, 3, "URL JOB DIR"},
-		{"ls", 2, 2, "URL JOB"},
-		{"restore", 3, 3, "URL JOB DEST"},
-		{"prune", 2, 2, "URL JOB --keep K"},
-		{"outputs", 3, 3, "URL JOB DIR"},
-	};
 	struct kn_blob_store *s = NULL;
 	struct kn_ckpt_manifest m = {0};
 	struct kn_error err = {0};
 	struct args a = {0};
 	const char *verb;
-	int rc = parse_verb(ctx, argc, argv, verbs,
-			    sizeof(verbs) / sizeof(verbs[0]),
-			    "upload, ls, restore, prune or outputs", &a, &verb);
+	int rc = parse_verb(ctx, argc, argv, &a, &verb);
 
 	if (rc != CLI_GO)
 		return rc;

@@ -349,10 +349,10 @@ out:
 int cmd_scale(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct cli_client *c = NULL;
-	json_t *answer = NULL;
 	struct kn_buf path;
 	const char *pos[2] = {NULL, NULL};
-	char body[64], *end;
+	json_t *body;
+	char *end;
 	long n;
 	int rc;
 
@@ -369,18 +369,15 @@ int cmd_scale(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	kn_buf_printf(&path, "/v1/deployments");
-	cli_path_add(&path, pos[0]);
-	kn_buf_printf(&path, "/scale");
-	snprintf(body, sizeof(body), "{\"replicas\": %ld}", n);
-	rc = cli_call(c, "POST", path.data, "application/json", body,
-		      strlen(body), &answer);
+	cli_path_object(&path, "/v1/deployments", pos[0], "/scale");
+	body = json_pack("{s:I}", "replicas", (json_int_t)n);
+	rc = cli_post_json(c, path.data, body, NULL);
+	json_decref(body);
 	if (rc)
 		goto out;
 	printf("deployment %s: %ld replica%s wanted\n", pos[0], n,
 	       n == 1 ? "" : "s");
 out:
-	json_decref(answer);
 	kn_buf_release(&path);
 	cli_client_free(c);
 	return rc;
@@ -417,10 +414,8 @@ int cmd_rollout(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	kn_buf_printf(&path, "/v1/deployments");
-	cli_path_add(&path, name);
-	kn_buf_printf(&path, "/restart");
-	rc = cli_call(c, "POST", path.data, "application/json", "{}", 2, NULL);
+	cli_path_object(&path, "/v1/deployments", name, "/restart");
+	rc = cli_post_json(c, path.data, NULL, NULL);
 	if (rc)
 		goto out;
 	printf("deployment %s: rolling restart started (one replica at a "

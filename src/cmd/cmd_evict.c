@@ -50,8 +50,9 @@ out:
 	return rc;
 }
 
+/* kiln cordon NODE and the like: POST action ("/cordon") to the node. */
 static int node_verb(struct cli_ctx *ctx, int argc, char **argv,
-		     const char *verb)
+		     const char *action)
 {
 	const char *reason = NULL;
 	const struct cli_flag flags[] = {
@@ -69,9 +70,7 @@ static int node_verb(struct cli_ctx *ctx, int argc, char **argv,
 	rc = cli_parse_open(ctx, argc, argv, flags, "NODE", &name, &c);
 	if (rc != CLI_GO)
 		goto out;
-	kn_buf_printf(&path, "/v1/nodes");
-	cli_path_add(&path, name);
-	kn_buf_printf(&path, "/%s", verb);
+	cli_path_object(&path, "/v1/nodes", name, action);
 	if (reason)
 		cli_query_add(&path, "reason", reason);
 	rc = cli_call(c, "POST", path.data, NULL, NULL, 0, &answer);
@@ -127,8 +126,8 @@ static int rolling_drain(struct cli_ctx *ctx, int argc, char **argv)
 	};
 	struct cli_client *c = NULL;
 	struct kn_buf path;
-	json_t *answer = NULL, *r;
-	char *body = NULL, last[640] = "";
+	json_t *answer = NULL, *body = NULL, *r;
+	char last[640] = "";
 	int64_t surge_ms = 0;
 	int rc;
 
@@ -150,21 +149,13 @@ static int rolling_drain(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_client_open(ctx, &c);
 	if (rc)
 		goto out;
-	kn_buf_printf(&path, "/v1/pools");
-	cli_path_add(&path, pool);
-	kn_buf_printf(&path, "/rolling");
-	{
-		json_t *doc = json_pack("{s:s}", "command", command);
-
-		if (surge_timeout)
-			json_object_set_new(doc, "surge_timeout_s",
-					    json_real((double)surge_ms / 1000.0));
-
-		body = json_dumps(doc, JSON_COMPACT);
-		json_decref(doc);
-	}
-	rc = cli_call(c, "POST", path.data, "application/json", body,
-		      strlen(body), &answer);
+	cli_path_object(&path, "/v1/pools", pool, "/rolling");
+	body = json_pack("{s:s}", "command", command);
+	if (surge_timeout)
+		json_object_set_new(body, "surge_timeout_s",
+				    json_real((double)surge_ms / 1000.0));
+	rc = cli_post_json(c, path.data, body, &answer);
+	json_decref(body);
 	if (rc)
 		goto out;
 	printf("rolling maintenance of pool %s started (%lld nodes)\n", pool,
@@ -193,7 +184,6 @@ static int rolling_drain(struct cli_ctx *ctx, int argc, char **argv)
 			goto out;
 	}
 out:
-	free(body);
 	json_decref(answer);
 	kn_buf_release(&path);
 	cli_client_free(c);
@@ -206,15 +196,15 @@ int cmd_drain(struct cli_ctx *ctx, int argc, char **argv)
 		if (!strcmp(argv[i], "--rolling") ||
 		    !strncmp(argv[i], "--rolling=", 10))
 			return rolling_drain(ctx, argc, argv);
-	return node_verb(ctx, argc, argv, "drain");
+	return node_verb(ctx, argc, argv, "/drain");
 }
 
 int cmd_cordon(struct cli_ctx *ctx, int argc, char **argv)
 {
-	return node_verb(ctx, argc, argv, "cordon");
+	return node_verb(ctx, argc, argv, "/cordon");
 }
 
 int cmd_uncordon(struct cli_ctx *ctx, int argc, char **argv)
 {
-	return node_verb(ctx, argc, argv, "uncordon");
+	return node_verb(ctx, argc, argv, "/uncordon");
 }

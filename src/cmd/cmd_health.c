@@ -37,25 +37,18 @@ static int drain_in_kiln(struct cli_ctx *ctx, const char *node, bool healthy,
 {
 	struct cli_client *c;
 	struct kn_buf path;
-	json_t *body = json_pack("{s:b,s:s}", "healthy", healthy, "reason",
-				 reason);
-	char *text = json_dumps(body, JSON_COMPACT);
-	int rc;
+	json_t *body;
+	int rc = cli_client_open(ctx, &c);
 
-	json_decref(body);
-	if ((rc = cli_client_open(ctx, &c)) != 0) {
-		free(text);
+	if (rc)
 		return rc;
-	}
+	body = json_pack("{s:b,s:s}", "healthy", healthy, "reason", reason);
 	kn_buf_init(&path, 1024);
-	kn_buf_printf(&path, "/v1/nodes");
-	cli_path_add(&path, node);
-	kn_buf_printf(&path, "/health");
-	rc = cli_call(c, "POST", path.data, "application/json", text,
-		      strlen(text), NULL);
+	cli_path_object(&path, "/v1/nodes", node, "/health");
+	rc = cli_post_json(c, path.data, body, NULL);
 	kn_buf_release(&path);
+	json_decref(body);
 	cli_client_free(c);
-	free(text);
 	return rc;
 }
 

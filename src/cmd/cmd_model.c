@@ -96,21 +96,8 @@ char *model_path(const char *ref, const char *suffix)
 	struct kn_buf b;
 
 	kn_buf_init(&b, SIZE_MAX);
-	kn_buf_printf(&b, "/v1/models");
-	cli_path_add(&b, ref);
-	kn_buf_printf(&b, "%s", suffix);
+	cli_path_object(&b, "/v1/models", ref, suffix);
 	return b.data;
-}
-
-int model_post_json(struct cli_client *c, const char *path, json_t *doc,
-		    json_t **answer)
-{
-	char *body = json_dumps(doc, JSON_COMPACT);
-	int rc = cli_call(c, "POST", path, "application/json", body,
-			  strlen(body), answer);
-
-	free(body);
-	return rc;
 }
 
 /* ---- progress ---- */
@@ -230,7 +217,7 @@ static int push_from_job(struct cli_ctx *ctx, const struct args *a)
 	if (a->alias)
 		json_object_set_new(req, "alias", json_string(a->alias));
 	path = model_path(a->name, "/from-job");
-	rc = model_post_json(c, path, req, &answer);
+	rc = cli_post_json(c, path, req, &answer);
 	if (rc)
 		goto out;
 	if (cli_want_json(ctx)) {
@@ -271,7 +258,7 @@ static int ask_missing(struct cli_client *c, struct kn_model_files *f,
 			json_array_append_new(digests,
 					      json_string(f->items[i].sha256));
 	req = json_pack("{s:o}", "digests", digests);
-	rc = model_post_json(c, "/v1/model-blobs/missing", req, &answer);
+	rc = cli_post_json(c, "/v1/model-blobs/missing", req, &answer);
 	if (!rc) {
 		*missing = json_incref(json_object_get(answer, "missing"));
 		*part_max = cli_json_int(answer, "part_max");
@@ -949,7 +936,7 @@ static int alias_post(struct cli_ctx *ctx, const char *ref, const char *what,
 
 	*answer = NULL;
 	if (!rc)
-		rc = model_post_json(c, path, req, answer);
+		rc = cli_post_json(c, path, req, answer);
 	free(path);
 	json_decref(req);
 	cli_client_free(c);
@@ -1063,7 +1050,7 @@ static int model_sign(struct cli_ctx *ctx, int argc, char **argv)
 			sig_b64);
 	rc = cli_client_open(ctx, &c);
 	if (!rc)
-		rc = model_post_json(c, path, req, &answer);
+		rc = cli_post_json(c, path, req, &answer);
 	if (!rc && cli_want_json(ctx))
 		cli_print_data(ctx, answer);
 	else if (!rc)

@@ -156,7 +156,7 @@ int model_revalidate(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	rc = cli_client_open(ctx, &c);
 	if (!rc)
-		rc = model_post_json(c, path, req, &answer);
+		rc = cli_post_json(c, path, req, &answer);
 	if (!rc && cli_want_json(ctx))
 		cli_print_data(ctx, answer);
 	else if (!rc && now)

@@ -356,8 +356,7 @@ static int change(struct cli_ctx *ctx, int argc, char **argv,
 		return rc;
 	rc = cli_client_open(ctx, &c);
 	if (rc == 0)
-		rc = cli_call(c, "POST", path, "application/json", "{}", 2,
-			      NULL);
+		rc = cli_post_json(c, path, NULL, NULL);
 	if (rc == 0)
 		fprintf(stderr, "workflow run %lld %s\n", (long long)id, done);
 	cli_client_free(c);

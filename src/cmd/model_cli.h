@@ -12,9 +12,6 @@
 
 /* "/v1/models/REF" plus suffix, REF escaped; the caller frees it. */
 char *model_path(const char *ref, const char *suffix);
-/* POST doc as JSON to path; *answer as cli_call gives it. */
-int model_post_json(struct cli_client *c, const char *path, json_t *doc,
-		    json_t **answer);
 /* kiln model revalidate. */
 int model_revalidate(struct cli_ctx *ctx, int argc, char **argv);
 
