@@ -66,14 +66,18 @@ struct upload {
 	struct part_job *writing;
 	struct part_job *queued, **queued_tail;
 	bool dropped;        /* out of the list: freed when writing ends */
-	/* The relay: the store the parts go on to, and the offsets of the
-	   blocks it holds; NULL when the store takes no staged blocks or a
-	   block failed (the commit copies the staging file then). Used by
-	   the part's worker, and by the commit's once no part is left. */
+	/* The relay (sized uploads): the store the parts go on to, and the
+	   offsets of the blocks it holds; NULL when the store takes no
+	   staged blocks or a block failed (the commit copies the staging
+	   file then). A part written and hashed waits in the relay's line
+	   for its block to go, one at a time, while the next part is
+	   written; it is answered once its block is in. */
 	struct kn_blob_store *relay;
 	char stage[48];
 	int64_t *blocks;
 	size_t n_blocks, blocks_cap;
+	struct part_job *relaying;
+	struct part_job *relay_queued, **relay_tail;
 	struct upload *next;
 };
 
@@ -128,17 +132,22 @@ static void upload_detach(struct model_state *m, struct upload *u)
 			break;
 		}
 	}
-	while (u->queued) {
-		struct part_job *j = u->queued;
+	for (struct part_job **line = &u->queued; line;
+	     line = line == &u->queued ? &u->relay_queued : NULL) {
+		while (*line) {
+			struct part_job *j = *line;
 
-		u->queued = j->next;
-		kn_errorf(&err, KN_ECONFLICT, "upload",
-			  "upload %s of %s ended (stored, dropped or "
-			  "started again) while this part waited; ask what "
-			  "the server holds", u->id, upload_label(u));
-		part_fail(j, &err);
+			*line = j->next;
+			kn_errorf(&err, KN_ECONFLICT, "upload",
+				  "upload %s of %s ended (stored, dropped or "
+				  "started again) while this part waited; ask "
+				  "what the server holds", u->id,
+				  upload_label(u));
+			part_fail(j, &err);
+		}
 	}
 	u->queued_tail = &u->queued;
+	u->relay_tail = &u->relay_queued;
 }
 
 static void upload_release(struct upload *u)
@@ -157,7 +166,7 @@ static void upload_release(struct upload *u)
 static void upload_drop(struct model_state *m, struct upload *u)
 {
 	upload_detach(m, u);
-	if (u->writing)
+	if (u->writing || u->relaying)
 		u->dropped = true;
 	else
 		upload_release(u);
@@ -393,7 +402,7 @@ void models_uploads_expire(struct server *s)
 
 	for (u = m->uploads; u; u = next) {
 		next = u->next;
-		if (u->writing ||
+		if (u->writing || u->relaying ||
 		    now - u->touched_ms <= core_config(s)->upload_idle_ms)
 			continue;
 		kn_log(KN_LOG_INFO, "dropping %s's upload %s: idle for %llds",
@@ -476,30 +485,35 @@ static void relay_open(struct server *s, struct upload *u)
 	snprintf(u->stage, sizeof(u->stage), "staging/%s", hex);
 }
 
-/* On the part's worker: the part on to the relay as a block. A failure
-   ends the relay, not the upload: the staging file holds every byte. */
-static void relay_part(struct upload *u, const char *data, int64_t at,
-		       size_t len)
+/* No more parts go on to the store: the commit copies the staging
+   file, which holds every byte. */
+static void relay_end(struct upload *u, const char *why)
 {
-	struct kn_error err;
+	kn_log(KN_LOG_WARN, "upload of %s: the store refused a part (%s); "
+	       "the whole blob is copied at its commit", upload_label(u),
+	       why);
+	kn_blob_store_free(u->relay);
+	u->relay = NULL;
+}
 
-	if (!u->relay || !len)
-		return;
-	if (kn_blob_stage_block(u->relay, u->stage, at, data, len,
-				&err) < 0) {
-		kn_log(KN_LOG_WARN, "upload of %s: the store refused a part "
-		       "(%s); the whole blob is copied at its commit",
-		       upload_label(u), err.message);
-		kn_blob_store_free(u->relay);
-		u->relay = NULL;
-		return;
-	}
+/* The block of a part that went on to the store. */
+static void relay_add(struct upload *u, int64_t at)
+{
 	if (u->n_blocks == u->blocks_cap) {
 		u->blocks_cap = u->blocks_cap ? 2 * u->blocks_cap : 64;
 		u->blocks = kn_xrealloc(u->blocks,
 					u->blocks_cap * sizeof(*u->blocks));
 	}
 	u->blocks[u->n_blocks++] = at;
+}
+
+/* On a worker: the part on to the store as a block. */
+static void relay_work(void *arg)
+{
+	struct part_job *j = arg;
+
+	j->rc = kn_blob_stage_block(j->u->relay, j->u->stage, j->offset,
+				    j->data, j->len, &j->err);
 }
 
 static int offset_order(const void *a, const void *b)
@@ -569,6 +583,7 @@ static int upload_begin(struct server *s, const char *digest,
 		relay_open(s, u);
 	u->touched_ms = now;
 	u->queued_tail = &u->queued;
+	u->relay_tail = &u->relay_queued;
 	u->next = m->uploads;
 	m->uploads = u;
 	if (u->fd < 0 || EVP_DigestInit_ex(u->ctx, EVP_sha256(), NULL) != 1) {
@@ -887,8 +902,6 @@ static void part_work(void *arg)
 	else
 		j->rc = upload_hash_on(u, j->data, j->offset, j->len,
 				       j->hash_to, &j->err);
-	if (j->rc == 0)
-		relay_part(u, j->data, j->offset, j->len);
 }
 
 /*
@@ -911,8 +924,11 @@ static bool part_finish(struct part_job *j)
 		part_free(j);
 		return true;
 	}
-	/* One named at its commit waits for it, whole. */
-	if (j->size >= 0 && (u->offset < u->size || !u->digest[0])) {
+	/* One named at its commit waits for it, whole; the part that
+	   completes one named by its digest stores it once no other part
+	   is written or relayed. */
+	if (j->size >= 0 && (u->offset < u->size || !u->digest[0] ||
+			     u->writing || u->relaying || u->relay_queued)) {
 		kn_http_reply_json(j->req, 200, part_answer(u));
 		part_free(j);
 		return true;
@@ -927,6 +943,8 @@ static bool part_finish(struct part_job *j)
 }
 
 static void parts_run(struct upload *u);
+static bool relays_run(struct upload *u);
+static void part_next(struct part_job *j);
 
 static void part_done(void *arg, bool ran)
 {
@@ -937,7 +955,8 @@ static void part_done(void *arg, bool ran)
 
 	u->writing = NULL;
 	if (u->dropped) {
-		upload_release(u);
+		if (!u->relaying)
+			upload_release(u);
 		kn_errorf(&err, KN_ECONFLICT, "upload",
 			  "the upload was dropped (started again, or the "
 			  "server stopping) while this part was written");
@@ -953,13 +972,81 @@ static void part_done(void *arg, bool ran)
 		part_fail(j, &j->err);
 		return;
 	}
+	if (u->relay && !core_closing(s)) {
+		*u->relay_tail = j;
+		u->relay_tail = &j->next;
+		if (relays_run(u))
+			parts_run(u);
+		return;
+	}
+	part_next(j);
+}
+
+/* A part written (and relayed): answered, then the next. */
+static void part_next(struct part_job *j)
+{
+	struct upload *u = j->u;
+	struct server *s = j->s;
+
 	/* j is gone after this. */
 	if (!part_finish(j))
 		return;
-	if (core_closing(s))
+	if (core_closing(s)) {
 		upload_drop(models_state(s), u);
-	else
+		return;
+	}
+	if (relays_run(u))
 		parts_run(u);
+}
+
+static void relay_done(void *arg, bool ran)
+{
+	struct part_job *j = arg;
+	struct upload *u = j->u;
+	struct kn_error err;
+
+	u->relaying = NULL;
+	if (u->dropped) {
+		if (!u->writing)
+			upload_release(u);
+		kn_errorf(&err, KN_ECONFLICT, "upload",
+			  "the upload was dropped (started again, or the "
+			  "server stopping) while this part went to the "
+			  "store");
+		part_fail(j, &err);
+		return;
+	}
+	if (!ran)
+		relay_end(u, "the server is stopping");
+	else if (j->rc < 0)
+		relay_end(u, j->err.message);
+	else
+		relay_add(u, j->offset);
+	j->rc = 0;
+	part_next(j);
+}
+
+/* The next part in the relay's line to a worker, or, once the relay
+   ended, each answered as written. False when the upload is over. */
+static bool relays_run(struct upload *u)
+{
+	while (!u->relaying && u->relay_queued) {
+		struct part_job *j = u->relay_queued;
+
+		u->relay_queued = j->next;
+		if (!u->relay_queued)
+			u->relay_tail = &u->relay_queued;
+		j->next = NULL;
+		if (!u->relay) {
+			if (!part_finish(j))
+				return false;
+			continue;
+		}
+		u->relaying = j;
+		kn_workers_submit(core_request_workers(j->s), relay_work,
+				  relay_done, j);
+	}
+	return true;
 }
 
 /* To a worker, with its own copy of the bytes: the client may go
@@ -1037,6 +1124,11 @@ static bool part_start_in_order(struct part_job *j)
 		part_fail(j, &err);
 		return false;
 	}
+	/* Its last part may come empty, with parts still in the relay's
+	   line: an upload in order (the older way) is copied at its
+	   commit instead. */
+	kn_blob_store_free(u->relay);
+	u->relay = NULL;
 	u->offset += (int64_t)j->len;
 	if (!j->len)
 		return part_finish(j);
@@ -1370,7 +1462,7 @@ void models_h_upload_commit(struct server *s,
 			  param);
 		goto fail;
 	}
-	if (u->writing || u->queued) {
+	if (u->writing || u->queued || u->relaying || u->relay_queued) {
 		kn_errorf(&err, KN_ECONFLICT, "upload",
 			  "upload %s still has parts being written: commit "
 			  "once every part is answered", param);
