@@ -18,6 +18,10 @@
 
 #define KN_VERSION "0.1.0"
 
+/* The number of elements of array a. Given a pointer instead, the
+   compiler's -Wsizeof-pointer-div (in -Wall) refuses it. */
+#define KN_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
 /* Error codes beyond errno, for the API's error.code strings. */
 enum kn_errcode {
 	KN_EOK = 0,

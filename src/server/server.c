@@ -364,8 +364,7 @@ const struct service *const kn_services[] = {
 	&portfwd_service,  NULL,
 };
 
-_Static_assert(sizeof(kn_services) / sizeof(kn_services[0]) <=
-		       SERVICES_MAX + 1,
+_Static_assert(KN_LEN(kn_services) <= SERVICES_MAX + 1,
 	       "more services than SERVICES_MAX slots");
 
 bool route_table(size_t k, const struct route **table, size_t *n)
@@ -844,9 +843,7 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		free(s.home);
 		return lock_fd;
 	}
-	for (size_t i = 0; rc == 0 && i < sizeof(start_steps) /
-						  sizeof(start_steps[0]);
-	     i++)
+	for (size_t i = 0; rc == 0 && i < KN_LEN(start_steps); i++)
 		rc = start_steps[i](&s, err);
 	if (rc == 0)
 		rc = serve(&s, &path, &url, err);
