@@ -691,6 +691,7 @@ static const struct route routes[] = {
 	 backup_h_list},
 	{"GET", "/v1/backups/{name}", KN_ROLE_ADMIN, false, "backup.list",
 	 backup_h_get},
+	{0},
 };
 
 const struct service backup_service = {
@@ -700,5 +701,4 @@ const struct service backup_service = {
 	.start = backups_start,
 	.stop = backup_free,
 	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

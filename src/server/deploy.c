@@ -1385,6 +1385,7 @@ static const struct route routes[] = {
 	 "gateway.alert", deploy_h_gateway_alert},
 	{"POST", "/v1/gateway/metrics", KN_ROLE_OPERATOR, false,
 	 "gateway.metrics", deploy_h_gateway_metrics},
+	{0},
 };
 
 const struct service deploy_service = {
@@ -1395,5 +1396,4 @@ const struct service deploy_service = {
 	.hooks = &deploy_job_hooks,
 	.alias_moved = deploy_alias_moved,
 	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

@@ -512,6 +512,7 @@ static void metrics_stop(struct server *s)
 
 static const struct route metrics_routes[] = {
 	{"GET", "/metrics", KN_ROLE_VIEWER, false, NULL, h_metrics},
+	{0},
 };
 
 const struct service metrics_service = {
@@ -520,5 +521,4 @@ const struct service metrics_service = {
 	.start = metrics_start,
 	.stop = metrics_stop,
 	.routes = metrics_routes,
-	.n_routes = KN_LEN(metrics_routes),
 };

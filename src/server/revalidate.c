@@ -882,6 +882,7 @@ static const struct route routes[] = {
 	 "model.revalidate.run", reval_h_run},
 	{"GET", "/v1/models/{name}/evaluations", KN_ROLE_VIEWER, false, NULL,
 	 reval_h_evaluations},
+	{0},
 };
 
 const struct service reval_service = {
@@ -891,5 +892,4 @@ const struct service reval_service = {
 	.stop = reval_free,
 	.hooks = &reval_job_hooks,
 	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

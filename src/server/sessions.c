@@ -522,6 +522,7 @@ static const struct route sessions_routes[] = {
 	 h_attach},
 	{"POST", "/v1/jobs/{id}/exec", KN_ROLE_USER, false, "job.exec",
 	 h_exec},
+	{0},
 };
 
 const struct service sessions_service = {
@@ -530,5 +531,4 @@ const struct service sessions_service = {
 	.start = sessions_start,
 	.stop = sessions_stop,
 	.routes = sessions_routes,
-	.n_routes = sizeof(sessions_routes) / sizeof(sessions_routes[0]),
 };
