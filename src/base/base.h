@@ -22,6 +22,35 @@
    compiler's -Wsizeof-pointer-div (in -Wall) refuses it. */
 #define KN_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/*
+ * Unlink x from the singly linked list that *head starts and each
+ * element's ->next goes on; nothing when x is not in it. Frees nothing.
+ * head is read once; x is a plain name.
+ */
+#define KN_LIST_UNLINK(head, x)						\
+	do {								\
+		for (__typeof__(head) kn_link_ = (head); *kn_link_;	\
+		     kn_link_ = &(*kn_link_)->next)			\
+			if (*kn_link_ == (x)) {				\
+				*kn_link_ = (x)->next;			\
+				break;					\
+			}						\
+	} while (0)
+
+/*
+ * Free every element of the singly linked list head (an lvalue, left
+ * NULL) with free_fn, first to last; each is off the list before its
+ * free_fn runs.
+ */
+#define KN_LIST_FREE(head, free_fn)					\
+	do {								\
+		while (head) {						\
+			__typeof__(head) kn_item_ = (head);		\
+			(head) = kn_item_->next;			\
+			free_fn(kn_item_);				\
+		}							\
+	} while (0)
+
 /* Error codes beyond errno, for the API's error.code strings. */
 enum kn_errcode {
 	KN_EOK = 0,

@@ -95,11 +95,7 @@ static struct reval *find(struct reval_state *rs, const char *name,
 
 static void unlink_reval(struct server *s, struct reval *r)
 {
-	for (struct reval **q = &reval_state_of(s)->list; *q; q = &(*q)->next)
-		if (*q == r) {
-			*q = r->next;
-			break;
-		}
+	KN_LIST_UNLINK(&reval_state_of(s)->list, r);
 	reval_free_one(r);
 }
 
@@ -472,11 +468,7 @@ static void reval_free(struct server *s)
 
 	if (!rs)
 		return;
-	while (rs->list) {
-		struct reval *r = rs->list;
-		rs->list = r->next;
-		reval_free_one(r);
-	}
+	KN_LIST_FREE(rs->list, reval_free_one);
 	kn_timer_free(rs->timer);
 	free(rs);
 }

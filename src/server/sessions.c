@@ -324,11 +324,7 @@ static void opening_free(struct opening *o)
 {
 	struct sessions *all = service_state(o->s, &sessions_service);
 
-	for (struct opening **p = &all->openings; *p; p = &(*p)->next)
-		if (*p == o) {
-			*p = o->next;
-			break;
-		}
+	KN_LIST_UNLINK(&all->openings, o);
 	kn_timer_free(o->retry);
 	json_decref(o->argv);
 	free(o->dir);
