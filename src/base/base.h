@@ -120,6 +120,9 @@ int64_t kn_now_ms(void);
 int64_t kn_mono_ms(void);
 /* "2026-12-02T15:46:06.123Z" into buf (at least 32 bytes). */
 void kn_format_time(int64_t epoch_ms, char *buf, size_t len);
+/* The same in ISO 8601's basic form, "20261202T154606.123Z": a name
+   that sorts by time and holds no ':' (at least 24 bytes). */
+void kn_format_time_basic(int64_t epoch_ms, char *buf, size_t len);
 /* "3s ago", "5m ago", "2h ago", "4d ago", or "-" for 0; relative to now_ms. */
 void kn_format_ago(int64_t epoch_ms, int64_t now_ms, char *buf, size_t len);
 /* "850ms", "12s", "5m3s", "2h10m". */
