@@ -60,7 +60,7 @@ static json_t *named_schema(const char *t, size_t n, struct kn_error *err)
 						 "string", "boolean",
 						 "object"};
 
-	for (size_t i = 0; i < sizeof(primitives) / sizeof(*primitives); i++)
+	for (size_t i = 0; i < KN_LEN(primitives); i++)
 		if (strlen(primitives[i]) == n && !strncmp(primitives[i], t, n))
 			return json_pack("{s:s}", "type", primitives[i]);
 	if (n == 3 && !strncmp(t, "any", 3))
