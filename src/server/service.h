@@ -54,8 +54,8 @@ void route_reply(struct kn_http_req *req, int status, json_t *o,
 
 /*
  * One HTTP route: method, path pattern, least role, handler. A table of
- * them ends with an entry of zeros ({0}), as kn_services ends with NULL:
- * a route added or removed changes one line and no count.
+ * them ends with an entry of zeros ({0}), as kn_services ends with NULL,
+ * so no count of its rows travels beside it.
  */
 struct route {
 	const char *method;
