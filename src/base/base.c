@@ -128,15 +128,27 @@ int64_t kn_mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void kn_format_time(int64_t epoch_ms, char *buf, size_t len)
+/* epoch_ms in UTC as fmt (to the second), then ".mmmZ". */
+static void format_time(int64_t epoch_ms, const char *fmt, char *buf,
+			size_t len)
 {
 	time_t secs = (time_t)(epoch_ms / 1000);
 	struct tm tm;
 	char tmp[32];
 
 	gmtime_r(&secs, &tm);
-	strftime(tmp, sizeof(tmp), "%Y-%m-%dT%H:%M:%S", &tm);
+	strftime(tmp, sizeof(tmp), fmt, &tm);
 	snprintf(buf, len, "%s.%03dZ", tmp, (int)(epoch_ms % 1000));
+}
+
+void kn_format_time(int64_t epoch_ms, char *buf, size_t len)
+{
+	format_time(epoch_ms, "%Y-%m-%dT%H:%M:%S", buf, len);
+}
+
+void kn_format_time_basic(int64_t epoch_ms, char *buf, size_t len)
+{
+	format_time(epoch_ms, "%Y%m%dT%H%M%S", buf, len);
 }
 
 void kn_format_duration(int64_t ms, char *buf, size_t len)

@@ -18,6 +18,39 @@
 
 #define KN_VERSION "0.1.0"
 
+/* The number of elements of array a. Given a pointer instead, the
+   compiler's -Wsizeof-pointer-div (in -Wall) refuses it. */
+#define KN_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/*
+ * Unlink x from the singly linked list that *head starts and each
+ * element's ->next goes on; nothing when x is not in it. Frees nothing.
+ * head is read once; x is a plain name.
+ */
+#define KN_LIST_UNLINK(head, x)						\
+	do {								\
+		for (__typeof__(head) kn_link_ = (head); *kn_link_;	\
+		     kn_link_ = &(*kn_link_)->next)			\
+			if (*kn_link_ == (x)) {				\
+				*kn_link_ = (x)->next;			\
+				break;					\
+			}						\
+	} while (0)
+
+/*
+ * Free every element of the singly linked list head (an lvalue, left
+ * NULL) with free_fn, first to last; each is off the list before its
+ * free_fn runs.
+ */
+#define KN_LIST_FREE(head, free_fn)					\
+	do {								\
+		while (head) {						\
+			__typeof__(head) kn_item_ = (head);		\
+			(head) = kn_item_->next;			\
+			free_fn(kn_item_);				\
+		}							\
+	} while (0)
+
 /* Error codes beyond errno, for the API's error.code strings. */
 enum kn_errcode {
 	KN_EOK = 0,
@@ -87,6 +120,9 @@ int64_t kn_now_ms(void);
 int64_t kn_mono_ms(void);
 /* "2026-12-02T15:46:06.123Z" into buf (at least 32 bytes). */
 void kn_format_time(int64_t epoch_ms, char *buf, size_t len);
+/* The same in ISO 8601's basic form, "20261202T154606.123Z": a name
+   that sorts by time and holds no ':' (at least 24 bytes). */
+void kn_format_time_basic(int64_t epoch_ms, char *buf, size_t len);
 /* "3s ago", "5m ago", "2h ago", "4d ago", or "-" for 0; relative to now_ms. */
 void kn_format_ago(int64_t epoch_ms, int64_t now_ms, char *buf, size_t len);
 /* "850ms", "12s", "5m3s", "2h10m". */
