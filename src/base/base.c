@@ -364,6 +364,16 @@ void *kn_xrealloc(void *p, size_t n)
 	return q;
 }
 
+void *kn_xgrow(void *p, size_t *alloc, size_t used, size_t size)
+{
+	if (used < *alloc)
+		return p;
+	if (*alloc > SIZE_MAX / 2 / size)
+		oom();
+	*alloc = *alloc ? *alloc * 2 : 16;
+	return kn_xrealloc(p, *alloc * size);
+}
+
 char *kn_xstrdup(const char *s)
 {
 	char *p = strdup(s);

@@ -134,6 +134,9 @@ char *kn_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *kn_xmalloc(size_t n);
 void *kn_xcalloc(size_t n, size_t size);
 void *kn_xrealloc(void *p, size_t n);
+/* Array p, of *alloc elements of size with used of them taken, with room
+   for one more: *alloc doubles (16 at first) when it is full. */
+void *kn_xgrow(void *p, size_t *alloc, size_t used, size_t size);
 char *kn_xstrdup(const char *s);
 /* Frees a NULL-terminated vector of malloc'd strings and the vector; NULL
    is nothing. */

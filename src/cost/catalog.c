@@ -333,11 +333,7 @@ int kn_catalog_parse(struct kn_catalog *c, const char *text, size_t len,
 			*same = rows[i];
 			continue;
 		}
-		if (c->n == c->alloc) {
-			c->alloc = c->alloc ? c->alloc * 2 : 32;
-			c->rows = kn_xrealloc(c->rows,
-					      c->alloc * sizeof(*c->rows));
-		}
+		c->rows = kn_xgrow(c->rows, &c->alloc, c->n, sizeof(*c->rows));
 		c->rows[c->n++] = rows[i];
 	}
 out:

@@ -26,10 +26,7 @@
 
 static void *pool_adopt(struct kn_strpool *pool, void *p)
 {
-	if (pool->n == pool->cap) {
-		pool->cap = pool->cap ? pool->cap * 2 : 16;
-		pool->v = kn_xrealloc(pool->v, pool->cap * sizeof(*pool->v));
-	}
+	pool->v = kn_xgrow(pool->v, &pool->cap, pool->n, sizeof(*pool->v));
 	pool->v[pool->n++] = p;
 	return p;
 }

@@ -631,6 +631,25 @@ static bool int_before(const void *a, const void *b)
 
 /* Each pop gives the least key in the heap, as a count per key says,
    whatever the order of pushes and pops. */
+/* An array grown one element at a time: 16 at first, then doubled only
+   when full, keeping what it held. */
+static void test_xgrow(void **state)
+{
+	int *v = NULL;
+	size_t alloc = 0;
+
+	(void)state;
+	for (size_t n = 0; n < 40; n++) {
+		v = kn_xgrow(v, &alloc, n, sizeof(*v));
+		assert_true(alloc > n);
+		assert_int_equal(alloc, n < 16 ? 16 : n < 32 ? 32 : 64);
+		v[n] = (int)n;
+	}
+	for (int i = 0; i < 40; i++)
+		assert_int_equal(v[i], i);
+	free(v);
+}
+
 static void test_heap(void **state)
 {
 	struct kn_heap h = {.size = sizeof(int), .before = int_before};
@@ -687,6 +706,7 @@ int main(void)
 		cmocka_unit_test(test_url_queries_cut),
 		cmocka_unit_test(test_url_encoded),
 		cmocka_unit_test(test_csv_read_columns),
+		cmocka_unit_test(test_xgrow),
 		cmocka_unit_test(test_heap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
