@@ -906,9 +906,13 @@ int kn_csv_find(const struct kn_csv *c, const char *name)
 	return -1;
 }
 
-int kn_csv_columns(const struct kn_csv *c, const char *const *wanted, int n,
-		   int *col, struct kn_error *err)
+int kn_csv_header(struct kn_csv *c, const char *const *wanted, int n,
+		  int *col, struct kn_error *err)
 {
+	int rc = kn_csv_next(c, err);
+
+	if (rc < 0)
+		return rc;
 	for (int w = 0; w < n; w++) {
 		col[w] = kn_csv_find(c, wanted[w]);
 		if (col[w] < 0)
@@ -932,9 +936,7 @@ int kn_csv_read_columns(const char *path, size_t max, const char *field,
 		return kn_errorf(err, KN_EIO, field, "%s: %s", path,
 				 strerror(-rc));
 	kn_csv_init(&c, text, path);
-	rc = kn_csv_next(&c, err);
-	if (rc >= 0)
-		rc = kn_csv_columns(&c, wanted, n, col, err);
+	rc = kn_csv_header(&c, wanted, n, col, err);
 	while (rc == 0 && (rc = kn_csv_next(&c, err)) > 0) {
 		rc = 0;
 		for (int w = 0; w < n && rc == 0; w++) {

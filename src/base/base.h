@@ -449,12 +449,13 @@ int kn_csv_next(struct kn_csv *c, struct kn_error *err);
 int kn_csv_find(const struct kn_csv *c, const char *name);
 
 /*
- * Each of the n wanted columns' index in the current record (a header):
- * col[w]. -EINVAL with "PATH:LINE: no column \"NAME\"" (err field NAME)
- * when one is absent.
+ * Read the next record as a header and find each of the n wanted columns
+ * in it: col[w] is its index. 0, an error as kn_csv_next, or -EINVAL with
+ * "PATH:LINE: no column \"NAME\"" (err field NAME) when one is absent
+ * (the text is empty: LINE 1). Other columns stay to kn_csv_find.
  */
-int kn_csv_columns(const struct kn_csv *c, const char *const *wanted, int n,
-		   int *col, struct kn_error *err);
+int kn_csv_header(struct kn_csv *c, const char *const *wanted, int n,
+		  int *col, struct kn_error *err);
 
 /* A record's n wanted cells, in wanted's order, at line of its file:
    0 to go on, 1 to stop reading, or an error (err filled). */
@@ -465,7 +466,7 @@ typedef int (*kn_csv_row_fn)(void *arg, char **cells, int line,
  * the n (at most KN_CSV_FIELDS_MAX) wanted columns, and give each record
  * after it to row. 0 at the end or once row says stop; else a negative
  * errno: "PATH: why" (err field `field`) when it cannot be read, as
- * kn_csv_next for a malformed record, as kn_csv_columns for the header,
+ * kn_csv_next for a malformed record, as kn_csv_header for the header,
  * "PATH:LINE: N fields, too few" (err field `field`) for a record that
  * ends before a wanted column, or what row returned.
  */

@@ -307,9 +307,7 @@ int kn_catalog_parse(struct kn_catalog *c, const char *text, size_t len,
 	memcpy(buf, text, len);
 	buf[len] = '\0';
 	kn_csv_init(&csv, buf, path);
-	rc = kn_csv_next(&csv, err);
-	if (rc >= 0)
-		rc = kn_csv_columns(&csv, COLUMNS, COL_COUNT, col, err);
+	rc = kn_csv_header(&csv, COLUMNS, COL_COUNT, col, err);
 	if (rc < 0)
 		goto out;
 	status_col = kn_csv_find(&csv, "status");

@@ -178,9 +178,7 @@ int kn_model_presets_parse(const char *text, size_t len, const char *path,
 	memcpy(copy, text, len);
 	copy[len] = '\0';
 	kn_csv_init(&csv, copy, path);
-	rc = kn_csv_next(&csv, err);
-	if (rc >= 0)
-		rc = kn_csv_columns(&csv, COLUMNS, COL_COUNT, col, err);
+	rc = kn_csv_header(&csv, COLUMNS, COL_COUNT, col, err);
 	while (rc >= 0 && (rc = kn_csv_next(&csv, err)) > 0)
 		rc = read_row(p, &csv, col, err);
 	free(copy);

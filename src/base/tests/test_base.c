@@ -259,9 +259,9 @@ static void test_yaml_text_check(void **state)
 
 /* Wanted columns found in the header in the caller's order; a missing
    one named, with the header's line. */
-static void test_csv_columns(void **state)
+static void test_csv_header(void **state)
 {
-	char head[] = "\na,b\n1,2\n";
+	char head[] = "\na,b\n1,2\n", again[] = "\na,b\n", empty[] = "";
 	const char *const found[] = {"b", "a"}, *const missing[] = {"a", "nope"};
 	struct kn_csv c;
 	int col[2];
@@ -269,13 +269,20 @@ static void test_csv_columns(void **state)
 
 	(void)state;
 	kn_csv_init(&c, head, "t.csv");
-	assert_int_equal(kn_csv_next(&c, &err), 1);
-	assert_int_equal(kn_csv_columns(&c, found, 2, col, &err), 0);
+	assert_int_equal(kn_csv_header(&c, found, 2, col, &err), 0);
 	assert_int_equal(col[0], 1);
 	assert_int_equal(col[1], 0);
-	assert_int_equal(kn_csv_columns(&c, missing, 2, col, &err), -EINVAL);
+	/* The records after the header are the caller's. */
+	assert_int_equal(kn_csv_next(&c, &err), 1);
+	assert_string_equal(c.fields[0], "1");
+	kn_csv_init(&c, again, "t.csv");
+	assert_int_equal(kn_csv_header(&c, missing, 2, col, &err), -EINVAL);
 	assert_string_equal(err.message, "t.csv:2: no column \"nope\"");
 	assert_string_equal(err.field, "nope");
+	/* An empty text has no header: line 1. */
+	kn_csv_init(&c, empty, "t.csv");
+	assert_int_equal(kn_csv_header(&c, found, 2, col, &err), -EINVAL);
+	assert_string_equal(err.message, "t.csv:1: no column \"b\"");
 }
 
 /* kn_csv: records with each field's line and column, blank lines skipped. */
@@ -697,7 +704,7 @@ int main(void)
 		cmocka_unit_test(test_levenshtein),
 		cmocka_unit_test(test_thread_background),
 		cmocka_unit_test(test_yaml_text_check),
-		cmocka_unit_test(test_csv_columns),
+		cmocka_unit_test(test_csv_header),
 		cmocka_unit_test(test_csv_reader),
 		cmocka_unit_test(test_csv_reader_errors),
 		cmocka_unit_test(test_git_revision),
