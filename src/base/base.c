@@ -128,15 +128,27 @@ int64_t kn_mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void kn_format_time(int64_t epoch_ms, char *buf, size_t len)
+/* epoch_ms in UTC as fmt (to the second), then ".mmmZ". */
+static void format_time(int64_t epoch_ms, const char *fmt, char *buf,
+			size_t len)
 {
 	time_t secs = (time_t)(epoch_ms / 1000);
 	struct tm tm;
 	char tmp[32];
 
 	gmtime_r(&secs, &tm);
-	strftime(tmp, sizeof(tmp), "%Y-%m-%dT%H:%M:%S", &tm);
+	strftime(tmp, sizeof(tmp), fmt, &tm);
 	snprintf(buf, len, "%s.%03dZ", tmp, (int)(epoch_ms % 1000));
+}
+
+void kn_format_time(int64_t epoch_ms, char *buf, size_t len)
+{
+	format_time(epoch_ms, "%Y-%m-%dT%H:%M:%S", buf, len);
+}
+
+void kn_format_time_basic(int64_t epoch_ms, char *buf, size_t len)
+{
+	format_time(epoch_ms, "%Y%m%dT%H%M%S", buf, len);
 }
 
 void kn_format_duration(int64_t ms, char *buf, size_t len)
@@ -369,6 +381,16 @@ void *kn_xrealloc(void *p, size_t n)
 	if (!q)
 		oom();
 	return q;
+}
+
+void *kn_xgrow(void *p, size_t *alloc, size_t used, size_t size)
+{
+	if (used < *alloc)
+		return p;
+	if (*alloc > SIZE_MAX / 2 / size)
+		oom();
+	*alloc = *alloc ? *alloc * 2 : 16;
+	return kn_xrealloc(p, *alloc * size);
 }
 
 char *kn_xstrdup(const char *s)
@@ -773,7 +795,6 @@ static const char *const CSV_PROBLEMS[] = {
 /* One record as it is split: each field's start, and the first problem. */
 struct csv_split {
 	char *fields[KN_CSV_FIELDS_MAX];
-	size_t offsets[KN_CSV_FIELDS_MAX]; /* from the record's first byte */
 	int lines[KN_CSV_FIELDS_MAX], cols[KN_CSV_FIELDS_MAX];
 	int n;
 	int line;     /* on entry the record's first line; then the next's */
@@ -792,13 +813,12 @@ static void csv_note(struct csv_split *s, enum csv_problem problem,
 	s->problem_col = (int)(at - s->line_start) + 1;
 }
 
-static void csv_field(struct csv_split *s, char *start, char *r, char *w)
+static void csv_field(struct csv_split *s, char *r, char *w)
 {
 	if (s->n == KN_CSV_FIELDS_MAX) {
 		csv_note(s, CSV_TOO_MANY, r);
 		return;
 	}
-	s->offsets[s->n] = (size_t)(r - start);
 	s->lines[s->n] = s->line;
 	s->cols[s->n] = (int)(r - s->line_start) + 1;
 	s->fields[s->n++] = w;
@@ -850,7 +870,7 @@ static int csv_split(char **p, struct csv_split *s)
 	s->line_start = start;
 	if (!*r)
 		return 0;
-	csv_field(s, start, r, w);
+	csv_field(s, r, w);
 	while (*r && *r != '\n') {
 		if (*r == '"') {
 			if (!field_start)
@@ -862,7 +882,7 @@ static int csv_split(char **p, struct csv_split *s)
 		} else if (*r == ',') {
 			*w++ = '\0';
 			r++;
-			csv_field(s, start, r, w);
+			csv_field(s, r, w);
 			field_start = true;
 		} else if (*r == '\r') {
 			r++;
@@ -878,78 +898,6 @@ static int csv_split(char **p, struct csv_split *s)
 		s->line++;
 	*w = '\0';
 	return s->n;
-}
-
-int kn_csv_record_at(char **p, char **fields, size_t *offsets, int max)
-{
-	struct csv_split s = {.line = 1};
-	int n = csv_split(p, &s);
-
-	if (n > max)
-		n = max;
-	for (int i = 0; i < n; i++) {
-		fields[i] = s.fields[i];
-		if (offsets)
-			offsets[i] = s.offsets[i];
-	}
-	return n;
-}
-
-int kn_csv_record(char **p, char **fields, int max)
-{
-	return kn_csv_record_at(p, fields, NULL, max);
-}
-
-int kn_csv_columns(char **p, const char *path, const char *field,
-		   const char *const *wanted, int n, int *col,
-		   struct kn_error *err)
-{
-	char *fields[KN_CSV_FIELDS_MAX];
-	int nf = kn_csv_record(p, fields, KN_CSV_FIELDS_MAX);
-
-	for (int w = 0; w < n; w++) {
-		col[w] = -1;
-		for (int i = 0; i < nf; i++)
-			if (!strcmp(fields[i], wanted[w]))
-				col[w] = i;
-		if (col[w] < 0)
-			return kn_errorf(err, KN_EINVAL, field,
-					 "%s:1: no column \"%s\"", path,
-					 wanted[w]);
-	}
-	return 0;
-}
-
-int kn_csv_read_columns(const char *path, size_t max, const char *field,
-			const char *const *wanted, int n, kn_csv_row_fn row,
-			void *arg, struct kn_error *err)
-{
-	char *text = NULL, *p, *fields[KN_CSV_FIELDS_MAX];
-	char *cells[KN_CSV_FIELDS_MAX];
-	int col[KN_CSV_FIELDS_MAX], nf, rc, line = 1;
-	size_t len;
-
-	if ((rc = kn_read_file(path, max, &text, &len)) < 0)
-		return kn_errorf(err, KN_EIO, field, "%s: %s", path,
-				 strerror(-rc));
-	p = text;
-	rc = kn_csv_columns(&p, path, field, wanted, n, col, err);
-	while (rc == 0 &&
-	       (nf = kn_csv_record(&p, fields, KN_CSV_FIELDS_MAX)) > 0) {
-		line++;
-		for (int w = 0; w < n && rc == 0; w++) {
-			if (nf <= col[w])
-				rc = kn_errorf(err, KN_EINVAL, field,
-					       "%s:%d: %d fields, too few",
-					       path, line, nf);
-			else
-				cells[w] = fields[col[w]];
-		}
-		if (rc == 0)
-			rc = row(arg, cells, line, err);
-	}
-	free(text);
-	return rc < 0 ? rc : 0;
 }
 
 void kn_csv_init(struct kn_csv *c, char *text, const char *path)
@@ -1000,6 +948,54 @@ int kn_csv_find(const struct kn_csv *c, const char *name)
 		if (!strcmp(c->fields[i], name))
 			return i;
 	return -1;
+}
+
+int kn_csv_header(struct kn_csv *c, const char *const *wanted, int n,
+		  int *col, struct kn_error *err)
+{
+	int rc = kn_csv_next(c, err);
+
+	if (rc < 0)
+		return rc;
+	for (int w = 0; w < n; w++) {
+		col[w] = kn_csv_find(c, wanted[w]);
+		if (col[w] < 0)
+			return kn_errorf(err, KN_EINVAL, wanted[w],
+					 "%s:%d: no column \"%s\"", c->path,
+					 c->line ? c->line : 1, wanted[w]);
+	}
+	return 0;
+}
+
+int kn_csv_read_columns(const char *path, size_t max, const char *field,
+			const char *const *wanted, int n, kn_csv_row_fn row,
+			void *arg, struct kn_error *err)
+{
+	char *text = NULL, *cells[KN_CSV_FIELDS_MAX];
+	int col[KN_CSV_FIELDS_MAX], rc;
+	struct kn_csv c;
+	size_t len;
+
+	if ((rc = kn_read_file(path, max, &text, &len)) < 0)
+		return kn_errorf(err, KN_EIO, field, "%s: %s", path,
+				 strerror(-rc));
+	kn_csv_init(&c, text, path);
+	rc = kn_csv_header(&c, wanted, n, col, err);
+	while (rc == 0 && (rc = kn_csv_next(&c, err)) > 0) {
+		rc = 0;
+		for (int w = 0; w < n && rc == 0; w++) {
+			if (c.n_fields <= col[w])
+				rc = kn_errorf(err, KN_EINVAL, field,
+					       "%s:%d: %d fields, too few",
+					       path, c.line, c.n_fields);
+			else
+				cells[w] = c.fields[col[w]];
+		}
+		if (rc == 0)
+			rc = row(arg, cells, c.line, err);
+	}
+	free(text);
+	return rc < 0 ? rc : 0;
 }
 
 /* ---- git revisions ---- */

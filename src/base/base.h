@@ -18,6 +18,39 @@
 
 #define KN_VERSION "0.1.0"
 
+/* The number of elements of array a. Given a pointer instead, the
+   compiler's -Wsizeof-pointer-div (in -Wall) refuses it. */
+#define KN_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/*
+ * Unlink x from the singly linked list that *head starts and each
+ * element's ->next goes on; nothing when x is not in it. Frees nothing.
+ * head is read once; x is a plain name.
+ */
+#define KN_LIST_UNLINK(head, x)						\
+	do {								\
+		for (__typeof__(head) kn_link_ = (head); *kn_link_;	\
+		     kn_link_ = &(*kn_link_)->next)			\
+			if (*kn_link_ == (x)) {				\
+				*kn_link_ = (x)->next;			\
+				break;					\
+			}						\
+	} while (0)
+
+/*
+ * Free every element of the singly linked list head (an lvalue, left
+ * NULL) with free_fn, first to last; each is off the list before its
+ * free_fn runs.
+ */
+#define KN_LIST_FREE(head, free_fn)					\
+	do {								\
+		while (head) {						\
+			__typeof__(head) kn_item_ = (head);		\
+			(head) = kn_item_->next;			\
+			free_fn(kn_item_);				\
+		}							\
+	} while (0)
+
 /* Error codes beyond errno, for the API's error.code strings. */
 enum kn_errcode {
 	KN_EOK = 0,
@@ -87,6 +120,9 @@ int64_t kn_now_ms(void);
 int64_t kn_mono_ms(void);
 /* "2026-12-02T15:46:06.123Z" into buf (at least 32 bytes). */
 void kn_format_time(int64_t epoch_ms, char *buf, size_t len);
+/* The same in ISO 8601's basic form, "20261202T154606.123Z": a name
+   that sorts by time and holds no ':' (at least 24 bytes). */
+void kn_format_time_basic(int64_t epoch_ms, char *buf, size_t len);
 /* "3s ago", "5m ago", "2h ago", "4d ago", or "-" for 0; relative to now_ms. */
 void kn_format_ago(int64_t epoch_ms, int64_t now_ms, char *buf, size_t len);
 /* "850ms", "12s", "5m3s", "2h10m". */
@@ -134,6 +170,9 @@ char *kn_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *kn_xmalloc(size_t n);
 void *kn_xcalloc(size_t n, size_t size);
 void *kn_xrealloc(void *p, size_t n);
+/* Array p, of *alloc elements of size with used of them taken, with room
+   for one more: *alloc doubles (16 at first) when it is full. */
+void *kn_xgrow(void *p, size_t *alloc, size_t used, size_t size);
 char *kn_xstrdup(const char *s);
 /* Frees a NULL-terminated vector of malloc'd strings and the vector; NULL
    is nothing. */
@@ -455,23 +494,13 @@ int kn_csv_next(struct kn_csv *c, struct kn_error *err);
 int kn_csv_find(const struct kn_csv *c, const char *name);
 
 /*
- * The same splitting without errors, for readers that take tables as they
- * come: a record at *p is split in place into at most max fields; returns
- * the field count (0 at the end of the text) and moves *p past it. Blank
- * lines come back as one empty field. kn_csv_record_at also gives, when
- * offsets is not NULL, each field's byte offset from where the record
- * began, for the column of an error.
+ * Read the next record as a header and find each of the n wanted columns
+ * in it: col[w] is its index. 0, an error as kn_csv_next, or -EINVAL with
+ * "PATH:LINE: no column \"NAME\"" (err field NAME) when one is absent
+ * (the text is empty: LINE 1). Other columns stay to kn_csv_find.
  */
-int kn_csv_record(char **p, char **fields, int max);
-int kn_csv_record_at(char **p, char **fields, size_t *offsets, int max);
-/*
- * Read the header record at *p and find each of the n wanted columns:
- * col[w] is its index. -EINVAL naming PATH:1 and the missing column (err
- * field `field`) when one is absent.
- */
-int kn_csv_columns(char **p, const char *path, const char *field,
-		   const char *const *wanted, int n, int *col,
-		   struct kn_error *err);
+int kn_csv_header(struct kn_csv *c, const char *const *wanted, int n,
+		  int *col, struct kn_error *err);
 
 /* A record's n wanted cells, in wanted's order, at line of its file:
    0 to go on, 1 to stop reading, or an error (err filled). */
@@ -481,9 +510,10 @@ typedef int (*kn_csv_row_fn)(void *arg, char **cells, int line,
  * Read the CSV file path (at most max bytes) whose header names each of
  * the n (at most KN_CSV_FIELDS_MAX) wanted columns, and give each record
  * after it to row. 0 at the end or once row says stop; else a negative
- * errno with err naming field: "PATH: why" when it cannot be read, as
- * kn_csv_columns for the header, "PATH:LINE: N fields, too few" for a
- * record that ends before a wanted column, or what row returned.
+ * errno: "PATH: why" (err field `field`) when it cannot be read, as
+ * kn_csv_next for a malformed record, as kn_csv_header for the header,
+ * "PATH:LINE: N fields, too few" (err field `field`) for a record that
+ * ends before a wanted column, or what row returned.
  */
 int kn_csv_read_columns(const char *path, size_t max, const char *field,
 			const char *const *wanted, int n, kn_csv_row_fn row,

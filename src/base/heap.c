@@ -13,10 +13,7 @@ void kn_heap_push(struct kn_heap *h, const void *e)
 {
 	size_t i;
 
-	if (h->n == h->cap) {
-		h->cap = h->cap ? 2 * h->cap : 256;
-		h->v = kn_xrealloc(h->v, h->cap * h->size);
-	}
+	h->v = kn_xgrow(h->v, &h->cap, h->n, h->size);
 	/* Parents after e move down a level; e goes in the hole left. */
 	for (i = h->n++; i > 0 && h->before(e, at(h, (i - 1) / 2));
 	     i = (i - 1) / 2)

@@ -4,8 +4,8 @@
  * same size name (a negotiated price, an on-premises machine's cost per
  * hour, another cloud's size).
  *
- * The CSV tokenizer is base's (kn_csv_record_at), shared with health's
- * reader of the same file; health keeps its own five-column lookup
+ * The CSV reader is base's (kn_csv), shared with health's reader of the
+ * same file; health keeps its own five-column lookup
  * because sibling modules may not call each other. Every cell this
  * module uses is checked and a bad one is reported as
  * FILE:LINE:COLUMN: COLUMN_NAME: why, with nothing added to the catalog.
@@ -126,18 +126,14 @@ bool kn_vm_size_gpu_price(const struct kn_vm_size *s, enum kn_pricing p,
 
 /* ---- parsing ---- */
 
-/* Where a cell is, for messages. */
-struct cell_at {
-	const char *path;
-	int line, col;
-};
+/* An error at the catalog column's cell in the current record (at the
+   record's start when col is NULL), naming the column. */
+static int cell_error(struct kn_error *err, const struct kn_csv *csv,
+		      const int *col, int column, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
 
-static int cell_error(struct kn_error *err, const struct cell_at *at,
-		      int column, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int cell_error(struct kn_error *err, const struct cell_at *at,
-		      int column, const char *fmt, ...)
+static int cell_error(struct kn_error *err, const struct kn_csv *csv,
+		      const int *col, int column, const char *fmt, ...)
 {
 	char why[400];
 	va_list ap;
@@ -146,7 +142,9 @@ static int cell_error(struct kn_error *err, const struct cell_at *at,
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	return kn_errorf(err, KN_EINVAL, COLUMNS[column], "%s:%d:%d: %s: %s",
-			 at->path, at->line, at->col, COLUMNS[column], why);
+			 csv->path, col ? csv->lines[col[column]] : csv->line,
+			 col ? csv->cols[col[column]] : 1, COLUMNS[column],
+			 why);
 }
 
 /* A number in [min, max]; blank is *out = blank_value when allowed. */
@@ -217,45 +215,43 @@ static bool has_word_prefix(const char *s, const char *prefix)
 	return !strncasecmp(s, prefix, strlen(prefix));
 }
 
-static int parse_row(char **fields, const size_t *offsets, int nf,
-		     const int *col, const char *path, int line, int status_col, struct kn_vm_size *out,
+static int parse_row(const struct kn_csv *csv, const int *col,
+		     int status_col, struct kn_vm_size *out,
 		     struct kn_error *err)
 {
+	char *const *fields = csv->fields;
 	struct kn_vm_size s;
-	struct cell_at at = {path, line, 1};
 	double v;
 	const char *ib;
 
 	memset(&s, 0, sizeof(s));
 	for (int c = 0; c < COL_COUNT; c++) {
-		if (col[c] >= nf) {
-			return cell_error(err, &at, c, "missing (the row has "
-					  "%d fields)", nf);
+		if (col[c] >= csv->n_fields) {
+			return cell_error(err, csv, NULL, c, "missing (the row "
+					  "has %d fields)", csv->n_fields);
 		}
 	}
-	/* A record starts a line, so a field's offset is its column. */
-#define AT(c) (at.col = (int)(offsets[col[c]] + 1), &at)
 	if (!fields[col[COL_SIZE]][0] ||
 	    strlen(fields[col[COL_SIZE]]) >= sizeof(s.size))
-		return cell_error(err, AT(COL_SIZE), COL_SIZE,
+		return cell_error(err, csv, col, COL_SIZE,
 				  "empty or longer than %zu characters",
 				  sizeof(s.size) - 1);
 	kn_strlcpy(s.size, fields[col[COL_SIZE]], sizeof(s.size));
 	kn_strlcpy(s.family, fields[col[COL_FAMILY]], sizeof(s.family));
 	kn_strlcpy(s.gpu_model, fields[col[COL_GPU_MODEL]], sizeof(s.gpu_model));
 	if (parse_gpus(fields[col[COL_GPU_COUNT]], &s.gpus) < 0)
-		return cell_error(err, AT(COL_GPU_COUNT), COL_GPU_COUNT,
+		return cell_error(err, csv, col, COL_GPU_COUNT,
 				  "\"%s\" is not a GPU count (0 to %d, or a "
 				  "share such as 1/6)",
 				  fields[col[COL_GPU_COUNT]], GPUS_MAX);
 	if (s.gpus > 0) {
 		if (parse_number(fields[col[COL_GPU_MEM]], 0.001, 1e5,
 				 &s.gpu_mem_gb) < 0)
-			return cell_error(err, AT(COL_GPU_MEM), COL_GPU_MEM,
+			return cell_error(err, csv, col, COL_GPU_MEM,
 					  "\"%s\" is not a positive number "
 					  "of GB", fields[col[COL_GPU_MEM]]);
 		if (!s.gpu_model[0])
-			return cell_error(err, AT(COL_GPU_MODEL), COL_GPU_MODEL,
+			return cell_error(err, csv, col, COL_GPU_MODEL,
 					  "empty on a size with GPUs");
 		s.gpu_mem_total_gb = s.gpus < 1 ? s.gpu_mem_gb
 						: s.gpus * s.gpu_mem_gb;
@@ -265,53 +261,44 @@ static int parse_row(char **fields, const size_t *offsets, int nf,
 	}
 	if (parse_number(fields[col[COL_VCPUS]], 1, 1e5, &v) < 0 ||
 	    v != floor(v))
-		return cell_error(err, AT(COL_VCPUS), COL_VCPUS,
+		return cell_error(err, csv, col, COL_VCPUS,
 				  "\"%s\" is not a whole number >= 1",
 				  fields[col[COL_VCPUS]]);
 	s.vcpus = (int)v;
 	if (parse_number(fields[col[COL_RAM]], 0.001, 1e7, &s.ram_gib) < 0)
-		return cell_error(err, AT(COL_RAM), COL_RAM,
+		return cell_error(err, csv, col, COL_RAM,
 				  "\"%s\" is not a positive number of GiB",
 				  fields[col[COL_RAM]]);
 	ib = fields[col[COL_IB]];
 	if (has_word_prefix(ib, "yes"))
 		s.infiniband = true;
 	else if (*ib && !has_word_prefix(ib, "no"))
-		return cell_error(err, AT(COL_IB), COL_IB,
+		return cell_error(err, csv, col, COL_IB,
 				  "\"%s\" says neither yes nor no", ib);
 	for (int p = 0; p < KN_PRICINGS; p++) {
 		const char *cell = fields[col[PRICE_COLS[p]]];
 
 		s.usd_hr[p] = -1;
 		if (*cell && parse_number(cell, 0, PRICE_MAX, &s.usd_hr[p]) < 0)
-			return cell_error(err, AT(PRICE_COLS[p]), PRICE_COLS[p],
+			return cell_error(err, csv, col, PRICE_COLS[p],
 					  "\"%s\" is not a price in USD per "
 					  "hour (a number >= 0, or blank when "
 					  "unknown)", cell);
 	}
-#undef AT
-	s.retired = status_col >= 0 && status_col < nf &&
+	s.retired = status_col >= 0 && status_col < csv->n_fields &&
 		    has_word_prefix(fields[status_col], "RETIRED");
 	*out = s;
 	return 0;
 }
 
-/* The index of the column named name in the header, or -1. */
-static int header_index(char **fields, int nf, const char *name)
-{
-	for (int i = 0; i < nf; i++)
-		if (!strcmp(fields[i], name))
-			return i;
-	return -1;
-}
-
 int kn_catalog_parse(struct kn_catalog *c, const char *text, size_t len,
 		     const char *path, struct kn_error *err)
 {
-	char *buf = NULL, *p, *fields[KN_CSV_FIELDS_MAX];
-	size_t offsets[KN_CSV_FIELDS_MAX], n_new = 0, scanned = 0;
+	char *buf = NULL;
+	size_t n_new = 0;
 	struct kn_vm_size *rows = NULL;
-	int col[COL_COUNT], status_col, nf, line = 1, rc = 0;
+	struct kn_csv csv;
+	int col[COL_COUNT], status_col, rc;
 
 	if (memchr(text, '\0', len))
 		return kn_errorf(err, KN_EINVAL, "catalog",
@@ -319,39 +306,22 @@ int kn_catalog_parse(struct kn_catalog *c, const char *text, size_t len,
 	buf = kn_xmalloc(len + 1);
 	memcpy(buf, text, len);
 	buf[len] = '\0';
-	p = buf;
-	nf = kn_csv_record(&p, fields, KN_CSV_FIELDS_MAX);
-	for (int i = 0; i < COL_COUNT; i++) {
-		col[i] = header_index(fields, nf, COLUMNS[i]);
-		if (col[i] < 0) {
-			rc = kn_errorf(err, KN_EINVAL, COLUMNS[i],
-				       "%s:1: no column \"%s\"", path,
-				       COLUMNS[i]);
-			goto out;
-		}
-	}
-	status_col = header_index(fields, nf, "status");
-	for (;;) {
-		size_t start = (size_t)(p - buf);
+	kn_csv_init(&csv, buf, path);
+	rc = kn_csv_header(&csv, COLUMNS, COL_COUNT, col, err);
+	if (rc < 0)
+		goto out;
+	status_col = kn_csv_find(&csv, "status");
+	while ((rc = kn_csv_next(&csv, err)) > 0) {
 		struct kn_vm_size row;
 
-		/* Lines are counted on the original text: the tokenizer
-		   rewrites buf in place, but p keeps the original offsets
-		   (a quoted cell may span lines). */
-		for (; scanned < start; scanned++)
-			line += text[scanned] == '\n';
-		nf = kn_csv_record_at(&p, fields, offsets, KN_CSV_FIELDS_MAX);
-		if (nf == 0)
-			break;
-		if (nf == 1 && !fields[0][0])
-			continue; /* a blank line */
-		rc = parse_row(fields, offsets, nf, col, path, line, status_col,
-			       &row, err);
+		rc = parse_row(&csv, col, status_col, &row, err);
 		if (rc < 0)
 			goto out;
 		rows = kn_xrealloc(rows, (n_new + 1) * sizeof(*rows));
 		rows[n_new++] = row;
 	}
+	if (rc < 0)
+		goto out;
 	/* Only now, with every row good, does the catalog change. */
 	for (size_t i = 0; i < n_new; i++) {
 		struct kn_vm_size *same = (struct kn_vm_size *)
@@ -361,11 +331,7 @@ int kn_catalog_parse(struct kn_catalog *c, const char *text, size_t len,
 			*same = rows[i];
 			continue;
 		}
-		if (c->n == c->alloc) {
-			c->alloc = c->alloc ? c->alloc * 2 : 32;
-			c->rows = kn_xrealloc(c->rows,
-					      c->alloc * sizeof(*c->rows));
-		}
+		c->rows = kn_xgrow(c->rows, &c->alloc, c->n, sizeof(*c->rows));
 		c->rows[c->n++] = rows[i];
 	}
 out:

@@ -122,15 +122,6 @@ void kn_ledger_free(struct kn_ledger *l)
 	free(l);
 }
 
-/* Grow *p (of *cap elements of size) to hold n + 1. */
-static void reserve(void **p, size_t *cap, size_t n, size_t size)
-{
-	if (n < *cap)
-		return;
-	*cap = *cap ? *cap * 2 : 16;
-	*p = kn_xrealloc(*p, *cap * size);
-}
-
 static int node_index(const struct kn_ledger *l, const char *name)
 {
 	for (size_t i = 0; name && i < l->n_nodes; i++)
@@ -153,8 +144,8 @@ int kn_ledger_add_node(struct kn_ledger *l, const char *name,
 	if (gpus < 0)
 		return kn_errorf(err, KN_EINVAL, "gpus",
 				 "gpus: %d is negative (node %s)", gpus, name);
-	reserve((void **)&l->nodes, &l->cap_nodes, l->n_nodes,
-		sizeof(*l->nodes));
+	l->nodes = kn_xgrow(l->nodes, &l->cap_nodes, l->n_nodes,
+			    sizeof(*l->nodes));
 	n = &l->nodes[l->n_nodes++];
 	memset(n, 0, sizeof(*n));
 	n->name = kn_xstrdup(name);
@@ -181,8 +172,8 @@ int kn_ledger_add_state(struct kn_ledger *l, const char *node,
 		return kn_errorf(err, KN_EINVAL, "end",
 				 "end: %" PRId64 " is before the start %" PRId64
 				 " (node %s)", end_ms, start_ms, node);
-	reserve((void **)&l->states, &l->cap_states, l->n_states,
-		sizeof(*l->states));
+	l->states = kn_xgrow(l->states, &l->cap_states, l->n_states,
+			     sizeof(*l->states));
 	st = &l->states[l->n_states++];
 	st->node = (size_t)i;
 	st->state = state;
@@ -215,8 +206,8 @@ int kn_ledger_add_alloc(struct kn_ledger *l, const struct kn_ledger_alloc *a,
 				 "end: %" PRId64 " is before the start %" PRId64
 				 " (job %" PRId64 ")", a->end_ms, a->start_ms,
 				 a->job_id);
-	reserve((void **)&l->allocs, &l->cap_allocs, l->n_allocs,
-		sizeof(*l->allocs));
+	l->allocs = kn_xgrow(l->allocs, &l->cap_allocs, l->n_allocs,
+			     sizeof(*l->allocs));
 	al = &l->allocs[l->n_allocs++];
 	al->node = (size_t)i;
 	al->job_id = a->job_id;
@@ -379,7 +370,8 @@ static struct kn_ledger_row *row(struct builder *b, const char *full_key)
 	}
 	if (2 * (rep->n_rows + 1) > b->n_slots)
 		index_grow(b);
-	reserve((void **)&rep->rows, &b->cap, rep->n_rows, sizeof(*rep->rows));
+	rep->rows = kn_xgrow(rep->rows, &b->cap, rep->n_rows,
+			     sizeof(*rep->rows));
 	r = &rep->rows[rep->n_rows++];
 	memset(r, 0, sizeof(*r));
 	kn_strlcpy(r->key, key, sizeof(r->key));

@@ -467,11 +467,8 @@ static struct pack_cache_shape *cache_shape(struct kn_pack *c,
 		    s->milli == pod->gpu_milli)
 			return s;
 	}
-	if (c->n_shapes == c->cap_shapes) {
-		c->cap_shapes = c->cap_shapes ? 2 * c->cap_shapes : 64;
-		c->shapes = kn_xrealloc(c->shapes,
-					c->cap_shapes * sizeof(*c->shapes));
-	}
+	c->shapes = kn_xgrow(c->shapes, &c->cap_shapes, c->n_shapes,
+			     sizeof(*c->shapes));
 	s = &c->shapes[c->n_shapes++];
 	s->cpu = pod->cpu_milli;
 	s->num = pod->num_gpu;

@@ -964,7 +964,7 @@ static void h_events(struct server *s, struct kn_http_req *req,
 
 /* The job core's routes and the server's own; each service has its own
    table (service.h). */
-const struct route api_routes[] = {
+static const struct route routes[] = {
 	{"GET", "/healthz", KN_ROLE_VIEWER, true, NULL, h_healthz},
 	{"GET", "/v1/openapi.json", KN_ROLE_VIEWER, true, NULL,
 	 openapi_h_document},
@@ -996,8 +996,16 @@ const struct route api_routes[] = {
 	 h_token_create},
 	{"DELETE", "/v1/tokens/{name}", KN_ROLE_ADMIN, false, "token.revoke",
 	 h_token_revoke},
+	{0},
 };
-const size_t api_n_routes = sizeof(api_routes) / sizeof(api_routes[0]);
+
+/* First in kn_services: its routes are tried before any service's. It
+   starts nothing; the server itself sets up what they serve. */
+const struct service core_api_service = {
+	.name = "core",
+	.phase = SERVICE_PHASE_NODES,
+	.routes = routes,
+};
 
 /*
  * Match path against pattern; a "{...}" segment captures into param.
@@ -1065,27 +1073,28 @@ static bool authorize(struct server *s, struct kn_http_req *req,
 }
 
 /*
- * The route for req, with its path parameter; NULL when none has its
+ * The route for req, with its path parameter and the service whose
+ * table holds it (in *svc, unless svc is NULL); NULL when none has its
  * method and path (*path_known says whether one has the path).
  */
 static const struct route *route_find(struct kn_http_req *req, char *param,
-				      size_t plen, bool *path_known)
+				      size_t plen, bool *path_known,
+				      const struct service **svc)
 {
 	const char *method = kn_http_method(req), *path = kn_http_path(req);
-	const struct route *r;
 
 	*path_known = false;
-	for (size_t k = 0; k == 0 || kn_services[k - 1]; k++) {
-		const struct route *table = k ? kn_services[k - 1]->routes
-					      : api_routes;
-		size_t n = k ? kn_services[k - 1]->n_routes : api_n_routes;
-		for (size_t i = 0; i < n; i++) {
-			r = &table[i];
+	for (size_t k = 0; kn_services[k]; k++) {
+		for (const struct route *r = kn_services[k]->routes;
+		     r && r->method; r++) {
 			if (!match(r->pattern, path, param, plen))
 				continue;
 			*path_known = true;
-			if (!strcmp(r->method, method))
-				return r;
+			if (strcmp(r->method, method))
+				continue;
+			if (svc)
+				*svc = kn_services[k];
+			return r;
 		}
 	}
 	return NULL;
@@ -1098,20 +1107,17 @@ bool api_admit(struct kn_http_req *req, void *arg)
 	bool path_known;
 	struct caller c;
 	const struct route *r;
+	const struct service *svc = NULL;
 
 	if (console_serve(s, req))
 		return false;
-	r = route_find(req, param, sizeof(param), &path_known);
+	r = route_find(req, param, sizeof(param), &path_known, &svc);
 	/* A body is read only for a caller the route would serve: checked
 	   from the headers alone, before any of it is kept. */
 	if (!authorize(s, req, r, &c))
 		return false;
-	for (size_t k = 0; r && kn_services[k]; k++) {
-		const struct service *svc = kn_services[k];
-		if (svc->body_cap && r >= svc->routes &&
-		    r < svc->routes + svc->n_routes && svc->body_cap(r))
-			kn_http_allow_body(req, svc->body_cap(r));
-	}
+	if (r && svc->body_cap && svc->body_cap(r))
+		kn_http_allow_body(req, svc->body_cap(r));
 	return true;
 }
 
@@ -1137,7 +1143,7 @@ void api_handle(struct kn_http_req *req, void *arg)
 	char param[256];
 	bool path_known;
 	const struct route *r = route_find(req, param, sizeof(param),
-					   &path_known);
+					   &path_known, NULL);
 	struct caller c;
 
 	/* The console's page and files: public, outside the API. */

@@ -53,7 +53,7 @@ static const enum kn_job_state state_rank[] = {
 
 static int rank_of(enum kn_job_state st)
 {
-	for (size_t i = 0; i < sizeof(state_rank) / sizeof(*state_rank); i++)
+	for (size_t i = 0; i < KN_LEN(state_rank); i++)
 		if (state_rank[i] == st)
 			return (int)i;
 	return 0;

@@ -47,8 +47,7 @@ const char *role_name(enum kn_role r)
 
 int role_parse(const char *s, enum kn_role *out)
 {
-	for (size_t i = 0; s && i < sizeof(role_names) / sizeof(role_names[0]);
-	     i++) {
+	for (size_t i = 0; s && i < KN_LEN(role_names); i++) {
 		if (strcmp(s, role_names[i]) == 0) {
 			*out = (enum kn_role)i;
 			return 0;
@@ -220,8 +219,7 @@ static const char *const reserved_actors[] = {"system"};
 
 bool credential_name_reserved(const char *name)
 {
-	for (size_t i = 0;
-	     i < sizeof(reserved_actors) / sizeof(reserved_actors[0]); i++)
+	for (size_t i = 0; i < KN_LEN(reserved_actors); i++)
 		if (!strcasecmp(name, reserved_actors[i]))
 			return true;
 	return false;

@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 /* Runs kept in memory for GET /v1/backups; older ones are dropped. */
 #define BACKUP_RUNS_KEPT 32
@@ -384,18 +383,6 @@ static struct backup_run *run_new(struct backup_state *b)
 	return run;
 }
 
-/* "20261203T041500.123Z" */
-static void backup_name(int64_t ms, char *buf, size_t len)
-{
-	time_t secs = (time_t)(ms / 1000);
-	struct tm tm;
-	char date[24];
-
-	gmtime_r(&secs, &tm);
-	strftime(date, sizeof(date), "%Y%m%dT%H%M%S", &tm);
-	snprintf(buf, len, "%s.%03dZ", date, (int)(ms % 1000));
-}
-
 /*
  * Take the snapshot now and start the upload. to NULL = the server's
  * backup store; keep > 0 marks a scheduled run. *out (may be NULL) gets
@@ -429,7 +416,7 @@ static int backup_start(struct backup_state *b, const char *actor,
 	j->keep = keep;
 	j->with_audit_key = with_audit_key;
 	j->created_ms = kn_now_ms();
-	backup_name(j->created_ms, j->name, sizeof(j->name));
+	kn_format_time_basic(j->created_ms, j->name, sizeof(j->name));
 	path = kn_asprintf("%s/backup-staging", core_home(b->core));
 	kn_mkdir_p(path, 0700);
 	j->staging = kn_asprintf("%s/%s", path, j->name);
@@ -495,7 +482,8 @@ static void on_schedule(void *arg)
 		struct backup_run failed;
 
 		memset(&failed, 0, sizeof(failed));
-		backup_name(kn_now_ms(), failed.name, sizeof(failed.name));
+		kn_format_time_basic(kn_now_ms(), failed.name,
+				     sizeof(failed.name));
 		failed.actor = "system";
 		failed.url = (char *)(b->cfg->backup_to
 					      ? b->cfg->backup_to
@@ -622,7 +610,8 @@ static void backup_h_create(struct server *core, struct kn_http_req *req,
 		struct backup_run failed;
 
 		memset(&failed, 0, sizeof(failed));
-		backup_name(kn_now_ms(), failed.name, sizeof(failed.name));
+		kn_format_time_basic(kn_now_ms(), failed.name,
+				     sizeof(failed.name));
 		failed.actor = (char *)c->name;
 		audit_backup(b, &failed, "backup.create", "error", err.message);
 		kn_http_reply_error(req, &err);
@@ -691,6 +680,7 @@ static const struct route routes[] = {
 	 backup_h_list},
 	{"GET", "/v1/backups/{name}", KN_ROLE_ADMIN, false, "backup.list",
 	 backup_h_get},
+	{0},
 };
 
 const struct service backup_service = {
@@ -700,5 +690,4 @@ const struct service backup_service = {
 	.start = backups_start,
 	.stop = backup_free,
 	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

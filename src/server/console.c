@@ -261,6 +261,7 @@ static const struct route console_routes[] = {
 	{"POST", "/v1/console/sessions", KN_ROLE_VIEWER, true, NULL, h_login},
 	{"DELETE", "/v1/console/sessions", KN_ROLE_VIEWER, false, NULL,
 	 h_logout},
+	{0},
 };
 
 const struct service console_service = {
@@ -269,5 +270,4 @@ const struct service console_service = {
 	.start = console_start,
 	.stop = console_stop,
 	.routes = console_routes,
-	.n_routes = sizeof(console_routes) / sizeof(console_routes[0]),
 };

@@ -138,12 +138,7 @@ void run_unlink(struct server *s, struct run *r)
 {
 	/* Charge owners up to now, this run included. */
 	fair_advance(s, kn_now_ms());
-	for (struct run **p = &s->runs; *p; p = &(*p)->next) {
-		if (*p == r) {
-			*p = r->next;
-			return;
-		}
-	}
+	KN_LIST_UNLINK(&s->runs, r);
 }
 
 void task_end_unstarted(struct run_task *t, const char *fmt, ...)

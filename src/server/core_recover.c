@@ -233,15 +233,7 @@ int jobs_recover(struct server *s, struct kn_error *err)
 
 void jobs_free_all(struct server *s)
 {
-	while (s->queue) {
-		struct queued_job *q = s->queue;
-		s->queue = q->next;
-		queued_free(q);
-	}
+	KN_LIST_FREE(s->queue, queued_free);
 	s->queue_len = 0;
-	while (s->runs) {
-		struct run *r = s->runs;
-		s->runs = r->next;
-		run_free(r);
-	}
+	KN_LIST_FREE(s->runs, run_free);
 }

@@ -1017,6 +1017,7 @@ static const struct route routes[] = {
 	 cost_h_reservations},
 	{"GET", "/v1/cost/rightsize", KN_ROLE_VIEWER, false, NULL,
 	 cost_h_rightsize},
+	{0},
 };
 
 const struct service cost_service = {
@@ -1025,5 +1026,4 @@ const struct service cost_service = {
 	.start = cost_start,
 	.stop = cost_stop,
 	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

@@ -101,15 +101,6 @@ static void deployment_free(struct deployment *p)
 	free(p);
 }
 
-static void unlink_deployment(struct deploy_state *d, struct deployment *p)
-{
-	for (struct deployment **q = &d->list; *q; q = &(*q)->next)
-		if (*q == p) {
-			*q = p->next;
-			return;
-		}
-}
-
 static void ensure_slots(struct deployment *p, int n)
 {
 	if (n <= p->n_reps)
@@ -599,16 +590,8 @@ static void deploy_free(struct server *s)
 	if (!d)
 		return;
 	/* The loop is not running: no answer can come for these. */
-	while (d->probes) {
-		struct probe *pr = d->probes;
-		d->probes = pr->next;
-		free(pr);
-	}
-	while (d->list) {
-		struct deployment *p = d->list;
-		d->list = p->next;
-		deployment_free(p);
-	}
+	KN_LIST_FREE(d->probes, free);
+	KN_LIST_FREE(d->list, deployment_free);
 	kn_timer_free(d->timer);
 	kn_model_presets_free(d->presets);
 	kn_traffic_free(d->traffic);
@@ -1348,7 +1331,7 @@ static void deploy_h_delete(struct server *s, struct kn_http_req *req,
 	reval_deployment_set(s, p->row.name, c, NULL);
 	for (int i = 0; i < p->n_reps; i++)
 		stop_replica(deploy_state_of(s), p, i);
-	unlink_deployment(deploy_state_of(s), p);
+	KN_LIST_UNLINK(&deploy_state_of(s)->list, p);
 	feed_publish(s, "deployment.state",
 		     json_pack("{s:s, s:s}", "deployment", p->row.name, "state",
 			       "deleted"));
@@ -1385,6 +1368,7 @@ static const struct route routes[] = {
 	 "gateway.alert", deploy_h_gateway_alert},
 	{"POST", "/v1/gateway/metrics", KN_ROLE_OPERATOR, false,
 	 "gateway.metrics", deploy_h_gateway_metrics},
+	{0},
 };
 
 const struct service deploy_service = {
@@ -1395,5 +1379,4 @@ const struct service deploy_service = {
 	.hooks = &deploy_job_hooks,
 	.alias_moved = deploy_alias_moved,
 	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

@@ -40,11 +40,7 @@ static void probe_done(int status, const char *body, size_t len,
 	(void)body;
 	(void)len;
 	(void)error;
-	for (struct probe **q = &d->probes; *q; q = &(*q)->next)
-		if (*q == pr) {
-			*q = pr->next;
-			break;
-		}
+	KN_LIST_UNLINK(&d->probes, pr);
 	r = probe_target(d, pr, &p);
 	if (r && pr->kind == PROBE_READY) {
 		r->ready_in_flight = false;

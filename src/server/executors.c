@@ -123,14 +123,12 @@ static const struct executor_kind kinds[] = {
 	{"kubernetes", false, kube_options_given, kube_create},
 };
 
-#define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
-
 /* The entry --executor names (none: local), or NULL. */
 static const struct executor_kind *kind_of(const struct kn_server_config *cfg)
 {
 	const char *name = cfg->executor ? cfg->executor : "local";
 
-	for (size_t i = 0; i < N_KINDS; i++)
+	for (size_t i = 0; i < KN_LEN(kinds); i++)
 		if (!strcmp(kinds[i].name, name))
 			return &kinds[i];
 	return NULL;
@@ -151,7 +149,7 @@ int executors_config_check(const struct kn_server_config *cfg,
 
 	if (!chosen)
 		return unknown_kind(cfg, err);
-	for (size_t i = 0; i < N_KINDS; i++) {
+	for (size_t i = 0; i < KN_LEN(kinds); i++) {
 		const char *given;
 
 		if (&kinds[i] == chosen || !kinds[i].options_given ||

@@ -72,21 +72,9 @@ struct log_follower {
 	struct log_follower *next;
 };
 
-static void follower_unlink(struct log_follower *f)
-{
-	struct server *s = f->s;
-
-	for (struct log_follower **p = &s->followers; *p; p = &(*p)->next) {
-		if (*p == f) {
-			*p = f->next;
-			break;
-		}
-	}
-}
-
 static void follower_free(struct log_follower *f)
 {
-	follower_unlink(f);
+	KN_LIST_UNLINK(&f->s->followers, f);
 	kn_timer_free(f->timer);
 	free(f->rd.dir);
 	free(f->rd.data);
@@ -101,7 +89,7 @@ static void follower_release(struct log_follower *f)
 		follower_free(f);
 		return;
 	}
-	follower_unlink(f);
+	KN_LIST_UNLINK(&f->s->followers, f);
 	kn_timer_free(f->timer);
 	f->timer = NULL;
 	f->gone = true;

@@ -44,7 +44,6 @@ static const double SYNC_BOUNDS[] = {0.1, 0.25, 0.5, 1,   2.5, 5,   10,
 static const double COMMIT_BOUNDS[] = {0.0001, 0.00025, 0.0005, 0.001,
 				       0.0025, 0.005,   0.01,   0.025,
 				       0.05,   0.1,     0.25,   0.5,   1};
-#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 struct priority_slot {
 	char label[16]; /* "0".."1000", or "other" */
@@ -82,13 +81,13 @@ static struct priority_slot *prio_slot(struct server_metrics *m, int p)
 		if (!other->label[0]) {
 			kn_strlcpy(other->label, "other", sizeof(other->label));
 			kn_prom_histogram_init(&other->wait, WAIT_BOUNDS,
-					       N_OF(WAIT_BOUNDS));
+					       KN_LEN(WAIT_BOUNDS));
 		}
 		return other;
 	}
 	kn_strlcpy(m->prio[m->n_prio].label, label, sizeof(label));
 	kn_prom_histogram_init(&m->prio[m->n_prio].wait, WAIT_BOUNDS,
-			       N_OF(WAIT_BOUNDS));
+			       KN_LEN(WAIT_BOUNDS));
 	return &m->prio[m->n_prio++];
 }
 
@@ -203,7 +202,7 @@ static int write_queue(struct server *s, struct server_metrics *m,
 			oldest[i] = waited;
 	}
 	n = m->n_prio + (m->prio[PRIORITIES_MAX].label[0] ? 1 : 0);
-	for (size_t f = 0; f < N_OF(fam); f++) {
+	for (size_t f = 0; f < KN_LEN(fam); f++) {
 		if ((rc = kn_prom_family(out, fam[f].name, fam[f].type,
 				 fam[f].help)) < 0)
 			return rc;
@@ -286,7 +285,7 @@ static int write_node(struct server *s, size_t i, struct kn_buf *out,
 	for (size_t d = 0; d < sn->n_devices; d++)
 		allocated += device_allocated(&sn->devices[d]);
 	if (what == NODE_STATE) {
-		for (size_t k = 0; rc == 0 && k < N_OF(states); k++) {
+		for (size_t k = 0; rc == 0 && k < KN_LEN(states); k++) {
 			const char *l[] = {"node", node, "state", states[k],
 					   NULL};
 			rc = kn_prom_sample(out, "kiln_node_state", l,
@@ -343,7 +342,7 @@ static int write_nodes(struct server *s, struct kn_buf *out)
 	};
 	int rc;
 
-	for (size_t f = 0; f < N_OF(fam); f++) {
+	for (size_t f = 0; f < KN_LEN(fam); f++) {
 		if ((rc = kn_prom_family(out, fam[f].name, "gauge", fam[f].help)) < 0)
 			return rc;
 		for (size_t i = 0; i < s->cluster.n_nodes; i++)
@@ -488,9 +487,9 @@ static int metrics_start(struct server *s, struct kn_error *err)
 	(void)err;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_mutex_init(&m->reader_lock, NULL);
-	kn_prom_histogram_init(&m->decide, DECIDE_BOUNDS, N_OF(DECIDE_BOUNDS));
-	kn_prom_histogram_init(&m->sync, SYNC_BOUNDS, N_OF(SYNC_BOUNDS));
-	kn_prom_histogram_init(&m->commit, COMMIT_BOUNDS, N_OF(COMMIT_BOUNDS));
+	kn_prom_histogram_init(&m->decide, DECIDE_BOUNDS, KN_LEN(DECIDE_BOUNDS));
+	kn_prom_histogram_init(&m->sync, SYNC_BOUNDS, KN_LEN(SYNC_BOUNDS));
+	kn_prom_histogram_init(&m->commit, COMMIT_BOUNDS, KN_LEN(COMMIT_BOUNDS));
 	s->metrics = m;
 	kn_store_on_commit(s->store, on_commit, m);
 	return 0;
@@ -513,6 +512,7 @@ static void metrics_stop(struct server *s)
 
 static const struct route metrics_routes[] = {
 	{"GET", "/metrics", KN_ROLE_VIEWER, false, NULL, h_metrics},
+	{0},
 };
 
 const struct service metrics_service = {
@@ -521,5 +521,4 @@ const struct service metrics_service = {
 	.start = metrics_start,
 	.stop = metrics_stop,
 	.routes = metrics_routes,
-	.n_routes = N_OF(metrics_routes),
 };

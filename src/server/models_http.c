@@ -611,6 +611,7 @@ static const struct route routes[] = {
 	 "model.push", models_h_from_job},
 	{"GET", "/v1/models/{name}/lineage", KN_ROLE_VIEWER, false,
 	 "model.read", models_h_lineage},
+	{0},
 };
 
 /* A blob's parts are the registry's large bodies. */
@@ -627,6 +628,5 @@ const struct service models_service = {
 	.start = models_start,
 	.stop = models_stop,
 	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
 	.body_cap = models_body_cap,
 };

@@ -87,6 +87,12 @@ struct monitor {
 
 /* ---- webhook ---- */
 
+static void hook_free(struct hook *h)
+{
+	free(h->body);
+	free(h);
+}
+
 static void hook_next(void *arg);
 
 static void hook_done(int status, const char *body, size_t len,
@@ -115,8 +121,7 @@ static void hook_done(int status, const char *body, size_t len,
 	if (!m->hooks)
 		m->hooks_tail = NULL;
 	m->n_hooks--;
-	free(h->body);
-	free(h);
+	hook_free(h);
 	kn_timer_arm(m->hook_timer, 0);
 }
 
@@ -555,12 +560,7 @@ void monitor_free(struct monitor *m)
 	kn_nvml_close(m->local_job.nvml);
 	free(m->local_job.last_xid);
 	free(m->local_job.gpus);
-	while (m->hooks) {
-		struct hook *h = m->hooks;
-		m->hooks = h->next;
-		free(h->body);
-		free(h);
-	}
+	KN_LIST_FREE(m->hooks, hook_free);
 	free(m->webhook);
 	kn_alert_eval_free(m->eval);
 	kn_alert_history_free(m->history);

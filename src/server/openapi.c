@@ -60,7 +60,7 @@ static json_t *named_schema(const char *t, size_t n, struct kn_error *err)
 						 "string", "boolean",
 						 "object"};
 
-	for (size_t i = 0; i < sizeof(primitives) / sizeof(*primitives); i++)
+	for (size_t i = 0; i < KN_LEN(primitives); i++)
 		if (strlen(primitives[i]) == n && !strncmp(primitives[i], t, n))
 			return json_pack("{s:s}", "type", primitives[i]);
 	if (n == 3 && !strncmp(t, "any", 3))
@@ -406,12 +406,9 @@ static const struct oa_op *op_for(const struct route *r)
 static int add_routes(json_t *paths, size_t *described,
 		      struct kn_error *err)
 {
-	const struct route *table;
-	size_t n;
-
-	for (size_t k = 0; route_table(k, &table, &n); k++) {
-		for (size_t i = 0; i < n; i++) {
-			const struct route *r = &table[i];
+	for (size_t k = 0; kn_services[k]; k++) {
+		for (const struct route *r = kn_services[k]->routes;
+		     r && r->method; r++) {
 			const struct oa_op *op = op_for(r);
 			json_t *path, *o;
 			char method[8];

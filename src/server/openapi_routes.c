@@ -274,4 +274,4 @@ const struct oa_op oa_ops[] = {
 	 "cancelled"},
 };
 
-const size_t oa_n_ops = sizeof(oa_ops) / sizeof(oa_ops[0]);
+const size_t oa_n_ops = KN_LEN(oa_ops);

@@ -211,4 +211,4 @@ const struct oa_object oa_objects[] = {
 	 "saved_gpu_hours:number saved_usd:number", NULL},
 };
 
-const size_t oa_n_objects = sizeof(oa_objects) / sizeof(oa_objects[0]);
+const size_t oa_n_objects = KN_LEN(oa_objects);

@@ -142,6 +142,7 @@ static const struct route routes[] = {
 	 pools_h_rolling_start},
 	{"GET", "/v1/pools/{name}/rolling", KN_ROLE_VIEWER, false, NULL,
 	 pools_h_rolling_get},
+	{0},
 };
 
 const struct service pools_service = {
@@ -151,6 +152,5 @@ const struct service pools_service = {
 	.run = pools_run,
 	.stop = pools_stop,
 	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };
 

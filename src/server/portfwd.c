@@ -486,11 +486,11 @@ fail:
 static const struct route routes[] = {
 	{"GET", "/v1/jobs/{id}/port-forward", KN_ROLE_USER, false,
 	 "job.port_forward", h_port_forward},
+	{0},
 };
 
 const struct service portfwd_service = {
 	.name = "port-forward",
 	.phase = SERVICE_PHASE_RECOVERED,
 	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

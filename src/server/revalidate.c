@@ -95,11 +95,7 @@ static struct reval *find(struct reval_state *rs, const char *name,
 
 static void unlink_reval(struct server *s, struct reval *r)
 {
-	for (struct reval **q = &reval_state_of(s)->list; *q; q = &(*q)->next)
-		if (*q == r) {
-			*q = r->next;
-			break;
-		}
+	KN_LIST_UNLINK(&reval_state_of(s)->list, r);
 	reval_free_one(r);
 }
 
@@ -472,11 +468,7 @@ static void reval_free(struct server *s)
 
 	if (!rs)
 		return;
-	while (rs->list) {
-		struct reval *r = rs->list;
-		rs->list = r->next;
-		reval_free_one(r);
-	}
+	KN_LIST_FREE(rs->list, reval_free_one);
 	kn_timer_free(rs->timer);
 	free(rs);
 }
@@ -882,6 +874,7 @@ static const struct route routes[] = {
 	 "model.revalidate.run", reval_h_run},
 	{"GET", "/v1/models/{name}/evaluations", KN_ROLE_VIEWER, false, NULL,
 	 reval_h_evaluations},
+	{0},
 };
 
 const struct service reval_service = {
@@ -891,5 +884,4 @@ const struct service reval_service = {
 	.stop = reval_free,
 	.hooks = &reval_job_hooks,
 	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

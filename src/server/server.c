@@ -354,35 +354,19 @@ static int setup_nodes(struct server *s, struct kn_error *err)
 /*
  * The services in start order: within a phase, each after those it
  * needs (cost prices the pools' nodes; on a job's end, workflows hear it
- * before re-validation).
+ * before re-validation). A request tries their routes in the same order,
+ * the job core's first.
  */
 const struct service *const kn_services[] = {
-	&slurm_nodes_service, &pools_service, &cost_service,
-	&backup_service,   &deploy_service,
-	&models_service,   &workflows_service, &reval_service,  &metrics_service,
-	&console_service,  &devenv_service, &sessions_service,
-	&portfwd_service,  NULL,
+	&core_api_service, &slurm_nodes_service, &pools_service,
+	&cost_service,	   &backup_service,	 &deploy_service,
+	&models_service,   &workflows_service,	 &reval_service,
+	&metrics_service,  &console_service,	 &devenv_service,
+	&sessions_service, &portfwd_service,	 NULL,
 };
 
-_Static_assert(sizeof(kn_services) / sizeof(kn_services[0]) <=
-		       SERVICES_MAX + 1,
+_Static_assert(KN_LEN(kn_services) <= SERVICES_MAX + 1,
 	       "more services than SERVICES_MAX slots");
-
-bool route_table(size_t k, const struct route **table, size_t *n)
-{
-	if (k == 0) {
-		*table = api_routes;
-		*n = api_n_routes;
-		return true;
-	}
-	for (size_t i = 0; kn_services[i]; i++)
-		if (i == k - 1) {
-			*table = kn_services[i]->routes;
-			*n = kn_services[i]->n_routes;
-			return true;
-		}
-	return false;
-}
 
 /* The slot of v in s->service_states: v's index in kn_services. */
 static void **service_slot(struct server *s, const struct service *v)
@@ -844,9 +828,7 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		free(s.home);
 		return lock_fd;
 	}
-	for (size_t i = 0; rc == 0 && i < sizeof(start_steps) /
-						  sizeof(start_steps[0]);
-	     i++)
+	for (size_t i = 0; rc == 0 && i < KN_LEN(start_steps); i++)
 		rc = start_steps[i](&s, err);
 	if (rc == 0)
 		rc = serve(&s, &path, &url, err);

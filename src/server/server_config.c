@@ -307,11 +307,9 @@ static const struct kn_option server_options[] = {
 	 .help = "scheduled backups include audit.key"},
 };
 
-#define N_SERVER_OPTIONS (sizeof(server_options) / sizeof(server_options[0]))
-
 const struct kn_option *kn_server_options(size_t *n)
 {
-	*n = N_SERVER_OPTIONS;
+	*n = KN_LEN(server_options);
 	return server_options;
 }
 
@@ -335,7 +333,7 @@ int kn_server_config_load(struct kn_server_config *cfg, const char *path,
 	if (rc)
 		return rc;
 	rc = kn_server_conf_parse(text, len, path, server_options,
-				  N_SERVER_OPTIONS, cfg,
+				  KN_LEN(server_options), cfg,
 				  &cfg->strings, &sections, origins, err);
 	free(text);
 	if (rc)

@@ -2,8 +2,9 @@
  * The server's services: each one a table entry with its start phase,
  * its start and stop, its job hooks and its HTTP routes. server.c starts
  * them phase by phase in the order of its table and stops them in the
- * reverse order; api.c serves the job core's routes, then each
- * service's. A service's handlers stay private to its file.
+ * reverse order. The job core's own routes are served as the first
+ * entry's (api.c), so a request meets them before any other service's.
+ * A service's handlers stay private to its file.
  *
  * Rejected: a start-up sequence written out in kn_server_run with its
  * order kept by comments ("before jobs_recover"), and one route table in
@@ -51,7 +52,11 @@ bool route_id_or_reply(struct kn_http_req *req, const char *param,
 void route_reply(struct kn_http_req *req, int status, json_t *o,
 		 const struct kn_error *err);
 
-/* One HTTP route: method, path pattern, least role, handler. */
+/*
+ * One HTTP route: method, path pattern, least role, handler. A table of
+ * them ends with an entry of zeros ({0}), as kn_services ends with NULL,
+ * so no count of its rows travels beside it.
+ */
 struct route {
 	const char *method;
 	const char *pattern; /* "{id}" and "{name}" match one path segment */
@@ -95,34 +100,21 @@ struct service {
 			    const char *alias);
 	/* Registered with the job core before any phase starts, or NULL. */
 	const struct job_hook_ops *hooks;
+	/* Ended by {0}; NULL: none. */
 	const struct route *routes;
-	size_t n_routes;
 	/* The body cap of one of routes for a caller it admits, when above
 	   the server's KN_HTTP_MAX_BODY; 0, or NULL for every route: none. */
 	size_t (*body_cap)(const struct route *r);
 };
 
 /* The services, in server.c's table order. */
-extern const struct service slurm_nodes_service, pools_service, cost_service,
-	backup_service,
-	deploy_service, models_service, workflows_service, reval_service,
-	metrics_service, console_service, devenv_service, sessions_service,
-	portfwd_service;
-
-/* The job core's routes and the server's own (api.c). */
-extern const struct route api_routes[];
-extern const size_t api_n_routes;
+extern const struct service core_api_service, slurm_nodes_service,
+	pools_service, cost_service, backup_service, deploy_service,
+	models_service, workflows_service, reval_service, metrics_service,
+	console_service, devenv_service, sessions_service, portfwd_service;
 
 /* server.c's table: NULL-terminated. */
 extern const struct service *const kn_services[];
-
-/*
- * The server's route tables in the order a request tries them: k 0 is
- * the job core's (api_routes), then each service's in kn_services order.
- * True with table k in *table and its length in *n (0 for a service
- * without routes); false past the last.
- */
-bool route_table(size_t k, const struct route **table, size_t *n);
 
 /* More than the table holds; a fixed bound keeps the slots inline. */
 #define SERVICES_MAX 16

@@ -324,11 +324,7 @@ static void opening_free(struct opening *o)
 {
 	struct sessions *all = service_state(o->s, &sessions_service);
 
-	for (struct opening **p = &all->openings; *p; p = &(*p)->next)
-		if (*p == o) {
-			*p = o->next;
-			break;
-		}
+	KN_LIST_UNLINK(&all->openings, o);
 	kn_timer_free(o->retry);
 	json_decref(o->argv);
 	free(o->dir);
@@ -522,6 +518,7 @@ static const struct route sessions_routes[] = {
 	 h_attach},
 	{"POST", "/v1/jobs/{id}/exec", KN_ROLE_USER, false, "job.exec",
 	 h_exec},
+	{0},
 };
 
 const struct service sessions_service = {
@@ -530,5 +527,4 @@ const struct service sessions_service = {
 	.start = sessions_start,
 	.stop = sessions_stop,
 	.routes = sessions_routes,
-	.n_routes = sizeof(sessions_routes) / sizeof(sessions_routes[0]),
 };

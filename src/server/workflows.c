@@ -587,11 +587,7 @@ static struct wf_acting *acting_find(struct server *s, int64_t run_id,
 
 static void acting_free(struct server *s, struct wf_acting *a)
 {
-	for (struct wf_acting **q = &wf_state_of(s)->acting; *q; q = &(*q)->next)
-		if (*q == a) {
-			*q = a->next;
-			break;
-		}
+	KN_LIST_UNLINK(&wf_state_of(s)->acting, a);
 	free(a->detail);
 	free(a);
 }

@@ -659,6 +659,7 @@ static const struct route routes[] = {
 	 "workflow.cancel", workflows_h_cancel},
 	{"POST", "/v1/workflows/{id}/retry", KN_ROLE_USER, false,
 	 "workflow.retry", workflows_h_retry},
+	{0},
 };
 
 const struct service workflows_service = {
@@ -668,5 +669,4 @@ const struct service workflows_service = {
 	.stop = workflows_stop,
 	.hooks = &workflows_job_hooks,
 	.routes = routes,
-	.n_routes = sizeof(routes) / sizeof(routes[0]),
 };

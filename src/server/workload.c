@@ -153,7 +153,7 @@ int workload_load(struct server *s, struct kn_error *err)
 		if (!json_is_string(json_object_get(res, "gpus"))) {
 			json_array_foreach(wanted, k, w)
 				if (json_string_value(w) &&
-				    n_models < sizeof(models) / sizeof(*models))
+				    n_models < KN_LEN(models))
 					models[n_models++] =
 						json_string_value(w);
 			add_shape(s,

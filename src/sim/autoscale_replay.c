@@ -264,10 +264,7 @@ int kn_sim_trace_load(const char *pods_csv, struct kn_sim_trace **out,
 			t->unscheduled++;
 			continue;
 		}
-		if (t->n == cap) {
-			cap = cap ? 2 * cap : 1024;
-			t->pods = kn_xrealloc(t->pods, cap * sizeof(*t->pods));
-		}
+		t->pods = kn_xgrow(t->pods, &cap, t->n, sizeof(*t->pods));
 		t->pods[t->n++] = p;
 	}
 	if (rc < 0)
@@ -563,14 +560,8 @@ static void autoscale(struct replay *r, int64_t now)
 			  add, remove, why, blocked);
 	for (size_t p = 0; p < n_pools; p++) {
 		for (int k = 0; k < add[p]; k++) {
-			if (r->n_coming == r->cap_coming) {
-				r->cap_coming = r->cap_coming
-							? 2 * r->cap_coming
-							: 16;
-				r->coming = kn_xrealloc(
-					r->coming,
-					r->cap_coming * sizeof(*r->coming));
-			}
+			r->coming = kn_xgrow(r->coming, &r->cap_coming,
+					     r->n_coming, sizeof(*r->coming));
 			r->coming[r->n_coming++] = (struct coming){
 				.pool = p,
 				.asked_at = now,

@@ -345,11 +345,8 @@ static int load_pods(struct kn_sim *sim, const char *path,
 	}
 	sim->timed = col[POD_CREATED] >= 0 && col[POD_DELETED] >= 0;
 	while ((rc = kn_csv_next(&c.csv, err)) > 0) {
-		if (sim->n_pods == cap) {
-			cap = cap ? 2 * cap : 1024;
-			sim->pods = kn_xrealloc(sim->pods,
-						cap * sizeof(*sim->pods));
-		}
+		sim->pods = kn_xgrow(sim->pods, &cap, sim->n_pods,
+				     sizeof(*sim->pods));
 		memset(&sim->pods[sim->n_pods], 0, sizeof(*sim->pods));
 		/* Counted first so a half-read pod is freed with the rest. */
 		rc = read_pod(sim, &c, col, &sim->pods[sim->n_pods++], err);
@@ -444,11 +441,8 @@ int64_t kn_sim_capacity(const struct kn_sim *sim)
 
 static void push(struct kn_sim *sim, size_t *n, const struct kn_pack_pod *p)
 {
-	if (*n == sim->cap_stream) {
-		sim->cap_stream = sim->cap_stream ? 2 * sim->cap_stream : 1024;
-		sim->stream = kn_xrealloc(sim->stream, sim->cap_stream *
-							       sizeof(*sim->stream));
-	}
+	sim->stream = kn_xgrow(sim->stream, &sim->cap_stream, *n,
+			       sizeof(*sim->stream));
 	sim->stream[(*n)++] = *p;
 }
 

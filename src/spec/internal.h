@@ -173,6 +173,10 @@ int spec_want_text(struct walk *w, struct fy_node *node, bool allow_bool,
 		   const char *allowed, struct value *v);
 int spec_want_nonempty_text(struct walk *w, struct fy_node *node,
 			    const char *allowed, struct value *v);
+/* A list of min to max items (max < 0: no bound): 0 with *count set, or
+   "must be ALLOWED; got ..." naming what node is. */
+int spec_want_list(struct walk *w, struct fy_node *node, int min, int max,
+		   const char *allowed, size_t *count);
 
 /* --- walk.c: field tables ------------------------------------------------ */
 

@@ -513,22 +513,16 @@ static int read_tolerations(struct walk *w, struct fy_node *node,
 			    void *target)
 {
 	struct kn_placement_spec *placement = target;
-	char got[GOT_BUF];
-	struct value v;
-	int rc = spec_classify(w, node, &v);
+	size_t count;
+	int rc = spec_want_list(
+		w, node, 0, -1,
+		"a list of {key, operator, value, effect} mappings", &count);
 
 	if (rc)
 		return rc;
-	if (v.kind != V_LIST)
-		return spec_fail(
-			w, node,
-			"must be a list of {key, operator, value, effect} "
-			"mappings; got %s",
-			spec_describe(&v, got, sizeof(got)));
 	placement->tolerations =
-		kn_xcalloc((size_t)v.count + 1, sizeof(struct kn_toleration));
-	return spec_walk_items(w, node, (size_t)v.count, read_toleration,
-			       placement);
+		kn_xcalloc(count + 1, sizeof(struct kn_toleration));
+	return spec_walk_items(w, node, count, read_toleration, placement);
 }
 
 int spec_read_spread(struct walk *w, struct fy_node *node, void *target)
@@ -655,22 +649,19 @@ static int read_terms(struct walk *w, struct fy_node *node, size_t n_fields,
 		      struct kn_affinity_term **out, size_t *n_out)
 {
 	struct term_list list = {.n = n_out, .n_fields = n_fields};
-	char got[GOT_BUF];
-	struct value v;
-	int rc = spec_classify(w, node, &v);
+	size_t count;
+	int rc = spec_want_list(
+		w, node, 0, -1,
+		n_fields == AF_COUNT
+			? "a list of {key, operator, values, weight} mappings"
+			: "a list of {key, operator, values} mappings",
+		&count);
 
 	if (rc)
 		return rc;
-	if (v.kind != V_LIST)
-		return spec_fail(w, node,
-				 "must be a list of {key, operator, values%s} "
-				 "mappings; got %s",
-				 n_fields == AF_COUNT ? ", weight" : "",
-				 spec_describe(&v, got, sizeof(got)));
-	list.terms = kn_xcalloc((size_t)v.count + 1,
-				sizeof(struct kn_affinity_term));
+	list.terms = kn_xcalloc(count + 1, sizeof(struct kn_affinity_term));
 	*out = list.terms;
-	return spec_walk_items(w, node, (size_t)v.count, read_term, &list);
+	return spec_walk_items(w, node, count, read_term, &list);
 }
 
 static int read_required(struct walk *w, struct fy_node *node, void *target)

@@ -138,21 +138,6 @@ static int fill_row(char **f, const char *path, int line,
 	return 0;
 }
 
-/* Each wanted column's index in the header record. */
-static int find_columns(const struct kn_csv *csv, const char *path, int *col,
-			struct kn_error *err)
-{
-	for (int c = 0; c < COL_COUNT; c++) {
-		col[c] = kn_csv_find(csv, COLUMNS[c]);
-		if (col[c] < 0)
-			return kn_errorf(
-				err, KN_EINVAL, COLUMNS[c],
-				"%s:1: the header has no column \"%s\"", path,
-				COLUMNS[c]);
-	}
-	return 0;
-}
-
 static int read_row(struct kn_model_presets *p, const struct kn_csv *csv,
 		    const int *col, struct kn_error *err)
 {
@@ -193,9 +178,7 @@ int kn_model_presets_parse(const char *text, size_t len, const char *path,
 	memcpy(copy, text, len);
 	copy[len] = '\0';
 	kn_csv_init(&csv, copy, path);
-	rc = kn_csv_next(&csv, err);
-	if (rc >= 0)
-		rc = find_columns(&csv, path, col, err);
+	rc = kn_csv_header(&csv, COLUMNS, COL_COUNT, col, err);
 	while (rc >= 0 && (rc = kn_csv_next(&csv, err)) > 0)
 		rc = read_row(p, &csv, col, err);
 	free(copy);

@@ -26,10 +26,7 @@
 
 static void *pool_adopt(struct kn_strpool *pool, void *p)
 {
-	if (pool->n == pool->cap) {
-		pool->cap = pool->cap ? pool->cap * 2 : 16;
-		pool->v = kn_xrealloc(pool->v, pool->cap * sizeof(*pool->v));
-	}
+	pool->v = kn_xgrow(pool->v, &pool->cap, pool->n, sizeof(*pool->v));
 	pool->v[pool->n++] = p;
 	return p;
 }
@@ -459,18 +456,18 @@ static int read_named_item(struct walk *w, struct fy_node *item, size_t i,
 static int read_named_list(struct walk *w, struct fy_node *node,
 			   struct named_list *l)
 {
-	char got[GOT_BUF];
-	struct value v;
-	int rc = spec_classify(w, node, &v);
+	char allowed[80];
+	size_t count;
+	int rc;
 
+	snprintf(allowed, sizeof(allowed),
+		 "a list of at most %d entries, each a mapping with name:",
+		 MAX_NAMED);
+	rc = spec_want_list(w, node, 0, MAX_NAMED, allowed, &count);
 	if (rc)
 		return rc;
-	if (v.kind != V_LIST || v.count > MAX_NAMED)
-		return spec_fail(w, node, "must be a list of at most %d "
-				 "entries, each a mapping with name:; got %s",
-				 MAX_NAMED, spec_describe(&v, got, sizeof(got)));
-	l->items = kn_xcalloc((size_t)v.count + 1, l->item_size);
-	return spec_walk_items(w, node, (size_t)v.count, read_named_item, l);
+	l->items = kn_xcalloc(count + 1, l->item_size);
+	return spec_walk_items(w, node, count, read_named_item, l);
 }
 
 void kn_server_conf_release(struct kn_server_conf *conf)

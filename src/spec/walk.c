@@ -374,6 +374,22 @@ int spec_want_text(struct walk *w, struct fy_node *node, bool allow_bool,
 			 spec_describe(v, got, sizeof(got)));
 }
 
+int spec_want_list(struct walk *w, struct fy_node *node, int min, int max,
+		   const char *allowed, size_t *count)
+{
+	char got[GOT_BUF];
+	struct value v;
+	int rc = spec_classify(w, node, &v);
+
+	if (rc)
+		return rc;
+	if (v.kind != V_LIST || v.count < min || (max >= 0 && v.count > max))
+		return spec_fail(w, node, "must be %s; got %s", allowed,
+				 spec_describe(&v, got, sizeof(got)));
+	*count = (size_t)v.count;
+	return 0;
+}
+
 int spec_want_nonempty_text(struct walk *w, struct fy_node *node,
 			      const char *allowed, struct value *v)
 {
@@ -1002,10 +1018,6 @@ int spec_read_name(struct walk *w, struct fy_node *node, void *target)
 	return spec_read_name_into(w, node, NULL, &spec->name);
 }
 
-/*
- * A non-empty list of text into a NULL-terminated array. Items must not be
- * empty, except after the first when rest_may_be_empty (argv).
- */
 int spec_walk_items(struct walk *w, struct fy_node *node, size_t count,
 		    spec_item_fn read_item, void *ctx)
 {
@@ -1055,20 +1067,15 @@ int spec_read_text_list(struct walk *w, struct fy_node *node,
 {
 	struct text_list list = {.n = n_out,
 				 .rest_may_be_empty = rest_may_be_empty};
-	char got[GOT_BUF];
-	struct value v;
-	int rc = spec_classify(w, node, &v);
+	size_t count;
+	int rc = spec_want_list(w, node, 1, -1, allowed, &count);
 
 	if (rc)
 		return rc;
-	if (v.kind != V_LIST || v.count <= 0)
-		return spec_fail(w, node, "must be %s; got %s", allowed,
-				 spec_describe(&v, got, sizeof(got)));
-	list.items = kn_xcalloc((size_t)v.count + 1, sizeof(*list.items));
+	list.items = kn_xcalloc(count + 1, sizeof(*list.items));
 	*out = list.items;
 	*n_out = 0;
-	return spec_walk_items(w, node, (size_t)v.count, read_text_item,
-			       &list);
+	return spec_walk_items(w, node, count, read_text_item, &list);
 }
 
 /* Read text that must be one of choices (a NULL-terminated list). */

@@ -685,24 +685,22 @@ static int read_step_item(struct walk *w, struct fy_node *item, size_t i,
 static int read_wf_steps(struct walk *w, struct fy_node *node, void *target)
 {
 	struct workflow_ctx *ctx = target;
-	char got[GOT_BUF];
-	struct value v;
-	int rc = spec_classify(w, node, &v);
+	char allowed[64];
+	size_t count;
+	int rc;
 
+	snprintf(allowed, sizeof(allowed), "a list of 1 to %d steps",
+		 KN_SPEC_MAX_STEPS);
+	rc = spec_want_list(w, node, 1, -1, allowed, &count);
 	if (rc)
 		return rc;
-	if (v.kind == V_LIST && v.count > KN_SPEC_MAX_STEPS)
-		return spec_fail(w, node,
-				 "must be a list of 1 to %d steps; got %d",
-				 KN_SPEC_MAX_STEPS, v.count);
-	if (v.kind != V_LIST || v.count < 1)
-		return spec_fail(
-			w, node, "must be a list of 1 to %d steps; got %s",
-			KN_SPEC_MAX_STEPS, spec_describe(&v, got, sizeof(got)));
-	ctx->spec->steps =
-		kn_xcalloc((size_t)v.count, sizeof(*ctx->spec->steps));
-	ctx->nodes = kn_xcalloc((size_t)v.count, sizeof(*ctx->nodes));
-	return spec_walk_items(w, node, (size_t)v.count, read_step_item, ctx);
+	/* Too many steps: say how many there are, not just "a list". */
+	if (count > KN_SPEC_MAX_STEPS)
+		return spec_fail(w, node, "must be %s; got %zu", allowed,
+				 count);
+	ctx->spec->steps = kn_xcalloc(count, sizeof(*ctx->spec->steps));
+	ctx->nodes = kn_xcalloc(count, sizeof(*ctx->nodes));
+	return spec_walk_items(w, node, count, read_step_item, ctx);
 }
 
 enum {

@@ -325,7 +325,6 @@ int store_list(struct kn_store *st, sqlite3_stmt *s,
 	       size_t *n, struct kn_error *err);
 
 /* Room for one more element of elem bytes in a list being read. */
-void *store_grow(void *arr, size_t *alloc, size_t used, size_t elem);
 
 /* Free a row's text columns and zero it; NULL is fine. */
 void store_row_release(const struct store_row *def, void *row);

@@ -346,14 +346,6 @@ void store_rows_free(const struct store_row *def, void *rows, size_t n)
 	free(rows);
 }
 
-void *store_grow(void *arr, size_t *alloc, size_t used, size_t elem)
-{
-	if (used < *alloc)
-		return arr;
-	*alloc = *alloc ? *alloc * 2 : 16;
-	return kn_xrealloc(arr, *alloc * elem);
-}
-
 int store_list(struct kn_store *st, sqlite3_stmt *s,
 	       const struct store_row *def, const char *what, void *out,
 	       size_t *n, struct kn_error *err)
@@ -363,7 +355,7 @@ int store_list(struct kn_store *st, sqlite3_stmt *s,
 	int rc;
 
 	while ((rc = step_row(st, s, what, err)) == 1) {
-		rows = store_grow(rows, &alloc, count, def->size);
+		rows = kn_xgrow(rows, &alloc, count, def->size);
 		rc = store_read_row(s, def, rows + count * def->size, err);
 		if (rc < 0)
 			break;

@@ -132,7 +132,7 @@ int kn_store_node_list(struct kn_store *st, struct kn_node_row **out,
 	int rc;
 
 	while ((rc = step_row(st, s, what, err)) == 1) {
-		rows = store_grow(rows, &alloc, count, sizeof(*rows));
+		rows = kn_xgrow(rows, &alloc, count, sizeof(*rows));
 		rc = store_read_row(s, &NODE_ROW, &rows[count], err);
 		if (rc < 0)
 			break;

@@ -715,10 +715,7 @@ int kn_ib_ports(const char *root, struct kn_ib_port **out, size_t *n,
 
 			if (num < 1)
 				continue;
-			if (count == alloc) {
-				alloc = alloc ? alloc * 2 : 8;
-				ports = kn_xrealloc(ports, alloc * sizeof(*ports));
-			}
+			ports = kn_xgrow(ports, &alloc, count, sizeof(*ports));
 			p = &ports[count++];
 			memset(p, 0, sizeof(*p));
 			kn_strlcpy(p->device, de->d_name, sizeof(p->device));

@@ -258,38 +258,32 @@ static void test_yaml_text_check(void **state)
 	assert_false(nul);
 }
 
-/* CSV records: quoting, doubled quotes, CRLF, a quoted newline, and the
-   offsets error messages turn into columns. */
-static void test_csv(void **state)
+/* Wanted columns found in the header in the caller's order; a missing
+   one named, with the header's line. */
+static void test_csv_header(void **state)
 {
-	char text[] = "a,\"b,c\",\"say \"\"hi\"\"\"\r\n,x\n\"two\nlines\",9\n";
-	char *p = text, *f[8];
-	size_t off[8];
-	const char *const wanted[] = {"a", "nope"};
-	char head[] = "a,b\n1,2\n", *h = head;
+	char head[] = "\na,b\n1,2\n", again[] = "\na,b\n", empty[] = "";
+	const char *const found[] = {"b", "a"}, *const missing[] = {"a", "nope"};
+	struct kn_csv c;
 	int col[2];
 	struct kn_error err;
 
 	(void)state;
-	assert_int_equal(kn_csv_record_at(&p, f, off, 8), 3);
-	assert_string_equal(f[0], "a");
-	assert_string_equal(f[1], "b,c");
-	assert_string_equal(f[2], "say \"hi\"");
-	assert_int_equal(off[0], 0);
-	assert_int_equal(off[1], 2);
-	assert_int_equal(off[2], 8);
-	assert_int_equal(kn_csv_record_at(&p, f, off, 8), 2);
-	assert_string_equal(f[0], "");
-	assert_string_equal(f[1], "x");
-	assert_int_equal(off[1], 1);
-	assert_int_equal(kn_csv_record(&p, f, 8), 2);
-	assert_string_equal(f[0], "two\nlines");
-	assert_string_equal(f[1], "9");
-	assert_int_equal(kn_csv_record(&p, f, 8), 0);
-	assert_int_equal(kn_csv_columns(&h, "t.csv", "table", wanted, 2, col,
-					&err), -EINVAL);
-	assert_string_equal(err.message, "t.csv:1: no column \"nope\"");
-	assert_string_equal(err.field, "table");
+	kn_csv_init(&c, head, "t.csv");
+	assert_int_equal(kn_csv_header(&c, found, 2, col, &err), 0);
+	assert_int_equal(col[0], 1);
+	assert_int_equal(col[1], 0);
+	/* The records after the header are the caller's. */
+	assert_int_equal(kn_csv_next(&c, &err), 1);
+	assert_string_equal(c.fields[0], "1");
+	kn_csv_init(&c, again, "t.csv");
+	assert_int_equal(kn_csv_header(&c, missing, 2, col, &err), -EINVAL);
+	assert_string_equal(err.message, "t.csv:2: no column \"nope\"");
+	assert_string_equal(err.field, "nope");
+	/* An empty text has no header: line 1. */
+	kn_csv_init(&c, empty, "t.csv");
+	assert_int_equal(kn_csv_header(&c, found, 2, col, &err), -EINVAL);
+	assert_string_equal(err.message, "t.csv:1: no column \"b\"");
 }
 
 /* kn_csv: records with each field's line and column, blank lines skipped. */
@@ -612,6 +606,14 @@ static void test_csv_read_columns(void **state)
 	assert_string_equal(err.message, want);
 	assert_string_equal(err.field, "sku");
 	free(want);
+	/* A malformed record, at its line and column; blank lines skipped. */
+	assert_int_equal(kn_write_text_replace(path, "price,x,name\n\n"
+					       "1,a\"b,A\n", 0600, &err), 0);
+	assert_int_equal(kn_csv_read_columns(path, 4096, "sku", wanted, 2,
+					     csv_row, &rows, &err), -EINVAL);
+	want = kn_asprintf("%s:3:4: a quote inside an unquoted field", path);
+	assert_int_equal(strncmp(err.message, want, strlen(want)), 0);
+	free(want);
 	/* A header without a wanted column. */
 	assert_int_equal(kn_write_text_replace(path, "price,x\n1,a\n", 0600,
 					       &err), 0);
@@ -637,6 +639,25 @@ static bool int_before(const void *a, const void *b)
 
 /* Each pop gives the least key in the heap, as a count per key says,
    whatever the order of pushes and pops. */
+/* An array grown one element at a time: 16 at first, then doubled only
+   when full, keeping what it held. */
+static void test_xgrow(void **state)
+{
+	int *v = NULL;
+	size_t alloc = 0;
+
+	(void)state;
+	for (size_t n = 0; n < 40; n++) {
+		v = kn_xgrow(v, &alloc, n, sizeof(*v));
+		assert_true(alloc > n);
+		assert_int_equal(alloc, n < 16 ? 16 : n < 32 ? 32 : 64);
+		v[n] = (int)n;
+	}
+	for (int i = 0; i < 40; i++)
+		assert_int_equal(v[i], i);
+	free(v);
+}
+
 static void test_heap(void **state)
 {
 	struct kn_heap h = {.size = sizeof(int), .before = int_before};
@@ -682,7 +703,7 @@ KN_TEST_MAIN(NULL, NULL,
 	cmocka_unit_test(test_levenshtein),
 	cmocka_unit_test(test_thread_background),
 	cmocka_unit_test(test_yaml_text_check),
-	cmocka_unit_test(test_csv),
+	cmocka_unit_test(test_csv_header),
 	cmocka_unit_test(test_csv_reader),
 	cmocka_unit_test(test_csv_reader_errors),
 	cmocka_unit_test(test_git_revision),
@@ -691,4 +712,5 @@ KN_TEST_MAIN(NULL, NULL,
 	cmocka_unit_test(test_url_queries_cut),
 	cmocka_unit_test(test_url_encoded),
 	cmocka_unit_test(test_csv_read_columns),
+	cmocka_unit_test(test_xgrow),
 	cmocka_unit_test(test_heap))

@@ -105,9 +105,9 @@ static void test_services_named_once(void **state)
 			    v->phase == SERVICE_PHASE_RECOVERED);
 		for (size_t k = 0; k < i; k++)
 			assert_string_not_equal(kn_services[k]->name, v->name);
-		for (size_t r = 0; r < v->n_routes; r++) {
-			assert_non_null(v->routes[r].fn);
-			assert_true(v->routes[r].pattern[0] == '/');
+		for (const struct route *r = v->routes; r && r->method; r++) {
+			assert_non_null(r->fn);
+			assert_true(r->pattern[0] == '/');
 		}
 	}
 }
@@ -116,15 +116,13 @@ static void test_routes_do_not_shadow(void **state)
 {
 	(void)state;
 	for (size_t i = 0; kn_services[i]; i++)
-		for (size_t r = 0; r < kn_services[i]->n_routes; r++)
+		for (const struct route *a = kn_services[i]->routes;
+		     a && a->method; a++)
 			for (size_t j = i; kn_services[j]; j++)
-				for (size_t q = j == i ? r + 1 : 0;
-				     q < kn_services[j]->n_routes; q++) {
-					const struct route *a =
-						&kn_services[i]->routes[r];
-					const struct route *b =
-						&kn_services[j]->routes[q];
-
+				for (const struct route *b =
+					     j == i ? a + 1
+						    : kn_services[j]->routes;
+				     b && b->method; b++) {
 					if (strcmp(a->method, b->method) ||
 					    !(i == j ? covers(a->pattern,
 							      b->pattern)

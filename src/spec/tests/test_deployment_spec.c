@@ -323,7 +323,7 @@ static void test_preset_table_errors(void **state)
 		const char *csv, *message;
 	} cases[] = {
 		{"name,parameters_b,dtype,gpu_model\n",
-		 "p.csv:1: the header has no column \"kv_headroom\""},
+		 "p.csv:1: no column \"kv_headroom\""},
 		{"name,parameters_b,dtype,kv_headroom,gpu_model\n"
 		 "a,7,fp16,0.2,A10-24GB\nb,7,fp12,0.2,A10-24GB\n",
 		 "p.csv:3: dtype: must be fp32, fp16, bf16, fp8, int8 or int4; "
