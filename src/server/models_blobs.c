@@ -126,12 +126,7 @@ static void upload_detach(struct model_state *m, struct upload *u)
 {
 	struct kn_error err;
 
-	for (struct upload **p = &m->uploads; *p; p = &(*p)->next) {
-		if (*p == u) {
-			*p = u->next;
-			break;
-		}
-	}
+	KN_LIST_UNLINK(&m->uploads, u);
 	for (struct part_job **line = &u->queued; line;
 	     line = line == &u->queued ? &u->relay_queued : NULL) {
 		while (*line) {
@@ -220,12 +215,7 @@ static void commit_seen_drop(struct model_state *m, struct commit_seen *k)
 {
 	struct kn_error err;
 
-	for (struct commit_seen **p = &m->commits; *p; p = &(*p)->next) {
-		if (*p == k) {
-			*p = k->next;
-			break;
-		}
-	}
+	KN_LIST_UNLINK(&m->commits, k);
 	kn_errorf(&err, KN_EUNAVAIL, NULL,
 		  "the server stopped before upload %s was stored; send it "
 		  "again", k->id);

@@ -82,12 +82,7 @@ static void conn_heard(struct local_conn *c)
 	kn_timer_free(c->deadline);
 	c->watch = NULL;
 	c->deadline = NULL;
-	for (struct local_conn **p = &l->waiting_list; *p; p = &(*p)->next) {
-		if (*p == c) {
-			*p = c->next;
-			break;
-		}
-	}
+	KN_LIST_UNLINK(&l->waiting_list, c);
 	l->waiting--;
 }
 
