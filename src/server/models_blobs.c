@@ -307,71 +307,6 @@ void models_uploads_drop(struct model_state *m)
 		commit_seen_drop(m, m->commits);
 }
 
-/* ---- blobs ---- */
-
-void models_h_blobs_missing(struct server *s, struct kn_http_req *req,
-			    const struct caller *c, const char *param)
-{
-	struct kn_blob_store *store = NULL;
-	struct kn_error err;
-	json_t *body = models_body_object(req, &err), *digests, *missing = NULL, *d;
-	json_t *answer, *local;
-	size_t i, present = 0;
-	char detail[96];
-
-	(void)param;
-	if (!body)
-		goto fail;
-	digests = json_object_get(body, "digests");
-	if (!json_is_array(digests)) {
-		kn_errorf(&err, KN_EINVAL, "digests",
-			  "must be an array of sha256 hex digests");
-		goto fail;
-	}
-	if (models_open_store(core_blob_url(s), &store, &err) < 0)
-		goto fail;
-	missing = json_array();
-	json_array_foreach(digests, i, d) {
-		const char *hex = json_string_value(d);
-		struct kn_blob_info info = {0};
-		char *name;
-		int rc;
-
-		if (!kn_sha256_hex_ok(hex)) {
-			kn_errorf(&err, KN_EINVAL, "digests",
-				  "digests[%zu] is not 64 lowercase hex digits",
-				  i);
-			goto fail;
-		}
-		name = kn_model_blob_name(hex);
-		rc = kn_blob_stat(store, name, &info, &err);
-		free(name);
-		if (rc == -ENOENT)
-			json_array_append_new(missing, json_string(hex));
-		else if (rc < 0)
-			goto fail;
-		else
-			present++;
-	}
-	snprintf(detail, sizeof(detail), "%zu present, %zu missing", present,
-		 json_array_size(missing));
-	core_audit(s, c, "model.blob.check", "blobs", "ok", detail);
-	answer = json_pack("{s:o, s:I, s:i}", "missing", missing, "present",
-			   (json_int_t)present, "part_max", MODEL_PART_MAX);
-	missing = NULL;
-	local = models_local_json(s);
-	if (local)
-		json_object_set_new(answer, "local", local);
-	kn_http_reply_json(req, 200, answer);
-	goto out;
-fail:
-	models_fail(s, req, c, "model.blob.check", "blobs", &err);
-out:
-	json_decref(missing);
-	json_decref(body);
-	kn_blob_store_free(store);
-}
-
 /* An upload is its owner's: another token's same digest and id is not. */
 static struct upload *upload_find(struct model_state *m, const char *digest,
 				  const char *id, const char *owner)
@@ -1369,34 +1304,6 @@ void models_h_upload_status(struct server *s,
 
 /* A commit whose upload is gone: its answer was lost and it is sent
    again, the blob stored; else there is nothing to commit. */
-static void upload_commit_again(struct server *s, struct kn_http_req *req,
-				const struct caller *c, const char *id,
-				const char *digest, const char *object)
-{
-	struct kn_blob_store *store = NULL;
-	struct kn_blob_info info = {0};
-	struct kn_error err;
-	char *name = kn_model_blob_name(digest);
-	int rc = models_open_store(core_blob_url(s), &store, &err);
-
-	if (rc == 0)
-		rc = kn_blob_stat(store, name, &info, &err);
-	if (rc == -ENOENT)
-		kn_errorf(&err, KN_ENOTFOUND, "upload",
-			  "no upload %s in progress for %s (never begun, "
-			  "dropped, or expired after --upload-idle)", id,
-			  c->name);
-	if (rc == 0)
-		kn_http_reply_json(req, 200,
-				   json_pack("{s:s, s:I, s:b, s:b}", "digest",
-					     digest, "received",
-					     (json_int_t)info.size, "stored", 1,
-					     "existed", 1));
-	else
-		models_fail(s, req, c, "model.blob.put", object, &err);
-	free(name);
-	kn_blob_store_free(store);
-}
 
 void models_h_upload_commit(struct server *s,
 				   struct kn_http_req *req,
@@ -1442,7 +1349,7 @@ void models_h_upload_commit(struct server *s,
 		goto out;
 	}
 	if (!u) {
-		upload_commit_again(s, req, c, param, digest, object);
+		models_commit_gone(s, req, c, param, digest, object);
 		goto out;
 	}
 	if (k && !k->done) {

@@ -81,9 +81,16 @@ int models_lineage_expand(struct server *s, struct kn_blob_store *store,
 void models_uploads_drop(struct model_state *m);
 
 /* models_blobs.c: the blob routes (docs/api.md). */
-route_handler models_h_blobs_missing, models_h_blob_put,
-	models_h_blob_status, models_h_upload_part, models_h_upload_status,
-	models_h_upload_commit;
+route_handler models_h_blob_put, models_h_blob_status,
+	models_h_upload_part, models_h_upload_status, models_h_upload_commit;
+
+/* models_present.c: which blobs the store holds, asked on a worker: the
+   missing-blobs route, and the answer to a commit for an upload that is
+   gone (stored, dropped or expired). */
+route_handler models_h_blobs_missing;
+void models_commit_gone(struct server *s, struct kn_http_req *req,
+			const struct caller *c, const char *id,
+			const char *digest, const char *object);
 
 /*
  * models_blobs.c: room to stage len more bytes for owner: its cap on

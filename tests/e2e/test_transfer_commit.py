@@ -187,3 +187,46 @@ def test_the_commits_kept_per_token_are_capped(server):
     assert (r.status_code, r.json()) == (201, first)
     r = commit(server, "small1", {"digest": "f" * 64})
     assert r.status_code == 409 and r.json()["error"]["field"] == "digest"
+
+
+def test_a_store_that_does_not_answer_holds_no_other_call(relay, tmp_path):
+    """The missing-blobs check and the commit of an upload that is gone
+    ask the store about each blob; with the store held, both wait for
+    it while every other call is served, then get their answers."""
+    env = azurite_env(relay.endpoint)
+    container = "held" + uuid.uuid4().hex[:12]
+    s = Server(tmp_path / "home",
+               extra=["--blob-store", f"{relay.endpoint}/{container}"],
+               env=env)
+    s.home.mkdir()
+    s.start()
+    answers = {}
+
+    def ask(name, path, body):
+        answers[name] = s.request("POST", path, json=body)
+
+    digest = hashlib.sha256(b"never sent").hexdigest()
+    asks = [threading.Thread(target=ask, args=(
+                "missing", "/v1/model-blobs/missing", {"digests": [digest]})),
+            threading.Thread(target=ask, args=(
+                "gone", "/v1/model-uploads/gone/commit",
+                {"digest": digest}))]
+    try:
+        relay.open.clear()
+        for t in asks:
+            t.start()
+        wait_for(lambda: relay.waiting >= 2, what="both to ask the store")
+        for _ in range(3):
+            r = s.request("GET", "/v1/jobs")
+            assert r.status_code == 200, r.text
+        assert answers == {}
+        relay.open.set()
+        for t in asks:
+            t.join(timeout=60)
+        assert answers["missing"].status_code == 200, answers["missing"].text
+        assert answers["missing"].json()["missing"] == [digest]
+        assert answers["gone"].status_code == 404, answers["gone"].text
+        assert "no upload gone in progress" in answers["gone"].text
+    finally:
+        relay.open.set()
+        s.stop()
