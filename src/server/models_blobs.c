@@ -456,7 +456,8 @@ static int relay_commit(struct upload *u, struct kn_blob_store *store,
 	struct kn_error err;
 	int rc;
 
-	if (!u->relay)
+	/* An empty blob went nowhere: it is put whole, as for any store. */
+	if (!u->relay || !u->n_blocks)
 		return -EXDEV;
 	qsort(u->blocks, u->n_blocks, sizeof(*u->blocks), offset_order);
 	rc = kn_blob_stage_commit(store, u->stage, u->blocks, u->n_blocks,

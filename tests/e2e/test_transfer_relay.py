@@ -110,6 +110,21 @@ def test_a_blob_the_store_holds_is_answered_as_existing(relay, tmp_path):
         s.stop()
 
 
+def test_an_empty_blob_is_stored_whole(relay, tmp_path):
+    env = azurite_env(relay.endpoint)
+    s, store = start(tmp_path, relay.endpoint, env)
+    try:
+        digest = hashlib.sha256(b"").hexdigest()
+        put_part(s, "empty", 0, 0, b"")
+        r = commit(s, "empty", digest)
+        assert r.status_code == 201, r.text
+        check_stored(env, store, b"", tmp_path)
+        log = s.log.read_text()
+        assert GAVE_UP not in log and NOT_TAKEN not in log
+    finally:
+        s.stop()
+
+
 def test_a_store_that_fails_midway_gets_a_copy_at_the_commit(relay,
                                                              tmp_path):
     env = azurite_env(relay.endpoint)
