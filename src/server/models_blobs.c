@@ -18,11 +18,12 @@
  * (create-only, so a blob is never overwritten): a file store on the
  * staging file's file system takes the file itself by a hard link, so
  * each byte is written once. A store that takes staged blocks (Azure)
- * is sent each part by the worker that wrote it, as a block of a
- * staging blob, so the store holds the bytes soon after the last part
- * lands: the commit names them with one block list and a copy inside
- * the service. Other stores, or a relay that failed, get a copy of the
- * staging file at the commit, on a worker.
+ * is sent each part of a sized upload, once written and hashed, as a
+ * block of a staging blob while the next part is written, so the store
+ * holds the bytes soon after the last part lands: the commit names them
+ * with one block list and a copy inside the service. Other stores, a
+ * relay that failed, an empty blob and an upload in order get a copy of
+ * the staging file at the commit, on a worker.
  * An upload may also be named only at its commit (/v1/model-uploads/ID,
  * then .../commit with the digest): a client that hashes a file as it
  * reads it to send learns the digest last. Uploads in progress live in
