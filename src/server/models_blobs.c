@@ -393,14 +393,16 @@ int models_staging_room(struct server *s, const char *owner, int64_t len,
 	return 0;
 }
 
-/* The store as the relay of u's parts, when it takes staged blocks,
-   under a staging name of the server's choosing. */
+/* The store as the relay of a sized upload's parts, when it takes
+   staged blocks, under a staging name of the server's choosing. An
+   upload in order (the older way, whose last part may come empty while
+   parts wait in the relay's line) is copied at its commit instead. */
 static void relay_open(struct server *s, struct upload *u)
 {
 	unsigned char nonce[16];
 	char hex[2 * sizeof(nonce) + 1];
 
-	if (models_open_store(core_blob_url(s), &u->relay, NULL) < 0 ||
+	if (u->write_early || models_open_store(core_blob_url(s), &u->relay, NULL) < 0 ||
 	    !kn_blob_can_stage(u->relay) ||
 	    kn_random_bytes(nonce, sizeof(nonce)) < 0) {
 		kn_blob_store_free(u->relay);
@@ -506,8 +508,6 @@ static int upload_begin(struct server *s, const char *digest,
 	u->ctx = EVP_MD_CTX_new();
 	u->size = -1;
 	u->write_early = !strncmp(core_blob_url(s), "file://", 7);
-	if (!u->write_early)
-		relay_open(s, u);
 	u->touched_ms = now;
 	u->queued_tail = &u->queued;
 	u->relay_tail = &u->relay_queued;
@@ -873,21 +873,31 @@ static void parts_run(struct upload *u);
 static bool relays_run(struct upload *u);
 static void part_next(struct part_job *j);
 
+/* A part whose upload was dropped (started again, or the server
+   stopping) while a worker had it: refused, and the upload freed by
+   the last worker out. */
+static void part_dropped(struct part_job *j, const char *doing)
+{
+	struct upload *u = j->u;
+	struct kn_error err;
+
+	if (!u->writing && !u->relaying)
+		upload_release(u);
+	kn_errorf(&err, KN_ECONFLICT, "upload",
+		  "the upload was dropped (started again, or the server "
+		  "stopping) while this part %s", doing);
+	part_fail(j, &err);
+}
+
 static void part_done(void *arg, bool ran)
 {
 	struct part_job *j = arg;
 	struct upload *u = j->u;
 	struct server *s = j->s;
-	struct kn_error err;
 
 	u->writing = NULL;
 	if (u->dropped) {
-		if (!u->relaying)
-			upload_release(u);
-		kn_errorf(&err, KN_ECONFLICT, "upload",
-			  "the upload was dropped (started again, or the "
-			  "server stopping) while this part was written");
-		part_fail(j, &err);
+		part_dropped(j, "was written");
 		return;
 	}
 	if (!ran)
@@ -930,22 +940,20 @@ static void relay_done(void *arg, bool ran)
 {
 	struct part_job *j = arg;
 	struct upload *u = j->u;
-	struct kn_error err;
 
 	u->relaying = NULL;
 	if (u->dropped) {
-		if (!u->writing)
-			upload_release(u);
-		kn_errorf(&err, KN_ECONFLICT, "upload",
-			  "the upload was dropped (started again, or the "
-			  "server stopping) while this part went to the "
-			  "store");
-		part_fail(j, &err);
+		part_dropped(j, "went to the store");
 		return;
 	}
-	if (!ran)
-		relay_end(u, "the server is stopping");
-	else if (j->rc < 0)
+	if (!ran) {
+		kn_errorf(&j->err, KN_EUNAVAIL, NULL, "the server stopped "
+			  "before the part went to the store; send it again");
+		upload_drop(models_state(j->s), u);
+		part_fail(j, &j->err);
+		return;
+	}
+	if (j->rc < 0)
 		relay_end(u, j->err.message);
 	else
 		relay_add(u, j->offset);
@@ -1051,11 +1059,6 @@ static bool part_start_in_order(struct part_job *j)
 		part_fail(j, &err);
 		return false;
 	}
-	/* Its last part may come empty, with parts still in the relay's
-	   line: an upload in order (the older way) is copied at its
-	   commit instead. */
-	kn_blob_store_free(u->relay);
-	u->relay = NULL;
 	u->offset += (int64_t)j->len;
 	if (!j->len)
 		return part_finish(j);
@@ -1137,6 +1140,7 @@ static void blob_put_part(struct server *s, struct kn_http_req *req,
 			return;
 		}
 		u->size = size;
+		relay_open(s, u);
 	}
 	part_queue(s, req, c, u, object, offset, size, false);
 }
