@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -709,6 +710,16 @@ class GateRelay:
     def close(self):
         self.open.set()
         self.listener.close()
+
+
+def store_server(tmp_path, endpoint, env, container=None):
+    """A started server whose blob store is a fresh container (or the
+    one named) at endpoint; returns it and the store's URL."""
+    store = f"{endpoint}/{container or 'c' + uuid.uuid4().hex[:12]}"
+    s = Server(tmp_path / "home", extra=["--blob-store", store], env=env)
+    s.home.mkdir()
+    s.start()
+    return s, store
 
 
 def azurite_env(endpoint):

@@ -8,11 +8,11 @@ import hashlib
 import os
 import subprocess
 import threading
-import uuid
 
 import pytest
 
-from conftest import KILN, GateRelay, Server, azurite_env, wait_for
+from conftest import (KILN, GateRelay, azurite_env, store_server,
+                      wait_for)
 
 MiB = 1 << 20
 
@@ -41,12 +41,7 @@ def staged(server):
 def test_a_commit_sent_again_while_the_first_runs_gets_its_answer(
         relay, tmp_path):
     env = azurite_env(relay.endpoint)
-    container = "commit" + uuid.uuid4().hex[:12]
-    s = Server(tmp_path / "home",
-               extra=["--blob-store", f"{relay.endpoint}/{container}"],
-               env=env)
-    s.home.mkdir()
-    s.start()
+    s, store = store_server(tmp_path, relay.endpoint, env)
     answers = {}
 
     def send(name, body):
@@ -112,7 +107,7 @@ def test_a_commit_sent_again_while_the_first_runs_gets_its_answer(
         assert staged(s) == []
         got = tmp_path / "got"
         res = subprocess.run([KILN, "blob", "get",
-                              f"{relay.endpoint}/{container}",
+                              store,
                               f"sha256/{digest}", str(got)], env=env,
                              capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr
@@ -194,12 +189,7 @@ def test_a_store_that_does_not_answer_holds_no_other_call(relay, tmp_path):
     ask the store about each blob; with the store held, both wait for
     it while every other call is served, then get their answers."""
     env = azurite_env(relay.endpoint)
-    container = "held" + uuid.uuid4().hex[:12]
-    s = Server(tmp_path / "home",
-               extra=["--blob-store", f"{relay.endpoint}/{container}"],
-               env=env)
-    s.home.mkdir()
-    s.start()
+    s, store = store_server(tmp_path, relay.endpoint, env)
     answers = {}
 
     def ask(name, path, body):

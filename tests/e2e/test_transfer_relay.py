@@ -13,7 +13,8 @@ import uuid
 
 import pytest
 
-from conftest import AZURITE_KEY, KILN, GateRelay, Server, azurite_env
+from conftest import (AZURITE_KEY, KILN, GateRelay, azurite_env,
+                      store_server)
 
 MiB = 1 << 20
 GAVE_UP = "the whole blob is copied at its commit"
@@ -25,15 +26,6 @@ def relay(azurite):
     r = GateRelay(azurite)
     yield r
     r.close()
-
-
-def start(tmp_path, endpoint, env):
-    container = "relay" + uuid.uuid4().hex[:12]
-    s = Server(tmp_path / "home",
-               extra=["--blob-store", f"{endpoint}/{container}"], env=env)
-    s.home.mkdir()
-    s.start()
-    return s, f"{endpoint}/{container}"
 
 
 def put_part(server, upload, at, size, body):
@@ -55,6 +47,12 @@ def blob(env, store, *args):
     return res.stdout
 
 
+def assert_relayed(server):
+    """No part fell back to a copy of the whole blob."""
+    log = server.log.read_text()
+    assert GAVE_UP not in log and NOT_TAKEN not in log, log
+
+
 def check_stored(env, store, data, tmp_path):
     """The store holds data under its digest, and no staging blob."""
     digest = hashlib.sha256(data).hexdigest()
@@ -67,7 +65,7 @@ def check_stored(env, store, data, tmp_path):
 
 def test_parts_reach_the_store_before_the_commit(relay, tmp_path):
     env = azurite_env(relay.endpoint)
-    s, store = start(tmp_path, relay.endpoint, env)
+    s, store = store_server(tmp_path, relay.endpoint, env)
     try:
         data = os.urandom(6 * MiB + 5)
         digest = hashlib.sha256(data).hexdigest()
@@ -83,15 +81,14 @@ def test_parts_reach_the_store_before_the_commit(relay, tmp_path):
         # The commit sent a block list and a copy, not the bytes again.
         assert relay.sent - before < MiB
         check_stored(env, store, data, tmp_path)
-        log = s.log.read_text()
-        assert GAVE_UP not in log and NOT_TAKEN not in log
+        assert_relayed(s)
     finally:
         s.stop()
 
 
 def test_a_blob_the_store_holds_is_answered_as_existing(relay, tmp_path):
     env = azurite_env(relay.endpoint)
-    s, store = start(tmp_path, relay.endpoint, env)
+    s, store = store_server(tmp_path, relay.endpoint, env)
     try:
         data = os.urandom(2 * MiB + 11)
         digest = hashlib.sha256(data).hexdigest()
@@ -104,23 +101,21 @@ def test_a_blob_the_store_holds_is_answered_as_existing(relay, tmp_path):
         # The second's staging blob went too: the copy was refused
         # (create-only), the blob kept the first's bytes.
         check_stored(env, store, data, tmp_path)
-        log = s.log.read_text()
-        assert GAVE_UP not in log and NOT_TAKEN not in log
+        assert_relayed(s)
     finally:
         s.stop()
 
 
 def test_an_empty_blob_is_stored_whole(relay, tmp_path):
     env = azurite_env(relay.endpoint)
-    s, store = start(tmp_path, relay.endpoint, env)
+    s, store = store_server(tmp_path, relay.endpoint, env)
     try:
         digest = hashlib.sha256(b"").hexdigest()
         put_part(s, "empty", 0, 0, b"")
         r = commit(s, "empty", digest)
         assert r.status_code == 201, r.text
         check_stored(env, store, b"", tmp_path)
-        log = s.log.read_text()
-        assert GAVE_UP not in log and NOT_TAKEN not in log
+        assert_relayed(s)
     finally:
         s.stop()
 
@@ -128,7 +123,7 @@ def test_an_empty_blob_is_stored_whole(relay, tmp_path):
 def test_a_store_that_fails_midway_gets_a_copy_at_the_commit(relay,
                                                              tmp_path):
     env = azurite_env(relay.endpoint)
-    s, store = start(tmp_path, relay.endpoint, env)
+    s, store = store_server(tmp_path, relay.endpoint, env)
     try:
         data = os.urandom(3 * MiB + 3)
         digest = hashlib.sha256(data).hexdigest()
@@ -162,10 +157,7 @@ def test_a_store_reached_by_sas_relays_and_copies(azurite, tmp_path):
     blob(key_env, f"{azurite}/{container}", "put", "seed", str(seed))
     sas = service_sas(container, "racwdl")
     env = sas_env(sas)
-    s = Server(tmp_path / "home",
-               extra=["--blob-store", f"{azurite}/{container}"], env=env)
-    s.home.mkdir()
-    s.start()
+    s, store = store_server(tmp_path, azurite, env, container)
     try:
         data = os.urandom(2 * MiB + 1)
         digest = hashlib.sha256(data).hexdigest()
@@ -173,9 +165,9 @@ def test_a_store_reached_by_sas_relays_and_copies(azurite, tmp_path):
             put_part(s, "sas", at, len(data), data[at:at + MiB])
         r = commit(s, "sas", digest)
         assert r.status_code == 201, r.text
-        check_stored(env, f"{azurite}/{container}", data, tmp_path)
+        check_stored(env, store, data, tmp_path)
+        assert_relayed(s)
         log = s.log.read_text()
-        assert GAVE_UP not in log and NOT_TAKEN not in log
         assert "sig=" not in log and AZURITE_KEY[:20] not in log
     finally:
         s.stop()
