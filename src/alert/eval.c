@@ -48,8 +48,7 @@ struct kn_alert_eval *kn_alert_eval_new(const struct kn_alert_rules *rules)
 static void labels_free(struct kn_label *l, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		free(l[i].name);
-		free(l[i].value);
+		KN_FREE_ALL(l[i].name, l[i].value);
 	}
 	free(l);
 }

@@ -124,8 +124,7 @@ static int label_cmp(const void *a, const void *b)
 void kn_labels_free(struct kn_label *labels, size_t n)
 {
 	for (size_t i = 0; labels && i < n; i++) {
-		free(labels[i].name);
-		free(labels[i].value);
+		KN_FREE_ALL(labels[i].name, labels[i].value);
 	}
 	free(labels);
 }
@@ -170,8 +169,7 @@ static int read_labels(struct scan *s, struct kn_expo_sample *smp)
 		}
 		for (size_t i = 0; i < smp->n_labels; i++)
 			if (!strcmp(smp->labels[i].name, l.name)) {
-				free(l.name);
-				free(l.value);
+				KN_FREE_ALL(l.name, l.value);
 				return scan_fail(s, at, "label given twice");
 			}
 		smp->labels = kn_xrealloc(smp->labels, (smp->n_labels + 1) *

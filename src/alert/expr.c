@@ -99,13 +99,11 @@ void expr_free(struct kn_alert_expr *e)
 	if (!e)
 		return;
 	for (size_t i = 0; i < e->n_matchers; i++) {
-		free(e->matchers[i].label);
-		free(e->matchers[i].value);
+		KN_FREE_ALL(e->matchers[i].label, e->matchers[i].value);
 		if (e->matchers[i].re_ready)
 			regfree(&e->matchers[i].re);
 	}
-	free(e->matchers);
-	free(e->metric);
+	KN_FREE_ALL(e->matchers, e->metric);
 	expr_free(e->l);
 	expr_free(e->r);
 	free(e);

@@ -37,8 +37,7 @@ void strmap_release(struct strmap *m)
 		struct strmap_entry *e = m->buckets[i], *next;
 		for (; e; e = next) {
 			next = e->next;
-			free(e->key);
-			free(e);
+			KN_FREE_ALL(e->key, e);
 		}
 	}
 	free(m->buckets);
@@ -110,8 +109,7 @@ void *strmap_del(struct strmap *m, const char *key)
 			struct strmap_entry *e = *p;
 			void *val = e->val;
 			*p = e->next;
-			free(e->key);
-			free(e);
+			KN_FREE_ALL(e->key, e);
 			m->n--;
 			return val;
 		}
@@ -123,12 +121,7 @@ void *strmap_del(struct strmap *m, const char *key)
 static void series_free(struct series *s)
 {
 	kn_labels_free(s->labels, s->n_labels);
-	free(s->metric);
-	free(s->lkey);
-	free(s->key);
-	free(s->t);
-	free(s->v);
-	free(s);
+	KN_FREE_ALL(s->metric, s->lkey, s->key, s->t, s->v, s);
 }
 
 static int64_t series_newest(const struct series *s)
@@ -158,8 +151,7 @@ static void series_push(struct series *s, int64_t t, double v)
 			nt[i] = s->t[(s->start + i) % s->cap];
 			nv[i] = s->v[(s->start + i) % s->cap];
 		}
-		free(s->t);
-		free(s->v);
+		KN_FREE_ALL(s->t, s->v);
 		s->t = nt;
 		s->v = nv;
 		s->start = 0;
@@ -279,8 +271,7 @@ void kn_alert_history_free(struct kn_alert_history *h)
 		}
 	strmap_release(&h->series);
 	strmap_release(&h->metrics);
-	free(h->instants);
-	free(h);
+	KN_FREE_ALL(h->instants, h);
 }
 
 size_t kn_alert_history_series(const struct kn_alert_history *h)
@@ -315,8 +306,7 @@ static void drop_old(struct kn_alert_history *h, int64_t cutoff)
 			}
 			/* No series left: forget the metric too. */
 			*pe = e->next;
-			free(e->key);
-			free(e);
+			KN_FREE_ALL(e->key, e);
 			h->metrics.n--;
 		}
 	}
@@ -378,8 +368,7 @@ size_t kn_alert_history_add(struct kn_alert_history *h,
 		if (s)
 			series_push(s, t_ms, smp->value);
 		kn_labels_free(labels, nl);
-		free(lkey);
-		free(key);
+		KN_FREE_ALL(lkey, key);
 	}
 	add_instant(h, t_ms);
 	drop_old(h, t_ms - h->retention_ms);

@@ -512,13 +512,11 @@ void kn_alert_rules_free(struct kn_alert_rules *rules)
 	if (!rules)
 		return;
 	for (size_t i = 0; i < rules->n; i++) {
-		free(rules->rules[i].name);
-		free(rules->rules[i].expr_text);
+		KN_FREE_ALL(rules->rules[i].name, rules->rules[i].expr_text);
 		expr_free(rules->rules[i].expr);
 		free(rules->rules[i].summary);
 	}
-	free(rules->rules);
-	free(rules);
+	KN_FREE_ALL(rules->rules, rules);
 }
 
 bool kn_alert_rules_use(const struct kn_alert_rules *rules, const char *metric)

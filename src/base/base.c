@@ -368,6 +368,12 @@ void kn_strv_free(char **v)
 	free(v);
 }
 
+void kn_free_each(void *const ptrs[], size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(ptrs[i]);
+}
+
 void kn_strv_free_n(char **v, size_t n)
 {
 	for (size_t i = 0; v && i < n; i++)
@@ -1048,8 +1054,7 @@ static char *git_dir_of(const char *dir)
 			char *gd = line[8] == '/'
 					   ? kn_xstrdup(line + 8)
 					   : kn_asprintf("%s/%s", cur, line + 8);
-			free(line);
-			free(cur);
+			KN_FREE_ALL(line, cur);
 			return gd;
 		}
 		free(line);
@@ -1093,8 +1098,7 @@ static int git_ref(const char *gd, const char *ref,
 			break;
 		}
 	}
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return rc;
 }
 
@@ -1121,12 +1125,10 @@ int kn_git_revision(const char *dir, char out[KN_SHA256_HEX + 1])
 			cd = common[0] == '/' ? kn_xstrdup(common)
 					      : kn_asprintf("%s/%s", gd, common);
 			rc = git_ref(cd, head + 5, out);
-			free(cd);
-			free(common);
+			KN_FREE_ALL(cd, common);
 		}
 	}
-	free(head);
-	free(gd);
+	KN_FREE_ALL(head, gd);
 	return rc;
 }
 
@@ -1307,7 +1309,6 @@ int kn_dir_lock(const char *dir, const char *file, const char *holder,
 	}
 	rc = fd;
 out:
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return rc;
 }

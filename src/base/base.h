@@ -51,6 +51,16 @@
 		}							\
 	} while (0)
 
+/*
+ * Free each pointer given, for destructors of structs that own several
+ * allocations. Every argument is read before any is freed, so
+ * KN_FREE_ALL(s->name, s) is safe.
+ */
+#define KN_FREE_ALL(...)						\
+	kn_free_each((void *const[]){__VA_ARGS__},			\
+		     KN_LEN(((void *const[]){__VA_ARGS__})))
+void kn_free_each(void *const ptrs[], size_t n);
+
 /* Error codes beyond errno, for the API's error.code strings. */
 enum kn_errcode {
 	KN_EOK = 0,

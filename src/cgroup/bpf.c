@@ -125,7 +125,6 @@ out:
 		close(dir_fd);
 	if (prog_fd >= 0)
 		close(prog_fd);
-	free(log);
-	free(prog);
+	KN_FREE_ALL(log, prog);
 	return rc;
 }

@@ -213,8 +213,7 @@ void kn_cgroup_free(struct kn_cgroup *cg)
 		return;
 	for (int i = 0; i < CG_N; i++)
 		free(cg->dirs[i]);
-	free(cg->root);
-	free(cg);
+	KN_FREE_ALL(cg->root, cg);
 }
 
 const char *kn_cgroup_path(const struct kn_cgroup *cg)
@@ -279,8 +278,7 @@ int64_t kn_cgroup_oom_kills(struct kn_cgroup *cg)
 	path = kn_asprintf("%s/%s", dir, cg->ops->oom_file);
 	if (kn_read_file(path, SELF_MAX, &text, NULL) == 0)
 		n = keyed_value(text, "oom_kill");
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return n;
 }
 
@@ -303,8 +301,7 @@ static void kill_listed(const char *dir)
 				p++;
 		}
 	}
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 }
 
 int kn_cgroup_destroy(struct kn_cgroup *cg, struct kn_error *err)

@@ -25,9 +25,7 @@ static int v1_locate(struct kn_cgroup *cg, const struct kn_cgroup_place *place,
 
 		if (cg_exists(mount, "cgroup.procs"))
 			cg->dirs[i] = kn_asprintf("%s%s", mount, rel);
-		free(rel);
-		free(own);
-		free(mount);
+		KN_FREE_ALL(rel, own, mount);
 	}
 	return 0;
 }

@@ -25,8 +25,7 @@ static int v2_locate(struct kn_cgroup *cg, const struct kn_cgroup_place *place,
 	char *rel = cg_relative(own ? own : "/", place->parent, name);
 
 	cg->dirs[0] = kn_asprintf("%s%s", place->root, rel);
-	free(rel);
-	free(own);
+	KN_FREE_ALL(rel, own);
 	return 0;
 }
 
@@ -77,9 +76,7 @@ static int enable(const char *dir, const char *controller, struct kn_error *err)
 					      "tasks' parent a cgroup of its "
 					      "own, e.g. an absolute "
 					      "--cgroup-parent)" : "");
-	free(plus);
-	free(on);
-	free(have);
+	KN_FREE_ALL(plus, on, have);
 	return rc;
 }
 

@@ -224,8 +224,7 @@ static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 		char *k = kn_url_encode(r->query[i].name, 0);
 		char *v = kn_url_encode(r->query[i].value, 0);
 		kn_buf_printf(&url, "%c%s=%s", i ? '&' : '?', k, v);
-		free(k);
-		free(v);
+		KN_FREE_ALL(k, v);
 	}
 	if (a->sas && a->key_len == 0)
 		kn_buf_printf(&url, "%c%s", r->nq ? '&' : '?', a->sas);
@@ -265,8 +264,7 @@ static void prepare(struct azure *a, CURL *h, const struct az_req *r,
 		OPENSSL_cleanse(auth, sizeof(auth));
 	}
 	c->url = url.data;
-	free(path);
-	free(enc_blob);
+	KN_FREE_ALL(path, enc_blob);
 
 	curl_easy_reset(h);
 	kn_httpc_defaults(h, 10000);
@@ -1243,8 +1241,7 @@ out:
 		if (rc < 0)
 			unlink(tmp);
 	}
-	free(tmp);
-	free(full);
+	KN_FREE_ALL(tmp, full);
 	return rc;
 }
 
@@ -1280,8 +1277,7 @@ static int az_list(struct kn_blob_store *s, const char *prefix,
 		free(marker);
 		marker = next;
 	} while (rc == 0 && marker);
-	free(marker);
-	free(full);
+	KN_FREE_ALL(marker, full);
 	return rc;
 }
 
@@ -1402,8 +1398,7 @@ static int copy_blob(struct azure *a, const char *from, const char *full,
 			       "the service's copy of staged blocks ended "
 			       "\"%s\"", c->reply.h.copy_status);
 	OPENSSL_cleanse(source, strlen(source));
-	free(source);
-	free(enc);
+	KN_FREE_ALL(source, enc);
 	return rc;
 }
 
@@ -1434,8 +1429,7 @@ static int az_stage_commit(struct kn_blob_store *s, const char *stage,
 		       stage, left.message);
 out:
 	call_release(&c);
-	free(from);
-	free(full);
+	KN_FREE_ALL(from, full);
 	return rc;
 }
 
@@ -1454,14 +1448,8 @@ static void az_free(struct kn_blob_store *s)
 	OPENSSL_cleanse(a->key, sizeof(a->key));
 	if (a->sas)
 		OPENSSL_cleanse(a->sas, strlen(a->sas));
-	free(a->sas);
-	free(a->origin);
-	free(a->path_base);
-	free(a->account);
-	free(a->container);
-	free(a->prefix);
-	free(a->version);
-	free(a);
+	KN_FREE_ALL(a->sas, a->origin, a->path_base, a->account, a->container,
+		    a->prefix, a->version, a);
 }
 
 const struct kn_blob_store_ops kn_azure_store_ops = {

@@ -117,12 +117,8 @@ void kn_azure_url_release(struct kn_azure_url *u)
 {
 	if (!u)
 		return;
-	free(u->endpoint);
-	free(u->path_base);
-	free(u->account);
-	free(u->container);
-	free(u->prefix);
-	free(u->sas);
+	KN_FREE_ALL(u->endpoint, u->path_base, u->account, u->container,
+		    u->prefix, u->sas);
 	memset(u, 0, sizeof(*u));
 }
 
@@ -267,10 +263,7 @@ void kn_azure_conn_release(struct kn_azure_conn *c)
 {
 	if (!c)
 		return;
-	free(c->account_name);
-	free(c->account_key);
-	free(c->blob_endpoint);
-	free(c->sas);
+	KN_FREE_ALL(c->account_name, c->account_key, c->blob_endpoint, c->sas);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -350,8 +343,7 @@ int kn_azure_parse_connection_string(const char *s, struct kn_azure_conn *out,
 	*out = c;
 	memset(&c, 0, sizeof(c));
 out:
-	free(protocol);
-	free(suffix);
+	KN_FREE_ALL(protocol, suffix);
 	kn_azure_conn_release(&c);
 	return rc;
 }
@@ -397,8 +389,7 @@ char *kn_azure_string_to_sign(const struct kn_azure_sign_input *in)
 	for (size_t i = 0; i < in->n_query; i++)
 		kn_buf_printf(&b, "\n%s:%s", q[i].name, OR_EMPTY(q[i].value));
 #undef OR_EMPTY
-	free(h);
-	free(q);
+	KN_FREE_ALL(h, q);
 	return b.data;
 }
 
@@ -537,16 +528,14 @@ int kn_azure_parse_list(const char *xml, size_t len, const char *strip_prefix,
 		errno = 0;
 		n = strtoll(size, &num_end, 10);
 		if (errno || *num_end || !size[0] || n < 0) {
-			free(name);
-			free(size);
+			KN_FREE_ALL(name, size);
 			return kn_errorf(err, KN_EIO, NULL,
 					 "list blobs: bad Content-Length at "
 					 "byte %zu", (size_t)(b - xml));
 		}
 		if (strncmp(name, strip_prefix, plen) == 0 && name[plen])
 			kn_blob_list_add(out, name + plen, n);
-		free(name);
-		free(size);
+		KN_FREE_ALL(name, size);
 		p = e + strlen("</Blob>");
 	}
 	rc = element(xml, end, "NextMarker", &marker);

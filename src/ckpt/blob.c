@@ -200,8 +200,7 @@ int kn_hashpipe_finish(struct kn_hashpipe *p, char *hex)
 	EVP_MD_CTX_free(p->ctx);
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->cv);
-	free(p->readbuf);
-	free(p);
+	KN_FREE_ALL(p->readbuf, p);
 	return rc;
 }
 
@@ -287,8 +286,7 @@ int kn_blob_store_open(const struct kn_blob_store_config *cfg,
 			       "store url: unknown scheme (want file://, "
 			       "https://, http:// or azure://)");
 	if (rc < 0) {
-		free(s->url);
-		free(s);
+		KN_FREE_ALL(s->url, s);
 		return rc;
 	}
 	s->files_in_flight = cfg->files_in_flight > 0 ? cfg->files_in_flight : 0;
@@ -303,8 +301,7 @@ void kn_blob_store_free(struct kn_blob_store *store)
 	if (store->ops)
 		store->ops->free(store);
 	kn_bufpool_release(&store->pool);
-	free(store->url);
-	free(store);
+	KN_FREE_ALL(store->url, store);
 }
 
 const char *kn_blob_store_url(const struct kn_blob_store *store)

@@ -234,8 +234,7 @@ static void sent_forget(struct kn_ckpt_sent *sent, const char *name)
 {
 	for (size_t i = sent->n; i-- > 0;)
 		if (strcmp(sent->files[i].name, name) == 0) {
-			free(sent->files[i].name);
-			free(sent->files[i].path);
+			KN_FREE_ALL(sent->files[i].name, sent->files[i].path);
 			sent->files[i] = sent->files[--sent->n];
 		}
 	for (size_t i = sent->nchecked; i-- > 0;)
@@ -250,8 +249,7 @@ void kn_ckpt_sent_free(struct kn_ckpt_sent *sent)
 	if (!sent)
 		return;
 	for (size_t i = 0; i < sent->n; i++) {
-		free(sent->files[i].name);
-		free(sent->files[i].path);
+		KN_FREE_ALL(sent->files[i].name, sent->files[i].path);
 	}
 	free(sent->files);
 	kn_strv_free_n(sent->complete, sent->ncomplete);
@@ -313,9 +311,7 @@ static bool reuse_sent(struct tree *t, size_t i)
 	same = file_id_of(local, &now) == 0 && file_id_equal(&now, &sf->id) &&
 	       kn_blob_stat(t->s, blob, &info, &ignored) == 0 &&
 	       info.size == (int64_t)sf->id.size;
-	free(info.name);
-	free(local);
-	free(blob);
+	KN_FREE_ALL(info.name, local, blob);
 	if (same) {
 		memcpy(f->sha256, sf->sha256, sizeof(f->sha256));
 		f->size = (int64_t)sf->id.size;
@@ -385,8 +381,7 @@ static int get_one(void *ctx, size_t i, struct kn_error *err)
 		rc = kn_errorf(err, KN_EIO, NULL,
 			       "%s: sha256 %s does not match the manifest's %s",
 			       f->path, sha, f->sha256);
-	free(blob);
-	free(local);
+	KN_FREE_ALL(blob, local);
 	return rc;
 }
 
@@ -437,9 +432,7 @@ static int upload_tree(struct kn_blob_store *s, const char *prefix,
 		memset(&m, 0, sizeof(m));
 	}
 out:
-	free(reused);
-	free(json);
-	free(blob);
+	KN_FREE_ALL(reused, json, blob);
 	kn_ckpt_manifest_release(&m);
 	return rc;
 }
@@ -492,9 +485,7 @@ int kn_ckpt_upload(struct kn_blob_store *store, const char *job,
 out:
 	if (rc == 0 && sent)
 		sent_forget(sent, name);
-	free(mblob);
-	free(prefix);
-	free(name);
+	KN_FREE_ALL(mblob, prefix, name);
 	return rc;
 }
 
@@ -532,8 +523,7 @@ int kn_ckpt_upload_early(struct kn_blob_store *store, const char *job,
 		   (an earlier attempt's): its files are not to be replaced. */
 		blob = kn_asprintf("%s" KN_CKPT_MANIFEST, prefix);
 		rc = kn_blob_stat(store, blob, &info, err);
-		free(info.name);
-		free(blob);
+		KN_FREE_ALL(info.name, blob);
 		if (rc == 0) {
 			add_name(&sent->complete, &sent->ncomplete, name);
 			goto out;
@@ -567,10 +557,7 @@ int kn_ckpt_upload_early(struct kn_blob_store *store, const char *job,
 	sf->id = before;
 	memcpy(sf->sha256, sha, sizeof(sf->sha256));
 out:
-	free(prefix);
-	free(local);
-	free(tmp_rel);
-	free(committed);
+	KN_FREE_ALL(prefix, local, tmp_rel, committed);
 	return rc;
 }
 
@@ -589,8 +576,7 @@ int kn_ckpt_upload_outputs(struct kn_blob_store *store, const char *job,
 	rc = kn_blob_delete(store, mblob, err);
 	if (rc == 0 || rc == -ENOENT)
 		rc = upload_tree(store, prefix, dir, "outputs", NULL, out, err);
-	free(mblob);
-	free(prefix);
+	KN_FREE_ALL(mblob, prefix);
 	return rc;
 }
 
@@ -740,10 +726,7 @@ int kn_ckpt_restore(struct kn_blob_store *store, const char *job,
 		if (!found)
 			kn_rm_rf(partial);
 		kn_ckpt_manifest_release(&m);
-		free(prefix);
-		free(mblob);
-		free(partial);
-		free(final);
+		KN_FREE_ALL(prefix, mblob, partial, final);
 		if (rc < 0)
 			goto out;
 	}
@@ -778,8 +761,7 @@ static int delete_checkpoint(struct kn_blob_store *s, const char *job,
 			rc = 0;
 	}
 	kn_blob_list_release(&blobs);
-	free(mblob);
-	free(prefix);
+	KN_FREE_ALL(mblob, prefix);
 	return rc;
 }
 

@@ -404,8 +404,7 @@ static void sweep_dead_temps(const char *target)
 	}
 	if (dir)
 		closedir(dir);
-	free(prefix);
-	free(dir_path);
+	KN_FREE_ALL(prefix, dir_path);
 }
 
 /* Put the finished temporary in place: rename, or link for create-only. */
@@ -493,8 +492,7 @@ static int fs_put_file(struct kn_blob_store *s, const char *name,
 out:
 	if (in >= 0)
 		close(in);
-	free(tmp);
-	free(target);
+	KN_FREE_ALL(tmp, target);
 	return rc;
 }
 
@@ -548,8 +546,7 @@ static int fs_put_bytes(struct kn_blob_store *s, const char *name,
 	}
 	rc = commit_temp(fd, tmp, target, flags, name, err);
 out:
-	free(tmp);
-	free(target);
+	KN_FREE_ALL(tmp, target);
 	return rc;
 }
 
@@ -603,8 +600,7 @@ static int fs_get_file(struct kn_blob_store *s, const char *name,
 out:
 	if (in >= 0)
 		close(in);
-	free(tmp);
-	free(src);
+	KN_FREE_ALL(tmp, src);
 	return rc;
 }
 

@@ -27,8 +27,7 @@ void kn_ckpt_manifest_release(struct kn_ckpt_manifest *m)
 		return;
 	for (size_t i = 0; i < m->n; i++)
 		free(m->files[i].path);
-	free(m->files);
-	free(m->name);
+	KN_FREE_ALL(m->files, m->name);
 	memset(m, 0, sizeof(*m));
 }
 

@@ -198,14 +198,12 @@ bool kn_store_url_covers(const char *store_url, const char *url)
 
 static void entry_release(struct store_entry *e)
 {
-	free(e->name);
-	free(e->url);
+	KN_FREE_ALL(e->name, e->url);
 	if (e->secret) {
 		OPENSSL_cleanse(e->secret, strlen(e->secret));
 		free(e->secret);
 	}
-	free(e->cred_env);
-	free(e->cred_file);
+	KN_FREE_ALL(e->cred_env, e->cred_file);
 	memset(e, 0, sizeof(*e));
 }
 
@@ -433,8 +431,7 @@ static bool file_in_roots(const struct kn_stores *stores, const char *path)
 	for (size_t i = 0; real && !ok && i < stores->n_roots; i++)
 		ok = under(stores->roots[i], path) &&
 		     under(stores->roots[i], real);
-	free(real);
-	free(probe);
+	KN_FREE_ALL(real, probe);
 	return ok;
 }
 

@@ -84,15 +84,13 @@ static bool contains(char **names, size_t n, const char *name)
 
 static void forget_tmp(struct kn_ckpt_watch *w, size_t i)
 {
-	free(w->tmps[i].name);
-	free(w->tmps[i].rel);
+	KN_FREE_ALL(w->tmps[i].name, w->tmps[i].rel);
 	w->tmps[i] = w->tmps[--w->ntmps];
 }
 
 static void forget_written(struct kn_ckpt_watch *w, size_t i)
 {
-	free(w->written[i].name);
-	free(w->written[i].path);
+	KN_FREE_ALL(w->written[i].name, w->written[i].path);
 	memmove(w->written + i, w->written + i + 1,
 		(w->nwritten - i - 1) * sizeof(w->written[0]));
 	w->nwritten--;
@@ -243,8 +241,7 @@ static void on_tmp_event(struct kn_ckpt_watch *w,
 		char *name = kn_xstrdup(t->name); /* follow() may move t */
 
 		follow(w, name, sub);
-		free(name);
-		free(sub);
+		KN_FREE_ALL(name, sub);
 	} else if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO)) {
 		note_written(w, t->name, rel);
 	} else if (ev->mask & (IN_MOVED_FROM | IN_DELETE)) {
@@ -265,8 +262,7 @@ void kn_ckpt_watch_free(struct kn_ckpt_watch *w)
 		forget_tmp(w, w->ntmps - 1);
 	while (w->nwritten)
 		forget_written(w, w->nwritten - 1);
-	free(w->tmps);
-	free(w->written);
+	KN_FREE_ALL(w->tmps, w->written);
 	kn_strv_free_n(w->seen, w->nseen);
 	kn_strv_free_n(w->pending, w->npending);
 	if (w->epfd >= 0)
@@ -275,8 +271,7 @@ void kn_ckpt_watch_free(struct kn_ckpt_watch *w)
 		close(w->infd);
 	if (w->tfd >= 0)
 		close(w->tfd);
-	free(w->dir);
-	free(w);
+	KN_FREE_ALL(w->dir, w);
 }
 
 int kn_ckpt_watch_new(const char *dir, int64_t scan_ms, unsigned flags,

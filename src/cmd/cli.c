@@ -599,9 +599,7 @@ void cli_table_free(struct cli_table *t)
 		return;
 	for (size_t i = 0; i < t->n_cells; i++)
 		free(t->cells[i]);
-	free(t->cells);
-	free(t->cuttable);
-	free(t);
+	KN_FREE_ALL(t->cells, t->cuttable, t);
 }
 
 void cli_table_cell(struct cli_table *t, const char *text)

@@ -139,8 +139,7 @@ static int find_server(const struct cli_ctx *ctx, const char *home,
 	url = NULL;
 	rc = 0;
 out:
-	free(url);
-	free(file);
+	KN_FREE_ALL(url, file);
 	return rc;
 }
 
@@ -211,8 +210,7 @@ int cli_find_credentials(const struct cli_ctx *ctx, const char *home,
 	rc = find_token(&c, ctx, home);
 	free(c.token_note);
 	if (rc) {
-		free(c.token);
-		free(*server);
+		KN_FREE_ALL(c.token, *server);
 		*server = NULL;
 		return rc;
 	}
@@ -260,10 +258,7 @@ void cli_client_free(struct cli_client *c)
 		return;
 	if (c->curl)
 		curl_easy_cleanup(c->curl);
-	free(c->base_url);
-	free(c->token);
-	free(c->token_note);
-	free(c);
+	KN_FREE_ALL(c->base_url, c->token, c->token_note, c);
 }
 
 struct answer {
@@ -857,8 +852,7 @@ int cli_client_upgrade(struct cli_client *c, const char *method,
 	curl_easy_cleanup(h);
 	kn_buf_release(&answer);
 	kn_buf_release(&body);
-	free(request);
-	free(url);
+	KN_FREE_ALL(request, url);
 	return rc;
 }
 

@@ -131,10 +131,7 @@ int cli_config_load(struct cli_ctx *ctx, const struct cli_flag *flags,
 				  &file_values, origins, &err);
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		conf->origins[row[i]] = origins[i];
-	free(row);
-	free(origins);
-	free(opts);
-	free(text);
+	KN_FREE_ALL(row, origins, opts, text);
 	if (rc < 0)
 		return cli_usage_error(ctx, "%s", err.message);
 	conf->path = path;
@@ -179,10 +176,7 @@ static void flags_given(struct cli_ctx *ctx, const struct cli_flag *flags,
 			   lists[i].n;
 	for (size_t i = 0; i < n; i++)
 		free(lists[i].v);
-	free(lists);
-	free(strings);
-	free(counts);
-	free(shadow);
+	KN_FREE_ALL(lists, strings, counts, shadow);
 }
 
 void cli_config_print(struct cli_ctx *ctx, const struct cli_flag *flags,

@@ -164,8 +164,7 @@ static json_t *read_manifest(struct cli_ctx *ctx, struct kn_blob_store *store,
 		doc = NULL;
 	}
 out:
-	free(text);
-	free(blob);
+	KN_FREE_ALL(text, blob);
 	return doc;
 }
 
@@ -373,8 +372,7 @@ static int fetch_parts(struct cli_ctx *ctx, struct kn_blob_store *store,
 				      " bytes, the manifest says %lld",
 				      name, path, (long long)st.st_size,
 				      (long long)cli_json_int(p, "size"));
-		free(blob);
-		free(local);
+		KN_FREE_ALL(blob, local);
 		if (rc)
 			return rc;
 	}
@@ -408,8 +406,7 @@ static int place_parts(struct cli_ctx *ctx, json_t *parts,
 		if (chmod(from, mode) < 0 || rename(from, to) < 0)
 			rc = cli_fail(ctx, "cannot place %s: %s", to,
 				      strerror(errno));
-		free(from);
-		free(to);
+		KN_FREE_ALL(from, to);
 		if (rc)
 			return rc;
 	}
@@ -494,9 +491,7 @@ static int backup_restore(struct cli_ctx *ctx, int argc, char **argv)
 			" (docs/backup.md)\n",
 			home);
 out:
-	free(line);
-	free(path);
-	free(staging);
+	KN_FREE_ALL(line, path, staging);
 	json_decref(manifest);
 	kn_blob_store_free(store);
 	free(url);

@@ -439,8 +439,7 @@ static int bench_rank(struct kn_coll_comm *c, void *arg)
 		fflush(stdout);
 	}
 out:
-	free(lines);
-	free(s.host);
+	KN_FREE_ALL(lines, s.host);
 	kn_coll_mem_free(c, s.send, bytes);
 	kn_coll_mem_free(c, s.recv, bytes);
 	kn_coll_mem_free(c, s.small, s.small_bytes);

@@ -270,8 +270,7 @@ int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv)
 			rc = fail(ctx, &err);
 		else
 			printf("%s\n", name);
-		free(name);
-		free(warnings);
+		KN_FREE_ALL(name, warnings);
 	} else {
 		int64_t keep;
 		size_t deleted = 0;

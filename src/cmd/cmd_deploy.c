@@ -243,8 +243,7 @@ static int reval_body(const struct cli_ctx *ctx, const char *file,
 	*body = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 out:
-	free(job_text);
-	free(path);
+	KN_FREE_ALL(job_text, path);
 	kn_deployment_spec_free(spec);
 	kn_model_presets_free(presets);
 	return rc;
@@ -298,8 +297,7 @@ int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 out:
 	json_decref(answer);
 	cli_client_free(c);
-	free(body);
-	free(text);
+	KN_FREE_ALL(body, text);
 	return rc;
 }
 

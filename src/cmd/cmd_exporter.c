@@ -306,9 +306,6 @@ out:
 	if (x.loop)
 		kn_loop_free(x.loop);
 	kn_nvml_close(x.nvml);
-	free(x.last_xid);
-	free(x.samples);
-	free(x.token);
-	free(mount_buf);
+	KN_FREE_ALL(x.last_xid, x.samples, x.token, mount_buf);
 	return rc;
 }

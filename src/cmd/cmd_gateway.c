@@ -215,8 +215,6 @@ int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 	kn_notify("STOPPING=1");
 out:
 	kn_gateway_free(gw);
-	free(home);
-	free(server);
-	free(token);
+	KN_FREE_ALL(home, server, token);
 	return rc;
 }

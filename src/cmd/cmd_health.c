@@ -69,8 +69,7 @@ static void drain_in_slurm(struct cli_ctx *ctx, const char *node,
 			fprintf(stderr, "%s: scontrol could not drain %s\n",
 				ctx->prog, node);
 	}
-	free(name_arg);
-	free(reason_arg);
+	KN_FREE_ALL(name_arg, reason_arg);
 }
 
 /*
@@ -269,8 +268,6 @@ int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 			rc = drc;
 	}
 out:
-	free(shipped_perf);
-	free(shipped_sku);
-	free(dir_buf);
+	KN_FREE_ALL(shipped_perf, shipped_sku, dir_buf);
 	return rc;
 }

@@ -256,8 +256,7 @@ static void command_cases(FILE *f)
 		fputs("'; subs='", f);
 		print_words(f, &verbs);
 		fputs("' ;;\n", f);
-		free(flags.w);
-		free(verbs.w);
+		KN_FREE_ALL(flags.w, verbs.w);
 	}
 	fputs("        *) opts=''; subs='' ;;\n"
 	      "    esac\n", f);

@@ -183,8 +183,7 @@ static int walk(struct cli_ctx *ctx, const char *root, const char *rel,
 		} else {
 			rc = cli_fail(ctx, "%s: not a regular file", path);
 		}
-		free(path);
-		free(sub);
+		KN_FREE_ALL(path, sub);
 	}
 	closedir(d);
 	free(dir);
@@ -372,8 +371,7 @@ static void choose_path(struct cli_ctx *ctx, const struct args *a,
 	    cli_find_credentials(ctx, home, &server, &how->token) == 0)
 		how->socket = json_string_value(json_object_get(local,
 								"socket"));
-	free(server);
-	free(home);
+	KN_FREE_ALL(server, home);
 }
 
 /* Hash the files marked (a second read of each, if it is sent too), in
@@ -410,8 +408,7 @@ static int hash_files(struct cli_ctx *ctx, const char *root,
 	}
 	for (size_t k = 0; k < n; k++)
 		free((char *)items[k].path);
-	free(items);
-	free(which);
+	KN_FREE_ALL(items, which);
 	return rc;
 }
 
@@ -552,8 +549,7 @@ static int model_push(struct cli_ctx *ctx, int argc, char **argv)
 		char *body = json_dumps(req, JSON_COMPACT);
 		rc = cli_create(c, path, "application/json", body,
 				strlen(body), &answer);
-		free(body);
-		free(path);
+		KN_FREE_ALL(body, path);
 	}
 	if (!rc)
 		print_pushed(ctx, &a, &f, answer, n_up, &totals);
@@ -562,9 +558,7 @@ out:
 	json_decref(missing);
 	json_decref(local);
 	json_decref(answer);
-	free(how.token);
-	free(known);
-	free(send);
+	KN_FREE_ALL(how.token, known, send);
 	cli_client_free(c);
 	kn_model_files_release(&f);
 	digest_cache_free(cache);
@@ -1060,10 +1054,7 @@ static int model_sign(struct cli_ctx *ctx, int argc, char **argv)
 				? "trusted"
 				: "not trusted");
 out:
-	free(canonical);
-	free(pub_b64);
-	free(sig_b64);
-	free(path);
+	KN_FREE_ALL(canonical, pub_b64, sig_b64, path);
 	json_decref(req);
 	json_decref(answer);
 	json_decref(version);
@@ -1102,8 +1093,7 @@ static int check_trust(struct cli_ctx *ctx, json_t *v, const char *at)
 	else if (kn_model_trust_check(at, canonical, sigs,
 				      json_array_size(list), &err) < 0)
 		rc = cli_fail(ctx, "%s", err.message);
-	free(sigs);
-	free(canonical);
+	KN_FREE_ALL(sigs, canonical);
 	return rc;
 }
 
@@ -1247,12 +1237,9 @@ out:
 	for (size_t i = 0; paths && i < f.n; i++) {
 		if (temps[i])
 			unlink(temps[i]);
-		free(temps[i]);
-		free(paths[i]);
+		KN_FREE_ALL(temps[i], paths[i]);
 	}
-	free(temps);
-	free(paths);
-	free(items);
+	KN_FREE_ALL(temps, paths, items);
 	kn_blob_store_free(store);
 	kn_model_files_release(&f);
 	json_decref(v);
@@ -1300,8 +1287,7 @@ static int pull_one(void *arg, size_t i, struct kn_error *err)
 		progress_print(pl->done, pl->p->total, pl->p);
 		pthread_mutex_unlock(&pl->mu);
 	}
-	free(blob);
-	free(path);
+	KN_FREE_ALL(blob, path);
 	return rc;
 }
 

@@ -165,9 +165,7 @@ int model_revalidate(struct cli_ctx *ctx, int argc, char **argv)
 		fprintf(stderr, "%s@%s: re-validated every %s\n", name, alias,
 			every);
 out:
-	free(abs);
-	free(text);
-	free(path);
+	KN_FREE_ALL(abs, text, path);
 	json_decref(thresholds);
 	json_decref(req);
 	json_decref(answer);

@@ -125,8 +125,7 @@ static void relay_loop(int fd, CURL *api)
 		if (!step && poll(p, 2, -1) < 0 && errno != EINTR)
 			break;
 	}
-	free(up);
-	free(down);
+	KN_FREE_ALL(up, down);
 }
 
 /* The client has one error buffer: one upgrade at a time, while the
@@ -265,8 +264,7 @@ int cli_port_forward_start(const struct cli_ctx *ctx, struct cli_client *c,
 	/* It lives as long as the process: the command's end ends it. */
 	if (pthread_create(&t, NULL, listener_run, l) != 0) {
 		close(fd);
-		free(l->path);
-		free(l);
+		KN_FREE_ALL(l->path, l);
 		return cli_fail(ctx, "cannot start the port-forward");
 	}
 	pthread_detach(t);

@@ -138,7 +138,6 @@ out:
 	kn_deployment_spec_free(deployment);
 	kn_model_presets_free(presets);
 	kn_kube_products_free(products);
-	free(shipped);
-	free(text);
+	KN_FREE_ALL(shipped, text);
 	return rc;
 }

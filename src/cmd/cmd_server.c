@@ -67,8 +67,7 @@ static int load_config(struct kn_server_config *cfg, const char *explicit,
 	}
 	if (rc < 0)
 		fprintf(stderr, "kiln server: %s\n", err.message);
-	free(path);
-	free(home);
+	KN_FREE_ALL(path, home);
 	return rc;
 }
 
@@ -182,11 +181,7 @@ int cmd_server(int argc, char **argv)
 		fprintf(stderr, "kiln server: %s\n", err.message);
 	rc = rc < 0 ? 1 : 0;
 out:
-	free(home);
-	free(read_path);
-	free(given);
-	free(origins);
-	free(longopts);
+	KN_FREE_ALL(home, read_path, given, origins, longopts);
 	kn_server_config_release(&cfg);
 	return rc;
 }

@@ -249,8 +249,7 @@ int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
 out:
 	json_decref(answer);
 	json_decref(job);
-	free(spec);
-	free(own);
+	KN_FREE_ALL(spec, own);
 	cli_client_free(c);
 	return rc;
 }

@@ -187,8 +187,7 @@ static void compare(const struct result *a, const struct result *b,
 	seed_values(a, n_seeds, x, false, va);
 	seed_values(b, n_seeds, x, false, vb);
 	kn_sim_paired(va, vb, n_seeds, out);
-	free(va);
-	free(vb);
+	KN_FREE_ALL(va, vb);
 }
 
 static void point_headers(const char **headers)
@@ -641,8 +640,6 @@ out:
 			unlink(hist_nodes);
 		rmdir(trace_dir);
 	}
-	free(hist_pods);
-	free(hist_nodes);
-	free(trace_dir);
+	KN_FREE_ALL(hist_pods, hist_nodes, trace_dir);
 	return rc;
 }

@@ -285,8 +285,6 @@ out:
 	json_decref(answer);
 	cli_client_free(c);
 	kn_buf_release(&path);
-	free(o.env.v);
-	free(changes);
-	free(text);
+	KN_FREE_ALL(o.env.v, changes, text);
 	return rc;
 }

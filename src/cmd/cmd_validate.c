@@ -144,8 +144,7 @@ static int validate_workflow(struct cli_ctx *ctx, const char *text,
 					    "job", kn_job_spec_to_json(job));
 		}
 		kn_job_spec_free(job);
-		free(job_text);
-		free(path);
+		KN_FREE_ALL(job_text, path);
 		if (!json_object_get(json_array_get(json_object_get(normalized,
 								   "steps"),
 						    i),

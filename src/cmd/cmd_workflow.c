@@ -79,8 +79,7 @@ static int build_request(const struct cli_ctx *ctx, const char *file,
 		}
 		json_object_set_new(files, job,
 				    json_stringn(job_text, job_len));
-		free(job_text);
-		free(path);
+		KN_FREE_ALL(job_text, path);
 	}
 	kn_sha256_hex(text, len, digest);
 	/* As the server reads a job's: from the repository's files. */
@@ -93,8 +92,7 @@ static int build_request(const struct cli_ctx *ctx, const char *file,
 			 has_revision ? json_string(revision) : json_null(),
 			 "path", abs ? json_string(abs) : json_null());
 out:
-	free(abs);
-	free(dir);
+	KN_FREE_ALL(abs, dir);
 	json_decref(files);
 	kn_workflow_spec_free(w);
 	return rc;

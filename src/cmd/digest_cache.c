@@ -201,7 +201,5 @@ void digest_cache_free(struct digest_cache *c)
 {
 	if (!c)
 		return;
-	free(c->path);
-	free(c->e);
-	free(c);
+	KN_FREE_ALL(c->path, c->e, c);
 }

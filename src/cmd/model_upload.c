@@ -142,8 +142,7 @@ static int send_part(struct push *p, struct cli_client *c,
 	int rc = call_until_answered(p, c, url, "application/octet-stream",
 				     part->buf, (size_t)part->len, what);
 
-	free(what);
-	free(url);
+	KN_FREE_ALL(what, url);
 	return rc;
 }
 

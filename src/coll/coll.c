@@ -151,8 +151,7 @@ int kn_coll_world_new(const char *backend, int local_ranks,
 	}
 	rc = be->open(w, local_ranks, err);
 	if (rc < 0) {
-		free(w->comms);
-		free(w);
+		KN_FREE_ALL(w->comms, w);
 		return rc;
 	}
 	for (int i = 0; i < local_ranks; i++)
@@ -166,8 +165,7 @@ void kn_coll_world_free(struct kn_coll_world *w)
 	if (!w)
 		return;
 	w->backend->close(w);
-	free(w->comms);
-	free(w);
+	KN_FREE_ALL(w->comms, w);
 }
 
 int kn_coll_world_size(const struct kn_coll_world *w)

@@ -154,9 +154,7 @@ static void cpu_close(struct kn_coll_world *w)
 	for (int i = 0; i < w->size; i++)
 		kn_coll_host_free(cw->ranks[i].scratch,
 				  cw->ranks[i].scratch_bytes);
-	free(cw->ranks);
-	free(cw->slots);
-	free(cw);
+	KN_FREE_ALL(cw->ranks, cw->slots, cw);
 }
 
 static bool same_call(const struct kn_coll_args *a,

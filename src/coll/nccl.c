@@ -151,8 +151,7 @@ static void unload(struct nccl_world *nw)
 		dlclose(nw->api.nccl);
 	if (nw->api.cudart)
 		dlclose(nw->api.cudart);
-	free(nw->ranks);
-	free(nw);
+	KN_FREE_ALL(nw->ranks, nw);
 }
 
 static int nccl_open(struct kn_coll_world *w, int local_ranks,

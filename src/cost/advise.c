@@ -533,7 +533,6 @@ int kn_advise(const struct kn_catalog *c, const struct kn_advise_request *req,
 	}
 	*out = *a;
 out:
-	free(all);
-	free(a);
+	KN_FREE_ALL(all, a);
 	return rc;
 }

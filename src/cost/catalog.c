@@ -75,8 +75,7 @@ void kn_catalog_free(struct kn_catalog *c)
 {
 	if (!c)
 		return;
-	free(c->rows);
-	free(c);
+	KN_FREE_ALL(c->rows, c);
 }
 
 size_t kn_catalog_count(const struct kn_catalog *c)
@@ -335,8 +334,7 @@ int kn_catalog_parse(struct kn_catalog *c, const char *text, size_t len,
 		c->rows[c->n++] = rows[i];
 	}
 out:
-	free(rows);
-	free(buf);
+	KN_FREE_ALL(rows, buf);
 	return rc;
 }
 

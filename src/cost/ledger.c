@@ -113,13 +113,9 @@ void kn_ledger_free(struct kn_ledger *l)
 	for (size_t i = 0; i < l->n_nodes; i++)
 		free(l->nodes[i].name);
 	for (size_t i = 0; i < l->n_allocs; i++) {
-		free(l->allocs[i].user);
-		free(l->allocs[i].deployment);
+		KN_FREE_ALL(l->allocs[i].user, l->allocs[i].deployment);
 	}
-	free(l->nodes);
-	free(l->states);
-	free(l->allocs);
-	free(l);
+	KN_FREE_ALL(l->nodes, l->states, l->allocs, l);
 }
 
 static int node_index(const struct kn_ledger *l, const char *name)
@@ -619,9 +615,7 @@ void kn_ledger_report_free(struct kn_ledger_report *r)
 {
 	if (!r)
 		return;
-	free(r->rows);
-	free(r->unpriced_nodes);
-	free(r);
+	KN_FREE_ALL(r->rows, r->unpriced_nodes, r);
 }
 
 /* ---- reservation advice ---- */

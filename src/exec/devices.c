@@ -103,8 +103,7 @@ int kn_devices_simulated(const char *spec, struct kn_device_set *out,
 	kn_strlcpy(out->source, "simulated", sizeof(out->source));
 	devs = NULL;
 out:
-	free(devs);
-	free(copy);
+	KN_FREE_ALL(devs, copy);
 	return rc;
 }
 

@@ -21,8 +21,7 @@ int kn_task_stop_request(const char *task_dir, int signo, int64_t grace_ms,
 				 (long long)grace_ms);
 	int rc = kn_write_text_replace(path, text, 0600, err);
 
-	free(path);
-	free(text);
+	KN_FREE_ALL(path, text);
 	return rc;
 }
 

@@ -156,8 +156,7 @@ int exec_write_launch(const struct kn_task_launch *l,
 	text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	rc = kn_write_text_replace(launch_path, text, 0600, err);
-	free(text);
-	free(launch_path);
+	KN_FREE_ALL(text, launch_path);
 	return rc;
 }
 
@@ -520,8 +519,7 @@ static void local_release(struct kn_executor *ex)
 {
 	struct local *lo = ex->impl;
 
-	free(lo->lean_shim);
-	free(lo);
+	KN_FREE_ALL(lo->lean_shim, lo);
 }
 
 static const struct kn_executor_ops local_ops = {

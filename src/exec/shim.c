@@ -223,8 +223,7 @@ static void rotate_file(struct shim *s, const char *name)
 						  i - 1);
 		char *to = kn_asprintf("%s/%s.%d", s->dir, name, i);
 		rename(from, to);
-		free(from);
-		free(to);
+		KN_FREE_ALL(from, to);
 	}
 }
 
@@ -446,8 +445,7 @@ static int prepare_sandbox(struct shim *s, struct kn_error *err)
 		rc = kn_sandbox_new(&cfg, &s->sandbox, err);
 	for (size_t i = 0; read_only[i]; i++)
 		free(read_only[i]);
-	free(real[0]);
-	free(real[1]);
+	KN_FREE_ALL(real[0], real[1]);
 	if (rc < 0)
 		return rc;
 	s->task_env = kn_sandbox_env_build(
@@ -637,8 +635,7 @@ static void read_stop_request(struct shim *s, int *signo, int64_t *grace_ms)
 			*grace_ms = json_integer_value(g);
 		json_decref(doc);
 	}
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 }
 
 /*
@@ -732,8 +729,7 @@ static int write_status(struct shim *s, int wstatus, int64_t started,
 		told = true;
 		sleep(RECORD_RETRY_S);
 	}
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return rc_rec == 0 ? 0 : rc;
 }
 
@@ -958,10 +954,7 @@ static void shim_release(struct shim *s)
 	free(s->run_as);
 	json_decref(s->user_doc);
 	json_decref(s->server_user_doc);
-	free(s->home);
-	free(s->cgroup_root);
-	free(s->cgroup_parent);
-	free(s->workdir);
+	KN_FREE_ALL(s->home, s->cgroup_root, s->cgroup_parent, s->workdir);
 }
 
 int exec_shim_main(const char *task_dir, const struct kn_shim_prepare *prep,
@@ -1108,8 +1101,7 @@ int kn_kube_shim_run(const char *task_dir, char *const *argv,
 			       task_dir, strerror(-rc));
 	else
 		rc = kn_write_text_replace(path, text, 0600, err);
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	if (rc < 0)
 		return rc;
 	if (exec_shim_main(task_dir, prep, KN_SANDBOX_POD, err) != 0)

@@ -273,8 +273,7 @@ static int bridge_port(const char *task_dir, int port)
 	else if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
 		 connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
 		status = KN_BRIDGE_PORT_NO_ANSWER;
-	free(text);
-	free(dir);
+	KN_FREE_ALL(text, dir);
 	if (status != KN_BRIDGE_PORT_OK && fd >= 0) {
 		close(fd);
 		fd = -1;
@@ -772,9 +771,7 @@ static void sess_free(struct shim_sessions *ss, struct sess *x)
 		close(x->in_fd);
 	if (x->fd >= 0)
 		close(x->fd);
-	free(x->out);
-	free(x->pend);
-	free(x);
+	KN_FREE_ALL(x->out, x->pend, x);
 }
 
 static void accept_one(struct shim_sessions *ss)
@@ -1053,7 +1050,5 @@ void shim_sessions_free(struct shim_sessions *ss)
 		close(ss->listen_fd);
 		unlink(ss->path);
 	}
-	free(ss->path);
-	free(ss->workdir);
-	free(ss);
+	KN_FREE_ALL(ss->path, ss->workdir, ss);
 }

@@ -509,8 +509,7 @@ long long exec_slurm_submitted(const char *dir, const char *unsent,
 		exec_ended_lost(st, why);
 		job_id = -1;
 	}
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return job_id;
 }
 
@@ -833,13 +832,8 @@ out:
 	kn_strv_free(args);
 	for (size_t i = 0; env[i]; i++)
 		free(env[i]);
-	free(bin);
-	free(out_path);
-	free(err_path);
-	free(pid_path);
-	free(script);
-	free(ctl);
-	free(attempt_dir);
+	KN_FREE_ALL(bin, out_path, err_path, pid_path, script, ctl,
+		    attempt_dir);
 	return rc;
 }
 
@@ -873,9 +867,7 @@ static int slurm_stop(struct kn_executor *ex, const char *task_dir,
 	if (job_id > 0)
 		rc = run_scancel(job_id, "PENDING", err);
 out:
-	free(path);
-	free(ctl);
-	free(attempt_dir);
+	KN_FREE_ALL(path, ctl, attempt_dir);
 	return rc;
 }
 
@@ -976,9 +968,7 @@ int exec_slurm_ask(const char *dir, long long job_id,
 			}
 		}
 	}
-	free(qpid);
-	free(tmp);
-	free(final);
+	KN_FREE_ALL(qpid, tmp, final);
 	return answered ? 1 : 0;
 }
 
@@ -1047,8 +1037,7 @@ static void stop_backstop(const char *task_dir, long long job_id,
 	if (age > (grace > 0 ? grace : 0) + STOP_BACKSTOP_MS)
 		(void)run_scancel(job_id, NULL, &err);
 out:
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 }
 
 void exec_slurm_ended_unrecorded(struct kn_task_status *st, const char *id,
@@ -1186,8 +1175,7 @@ static int slurm_status(struct kn_executor *ex, const char *task_dir,
 
 	(void)proc;
 	if (slurm_array_element(task_dir)) {
-		free(attempt_dir);
-		free(ctl);
+		KN_FREE_ALL(attempt_dir, ctl);
 		return slurm_array_status(((struct slurm_exec *)ex->impl)->batches,
 					  task_dir, out, err);
 	}
@@ -1225,8 +1213,7 @@ running:
 done:
 	if (rc >= 0)
 		*out = st;
-	free(ctl);
-	free(attempt_dir);
+	KN_FREE_ALL(ctl, attempt_dir);
 	return rc < 0 ? rc : 0;
 }
 
@@ -1248,8 +1235,7 @@ static int slurm_adopt(struct kn_executor *ex, const char *task_dir,
 		free(path);
 		*out = p;
 	}
-	free(ctl);
-	free(attempt_dir);
+	KN_FREE_ALL(ctl, attempt_dir);
 	return rc;
 }
 
@@ -1259,9 +1245,7 @@ static void slurm_release(struct kn_executor *ex)
 
 	slurm_poll_free(se->poll);
 	slurm_batches_free(se->batches);
-	free((char *)se->cfg.partitions);
-	free((char *)se->cfg.state_dir);
-	free(se);
+	KN_FREE_ALL((char *)se->cfg.partitions, (char *)se->cfg.state_dir, se);
 }
 
 /* ---- sessions ---- */
@@ -1382,10 +1366,7 @@ out:
 		if (sv[i] >= 0)
 			close(sv[i]);
 	kn_strv_free(args);
-	free(env);
-	free(bin);
-	free(ctl);
-	free(attempt_dir);
+	KN_FREE_ALL(env, bin, ctl, attempt_dir);
 	return rc;
 }
 

@@ -125,14 +125,8 @@ static void batch_free(struct batch *b)
 		return;
 	kn_strv_free(b->env);
 	kn_strv_free_n(b->attempt_dirs, b->n);
-	free(b->indexes);
-	free(b->dir);
-	free(b->partition);
-	free(b->mig_profile);
-	free(b->image);
-	free(b->job_name);
-	free(b->list);
-	free(b);
+	KN_FREE_ALL(b->indexes, b->dir, b->partition, b->mig_profile, b->image,
+		    b->job_name, b->list, b);
 }
 
 void slurm_batches_free(struct slurm_batches *bs)
@@ -146,8 +140,7 @@ void slurm_batches_free(struct slurm_batches *bs)
 		batch_free(b);
 	}
 	for (size_t i = 0; i < ANSWERS_KEPT; i++) {
-		free(bs->answers[i].dir);
-		free(bs->answers[i].prev_indexes);
+		KN_FREE_ALL(bs->answers[i].dir, bs->answers[i].prev_indexes);
 		kn_slurm_elements_release(&bs->answers[i].e);
 	}
 	kn_strv_free_n(bs->cancel, bs->n_cancel);
@@ -156,8 +149,7 @@ void slurm_batches_free(struct slurm_batches *bs)
 		struct stopping *st = bs->stopping;
 
 		bs->stopping = st->next;
-		free(st->dir);
-		free(st);
+		KN_FREE_ALL(st->dir, st);
 	}
 	free(bs);
 }
@@ -219,9 +211,7 @@ static int pointer_read(const char *task_dir, char **batch_dir, int *index)
 			*index = (int)v;
 		}
 	}
-	free(text);
-	free(dir);
-	free(name);
+	KN_FREE_ALL(text, dir, name);
 	return rc;
 }
 
@@ -233,9 +223,7 @@ bool slurm_array_element(const char *task_dir)
 	pointer_place(task_dir, &dir, &name);
 	path = kn_asprintf("%s/%s", dir, name);
 	is = access(path, F_OK) == 0;
-	free(path);
-	free(dir);
-	free(name);
+	KN_FREE_ALL(path, dir, name);
 	return is;
 }
 
@@ -271,8 +259,7 @@ static struct batch *batch_new(const struct kn_task_launch *l,
 	for (size_t i = 0; i < n_env; i++)
 		b->env[i] = kn_xstrdup(env[i]);
 	b->env[n_env] = kn_asprintf("KILN_SLURM_ARRAY_DIR=%s", b->dir);
-	free(attempt);
-	free(tasks_root);
+	KN_FREE_ALL(attempt, tasks_root);
 	return b;
 }
 
@@ -297,10 +284,7 @@ int slurm_array_add(struct slurm_batches *bs, const struct kn_task_launch *l,
 	path = kn_asprintf("%s/%s", dir, name);
 	text = kn_asprintf("%s\n%d\n", b->dir, l->spec->array.index);
 	rc = kn_write_text_replace(path, text, 0600, err);
-	free(text);
-	free(path);
-	free(dir);
-	free(name);
+	KN_FREE_ALL(text, path, dir, name);
 	if (rc < 0)
 		return rc;
 	b->indexes = kn_xrealloc(b->indexes, (b->n + 1) * sizeof(int));
@@ -348,9 +332,7 @@ static int batch_write(struct batch *b, char *why, size_t len)
 	if (rc < 0)
 		snprintf(why, len, "cannot write the array's directory %s: %s",
 			 b->dir, strerror(-rc));
-	free(e);
-	free(out);
-	free(script);
+	KN_FREE_ALL(e, out, script);
 	return rc;
 }
 
@@ -387,8 +369,7 @@ static void batch_submit(struct batch *b)
 		       (long long)b->array_id, why);
 	}
 	kn_strv_free(args);
-	free(out_path);
-	free(err_path);
+	KN_FREE_ALL(out_path, err_path);
 }
 
 /* scancel [--state=PENDING] ids..., in rounds of SCANCEL_IDS_MAX. */
@@ -494,8 +475,7 @@ static void stopping_answered(struct slurm_batches *bs,
 		el = kn_slurm_elements_find(&a->e, st->index);
 		if (!el || kn_slurm_state_final(el->state)) {
 			*link = st->next;
-			free(st->dir);
-			free(st);
+			KN_FREE_ALL(st->dir, st);
 			continue;
 		}
 		if (!strcmp(el->state, "PENDING"))

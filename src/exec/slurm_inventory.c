@@ -90,8 +90,7 @@ void slurm_poll_free(struct slurm_poll *p)
 		return;
 	children_kill(p);
 	kn_slurm_inventory_release(&p->inv);
-	free(p->dir);
-	free(p);
+	KN_FREE_ALL(p->dir, p);
 }
 
 static char *state_path(const struct slurm_poll *p, const char *name)
@@ -112,14 +111,12 @@ static int reading_start(struct slurm_poll *p, struct kn_error *err)
 			       p->dir, strerror(-rc));
 	if (rc == 0)
 		rc = exec_slurm_spawn(sinfo, NULL, out, errp, &p->child[0], err);
-	free(out);
-	free(errp);
+	KN_FREE_ALL(out, errp);
 	out = state_path(p, "partitions.txt");
 	errp = state_path(p, "partitions.err");
 	if (rc == 0)
 		rc = exec_slurm_spawn(parts, NULL, out, errp, &p->child[1], err);
-	free(out);
-	free(errp);
+	KN_FREE_ALL(out, errp);
 	if (rc < 0) {
 		children_kill(p);
 		return rc;
@@ -140,8 +137,7 @@ static void first_line(const struct slurm_poll *p, const char *name,
 		text[strcspn(text, "\n")] = '\0';
 		kn_strlcpy(out, text, len);
 	}
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 }
 
 static bool same(const struct kn_slurm_inventory *a,
@@ -175,8 +171,7 @@ static int reading_finish(struct slurm_poll *p, struct kn_error *err)
 	path = state_path(p, "partitions.txt");
 	if (rc == 0 && kn_read_file(path, PARTITIONS_TEXT_MAX, &text, &len) == 0)
 		rc = kn_slurm_partitions_parse(text, len, &fresh, err);
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	if (rc < 0) {
 		kn_slurm_inventory_release(&fresh);
 		return rc;
@@ -288,8 +283,6 @@ int slurm_set_node(struct kn_executor *ex, const char *name, bool drain,
 
 	if (rc == 0 && se->poll)
 		se->poll->next_ms = kn_mono_ms() + 500;
-	free(errp);
-	free(why);
-	free(node);
+	KN_FREE_ALL(errp, why, node);
 	return rc;
 }

@@ -525,8 +525,7 @@ int kn_slurm_partitions_parse(const char *text, size_t len,
 
 void kn_slurm_inventory_release(struct kn_slurm_inventory *inv)
 {
-	free(inv->nodes);
-	free(inv->partitions);
+	KN_FREE_ALL(inv->nodes, inv->partitions);
 	memset(inv, 0, sizeof(*inv));
 }
 

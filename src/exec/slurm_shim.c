@@ -24,8 +24,7 @@ static void session_node_record(const char *task_dir)
 
 	if (node && *node)
 		kn_write_file_replace(path, line, strlen(line), 0600);
-	free(line);
-	free(path);
+	KN_FREE_ALL(line, path);
 }
 
 int kn_slurm_shim_main(const char *attempt_dir,
@@ -55,9 +54,7 @@ int kn_slurm_shim_main(const char *attempt_dir,
 		/* Slurm restarted an attempt that kiln has already seen end. */
 		fprintf(stderr, "kiln shim: %s has already ended; not run "
 			"again\n", task_dir);
-		free(recorded);
-		free(status);
-		free(task_dir);
+		KN_FREE_ALL(recorded, status, task_dir);
 		return 0;
 	}
 	kn_slurm_first_host(nodelist, master, sizeof(master));
@@ -79,7 +76,6 @@ int kn_slurm_shim_main(const char *attempt_dir,
 			*task_exit = st.signal ? 128 + st.signal
 					       : st.exit_code & 255;
 	}
-	free(status);
-	free(task_dir);
+	KN_FREE_ALL(status, task_dir);
 	return rc;
 }

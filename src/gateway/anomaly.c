@@ -150,8 +150,7 @@ void kn_anomaly_free(struct kn_anomaly *a)
 	if (!a)
 		return;
 	pthread_mutex_destroy(&a->lock);
-	free(a->deps);
-	free(a);
+	KN_FREE_ALL(a->deps, a);
 }
 
 static struct deployment *find_or_add(struct kn_anomaly *a, const char *name)

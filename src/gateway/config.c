@@ -296,16 +296,15 @@ static int parse_key(const struct kn_gw_config *cfg, json_t *v, size_t i,
 static void config_free(struct kn_gw_config *cfg)
 {
 	for (size_t i = 0; i < cfg->n_deployments; i++) {
-		free(cfg->deployments[i].model);
-		free(cfg->deployments[i].replicas);
+		KN_FREE_ALL(cfg->deployments[i].model,
+			    cfg->deployments[i].replicas);
 	}
 	for (size_t i = 0; i < cfg->n_keys; i++) {
 		for (size_t j = 0; j < cfg->keys[i].n_deployments; j++)
 			free(cfg->keys[i].deployments[j]);
 		free(cfg->keys[i].deployments);
 	}
-	free(cfg->deployments);
-	free(cfg->keys);
+	KN_FREE_ALL(cfg->deployments, cfg->keys);
 	EVP_MD_free(cfg->sha256);
 	free(cfg);
 }

@@ -144,8 +144,7 @@ static int start_fetch(struct kn_gateway *gw, int64_t timeout_ms)
 
 	if (rc == 0)
 		gw->poll_in_flight = true;
-	free(url);
-	free(auth);
+	KN_FREE_ALL(url, auth);
 	return rc;
 }
 
@@ -170,8 +169,7 @@ static int post_to_server(struct kn_gateway *gw, const char *path,
 	int rc = kn_http_fetch(gw->loop, "POST", url, headers, body,
 			       FETCH_TIMEOUT_MS, done, gw);
 
-	free(url);
-	free(auth);
+	KN_FREE_ALL(url, auth);
 	return rc;
 }
 
@@ -663,16 +661,9 @@ void kn_gateway_free(struct kn_gateway *gw)
 	pthread_mutex_destroy(&gw->log_lock);
 	if (gw->own_log_fd)
 		close(gw->log_fd);
-	free(gw->last_text);
-	free(gw->host);
-	free(gw->zone);
-	free(gw->routes_file);
-	free(gw->server);
-	free(gw->token);
-	free(gw->dir);
-	free(gw->routes_path);
-	free(gw->counters_path);
-	free(gw->url_path);
+	KN_FREE_ALL(gw->last_text, gw->host, gw->zone, gw->routes_file,
+		    gw->server, gw->token, gw->dir, gw->routes_path,
+		    gw->counters_path, gw->url_path);
 	if (gw->lock_fd >= 0)
 		close(gw->lock_fd);
 	free(gw);

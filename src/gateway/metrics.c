@@ -129,9 +129,7 @@ void gw_metrics_free(struct gw_metrics *m)
 	if (!m)
 		return;
 	pthread_mutex_destroy(&m->lock);
-	free(m->deps.at);
-	free(m->keys.at);
-	free(m);
+	KN_FREE_ALL(m->deps.at, m->keys.at, m);
 }
 
 static void *row_at(const struct rows *r, size_t i)

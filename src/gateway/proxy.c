@@ -364,9 +364,7 @@ static void pool_free(struct gw_pool *p)
 {
 	for (size_t i = 0; i < p->n_conns; i++)
 		gw_conn_free(p->conns[i]);
-	free(p->conns);
-	free(p->idle);
-	free(p);
+	KN_FREE_ALL(p->conns, p->idle, p);
 }
 
 static bool breaker_allows(const struct kn_gateway *gw,
@@ -497,8 +495,7 @@ static void call_free(struct gw_call *c)
 	if (c->held)
 		evbuffer_free(c->held);
 	kn_buf_release(&c->sse_line);
-	free(c->usage_line);
-	free(c);
+	KN_FREE_ALL(c->usage_line, c);
 }
 
 static void client_gone(void *arg)

@@ -114,8 +114,7 @@ void kn_gw_limiter_free(struct kn_gw_limiter *l)
 {
 	if (!l)
 		return;
-	free(l->slots);
-	free(l);
+	KN_FREE_ALL(l->slots, l);
 }
 
 /* Eight bytes a step: ids are 66 bytes for keys, and four are hashed a call. */

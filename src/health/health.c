@@ -424,8 +424,7 @@ edac:
 					  "%s: %ld uncorrectable memory "
 					  "errors (EDAC)",
 					  de->d_name, ue);
-			free(text);
-			free(p);
+			KN_FREE_ALL(text, p);
 		}
 		if (d)
 			closedir(d);

@@ -270,9 +270,7 @@ out:
 		memset(token, 0, strlen(token));
 	if (auth_header)
 		memset(auth_header, 0, strlen(auth_header));
-	free(token);
-	free(auth_header);
-	free(url);
+	KN_FREE_ALL(token, auth_header, url);
 	return rc;
 }
 

@@ -263,8 +263,7 @@ static int write_view(const char *task_dir,
 		rc = kn_write_file_replace(path, text, strlen(text), 0600);
 	free(inputs);
 
-	free(path);
-	free(text);
+	KN_FREE_ALL(path, text);
 	json_decref(doc);
 	return rc;
 }
@@ -319,8 +318,7 @@ static bool view_read(const char *task_dir, struct kn_task_status *st)
 		done = true;
 	}
 	json_decref(doc);
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return done;
 }
 
@@ -349,8 +347,7 @@ static int run_rank(const struct attempt *a, const char *task_dir)
 			rank = (int)(job - a->first_job);
 		free(mine);
 	}
-	free(job_dir);
-	free(attempt);
+	KN_FREE_ALL(job_dir, attempt);
 	return rank;
 }
 
@@ -590,8 +587,7 @@ failed:
 	fail_attempt(a, why);
 out:
 	json_decref(answer);
-	free(marker);
-	free(path);
+	KN_FREE_ALL(marker, path);
 }
 
 /* DELETE path, what names it ("Job kiln-7-1"); Foreground: its pods
@@ -644,8 +640,7 @@ static void delete_job(struct kube_exec *ex, struct attempt *a,
 		a->delete_grace_s = grace_s;
 	}
 	pthread_mutex_unlock(&ex->lock);
-	free(what);
-	free(path);
+	KN_FREE_ALL(what, path);
 }
 
 /*
@@ -669,8 +664,7 @@ static void stop_pod(struct kube_exec *ex, json_t *pod, int64_t grace_s)
 			   name);
 	what = kn_asprintf("pod %s", name);
 	delete_object(ex, path, what, grace_s, false);
-	free(what);
-	free(path);
+	KN_FREE_ALL(what, path);
 }
 
 /*
@@ -725,8 +719,7 @@ static void fetch_log(struct kube_exec *ex, const char *task_dir,
 		warn(ex, "cannot read the log of pod %s: HTTP %ld", pod,
 		     status);
 	}
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 }
 
 static int list(struct kube_exec *ex, const char *path, json_t **out)
@@ -870,20 +863,14 @@ static void follow(struct kube_exec *ex, struct attempt *head)
 out:
 	json_decref(jobs);
 	json_decref(pods);
-	free(jobs_path);
-	free(pods_path);
+	KN_FREE_ALL(jobs_path, pods_path);
 }
 
 static void attempt_free(struct attempt *a)
 {
 	json_decref(a->manifests);
-	free(a->ended);
-	free(a->log_at);
-	free(a->stop);
-	free(a->stopping);
-	free(a->tasks_root);
-	free(a->dir);
-	free(a);
+	KN_FREE_ALL(a->ended, a->log_at, a->stop, a->stopping, a->tasks_root,
+		    a->dir, a);
 }
 
 static void *worker(void *arg)
@@ -1021,8 +1008,7 @@ static void attempt_add(struct kube_exec *ex, const char *dir,
 		a->ended[r] = view_read(t, &st);
 		if (a->run && access(stop, F_OK) == 0)
 			a->stop[r] = STOP_ASKED;
-		free(stop);
-		free(t);
+		KN_FREE_ALL(stop, t);
 	}
 	a->submit = to_submit && !why;
 	a->submitted = !to_submit;
@@ -1042,8 +1028,7 @@ int kube_manifests_write(const char *dir, json_t *docs, struct kn_error *err)
 	char *text = json_dumps(docs, JSON_COMPACT);
 	int rc = kn_write_text_replace(path, text, 0600, err);
 
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return rc;
 }
 
@@ -1055,8 +1040,7 @@ static json_t *manifests_read(const char *dir)
 
 	if (kn_read_file(path, MANIFEST_MAX, &text, NULL) == 0)
 		docs = json_loads(text, 0, NULL);
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return docs;
 }
 
@@ -1274,11 +1258,9 @@ static void kube_flush(struct kn_executor *self)
 
 static void config_release(struct kn_kube_exec_config *cfg)
 {
-	free((char *)cfg->namespace_);
-	free((char *)cfg->image);
-	free((char *)cfg->scheduler_name);
-	free((char *)cfg->shim_image);
-	free((char *)cfg->store_url);
+	KN_FREE_ALL((char *)cfg->namespace_, (char *)cfg->image,
+		    (char *)cfg->scheduler_name, (char *)cfg->shim_image,
+		    (char *)cfg->store_url);
 	kn_kube_products_free((struct kn_kube_products *)cfg->products);
 }
 

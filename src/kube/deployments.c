@@ -668,8 +668,7 @@ static void remove_both(struct kn_kube_client *c, const char *ns,
 		       "Service %s/%s", ns, kname);
 	}
 	json_decref(opts);
-	free(dpath);
-	free(spath);
+	KN_FREE_ALL(dpath, spath);
 }
 
 /* Bring one wanted deployment to what the loop asked. */
@@ -982,8 +981,7 @@ out:
 	free(items);
 	json_decref(deps);
 	json_decref(pods);
-	free(dpath);
-	free(ppath);
+	KN_FREE_ALL(dpath, ppath);
 }
 
 const struct kn_deploy_ops kube_deploy_ops = {

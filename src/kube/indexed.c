@@ -295,7 +295,6 @@ char *kube_run_dir_of(const char *task_dir)
 		attempt = text;
 		text = NULL;
 	}
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return attempt;
 }

@@ -26,15 +26,8 @@ void kn_kube_auth_release(struct kn_kube_auth *a)
 {
 	if (!a)
 		return;
-	free(a->server);
-	free(a->token);
-	free(a->token_file);
-	free(a->ca_file);
-	free(a->ca_pem);
-	free(a->cert_pem);
-	free(a->key_pem);
-	free(a->cert_file);
-	free(a->key_file);
+	KN_FREE_ALL(a->server, a->token, a->token_file, a->ca_file, a->ca_pem,
+		    a->cert_pem, a->key_pem, a->cert_file, a->key_file);
 	memset(a, 0, sizeof(*a));
 }
 

@@ -473,8 +473,7 @@ struct view {
 static void view_release(struct view *v)
 {
 	kn_pack_free(v->pack);
-	free(v->nodes);
-	free(v->models);
+	KN_FREE_ALL(v->nodes, v->models);
 }
 
 static int node_amounts(const struct kn_kube_cluster *c, json_t *node,

@@ -32,11 +32,9 @@ void kn_kube_products_free(struct kn_kube_products *p)
 	if (!p)
 		return;
 	for (size_t i = 0; i < p->n; i++) {
-		free(p->rows[i].model);
-		free(p->rows[i].product);
+		KN_FREE_ALL(p->rows[i].model, p->rows[i].product);
 	}
-	free(p->rows);
-	free(p);
+	KN_FREE_ALL(p->rows, p);
 }
 
 /* Model and product names: letters, digits, '-', '.', '_'. */

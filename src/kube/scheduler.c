@@ -189,9 +189,7 @@ static void schedule_pending(struct sched *s)
 	}
 	json_decref(s->reported);
 	s->reported = now;
-	free(keys);
-	free(gang);
-	free(pending);
+	KN_FREE_ALL(keys, gang, pending);
 }
 
 static int on_event(void *arg, const char *type, json_t *object)

@@ -113,9 +113,7 @@ static void bridge_free(struct bridge *b)
 		close(b->fd);
 	kn_ws_reader_release(&b->from_api);
 	kn_kube_auth_release(&b->auth);
-	free(b->ns);
-	free(b->job);
-	free(b);
+	KN_FREE_ALL(b->ns, b->job, b);
 }
 
 static int to_server(struct bridge *b, const void *data, size_t len)

@@ -363,9 +363,7 @@ static int upgrade(struct kube_ws *c, const struct kn_kube_auth *auth,
 	if (extra)
 		memset(extra, 0, strlen(extra));
 	memset(req, 0, strlen(req));
-	free(token);
-	free(extra);
-	free(req);
+	KN_FREE_ALL(token, extra, req);
 	if (rc < 0)
 		return kn_errorf(err, KN_EUNAVAIL, NULL, "GET %s: cannot send: "
 				 "%s", path, strerror(-rc));

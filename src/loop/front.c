@@ -1090,8 +1090,7 @@ static void conn_free(struct front_conn *c)
 		if (r->on_gone)
 			r->on_gone(r->gone_arg);
 	}
-	free(c->slot.head);
-	free(c->slot.body_base);
+	KN_FREE_ALL(c->slot.head, c->slot.body_base);
 	kn_buf_release(&c->slot.headers);
 	if (c->prev)
 		c->prev->next = c->next;

@@ -416,8 +416,7 @@ void kn_workers_free(struct kn_workers *w)
 	close(w->efd);
 	pthread_cond_destroy(&w->wake);
 	pthread_mutex_destroy(&w->lock);
-	free(w->threads);
-	free(w);
+	KN_FREE_ALL(w->threads, w);
 }
 
 /* ---- HTTP ---- */
@@ -433,8 +432,7 @@ void kn_workers_free(struct kn_workers *w)
 static void req_free(struct kn_http_req *req)
 {
 	evhttp_clear_headers(&req->query);
-	free(req->path);
-	free(req);
+	KN_FREE_ALL(req->path, req);
 }
 
 static void stream_unlink(struct kn_http_req *req)
@@ -1091,8 +1089,7 @@ int kn_http_fetch(struct kn_loop *loop, const char *method, const char *url,
 	f->conn = fetch_connection(loop, f, host, port,
 				   !strcmp(evhttp_uri_get_scheme(uri), "https"));
 	if (!f->conn) {
-		free(target);
-		free(f);
+		KN_FREE_ALL(target, f);
 		evhttp_uri_free(uri);
 		return -EIO;
 	}
@@ -1123,8 +1120,7 @@ int kn_http_fetch(struct kn_loop *loop, const char *method, const char *url,
 	if (evhttp_make_request(f->conn, req, cmd, target) < 0) {
 		/* make_request frees req on failure. */
 		evhttp_connection_free(f->conn);
-		free(f);
-		free(target);
+		KN_FREE_ALL(f, target);
 		evhttp_uri_free(uri);
 		return -EIO;
 	}

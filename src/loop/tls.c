@@ -242,10 +242,7 @@ void kn_tls_free(struct kn_tls *t)
 		return;
 	SSL_CTX_free(t->ctx);
 	pthread_mutex_destroy(&t->lock);
-	free(t->cert);
-	free(t->key);
-	free(t->client_ca);
-	free(t);
+	KN_FREE_ALL(t->cert, t->key, t->client_ca, t);
 }
 
 SSL *tls_session_new(struct kn_tls *t, int fd)
@@ -371,8 +368,7 @@ void kn_tls_watch_free(struct kn_tls_watch *w)
 		event_free(w->hup);
 	if (w->timer)
 		event_free(w->timer);
-	free(w->name);
-	free(w);
+	KN_FREE_ALL(w->name, w);
 }
 
 int kn_tls_listen_check(const char *host, bool tls, bool insecure,

@@ -164,8 +164,7 @@ static int ca_load_or_make(const char *dir, X509 **ca, EVP_PKEY **ca_key,
 	}
 out:
 	ERR_clear_error();
-	free(cert_path);
-	free(key_path);
+	KN_FREE_ALL(cert_path, key_path);
 	return rc;
 }
 
@@ -214,8 +213,6 @@ int kn_tls_self_signed(const char *dir, const char *host,
 	X509_free(cert);
 	EVP_PKEY_free(ca_key);
 	EVP_PKEY_free(key);
-	free(san);
-	free(cert_path);
-	free(key_path);
+	KN_FREE_ALL(san, cert_path, key_path);
 	return rc;
 }

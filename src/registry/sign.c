@@ -127,9 +127,7 @@ int kn_model_keygen(const char *path, char id[KN_SHA256_HEX + 1],
 out:
 	if (priv_pem)
 		OPENSSL_cleanse(priv_pem, strlen(priv_pem));
-	free(priv_pem);
-	free(pub_pem);
-	free(pub_path);
+	KN_FREE_ALL(priv_pem, pub_pem, pub_path);
 	EVP_PKEY_free(key);
 	return rc;
 }

@@ -359,8 +359,7 @@ void kn_sandbox_free(struct kn_sandbox *sb)
 	for (int i = 0; i < 2; i++)
 		if (sb->status_fd[i] >= 0)
 			close(sb->status_fd[i]);
-	free(sb->user);
-	free(sb);
+	KN_FREE_ALL(sb->user, sb);
 }
 
 /* ---- the child: entering ---- */

@@ -183,9 +183,7 @@ void kn_user_map_free(struct kn_user_map *map)
 	if (!map)
 		return;
 	for (size_t i = 0; i < map->n; i++) {
-		free(map->pairs[i].token);
-		free(map->pairs[i].user);
+		KN_FREE_ALL(map->pairs[i].token, map->pairs[i].user);
 	}
-	free(map->pairs);
-	free(map);
+	KN_FREE_ALL(map->pairs, map);
 }

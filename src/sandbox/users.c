@@ -109,10 +109,7 @@ void kn_user_cache_free(struct kn_user_cache *c)
 {
 	if (!c)
 		return;
-	free(c->files[0]);
-	free(c->files[1]);
-	free(c->users);
-	free(c);
+	KN_FREE_ALL(c->files[0], c->files[1], c->users, c);
 }
 
 size_t kn_user_cache_lookups(const struct kn_user_cache *c)

@@ -203,11 +203,7 @@ static void scale_up(const struct kn_autoscale_pool *pools, size_t n_pools,
 				 add[p], n_for[p], first[p]);
 	}
 	coming_truncate(&c, 0);
-	free(c.cluster.nodes);
-	free(c.added_to);
-	free(order);
-	free(n_for);
-	free(first);
+	KN_FREE_ALL(c.cluster.nodes, c.added_to, order, n_for, first);
 }
 
 static void scale_down(const struct kn_autoscale_pool *pools, size_t n_pools,

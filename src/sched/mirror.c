@@ -70,9 +70,7 @@ static void set_typical(struct kn_pack *pack,
 	kn_pack_set_typical_weighted(pack, pods, weights, n);
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);
-	free(names);
-	free(weights);
-	free(pods);
+	KN_FREE_ALL(names, weights, pods);
 }
 
 /* Charge the devices' current use to pack node i. */
@@ -141,8 +139,7 @@ int mirror_build(const struct kn_sched_cluster *cluster,
 	kn_rng_seed(&m->rng, packing->seed);
 	rc = 0;
 out:
-	free(specs);
-	free(n_pos);
+	KN_FREE_ALL(specs, n_pos);
 	if (rc < 0)
 		mirror_release(m);
 	return rc;
@@ -151,8 +148,7 @@ out:
 void mirror_release(struct mirror *m)
 {
 	kn_pack_free(m->pack);
-	free(m->pos_device);
-	free(m->share_pos);
+	KN_FREE_ALL(m->pos_device, m->share_pos);
 	memset(m, 0, sizeof(*m));
 }
 

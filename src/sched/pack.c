@@ -123,11 +123,7 @@ void kn_pack_free(struct kn_pack *c)
 		free(c->models[i]);
 	for (size_t i = 0; i < c->n_shapes; i++)
 		free(c->shapes[i].entries);
-	free(c->shapes);
-	free(c->typical);
-	free(c->order);
-	free(c->nodes);
-	free(c);
+	KN_FREE_ALL(c->shapes, c->typical, c->order, c->nodes, c);
 }
 
 size_t kn_pack_n_nodes(const struct kn_pack *c)

@@ -256,19 +256,12 @@ out:
 
 void kn_pool_spec_release(struct kn_pool_spec *p)
 {
-	free(p->sku);
-	free(p->gpus);
+	KN_FREE_ALL(p->sku, p->gpus);
 	for (size_t i = 0; i < p->n_zones; i++)
 		free(p->zones[i]);
-	free(p->zones);
-	free(p->labels);
-	free(p->command);
-	free(p->vmss);
-	free(p->azure_identity);
-	free(p->azure_client_id);
-	free(p->azure_arm_url);
-	free(p->azure_imds_url);
-	free(p->azure_login_url);
+	KN_FREE_ALL(p->zones, p->labels, p->command, p->vmss, p->azure_identity,
+		    p->azure_client_id, p->azure_arm_url, p->azure_imds_url,
+		    p->azure_login_url);
 	memset(p, 0, sizeof(*p));
 }
 

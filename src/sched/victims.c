@@ -42,8 +42,7 @@ static void copy_cluster(const struct kn_sched_cluster *src, struct copy *c)
 
 static void free_copy(struct copy *c)
 {
-	free(c->nodes);
-	free(c->devices);
+	KN_FREE_ALL(c->nodes, c->devices);
 }
 
 /*

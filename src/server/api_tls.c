@@ -63,8 +63,7 @@ void api_tls_stop(struct server *s)
 	s->tls_watch = NULL;
 	kn_tls_free(s->tls);
 	s->tls = NULL;
-	free(s->tls_cert_path);
-	free(s->tls_key_path);
+	KN_FREE_ALL(s->tls_cert_path, s->tls_key_path);
 }
 
 int api_tls_caller(struct server *s, const char *name, struct caller *out,

@@ -91,8 +91,7 @@ static int load_key(struct server *s, struct kn_error *err)
 	else
 		kn_log(KN_LOG_INFO, "audit: new chain key in %s", path);
 out:
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return rc;
 }
 
@@ -119,8 +118,7 @@ int audit_anchor_read(const char *home, int64_t *id,
 	} else {
 		*id = n;
 	}
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return rc;
 }
 
@@ -134,8 +132,7 @@ int audit_anchor_write(const char *home, int64_t id, const char *hash,
 	if (rc < 0)
 		rc = kn_errorf(err, KN_EIO, "audit.head", "cannot write %s: %s",
 			       path, strerror(-rc));
-	free(line);
-	free(path);
+	KN_FREE_ALL(line, path);
 	return rc;
 }
 
@@ -265,8 +262,7 @@ static void verify_done(void *arg, bool ran)
 	else
 		kn_http_reply_json(w->req, 200,
 				   verify_doc(&w->v, w->anchor_id, w->anchor));
-	free(w->db_path);
-	free(w);
+	KN_FREE_ALL(w->db_path, w);
 }
 
 void audit_h_verify(struct server *s, struct kn_http_req *req,
@@ -329,8 +325,7 @@ int kn_server_audit_verify_home(const char *home, char **json_out,
 	}
 out:
 	kn_store_free(s.store);
-	free(key_path);
-	free(path);
+	KN_FREE_ALL(key_path, path);
 	return rc;
 }
 

@@ -150,8 +150,7 @@ int auth_bootstrap(struct server *s, struct kn_error *err)
 	path = kn_asprintf("%s/admin.token", s->home);
 	line = kn_asprintf("%s\n", secret);
 	rc = kn_write_text_atomic(path, line, 0600, err);
-	free(line);
-	free(path);
+	KN_FREE_ALL(line, path);
 	if (rc < 0)
 		return rc;
 	return kn_store_token_insert(s->store, &t, &a, NULL, err);

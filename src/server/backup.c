@@ -116,8 +116,7 @@ static void job_free(struct backup_job *j)
 		kn_rm_rf(j->staging);
 	free(j->staging);
 	for (size_t i = 0; i < j->n_parts; i++) {
-		free(j->parts[i].path);
-		free(j->parts[i].local);
+		KN_FREE_ALL(j->parts[i].path, j->parts[i].local);
 	}
 	free(j->parts);
 	kn_blob_store_free(j->store);
@@ -143,8 +142,7 @@ static void add_public_keys(struct backup_job *j, const char *home,
 		rel = kn_asprintf("%s/%s", sub, e->d_name);
 		if (stat(local, &st) == 0 && S_ISREG(st.st_mode))
 			job_add_part(j, rel, local, false);
-		free(local);
-		free(rel);
+		KN_FREE_ALL(local, rel);
 	}
 	if (d)
 		closedir(d);
@@ -266,8 +264,7 @@ static void job_work(void *arg)
 		j->rc = kn_blob_sync(j->store, &j->err);
 	if (j->rc == 0 && j->keep > 0)
 		j->rc = prune(j->store, j->keep, &j->pruned, &j->err);
-	free(manifest);
-	free(blob);
+	KN_FREE_ALL(manifest, blob);
 }
 
 static void audit_backup(struct backup_state *b, const struct backup_run *run,
@@ -374,8 +371,7 @@ static struct backup_run *run_new(struct backup_state *b)
 {
 	struct backup_run *run = &b->runs[b->next];
 
-	free(run->url);
-	free(run->actor);
+	KN_FREE_ALL(run->url, run->actor);
 	memset(run, 0, sizeof(*run));
 	b->next = (b->next + 1) % BACKUP_RUNS_KEPT;
 	if (b->n_runs < BACKUP_RUNS_KEPT)
@@ -553,8 +549,7 @@ static void backup_free(struct server *core)
 		return;
 	kn_timer_free(b->timer);
 	for (size_t i = 0; i < BACKUP_RUNS_KEPT; i++) {
-		free(b->runs[i].url);
-		free(b->runs[i].actor);
+		KN_FREE_ALL(b->runs[i].url, b->runs[i].actor);
 	}
 	free(b);
 }

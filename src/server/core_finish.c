@@ -442,8 +442,7 @@ void settle(struct server *s, struct run **changed, size_t n)
 		/* Nothing is lost: the next poll finds the same exits again. */
 		kn_store_rollback(s->store);
 		settle_failed(changed, n, &err);
-		free(done);
-		free(requeue);
+		KN_FREE_ALL(done, requeue);
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -477,8 +476,7 @@ void settle(struct server *s, struct run **changed, size_t n)
 		if (!requeue[i])
 			job_hooks_job_ended(s->hooks, job_id);
 	}
-	free(done);
-	free(requeue);
+	KN_FREE_ALL(done, requeue);
 	if (nd)
 		wake_scheduler(s);
 }
@@ -855,7 +853,6 @@ char *jobs_metrics_read(struct server *s, const struct kn_job_row *j,
 	json_decref(nums);
 	json_decref(doc);
 out:
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	return out;
 }

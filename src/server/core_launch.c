@@ -121,17 +121,11 @@ void run_free(struct run *r)
 	kn_timer_free(r->launch_timer);
 	for (int i = 0; i < r->n_tasks; i++)
 		free(r->tasks[i].task_dir);
-	free(r->checkpoint_dir);
-	free(r->output_dir);
-	free(r->tasks);
-	free(r->bindings);
-	free((void *)r->req.selector);
-	free((void *)r->req.tolerations);
-	free((void *)r->req.required);
-	free((void *)r->req.preferred);
+	KN_FREE_ALL(r->checkpoint_dir, r->output_dir, r->tasks, r->bindings,
+		    (void *)r->req.selector, (void *)r->req.tolerations,
+		    (void *)r->req.required, (void *)r->req.preferred);
 	kn_job_spec_free(r->spec);
-	free(r->owner);
-	free(r);
+	KN_FREE_ALL(r->owner, r);
 }
 
 void run_unlink(struct server *s, struct run *r)
@@ -341,8 +335,7 @@ void record_inputs(struct server *s, struct run *r,
 	}
 out:
 	json_decref(doc);
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 }
 
 /* A task's environment, and what a pod's shim gets beside it. */
@@ -557,8 +550,7 @@ static void launch_task(struct server *s, struct run *r, struct run_task *t)
 		free(e.env[i]);
 	free(e.env);
 	kn_strv_free(dev_nodes);
-	free(e.inputs);
-	free(e.requires);
+	KN_FREE_ALL(e.inputs, e.requires);
 }
 
 /* ---- node view ---- */

@@ -106,10 +106,7 @@ void sreq_build(const struct server *s, const struct kn_job_spec *spec,
 
 static void sreq_release(struct sreq *r)
 {
-	free(r->selector);
-	free(r->tolerations);
-	free(r->required);
-	free(r->preferred);
+	KN_FREE_ALL(r->selector, r->tolerations, r->required, r->preferred);
 }
 
 /* ---- audit helpers ---- */
@@ -302,8 +299,7 @@ void jobs_held_settle(struct server *s, struct queued_job *q,
 void queued_free(struct queued_job *q)
 {
 	kn_job_spec_free(q->spec);
-	free(q->owner);
-	free(q);
+	KN_FREE_ALL(q->owner, q);
 }
 
 void queue_remove(struct server *s, int64_t id)
@@ -393,8 +389,7 @@ size_t jobs_pending(struct server *s, struct pending_job **out)
 		(*out)[k].preemptible = q->spec->preemptible;
 		(*out)[k++].req = &r->req;
 	}
-	free(ix);
-	free(order);
+	KN_FREE_ALL(ix, order);
 	return k;
 }
 
@@ -444,8 +439,7 @@ static void resolve_workdir(struct kn_job_spec *spec, const char *filename)
 					      filename);
 	if (spec->workdir) {
 		char *abs = kn_asprintf("%s/%s", dir, spec->workdir);
-		free(spec->workdir);
-		free(dir);
+		KN_FREE_ALL(spec->workdir, dir);
 		spec->workdir = abs;
 	} else {
 		spec->workdir = dir;
@@ -899,8 +893,7 @@ static bool preempt_for(struct server *s, struct queued_job *q,
 			 n_victims, n_victims == 1 ? "" : "s");
 		done = true;
 	}
-	free(cands);
-	free(victims);
+	KN_FREE_ALL(cands, victims);
 	return done;
 }
 
@@ -1217,10 +1210,5 @@ void jobs_tick(void *arg)
 		sreq_release(&t->shapes[i].sr);
 	if (t->next_wake)
 		kn_timer_arm(s->tick_timer, t->next_wake - t->now);
-	free(t->pl);
-	free(t->slots.ids);
-	free(t->slots.used);
-	free(t);
-	free(order);
-	free(ix);
+	KN_FREE_ALL(t->pl, t->slots.ids, t->slots.used, t, order, ix);
 }

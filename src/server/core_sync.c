@@ -112,8 +112,7 @@ static int read_outputs_manifest(struct kn_blob_store *store,
 	}
 	rc = kn_ckpt_manifest_parse(text, len, blob, &w->manifest, &w->err);
 out:
-	free(text);
-	free(blob);
+	KN_FREE_ALL(text, blob);
 	return rc;
 }
 
@@ -173,13 +172,10 @@ out:
 
 static void work_free(struct sync_work *w)
 {
-	free(w->store_url);
-	free(w->dir);
-	free(w->path);
+	KN_FREE_ALL(w->store_url, w->dir, w->path);
 	kn_ckpt_sent_free(w->sent);
 	kn_blob_store_free(w->store);
-	free(w->name);
-	free(w->warnings);
+	KN_FREE_ALL(w->name, w->warnings);
 	kn_ckpt_manifest_release(&w->manifest);
 	free(w);
 }

@@ -97,8 +97,7 @@ static void deployment_free(struct deployment *p)
 	kn_deployment_spec_free(p->spec);
 	for (int i = 0; i < p->n_reps; i++)
 		free(p->reps[i].model_dir);
-	free(p->reps);
-	free(p);
+	KN_FREE_ALL(p->reps, p);
 }
 
 static void ensure_slots(struct deployment *p, int n)
@@ -804,8 +803,7 @@ static bool spec_changed(const struct deployment *p, const char *json_text,
 	bool changed = strcmp(old, now_id) != 0 ||
 		       strcmp(p->row.model_dir, model_dir) != 0;
 
-	free(old);
-	free(now_id);
+	KN_FREE_ALL(old, now_id);
 	return changed;
 }
 
@@ -929,9 +927,7 @@ static int apply(struct server *s, const struct caller *c, const char *body,
 	*out = p;
 out:
 	reval_row_free(reval);
-	free(yaml);
-	free(json_text);
-	free(model_dir);
+	KN_FREE_ALL(yaml, json_text, model_dir);
 	kn_deployment_spec_free(spec);
 	return rc;
 }
@@ -976,11 +972,7 @@ static struct deploy_wait *deploy_wait_new(const struct caller *c,
 
 static void deploy_wait_free(struct deploy_wait *w)
 {
-	free(w->body);
-	free(w->file);
-	free(w->path);
-	free(w->reval_job);
-	free(w);
+	KN_FREE_ALL(w->body, w->file, w->path, w->reval_job, w);
 }
 
 static void deploy_checked(struct server *s, int rc, const char *dir,

@@ -169,9 +169,7 @@ static void follow_checked(struct server *s, int rc, const char *dir,
 		else
 			follow_to(s, p, dir);
 	}
-	free(w->deployment);
-	free(w->model);
-	free(w);
+	KN_FREE_ALL(w->deployment, w->model, w);
 }
 
 /*
@@ -191,9 +189,7 @@ void deploy_follow(struct server *s, struct deployment *p)
 	if (models_deploy_dir_start(s, p->spec->model, follow_checked, w,
 				    &err) < 0) {
 		follow_refused(s, p, &err);
-		free(w->deployment);
-		free(w->model);
-		free(w);
+		KN_FREE_ALL(w->deployment, w->model, w);
 	}
 }
 

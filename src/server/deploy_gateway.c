@@ -339,9 +339,7 @@ static int gateway_alert(struct server *s, const char *source,
 
 	json_decref(extra);
 	json_decref(labels);
-	free(summary);
-	free(rule);
-	free(fingerprint);
+	KN_FREE_ALL(summary, rule, fingerprint);
 	return rc;
 }
 

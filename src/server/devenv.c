@@ -347,12 +347,8 @@ void devenv_session(struct server *core, int64_t job_id, int delta)
 
 static void home_work_free(struct home_work *w)
 {
-	free(w->store_url);
-	free(w->key);
-	free(w->task_dir);
-	free(w->home);
-	free(w->restored);
-	free(w->warnings);
+	KN_FREE_ALL(w->store_url, w->key, w->task_dir, w->home, w->restored,
+		    w->warnings);
 	kn_ckpt_manifest_release(&w->manifest);
 	free(w);
 }

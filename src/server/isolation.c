@@ -116,8 +116,7 @@ void isolation_stop(struct server *s)
 	s->user_map = NULL;
 	kn_user_cache_free(s->user_cache);
 	s->user_cache = NULL;
-	free(s->own_user);
-	free(s->own_home);
+	KN_FREE_ALL(s->own_user, s->own_home);
 	s->own_user = s->own_home = NULL;
 }
 
@@ -183,9 +182,7 @@ static int mig_nodes(struct server *s, const struct kn_sched_binding *b,
 	else
 		rc = kn_device_mig_nodes(nodes, caps, text, file,
 					 b->devices[0], b->mig_start, 0, err);
-	free(text);
-	free(caps);
-	free(file);
+	KN_FREE_ALL(text, caps, file);
 	return rc;
 }
 

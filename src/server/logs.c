@@ -76,9 +76,7 @@ static void follower_free(struct log_follower *f)
 {
 	KN_LIST_UNLINK(&f->s->followers, f);
 	kn_timer_free(f->timer);
-	free(f->rd.dir);
-	free(f->rd.data);
-	free(f);
+	KN_FREE_ALL(f->rd.dir, f->rd.data, f);
 }
 
 /* Free now, or when the read in flight comes back. */

@@ -462,8 +462,7 @@ static void totals_done(void *arg, bool ran)
 		kn_http_reply_text(w->req, 200, KN_PROM_CONTENT_TYPE, out.data,
 				   out.len);
 	kn_buf_release(&out);
-	free(w->db_path);
-	free(w);
+	KN_FREE_ALL(w->db_path, w);
 }
 
 static void h_metrics(struct server *s, struct kn_http_req *req,

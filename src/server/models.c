@@ -96,9 +96,7 @@ void models_stop(struct server *s)
 	models_uploads_drop(m);
 	models_local_stop(m);
 	kn_timer_free(m->idle_timer);
-	free(m->staging);
-	free(m->trusted_keys);
-	free(m);
+	KN_FREE_ALL(m->staging, m->trusted_keys, m);
 	service_state_set(s, &models_service, NULL);
 }
 
@@ -318,8 +316,7 @@ int models_version_create(struct server *s, const struct caller *c,
 				   "alias", alias, "manifest", manifest);
 out:
 	kn_blob_store_free(store);
-	free(blob);
-	free(canonical);
+	KN_FREE_ALL(blob, canonical);
 	json_decref(manifest);
 	return rc;
 }
@@ -385,8 +382,7 @@ static int check_copy(const char *at, const char *dir,
 	}
 	for (size_t i = 0; i < f->n; i++)
 		free(paths[i]);
-	free(paths);
-	free(items);
+	KN_FREE_ALL(paths, items);
 	return rc;
 }
 
@@ -429,8 +425,7 @@ static int make_copy(const char *store_url, const char *at, const char *dir,
 				       "refused: %s: file %s does not match its "
 				       "digest: blob %s hashes to %s", at,
 				       f->items[i].path, blob, got);
-		free(blob);
-		free(path);
+		KN_FREE_ALL(blob, path);
 	}
 	if (rc == 0 && rename(partial, dir) < 0 && errno != EEXIST &&
 	    errno != ENOTEMPTY)
@@ -439,8 +434,7 @@ static int make_copy(const char *store_url, const char *at, const char *dir,
 	kn_rm_rf(partial); /* gone when renamed */
 	kn_blob_store_free(store);
 out:
-	free(parent);
-	free(partial);
+	KN_FREE_ALL(parent, partial);
 	return rc;
 }
 
@@ -463,8 +457,7 @@ struct model_copy {
 
 static void model_copy_free(struct model_copy *w)
 {
-	free(w->dir);
-	free(w->store_url);
+	KN_FREE_ALL(w->dir, w->store_url);
 	kn_model_files_release(&w->files);
 	free(w);
 }
@@ -626,8 +619,7 @@ static int checkpoint_json(struct kn_blob_store *store, int64_t job_id,
 					 list.items[i].name, "manifest_sha256",
 					 hex);
 		}
-		free(text);
-		free(name);
+		KN_FREE_ALL(text, name);
 		break;
 	}
 	kn_ckpt_list_release(&list);
@@ -755,8 +747,7 @@ static json_t *job_metrics(struct kn_blob_store *store, int64_t job_id)
 				json_object_set(nums, key, v);
 	}
 	json_decref(doc);
-	free(text);
-	free(name);
+	KN_FREE_ALL(text, name);
 	return nums;
 }
 
@@ -807,9 +798,7 @@ static int output_adopt(struct kn_blob_store *store, const char *staging,
 		rc = 0;
 	unlink(tmp);
 out:
-	free(tmp);
-	free(dst);
-	free(src);
+	KN_FREE_ALL(tmp, dst, src);
 	return rc;
 }
 
@@ -840,10 +829,7 @@ struct from_job {
 
 static void from_job_free(struct from_job *w)
 {
-	free(w->name);
-	free(w->alias);
-	free(w->store_url);
-	free(w->staging);
+	KN_FREE_ALL(w->name, w->alias, w->store_url, w->staging);
 	kn_output_list_free(w->outs, w->n);
 	json_decref(w->lineage);
 	kn_model_files_release(&w->files);
@@ -1155,9 +1141,7 @@ int models_sign(struct server *s, const struct caller *c, const char *name,
 out:
 	if (rc < 0)
 		core_audit(s, c, "model.sign", object, "error", err->message);
-	free(detail);
-	free(pub_b64);
-	free(sig_b64);
+	KN_FREE_ALL(detail, pub_b64, sig_b64);
 	kn_model_keyring_release(&ring);
 	kn_model_version_row_release(&v);
 	return rc;

@@ -103,8 +103,7 @@ struct part_job {
 
 static void part_free(struct part_job *j)
 {
-	free(j->body);
-	free(j);
+	KN_FREE_ALL(j->body, j);
 }
 
 static void part_fail(struct part_job *j, struct kn_error *err)
@@ -608,8 +607,7 @@ static void upload_commit_done(void *arg, bool ran)
 		commit_seen_end(k, w->rc, &w->err, answer);
 	json_decref(answer);
 	upload_release(w->u);
-	free(w->store_url);
-	free(w);
+	KN_FREE_ALL(w->store_url, w);
 }
 
 static void parts_answer_held(struct upload *u);

@@ -108,9 +108,7 @@ static void version_push_done(void *arg, bool ran)
 		idem_reply(w->s, w->req, &w->caller, 201, reply);
 	}
 out:
-	free(w->name);
-	free(w->alias);
-	free(w->store_url);
+	KN_FREE_ALL(w->name, w->alias, w->store_url);
 	kn_model_files_release(&w->files);
 	free(w);
 }

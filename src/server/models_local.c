@@ -93,9 +93,7 @@ static void conn_free(struct local_conn *c)
 		close(c->file);
 	if (c->fd >= 0)
 		close(c->fd);
-	free(c->store_url);
-	free(c->staging);
-	free(c);
+	KN_FREE_ALL(c->store_url, c->staging, c);
 }
 
 static void reply(struct local_conn *c, json_t *answer)
@@ -458,7 +456,6 @@ void models_local_stop(struct model_state *m)
 		close(l->listen_fd);
 		unlink(l->path);
 	}
-	free(l->path);
-	free(l);
+	KN_FREE_ALL(l->path, l);
 	m->local = NULL;
 }

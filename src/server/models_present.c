@@ -46,8 +46,7 @@ static void ask_free(struct present_ask *w)
 {
 	json_decref(w->digests);
 	json_decref(w->missing);
-	free(w->store_url);
-	free(w);
+	KN_FREE_ALL(w->store_url, w);
 }
 
 /* The size of blob hex, -ENOENT when the store lacks it. */

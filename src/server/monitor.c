@@ -89,8 +89,7 @@ struct monitor {
 
 static void hook_free(struct hook *h)
 {
-	free(h->body);
-	free(h);
+	KN_FREE_ALL(h->body, h);
 }
 
 static void hook_next(void *arg);
@@ -558,8 +557,7 @@ void monitor_free(struct monitor *m)
 	}
 	kn_expo_free(m->local_job.samples, m->local_job.n);
 	kn_nvml_close(m->local_job.nvml);
-	free(m->local_job.last_xid);
-	free(m->local_job.gpus);
+	KN_FREE_ALL(m->local_job.last_xid, m->local_job.gpus);
 	KN_LIST_FREE(m->hooks, hook_free);
 	free(m->webhook);
 	kn_alert_eval_free(m->eval);

@@ -90,8 +90,7 @@ int nodes_save(struct server *s, size_t i, struct kn_error *err)
 	row.devices = devs;
 	row.n_devices = set->n;
 	rc = kn_store_node_put(s->store, &row, err);
-	free(devs);
-	free(labels_text);
+	KN_FREE_ALL(devs, labels_text);
 	return rc;
 }
 
@@ -224,9 +223,8 @@ int core_node_remove(struct server *s, size_t i, struct kn_error *err)
 		node->reason[0] = '\0';
 		return rc;
 	}
-	free(s->cluster.nodes[i].devices);
-	free(node->labels);
-	free(node->labels_text);
+	KN_FREE_ALL(s->cluster.nodes[i].devices, node->labels,
+		    node->labels_text);
 	kn_device_set_release(&node->devices);
 	memmove(&s->nodes[i], &s->nodes[i + 1],
 		(s->cluster.n_nodes - i - 1) * sizeof(*s->nodes));
@@ -490,9 +488,7 @@ json_t *nodes_fragmentation(struct server *s, size_t node)
 out:
 	for (size_t i = 0; gpu_specs && i < n_pods; i++)
 		free(gpu_specs[i]);
-	free(gpu_specs);
-	free(weights);
-	free(pods);
+	KN_FREE_ALL(gpu_specs, weights, pods);
 	kn_pack_free(pack);
 	return out;
 }

@@ -103,8 +103,7 @@ int pool_run_in_background(const char *dir, char *const *cmd,
 						  .argv = argv,
 						  .envp = env},
 			       &pid);
-	free(env);
-	free(dir_env);
+	KN_FREE_ALL(env, dir_env);
 	if (rc != 0)
 		return kn_errorf(err, KN_EIO, "pool", "cannot run %s: %s",
 				 cmd[0], strerror(rc));
@@ -124,8 +123,7 @@ bool pool_background_done(const char *dir, int *status, char **out,
 	}
 	*status = -1;
 	sscanf(text, "%d", status);
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	path = kn_asprintf("%s/out", dir);
 	if (kn_read_file(path, 1 << 20, out, NULL) < 0)
 		*out = kn_xstrdup("");
@@ -172,8 +170,7 @@ void pool_op_free(struct pool_op *op, bool remove)
 {
 	if (op->dir && remove)
 		kn_rm_rf(op->dir);
-	free(op->dir);
-	free(op);
+	KN_FREE_ALL(op->dir, op);
 }
 
 /* SCRIPT scale-up POOL N NAME...: the names kiln will give the nodes. */
@@ -345,8 +342,7 @@ bool pool_ops_poll(struct server *s)
 		}
 		if (why[0])
 			op_failed(s, op, why);
-		free(out);
-		free(errtext);
+		KN_FREE_ALL(out, errtext);
 		pool_op_free(op, true);
 	}
 	if (added)
@@ -399,8 +395,7 @@ void pool_azure_free(struct azure_pool *a)
 	kn_workers_free(a->worker);
 	kn_timer_free(a->cooldown);
 	kn_vmss_client_free(a->client);
-	free(a->known);
-	free(a);
+	KN_FREE_ALL(a->known, a);
 }
 
 static const char *env_nonempty(const char *name)
@@ -636,8 +631,7 @@ static void azure_done(void *arg, bool ran)
 	if (why[0])
 		pool_failed(s, p, call->scale_up, why);
 out:
-	free(call->joined);
-	free(call);
+	KN_FREE_ALL(call->joined, call);
 }
 
 static int azure_scale_up(struct server *s, struct pool *p, int n,

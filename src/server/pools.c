@@ -468,16 +468,10 @@ static void pools_tick(void *arg)
 	if (added)
 		jobs_wake(s);
 	jobs_pending_free(pending, n_pending);
-	free(aj);
-	free(an);
-	free(an_node);
-	free(remove);
-	free(doomed);
+	KN_FREE_ALL(aj, an, an_node, remove, doomed);
 	kn_timer_arm(ps->timer, POOLS_TICK_MS);
 out_early:
-	free(ap);
-	free(why);
-	free(add);
+	KN_FREE_ALL(ap, why, add);
 }
 
 /* Arm the autoscaler's timer once the loop exists. */
@@ -511,9 +505,7 @@ void pools_stop(struct server *s)
 		rolling_free(ps->pool[i].rolling);
 		pool_release(&ps->pool[i]);
 	}
-	free(ps->pool);
-	free(ps->members);
-	free(ps);
+	KN_FREE_ALL(ps->pool, ps->members, ps);
 }
 
 /* ---- rolling maintenance ---- */
@@ -565,14 +557,10 @@ static void rolling_free(struct rolling *r)
 	if (!r)
 		return;
 	kn_timer_free(r->timer);
-	free(r->command);
-	free(r->nodes);
+	KN_FREE_ALL(r->command, r->nodes);
 	if (r->dir)
 		kn_rm_rf(r->dir);
-	free(r->dir);
-	free(r->health_root);
-	free(r->health_kernel_log);
-	free(r);
+	KN_FREE_ALL(r->dir, r->health_root, r->health_kernel_log, r);
 }
 
 static void rolling_end(struct rolling *r, const char *error)
@@ -738,8 +726,7 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 		extra[1] = kn_asprintf("KILN_POOL=%s", r->pool->spec.name);
 		extra[2] = NULL;
 		rc = pool_run_in_background(r->dir, cmd, extra, &err);
-		free(extra[0]);
-		free(extra[1]);
+		KN_FREE_ALL(extra[0], extra[1]);
 		if (rc < 0) {
 			rolling_end(r, err.message);
 			return false;
@@ -758,8 +745,7 @@ static bool rolling_node(struct rolling *r, const char *name, int i)
 				 "the patch command exited %d on node %s: "
 				 "%.200s; it stays drained",
 				 status, name, errline);
-		free(out);
-		free(errline);
+		KN_FREE_ALL(out, errline);
 		kn_rm_rf(r->dir);
 		if (status != 0) {
 			rolling_end(r, why);

@@ -87,8 +87,7 @@ static void forward_free(struct forward *f)
 		close(f->fd);
 	if (f->session)
 		devenv_session(f->s, f->job_id, -1);
-	free(f->out);
-	free(f);
+	KN_FREE_ALL(f->out, f);
 }
 
 /* The tunnel is ended (by us or the peer): nothing more is written. */

@@ -180,9 +180,7 @@ struct reval_check {
 
 static void reval_check_free(struct reval_check *k)
 {
-	free(k->name);
-	free(k->alias);
-	free(k);
+	KN_FREE_ALL(k->name, k->alias, k);
 }
 
 static void arm_next(struct server *s);

@@ -250,6 +250,5 @@ void events_free(struct kn_events *ev)
 	if (!ev)
 		return;
 	kn_timer_free(ev->timer);
-	free(ev->url);
-	free(ev);
+	KN_FREE_ALL(ev->url, ev);
 }

@@ -512,13 +512,11 @@ static void server_release(struct server *s)
 	kn_store_free(s->store);
 	kn_loop_free(s->loop);
 	for (size_t i = 0; i < s->cluster.n_nodes; i++) {
-		free(s->cluster.nodes[i].devices);
-		free(s->nodes[i].labels);
-		free(s->nodes[i].labels_text);
+		KN_FREE_ALL(s->cluster.nodes[i].devices, s->nodes[i].labels,
+			    s->nodes[i].labels_text);
 		kn_device_set_release(&s->nodes[i].devices);
 	}
-	free(s->cluster.nodes);
-	free(s->nodes);
+	KN_FREE_ALL(s->cluster.nodes, s->nodes);
 	kn_mig_free(s->mig);
 	workload_release(s);
 	isolation_stop(s);
@@ -832,8 +830,7 @@ int kn_server_run(const struct kn_server_config *cfg, struct kn_error *err)
 		rc = start_steps[i](&s, err);
 	if (rc == 0)
 		rc = serve(&s, &path, &url, err);
-	free(path);
-	free(url);
+	KN_FREE_ALL(path, url);
 	server_release(&s);
 	close(lock_fd);
 	return rc;

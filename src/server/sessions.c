@@ -327,8 +327,7 @@ static void opening_free(struct opening *o)
 	KN_LIST_UNLINK(&all->openings, o);
 	kn_timer_free(o->retry);
 	json_decref(o->argv);
-	free(o->dir);
-	free(o);
+	KN_FREE_ALL(o->dir, o);
 }
 
 /* The audit record of a session that starts. */

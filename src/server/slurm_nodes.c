@@ -227,8 +227,7 @@ static bool node_update(struct server *s, size_t i,
 		changed = true;
 	}
 	if (!node->labels_text || strcmp(node->labels_text, labels)) {
-		free(node->labels);
-		free(node->labels_text);
+		KN_FREE_ALL(node->labels, node->labels_text);
 		node->labels = NULL;
 		node->labels_text = NULL;
 		sn->labels = NULL;
@@ -491,8 +490,7 @@ static void slurm_nodes_stop(struct server *s)
 	kn_slurm_inventory_release(&s->slurm_nodes->inv);
 	for (size_t i = 0; i < s->slurm_nodes->n_mig_models; i++)
 		free(s->slurm_nodes->mig_models[i]);
-	free(s->slurm_nodes->mig_models);
-	free(s->slurm_nodes);
+	KN_FREE_ALL(s->slurm_nodes->mig_models, s->slurm_nodes);
 	s->slurm_nodes = NULL;
 }
 

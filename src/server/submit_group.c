@@ -122,7 +122,6 @@ void submit_group_flush(struct server *s)
 			json_decref(a->answer);
 			kn_http_reply_error(a->req, &err);
 		}
-		free(a->stored);
-		free(a);
+		KN_FREE_ALL(a->stored, a);
 	}
 }

@@ -500,7 +500,6 @@ void usage_free(struct server *s)
 		return;
 	kn_timer_free(u->timer);
 	kn_nvml_close(u->nvml);
-	free(u->marks);
-	free(u);
+	KN_FREE_ALL(u->marks, u);
 	s->usage = NULL;
 }

@@ -588,8 +588,7 @@ static struct wf_acting *acting_find(struct server *s, int64_t run_id,
 static void acting_free(struct server *s, struct wf_acting *a)
 {
 	KN_LIST_UNLINK(&wf_state_of(s)->acting, a);
-	free(a->detail);
-	free(a);
+	KN_FREE_ALL(a->detail, a);
 }
 
 /*
@@ -781,8 +780,7 @@ static int step_deploy(struct server *s, struct wf_run *r, size_t i,
 	if (rc == 0)
 		wf_set_str(&r->steps[i].reason, kn_xstrdup(a->detail));
 out:
-	free(text);
-	free(model);
+	KN_FREE_ALL(text, model);
 	kn_deployment_row_release(&row);
 	return rc;
 }
@@ -917,8 +915,7 @@ static int step_act(struct server *s, struct wf_run *r, size_t i,
 		wf_state_of(s)->acting = a;
 		return 0;
 	}
-	free(a->detail);
-	free(a);
+	KN_FREE_ALL(a->detail, a);
 	return act_end(s, r, i, rc, &why, err);
 }
 
@@ -1006,9 +1003,7 @@ fail:
 	if (rc == 0)
 		wf_publish(s, r, i);
 out:
-	free(text);
-	free(name);
-	free(path);
+	KN_FREE_ALL(text, name, path);
 	return rc;
 }
 

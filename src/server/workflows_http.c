@@ -437,8 +437,7 @@ fail:
 	idem_abort(s, req);
 	kn_http_reply_error(req, &err);
 out:
-	free(steps);
-	free(files_text);
+	KN_FREE_ALL(steps, files_text);
 	kn_workflow_spec_free(w);
 	json_decref(doc);
 }

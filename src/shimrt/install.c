@@ -143,8 +143,6 @@ int kn_shimrt_install(const char *dir)
 	if (rc < 0)
 		fprintf(stderr, "kiln shim --install: %s\n", in.failed);
 out:
-	free(exe);
-	free(lib);
-	free(bin);
+	KN_FREE_ALL(exe, lib, bin);
 	return rc < 0 ? 1 : 0;
 }

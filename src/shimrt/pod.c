@@ -196,8 +196,7 @@ static void *sync_main(void *arg)
 			   kn_ckpt_watch_next_written(ps->watch, &name,
 						      &path) == 1) {
 			upload_early(ps, name, path);
-			free(name);
-			free(path);
+			KN_FREE_ALL(name, path);
 			early = true;
 		}
 	}
@@ -233,8 +232,7 @@ static int pod_restore(const char *url, const char *job, const char *dir,
 			"without one: %s\n", err.message);
 	}
 	kn_blob_store_free(store);
-	free(got);
-	free(warnings);
+	KN_FREE_ALL(got, warnings);
 	return rc;
 }
 
@@ -343,8 +341,7 @@ static void termination_message(const char *path, const char *task_dir,
 	json_decref(doc);
 	if (kn_write_file_replace(path, text, strlen(text), 0644) < 0)
 		fprintf(stderr, "kiln: cannot write %s\n", path);
-	free(text);
-	free(inputs_text);
+	KN_FREE_ALL(text, inputs_text);
 }
 
 static const char *env_or(const char *key, const char *fallback)

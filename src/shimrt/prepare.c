@@ -535,8 +535,7 @@ int kn_shimrt_prepare(void *arg, char *const *env, int log_fd, char *why,
 				   path, strerror(-rc));
 			snprintf(why, len, "cannot record the inputs' digests");
 		}
-		free(text);
-		free(path);
+		KN_FREE_ALL(text, path);
 	}
 	json_decref(fetched);
 	json_decref(doc);

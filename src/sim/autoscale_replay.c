@@ -89,10 +89,7 @@ out:
 
 void kn_sim_pool_release(struct kn_sim_pool *p)
 {
-	free(p->sku);
-	free(p->gpus);
-	free(p->shape.devices);
-	free(p->models);
+	KN_FREE_ALL(p->sku, p->gpus, p->shape.devices, p->models);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -290,8 +287,7 @@ void kn_sim_trace_free(struct kn_sim_trace *t)
 {
 	if (!t)
 		return;
-	free(t->pods);
-	free(t);
+	KN_FREE_ALL(t->pods, t);
 }
 
 size_t kn_sim_trace_n_pods(const struct kn_sim_trace *t)
@@ -574,13 +570,7 @@ static void autoscale(struct replay *r, int64_t now)
 		if (remove[i])
 			node_remove(r, i, now);
 	count_peak(r);
-	free(ap);
-	free(jobs);
-	free(reqs);
-	free(nodes);
-	free(remove);
-	free(add);
-	free(why);
+	KN_FREE_ALL(ap, jobs, reqs, nodes, remove, add, why);
 }
 
 /* The next time something happens after now (or at it, for nodes
@@ -745,17 +735,9 @@ int kn_sim_autoscale(const struct kn_sim_trace *t,
 	summarize(&r);
 	for (size_t p = 0; p < n_pools; p++)
 		free(r.waits[p]);
-	free(r.waits);
-	free(r.n_waits);
-	free(r.up);
-	free(r.asked);
-	free(r.queue);
-	free(r.never_fit);
+	KN_FREE_ALL(r.waits, r.n_waits, r.up, r.asked, r.queue, r.never_fit);
 	kn_heap_release(&r.running);
-	free(r.coming);
-	free(r.cluster.nodes);
-	free(r.info);
-	free(workload);
+	KN_FREE_ALL(r.coming, r.cluster.nodes, r.info, workload);
 	return 0;
 }
 

@@ -199,12 +199,8 @@ static int replay_init(struct replay *r, struct kn_sim *sim, double load,
 
 static void replay_release(struct replay *r)
 {
-	free(r->arrivals);
-	free(r->arrive);
-	free(r->state);
-	free(r->where);
-	free(r->queue);
-	free(r->waits);
+	KN_FREE_ALL(r->arrivals, r->arrive, r->state, r->where, r->queue,
+		    r->waits);
 	kn_heap_release(&r->events);
 }
 

@@ -109,8 +109,7 @@ static void node_list_release(struct node_list *l)
 {
 	for (size_t i = 0; i < 2 * l->n; i++)
 		free(l->strings[i]);
-	free(l->strings);
-	free(l->specs);
+	KN_FREE_ALL(l->strings, l->specs);
 }
 
 static int spec_order(const void *pa, const void *pb)
@@ -409,12 +408,9 @@ void kn_sim_free(struct kn_sim *sim)
 	if (!sim)
 		return;
 	for (size_t i = 0; i < sim->n_pods; i++) {
-		free(sim->pods[i].name);
-		free(sim->pods[i].gpu_spec);
+		KN_FREE_ALL(sim->pods[i].name, sim->pods[i].gpu_spec);
 	}
-	free(sim->pods);
-	free(sim->stream);
-	free(sim->order);
+	KN_FREE_ALL(sim->pods, sim->stream, sim->order);
 	kn_pack_free(sim->cluster);
 	free(sim);
 }

@@ -555,11 +555,8 @@ void kn_deployment_spec_free(struct kn_deployment_spec *spec)
 {
 	if (!spec)
 		return;
-	free(spec->model);
-	free(spec->readiness.path);
-	free(spec->liveness.path);
-	free(spec->fallback);
-	free(spec->preset);
+	KN_FREE_ALL(spec->model, spec->readiness.path, spec->liveness.path,
+		    spec->fallback, spec->preset);
 	revalidate_free(spec->revalidate);
 	/* The job part last: it is the allocation itself. */
 	kn_job_spec_free(&spec->job);

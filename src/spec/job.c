@@ -1095,8 +1095,7 @@ static void free_kvs(struct kn_kv *kvs, size_t n)
 	size_t i;
 
 	for (i = 0; i < n; i++) {
-		free(kvs[i].key);
-		free(kvs[i].value);
+		KN_FREE_ALL(kvs[i].key, kvs[i].value);
 	}
 	free(kvs);
 }
@@ -1128,25 +1127,19 @@ void kn_job_spec_free(struct kn_job_spec *spec)
 	free(spec->name);
 	spec_free_strv(spec->command, spec->n_command);
 	free_kvs(spec->env, spec->n_env);
-	free(spec->workdir);
-	free(spec->image);
+	KN_FREE_ALL(spec->workdir, spec->image);
 	for (i = 0; i < spec->n_inputs; i++) {
-		free(spec->inputs[i].text);
-		free(spec->inputs[i].name);
-		free(spec->inputs[i].url);
+		KN_FREE_ALL(spec->inputs[i].text, spec->inputs[i].name,
+			    spec->inputs[i].url);
 	}
-	free(spec->inputs);
-	free(spec->resources.mig_profile);
+	KN_FREE_ALL(spec->inputs, spec->resources.mig_profile);
 	spec_free_strv(spec->resources.gpu_models,
 		       spec->resources.n_gpu_models);
 	free(spec->checkpoint.store);
 	free_kvs(spec->placement.selector, spec->placement.n_selector);
 	for (i = 0; i < spec->placement.n_tolerations; i++) {
 		struct kn_toleration *t = &spec->placement.tolerations[i];
-		free(t->key);
-		free(t->operator_);
-		free(t->value);
-		free(t->effect);
+		KN_FREE_ALL(t->key, t->operator_, t->value, t->effect);
 	}
 	free(spec->placement.tolerations);
 	free_terms(spec->placement.required, spec->placement.n_required);

@@ -157,9 +157,7 @@ static int read_row(struct kn_model_presets *p, const struct kn_csv *csv,
 		rc = row_fail(err, csv->path, csv->line, "name",
 			      "appears twice", row.name);
 	if (rc < 0) {
-		free(row.name);
-		free(row.dtype);
-		free(row.gpu_model);
+		KN_FREE_ALL(row.name, row.dtype, row.gpu_model);
 		return rc;
 	}
 	p->rows = kn_xrealloc(p->rows, (p->n + 1) * sizeof(*p->rows));
@@ -220,12 +218,10 @@ void kn_model_presets_free(struct kn_model_presets *p)
 	if (!p)
 		return;
 	for (size_t i = 0; i < p->n; i++) {
-		free(p->rows[i].name);
-		free(p->rows[i].dtype);
-		free(p->rows[i].gpu_model);
+		KN_FREE_ALL(p->rows[i].name, p->rows[i].dtype,
+			    p->rows[i].gpu_model);
 	}
-	free(p->rows);
-	free(p);
+	KN_FREE_ALL(p->rows, p);
 }
 
 const struct kn_model_preset *

@@ -475,21 +475,17 @@ void kn_server_conf_release(struct kn_server_conf *conf)
 	for (size_t i = 0; i < conf->n_signers; i++) {
 		struct kn_signer_conf *s = &conf->signers[i];
 
-		free(s->name);
-		free(s->key_file);
+		KN_FREE_ALL(s->name, s->key_file);
 		spec_free_strv(s->roles, s->n_roles);
 		spec_free_strv(s->tokens, s->n_tokens);
 	}
 	for (size_t i = 0; i < conf->n_stores; i++) {
 		struct kn_store_conf *st = &conf->stores[i];
 
-		free(st->name);
-		free(st->url);
-		free(st->credential_env);
-		free(st->credential_file);
+		KN_FREE_ALL(st->name, st->url, st->credential_env,
+			    st->credential_file);
 	}
-	free(conf->signers);
-	free(conf->stores);
+	KN_FREE_ALL(conf->signers, conf->stores);
 	memset(conf, 0, sizeof(*conf));
 }
 

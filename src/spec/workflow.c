@@ -855,8 +855,7 @@ static int order_steps(struct walk *w, struct workflow_ctx *ctx)
 			       "needs", -1, "the steps' needs form a cycle: %s",
 			       b.data);
 		kn_buf_release(&b);
-		free(seen_at);
-		free(trail);
+		KN_FREE_ALL(seen_at, trail);
 	}
 	free(placed);
 	return rc;
@@ -1005,9 +1004,7 @@ int kn_workflow_spec_parse(const char *text, size_t len, const char *filename,
 
 static void requirements_release(struct kn_requirements *r)
 {
-	free(r->gpu_model);
-	free(r->driver_min);
-	free(r->cuda_min);
+	KN_FREE_ALL(r->gpu_model, r->driver_min, r->cuda_min);
 	spec_free_strv(r->commands, r->n_commands);
 	spec_free_strv(r->python_modules, r->n_python_modules);
 	free(r->scratch_path);
@@ -1023,31 +1020,23 @@ void kn_workflow_spec_free(struct kn_workflow_spec *spec)
 		free(st->name);
 		spec_free_strv(st->needs, st->n_needs);
 		for (size_t k = 0; k < st->n_when; k++) {
-			free(st->when[k].step);
-			free(st->when[k].metric);
-			free(st->when[k].outcome);
+			KN_FREE_ALL(st->when[k].step, st->when[k].metric,
+				    st->when[k].outcome);
 		}
 		free(st->when);
 		requirements_release(&st->requires);
 		for (size_t k = 0; k < st->n_inputs; k++) {
-			free(st->inputs[k].text);
-			free(st->inputs[k].step);
-			free(st->inputs[k].path);
+			KN_FREE_ALL(st->inputs[k].text, st->inputs[k].step,
+				    st->inputs[k].path);
 		}
-		free(st->inputs);
-		free(st->job_file);
+		KN_FREE_ALL(st->inputs, st->job_file);
 		kn_job_spec_free(st->job);
-		free(st->from);
-		free(st->model);
-		free(st->alias);
-		free(st->signer);
-		free(st->deployment);
+		KN_FREE_ALL(st->from, st->model, st->alias, st->signer,
+			    st->deployment);
 	}
 	free(spec->steps);
 	requirements_release(&spec->requires);
-	free(spec->order);
-	free(spec->name);
-	free(spec);
+	KN_FREE_ALL(spec->order, spec->name, spec);
 }
 
 const struct kn_workflow_step *kn_workflow_step_find(

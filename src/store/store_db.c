@@ -822,8 +822,7 @@ int store_write_named(struct kn_store *st, enum stmt_id id,
 	w.object = kn_asprintf("%s/%s", named->object_kind, shown);
 	w.missing = kn_asprintf("%s %s", named->missing, shown);
 	rc = store_write_keyed(st, id, keys, n_keys, &w, a, err);
-	free((char *)w.object);
-	free((char *)w.missing);
+	KN_FREE_ALL((char *)w.object, (char *)w.missing);
 	return rc;
 }
 

@@ -156,8 +156,7 @@ int kn_store_gateway_key_insert(struct kn_store *st,
 	w.conflict = kn_asprintf("a gateway key named %s already exists",
 				 k->name);
 	rc = store_write_row(st, STMT_GWKEY_INSERT, &row, &w, a, out_id, err);
-	free((char *)w.object);
-	free((char *)w.conflict);
+	KN_FREE_ALL((char *)w.object, (char *)w.conflict);
 	return rc;
 }
 

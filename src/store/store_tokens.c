@@ -52,8 +52,7 @@ int kn_store_token_insert(struct kn_store *st, const struct kn_token_row *t,
 	/* The only unique key on tokens is the active name. */
 	w.conflict = kn_asprintf("a token named %s already exists", t->name);
 	rc = store_write_row(st, STMT_TOKEN_INSERT, t, &w, a, out_id, err);
-	free((char *)w.object);
-	free((char *)w.conflict);
+	KN_FREE_ALL((char *)w.object, (char *)w.conflict);
 	return rc;
 }
 

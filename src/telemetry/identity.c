@@ -47,8 +47,7 @@ static void first_line(const char *root, const char *rel, char *buf,
 		text[strcspn(text, "\n")] = '\0';
 		kn_strlcpy(buf, text, len);
 	}
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 }
 
 static void uname_read(const char *root, struct uname_fields *u)

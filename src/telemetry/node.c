@@ -448,8 +448,7 @@ bad:
 	rc = kn_errorf(err, KN_EIO, NULL, "%s/proc/net/dev:%d: malformed line",
 		       root, lineno);
 out:
-	free(devs);
-	free(text);
+	KN_FREE_ALL(devs, text);
 	return rc;
 }
 
@@ -524,8 +523,7 @@ static int write_diskstats(const char *root, struct kn_buf *out,
 	}
 	rc = write_rows(out, fams, DISK_FIELDS, device_key, disks, n, err);
 out:
-	free(disks);
-	free(text);
+	KN_FREE_ALL(disks, text);
 	return rc;
 }
 
@@ -633,8 +631,7 @@ static int write_filesystems(const struct kn_node_options *opt,
 	}
 	rc = write_rows(out, fams, sizeof(fams) / sizeof(fams[0]), keys, fss, n,
 			err);
-	free(fss);
-	free(text);
+	KN_FREE_ALL(fss, text);
 	return rc;
 }
 
@@ -668,8 +665,7 @@ static void read_attr(const char *dir, const char *name, char *buf,
 		text[strcspn(text, "\n")] = '\0';
 		kn_strlcpy(buf, text, len);
 	}
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 }
 
 static int cmp_port(const void *a, const void *b)

@@ -192,8 +192,7 @@ void kn_nvml_close(struct kn_nvml *nv)
 		nv->api.shutdown();
 		dlclose(nv->lib);
 	}
-	free(nv->devices);
-	free(nv);
+	KN_FREE_ALL(nv->devices, nv);
 }
 
 int kn_nvml_open(struct kn_nvml **out, struct kn_error *err)

@@ -100,12 +100,8 @@ void kn_vmss_client_free(struct kn_vmss_client *c)
 {
 	if (!c)
 		return;
-	free(c->id);
-	free(c->arm_url);
-	free(c->imds_url);
-	free(c->login_url);
-	free(c->client_id);
-	free(c->tenant_id);
+	KN_FREE_ALL(c->id, c->arm_url, c->imds_url, c->login_url, c->client_id,
+		    c->tenant_id);
 	free_wiped(c->client_secret);
 	free_wiped(c->token);
 	free(c);
@@ -441,8 +437,7 @@ static int change(struct kn_vmss_client *c, const char *method,
 	if (rc == 0)
 		rc = wait_operation(c, &r, what, err);
 	kn_buf_release(&r.body);
-	free(body);
-	free(url);
+	KN_FREE_ALL(body, url);
 	return rc;
 }
 

@@ -28,8 +28,7 @@ static void test_build_tree(void **state)
 	path = kn_data_path("gpu-products.csv");
 	assert_string_equal(path, KN_TEST_DATA_DIR "/gpu-products.csv");
 	assert_int_equal(access(path, R_OK), 0);
-	free(path);
-	free(dir);
+	KN_FREE_ALL(path, dir);
 }
 
 static void test_env_overrides(void **state)

@@ -63,8 +63,7 @@ static void whole_buffer_through(int (*write_all)(int, const void *, size_t),
 	close(fds[0]);
 	assert_int_equal(d.len, BIG);
 	assert_memory_equal(d.got, data, BIG);
-	free(d.got);
-	free(data);
+	KN_FREE_ALL(d.got, data);
 }
 
 static void test_write_all_pipe(void **state)
@@ -118,8 +117,7 @@ static void test_full_nonblocking_pipe_is_eagain(void **state)
 	assert_memory_equal(got, data, (size_t)n);
 	close(fds[0]);
 	close(fds[1]);
-	free(got);
-	free(data);
+	KN_FREE_ALL(got, data);
 }
 
 static void test_closed_peer_is_epipe(void **state)

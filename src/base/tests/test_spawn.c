@@ -70,8 +70,7 @@ static void test_one_file_for_both_and_own_session(void **state)
 	assert_int_equal(run_sh(script, log, log, false, &rc), 0);
 	assert_int_equal(kn_read_file(log, 4096, &text, NULL), 0);
 	assert_string_equal(text, "out\nerr\n");
-	free(text);
-	free(log);
+	KN_FREE_ALL(text, log);
 }
 
 static void test_no_descriptor_is_inherited(void **state)
@@ -100,9 +99,7 @@ static void test_no_output_through_a_link(void **state)
 	assert_int_not_equal(rc, 0);
 	assert_int_equal(kn_read_file(secret, 64, &text, NULL), 0);
 	assert_string_equal(text, "key");
-	free(text);
-	free(link);
-	free(secret);
+	KN_FREE_ALL(text, link, secret);
 }
 
 KN_TEST_MAIN(setup, teardown,

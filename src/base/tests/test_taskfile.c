@@ -55,8 +55,7 @@ static int setup(void **state)
 	/* A link in a middle component: task/ckpt -> .. */
 	link = at("task/ckpt");
 	assert_int_equal(symlink(root, link), 0);
-	free(link);
-	free(secret);
+	KN_FREE_ALL(link, secret);
 	return 0;
 }
 
@@ -162,8 +161,7 @@ static void test_device_and_socket(void **state)
 	assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	expect_refused("sock.log", O_RDONLY, -EPERM, "sock.log is a socket");
 	close(s);
-	free(dev);
-	free(sock);
+	KN_FREE_ALL(dev, sock);
 }
 
 static void test_directories(void **state)
@@ -210,8 +208,7 @@ static void test_owner(void **state)
 		assert_int_equal(fd, -EPERM);
 		assert_non_null(strstr(err.message, "uid 4242"));
 	}
-	free(path);
-	free(dir);
+	KN_FREE_ALL(path, dir);
 }
 
 /* A link planted under a writer's temporary name is not written through. */
@@ -229,10 +226,7 @@ static void test_write_does_not_follow_a_planted_link(void **state)
 	free(text);
 	assert_int_equal(kn_read_file(path, 64, &text, NULL), 0);
 	assert_string_equal(text, "{}");
-	free(text);
-	free(tmp);
-	free(path);
-	free(secret);
+	KN_FREE_ALL(text, tmp, path, secret);
 }
 
 KN_TEST_MAIN(setup, teardown,

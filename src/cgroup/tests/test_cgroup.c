@@ -76,9 +76,7 @@ static int tree_remove(void **state)
 	struct tree *t = *state;
 
 	kn_rm_rf(t->root);
-	free(t->root);
-	free(t->self);
-	free(t);
+	KN_FREE_ALL(t->root, t->self, t);
 	return 0;
 }
 
@@ -183,8 +181,7 @@ static void test_v1_files(void **state)
 	assert_file(dev, "cgroup.procs", "4242\n");
 	free(dev);
 	kn_cgroup_free(cg);
-	free(node);
-	free(missing);
+	KN_FREE_ALL(node, missing);
 }
 
 /* Make DIR (and its parents) with an old modification time. */
@@ -532,8 +529,7 @@ static void device_case(const char *root, enum kn_cgroup_version v,
 		free(nodes[i]);
 	}
 	kn_rm_rf(dir);
-	free(dir);
-	free(parent);
+	KN_FREE_ALL(dir, parent);
 }
 
 static void test_real_v1(void **state)

@@ -167,9 +167,7 @@ static void put_random_file(struct kn_blob_store *s, const char *name)
 	assert_string_equal(sha, want);
 	assert_int_equal(size, 150000);
 	kn_rm_rf(dir);
-	free(dir);
-	free(src);
-	free(cmd);
+	KN_FREE_ALL(dir, src, cmd);
 }
 
 static void test_azure_blocks_retry(void **state)

@@ -420,8 +420,7 @@ static void test_file_store(void **state)
 		assert_non_null(local);
 		text = read_text(local);
 		assert_string_equal(text, "hello\n");
-		free(text);
-		free(local);
+		KN_FREE_ALL(text, local);
 		assert_null(kn_blob_local_path(s, "../escape"));
 	}
 
@@ -479,10 +478,7 @@ static void test_file_store(void **state)
 
 	kn_blob_store_free(s);
 	kn_rm_rf(dir);
-	free(dir);
-	free(root);
-	free(src);
-	free(dst);
+	KN_FREE_ALL(dir, root, src, dst);
 }
 
 /* A temporary at path, its mtime age_s in the past; locked: an open,
@@ -533,12 +529,7 @@ static void test_file_store_sweeps_dead_temps(void **state)
 	close(live_fd);
 	kn_blob_store_free(s);
 	kn_rm_rf(dir);
-	free(other);
-	free(fresh);
-	free(live);
-	free(dead);
-	free(root);
-	free(dir);
+	KN_FREE_ALL(other, fresh, live, dead, root, dir);
 }
 
 static void test_file_store_large(void **state)
@@ -566,11 +557,7 @@ static void test_file_store_large(void **state)
 	assert_string_equal(sha, want);
 	kn_blob_store_free(s);
 	kn_rm_rf(dir);
-	free(dir);
-	free(root);
-	free(src);
-	free(dst);
-	free(cmd);
+	KN_FREE_ALL(dir, root, src, dst, cmd);
 }
 
 /*
@@ -625,10 +612,7 @@ static void copy_fd_hashed_case(int out_flags, bool through_memory)
 	close(in);
 	close(out);
 	kn_rm_rf(dir);
-	free(dir);
-	free(src);
-	free(dst);
-	free(cmd);
+	KN_FREE_ALL(dir, src, dst, cmd);
 }
 
 static void test_copy_fd_hashed(void **state)
@@ -708,8 +692,7 @@ static void make_checkpoint(const char *parent, const char *name,
 	char *b = kn_asprintf("%s/%s/opt/state.bin", parent, name);
 	write_text(a, content);
 	write_text(b, "optimizer");
-	free(a);
-	free(b);
+	KN_FREE_ALL(a, b);
 }
 
 static void flip_byte(const char *path)
@@ -783,13 +766,10 @@ static void test_checkpoints(void **state)
 	path = kn_asprintf("%s/step-10/model.bin", restore);
 	text = read_text(path);
 	assert_string_equal(text, "ten");
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	path = kn_asprintf("%s/step-11.partial", restore);
 	assert_int_equal(access(path, F_OK), -1);
-	free(path);
-	free(name);
-	free(warnings);
+	KN_FREE_ALL(path, name, warnings);
 
 	/* retention: keep 2 complete; the cut-short newest stays, as it may
 	 * still be uploading */
@@ -838,8 +818,7 @@ static void test_checkpoints(void **state)
 	free(text);
 	text = kn_asprintf("%s/step-21/weights", local);
 	assert_int_equal(symlink(path, text), 0);
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 	path = kn_asprintf("%s/step-21", local);
 	assert_int_equal(kn_ckpt_upload(s, "7", path, NULL, NULL, &err), -EPERM);
 	assert_non_null(strstr(err.message, "weights is a symbolic link"));
@@ -853,15 +832,11 @@ static void test_checkpoints(void **state)
 	text = kn_asprintf("%s/step-10", local);
 	assert_int_equal(symlink(text, path), 0);
 	assert_int_equal(kn_ckpt_upload(s, "7", path, NULL, NULL, &err), -EPERM);
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 
 	kn_blob_store_free(s);
 	kn_rm_rf(dir);
-	free(dir);
-	free(root);
-	free(local);
-	free(restore);
+	KN_FREE_ALL(dir, root, local, restore);
 }
 
 /* The file store with its sync counted. */
@@ -907,9 +882,7 @@ static void test_prune_syncs_only_to_delete(void **state)
 	s->ops = file_ops;
 	kn_blob_store_free(s);
 	kn_rm_rf(dir);
-	free(dir);
-	free(root);
-	free(local);
+	KN_FREE_ALL(dir, root, local);
 }
 
 /* ---- watcher ---- */
@@ -963,11 +936,7 @@ static void test_watch(void **state)
 	assert_int_equal(kn_ckpt_watch_new("/nonexistent/kiln", 0, 0, &w, &err),
 			 -ENOENT);
 	kn_rm_rf(dir);
-	free(dir);
-	free(a_tmp);
-	free(a);
-	free(b);
-	free(pre);
+	KN_FREE_ALL(dir, a_tmp, a, b, pre);
 }
 
 /* The next file written ahead of a commit, after reading the events. */
@@ -984,8 +953,7 @@ static bool next_written(struct kn_ckpt_watch *w, const char *name,
 		return name == NULL;
 	match = name && strcmp(got_name, name) == 0 &&
 		strcmp(got_path, path) == 0;
-	free(got_name);
-	free(got_path);
+	KN_FREE_ALL(got_name, got_path);
 	return match;
 }
 
@@ -1110,13 +1078,7 @@ static void test_early_upload(void **state)
 	kn_ckpt_sent_free(sent);
 	kn_blob_store_free(s);
 	kn_rm_rf(dir);
-	free(dir);
-	free(ck);
-	free(root);
-	free(tmp);
-	free(final);
-	free(restore);
-	free(blob_model);
+	KN_FREE_ALL(dir, ck, root, tmp, final, restore, blob_model);
 }
 
 KN_TEST_MAIN(NULL, NULL,

@@ -161,9 +161,7 @@ static void test_credentials(void **state)
 	unlink(link);
 	unlink(file);
 	rmdir(dir);
-	free(link);
-	free(file);
-	free(dir);
+	KN_FREE_ALL(link, file, dir);
 }
 
 static void test_resolve(void **state)
@@ -227,13 +225,7 @@ static void test_resolve(void **state)
 	rmdir(root);
 	rmdir(out);
 	rmdir(dir);
-	free(link);
-	free(root);
-	free(out);
-	free(inside);
-	free(through);
-	free(outside);
-	free(dir);
+	KN_FREE_ALL(link, root, out, inside, through, outside, dir);
 }
 
 static void test_scopes_carry_no_secret(void **state)
@@ -404,9 +396,7 @@ static void test_credential_stays_with_its_store(void **state)
 	close(store.fd);
 	kn_stores_free(stores);
 	unsetenv("KILN_TEST_STORE_SAS");
-	free(nested);
-	free(store_url);
-	free(other_url);
+	KN_FREE_ALL(nested, store_url, other_url);
 }
 
 static void test_redirect_is_not_followed(void **state)
@@ -438,8 +428,7 @@ static void test_redirect_is_not_followed(void **state)
 	unsetenv("KILN_TEST_STORE_SAS");
 	close(store.fd);
 	close(elsewhere.fd);
-	free(reply);
-	free(store_url);
+	KN_FREE_ALL(reply, store_url);
 }
 
 KN_TEST_MAIN(NULL, NULL,

@@ -125,8 +125,7 @@ static void saved_loaded_and_replaced(void **state)
 	for (size_t i = 0; i < len; i++)
 		lines += text[i] == '\n';
 	assert_int_equal(lines, 4); /* two entries, two bad lines */
-	free(text);
-	free(path);
+	KN_FREE_ALL(text, path);
 }
 
 KN_TEST_MAIN(NULL, NULL,

@@ -348,8 +348,7 @@ static int by_hand_rank(struct kn_coll_comm *c, void *arg)
 	/* Ranks that disagree on the count all get an error. */
 	h->disagree[r] = kn_coll_all_reduce(c, send, recv, r ? 5 : 6,
 					    KN_COLL_INT32, KN_COLL_SUM, &err);
-	free(send);
-	free(recv);
+	KN_FREE_ALL(send, recv);
 	return 0;
 }
 

@@ -469,8 +469,7 @@ static void test_shim_rotates_log(void **state)
 		assert_int_equal(kn_log_times_since(lt, 0), 0);
 		assert_true(kn_log_times_since(lt, 0) < lb.st_size);
 		kn_log_times_free(lt);
-		free(p);
-		free(log_path);
+		KN_FREE_ALL(p, log_path);
 	}
 	p = kn_asprintf("%s/" KN_LOG_TIMES_FILE ".3", dir);
 	assert_int_equal(stat(p, &sb), -1);
@@ -538,8 +537,7 @@ static void test_log_times_lookup(void **state)
 		assert_int_equal(kn_log_times_at(lt, 3 * i + 1), 5000 + i);
 	assert_int_equal(kn_log_times_since(lt, 5700), 2100);
 	kn_log_times_free(lt);
-	free(many);
-	free(path);
+	KN_FREE_ALL(many, path);
 	kn_rm_rf(dir);
 	free(dir);
 }
@@ -635,8 +633,7 @@ static void shim_refuses(const char *key, json_t *value, int code,
 			       reason));
 	assert_int_equal(access(marker, F_OK), -1);
 	json_decref(st);
-	free(script);
-	free(marker);
+	KN_FREE_ALL(script, marker);
 	kn_rm_rf(dir);
 	free(dir);
 }
@@ -735,8 +732,7 @@ static void test_shim_child_refused_by_cgroup(void **state)
 			       "cannot set limits"));
 	assert_int_equal(access(marker, F_OK), -1);
 	json_decref(st);
-	free(script);
-	free(marker);
+	KN_FREE_ALL(script, marker);
 	kn_rm_rf(root);
 	free(root);
 }
@@ -781,8 +777,7 @@ static void test_shim_oom_reason(void **state)
 		rmdir(mem);
 		free(mem);
 	}
-	free(log);
-	free(parent);
+	KN_FREE_ALL(log, parent);
 }
 
 static void test_shim_timeout_signal_and_usr1(void **state)

@@ -523,8 +523,7 @@ static void test_yaml_long_and_control(void **state)
 		"---\nlong: \"%s\"\nctl: \"tab\\there\\x01\\\"q\\\"\"\n",
 		long_text);
 	assert_string_equal(text, want);
-	free(want);
-	free(text);
+	KN_FREE_ALL(want, text);
 	json_decref(docs);
 }
 

@@ -108,13 +108,7 @@ static void test_self_signed_loads_and_keeps_its_ca(void **state)
 	assert_int_equal(kn_tls_reload(t, &err), 0);
 	assert_false(kn_tls_files_changed(t));
 	kn_tls_free(t);
-	free(first);
-	free(again);
-	free(ca);
-	free(key);
-	free(cert);
-	free(skey);
-	free(tls);
+	KN_FREE_ALL(first, again, ca, key, cert, skey, tls);
 	remove_dir(dir);
 	free(dir);
 }
@@ -155,11 +149,7 @@ static void test_errors_name_the_setting(void **state)
 	assert_int_equal(kn_tls_reload(t, &err), -EINVAL);
 	assert_string_equal(err.field, "tls-key");
 	kn_tls_free(t);
-	free(cert);
-	free(key);
-	free(other_key);
-	free(a);
-	free(b);
+	KN_FREE_ALL(cert, key, other_key, a, b);
 	remove_dir(dir);
 	free(dir);
 }

@@ -136,8 +136,7 @@ static void test_canonical_manifest(void **state)
 	assert_int_equal(back.n, 2);
 	assert_string_equal(back.items[1].sha256, HELLO_SHA);
 	kn_model_files_release(&back);
-	free(again);
-	free(text);
+	KN_FREE_ALL(again, text);
 	json_decref(parsed);
 	json_decref(m);
 	kn_model_files_release(&f);
@@ -199,8 +198,7 @@ static void test_sign_verify(void **state)
 		assert_int_equal(kn_model_trust_check("m@1", "{}", &s, 1, &err),
 				 -EPERM);
 		assert_non_null(strstr(err.message, "does not verify"));
-		free(pub_b64);
-		free(sig_b64);
+		KN_FREE_ALL(pub_b64, sig_b64);
 	}
 	b64 = kn_base64_encode(sig, sizeof(sig));
 	assert_int_equal(strlen(b64), 88);
@@ -234,9 +232,7 @@ static void test_sign_verify(void **state)
 	assert_int_equal(kn_model_keyring_load(trusted, &ring, &err), -EINVAL);
 	assert_non_null(strstr(err.message, "bad.pub"));
 
-	free(trusted);
-	free(key);
-	free(pub_path);
+	KN_FREE_ALL(trusted, key, pub_path);
 	kn_rm_rf(dir);
 	free(dir);
 }

@@ -472,8 +472,7 @@ static void procs_case(bool as_nobody)
 	assert_true(procs < 10);
 	unlink(done);
 	rmdir(dir);
-	free(done);
-	free(script);
+	KN_FREE_ALL(done, script);
 }
 
 

@@ -164,8 +164,7 @@ static void test_encode(void **state)
 	assert_int_equal(out[0], 0x88);
 	assert_int_equal(out[6] ^ MASK[0], 0x03);
 	assert_int_equal(out[7] ^ MASK[1], 0xe8);
-	free(payload);
-	free(out);
+	KN_FREE_ALL(payload, out);
 }
 
 /* Feeds data whole, then byte by byte: the same messages either way. */
