@@ -288,10 +288,7 @@ int models_version_create(struct server *s, const struct caller *c,
 			     "ok", detail);
 		rc = kn_store_model_version_insert(core_store(s), &v, &a, err);
 	}
-	if (rc == 0)
-		rc = kn_store_commit(core_store(s), err);
-	else
-		kn_store_rollback(core_store(s));
+	rc = core_store_end(core_store(s), rc, err);
 	if (rc < 0)
 		goto out;
 

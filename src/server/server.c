@@ -618,6 +618,15 @@ struct kn_store *core_store(struct server *s)
 	return s->store;
 }
 
+int core_store_end(struct kn_store *st, int rc, struct kn_error *err)
+{
+	if (rc != 0) {
+		kn_store_rollback(st);
+		return rc;
+	}
+	return kn_store_commit(st, err);
+}
+
 struct kn_loop *core_loop(struct server *s)
 {
 	return s->loop;
