@@ -750,6 +750,8 @@ static int part_check(struct server *s, const struct caller *c,
 		      struct upload *u, int64_t offset, size_t len,
 		      int64_t size, struct kn_error *err)
 {
+	int64_t end = offset + (int64_t)len;
+
 	if (u->size != size)
 		return kn_errorf(err, KN_ECONFLICT, "size",
 				 u->size < 0 ? "upload %s of %s is sent in "
@@ -758,27 +760,25 @@ static int part_check(struct server *s, const struct caller *c,
 					       "bytes, not %lld",
 				 u->id, upload_label(u), (long long)u->size,
 				 (long long)size);
-	switch (model_ranges_fit(&u->got, offset, offset + (int64_t)len)) {
+	switch (model_ranges_fit(&u->got, offset, end)) {
 	case MODEL_RANGE_OVERLAP:
 		return kn_errorf(err, KN_ECONFLICT, "offset",
 				 "bytes %lld-%lld of %s overlap bytes the "
 				 "upload holds; ask what it holds (GET with "
 				 "upload=%s) and send the rest",
-				 (long long)offset,
-				 (long long)(offset + (int64_t)len),
+				 (long long)offset, (long long)end,
 				 upload_label(u), u->id);
 	case MODEL_RANGE_HELD:
 		return 1;
 	case MODEL_RANGE_NEW:
 		break;
 	}
-	if (offset + (int64_t)len - u->hashed > MODEL_AHEAD_MAX)
+	if (end - u->hashed > MODEL_AHEAD_MAX)
 		return kn_errorf(err, KN_ECONFLICT, "offset",
 				 "bytes %lld-%lld of %s are more than %lld "
 				 "bytes past the %lld held from the start: "
 				 "send the parts before them first",
-				 (long long)offset,
-				 (long long)(offset + (int64_t)len),
+				 (long long)offset, (long long)end,
 				 upload_label(u), (long long)MODEL_AHEAD_MAX,
 				 (long long)u->hashed);
 	if (u->got.n >= MODEL_RANGES_MAX)
