@@ -133,6 +133,15 @@ static void running_checkpoints(struct server *s, int64_t job_id,
 	}
 }
 
+static json_t *output_json(const void *row)
+{
+	const struct kn_output_row *out = row;
+
+	return json_pack("{s:s, s:I, s:s, s:s}", "name", out->name, "size",
+			 (json_int_t)out->size, "sha256", out->sha256, "url",
+			 out->url);
+}
+
 static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 			       struct kn_error *err)
 {
@@ -223,14 +232,8 @@ static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 					    json_array_get(list, i));
 	}
 	json_object_set_new(o, "attempts_detail", list);
-	list = json_array();
-	for (size_t i = 0; i < nout; i++)
-		json_array_append_new(
-			list, json_pack("{s:s, s:I, s:s, s:s}", "name",
-					outs[i].name, "size",
-					(json_int_t)outs[i].size, "sha256",
-					outs[i].sha256, "url", outs[i].url));
-	json_object_set_new(o, "outputs", list);
+	json_object_set_new(o, "outputs",
+			    rows_json(outs, nout, sizeof(*outs), output_json));
 	/* A job spec's inputs: with their digests once fetched. */
 	if ((list = jobs_inputs_json(s, j->id, j->spec_json)))
 		json_object_set_new(o, "inputs", list);
@@ -240,8 +243,10 @@ static json_t *job_detail_json(struct server *s, const struct kn_job_row *j,
 	return o;
 }
 
-static json_t *token_json(const struct kn_token_row *t)
+static json_t *token_json(const void *row)
 {
+	const struct kn_token_row *t = row;
+
 	return json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:I}", "id",
 			 (json_int_t)t->id, "name", t->name, "role", t->role,
 			 "created_by", t->created_by ? t->created_by : "",
@@ -754,6 +759,18 @@ static void h_nodes(struct server *s, struct kn_http_req *req,
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "nodes", list));
 }
 
+static json_t *audit_json(const void *row)
+{
+	const struct kn_audit *a = row;
+
+	return json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:s, s:o, s:o}",
+			 "id", (json_int_t)a->id, "time_ms",
+			 (json_int_t)a->time_ms, "actor", a->actor, "role",
+			 a->role, "action", a->action, "object", a->object,
+			 "outcome", a->outcome, "detail",
+			 str_or_null(a->detail), "hash", str_or_null(a->hash));
+}
+
 static void h_audit(struct server *s, struct kn_http_req *req,
 		    const struct caller *c, const char *param)
 {
@@ -784,18 +801,7 @@ static void h_audit(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	list = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(
-			list,
-			json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:s, s:o, s:o}",
-				  "id", (json_int_t)rows[i].id, "time_ms",
-				  (json_int_t)rows[i].time_ms, "actor",
-				  rows[i].actor, "role", rows[i].role, "action",
-				  rows[i].action, "object", rows[i].object,
-				  "outcome", rows[i].outcome, "detail",
-				  str_or_null(rows[i].detail), "hash",
-				  str_or_null(rows[i].hash)));
+	list = rows_json(rows, n, sizeof(*rows), audit_json);
 	kn_audit_list_free(rows, n);
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "audit", list));
 }
@@ -814,9 +820,7 @@ static void h_token_list(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	list = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(list, token_json(&rows[i]));
+	list = rows_json(rows, n, sizeof(*rows), token_json);
 	kn_token_list_free(rows, n);
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "tokens", list));
 }
@@ -900,6 +904,23 @@ static void h_token_revoke(struct server *s, struct kn_http_req *req,
 #define ALERTS_RECENT_MS (24 * 60 * 60 * 1000LL)
 #define ALERTS_LIST_MAX 1000
 
+static json_t *alert_json(const void *row)
+{
+	const struct kn_alert_row *a = row;
+	json_t *labels = json_loads(a->labels_json, 0, NULL);
+
+	return json_pack("{s:I, s:s, s:s, s:s, s:s, s:o, s:s, s:f, s:I, s:I, "
+			 "s:I}",
+			 "id", (json_int_t)a->id, "rule", a->rule, "severity",
+			 a->severity, "state", a->state, "fingerprint",
+			 a->fingerprint, "labels",
+			 labels ? labels : json_object(), "summary",
+			 a->summary, "value", a->value, "active_at_ms",
+			 (json_int_t)a->active_at, "fired_at_ms",
+			 (json_int_t)a->fired_at, "resolved_at_ms",
+			 (json_int_t)a->resolved_at);
+}
+
 static void h_alerts(struct server *s, struct kn_http_req *req,
 		     const struct caller *c, const char *param)
 {
@@ -920,23 +941,7 @@ static void h_alerts(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	list = json_array();
-	for (size_t i = 0; i < n; i++) {
-		const struct kn_alert_row *a = &rows[i];
-		json_t *labels = json_loads(a->labels_json, 0, NULL);
-		json_array_append_new(
-			list,
-			json_pack("{s:I, s:s, s:s, s:s, s:s, s:o, s:s, s:f, s:I, "
-				  "s:I, s:I}",
-				  "id", (json_int_t)a->id, "rule", a->rule,
-				  "severity", a->severity, "state", a->state,
-				  "fingerprint", a->fingerprint, "labels",
-				  labels ? labels : json_object(), "summary",
-				  a->summary, "value", a->value, "active_at_ms",
-				  (json_int_t)a->active_at, "fired_at_ms",
-				  (json_int_t)a->fired_at, "resolved_at_ms",
-				  (json_int_t)a->resolved_at));
-	}
+	list = rows_json(rows, n, sizeof(*rows), alert_json);
 	kn_alert_list_free(rows, n);
 	kn_http_reply_json(req, 200,
 			   json_pack("{s:o, s:b}", "alerts", list, "enabled",

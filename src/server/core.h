@@ -132,6 +132,13 @@ void fair_release(struct server *s);
  * layout of struct server.
  */
 struct kn_store *core_store(struct server *s);
+/*
+ * End the transaction kn_store_begin opened on st: commit it when rc is
+ * 0, else roll it back. Returns rc, or the commit's error; a failed
+ * commit has rolled back already (a second rollback would undo the
+ * transaction a savepoint is in).
+ */
+int core_store_end(struct kn_store *st, int rc, struct kn_error *err);
 struct kn_loop *core_loop(struct server *s);
 /* The executor the server runs tasks with (exec.h). */
 struct kn_executor *core_executor(struct server *s);

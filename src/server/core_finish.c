@@ -436,11 +436,9 @@ void settle(struct server *s, struct run **changed, size_t n)
 			done[nd++] = r;
 		}
 	}
-	if (rc == 0)
-		rc = kn_store_commit(s->store, &err);
+	rc = core_store_end(s->store, rc, &err);
 	if (rc < 0) {
 		/* Nothing is lost: the next poll finds the same exits again. */
-		kn_store_rollback(s->store);
 		settle_failed(changed, n, &err);
 		KN_FREE_ALL(done, requeue);
 		return;

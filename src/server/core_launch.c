@@ -325,10 +325,8 @@ void record_inputs(struct server *s, struct run *r,
 		row.recorded_at = kn_now_ms();
 		rc = kn_store_job_input_put(s->store, &row, &err);
 	}
-	if (rc == 0)
-		rc = kn_store_commit(s->store, &err);
+	rc = core_store_end(s->store, rc, &err);
 	if (rc < 0) {
-		kn_store_rollback(s->store);
 		kn_log(KN_LOG_ERROR, "job %lld: recording its inputs: %s",
 		       (long long)r->job_id, err.message);
 		r->inputs_recorded = false; /* the next poll tries again */

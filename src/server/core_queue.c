@@ -806,10 +806,8 @@ static int bind_placed(struct server *s, struct placed *pl, size_t n,
 		pl[i].attempt = j.attempts;
 		kn_job_row_release(&j);
 	}
-	if (rc == 0)
-		rc = kn_store_commit(s->store, &err);
+	rc = core_store_end(s->store, rc, &err);
 	if (rc < 0) {
-		kn_store_rollback(s->store);
 		kn_log(KN_LOG_ERROR, "binding jobs failed: %s", err.message);
 		for (size_t i = 0; i < n; i++)
 			kn_sched_release(&s->cluster, &pl[i].sr.req,

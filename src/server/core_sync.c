@@ -463,10 +463,7 @@ static void outputs_done(void *arg, bool ran)
 			rc = kn_store_output_put(s->store, &o, &err);
 			free(url);
 		}
-		if (rc == 0)
-			rc = kn_store_commit(s->store, &err);
-		if (rc < 0)
-			kn_store_rollback(s->store);
+		rc = core_store_end(s->store, rc, &err);
 		if (rc < 0 && err.code == KN_ENOSPACE) {
 			outputs_wait_for_space(r, &err, "store");
 			goto out;

@@ -89,11 +89,7 @@ static int cost_start(struct server *core, struct kn_error *err)
 		rc = kn_store_node_state_open(cs->store, core_node_name(core, i),
 					      core_node_state(core, i), now,
 					      err);
-	if (rc == 0)
-		rc = kn_store_commit(cs->store, err);
-	else
-		kn_store_rollback(cs->store);
-	return rc;
+	return core_store_end(cs->store, rc, err);
 }
 
 /* Close the open state intervals (a clean stop) and free the catalog. */

@@ -36,6 +36,12 @@ static json_t *key_json(const struct kn_gateway_key_row *k, bool with_hash)
 	return o;
 }
 
+/* A key as its list shows it: who made it, not its hash. */
+static json_t *key_listed_json(const void *row)
+{
+	return key_json(row, false);
+}
+
 /* body[field]: absent = 0, else an integer 0..KEY_LIMIT_MAX. */
 static int limit_field(json_t *body, const char *field, int64_t *out,
 		       struct kn_error *err)
@@ -147,9 +153,7 @@ void deploy_h_key_list(struct server *s, struct kn_http_req *req,
 		kn_http_reply_error(req, &err);
 		return;
 	}
-	list = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(list, key_json(&rows[i], false));
+	list = rows_json(rows, n, sizeof(*rows), key_listed_json);
 	kn_gateway_key_list_free(rows, n);
 	kn_http_reply_json(req, 200, json_pack("{s:o}", "keys", list));
 }

@@ -288,10 +288,7 @@ int models_version_create(struct server *s, const struct caller *c,
 			     "ok", detail);
 		rc = kn_store_model_version_insert(core_store(s), &v, &a, err);
 	}
-	if (rc == 0)
-		rc = kn_store_commit(core_store(s), err);
-	else
-		kn_store_rollback(core_store(s));
+	rc = core_store_end(core_store(s), rc, err);
 	if (rc < 0)
 		goto out;
 
@@ -1149,38 +1146,37 @@ out:
 
 /* ---- evaluations (re-validation's results per version) ---- */
 
+static json_t *evaluation_json(const void *row)
+{
+	const struct kn_evaluation_row *e = row;
+
+	return json_pack("{s:I, s:s, s:I, s:o, s:s, s:o, s:o, s:I}", "id",
+			 (json_int_t)e->id, "alias", e->alias, "version",
+			 (json_int_t)e->version, "job",
+			 e->job_id ? json_integer(e->job_id) : json_null(),
+			 "outcome", e->outcome, "metrics",
+			 e->metrics_json ? json_loads(e->metrics_json, 0, NULL)
+					 : json_null(),
+			 "detail", e->detail ? json_string(e->detail)
+					     : json_null(),
+			 "time_ms", (json_int_t)e->time_ms);
+}
+
 json_t *models_evaluations_json(struct server *s, const char *name,
 				int64_t version)
 {
 	struct kn_evaluation_row *rows = NULL;
 	struct kn_error err;
-	json_t *list = json_array();
+	json_t *list;
 	size_t n = 0;
 
 	if (kn_store_evaluation_list(core_store(s), name, version, &rows, &n,
 				     &err) < 0) {
 		kn_log(KN_LOG_ERROR, "model %s@%lld: %s", name,
 		       (long long)version, err.message);
-		return list;
+		return json_array();
 	}
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(
-			list,
-			json_pack("{s:I, s:s, s:I, s:o, s:s, s:o, s:o, s:I}",
-				  "id", (json_int_t)rows[i].id, "alias",
-				  rows[i].alias, "version",
-				  (json_int_t)rows[i].version, "job",
-				  rows[i].job_id ? json_integer(rows[i].job_id)
-						 : json_null(),
-				  "outcome", rows[i].outcome, "metrics",
-				  rows[i].metrics_json
-					  ? json_loads(rows[i].metrics_json, 0,
-						       NULL)
-					  : json_null(),
-				  "detail",
-				  rows[i].detail ? json_string(rows[i].detail)
-						 : json_null(),
-				  "time_ms", (json_int_t)rows[i].time_ms));
+	list = rows_json(rows, n, sizeof(*rows), evaluation_json);
 	kn_evaluation_list_free(rows, n);
 	return list;
 }

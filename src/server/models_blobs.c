@@ -48,6 +48,12 @@
 
 #include "ckpt/ckpt.h"
 
+/* Parts waiting their turn, in order: tail is the link the next one
+   goes in (&head when none waits). */
+struct part_line {
+	struct part_job *head, **tail;
+};
+
 struct upload {
 	char digest[KN_SHA256_HEX + 1];
 	char id[MODEL_UPLOAD_ID_MAX + 1]; /* the client's name for this upload */
@@ -65,7 +71,7 @@ struct upload {
 	/* Sized: the part a worker writes now (it alone touches fd, ctx
 	   and hashed meanwhile), and those that came since, in order. */
 	struct part_job *writing;
-	struct part_job *queued, **queued_tail;
+	struct part_line queued;
 	bool dropped;        /* out of the list: freed when writing ends */
 	/* The relay (sized uploads): the store the parts go on to, and the
 	   offsets of the blocks it holds; NULL when the store takes no
@@ -78,7 +84,7 @@ struct upload {
 	int64_t *blocks;
 	size_t n_blocks, blocks_cap;
 	struct part_job *relaying;
-	struct part_job *relay_queued, **relay_tail;
+	struct part_line relay_queued;
 	struct upload *next;
 };
 
@@ -106,6 +112,24 @@ static void part_free(struct part_job *j)
 	KN_FREE_ALL(j->body, j);
 }
 
+static void line_push(struct part_line *line, struct part_job *j)
+{
+	*line->tail = j;
+	line->tail = &j->next;
+}
+
+/* The first part of a line that has one, out of it. */
+static struct part_job *line_pop(struct part_line *line)
+{
+	struct part_job *j = line->head;
+
+	line->head = j->next;
+	if (!line->head)
+		line->tail = &line->head;
+	j->next = NULL;
+	return j;
+}
+
 static void part_fail(struct part_job *j, struct kn_error *err)
 {
 	models_fail(j->s, j->req, &j->caller, "model.blob.put", j->object,
@@ -124,15 +148,14 @@ static const char *upload_label(const struct upload *u)
    and the parts waiting their turn are refused. */
 static void upload_detach(struct model_state *m, struct upload *u)
 {
+	struct part_line *lines[] = {&u->queued, &u->relay_queued};
 	struct kn_error err;
 
 	KN_LIST_UNLINK(&m->uploads, u);
-	for (struct part_job **line = &u->queued; line;
-	     line = line == &u->queued ? &u->relay_queued : NULL) {
-		while (*line) {
-			struct part_job *j = *line;
+	for (size_t i = 0; i < KN_LEN(lines); i++) {
+		while (lines[i]->head) {
+			struct part_job *j = line_pop(lines[i]);
 
-			*line = j->next;
 			kn_errorf(&err, KN_ECONFLICT, "upload",
 				  "upload %s of %s ended (stored, dropped or "
 				  "started again) while this part waited; ask "
@@ -141,8 +164,6 @@ static void upload_detach(struct model_state *m, struct upload *u)
 			part_fail(j, &err);
 		}
 	}
-	u->queued_tail = &u->queued;
-	u->relay_tail = &u->relay_queued;
 }
 
 static void upload_release(struct upload *u)
@@ -508,8 +529,8 @@ static int upload_begin(struct server *s, const char *digest,
 	u->size = -1;
 	u->write_early = !strncmp(core_blob_url(s), "file://", 7);
 	u->touched_ms = now;
-	u->queued_tail = &u->queued;
-	u->relay_tail = &u->relay_queued;
+	u->queued.tail = &u->queued.head;
+	u->relay_queued.tail = &u->relay_queued.head;
 	u->next = m->uploads;
 	m->uploads = u;
 	if (u->fd < 0 || EVP_DigestInit_ex(u->ctx, EVP_sha256(), NULL) != 1) {
@@ -729,6 +750,8 @@ static int part_check(struct server *s, const struct caller *c,
 		      struct upload *u, int64_t offset, size_t len,
 		      int64_t size, struct kn_error *err)
 {
+	int64_t end = offset + (int64_t)len;
+
 	if (u->size != size)
 		return kn_errorf(err, KN_ECONFLICT, "size",
 				 u->size < 0 ? "upload %s of %s is sent in "
@@ -737,27 +760,25 @@ static int part_check(struct server *s, const struct caller *c,
 					       "bytes, not %lld",
 				 u->id, upload_label(u), (long long)u->size,
 				 (long long)size);
-	switch (model_ranges_fit(&u->got, offset, offset + (int64_t)len)) {
+	switch (model_ranges_fit(&u->got, offset, end)) {
 	case MODEL_RANGE_OVERLAP:
 		return kn_errorf(err, KN_ECONFLICT, "offset",
 				 "bytes %lld-%lld of %s overlap bytes the "
 				 "upload holds; ask what it holds (GET with "
 				 "upload=%s) and send the rest",
-				 (long long)offset,
-				 (long long)(offset + (int64_t)len),
+				 (long long)offset, (long long)end,
 				 upload_label(u), u->id);
 	case MODEL_RANGE_HELD:
 		return 1;
 	case MODEL_RANGE_NEW:
 		break;
 	}
-	if (offset + (int64_t)len - u->hashed > MODEL_AHEAD_MAX)
+	if (end - u->hashed > MODEL_AHEAD_MAX)
 		return kn_errorf(err, KN_ECONFLICT, "offset",
 				 "bytes %lld-%lld of %s are more than %lld "
 				 "bytes past the %lld held from the start: "
 				 "send the parts before them first",
-				 (long long)offset,
-				 (long long)(offset + (int64_t)len),
+				 (long long)offset, (long long)end,
 				 upload_label(u), (long long)MODEL_AHEAD_MAX,
 				 (long long)u->hashed);
 	if (u->got.n >= MODEL_RANGES_MAX)
@@ -778,7 +799,7 @@ static int part_check(struct server *s, const struct caller *c,
  */
 static void parts_answer_held(struct upload *u)
 {
-	struct part_job **p = &u->queued;
+	struct part_job **p = &u->queued.head;
 
 	while (*p) {
 		struct part_job *j = *p;
@@ -802,7 +823,7 @@ static void parts_answer_held(struct upload *u)
 		kn_http_reply_json(j->req, 200, part_answer(u));
 		part_free(j);
 	}
-	u->queued_tail = p;
+	u->queued.tail = p;
 }
 
 /* On a worker: the part written where it belongs, then hashed on. */
@@ -852,8 +873,9 @@ static bool part_finish(struct part_job *j)
 	/* One named at its commit waits for it, whole; the part that
 	   completes one named by its digest stores it once no other part
 	   is written or relayed. */
-	if (j->size >= 0 && (u->offset < u->size || !u->digest[0] ||
-			     u->writing || u->relaying || u->relay_queued)) {
+	if (j->size >= 0 &&
+	    (u->offset < u->size || !u->digest[0] || u->writing ||
+	     u->relaying || u->relay_queued.head)) {
 		kn_http_reply_json(j->req, 200, part_answer(u));
 		part_free(j);
 		return true;
@@ -908,8 +930,7 @@ static void part_done(void *arg, bool ran)
 		return;
 	}
 	if (u->relay && !core_closing(s)) {
-		*u->relay_tail = j;
-		u->relay_tail = &j->next;
+		line_push(&u->relay_queued, j);
 		if (relays_run(u))
 			parts_run(u);
 		return;
@@ -963,13 +984,9 @@ static void relay_done(void *arg, bool ran)
    ended, each answered as written. False when the upload is over. */
 static bool relays_run(struct upload *u)
 {
-	while (!u->relaying && u->relay_queued) {
-		struct part_job *j = u->relay_queued;
+	while (!u->relaying && u->relay_queued.head) {
+		struct part_job *j = line_pop(&u->relay_queued);
 
-		u->relay_queued = j->next;
-		if (!u->relay_queued)
-			u->relay_tail = &u->relay_queued;
-		j->next = NULL;
 		if (!u->relay) {
 			if (!part_finish(j))
 				return false;
@@ -1069,13 +1086,9 @@ static bool part_start_in_order(struct part_job *j)
 /* The parts waiting their turn, in order, until one is being written. */
 static void parts_run(struct upload *u)
 {
-	while (!u->writing && u->queued) {
-		struct part_job *j = u->queued;
+	while (!u->writing && u->queued.head) {
+		struct part_job *j = line_pop(&u->queued);
 
-		u->queued = j->next;
-		if (!u->queued)
-			u->queued_tail = &u->queued;
-		j->next = NULL;
 		if (!part_start(j))
 			return;
 	}
@@ -1098,8 +1111,7 @@ static void part_queue(struct server *s, struct kn_http_req *req,
 	j->size = size;
 	j->final = final;
 	kn_http_body(req, &j->len);
-	*u->queued_tail = j;
-	u->queued_tail = &j->next;
+	line_push(&u->queued, j);
 	parts_run(u);
 }
 
@@ -1363,7 +1375,8 @@ void models_h_upload_commit(struct server *s,
 			  param);
 		goto fail;
 	}
-	if (u->writing || u->queued || u->relaying || u->relay_queued) {
+	if (u->writing || u->queued.head || u->relaying ||
+	    u->relay_queued.head) {
 		kn_errorf(&err, KN_ECONFLICT, "upload",
 			  "upload %s still has parts being written: commit "
 			  "once every part is answered", param);

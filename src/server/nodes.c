@@ -161,11 +161,7 @@ static int node_added_save(struct server *s, size_t n, struct kn_error *err)
 		rc = kn_store_node_state_open(s->store, s->nodes[n].name,
 					      s->nodes[n].state, kn_now_ms(),
 					      err);
-	if (rc == 0)
-		rc = kn_store_commit(s->store, err);
-	else
-		kn_store_rollback(s->store);
-	return rc;
+	return core_store_end(s->store, rc, err);
 }
 
 int core_node_add(struct server *s, const struct node_new *nn,
@@ -215,10 +211,8 @@ int core_node_remove(struct server *s, size_t i, struct kn_error *err)
 		rc = nodes_save(s, i, err);
 	if (rc == 0)
 		rc = kn_store_node_state_close(s->store, name, kn_now_ms(), err);
-	if (rc == 0)
-		rc = kn_store_commit(s->store, err);
+	rc = core_store_end(s->store, rc, err);
 	if (rc < 0) {
-		kn_store_rollback(s->store);
 		kn_strlcpy(node->state, "ready", sizeof(node->state));
 		node->reason[0] = '\0';
 		return rc;
@@ -313,10 +307,8 @@ int nodes_set_state(struct server *s, const struct caller *c,
 		}
 		rc = kn_store_audit_insert(s->store, &a, err);
 	}
-	if (rc == 0)
-		rc = kn_store_commit(s->store, err);
+	rc = core_store_end(s->store, rc, err);
 	if (rc < 0) {
-		kn_store_rollback(s->store);
 		memcpy(node->state, prev_state, sizeof(prev_state));
 		memcpy(node->reason, prev_reason, sizeof(prev_reason));
 		sn->schedulable = strcmp(prev_state, "ready") == 0;

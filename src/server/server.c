@@ -423,6 +423,17 @@ void route_reply(struct kn_http_req *req, int status, json_t *o,
 		kn_http_reply_error(req, err);
 }
 
+json_t *rows_json(const void *rows, size_t n, size_t size,
+		  row_json_fn *row_json)
+{
+	json_t *list = json_array();
+
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(list,
+				      row_json((const char *)rows + i * size));
+	return list;
+}
+
 /* Register every service's job hooks, in table order. */
 static void services_hook(struct server *s)
 {
@@ -616,6 +627,15 @@ static int policy_choose(struct server *s, struct kn_error *err)
 struct kn_store *core_store(struct server *s)
 {
 	return s->store;
+}
+
+int core_store_end(struct kn_store *st, int rc, struct kn_error *err)
+{
+	if (rc != 0) {
+		kn_store_rollback(st);
+		return rc;
+	}
+	return kn_store_commit(st, err);
 }
 
 struct kn_loop *core_loop(struct server *s)

@@ -51,6 +51,11 @@ bool route_id_or_reply(struct kn_http_req *req, const char *param,
 /* Answer o (taken) with status, or err when o is NULL. */
 void route_reply(struct kn_http_req *req, int status, json_t *o,
 		 const struct kn_error *err);
+/* One row of a store list as JSON, for rows_json. */
+typedef json_t *row_json_fn(const void *row);
+/* A JSON array of row_json of each of n rows, elements of size bytes. */
+json_t *rows_json(const void *rows, size_t n, size_t size,
+		  row_json_fn *row_json);
 
 /*
  * One HTTP route: method, path pattern, least role, handler. A table of

@@ -403,10 +403,7 @@ static void sample_done(void *arg, bool ran)
 					  (int)(t->gpu_util * 1000), b->at_ms);
 		}
 	}
-	if (rc == 0)
-		rc = kn_store_commit(s->store, &err);
-	else
-		kn_store_rollback(s->store);
+	rc = core_store_end(s->store, rc, &err);
 	if (rc < 0)
 		kn_log(KN_LOG_WARN, "usage sampling: %s", err.message);
 	free(u->marks);

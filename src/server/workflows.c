@@ -807,10 +807,8 @@ static int act_end(struct server *s, struct wf_run *r, size_t i, int rc,
 		rc = wf_attempt_close(s, r, i, outcome, p->ended_at, err);
 	if (rc == 0)
 		rc = wf_step_save(s, r, i, outcome, err);
-	if (rc == 0)
-		rc = kn_store_commit(core_store(s), err);
+	rc = core_store_end(core_store(s), rc, err);
 	if (rc < 0) {
-		kn_store_rollback(core_store(s));
 		return rc;
 	}
 	wf_publish(s, r, i);
@@ -980,10 +978,8 @@ static int step_start(struct server *s, struct wf_run *r, size_t i,
 	rc = attempt_open(s, r, i, job_id, NULL, 0, err);
 	if (rc == 0)
 		rc = wf_step_save(s, r, i, "running", err);
-	if (rc == 0)
-		rc = kn_store_commit(core_store(s), err);
+	rc = core_store_end(core_store(s), rc, err);
 	if (rc < 0) {
-		kn_store_rollback(core_store(s));
 		kn_log(KN_LOG_ERROR, "workflow run %lld: step %s: job %lld "
 		       "queued but not recorded: %s", (long long)r->row.id,
 		       st->name, (long long)job_id, err->message);

@@ -564,10 +564,8 @@ static void workflows_h_cancel(struct server *s, struct kn_http_req *req,
 		if (rc == 0)
 			rc = wf_step_save(s, &r, i, "cancelled", &err);
 	}
-	if (rc == 0)
-		rc = kn_store_commit(core_store(s), &err);
+	rc = core_store_end(core_store(s), rc, &err);
 	if (rc < 0) {
-		kn_store_rollback(core_store(s));
 		goto fail;
 	}
 	for (size_t i = 0; i < r.n; i++)
@@ -629,10 +627,8 @@ static void workflows_h_retry(struct server *s, struct kn_http_req *req,
 		wf_set_str(&r.row.reason, NULL);
 		rc = wf_run_save(s, &r, "running", &a, &err);
 	}
-	if (rc == 0)
-		rc = kn_store_commit(core_store(s), &err);
+	rc = core_store_end(core_store(s), rc, &err);
 	if (rc < 0) {
-		kn_store_rollback(core_store(s));
 		goto fail;
 	}
 	wf_publish(s, &r, r.n);
