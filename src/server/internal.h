@@ -186,7 +186,8 @@ struct server {
 	struct node_health *health; /* periodic health checks, or NULL */
 	bool closing;               /* shutting down: late work is dropped */
 
-	struct server_metrics *metrics; /* GET /metrics's counts (metrics.c) */
+	/* GET /metrics's counts (metrics_http.c). */
+	struct server_metrics *metrics;
 
 	/* The audit chain (audit.c). */
 	unsigned char audit_key[KN_AUDIT_KEY_LEN];
@@ -194,7 +195,7 @@ struct server {
 	/* The engine's inventory of nodes (slurm_nodes.c), or NULL. */
 	struct slurm_nodes *slurm_nodes;
 	struct usage_state *usage;  /* per-task usage sampling (usage_sampling.c) */
-	struct kn_console_grants *console; /* console logins (console.c) */
+	struct kn_console_grants *console; /* console logins (console_http.c) */
 	/* Task isolation (isolation.c): what nodes report, whether tasks
 	   may start, and the --task-user-map. */
 	char isolation[192];
@@ -272,7 +273,7 @@ int isolation_task_devices(struct server *s,
 
 #include "server/access.h"
 
-/* console.c */
+/* console_http.c */
 /* GET / and /ui/NAME: the console's page and assets, answered; false
    when req is for neither. */
 bool console_serve(struct server *s, struct kn_http_req *req);
@@ -359,8 +360,8 @@ void usage_free(struct server *s);
 const char *usage_sim_file(void);
 
 /*
- * metrics.c: what GET /metrics counts as it happens (nothing before the
- * service starts). Placement decisions and their time; a job placed
+ * metrics_http.c: what GET /metrics counts as it happens (nothing
+ * before the service starts). Placement decisions and their time; a job placed
  * after waiting waited_ms since submission; a checkpoint upload's
  * outcome, with the checkpoint's bytes and how long it took.
  */
