@@ -69,6 +69,8 @@
 #define TTL_AFTER_FINISHED_S 3600
 /* The same API failure is logged again after this long at most. */
 #define WARN_EVERY_MS 30000
+/* How long a stop waits for session bridges to see their sockets close. */
+#define BRIDGES_WAIT_MS 5000
 #define MANAGED_SELECTOR "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dkiln"
 #define STATE_FILE "kube.json"
 #define SUBMITTED_FILE "kube-submitted"
@@ -122,6 +124,7 @@ struct kube_exec {
 	struct kube_runs *runs;     /* array elements until the flush */
 	/* The deployments the same worker keeps in step. */
 	struct kube_deploys *deploys;
+	struct kube_bridges *bridges; /* sessions and port connections */
 };
 
 /* ---- the manifests ---- */
@@ -1211,7 +1214,7 @@ static int kube_connect(struct kn_executor *self, const char *task_dir,
 		return kn_errorf(err, KN_ECONFLICT, "state",
 				 "task %ld is not running (its Kubernetes Job "
 				 "has ended)", rank);
-	return kube_session_start(kube_client_auth(ex->client),
+	return kube_session_start(ex->bridges, kube_client_auth(ex->client),
 				  ex->cfg.namespace_, job, (int)rank, port, err);
 }
 
@@ -1274,11 +1277,13 @@ static void exec_free(struct kube_exec *ex)
 	json_decref(ex->secret);
 	kube_deploys_free(ex->deploys);
 	kube_runs_free(ex->runs);
+	kube_bridges_free(ex->bridges, BRIDGES_WAIT_MS);
 	free(ex);
 }
 
 /* Stop the worker (an API call in flight is cut within a second), then
-   forget the attempts and the deployments. */
+   forget the attempts and the deployments, and wait for the session
+   bridges, whose sockets the server has closed by now. */
 static void kube_release(struct kn_executor *self)
 {
 	struct kube_exec *ex = self->impl;
@@ -1351,6 +1356,7 @@ int kn_kube_executor_new(const struct kn_kube_exec_config *cfg,
 	ex->secret = secret_from_env(cfg->namespace_);
 	ex->deploys = kube_deploys_new();
 	ex->runs = kube_runs_new();
+	ex->bridges = kube_bridges_new();
 	pthread_mutex_init(&ex->lock, NULL);
 	pthread_cond_init(&ex->wake, NULL);
 	rc = pthread_create(&ex->thread, NULL, worker, ex);

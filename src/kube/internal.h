@@ -173,13 +173,29 @@ int kube_ws_send(struct kube_ws *c, enum kn_ws_opcode opcode,
 		 size_t len);
 
 /*
+ * The session bridges an executor started and that have not ended yet.
+ * Its release waits for them: a bridge still sending to the API server
+ * when the process exits would use OpenSSL after its exit-time cleanup.
+ */
+struct kube_bridges;
+struct kube_bridges *kube_bridges_new(void);
+/*
+ * End every bridge and wait up to wait_ms for them, then free bs. Bridges
+ * still running then (one blocked connecting to the API server) are left
+ * to the process's exit, and bs with them.
+ */
+void kube_bridges_free(struct kube_bridges *bs, int wait_ms);
+
+/*
  * A session on, or a connection to a port of, the pod of rank in the
  * Job called job (session.c): a connected socket whose other end a
- * thread of its own bridges to the API server's pods/exec, pods/attach
- * (port 0: the server's SESSION frame says which) or pods/portforward.
- * The descriptor (non-blocking), or a negative errno with err.
+ * thread of its own, counted in bs, bridges to the API server's
+ * pods/exec, pods/attach (port 0: the server's SESSION frame says which)
+ * or pods/portforward. The descriptor (non-blocking), or a negative
+ * errno with err.
  */
-int kube_session_start(const struct kn_kube_auth *auth, const char *ns,
+int kube_session_start(struct kube_bridges *bs,
+		       const struct kn_kube_auth *auth, const char *ns,
 		       const char *job, int rank, int port,
 		       struct kn_error *err);
 

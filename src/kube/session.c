@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
 
@@ -83,7 +84,18 @@ enum channel {
 	CH_CLOSE = 255, /* v5: its payload names the channel closed */
 };
 
+struct kube_bridges {
+	pthread_mutex_t lock;
+	pthread_cond_t ended;
+	int alive;
+	/* Closing stop[1] ends every bridge: each polls stop[0] beside its
+	   sockets (the server's end may close only when its loop turns
+	   again, which a stopping server's no longer does). */
+	int stop[2];
+};
+
 struct bridge {
+	struct kube_bridges *all;
 	struct kn_kube_auth auth;
 	char *ns, *job;
 	int rank, port;
@@ -165,7 +177,8 @@ static int find_pod(struct bridge *b, char *pod, size_t cap,
 	int rc = kn_kube_client_new(&b->auth, &client, err);
 
 	while (rc == 0) {
-		struct pollfd p = {b->fd, POLLRDHUP, 0};
+		struct pollfd p[2] = {{b->fd, POLLRDHUP, 0},
+				      {b->all->stop[0], POLLIN, 0}};
 		json_t *list = NULL;
 		long status = 0;
 
@@ -186,7 +199,7 @@ static int find_pod(struct bridge *b, char *pod, size_t cap,
 				       v.ended ? " (it ended)" : "");
 			break;
 		}
-		if (poll(&p, 1, POD_RETRY_MS) != 0) {
+		if (poll(p, 2, POD_RETRY_MS) != 0) {
 			rc = kn_errorf(err, KN_EUNAVAIL, NULL,
 				       "the session was closed");
 			break;
@@ -494,14 +507,16 @@ static void relay(struct bridge *b)
 {
 	while (!b->done) {
 		bool want_api = !b->held_len && b->in_off == b->in_len;
-		struct pollfd p[2] = {{b->fd, POLLIN, 0},
+		struct pollfd p[3] = {{b->fd, POLLIN, 0},
 				      {kube_ws_fd(b->ws), want_api ? POLLIN : 0,
-				       0}};
+				       0},
+				      {b->all->stop[0], POLLIN, 0}};
 
 		if (want_api && kube_ws_buffered(b->ws)) {
 			read_api(b);
 		} else {
-			if (poll(p, 2, -1) < 0 && errno != EINTR)
+			if ((poll(p, 3, -1) < 0 && errno != EINTR) ||
+			    p[2].revents)
 				break;
 			if (p[0].revents)
 				read_server(b);
@@ -519,11 +534,12 @@ static int read_exactly(struct bridge *b, uint8_t *buf, size_t n,
 			int64_t until)
 {
 	while (n) {
-		struct pollfd p = {b->fd, POLLIN, 0};
+		struct pollfd p[2] = {{b->fd, POLLIN, 0},
+				      {b->all->stop[0], POLLIN, 0}};
 		int64_t left = until - kn_mono_ms();
 		ssize_t got;
 
-		if (left <= 0 || poll(&p, 1, (int)left) != 1)
+		if (left <= 0 || poll(p, 2, (int)left) < 1 || p[1].revents)
 			return -1;
 		got = recv(b->fd, buf, n, 0);
 		if (got < 0 && errno == EINTR)
@@ -669,19 +685,78 @@ static void run_port(struct bridge *b)
 		relay(b);
 }
 
+struct kube_bridges *kube_bridges_new(void)
+{
+	struct kube_bridges *bs = kn_xcalloc(1, sizeof(*bs));
+
+	pthread_mutex_init(&bs->lock, NULL);
+	pthread_cond_init(&bs->ended, NULL);
+	/* Without the pipe (poll skips a negative descriptor) a stop waits
+	   for the server's ends to close instead. */
+	if (pipe2(bs->stop, O_CLOEXEC) < 0)
+		bs->stop[0] = bs->stop[1] = -1;
+	return bs;
+}
+
+static void bridges_add(struct kube_bridges *bs, int n)
+{
+	pthread_mutex_lock(&bs->lock);
+	bs->alive += n;
+	if (bs->alive == 0)
+		pthread_cond_broadcast(&bs->ended);
+	pthread_mutex_unlock(&bs->lock);
+}
+
+void kube_bridges_free(struct kube_bridges *bs, int wait_ms)
+{
+	struct timespec until;
+	int alive;
+
+	if (!bs)
+		return;
+	if (bs->stop[1] >= 0)
+		close(bs->stop[1]);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += wait_ms / 1000;
+	until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&bs->lock);
+	while (bs->alive > 0 &&
+	       pthread_cond_timedwait(&bs->ended, &bs->lock, &until) == 0)
+		;
+	alive = bs->alive;
+	pthread_mutex_unlock(&bs->lock);
+	if (alive > 0) {
+		kn_log(KN_LOG_WARN, "kubernetes: %d session bridge%s still "
+		       "running at the stop", alive, alive == 1 ? "" : "s");
+		return;
+	}
+	if (bs->stop[0] >= 0)
+		close(bs->stop[0]);
+	pthread_mutex_destroy(&bs->lock);
+	pthread_cond_destroy(&bs->ended);
+	free(bs);
+}
+
 static void *bridge_main(void *arg)
 {
 	struct bridge *b = arg;
+	struct kube_bridges *all = b->all;
 
 	if (b->port)
 		run_port(b);
 	else
 		run_session(b);
 	bridge_free(b);
+	bridges_add(all, -1);
 	return NULL;
 }
 
-int kube_session_start(const struct kn_kube_auth *auth, const char *ns,
+int kube_session_start(struct kube_bridges *bs,
+		       const struct kn_kube_auth *auth, const char *ns,
 		       const char *job, int rank, int port,
 		       struct kn_error *err)
 {
@@ -695,6 +770,7 @@ int kube_session_start(const struct kn_kube_auth *auth, const char *ns,
 		return kn_errorf(err, KN_EIO, NULL, "socketpair: %s",
 				 strerror(errno));
 	}
+	b->all = bs;
 	kn_kube_auth_copy(&b->auth, auth);
 	b->ns = kn_xstrdup(ns);
 	b->job = kn_xstrdup(job);
@@ -707,9 +783,11 @@ int kube_session_start(const struct kn_kube_auth *auth, const char *ns,
 		kn_mux_window_init(&b->win[i]);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	bridges_add(bs, 1);
 	rc = pthread_create(&thread, &attr, bridge_main, b);
 	pthread_attr_destroy(&attr);
 	if (rc != 0) {
+		bridges_add(bs, -1);
 		close(sv[0]);
 		bridge_free(b);
 		return kn_errorf(err, KN_EIO, NULL, "cannot start a session's "

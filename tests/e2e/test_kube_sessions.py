@@ -92,6 +92,30 @@ def test_exec_runs_in_the_pod(kserver, api):
     assert any("tr a-z A-Z" in (e.get("detail") or "") for e in audit)
 
 
+def test_stop_with_a_terminal_attached(tmp_path):
+    """A server stopped while a terminal is attached through the API
+    server ends its session bridges before it exits: a bridge still
+    sending at the exit would use OpenSSL after its cleanup (a crash, or
+    a stop that hangs). Several rounds, as the race is a matter of
+    timing."""
+    for i in range(3):
+        api, home = JobApi(NS), tmp_path / f"round{i}"
+        home.mkdir()
+        server = start_server(home, api.port)
+        try:
+            pid, fd = spawn(server, "run", "-it", "--", *SHELL)
+            expect(fd, "$ ")
+            os.write(fd, b"sh -c 'echo started-$((1+1)); exec sleep 300'\r")
+            expect(fd, "started-2")
+            os.write(fd, b"\x03echo typed-while-stopping\r")
+        finally:
+            server.stop()  # exits 0, everything freed under ASan
+            api.close()
+        assert "still running at the stop" not in server.log.read_text()
+        assert wait_exit(pid) != 0  # the client saw its session end
+        drain(fd)
+
+
 def test_exec_output_comes_whole(kserver, api):
     """Bulk output, many windows of credit and many WebSocket messages,
     arrives whole and in order, then the exit status."""
