@@ -1047,19 +1047,21 @@ int cli_get_answer(const struct cli_ctx *ctx, struct cli_client *c,
 }
 
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
-		     const char *collection, const char **name)
+		     const char *collection, const char *done)
 {
 	struct cli_client *c = NULL;
+	const char *name = NULL;
 	struct kn_buf path;
 	int rc;
 
-	*name = NULL;
 	kn_buf_init(&path, SIZE_MAX);
-	rc = cli_parse_open(ctx, argc, argv, NULL, "NAME", name, &c);
+	rc = cli_parse_open(ctx, argc, argv, NULL, "NAME", &name, &c);
 	if (rc != CLI_GO)
 		goto out;
-	cli_path_object(&path, collection, *name, "");
+	cli_path_object(&path, collection, name, "");
 	rc = cli_call(c, "DELETE", path.data, NULL, NULL, 0, NULL);
+	if (rc == 0)
+		printf(done, name);
 out:
 	kn_buf_release(&path);
 	cli_client_free(c);

@@ -190,12 +190,13 @@ int cli_get_answer(const struct cli_ctx *ctx, struct cli_client *c,
 		   const char *path, json_t **answer);
 
 /*
- * `kiln token revoke NAME` and the like: read NAME from argv and DELETE
- * collection/NAME. *name is set for the caller's message. Returns as
- * cli_call (or a usage exit status).
+ * `kiln token revoke NAME` and the like: read NAME from argv, DELETE
+ * collection/NAME, and once that is done print done (a format taking
+ * NAME) on stdout. Returns as cli_call (or a usage exit status, or 0
+ * after --help).
  */
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
-		     const char *collection, const char **name);
+		     const char *collection, const char *done);
 /*
  * The text under key in an answer: 0 with *out set (borrowed from answer),
  * or CLI_EXIT_FAIL after saying the answer has no what.

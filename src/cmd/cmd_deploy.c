@@ -383,13 +383,8 @@ out:
 
 int cmd_undeploy(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *name;
-	int rc = cli_delete_named(ctx, argc, argv, "/v1/deployments", &name);
-
-	if (rc == 0)
-		printf("deployment %s deleted; its replicas are stopping\n",
-		       name);
-	return rc;
+	return cli_delete_named(ctx, argc, argv, "/v1/deployments",
+				"deployment %s deleted; its replicas are stopping\n");
 }
 
 int cmd_rollout(struct cli_ctx *ctx, int argc, char **argv)

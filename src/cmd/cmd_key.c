@@ -126,12 +126,8 @@ static int key_ls(struct cli_ctx *ctx, int argc, char **argv)
 
 static int key_revoke(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *name;
-	int rc = cli_delete_named(ctx, argc, argv, "/v1/keys", &name);
-
-	if (rc == 0)
-		printf("gateway key '%s' revoked\n", name);
-	return rc;
+	return cli_delete_named(ctx, argc, argv, "/v1/keys",
+				"gateway key '%s' revoked\n");
 }
 
 int cmd_key(struct cli_ctx *ctx, int argc, char **argv)

@@ -75,12 +75,8 @@ static int token_ls(struct cli_ctx *ctx, int argc, char **argv)
 
 static int token_revoke(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *name;
-	int rc = cli_delete_named(ctx, argc, argv, "/v1/tokens", &name);
-
-	if (rc == 0)
-		printf("token '%s' revoked\n", name);
-	return rc;
+	return cli_delete_named(ctx, argc, argv, "/v1/tokens",
+				"token '%s' revoked\n");
 }
 
 int cmd_token(struct cli_ctx *ctx, int argc, char **argv)
