@@ -93,35 +93,27 @@ static void limit_cell(struct cli_table *t, json_t *key, const char *field)
 		cli_table_cell(t, "-");
 }
 
+static void key_row(struct cli_table *t, json_t *key, int64_t now)
+{
+	cli_table_cell(t, cli_json_str(key, "name"));
+	cli_table_list(t, key, "deployments", "-");
+	limit_cell(t, key, "rpm");
+	limit_cell(t, key, "tpm");
+	limit_cell(t, key, "quota_day");
+	limit_cell(t, key, "quota_month");
+	cli_table_cell(t, cli_json_str(key, "created_by"));
+	cli_table_ago(t, key, "created_at_ms", now);
+}
+
 static int key_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const char *const headers[] = {
 		"NAME", "DEPLOYMENTS", "RPM", "TPM", "QUOTA_DAY", "QUOTA_MONTH",
 		"CREATED_BY", "CREATED", NULL,
 	};
-	struct cli_table *t;
-	json_t *answer, *key;
-	int64_t now = kn_now_ms();
-	size_t i;
-	int rc = cli_get_listing(ctx, argc, argv, "/v1/keys", &answer);
 
-	if (rc != CLI_GO)
-		return rc;
-	t = cli_table_new(headers);
-	json_array_foreach(json_object_get(answer, "keys"), i, key) {
-		cli_table_cell(t, cli_json_str(key, "name"));
-		cli_table_list(t, key, "deployments", "-");
-		limit_cell(t, key, "rpm");
-		limit_cell(t, key, "tpm");
-		limit_cell(t, key, "quota_day");
-		limit_cell(t, key, "quota_month");
-		cli_table_cell(t, cli_json_str(key, "created_by"));
-		cli_table_ago(t, key, "created_at_ms", now);
-	}
-	cli_table_show(ctx, t, stdout, 0);
-	cli_table_free(t);
-	json_decref(answer);
-	return CLI_EXIT_OK;
+	return cli_list_table(ctx, argc, argv, "/v1/keys", "keys", headers,
+			      key_row);
 }
 
 static int key_revoke(struct cli_ctx *ctx, int argc, char **argv)
