@@ -632,45 +632,50 @@ static int model_ls(struct cli_ctx *ctx, int argc, char **argv)
 	return rc;
 }
 
+/*
+ * GET the model or version ref and print it as -o asks: the answer's
+ * data (its member key when key is set), else print's text.
+ */
+static int model_show_answer(struct cli_ctx *ctx, const char *ref,
+			     const char *key, void (*print)(json_t *answer))
+{
+	json_t *answer = NULL;
+	int rc = model_get(ctx, ref, NULL, &answer);
+
+	if (!rc && cli_want_json(ctx))
+		cli_print_data(ctx, key ? json_object_get(answer, key) : answer);
+	else if (!rc)
+		print(answer);
+	json_decref(answer);
+	return rc;
+}
+
 static int model_show(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a;
 	struct kn_model_ref ref;
-	json_t *answer = NULL;
 	int rc = parse_ref(ctx, argc, argv, &a, 1, "NAME[@VERSION|@ALIAS]",
 			   false, &ref);
 
 	if (rc != CLI_GO)
 		return rc;
-	rc = model_get(ctx, a.pos[0], NULL, &answer);
-	if (!rc && cli_want_json(ctx))
-		cli_print_data(ctx, answer);
-	else if (!rc && kn_model_ref_has_at(&ref))
-		model_print_version(answer);
-	else if (!rc)
-		model_print(answer);
-	json_decref(answer);
-	return rc;
+	return model_show_answer(ctx, a.pos[0], NULL,
+				 kn_model_ref_has_at(&ref) ?
+					 model_print_version : model_print);
 }
 
 static int model_aliases(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a;
 	struct kn_model_ref ref;
-	json_t *answer = NULL;
 	int rc = parse_ref(ctx, argc, argv, &a, 1, "NAME", false, &ref);
 
 	if (rc == CLI_GO && kn_model_ref_has_at(&ref))
 		rc = cli_usage_error(ctx, "give the model's NAME alone");
 	if (rc != CLI_GO)
 		return rc;
-	rc = model_get(ctx, a.pos[0], NULL, &answer);
-	if (!rc && cli_want_json(ctx))
-		cli_print_data(ctx, json_object_get(answer, "alias_history"));
-	else if (!rc)
-		model_print_history(answer);
-	json_decref(answer);
-	return rc;
+	return model_show_answer(ctx, a.pos[0], "alias_history",
+				 model_print_history);
 }
 
 /* Index the files of a version's answer by path. */
