@@ -13,6 +13,31 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
+static int cmd_key(struct cli_ctx *ctx, int argc, char **argv);
+
+const struct cli_command cmd_key_entry = {
+	.name = "key",
+	.run = cmd_key,
+	.summary = "create, list and revoke gateway keys",
+	.help = "usage: kiln key create --name NAME --deployments A[,B...] [--rpm N]\n"
+		"                       [--tpm N] [--quota-day N] [--quota-month N]\n"
+		"       kiln key ls [-o json|table]\n"
+		"       kiln key revoke NAME\n"
+		"\n"
+		"Manage the keys `kiln gateway` accepts (operators and admins). A key\n"
+		"reaches only the deployments it names; 0 or no flag means no limit.\n"
+		"\n"
+		"  create  make a key (kgw_...); its secret is printed alone on\n"
+		"          standard output, once: the server keeps only its sha256\n"
+		"          --rpm N          requests per minute\n"
+		"          --tpm N          tokens per minute\n"
+		"          --quota-day N    tokens per day\n"
+		"          --quota-month N  tokens per month\n"
+		"  ls      list active keys: NAME DEPLOYMENTS RPM TPM QUOTA_DAY\n"
+		"          QUOTA_MONTH CREATED_BY CREATED\n"
+		"  revoke  revoke the key named NAME\n",
+};
+
 /* A limit flag: absent = 0 (none); else a whole number. */
 static int limit_value(const struct cli_ctx *ctx, const char *flag,
 		       const char *text, json_int_t *out)
@@ -122,7 +147,7 @@ static int key_revoke(struct cli_ctx *ctx, int argc, char **argv)
 				"gateway key '%s' revoked\n");
 }
 
-int cmd_key(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_key(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct cli_verb verbs[] = {
 		{"create", key_create},

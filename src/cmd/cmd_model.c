@@ -33,6 +33,81 @@
 #include "loop/loop.h"
 #include "registry/registry.h"
 
+static int cmd_model(struct cli_ctx *ctx, int argc, char **argv);
+
+const struct cli_command cmd_model_entry = {
+	.name = "model",
+	.run = cmd_model,
+	.summary = "push, sign, verify, pull and promote model versions",
+	.help = "usage: kiln model push DIR --name NAME [--alias ALIAS] [--http]\n"
+		"       kiln model push --from-job JOB --name NAME [--alias ALIAS]\n"
+		"       kiln model ls\n"
+		"       kiln model show NAME[@VERSION|@ALIAS]\n"
+		"       kiln model pull NAME@VERSION|NAME@ALIAS DIR\n"
+		"       kiln model diff NAME@V1 NAME@V2\n"
+		"       kiln model promote NAME@VERSION ALIAS\n"
+		"       kiln model rollback NAME ALIAS\n"
+		"       kiln model aliases NAME\n"
+		"       kiln model keygen --out FILE\n"
+		"       kiln model sign NAME@VERSION --key FILE\n"
+		"       kiln model verify NAME@VERSION|NAME@ALIAS\n"
+		"       kiln model revalidate NAME --alias ALIAS --job FILE --every DUR\n"
+		"                 --max METRIC=N [--min METRIC=N] ... [--rollback]\n"
+		"       kiln model revalidate NAME --alias ALIAS --now\n"
+		"       kiln model revalidate NAME\n"
+		"       kiln model lineage NAME@VERSION|NAME@ALIAS\n"
+		"\n"
+		"The model registry (docs/registry.md): versions NAME@1, NAME@2, ...\n"
+		"are immutable; files are stored once by sha256 in the server's blob\n"
+		"store. Wherever a version is wanted, an alias (NAME@prod) does too.\n"
+		"\n"
+		"  push      upload DIR's files, each read once and hashed as it is\n"
+		"            sent; a file pushed before unchanged (its digest kept in\n"
+		"            $XDG_CACHE_HOME/kiln/digests) is sent only if the server\n"
+		"            lacks its blob; create the next version; prints\n"
+		"            NAME@VERSION. --alias points ALIAS at it. On the\n"
+		"            server's machine files go by open descriptor (no copy\n"
+		"            here); --http sends them over HTTP anyway. With\n"
+		"            --from-job, the version is the succeeded job's outputs\n"
+		"            (already in the store; nothing is uploaded), with its\n"
+		"            lineage and the metrics of its metrics.json\n"
+		"  ls        models: NAME VERSIONS LATEST ALIASES UPDATED\n"
+		"  show      a model's versions and aliases, or one version's files,\n"
+		"            digests, signatures and aliases\n"
+		"  pull      download a version into the new directory DIR, checking\n"
+		"            every digest as it is written; refuses (and leaves no\n"
+		"            DIR) what verify refuses\n"
+		"  diff      files added, removed and changed from V1 to V2\n"
+		"  promote   point ALIAS at a version (operators)\n"
+		"  rollback  move ALIAS back to the version it pointed at before\n"
+		"  aliases   every move of every alias: who, when, from -> to\n"
+		"  keygen    a new Ed25519 key pair: FILE (private, 0600) and\n"
+		"            FILE.pub; prints the key id (sha256 of the public key)\n"
+		"  sign      sign a version's canonical manifest with the private key\n"
+		"            FILE; the server keeps the signature only if it verifies\n"
+		"  verify    check a version: signed by a key in the server's\n"
+		"            --trusted-keys, and every blob in the store hashes to its\n"
+		"            digest (hashed here, in parallel; a file:// store is read\n"
+		"            in place). A failure names the file\n"
+		"  lineage   the chain back to the data: the job that made the\n"
+		"            version, its spec digest, checkpoint and inputs with\n"
+		"            their digests, and the jobs that produced those inputs\n"
+		"  revalidate  run the evaluation job FILE every DUR against the\n"
+		"            version ALIAS names (KILN_MODEL_DIR: its verified copy,\n"
+		"            KILN_MODEL: NAME@VERSION); a metric in its metrics.json\n"
+		"            above a --max or below a --min (or missing) fires\n"
+		"            model_revalidation_failed until a run passes, and with\n"
+		"            --rollback rolls ALIAS back. --now runs it at once and\n"
+		"            prints the job id (operators). show NAME@V lists runs.\n"
+		"            NAME alone lists its re-validations: ALIAS EVERY\n"
+		"            THRESHOLDS ROLLBACK SOURCE (deployment D when a\n"
+		"            deployment's revalidate: set it, else by hand (USER))\n"
+		"\n"
+		"pull and verify read the server's blob store directly: file:// on\n"
+		"this machine, or Azure with credentials from AZURE_STORAGE_*.\n"
+		"Exit status: 0 ok, 1 refused or failed, 2 usage.\n",
+};
+
 #define MAX_POS 3
 /* Progress bars only for work this large, and only on a terminal. */
 #define PROGRESS_MIN_BYTES ((int64_t)256 << 20)
@@ -1275,7 +1350,7 @@ out:
 	return rc == CLI_GO ? CLI_EXIT_OK : rc;
 }
 
-int cmd_model(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_model(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct cli_verb verbs[] = {
 		{"push", model_push},

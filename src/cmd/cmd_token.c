@@ -13,6 +13,26 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
+static int cmd_token(struct cli_ctx *ctx, int argc, char **argv);
+
+const struct cli_command cmd_token_entry = {
+	.name = "token",
+	.run = cmd_token,
+	.summary = "create, list and revoke API tokens",
+	.help = "usage: kiln token create --name NAME --role ROLE\n"
+		"       kiln token ls [-o json|table]\n"
+		"       kiln token revoke NAME\n"
+		"\n"
+		"Manage API tokens (admins only). Roles: viewer (read), user (+ submit\n"
+		"and cancel own jobs), operator (+ cancel any job, node operations),\n"
+		"admin (+ tokens).\n"
+		"\n"
+		"  create  make a token; its secret is printed alone on standard\n"
+		"          output, once: the server keeps only a hash\n"
+		"  ls      list tokens: NAME ROLE CREATED_BY CREATED LAST_USED REVOKED\n"
+		"  revoke  revoke the token named NAME; it stops working at once\n",
+};
+
 static const char *const roles[] = {
 	"viewer", "user", "operator", "admin", NULL,
 };
@@ -71,7 +91,7 @@ static int token_revoke(struct cli_ctx *ctx, int argc, char **argv)
 				"token '%s' revoked\n");
 }
 
-int cmd_token(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_token(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct cli_verb verbs[] = {
 		{"create", token_create},

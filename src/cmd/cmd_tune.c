@@ -14,7 +14,23 @@
 #include "cmd/cli.h"
 #include "telemetry/telemetry.h"
 
-int cmd_tune(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_tune(struct cli_ctx *ctx, int argc, char **argv);
+
+const struct cli_command cmd_tune_entry = {
+	.name = "tune",
+	.run = cmd_tune,
+	.summary = "set GPU application clocks to their maximum",
+	.help = "usage: kiln tune gpu [--dry-run] [--reset]\n"
+		"\n"
+		"Set each GPU's application clocks to the highest supported pair and\n"
+		"print the clocks before and after (needs root). Without a GPU, says so\n"
+		"and exits 0.\n"
+		"\n"
+		"  --dry-run  print the plan, change nothing\n"
+		"  --reset    restore the driver's default application clocks\n",
+};
+
+static int cmd_tune(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *target = NULL;
 	bool dry_run = false, reset = false;
