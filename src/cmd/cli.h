@@ -152,6 +152,15 @@ int cli_logs_follow(const struct cli_ctx *ctx, struct cli_client *c,
 int cli_port_forward_start(const struct cli_ctx *ctx, struct cli_client *c,
 			   int64_t id, int task, const char *ports,
 			   const char *address);
+struct kn_nvml;
+/*
+ * cmd_tune.c, also for `kiln exporter`: load NVML for a command that can
+ * do without GPUs. CLI_GO with *nv open; CLI_EXIT_OK after saying "PROG:
+ * none (why)" on stderr when the machine has no usable GPU; or
+ * CLI_EXIT_FAIL after printing the error.
+ */
+int cli_nvml_open(const struct cli_ctx *ctx, const char *none,
+		  struct kn_nvml **nv);
 
 /* Flags. */
 

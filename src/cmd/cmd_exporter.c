@@ -240,14 +240,9 @@ static int sources_open(struct cli_ctx *ctx, struct exporter *x)
 	kn_buf_release(&probe);
 	if (rc < 0)
 		return cli_fail(ctx, "%s", err.message);
-	rc = kn_nvml_open(&x->nvml, &err);
-	if (rc == -ENOENT) {
-		fprintf(stderr, "%s: no GPU metrics (%s)\n", ctx->prog,
-			err.message);
-		return CLI_GO;
-	}
-	if (rc < 0)
-		return cli_fail(ctx, "%s", err.message);
+	rc = cli_nvml_open(ctx, "no GPU metrics", &x->nvml);
+	if (rc != CLI_GO)
+		return rc == CLI_EXIT_OK ? CLI_GO : rc;
 	n = kn_nvml_count(x->nvml);
 	driver = kn_nvml_driver_version(x->nvml);
 	x->last_xid = kn_xcalloc(n ? n : 1, sizeof(*x->last_xid));

@@ -30,6 +30,19 @@ const struct cli_command cmd_tune_entry = {
 		"  --reset    restore the driver's default application clocks\n",
 };
 
+int cli_nvml_open(const struct cli_ctx *ctx, const char *none,
+		  struct kn_nvml **nv)
+{
+	struct kn_error err;
+	int rc = kn_nvml_open(nv, &err);
+
+	if (rc == -ENOENT) {
+		fprintf(stderr, "%s: %s (%s)\n", ctx->prog, none, err.message);
+		return CLI_EXIT_OK;
+	}
+	return rc < 0 ? cli_fail(ctx, "%s", err.message) : CLI_GO;
+}
+
 static int cmd_tune(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *target = NULL;
@@ -50,14 +63,9 @@ static int cmd_tune(struct cli_ctx *ctx, int argc, char **argv)
 	if (strcmp(target, "gpu") != 0)
 		return cli_usage_error(ctx, "can tune \"gpu\" only, not \"%s\"",
 				       target);
-	rc = kn_nvml_open(&nv, &err);
-	if (rc == -ENOENT) {
-		fprintf(stderr, "%s: no GPU to tune (%s)\n", ctx->prog,
-			err.message);
-		return CLI_EXIT_OK;
-	}
-	if (rc < 0)
-		return cli_fail(ctx, "%s", err.message);
+	rc = cli_nvml_open(ctx, "no GPU to tune", &nv);
+	if (rc != CLI_GO)
+		return rc;
 	n = kn_nvml_count(nv);
 	if (n == 0)
 		fprintf(stderr, "%s: no GPU to tune (NVML sees none)\n",
