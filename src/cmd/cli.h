@@ -3,12 +3,11 @@
  * global options, exit statuses, one flag parser, and formatting for humans
  * (aligned tables, times, sizes, GPU amounts).
  *
- * A subcommand is an entry, `const struct cli_command cmd_x_entry` in the
- * file that implements it, whose run is `int cmd_x(struct cli_ctx *ctx,
- * int argc, char **argv)` with argv[0] its own name; it returns the
- * process exit status and prints its own messages. Data a script may
- * capture (ids, secrets, tables, JSON) goes to stdout; everything said to
- * a person goes to stderr.
+ * A subcommand is an entry, `const struct cli_command cmd_x_entry` at the
+ * top of the file that implements it, whose run is a cli_runner; it
+ * returns the process exit status and prints its own messages. Data a
+ * script may capture (ids, secrets, tables, JSON) goes to stdout;
+ * everything said to a person goes to stderr.
  *
  * The server and the task shim keep the plain `int f(int argc, char **argv)`
  * shape (their entries' run_raw): they get their arguments untouched,
@@ -39,10 +38,16 @@ enum cli_exit {
 
 struct cli_ctx;
 
+/*
+ * What runs a subcommand or a verb of one, argv[0] its own name: the exit
+ * status. A file declares its own with it (static cli_runner cmd_ls;).
+ */
+typedef int cli_runner(struct cli_ctx *ctx, int argc, char **argv);
+
 struct cli_command {
 	const char *name;
 	/* Exactly one of run and run_raw is set. */
-	int (*run)(struct cli_ctx *ctx, int argc, char **argv);
+	cli_runner *run;
 	int (*run_raw)(int argc, char **argv);
 	const char *summary; /* one line for `kiln --help` */
 	const char *help;    /* usage and flags, for `kiln NAME --help` */
@@ -298,7 +303,7 @@ int cli_split_list(const struct cli_ctx *ctx, const char *flag,
 /* A verb of a command with several (`kiln token create`). */
 struct cli_verb {
 	const char *name;
-	int (*run)(struct cli_ctx *ctx, int argc, char **argv);
+	cli_runner *run;
 };
 
 /*

@@ -16,7 +16,7 @@
 #include "health/health.h"
 #include "spec/spec.h"
 
-static int cmd_advise(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_advise;
 
 const struct cli_command cmd_advise_entry = {
 	.name = "advise",

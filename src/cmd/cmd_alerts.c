@@ -12,7 +12,7 @@
 #include "cmd/cli_client.h"
 #include "cmd/watch.h"
 
-static int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_alerts;
 
 const struct cli_command cmd_alerts_entry = {
 	.name = "alerts",
@@ -32,7 +32,7 @@ const struct cli_command cmd_alerts_entry = {
 		"  -o json|yaml  print the server's answer instead\n",
 };
 
-static int cmd_events(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_events;
 
 const struct cli_command cmd_events_entry = {
 	.name = "events",

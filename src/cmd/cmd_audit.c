@@ -13,7 +13,7 @@
 #include "cmd/cli_client.h"
 #include "server/server.h"
 
-static int cmd_audit(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_audit;
 
 const struct cli_command cmd_audit_entry = {
 	.name = "audit",

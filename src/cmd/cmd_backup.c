@@ -24,7 +24,7 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
-static int cmd_backup(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_backup;
 
 const struct cli_command cmd_backup_entry = {
 	.name = "backup",

@@ -31,7 +31,7 @@
 #include "cmd/cli.h"
 #include "coll/coll.h"
 
-static int cmd_bench(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_bench;
 
 const struct cli_command cmd_bench_entry = {
 	.name = "bench",

@@ -14,7 +14,7 @@
 #include "ckpt/ckpt.h"
 #include "cmd/cli.h"
 
-static int cmd_blob(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_blob;
 
 const struct cli_command cmd_blob_entry = {
 	.name = "blob",
@@ -43,7 +43,7 @@ const struct cli_command cmd_blob_entry = {
 		"  --block-size S    Put Block and download range size (default 8Mi)\n",
 };
 
-static int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_ckpt;
 
 const struct cli_command cmd_ckpt_entry = {
 	.name = "ckpt",

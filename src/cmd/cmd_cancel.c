@@ -10,7 +10,7 @@
 #include "cmd/cli_client.h"
 #include "cmd/job_select.h"
 
-static int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_cancel;
 
 const struct cli_command cmd_cancel_entry = {
 	.name = "cancel",

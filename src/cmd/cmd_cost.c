@@ -19,7 +19,7 @@
 #include "cmd/cli_client.h"
 #include "cmd/cost_report.h"
 
-static int cmd_cost(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_cost;
 
 const struct cli_command cmd_cost_entry = {
 	.name = "cost",

@@ -16,7 +16,7 @@
 #include "cmd/watch.h"
 #include "spec/spec.h"
 
-static int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_deploy;
 
 const struct cli_command cmd_deploy_entry = {
 	.name = "deploy",
@@ -39,7 +39,7 @@ const struct cli_command cmd_deploy_entry = {
 		"  -o json  print the server's answer as JSON\n",
 };
 
-static int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_deployments;
 
 const struct cli_command cmd_deployments_entry = {
 	.name = "deployments",
@@ -61,7 +61,7 @@ const struct cli_command cmd_deployments_entry = {
 		"  -o name       the names alone\n",
 };
 
-static int cmd_scale(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_scale;
 
 const struct cli_command cmd_scale_entry = {
 	.name = "scale",
@@ -74,7 +74,7 @@ const struct cli_command cmd_scale_entry = {
 		"kubernetes: a merge PATCH of the Deployment's spec.replicas.\n",
 };
 
-static int cmd_undeploy(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_undeploy;
 
 const struct cli_command cmd_undeploy_entry = {
 	.name = "undeploy",
@@ -87,7 +87,7 @@ const struct cli_command cmd_undeploy_entry = {
 		"Under --executor kubernetes: its Deployment and Service are deleted.\n",
 };
 
-static int cmd_rollout(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_rollout;
 
 const struct cli_command cmd_rollout_entry = {
 	.name = "rollout",

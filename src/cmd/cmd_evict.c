@@ -13,7 +13,7 @@
 #include "cmd/cli_client.h"
 #include "cmd/job_select.h"
 
-static int cmd_evict(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_evict;
 
 const struct cli_command cmd_evict_entry = {
 	.name = "evict",
@@ -39,7 +39,7 @@ const struct cli_command cmd_evict_entry = {
 		"  -y, --yes   no question for --all\n",
 };
 
-static int cmd_drain(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_drain;
 
 const struct cli_command cmd_drain_entry = {
 	.name = "drain",
@@ -71,7 +71,7 @@ const struct cli_command cmd_drain_entry = {
 		"unless --no-wait. See docs/capacity.md.\n",
 };
 
-static int cmd_cordon(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_cordon;
 
 const struct cli_command cmd_cordon_entry = {
 	.name = "cordon",
@@ -83,7 +83,7 @@ const struct cli_command cmd_cordon_entry = {
 		"Operators and admins.\n",
 };
 
-static int cmd_uncordon(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_uncordon;
 
 const struct cli_command cmd_uncordon_entry = {
 	.name = "uncordon",

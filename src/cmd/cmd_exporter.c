@@ -30,7 +30,7 @@
 #include "loop/loop.h"
 #include "telemetry/telemetry.h"
 
-static int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_exporter;
 
 const struct cli_command cmd_exporter_entry = {
 	.name = "exporter",

@@ -15,7 +15,7 @@
 #include "gateway/gateway.h"
 #include "loop/loop.h"
 
-static int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_gateway;
 
 const struct cli_command cmd_gateway_entry = {
 	.name = "gateway",

@@ -28,7 +28,7 @@
 #include "cmd/cli_client.h"
 #include "health/health.h"
 
-static int cmd_health(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_health;
 
 const struct cli_command cmd_health_entry = {
 	.name = "health",

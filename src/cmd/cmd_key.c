@@ -13,7 +13,7 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
-static int cmd_key(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_key;
 
 const struct cli_command cmd_key_entry = {
 	.name = "key",

@@ -27,7 +27,7 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
-static int cmd_logs(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_logs;
 
 const struct cli_command cmd_logs_entry = {
 	.name = "logs",

@@ -13,7 +13,7 @@
 #include "cmd/cli_client.h"
 #include "cmd/watch.h"
 
-static int cmd_ls(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_ls;
 
 const struct cli_command cmd_ls_entry = {
 	.name = "ls",

@@ -13,7 +13,7 @@
 
 #include "base/base.h"
 
-static int cmd_man(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_man;
 
 const struct cli_command cmd_man_entry = {
 	.name = "man",
@@ -25,7 +25,7 @@ const struct cli_command cmd_man_entry = {
 		"kiln man ls | man -l -. Installed pages come from this command.\n",
 };
 
-static int cmd_completion(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_completion;
 
 const struct cli_command cmd_completion_entry = {
 	.name = "completion",

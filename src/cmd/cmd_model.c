@@ -33,7 +33,7 @@
 #include "loop/loop.h"
 #include "registry/registry.h"
 
-static int cmd_model(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_model;
 
 const struct cli_command cmd_model_entry = {
 	.name = "model",

@@ -11,7 +11,7 @@
 #include "cmd/cli_client.h"
 #include "cmd/watch.h"
 
-static int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_nodes;
 
 const struct cli_command cmd_nodes_entry = {
 	.name = "nodes",

@@ -6,7 +6,7 @@
 #include "cmd/cli.h"
 #include "server/server.h"
 
-static int cmd_openapi(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_openapi;
 
 const struct cli_command cmd_openapi_entry = {
 	.name = "openapi",

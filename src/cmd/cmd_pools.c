@@ -10,7 +10,7 @@
 #include "cmd/cli_client.h"
 #include "cmd/watch.h"
 
-static int cmd_pools(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_pools;
 
 const struct cli_command cmd_pools_entry = {
 	.name = "pools",

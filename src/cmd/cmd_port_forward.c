@@ -30,7 +30,7 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
-static int cmd_port_forward(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_port_forward;
 
 const struct cli_command cmd_port_forward_entry = {
 	.name = "port-forward",

@@ -12,7 +12,7 @@
 #include "kube/kube.h"
 #include "spec/spec.h"
 
-static int cmd_render(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_render;
 
 const struct cli_command cmd_render_entry = {
 	.name = "render",

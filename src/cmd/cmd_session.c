@@ -22,7 +22,7 @@
 #include "cmd/session_term.h"
 #include "mux/mux.h"
 
-static int cmd_attach(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_attach;
 
 const struct cli_command cmd_attach_entry = {
 	.name = "attach",
@@ -42,7 +42,7 @@ const struct cli_command cmd_attach_entry = {
 		"                        port-forward does\n",
 };
 
-static int cmd_exec(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_exec;
 
 const struct cli_command cmd_exec_entry = {
 	.name = "exec",
@@ -63,7 +63,7 @@ const struct cli_command cmd_exec_entry = {
 		"               its stdout and stderr come apart\n",
 };
 
-static int cmd_run(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_run;
 
 const struct cli_command cmd_run_entry = {
 	.name = "run",

@@ -11,7 +11,7 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
-static int cmd_show(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_show;
 
 const struct cli_command cmd_show_entry = {
 	.name = "show",

@@ -25,7 +25,7 @@
 #include "cmd/sim_history.h"
 #include "sim/sim.h"
 
-static int cmd_sim(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_sim;
 
 const struct cli_command cmd_sim_entry = {
 	.name = "sim",

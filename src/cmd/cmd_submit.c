@@ -27,7 +27,7 @@
 #include "cmd/cli_client.h"
 #include "spec/spec.h"
 
-static int cmd_submit(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_submit;
 
 const struct cli_command cmd_submit_entry = {
 	.name = "submit",

@@ -13,7 +13,7 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
-static int cmd_token(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_token;
 
 const struct cli_command cmd_token_entry = {
 	.name = "token",

@@ -14,7 +14,7 @@
 #include "cmd/cli.h"
 #include "telemetry/telemetry.h"
 
-static int cmd_tune(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_tune;
 
 const struct cli_command cmd_tune_entry = {
 	.name = "tune",

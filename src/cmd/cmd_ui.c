@@ -9,7 +9,7 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
-static int cmd_ui(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_ui;
 
 const struct cli_command cmd_ui_entry = {
 	.name = "ui",

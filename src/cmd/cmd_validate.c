@@ -10,7 +10,7 @@
 #include "cmd/cli.h"
 #include "spec/spec.h"
 
-static int cmd_validate(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_validate;
 
 const struct cli_command cmd_validate_entry = {
 	.name = "validate",

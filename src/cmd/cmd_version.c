@@ -4,7 +4,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 
-static int cmd_version(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_version;
 
 const struct cli_command cmd_version_entry = {
 	.name = "version",

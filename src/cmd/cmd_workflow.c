@@ -23,7 +23,7 @@
 #include "spec/spec.h"
 #include "ckpt/ckpt.h"
 
-static int cmd_workflow(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_workflow;
 
 const struct cli_command cmd_workflow_entry = {
 	.name = "workflow",

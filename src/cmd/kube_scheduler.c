@@ -12,7 +12,7 @@
 #include "kube/kube.h"
 #include "sched/sched.h"
 
-static int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv);
+static cli_runner cmd_kube_scheduler;
 
 const struct cli_command cmd_kube_scheduler_entry = {
 	.name = "kube-scheduler",
