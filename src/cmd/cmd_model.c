@@ -718,7 +718,8 @@ static int model_show_answer(struct cli_ctx *ctx, const char *ref,
 	int rc = model_get(ctx, ref, NULL, &answer);
 
 	if (!rc && cli_want_json(ctx))
-		cli_print_data(ctx, key ? json_object_get(answer, key) : answer);
+		cli_print_data(ctx,
+			       key ? json_object_get(answer, key) : answer);
 	else if (!rc)
 		print(answer);
 	json_decref(answer);
