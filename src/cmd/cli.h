@@ -3,14 +3,15 @@
  * global options, exit statuses, one flag parser, and formatting for humans
  * (aligned tables, times, sizes, GPU amounts).
  *
- * A subcommand is `int cmd_x(struct cli_ctx *ctx, int argc, char **argv)`
- * with argv[0] its own name; it returns the process exit status and prints
- * its own messages. Data a script may capture (ids, secrets, tables, JSON)
- * goes to stdout; everything said to a person goes to stderr.
+ * A subcommand is an entry, `const struct cli_command cmd_x_entry` at the
+ * top of the file that implements it, whose run is a cli_runner; it
+ * returns the process exit status and prints its own messages. Data a
+ * script may capture (ids, secrets, tables, JSON) goes to stdout;
+ * everything said to a person goes to stderr.
  *
  * The server and the task shim keep the plain `int f(int argc, char **argv)`
- * shape: they get their arguments untouched, since the CLI's global flags
- * mean nothing to them.
+ * shape (their entries' run_raw): they get their arguments untouched,
+ * since the CLI's global flags mean nothing to them.
  */
 #ifndef KILN_CLI_H
 #define KILN_CLI_H
@@ -37,10 +38,16 @@ enum cli_exit {
 
 struct cli_ctx;
 
+/*
+ * What runs a subcommand or a verb of one, argv[0] its own name: the exit
+ * status. A file declares its own with it (static cli_runner cmd_ls;).
+ */
+typedef int cli_runner(struct cli_ctx *ctx, int argc, char **argv);
+
 struct cli_command {
 	const char *name;
 	/* Exactly one of run and run_raw is set. */
-	int (*run)(struct cli_ctx *ctx, int argc, char **argv);
+	cli_runner *run;
 	int (*run_raw)(int argc, char **argv);
 	const char *summary; /* one line for `kiln --help` */
 	const char *help;    /* usage and flags, for `kiln NAME --help` */
@@ -61,16 +68,68 @@ struct cli_ctx {
 	char prog[64];      /* "kiln ls", "kiln token create": message prefix */
 };
 
-/* The long-running subcommands (cmd_server.c, cmd_shim.c). */
-int cmd_server(int argc, char **argv);
-/* `kiln server --help`: usage, every option, exit codes. */
-extern const char cmd_server_help[];
-int cmd_shim(int argc, char **argv);
+/*
+ * Each command's entry, with its summary and help, stands at the top of
+ * the file that implements it; kiln.c lists them in this order, the one
+ * `kiln --help` prints.
+ */
+extern const struct cli_command cmd_server_entry;
+extern const struct cli_command cmd_submit_entry;
+extern const struct cli_command cmd_ls_entry;
+extern const struct cli_command cmd_show_entry;
+extern const struct cli_command cmd_port_forward_entry;
+extern const struct cli_command cmd_logs_entry;
+extern const struct cli_command cmd_run_entry;
+extern const struct cli_command cmd_attach_entry;
+extern const struct cli_command cmd_exec_entry;
+extern const struct cli_command cmd_cancel_entry;
+extern const struct cli_command cmd_evict_entry;
+extern const struct cli_command cmd_drain_entry;
+extern const struct cli_command cmd_cordon_entry;
+extern const struct cli_command cmd_uncordon_entry;
+extern const struct cli_command cmd_nodes_entry;
+extern const struct cli_command cmd_pools_entry;
+extern const struct cli_command cmd_token_entry;
+extern const struct cli_command cmd_deploy_entry;
+extern const struct cli_command cmd_deployments_entry;
+extern const struct cli_command cmd_scale_entry;
+extern const struct cli_command cmd_undeploy_entry;
+extern const struct cli_command cmd_rollout_entry;
+extern const struct cli_command cmd_key_entry;
+extern const struct cli_command cmd_model_entry;
+extern const struct cli_command cmd_workflow_entry;
+extern const struct cli_command cmd_alerts_entry;
+extern const struct cli_command cmd_events_entry;
+extern const struct cli_command cmd_audit_entry;
+extern const struct cli_command cmd_backup_entry;
+extern const struct cli_command cmd_validate_entry;
+extern const struct cli_command cmd_sim_entry;
+extern const struct cli_command cmd_render_entry;
+extern const struct cli_command cmd_kube_scheduler_entry;
+extern const struct cli_command cmd_exporter_entry;
+extern const struct cli_command cmd_gateway_entry;
+extern const struct cli_command cmd_health_entry;
+extern const struct cli_command cmd_advise_entry;
+extern const struct cli_command cmd_cost_entry;
+extern const struct cli_command cmd_tune_entry;
+extern const struct cli_command cmd_blob_entry;
+extern const struct cli_command cmd_ckpt_entry;
+extern const struct cli_command cmd_openapi_entry;
+extern const struct cli_command cmd_ui_entry;
+extern const struct cli_command cmd_version_entry;
+extern const struct cli_command cmd_man_entry;
+extern const struct cli_command cmd_completion_entry;
+extern const struct cli_command cmd_bench_entry;
+extern const struct cli_command cmd_shim_entry;
 
-int cmd_submit(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_ls(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_show(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_logs(struct cli_ctx *ctx, int argc, char **argv);
+/* kiln.c: the entries in order, one by its name, and `kiln --help`. */
+const struct cli_command *const *cli_commands(size_t *n);
+const struct cli_command *cli_find_command(const char *name);
+void cli_print_help(FILE *f);
+
+/* cmd_server_help.c: `kiln server --help`, every option, exit codes. */
+extern const char cmd_server_help[];
+
 struct cli_client;
 /*
  * cmd_logs.c, also for `kiln submit --follow`: wait until job id runs an
@@ -88,13 +147,6 @@ int cli_wait_started(struct cli_client *c, int64_t id, int after,
  */
 int cli_logs_follow(const struct cli_ctx *ctx, struct cli_client *c,
 		    int64_t id, int attempt, int tasks, unsigned stream);
-int cmd_cancel(struct cli_ctx *ctx, int argc, char **argv);
-/* cmd_session.c: interactive sessions. */
-int cmd_run(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_attach(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_exec(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_port_forward(struct cli_ctx *ctx, int argc, char **argv);
-struct cli_client;
 /*
  * cmd_port_forward.c, also for `kiln attach --port`: listen on
  * address:LOCAL of ports ("LOCAL:REMOTE") and carry each connection to
@@ -105,51 +157,15 @@ struct cli_client;
 int cli_port_forward_start(const struct cli_ctx *ctx, struct cli_client *c,
 			   int64_t id, int task, const char *ports,
 			   const char *address);
-int cmd_evict(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_drain(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_cordon(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_uncordon(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_pools(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_token(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_audit(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_backup(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_validate(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_version(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_ui(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_openapi(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_sim(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_health(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_tune(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_blob(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_bench(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_events(struct cli_ctx *ctx, int argc, char **argv);
-/* cmd_deploy.c and cmd_key.c: deployments and gateway keys. */
-int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_scale(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_undeploy(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_rollout(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_key(struct cli_ctx *ctx, int argc, char **argv);
-/* cmd_model.c: the model registry. */
-int cmd_model(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_render(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv);
-/* cmd_advise.c: which VM to rent, and its cost. */
-int cmd_advise(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_cost(struct cli_ctx *ctx, int argc, char **argv);
-/* cmd_workflow.c: workflow runs. */
-int cmd_workflow(struct cli_ctx *ctx, int argc, char **argv);
-/* cmd_man.c: manual pages and shell completion from the command table. */
-int cmd_man(struct cli_ctx *ctx, int argc, char **argv);
-int cmd_completion(struct cli_ctx *ctx, int argc, char **argv);
-/* kiln.c: the command table, and `kiln --help`. */
-const struct cli_command *cli_commands(size_t *n);
-void cli_print_help(FILE *f);
+struct kn_nvml;
+/*
+ * cmd_tune.c, also for `kiln exporter`: load NVML for a command that can
+ * do without GPUs. CLI_GO with *nv open; CLI_EXIT_OK after saying "PROG:
+ * none (why)" on stderr when the machine has no usable GPU; or
+ * CLI_EXIT_FAIL after printing the error.
+ */
+int cli_nvml_open(const struct cli_ctx *ctx, const char *none,
+		  struct kn_nvml **nv);
 
 /* Flags. */
 
@@ -287,7 +303,7 @@ int cli_split_list(const struct cli_ctx *ctx, const char *flag,
 /* A verb of a command with several (`kiln token create`). */
 struct cli_verb {
 	const char *name;
-	int (*run)(struct cli_ctx *ctx, int argc, char **argv);
+	cli_runner *run;
 };
 
 /*

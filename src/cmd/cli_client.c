@@ -1028,6 +1028,28 @@ int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 	return rc ? rc : cli_answer_json(ctx, answer);
 }
 
+int cli_list_table(struct cli_ctx *ctx, int argc, char **argv,
+		   const char *path, const char *key,
+		   const char *const *headers,
+		   void (*row)(struct cli_table *t, json_t *item, int64_t now))
+{
+	struct cli_table *t;
+	json_t *answer, *item;
+	int64_t now = kn_now_ms();
+	size_t i;
+	int rc = cli_get_listing(ctx, argc, argv, path, &answer);
+
+	if (rc != CLI_GO)
+		return rc;
+	t = cli_table_new(headers);
+	json_array_foreach(json_object_get(answer, key), i, item)
+		row(t, item, now);
+	cli_table_show(ctx, t, stdout, 0);
+	cli_table_free(t);
+	json_decref(answer);
+	return CLI_EXIT_OK;
+}
+
 int cli_answer_json(const struct cli_ctx *ctx, json_t **answer)
 {
 	if (!cli_want_json(ctx))
@@ -1047,19 +1069,21 @@ int cli_get_answer(const struct cli_ctx *ctx, struct cli_client *c,
 }
 
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
-		     const char *collection, const char **name)
+		     const char *collection, const char *done)
 {
 	struct cli_client *c = NULL;
+	const char *name = NULL;
 	struct kn_buf path;
 	int rc;
 
-	*name = NULL;
 	kn_buf_init(&path, SIZE_MAX);
-	rc = cli_parse_open(ctx, argc, argv, NULL, "NAME", name, &c);
+	rc = cli_parse_open(ctx, argc, argv, NULL, "NAME", &name, &c);
 	if (rc != CLI_GO)
 		goto out;
-	cli_path_object(&path, collection, *name, "");
+	cli_path_object(&path, collection, name, "");
 	rc = cli_call(c, "DELETE", path.data, NULL, NULL, 0, NULL);
+	if (rc == 0)
+		printf(done, name);
 out:
 	kn_buf_release(&path);
 	cli_client_free(c);

@@ -180,6 +180,16 @@ int cli_parse_open(struct cli_ctx *ctx, int argc, char **argv,
 int cli_get_listing(struct cli_ctx *ctx, int argc, char **argv,
 		    const char *path, json_t **answer);
 /*
+ * `kiln token ls` and the like: cli_get_listing path, then for humans a
+ * table of headers with a row for each element of the answer's array
+ * key, its cells added by row (now: when the listing came, for ages).
+ * Returns the exit code.
+ */
+int cli_list_table(struct cli_ctx *ctx, int argc, char **argv,
+		   const char *path, const char *key,
+		   const char *const *headers,
+		   void (*row)(struct cli_table *t, json_t *item, int64_t now));
+/*
  * An answer that came: with -o json printed as it is and released
  * (*answer NULL, CLI_EXIT_OK), else left to the caller to describe
  * (CLI_GO).
@@ -190,12 +200,13 @@ int cli_get_answer(const struct cli_ctx *ctx, struct cli_client *c,
 		   const char *path, json_t **answer);
 
 /*
- * `kiln token revoke NAME` and the like: read NAME from argv and DELETE
- * collection/NAME. *name is set for the caller's message. Returns as
- * cli_call (or a usage exit status).
+ * `kiln token revoke NAME` and the like: read NAME from argv, DELETE
+ * collection/NAME, and once that is done print done (a format taking
+ * NAME) on stdout. Returns as cli_call (or a usage exit status, or 0
+ * after --help).
  */
 int cli_delete_named(struct cli_ctx *ctx, int argc, char **argv,
-		     const char *collection, const char **name);
+		     const char *collection, const char *done);
 /*
  * The text under key in an answer: 0 with *out set (borrowed from answer),
  * or CLI_EXIT_FAIL after saying the answer has no what.

@@ -16,6 +16,58 @@
 #include "health/health.h"
 #include "spec/spec.h"
 
+static cli_runner cmd_advise;
+
+const struct cli_command cmd_advise_entry = {
+	.name = "advise",
+	.run = cmd_advise,
+	.summary = "say which VM to rent for a job and what it costs",
+	.help = "usage: kiln advise --phase train|finetune|infer\n"
+		"                   (--params N [--dtype T] | --preset NAME)\n"
+		"                   [--workload generative|complex|small]\n"
+		"                   [--nodes N | --throughput TOKENS/S]\n"
+		"                   [--interruptible] [--checkpoints] [--budget USD]\n"
+		"                   [--context N] [--batch N] [--layers N --hidden N]\n"
+		"                   [--catalog FILE] [--options N] [-o json]\n"
+		"\n"
+		"Name the VM family Azure's compute recommendations give for the phase\n"
+		"and workload (training: ND, or NC with Ethernet; RDMA/InfiniBand for\n"
+		"multi-node training; inference: NC or ND; small models: E-series CPU\n"
+		"for training, F-series for inference), the memory the model needs\n"
+		"(weights; training adds 16 bytes/param for gradients and Adam state\n"
+		"plus 20% for activations; inference adds the KV cache plus 10%), and\n"
+		"the cheapest sizes that hold it, with the GPUs used and the cost per\n"
+		"hour and per month (730 h) on demand, on spot and reserved for 1 and 3\n"
+		"years (\"—\" where the catalog has no price). Warnings go to stderr.\n"
+		"Needs no server. docs/cost.md has the arithmetic.\n"
+		"\n"
+		"  --phase P         train, finetune or infer\n"
+		"  --workload W      generative (default), complex (non-generative) or\n"
+		"                    small (non-generative, on CPU)\n"
+		"  --params N        parameters: 7B, 350M, 1.5T or a plain count\n"
+		"  --dtype T         fp32, bf16 (default), fp16, fp8, int8, int4\n"
+		"  --preset NAME     a model of kiln's model-presets.csv (its\n"
+		"                    parameters and dtype)\n"
+		"  --nodes N         VMs: training shares the memory over them,\n"
+		"                    inference runs N replicas (default 1)\n"
+		"  --throughput T    decode tokens/s wanted (infer): VMs are added until\n"
+		"                    50% of the GPUs' memory bandwidth reaches it\n"
+		"  --interruptible   the job may run on spot VMs (ranked by spot price)\n"
+		"  --checkpoints     the job checkpoints (spot training without it warns)\n"
+		"  --budget USD      monthly budget; sizes above it are flagged\n"
+		"  --context N       tokens of context for the KV cache (default 4096)\n"
+		"  --batch N         concurrent sequences for the KV cache (default 1)\n"
+		"  --layers N, --hidden N  the model's shape (default: estimated from\n"
+		"                    the parameters as hidden = 128 x layers)\n"
+		"  --catalog FILE    more sizes or prices, same columns as\n"
+		"                    kiln's azure-gpu-skus.csv; rows replace by size\n"
+		"                    name\n"
+		"  --options N       how many sizes to list (default 5, at most 32)\n"
+		"\n"
+		"Exit status: 0 with advice, 1 when no size fits or a file is bad, 2 on\n"
+		"a usage error.\n",
+};
+
 /* The flags that are text to check; the numbers and switches go
    straight into the request. */
 struct advise_flags {
@@ -308,7 +360,7 @@ static int request_from_flags(struct cli_ctx *ctx,
 	return CLI_GO;
 }
 
-int cmd_advise(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_advise(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct advise_flags f = {.phase = NULL, .workload = NULL};
 	struct kn_advise_request req = {0};

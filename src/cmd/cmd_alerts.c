@@ -12,6 +12,45 @@
 #include "cmd/cli_client.h"
 #include "cmd/watch.h"
 
+static cli_runner cmd_alerts;
+
+const struct cli_command cmd_alerts_entry = {
+	.name = "alerts",
+	.run = cmd_alerts,
+	.summary = "list firing and recently resolved alerts",
+	.help = "usage: kiln alerts [--all] [-w] [-o table|wide|json|yaml]\n"
+		"\n"
+		"List the alerts the server's rules raised: those firing now, then\n"
+		"those resolved in the last day, newest first: STATE SEVERITY RULE\n"
+		"SINCE (fired) RESOLVED SUMMARY. Rules, scraping and the webhook are\n"
+		"set on `kiln server` (--alert-rules, --scrape, --alert-webhook); see\n"
+		"docs/alerts.md.\n"
+		"\n"
+		"  --all         every alert recorded, however long ago it resolved\n"
+		"  -w, --watch   draw again whenever the server's event stream says\n"
+		"                something changed (no polling); until interrupted\n"
+		"  -o json|yaml  print the server's answer instead\n",
+};
+
+static cli_runner cmd_events;
+
+const struct cli_command cmd_events_entry = {
+	.name = "events",
+	.run = cmd_events,
+	.summary = "print or follow the server's event stream",
+	.help = "usage: kiln events [-f] [--since SEQ]\n"
+		"\n"
+		"Print the server's recent events, one JSON document per line (for\n"
+		"jq): job state changes (job.state), node state changes (node.state)\n"
+		"and alerts (alert.firing, alert.resolved). Each has seq, time_ms and\n"
+		"type. The server keeps the last 1024 in memory; seq starts over when\n"
+		"it restarts. On a terminal, control characters in names are shown\n"
+		"escaped as `kiln logs` does; a pipe gets the JSON unchanged.\n"
+		"\n"
+		"  -f, --follow  keep printing new events as they happen\n"
+		"  --since SEQ   only events after sequence number SEQ\n",
+};
+
 static void print_alerts(const struct cli_ctx *ctx, json_t *answer,
 			 void *all)
 {
@@ -47,7 +86,7 @@ static void print_alerts(const struct cli_ctx *ctx, json_t *answer,
 	cli_table_free(t);
 }
 
-int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv)
 {
 	bool all = false, watch = false;
 	const struct cli_flag flags[] = {
@@ -64,7 +103,7 @@ int cmd_alerts(struct cli_ctx *ctx, int argc, char **argv)
 	return watch_listing(ctx, watch, &alerts);
 }
 
-int cmd_events(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_events(struct cli_ctx *ctx, int argc, char **argv)
 {
 	bool follow = false;
 	int since = 0;

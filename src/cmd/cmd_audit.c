@@ -13,6 +13,36 @@
 #include "cmd/cli_client.h"
 #include "server/server.h"
 
+static cli_runner cmd_audit;
+
+const struct cli_command cmd_audit_entry = {
+	.name = "audit",
+	.run = cmd_audit,
+	.summary = "list the audit log, newest first; verify its hash chain",
+	.help = "usage: kiln audit [ls] [--actor A] [--action PREFIX] [--since WHEN]\n"
+		"                  [--limit N] [-o json|table]\n"
+		"       kiln audit verify [--home DIR] [-o json]\n"
+		"\n"
+		"kiln audit (or kiln audit ls) lists audit records, newest first:\n"
+		"TIME ACTOR ROLE ACTION OBJECT OUTCOME. Every state-changing call is\n"
+		"recorded (job.submit, job.cancel, token.create, key.create,\n"
+		"backup.create, ...); requests refused for their role as `denied`.\n"
+		"\n"
+		"  --actor A          only records of the token named A\n"
+		"  --action PREFIX    only actions starting with PREFIX (\"job.\")\n"
+		"  --since WHEN       only records since WHEN: a duration back from\n"
+		"                     now (30m, 2d) or a UTC time (2026-12-03T04:00Z)\n"
+		"  --limit N          at most N records\n"
+		"  -o json            print the server's JSON instead\n"
+		"\n"
+		"kiln audit verify (admin) has the server recompute the hash chain\n"
+		"(docs/audit.md) and prints `audit log ok: N rows, head row ID HASH`,\n"
+		"or the first bad row and what is wrong with it (edited, deleted,\n"
+		"reordered, truncated, unchained) and exits 1. With --home DIR it\n"
+		"checks that home's kiln.db, audit.key and audit.head itself, with no\n"
+		"server (a stopped one, or a restored home).\n",
+};
+
 /*
  * --since: a duration back from now ("30m", "2d"), or a UTC time
  * "2026-12-03T04:00:00Z" (seconds and Z optional) or a date "2026-12-03".
@@ -177,7 +207,7 @@ out:
 	return rc;
 }
 
-int cmd_audit(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_audit(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct cli_verb verbs[] = {
 		{"ls", audit_ls},

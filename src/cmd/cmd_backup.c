@@ -24,6 +24,35 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
+static cli_runner cmd_backup;
+
+const struct cli_command cmd_backup_entry = {
+	.name = "backup",
+	.run = cmd_backup,
+	.summary = "back up the server's state to a store; list and restore backups",
+	.help = "usage: kiln backup create [--to STORE-URL] [--with-audit-key]\n"
+		"       kiln backup ls [--from STORE-URL] [-o json|table]\n"
+		"       kiln backup restore BACKUP --home DIR [--from STORE-URL]\n"
+		"\n"
+		"create (admin) has the running server copy kiln.db at one moment\n"
+		"(SQLite's online backup), with the public key files of\n"
+		"$KILN_HOME/keys and a manifest (time, kiln and schema version,\n"
+		"size and sha256 of each part), to STORE/backups/NAME/, NAME being\n"
+		"the UTC time; it waits for the upload and prints NAME. The default\n"
+		"store is the server's --backup-to, else its --blob-store.\n"
+		"  --with-audit-key   include audit.key, without which the restored\n"
+		"                     audit log cannot be verified; the backup is\n"
+		"                     then a secret (docs/backup.md)\n"
+		"\n"
+		"ls lists the complete backups in a store: NAME CREATED KILN SCHEMA\n"
+		"PARTS SIZE AUDIT_KEY. restore rebuilds a kiln home from one into\n"
+		"DIR, which must be empty or missing: every part is downloaded and\n"
+		"checked against the manifest's sha256 first, and a bad part is\n"
+		"named and nothing restored. Secrets and kiln.db are written 0600.\n"
+		"Without a server, give the store with --from (Azure credentials\n"
+		"from AZURE_STORAGE_*, as kiln blob).\n",
+};
+
 #define BACKUP_PREFIX "backups/"
 /* A manifest lists a few files: a megabyte is far beyond any real one. */
 #define BACKUP_MANIFEST_MAX (1024 * 1024)
@@ -507,7 +536,7 @@ out:
 	return rc;
 }
 
-int cmd_backup(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_backup(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct cli_verb verbs[] = {
 		{"create", backup_create},

@@ -31,6 +31,48 @@
 #include "cmd/cli.h"
 #include "coll/coll.h"
 
+static cli_runner cmd_bench;
+
+const struct cli_command cmd_bench_entry = {
+	.name = "bench",
+	.run = cmd_bench,
+	.summary = "measure collectives the way nccl-tests does",
+	.help = "usage: kiln bench COLLECTIVE [-b MIN] [-e MAX] [-i STEP | -f FACTOR]\n"
+		"                  [-g N] [-t N] [-o OP] [-d TYPE] [-r ROOT] [-n ITERS]\n"
+		"                  [-w ITERS] [-c 0|1] [-a 0-3] [-z 0|1] [-G N]\n"
+		"                  [--backend cpu|mpi|nccl] [--min-busbw GB/s]\n"
+		"\n"
+		"Time a collective over a range of sizes and print nccl-tests' table:\n"
+		"size, count, type, redop, root, then out-of-place and in-place time\n"
+		"(us), algbw and busbw (GB/s) and #wrong, and the average bus\n"
+		"bandwidth. COLLECTIVE: all_reduce, all_gather, reduce_scatter,\n"
+		"broadcast, reduce, alltoall, sendrecv.\n"
+		"\n"
+		"  -b, --minbytes SIZE    smallest size (default 32M; K, M, G suffixes)\n"
+		"  -e, --maxbytes SIZE    largest size (default 32M)\n"
+		"  -i, --stepbytes SIZE   add this between sizes (default 1M)\n"
+		"  -f, --stepfactor N     multiply by N between sizes instead\n"
+		"  -g, --ngpus N          ranks per thread: GPUs (nccl) or ranks (cpu)\n"
+		"  -t, --nthreads N       threads; a cpu or nccl run has g x t ranks\n"
+		"  -o, --op OP            sum, prod, min, max, avg or all (default sum)\n"
+		"  -d, --datatype TYPE    int8, uint8, int32, uint32, int64, uint64,\n"
+		"                         half, float, double, bfloat16 or all\n"
+		"  -r, --root N           root of broadcast and reduce (default 0)\n"
+		"  -n, --iters N          timed calls per size (default 20)\n"
+		"  -w, --warmup_iters N   untimed calls first (default 5)\n"
+		"  -c, --check 0|1        check results, counted in #wrong (default 1)\n"
+		"  -a, --average 0-3      time reported: rank 0's, mean, min, max (1)\n"
+		"  -z, --blocking 0|1     wait for each call (cpu and mpi always do)\n"
+		"  -G, --cudagraph N      accepted for nccl-tests scripts; ignored\n"
+		"  --backend B            cpu: threads over shared memory (default);\n"
+		"                         mpi: one rank per process, run under mpirun;\n"
+		"                         nccl: GPUs of this machine\n"
+		"  --min-busbw GB/s       exit 1 when the average bus bandwidth is lower\n"
+		"\n"
+		"Exit status: 0, or 1 when a result was wrong, the bandwidth was below\n"
+		"--min-busbw or the backend failed; 2 on a usage error.\n",
+};
+
 /* A sweep longer than this is a mistake in -b/-e/-i, not a benchmark. */
 #define MAX_SIZES 100000
 /* One rank's "Using devices" line, exchanged with all_gather. */
@@ -509,7 +551,7 @@ static int parse_choices(struct cli_ctx *ctx, struct bench *b,
 	return CLI_GO;
 }
 
-int cmd_bench(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_bench(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct bench b = {
 		.backend = "cpu",

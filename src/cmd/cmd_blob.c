@@ -14,6 +14,58 @@
 #include "ckpt/ckpt.h"
 #include "cmd/cli.h"
 
+static cli_runner cmd_blob;
+
+const struct cli_command cmd_blob_entry = {
+	.name = "blob",
+	.run = cmd_blob,
+	.summary = "list, put, get and delete blobs in a store",
+	.help = "usage: kiln blob ls URL [PREFIX]\n"
+		"       kiln blob put URL NAME FILE [--create-only] [--single-put S]\n"
+		"                     [--parallel N] [--block-size S]\n"
+		"       kiln blob get URL NAME FILE [--offset N] [--length N]\n"
+		"       kiln blob rm URL NAME\n"
+		"       kiln blob stat URL NAME\n"
+		"\n"
+		"URL is a store: file:///dir, https://ACCOUNT.blob.core.windows.net/\n"
+		"CONTAINER[/PREFIX], http://HOST:PORT/ACCOUNT/CONTAINER[/PREFIX]\n"
+		"(Azurite), or azure://CONTAINER[/PREFIX] with the endpoint from\n"
+		"AZURE_STORAGE_CONNECTION_STRING. Credentials come from\n"
+		"AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_KEY or\n"
+		"AZURE_STORAGE_SAS_TOKEN. put and get print the sha256 of the bytes\n"
+		"moved.\n"
+		"\n"
+		"  --create-only     fail if the blob exists (If-None-Match: *)\n"
+		"  --single-put S    files up to S go in one Put Blob (default 64Mi,\n"
+		"                    as Azure's SDKs); larger ones in blocks\n"
+		"  --parallel N      blocks (uploads) or ranges (downloads) in flight\n"
+		"                    for large files (default 6)\n"
+		"  --block-size S    Put Block and download range size (default 8Mi)\n",
+};
+
+static cli_runner cmd_ckpt;
+
+const struct cli_command cmd_ckpt_entry = {
+	.name = "ckpt",
+	.run = cmd_ckpt,
+	.summary = "upload, list, restore and prune checkpoints",
+	.help = "usage: kiln ckpt upload URL JOB DIR\n"
+		"       kiln ckpt ls URL JOB\n"
+		"       kiln ckpt restore URL JOB DEST\n"
+		"       kiln ckpt prune URL JOB --keep K\n"
+		"       kiln ckpt outputs URL JOB DIR\n"
+		"\n"
+		"What the server does for checkpoints, by hand. upload sends DIR as\n"
+		"JOB/checkpoints/NAME/ (NAME is DIR's last part) with MANIFEST.json\n"
+		"last; restore puts the newest checkpoint that verifies into\n"
+		"DEST/NAME, prints NAME, and warns on stderr of each one skipped.\n"
+		"URL and credentials as for `kiln blob`.\n"
+		"\n"
+		"  --files N         files copied at once (default: the store's, up to\n"
+		"                    4 for file://; the server's sync uses 1)\n"
+		"  --single-put S, --parallel N, --block-size S  as for kiln blob\n",
+};
+
 #define MAX_POS 4
 
 struct args {
@@ -209,7 +261,7 @@ static int parse_verb(struct cli_ctx *ctx, int argc, char **argv,
 	return cli_usage_error(ctx, "no '%s'; choose %s", argv[1], choices);
 }
 
-int cmd_blob(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_blob(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a = {0};
 	const char *verb;
@@ -225,7 +277,7 @@ static void print_manifest(const struct kn_ckpt_manifest *m)
 		       (long long)m->files[i].size, m->files[i].path);
 }
 
-int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_ckpt(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct kn_blob_store *s = NULL;
 	struct kn_ckpt_manifest m = {0};

@@ -19,6 +19,58 @@
 #include "cmd/cli_client.h"
 #include "cmd/cost_report.h"
 
+static cli_runner cmd_cost;
+
+const struct cli_command cmd_cost_entry = {
+	.name = "cost",
+	.run = cmd_cost,
+	.summary = "what GPU time cost: by job, user, deployment, node or day",
+	.help = "usage: kiln cost [--by job|user|deployment|node|day]\n"
+		"                 [--since DURATION|TIME] [--until DURATION|TIME]\n"
+		"                 [-o table|json|csv] [--chart FILE.svg]\n"
+		"       kiln cost --reservations [--since ...] [--until ...] [-o json]\n"
+		"       kiln cost --rightsize [--since ...] [-o table|json|csv]\n"
+		"\n"
+		"The cost ledger (docs/cost.md): each node's GPU time, priced by its\n"
+		"size and pricing model (labels sku= and pricing=, `kiln server\n"
+		"--node-sku`), split into busy (allocated to a task: whole GPUs, GPU\n"
+		"shares and MIG slices by their fraction), idle (not allocated while\n"
+		"the node is up) and unhealthy; lost is busy time of a preempted or\n"
+		"failed attempt after its last checkpoint (all of it without one).\n"
+		"Columns: GPU-HOURS busy, COST busy, IDLE, UNHEALTHY, LOST (part of\n"
+		"COST), TOTAL (busy + idle + unhealthy), GOODPUT (useful over busy)\n"
+		"and EFFICIENCY (used over requested from per-task samples: GPU\n"
+		"utilisation x share over GPU time held, CPU cores and resident\n"
+		"memory over requested; the mean of those a row has, \"-\" when none\n"
+		"was sampled; `kiln server --usage-interval`). The\n"
+		"last row is the total; by job, user or deployment idle and\n"
+		"unhealthy time belong to no row and are in the total only. A node\n"
+		"whose size or price the catalog lacks is costed at $0 and marked *.\n"
+		"\n"
+		"  --by KEY              job (default), user, deployment, node or day\n"
+		"                        (UTC days)\n"
+		"  --since DURATION|TIME the window's start: 7d ago (default 30d), or\n"
+		"                        a UTC time 2026-12-01 or 2026-12-01T08:00:00Z\n"
+		"  --until DURATION|TIME the window's end (default now)\n"
+		"  -o table|json|csv     json: the server's answer as is; csv: one\n"
+		"                        line per row then the total, unrounded\n"
+		"  --chart FILE.svg      also write cost per day, stacked useful,\n"
+		"                        lost, idle and unhealthy, as an SVG file\n"
+		"  --reservations        advice from the window's history instead:\n"
+		"                        per VM size, its nodes' GPU utilisation (busy\n"
+		"                        over up) against each reserved term's\n"
+		"                        break-even (reserved / on-demand price), and\n"
+		"                        which jobs could move to spot (preemptible,\n"
+		"                        with checkpoints; the longest work an attempt\n"
+		"                        had past its last checkpoint)\n"
+		"  --rightsize           right-size advice instead: per job name\n"
+		"                        (its runs in the window), the samples, p50,\n"
+		"                        p95 and max of CPU, memory and GPU memory use\n"
+		"                        against the request, and a suggested request\n"
+		"                        (p95 x 1.15, rounded up) where that is below\n"
+		"                        70% of it, from at least 10 samples\n",
+};
+
 /* GET base (/v1/cost with by, or one of its advice paths without). */
 static int fetch(struct cli_client *c, const char *base, const char *by,
 		 int64_t since, int64_t until, json_t **out)
@@ -67,7 +119,7 @@ static const char *time_wanted(const char *got)
 	return why;
 }
 
-int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *by = NULL, *since_text = "30d", *until_text = NULL,
 		   *chart = NULL;

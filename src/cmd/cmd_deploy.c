@@ -16,6 +16,93 @@
 #include "cmd/watch.h"
 #include "spec/spec.h"
 
+static cli_runner cmd_deploy;
+
+const struct cli_command cmd_deploy_entry = {
+	.name = "deploy",
+	.run = cmd_deploy,
+	.summary = "create or update a deployment (replicas of a model server)",
+	.help = "usage: kiln deploy FILE [-o json]\n"
+		"\n"
+		"Send the deployment spec in FILE (kind: Deployment; - reads standard\n"
+		"input) to the server. A new name creates the deployment; an existing\n"
+		"one is updated: a changed spec reaches its replicas one at a time,\n"
+		"a changed replica count at once. Each replica is a job that restarts\n"
+		"with backoff whenever it exits; it gets KILN_PORT (serve there, on\n"
+		"127.0.0.1) and KILN_MODEL_DIR. Under a server with --executor\n"
+		"kubernetes it is an apps/v1 Deployment and a Service instead, which\n"
+		"Kubernetes rolls out (docs/kubernetes.md). A spec's revalidate:\n"
+		"section sets the re-validation of the registry alias it serves; a\n"
+		"job file it names (relative to FILE) is read here and sent with the\n"
+		"spec. See docs/deployments.md.\n"
+		"\n"
+		"  -o json  print the server's answer as JSON\n",
+};
+
+static cli_runner cmd_deployments;
+
+const struct cli_command cmd_deployments_entry = {
+	.name = "deployments",
+	.run = cmd_deployments,
+	.summary = "list deployments, or show one with its replicas",
+	.help = "usage: kiln deployments [NAME] [-w] [-o table|wide|json|yaml|name]\n"
+		"\n"
+		"Without NAME: NAME READY (ready/wanted) MODEL OWNER FALLBACK\n"
+		"GENERATION. With NAME: the deployment and each replica's STATE\n"
+		"(pending, queued, restarting, starting, ready, stopping), ADDRESS,\n"
+		"NODE, ZONE, RESTARTS, JOB and REASON. Under a server with\n"
+		"--executor kubernetes: the Deployment, its Service's cluster DNS\n"
+		"name, its ready/updated/available counts and rollout state (pending,\n"
+		"progressing, complete, failed) with the API's reason, the last API\n"
+		"error, and each pod's STATE, POD, NODE, ZONE, RESTARTS and REASON.\n"
+		"\n"
+		"  -w, --watch   draw again whenever the server's event stream says\n"
+		"                something changed (no polling); until interrupted\n"
+		"  -o name       the names alone\n",
+};
+
+static cli_runner cmd_scale;
+
+const struct cli_command cmd_scale_entry = {
+	.name = "scale",
+	.run = cmd_scale,
+	.summary = "set a deployment's number of replicas",
+	.help = "usage: kiln scale NAME N\n"
+		"\n"
+		"Run N replicas (0..64) of deployment NAME: new ones start at once,\n"
+		"the highest-numbered ones stop when scaling down. Under --executor\n"
+		"kubernetes: a merge PATCH of the Deployment's spec.replicas.\n",
+};
+
+static cli_runner cmd_undeploy;
+
+const struct cli_command cmd_undeploy_entry = {
+	.name = "undeploy",
+	.run = cmd_undeploy,
+	.summary = "delete a deployment and stop its replicas",
+	.help = "usage: kiln undeploy NAME\n"
+		"\n"
+		"Delete deployment NAME: its replica jobs are cancelled (SIGTERM, then\n"
+		"SIGKILL after the kill grace) and the gateway stops routing to it.\n"
+		"Under --executor kubernetes: its Deployment and Service are deleted.\n",
+};
+
+static cli_runner cmd_rollout;
+
+const struct cli_command cmd_rollout_entry = {
+	.name = "rollout",
+	.run = cmd_rollout,
+	.summary = "restart a deployment one replica at a time",
+	.help = "usage: kiln rollout restart NAME\n"
+		"\n"
+		"Replace each replica of deployment NAME with a new one, in order,\n"
+		"starting the next only once the new one is ready, so the others\n"
+		"keep serving (a one-replica deployment has a gap). Under\n"
+		"--executor kubernetes it is what kubectl rollout restart does: the\n"
+		"Deployment's pod template gets the annotation\n"
+		"kubectl.kubernetes.io/restartedAt, and Kubernetes rolls it out.\n",
+};
+
 /*
  * Positionals (between min and max of them) among the global flags, for
  * commands that take more than one or an optional one. Returns CLI_GO,
@@ -249,7 +336,7 @@ out:
 	return rc;
 }
 
-int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_deploy(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct cli_client *c = NULL;
 	const char *file = NULL, *name;
@@ -315,7 +402,7 @@ static void print_deployments(const struct cli_ctx *ctx, json_t *answer,
 		print_list(ctx, json_object_get(answer, "deployments"));
 }
 
-int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_deployments(struct cli_ctx *ctx, int argc, char **argv)
 {
 	bool watch = false;
 	const struct cli_flag flags[] = {
@@ -344,7 +431,7 @@ out:
 	return rc;
 }
 
-int cmd_scale(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_scale(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct cli_client *c = NULL;
 	struct kn_buf path;
@@ -381,18 +468,13 @@ out:
 	return rc;
 }
 
-int cmd_undeploy(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_undeploy(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *name;
-	int rc = cli_delete_named(ctx, argc, argv, "/v1/deployments", &name);
-
-	if (rc == 0)
-		printf("deployment %s deleted; its replicas are stopping\n",
-		       name);
-	return rc;
+	return cli_delete_named(ctx, argc, argv, "/v1/deployments",
+				"deployment %s deleted; its replicas are stopping\n");
 }
 
-int cmd_rollout(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_rollout(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct cli_client *c = NULL;
 	const char *pos[2] = {NULL, NULL}, *name;

@@ -13,7 +13,88 @@
 #include "cmd/cli_client.h"
 #include "cmd/job_select.h"
 
-int cmd_evict(struct cli_ctx *ctx, int argc, char **argv)
+static cli_runner cmd_evict;
+
+const struct cli_command cmd_evict_entry = {
+	.name = "evict",
+	.run = cmd_evict,
+	.summary = "preempt running jobs; they resume later",
+	.help = "usage: kiln evict ID|ID[K]... [--grace DURATION] [--reason TEXT]\n"
+		"       kiln evict [--state S] [--name N] [--owner O] | --all [--yes]\n"
+		"\n"
+		"Evict each running job named (or the running jobs the filters\n"
+		"match; an array's ID: its running elements, ID[K]: element K)\n"
+		"the way a spot eviction would: each task gets\n"
+		"the job's checkpoint.signal (default SIGTERM), then SIGKILL after\n"
+		"--grace (default: the job's checkpoint.grace, else the server's kill\n"
+		"grace). The attempt ends `preempted` and the job goes back to the\n"
+		"queue ahead of newer jobs of its priority, without using a retry.\n"
+		"Only jobs whose spec says `preemptible: true` can be evicted. Users\n"
+		"may evict their own jobs; operators and admins any job.\n"
+		"\n"
+		"  --state S   the jobs in state S\n"
+		"  --name N    the jobs named N\n"
+		"  --owner O   the jobs submitted with the token named O\n"
+		"  --all       every job running (asks first, at a terminal)\n"
+		"  -y, --yes   no question for --all\n",
+};
+
+static cli_runner cmd_drain;
+
+const struct cli_command cmd_drain_entry = {
+	.name = "drain",
+	.run = cmd_drain,
+	.summary = "stop new work on a node and evict its preemptible jobs",
+	.help = "usage: kiln drain NODE [--reason TEXT]\n"
+		"       kiln drain --rolling POOL --command PATCH_CMD\n"
+		"                  [--surge-timeout DUR] [--no-wait]\n"
+		"\n"
+		"Mark NODE draining: it gets no new work, its preemptible jobs are\n"
+		"evicted (and resume elsewhere or later), the others run to their end.\n"
+		"`kiln uncordon NODE` makes it ready again. Operators and admins.\n"
+		"\n"
+		"--rolling POOL maintains the pool's nodes one at a time on the\n"
+		"server (a tracked operation: GET /v1/pools/POOL/rolling; a CLI\n"
+		"that goes away does not stop it): cordon; replace each deployment\n"
+		"replica on the node by a surge replica started elsewhere first,\n"
+		"the old one stopped only once the new one is ready and routed, so\n"
+		"even a one-replica deployment keeps serving (--surge-timeout,\n"
+		"default 10m: how long a surge replica may wait for room and\n"
+		"readiness before that node fails); drain (preemptible jobs evicted\n"
+		"through their checkpoints) and wait until the node is empty; run\n"
+		"PATCH_CMD with /bin/sh (KILN_NODE and KILN_POOL in its\n"
+		"environment); run the health checks; uncordon. It stops at the\n"
+		"first node whose command fails, whose health checks fail (leaving\n"
+		"it drained) or whose surge replica times out (leaving it\n"
+		"cordoned), and says which.\n"
+		"The CLI follows the progress until the end (exit 1 when it stopped)\n"
+		"unless --no-wait. See docs/capacity.md.\n",
+};
+
+static cli_runner cmd_cordon;
+
+const struct cli_command cmd_cordon_entry = {
+	.name = "cordon",
+	.run = cmd_cordon,
+	.summary = "stop new work on a node",
+	.help = "usage: kiln cordon NODE [--reason TEXT]\n"
+		"\n"
+		"Mark NODE cordoned: running work continues, nothing new is placed.\n"
+		"Operators and admins.\n",
+};
+
+static cli_runner cmd_uncordon;
+
+const struct cli_command cmd_uncordon_entry = {
+	.name = "uncordon",
+	.run = cmd_uncordon,
+	.summary = "make a cordoned or drained node ready",
+	.help = "usage: kiln uncordon NODE\n"
+		"\n"
+		"Mark NODE ready for new work again. Operators and admins.\n",
+};
+
+static int cmd_evict(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const char *const running[] = {"running", NULL};
 	struct job_select sel = {.acting_states = running, .verb = "evict"};
@@ -190,7 +271,7 @@ out:
 	return rc;
 }
 
-int cmd_drain(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_drain(struct cli_ctx *ctx, int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--rolling") ||
@@ -199,12 +280,12 @@ int cmd_drain(struct cli_ctx *ctx, int argc, char **argv)
 	return node_verb(ctx, argc, argv, "/drain");
 }
 
-int cmd_cordon(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_cordon(struct cli_ctx *ctx, int argc, char **argv)
 {
 	return node_verb(ctx, argc, argv, "/cordon");
 }
 
-int cmd_uncordon(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_uncordon(struct cli_ctx *ctx, int argc, char **argv)
 {
 	return node_verb(ctx, argc, argv, "/uncordon");
 }

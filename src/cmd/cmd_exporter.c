@@ -30,6 +30,50 @@
 #include "loop/loop.h"
 #include "telemetry/telemetry.h"
 
+static cli_runner cmd_exporter;
+
+const struct cli_command cmd_exporter_entry = {
+	.name = "exporter",
+	.run = cmd_exporter,
+	.summary = "serve this node's metrics for Prometheus",
+	.help = "usage: kiln exporter [--config FILE] [--print-config]\n"
+		"                     [--listen HOST:PORT] [--root DIR]\n"
+		"                     [--token-file FILE] [--mount LIST]\n"
+		"                     [--hostname NAME]\n"
+		"                     [--tls-cert FILE --tls-key FILE\n"
+		"                      [--tls-client-ca FILE]] [--insecure]\n"
+		"\n"
+		"Serve GET /metrics in Prometheus text format: CPU, memory, network,\n"
+		"disk and filesystem metrics under node_exporter's names, and per-GPU\n"
+		"metrics from NVML under dcgm-exporter's names (DCGM_FI_DEV_*), so\n"
+		"their Grafana dashboards work unchanged. Stops on SIGTERM or SIGINT.\n"
+		"\n"
+		"  --config FILE       read flags from FILE (YAML): each key a long\n"
+		"                      flag's name (mount: /,/data), the TLS ones\n"
+		"                      also as tls: {cert, key, client_ca}; flags on\n"
+		"                      the command line win\n"
+		"  --print-config      print every key's value in effect (flag over\n"
+		"                      file over default) and where it came from, and\n"
+		"                      exit\n"
+		"  --listen HOST:PORT  address (default 127.0.0.1:9470; port 0 picks\n"
+		"                      a free one, printed on standard error)\n"
+		"  --root DIR          read proc/ and sys/ under DIR (default /)\n"
+		"  --token-file FILE   require `Authorization: Bearer <token>` with\n"
+		"                      the token in FILE; without it scrapes are not\n"
+		"                      authenticated, as exporters conventionally\n"
+		"                      are, so keep the default loopback address\n"
+		"  --mount LIST        only these mount points, comma-separated\n"
+		"                      (default: every real filesystem)\n"
+		"  --hostname NAME     the Hostname label of GPU series (default:\n"
+		"                      this host's name)\n"
+		"  --tls-cert FILE     serve HTTPS with this certificate chain (PEM),\n"
+		"  --tls-key FILE      and its key; both reloaded on SIGHUP and when\n"
+		"                      the files change (docs/tls.md)\n"
+		"  --tls-client-ca FILE  scrapers must show a client certificate\n"
+		"                      that chains to a CA in FILE\n"
+		"  --insecure          allow plain HTTP on a non-loopback address\n",
+};
+
 /* A token file holds one line; anything longer is not a token. */
 #define TOKEN_FILE_MAX 4096
 /* --mount takes a comma-separated list of at most this many mount points. */
@@ -196,14 +240,9 @@ static int sources_open(struct cli_ctx *ctx, struct exporter *x)
 	kn_buf_release(&probe);
 	if (rc < 0)
 		return cli_fail(ctx, "%s", err.message);
-	rc = kn_nvml_open(&x->nvml, &err);
-	if (rc == -ENOENT) {
-		fprintf(stderr, "%s: no GPU metrics (%s)\n", ctx->prog,
-			err.message);
-		return CLI_GO;
-	}
-	if (rc < 0)
-		return cli_fail(ctx, "%s", err.message);
+	rc = cli_nvml_open(ctx, "no GPU metrics", &x->nvml);
+	if (rc != CLI_GO)
+		return rc == CLI_EXIT_OK ? CLI_GO : rc;
 	n = kn_nvml_count(x->nvml);
 	driver = kn_nvml_driver_version(x->nvml);
 	x->last_xid = kn_xcalloc(n ? n : 1, sizeof(*x->last_xid));
@@ -215,7 +254,7 @@ static int sources_open(struct cli_ctx *ctx, struct exporter *x)
 	return CLI_GO;
 }
 
-int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_exporter(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *listen = "127.0.0.1:9470", *root = "/", *token_file = NULL,
 		   *mount_arg = NULL, *hostname = NULL, *config = NULL;

@@ -15,6 +15,103 @@
 #include "gateway/gateway.h"
 #include "loop/loop.h"
 
+static cli_runner cmd_gateway;
+
+const struct cli_command cmd_gateway_entry = {
+	.name = "gateway",
+	.run = cmd_gateway,
+	.summary = "serve deployments behind one OpenAI-compatible endpoint",
+	.help = "usage: kiln gateway [--config FILE] [--print-config]\n"
+		"                    [--listen HOST:PORT] [--workers N]\n"
+		"                    [--zone Z]\n"
+		"                    [--routes FILE | --server URL --token TOKEN]\n"
+		"                    [--refresh DURATION] [--access-log FILE]\n"
+		"                    [--home DIR] [--max-body SIZE]\n"
+		"                    [--max-header-size SIZE] [--head-timeout DURATION]\n"
+		"                    [--body-timeout DURATION] [--max-connections N]\n"
+		"                    [--max-connections-per-client N]\n"
+		"                    [--upstream-timeout DURATION]\n"
+		"                    [--breaker-failures N] [--breaker-cooldown DURATION]\n"
+		"                    [--anomaly-window DURATION]\n"
+		"                    [--tls-cert FILE --tls-key FILE] [--insecure]\n"
+		"\n"
+		"Serve /v1/chat/completions, /v1/completions and /v1/embeddings,\n"
+		"routed by the body's \"model\" (a deployment's name), and /v1/models,\n"
+		"for callers with a key (Authorization: Bearer KEY); GET /metrics\n"
+		"(Prometheus, with a key too). Per-key and per-deployment rate limits and\n"
+		"daily/monthly token quotas (429 with Retry-After), least-outstanding\n"
+		"balancing over ready replicas (this zone first), one retry on another\n"
+		"replica, circuit breakers, and the deployment's fallback when no\n"
+		"replica is healthy (x-kiln-fallback header). Streams pass through as\n"
+		"they arrive. One JSON access-log line per request. Counters are kept\n"
+		"in $KILN_HOME/gateway/counters.json and survive a restart. Stops on\n"
+		"SIGTERM or SIGINT. A deployment's latency, error rate, output length\n"
+		"and x-kiln-score that leave their learned band (EWMA +- 4 MADs) for 3\n"
+		"windows raise one alert, resolved when the signal is back: logged,\n"
+		"and sent to the server (kiln alerts, its event stream and webhook).\n"
+		"\n"
+		"  --config FILE        read flags from FILE (YAML): each key a long\n"
+		"                       flag's name (workers: 4, zone: a, server:,\n"
+		"                       token:), the TLS ones also as tls: {cert,\n"
+		"                       key}; flags on the command line win\n"
+		"  --print-config       print every key's value in effect (flag over\n"
+		"                       file over default) and where it came from, a\n"
+		"                       token's value left out, and exit\n"
+		"  --listen HOST:PORT   address (default 127.0.0.1:7080; port 0 picks\n"
+		"                       a free one); the URL is written to\n"
+		"                       $KILN_HOME/gateway/gateway.url once listening\n"
+		"  --workers N          threads, each with its own listener on the\n"
+		"                       same port (SO_REUSEPORT) (default 1)\n"
+		"  --zone Z             this gateway's zone: its replicas come first\n"
+		"  --routes FILE        a static route table (the document of the\n"
+		"                       server's GET /v1/gateway/config); no server\n"
+		"  --server URL, --token TOKEN  the server to poll for routes and keys\n"
+		"                       (default as every command: KILN_SERVER and\n"
+		"                       KILN_TOKEN, else $KILN_HOME/server.url and\n"
+		"                       admin.token). The last good table is kept in\n"
+		"                       $KILN_HOME/gateway/routes.json and served\n"
+		"                       while the server cannot be reached\n"
+		"  --refresh DURATION   how often to poll the server (default 1s; a\n"
+		"                       bare number is seconds)\n"
+		"  --access-log FILE    append the access log to FILE (default stderr)\n"
+		"  --home DIR           state directory (default $KILN_HOME, else\n"
+		"                       ~/.kiln)\n"
+		"  --max-body SIZE      largest request body (default 1Mi; else 413)\n"
+		"  --max-header-size SIZE  largest request head (default 16Ki; else\n"
+		"                       431)\n"
+		"  --head-timeout DURATION  a request head must come whole within\n"
+		"                       this, else the connection is closed (default\n"
+		"                       10s)\n"
+		"  --body-timeout DURATION  the longest gap between a request body's\n"
+		"                       bytes, else the connection is closed (default\n"
+		"                       30s)\n"
+		"  --max-connections N  open connections a worker holds; more get 503\n"
+		"                       and are closed (default 4096)\n"
+		"  --max-connections-per-client N  the same for one client address\n"
+		"                       (default 256)\n"
+		"  --upstream-timeout DURATION  longest wait for a model server to\n"
+		"                       send anything (default 300s; else 504)\n"
+		"  --breaker-failures N consecutive failures that open a replica's\n"
+		"                       circuit breaker (default 3)\n"
+		"  --breaker-cooldown DURATION  how long an open breaker waits before\n"
+		"                       one trial request (default 5s)\n"
+		"  --anomaly-window DURATION  the window a deployment's signals are\n"
+		"                       averaged over for anomaly detection; the band\n"
+		"                       is learned from the first 10 (default 10s)\n"
+		"  --tls-cert FILE, --tls-key FILE  serve HTTPS with this certificate\n"
+		"                       chain and key (PEM), reloaded on SIGHUP and\n"
+		"                       when the files change\n"
+		"  --insecure           allow plain HTTP on a non-loopback address\n"
+		"                       (refused by default: keys and prompts would\n"
+		"                       cross in clear)\n"
+		"An https:// server is verified against the system's CAs or $KILN_CA;\n"
+		"$KILN_CLIENT_CERT and $KILN_CLIENT_KEY give the gateway a client\n"
+		"certificate for it (docs/tls.md).\n"
+		"\n"
+		"Exit status: 0 after a clean stop, 1 when start-up failed, 2 on a\n"
+		"usage error, 3 when no server is given or found (and no --routes).\n",
+};
+
 /* "1s", "500ms", or a bare number of seconds; > 0. */
 static int parse_secs_or_duration(const char *s, int64_t *out)
 {
@@ -126,7 +223,7 @@ static int check_flags(struct cli_ctx *ctx, const struct gateway_flags *g,
 	return CLI_GO;
 }
 
-int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_gateway(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct gateway_flags g = {
 		.listen = "127.0.0.1:7080", .refresh = "1s",

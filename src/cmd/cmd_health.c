@@ -28,6 +28,51 @@
 #include "cmd/cli_client.h"
 #include "health/health.h"
 
+static cli_runner cmd_health;
+
+const struct cli_command cmd_health_entry = {
+	.name = "health",
+	.run = cmd_health,
+	.summary = "check this node's GPUs, memory, links and disks",
+	.help = "usage: kiln health [--json] [--drain] [--root DIR] [--sku SIZE]\n"
+		"                   [--sku-file FILE] [--dir LIST] [--min-free SIZE]\n"
+		"                   [--kernel-log FILE] [--node-name NAME]\n"
+		"                   [--perf] [--perf-fraction F] [--perf-file FILE]\n"
+		"\n"
+		"Run the node checks: GPU count and model against the VM size, GPU\n"
+		"double-bit ECC, pending page retirement and row-remap failures, clock\n"
+		"throttling, PCIe links below capability, NVLinks down, NVIDIA XIDs and\n"
+		"machine checks in the kernel log (and EDAC), InfiniBand ports not\n"
+		"Active or slower than the VM size's, memory below the VM size's, and\n"
+		"free space. Output follows LBNL NHC, so it can be Slurm's\n"
+		"HealthCheckProgram: nothing and exit 0 when healthy, else one line\n"
+		"per failed check (ERROR:  kiln:  Health check failed:  CHECK: why)\n"
+		"and exit 1.\n"
+		"\n"
+		"  --json            every check with pass, fail or skip and why\n"
+		"  --drain           report to the kiln server (healthy or not), and\n"
+		"                    drain the node in Slurm when scontrol is on PATH\n"
+		"  --root DIR        read proc/, sys/ and dev/kmsg under DIR\n"
+		"  --sku SIZE        the Azure VM size (default $KILN_SKU), e.g.\n"
+		"                    Standard_ND96isr_H100_v5\n"
+		"  --sku-file FILE   the catalogue (default kiln's azure-gpu-skus.csv)\n"
+		"  --dir LIST        scratch and checkpoint directories, comma-separated\n"
+		"  --min-free SIZE   free space each --dir needs (default 10Gi)\n"
+		"  --kernel-log FILE read the kernel log here (default /dev/kmsg)\n"
+		"  --node-name NAME  this node's name for --drain (default: short\n"
+		"                    host name)\n"
+		"  --perf            also measure each GPU's memory bandwidth and bf16\n"
+		"                    GEMM throughput through CUDA (seconds per GPU,\n"
+		"                    which it occupies): checks gpu_mem_bandwidth and\n"
+		"                    gpu_gemm, skipped without CUDA or a GPU\n"
+		"  --perf-fraction F fail a GPU below F of its model's figure\n"
+		"                    (default 0.7)\n"
+		"  --perf-file FILE  the figures (default kiln's gpu-perf.csv)\n"
+		"\n"
+		"Exit status: 0 healthy, 1 a check failed, 2 usage error, 3 --drain\n"
+		"could not reach the server.\n",
+};
+
 extern char **environ;
 
 #define DIRS_MAX 16
@@ -171,7 +216,7 @@ static int drain_or_resume(struct cli_ctx *ctx, const char *node,
 			     failed ? first : "all checks passed");
 }
 
-int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_health(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *root = "/", *sku_name = getenv("KILN_SKU"),
 		   *sku_file = NULL, *dir_arg = NULL, *min_free = "10Gi",

@@ -13,6 +13,31 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
+static cli_runner cmd_key;
+
+const struct cli_command cmd_key_entry = {
+	.name = "key",
+	.run = cmd_key,
+	.summary = "create, list and revoke gateway keys",
+	.help = "usage: kiln key create --name NAME --deployments A[,B...] [--rpm N]\n"
+		"                       [--tpm N] [--quota-day N] [--quota-month N]\n"
+		"       kiln key ls [-o json|table]\n"
+		"       kiln key revoke NAME\n"
+		"\n"
+		"Manage the keys `kiln gateway` accepts (operators and admins). A key\n"
+		"reaches only the deployments it names; 0 or no flag means no limit.\n"
+		"\n"
+		"  create  make a key (kgw_...); its secret is printed alone on\n"
+		"          standard output, once: the server keeps only its sha256\n"
+		"          --rpm N          requests per minute\n"
+		"          --tpm N          tokens per minute\n"
+		"          --quota-day N    tokens per day\n"
+		"          --quota-month N  tokens per month\n"
+		"  ls      list active keys: NAME DEPLOYMENTS RPM TPM QUOTA_DAY\n"
+		"          QUOTA_MONTH CREATED_BY CREATED\n"
+		"  revoke  revoke the key named NAME\n",
+};
+
 /* A limit flag: absent = 0 (none); else a whole number. */
 static int limit_value(const struct cli_ctx *ctx, const char *flag,
 		       const char *text, json_int_t *out)
@@ -93,48 +118,36 @@ static void limit_cell(struct cli_table *t, json_t *key, const char *field)
 		cli_table_cell(t, "-");
 }
 
+static void key_row(struct cli_table *t, json_t *key, int64_t now)
+{
+	cli_table_cell(t, cli_json_str(key, "name"));
+	cli_table_list(t, key, "deployments", "-");
+	limit_cell(t, key, "rpm");
+	limit_cell(t, key, "tpm");
+	limit_cell(t, key, "quota_day");
+	limit_cell(t, key, "quota_month");
+	cli_table_cell(t, cli_json_str(key, "created_by"));
+	cli_table_ago(t, key, "created_at_ms", now);
+}
+
 static int key_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const char *const headers[] = {
 		"NAME", "DEPLOYMENTS", "RPM", "TPM", "QUOTA_DAY", "QUOTA_MONTH",
 		"CREATED_BY", "CREATED", NULL,
 	};
-	struct cli_table *t;
-	json_t *answer, *key;
-	int64_t now = kn_now_ms();
-	size_t i;
-	int rc = cli_get_listing(ctx, argc, argv, "/v1/keys", &answer);
 
-	if (rc != CLI_GO)
-		return rc;
-	t = cli_table_new(headers);
-	json_array_foreach(json_object_get(answer, "keys"), i, key) {
-		cli_table_cell(t, cli_json_str(key, "name"));
-		cli_table_list(t, key, "deployments", "-");
-		limit_cell(t, key, "rpm");
-		limit_cell(t, key, "tpm");
-		limit_cell(t, key, "quota_day");
-		limit_cell(t, key, "quota_month");
-		cli_table_cell(t, cli_json_str(key, "created_by"));
-		cli_table_ago(t, key, "created_at_ms", now);
-	}
-	cli_table_show(ctx, t, stdout, 0);
-	cli_table_free(t);
-	json_decref(answer);
-	return CLI_EXIT_OK;
+	return cli_list_table(ctx, argc, argv, "/v1/keys", "keys", headers,
+			      key_row);
 }
 
 static int key_revoke(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *name;
-	int rc = cli_delete_named(ctx, argc, argv, "/v1/keys", &name);
-
-	if (rc == 0)
-		printf("gateway key '%s' revoked\n", name);
-	return rc;
+	return cli_delete_named(ctx, argc, argv, "/v1/keys",
+				"gateway key '%s' revoked\n");
 }
 
-int cmd_key(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_key(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct cli_verb verbs[] = {
 		{"create", key_create},

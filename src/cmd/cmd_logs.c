@@ -27,6 +27,32 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
+static cli_runner cmd_logs;
+
+const struct cli_command cmd_logs_entry = {
+	.name = "logs",
+	.run = cmd_logs,
+	.summary = "print or follow a task's output",
+	.help = "usage: kiln logs ID|ID[K] [--task N | --all] [--attempt K] [--tail N]\n"
+		"                 [--since DUR] [--timestamps] [-f] [--raw]\n"
+		"\n"
+		"Print the output (stdout and stderr) of one task of job ID (or of\n"
+		"element K of job array ID) as it arrives. On a terminal, escape sequences and other control\n"
+		"characters but newline and tab are shown escaped (\\x1b, \\r,\n"
+		"\\u009b), so a task cannot drive the terminal; into a pipe or a\n"
+		"file the bytes pass unchanged.\n"
+		"\n"
+		"  --task N     the task's rank (default 0)\n"
+		"  --all        every rank, each line prefixed [rank N]\n"
+		"  --attempt K  the attempt (default the latest)\n"
+		"  --tail N     only the last N lines (then, with -f, what follows)\n"
+		"  --since DUR  only lines that came in the last DUR (90s, 5m, 2h)\n"
+		"  --timestamps each line led by when it came (UTC, ms)\n"
+		"  -f, --follow keep printing until the task has ended; a queued job\n"
+		"               is waited for\n"
+		"  --raw        the bytes as they are, on a terminal too\n",
+};
+
 /* A line longer than this is written in pieces, each prefixed. */
 #define PREFIX_LINE_MAX 65536
 
@@ -252,7 +278,7 @@ int cli_wait_started(struct cli_client *c, int64_t id, int after,
 	return rc;
 }
 
-int cmd_logs(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_logs(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct log_query q = {.tail = -1};
 	int task = 0, attempt = -1;

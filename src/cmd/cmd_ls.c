@@ -13,6 +13,35 @@
 #include "cmd/cli_client.h"
 #include "cmd/watch.h"
 
+static cli_runner cmd_ls;
+
+const struct cli_command cmd_ls_entry = {
+	.name = "ls",
+	.run = cmd_ls,
+	.summary = "list jobs",
+	.help = "usage: kiln ls [--state S] [--owner O] [--all] [-w]\n"
+		"               [-o table|wide|json|yaml|name] [--no-headers]\n"
+		"\n"
+		"List jobs, oldest first: ID NAME STATE TASKS GPUS (per task) OWNER\n"
+		"AGE (since submission) DURATION (running so far, or in total)\n"
+		"REASON (why queued, or why it ended). Names and reasons are cut,\n"
+		"ending in \u2026, so that rows fit 80 columns. A job array is one row,\n"
+		"ID[FIRST-LAST], its state its busiest element's and its REASON how\n"
+		"many elements are in each state.\n"
+		"\n"
+		"  --state S     only jobs in state S: queued, running, succeeded,\n"
+		"                failed, cancelled or preempted\n"
+		"  --owner O     only jobs submitted with the token named O\n"
+		"  --all         every job; this is the default, spelled out\n"
+		"  -w, --watch   draw again whenever the server's event stream says\n"
+		"                a job or node changed (no polling); until\n"
+		"                interrupted\n"
+		"  -o wide       the table with nothing cut\n"
+		"  -o json|yaml  print the server's answer instead of a table\n"
+		"  -o name       the job ids alone, one a line\n"
+		"  --no-headers  the table without its header row\n",
+};
+
 static const char *const job_states[] = {
 	"queued", "running", "succeeded", "failed", "cancelled", "preempted",
 	NULL,
@@ -79,7 +108,7 @@ static void print_jobs(const struct cli_ctx *ctx, json_t *answer,
 	cli_table_free(t);
 }
 
-int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *state = NULL, *owner = NULL;
 	bool all = false, watch = false, filtered;

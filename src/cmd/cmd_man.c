@@ -13,6 +13,31 @@
 
 #include "base/base.h"
 
+static cli_runner cmd_man;
+
+const struct cli_command cmd_man_entry = {
+	.name = "man",
+	.run = cmd_man,
+	.summary = "print a manual page (roff)",
+	.help = "usage: kiln man [COMMAND]\n"
+		"\n"
+		"Print kiln(1), or kiln-COMMAND(1), as roff made from the help texts:\n"
+		"kiln man ls | man -l -. Installed pages come from this command.\n",
+};
+
+static cli_runner cmd_completion;
+
+const struct cli_command cmd_completion_entry = {
+	.name = "completion",
+	.run = cmd_completion,
+	.summary = "print the shell completion script",
+	.help = "usage: kiln completion bash|zsh\n"
+		"\n"
+		"Print completion for bash or zsh: command names, each command's\n"
+		"flags and subcommands (from their help), files otherwise. The\n"
+		"package installs both; by hand: source <(kiln completion bash).\n",
+};
+
 /* Longest flag or subcommand name kept. */
 #define WORD_MAX 64
 
@@ -136,7 +161,7 @@ static const char see_also_env[] =
 static void man_kiln(FILE *f)
 {
 	size_t n;
-	const struct cli_command *cmds = cli_commands(&n);
+	const struct cli_command *const *cmds = cli_commands(&n);
 	char *help = NULL;
 	size_t len = 0;
 	FILE *mem = open_memstream(&help, &len);
@@ -149,15 +174,15 @@ static void man_kiln(FILE *f)
 	roff_text(f, help);
 	fputs(".fi\n.SH COMMANDS\n", f);
 	for (size_t i = 0; i < n; i++)
-		if (!cmds[i].hidden)
-			fprintf(f, ".TP\n.BR kiln\\-%s (1)\n%s\n", cmds[i].name,
-				cmds[i].summary);
+		if (!cmds[i]->hidden)
+			fprintf(f, ".TP\n.BR kiln\\-%s (1)\n%s\n",
+				cmds[i]->name, cmds[i]->summary);
 	fputs(see_also_env, f);
 	fputs(".SH SEE ALSO\n", f);
 	for (size_t i = 0, k = 0; i < n; i++)
-		if (!cmds[i].hidden)
+		if (!cmds[i]->hidden)
 			fprintf(f, "%s.BR kiln\\-%s (1)", k++ ? ",\n" : "",
-				cmds[i].name);
+				cmds[i]->name);
 	fputs("\n", f);
 	free(help);
 }
@@ -186,18 +211,7 @@ static void man_command(FILE *f, const struct cli_command *c)
 	free(usage);
 }
 
-static const struct cli_command *find(const char *name)
-{
-	size_t n;
-	const struct cli_command *cmds = cli_commands(&n);
-
-	for (size_t i = 0; i < n; i++)
-		if (!strcmp(cmds[i].name, name))
-			return &cmds[i];
-	return NULL;
-}
-
-int cmd_man(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_man(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *name = NULL;
 	const struct cli_command *c;
@@ -210,7 +224,7 @@ int cmd_man(struct cli_ctx *ctx, int argc, char **argv)
 		man_kiln(stdout);
 		return CLI_EXIT_OK;
 	}
-	c = find(name);
+	c = cli_find_command(name);
 	if (!c || c->hidden)
 		return cli_usage_error(ctx, "no command '%s'; see 'kiln "
 					    "--help'", name);
@@ -241,17 +255,17 @@ static void zsh_quoted(FILE *f, const char *s)
 static void command_cases(FILE *f)
 {
 	size_t n;
-	const struct cli_command *cmds = cli_commands(&n);
+	const struct cli_command *const *cmds = cli_commands(&n);
 
 	fputs("    case $cmd in\n", f);
 	for (size_t i = 0; i < n; i++) {
 		struct words flags = {0}, verbs = {0};
 
-		if (cmds[i].hidden)
+		if (cmds[i]->hidden)
 			continue;
-		help_flags(cmds[i].help, &flags);
-		help_verbs(cmds[i].name, cmds[i].help, &verbs);
-		fprintf(f, "        %s) opts='", cmds[i].name);
+		help_flags(cmds[i]->help, &flags);
+		help_verbs(cmds[i]->name, cmds[i]->help, &verbs);
+		fprintf(f, "        %s) opts='", cmds[i]->name);
 		print_words(f, &flags);
 		fputs("'; subs='", f);
 		print_words(f, &verbs);
@@ -267,17 +281,17 @@ static void command_cases(FILE *f)
 static void command_names(FILE *f, bool summaries)
 {
 	size_t n;
-	const struct cli_command *cmds = cli_commands(&n);
+	const struct cli_command *const *cmds = cli_commands(&n);
 
 	for (size_t i = 0; i < n; i++) {
-		if (cmds[i].hidden)
+		if (cmds[i]->hidden)
 			continue;
 		if (!summaries) {
-			fprintf(f, "%s ", cmds[i].name);
+			fprintf(f, "%s ", cmds[i]->name);
 			continue;
 		}
-		fprintf(f, "        '%s:", cmds[i].name);
-		zsh_quoted(f, cmds[i].summary);
+		fprintf(f, "        '%s:", cmds[i]->name);
+		zsh_quoted(f, cmds[i]->summary);
 		fputs("'\n", f);
 	}
 }
@@ -353,7 +367,7 @@ static void completion_zsh(FILE *f)
 		   "_kiln \"$@\"\n", global_flags);
 }
 
-int cmd_completion(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_completion(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *shell = NULL;
 	int rc = cli_parse(ctx, argc, argv, NULL, "SHELL", &shell);

@@ -33,6 +33,81 @@
 #include "loop/loop.h"
 #include "registry/registry.h"
 
+static cli_runner cmd_model;
+
+const struct cli_command cmd_model_entry = {
+	.name = "model",
+	.run = cmd_model,
+	.summary = "push, sign, verify, pull and promote model versions",
+	.help = "usage: kiln model push DIR --name NAME [--alias ALIAS] [--http]\n"
+		"       kiln model push --from-job JOB --name NAME [--alias ALIAS]\n"
+		"       kiln model ls\n"
+		"       kiln model show NAME[@VERSION|@ALIAS]\n"
+		"       kiln model pull NAME@VERSION|NAME@ALIAS DIR\n"
+		"       kiln model diff NAME@V1 NAME@V2\n"
+		"       kiln model promote NAME@VERSION ALIAS\n"
+		"       kiln model rollback NAME ALIAS\n"
+		"       kiln model aliases NAME\n"
+		"       kiln model keygen --out FILE\n"
+		"       kiln model sign NAME@VERSION --key FILE\n"
+		"       kiln model verify NAME@VERSION|NAME@ALIAS\n"
+		"       kiln model revalidate NAME --alias ALIAS --job FILE --every DUR\n"
+		"                 --max METRIC=N [--min METRIC=N] ... [--rollback]\n"
+		"       kiln model revalidate NAME --alias ALIAS --now\n"
+		"       kiln model revalidate NAME\n"
+		"       kiln model lineage NAME@VERSION|NAME@ALIAS\n"
+		"\n"
+		"The model registry (docs/registry.md): versions NAME@1, NAME@2, ...\n"
+		"are immutable; files are stored once by sha256 in the server's blob\n"
+		"store. Wherever a version is wanted, an alias (NAME@prod) does too.\n"
+		"\n"
+		"  push      upload DIR's files, each read once and hashed as it is\n"
+		"            sent; a file pushed before unchanged (its digest kept in\n"
+		"            $XDG_CACHE_HOME/kiln/digests) is sent only if the server\n"
+		"            lacks its blob; create the next version; prints\n"
+		"            NAME@VERSION. --alias points ALIAS at it. On the\n"
+		"            server's machine files go by open descriptor (no copy\n"
+		"            here); --http sends them over HTTP anyway. With\n"
+		"            --from-job, the version is the succeeded job's outputs\n"
+		"            (already in the store; nothing is uploaded), with its\n"
+		"            lineage and the metrics of its metrics.json\n"
+		"  ls        models: NAME VERSIONS LATEST ALIASES UPDATED\n"
+		"  show      a model's versions and aliases, or one version's files,\n"
+		"            digests, signatures and aliases\n"
+		"  pull      download a version into the new directory DIR, checking\n"
+		"            every digest as it is written; refuses (and leaves no\n"
+		"            DIR) what verify refuses\n"
+		"  diff      files added, removed and changed from V1 to V2\n"
+		"  promote   point ALIAS at a version (operators)\n"
+		"  rollback  move ALIAS back to the version it pointed at before\n"
+		"  aliases   every move of every alias: who, when, from -> to\n"
+		"  keygen    a new Ed25519 key pair: FILE (private, 0600) and\n"
+		"            FILE.pub; prints the key id (sha256 of the public key)\n"
+		"  sign      sign a version's canonical manifest with the private key\n"
+		"            FILE; the server keeps the signature only if it verifies\n"
+		"  verify    check a version: signed by a key in the server's\n"
+		"            --trusted-keys, and every blob in the store hashes to its\n"
+		"            digest (hashed here, in parallel; a file:// store is read\n"
+		"            in place). A failure names the file\n"
+		"  lineage   the chain back to the data: the job that made the\n"
+		"            version, its spec digest, checkpoint and inputs with\n"
+		"            their digests, and the jobs that produced those inputs\n"
+		"  revalidate  run the evaluation job FILE every DUR against the\n"
+		"            version ALIAS names (KILN_MODEL_DIR: its verified copy,\n"
+		"            KILN_MODEL: NAME@VERSION); a metric in its metrics.json\n"
+		"            above a --max or below a --min (or missing) fires\n"
+		"            model_revalidation_failed until a run passes, and with\n"
+		"            --rollback rolls ALIAS back. --now runs it at once and\n"
+		"            prints the job id (operators). show NAME@V lists runs.\n"
+		"            NAME alone lists its re-validations: ALIAS EVERY\n"
+		"            THRESHOLDS ROLLBACK SOURCE (deployment D when a\n"
+		"            deployment's revalidate: set it, else by hand (USER))\n"
+		"\n"
+		"pull and verify read the server's blob store directly: file:// on\n"
+		"this machine, or Azure with credentials from AZURE_STORAGE_*.\n"
+		"Exit status: 0 ok, 1 refused or failed, 2 usage.\n",
+};
+
 #define MAX_POS 3
 /* Progress bars only for work this large, and only on a terminal. */
 #define PROGRESS_MIN_BYTES ((int64_t)256 << 20)
@@ -632,193 +707,51 @@ static int model_ls(struct cli_ctx *ctx, int argc, char **argv)
 	return rc;
 }
 
-static void print_history(json_t *model)
+/*
+ * GET the model or version ref and print it as -o asks: the answer's
+ * data (its member key when key is set), else print's text.
+ */
+static int model_show_answer(struct cli_ctx *ctx, const char *ref,
+			     const char *key, void (*print)(json_t *answer))
 {
-	static const char *const headers[] = {"ALIAS", "ACTION", "FROM", "TO",
-					      "BY", "WHEN", NULL};
-	struct cli_table *t = cli_table_new(headers);
-	int64_t now = kn_now_ms();
-	json_t *h;
-	size_t i;
+	json_t *answer = NULL;
+	int rc = model_get(ctx, ref, NULL, &answer);
 
-	json_array_foreach(json_object_get(model, "alias_history"), i, h) {
-		char when[80];
-		cli_table_cell(t, cli_json_str(h, "alias"));
-		cli_table_cell(t, cli_json_str(h, "action"));
-		if (json_is_integer(json_object_get(h, "from")))
-			cli_table_int(t, h, "from");
-		else
-			cli_table_cell(t, "-");
-		cli_table_int(t, h, "version");
-		cli_table_cell(t, cli_json_str(h, "by"));
-		cli_format_when(cli_json_int(h, "time_ms"), now, when,
-				sizeof(when));
-		cli_table_cell(t, when);
-	}
-	cli_table_print(t, stdout, 0);
-	cli_table_free(t);
-}
-
-static void print_model(json_t *m)
-{
-	static const char *const headers[] = {"VERSION", "FILES", "SIZE",
-					      "CREATED_BY", "CREATED", NULL};
-	struct cli_table *t = cli_table_new(headers);
-	int64_t now = kn_now_ms();
-	json_t *v;
-	size_t i;
-
-	printf("model %s\n\n", cli_json_str(m, "name"));
-	json_array_foreach(json_object_get(m, "versions"), i, v) {
-		char size[32], when[80];
-		kn_format_bytes(cli_json_int(v, "bytes"), size, sizeof(size));
-		cli_format_when(cli_json_int(v, "created_at_ms"), now, when,
-				sizeof(when));
-		cli_table_int(t, v, "version");
-		cli_table_int(t, v, "files");
-		cli_table_cell(t, size);
-		cli_table_cell(t, cli_json_str(v, "created_by"));
-		cli_table_cell(t, when);
-	}
-	cli_table_print(t, stdout, 0);
-	cli_table_free(t);
-	printf("\naliases:");
-	json_array_foreach(json_object_get(m, "aliases"), i, v)
-		printf(" %s=%lld", cli_json_str(v, "alias"),
-		       (long long)cli_json_int(v, "version"));
-	printf(json_array_size(json_object_get(m, "aliases")) ? "\n" : " -\n");
-	if (json_array_size(json_object_get(m, "alias_history"))) {
-		printf("\nalias history:\n");
-		print_history(m);
-	}
-}
-
-/* A version's re-validation runs, oldest first. */
-static void print_evaluations(json_t *list, int64_t now)
-{
-	static const char *const eh[] = {"WHEN", "ALIAS", "JOB", "OUTCOME",
-					 "METRICS", "DETAIL", NULL};
-	struct cli_table *t;
-	json_t *it;
-	size_t i;
-
-	if (!json_array_size(list))
-		return;
-	printf("\nevaluations:\n");
-	t = cli_table_new(eh);
-	json_array_foreach(list, i, it) {
-		char when[80], *metrics = NULL;
-		json_t *m = json_object_get(it, "metrics");
-
-		cli_format_when(cli_json_int(it, "time_ms"), now, when,
-				sizeof(when));
-		if (json_is_object(m))
-			metrics = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
-		cli_table_cell(t, when);
-		cli_table_cell(t, cli_json_str(it, "alias"));
-		if (json_is_integer(json_object_get(it, "job")))
-			cli_table_int(t, it, "job");
-		else
-			cli_table_cell(t, "-");
-		cli_table_cell(t, cli_json_str(it, "outcome"));
-		cli_table_cell(t, metrics ? metrics : "-");
-		cli_table_cell(t, cli_json_str(it, "detail"));
-		free(metrics);
-	}
-	cli_table_print(t, stdout, 2);
-	cli_table_free(t);
-}
-
-static void print_version(json_t *v)
-{
-	static const char *const fh[] = {"PATH", "SIZE", "SHA256", NULL};
-	static const char *const sh[] = {"KEY_ID", "SIGNED_BY", "SIGNED",
-					 "TRUSTED", NULL};
-	json_t *manifest = json_object_get(v, "manifest"), *it;
-	struct cli_table *t;
-	int64_t now = kn_now_ms();
-	char when[80];
-	size_t i;
-
-	cli_format_when(cli_json_int(v, "created_at_ms"), now, when,
-			sizeof(when));
-	printf("model:    %s@%lld\n", cli_json_str(v, "name"),
-	       (long long)cli_json_int(v, "version"));
-	printf("created:  %s by %s\n", when, cli_json_str(v, "created_by"));
-	printf("aliases: ");
-	json_array_foreach(json_object_get(v, "aliases"), i, it)
-		printf(" %s", json_string_value(it));
-	printf(json_array_size(json_object_get(v, "aliases")) ? "\n" : " -\n");
-	printf("trusted:  %s\n", json_is_true(json_object_get(v, "trusted"))
-					 ? "yes (signed by a trusted key)"
-					 : "no");
-	printf("store:    %s\n\nsignatures:\n", cli_json_str(v, "store"));
-	t = cli_table_new(sh);
-	json_array_foreach(json_object_get(v, "signatures"), i, it) {
-		cli_format_when(cli_json_int(it, "signed_at_ms"), now, when,
-				sizeof(when));
-		cli_table_cell(t, cli_json_str(it, "key_id"));
-		cli_table_cell(t, cli_json_str(it, "signed_by"));
-		cli_table_cell(t, when);
-		cli_table_cell(t, json_is_true(json_object_get(it, "trusted"))
-					  ? "yes"
-					  : "no");
-	}
-	cli_table_print(t, stdout, 2);
-	cli_table_free(t);
-	printf("\nfiles:\n");
-	t = cli_table_new(fh);
-	json_array_foreach(json_object_get(manifest, "files"), i, it) {
-		char size[32];
-		kn_format_bytes(cli_json_int(it, "size"), size, sizeof(size));
-		cli_table_cell(t, cli_json_str(it, "path"));
-		cli_table_cell(t, size);
-		cli_table_cell(t, cli_json_str(it, "sha256"));
-	}
-	cli_table_print(t, stdout, 2);
-	cli_table_free(t);
-	print_evaluations(json_object_get(v, "evaluations"), now);
+	if (!rc && cli_want_json(ctx))
+		cli_print_data(ctx,
+			       key ? json_object_get(answer, key) : answer);
+	else if (!rc)
+		print(answer);
+	json_decref(answer);
+	return rc;
 }
 
 static int model_show(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a;
 	struct kn_model_ref ref;
-	json_t *answer = NULL;
 	int rc = parse_ref(ctx, argc, argv, &a, 1, "NAME[@VERSION|@ALIAS]",
 			   false, &ref);
 
 	if (rc != CLI_GO)
 		return rc;
-	rc = model_get(ctx, a.pos[0], NULL, &answer);
-	if (!rc && cli_want_json(ctx))
-		cli_print_data(ctx, answer);
-	else if (!rc && kn_model_ref_has_at(&ref))
-		print_version(answer);
-	else if (!rc)
-		print_model(answer);
-	json_decref(answer);
-	return rc;
+	return model_show_answer(ctx, a.pos[0], NULL,
+				 kn_model_ref_has_at(&ref) ?
+					 model_print_version : model_print);
 }
 
 static int model_aliases(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct args a;
 	struct kn_model_ref ref;
-	json_t *answer = NULL;
 	int rc = parse_ref(ctx, argc, argv, &a, 1, "NAME", false, &ref);
 
 	if (rc == CLI_GO && kn_model_ref_has_at(&ref))
 		rc = cli_usage_error(ctx, "give the model's NAME alone");
 	if (rc != CLI_GO)
 		return rc;
-	rc = model_get(ctx, a.pos[0], NULL, &answer);
-	if (!rc && cli_want_json(ctx))
-		cli_print_data(ctx, json_object_get(answer, "alias_history"));
-	else if (!rc)
-		print_history(answer);
-	json_decref(answer);
-	return rc;
+	return model_show_answer(ctx, a.pos[0], "alias_history",
+				 model_print_history);
 }
 
 /* Index the files of a version's answer by path. */
@@ -1418,7 +1351,7 @@ out:
 	return rc == CLI_GO ? CLI_EXIT_OK : rc;
 }
 
-int cmd_model(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_model(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct cli_verb verbs[] = {
 		{"push", model_push},

@@ -11,6 +11,24 @@
 #include "cmd/cli_client.h"
 #include "cmd/watch.h"
 
+static cli_runner cmd_nodes;
+
+const struct cli_command cmd_nodes_entry = {
+	.name = "nodes",
+	.run = cmd_nodes,
+	.summary = "list nodes and their devices",
+	.help = "usage: kiln nodes [-w] [-o table|json|yaml|name]\n"
+		"\n"
+		"List each node (name, state, CPUs, memory, labels, taints; whether\n"
+		"its devices are simulated; its GPU fragmentation, FGD's measure\n"
+		"against the server's GPU jobs) and its devices: INDEX MODEL MEMORY\n"
+		"and what is ALLOCATED on each (\"1.0 GPU: job 7 rank 0\").\n"
+		"\n"
+		"  -w, --watch   draw again whenever the server's event stream says\n"
+		"                something changed (no polling); until interrupted\n"
+		"  -o json|yaml  print the server's answer instead\n",
+};
+
 /* "k=v, k=v" or "none". */
 static void describe_labels(json_t *labels, struct kn_buf *out)
 {
@@ -274,7 +292,7 @@ static void print_nodes(const struct cli_ctx *ctx, json_t *answer,
 	}
 }
 
-int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_nodes(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct watch_listing nodes = {"/v1/nodes", print_nodes,
 						   NULL, "nodes", "name"};

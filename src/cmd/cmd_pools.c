@@ -10,6 +10,26 @@
 #include "cmd/cli_client.h"
 #include "cmd/watch.h"
 
+static cli_runner cmd_pools;
+
+const struct cli_command cmd_pools_entry = {
+	.name = "pools",
+	.run = cmd_pools,
+	.summary = "list node pools and autoscaling decisions",
+	.help = "usage: kiln pools [-w] [-o table|json|yaml|name]\n"
+		"\n"
+		"List each node pool (kiln server --pool): its VM size, GPUs, pricing,\n"
+		"zones and price per GPU-hour from the catalog; nodes up, provisioning\n"
+		"and desired against min and max; the autoscaler's last decision and\n"
+		"why, and the provider's last failure; each node with its state and\n"
+		"how long it has been idle. A queued job that no pool can hold is\n"
+		"named under blocked.\n"
+		"\n"
+		"  -w, --watch   draw again whenever the server's event stream says\n"
+		"                something changed (no polling); until interrupted\n"
+		"  -o json|yaml  print the server's answer instead\n",
+};
+
 static void show_pool(json_t *pool)
 {
 	static const char *const headers[] = {"NODE", "STATE", "IDLE", NULL};
@@ -98,7 +118,7 @@ static void print_pools(const struct cli_ctx *ctx, json_t *answer,
 		printf("\nblocked: %s\n", json_string_value(blocked));
 }
 
-int cmd_pools(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_pools(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct watch_listing pools = {"/v1/pools", print_pools,
 						   NULL, "pools", "name"};

@@ -30,6 +30,27 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
+static cli_runner cmd_port_forward;
+
+const struct cli_command cmd_port_forward_entry = {
+	.name = "port-forward",
+	.run = cmd_port_forward,
+	.summary = "forward a local port to a port a job's task listens on",
+	.help = "usage: kiln port-forward ID|ID[K] LOCAL:REMOTE [--task N]\n"
+		"                         [--address A]\n"
+		"\n"
+		"Listen on A:LOCAL and carry every connection made there to port\n"
+		"REMOTE of the job's task (a notebook, TensorBoard, a model server\n"
+		"under test), each over an API connection of its own: the task\n"
+		"listens on loopback and nothing of it is exposed on the network.\n"
+		"Waits for a queued job to start; runs until interrupted. LOCAL 0\n"
+		"picks a free port; the first line printed names it. The job's\n"
+		"owner and operators only.\n"
+		"\n"
+		"  --task N     the task's rank (default 0)\n"
+		"  --address A  the local address to listen on (default 127.0.0.1)\n",
+};
+
 #define PROTOCOL "kiln-port-forward"
 #define RELAY_BUF (256 * 1024)
 
@@ -273,7 +294,7 @@ int cli_port_forward_start(const struct cli_ctx *ctx, struct cli_client *c,
 	return 0;
 }
 
-int cmd_port_forward(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_port_forward(struct cli_ctx *ctx, int argc, char **argv)
 {
 	int task = 0, local = 0, remote = 0, lfd = -1, bound = 0;
 	const char *address = "127.0.0.1";

@@ -12,6 +12,52 @@
 #include "kube/kube.h"
 #include "spec/spec.h"
 
+static cli_runner cmd_render;
+
+const struct cli_command cmd_render_entry = {
+	.name = "render",
+	.run = cmd_render,
+	.summary = "print the Kubernetes manifests of a job or deployment spec",
+	.help = "usage: kiln render FILE --executor kubernetes [--image IMAGE]\n"
+		"                   [-n NAMESPACE] [--scheduler-name NAME]\n"
+		"                   [--shim-image IMAGE] [--store URL]\n"
+		"                   [--gpu-products FILE] [-o yaml|json]\n"
+		"\n"
+		"Print what the job spec (kind: Job) or deployment spec (kind:\n"
+		"Deployment) in FILE (- reads standard input) becomes on Kubernetes,\n"
+		"for kubectl apply -f: a batch/v1 Job (Indexed, with a headless\n"
+		"Service for rank 0, when tasks > 1) or an apps/v1 Deployment and its\n"
+		"Service. GPUs become nvidia.com/gpu or nvidia.com/mig-PROFILE limits\n"
+		"with the AKS GPU taint toleration, GPU models a node affinity on\n"
+		"nvidia.com/gpu.product, preemptible the AKS spot toleration, the\n"
+		"checkpoint grace a preStop hook and terminationGracePeriodSeconds.\n"
+		"A job's task runs under `kiln shim --kube` (checkpoint restore and\n"
+		"sync, the checkpoint signal), kiln copied in by an initContainer.\n"
+		"A GPU share is an annotation that only `kiln kube-scheduler` reads.\n"
+		"A job's inputs: reach the pod's shim as KILN_INPUTS; a file only\n"
+		"the server sees is refused, as the server under --executor\n"
+		"kubernetes refuses it.\n"
+		"Needs no server and no cluster. See docs/kubernetes.md.\n"
+		"\n"
+		"  --executor kubernetes  the engine to render for (the only one)\n"
+		"  --image IMAGE          the container image (default: a job spec's\n"
+		"                         image; deployments need this flag)\n"
+		"  -n, --namespace NS     write metadata.namespace\n"
+		"  --scheduler-name NAME  schedulerName of every pod (default: kiln\n"
+		"                         for GPU shares only, else the default\n"
+		"                         scheduler)\n"
+		"  --shim-image IMAGE     the initContainer's image, which has kiln\n"
+		"                         (default: the task's image)\n"
+		"  --store URL            the store of jobs whose spec names none:\n"
+		"                         their outputs' (KILN_OUTPUT_STORE) and, if\n"
+		"                         preemptible or with a checkpoint section,\n"
+		"                         their checkpoints' (KILN_STORE)\n"
+		"  --gpu-products FILE    GPU model to nvidia.com/gpu.product table\n"
+		"                         (default kiln's gpu-products.csv: see\n"
+		"                         KILN_DATA_DIR in kiln(1))\n"
+		"  -o yaml|json           YAML documents (default) or a JSON array\n",
+};
+
 /*
  * A job's inputs as the server takes them under Kubernetes: resolved
  * against the spec file's directory, checked as readable by the pods
@@ -48,7 +94,7 @@ static int render_inputs(const char *file, const char *name,
 	return 0;
 }
 
-int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_render(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *file = NULL, *executor = NULL, *format = NULL;
 	const char *products_file = NULL, *name;

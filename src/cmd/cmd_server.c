@@ -17,6 +17,15 @@
 
 #include "server/server.h"
 
+static int cmd_server(int argc, char **argv);
+
+const struct cli_command cmd_server_entry = {
+	.name = "server",
+	.run_raw = cmd_server,
+	.summary = "run the control plane: API, scheduler, executors",
+	.help = cmd_server_help,
+};
+
 /* getopt's value for option i of the table; --config and --print-config
    sit below them. */
 #define OPTION_VAL_BASE 256
@@ -121,7 +130,7 @@ static void print_config(const struct kn_server_config *cfg,
 				      origins[i]);
 }
 
-int cmd_server(int argc, char **argv)
+static int cmd_server(int argc, char **argv)
 {
 	size_t n_opts;
 	const struct kn_option *opts = kn_server_options(&n_opts);

@@ -1,6 +1,7 @@
 /*
- * `kiln server --help`, apart from the command table so that a unit test
- * can hold it to the options table (every option has its line here).
+ * `kiln server --help`, apart from the server's entry (cmd_server.c) so
+ * that a unit test can hold it to the options table (every option has its
+ * line here).
  */
 #include "cmd/cli.h"
 

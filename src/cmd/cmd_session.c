@@ -22,6 +22,72 @@
 #include "cmd/session_term.h"
 #include "mux/mux.h"
 
+static cli_runner cmd_attach;
+
+const struct cli_command cmd_attach_entry = {
+	.name = "attach",
+	.run = cmd_attach,
+	.summary = "attach this terminal to a job's terminal",
+	.help = "usage: kiln attach ID [--task N] [--port LOCAL:REMOTE]\n"
+		"\n"
+		"Attach this terminal to the terminal of job ID's task (one started\n"
+		"with kiln run -it, or a spec with tty: true), showing first what it\n"
+		"printed last (up to 64 KiB). Another client attached to it is\n"
+		"detached. Ctrl-P Ctrl-Q detaches; kiln exits with the task's exit\n"
+		"code when it ends meanwhile. The job's owner and operators only.\n"
+		"\n"
+		"  --task N              the task's rank (default 0)\n"
+		"  --port LOCAL:REMOTE   also forward 127.0.0.1:LOCAL to the task's\n"
+		"                        port REMOTE while attached, as kiln\n"
+		"                        port-forward does\n",
+};
+
+static cli_runner cmd_exec;
+
+const struct cli_command cmd_exec_entry = {
+	.name = "exec",
+	.run = cmd_exec,
+	.summary = "run a command beside a running task",
+	.help = "usage: kiln exec ID [--task N] [-i] [-t] -- CMD [ARG...]\n"
+		"\n"
+		"Run CMD in the sandbox of job ID's running task (its namespaces,\n"
+		"cgroup, user, devices and environment, CUDA_VISIBLE_DEVICES\n"
+		"included), with its output here, and exit with its exit code (128\n"
+		"+ N when signal N ended it). CMD ends when this command does.\n"
+		"The job's owner and operators only; each exec is audited with its\n"
+		"command line.\n"
+		"\n"
+		"  --task N     the task's rank (default 0)\n"
+		"  -i, --stdin  send standard input to CMD (else it gets none)\n"
+		"  -t, --tty    run CMD on a terminal (this one goes raw); without,\n"
+		"               its stdout and stderr come apart\n",
+};
+
+static cli_runner cmd_run;
+
+const struct cli_command cmd_run_entry = {
+	.name = "run",
+	.run = cmd_run,
+	.summary = "run a command on a terminal in a new job",
+	.help = "usage: kiln run -it [--gpus N] [--image I] [--name N] [-- CMD [ARG...]]\n"
+		"\n"
+		"Submit a job whose one task runs CMD (default a login shell, bash -l)\n"
+		"on a terminal, wait for it to start (queued like any job, with its\n"
+		"GPUs, limits and sandbox), then attach this terminal to it: keys,\n"
+		"window size and Ctrl-C go to the task, its output comes back, and\n"
+		"kiln exits with its exit code (128 + N when signal N ended it).\n"
+		"Ctrl-P Ctrl-Q detaches and leaves it running, as does a lost\n"
+		"connection; `kiln attach ID` comes back. Local, Slurm and\n"
+		"Kubernetes executors (there the pod's container gets the terminal).\n"
+		"\n"
+		"  -i, --stdin  send this terminal's keys (required, with -t)\n"
+		"  -t, --tty    the task runs on a terminal (required)\n"
+		"  --gpus N     GPUs for the task (default 0)\n"
+		"  --image I    the job's container image (an executor's that runs\n"
+		"               images; the local one runs CMD on the machine)\n"
+		"  --name N     the job's name (default run)\n",
+};
+
 /* The command of `kiln run -it` without one: a login shell. */
 static const char *const LOGIN_SHELL[] = {"bash", "-l", NULL};
 
@@ -104,7 +170,7 @@ static int attach(struct cli_client *c, int64_t id, int task)
 	return rc;
 }
 
-int cmd_attach(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_attach(struct cli_ctx *ctx, int argc, char **argv)
 {
 	int task = 0, rc;
 	const char *port = NULL;
@@ -132,7 +198,7 @@ int cmd_attach(struct cli_ctx *ctx, int argc, char **argv)
 	return rc;
 }
 
-int cmd_exec(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_exec(struct cli_ctx *ctx, int argc, char **argv)
 {
 	int task = 0, n_own, rc;
 	bool in = false, tty = false;
@@ -204,7 +270,7 @@ static char *run_spec(const char *name, char **cmd, int gpus,
 	return text;
 }
 
-int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
 {
 	int gpus = 0, n_own, rc;
 	bool in = false, tty = false;

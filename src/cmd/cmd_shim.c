@@ -19,7 +19,25 @@
 #include "exec/exec.h"
 #include "shimrt/shimrt.h"
 
-int cmd_shim(int argc, char **argv)
+static int cmd_shim(int argc, char **argv);
+
+const struct cli_command cmd_shim_entry = {
+	.name = "shim",
+	.run_raw = cmd_shim,
+	.summary = "run one task (internal: started by the server)",
+	.help = "usage: kiln shim --dir TASK_DIR | --slurm ATTEMPT_DIR |\n"
+		"                 --kube -- CMD... | --install DIR |\n"
+		"                 --bridge TASK_DIR [--port P]\n"
+		"\n"
+		"Internal: the server starts one shim per task; in a Kubernetes pod\n"
+		"the initContainer runs --install and the task container --kube\n"
+		"(docs/kubernetes.md, \"The shim in the pod\"); the server's srun\n"
+		"runs --bridge on a Slurm task's node for an interactive session or\n"
+		"a port-forward.\n",
+	.hidden = true,
+};
+
+static int cmd_shim(int argc, char **argv)
 {
 	const struct kn_shim_prepare prep = {kn_shimrt_prepare, NULL};
 	struct kn_error err;

@@ -11,6 +11,24 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
+static cli_runner cmd_show;
+
+const struct cli_command cmd_show_entry = {
+	.name = "show",
+	.run = cmd_show,
+	.summary = "show a job, its attempts and their tasks",
+	.help = "usage: kiln show ID|ID[K] [-o table|json|yaml|name]\n"
+		"\n"
+		"Show job ID: name, state, owner, priority, tasks, resources, when it\n"
+		"was submitted, started and ended, retries, the reason it is\n"
+		"queued or ended, its inputs (short sha256 once fetched) and\n"
+		"outputs; then each attempt with its tasks (rank, node, devices,\n"
+		"exit). For a job array, its elements (index, id, state, attempts,\n"
+		"exit); ID[K] shows element K alone.\n"
+		"\n"
+		"  -o json  print the server's JSON, including the spec\n",
+};
+
 /* "  label:     value", the value cleaned of control characters. */
 static void field(const char *label, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -371,7 +389,7 @@ static void show_array(json_t *job)
 	cli_table_free(t);
 }
 
-int cmd_show(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_show(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct cli_client *c = NULL;
 	const char *id_arg = NULL;

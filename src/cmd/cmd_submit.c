@@ -27,6 +27,40 @@
 #include "cmd/cli_client.h"
 #include "spec/spec.h"
 
+static cli_runner cmd_submit;
+
+const struct cli_command cmd_submit_entry = {
+	.name = "submit",
+	.run = cmd_submit,
+	.summary = "submit a job spec and print its id",
+	.help = "usage: kiln submit FILE [--wait | -f] [--hold] [--name N]\n"
+		"                   [--env K=V]... [--gpus G] [--tasks N]\n"
+		"                   [--priority P] [--preemptible] [--array A-B[%P]]\n"
+		"\n"
+		"Submit the job spec in FILE (YAML or JSON; - reads standard input)\n"
+		"and print the new job's id alone on standard output, so scripts can\n"
+		"capture it: id=$(kiln submit job.yaml). Specs larger than 256 KiB\n"
+		"are refused before anything is sent. A job no node could ever hold\n"
+		"(more GPUs per task than the largest node has) is refused, with why.\n"
+		"\n"
+		"  --hold  queue it anyway, for a node that may join\n"
+		"  --name N, --env K=V (repeatable), --gpus G, --tasks N,\n"
+		"  --priority P, --preemptible\n"
+		"          override the file's field for this job; checked as the\n"
+		"          file is, and listed by `kiln show` as overrides\n"
+		"  --array A-B[%P]\n"
+		"          a job array: one job per index A..B (at most P at once),\n"
+		"          each with KILN_ARRAY_INDEX and SLURM_ARRAY_TASK_ID set;\n"
+		"          the id printed is the array's (its first element's)\n"
+		"  --wait  wait for the job to end, print its final state on standard\n"
+		"          error, and exit 0 if it succeeded, 4 if it failed, 5 if it\n"
+		"          was cancelled; for an array, until every element has ended\n"
+		"  -f, --follow\n"
+		"          as --wait, printing every rank's output meanwhile (lines\n"
+		"          prefixed [rank N]); exit with the job's exit code when it\n"
+		"          failed with one\n",
+};
+
 static void print_final(int64_t id, json_t *job)
 {
 	const char *reason = json_string_value(json_object_get(job, "reason"));
@@ -221,7 +255,7 @@ static int overrides_text(const struct cli_ctx *ctx, const struct overrides *o,
 	return CLI_GO;
 }
 
-int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_submit(struct cli_ctx *ctx, int argc, char **argv)
 {
 	bool wait = false, follow = false, hold = false;
 	struct overrides o = {.tasks = -1, .priority = -1};

@@ -13,6 +13,26 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
+static cli_runner cmd_token;
+
+const struct cli_command cmd_token_entry = {
+	.name = "token",
+	.run = cmd_token,
+	.summary = "create, list and revoke API tokens",
+	.help = "usage: kiln token create --name NAME --role ROLE\n"
+		"       kiln token ls [-o json|table]\n"
+		"       kiln token revoke NAME\n"
+		"\n"
+		"Manage API tokens (admins only). Roles: viewer (read), user (+ submit\n"
+		"and cancel own jobs), operator (+ cancel any job, node operations),\n"
+		"admin (+ tokens).\n"
+		"\n"
+		"  create  make a token; its secret is printed alone on standard\n"
+		"          output, once: the server keeps only a hash\n"
+		"  ls      list tokens: NAME ROLE CREATED_BY CREATED LAST_USED REVOKED\n"
+		"  revoke  revoke the token named NAME; it stops working at once\n",
+};
+
 static const char *const roles[] = {
 	"viewer", "user", "operator", "admin", NULL,
 };
@@ -44,46 +64,34 @@ static int token_create(struct cli_ctx *ctx, int argc, char **argv)
 	return rc;
 }
 
+static void token_row(struct cli_table *t, json_t *token, int64_t now)
+{
+	cli_table_cell(t, cli_json_str(token, "name"));
+	cli_table_cell(t, cli_json_str(token, "role"));
+	cli_table_cell(t, cli_json_str(token, "created_by"));
+	cli_table_ago(t, token, "created_at_ms", now);
+	cli_table_ago(t, token, "last_used_at_ms", now);
+	cli_table_ago(t, token, "revoked_at_ms", now);
+}
+
 static int token_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const char *const headers[] = {
 		"NAME", "ROLE", "CREATED_BY", "CREATED", "LAST_USED", "REVOKED",
 		NULL,
 	};
-	struct cli_table *t;
-	json_t *answer, *token;
-	int64_t now = kn_now_ms();
-	size_t i;
-	int rc = cli_get_listing(ctx, argc, argv, "/v1/tokens", &answer);
 
-	if (rc != CLI_GO)
-		return rc;
-	t = cli_table_new(headers);
-	json_array_foreach(json_object_get(answer, "tokens"), i, token) {
-		cli_table_cell(t, cli_json_str(token, "name"));
-		cli_table_cell(t, cli_json_str(token, "role"));
-		cli_table_cell(t, cli_json_str(token, "created_by"));
-		cli_table_ago(t, token, "created_at_ms", now);
-		cli_table_ago(t, token, "last_used_at_ms", now);
-		cli_table_ago(t, token, "revoked_at_ms", now);
-	}
-	cli_table_show(ctx, t, stdout, 0);
-	cli_table_free(t);
-	json_decref(answer);
-	return CLI_EXIT_OK;
+	return cli_list_table(ctx, argc, argv, "/v1/tokens", "tokens", headers,
+			      token_row);
 }
 
 static int token_revoke(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *name;
-	int rc = cli_delete_named(ctx, argc, argv, "/v1/tokens", &name);
-
-	if (rc == 0)
-		printf("token '%s' revoked\n", name);
-	return rc;
+	return cli_delete_named(ctx, argc, argv, "/v1/tokens",
+				"token '%s' revoked\n");
 }
 
-int cmd_token(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_token(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct cli_verb verbs[] = {
 		{"create", token_create},

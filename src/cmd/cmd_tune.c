@@ -14,7 +14,36 @@
 #include "cmd/cli.h"
 #include "telemetry/telemetry.h"
 
-int cmd_tune(struct cli_ctx *ctx, int argc, char **argv)
+static cli_runner cmd_tune;
+
+const struct cli_command cmd_tune_entry = {
+	.name = "tune",
+	.run = cmd_tune,
+	.summary = "set GPU application clocks to their maximum",
+	.help = "usage: kiln tune gpu [--dry-run] [--reset]\n"
+		"\n"
+		"Set each GPU's application clocks to the highest supported pair and\n"
+		"print the clocks before and after (needs root). Without a GPU, says so\n"
+		"and exits 0.\n"
+		"\n"
+		"  --dry-run  print the plan, change nothing\n"
+		"  --reset    restore the driver's default application clocks\n",
+};
+
+int cli_nvml_open(const struct cli_ctx *ctx, const char *none,
+		  struct kn_nvml **nv)
+{
+	struct kn_error err;
+	int rc = kn_nvml_open(nv, &err);
+
+	if (rc == -ENOENT) {
+		fprintf(stderr, "%s: %s (%s)\n", ctx->prog, none, err.message);
+		return CLI_EXIT_OK;
+	}
+	return rc < 0 ? cli_fail(ctx, "%s", err.message) : CLI_GO;
+}
+
+static int cmd_tune(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *target = NULL;
 	bool dry_run = false, reset = false;
@@ -34,14 +63,9 @@ int cmd_tune(struct cli_ctx *ctx, int argc, char **argv)
 	if (strcmp(target, "gpu") != 0)
 		return cli_usage_error(ctx, "can tune \"gpu\" only, not \"%s\"",
 				       target);
-	rc = kn_nvml_open(&nv, &err);
-	if (rc == -ENOENT) {
-		fprintf(stderr, "%s: no GPU to tune (%s)\n", ctx->prog,
-			err.message);
-		return CLI_EXIT_OK;
-	}
-	if (rc < 0)
-		return cli_fail(ctx, "%s", err.message);
+	rc = cli_nvml_open(ctx, "no GPU to tune", &nv);
+	if (rc != CLI_GO)
+		return rc;
 	n = kn_nvml_count(nv);
 	if (n == 0)
 		fprintf(stderr, "%s: no GPU to tune (NVML sees none)\n",

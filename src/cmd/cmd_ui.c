@@ -9,7 +9,22 @@
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
 
-int cmd_ui(struct cli_ctx *ctx, int argc, char **argv)
+static cli_runner cmd_ui;
+
+const struct cli_command cmd_ui_entry = {
+	.name = "ui",
+	.run = cmd_ui,
+	.summary = "print a one-time login link to the web console",
+	.help = "usage: kiln ui\n"
+		"\n"
+		"Ask the server for a one-time login code for this token (an admin's)\n"
+		"and print the console's link with it: SERVER/#code=CODE. The code\n"
+		"works once, within 5 minutes, and stays out of requests and logs (it\n"
+		"is in the link's fragment); opening the link starts a console session\n"
+		"that lasts 8 hours or until logged out.\n",
+};
+
+static int cmd_ui(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct cli_client *c = NULL;
 	json_t *answer = NULL;

@@ -10,6 +10,26 @@
 #include "cmd/cli.h"
 #include "spec/spec.h"
 
+static cli_runner cmd_validate;
+
+const struct cli_command cmd_validate_entry = {
+	.name = "validate",
+	.run = cmd_validate,
+	.summary = "check a job, deployment or workflow spec, without a server",
+	.help = "usage: kiln validate FILE [-o json]\n"
+		"\n"
+		"Parse and check the job spec (kind: Job), deployment spec (kind:\n"
+		"Deployment, with the shipped model presets) or workflow (kind:\n"
+		"Workflow, with each step's job file, found beside FILE) in FILE\n"
+		"(- reads standard input) the way the server would, without one.\n"
+		"Prints `FILE: ok (...)` (for a workflow, its steps in an order they\n"
+		"can run in), or the problem as FILE:LINE:COLUMN: FIELD: message\n"
+		"and exits 1 (a step's job with its own inputs: too, as the server\n"
+		"refuses it).\n"
+		"\n"
+		"  -o json  print the normalized spec (defaults filled in) as JSON\n",
+};
+
 static void summarize(const struct kn_job_spec *spec, struct kn_buf *out)
 {
 	const struct kn_resources *res = &spec->resources;
@@ -168,7 +188,7 @@ out:
 	return rc;
 }
 
-int cmd_validate(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_validate(struct cli_ctx *ctx, int argc, char **argv)
 {
 	struct kn_job_spec *spec = NULL;
 	struct kn_error err = {0};

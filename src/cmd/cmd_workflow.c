@@ -23,6 +23,41 @@
 #include "spec/spec.h"
 #include "ckpt/ckpt.h"
 
+static cli_runner cmd_workflow;
+
+const struct cli_command cmd_workflow_entry = {
+	.name = "workflow",
+	.run = cmd_workflow,
+	.summary = "run a workflow file's steps as jobs; list, show, retry, cancel runs",
+	.help = "usage: kiln workflow run FILE [--wait]\n"
+		"       kiln workflow ls [-o json|table]\n"
+		"       kiln workflow show RUN [-w] [-o json|yaml|table]\n"
+		"       kiln workflow retry RUN\n"
+		"       kiln workflow cancel RUN\n"
+		"\n"
+		"Run a `kind: Workflow` file (docs/workflows.md): each step is a job,\n"
+		"started when the steps it needs have succeeded, with its on_failure\n"
+		"policy, retries and `when:` conditions.\n"
+		"\n"
+		"  run     send FILE, the job files it names (read beside it), its\n"
+		"          sha256 and the git revision of its directory; print the\n"
+		"          run's id\n"
+		"          --wait  follow the run until it ends; exit 0 only when it\n"
+		"                  succeeded (4 failed, 5 cancelled)\n"
+		"  ls      list runs: ID NAME STATE STEPS (succeeded/all) OWNER\n"
+		"          SUBMITTED RAN REASON\n"
+		"  show    a run, its cost and its steps: STEP STATE NEEDS DURATION\n"
+		"          ATTEMPTS JOBS (every job it ran, retries' too) COST (of\n"
+		"          those jobs' GPU time as `kiln cost --by job` prices it,\n"
+		"          lost work included; - for register and deploy) REASON;\n"
+		"          -w, --watch draws it again on each change (the server's\n"
+		"          event stream, no polling)\n"
+		"  retry   run a failed or cancelled run again: its failed,\n"
+		"          cancelled and thereby skipped steps only; succeeded\n"
+		"          steps and their outputs are kept\n"
+		"  cancel  cancel a run: its running step jobs are cancelled\n",
+};
+
 /* "dir" of "dir/w.yaml"; "." without a slash. Malloc'd. */
 static char *dir_of(const char *path)
 {
@@ -373,7 +408,7 @@ static int wf_cancel(struct cli_ctx *ctx, int argc, char **argv)
 		      "cancelled; its running jobs are stopping");
 }
 
-int cmd_workflow(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_workflow(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct cli_verb verbs[] = {
 		{"run", wf_run},     {"ls", wf_ls},

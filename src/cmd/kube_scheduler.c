@@ -12,6 +12,45 @@
 #include "kube/kube.h"
 #include "sched/sched.h"
 
+static cli_runner cmd_kube_scheduler;
+
+const struct cli_command cmd_kube_scheduler_entry = {
+	.name = "kube-scheduler",
+	.run = cmd_kube_scheduler,
+	.summary = "place pods on Kubernetes with kiln's packing policies",
+	.help = "usage: kiln kube-scheduler [--kubeconfig FILE] [--context NAME]\n"
+		"                           [--policy NAME] [--scheduler-name NAME]\n"
+		"                           [--gpu-products FILE]\n"
+		"                           [--service-account-dir DIR]\n"
+		"                           [--watch-timeout SECONDS] [--debug]\n"
+		"\n"
+		"A secondary Kubernetes scheduler: list nodes and pods, watch pods,\n"
+		"and bind each pending pod whose spec.schedulerName is NAME to the\n"
+		"node the packing policy picks (GPU shares from the kiln.dev/gpu-milli\n"
+		"annotation go to a GPU, written back as kiln.dev/gpu). Runs until\n"
+		"SIGTERM or SIGINT. Needs RBAC: pods get/list/watch, pods/binding\n"
+		"create, nodes get/list/watch (docs/kubernetes.md).\n"
+		"\n"
+		"  --kubeconfig FILE      credentials from a kubeconfig (default the\n"
+		"                         first file in $KUBECONFIG; else the pod's\n"
+		"                         service account)\n"
+		"  --context NAME         the kubeconfig context (default its\n"
+		"                         current-context)\n"
+		"  --policy NAME          random, dot-product, gpu-clustering,\n"
+		"                         gpu-packing, best-fit, fgd or kiln (default)\n"
+		"  --scheduler-name NAME  the schedulerName to serve (default kiln)\n"
+		"  --gpu-products FILE    as for kiln render\n"
+		"  --service-account-dir DIR  token and ca.crt in a cluster (default\n"
+		"                         /var/run/secrets/kubernetes.io/serviceaccount)\n"
+		"  --watch-timeout SECONDS  how long the API keeps one watch open;\n"
+		"                         nodes are listed again between watches\n"
+		"                         (default 300)\n"
+		"  --debug                log debug messages\n"
+		"\n"
+		"Exit status: 0 after SIGTERM or SIGINT, 1 when credentials or the\n"
+		"product table cannot be read, 2 on a usage error.\n",
+};
+
 #define DEFAULT_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 /* The server ends each watch after this long; between watches the node
    list is refreshed (nodes are listed, not watched). */
@@ -24,7 +63,7 @@ static void on_stop(int sig)
 	stop_flag = 1;
 }
 
-int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
+static int cmd_kube_scheduler(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *kubeconfig = NULL, *context = NULL, *policy_name = "kiln";
 	const char *scheduler_name = KN_KUBE_DEFAULT_SCHEDULER;
