@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/types.h>
 
 #define KN_VERSION "0.1.0"
@@ -49,6 +50,19 @@
 			(head) = kn_item_->next;			\
 			free_fn(kn_item_);				\
 		}							\
+	} while (0)
+
+/*
+ * Release an array of n rows that each own one string, member: free each
+ * row's member, then the array; items is left NULL and n 0.
+ */
+#define KN_ROWS_RELEASE(items, n, member)				\
+	do {								\
+		for (size_t kn_row_ = 0; kn_row_ < (n); kn_row_++)	\
+			free((items)[kn_row_].member);			\
+		free(items);						\
+		(items) = NULL;						\
+		(n) = 0;						\
 	} while (0)
 
 /*
