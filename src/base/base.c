@@ -776,6 +776,29 @@ void kn_hex(const unsigned char *in, size_t n, char *out)
 	out[2 * n] = '\0';
 }
 
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+bool kn_unhex(const char *hex, size_t n, unsigned char *out)
+{
+	if (strlen(hex) != 2 * n)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return false;
+		out[i] = (unsigned char)(hi << 4 | lo);
+	}
+	return true;
+}
+
 /* ---- CSV ---- */
 
 #define CSV_STR_(x) #x

@@ -559,6 +559,9 @@ bool kn_csv_formula_start(const char *text);
 int kn_random_bytes(void *buf, size_t n);
 /* Lowercase hex of n bytes into out (2n+1 bytes). */
 void kn_hex(const unsigned char *in, size_t n, char *out);
+/* The n bytes that hex, exactly 2n lowercase hex digits, spells into out;
+   false when hex is not that (out may then be partly written). */
+bool kn_unhex(const char *hex, size_t n, unsigned char *out);
 
 /*
  * A binary min-heap of elements of one size (heap.c): pop gives the

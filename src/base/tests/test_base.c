@@ -549,6 +549,23 @@ static void test_url_encoded(void **state)
 	kn_buf_release(&b);
 }
 
+/* Hex back to bytes: exactly 2n lowercase digits, nothing else. */
+static void test_unhex(void **state)
+{
+	static const char *const bad[] = {"00FF7A", "00ff7", "00ff7a0",
+					  "00fg7a", ""};
+	unsigned char out[3];
+	char back[7];
+
+	(void)state;
+	assert_true(kn_unhex("00ff7a", sizeof(out), out));
+	kn_hex(out, sizeof(out), back);
+	assert_string_equal(back, "00ff7a");
+	for (size_t i = 0; i < KN_LEN(bad); i++)
+		if (kn_unhex(bad[i], sizeof(out), out))
+			fail_msg("kn_unhex took \"%s\"", bad[i]);
+}
+
 struct csv_rows {
 	char seen[256];
 	int lines[4];
@@ -733,6 +750,7 @@ KN_TEST_MAIN(NULL, NULL,
 	cmocka_unit_test(test_csv_cell),
 	cmocka_unit_test(test_url_queries_cut),
 	cmocka_unit_test(test_url_encoded),
+	cmocka_unit_test(test_unhex),
 	cmocka_unit_test(test_csv_read_columns),
 	cmocka_unit_test(test_xgrow),
 	cmocka_unit_test(test_free_all),
