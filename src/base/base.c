@@ -151,6 +151,18 @@ void kn_format_time_basic(int64_t epoch_ms, char *buf, size_t len)
 	format_time(epoch_ms, "%Y%m%dT%H%M%S", buf, len);
 }
 
+const char *kn_parse_time(const char *s, const char *format, int64_t *out_ms)
+{
+	struct tm tm;
+	const char *end;
+
+	memset(&tm, 0, sizeof(tm));
+	end = strptime(s, format, &tm);
+	if (end)
+		*out_ms = (int64_t)timegm(&tm) * 1000;
+	return end;
+}
+
 void kn_format_duration(int64_t ms, char *buf, size_t len)
 {
 	if (ms < 0)

@@ -147,6 +147,13 @@ void kn_format_time(int64_t epoch_ms, char *buf, size_t len);
 /* The same in ISO 8601's basic form, "20261202T154606.123Z": a name
    that sorts by time and holds no ':' (at least 24 bytes). */
 void kn_format_time_basic(int64_t epoch_ms, char *buf, size_t len);
+/*
+ * The time at the start of s, read with strptime's format as UTC, into
+ * *out_ms (ms since the epoch): where the reading stopped, or NULL when
+ * s does not start with that format (*out_ms untouched).
+ */
+const char *kn_parse_time(const char *s, const char *format,
+			  int64_t *out_ms);
 /* "3s ago", "5m ago", "2h ago", "4d ago", or "-" for 0; relative to now_ms. */
 void kn_format_ago(int64_t epoch_ms, int64_t now_ms, char *buf, size_t len);
 /* "850ms", "12s", "5m3s", "2h10m". */

@@ -64,6 +64,19 @@ static void test_sizes(void **state)
 	assert_int_equal(kn_parse_size("99999999999Ti", &b), -EINVAL);
 }
 
+/* strptime's reading as UTC; where it stopped tells what follows. */
+static void test_parse_time(void **state)
+{
+	int64_t ms = -1;
+
+	(void)state;
+	assert_string_equal(kn_parse_time("2026-12-03T04:05:06Z",
+					  "%Y-%m-%dT%H:%M:%S", &ms), "Z");
+	assert_int_equal(ms, 1796270706000LL);
+	assert_null(kn_parse_time("yesterday", "%Y-%m-%d", &ms));
+	assert_int_equal(ms, 1796270706000LL);
+}
+
 static void test_format_size(void **state)
 {
 	static const struct {
@@ -751,6 +764,7 @@ KN_TEST_MAIN(NULL, NULL,
 	cmocka_unit_test(test_url_queries_cut),
 	cmocka_unit_test(test_url_encoded),
 	cmocka_unit_test(test_unhex),
+	cmocka_unit_test(test_parse_time),
 	cmocka_unit_test(test_csv_read_columns),
 	cmocka_unit_test(test_xgrow),
 	cmocka_unit_test(test_free_all),
