@@ -39,6 +39,21 @@
 	} while (0)
 
 /*
+ * Unlink x from the doubly linked list that head (an lvalue) starts, whose
+ * elements link through ->prev and ->next. Frees nothing; x's own links
+ * are left as they were. x is a plain name.
+ */
+#define KN_DLIST_UNLINK(head, x)					\
+	do {								\
+		if ((x)->prev)						\
+			(x)->prev->next = (x)->next;			\
+		else							\
+			(head) = (x)->next;				\
+		if ((x)->next)						\
+			(x)->next->prev = (x)->prev;			\
+	} while (0)
+
+/*
  * Free every element of the singly linked list head (an lvalue, left
  * NULL) with free_fn, first to last; each is off the list before its
  * free_fn runs.
