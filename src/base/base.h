@@ -300,6 +300,9 @@ int kn_write_text_replace(const char *path, const char *text, mode_t mode,
 int kn_write_all(int fd, const void *data, size_t len);
 int kn_pwrite_all(int fd, const void *data, size_t len, int64_t at);
 int kn_send_all(int fd, const void *data, size_t len);
+/* pread(2) at offset at, again after EINTR: the bytes read (0 at the end
+   of the file), or a negative errno. */
+ssize_t kn_pread(int fd, void *buf, size_t len, int64_t at);
 /*
  * Read a whole file of at most max bytes into a malloc'd NUL-terminated
  * buffer. -EFBIG when larger, -errno otherwise.
