@@ -69,7 +69,8 @@
 
 /*
  * Release an array of n rows that each own one string, member: free each
- * row's member, then the array; items is left NULL and n 0.
+ * row's member, then the array; items is left NULL and n 0. items and n
+ * are lvalues, read more than once.
  */
 #define KN_ROWS_RELEASE(items, n, member)				\
 	do {								\
