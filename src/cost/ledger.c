@@ -110,11 +110,12 @@ void kn_ledger_free(struct kn_ledger *l)
 {
 	if (!l)
 		return;
-	KN_ROWS_RELEASE(l->nodes, l->n_nodes, name);
+	for (size_t i = 0; i < l->n_nodes; i++)
+		free(l->nodes[i].name);
 	for (size_t i = 0; i < l->n_allocs; i++) {
 		KN_FREE_ALL(l->allocs[i].user, l->allocs[i].deployment);
 	}
-	KN_FREE_ALL(l->states, l->allocs, l);
+	KN_FREE_ALL(l->nodes, l->states, l->allocs, l);
 }
 
 static int node_index(const struct kn_ledger *l, const char *name)
