@@ -151,6 +151,18 @@ void kn_format_time_basic(int64_t epoch_ms, char *buf, size_t len)
 	format_time(epoch_ms, "%Y%m%dT%H%M%S", buf, len);
 }
 
+const char *kn_parse_time(const char *s, const char *format, int64_t *out_ms)
+{
+	struct tm tm;
+	const char *end;
+
+	memset(&tm, 0, sizeof(tm));
+	end = strptime(s, format, &tm);
+	if (end)
+		*out_ms = (int64_t)timegm(&tm) * 1000;
+	return end;
+}
+
 void kn_format_duration(int64_t ms, char *buf, size_t len)
 {
 	if (ms < 0)
@@ -774,6 +786,29 @@ void kn_hex(const unsigned char *in, size_t n, char *out)
 		out[2 * i + 1] = digits[in[i] & 15];
 	}
 	out[2 * n] = '\0';
+}
+
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+bool kn_unhex(const char *hex, size_t n, unsigned char *out)
+{
+	if (strlen(hex) != 2 * n)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return false;
+		out[i] = (unsigned char)(hi << 4 | lo);
+	}
+	return true;
 }
 
 /* ---- CSV ---- */

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/types.h>
 
 #define KN_VERSION "0.1.0"
@@ -38,6 +39,21 @@
 	} while (0)
 
 /*
+ * Unlink x from the doubly linked list that head (an lvalue) starts, whose
+ * elements link through ->prev and ->next. Frees nothing; x's own links
+ * are left as they were. x is a plain name.
+ */
+#define KN_DLIST_UNLINK(head, x)					\
+	do {								\
+		if ((x)->prev)						\
+			(x)->prev->next = (x)->next;			\
+		else							\
+			(head) = (x)->next;				\
+		if ((x)->next)						\
+			(x)->next->prev = (x)->prev;			\
+	} while (0)
+
+/*
  * Free every element of the singly linked list head (an lvalue, left
  * NULL) with free_fn, first to last; each is off the list before its
  * free_fn runs.
@@ -49,6 +65,20 @@
 			(head) = kn_item_->next;			\
 			free_fn(kn_item_);				\
 		}							\
+	} while (0)
+
+/*
+ * Release an array of n rows that each own one string, member: free each
+ * row's member, then the array; items is left NULL and n 0. items and n
+ * are lvalues, read more than once.
+ */
+#define KN_ROWS_RELEASE(items, n, member)				\
+	do {								\
+		for (size_t kn_row_ = 0; kn_row_ < (n); kn_row_++)	\
+			free((items)[kn_row_].member);			\
+		free(items);						\
+		(items) = NULL;						\
+		(n) = 0;						\
 	} while (0)
 
 /*
@@ -133,6 +163,13 @@ void kn_format_time(int64_t epoch_ms, char *buf, size_t len);
 /* The same in ISO 8601's basic form, "20261202T154606.123Z": a name
    that sorts by time and holds no ':' (at least 24 bytes). */
 void kn_format_time_basic(int64_t epoch_ms, char *buf, size_t len);
+/*
+ * The time at the start of s, read with strptime's format as UTC, into
+ * *out_ms (ms since the epoch): where the reading stopped, or NULL when
+ * s does not start with that format (*out_ms untouched).
+ */
+const char *kn_parse_time(const char *s, const char *format,
+			  int64_t *out_ms);
 /* "3s ago", "5m ago", "2h ago", "4d ago", or "-" for 0; relative to now_ms. */
 void kn_format_ago(int64_t epoch_ms, int64_t now_ms, char *buf, size_t len);
 /* "850ms", "12s", "5m3s", "2h10m". */
@@ -264,6 +301,9 @@ int kn_write_text_replace(const char *path, const char *text, mode_t mode,
 int kn_write_all(int fd, const void *data, size_t len);
 int kn_pwrite_all(int fd, const void *data, size_t len, int64_t at);
 int kn_send_all(int fd, const void *data, size_t len);
+/* pread(2) at offset at, again after EINTR: the bytes read (0 at the end
+   of the file), or a negative errno. */
+ssize_t kn_pread(int fd, void *buf, size_t len, int64_t at);
 /*
  * Read a whole file of at most max bytes into a malloc'd NUL-terminated
  * buffer. -EFBIG when larger, -errno otherwise.
@@ -545,6 +585,9 @@ bool kn_csv_formula_start(const char *text);
 int kn_random_bytes(void *buf, size_t n);
 /* Lowercase hex of n bytes into out (2n+1 bytes). */
 void kn_hex(const unsigned char *in, size_t n, char *out);
+/* The n bytes that hex, exactly 2n lowercase hex digits, spells into out;
+   false when hex is not that (out may then be partly written). */
+bool kn_unhex(const char *hex, size_t n, unsigned char *out);
 
 /*
  * A binary min-heap of elements of one size (heap.c): pop gives the

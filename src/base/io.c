@@ -1,8 +1,9 @@
 /*
- * io: writing a whole buffer. write(2), pwrite(2) and send(2) may each
- * take less than they are given or stop at a signal; every caller needs
- * the same loop around them, so it lives here once, with the call it
- * makes as a parameter rather than three copies that drift apart.
+ * io: writing a whole buffer, and reading past signals. write(2),
+ * pwrite(2) and send(2) may each take less than they are given or stop
+ * at a signal; every caller needs the same loop around them, so it lives
+ * here once, with the call it makes as a parameter rather than three
+ * copies that drift apart. pread(2) too may stop at a signal.
  */
 #include "base/base.h"
 
@@ -60,4 +61,14 @@ int kn_pwrite_all(int fd, const void *data, size_t len, int64_t at)
 int kn_send_all(int fd, const void *data, size_t len)
 {
 	return io_all(IO_SEND, fd, data, len, 0);
+}
+
+ssize_t kn_pread(int fd, void *buf, size_t len, int64_t at)
+{
+	ssize_t n;
+
+	do
+		n = pread(fd, buf, len, (off_t)at);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -errno : n;
 }

@@ -121,10 +121,8 @@ static size_t read_body(char *buf, size_t size, size_t n, void *arg)
 	} else {
 		size_t got = 0;
 		while (got < take) {
-			ssize_t r = pread(b->fd, buf + got, take - got,
-					  b->off + (off_t)(b->pos + got));
-			if (r < 0 && errno == EINTR)
-				continue;
+			ssize_t r = kn_pread(b->fd, buf + got, take - got,
+					     b->off + (off_t)(b->pos + got));
 			if (r <= 0) /* the file shrank or failed: give up */
 				return CURL_READFUNC_ABORT;
 			got += (size_t)r;
@@ -565,11 +563,9 @@ static void *file_hash_main(void *arg)
 			break;
 		if ((int64_t)want > limit - h->bytes)
 			want = (size_t)(limit - h->bytes);
-		ssize_t n = pread(h->fd, h->buf, want, (off_t)h->bytes);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = kn_pread(h->fd, h->buf, want, h->bytes);
 		if (n < 0) {
-			h->rc = -errno;
+			h->rc = (int)n;
 			break;
 		}
 		if (n == 0)

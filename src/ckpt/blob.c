@@ -244,13 +244,8 @@ void kn_blob_list_add(struct kn_blob_list *list, const char *name,
 
 void kn_blob_list_release(struct kn_blob_list *list)
 {
-	if (!list)
-		return;
-	for (size_t i = 0; i < list->n; i++)
-		free(list->items[i].name);
-	free(list->items);
-	list->items = NULL;
-	list->n = 0;
+	if (list)
+		KN_ROWS_RELEASE(list->items, list->n, name);
 }
 
 static int blob_info_cmp(const void *a, const void *b)

@@ -590,13 +590,8 @@ static int entry_newest_first(const void *a, const void *b)
 
 void kn_ckpt_list_release(struct kn_ckpt_list *list)
 {
-	if (!list)
-		return;
-	for (size_t i = 0; i < list->n; i++)
-		free(list->items[i].name);
-	free(list->items);
-	list->items = NULL;
-	list->n = 0;
+	if (list)
+		KN_ROWS_RELEASE(list->items, list->n, name);
 }
 
 int kn_ckpt_list(struct kn_blob_store *store, const char *job,

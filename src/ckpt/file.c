@@ -268,11 +268,9 @@ static int copy_fd_hashed(int in, int out, int64_t len, char *hex,
 			kn_hashpipe_wait(hp, ring[r].seq);
 		if (!ring[r].buf)
 			ring[r].buf = kn_xmalloc(KN_FILE_CHUNK);
-		do
-			n = pread(in, ring[r].buf, want, (off_t)total);
-		while (n < 0 && errno == EINTR);
+		n = kn_pread(in, ring[r].buf, want, total);
 		if (n <= 0) {
-			rc = n < 0 ? -errno : -EIO;
+			rc = n < 0 ? (int)n : -EIO;
 			*failed_op = n < 0 ? "read" : "source shrank while read";
 			ring[r].hashing = false;
 			break;

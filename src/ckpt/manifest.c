@@ -25,9 +25,8 @@ void kn_ckpt_manifest_release(struct kn_ckpt_manifest *m)
 {
 	if (!m)
 		return;
-	for (size_t i = 0; i < m->n; i++)
-		free(m->files[i].path);
-	KN_FREE_ALL(m->files, m->name);
+	KN_ROWS_RELEASE(m->files, m->n, path);
+	free(m->name);
 	memset(m, 0, sizeof(*m));
 }
 

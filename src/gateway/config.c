@@ -230,15 +230,6 @@ static int parse_deployment(json_t *v, size_t i, struct kn_gw_deployment *d,
 	return 0;
 }
 
-static int hex_nibble(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
 static int parse_key(const struct kn_gw_config *cfg, json_t *v, size_t i,
 		     struct kn_gw_key *k, struct kn_error *err)
 {
@@ -260,17 +251,9 @@ static int parse_key(const struct kn_gw_config *cfg, json_t *v, size_t i,
 			    err)) < 0)
 		return rc;
 	snprintf(field, sizeof(field), "%s.hash", prefix);
-	if (strlen(k->hash_hex) != 64)
+	if (!kn_unhex(k->hash_hex, sizeof(k->hash), k->hash))
 		return bad(err, field, "must be 64 lowercase hex digits "
 				       "(sha256 of the key)");
-	for (j = 0; j < 32; j++) {
-		int hi = hex_nibble(k->hash_hex[2 * j]);
-		int lo = hex_nibble(k->hash_hex[2 * j + 1]);
-		if (hi < 0 || lo < 0)
-			return bad(err, field, "must be 64 lowercase hex digits "
-					       "(sha256 of the key)");
-		k->hash[j] = (unsigned char)(hi << 4 | lo);
-	}
 	deps = json_object_get(v, "deployments");
 	snprintf(field, sizeof(field), "%s.deployments", prefix);
 	if (!json_is_array(deps))

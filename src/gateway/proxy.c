@@ -482,12 +482,7 @@ static void refresh_config(struct gw_worker *w)
 
 static void call_free(struct gw_call *c)
 {
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		c->w->calls = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	KN_DLIST_UNLINK(c->w->calls, c);
 	if (c->req)
 		kn_front_req_on_gone(c->req, NULL, NULL);
 	kn_gw_config_unref(c->cfg);

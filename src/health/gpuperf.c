@@ -371,18 +371,15 @@ static int measure_copy(const struct cuda *cu, cuda_event ev[2],
 	if ((c = cu->rt.malloc_dev(&src, (size_t)bytes)) != CUDA_SUCCESS ||
 	    (c = cu->rt.malloc_dev(&dst, (size_t)bytes)) != CUDA_SUCCESS)
 		goto out;
-	for (int i = 0; i < COPY_WARMUP; i++)
+	for (int i = 0; i < COPY_WARMUP + COPY_REPS; i++) {
+		if (i == COPY_WARMUP &&
+		    (c = cu->rt.event_record(ev[0], NULL)) != CUDA_SUCCESS)
+			goto out;
 		if ((c = cu->rt.memcpy(dst, src, (size_t)bytes,
 				       CUDA_MEMCPY_DEVICE_TO_DEVICE)) !=
 		    CUDA_SUCCESS)
 			goto out;
-	if ((c = cu->rt.event_record(ev[0], NULL)) != CUDA_SUCCESS)
-		goto out;
-	for (int i = 0; i < COPY_REPS; i++)
-		if ((c = cu->rt.memcpy(dst, src, (size_t)bytes,
-				       CUDA_MEMCPY_DEVICE_TO_DEVICE)) !=
-		    CUDA_SUCCESS)
-			goto out;
+	}
 	if ((c = cu->rt.event_record(ev[1], NULL)) != CUDA_SUCCESS ||
 	    (c = elapsed(cu, ev[0], ev[1], &ms)) != CUDA_SUCCESS)
 		goto out;

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kube/internal.h"
 #include "kube/kube.h"
@@ -15,16 +14,9 @@
 /* RFC 3339 "2026-12-03T04:05:06Z" as ms since the epoch, 0 if not. */
 static int64_t time_ms(const char *s)
 {
-	struct tm tm;
-	const char *end;
+	int64_t ms;
 
-	if (!s)
-		return 0;
-	memset(&tm, 0, sizeof(tm));
-	end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (!end)
-		return 0;
-	return (int64_t)timegm(&tm) * 1000;
+	return s && kn_parse_time(s, "%Y-%m-%dT%H:%M:%S", &ms) ? ms : 0;
 }
 
 /* The condition of type in obj's status.conditions when it is True. */

@@ -1092,12 +1092,7 @@ static void conn_free(struct front_conn *c)
 	}
 	KN_FREE_ALL(c->slot.head, c->slot.body_base);
 	kn_buf_release(&c->slot.headers);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		c->f->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	KN_DLIST_UNLINK(c->f->conns, c);
 	event_free(c->rev);
 	event_free(c->wev);
 	event_free(c->head_timer);

@@ -48,11 +48,9 @@ static void hash_one(struct pool *p, struct kn_hash_item *it, char *buf)
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
 	for (;;) {
-		ssize_t n = read(fd, buf, HASH_READ);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = kn_pread(fd, buf, HASH_READ, it->size);
 		if (n < 0) {
-			it->error = -errno;
+			it->error = (int)n;
 			break;
 		}
 		if (n == 0)

@@ -88,11 +88,7 @@ bool kn_model_ref_has_at(const struct kn_model_ref *ref)
 
 void kn_model_files_release(struct kn_model_files *f)
 {
-	for (size_t i = 0; i < f->n; i++)
-		free(f->items[i].path);
-	free(f->items);
-	f->items = NULL;
-	f->n = 0;
+	KN_ROWS_RELEASE(f->items, f->n, path);
 }
 
 void kn_model_files_add(struct kn_model_files *f, const char *path,

@@ -117,13 +117,11 @@ void kn_pack_free(struct kn_pack *c)
 {
 	if (!c)
 		return;
-	for (size_t i = 0; i < c->n; i++)
-		free(c->nodes[i].name);
+	KN_ROWS_RELEASE(c->nodes, c->n, name);
 	for (int i = 0; i < c->n_models; i++)
 		free(c->models[i]);
-	for (size_t i = 0; i < c->n_shapes; i++)
-		free(c->shapes[i].entries);
-	KN_FREE_ALL(c->shapes, c->typical, c->order, c->nodes, c);
+	KN_ROWS_RELEASE(c->shapes, c->n_shapes, entries);
+	KN_FREE_ALL(c->typical, c->order, c);
 }
 
 size_t kn_pack_n_nodes(const struct kn_pack *c)

@@ -112,6 +112,19 @@ static void node_list_release(struct node_list *l)
 	KN_FREE_ALL(l->strings, l->specs);
 }
 
+/* A CSV file's n rows, read: sorted by order, or -EINVAL "PATH: no WHAT"
+   when there are none. */
+static int rows_sorted(void *rows, size_t n, size_t size,
+		       int (*order)(const void *, const void *),
+		       const char *path, const char *what,
+		       struct kn_error *err)
+{
+	if (n == 0)
+		return kn_errorf(err, KN_EINVAL, NULL, "%s: no %s", path, what);
+	qsort(rows, n, size, order);
+	return 0;
+}
+
 static int spec_order(const void *pa, const void *pb)
 {
 	const struct kn_pack_node_spec *a = pa, *b = pb;
@@ -177,15 +190,10 @@ static int load_nodes(const char *path, struct node_list *l,
 		s->n_gpus = (int)gpus;
 		l->n++;
 	}
-	if (rc < 0)
-		goto out;
-	if (l->n == 0) {
-		rc = kn_errorf(err, KN_EINVAL, NULL, "%s: no nodes", path);
-		goto out;
-	}
 	/* The paper sorts nodes by name before drawing their order. */
-	qsort(l->specs, l->n, sizeof(*l->specs), spec_order);
-	rc = 0;
+	if (rc == 0)
+		rc = rows_sorted(l->specs, l->n, sizeof(*l->specs), spec_order,
+				 path, "nodes", err);
 out:
 	if (rc < 0)
 		node_list_release(l);
@@ -352,14 +360,9 @@ static int load_pods(struct kn_sim *sim, const char *path,
 		if (rc < 0)
 			goto out;
 	}
-	if (rc < 0)
-		goto out;
-	if (sim->n_pods == 0) {
-		rc = kn_errorf(err, KN_EINVAL, NULL, "%s: no pods", path);
-		goto out;
-	}
-	qsort(sim->pods, sim->n_pods, sizeof(*sim->pods), pod_order);
-	rc = 0;
+	if (rc == 0)
+		rc = rows_sorted(sim->pods, sim->n_pods, sizeof(*sim->pods),
+				 pod_order, path, "pods", err);
 out:
 	free(c.text);
 	return rc;

@@ -130,39 +130,10 @@ static EVP_MAC_CTX *mac_new(const unsigned char key[KN_AUDIT_KEY_LEN])
 	return ctx;
 }
 
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
 /* 64 lowercase hex digits into 32 bytes; false when it is not that. */
 static bool hash_from_hex(const char *hex, unsigned char out[32])
 {
-	if (!hex || strlen(hex) != KN_AUDIT_HASH_HEX_LEN)
-		return false;
-	for (int i = 0; i < 32; i++) {
-		int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return false;
-		out[i] = (unsigned char)(hi << 4 | lo);
-	}
-	return true;
-}
-
-static void hash_to_hex(const unsigned char in[32],
-			char out[KN_AUDIT_HASH_HEX_LEN + 1])
-{
-	static const char digits[] = "0123456789abcdef";
-
-	for (int i = 0; i < 32; i++) {
-		out[2 * i] = digits[in[i] >> 4];
-		out[2 * i + 1] = digits[in[i] & 15];
-	}
-	out[KN_AUDIT_HASH_HEX_LEN] = '\0';
+	return hex && kn_unhex(hex, 32, out);
 }
 
 /*
@@ -192,7 +163,7 @@ static void chain_hash(EVP_MAC_CTX *keyed, const unsigned char prev[32],
 	mac_field(ctx, a->detail);
 	EVP_MAC_final(ctx, mac, &len, sizeof(mac));
 	EVP_MAC_CTX_free(ctx);
-	hash_to_hex(mac, out);
+	kn_hex(mac, 32, out);
 }
 
 /* The hash of the row before id (32 zero bytes when there is none). */
@@ -205,7 +176,7 @@ static int chain_prev(struct kn_store *st, int64_t id, unsigned char prev[32],
 	int rc;
 
 	memset(prev, 0, 32);
-	hash_to_hex(prev, prev_hex);
+	kn_hex(prev, 32, prev_hex);
 	rc = store_one_text(st, STMT_AUDIT_PREV, keys, N_KEYS(keys),
 			    "reading the audit chain", &h, err);
 	if (rc == 1) {
@@ -215,7 +186,7 @@ static int chain_prev(struct kn_store *st, int64_t id, unsigned char prev[32],
 				       " valid chain hash",
 				       (long long)id);
 		else
-			hash_to_hex(prev, prev_hex);
+			kn_hex(prev, 32, prev_hex);
 	}
 	free(h);
 	return rc < 0 ? rc : 0;
@@ -514,7 +485,7 @@ int kn_store_audit_verify(struct kn_store *st,
 		return kn_errorf(err, KN_EIO, NULL,
 				 "store: OpenSSL has no HMAC-SHA256");
 	memset(&v, 0, sizeof(v));
-	hash_to_hex(zero, last_hash);
+	kn_hex(zero, 32, last_hash);
 	while (good && (rc = step_row(st, s, what, err)) == 1) {
 		struct audit_link row;
 

@@ -64,6 +64,19 @@ static void test_sizes(void **state)
 	assert_int_equal(kn_parse_size("99999999999Ti", &b), -EINVAL);
 }
 
+/* strptime's reading as UTC; where it stopped tells what follows. */
+static void test_parse_time(void **state)
+{
+	int64_t ms = -1;
+
+	(void)state;
+	assert_string_equal(kn_parse_time("2026-12-03T04:05:06Z",
+					  "%Y-%m-%dT%H:%M:%S", &ms), "Z");
+	assert_int_equal(ms, 1796270706000LL);
+	assert_null(kn_parse_time("yesterday", "%Y-%m-%d", &ms));
+	assert_int_equal(ms, 1796270706000LL);
+}
+
 static void test_format_size(void **state)
 {
 	static const struct {
@@ -549,6 +562,23 @@ static void test_url_encoded(void **state)
 	kn_buf_release(&b);
 }
 
+/* Hex back to bytes: exactly 2n lowercase digits, nothing else. */
+static void test_unhex(void **state)
+{
+	static const char *const bad[] = {"00FF7A", "00ff7", "00ff7a0",
+					  "00fg7a", ""};
+	unsigned char out[3];
+	char back[7];
+
+	(void)state;
+	assert_true(kn_unhex("00ff7a", sizeof(out), out));
+	kn_hex(out, sizeof(out), back);
+	assert_string_equal(back, "00ff7a");
+	for (size_t i = 0; i < KN_LEN(bad); i++)
+		if (kn_unhex(bad[i], sizeof(out), out))
+			fail_msg("kn_unhex took \"%s\"", bad[i]);
+}
+
 struct csv_rows {
 	char seen[256];
 	int lines[4];
@@ -733,6 +763,8 @@ KN_TEST_MAIN(NULL, NULL,
 	cmocka_unit_test(test_csv_cell),
 	cmocka_unit_test(test_url_queries_cut),
 	cmocka_unit_test(test_url_encoded),
+	cmocka_unit_test(test_unhex),
+	cmocka_unit_test(test_parse_time),
 	cmocka_unit_test(test_csv_read_columns),
 	cmocka_unit_test(test_xgrow),
 	cmocka_unit_test(test_free_all),

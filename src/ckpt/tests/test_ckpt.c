@@ -373,13 +373,43 @@ static struct kn_blob_store *open_file_store(const char *root)
 	return s;
 }
 
+/* A file store in a fresh directory, for the cases that need one. */
+struct store_dir {
+	char *dir;  /* the case's directory, removed after it */
+	char *root; /* DIR/blobs, the store's root */
+	struct kn_blob_store *s;
+};
+
+static int store_dir_setup(void **state)
+{
+	struct store_dir *sd = kn_xcalloc(1, sizeof(*sd));
+
+	sd->dir = kn_test_dir("ckpt");
+	sd->root = kn_asprintf("%s/blobs", sd->dir);
+	sd->s = open_file_store(sd->root);
+	*state = sd;
+	return 0;
+}
+
+static int store_dir_teardown(void **state)
+{
+	struct store_dir *sd = *state;
+
+	kn_blob_store_free(sd->s);
+	kn_rm_rf(sd->dir);
+	KN_FREE_ALL(sd->dir, sd->root, sd);
+	return 0;
+}
+
+#define STORE_DIR_TEST(f)                                                   \
+	cmocka_unit_test_setup_teardown(f, store_dir_setup, store_dir_teardown)
+
 static void test_file_store(void **state)
 {
-	char *dir = kn_test_dir("ckpt");
-	char *root = kn_asprintf("%s/blobs", dir);
-	char *src = kn_asprintf("%s/src.txt", dir);
-	char *dst = kn_asprintf("%s/out/dst.txt", dir);
-	struct kn_blob_store *s = open_file_store(root);
+	struct store_dir *sd = *state;
+	char *src = kn_asprintf("%s/src.txt", sd->dir);
+	char *dst = kn_asprintf("%s/out/dst.txt", sd->dir);
+	struct kn_blob_store *s = sd->s;
 	struct kn_blob_list list;
 	struct kn_blob_info info;
 	struct kn_error err;
@@ -387,7 +417,6 @@ static void test_file_store(void **state)
 	int64_t size = 0;
 	char *text, *data;
 	size_t len;
-	(void)state;
 
 	write_text(src, "hello\n");
 	assert_int_equal(kn_blob_put_file(s, "j/a b.txt", src, 0, sha, &size,
@@ -404,7 +433,7 @@ static void test_file_store(void **state)
 					   KN_BLOB_CREATE_ONLY, &err), 0);
 	/* ... and so does a create-only file put, leaving no temporary */
 	{
-		char *other = kn_asprintf("%s/other.txt", dir);
+		char *other = kn_asprintf("%s/other.txt", sd->dir);
 		write_text(other, "other\n");
 		assert_int_equal(kn_blob_put_file(s, "j/a b.txt", other,
 						  KN_BLOB_CREATE_ONLY, sha,
@@ -468,7 +497,7 @@ static void test_file_store(void **state)
 	assert_int_equal(kn_blob_stat(s, "j/sub/c", &info, &err), -ENOENT);
 	{
 		/* the emptied directory went with its last blob */
-		char *sub = kn_asprintf("%s/j/sub", root);
+		char *sub = kn_asprintf("%s/j/sub", sd->root);
 		struct stat st;
 		assert_int_equal(stat(sub, &st), -1);
 		free(sub);
@@ -476,9 +505,7 @@ static void test_file_store(void **state)
 	assert_int_equal(kn_blob_put_bytes(s, "../x", "", 0, 0, &err), -EINVAL);
 	assert_int_equal(kn_blob_put_bytes(s, "a//b", "", 0, 0, &err), -EINVAL);
 
-	kn_blob_store_free(s);
-	kn_rm_rf(dir);
-	KN_FREE_ALL(dir, root, src, dst);
+	KN_FREE_ALL(src, dst);
 }
 
 /* A temporary at path, its mtime age_s in the past; locked: an open,
@@ -503,16 +530,14 @@ static int plant_temp(const char *path, int age_s, bool locked)
 
 static void test_file_store_sweeps_dead_temps(void **state)
 {
-	char *dir = kn_test_dir("ckpt");
-	char *root = kn_asprintf("%s/blobs", dir);
-	char *dead = kn_asprintf("%s/j/w.kiln-tmp-AAAAAA", root);
-	char *live = kn_asprintf("%s/j/w.kiln-tmp-BBBBBB", root);
-	char *fresh = kn_asprintf("%s/j/w.kiln-tmp-CCCCCC", root);
-	char *other = kn_asprintf("%s/j/v.kiln-tmp-DDDDDD", root);
-	struct kn_blob_store *s = open_file_store(root);
+	struct store_dir *sd = *state;
+	char *dead = kn_asprintf("%s/j/w.kiln-tmp-AAAAAA", sd->root);
+	char *live = kn_asprintf("%s/j/w.kiln-tmp-BBBBBB", sd->root);
+	char *fresh = kn_asprintf("%s/j/w.kiln-tmp-CCCCCC", sd->root);
+	char *other = kn_asprintf("%s/j/v.kiln-tmp-DDDDDD", sd->root);
+	struct kn_blob_store *s = sd->s;
 	struct kn_error err;
 	int live_fd;
-	(void)state;
 
 	/* A write killed mid-way left the first; the second's writer lives. */
 	assert_int_equal(kn_blob_put_bytes(s, "j/v", "v", 1, 0, &err), 0);
@@ -527,25 +552,22 @@ static void test_file_store_sweeps_dead_temps(void **state)
 	/* Another blob's temporaries wait for that blob's next write. */
 	assert_int_equal(access(other, F_OK), 0);
 	close(live_fd);
-	kn_blob_store_free(s);
-	kn_rm_rf(dir);
-	KN_FREE_ALL(other, fresh, live, dead, root, dir);
+	KN_FREE_ALL(other, fresh, live, dead);
 }
 
 static void test_file_store_large(void **state)
 {
 	/* Several copy chunks, and a size that is not a multiple of one. */
-	char *dir = kn_test_dir("ckpt");
-	char *root = kn_asprintf("%s/blobs", dir);
-	char *src = kn_asprintf("%s/big", dir), *dst = kn_asprintf("%s/back", dir);
+	struct store_dir *sd = *state;
+	char *src = kn_asprintf("%s/big", sd->dir);
+	char *dst = kn_asprintf("%s/back", sd->dir);
 	char *cmd = kn_asprintf("head -c 40000123 /dev/urandom > '%s' && "
 				"sha256sum '%s' | cut -c1-64", src, src);
-	struct kn_blob_store *s = open_file_store(root);
+	struct kn_blob_store *s = sd->s;
 	char want[80] = "", sha[KN_SHA256_HEX_LEN + 1];
 	struct kn_error err;
 	int64_t size;
 	FILE *p = popen(cmd, "r");
-	(void)state;
 
 	assert_non_null(fgets(want, sizeof(want), p));
 	pclose(p);
@@ -555,9 +577,7 @@ static void test_file_store_large(void **state)
 	assert_int_equal(size, 40000123);
 	assert_int_equal(kn_blob_get_file(s, "big", dst, 0, -1, sha, &err), 0);
 	assert_string_equal(sha, want);
-	kn_blob_store_free(s);
-	kn_rm_rf(dir);
-	KN_FREE_ALL(dir, root, src, dst, cmd);
+	KN_FREE_ALL(src, dst, cmd);
 }
 
 /*
@@ -626,9 +646,15 @@ static void test_copy_fd_hashed(void **state)
 /* The file store's copies on both paths: the kernel's and a buffer's. */
 static void test_file_store_through_memory(void **state)
 {
+	void (*const cases[])(void **) = {test_file_store_large,
+					  test_file_store};
+
 	setenv("KILN_TEST_COPY_THROUGH_MEMORY", "1", 1);
-	test_file_store_large(state);
-	test_file_store(state);
+	for (size_t i = 0; i < KN_LEN(cases); i++) {
+		store_dir_setup(state);
+		cases[i](state);
+		store_dir_teardown(state);
+	}
 	unsetenv("KILN_TEST_COPY_THROUGH_MEMORY");
 }
 
@@ -708,17 +734,15 @@ static void flip_byte(const char *path)
 
 static void test_checkpoints(void **state)
 {
-	char *dir = kn_test_dir("ckpt");
-	char *root = kn_asprintf("%s/blobs", dir);
-	char *local = kn_asprintf("%s/local", dir);
-	char *restore = kn_asprintf("%s/restore", dir);
-	struct kn_blob_store *s = open_file_store(root);
+	struct store_dir *sd = *state;
+	char *local = kn_asprintf("%s/local", sd->dir);
+	char *restore = kn_asprintf("%s/restore", sd->dir);
+	struct kn_blob_store *s = sd->s;
 	struct kn_ckpt_manifest m;
 	struct kn_ckpt_list list;
 	struct kn_error err;
 	char *name = NULL, *warnings = NULL, *path, *text;
 	size_t deleted = 0;
-	(void)state;
 
 	make_checkpoint(local, "step-9", "nine");
 	make_checkpoint(local, "step-10", "ten");
@@ -739,7 +763,7 @@ static void test_checkpoints(void **state)
 	kn_ckpt_manifest_release(&m);
 	free(path);
 	/* an upload cut short: files but no manifest */
-	path = kn_asprintf("%s/7/checkpoints/step-12/model.bin", root);
+	path = kn_asprintf("%s/7/checkpoints/step-12/model.bin", sd->root);
 	write_text(path, "twelve");
 	free(path);
 
@@ -753,7 +777,7 @@ static void test_checkpoints(void **state)
 	kn_ckpt_list_release(&list);
 
 	/* corrupt step-11 in the store: restore skips it and step-12 */
-	path = kn_asprintf("%s/7/checkpoints/step-11/opt/state.bin", root);
+	path = kn_asprintf("%s/7/checkpoints/step-11/opt/state.bin", sd->root);
 	flip_byte(path);
 	free(path);
 	assert_int_equal(kn_ckpt_restore(s, "7", restore, &name, &warnings,
@@ -790,10 +814,10 @@ static void test_checkpoints(void **state)
 	free(warnings);
 
 	/* outputs */
-	path = kn_asprintf("%s/out/final_weights.bin", dir);
+	path = kn_asprintf("%s/out/final_weights.bin", sd->dir);
 	write_text(path, "hello\n");
 	free(path);
-	path = kn_asprintf("%s/out", dir);
+	path = kn_asprintf("%s/out", sd->dir);
 	assert_int_equal(kn_ckpt_upload_outputs(s, "7", path, &m, &err), 0);
 	assert_int_equal(m.n, 1);
 	assert_string_equal(m.files[0].sha256, HELLO_SHA);
@@ -811,7 +835,7 @@ static void test_checkpoints(void **state)
 
 	/* A link in a checkpoint (to a server secret, say) refuses it whole:
 	   nothing of it, least of all the secret, reaches the store. */
-	path = kn_asprintf("%s/secret", dir);
+	path = kn_asprintf("%s/secret", sd->dir);
 	write_text(path, "server-secret-bytes");
 	text = kn_asprintf("%s/step-21/state", local);
 	write_text(text, "ok");
@@ -824,7 +848,7 @@ static void test_checkpoints(void **state)
 	assert_non_null(strstr(err.message, "weights is a symbolic link"));
 	assert_true(kn_task_file_refused(&err));
 	free(path);
-	path = kn_asprintf("%s/7/checkpoints/step-21", root);
+	path = kn_asprintf("%s/7/checkpoints/step-21", sd->root);
 	assert_int_equal(access(path, F_OK), -1);
 	free(path);
 	/* So does a checkpoint that is itself a link. */
@@ -834,9 +858,7 @@ static void test_checkpoints(void **state)
 	assert_int_equal(kn_ckpt_upload(s, "7", path, NULL, NULL, &err), -EPERM);
 	KN_FREE_ALL(text, path);
 
-	kn_blob_store_free(s);
-	kn_rm_rf(dir);
-	KN_FREE_ALL(dir, root, local, restore);
+	KN_FREE_ALL(local, restore);
 }
 
 /* The file store with its sync counted. */
@@ -851,14 +873,12 @@ static int counted_sync(struct kn_blob_store *s, struct kn_error *err)
 
 static void test_prune_syncs_only_to_delete(void **state)
 {
-	char *dir = kn_test_dir("ckpt");
-	char *root = kn_asprintf("%s/blobs", dir);
-	char *local = kn_asprintf("%s/local", dir);
-	struct kn_blob_store *s = open_file_store(root);
+	struct store_dir *sd = *state;
+	char *local = kn_asprintf("%s/local", sd->dir);
+	struct kn_blob_store *s = sd->s;
 	struct kn_blob_store_ops counted;
 	struct kn_error err;
 	size_t deleted = 9;
-	(void)state;
 
 	file_ops = s->ops;
 	counted = *s->ops;
@@ -880,9 +900,7 @@ static void test_prune_syncs_only_to_delete(void **state)
 	assert_int_equal(deleted, 1);
 	assert_int_equal(syncs, 1);
 	s->ops = file_ops;
-	kn_blob_store_free(s);
-	kn_rm_rf(dir);
-	KN_FREE_ALL(dir, root, local);
+	free(local);
 }
 
 /* ---- watcher ---- */
@@ -966,22 +984,20 @@ static ino_t inode_of(const char *path)
 
 static void test_early_upload(void **state)
 {
-	char *dir = kn_test_dir("ckpt");
-	char *ck = kn_asprintf("%s/ck", dir);
-	char *root = kn_asprintf("%s/blobs", dir);
+	struct store_dir *sd = *state;
+	char *ck = kn_asprintf("%s/ck", sd->dir);
 	char *tmp = kn_asprintf("%s/step-5.tmp", ck);
 	char *final = kn_asprintf("%s/step-5", ck);
-	char *restore = kn_asprintf("%s/restore", dir);
+	char *restore = kn_asprintf("%s/restore", sd->dir);
 	char *path, *blob_model, *text, *name = NULL, *warnings = NULL;
 	char sha[KN_SHA256_HEX_LEN + 1];
-	struct kn_blob_store *s = open_file_store(root);
+	struct kn_blob_store *s = sd->s;
 	struct kn_ckpt_sent *sent = kn_ckpt_sent_new();
 	struct kn_ckpt_watch *w;
 	struct kn_ckpt_manifest m = {0};
 	struct kn_ckpt_list list;
 	struct kn_error err;
 	ino_t model_ino;
-	(void)state;
 
 	assert_int_equal(mkdir(ck, 0755), 0);
 	assert_int_equal(kn_ckpt_watch_new(ck, 50, KN_CKPT_WATCH_FILES, &w,
@@ -1007,7 +1023,7 @@ static void test_early_upload(void **state)
 					      sent, &err), 0);
 	assert_int_equal(kn_ckpt_upload_early(s, "7", ck, "step-5",
 					      "opt/state.bin", sent, &err), 0);
-	blob_model = kn_asprintf("%s/7/checkpoints/step-5/model.bin", root);
+	blob_model = kn_asprintf("%s/7/checkpoints/step-5/model.bin", sd->root);
 	text = read_text(blob_model);
 	assert_string_equal(text, "weights");
 	free(text);
@@ -1076,9 +1092,7 @@ static void test_early_upload(void **state)
 	kn_ckpt_watch_free(w);
 
 	kn_ckpt_sent_free(sent);
-	kn_blob_store_free(s);
-	kn_rm_rf(dir);
-	KN_FREE_ALL(dir, ck, root, tmp, final, restore, blob_model);
+	KN_FREE_ALL(ck, tmp, final, restore, blob_model);
 }
 
 KN_TEST_MAIN(NULL, NULL,
@@ -1089,13 +1103,13 @@ KN_TEST_MAIN(NULL, NULL,
 	cmocka_unit_test(test_parse_connection_string),
 	cmocka_unit_test(test_parse_list),
 	cmocka_unit_test(test_manifest_round_trip),
-	cmocka_unit_test(test_file_store),
-	cmocka_unit_test(test_file_store_sweeps_dead_temps),
-	cmocka_unit_test(test_file_store_large),
+	STORE_DIR_TEST(test_file_store),
+	STORE_DIR_TEST(test_file_store_sweeps_dead_temps),
+	STORE_DIR_TEST(test_file_store_large),
 	cmocka_unit_test(test_copy_fd_hashed),
 	cmocka_unit_test(test_file_store_through_memory),
 	cmocka_unit_test(test_azure_head),
-	cmocka_unit_test(test_checkpoints),
-	cmocka_unit_test(test_prune_syncs_only_to_delete),
+	STORE_DIR_TEST(test_checkpoints),
+	STORE_DIR_TEST(test_prune_syncs_only_to_delete),
 	cmocka_unit_test(test_watch),
-	cmocka_unit_test(test_early_upload))
+	STORE_DIR_TEST(test_early_upload))
