@@ -325,6 +325,31 @@ int cli_parse(struct cli_ctx *ctx, int argc, char **argv,
 	return rc;
 }
 
+int cli_parse_when(const char *text, int64_t now_ms, int64_t *out_ms)
+{
+	static const char *const formats[] = {
+		"%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d",
+	};
+	int64_t ago;
+
+	if (!text || !*text)
+		return -EINVAL;
+	if (kn_parse_duration(text, &ago) == 0) {
+		*out_ms = now_ms - ago;
+		return 0;
+	}
+	for (size_t i = 0; i < KN_LEN(formats); i++) {
+		int64_t ms;
+		const char *end = kn_parse_time(text, formats[i], &ms);
+
+		if (end && (!*end || !strcmp(end, "Z"))) {
+			*out_ms = ms;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
 int cli_parse_job_id(const struct cli_ctx *ctx, const char *arg,
 		     int64_t *out)
 {

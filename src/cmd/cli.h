@@ -315,6 +315,12 @@ struct cli_verb {
 int cli_run_verb(struct cli_ctx *ctx, int argc, char **argv,
 		 const struct cli_verb *verbs);
 
+/*
+ * A moment given as --since or --until: a duration back from now_ms
+ * ("30m", "2d"), or a UTC time "2026-12-03T04:00:00Z" (seconds and the Z
+ * optional) or a date "2026-12-03": 0 with *out_ms, else -EINVAL.
+ */
+int cli_parse_when(const char *text, int64_t now_ms, int64_t *out_ms);
 /* A job id argument: a whole number >= 1, else a usage error. */
 int cli_parse_job_id(const struct cli_ctx *ctx, const char *arg,
 		     int64_t *out);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
@@ -43,36 +42,6 @@ const struct cli_command cmd_audit_entry = {
 		"server (a stopped one, or a restored home).\n",
 };
 
-/*
- * --since: a duration back from now ("30m", "2d"), or a UTC time
- * "2026-12-03T04:00:00Z" (seconds and Z optional) or a date "2026-12-03".
- */
-static int parse_since(const char *text, int64_t *out_ms)
-{
-	struct tm tm;
-	const char *end;
-	int64_t ms;
-
-	if (kn_parse_duration(text, &ms) == 0) {
-		*out_ms = kn_now_ms() - ms;
-		return 0;
-	}
-	memset(&tm, 0, sizeof(tm));
-	end = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (!end) {
-		memset(&tm, 0, sizeof(tm));
-		end = strptime(text, "%Y-%m-%dT%H:%M", &tm);
-	}
-	if (!end) {
-		memset(&tm, 0, sizeof(tm));
-		end = strptime(text, "%Y-%m-%d", &tm);
-	}
-	if (!end || (*end && strcmp(end, "Z") != 0))
-		return -1;
-	*out_ms = (int64_t)timegm(&tm) * 1000;
-	return 0;
-}
-
 static int audit_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const char *const headers[] = {
@@ -100,7 +69,7 @@ static int audit_ls(struct cli_ctx *ctx, int argc, char **argv)
 	rc = cli_parse(ctx, argc, argv, flags, NULL, NULL);
 	if (rc != CLI_GO)
 		goto out;
-	if (since && parse_since(since, &since_ms) < 0) {
+	if (since && cli_parse_when(since, kn_now_ms(), &since_ms) < 0) {
 		rc = cli_usage_error(ctx,
 				     "--since: \"%s\" is neither a duration"
 				     " (30m, 2d) nor a UTC time"

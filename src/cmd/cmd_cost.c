@@ -160,11 +160,11 @@ static int cmd_cost(struct cli_ctx *ctx, int argc, char **argv)
 				     "deployment, node or day", by);
 		goto out;
 	}
-	if (cost_parse_since(since_text, now, &since) < 0) {
+	if (cli_parse_when(since_text, now, &since) < 0) {
 		rc = cli_usage_error(ctx, "--since: %s", time_wanted(since_text));
 		goto out;
 	}
-	if (until_text && cost_parse_since(until_text, now, &until) < 0) {
+	if (until_text && cli_parse_when(until_text, now, &until) < 0) {
 		rc = cli_usage_error(ctx, "--until: %s", time_wanted(until_text));
 		goto out;
 	}

@@ -13,37 +13,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/base.h"
 #include "cmd/cli.h"
-
-int cost_parse_since(const char *s, int64_t now_ms, int64_t *out_ms)
-{
-	static const char *const formats[] = {
-		"%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d",
-	};
-	int64_t ago;
-
-	if (!s || !*s)
-		return -EINVAL;
-	if (kn_parse_duration(s, &ago) == 0) {
-		*out_ms = now_ms - ago;
-		return 0;
-	}
-	for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++) {
-		struct tm tm;
-		const char *end;
-
-		memset(&tm, 0, sizeof(tm));
-		end = strptime(s, formats[i], &tm);
-		if (end && !*end) {
-			*out_ms = (int64_t)timegm(&tm) * 1000;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
 
 static double num(json_t *o, const char *key)
 {

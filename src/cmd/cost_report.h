@@ -1,7 +1,7 @@
 /*
  * cost_report: how `kiln cost` shows GET /v1/cost's answer — an aligned
  * table, CSV, and an SVG chart of cost per day stacked by category —
- * and how it reads --since. Apart from the command so unit tests check
+ * Apart from the command so unit tests check
  * the formats on fixed answers.
  */
 #ifndef KILN_CMD_COST_REPORT_H
@@ -11,12 +11,6 @@
 #include <stdio.h>
 
 #include <jansson.h>
-
-/*
- * --since: a duration back from now_ms ("7d", "12h") or a UTC time
- * ("2026-12-01", "2026-12-01T08:00:00Z"). -EINVAL for anything else.
- */
-int cost_parse_since(const char *s, int64_t now_ms, int64_t *out_ms);
 
 /* The rows and total as a table, then notes (unpriced nodes, where
    efficiency comes from) on the same stream. */

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,7 +406,42 @@ static void test_query(void **state)
 	kn_buf_release(&path);
 }
 
+/* --since and --until: a duration back from now, a UTC time (seconds
+   and the Z optional) or a date; anything else, or more after it, is
+   refused. */
+static void test_parse_when(void **state)
+{
+	static const struct {
+		const char *text;
+		int64_t want; /* -1: refused */
+	} cases[] = {
+		{"2d", 1000LL * 86400 * 8},
+		{"2026-12-01", 1796083200000LL},
+		{"2026-12-01Z", 1796083200000LL},
+		{"2026-12-01T01:00:00Z", 1796083200000LL + 3600000},
+		{"2026-12-01T01:00:30", 1796083200000LL + 3630000},
+		{"2026-12-01T01:30Z", 1796083200000LL + 5400000},
+		{"yesterday", -1},
+		{"2026-12-01x", -1},
+		{"2026-12-01T01:00:00ZZ", -1},
+		{"", -1},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < KN_LEN(cases); i++) {
+		int64_t ms = -1;
+		int rc = cli_parse_when(cases[i].text, 1000LL * 86400 * 10,
+					&ms);
+
+		if (cases[i].want < 0 ? rc != -EINVAL
+				      : rc != 0 || ms != cases[i].want)
+			fail_msg("\"%s\": rc %d, %lld ms", cases[i].text, rc,
+				 (long long)ms);
+	}
+}
+
 KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_parse_when),
 	cmocka_unit_test(test_parse_flags),
 	cmocka_unit_test(test_parse_list_flag),
 	cmocka_unit_test(test_parse_globals_anywhere),

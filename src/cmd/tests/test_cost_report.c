@@ -226,25 +226,8 @@ static void test_svg(void **state)
 	free(out);
 }
 
-static void test_since(void **state)
-{
-	int64_t ms;
-
-	(void)state;
-	assert_int_equal(cost_parse_since("2d", 1000LL * 86400 * 10, &ms), 0);
-	assert_int_equal(ms, 1000LL * 86400 * 8);
-	assert_int_equal(cost_parse_since("2026-12-01", 0, &ms), 0);
-	assert_int_equal(ms, 1796083200000LL);
-	assert_int_equal(cost_parse_since("2026-12-01T01:00:00Z", 0, &ms), 0);
-	assert_int_equal(ms, 1796083200000LL + 3600000);
-	assert_int_equal(cost_parse_since("yesterday", 0, &ms), -EINVAL);
-	assert_int_equal(cost_parse_since("2026-12-01x", 0, &ms), -EINVAL);
-	assert_int_equal(cost_parse_since("", 0, &ms), -EINVAL);
-}
-
 KN_TEST_MAIN(NULL, NULL,
 	cmocka_unit_test(test_reports),
 	cmocka_unit_test(test_csv),
 	cmocka_unit_test(test_csv_formula_key),
-	cmocka_unit_test(test_svg),
-	cmocka_unit_test(test_since))
+	cmocka_unit_test(test_svg))
