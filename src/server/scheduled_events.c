@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define POLL_MS 1000
 /* Evicted tasks must be down this long before NotBefore. */
@@ -45,16 +44,11 @@ struct kn_events {
 /* "Mon, 11 Apr 2022 22:26:58 GMT" -> ms since the epoch; 0 if empty. */
 static int64_t parse_rfc1123(const char *s)
 {
-	struct tm tm;
-	const char *end;
+	int64_t ms = 0;
 
-	if (!s || !*s)
-		return 0;
-	memset(&tm, 0, sizeof(tm));
-	end = strptime(s, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-	if (!end)
-		return 0;
-	return (int64_t)timegm(&tm) * 1000;
+	if (s)
+		kn_parse_time(s, "%a, %d %b %Y %H:%M:%S GMT", &ms);
+	return ms;
 }
 
 static bool names_us(struct kn_events *ev, json_t *resources)

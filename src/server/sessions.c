@@ -77,12 +77,7 @@ static void session_free(struct session *x)
 
 	/* A dev environment with a session open is in use. */
 	devenv_session(x->core, x->job_id, -1);
-	if (x->prev)
-		x->prev->next = x->next;
-	else
-		all->list = x->next;
-	if (x->next)
-		x->next->prev = x->prev;
+	KN_DLIST_UNLINK(all->list, x);
 	free(x);
 }
 
