@@ -11,7 +11,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
-#include "cmd/watch.h"
+#include "cmd/cli_watch.h"
 
 static cli_runner cmd_ls;
 

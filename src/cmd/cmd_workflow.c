@@ -19,7 +19,7 @@
 #include "base/base.h"
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"
-#include "cmd/watch.h"
+#include "cmd/cli_watch.h"
 #include "spec/spec.h"
 #include "ckpt/ckpt.h"
 

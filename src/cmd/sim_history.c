@@ -1,7 +1,7 @@
 /*
  * kiln sim --from-history: the server's ended jobs and nodes fetched from
  * its API and written as the CSV files `kiln sim` then replays; the
- * mapping is kn_sim_history_csv's (src/sim/history.c).
+ * mapping is kn_sim_history_csv's (src/sim/history_trace.c).
  */
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /*
  * sim_history: the trace behind `kiln sim --from-history`, from the
- * server's API (src/cmd only; the mapping is src/sim/history.c).
+ * server's API (src/cmd only; the mapping is src/sim/history_trace.c).
  */
 #ifndef KILN_CMD_SIM_HISTORY_H
 #define KILN_CMD_SIM_HISTORY_H

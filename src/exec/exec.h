@@ -599,7 +599,7 @@ int kn_slurm_config_check(const struct kn_slurm_config *cfg,
 /* cfg is copied (checked first with kn_slurm_config_check). */
 struct kn_executor *kn_slurm_executor_new(const struct kn_slurm_config *cfg);
 
-/* ---- Slurm's inventory (slurm_nodes.c) ---- */
+/* ---- Slurm's inventory (slurm_inventory_parse.c) ---- */
 
 /*
  * What the server reads of a Slurm cluster: its nodes from `sinfo --json`

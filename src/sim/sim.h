@@ -236,7 +236,7 @@ int kn_sim_autoscale(const struct kn_sim_trace *t,
 		     struct kn_sim_autoscale_report *out);
 void kn_sim_autoscale_report_release(struct kn_sim_autoscale_report *r);
 
-/* ---- a server's history as a trace (history.c) ---- */
+/* ---- a server's history as a trace (history_trace.c) ---- */
 
 struct kn_sim_history {
 	size_t jobs;        /* ended jobs seen */

@@ -305,7 +305,7 @@ void spec_free_strv(char **v, size_t n);
 /* Affinity operators by enum kn_affinity_op, NULL-terminated. */
 extern const char *const spec_affinity_ops[];
 
-/* --- devenv.c ----------------------------------------------------------- */
+/* --- dev_environment.c -------------------------------------------------- */
 /* Whether a document's root says kind: DevEnvironment. */
 bool spec_root_is_devenv(struct fy_node *root);
 /* A DevEnvironment's root into spec (defaults first, devenv.set). */

@@ -326,7 +326,7 @@ static json_t *input_placement(const struct kn_placement_spec *pl)
 }
 
 /* A dev environment has only its own fields and the job's it keeps
-   (spec/devenv.c). */
+   (spec/dev_environment.c). */
 static json_t *devenv_input(const struct kn_job_spec *spec, const char *name)
 {
 	const struct kn_devenv_policy *d = &spec->devenv;

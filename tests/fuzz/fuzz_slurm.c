@@ -1,6 +1,6 @@
 /*
  * libFuzzer harness for what the Slurm executor reads from Slurm's
- * commands (slurm_nodes.c): the input is tried as `sinfo --json` and as
+ * commands (exec/slurm_inventory_parse.c): the input is tried as `sinfo --json` and as
  * `scontrol show partition -o`. What parses must hold to its bounds (a
  * node's allocated CPUs within its CPUs, GRES counts not negative, names
  * terminated), and admission over it must answer without a fault for a

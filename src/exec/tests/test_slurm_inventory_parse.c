@@ -1,5 +1,5 @@
 /*
- * Unit tests for Slurm's inventory (slurm_nodes.c), on what this machine's
+ * Unit tests for Slurm's inventory (slurm_inventory_parse.c), on what this machine's
  * slurm-wlm 22.05 printed (tests/fixtures/slurm, the directory in argv[1]):
  * a node idle, running a job, draining, drained and full; a cluster with
  * typed GPUs, MIG instances and shards whose nodes are down and drained;

@@ -6,8 +6,8 @@
  * On a terminal each drawing replaces the last; into a pipe they follow
  * one another, a blank line apart.
  */
-#ifndef KILN_CMD_WATCH_H
-#define KILN_CMD_WATCH_H
+#ifndef KILN_CMD_CLI_WATCH_H
+#define KILN_CMD_CLI_WATCH_H
 
 #include "cmd/cli.h"
 #include "cmd/cli_client.h"

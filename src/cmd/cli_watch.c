@@ -6,7 +6,7 @@
  * the listing through the other. One drawing per piece of the stream,
  * however many events it holds: a burst of changes costs one request.
  */
-#include "cmd/watch.h"
+#include "cmd/cli_watch.h"
 
 #include <errno.h>
 #include <stdio.h>
