@@ -789,6 +789,48 @@ void cli_table_show(const struct cli_ctx *ctx, struct cli_table *t, FILE *f,
 	print_rows(t, f, indent, ctx->no_headers ? 1 : 0);
 }
 
+/* The index of the first argument past the global flags and their
+   values (argc when none is): nothing is set. */
+static int past_global_flags(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct cli_flag globals[N_GLOBAL_FLAGS + 1];
+	int i = 1;
+
+	global_flags(ctx, globals);
+	while (i < argc && argv[i][0] == '-' && argv[i][1]) {
+		const char *arg = argv[i];
+		const struct cli_flag *f;
+		bool inline_value;
+
+		if (arg[1] == '-') {
+			const char *eq = strchr(arg + 2, '=');
+
+			f = find_flag(globals, arg + 2,
+				      eq ? (size_t)(eq - arg - 2)
+					 : strlen(arg + 2), 0);
+			inline_value = eq != NULL;
+		} else {
+			f = find_flag(globals, NULL, 0, arg[1]);
+			inline_value = arg[2] != '\0';
+		}
+		if (!f)
+			break;
+		i += f->type == CLI_FLAG_BOOL || inline_value ? 1 : 2;
+	}
+	return i;
+}
+
+int cli_run_verb_or(struct cli_ctx *ctx, int argc, char **argv,
+		    const struct cli_verb *verbs, cli_runner *otherwise)
+{
+	int i = past_global_flags(ctx, argc, argv);
+
+	for (size_t v = 0; i < argc && verbs[v].name; v++)
+		if (!strcmp(argv[i], verbs[v].name))
+			return cli_run_verb(ctx, argc, argv, verbs);
+	return otherwise(ctx, argc, argv);
+}
+
 int cli_run_verb(struct cli_ctx *ctx, int argc, char **argv,
 		 const struct cli_verb *verbs)
 {

@@ -314,6 +314,14 @@ struct cli_verb {
  */
 int cli_run_verb(struct cli_ctx *ctx, int argc, char **argv,
 		 const struct cli_verb *verbs);
+/*
+ * As cli_run_verb when the first argument past the global flags (in any
+ * of their forms: `--server=URL`, `-ojson`, `--no-headers`) names a verb;
+ * otherwise otherwise runs with every argument (`kiln audit --actor A`
+ * is `kiln audit ls --actor A`).
+ */
+int cli_run_verb_or(struct cli_ctx *ctx, int argc, char **argv,
+		    const struct cli_verb *verbs, cli_runner *otherwise);
 
 /*
  * A moment given as --since or --until: a duration back from now_ms

@@ -184,22 +184,6 @@ static int cmd_audit(struct cli_ctx *ctx, int argc, char **argv)
 		{NULL, NULL},
 	};
 
-	static const char *const global_flags[] = {"-o", "--output",
-						   "--server", "--token", NULL};
-	int i = 1;
-
-	/* The verb may follow global flags (`kiln audit -o json verify`). */
-	while (i < argc) {
-		bool global = false;
-
-		for (size_t g = 0; global_flags[g]; g++)
-			global |= !strcmp(argv[i], global_flags[g]);
-		if (!global)
-			break;
-		i += 2;
-	}
 	/* Plain `kiln audit [flags]` stays the list it always was. */
-	if (i < argc && (!strcmp(argv[i], "ls") || !strcmp(argv[i], "verify")))
-		return cli_run_verb(ctx, argc, argv, verbs);
-	return audit_ls(ctx, argc, argv);
+	return cli_run_verb_or(ctx, argc, argv, verbs, audit_ls);
 }

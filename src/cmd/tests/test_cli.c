@@ -440,7 +440,65 @@ static void test_parse_when(void **state)
 	}
 }
 
+static int ran_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return 10;
+}
+
+static int ran_verify(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return 11;
+}
+
+static int ran_otherwise(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return 12;
+}
+
+/* A verb is found past global flags in every form; anything else runs
+   the command's own default with every argument. */
+static void test_run_verb_or(void **state)
+{
+	static const struct cli_verb verbs[] = {
+		{"ls", ran_ls},
+		{"verify", ran_verify},
+		{NULL, NULL},
+	};
+	static const struct {
+		const char *args[5];
+		int want;
+	} cases[] = {
+		{{"verify"}, 11},
+		{{"--server=http://h:1", "verify"}, 11},
+		{{"--server", "http://h:1", "ls"}, 10},
+		{{"--no-headers", "verify"}, 11},
+		{{"-ojson", "verify"}, 11},
+		{{"-o", "json", "--token=t", "verify"}, 11},
+		{{"--actor", "verify"}, 12},
+		{{"--no-headers"}, 12},
+		{{"--server", "verify"}, 12},
+		{{0}, 12},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < KN_LEN(cases); i++) {
+		char *argv[7] = {"audit"};
+		struct cli_ctx ctx;
+		int argc = 1, rc;
+
+		for (; argc <= 5 && cases[i].args[argc - 1]; argc++)
+			argv[argc] = (char *)cases[i].args[argc - 1];
+		new_ctx(&ctx);
+		rc = cli_run_verb_or(&ctx, argc, argv, verbs, ran_otherwise);
+		if (rc != cases[i].want)
+			fail_msg("case %zu (%s ...): ran %d, not %d", i,
+				 argc > 1 ? argv[1] : "none", rc,
+				 cases[i].want);
+	}
+}
+
 KN_TEST_MAIN(NULL, NULL,
+	cmocka_unit_test(test_run_verb_or),
 	cmocka_unit_test(test_parse_when),
 	cmocka_unit_test(test_parse_flags),
 	cmocka_unit_test(test_parse_list_flag),
