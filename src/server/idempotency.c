@@ -210,9 +210,8 @@ void idem_reply(struct server *s, struct kn_http_req *req,
 		return;
 	}
 	row_fill(req, c, status, answer, route, hash, &row);
-	if (kn_store_idem_put(s->store, &row, &err) < 0 ||
-	    kn_store_commit(s->store, &err) < 0) {
-		kn_store_rollback(s->store);
+	if (core_store_end(s->store, kn_store_idem_put(s->store, &row, &err),
+			   &err) < 0) {
 		jobs_idem_settle(s, false);
 		kn_http_reply_error(req, &err);
 	} else {

@@ -352,10 +352,9 @@ static void nodes_sync(struct server *s, const struct slurm_nodes *sl)
 		}
 		seen[i] = true;
 	}
-	if (rc == 0 && kn_store_commit(s->store, &err) < 0) {
-		kn_store_rollback(s->store);
+	/* A failed commit has rolled back. */
+	if (rc == 0 && kn_store_commit(s->store, &err) < 0)
 		kn_log(KN_LOG_WARN, "slurm: nodes not stored: %s", err.message);
-	}
 	kn_node_list_free(rows, n_rows);
 	if (added)
 		kn_log(KN_LOG_INFO, "slurm: %zu node%s added (%zu listed)",
