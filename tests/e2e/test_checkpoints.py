@@ -64,15 +64,21 @@ def test_sync_retention_resume_and_outputs(server, tmp_path):
 
 
 def test_corrupt_checkpoint_is_skipped_with_a_warning(server, tmp_path):
-    gate = tmp_path / "gate"
+    # step-000002 is written once step-000001 is in the store: committed
+    # together, the older would be skipped for the newer, as it should.
+    first, gate = tmp_path / "first", tmp_path / "gate"
     script = COMMIT + (
         'if [ "$KILN_ATTEMPT" = 1 ]; then '
-        '  ck step-000001 one; ck step-000002 two; '
+        f'  ck step-000001 one; while [ ! -e {first} ]; do sleep 0.05; done; '
+        '  ck step-000002 two; '
         f'  while [ ! -e {gate} ]; do sleep 0.05; done; exit 1; '
         'fi; echo "resumed with $(cat $KILN_RESUME_FROM/state)"')
     jid = server.submit(job_yaml("corrupt", ["/bin/sh", "-c", script],
                                  retries=1, backoff="1s",
                                  checkpoint={"keep": 3}))
+    wait_for(lambda: manifest(server.home, jid, "step-000001"),
+             what="step-000001 synced")
+    first.touch()
     wait_for(lambda: manifest(server.home, jid, "step-000002"),
              what="step-000002 synced")
     # Flip one byte of the newest checkpoint in the store.
