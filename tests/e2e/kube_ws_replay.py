@@ -193,6 +193,16 @@ def serve(api, handler, req):
         op == "attach")
 
 
+def default_signals():
+    """A container's first process starts with every signal at its
+    default, whatever the runtime's own were: a test suite started in the
+    background (SIGINT and SIGQUIT ignored) must not make Ctrl-C in a pod
+    do nothing."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
 def spawn(argv, tty, pod):
     """The command as the container would run it: (pid, stdin fd,
     {fd: channel}, Popen or None, pty master or None)."""
@@ -202,13 +212,14 @@ def spawn(argv, tty, pod):
         pid, master = pty.fork()
         if pid == 0:
             try:
+                default_signals()
                 os.execvpe(argv[0], argv, env)
             finally:
                 os._exit(127)
         return pid, master, {master: 1}, None, master
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env)
+                            env=env, preexec_fn=default_signals)
     return (proc.pid, proc.stdin.fileno(),
             {proc.stdout.fileno(): 1, proc.stderr.fileno(): 2}, proc, None)
 
