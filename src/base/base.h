@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/types.h>
+#include <time.h>
 
 #define KN_VERSION "0.1.0"
 
@@ -158,6 +159,8 @@ size_t kn_url_base_len(const char *url);
 /* Clocks in milliseconds: wall time since the epoch, and monotonic. */
 int64_t kn_now_ms(void);
 int64_t kn_mono_ms(void);
+/* The wall-clock moment ms from now, as pthread_cond_timedwait takes it. */
+struct timespec kn_realtime_in(int64_t ms);
 /* "2026-12-02T15:46:06.123Z" into buf (at least 32 bytes). */
 void kn_format_time(int64_t epoch_ms, char *buf, size_t len);
 /* The same in ISO 8601's basic form, "20261202T154606.123Z": a name

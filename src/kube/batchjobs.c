@@ -883,16 +883,9 @@ static void *worker(void *arg)
 
 	pthread_mutex_lock(&ex->lock);
 	while (!ex->stop) {
-		struct timespec until;
-
 		if (!ex->work) {
-			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_sec += ex->cfg.poll_ms / 1000;
-			until.tv_nsec += (ex->cfg.poll_ms % 1000) * 1000000;
-			if (until.tv_nsec >= 1000000000) {
-				until.tv_sec++;
-				until.tv_nsec -= 1000000000;
-			}
+			struct timespec until = kn_realtime_in(ex->cfg.poll_ms);
+
 			pthread_cond_timedwait(&ex->wake, &ex->lock, &until);
 		}
 		if (ex->stop)

@@ -52,7 +52,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
 
@@ -716,13 +715,7 @@ void kube_bridges_free(struct kube_bridges *bs, int wait_ms)
 		return;
 	if (bs->stop[1] >= 0)
 		close(bs->stop[1]);
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += wait_ms / 1000;
-	until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
+	until = kn_realtime_in(wait_ms);
 	pthread_mutex_lock(&bs->lock);
 	while (bs->alive > 0 &&
 	       pthread_cond_timedwait(&bs->ended, &bs->lock, &until) == 0)

@@ -691,6 +691,26 @@ static void test_free_all(void **state)
 	assert_int_equal(after, before);
 }
 
+/* A deadline for pthread_cond_timedwait: at least ms from now, its
+   nanoseconds always under a second, whatever the clock read. */
+static void test_realtime_in(void **state)
+{
+	static const int64_t waits[] = {0, 1, 999, 1000, 1999, 86400001};
+
+	(void)state;
+	for (size_t i = 0; i < KN_LEN(waits); i++) {
+		int64_t before = kn_now_ms();
+		struct timespec ts = kn_realtime_in(waits[i]);
+		int64_t at = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+
+		assert_in_range(ts.tv_nsec, 0, 999999999);
+		if (at < before + waits[i])
+			fail_msg("%lld ms from now came %lld ms early",
+				 (long long)waits[i],
+				 (long long)(before + waits[i] - at));
+	}
+}
+
 /* An array grown one element at a time: 16 at first, then doubled only
    when full, keeping what it held. */
 static void test_xgrow(void **state)
@@ -767,5 +787,6 @@ KN_TEST_MAIN(NULL, NULL,
 	cmocka_unit_test(test_parse_time),
 	cmocka_unit_test(test_csv_read_columns),
 	cmocka_unit_test(test_xgrow),
+	cmocka_unit_test(test_realtime_in),
 	cmocka_unit_test(test_free_all),
 	cmocka_unit_test(test_heap))
