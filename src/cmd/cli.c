@@ -189,15 +189,16 @@ static int parse_count(struct cli_ctx *ctx, const char *flag,
 	return CLI_GO;
 }
 
-int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
-		  int argc, char **argv, int *i)
+/* The flag that arg ("--name", "--name=V", "-x", "-xV") names, from
+   flags, else from globals, or NULL; *value is the value arg itself
+   carries, or NULL. */
+static const struct cli_flag *flag_named(const struct cli_flag *flags,
+					 const struct cli_flag *globals,
+					 const char *arg, const char **value)
 {
-	struct cli_flag globals[N_GLOBAL_FLAGS + 1];
 	const struct cli_flag *f;
-	const char *arg = argv[*i];
-	const char *value = NULL;
 
-	global_flags(ctx, globals);
+	*value = NULL;
 	if (arg[1] == '-') {
 		const char *name = arg + 2;
 		const char *eq = strchr(name, '=');
@@ -207,14 +208,27 @@ int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
 		if (!f)
 			f = find_flag(globals, name, name_len, 0);
 		if (eq)
-			value = eq + 1;
-	} else {
-		f = find_flag(flags, NULL, 0, arg[1]);
-		if (!f)
-			f = find_flag(globals, NULL, 0, arg[1]);
-		if (f && arg[2])
-			value = arg + 2;
+			*value = eq + 1;
+		return f;
 	}
+	f = find_flag(flags, NULL, 0, arg[1]);
+	if (!f)
+		f = find_flag(globals, NULL, 0, arg[1]);
+	if (f && arg[2])
+		*value = arg + 2;
+	return f;
+}
+
+int cli_take_flag(struct cli_ctx *ctx, const struct cli_flag *flags,
+		  int argc, char **argv, int *i)
+{
+	struct cli_flag globals[N_GLOBAL_FLAGS + 1];
+	const struct cli_flag *f;
+	const char *arg = argv[*i];
+	const char *value;
+
+	global_flags(ctx, globals);
+	f = flag_named(flags, globals, arg, &value);
 	if (!f)
 		return unknown_flag(ctx, flags, globals, arg);
 	if (f->type == CLI_FLAG_BOOL) {
@@ -798,24 +812,13 @@ static int past_global_flags(struct cli_ctx *ctx, int argc, char **argv)
 
 	global_flags(ctx, globals);
 	while (i < argc && argv[i][0] == '-' && argv[i][1]) {
-		const char *arg = argv[i];
-		const struct cli_flag *f;
-		bool inline_value;
+		const char *value;
+		const struct cli_flag *f = flag_named(NULL, globals, argv[i],
+						      &value);
 
-		if (arg[1] == '-') {
-			const char *eq = strchr(arg + 2, '=');
-
-			f = find_flag(globals, arg + 2,
-				      eq ? (size_t)(eq - arg - 2)
-					 : strlen(arg + 2), 0);
-			inline_value = eq != NULL;
-		} else {
-			f = find_flag(globals, NULL, 0, arg[1]);
-			inline_value = arg[2] != '\0';
-		}
 		if (!f)
 			break;
-		i += f->type == CLI_FLAG_BOOL || inline_value ? 1 : 2;
+		i += f->type == CLI_FLAG_BOOL || value ? 1 : 2;
 	}
 	return i;
 }
