@@ -28,6 +28,16 @@ def relay(azurite):
     r.close()
 
 
+@pytest.fixture
+def relayed(relay, tmp_path):
+    """A server whose blob store is Azurite behind the relay: (the
+    server, its store's URL, the environment that reaches the store)."""
+    env = azurite_env(relay.endpoint)
+    s, store = store_server(tmp_path, relay.endpoint, env)
+    yield s, store, env
+    s.stop()
+
+
 def put_part(server, upload, at, size, body):
     r = server.request("POST", f"/v1/model-uploads/{upload}",
                        params={"offset": at, "size": size}, data=body)
@@ -63,85 +73,69 @@ def check_stored(env, store, data, tmp_path):
     assert blob(env, store, "ls", "staging/") == ""
 
 
-def test_parts_reach_the_store_before_the_commit(relay, tmp_path):
-    env = azurite_env(relay.endpoint)
-    s, store = store_server(tmp_path, relay.endpoint, env)
-    try:
-        data = os.urandom(6 * MiB + 5)
-        digest = hashlib.sha256(data).hexdigest()
-        # Out of order, as parallel senders deliver them.
-        for at in (MiB, 0, 3 * MiB, 2 * MiB, 5 * MiB, 4 * MiB, 6 * MiB):
-            put_part(s, "up", at, len(data), data[at:at + MiB])
-        # Every byte already went on to the store, before any commit.
-        assert relay.sent >= len(data)
-        before = relay.sent
-        r = commit(s, "up", digest)
+def test_parts_reach_the_store_before_the_commit(relay, relayed, tmp_path):
+    s, store, env = relayed
+    data = os.urandom(6 * MiB + 5)
+    digest = hashlib.sha256(data).hexdigest()
+    # Out of order, as parallel senders deliver them.
+    for at in (MiB, 0, 3 * MiB, 2 * MiB, 5 * MiB, 4 * MiB, 6 * MiB):
+        put_part(s, "up", at, len(data), data[at:at + MiB])
+    # Every byte already went on to the store, before any commit.
+    assert relay.sent >= len(data)
+    before = relay.sent
+    r = commit(s, "up", digest)
+    assert r.status_code == 201, r.text
+    assert r.json()["existed"] is False
+    # The commit sent a block list and a copy, not the bytes again.
+    assert relay.sent - before < MiB
+    check_stored(env, store, data, tmp_path)
+    assert_relayed(s)
+
+
+def test_a_blob_the_store_holds_is_answered_as_existing(relayed, tmp_path):
+    s, store, env = relayed
+    data = os.urandom(2 * MiB + 11)
+    digest = hashlib.sha256(data).hexdigest()
+    for upload, existed in (("first", False), ("second", True)):
+        for at in range(0, len(data), MiB):
+            put_part(s, upload, at, len(data), data[at:at + MiB])
+        r = commit(s, upload, digest)
         assert r.status_code == 201, r.text
-        assert r.json()["existed"] is False
-        # The commit sent a block list and a copy, not the bytes again.
-        assert relay.sent - before < MiB
-        check_stored(env, store, data, tmp_path)
-        assert_relayed(s)
-    finally:
-        s.stop()
+        assert r.json()["existed"] is existed
+    # The second's staging blob went too: the copy was refused
+    # (create-only), the blob kept the first's bytes.
+    check_stored(env, store, data, tmp_path)
+    assert_relayed(s)
 
 
-def test_a_blob_the_store_holds_is_answered_as_existing(relay, tmp_path):
-    env = azurite_env(relay.endpoint)
-    s, store = store_server(tmp_path, relay.endpoint, env)
-    try:
-        data = os.urandom(2 * MiB + 11)
-        digest = hashlib.sha256(data).hexdigest()
-        for upload, existed in (("first", False), ("second", True)):
-            for at in range(0, len(data), MiB):
-                put_part(s, upload, at, len(data), data[at:at + MiB])
-            r = commit(s, upload, digest)
-            assert r.status_code == 201, r.text
-            assert r.json()["existed"] is existed
-        # The second's staging blob went too: the copy was refused
-        # (create-only), the blob kept the first's bytes.
-        check_stored(env, store, data, tmp_path)
-        assert_relayed(s)
-    finally:
-        s.stop()
+def test_an_empty_blob_is_stored_whole(relayed, tmp_path):
+    s, store, env = relayed
+    digest = hashlib.sha256(b"").hexdigest()
+    put_part(s, "empty", 0, 0, b"")
+    r = commit(s, "empty", digest)
+    assert r.status_code == 201, r.text
+    check_stored(env, store, b"", tmp_path)
+    assert_relayed(s)
 
 
-def test_an_empty_blob_is_stored_whole(relay, tmp_path):
-    env = azurite_env(relay.endpoint)
-    s, store = store_server(tmp_path, relay.endpoint, env)
-    try:
-        digest = hashlib.sha256(b"").hexdigest()
-        put_part(s, "empty", 0, 0, b"")
-        r = commit(s, "empty", digest)
-        assert r.status_code == 201, r.text
-        check_stored(env, store, b"", tmp_path)
-        assert_relayed(s)
-    finally:
-        s.stop()
-
-
-def test_a_store_that_fails_midway_gets_a_copy_at_the_commit(relay,
-                                                             tmp_path):
-    env = azurite_env(relay.endpoint)
-    s, store = store_server(tmp_path, relay.endpoint, env)
-    try:
-        data = os.urandom(3 * MiB + 3)
-        digest = hashlib.sha256(data).hexdigest()
-        put_part(s, "flaky", 0, len(data), data[:MiB])
-        # The store goes away for one part: its retries run out, the
-        # relay ends, the part is still held.
-        relay.cut()
-        held = put_part(s, "flaky", MiB, len(data), data[MiB:2 * MiB])
-        assert held["received"] == 2 * MiB
-        relay.refuse = False
-        put_part(s, "flaky", 2 * MiB, len(data), data[2 * MiB:])
-        assert GAVE_UP in s.log.read_text()
-        r = commit(s, "flaky", digest)
-        assert r.status_code == 201, r.text
-        assert r.json()["existed"] is False
-        check_stored(env, store, data, tmp_path)
-    finally:
-        s.stop()
+def test_a_store_that_fails_midway_gets_a_copy_at_the_commit(
+        relay, relayed, tmp_path):
+    s, store, env = relayed
+    data = os.urandom(3 * MiB + 3)
+    digest = hashlib.sha256(data).hexdigest()
+    put_part(s, "flaky", 0, len(data), data[:MiB])
+    # The store goes away for one part: its retries run out, the
+    # relay ends, the part is still held.
+    relay.cut()
+    held = put_part(s, "flaky", MiB, len(data), data[MiB:2 * MiB])
+    assert held["received"] == 2 * MiB
+    relay.refuse = False
+    put_part(s, "flaky", 2 * MiB, len(data), data[2 * MiB:])
+    assert GAVE_UP in s.log.read_text()
+    r = commit(s, "flaky", digest)
+    assert r.status_code == 201, r.text
+    assert r.json()["existed"] is False
+    check_stored(env, store, data, tmp_path)
 
 
 def test_a_store_reached_by_sas_relays_and_copies(azurite, tmp_path):
